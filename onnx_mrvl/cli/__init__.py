@@ -1,0 +1,1 @@
+"""The ``onnx-mrvl`` command line."""

@@ -1,0 +1,76 @@
+"""The target description: the accelerator's limits and its performance profile, as data.
+
+Legalize, fuse, split, compile and the simulator all read their limits from here; nothing else
+hard-codes them. Numbers Marvell has not published are assumptions and say so.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Dict, Tuple
+
+ACTIVATIONS: Tuple[str, ...] = (
+    "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu",
+)
+
+
+@dataclass(frozen=True)
+class ArchProfile:
+    """Performance model parameters. Every default is an assumption (no public MLIP datasheet)."""
+
+    num_tiles: int = 4                  # RFC example: --num_tiles=4
+    ocm_size: int = 0x100000            # RFC example: 1 MiB on-chip memory per tile
+    macs_per_cycle_per_tile: int = 1024  # assumption: fp16 MACs per cycle per tile
+    clock_hz: float = 1.0e9             # assumption: 1 GHz
+    dram_bytes_per_cycle: float = 32.0  # assumption: ~32 GB/s at 1 GHz
+    layer_overhead_cycles: int = 200    # assumption: fixed per-layer setup cost
+    transfer_bytes_per_s: float = 8.0e9  # assumption: host <-> accelerator copy bandwidth
+    call_overhead_s: float = 20e-6      # assumption: fixed cost of one accelerator invocation
+
+    ASSUMPTIONS = ("macs_per_cycle_per_tile", "clock_hz", "dram_bytes_per_cycle",
+                   "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Limits of the MLIP accelerator as the flow understands them."""
+
+    name: str = "mlip"
+    max_batch: int = 8                     # TVM's Marvell integration: static batch <= 8
+    max_kernel: int = 7                    # largest conv kernel side taken as is (larger: split)
+    max_pool_kernel: int = 16              # largest pooling window side (larger global pools: split)
+    max_pad: Dict[str, int] = field(default_factory=lambda: {"conv": 7, "pool": 7})
+    max_stride: int = 8
+    max_dilation: int = 8
+    max_channels: int = 8192               # channels per layer (in and out)
+    max_fc_features: int = 65536
+    activations: Tuple[str, ...] = ACTIVATIONS
+    dtypes: Tuple[str, ...] = ("float32",)
+    fp16_max: float = 65504.0
+    resize_max_scale: int = 8
+    arch: ArchProfile = field(default_factory=ArchProfile)
+
+    def with_arch(self, **changes) -> "Target":
+        return dataclasses.replace(self, arch=dataclasses.replace(self.arch, **changes))
+
+    def replace(self, **changes) -> "Target":
+        return dataclasses.replace(self, **changes)
+
+
+DEFAULT_TARGET = Target()
+
+
+def get_target(target=None) -> Target:
+    """Accept None (the default), a Target, or a dict of overrides."""
+    if target is None:
+        return DEFAULT_TARGET
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, dict):
+        arch = target.get("arch")
+        rest = {k: v for k, v in target.items() if k != "arch"}
+        t = dataclasses.replace(DEFAULT_TARGET, **rest)
+        if arch:
+            t = t.with_arch(**arch)
+        return t
+    raise TypeError(f"target must be None, a Target or a dict, not {type(target).__name__}")
