@@ -32,6 +32,14 @@ class ArchProfile:
 
 
 @dataclass(frozen=True)
+class CpuProfile:
+    """The host CPU as the cost model sees it (calibrate with tools/calibrate_cpu.py)."""
+
+    macs_per_s: float = 2.0e10          # assumption until calibrated: onnxruntime fp32 on 2 cores
+    op_overhead_s: float = 5e-6         # assumption: fixed cost per CPU op
+
+
+@dataclass(frozen=True)
 class Target:
     """Limits of the MLIP accelerator as the flow understands them."""
 
@@ -48,7 +56,10 @@ class Target:
     dtypes: Tuple[str, ...] = ("float32",)
     fp16_max: float = 65504.0
     resize_max_scale: int = 8
+    avgpool_exclude_pad: bool = True       # AveragePool count_include_pad=0 taken as is (else
+                                           # legalize calibrates it: include pads + Mul by a map)
     arch: ArchProfile = field(default_factory=ArchProfile)
+    cpu: CpuProfile = field(default_factory=CpuProfile)
 
     def with_arch(self, **changes) -> "Target":
         return dataclasses.replace(self, arch=dataclasses.replace(self.arch, **changes))

@@ -1,0 +1,8 @@
+"""Emit and compile: a region model -> Nodes-JSON + Constants-JSON -> model binary.
+
+``emit(region_model)`` returns the JSON pair (TVM's Marvell field layout, docs/json-format.md);
+``compile_json(nodes_json, consts_json, options)`` reads only that pair and returns the binary.
+``convert()`` goes through exactly these two functions.
+"""
+from .compile import CompileOptions, build_program, compile_json  # noqa: F401
+from .nodes_json import emit_json as emit  # noqa: F401

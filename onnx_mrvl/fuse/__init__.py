@@ -1,0 +1,108 @@
+"""Fusion: legalized standard ONNX -> NHWC nodes of the Mrvl op set, with a decision per node.
+
+``fuse(model, target)`` returns a ``FuseResult`` whose ``model`` is a valid ONNX model (every Mrvl
+node has a model-local reference function, so plain onnxruntime runs it) and whose ``decisions``
+say, for every node of the input, which Mrvl node it went into or why it stays on the CPU.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, List, Optional
+
+import onnx
+
+from .. import opset
+from .._graph import GraphIndex, topological_order
+from ..decisions import Decisions
+from ..target import Target, get_target
+from .layout import materialize
+from .patterns import ANCHORS, Group
+
+log = logging.getLogger(__name__)
+
+ABSORB_ONLY = {"Relu": "activation", "Clip": "activation", "LeakyRelu": "activation", "PRelu": "activation",
+               "Sigmoid": "activation", "Tanh": "activation", "HardSigmoid": "activation",
+               "HardSwish": "activation", "BatchNormalization": "batch normalization"}
+
+
+@dataclass
+class FuseResult:
+    model: onnx.ModelProto
+    decisions: Decisions
+    groups: List[Group]
+
+
+def _excluded(node: onnx.NodeProto, exclude: set) -> bool:
+    return node.name in exclude or node.op_type in exclude
+
+
+def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
+    claimed, groups = set(), []
+    for n in order:
+        decisions.record(n.name, n.op_type)
+        if n.name in claimed:
+            continue
+        if _excluded(n, exclude):
+            decisions.record(n.name, n.op_type, reason="excluded by the user (exclude=...)")
+            continue
+        pattern = ANCHORS.get(n.op_type)
+        if pattern is None:
+            what = ABSORB_ONLY.get(n.op_type)
+            reason = (f"standalone {what} (fuses only into a preceding conv, fc, sum or mul)" if what
+                      else f"no accelerator op for {n.op_type}")
+            decisions.record(n.name, n.op_type, reason=reason)
+            continue
+        built = pattern.build(g, n, target)
+        if isinstance(built, str):
+            decisions.record(n.name, n.op_type, reason=built)
+            continue
+        groups.append(built)
+        claimed.update(x.name for x in built.nodes)
+    return groups
+
+
+def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
+    """Transposes that become free relabellings (their input or a consumer is on the accelerator)."""
+    in_group = {x.name for grp in groups for x in grp.nodes}
+    mrvl_out = {grp.output for grp in groups}
+    aliases = set()
+    for n in order:
+        if n.op_type != "Transpose" or n.name in in_group or _excluded(n, exclude):
+            continue
+        if not g.is_float(n.input[0]) or g.shape(n.input[0]) is None:
+            continue
+        feeds_mrvl = any(c.name in in_group for c in g.consumers.get(n.output[0], []))
+        if n.input[0] in mrvl_out or feeds_mrvl:
+            aliases.add(n.name)
+            mrvl_out.add(n.output[0])
+    return aliases
+
+
+def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
+         exclude: Iterable[str] = ()) -> FuseResult:
+    """Fuse a legalized model into Mrvl ops. ``exclude``: node names or op types kept on the CPU."""
+    target = get_target(target)
+    exclude = set(exclude or ())
+    g = GraphIndex(model)
+    g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
+    order = topological_order(g.nodes, g.inputs)
+    decisions = Decisions()
+    groups = find_groups(g, order, target, exclude, decisions)
+    aliases = _aliases(g, order, groups, exclude)
+    fused, mrvl_names, alias_owner = materialize(model, g, groups, order, aliases)
+    for grp in groups:
+        mrvl = mrvl_names[grp.anchor.name]
+        for i, x in enumerate(grp.nodes):
+            how = f"fused into {grp.op} ({grp.composite})" if i == 0 else f"absorbed into {grp.op} ({grp.composite})"
+            decisions.record(x.name, x.op_type, placement="accelerator", mrvl_node=mrvl,
+                             composite=grp.composite, reason=how)
+    for name in aliases:
+        owner = alias_owner.get(name)
+        decisions.record(name, "Transpose", placement="accelerator" if owner else "cpu", mrvl_node=owner,
+                         reason="folded into the NHWC layout of the next accelerator op (no data movement)"
+                         if owner else "a transpose between CPU ops")
+    opset.attach_functions(fused)
+    log.info("fuse: %d groups, %d of %d nodes on the accelerator", len(groups),
+             len(decisions.by_placement("accelerator")), len(decisions))
+    return FuseResult(fused, decisions, groups)

@@ -1,0 +1,160 @@
+"""Legalization: rewrite what the accelerator cannot take as it stands into canonical ONNX.
+
+``legalize(model, target=None, *, input_shapes=None, log=None) -> onnx.ModelProto``;
+``legalize_with_report`` also returns a :class:`LegalizeReport` (applied rewrites and the
+reasons rules did not apply). See docs/legalize.md for the rules and the canonical forms.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import onnx
+from onnx import helper
+
+from ..errors import ModelError
+from ..target import get_target
+from . import prepare, shapes
+from .graph import Graph
+from .rules import RULE_NAMES, RULES
+
+logger = logging.getLogger(__name__)
+
+MAX_SWEEPS = 10
+
+
+@dataclass
+class LegalizeReport:
+    """``applied``: (rule, original node names, detail) per rewrite, in order.
+    ``skipped``: (rule, node name, reason) for rules that matched but did not apply (last sweep).
+    """
+
+    applied: List[Tuple[str, List[str], str]] = field(default_factory=list)
+    skipped: List[Tuple[str, str, str]] = field(default_factory=list)
+    sweeps: int = 0
+    opset: Tuple[int, int] = (0, 0)
+    seconds: float = 0.0
+
+    def by_rule(self) -> Dict[str, List[str]]:
+        out: Dict[str, List[str]] = {}
+        for rule, names, _ in self.applied:
+            out.setdefault(rule, []).extend(names)
+        return out
+
+
+def legalize(model: onnx.ModelProto, target=None, *, input_shapes=None,
+             log: Optional[list] = None) -> onnx.ModelProto:
+    """Return a legalized copy of ``model`` (the argument is not modified).
+
+    ``input_shapes`` ({input name: [dims]}) fixes graph input shapes; ``log``, when a list,
+    receives one ``(rule_name, [original node names], detail)`` tuple per applied rewrite.
+    """
+    out, report = legalize_with_report(model, target, input_shapes=input_shapes)
+    if log is not None:
+        log.extend(report.applied)
+    return out
+
+
+def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=None
+                         ) -> Tuple[onnx.ModelProto, LegalizeReport]:
+    t0 = time.perf_counter()
+    if not isinstance(model, onnx.ModelProto):
+        raise ModelError(f"legalize expects an onnx.ModelProto, not {type(model).__name__}",
+                         hint="load the model with onnx.load first")
+    tgt = get_target(target)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    report = LegalizeReport()
+    named = prepare.name_nodes(m.graph)
+    if named:
+        logger.info("legalize: named %d unnamed or duplicate-named nodes", named)
+    prepare.drop_initializer_inputs(m.graph)
+    shapes.pin_inputs(m.graph, input_shapes, {i.name for i in m.graph.initializer})
+    old = prepare.default_opset(m)
+    m = prepare.upgrade_opset(m)
+    report.opset = (old, prepare.default_opset(m))
+    prepare.fix_ir_version(m)
+    m.graph.ClearField("value_info")
+    for o in m.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    inputs = list(m.graph.input)
+    outputs = list(m.graph.output)
+    g = Graph(m)
+    g.target = tgt
+    _run_rules(g, tgt, inputs, outputs, report)
+    g.commit()
+    _write_shapes(g, inputs, outputs)
+    report.seconds = time.perf_counter() - t0
+    logger.info("legalize: %d rewrites in %d sweeps, %.2f s", len(report.applied), report.sweeps,
+                report.seconds)
+    return m, report
+
+
+def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
+    for sweep in range(MAX_SWEEPS):
+        shapes.infer(g, inputs, outputs)
+        applied = 0
+        skipped = []
+        for rule in RULES:
+            for node in g.node_list():
+                if not g.alive(node):
+                    continue
+                mt = rule.match(node, g)
+                if mt is None:
+                    continue
+                reason = rule.check(mt, g, tgt)
+                if reason:
+                    skipped.append((rule.NAME, node.name, reason))
+                    continue
+                origin = mt.origin
+                detail = rule.rewrite(mt, g)
+                report.applied.append((rule.NAME, origin, detail or ""))
+                logger.debug("legalize: %s on %s: %s", rule.NAME, origin, detail)
+                applied += 1
+        report.sweeps = sweep + 1
+        report.skipped = skipped
+        if not applied:
+            return
+    logger.warning("legalize: still rewriting after %d sweeps; stopping", MAX_SWEEPS)
+
+
+def _write_shapes(g: Graph, inputs, outputs) -> None:
+    """Final inference; graph.value_info gets every intermediate tensor with a static shape."""
+    shapes.infer(g, inputs, outputs)
+    m = g.model
+    produced = [o for n in m.graph.node for o in n.output if o]
+    missing = [o for o in produced if not shapes.is_static(g.shapes.get(o)) or o not in g.dtypes]
+    if missing:
+        shapes.ort_fill(m, missing, g)
+    outs = {o.name for o in m.graph.output}
+    m.graph.ClearField("value_info")
+    unknown = []
+    for name in produced:
+        s, dt = g.shapes.get(name), g.dtypes.get(name)
+        if not shapes.is_static(s) or not dt:
+            unknown.append(name)
+            continue
+        if name in outs:
+            continue
+        m.graph.value_info.append(helper.make_tensor_value_info(name, dt, list(s)))
+    for o in m.graph.output:
+        s, dt = g.shapes.get(o.name), g.dtypes.get(o.name)
+        if shapes.is_static(s) and dt:
+            o.type.tensor_type.elem_type = dt
+            o.type.tensor_type.ClearField("shape")
+            for d in s:
+                o.type.tensor_type.shape.dim.add().dim_value = d
+    if unknown:
+        logger.warning("legalize: %d tensors without a static shape (e.g. %s)", len(unknown),
+                       unknown[:3])
+
+
+def rules() -> Sequence[str]:
+    """Rule names in application order."""
+    return RULE_NAMES
+
+
+__all__ = ["legalize", "legalize_with_report", "LegalizeReport", "rules", "RULE_NAMES"]

@@ -1,0 +1,189 @@
+"""Partitioning: fused model -> deployable model (CPU nodes + one ``Subgraph`` node per region).
+
+``split(fused, ...)`` groups Mrvl nodes into convex regions by the chosen strategy, reverts Mrvl
+nodes left outside every region to standard ONNX, and cuts each region out as a standalone ONNX
+model (``Region.model``) for the emit stage. The ``Subgraph`` nodes get their artifact attributes
+later, from ``deploy.attach_artifact``.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, topological_order
+from ..decisions import Decisions
+from ..errors import UnsupportedError
+from ..provenance import get_origin
+from ..target import Target, get_target
+from . import cost as cost_model
+from .deploy import region_model, subgraph_node
+from .regions import boundary, find_regions, is_mrvl
+from .revert import revert
+
+log = logging.getLogger(__name__)
+STRATEGIES = ("max", "single", "cost")
+COMPUTE_OPS = {"Conv2D", "FC"}
+
+
+@dataclass
+class Region:
+    name: str
+    nodes: List[str]                   # Mrvl node names, in topological order
+    inputs: List[str]
+    outputs: List[str]
+    origin: List[str]
+    macs: int
+    model: Optional[onnx.ModelProto] = None
+    estimate: Dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "layers": len(self.nodes), "inputs": self.inputs, "outputs": self.outputs,
+                "macs": self.macs, "origin": self.origin, **({"estimate": self.estimate} if self.estimate else {})}
+
+
+@dataclass
+class SplitResult:
+    model: onnx.ModelProto
+    regions: List[Region]
+    dropped: List[dict]                # {"nodes": [...], "origin": [...], "reason": ...}
+    macs_total: int
+    macs_offloaded: int
+
+    @property
+    def offload_fraction(self) -> float:
+        return self.macs_offloaded / self.macs_total if self.macs_total else 0.0
+
+
+def _matches(node: onnx.NodeProto, names: set) -> bool:
+    return node.name in names or node.op_type in names or any(o in names for o in get_origin(node))
+
+
+def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
+    """Multiply-accumulates of a Conv/Gemm/MatMul, standard or Mrvl (0 for other ops)."""
+    if node.op_type not in COMPUTE_OPS | {"Conv", "Gemm", "MatMul"} or len(node.input) < 2:
+        return 0
+    out = g.shape(node.output[0])
+    w = g.shape(node.input[1])
+    if out is None or w is None or not out:
+        return 0
+    if node.op_type in ("Conv", "Conv2D"):
+        per_out = int(np.prod(w[1:], dtype=np.int64))
+    elif node.op_type == "Gemm" and not any(a.name == "transB" and a.i for a in node.attribute):
+        per_out = w[0]
+    else:
+        per_out = w[-1] if node.op_type == "FC" or node.op_type == "Gemm" else w[-2] if len(w) >= 2 else w[0]
+    return int(np.prod(out, dtype=np.int64)) * int(per_out)
+
+
+def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition: str = "max",
+          exclude: Iterable[str] = (), cut_after: Iterable[str] = (), force: bool = False,
+          reference: bool = False, decisions: Optional[Decisions] = None) -> SplitResult:
+    """Cut accelerator regions out of a fused model. See the module docstring."""
+    if partition not in STRATEGIES:
+        raise UnsupportedError(f"unknown partition strategy {partition!r}",
+                               hint=f"use one of {', '.join(STRATEGIES)}")
+    target = get_target(target)
+    model = copy.deepcopy(fused)
+    g = GraphIndex(model)
+    order = topological_order(g.nodes, g.inputs)
+    excluded = set(exclude or ())
+    accel = {n.name for n in order if is_mrvl(n) and not _matches(n, excluded)}
+    cut_names = {n.name for n in order if _matches(n, set(cut_after or ()))}
+    assign = find_regions(g, order, accel, cut_names, single=(partition == "single"))
+    members: Dict[int, List[onnx.NodeProto]] = {}
+    for n in order:
+        if n.name in assign:
+            members.setdefault(assign[n.name], []).append(n)
+    dropped: List[dict] = []
+    for n in order:
+        if is_mrvl(n) and n.name not in assign:
+            why = ("excluded by the user" if _matches(n, excluded) else
+                   "outside the single region fed by the model inputs (partition='single')")
+            dropped.append({"nodes": [n.name], "origin": get_origin(n), "reason": why})
+    kept: List[List[onnx.NodeProto]] = []
+    for rid in sorted(members):  # ids were handed out in topological order
+        nodes = members[rid]
+        reason = None
+        if not force and not any(n.op_type in COMPUTE_OPS for n in nodes):
+            reason = "no conv2d or fc in the region (minimum-work rule; force=True keeps it)"
+        elif partition == "cost":
+            est = cost_model.estimate(g, nodes, target)
+            if not est["offload"]:
+                reason = (f"cost model: accelerator {est['accel_s'] * 1e6:.1f} us (incl. transfers) "
+                          f">= CPU {est['cpu_s'] * 1e6:.1f} us")
+        if reason:
+            dropped.append({"nodes": [n.name for n in nodes],
+                            "origin": [o for n in nodes for o in get_origin(n)], "reason": reason})
+        else:
+            kept.append(nodes)
+    macs_total = sum(node_macs(g, n) for n in g.nodes)
+    revert(model, {name for d in dropped for name in d["nodes"]})
+    g = GraphIndex(model)
+    regions: List[Region] = []
+    for idx, nodes in enumerate(kept):
+        nodes = [g.by_name[n.name] for n in nodes]
+        ins, outs = boundary(g, nodes)
+        name = f"mrvl_region_{idx}"
+        reg = Region(name, [n.name for n in nodes], ins, outs,
+                     [o for n in nodes for o in get_origin(n)], sum(node_macs(g, n) for n in nodes))
+        if partition == "cost":
+            reg.estimate = cost_model.estimate(g, nodes, target)
+        reg.model = region_model(model, g, nodes, ins, outs, name)
+        regions.append(reg)
+    deployable = _replace_regions(model, g, regions, reference)
+    macs_off = sum(r.macs for r in regions)
+    if decisions is not None:
+        _update_decisions(decisions, regions, dropped)
+    log.info("split (%s): %d regions, %d dropped groups, %.1f%% of MACs offloaded", partition, len(regions),
+             len(dropped), 100.0 * macs_off / macs_total if macs_total else 0.0)
+    return SplitResult(deployable, regions, dropped, macs_total, macs_off)
+
+
+def _replace_regions(model, g: GraphIndex, regions: List[Region], reference: bool) -> onnx.ModelProto:
+    member = {n: r for r in regions for n in r.nodes}
+    nodes, functions = [], []
+    for n in g.nodes:
+        r = member.get(n.name)
+        if r is None:
+            nodes.append(n)
+        elif n.name == r.nodes[0]:
+            node, func = subgraph_node(r, model, reference)
+            nodes.append(node)
+            if func is not None:
+                functions.append(func)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    order = topological_order(nodes, g.inputs)
+    del out.graph.node[:]
+    out.graph.node.extend(order)
+    used = {i for n in order for i in n.input}
+    inits = [t for t in out.graph.initializer if t.name in used]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(inits)
+    produced = {o for n in order for o in n.output}
+    vis = [vi for vi in out.graph.value_info if vi.name in produced]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(vis)
+    keep_funcs = [f for f in out.functions if reference or f.domain != "mrvl"]
+    if not reference:  # Mrvl ops still on the CPU path need their bodies; region ones do not
+        live = {(n.op_type, n.overload) for n in order if n.domain == "mrvl"}
+        keep_funcs = [f for f in out.functions if f.domain != "mrvl" or (f.name, f.overload) in live]
+    del out.functions[:]
+    out.functions.extend(keep_funcs + functions)
+    return out
+
+
+def _update_decisions(decisions: Decisions, regions: List[Region], dropped: List[dict]) -> None:
+    for r in regions:
+        decisions.update_many(r.origin, subgraph=r.name)
+    for d in dropped:
+        for name in d["origin"]:
+            if name in decisions and decisions[name].placement == "accelerator":
+                decisions[name].placement = "cpu"
+                decisions[name].reason = d["reason"]
+                decisions[name].subgraph = None

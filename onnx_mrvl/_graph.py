@@ -1,0 +1,130 @@
+"""A read-only index over an ONNX graph: producers, consumers, constants, static shapes.
+
+Built once per pass in linear time; passes query it instead of scanning the graph.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import ModelError
+
+FLOAT = onnx.TensorProto.FLOAT
+
+
+class GraphIndex:
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        g = model.graph
+        self.graph = g
+        self.nodes: List[onnx.NodeProto] = list(g.node)
+        self.initializers: Dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
+        self.inputs = [i.name for i in g.input if i.name not in self.initializers]
+        self.outputs = [o.name for o in g.output]
+        self.output_set = set(self.outputs)
+        self.producer: Dict[str, onnx.NodeProto] = {}
+        self.consumers: Dict[str, List[onnx.NodeProto]] = defaultdict(list)
+        for n in self.nodes:
+            for o in n.output:
+                if o:
+                    self.producer[o] = n
+            for i in n.input:
+                if i:
+                    self.consumers[i].append(n)
+        self.types: Dict[str, onnx.TypeProto] = {}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type"):
+                self.types[vi.name] = vi.type
+        self._const_cache: Dict[str, np.ndarray] = {}
+        self.by_name = {n.name: n for n in self.nodes}
+        self.excluded: set = set()   # node names no pattern may absorb
+
+    # -- constants
+    def is_const(self, name: str) -> bool:
+        return name in self.initializers
+
+    def const(self, name: str) -> Optional[np.ndarray]:
+        if name not in self.initializers:
+            return None
+        if name not in self._const_cache:
+            self._const_cache[name] = numpy_helper.to_array(self.initializers[name])
+        return self._const_cache[name]
+
+    # -- shapes and types
+    def shape(self, name: str) -> Optional[List[int]]:
+        """Static shape, or None when unknown or symbolic."""
+        if name in self.initializers:
+            return list(self.initializers[name].dims)
+        t = self.types.get(name)
+        if t is None or not t.tensor_type.HasField("shape"):
+            return None
+        dims = []
+        for d in t.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                return None
+            dims.append(int(d.dim_value))
+        return dims
+
+    def elem_type(self, name: str) -> Optional[int]:
+        if name in self.initializers:
+            return self.initializers[name].data_type
+        t = self.types.get(name)
+        return t.tensor_type.elem_type if t is not None else None
+
+    def is_float(self, name: str) -> bool:
+        return self.elem_type(name) == FLOAT
+
+    def single_consumer(self, name: str) -> Optional[onnx.NodeProto]:
+        """The only consumer of ``name`` when it has exactly one and is not a graph output."""
+        users = self.consumers.get(name, [])
+        if len(users) == 1 and name not in self.output_set and users[0].name not in self.excluded:
+            return users[0]
+        return None
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            v = onnx.helper.get_attribute_value(a)
+            return v.decode() if isinstance(v, bytes) else v
+    return default
+
+
+def topological_order(nodes: List[onnx.NodeProto], graph_inputs) -> List[onnx.NodeProto]:
+    """Kahn's algorithm, stable with respect to the given order. Raises ModelError on a cycle."""
+    producer = {}
+    for idx, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = idx
+    indeg = [0] * len(nodes)
+    users = defaultdict(list)
+    for idx, n in enumerate(nodes):
+        deps = {producer[i] for i in n.input if i in producer}
+        indeg[idx] = len(deps)
+        for d in deps:
+            users[d].append(idx)
+    import heapq
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name or nodes[i].op_type for i, d in enumerate(indeg) if d > 0][:5]
+        raise ModelError(f"the graph has a cycle through nodes {stuck}",
+                         hint="an ONNX graph must be acyclic; re-export the model")
+    return order
+
+
+def tensor_value_info(name: str, elem_type: int, shape) -> onnx.ValueInfoProto:
+    return onnx.helper.make_tensor_value_info(name, elem_type, shape)

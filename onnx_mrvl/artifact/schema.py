@@ -1,0 +1,258 @@
+"""Validation of a program's ``meta`` dict (docs/program.md) as stored in a model binary.
+
+Used by both :func:`~onnx_mrvl.artifact.pack` (before writing) and
+:func:`~onnx_mrvl.artifact.load` (before trusting anything). Every problem is reported through a
+``fail(message)`` callback that must raise; messages give the JSON path, the value found and what
+was expected, e.g. ``meta.layers[2].inputs[0]: tensor id 17 does not exist``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, NoReturn, Tuple
+
+PROGRAM_FORMAT = "onnx_mrvl.program"
+PROGRAM_VERSION = 1                     # newest program_version this reader understands
+WEIGHT_ALIGN = 64                       # every weight blob starts on a 64-byte boundary
+DTYPE_ITEMSIZE = {"float16": 2, "float32": 4}
+ACT_ITEMSIZE = 2                        # activations inside a region are fp16
+MAX_RANK = 16
+MAX_ELEMENTS = 1 << 60                  # product of the non-zero dims (numpy's int64 limit / 8)
+PLACEMENTS = ("ocm", "dram")
+
+Fail = Callable[[str], NoReturn]
+# (name, dtype, shape, offset, nbytes) of every weight, in meta order
+WeightSlot = Tuple[str, str, Tuple[int, ...], int, int]
+
+
+def align_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(v: Any, limit: int = 60) -> str:
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _type_name(v: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _expect(fail: Fail, path: str, value: Any, kind: type, what: str) -> None:
+    ok = _is_int(value) if kind is int else isinstance(value, kind)
+    if not ok:
+        fail(f"{path}: expected {what}, got {_type_name(value)} {_short(value)}")
+
+
+def _nonneg_int(fail: Fail, path: str, value: Any) -> int:
+    if not _is_int(value) or value < 0:
+        fail(f"{path}: expected a non-negative integer, got {_short(value)}")
+    return value
+
+
+def _shape(fail: Fail, path: str, value: Any) -> Tuple[int, ...]:
+    _expect(fail, path, value, list, "a list of non-negative integers")
+    if len(value) > MAX_RANK:
+        fail(f"{path}: rank {len(value)} exceeds the maximum of {MAX_RANK}")
+    nonzero = 1
+    for i, d in enumerate(value):
+        if not _is_int(d) or d < 0:
+            fail(f"{path}[{i}]: expected a non-negative integer dimension, got {_short(d)}")
+        nonzero *= max(d, 1)
+    if nonzero > MAX_ELEMENTS:  # numpy refuses such shapes even when another dimension is 0
+        fail(f"{path}: shape {_short(value)} is too large (more than 2**60 elements)")
+    return tuple(value)
+
+
+def _product(shape: Tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _optional(fail: Fail, path: str, obj: dict, key: str, kind: type, what: str) -> None:
+    if key in obj:
+        _expect(fail, f"{path}.{key}", obj[key], kind, what)
+
+
+def _required(fail: Fail, path: str, obj: dict, key: str, kind: type, what: str) -> Any:
+    if key not in obj:
+        fail(f"{path}: missing required key '{key}' ({what})")
+    _expect(fail, f"{path}.{key}", obj[key], kind, what)
+    return obj[key]
+
+
+def _check_tensors(fail: Fail, tensors: list) -> Dict[int, Tuple[int, ...]]:
+    ids: Dict[int, Tuple[int, ...]] = {}
+    for i, t in enumerate(tensors):
+        path = f"meta.tensors[{i}]"
+        _expect(fail, path, t, dict, "an object")
+        tid = _required(fail, path, t, "id", int, "a non-negative integer tensor id")
+        if tid < 0:
+            fail(f"{path}.id: expected a non-negative integer tensor id, got {tid}")
+        if tid in ids:
+            fail(f"{path}.id: duplicate tensor id {tid}")
+        if "shape" not in t:
+            fail(f"{path}: missing required key 'shape'")
+        shape = _shape(fail, f"{path}.shape", t["shape"])
+        if "nbytes" not in t:
+            fail(f"{path}: missing required key 'nbytes'")
+        nbytes = _nonneg_int(fail, f"{path}.nbytes", t["nbytes"])
+        expected = _product(shape) * ACT_ITEMSIZE
+        if nbytes != expected:
+            fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} "
+                 f"(expected {expected} = product of the shape x {ACT_ITEMSIZE} bytes of fp16)")
+        _optional(fail, path, t, "name", str, "a string")
+        _optional(fail, path, t, "layout", str, "a string")
+        if "placement" in t and t["placement"] not in PLACEMENTS:
+            fail(f"{path}.placement: expected one of {list(PLACEMENTS)}, "
+                 f"got {_short(t['placement'])}")
+        ids[tid] = shape
+    return ids
+
+
+def _tensor_ref(fail: Fail, path: str, value: Any, ids: Dict[int, Tuple[int, ...]]) -> None:
+    if not _is_int(value):
+        fail(f"{path}: expected a tensor id (integer), got {_type_name(value)} {_short(value)}")
+    if value not in ids:
+        fail(f"{path}: tensor id {value} does not exist in meta.tensors")
+
+
+def _check_boundary(fail: Fail, key: str, items: list, ids: Dict[int, Tuple[int, ...]]) -> None:
+    for i, b in enumerate(items):
+        path = f"meta.{key}[{i}]"
+        _expect(fail, path, b, dict, "an object")
+        _required(fail, path, b, "name", str, "the boundary tensor name")
+        if "tensor" not in b:
+            fail(f"{path}: missing required key 'tensor'")
+        _tensor_ref(fail, f"{path}.tensor", b["tensor"], ids)
+        if "shape" in b:
+            _shape(fail, f"{path}.shape", b["shape"])
+        _optional(fail, path, b, "layout", str, "a string")
+
+
+def _check_weights(fail: Fail, weights: list, section_size: int) -> List[WeightSlot]:
+    slots: List[WeightSlot] = []
+    seen = set()
+    expected_offset = 0
+    for i, w in enumerate(weights):
+        path = f"meta.weights[{i}]"
+        _expect(fail, path, w, dict, "an object")
+        name = _required(fail, path, w, "name", str, "the weight name")
+        if not name:
+            fail(f"{path}.name: empty weight name")
+        if name in seen:
+            fail(f"{path}.name: duplicate weight name {name!r}")
+        seen.add(name)
+        path = f"meta.weights[{i}] ({name!r})"
+        if "shape" not in w:
+            fail(f"{path}: missing required key 'shape'")
+        shape = _shape(fail, f"{path}.shape", w["shape"])
+        dtype = w.get("dtype")
+        if not isinstance(dtype, str) or dtype not in DTYPE_ITEMSIZE:
+            fail(f"{path}.dtype: expected one of {sorted(DTYPE_ITEMSIZE)}, got {_short(dtype)}")
+        _optional(fail, path, w, "layout", str, "a string")
+        for key in ("offset", "nbytes"):
+            if key not in w:
+                fail(f"{path}: missing required key '{key}'")
+        offset = _nonneg_int(fail, f"{path}.offset", w["offset"])
+        nbytes = _nonneg_int(fail, f"{path}.nbytes", w["nbytes"])
+        if offset > section_size or nbytes > section_size - offset:
+            fail(f"{path}: claims {nbytes} bytes at offset {offset} but the weight section "
+                 f"has {section_size} bytes")
+        if offset % WEIGHT_ALIGN:
+            fail(f"{path}.offset: {offset} is not {WEIGHT_ALIGN}-byte aligned")
+        want = _product(shape) * DTYPE_ITEMSIZE[dtype]
+        if nbytes != want:
+            fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} and dtype {dtype} "
+                 f"(expected {want})")
+        if offset != expected_offset:
+            fail(f"{path}.offset: {offset}, expected {expected_offset} (weights are stored in the "
+                 f"order of meta.weights, each at the next {WEIGHT_ALIGN}-byte boundary)")
+        slots.append((name, dtype, shape, offset, nbytes))
+        expected_offset = align_up(offset + nbytes, WEIGHT_ALIGN)
+    end = slots[-1][3] + slots[-1][4] if slots else 0
+    if section_size != end:
+        fail(f"weight section has {section_size} bytes but the weights listed in meta.weights "
+             f"end at byte {end}")
+    return slots
+
+
+def _check_layers(fail: Fail, layers: list, ids: Dict[int, Tuple[int, ...]],
+                  weight_names: set) -> None:
+    for i, layer in enumerate(layers):
+        path = f"meta.layers[{i}]"
+        _expect(fail, path, layer, dict, "an object")
+        _required(fail, path, layer, "layer_name", str, "the layer type, e.g. 'Conv2D'")
+        _optional(fail, path, layer, "name", str, "a string")
+        if "name" in layer:
+            path = f"meta.layers[{i}] ({layer['name']!r})"
+        _optional(fail, path, layer, "index", int, "an integer")
+        _optional(fail, path, layer, "params", dict, "an object")
+        for key in ("macs", "dram_bytes"):
+            if key in layer:
+                _nonneg_int(fail, f"{path}.{key}", layer[key])
+        if "origin" in layer:
+            _expect(fail, f"{path}.origin", layer["origin"], list, "a list of node names")
+            for j, o in enumerate(layer["origin"]):
+                _expect(fail, f"{path}.origin[{j}]", o, str, "a node name")
+        for key in ("inputs", "outputs"):
+            refs = _required(fail, path, layer, key, list, "a list of tensor ids")
+            for j, ref in enumerate(refs):
+                _tensor_ref(fail, f"{path}.{key}[{j}]", ref, ids)
+        wmap = layer.get("weights", {})
+        _expect(fail, f"{path}.weights", wmap, dict, "an object mapping role -> weight name")
+        for role, wname in wmap.items():
+            if not isinstance(wname, str):
+                fail(f"{path}.weights.{role}: expected a weight name, got {_short(wname)}")
+            if wname not in weight_names:
+                fail(f"{path}.weights.{role}: weight {wname!r} does not exist in meta.weights")
+
+
+_TOP_LEVEL = (("format", str, "the string 'onnx_mrvl.program'"),
+              ("program_version", int, "a positive integer"),
+              ("name", str, "the region name"),
+              ("inputs", list, "a list of boundary inputs"),
+              ("outputs", list, "a list of boundary outputs"),
+              ("tensors", list, "a list of tensors"),
+              ("layers", list, "a list of layers"),
+              ("weights", list, "a list of weight entries"))
+
+
+def validate_meta(meta: Any, weight_section_size: int, fail: Fail) -> List[WeightSlot]:
+    """Check ``meta`` against docs/program.md and the weight section size; return the weight slots.
+
+    Checks, in order: top-level keys and types, format/program_version, tensors (ids unique,
+    shapes, nbytes = product(shape) * 2), weights (names unique, dtype, offset/nbytes inside the
+    section, 64-byte aligned, packed in meta order), inputs/outputs and layers (every tensor id and
+    weight name they reference exists). Calls ``fail`` (which raises) on the first problem.
+    """
+    if not isinstance(meta, dict):
+        fail(f"meta: expected a JSON object, got {_type_name(meta)}")
+    for key, kind, what in _TOP_LEVEL:
+        _required(fail, "meta", meta, key, kind, what)
+    if meta["format"] != PROGRAM_FORMAT:
+        fail(f"meta.format: expected {PROGRAM_FORMAT!r}, got {_short(meta['format'])}")
+    version = meta["program_version"]
+    if version < 1:
+        fail(f"meta.program_version: expected a positive integer, got {version}")
+    if version > PROGRAM_VERSION:
+        fail(f"meta.program_version {version} was written by a newer onnx_mrvl (this reader "
+             f"understands up to {PROGRAM_VERSION}): upgrade onnx_mrvl")
+    if not meta["name"]:
+        fail("meta.name: empty region name")
+    if "batch_size" in meta and (not _is_int(meta["batch_size"]) or meta["batch_size"] < 1):
+        fail(f"meta.batch_size: expected a positive integer, got {_short(meta['batch_size'])}")
+    _optional(fail, "meta", meta, "quantize", str, "a string")
+    _optional(fail, "meta", meta, "arch", dict, "an object")
+    _optional(fail, "meta", meta, "memory_plan", dict, "an object")
+    ids = _check_tensors(fail, meta["tensors"])
+    slots = _check_weights(fail, meta["weights"], weight_section_size)
+    _check_boundary(fail, "inputs", meta["inputs"], ids)
+    _check_boundary(fail, "outputs", meta["outputs"], ids)
+    _check_layers(fail, meta["layers"], ids, {s[0] for s in slots})
+    return slots

@@ -1,0 +1,49 @@
+"""``onnx-mrvl compile``: Nodes-JSON + Constants-JSON -> model binary (the backend compiler step)."""
+from __future__ import annotations
+
+import json
+
+from ..errors import CompileError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compile", help="compile a Nodes-JSON + Constants-JSON pair into a model binary",
+                       description="Reads only the JSON pair (ours or one TVM's Marvell integration wrote) "
+                                   "and writes the model binary (docs/binary-format.md).")
+    p.add_argument("--nodes", required=True, help="<name>-nodes.json")
+    p.add_argument("--consts", required=True, help="<name>-consts.json")
+    p.add_argument("-o", "--output", required=True, help="the model binary to write")
+    p.add_argument("--num-tiles", type=int, default=4, help="compute tiles (default 4)")
+    p.add_argument("--ocm-size", type=lambda s: int(s, 0), default=0x100000,
+                   help="on-chip memory per tile, bytes (default 0x100000)")
+    p.add_argument("--quantize", default="float16", choices=["float16"], help="weight/activation precision")
+    p.add_argument("--batch", type=int, help="override the batch size")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except OSError as exc:
+        raise CompileError(f"cannot read '{path}' ({exc.strerror})") from None
+    except ValueError as exc:
+        raise CompileError(f"'{path}' is not valid JSON ({exc})") from None
+
+
+def run(args) -> int:
+    from ..artifact import pack, sha256_hex
+    from ..emit import CompileOptions, build_program
+    from ..modelio import write_bytes_atomic
+
+    options = CompileOptions(num_tiles=args.num_tiles, ocm_size=args.ocm_size, quantize=args.quantize,
+                             batch=args.batch)
+    meta, weights = build_program(_read_json(args.nodes), _read_json(args.consts), options)
+    data = pack(meta, weights)
+    write_bytes_atomic(args.output, data)
+    summary = {"output": args.output, "bytes": len(data), "sha256": sha256_hex(data), "layers": len(meta["layers"]),
+               "weight_bytes": int(sum(w.nbytes for w in weights.values()))}
+    print(json.dumps(summary) if args.json else
+          f"wrote {args.output}: {summary['layers']} layers, {summary['bytes']:,} bytes, sha256 {summary['sha256'][:16]}")
+    return 0

@@ -1,0 +1,81 @@
+"""``onnx-mrvl convert``: legalize, fuse, split, emit and compile a model."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .common import Progress, parse_input_shapes
+
+
+def register(sub) -> None:
+    p = sub.add_parser("convert", help="convert an ONNX model for the MLIP accelerator",
+                       description="Legalize, fuse, split, emit and compile MODEL; write model.onnx, "
+                                   "<region>-nodes.json, <region>-consts.json, <region>.bin and report.json "
+                                   "into OUT_DIR.")
+    p.add_argument("model", help="the ONNX model")
+    p.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help="output folder")
+    p.add_argument("--partition", choices=["max", "single", "cost"], default="max",
+                   help="region strategy (default: max)")
+    p.add_argument("--exclude", action="append", default=[], metavar="NODE_OR_OP",
+                   help="keep this node name or op type on the CPU (repeatable)")
+    p.add_argument("--cut-after", action="append", default=[], metavar="NODE",
+                   help="end an accelerator region after this node (repeatable)")
+    p.add_argument("--force", action="store_true", help="keep regions without conv or fc")
+    p.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
+                   help="fix a symbolic input shape, e.g. x:1,3,224,224 (repeatable)")
+    p.add_argument("--reference", action="store_true",
+                   help="store each region's fp32 reference body (runs in plain onnxruntime)")
+    p.add_argument("--embed", action="store_true", help="embed the binaries in model.onnx")
+    p.add_argument("--num-tiles", type=int, help="accelerator tiles (default 4)")
+    p.add_argument("--ocm-size", type=lambda s: int(s, 0), help="on-chip memory per tile in bytes (default 0x100000)")
+    p.add_argument("--stage", choices=["legalize", "fuse", "all"], default="all",
+                   help="stop after this stage and write its model (OUT_DIR/<stage>.onnx)")
+    p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx")
+    p.add_argument("--explain", action="store_true", help="print where every node runs, CPU nodes grouped by reason")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..modelio import load_model, validate_model, write_bytes_atomic
+
+    progress = Progress(not args.json and not getattr(args, "quiet", False))
+    shapes = parse_input_shapes(args.input_shape)
+    if args.stage != "all":
+        from ..fuse import fuse
+        from ..legalize import legalize
+
+        model = load_model(args.model)
+        validate_model(model)
+        progress("legalize")
+        out = legalize(model, input_shapes=shapes)
+        if args.stage == "fuse":
+            progress("fuse")
+            result = fuse(out, exclude=args.exclude)
+            out = result.model
+            if args.explain:
+                for d in result.decisions.values():
+                    print(f"{d.node:<32} {d.op_type:<20} {d.placement:<12} {d.reason}")
+        os.makedirs(args.output, exist_ok=True)
+        path = os.path.join(args.output, f"{args.stage}.onnx")
+        write_bytes_atomic(path, out.SerializeToString())
+        print(json.dumps({"stage": args.stage, "model": path}) if args.json else f"wrote {path}")
+        return 0
+    from ..pipeline import convert
+
+    result = convert(args.model, partition=args.partition, exclude=args.exclude, cut_after=args.cut_after,
+                     force=args.force, input_shapes=shapes, reference=args.reference, embed=args.embed,
+                     num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress)
+    path = result.save(args.output, stages=args.dump_stages)
+    rep = result.report
+    if args.json:
+        print(json.dumps({"model": path, "regions": rep.regions, "offload_fraction": rep.offload_fraction,
+                          "macs_total": rep.macs_total, "macs_offloaded": rep.macs_offloaded,
+                          "cpu_nodes": len(rep.cpu_nodes()), "timings": result.timings}, indent=1))
+        return 0
+    if args.explain:
+        print(rep.explain())
+    print(f"wrote {path}: {len(result.subgraphs)} region(s), {100 * rep.offload_fraction:.1f}% of MACs offloaded, "
+          f"{len(rep.cpu_nodes())} node(s) on the CPU ({result.timings['total']:.2f}s)", file=sys.stdout)
+    return 0

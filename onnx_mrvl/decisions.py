@@ -1,0 +1,52 @@
+"""Decisions: one record per original node saying where it runs and why."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, Iterable, List, Optional
+
+
+@dataclass
+class Decision:
+    node: str                          # original node name
+    op_type: str
+    placement: str = "cpu"             # "accelerator" | "cpu" | "removed"
+    reason: str = ""                   # why (for cpu/removed), or how it was fused
+    mrvl_node: Optional[str] = None    # the fused node it went into
+    composite: Optional[str] = None    # composite pattern name
+    subgraph: Optional[str] = None     # region name (after split)
+    layer: Optional[str] = None        # JSON layer name inside the region (after emit)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+
+class Decisions(dict):
+    """node name -> Decision, in original node order."""
+
+    def record(self, node: str, op_type: str, **fields) -> Decision:
+        d = self.get(node)
+        if d is None:
+            d = self[node] = Decision(node, op_type)
+        for k, v in fields.items():
+            setattr(d, k, v)
+        return d
+
+    def by_placement(self, placement: str) -> List[Decision]:
+        return [d for d in self.values() if d.placement == placement]
+
+    def reasons(self) -> Dict[str, List[str]]:
+        """CPU reasons -> node names, for ``--explain``."""
+        out: Dict[str, List[str]] = {}
+        for d in self.values():
+            if d.placement == "cpu":
+                out.setdefault(d.reason or "not supported", []).append(d.node)
+        return out
+
+    def to_list(self) -> List[dict]:
+        return [d.to_dict() for d in self.values()]
+
+    def update_many(self, names: Iterable[str], **fields) -> None:
+        for n in names:
+            if n in self:
+                for k, v in fields.items():
+                    setattr(self[n], k, v)

@@ -1,0 +1,276 @@
+"""Materialise fused groups as NHWC Mrvl nodes with the fewest layout changes.
+
+Every tensor is tracked as (current name, stored permutation of its logical axes). Spatial Mrvl ops
+want NHWC storage of a logical NCHW tensor; elementwise ops and concat work in whatever layout their
+inputs share; a Transpose is a relabelling of the stored data and costs nothing; reshapes run on the
+stored data when the element order allows (or feed an FC whose weights get permuted). A layout change
+is inserted only where a consumer needs another storage: a Mrvl ``LayoutTransform`` at an accelerator
+boundary, a plain Transpose elsewhere.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .. import opset
+from .._graph import FLOAT, GraphIndex, attr
+from ..provenance import set_origin
+from .patterns import Group
+
+NHWC = (0, 2, 3, 1)
+Perm = Optional[Tuple[int, ...]]   # None = stored as logical
+
+
+def _norm(p) -> Perm:
+    if p is None:
+        return None
+    p = tuple(int(i) for i in p)
+    return None if p == tuple(range(len(p))) else p
+
+
+def _inv(p: Sequence[int]) -> List[int]:
+    out = [0] * len(p)
+    for i, v in enumerate(p):
+        out[v] = i
+    return out
+
+
+def _stored_shape(shape, perm: Perm):
+    return list(shape) if perm is None else [shape[i] for i in perm]
+
+
+def order_preserved(shape, perm: Perm) -> bool:
+    """True when the stored tensor lists its elements in the logical row-major order."""
+    if perm is None:
+        return True
+    nonunit = [a for a in perm if shape[a] != 1]
+    return nonunit == sorted(nonunit)
+
+
+class Materializer:
+    def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set):
+        self.g = g
+        self.group_of = group_of
+        self.aliases = aliases
+        self.loc: Dict[str, Tuple[str, Perm]] = {}
+        self.flat: Dict[str, List[int]] = {}          # tensor -> NHWC shape it was flattened from
+        self.cache: Dict[Tuple[str, Perm], str] = {}
+        self.mrvl_tensors: set = set()
+        self.nodes: List[onnx.NodeProto] = []
+        self.inits: List[onnx.TensorProto] = []
+        self.vinfo: Dict[str, List[int]] = {}
+        self.names: set = {n.name for n in g.nodes}
+        self.mrvl_name: Dict[str, str] = {}            # anchor name -> Mrvl node name
+        self.alias_of: Dict[str, List[str]] = {}       # tensor -> Transposes folded on its way
+        self.alias_owner: Dict[str, str] = {}          # folded Transpose -> Mrvl node it went into
+
+    # ---------------------------------------------------------------- helpers
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.names:
+            name, i = f"{base}_{i}", i + 1
+        self.names.add(name)
+        return name
+
+    def init(self, base: str, arr: np.ndarray) -> str:
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def logical_shape(self, t: str) -> List[int]:
+        return self.g.shape(t)
+
+    def get(self, t: str, want: Perm, *, for_mrvl: bool, origin: Sequence[str]) -> str:
+        """The name of tensor ``t`` stored with permutation ``want``, converting if needed."""
+        name, have = self.loc[t]
+        if have == want:
+            return name
+        if t in self.flat:
+            raise AssertionError(f"flattened NHWC tensor {t} used outside an FC")
+        key = (t, want)
+        if key in self.cache:
+            return self.cache[key]
+        shape = self.logical_shape(t)
+        src = list(have) if have else list(range(len(shape)))
+        dst = list(want) if want else list(range(len(shape)))
+        q = [_inv(src)[dst[j]] for j in range(len(dst))]
+        out = t if (want is None and t in self.g.output_set) else self.fresh(
+            f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
+        layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
+        if len(q) == 4 and tuple(q) in layouts and (for_mrvl or name in self.mrvl_tensors):
+            src_l, dst_l = layouts[tuple(q)]
+            node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
+                                   origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
+                                   composite=f"mrvl.layout_transform_{src_l.lower()}2{dst_l.lower()}")
+            self.mrvl_tensors.add(out)
+        else:
+            node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
+            set_origin(node, origin)
+        self.nodes.append(node)
+        self.vinfo[out] = _stored_shape(shape, want)
+        self.cache[key] = out
+        return out
+
+    def define(self, t: str, perm: Perm, *, mrvl: bool) -> str:
+        """Name for a produced tensor ``t`` that will be stored with ``perm``."""
+        name = t if (perm is None or t not in self.g.output_set) else self.fresh(f"{t}__nhwc")
+        self.loc[t] = (name, perm)
+        if mrvl:
+            self.mrvl_tensors.add(name)
+        self.vinfo[name] = _stored_shape(self.logical_shape(t), perm)
+        return name
+
+    # ---------------------------------------------------------------- nodes
+    def cpu_node(self, n: onnx.NodeProto) -> None:
+        new = onnx.NodeProto()
+        new.CopyFrom(n)
+        for i, t in enumerate(n.input):
+            if t and t in self.loc:
+                new.input[i] = self.get(t, None, for_mrvl=False, origin=[n.name])
+        for o in n.output:
+            if o:
+                self.loc[o] = (o, None)
+        self.nodes.append(new)
+
+    def alias(self, n: onnx.NodeProto) -> None:
+        name, have = self.loc[n.input[0]]
+        rank = len(self.logical_shape(n.input[0]))
+        perm = list(attr(n, "perm", list(range(rank))[::-1]))
+        src = list(have) if have else list(range(rank))
+        stored = _norm([_inv(perm)[src[j]] for j in range(rank)])
+        self.loc[n.output[0]] = (name, stored)
+        self.alias_of[n.output[0]] = self.alias_of.get(n.input[0], []) + [n.name]
+        if n.output[0] in self.g.output_set:  # graph outputs are stored as logical, under their name
+            self.get(n.output[0], None, for_mrvl=name in self.mrvl_tensors, origin=[n.name])
+
+    def group(self, grp: Group) -> None:
+        op = grp.op
+        handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
+                   "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
+                   "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
+                   "Concat": self._concat, "Reshape": self._reshape}[op]
+        handler(grp)
+
+    def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm) -> None:
+        out = self.define(grp.output, out_perm, mrvl=True)
+        name = self.fresh(f"mrvl_{grp.anchor.name}")
+        self.mrvl_name[grp.anchor.name] = name
+        folded = [a for t in grp.inputs for a in self.alias_of.get(t, []) if a not in self.alias_owner]
+        for a in folded:
+            self.alias_owner[a] = name
+        self.nodes.append(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
+                                          attrs=attrs, composite=grp.composite))
+        if grp.output in self.g.output_set and out != grp.output:
+            self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
+
+    def _act_attrs(self, grp: Group) -> dict:
+        return {k: v for k, v in grp.attrs.items() if k.startswith("activation")}
+
+    def _spatial(self, grp: Group) -> None:
+        x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)
+        ins, attrs = [x], dict(grp.attrs)
+        base = grp.anchor.name
+        if grp.op == "Conv2D":
+            ins.append(self.init(f"{base}_kernel_ohwi", grp.weights["W"].transpose(0, 2, 3, 1)))
+            ins.append(self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "")
+            if "slope" in grp.weights:
+                ins.append(self.init(f"{base}_slope", grp.weights["slope"]))
+        self._emit(grp, grp.op, ins, attrs, NHWC)
+
+    def _fc(self, grp: Group) -> None:
+        src = grp.inputs[0]
+        attrs = dict(grp.attrs)
+        if src in self.flat:
+            x = self.loc[src][0]
+            attrs.update(weights_need_transform=1, flatten_shape=self.flat[src])
+        else:
+            x = self.get(src, None, for_mrvl=True, origin=grp.origin)
+        base = grp.anchor.name
+        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"]),
+               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else ""]
+        self._emit(grp, "FC", ins, attrs, None)
+
+    def _eltwise(self, grp: Group) -> None:
+        first = grp.inputs[0]
+        perm = self.loc[first][1] if first not in self.flat else None
+        ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
+        if "operand" in grp.weights:
+            rank = len(self.logical_shape(grp.output))
+            c = grp.weights["operand"]
+            c = c.reshape((1,) * (rank - c.ndim) + c.shape)
+            if perm is not None:
+                c = c.transpose(perm)
+            ins.append(self.init(f"{grp.anchor.name}_operand", c))
+        self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
+
+    def _concat(self, grp: Group) -> None:
+        perm = self.loc[grp.inputs[0]][1]
+        ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
+        axis = grp.attrs["axis"]
+        stored_axis = list(perm).index(axis) if perm else axis
+        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
+
+    def _reshape(self, grp: Group) -> None:
+        src, out = grp.inputs[0], grp.output
+        in_shape, out_shape = self.logical_shape(src), self.logical_shape(out)
+        name, perm = self.loc[src]
+        flat_for_fc = (perm == NHWC and len(in_shape) == 4 and len(out_shape) == 2
+                       and out_shape[0] == in_shape[0] and out not in self.g.output_set
+                       and all(self._is_fc_input(c, out) for c in self.g.consumers.get(out, [])))
+        if src in self.flat:
+            name = self.get(src, None, for_mrvl=True, origin=grp.origin)
+        elif perm is not None and not order_preserved(in_shape, perm) and not flat_for_fc:
+            name = self.get(src, None, for_mrvl=True, origin=grp.origin)
+        op = "Reshape"
+        if len(out_shape) == 2 and len(in_shape) > 2:
+            op = "Flatten"
+        elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
+            op = "Squeeze"
+        self._emit(grp, op, [name], {"shape": out_shape}, None)
+        if flat_for_fc and not order_preserved(in_shape, perm) and name == self.loc[src][0]:
+            n, c, h, w = in_shape
+            self.flat[out] = [n, h, w, c]
+
+    def _is_fc_input(self, consumer: onnx.NodeProto, t: str) -> bool:
+        grp = self.group_of.get(consumer.name)
+        return grp is not None and grp.op == "FC" and grp.anchor is consumer and grp.inputs[0] == t
+
+
+def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], order: List[onnx.NodeProto],
+                aliases: set) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str]]:
+    group_of = {n.name: grp for grp in groups for n in grp.nodes}
+    m = Materializer(g, group_of, aliases)
+    for t in list(g.inputs) + list(g.initializers):
+        m.loc[t] = (t, None)
+    for n in order:
+        grp = group_of.get(n.name)
+        if grp is not None:
+            if grp.anchor is n:
+                m.group(grp)
+        elif n.name in aliases:
+            m.alias(n)
+        else:
+            m.cpu_node(n)
+    for o in g.outputs:
+        m.get(o, None, for_mrvl=False, origin=[])
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    del graph.node[:]
+    graph.node.extend(m.nodes)
+    used = {i for n in m.nodes for i in n.input} | set(g.outputs)
+    kept = [t for t in model.graph.initializer if t.name in used] + m.inits
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    old_vi = {vi.name: vi for vi in model.graph.value_info}
+    produced = {o for n in m.nodes for o in n.output}
+    del graph.value_info[:]
+    for name in sorted(produced - set(g.outputs)):
+        if name in m.vinfo:
+            graph.value_info.append(helper.make_tensor_value_info(name, FLOAT, m.vinfo[name]))
+        elif name in old_vi:
+            graph.value_info.append(old_vi[name])
+    return out, m.mrvl_name, m.alias_owner

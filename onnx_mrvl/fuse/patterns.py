@@ -1,0 +1,353 @@
+"""Fusion patterns, declared as data: an anchor op, optional chained steps, and a check that
+returns the reason a match is ruled out (``None`` when it is fine).
+
+    mrvl.conv2d_nhwc2nhwc   Conv -> [Add bias] -> [Mul scale] -> [Add shift] -> [activation]
+    mrvl.fc_ni2no           Gemm (canonical FC) | MatMul(x, const 2-D) -> [Add bias] -> [activation]
+    mrvl.*pool2d_nhwc2nhwc  MaxPool | AveragePool | GlobalAveragePool | GlobalMaxPool
+    mrvl.sum / mrvl.mul     Add | Mul (two tensors, or a tensor and a broadcast constant) -> [activation]
+    mrvl.concat, mrvl.reshape, mrvl.resize_nearest
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, attr
+from ..provenance import merge_origin
+from ..target import Target
+from . import steps
+
+
+@dataclass
+class Group:
+    """One future Mrvl node: the original nodes it absorbs and what it needs."""
+    op: str
+    composite: str
+    nodes: List[onnx.NodeProto]
+    inputs: List[str]                  # data inputs (original tensor names)
+    output: str                        # original tensor name the group produces
+    attrs: dict = field(default_factory=dict)
+    weights: Dict[str, np.ndarray] = field(default_factory=dict)   # logical (NCHW-side) layout
+
+    @property
+    def anchor(self) -> onnx.NodeProto:
+        return self.nodes[0]
+
+    @property
+    def origin(self) -> List[str]:
+        return merge_origin(*self.nodes)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    composite: str
+    anchors: Tuple[str, ...]
+    build: Callable   # (g, node, target) -> Group | str (reason)
+    chain: Tuple[str, ...] = ()
+
+
+def _float_static(g: GraphIndex, names) -> Optional[str]:
+    for t in names:
+        if not t:
+            continue
+        if g.shape(t) is None:
+            return f"tensor '{t}' has no static shape"
+        if not g.is_float(t):
+            return f"tensor '{t}' is not float32 (the accelerator takes float32 models)"
+    return None
+
+
+def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
+    shape = g.shape(t)
+    if shape and shape[0] > target.max_batch:
+        return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
+    return None
+
+
+def _absorb_activation(g, group: Group, channels: int, target: Target) -> None:
+    m = steps.activation(g, group.output, channels, target.activations)
+    if m:
+        group.nodes += m.nodes
+        group.output = m.output
+        group.attrs.update(m.attrs)
+        group.weights.update(m.weights)
+
+
+# ------------------------------------------------------------------ conv
+def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    x, w = n.input[0], n.input[1]
+    reason = _float_static(g, [x, n.output[0]])
+    if reason:
+        return reason
+    if not g.is_const(w) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
+        return "weights or bias are not constant initializers"
+    wv = g.const(w)
+    if wv.ndim != 4:
+        return f"{wv.ndim - 2}-D convolution (the accelerator takes 2-D)"
+    if attr(n, "auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return "auto_pad not resolved to explicit pads"
+    cin, cout, group = g.shape(x)[1], wv.shape[0], attr(n, "group", 1)
+    if group != 1 and not (group == cin and cout % cin == 0):
+        return f"grouped convolution (group={group}) that is not depthwise"
+    k = list(wv.shape[2:])
+    strides = list(attr(n, "strides", [1, 1]))
+    dil = list(attr(n, "dilations", [1, 1]))
+    pads = list(attr(n, "pads", [0, 0, 0, 0]))
+    if max(k) > target.max_kernel:
+        return f"kernel {k[0]}x{k[1]} exceeds the limit {target.max_kernel}"
+    if max(strides) > target.max_stride:
+        return f"stride {strides} exceeds the limit {target.max_stride}"
+    if max(dil) > target.max_dilation:
+        return f"dilation {dil} exceeds the limit {target.max_dilation}"
+    if max(pads) > target.max_pad["conv"]:
+        return f"padding {pads} exceeds the limit {target.max_pad['conv']}"
+    if max(cin, cout) > target.max_channels:
+        return f"{max(cin, cout)} channels exceed the limit {target.max_channels}"
+    reason = _batch(g, x, target)
+    if reason:
+        return reason
+    weights = {"W": wv.astype(np.float32)}
+    if len(n.input) > 2 and n.input[2]:
+        weights["B"] = g.const(n.input[2]).astype(np.float32).reshape(-1)
+    grp = Group("Conv2D", "mrvl.conv2d_nhwc2nhwc", [n], [x], n.output[0],
+                dict(strides=strides, pads=pads, dilations=dil, group=group, kernel_shape=k, channels=cout),
+                weights)
+    # [Add bias] -> [Mul scale] -> [Add shift]: folded into kernel and bias exactly (fp32)
+    for op_type in ("Add", "Mul", "Add"):
+        m = steps.per_channel_op(g, grp.output, cout, 4, op_type)
+        if m is None:
+            continue
+        b = grp.weights.get("B", np.zeros(cout, np.float32))
+        if m.scale is not None:
+            grp.weights["W"] = grp.weights["W"] * m.scale.reshape(-1, 1, 1, 1)
+            b = b * m.scale
+        if m.shift is not None:
+            b = b + m.shift
+        grp.weights["B"] = b.astype(np.float32)
+        grp.nodes += m.nodes
+        grp.output = m.output
+    _absorb_activation(g, grp, cout, target)
+    return grp
+
+
+# ------------------------------------------------------------------ fc
+def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    x, w = n.input[0], n.input[1]
+    reason = _float_static(g, [x, n.output[0]])
+    if reason:
+        return reason
+    if not g.is_const(w):
+        return "weights are not a constant initializer"
+    xs = g.shape(x)
+    if len(xs) != 2:
+        return f"input is {len(xs)}-D (the FC layer takes [N, K])"
+    wv = g.const(w).astype(np.float32)
+    if n.op_type == "Gemm":
+        if attr(n, "transA", 0) or abs(attr(n, "alpha", 1.0) - 1) > 0 or abs(attr(n, "beta", 1.0) - 1) > 0:
+            return "Gemm not in the canonical FC form (transA=0, alpha=beta=1)"
+        if not attr(n, "transB", 0):
+            wv = wv.T
+        weights = {"W": np.ascontiguousarray(wv)}
+        if len(n.input) > 2 and n.input[2]:
+            if not g.is_const(n.input[2]):
+                return "bias is not a constant initializer"
+            c = g.const(n.input[2]).astype(np.float32)
+            if c.size not in (1, wv.shape[0]) or (c.ndim == 2 and c.shape[0] != 1):
+                return f"bias of shape {list(c.shape)} is not per output feature"
+            weights["B"] = np.broadcast_to(c.reshape(-1), (wv.shape[0],)).astype(np.float32)
+    else:  # MatMul with a constant [K, O]
+        if wv.ndim != 2:
+            return "MatMul weight is not 2-D"
+        weights = {"W": np.ascontiguousarray(wv.T)}
+    if max(weights["W"].shape) > target.max_fc_features:
+        return f"{max(weights['W'].shape)} features exceed the limit {target.max_fc_features}"
+    reason = _batch(g, x, target)
+    if reason:
+        return reason
+    grp = Group("FC", "mrvl.fc_ni2no", [n], [x], n.output[0], {}, weights)
+    out_features = weights["W"].shape[0]
+    m = steps.per_channel_op(g, grp.output, out_features, 2, "Add")
+    if m is not None and m.shift is not None:
+        grp.weights["B"] = grp.weights.get("B", np.zeros(out_features, np.float32)) + m.shift
+        grp.nodes += m.nodes
+        grp.output = m.output
+    _absorb_activation(g, grp, out_features, target)
+    return grp
+
+
+# ------------------------------------------------------------------ pools
+_POOLS = {"MaxPool": ("MaxPool2D", "mrvl.maxpool2d_nhwc2nhwc"),
+          "AveragePool": ("AvgPool2D", "mrvl.avgpool2d_nhwc2nhwc"),
+          "GlobalAveragePool": ("GlobalAvgPool2D", "mrvl.globalavgpool2d_nhwc2nhwc"),
+          "GlobalMaxPool": ("GlobalMaxPool2D", "mrvl.globalmaxpool2d_nhwc2nhwc")}
+
+
+def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    x = n.input[0]
+    reason = _float_static(g, [x, n.output[0]]) or _batch(g, x, target)
+    if reason:
+        return reason
+    if len(g.shape(x)) != 4:
+        return f"{len(g.shape(x)) - 2}-D pooling (the accelerator takes 2-D)"
+    op, composite = _POOLS[n.op_type]
+    attrs = {}
+    if n.op_type in ("MaxPool", "AveragePool"):
+        if len([o for o in n.output if o]) > 1:
+            return "MaxPool with an Indices output"
+        if attr(n, "auto_pad", "NOTSET") not in ("NOTSET", ""):
+            return "auto_pad not resolved to explicit pads"
+        k = list(attr(n, "kernel_shape"))
+        pads = list(attr(n, "pads", [0, 0, 0, 0]))
+        strides = list(attr(n, "strides", [1, 1]))
+        if max(k) > target.max_pool_kernel:
+            return f"pool window {k} exceeds the limit {target.max_pool_kernel}"
+        if max(pads) > target.max_pad["pool"]:
+            return f"padding {pads} exceeds the limit {target.max_pad['pool']}"
+        if max(strides) > target.max_stride:
+            return f"stride {strides} exceeds the limit {target.max_stride}"
+        if attr(n, "storage_order", 0):
+            return "MaxPool storage_order=1"
+        attrs = dict(kernel_shape=k, strides=strides, pads=pads, ceil_mode=int(attr(n, "ceil_mode", 0)),
+                     dilations=list(attr(n, "dilations", [1, 1])))
+        if n.op_type == "AveragePool":
+            attrs["count_include_pad"] = int(attr(n, "count_include_pad", 0))
+            if attrs.pop("dilations") != [1, 1]:
+                return "dilated AveragePool"
+    else:
+        hw = g.shape(x)[2:]
+        if max(hw) > target.max_pool_kernel * target.max_pool_kernel:
+            return f"global pool over {hw} exceeds the limit"
+    return Group(op, composite, [n], [x], n.output[0], attrs)
+
+
+# ------------------------------------------------------------------ elementwise
+def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    op = "Sum2D" if n.op_type == "Add" else "Mul2D"
+    a, b = n.input[0], n.input[1]
+    reason = _float_static(g, [a, b, n.output[0]])
+    if reason:
+        return reason
+    out_shape = g.shape(n.output[0])
+    if len(out_shape) not in (2, 3, 4):
+        return f"{len(out_shape)}-D elementwise operation"
+    consts = [t for t in (a, b) if g.is_const(t)]
+    if len(consts) == 2:
+        return "both operands are constant (constant folding leaves this to the CPU)"
+    if len(consts) == 1:
+        data = b if consts[0] == a else a
+        if g.shape(data) != out_shape:
+            return "the constant broadcasts the tensor operand to a larger shape"
+        if len(g.const(consts[0]).shape) > len(out_shape):
+            return "the constant has a higher rank than the tensor"
+        inputs = [data]
+        weights = {"operand": g.const(consts[0]).astype(np.float32)}
+    else:
+        if g.shape(a) != out_shape or g.shape(b) != out_shape:
+            return f"operands of shapes {g.shape(a)} and {g.shape(b)} broadcast"
+        inputs, weights = [a, b], {}
+    reason = _batch(g, n.output[0], target)
+    if reason:
+        return reason
+    grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n], inputs, n.output[0], {}, weights)
+    channels = out_shape[1] if len(out_shape) >= 2 else 1
+    _absorb_activation(g, grp, channels, target)
+    return grp
+
+
+# ------------------------------------------------------------------ data movement
+def build_concat(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    reason = _float_static(g, list(n.input) + [n.output[0]])
+    if reason:
+        return reason
+    rank = len(g.shape(n.output[0]))
+    if rank not in (2, 4):
+        return f"{rank}-D concat"
+    if any(g.is_const(t) for t in n.input):
+        return "a constant operand"
+    axis = attr(n, "axis", 1) % rank
+    if axis == 0:
+        return "concat on the batch axis"
+    return Group("Concat", "mrvl.concat", [n], list(n.input), n.output[0],
+                 {"axis": axis, "num_inputs": len(n.input)})
+
+
+def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    reason = _float_static(g, [n.input[0], n.output[0]])
+    if reason:
+        return reason
+    if g.shape(n.input[0])[0] != g.shape(n.output[0])[0]:
+        return "reshape moves data across the batch axis"
+    return Group("Reshape", "mrvl.reshape", [n], [n.input[0]], n.output[0],
+                 {"shape": list(g.shape(n.output[0]))})
+
+
+def nearest_indices(out_len: int, in_len: int, scale: float, ctm: str, mode: str) -> Optional[np.ndarray]:
+    """Source index per output index for ONNX Resize mode=nearest."""
+    o = np.arange(out_len, dtype=np.float64)
+    if ctm == "half_pixel":
+        x = (o + 0.5) / scale - 0.5
+    elif ctm == "pytorch_half_pixel":
+        x = (o + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(o)
+    elif ctm == "asymmetric":
+        x = o / scale
+    elif ctm == "align_corners":
+        x = o * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros_like(o)
+    elif ctm == "tf_half_pixel_for_nn":
+        x = (o + 0.5) / scale
+    else:
+        return None
+    if mode == "round_prefer_floor":
+        idx = np.where(x - np.floor(x) == 0.5, np.floor(x), np.round(x))
+    elif mode == "round_prefer_ceil":
+        idx = np.where(x - np.floor(x) == 0.5, np.ceil(x), np.round(x))
+    elif mode == "floor":
+        idx = np.floor(x)
+    elif mode == "ceil":
+        idx = np.ceil(x)
+    else:
+        return None
+    return np.clip(idx, 0, in_len - 1).astype(np.int64)
+
+
+def build_resize(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    x = n.input[0]
+    reason = _float_static(g, [x, n.output[0]]) or _batch(g, x, target)
+    if reason:
+        return reason
+    if (attr(n, "mode", "nearest") or "nearest") != "nearest":
+        return f"Resize mode '{attr(n, 'mode')}' (the accelerator does nearest)"
+    ins, outs = g.shape(x), g.shape(n.output[0])
+    if len(ins) != 4 or ins[:2] != outs[:2]:
+        return "Resize that is not spatial on a 4-D tensor"
+    for extra in n.input[1:]:
+        if extra and not g.is_const(extra):
+            return "Resize with non-constant scales/sizes"
+    scales = []
+    ctm = attr(n, "coordinate_transformation_mode", "half_pixel")
+    mode = attr(n, "nearest_mode", "round_prefer_floor")
+    for axis in (2, 3):
+        if outs[axis] % ins[axis]:
+            return f"non-integer scale {outs[axis]}/{ins[axis]}"
+        s = outs[axis] // ins[axis]
+        if s > target.resize_max_scale:
+            return f"scale {s} exceeds the limit {target.resize_max_scale}"
+        idx = nearest_indices(outs[axis], ins[axis], float(s), ctm, mode)
+        if idx is None or not np.array_equal(idx, np.arange(outs[axis]) // s):
+            return f"coordinate mode '{ctm}'/'{mode}' is not a pixel repeat"
+        scales.append(s)
+    return Group("Resize", "mrvl.resize_nearest", [n], [x], n.output[0], {"scales": scales, "mode": "nearest"})
+
+
+PATTERNS: List[Pattern] = [
+    Pattern("mrvl.conv2d_nhwc2nhwc", ("Conv",), build_conv, ("bias", "scale", "shift", "activation")),
+    Pattern("mrvl.fc_ni2no", ("Gemm", "MatMul"), build_fc, ("bias", "activation")),
+    Pattern("mrvl.pool2d_nhwc2nhwc", tuple(_POOLS), build_pool),
+    Pattern("mrvl.sum|mrvl.mul", ("Add", "Mul"), build_eltwise, ("activation",)),
+    Pattern("mrvl.concat", ("Concat",), build_concat),
+    Pattern("mrvl.reshape", ("Reshape",), build_reshape),
+    Pattern("mrvl.resize_nearest", ("Resize",), build_resize),
+]
+ANCHORS: Dict[str, Pattern] = {op: p for p in PATTERNS for op in p.anchors}

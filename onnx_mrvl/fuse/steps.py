@@ -1,0 +1,119 @@
+"""Optional chain steps of the fusion patterns: what may follow an anchor and be absorbed into it.
+
+Each step looks at the tensor the group produces so far and, when the node consuming it can be
+absorbed, returns a ``StepMatch`` (nodes absorbed, the new output tensor, changes to the group).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, attr
+
+
+@dataclass
+class StepMatch:
+    nodes: List[onnx.NodeProto]
+    output: str
+    attrs: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)
+    scale: Optional[np.ndarray] = None   # per-channel multiplier to fold into the anchor
+    shift: Optional[np.ndarray] = None   # per-channel addend to fold into the anchor
+
+
+def _channel_vector(value: np.ndarray, channels: int, rank: int) -> Optional[np.ndarray]:
+    """``value`` as a length-``channels`` vector when it broadcasts along axis 1 only."""
+    v = np.asarray(value, dtype=np.float32)
+    if v.size == 1:
+        return np.full(channels, float(v.reshape(-1)[0]), np.float32)
+    if v.ndim > rank:
+        return None
+    full = v.reshape((1,) * (rank - v.ndim) + v.shape)
+    if full.shape[1] != channels or any(d != 1 for i, d in enumerate(full.shape) if i != 1):
+        return None
+    return full.reshape(channels).astype(np.float32)
+
+
+def per_channel_op(g: GraphIndex, y: str, channels: int, rank: int, op_type: str) -> Optional[StepMatch]:
+    """``y (op) const`` with a per-channel constant (bias add or scale), foldable into the anchor."""
+    n = g.single_consumer(y)
+    if n is None or n.op_type != op_type or len(n.input) != 2:
+        return None
+    other = n.input[1] if n.input[0] == y else n.input[0]
+    if other == y or not g.is_const(other) or not g.is_float(n.output[0]):
+        return None
+    vec = _channel_vector(g.const(other), channels, rank)
+    if vec is None or g.shape(n.output[0]) != g.shape(y):
+        return None
+    if op_type == "Add":
+        return StepMatch([n], n.output[0], shift=vec)
+    return StepMatch([n], n.output[0], scale=vec)
+
+
+def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMatch]:
+    """An activation consuming ``y`` (including x*sigmoid(x) and x*hard_sigmoid(x) forms)."""
+    users = g.consumers.get(y, [])
+    if y in g.output_set or any(u.name in g.excluded for u in users):
+        return None
+    if len(users) == 2:
+        return _gated(g, y, users, allowed)
+    if len(users) != 1:
+        return None
+    n = users[0]
+    out = n.output[0] if n.output else None
+    kind, attrs, weights = None, {}, {}
+    if n.op_type == "Relu":
+        kind = "relu"
+    elif n.op_type == "Clip":
+        lo = g.const(n.input[1]) if len(n.input) > 1 and n.input[1] else None
+        hi = g.const(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+        if lo is None and hi is None:
+            lo, hi = attr(n, "min"), attr(n, "max")
+        if lo is None or hi is None:
+            return None
+        kind = "clamp"
+        attrs = {"activation_min": float(np.asarray(lo).reshape(-1)[0]),
+                 "activation_max": float(np.asarray(hi).reshape(-1)[0])}
+    elif n.op_type == "LeakyRelu":
+        kind, attrs = "leaky_relu", {"activation_alpha": float(attr(n, "alpha", 0.01))}
+    elif n.op_type == "PRelu" and g.is_const(n.input[1]):
+        rank = len(g.shape(y) or [])
+        slope = g.const(n.input[1])
+        vec = _channel_vector(slope, channels, rank) if rank >= 2 else None
+        if vec is None:
+            return None
+        kind, weights = "prelu", {"slope": vec}
+    elif n.op_type == "Sigmoid":
+        kind = "sigmoid"
+    elif n.op_type == "Tanh":
+        kind = "tanh"
+    elif n.op_type == "HardSigmoid":
+        kind = "hard_sigmoid"
+        attrs = {"activation_alpha": float(attr(n, "alpha", 0.2)), "activation_beta": float(attr(n, "beta", 0.5))}
+    elif n.op_type == "HardSwish":
+        kind = "hard_swish"
+    if kind is None or kind not in allowed or out is None:
+        return None
+    return StepMatch([n], out, attrs=dict(activation=kind, **attrs), weights=weights)
+
+
+def _gated(g: GraphIndex, y: str, users, allowed) -> Optional[StepMatch]:
+    """``y * sigmoid(y)`` (silu) or ``y * hard_sigmoid(y; 1/6, 1/2)`` (hard_swish)."""
+    gate = next((u for u in users if u.op_type in ("Sigmoid", "HardSigmoid")), None)
+    mul = next((u for u in users if u.op_type == "Mul"), None)
+    if gate is None or mul is None or gate.output[0] not in mul.input or y not in mul.input:
+        return None
+    if g.single_consumer(gate.output[0]) is not mul:
+        return None
+    if gate.op_type == "Sigmoid":
+        kind = "silu"
+    elif (abs(attr(gate, "alpha", 0.2) - 1 / 6) < 1e-6 and abs(attr(gate, "beta", 0.5) - 0.5) < 1e-6):
+        kind = "hard_swish"
+    else:
+        return None
+    if kind not in allowed:
+        return None
+    return StepMatch([gate, mul], mul.output[0], attrs={"activation": kind})

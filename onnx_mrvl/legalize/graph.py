@@ -1,0 +1,341 @@
+"""A mutable view over an ONNX GraphProto for the legalization rules.
+
+Keeps producer/consumer maps, initializers (lazily as numpy), inferred shapes and fresh names, so
+each rule stays small and every sweep stays linear in the number of nodes. Nodes are standalone
+``NodeProto`` objects keyed by ``id()``; removed nodes are dropped and new ones ordered at
+``commit()`` by a stable topological sort (new nodes sit where the node they replace stood).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .. import provenance
+
+logger = logging.getLogger(__name__)
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def set_attr(node: onnx.NodeProto, name: str, value) -> None:
+    del_attr(node, name)
+    node.attribute.append(helper.make_attribute(name, value))
+
+
+def del_attr(node: onnx.NodeProto, name: str) -> None:
+    keep = [a for a in node.attribute if a.name != name]
+    if len(keep) != len(node.attribute):
+        del node.attribute[:]
+        node.attribute.extend(keep)
+
+
+def _subgraph_names(node: onnx.NodeProto, out: Set[str]) -> None:
+    """Every tensor name a node's subgraphs mention (outer-scope uses included)."""
+    for a in node.attribute:
+        graphs = list(a.graphs) + ([a.g] if a.HasField("g") else [])
+        for g in graphs:
+            for n in g.node:
+                out.update(n.input)
+                _subgraph_names(n, out)
+
+
+class Graph:
+    """Editable graph: nodes, initializers, shapes, producer and consumer maps."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        g = model.graph
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.nodes: Dict[int, onnx.NodeProto] = {}
+        self.order: Dict[int, Tuple[float, int]] = {}
+        self._seq = itertools.count()
+        self.producer: Dict[str, onnx.NodeProto] = {}
+        self.consumers: Dict[str, List[onnx.NodeProto]] = {}
+        self.inits: Dict[str, onnx.TensorProto] = {i.name: i for i in g.initializer}
+        self._arrays: Dict[str, np.ndarray] = {}
+        self.inputs = [i.name for i in g.input]
+        self.outputs = {o.name for o in g.output}
+        self.pinned: Set[str] = set(self.outputs)
+        self.shapes: Dict[str, Tuple[Optional[int], ...]] = {}
+        self.dtypes: Dict[str, int] = {}
+        self.names: Set[str] = set()
+        self.tensor_names: Set[str] = set(self.inits) | set(self.inputs) | self.outputs
+        self.changed = False
+        self.target = None  # set by the driver; rules may read limits in match()
+        for pos, n in enumerate(g.node):
+            node = onnx.NodeProto()
+            node.CopyFrom(n)
+            self._add(node, (float(pos), 0))
+            _subgraph_names(node, self.pinned)
+        del g.node[:]
+
+    # ----- nodes
+    def _add(self, node: onnx.NodeProto, key: Tuple[float, int]) -> None:
+        self.nodes[id(node)] = node
+        self.order[id(node)] = (key[0], next(self._seq))
+        self.names.add(node.name)
+        for o in node.output:
+            if o:
+                self.producer[o] = node
+                self.tensor_names.add(o)
+        for i in node.input:
+            if i:
+                self.consumers.setdefault(i, []).append(node)
+                self.tensor_names.add(i)
+
+    def alive(self, node: onnx.NodeProto) -> bool:
+        return id(node) in self.nodes
+
+    def node_list(self) -> List[onnx.NodeProto]:
+        """Live nodes in topological order (stable: original order where possible)."""
+        return self._toposort()
+
+    def remove(self, node: onnx.NodeProto) -> None:
+        if id(node) not in self.nodes:
+            return
+        del self.nodes[id(node)]  # its order key stays: replacements are placed there
+        self.names.discard(node.name)
+        for o in node.output:
+            if o and self.producer.get(o) is node:
+                del self.producer[o]
+        for i in node.input:
+            lst = self.consumers.get(i)
+            if lst:
+                for k, c in enumerate(lst):
+                    if c is node:
+                        del lst[k]
+                        break
+        self.changed = True
+
+    def add(self, node: onnx.NodeProto, near: Optional[onnx.NodeProto] = None,
+            origin: Optional[Sequence[str]] = None) -> onnx.NodeProto:
+        """Insert ``node`` (ordered where ``near`` stands), naming it and recording provenance."""
+        if not node.name or node.name in self.names:
+            node.name = self.fresh_node_name(node.name or node.op_type)
+        if origin is not None:
+            provenance.set_origin(node, origin)
+        key = self.order.get(id(near), (float(len(self.nodes)), 0)) if near is not None else \
+            (float("inf"), 0)
+        self._add(node, key)
+        self.changed = True
+        return node
+
+    def make(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], *, near,
+             origin: Sequence[str], name: Optional[str] = None, domain: str = "",
+             **attrs) -> onnx.NodeProto:
+        node = helper.make_node(op_type, list(inputs), list(outputs),
+                                name=name or f"{near.name}/{op_type}", domain=domain, **attrs)
+        return self.add(node, near=near, origin=origin)
+
+    def set_input(self, node: onnx.NodeProto, idx: int, name: str) -> None:
+        old = node.input[idx]
+        if old == name:
+            return
+        lst = self.consumers.get(old)
+        if lst:
+            for k, c in enumerate(lst):
+                if c is node:
+                    del lst[k]
+                    break
+        node.input[idx] = name
+        if name:
+            self.consumers.setdefault(name, []).append(node)
+        self.changed = True
+
+    def trim_inputs(self, node: onnx.NodeProto, n: int) -> None:
+        """Keep only the first ``n`` inputs of ``node``."""
+        for idx in range(n, len(node.input)):
+            self.set_input(node, idx, "")
+        del node.input[n:]
+
+    def replace_uses(self, old: str, new: str) -> None:
+        """Point every consumer of tensor ``old`` at ``new``."""
+        for c in list(self.consumers.get(old, [])):
+            for k, i in enumerate(c.input):
+                if i == old:
+                    self.set_input(c, k, new)
+
+    def rename_output(self, node: onnx.NodeProto, idx: int, new: str) -> None:
+        old = node.output[idx]
+        if self.producer.get(old) is node:
+            del self.producer[old]
+        node.output[idx] = new
+        self.producer[new] = node
+        self.tensor_names.add(new)
+        if old in self.shapes and new not in self.shapes:
+            self.shapes[new] = self.shapes[old]
+        if old in self.dtypes and new not in self.dtypes:
+            self.dtypes[new] = self.dtypes[old]
+        self.changed = True
+
+    def bypass(self, node: onnx.NodeProto, src: str, dst: str) -> bool:
+        """Make consumers of ``dst`` read ``src`` so ``node`` can go. False when impossible
+        (``dst`` is a graph output and ``src`` has no producer that can be renamed)."""
+        if dst in self.pinned:
+            p = self.producer.get(src)
+            if p is None or src in self.pinned or src in self.inputs:
+                return False
+            self.replace_uses(src, dst)
+            self.remove(node)
+            self.rename_output(p, list(p.output).index(src), dst)
+            return True
+        self.replace_uses(dst, src)
+        self.remove(node)
+        return True
+
+    # ----- names
+    def fresh_node_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    def fresh(self, base: str) -> str:
+        """A new tensor name."""
+        name, k = base, 1
+        while name in self.tensor_names:
+            name, k = f"{base}_{k}", k + 1
+        self.tensor_names.add(name)
+        return name
+
+    # ----- constants
+    def is_const(self, name: str) -> bool:
+        return name in self.inits
+
+    def const(self, name: str) -> Optional[np.ndarray]:
+        if name not in self.inits:
+            return None
+        arr = self._arrays.get(name)
+        if arr is None:
+            arr = numpy_helper.to_array(self.inits[name])
+            self._arrays[name] = arr
+        return arr
+
+    def add_const(self, base: str, value, dtype=None) -> str:
+        arr = np.asarray(value, dtype=dtype)
+        name = self.fresh(base)
+        self.set_const(name, arr)
+        return name
+
+    def set_const(self, name: str, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr)
+        self.inits[name] = numpy_helper.from_array(arr, name)
+        self._arrays[name] = arr
+        self.tensor_names.add(name)
+        self.shapes[name] = tuple(int(d) for d in arr.shape)
+        self.dtypes[name] = helper.np_dtype_to_tensor_dtype(arr.dtype)
+        self.changed = True
+
+    def scalar_like(self, base: str, value: float, like: str) -> str:
+        """A scalar constant with the element type of tensor ``like``."""
+        np_dtype = helper.tensor_dtype_to_np_dtype(self.dtypes.get(like, onnx.TensorProto.FLOAT))
+        return self.add_const(base, np.array(value, dtype=np_dtype))
+
+    # ----- shapes
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        """Static shape of a tensor, or None when unknown or not fully static."""
+        if name in self.inits:
+            return tuple(int(d) for d in self.inits[name].dims)
+        s = self.shapes.get(name)
+        if s is None or any(d is None or d < 0 for d in s):
+            return None
+        return s
+
+    def dtype(self, name: str) -> Optional[int]:
+        if name in self.inits:
+            return self.inits[name].data_type
+        return self.dtypes.get(name)
+
+    def set_shape(self, name: str, shape, dtype: Optional[int] = None) -> None:
+        self.shapes[name] = tuple(int(d) for d in shape)
+        if dtype is not None:
+            self.dtypes[name] = dtype
+
+    def only_consumer(self, name: str) -> Optional[onnx.NodeProto]:
+        """The single consumer of ``name`` (None when several, none, or a graph output)."""
+        cons = self.consumers.get(name, [])
+        if len(cons) != 1 or name in self.pinned:
+            return None
+        return cons[0]
+
+    def used(self, name: str) -> bool:
+        return bool(self.consumers.get(name)) or name in self.pinned
+
+    # ----- write back
+    def commit(self) -> onnx.ModelProto:
+        """Write nodes (topologically sorted, dead ones dropped) and live initializers back."""
+        self.remove_dead()
+        g = self.model.graph
+        del g.node[:]
+        g.node.extend(self._toposort())
+        used = set(self.pinned)
+        for n in g.node:
+            used.update(n.input)
+        keep = [t for name, t in self.inits.items() if name in used]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+        return self.model
+
+    def remove_dead(self) -> None:
+        """Drop nodes none of whose outputs is used (linear: worklist over producers)."""
+        work = list(self.nodes.values())
+        while work:
+            n = work.pop()
+            if id(n) not in self.nodes or any(self.used(o) for o in n.output if o):
+                continue
+            self.remove(n)
+            for i in n.input:
+                p = self.producer.get(i)
+                if p is not None:
+                    work.append(p)
+
+    def _toposort(self) -> List[onnx.NodeProto]:
+        nodes = list(self.nodes.values())
+        indeg = {id(n): 0 for n in nodes}
+        users: Dict[int, List[onnx.NodeProto]] = {}
+        for n in nodes:
+            for i in set(x for x in n.input if x):
+                p = self.producer.get(i)
+                if p is not None and id(p) in self.nodes:
+                    indeg[id(n)] += 1
+                    users.setdefault(id(p), []).append(n)
+        heap = [(self.order[id(n)], id(n)) for n in nodes if indeg[id(n)] == 0]
+        heapq.heapify(heap)
+        out = []
+        while heap:
+            _, nid = heapq.heappop(heap)
+            n = self.nodes[nid]
+            out.append(n)
+            for u in users.get(nid, []):
+                indeg[id(u)] -= 1
+                if indeg[id(u)] == 0:
+                    heapq.heappush(heap, (self.order[id(u)], id(u)))
+        if len(out) != len(nodes):  # a cycle cannot come from the rules; keep every node anyway
+            seen = {id(n) for n in out}
+            out += [n for n in nodes if id(n) not in seen]
+            logger.warning("legalize: graph has a cycle; node order left partly unsorted")
+        return out
+
+
+def iter_attrs_ints(node: onnx.NodeProto, name: str, n: int, default: int) -> List[int]:
+    v = attr(node, name)
+    return list(v) if v else [default] * n
+
+
+def origin_of(*nodes: onnx.NodeProto) -> List[str]:
+    return provenance.merge_origin(*nodes)
+
+
+__all__ = ["Graph", "attr", "set_attr", "del_attr", "origin_of", "iter_attrs_ints"]

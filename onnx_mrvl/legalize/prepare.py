@@ -1,0 +1,108 @@
+"""Steps before the rules: node names, initializer inputs, opset upgrade, IR version."""
+from __future__ import annotations
+
+import logging
+from typing import Dict
+
+import onnx
+from onnx import helper
+
+from .shapes import LIGHT_LIMIT
+
+logger = logging.getLogger(__name__)
+
+MIN_OPSET = 13
+MAX_IR = 10
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def name_nodes(graph: onnx.GraphProto) -> int:
+    """Give unnamed (or duplicate-named) nodes the name ``<OpType>_<index>``; returns how many."""
+    taken = {n.name for n in graph.node if n.name}
+    seen, renamed = set(), 0
+    for idx, n in enumerate(graph.node):
+        if n.name and n.name not in seen:
+            seen.add(n.name)
+            continue
+        base = f"{n.op_type}_{idx}" if not n.name else f"{n.name}_{idx}"
+        name, k = base, 1
+        while name in taken or name in seen:
+            name, k = f"{base}_{k}", k + 1
+        n.name = name
+        taken.add(name)
+        seen.add(name)
+        renamed += 1
+    return renamed
+
+
+def drop_initializer_inputs(graph: onnx.GraphProto) -> int:
+    """Initializers listed as graph inputs (IR 3) become plain constants."""
+    inits = {i.name for i in graph.initializer}
+    keep = [vi for vi in graph.input if vi.name not in inits]
+    dropped = len(graph.input) - len(keep)
+    if dropped:
+        del graph.input[:]
+        graph.input.extend(keep)
+    return dropped
+
+
+def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Convert the default-domain opset to MIN_OPSET when below it (big weights stay out of the
+    converter); on failure log it and return the model unchanged."""
+    old = default_opset(model)
+    if old >= MIN_OPSET:
+        return model
+    g = model.graph
+    held: Dict[str, onnx.TensorProto] = {}
+    light = onnx.ModelProto()
+    light.ir_version = max(model.ir_version, 4)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    lg = light.graph
+    lg.name = g.name or "graph"
+    lg.node.extend(g.node)
+    lg.input.extend(g.input)
+    lg.output.extend(g.output)
+    for t in g.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        if n > LIGHT_LIMIT:
+            held[t.name] = t
+            lg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            lg.initializer.append(t)
+    try:
+        conv = onnx.version_converter.convert_version(light, MIN_OPSET)
+    except Exception as exc:
+        logger.warning("legalize: opset %d -> %d conversion failed (%s); keeping opset %d, rules "
+                       "handle its attribute forms", old, MIN_OPSET, exc, old)
+        return model
+    cg = conv.graph
+    keep = [vi for vi in cg.input if vi.name not in held]
+    del cg.input[:]
+    cg.input.extend(keep)
+    cg.initializer.extend(t for t in g.initializer if t.name in held)
+    conv.ir_version = max(model.ir_version, 7)
+    conv.producer_name, conv.producer_version = model.producer_name, model.producer_version
+    conv.domain, conv.model_version, conv.doc_string = model.domain, model.model_version, \
+        model.doc_string
+    del conv.metadata_props[:]
+    conv.metadata_props.extend(model.metadata_props)
+    cg.ClearField("value_info")
+    renamed = name_nodes(cg)
+    logger.info("legalize: opset %d -> %d (%d nodes added by the converter named)", old,
+                MIN_OPSET, renamed)
+    return conv
+
+
+def fix_ir_version(model: onnx.ModelProto) -> None:
+    """At least what the opsets need, at most what onnxruntime 1.31 loads (capped at 10)."""
+    try:
+        need = helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    except Exception:
+        need = 7
+    model.ir_version = min(max(model.ir_version, need, 4), MAX_IR)

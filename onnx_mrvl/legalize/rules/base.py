@@ -1,0 +1,87 @@
+"""What every rule shares: the Match record and small tensor helpers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ..graph import Graph, attr, origin_of  # noqa: F401  (re-exported for the rules)
+
+FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+@dataclass
+class Match:
+    """The nodes a rule matched (anchor first) and what it learnt while matching."""
+
+    nodes: List[onnx.NodeProto]
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def node(self) -> onnx.NodeProto:
+        return self.nodes[0]
+
+    @property
+    def origin(self) -> List[str]:
+        return origin_of(*self.nodes)
+
+
+def inp(node: onnx.NodeProto, idx: int) -> str:
+    """Input ``idx`` of ``node`` or "" when absent."""
+    return node.input[idx] if len(node.input) > idx else ""
+
+
+def const_input(g: Graph, node: onnx.NodeProto, idx: int) -> Optional[np.ndarray]:
+    name = inp(node, idx)
+    return g.const(name) if name else None
+
+
+def is_float(g: Graph, name: str) -> bool:
+    return g.dtype(name) in FLOAT_TYPES
+
+
+def scalar(arr: Optional[np.ndarray]) -> Optional[float]:
+    """The value of a one-element constant, else None."""
+    if arr is None or arr.size != 1:
+        return None
+    return float(arr.reshape(-1)[0])
+
+
+def ints(node: onnx.NodeProto, name: str, n: int, default: int) -> List[int]:
+    v = attr(node, name)
+    return [int(x) for x in v] if v else [default] * n
+
+
+def axes_of(g: Graph, node: onnx.NodeProto, input_idx: int) -> Optional[List[int]]:
+    """Axes given as attribute (old opsets) or as constant input (new ones); None when dynamic,
+    [] when absent."""
+    a = attr(node, "axes")
+    if a is not None:
+        return [int(x) for x in a]
+    name = inp(node, input_idx)
+    if not name:
+        return []
+    v = g.const(name)
+    return None if v is None else [int(x) for x in v.reshape(-1)]
+
+
+def shape_const(g: Graph, near: onnx.NodeProto, shape) -> str:
+    return g.add_const(f"{near.name}/shape", np.asarray(list(shape), dtype=np.int64))
+
+
+def reshape(g: Graph, x: str, shape, *, near, origin, out: Optional[str] = None,
+            tag: str = "reshape") -> str:
+    """Add ``Reshape(x, shape)`` with a static shape initializer; returns the output name."""
+    out = out or g.fresh(f"{x}/{tag}")
+    g.make("Reshape", [x, shape_const(g, near, shape)], [out], near=near, origin=origin,
+           name=f"{near.name}/{tag}")
+    g.set_shape(out, shape, g.dtype(x))
+    return out
+
+
+def np_dtype(g: Graph, name: str):
+    from onnx import helper
+    return helper.tensor_dtype_to_np_dtype(g.dtype(name) or TensorProto.FLOAT)

@@ -1,0 +1,72 @@
+"""1-D Conv / MaxPool / AveragePool -> the 2-D op on a unit H axis: Reshape [N,C,L] to
+[N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k]), Reshape back to [N,O,L']."""
+from __future__ import annotations
+
+from typing import Optional
+
+from onnx import helper
+
+from .base import Match, attr, reshape
+
+NAME = "conv_1d_to_2d"
+OPS = ("Conv", "MaxPool", "AveragePool")
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
+        return None
+    sx = g.shape(node.input[0])
+    if sx is None or len(sx) != 3:
+        return None
+    return Match([node])
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node = m.node
+    if len(node.output) > 1 and any(o and g.used(o) for o in node.output[1:]):
+        return "MaxPool indices output is used"
+    if node.op_type == "Conv" and not g.is_const(node.input[1]):
+        return "weight is not constant"
+    if g.shape(node.output[0]) is None:
+        return "output shape is not static"
+    a = attr(node, "auto_pad", b"NOTSET")
+    if (a.decode() if isinstance(a, bytes) else a) != "NOTSET":
+        return "auto_pad not yet resolved"
+    return None
+
+
+def _lift(node, name, one):
+    v = attr(node, name)
+    if v is None:
+        return None
+    v = list(v)
+    if name == "pads":
+        return [0, v[0], 0, v[1]]
+    return [one] + v
+
+
+def rewrite(m: Match, g) -> str:
+    node = m.node
+    n, c, l = g.shape(node.input[0])
+    sy = g.shape(node.output[0])
+    origin = m.origin
+    g.remove(node)
+    x4 = reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d")
+    inputs = [x4]
+    if node.op_type == "Conv":
+        w = g.const(node.input[1])
+        inputs.append(g.add_const(f"{node.name}/W", w.reshape(w.shape[0], w.shape[1], 1,
+                                                                w.shape[2])))
+        inputs += list(node.input[2:3])
+    y4 = g.fresh(f"{node.output[0]}/2d")
+    new = g.make(node.op_type, inputs, [y4], near=node, origin=origin, name=node.name)
+    for a in node.attribute:
+        lifted = _lift(node, a.name, 1) if a.name in ("kernel_shape", "strides", "dilations",
+                                                      "pads") else None
+        if lifted is not None:
+            new.attribute.append(helper.make_attribute(a.name, lifted))
+        else:
+            new.attribute.append(a)
+    g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
+    reshape(g, y4, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
+    return f"1-D {node.op_type} -> 2-D on a unit H axis"

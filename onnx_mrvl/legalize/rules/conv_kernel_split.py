@@ -1,0 +1,97 @@
+"""Conv kernels larger than target.max_kernel -> a sum of Convs over kernel tiles (ONNC
+SplitConvPass). Each tile convolves the input window its offset sees (a Slice where the tile
+starts inside the image, reduced pads otherwise); the bias is added once."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+from onnx import helper
+
+from .base import Match, attr, inp
+
+NAME = "conv_kernel_split"
+
+
+def _chunks(k: int, limit: int) -> List[Tuple[int, int]]:
+    n = -(-k // limit)
+    base, extra = divmod(k, n)
+    out, start = [], 0
+    for i in range(n):
+        size = base + (1 if i < extra else 0)
+        out.append((start, start + size))
+        start += size
+    return out
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
+        return None
+    sw = g.shape(node.input[1])
+    if sw is None or len(sw) != 4 or max(sw[2:]) <= g.target.max_kernel:
+        return None
+    return Match([node])
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node = m.node
+    if not g.is_const(node.input[1]) or (inp(node, 2) and not g.is_const(node.input[2])):
+        return "weight or bias is not constant"
+    if g.shape(node.input[0]) is None or g.shape(node.output[0]) is None:
+        return "shapes are not static"
+    if attr(node, "pads") is None or attr(node, "strides") is None:
+        return "attributes not explicit yet"
+    if g.opset < 10:
+        return "opset < 10 Slice has no input form"
+    m.data["max"] = target.max_kernel
+    return None
+
+
+def _window(start, kt, out, stride, dil, size):
+    """Input rows a tile reads: (slice begin, slice end, pad begin, pad end)."""
+    end = start + (out - 1) * stride + (kt - 1) * dil + 1
+    return max(start, 0), min(end, size), max(0, -start), max(0, end - size)
+
+
+def rewrite(m: Match, g) -> str:
+    node = m.node
+    w = g.const(node.input[1])
+    b = g.const(node.input[2]) if inp(node, 2) else None
+    _, _, h, wd = g.shape(node.input[0])
+    _, _, ho, wo = g.shape(node.output[0])
+    sh, sw = attr(node, "strides")
+    dh, dw = attr(node, "dilations") or [1, 1]
+    pt, pl, _, _ = attr(node, "pads")
+    origin = m.origin
+    g.remove(node)
+    tiles = [(r, c) for r in _chunks(w.shape[2], m.data["max"]) for c in _chunks(w.shape[3],
+                                                                                 m.data["max"])]
+    acc = None
+    for k, ((r0, r1), (c0, c1)) in enumerate(tiles):
+        ys, ye, pb_, pe_ = _window(-pt + r0 * dh, r1 - r0, ho, sh, dh, h)
+        xs, xe, qb, qe = _window(-pl + c0 * dw, c1 - c0, wo, sw, dw, wd)
+        x = node.input[0]
+        if (ys, ye, xs, xe) != (0, h, 0, wd):
+            xt = g.fresh(f"{x}/tile{k}")
+            g.make("Slice", [x, g.add_const(f"{node.name}/t{k}/starts", [ys, xs], np.int64),
+                             g.add_const(f"{node.name}/t{k}/ends", [ye, xe], np.int64),
+                             g.add_const(f"{node.name}/t{k}/axes", [2, 3], np.int64)], [xt],
+                   near=node, origin=origin, name=f"{node.name}/slice{k}")
+            x = xt
+        ins = [x, g.add_const(f"{node.name}/W{k}", np.ascontiguousarray(w[:, :, r0:r1, c0:c1]))]
+        if k == 0 and b is not None:
+            ins.append(node.input[2])
+        y = node.output[0] if len(tiles) == 1 else g.fresh(f"{node.output[0]}/tile{k}")
+        conv = g.make("Conv", ins, [y], near=node, origin=origin, name=f"{node.name}/tile{k}")
+        for a in node.attribute:
+            if a.name not in ("pads", "kernel_shape"):
+                conv.attribute.append(a)
+        conv.attribute.append(helper.make_attribute("kernel_shape", [r1 - r0, c1 - c0]))
+        conv.attribute.append(helper.make_attribute("pads", [pb_, qb, pe_, qe]))
+        if acc is None:
+            acc = y
+        else:
+            out = node.output[0] if k == len(tiles) - 1 else g.fresh(f"{node.output[0]}/acc{k}")
+            g.make("Add", [acc, y], [out], near=node, origin=origin, name=f"{node.name}/add{k}")
+            acc = out
+    return f"{w.shape[2]}x{w.shape[3]} kernel -> {len(tiles)} tile Convs + {len(tiles) - 1} Add"

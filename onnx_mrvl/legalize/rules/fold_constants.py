@@ -1,0 +1,125 @@
+"""Constant folding: a node whose inputs are all initializers becomes initializers.
+
+Also folds ``Shape``/``Size`` of a statically shaped tensor and turns ``Constant`` nodes into
+initializers. Outputs that expand a small constant into a huge tensor (ConstantOfShape, Expand,
+Tile, Range) are not folded unless they feed a weight input, which must be an initializer.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .base import Match, attr, inp
+
+NAME = "fold_constants"
+logger = logging.getLogger(__name__)
+
+MAX_EXPANDED_BYTES = 16 << 20
+EXPANDERS = {"ConstantOfShape", "Expand", "Tile", "Range"}
+NON_DETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                     "Multinomial", "Bernoulli"}
+# op -> input indices that are weights (must be constant for the accelerator)
+WEIGHT_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMul": (1,),
+                 "BatchNormalization": (1, 2, 3, 4), "PRelu": (1,), "InstanceNormalization": (1, 2)}
+
+
+def _has_subgraph(node) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in node.attribute)
+
+
+def match(node, g) -> Optional[Match]:
+    if node.domain not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC \
+            or _has_subgraph(node) or any(o in g.pinned for o in node.output):
+        return None
+    if node.op_type in ("Shape", "Size") and node.input:
+        s = g.shape(node.input[0])
+        if s is not None:
+            return Match([node], {"shape": s})
+        return None
+    ins = [i for i in node.input if i]
+    if all(g.is_const(i) for i in ins) and (ins or node.op_type == "Constant"):
+        return Match([node])
+    return None
+
+
+def _feeds_weight(g, name) -> bool:
+    for c in g.consumers.get(name, []):
+        idx = WEIGHT_INPUTS.get(c.op_type, ())
+        if any(inp(c, k) == name for k in idx):
+            return True
+    return False
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node = m.node
+    if node.op_type in EXPANDERS:
+        shape = g.shape(node.output[0])
+        if shape is None and node.op_type == "ConstantOfShape":
+            shape = tuple(int(d) for d in g.const(node.input[0]).reshape(-1))
+        n = int(np.prod(shape)) if shape is not None else None
+        if (n is None or n * 4 > MAX_EXPANDED_BYTES) and not _feeds_weight(g, node.output[0]):
+            return (f"output of {node.op_type} would be "
+                    f"{'unknown' if n is None else n * 4 >> 20} MB, larger than "
+                    f"{MAX_EXPANDED_BYTES >> 20} MB, and feeds no weight input")
+    try:
+        m.data["values"] = (_shape_values(node, m.data["shape"]) if "shape" in m.data
+                            else evaluate(node, g))
+    except Exception as exc:
+        return f"cannot evaluate {node.op_type} on its constants: {exc}"
+    return None
+
+
+def _shape_values(node, shape):
+    dims = np.asarray(shape, dtype=np.int64)
+    if node.op_type == "Size":
+        return [np.asarray(int(np.prod(dims)), dtype=np.int64)]
+    r = len(dims)
+    start = attr(node, "start", 0)
+    end = attr(node, "end", r)
+    start = max(0, min(r, start + r if start < 0 else start))
+    end = max(0, min(r, end + r if end < 0 else end))
+    return [dims[start:end]]
+
+
+def evaluate(node, g):
+    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback)."""
+    model = onnx.ModelProto()
+    model.ir_version = 8
+    model.opset_import.extend(g.model.opset_import)
+    gr = model.graph
+    gr.name = "fold"
+    n = gr.node.add()
+    n.CopyFrom(node)
+    del n.metadata_props[:]
+    feeds = {}
+    for i in node.input:
+        if i and i not in feeds:
+            feeds[i] = g.const(i)
+            gr.input.append(helper.make_tensor_value_info(i, g.dtype(i), list(feeds[i].shape)))
+    for o in node.output:
+        if o:
+            gr.output.append(helper.make_empty_tensor_value_info(o))
+    outs = [o for o in node.output if o]
+    try:
+        from onnx.reference import ReferenceEvaluator
+        return ReferenceEvaluator(model).run(outs, feeds)
+    except Exception as exc:  # fall back to onnxruntime
+        logger.debug("reference evaluator failed on %s (%s); trying onnxruntime", node.name, exc)
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(outs, feeds)
+
+
+def rewrite(m: Match, g) -> str:
+    node = m.node
+    values = m.data["values"]
+    outs = [o for o in node.output if o]
+    g.remove(node)
+    for name, v in zip(outs, values):
+        g.set_const(name, np.asarray(v))
+    return f"{node.op_type} -> initializer {', '.join(outs)}"

@@ -1,0 +1,58 @@
+"""GlobalAveragePool over H or W above target.max_pool_kernel -> a chain of non-overlapping
+AveragePools whose windows divide the spatial size exactly (ONNC DivideGlobalAPIntoAPs), e.g.
+56x56 -> 14x14/s14 then 4x4/s4. Sizes with a prime factor above the limit keep the global pool."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .base import Match
+
+NAME = "gap_split"
+
+
+def factors(size: int, limit: int) -> Optional[List[int]]:
+    """Window sizes <= limit whose product is ``size`` (largest first), or None."""
+    out = []
+    while size > 1:
+        d = next((d for d in range(min(limit, size), 1, -1) if size % d == 0), None)
+        if d is None:
+            return None
+        out.append(d)
+        size //= d
+    return out
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type != "GlobalAveragePool" or node.domain not in ("", "ai.onnx"):
+        return None
+    sx = g.shape(node.input[0])
+    if sx is None or len(sx) != 4 or max(sx[2:]) <= g.target.max_pool_kernel:
+        return None
+    return Match([node], {"sx": sx})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    _, _, h, w = m.data["sx"]
+    limit = target.max_pool_kernel
+    fh, fw = factors(h, limit), factors(w, limit)
+    if fh is None or fw is None:
+        return f"{h}x{w} has no exact factorisation into windows <= {limit}"
+    n = max(len(fh), len(fw))
+    m.data["steps"] = list(zip(fh + [1] * (n - len(fh)), fw + [1] * (n - len(fw))))
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    node = m.node
+    nb, c, h, w = m.data["sx"]
+    steps = m.data["steps"]
+    g.remove(node)
+    x = node.input[0]
+    for k, (a, b) in enumerate(steps):
+        h, w = h // a, w // b
+        y = node.output[0] if k == len(steps) - 1 else g.fresh(f"{node.output[0]}/ap{k}")
+        g.make("AveragePool", [x], [y], near=node, origin=m.origin, name=f"{node.name}/ap{k}",
+               kernel_shape=[a, b], strides=[a, b], pads=[0, 0, 0, 0])
+        g.set_shape(y, [nb, c, h, w], g.dtype(node.input[0]))
+        x = y
+    return "GlobalAveragePool -> " + " then ".join(f"{a}x{b}" for a, b in steps) + " AveragePool"

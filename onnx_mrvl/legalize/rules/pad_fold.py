@@ -1,0 +1,120 @@
+"""A constant-mode Pad on the spatial axes only, feeding only a Conv / AveragePool / MaxPool,
+folds into that node's pads (within target.max_pad). AveragePool takes it with
+count_include_pad=1; MaxPool only when the pad value is -inf or the input is provably >= 0."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ... import provenance
+from .base import Match, attr, inp, scalar
+from ..graph import set_attr
+
+NAME = "pad_fold"
+NONNEG_PRODUCERS = ("Relu", "Sigmoid", "Softplus", "Abs", "Exp")
+
+
+def _pad_spec(node, g):
+    """(pads per axis [begin..., end...], value) of a Pad in any opset form, or None."""
+    mode = attr(node, "mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        return None
+    pads = attr(node, "pads") if g.opset < 11 else None
+    if pads is None:
+        p = g.const(inp(node, 1))
+        if p is None:
+            return None
+        pads = [int(v) for v in p.reshape(-1)]
+    value = attr(node, "value", 0.0) if g.opset < 11 else 0.0
+    if inp(node, 2):
+        v = scalar(g.const(node.input[2]))
+        if v is None:
+            return None
+        value = v
+    sx = g.shape(node.input[0])
+    if sx is None:
+        return None
+    r = len(sx)
+    if inp(node, 3):
+        axes = g.const(node.input[3])
+        if axes is None:
+            return None
+        full = [0] * (2 * r)
+        axes = [int(a) % r for a in axes.reshape(-1)]
+        for k, a in enumerate(axes):
+            full[a], full[a + r] = pads[k], pads[k + len(axes)]
+        pads = full
+    return list(pads), float(value), r
+
+
+def _nonneg(g, name) -> bool:
+    p = g.producer.get(name)
+    if p is None:
+        return False
+    if p.op_type in NONNEG_PRODUCERS:
+        return True
+    if p.op_type == "Clip":
+        lo = attr(p, "min") if g.opset < 11 else scalar(g.const(inp(p, 1)))
+        return lo is not None and lo >= 0
+    if p.op_type == "Max":
+        return any(scalar(g.const(i)) is not None and scalar(g.const(i)) >= 0 for i in p.input)
+    return False
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
+        return None
+    user = g.only_consumer(node.output[0])
+    if user is None or user.op_type not in ("Conv", "AveragePool", "MaxPool") \
+            or user.input[0] != node.output[0]:
+        return None
+    spec = _pad_spec(node, g)
+    if spec is None:
+        return None
+    return Match([node, user], {"spec": spec})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    pad, user = m.nodes
+    pads, value, r = m.data["spec"]
+    if any(pads[a] or pads[a + r] for a in (0, 1)):
+        return "pads the batch or channel axis"
+    if any(v < 0 for v in pads):
+        return "negative pads (cropping)"
+    auto = attr(user, "auto_pad", b"NOTSET")
+    if (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET":
+        return f"{user.op_type} still has auto_pad"
+    own = list(attr(user, "pads") or [0] * (2 * (r - 2)))
+    s = r - 2
+    new = [own[k] + pads[2 + k] for k in range(s)] + [own[s + k] + pads[r + 2 + k]
+                                                      for k in range(s)]
+    limit = target.max_pad["conv" if user.op_type == "Conv" else "pool"]
+    if max(new) > limit:
+        return f"merged pads {new} exceed target.max_pad ({limit})"
+    if user.op_type == "Conv" and value != 0.0:
+        return f"pad value {value} is not 0"
+    if user.op_type == "AveragePool":
+        if value != 0.0:
+            return f"pad value {value} is not 0"
+        if attr(user, "count_include_pad", 0) == 0 and any(own):
+            return "AveragePool already excludes its own pads from the count"
+    if user.op_type == "MaxPool":
+        if not (value == -math.inf or (value <= 0 and _nonneg(g, pad.input[0]))):
+            return f"pad value {value} is not -inf and the input is not provably >= 0"
+        kernel = attr(user, "kernel_shape")
+        if any(new[k] >= kernel[k] or new[k + r - 2] >= kernel[k] for k in range(r - 2)):
+            return "a pooling window would see only padding"
+    m.data["new"] = new
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    pad, user = m.nodes
+    g.set_input(user, 0, pad.input[0])
+    g.remove(pad)
+    set_attr(user, "pads", m.data["new"])
+    if user.op_type == "AveragePool":
+        set_attr(user, "count_include_pad", 1)
+    provenance.set_origin(user, provenance.merge_origin(user, pad))
+    return f"Pad folded into {user.op_type} {user.name} (pads {m.data['new']})"

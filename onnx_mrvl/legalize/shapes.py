@@ -1,0 +1,164 @@
+"""Static shapes for the legalizer: input pinning, ONNX shape inference, onnxruntime fallback.
+
+Shape inference runs on a *light* copy of the model: large float initializers are declared as
+graph inputs of the same type instead of being serialized, so a 500 MB model infers in
+milliseconds. Small (integer) constants stay, so ``data_prop`` can still follow shape arithmetic.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import ShapeError
+
+logger = logging.getLogger(__name__)
+
+LIGHT_LIMIT = 4096  # elements: larger initializers are declared, not serialized
+
+
+def _dims(vi: onnx.ValueInfoProto):
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+
+
+def _value_info_of(t: onnx.TensorProto) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+
+
+def light_model(model: onnx.ModelProto, nodes, inits: Dict[str, onnx.TensorProto],
+                inputs: List[onnx.ValueInfoProto], outputs: List[onnx.ValueInfoProto]
+                ) -> onnx.ModelProto:
+    """A copy of ``model`` with ``nodes`` whose large initializers are declared graph inputs."""
+    light = onnx.ModelProto()
+    light.ir_version = max(model.ir_version, 4)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = model.graph.name or "graph"
+    g.node.extend(nodes)
+    g.input.extend(inputs)
+    for name, t in inits.items():
+        n = 1
+        for d in t.dims:
+            n *= d
+        if n > LIGHT_LIMIT and t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+            g.input.append(_value_info_of(t))
+        else:
+            g.initializer.append(t)
+    for o in outputs:
+        vi = helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type or 0, None)
+        g.output.append(vi)
+    return light
+
+
+def infer(graph_view, inputs: List[onnx.ValueInfoProto], outputs: List[onnx.ValueInfoProto]
+          ) -> None:
+    """Refresh ``graph_view.shapes`` / ``dtypes`` from ONNX shape inference."""
+    light = light_model(graph_view.model, graph_view.node_list(), graph_view.inits, inputs, outputs)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    except Exception as exc:  # inference errors on exotic ops: keep what we know
+        logger.warning("legalize: ONNX shape inference failed (%s); shapes stay partial", exc)
+        return
+    shapes, dtypes = {}, {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output) + \
+            list(inferred.graph.input):
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            continue
+        if t.elem_type:
+            dtypes[vi.name] = t.elem_type
+        d = _dims(vi)
+        if d is not None:
+            shapes[vi.name] = d
+    graph_view.shapes = shapes
+    graph_view.dtypes = dtypes
+
+
+def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view) -> None:
+    """Measure the shapes ONNX inference left open by running onnxruntime once (random inputs)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:  # pragma: no cover - onnxruntime is a dependency
+        return
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.ir_version = min(probe.ir_version, 10)
+    known = {o.name for o in probe.graph.output}
+    for name in missing:
+        if name not in known:
+            probe.graph.output.append(helper.make_empty_tensor_value_info(name))
+    rng = np.random.default_rng(0)
+    feeds = {}
+    inits = {i.name for i in probe.graph.initializer}
+    for vi in probe.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        shape = [d.dim_value for d in t.shape.dim]
+        feeds[vi.name] = (rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+                          else np.zeros(shape, dtype))
+    try:
+        sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        values = sess.run(names, feeds)
+    except Exception as exc:
+        logger.warning("legalize: onnxruntime shape probe failed (%s); %d tensors keep unknown "
+                       "shapes", exc, len(missing))
+        return
+    for name, v in zip(names, values):
+        if name in missing and isinstance(v, np.ndarray):
+            graph_view.shapes[name] = tuple(int(d) for d in v.shape)
+            graph_view.dtypes[name] = helper.np_dtype_to_tensor_dtype(v.dtype)
+    logger.info("legalize: %d tensor shapes measured with onnxruntime (data-dependent shapes are "
+                "the values for a random input)", len(missing))
+
+
+def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int]]],
+               init_names) -> None:
+    """Apply ``input_shapes`` and insist every graph input is fully static."""
+    input_shapes = dict(input_shapes or {})
+    names = {vi.name for vi in graph.input}
+    unknown = set(input_shapes) - names
+    if unknown:
+        raise ShapeError(f"input_shapes names {sorted(unknown)}, which are not graph inputs "
+                         f"(inputs: {sorted(names - set(init_names))})",
+                         hint="use the graph input names")
+    for vi in graph.input:
+        if vi.name in init_names or not vi.type.HasField("tensor_type"):
+            continue
+        t = vi.type.tensor_type
+        if vi.name in input_shapes:
+            shape = [int(d) for d in input_shapes[vi.name]]
+            if t.HasField("shape") and len(t.shape.dim) and len(t.shape.dim) != len(shape):
+                raise ShapeError(f"input_shapes[{vi.name!r}] has rank {len(shape)} but the input "
+                                 f"has rank {len(t.shape.dim)}", node=vi.name,
+                                 hint=f"give {len(t.shape.dim)} dimensions")
+            t.ClearField("shape")
+            for d in shape:
+                t.shape.dim.add().dim_value = d
+            continue
+        example = ",".join("1" for _ in t.shape.dim) if t.HasField("shape") else "1,3,224,224"
+        if not t.HasField("shape"):
+            raise ShapeError(f"graph input {vi.name!r} has an unknown shape", node=vi.name,
+                             hint=f"pass input_shapes={{{vi.name!r}: [{example}]}} "
+                                  f"(CLI: --input-shape {vi.name}:{example})")
+        for k, d in enumerate(t.shape.dim):
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                what = repr(d.dim_param) if d.dim_param else "unknown"
+                raise ShapeError(
+                    f"graph input {vi.name!r} has a non-static dimension {k} ({what}); the "
+                    f"accelerator needs static shapes", node=vi.name,
+                    hint=f"pass input_shapes={{{vi.name!r}: [{example}]}} with the real sizes "
+                         f"(CLI: --input-shape {vi.name}:{example})")
+
+
+def is_static(shape) -> bool:
+    return shape is not None and all(d is not None and d >= 0 for d in shape)

@@ -1,0 +1,203 @@
+"""``convert()``: legalize -> fuse -> split -> emit -> compile, and the ``ConvertResult`` it returns."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Union
+
+import onnx
+
+from . import emit as emit_stage
+from .decisions import Decisions
+from .errors import CompileError, MrvlError
+from .fuse import fuse
+from .legalize import legalize
+from .modelio import load_model, validate_model, write_bytes_atomic
+from .report import Report
+from .split import split
+from .split.deploy import attach_artifact, is_subgraph
+from .target import Target, get_target
+
+log = logging.getLogger(__name__)
+MAX_IR_VERSION = 10      # onnxruntime 1.31 loads up to IR 13; function overloads need IR 10
+
+
+@dataclass
+class Subgraph:
+    """One accelerator region: its JSON pair (the contract) and its compiled binary."""
+    name: str
+    nodes_json: dict
+    consts_json: dict
+    binary: bytes
+    inputs: List[str] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
+    origin: List[str] = field(default_factory=list)
+    macs: int = 0
+
+    @property
+    def artifact(self) -> str:
+        return f"{self.name}.bin"
+
+
+@dataclass
+class ConvertResult:
+    model: onnx.ModelProto
+    subgraphs: List[Subgraph]
+    report: Report
+    stages: Dict[str, onnx.ModelProto] = field(default_factory=dict)
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def save(self, out_dir: str, *, stages: bool = False) -> str:
+        """Write model.onnx, <name>-nodes.json, <name>-consts.json, <name>.bin and report.json.
+
+        Each file is written under a temporary name and renamed, the model last, so an interrupted
+        save never leaves a partial file under a final name. Returns the model path."""
+        os.makedirs(out_dir, exist_ok=True)
+        for sg in self.subgraphs:
+            write_bytes_atomic(os.path.join(out_dir, f"{sg.name}-nodes.json"), _json_bytes(sg.nodes_json))
+            write_bytes_atomic(os.path.join(out_dir, f"{sg.name}-consts.json"), _json_bytes(sg.consts_json))
+            write_bytes_atomic(os.path.join(out_dir, sg.artifact), sg.binary)
+        if stages:
+            for name, m in self.stages.items():
+                write_bytes_atomic(os.path.join(out_dir, f"stage-{name}.onnx"), m.SerializeToString())
+        write_bytes_atomic(os.path.join(out_dir, "report.json"), _json_bytes(self.report.to_dict()))
+        path = os.path.join(out_dir, "model.onnx")
+        write_bytes_atomic(path, self.model.SerializeToString())
+        return path
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode()
+
+
+def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional[Target] = None,
+            partition: str = "max", exclude: Iterable[str] = (), cut_after: Iterable[str] = (),
+            force: bool = False, input_shapes: Optional[Dict[str, List[int]]] = None,
+            reference: bool = False, embed: bool = False, num_tiles: Optional[int] = None,
+            ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None
+            ) -> ConvertResult:
+    """Convert an ONNX model for the MLIP accelerator.
+
+    ``model`` (path or ModelProto) is never mutated. ``partition``: "max" | "single" | "cost";
+    ``exclude``: node names or op types kept on the CPU; ``cut_after``: node names that end a
+    region; ``force``: keep regions without conv/fc; ``input_shapes``: fix symbolic input dims;
+    ``reference``: also store each region's fp32 reference body (runs in plain onnxruntime);
+    ``embed``: put binaries inside the model instead of files beside it.
+    """
+    target = get_target(target)
+    if num_tiles or ocm_size:
+        target = target.with_arch(**{k: v for k, v in (("num_tiles", num_tiles), ("ocm_size", ocm_size)) if v})
+    say = progress or (lambda msg: None)
+    timings: Dict[str, float] = {}
+    t0 = time.perf_counter()
+    original = load_model(model)
+    validate_model(original)
+    say("legalize")
+    legal = legalize(original, target, input_shapes=input_shapes)
+    timings["legalize"] = time.perf_counter() - t0
+    say("fuse")
+    t = time.perf_counter()
+    fused = fuse(legal, target, exclude=exclude)
+    timings["fuse"] = time.perf_counter() - t
+    decisions = _with_removed(fused.decisions, original, legal)
+    exclude = list(exclude or ())
+    for attempt in range(8):
+        say("split")
+        t = time.perf_counter()
+        result = split(fused.model, target, partition=partition, exclude=exclude, cut_after=cut_after,
+                       force=force, reference=reference, decisions=decisions)
+        timings["split"] = time.perf_counter() - t
+        t = time.perf_counter()
+        try:
+            subgraphs = _emit_and_compile(result, target, embed, say)
+        except _RegionFailed as failed:
+            log.warning("region %s cannot be compiled (%s); keeping its nodes on the CPU", failed.region, failed.error)
+            exclude = exclude + failed.nodes
+            for name in failed.origin:
+                if name in decisions:
+                    decisions[name].placement, decisions[name].reason = "cpu", f"compile: {failed.error.message}"
+            continue
+        timings["emit+compile"] = time.perf_counter() - t
+        break
+    else:
+        raise MrvlError("regions kept failing to compile", hint="report this model")
+    deployable = result.model
+    deployable.ir_version = max(min(deployable.ir_version, 13), MAX_IR_VERSION)
+    _layer_names(decisions, subgraphs)
+    report = Report(decisions, [r.summary() for r in result.regions], result.dropped,
+                    result.macs_total, result.macs_offloaded, partition)
+    timings["total"] = time.perf_counter() - t0
+    say("done")
+    return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)
+
+
+class _RegionFailed(Exception):
+    def __init__(self, region, error: CompileError):
+        super().__init__(str(error))
+        self.region, self.error = region.name, error
+        self.nodes, self.origin = list(region.nodes), list(region.origin)
+
+
+def _emit_and_compile(result, target: Target, embed: bool, say) -> List[Subgraph]:
+    options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
+                                        arch=target.arch)
+    nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
+    out = []
+    for region in result.regions:
+        say(f"compile {region.name}")
+        try:
+            nodes_json, consts_json = emit_stage.emit(region.model, region.name)
+            binary = emit_stage.compile_json(nodes_json, consts_json, options)
+        except CompileError as exc:
+            raise _RegionFailed(region, exc) from None
+        attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
+        out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
+                            region.origin, region.macs))
+    return out
+
+
+def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.ModelProto) -> Decisions:
+    """Every original node gets a record: nodes legalization removed or rewrote are mapped through
+    provenance to what replaced them."""
+    from .provenance import get_origin
+    out = Decisions()
+    origin_of: Dict[str, List[str]] = {}
+    for n in legal.graph.node:
+        for o in get_origin(n):
+            origin_of.setdefault(o, []).append(n.name)
+    names = _original_names(original)
+    for name, op_type in names:
+        if name in decisions:
+            out[name] = decisions[name]
+            continue
+        successors = [decisions[s] for s in origin_of.get(name, []) if s in decisions]
+        if successors:
+            best = next((d for d in successors if d.placement == "accelerator"), successors[0])
+            out.record(name, op_type, placement=best.placement, mrvl_node=best.mrvl_node,
+                       composite=best.composite, reason=f"legalized into {best.node}: {best.reason}")
+        else:
+            out.record(name, op_type, placement="removed", reason="removed by legalization (no effect at inference)")
+    return out
+
+
+def _original_names(model: onnx.ModelProto):
+    """(name, op_type) of every node, naming unnamed ones as legalization does."""
+    out = []
+    for i, n in enumerate(model.graph.node):
+        out.append((n.name or f"{n.op_type}_{i}", n.op_type))
+    return out
+
+
+def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
+    for sg in subgraphs:
+        for node in sg.nodes_json["nodes"]:
+            if node.get("op") != "tvm_op":
+                continue
+            origin = node["attrs"].get("origin_nodes", [[]])[0]
+            for name in origin:
+                if name in decisions:
+                    decisions[name].layer = node["name"]
+                    decisions[name].subgraph = sg.name

@@ -1,0 +1,62 @@
+"""What ``convert()`` tells the user: for every original node where it runs and why, per region
+its layers and MACs, per dropped group the reason, and the fraction of MACs offloaded."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from .decisions import Decision, Decisions
+
+
+@dataclass
+class Report:
+    decisions: Decisions
+    regions: List[dict] = field(default_factory=list)
+    dropped: List[dict] = field(default_factory=list)
+    macs_total: int = 0
+    macs_offloaded: int = 0
+    partition: str = "max"
+    warnings: List[str] = field(default_factory=list)
+
+    def __getitem__(self, node: str) -> Decision:
+        return self.decisions[node]
+
+    def __iter__(self):
+        return iter(self.decisions.values())
+
+    def __len__(self):
+        return len(self.decisions)
+
+    @property
+    def offload_fraction(self) -> float:
+        return self.macs_offloaded / self.macs_total if self.macs_total else 0.0
+
+    def cpu_nodes(self) -> List[Decision]:
+        return self.decisions.by_placement("cpu")
+
+    def to_dict(self) -> dict:
+        return {"partition": self.partition, "macs_total": self.macs_total, "macs_offloaded": self.macs_offloaded,
+                "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
+                "dropped": self.dropped, "warnings": self.warnings, "nodes": self.decisions.to_list()}
+
+    def explain(self) -> str:
+        """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
+        lines = [f"{len(self.decisions)} nodes: "
+                 f"{len(self.decisions.by_placement('accelerator'))} on the accelerator, "
+                 f"{len(self.cpu_nodes())} on the CPU; "
+                 f"{100 * self.offload_fraction:.1f}% of {self.macs_total:,} MACs offloaded"]
+        by_region: Dict[str, List[Decision]] = {}
+        for d in self.decisions.by_placement("accelerator"):
+            by_region.setdefault(d.subgraph or "(fused, no region)", []).append(d)
+        for region, ds in by_region.items():
+            lines.append(f"\naccelerator: {region} ({len(ds)} nodes)")
+            for d in ds:
+                lines.append(f"  {d.node:<32} {d.op_type:<20} -> {d.layer or d.mrvl_node or '-'}  [{d.composite or d.reason}]")
+        reasons = self.decisions.reasons()
+        for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"\ncpu: {reason} ({len(names)} nodes)")
+            for n in names:
+                lines.append(f"  {n:<32} {self.decisions[n].op_type}")
+        for d in self.dropped:
+            lines.append(f"\ndropped region of {len(d['nodes'])} Mrvl nodes: {d['reason']}")
+        return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""Revert Mrvl nodes that end outside every region back to standard ONNX (the RFC's
+``revert_mrvl_mod_to_orig``): inline each node's reference body, then clean up the layout changes
+that inlining leaves (constant transposes folded, inverse transpose pairs cancelled, transposes
+pushed through elementwise ops, reshape chains merged), so the CPU part is plain NCHW again.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, List, Set
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .._graph import attr
+from ..provenance import get_origin, set_origin
+
+UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Identity", "Clip"}
+BINARY = {"Add", "Mul", "Sub", "Div", "Max", "Min"}
+
+
+def inline_nodes(model: onnx.ModelProto, names: Set[str]) -> None:
+    """Replace the named function-call nodes of the main graph by their bodies, in place."""
+    funcs = {(f.domain, f.name, f.overload): f for f in model.functions}
+    out: List[onnx.NodeProto] = []
+    inits = model.graph.initializer
+    for idx, node in enumerate(model.graph.node):
+        if node.name not in names:
+            out.append(node)
+            continue
+        f = funcs[(node.domain, node.op_type, node.overload)]
+        prefix = f"{node.name}/"
+        rename: Dict[str, str] = {"": ""}
+        for formal, actual in zip(f.input, node.input):
+            rename[formal] = actual
+        for formal in f.input[len(node.input):]:
+            rename[formal] = ""
+        for formal, actual in zip(f.output, node.output):
+            rename[formal] = actual
+        origin = get_origin(node)
+        for i, b in enumerate(f.node):
+            if b.op_type == "Constant":
+                t = onnx.TensorProto()
+                t.CopyFrom(attr(b, "value"))
+                t.name = rename.setdefault(b.output[0], prefix + b.output[0])
+                inits.append(t)
+                continue
+            new = onnx.NodeProto()
+            new.CopyFrom(b)
+            new.name = f"{node.name}/{b.op_type}_{i}"
+            for k, v in enumerate(b.input):
+                new.input[k] = rename.setdefault(v, prefix + v)
+            for k, v in enumerate(b.output):
+                new.output[k] = rename.setdefault(v, prefix + v)
+            set_origin(new, origin)
+            out.append(new)
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+
+
+class _Cleaner:
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.g = model.graph
+        self.inits = {t.name: t for t in self.g.initializer}
+        self.outputs = {o.name for o in self.g.output}
+
+    def const(self, name):
+        t = self.inits.get(name)
+        return None if t is None else numpy_helper.to_array(t)
+
+    def add_const(self, name, arr):
+        t = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        self.inits[name] = t
+        self.g.initializer.append(t)
+        return name
+
+    def run(self) -> None:
+        for _ in range(50):
+            if not self.sweep():
+                break
+        self.prune()
+
+    def sweep(self) -> bool:
+        nodes = list(self.g.node)
+        producer = {o: n for n in nodes for o in n.output}
+        users = defaultdict(list)
+        for n in nodes:
+            for i in n.input:
+                users[i].append(n)
+        alias: Dict[str, str] = {}
+        changed = False
+        for n in nodes:
+            for k, i in enumerate(n.input):
+                while i in alias:
+                    i = alias[i]
+                n.input[k] = i
+            if n.op_type == "Transpose" and n.input[0] in self.inits:
+                perm = attr(n, "perm")
+                self._replace_with_const(n, self.const(n.input[0]).transpose(perm))
+                changed = True
+            elif n.op_type == "Transpose":
+                src = producer.get(n.input[0])
+                perm = list(attr(n, "perm"))
+                if src is not None and src.op_type == "Transpose":
+                    inner = list(attr(src, "perm"))
+                    comp = [inner[p] for p in perm]
+                    if comp == sorted(comp) and n.output[0] not in self.outputs:
+                        alias[n.output[0]] = src.input[0]
+                        n.op_type = "Identity"
+                        del n.attribute[:]
+                        changed = True
+                    elif comp != perm or n.input[0] != src.input[0]:
+                        n.input[0] = src.input[0]
+                        del n.attribute[:]
+                        n.attribute.append(helper.make_attribute("perm", comp))
+                        changed = True
+                elif perm == sorted(perm) and n.output[0] not in self.outputs:
+                    alias[n.output[0]] = n.input[0]
+                    n.op_type = "Identity"
+                    changed = True
+            elif n.op_type in UNARY | BINARY:
+                changed |= self._push(n, producer, users)
+            elif n.op_type == "Reshape":
+                src = producer.get(n.input[0])
+                if src is not None and src.op_type == "Reshape" and len(users[src.output[0]]) == 1:
+                    n.input[0] = src.input[0]
+                    changed = True
+            elif n.op_type == "Identity" and n.output[0] not in self.outputs:
+                alias[n.output[0]] = n.input[0]
+        if alias:
+            for n in self.g.node:
+                for k, i in enumerate(n.input):
+                    while i in alias:
+                        i = alias[i]
+                    n.input[k] = i
+        self._drop_identity_reshapes()
+        return changed
+
+    def _replace_with_const(self, n, value):
+        name = self.add_const(n.output[0] + "__c", value)
+        n.op_type = "Identity"
+        del n.input[:]
+        del n.attribute[:]
+        n.input.append(name)
+
+    def _push(self, n, producer, users) -> bool:
+        """op(T(x), [T(y) | const]) -> T(op(x, ...)) so transposes meet and cancel."""
+        data = [i for i in n.input if i and i not in self.inits]
+        srcs = [producer.get(i) for i in data]
+        if not srcs or any(s is None or s.op_type != "Transpose" for s in srcs):
+            return False
+        perms = {tuple(attr(s, "perm")) for s in srcs}
+        if len(perms) != 1 or any(len(users[s.output[0]]) != 1 for s in srcs):
+            return False
+        perm = list(perms.pop())
+        inv = list(np.argsort(perm))
+        new_inputs = []
+        for i in n.input:
+            if i in self.inits and n.op_type in BINARY:
+                c = self.const(i)
+                rank = len(perm)
+                if c.ndim > rank:
+                    return False
+                c = c.reshape((1,) * (rank - c.ndim) + c.shape).transpose(inv)
+                new_inputs.append(self.add_const(f"{i}__t{''.join(map(str, inv))}_{n.name}", c))
+            elif i and i not in self.inits:
+                new_inputs.append(producer[i].input[0])
+            else:
+                new_inputs.append(i)
+        out = n.output[0]
+        mid = out + "__pre_t"
+        del n.input[:]
+        n.input.extend(new_inputs)
+        n.output[0] = mid
+        t = helper.make_node("Transpose", [mid], [out], name=n.name + "/transpose", perm=perm)
+        set_origin(t, get_origin(n))
+        idx = list(self.g.node).index(n)
+        self.g.node.insert(idx + 1, t)
+        return True
+
+    def _drop_identity_reshapes(self):
+        shapes = {}
+        for vi in list(self.g.value_info) + list(self.g.input) + list(self.g.output):
+            dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            shapes[vi.name] = dims
+        for n in self.g.node:
+            if n.op_type == "Reshape" and n.output[0] not in self.outputs:
+                target = self.const(n.input[1])
+                src = shapes.get(n.input[0])
+                if target is not None and src and list(target) == src and all(d > 0 for d in src):
+                    n.op_type = "Identity"
+                    del n.input[1:]
+
+    def prune(self) -> None:
+        """Drop Identity nodes, dead nodes and unused initializers."""
+        alias = {n.output[0]: n.input[0] for n in self.g.node
+                 if n.op_type == "Identity" and n.output[0] not in self.outputs and n.input}
+        keep = [n for n in self.g.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+        for n in keep:
+            for k, i in enumerate(n.input):
+                while i in alias:
+                    i = alias[i]
+                n.input[k] = i
+        needed = set(self.outputs)
+        live = []
+        for n in reversed(keep):
+            if any(o in needed for o in n.output):
+                live.append(n)
+                needed.update(n.input)
+        live.reverse()
+        del self.g.node[:]
+        self.g.node.extend(live)
+        used = [t for t in self.g.initializer if t.name in needed]
+        del self.g.initializer[:]
+        self.g.initializer.extend(used)
+
+
+def revert(model: onnx.ModelProto, names: Set[str]) -> None:
+    """Inline the named Mrvl nodes and tidy the layout changes, in place."""
+    if not names:
+        return
+    inline_nodes(model, names)
+    _Cleaner(model).run()
