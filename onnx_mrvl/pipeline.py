@@ -98,40 +98,69 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     say("legalize")
     legal = legalize(original, target, input_shapes=input_shapes)
     timings["legalize"] = time.perf_counter() - t0
-    say("fuse")
-    t = time.perf_counter()
-    fused = fuse(legal, target, exclude=exclude)
-    timings["fuse"] = time.perf_counter() - t
-    decisions = _with_removed(fused.decisions, original, legal)
-    exclude = list(exclude or ())
-    for attempt in range(8):
+    # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
+    # are fused again as CPU nodes (cleaner layouts than reverting them in place).
+    cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
+    for attempt in range(16):
+        say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
+        t = time.perf_counter()
+        fused = fuse(legal, target, exclude=cpu)
+        timings["fuse"] = timings.get("fuse", 0.0) + time.perf_counter() - t
+        decisions = _with_removed(fused.decisions, original, legal)
         say("split")
         t = time.perf_counter()
-        result = split(fused.model, target, partition=partition, exclude=exclude, cut_after=cut_after,
-                       force=force, reference=reference, decisions=decisions)
-        timings["split"] = time.perf_counter() - t
+        result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
+                       reference=reference, decisions=decisions)
+        timings["split"] = timings.get("split", 0.0) + time.perf_counter() - t
+        more = _newly_cpu(result.dropped, fused.model, cpu)
+        if more:
+            cpu.update(more)
+            continue
         t = time.perf_counter()
         try:
             subgraphs = _emit_and_compile(result, target, embed, say)
         except _RegionFailed as failed:
             log.warning("region %s cannot be compiled (%s); keeping its nodes on the CPU", failed.region, failed.error)
-            exclude = exclude + failed.nodes
-            for name in failed.origin:
-                if name in decisions:
-                    decisions[name].placement, decisions[name].reason = "cpu", f"compile: {failed.error.message}"
+            cpu.update({n: f"compile: {failed.error.message}" for n in failed.origin})
             continue
         timings["emit+compile"] = time.perf_counter() - t
         break
     else:
-        raise MrvlError("regions kept failing to compile", hint="report this model")
+        raise MrvlError("partitioning did not settle", hint="report this model")
+    dropped = [d for d in _dropped_log(cpu, exclude)] + result.dropped
     deployable = result.model
     deployable.ir_version = max(min(deployable.ir_version, 13), MAX_IR_VERSION)
     _layer_names(decisions, subgraphs)
-    report = Report(decisions, [r.summary() for r in result.regions], result.dropped,
+    report = Report(decisions, [r.summary() for r in result.regions], dropped,
                     result.macs_total, result.macs_offloaded, partition)
     timings["total"] = time.perf_counter() - t0
     say("done")
     return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)
+
+
+def _newly_cpu(dropped: List[dict], fused: onnx.ModelProto, cpu: Dict[str, str]) -> Dict[str, str]:
+    """Original node names of dropped compute/data Mrvl nodes (not layout changes) -> reason."""
+    from .provenance import get_origin
+    by_name = {n.name: n for n in fused.graph.node}
+    out = {}
+    for d in dropped:
+        for name in d["nodes"]:
+            node = by_name.get(name)
+            if node is None or node.op_type == "LayoutTransform":
+                continue
+            for o in get_origin(node):
+                if o not in cpu:
+                    out[o] = d["reason"]
+    return out
+
+
+def _dropped_log(cpu: Dict[str, str], user_exclude) -> List[dict]:
+    user = set(user_exclude or ())
+    by_reason: Dict[str, List[str]] = {}
+    for name, reason in cpu.items():
+        if name not in user:
+            by_reason.setdefault(reason, []).append(name)
+    return [{"origin": names, "nodes": [], "reason": reason} for reason, names in by_reason.items()]
 
 
 class _RegionFailed(Exception):
@@ -172,6 +201,7 @@ def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.M
     for name, op_type in names:
         if name in decisions:
             out[name] = decisions[name]
+            out[name].op_type = op_type
             continue
         successors = [decisions[s] for s in origin_of.get(name, []) if s in decisions]
         if successors:

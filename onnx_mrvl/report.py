@@ -57,6 +57,12 @@ class Report:
             lines.append(f"\ncpu: {reason} ({len(names)} nodes)")
             for n in names:
                 lines.append(f"  {n:<32} {self.decisions[n].op_type}")
+        removed = self.decisions.by_placement("removed")
+        if removed:
+            lines.append(f"\nremoved: no effect at inference ({len(removed)} nodes)")
+            for d in removed:
+                lines.append(f"  {d.node:<32} {d.op_type}")
         for d in self.dropped:
-            lines.append(f"\ndropped region of {len(d['nodes'])} Mrvl nodes: {d['reason']}")
+            lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
+                         f"{', ...' if len(d['origin']) > 8 else ''})")
         return "\n".join(lines)

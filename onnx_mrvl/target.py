@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+import json
+import os
+from typing import Dict, Optional, Tuple
 
 ACTIVATIONS: Tuple[str, ...] = (
     "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu",
@@ -37,6 +39,36 @@ class CpuProfile:
 
     macs_per_s: float = 2.0e10          # assumption until calibrated: onnxruntime fp32 on 2 cores
     op_overhead_s: float = 5e-6         # assumption: fixed cost per CPU op
+    bytes_per_s: float = 1.0e10         # assumption: bytes an elementwise op reads + writes per second
+    source: str = "default"             # "default" or the calibration file it was loaded from
+
+    @classmethod
+    def load(cls, path: str) -> "CpuProfile":
+        """A profile written by tools/calibrate_cpu.py (JSON with the fields above)."""
+        from .errors import ModelError
+
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read the CPU calibration {path}: {exc}",
+                             hint="run `python tools/calibrate_cpu.py` to (re)write it") from None
+        fields = {"macs_per_s", "op_overhead_s", "bytes_per_s"}
+        values = {k: float(v) for k, v in data.items() if k in fields}
+        bad = [k for k, v in values.items() if not v > 0]
+        if bad or not values:
+            raise ModelError(f"CPU calibration {path} has no usable fields (bad: {bad})",
+                             hint="run `python tools/calibrate_cpu.py` to rewrite it")
+        return cls(**values, source=path)
+
+
+CPU_PROFILE_ENV = "ONNX_MRVL_CPU_PROFILE"
+
+
+def default_cpu_profile_path() -> str:
+    """Where tools/calibrate_cpu.py writes by default: $ONNX_MRVL_CPU_PROFILE or ~/.cache/onnx_mrvl/cpu.json."""
+    return os.environ.get(CPU_PROFILE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "onnx_mrvl", "cpu.json")
 
 
 @dataclass(frozen=True)
@@ -66,6 +98,11 @@ class Target:
 
     def replace(self, **changes) -> "Target":
         return dataclasses.replace(self, **changes)
+
+    def with_calibration(self, path: Optional[str] = None) -> "Target":
+        """This target with the CPU profile measured by tools/calibrate_cpu.py (``path``, else
+        $ONNX_MRVL_CPU_PROFILE, else ~/.cache/onnx_mrvl/cpu.json). Never applied implicitly."""
+        return dataclasses.replace(self, cpu=CpuProfile.load(path or default_cpu_profile_path()))
 
 
 DEFAULT_TARGET = Target()

@@ -132,6 +132,16 @@ def test_one_initializer_perturbed():
     assert ch["mean_abs_diff"] == pytest.approx(1e-3 / arr.size, rel=1e-3)
 
 
+def test_renamed_initializer_is_not_added_and_removed():
+    a = build_model()
+    b = copy.deepcopy(a)
+    next(t for t in b.graph.initializer if t.name == "w2").name = "w2_new"
+    node(b, "conv2").input[1] = "w2_new"
+    d = diff_models(a, b)
+    assert d.initializers == {"added": [], "removed": [], "renamed": [{"a": "w2", "b": "w2_new"}], "changed": []}
+    assert_only(d)  # conv2 reads the same data under the new name: not a node change
+
+
 def test_one_node_added():
     a = build_model()
     b = copy.deepcopy(a)
@@ -152,6 +162,45 @@ def test_one_node_removed():
     d = diff_models(a, b)
     assert_only(d, removed=["relu2"])
     assert next(r for r in d.op_histogram if r["op_type"] == "Relu")["delta"] == -1
+
+
+def renamed(b):
+    for i, n in enumerate(b.graph.node):
+        n.name = f"q{50 - i}"
+    return b
+
+
+def test_removed_and_added_nodes_found_through_renaming():
+    a = build_model()
+    b = copy.deepcopy(a)
+    b.graph.node.remove(node(b, "relu2"))
+    node(b, "add1").input[0] = "c2"
+    d = diff_models(a, renamed(b))
+    assert_only(d, removed=["relu2"], renamed=list(range(8)))
+    b = copy.deepcopy(a)
+    node(b, "pool1").input[0] = "r1_id"
+    b.graph.node.insert(2, helper.make_node("Identity", ["r1"], ["r1_id"], name="extra"))
+    d = diff_models(a, renamed(b))
+    assert_only(d, added=["q48"], renamed=list(range(9)))
+    assert d.nodes["added"][0]["op_type"] == "Identity"
+
+
+def test_split_node_is_one_group():
+    a = build_model()
+    b = copy.deepcopy(a)
+    parts = [helper.make_node("Conv2D", ["x", "w1", "b1"], [f"c1_{k}"], name=f"conv1_part{k}", domain="mrvl")
+             for k in (0, 1)]
+    parts.append(helper.make_node("Concat", ["c1_0", "c1_1"], ["c1"], name="conv1_concat", axis=1))
+    for p in parts:
+        set_origin(p, ["conv1"])
+    b.graph.node.remove(node(b, "conv1"))
+    for k, p in enumerate(parts):
+        b.graph.node.insert(k, p)
+    d = diff_models(a, b)
+    (grp,) = d.nodes["groups"]
+    assert grp["kind"] == "split" and keys(grp["a"]) == ["conv1"]
+    assert keys(grp["b"]) == ["conv1_concat", "conv1_part0", "conv1_part1"]
+    assert_only(d, groups=[grp])
 
 
 def test_rewired_input_is_reported():

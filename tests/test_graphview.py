@@ -1,22 +1,23 @@
 """Tests of the HTML graph pictures (onnx_mrvl.inspect.graphview / layout), incl. headless Chromium."""
-import copy
 import json
 import os
 import re
 import shutil
 import struct
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from onnx_mrvl.inspect.diff import diff_models
 from onnx_mrvl.inspect.graphview import render_diff_html, render_graph_html, write_html
 from onnx_mrvl.inspect.layout import layered_layout, node_keys
-from test_diff import build_model, chain_model, fused_model, node
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the model builders of test_diff
+from test_diff import build_model, chain_model, fused_model, node  # noqa: E402
 
 
 def svgs(html):

@@ -78,7 +78,8 @@ class GraphBuilder:
     def conv(self, x: str, cin: int, cout: int, k: int, name: str, stride: int = 1,
              pads: Optional[Sequence[int]] = None, group: int = 1, bias: bool = True,
              gain: float = 1.0, bias_value: Optional[float] = None) -> str:
-        w = self.const(f"{name}.weight", self.he((cout, cin // group, k, k), cin // group * k * k, gain))
+        fan_in = cin // group * k * k
+        w = self.const(f"{name}.weight", self.he((cout, cin // group, k, k), fan_in, gain))
         inputs = [x, w]
         if bias:
             b = (np.full(cout, bias_value, np.float32) if bias_value is not None
@@ -94,7 +95,7 @@ class GraphBuilder:
                   r.uniform(0.5, 1.5, c)]
         names = [self.const(f"{name}.{p}", v) for p, v in
                  zip(("weight", "bias", "running_mean", "running_var"), params)]
-        return self.node("BatchNormalization", [x] + names, name, epsilon=1e-5, momentum=0.9)
+        return self.node("BatchNormalization", [x] + names, name, epsilon=1e-5)
 
     def relu(self, x: str, name: str) -> str:
         return self.node("Relu", [x], name)
@@ -196,7 +197,8 @@ def mobilenetv2_like(seed: int = 0, opset: int = 13, width: float = 0.5, input_s
             if t != 1:
                 x = g.conv(x, cin, hidden, 1, f"{p}_expand_conv", bias=False)
                 x = g.clip6(g.bn(x, hidden, f"{p}_expand_bn"), f"{p}_expand_relu6")
-            x = g.conv(x, hidden, hidden, 3, f"{p}_dw_conv", stride=stride, group=hidden, bias=False)
+            x = g.conv(x, hidden, hidden, 3, f"{p}_dw_conv", stride=stride, group=hidden,
+                       bias=False)
             x = g.clip6(g.bn(x, hidden, f"{p}_dw_bn"), f"{p}_dw_relu6")
             x = g.bn(g.conv(x, hidden, cout, 1, f"{p}_project_conv", bias=False), cout,
                      f"{p}_project_bn")
@@ -204,7 +206,8 @@ def mobilenetv2_like(seed: int = 0, opset: int = 13, width: float = 0.5, input_s
                 x = g.node("Add", [inp, x], f"{p}_add")
             cin, idx = cout, idx + 1
     last = ch(640)
-    x = g.clip6(g.bn(g.conv(x, cin, last, 1, "head_conv", bias=False), last, "head_bn"), "head_relu6")
+    x = g.bn(g.conv(x, cin, last, 1, "head_conv", bias=False), last, "head_bn")
+    x = g.clip6(x, "head_relu6")
     x = g.node("GlobalAveragePool", [x], "gap")
     x = g.node("Flatten", [x], "flatten", axis=1)
     g.gemm(x, last, num_classes, "classifier")
@@ -335,7 +338,8 @@ def detection_like(seed: int = 0, opset: int = 13, input_size: int = 128, num_cl
         hw = (input_size // st) ** 2
         h = cbr(f, cin, 32, f"head{lvl}")
         reg = g.conv(h, 32, A * 4, 1, f"head{lvl}_box_conv", gain=0.5)
-        cls = g.conv(h, 32, A * num_classes, 1, f"head{lvl}_cls_conv", gain=cls_gain, bias_value=cls_bias)
+        cls = g.conv(h, 32, A * num_classes, 1, f"head{lvl}_cls_conv", gain=cls_gain,
+                     bias_value=cls_bias)
         # [1, A*4, H, W] -> [1, H, W, A*4] -> [1, HW*A, 4]  (same anchor order as _anchors)
         reg = g.node("Transpose", [reg], f"head{lvl}_box_transpose", perm=[0, 2, 3, 1])
         shp = g.const(f"head{lvl}_box_reshape.shape", np.array([1, hw * A, 4], np.int64))
@@ -358,7 +362,7 @@ def detection_like(seed: int = 0, opset: int = 13, input_size: int = 128, num_cl
     g.nodes[-1].output[0] = "scores"
     best = g.reduce_max("scores", [1], "score_reducemax", keepdims=0)   # [1, N]
     k = g.const("score_topk.k", np.array([top_k], np.int64))
-    vals, idx = g.node("TopK", [best, k], "score_topk", n_out=2, axis=-1, largest=1, sorted=1)
+    g.node("TopK", [best, k], "score_topk", n_out=2, axis=-1, largest=1, sorted=1)
     g.nodes[-1].output[:] = ["topk_scores", "topk_indices"]
     nms_in = [g.const("nms.max_output_boxes_per_class", np.array([max_per_class], np.int64)),
               g.const("nms.iou_threshold", np.array([iou_threshold], np.float32)),
@@ -473,7 +477,7 @@ def write_example(path: str = EXAMPLE_PATH) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description="Write the project's seeded test models as ONNX files.")
+    ap = argparse.ArgumentParser(description="Write the project's seeded test models (ONNX).")
     ap.add_argument("--out", help="output directory")
     ap.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(all_models()),
                     help="models to write (default: all)")

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 def register(subparsers) -> None:
     p = subparsers.add_parser("diff", help="compare two ONNX models (nodes aligned by provenance, "
                                            "name, structure, position)",
-                              description=__doc__.split("\n\n")[0])
+                              description="Compare two ONNX models. Exit code 0: identical, 1: they differ, "
+                                          "3: a model cannot be read.")
     p.add_argument("a", metavar="A.onnx", help="the old model")
     p.add_argument("b", metavar="B.onnx", help="the new model")
     p.add_argument("--json", action="store_true", help="print the diff as JSON (and nothing else) on stdout")

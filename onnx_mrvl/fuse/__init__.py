@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Union
 
 import onnx
 
 from .. import opset
 from .._graph import GraphIndex, topological_order
 from ..decisions import Decisions
+from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import materialize
 from .patterns import ANCHORS, Group
@@ -33,8 +34,15 @@ class FuseResult:
     groups: List[Group]
 
 
-def _excluded(node: onnx.NodeProto, exclude: set) -> bool:
-    return node.name in exclude or node.op_type in exclude
+USER_EXCLUDED = "excluded by the user (exclude=...)"
+
+
+def _excluded(node: onnx.NodeProto, exclude: dict) -> Optional[str]:
+    """The reason ``node`` must stay on the CPU, matching its name, op type or original names."""
+    for key in (node.name, node.op_type, *get_origin(node)):
+        if key in exclude:
+            return exclude[key]
+    return None
 
 
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
@@ -43,8 +51,9 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         decisions.record(n.name, n.op_type)
         if n.name in claimed:
             continue
-        if _excluded(n, exclude):
-            decisions.record(n.name, n.op_type, reason="excluded by the user (exclude=...)")
+        why = _excluded(n, exclude)
+        if why:
+            decisions.record(n.name, n.op_type, reason=why)
             continue
         pattern = ANCHORS.get(n.op_type)
         if pattern is None:
@@ -80,10 +89,13 @@ def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
 
 
 def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
-         exclude: Iterable[str] = ()) -> FuseResult:
-    """Fuse a legalized model into Mrvl ops. ``exclude``: node names or op types kept on the CPU."""
+         exclude: Union[Iterable[str], Dict[str, str]] = ()) -> FuseResult:
+    """Fuse a legalized model into Mrvl ops.
+
+    ``exclude``: node names (legalized or original) or op types kept on the CPU; a dict maps each
+    to the reason recorded for it."""
     target = get_target(target)
-    exclude = set(exclude or ())
+    exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
     g = GraphIndex(model)
     g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
     order = topological_order(g.nodes, g.inputs)

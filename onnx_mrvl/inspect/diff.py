@@ -479,7 +479,16 @@ class _Aligner:
 
 @dataclass
 class GraphDiff:
-    """Everything that differs between model A and model B (see ``to_dict`` for the layout)."""
+    """Everything that differs between model A and model B.
+
+    ``nodes``: ``added`` / ``removed`` (node refs: key, name, op_type, domain), ``renamed`` and
+    ``changed`` (``{"a": ref, "b": ref, "matched_by": step, "changes": {...}}``) and ``groups``
+    (``{"kind": fused|replaced|split|converted, "b": refs with composite, "a": refs}``);
+    ``initializers``: added / removed / renamed / changed (sha256, allclose, max and mean abs diff);
+    ``inputs`` / ``outputs``: added / removed / changed (dtype, shape); ``model``,
+    ``opset_import``, ``metadata_props``: ``{field: {"a": old, "b": new}}`` for differing fields.
+    ``pairs`` (A key, B key, step) lists the 1:1 matches (used by the HTML view).
+    """
     a_label: str
     b_label: str
     a_nodes: int
@@ -518,7 +527,6 @@ class GraphDiff:
                 "metadata_props": self.metadata_props, "functions": self.functions,
                 "inputs": self.inputs, "outputs": self.outputs, "initializers": self.initializers,
                 "nodes": self.nodes, "op_histogram": self.op_histogram}
-
 
     def to_text(self, limit: int = 20) -> str:
         """A terminal summary: counts first, then up to ``limit`` items per section."""
@@ -572,6 +580,8 @@ def _item_text(kind: str, it: Any) -> str:
         if "max_abs_diff" in it:
             extra = (f"  allclose={it['allclose']} max|d|={it['max_abs_diff']:.4g}"
                      f" mean|d|={it['mean_abs_diff']:.4g}")
+            if it.get("nonfinite_diffs"):
+                extra += f" non-finite|d|={it['nonfinite_diffs']}"
         return f"{it['name']}: {_tensor_short(it['a'])} -> {_tensor_short(it['b'])}{extra}"
     if "a" in it and "b" in it:
         return f"{it['name']}: {_short(it['a'], 120)} -> {_short(it['b'], 120)}"
@@ -654,14 +664,14 @@ def _init_diff(A: _Indexed, B: _Indexed) -> Tuple[Dict[str, List[Any]], Dict[str
 
     added = [n for n in B.inits if n not in A.inits]
     removed = [n for n in A.inits if n not in B.inits]
-    by_content: Dict[Tuple, List[str]] = defaultdict(list)
+    new_by: Dict[Tuple, List[str]] = defaultdict(list)
+    old_by: Dict[Tuple, List[str]] = defaultdict(list)
     for n in added:
-        by_content[content(B, n)].append(n)
-    rename: Dict[str, str] = {}
+        new_by[content(B, n)].append(n)
     for n in removed:
-        cands = by_content.get(content(A, n))
-        if cands:
-            rename[n] = cands.pop(0)
+        old_by[content(A, n)].append(n)
+    rename = {olds[0]: new_by[c][0] for c, olds in old_by.items()  # only when unambiguous
+              if len(olds) == 1 and len(new_by.get(c, ())) == 1}
     taken = set(rename.values())
     changed = []
     for n in A.inits:
@@ -679,8 +689,11 @@ def _init_diff(A: _Indexed, B: _Indexed) -> Tuple[Dict[str, List[Any]], Dict[str
                 xa, xb = xa.astype(np.float64), xb.astype(np.float64)
                 d = np.abs(xa - xb)
                 entry["allclose"] = bool(np.allclose(xa, xb, equal_nan=True))
-                entry["max_abs_diff"] = float(np.nanmax(d)) if d.size and not np.isnan(d).all() else 0.0
-                entry["mean_abs_diff"] = float(np.nanmean(d)) if d.size and not np.isnan(d).all() else 0.0
+                finite = d[np.isfinite(d)]  # NaN/inf positions (e.g. inf - inf) are left out
+                entry["max_abs_diff"] = float(finite.max()) if finite.size else 0.0
+                entry["mean_abs_diff"] = float(finite.mean()) if finite.size else 0.0
+                if finite.size < d.size:
+                    entry["nonfinite_diffs"] = int(d.size - finite.size)
         changed.append(entry)
     return {"added": [info(B, n) for n in added if n not in taken],
             "removed": [info(A, n) for n in removed if n not in rename],

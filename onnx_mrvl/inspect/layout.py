@@ -206,6 +206,8 @@ def layered_layout(sizes: Sequence[Tuple[float, float]], edges: Sequence[Tuple[i
         for v in L:
             x[v] -= shift
 
+    wt = [1.0 if v < n else 2.0 for v in range(total)]  # dummies pull harder: long edges stay straight
+
     def place(seq, nbrs):
         for L in seq:
             vs = layers[L]
@@ -216,13 +218,12 @@ def layered_layout(sizes: Sequence[Tuple[float, float]], edges: Sequence[Tuple[i
                 if i:
                     acc += (w[vs[i - 1]] + w[v]) / 2 + hgap
                 offs.append(acc)
-            target, weight = [], []
+            target = []
             for v, o in zip(vs, offs):
                 nb = nbrs[v]
-                t = sum(x[u] for u in nb) / len(nb) if nb else x[v]
+                t = sum(wt[u] * x[u] for u in nb) / sum(wt[u] for u in nb) if nb else x[v]
                 target.append(t - o)
-                weight.append(2.0 if v >= n else 1.0)
-            for v, o, y in zip(vs, offs, _isotonic(target, weight)):
+            for v, o, y in zip(vs, offs, _isotonic(target, [wt[v] for v in vs])):
                 x[v] = y + o
 
     for _ in range(3):

@@ -72,6 +72,7 @@ class Graph:
         self.names: Set[str] = set()
         self.tensor_names: Set[str] = set(self.inits) | set(self.inputs) | self.outputs
         self.changed = False
+        self._new_inits: Set[str] = set()
         self.target = None  # set by the driver; rules may read limits in match()
         for pos, n in enumerate(g.node):
             node = onnx.NodeProto()
@@ -230,8 +231,11 @@ class Graph:
         return name
 
     def set_const(self, name: str, arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr)
+        if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make scalars 1-D)
+            arr = arr.copy(order="C")
         self.inits[name] = numpy_helper.from_array(arr, name)
+        self._new_inits.add(name)
         self._arrays[name] = arr
         self.tensor_names.add(name)
         self.shapes[name] = tuple(int(d) for d in arr.shape)
@@ -275,17 +279,30 @@ class Graph:
 
     # ----- write back
     def commit(self) -> onnx.ModelProto:
-        """Write nodes (topologically sorted, dead ones dropped) and live initializers back."""
+        """Write nodes (topologically sorted, dead ones dropped) and live initializers back.
+        Existing initializers stay in place (no copy of big weights); unused ones are dropped."""
         self.remove_dead()
         g = self.model.graph
+        order = self._toposort()
         del g.node[:]
-        g.node.extend(self._toposort())
+        g.node.extend(order)
         used = set(self.pinned)
-        for n in g.node:
+        for n in order:
             used.update(n.input)
-        keep = [t for name, t in self.inits.items() if name in used]
-        del g.initializer[:]
-        g.initializer.extend(keep)
+        present = set()
+        drop = 0
+        for t in g.initializer:
+            if t.name in used and t.name not in self._new_inits and t.name not in present:
+                present.add(t.name)
+            else:
+                drop += 1
+        if drop:
+            g.initializer.sort(key=lambda t: t.name in present)  # stable: dropped ones first
+            del g.initializer[:drop]
+        for name, t in self.inits.items():
+            if name in used and name not in present:
+                g.initializer.append(t)
+        self._new_inits.clear()
         return self.model
 
     def remove_dead(self) -> None:

@@ -81,22 +81,25 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         logger.warning("legalize: opset %d -> %d conversion failed (%s); keeping opset %d, rules "
                        "handle its attribute forms", old, MIN_OPSET, exc, old)
         return model
+    # take the converted nodes back into the model, whose big weights never moved
     cg = conv.graph
-    keep = [vi for vi in cg.input if vi.name not in held]
-    del cg.input[:]
-    cg.input.extend(keep)
-    cg.initializer.extend(t for t in g.initializer if t.name in held)
-    conv.ir_version = max(model.ir_version, 7)
-    conv.producer_name, conv.producer_version = model.producer_name, model.producer_version
-    conv.domain, conv.model_version, conv.doc_string = model.domain, model.model_version, \
-        model.doc_string
-    del conv.metadata_props[:]
-    conv.metadata_props.extend(model.metadata_props)
-    cg.ClearField("value_info")
-    renamed = name_nodes(cg)
+    have = {t.name for t in g.initializer}
+    del g.node[:]
+    g.node.extend(cg.node)
+    inputs = [vi for vi in cg.input if vi.name not in held]
+    del g.input[:]
+    g.input.extend(inputs)
+    for t in cg.initializer:
+        if t.name not in have:
+            g.initializer.append(t)
+    del model.opset_import[:]
+    model.opset_import.extend(conv.opset_import)
+    model.ir_version = max(model.ir_version, 7)
+    g.ClearField("value_info")
+    renamed = name_nodes(g)
     logger.info("legalize: opset %d -> %d (%d nodes added by the converter named)", old,
                 MIN_OPSET, renamed)
-    return conv
+    return model
 
 
 def fix_ir_version(model: onnx.ModelProto) -> None:

@@ -81,7 +81,17 @@ def infer(graph_view, inputs: List[onnx.ValueInfoProto], outputs: List[onnx.Valu
     graph_view.dtypes = dtypes
 
 
-def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view) -> None:
+def pool_out_size(size, k, s, d, pb, pe, ceil):
+    """Pooling output length as onnxruntime computes it (a ceil-mode window must start inside
+    the input or its leading pad)."""
+    span = size + pb + pe - ((k - 1) * d + 1)
+    out = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + pb:
+        out -= 1
+    return out
+
+
+def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=False) -> None:
     """Measure the shapes ONNX inference left open by running onnxruntime once (random inputs)."""
     try:
         import onnxruntime as ort
@@ -114,7 +124,7 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view) -> None:
                        "shapes", exc, len(missing))
         return
     for name, v in zip(names, values):
-        if name in missing and isinstance(v, np.ndarray):
+        if (override or name in missing) and isinstance(v, np.ndarray):
             graph_view.shapes[name] = tuple(int(d) for d in v.shape)
             graph_view.dtypes[name] = helper.np_dtype_to_tensor_dtype(v.dtype)
     logger.info("legalize: %d tensor shapes measured with onnxruntime (data-dependent shapes are "
@@ -151,7 +161,7 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                              hint=f"pass input_shapes={{{vi.name!r}: [{example}]}} "
                                   f"(CLI: --input-shape {vi.name}:{example})")
         for k, d in enumerate(t.shape.dim):
-            if not d.HasField("dim_value") or d.dim_value <= 0:
+            if not d.HasField("dim_value") or d.dim_value < 0:
                 what = repr(d.dim_param) if d.dim_param else "unknown"
                 raise ShapeError(
                     f"graph input {vi.name!r} has a non-static dimension {k} ({what}); the "

@@ -60,7 +60,10 @@ class SplitResult:
 
 
 def _matches(node: onnx.NodeProto, names: set) -> bool:
-    return node.name in names or node.op_type in names or any(o in names for o in get_origin(node))
+    """Node name, op type or (except for layout changes, which borrow their consumer's) original names."""
+    if node.name in names or node.op_type in names:
+        return True
+    return node.op_type != "LayoutTransform" and any(o in names for o in get_origin(node))
 
 
 def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
@@ -102,37 +105,41 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
     dropped: List[dict] = []
     for n in order:
         if is_mrvl(n) and n.name not in assign:
-            why = ("excluded by the user" if _matches(n, excluded) else
+            why = ("excluded by the user (exclude=...)" if _matches(n, excluded) else
                    "outside the single region fed by the model inputs (partition='single')")
             dropped.append({"nodes": [n.name], "origin": get_origin(n), "reason": why})
     kept: List[List[onnx.NodeProto]] = []
+    estimates: List[dict] = []
     for rid in sorted(members):  # ids were handed out in topological order
         nodes = members[rid]
-        reason = None
+        reason, est = None, None
         if not force and not any(n.op_type in COMPUTE_OPS for n in nodes):
             reason = "no conv2d or fc in the region (minimum-work rule; force=True keeps it)"
         elif partition == "cost":
             est = cost_model.estimate(g, nodes, target)
             if not est["offload"]:
-                reason = (f"cost model: accelerator {est['accel_s'] * 1e6:.1f} us (incl. transfers) "
-                          f">= CPU {est['cpu_s'] * 1e6:.1f} us")
+                reason = cost_model.describe(est)
         if reason:
-            dropped.append({"nodes": [n.name for n in nodes],
-                            "origin": [o for n in nodes for o in get_origin(n)], "reason": reason})
+            entry = {"nodes": [n.name for n in nodes], "origin": [o for n in nodes for o in get_origin(n)],
+                     "reason": reason, "macs": sum(node_macs(g, n) for n in nodes)}
+            if est is not None:
+                entry["estimate"] = est
+            dropped.append(entry)
         else:
             kept.append(nodes)
+            estimates.append(est)
     macs_total = sum(node_macs(g, n) for n in g.nodes)
     revert(model, {name for d in dropped for name in d["nodes"]})
     g = GraphIndex(model)
     regions: List[Region] = []
-    for idx, nodes in enumerate(kept):
+    for idx, (nodes, est) in enumerate(zip(kept, estimates)):
         nodes = [g.by_name[n.name] for n in nodes]
         ins, outs = boundary(g, nodes)
         name = f"mrvl_region_{idx}"
         reg = Region(name, [n.name for n in nodes], ins, outs,
                      [o for n in nodes for o in get_origin(n)], sum(node_macs(g, n) for n in nodes))
-        if partition == "cost":
-            reg.estimate = cost_model.estimate(g, nodes, target)
+        if est is not None:
+            reg.estimate = est
         reg.model = region_model(model, g, nodes, ins, outs, name)
         regions.append(reg)
     deployable = _replace_regions(model, g, regions, reference)

@@ -1,15 +1,22 @@
 """The cost model behind ``partition="cost"``: is a region worth offloading?
 
-Accelerator time: per layer max(compute, weight streaming) cycles plus a fixed overhead, at the
-clock of the target's arch profile, plus the transfer of the region's inputs and outputs and a
-per-call overhead. CPU time: the same MACs at the CPU's measured throughput plus a per-op cost
-(``Target.cpu``; calibrate for a machine with ``tools/calibrate_cpu.py``). All figures are
-estimates; the report prints them so a user can see why a region was kept or dropped.
+Accelerator time (``Target.arch``): per layer max(compute, memory) cycles plus a fixed overhead,
+where compute is MACs / (MACs per cycle per tile x tiles) plus one cycle per fp16 element produced
+per tile lane group, and memory is the fp16 weights plus any activation that does not fit in the
+on-chip memory, streamed from DRAM; plus the fp32 transfer of the region's inputs and outputs to and
+from the host and a per-call overhead.
+
+CPU time (``Target.cpu``): MACs at the CPU's measured throughput, the bytes every op reads and
+writes at its measured streaming bandwidth, and a fixed cost per op. ``tools/calibrate_cpu.py``
+measures these for a machine; ``Target.with_calibration()`` loads them.
+
+All figures are estimates; ``estimate`` returns every term so reports can show why a region was
+kept or dropped.
 """
 from __future__ import annotations
 
 import math
-from typing import List
+from typing import Dict, List
 
 import numpy as np
 import onnx
@@ -18,27 +25,66 @@ from .._graph import GraphIndex
 from ..target import Target
 
 
-def _bytes(g: GraphIndex, name: str, itemsize: int) -> int:
+def _elems(g: GraphIndex, name: str) -> int:
     shape = g.shape(name)
-    return int(np.prod(shape, dtype=np.int64)) * itemsize if shape is not None else 0
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+
+
+def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[str, int]:
+    """Accelerator cycles of one Mrvl node: compute, memory and their bound."""
+    from . import node_macs
+
+    arch = target.arch
+    macs = node_macs(g, node)
+    weights = sum(_elems(g, i) for i in node.input if i and g.is_const(i)) * 2
+    acts_in = [_elems(g, i) * 2 for i in node.input if i and not g.is_const(i)]
+    acts_out = [_elems(g, o) * 2 for o in node.output if o]
+    ocm = arch.ocm_size * arch.num_tiles
+    spilled = sum(b for b in acts_in + acts_out if b > ocm)
+    lanes = arch.macs_per_cycle_per_tile * arch.num_tiles
+    compute = math.ceil(macs / lanes) + math.ceil(sum(acts_out) / 2 / max(1, lanes // 16))
+    memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
+    return {"macs": macs, "compute": compute, "memory": memory,
+            "cycles": max(compute, memory) + arch.layer_overhead_cycles}
+
+
+def cpu_seconds(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> float:
+    """Estimated onnxruntime time of ``nodes`` run as standard ONNX on the host."""
+    from . import node_macs
+
+    cpu = target.cpu
+    total = 0.0
+    for n in nodes:
+        if n.op_type == "LayoutTransform":
+            continue                    # exists only because of the accelerator
+        moved = sum(_elems(g, i) for i in list(n.input) + list(n.output) if i and not g.is_const(i)) * 4
+        total += node_macs(g, n) / cpu.macs_per_s + moved / cpu.bytes_per_s + cpu.op_overhead_s
+    return total
 
 
 def estimate(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> dict:
-    from . import node_macs
+    """Every term of the offload decision for one region (times in seconds)."""
     from .regions import boundary
 
-    arch, cpu = target.arch, target.cpu
+    arch = target.arch
     cycles, macs = 0, 0
     for n in nodes:
-        m = node_macs(g, n)
-        macs += m
-        weight_bytes = sum(_bytes(g, i, 2) for i in n.input if g.is_const(i))
-        compute = math.ceil(m / (arch.macs_per_cycle_per_tile * arch.num_tiles))
-        memory = math.ceil(weight_bytes / arch.dram_bytes_per_cycle)
-        cycles += max(compute, memory) + arch.layer_overhead_cycles
+        c = layer_cycles(g, n, target)
+        cycles += c["cycles"]
+        macs += c["macs"]
     ins, outs = boundary(g, nodes)
-    transfer = sum(_bytes(g, t, 4) for t in ins + outs) / arch.transfer_bytes_per_s
-    accel_s = cycles / arch.clock_hz + transfer + arch.call_overhead_s
-    cpu_s = macs / cpu.macs_per_s + len(nodes) * cpu.op_overhead_s
-    return {"macs": macs, "cycles": cycles, "transfer_s": transfer, "accel_s": accel_s, "cpu_s": cpu_s,
-            "offload": accel_s < cpu_s}
+    transfer = sum(_elems(g, t) * 4 for t in ins + outs) / arch.transfer_bytes_per_s
+    compute_s = cycles / arch.clock_hz
+    accel_s = compute_s + transfer + arch.call_overhead_s
+    cpu_s = cpu_seconds(g, nodes, target)
+    return {"macs": macs, "cycles": cycles, "accel_compute_s": compute_s, "transfer_s": transfer,
+            "call_overhead_s": arch.call_overhead_s, "accel_s": accel_s, "cpu_s": cpu_s,
+            "speedup": cpu_s / accel_s if accel_s > 0 else float("inf"), "offload": accel_s < cpu_s}
+
+
+def describe(est: dict) -> str:
+    """One line for reports: why the cost model dropped (or kept) a region."""
+    verdict = "<" if est["offload"] else ">="
+    return (f"cost model: accelerator {est['accel_s'] * 1e6:.1f} us (compute {est['accel_compute_s'] * 1e6:.1f}"
+            f" + transfers {est['transfer_s'] * 1e6:.1f} + call {est['call_overhead_s'] * 1e6:.1f}) {verdict} "
+            f"CPU {est['cpu_s'] * 1e6:.1f} us")

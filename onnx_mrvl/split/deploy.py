@@ -73,7 +73,11 @@ def subgraph_node(region, model: onnx.ModelProto, reference: bool
 def _reference_function(op_type: str, region) -> onnx.FunctionProto:
     """The region's fp32 reference: its Mrvl nodes, weights as Constant nodes (functions have no
     initializers). Runs in plain onnxruntime with no custom ops."""
-    m = region.model
+    from .revert import inline_nodes
+
+    m = onnx.ModelProto()
+    m.CopyFrom(region.model)
+    inline_nodes(m, {n.name for n in m.graph.node})  # onnxruntime resolves no overloads in nested calls
     consts = [helper.make_node("Constant", [], [t.name], value=t) for t in m.graph.initializer]
     body = consts + [_copy(n) for n in m.graph.node]
     return helper.make_function(opset.DOMAIN, op_type, list(region.inputs), list(region.outputs), body,

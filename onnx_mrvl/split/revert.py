@@ -19,6 +19,11 @@ UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Id
 BINARY = {"Add", "Mul", "Sub", "Div", "Max", "Min"}
 
 
+def _std(node: onnx.NodeProto) -> bool:
+    """A standard-domain node (Mrvl ops reuse names such as Reshape and Concat)."""
+    return node.domain in ("", "ai.onnx")
+
+
 def inline_nodes(model: onnx.ModelProto, names: Set[str]) -> None:
     """Replace the named function-call nodes of the main graph by their bodies, in place."""
     funcs = {(f.domain, f.name, f.overload): f for f in model.functions}
@@ -64,6 +69,7 @@ class _Cleaner:
         self.g = model.graph
         self.inits = {t.name: t for t in self.g.initializer}
         self.outputs = {o.name for o in self.g.output}
+        self.after: Dict[int, List[onnx.NodeProto]] = {}   # sweep index -> nodes to insert after it
 
     def const(self, name):
         t = self.inits.get(name)
@@ -90,11 +96,13 @@ class _Cleaner:
                 users[i].append(n)
         alias: Dict[str, str] = {}
         changed = False
-        for n in nodes:
+        for idx, n in enumerate(nodes):
             for k, i in enumerate(n.input):
                 while i in alias:
                     i = alias[i]
                 n.input[k] = i
+            if not _std(n):
+                continue
             if n.op_type == "Transpose" and n.input[0] in self.inits:
                 perm = attr(n, "perm")
                 self._replace_with_const(n, self.const(n.input[0]).transpose(perm))
@@ -102,7 +110,7 @@ class _Cleaner:
             elif n.op_type == "Transpose":
                 src = producer.get(n.input[0])
                 perm = list(attr(n, "perm"))
-                if src is not None and src.op_type == "Transpose":
+                if src is not None and src.op_type == "Transpose" and _std(src):
                     inner = list(attr(src, "perm"))
                     comp = [inner[p] for p in perm]
                     if comp == sorted(comp) and n.output[0] not in self.outputs:
@@ -118,16 +126,20 @@ class _Cleaner:
                 elif perm == sorted(perm) and n.output[0] not in self.outputs:
                     alias[n.output[0]] = n.input[0]
                     n.op_type = "Identity"
+                    del n.attribute[:]
                     changed = True
             elif n.op_type in UNARY | BINARY:
-                changed |= self._push(n, producer, users)
+                changed |= self._push(idx, n, producer, users)
             elif n.op_type == "Reshape":
                 src = producer.get(n.input[0])
-                if src is not None and src.op_type == "Reshape" and len(users[src.output[0]]) == 1:
+                if (src is not None and src.op_type == "Reshape" and _std(src)
+                        and len(users[src.output[0]]) == 1 and src.output[0] not in self.outputs):
                     n.input[0] = src.input[0]
                     changed = True
             elif n.op_type == "Identity" and n.output[0] not in self.outputs:
                 alias[n.output[0]] = n.input[0]
+        if self.after:
+            self._insert_pending(nodes)
         if alias:
             for n in self.g.node:
                 for k, i in enumerate(n.input):
@@ -144,11 +156,11 @@ class _Cleaner:
         del n.attribute[:]
         n.input.append(name)
 
-    def _push(self, n, producer, users) -> bool:
+    def _push(self, idx, n, producer, users) -> bool:
         """op(T(x), [T(y) | const]) -> T(op(x, ...)) so transposes meet and cancel."""
         data = [i for i in n.input if i and i not in self.inits]
         srcs = [producer.get(i) for i in data]
-        if not srcs or any(s is None or s.op_type != "Transpose" for s in srcs):
+        if not srcs or any(s is None or s.op_type != "Transpose" or not _std(s) for s in srcs):
             return False
         perms = {tuple(attr(s, "perm")) for s in srcs}
         if len(perms) != 1 or any(len(users[s.output[0]]) != 1 for s in srcs):
@@ -175,9 +187,19 @@ class _Cleaner:
         n.output[0] = mid
         t = helper.make_node("Transpose", [mid], [out], name=n.name + "/transpose", perm=perm)
         set_origin(t, get_origin(n))
-        idx = list(self.g.node).index(n)
-        self.g.node.insert(idx + 1, t)
+        self.after.setdefault(idx, []).append(t)
         return True
+
+    def _insert_pending(self, snapshot: List[onnx.NodeProto]) -> None:
+        """Put the transposes ``_push`` created right after their producers (one pass, O(n))."""
+        nodes = []
+        for idx, n in enumerate(snapshot):
+            nodes.append(n)
+            nodes.extend(self.after.get(idx, ()))
+        self.after = {}
+        copies = [_copy(n) for n in nodes]
+        del self.g.node[:]
+        self.g.node.extend(copies)
 
     def _drop_identity_reshapes(self):
         shapes = {}
@@ -185,7 +207,7 @@ class _Cleaner:
             dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
             shapes[vi.name] = dims
         for n in self.g.node:
-            if n.op_type == "Reshape" and n.output[0] not in self.outputs:
+            if n.op_type == "Reshape" and _std(n) and n.output[0] not in self.outputs:
                 target = self.const(n.input[1])
                 src = shapes.get(n.input[0])
                 if target is not None and src and list(target) == src and all(d > 0 for d in src):
@@ -195,8 +217,8 @@ class _Cleaner:
     def prune(self) -> None:
         """Drop Identity nodes, dead nodes and unused initializers."""
         alias = {n.output[0]: n.input[0] for n in self.g.node
-                 if n.op_type == "Identity" and n.output[0] not in self.outputs and n.input}
-        keep = [n for n in self.g.node if not (n.op_type == "Identity" and n.output[0] in alias)]
+                 if n.op_type == "Identity" and _std(n) and n.output[0] not in self.outputs and n.input}
+        keep = [n for n in self.g.node if not (n.op_type == "Identity" and _std(n) and n.output[0] in alias)]
         for n in keep:
             for k, i in enumerate(n.input):
                 while i in alias:
@@ -214,6 +236,12 @@ class _Cleaner:
         used = [t for t in self.g.initializer if t.name in needed]
         del self.g.initializer[:]
         self.g.initializer.extend(used)
+
+
+def _copy(n: onnx.NodeProto) -> onnx.NodeProto:
+    c = onnx.NodeProto()
+    c.CopyFrom(n)
+    return c
 
 
 def revert(model: onnx.ModelProto, names: Set[str]) -> None:

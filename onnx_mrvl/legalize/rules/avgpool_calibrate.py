@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from ... import provenance
+from ..shapes import pool_out_size
 from .base import Match, attr, np_dtype
 from ..graph import set_attr
 
@@ -32,6 +33,14 @@ def check(m: Match, g, target) -> Optional[str]:
         return "needs a static 4-D input"
     if any(d != 1 for d in (attr(node, "dilations") or [1, 1])):
         return "dilated pooling"
+    ceil = attr(node, "ceil_mode", 0)
+    (kh, kw), (sh, sw) = attr(node, "kernel_shape"), attr(node, "strides") or [1, 1]
+    pt, pl, pb, pr = attr(node, "pads")
+    want = [pool_out_size(sx[2], kh, sh, 1, pt, pb, ceil), pool_out_size(sx[3], kw, sw, 1, pl, pr,
+                                                                          ceil)]
+    if list(sy[2:]) != want:
+        return (f"ceil_mode output {list(sy[2:])} (ONNX shape inference) differs from the "
+                f"{want} onnxruntime computes; no static calibration map fits both")
     return None
 
 
@@ -40,16 +49,16 @@ def _axis(size, out, k, s, pb, pe):
     start = np.arange(out) * s - pb
     end_pad = np.minimum(start + k, size + pe)
     real = np.minimum(start + k, size) - np.maximum(start, 0)
-    return (end_pad - start) / np.maximum(real, 1)
+    return (end_pad - start) / np.maximum(real, 1)  # ceil-mode tails: padded end clips too
 
 
 def rewrite(m: Match, g) -> str:
     node = m.node
     _, _, h, w = g.shape(node.input[0])
-    sy = g.shape(node.output[0])
     kh, kw = attr(node, "kernel_shape")
     sh, sw = attr(node, "strides") or [1, 1]
     pt, pl, pb, pr = attr(node, "pads")
+    sy = g.shape(node.output[0])
     fh = _axis(h, sy[2], kh, sh, pt, pb)
     fw = _axis(w, sy[3], kw, sw, pl, pr)
     cal = np.outer(fh, fw).reshape(1, 1, sy[2], sy[3]).astype(np_dtype(g, node.input[0]))

@@ -26,11 +26,15 @@ def match(node, g) -> Optional[Match]:
     hi = g.const(hi_name) if hi_name else None
     if (lo_name and lo is None) or (hi_name and hi is None):
         return None  # dynamic bounds: leave
-    if lo is not None and hi is not None and len(g.inits[lo_name].dims) == 0 \
-            and len(g.inits[hi_name].dims) == 0:
+    scalars = lo is not None and hi is not None and lo.ndim == 0 and hi.ndim == 0
+    lo = None if lo is None else float(lo.reshape(-1)[0])
+    hi = None if hi is None else float(hi.reshape(-1)[0])
+    # converters fill a missing bound with the float limits: treat those as absent
+    lo = None if lo is not None and lo <= -FLT_MAX else lo
+    hi = None if hi is not None and hi >= FLT_MAX else hi
+    if scalars and lo is not None and hi is not None:
         return None  # already canonical
-    return Match([node], {"lo": None if lo is None else float(lo.reshape(-1)[0]),
-                          "hi": None if hi is None else float(hi.reshape(-1)[0])})
+    return Match([node], {"lo": lo, "hi": hi})
 
 
 def check(m: Match, g, target) -> Optional[str]:

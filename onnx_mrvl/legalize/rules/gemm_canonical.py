@@ -16,8 +16,8 @@ def _is_canonical(node, g) -> bool:
     b, c = inp(node, 1), inp(node, 2)
     return (attr(node, "alpha", 1.0) == 1.0 and attr(node, "beta", 1.0) == 1.0
             and attr(node, "transA", 0) == 0 and attr(node, "transB", 0) == 1
-            and g.is_const(b) and len(g.const(b).shape) == 2
-            and (not c or (g.is_const(c) and len(g.const(c).shape) == 1))
+            and g.is_const(b) and len(g.shape(b)) == 2
+            and (not c or (g.is_const(c) and g.shape(c) == g.shape(b)[:1]))
             and len(g.shape(node.input[0]) or (0, 0)) == 2)
 
 

@@ -1,0 +1,244 @@
+"""Conv2D and FC kernels: NHWC, numpy only, fp16 values in float32 containers.
+
+Numeric model (docs/simulator.md): inputs and weights hold fp16 values; the products are exact in
+float32 and accumulate in float32 (one sgemm); bias, scale, shift and the activation are applied
+in float32; the output is rounded to fp16 (round to nearest even, overflow to inf).
+
+``prepare_conv2d`` / ``prepare_fc`` lay the weights out once and return a closure ``x -> y``;
+``conv2d`` / ``fc`` are the one-shot forms (they also round their inputs to fp16 first).
+The pooling and element-wise kernels live in ``pooling.py`` and ``tensor_ops.py`` and are
+re-exported here so ``kernels`` is the one namespace of every kernel.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .activations import make_activation
+from .fp16 import round_fp16_, to_fp16_values
+from .pooling import (avgpool2d, global_avgpool2d, global_maxpool2d, maxpool2d,  # noqa: F401
+                      pool_output_size)
+from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest, sum2d  # noqa: F401
+
+F32 = np.float32
+_BLOCK_ROWS = 1024          # output pixels per im2col block: block + GEMM + epilogue stay in cache
+
+
+def _f32(w) -> Optional[np.ndarray]:
+    if w is None:
+        return None
+    return np.ascontiguousarray(np.asarray(w, dtype=F32).reshape(-1))
+
+
+def _epilogue(bias, scale, shift, act) -> Callable[[np.ndarray], None]:
+    """y = act(((acc + bias) * scale) + shift), in place on a float32 block, then RNE to fp16."""
+    def run(y: np.ndarray) -> bool:
+        if bias is not None:
+            y += bias
+        if scale is not None:
+            y *= scale
+        if shift is not None:
+            y += shift
+        if act is not None:
+            r = act(y)
+            if r is not y:
+                y[...] = r
+        return round_fp16_(y)
+    return run
+
+
+def conv_output_size(size: int, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int) -> int:
+    return (size + pad_lo + pad_hi - dilation * (k - 1) - 1) // stride + 1
+
+
+def _pad_nhwc(x: np.ndarray, pads: Sequence[int], value: float = 0.0) -> np.ndarray:
+    t, l, b, r = (int(p) for p in pads)
+    if not (t or l or b or r):
+        return x
+    n, h, w, c = x.shape
+    out = np.full((n, h + t + b, w + l + r, c), value, dtype=x.dtype)
+    out[:, t:t + h, l:l + w, :] = x
+    return out
+
+
+def _windows(xp: np.ndarray, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
+             dh: int, dw: int) -> np.ndarray:
+    """Read-only view [N, OH, OW, KH, KW, C] of the windows of the padded NHWC input."""
+    sn, sy, sx, sc = xp.strides
+    return as_strided(xp, shape=(xp.shape[0], oh, ow, kh, kw, xp.shape[3]),
+                      strides=(sn, sy * sh, sx * sw, sy * dh, sx * dw, sc), writeable=False)
+
+
+class Conv2D:
+    """A prepared Conv2D: weights laid out once as the sgemm right-hand side."""
+
+    def __init__(self, kernel: np.ndarray, bias=None, scale=None, shift=None,
+                 strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
+                 activation: str = "none", activation_params: Optional[Mapping] = None,
+                 slope=None):
+        k = np.asarray(kernel)
+        if k.ndim != 4:
+            raise ValueError(f"conv kernel must be OHWI [O,KH,KW,I/groups], got shape {list(k.shape)}")
+        self.out_channels, self.kh, self.kw, self.cin_g = (int(d) for d in k.shape)
+        self.groups = int(groups)
+        if self.groups < 1 or self.out_channels % self.groups:
+            raise ValueError(f"{self.out_channels} output channels do not split into {self.groups} groups")
+        self.strides = tuple(int(s) for s in strides)
+        self.padding = tuple(int(p) for p in padding)
+        self.dilation = tuple(int(d) for d in dilation)
+        if len(self.strides) != 2 or len(self.dilation) != 2 or len(self.padding) != 4:
+            raise ValueError("strides and dilation need 2 values, padding 4 [top,left,bottom,right]")
+        if min(self.strides + self.dilation) < 1 or min(self.padding) < 0:
+            raise ValueError("strides and dilation must be >= 1 and padding >= 0")
+        kf = to_fp16_values(k)
+        self.og = self.out_channels // self.groups
+        self.depthwise = self.cin_g == 1 and self.groups > 1 and self.og >= 1
+        if self.depthwise:
+            # [KH*KW, O]: one per-channel weight row per tap
+            self.w_taps = np.ascontiguousarray(kf.reshape(self.out_channels, self.kh * self.kw).T)
+        else:
+            # per group: [KH*KW*I/g, O/g], rows in (kh, kw, c) order, matching the im2col columns
+            wg = kf.reshape(self.groups, self.og, self.kh * self.kw * self.cin_g)
+            self.w_mats = [np.ascontiguousarray(wg[g].T) for g in range(self.groups)]
+        self.epilogue = _epilogue(_f32(bias), _f32(scale), _f32(shift),
+                                  make_activation(activation, activation_params, slope))
+
+    def output_shape(self, in_shape: Sequence[int]) -> Tuple[int, int, int, int]:
+        n, h, w, _ = in_shape
+        (sh, sw), (dh, dw), (t, l, b, r) = self.strides, self.dilation, self.padding
+        return (int(n), conv_output_size(h, self.kh, sh, t, b, dh),
+                conv_output_size(w, self.kw, sw, l, r, dw), self.out_channels)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.apply(x)[0]
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """Run on fp16-valued float32 NHWC ``x``; returns (output, every output value finite)."""
+        if x.ndim != 4 or x.shape[3] != self.cin_g * self.groups:
+            raise ValueError(f"conv input must be NHWC with {self.cin_g * self.groups} channels, "
+                             f"got shape {list(x.shape)}")
+        n, oh, ow, o = self.output_shape(x.shape)
+        if oh < 1 or ow < 1:
+            raise ValueError(f"conv output would be empty for input shape {list(x.shape)}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.depthwise:
+                return self._depthwise(x, n, oh, ow)
+            return self._gemm(x, n, oh, ow)
+
+    def _gemm(self, x: np.ndarray, n: int, oh: int, ow: int) -> np.ndarray:
+        kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
+        c = x.shape[3]
+        out = np.empty((n, oh, ow, self.out_channels), dtype=F32)
+        finite = True
+        if kh == kw == 1 and self.padding == (0, 0, 0, 0) and self.groups == 1:
+            src = x if sh == sw == 1 else x[:, ::sh, ::sw, :][:, :oh, :ow, :]
+            src = np.ascontiguousarray(src).reshape(-1, c)
+            o2 = out.reshape(-1, self.out_channels)
+            rows = max(_BLOCK_ROWS, 1)
+            for p in range(0, o2.shape[0], rows):
+                blk = o2[p:p + rows]
+                np.matmul(src[p:p + rows], self.w_mats[0], out=blk)
+                finite &= self.epilogue(blk)
+            return out, finite
+        xp = _pad_nhwc(x, self.padding)
+        cg = self.cin_g
+        kk = kh * kw * cg
+        rows_oh = max(1, _BLOCK_ROWS // ow)
+        for g in range(self.groups):
+            xg = xp if self.groups == 1 else xp[..., g * cg:(g + 1) * cg]
+            win = _windows(xg, oh, ow, kh, kw, sh, sw, dh, dw)
+            wm = self.w_mats[g]
+            for b in range(n):
+                for y0 in range(0, oh, rows_oh):
+                    y1 = min(oh, y0 + rows_oh)
+                    cols = win[b, y0:y1].reshape((y1 - y0) * ow, kk)    # the one im2col copy
+                    if self.groups == 1:
+                        blk = out[b, y0:y1].reshape(-1, self.out_channels)
+                        np.matmul(cols, wm, out=blk)
+                    else:
+                        out[b, y0:y1, :, g * self.og:(g + 1) * self.og] = (cols @ wm).reshape(
+                            y1 - y0, ow, self.og)
+                    if self.groups == 1:
+                        finite &= self.epilogue(blk)
+        if self.groups > 1:
+            o2 = out.reshape(-1, self.out_channels)
+            for p in range(0, o2.shape[0], _BLOCK_ROWS):
+                finite &= self.epilogue(o2[p:p + _BLOCK_ROWS])
+        return out, finite
+
+    def _depthwise(self, x: np.ndarray, n: int, oh: int, ow: int) -> np.ndarray:
+        kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
+        mult = self.og
+        xs = x if mult == 1 else np.repeat(x, mult, axis=3)
+        xp = _pad_nhwc(xs, self.padding)
+        o = self.out_channels
+        out = np.empty((n, oh, ow, o), dtype=F32)
+        rows_oh = max(1, (32768 // max(o, 1)) // ow) if ow * o <= 32768 else 1
+        tmp = np.empty((rows_oh, ow, o), dtype=F32)
+        finite = True
+        for b in range(n):
+            for y0 in range(0, oh, rows_oh):
+                y1 = min(oh, y0 + rows_oh)
+                acc = out[b, y0:y1]
+                t = tmp[:y1 - y0]
+                for i in range(kh):
+                    ys = y0 * sh + i * dh
+                    rows = xp[b, ys:ys + (y1 - y0 - 1) * sh + 1:sh]
+                    for j in range(kw):
+                        xs0 = j * dw
+                        view = rows[:, xs0:xs0 + (ow - 1) * sw + 1:sw, :]
+                        w = self.w_taps[i * kw + j]
+                        if i == 0 and j == 0:
+                            np.multiply(view, w, out=acc)
+                        else:
+                            np.multiply(view, w, out=t)
+                            acc += t
+                finite &= self.epilogue(acc.reshape(-1, o))
+        return out, finite
+
+
+def prepare_conv2d(kernel, **kw) -> Conv2D:
+    return Conv2D(kernel, **kw)
+
+
+def conv2d(x, kernel, bias=None, scale=None, shift=None, strides=(1, 1), padding=(0, 0, 0, 0),
+           dilation=(1, 1), groups=1, activation="none", activation_params=None, slope=None):
+    """One-shot NHWC conv: x [N,H,W,C], kernel OHWI [O,KH,KW,C/groups] -> fp16 values [N,OH,OW,O]."""
+    conv = Conv2D(kernel, bias=bias, scale=scale, shift=shift, strides=strides, padding=padding,
+                  dilation=dilation, groups=groups, activation=activation,
+                  activation_params=activation_params, slope=slope)
+    return conv(to_fp16_values(x))
+
+
+class FC:
+    """A prepared fully connected layer: y = act(x @ kernel.T + bias), kernel [O, K]."""
+
+    def __init__(self, kernel, bias=None, activation="none", activation_params=None, slope=None):
+        k = np.asarray(kernel)
+        if k.ndim != 2:
+            raise ValueError(f"FC kernel must be [O, K], got shape {list(k.shape)}")
+        self.out_features, self.in_features = (int(d) for d in k.shape)
+        self.w = np.ascontiguousarray(to_fp16_values(k).T)
+        self.epilogue = _epilogue(_f32(bias), None, None,
+                                  make_activation(activation, activation_params, slope))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.apply(x)[0]
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """Run on fp16-valued float32 ``x`` [N, K]; returns (output, every output value finite)."""
+        x2 = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
+        if x2.shape[1] != self.in_features:
+            raise ValueError(f"FC expects {self.in_features} input features, got shape {list(x.shape)}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.matmul(np.ascontiguousarray(x2), self.w)
+            finite = self.epilogue(out)
+        return out, finite
+
+
+def fc(x, kernel, bias=None, activation="none", activation_params=None, slope=None):
+    """One-shot FC: x [N, K], kernel [O, K] -> fp16 values [N, O]."""
+    return FC(kernel, bias=bias, activation=activation, activation_params=activation_params,
+              slope=slope)(to_fp16_values(x))

@@ -1,0 +1,219 @@
+"""Turn one program layer (docs/program.md) into a prepared closure ``f(*inputs) -> (y, finite)``.
+
+Everything that can be checked or laid out ahead of a run happens here, once: the layer_name is
+known, the params and weights it needs are present and consistent, kernels are laid out for the
+sgemm. Errors name the layer and its original ONNX nodes (``CompileError`` for a malformed layer,
+``ArtifactError`` for a weight the binary does not hold).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import ArtifactError, CompileError
+from .activations import ACTIVATIONS
+from .kernels import FC, Conv2D
+from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
+from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest
+
+LayerFn = Callable[..., Tuple[np.ndarray, bool]]
+
+
+class LayerSpec:
+    """The view of one layer dict the builders need, with errors that name the layer."""
+
+    def __init__(self, layer: Mapping, weights: Mapping[str, np.ndarray]):
+        self.layer = layer
+        self.name = str(layer.get("name", f"layer_{layer.get('index', '?')}"))
+        self.layer_name = str(layer.get("layer_name", ""))
+        self.origin = [str(o) for o in (layer.get("origin") or [])]
+        self.params = dict(layer.get("params") or {})
+        self.weight_names = dict(layer.get("weights") or {})
+        self._weights = weights
+
+    def error(self, msg: str, hint: Optional[str] = None, cls=CompileError):
+        return cls(f"{self.layer_name} layer: {msg}", node=self.name, origin=self.origin,
+                   hint=hint or "recompile the region; the program does not follow docs/program.md")
+
+    def param(self, key: str, default=None, *, required: bool = False, length: Optional[int] = None):
+        if key not in self.params or self.params[key] is None:
+            if required:
+                raise self.error(f"missing param {key!r}")
+            return default
+        value = self.params[key]
+        if length is not None:
+            try:
+                value = [int(v) for v in value]
+            except (TypeError, ValueError):
+                raise self.error(f"param {key!r} must be a list of {length} integers, got {value!r}") from None
+            if len(value) != length:
+                raise self.error(f"param {key!r} must have {length} values, got {value}")
+        return value
+
+    def weight(self, role: str, *, required: bool = False) -> Optional[np.ndarray]:
+        wname = self.weight_names.get(role)
+        if wname is None:
+            if required:
+                raise self.error(f"missing weight {role!r}")
+            return None
+        if wname not in self._weights:
+            raise self.error(f"weight {wname!r} ({role}) is not in the binary", cls=ArtifactError,
+                             hint="the binary is incomplete or does not match its meta; rebuild it")
+        return self._weights[wname]
+
+    def activation(self) -> Dict:
+        act = str(self.params.get("activation") or "none").lower()
+        if act not in ACTIVATIONS:
+            raise self.error(f"unknown activation {act!r} (known: {', '.join(ACTIVATIONS)})")
+        slope = self.weight("slope", required=(act == "prelu"))
+        return {"activation": act, "activation_params": dict(self.params.get("activation_params") or {}),
+                "slope": slope}
+
+
+def _check_inputs(spec: LayerSpec, n_inputs: int, allowed: Sequence[int]) -> None:
+    if n_inputs not in allowed:
+        raise spec.error(f"takes {' or '.join(map(str, allowed))} input(s), the program gives {n_inputs}")
+
+
+def _conv(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    kernel = spec.weight("kernel", required=True)
+    if kernel.ndim != 4:
+        raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
+    ks = spec.param("kernel_size", length=2)
+    if ks is not None and list(kernel.shape[1:3]) != ks:
+        raise spec.error(f"kernel_size {ks} does not match the kernel shape {list(kernel.shape)}")
+    ch = spec.param("channels")
+    if ch is not None and int(ch) != kernel.shape[0]:
+        raise spec.error(f"channels {ch} does not match the kernel shape {list(kernel.shape)}")
+    try:
+        conv = Conv2D(kernel, bias=spec.weight("bias"), scale=spec.weight("scale"),
+                      shift=spec.weight("shift"),
+                      strides=spec.param("strides", [1, 1], length=2),
+                      padding=spec.param("padding", [0, 0, 0, 0], length=4),
+                      dilation=spec.param("dilation", [1, 1], length=2),
+                      groups=int(spec.param("groups", 1)), **spec.activation())
+    except ValueError as exc:
+        raise spec.error(str(exc)) from None
+    return conv.apply
+
+
+def _fc(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    kernel = spec.weight("kernel", required=True)
+    if kernel.ndim != 2:
+        raise spec.error(f"kernel must be [O, K], got shape {list(kernel.shape)}")
+    return FC(kernel, bias=spec.weight("bias"), **spec.activation()).apply
+
+
+def _pool_geometry(spec: LayerSpec) -> Dict:
+    return {"kernel_size": spec.param("kernel_size", required=True, length=2),
+            "strides": spec.param("strides", [1, 1], length=2),
+            "padding": spec.param("padding", [0, 0, 0, 0], length=4),
+            "ceil_mode": int(spec.param("ceil_mode", 0)),
+            "dilation": spec.param("dilation", [1, 1], length=2)}
+
+
+def _maxpool(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    geo = _pool_geometry(spec)
+    return lambda x: (maxpool2d(x, **geo), True)
+
+
+def _avgpool_layer(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    geo = _pool_geometry(spec)
+    geo["count_include_pad"] = int(spec.param("count_include_pad", 0))
+    return lambda x: _avgpool(x, **geo)
+
+
+def _global_avg(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    return _global_avgpool
+
+
+def _global_max(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    return lambda x: (global_maxpool2d(x), True)
+
+
+def _binary(op: str):
+    def build(spec: LayerSpec, n_inputs: int) -> LayerFn:
+        _check_inputs(spec, n_inputs, (1, 2))
+        operand = spec.weight("operand", required=(n_inputs == 1))
+        return make_binary(op, operand, **spec.activation())
+    return build
+
+
+def _concat(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    if n_inputs < 1:
+        raise spec.error("needs at least one input")
+    axis = int(spec.param("axis", required=True))
+    return lambda *xs: (concat(xs, axis), True)
+
+
+def _reshape(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    shape = [int(d) for d in spec.param("shape", required=True)]
+    return lambda x: (reshape(x, shape), True)
+
+
+def _resize(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    mode = str(spec.param("mode", "nearest")).lower()
+    if mode != "nearest":
+        raise spec.error(f"only mode 'nearest' is supported, got {mode!r}")
+    scales = spec.param("scales", required=True)
+    if len(scales) != 2 or any(float(s) != int(float(s)) or float(s) < 1 for s in scales):
+        raise spec.error(f"scales must be two integers >= 1, got {scales}")
+    sc = [int(float(s)) for s in scales]
+    return lambda x: (resize_nearest(x, sc), True)
+
+
+def _layout(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    src = str(spec.param("src_layout", required=True)).upper()
+    dst = str(spec.param("dst_layout", required=True)).upper()
+    if src != dst and {src, dst} != {"NCHW", "NHWC"}:
+        raise spec.error(f"supports NCHW<->NHWC only, got {src}->{dst}")
+    return lambda x: (layout_transform(x, src, dst), True)
+
+
+BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
+    "Conv2D": _conv,
+    "FC": _fc,
+    "Maxpool2D": _maxpool,
+    "Avgpool2D": _avgpool_layer,
+    "GlobalAvgpool2D": _global_avg,
+    "GlobalMaxpool2D": _global_max,
+    "Sum2D": _binary("add"),
+    "Mul2D": _binary("mul"),
+    "Concat": _concat,
+    "Reshape": _reshape,
+    "Flatten": _reshape,
+    "Squeeze": _reshape,
+    "Resize": _resize,
+    "layout_transform": _layout,
+}
+_BY_LOWER = {k.lower(): k for k in BUILDERS}
+
+
+def build_layer(layer: Mapping, weights: Mapping[str, np.ndarray]) -> Tuple[LayerSpec, LayerFn]:
+    """Validate one layer and return (its spec, its prepared closure)."""
+    spec = LayerSpec(layer, weights)
+    key = _BY_LOWER.get(spec.layer_name.lower())
+    if key is None:
+        raise CompileError(f"unknown layer_name {spec.layer_name!r}", node=spec.name, origin=spec.origin,
+                           hint=f"the simulator runs {', '.join(sorted(BUILDERS))}; "
+                                f"keep this node on the CPU or recompile")
+    n_inputs = len(layer.get("inputs") or [])
+    return spec, BUILDERS[key](spec, n_inputs)
+
+
+def layer_list(meta: Mapping) -> List[Mapping]:
+    layers = meta.get("layers")
+    if not isinstance(layers, list):
+        raise CompileError("program meta has no 'layers' list", node=str(meta.get("name", "?")),
+                           hint="rebuild the binary with the compile step")
+    return layers

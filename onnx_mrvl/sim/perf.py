@@ -1,0 +1,176 @@
+"""Cycle-approximate performance model of a program (static: it depends on the program only).
+
+Per layer: compute_cycles = ceil(macs / (macs_per_cycle_per_tile * num_tiles)),
+memory_cycles = ceil(dram_bytes / dram_bytes_per_cycle), cycles = max(compute, memory) +
+layer_overhead_cycles; the larger term names the bound. The arch parameters come from
+meta["arch"], missing keys from ``onnx_mrvl.target.ArchProfile`` (all assumptions, see
+docs/simulator.md). ``macs`` / ``dram_bytes`` come from the compile step; when a layer lacks
+them they are derived from the tensor shapes and weight sizes in meta.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional
+
+from ..target import ArchProfile
+
+_ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
+              "dram_bytes_per_cycle", "layer_overhead_cycles")
+
+
+@dataclass
+class LayerPerf:
+    name: str
+    layer_name: str
+    origin: List[str]
+    macs: int
+    dram_bytes: int
+    compute_cycles: int
+    memory_cycles: int
+    cycles: int
+    bound: str                      # "compute" | "memory"
+
+
+@dataclass
+class PerfReport:
+    layers: List[LayerPerf]
+    arch: Dict[str, float]
+    cycles: int = 0
+    latency_s: float = 0.0
+    dram_bytes: int = 0
+    macs: int = 0
+    utilization: float = 0.0        # macs / (cycles * peak macs per cycle)
+    derived: List[str] = field(default_factory=list)   # layers whose macs/bytes were derived here
+
+    def to_dict(self) -> Dict:
+        return {"layers": [dataclasses.asdict(r) for r in self.layers], "arch": dict(self.arch),
+                "totals": {"cycles": self.cycles, "latency_s": self.latency_s,
+                           "dram_bytes": self.dram_bytes, "macs": self.macs,
+                           "utilization": self.utilization},
+                "derived": list(self.derived)}
+
+    def table(self) -> str:
+        """Aligned text: one row per layer, then the totals."""
+        head = ["#", "layer", "type", "macs", "dram_bytes", "compute", "memory", "cycles", "bound", "origin"]
+        rows = [[str(i), r.name, r.layer_name, f"{r.macs:,}", f"{r.dram_bytes:,}", f"{r.compute_cycles:,}",
+                 f"{r.memory_cycles:,}", f"{r.cycles:,}", r.bound, ",".join(r.origin)]
+                for i, r in enumerate(self.layers)]
+        rows.append(["", "TOTAL", "", f"{self.macs:,}", f"{self.dram_bytes:,}", "", "", f"{self.cycles:,}",
+                     "", ""])
+        widths = [max(len(h), *(len(row[k]) for row in rows)) for k, h in enumerate(head)]
+        right = {0, 3, 4, 5, 6, 7}
+
+        def fmt(cells):
+            return "  ".join(c.rjust(w) if k in right else c.ljust(w)
+                             for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+        a = self.arch
+        lines.append(f"latency {self.latency_s * 1e3:.4f} ms at {a['clock_hz'] / 1e9:g} GHz, "
+                     f"{int(a['num_tiles'])} tiles x {int(a['macs_per_cycle_per_tile'])} MAC/cycle, "
+                     f"utilization {self.utilization * 100:.1f}%")
+        return "\n".join(lines)
+
+
+def arch_params(meta: Mapping) -> Dict[str, float]:
+    """meta["arch"] completed with the ArchProfile defaults."""
+    given = dict(meta.get("arch") or {})
+    base = ArchProfile()
+    out = {k: given.get(k, getattr(base, k)) for k in _ARCH_KEYS}
+    for k, v in given.items():
+        out.setdefault(k, v)
+    if int(out["num_tiles"]) < 1 or float(out["macs_per_cycle_per_tile"]) <= 0 \
+            or float(out["dram_bytes_per_cycle"]) <= 0 or float(out["clock_hz"]) <= 0:
+        raise ValueError(f"arch parameters must be positive: {out}")
+    return out
+
+
+def _prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p *= int(x)
+    return p
+
+
+def derive_macs(layer: Mapping, shapes: Mapping[int, List[int]], weight_shapes: Mapping[str, List[int]]) -> int:
+    """MACs of one layer from shapes (multiply-accumulates; pools count one per window tap)."""
+    kind = str(layer.get("layer_name", ""))
+    outs = [shapes.get(t) for t in layer.get("outputs") or []]
+    ins = [shapes.get(t) for t in layer.get("inputs") or []]
+    out = outs[0] if outs and outs[0] is not None else None
+    params = layer.get("params") or {}
+    wnames = layer.get("weights") or {}
+    if out is None:
+        return 0
+    if kind in ("Conv2D", "FC"):
+        kshape = weight_shapes.get(wnames.get("kernel"))
+        if kshape is None:
+            return 0
+        return _prod(out) * _prod(kshape[1:])          # each output: KH*KW*I/g (or K) MACs
+    if kind in ("Maxpool2D", "Avgpool2D"):
+        return _prod(out) * _prod(params.get("kernel_size") or [1, 1])
+    if kind in ("GlobalAvgpool2D", "GlobalMaxpool2D"):
+        return _prod(ins[0]) if ins and ins[0] is not None else 0
+    if kind in ("Sum2D", "Mul2D"):
+        return _prod(out)
+    return 0
+
+
+def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_bytes: Mapping[str, int]) -> int:
+    """fp16 weight bytes plus the bytes of DRAM-placed tensors the layer reads or writes."""
+    total = sum(weight_bytes.get(w, 0) for w in (layer.get("weights") or {}).values())
+    for t in list(layer.get("inputs") or []) + list(layer.get("outputs") or []):
+        info = tensors.get(t) or {}
+        if info.get("placement", "dram") == "dram":
+            total += int(info.get("nbytes", 2 * _prod(info.get("shape") or [])))
+    return total
+
+
+def perf_report(meta: Mapping) -> PerfReport:
+    """Build the static performance report of a program."""
+    arch = arch_params(meta)
+    tensors = {int(t["id"]): t for t in meta.get("tensors") or [] if "id" in t}
+    shapes = {tid: list(t.get("shape") or []) for tid, t in tensors.items()}
+    for io in list(meta.get("inputs") or []) + list(meta.get("outputs") or []):
+        if "tensor" in io and io.get("shape") is not None:
+            shapes.setdefault(int(io["tensor"]), list(io["shape"]))
+    wshapes, wbytes = {}, {}
+    for w in meta.get("weights") or []:
+        shape = list(w.get("shape") or [])
+        wshapes[w.get("name")] = shape
+        wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * (2 if w.get("dtype") == "float16" else 4)))
+    peak = float(arch["macs_per_cycle_per_tile"]) * int(arch["num_tiles"])
+    bw = float(arch["dram_bytes_per_cycle"])
+    overhead = int(arch["layer_overhead_cycles"])
+    rows, derived = [], []
+    for i, layer in enumerate(meta.get("layers") or []):
+        name = str(layer.get("name", f"layer_{i}"))
+        macs, dram = layer.get("macs"), layer.get("dram_bytes")
+        if macs is None or dram is None:
+            derived.append(name)
+        if macs is None:
+            macs = derive_macs(layer, shapes, wshapes)
+        if dram is None:
+            dram = derive_dram_bytes(layer, tensors, wbytes)
+        macs, dram = int(macs), int(dram)
+        comp = math.ceil(macs / peak)
+        mem = math.ceil(dram / bw)
+        rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
+                              origin=[str(o) for o in layer.get("origin") or []], macs=macs,
+                              dram_bytes=dram, compute_cycles=comp, memory_cycles=mem,
+                              cycles=max(comp, mem) + overhead,
+                              bound="compute" if comp >= mem else "memory"))
+    cycles = sum(r.cycles for r in rows)
+    total_macs = sum(r.macs for r in rows)
+    return PerfReport(layers=rows, arch=arch, cycles=cycles, latency_s=cycles / float(arch["clock_hz"]),
+                      dram_bytes=sum(r.dram_bytes for r in rows), macs=total_macs,
+                      utilization=(total_macs / (cycles * peak)) if cycles else 0.0, derived=derived)
+
+
+def summary(report: Optional[PerfReport]) -> str:
+    if report is None:
+        return "no performance report"
+    return (f"{len(report.layers)} layers, {report.cycles:,} cycles, {report.latency_s * 1e3:.4f} ms, "
+            f"{report.macs:,} MACs, {report.dram_bytes:,} DRAM bytes, "
+            f"utilization {report.utilization * 100:.1f}%")

@@ -1,0 +1,93 @@
+"""Element-wise and data-movement kernels: Sum2D, Mul2D, Concat, Reshape, Resize, layout changes.
+
+Sum2D / Mul2D compute in float32 (the sum or product of two fp16 values, then the activation) and
+round to fp16; the data-movement kernels only move fp16 values, so they need no rounding.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .activations import make_activation
+from .fp16 import round_fp16_, to_fp16_values
+
+F32 = np.float32
+
+_LAYOUT_PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
+
+
+def make_binary(op: str, operand=None, activation: str = "none",
+                activation_params: Optional[Mapping] = None,
+                slope=None) -> Callable[..., Tuple[np.ndarray, bool]]:
+    """Prepared Sum2D ("add") / Mul2D ("mul"): f(a[, b]) -> (output, all finite).
+
+    With one input, ``operand`` (fp16 values, broadcastable to ``a``) is the second operand.
+    """
+    ufunc = {"add": np.add, "mul": np.multiply}[op]
+    const = None if operand is None else to_fp16_values(operand)
+    act = make_activation(activation, activation_params, slope)
+
+    def run(a: np.ndarray, b: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+        other = b if b is not None else const
+        if other is None:
+            raise ValueError(f"{op} needs a second input or a constant operand")
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = ufunc(a, other, dtype=F32)
+            if not out.flags.c_contiguous:
+                out = np.ascontiguousarray(out)
+            if act is not None:
+                r = act(out)
+                if r is not out:
+                    out[...] = r
+            finite = round_fp16_(out)
+        return out, finite
+    return run
+
+
+def sum2d(a, b=None, operand=None, activation="none", activation_params=None, slope=None):
+    """a + b (numpy broadcasting) or a + operand, then the activation, rounded to fp16."""
+    return make_binary("add", operand, activation, activation_params, slope)(
+        to_fp16_values(a), None if b is None else to_fp16_values(b))[0]
+
+
+def mul2d(a, b=None, operand=None, activation="none", activation_params=None, slope=None):
+    """a * b (numpy broadcasting) or a * operand, then the activation, rounded to fp16."""
+    return make_binary("mul", operand, activation, activation_params, slope)(
+        to_fp16_values(a), None if b is None else to_fp16_values(b))[0]
+
+
+def concat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
+    """Concatenate along ``axis`` of the stored layout (3 = NHWC channels)."""
+    return np.concatenate([np.asarray(x, dtype=F32) for x in xs], axis=int(axis))
+
+
+def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """Row-major reshape of the stored tensor (``-1`` allowed once)."""
+    return np.ascontiguousarray(x).reshape([int(d) for d in shape])
+
+
+def resize_nearest(x: np.ndarray, scales: Sequence[int]) -> np.ndarray:
+    """Nearest-neighbour upsampling of NHWC by integer factors [sh, sw]."""
+    sh, sw = (int(s) for s in scales)
+    if sh < 1 or sw < 1:
+        raise ValueError(f"resize scales must be integers >= 1, got {list(scales)}")
+    if x.ndim != 4:
+        raise ValueError(f"resize needs an NHWC tensor, got shape {list(x.shape)}")
+    n, h, w, c = x.shape
+    out = np.empty((n, h, sh, w, sw, c), dtype=F32)
+    out[...] = x[:, :, None, :, None, :]
+    return out.reshape(n, h * sh, w * sw, c)
+
+
+def layout_transform(x: np.ndarray, src_layout: str, dst_layout: str) -> np.ndarray:
+    """NCHW <-> NHWC as a contiguous copy (same layout: unchanged)."""
+    src, dst = str(src_layout).upper(), str(dst_layout).upper()
+    if src == dst:
+        return np.ascontiguousarray(x, dtype=F32)
+    perm = _LAYOUT_PERMS.get((src, dst))
+    if perm is None:
+        raise ValueError(f"layout_transform supports NCHW<->NHWC, not {src}->{dst}")
+    if x.ndim != 4:
+        raise ValueError(f"layout_transform {src}->{dst} needs a 4-D tensor, got shape {list(x.shape)}")
+    return np.ascontiguousarray(x.transpose(perm), dtype=F32)

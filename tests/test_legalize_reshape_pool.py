@@ -1,0 +1,236 @@
+"""Legalization: Reshape family, ReduceMean/GlobalAveragePool, Pad folding, Gemm / MatMul."""
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
+from onnx_mrvl.provenance import get_origin
+from onnx_mrvl.target import Target
+
+mk = helper.make_node
+R = np.random.default_rng(2)
+
+
+def consts(model):
+    return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def shape_of_reshape(model, node):
+    return list(consts(model)[node.input[1]])
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_squeeze_unsqueeze_to_reshape(opset):
+    if opset < 13:
+        nodes = [mk("Squeeze", ["x"], ["s"], name="sq", axes=[1, 3]),
+                 mk("Unsqueeze", ["s"], ["y"], name="usq", axes=[0, -1])]
+        inits = {}
+    else:
+        nodes = [mk("Squeeze", ["x", "a"], ["s"], name="sq"),
+                 mk("Unsqueeze", ["s", "b"], ["y"], name="usq")]
+        inits = {"a": np.array([1, 3], np.int64), "b": np.array([0, -1], np.int64)}
+    m = make_model(nodes, [("x", [2, 1, 5, 1])], ["y"], inits, opset=opset)
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Reshape", "Reshape"]
+    assert shape_of_reshape(out, out.graph.node[1]) == [1, 2, 5, 1]
+    assert [n.name for n in out.graph.node] == ["sq", "usq"]
+    assert all(get_origin(n) == [n.name] for n in out.graph.node)
+
+
+def test_flatten_to_reshape():
+    m = make_model([mk("Flatten", ["x"], ["f"], name="flat", axis=2),
+                    mk("Relu", ["f"], ["y"], name="relu")], [("x", [2, 3, 4, 5])], ["y"])
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Reshape", "Relu"]
+    assert shape_of_reshape(out, out.graph.node[0]) == [6, 20]
+
+
+@pytest.mark.parametrize("given,allowzero,want", [
+    ([0, -1], 0, [2, 60]), ([-1, 0, 4], 0, [10, 3, 4]), ([2, 3, 20], 1, None),
+    ([0, 3, -1], 1, "zero")])
+def test_reshape_resolves_zero_and_minus_one(given, allowzero, want):
+    shape_in = [2, 3, 4, 5] if want != "zero" else [0, 3, 4]
+    m = make_model([mk("Reshape", ["x", "s"], ["r"], name="reshape", allowzero=allowzero),
+                    mk("Relu", ["r"], ["y"], name="relu")], [("x", shape_in)], ["y"],
+                   {"s": np.array(given, np.int64)}, opset=14)
+    if want == "zero":  # allowzero=1: the 0 is a literal size
+        out, report = legalize_with_report(m)
+        assert op_types(out) == ["Reshape", "Relu"]
+        return
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Reshape", "Relu"]
+    assert shape_of_reshape(out, out.graph.node[0]) == (want or given)
+    assert bool(log) == (want is not None)
+
+
+def test_reshape_dynamic_shape_input_gets_static_shape():
+    m = make_model([mk("Shape", ["x"], ["s"], name="shape"),
+                    mk("Relu", ["x"], ["r"], name="relu"),
+                    mk("Reshape", ["r", "s"], ["y"], name="reshape")], [("x", [2, 3])], ["y"])
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Relu"]  # folded shape made the Reshape a no-op
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("axes,keep", [([2, 3], 1), ([-1, -2], 0), ([1, 2], 1)])
+def test_reducemean_to_gap(opset, axes, keep):
+    if opset < 18:
+        node, inits = mk("ReduceMean", ["x"], ["y"], name="rm", axes=axes, keepdims=keep), {}
+    else:
+        node = mk("ReduceMean", ["x", "ax"], ["y"], name="rm", keepdims=keep)
+        inits = {"ax": np.array(axes, np.int64)}
+    m = make_model([node], [("x", [2, 3, 5, 6])], ["y"], inits, opset=opset)
+    out, log = legalize_and_compare(m)
+    if sorted(a % 4 for a in axes) != [2, 3]:
+        assert op_types(out) == ["ReduceMean"]
+    else:
+        assert op_types(out) == ["GlobalAveragePool"] + ([] if keep else ["Reshape"])
+
+
+@pytest.mark.parametrize("hw,want", [((56, 56), 2), ((40, 24), 2), ((17, 17), 0)])
+def test_gap_split(hw, want):
+    m = make_model([mk("GlobalAveragePool", ["x"], ["y"], name="gap")], [("x", [1, 4] + list(hw))],
+                   ["y"])
+    out, log = legalize_and_compare(m, Target(max_pool_kernel=16))
+    if want:
+        assert op_types(out) == ["AveragePool"] * want
+        for n in out.graph.node:
+            k = [a for a in n.attribute if a.name == "kernel_shape"][0].ints
+            assert max(k) <= 16
+        assert all(get_origin(n) == ["gap"] for n in out.graph.node)
+    else:  # 17 is prime: no exact factorisation
+        assert op_types(out) == ["GlobalAveragePool"]
+
+
+def _pad_node(opset, pads, value=None, axes=None):
+    """A Pad in the form of ``opset`` and its initializers."""
+    if opset < 11:
+        kw = {"pads": pads}
+        if value is not None:
+            kw["value"] = value
+        return mk("Pad", ["x"], ["p"], name="pad", **kw), {}
+    inits = {"pads": np.array(pads, np.int64)}
+    ins = ["x", "pads"]
+    if value is not None or axes is not None:
+        ins.append("val" if value is not None else "")
+        if value is not None:
+            inits["val"] = np.array(value, np.float32)
+    if axes is not None:
+        ins.append("axes")
+        inits["axes"] = np.array(axes, np.int64)
+    return mk("Pad", ins, ["p"], name="pad"), inits
+
+
+@pytest.mark.parametrize("opset", [7, 11, 13, 18])
+def test_pad_folds_into_conv(opset):
+    w = R.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    if opset == 18:
+        pad, inits = _pad_node(opset, [1, 2, 1, 0], axes=[2, 3])
+    else:
+        pad, inits = _pad_node(opset, [0, 0, 1, 2, 0, 0, 1, 0])
+    inits["w"] = w
+    m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+                   [("x", [1, 3, 8, 8])], ["y"], inits, opset=opset)
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Conv"]
+    pads = [a for a in out.graph.node[0].attribute if a.name == "pads"][0].ints
+    assert list(pads) == [2, 3, 2, 1]
+    assert set(get_origin(out.graph.node[0])) == {"pad", "conv"}
+
+
+def test_pad_kept_when_over_limit_or_nonzero_value():
+    w = R.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    pad, inits = _pad_node(13, [0, 0, 5, 5, 0, 0, 5, 5])
+    inits["w"] = w
+    m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv", pads=[3, 3, 3, 3])],
+                   [("x", [1, 3, 8, 8])], ["y"], inits)
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Pad", "Conv"]
+    pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1], value=1.5)
+    inits["w"] = w
+    m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv")], [("x", [1, 3, 8, 8])],
+                   ["y"], inits)
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Pad", "Conv"]
+
+
+@pytest.mark.parametrize("pool,pre,value,folds", [
+    ("AveragePool", None, None, True), ("MaxPool", None, None, False),
+    ("MaxPool", "Relu", None, True), ("MaxPool", None, -np.inf, True)])
+def test_pad_into_pools(pool, pre, value, folds):
+    pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1], value=value)
+    nodes = []
+    if pre:
+        nodes.append(mk(pre, ["x0"], ["x"], name="pre"))
+    nodes += [pad, mk(pool, ["p"], ["y"], name="pool", kernel_shape=[3, 3], strides=[2, 2])]
+    m = make_model(nodes, [("x0" if pre else "x", [1, 2, 9, 9])], ["y"], inits)
+    out, _ = legalize_and_compare(m)
+    assert ("Pad" not in op_types(out)) == folds
+    if folds and pool == "AveragePool":
+        cip = [a.i for a in out.graph.node[-1].attribute if a.name == "count_include_pad"]
+        assert cip == [1]
+
+
+@pytest.mark.parametrize("alpha,beta,ta,tb,cshape", [
+    (1.0, 1.0, 0, 0, (5,)), (0.5, 2.0, 0, 1, (1, 5)), (1.0, 0.5, 1, 0, (3, 5)),
+    (2.0, 1.0, 1, 1, None), (1.0, 1.0, 0, 1, (1,)), (1.0, 3.0, 0, 1, ())])
+def test_gemm_to_fc_form(alpha, beta, ta, tb, cshape):
+    a_shape = [4, 3] if ta else [3, 4]
+    b = R.standard_normal((5, 4) if tb else (4, 5)).astype(np.float32)
+    inits = {"b": b}
+    ins = ["a", "b"]
+    if cshape is not None:
+        inits["c"] = R.standard_normal(cshape).astype(np.float32)
+        ins.append("c")
+    m = make_model([mk("Gemm", ins, ["y"], name="gemm", alpha=alpha, beta=beta, transA=ta,
+                       transB=tb)], [("a", a_shape)], ["y"], inits, opset=13)
+    out, log = legalize_and_compare(m)
+    gemm = [n for n in out.graph.node if n.op_type == "Gemm"][0]
+    at = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
+    assert at.get("transB") == 1 and at.get("alpha", 1.0) == 1.0 and at.get("beta", 1.0) == 1.0
+    assert at.get("transA", 0) == 0
+    c = consts(out)
+    assert c[gemm.input[1]].shape == (5, 4)
+    if len(gemm.input) > 2:
+        assert c[gemm.input[2]].shape == (5,)
+    ops = op_types(out)
+    assert ("Transpose" in ops) == bool(ta)
+    assert ("Add" in ops) == (cshape == (3, 5))
+
+
+@pytest.mark.parametrize("bias_shape", [(6,), (1, 6), None])
+def test_matmul_add_to_gemm(bias_shape):
+    w = R.standard_normal((4, 6)).astype(np.float32)
+    nodes = [mk("MatMul", ["x", "w"], ["h"], name="mm")]
+    inits = {"w": w}
+    out_name = "h"
+    if bias_shape:
+        inits["b"] = R.standard_normal(bias_shape).astype(np.float32)
+        nodes.append(mk("Add", ["b", "h"], ["y"], name="add"))
+        out_name = "y"
+    m = make_model(nodes, [("x", [3, 4])], [out_name], inits)
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Gemm"]
+    assert len(out.graph.node[0].input) == (3 if bias_shape else 2)
+    assert set(get_origin(out.graph.node[0])) == ({"mm", "add"} if bias_shape else {"mm"})
+
+
+def test_matmul_on_4d_unit_input_and_nd_input():
+    w = R.standard_normal((8, 5)).astype(np.float32)
+    m = make_model([mk("MatMul", ["x", "w"], ["y"], name="mm"),
+                    mk("MatMul", ["z", "w"], ["v"], name="mm3")],
+                   [("x", [2, 1, 1, 8]), ("z", [2, 3, 8])], ["y", "v"], {"w": w})
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Reshape", "Gemm", "Reshape", "MatMul"]
+
+
+def test_gemm_after_4d_input_flattened():
+    w = R.standard_normal((10, 2 * 3 * 3)).astype(np.float32)
+    m = make_model([mk("Relu", ["x"], ["r"], name="relu"),
+                    mk("Flatten", ["r"], ["f"], name="flat"),
+                    mk("Gemm", ["f", "w"], ["y"], name="fc", transB=1)],
+                   [("x", [2, 2, 3, 3])], ["y"], {"w": w})
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Relu", "Reshape", "Gemm"]

@@ -1,0 +1,430 @@
+"""ONNX backend node conformance: every node test case of the installed onnx package, converted.
+
+For each case of ``onnx.backend.test.case.node.collect_testcases()``:
+1. plain onnxruntime runs the original model; a case onnxruntime cannot load or run, or whose
+   outputs miss the expected ones (case tolerance, at least onnxruntime's rtol=1e-3 atol=1e-7),
+   is "not applicable";
+2. ``onnx_mrvl.convert()`` runs on every case (applicable or not) and must not crash;
+3. the converted model is saved and run, through ``onnx_mrvl.InferenceSession`` (regions on the
+   simulator) when ``onnx_mrvl.sim`` is importable, else through plain onnxruntime on the regions'
+   fp32 reference bodies (``convert(reference=True)``);
+4. a case passes when every output has the expected dtype and shape and values within fp16
+   tolerance where a region was offloaded (onnxruntime's tolerance where not).
+
+Policy on exceptions from ``convert()``: any exception outside the ``MrvlError`` family is a
+failure ("crash"), applicable case or not. A ``MrvlError`` is accepted only for a case onnxruntime
+itself rejects, or for an input the converter documents as unsupported (``ModelError`` for an
+opset below 7, see ``onnx_mrvl.modelio.MIN_OPSET``); on any other applicable case it is a failure.
+
+CLI: ``python tools/conformance.py [--workers 2] [--only REGEX] [--json OUT] [--md docs/conformance.md]``.
+Progress goes to stderr; the summary line ``N passed, M failed`` to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+log = logging.getLogger("conformance")
+ORT_RTOL, ORT_ATOL = 1e-3, 1e-7
+FP16_RTOL, FP16_ATOL = 1e-2, 1e-3          # atol is scaled by max(1, max |expected|)
+CASE_TIMEOUT_S = 60
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+@dataclass
+class CaseResult:
+    name: str
+    op_type: str
+    status: str                       # pass | fail | n/a
+    reason: str = ""
+    offloaded: bool = False
+    regions: int = 0
+    seconds: float = 0.0
+    convert_error: str = ""           # exception type raised by convert(), if any
+
+
+def sim_available() -> bool:
+    try:
+        from onnx_mrvl.sim import Simulator  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "not there yet"
+        return False
+    return True
+
+
+def collect_cases(pattern: Optional[str] = None):
+    """The onnx backend node test cases (optionally those whose name matches ``pattern``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        np_err = np.seterr(all="ignore")
+        try:
+            from onnx.backend.test.case.node import collect_testcases
+            cases = list(collect_testcases())
+        finally:
+            np.seterr(**np_err)
+    if pattern:
+        rx = re.compile(pattern)
+        cases = [c for c in cases if rx.search(c.name)]
+    return cases
+
+
+def op_types(cases) -> Dict[str, str]:
+    """Case name -> op type under test (expanded cases count for the op they expand)."""
+    direct = {}
+    for c in cases:
+        if not _EXPANDED.search(c.name) and c.model.graph.node:
+            direct[c.name] = c.model.graph.node[0].op_type
+    out = {}
+    for c in cases:
+        base = _EXPANDED.sub("", c.name)
+        out[c.name] = direct.get(base) or direct.get(c.name) or (
+            c.model.graph.node[0].op_type if c.model.graph.node else "?")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# values
+
+
+def _to_value(v):
+    import onnx
+    from onnx import numpy_helper
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        return [_to_value(x) for x in v]
+    if isinstance(v, np.generic):
+        return np.asarray(v)
+    return v
+
+
+def compare(got, want, rtol: float, atol: float, scaled: bool = False) -> Optional[str]:
+    """None when ``got`` matches ``want`` (exact dtype and shape, values within tolerance)."""
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"sequence mismatch (got {type(got).__name__} of {len(got) if isinstance(got, list) else '-'})"
+        for g, w in zip(got, want):
+            why = compare(g, w, rtol, atol, scaled)
+            if why:
+                return why
+        return None
+    if want is None:
+        return None if got is None else "expected an empty optional"
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} != expected {want.dtype}"
+    if got.shape != want.shape:
+        return f"shape {got.shape} != expected {want.shape}"
+    if want.dtype.kind in "OUSb" or want.dtype.kind in "iu":
+        return None if np.array_equal(got, want) else "values differ"
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    if scaled and w64.size:
+        finite = np.abs(w64[np.isfinite(w64)])
+        atol = atol * max(1.0, float(finite.max()) if finite.size else 1.0)
+    if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
+        with np.errstate(all="ignore"):
+            err = np.nanmax(np.abs(g64 - w64)) if w64.size else 0.0
+        return f"values differ (max abs err {err:.3g})"
+    return None
+
+
+def _run_ort(sess_or_path, inputs, input_names):
+    feed = {n: _to_value(v) for n, v in zip(input_names, inputs)}
+    return sess_or_path.run(None, feed)
+
+
+def _graph_inputs(model) -> List[str]:
+    inits = {i.name for i in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
+
+
+# ---------------------------------------------------------------------------------------------
+# one case
+
+
+def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False) -> CaseResult:
+    import onnxruntime as ort
+
+    import onnx_mrvl
+    from onnx_mrvl.errors import ModelError, MrvlError
+
+    t0 = time.perf_counter()
+    res = CaseResult(case.name, op_type, "n/a")
+    model = case.model
+    inputs, expected = case.data_sets[0]
+    expected = [_to_value(e) for e in expected]
+    names = _graph_inputs(model)
+    rtol, atol = max(case.rtol, ORT_RTOL), max(case.atol, ORT_ATOL)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    # 1. onnxruntime on the original
+    applicable, na_reason = True, ""
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ref = _run_ort(sess, inputs, names)
+        why = next((w for w in (compare(_to_value(g), e, rtol, atol) for g, e in zip(ref, expected)) if w), None)
+        if why:
+            applicable, na_reason = False, f"onnxruntime disagrees with the expected output: {why}"
+    except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
+        applicable, na_reason = False, f"onnxruntime cannot run it ({_short(exc)})"
+    # 2. convert
+    try:
+        result = onnx_mrvl.convert(model, reference=(runner == "reference"), force=force)
+    except MrvlError as exc:
+        res.convert_error = type(exc).__name__
+        documented = isinstance(exc, ModelError) and "opset" in exc.message and "older" in exc.message
+        if not applicable:
+            res.reason = na_reason
+        elif documented:
+            res.status, res.reason = "n/a", f"documented as unsupported: {_short(exc)}"
+        else:
+            res.status, res.reason = "fail", f"convert raised {type(exc).__name__}: {_short(exc)}"
+        res.seconds = time.perf_counter() - t0
+        return res
+    except Exception as exc:  # noqa: BLE001 - this is what we are looking for
+        res.convert_error = type(exc).__name__
+        res.status, res.reason = "fail", f"convert crashed: {type(exc).__name__}: {_short(exc)}"
+        res.seconds = time.perf_counter() - t0
+        return res
+    subgraphs = [n for n in result.model.graph.node if n.op_type.startswith("Subgraph_")]
+    res.offloaded, res.regions = bool(subgraphs), len(subgraphs)
+    if not applicable:
+        res.reason = na_reason
+        res.seconds = time.perf_counter() - t0
+        return res
+    # 3. save and run the converted model
+    out_dir = tempfile.mkdtemp(prefix=case.name[:40] + "-", dir=workdir)
+    try:
+        path = result.save(out_dir)
+        if runner == "sim":
+            sess = onnx_mrvl.InferenceSession(path, so)
+        else:
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        got = _run_ort(sess, inputs, _graph_inputs(result.model))
+    except Exception as exc:  # noqa: BLE001
+        res.status, res.reason = "fail", f"converted model does not run: {type(exc).__name__}: {_short(exc)}"
+        res.seconds = time.perf_counter() - t0
+        return res
+    finally:
+        _rmtree(out_dir)
+    # 4. compare
+    if len(got) != len(expected):
+        res.status, res.reason = "fail", f"{len(got)} outputs, expected {len(expected)}"
+    else:
+        tol = (FP16_RTOL, FP16_ATOL, True) if res.offloaded else (rtol, atol, False)
+        why = next((f"output {i}: {w}" for i, w in enumerate(
+            compare(_to_value(g), e, *tol) for g, e in zip(got, expected)) if w), None)
+        res.status, res.reason = ("fail", why) if why else ("pass", "")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# running many cases (forked workers; a worker that dies or hangs costs one case, not the run)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _worker(cases, ops, indices, runner, workdir, force, queue):
+    import signal
+
+    def alarm(*_):
+        raise _Timeout()
+    signal.signal(signal.SIGALRM, alarm)
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    np.seterr(all="ignore")
+    for i in indices:
+        queue.put(("start", i, None))
+        signal.alarm(CASE_TIMEOUT_S)
+        try:
+            r = run_case(cases[i], ops[cases[i].name], runner, workdir, force)
+        except _Timeout:
+            r = CaseResult(cases[i].name, ops[cases[i].name], "fail", f"timed out after {CASE_TIMEOUT_S} s")
+        except Exception as exc:  # noqa: BLE001 - run_case catches per stage; this is a harness slip
+            r = CaseResult(cases[i].name, ops[cases[i].name], "fail", f"harness: {type(exc).__name__}: {exc}")
+        finally:
+            signal.alarm(0)
+        queue.put(("done", i, asdict(r)))
+    queue.put(("exit", None, None))
+
+
+def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
+              progress=None) -> List[CaseResult]:
+    """Results in case order. ``workers`` forked processes share the already collected cases."""
+    import multiprocessing as mp
+    ops = op_types(cases)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    results: Dict[int, CaseResult] = {}
+    workdir = tempfile.mkdtemp(prefix="mrvl-conformance-")
+    pending = list(range(len(cases)))
+    shares = [pending[k::max(1, workers)] for k in range(max(1, workers))]
+    procs = {}
+    current: Dict[int, Optional[int]] = {}
+
+    def spawn(k, indices):
+        p = ctx.Process(target=_worker, args=(cases, ops, indices, runner, workdir, force, queue), daemon=True)
+        p.start()
+        procs[k], current[k] = (p, indices), None
+
+    for k, share in enumerate(shares):
+        if share:
+            spawn(k, share)
+    owner = {i: k for k, share in enumerate(shares) for i in share}
+    t0 = time.perf_counter()
+    try:
+        while len(results) < len(cases):
+            try:
+                kind, i, payload = queue.get(timeout=5)
+            except Exception:  # noqa: BLE001 - queue.Empty: check for dead workers
+                for k, (p, indices) in list(procs.items()):
+                    if not p.is_alive() and p.exitcode not in (0, None):
+                        i = current.get(k)
+                        if i is not None and i not in results:
+                            c = cases[i]
+                            results[i] = CaseResult(c.name, ops[c.name], "fail",
+                                                    f"process died (exit code {p.exitcode})")
+                        rest = [j for j in indices if j not in results and j != i]
+                        del procs[k]
+                        if rest:
+                            spawn(k, rest)
+                continue
+            if kind == "start":
+                current[owner[i]] = i
+            elif kind == "done":
+                results[i] = CaseResult(**payload)
+                if progress:
+                    progress(len(results), len(cases), results[i], time.perf_counter() - t0)
+    finally:
+        for p, _ in procs.values():
+            p.join(timeout=1)
+            if p.is_alive():
+                p.terminate()
+        _rmtree(workdir)
+    return [results[i] for i in range(len(cases))]
+
+
+# ---------------------------------------------------------------------------------------------
+# reporting
+
+
+def summarize(results: Sequence[CaseResult]) -> dict:
+    by_status = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "n/a")}
+    return {"cases": len(results), "applicable": by_status["pass"] + by_status["fail"],
+            "passed": by_status["pass"], "failed": by_status["fail"], "not_applicable": by_status["n/a"],
+            "offloaded": sum(r.offloaded for r in results),
+            "offloaded_applicable": sum(r.offloaded and r.status != "n/a" for r in results),
+            "convert_raised": sum(bool(r.convert_error) for r in results)}
+
+
+def markdown(results: Sequence[CaseResult], meta: dict) -> str:
+    s = summarize(results)
+    rows: Dict[str, List[CaseResult]] = {}
+    for r in results:
+        rows.setdefault(r.op_type, []).append(r)
+    lines = ["# ONNX backend node conformance", "",
+             "Generated by `python tools/conformance.py` (do not edit by hand).", "",
+             f"- onnx {meta['onnx']}, onnxruntime {meta['onnxruntime']}; run path: **{meta['runner']}**"
+             f"{' (force=True)' if meta.get('force') else ''}; {meta['workers']} workers, {meta['seconds']:.0f} s",
+             f"- {s['cases']} cases, {s['applicable']} applicable, {s['offloaded']} offloaded "
+             f"({s['offloaded_applicable']} applicable), convert raised on {s['convert_raised']}",
+             f"- **{s['passed']} passed, {s['failed']} failed**", "",
+             "Not applicable: onnxruntime cannot load or run the original, or its output misses the expected "
+             "one (rtol=1e-3, atol=1e-7), or the converter documents the input as unsupported (opset < 7). "
+             "Offloaded cases compare within fp16 tolerance (rtol=1e-2, atol=1e-3 x max(1, max|expected|)).", "",
+             "| op type | cases | applicable | offloaded | passed | failed | failure reasons |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for op in sorted(rows):
+        rs = rows[op]
+        fails = [r for r in rs if r.status == "fail"]
+        reasons = "; ".join(f"`{r.name}`: {r.reason.replace('|', '/')}" for r in fails[:3])
+        if len(fails) > 3:
+            reasons += f"; ... ({len(fails) - 3} more)"
+        lines.append(f"| {op} | {len(rs)} | {sum(r.status != 'n/a' for r in rs)} | {sum(r.offloaded for r in rs)} "
+                     f"| {sum(r.status == 'pass' for r in rs)} | {len(fails)} | {reasons} |")
+    na: Dict[str, int] = {}
+    for r in results:
+        if r.status == "n/a":
+            key = re.sub(r"\(.*", "", r.reason).strip()[:80]
+            na[key] = na.get(key, 0) + 1
+    lines += ["", "## Why cases are not applicable", "", "| reason | cases |", "| --- | ---: |"]
+    lines += [f"| {k.replace('|', '/')} | {v} |" for k, v in sorted(na.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--only", metavar="REGEX", help="run the cases whose name matches")
+    ap.add_argument("--runner", choices=("auto", "sim", "reference"), default="auto")
+    ap.add_argument("--force", action="store_true", help="convert with force=True (offload every region)")
+    ap.add_argument("--json", metavar="PATH", help="write per-case results as JSON ('-' for stdout)")
+    ap.add_argument("--md", metavar="PATH", help="write the markdown table (e.g. docs/conformance.md)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    import onnx
+    import onnxruntime
+    runner = args.runner if args.runner != "auto" else ("sim" if sim_available() else "reference")
+    t0 = time.perf_counter()
+    cases = collect_cases(args.only)
+    t_collect = time.perf_counter() - t0
+    if not args.quiet:
+        print(f"collected {len(cases)} cases in {t_collect:.1f} s; runner={runner}", file=sys.stderr)
+
+    def progress(done, total, r, elapsed):
+        if args.quiet:
+            return
+        if r.status == "fail":
+            print(f"FAIL {r.name}: {r.reason}", file=sys.stderr)
+        if done % 100 == 0 or done == total:
+            print(f"[{done}/{total}] {elapsed:.0f} s", file=sys.stderr)
+
+    results = run_cases(cases, runner, args.workers, args.force, progress)
+    meta = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "runner": runner,
+            "force": args.force, "workers": args.workers, "seconds": time.perf_counter() - t0,
+            "collect_seconds": t_collect}
+    s = summarize(results)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(markdown(results, meta))
+    if args.json:
+        data = json.dumps({"meta": meta, "summary": s, "cases": [asdict(r) for r in results]}, indent=1)
+        if args.json == "-":
+            print(data)
+        else:
+            with open(args.json, "w") as f:
+                f.write(data + "\n")
+    print(f"{s['passed']} passed, {s['failed']} failed ({s['applicable']} applicable of {s['cases']}, "
+          f"{s['offloaded']} offloaded) in {meta['seconds']:.0f} s")
+    return 0 if s["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
