@@ -55,6 +55,9 @@ def _structure_check(out):
         light = light_model(out, out.graph.node, {t.name: t for t in out.graph.initializer},
                             inputs, list(out.graph.output))
         light.graph.value_info.extend(out.graph.value_info)
+        del light.graph.output[:]
+        light.graph.output.extend(out.graph.output)
+        light.ir_version = out.ir_version
         onnx.checker.check_model(light, full_check=True)
     names = [n.name for n in out.graph.node]
     assert all(names) and len(set(names)) == len(names)

@@ -11,6 +11,12 @@ For each case of ``onnx.backend.test.case.node.collect_testcases()``:
 4. a case passes when every output has the expected dtype and shape and values within fp16
    tolerance where a region was offloaded (onnxruntime's tolerance where not).
 
+The backend cases feed weights as graph inputs, so as-is almost nothing reaches the accelerator.
+Each case with two or more inputs therefore also runs as a "frozen" variant (``+frozen``): every
+input after the first becomes an initializer holding the case's value and ``convert(force=True)``
+offloads every region it can, which exercises fuse, split, emit and the accelerator path. Inputs
+with symbolic dimensions get ``input_shapes`` from the case's data (as a user would pass them).
+
 Policy on exceptions from ``convert()``: any exception outside the ``MrvlError`` family is a
 failure ("crash"), applicable case or not. A ``MrvlError`` is accepted only for a case onnxruntime
 itself rejects, or for an input the converter documents as unsupported (``ModelError`` for an
@@ -56,6 +62,7 @@ class CaseResult:
     regions: int = 0
     seconds: float = 0.0
     convert_error: str = ""           # exception type raised by convert(), if any
+    variant: str = "as-is"            # as-is | frozen (inputs after the first made initializers, force=True)
 
 
 def sim_available() -> bool:
@@ -156,16 +163,65 @@ def _graph_inputs(model) -> List[str]:
 # one case
 
 
-def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False) -> CaseResult:
+def frozen_variant(case):
+    """(model, inputs) with every input after the first turned into an initializer holding the
+    case's value, so weights are constants the accelerator can take; None when nothing changes."""
+    import onnx
+    from onnx import numpy_helper
+    model = case.model
+    inputs = list(case.data_sets[0][0])
+    names = _graph_inputs(model)
+    if len(names) < 2 or len(inputs) != len(names):
+        return None
+    frozen = onnx.ModelProto()
+    frozen.CopyFrom(model)
+    keep, listed = [], []          # IR < 4 lists initializers among the graph inputs too
+    for vi, value in zip([i for i in frozen.graph.input if i.name in names], inputs):
+        value = _to_value(value)
+        if keep and isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+            frozen.graph.initializer.append(numpy_helper.from_array(value, vi.name))
+            if frozen.ir_version < 4:
+                listed.append(vi)
+        else:
+            keep.append((vi, value))
+    if len(keep) == len(names):
+        return None
+    del frozen.graph.input[:]
+    frozen.graph.input.extend([vi for vi, _ in keep] + listed)
+    return frozen, [v for _, v in keep]
+
+
+def _static_shapes(model, inputs) -> Optional[Dict[str, List[int]]]:
+    """input_shapes for the tensor inputs with a symbolic or unknown dimension (from the data)."""
+    out = {}
+    for vi, value in zip([i for i in model.graph.input if i.name in _graph_inputs(model)], inputs):
+        if not vi.type.HasField("tensor_type") or not isinstance(value, np.ndarray):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and any(not d.HasField("dim_value") for d in dims):
+            out[vi.name] = list(value.shape)
+    return out or None
+
+
+def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False,
+             variant: str = "as-is") -> Optional[CaseResult]:
+    """One case through onnxruntime, convert() and the converted model. ``variant="frozen"`` runs
+    ``frozen_variant`` with force=True (None when the case has no input to freeze)."""
     import onnxruntime as ort
 
     import onnx_mrvl
     from onnx_mrvl.errors import ModelError, MrvlError
 
     t0 = time.perf_counter()
-    res = CaseResult(case.name, op_type, "n/a")
+    res = CaseResult(case.name + ("" if variant == "as-is" else f"+{variant}"), op_type, "n/a", variant=variant)
     model = case.model
     inputs, expected = case.data_sets[0]
+    if variant == "frozen":
+        fv = frozen_variant(case)
+        if fv is None:
+            return None
+        model, inputs = fv
+        force = True
     expected = [_to_value(e) for e in expected]
     names = _graph_inputs(model)
     rtol, atol = max(case.rtol, ORT_RTOL), max(case.atol, ORT_ATOL)
@@ -183,7 +239,8 @@ def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False)
         applicable, na_reason = False, f"onnxruntime cannot run it ({_short(exc)})"
     # 2. convert
     try:
-        result = onnx_mrvl.convert(model, reference=(runner == "reference"), force=force)
+        result = onnx_mrvl.convert(model, reference=(runner == "reference"), force=force,
+                                   input_shapes=_static_shapes(model, inputs))
     except MrvlError as exc:
         res.convert_error = type(exc).__name__
         documented = isinstance(exc, ModelError) and "opset" in exc.message and "older" in exc.message
@@ -251,8 +308,11 @@ class _Timeout(Exception):
     pass
 
 
-def _worker(cases, ops, indices, runner, workdir, force, queue):
+def _worker(cases, ops, indices, runner, workdir, force, variants, queue):
     import signal
+
+    import onnxruntime as ort
+    ort.set_default_logger_severity(4)
 
     def alarm(*_):
         raise _Timeout()
@@ -262,27 +322,34 @@ def _worker(cases, ops, indices, runner, workdir, force, queue):
     np.seterr(all="ignore")
     for i in indices:
         queue.put(("start", i, None))
-        signal.alarm(CASE_TIMEOUT_S)
-        try:
-            r = run_case(cases[i], ops[cases[i].name], runner, workdir, force)
-        except _Timeout:
-            r = CaseResult(cases[i].name, ops[cases[i].name], "fail", f"timed out after {CASE_TIMEOUT_S} s")
-        except Exception as exc:  # noqa: BLE001 - run_case catches per stage; this is a harness slip
-            r = CaseResult(cases[i].name, ops[cases[i].name], "fail", f"harness: {type(exc).__name__}: {exc}")
-        finally:
-            signal.alarm(0)
-        queue.put(("done", i, asdict(r)))
+        out = []
+        for variant in variants:
+            name = cases[i].name + ("" if variant == "as-is" else f"+{variant}")
+            signal.alarm(CASE_TIMEOUT_S)
+            try:
+                r = run_case(cases[i], ops[cases[i].name], runner, workdir, force, variant)
+            except _Timeout:
+                r = CaseResult(name, ops[cases[i].name], "fail", f"timed out after {CASE_TIMEOUT_S} s", variant=variant)
+            except Exception as exc:  # noqa: BLE001 - run_case catches per stage; this is a harness slip
+                r = CaseResult(name, ops[cases[i].name], "fail", f"harness: {type(exc).__name__}: {exc}",
+                               variant=variant)
+            finally:
+                signal.alarm(0)
+            if r is not None:
+                out.append(asdict(r))
+        queue.put(("done", i, out))
     queue.put(("exit", None, None))
 
 
-def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
-              progress=None) -> List[CaseResult]:
-    """Results in case order. ``workers`` forked processes share the already collected cases."""
+def run_cases(cases, runner: str, workers: int = 2, force: bool = False, progress=None,
+              variants: Sequence[str] = ("as-is", "frozen")) -> List[CaseResult]:
+    """Results in case order (one per case and variant). ``workers`` forked processes share the
+    already collected cases."""
     import multiprocessing as mp
     ops = op_types(cases)
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    results: Dict[int, CaseResult] = {}
+    results: Dict[int, List[CaseResult]] = {}
     workdir = tempfile.mkdtemp(prefix="mrvl-conformance-")
     pending = list(range(len(cases)))
     shares = [pending[k::max(1, workers)] for k in range(max(1, workers))]
@@ -290,7 +357,7 @@ def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
     current: Dict[int, Optional[int]] = {}
 
     def spawn(k, indices):
-        p = ctx.Process(target=_worker, args=(cases, ops, indices, runner, workdir, force, queue), daemon=True)
+        p = ctx.Process(target=_worker, args=(cases, ops, indices, runner, workdir, force, tuple(variants), queue), daemon=True)
         p.start()
         procs[k], current[k] = (p, indices), None
 
@@ -309,8 +376,8 @@ def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
                         i = current.get(k)
                         if i is not None and i not in results:
                             c = cases[i]
-                            results[i] = CaseResult(c.name, ops[c.name], "fail",
-                                                    f"process died (exit code {p.exitcode})")
+                            results[i] = [CaseResult(c.name, ops[c.name], "fail",
+                                                     f"process died (exit code {p.exitcode})")]
                         rest = [j for j in indices if j not in results and j != i]
                         del procs[k]
                         if rest:
@@ -319,7 +386,7 @@ def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
             if kind == "start":
                 current[owner[i]] = i
             elif kind == "done":
-                results[i] = CaseResult(**payload)
+                results[i] = [CaseResult(**r) for r in payload]
                 if progress:
                     progress(len(results), len(cases), results[i], time.perf_counter() - t0)
     finally:
@@ -328,7 +395,7 @@ def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
             if p.is_alive():
                 p.terminate()
         _rmtree(workdir)
-    return [results[i] for i in range(len(cases))]
+    return [r for i in range(len(cases)) for r in results[i]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +404,7 @@ def run_cases(cases, runner: str, workers: int = 2, force: bool = False,
 
 def summarize(results: Sequence[CaseResult]) -> dict:
     by_status = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "n/a")}
-    return {"cases": len(results), "applicable": by_status["pass"] + by_status["fail"],
+    return {"cases": len({r.name.split("+")[0] for r in results}), "runs": len(results), "applicable": by_status["pass"] + by_status["fail"],
             "passed": by_status["pass"], "failed": by_status["fail"], "not_applicable": by_status["n/a"],
             "offloaded": sum(r.offloaded for r in results),
             "offloaded_applicable": sum(r.offloaded and r.status != "n/a" for r in results),
@@ -353,13 +420,14 @@ def markdown(results: Sequence[CaseResult], meta: dict) -> str:
              "Generated by `python tools/conformance.py` (do not edit by hand).", "",
              f"- onnx {meta['onnx']}, onnxruntime {meta['onnxruntime']}; run path: **{meta['runner']}**"
              f"{' (force=True)' if meta.get('force') else ''}; {meta['workers']} workers, {meta['seconds']:.0f} s",
-             f"- {s['cases']} cases, {s['applicable']} applicable, {s['offloaded']} offloaded "
+             f"- {s['cases']} cases, {s['runs']} runs (as-is + frozen variant), {s['applicable']} applicable runs, "
+             f"{s['offloaded']} offloaded "
              f"({s['offloaded_applicable']} applicable), convert raised on {s['convert_raised']}",
              f"- **{s['passed']} passed, {s['failed']} failed**", "",
              "Not applicable: onnxruntime cannot load or run the original, or its output misses the expected "
              "one (rtol=1e-3, atol=1e-7), or the converter documents the input as unsupported (opset < 7). "
              "Offloaded cases compare within fp16 tolerance (rtol=1e-2, atol=1e-3 x max(1, max|expected|)).", "",
-             "| op type | cases | applicable | offloaded | passed | failed | failure reasons |",
+             "| op type | runs | applicable | offloaded | passed | failed | failure reasons |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for op in sorted(rows):
         rs = rows[op]
@@ -387,6 +455,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--force", action="store_true", help="convert with force=True (offload every region)")
     ap.add_argument("--json", metavar="PATH", help="write per-case results as JSON ('-' for stdout)")
     ap.add_argument("--md", metavar="PATH", help="write the markdown table (e.g. docs/conformance.md)")
+    ap.add_argument("--no-frozen", action="store_true", help="skip the frozen-inputs variant")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     import onnx
@@ -398,15 +467,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.quiet:
         print(f"collected {len(cases)} cases in {t_collect:.1f} s; runner={runner}", file=sys.stderr)
 
-    def progress(done, total, r, elapsed):
+    def progress(done, total, rs, elapsed):
         if args.quiet:
             return
-        if r.status == "fail":
-            print(f"FAIL {r.name}: {r.reason}", file=sys.stderr)
+        for r in rs:
+            if r.status == "fail":
+                print(f"FAIL {r.name}: {r.reason}", file=sys.stderr)
         if done % 100 == 0 or done == total:
             print(f"[{done}/{total}] {elapsed:.0f} s", file=sys.stderr)
 
-    results = run_cases(cases, runner, args.workers, args.force, progress)
+    variants = ("as-is",) if args.no_frozen else ("as-is", "frozen")
+    results = run_cases(cases, runner, args.workers, args.force, progress, variants)
     meta = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "runner": runner,
             "force": args.force, "workers": args.workers, "seconds": time.perf_counter() - t0,
             "collect_seconds": t_collect}
@@ -421,7 +492,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             with open(args.json, "w") as f:
                 f.write(data + "\n")
-    print(f"{s['passed']} passed, {s['failed']} failed ({s['applicable']} applicable of {s['cases']}, "
+    print(f"{s['passed']} passed, {s['failed']} failed ({s['applicable']} applicable of {s['runs']} runs "
+          f"of {s['cases']} cases, "
           f"{s['offloaded']} offloaded) in {meta['seconds']:.0f} s")
     return 0 if s["failed"] == 0 else 1
 

@@ -129,17 +129,16 @@ class GraphBuilder:
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
     # -- finish -------------------------------------------------------------------------------
-    def model(self, graph_name: str, inputs, outputs, infer_shapes: bool = True) -> onnx.ModelProto:
-        """``inputs``/``outputs``: lists of (name, elem_type, shape)."""
-        graph = helper.make_graph(
-            self.nodes, graph_name,
-            [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-            [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-            initializer=self.inits)
+    def model(self, graph_name: str, inputs, outputs, value_info=None) -> onnx.ModelProto:
+        """``inputs``/``outputs``/``value_info``: lists of (name, elem_type, shape). Without
+        ``value_info`` the intermediate shapes come from strict shape inference."""
+        vi = lambda specs: [helper.make_tensor_value_info(n, t, s) for n, t, s in specs]  # noqa
+        graph = helper.make_graph(self.nodes, graph_name, vi(inputs), vi(outputs),
+                                  initializer=self.inits, value_info=vi(value_info or []))
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                                   producer_name="onnx_mrvl.tools.models", producer_version="1")
         model.ir_version = _ir_version(self.opset)
-        if infer_shapes:
+        if value_info is None:
             model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         return model
 
@@ -437,8 +436,11 @@ def branchy_chain(num_nodes: int, seed: int = 0, branchy: bool = False, opset: i
     while len(g.nodes) < num_nodes:
         x = g.relu(x, f"pad{len(g.nodes)}_relu")
     g.nodes[-1].output[0] = "output"
-    shape = [1, c, spatial, spatial]
-    return g.model(f"branchy_chain_{num_nodes}", [("input", F32, shape)], [("output", F32, shape)])
+    # value_info written directly: shape inference would take ~10 s at 64k nodes
+    shape, wide = [1, c, spatial, spatial], [1, 2 * c, spatial, spatial]
+    vis = [(n.output[0], F32, wide if n.op_type == "Concat" else shape) for n in g.nodes[:-1]]
+    return g.model(f"branchy_chain_{num_nodes}", [("input", F32, shape)],
+                   [("output", F32, shape)], value_info=vis)
 
 
 def all_models() -> Dict[str, Callable[..., onnx.ModelProto]]:

@@ -70,9 +70,18 @@ def _role(name: str, consumers, shape) -> tuple:
     return "small", 0
 
 
+def _copy(t: onnx.TensorProto) -> onnx.TensorProto:
+    c = onnx.TensorProto()
+    c.CopyFrom(t)
+    return c
+
+
 def _sample(rng, kind, fan_in, shape, dtype) -> np.ndarray:
-    if kind == "he":
-        v = rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(fan_in, 1)))
+    if kind == "he":  # He-uniform: U(-a, a) with the He variance 2 / fan_in (fast to draw)
+        a = np.float32(np.sqrt(6.0 / max(fan_in, 1)))
+        v = rng.random(shape, dtype=np.float32)
+        v *= 2 * a
+        v -= a
     elif kind == "damped":  # residual branch ends: keep the sum's variance from doubling
         v = rng.uniform(0.1, 0.3, size=shape).astype(np.float32)
     elif kind == "uniform":
@@ -114,24 +123,34 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
             shape = tuple(int(d) for d in t.dims)
             kind, fan = _role(t.name, consumers, shape)
             arr = _sample(rng, kind, fan, shape, helper.tensor_dtype_to_np_dtype(t.data_type))
-            new.append(numpy_helper.from_array(arr, t.name))
+            new.append((t.name, arr))
         else:
-            new.append(t)
+            new.append(t)  # non-float initializers (shapes, indices) unchanged
     for node, shape, dtype in fills:
         name = node.output[0]
         kind, fan = _role(name, consumers, shape)
         arr = _sample(rng, kind, fan, shape, helper.tensor_dtype_to_np_dtype(dtype))
-        new.append(numpy_helper.from_array(arr, name))
+        new.append((name, arr))
         if m.ir_version < 4 and name not in input_names:  # IR 3: initializers are inputs too
             g.input.append(helper.make_tensor_value_info(name, dtype, list(shape)))
     used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-    new = [t for t in new if t.name in used]
-    keep_names = {t.name for t in new}
+    new = [t for t in new if (t[0] if isinstance(t, tuple) else t.name) in used]
+    keep_names = {t[0] if isinstance(t, tuple) else t.name for t in new}
     inputs = [vi for vi in g.input if vi.name not in inits or vi.name in keep_names]
     del g.input[:]
     g.input.extend(inputs)
+    kept = [t if isinstance(t, tuple) else _copy(t) for t in new]
     del g.initializer[:]
-    g.initializer.extend(new)
+    for t in kept:  # written in place: no second copy of hundreds of MB
+        if isinstance(t, tuple):
+            name, arr = t
+            dst = g.initializer.add()
+            dst.name = name
+            dst.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+            dst.dims.extend(arr.shape)
+            dst.raw_data = arr.tobytes()
+        else:
+            g.initializer.append(t)
     return m
 
 

@@ -1,14 +1,21 @@
 """Region model -> Nodes-JSON + Constants-JSON, in the field layout Apache TVM's Marvell
-integration wrote (see docs/json-format.md), plus the original ONNX node names of every layer.
+integration wrote after its own post-processing (``GetNodesJSONString`` + ``ModifyConstNames``),
+plus the original ONNX node names of every layer. Every field is listed in docs/json-format.md.
+
+TVM conventions kept: input nodes ``{"op": "input", ..., "input_id": ["0"]}``; layers
+``{"op": "tvm_op", "name": "tvmgen_mrvl_main_<k>", "inputs": [[node, 0, 0], ...]}`` whose attrs are
+lists of strings (``"strides": ["1", "1"]``, ``"layer_name": ["Conv2D"]``), except ``num_inputs`` /
+``num_outputs`` (a string), ``mrvl_nodes_idx`` ([k + 1]), ``shape`` ([[dims]]) and the
+``<role>_const`` maps; constants named ``<layer>_const_<n>`` whose 1-D and 3-D shapes gain a
+leading 1.
 """
 from __future__ import annotations
 
 import base64
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from .. import opset
 from .._graph import GraphIndex
@@ -16,29 +23,45 @@ from ..errors import CompileError
 from ..provenance import get_composite, get_origin
 
 LAYOUT_BY_RANK = {4: "NCHW", 2: "NC", 3: "NCW", 1: "C"}
+CONST_MAPS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const", "mean_const",
+              "input_const")  # TVM put these (empty unless used) on every layer
 
 
 def _s(v) -> List[str]:
-    """TVM's JSON attribute convention: a scalar as ["v"], a list as [["a", "b"]]."""
+    """TVM's attribute convention: a scalar as ["v"], a list as ["a", "b"] (strings)."""
     if isinstance(v, (list, tuple)):
-        return [[_fmt(x) for x in v]]
+        return [_fmt(x) for x in v]
     return [_fmt(v)]
 
 
 def _fmt(x) -> str:
-    if isinstance(x, float):
-        return repr(float(np.float32(x))) if np.isfinite(x) else str(x)
+    if isinstance(x, (bool, np.bool_)):
+        return "1" if x else "0"
+    if isinstance(x, (float, np.floating)):
+        return format(float(np.float32(x)), ".9g") if np.isfinite(x) else str(float(x))
     return str(x)
 
 
-def const_entry(arr: np.ndarray) -> dict:
-    a = np.ascontiguousarray(arr, dtype=np.float32)
-    shape = list(a.shape)
-    if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
-        shape = [1] + shape
-    return {"shape": shape, "dtype": "float32",
-            "min": _fmt(float(a.min())) if a.size else "0", "max": _fmt(float(a.max())) if a.size else "0",
-            "data_base64": base64.b64encode(a.astype("<f4").tobytes()).decode()}
+def _minmax(v: float) -> str:
+    """TVM printed constant min/max with 17 significant digits of the float32 value."""
+    return format(float(np.float32(v)), ".17g")
+
+
+def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
+    """A Constants-JSON entry: float32 little-endian bytes, base64."""
+    a = np.ascontiguousarray(arr, dtype="<f4")
+    if shape is None:
+        shape = list(a.shape)
+        if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
+            shape = [1] + shape
+    return {"shape": [int(d) for d in shape], "dtype": "float32",
+            "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
+            "data_base64": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _pad4(shape: Sequence[int]) -> List[int]:
+    """TVM's resizeInputOutputLayoutTo4dim: pad a shape with trailing 1s to 4 dims."""
+    return list(shape) + [1] * (4 - len(shape))
 
 
 def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
@@ -47,14 +70,14 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
     name = name or region.graph.name
     nodes: List[dict] = []
     consts: Dict[str, dict] = {}
-    entry: Dict[str, Tuple[int, int]] = {}   # tensor -> (node index, output index)
+    entry: Dict[str, int] = {}   # tensor -> node index
     shapes, dtypes = [], []
     for i, t in enumerate(g.inputs):
-        shape = g.shape(t)
-        layout = LAYOUT_BY_RANK.get(len(shape), "ND")
-        entry[t] = (len(nodes), 0)
-        nodes.append({"op": "input", "name": t, "input_id": [str(i)],
-                      "attrs": {"dtype": [["float32"]], "shape": [[shape]], "layer_name": ["input"],
+        shape = [int(d) for d in g.shape(t)]
+        layout = "NHWC" if t.endswith("__nhwc") and len(shape) == 4 else LAYOUT_BY_RANK.get(len(shape), "ND")
+        entry[t] = len(nodes)
+        nodes.append({"op": "input", "name": t, "inputs": [], "input_id": [str(i)],
+                      "attrs": {"dtype": ["float32"], "shape": [shape], "layer_name": ["input"],
                                 "data_layout": [layout]}})
         shapes.append(shape)
         dtypes.append("float32")
@@ -62,110 +85,148 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
     for k, node in enumerate(region.graph.node):
         if node.domain != opset.DOMAIN or node.op_type not in opset.OPS:
             raise CompileError(f"node of type {node.domain}::{node.op_type} cannot be emitted",
-                               node=node.name, origin=get_origin(node))
+                               node=node.name, origin=get_origin(node),
+                               hint="only Mrvl ops (onnx_mrvl/opset.py) can be inside a region")
         layer = _layer(g, node, k, name, entry, consts)
-        entry[node.output[0]] = (len(nodes), 0)
+        entry[node.output[0]] = len(nodes)
         nodes.append(layer)
-        shapes.append(g.shape(node.output[0]))
+        shapes.append(list(layer["attrs"]["shape"][0]))
         dtypes.append("float32")
     heads = []
     for t in g.outputs:
         if t not in entry:
             raise CompileError(f"region output '{t}' is not produced inside the region", node=name)
-        heads.append([entry[t][0], entry[t][1], 0])
+        heads.append([entry[t], 0, 0])
     nodes_json = {
         "nodes": nodes,
         "arg_nodes": list(range(len(g.inputs))),
         "heads": heads,
-        "node_row_ptr": list(range(len(nodes) + 1)),
         "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", dtypes]},
-        "batch_size": batch,
+        "batch_size": int(batch),
         "num_subgraph_inputs": len(g.inputs),
         "num_subgraph_outputs": len(g.outputs),
         "subgraph_name": name,
         "producer": "onnx_mrvl",
+        "output_names": list(g.outputs),
     }
     return nodes_json, consts
+
+
+def _layout(shape: Sequence[int]) -> str:
+    return "NHWC" if len(shape) == 4 else ("NC" if len(shape) == 2 else LAYOUT_BY_RANK.get(len(shape), "ND"))
 
 
 def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, consts) -> dict:
     op = opset.OPS[node.op_type]
     a = opset.node_attrs(node)
     jname = f"tvmgen_mrvl_main_{k}"
+    origin = get_origin(node) or [node.name]
     data_inputs = [i for i in node.input if i and not g.is_const(i)]
     for i in data_inputs:
         if i not in entry:
-            raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=get_origin(node))
-    in_shape = g.shape(data_inputs[0]) if data_inputs else None
-    out_shape = g.shape(node.output[0])
-    attrs = {
+            raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
+    out_shape = [int(d) for d in g.shape(node.output[0])]
+    in_shapes = [[int(d) for d in g.shape(t)] for t in data_inputs]
+    attrs: dict = {m: {} for m in CONST_MAPS}
+    attrs.update({
         "layer_name": [op.layer_name], "composite_name": [get_composite(node) or op.composite],
-        "func_name": [f"n{k}_{op.layer_name}"], "func_node_name": [node.name],
-        "num_inputs": str(len(data_inputs)), "num_outputs": "1", "dtype": [["float32"]],
-        "shape": [[out_shape]], "out_layout_shape": [out_shape], "origin_nodes": [get_origin(node)],
-        "mrvl_nodes_idx": [str(k)],
-    }
-    for idx, t in enumerate(data_inputs):
-        attrs["data_layout_shape" if idx == 0 else f"data_layout_shape_{idx}"] = [g.shape(t)]
+        "func_node_name": [region], "num_inputs": str(len(data_inputs)), "num_outputs": "1",
+        "dtype": ["float32"], "shape": [out_shape], "mrvl_nodes_idx": [k + 1],
+        "origin_nodes": [list(origin)], "onnx_node_name": [node.name],
+        "from_tuple_idx": ["-1"] * max(len(data_inputs), 1),
+    })
+    data_layout = out_layout = None
+    multi = len(data_inputs) > 1
+    pad4 = node.op_type in ("Sum2D", "Mul2D")  # TVM resized Sum2D shapes to 4 dims
+    for idx, s in enumerate(in_shapes):
+        s = _pad4(s) if pad4 else s
+        if idx == 0:
+            attrs["data_layout_shape"] = _s(s)
+        if multi:
+            attrs[f"data_layout_shape_{idx}"] = _s(s)
+    attrs["out_layout_shape"] = _s(_pad4(out_shape) if pad4 else out_shape)
 
-    def add_const(role: str, tensor: str, layout: str = None):
-        cname = f"{jname}_const_{len([c for c in consts if c.startswith(jname + '_const_')])}"
-        arr = g.const(tensor)
-        consts[cname] = const_entry(arr)
+    def add_const(role: str, arr: np.ndarray, layout: str = None, shape=None, minmax=True):
+        cname = f"{jname}_const_{sum(1 for c in consts if c.startswith(jname + '_const_'))}"
+        consts[cname] = const_entry(arr, shape)
         attrs[f"{role}_const_name"] = [cname]
-        attrs[f"{role}_const"] = {"shape": list(arr.shape), "dtype": "float32",
-                                  "min": consts[cname]["min"], "max": consts[cname]["max"], "name": cname}
+        cmap = {"shape": consts[cname]["shape"], "dtype": "float32"}
+        if minmax:
+            cmap.update(min=consts[cname]["min"], max=consts[cname]["max"])
+        cmap["name"] = cname
+        attrs[f"{role}_const"] = cmap
         if layout:
             attrs[f"{role}_layout"] = [layout]
 
-    inputs = node.input
+    inputs = list(node.input)
     if node.op_type == "Conv2D":
         w = g.const(inputs[1])
-        attrs.update(data_layout=["NHWC"], kernel_layout=["OHWI"], out_layout=["NHWC"],
-                     strides=_s(a["strides"]), padding=_s(a["pads"]), dilation=_s(a["dilations"]),
-                     groups=_s(a["group"]), channels=_s(int(w.shape[0])), kernel_size=_s(list(w.shape[1:3])))
-        add_const("kernel", inputs[1], "OHWI")
+        data_layout = out_layout = "NHWC"
+        attrs.update(strides=_s(a["strides"]), padding=_s(a["pads"]), dilation=_s(a["dilations"]),
+                     groups=_s(a["group"]), channels=_s(int(w.shape[0])), kernel_size=_s(list(w.shape[1:3])),
+                     kernel_layout=["OHWI"], out_dtype=["float32"])
+        add_const("kernel", w)
         if len(inputs) > 2 and inputs[2]:
-            add_const("bias", inputs[2], "---O")
+            add_const("bias", g.const(inputs[2]), "---O")
         if len(inputs) > 3 and inputs[3]:
-            add_const("slope", inputs[3], "---O")
+            add_const("slope", g.const(inputs[3]), "---O")
     elif node.op_type == "FC":
-        attrs.update(data_layout=["NC"], kernel_layout=["OI"], out_layout=["NC"],
-                     units=_s(int(g.const(inputs[1]).shape[0])))
-        add_const("kernel", inputs[1], "OI")
+        w = g.const(inputs[1])
+        data_layout, out_layout = "NC", "NC"
+        attrs.update(units=_s(int(w.shape[0])), kernel_layout=["OI"], out_dtype=["float32"])
+        add_const("kernel", w)
         if len(inputs) > 2 and inputs[2]:
-            add_const("bias", inputs[2], "-O")
+            add_const("bias", g.const(inputs[2]), "-O")
         if a.get("weights_need_transform"):
             attrs["weights_need_transform"] = ["yes"]
-            attrs["flatten_shape"] = [list(a["flatten_shape"])]
+            attrs["flatten_shape"] = _s(list(a["flatten_shape"]))
     elif node.op_type in ("MaxPool2D", "AvgPool2D"):
-        attrs.update(data_layout=["NHWC"], out_layout=["NHWC"], kernel_layout=["HW"],
-                     kernel_layout_shape=[list(a["kernel_shape"])], pool_size=_s(a["kernel_shape"]),
-                     strides=_s(a["strides"]), padding=_s(a["pads"]), ceil_mode=_s(a.get("ceil_mode", 0)))
+        data_layout = out_layout = "NHWC"
+        attrs.update(pool_size=_s(a["kernel_shape"]), strides=_s(a["strides"]), padding=_s(a["pads"]),
+                     dilation=_s(a.get("dilations", [1, 1])), layout=["NHWC"],
+                     ceil_mode=_s(int(a.get("ceil_mode", 0))), kernel_layout=["HW"],
+                     kernel_layout_shape=_s(a["kernel_shape"]))
         if node.op_type == "AvgPool2D":
-            attrs["count_include_pad"] = _s(a.get("count_include_pad", 0))
-        else:
-            attrs["dilation"] = _s(a.get("dilations", [1, 1]))
+            attrs["count_include_pad"] = _s(int(a.get("count_include_pad", 0)))
     elif node.op_type in ("GlobalAvgPool2D", "GlobalMaxPool2D"):
-        attrs.update(data_layout=["NHWC"], out_layout=["NHWC"])
+        data_layout = out_layout = "NHWC"
+        attrs.update(layout=["NHWC"], kernel_layout=["HW"], kernel_layout_shape=_s(in_shapes[0][1:3]))
     elif node.op_type in ("Sum2D", "Mul2D"):
-        layout = "NHWC" if len(out_shape) == 4 else LAYOUT_BY_RANK.get(len(out_shape), "ND")
-        attrs.update(data_layout=[layout], out_layout=[layout])
+        data_layout = out_layout = "NHWC"
         consts_in = [i for i in inputs if i and g.is_const(i)]
         if consts_in:
-            add_const("input", consts_in[0])
-            attrs["input_const_shape"] = [list(g.const(consts_in[0]).shape)]
+            c = g.const(consts_in[0])
+            rank = max([len(s) for s in in_shapes] + [c.ndim])
+            cshape = _pad4([1] * (rank - c.ndim) + list(c.shape))
+            add_const("input", c, shape=cshape)
+            attrs["input_const_shape"] = _s(cshape)
     elif node.op_type == "Concat":
-        attrs.update(axis=_s(a["axis"]), data_layout=["NHWC" if len(out_shape) == 4 else "NC"])
-    elif node.op_type in ("Reshape", "Flatten", "Squeeze"):
-        attrs.update(newshape=_s(a["shape"]))
+        data_layout = out_layout = _layout(out_shape)
+        attrs["axis"] = _s(a["axis"])
+    elif node.op_type == "Reshape":
+        data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)
+        attrs["newshape"] = _s(a["shape"])
+    elif node.op_type == "Flatten":
+        data_layout, out_layout = _layout(in_shapes[0]), "NC"
+    elif node.op_type == "Squeeze":
+        data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)
+        attrs["newshape"] = _s(a["shape"])
     elif node.op_type == "Resize":
+        data_layout = out_layout = "NHWC"
         attrs.update(scales=_s(a["scales"]), method=["nearest_neighbor"], layout=["NHWC"])
     elif node.op_type == "LayoutTransform":
+        data_layout, out_layout = a["src_layout"], a["dst_layout"]
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])
     if op.has_activation:
         act = a.get("activation", "none")
         attrs["activation_type"] = [act]
         for key in opset.ACTIVATION_PARAMS.get(act, ()):
             attrs[key] = _s(float(a[key]))
-    return {"op": "tvm_op", "name": jname, "inputs": [[*entry[i], 0] for i in data_inputs], "attrs": attrs}
+    if node.op_type == "FC" and a.get("weights_need_transform") and len(in_shapes[0]) == 4:
+        data_layout = "NHWC"
+    attrs["data_layout"] = [data_layout]
+    attrs["out_layout"] = [out_layout]
+    suffix = "" if pad4 else f"_{data_layout}" + (f"2{out_layout}" if out_layout != data_layout else "")
+    attrs["func_name"] = [f"n{k}_{op.layer_name}{suffix}"]
+    return {"op": "tvm_op", "name": jname, "inputs": [[entry[i], 0, 0] for i in data_inputs],
+            "attrs": attrs}

@@ -55,6 +55,14 @@ class Program:
 
 
 _programs: Dict[str, Program] = {}
+_pending = threading.local()   # an error raised inside a kernel call, for the session to re-raise
+
+
+def take_pending_error() -> Optional[MrvlError]:
+    """The error the last kernel call on this thread recorded (and forget it)."""
+    err = getattr(_pending, "error", None)
+    _pending.error = None
+    return err
 
 
 def _latency(sim) -> Optional[float]:
@@ -155,29 +163,43 @@ def _install_hook() -> None:
 
 def _kernel(num_outputs: int):
     def run(*inputs, region="", origin="", embed_mode=0, artifact="", binary="", sha256=""):
+        # An exception must not cross into onnxruntime-extensions: it aborts the process. Errors are
+        # recorded for InferenceSession.run to raise, and the outputs come back as NaN.
         prog = _programs.get(sha256)
-        if prog is None:
-            raise MrvlRuntimeError(f"region '{region}' has no loaded program (sha256 {sha256[:16]}...)",
-                                   node=region, hint="create the session with onnx_mrvl.InferenceSession "
-                                                     "or ep.register(sess_options, model_path=...)")
-        t0 = time.perf_counter()
         try:
+            if prog is None:
+                raise MrvlRuntimeError(f"region '{region}' has no loaded program (sha256 {sha256[:16]}...)",
+                                       node=region, hint="create the session with onnx_mrvl.InferenceSession "
+                                                         "or ep.register(sess_options, model_path=...)")
+            t0 = time.perf_counter()
             outs = prog.simulator.run(list(inputs))
-        except MrvlError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - surface as our error through onnxruntime
-            raise MrvlRuntimeError(f"region '{region}' failed: {type(exc).__name__}: {exc}", node=region,
-                                   origin=prog.origin) from exc
-        dt = time.perf_counter() - t0
-        with prog.lock:
-            prog.calls += 1
-            prog.wall_s += dt
-            prog.last_wall_s = dt
-        if len(outs) != num_outputs:
-            raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, the node has {num_outputs}",
-                                   node=region, origin=prog.origin)
+            dt = time.perf_counter() - t0
+            with prog.lock:
+                prog.calls += 1
+                prog.wall_s += dt
+                prog.last_wall_s = dt
+            if len(outs) != num_outputs:
+                raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, the node has "
+                                       f"{num_outputs}", node=region, origin=prog.origin)
+        except Exception as exc:  # noqa: BLE001 - see above
+            err = exc if isinstance(exc, MrvlError) else MrvlRuntimeError(
+                f"region '{region}' failed: {type(exc).__name__}: {exc}", node=region,
+                origin=prog.origin if prog else ())
+            _pending.error = err
+            log.error("%s", err)
+            outs = _nan_outputs(prog, num_outputs)
         return tuple(outs) if num_outputs > 1 else outs[0]
     return run
+
+
+def _nan_outputs(prog: Optional[Program], n: int) -> List[np.ndarray]:
+    shapes = []
+    try:
+        shapes = [list(s) for s in prog.simulator.output_shapes] if prog is not None else []
+    except Exception:  # noqa: BLE001
+        shapes = []
+    shapes = (shapes + [[1]] * n)[:n]
+    return [np.full(s, np.nan, np.float32) for s in shapes]
 
 
 def define_ops(signatures) -> None:

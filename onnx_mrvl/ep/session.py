@@ -92,26 +92,16 @@ class InferenceSession(ort.InferenceSession):
             raise ModelError(f"onnxruntime cannot load the model: {exc}") from None
 
     def run(self, output_names, input_feed, run_options=None):
-        try:
-            return super().run(output_names, input_feed, run_options)
-        except MrvlError:
-            raise
-        except Exception as exc:  # onnxruntime wraps our kernel's errors; keep them ours
-            msg = str(exc)
-            if "MrvlRuntimeError" in msg or "ArtifactError" in msg or "region '" in msg:
-                raise MrvlRuntimeError(_kernel_message(msg)) from None
-            raise
+        kernel.take_pending_error()
+        outputs = super().run(output_names, input_feed, run_options)
+        err = kernel.take_pending_error()
+        if err is not None:
+            raise err
+        return outputs
 
     def mrvl_stats(self) -> List[dict]:
         """Per region: calls, wall time (total, last, mean) and simulated cycles per call."""
         return [p.stats() for p in self._mrvl_programs]
-
-
-def _kernel_message(msg: str) -> str:
-    for marker in ("MrvlRuntimeError: ", "ArtifactError: "):
-        if marker in msg:
-            return msg.split(marker, 1)[1].strip()
-    return msg.strip()
 
 
 def _release_all(digests: List[str]) -> None:

@@ -62,7 +62,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
                       else f"no accelerator op for {n.op_type}")
             decisions.record(n.name, n.op_type, reason=reason)
             continue
-        built = pattern.build(g, n, target)
+        built = pattern.match(g, n, target)
         if isinstance(built, str):
             decisions.record(n.name, n.op_type, reason=built)
             continue
@@ -112,7 +112,7 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     for name in aliases:
         owner = alias_owner.get(name)
         decisions.record(name, "Transpose", placement="accelerator" if owner else "cpu", mrvl_node=owner,
-                         reason="folded into the NHWC layout of the next accelerator op (no data movement)"
+                         reason=f"folded into the layout of {owner} (a relabelling, no data movement)"
                          if owner else "a transpose between CPU ops")
     opset.attach_functions(fused)
     log.info("fuse: %d groups, %d of %d nodes on the accelerator", len(groups),

@@ -13,14 +13,21 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .. import opset
 from .._graph import FLOAT, GraphIndex, attr
 from ..provenance import set_origin
 from .patterns import Group
+from .perms import reshape_blocks, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
+# CPU ops that compute the same thing on permuted storage (scalar extra inputs; Split gets its axis
+# remapped): they keep the accelerator's layout instead of converting around them
+LAYOUT_FREE_CPU_OPS = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
+                       "HardSwish", "Softplus", "Softsign", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf",
+                       "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Mish", "Gelu", "Clip",
+                       "Identity", "Split"}
 Perm = Optional[Tuple[int, ...]]   # None = stored as logical
 
 
@@ -50,6 +57,21 @@ def order_preserved(shape, perm: Perm) -> bool:
     return nonunit == sorted(nonunit)
 
 
+def _canonical(order: Sequence[int], shape, nhwc_first: bool = False) -> Perm:
+    """``order`` or, when it nests the non-unit axes the same way, the logical or NHWC order
+    (unit axes may sit anywhere: the data is the same)."""
+    nonunit = [a for a in order if shape[a] != 1]
+    cands = ([NHWC, None] if nhwc_first else [None, NHWC]) if len(shape) == 4 else [None]
+    for cand in cands:
+        full = list(cand) if cand else list(range(len(shape)))
+        if [a for a in full if shape[a] != 1] == nonunit:
+            return cand
+    return _norm(order)
+
+
+SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
+
+
 class Materializer:
     def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set):
         self.g = g
@@ -60,12 +82,16 @@ class Materializer:
         self.cache: Dict[Tuple[str, Perm], str] = {}
         self.mrvl_tensors: set = set()
         self.nodes: List[onnx.NodeProto] = []
-        self.inits: List[onnx.TensorProto] = []
+        self.inits: List[Tuple[str, np.ndarray]] = []   # written straight into the output graph
         self.vinfo: Dict[str, List[int]] = {}
         self.names: set = {n.name for n in g.nodes}
         self.mrvl_name: Dict[str, str] = {}            # anchor name -> Mrvl node name
         self.alias_of: Dict[str, List[str]] = {}       # tensor -> Transposes folded on its way
         self.alias_owner: Dict[str, str] = {}          # folded Transpose -> Mrvl node it went into
+        self._shapes: Dict[str, List[int]] = {}
+        self.mrvl_producer: Dict[str, str] = {}        # stored tensor -> Mrvl node writing it
+        self.rename: Dict[str, str] = {}               # tensor -> graph output name it becomes
+        self.produced: set = set()                     # tensors written by an emitted node
 
     # ---------------------------------------------------------------- helpers
     def fresh(self, base: str) -> str:
@@ -77,11 +103,31 @@ class Materializer:
 
     def init(self, base: str, arr: np.ndarray) -> str:
         name = self.fresh(base)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        self.inits.append((name, np.ascontiguousarray(arr, dtype=np.float32)))
         return name
 
     def logical_shape(self, t: str) -> List[int]:
-        return self.g.shape(t)
+        shape = self._shapes.get(t)
+        if shape is None:
+            shape = self._shapes[t] = self.g.shape(t)
+        return shape
+
+    def available(self, t: str, want: Perm) -> bool:
+        """True when ``t`` already exists stored with ``want`` (no conversion needed)."""
+        return self.loc[t][1] == want or (t, want) in self.cache
+
+    def common_perm(self, tensors: Sequence[str]) -> Perm:
+        """The storage for an op over ``tensors`` that needs the fewest conversions; on a tie NHWC
+        for 4-D tensors (the accelerator's layout), so a fused region stays NHWC throughout."""
+        rank = len(self.logical_shape(tensors[0]))
+        candidates = [NHWC] if rank == 4 else []
+        for t in tensors:
+            p = self.loc[t][1]
+            if p not in candidates and t not in self.flat:
+                candidates.append(p)
+        if not candidates:
+            return None
+        return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors))
 
     def get(self, t: str, want: Perm, *, for_mrvl: bool, origin: Sequence[str]) -> str:
         """The name of tensor ``t`` stored with permutation ``want``, converting if needed."""
@@ -118,6 +164,7 @@ class Materializer:
         """Name for a produced tensor ``t`` that will be stored with ``perm``."""
         name = t if (perm is None or t not in self.g.output_set) else self.fresh(f"{t}__nhwc")
         self.loc[t] = (name, perm)
+        self.produced.add(name)
         if mrvl:
             self.mrvl_tensors.add(name)
         self.vinfo[name] = _stored_shape(self.logical_shape(t), perm)
@@ -127,13 +174,42 @@ class Materializer:
     def cpu_node(self, n: onnx.NodeProto) -> None:
         new = onnx.NodeProto()
         new.CopyFrom(n)
+        perm = self._transparent(n)
+        if perm is not None:   # runs as well on the stored data: no layout change around it
+            new.input[0] = self.loc[n.input[0]][0]
+            if n.op_type == "Split":
+                rank = len(self.logical_shape(n.input[0]))
+                axis = list(perm).index(attr(n, "axis", 0) % rank)
+                del new.attribute[:]
+                new.attribute.extend([a for a in n.attribute if a.name != "axis"] +
+                                     [helper.make_attribute("axis", axis)])
+            for i, o in enumerate(n.output):
+                if o:
+                    new.output[i] = self.define(o, perm, mrvl=False)
+            self.nodes.append(new)
+            return
         for i, t in enumerate(n.input):
             if t and t in self.loc:
                 new.input[i] = self.get(t, None, for_mrvl=False, origin=[n.name])
         for o in n.output:
             if o:
                 self.loc[o] = (o, None)
+                self.produced.add(o)
         self.nodes.append(new)
+
+    def _transparent(self, n: onnx.NodeProto) -> Perm:
+        """The stored permutation a CPU node can run on as it is (elementwise on one tensor, or a
+        Split), or None when it needs the logical layout."""
+        if n.op_type not in LAYOUT_FREE_CPU_OPS or not n.input or n.input[0] not in self.loc:
+            return None
+        if n.input[0] in self.flat or any(t and not self.g.is_const(t) for t in n.input[1:]):
+            return None
+        perm = self.loc[n.input[0]][1]
+        if perm is None or not self.g.is_float(n.input[0]):
+            return None
+        if any(o and self.logical_shape(o) is None for o in n.output):
+            return None
+        return perm
 
     def alias(self, n: onnx.NodeProto) -> None:
         name, have = self.loc[n.input[0]]
@@ -143,8 +219,22 @@ class Materializer:
         stored = _norm([_inv(perm)[src[j]] for j in range(rank)])
         self.loc[n.output[0]] = (name, stored)
         self.alias_of[n.output[0]] = self.alias_of.get(n.input[0], []) + [n.name]
-        if n.output[0] in self.g.output_set:  # graph outputs are stored as logical, under their name
-            self.get(n.output[0], None, for_mrvl=name in self.mrvl_tensors, origin=[n.name])
+        if name in self.mrvl_producer:       # relabels what an accelerator op wrote
+            self.alias_owner[n.name] = self.mrvl_producer[name]
+        out = n.output[0]
+        if out not in self.g.output_set:
+            return
+        # graph outputs are stored as logical, under their own name
+        if stored is None and name in self.produced and name not in self.g.output_set:
+            self.rename[name] = out          # the data is already in order: the producer writes it
+            self.loc[out] = (out, None)
+            if name in self.mrvl_tensors:
+                self.mrvl_tensors.add(out)
+        elif self.get(out, None, for_mrvl=name in self.mrvl_tensors, origin=[n.name]) != out:
+            node = helper.make_node("Identity", [name], [out], name=self.fresh(f"identity_{out}"))
+            set_origin(node, [n.name])
+            self.nodes.append(node)
+            self.loc[out] = (out, None)
 
     def group(self, grp: Group) -> None:
         op = grp.op
@@ -157,6 +247,7 @@ class Materializer:
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm) -> None:
         out = self.define(grp.output, out_perm, mrvl=True)
         name = self.fresh(f"mrvl_{grp.anchor.name}")
+        self.mrvl_producer[out] = name
         self.mrvl_name[grp.anchor.name] = name
         folded = [a for t in grp.inputs for a in self.alias_of.get(t, []) if a not in self.alias_owner]
         for a in folded:
@@ -194,8 +285,7 @@ class Materializer:
         self._emit(grp, "FC", ins, attrs, None)
 
     def _eltwise(self, grp: Group) -> None:
-        first = grp.inputs[0]
-        perm = self.loc[first][1] if first not in self.flat else None
+        perm = self.common_perm(grp.inputs)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
         if "operand" in grp.weights:
             rank = len(self.logical_shape(grp.output))
@@ -207,32 +297,59 @@ class Materializer:
         self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
 
     def _concat(self, grp: Group) -> None:
-        perm = self.loc[grp.inputs[0]][1]
+        perm = self.common_perm(grp.inputs)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
         axis = grp.attrs["axis"]
         stored_axis = list(perm).index(axis) if perm else axis
         self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
 
     def _reshape(self, grp: Group) -> None:
+        """Run on the stored data when the reshape only splits/merges runs of axes that are in order
+        in storage (the output is then stored permuted too); feed an FC a flattened NHWC tensor as it
+        is (its weights get permuted); otherwise convert the input once, to the storage from which
+        the reshape yields an NHWC (4-D) or logical output."""
         src, out = grp.inputs[0], grp.output
         in_shape, out_shape = self.logical_shape(src), self.logical_shape(out)
         name, perm = self.loc[src]
-        flat_for_fc = (perm == NHWC and len(in_shape) == 4 and len(out_shape) == 2
-                       and out_shape[0] == in_shape[0] and out not in self.g.output_set
-                       and all(self._is_fc_input(c, out) for c in self.g.consumers.get(out, [])))
         if src in self.flat:
-            name = self.get(src, None, for_mrvl=True, origin=grp.origin)
-        elif perm is not None and not order_preserved(in_shape, perm) and not flat_for_fc:
+            name, perm = self.get(src, None, for_mrvl=True, origin=grp.origin), None
+        blocks = reshape_blocks(in_shape, out_shape)
+        out_perm: Perm = None
+        flat = None
+        if perm is not None and blocks is not None:
+            after = stored_after_reshape(blocks, in_shape, perm)
+            if after is not None:
+                out_perm = _canonical(after, out_shape, self._feeds_spatial(out))
+            elif self._flat_for_fc(src, out, perm):
+                n, c, h, w = in_shape
+                flat = [n, h, w, c]
+            else:
+                want = list(NHWC) if len(out_shape) == 4 else list(range(len(out_shape)))
+                before = stored_before_reshape(blocks, out_shape, want)
+                if before is None:
+                    want, before = list(range(len(out_shape))), list(range(len(in_shape)))
+                name = self.get(src, _norm(before), for_mrvl=True, origin=grp.origin)
+                out_perm = _norm(want)
+        elif perm is not None:
             name = self.get(src, None, for_mrvl=True, origin=grp.origin)
         op = "Reshape"
         if len(out_shape) == 2 and len(in_shape) > 2:
             op = "Flatten"
         elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
             op = "Squeeze"
-        self._emit(grp, op, [name], {"shape": out_shape}, None)
-        if flat_for_fc and not order_preserved(in_shape, perm) and name == self.loc[src][0]:
-            n, c, h, w = in_shape
-            self.flat[out] = [n, h, w, c]
+        self._emit(grp, op, [name], {"shape": _stored_shape(out_shape, out_perm)}, out_perm)
+        if flat is not None:
+            self.flat[out] = flat
+
+    def _feeds_spatial(self, t: str) -> bool:
+        return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
+                   if c.name in self.group_of)
+
+    def _flat_for_fc(self, src: str, out: str, perm: Perm) -> bool:
+        in_shape, out_shape = self.logical_shape(src), self.logical_shape(out)
+        return (perm == NHWC and len(in_shape) == 4 and len(out_shape) == 2
+                and out_shape[0] == in_shape[0] and out not in self.g.output_set
+                and all(self._is_fc_input(c, out) for c in self.g.consumers.get(out, [])))
 
     def _is_fc_input(self, consumer: onnx.NodeProto, t: str) -> bool:
         grp = self.group_of.get(consumer.name)
@@ -256,15 +373,22 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
             m.cpu_node(n)
     for o in g.outputs:
         m.get(o, None, for_mrvl=False, origin=[])
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    if m.rename:
+        for n in m.nodes:
+            for seq in (n.input, n.output):
+                for i, t in enumerate(seq):
+                    if t in m.rename:
+                        seq[i] = m.rename[t]
+    out = _shell(model)
     graph = out.graph
-    del graph.node[:]
     graph.node.extend(m.nodes)
     used = {i for n in m.nodes for i in n.input} | set(g.outputs)
-    kept = [t for t in model.graph.initializer if t.name in used] + m.inits
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
+    for name, arr in m.inits:
+        t = graph.initializer.add()
+        t.name, t.data_type = name, onnx.TensorProto.FLOAT
+        t.dims.extend(arr.shape)
+        t.raw_data = arr.astype("<f4", copy=False).tobytes()
     old_vi = {vi.name: vi for vi in model.graph.value_info}
     produced = {o for n in m.nodes for o in n.output}
     del graph.value_info[:]
@@ -274,3 +398,32 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
         elif name in old_vi:
             graph.value_info.append(old_vi[name])
     return out, m.mrvl_name, m.alias_owner
+
+
+def _shell(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without the graph's nodes, initializers and value_info (which would be
+    copied only to be thrown away: the weights of a large model are hundreds of MB)."""
+    out = onnx.ModelProto()
+    for fd, value in model.ListFields():
+        if fd.name != "graph":
+            if _repeated(fd):
+                getattr(out, fd.name).extend(value)
+            elif fd.message_type is not None:
+                getattr(out, fd.name).CopyFrom(value)
+            else:
+                setattr(out, fd.name, value)
+    for fd, value in model.graph.ListFields():
+        if fd.name in ("node", "initializer", "value_info"):
+            continue
+        if _repeated(fd):
+            getattr(out.graph, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(out.graph, fd.name).CopyFrom(value)
+        else:
+            setattr(out.graph, fd.name, value)
+    return out
+
+
+def _repeated(fd) -> bool:
+    rep = getattr(fd, "is_repeated", None)   # protobuf >= 5.x; older ones only have ``label``
+    return bool(rep) if rep is not None else fd.label == fd.LABEL_REPEATED

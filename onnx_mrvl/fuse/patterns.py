@@ -48,6 +48,33 @@ class Pattern:
     build: Callable   # (g, node, target) -> Group | str (reason)
     chain: Tuple[str, ...] = ()
 
+    def match(self, g: GraphIndex, n: onnx.NodeProto, target: Target):
+        """The group anchored at ``n`` or the reason it stays on the CPU (shape/attribute checks
+        of ``build``, then the values of the weights the group would carry)."""
+        built = self.build(g, n, target)
+        if isinstance(built, Group):
+            return weights_reason(built, target) or built
+        return built
+
+
+def weights_reason(grp: Group, target: Target) -> Optional[str]:
+    """Why the group's weights (after folding) cannot go to the fp16 accelerator, or None.
+
+    NaN/inf would poison every output; values beyond the fp16 range would silently become inf."""
+    for key, w in grp.weights.items():
+        w = np.asarray(w)
+        if w.size == 0:
+            continue
+        finite = np.isfinite(w)
+        if not finite.all():
+            return f"{key} holds {int(w.size - finite.sum())} NaN/inf values"
+        big = float(np.max(np.abs(w)))
+        if big > target.fp16_max:
+            folded = " after folding the following Mul/Add/BN" if len(grp.nodes) > 1 else ""
+            return (f"{key} holds values up to {big:.4g}{folded}, beyond the fp16 range "
+                    f"(|w| <= {target.fp16_max:g})")
+    return None
+
 
 def _float_static(g: GraphIndex, names) -> Optional[str]:
     for t in names:
@@ -85,6 +112,8 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if not g.is_const(w) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
         return "weights or bias are not constant initializers"
     wv = g.const(w)
+    if g.elem_type(w) != onnx.TensorProto.FLOAT:
+        return f"weights '{w}' are not float32"
     if wv.ndim != 4:
         return f"{wv.ndim - 2}-D convolution (the accelerator takes 2-D)"
     if attr(n, "auto_pad", "NOTSET") not in ("NOTSET", ""):
@@ -109,9 +138,9 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = _batch(g, x, target)
     if reason:
         return reason
-    weights = {"W": wv.astype(np.float32)}
+    weights = {"W": np.asarray(wv, dtype=np.float32)}
     if len(n.input) > 2 and n.input[2]:
-        weights["B"] = g.const(n.input[2]).astype(np.float32).reshape(-1)
+        weights["B"] = np.asarray(g.const(n.input[2]), dtype=np.float32).reshape(-1)
     grp = Group("Conv2D", "mrvl.conv2d_nhwc2nhwc", [n], [x], n.output[0],
                 dict(strides=strides, pads=pads, dilations=dil, group=group, kernel_shape=k, channels=cout),
                 weights)
@@ -144,7 +173,9 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
     xs = g.shape(x)
     if len(xs) != 2:
         return f"input is {len(xs)}-D (the FC layer takes [N, K])"
-    wv = g.const(w).astype(np.float32)
+    if g.elem_type(w) != onnx.TensorProto.FLOAT:
+        return f"weights '{w}' are not float32"
+    wv = np.asarray(g.const(w), dtype=np.float32)
     if n.op_type == "Gemm":
         if attr(n, "transA", 0) or abs(attr(n, "alpha", 1.0) - 1) > 0 or abs(attr(n, "beta", 1.0) - 1) > 0:
             return "Gemm not in the canonical FC form (transA=0, alpha=beta=1)"
@@ -347,7 +378,7 @@ PATTERNS: List[Pattern] = [
     Pattern("mrvl.pool2d_nhwc2nhwc", tuple(_POOLS), build_pool),
     Pattern("mrvl.sum|mrvl.mul", ("Add", "Mul"), build_eltwise, ("activation",)),
     Pattern("mrvl.concat", ("Concat",), build_concat),
-    Pattern("mrvl.reshape", ("Reshape",), build_reshape),
+    Pattern("mrvl.reshape", ("Reshape", "Flatten", "Squeeze", "Unsqueeze"), build_reshape),
     Pattern("mrvl.resize_nearest", ("Resize",), build_resize),
 ]
 ANCHORS: Dict[str, Pattern] = {op: p for p in PATTERNS for op in p.anchors}

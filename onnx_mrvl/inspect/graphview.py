@@ -20,7 +20,8 @@ from xml.sax.saxutils import escape
 
 import onnx
 
-from .diff import GraphDiff, ModelLike, _change_lines, _short, load_model
+from .align import ModelLike, attr_value, load_model
+from .diff import GraphDiff, _change_lines, _short
 from .layout import layered_layout, node_keys, producer_map
 
 log = logging.getLogger(__name__)
@@ -135,8 +136,7 @@ def _graph_svg(model: onnx.ModelProto, side: str, classes: Mapping[str, str], in
 
 
 def _attr_text(a: onnx.AttributeProto) -> str:
-    from .diff import _attr_value
-    v = _attr_value(a)
+    v = attr_value(a)
     return json.dumps(list(v)) if isinstance(v, tuple) else str(v)
 
 

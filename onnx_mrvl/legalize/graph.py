@@ -61,7 +61,8 @@ class Graph:
         self.order: Dict[int, Tuple[float, int]] = {}
         self._seq = itertools.count()
         self.producer: Dict[str, onnx.NodeProto] = {}
-        self.consumers: Dict[str, List[onnx.NodeProto]] = {}
+        # tensor -> {id(node): [node, number of its inputs reading the tensor]}
+        self.consumers: Dict[str, Dict[int, list]] = {}
         self.inits: Dict[str, onnx.TensorProto] = {i.name: i for i in g.initializer}
         self._arrays: Dict[str, np.ndarray] = {}
         self.inputs = [i.name for i in g.input]
@@ -73,6 +74,7 @@ class Graph:
         self.tensor_names: Set[str] = set(self.inits) | set(self.inputs) | self.outputs
         self.changed = False
         self._new_inits: Set[str] = set()
+        self._counters: Dict[str, int] = {}
         self.target = None  # set by the driver; rules may read limits in match()
         for pos, n in enumerate(g.node):
             node = onnx.NodeProto()
@@ -92,14 +94,19 @@ class Graph:
                 self.tensor_names.add(o)
         for i in node.input:
             if i:
-                self.consumers.setdefault(i, []).append(node)
+                self._use(i, node)
                 self.tensor_names.add(i)
 
     def alive(self, node: onnx.NodeProto) -> bool:
         return id(node) in self.nodes
 
     def node_list(self) -> List[onnx.NodeProto]:
-        """Live nodes in topological order (stable: original order where possible)."""
+        """Live nodes by position (replacements sit where the node they replace stood, which
+        keeps dataflow order for the rules); ``toposort`` gives a strict topological order."""
+        order = self.order
+        return sorted(self.nodes.values(), key=lambda n: order[id(n)])
+
+    def toposort(self) -> List[onnx.NodeProto]:
         return self._toposort()
 
     def remove(self, node: onnx.NodeProto) -> None:
@@ -111,13 +118,29 @@ class Graph:
             if o and self.producer.get(o) is node:
                 del self.producer[o]
         for i in node.input:
-            lst = self.consumers.get(i)
-            if lst:
-                for k, c in enumerate(lst):
-                    if c is node:
-                        del lst[k]
-                        break
+            if i:
+                self._unuse(i, node)
         self.changed = True
+
+    def _use(self, name: str, node: onnx.NodeProto) -> None:
+        d = self.consumers.setdefault(name, {})
+        e = d.get(id(node))
+        if e is None:
+            d[id(node)] = [node, 1]
+        else:
+            e[1] += 1
+
+    def _unuse(self, name: str, node: onnx.NodeProto) -> None:
+        d = self.consumers.get(name)
+        e = d.get(id(node)) if d else None
+        if e is not None:
+            e[1] -= 1
+            if e[1] <= 0:
+                del d[id(node)]
+
+    def users(self, name: str) -> List[onnx.NodeProto]:
+        """Nodes reading tensor ``name`` (each once)."""
+        return [e[0] for e in self.consumers.get(name, {}).values()]
 
     def add(self, node: onnx.NodeProto, near: Optional[onnx.NodeProto] = None,
             origin: Optional[Sequence[str]] = None) -> onnx.NodeProto:
@@ -143,15 +166,11 @@ class Graph:
         old = node.input[idx]
         if old == name:
             return
-        lst = self.consumers.get(old)
-        if lst:
-            for k, c in enumerate(lst):
-                if c is node:
-                    del lst[k]
-                    break
+        if old:
+            self._unuse(old, node)
         node.input[idx] = name
         if name:
-            self.consumers.setdefault(name, []).append(node)
+            self._use(name, node)
         self.changed = True
 
     def trim_inputs(self, node: onnx.NodeProto, n: int) -> None:
@@ -162,7 +181,7 @@ class Graph:
 
     def replace_uses(self, old: str, new: str) -> None:
         """Point every consumer of tensor ``old`` at ``new``."""
-        for c in list(self.consumers.get(old, [])):
+        for c in self.users(old):
             for k, i in enumerate(c.input):
                 if i == old:
                     self.set_input(c, k, new)
@@ -196,20 +215,20 @@ class Graph:
         return True
 
     # ----- names
-    def fresh_node_name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.names:
+    def _unique(self, base: str, taken: Set[str]) -> str:
+        name, k = base, self._counters.get(base, 1)
+        while name in taken:
             name, k = f"{base}_{k}", k + 1
-        self.names.add(name)
+        self._counters[base] = k
+        taken.add(name)
         return name
+
+    def fresh_node_name(self, base: str) -> str:
+        return self._unique(base, self.names)
 
     def fresh(self, base: str) -> str:
         """A new tensor name."""
-        name, k = base, 1
-        while name in self.tensor_names:
-            name, k = f"{base}_{k}", k + 1
-        self.tensor_names.add(name)
-        return name
+        return self._unique(base, self.tensor_names)
 
     # ----- constants
     def is_const(self, name: str) -> bool:
@@ -269,10 +288,10 @@ class Graph:
 
     def only_consumer(self, name: str) -> Optional[onnx.NodeProto]:
         """The single consumer of ``name`` (None when several, none, or a graph output)."""
-        cons = self.consumers.get(name, [])
-        if len(cons) != 1 or name in self.pinned:
+        cons = self.consumers.get(name)
+        if not cons or len(cons) != 1 or name in self.pinned:
             return None
-        return cons[0]
+        return next(iter(cons.values()))[0]
 
     def used(self, name: str) -> bool:
         return bool(self.consumers.get(name)) or name in self.pinned

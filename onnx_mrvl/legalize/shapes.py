@@ -60,7 +60,7 @@ def light_model(model: onnx.ModelProto, nodes, inits: Dict[str, onnx.TensorProto
 def infer(graph_view, inputs: List[onnx.ValueInfoProto], outputs: List[onnx.ValueInfoProto]
           ) -> None:
     """Refresh ``graph_view.shapes`` / ``dtypes`` from ONNX shape inference."""
-    light = light_model(graph_view.model, graph_view.node_list(), graph_view.inits, inputs, outputs)
+    light = light_model(graph_view.model, graph_view.toposort(), graph_view.inits, inputs, outputs)
     try:
         inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     except Exception as exc:  # inference errors on exotic ops: keep what we know

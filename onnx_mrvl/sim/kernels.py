@@ -23,7 +23,7 @@ from .pooling import (avgpool2d, global_avgpool2d, global_maxpool2d, maxpool2d, 
 from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest, sum2d  # noqa: F401
 
 F32 = np.float32
-_BLOCK_ROWS = 1024          # output pixels per im2col block: block + GEMM + epilogue stay in cache
+_COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
 
 
 def _f32(w) -> Optional[np.ndarray]:
@@ -98,10 +98,12 @@ class Conv2D:
         if self.depthwise:
             # [KH*KW, O]: one per-channel weight row per tap
             self.w_taps = np.ascontiguousarray(kf.reshape(self.out_channels, self.kh * self.kw).T)
+            self._tiled = {}                    # output width -> tap weights tiled over it
         else:
             # per group: [KH*KW*I/g, O/g], rows in (kh, kw, c) order, matching the im2col columns
             wg = kf.reshape(self.groups, self.og, self.kh * self.kw * self.cin_g)
             self.w_mats = [np.ascontiguousarray(wg[g].T) for g in range(self.groups)]
+            self.w_stack = np.ascontiguousarray(np.stack(self.w_mats))
         self.epilogue = _epilogue(_f32(bias), _f32(scale), _f32(shift),
                                   make_activation(activation, activation_params, slope))
 
@@ -136,67 +138,55 @@ class Conv2D:
             src = x if sh == sw == 1 else x[:, ::sh, ::sw, :][:, :oh, :ow, :]
             src = np.ascontiguousarray(src).reshape(-1, c)
             o2 = out.reshape(-1, self.out_channels)
-            rows = max(_BLOCK_ROWS, 1)
-            for p in range(0, o2.shape[0], rows):
-                blk = o2[p:p + rows]
-                np.matmul(src[p:p + rows], self.w_mats[0], out=blk)
-                finite &= self.epilogue(blk)
+            np.matmul(src, self.w_mats[0], out=o2)       # one sgemm: every BLAS call is a sync point
+            finite = self.epilogue(o2)
             return out, finite
         xp = _pad_nhwc(x, self.padding)
-        cg = self.cin_g
+        cg, g, og = self.cin_g, self.groups, self.og
         kk = kh * kw * cg
-        rows_oh = max(1, _BLOCK_ROWS // ow)
-        for g in range(self.groups):
-            xg = xp if self.groups == 1 else xp[..., g * cg:(g + 1) * cg]
-            win = _windows(xg, oh, ow, kh, kw, sh, sw, dh, dw)
-            wm = self.w_mats[g]
-            for b in range(n):
-                for y0 in range(0, oh, rows_oh):
-                    y1 = min(oh, y0 + rows_oh)
-                    cols = win[b, y0:y1].reshape((y1 - y0) * ow, kk)    # the one im2col copy
-                    if self.groups == 1:
-                        blk = out[b, y0:y1].reshape(-1, self.out_channels)
-                        np.matmul(cols, wm, out=blk)
-                    else:
-                        out[b, y0:y1, :, g * self.og:(g + 1) * self.og] = (cols @ wm).reshape(
-                            y1 - y0, ow, self.og)
-                    if self.groups == 1:
-                        finite &= self.epilogue(blk)
-        if self.groups > 1:
-            o2 = out.reshape(-1, self.out_channels)
-            for p in range(0, o2.shape[0], _BLOCK_ROWS):
-                finite &= self.epilogue(o2[p:p + _BLOCK_ROWS])
-        return out, finite
-
-    def _depthwise(self, x: np.ndarray, n: int, oh: int, ow: int) -> np.ndarray:
-        kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
-        mult = self.og
-        xs = x if mult == 1 else np.repeat(x, mult, axis=3)
-        xp = _pad_nhwc(xs, self.padding)
-        o = self.out_channels
-        out = np.empty((n, oh, ow, o), dtype=F32)
-        rows_oh = max(1, (32768 // max(o, 1)) // ow) if ow * o <= 32768 else 1
-        tmp = np.empty((rows_oh, ow, o), dtype=F32)
-        finite = True
+        win = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw)
+        rows_oh = max(1, _COLS_BLOCK // (kk * g * ow))
         for b in range(n):
             for y0 in range(0, oh, rows_oh):
                 y1 = min(oh, y0 + rows_oh)
-                acc = out[b, y0:y1]
-                t = tmp[:y1 - y0]
-                for i in range(kh):
-                    ys = y0 * sh + i * dh
-                    rows = xp[b, ys:ys + (y1 - y0 - 1) * sh + 1:sh]
-                    for j in range(kw):
-                        xs0 = j * dw
-                        view = rows[:, xs0:xs0 + (ow - 1) * sw + 1:sw, :]
-                        w = self.w_taps[i * kw + j]
-                        if i == 0 and j == 0:
-                            np.multiply(view, w, out=acc)
-                        else:
-                            np.multiply(view, w, out=t)
-                            acc += t
-                finite &= self.epilogue(acc.reshape(-1, o))
+                rows = (y1 - y0) * ow
+                blk = out[b, y0:y1].reshape(rows, self.out_channels)
+                if g == 1:
+                    cols = win[b, y0:y1].reshape(rows, kk)               # the one im2col copy
+                    np.matmul(cols, self.w_mats[0], out=blk)
+                else:                                                   # [G, rows, KH*KW*I/g] copy
+                    v = win[b, y0:y1].reshape(rows, kh, kw, g, cg).transpose(3, 0, 1, 2, 4)
+                    cols = np.ascontiguousarray(v).reshape(g, rows, kk)
+                    res = np.matmul(cols, self.w_stack)                 # [G, rows, O/g]
+                    blk.reshape(rows, g, og)[...] = res.transpose(1, 0, 2)
+                finite &= self.epilogue(blk)
         return out, finite
+
+    def _depthwise(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
+        """Per-channel taps as one einsum over a strided window view (no im2col copy).
+
+        With unit width stride, output columns and channels merge into one contiguous axis of
+        length OW*O (the einsum's inner loop) against the tap weights tiled over OW.
+        """
+        kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
+        mult = self.og
+        xs = x if mult == 1 else np.repeat(x, mult, axis=3)
+        xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
+        o = self.out_channels
+        if sw == 1:
+            wt = self._tiled.get(ow)
+            if wt is None:
+                wt = np.ascontiguousarray(np.tile(self.w_taps.reshape(kh, kw, o), (1, 1, ow)))
+                self._tiled[ow] = wt            # benign race: every thread computes the same array
+            sn, sy, sx, sc = xp.strides
+            view = as_strided(xp, shape=(n, oh, kh, kw, ow * o), strides=(sn, sy * sh, sy * dh, sx * dw, sc),
+                              writeable=False)
+            out = np.einsum("nhijm,ijm->nhm", view, wt).reshape(n, oh, ow, o)
+        else:
+            view = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw)
+            out = np.einsum("nhwijc,ijc->nhwc", view, self.w_taps.reshape(kh, kw, o))
+        out = np.ascontiguousarray(out, dtype=F32)
+        return out, self.epilogue(out.reshape(-1, o))
 
 
 def prepare_conv2d(kernel, **kw) -> Conv2D:

@@ -66,6 +66,17 @@ def _matches(node: onnx.NodeProto, names: set) -> bool:
     return node.op_type != "LayoutTransform" and any(o in names for o in get_origin(node))
 
 
+def region_origin(nodes: Iterable[onnx.NodeProto]) -> List[str]:
+    """Original node names of a region's nodes, each once, in order. Layout changes are left out:
+    they borrow their consumer's names, which may be CPU nodes."""
+    seen: Dict[str, None] = {}
+    for n in nodes:
+        if n.op_type != "LayoutTransform":
+            for o in get_origin(n):
+                seen.setdefault(o, None)
+    return list(seen)
+
+
 def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
     """Multiply-accumulates of a Conv/Gemm/MatMul, standard or Mrvl (0 for other ops)."""
     if node.op_type not in COMPUTE_OPS | {"Conv", "Gemm", "MatMul"} or len(node.input) < 2:
@@ -120,7 +131,7 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
             if not est["offload"]:
                 reason = cost_model.describe(est)
         if reason:
-            entry = {"nodes": [n.name for n in nodes], "origin": [o for n in nodes for o in get_origin(n)],
+            entry = {"nodes": [n.name for n in nodes], "origin": region_origin(nodes),
                      "reason": reason, "macs": sum(node_macs(g, n) for n in nodes)}
             if est is not None:
                 entry["estimate"] = est
@@ -136,8 +147,8 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         nodes = [g.by_name[n.name] for n in nodes]
         ins, outs = boundary(g, nodes)
         name = f"mrvl_region_{idx}"
-        reg = Region(name, [n.name for n in nodes], ins, outs,
-                     [o for n in nodes for o in get_origin(n)], sum(node_macs(g, n) for n in nodes))
+        reg = Region(name, [n.name for n in nodes], ins, outs, region_origin(nodes),
+                     sum(node_macs(g, n) for n in nodes))
         if est is not None:
             reg.estimate = est
         reg.model = region_model(model, g, nodes, ins, outs, name)

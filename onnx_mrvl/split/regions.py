@@ -1,20 +1,20 @@
-"""Group Mrvl nodes into maximal convex accelerator regions.
+"""Group Mrvl nodes into maximal accelerator regions whose collapse never creates a cycle.
 
-A region is convex when no path leaves it and comes back: collapsing every region into one node
-then never creates a cycle. Nodes are visited once, in topological order. Each node carries the
-set of (live) regions that reach it from outside its own region; a node may join a region of one
-of its producers only when that region does not reach it through another node, and the regions of
-several producers merge when neither reaches the other from outside (two chains meeting at a
-Concat become one region). ``cut_after`` nodes end their region: everything downstream of them
-sees the region as "reached from outside" and so cannot join it.
-
-A region that can no longer grow (all consumers of its members visited) is dropped from the sets,
-so the work per node is bounded by the number of regions still open around it: near-linear on
-real graphs.
+Collapsing every region into one node must leave the graph acyclic: not only may no path leave a
+region and come back to it (convexity), no chain region A -> CPU -> region B -> ... -> region A may
+exist either. Nodes are visited once, in topological order, and the region graph is kept as data:
+each region knows the regions that feed it directly (``adj``) and through at least one node outside
+both (``ext``); each CPU node knows its nearest regions upstream (``near``). A node joins the region
+of one of its producers unless that region already reaches the node some other way, which a
+backward search over the region graph answers; it is pruned to regions ending after the
+candidate's first node (a region can only reach regions that end later than it starts), so the
+work stays near-linear on real graphs. Producers' regions merge (two chains meeting at a Concat
+become one region) when neither reaches the other through anything outside them. ``cut_after``
+nodes end their region: their consumers see them as outside nodes.
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, List, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set
 
 import onnx
 
@@ -28,18 +28,22 @@ def is_mrvl(node: onnx.NodeProto) -> bool:
     return node.domain == opset.DOMAIN and node.op_type in opset.OPS
 
 
-class _Regions:
-    """Union-find over region ids, with the bookkeeping the convexity checks need."""
+class RegionGraph:
+    """Union-find over region ids plus, per region, its first/last node position and its feeders."""
 
     def __init__(self):
         self.parent: List[int] = []
-        self.pending: List[int] = []       # edges from members to consumers not visited yet
-        self.ext: List[FrozenSet[int]] = []  # regions reaching a member from outside (raw ids)
+        self.first: List[int] = []
+        self.last: List[int] = []
+        self.adj: List[Set[int]] = []      # regions with an edge straight into a member
+        self.ext: List[Set[int]] = []      # regions reaching a member through outside nodes only
 
-    def new(self) -> int:
+    def new(self, pos: int) -> int:
         self.parent.append(len(self.parent))
-        self.pending.append(0)
-        self.ext.append(EMPTY)
+        self.first.append(pos)
+        self.last.append(pos)
+        self.adj.append(set())
+        self.ext.append(set())
         return len(self.parent) - 1
 
     def find(self, r: int) -> int:
@@ -50,22 +54,31 @@ class _Regions:
             self.parent[r], r = root, self.parent[r]
         return root
 
-    def live(self, r: int) -> bool:
-        return self.pending[r] > 0
+    def feeders(self, r: int) -> Set[int]:
+        return {self.find(x) for x in self.adj[r] | self.ext[r]} - {r}
 
-    def canon(self, ids: Iterable[int], own: int = -1) -> FrozenSet[int]:
-        """Current ids of the live regions in ``ids``, without ``own``."""
-        out = set()
-        for r in ids:
-            r = self.find(r)
-            if r != own and self.pending[r] > 0:
-                out.add(r)
-        return frozenset(out)
+    def reaches(self, src: int, targets: Iterable[int]) -> bool:
+        """True when region ``src`` reaches any region of ``targets`` (or is one of them)."""
+        floor = self.first[src]
+        todo = [self.find(t) for t in targets]
+        seen: Set[int] = set()
+        while todo:
+            r = todo.pop()
+            if r == src:
+                return True
+            if r in seen or self.last[r] <= floor:
+                continue
+            seen.add(r)
+            todo.extend(self.feeders(r))
+        return False
 
     def union(self, keep: int, other: int) -> None:
         self.parent[other] = keep
-        self.pending[keep] += self.pending[other]
-        self.ext[keep] = self.ext[keep] | self.ext[other]
+        self.first[keep] = min(self.first[keep], self.first[other])
+        self.last[keep] = max(self.last[keep], self.last[other])
+        self.adj[keep] |= self.adj[other]
+        self.ext[keep] |= self.ext[other]
+        self.adj[other], self.ext[other] = set(), set()
 
 
 def find_regions(g: GraphIndex, order: List[onnx.NodeProto], accel: Set[str],
@@ -75,48 +88,55 @@ def find_regions(g: GraphIndex, order: List[onnx.NodeProto], accel: Set[str],
     cut = set(cut_after)
     if single:
         return _single_region(g, order, accel, cut)
-    R = _Regions()
-    region: Dict[str, int] = {}            # node -> raw region id (resolve with R.find)
-    reach: Dict[str, FrozenSet[int]] = {}  # node -> live regions reaching it from outside its region
-    for n in order:
-        preds = [g.producer[i] for i in n.input if i in g.producer]
-        direct: Set[int] = set()
-        raw: Set[int] = set()
-        for p in preds:
-            raw |= reach[p.name]
-            if p.name in region:
+    R = RegionGraph()
+    region: Dict[str, int] = {}             # member -> raw region id (resolve with R.find)
+    near: Dict[str, FrozenSet[int]] = {}    # outside node (or cut member) -> nearest regions upstream
+    for pos, n in enumerate(order):
+        direct: Set[int] = set()            # regions of producers feeding n straight
+        via: Set[int] = set()               # nearest regions feeding n through outside nodes
+        for i in n.input:
+            p = g.producer.get(i)
+            if p is None:
+                continue
+            if p.name in region and p.name not in cut:
                 direct.add(R.find(region[p.name]))
-        indirect = R.canon(raw)             # before this node's edges are counted off
-        mine = -1
+            else:
+                via |= near[p.name]
+        via = {R.find(r) for r in via}
+        mine: Optional[int] = None
         if n.name in accel:
-            mine = _join(R, sorted(r for r in direct if r not in indirect))
+            mine = _join(R, n, pos, direct, via)
             region[n.name] = mine
-        for p in preds:                     # one pending edge per (producer, input) pair
-            if p.name in region:
-                R.pending[R.find(region[p.name])] -= 1
-        if mine >= 0:
-            R.pending[mine] += sum(len(g.consumers.get(o, ())) for o in n.output if o)
-        out = set(R.canon(indirect | direct, mine))
-        if mine >= 0 and out:
-            R.ext[mine] = R.canon(R.ext[mine] | out, mine)
-        if n.name in cut and mine >= 0 and R.live(mine):
-            out.add(mine)                   # downstream nodes see the region as left behind
-        reach[n.name] = frozenset(out)
-    _pull_layout_changes(g, order, region, reach, R)
+            R.adj[mine] |= direct - {mine}
+            R.ext[mine] |= via
+        if mine is None or n.name in cut:
+            out = via | direct
+            if mine is not None:
+                out.add(mine)
+            near[n.name] = frozenset(out)
+    _pull_layout_changes(g, order, region, near, R)
     return _renumber(order, region, R)
 
 
-def _join(R: _Regions, cands: List[int]) -> int:
-    """The region ``n`` joins: the candidates merged as far as convexity allows, else a new one."""
-    if not cands:
-        return R.new()
-    keep = cands[0]
-    for r in cands[1:]:
-        R.ext[keep] = ext_keep = R.canon(R.ext[keep], keep)
-        R.ext[r] = ext_r = R.canon(R.ext[r], r)
-        if r in ext_keep or keep in ext_r:
-            continue                       # one reaches the other from outside: stay apart
+def _join(R: RegionGraph, n: onnx.NodeProto, pos: int, direct: Set[int], via: Set[int]) -> int:
+    """The region ``n`` joins: the producers' regions it may join, merged as far as allowed."""
+    ok = []
+    for q in sorted(direct):
+        if q in via or R.reaches(q, (direct - {q}) | via):
+            continue                        # q reaches n some other way: joining closes a cycle
+        ok.append(q)
+    if not ok:
+        return R.new(pos)
+    keep = ok[0]
+    for r in ok[1:]:
+        # merging is safe when neither reaches the other through something outside both
+        if (keep in {R.find(x) for x in R.ext[r]} or r in {R.find(x) for x in R.ext[keep]}
+                or any(R.reaches(keep, [f]) for f in R.feeders(r) - {keep})
+                or any(R.reaches(r, [f]) for f in R.feeders(keep) - {r})):
+            continue
         R.union(keep, r)
+    keep = R.find(keep)
+    R.last[keep] = pos
     return keep
 
 
@@ -139,31 +159,36 @@ def _single_region(g: GraphIndex, order, accel: Set[str], cut: Set[str]) -> Dict
     return region
 
 
-def _pull_layout_changes(g: GraphIndex, order, region: Dict[str, int], reach, R: _Regions) -> None:
+def _pull_layout_changes(g: GraphIndex, order, region: Dict[str, int], near, R: RegionGraph) -> None:
     """A layout change alone in its region (its producer is on the CPU) joins the region of its
-    consumers, when that keeps the region convex (the region does not reach the node)."""
+    consumers, when that closes no cycle."""
     sizes: Dict[int, int] = {}
     for r in region.values():
         r = R.find(r)
         sizes[r] = sizes.get(r, 0) + 1
     for n in reversed(order):
-        if n.op_type != "LayoutTransform" or n.name not in region or sizes[R.find(region[n.name])] != 1:
+        if n.op_type != "LayoutTransform" or n.name not in region:
+            continue
+        own = R.find(region[n.name])
+        if sizes[own] != 1 or n.output[0] in g.output_set:
             continue
         targets = {R.find(region[c.name]) if c.name in region else None
                    for c in g.consumers.get(n.output[0], [])}
-        if len(targets) != 1 or None in targets or n.output[0] in g.output_set:
+        if len(targets) != 1 or None in targets:
             continue
         dest = targets.pop()
-        preds = {R.find(region[g.producer[i].name]) for i in n.input
-                 if i in g.producer and g.producer[i].name in region}
-        if any(R.find(r) == dest for r in reach[n.name]) or dest in preds:
+        p = g.producer.get(n.input[0])
+        feed = {R.find(r) for r in near.get(p.name, EMPTY)} if p is not None and p.name not in region else None
+        if feed is None or R.reaches(dest, feed):
             continue
-        sizes[R.find(region[n.name])] -= 1
-        region[n.name] = dest
+        sizes[own] -= 1
         sizes[dest] += 1
+        region[n.name] = dest
+        R.ext[dest] |= feed
+        R.first[dest] = min(R.first[dest], R.first[own])
 
 
-def _renumber(order, region: Dict[str, int], R: _Regions) -> Dict[str, int]:
+def _renumber(order, region: Dict[str, int], R: RegionGraph) -> Dict[str, int]:
     ids: Dict[int, int] = {}
     out: Dict[str, int] = {}
     for n in order:

@@ -48,7 +48,7 @@ def match(node, g) -> Optional[Match]:
 
 
 def _feeds_weight(g, name) -> bool:
-    for c in g.consumers.get(name, []):
+    for c in g.users(name):
         idx = WEIGHT_INPUTS.get(c.op_type, ())
         if any(inp(c, k) == name for k in idx):
             return True

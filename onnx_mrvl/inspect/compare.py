@@ -1,0 +1,263 @@
+"""Per-tensor comparison of a converted model B against its reference A.
+
+Both run on the same inputs with every intermediate tensor visible (``runner.run_all``). A tensor
+of B maps to the tensor of A with its logical name (``tensors.logical_name``) and is brought back
+to A's layout (``tensors.Storage``). Inside an accelerator region onnxruntime sees nothing, so each
+``Subgraph`` node's binary runs on the simulator fed with the region inputs of B's run, and every
+layer maps to the output of the last original node of its ``origin`` (the fuse convention: a Mrvl
+node's output keeps the name of its group's last original output).
+
+Tolerance (fp16-aware): a tensor passes when ``max|ref - got| <= atol + rtol * max|ref|``.
+fp16 has an 11-bit significand (relative rounding 2**-11 ~ 4.9e-4 per value); every layer rounds
+its output and the errors of a deep net add up, so the default ``rtol`` is 1e-2 of the tensor's
+largest magnitude, with ``atol`` 1e-4 for tensors that are (nearly) zero. Integer tensors must be
+equal; non-finite values must agree.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import onnx
+
+from .align import ModelLike, explicit_origin, load_model
+from .runner import capture_region, region_binary, region_nodes, run_all
+from .tensors import error_stats, graph_storage, logical_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-2
+_NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
+       onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.INT64: np.int64,
+       onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT8: np.int8, onnx.TensorProto.UINT8: np.uint8,
+       onnx.TensorProto.BOOL: np.bool_}
+
+
+@dataclass
+class TensorCompare:
+    """One tensor of A against its counterpart in B."""
+    tensor: str                 # name in A (logical)
+    a_node: str                 # A's producer
+    op_type: str
+    b_tensor: str               # name in B, or "<region>/<layer>" for a simulator capture
+    b_node: str                 # B's producer (node or layer name)
+    source: str                 # "onnxruntime" | "simulator"
+    region: str
+    origin: List[str]           # original node names behind B's producer
+    storage: str                # how B stores it ("logical", "NHWC", ...)
+    shape: List[int]
+    max_abs: float
+    max_rel: float
+    cosine: float
+    ref_max_abs: float
+    passed: bool
+    is_output: bool = False
+    position: int = 0           # A's topological position of the producer
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["pass"] = d.pop("passed")
+        return d
+
+
+@dataclass
+class CompareResult:
+    a_label: str
+    b_label: str
+    atol: float
+    rtol: float
+    inputs: Dict[str, List[int]]
+    rows: List[TensorCompare] = field(default_factory=list)
+    unmapped: List[Dict[str, Any]] = field(default_factory=list)
+    regions: List[Dict[str, Any]] = field(default_factory=list)
+    seed: Optional[int] = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    @property
+    def first_failure(self) -> Optional[TensorCompare]:
+        return next((r for r in self.rows if not r.passed), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        first = self.first_failure
+        return {"a": self.a_label, "b": self.b_label, "pass": self.passed,
+                "tolerance": {"atol": self.atol, "rtol": self.rtol,
+                              "rule": "max_abs <= atol + rtol * max|ref|"},
+                "inputs": self.inputs, "seed": self.seed,
+                "summary": {"compared": len(self.rows), "failed": sum(not r.passed for r in self.rows),
+                            "simulator": sum(r.source == "simulator" for r in self.rows),
+                            "unmapped": len(self.unmapped)},
+                "first_failure": first.to_dict() if first else None,
+                "regions": self.regions, "tensors": [r.to_dict() for r in self.rows],
+                "unmapped": self.unmapped}
+
+    def to_text(self, limit: int = 0) -> str:
+        out = [f"compare {self.a_label} (reference) -> {self.b_label}: "
+               f"{len(self.rows)} tensors, {sum(not r.passed for r in self.rows)} failed "
+               f"(pass: max_abs <= {self.atol:g} + {self.rtol:g} * max|ref|)"]
+        head = f"{'#':>4}  {'tensor':<32} {'src':<4} {'max_abs':>10} {'max_rel':>10} {'cosine':>9}  ok    origin"
+        out.append(head)
+        rows = self.rows if not limit else self.rows[:limit]
+        for i, r in enumerate(rows):
+            src = "sim" if r.source == "simulator" else "ort"
+            out.append(f"{i:>4}  {_clip(r.tensor, 32):<32} {src:<4} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
+                       f"{r.cosine:>9.6f}  {'PASS' if r.passed else 'FAIL'}  "
+                       f"{','.join(r.origin)}{' (output)' if r.is_output else ''}")
+        if limit and len(self.rows) > limit:
+            out.append(f"  ... and {len(self.rows) - limit} more")
+        if self.unmapped:
+            out.append(f"not compared: {len(self.unmapped)} tensor(s) of B "
+                       f"({', '.join(u['tensor'] for u in self.unmapped[:6])}{', ...' if len(self.unmapped) > 6 else ''})")
+        first = self.first_failure
+        if first is None:
+            out.append("PASS: every compared tensor is within tolerance")
+        else:
+            where = f"layer {first.b_node} of region {first.region}" if first.source == "simulator" \
+                else f"node {first.b_node}"
+            out.append(f"FAIL: first failing tensor {first.tensor!r} ({where}; original nodes: "
+                       f"{', '.join(first.origin) or first.a_node}): max_abs {first.max_abs:.4g}, "
+                       f"max_rel {first.max_rel:.4g}, cosine {first.cosine:.6f}")
+        return "\n".join(out) + "\n"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
+    """Seeded inputs for every true graph input (standard normal floats; symbolic dims -> 1)."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+        dtype = _NP.get(tt.elem_type, np.float32)
+        if np.issubdtype(dtype, np.floating):
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[vi.name] = rng.integers(0, 4, shape).astype(dtype)
+    return feeds
+
+
+def _producers(model: onnx.ModelProto) -> Dict[str, Tuple[int, onnx.NodeProto]]:
+    return {t: (i, n) for i, n in enumerate(model.graph.node) for t in n.output if t}
+
+
+def _origin_index(model: onnx.ModelProto) -> Dict[str, List[int]]:
+    """original node name -> positions of A's nodes standing for it (by name, or A's own records)."""
+    out: Dict[str, List[int]] = {}
+    for i, n in enumerate(model.graph.node):
+        if n.name:
+            out.setdefault(n.name, []).append(i)
+        for o in explicit_origin(n) or []:
+            if o != n.name:
+                out.setdefault(o, []).append(i)
+    return out
+
+
+def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.ndarray]] = None, *,
+                   atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, seed: int = 0,
+                   model_dir: Optional[str] = None, simulate: bool = True) -> CompareResult:
+    """Compare every tensor of ``b`` that maps onto a tensor of ``a`` (the reference).
+
+    ``inputs``: arrays by input name (seeded random when None); ``model_dir``: where B's region
+    binaries are (default: B's folder); ``simulate``: compare inside regions layer by layer."""
+    ma, mb = load_model(a), load_model(b)
+    if model_dir is None and not isinstance(b, onnx.ModelProto):
+        model_dir = os.path.dirname(os.path.abspath(os.fspath(b)))
+    feeds = dict(inputs) if inputs is not None else random_feeds(ma, seed)
+    va = run_all(ma, feeds)
+    b_inputs = {vi.name for vi in mb.graph.input} - {t.name for t in mb.graph.initializer}
+    vb = run_all(mb, {k: v for k, v in feeds.items() if k in b_inputs}, model_dir)
+    res = CompareResult(_label(a, ma, "A"), _label(b, mb, "B"), atol, rtol,
+                        {k: list(np.shape(v)) for k, v in feeds.items()}, seed=None if inputs is not None else seed)
+    prod_a = _producers(ma)
+    outputs_a = {o.name for o in ma.graph.output}
+    rows: Dict[str, TensorCompare] = {}
+    storage = graph_storage(mb, mb.graph.node, {k: tuple(np.shape(v)) for k, v in vb.items()})
+    for n in mb.graph.node:
+        for t in n.output:
+            if not t or t not in storage or t not in vb:
+                continue
+            logical, st = storage[t]
+            if logical not in prod_a or logical not in va:
+                if logical not in va:
+                    res.unmapped.append({"tensor": t, "node": n.name, "reason": "no tensor of A has this name"})
+                continue
+            if logical in rows and rows[logical].b_tensor == logical:
+                continue                       # the logical-layout copy is already compared
+            ref = va[logical]
+            got = st.to_logical(vb[t], np.shape(ref))
+            if got is None:
+                res.unmapped.append({"tensor": t, "node": n.name, "reason": f"stored shape {list(np.shape(vb[t]))} "
+                                     f"({st.describe()}) does not map onto {list(np.shape(ref))}"})
+                continue
+            rows[logical] = _row(logical, prod_a[logical], t, n.name, "onnxruntime",
+                                 n.name if n.domain == "mrvl" and n.op_type.startswith("Subgraph") else "",
+                                 explicit_origin(n) or [n.name], st.describe(), ref, got, atol, rtol,
+                                 logical in outputs_a)
+    if simulate:
+        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, model_dir, atol, rtol)
+    res.rows = sorted(rows.values(), key=lambda r: (r.position, r.tensor))
+    first = res.first_failure
+    log.info("compare: %d tensors, first failure %s", len(res.rows), first.tensor if first else "none")
+    return res
+
+
+def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, ref, got, atol, rtol, is_output):
+    pos, node = producer
+    s = error_stats(ref, got, atol, rtol)
+    return TensorCompare(tensor, node.name, node.op_type, b_tensor, b_node, source, region, list(origin), storage,
+                         list(np.shape(ref)), float(s["max_abs"]), float(s["max_rel"]), float(s["cosine"]),
+                         float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos)
+
+
+def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, model_dir, atol, rtol) -> None:
+    by_origin = _origin_index(ma)
+    for node in region_nodes(mb):
+        layers = capture_region(region_binary(node, model_dir), {t: vb[t] for t in node.input if t in vb},
+                                name=node.name)
+        n_cmp = 0
+        for layer in layers:
+            if layer["layer_name"] == "layout_transform":
+                continue
+            cands = sorted({i for o in layer["origin"] for i in by_origin.get(o, [])})
+            if not cands:
+                continue
+            a_node = ma.graph.node[cands[-1]]
+            tensor = a_node.output[0] if a_node.output else ""
+            if tensor not in va or tensor not in prod_a:
+                continue
+            ref = va[tensor]
+            got = layer["storage"].to_logical(layer["value"], np.shape(ref))
+            key = f"{node.name}/{layer['name']}"
+            if got is None:
+                res.unmapped.append({"tensor": key, "node": layer["name"],
+                                     "reason": f"stored shape {list(layer['value'].shape)} "
+                                               f"({layer['storage'].describe()}) does not map onto "
+                                               f"{list(np.shape(ref))} of {tensor}"})
+                continue
+            row = _row(tensor, prod_a[tensor], key, layer["name"], "simulator", node.name, layer["origin"],
+                       layer["storage"].describe(), ref, got, atol, rtol, tensor in outputs_a)
+            prev = rows.get(tensor)
+            if prev is not None and prev.source == "onnxruntime":
+                prev.region, prev.b_node, prev.origin = node.name, layer["name"], list(layer["origin"])
+            else:
+                rows[tensor] = row
+            n_cmp += 1
+        res.regions.append({"region": node.name, "layers": len(layers), "compared": n_cmp})
+
+
+def _label(x: ModelLike, m: onnx.ModelProto, default: str) -> str:
+    return os.fspath(x) if not isinstance(x, onnx.ModelProto) else (m.graph.name or default)

@@ -1,0 +1,138 @@
+"""Run a model with every intermediate tensor visible, and capture every layer of a region binary.
+
+``run_all`` marks every node output as a graph output and runs the model: in plain onnxruntime,
+or through ``onnx_mrvl.InferenceSession`` when the model holds ``Subgraph`` region nodes (then
+the regions' inputs are captured too). ``capture_region`` runs one region binary on the
+simulator with every layer output added to the program's outputs (docs/program.md: outputs are
+tensor ids), so nothing inside the simulator has to change.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError
+from .align import is_region_node
+from .tensors import Storage, layer_storage
+
+log = logging.getLogger(__name__)
+
+
+def node_attrs(node: onnx.NodeProto) -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        out[a.name] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+    return out
+
+
+def region_nodes(model: onnx.ModelProto) -> List[onnx.NodeProto]:
+    return [n for n in model.graph.node if is_region_node(n)]
+
+
+def region_origin(node: onnx.NodeProto) -> List[str]:
+    raw = node_attrs(node).get("origin", "[]")
+    try:
+        names = json.loads(raw) if isinstance(raw, str) else list(raw)
+    except ValueError:
+        names = [raw]
+    return [str(n) for n in names] if isinstance(names, list) else [str(names)]
+
+
+def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose every node output is also a graph output."""
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        for t in n.output:
+            if t and t not in have:
+                m.graph.output.append(onnx.ValueInfoProto(name=t))
+                have.add(t)
+    if m.ir_version > 13 or m.ir_version == 0:
+        m.ir_version = 10
+    return m
+
+
+def make_session(model: onnx.ModelProto, model_dir: Optional[str]):
+    """onnx_mrvl.InferenceSession when ``model`` has region nodes, plain onnxruntime otherwise."""
+    import onnxruntime as ort
+
+    if region_nodes(model):
+        from ..ep import InferenceSession
+        return InferenceSession(model, model_dir=model_dir)
+    try:
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+        raise ModelError(f"onnxruntime cannot load model {model.graph.name!r}: {exc}",
+                         hint="check the model with onnx.checker / onnx-mrvl diff") from None
+
+
+def run_all(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+            model_dir: Optional[str] = None) -> Dict[str, np.ndarray]:
+    """Every graph input and node output of ``model`` after one run on ``feeds``."""
+    m = expose_all(model)
+    sess = make_session(m, model_dir)
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    missing = sorted(wanted - set(feeds))
+    if missing:
+        raise ModelError(f"model {model.graph.name!r} needs input(s) {missing} that were not given",
+                         hint="pass them in the --inputs file")
+    values = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    out = {k: np.asarray(v) for k, v in feeds.items() if k in wanted}
+    out.update({k: np.asarray(v) for k, v in zip(names, values)})
+    return out
+
+
+def region_binary(node: onnx.NodeProto, model_dir: Optional[str]) -> bytes:
+    """The binary of one Subgraph node: embedded (base64) or the file beside the model."""
+    from ..ep.kernel import read_artifact
+
+    return read_artifact(node.name, region_origin(node), node_attrs(node), model_dir)
+
+
+def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = "") -> List[Dict[str, object]]:
+    """Run a region binary on the simulator; one dict per layer, in execution order:
+    ``index``, ``name``, ``layer_name``, ``origin``, ``layout``, ``storage`` (``tensors.Storage``),
+    ``value`` (float32 array as stored)."""
+    from ..artifact import load
+    from ..sim.simulator import Simulator
+
+    b = load(binary, name=name or None)
+    meta = copy.deepcopy(b.meta)
+    tensors = {int(t["id"]): t for t in meta.get("tensors") or []}
+    outs = list(meta["outputs"])
+    have = {int(o["tensor"]) for o in outs}
+    layers = list(meta.get("layers") or [])
+    for layer in layers:
+        tid = int(layer["outputs"][0])
+        if tid not in have and tid in tensors:
+            outs.append({"name": f"__capture_{tid}", "tensor": tid, "shape": tensors[tid]["shape"],
+                         "layout": tensors[tid].get("layout", "")})
+            have.add(tid)
+    meta["outputs"] = outs
+    sim = Simulator.from_program(meta, b.weights)
+    feed = {}
+    for spec in b.meta["inputs"]:
+        if spec["name"] not in inputs:
+            raise ModelError(f"region {b.meta.get('name')!r}: no value for its input {spec['name']!r}",
+                             node=name, hint="the region's input must be a tensor of the model")
+        feed[spec["name"]] = np.ascontiguousarray(inputs[spec["name"]], dtype=np.float32)
+    values = sim.run(feed)
+    by_tensor = {int(o["tensor"]): v for o, v in zip(outs, values)}
+    storage = layer_storage(meta)
+    rows = []
+    for k, layer in enumerate(layers):
+        tid = int(layer["outputs"][0])
+        rows.append({"index": int(layer.get("index", k)), "name": str(layer.get("name", k)),
+                     "layer_name": str(layer.get("layer_name", "")),
+                     "origin": [str(o) for o in layer.get("origin") or []],
+                     "layout": str(tensors.get(tid, {}).get("layout", "")),
+                     "storage": storage.get(tid, Storage()), "value": by_tensor[tid]})
+    return rows

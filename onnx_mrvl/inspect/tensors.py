@@ -1,0 +1,190 @@
+"""Which tensor of a converted model is which tensor of the original, and in which layout.
+
+Conventions of the fuse stage (``onnx_mrvl/fuse/layout.py``): a Mrvl node's output keeps the
+logical name of the last original output of its group; a tensor stored in another layout is named
+``<t>__nhwc`` / ``<t>__nchw`` / ``<t>__perm`` (``_<k>`` appended when the name is taken). Spatial
+Mrvl ops store NHWC, elementwise ops and Concat keep their inputs' storage, ``Reshape`` /
+``Flatten`` / ``Squeeze`` reshape the *stored* data (so a flatten of an NHWC tensor lists its
+elements in NHWC order). ``Storage`` records how to turn a stored array back into the logical one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+NHWC = (0, 2, 3, 1)
+LAYOUT_PERMS = {"NHWC": NHWC}
+SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
+SHARED = {"Sum2D", "Mul2D", "Concat"}
+RESHAPES = {"Reshape", "Flatten", "Squeeze"}
+_SUFFIX = re.compile(r"__(nhwc|nchw|perm)(_\d+)?$")
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How a stored array relates to its logical tensor.
+
+    ``perm``: stored axis j holds logical axis ``perm[j]`` (None: stored as logical);
+    ``flat_from``: the array is a row-major reshape of a tensor stored with ``flat_perm`` and shape
+    ``flat_from`` (a Reshape/Flatten run on stored data)."""
+    perm: Optional[Tuple[int, ...]] = None
+    flat_from: Optional[Tuple[int, ...]] = None
+    flat_perm: Optional[Tuple[int, ...]] = None
+
+    def to_logical(self, x: np.ndarray, shape: Sequence[int]) -> Optional[np.ndarray]:
+        """The logical array of logical ``shape`` (None when the stored data cannot be mapped)."""
+        shape = tuple(int(d) for d in shape)
+        try:
+            if self.flat_from is not None:
+                if int(np.prod(self.flat_from)) != x.size:
+                    return None
+                y = x.reshape(self.flat_from)
+                if self.flat_perm is not None:
+                    y = y.transpose(_inverse(self.flat_perm))
+                y = y.reshape(shape) if y.size == int(np.prod(shape)) else None
+            elif self.perm is not None and x.ndim == len(self.perm):
+                y = x.transpose(_inverse(self.perm))
+            else:
+                y = x
+        except ValueError:
+            return None
+        if y is None or tuple(y.shape) != shape:
+            return None
+        return y
+
+    def describe(self) -> str:
+        if self.flat_from is not None:
+            return f"reshaped from stored {list(self.flat_from)}" + (" (NHWC)" if self.flat_perm == NHWC else "")
+        if self.perm is None:
+            return "logical"
+        return "NHWC" if self.perm == NHWC else f"perm {list(self.perm)}"
+
+
+LOGICAL = Storage()
+
+
+def _inverse(p: Sequence[int]) -> List[int]:
+    out = [0] * len(p)
+    for i, v in enumerate(p):
+        out[v] = i
+    return out
+
+
+def _norm(p: Optional[Sequence[int]]) -> Optional[Tuple[int, ...]]:
+    if p is None:
+        return None
+    p = tuple(int(i) for i in p)
+    return None if p == tuple(range(len(p))) else p
+
+
+def logical_name(tensor: str) -> str:
+    """``conv1_out__nhwc_2`` -> ``conv1_out``."""
+    return _SUFFIX.sub("", tensor)
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
+                  shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Tuple[str, Storage]]:
+    """tensor name -> (logical tensor name, Storage) for every node output of ``model``.
+
+    ``order``: the nodes in topological order; ``shapes``: stored shapes of the tensors (from a run),
+    needed to resolve reshapes of NHWC data."""
+    out: Dict[str, Tuple[str, Storage]] = {}
+
+    def perm_of(t: str) -> Optional[Tuple[int, ...]]:
+        return out[t][1].perm if t in out else None
+
+    for n in order:
+        mrvl = n.domain == "mrvl"
+        for k, t in enumerate(n.output):
+            if not t:
+                continue
+            logical = logical_name(t)
+            st = LOGICAL
+            if mrvl and n.op_type == "LayoutTransform":
+                st = Storage(LAYOUT_PERMS.get(_text(_attr(n, "dst_layout", ""))))
+            elif mrvl and n.op_type in SPATIAL:
+                st = Storage(NHWC)
+            elif mrvl and n.op_type in SHARED and n.input:
+                st = Storage(perm_of(n.input[0]))
+            elif mrvl and n.op_type in RESHAPES and n.input:
+                src = perm_of(n.input[0])
+                if src is not None and n.input[0] in shapes:
+                    st = Storage(flat_from=tuple(shapes[n.input[0]]), flat_perm=src)
+            elif not mrvl and n.op_type == "Transpose" and n.input and _SUFFIX.search(t):
+                # a layout change the fuse stage inserted: same logical tensor, other storage
+                src = perm_of(n.input[0])
+                q = list(_attr(n, "perm", []) or [])
+                if src is None:
+                    src = tuple(range(len(q)))
+                st = Storage(_norm([src[j] for j in q])) if len(q) == len(src) else LOGICAL
+            out[t] = (logical, st)
+    return out
+
+
+def layer_storage(meta: dict) -> Dict[int, Storage]:
+    """tensor id -> Storage for every tensor of a compiled program (docs/program.md)."""
+    tensors = {int(t["id"]): t for t in meta.get("tensors") or []}
+    out: Dict[int, Storage] = {}
+    for tid, t in tensors.items():
+        out[tid] = Storage(LAYOUT_PERMS.get(str(t.get("layout", ""))))
+    for layer in meta.get("layers") or []:
+        if layer.get("layer_name") in RESHAPES and layer.get("inputs"):
+            src = tensors.get(int(layer["inputs"][0]))
+            if src is not None and src.get("layout") in LAYOUT_PERMS:
+                for o in layer.get("outputs") or []:
+                    out[int(o)] = Storage(flat_from=tuple(int(d) for d in src["shape"]),
+                                          flat_perm=LAYOUT_PERMS[src["layout"]])
+    return out
+
+
+def error_stats(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> Dict[str, object]:
+    """max abs / max rel error, cosine similarity and pass (max_abs <= atol + rtol * max|ref|).
+
+    Non-finite values pass only where both sides agree (same inf, or both NaN); integer and bool
+    tensors must be equal."""
+    ref_a, got_a = np.asarray(ref), np.asarray(got)
+    if ref_a.dtype.kind in "biu" or got_a.dtype.kind in "biu":
+        same = ref_a.shape == got_a.shape and bool(np.array_equal(ref_a, got_a))
+        diff = 0.0 if same else float(np.max(np.abs(ref_a.astype(np.float64) - got_a.astype(np.float64)))) \
+            if ref_a.shape == got_a.shape and ref_a.size else float("inf")
+        return {"max_abs": diff, "max_rel": 0.0 if same else float("inf"), "cosine": 1.0 if same else 0.0,
+                "ref_max_abs": float(np.max(np.abs(ref_a))) if ref_a.size else 0.0, "pass": same}
+    r, g = ref_a.astype(np.float64).ravel(), got_a.astype(np.float64).ravel()
+    fin_r, fin_g = np.isfinite(r), np.isfinite(g)
+    nonfinite_ok = bool(np.array_equal(fin_r, fin_g)
+                        and np.array_equal(np.nan_to_num(r[~fin_r], nan=0.0), np.nan_to_num(g[~fin_g], nan=0.0))
+                        and np.array_equal(np.isnan(r), np.isnan(g)))
+    both = fin_r & fin_g
+    r, g = r[both], g[both]
+    d = np.abs(r - g)
+    scale = float(np.max(np.abs(r))) if r.size else 0.0
+    max_abs = float(d.max()) if d.size else 0.0
+    nr, ng = float(np.linalg.norm(r)), float(np.linalg.norm(g))
+    if nr == 0.0 and ng == 0.0:
+        cos = 1.0
+    elif nr == 0.0 or ng == 0.0:
+        cos = 0.0
+    else:
+        cos = float(np.dot(r, g) / (nr * ng))
+    stats: Dict[str, object] = {"max_abs": max_abs, "max_rel": max_abs / scale if scale > 0 else
+                                (0.0 if max_abs == 0 else float("inf")),
+                                "cosine": cos, "ref_max_abs": scale,
+                                "pass": bool(nonfinite_ok and max_abs <= atol + rtol * scale)}
+    if not nonfinite_ok:
+        stats["nonfinite_mismatch"] = int(np.sum(fin_r != fin_g))
+    return stats

@@ -1,0 +1,175 @@
+"""emit(): the Nodes-JSON / Constants-JSON pair in TVM's Marvell field layout (docs/json-format.md)."""
+import base64
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl.emit import emit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist.onnx")
+
+
+def mixed_model(seed=0, batch=1):
+    """Conv+LeakyRelu, 1x1 conv and depthwise branches summed, Add of a constant, Concat, MaxPool,
+    Conv+SiLU, Flatten, Gemm: every multi-input and constant-operand case of the JSON."""
+    rng = np.random.default_rng(seed)
+    inits = []
+
+    def w(name, shape, scale=0.3):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+    n = [
+        helper.make_node("Conv", ["input", w("c1w", [8, 3, 3, 3]), w("c1b", [8])], ["c1"], name="conv_a",
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c1"], ["r1"], name="leaky_a", alpha=0.1),
+        helper.make_node("Conv", ["r1", w("c2w", [8, 8, 1, 1])], ["c2"], name="conv_b"),
+        helper.make_node("Conv", ["r1", w("c3w", [8, 1, 3, 3]), w("c3b", [8])], ["c3"], name="conv_dw",
+                         pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Add", ["c2", "c3"], ["s1"], name="add_branches"),
+        helper.make_node("Add", ["s1", w("addc", [1, 8, 1, 1])], ["s2"], name="add_const"),
+        helper.make_node("Concat", ["s2", "r1"], ["cat"], name="concat", axis=1),
+        helper.make_node("MaxPool", ["cat"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", w("c4w", [4, 16, 3, 3]), w("c4b", [4])], ["c4"], name="conv_c",
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c4"], ["sg"], name="sigmoid_c"),
+        helper.make_node("Mul", ["c4", "sg"], ["sw"], name="swish_mul"),
+        helper.make_node("Flatten", ["sw"], ["fl"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["fl", w("fw", [10, 64]), w("fb", [10])], ["output"], name="fc", transB=1),
+    ]
+    g = helper.make_graph(n, "mixed", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 8, 8])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    (sg,) = onnx_mrvl.convert(EXAMPLE).subgraphs
+    return sg
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    (sg,) = onnx_mrvl.convert(mixed_model()).subgraphs
+    return sg
+
+
+def _layers(sg):
+    return [n for n in sg.nodes_json["nodes"] if n["op"] == "tvm_op"]
+
+
+def _is_str_list(v):
+    return isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+
+
+def test_top_level_and_input_node(fashion):
+    nj = fashion.nodes_json
+    assert nj["batch_size"] == 1 and nj["num_subgraph_inputs"] == 1 and nj["num_subgraph_outputs"] == 1
+    assert nj["arg_nodes"] == [0] and nj["heads"] == [[len(nj["nodes"]) - 1, 0, 0]]
+    assert nj["attrs"]["shape"][0] == "list_shape" and nj["attrs"]["dltype"][0] == "list_str"
+    assert nj["attrs"]["shape"][1][0] == [1, 1, 28, 28] and nj["attrs"]["shape"][1][-1] == [1, 10]
+    assert "node_row_ptr" not in nj                       # TVM's post-processing deleted it
+    inp = nj["nodes"][0]
+    assert inp == {"op": "input", "name": "input", "inputs": [], "input_id": ["0"],
+                   "attrs": {"dtype": ["float32"], "shape": [[1, 1, 28, 28]], "layer_name": ["input"],
+                             "data_layout": ["NCHW"]}}
+
+
+def test_layer_attrs_follow_tvm_conventions(fashion):
+    layers = _layers(fashion)
+    assert [n["name"] for n in layers] == [f"tvmgen_mrvl_main_{k}" for k in range(8)]
+    for k, node in enumerate(layers):
+        a = node["attrs"]
+        assert a["mrvl_nodes_idx"] == [k + 1] and a["num_inputs"] == "1" and a["num_outputs"] == "1"
+        assert a["dtype"] == ["float32"] and isinstance(a["shape"][0], list)
+        for key in ("layer_name", "func_name", "composite_name", "data_layout", "out_layout",
+                    "data_layout_shape", "out_layout_shape", "from_tuple_idx", "func_node_name"):
+            assert _is_str_list(a[key]), (node["name"], key, a.get(key))
+        assert a["out_layout_shape"] == [str(d) for d in a["shape"][0]]
+        assert node["inputs"] == [[k, 0, 0]]              # a chain: each layer reads the previous node
+        assert all(a[m] == {} for m in ("beta_const", "gamma_const", "var_const", "mean_const", "input_const"))
+    lt, conv, pool = layers[0]["attrs"], layers[1]["attrs"], layers[2]["attrs"]
+    assert lt["func_name"] == ["n0_layout_transform_NCHW2NHWC"] and lt["src_layout"] == ["NCHW"]
+    assert conv["func_name"] == ["n1_Conv2D_NHWC"] and conv["composite_name"] == ["mrvl.conv2d_nhwc2nhwc"]
+    assert conv["strides"] == ["1", "1"] and conv["padding"] == ["0", "0", "1", "1"]
+    assert conv["groups"] == ["1"] and conv["channels"] == ["64"] and conv["kernel_size"] == ["2", "2"]
+    assert conv["kernel_layout"] == ["OHWI"] and conv["bias_layout"] == ["---O"]
+    assert conv["activation_type"] == ["relu"] and conv["data_layout_shape"] == ["1", "28", "28", "1"]
+    assert conv["kernel_const_name"] == ["tvmgen_mrvl_main_1_const_0"]
+    assert conv["bias_const_name"] == ["tvmgen_mrvl_main_1_const_1"]
+    assert conv["kernel_const"]["shape"] == [64, 2, 2, 1] and conv["kernel_const"]["name"] == "tvmgen_mrvl_main_1_const_0"
+    assert pool["pool_size"] == ["2", "2"] and pool["kernel_layout"] == ["HW"] and pool["kernel_layout_shape"] == ["2", "2"]
+    flat, fc = layers[5]["attrs"], layers[6]["attrs"]
+    assert flat["layer_name"] == ["nn.batch_flatten"] and flat["func_name"] == ["n5_nn.batch_flatten_NHWC2NC"]
+    assert fc["kernel_layout"] == ["OI"] and fc["bias_layout"] == ["-O"] and fc["units"] == ["256"]
+    assert fc["func_name"] == ["n6_FC_NC"]
+
+
+def test_constants_entries(fashion):
+    consts = fashion.consts_json
+    assert len(consts) == 8  # kernel + bias of 2 convs and 2 fcs
+    for name, c in consts.items():
+        assert name.startswith("tvmgen_mrvl_main_") and set(c) == {"shape", "dtype", "min", "max", "data_base64"}
+        arr = np.frombuffer(base64.b64decode(c["data_base64"]), dtype="<f4")
+        assert arr.size == int(np.prod(c["shape"])) and c["dtype"] == "float32"
+        assert float(c["min"]) == arr.min() and float(c["max"]) == arr.max()
+    assert consts["tvmgen_mrvl_main_1_const_1"]["shape"] == [1, 64]          # bias [64] written [1, 64]
+    assert consts["tvmgen_mrvl_main_6_const_0"]["shape"] == [256, 1568]
+    # the conv kernel is OHWI: compare with the ONNX OIHW weight
+    w = numpy_helper.to_array(next(i for i in onnx.load(EXAMPLE).graph.initializer if i.name == "conv1.weight"))
+    got = np.frombuffer(base64.b64decode(consts["tvmgen_mrvl_main_1_const_0"]["data_base64"]), "<f4").reshape(64, 2, 2, 1)
+    np.testing.assert_array_equal(got, w.transpose(0, 2, 3, 1))
+
+
+def test_origin_nodes_on_every_layer(fashion, mixed):
+    origins = {n["name"]: n["attrs"]["origin_nodes"][0] for n in _layers(fashion)}
+    assert origins["tvmgen_mrvl_main_1"] == ["conv1", "relu1"]
+    assert origins["tvmgen_mrvl_main_6"] == ["dense1_matmul", "dense1_add", "relu3"]
+    m_origins = [n["attrs"]["origin_nodes"][0] for n in _layers(mixed)]
+    assert all(m_origins) and ["conv_c", "sigmoid_c", "swish_mul"] in m_origins
+
+
+def test_multi_input_and_constant_operand_layers(mixed):
+    by_origin = {tuple(n["attrs"]["origin_nodes"][0]): n for n in _layers(mixed)}
+    add = by_origin[("add_branches",)]["attrs"]
+    assert add["layer_name"] == ["Sum2D"] and add["num_inputs"] == "2" and add["func_name"][0].endswith("_Sum2D")
+    assert add["data_layout_shape_0"] == add["data_layout_shape_1"] == add["data_layout_shape"] == ["1", "8", "8", "8"]
+    assert add["from_tuple_idx"] == ["-1", "-1"]
+    addc = by_origin[("add_const",)]
+    a = addc["attrs"]
+    assert a["num_inputs"] == "1" and len(addc["inputs"]) == 1
+    assert a["input_const_shape"] == ["1", "1", "1", "8"]     # NHWC, padded to 4-D
+    cname = a["input_const_name"][0]
+    assert cname == addc["name"] + "_const_0" and mixed.consts_json[cname]["shape"] == [1, 1, 1, 8]
+    assert a["input_const"]["name"] == cname
+    cat = by_origin[("concat",)]["attrs"]
+    assert cat["axis"] == ["3"] and cat["num_inputs"] == "2" and cat["data_layout_shape_1"] == ["1", "8", "8", "8"]
+    acts = {n["attrs"]["origin_nodes"][0][0]: n["attrs"].get("activation_type", ["-"])[0] for n in _layers(mixed)}
+    assert acts["conv_a"] == "leaky_relu" and acts["conv_c"] == "silu"
+    leaky = next(n for n in _layers(mixed) if n["attrs"].get("activation_type") == ["leaky_relu"])
+    assert float(leaky["attrs"]["activation_alpha"][0]) == pytest.approx(0.1)
+    dw = by_origin[("conv_dw",)]["attrs"]
+    assert dw["groups"] == ["8"] and dw["kernel_const"]["shape"] == [8, 3, 3, 1]
+
+
+def test_emit_is_deterministic(fashion):
+    region = onnx_mrvl.convert(EXAMPLE)
+    assert region.subgraphs[0].nodes_json == fashion.nodes_json
+    assert region.subgraphs[0].consts_json == fashion.consts_json
+
+
+def test_emit_rejects_non_mrvl_nodes():
+    from onnx_mrvl.errors import CompileError
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="plain_relu")], "r",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g)
+    m.ir_version = 8
+    with pytest.raises(CompileError, match="plain_relu.*cannot be emitted"):
+        emit(m, "r")

@@ -1,0 +1,191 @@
+"""The onnxruntime shim: several models per process, threads, errors, stats, memory."""
+import os
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnx_mrvl
+from onnx_mrvl.errors import ArtifactError, MrvlRuntimeError
+from onnx_mrvl.ep import kernel
+
+import models  # tools/models.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist.onnx")
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    out = {}
+    for name, model in (("fm", onnx.load(EXAMPLE)), ("tiny", models.tiny_cnn(seed=3))):
+        d = tmp_path_factory.mktemp(name)
+        onnx.save(model, str(d / "original.onnx"))
+        onnx_mrvl.convert(model).save(str(d))
+        out[name] = d
+    return out
+
+
+def _feed(sess, seed):
+    rng = np.random.default_rng(seed)
+    i = sess.get_inputs()[0]
+    return {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)}
+
+
+def test_two_models_in_one_process(two_models):
+    sessions = {k: onnx_mrvl.InferenceSession(str(d / "model.onnx")) for k, d in two_models.items()}
+    refs = {k: ort.InferenceSession(str(d / "original.onnx"), providers=["CPUExecutionProvider"])
+            for k, d in two_models.items()}
+    for seed in range(3):
+        for k, sess in sessions.items():
+            feed = _feed(sess, seed)
+            got, want = sess.run(None, feed)[0], refs[k].run(None, feed)[0]
+            assert got.shape == want.shape
+            assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+    digests = [{p.sha256 for p in s._mrvl_programs} for s in sessions.values()]
+    assert not digests[0] & digests[1]
+
+
+def test_eight_threads_match_sequential(two_models):
+    sess = onnx_mrvl.InferenceSession(str(two_models["fm"] / "model.onnx"))
+    feeds = [_feed(sess, s) for s in range(8)]
+    expected = [sess.run(None, f)[0] for f in feeds]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(50):
+                got = sess.run(None, feeds[k])[0]
+                if not np.array_equal(got, expected[k]):
+                    errors.append(k)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_session_per_thread(two_models):
+    path = str(two_models["tiny"] / "model.onnx")
+    ref = onnx_mrvl.InferenceSession(path)
+    feed = _feed(ref, 0)
+    want = ref.run(None, feed)[0]
+    results = []
+
+    def work():
+        s = onnx_mrvl.InferenceSession(path)
+        results.append(all(np.array_equal(s.run(None, feed)[0], want) for _ in range(5)))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True] * 4
+
+
+def test_stats_and_profiling(two_models, tmp_path):
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = onnx_mrvl.InferenceSession(str(two_models["fm"] / "model.onnx"), so)
+    for s in range(3):
+        sess.run(None, _feed(sess, s))
+    (stats,) = sess.mrvl_stats()
+    assert stats["region"] == "mrvl_region_0" and stats["calls"] >= 3
+    assert stats["simulated_cycles_per_call"] > 0 and stats["wall_s"] > 0
+    prof = sess.end_profiling()
+    assert os.path.exists(prof) and "Subgraph" in open(prof).read()
+
+
+def test_kernel_error_is_raised_not_fatal(two_models):
+    sess = onnx_mrvl.InferenceSession(str(two_models["fm"] / "model.onnx"))
+    feed = _feed(sess, 0)
+    prog = sess._mrvl_programs[0]
+    good = prog.simulator.run
+
+    def broken(inputs):
+        raise ValueError("simulated failure")
+
+    prog.simulator.run = broken
+    try:
+        with pytest.raises(MrvlRuntimeError, match="mrvl_region_0.*simulated failure"):
+            sess.run(None, feed)
+    finally:
+        prog.simulator.run = good
+    assert np.isfinite(sess.run(None, feed)[0]).all()
+
+
+def test_wrong_input_shape_names_region(two_models):
+    sess = onnx_mrvl.InferenceSession(str(two_models["fm"] / "model.onnx"))
+    prog = sess._mrvl_programs[0]
+    with pytest.raises(MrvlRuntimeError, match="mrvl_region_0|shape"):
+        prog.simulator.run([np.zeros((1, 1, 27, 28), np.float32)])
+
+
+def test_tampered_sha_attribute(two_models, tmp_path):
+    m = onnx.load(str(two_models["fm"] / "model.onnx"))
+    for a in m.graph.node[0].attribute:
+        if a.name == "sha256":
+            a.s = b"0" * 64
+    for f in os.listdir(two_models["fm"]):
+        (tmp_path / f).write_bytes((two_models["fm"] / f).read_bytes())
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    with pytest.raises(ArtifactError, match="sha256"):
+        onnx_mrvl.InferenceSession(str(tmp_path / "model.onnx"))
+
+
+def test_artifact_outside_model_folder_refused(two_models, tmp_path):
+    m = onnx.load(str(two_models["fm"] / "model.onnx"))
+    for a in m.graph.node[0].attribute:
+        if a.name == "artifact":
+            a.s = b"../../etc/passwd"
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    with pytest.raises(ArtifactError, match="outside"):
+        onnx_mrvl.InferenceSession(str(tmp_path / "model.onnx"))
+
+
+def test_register_for_own_session(two_models):
+    path = str(two_models["fm"] / "model.onnx")
+    so = ort.SessionOptions()
+    onnx_mrvl.ep.register(so, model_path=path)
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feed = _feed(sess, 0)
+    ref = onnx_mrvl.InferenceSession(path).run(None, feed)[0]
+    assert np.array_equal(sess.run(None, feed)[0], ref)
+
+
+def test_programs_released_with_session(two_models):
+    path = str(two_models["tiny"] / "model.onnx")
+    sess = onnx_mrvl.InferenceSession(path)
+    digest = sess._mrvl_programs[0].sha256
+    before = kernel._programs[digest].refs
+    extra = onnx_mrvl.InferenceSession(path)
+    assert kernel._programs[digest].refs == before + 1
+    del extra
+    import gc
+    gc.collect()
+    assert kernel._programs[digest].refs == before
+
+
+def _rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_memory_flat_over_1000_runs(two_models):
+    sess = onnx_mrvl.InferenceSession(str(two_models["tiny"] / "model.onnx"))
+    feed = _feed(sess, 0)
+    for _ in range(100):
+        sess.run(None, feed)
+    base = _rss_kib()
+    for _ in range(1000):
+        sess.run(None, feed)
+    grown = _rss_kib()
+    assert grown <= base * 1.05, (base, grown)

@@ -1,0 +1,480 @@
+"""Fusion rules on small models already in legalize's canonical form: each pattern and chained
+step, the layout decisions, exclusion, and every rejection path with its reason."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from onnx_mrvl import opset
+from onnx_mrvl.fuse import USER_EXCLUDED, fuse
+from onnx_mrvl.target import Target
+
+F = onnx.TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+# ---------------------------------------------------------------- helpers
+def model(nodes, inputs, outputs, inits=None, elem=F, opset_version=17):
+    """A shape-inferred model: ``inputs`` (name, shape), ``outputs`` names, numpy initializers."""
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(n, elem, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, elem, None) for n in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset_version)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m, strict_mode=True)
+
+
+def node(op, ins, outs, name=None, **kw):
+    return helper.make_node(op, ins, outs if isinstance(outs, list) else [outs], name=name or outs, **kw)
+
+
+def w(*shape, scale=0.5):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def run(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run([o.name for o in m.graph.output], feeds)
+
+
+def fused_ok(m, target=None, **kw):
+    """Fuse ``m``, check the result is valid ONNX and computes what ``m`` computes."""
+    r = fuse(m, target, **kw)
+    onnx.checker.check_model(r.model, full_check=True)
+    feeds = {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in m.graph.input}
+    for a, b in zip(run(m, feeds), run(r.model, feeds)):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+    assert set(r.decisions) == {n.name for n in m.graph.node}       # one record per node
+    return r
+
+
+def ops(r):
+    return [n.op_type for n in r.model.graph.node]
+
+
+def mrvl(r, op):
+    found = [n for n in r.model.graph.node if n.op_type == op and n.domain == opset.DOMAIN]
+    assert found, ops(r)
+    return found
+
+
+def attrs(n):
+    return opset.node_attrs(n)
+
+
+def conv_model(tail, c=4, cout=6, extra_inits=None, k=3, **conv_kw):
+    """x[1,c,8,8] -> Conv(k x k, pad 1) -> tail nodes (consume 'y0', produce 'out')."""
+    kw = dict(kernel_shape=[k, k], pads=[k // 2] * 4)
+    kw.update(conv_kw)
+    inits = {"W": w(cout, c // kw.get("group", 1), k, k), "B": w(cout)}
+    inits.update(extra_inits or {})
+    return model([node("Conv", ["x", "W", "B"], "y0", name="conv", **kw)] + tail,
+                 [("x", [1, c, 8, 8])], ["out"], inits)
+
+
+# ---------------------------------------------------------------- conv chains and activations
+ACTIVATION_TAILS = {
+    "relu": ([node("Relu", ["y0"], "out")], {}, {}),
+    "clamp": ([node("Clip", ["y0", "lo", "hi"], "out")], {"lo": np.float32(0), "hi": np.float32(6)},
+              dict(activation_min=0.0, activation_max=6.0)),
+    "leaky_relu": ([node("LeakyRelu", ["y0"], "out", alpha=0.2)], {}, dict(activation_alpha=pytest.approx(0.2))),
+    "prelu": ([node("PRelu", ["y0", "slope"], "out")], {"slope": np.linspace(0.1, 0.6, 6, dtype=np.float32)
+                                                          .reshape(6, 1, 1)}, {}),
+    "sigmoid": ([node("Sigmoid", ["y0"], "out")], {}, {}),
+    "tanh": ([node("Tanh", ["y0"], "out")], {}, {}),
+    "hard_sigmoid": ([node("HardSigmoid", ["y0"], "out", alpha=0.3, beta=0.4)], {},
+                     dict(activation_alpha=pytest.approx(0.3), activation_beta=pytest.approx(0.4))),
+    "hard_swish": ([node("HardSwish", ["y0"], "out")], {}, {}),
+    "silu": ([node("Sigmoid", ["y0"], "sig"), node("Mul", ["y0", "sig"], "out")], {}, {}),
+    "hard_swish_gated": ([node("HardSigmoid", ["y0"], "hs", alpha=1 / 6, beta=0.5),
+                          node("Mul", ["hs", "y0"], "out")], {}, {}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ACTIVATION_TAILS))
+def test_conv_activation_fused(kind):
+    tail, inits, extra = ACTIVATION_TAILS[kind]
+    r = fused_ok(conv_model(tail, extra_inits=inits))
+    (conv,) = mrvl(r, "Conv2D")
+    a = attrs(conv)
+    assert a["activation"] == kind.replace("_gated", "")
+    for key, value in extra.items():
+        assert a[key] == value
+    assert ops(r).count("Conv2D") == 1 and len(ops(r)) == 3     # LayoutTransform, Conv2D, LayoutTransform
+    assert all(d.placement == "accelerator" and d.mrvl_node == conv.name for d in r.decisions.values())
+    if kind == "prelu":
+        assert len(conv.input) == 4                          # X, W, B, slope
+
+
+def test_hard_sigmoid_gate_with_other_params_is_not_hard_swish():
+    tail = [node("HardSigmoid", ["y0"], "hs", alpha=0.2, beta=0.5), node("Mul", ["y0", "hs"], "out")]
+    r = fused_ok(conv_model(tail))
+    assert attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"
+    assert r.decisions["hs"].placement == "cpu" and "standalone activation" in r.decisions["hs"].reason
+    assert attrs(mrvl(r, "Mul2D")[0]).get("activation", "none") == "none"   # product of two tensors
+
+
+def test_per_channel_add_mul_add_fold_into_conv():
+    """Conv (no bias) -> Add [C,1,1] -> Mul [1,C,1,1] -> Add scalar -> Relu: one Conv2D."""
+    tail = [node("Add", ["y0", "b1"], "a1"), node("Mul", ["s1", "a1"], "m1"), node("Add", ["m1", "b2"], "a2"),
+            node("Relu", ["a2"], "out")]
+    inits = {"W": w(6, 4, 3, 3), "b1": w(6, 1, 1), "s1": w(1, 6, 1, 1) + 1, "b2": np.float32(0.3)}
+    m = model([node("Conv", ["x", "W"], "y0", name="conv", kernel_shape=[3, 3], pads=[1] * 4)] + tail,
+              [("x", [1, 4, 8, 8])], ["out"], inits)
+    r = fused_ok(m)
+    assert [o for o in ops(r) if o != "LayoutTransform"] == ["Conv2D"]
+    assert {d.composite for d in r.decisions.values()} == {"mrvl.conv2d_nhwc2nhwc"}
+
+
+def test_spatial_add_is_not_folded():
+    """A constant varying over H, W is not per channel: it stays a Sum2D with a constant operand."""
+    r = fused_ok(conv_model([node("Add", ["y0", "hw"], "out")], extra_inits={"hw": w(1, 1, 8, 8)}))
+    assert r.decisions["out"].mrvl_node == mrvl(r, "Sum2D")[0].name
+    assert "LayoutTransform" in ops(r) and "Transpose" not in ops(r)
+
+
+def test_depthwise_with_multiplier():
+    r = fused_ok(conv_model([node("Relu", ["y0"], "out")], c=4, cout=8, group=4))
+    a = attrs(mrvl(r, "Conv2D")[0])
+    assert a["group"] == 4 and a["channels"] == 8
+    kernel = next(t for t in r.model.graph.initializer if t.name.endswith("kernel_ohwi"))
+    assert list(kernel.dims) == [8, 3, 3, 1]
+
+
+def test_fc_gemm_and_matmul_with_bias_and_activation():
+    m = model([node("Gemm", ["x", "W1", "B1"], "g1", transB=1), node("Relu", ["g1"], "r1"),
+               node("MatMul", ["r1", "W2"], "g2"), node("Add", ["g2", "B2"], "a2"),
+               node("Sigmoid", ["a2"], "out")],
+              [("x", [2, 12])], ["out"], {"W1": w(7, 12), "B1": w(7), "W2": w(7, 5), "B2": w(5)})
+    r = fused_ok(m)
+    assert ops(r) == ["FC", "FC"]
+    assert [attrs(n)["activation"] for n in r.model.graph.node] == ["relu", "sigmoid"]
+
+
+# ---------------------------------------------------------------- flatten before FC (NHWC order)
+@pytest.mark.parametrize("flatten", ["reshape", "flatten"])
+def test_flatten_to_fc_needs_weight_transform(flatten):
+    """Conv -> flatten (C*H*W) -> Gemm: the FC reads the NHWC tensor flattened as it is stored, so its
+    weights are marked ``weights_need_transform`` and no layout change sits between them."""
+    fl = (node("Reshape", ["c1", "shape"], "f") if flatten == "reshape" else node("Flatten", ["c1"], "f"))
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[3, 3], pads=[1] * 4), fl,
+               node("Gemm", ["f", "W2", "B2"], "out", transB=1)],
+              [("x", [1, 3, 4, 5])], ["out"],
+              {"W": w(6, 3, 3, 3), "B": w(6), "W2": w(10, 120), "B2": w(10),
+               "shape": np.array([1, 120], np.int64)})
+    r = fused_ok(m)
+    assert "Transpose" not in ops(r) and ops(r).count("LayoutTransform") == 1
+    fc = mrvl(r, "FC")[0]
+    assert attrs(fc)["weights_need_transform"] == 1 and attrs(fc)["flatten_shape"] == [1, 4, 5, 6]
+
+
+def test_pooled_1x1_flattens_without_transform():
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]), node("GlobalAveragePool", ["c1"], "p"),
+               node("Flatten", ["p"], "f"), node("Gemm", ["f", "W2", "B2"], "out", transB=1)],
+              [("x", [1, 3, 4, 5])], ["out"], {"W": w(6, 3, 1, 1), "B": w(6), "W2": w(10, 6), "B2": w(10)})
+    r = fused_ok(m)
+    assert ops(r) == ["LayoutTransform", "Conv2D", "GlobalAvgPool2D", "Flatten", "FC"]
+    assert "weights_need_transform" not in attrs(mrvl(r, "FC")[0])
+
+
+@pytest.mark.parametrize("shape,stored,converts", [([1, 6, 20, 1], [1, 20, 1, 6], False),   # merges H, W
+                                                  ([1, 2, 3, 20], [1, 20, 2, 3], False),   # splits C too
+                                                  ([1, 24, 5], [1, 24, 5], True)])         # merges C, H
+def test_reshape_runs_on_nhwc_storage_when_it_can(shape, stored, converts):
+    """A reshape that only splits/merges runs of axes in order in NHWC storage runs on the stored
+    data (its output stays permuted); otherwise its input is converted once."""
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]), node("Reshape", ["c1", "s"], "r"),
+               node("Relu", ["r"], "out")],
+              [("x", [1, 3, 4, 5])], ["out"], {"W": w(6, 3, 1, 1), "B": w(6), "s": np.array(shape, np.int64)})
+    r = fused_ok(m)
+    (reshape,) = mrvl(r, "Reshape")
+    assert attrs(reshape)["shape"] == stored
+    producer = {o: n for n in r.model.graph.node for o in n.output}
+    assert (producer[reshape.input[0]].op_type == "LayoutTransform") == converts
+    assert ops(r).count("LayoutTransform") == 1 + converts
+
+
+def test_channel_shuffle_moves_data_once():
+    """Conv -> Reshape [N,g,C/g,H,W] -> Transpose -> Reshape [N,C,H,W] -> Conv (ShuffleNet): the
+    shuffle is one 5-D transpose of the NHWC data; no layout change between the convolutions."""
+    m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]), node("Reshape", ["c1", "s5"], "r5"),
+               node("Transpose", ["r5"], "t5", perm=[0, 2, 1, 3, 4]), node("Reshape", ["t5", "s4"], "r4"),
+               node("Conv", ["r4", "W2", "B2"], "out", kernel_shape=[3, 3], pads=[1] * 4, group=6)],
+              [("x", [1, 3, 4, 5])], ["out"],
+              {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(6, 1, 3, 3), "B2": w(6),
+               "s5": np.array([1, 2, 3, 4, 5], np.int64), "s4": np.array([1, 6, 4, 5], np.int64)})
+    r = fused_ok(m)
+    assert ops(r) == ["LayoutTransform", "Conv2D", "Reshape", "Transpose", "Reshape", "Conv2D", "LayoutTransform"]
+    t = next(n for n in r.model.graph.node if n.op_type == "Transpose")
+    assert len(attrs(t)["perm"]) == 5
+
+
+def test_cpu_split_and_relu_keep_the_nhwc_layout():
+    """CPU ops that compute the same on permuted data (Split on the channel axis, Relu) run on the
+    NHWC tensors between accelerator ops: no layout change around them."""
+    m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
+               node("Split", ["c1", "sp"], ["a", "b"], name="split", axis=1),
+               node("Conv", ["a", "W2", "B2"], "c2", kernel_shape=[1, 1]),
+               node("Concat", ["c2", "b"], "cat", axis=1), node("Relu", ["cat"], "r"),
+               node("Conv", ["r", "W3", "B3"], "out", kernel_shape=[1, 1])],
+              [("x", [1, 3, 4, 5])], ["out"],
+              {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(4, 2, 1, 1), "B2": w(4), "W3": w(2, 8, 1, 1), "B3": w(2),
+               "sp": np.array([2, 4], np.int64)})
+    r = fused_ok(m)
+    assert ops(r).count("LayoutTransform") == 2 and "Transpose" not in ops(r)
+    split = next(n for n in r.model.graph.node if n.op_type == "Split")
+    assert attrs(split)["axis"] == 3
+    assert r.decisions["split"].placement == "cpu" and r.decisions["r"].placement == "cpu"
+
+
+def test_squeeze_family_names():
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]), node("GlobalMaxPool", ["c1"], "p"),
+               node("Reshape", ["p", "s"], "out")],
+              [("x", [2, 3, 4, 5])], ["out"], {"W": w(6, 3, 1, 1), "B": w(6), "s": np.array([2, 6], np.int64)})
+    r = fused_ok(m)
+    assert "Flatten" in ops(r) and "GlobalMaxPool2D" in ops(r)
+
+
+# ---------------------------------------------------------------- resize, concat, eltwise
+@pytest.mark.parametrize("ctm,mode,fused", [("asymmetric", "floor", True), ("half_pixel", "round_prefer_floor", True),
+                                            ("tf_half_pixel_for_nn", "floor", True),
+                                            ("pytorch_half_pixel", "round_prefer_floor", True),
+                                            ("align_corners", "round_prefer_floor", False),
+                                            ("asymmetric", "ceil", False), ("asymmetric", "round_prefer_ceil", False),
+                                            ("half_pixel", "round_prefer_ceil", True)])
+def test_resize_coordinate_modes(ctm, mode, fused):
+    m = model([node("Relu", ["x"], "x1"), node("Conv", ["x1", "W", "B"], "c1", kernel_shape=[1, 1]),
+               node("Resize", ["c1", "", "sc"], "out", mode="nearest", coordinate_transformation_mode=ctm,
+                    nearest_mode=mode)],
+              [("x", [1, 3, 4, 5])], ["out"], {"W": w(3, 3, 1, 1), "B": w(3), "sc": np.array([1, 1, 2, 3], np.float32)})
+    r = fused_ok(m)
+    d = r.decisions["out"]
+    assert (d.placement == "accelerator") == fused, d
+    if fused:
+        assert attrs(mrvl(r, "Resize")[0])["scales"] == [2, 3]
+    else:
+        assert "not a pixel repeat" in d.reason
+
+
+def test_resize_linear_and_fractional_scale_rejected():
+    common = dict(coordinate_transformation_mode="asymmetric")
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]),
+               node("Resize", ["c1", "", "s2"], "lin", mode="linear", **common),
+               node("Resize", ["c1", "", "", "sz"], "frac", mode="nearest", nearest_mode="floor", **common)],
+              [("x", [1, 3, 4, 4])], ["lin", "frac"],
+              {"W": w(3, 3, 1, 1), "B": w(3), "s2": np.array([1, 1, 2, 2], np.float32),
+               "sz": np.array([1, 3, 6, 6], np.int64)})
+    r = fused_ok(m)
+    assert "mode 'linear'" in r.decisions["lin"].reason
+    assert "non-integer scale 6/4" in r.decisions["frac"].reason
+
+
+@pytest.mark.parametrize("axis,stored", [(1, 3), (-3, 3), (2, 1), (3, 2)])
+def test_concat_axes_in_nhwc(axis, stored):
+    m = model([node("Conv", ["x", "W1", "B1"], "a", kernel_shape=[1, 1]),
+               node("Conv", ["x", "W2", "B2"], "b", kernel_shape=[1, 1]),
+               node("Concat", ["a", "b"], "out", axis=axis)],
+              [("x", [1, 3, 4, 4])], ["out"], {"W1": w(3, 3, 1, 1), "B1": w(3), "W2": w(3, 3, 1, 1), "B2": w(3)})
+    r = fused_ok(m)
+    assert attrs(mrvl(r, "Concat")[0])["axis"] == stored
+    assert ops(r).count("LayoutTransform") == 2     # one in, one out
+
+
+def test_sum_of_two_branches_with_relu_and_broadcast_mul():
+    m = model([node("Conv", ["x", "W1", "B1"], "a", kernel_shape=[3, 3], pads=[1] * 4),
+               node("Conv", ["a", "W2", "B2"], "b", kernel_shape=[3, 3], pads=[1] * 4),
+               node("Add", ["a", "b"], "s"), node("Relu", ["s"], "sr"), node("Mul", ["sr", "k"], "out")],
+              [("x", [1, 4, 6, 6])], ["out"],
+              {"W1": w(4, 4, 3, 3), "B1": w(4), "W2": w(4, 4, 3, 3), "B2": w(4), "k": w(1, 1, 6, 6)})
+    r = fused_ok(m)
+    assert ops(r) == ["LayoutTransform", "Conv2D", "Conv2D", "Sum2D", "Mul2D", "LayoutTransform"]
+    assert attrs(mrvl(r, "Sum2D")[0])["activation"] == "relu"
+
+
+# ---------------------------------------------------------------- layout
+def test_chain_has_no_transpose_inside():
+    """Conv -> MaxPool -> Conv -> Add -> Concat -> AvgPool -> Conv: one LayoutTransform in, one out."""
+    m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[3, 3], pads=[1] * 4),
+               node("Relu", ["c1"], "r1"), node("MaxPool", ["r1"], "p1", kernel_shape=[2, 2], strides=[2, 2]),
+               node("Conv", ["p1", "W2", "B2"], "c2", kernel_shape=[3, 3], pads=[1] * 4),
+               node("Add", ["c2", "p1"], "s"), node("Concat", ["s", "p1"], "cat", axis=1),
+               node("AveragePool", ["cat"], "ap", kernel_shape=[3, 3], pads=[1] * 4, count_include_pad=1),
+               node("Conv", ["ap", "W3", "B3"], "out", kernel_shape=[1, 1])],
+              [("x", [1, 4, 8, 8])], ["out"],
+              {"W1": w(4, 4, 3, 3), "B1": w(4), "W2": w(4, 4, 3, 3), "B2": w(4), "W3": w(5, 8, 1, 1), "B3": w(5)})
+    r = fused_ok(m)
+    names = ops(r)
+    assert names[0] == names[-1] == "LayoutTransform" and names.count("LayoutTransform") == 2
+    assert "Transpose" not in names
+    assert attrs(r.model.graph.node[0]) == {"src_layout": "NCHW", "dst_layout": "NHWC"}
+    assert attrs(r.model.graph.node[-1]) == {"src_layout": "NHWC", "dst_layout": "NCHW"}
+
+
+def test_one_layout_transform_at_each_cpu_boundary():
+    """A CPU node between two accelerator ops: one LayoutTransform to NCHW before it, one back after,
+    shared by all consumers."""
+    m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
+               node("Softmax", ["c1"], "sm", axis=1),
+               node("Conv", ["sm", "W2", "B2"], "c2", kernel_shape=[1, 1]),
+               node("Conv", ["sm", "W3", "B3"], "c3", kernel_shape=[1, 1]),
+               node("Add", ["c2", "c3"], "out")],
+              [("x", [1, 4, 5, 5])], ["out"],
+              {"W1": w(4, 4, 1, 1), "B1": w(4), "W2": w(4, 4, 1, 1), "B2": w(4), "W3": w(4, 4, 1, 1), "B3": w(4)})
+    r = fused_ok(m)
+    assert ops(r).count("LayoutTransform") == 4 and "Transpose" not in ops(r)
+    assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == "no accelerator op for Softmax"
+
+
+def test_tf_style_nhwc_input_and_output_need_no_layout_transform():
+    """NHWC input -> Transpose to NCHW -> Conv ... -> Transpose back to NHWC output: the transposes
+    are relabellings of the NHWC data the accelerator uses anyway."""
+    m = model([node("Transpose", ["x"], "xt", perm=[0, 3, 1, 2]),
+               node("Conv", ["xt", "W", "B"], "c1", kernel_shape=[3, 3], pads=[1] * 4),
+               node("Relu", ["c1"], "r1"), node("MaxPool", ["r1"], "p1", kernel_shape=[2, 2], strides=[2, 2]),
+               node("Transpose", ["p1"], "out", perm=[0, 2, 3, 1])],
+              [("x", [1, 8, 8, 3])], ["out"], {"W": w(5, 3, 3, 3), "B": w(5)})
+    r = fused_ok(m)
+    assert ops(r) == ["Conv2D", "MaxPool2D"], ops(r)
+    assert r.model.graph.node[0].input[0] == "x" and r.model.graph.node[-1].output[0] == "out"
+    for t in ("xt", "out"):
+        assert r.decisions[t].placement == "accelerator" and "no data movement" in r.decisions[t].reason
+
+
+def test_tf_style_input_feeding_fc_through_flatten():
+    m = model([node("Transpose", ["x"], "xt", perm=[0, 3, 1, 2]),
+               node("Conv", ["xt", "W", "B"], "c1", kernel_shape=[1, 1]), node("Flatten", ["c1"], "f"),
+               node("Gemm", ["f", "W2", "B2"], "out", transB=1)],
+              [("x", [1, 4, 4, 3])], ["out"], {"W": w(5, 3, 1, 1), "B": w(5), "W2": w(6, 80), "B2": w(6)})
+    r = fused_ok(m)
+    assert ops(r) == ["Conv2D", "Flatten", "FC"]
+
+
+def test_transpose_between_cpu_ops_stays():
+    m = model([node("Softmax", ["x"], "s", axis=1), node("Transpose", ["s"], "t", perm=[0, 2, 3, 1]),
+               node("Softmax", ["t"], "out", axis=-1)], [("x", [1, 3, 4, 5])], ["out"])
+    r = fused_ok(m)
+    assert ops(r) == ["Softmax", "Transpose", "Softmax"]
+    assert r.decisions["t"].placement == "cpu"
+
+
+# ---------------------------------------------------------------- exclusion
+def test_exclude_by_name_type_and_reason():
+    tail = [node("Relu", ["y0"], "r"), node("Conv", ["r", "W2", "B2"], "out", name="conv2", kernel_shape=[1, 1])]
+    m = conv_model(tail, extra_inits={"W2": w(6, 6, 1, 1), "B2": w(6)})
+    r = fused_ok(m, exclude=["conv2"])
+    assert r.decisions["conv2"].placement == "cpu" and r.decisions["conv2"].reason == USER_EXCLUDED
+    assert attrs(mrvl(r, "Conv2D")[0])["activation"] == "relu"
+    r = fused_ok(m, exclude={"Relu": "debugging the relu"})
+    assert r.decisions["r"].reason == "debugging the relu"
+    assert ops(r).count("Conv2D") == 2 and attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"
+
+
+# ---------------------------------------------------------------- rejection reasons
+def _conv_case(x_shape=(1, 4, 8, 8), wshape=(6, 4, 3, 3), wval=None, bval=None, elem=F, **kw):
+    kw.setdefault("kernel_shape", list(wshape[2:]))
+    wv = w(*wshape) if wval is None else wval
+    inits = {"W": wv.astype(np.float64) if elem == onnx.TensorProto.DOUBLE else wv}
+    ins = ["x", "W"]
+    if bval is not None:
+        inits["B"] = bval
+        ins.append("B")
+    return model([node("Conv", ins, "out", name="node", **kw)], [("x", list(x_shape))], ["out"], inits, elem=elem)
+
+
+def _big_weights():
+    v = w(6, 4, 3, 3)
+    v[2, 1, 0, 0] = 7e4
+    return v
+
+
+def _nan_weights():
+    v = w(6, 4, 3, 3)
+    v[0, 0, 1, 1] = np.nan
+    return v
+
+
+REJECTIONS = {
+    "batch": (lambda: _conv_case(x_shape=(9, 4, 8, 8)), "batch 9 exceeds the accelerator's limit of 8"),
+    "kernel": (lambda: _conv_case(wshape=(6, 4, 9, 9)), "kernel 9x9 exceeds the limit 7"),
+    "dilation": (lambda: _conv_case(x_shape=(1, 4, 30, 30), dilations=[9, 1]), "dilation [9, 1] exceeds the limit 8"),
+    "stride": (lambda: _conv_case(x_shape=(1, 4, 30, 30), strides=[9, 9]), "stride [9, 9] exceeds the limit 8"),
+    "pads": (lambda: _conv_case(pads=[8, 0, 0, 0]), "padding [8, 0, 0, 0] exceeds the limit 7"),
+    "grouped": (lambda: _conv_case(wshape=(6, 2, 3, 3), group=2), "grouped convolution (group=2) that is not depthwise"),
+    "conv1d": (lambda: _conv_case(x_shape=(1, 4, 8), wshape=(6, 4, 3)), "1-D convolution"),
+    "dtype": (lambda: _conv_case(elem=onnx.TensorProto.DOUBLE), "is not float32"),
+    "nan": (lambda: _conv_case(wval=_nan_weights()), "W holds 1 NaN/inf values"),
+    "inf_bias": (lambda: _conv_case(bval=np.array([0, 0, np.inf, 0, 0, 0], np.float32)), "B holds 1 NaN/inf values"),
+    "fp16_range": (lambda: _conv_case(wval=_big_weights()), "W holds values up to 7e+04, beyond the fp16 range"),
+    "fp16_after_fold": (lambda: model(
+        [node("Conv", ["x", "W"], "y", name="node", kernel_shape=[1, 1]), node("Mul", ["y", "s"], "out")],
+        [("x", [1, 4, 8, 8])], ["out"], {"W": np.full((6, 4, 1, 1), 3.0, np.float32),
+                                         "s": np.full((1, 6, 1, 1), 3e4, np.float32)}),
+        "W holds values up to 9e+04 after folding the following Mul/Add/BN, beyond the fp16 range"),
+    "nonconst_weights": (lambda: model([node("Conv", ["x", "wx"], "out", name="node", kernel_shape=[3, 3])],
+                                       [("x", [1, 4, 8, 8]), ("wx", [6, 4, 3, 3])], ["out"]),
+                         "weights or bias are not constant initializers"),
+    "fc_big_weights": (lambda: model([node("Gemm", ["x", "W"], "out", name="node", transB=1)], [("x", [1, 4])],
+                                     ["out"], {"W": np.full((3, 4), -1e5, np.float32)}),
+                       "W holds values up to 1e+05"),
+    "fc_nonconst": (lambda: model([node("MatMul", ["x", "y"], "out", name="node")], [("x", [1, 4]), ("y", [4, 3])],
+                                  ["out"]), "weights are not a constant initializer"),
+    "gemm_transA": (lambda: model([node("Gemm", ["x", "W"], "out", name="node", transA=1, transB=1)],
+                                  [("x", [4, 1])], ["out"], {"W": w(3, 4)}), "not in the canonical FC form"),
+    "fc_3d": (lambda: model([node("MatMul", ["x", "W"], "out", name="node")], [("x", [1, 2, 4])], ["out"],
+                            {"W": w(4, 3)}), "input is 3-D"),
+    "pool_window": (lambda: model([node("MaxPool", ["x"], "out", name="node", kernel_shape=[17, 17])],
+                                  [("x", [1, 2, 20, 20])], ["out"]), "pool window [17, 17] exceeds the limit 16"),
+    "pool_indices": (lambda: model([node("MaxPool", ["x"], ["out", "idx"], name="node", kernel_shape=[2, 2])],
+                                   [("x", [1, 2, 4, 4])], ["out"]), "MaxPool with an Indices output"),
+    "eltwise_broadcast": (lambda: model([node("Add", ["x", "y"], "out", name="node")],
+                                        [("x", [1, 2, 4, 4]), ("y", [1, 2, 1, 4])], ["out"]), "broadcast"),
+    "eltwise_const_widens": (lambda: model([node("Add", ["x", "c"], "out", name="node")], [("x", [1, 2, 1, 4])],
+                                           ["out"], {"c": w(1, 2, 3, 4)}), "broadcasts the tensor operand"),
+    "eltwise_nan": (lambda: model([node("Mul", ["x", "c"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"],
+                                  {"c": np.array([1, np.nan], np.float32).reshape(1, 2, 1, 1)}),
+                    "operand holds 1 NaN/inf values"),
+    "concat_batch": (lambda: model([node("Concat", ["x", "y"], "out", name="node", axis=0)],
+                                   [("x", [1, 2, 3, 4]), ("y", [1, 2, 3, 4])], ["out"]), "concat on the batch axis"),
+    "concat_3d": (lambda: model([node("Concat", ["x", "y"], "out", name="node", axis=1)],
+                                [("x", [1, 2, 3]), ("y", [1, 2, 3])], ["out"]), "3-D concat"),
+    "resize_linear": (lambda: model([node("Resize", ["x", "", "s"], "out", name="node", mode="linear")],
+                                    [("x", [1, 2, 3, 4])], ["out"], {"s": np.array([1, 1, 2, 2], np.float32)}),
+                      "Resize mode 'linear'"),
+    "standalone_activation": (lambda: model([node("Relu", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])],
+                                            ["out"]), "standalone activation"),
+    "no_op": (lambda: model([node("Softmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
+              "no accelerator op for Softmax"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REJECTIONS))
+def test_rejection_reason(case):
+    build, reason = REJECTIONS[case]
+    m = build()
+    r = fuse(m)
+    onnx.checker.check_model(r.model, full_check=True)
+    d = r.decisions["node"]
+    assert d.placement == "cpu" and reason in d.reason, d
+    if case != "fp16_after_fold":   # there the Mul alone still fuses (as a Mul2D)
+        assert not [n for n in r.model.graph.node if n.domain == opset.DOMAIN and n.op_type != "LayoutTransform"]
+
+
+def test_target_limits_are_read_from_the_target():
+    m = _conv_case(x_shape=(4, 4, 8, 8))
+    assert fuse(m).decisions["node"].placement == "accelerator"
+    r = fuse(m, Target(max_batch=2))
+    assert r.decisions["node"].reason == "batch 4 exceeds the accelerator's limit of 2"
+    r = fuse(m, Target(activations=()).replace(max_kernel=2))
+    assert r.decisions["node"].reason == "kernel 3x3 exceeds the limit 2"
+
+
+def test_activation_not_in_target_stays_on_cpu():
+    tail = [node("Sigmoid", ["y0"], "sig"), node("Mul", ["y0", "sig"], "out")]
+    r = fused_ok(conv_model(tail), Target(activations=("relu",)))
+    assert attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"
+    assert r.decisions["sig"].placement == "cpu"
