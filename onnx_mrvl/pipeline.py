@@ -77,8 +77,8 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
             partition: str = "max", exclude: Iterable[str] = (), cut_after: Iterable[str] = (),
             force: bool = False, input_shapes: Optional[Dict[str, List[int]]] = None,
             reference: bool = False, embed: bool = False, num_tiles: Optional[int] = None,
-            ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None
-            ) -> ConvertResult:
+            ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None,
+            strict: bool = False) -> ConvertResult:
     """Convert an ONNX model for the MLIP accelerator.
 
     ``model`` (path or ModelProto) is never mutated. ``partition``: "max" | "single" | "cost";
@@ -86,15 +86,44 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     region; ``force``: keep regions without conv/fc; ``input_shapes``: fix symbolic input dims;
     ``reference``: also store each region's fp32 reference body (runs in plain onnxruntime);
     ``embed``: put binaries inside the model instead of files beside it.
+
+    Invalid input raises an ``MrvlError``. An unexpected internal failure never does: the model is
+    returned unchanged, all on the CPU, with the failure in ``report.warnings`` (``strict=True``
+    raises it instead, for tests and debugging).
     """
+    original = load_model(model)
+    validate_model(original)
+    try:
+        return _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
+                        force=force, input_shapes=input_shapes, reference=reference, embed=embed,
+                        num_tiles=num_tiles, ocm_size=ocm_size, progress=progress)
+    except MrvlError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug of ours must not cost the user their model
+        if strict:
+            raise
+        log.warning("conversion failed internally (%s: %s); returning the model unchanged on the CPU",
+                    type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        return _cpu_only(original, f"conversion failed internally ({type(exc).__name__}: {exc}); "
+                                   f"the model runs unchanged on the CPU", partition)
+
+
+def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertResult:
+    decisions = Decisions()
+    for name, op_type in _original_names(original):
+        decisions.record(name, op_type, placement="cpu", reason=why)
+    report = Report(decisions, partition=partition, warnings=[why])
+    return ConvertResult(original, [], report)
+
+
+def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after, force, input_shapes,
+             reference, embed, num_tiles, ocm_size, progress) -> ConvertResult:
     target = get_target(target)
     if num_tiles or ocm_size:
         target = target.with_arch(**{k: v for k, v in (("num_tiles", num_tiles), ("ocm_size", ocm_size)) if v})
     say = progress or (lambda msg: None)
     timings: Dict[str, float] = {}
     t0 = time.perf_counter()
-    original = load_model(model)
-    validate_model(original)
     say("legalize")
     legal = legalize(original, target, input_shapes=input_shapes)
     timings["legalize"] = time.perf_counter() - t0

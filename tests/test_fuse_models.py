@@ -172,15 +172,17 @@ def test_yolo_fuses_silu_resize_concat():
 
 
 def test_fuse_scales_linearly():
-    """A 16k-node model fuses in linear time: 4x the nodes costs well under 16x (quadratic) the CPU time."""
+    """Fusion is linear in the graph size: 4x the nodes costs well under 16x (quadratic) the CPU
+    time (docs/fusion.md gives the time on the 16k-node model)."""
     def cpu_seconds(n):
         m = onnx.shape_inference.infer_shapes(tool_models.branchy_chain(n, branchy=True))
         t0 = time.process_time()
         r = fuse(m)
         return time.process_time() - t0, r
-    small, _ = cpu_seconds(4000)
-    big, r = cpu_seconds(16000)
-    assert len(r.decisions) == 16000
+    small, _ = cpu_seconds(2000)
+    big, r = cpu_seconds(8000)
+    assert len(r.decisions) == 8000
     assert big < 8 * small + 1.0, (small, big)
-    lt = [n for n in r.model.graph.node if n.op_type == "LayoutTransform"]
-    assert len(lt) == 2, len(lt)          # at the input and at the output only
+    # one layout change at the input; the trailing CPU Relus run on the NHWC data, then one back
+    assert [n.op_type for n in r.model.graph.node if n.op_type in ("LayoutTransform", "Transpose")] == \
+        ["LayoutTransform", "Transpose"]

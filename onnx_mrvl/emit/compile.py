@@ -99,8 +99,11 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
     tensors, layers, inputs = [], [], []
     node_tensor: Dict[int, int] = {}
 
-    def new_tensor(name, shape, layout):
-        tensors.append({"id": len(tensors), "name": name, "shape": [int(d) for d in shape], "layout": layout})
+    def new_tensor(name, shape, layout):  # only region inputs keep a name: the meta stays small
+        t = {"id": len(tensors), "shape": [int(d) for d in shape], "layout": layout}
+        if name is not None:
+            t["name"] = name
+        tensors.append(t)
         return len(tensors) - 1
 
     for idx, node in enumerate(nodes_json["nodes"]):
@@ -136,12 +139,12 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             # TVM's fc_ni2no swallowed the NHWC flatten: make it an explicit program layer
             n = in_shapes[0][0]
             flat = [n, int(np.prod(in_shapes[0][1:]))]
-            tid = new_tensor(f"{a.name}.flatten", flat, "NC")
+            tid = new_tensor(None, flat, "NC")
             layers.append({"name": f"{a.name}.flatten", "layer_name": "Flatten", "params": {"shape": flat},
                            "weights": {}, "origin": a.origin, "macs": 0, "index": len(layers),
                            "inputs": ins, "outputs": [tid]})
             ins, in_shapes = [tid], [flat]
-        layer, out_shape = compile_layer(idx, node, ctx, in_shapes)
+        layer, out_shape = compile_layer(idx, node, ctx, in_shapes, f"l{len(layers)}")
         if layer["layer_name"] == "layout_transform":
             layout = layer["params"]["dst_layout"]
         elif len(out_shape) == 2:
@@ -150,7 +153,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             layout = "NHWC"
         else:
             layout = "ND"
-        tid = new_tensor(layer["name"], out_shape, layout)
+        tid = new_tensor(None, out_shape, layout)
         layer.update(index=len(layers), inputs=ins, outputs=[tid])
         layers.append(layer)
         node_tensor[idx] = tid
@@ -189,7 +192,8 @@ def _outputs(nodes_json: dict, node_tensor: Dict[int, int], tensors: List[dict])
             raise CompileError(f"head {k} refers to node {src}, which does not exist",
                                hint="heads index the nodes list")
         t = tensors[node_tensor[src]]
-        name = str(names[k]) if isinstance(names, list) and k < len(names) else t["name"]
+        name = str(names[k]) if isinstance(names, list) and k < len(names) else \
+            str(nodes_json["nodes"][src].get("name", f"output_{k}"))
         outputs.append({"name": name, "tensor": t["id"], "shape": t["shape"], "layout": t["layout"]})
     return outputs
 

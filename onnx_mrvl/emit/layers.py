@@ -83,7 +83,8 @@ def activation(a: NodeAttrs, ctx: Context, lname: str, channels: int, params: di
         if slope.size not in (1, channels):
             a.fail(f"prelu slope has {slope.size} values for {channels} channels")
         weights["slope"] = ctx.weight(a, f"{lname}.slope", slope, "C", fp16=False)
-    params["activation_params"] = ap
+    if ap:  # omitted when empty (the meta stays small on deep nets)
+        params["activation_params"] = ap
 
 
 def conv(a, ctx, lname, in_shapes, params, weights):
@@ -304,13 +305,15 @@ def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
     return layer_name == "FC" and len(in_shapes[0]) == 4
 
 
-def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int]]) -> Tuple[dict, List[int]]:
+def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int]],
+                  wprefix: str) -> Tuple[dict, List[int]]:
+    """(program layer, output shape) for JSON node ``index``; its weights are named ``<wprefix>.<role>``."""
     a = NodeAttrs(node, index)
     lname_json = a.str("layer_name")
     layer_name = LAYER_NAMES.get(lname_json)
     if layer_name is None:
         a.fail(f"unknown layer_name '{lname_json}' (known: {', '.join(sorted(LAYER_NAMES))})")
-    lname = a.name
+    lname = wprefix
     params, weights = {}, {}
     n_in = len(in_shapes)
     single = layer_name not in ("Sum2D", "Mul2D", "Concat")
@@ -351,5 +354,5 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         if declared[1:] != out[1:]:
             a.fail(f"out_layout_shape {a.ints('out_layout_shape')} disagrees with the output shape {out} "
                    f"computed from the inputs {in_shapes}")
-    return {"name": lname, "layer_name": layer_name, "params": params, "weights": weights,
+    return {"name": a.name, "layer_name": layer_name, "params": params, "weights": weights,
             "origin": a.origin, "macs": int(macs)}, out

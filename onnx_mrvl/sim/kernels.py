@@ -155,7 +155,7 @@ class Conv2D:
                     cols = win[b, y0:y1].reshape(rows, kk)               # the one im2col copy
                     np.matmul(cols, self.w_mats[0], out=blk)
                 else:                                                   # [G, rows, KH*KW*I/g] copy
-                    v = win[b, y0:y1].reshape(rows, kh, kw, g, cg).transpose(3, 0, 1, 2, 4)
+                    v = win[b, y0:y1].reshape(y1 - y0, ow, kh, kw, g, cg).transpose(4, 0, 1, 2, 3, 5)
                     cols = np.ascontiguousarray(v).reshape(g, rows, kk)
                     res = np.matmul(cols, self.w_stack)                 # [G, rows, O/g]
                     blk.reshape(rows, g, og)[...] = res.transpose(1, 0, 2)
