@@ -17,7 +17,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from onnx_mrvl.sim.blas import configure_once, get_blas_threads  # noqa: E402
 from onnx_mrvl.sim.fp16 import round_fp16_  # noqa: E402
+from onnx_mrvl.sim.parallel import workers  # noqa: E402
 from onnx_mrvl.sim.kernels import Conv2D  # noqa: E402
 
 # name, (N,H,W,C), O, k, stride, pad, groups, activation
@@ -103,9 +105,14 @@ def main(argv=None) -> int:
     ap.add_argument("--blas-threads", type=int, default=0,
                     help="set numpy's OpenBLAS threads (0: leave the default); onnxruntime is unchanged")
     ap.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads (0: default)")
+    ap.add_argument("--model-binary", help="also time a whole region binary (Simulator.run) ...")
+    ap.add_argument("--onnx", help="... against onnxruntime on this model (same single input)")
     args = ap.parse_args(argv)
     if args.blas_threads:
         print(f"OpenBLAS threads set to {args.blas_threads}: {set_blas_threads(args.blas_threads)}")
+    else:
+        configure_once()                  # what a Simulator does: OpenBLAS single-threaded
+    print(f"OpenBLAS threads: {get_blas_threads()}, simulator row-block workers: {workers()}\n")
     global ORT_THREADS
     ORT_THREADS = args.ort_threads
     rng = np.random.default_rng(0)
@@ -142,7 +149,27 @@ def main(argv=None) -> int:
     t_astype = best_time(lambda: r.astype(np.float16).astype(np.float32), args.repeat)
     print(f"fp16 rounding of {r.size} values: round_fp16_ {t_round * 1e3:.3f} ms, "
           f"astype(float16).astype(float32) {t_astype * 1e3:.3f} ms")
+    if args.model_binary and args.onnx:
+        whole_model(args.model_binary, args.onnx, max(3, args.repeat // 3))
     return 0
+
+
+def whole_model(binary: str, onnx_path: str, repeat: int) -> None:
+    import onnxruntime as ort
+
+    from onnx_mrvl.sim import Simulator
+
+    sim = Simulator(binary)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal(sim.input_shapes[0]).astype(np.float32)
+    name = sess.get_inputs()[0].name
+    t_sim = best_time(lambda: sim.run([x]), repeat)
+    t_ort = best_time(lambda: sess.run(None, {name: x}), repeat)
+    print(f"\nwhole region {os.path.basename(binary)} ({len(sim.perf.layers)} layers, {sim.perf.macs / 1e9:.2f} GMAC): "
+          f"simulator {t_sim * 1e3:.1f} ms, onnxruntime (whole model) {t_ort * 1e3:.1f} ms, "
+          f"ratio {t_sim / t_ort:.2f}")
 
 
 if __name__ == "__main__":

@@ -131,18 +131,20 @@ def bench_end_to_end(models: Dict[str, object], repeat: int) -> List[str]:
     path_name = "onnx_mrvl.InferenceSession (simulator)" if sim else "plain onnxruntime on fp32 reference bodies"
     rows = [f"Converted model run through: {path_name}.", "",
             "| model | onnxruntime ms | converted ms | ratio | max abs err |", "| --- | ---: | ---: | ---: | ---: |"]
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
+    def so():                       # fresh options each time: the shim registers its ops on them
+        o = ort.SessionOptions()
+        o.log_severity_level = 3
+        return o
     for name, model in models.items():
         feed = random_inputs(model, 0)
-        ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ref = ort.InferenceSession(model.SerializeToString(), so(), providers=["CPUExecutionProvider"])
         names = [o.name for o in ref.get_outputs()]
         try:
             r = onnx_mrvl.convert(model, reference=not sim)
             with tempfile.TemporaryDirectory() as d:
                 path = r.save(d)
-                sess = (onnx_mrvl.InferenceSession(path, so) if sim else
-                        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]))
+                sess = (onnx_mrvl.InferenceSession(path, so()) if sim else
+                        ort.InferenceSession(path, so(), providers=["CPUExecutionProvider"]))
                 t_ref = _median_run(ref, feed, names, repeat)
                 t_conv = _median_run(sess, feed, names, repeat)
                 err = max(float(np.max(np.abs(np.asarray(a, np.float64) - b))) if np.asarray(b).size else 0.0
@@ -183,8 +185,49 @@ def numpy_gemm_gflops(n: int = 512, repeat: int = 5) -> float:
     return 2 * n ** 3 * repeat / (time.perf_counter() - t) / 1e9
 
 
+def _conv_model(c_in: int, c_out: int, k: int, size: int):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = (np.random.default_rng(0).standard_normal((c_out, c_in, k, k)) / np.sqrt(c_in * k * k)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[k // 2] * 4)], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, size, size])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def sim_conv_gflops(repeat: int = 5) -> List[str]:
+    """GFLOP/s of single-Conv models run end to end through the shim, vs numpy GEMM of the same size."""
+    rows = ["| layer | MACs | shim ms | shim GFLOP/s | numpy GEMM GFLOP/s (same M,K,N) | ratio |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for c_in, c_out, k, size in ((256, 64, 1, 56), (64, 64, 3, 56), (512, 512, 3, 7)):
+        m = _conv_model(c_in, c_out, k, size)
+        r = onnx_mrvl.convert(m)
+        with tempfile.TemporaryDirectory() as d:
+            sess = onnx_mrvl.InferenceSession(r.save(d))
+            feed = {"x": np.random.default_rng(1).standard_normal((1, c_in, size, size)).astype(np.float32)}
+            t = _median_run(sess, feed, None, repeat)
+        macs = r.report.macs_offloaded
+        a = np.random.default_rng(2).standard_normal((size * size, c_in * k * k)).astype(np.float32)
+        b = np.random.default_rng(3).standard_normal((c_in * k * k, c_out)).astype(np.float32)
+        a @ b
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            a @ b
+        t_np = (time.perf_counter() - t0) / repeat
+        sim_g, np_g = 2 * macs / t / 1e9, 2 * macs / t_np / 1e9
+        rows.append(f"| conv {c_in}->{c_out} k{k} @{size}x{size} | {macs:,} | {1000 * t:.2f} | {sim_g:.2f} "
+                    f"| {np_g:.2f} | {sim_g / np_g:.3f} |")
+    return rows
+
+
 def bench_sim_kernels(timeout: float) -> List[str]:
-    rows = [f"numpy float32 GEMM 512x512x512: **{numpy_gemm_gflops():.1f} GFLOP/s** (this machine, this run)."]
+    rows = [f"numpy float32 GEMM 512x512x512: **{numpy_gemm_gflops():.1f} GFLOP/s** (this machine, this run).", ""]
+    if sim_available():
+        rows += ["Single-layer models through `onnx_mrvl.InferenceSession` (simulator incl. shim overhead):", ""]
+        rows += sim_conv_gflops()
     script = os.path.join(HERE, "bench_sim_kernels.py")
     if not os.path.exists(script) or not sim_available():
         rows.append("")

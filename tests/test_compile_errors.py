@@ -102,7 +102,7 @@ def test_shape_mismatches(pair):
     expect(nodes, consts, "out_layout_shape [1, 28, 28, 63] disagrees", ORIGIN)
     nodes, consts = copy.deepcopy(pair)                   # the second conv reads the first conv's 64 channels
     c = consts["tvmgen_mrvl_main_3_const_0"]
-    c["shape"] = [64, 2, 2, 16]
+    c["shape"] = [128, 2, 2, 16]                       # same 8192 values, 16 input channels
     expect(nodes, consts, "[tvmgen_mrvl_main_3]", "does not fit an input of shape [1, 14, 14, 64]",
            "(original nodes: conv2, relu2)")
     nodes, consts = copy.deepcopy(pair)
@@ -141,3 +141,47 @@ def test_tvm_fixture_errors_name_the_layer():
     bad = copy.deepcopy(nodes)
     bad["nodes"][1]["attrs"]["src_layout"] = ["NCDHW"]
     expect(bad, consts, "[tvmgen_mrvl_main_0]", "layout_transform NCDHW->NHWC")
+
+
+JUNK = [None, 0, -1, 7, 1.5, "", "x", "-3", [], [[]], {}, ["1"], ["a", "b"], [["1", "2"]], [1, 2, 3, 4, 5],
+        {"a": 1}, True, ["NHWC"], [-1, 0, 0], "0x10"]
+
+
+def _paths(obj, prefix=()):
+    """Every (container, key) position inside a JSON value."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield obj, k
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield obj, i
+            yield from _paths(v, prefix + (i,))
+
+
+def test_random_corruptions_raise_only_compile_errors():
+    """400 seeded single-field corruptions of a TVM-style pair: each either compiles or raises
+    CompileError (never KeyError, TypeError, IndexError, ...)."""
+    import random
+    with open(os.path.join(DATA, "tvm_cnn-nodes.json")) as f:
+        nodes = json.load(f)
+    with open(os.path.join(DATA, "tvm_cnn-consts.json")) as f:
+        consts = json.load(f)
+    rng = random.Random(0)
+    outcomes = {"ok": 0, "error": 0}
+    for _ in range(400):
+        n, c = copy.deepcopy(nodes), copy.deepcopy(consts)
+        target = n if rng.random() < 0.8 else c
+        positions = [p for p in _paths(target) if not (isinstance(p[0], dict) and p[1] == "data_base64")]
+        container, key = rng.choice(positions)
+        if isinstance(container, dict) and rng.random() < 0.3:
+            del container[key]
+        else:
+            container[key] = copy.deepcopy(rng.choice(JUNK))
+        try:
+            compile_json(n, c)
+            outcomes["ok"] += 1
+        except CompileError as exc:
+            assert exc.message, exc
+            outcomes["error"] += 1
+    assert outcomes["error"] > 100 and outcomes["ok"] > 20, outcomes

@@ -127,4 +127,11 @@ def test_our_names_for_tvm_fields():
     alt_consts["tvmgen_mrvl_main_1_const_0"] = dict(consts["tvmgen_mrvl_main_1_const_0"], shape=list(w.shape),
                                                     data_base64=base64.b64encode(np.ascontiguousarray(w).tobytes()).decode())
     alt["nodes"][2]["attrs"]["kernel_layout"] = ["OIHW"]
+    alt["nodes"][2]["attrs"]["padding"] = ["1", "1"]                        # Relay's [ph, pw]
+    lt = alt["nodes"][1]["attrs"]
+    lt["layer_name"], lt["axes"] = ["transpose"], ["0", "2", "3", "1"]       # TVM's transpose op node
+    del lt["src_layout"], lt["dst_layout"], lt["data_layout"], lt["out_layout"]
     assert compile_json(alt, alt_consts) == base
+    alt["nodes"][1]["attrs"]["axes"] = ["0", "3", "1", "2"]
+    with pytest.raises(onnx_mrvl.errors.CompileError, match=r"\[tvmgen_mrvl_main_0\] layout_transform NHWC->NCHW reads a tensor stored NCHW"):
+        compile_json(alt, alt_consts)

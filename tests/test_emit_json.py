@@ -156,6 +156,20 @@ def test_multi_input_and_constant_operand_layers(mixed):
     assert float(leaky["attrs"]["activation_alpha"][0]) == pytest.approx(0.1)
     dw = by_origin[("conv_dw",)]["attrs"]
     assert dw["groups"] == ["8"] and dw["kernel_const"]["shape"] == [8, 3, 3, 1]
+    fc = by_origin[("fc",)]["attrs"]           # Flatten of an NCHW tensor that is stored NHWC
+    assert fc["weights_need_transform"] == ["yes"] and fc["flatten_shape"] == ["1", "4", "4", "4"]
+    assert by_origin[("flatten",)]["attrs"]["layer_name"] == ["nn.batch_flatten"]
+
+
+def test_fc_kernel_is_permuted_for_the_nhwc_flatten(mixed):
+    from onnx_mrvl.emit import build_program
+    meta, weights = build_program(mixed.nodes_json, mixed.consts_json)
+    fc = meta["layers"][-1]
+    kernel = weights[fc["weights"]["kernel"]]
+    w = numpy_helper.to_array(next(i for i in mixed_model().graph.initializer if i.name == "fw"))  # [10, C*H*W]
+    expected = w.reshape(10, 4, 4, 4).transpose(0, 2, 3, 1).reshape(10, 64)                      # [10, H*W*C]
+    np.testing.assert_array_equal(kernel, expected.astype(np.float16))
+    assert fc["layer_name"] == "FC" and meta["layers"][-2]["params"]["shape"] == [1, 64]
 
 
 def test_emit_is_deterministic(fashion):
@@ -172,4 +186,19 @@ def test_emit_rejects_non_mrvl_nodes():
     m = helper.make_model(g)
     m.ir_version = 8
     with pytest.raises(CompileError, match="plain_relu.*cannot be emitted"):
+        emit(m, "r")
+
+
+def test_emit_rejects_a_conv_whose_weights_are_not_constant():
+    from onnx_mrvl import opset
+    from onnx_mrvl.errors import CompileError
+    node = opset.make_node("Conv2D", ["x", "w"], ["y"], name="dyn_conv", origin=["Conv_7"],
+                           attrs={"strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [1, 1], "group": 1,
+                                  "kernel_shape": [1, 1]})
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([node], "r", [vi("x", TensorProto.FLOAT, [1, 2, 2, 3]), vi("w", TensorProto.FLOAT, [4, 1, 1, 3])],
+                          [vi("y", TensorProto.FLOAT, [1, 2, 2, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("mrvl", 1)])
+    m.ir_version = 10
+    with pytest.raises(CompileError, match=r"\[dyn_conv\].*weights must be the constants.*original nodes: Conv_7"):
         emit(m, "r")

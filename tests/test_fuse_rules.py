@@ -131,6 +131,25 @@ def test_per_channel_add_mul_add_fold_into_conv():
     assert {d.composite for d in r.decisions.values()} == {"mrvl.conv2d_nhwc2nhwc"}
 
 
+def test_batchnorm_folds_into_conv_and_fc():
+    """Conv -> BN -> Relu and Gemm -> BN -> Mul (per feature) fold exactly (not yet legalized)."""
+    bn = lambda c: {f"{k}{c}": v for k, v in  # noqa: E731
+                    dict(g=RNG.uniform(0.5, 1.5, c), b=w(c), m=w(c), v=RNG.uniform(0.5, 1.5, c)).items()}
+    inits = {"W": w(6, 4, 3, 3), "B": w(6), "W2": w(5, 96), "B2": w(5), "s": w(5) + 2}
+    inits.update({k: np.asarray(v, np.float32) for k, v in {**bn(6), **bn(5)}.items()})
+    m = model([node("Conv", ["x", "W", "B"], "c", kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
+               node("BatchNormalization", ["c", "g6", "b6", "m6", "v6"], "bn1", epsilon=1e-3),
+               node("Relu", ["bn1"], "r"), node("Flatten", ["r"], "f"),
+               node("Gemm", ["f", "W2", "B2"], "fc", transB=1),
+               node("BatchNormalization", ["fc", "g5", "b5", "m5", "v5"], "bn2"), node("Mul", ["bn2", "s"], "out")],
+              [("x", [2, 4, 8, 8])], ["out"], inits)
+    r = fused_ok(m)
+    assert ops(r) == ["LayoutTransform", "Conv2D", "Flatten", "FC"]
+    assert {d.node: d.mrvl_node for d in r.decisions.values()} == {
+        "c": "mrvl_c", "bn1": "mrvl_c", "r": "mrvl_c", "f": "mrvl_f", "fc": "mrvl_fc", "bn2": "mrvl_fc",
+        "out": "mrvl_fc"}
+
+
 def test_spatial_add_is_not_folded():
     """A constant varying over H, W is not per channel: it stays a Sum2D with a constant operand."""
     r = fused_ok(conv_model([node("Add", ["y0", "hw"], "out")], extra_inits={"hw": w(1, 1, 8, 8)}))
@@ -214,6 +233,20 @@ def test_channel_shuffle_moves_data_once():
     assert len(attrs(t)["perm"]) == 5
 
 
+def test_cpu_slices_of_the_input_share_one_layout_transform():
+    """Slices of the input (legalize's tiling of a large kernel) run on NHWC data: one
+    LayoutTransform at the input instead of one per tile."""
+    m = model([node("Slice", ["x", "s0", "e0", "ax"], "t0"), node("Slice", ["x", "s1", "e1"], "t1"),
+               node("Conv", ["t0", "W1", "B1"], "c0", kernel_shape=[2, 2]),
+               node("Conv", ["t1", "W2", "B2"], "c1", kernel_shape=[2, 2]), node("Add", ["c0", "c1"], "out")],
+              [("x", [1, 3, 6, 6])], ["out"],
+              {"s0": np.array([0], np.int64), "e0": np.array([5], np.int64), "ax": np.array([2], np.int64),
+               "s1": np.array([0, 0, 1, 0], np.int64), "e1": np.array([1, 3, 6, 6], np.int64),
+               "W1": w(4, 3, 2, 2), "B1": w(4), "W2": w(4, 3, 2, 2), "B2": w(4)})
+    r = fused_ok(m)
+    assert ops(r) == ["LayoutTransform", "Slice", "Slice", "Conv2D", "Conv2D", "Sum2D", "LayoutTransform"]
+
+
 def test_cpu_split_and_relu_keep_the_nhwc_layout():
     """CPU ops that compute the same on permuted data (Split on the channel axis, Relu) run on the
     NHWC tensors between accelerator ops: no layout change around them."""
@@ -228,7 +261,8 @@ def test_cpu_split_and_relu_keep_the_nhwc_layout():
     r = fused_ok(m)
     assert ops(r).count("LayoutTransform") == 2 and "Transpose" not in ops(r)
     split = next(n for n in r.model.graph.node if n.op_type == "Split")
-    assert attrs(split)["axis"] == 3
+    assert attrs(split)["axis"] == 3 and all(o.endswith("__nhwc") for o in split.output)
+    assert {p.key: p.value for p in split.metadata_props}["mrvl.storage"] == "[0, 2, 3, 1]"
     assert r.decisions["split"].placement == "cpu" and r.decisions["r"].placement == "cpu"
 
 
@@ -283,6 +317,45 @@ def test_concat_axes_in_nhwc(axis, stored):
     r = fused_ok(m)
     assert attrs(mrvl(r, "Concat")[0])["axis"] == stored
     assert ops(r).count("LayoutTransform") == 2     # one in, one out
+
+
+@pytest.mark.parametrize("act,axis", [("Relu", 1), ("PRelu", 1), ("PRelu", 2), ("Sigmoid", 3)])
+def test_activation_after_concat_moves_into_the_producers(act, axis):
+    """act(Concat(conv_a, conv_b)) = Concat(act(conv_a), act(conv_b)) (AlexNet's and ShuffleNet's
+    split grouped convolutions): no standalone activation left on the CPU."""
+    slope = {"slope": np.linspace(0.1, 0.9, 7 if axis == 1 else 3, dtype=np.float32).reshape(-1, 1, 1)}
+    m = model([node("Conv", ["x", "W1", "B1"], "a", kernel_shape=[1, 1]),
+               node("Conv", ["x", "W2", "B2"], "b", kernel_shape=[1, 1]),
+               node("Concat", ["a", "b"], "cat", axis=axis),
+               node(act, ["cat", "slope"] if act == "PRelu" else ["cat"], "act"),
+               node("Conv", ["act", "W3", "B3"], "out", kernel_shape=[1, 1])],
+              [("x", [1, 3, 4, 4])], ["out"],
+              {"W1": w(3 if axis != 1 else 4, 3, 1, 1), "B1": w(3 if axis != 1 else 4),
+               "W2": w(3, 3, 1, 1), "B2": w(3), "W3": w(2, 7 if axis == 1 else 3, 1, 1), "B3": w(2),
+               **(slope if act == "PRelu" else {})})
+    r = fused_ok(m)
+    assert not r.decisions.by_placement("cpu")
+    convs = mrvl(r, "Conv2D")
+    assert [attrs(c).get("activation") for c in convs[:2]] == [act.lower()] * 2
+    assert all(c.output[0].endswith(f"__{act.lower()}") for c in convs[:2])
+    assert r.decisions["act"].mrvl_node == mrvl(r, "Concat")[0].name
+
+
+def test_activation_after_concat_of_a_pool_stays():
+    m = model([node("Conv", ["x", "W1", "B1"], "a", kernel_shape=[1, 1]),
+               node("MaxPool", ["x"], "p", kernel_shape=[1, 1]),
+               node("Concat", ["a", "p"], "cat", axis=1), node("Relu", ["cat"], "out")],
+              [("x", [1, 3, 4, 4])], ["out"], {"W1": w(3, 3, 1, 1), "B1": w(3)})
+    r = fused_ok(m)
+    assert r.decisions["out"].placement == "cpu"
+
+
+def test_prelu_after_fc_stays_on_cpu():
+    """The FC op has no slope input: a PRelu after it is not absorbed."""
+    m = model([node("Gemm", ["x", "W", "B"], "g", transB=1), node("PRelu", ["g", "s"], "out")],
+              [("x", [2, 4])], ["out"], {"W": w(3, 4), "B": w(3), "s": w(3)})
+    r = fused_ok(m)
+    assert ops(r) == ["FC", "PRelu"] and r.decisions["out"].placement == "cpu"
 
 
 def test_sum_of_two_branches_with_relu_and_broadcast_mul():
@@ -404,7 +477,8 @@ REJECTIONS = {
     "dilation": (lambda: _conv_case(x_shape=(1, 4, 30, 30), dilations=[9, 1]), "dilation [9, 1] exceeds the limit 8"),
     "stride": (lambda: _conv_case(x_shape=(1, 4, 30, 30), strides=[9, 9]), "stride [9, 9] exceeds the limit 8"),
     "pads": (lambda: _conv_case(pads=[8, 0, 0, 0]), "padding [8, 0, 0, 0] exceeds the limit 7"),
-    "grouped": (lambda: _conv_case(wshape=(6, 2, 3, 3), group=2), "grouped convolution (group=2) that is not depthwise"),
+    "grouped": (lambda: _conv_case(wshape=(6, 2, 3, 3), group=2),
+                "grouped convolution (group=2) that is not depthwise"),
     "conv1d": (lambda: _conv_case(x_shape=(1, 4, 8), wshape=(6, 4, 3)), "1-D convolution"),
     "dtype": (lambda: _conv_case(elem=onnx.TensorProto.DOUBLE), "is not float32"),
     "nan": (lambda: _conv_case(wval=_nan_weights()), "W holds 1 NaN/inf values"),
@@ -452,15 +526,46 @@ REJECTIONS = {
 }
 
 
+def _symbolic_batch():
+    m = _conv_case()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    return onnx.shape_inference.infer_shapes(m)
+
+
+REJECTIONS.update({
+    "auto_pad": (lambda: _conv_case(auto_pad="SAME_UPPER"), "auto_pad not resolved to explicit pads"),
+    "channels": (lambda: _conv_case(), "6 channels exceed the limit 4", Target(max_channels=4)),
+    "fc_features": (lambda: model([node("Gemm", ["x", "W"], "out", name="node", transB=1)], [("x", [1, 40])],
+                                  ["out"], {"W": w(3, 40)}), "40 features exceed the limit 32",
+                    Target(max_fc_features=32)),
+    "global_pool": (lambda: model([node("GlobalAveragePool", ["x"], "out", name="node")], [("x", [1, 2, 20, 20])],
+                                  ["out"]), "global pool over [20, 20] exceeds the limit", Target(max_pool_kernel=4)),
+    "resize_scale": (lambda: model([node("Resize", ["x", "", "s"], "out", name="node", mode="nearest",
+                                         coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+                                   [("x", [1, 2, 3, 4])], ["out"], {"s": np.array([1, 1, 16, 16], np.float32)}),
+                     "scale 16 exceeds the limit 8"),
+    "two_constants": (lambda: model([node("Add", ["c1", "c2"], "s", name="node"), node("Add", ["x", "s"], "out")],
+                                    [("x", [1, 2, 3, 4])], ["out"], {"c1": w(1, 2, 3, 4), "c2": w(1, 2, 3, 4)}),
+                      "both operands are constant"),
+    "concat_const": (lambda: model([node("Concat", ["x", "c"], "out", name="node", axis=1)], [("x", [1, 2, 3, 4])],
+                                   ["out"], {"c": w(1, 2, 3, 4)}), "a constant operand"),
+    "reshape_batch": (lambda: model([node("Reshape", ["x", "s"], "out", name="node")], [("x", [2, 2, 3, 4])],
+                                    ["out"], {"s": np.array([1, 48], np.int64)}), "across the batch axis"),
+    "symbolic_shape": (_symbolic_batch, "has no static shape"),
+    "fc_bias_shape": (lambda: model([node("Gemm", ["x", "W", "C"], "out", name="node", transB=1)], [("x", [2, 4])],
+                                    ["out"], {"W": w(3, 4), "C": w(2, 3)}), "is not per output feature"),
+})
+
+
 @pytest.mark.parametrize("case", sorted(REJECTIONS))
 def test_rejection_reason(case):
-    build, reason = REJECTIONS[case]
+    build, reason, *target = REJECTIONS[case]
     m = build()
-    r = fuse(m)
+    r = fuse(m, *target)
     onnx.checker.check_model(r.model, full_check=True)
     d = r.decisions["node"]
     assert d.placement == "cpu" and reason in d.reason, d
-    if case != "fp16_after_fold":   # there the Mul alone still fuses (as a Mul2D)
+    if case not in ("fp16_after_fold", "two_constants"):   # there a following node still fuses
         assert not [n for n in r.model.graph.node if n.domain == opset.DOMAIN and n.op_type != "LayoutTransform"]
 
 

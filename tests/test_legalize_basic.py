@@ -5,7 +5,7 @@ import pytest
 from onnx import helper
 
 from onnx_mrvl.errors import ModelError, ShapeError
-from onnx_mrvl.legalize import legalize, legalize_with_report, rules
+from onnx_mrvl.legalize import RULES, legalize, legalize_with_report, rule_names
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 from onnx_mrvl.provenance import get_origin
 
@@ -18,7 +18,9 @@ def applied(log, rule):
 
 
 def test_rule_list_order():
-    names = list(rules())
+    names = list(rule_names())
+    assert len(names) == len(set(names)) == len(RULES) == 23
+    assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
     assert names.index("bn_into_conv") < names.index("bn_to_mul_add")
     assert names.index("conv_attrs") < names.index("pad_fold") < names.index("conv_1d_to_2d")

@@ -1,7 +1,6 @@
 """Legalization: Conv attributes, BatchNormalization, grouped / large-kernel / 1-D convs,
 AveragePool calibration."""
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 

@@ -114,3 +114,17 @@ def test_target_as_dict_and_report():
     assert op_types(out).count("Conv") == 4
     assert report.by_rule()["conv_kernel_split"] == ["conv"]
     assert report.opset == (13, 13)
+
+
+def test_data_dependent_shapes_left_out_of_value_info():
+    m = make_model([mk("Relu", ["x"], ["r"], name="relu"),
+                    mk("NonZero", ["r"], ["nz"], name="nz"),
+                    mk("Transpose", ["nz"], ["t"], name="tr", perm=[1, 0]),
+                    mk("Cast", ["t"], ["y"], name="cast", to=onnx.TensorProto.FLOAT)],
+                   [("x", [3, 4])], ["y"])
+    out = legalize(m)
+    onnx.checker.check_model(out)
+    assert op_types(out) == ["Relu", "NonZero", "Transpose", "Cast"]
+    assert [vi.name for vi in out.graph.value_info] == ["r"]
+    from onnx_mrvl.legalize.testing import compare
+    assert compare(m, out) == 0.0 and compare(m, out, seed=7) == 0.0

@@ -109,3 +109,33 @@ def test_randomize_weights_changes_every_float_weight():
     assert floats and all(v.size < 2 or np.std(v) > 0 for v in floats)
     assert randomize_weights(model, 1).SerializeToString() != r1.SerializeToString()
     onnx.checker.check_model(r1)
+
+
+def test_randomize_cli(tmp_path):
+    from randomize_weights import main
+    dst = tmp_path / "sq.onnx"
+    assert main(["squeezenet", "-o", str(dst), "--seed", "5"]) == 0
+    model = onnx.load(str(dst))
+    assert model.SerializeToString() == randomize_weights(
+        onnx.load(zoo_model_paths()["squeezenet"]), 5).SerializeToString()
+    feeds = random_inputs(model, 0)
+    assert list(feeds) == ["data_0"] and feeds["data_0"].shape == (1, 3, 224, 224)
+
+
+@pytest.mark.parametrize("name", ["inception_v1", "shufflenet"])
+def test_zoo_model_strict_target(name):
+    # a target that splits every kernel > 3, calibrates exclude-pad average pools
+    from onnx_mrvl.target import Target
+    model = load_zoo(name, seed=2)
+    softmax = [n for n in model.graph.node if n.op_type == "Softmax"][-1]
+    model.graph.output.append(helper.make_empty_tensor_value_info(softmax.input[0]))
+    out, report = legalize_with_report(model, Target(max_kernel=3, avgpool_exclude_pad=False))
+    _structure_check(out)
+    _check_canonical(out)
+    applied = report.by_rule()
+    assert "avgpool_calibrate" in applied
+    assert ("conv_kernel_split" in applied) == (name == "inception_v1")
+    assert ("conv_group_split" in applied) == (name == "shufflenet")
+    feeds = random_inputs(model, seed=3)
+    for a, b in zip(run(model, feeds), run(out, feeds)):
+        assert rel_err(a, b) <= 1e-4

@@ -323,6 +323,11 @@ def test_branchy_chain(branchy):
     ops = {n.op_type for n in nodes}
     assert ops <= {"Conv", "Relu", "Add", "Concat"}
     assert ("Concat" in ops) == branchy
+    # the hand-written value_info is what strict shape inference derives
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    as_dict = lambda m: {v.name: v for v in m.graph.value_info}  # noqa: E731
+    assert as_dict(inferred) == as_dict(model)
+    assert len(model.graph.value_info) == 3999
     x = seeded_input(model)
     out = run(model, x)["output"]
     assert out.shape == (1, 8, 8, 8) and np.all(np.isfinite(out))

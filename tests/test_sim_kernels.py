@@ -353,3 +353,37 @@ def test_pools_match_onnxruntime(case):
             terms = ref_pool(np.abs(x), k, s, pads, ceil, kind="avg", include_pad=inc)
             assert_fp16_match(K.avgpool2d(x, k, s, pads, ceil, inc), ref.transpose(0, 2, 3, 1), terms,
                               k[0] * k[1])
+
+
+# ---------------------------------------------------------------- parallel row blocks
+
+@pytest.mark.parametrize("groups, k, stride", [(1, 3, 1), (1, 1, 1), (1, 1, 2), (4, 3, 2)])
+def test_large_conv_split_into_parallel_row_blocks(monkeypatch, groups, k, stride):
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    import onnx_mrvl.sim.kernels as kernels_mod
+    x = rnd(2, 20, 18, 64)
+    w = rnd(64, k, k, 64 // groups, scale=0.1)
+    p = k // 2
+    conv = K.Conv2D(w, strides=(stride, stride), padding=(p,) * 4, groups=groups)
+    outs, nblocks = [], []
+    real_run_all = kernels_mod.run_all
+
+    def counting_run_all(fn, items):
+        nblocks.append(len(items))
+        return real_run_all(fn, items)
+    monkeypatch.setattr(kernels_mod, "run_all", counting_run_all)
+    monkeypatch.setattr(kernels_mod, "_PARALLEL_MACS", 1 << 16)      # split even these small layers
+    for nw in (1, 3):
+        monkeypatch.setattr(kernels_mod, "workers", lambda nw=nw: nw)
+        outs.append(conv(x))
+    assert nblocks[0] <= 2 and nblocks[1] >= 3          # the second call really ran in row blocks
+    xp = np.pad(x.astype(np.float64), ((0, 0), (p, p), (p, p), (0, 0)))
+    win = sliding_window_view(xp, (k, k), axis=(1, 2))[:, ::stride, ::stride]   # N,OH,OW,C,KH,KW
+    cg, og = 64 // groups, 64 // groups
+    wg = w.astype(np.float64).reshape(groups, og, k, k, cg)
+    wing = win.reshape(win.shape[:3] + (groups, cg, k, k))
+    ref = np.einsum("nhwgcij,goijc->nhwgo", wing, wg).reshape(win.shape[:3] + (64,))
+    terms = np.einsum("nhwgcij,goijc->nhwgo", np.abs(wing), np.abs(wg)).reshape(ref.shape)
+    for y in outs:
+        assert_fp16_match(y, ref, terms, k * k * cg)

@@ -232,3 +232,23 @@ def test_packed_binary_and_cli(tmp_path, capsys):
     np.zeros(7, np.float32).tofile(tmp_path / "short.bin")
     assert main(["sim", "-m", str(path), "--inputs", str(tmp_path / "short.bin")]) == 3
     assert "has 28 bytes, expected 512" in capsys.readouterr().err
+
+
+def test_blas_policy_single_thread_unless_user_chose(monkeypatch):
+    import os
+
+    from onnx_mrvl.sim import blas
+    Simulator.from_program(*make_program())
+    n = blas.get_blas_threads()
+    if n is None:
+        pytest.skip("numpy's OpenBLAS is not reachable through ctypes")
+    if not (os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+            or os.environ.get("ONNX_MRVL_SIM_BLAS_THREADS")):
+        assert n == 1
+    before = n
+    monkeypatch.setattr(blas, "_done", False)
+    monkeypatch.setenv("ONNX_MRVL_SIM_BLAS_THREADS", "0")         # 0: leave it alone
+    assert blas.set_blas_threads(2)
+    blas.configure_once()
+    assert blas.get_blas_threads() == 2
+    blas.set_blas_threads(before)

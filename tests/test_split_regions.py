@@ -160,8 +160,11 @@ def test_region_finding_is_near_linear():
     times = {}
     for n in (2000, 8000):
         g = build(n)
-        t = time.perf_counter()
-        groups = _regions(g)
-        times[n] = time.perf_counter() - t
+        best = float("inf")
+        for _ in range(3):                     # best of three: the machine is shared
+            t = time.perf_counter()
+            groups = _regions(g)
+            best = min(best, time.perf_counter() - t)
+        times[n] = best
         assert len(groups) > n // 14
     assert times[8000] < 8 * times[2000] + 0.05, times       # 4x the nodes: well under 16x the time

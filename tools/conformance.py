@@ -12,13 +12,16 @@ For each case of ``onnx.backend.test.case.node.collect_testcases()``:
    tolerance where a region was offloaded (onnxruntime's tolerance where not).
 
 The backend cases feed weights as graph inputs, so as-is almost nothing reaches the accelerator.
-Each case with two or more inputs therefore also runs as a "frozen" variant (``+frozen``): every
-input after the first becomes an initializer holding the case's value and ``convert(force=True)``
-offloads every region it can, which exercises fuse, split, emit and the accelerator path. Inputs
+Each case therefore also runs as a "frozen" variant (``+frozen``): every input after the first
+becomes an initializer holding the case's value and ``convert(force=True)`` offloads every region
+it can (no minimum-work rule), which exercises fuse, split, emit and the accelerator path. Models
+written with an IR version newer than onnxruntime loads (14) are run at IR 13. Inputs
 with symbolic dimensions get ``input_shapes`` from the case's data (as a user would pass them).
 
 Policy on exceptions from ``convert()``: any exception outside the ``MrvlError`` family is a
-failure ("crash"), applicable case or not. A ``MrvlError`` is accepted only for a case onnxruntime
+failure ("crash"), applicable case or not, and so is convert()'s own fallback for an internal
+error (model returned unchanged with "conversion failed internally" in ``report.warnings``): the
+user keeps a working model, but it is a converter bug. A ``MrvlError`` is accepted only for a case onnxruntime
 itself rejects, or for an input the converter documents as unsupported (``ModelError`` for an
 opset below 7, see ``onnx_mrvl.modelio.MIN_OPSET``); on any other applicable case it is a failure.
 
@@ -49,6 +52,8 @@ log = logging.getLogger("conformance")
 ORT_RTOL, ORT_ATOL = 1e-3, 1e-7
 FP16_RTOL, FP16_ATOL = 1e-2, 1e-3          # atol is scaled by max(1, max |expected|)
 CASE_TIMEOUT_S = 60
+MAX_ORT_IR = 13                                      # onnxruntime 1.31 loads IR <= 13
+INTERNAL_FAILURE = "conversion failed internally"   # report.warnings text of convert()'s crash fallback
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 
@@ -71,6 +76,13 @@ def sim_available() -> bool:
     except Exception:  # noqa: BLE001 - any import failure means "not there yet"
         return False
     return True
+
+
+def runner_for(requested: str = "auto") -> str:
+    """"sim" (onnx_mrvl.InferenceSession) when the simulator is importable, else "reference"."""
+    if requested != "auto":
+        return requested
+    return "sim" if sim_available() else "reference"
 
 
 def collect_cases(pattern: Optional[str] = None):
@@ -165,13 +177,14 @@ def _graph_inputs(model) -> List[str]:
 
 def frozen_variant(case):
     """(model, inputs) with every input after the first turned into an initializer holding the
-    case's value, so weights are constants the accelerator can take; None when nothing changes."""
+    case's value (weights become constants the accelerator can take). Converted with force=True,
+    so single-input cases run through the accelerator too."""
     import onnx
     from onnx import numpy_helper
     model = case.model
     inputs = list(case.data_sets[0][0])
     names = _graph_inputs(model)
-    if len(names) < 2 or len(inputs) != len(names):
+    if len(inputs) != len(names):
         return None
     frozen = onnx.ModelProto()
     frozen.CopyFrom(model)
@@ -184,11 +197,21 @@ def frozen_variant(case):
                 listed.append(vi)
         else:
             keep.append((vi, value))
-    if len(keep) == len(names):
-        return None
     del frozen.graph.input[:]
     frozen.graph.input.extend([vi for vi, _ in keep] + listed)
     return frozen, [v for _, v in keep]
+
+
+def loadable(model):
+    """The model with its IR version lowered to what onnxruntime loads (the suite is written with
+    onnx's newest IR; the cases use nothing of it)."""
+    if model.ir_version <= MAX_ORT_IR:
+        return model
+    import onnx
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.ir_version = MAX_ORT_IR
+    return out
 
 
 def _static_shapes(model, inputs) -> Optional[Dict[str, List[int]]]:
@@ -214,13 +237,14 @@ def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False,
 
     t0 = time.perf_counter()
     res = CaseResult(case.name + ("" if variant == "as-is" else f"+{variant}"), op_type, "n/a", variant=variant)
-    model = case.model
+    model = loadable(case.model)
     inputs, expected = case.data_sets[0]
     if variant == "frozen":
         fv = frozen_variant(case)
         if fv is None:
             return None
         model, inputs = fv
+        model = loadable(model)
         force = True
     expected = [_to_value(e) for e in expected]
     names = _graph_inputs(model)
@@ -259,6 +283,12 @@ def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False,
         return res
     subgraphs = [n for n in result.model.graph.node if n.op_type.startswith("Subgraph_")]
     res.offloaded, res.regions = bool(subgraphs), len(subgraphs)
+    internal = next((w for w in result.report.warnings if INTERNAL_FAILURE in w), None)
+    if internal:               # convert() hid a crash of its own by returning the model unchanged
+        res.convert_error = internal.split("(", 1)[-1].split(":", 1)[0]
+        res.status, res.reason = "fail", f"convert fell back to the CPU after an internal error: {_short(internal)}"
+        res.seconds = time.perf_counter() - t0
+        return res
     if not applicable:
         res.reason = na_reason
         res.seconds = time.perf_counter() - t0
@@ -460,7 +490,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     import onnx
     import onnxruntime
-    runner = args.runner if args.runner != "auto" else ("sim" if sim_available() else "reference")
+    runner = runner_for(args.runner)
     t0 = time.perf_counter()
     cases = collect_cases(args.only)
     t_collect = time.perf_counter() - t0

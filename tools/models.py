@@ -132,7 +132,20 @@ class GraphBuilder:
     def model(self, graph_name: str, inputs, outputs, value_info=None) -> onnx.ModelProto:
         """``inputs``/``outputs``/``value_info``: lists of (name, elem_type, shape). Without
         ``value_info`` the intermediate shapes come from strict shape inference."""
-        vi = lambda specs: [helper.make_tensor_value_info(n, t, s) for n, t, s in specs]  # noqa
+        templates = {}
+
+        def vi(specs):   # one template per (type, shape): 64k value_infos in well under a second
+            out = []
+            for name, elem, shape in specs:
+                key = (elem, None if shape is None else tuple(shape))
+                if key not in templates:
+                    templates[key] = helper.make_tensor_value_info("", elem, shape)
+                v = onnx.ValueInfoProto()
+                v.CopyFrom(templates[key])
+                v.name = name
+                out.append(v)
+            return out
+
         graph = helper.make_graph(self.nodes, graph_name, vi(inputs), vi(outputs),
                                   initializer=self.inits, value_info=vi(value_info or []))
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
@@ -370,7 +383,7 @@ def detection_like(seed: int = 0, opset: int = 13, input_size: int = 128, num_cl
     g.nodes[-1].output[0] = "selected_indices"
     return g.model("detection_like", [("input", F32, [1, 3, input_size, input_size])],
                    [("boxes", F32, [1, n, 4]), ("scores", F32, [1, num_classes, n]),
-                    ("selected_indices", TensorProto.INT64, None),
+                    ("selected_indices", TensorProto.INT64, ["num_selected", 3]),
                     ("topk_scores", F32, [1, top_k]),
                     ("topk_indices", TensorProto.INT64, [1, top_k])])
 

@@ -90,8 +90,9 @@ def run_model(name: str, model, strategies: Sequence[str], runner: str, seed: in
     import onnx_mrvl
     from randomize_weights import random_inputs
     feed = random_inputs(model, seed)
-    t = time.perf_counter()
     ref_sess = _session(model.SerializeToString(), "reference")
+    ref_sess.run(None, feed)                       # warm-up
+    t = time.perf_counter()
     ref = ref_sess.run(None, feed)
     ort_s = time.perf_counter() - t
     out_names = [o.name for o in ref_sess.get_outputs()]
@@ -107,6 +108,7 @@ def run_model(name: str, model, strategies: Sequence[str], runner: str, seed: in
             with tempfile.TemporaryDirectory(prefix="mrvl-zoo-") as d:
                 path = result.save(d)
                 sess = _session(path, runner)
+                sess.run(out_names, feed)          # warm-up (first call loads the programs)
                 t = time.perf_counter()
                 got = sess.run(out_names, feed)
                 row.run_s = time.perf_counter() - t

@@ -17,7 +17,7 @@ def register(sub) -> None:
     p.add_argument("--ocm-size", type=lambda s: int(s, 0), default=0x100000,
                    help="on-chip memory per tile, bytes (default 0x100000)")
     p.add_argument("--quantize", default="float16", choices=["float16"], help="weight/activation precision")
-    p.add_argument("--batch", type=int, help="override the batch size")
+    p.add_argument("--batch", type=int, help="compile for batch N (input and reshape batch dims become N)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -42,8 +42,13 @@ def run(args) -> int:
     meta, weights = build_program(_read_json(args.nodes), _read_json(args.consts), options)
     data = pack(meta, weights)
     write_bytes_atomic(args.output, data)
+    plan = meta["memory_plan"]
     summary = {"output": args.output, "bytes": len(data), "sha256": sha256_hex(data), "layers": len(meta["layers"]),
-               "weight_bytes": int(sum(w.nbytes for w in weights.values()))}
+               "batch_size": meta["batch_size"], "weight_bytes": int(sum(w.nbytes for w in weights.values())),
+               "dram_bytes": int(sum(layer["dram_bytes"] for layer in meta["layers"])),
+               "resident_tensors": len(plan["resident"]), "streamed_tensors": len(plan["streamed"])}
     print(json.dumps(summary) if args.json else
-          f"wrote {args.output}: {summary['layers']} layers, {summary['bytes']:,} bytes, sha256 {summary['sha256'][:16]}")
+          f"wrote {args.output}: {summary['layers']} layers, batch {summary['batch_size']}, {summary['bytes']:,} bytes, "
+          f"{summary['resident_tensors']} tensors in OCM / {summary['streamed_tensors']} in DRAM, "
+          f"{summary['dram_bytes']:,} DRAM bytes per inference, sha256 {summary['sha256'][:16]}")
     return 0

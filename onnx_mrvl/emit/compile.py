@@ -72,6 +72,14 @@ def _input_tensor(node: dict, idx: int, batch: Optional[int]) -> dict:
     return {"name": a.name, "shape": shape, "layout": layout}
 
 
+def _first_input_batch(nodes_json: dict) -> int:
+    for idx, node in enumerate(nodes_json["nodes"]):
+        if isinstance(node, dict) and node.get("op") == "input":
+            shape = _input_tensor(node, idx, None)["shape"]
+            return int(shape[0]) if shape else 1
+    return 1
+
+
 def _check_declared_inputs(a: NodeAttrs, in_shapes: List[List[int]]) -> None:
     """data_layout_shape[_i] (TVM: per input, Sum2D's padded to 4-D) must match the real inputs."""
     for i, s in enumerate(in_shapes):
@@ -93,7 +101,10 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         raise CompileError("the Nodes-JSON has no 'nodes' list", hint="see docs/json-format.md")
     if not isinstance(consts_json, dict):
         raise CompileError("the Constants-JSON is not an object", hint="see docs/json-format.md")
-    json_batch = _top_int(nodes_json, "batch_size", 0)
+    json_batch = _first_input_batch(nodes_json)
+    if "batch_size" in nodes_json and _top_int(nodes_json, "batch_size", 0) != json_batch:
+        raise CompileError(f"batch_size={nodes_json['batch_size']!r} but the first input has batch {json_batch}",
+                           hint="batch_size is the batch dimension of the region inputs (docs/json-format.md)")
     batch = int(options.batch) if options.batch else None
     ctx = Context(consts_json, json_batch, batch, {}, [])
     tensors, layers, inputs = [], [], []
@@ -144,7 +155,8 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
                            "weights": {}, "origin": a.origin, "macs": 0, "index": len(layers),
                            "inputs": ins, "outputs": [tid]})
             ins, in_shapes = [tid], [flat]
-        layer, out_shape = compile_layer(idx, node, ctx, in_shapes, f"l{len(layers)}")
+        layer, out_shape = compile_layer(idx, node, ctx, in_shapes, f"l{len(layers)}",
+                                         [tensors[t]["layout"] for t in ins])
         if layer["layer_name"] == "layout_transform":
             layout = layer["params"]["dst_layout"]
         elif len(out_shape) == 2:
@@ -170,7 +182,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
     memory = plan_memory(tensors, layers, inputs, outputs, ctx.weights, arch)
     meta = {"format": "onnx_mrvl.program", "program_version": 1,
             "name": str(nodes_json.get("subgraph_name") or "mrvl_subgraph"),
-            "batch_size": int(batch or json_batch or (inputs[0]["shape"][0] if inputs else 1)),
+            "batch_size": int(batch or json_batch),
             "quantize": "float16", "arch": arch, "inputs": inputs, "outputs": outputs, "tensors": tensors,
             "weights": ctx.wmeta, "layers": layers, "memory_plan": memory}
     log.debug("compiled %s: %d layers, %d weights", meta["name"], len(layers), len(ctx.wmeta))

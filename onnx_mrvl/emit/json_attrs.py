@@ -32,6 +32,8 @@ def to_number(x):
     if isinstance(x, (int, float)):
         return x
     s = str(x).strip()
+    if s.lower() in ("true", "false"):  # booleans as some writers print them
+        return int(s.lower() == "true")
     try:
         return int(s)
     except ValueError:

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .json_attrs import NodeAttrs, decode_const
+from .json_attrs import NodeAttrs, decode_const, unwrap
 
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
     "Conv2D": "Conv2D", "FC": "FC", "Maxpool2D": "Maxpool2D", "Avgpool2D": "Avgpool2D",
@@ -57,6 +57,18 @@ def squeeze_lead(arr: np.ndarray, rank: int) -> np.ndarray:
     while arr.ndim > rank and arr.shape[0] == 1:
         arr = arr[0]
     return arr
+
+
+def padding4(a: NodeAttrs) -> List[int]:
+    """[top, left, bottom, right]; Relay also allowed [p] and [ph, pw]."""
+    p = a.ints("padding", [0, 0, 0, 0])
+    if len(p) == 1:
+        p = p * 4
+    elif len(p) == 2:
+        p = p * 2
+    if len(p) != 4:
+        a.fail(f"attribute 'padding' has {len(p)} values, expected 4 ([top, left, bottom, right])")
+    return p
 
 
 def vector(a: NodeAttrs, ctx: Context, key: str, size: int, what: str) -> np.ndarray:
@@ -110,7 +122,7 @@ def conv(a, ctx, lname, in_shapes, params, weights):
         a.fail(f"channels={a.int('channels')} but the kernel has {o} output channels")
     if a.has("kernel_size") and a.ints("kernel_size", n=2) != [kh, kw]:
         a.fail(f"kernel_size={a.ints('kernel_size')} but the kernel is {kh}x{kw}")
-    params.update(strides=a.ints("strides", [1, 1], 2), padding=a.ints("padding", [0, 0, 0, 0], 4),
+    params.update(strides=a.ints("strides", [1, 1], 2), padding=padding4(a),
                   dilation=a.ints("dilation", [1, 1], 2), groups=groups, kernel_size=[kh, kw], channels=o)
     weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OHWI", fp16=True)
     bias = vector(a, ctx, "bias_const_name", o, "bias") if a.has("bias_const_name") else None
@@ -163,7 +175,7 @@ def fc(a, ctx, lname, in_shapes, params, weights):
         w = w.reshape(o, c, h, wd).transpose(0, 2, 3, 1).reshape(o, k)
     if in_shapes[0][-1] != k or len(in_shapes[0]) != 2:
         a.fail(f"FC kernel {list(w.shape)} (OI) does not fit an input of shape {in_shapes[0]}")
-    if a.has("units") and a.int("units") != o:
+    if a.has("units") and str(unwrap(a.raw["units"])).strip().lstrip("-").isdigit() and a.int("units") != o:
         a.fail(f"units={a.int('units')} but the kernel has {o} rows")
     weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OI", fp16=True)
     if a.has("bias_const_name"):
@@ -187,7 +199,7 @@ def pool(a, ctx, lname, in_shapes, params, weights, avg):
     if key is None:
         a.fail("missing attribute 'pool_size' (or kernel_layout_shape)")
     k = a.ints(key, n=2)
-    params.update(kernel_size=k, strides=a.ints("strides", [1, 1], 2), padding=a.ints("padding", [0, 0, 0, 0], 4),
+    params.update(kernel_size=k, strides=a.ints("strides", [1, 1], 2), padding=padding4(a),
                   ceil_mode=a.int("ceil_mode", 0))
     if avg:
         params["count_include_pad"] = a.int("count_include_pad", 0)
@@ -266,7 +278,7 @@ def reshape(a, ctx, layer_name, in_shape):
     return out
 
 
-def layout_change(a, in_shape, params):
+def layout_change(a, in_shape, params, in_layout=None):
     if a.has("src_layout"):
         src, dst = a.str("src_layout"), a.str("dst_layout")
     elif a.has("axes"):  # TVM's transpose
@@ -280,6 +292,8 @@ def layout_change(a, in_shape, params):
     if (src, dst) not in PERMS or len(in_shape) != 4:
         a.fail(f"layout_transform {src}->{dst} of a tensor of shape {in_shape} is not supported "
                f"(NCHW<->NHWC of 4-D tensors)")
+    if in_layout in ("NCHW", "NHWC") and in_layout != src:
+        a.fail(f"layout_transform {src}->{dst} reads a tensor stored {in_layout}")
     params.update(src_layout=src, dst_layout=dst)
     return [in_shape[i] for i in PERMS[(src, dst)]]
 
@@ -306,7 +320,7 @@ def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
 
 
 def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int]],
-                  wprefix: str) -> Tuple[dict, List[int]]:
+                  wprefix: str, in_layouts: Optional[List[str]] = None) -> Tuple[dict, List[int]]:
     """(program layer, output shape) for JSON node ``index``; its weights are named ``<wprefix>.<role>``."""
     a = NodeAttrs(node, index)
     lname_json = a.str("layer_name")
@@ -348,7 +362,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = [n, h * s[0], w * s[1], c]
         params.update(scales=s, mode="nearest")
     else:
-        out = layout_change(a, in_shapes[0], params)
+        out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
     if a.has("out_layout_shape"):
         declared = fit_rank(a.ints("out_layout_shape"), len(out))
         if declared[1:] != out[1:]:

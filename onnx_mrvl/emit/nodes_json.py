@@ -125,6 +125,13 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     for i in data_inputs:
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
+    n_consts = sum(1 for i in node.input if i and g.is_const(i))
+    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1}.get(node.op_type, 0)
+    weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
+    if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
+        raise CompileError(f"{node.op_type} with {n_consts} constant inputs (weights must be the constants, "
+                           f"activations not) cannot be written to the Nodes-JSON",
+                           node=node.name, origin=origin, hint="keep this node on the CPU")
     out_shape = [int(d) for d in g.shape(node.output[0])]
     in_shapes = [[int(d) for d in g.shape(t)] for t in data_inputs]
     attrs: dict = {m: {} for m in CONST_MAPS}

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import weakref
 from typing import List, Optional, Tuple
 
 import onnx
 import onnxruntime as ort
 
-from ..errors import ArtifactError, ModelError, MrvlError, MrvlRuntimeError
+from ..errors import ArtifactError, ModelError
 from . import kernel
 
 SUBGRAPH_PREFIX = "Subgraph_"

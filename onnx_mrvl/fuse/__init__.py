@@ -18,13 +18,27 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import materialize
-from .patterns import ANCHORS, Group
+from .patterns import ANCHORS, Group, activation_through_concat
 
 log = logging.getLogger(__name__)
 
 ABSORB_ONLY = {"Relu": "activation", "Clip": "activation", "LeakyRelu": "activation", "PRelu": "activation",
                "Sigmoid": "activation", "Tanh": "activation", "HardSigmoid": "activation",
                "HardSwish": "activation", "BatchNormalization": "batch normalization"}
+
+
+class _Index(GraphIndex):
+    """GraphIndex with memoised static shapes (patterns and layout ask for the same ones often)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        super().__init__(model)
+        self._shape_cache: Dict[str, Optional[List[int]]] = {}
+
+    def shape(self, name: str) -> Optional[List[int]]:
+        if name not in self._shape_cache:
+            self._shape_cache[name] = super().shape(name)
+        found = self._shape_cache[name]
+        return None if found is None else list(found)
 
 
 @dataclass
@@ -47,6 +61,7 @@ def _excluded(node: onnx.NodeProto, exclude: dict) -> Optional[str]:
 
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
+    producer_of: Dict[str, Group] = {}
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in claimed:
@@ -66,8 +81,10 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if isinstance(built, str):
             decisions.record(n.name, n.op_type, reason=built)
             continue
+        activation_through_concat(g, built, producer_of, target)
         groups.append(built)
         claimed.update(x.name for x in built.nodes)
+        producer_of[built.output] = built
     return groups
 
 
@@ -96,7 +113,7 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     to the reason recorded for it."""
     target = get_target(target)
     exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
-    g = GraphIndex(model)
+    g = _Index(model)
     g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
     order = topological_order(g.nodes, g.inputs)
     decisions = Decisions()
@@ -106,7 +123,9 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):
-            how = f"fused into {grp.op} ({grp.composite})" if i == 0 else f"absorbed into {grp.op} ({grp.composite})"
+            how = (f"fused into {grp.op} ({grp.composite})" if i == 0 else
+                   f"applied by the ops feeding {grp.op} ({grp.composite}): moved before the concat"
+                   if grp.op == "Concat" else f"absorbed into {grp.op} ({grp.composite})")
             decisions.record(x.name, x.op_type, placement="accelerator", mrvl_node=mrvl,
                              composite=grp.composite, reason=how)
     for name in aliases:

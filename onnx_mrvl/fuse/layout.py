@@ -1,14 +1,21 @@
 """Materialise fused groups as NHWC Mrvl nodes with the fewest layout changes.
 
 Every tensor is tracked as (current name, stored permutation of its logical axes). Spatial Mrvl ops
-want NHWC storage of a logical NCHW tensor; elementwise ops and concat work in whatever layout their
-inputs share; a Transpose is a relabelling of the stored data and costs nothing; reshapes run on the
-stored data when the element order allows (or feed an FC whose weights get permuted). A layout change
-is inserted only where a consumer needs another storage: a Mrvl ``LayoutTransform`` at an accelerator
-boundary, a plain Transpose elsewhere.
+want NHWC storage of a logical NCHW tensor; elementwise ops and concat take the storage that needs
+the fewest conversions of their inputs (NHWC on a tie); a Transpose is a relabelling of the stored
+data and costs nothing; reshapes run on the stored data when they only split/merge runs of axes that
+are in order in storage (``perms.py``), or feed an FC whose weights get permuted; CPU ops that
+compute the same on permuted data (unary elementwise, Split) keep the storage too. A layout change is
+inserted only where a consumer needs another storage: a Mrvl ``LayoutTransform`` at an accelerator
+boundary, a plain Transpose elsewhere, at most once per tensor and storage.
+
+Nodes writing a permuted tensor carry ``metadata_props["mrvl.storage"]`` (JSON perm); tensors so
+stored are named ``<t>__nhwc`` / ``<t>__perm`` except Mrvl outputs inside the graph, which keep the
+logical name of the original tensor.
 """
 from __future__ import annotations
 
+import json
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -19,15 +26,17 @@ from .. import opset
 from .._graph import FLOAT, GraphIndex, attr
 from ..provenance import set_origin
 from .patterns import Group
+from .shell import model_shell
 from .perms import reshape_blocks, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
-# CPU ops that compute the same thing on permuted storage (scalar extra inputs; Split gets its axis
-# remapped): they keep the accelerator's layout instead of converting around them
+STORAGE_KEY = "mrvl.storage"
+# CPU ops that compute the same thing on permuted storage (scalar extra inputs; Split and Slice get
+# their axes remapped): they keep the accelerator's layout instead of converting around them
 LAYOUT_FREE_CPU_OPS = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
                        "HardSwish", "Softplus", "Softsign", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf",
                        "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Mish", "Gelu", "Clip",
-                       "Identity", "Split"}
+                       "Identity", "Split", "Slice"}
 Perm = Optional[Tuple[int, ...]]   # None = stored as logical
 
 
@@ -47,14 +56,6 @@ def _inv(p: Sequence[int]) -> List[int]:
 
 def _stored_shape(shape, perm: Perm):
     return list(shape) if perm is None else [shape[i] for i in perm]
-
-
-def order_preserved(shape, perm: Perm) -> bool:
-    """True when the stored tensor lists its elements in the logical row-major order."""
-    if perm is None:
-        return True
-    nonunit = [a for a in perm if shape[a] != 1]
-    return nonunit == sorted(nonunit)
 
 
 def _canonical(order: Sequence[int], shape, nhwc_first: bool = False) -> Perm:
@@ -101,9 +102,9 @@ class Materializer:
         self.names.add(name)
         return name
 
-    def init(self, base: str, arr: np.ndarray) -> str:
+    def init(self, base: str, arr: np.ndarray, dtype=np.float32) -> str:
         name = self.fresh(base)
-        self.inits.append((name, np.ascontiguousarray(arr, dtype=np.float32)))
+        self.inits.append((name, np.ascontiguousarray(arr, dtype=dtype)))
         return name
 
     def logical_shape(self, t: str) -> List[int]:
@@ -155,14 +156,20 @@ class Materializer:
         else:
             node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
             set_origin(node, origin)
-        self.nodes.append(node)
+        self.add(node, want)
         self.vinfo[out] = _stored_shape(shape, want)
         self.cache[key] = out
         return out
 
-    def define(self, t: str, perm: Perm, *, mrvl: bool) -> str:
-        """Name for a produced tensor ``t`` that will be stored with ``perm``."""
-        name = t if (perm is None or t not in self.g.output_set) else self.fresh(f"{t}__nhwc")
+    def define(self, t: str, perm: Perm, *, mrvl: bool, suffix: str = "") -> str:
+        """Name for a produced tensor ``t`` that will be stored with ``perm`` (``suffix``: the
+        data is not the original tensor's, e.g. an activation moved before a concat)."""
+        if suffix:
+            name = self.fresh(f"{t}{suffix}")
+        elif perm is None or (mrvl and t not in self.g.output_set):
+            name = t
+        else:
+            name = self.fresh(f"{t}__{'nhwc' if perm == NHWC else 'perm'}")
         self.loc[t] = (name, perm)
         self.produced.add(name)
         if mrvl:
@@ -170,23 +177,38 @@ class Materializer:
         self.vinfo[name] = _stored_shape(self.logical_shape(t), perm)
         return name
 
+    def add(self, node: onnx.NodeProto, perm: Perm) -> None:
+        """Append ``node``; when it writes its output in a permuted storage order, say so in
+        ``metadata_props["mrvl.storage"]`` (JSON list: stored axis k holds logical axis perm[k])."""
+        if perm is not None:
+            entry = node.metadata_props.add()
+            entry.key, entry.value = STORAGE_KEY, json.dumps(list(perm))
+        self.nodes.append(node)
+
     # ---------------------------------------------------------------- nodes
     def cpu_node(self, n: onnx.NodeProto) -> None:
         new = onnx.NodeProto()
         new.CopyFrom(n)
         perm = self._transparent(n)
         if perm is not None:   # runs as well on the stored data: no layout change around it
-            new.input[0] = self.loc[n.input[0]][0]
+            new.input[0] = self.get(n.input[0], perm, for_mrvl=True, origin=[n.name])
+            rank = len(self.logical_shape(n.input[0]))
             if n.op_type == "Split":
-                rank = len(self.logical_shape(n.input[0]))
                 axis = list(perm).index(attr(n, "axis", 0) % rank)
                 del new.attribute[:]
                 new.attribute.extend([a for a in n.attribute if a.name != "axis"] +
                                      [helper.make_attribute("axis", axis)])
+            elif n.op_type == "Slice":   # starts/ends/steps follow ``axes``: remap the axes only
+                axes = (self.g.const(n.input[3]) if len(n.input) > 3 and n.input[3]
+                        else np.arange(len(self.g.const(n.input[1]))))
+                stored = np.array([list(perm).index(int(a) % rank) for a in axes], np.int64)
+                while len(new.input) < 4:
+                    new.input.append("")
+                new.input[3] = self.init(f"{n.name}_axes_stored", stored, np.int64)
             for i, o in enumerate(n.output):
                 if o:
                     new.output[i] = self.define(o, perm, mrvl=False)
-            self.nodes.append(new)
+            self.add(new, perm)
             return
         for i, t in enumerate(n.input):
             if t and t in self.loc:
@@ -199,16 +221,17 @@ class Materializer:
 
     def _transparent(self, n: onnx.NodeProto) -> Perm:
         """The stored permutation a CPU node can run on as it is (elementwise on one tensor, or a
-        Split), or None when it needs the logical layout."""
+        Split / Slice with constant parameters), or None when it needs the logical layout."""
         if n.op_type not in LAYOUT_FREE_CPU_OPS or not n.input or n.input[0] not in self.loc:
             return None
         if n.input[0] in self.flat or any(t and not self.g.is_const(t) for t in n.input[1:]):
             return None
+        if not self.g.is_float(n.input[0]) or any(o and self.logical_shape(o) is None for o in n.output):
+            return None
         perm = self.loc[n.input[0]][1]
-        if perm is None or not self.g.is_float(n.input[0]):
-            return None
-        if any(o and self.logical_shape(o) is None for o in n.output):
-            return None
+        if perm is None and len(self.logical_shape(n.input[0])) == 4 and all(
+                self._only_spatial(o) for o in n.output if o):
+            perm = NHWC   # everything it feeds wants NHWC: convert its input (once) instead
         return perm
 
     def alias(self, n: onnx.NodeProto) -> None:
@@ -245,15 +268,15 @@ class Materializer:
         handler(grp)
 
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm) -> None:
-        out = self.define(grp.output, out_perm, mrvl=True)
+        out = self.define(grp.output, out_perm, mrvl=True, suffix=grp.output_suffix)
         name = self.fresh(f"mrvl_{grp.anchor.name}")
         self.mrvl_producer[out] = name
         self.mrvl_name[grp.anchor.name] = name
         folded = [a for t in grp.inputs for a in self.alias_of.get(t, []) if a not in self.alias_owner]
         for a in folded:
             self.alias_owner[a] = name
-        self.nodes.append(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
-                                          attrs=attrs, composite=grp.composite))
+        self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
+                                 attrs=attrs, composite=grp.composite), out_perm)
         if grp.output in self.g.output_set and out != grp.output:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
 
@@ -337,6 +360,7 @@ class Materializer:
             op = "Flatten"
         elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
             op = "Squeeze"
+        grp.composite = opset.OPS[op].composite
         self._emit(grp, op, [name], {"shape": _stored_shape(out_shape, out_perm)}, out_perm)
         if flat is not None:
             self.flat[out] = flat
@@ -344,6 +368,12 @@ class Materializer:
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
                    if c.name in self.group_of)
+
+    def _only_spatial(self, t: str) -> bool:
+        users = self.g.consumers.get(t, [])
+        return bool(users) and t not in self.g.output_set and all(
+            c.name in self.group_of and self.group_of[c.name].op in SPATIAL and self.group_of[c.name].anchor is c
+            for c in users)
 
     def _flat_for_fc(self, src: str, out: str, perm: Perm) -> bool:
         in_shape, out_shape = self.logical_shape(src), self.logical_shape(out)
@@ -379,16 +409,16 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
                 for i, t in enumerate(seq):
                     if t in m.rename:
                         seq[i] = m.rename[t]
-    out = _shell(model)
+    out = model_shell(model)
     graph = out.graph
     graph.node.extend(m.nodes)
     used = {i for n in m.nodes for i in n.input} | set(g.outputs)
     graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
     for name, arr in m.inits:
         t = graph.initializer.add()
-        t.name, t.data_type = name, onnx.TensorProto.FLOAT
+        t.name, t.data_type = name, helper.np_dtype_to_tensor_dtype(arr.dtype)
         t.dims.extend(arr.shape)
-        t.raw_data = arr.astype("<f4", copy=False).tobytes()
+        t.raw_data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     old_vi = {vi.name: vi for vi in model.graph.value_info}
     produced = {o for n in m.nodes for o in n.output}
     del graph.value_info[:]
@@ -398,32 +428,3 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
         elif name in old_vi:
             graph.value_info.append(old_vi[name])
     return out, m.mrvl_name, m.alias_owner
-
-
-def _shell(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` without the graph's nodes, initializers and value_info (which would be
-    copied only to be thrown away: the weights of a large model are hundreds of MB)."""
-    out = onnx.ModelProto()
-    for fd, value in model.ListFields():
-        if fd.name != "graph":
-            if _repeated(fd):
-                getattr(out, fd.name).extend(value)
-            elif fd.message_type is not None:
-                getattr(out, fd.name).CopyFrom(value)
-            else:
-                setattr(out, fd.name, value)
-    for fd, value in model.graph.ListFields():
-        if fd.name in ("node", "initializer", "value_info"):
-            continue
-        if _repeated(fd):
-            getattr(out.graph, fd.name).extend(value)
-        elif fd.message_type is not None:
-            getattr(out.graph, fd.name).CopyFrom(value)
-        else:
-            setattr(out.graph, fd.name, value)
-    return out
-
-
-def _repeated(fd) -> bool:
-    rep = getattr(fd, "is_repeated", None)   # protobuf >= 5.x; older ones only have ``label``
-    return bool(rep) if rep is not None else fd.label == fd.LABEL_REPEATED

@@ -1,8 +1,8 @@
 """Fusion patterns, declared as data: an anchor op, optional chained steps, and a check that
 returns the reason a match is ruled out (``None`` when it is fine).
 
-    mrvl.conv2d_nhwc2nhwc   Conv -> [Add bias] -> [Mul scale] -> [Add shift] -> [activation]
-    mrvl.fc_ni2no           Gemm (canonical FC) | MatMul(x, const 2-D) -> [Add bias] -> [activation]
+    mrvl.conv2d_nhwc2nhwc   Conv -> [Add bias] -> [BN] -> [Mul scale] -> [Add shift] -> [activation]
+    mrvl.fc_ni2no           Gemm (canonical FC) | MatMul(x, const 2-D) -> (the same chain)
     mrvl.*pool2d_nhwc2nhwc  MaxPool | AveragePool | GlobalAveragePool | GlobalMaxPool
     mrvl.sum / mrvl.mul     Add | Mul (two tensors, or a tensor and a broadcast constant) -> [activation]
     mrvl.concat, mrvl.reshape, mrvl.resize_nearest
@@ -31,6 +31,7 @@ class Group:
     output: str                        # original tensor name the group produces
     attrs: dict = field(default_factory=dict)
     weights: Dict[str, np.ndarray] = field(default_factory=dict)   # logical (NCHW-side) layout
+    output_suffix: str = ""            # set when the output no longer holds the original tensor
 
     @property
     def anchor(self) -> onnx.NodeProto:
@@ -94,8 +95,39 @@ def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
     return None
 
 
+# Optional chained steps after an anchor, in order (each absent or absorbed once). The folding
+# steps are exact in fp32: W' = W * scale (per output channel), B' = B * scale + shift.
+CONV_CHAIN = ("bias", "batchnorm", "scale", "shift", "activation")
+FC_CHAIN = ("bias", "batchnorm", "scale", "shift", "activation")
+
+
+def _absorb_chain(g: GraphIndex, grp: Group, chain, channels: int, rank: int, target: Target) -> None:
+    for step in chain:
+        if step == "activation":
+            _absorb_activation(g, grp, channels, target)
+            continue
+        m = steps.FOLD_STEPS[step](g, grp.output, channels, rank)
+        if m is None:
+            continue
+        b = grp.weights.get("B", np.zeros(channels, np.float32))
+        if m.scale is not None:
+            w = grp.weights["W"]
+            grp.weights["W"] = (w * m.scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+            b = b * m.scale
+        if m.shift is not None:
+            b = b + m.shift
+        grp.weights["B"] = b.astype(np.float32)
+        grp.nodes += m.nodes
+        grp.output = m.output
+
+
+def _allowed_activations(ops, target: Target) -> Tuple[str, ...]:
+    """Activations every op in ``ops`` can carry: prelu needs a slope input, which only Conv2D has."""
+    return tuple(a for a in target.activations if a != "prelu" or all(op == "Conv2D" for op in ops))
+
+
 def _absorb_activation(g, group: Group, channels: int, target: Target) -> None:
-    m = steps.activation(g, group.output, channels, target.activations)
+    m = steps.activation(g, group.output, channels, _allowed_activations([group.op], target))
     if m:
         group.nodes += m.nodes
         group.output = m.output
@@ -144,21 +176,7 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
     grp = Group("Conv2D", "mrvl.conv2d_nhwc2nhwc", [n], [x], n.output[0],
                 dict(strides=strides, pads=pads, dilations=dil, group=group, kernel_shape=k, channels=cout),
                 weights)
-    # [Add bias] -> [Mul scale] -> [Add shift]: folded into kernel and bias exactly (fp32)
-    for op_type in ("Add", "Mul", "Add"):
-        m = steps.per_channel_op(g, grp.output, cout, 4, op_type)
-        if m is None:
-            continue
-        b = grp.weights.get("B", np.zeros(cout, np.float32))
-        if m.scale is not None:
-            grp.weights["W"] = grp.weights["W"] * m.scale.reshape(-1, 1, 1, 1)
-            b = b * m.scale
-        if m.shift is not None:
-            b = b + m.shift
-        grp.weights["B"] = b.astype(np.float32)
-        grp.nodes += m.nodes
-        grp.output = m.output
-    _absorb_activation(g, grp, cout, target)
+    _absorb_chain(g, grp, CONV_CHAIN, cout, 4, target)
     return grp
 
 
@@ -199,13 +217,7 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if reason:
         return reason
     grp = Group("FC", "mrvl.fc_ni2no", [n], [x], n.output[0], {}, weights)
-    out_features = weights["W"].shape[0]
-    m = steps.per_channel_op(g, grp.output, out_features, 2, "Add")
-    if m is not None and m.shift is not None:
-        grp.weights["B"] = grp.weights.get("B", np.zeros(out_features, np.float32)) + m.shift
-        grp.nodes += m.nodes
-        grp.output = m.output
-    _absorb_activation(g, grp, out_features, target)
+    _absorb_chain(g, grp, FC_CHAIN, weights["W"].shape[0], 2, target)
     return grp
 
 
@@ -372,9 +384,42 @@ def build_resize(g: GraphIndex, n: onnx.NodeProto, target: Target):
     return Group("Resize", "mrvl.resize_nearest", [n], [x], n.output[0], {"scales": scales, "mode": "nearest"})
 
 
+ACTIVATION_CARRIERS = ("Conv2D", "FC", "Sum2D", "Mul2D")
+
+
+def activation_through_concat(g: GraphIndex, grp: Group, producer_of: Dict[str, Group], target: Target) -> None:
+    """act(Concat(a, b, ...)) = Concat(act(a), act(b), ...): when every input of a concat group is
+    written by a conv/fc/sum/mul group with no activation yet and read by nothing else, the
+    activation after the concat moves into those producers (instead of staying on the CPU alone)."""
+    if grp.op != "Concat" or len(set(grp.inputs)) != len(grp.inputs):
+        return
+    srcs = [producer_of.get(t) for t in grp.inputs]
+    if any(p is None or p.op not in ACTIVATION_CARRIERS or p.attrs.get("activation", "none") != "none"
+           for p in srcs):
+        return
+    if any(t in g.output_set or len(g.consumers.get(t, [])) != 1 for t in grp.inputs):
+        return
+    shape = g.shape(grp.output)
+    channels = shape[1]
+    m = steps.activation(g, grp.output, channels, _allowed_activations([p.op for p in srcs], target))
+    if m is None:
+        return
+    slope = m.weights.get("slope")
+    start = 0
+    for t, p in zip(grp.inputs, srcs):
+        p.attrs.update(m.attrs)
+        p.output_suffix = f"__{m.attrs['activation']}"
+        if slope is not None:   # per output channel: each producer takes its slice (channel axis)
+            c = g.shape(t)[1]
+            p.weights["slope"] = slope[start:start + c] if grp.attrs["axis"] == 1 else slope
+            start += c if grp.attrs["axis"] == 1 else 0
+    grp.nodes += m.nodes
+    grp.output = m.output
+
+
 PATTERNS: List[Pattern] = [
-    Pattern("mrvl.conv2d_nhwc2nhwc", ("Conv",), build_conv, ("bias", "scale", "shift", "activation")),
-    Pattern("mrvl.fc_ni2no", ("Gemm", "MatMul"), build_fc, ("bias", "activation")),
+    Pattern("mrvl.conv2d_nhwc2nhwc", ("Conv",), build_conv, CONV_CHAIN),
+    Pattern("mrvl.fc_ni2no", ("Gemm", "MatMul"), build_fc, FC_CHAIN),
     Pattern("mrvl.pool2d_nhwc2nhwc", tuple(_POOLS), build_pool),
     Pattern("mrvl.sum|mrvl.mul", ("Add", "Mul"), build_eltwise, ("activation",)),
     Pattern("mrvl.concat", ("Concat",), build_concat),

@@ -53,6 +53,35 @@ def per_channel_op(g: GraphIndex, y: str, channels: int, rank: int, op_type: str
     return StepMatch([n], n.output[0], scale=vec)
 
 
+def batchnorm(g: GraphIndex, y: str, channels: int, rank: int) -> Optional[StepMatch]:
+    """Inference-mode BatchNormalization with constant statistics: a per-channel scale and shift."""
+    n = g.single_consumer(y)
+    if n is None or n.op_type != "BatchNormalization" or n.input[0] != y:
+        return None
+    if len([o for o in n.output if o]) != 1 or attr(n, "training_mode", 0):
+        return None
+    if len(n.input) < 5 or not all(g.is_const(t) for t in n.input[1:5]):
+        return None
+    gamma, beta, mean, var = (np.asarray(g.const(t), np.float64).reshape(-1) for t in n.input[1:5])
+    if any(v.size != channels for v in (gamma, beta, mean, var)):
+        return None
+    scale = gamma / np.sqrt(var + float(attr(n, "epsilon", 1e-5)))
+    return StepMatch([n], n.output[0], scale=scale.astype(np.float32),
+                     shift=(beta - mean * scale).astype(np.float32))
+
+
+def _add(g, y, channels, rank):
+    return per_channel_op(g, y, channels, rank, "Add")
+
+
+def _mul(g, y, channels, rank):
+    return per_channel_op(g, y, channels, rank, "Mul")
+
+
+# chain step name -> matcher (g, tensor, channels, rank) -> StepMatch | None
+FOLD_STEPS = {"bias": _add, "batchnorm": batchnorm, "scale": _mul, "shift": _add}
+
+
 def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMatch]:
     """An activation consuming ``y`` (including x*sigmoid(x) and x*hard_sigmoid(x) forms)."""
     users = g.consumers.get(y, [])

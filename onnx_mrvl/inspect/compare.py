@@ -23,9 +23,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
-from .align import ModelLike, explicit_origin, load_model
+from .canonical import ModelLike, explicit_origin, load_model
 from .runner import capture_region, region_binary, region_nodes, run_all
-from .tensors import error_stats, graph_storage, logical_name
+from .tensors import LAYOUT_PERMS, RESHAPES, Storage, error_stats, graph_storage, reshape_source_perm
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class CompareResult:
     unmapped: List[Dict[str, Any]] = field(default_factory=list)
     regions: List[Dict[str, Any]] = field(default_factory=list)
     seed: Optional[int] = None
+    b_only: int = 0             # tensors of B with no counterpart in A (created by the conversion)
 
     @property
     def passed(self) -> bool:
@@ -92,7 +93,7 @@ class CompareResult:
                 "inputs": self.inputs, "seed": self.seed,
                 "summary": {"compared": len(self.rows), "failed": sum(not r.passed for r in self.rows),
                             "simulator": sum(r.source == "simulator" for r in self.rows),
-                            "unmapped": len(self.unmapped)},
+                            "unmapped": len(self.unmapped), "b_only": self.b_only},
                 "first_failure": first.to_dict() if first else None,
                 "regions": self.regions, "tensors": [r.to_dict() for r in self.rows],
                 "unmapped": self.unmapped}
@@ -185,15 +186,16 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
     prod_a = _producers(ma)
     outputs_a = {o.name for o in ma.graph.output}
     rows: Dict[str, TensorCompare] = {}
-    storage = graph_storage(mb, mb.graph.node, {k: tuple(np.shape(v)) for k, v in vb.items()})
+    binaries = {n.name: region_binary(n, model_dir) for n in region_nodes(mb)}
+    storage = graph_storage(mb, mb.graph.node, {k: tuple(np.shape(v)) for k, v in vb.items()},
+                            _region_output_storage(mb, binaries), {t: n for t, (_, n) in prod_a.items()})
     for n in mb.graph.node:
         for t in n.output:
             if not t or t not in storage or t not in vb:
                 continue
             logical, st = storage[t]
             if logical not in prod_a or logical not in va:
-                if logical not in va:
-                    res.unmapped.append({"tensor": t, "node": n.name, "reason": "no tensor of A has this name"})
+                res.b_only += 1                # a tensor the conversion created (tiles, splits, ...)
                 continue
             if logical in rows and rows[logical].b_tensor == logical:
                 continue                       # the logical-layout copy is already compared
@@ -208,7 +210,7 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
                                  explicit_origin(n) or [n.name], st.describe(), ref, got, atol, rtol,
                                  logical in outputs_a)
     if simulate:
-        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, model_dir, atol, rtol)
+        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol)
     res.rows = sorted(rows.values(), key=lambda r: (r.position, r.tensor))
     first = res.first_failure
     log.info("compare: %d tensors, first failure %s", len(res.rows), first.tensor if first else "none")
@@ -223,20 +225,51 @@ def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, re
                          float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos)
 
 
-def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, model_dir, atol, rtol) -> None:
-    by_origin = _origin_index(ma)
+def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> Dict[str, Storage]:
+    """Storage of every region output, from the layout its program declares (a region may hand
+    an NHWC tensor to a CPU consumer that wants NHWC)."""
+    from ..artifact import load
+
+    out: Dict[str, Storage] = {}
     for node in region_nodes(mb):
-        layers = capture_region(region_binary(node, model_dir), {t: vb[t] for t in node.input if t in vb},
-                                name=node.name)
+        meta = load(binaries[node.name], name=node.name).meta
+        for spec, t in zip(meta.get("outputs") or [], node.output):
+            out[t] = Storage(LAYOUT_PERMS.get(str(spec.get("layout", ""))))
+    return out
+
+
+def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes) -> Dict[int, str]:
+    """Program tensor id -> logical tensor name of A; fixes the storage of reshape layers."""
+    logical: Dict[int, str] = {}
+    for spec, t in zip(meta.get("inputs") or [], node.input):
+        logical[int(spec["tensor"])] = storage[t][0] if t in storage else t
+    for layer in layers:
+        src = logical.get(layer["inputs"][0]) if layer["inputs"] else None
+        if layer["layer_name"] == "layout_transform":
+            if src is not None:
+                logical[layer["output"]] = src
+            continue
+        cands = sorted({i for o in layer["origin"] for i in by_origin.get(o, [])})
+        a_node = ma.graph.node[cands[-1]] if cands else None
+        if a_node is None or not a_node.output:
+            continue
+        logical[layer["output"]] = a_node.output[0]
+        if layer["layer_name"] in RESHAPES and layer["in_layout"] in LAYOUT_PERMS and src is not None:
+            perm = reshape_source_perm(prod_nodes, a_node.output[0], src, LAYOUT_PERMS[layer["in_layout"]])
+            layer["storage"] = Storage(flat_from=layer["in_shape"], flat_perm=perm)
+    return logical
+
+
+def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol) -> None:
+    by_origin = _origin_index(ma)
+    prod_nodes = {t: n for t, (_, n) in prod_a.items()}
+    for node in region_nodes(mb):
+        layers, meta = capture_region(binaries[node.name], {t: vb[t] for t in node.input if t in vb},
+                                      name=node.name)
+        logical = _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes)
         n_cmp = 0
-        for layer in layers:
-            if layer["layer_name"] == "layout_transform":
-                continue
-            cands = sorted({i for o in layer["origin"] for i in by_origin.get(o, [])})
-            if not cands:
-                continue
-            a_node = ma.graph.node[cands[-1]]
-            tensor = a_node.output[0] if a_node.output else ""
+        for layer in _whole_layers(layers):
+            tensor = logical.get(layer["output"], "")
             if tensor not in va or tensor not in prod_a:
                 continue
             ref = va[tensor]
@@ -257,6 +290,26 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, model_dir, at
                 rows[tensor] = row
             n_cmp += 1
         res.regions.append({"region": node.name, "layers": len(layers), "compared": n_cmp})
+
+
+def _whole_layers(layers: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Layers whose output is a whole original tensor: not layout changes, and not pieces of an
+    original node that a later layer finishes (partial sums of a split kernel, the groups of a split
+    grouped conv), recognised by a consumer layer naming the same original node."""
+    consumers: Dict[int, List[Dict[str, Any]]] = {}
+    for layer in layers:
+        for t in layer["inputs"]:
+            consumers.setdefault(t, []).append(layer)
+    out = []
+    for layer in layers:
+        if layer["layer_name"] == "layout_transform":
+            continue
+        mine = set(layer["origin"])
+        if any(mine & set(c["origin"]) for c in consumers.get(layer["output"], [])
+               if c["layer_name"] != "layout_transform"):
+            continue
+        out.append(layer)
+    return out
 
 
 def _label(x: ModelLike, m: onnx.ModelProto, default: str) -> str:

@@ -18,9 +18,9 @@ import onnx
 from onnx import numpy_helper
 
 from ..provenance import COMPOSITE_KEY
-from .align import (METHODS, Aligner, IndexedGraph, ModelLike, attr_value, dtype_name,  # noqa: F401
-                    explicit_origin, is_region_node, jsonable, load_model, meta_props, tensor_sha256,
-                    value_info)
+from .align import METHODS, Aligner, IndexedGraph
+from .canonical import (ModelLike, attr_value, dtype_name, explicit_origin, is_region_node,  # noqa: F401
+                        jsonable, load_model, meta_props, tensor_sha256, value_info)
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from xml.sax.saxutils import escape
 
 import onnx
 
-from .align import ModelLike, attr_value, load_model
+from .canonical import ModelLike, attr_value, load_model
 from .diff import GraphDiff, _change_lines, _short
 from .layout import layered_layout, node_keys, producer_map
 
@@ -165,6 +165,12 @@ svg g.node.removed rect{stroke-dasharray:5 3}
 svg g.io rect{fill:#fff;stroke:#555;stroke-dasharray:3 2}
 svg g.io text{text-anchor:middle;font-size:11px;font-family:ui-monospace,Menlo,Consolas,monospace}
 #rendered-count{display:none}
+section.report{padding:8px 12px;border-top:1px solid #ddd}
+section.report h2{font-size:14px;margin:12px 0 4px}
+section.report table{border-collapse:collapse;margin:4px 0 12px}
+section.report th,section.report td{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
+section.report td.num{text-align:right;font-variant-numeric:tabular-nums}
+section.report th{background:#f4f4f4}
 """
 
 _JS = """
@@ -228,7 +234,7 @@ def _json_script(side: str, data: dict) -> str:
 
 
 def _page(title: str, stats: str, panes: List[Tuple[str, str, str]], used: set,
-          details: Dict[str, dict]) -> str:
+          details: Dict[str, dict], extra_html: str = "") -> str:
     style = _CSS % {"fill": DEFAULT_STYLE[0], "stroke": DEFAULT_STYLE[1]}
     style += "".join(f"svg g.node.{c} rect{{fill:{f};stroke:{s}}}\n" for c, (f, s, _) in CLASS_STYLES.items())
     style += "svg g.node.sel rect{stroke:#e6007e;stroke-width:3.5}\n"
@@ -253,19 +259,22 @@ def _page(title: str, stats: str, panes: List[Tuple[str, str, str]], used: set,
         f'<div id="legend">{"".join(legend)}</div>',
         "<main>", *body,
         '<aside id="panel"><h2 id="panel-title">click a node</h2><pre id="panel-body"></pre></aside></main>',
+        extra_html,
         '<div id="rendered-count"></div>',
         *[_json_script(side, d) for side, d in details.items()],
         f"<script>{_JS}</script>", "</body></html>", ""])
 
 
 def render_graph_html(model: ModelLike, *, node_classes: Optional[Mapping[str, str]] = None,
-                      node_info: Optional[Mapping[str, str]] = None, title: Optional[str] = None) -> str:
-    """One graph as a self-contained HTML page; classes and hover/click text keyed by node name."""
+                      node_info: Optional[Mapping[str, str]] = None, title: Optional[str] = None,
+                      extra_html: str = "") -> str:
+    """One graph as a self-contained HTML page; classes and hover/click text keyed by node name;
+    ``extra_html`` (trusted markup, e.g. report tables) goes below the graph."""
     m = load_model(model)
     svg, details, used, st = _graph_svg(m, "a", node_classes or {}, node_info or {}, {})
     title = title or m.graph.name or "ONNX graph"
     stats = f"{st['nodes']} nodes, {st['edges']} edges, {st['layers']} layers"
-    return _page(title, stats, [("a", m.graph.name or "graph", svg)], used, {"a": details})
+    return _page(title, stats, [("a", m.graph.name or "graph", svg)], used, {"a": details}, extra_html)
 
 
 def diff_views(diff: GraphDiff) -> Tuple[Dict[str, str], Dict[str, str], Dict[str, str], Dict[str, str],

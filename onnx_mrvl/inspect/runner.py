@@ -12,13 +12,13 @@ import copy
 import json
 import logging
 import os
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import onnx
 
 from ..errors import ModelError
-from .align import is_region_node
+from .canonical import is_region_node
 from .tensors import Storage, layer_storage
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,13 @@ def make_session(model: onnx.ModelProto, model_dir: Optional[str]):
     """onnx_mrvl.InferenceSession when ``model`` has region nodes, plain onnxruntime otherwise."""
     import onnxruntime as ort
 
+    so = ort.SessionOptions()
+    so.log_severity_level = 3          # graph-optimizer notices are not the user's concern here
     if region_nodes(model):
         from ..ep import InferenceSession
-        return InferenceSession(model, model_dir=model_dir)
+        return InferenceSession(model, so, model_dir=model_dir)
     try:
-        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
         raise ModelError(f"onnxruntime cannot load model {model.graph.name!r}: {exc}",
                          hint="check the model with onnx.checker / onnx-mrvl diff") from None
@@ -97,10 +99,13 @@ def region_binary(node: onnx.NodeProto, model_dir: Optional[str]) -> bytes:
     return read_artifact(node.name, region_origin(node), node_attrs(node), model_dir)
 
 
-def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = "") -> List[Dict[str, object]]:
-    """Run a region binary on the simulator; one dict per layer, in execution order:
-    ``index``, ``name``, ``layer_name``, ``origin``, ``layout``, ``storage`` (``tensors.Storage``),
-    ``value`` (float32 array as stored)."""
+def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = ""
+                   ) -> Tuple[List[Dict[str, object]], dict]:
+    """Run a region binary on the simulator; returns (layers, program meta), one dict per layer in
+    execution order:
+    ``index``, ``name``, ``layer_name``, ``origin``, ``layout``, ``inputs`` / ``output`` (tensor ids),
+    ``in_layout`` / ``in_shape`` (of the first input), ``storage`` (``tensors.Storage``), ``value``
+    (float32 array as stored)."""
     from ..artifact import load
     from ..sim.simulator import Simulator
 
@@ -130,9 +135,13 @@ def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = 
     rows = []
     for k, layer in enumerate(layers):
         tid = int(layer["outputs"][0])
+        first = tensors.get(int(layer["inputs"][0]), {}) if layer.get("inputs") else {}
         rows.append({"index": int(layer.get("index", k)), "name": str(layer.get("name", k)),
                      "layer_name": str(layer.get("layer_name", "")),
                      "origin": [str(o) for o in layer.get("origin") or []],
                      "layout": str(tensors.get(tid, {}).get("layout", "")),
+                     "inputs": [int(t) for t in layer.get("inputs") or []], "output": tid,
+                     "in_layout": str(first.get("layout", "")),
+                     "in_shape": tuple(int(d) for d in first.get("shape") or ()),
                      "storage": storage.get(tid, Storage()), "value": by_tensor[tid]})
-    return rows
+    return rows, b.meta

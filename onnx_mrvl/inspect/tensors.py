@@ -21,6 +21,7 @@ LAYOUT_PERMS = {"NHWC": NHWC}
 SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
 SHARED = {"Sum2D", "Mul2D", "Concat"}
 RESHAPES = {"Reshape", "Flatten", "Squeeze"}
+IDENTITY_OPS = ("Identity", "Dropout")   # value-preserving at inference (legalization removes them)
 _SUFFIX = re.compile(r"__(nhwc|nchw|perm)(_\d+)?$")
 
 
@@ -98,12 +99,17 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
 
 
 def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
-                  shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Tuple[str, Storage]]:
+                  shapes: Dict[str, Tuple[int, ...]],
+                  overrides: Optional[Dict[str, Storage]] = None,
+                  reference: Optional[Dict[str, onnx.NodeProto]] = None) -> Dict[str, Tuple[str, Storage]]:
     """tensor name -> (logical tensor name, Storage) for every node output of ``model``.
 
     ``order``: the nodes in topological order; ``shapes``: stored shapes of the tensors (from a run),
-    needed to resolve reshapes of NHWC data."""
+    needed to resolve reshapes of NHWC data; ``overrides``: known storage of some tensors (e.g.
+    region outputs, from the layout their program declares); ``reference``: the reference model's
+    tensor -> producer map, to see through Transposes the fuse stage folded before a reshape."""
     out: Dict[str, Tuple[str, Storage]] = {}
+    overrides = overrides or {}
 
     def perm_of(t: str) -> Optional[Tuple[int, ...]]:
         return out[t][1].perm if t in out else None
@@ -123,10 +129,20 @@ def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
                 st = Storage(perm_of(n.input[0]))
             elif mrvl and n.op_type in RESHAPES and n.input:
                 src = perm_of(n.input[0])
+                base = out[n.input[0]][0] if n.input[0] in out else logical_name(n.input[0])
+                if reference is not None:
+                    src = reshape_source_perm(reference, logical, base, src)
                 if src is not None and n.input[0] in shapes:
                     st = Storage(flat_from=tuple(shapes[n.input[0]]), flat_perm=src)
+            elif t in overrides:
+                st = overrides[t]
             elif not mrvl and n.op_type == "Transpose" and n.input and _SUFFIX.search(t):
-                # a layout change the fuse stage inserted: same logical tensor, other storage
+                # a layout change the fuse stage inserted: same logical tensor, other storage (its
+                # input may be an alias of another tensor, so trust the suffix where it says)
+                kind = _SUFFIX.search(t).group(1)
+                if kind != "perm":
+                    out[t] = (logical, Storage(NHWC) if kind == "nhwc" else LOGICAL)
+                    continue
                 src = perm_of(n.input[0])
                 q = list(_attr(n, "perm", []) or [])
                 if src is None:
@@ -134,6 +150,38 @@ def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
                 st = Storage(_norm([src[j] for j in q])) if len(q) == len(src) else LOGICAL
             out[t] = (logical, st)
     return out
+
+
+def reshape_source_perm(producers: Dict[str, onnx.NodeProto], out_logical: str, base: str,
+                        base_perm: Optional[Tuple[int, ...]]) -> Optional[Tuple[int, ...]]:
+    """Storage permutation, relative to the logical input of the reference's reshape producing
+    ``out_logical``, of the stored tensor a Mrvl reshape read (logical ``base`` stored with
+    ``base_perm``). The fuse stage folds Transposes into storage, so that input may be a chain of
+    Transposes of ``base``: with S = base.transpose(p) and I = base.transpose(q), S = I.transpose(r),
+    r[j] = q^-1[p[j]]. Returns ``base_perm`` when the chain does not lead to ``base``."""
+    node = producers.get(out_logical)
+    if node is None or not node.input:
+        return base_perm
+    chain, t = [], node.input[0]
+    while t != base:
+        prod = producers.get(t)
+        if prod is None or prod.op_type not in ("Transpose",) + IDENTITY_OPS or not prod.input:
+            return base_perm
+        if prod.op_type == "Transpose":
+            chain.append(prod)
+        t = prod.input[0]
+    r: Optional[Sequence[int]] = base_perm
+    for tr in reversed(chain):
+        q = [int(v) for v in (_attr(tr, "perm", None) or [])]
+        if r is None:
+            r = list(range(len(q)))
+        if not q:
+            q = list(range(len(r)))[::-1]
+        if len(q) != len(r):
+            return base_perm
+        inv = _inverse(q)
+        r = [inv[r[j]] for j in range(len(r))]
+    return _norm(r)
 
 
 def layer_storage(meta: dict) -> Dict[int, Storage]:

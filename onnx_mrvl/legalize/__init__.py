@@ -99,7 +99,7 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
         applied = 0
         skipped = []
         for rule in RULES:
-            for node in g.node_list():
+            for node in g.nodes_of(getattr(rule, "OPS", None)):
                 if not g.alive(node):
                     continue
                 mt = rule.match(node, g)
@@ -126,7 +126,9 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
     shapes.infer(g, inputs, outputs)
     m = g.model
     produced = [o for n in m.graph.node for o in n.output if o]
-    missing = [o for o in produced if not shapes.is_static(g.shapes.get(o)) or o not in g.dtypes]
+    # tensors ONNX inference knows nothing about are measured once with onnxruntime; partially
+    # known shapes (data-dependent sizes after NonZero, NMS, ...) stay out of value_info
+    missing = [o for o in produced if o not in g.shapes or o not in g.dtypes]
     if missing:
         shapes.ort_fill(m, missing, g)
     outs = {o.name for o in m.graph.output}
@@ -142,19 +144,25 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
         m.graph.value_info.append(helper.make_tensor_value_info(name, dt, list(s)))
     for o in m.graph.output:
         s, dt = g.shapes.get(o.name), g.dtypes.get(o.name)
-        if shapes.is_static(s) and dt:
+        if dt:
             o.type.tensor_type.elem_type = dt
+        if s is not None:  # data-dependent sizes get a symbolic name
             o.type.tensor_type.ClearField("shape")
-            for d in s:
-                o.type.tensor_type.shape.dim.add().dim_value = d
+            for k, d in enumerate(s):
+                dim = o.type.tensor_type.shape.dim.add()
+                if d is not None and d >= 0:
+                    dim.dim_value = d
+                else:
+                    dim.dim_param = f"{o.name}_dim{k}"
     if unknown:
-        logger.warning("legalize: %d tensors without a static shape (e.g. %s)", len(unknown),
-                       unknown[:3])
+        logger.warning("legalize: %d tensors without a static shape (data-dependent or not "
+                       "inferable; they stay on the CPU), e.g. %s", len(unknown), unknown[:3])
 
 
-def rules() -> Sequence[str]:
+def rule_names() -> Sequence[str]:
     """Rule names in application order."""
     return RULE_NAMES
 
 
-__all__ = ["legalize", "legalize_with_report", "LegalizeReport", "rules", "RULE_NAMES"]
+__all__ = ["legalize", "legalize_with_report", "LegalizeReport", "rule_names", "RULE_NAMES",
+           "RULES"]

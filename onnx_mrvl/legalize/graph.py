@@ -58,6 +58,7 @@ class Graph:
         g = model.graph
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.nodes: Dict[int, onnx.NodeProto] = {}
+        self.by_op: Dict[str, Dict[int, onnx.NodeProto]] = {}
         self.order: Dict[int, Tuple[float, int]] = {}
         self._seq = itertools.count()
         self.producer: Dict[str, onnx.NodeProto] = {}
@@ -86,6 +87,7 @@ class Graph:
     # ----- nodes
     def _add(self, node: onnx.NodeProto, key: Tuple[float, int]) -> None:
         self.nodes[id(node)] = node
+        self.by_op.setdefault(node.op_type, {})[id(node)] = node
         self.order[id(node)] = (key[0], next(self._seq))
         self.names.add(node.name)
         for o in node.output:
@@ -106,6 +108,14 @@ class Graph:
         order = self.order
         return sorted(self.nodes.values(), key=lambda n: order[id(n)])
 
+    def nodes_of(self, ops) -> List[onnx.NodeProto]:
+        """Live nodes whose op_type is in ``ops`` (all nodes for None), by position."""
+        if ops is None:
+            return self.node_list()
+        found = [n for op in ops for n in self.by_op.get(op, {}).values()]
+        order = self.order
+        return sorted(found, key=lambda n: order[id(n)])
+
     def toposort(self) -> List[onnx.NodeProto]:
         return self._toposort()
 
@@ -113,6 +123,7 @@ class Graph:
         if id(node) not in self.nodes:
             return
         del self.nodes[id(node)]  # its order key stays: replacements are placed there
+        self.by_op.get(node.op_type, {}).pop(id(node), None)
         self.names.discard(node.name)
         for o in node.output:
             if o and self.producer.get(o) is node:
@@ -365,13 +376,8 @@ class Graph:
         return out
 
 
-def iter_attrs_ints(node: onnx.NodeProto, name: str, n: int, default: int) -> List[int]:
-    v = attr(node, name)
-    return list(v) if v else [default] * n
-
-
 def origin_of(*nodes: onnx.NodeProto) -> List[str]:
     return provenance.merge_origin(*nodes)
 
 
-__all__ = ["Graph", "attr", "set_attr", "del_attr", "origin_of", "iter_attrs_ints"]
+__all__ = ["Graph", "attr", "set_attr", "del_attr", "origin_of"]

@@ -155,7 +155,9 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
             for d in shape:
                 t.shape.dim.add().dim_value = d
             continue
-        example = ",".join("1" for _ in t.shape.dim) if t.HasField("shape") else "1,3,224,224"
+        example = ",".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0
+                           else "1" for d in t.shape.dim) if t.HasField("shape") else \
+            "1,3,224,224"
         if not t.HasField("shape"):
             raise ShapeError(f"graph input {vi.name!r} has an unknown shape", node=vi.name,
                              hint=f"pass input_shapes={{{vi.name!r}: [{example}]}} "
@@ -166,7 +168,8 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                 raise ShapeError(
                     f"graph input {vi.name!r} has a non-static dimension {k} ({what}); the "
                     f"accelerator needs static shapes", node=vi.name,
-                    hint=f"pass input_shapes={{{vi.name!r}: [{example}]}} with the real sizes "
+                    hint=f"pass input_shapes={{{vi.name!r}: [{example.replace(',', ', ')}]}} with "
+                         f"the real sizes "
                          f"(CLI: --input-shape {vi.name}:{example})")
 
 

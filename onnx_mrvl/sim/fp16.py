@@ -11,6 +11,8 @@ The result is bit-identical to ``x.astype(np.float16).astype(np.float32)`` for e
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 FP16_MAX = 65504.0
@@ -20,13 +22,22 @@ _SIGN = np.uint32(0x80000000)
 _MIN_NORMAL_EXP = np.uint32(0x38800000)   # 2**-14, the smallest normal fp16
 _MAX_EXP = np.uint32(0x47800000)         # 2**16: anything this large becomes inf anyway
 _SHIFT = np.uint32(13 << 23)               # 2**13: 23 - 10 mantissa bits
-_CHUNK = 1 << 15                           # elements per pass, so the passes stay in L2 cache
+_CHUNK = 1 << 17                           # elements per pass (512 KB): cache-resident, few calls
+_scratch = threading.local()               # per-thread work buffers, allocated once (no page faults)
+
+
+def _buffers():
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = (np.empty(_CHUNK, np.uint32), np.empty(_CHUNK, np.uint32))
+    return bufs
 
 
 def _round_block(u: np.ndarray, a: np.ndarray, e: np.ndarray) -> None:
     np.bitwise_and(u, _ABS, out=a)
     np.bitwise_and(u, _EXP, out=e)
-    np.clip(e, _MIN_NORMAL_EXP, _MAX_EXP, out=e)   # keep 2**(e+13) finite
+    np.maximum(e, _MIN_NORMAL_EXP, out=e)
+    np.minimum(e, _MAX_EXP, out=e)         # keep 2**(e+13) finite
     e += _SHIFT
     af = a.view(np.float32)
     ef = e.view(np.float32)
@@ -49,9 +60,7 @@ def round_fp16_(x: np.ndarray) -> bool:
     if n == 0:
         return True
     u = flat.view(np.uint32)
-    m = min(_CHUNK, n)
-    a = np.empty(m, np.uint32)
-    e = np.empty(m, np.uint32)
+    a, e = _buffers()
     with np.errstate(all="ignore"):
         for s in range(0, n, _CHUNK):
             uu = u[s:s + _CHUNK]

@@ -4,8 +4,9 @@ Numeric model (docs/simulator.md): inputs and weights hold fp16 values; the prod
 float32 and accumulate in float32 (one sgemm); bias, scale, shift and the activation are applied
 in float32; the output is rounded to fp16 (round to nearest even, overflow to inf).
 
-``prepare_conv2d`` / ``prepare_fc`` lay the weights out once and return a closure ``x -> y``;
-``conv2d`` / ``fc`` are the one-shot forms (they also round their inputs to fp16 first).
+``Conv2D`` / ``FC`` lay the weights out once and are then called per input (``apply`` also
+returns whether every output is finite); ``conv2d`` / ``fc`` are the one-shot forms (they also
+round their inputs to fp16 first).
 The pooling and element-wise kernels live in ``pooling.py`` and ``tensor_ops.py`` and are
 re-exported here so ``kernels`` is the one namespace of every kernel.
 """
@@ -18,12 +19,15 @@ from numpy.lib.stride_tricks import as_strided
 
 from .activations import make_activation
 from .fp16 import round_fp16_, to_fp16_values
+from .parallel import run_all, workers
 from .pooling import (avgpool2d, global_avgpool2d, global_maxpool2d, maxpool2d,  # noqa: F401
                       pool_output_size)
 from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest, sum2d  # noqa: F401
 
 F32 = np.float32
 _COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
+_PARALLEL_MACS = 1 << 25    # split a conv into one row block per worker from ~32 M MACs on
+                            # (a thread handoff costs ms when the cores are oversubscribed)
 
 
 def _f32(w) -> Optional[np.ndarray]:
@@ -32,7 +36,7 @@ def _f32(w) -> Optional[np.ndarray]:
     return np.ascontiguousarray(np.asarray(w, dtype=F32).reshape(-1))
 
 
-def _epilogue(bias, scale, shift, act) -> Callable[[np.ndarray], None]:
+def _epilogue(bias, scale, shift, act) -> Callable[[np.ndarray], bool]:
     """y = act(((acc + bias) * scale) + shift), in place on a float32 block, then RNE to fp16."""
     def run(y: np.ndarray) -> bool:
         if bias is not None:
@@ -129,63 +133,88 @@ class Conv2D:
                 return self._depthwise(x, n, oh, ow)
             return self._gemm(x, n, oh, ow)
 
-    def _gemm(self, x: np.ndarray, n: int, oh: int, ow: int) -> np.ndarray:
+    def _gemm(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
-        c = x.shape[3]
-        out = np.empty((n, oh, ow, self.out_channels), dtype=F32)
-        finite = True
+        c, o = x.shape[3], self.out_channels
+        out = np.empty((n, oh, ow, o), dtype=F32)
+        nw = workers()
         if kh == kw == 1 and self.padding == (0, 0, 0, 0) and self.groups == 1:
             src = x if sh == sw == 1 else x[:, ::sh, ::sw, :][:, :oh, :ow, :]
             src = np.ascontiguousarray(src).reshape(-1, c)
-            o2 = out.reshape(-1, self.out_channels)
-            np.matmul(src, self.w_mats[0], out=o2)       # one sgemm: every BLAS call is a sync point
-            finite = self.epilogue(o2)
-            return out, finite
+            o2 = out.reshape(-1, o)
+            rows = src.shape[0]
+            parts = nw if rows * c * o >= _PARALLEL_MACS and rows >= 2 * nw else 1
+            step = -(-rows // parts)
+
+            def one(p0: int) -> bool:
+                blk = o2[p0:p0 + step]
+                np.matmul(src[p0:p0 + step], self.w_mats[0], out=blk)
+                return self.epilogue(blk)
+            return out, all(run_all(one, list(range(0, rows, step))))
         xp = _pad_nhwc(x, self.padding)
         cg, g, og = self.cin_g, self.groups, self.og
         kk = kh * kw * cg
         win = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw)
         rows_oh = max(1, _COLS_BLOCK // (kk * g * ow))
-        for b in range(n):
-            for y0 in range(0, oh, rows_oh):
-                y1 = min(oh, y0 + rows_oh)
-                rows = (y1 - y0) * ow
-                blk = out[b, y0:y1].reshape(rows, self.out_channels)
-                if g == 1:
-                    cols = win[b, y0:y1].reshape(rows, kk)               # the one im2col copy
-                    np.matmul(cols, self.w_mats[0], out=blk)
-                else:                                                   # [G, rows, KH*KW*I/g] copy
-                    v = win[b, y0:y1].reshape(y1 - y0, ow, kh, kw, g, cg).transpose(4, 0, 1, 2, 3, 5)
-                    cols = np.ascontiguousarray(v).reshape(g, rows, kk)
-                    res = np.matmul(cols, self.w_stack)                 # [G, rows, O/g]
-                    blk.reshape(rows, g, og)[...] = res.transpose(1, 0, 2)
-                finite &= self.epilogue(blk)
-        return out, finite
+        if n * oh * ow * kk * o >= _PARALLEL_MACS * g and n * oh >= 2 * nw:
+            rows_oh = min(rows_oh, -(-(n * oh) // nw))       # at least one block per worker
+        blocks = [(b, y0, min(oh, y0 + rows_oh)) for b in range(n) for y0 in range(0, oh, rows_oh)]
+
+        def one(block) -> bool:
+            b, y0, y1 = block
+            rows = (y1 - y0) * ow
+            blk = out[b, y0:y1].reshape(rows, o)
+            if g == 1:
+                cols = win[b, y0:y1].reshape(rows, kk)                  # the one im2col copy
+                np.matmul(cols, self.w_mats[0], out=blk)
+            else:                                                       # [G, rows, KH*KW*I/g] copy
+                v = win[b, y0:y1].reshape(y1 - y0, ow, kh, kw, g, cg).transpose(4, 0, 1, 2, 3, 5)
+                cols = np.ascontiguousarray(v).reshape(g, rows, kk)
+                res = np.matmul(cols, self.w_stack)                     # [G, rows, O/g]
+                blk.reshape(rows, g, og)[...] = res.transpose(1, 0, 2)
+            return self.epilogue(blk)
+        return out, all(run_all(one, blocks))
 
     def _depthwise(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         """Per-channel taps as one einsum over a strided window view (no im2col copy).
 
-        With unit width stride, output columns and channels merge into one contiguous axis of
-        length OW*O (the einsum's inner loop) against the tap weights tiled over OW.
+        Output columns and channels merge into one contiguous axis of length OW*O (the einsum's
+        inner loop) against the tap weights tiled over OW; a width stride > 1 reads each tap
+        column from a contiguous phase copy of the input (one einsum per tap column).
         """
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         mult = self.og
         xs = x if mult == 1 else np.repeat(x, mult, axis=3)
         xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
         o = self.out_channels
+        wt = self._tiled.get(ow)
+        if wt is None:
+            wt = np.ascontiguousarray(np.tile(self.w_taps.reshape(kh, kw, o), (1, 1, ow)))
+            self._tiled[ow] = wt                # benign race: every thread computes the same array
         if sw == 1:
-            wt = self._tiled.get(ow)
-            if wt is None:
-                wt = np.ascontiguousarray(np.tile(self.w_taps.reshape(kh, kw, o), (1, 1, ow)))
-                self._tiled[ow] = wt            # benign race: every thread computes the same array
             sn, sy, sx, sc = xp.strides
             view = as_strided(xp, shape=(n, oh, kh, kw, ow * o), strides=(sn, sy * sh, sy * dh, sx * dw, sc),
                               writeable=False)
-            out = np.einsum("nhijm,ijm->nhm", view, wt).reshape(n, oh, ow, o)
+            out = np.einsum("nhijm,ijm->nhm", view, wt)
         else:
-            view = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw)
-            out = np.einsum("nhwijc,ijc->nhwc", view, self.w_taps.reshape(kh, kw, o))
-        out = np.ascontiguousarray(out, dtype=F32)
+            # column ow*sw + j*dw lives in phase p = (j*dw) % sw at column ow + (j*dw) // sw, and each
+            # phase (every sw-th column, copied once) is contiguous over (columns, channels)
+            phases = {}
+            out = None
+            for j in range(kw):
+                p, q = (j * dw) % sw, (j * dw) // sw
+                ph = phases.get(p)
+                if ph is None:
+                    ph = phases[p] = np.ascontiguousarray(xp[:, :, p::sw, :])
+                sn, sy, _, sc = ph.strides
+                view = as_strided(ph[:, :, q:, :], shape=(n, oh, kh, ow * o), strides=(sn, sy * sh, sy * dh, sc),
+                                  writeable=False)
+                part = np.einsum("nhim,im->nhm", view, wt[:, j])
+                if out is None:
+                    out = part
+                else:
+                    out += part
+        out = np.ascontiguousarray(out.reshape(n, oh, ow, o), dtype=F32)
         return out, self.epilogue(out.reshape(-1, o))
 
 
@@ -232,3 +261,8 @@ def fc(x, kernel, bias=None, activation="none", activation_params=None, slope=No
     """One-shot FC: x [N, K], kernel [O, K] -> fp16 values [N, O]."""
     return FC(kernel, bias=bias, activation=activation, activation_params=activation_params,
               slope=slope)(to_fp16_values(x))
+
+
+__all__ = ["Conv2D", "FC", "conv2d", "fc", "prepare_conv2d", "conv_output_size", "maxpool2d", "avgpool2d",
+           "global_avgpool2d", "global_maxpool2d", "pool_output_size", "sum2d", "mul2d", "concat", "reshape",
+           "resize_nearest", "layout_transform"]

@@ -1,9 +1,10 @@
 """Partitioning: fused model -> deployable model (CPU nodes + one ``Subgraph`` node per region).
 
-``split(fused, ...)`` groups Mrvl nodes into convex regions by the chosen strategy, reverts Mrvl
-nodes left outside every region to standard ONNX, and cuts each region out as a standalone ONNX
-model (``Region.model``) for the emit stage. The ``Subgraph`` nodes get their artifact attributes
-later, from ``deploy.attach_artifact``.
+``split(fused, ...)`` groups Mrvl nodes into regions whose collapse keeps the graph acyclic
+(regions.py), keeps them by the chosen strategy ("max", "single", "cost"; cost.py), reverts Mrvl
+nodes left outside every region to standard ONNX (revert.py), and cuts each region out as a
+standalone ONNX model (``Region.model``) for the emit stage. The ``Subgraph`` nodes get their
+artifact attributes later, from ``deploy.attach_artifact``. See docs/partition.md.
 """
 from __future__ import annotations
 
@@ -102,8 +103,7 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         raise UnsupportedError(f"unknown partition strategy {partition!r}",
                                hint=f"use one of {', '.join(STRATEGIES)}")
     target = get_target(target)
-    model = copy.deepcopy(fused)
-    g = GraphIndex(model)
+    g = GraphIndex(fused)
     order = topological_order(g.nodes, g.inputs)
     excluded = set(exclude or ())
     accel = {n.name for n in order if is_mrvl(n) and not _matches(n, excluded)}
@@ -114,17 +114,23 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         if n.name in assign:
             members.setdefault(assign[n.name], []).append(n)
     dropped: List[dict] = []
+    by_reason: Dict[str, List[onnx.NodeProto]] = {}
     for n in order:
         if is_mrvl(n) and n.name not in assign:
             why = ("excluded by the user (exclude=...)" if _matches(n, excluded) else
                    "outside the single region fed by the model inputs (partition='single')")
-            dropped.append({"nodes": [n.name], "origin": get_origin(n), "reason": why})
+            by_reason.setdefault(why, []).append(n)
+    for why, nodes in by_reason.items():
+        dropped.append({"nodes": [n.name for n in nodes], "origin": region_origin(nodes), "reason": why,
+                        "macs": sum(node_macs(g, n) for n in nodes)})
     kept: List[List[onnx.NodeProto]] = []
     estimates: List[dict] = []
     for rid in sorted(members):  # ids were handed out in topological order
         nodes = members[rid]
         reason, est = None, None
-        if not force and not any(n.op_type in COMPUTE_OPS for n in nodes):
+        if all(n.op_type == "LayoutTransform" for n in nodes):
+            reason = "only layout changes between CPU nodes (reverted to a Transpose or cancelled)"
+        elif not force and not any(n.op_type in COMPUTE_OPS for n in nodes):
             reason = "no conv2d or fc in the region (minimum-work rule; force=True keeps it)"
         elif partition == "cost":
             est = cost_model.estimate(g, nodes, target)
@@ -140,8 +146,12 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
             kept.append(nodes)
             estimates.append(est)
     macs_total = sum(node_macs(g, n) for n in g.nodes)
-    revert(model, {name for d in dropped for name in d["nodes"]})
-    g = GraphIndex(model)
+    model = fused                      # read only from here on, unless something must be reverted
+    to_revert = {name for d in dropped for name in d["nodes"]}
+    if to_revert:
+        model = copy.deepcopy(fused)
+        revert(model, to_revert)
+        g = GraphIndex(model)
     regions: List[Region] = []
     for idx, (nodes, est) in enumerate(zip(kept, estimates)):
         nodes = [g.by_name[n.name] for n in nodes]
@@ -174,26 +184,36 @@ def _replace_regions(model, g: GraphIndex, regions: List[Region], reference: boo
             nodes.append(node)
             if func is not None:
                 functions.append(func)
+    # built field by field: copying the whole model and then dropping the region weights would
+    # copy every weight twice
     out = onnx.ModelProto()
-    out.CopyFrom(model)
+    _copy_fields(model, out, skip=("graph", "functions"))
+    _copy_fields(model.graph, out.graph, skip=("node", "initializer", "value_info"))
     order = topological_order(nodes, g.inputs)
-    del out.graph.node[:]
     out.graph.node.extend(order)
     used = {i for n in order for i in n.input}
-    inits = [t for t in out.graph.initializer if t.name in used]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(inits)
+    out.graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
     produced = {o for n in order for o in n.output}
-    vis = [vi for vi in out.graph.value_info if vi.name in produced]
-    del out.graph.value_info[:]
-    out.graph.value_info.extend(vis)
-    keep_funcs = [f for f in out.functions if reference or f.domain != "mrvl"]
-    if not reference:  # Mrvl ops still on the CPU path need their bodies; region ones do not
-        live = {(n.op_type, n.overload) for n in order if n.domain == "mrvl"}
-        keep_funcs = [f for f in out.functions if f.domain != "mrvl" or (f.name, f.overload) in live]
-    del out.functions[:]
-    out.functions.extend(keep_funcs + functions)
+    out.graph.value_info.extend(vi for vi in model.graph.value_info if vi.name in produced)
+    live = {(n.op_type, n.overload) for n in order if n.domain == "mrvl"}
+    # Mrvl ops still on the CPU path need their bodies; region ones only for reference runs
+    out.functions.extend(f for f in model.functions
+                         if f.domain != "mrvl" or reference or (f.name, f.overload) in live)
+    out.functions.extend(functions)
     return out
+
+
+def _copy_fields(src, dst, skip) -> None:
+    """Copy every set field of a protobuf message except ``skip``."""
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        if hasattr(value, "extend"):
+            getattr(dst, fd.name).extend(value)
+        elif hasattr(value, "ListFields"):
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
 
 
 def _update_decisions(decisions: Decisions, regions: List[Region], dropped: List[dict]) -> None:

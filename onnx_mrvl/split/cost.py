@@ -1,10 +1,11 @@
 """The cost model behind ``partition="cost"``: is a region worth offloading?
 
-Accelerator time (``Target.arch``): per layer max(compute, memory) cycles plus a fixed overhead,
-where compute is MACs / (MACs per cycle per tile x tiles) plus one cycle per fp16 element produced
-per tile lane group, and memory is the fp16 weights plus any activation that does not fit in the
-on-chip memory, streamed from DRAM; plus the fp32 transfer of the region's inputs and outputs to and
-from the host and a per-call overhead.
+Accelerator time (``Target.arch``), the simulator's cycle model (docs/simulator.md) applied before
+compilation: per layer max(compute, memory) cycles plus a fixed overhead, where compute is
+MACs / (MACs per cycle per tile x tiles) and memory is the fp16 weights plus any activation too large
+for the on-chip memory, streamed from DRAM; plus the fp32 transfer of the region's inputs and outputs
+to and from the host and a per-call overhead. ``compiled_estimate`` redoes the accelerator part with
+the simulator's own report on the compiled program (exact OCM placement).
 
 CPU time (``Target.cpu``): MACs at the CPU's measured throughput, the bytes every op reads and
 writes at its measured streaming bandwidth, and a fixed cost per op. ``tools/calibrate_cpu.py``
@@ -41,8 +42,7 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     acts_out = [_elems(g, o) * 2 for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    lanes = arch.macs_per_cycle_per_tile * arch.num_tiles
-    compute = math.ceil(macs / lanes) + math.ceil(sum(acts_out) / 2 / max(1, lanes // 16))
+    compute = math.ceil(macs / (arch.macs_per_cycle_per_tile * arch.num_tiles))
     memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
     return {"macs": macs, "compute": compute, "memory": memory,
             "cycles": max(compute, memory) + arch.layer_overhead_cycles}
@@ -82,9 +82,23 @@ def estimate(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> dict
             "speedup": cpu_s / accel_s if accel_s > 0 else float("inf"), "offload": accel_s < cpu_s}
 
 
+def compiled_estimate(est: dict, binary: bytes) -> dict:
+    """``est`` with the accelerator compute time taken from the simulator's cycle model of the
+    compiled region (``onnx_mrvl.sim.perf``); transfers, call overhead and CPU time unchanged."""
+    from ..artifact import load
+    from ..sim.perf import perf_report
+
+    rep = perf_report(load(binary).meta)
+    out = dict(est, cycles=rep.cycles, accel_compute_s=rep.latency_s, source="simulator")
+    out["accel_s"] = rep.latency_s + est["transfer_s"] + est["call_overhead_s"]
+    out["speedup"] = est["cpu_s"] / out["accel_s"] if out["accel_s"] > 0 else float("inf")
+    out["offload"] = out["accel_s"] < est["cpu_s"]
+    return out
+
+
 def describe(est: dict) -> str:
     """One line for reports: why the cost model dropped (or kept) a region."""
     verdict = "<" if est["offload"] else ">="
-    return (f"cost model: accelerator {est['accel_s'] * 1e6:.1f} us (compute {est['accel_compute_s'] * 1e6:.1f}"
-            f" + transfers {est['transfer_s'] * 1e6:.1f} + call {est['call_overhead_s'] * 1e6:.1f}) {verdict} "
-            f"CPU {est['cpu_s'] * 1e6:.1f} us")
+    us = lambda key: f"{est[key] * 1e6:.4g}"  # noqa: E731
+    return (f"cost model: accelerator {us('accel_s')} us (compute {us('accel_compute_s')} + transfers "
+            f"{us('transfer_s')} + call {us('call_overhead_s')}) {verdict} CPU {us('cpu_s')} us")

@@ -70,6 +70,8 @@ class _Cleaner:
         self.inits = {t.name: t for t in self.g.initializer}
         self.outputs = {o.name for o in self.g.output}
         self.after: Dict[int, List[onnx.NodeProto]] = {}   # sweep index -> nodes to insert after it
+        self.before: Dict[int, List[onnx.NodeProto]] = {}  # sweep index -> nodes to insert before it
+        self._shapes = None
 
     def const(self, name):
         t = self.inits.get(name)
@@ -82,12 +84,17 @@ class _Cleaner:
         return name
 
     def run(self) -> None:
-        for _ in range(50):
-            if not self.sweep():
-                break
+        # transposes that only move size-1 axes become Reshapes last: earlier they would hide
+        # transpose pairs that cancel
+        for as_reshape in (False, True):
+            self.as_reshape = as_reshape
+            for _ in range(50):
+                if not self.sweep():
+                    break
         self.prune()
 
     def sweep(self) -> bool:
+        self._drop_dead()                   # Identity nodes would hide producers from the rules
         nodes = list(self.g.node)
         producer = {o: n for n in nodes for o in n.output}
         users = defaultdict(list)
@@ -96,6 +103,7 @@ class _Cleaner:
                 users[i].append(n)
         alias: Dict[str, str] = {}
         changed = False
+        idx_of = {id(n): k for k, n in enumerate(nodes)}
         for idx, n in enumerate(nodes):
             for k, i in enumerate(n.input):
                 while i in alias:
@@ -128,6 +136,10 @@ class _Cleaner:
                     n.op_type = "Identity"
                     del n.attribute[:]
                     changed = True
+                elif src is not None and _std(src) and src.op_type in UNARY | BINARY:
+                    changed |= self._pull(n, src, idx_of, producer, users)
+                if n.op_type == "Transpose" and self.as_reshape:
+                    changed |= self._transpose_as_reshape(n, perm)
             elif n.op_type in UNARY | BINARY:
                 changed |= self._push(idx, n, producer, users)
             elif n.op_type == "Reshape":
@@ -138,7 +150,7 @@ class _Cleaner:
                     changed = True
             elif n.op_type == "Identity" and n.output[0] not in self.outputs:
                 alias[n.output[0]] = n.input[0]
-        if self.after:
+        if self.after or self.before:
             self._insert_pending(nodes)
         if alias:
             for n in self.g.node:
@@ -190,13 +202,91 @@ class _Cleaner:
         self.after.setdefault(idx, []).append(t)
         return True
 
+    def _shape(self, name: str):
+        if self._shapes is None:
+            self._shapes = {}
+            for vi in list(self.g.value_info) + list(self.g.input) + list(self.g.output):
+                dims = vi.type.tensor_type.shape.dim
+                if dims and all(d.HasField("dim_value") for d in dims):
+                    self._shapes[vi.name] = [d.dim_value for d in dims]
+        return self._shapes.get(name)
+
+    def _transpose_as_reshape(self, n, perm) -> bool:
+        """A transpose that moves only size-1 axes (e.g. NHWC [1,1,1,C] -> NCHW) is a Reshape."""
+        shape = self._shape(n.input[0])
+        out = self._shape(n.output[0])
+        if shape is None and out is not None and len(out) == len(perm):
+            shape = [0] * len(perm)
+            for k, p in enumerate(perm):
+                shape[p] = out[k]
+        if shape is None or len(shape) != len(perm):
+            return False
+        moved = [p for p in perm if shape[p] != 1]
+        if moved != sorted(moved):
+            return False
+        target = self.add_const(f"{n.output[0]}__shape", np.array([shape[p] for p in perm], np.int64))
+        n.op_type = "Reshape"
+        del n.attribute[:]
+        n.input.append(target)
+        return True
+
+    def _pull(self, t, op, idx_of, producer, users) -> bool:
+        """T_p(op(T_q(x), y)) with q then p the identity -> op(x, T_p(y)): the transposes around an
+        elementwise op cancel at the cost of one on each other input (done when that is no more)."""
+        perm = list(attr(t, "perm"))
+        if len(users[op.output[0]]) != 1 or op.output[0] in self.outputs:
+            return False
+        cancel, other = 0, 0
+        for i in op.input:
+            src = producer.get(i)
+            if i in self.inits or not i:
+                continue
+            if (src is not None and _std(src) and src.op_type == "Transpose" and len(users[i]) == 1
+                    and [list(attr(src, "perm"))[p] for p in perm] == list(range(len(perm)))):
+                cancel += 1
+            else:
+                other += 1
+        if cancel == 0 or other > cancel:
+            return False
+        new_inputs = []
+        for i in op.input:
+            src = producer.get(i)
+            if not i:
+                new_inputs.append(i)
+            elif i in self.inits:
+                c = self.const(i)
+                if c.ndim > len(perm):
+                    return False
+                c = c.reshape((1,) * (len(perm) - c.ndim) + c.shape).transpose(perm)
+                new_inputs.append(self.add_const(f"{i}__t{''.join(map(str, perm))}_{op.name}", c))
+            elif (src is not None and _std(src) and src.op_type == "Transpose" and len(users[i]) == 1
+                  and [list(attr(src, "perm"))[p] for p in perm] == list(range(len(perm)))):
+                new_inputs.append(src.input[0])
+            else:
+                name = f"{i}__t{''.join(map(str, perm))}_{op.name}"
+                pre = helper.make_node("Transpose", [i], [name], name=f"{op.name}/transpose_{len(new_inputs)}",
+                                       perm=perm)
+                set_origin(pre, get_origin(op))
+                self.before.setdefault(idx_of[id(op)], []).append(pre)
+                new_inputs.append(name)
+        del op.input[:]
+        op.input.extend(new_inputs)
+        old = op.output[0]
+        op.output[0] = t.output[0]          # the op now yields the transposed tensor itself
+        t.op_type = "Identity"              # t is dead: prune drops it
+        del t.attribute[:]
+        t.input[0] = op.output[0]
+        t.output[0] = old + "__dead"
+        return True
+
     def _insert_pending(self, snapshot: List[onnx.NodeProto]) -> None:
         """Put the transposes ``_push`` created right after their producers (one pass, O(n))."""
         nodes = []
         for idx, n in enumerate(snapshot):
+            nodes.extend(self.before.get(idx, ()))
             nodes.append(n)
             nodes.extend(self.after.get(idx, ()))
-        self.after = {}
+        self.after, self.before = {}, {}
         copies = [_copy(n) for n in nodes]
         del self.g.node[:]
         self.g.node.extend(copies)
@@ -214,8 +304,38 @@ class _Cleaner:
                     n.op_type = "Identity"
                     del n.input[1:]
 
+    def _rename_into_outputs(self) -> bool:
+        """An Identity (or identity Transpose) that only renames a tensor into a graph output: its
+        producer writes the graph output directly."""
+        inputs = {i.name for i in self.g.input}
+        producer = {o: n for n in self.g.node for o in n.output}
+        uses: Dict[str, int] = defaultdict(int)
+        for n in self.g.node:
+            for i in n.input:
+                uses[i] += 1
+        changed = False
+        for n in self.g.node:
+            if not (_identity_like(n) and n.output[0] in self.outputs):
+                continue
+            src = n.input[0]
+            p = producer.get(src)
+            if p is None or uses[src] != 1 or src in self.outputs or src in inputs:
+                continue
+            p.output[list(p.output).index(src)] = n.output[0]
+            producer[n.output[0]] = p
+            n.op_type, n.input[0], n.output[0] = "Identity", n.output[0], src + "__dead"
+            del n.attribute[:]
+            changed = True
+        return changed
+
     def prune(self) -> None:
-        """Drop Identity nodes, dead nodes and unused initializers."""
+        """Drop Identity nodes, dead nodes and unused initializers; let producers write graph
+        outputs directly."""
+        self._drop_dead()
+        if self._rename_into_outputs():
+            self._drop_dead()
+
+    def _drop_dead(self) -> None:
         alias = {n.output[0]: n.input[0] for n in self.g.node
                  if n.op_type == "Identity" and _std(n) and n.output[0] not in self.outputs and n.input}
         keep = [n for n in self.g.node if not (n.op_type == "Identity" and _std(n) and n.output[0] in alias)]
@@ -233,9 +353,18 @@ class _Cleaner:
         live.reverse()
         del self.g.node[:]
         self.g.node.extend(live)
-        used = [t for t in self.g.initializer if t.name in needed]
-        del self.g.initializer[:]
-        self.g.initializer.extend(used)
+        for idx in reversed(range(len(self.g.initializer))):   # in place: weights are not copied
+            if self.g.initializer[idx].name not in needed:
+                del self.g.initializer[idx]
+
+
+def _identity_like(n: onnx.NodeProto) -> bool:
+    if not _std(n):
+        return False
+    if n.op_type == "Identity":
+        return True
+    perm = attr(n, "perm") if n.op_type == "Transpose" else None
+    return perm is not None and list(perm) == sorted(perm)
 
 
 def _copy(n: onnx.NodeProto) -> onnx.NodeProto:

@@ -1,6 +1,6 @@
 """The legalization rules, in the order the driver applies them.
 
-Each rule module has ``NAME``, ``match(node, graph) -> Match | None``,
+Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every node), ``match(node, graph) -> Match | None``,
 ``check(match, graph, target) -> reason | None`` and ``rewrite(match, graph) -> detail``.
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,

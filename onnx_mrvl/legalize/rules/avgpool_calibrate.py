@@ -13,6 +13,7 @@ from .base import Match, attr, np_dtype
 from ..graph import set_attr
 
 NAME = "avgpool_calibrate"
+OPS = ("AveragePool",)
 
 
 def match(node, g) -> Optional[Match]:

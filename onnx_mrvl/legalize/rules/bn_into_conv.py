@@ -9,6 +9,7 @@ import numpy as np
 from .base import Match, attr, inp
 
 NAME = "bn_into_conv"
+OPS = ("BatchNormalization",)
 
 
 def match(node, g) -> Optional[Match]:

@@ -8,6 +8,7 @@ import numpy as np
 from .base import Match, attr
 
 NAME = "bn_to_mul_add"
+OPS = ("BatchNormalization",)
 
 
 def match(node, g) -> Optional[Match]:

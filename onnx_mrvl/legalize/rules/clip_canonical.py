@@ -10,6 +10,7 @@ import numpy as np
 from .base import Match, attr, inp, np_dtype
 
 NAME = "clip_canonical"
+OPS = ("Clip",)
 FLT_MAX = 3.4028234663852886e38
 
 

@@ -10,6 +10,7 @@ from .base import Match, attr, inp
 from ..graph import del_attr
 
 NAME = "conv_group_split"
+OPS = ("Conv",)
 
 
 def match(node, g) -> Optional[Match]:

@@ -11,6 +11,7 @@ from onnx import helper
 from .base import Match, attr, inp
 
 NAME = "conv_kernel_split"
+OPS = ("Conv",)
 
 
 def _chunks(k: int, limit: int) -> List[Tuple[int, int]]:
@@ -64,12 +65,15 @@ def rewrite(m: Match, g) -> str:
     pt, pl, _, _ = attr(node, "pads")
     origin = m.origin
     g.remove(node)
-    tiles = [(r, c) for r in _chunks(w.shape[2], m.data["max"]) for c in _chunks(w.shape[3],
-                                                                                 m.data["max"])]
+    tiles = []
+    for r0, r1 in _chunks(w.shape[2], m.data["max"]):
+        for c0, c1 in _chunks(w.shape[3], m.data["max"]):
+            rows = _window(-pt + r0 * dh, r1 - r0, ho, sh, dh, h)
+            cols = _window(-pl + c0 * dw, c1 - c0, wo, sw, dw, wd)
+            if rows[0] < rows[1] and cols[0] < cols[1]:  # a tile seeing only padding adds 0
+                tiles.append(((r0, r1), (c0, c1), rows, cols))
     acc = None
-    for k, ((r0, r1), (c0, c1)) in enumerate(tiles):
-        ys, ye, pb_, pe_ = _window(-pt + r0 * dh, r1 - r0, ho, sh, dh, h)
-        xs, xe, qb, qe = _window(-pl + c0 * dw, c1 - c0, wo, sw, dw, wd)
+    for k, ((r0, r1), (c0, c1), (ys, ye, pb_, pe_), (xs, xe, qb, qe)) in enumerate(tiles):
         x = node.input[0]
         if (ys, ye, xs, xe) != (0, h, 0, wd):
             xt = g.fresh(f"{x}/tile{k}")

@@ -16,6 +16,7 @@ from onnx import helper
 from .base import Match, attr, inp
 
 NAME = "fold_constants"
+OPS = None  # every node
 logger = logging.getLogger(__name__)
 
 MAX_EXPANDED_BYTES = 16 << 20
@@ -34,7 +35,7 @@ def _has_subgraph(node) -> bool:
 
 def match(node, g) -> Optional[Match]:
     if node.domain not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC \
-            or _has_subgraph(node) or any(o in g.pinned for o in node.output):
+            or _has_subgraph(node) or any(o in g.outputs for o in node.output):
         return None
     if node.op_type in ("Shape", "Size") and node.input:
         s = g.shape(node.input[0])

@@ -8,6 +8,7 @@ from typing import List, Optional
 from .base import Match
 
 NAME = "gap_split"
+OPS = ("GlobalAveragePool",)
 
 
 def factors(size: int, limit: int) -> Optional[List[int]]:

@@ -10,6 +10,7 @@ import numpy as np
 from .base import Match, attr, inp, reshape
 
 NAME = "gemm_canonical"
+OPS = ("Gemm",)
 
 
 def _is_canonical(node, g) -> bool:

@@ -10,6 +10,7 @@ import numpy as np
 from .base import Match, reshape
 
 NAME = "matmul_to_gemm"
+OPS = ("MatMul",)
 
 
 def match(node, g) -> Optional[Match]:

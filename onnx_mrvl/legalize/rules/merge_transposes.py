@@ -6,6 +6,7 @@ from typing import Optional
 from .base import Match, attr
 
 NAME = "merge_transposes"
+OPS = ("Transpose",)
 
 
 def _perm(node, g):

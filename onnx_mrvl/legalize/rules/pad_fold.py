@@ -11,6 +11,7 @@ from .base import Match, attr, inp, scalar
 from ..graph import set_attr
 
 NAME = "pad_fold"
+OPS = ("Pad",)
 NONNEG_PRODUCERS = ("Relu", "Sigmoid", "Softplus", "Abs", "Exp")
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 from .base import Match, attr, axes_of, reshape
 
 NAME = "reducemean_to_gap"
+OPS = ("ReduceMean",)
 
 
 def match(node, g) -> Optional[Match]:

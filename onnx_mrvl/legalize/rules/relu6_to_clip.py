@@ -8,6 +8,7 @@ import numpy as np
 from .base import Match, np_dtype, scalar
 
 NAME = "relu6_to_clip"
+OPS = ("Min", "Max")
 
 
 def _split(node, g):

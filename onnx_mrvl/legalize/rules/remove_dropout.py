@@ -7,6 +7,7 @@ from ...errors import ModelError
 from .base import Match, attr, const_input, inp
 
 NAME = "remove_dropout"
+OPS = ("Dropout",)
 
 
 def match(node, g) -> Optional[Match]:

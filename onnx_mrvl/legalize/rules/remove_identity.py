@@ -6,6 +6,7 @@ from typing import Optional
 from .base import Match
 
 NAME = "remove_identity"
+OPS = ("Identity", "Sum")
 
 
 def match(node, g) -> Optional[Match]:

@@ -6,6 +6,7 @@ from typing import Optional
 from .base import Match, attr
 
 NAME = "remove_noop"
+OPS = ("Cast", "Reshape", "Transpose")
 
 
 def match(node, g) -> Optional[Match]:

@@ -8,6 +8,7 @@ import numpy as np
 from .base import Match, attr, shape_const
 
 NAME = "reshape_static"
+OPS = ("Reshape",)
 
 
 def match(node, g) -> Optional[Match]:

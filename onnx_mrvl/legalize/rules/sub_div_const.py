@@ -8,6 +8,7 @@ import numpy as np
 from .base import Match, is_float
 
 NAME = "sub_div_const"
+OPS = ("Sub", "Div")
 
 
 def match(node, g) -> Optional[Match]:

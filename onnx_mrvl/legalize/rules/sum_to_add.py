@@ -6,6 +6,7 @@ from typing import Optional
 from .base import Match
 
 NAME = "sum_to_add"
+OPS = ("Sum",)
 
 
 def match(node, g) -> Optional[Match]:

@@ -1,0 +1,48 @@
+"""``onnx-mrvl report OUT_DIR_OR_MODEL``: what a converted model offloads, and at what simulated cost.
+
+Exit code 0 on success, 3 when the model, report.json or a region binary cannot be read.
+``--json`` prints only JSON on stdout; ``--html OUT.html`` also writes a self-contained page.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="regions, layers, MACs offloaded, CPU nodes with reasons, simulated cycles",
+        description="Reads a `onnx-mrvl convert` output folder (model.onnx, report.json, <region>.bin) or a "
+                    "converted model.onnx alone (then CPU reasons are unknown and the MAC total is estimated "
+                    "from shapes) and prints per region its layers with MACs and simulated cycles (the "
+                    "simulator's performance model), the fraction of MACs offloaded and every CPU node "
+                    "with its reason. Exit code 0: done, 3: an input cannot be read.")
+    p.add_argument("path", metavar="OUT_DIR_OR_MODEL", help="convert output folder, or a converted model.onnx")
+    p.add_argument("--html", metavar="OUT.html", help="also write a self-contained HTML page (graph + tables)")
+    p.add_argument("--original", metavar="ORIG.onnx",
+                   help="draw the original model coloured by placement in the HTML (needs report.json)")
+    p.add_argument("--no-layers", action="store_true", help="text mode: omit the per-layer tables")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (and nothing else) on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..inspect.offload import offload_report
+
+    rep = offload_report(args.path)
+    if args.html:
+        from ..inspect.graphview import write_html
+        from ..inspect.report_html import render_report_html
+        write_html(args.html, render_report_html(rep, original=args.original))
+        log.info("wrote %s", args.html)
+    if args.json:
+        json.dump(rep.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(rep.to_text(layers=not args.no_layers))
+        if args.html:
+            sys.stdout.write(f"html: {args.html}\n")
+    return 0

@@ -1,0 +1,57 @@
+"""Row-block parallelism for the GEMM kernels, with Python threads instead of BLAS threads.
+
+numpy releases the GIL inside matmul and the big ufunc loops, so independent row blocks (im2col
+copy + sgemm + epilogue on disjoint output rows) run in parallel on a small shared thread pool.
+Unlike OpenBLAS's own threads (set to 1, see ``blas.py``), the workers never spin-wait for each
+other: when a core is busy elsewhere, the other block simply finishes later.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, List, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_lock = threading.Lock()
+_pool = None
+_local = threading.local()
+
+
+def workers() -> int:
+    """Number of parallel row blocks: ONNX_MRVL_SIM_THREADS, else the CPU count (at most 8)."""
+    env = os.environ.get("ONNX_MRVL_SIM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="mrvl-sim",
+                                       initializer=_mark_worker)
+        return _pool
+
+
+def _mark_worker() -> None:
+    _local.worker = True
+
+
+def run_all(fn: Callable[[T], R], items: Sequence[T]) -> List[R]:
+    """``[fn(i) for i in items]``, in parallel when there are several items (results in order).
+
+    Called from a pool worker (nested use) it runs inline, so it can never deadlock the pool.
+    """
+    if len(items) <= 1 or getattr(_local, "worker", False) or workers() == 1:
+        return [fn(i) for i in items]
+    pool = _get_pool()
+    futures = [pool.submit(fn, i) for i in items[1:]]
+    first = fn(items[0])                 # the calling thread works too
+    return [first] + [f.result() for f in futures]

@@ -1,0 +1,193 @@
+"""``onnx-mrvl compare``: per-tensor errors of converted models against the original, layouts mapped,
+regions compared layer by layer on the simulator, and a deliberately broken layer named first."""
+import base64
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from models import fashion_mnist_cnn, tiny_cnn
+
+import onnx_mrvl
+from onnx_mrvl.cli.main import main
+from onnx_mrvl.inspect.compare import compare_models
+from onnx_mrvl.inspect.tensors import NHWC, Storage, error_stats, logical_name
+
+
+def _convert(model, out, **kw):
+    result = onnx_mrvl.convert(model, **kw)
+    result.save(str(out), stages=True)
+    return result
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """tiny_cnn (one region), tiny_cnn with pool1 on the CPU (two regions), fashion-MNIST (a folded
+    Transpose before Flatten), each with its original next to it."""
+    base = tmp_path_factory.mktemp("cmp")
+    out = {}
+    for key, build, kw in (("tiny", tiny_cnn, {}), ("split", tiny_cnn, {"exclude": ["pool1"]}),
+                           ("fashion", fashion_mnist_cnn, {})):
+        d = base / key
+        d.mkdir()
+        m = build()
+        onnx.save(m, str(d / "orig.onnx"))
+        out[key] = (str(d / "orig.onnx"), str(d / "out"), _convert(m, d / "out", **kw))
+    return out
+
+
+def test_deployable_model_passes_with_every_layer_compared(converted):
+    orig, out, result = converted["tiny"]
+    res = compare_models(orig, os.path.join(out, "model.onnx"))
+    names = [r.tensor for r in res.rows]
+    assert names == ["relu1_out", "pool1_out", "conv2_out", "gap_out", "flatten_out", "output"]
+    assert res.passed and res.first_failure is None
+    by = {r.tensor: r for r in res.rows}
+    # inside the region only the simulator sees the tensors; the region output is visible to onnxruntime
+    assert [r.source for r in res.rows] == ["simulator"] * 5 + ["onnxruntime"]
+    assert by["relu1_out"].origin == ["conv1", "relu1"] and by["relu1_out"].storage == "NHWC"
+    assert by["output"].is_output and by["output"].region == "mrvl_region_0"
+    for r in res.rows:  # fp16 is not exact, but well within the fp16-aware tolerance
+        assert 0 < r.max_abs <= 1e-4 + 1e-2 * r.ref_max_abs and r.max_rel < 5e-3 and r.cosine > 0.9999
+    # 7 layers: the input layout change is skipped, the FC layer is the region output (onnxruntime row)
+    assert res.regions == [{"region": "mrvl_region_0", "layers": 7, "compared": 6}]
+    outer = compare_models(orig, os.path.join(out, "model.onnx"), simulate=False)
+    assert [(r.tensor, r.source) for r in outer.rows] == [("output", "onnxruntime")] and not outer.regions
+    assert outer.rows[0].max_abs == by["output"].max_abs    # same inputs, same simulator, same numbers
+
+
+def test_fused_stage_runs_in_plain_onnxruntime_and_maps_nhwc_tensors(converted):
+    orig, out, _ = converted["tiny"]
+    res = compare_models(orig, os.path.join(out, "stage-fuse.onnx"))
+    assert res.passed and all(r.source == "onnxruntime" for r in res.rows)
+    by = {r.tensor: r for r in res.rows}
+    assert by["conv2_out"].storage == "NHWC" and by["conv2_out"].b_node == "mrvl_conv2"
+    assert all(r.max_abs < 1e-4 for r in res.rows)   # fp32 reference bodies
+    # the legalized stage keeps every tensor of the original
+    leg = compare_models(orig, os.path.join(out, "stage-legalize.onnx"))
+    assert leg.passed and len(leg.rows) == 7 and max(r.max_abs for r in leg.rows) < 1e-5
+
+
+def test_flatten_after_a_folded_transpose_compares_in_the_right_element_order(converted):
+    orig, out, _ = converted["fashion"]
+    for b in ("model.onnx", "stage-fuse.onnx"):
+        res = compare_models(orig, os.path.join(out, b))
+        by = {r.tensor: r for r in res.rows}
+        assert res.passed, res.to_text()
+        # Transpose(NCHW->NHWC) folded into the NHWC storage: the stored order *is* the flatten's input
+        # order, so no un-permuting (un-permuting as NHWC gave cosine 0.52 before this was handled)
+        assert by["flatten_out"].cosine > 0.9999 and by["flatten_out"].max_rel < 5e-3
+        assert "NHWC" not in by["flatten_out"].storage
+
+
+def test_two_regions_with_a_cpu_node_between(converted):
+    orig, out, _ = converted["split"]
+    res = compare_models(orig, os.path.join(out, "model.onnx"))
+    assert res.passed
+    assert [r["region"] for r in res.regions] == ["mrvl_region_0", "mrvl_region_1"]
+    by = {r.tensor: r for r in res.rows}
+    assert by["pool1_out"].source == "onnxruntime" and by["pool1_out"].b_node == "pool1"
+    assert by["conv2_out"].source == "simulator" and by["conv2_out"].region == "mrvl_region_1"
+    assert by["relu1_out"].b_tensor == "relu1_out__nchw"   # region output handed to the CPU in NCHW
+
+
+def _break_layer(out_dir, original_node, scale=1.0, seed=0):
+    """Alter the kernel of the layer that ``original_node`` went into in <region>-consts.json,
+    recompile with ``onnx-mrvl compile``, replace the .bin and update the node's sha256."""
+    with open(os.path.join(out_dir, "report.json")) as f:
+        dec = {d["node"]: d for d in json.load(f)["nodes"]}[original_node]
+    region, layer = dec["subgraph"], dec["layer"]
+    cpath = os.path.join(out_dir, f"{region}-consts.json")
+    with open(cpath) as f:
+        consts = json.load(f)
+    key = max((k for k in consts if k.startswith(layer + "_const_")),
+              key=lambda k: int(np.prod(consts[k]["shape"])))
+    w = np.frombuffer(base64.b64decode(consts[key]["data_base64"]), np.float32).copy()
+    w += scale * w.std() * np.random.default_rng(seed).standard_normal(w.shape).astype(np.float32)
+    consts[key].update(data_base64=base64.b64encode(w.tobytes()).decode(), min=str(w.min()), max=str(w.max()))
+    with open(cpath, "w") as f:
+        json.dump(consts, f)
+    binary = os.path.join(out_dir, f"{region}.bin")
+    assert main(["compile", "--nodes", os.path.join(out_dir, f"{region}-nodes.json"), "--consts", cpath,
+                 "-o", binary]) == 0
+    model_path = os.path.join(out_dir, "model.onnx")
+    m = onnx.load(model_path)
+    node = next(n for n in m.graph.node if n.name == region)
+    attr = next(a for a in node.attribute if a.name == "sha256")
+    with open(binary, "rb") as f:
+        attr.s = hashlib.sha256(f.read()).hexdigest().encode()
+    onnx.save(m, model_path)
+    return region, layer
+
+
+@pytest.mark.parametrize("key", ["tiny", "split"])
+def test_altered_weights_name_that_layer_first(converted, tmp_path, key, capsys):
+    orig, out, _ = converted[key]
+    broken = str(tmp_path / "broken")
+    shutil.copytree(out, broken)
+    region, layer = _break_layer(broken, "conv2")
+    res = compare_models(orig, os.path.join(broken, "model.onnx"))
+    first = res.first_failure
+    assert first is not None and first.tensor == "conv2_out"
+    assert first.source == "simulator" and first.b_node == layer and first.region == region
+    assert first.origin == ["conv2"] and first.max_rel > 0.05 and first.cosine < 0.999
+    by = {r.tensor: r for r in res.rows}
+    assert by["relu1_out"].passed and by["pool1_out"].passed and not by["output"].passed
+    # the CLI: exit code 1, the first failing tensor and its original nodes named; --json is pure JSON
+    assert main(["compare", orig, broken]) == 1
+    text = capsys.readouterr().out
+    assert f"FAIL: first failing tensor 'conv2_out' (layer {layer} of region {region}; original nodes: conv2)" in text
+    assert main(["compare", orig, broken, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["pass"] is False and data["first_failure"]["tensor"] == "conv2_out"
+    assert data["first_failure"]["origin"] == ["conv2"] and data["summary"]["failed"] >= 2
+    # a tolerance loose enough accepts it (the rule is max_abs <= atol + rtol * max|ref|)
+    assert main(["compare", orig, broken, "--rtol", "10", "--json"]) == 0
+    capsys.readouterr()
+
+
+def test_cli_inputs_file_embedded_binary_and_errors(converted, tmp_path, capsys):
+    orig, _, _ = converted["tiny"]
+    emb = tmp_path / "emb"
+    _convert(onnx.load(orig), emb, embed=True)
+    os.remove(emb / "mrvl_region_0.bin")             # embedded: the file is not needed
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", input=x)
+    assert main(["compare", orig, str(emb / "model.onnx"), "--inputs", str(tmp_path / "in.npz"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["pass"] and data["seed"] is None and data["inputs"] == {"input": [1, 3, 32, 32]}
+    assert data["summary"]["simulator"] == 5 and data["regions"][0]["compared"] == 6
+    np.savez(tmp_path / "bad.npz", other=x)
+    assert main(["compare", orig, str(emb / "model.onnx"), "--inputs", str(tmp_path / "bad.npz")]) == 3
+    assert "has no array for input 'input'" in capsys.readouterr().err
+    assert main(["compare", orig, str(tmp_path / "missing.onnx")]) == 3
+
+
+def test_storage_maps_nhwc_and_flattened_nhwc_back():
+    x = np.random.default_rng(0).standard_normal((1, 4, 3, 5)).astype(np.float32)
+    stored = x.transpose(NHWC)
+    assert np.array_equal(Storage(NHWC).to_logical(stored, x.shape), x)
+    flat = np.ascontiguousarray(stored).reshape(1, -1)
+    got = Storage(flat_from=stored.shape, flat_perm=NHWC).to_logical(flat, (1, 60))
+    assert np.array_equal(got, x.reshape(1, 60))
+    assert Storage(NHWC).to_logical(stored, (1, 4, 5, 3)) is None      # shapes that do not map
+    assert logical_name("a__nhwc_3") == "a" and logical_name("a__nchw") == "a" and logical_name("a_nhwc") == "a_nhwc"
+
+
+def test_error_stats_rule_and_edge_cases():
+    ref = np.array([1.0, -2.0, 4.0], np.float32)
+    s = error_stats(ref, ref + np.float32(0.03), atol=0.0, rtol=1e-2)
+    assert s["pass"] and abs(s["max_abs"] - 0.03) < 1e-6 and abs(s["max_rel"] - 0.0075) < 1e-6
+    assert not error_stats(ref, ref + np.float32(0.05), atol=0.0, rtol=1e-2)["pass"]
+    assert error_stats(ref, -ref, 1e-4, 1e-2)["cosine"] == pytest.approx(-1.0)
+    inf = np.array([np.inf, 1.0], np.float32)
+    assert error_stats(inf, inf, 1e-4, 1e-2)["pass"]
+    bad = error_stats(inf, np.array([1.0, 1.0], np.float32), 1e-4, 1e-2)
+    assert not bad["pass"] and bad["nonfinite_mismatch"] == 1
+    ints = np.array([1, 2, 3])
+    assert error_stats(ints, ints, 0, 0)["pass"] and not error_stats(ints, ints + 1, 1, 1)["pass"]
+    zeros = np.zeros(4, np.float32)
+    assert error_stats(zeros, zeros + np.float32(5e-5), 1e-4, 1e-2)["pass"]
