@@ -1,15 +1,20 @@
 """Reading models safely and writing artifacts atomically (temp name in the same folder, then rename)."""
 from __future__ import annotations
 
+import json
+import logging
 import os
 import tempfile
-from typing import Union
+from typing import BinaryIO, Callable, List, Union
+
+import numpy as np
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import ArtifactError, ModelError
 
+log = logging.getLogger(__name__)
 MIN_OPSET = 7
 
 
@@ -85,18 +90,87 @@ def validate_model(model: onnx.ModelProto) -> None:
                                  node=n.name, hint="tensor names must be unique (SSA)")
             if o:
                 seen[o] = n.name
-    big = model.ByteSize() > 2_000_000_000 if hasattr(model, "ByteSize") else False
+    skeleton = _check_sizes_and_strip(model)
     try:
-        if big:
+        if skeleton.ByteSize() > 2_000_000_000:   # the checker takes at most 2 GB of protobuf
+            log.warning("model too large for onnx.checker even without its weights: not checked")
             return
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(skeleton)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         raise ModelError(f"the model fails the ONNX checker: {first}",
                          hint="fix the exporter output (onnx.checker.check_model explains)") from None
 
 
+# Element sizes of the types whose raw_data _check_sizes_and_strip may replace by one element.
+_RAW_ITEMSIZE = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.DOUBLE: 8, onnx.TensorProto.FLOAT16: 2,
+                 onnx.TensorProto.BFLOAT16: 2, onnx.TensorProto.INT8: 1, onnx.TensorProto.UINT8: 1,
+                 onnx.TensorProto.INT16: 2, onnx.TensorProto.UINT16: 2, onnx.TensorProto.INT32: 4,
+                 onnx.TensorProto.UINT32: 4, onnx.TensorProto.INT64: 8, onnx.TensorProto.UINT64: 8,
+                 onnx.TensorProto.BOOL: 1}
+STRIP_BYTES = 1 << 16   # initializers with more raw bytes than this are checked here, not by onnx
+
+
+def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for onnx.checker in which every big raw_data initializer holds one
+    element (dims [1]); the checker reads no values, and the one thing it checks about them,
+    raw_data being long enough for dims and type, is checked here. Serialising and parsing the
+    weights (what check_model does) would cost seconds on large models."""
+    skeleton = onnx.ModelProto()
+    for fd, value in model.ListFields():          # messages come back by reference: no copy
+        if fd.name != "graph":
+            _copy_field(skeleton, fd, value)
+    graph = model.graph
+    for fd, value in graph.ListFields():
+        if fd.name != "initializer":
+            _copy_field(skeleton.graph, fd, value)
+    for t in graph.initializer:
+        size = _RAW_ITEMSIZE.get(t.data_type)
+        if (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
+                or t.HasField("segment")):
+            skeleton.graph.initializer.add().CopyFrom(t)
+            continue
+        n = 1
+        for d in t.dims:
+            n *= d
+        nbytes = len(t.raw_data)
+        if n < 0 or nbytes <= STRIP_BYTES or n * size > nbytes:
+            skeleton.graph.initializer.add().CopyFrom(t)   # small, or the checker reports it
+            continue
+        stub = skeleton.graph.initializer.add()
+        for fd in onnx.TensorProto.DESCRIPTOR.fields:
+            if fd.name in ("raw_data", "dims"):
+                continue
+            if fd.is_repeated:
+                if len(getattr(t, fd.name)):
+                    getattr(stub, fd.name).extend(getattr(t, fd.name))
+            elif t.HasField(fd.name):
+                _copy_field(stub, fd, getattr(t, fd.name))
+        stub.dims.append(1)
+        stub.raw_data = bytes(size)
+    return skeleton
+
+
+def _copy_field(msg, fd, value) -> None:
+    if fd.is_repeated:
+        getattr(msg, fd.name).extend(value)
+    elif fd.type == fd.TYPE_MESSAGE:
+        getattr(msg, fd.name).CopyFrom(value)
+    else:
+        setattr(msg, fd.name, value)
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
+    write_atomic(path, lambda f: f.write(data))
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """``json.dumps(obj, indent=1) + "\\n"`` written atomically, streamed (see :func:`dump_json`)."""
+    write_atomic(path, lambda f: dump_json(obj, f))
+
+
+def write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """Call ``write(file)`` on a temporary file in ``path``'s folder, fsync, rename it to ``path``."""
     folder = os.path.dirname(os.path.abspath(path)) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
@@ -108,7 +182,7 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -118,3 +192,83 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+LONG_STRING = 1 << 16   # strings at least this long are checked for escapes in bulk, not per character
+
+
+def dump_json(obj, f: BinaryIO) -> None:
+    """Write exactly the bytes of ``(json.dumps(obj, indent=1) + "\\n").encode()`` to binary file
+    ``f``, streaming: no string of the whole document is built, and long strings that need no
+    escaping (base64 constants) are written as they are instead of going through the encoder's
+    per-character loop."""
+    parts: List[str] = []
+    size = 0
+
+    def flush():
+        nonlocal size
+        if parts:
+            f.write("".join(parts).encode("ascii"))
+            parts.clear()
+            size = 0
+
+    for chunk in _iter_json(obj, 0):
+        if isinstance(chunk, bytes):   # a long verbatim string, quotes included by the caller
+            flush()
+            f.write(chunk)
+            continue
+        parts.append(chunk)
+        size += len(chunk)
+        if size > (1 << 20):
+            flush()
+    parts.append("\n")
+    flush()
+
+
+def _iter_json(o, level: int):
+    if isinstance(o, str):
+        yield from _json_str(o)
+    elif isinstance(o, dict):
+        if not o:
+            yield "{}"
+            return
+        inner = "\n" + " " * (level + 1)
+        first = True
+        for key, value in o.items():
+            yield ("{" if first else ",") + inner + _json_encoder.encode(_json_key(key)) + ": "
+            first = False
+            yield from _iter_json(value, level + 1)
+        yield "\n" + " " * level + "}"
+    elif isinstance(o, (list, tuple)):
+        if not o:
+            yield "[]"
+            return
+        inner = "\n" + " " * (level + 1)
+        for i, value in enumerate(o):
+            yield ("[" if i == 0 else ",") + inner
+            yield from _iter_json(value, level + 1)
+        yield "\n" + " " * level + "]"
+    else:   # numbers, booleans, None; anything else raises TypeError as json.dumps does
+        yield _json_encoder.encode(o)
+
+
+def _json_str(s: str):
+    if len(s) >= LONG_STRING and s.isascii():
+        data = s.encode("ascii")
+        codes = np.frombuffer(data, np.uint8)
+        if codes.min() >= 0x20 and codes.max() <= 0x7E and b'"' not in data and b"\\" not in data:
+            yield from (b'"', data, b'"')   # printable ASCII, no quote or backslash: json keeps it as is
+            return
+    yield _json_encoder.encode(s)
+
+
+def _json_key(key) -> str:
+    """json's conversion of a dict key to a string (floats, booleans, None, integers)."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return _json_encoder.encode(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+_json_encoder = json.JSONEncoder()

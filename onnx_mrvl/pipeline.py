@@ -1,7 +1,6 @@
 """``convert()``: legalize -> fuse -> split -> emit -> compile, and the ``ConvertResult`` it returns."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -15,7 +14,7 @@ from .decisions import Decisions
 from .errors import CompileError, MrvlError
 from .fuse import fuse
 from .legalize import legalize
-from .modelio import load_model, validate_model, write_bytes_atomic
+from .modelio import load_model, validate_model, write_bytes_atomic, write_json_atomic
 from .report import Report
 from .split import split
 from .split.deploy import attach_artifact, is_subgraph
@@ -58,20 +57,16 @@ class ConvertResult:
         save never leaves a partial file under a final name. Returns the model path."""
         os.makedirs(out_dir, exist_ok=True)
         for sg in self.subgraphs:
-            write_bytes_atomic(os.path.join(out_dir, f"{sg.name}-nodes.json"), _json_bytes(sg.nodes_json))
-            write_bytes_atomic(os.path.join(out_dir, f"{sg.name}-consts.json"), _json_bytes(sg.consts_json))
+            write_json_atomic(os.path.join(out_dir, f"{sg.name}-nodes.json"), sg.nodes_json)
+            write_json_atomic(os.path.join(out_dir, f"{sg.name}-consts.json"), sg.consts_json)
             write_bytes_atomic(os.path.join(out_dir, sg.artifact), sg.binary)
         if stages:
             for name, m in self.stages.items():
                 write_bytes_atomic(os.path.join(out_dir, f"stage-{name}.onnx"), m.SerializeToString())
-        write_bytes_atomic(os.path.join(out_dir, "report.json"), _json_bytes(self.report.to_dict()))
+        write_json_atomic(os.path.join(out_dir, "report.json"), self.report.to_dict())
         path = os.path.join(out_dir, "model.onnx")
         write_bytes_atomic(path, self.model.SerializeToString())
         return path
-
-
-def _json_bytes(obj) -> bytes:
-    return (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode()
 
 
 def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional[Target] = None,
@@ -136,6 +131,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
     # are fused again as CPU nodes (cleaner layouts than reverting them in place).
     cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
+    history: List[dict] = []          # dropped-region entries of earlier passes, with their details
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
@@ -149,6 +145,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
         more = _newly_cpu(result.dropped, fused.model, cpu)
         if more:
+            history.extend(d for d in result.dropped if set(d.get("origin", ())) & set(more))
             cpu.update(more)
             continue
         t = CLOCK()
@@ -158,12 +155,23 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             log.warning("region %s cannot be compiled (%s); keeping its nodes on the CPU", failed.region, failed.error)
             cpu.update({n: f"compile: {failed.error.message}" for n in failed.origin})
             continue
+        except _RegionNotWorth as slow:
+            history.append({"nodes": [], "origin": slow.origin, "reason": slow.reason, "estimate": slow.estimate})
+            cpu.update({n: slow.reason for n in slow.origin})
+            continue
         timings["emit+compile"] = CLOCK() - t
         break
     else:
         raise MrvlError("partitioning did not settle", hint="report this model")
-    dropped = [d for d in _dropped_log(cpu, exclude)] + result.dropped
+    known = {h["reason"] for h in history}
+    dropped = [d for d in _dropped_log(cpu, exclude) if d["reason"] not in known] + history + result.dropped
     deployable = result.model
+    if input_shapes is None:  # declared outputs stay as the user had them (e.g. data-dependent dims)
+        want = {o.name: o for o in original.graph.output}
+        for o in deployable.graph.output:
+            src = want.get(o.name)
+            if src is not None and src.type.tensor_type.elem_type == o.type.tensor_type.elem_type:
+                o.type.CopyFrom(src.type)
     deployable.ir_version = max(min(deployable.ir_version, 13), MAX_IR_VERSION)
     _layer_names(decisions, subgraphs)
     report = Report(decisions, [r.summary() for r in result.regions], dropped,
@@ -198,6 +206,14 @@ def _dropped_log(cpu: Dict[str, str], user_exclude) -> List[dict]:
     return [{"origin": names, "nodes": [], "reason": reason} for reason, names in by_reason.items()]
 
 
+class _RegionNotWorth(Exception):
+    """partition="cost": the compiled region is slower by the simulator's own cycle model."""
+
+    def __init__(self, region, reason: str):
+        super().__init__(reason)
+        self.region, self.reason, self.origin, self.estimate = region.name, reason, list(region.origin), region.estimate
+
+
 class _RegionFailed(Exception):
     def __init__(self, region, error: CompileError):
         super().__init__(str(error))
@@ -219,9 +235,15 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             t_emit += CLOCK() - t
             t = CLOCK()
             binary = emit_stage.compile_json(nodes_json, consts_json, options)
+            emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
             t_compile += CLOCK() - t
         except CompileError as exc:
             raise _RegionFailed(region, exc) from None
+        if region.estimate:   # partition="cost": re-check with the simulator's cycle model
+            from .split.cost import compiled_estimate, describe
+            region.estimate = compiled_estimate(region.estimate, binary)
+            if not region.estimate["offload"]:
+                raise _RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
         attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
         out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
                             region.origin, region.macs))

@@ -21,7 +21,7 @@ KNOWN_FAILURES = {
     r"test_(identity_sequence|identity_opt|loop13_seq|loop16_seq_none|optional_get_element_(optional_)?sequence"
     r"|sequence_map_\w+|sequence_insert_at_(back|front))": "legalize/shapes.ort_fill: KeyError 0 on sequence/optional values",
     r"test_dropout_default_mask(_ratio)?": "legalize: ModelError when Dropout's mask output is used",
-    r"test_affine_grid_2d(_align_corners)?_expanded": "legalize: converted model has Range on non-scalars",
+    r"test_affine_grid_[23]d(_align_corners)?_expanded": "legalize: converted model does not load (Range on non-scalars)",
     r"test_center_crop_pad_(pad|crop_and_pad)_expanded": "legalize: probe-derived static shapes for value-dependent tensors",
     r"test_scan_sum": "legalize: Scan-8 rewritten with different graph input ranks",
 }

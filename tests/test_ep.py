@@ -189,3 +189,19 @@ def test_memory_flat_over_1000_runs(two_models):
         sess.run(None, feed)
     grown = _rss_kib()
     assert grown <= base * 1.05, (base, grown)
+
+
+def test_many_sessions_then_clean_exit(two_models, tmp_path):
+    """Regression: ops defined after the library was registered crashed the process at exit."""
+    import subprocess
+    import sys
+    det = tmp_path / "det"
+    onnx_mrvl.convert(models.detection_like(seed=0)).save(str(det))
+    code = ("import onnx_mrvl\n"
+            f"a = onnx_mrvl.InferenceSession({str(two_models['tiny'] / 'model.onnx')!r})\n"
+            f"b = onnx_mrvl.InferenceSession({str(det / 'model.onnx')!r})\n"
+            f"c = onnx_mrvl.InferenceSession({str(two_models['fm'] / 'model.onnx')!r})\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]

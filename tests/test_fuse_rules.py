@@ -115,8 +115,10 @@ def test_hard_sigmoid_gate_with_other_params_is_not_hard_swish():
     tail = [node("HardSigmoid", ["y0"], "hs", alpha=0.2, beta=0.5), node("Mul", ["y0", "hs"], "out")]
     r = fused_ok(conv_model(tail))
     assert attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"
-    assert r.decisions["hs"].placement == "cpu" and "standalone activation" in r.decisions["hs"].reason
-    assert attrs(mrvl(r, "Mul2D")[0]).get("activation", "none") == "none"   # product of two tensors
+    # the gate alone runs as Mul2D(y0, 1) + hard_sigmoid; the product of two tensors is a second Mul2D
+    gate, prod = mrvl(r, "Mul2D")
+    assert r.decisions["hs"].mrvl_node == gate.name and attrs(gate)["activation"] == "hard_sigmoid"
+    assert attrs(prod).get("activation", "none") == "none" and r.decisions["out"].mrvl_node == prod.name
 
 
 def test_per_channel_add_mul_add_fold_into_conv():
@@ -208,7 +210,7 @@ def test_reshape_runs_on_nhwc_storage_when_it_can(shape, stored, converts):
     """A reshape that only splits/merges runs of axes in order in NHWC storage runs on the stored
     data (its output stays permuted); otherwise its input is converted once."""
     m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]), node("Reshape", ["c1", "s"], "r"),
-               node("Relu", ["r"], "out")],
+               node("Softplus", ["r"], "out")],
               [("x", [1, 3, 4, 5])], ["out"], {"W": w(6, 3, 1, 1), "B": w(6), "s": np.array(shape, np.int64)})
     r = fused_ok(m)
     (reshape,) = mrvl(r, "Reshape")
@@ -248,12 +250,12 @@ def test_cpu_slices_of_the_input_share_one_layout_transform():
 
 
 def test_cpu_split_and_relu_keep_the_nhwc_layout():
-    """CPU ops that compute the same on permuted data (Split on the channel axis, Relu) run on the
+    """CPU ops that compute the same on permuted data (Split on the channel axis, Softplus) run on the
     NHWC tensors between accelerator ops: no layout change around them."""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
                node("Split", ["c1", "sp"], ["a", "b"], name="split", axis=1),
                node("Conv", ["a", "W2", "B2"], "c2", kernel_shape=[1, 1]),
-               node("Concat", ["c2", "b"], "cat", axis=1), node("Relu", ["cat"], "r"),
+               node("Concat", ["c2", "b"], "cat", axis=1), node("Softplus", ["cat"], "r"),
                node("Conv", ["r", "W3", "B3"], "out", kernel_shape=[1, 1])],
               [("x", [1, 3, 4, 5])], ["out"],
               {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(4, 2, 1, 1), "B2": w(4), "W3": w(2, 8, 1, 1), "B3": w(2),
@@ -347,7 +349,9 @@ def test_activation_after_concat_of_a_pool_stays():
                node("Concat", ["a", "p"], "cat", axis=1), node("Relu", ["cat"], "out")],
               [("x", [1, 3, 4, 4])], ["out"], {"W1": w(3, 3, 1, 1), "B1": w(3)})
     r = fused_ok(m)
-    assert r.decisions["out"].placement == "cpu"
+    assert attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"   # not moved into the conv
+    (act,) = mrvl(r, "Mul2D")                                                # but Mul2D(cat, 1) + relu
+    assert r.decisions["out"].mrvl_node == act.name and attrs(act)["activation"] == "relu"
 
 
 def test_prelu_after_fc_stays_on_cpu():
@@ -499,14 +503,19 @@ REJECTIONS = {
                                   ["out"]), "weights are not a constant initializer"),
     "gemm_transA": (lambda: model([node("Gemm", ["x", "W"], "out", name="node", transA=1, transB=1)],
                                   [("x", [4, 1])], ["out"], {"W": w(3, 4)}), "not in the canonical FC form"),
-    "fc_3d": (lambda: model([node("MatMul", ["x", "W"], "out", name="node")], [("x", [1, 2, 4])], ["out"],
-                            {"W": w(4, 3)}), "input is 3-D"),
+    "fc_rows": (lambda: model([node("MatMul", ["x", "W"], "out", name="node")], [("x", [2, 40000, 4])], ["out"],
+                              {"W": w(4, 3)}), "80000 rows of an FC over [2, 40000, 4] exceed the limit 65536"),
+    "fc_3d_weight": (lambda: model([node("MatMul", ["x", "W"], "out", name="node")], [("x", [2, 3, 4])], ["out"],
+                                   {"W": w(2, 4, 3)}), "MatMul weight is not 2-D"),
     "pool_window": (lambda: model([node("MaxPool", ["x"], "out", name="node", kernel_shape=[17, 17])],
                                   [("x", [1, 2, 20, 20])], ["out"]), "pool window [17, 17] exceeds the limit 16"),
     "pool_indices": (lambda: model([node("MaxPool", ["x"], ["out", "idx"], name="node", kernel_shape=[2, 2])],
                                    [("x", [1, 2, 4, 4])], ["out"]), "MaxPool with an Indices output"),
     "eltwise_broadcast": (lambda: model([node("Add", ["x", "y"], "out", name="node")],
-                                        [("x", [1, 2, 4, 4]), ("y", [1, 2, 1, 4])], ["out"]), "broadcast"),
+                                        [("x", [1, 2, 4, 4]), ("y", [4])], ["out"]), "broadcast across ranks"),
+    "eltwise_batch_broadcast": (lambda: model([node("Mul", ["x", "y"], "out", name="node")],
+                                              [("x", [2, 2, 4, 4]), ("y", [1, 2, 1, 1])], ["out"]),
+                                "broadcast along the batch axis"),
     "eltwise_const_widens": (lambda: model([node("Add", ["x", "c"], "out", name="node")], [("x", [1, 2, 1, 4])],
                                            ["out"], {"c": w(1, 2, 3, 4)}), "broadcasts the tensor operand"),
     "eltwise_nan": (lambda: model([node("Mul", ["x", "c"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"],
@@ -514,13 +523,19 @@ REJECTIONS = {
                     "operand holds 1 NaN/inf values"),
     "concat_batch": (lambda: model([node("Concat", ["x", "y"], "out", name="node", axis=0)],
                                    [("x", [1, 2, 3, 4]), ("y", [1, 2, 3, 4])], ["out"]), "concat on the batch axis"),
-    "concat_3d": (lambda: model([node("Concat", ["x", "y"], "out", name="node", axis=1)],
-                                [("x", [1, 2, 3]), ("y", [1, 2, 3])], ["out"]), "3-D concat"),
+    "concat_6d": (lambda: model([node("Concat", ["x", "y"], "out", name="node", axis=1)],
+                                [("x", [1, 2, 3, 1, 1, 2]), ("y", [1, 2, 3, 1, 1, 2])], ["out"]), "6-D concat"),
     "resize_linear": (lambda: model([node("Resize", ["x", "", "s"], "out", name="node", mode="linear")],
                                     [("x", [1, 2, 3, 4])], ["out"], {"s": np.array([1, 1, 2, 2], np.float32)}),
                       "Resize mode 'linear'"),
-    "standalone_activation": (lambda: model([node("Relu", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])],
-                                            ["out"]), "standalone activation"),
+    "standalone_batchnorm": (lambda: model([node("BatchNormalization", ["x", "g", "b", "m", "v"], "out", name="node")],
+                                           [("x", [1, 2, 3, 4])], ["out"],
+                                           {"g": w(2), "b": w(2), "m": w(2), "v": np.ones(2, np.float32)}),
+                             "standalone batch normalization"),
+    "standalone_activation_1d": (lambda: model([node("Relu", ["x"], "out", name="node")], [("x", [6])], ["out"]),
+                                 "standalone activation on a 1-D tensor"),
+    "standalone_prelu": (lambda: model([node("PRelu", ["x", "s"], "out", name="node")], [("x", [1, 2, 3, 4])],
+                                       ["out"], {"s": w(2, 1, 1)}), "standalone activation"),
     "no_op": (lambda: model([node("Softmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
               "no accelerator op for Softmax"),
 }
@@ -535,6 +550,9 @@ def _symbolic_batch():
 REJECTIONS.update({
     "auto_pad": (lambda: _conv_case(auto_pad="SAME_UPPER"), "auto_pad not resolved to explicit pads"),
     "channels": (lambda: _conv_case(), "6 channels exceed the limit 4", Target(max_channels=4)),
+    "standalone_not_in_target": (lambda: model([node("Sigmoid", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])],
+                                               ["out"]), "activation sigmoid is not in the target's activations",
+                                 Target(activations=("relu",))),
     "fc_features": (lambda: model([node("Gemm", ["x", "W"], "out", name="node", transB=1)], [("x", [1, 40])],
                                   ["out"], {"W": w(3, 40)}), "40 features exceed the limit 32",
                     Target(max_fc_features=32)),

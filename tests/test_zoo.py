@@ -41,7 +41,7 @@ def test_accelerator_path_is_really_used(rows):
 
 def test_markdown_and_json(rows, tmp_path, capsys):
     md = zoo.markdown(rows, zoo.runner_kind())
-    assert md.count("\n| ") == len(rows) + 1 and f"{len(rows)} ok, 0 not ok" in md
+    assert md.count("\n| ") == len(rows) + 2 and f"{len(rows)} ok, 0 not ok" in md
     out = tmp_path / "zoo.json"
     assert zoo.main(["--only", "tiny_cnn", "--strategies", "max", "--json", str(out)]) == 0
     data = json.loads(out.read_text())

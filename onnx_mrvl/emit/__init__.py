@@ -5,4 +5,5 @@
 ``convert()`` goes through exactly these two functions.
 """
 from .compile import CompileOptions, build_program, compile_json  # noqa: F401
+from .nodes_json import detach_arrays  # noqa: F401
 from .nodes_json import emit_json as emit  # noqa: F401

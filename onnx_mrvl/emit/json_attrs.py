@@ -17,6 +17,37 @@ from ..errors import CompileError
 HINT = "the Nodes-JSON / Constants-JSON must follow docs/json-format.md"
 
 
+class ConstEntry(dict):
+    """A Constants-JSON entry: a plain dict to ``json`` and every reader, which also carries,
+    within the process, the read-only float32 array its ``data_base64`` was encoded from.
+
+    ``decode_const`` takes the bytes from ``array`` instead of decoding the text only while
+    ``entry["data_base64"] is entry.b64`` (the very string made from it), so an edited entry is
+    decoded from its text as usual; every other check runs either way. ``detach()`` drops the
+    array (the entry is then an ordinary dict that gets decoded)."""
+
+    __slots__ = ("b64", "array")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.b64 = self.array = None
+
+    def attach(self, b64: str, array: np.ndarray) -> "ConstEntry":
+        self.b64, self.array = b64, array
+        return self
+
+    def detach(self) -> None:
+        self.b64 = self.array = None
+
+    def known_bytes(self):
+        """The entry's bytes as a flat uint8 array when its base64 text is unchanged, else None."""
+        if self.array is None or self.get("data_base64") is not self.b64:
+            return None
+        raw = self.array.reshape(-1).view(np.uint8)
+        raw.flags.writeable = False   # decoded constants are read-only, like bytes from base64
+        return raw
+
+
 def unwrap(v):
     """[["a", "b"]] -> ["a", "b"]; ["a"] -> "a"; anything else unchanged."""
     while isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
@@ -123,9 +154,11 @@ def decode_const(consts: dict, name: str, a: NodeAttrs) -> np.ndarray:
     try:
         shape = [int(to_number(d)) for d in c["shape"]]
         dtype = np.dtype(str(c.get("dtype", "float32"))).newbyteorder("<")
-        data = c["data_base64"]
-        raw = binascii.a2b_base64(data.encode("ascii") if isinstance(data, str) else bytes(data),
-                                  strict_mode=True)
+        raw = c.known_bytes() if isinstance(c, ConstEntry) else None
+        if raw is None:
+            data = c["data_base64"]
+            raw = binascii.a2b_base64(data.encode("ascii") if isinstance(data, str) else bytes(data),
+                                      strict_mode=True)
     except (TypeError, ValueError, binascii.Error) as exc:
         a.fail(f"constant '{name}' is malformed ({exc})")
     if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):

@@ -32,15 +32,33 @@ class Context:
     weights: Dict[str, np.ndarray]
     wmeta: List[dict]
 
-    def weight(self, a: NodeAttrs, name: str, arr: np.ndarray, layout: str, fp16: bool) -> str:
+    def weight(self, a: NodeAttrs, name: str, arr: np.ndarray, layout: str, fp16: bool, shape=None) -> str:
+        """Store ``arr`` (any strides: one cast writes it C-contiguous) as fp16 or fp32, reshaped to
+        ``shape`` when given; values that are not finite in that dtype are refused."""
         with np.errstate(over="ignore", invalid="ignore"):
             data = np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
-        if not np.all(np.isfinite(data)):
+        if not _finite(arr, data, fp16):
             a.fail(f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}",
                    hint="keep this layer on the CPU (convert(..., exclude=[...]))")
+        if shape is not None:
+            data = data.reshape(shape)
         self.weights[name] = data
         self.wmeta.append({"name": name, "shape": list(data.shape), "dtype": str(data.dtype), "layout": layout})
         return name
+
+
+FP16_LIMIT = 65520.0  # float32 values of at least this magnitude round to inf in float16
+
+
+def _finite(src, data: np.ndarray, fp16: bool) -> bool:
+    """All of ``data`` (``src`` cast to fp16/fp32) finite; for a float32 source checked through
+    its min and max (a float32 rounds to a finite fp16 exactly when its magnitude is below 65520)."""
+    if data.size == 0:
+        return True
+    if fp16 and isinstance(src, np.ndarray) and src.dtype == np.float32:
+        lo, hi = src.min(), src.max()   # NaN propagates
+        return bool(-FP16_LIMIT < lo and hi < FP16_LIMIT)
+    return bool(np.all(np.isfinite(data)))
 
 
 def fit_rank(shape: List[int], rank: int) -> List[int]:
@@ -172,12 +190,12 @@ def fc(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"weights_need_transform needs the NHWC shape that was flattened (flatten_shape or a "
                    f"4-D data_layout_shape); got {fs} for K={k}")
         _, h, wd, c = fs
-        w = w.reshape(o, c, h, wd).transpose(0, 2, 3, 1).reshape(o, k)
+        w = w.reshape(o, c, h, wd).transpose(0, 2, 3, 1)  # a view: ctx.weight's cast writes it OI
     if in_shapes[0][-1] != k or len(in_shapes[0]) != 2:
-        a.fail(f"FC kernel {list(w.shape)} (OI) does not fit an input of shape {in_shapes[0]}")
+        a.fail(f"FC kernel {[o, k]} (OI) does not fit an input of shape {in_shapes[0]}")
     if a.has("units") and str(unwrap(a.raw["units"])).strip().lstrip("-").isdigit() and a.int("units") != o:
         a.fail(f"units={a.int('units')} but the kernel has {o} rows")
-    weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OI", fp16=True)
+    weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OI", fp16=True, shape=(o, k))
     if a.has("bias_const_name"):
         weights["bias"] = ctx.weight(a, f"{lname}.bias", vector(a, ctx, "bias_const_name", o, "bias"), "O", fp16=False)
     activation(a, ctx, lname, o, params, weights)

@@ -11,7 +11,7 @@ leading 1.
 """
 from __future__ import annotations
 
-import base64
+import binascii
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -21,6 +21,7 @@ from .. import opset
 from .._graph import GraphIndex
 from ..errors import CompileError
 from ..provenance import get_composite, get_origin
+from .json_attrs import ConstEntry
 
 LAYOUT_BY_RANK = {4: "NCHW", 2: "NC", 3: "NCW", 1: "C"}
 CONST_MAPS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const", "mean_const",
@@ -48,15 +49,39 @@ def _minmax(v: float) -> str:
 
 
 def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
-    """A Constants-JSON entry: float32 little-endian bytes, base64."""
+    """A Constants-JSON entry: float32 little-endian bytes, base64 (a :class:`ConstEntry` that also
+    carries the array when nothing can change its values later, for ``compile_json`` in-process)."""
     a = np.ascontiguousarray(arr, dtype="<f4")
     if shape is None:
         shape = list(a.shape)
         if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
             shape = [1] + shape
-    return {"shape": [int(d) for d in shape], "dtype": "float32",
-            "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
-            "data_base64": base64.b64encode(a.tobytes()).decode("ascii")}
+    b64 = binascii.b2a_base64(a, newline=False).decode("ascii")
+    entry = ConstEntry({"shape": [int(d) for d in shape], "dtype": "float32",
+                        "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
+                        "data_base64": b64})
+    frozen = _frozen(a, owned=a is not arr and a.base is None)
+    return entry.attach(b64, frozen) if frozen is not None else entry
+
+
+def _frozen(a: np.ndarray, owned: bool):
+    """A read-only view of ``a`` when nobody can write its values any more: a copy made here, or an
+    array whose memory is an immutable ``bytes`` object (onnx's numpy_helper.to_array). Else None."""
+    base = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if not (owned or isinstance(base, bytes)):
+        return None
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def detach_arrays(consts_json: dict) -> None:
+    """Drop the arrays :func:`const_entry` attached (after compiling: keeps only the JSON's memory)."""
+    for entry in consts_json.values():
+        if isinstance(entry, ConstEntry):
+            entry.detach()
 
 
 def _pad4(shape: Sequence[int]) -> List[int]:

@@ -30,6 +30,8 @@ ATTRS = ("region", "origin", "embed_mode", "artifact", "binary", "sha256")
 _lock = threading.RLock()
 _defined: set = set()
 _hook_installed = False
+_library_registered = False   # once a session has the library, defining more ops crashes at exit
+MAX_ARITY = int(os.environ.get("ONNX_MRVL_MAX_ARITY", "16"))
 
 
 @dataclass
@@ -208,9 +210,14 @@ def define_ops(signatures) -> None:
 
     with _lock:
         _install_hook()
-        for nin, nout in sorted(set(signatures)):
-            if (nin, nout) in _defined:
-                continue
+        new = sorted(set(signatures) - _defined)
+        if new and _library_registered:
+            raise MrvlRuntimeError(
+                f"regions with {new[0][0]} inputs and {new[0][1]} outputs need a custom op that can no longer be "
+                f"defined in this process (onnxruntime-extensions reads its op list once)",
+                hint=f"set ONNX_MRVL_MAX_ARITY above {max(max(n) for n in new)} before the first session, or "
+                     f"create this model's session first")
+        for nin, nout in new:
             attrs = {k: PyCustomOpDef.dt_string for k in ATTRS}
             attrs["embed_mode"] = PyCustomOpDef.dt_int64
             onnx_op(op_type=f"{DOMAIN}::Subgraph_{nin}x{nout}", inputs=[PyCustomOpDef.dt_float] * nin,
@@ -219,7 +226,7 @@ def define_ops(signatures) -> None:
         _install_hook()
 
 
-BASE_SIGNATURES: List[Tuple[int, int]] = [(i, o) for i in range(1, 5) for o in range(1, 5)]
+BASE_SIGNATURES: List[Tuple[int, int]] = [(i, o) for i in range(1, MAX_ARITY + 1) for o in range(1, MAX_ARITY + 1)]
 
 
 def register(sess_options, model_path: Optional[str] = None, signatures=()) -> None:
@@ -233,5 +240,7 @@ def register(sess_options, model_path: Optional[str] = None, signatures=()) -> N
     if model_path is not None:
         from .session import preload
         sigs += preload(model_path)[1]
+    global _library_registered
     define_ops(sigs)
     sess_options.register_custom_ops_library(get_library_path())
+    _library_registered = True

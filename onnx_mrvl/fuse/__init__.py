@@ -18,13 +18,15 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import materialize
-from .patterns import ANCHORS, Group, activation_through_concat
+from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat
+from .standalone import ACTIVATION_OPS, build_standalone_activation
 
 log = logging.getLogger(__name__)
 
-ABSORB_ONLY = {"Relu": "activation", "Clip": "activation", "LeakyRelu": "activation", "PRelu": "activation",
-               "Sigmoid": "activation", "Tanh": "activation", "HardSigmoid": "activation",
-               "HardSwish": "activation", "BatchNormalization": "batch normalization"}
+ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization"}
+# an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
+STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
+ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS})
 
 
 class _Index(GraphIndex):

@@ -27,6 +27,7 @@ from .._graph import FLOAT, GraphIndex, attr
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
+from . import fc_rows
 from .perms import reshape_blocks, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -80,6 +81,7 @@ class Materializer:
         self.aliases = aliases
         self.loc: Dict[str, Tuple[str, Perm]] = {}
         self.flat: Dict[str, List[int]] = {}          # tensor -> NHWC shape it was flattened from
+        self.rows: Dict[str, Tuple[str, List[int]]] = {}  # N-D FC output kept as [rows, O] -> (name, stored shape)
         self.cache: Dict[Tuple[str, Perm], str] = {}
         self.mrvl_tensors: set = set()
         self.nodes: List[onnx.NodeProto] = []
@@ -135,8 +137,8 @@ class Materializer:
         name, have = self.loc[t]
         if have == want:
             return name
-        if t in self.flat:
-            raise AssertionError(f"flattened NHWC tensor {t} used outside an FC")
+        if t in self.flat or t in self.rows:
+            raise AssertionError(f"flattened tensor {t} used outside an FC")
         key = (t, want)
         if key in self.cache:
             return self.cache[key]
@@ -147,7 +149,19 @@ class Materializer:
         out = t if (want is None and t in self.g.output_set) else self.fresh(
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
-        if len(q) == 4 and tuple(q) in layouts and (for_mrvl or name in self.mrvl_tensors):
+        mrvl = for_mrvl or name in self.mrvl_tensors
+        if [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
+            # only unit axes move (e.g. an SE scale [N, C, 1, 1]): the same data, relabelled by a reshape
+            stored = _stored_shape(shape, want)
+            if mrvl:
+                node = opset.make_node("Reshape", [name], [out], name=self.fresh(f"reshape_{t}"), origin=origin,
+                                       attrs={"shape": stored}, composite="mrvl.reshape")
+                self.mrvl_tensors.add(out)
+            else:
+                node = helper.make_node("Reshape", [name, self.init(f"{t}_stored_shape", np.array(stored), np.int64)],
+                                        [out], name=self.fresh(f"reshape_{t}"))
+                set_origin(node, origin)
+        elif len(q) == 4 and tuple(q) in layouts and mrvl:
             src_l, dst_l = layouts[tuple(q)]
             node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
                                    origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
@@ -267,16 +281,17 @@ class Materializer:
                    "Concat": self._concat, "Reshape": self._reshape}[op]
         handler(grp)
 
-    def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm) -> None:
+    def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,
+              composite: Optional[str] = None) -> None:
         out = self.define(grp.output, out_perm, mrvl=True, suffix=grp.output_suffix)
-        name = self.fresh(f"mrvl_{grp.anchor.name}")
+        name = self.fresh(f"mrvl_{grp.anchor.name}" + ("_back" if composite else ""))
         self.mrvl_producer[out] = name
         self.mrvl_name[grp.anchor.name] = name
         folded = [a for t in grp.inputs for a in self.alias_of.get(t, []) if a not in self.alias_owner]
         for a in folded:
             self.alias_owner[a] = name
         self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
-                                 attrs=attrs, composite=grp.composite), out_perm)
+                                 attrs=attrs, composite=composite or grp.composite), out_perm)
         if grp.output in self.g.output_set and out != grp.output:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
 
@@ -297,6 +312,9 @@ class Materializer:
     def _fc(self, grp: Group) -> None:
         src = grp.inputs[0]
         attrs = dict(grp.attrs)
+        if len(self.logical_shape(src)) > 2:
+            self._fc_rows(grp)
+            return
         if src in self.flat:
             x = self.loc[src][0]
             attrs.update(weights_need_transform=1, flatten_shape=self.flat[src])
@@ -306,6 +324,9 @@ class Materializer:
         ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"]),
                self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else ""]
         self._emit(grp, "FC", ins, attrs, None)
+
+    def _fc_rows(self, grp: Group) -> None:
+        fc_rows.materialize(self, grp)
 
     def _eltwise(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs)
@@ -355,6 +376,9 @@ class Materializer:
                 out_perm = _norm(want)
         elif perm is not None:
             name = self.get(src, None, for_mrvl=True, origin=grp.origin)
+        if out_perm is None and flat is None and len(out_shape) == 4 and self._feeds_mrvl(out):
+            # [N, C] -> [N, C, 1, 1] (a Linear SE scale): the same data is already NHWC
+            out_perm = _canonical(list(range(4)), out_shape, nhwc_first=True)
         op = "Reshape"
         if len(out_shape) == 2 and len(in_shape) > 2:
             op = "Flatten"
@@ -368,6 +392,9 @@ class Materializer:
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
                    if c.name in self.group_of)
+
+    def _feeds_mrvl(self, t: str) -> bool:
+        return any(c.name in self.group_of for c in self.g.consumers.get(t, []))
 
     def _only_spatial(self, t: str) -> bool:
         users = self.g.consumers.get(t, [])

@@ -99,15 +99,20 @@ def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
 # steps are exact in fp32: W' = W * scale (per output channel), B' = B * scale + shift.
 CONV_CHAIN = ("bias", "batchnorm", "scale", "shift", "activation")
 FC_CHAIN = ("bias", "batchnorm", "scale", "shift", "activation")
+FC_ND_CHAIN = ("bias", "scale", "shift", "activation")   # features on the last axis: no BN (axis 1)
+MAX_FC_ROWS = 65536   # rows of an FC on N-D data ([B, T, K] -> [B*T, K]): one FC layer's row count
+ELTWISE_RANKS = (2, 3, 4, 5)
+CONCAT_RANKS = (2, 3, 4, 5)
 
 
-def _absorb_chain(g: GraphIndex, grp: Group, chain, channels: int, rank: int, target: Target) -> None:
+def _absorb_chain(g: GraphIndex, grp: Group, chain, channels: int, rank: int, target: Target,
+                  axis: int = 1) -> None:
     for step in chain:
         if step == "activation":
             _absorb_activation(g, grp, channels, target)
             continue
-        m = steps.FOLD_STEPS[step](g, grp.output, channels, rank)
-        if m is None:
+        m = steps.FOLD_STEPS[step](g, grp.output, channels, rank, axis)
+        if m is None or g.shape(m.output) is None:
             continue
         b = grp.weights.get("B", np.zeros(channels, np.float32))
         if m.scale is not None:
@@ -128,7 +133,7 @@ def _allowed_activations(ops, target: Target) -> Tuple[str, ...]:
 
 def _absorb_activation(g, group: Group, channels: int, target: Target) -> None:
     m = steps.activation(g, group.output, channels, _allowed_activations([group.op], target))
-    if m:
+    if m and g.shape(m.output) is not None:   # an output without a static shape stays on the CPU
         group.nodes += m.nodes
         group.output = m.output
         group.attrs.update(m.attrs)
@@ -189,8 +194,8 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if not g.is_const(w):
         return "weights are not a constant initializer"
     xs = g.shape(x)
-    if len(xs) != 2:
-        return f"input is {len(xs)}-D (the FC layer takes [N, K])"
+    if len(xs) < 2 or (len(xs) > 2 and n.op_type != "MatMul"):
+        return f"input is {len(xs)}-D (the FC layer takes [N, K], or [..., K] through a MatMul)"
     if g.elem_type(w) != onnx.TensorProto.FLOAT:
         return f"weights '{w}' are not float32"
     wv = np.asarray(g.const(w), dtype=np.float32)
@@ -213,10 +218,18 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
         weights = {"W": np.ascontiguousarray(wv.T)}
     if max(weights["W"].shape) > target.max_fc_features:
         return f"{max(weights['W'].shape)} features exceed the limit {target.max_fc_features}"
+    if weights["W"].shape[1] != xs[-1]:
+        return f"weights {list(wv.shape)} do not fit an input of shape {xs}"
+    grp = Group("FC", "mrvl.fc_ni2no", [n], [x], n.output[0], {}, weights)
+    if len(xs) > 2:   # [..., K] x [K, O]: Reshape [rows, K] -> FC -> Reshape [..., O] (rows are not a batch)
+        rows = int(np.prod(xs[:-1]))
+        if rows > MAX_FC_ROWS:
+            return f"{rows} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
+        _absorb_chain(g, grp, FC_ND_CHAIN, weights["W"].shape[0], len(xs), target, axis=-1)
+        return grp
     reason = _batch(g, x, target)
     if reason:
         return reason
-    grp = Group("FC", "mrvl.fc_ni2no", [n], [x], n.output[0], {}, weights)
     _absorb_chain(g, grp, FC_CHAIN, weights["W"].shape[0], 2, target)
     return grp
 
@@ -274,7 +287,7 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if reason:
         return reason
     out_shape = g.shape(n.output[0])
-    if len(out_shape) not in (2, 3, 4):
+    if len(out_shape) not in ELTWISE_RANKS:
         return f"{len(out_shape)}-D elementwise operation"
     consts = [t for t in (a, b) if g.is_const(t)]
     if len(consts) == 2:
@@ -288,8 +301,14 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
         inputs = [data]
         weights = {"operand": g.const(consts[0]).astype(np.float32)}
     else:
-        if g.shape(a) != out_shape or g.shape(b) != out_shape:
-            return f"operands of shapes {g.shape(a)} and {g.shape(b)} broadcast"
+        # x[N,C,H,W] * s[N,C,1,1] (squeeze-and-excitation): operands of the output's rank broadcast
+        # the same way in any storage order both share, so the layout keeps them aligned
+        sa, sb = g.shape(a), g.shape(b)
+        if len(sa) != len(out_shape) or len(sb) != len(out_shape):
+            return (f"operands of shapes {sa} and {sb} broadcast across ranks (the accelerator "
+                    f"broadcasts operands of the same rank)")
+        if sa[0] != out_shape[0] or sb[0] != out_shape[0]:
+            return f"operands of shapes {sa} and {sb} broadcast along the batch axis"
         inputs, weights = [a, b], {}
     reason = _batch(g, n.output[0], target)
     if reason:
@@ -306,7 +325,7 @@ def build_concat(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if reason:
         return reason
     rank = len(g.shape(n.output[0]))
-    if rank not in (2, 4):
+    if rank not in CONCAT_RANKS:
         return f"{rank}-D concat"
     if any(g.is_const(t) for t in n.input):
         return "a constant operand"

@@ -24,20 +24,23 @@ class StepMatch:
     shift: Optional[np.ndarray] = None   # per-channel addend to fold into the anchor
 
 
-def _channel_vector(value: np.ndarray, channels: int, rank: int) -> Optional[np.ndarray]:
-    """``value`` as a length-``channels`` vector when it broadcasts along axis 1 only."""
+def _channel_vector(value: np.ndarray, channels: int, rank: int, axis: int = 1) -> Optional[np.ndarray]:
+    """``value`` as a length-``channels`` vector when it broadcasts along ``axis`` only (1: the
+    channels of NCHW / [N, C]; -1: the features of an N-D FC output)."""
     v = np.asarray(value, dtype=np.float32)
     if v.size == 1:
         return np.full(channels, float(v.reshape(-1)[0]), np.float32)
     if v.ndim > rank:
         return None
     full = v.reshape((1,) * (rank - v.ndim) + v.shape)
-    if full.shape[1] != channels or any(d != 1 for i, d in enumerate(full.shape) if i != 1):
+    axis %= rank
+    if full.shape[axis] != channels or any(d != 1 for i, d in enumerate(full.shape) if i != axis):
         return None
     return full.reshape(channels).astype(np.float32)
 
 
-def per_channel_op(g: GraphIndex, y: str, channels: int, rank: int, op_type: str) -> Optional[StepMatch]:
+def per_channel_op(g: GraphIndex, y: str, channels: int, rank: int, op_type: str,
+                   axis: int = 1) -> Optional[StepMatch]:
     """``y (op) const`` with a per-channel constant (bias add or scale), foldable into the anchor."""
     n = g.single_consumer(y)
     if n is None or n.op_type != op_type or len(n.input) != 2:
@@ -45,7 +48,7 @@ def per_channel_op(g: GraphIndex, y: str, channels: int, rank: int, op_type: str
     other = n.input[1] if n.input[0] == y else n.input[0]
     if other == y or not g.is_const(other) or not g.is_float(n.output[0]):
         return None
-    vec = _channel_vector(g.const(other), channels, rank)
+    vec = _channel_vector(g.const(other), channels, rank, axis)
     if vec is None or g.shape(n.output[0]) != g.shape(y):
         return None
     if op_type == "Add":
@@ -53,9 +56,12 @@ def per_channel_op(g: GraphIndex, y: str, channels: int, rank: int, op_type: str
     return StepMatch([n], n.output[0], scale=vec)
 
 
-def batchnorm(g: GraphIndex, y: str, channels: int, rank: int) -> Optional[StepMatch]:
-    """Inference-mode BatchNormalization with constant statistics: a per-channel scale and shift."""
+def batchnorm(g: GraphIndex, y: str, channels: int, rank: int, axis: int = 1) -> Optional[StepMatch]:
+    """Inference-mode BatchNormalization with constant statistics: a per-channel scale and shift
+    (BN normalises axis 1: nothing to fold when the anchor's channels are on another axis)."""
     n = g.single_consumer(y)
+    if axis % max(rank, 1) != 1:
+        return None
     if n is None or n.op_type != "BatchNormalization" or n.input[0] != y:
         return None
     if len([o for o in n.output if o]) != 1 or attr(n, "training_mode", 0):
@@ -70,15 +76,15 @@ def batchnorm(g: GraphIndex, y: str, channels: int, rank: int) -> Optional[StepM
                      shift=(beta - mean * scale).astype(np.float32))
 
 
-def _add(g, y, channels, rank):
-    return per_channel_op(g, y, channels, rank, "Add")
+def _add(g, y, channels, rank, axis=1):
+    return per_channel_op(g, y, channels, rank, "Add", axis)
 
 
-def _mul(g, y, channels, rank):
-    return per_channel_op(g, y, channels, rank, "Mul")
+def _mul(g, y, channels, rank, axis=1):
+    return per_channel_op(g, y, channels, rank, "Mul", axis)
 
 
-# chain step name -> matcher (g, tensor, channels, rank) -> StepMatch | None
+# chain step name -> matcher (g, tensor, channels, rank, axis) -> StepMatch | None
 FOLD_STEPS = {"bias": _add, "batchnorm": batchnorm, "scale": _mul, "shift": _add}
 
 
@@ -91,8 +97,13 @@ def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMa
         return _gated(g, y, users, allowed)
     if len(users) != 1:
         return None
-    n = users[0]
+    return classify(g, users[0], channels, allowed)
+
+
+def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Optional[StepMatch]:
+    """``n`` itself as an activation the accelerator applies (its input is ``n.input[0]``), or None."""
     out = n.output[0] if n.output else None
+    y = n.input[0] if n.input else None
     kind, attrs, weights = None, {}, {}
     if n.op_type == "Relu":
         kind = "relu"
@@ -135,7 +146,17 @@ def _gated(g: GraphIndex, y: str, users, allowed) -> Optional[StepMatch]:
     mul = next((u for u in users if u.op_type == "Mul"), None)
     if gate is None or mul is None or gate.output[0] not in mul.input or y not in mul.input:
         return None
-    if g.single_consumer(gate.output[0]) is not mul:
+    return gated_by(g, gate, allowed)
+
+
+def gated_by(g: GraphIndex, gate: onnx.NodeProto, allowed) -> Optional[StepMatch]:
+    """The gate ``Sigmoid(y)`` / ``HardSigmoid(y; 1/6, 1/2)`` read only by a ``Mul(y, gate)``:
+    silu / hard_swish of ``y`` (nodes: the gate and the Mul)."""
+    y = gate.input[0]
+    mul = g.single_consumer(gate.output[0])
+    if mul is None or mul.op_type != "Mul" or sorted(mul.input) != sorted([y, gate.output[0]]):
+        return None
+    if y == gate.output[0] or mul.name in g.excluded or not mul.output[0]:
         return None
     if gate.op_type == "Sigmoid":
         kind = "silu"

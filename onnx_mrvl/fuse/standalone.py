@@ -1,0 +1,60 @@
+"""Standalone activations: an activation that no conv/fc/sum/mul absorbed (after a Concat, a
+Reshape or a CPU op) becomes ``Mul2D(x, 1.0)`` carrying the activation. ``x * 1 == x`` exactly (also
+in fp16), so no new accelerator op is needed.
+
+    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish   -> Mul2D(x, 1) + activation
+    Sigmoid(x) -> Mul(x, .)  /  HardSigmoid(x; 1/6, 1/2) -> Mul(x, .)    -> Mul2D(x, 1) + silu / hard_swish
+
+Rule: always, when the tensor is float32 with a static shape of rank 2-5 and the activation is in
+``target.activations``. Next to accelerator ops this saves a CPU round trip; between CPU ops it makes
+a region without conv/fc, which the partitioner leaves on the CPU (``Mul(x, 1)`` then costs nothing
+measurable there). PRelu is not covered: Mul2D has no slope input.
+"""
+from __future__ import annotations
+
+import onnx
+import numpy as np
+
+from .._graph import GraphIndex, attr
+from ..target import Target
+from . import steps
+from .patterns import ELTWISE_RANKS, Group, _allowed_activations, _batch, _float_static
+
+ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+
+
+def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    """``Mul2D(x, 1)`` with the activation of ``n`` (or of the gate ``n`` and its Mul), or a reason."""
+    x = n.input[0] if n.input else ""
+    if not x or not n.output or not n.output[0]:
+        return "activation without an input or output"
+    reason = _float_static(g, [x, n.output[0]])
+    if reason:
+        return reason
+    rank = len(g.shape(x))
+    if rank not in ELTWISE_RANKS:
+        return f"standalone activation on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
+    reason = _batch(g, x, target)
+    if reason:
+        return reason
+    allowed = _allowed_activations(["Mul2D"], target)
+    m = None
+    if n.op_type in ("Sigmoid", "HardSigmoid"):
+        m = steps.gated_by(g, n, allowed)
+    if m is None:
+        m = steps.classify(g, n, 1, allowed)
+    if m is None:
+        if n.op_type == "Clip":
+            return "Clip with bounds that are not constant"
+        kind = _kind(n)
+        return f"activation {kind} is not in the target's activations ({', '.join(allowed) or 'none'})"
+    grp = Group("Mul2D", "mrvl.mul", list(m.nodes), [x], m.output, dict(m.attrs),
+                {"operand": np.ones([1] * rank, np.float32)})
+    return grp
+
+
+def _kind(n: onnx.NodeProto) -> str:
+    if n.op_type == "HardSigmoid":
+        return f"hard_sigmoid(alpha={attr(n, 'alpha', 0.2):g}, beta={attr(n, 'beta', 0.5):g})"
+    return {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
+            "HardSwish": "hard_swish"}.get(n.op_type, n.op_type)

@@ -1,0 +1,391 @@
+"""Exporter-style graphs (PyTorch / TF / Paddle idioms) that fusion round 2 covers: squeeze-and-
+excitation (broadcast Mul/Add), MatMul on N-D data with a constant 2-D weight, standalone activations
+(Mul2D(x, 1) + activation), 3-D / 5-D concat and elementwise ops.
+
+Each model: the structure of the fused model, the fused model in plain onnxruntime vs the original
+within 1e-4 relative, and convert + InferenceSession (regions on the fp16 simulator) vs the original
+within 1e-2 of max|ref|."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl import opset
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+
+F = TensorProto.FLOAT
+
+
+class Net:
+    """A tiny graph builder with seeded weights (names are unique per op)."""
+
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.k = [], [], 0
+
+    def _name(self, base):
+        self.k += 1
+        return f"{base}{self.k}"
+
+    def const(self, value, base="c"):
+        name = self._name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, op_type, inputs, base=None, n_out=1, **attrs):
+        """``base`` names the node exactly when first used (tests look nodes up by it)."""
+        used = {n.name for n in self.nodes}
+        name = base if base and base not in used else self._name(base or op_type.lower())
+        outs = [name] if n_out == 1 else [f"{name}_{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def w(self, *shape, scale=None):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        scale = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+        return self.const((self.rng.standard_normal(shape) * scale).astype(np.float32), "w")
+
+    def conv(self, x, cin, cout, k=3, stride=1, group=1, act="relu", bn=True):
+        y = self.op("Conv", [x, self.w(cout, cin // group, k, k)] + ([] if bn else [self.w(cout, scale=0.1)]),
+                    kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2, group=group)
+        if bn:
+            y = self.op("BatchNormalization", [y, self.const(1 + 0.1 * self.rng.standard_normal(cout).astype(np.float32)),
+                                               self.w(cout, scale=0.1), self.w(cout, scale=0.1),
+                                               self.const(np.abs(1 + 0.1 * self.rng.standard_normal(cout)).astype(np.float32))],
+                        epsilon=1e-5)
+        if act == "relu":
+            y = self.op("Relu", [y])
+        elif act == "silu":
+            y = self.op("Mul", [y, self.op("Sigmoid", [y])])
+        elif act == "hswish":
+            y = self.op("HardSwish", [y])
+        return y
+
+    def model(self, inputs, outputs, opset_version=13):
+        graph = helper.make_graph(self.nodes, "export", [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+                                  [helper.make_tensor_value_info(n, F, None) for n in outputs], self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset_version)])
+        m.ir_version = 8
+        return onnx.shape_inference.infer_shapes(m)
+
+
+# ---------------------------------------------------------------- exporter-style models
+def se_mobilenetv3(seed=0):
+    """MobileNetV3 / EfficientNet block: conv -> dw conv -> SE (GAP -> conv -> relu -> conv ->
+    hard_sigmoid -> Mul) -> project conv -> residual Add; a second SE with Linear layers
+    (GAP -> Flatten -> Gemm -> Gemm -> Sigmoid -> Reshape) whose scale is added as well."""
+    n = Net(seed)
+    x = n.conv("input", 3, 16, stride=2, act="hswish")
+    e = n.conv(x, 16, 32, k=1, act="silu")
+    d = n.conv(e, 32, 32, group=32, act="silu")
+    s = n.op("GlobalAveragePool", [d])
+    s = n.op("Relu", [n.op("Conv", [s, n.w(8, 32, 1, 1), n.w(8, scale=0.1)], kernel_shape=[1, 1])])
+    s = n.op("Conv", [s, n.w(32, 8, 1, 1), n.w(32, scale=0.1)], kernel_shape=[1, 1])
+    s = n.op("HardSigmoid", [s], alpha=1 / 6, beta=0.5)
+    d = n.op("Mul", [d, s], "se_mul")
+    p = n.conv(d, 32, 16, k=1, act=None)
+    y = n.op("Add", [x, p], "residual")
+    # SE with Linear layers, broadcast Add and Mul
+    g = n.op("Flatten", [n.op("GlobalAveragePool", [y])], axis=1)
+    g = n.op("Relu", [n.op("Gemm", [g, n.w(4, 16), n.w(4, scale=0.1)], transB=1)])
+    g = n.op("Sigmoid", [n.op("Gemm", [g, n.w(16, 4), n.w(16, scale=0.1)], transB=1)])
+    g = n.op("Reshape", [g, n.const(np.array([1, 16, 1, 1], np.int64))])
+    y = n.op("Add", [n.op("Mul", [y, g], "se2_mul"), g], "se2_add")
+    out = n.conv(y, 16, 8, k=1, act="relu")
+    return n.model([("input", [1, 3, 32, 32])], [out], opset_version=14)
+
+
+def crnn_head(seed=0):
+    """CRNN / PaddleOCR rec: conv backbone to height 1 -> Squeeze -> Transpose [N, W, C] -> MatMul +
+    Add (bias) -> Relu -> MatMul + Add -> Softmax (CPU)."""
+    n = Net(seed)
+    x = n.conv("input", 3, 16, stride=2)
+    x = n.conv(x, 16, 32, stride=2)
+    x = n.op("MaxPool", [x], kernel_shape=[2, 1], strides=[2, 1])                      # [1, 32, 1, 16]
+    x = n.op("Squeeze", [x, n.const(np.array([2], np.int64))])                       # [1, 32, 16]
+    x = n.op("Transpose", [x], perm=[0, 2, 1])                                       # [1, 16, 32]
+    h = n.op("Relu", [n.op("Add", [n.op("MatMul", [x, n.w(32, 48)], "fc1"), n.w(48, scale=0.1)])])
+    logits = n.op("Add", [n.op("MatMul", [h, n.w(48, 10)], "fc2"), n.w(10, scale=0.1)], "logits")
+    out = n.op("Softmax", [logits], axis=-1)
+    return n.model([("input", [1, 3, 8, 64])], [out, logits])
+
+
+def audio_head(seed=0):
+    """Audio / transformer feed-forward on [B, T, F] input: MatMul -> Add -> Tanh -> MatMul (no bias)
+    -> Mul scale; batch 2 (the FC rows are B*T)."""
+    n = Net(seed)
+    h = n.op("Tanh", [n.op("Add", [n.op("MatMul", ["input", n.w(20, 24)], "proj"), n.w(24, scale=0.1)])])
+    y = n.op("Mul", [n.op("MatMul", [h, n.w(24, 12)], "out_proj"), n.const(np.float32(0.5))], "scale")
+    return n.model([("input", [2, 50, 20])], [y])
+
+
+def yolov5_head(seed=0):
+    """YOLOv5 export: per level conv [1, 3*C, H, W] -> Reshape [1, 3, C, H, W] -> Transpose
+    [1, 3, H, W, C] -> Sigmoid -> Mul/Add by 5-D constants -> Reshape [1, 3HW, C]; levels
+    concatenated on axis 1 (3-D concat); x*sigmoid(x) on an Add of two CPU outputs."""
+    n = Net(seed)
+    c = 7
+    f8 = n.conv("input", 3, 16, stride=2)
+    f16 = n.conv(f8, 16, 24, stride=2)
+    parts = []
+    for f, cin in ((f8, 16), (f16, 24)):
+        h, wd = (8, 8) if f is f8 else (4, 4)
+        p = n.op("Conv", [f, n.w(3 * c, cin, 1, 1), n.w(3 * c, scale=0.1)], "det", kernel_shape=[1, 1])
+        p = n.op("Reshape", [p, n.const(np.array([1, 3, c, h, wd], np.int64))])
+        p = n.op("Transpose", [p], perm=[0, 1, 3, 4, 2])
+        p = n.op("Sigmoid", [p], "det_sigmoid")
+        p = n.op("Mul", [p, n.const(np.full((1, 3, 1, 1, c), 2.0, np.float32))])
+        p = n.op("Add", [p, n.const(n.rng.standard_normal((1, 3, h, wd, 1)).astype(np.float32))], "grid_add")
+        parts.append(n.op("Reshape", [p, n.const(np.array([1, 3 * h * wd, c], np.int64))]))
+    det = n.op("Concat", parts, "det_concat", axis=1)
+    # x * sigmoid(x) where x is an Add of two CPU ops' outputs
+    a = n.op("Add", [n.op("Softsign", [f16]), n.op("Softplus", [f16])], "cpu_add")
+    gate = n.op("Mul", [a, n.op("Sigmoid", [a], "gate")], "gated")
+    return n.model([("input", [1, 3, 16, 16])], [det, gate])
+
+
+def db_head(seed=0):
+    """PaddleOCR DB head: Conv -> BN -> Relu -> ConvTranspose (CPU) -> BN -> Relu -> ConvTranspose
+    (CPU) -> Sigmoid (standalone, between CPU ops)."""
+    n = Net(seed)
+    x = n.conv("input", 3, 16, stride=2)
+    x = n.conv(x, 16, 8)
+    x = n.op("ConvTranspose", [x, n.w(8, 8, 2, 2), n.w(8, scale=0.1)], strides=[2, 2], kernel_shape=[2, 2])
+    x = n.op("Relu", [n.op("BatchNormalization", [x, n.w(8), n.w(8), n.w(8, scale=0.1),
+                                                    n.const(np.ones(8, np.float32))])])
+    x = n.op("ConvTranspose", [x, n.w(8, 1, 2, 2), n.w(1, scale=0.1)], strides=[2, 2], kernel_shape=[2, 2])
+    out = n.op("Sigmoid", [x], "db_sigmoid")
+    return n.model([("input", [1, 3, 16, 16])], [out])
+
+
+def tf_nhwc_se(seed=0):
+    """TF export: NHWC input -> Transpose to NCHW -> conv -> SE scale by a Mul with [N, C, 1, 1] ->
+    Transpose back to NHWC output."""
+    n = Net(seed)
+    x = n.op("Transpose", ["input"], perm=[0, 3, 1, 2])
+    x = n.conv(x, 3, 12, act="relu")
+    s = n.op("Sigmoid", [n.op("Conv", [n.op("ReduceMean", [x], axes=[2, 3], keepdims=1), n.w(12, 12, 1, 1)],
+                               kernel_shape=[1, 1])])
+    y = n.op("Transpose", [n.op("Mul", [x, s], "se_mul")], perm=[0, 2, 3, 1])
+    return n.model([("input", [1, 10, 10, 3])], [y])
+
+
+MODELS = {"se_mobilenetv3": se_mobilenetv3, "crnn_head": crnn_head, "audio_head": audio_head,
+          "yolov5_head": yolov5_head, "db_head": db_head, "tf_nhwc_se": tf_nhwc_se}
+
+
+# ---------------------------------------------------------------- helpers
+def feeds_for(m, seed=1):
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in m.graph.input}
+
+
+def run_ort(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def rel_err(ref, got):
+    return max(float(np.max(np.abs(a.astype(np.float64) - b)) / max(float(np.max(np.abs(a))), 1e-30))
+               for a, b in zip(ref, got))
+
+
+_FUSED = {}
+
+
+def fused(name):
+    if name not in _FUSED:
+        original = MODELS[name]()
+        r = fuse(legalize(original))
+        onnx.checker.check_model(r.model, full_check=True)
+        _FUSED[name] = (original, r)
+    return _FUSED[name]
+
+
+def mrvl_ops(r):
+    return [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN]
+
+
+def by_origin(r, name):
+    return r.decisions[name]
+
+
+# ---------------------------------------------------------------- structure
+def test_se_mul_and_add_broadcast_on_the_accelerator():
+    original, r = fused("se_mobilenetv3")
+    for name in ("se_mul", "se2_mul", "se2_add"):
+        d = r.decisions[name]
+        assert d.placement == "accelerator", d
+    node = {n.name: n for n in r.model.graph.node}
+    mul = node[r.decisions["se_mul"].mrvl_node]
+    assert mul.op_type == "Mul2D" and len(mul.input) == 2   # two tensors, [1,16,16,32] * [1,1,1,32]
+    # everything but the input/output conversions runs as Mrvl ops; the Linear SE's [N, C] -> [N, C, 1, 1]
+    # reaches NHWC by a Mrvl Reshape (only unit axes move), not a LayoutTransform
+    assert [d for d in r.decisions.values() if d.placement == "cpu"] == []
+    assert mrvl_ops(r).count("LayoutTransform") == 2
+
+
+def test_matmul_on_nd_data_becomes_reshape_fc_reshape():
+    original, r = fused("crnn_head")
+    node = {n.name: n for n in r.model.graph.node}
+    for name in ("fc1", "fc2"):
+        fc = node[r.decisions[name].mrvl_node]
+        assert fc.op_type == "FC"
+        assert opset.node_attrs(fc).get("activation", "none") == ("relu" if name == "fc1" else "none")
+    # the bias Adds fold into the FCs
+    assert len(r.decisions.by_placement("cpu")) == 1 and r.decisions.by_placement("cpu")[0].op_type == "Softmax"
+    ops = mrvl_ops(r)
+    assert ops.count("FC") == 2 and "Transpose" not in [n.op_type for n in r.model.graph.node]
+    # Squeeze, Reshape [16, 32] -> FC -> FC -> Reshape [1, 16, 10]: no reshape back and forth between the FCs
+    nodes = [n for n in r.model.graph.node if n.domain == opset.DOMAIN]
+    i = [n.op_type for n in nodes].index("FC")
+    assert [n.op_type for n in nodes[i - 1:i + 3]] == ["Reshape", "FC", "FC", "Reshape"]
+    assert opset.node_attrs(nodes[i - 1])["shape"] == [16, 32] and opset.node_attrs(nodes[i + 2])["shape"] == [1, 16, 10]
+    assert nodes[i + 1].input[0] == nodes[i].output[0]
+
+
+def test_nd_fc_rows_ignore_max_batch():
+    original, r = fused("audio_head")
+    node = {n.name: n for n in r.model.graph.node}
+    fc = node[r.decisions["proj"].mrvl_node]
+    assert fc.op_type == "FC" and opset.node_attrs(fc)["activation"] == "tanh"
+    assert r.decisions["out_proj"].mrvl_node == r.decisions["scale"].mrvl_node    # scale folded
+    assert not r.decisions.by_placement("cpu")
+    flat = next(n for n in r.model.graph.node if n.output[0] == fc.input[0])
+    assert opset.node_attrs(flat)["shape"] == [100, 20]                            # rows = B*T > max_batch
+
+
+def test_yolov5_head_5d_eltwise_3d_concat_and_standalone_activations():
+    original, r = fused("yolov5_head")
+    for name in ("det_sigmoid", "grid_add", "det_concat", "gate", "gated"):
+        assert r.decisions[name].placement == "accelerator", r.decisions[name]
+    node = {n.name: n for n in r.model.graph.node}
+    sig = node[r.decisions["det_sigmoid"].mrvl_node]
+    assert sig.op_type == "Mul2D" and opset.node_attrs(sig)["activation"] == "sigmoid"
+    gated = node[r.decisions["gate"].mrvl_node]
+    assert gated is node[r.decisions["gated"].mrvl_node] and opset.node_attrs(gated)["activation"] == "silu"
+    cat = node[r.decisions["det_concat"].mrvl_node]
+    assert cat.op_type == "Concat"
+    cpu = sorted(d.op_type for d in r.decisions.by_placement("cpu"))
+    assert cpu == ["Softplus", "Softsign"]
+
+
+def test_db_head_sigmoid_between_cpu_ops():
+    original, r = fused("db_head")
+    assert r.decisions["db_sigmoid"].placement == "accelerator"
+    assert sorted(d.op_type for d in r.decisions.by_placement("cpu")) == ["ConvTranspose", "ConvTranspose"]
+
+
+def test_tf_nhwc_se_needs_no_layout_transform():
+    original, r = fused("tf_nhwc_se")
+    assert r.decisions["se_mul"].placement == "accelerator"
+    assert "LayoutTransform" not in mrvl_ops(r)
+
+
+# ---------------------------------------------------------------- numbers
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_fused_matches_original(name):
+    original, r = fused(name)
+    feeds = feeds_for(original)
+    assert rel_err(run_ort(original, feeds), run_ort(r.model, feeds)) < 1e-4
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_convert_and_run_on_the_simulator(name, tmp_path):
+    original = MODELS[name]()
+    res = onnx_mrvl.convert(original, strict=True)
+    assert res.subgraphs, "no region was offloaded"
+    path = res.save(str(tmp_path / name))
+    feeds = feeds_for(original)
+    ref = run_ort(original, feeds)
+    got = onnx_mrvl.InferenceSession(path).run(None, feeds)
+    for a, b in zip(ref, got):
+        assert a.shape == b.shape
+        assert float(np.max(np.abs(a - b))) <= 1e-2 * max(float(np.max(np.abs(a))), 1e-6), name
+
+
+# ---------------------------------------------------------------- rules on small graphs
+def _ok(m, **kw):
+    """Fuse ``m`` (already legal), check it and compare it with the original in onnxruntime."""
+    r = fuse(m, **kw)
+    onnx.checker.check_model(r.model, full_check=True)
+    feeds = feeds_for(m)
+    assert rel_err(run_ort(m, feeds), run_ort(r.model, feeds)) < 1e-4
+    return r
+
+
+def test_nd_fc_reads_permuted_storage_when_features_are_stored_last():
+    """conv [1,C,H,W] (stored NHWC) -> Transpose [1,W,H,C] -> MatMul over C: the rows reshape reads the
+    conv's NHWC data as it is (rows in H,W order); the output keeps that storage."""
+    n = Net(3)
+    x = n.op("Conv", ["input", n.w(6, 3, 3, 3), n.w(6, scale=0.1)], kernel_shape=[3, 3], pads=[1] * 4)
+    t = n.op("Transpose", [x], "tr", perm=[0, 3, 2, 1])
+    y = n.op("MatMul", [t, n.w(6, 5)], "mm")
+    r = _ok(n.model([("input", [1, 3, 4, 7])], [y]))
+    nodes = list(r.model.graph.node)
+    ops = [x.op_type for x in nodes]
+    assert ops[:4] == ["LayoutTransform", "Conv2D", "Reshape", "FC"] and ops.count("LayoutTransform") == 1
+    assert opset.node_attrs(nodes[2])["shape"] == [28, 6] and nodes[2].input[0] == nodes[1].output[0]
+    assert r.decisions["tr"].placement == "accelerator"   # folded into the FC's layout
+
+
+def test_nd_fc_output_read_by_another_op_is_reshaped_back():
+    n = Net(4)
+    h = n.op("MatMul", ["input", n.w(8, 6)], "mm1")
+    y1 = n.op("MatMul", [h, n.w(6, 4)], "mm2")
+    y2 = n.op("Softmax", [h], axis=-1)
+    r = _ok(n.model([("input", [2, 3, 8])], [y1, y2]))
+    ops = [x.op_type for x in r.model.graph.node]
+    assert ops == ["Reshape", "FC", "Reshape", "Reshape", "FC", "Reshape", "Softmax"]
+
+
+def test_broadcast_mul_of_two_3d_tensors_and_add_of_5d():
+    """[N, T, C] * [N, 1, C] (attention-style gating) and 5-D Add with a [N, 1, 1, H, W] tensor."""
+    n = Net(5)
+    g = n.op("Sigmoid", [n.op("ReduceMean", ["a"], "rmean", axes=[1], keepdims=1)], "gate")
+    m3 = n.op("Mul", ["a", g], "gmul")
+    m5 = n.op("Add", ["b", n.op("Relu", ["c"], "c_relu")], "add5")
+    r = _ok(n.model([("a", [1, 6, 5]), ("b", [1, 2, 3, 4, 5]), ("c", [1, 1, 1, 4, 5])], [m3, m5]))
+    for name in ("gate", "gmul", "add5", "c_relu"):
+        assert r.decisions[name].placement == "accelerator", r.decisions[name]
+    assert r.decisions["rmean"].placement == "cpu"
+
+
+def test_concat_3d_and_5d():
+    n = Net(6)
+    c3 = n.op("Concat", [n.op("Relu", ["a"]), "b"], "cat3", axis=2)
+    c5 = n.op("Concat", ["x", n.op("Tanh", ["y"])], "cat5", axis=2)
+    r = _ok(n.model([("a", [1, 4, 3]), ("b", [1, 4, 5]), ("x", [1, 2, 3, 2, 2]), ("y", [1, 2, 1, 2, 2])], [c3, c5]))
+    node = {x.name: x for x in r.model.graph.node}
+    for name, axis in (("cat3", 2), ("cat5", 2)):
+        cat = node[r.decisions[name].mrvl_node]
+        assert cat.op_type == "Concat" and opset.node_attrs(cat)["axis"] == axis
+
+
+STANDALONE = {"Relu": ({}, "relu", {}), "LeakyRelu": ({"alpha": 0.2}, "leaky_relu", {"activation_alpha": 0.2}),
+              "Tanh": ({}, "tanh", {}), "Sigmoid": ({}, "sigmoid", {}),
+              "HardSigmoid": ({"alpha": 0.3, "beta": 0.4}, "hard_sigmoid", {"activation_alpha": 0.3}),
+              "HardSwish": ({}, "hard_swish", {}), "Clip": ({}, "clamp", {"activation_max": 6.0})}
+
+
+@pytest.mark.parametrize("op", sorted(STANDALONE))
+def test_standalone_activation_after_concat_is_mul2d_by_one(op):
+    kw, kind, extra = STANDALONE[op]
+    n = Net(7)
+    cat = n.op("Concat", ["a", "b"], "cat", axis=1)
+    ins = [cat] + ([n.const(np.float32(0.0)), n.const(np.float32(6.0))] if op == "Clip" else [])
+    y = n.op(op, ins, "act", **kw)
+    r = _ok(n.model([("a", [1, 3, 4, 4]), ("b", [1, 2, 4, 4])], [y], opset_version=14))
+    node = {x.name: x for x in r.model.graph.node}
+    mul = node[r.decisions["act"].mrvl_node]
+    a = opset.node_attrs(mul)
+    assert mul.op_type == "Mul2D" and a["activation"] == kind and len(mul.input) == 2
+    assert all(abs(a[k] - v) < 1e-6 for k, v in extra.items())
+    one = next(t for t in r.model.graph.initializer if t.name == mul.input[1])
+    assert numpy_helper.to_array(one).tolist() == [[[[1.0]]]]
