@@ -113,9 +113,10 @@ STRIP_BYTES = 1 << 16   # initializers with more raw bytes than this are checked
 
 def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` for onnx.checker in which every big raw_data initializer holds one
-    element (dims [1]); the checker reads no values, and the one thing it checks about them,
-    raw_data being long enough for dims and type, is checked here. Serialising and parsing the
-    weights (what check_model does) would cost seconds on large models."""
+    element (dims [1]). The checker reads no values; what it checks about them, raw_data being
+    long enough for dims and type, is checked here first (a tensor that fails goes to the checker
+    whole, so the message is onnx's). check_model on the real model serialises and parses every
+    weight: seconds on large models, and impossible beyond 2 GB."""
     skeleton = onnx.ModelProto()
     for fd, value in model.ListFields():          # messages come back by reference: no copy
         if fd.name != "graph":

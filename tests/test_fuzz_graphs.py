@@ -171,10 +171,7 @@ RTOL, ATOL = 2e-2, 2e-2          # fp16 accelerator; atol relative to max(1, max
 INTERNAL_FAILURE = "conversion failed internally"
 # Open bugs the fuzzer keeps hitting: failure text -> regression test below. A hit is counted as
 # "known" (not a failure) so the run goes on looking for new ones; delete the entry once fixed.
-KNOWN_BUGS = {
-    "conversion failed internally (TypeError: 'NoneType' object is not iterable)":
-        "test_regression_emit_tensor_without_shape",
-}
+KNOWN_BUGS = {}
 
 
 def check(model: onnx.ModelProto, workdir: str) -> str:
@@ -294,9 +291,9 @@ def test_check_catches_a_wrong_result(monkeypatch):
 # ---------------------------------------------------------------- regressions found by the fuzzer
 
 REGRESSIONS = {
-    # Conv1x1 -> Relu -> Relu -> BN -> Relu -> Relu -> GAP -> Flatten -> Gemm on 1x1x3x3: emit gets a
-    # region tensor without a shape (emit/nodes_json.py emit_json: g.shape(t) is None -> TypeError);
-    # convert() falls back to the CPU. Each op dropped from the chain makes it pass.
+    # Found by the fuzzer (since fixed): Conv1x1 -> Relu -> Relu -> BN -> Relu -> Relu -> GAP -> Flatten
+    # -> Gemm on 1x1x3x3: emit got a region tensor without a shape (emit/nodes_json.py emit_json:
+    # g.shape(t) is None -> TypeError) and convert() fell back to the CPU.
     "test_regression_emit_tensor_without_shape": {
         "c": 1, "h": 3, "w": 3, "seed": 0, "head": True, "classes": 1, "opset": 14,
         "ops": [{"op": "Conv", "co": 1, "k": 1, "kw": None, "stride": 1, "pad": 0, "dil": 1, "groups": "1",
@@ -305,8 +302,6 @@ REGRESSIONS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="convert() fails internally (TypeError in emit/nodes_json.py: a region "
-                   "tensor without shape) on Conv-Relu-Relu-BN-Relu-Relu-GAP-Flatten-Gemm (owner: fuse/emit)")
 def test_regression_emit_tensor_without_shape(tmp_path):
     m = build(REGRESSIONS["test_regression_emit_tensor_without_shape"])
     onnx_mrvl.convert(m, strict=True)

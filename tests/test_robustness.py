@@ -116,9 +116,8 @@ def test_symbolic_shapes_need_input_shapes():
     assert r.report.offload_fraction == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="ShapeError hint proposes 1 for every dim, also the static ones "
-                   "(input [N,3,8,8] -> 'input_shapes={x: [1,1,1,1]}', which is wrong) (owner: legalize)")
 def test_symbolic_shape_hint_keeps_static_dims():
+    """Regression: the hint used to propose 1 for every dim, static ones included ([1,1,1,1])."""
     with pytest.raises(ShapeError) as e:
         onnx_mrvl.convert(conv_relu(batch_dim="N"))
     assert "[1,3,8,8]" in str(e.value).replace(" ", "")

@@ -41,9 +41,10 @@ class ConstEntry(dict):
 
     def known_bytes(self):
         """The entry's bytes as a flat uint8 array when its base64 text is unchanged, else None."""
-        if self.array is None or self.get("data_base64") is not self.b64:
+        array = getattr(self, "array", None)   # unset when built by __new__ alone (copy protocols)
+        if array is None or self.get("data_base64") is not getattr(self, "b64", None):
             return None
-        raw = self.array.reshape(-1).view(np.uint8)
+        raw = array.reshape(-1).view(np.uint8)
         raw.flags.writeable = False   # decoded constants are read-only, like bytes from base64
         return raw
 

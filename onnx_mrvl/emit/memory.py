@@ -23,21 +23,22 @@ def plan_memory(tensors: List[dict], layers: List[dict], inputs: List[dict], out
     boundary = {x["tensor"] for x in inputs} | {x["tensor"] for x in outputs}
     placement = {t: "dram" for t in boundary}
     live: Dict[int, int] = {}
-    peak = 0
+    expires: Dict[int, List[int]] = {}   # layer index -> on-chip tensors freed after it
+    used = peak = 0
     for i, layer in enumerate(layers):
         for t in layer["outputs"]:
             size = tensors[t]["nbytes"]
             if t not in boundary:
-                used = sum(live.values())
                 if used + size <= capacity:
                     placement[t] = "ocm"
                     live[t] = size
+                    used += size
+                    expires.setdefault(max(i, last_use.get(t, -1)), []).append(t)
                 else:
                     placement[t] = "dram"
-            peak = max(peak, sum(live.values()))
-        for t in list(live):
-            if last_use.get(t, -1) <= i:
-                del live[t]
+            peak = max(peak, used)
+        for t in expires.pop(i, ()):
+            used -= live.pop(t)
     free_for_weights = capacity - peak
     resident_w = []
     for name in sorted(weights, key=lambda n: weights[n].nbytes):

@@ -178,8 +178,11 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             attrs[f"data_layout_shape_{idx}"] = _s(s)
     attrs["out_layout_shape"] = _s(_pad4(out_shape) if pad4 else out_shape)
 
+    n_added = [0]   # this layer's constants so far: names <layer>_const_<n> (no scan of all constants)
+
     def add_const(role: str, arr: np.ndarray, layout: str = None, shape=None, minmax=True):
-        cname = f"{jname}_const_{sum(1 for c in consts if c.startswith(jname + '_const_'))}"
+        cname = f"{jname}_const_{n_added[0]}"
+        n_added[0] += 1
         consts[cname] = const_entry(arr, shape)
         attrs[f"{role}_const_name"] = [cname]
         cmap = {"shape": consts[cname]["shape"], "dtype": "float32"}

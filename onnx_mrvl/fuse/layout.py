@@ -119,9 +119,12 @@ class Materializer:
         """True when ``t`` already exists stored with ``want`` (no conversion needed)."""
         return self.loc[t][1] == want or (t, want) in self.cache
 
-    def common_perm(self, tensors: Sequence[str]) -> Perm:
+    def common_perm(self, tensors: Sequence[str], out: Optional[str] = None) -> Perm:
         """The storage for an op over ``tensors`` that needs the fewest conversions; on a tie NHWC
-        for 4-D tensors (the accelerator's layout), so a fused region stays NHWC throughout."""
+        for 4-D tensors (the accelerator's layout), so a fused region stays NHWC throughout. A 4-D
+        ``out`` read by accelerator ops counts as one more conversion unless NHWC: the conversion
+        then happens before the op, where the data is NCHW, never after a Mrvl op on NCHW data
+        (the compile step takes 4-D Sum2D/Mul2D/Concat as NHWC)."""
         rank = len(self.logical_shape(tensors[0]))
         candidates = [NHWC] if rank == 4 else []
         for t in tensors:
@@ -130,7 +133,9 @@ class Materializer:
                 candidates.append(p)
         if not candidates:
             return None
-        return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors))
+        extra = rank == 4 and out is not None and self._feeds_mrvl(out)
+        return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors)
+                   + (extra and p != NHWC))
 
     def get(self, t: str, want: Perm, *, for_mrvl: bool, origin: Sequence[str]) -> str:
         """The name of tensor ``t`` stored with permutation ``want``, converting if needed."""
@@ -150,8 +155,14 @@ class Materializer:
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
         mrvl = for_mrvl or name in self.mrvl_tensors
-        if [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
-            # only unit axes move (e.g. an SE scale [N, C, 1, 1]): the same data, relabelled by a reshape
+        if len(q) == 4 and tuple(q) in layouts and mrvl:   # TVM's layout_transform
+            src_l, dst_l = layouts[tuple(q)]
+            node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
+                                   origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
+                                   composite=f"mrvl.layout_transform_{src_l.lower()}2{dst_l.lower()}")
+            self.mrvl_tensors.add(out)
+        elif [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
+            # only unit axes move (3-D/5-D storages, CPU tensors): the same data, relabelled by a reshape
             stored = _stored_shape(shape, want)
             if mrvl:
                 node = opset.make_node("Reshape", [name], [out], name=self.fresh(f"reshape_{t}"), origin=origin,
@@ -161,12 +172,6 @@ class Materializer:
                 node = helper.make_node("Reshape", [name, self.init(f"{t}_stored_shape", np.array(stored), np.int64)],
                                         [out], name=self.fresh(f"reshape_{t}"))
                 set_origin(node, origin)
-        elif len(q) == 4 and tuple(q) in layouts and mrvl:
-            src_l, dst_l = layouts[tuple(q)]
-            node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
-                                   origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
-                                   composite=f"mrvl.layout_transform_{src_l.lower()}2{dst_l.lower()}")
-            self.mrvl_tensors.add(out)
         else:
             node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
             set_origin(node, origin)
@@ -329,7 +334,7 @@ class Materializer:
         fc_rows.materialize(self, grp)
 
     def _eltwise(self, grp: Group) -> None:
-        perm = self.common_perm(grp.inputs)
+        perm = self.common_perm(grp.inputs, grp.output)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
         if "operand" in grp.weights:
             rank = len(self.logical_shape(grp.output))
@@ -341,7 +346,7 @@ class Materializer:
         self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
 
     def _concat(self, grp: Group) -> None:
-        perm = self.common_perm(grp.inputs)
+        perm = self.common_perm(grp.inputs, grp.output)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
         axis = grp.attrs["axis"]
         stored_axis = list(perm).index(axis) if perm else axis
