@@ -212,10 +212,6 @@ def mrvl_ops(r):
     return [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN]
 
 
-def by_origin(r, name):
-    return r.decisions[name]
-
-
 # ---------------------------------------------------------------- structure
 def test_se_mul_and_add_broadcast_on_the_accelerator():
     original, r = fused("se_mobilenetv3")
@@ -311,23 +307,32 @@ def test_convert_and_run_on_the_simulator(name, tmp_path):
 
 
 # ---------------------------------------------------------------- rules on small graphs
-def _ok(m, **kw):
-    """Fuse ``m`` (already legal), check it and compare it with the original in onnxruntime."""
+def _ok(m, simulate=None, **kw):
+    """Fuse ``m`` (already legal), check it and compare it with the original in onnxruntime; with
+    ``simulate`` (a directory) also convert it, keeping regions without conv/fc (force=True), and run
+    it on the fp16 simulator."""
     r = fuse(m, **kw)
     onnx.checker.check_model(r.model, full_check=True)
     feeds = feeds_for(m)
-    assert rel_err(run_ort(m, feeds), run_ort(r.model, feeds)) < 1e-4
+    ref = run_ort(m, feeds)
+    assert rel_err(ref, run_ort(r.model, feeds)) < 1e-4
+    if simulate is not None:
+        res = onnx_mrvl.convert(m, strict=True, force=True)
+        assert res.subgraphs
+        got = onnx_mrvl.InferenceSession(res.save(str(simulate))).run(None, feeds)
+        for a, b in zip(ref, got):
+            assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))
     return r
 
 
-def test_nd_fc_reads_permuted_storage_when_features_are_stored_last():
+def test_nd_fc_reads_permuted_storage_when_features_are_stored_last(tmp_path):
     """conv [1,C,H,W] (stored NHWC) -> Transpose [1,W,H,C] -> MatMul over C: the rows reshape reads the
     conv's NHWC data as it is (rows in H,W order); the output keeps that storage."""
     n = Net(3)
     x = n.op("Conv", ["input", n.w(6, 3, 3, 3), n.w(6, scale=0.1)], kernel_shape=[3, 3], pads=[1] * 4)
     t = n.op("Transpose", [x], "tr", perm=[0, 3, 2, 1])
     y = n.op("MatMul", [t, n.w(6, 5)], "mm")
-    r = _ok(n.model([("input", [1, 3, 4, 7])], [y]))
+    r = _ok(n.model([("input", [1, 3, 4, 7])], [y]), tmp_path)
     nodes = list(r.model.graph.node)
     ops = [x.op_type for x in nodes]
     assert ops[:4] == ["LayoutTransform", "Conv2D", "Reshape", "FC"] and ops.count("LayoutTransform") == 1
@@ -335,33 +340,34 @@ def test_nd_fc_reads_permuted_storage_when_features_are_stored_last():
     assert r.decisions["tr"].placement == "accelerator"   # folded into the FC's layout
 
 
-def test_nd_fc_output_read_by_another_op_is_reshaped_back():
+def test_nd_fc_output_read_by_another_op_is_reshaped_back(tmp_path):
     n = Net(4)
     h = n.op("MatMul", ["input", n.w(8, 6)], "mm1")
     y1 = n.op("MatMul", [h, n.w(6, 4)], "mm2")
     y2 = n.op("Softmax", [h], axis=-1)
-    r = _ok(n.model([("input", [2, 3, 8])], [y1, y2]))
+    r = _ok(n.model([("input", [2, 3, 8])], [y1, y2]), tmp_path)
     ops = [x.op_type for x in r.model.graph.node]
     assert ops == ["Reshape", "FC", "Reshape", "Reshape", "FC", "Reshape", "Softmax"]
 
 
-def test_broadcast_mul_of_two_3d_tensors_and_add_of_5d():
+def test_broadcast_mul_of_two_3d_tensors_and_add_of_5d(tmp_path):
     """[N, T, C] * [N, 1, C] (attention-style gating) and 5-D Add with a [N, 1, 1, H, W] tensor."""
     n = Net(5)
     g = n.op("Sigmoid", [n.op("ReduceMean", ["a"], "rmean", axes=[1], keepdims=1)], "gate")
     m3 = n.op("Mul", ["a", g], "gmul")
     m5 = n.op("Add", ["b", n.op("Relu", ["c"], "c_relu")], "add5")
-    r = _ok(n.model([("a", [1, 6, 5]), ("b", [1, 2, 3, 4, 5]), ("c", [1, 1, 1, 4, 5])], [m3, m5]))
+    r = _ok(n.model([("a", [1, 6, 5]), ("b", [1, 2, 3, 4, 5]), ("c", [1, 1, 1, 4, 5])], [m3, m5]), tmp_path)
     for name in ("gate", "gmul", "add5", "c_relu"):
         assert r.decisions[name].placement == "accelerator", r.decisions[name]
     assert r.decisions["rmean"].placement == "cpu"
 
 
-def test_concat_3d_and_5d():
+def test_concat_3d_and_5d(tmp_path):
     n = Net(6)
     c3 = n.op("Concat", [n.op("Relu", ["a"]), "b"], "cat3", axis=2)
     c5 = n.op("Concat", ["x", n.op("Tanh", ["y"])], "cat5", axis=2)
-    r = _ok(n.model([("a", [1, 4, 3]), ("b", [1, 4, 5]), ("x", [1, 2, 3, 2, 2]), ("y", [1, 2, 1, 2, 2])], [c3, c5]))
+    r = _ok(n.model([("a", [1, 4, 3]), ("b", [1, 4, 5]), ("x", [1, 2, 3, 2, 2]), ("y", [1, 2, 1, 2, 2])], [c3, c5]),
+            tmp_path)
     node = {x.name: x for x in r.model.graph.node}
     for name, axis in (("cat3", 2), ("cat5", 2)):
         cat = node[r.decisions[name].mrvl_node]
@@ -375,13 +381,13 @@ STANDALONE = {"Relu": ({}, "relu", {}), "LeakyRelu": ({"alpha": 0.2}, "leaky_rel
 
 
 @pytest.mark.parametrize("op", sorted(STANDALONE))
-def test_standalone_activation_after_concat_is_mul2d_by_one(op):
+def test_standalone_activation_after_concat_is_mul2d_by_one(op, tmp_path):
     kw, kind, extra = STANDALONE[op]
     n = Net(7)
     cat = n.op("Concat", ["a", "b"], "cat", axis=1)
     ins = [cat] + ([n.const(np.float32(0.0)), n.const(np.float32(6.0))] if op == "Clip" else [])
     y = n.op(op, ins, "act", **kw)
-    r = _ok(n.model([("a", [1, 3, 4, 4]), ("b", [1, 2, 4, 4])], [y], opset_version=14))
+    r = _ok(n.model([("a", [1, 3, 4, 4]), ("b", [1, 2, 4, 4])], [y], opset_version=14), tmp_path)
     node = {x.name: x for x in r.model.graph.node}
     mul = node[r.decisions["act"].mrvl_node]
     a = opset.node_attrs(mul)

@@ -53,12 +53,14 @@ def test_dropout_removed_even_as_graph_output(opset):
     assert ["drop"] in applied(log, "remove_dropout")
 
 
-def test_dropout_mask_used_is_an_error():
+def test_dropout_used_mask_is_ones_at_inference():
     m = make_model([mk("Dropout", ["x"], ["y", "mask"], name="drop"),
                     mk("Cast", ["mask"], ["z"], to=onnx.TensorProto.FLOAT)],
                    [("x", [2, 4])], ["y", "z"])
-    with pytest.raises(ModelError, match="drop"):
-        legalize(m)
+    out, log = legalize_and_compare(m, tol=0.0)  # y copies x: the Dropout stays, mask is ones
+    assert op_types(out) == ["Dropout", "Cast"] and len(out.graph.node[0].output) == 1
+    mask = {t.name: onnx.numpy_helper.to_array(t) for t in out.graph.initializer}["mask"]
+    assert mask.dtype == np.bool_ and mask.shape == (2, 4) and mask.all()
 
 
 def test_noop_cast_reshape_transpose_and_transpose_merge():

@@ -45,7 +45,7 @@ def test_reverting_everything_gives_back_the_plain_nchw_model(build):
     r = split(_fused(original), exclude=EVERY_MRVL_OP)
     assert r.regions == [] and r.macs_offloaded == 0 and r.macs_total > 0
     assert not any(n.domain == "mrvl" for n in r.model.graph.node)
-    assert _ops(r.model).count("Transpose") == _ops(original).count("Transpose")   # none added
+    assert _ops(r.model).count("Transpose") <= _ops(original).count("Transpose")   # none added
     assert len(r.model.graph.node) <= len(original.graph.node)
     _compare(original, r.model)
 

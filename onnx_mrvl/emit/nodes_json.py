@@ -141,6 +141,17 @@ def _layout(shape: Sequence[int]) -> str:
     return "NHWC" if len(shape) == 4 else ("NC" if len(shape) == 2 else LAYOUT_BY_RANK.get(len(shape), "ND"))
 
 
+def _stored_layout(node, shape: Sequence[int]) -> str:
+    """Layout of what an order-agnostic layer (Sum2D, Mul2D, Concat) writes: its storage permutation
+    (fuse's ``mrvl.storage`` metadata; none means logical order, NCHW for 4-D tensors)."""
+    if len(shape) != 4:
+        return _layout(shape)
+    perm = next((p.value for p in node.metadata_props if p.key == "mrvl.storage"), None)
+    if perm is None:
+        return "NCHW"
+    return {"[0, 2, 3, 1]": "NHWC", "[0,2,3,1]": "NHWC"}.get(perm.strip(), "ND")
+
+
 def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, consts) -> dict:
     op = opset.OPS[node.op_type]
     a = opset.node_attrs(node)
@@ -227,7 +238,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         data_layout = out_layout = "NHWC"
         attrs.update(layout=["NHWC"], kernel_layout=["HW"], kernel_layout_shape=_s(in_shapes[0][1:3]))
     elif node.op_type in ("Sum2D", "Mul2D"):
-        data_layout = out_layout = "NHWC"
+        data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else "NHWC"
         consts_in = [i for i in inputs if i and g.is_const(i)]
         if consts_in:
             c = g.const(consts_in[0])
@@ -236,7 +247,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             add_const("input", c, shape=cshape)
             attrs["input_const_shape"] = _s(cshape)
     elif node.op_type == "Concat":
-        data_layout = out_layout = _layout(out_shape)
+        data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
     elif node.op_type == "Reshape":
         data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)

@@ -3,43 +3,26 @@ returns the reason a match is ruled out (``None`` when it is fine).
 
     mrvl.conv2d_nhwc2nhwc   Conv -> [Add bias] -> [BN] -> [Mul scale] -> [Add shift] -> [activation]
     mrvl.fc_ni2no           Gemm (canonical FC) | MatMul(x, const 2-D) -> (the same chain)
+                            MatMul(x[..., K], const [K, O]) -> [bias/scale/shift on the last axis] -> [activation]
     mrvl.*pool2d_nhwc2nhwc  MaxPool | AveragePool | GlobalAveragePool | GlobalMaxPool
-    mrvl.sum / mrvl.mul     Add | Mul (two tensors, or a tensor and a broadcast constant) -> [activation]
-    mrvl.concat, mrvl.reshape, mrvl.resize_nearest
+    mrvl.sum / mrvl.mul     Add | Mul (two tensors of one rank that may broadcast, or a tensor and a
+                            constant that does not widen it), 2-D to 5-D -> [activation]
+    mrvl.concat (2-D to 5-D), mrvl.reshape, mrvl.resize_nearest (resize.py)
+Standalone activations (Mul2D(x, 1) + activation) are in standalone.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
 
 from .._graph import GraphIndex, attr
-from ..provenance import merge_origin
 from ..target import Target
 from . import steps
-
-
-@dataclass
-class Group:
-    """One future Mrvl node: the original nodes it absorbs and what it needs."""
-    op: str
-    composite: str
-    nodes: List[onnx.NodeProto]
-    inputs: List[str]                  # data inputs (original tensor names)
-    output: str                        # original tensor name the group produces
-    attrs: dict = field(default_factory=dict)
-    weights: Dict[str, np.ndarray] = field(default_factory=dict)   # logical (NCHW-side) layout
-    output_suffix: str = ""            # set when the output no longer holds the original tensor
-
-    @property
-    def anchor(self) -> onnx.NodeProto:
-        return self.nodes[0]
-
-    @property
-    def origin(self) -> List[str]:
-        return merge_origin(*self.nodes)
+from .groups import Group, _batch, _float_static
+from .resize import build_resize
 
 
 @dataclass(frozen=True)
@@ -74,24 +57,6 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
             folded = " after folding the following Mul/Add/BN" if len(grp.nodes) > 1 else ""
             return (f"{key} holds values up to {big:.4g}{folded}, beyond the fp16 range "
                     f"(|w| <= {target.fp16_max:g})")
-    return None
-
-
-def _float_static(g: GraphIndex, names) -> Optional[str]:
-    for t in names:
-        if not t:
-            continue
-        if g.shape(t) is None:
-            return f"tensor '{t}' has no static shape"
-        if not g.is_float(t):
-            return f"tensor '{t}' is not float32 (the accelerator takes float32 models)"
-    return None
-
-
-def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
-    shape = g.shape(t)
-    if shape and shape[0] > target.max_batch:
-        return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
     return None
 
 
@@ -344,63 +309,6 @@ def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return "reshape moves data across the batch axis"
     return Group("Reshape", "mrvl.reshape", [n], [n.input[0]], n.output[0],
                  {"shape": list(g.shape(n.output[0]))})
-
-
-def nearest_indices(out_len: int, in_len: int, scale: float, ctm: str, mode: str) -> Optional[np.ndarray]:
-    """Source index per output index for ONNX Resize mode=nearest."""
-    o = np.arange(out_len, dtype=np.float64)
-    if ctm == "half_pixel":
-        x = (o + 0.5) / scale - 0.5
-    elif ctm == "pytorch_half_pixel":
-        x = (o + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(o)
-    elif ctm == "asymmetric":
-        x = o / scale
-    elif ctm == "align_corners":
-        x = o * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros_like(o)
-    elif ctm == "tf_half_pixel_for_nn":
-        x = (o + 0.5) / scale
-    else:
-        return None
-    if mode == "round_prefer_floor":
-        idx = np.where(x - np.floor(x) == 0.5, np.floor(x), np.round(x))
-    elif mode == "round_prefer_ceil":
-        idx = np.where(x - np.floor(x) == 0.5, np.ceil(x), np.round(x))
-    elif mode == "floor":
-        idx = np.floor(x)
-    elif mode == "ceil":
-        idx = np.ceil(x)
-    else:
-        return None
-    return np.clip(idx, 0, in_len - 1).astype(np.int64)
-
-
-def build_resize(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    x = n.input[0]
-    reason = _float_static(g, [x, n.output[0]]) or _batch(g, x, target)
-    if reason:
-        return reason
-    if (attr(n, "mode", "nearest") or "nearest") != "nearest":
-        return f"Resize mode '{attr(n, 'mode')}' (the accelerator does nearest)"
-    ins, outs = g.shape(x), g.shape(n.output[0])
-    if len(ins) != 4 or ins[:2] != outs[:2]:
-        return "Resize that is not spatial on a 4-D tensor"
-    for extra in n.input[1:]:
-        if extra and not g.is_const(extra):
-            return "Resize with non-constant scales/sizes"
-    scales = []
-    ctm = attr(n, "coordinate_transformation_mode", "half_pixel")
-    mode = attr(n, "nearest_mode", "round_prefer_floor")
-    for axis in (2, 3):
-        if outs[axis] % ins[axis]:
-            return f"non-integer scale {outs[axis]}/{ins[axis]}"
-        s = outs[axis] // ins[axis]
-        if s > target.resize_max_scale:
-            return f"scale {s} exceeds the limit {target.resize_max_scale}"
-        idx = nearest_indices(outs[axis], ins[axis], float(s), ctm, mode)
-        if idx is None or not np.array_equal(idx, np.arange(outs[axis]) // s):
-            return f"coordinate mode '{ctm}'/'{mode}' is not a pixel repeat"
-        scales.append(s)
-    return Group("Resize", "mrvl.resize_nearest", [n], [x], n.output[0], {"scales": scales, "mode": "nearest"})
 
 
 ACTIVATION_CARRIERS = ("Conv2D", "FC", "Sum2D", "Mul2D")

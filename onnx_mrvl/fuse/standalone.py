@@ -18,7 +18,8 @@ import numpy as np
 from .._graph import GraphIndex, attr
 from ..target import Target
 from . import steps
-from .patterns import ELTWISE_RANKS, Group, _allowed_activations, _batch, _float_static
+from .groups import Group, _batch, _float_static
+from .patterns import ELTWISE_RANKS, _allowed_activations
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
 

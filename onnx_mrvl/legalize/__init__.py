@@ -128,13 +128,18 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
     produced = [o for n in m.graph.node for o in n.output if o]
     # tensors ONNX inference knows nothing about are measured once with onnxruntime; partially
     # known shapes (data-dependent sizes after NonZero, NMS, ...) stay out of value_info
-    missing = [o for o in produced if o not in g.shapes or o not in g.dtypes]
+    # sequence / optional / map values are not tensors: they pass through with their own types
+    others = g.non_tensors
+    missing = [o for o in produced if o not in others and (o not in g.shapes or
+                                                            o not in g.dtypes)]
     if missing:
         shapes.ort_fill(m, missing, g)
     outs = {o.name for o in m.graph.output}
     m.graph.ClearField("value_info")
     unknown = []
     for name in produced:
+        if name in others:
+            continue
         s, dt = g.shapes.get(name), g.dtypes.get(name)
         if not shapes.is_static(s) or not dt:
             unknown.append(name)
@@ -143,6 +148,8 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
             continue
         m.graph.value_info.append(helper.make_tensor_value_info(name, dt, list(s)))
     for o in m.graph.output:
+        if not shapes.is_tensor(o):
+            continue
         s, dt = g.shapes.get(o.name), g.dtypes.get(o.name)
         if dt:
             o.type.tensor_type.elem_type = dt

@@ -71,6 +71,7 @@ class Graph:
         self.pinned: Set[str] = set(self.outputs)
         self.shapes: Dict[str, Tuple[Optional[int], ...]] = {}
         self.dtypes: Dict[str, int] = {}
+        self.non_tensors: Set[str] = set()  # sequence / optional / map values (pass through)
         self.names: Set[str] = set()
         self.tensor_names: Set[str] = set(self.inits) | set(self.inputs) | self.outputs
         self.changed = False

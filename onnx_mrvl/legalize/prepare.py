@@ -81,8 +81,16 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         logger.warning("legalize: opset %d -> %d conversion failed (%s); keeping opset %d, rules "
                        "handle its attribute forms", old, MIN_OPSET, exc, old)
         return model
-    # take the converted nodes back into the model, whose big weights never moved
     cg = conv.graph
+    changed = _interface_change(list(g.input) + list(g.output), list(cg.input) + list(cg.output))
+    if changed:
+        # e.g. the Scan 8 -> 9 adapter drops the batch axis of the graph inputs and outputs:
+        # the converted model would no longer accept the caller's tensors
+        logger.warning("legalize: opset %d -> %d conversion changes the graph interface (%s); "
+                       "keeping opset %d, rules handle its attribute forms", old, MIN_OPSET,
+                       changed, old)
+        return model
+    # take the converted nodes back into the model, whose big weights never moved
     have = {t.name for t in g.initializer}
     del g.node[:]
     g.node.extend(cg.node)
@@ -100,6 +108,43 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     logger.info("legalize: opset %d -> %d (%d nodes added by the converter named)", old,
                 MIN_OPSET, renamed)
     return model
+
+
+def _type_key(tp: onnx.TypeProto):
+    """Element type and dims (None when not static) of a tensor type; the bytes otherwise."""
+    kind = tp.WhichOneof("value")
+    if kind is None:
+        return 0, None
+    if kind != "tensor_type":
+        return tp.SerializeToString()
+    t = tp.tensor_type
+    dims = None
+    if t.HasField("shape"):
+        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    return t.elem_type, dims
+
+
+def _interface_change(before, after) -> str:
+    """Why the graph inputs/outputs ``after`` differ from ``before`` ("" when they do not): a
+    tensor must keep its element type, rank and static dimensions."""
+    new = {vi.name: vi for vi in after}
+    for vi in before:
+        other = new.get(vi.name)
+        if other is None:
+            return f"{vi.name!r} disappeared"
+        a, b = _type_key(vi.type), _type_key(other.type)
+        if isinstance(a, bytes) or isinstance(b, bytes):
+            if a != b:
+                return f"{vi.name!r} changed its type"
+            continue
+        if a[0] and b[0] and a[0] != b[0]:
+            return f"{vi.name!r} changed its element type"
+        if a[1] is None or b[1] is None:
+            continue
+        if len(a[1]) != len(b[1]) or any(x is not None and y is not None and x != y
+                                         for x, y in zip(a[1], b[1])):
+            return f"{vi.name!r} changed its shape from {list(a[1])} to {list(b[1])}"
+    return ""
 
 
 def fix_ir_version(model: onnx.ModelProto) -> None:

@@ -52,7 +52,11 @@ def light_model(model: onnx.ModelProto, nodes, inits: Dict[str, onnx.TensorProto
         else:
             g.initializer.append(t)
     for o in outputs:
-        vi = helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type or 0, None)
+        if is_tensor(o):
+            vi = helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type or 0, None)
+        else:  # sequence / optional / map values keep their declared type
+            vi = onnx.ValueInfoProto()
+            vi.CopyFrom(o)
         g.output.append(vi)
     return light
 
@@ -66,11 +70,13 @@ def infer(graph_view, inputs: List[onnx.ValueInfoProto], outputs: List[onnx.Valu
     except Exception as exc:  # inference errors on exotic ops: keep what we know
         logger.warning("legalize: ONNX shape inference failed (%s); shapes stay partial", exc)
         return
-    shapes, dtypes = {}, {}
+    shapes, dtypes, other = {}, {}, set()
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output) + \
             list(inferred.graph.input):
         t = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
+            if vi.type.WhichOneof("value"):
+                other.add(vi.name)
             continue
         if t.elem_type:
             dtypes[vi.name] = t.elem_type
@@ -79,6 +85,19 @@ def infer(graph_view, inputs: List[onnx.ValueInfoProto], outputs: List[onnx.Valu
             shapes[vi.name] = d
     graph_view.shapes = shapes
     graph_view.dtypes = dtypes
+    graph_view.non_tensors = other
+
+
+def is_tensor(vi: onnx.ValueInfoProto) -> bool:
+    """A tensor value, or one whose type is not declared (then treated as a tensor)."""
+    return vi.type.WhichOneof("value") in (None, "tensor_type")
+
+
+def non_tensor_inputs(model: onnx.ModelProto) -> List[str]:
+    """Graph inputs that are not tensors (sequence, optional, map values)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [vi.name for vi in model.graph.input
+            if vi.name not in inits and not is_tensor(vi)]
 
 
 def pool_out_size(size, k, s, d, pb, pe, ceil):
@@ -96,6 +115,11 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
     try:
         import onnxruntime as ort
     except ImportError:  # pragma: no cover - onnxruntime is a dependency
+        return
+    others = non_tensor_inputs(model)
+    if others:
+        logger.info("legalize: no onnxruntime shape probe (inputs %s are not tensors); %d "
+                    "tensors keep unknown shapes", others, len(missing))
         return
     probe = onnx.ModelProto()
     probe.CopyFrom(model)

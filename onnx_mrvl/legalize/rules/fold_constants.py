@@ -3,6 +3,11 @@
 Also folds ``Shape``/``Size`` of a statically shaped tensor and turns ``Constant`` nodes into
 initializers. Outputs that expand a small constant into a huge tensor (ConstantOfShape, Expand,
 Tile, Range) are not folded unless they feed a weight input, which must be an initializer.
+
+The nodes computing a control-flow condition (``If`` cond, ``Loop`` trip count / cond) are not
+folded (``Constant`` nodes apart): nothing here inlines a branch, and a constant condition makes
+onnxruntime inline it at load time and re-check the branch with static shapes, which fails on
+graphs it otherwise runs (the ONNX AffineGrid function feeds ``Range`` 1-element tensors).
 """
 from __future__ import annotations
 
@@ -33,9 +38,47 @@ def _has_subgraph(node) -> bool:
                for a in node.attribute)
 
 
+CONDITION_INPUTS = {"If": (0,), "Loop": (0, 1)}
+MAX_CONDITION_CONE = 256  # nodes: condition arithmetic is small
+
+
+def condition_cone(g) -> set:
+    """Tensors that (transitively) compute a control-flow condition of the top-level graph."""
+    cone, todo = set(), []
+    for op, idx in CONDITION_INPUTS.items():
+        for n in g.nodes_of((op,)):
+            todo.extend(inp(n, k) for k in idx if inp(n, k))
+    seen_nodes = 0
+    while todo and seen_nodes < MAX_CONDITION_CONE:
+        name = todo.pop()
+        if name in cone:
+            continue
+        cone.add(name)
+        p = g.producer.get(name)
+        if p is None or p.op_type == "Constant" or _has_subgraph(p):
+            continue
+        seen_nodes += 1
+        todo.extend(i for i in p.input if i)
+    return cone
+
+
+def _in_condition_cone(node, g) -> bool:
+    count = len(g.by_op.get("If", {})) + len(g.by_op.get("Loop", {}))
+    if not count:
+        return False
+    key = (count, id(g.shapes))  # shape inference makes a new dict each sweep: recomputed
+    cached = getattr(g, "_condition_cone", None)
+    if cached is None or cached[0] != key:
+        cached = (key, condition_cone(g))
+        g._condition_cone = cached
+    return any(o in cached[1] for o in node.output)
+
+
 def match(node, g) -> Optional[Match]:
     if node.domain not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC \
             or _has_subgraph(node) or any(o in g.outputs for o in node.output):
+        return None
+    if node.op_type != "Constant" and _in_condition_cone(node, g):
         return None
     if node.op_type in ("Shape", "Size") and node.input:
         s = g.shape(node.input[0])

@@ -1,0 +1,52 @@
+"""What a fusion pattern builds (``Group``: one future Mrvl node) and the shape/type checks every
+pattern shares (each returns the reason a tensor rules a match out, or None)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex
+from ..provenance import merge_origin
+from ..target import Target
+
+
+@dataclass
+class Group:
+    """One future Mrvl node: the original nodes it absorbs and what it needs."""
+    op: str
+    composite: str
+    nodes: List[onnx.NodeProto]
+    inputs: List[str]                  # data inputs (original tensor names)
+    output: str                        # original tensor name the group produces
+    attrs: dict = field(default_factory=dict)
+    weights: Dict[str, np.ndarray] = field(default_factory=dict)   # logical (NCHW-side) layout
+    output_suffix: str = ""            # set when the output no longer holds the original tensor
+
+    @property
+    def anchor(self) -> onnx.NodeProto:
+        return self.nodes[0]
+
+    @property
+    def origin(self) -> List[str]:
+        return merge_origin(*self.nodes)
+
+
+def _float_static(g: GraphIndex, names) -> Optional[str]:
+    for t in names:
+        if not t:
+            continue
+        if g.shape(t) is None:
+            return f"tensor '{t}' has no static shape"
+        if not g.is_float(t):
+            return f"tensor '{t}' is not float32 (the accelerator takes float32 models)"
+    return None
+
+
+def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
+    shape = g.shape(t)
+    if shape and shape[0] > target.max_batch:
+        return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
+    return None

@@ -1,0 +1,188 @@
+"""Legalization regressions from the ONNX backend conformance run: non-tensor values pass
+through, the graph interface is kept, control-flow conditions stay computed, Dropout masks."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_mrvl.legalize import legalize, legalize_with_report
+from onnx_mrvl.legalize.rules import fold_constants
+from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
+
+mk = helper.make_node
+F = TensorProto.FLOAT
+
+
+def _session(model, optimize=True):
+    so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def test_sequence_and_optional_values_pass_through():
+    seq_t = helper.make_tensor_sequence_value_info("seq", F, [2, 3])
+    opt_t = helper.make_value_info("opt", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(F, [4])))
+    m = _model([mk("Identity", ["seq"], ["seq_out"], name="id_seq"),
+                mk("SequenceAt", ["seq", "zero"], ["t"], name="at"),
+                mk("Relu", ["t"], ["r"], name="relu"),
+                mk("Dropout", ["r"], ["y"], name="drop"),
+                mk("Identity", ["opt"], ["opt_out"], name="id_opt")],
+               [seq_t, opt_t],
+               [helper.make_tensor_sequence_value_info("seq_out", F, [2, 3]),
+                helper.make_tensor_value_info("y", F, None),
+                helper.make_value_info("opt_out", opt_t.type)],
+               [numpy_helper.from_array(np.array(0, np.int64), "zero")], opset=16)
+    out, report = legalize_with_report(m)
+    onnx.checker.check_model(out)
+    # declared types of the non-tensor inputs and outputs are untouched
+    assert out.graph.input[0].type == m.graph.input[0].type
+    assert out.graph.input[1].type == m.graph.input[1].type
+    assert out.graph.output[0].type == m.graph.output[0].type
+    assert out.graph.output[2].type == m.graph.output[2].type
+    assert [d.dim_value for d in out.graph.output[1].type.tensor_type.shape.dim] == [2, 3]
+    assert "Dropout" not in op_types(out)
+    assert not {vi.name for vi in out.graph.value_info} & {"seq_out", "opt_out"}
+    rng = np.random.default_rng(0)
+    seq = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2)]
+    opt = rng.standard_normal(4).astype(np.float32)
+    got = _session(out).run(None, {"seq": seq, "opt": opt})
+    want = _session(m).run(None, {"seq": seq, "opt": opt})
+    assert len(got[0]) == 2 and all(np.array_equal(a, b) for a, b in zip(got[0], seq))
+    np.testing.assert_array_equal(got[1], np.maximum(seq[0], 0))
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], opt)
+
+
+def _scan_sum_opset8():
+    body = helper.make_graph(
+        [mk("Add", ["sum_in", "next"], ["sum_out"]), mk("Identity", ["sum_out"], ["scan_out"])],
+        "body", [helper.make_tensor_value_info("sum_in", F, [2]),
+                 helper.make_tensor_value_info("next", F, [2])],
+        [helper.make_tensor_value_info("sum_out", F, [2]),
+         helper.make_tensor_value_info("scan_out", F, [2])])
+    return _model([mk("Scan", ["", "initial", "x"], ["y", "z"], num_scan_inputs=1, body=body)],
+                  [helper.make_tensor_value_info("initial", F, [1, 2]),
+                   helper.make_tensor_value_info("x", F, [1, 3, 2])],
+                  [helper.make_tensor_value_info("y", F, [1, 2]),
+                   helper.make_tensor_value_info("z", F, [1, 3, 2])], opset=8)
+
+
+def test_opset_upgrade_that_changes_the_interface_is_refused():
+    m = _scan_sum_opset8()
+    # the onnx Scan 8 -> 9 adapter drops the batch axis of the graph inputs
+    conv = onnx.version_converter.convert_version(m, 13)
+    assert len(conv.graph.input[1].type.tensor_type.shape.dim) == 2
+    out, report = legalize_with_report(m)
+    assert report.opset == (8, 8)
+    for a, b in zip(list(m.graph.input) + list(m.graph.output),
+                    list(out.graph.input) + list(out.graph.output)):
+        assert a.name == b.name and a.type == b.type, (a, b)
+    # the Scan body is untouched (its Identity stays)
+    body = out.graph.node[0].attribute[0].g
+    assert [n.op_type for n in body.node] == ["Add", "Identity"]
+    x = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    init = np.array([[1, 2]], np.float32)
+    y, z = _session(out).run(None, {"initial": init, "x": x})
+    np.testing.assert_array_equal(z, init[:, None, :] + np.cumsum(x, axis=1))
+    np.testing.assert_array_equal(y, z[:, -1])
+
+
+def _if_condition_model():
+    """AffineGrid-function shape: If(Size(size) == 4) yields a [1]-shaped bound that feeds Range
+    (the spec wants a scalar; onnxruntime runs it as long as it cannot see the shape)."""
+    def branch(name, src):
+        return helper.make_graph([mk("Identity", [src], [f"d_{name}"])], name, [],
+                                 [helper.make_tensor_value_info(f"d_{name}", TensorProto.INT64,
+                                                                None)])
+    c = {"four": np.array(4, np.int64), "zero": np.array(0, np.int64),
+         "one": np.array(1, np.int64), "three_1d": np.array([3], np.int64)}
+    return _model([mk("Constant", [], ["five_1d"], value=numpy_helper.from_array(
+                       np.array([5], np.int64))),
+                   mk("Size", ["size"], ["ndim"], name="size_of"),
+                   mk("Equal", ["ndim", "four"], ["is_2d"], name="is_2d"),
+                   mk("If", ["is_2d"], ["d"], name="if", then_branch=branch("then", "three_1d"),
+                      else_branch=branch("else", "five_1d")),
+                   mk("Range", ["zero", "d", "one"], ["steps"], name="range"),
+                   mk("Cast", ["steps"], ["y"], name="cast", to=F)],
+                  [helper.make_tensor_value_info("size", TensorProto.INT64, [4])],
+                  [helper.make_tensor_value_info("y", F, None)],
+                  [numpy_helper.from_array(v, k) for k, v in c.items()], opset=13)
+
+
+def test_control_flow_condition_not_folded(monkeypatch):
+    m = _if_condition_model()
+    feeds = {"size": np.array([2, 5, 6, 7], np.int64)}
+    np.testing.assert_array_equal(_session(m).run(None, feeds)[0], [0, 1, 2])
+    out, report = legalize_with_report(m)
+    ops = op_types(out)
+    assert "Size" in ops and "Equal" in ops and "Constant" not in ops
+    assert not any(n.op_type == "Constant" for n in out.graph.node)
+    np.testing.assert_array_equal(_session(out).run(None, feeds)[0], [0, 1, 2])  # loads, runs
+    # what it guards against: a folded condition makes onnxruntime inline the branch and reject
+    # the Range at load time
+    monkeypatch.setattr(fold_constants, "_in_condition_cone", lambda node, g: False)
+    folded = legalize(m)
+    assert "Equal" not in op_types(folded)
+    with pytest.raises(Exception, match="Range"):
+        _session(folded)
+
+
+def test_dropout_used_mask_becomes_ones():
+    m = make_model([mk("Relu", ["x"], ["r"], name="relu"),
+                    mk("Dropout", ["r", "ratio"], ["d", "mask"], name="drop"),
+                    mk("Cast", ["mask"], ["mf"], name="cast", to=F),
+                    mk("Mul", ["d", "mf"], ["y"], name="mul")],
+                   [("x", [2, 4])], ["y"], {"ratio": np.array(0.4, np.float32)})
+    out, log = legalize_and_compare(m, tol=0.0)
+    assert "Dropout" not in op_types(out)
+    assert any(r == "remove_dropout" and "constant ones [2, 4]" in d for r, _, d in log)
+    mask = [t for t in out.graph.initializer if t.name == "mask"]
+    assert not mask or numpy_helper.to_array(mask[0]).all()
+
+
+def test_dropout_mask_graph_output_static_and_dynamic():
+    mask_vi = helper.make_tensor_value_info("mask", TensorProto.BOOL, None)
+    static = _model([mk("Relu", ["x"], ["r"], name="relu"),
+                     mk("Dropout", ["r"], ["y", "mask"], name="drop")],
+                    [helper.make_tensor_value_info("x", F, [3, 4])],
+                    [helper.make_tensor_value_info("y", F, None), mask_vi])
+    out = legalize(static)
+    assert op_types(out) == ["Relu", "ConstantOfShape"]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    y, mask = _session(out).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert mask.dtype == np.bool_ and mask.shape == (3, 4) and mask.all()
+    # data-dependent shape (after NonZero): the mask comes from ConstantOfShape(Shape(x))
+    dyn = _model([mk("NonZero", ["x"], ["nz"], name="nz"),
+                  mk("Cast", ["nz"], ["f"], name="cast", to=F),
+                  mk("Dropout", ["f"], ["y", "mask"], name="drop")],
+                 [helper.make_tensor_value_info("x", F, [3, 4])],
+                 [helper.make_tensor_value_info("y", F, None), mask_vi])
+    out = legalize(dyn)
+    assert "Dropout" not in op_types(out) and {"Shape", "ConstantOfShape"} <= set(op_types(out))
+    x[0, :] = 0
+    y, mask = _session(out).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.nonzero(x))
+    assert mask.dtype == np.bool_ and mask.shape == y.shape and mask.all()
+
+
+def test_dropout_training_mode_true_is_kept():
+    m = make_model([mk("Relu", ["x"], ["r"], name="relu"),
+                    mk("Dropout", ["r", "ratio", "train"], ["y", "mask"], name="drop"),
+                    mk("Cast", ["mask"], ["z"], name="cast", to=F)],
+                   [("x", [2, 4])], ["y", "z"],
+                   {"ratio": np.array(0.5, np.float32), "train": np.array(True)})
+    out, report = legalize_with_report(m)
+    assert "Dropout" in op_types(out)
+    assert ("remove_dropout", "drop", "training_mode is true") in report.skipped
+
