@@ -16,6 +16,24 @@ from .errors import ModelError
 FLOAT = onnx.TensorProto.FLOAT
 
 
+def subgraph_reads(nodes) -> set:
+    """Names read by nodes inside the subgraphs (If/Loop/Scan bodies) of ``nodes``, recursively:
+    outer-scope values those nodes depend on without listing them as inputs."""
+    out = set()
+    for n in nodes:
+        for a in n.attribute:
+            for sg in list(a.graphs) + ([a.g] if a.HasField("g") else []):
+                out.update(i for sn in sg.node for i in sn.input if i)
+                out |= subgraph_reads(sg.node)
+    return out
+
+
+def node_reads(n) -> list:
+    """Every value ``n`` reads: its inputs, then the outer values its subgraphs read."""
+    extra = subgraph_reads([n]) if any(a.graphs or a.HasField("g") for a in n.attribute) else ()
+    return [i for i in n.input if i] + [i for i in extra if i not in n.input]
+
+
 class GraphIndex:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
@@ -32,9 +50,8 @@ class GraphIndex:
             for o in n.output:
                 if o:
                     self.producer[o] = n
-            for i in n.input:
-                if i:
-                    self.consumers[i].append(n)
+            for i in node_reads(n):
+                self.consumers[i].append(n)
         self.types: Dict[str, onnx.TypeProto] = {}
         for vi in list(g.input) + list(g.value_info) + list(g.output):
             if vi.type.HasField("tensor_type"):
@@ -104,7 +121,7 @@ def topological_order(nodes: List[onnx.NodeProto], graph_inputs) -> List[onnx.No
     indeg = [0] * len(nodes)
     users = defaultdict(list)
     for idx, n in enumerate(nodes):
-        deps = {producer[i] for i in n.input if i in producer}
+        deps = {producer[i] for i in node_reads(n) if i in producer and producer[i] != idx}
         indeg[idx] = len(deps)
         for d in deps:
             users[d].append(idx)

@@ -11,7 +11,7 @@ import onnx
 
 from . import emit as emit_stage
 from .decisions import Decisions
-from .errors import CompileError, MrvlError
+from .errors import ArtifactError, CompileError, MrvlError
 from .fuse import fuse
 from .legalize import legalize
 from .modelio import load_model, validate_model, write_bytes_atomic, write_json_atomic
@@ -55,7 +55,11 @@ class ConvertResult:
 
         Each file is written under a temporary name and renamed, the model last, so an interrupted
         save never leaves a partial file under a final name. Returns the model path."""
-        os.makedirs(out_dir, exist_ok=True)
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as exc:
+            raise ArtifactError(f"cannot create the output folder '{out_dir}' ({exc.strerror})",
+                                hint="choose a folder path that is not a file and is writable") from None
         for sg in self.subgraphs:
             write_json_atomic(os.path.join(out_dir, f"{sg.name}-nodes.json"), sg.nodes_json)
             write_json_atomic(os.path.join(out_dir, f"{sg.name}-consts.json"), sg.consts_json)

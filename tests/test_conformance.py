@@ -19,11 +19,9 @@ import conformance
 # case-name pattern -> bug (owner). A known failure that starts passing makes the full test fail:
 # then delete its line here and its xfail below.
 KNOWN_FAILURES = {
-    r"test_(identity_sequence|identity_opt|loop13_seq|loop16_seq_none|optional_get_element_(optional_)?sequence"
-    r"|sequence_map_\w+|sequence_insert_at_(back|front))": "legalize/shapes.ort_fill: KeyError 0 on sequence/optional values",
-    r"test_dropout_default_mask(_ratio)?": "legalize: ModelError when Dropout's mask output is used",
-    r"test_affine_grid_[23]d(_align_corners)?_expanded": "legalize: converted model does not load (Range on non-scalars)",
-    r"test_scan_sum": "legalize: Scan-8 rewritten with different graph input ranks",
+    r"test_affine_grid_[23]d(_align_corners)?_expanded": "legalize: converted model does not load (INVALID_GRAPH)",
+    r"test_sequence_map_(identity|add)_1_sequence_1_tensor_expanded":
+        "legalize: outer-scope initializer used inside a Loop body is lost (frozen variant)",
 }
 _KNOWN = [(re.compile(rf"^(?:{p})(\+frozen)?$"), why) for p, why in KNOWN_FAILURES.items()]
 
@@ -111,9 +109,8 @@ def _run(by_name, name, variant="as-is"):
                                 "/tmp", variant=variant)
 
 
-@pytest.mark.xfail(strict=True, reason="legalize/shapes.py ort_fill: helper.tensor_dtype_to_np_dtype(0) "
-                   "KeyError on a sequence-typed value (Identity on a tensor sequence) (owner: legalize)")
-def test_bug_sequence_values_crash_legalize():
+def test_regression_sequence_values_convert():
+    """Was a bug (fixed): legalize/shapes.py ort_fill raised KeyError 0 on sequence-typed values."""
     import onnx_mrvl
     x = helper.make_tensor_sequence_value_info("x", T.FLOAT, [2, 3])
     y = helper.make_tensor_sequence_value_info("y", T.FLOAT, [2, 3])
@@ -124,9 +121,8 @@ def test_bug_sequence_values_crash_legalize():
     assert r.subgraphs == [] and not r.report.warnings
 
 
-@pytest.mark.xfail(strict=True, reason="legalize raises ModelError 'Dropout mask output is used' for a "
-                   "valid inference model whose Dropout mask (all true) is a graph output (owner: legalize)")
-def test_bug_dropout_mask_output(by_name):
+def test_regression_dropout_mask_output(by_name):
+    """Was a bug (fixed): ModelError 'Dropout mask output is used' for a valid model."""
     r = _run(by_name, "test_dropout_default_mask")
     assert r.status == "pass", r.reason
 
@@ -140,19 +136,27 @@ def test_regression_value_dependent_shapes_not_baked_in(by_name):
 
 
 @pytest.mark.xfail(strict=True, reason="after legalize the expanded AffineGrid model no longer loads in "
-                   "onnxruntime: 'Input to Range op should be scalars' (owner: legalize)")
+                   "onnxruntime (INVALID_GRAPH; legalize's shape probe fails on 'Input to Range op should be "
+                   "scalars') (owner: legalize)")
 def test_bug_affine_grid_expanded(by_name):
     r = _run(by_name, "test_affine_grid_2d_expanded")
     assert r.status == "pass", r.reason
 
 
-@pytest.mark.xfail(strict=True, reason="legalize rewrites opset-8 Scan (batch axis, empty sequence_lens) "
-                   "and changes the graph inputs' ranks (initial 1x2 -> 2, x 1x3x2 -> 3x2): the user's "
-                   "inputs no longer fit (owner: legalize)")
-def test_bug_scan8_changes_input_ranks(by_name):
+def test_regression_scan8_keeps_input_ranks(by_name):
+    """Was a bug (fixed): the opset 8 -> 13 conversion of Scan changed the graph inputs' ranks."""
     import onnx_mrvl
     case = by_name["test_scan_sum"]
     r = onnx_mrvl.convert(case.model, strict=True)
     want = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in case.model.graph.input]
     got = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in r.model.graph.input]
     assert got == want
+
+
+@pytest.mark.xfail(strict=True, reason="with x1 frozen into an initializer, the converted SequenceMap-expanded "
+                   "model fails to load: the Loop body's Identity reads outer-scope 'x1', which is no longer "
+                   "defined before it (INVALID_GRAPH, 'Nodes in a graph must be topologically sorted') "
+                   "(owner: legalize)")
+def test_bug_outer_scope_initializer_in_loop_body(by_name):
+    r = _run(by_name, "test_sequence_map_add_1_sequence_1_tensor_expanded", variant="frozen")
+    assert r.status == "pass", r.reason

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from .._graph import FLOAT, GraphIndex, attr
+from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
@@ -444,7 +444,7 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
     out = model_shell(model)
     graph = out.graph
     graph.node.extend(m.nodes)
-    used = {i for n in m.nodes for i in n.input} | set(g.outputs)
+    used = {i for n in m.nodes for i in n.input} | subgraph_reads(m.nodes) | set(g.outputs)
     graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
     for name, arr in m.inits:
         t = graph.initializer.add()

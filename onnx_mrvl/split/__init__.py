@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, topological_order
+from .._graph import GraphIndex, subgraph_reads, topological_order
 from ..decisions import Decisions
 from ..errors import UnsupportedError
 from ..provenance import get_origin
@@ -191,7 +191,7 @@ def _replace_regions(model, g: GraphIndex, regions: List[Region], reference: boo
     _copy_fields(model.graph, out.graph, skip=("node", "initializer", "value_info"))
     order = topological_order(nodes, g.inputs)
     out.graph.node.extend(order)
-    used = {i for n in order for i in n.input}
+    used = {i for n in order for i in n.input} | subgraph_reads(order)
     out.graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
     produced = {o for n in order for o in n.output}
     out.graph.value_info.extend(vi for vi in model.graph.value_info if vi.name in produced)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .._graph import attr
+from .._graph import attr, node_reads
 from ..provenance import get_origin, set_origin
 
 UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Identity", "Clip"}
@@ -349,7 +349,7 @@ class _Cleaner:
         for n in reversed(keep):
             if any(o in needed for o in n.output):
                 live.append(n)
-                needed.update(n.input)
+                needed.update(node_reads(n))
         live.reverse()
         del self.g.node[:]
         self.g.node.extend(live)
