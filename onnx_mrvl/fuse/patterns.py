@@ -49,10 +49,10 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
         w = np.asarray(w)
         if w.size == 0:
             continue
-        finite = np.isfinite(w)
-        if not finite.all():
-            return f"{key} holds {int(w.size - finite.sum())} NaN/inf values"
-        big = float(np.max(np.abs(w)))
+        lo, hi = float(w.min()), float(w.max())   # NaN propagates through min/max: no full-size temporaries
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            return f"{key} holds {int(w.size - np.isfinite(w).sum())} NaN/inf values"
+        big = max(-lo, hi)
         if big > target.fp16_max:
             folded = " after folding the following Mul/Add/BN" if len(grp.nodes) > 1 else ""
             return (f"{key} holds values up to {big:.4g}{folded}, beyond the fp16 range "
