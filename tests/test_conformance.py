@@ -1,5 +1,6 @@
 """ONNX backend node conformance (tools/conformance.py): the whole suite, 100% of applicable cases
-must pass except the known bugs listed below, each of which also has a strict-xfail reproduction.
+must pass except the known bugs listed in KNOWN_FAILURES, each of which also gets a strict-xfail
+reproduction (bugs found and since fixed stay as regression tests).
 
 The full run (3768 runs: as-is + frozen variant) takes 4-6 minutes on 2 cores (2 forked workers;
 340 s measured with other jobs loading the machine). ``MRVL_CONFORMANCE_STRIDE=k`` runs every k-th
@@ -18,11 +19,7 @@ import conformance
 
 # case-name pattern -> bug (owner). A known failure that starts passing makes the full test fail:
 # then delete its line here and its xfail below.
-KNOWN_FAILURES = {
-    r"test_affine_grid_[23]d(_align_corners)?_expanded": "legalize: converted model does not load (INVALID_GRAPH)",
-    r"test_sequence_map_(identity|add)_1_sequence_1_tensor_expanded":
-        "legalize: outer-scope initializer used inside a Loop body is lost (frozen variant)",
-}
+KNOWN_FAILURES = {}   # none open; history: the regression tests at the end of this file
 _KNOWN = [(re.compile(rf"^(?:{p})(\+frozen)?$"), why) for p, why in KNOWN_FAILURES.items()]
 
 
@@ -55,10 +52,11 @@ def test_full_conformance(cases):
     failed = [r for r in results if r.status == "fail"]
     unexpected = [f"{r.name}: {r.reason}" for r in failed if not known_bug(r.name)]
     assert not unexpected, f"{len(unexpected)} new conformance failures:\n" + "\n".join(unexpected)
-    if stride == 1:
+    if stride == 1 and KNOWN_FAILURES:
         fixed = [p for p, _ in KNOWN_FAILURES.items()
                  if not any(re.match(rf"^(?:{p})(\+frozen)?$", r.name) for r in failed)]
         assert not fixed, f"known failures that pass now (remove them from KNOWN_FAILURES): {fixed}"
+    if stride == 1:
         assert s["applicable"] > 2000 and s["offloaded_applicable"] > 200, s
     passed_or_known = s["passed"] + len(failed)
     assert passed_or_known == s["applicable"]
@@ -135,10 +133,8 @@ def test_regression_value_dependent_shapes_not_baked_in(by_name):
     assert r.status == "pass", r.reason
 
 
-@pytest.mark.xfail(strict=True, reason="after legalize the expanded AffineGrid model no longer loads in "
-                   "onnxruntime (INVALID_GRAPH; legalize's shape probe fails on 'Input to Range op should be "
-                   "scalars') (owner: legalize)")
-def test_bug_affine_grid_expanded(by_name):
+def test_regression_affine_grid_expanded(by_name):
+    """Was a bug (fixed): the legalized expanded AffineGrid model did not load (INVALID_GRAPH)."""
     r = _run(by_name, "test_affine_grid_2d_expanded")
     assert r.status == "pass", r.reason
 
@@ -153,10 +149,8 @@ def test_regression_scan8_keeps_input_ranks(by_name):
     assert got == want
 
 
-@pytest.mark.xfail(strict=True, reason="with x1 frozen into an initializer, the converted SequenceMap-expanded "
-                   "model fails to load: the Loop body's Identity reads outer-scope 'x1', which is no longer "
-                   "defined before it (INVALID_GRAPH, 'Nodes in a graph must be topologically sorted') "
-                   "(owner: legalize)")
-def test_bug_outer_scope_initializer_in_loop_body(by_name):
+def test_regression_outer_scope_initializer_in_loop_body(by_name):
+    """Was a bug (fixed): with x1 frozen into an initializer, the Loop body's Identity read an outer-scope
+    'x1' the converted model no longer defined (INVALID_GRAPH)."""
     r = _run(by_name, "test_sequence_map_add_1_sequence_1_tensor_expanded", variant="frozen")
     assert r.status == "pass", r.reason

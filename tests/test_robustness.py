@@ -196,11 +196,9 @@ def test_external_data_file_missing(tmp_path):
 
 # --------------------------------------------------------------------------------------- saving
 
-@pytest.mark.xfail(strict=True, reason="ConvertResult.save() lets os.makedirs raise a raw FileExistsError "
-                   "(output path is a regular file) or NotADirectoryError (output path below a regular file) "
-                   "instead of ArtifactError (owner: pipeline)")
 @pytest.mark.parametrize("below", ["", "out", "out/deeper"])
 def test_output_folder_is_or_is_below_a_file(tmp_path, below):
+    """Regression: save() used to let os.makedirs raise a raw FileExistsError / NotADirectoryError."""
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     r = onnx_mrvl.convert(tiny_cnn())
