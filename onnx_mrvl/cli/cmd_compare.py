@@ -44,31 +44,14 @@ def _model_path(path: str) -> str:
 
 
 def _load_inputs(path: str, model_path: str):
-    import numpy as np
 
-    from ..errors import ModelError
+    from ..feeds import read_inputs
     from ..inspect.canonical import load_model
 
     m = load_model(model_path)
     inits = {t.name for t in m.graph.initializer}
     names = [vi.name for vi in m.graph.input if vi.name not in inits]
-    try:
-        if path.endswith(".npy"):
-            arrays = {names[0]: np.load(path, allow_pickle=False)}
-        else:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read inputs from '{path}' ({exc})",
-                         hint="use .npz (by input name) or .npy") from None
-    feeds = {}
-    for i, name in enumerate(names):
-        key = name if name in arrays else f"arr_{i}"
-        if key not in arrays:
-            raise ModelError(f"'{path}' has no array for input '{name}' (has {sorted(arrays)})",
-                             hint="name the arrays after the model inputs")
-        feeds[name] = arrays[key]
-    return feeds
+    return read_inputs(path, names)
 
 
 def run(args) -> int:

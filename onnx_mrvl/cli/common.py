@@ -8,6 +8,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ..errors import ModelError
+from ..feeds import random_array, read_inputs
 
 ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -33,39 +34,13 @@ def parse_input_shapes(specs: Optional[List[str]]) -> Optional[Dict[str, List[in
 def random_inputs(session, seed: int = 0) -> Dict[str, np.ndarray]:
     """Seeded inputs for every input of an onnxruntime session (symbolic dims become 1)."""
     rng = np.random.default_rng(seed)
-    feeds = {}
-    for i in session.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-        dtype = ORT_TYPES.get(i.type, np.float32)
-        if np.issubdtype(dtype, np.floating):
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[i.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[i.name] = rng.integers(0, 4, shape).astype(dtype)
-    return feeds
+    return {i.name: random_array(rng, [d if isinstance(d, int) and d > 0 else 1 for d in i.shape],
+                                 ORT_TYPES.get(i.type, np.float32)) for i in session.get_inputs()}
 
 
 def load_inputs(path: str, session) -> Dict[str, np.ndarray]:
     """Inputs from .npz (by name, or arr_0... in order) or .npy (a single input)."""
-    names = [i.name for i in session.get_inputs()]
-    try:
-        if path.endswith(".npy"):
-            arrays = {names[0]: np.load(path, allow_pickle=False)}
-        else:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read inputs from '{path}' ({exc})", hint="use .npz (by input name) or .npy") from None
-    feeds = {}
-    for i, name in enumerate(names):
-        if name in arrays:
-            feeds[name] = arrays[name]
-        elif f"arr_{i}" in arrays:
-            feeds[name] = arrays[f"arr_{i}"]
-        else:
-            raise ModelError(f"'{path}' has no array for input '{name}' (has {sorted(arrays)})")
-    return feeds
+    return read_inputs(path, [i.name for i in session.get_inputs()])
 
 
 def error_stats(ref: np.ndarray, got: np.ndarray) -> dict:

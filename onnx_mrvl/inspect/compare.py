@@ -23,6 +23,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
+from ..feeds import random_array
+
 from .canonical import ModelLike, explicit_origin, load_model
 from .runner import capture_region, region_binary, region_nodes, run_all
 from .tensors import LAYOUT_PERMS, RESHAPES, Storage, error_stats, graph_storage, reshape_source_perm
@@ -141,13 +143,7 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]
             continue
         tt = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-        dtype = _NP.get(tt.elem_type, np.float32)
-        if np.issubdtype(dtype, np.floating):
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[vi.name] = rng.integers(0, 4, shape).astype(dtype)
+        feeds[vi.name] = random_array(rng, shape, _NP.get(tt.elem_type, np.float32))
     return feeds
 
 
