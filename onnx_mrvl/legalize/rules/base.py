@@ -85,3 +85,11 @@ def reshape(g: Graph, x: str, shape, *, near, origin, out: Optional[str] = None,
 def np_dtype(g: Graph, name: str):
     from onnx import helper
     return helper.tensor_dtype_to_np_dtype(g.dtype(name) or TensorProto.FLOAT)
+
+
+def bypass_reason(m: Match, g: Graph) -> Optional[str]:
+    """Why a pass-through node (input copied to output) cannot be removed, or None."""
+    src, dst = m.node.input[0], m.node.output[0]
+    if dst in g.pinned and (g.producer.get(src) is None or src in g.pinned):
+        return "it copies a graph input, initializer or output to a graph output"
+    return None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Match, attr
+from .base import Match, attr, bypass_reason
 
 NAME = "remove_noop"
 OPS = ("Cast", "Reshape", "Transpose")
@@ -31,10 +31,7 @@ def match(node, g) -> Optional[Match]:
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    src, dst = m.node.input[0], m.node.output[0]
-    if dst in g.pinned and (g.producer.get(src) is None or src in g.pinned):
-        return "it copies a graph input, initializer or output to a graph output"
-    return None
+    return bypass_reason(m, g)
 
 
 def rewrite(m: Match, g) -> str:
