@@ -14,7 +14,6 @@ import tempfile
 import time
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -73,7 +73,6 @@ ORT_THREADS = 0
 
 
 def ort_conv(x_nchw, w_oihw, bias, stride, pad, groups, act):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -184,7 +183,6 @@ def numpy_gemm_gflops(n: int = 512, repeat: int = 5) -> float:
 
 
 def _conv_model(c_in: int, c_out: int, k: int, size: int):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     w = (np.random.default_rng(0).standard_normal((c_out, c_in, k, k)) / np.sqrt(c_in * k * k)).astype(np.float32)
     g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[k // 2] * 4)], "conv",

@@ -10,7 +10,6 @@ import os
 import re
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper

@@ -4,7 +4,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx_mrvl.errors import ModelError, ShapeError
+from onnx_mrvl.errors import ShapeError
 from onnx_mrvl.legalize import RULES, legalize, legalize_with_report, rule_names
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 from onnx_mrvl.provenance import get_origin

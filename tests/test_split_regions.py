@@ -2,7 +2,6 @@
 import time
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

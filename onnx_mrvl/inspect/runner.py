@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
