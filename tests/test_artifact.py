@@ -340,7 +340,7 @@ def test_flipped_bytes_fail_the_digest(blob):
 def test_section_offset_out_of_range(blob):
     off = HEADER.size + SECTION.size + 8                       # WGHT entry's offset field
     expect_error(resign(put(blob, off, "<Q", 2 ** 60)), "truncated", "section 1 'weights'",
-                 f"claims", f"at offset {2 ** 60}")
+                 "claims", f"at offset {2 ** 60}")
     expect_error(resign(put(blob, off + 8, "<Q", 2 ** 64 - 1)), "truncated", "weights")
 
 
