@@ -8,6 +8,7 @@ case instead (a deterministic subset) for quick local runs.
 """
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -15,6 +16,9 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import conformance
+from onnx_mrvl.modelio import write_bytes_atomic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # case-name pattern -> bug (owner). A known failure that starts passing makes the full test fail:
 # then delete its line here and its xfail below.
@@ -46,8 +50,20 @@ def test_suite_is_the_full_onnx_node_suite(cases):
 def test_full_conformance(cases):
     stride = int(os.environ.get("MRVL_CONFORMANCE_STRIDE", "1"))
     subset = cases[::stride]
-    results = conformance.run_cases(subset, conformance.runner_for("auto"), workers=2)
+    t0 = time.perf_counter()
+    runner = conformance.runner_for("auto")
+    results = conformance.run_cases(subset, runner, workers=2)
     s = conformance.summarize(results)
+    if stride == 1:   # the CI run regenerates docs/conformance.md
+        import onnx
+        import onnxruntime
+        meta = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "runner": runner,
+                "force": False, "workers": 2, "seconds": time.perf_counter() - t0, "collect_seconds": 0.0,
+                "load": os.getloadavg()[0]}
+        write_bytes_atomic(os.path.join(ROOT, "docs", "conformance.md"),
+                           conformance.markdown(results, meta).encode())
+        print(f"\nconformance: {s['passed']} passed, {s['applicable'] - s['passed']} failed "
+              f"({s['applicable']} applicable runs)")
     failed = [r for r in results if r.status == "fail"]
     unexpected = [f"{r.name}: {r.reason}" for r in failed if not known_bug(r.name)]
     assert not unexpected, f"{len(unexpected)} new conformance failures:\n" + "\n".join(unexpected)
