@@ -178,6 +178,13 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
                 o.type.CopyFrom(src.type)
     deployable.ir_version = max(min(deployable.ir_version, 13), MAX_IR_VERSION)
     _layer_names(decisions, subgraphs)
+    region_of = {n: r.name for r in result.regions for n in r.nodes}
+    layer_of = {n["attrs"].get("onnx_node_name", [None])[0]: n["name"] for sg in subgraphs
+                for n in sg.nodes_json["nodes"] if n.get("op") == "tvm_op"}
+    for d in decisions.values():   # e.g. a Transpose folded into the layout of a region's node
+        if d.placement == "accelerator" and not d.subgraph and d.mrvl_node in region_of:
+            d.subgraph = region_of[d.mrvl_node]
+            d.layer = d.layer or layer_of.get(d.mrvl_node)
     report = Report(decisions, [r.summary() for r in result.regions], dropped,
                     result.macs_total, result.macs_offloaded, partition)
     timings["total"] = CLOCK() - t0
