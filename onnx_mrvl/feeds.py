@@ -1,7 +1,7 @@
 """Model inputs for the tools: seeded random arrays and .npz/.npy input files, in one place."""
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -35,4 +35,26 @@ def read_inputs(path: str, names: List[str]) -> Dict[str, np.ndarray]:
             raise ModelError(f"'{path}' has no array for input '{name}' (has {sorted(arrays)})",
                              hint="name the arrays after the model inputs")
         feeds[name] = arrays[key]
+    return feeds
+
+
+def random_feeds(model, seed: int = 0, shapes: Optional[Dict[str, Sequence[int]]] = None) -> Dict[str, np.ndarray]:
+    """Seeded arrays (``random_array``) for every true graph input of an ONNX model: ``shapes[name]``
+    when given, else the declared shape with symbolic or unknown dimensions as 1."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = (shapes or {}).get(vi.name) or [
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except KeyError:   # not a plain tensor type
+            dtype = np.float32
+        feeds[vi.name] = random_array(rng, shape, dtype)
     return feeds

@@ -19,6 +19,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx_mrvl.feeds import random_feeds
+
 ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
        "squeezenet", "vgg19", "zfnet512")
 PASS_THROUGH = ("Unsqueeze", "Reshape", "Identity", "Cast", "Squeeze", "Flatten", "Transpose")
@@ -155,19 +157,8 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
 
 
 def random_inputs(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
-    """Float32 standard-normal values for every true graph input (symbolic dims -> 1)."""
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
-                 for d in t.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        out[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return out
+    """Seeded standard-normal values for every true graph input (symbolic dims -> 1)."""
+    return random_feeds(model, seed)
 
 
 def load_zoo(name: str, seed: int = 0) -> onnx.ModelProto:

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
-from ..feeds import random_array
+from ..feeds import random_feeds as _random_feeds
 
 from .canonical import ModelLike, explicit_origin, load_model
 from .runner import capture_region, region_binary, region_nodes, run_all
@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-2
-_NP = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
-       onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.INT64: np.int64,
-       onnx.TensorProto.INT32: np.int32, onnx.TensorProto.INT8: np.int8, onnx.TensorProto.UINT8: np.uint8,
-       onnx.TensorProto.BOOL: np.bool_}
 
 
 @dataclass
@@ -135,16 +131,7 @@ def _clip(text: str, n: int) -> str:
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
     """Seeded inputs for every true graph input (standard normal floats; symbolic dims -> 1)."""
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-        feeds[vi.name] = random_array(rng, shape, _NP.get(tt.elem_type, np.float32))
-    return feeds
+    return _random_feeds(model, seed)
 
 
 def _producers(model: onnx.ModelProto) -> Dict[str, Tuple[int, onnx.NodeProto]]:

@@ -8,6 +8,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import provenance
+from ..feeds import random_feeds
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[Tuple[str, Sequence]],
@@ -26,17 +27,7 @@ def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[Tuple[str, Sequ
 
 def feeds_for(model: onnx.ModelProto, seed: int = 0,
               shapes: Optional[Dict[str, Sequence[int]]] = None) -> Dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        shape = list((shapes or {}).get(vi.name) or [d.dim_value for d in t.shape.dim])
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        out[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return out
+    return random_feeds(model, seed, shapes)
 
 
 def run(model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
