@@ -82,7 +82,14 @@ class InferenceSession(ort.InferenceSession):
             programs, sigs = preload(source)
         self._mrvl_programs = programs
         self._mrvl_finalizer = weakref.finalize(self, _release_all, [p.sha256 for p in programs])
-        so = sess_options or ort.SessionOptions()
+        so = sess_options
+        if so is None:
+            so = ort.SessionOptions()
+            if programs:
+                # The simulator runs inside one custom-op call on its own worker threads; idle
+                # onnxruntime threads spinning for work meanwhile would take their cores.
+                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                so.add_session_config_entry("session.inter_op.allow_spinning", "0")
         kernel.register(so, signatures=sigs)
         try:
             super().__init__(source, so, providers=providers or ["CPUExecutionProvider"], **kwargs)

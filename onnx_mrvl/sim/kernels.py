@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import jit
 from .activations import make_activation
 from .fp16 import round_fp16_, to_fp16_values
 from .parallel import run_all, workers
@@ -26,8 +27,11 @@ from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest
 
 F32 = np.float32
 _COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
-_PARALLEL_MACS = 1 << 25    # split a conv into one row block per worker from ~32 M MACs on
+_PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
+_PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 ms single-threaded)
+_COLUMN_SPLIT_ROWS = 512     # below this many output pixels a parallel GEMM splits its output
+                             # channels instead (a 25-row sgemm wastes most of the kernel)
 
 
 def _f32(w) -> Optional[np.ndarray]:
@@ -36,8 +40,33 @@ def _f32(w) -> Optional[np.ndarray]:
     return np.ascontiguousarray(np.asarray(w, dtype=F32).reshape(-1))
 
 
-def _epilogue(bias, scale, shift, act) -> Callable[[np.ndarray], bool]:
-    """y = act(((acc + bias) * scale) + shift), in place on a float32 block, then RNE to fp16."""
+def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
+              activation_params: Optional[Mapping] = None, slope=None) -> Callable[[np.ndarray], bool]:
+    """y = act(((acc + bias) * scale) + shift), in place on a float32 [rows, channels] block, then
+    RNE to fp16; returns whether every value is finite. One compiled pass when ``jit.ENABLED``."""
+    act = make_activation(activation, activation_params, slope)     # validates name and params
+    if jit.ENABLED:
+        code, p0, p1, sl = jit.act_args(activation, activation_params, slope, channels)
+        b = jit.channel_vector(bias, channels, 0.0)
+        s = jit.channel_vector(scale, channels, 1.0)
+        sh = jit.channel_vector(shift, channels, 0.0)
+
+        def compiled(y: np.ndarray) -> bool:
+            return finish(y, bool(jit.epilogue(y, b, s, sh, code, p0, p1, sl)))
+
+        def finish(y: np.ndarray, ok: bool) -> bool:
+            """Complete a compiled pass: a transcendental activation (code -1) and the rounding."""
+            if code >= 0:
+                return ok
+            r = act(y)
+            if r is not y:
+                y[...] = r
+            return round_fp16_(y)
+        compiled.jit_args = (b, s, sh, code, p0, p1, sl)
+        compiled.finish = finish
+        return compiled
+    bias, scale, shift = _f32(bias), _f32(scale), _f32(shift)
+
     def run(y: np.ndarray) -> bool:
         if bias is not None:
             y += bias
@@ -108,8 +137,7 @@ class Conv2D:
             wg = kf.reshape(self.groups, self.og, self.kh * self.kw * self.cin_g)
             self.w_mats = [np.ascontiguousarray(wg[g].T) for g in range(self.groups)]
             self.w_stack = np.ascontiguousarray(np.stack(self.w_mats))
-        self.epilogue = _epilogue(_f32(bias), _f32(scale), _f32(shift),
-                                  make_activation(activation, activation_params, slope))
+        self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
 
     def output_shape(self, in_shape: Sequence[int]) -> Tuple[int, int, int, int]:
         n, h, w, _ = in_shape
@@ -138,11 +166,14 @@ class Conv2D:
         c, o = x.shape[3], self.out_channels
         out = np.empty((n, oh, ow, o), dtype=F32)
         nw = workers()
+        rows, kk = n * oh * ow, kh * kw * self.cin_g
+        if (self.groups == 1 and nw > 1 and rows < _COLUMN_SPLIT_ROWS and o >= 64 * nw
+                and rows * kk * o >= 4 * _PARALLEL_MACS):
+            return self._gemm_column_split(x, out, nw)
         if kh == kw == 1 and self.padding == (0, 0, 0, 0) and self.groups == 1:
             src = x if sh == sw == 1 else x[:, ::sh, ::sw, :][:, :oh, :ow, :]
             src = np.ascontiguousarray(src).reshape(-1, c)
             o2 = out.reshape(-1, o)
-            rows = src.shape[0]
             parts = nw if rows * c * o >= _PARALLEL_MACS and rows >= 2 * nw else 1
             step = -(-rows // parts)
 
@@ -153,7 +184,6 @@ class Conv2D:
             return out, all(run_all(one, list(range(0, rows, step))))
         xp = _pad_nhwc(x, self.padding)
         cg, g, og = self.cin_g, self.groups, self.og
-        kk = kh * kw * cg
         win = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw)
         rows_oh = max(1, _COLS_BLOCK // (kk * g * ow))
         if n * oh * ow * kk * o >= _PARALLEL_MACS * g and n * oh >= 2 * nw:
@@ -175,6 +205,27 @@ class Conv2D:
             return self.epilogue(blk)
         return out, all(run_all(one, blocks))
 
+    def _gemm_column_split(self, x: np.ndarray, out: np.ndarray, nw: int) -> Tuple[np.ndarray, bool]:
+        """Few output pixels, many channels: one im2col, then each worker multiplies it by its own
+        contiguous slice of the weight columns; the epilogue runs once on the assembled rows."""
+        n, oh, ow, o = out.shape
+        kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
+        win = _windows(_pad_nhwc(x, self.padding), oh, ow, kh, kw, sh, sw, dh, dw)
+        cols = np.ascontiguousarray(win).reshape(n * oh * ow, kh * kw * self.cin_g)
+        parts = self._w_columns.get(nw) if hasattr(self, "_w_columns") else None
+        if parts is None:
+            bounds = np.linspace(0, o, nw + 1).astype(int)
+            parts = [(int(a), int(b), np.ascontiguousarray(self.w_mats[0][:, a:b]))
+                     for a, b in zip(bounds[:-1], bounds[1:])]
+            self.__dict__.setdefault("_w_columns", {})[nw] = parts
+        o2 = out.reshape(-1, o)
+
+        def one(part) -> None:
+            a, b, w = part
+            o2[:, a:b] = np.matmul(cols, w)
+        run_all(one, parts)
+        return out, self.epilogue(o2)
+
     def _depthwise(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         """Per-channel taps as one einsum over a strided window view (no im2col copy).
 
@@ -185,6 +236,8 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         mult = self.og
         xs = x if mult == 1 else np.repeat(x, mult, axis=3)
+        if jit.ENABLED:
+            return self._depthwise_jit(np.ascontiguousarray(xs), n, oh, ow)
         xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
         o = self.out_channels
         wt = self._tiled.get(ow)
@@ -217,6 +270,24 @@ class Conv2D:
         out = np.ascontiguousarray(out.reshape(n, oh, ow, o), dtype=F32)
         return out, self.epilogue(out.reshape(-1, o))
 
+    def _depthwise_jit(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
+        """One compiled pass per row block: taps, epilogue and fp16 rounding (``jit.depthwise``)."""
+        o = self.out_channels
+        w = getattr(self, "_w_hwc", None)
+        if w is None:
+            w = self._w_hwc = np.ascontiguousarray(self.w_taps.reshape(self.kh, self.kw, o))
+        out = np.empty((n, oh, ow, o), dtype=F32)
+        (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
+        epi = self.epilogue.jit_args
+        nw = workers()
+        parts = nw if n * oh * ow * o * self.kh * self.kw >= _PARALLEL_DW_MACS and oh >= 2 * nw else 1
+        step = -(-oh // parts)
+
+        def one(y0: int) -> bool:
+            return bool(jit.depthwise(xs, w, out, y0, min(oh, y0 + step), sh, sw, t, l, dh, dw, *epi))
+        ok = all(run_all(one, list(range(0, oh, step))))
+        return out, self.epilogue.finish(out.reshape(-1, o), ok)
+
 
 def prepare_conv2d(kernel, **kw) -> Conv2D:
     return Conv2D(kernel, **kw)
@@ -240,8 +311,7 @@ class FC:
             raise ValueError(f"FC kernel must be [O, K], got shape {list(k.shape)}")
         self.out_features, self.in_features = (int(d) for d in k.shape)
         self.w = np.ascontiguousarray(to_fp16_values(k).T)
-        self.epilogue = _epilogue(_f32(bias), None, None,
-                                  make_activation(activation, activation_params, slope))
+        self.epilogue = _epilogue(self.out_features, bias, None, None, activation, activation_params, slope)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.apply(x)[0]

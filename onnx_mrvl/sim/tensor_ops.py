@@ -9,12 +9,70 @@ from typing import Callable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import jit
 from .activations import make_activation
 from .fp16 import round_fp16_, to_fp16_values
+from .parallel import run_all, workers
 
 F32 = np.float32
 
+_PARALLEL_ELEMS = 1 << 18       # split a compiled element-wise pass over the workers from 256 K values
 _LAYOUT_PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
+
+
+def _as_npc(full: np.ndarray, part: np.ndarray):
+    """(full as [N, P, C], part as [N|1, P|1, C|1]) when ``part`` broadcasts onto ``full`` that
+    way (NHWC per-channel, per-image or SE-style operands, or the same shape); else None."""
+    shape = full.shape
+    if full.ndim == 0 or not full.flags.c_contiguous or part.ndim > full.ndim:
+        return None
+    pshape = (1,) * (full.ndim - part.ndim) + part.shape
+    if any(p not in (1, f) for p, f in zip(pshape, shape)):
+        return None
+    n, c = (shape[0], shape[-1]) if full.ndim > 1 else (1, shape[0])
+    mid = shape[1:-1] if full.ndim > 1 else ()
+    pmid = pshape[1:-1] if full.ndim > 1 else ()
+    pm = int(np.prod(mid)) if mid else 1
+    if all(d == 1 for d in pmid):
+        bp = 1
+    elif tuple(pmid) == tuple(mid):
+        bp = pm
+    else:
+        return None
+    bn = pshape[0] if full.ndim > 1 else 1
+    bc = pshape[-1]
+    return (full.reshape(n, pm, c),
+            np.ascontiguousarray(part, dtype=F32).reshape(bn, bp, bc))
+
+
+def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optional[Tuple[np.ndarray, bool]]:
+    """The compiled one-pass form of a (+|*) b, activation, rounding; None when shapes don't fit."""
+    if a.shape != np.broadcast_shapes(a.shape, b.shape):
+        a, b = b, a                          # IEEE + and * commute bit for bit
+    if a.dtype != F32 or a.shape != np.broadcast_shapes(a.shape, b.shape):
+        return None
+    views = _as_npc(a, b)
+    if views is None:
+        return None
+    a3, b3 = views
+    out = np.empty(a.shape, dtype=F32)
+    o3 = out.reshape(a3.shape)
+    code, p0, p1, sl = act_spec(a3.shape[2])
+    rows = a3.shape[1]
+    parts = workers() if out.size >= _PARALLEL_ELEMS and rows >= 2 * workers() and a3.shape[0] == 1 else 1
+    step = -(-rows // parts)
+
+    def one(r0: int) -> bool:
+        r1 = r0 + step
+        bb = b3 if b3.shape[1] == 1 else b3[:, r0:r1]
+        return bool(jit.binary(a3[:, r0:r1], bb, o3[:, r0:r1], mul, code, p0, p1, sl))
+    ok = all(run_all(one, list(range(0, rows, step))))
+    if code < 0:                              # transcendental activation: finish in numpy
+        r = act(out)
+        if r is not out:
+            out[...] = r
+        ok = round_fp16_(out)
+    return out, ok
 
 
 def make_binary(op: str, operand=None, activation: str = "none",
@@ -27,11 +85,22 @@ def make_binary(op: str, operand=None, activation: str = "none",
     ufunc = {"add": np.add, "mul": np.multiply}[op]
     const = None if operand is None else to_fp16_values(operand)
     act = make_activation(activation, activation_params, slope)
+    specs = {}
+
+    def act_spec(channels: int):
+        spec = specs.get(channels)
+        if spec is None:
+            spec = specs[channels] = jit.act_args(activation, activation_params, slope, channels)
+        return spec
 
     def run(a: np.ndarray, b: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
         other = b if b is not None else const
         if other is None:
             raise ValueError(f"{op} needs a second input or a constant operand")
+        if jit.ENABLED:
+            done = _binary_jit(np.asarray(a), np.asarray(other), op == "mul", act_spec, act)
+            if done is not None:
+                return done
         with np.errstate(over="ignore", invalid="ignore"):
             out = ufunc(a, other, dtype=F32)
             if not out.flags.c_contiguous:
