@@ -26,7 +26,7 @@ def f16(a):
 
 def both_paths(monkeypatch, build):
     """(compiled result, numpy result) of ``build()`` (which must construct its kernel itself)."""
-    assert jit.ENABLED, f"numba kernels are off here: {jit.why_disabled()}"
+    assert jit.on(), f"numba kernels are off here: {jit.why_disabled()}"
     fast = build()
     monkeypatch.setattr(jit, "ENABLED", False)
     slow = build()
@@ -53,8 +53,21 @@ def special_input(*shape):
 
 
 def test_jit_is_on_with_the_declared_dependencies():
-    assert jit.ENABLED, jit.why_disabled()
+    assert jit.on(), jit.why_disabled()
     assert jit.why_disabled() == ""
+
+
+def test_env_switch_turns_the_compiled_path_off():
+    import subprocess
+    import sys
+    code = ("import numpy as np; from onnx_mrvl.sim import jit, kernels as K; "
+            "y = K.conv2d(np.ones((1, 4, 4, 2), np.float32), np.ones((2, 3, 3, 2), np.float32)); "
+            "print(jit.on(), jit.why_disabled(), float(y.sum()))")
+    env = dict(__import__("os").environ, ONNX_MRVL_SIM_JIT="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False disabled by ONNX_MRVL_SIM_JIT=0"), out
+    assert out.split()[-1] == str(float(K.conv2d(np.ones((1, 4, 4, 2), np.float32),
+                                                 np.ones((2, 3, 3, 2), np.float32)).sum()))
 
 
 def test_round_fp16_bit_identical_on_random_bit_patterns(monkeypatch):

@@ -62,7 +62,7 @@ def round_fp16_(x: np.ndarray) -> bool:
     n = flat.size
     if n == 0:
         return True
-    if jit.ENABLED:
+    if jit.on():
         return bool(jit.round_flat(flat))
     u = flat.view(np.uint32)
     a, e = _buffers()

@@ -45,7 +45,7 @@ def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
     """y = act(((acc + bias) * scale) + shift), in place on a float32 [rows, channels] block, then
     RNE to fp16; returns whether every value is finite. One compiled pass when ``jit.ENABLED``."""
     act = make_activation(activation, activation_params, slope)     # validates name and params
-    if jit.ENABLED:
+    if jit.on():
         code, p0, p1, sl = jit.act_args(activation, activation_params, slope, channels)
         b = jit.channel_vector(bias, channels, 0.0)
         s = jit.channel_vector(scale, channels, 1.0)
@@ -236,7 +236,7 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         mult = self.og
         xs = x if mult == 1 else np.repeat(x, mult, axis=3)
-        if jit.ENABLED:
+        if jit.on():
             return self._depthwise_jit(np.ascontiguousarray(xs), n, oh, ow)
         xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
         o = self.out_channels

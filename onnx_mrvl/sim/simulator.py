@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import ArtifactError, CompileError, MrvlRuntimeError
+from . import jit
 from .blas import configure_once
 from .fp16 import round_fp16_
 from .layers import build_layer, layer_list
@@ -56,6 +57,7 @@ class Simulator:
 
     def __init__(self, binary=None, *, _program=None):
         configure_once()
+        jit.warm()
         meta, weights = _program if _program is not None else _load_binary(binary)
         if not isinstance(meta, Mapping):
             raise ArtifactError("program meta must be a dict", hint="rebuild the binary")

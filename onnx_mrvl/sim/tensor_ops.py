@@ -97,7 +97,7 @@ def make_binary(op: str, operand=None, activation: str = "none",
         other = b if b is not None else const
         if other is None:
             raise ValueError(f"{op} needs a second input or a constant operand")
-        if jit.ENABLED:
+        if jit.on():
             done = _binary_jit(np.asarray(a), np.asarray(other), op == "mul", act_spec, act)
             if done is not None:
                 return done
