@@ -62,9 +62,9 @@ def act_args(name: Optional[str], params: Optional[Mapping], slope, channels: in
     sl = np.zeros(max(1, channels), F32)
     if name == "prelu":
         s = np.asarray(slope, dtype=F32).reshape(-1)
-        sl[:] = s if s.size in (1, channels) else s[0]
         if s.size not in (1, channels):
             raise ValueError(f"prelu slope has {s.size} values for {channels} channels")
+        sl[:] = s
     return code, F32(p0), F32(p1), sl
 
 

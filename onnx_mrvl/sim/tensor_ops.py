@@ -55,9 +55,12 @@ def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optio
     if views is None:
         return None
     a3, b3 = views
+    spec = act_spec(a3.shape[2])
+    if spec is None:
+        return None
+    code, p0, p1, sl = spec
     out = np.empty(a.shape, dtype=F32)
     o3 = out.reshape(a3.shape)
-    code, p0, p1, sl = act_spec(a3.shape[2])
     rows = a3.shape[1]
     parts = workers() if out.size >= _PARALLEL_ELEMS and rows >= 2 * workers() and a3.shape[0] == 1 else 1
     step = -(-rows // parts)
@@ -88,10 +91,14 @@ def make_binary(op: str, operand=None, activation: str = "none",
     specs = {}
 
     def act_spec(channels: int):
-        spec = specs.get(channels)
-        if spec is None:
-            spec = specs[channels] = jit.act_args(activation, activation_params, slope, channels)
-        return spec
+        """The compiled kernel's activation arguments; None (numpy path) for a slope that does
+        not run along the last axis."""
+        if channels not in specs:
+            try:
+                specs[channels] = jit.act_args(activation, activation_params, slope, channels)
+            except ValueError:
+                specs[channels] = None
+        return specs[channels]
 
     def run(a: np.ndarray, b: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
         other = b if b is not None else const
