@@ -89,15 +89,20 @@ def finish(v, code, p0, p1, s):
 
 
 @njit(inline="always")
+def _finish_row(src, dst, bias, scale, shift, code, p0, p1, slope, bad):
+    """dst[c] = finish(((src[c] + bias[c]) * scale[c]) + shift[c]); returns the running max of |bits|."""
+    for c in range(dst.shape[0]):
+        o = finish(((src[c] + bias[c]) * scale[c]) + shift[c], code, p0, p1, slope[c])
+        dst[c] = o
+        bad = max(bad, _u32(o) & _ABS)
+    return bad
+
+
+@njit(inline="always")
 def _epilogue_body(y, bias, scale, shift, code, p0, p1, slope):
-    rows, c_ = y.shape
     bad = np.uint32(0)
-    for r in range(rows):
-        row = y[r]
-        for c in range(c_):
-            o = finish(((row[c] + bias[c]) * scale[c]) + shift[c], code, p0, p1, slope[c])
-            row[c] = o
-            bad = max(bad, _u32(o) & _ABS)
+    for r in range(y.shape[0]):
+        bad = _finish_row(y[r], y[r], bias, scale, shift, code, p0, p1, slope, bad)
     return bad < _EXP
 
 
@@ -225,10 +230,7 @@ def _depthwise_body(x, w, out, oy0, oy1, sh, sw, pt, pl, dh, dw, bias, scale, sh
                                 acc[c] += xr[c] * wr[c]
                 if first:
                     acc[:] = _ZERO
-                for c in range(c_):
-                    o = finish(((acc[c] + bias[c]) * scale[c]) + shift[c], code, p0, p1, slope[c])
-                    o_[c] = o
-                    bad = max(bad, _u32(o) & _ABS)
+                bad = _finish_row(acc, o_, bias, scale, shift, code, p0, p1, slope, bad)
     return bad < _EXP
 
 

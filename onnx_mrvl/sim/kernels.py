@@ -27,6 +27,7 @@ from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest
 
 F32 = np.float32
 _COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
+_HOT_BLOCK = 1 << 18        # 1x1 GEMM rows per sub-block (x channels): the epilogue reads it from L2
 _PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
 _PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 ms single-threaded)
@@ -177,10 +178,16 @@ class Conv2D:
             parts = nw if rows * c * o >= _PARALLEL_MACS and rows >= 2 * nw else 1
             step = -(-rows // parts)
 
+            sub = max(64, _HOT_BLOCK // max(o, c))
+
             def one(p0: int) -> bool:
-                blk = o2[p0:p0 + step]
-                np.matmul(src[p0:p0 + step], self.w_mats[0], out=blk)
-                return self.epilogue(blk)
+                ok = True
+                for q in range(p0, min(rows, p0 + step), sub):     # epilogue while the block is in L2
+                    q1 = min(rows, p0 + step, q + sub)
+                    blk = o2[q:q1]
+                    np.matmul(src[q:q1], self.w_mats[0], out=blk)
+                    ok &= self.epilogue(blk)
+                return ok
             return out, all(run_all(one, list(range(0, rows, step))))
         xp = _pad_nhwc(x, self.padding)
         cg, g, og = self.cin_g, self.groups, self.og
