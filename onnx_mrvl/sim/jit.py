@@ -107,9 +107,8 @@ def warm() -> bool:
                 a = np.ones((1, 3, 4), F32)
                 binary(a, a[:, :1], np.empty_like(a), code == 1, code, F32(0), F32(6), c)
                 binary(a[:, 1:], a[:, 1:], np.empty_like(a[:, 1:]), False, code, F32(0), F32(6), c)
-                x = np.ones((1, 3, 3, 4), F32)
-                depthwise(x, np.ones((3, 3, 4), F32), np.empty((1, 3, 3, 4), F32), 0, 3, 1, 1, 1, 1, 1, 1,
-                          c, one, c, code, F32(0), F32(6), c)
+            depthwise(np.ones((1, 3, 3, 4), F32), np.ones((3, 3, 4), F32), np.empty((1, 3, 3, 4), F32),
+                      0, 3, 1, 1, 1, 1, 1, 1)
             round_flat(np.ones(4, F32))
         except Exception as exc:  # noqa: BLE001 - any numba failure: fall back, never break a run
             ENABLED = False

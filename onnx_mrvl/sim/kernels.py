@@ -27,6 +27,7 @@ from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest
 
 F32 = np.float32
 _COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
+_EPILOGUE_ROW = 256          # compiled epilogue: rows of at least this many values
 _HOT_BLOCK = 1 << 18        # 1x1 GEMM rows per sub-block (x channels): the epilogue reads it from L2
 _PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
@@ -48,23 +49,27 @@ def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
     act = make_activation(activation, activation_params, slope)     # validates name and params
     if jit.on():
         code, p0, p1, sl = jit.act_args(activation, activation_params, slope, channels)
-        b = jit.channel_vector(bias, channels, 0.0)
-        s = jit.channel_vector(scale, channels, 1.0)
-        sh = jit.channel_vector(shift, channels, 0.0)
+        vecs = (jit.channel_vector(bias, channels, 0.0), jit.channel_vector(scale, channels, 1.0),
+                jit.channel_vector(shift, channels, 0.0))
+        reps = max(1, _EPILOGUE_ROW // channels)
+        tiled = tuple(np.tile(v, reps) for v in vecs) + (np.tile(sl, reps),)
+        width = channels * reps
 
         def compiled(y: np.ndarray) -> bool:
-            return finish(y, bool(jit.epilogue(y, b, s, sh, code, p0, p1, sl)))
-
-        def finish(y: np.ndarray, ok: bool) -> bool:
-            """Complete a compiled pass: a transcendental activation (code -1) and the rounding."""
+            # few channels: run over rows of ``width`` values (vectors tiled) so the loop is long
+            flat = y.reshape(-1)
+            full = flat.size - flat.size % width if reps > 1 else 0
+            ok = True
+            if full:
+                ok = jit.epilogue(flat[:full].reshape(-1, width), *tiled[:3], code, p0, p1, tiled[3])
+            if full < flat.size:
+                ok = jit.epilogue(flat[full:].reshape(-1, channels), *vecs, code, p0, p1, sl) and ok
             if code >= 0:
-                return ok
-            r = act(y)
+                return bool(ok)
+            r = act(y)                       # transcendental activation: numpy finishes it
             if r is not y:
                 y[...] = r
             return round_fp16_(y)
-        compiled.jit_args = (b, s, sh, code, p0, p1, sl)
-        compiled.finish = finish
         return compiled
     bias, scale, shift = _f32(bias), _f32(scale), _f32(shift)
 
@@ -285,15 +290,15 @@ class Conv2D:
             w = self._w_hwc = np.ascontiguousarray(self.w_taps.reshape(self.kh, self.kw, o))
         out = np.empty((n, oh, ow, o), dtype=F32)
         (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
-        epi = self.epilogue.jit_args
         nw = workers()
         parts = nw if n * oh * ow * o * self.kh * self.kw >= _PARALLEL_DW_MACS and oh >= 2 * nw else 1
         step = -(-oh // parts)
 
         def one(y0: int) -> bool:
-            return bool(jit.depthwise(xs, w, out, y0, min(oh, y0 + step), sh, sw, t, l, dh, dw, *epi))
-        ok = all(run_all(one, list(range(0, oh, step))))
-        return out, self.epilogue.finish(out.reshape(-1, o), ok)
+            y1 = min(oh, y0 + step)
+            jit.depthwise(xs, w, out, y0, y1, sh, sw, t, l, dh, dw)
+            return all([self.epilogue(out[b, y0:y1].reshape(-1, o)) for b in range(n)])
+        return out, all(run_all(one, list(range(0, oh, step))))
 
 
 def prepare_conv2d(kernel, **kw) -> Conv2D:
