@@ -15,6 +15,7 @@ from .errors import ArtifactError, CompileError, MrvlError
 from .fuse import fuse
 from .legalize import legalize
 from .modelio import load_model, validate_model, write_bytes_atomic, write_json_atomic
+from .provenance import get_origin
 from .report import Report
 from .split import split
 from .split.deploy import attach_artifact, is_subgraph
@@ -136,6 +137,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     # are fused again as CPU nodes (cleaner layouts than reverting them in place).
     cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
     history: List[dict] = []          # dropped-region entries of earlier passes, with their details
+    legal_by_name = {n.name: n for n in legal.graph.node}
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
@@ -147,9 +149,10 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
                        reference=reference, decisions=decisions)
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
-        more = _newly_cpu(result.dropped, fused.model, cpu)
+        more = _newly_cpu(result.dropped, fused, cpu)
         if more:
-            history.extend(d for d in result.dropped if set(d.get("origin", ())) & set(more))
+            names = set(more) | {o for k in more if k in legal_by_name for o in get_origin(legal_by_name[k])}
+            history.extend(d for d in result.dropped if set(d.get("origin", ())) & names)
             cpu.update(more)
             continue
         t = CLOCK()
@@ -168,7 +171,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     else:
         raise MrvlError("partitioning did not settle", hint="report this model")
     known = {h["reason"] for h in history}
-    dropped = [d for d in _dropped_log(cpu, exclude) if d["reason"] not in known] + history + result.dropped
+    dropped = [d for d in _dropped_log(cpu, exclude, legal) if d["reason"] not in known] + history + result.dropped
     deployable = result.model
     if input_shapes is None:  # declared outputs stay as the user had them (e.g. data-dependent dims)
         want = {o.name: o for o in original.graph.output}
@@ -192,28 +195,38 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)
 
 
-def _newly_cpu(dropped: List[dict], fused: onnx.ModelProto, cpu: Dict[str, str]) -> Dict[str, str]:
-    """Original node names of dropped compute/data Mrvl nodes (not layout changes) -> reason."""
-    from .provenance import get_origin
-    by_name = {n.name: n for n in fused.graph.node}
+def _newly_cpu(dropped: List[dict], fused, cpu: Dict[str, str]) -> Dict[str, str]:
+    """Legalized node names behind dropped compute/data Mrvl nodes (not layout changes) -> reason.
+
+    Names of the legalized graph, not original names: legalization turns one original node into
+    several (a 1-D Conv into Reshape + Conv + Reshape, a large kernel into tiles + Adds), and the
+    whole family must not go to the CPU because one Reshape of it was left alone in a region."""
+    by_name = {n.name: n for n in fused.model.graph.node}
+    members: Dict[str, List[str]] = {}
+    for name, d in fused.decisions.items():
+        if d.mrvl_node:
+            members.setdefault(d.mrvl_node, []).append(name)
     out = {}
     for d in dropped:
         for name in d["nodes"]:
             node = by_name.get(name)
             if node is None or node.op_type == "LayoutTransform":
                 continue
-            for o in get_origin(node):
+            for o in members.get(name) or get_origin(node):
                 if o not in cpu:
                     out[o] = d["reason"]
     return out
 
 
-def _dropped_log(cpu: Dict[str, str], user_exclude) -> List[dict]:
+def _dropped_log(cpu: Dict[str, str], user_exclude, legal: onnx.ModelProto) -> List[dict]:
+    """One entry per reason, naming original nodes (the keys of ``cpu`` are legalized names)."""
+    origin = {n.name: get_origin(n) or [n.name] for n in legal.graph.node}
     user = set(user_exclude or ())
     by_reason: Dict[str, List[str]] = {}
     for name, reason in cpu.items():
         if name not in user:
-            by_reason.setdefault(reason, []).append(name)
+            names = by_reason.setdefault(reason, [])
+            names.extend(o for o in origin.get(name, [name]) if o not in names)
     return [{"origin": names, "nodes": [], "reason": reason} for reason, names in by_reason.items()]
 
 

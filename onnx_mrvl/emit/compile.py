@@ -58,6 +58,9 @@ def _top_int(nodes_json: dict, key: str, default: int) -> int:
         raise CompileError(f"top-level '{key}' is not an integer: {v!r}", hint="see docs/json-format.md") from None
 
 
+ORDER_AGNOSTIC = ("Sum2D", "Mul2D", "Concat")
+
+
 def _input_tensor(node: dict, idx: int, batch: Optional[int]) -> dict:
     a = NodeAttrs(node, idx)
     shape = a.ints("shape")
@@ -161,6 +164,11 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             layout = layer["params"]["dst_layout"]
         elif len(out_shape) == 2:
             layout = "NC"
+        elif len(out_shape) == 4 and layer["layer_name"] in ORDER_AGNOSTIC:
+            # Sum2D / Mul2D / Concat compute the same on any storage: the JSON's out_layout says
+            # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC
+            layout = a.str("out_layout", "NHWC")
+            layout = layout if layout in ("NCHW", "NHWC") else "NHWC"
         elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze"):
             layout = "NHWC"
         else:

@@ -123,8 +123,9 @@ class Materializer:
         """The storage for an op over ``tensors`` that needs the fewest conversions; on a tie NHWC
         for 4-D tensors (the accelerator's layout), so a fused region stays NHWC throughout. A 4-D
         ``out`` read by accelerator ops counts as one more conversion unless NHWC: the conversion
-        then happens before the op, where the data is NCHW, never after a Mrvl op on NCHW data
-        (the compile step takes 4-D Sum2D/Mul2D/Concat as NHWC)."""
+        then happens before the op on a tie; with more inputs to convert (a Concat of CPU slices,
+        YOLOv5's Focus) the op runs on the NCHW data and one LayoutTransform follows it (the emitted
+        layer's out_layout tells the compile step which storage it wrote)."""
         rank = len(self.logical_shape(tensors[0]))
         candidates = [NHWC] if rank == 4 else []
         for t in tensors:

@@ -227,8 +227,11 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
             return f"pool window {k} exceeds the limit {target.max_pool_kernel}"
         if max(pads) > target.max_pad["pool"]:
             return f"padding {pads} exceeds the limit {target.max_pad['pool']}"
-        if max(strides) > target.max_stride:
-            return f"stride {strides} exceeds the limit {target.max_stride}"
+        # a window that does not overlap the next one may stride as far as it is wide (the global
+        # pool split of legalize writes 16x16/s16 windows); otherwise the conv stride limit holds
+        s_limit = [max(target.max_stride, min(kk, target.max_pool_kernel)) for kk in k]
+        if any(s > lim for s, lim in zip(strides, s_limit)):
+            return f"stride {strides} exceeds the limit {max(s_limit)}"
         if attr(n, "storage_order", 0):
             return "MaxPool storage_order=1"
         attrs = dict(kernel_shape=k, strides=strides, pads=pads, ceil_mode=int(attr(n, "ceil_mode", 0)),

@@ -1,4 +1,4 @@
-"""1-D Conv / MaxPool / AveragePool -> the 2-D op on a unit H axis: Reshape [N,C,L] to
+"""1-D Conv / MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool -> the 2-D op on a unit H axis: Reshape [N,C,L] to
 [N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k]), Reshape back to [N,O,L']."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from onnx import helper
 from .base import Match, attr, reshape
 
 NAME = "conv_1d_to_2d"
-OPS = ("Conv", "MaxPool", "AveragePool")
+OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 
 
 def match(node, g) -> Optional[Match]:

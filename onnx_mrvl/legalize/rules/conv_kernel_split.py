@@ -1,6 +1,9 @@
 """Conv kernels larger than target.max_kernel -> a sum of Convs over kernel tiles (ONNC
 SplitConvPass). Each tile convolves the input window its offset sees (a Slice where the tile
-starts inside the image, reduced pads otherwise); the bias is added once."""
+starts inside the image, reduced pads otherwise); the bias is added once.
+
+A stride above target.max_stride is handled here too, first: space-to-depth + a stride-1 Conv
+(conv_stride_s2d.py); a kernel still too large is then split on the next sweep."""
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -8,6 +11,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 from onnx import helper
 
+from . import conv_stride_s2d as s2d
 from .base import Match, attr, inp
 
 NAME = "conv_kernel_split"
@@ -28,6 +32,10 @@ def _chunks(k: int, limit: int) -> List[Tuple[int, int]]:
 def match(node, g) -> Optional[Match]:
     if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
         return None
+    big_stride = s2d.match(node, g)
+    if big_stride is not None:
+        big_stride.data["s2d"] = True
+        return big_stride
     sw = g.shape(node.input[1])
     if sw is None or len(sw) != 4 or max(sw[2:]) <= g.target.max_kernel:
         return None
@@ -36,6 +44,12 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     node = m.node
+    if m.data.get("s2d"):
+        reason = s2d.check(m, g, target)
+        sw = g.shape(node.input[1])
+        if reason is None or max(sw[2:]) <= target.max_kernel:
+            return reason
+        m.data["s2d"] = False              # the kernel split alone still makes the kernel legal
     if not g.is_const(node.input[1]) or (inp(node, 2) and not g.is_const(node.input[2])):
         return "weight or bias is not constant"
     if g.shape(node.input[0]) is None or g.shape(node.output[0]) is None:
@@ -55,6 +69,8 @@ def _window(start, kt, out, stride, dil, size):
 
 
 def rewrite(m: Match, g) -> str:
+    if m.data.get("s2d"):
+        return s2d.rewrite(m, g)
     node = m.node
     w = g.const(node.input[1])
     b = g.const(node.input[2]) if inp(node, 2) else None

@@ -1,6 +1,7 @@
 """MatMul(X[N,K], W[K,O] constant) -> Gemm FC form; a following Add of a constant [O] / [1,O]
-folds into the bias. X of shape [N,1,..,1,K] is reshaped to [N,K] and the result back.
-MatMul on a general N-D input stays a MatMul."""
+folds into the bias. X of shape [N,1,..,1,K] is reshaped to [N,K] and the result back, unless N
+exceeds target.max_batch (a time-major [T,1,K] sequence): an FC over rows of an N-D input is fused
+as such (fuse/fc_rows.py), so that MatMul and any general N-D one stay a MatMul."""
 from __future__ import annotations
 
 from typing import Optional
@@ -22,6 +23,9 @@ def match(node, g) -> Optional[Match]:
     sx = g.shape(node.input[0])
     if sx is None or len(sx) < 2 or (len(sx) > 2 and any(d != 1 for d in sx[1:-1])):
         return None
+    if len(sx) > 2 and sx[0] > g.target.max_batch:
+        return None     # time-major [T,1,K] (RNN heads): a Gemm would have batch T; fuse takes N-D rows
+
     add = g.only_consumer(node.output[0])
     bias = None
     if add is not None and add.op_type == "Add" and len(add.input) == 2:
