@@ -142,6 +142,15 @@ def _reshape_body(a, present, opset):
             helper.make_node("Reshape", ["X", "shape"], ["Y"])]
 
 
+def _slice_body(a, present, opset):
+    """Channels [start, end) along ``axis`` of the stored layout (3 = NHWC channels), step 1."""
+    i64 = onnx.TensorProto.INT64
+    if opset < 10:   # attribute form
+        return [helper.make_node("Slice", ["X"], ["Y"], starts=[a["start"]], ends=[a["end"]], axes=[a["axis"]])]
+    return [_c("starts", [a["start"]], [1], i64), _c("ends", [a["end"]], [1], i64),
+            _c("axes", [a["axis"]], [1], i64), helper.make_node("Slice", ["X", "starts", "ends", "axes"], ["Y"])]
+
+
 def _resize_body(a, present, opset):
     sh, sw = a["scales"]
     return [_c("scales", [1.0, float(sh), float(sw), 1.0], [4]),
@@ -177,6 +186,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS, _eltwise_body("Add"), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
+    OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
     OpDef("Reshape", "reshape", "mrvl.reshape", ("X",), ("shape",), _reshape_body),
     OpDef("Flatten", "nn.batch_flatten", "mrvl.batch_flatten", ("X",), ("shape",), _reshape_body),
     OpDef("Squeeze", "squeeze", "mrvl.squeeze", ("X",), ("shape",), _reshape_body),

@@ -104,3 +104,15 @@ def test_concat_of_cpu_tensors_on_nchw_data_feeding_a_conv(tmp_path):
     ref = run_ort(original, feeds)[0]
     got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)[0]
     assert float(np.max(np.abs(ref - got))) <= 2e-2 * max(1.0, float(np.max(np.abs(ref))))
+
+
+@pytest.mark.parametrize("name,regions", [("yolov8_like", 2), ("resnetd_like", 1)])
+def test_channel_splits_stay_in_the_region(name, regions):
+    """Channel Splits (YOLOv8's C2f, legalize's split of a grouped conv) are Mrvl Slice2D layers, so
+    they no longer cut the accelerator graph: yolov8_like 6 -> 2 regions (the rest is its DFL head:
+    a 3-D Split and a Softmax on the CPU before the DFL conv), resnetd_like 4 -> 1."""
+    res = onnx_mrvl.convert(model(name), partition="max", strict=True)
+    assert len(res.subgraphs) == regions
+    cpu_splits = [d for d in res.report.cpu_nodes() if d.op_type == "Split"]
+    assert all("3-D split" in d.reason for d in cpu_splits), [(d.node, d.reason) for d in cpu_splits]
+    assert len(cpu_splits) == (1 if name == "yolov8_like" else 0)

@@ -191,3 +191,16 @@ def test_error_stats_rule_and_edge_cases():
     assert error_stats(ints, ints, 0, 0)["pass"] and not error_stats(ints, ints + 1, 1, 1)["pass"]
     zeros = np.zeros(4, np.float32)
     assert error_stats(zeros, zeros + np.float32(5e-5), 1e-4, 1e-2)["pass"]
+
+
+def test_each_slice2d_layer_of_a_split_compares_against_its_own_output(tmp_path):
+    """A Split becomes one Slice2D layer per output, all with the Split as origin: each layer is
+    compared with the output whose channel range it reads (not the Split's first output)."""
+    from test_emit_json import split_model
+
+    m = split_model()
+    onnx.save(m, str(tmp_path / "orig.onnx"))
+    res = compare_models(str(tmp_path / "orig.onnx"), onnx_mrvl.convert(m, strict=True).save(str(tmp_path / "out")))
+    rows = {r.tensor: r for r in res.rows}
+    assert not res.unmapped and res.first_failure is None
+    assert rows["a"].source == rows["b"].source == "simulator" and rows["a"].b_node != rows["b"].b_node

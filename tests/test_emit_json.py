@@ -202,3 +202,70 @@ def test_emit_rejects_a_conv_whose_weights_are_not_constant():
     m.ir_version = 10
     with pytest.raises(CompileError, match=r"\[dyn_conv\].*weights must be the constants.*original nodes: Conv_7"):
         emit(m, "r")
+
+
+def split_model(seed=0):
+    """Conv -> Split on channels [3, 5] -> a Conv per part -> Concat, plus a channel Slice of a
+    second input read only by a CPU op (stays NCHW)."""
+    rng = np.random.default_rng(seed)
+    inits = []
+
+    def w(name, shape):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name))
+        return name
+    i64 = lambda name, v: inits.append(numpy_helper.from_array(np.array(v, np.int64), name)) or name  # noqa: E731
+    n = [helper.make_node("Conv", ["input", w("c1w", [8, 3, 3, 3]), w("c1b", [8])], ["c1"], name="conv_a",
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("Split", ["c1", i64("sp", [3, 5])], ["a", "b"], name="split", axis=1),
+         helper.make_node("Conv", ["a", w("c2w", [4, 3, 1, 1])], ["c2"], name="conv_b"),
+         helper.make_node("Conv", ["b", w("c3w", [4, 5, 3, 3])], ["c3"], name="conv_c", pads=[1, 1, 1, 1]),
+         helper.make_node("Concat", ["c2", "c3"], ["output"], name="concat", axis=1),
+         helper.make_node("Slice", ["aux", i64("s", [2]), i64("e", [5]), i64("ax", [1])], ["sl"], name="slice"),
+         helper.make_node("Softplus", ["sl"], ["output2"], name="softplus")]
+    g = helper.make_graph(n, "split", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 8, 8]),
+                                       helper.make_tensor_value_info("aux", TensorProto.FLOAT, [1, 6, 4, 4])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 8, 8, 8]),
+                           helper.make_tensor_value_info("output2", TensorProto.FLOAT, [1, 3, 4, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_channel_split_is_slice2d_layers_end_to_end(tmp_path):
+    """Split -> Slice2D layers in the JSON (axis of the stored layout), compiled with the input's
+    layout, simulated within fp16 tolerance of onnxruntime on the original; one region. With
+    force=True the Slice of an NCHW region input is a Slice2D on axis 1 writing NCHW."""
+    import onnxruntime as ort
+    from onnx_mrvl.emit import build_program
+
+    m = split_model()
+    rng = np.random.default_rng(1)
+    feeds = {"input": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "aux": rng.standard_normal((1, 6, 4, 4)).astype(np.float32)}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for force in (False, True):
+        res = onnx_mrvl.convert(m, strict=True, force=force)
+        assert len(res.subgraphs) == (2 if force else 1)
+        assert not [n for n in res.model.graph.node if n.op_type == "Split"]
+        sl = [n for sg in res.subgraphs for n in _layers(sg) if n["attrs"]["layer_name"] == ["Slice2D"]]
+        assert len(sl) == (3 if force else 2)
+        nhwc = [n["attrs"] for n in sl if n["attrs"]["origin_nodes"][0] == ["split"]]
+        assert [(a["axis"], a["start"], a["end"]) for a in nhwc] == [(["3"], ["0"], ["3"]), (["3"], ["3"], ["8"])]
+        for a in nhwc:
+            assert a["data_layout"] == a["out_layout"] == ["NHWC"] and a["composite_name"] == ["mrvl.slice"]
+            assert a["func_name"][0].endswith("_Slice2D_NHWC") and a["data_layout_shape"] == ["1", "8", "8", "8"]
+        meta, _ = build_program(res.subgraphs[0].nodes_json, res.subgraphs[0].consts_json)
+        layers = [layer for layer in meta["layers"] if layer["layer_name"] == "Slice2D"]
+        assert [layer["params"] for layer in layers] == [{"axis": 3, "start": 0, "end": 3},
+                                                         {"axis": 3, "start": 3, "end": 8}]
+        assert all(layer["macs"] == 0 for layer in layers)
+        assert [meta["tensors"][layer["outputs"][0]]["layout"] for layer in layers] == ["NHWC", "NHWC"]
+        if force:
+            aux = next(a for a in (n["attrs"] for n in sl) if a["origin_nodes"][0] == ["slice"])
+            assert (aux["axis"], aux["start"], aux["end"], aux["data_layout"]) == (["1"], ["2"], ["5"], ["NCHW"])
+            meta, _ = build_program(res.subgraphs[1].nodes_json, res.subgraphs[1].consts_json)
+            assert meta["outputs"][0]["layout"] == "NCHW" and meta["outputs"][0]["shape"] == [1, 3, 4, 4]
+        out = onnx_mrvl.InferenceSession(res.save(str(tmp_path / str(force)))).run(None, feeds)
+        for a, b in zip(ref, out):
+            assert a.shape == b.shape
+            assert float(np.max(np.abs(a - b))) <= 1e-2 * max(1.0, float(np.max(np.abs(a))))

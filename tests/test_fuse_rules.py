@@ -1,5 +1,7 @@
 """Fusion rules on small models already in legalize's canonical form: each pattern and chained
 step, the layout decisions, exclusion, and every rejection path with its reason."""
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -250,22 +252,88 @@ def test_cpu_slices_of_the_input_share_one_layout_transform():
 
 
 def test_cpu_split_and_relu_keep_the_nhwc_layout():
-    """CPU ops that compute the same on permuted data (Split on the channel axis, Softplus) run on the
-    NHWC tensors between accelerator ops: no layout change around them."""
+    """CPU ops that compute the same on permuted data (Split on a spatial axis, Softplus) run on the
+    NHWC tensors between accelerator ops: no layout change around them. (A Split on the channel
+    axis is a Mrvl Slice2D per output: test_channel_split_becomes_slice2d.)"""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
-               node("Split", ["c1", "sp"], ["a", "b"], name="split", axis=1),
+               node("Split", ["c1", "sp"], ["a", "b"], name="split", axis=2),
                node("Conv", ["a", "W2", "B2"], "c2", kernel_shape=[1, 1]),
                node("Concat", ["c2", "b"], "cat", axis=1), node("Softplus", ["cat"], "r"),
                node("Conv", ["r", "W3", "B3"], "out", kernel_shape=[1, 1])],
               [("x", [1, 3, 4, 5])], ["out"],
-              {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(4, 2, 1, 1), "B2": w(4), "W3": w(2, 8, 1, 1), "B3": w(2),
-               "sp": np.array([2, 4], np.int64)})
+              {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(4, 6, 1, 1), "B2": w(4), "W3": w(2, 10, 1, 1), "B3": w(2),
+               "sp": np.array([2, 2], np.int64)})
     r = fused_ok(m)
     assert ops(r).count("LayoutTransform") == 2 and "Transpose" not in ops(r)
     split = next(n for n in r.model.graph.node if n.op_type == "Split")
-    assert attrs(split)["axis"] == 3 and all(o.endswith("__nhwc") for o in split.output)
+    assert attrs(split)["axis"] == 1 and all(o.endswith("__nhwc") for o in split.output)
+    assert "split on axis 2" in r.decisions["split"].reason
     assert {p.key: p.value for p in split.metadata_props}["mrvl.storage"] == "[0, 2, 3, 1]"
     assert r.decisions["split"].placement == "cpu" and r.decisions["r"].placement == "cpu"
+
+
+def _channel_split_model(form):
+    """Conv -> Split on channels (7 channels, in every ONNX form) -> a Conv per part -> Concat."""
+    sizes = [3, 3, 1] if form in ("attr", "input", "num_outputs") else [7]
+    opset_version = {"attr": 11, "input": 13, "num_outputs": 18, "equal": 13}[form]
+    outs = ["p0", "p1", "p2"] if len(sizes) == 3 else ["p0"]
+    kw, ins, inits = {}, ["c1"], {"W1": w(7, 3, 1, 1), "B1": w(7)}
+    if form == "attr":
+        kw["split"] = sizes
+    elif form == "input":
+        ins.append("sp")
+        inits["sp"] = np.array(sizes, np.int64)
+    elif form == "num_outputs":
+        kw["num_outputs"] = 3
+    nodes = [node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
+             node("Split", ins, outs, name="split", axis=1, **kw)]
+    for k, (o, c) in enumerate(zip(outs, sizes)):
+        nodes.append(node("Conv", [o, f"W{o}", f"B{o}"], f"q{k}", kernel_shape=[1, 1]))
+        inits.update({f"W{o}": w(2, c, 1, 1), f"B{o}": w(2)})
+    nodes.append(node("Concat", [f"q{k}" for k in range(len(outs))], "out", axis=1))
+    return model(nodes, [("x", [1, 3, 4, 5])], ["out"], inits, opset_version=opset_version), sizes
+
+
+@pytest.mark.parametrize("form", ["attr", "input", "num_outputs", "equal"])
+def test_channel_split_becomes_slice2d(form):
+    """Split on the channel axis (opset 11 attribute, opset 13 input, opset 18 num_outputs with a
+    smaller last chunk, no sizes) -> one Mrvl Slice2D per output on the NHWC data, no layout change."""
+    m, sizes = _channel_split_model(form)
+    r = fused_ok(m)
+    assert ops(r).count("LayoutTransform") == 2 and "Transpose" not in ops(r) and "Split" not in ops(r)
+    sl = mrvl(r, "Slice2D")
+    bounds = np.cumsum([0] + sizes)
+    assert [(attrs(n)["axis"], attrs(n)["start"], attrs(n)["end"]) for n in sl] == \
+        [(3, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    d = r.decisions["split"]
+    assert d.placement == "accelerator" and d.composite == "mrvl.slice" and d.mrvl_node == sl[0].name
+    assert all(json_storage(n) == [0, 2, 3, 1] for n in sl)
+
+
+def json_storage(n):
+    return json.loads({p.key: p.value for p in n.metadata_props}["mrvl.storage"])
+
+
+def test_channel_slice_becomes_slice2d_on_the_stored_layout():
+    """Slice on axis 1 (negative end, full ranges on other axes) -> Slice2D; an input stored NCHW
+    (a model input read by CPU ops only) is sliced on axis 1 without a layout change."""
+    m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
+               node("Slice", ["c1", "s0", "e0", "a0"], "t0", name="slice_nhwc"),
+               node("Conv", ["t0", "W2", "B2"], "out", kernel_shape=[1, 1]),
+               node("Slice", ["y", "s1", "e1"], "t1", name="slice_nchw"), node("Softplus", ["t1"], "out2")],
+              [("x", [1, 3, 4, 5]), ("y", [1, 3, 4, 5])], ["out", "out2"],
+              {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(2, 4, 1, 1), "B2": w(2),
+               "s0": np.array([1], np.int64), "e0": np.array([-1], np.int64), "a0": np.array([1], np.int64),
+               "s1": np.array([0, 1, 0, 0], np.int64), "e1": np.array([1, 3, 99, 5], np.int64)})
+    r = fused_ok(m)
+    by = {tuple(json.loads(opset_origin(n))): n for n in mrvl(r, "Slice2D")}
+    assert attrs(by[("slice_nhwc",)]) == {"axis": 3, "start": 1, "end": 5}
+    assert attrs(by[("slice_nchw",)]) == {"axis": 1, "start": 1, "end": 3}
+    assert by[("slice_nchw",)].input[0] == "y" and ops(r).count("LayoutTransform") == 2
+
+
+def opset_origin(n):
+    return {p.key: p.value for p in n.metadata_props}["mrvl.origin"]
 
 
 def test_squeeze_family_names():
@@ -572,6 +640,36 @@ REJECTIONS.update({
     "symbolic_shape": (_symbolic_batch, "has no static shape"),
     "fc_bias_shape": (lambda: model([node("Gemm", ["x", "W", "C"], "out", name="node", transB=1)], [("x", [2, 4])],
                                     ["out"], {"W": w(3, 4), "C": w(2, 3)}), "is not per output feature"),
+})
+
+
+def _split_nonconst_sizes():
+    """Split whose sizes are computed (the output shapes are still known)."""
+    m = model([node("Identity", ["spc"], "sp"), node("Split", ["x", "sp"], ["a", "b"], name="node", axis=1)],
+              [("x", [1, 4, 3, 3])], ["a", "b"], {"spc": np.array([1, 3], np.int64)})
+    del m.graph.output[:]
+    m.graph.output.extend([helper.make_tensor_value_info("a", F, [1, 1, 3, 3]),
+                           helper.make_tensor_value_info("b", F, [1, 3, 3, 3])])
+    return m
+
+
+REJECTIONS.update({
+    "split_axis": (lambda: model([node("Split", ["x"], ["a", "b"], name="node", axis=2)], [("x", [1, 2, 4, 3])],
+                                 ["a", "b"]), "split on axis 2 (the accelerator slices the channel axis only)"),
+    "split_3d": (lambda: model([node("Split", ["x"], ["a", "b"], name="node", axis=1)], [("x", [1, 4, 3])],
+                               ["a", "b"]), "3-D split"),
+    "split_nonconst": (_split_nonconst_sizes, "split sizes are not a constant"),
+    "slice_const": (lambda: model([node("Slice", ["c", "s", "e", "a"], "t", name="node"),
+                                   node("Softplus", ["t"], "out")], [], ["out"],
+                                  {"c": w(1, 4, 3, 3), "s": np.array([0], np.int64), "e": np.array([2], np.int64),
+                                   "a": np.array([1], np.int64)}), "slice of a constant"),
+    "slice_step": (lambda: model([node("Slice", ["x", "s", "e", "a", "st"], "out", name="node")], [("x", [1, 4, 3, 3])],
+                                 ["out"], {"s": np.array([0], np.int64), "e": np.array([4], np.int64),
+                                           "a": np.array([1], np.int64), "st": np.array([2], np.int64)}),
+                   "slice with step 2"),
+    "slice_spatial": (lambda: model([node("Slice", ["x", "s", "e", "a"], "out", name="node")], [("x", [1, 4, 3, 3])],
+                                    ["out"], {"s": np.array([0, 1], np.int64), "e": np.array([2, 3], np.int64),
+                                              "a": np.array([1, 3], np.int64)}), "slice on axis 3"),
 })
 
 

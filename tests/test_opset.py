@@ -240,6 +240,14 @@ def test_concat(axis):
     close(got, np.concatenate(xs, axis=axis))
 
 
+@pytest.mark.parametrize("axis,start,end", [(3, 2, 5), (3, 0, 1), (1, 1, 3)])
+def test_slice2d(axis, start, end):
+    """Entries [start, end) of the stored axis (3 = NHWC channels, 1 = NCHW channels)."""
+    x = RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    want = x[:, start:end] if axis == 1 else x[..., start:end]
+    np.testing.assert_array_equal(run_node("Slice2D", [x], [], dict(axis=axis, start=start, end=end)), want)
+
+
 @pytest.mark.parametrize("op,shape", [("Reshape", [1, 6, 10]), ("Flatten", [2, 30]), ("Squeeze", [2, 30])])
 def test_reshape_family(op, shape):
     x = RNG.standard_normal((2, 1, 30) if op == "Squeeze" else (1, 3, 4, 5) if op == "Reshape"

@@ -297,6 +297,30 @@ def test_data_movement_kernels():
         K.layout_transform(x, "NCHW", "NCWH")
 
 
+@pytest.mark.parametrize("axis,start,end", [(3, 0, 2), (3, 2, 5), (1, 1, 3), (2, 0, 4)])
+def test_slice2d_kernel_and_layer_match_numpy_slicing(axis, start, end):
+    """Slice2D is pure data movement: exactly numpy slicing of the stored axis, as a contiguous copy."""
+    from onnx_mrvl.errors import CompileError
+    from onnx_mrvl.sim.layers import build_layer
+    from onnx_mrvl.sim.tensor_ops import slice_channels
+
+    x = rnd(2, 3, 4, 5)
+    want = np.take(x, np.arange(start, end), axis=axis)
+    got = slice_channels(x, axis, start, end)
+    assert got.flags.c_contiguous and got.dtype == np.float32 and not np.shares_memory(got, x)
+    np.testing.assert_array_equal(got, want)
+    layer = {"name": "l0", "layer_name": "Slice2D", "inputs": [0], "outputs": [1],
+             "params": {"axis": axis, "start": start, "end": end}}
+    _, fn = build_layer(layer, {})
+    y, ok = fn(x)
+    np.testing.assert_array_equal(y, want)
+    assert ok and y.flags.c_contiguous
+    with pytest.raises(ValueError):
+        fn(x[:, :1, :1, :1])                             # the range does not fit this input
+    with pytest.raises(CompileError, match="non-empty slice"):
+        build_layer(dict(layer, params={"axis": axis, "start": end, "end": start}), {})
+
+
 def test_to_fp16_values_rounds_and_errstate_silences_overflow(caplog, recwarn):
     with caplog.at_level(logging.WARNING):
         v = to_fp16_values(np.array([1e6, 1.0001, -1e9], np.float64))

@@ -169,6 +169,9 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC
             layout = a.str("out_layout", "NHWC")
             layout = layout if layout in ("NCHW", "NHWC") else "NHWC"
+        elif len(out_shape) == 4 and layer["layer_name"] == "Slice2D":
+            # a slice keeps the storage of its input (its axis is given in that storage)
+            layout = tensors[ins[0]]["layout"]
         elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze"):
             layout = "NHWC"
         else:

@@ -14,7 +14,7 @@ from .json_attrs import NodeAttrs, decode_const, unwrap
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
     "Conv2D": "Conv2D", "FC": "FC", "Maxpool2D": "Maxpool2D", "Avgpool2D": "Avgpool2D",
     "GlobalAvgpool2D": "GlobalAvgpool2D", "GlobalMaxpool2D": "GlobalMaxpool2D", "Sum2D": "Sum2D",
-    "Mul2D": "Mul2D", "Concat": "Concat", "reshape": "Reshape", "nn.batch_flatten": "Flatten",
+    "Mul2D": "Mul2D", "Concat": "Concat", "Slice2D": "Slice2D", "reshape": "Reshape", "nn.batch_flatten": "Flatten",
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
 }
@@ -333,6 +333,17 @@ def concat(a, in_shapes, params):
     return out
 
 
+def slice2d(a, in_shapes, params):
+    """Entries [start, end) of ``axis`` of the stored layout (3 = NHWC channels), step 1."""
+    shape = in_shapes[0]
+    axis, start, end = a.int("axis"), a.int(a.first("start", "begin") or "start"), a.int("end")
+    if len(shape) != 4 or not -4 <= axis < 4 or axis % 4 == 0 or not 0 <= start < end <= shape[axis % 4]:
+        a.fail(f"Slice2D [{start}, {end}) of axis {axis} does not fit an input of shape {shape} "
+               f"(4-D, a non-batch axis, a non-empty range)")
+    params.update(axis=axis % 4, start=start, end=end)
+    return [end - start if i == axis % 4 else d for i, d in enumerate(shape)]
+
+
 def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
     return layer_name == "FC" and len(in_shapes[0]) == 4
 
@@ -369,6 +380,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out, macs = eltwise(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Concat":
         out = concat(a, in_shapes, params)
+    elif layer_name == "Slice2D":
+        out = slice2d(a, in_shapes, params)
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
         params["shape"] = out

@@ -142,7 +142,7 @@ def _layout(shape: Sequence[int]) -> str:
 
 
 def _stored_layout(node, shape: Sequence[int]) -> str:
-    """Layout of what an order-agnostic layer (Sum2D, Mul2D, Concat) writes: its storage permutation
+    """Layout of what an order-agnostic layer (Sum2D, Mul2D, Concat, Slice2D) writes: its storage permutation
     (fuse's ``mrvl.storage`` metadata; none means logical order, NCHW for 4-D tensors)."""
     if len(shape) != 4:
         return _layout(shape)
@@ -249,6 +249,9 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "Concat":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
+    elif node.op_type == "Slice2D":
+        data_layout = out_layout = _stored_layout(node, out_shape)
+        attrs.update(axis=_s(a["axis"]), start=_s(a["start"]), end=_s(a["end"]))
     elif node.op_type == "Reshape":
         data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)
         attrs["newshape"] = _s(a["shape"])

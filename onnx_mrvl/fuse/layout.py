@@ -1,13 +1,14 @@
 """Materialise fused groups as NHWC Mrvl nodes with the fewest layout changes.
 
 Every tensor is tracked as (current name, stored permutation of its logical axes). Spatial Mrvl ops
-want NHWC storage of a logical NCHW tensor; elementwise ops and concat take the storage that needs
-the fewest conversions of their inputs (NHWC on a tie); a Transpose is a relabelling of the stored
-data and costs nothing; reshapes run on the stored data when they only split/merge runs of axes that
-are in order in storage (``perms.py``), or feed an FC whose weights get permuted; CPU ops that
-compute the same on permuted data (unary elementwise, Split) keep the storage too. A layout change is
-inserted only where a consumer needs another storage: a Mrvl ``LayoutTransform`` at an accelerator
-boundary, a plain Transpose elsewhere, at most once per tensor and storage.
+want NHWC storage of a logical NCHW tensor; elementwise ops, concat and channel slices (slices.py)
+take the storage that needs the fewest conversions of their inputs (NHWC on a tie); a Transpose is a
+relabelling of the stored data and costs nothing; reshapes run on the stored data when they only
+split/merge runs of axes that are in order in storage (``perms.py``), or feed an FC whose weights get
+permuted; CPU ops that compute the same on permuted data (unary elementwise, Split/Slice off the
+channel axis) keep the storage too. A layout change is inserted only where a consumer needs another
+storage: a Mrvl ``LayoutTransform`` at an accelerator boundary, a plain Transpose elsewhere, at most
+once per tensor and storage.
 
 Nodes writing a permuted tensor carry ``metadata_props["mrvl.storage"]`` (JSON perm); tensors so
 stored are named ``<t>__nhwc`` / ``<t>__perm`` except Mrvl outputs inside the graph, which keep the
@@ -27,7 +28,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import fc_rows
+from . import fc_rows, slices
 from .perms import reshape_blocks, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -284,7 +285,8 @@ class Materializer:
         handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
                    "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
                    "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
-                   "Concat": self._concat, "Reshape": self._reshape}[op]
+                   "Concat": self._concat, "Reshape": self._reshape,
+                   "Slice2D": lambda grp: slices.materialize(self, grp)}[op]
         handler(grp)
 
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,

@@ -7,7 +7,7 @@ returns the reason a match is ruled out (``None`` when it is fine).
     mrvl.*pool2d_nhwc2nhwc  MaxPool | AveragePool | GlobalAveragePool | GlobalMaxPool
     mrvl.sum / mrvl.mul     Add | Mul (two tensors of one rank that may broadcast, or a tensor and a
                             constant that does not widen it), 2-D to 5-D -> [activation]
-    mrvl.concat (2-D to 5-D), mrvl.reshape, mrvl.resize_nearest (resize.py)
+    mrvl.concat (2-D to 5-D), mrvl.reshape, mrvl.resize_nearest (resize.py), mrvl.slice (slices.py)
 Standalone activations (Mul2D(x, 1) + activation) are in standalone.py.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..target import Target
 from . import steps
 from .groups import Group, _batch, _float_static
 from .resize import build_resize
+from . import slices
 
 
 @dataclass(frozen=True)
@@ -355,5 +356,6 @@ PATTERNS: List[Pattern] = [
     Pattern("mrvl.concat", ("Concat",), build_concat),
     Pattern("mrvl.reshape", ("Reshape", "Flatten", "Squeeze", "Unsqueeze"), build_reshape),
     Pattern("mrvl.resize_nearest", ("Resize",), build_resize),
+    Pattern("mrvl.slice", ("Split", "Slice"), slices.build),
 ]
 ANCHORS: Dict[str, Pattern] = {op: p for p in PATTERNS for op in p.anchors}

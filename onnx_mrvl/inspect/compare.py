@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -221,7 +221,24 @@ def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> D
     return out
 
 
-def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes) -> Dict[int, str]:
+def _slice_output(a_node: onnx.NodeProto, layer: Dict[str, Any], shapes: Mapping[str, Sequence[int]]) -> str:
+    """The output of A's node a layer computes: for a Slice2D of a multi-output Split, the output
+    whose channel range starts where the layer's does; else the first output."""
+    outs = list(a_node.output)
+    if layer["layer_name"] != "Slice2D" or len(outs) < 2:
+        return outs[0]
+    start = 0
+    for o in outs:
+        shape = shapes.get(o)
+        if not o or shape is None or len(shape) < 2:
+            break
+        if start == layer["params"].get("start"):
+            return o
+        start += int(shape[1])
+    return outs[0]
+
+
+def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shapes) -> Dict[int, str]:
     """Program tensor id -> logical tensor name of A; fixes the storage of reshape layers."""
     logical: Dict[int, str] = {}
     for spec, t in zip(meta.get("inputs") or [], node.input):
@@ -236,7 +253,7 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes) -> Di
         a_node = ma.graph.node[cands[-1]] if cands else None
         if a_node is None or not a_node.output:
             continue
-        logical[layer["output"]] = a_node.output[0]
+        logical[layer["output"]] = _slice_output(a_node, layer, shapes)
         if layer["layer_name"] in RESHAPES and layer["in_layout"] in LAYOUT_PERMS and src is not None:
             perm = reshape_source_perm(prod_nodes, a_node.output[0], src, LAYOUT_PERMS[layer["in_layout"]])
             layer["storage"] = Storage(flat_from=layer["in_shape"], flat_perm=perm)
@@ -249,7 +266,8 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
     for node in region_nodes(mb):
         layers, meta = capture_region(binaries[node.name], {t: vb[t] for t in node.input if t in vb},
                                       name=node.name)
-        logical = _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes)
+        logical = _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes,
+                                 {t: np.shape(v) for t, v in va.items()})
         n_cmp = 0
         for layer in _whole_layers(layers):
             tensor = logical.get(layer["output"], "")

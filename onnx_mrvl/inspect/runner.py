@@ -137,6 +137,7 @@ def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = 
         first = tensors.get(int(layer["inputs"][0]), {}) if layer.get("inputs") else {}
         rows.append({"index": int(layer.get("index", k)), "name": str(layer.get("name", k)),
                      "layer_name": str(layer.get("layer_name", "")),
+                     "params": dict(layer.get("params") or {}),
                      "origin": [str(o) for o in layer.get("origin") or []],
                      "layout": str(tensors.get(tid, {}).get("layout", "")),
                      "inputs": [int(t) for t in layer.get("inputs") or []], "output": tid,

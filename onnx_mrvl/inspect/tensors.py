@@ -3,7 +3,7 @@
 Conventions of the fuse stage (``onnx_mrvl/fuse/layout.py``): a Mrvl node's output keeps the
 logical name of the last original output of its group; a tensor stored in another layout is named
 ``<t>__nhwc`` / ``<t>__nchw`` / ``<t>__perm`` (``_<k>`` appended when the name is taken). Spatial
-Mrvl ops store NHWC, elementwise ops and Concat keep their inputs' storage, ``Reshape`` /
+Mrvl ops store NHWC, elementwise ops, Concat and Slice2D keep their inputs' storage, ``Reshape`` /
 ``Flatten`` / ``Squeeze`` reshape the *stored* data (so a flatten of an NHWC tensor lists its
 elements in NHWC order). ``Storage`` records how to turn a stored array back into the logical one.
 """
@@ -19,7 +19,7 @@ import onnx
 NHWC = (0, 2, 3, 1)
 LAYOUT_PERMS = {"NHWC": NHWC}
 SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
-SHARED = {"Sum2D", "Mul2D", "Concat"}
+SHARED = {"Sum2D", "Mul2D", "Concat", "Slice2D"}   # keep the storage of their (first) input
 RESHAPES = {"Reshape", "Flatten", "Squeeze"}
 IDENTITY_OPS = ("Identity", "Dropout")   # value-preserving at inference (legalization removes them)
 _SUFFIX = re.compile(r"__(nhwc|nchw|perm)(_\d+)?$")

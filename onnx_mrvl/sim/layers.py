@@ -15,7 +15,7 @@ from ..errors import ArtifactError, CompileError
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
-from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest
+from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 
 LayerFn = Callable[..., Tuple[np.ndarray, bool]]
 
@@ -153,6 +153,22 @@ def _concat(spec: LayerSpec, n_inputs: int) -> LayerFn:
     return lambda *xs: (concat(xs, axis), True)
 
 
+def _slice2d(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (1,))
+    try:
+        axis, start, end = (int(spec.param(k, required=True)) for k in ("axis", "start", "end"))
+    except (TypeError, ValueError):
+        raise spec.error(f"axis, start and end must be integers, got {spec.params}") from None
+    if not 0 < axis < 4 or not 0 <= start < end:
+        raise spec.error(f"axis {axis} / range [{start}, {end}) is not a non-empty slice of a non-batch axis")
+
+    def run(x):
+        if x.ndim != 4 or end > x.shape[axis]:
+            raise ValueError(f"slice [{start}, {end}) of axis {axis} does not fit an input of shape {list(x.shape)}")
+        return slice_channels(x, axis, start, end), True
+    return run
+
+
 def _reshape(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     shape = [int(d) for d in spec.param("shape", required=True)]
@@ -190,6 +206,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Sum2D": _binary("add"),
     "Mul2D": _binary("mul"),
     "Concat": _concat,
+    "Slice2D": _slice2d,
     "Reshape": _reshape,
     "Flatten": _reshape,
     "Squeeze": _reshape,

@@ -1,4 +1,4 @@
-"""Element-wise and data-movement kernels: Sum2D, Mul2D, Concat, Reshape, Resize, layout changes.
+"""Element-wise and data-movement kernels: Sum2D, Mul2D, Concat, Slice2D, Reshape, Resize, layout changes.
 
 Sum2D / Mul2D compute in float32 (the sum or product of two fp16 values, then the activation) and
 round to fp16; the data-movement kernels only move fp16 values, so they need no rounding.
@@ -136,6 +136,14 @@ def mul2d(a, b=None, operand=None, activation="none", activation_params=None, sl
 def concat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
     """Concatenate along ``axis`` of the stored layout (3 = NHWC channels)."""
     return np.concatenate([np.asarray(x, dtype=F32) for x in xs], axis=int(axis))
+
+
+def slice_channels(x: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
+    """Entries [start, end) of ``axis`` of the stored layout (3 = NHWC channels), step 1, as a
+    contiguous copy (the values are already fp16: no rounding)."""
+    axis = int(axis) % x.ndim
+    index = (slice(None),) * axis + (slice(int(start), int(end)),)
+    return np.array(x[index], dtype=F32, order="C", copy=True)
 
 
 def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:

@@ -1,0 +1,148 @@
+"""Channel slices: ONNX ``Split`` on the channel axis of a 4-D tensor becomes one Mrvl ``Slice2D``
+per output, ``Slice`` on the channel axis (step 1) one ``Slice2D``; every parameter must be a
+constant. ``Slice2D`` reads channels [start, end) along the channel axis of the stored layout
+(3 for NHWC, 1 for NCHW): like a Concat it runs on the storage needing the fewest conversions.
+
+    mrvl.slice   Split(x[N, C, H, W], axis=1) -> Slice2D x k  |  Slice(x, starts, ends, axes=[1])
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+import onnx
+
+from .. import opset
+from .._graph import GraphIndex, attr
+from ..target import Target
+from .groups import Group, _batch, _float_static
+
+CHANNEL = 1   # logical (NCHW) channel axis
+
+
+def _split_sizes(g: GraphIndex, n: onnx.NodeProto, channels: int):
+    """The channel count of each output of a Split, or the reason they are not static."""
+    if len(n.input) > 1 and n.input[1]:
+        if not g.is_const(n.input[1]):
+            return "split sizes are not a constant"
+        return [int(v) for v in np.asarray(g.const(n.input[1])).reshape(-1)]
+    if attr(n, "split") is not None:
+        return [int(v) for v in attr(n, "split")]
+    parts = int(attr(n, "num_outputs", len(n.output)))
+    if attr(n, "num_outputs") is not None:   # opset 18: the last chunk may be smaller
+        chunk = -(-channels // parts)
+        return [chunk] * (parts - 1) + [channels - chunk * (parts - 1)]
+    if channels % parts:
+        return f"{channels} channels do not split equally into {parts} outputs"
+    return [channels // parts] * parts
+
+
+def _common_checks(g: GraphIndex, n: onnx.NodeProto, target: Target, what: str) -> Optional[str]:
+    reason = _float_static(g, [n.input[0]] + [o for o in n.output if o])
+    if reason:
+        return reason
+    if g.is_const(n.input[0]):
+        return f"{what} of a constant"
+    rank = len(g.shape(n.input[0]))
+    if rank != 4:
+        return f"{rank}-D {what} (the accelerator slices channels of 4-D tensors)"
+    return _batch(g, n.input[0], target)
+
+
+def _group(g: GraphIndex, n: onnx.NodeProto, slices: List[Tuple[str, int, int]]):
+    in_shape = g.shape(n.input[0])
+    for o, start, end in slices:
+        if end <= start:
+            return f"an empty channel slice [{start}, {end})"
+        want = list(in_shape)
+        want[CHANNEL] = end - start
+        if g.shape(o) != want:
+            return f"output '{o}' has shape {g.shape(o)}, not {want}"
+    used = [s for s in slices if s[0] in g.output_set or g.consumers.get(s[0])] or slices[:1]
+    return Group("Slice2D", "mrvl.slice", [n], [n.input[0]], used[0][0], {"slices": used})
+
+
+def build_split(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    reason = _common_checks(g, n, target, "split")
+    if reason:
+        return reason
+    in_shape = g.shape(n.input[0])
+    axis = attr(n, "axis", 0) % 4
+    if axis != CHANNEL:
+        return f"split on axis {axis} (the accelerator slices the channel axis only)"
+    sizes = _split_sizes(g, n, in_shape[CHANNEL])
+    if isinstance(sizes, str):
+        return sizes
+    if len(sizes) != len(n.output) or sum(sizes) != in_shape[CHANNEL]:
+        return f"split sizes {sizes} do not cover {in_shape[CHANNEL]} channels in {len(n.output)} outputs"
+    slices, start = [], 0
+    for o, size in zip(n.output, sizes):
+        if o:
+            slices.append((o, start, start + size))
+        start += size
+    return _group(g, n, slices)
+
+
+def _slice_params(g: GraphIndex, n: onnx.NodeProto):
+    if len(n.input) == 1:   # opset < 10: attributes
+        starts, ends = attr(n, "starts"), attr(n, "ends")
+        axes = attr(n, "axes", list(range(len(starts or []))))
+        return starts, ends, axes, [1] * len(starts or [])
+    if any(t and not g.is_const(t) for t in n.input[1:]):
+        return "slice parameters are not constants"
+    vals = [None if i >= len(n.input) or not n.input[i] else
+            [int(v) for v in np.asarray(g.const(n.input[i])).reshape(-1)] for i in range(1, 5)]
+    starts, ends, axes, steps = vals
+    return starts, ends, axes if axes is not None else list(range(len(starts))), steps or [1] * len(starts)
+
+
+def build_slice(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    reason = _common_checks(g, n, target, "slice")
+    if reason:
+        return reason
+    params = _slice_params(g, n)
+    if isinstance(params, str):
+        return params
+    if params[0] is None or params[1] is None:
+        return "slice without starts/ends"
+    in_shape = g.shape(n.input[0])
+    start, end = 0, in_shape[CHANNEL]
+    for s, e, ax, st in zip(*params):
+        ax %= 4
+        dim = in_shape[ax]
+        if st != 1:
+            return f"slice with step {st} (the accelerator slices with step 1)"
+        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+        if ax == CHANNEL:
+            start, end = s, e
+        elif (s, e) != (0, dim):
+            return f"slice on axis {ax} (the accelerator slices the channel axis only)"
+    return _group(g, n, [(n.output[0], start, end)])
+
+
+def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    return (build_split if n.op_type == "Split" else build_slice)(g, n, target)
+
+
+def materialize(m, grp: Group) -> None:
+    """One Slice2D per used output, on the storage of the input needing the fewest conversions
+    (NHWC on a tie when an output feeds accelerator ops); the axis follows that storage."""
+    src = grp.inputs[0]
+    outs = [o for o, _, _ in grp.attrs["slices"]]
+    perm = m.common_perm([src], next((o for o in outs if m._feeds_mrvl(o)), outs[0]))
+    x = m.get(src, perm, for_mrvl=True, origin=grp.origin)
+    axis = list(perm).index(CHANNEL) if perm else CHANNEL
+    folded = [a for a in m.alias_of.get(src, []) if a not in m.alias_owner]
+    for k, (o, start, end) in enumerate(grp.attrs["slices"]):
+        out = m.define(o, perm, mrvl=True)
+        name = m.fresh(f"mrvl_{grp.anchor.name}")
+        m.mrvl_producer[out] = name
+        if k == 0:
+            m.mrvl_name[grp.anchor.name] = name
+            for a in folded:
+                m.alias_owner[a] = name
+        m.add(opset.make_node("Slice2D", [x], [out], name=name, origin=(folded if k == 0 else []) + grp.origin,
+                              attrs={"axis": axis, "start": int(start), "end": int(end)},
+                              composite=grp.composite), perm)
+        if o in m.g.output_set and out != o:
+            m.get(o, None, for_mrvl=True, origin=grp.origin)
