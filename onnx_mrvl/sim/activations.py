@@ -6,7 +6,7 @@ kernels use; ``ACTIVATIONS`` lists the names it accepts (the contract of docs/pr
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -81,6 +81,20 @@ ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh"
                "hard_sigmoid", "hard_swish", "silu")
 
 
+def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tuple[float, float]:
+    """The two scalar parameters of an activation, defaults applied: clamp (min, max), leaky_relu
+    (alpha, 0), hard_sigmoid (alpha, beta); (0, 0) for the others."""
+    name = (name or "none").lower()
+    p: Dict = dict(params or {})
+    if name == "clamp":
+        return float(p.get("min", -np.inf)), float(p.get("max", np.inf))
+    if name == "leaky_relu":
+        return float(p.get("alpha", 0.01)), 0.0
+    if name == "hard_sigmoid":
+        return float(p.get("alpha", 0.2)), float(p.get("beta", 0.5))
+    return 0.0, 0.0
+
+
 def make_activation(name: Optional[str], params: Optional[Mapping] = None,
                     slope: Optional[np.ndarray] = None) -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """Bind an activation's parameters once; returns None for "none" (nothing to do).
@@ -89,18 +103,15 @@ def make_activation(name: Optional[str], params: Optional[Mapping] = None,
     into errors naming the layer.
     """
     name = (name or "none").lower()
-    p: Dict = dict(params or {})
+    p0, p1 = scalar_params(name, params)
     if name == "none":
         return None
     if name == "relu":
         return relu
     if name == "clamp":
-        lo = float(p.get("min", -np.inf))
-        hi = float(p.get("max", np.inf))
-        return lambda x: clamp(x, lo, hi)
+        return lambda x: clamp(x, p0, p1)
     if name == "leaky_relu":
-        alpha = float(p.get("alpha", 0.01))
-        return lambda x: leaky_relu(x, alpha)
+        return lambda x: leaky_relu(x, p0)
     if name == "prelu":
         if slope is None:
             raise KeyError("prelu needs weights['slope']")
@@ -111,9 +122,7 @@ def make_activation(name: Optional[str], params: Optional[Mapping] = None,
     if name == "tanh":
         return tanh
     if name == "hard_sigmoid":
-        alpha = float(p.get("alpha", 0.2))
-        beta = float(p.get("beta", 0.5))
-        return lambda x: hard_sigmoid(x, alpha, beta)
+        return lambda x: hard_sigmoid(x, p0, p1)
     if name == "hard_swish":
         return hard_swish
     if name == "silu":

@@ -27,6 +27,8 @@ from typing import Mapping, Optional, Tuple
 
 import numpy as np
 
+from .activations import scalar_params
+
 log = logging.getLogger(__name__)
 F32 = np.float32
 
@@ -50,15 +52,8 @@ def act_args(name: Optional[str], params: Optional[Mapping], slope, channels: in
     """(code, p0, p1, per-channel slope) for the compiled kernels (code -1: the caller applies
     the activation and the fp16 rounding afterwards); see ``activations.py``."""
     name = (name or "none").lower()
-    p = dict(params or {})
     code = ACT_CODES[name]
-    p0 = p1 = 0.0
-    if name == "clamp":
-        p0, p1 = float(p.get("min", -np.inf)), float(p.get("max", np.inf))
-    elif name == "leaky_relu":
-        p0 = float(p.get("alpha", 0.01))
-    elif name == "hard_sigmoid":
-        p0, p1 = float(p.get("alpha", 0.2)), float(p.get("beta", 0.5))
+    p0, p1 = scalar_params(name, params)
     sl = np.zeros(max(1, channels), F32)
     if name == "prelu":
         s = np.asarray(slope, dtype=F32).reshape(-1)
@@ -74,8 +69,6 @@ def channel_vector(v, channels: int, fill: float) -> np.ndarray:
         return np.full(channels, fill, F32)
     a = np.asarray(v, dtype=F32).reshape(-1)
     return np.ascontiguousarray(np.broadcast_to(a, (channels,)) if a.size == 1 else a)
-
-
 
 
 _warm_lock = threading.Lock()
@@ -95,8 +88,8 @@ def warm() -> bool:
         if _warmed or not ENABLED:
             return ENABLED
         _warmed = True
+        global epilogue, round_flat, binary, depthwise
         try:
-            global epilogue, round_flat, binary, depthwise
             from . import _jit_kernels as kern
             epilogue, round_flat, binary, depthwise = kern.epilogue, kern.round_flat, kern.binary, kern.depthwise
             c = np.zeros(4, F32)

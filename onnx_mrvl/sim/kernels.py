@@ -28,7 +28,6 @@ from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest
 F32 = np.float32
 _COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
 _EPILOGUE_ROW = 256          # compiled epilogue: rows of at least this many values
-_HOT_BLOCK = 1 << 18        # 1x1 GEMM rows per sub-block (x channels): the epilogue reads it from L2
 _PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
 _PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 ms single-threaded)
@@ -45,7 +44,7 @@ def _f32(w) -> Optional[np.ndarray]:
 def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
               activation_params: Optional[Mapping] = None, slope=None) -> Callable[[np.ndarray], bool]:
     """y = act(((acc + bias) * scale) + shift), in place on a float32 [rows, channels] block, then
-    RNE to fp16; returns whether every value is finite. One compiled pass when ``jit.ENABLED``."""
+    RNE to fp16; returns whether every value is finite. One compiled pass when ``jit.on()``."""
     act = make_activation(activation, activation_params, slope)     # validates name and params
     if jit.on():
         code, p0, p1, sl = jit.act_args(activation, activation_params, slope, channels)
@@ -138,11 +137,13 @@ class Conv2D:
             # [KH*KW, O]: one per-channel weight row per tap
             self.w_taps = np.ascontiguousarray(kf.reshape(self.out_channels, self.kh * self.kw).T)
             self._tiled = {}                    # output width -> tap weights tiled over it
+            self._w_hwc = np.ascontiguousarray(self.w_taps.reshape(self.kh, self.kw, self.out_channels))
         else:
             # per group: [KH*KW*I/g, O/g], rows in (kh, kw, c) order, matching the im2col columns
             wg = kf.reshape(self.groups, self.og, self.kh * self.kw * self.cin_g)
             self.w_mats = [np.ascontiguousarray(wg[g].T) for g in range(self.groups)]
             self.w_stack = np.ascontiguousarray(np.stack(self.w_mats))
+            self._w_columns = {}                # worker count -> weight column slices (small-M GEMMs)
         self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
 
     def output_shape(self, in_shape: Sequence[int]) -> Tuple[int, int, int, int]:
@@ -183,16 +184,10 @@ class Conv2D:
             parts = nw if rows * c * o >= _PARALLEL_MACS and rows >= 2 * nw else 1
             step = -(-rows // parts)
 
-            sub = max(64, _HOT_BLOCK // max(o, c))
-
             def one(p0: int) -> bool:
-                ok = True
-                for q in range(p0, min(rows, p0 + step), sub):     # epilogue while the block is in L2
-                    q1 = min(rows, p0 + step, q + sub)
-                    blk = o2[q:q1]
-                    np.matmul(src[q:q1], self.w_mats[0], out=blk)
-                    ok &= self.epilogue(blk)
-                return ok
+                blk = o2[p0:p0 + step]
+                np.matmul(src[p0:p0 + step], self.w_mats[0], out=blk)
+                return self.epilogue(blk)
             return out, all(run_all(one, list(range(0, rows, step))))
         xp = _pad_nhwc(x, self.padding)
         cg, g, og = self.cin_g, self.groups, self.og
@@ -224,12 +219,11 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         win = _windows(_pad_nhwc(x, self.padding), oh, ow, kh, kw, sh, sw, dh, dw)
         cols = np.ascontiguousarray(win).reshape(n * oh * ow, kh * kw * self.cin_g)
-        parts = self._w_columns.get(nw) if hasattr(self, "_w_columns") else None
-        if parts is None:
+        parts = self._w_columns.get(nw)
+        if parts is None:                   # benign race: every thread computes the same slices
             bounds = np.linspace(0, o, nw + 1).astype(int)
-            parts = [(int(a), int(b), np.ascontiguousarray(self.w_mats[0][:, a:b]))
-                     for a, b in zip(bounds[:-1], bounds[1:])]
-            self.__dict__.setdefault("_w_columns", {})[nw] = parts
+            parts = self._w_columns[nw] = [(int(a), int(b), np.ascontiguousarray(self.w_mats[0][:, a:b]))
+                                           for a, b in zip(bounds[:-1], bounds[1:])]
         o2 = out.reshape(-1, o)
 
         def one(part) -> None:
@@ -239,7 +233,8 @@ class Conv2D:
         return out, self.epilogue(o2)
 
     def _depthwise(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
-        """Per-channel taps as one einsum over a strided window view (no im2col copy).
+        """Depthwise conv: the compiled kernel when ``jit.on()``, else (numpy) per-channel taps as
+        one einsum over a strided window view (no im2col copy).
 
         Output columns and channels merge into one contiguous axis of length OW*O (the einsum's
         inner loop) against the tap weights tiled over OW; a width stride > 1 reads each tap
@@ -283,11 +278,8 @@ class Conv2D:
         return out, self.epilogue(out.reshape(-1, o))
 
     def _depthwise_jit(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
-        """One compiled pass per row block: taps, epilogue and fp16 rounding (``jit.depthwise``)."""
-        o = self.out_channels
-        w = getattr(self, "_w_hwc", None)
-        if w is None:
-            w = self._w_hwc = np.ascontiguousarray(self.w_taps.reshape(self.kh, self.kw, o))
+        """Per row block: the compiled tap sums (``jit.depthwise``), then the compiled epilogue."""
+        o, w = self.out_channels, self._w_hwc
         out = np.empty((n, oh, ow, o), dtype=F32)
         (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
         nw = workers()
