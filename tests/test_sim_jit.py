@@ -8,7 +8,7 @@ fp16 ulp (and exactly on most values). test_sim_kernels.py checks both against f
 import numpy as np
 import pytest
 
-from onnx_mrvl.sim import jit
+from onnx_mrvl.sim import jit, native
 from onnx_mrvl.sim import kernels as K
 from onnx_mrvl.sim import tensor_ops
 from onnx_mrvl.sim.activations import ACTIVATIONS
@@ -22,6 +22,12 @@ PARAMS = {"clamp": {"min": 0.0, "max": 6.0}, "leaky_relu": {"alpha": 0.1},
 def f16(a):
     with np.errstate(over="ignore"):
         return np.asarray(a, np.float64).astype(np.float16).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def _numba_not_native(monkeypatch):
+    """These tests compare the numba kernels with numpy: keep the native kernels (test_sim_native.py) out."""
+    monkeypatch.setattr(native, "ENABLED", False)
 
 
 def both_paths(monkeypatch, build):

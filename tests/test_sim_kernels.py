@@ -397,6 +397,7 @@ def test_large_conv_split_into_parallel_row_blocks(monkeypatch, groups, k, strid
         nblocks.append(len(items))
         return real_run_all(fn, items)
     monkeypatch.setattr(kernels_mod, "run_all", counting_run_all)
+    monkeypatch.setattr(kernels_mod.native, "ENABLED", False)        # the numpy row blocks (see test_sim_native)
     monkeypatch.setattr(kernels_mod, "_PARALLEL_MACS", 1 << 16)      # split even these small layers
     for nw in (1, 3):
         monkeypatch.setattr(kernels_mod, "workers", lambda nw=nw: nw)

@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from . import jit
+from . import jit, native
 from .activations import make_activation
 from .fp16 import round_fp16_, to_fp16_values
 from .parallel import run_all, workers
@@ -145,6 +145,8 @@ class Conv2D:
             self.w_stack = np.ascontiguousarray(np.stack(self.w_mats))
             self._w_columns = {}                # worker count -> weight column slices (small-M GEMMs)
         self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
+        self._native = None                     # (packed weights, epilogue args), on the first call
+        self._epi_args = (bias, scale, shift, activation, activation_params, slope)
 
     def output_shape(self, in_shape: Sequence[int]) -> Tuple[int, int, int, int]:
         n, h, w, _ = in_shape
@@ -166,7 +168,47 @@ class Conv2D:
         with np.errstate(over="ignore", invalid="ignore"):
             if self.depthwise:
                 return self._depthwise(x, n, oh, ow)
+            if self.groups == 1 and native.on():
+                return self._gemm_native(x, n, oh, ow)
             return self._gemm(x, n, oh, ow)
+
+    def _native_vectors(self, multiple: int):
+        """(epilogue vectors padded to ``multiple``, code, p0, p1, numpy activation for code < 0)."""
+        bias, scale, shift, activation, params, slope = self._epi_args
+        o = self.out_channels
+        code, p0, p1, sl = jit.act_args(activation, params, slope, o)
+        vecs = [native.padded(v, multiple) for v in (jit.channel_vector(bias, o, 0.0), jit.channel_vector(scale, o, 1.0),
+                                                     jit.channel_vector(shift, o, 0.0), np.broadcast_to(sl, (o,)))]
+        act = make_activation(activation, params, slope) if code < 0 else None
+        return vecs, int(code), float(p0), float(p1), act
+
+    def _native_args(self):
+        if self._native is None:             # benign race: every thread builds the same tuple
+            self._native = (native.pack_weights(self.w_mats[0]),) + self._native_vectors(native.NR)
+        return self._native
+
+    @staticmethod
+    def _native_finish(out: np.ndarray, ok: int, act) -> Tuple[np.ndarray, bool]:
+        if act is None:
+            return out, ok == 1
+        y = out.reshape(-1, out.shape[-1])
+        r = act(y)                               # transcendental activation: numpy finishes it
+        if r is not y:
+            y[...] = r
+        return out, round_fp16_(y)
+
+    def _gemm_native(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
+        """The native implicit-GEMM kernel (``native.py``) on ``workers()`` threads of its own pool."""
+        wp, vecs, code, p0, p1, act = self._native_args()
+        x = np.ascontiguousarray(x, dtype=F32)
+        _, h, w, c = x.shape
+        o = self.out_channels
+        out = np.empty((n, oh, ow, o), dtype=F32)
+        (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
+        ok = native.lib().conv_nhwc(x.ctypes.data, n, h, w, c, oh, ow, self.kh, self.kw, sh, sw, dh, dw, t, l,
+                                    wp.ctypes.data, o, out.ctypes.data, *[v.ctypes.data for v in vecs],
+                                    code, p0, p1, workers())
+        return self._native_finish(out, ok, act)
 
     def _gemm(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
@@ -243,6 +285,8 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         mult = self.og
         xs = x if mult == 1 else np.repeat(x, mult, axis=3)
+        if native.on():
+            return self._depthwise_native(np.ascontiguousarray(xs, dtype=F32), n, oh, ow)
         if jit.on():
             return self._depthwise_jit(np.ascontiguousarray(xs), n, oh, ow)
         xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
@@ -276,6 +320,22 @@ class Conv2D:
                     out += part
         out = np.ascontiguousarray(out.reshape(n, oh, ow, o), dtype=F32)
         return out, self.epilogue(out.reshape(-1, o))
+
+    def _depthwise_native(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
+        """The native depthwise kernel (``native.py``), epilogue fused, on its own thread pool."""
+        if self._native is None:
+            o = self.out_channels
+            wt = np.zeros((self.kh * self.kw, -(-o // 64) * 64), F32)
+            wt[:, :o] = self.w_taps
+            self._native = (wt,) + self._native_vectors(64)
+        wt, vecs, code, p0, p1, act = self._native
+        o = self.out_channels
+        out = np.empty((n, oh, ow, o), dtype=F32)
+        (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
+        ok = native.lib().depthwise_nhwc(xs.ctypes.data, n, xs.shape[1], xs.shape[2], o, oh, ow, self.kh, self.kw,
+                                         sh, sw, dh, dw, t, l, wt.ctypes.data, wt.shape[1], out.ctypes.data,
+                                         *[v.ctypes.data for v in vecs], code, p0, p1, workers())
+        return self._native_finish(out, ok, act)
 
     def _depthwise_jit(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         """Per row block: the compiled tap sums (``jit.depthwise``), then the compiled epilogue."""

@@ -9,7 +9,7 @@ from typing import Callable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import jit
+from . import jit, native
 from .activations import make_activation
 from .fp16 import round_fp16_, to_fp16_values
 from .parallel import run_all, workers
@@ -78,6 +78,32 @@ def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optio
     return out, ok
 
 
+def _binary_native(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optional[Tuple[np.ndarray, bool]]:
+    """The native one-pass form of a (+|*) b, activation, rounding; None when shapes don't fit."""
+    if a.shape != np.broadcast_shapes(a.shape, b.shape):
+        a, b = b, a                          # IEEE + and * commute bit for bit
+    if a.dtype != F32 or a.shape != np.broadcast_shapes(a.shape, b.shape) or a.size == 0:
+        return None
+    views = _as_npc(a, b)
+    if views is None:
+        return None
+    a3, b3 = views
+    spec = act_spec(a3.shape[2])
+    if spec is None:
+        return None
+    code, p0, p1, sl = spec
+    slope = native.padded(sl, 16)
+    out = np.empty(a.shape, dtype=F32)
+    ok = native.lib().binary_npc(a3.ctypes.data, b3.ctypes.data, out.ctypes.data, *a3.shape, *b3.shape,
+                                 int(mul), slope.ctypes.data, int(code), float(p0), float(p1), workers())
+    if code < 0:                              # transcendental activation: finish in numpy
+        r = act(out)
+        if r is not out:
+            out[...] = r
+        return out, round_fp16_(out)
+    return out, ok == 1
+
+
 def make_binary(op: str, operand=None, activation: str = "none",
                 activation_params: Optional[Mapping] = None,
                 slope=None) -> Callable[..., Tuple[np.ndarray, bool]]:
@@ -104,6 +130,10 @@ def make_binary(op: str, operand=None, activation: str = "none",
         other = b if b is not None else const
         if other is None:
             raise ValueError(f"{op} needs a second input or a constant operand")
+        if native.on():
+            done = _binary_native(np.asarray(a), np.asarray(other), op == "mul", act_spec, act)
+            if done is not None:
+                return done
         if jit.on():
             done = _binary_jit(np.asarray(a), np.asarray(other), op == "mul", act_spec, act)
             if done is not None:

@@ -1,0 +1,564 @@
+/* Native conv / FC kernel of the simulator: an implicit-GEMM NHWC convolution whose epilogue
+ * (bias, scale, shift, activation, fp16 round-to-nearest-even, finiteness flag) runs on the
+ * register tile before it is stored. Built by native.py with the system C compiler
+ * (-O3 -march=native -ffp-contract=off) and called through ctypes, which releases the GIL.
+ *
+ * Numerics (docs/simulator.md): inputs and weights hold fp16 values in float32; each product is
+ * exact in float32, so the explicit FMAs below round exactly as a multiply then an add would; the
+ * sum runs over k in order in float32. The epilogue is ((acc + bias) * scale) + shift and the
+ * activations of activations.py, operation for operation and without contraction, then
+ * vcvtps2ph (round to nearest even, overflow to inf) and back: the same values as sim/fp16.py.
+ *
+ * Layout: out[m, o] = sum_k A[m, k] * W[k, o], m an output pixel (n, oy, ox), k = (ky, kx, c).
+ * A is never materialised: each block of MR pixels x KC k-values is packed from the NHWC input
+ * (zeros for padding) into a small buffer; the weights come packed once by the caller as
+ * [ceil(O/NR)][K][NR] (zero columns past O). The micro-kernel keeps an MR x NR tile in 24
+ * AVX-512 registers.
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__AVX512F__)
+#error "the native conv kernel needs AVX-512F (the simulator falls back to numpy without it)"
+#endif
+
+#define MR 12          /* output pixels per micro-tile */
+#define NR 32          /* output channels per micro-tile: two zmm */
+#define KC 256         /* k-values per packed block (also the packed row stride) */
+#define MC (MR * 10)   /* pixels per packed block */
+
+typedef struct {
+    const float *bias, *scale, *shift, *slope;   /* each padded to a multiple of NR */
+    int code;                                    /* sim/jit.py ACT_CODES; < 0: no act, no rounding */
+    float p0, p1;
+} epi_t;
+
+static inline __m512 blend(__mmask16 m, __m512 a, __m512 b) { return _mm512_mask_blend_ps(m, a, b); }
+
+static inline __m512 activation(__m512 v, const epi_t *e, __m512 s) {
+    const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    __m512 g;
+    __mmask16 lo, hi;
+    switch (e->code) {
+    case 1:   /* relu: v < 0 ? 0 : v (NaN stays) */
+        return blend(_mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), v, z);
+    case 2:   /* clamp: v < p0 ? p0 : (v > p1 ? p1 : v) */
+        lo = _mm512_cmp_ps_mask(v, _mm512_set1_ps(e->p0), _CMP_LT_OQ);
+        hi = _mm512_cmp_ps_mask(v, _mm512_set1_ps(e->p1), _CMP_GT_OQ);
+        v = blend(hi, v, _mm512_set1_ps(e->p1));
+        return blend(lo, v, _mm512_set1_ps(e->p0));
+    case 3:   /* leaky_relu: pos + neg * alpha */
+    case 4:   /* prelu: pos + neg * slope[c] */
+        lo = _mm512_cmp_ps_mask(v, z, _CMP_LT_OQ);
+        return _mm512_add_ps(blend(lo, v, z), _mm512_mul_ps(_mm512_maskz_mov_ps(lo, v),
+                                                           e->code == 3 ? _mm512_set1_ps(e->p0) : s));
+    case 7:   /* hard_sigmoid: clip(v * alpha + beta, 0, 1) */
+        g = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(e->p0)), _mm512_set1_ps(e->p1));
+        g = blend(_mm512_cmp_ps_mask(g, one, _CMP_GT_OQ), g, one);
+        return blend(_mm512_cmp_ps_mask(g, z, _CMP_LT_OQ), g, z);
+    case 8:   /* hard_swish: v * clip(v / 6 + 0.5, 0, 1) */
+        g = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps((float)(1.0 / 6.0))), _mm512_set1_ps(0.5f));
+        g = blend(_mm512_cmp_ps_mask(g, one, _CMP_GT_OQ), g, one);
+        g = blend(_mm512_cmp_ps_mask(g, z, _CMP_LT_OQ), g, z);
+        return _mm512_mul_ps(v, g);
+    default:
+        return v;
+    }
+}
+
+static inline __m512 rne16(__m512 v) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* the finished value of one accumulator vector of channels [c, c + 16) */
+static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
+    if (e->bias) {               /* conv epilogue; NULL for Sum2D / Mul2D */
+        v = _mm512_add_ps(v, _mm512_loadu_ps(e->bias + c));
+        v = _mm512_mul_ps(v, _mm512_loadu_ps(e->scale + c));
+        v = _mm512_add_ps(v, _mm512_loadu_ps(e->shift + c));
+    }
+    if (e->code < 0)
+        return v;
+    v = rne16(activation(v, e, e->code == 4 ? _mm512_loadu_ps(e->slope + c) : v));
+    /* |v| >= inf, or NaN */
+    *bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
+    return v;
+}
+
+/* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
+ * the epilogue is applied before the store. */
+static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
+                  int first, int last, const epi_t *e, int col0, __mmask16 *bad) {
+    __m512 acc[MR][2];
+    const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        if (first || r >= rows) {
+            acc[r][0] = _mm512_setzero_ps();
+            acc[r][1] = _mm512_setzero_ps();
+        } else {
+            acc[r][0] = _mm512_maskz_loadu_ps(m0, c + r * ldc);
+            acc[r][1] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);
+        }
+    }
+    for (int p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * KC + p]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        __m512 v0 = acc[r][0], v1 = acc[r][1];
+        if (last) {
+            __mmask16 bad0 = 0, bad1 = 0;
+            v0 = finish(v0, e, col0, &bad0);
+            if (m1)
+                v1 = finish(v1, e, col0 + 16, &bad1);
+            *bad |= (bad0 & m0) | (bad1 & m1);
+        }
+        _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
+        if (m1)
+            _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
+    }
+}
+
+typedef struct {
+    const float *x;
+    long h, w, c;                 /* input [n, h, w, c] */
+    long oh, ow;
+    long kh, kw, sh, sw, dh, dw, pt, pl;
+} geom_t;
+
+/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][KC] (zeros past rows/padding) */
+static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
+    const long c = g->c;
+    for (int r = 0; r < MR; r++) {
+        float *d = dst + r * KC;
+        if (r >= rows) {
+            memset(d, 0, sizeof(float) * kc);
+            continue;
+        }
+        const long m = m0 + r, ox = m % g->ow, t = m / g->ow, oy = t % g->oh, n = t / g->oh;
+        const long rowlen = g->kw * c;          /* one kernel row of taps: contiguous when dw == 1 */
+        long k = k0;
+        while (k < k0 + kc) {
+            const long ky = k / rowlen, rem = k % rowlen;
+            const long iy = oy * g->sh + ky * g->dh - g->pt, ix0 = ox * g->sw - g->pl;
+            long run, ix, ch;
+            if (g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w) {
+                run = rowlen - rem;              /* the rest of the kernel row in one copy */
+                ix = ix0;
+                ch = rem;
+            } else {
+                ch = rem % c;
+                run = c - ch;
+                ix = ix0 + (rem / c) * g->dw;
+            }
+            if (run > k0 + kc - k)
+                run = k0 + kc - k;
+            if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w)
+                memset(d + (k - k0), 0, sizeof(float) * run);
+            else
+                memcpy(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * c + ch, sizeof(float) * run);
+            k += run;
+        }
+    }
+}
+
+/* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]).
+ * wpack: [ceil(o/NR)][K][NR]; out: [pixels, o]. Returns 1 when every finished value is finite
+ * (always 1 for code < 0: the caller finishes those), else 0. */
+static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
+              long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
+              const float *wpack, long o, float *out, long m0, long m1, long j0, long j1,
+              const float *bias, const float *scale, const float *shift, const float *slope,
+              int code, float p0, float p1) {
+    const geom_t g = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
+    const epi_t e = {bias, scale, shift, slope, code, p0, p1};
+    const long K = kh * kw * c;
+    static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
+    __mmask16 bad = 0;
+    for (long mc = m0; mc < m1; mc += MC) {
+        const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
+        const int panels = (int)((mrows + MR - 1) / MR);
+        for (long k0 = 0; k0 < K; k0 += KC) {
+            const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
+            for (int i = 0; i < panels; i++) {
+                const long r0 = mc + (long)i * MR;
+                pack(&g, r0, (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR), k0, kc, abuf + (long)i * MR * KC);
+            }
+            for (long j = j0; j < j1; j++) {
+                const float *bp = wpack + (j * K + k0) * NR;
+                const int cols = (int)((o - j * NR) < NR ? (o - j * NR) : NR);
+                for (int i = 0; i < panels; i++) {
+                    const long r0 = mc + (long)i * MR;
+                    const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
+                    micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
+                          k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad);
+                }
+            }
+        }
+    }
+    return bad ? 0 : 1;
+}
+
+/* fp16 rounding of n floats in place (tests compare it with sim/fp16.py) */
+void round_fp16(float *v, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(v + i, rne16(_mm512_loadu_ps(v + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(v + i, m, rne16(_mm512_maskz_loadu_ps(m, v + i)));
+    }
+}
+
+/* ------------------------------------------------------------------ worker pool
+ * Dispatching a layer through Python threads costs ~100 us on a VM (two futex wake-ups); these
+ * workers spin (with pause) for SPIN_NS after each task before they sleep, so consecutive layers
+ * reach them in microseconds. One caller at a time: a concurrent caller runs its work inline. */
+#define MAXW 64
+#define SPIN_NS 2000000L
+
+typedef void (*part_fn)(void *arg, long part);
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;     /* one dispatcher at a time */
+static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sleep_cond = PTHREAD_COND_INITIALIZER;
+static int pool_size = 0;            /* worker threads started (besides the caller) */
+static pid_t pool_pid = 0;
+static atomic_long generation = 0;   /* bumped per dispatch */
+static atomic_long next_part = 0, parts_done = 0;
+static part_fn cur_fn;
+static void *cur_arg;
+static long cur_parts;
+static atomic_int sleepers = 0;
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void work(void) {
+    long p;
+    while ((p = atomic_fetch_add(&next_part, 1)) < cur_parts) {
+        cur_fn(cur_arg, p);
+        atomic_fetch_add(&parts_done, 1);
+    }
+}
+
+static void *worker(void *unused) {
+    (void)unused;
+    long seen = atomic_load(&generation);
+    for (;;) {
+        long t0 = now_ns(), spins = 0;
+        while (atomic_load_explicit(&generation, memory_order_acquire) == seen) {
+            _mm_pause();
+            if (++spins % 256 == 0 && now_ns() - t0 > SPIN_NS) {
+                pthread_mutex_lock(&sleep_lock);
+                atomic_fetch_add(&sleepers, 1);
+                while (atomic_load(&generation) == seen)
+                    pthread_cond_wait(&sleep_cond, &sleep_lock);
+                atomic_fetch_sub(&sleepers, 1);
+                pthread_mutex_unlock(&sleep_lock);
+            }
+        }
+        seen = atomic_load(&generation);
+        work();
+    }
+    return NULL;
+}
+
+/* run fn(arg, p) for p in [0, parts) on the caller and up to nthreads - 1 workers */
+static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
+    if (nthreads > MAXW)
+        nthreads = MAXW;
+    if (parts <= 1 || nthreads <= 1 || pthread_mutex_trylock(&pool_lock) != 0) {
+        for (long p = 0; p < parts; p++)
+            fn(arg, p);
+        return;
+    }
+    if (pool_pid != getpid()) {          /* first use, or a forked child: no workers yet */
+        pool_size = 0;
+        pool_pid = getpid();
+    }
+    while (pool_size < nthreads - 1) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, worker, NULL) != 0) {
+            pthread_attr_destroy(&a);
+            break;
+        }
+        pthread_attr_destroy(&a);
+        pool_size++;
+    }
+    cur_fn = fn;
+    cur_arg = arg;
+    cur_parts = parts;
+    atomic_store(&parts_done, 0);
+    atomic_store(&next_part, 0);
+    atomic_fetch_add(&generation, 1);
+    if (atomic_load(&sleepers) > 0) {
+        pthread_mutex_lock(&sleep_lock);
+        pthread_cond_broadcast(&sleep_cond);
+        pthread_mutex_unlock(&sleep_lock);
+    }
+    work();
+    while (atomic_load_explicit(&parts_done, memory_order_acquire) < parts)
+        _mm_pause();
+    pthread_mutex_unlock(&pool_lock);
+}
+
+/* ------------------------------------------------------------------ conv entry point */
+typedef struct {
+    const float *x;
+    long h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    const float *wpack;
+    long o;
+    float *out;
+    long rows, nb, split_rows, step;     /* parts: row ranges of step rows, or channel-block ranges */
+    const float *bias, *scale, *shift, *slope;
+    int code;
+    float p0, p1;
+    atomic_int ok;
+} conv_job;
+
+static void conv_part(void *arg, long p) {
+    conv_job *j = arg;
+    long m0 = 0, m1 = j->rows, j0 = 0, j1 = j->nb;
+    if (j->split_rows) {
+        m0 = p * j->step;
+        m1 = m0 + j->step < j->rows ? m0 + j->step : j->rows;
+    } else {
+        j0 = p * j->step;
+        j1 = j0 + j->step < j->nb ? j0 + j->step : j->nb;
+    }
+    if (m0 >= m1 || j0 >= j1)
+        return;
+    if (!conv_range(j->x, j->h, j->w, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
+                    j->pt, j->pl, j->wpack, j->o, j->out, m0, m1, j0, j1, j->bias, j->scale, j->shift,
+                    j->slope, j->code, j->p0, j->p1))
+        atomic_store(&j->ok, 0);
+}
+
+/* One conv (FC: a 1x1 conv over [M,1,1,K]) on up to nthreads threads; wpack [ceil(o/NR)][K][NR],
+ * out [n*oh*ow, o]. Returns 1 when every finished value is finite (always 1 for code < 0, which
+ * the caller finishes), else 0. */
+int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
+              long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
+              const float *wpack, long o, float *out,
+              const float *bias, const float *scale, const float *shift, const float *slope,
+              int code, float p0, float p1, int nthreads) {
+    conv_job j = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, wpack, o, out,
+                  n * oh * ow, (o + NR - 1) / NR, 1, 0, bias, scale, shift, slope, code, p0, p1, 1};
+    const long K = kh * kw * c, macs = j.rows * K * o;
+    long parts = 1;
+    if (nthreads > 1 && macs >= (1L << 20)) {
+        /* rows split: every thread streams all the weights; channel split: all the input.
+         * Split channels when the weights are the larger operand or the rows are few. */
+        const int by_rows = j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
+        j.split_rows = by_rows;
+        if (by_rows) {
+            long chunks = (j.rows + MR - 1) / MR;            /* MR-aligned parts, a few per thread */
+            parts = nthreads * 4 < chunks ? nthreads * 4 : chunks;
+            j.step = (chunks + parts - 1) / parts * MR;
+            parts = (j.rows + j.step - 1) / j.step;
+        } else {
+            parts = nthreads * 2 < j.nb ? nthreads * 2 : j.nb;
+            j.step = (j.nb + parts - 1) / parts;
+            parts = (j.nb + j.step - 1) / j.step;
+        }
+    }
+    if (parts <= 1) {
+        j.split_rows = 1;
+        j.step = j.rows;
+        parts = 1;
+    }
+    run_parts(conv_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}
+
+/* ------------------------------------------------------------------ depthwise conv
+ * out[n, oy, ox, c] = sum over in-range taps (row-major, the first a product, then FMAs, which
+ * are exact for fp16 products) of x[n, iy, ix, c] * w[ky, kx, c], then the epilogue.
+ * x [n, h, w, c]; w [kh*kw][cp] and the epilogue vectors zero-padded to cp (a multiple of 64). */
+typedef struct {
+    const float *x, *w;
+    long n, h, wd, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    float *out;
+    long rows_per_part;
+    epi_t e;
+    atomic_int ok;
+} dw_job;
+
+/* one output pixel, channels [cb, cb + 16): taps in range, row-major, the first a product */
+static inline __m512 dw_pixel(const dw_job *j, long n, long y0, long x0, long cb, __mmask16 m) {
+    __m512 acc = _mm512_setzero_ps();
+    int first = 1;
+    for (long ky = 0; ky < j->kh; ky++) {
+        const long iy = y0 + ky * j->dh;
+        if (iy < 0 || iy >= j->h)
+            continue;
+        for (long kx = 0; kx < j->kw; kx++) {
+            const long ix = x0 + kx * j->dw;
+            if (ix < 0 || ix >= j->wd)
+                continue;
+            const __m512 xv = _mm512_maskz_loadu_ps(m, j->x + ((n * j->h + iy) * j->wd + ix) * j->c + cb);
+            const __m512 wv = _mm512_loadu_ps(j->w + (ky * j->kw + kx) * j->cp + cb);
+            acc = first ? _mm512_mul_ps(xv, wv) : _mm512_fmadd_ps(xv, wv, acc);
+            first = 0;
+        }
+    }
+    return acc;
+}
+
+#define DWB 8   /* interior output pixels per register block */
+
+static void dw_part(void *arg, long p) {
+    dw_job *j = arg;
+    const long r0 = p * j->rows_per_part, r1 = r0 + j->rows_per_part < j->n * j->oh ? r0 + j->rows_per_part : j->n * j->oh;
+    /* interior columns: every kx tap in range */
+    long lo = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0, hi = (j->wd - 1 - (j->kw - 1) * j->dw + j->pl) / j->sw + 1;
+    if (j->wd - 1 - (j->kw - 1) * j->dw + j->pl < 0)
+        hi = 0;
+    if (lo > j->ow)
+        lo = j->ow;
+    if (hi > j->ow)
+        hi = j->ow;
+    if (hi < lo)
+        hi = lo;
+    __mmask16 bad = 0;
+    const long rowstride = j->wd * j->c, pixstride = j->sw * j->c, tapstride = j->dw * j->c;
+    for (long r = r0; r < r1; r++) {
+        const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
+        long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
+        while (ky0 < j->kh && y0 + ky0 * j->dh < 0)
+            ky0++;
+        while (ky1 > ky0 && y0 + (ky1 - 1) * j->dh >= j->h)
+            ky1--;
+        float *orow = j->out + r * j->ow * j->c;
+        for (long cb = 0; cb < j->c; cb += 16) {
+            const long left = j->c - cb;
+            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            long ox = 0;
+            while (ox < j->ow) {
+                if (ox < lo || ox >= hi || ky0 >= ky1) {            /* border pixel */
+                    __mmask16 b = 0;
+                    const __m512 y = finish(dw_pixel(j, n, y0, ox * j->sw - j->pl, cb, m), &j->e, cb, &b);
+                    bad |= b & m;
+                    _mm512_mask_storeu_ps(orow + ox * j->c + cb, m, y);
+                    ox++;
+                    continue;
+                }
+                const int nb = (int)(hi - ox < DWB ? hi - ox : DWB);
+                __m512 acc[DWB];
+                const float *xb = j->x + (n * j->h + y0) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
+                for (long ky = ky0; ky < ky1; ky++) {
+                    const float *xr = xb + ky * j->dh * rowstride;
+                    for (long kx = 0; kx < j->kw; kx++) {
+                        const __m512 wv = _mm512_loadu_ps(j->w + (ky * j->kw + kx) * j->cp + cb);
+                        const float *xt = xr + kx * tapstride;
+                        if (ky == ky0 && kx == 0) {
+                            for (int t = 0; t < nb; t++)
+                                acc[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
+                        } else {
+                            for (int t = 0; t < nb; t++)
+                                acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
+                        }
+                    }
+                }
+                for (int t = 0; t < nb; t++) {
+                    __mmask16 b = 0;
+                    const __m512 y = finish(acc[t], &j->e, cb, &b);
+                    bad |= b & m;
+                    _mm512_mask_storeu_ps(orow + (ox + t) * j->c + cb, m, y);
+                }
+                ox += nb;
+            }
+        }
+    }
+    if (bad)
+        atomic_store(&j->ok, 0);
+}
+
+int depthwise_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow, long kh, long kw,
+                   long sh, long sw, long dh, long dw, long pt, long pl, const float *wt, long cp, float *out,
+                   const float *bias, const float *scale, const float *shift, const float *slope,
+                   int code, float p0, float p1, int nthreads) {
+    dw_job j = {x, wt, n, h, w, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, out, 0,
+                {bias, scale, shift, slope, code, p0, p1}, 1};
+    const long rows = n * oh, work = rows * ow * c * kh * kw;
+    long parts = nthreads > 1 && work >= (1L << 17) ? nthreads * 4 : 1;
+    if (parts > rows)
+        parts = rows;
+    j.rows_per_part = (rows + parts - 1) / parts;
+    parts = (rows + j.rows_per_part - 1) / j.rows_per_part;
+    run_parts(dw_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}
+
+/* ------------------------------------------------------------------ Sum2D / Mul2D
+ * out[n, p, c] = finish(a[n, p, c] (+|*) b[n?, p?, c?]): a, out [N, P, C]; b [BN, BP, BC], each of
+ * its axes 1 (broadcast) or the full size. slope (prelu) is padded to a multiple of 16. */
+typedef struct {
+    const float *a, *b;
+    float *out;
+    long n, p, c, bn, bp, bc;
+    int mul;
+    long rows_per_part;
+    epi_t e;
+    atomic_int ok;
+} bin_job;
+
+static void bin_part(void *arg, long part) {
+    bin_job *j = arg;
+    const long rows = j->n * j->p, r0 = part * j->rows_per_part;
+    const long r1 = r0 + j->rows_per_part < rows ? r0 + j->rows_per_part : rows;
+    __mmask16 bad = 0;
+    for (long r = r0; r < r1; r++) {
+        const long n = r / j->p, q = r % j->p;
+        const float *a = j->a + r * j->c;
+        const float *b = j->b + ((j->bn > 1 ? n : 0) * j->bp + (j->bp > 1 ? q : 0)) * j->bc;
+        float *o = j->out + r * j->c;
+        for (long c = 0; c < j->c; c += 16) {
+            const long left = j->c - c;
+            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            const __m512 av = _mm512_maskz_loadu_ps(m, a + c);
+            const __m512 bv = j->bc > 1 ? _mm512_maskz_loadu_ps(m, b + c) : _mm512_set1_ps(b[0]);
+            __mmask16 bb = 0;
+            const __m512 y = finish(j->mul ? _mm512_mul_ps(av, bv) : _mm512_add_ps(av, bv), &j->e, c, &bb);
+            bad |= bb & m;
+            _mm512_mask_storeu_ps(o + c, m, y);
+        }
+    }
+    if (bad)
+        atomic_store(&j->ok, 0);
+}
+
+int binary_npc(const float *a, const float *b, float *out, long n, long p, long c, long bn, long bp, long bc,
+               int mul, const float *slope, int code, float p0, float p1, int nthreads) {
+    bin_job j = {a, b, out, n, p, c, bn, bp, bc, mul, 0, {NULL, NULL, NULL, slope, code, p0, p1}, 1};
+    const long rows = n * p;
+    long parts = nthreads > 1 && rows * c >= (1L << 16) ? nthreads * 4 : 1;
+    if (parts > rows)
+        parts = rows;
+    if (parts < 1)
+        parts = 1;
+    j.rows_per_part = (rows + parts - 1) / parts;
+    parts = rows ? (rows + j.rows_per_part - 1) / j.rows_per_part : 0;
+    run_parts(bin_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}

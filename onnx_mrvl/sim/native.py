@@ -1,0 +1,169 @@
+"""The native conv / FC kernel (``_native_conv.c``): built on first use, cached, optional.
+
+The simulator's convolutions are GEMMs, and numpy's OpenBLAS plus a separate epilogue pass
+leaves the simulator 2-5x slower than onnxruntime's MLAS (docs/simulator.md, Speed). The C
+kernel is an implicit-GEMM NHWC conv (no im2col copy) with the whole epilogue -- bias, scale,
+shift, activation, fp16 rounding, finiteness -- applied to the register tile before the store.
+
+Like torch inductor's CPU backend, it is compiled by the system C compiler (``$CC``, else ``cc``
+/ ``gcc``) with ``-O3 -march=native -ffp-contract=off`` the first time a process needs it; the
+shared object is cached under ``__pycache__`` beside this file (else ``~/.cache/onnx_mrvl``),
+keyed by the source, the flags, the compiler and the CPU's feature flags, written to a temporary
+name and renamed into place. When anything is missing (no compiler, a CPU without AVX-512, a
+read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns None, says why once in the log,
+and the simulator uses the numba / numpy kernels, whose results it matches (tests/test_sim_native.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Optional
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+F32 = np.float32
+NR = 32                         # output channels per packed weight block (the C kernel's NR)
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_conv.c")
+_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-fno-math-errno"]
+ENABLED = os.environ.get("ONNX_MRVL_SIM_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+_lock = threading.Lock()
+_lib = None
+_tried = False
+_WHY = "" if ENABLED else "disabled by ONNX_MRVL_SIM_NATIVE=0"
+_P = ctypes.c_void_p
+_L = ctypes.c_long
+
+
+def why_disabled() -> str:
+    """Empty when the native kernel is loaded (or not yet tried), else why it is not used."""
+    return _WHY
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compiler() -> Optional[str]:
+    cc = os.environ.get("CC")
+    if cc and shutil.which(cc.split()[0]):
+        return cc
+    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+def _cache_dirs():
+    env = os.environ.get("ONNX_MRVL_CACHE_DIR")
+    if env:
+        yield env
+    yield os.path.join(os.path.dirname(_SRC), "__pycache__")
+    yield os.path.join(os.path.expanduser("~"), ".cache", "onnx_mrvl")
+
+
+def _build(cc: str) -> str:
+    with open(_SRC, "rb") as f:
+        src = f.read()
+    try:
+        version = subprocess.run(cc.split() + ["--version"], capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = b""
+    key = hashlib.sha256(b"\0".join([src, " ".join(_FLAGS).encode(), cc.encode(), version,
+                                     _cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
+    name = f"_native_conv-{key}.so"
+    errors = []
+    for d in _cache_dirs():
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            return path
+        try:
+            os.makedirs(d, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".native-", suffix=".so", dir=d)
+            os.close(fd)
+        except OSError as exc:
+            errors.append(f"{d}: {exc}")
+            continue
+        try:
+            r = subprocess.run(cc.split() + _FLAGS + ["-o", tmp, _SRC], capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+            os.replace(tmp, path)            # atomic: a concurrent build of the same key is harmless
+            for old in os.listdir(d):        # builds of older sources (a loaded one stays mapped)
+                if old.startswith("_native_conv-") and old.endswith(".so") and old != name:
+                    try:
+                        os.unlink(os.path.join(d, old))
+                    except OSError:
+                        pass
+            return path
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
+
+
+def lib():
+    """The loaded kernel library, or None (see ``why_disabled()``); builds it on the first call."""
+    global _lib, _tried, _WHY
+    if _tried:
+        return _lib
+    with _lock:
+        if _tried:
+            return _lib
+        if ENABLED:
+            try:
+                cc = _compiler()
+                if cc is None:
+                    raise RuntimeError("no C compiler found (set CC)")
+                so = ctypes.CDLL(_build(cc))
+                so.conv_nhwc.restype = ctypes.c_int
+                so.conv_nhwc.argtypes = ([_P] + [_L] * 14 + [_P, _L, _P, _P, _P, _P, _P]
+                                         + [ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_int])
+                so.depthwise_nhwc.restype = ctypes.c_int
+                so.depthwise_nhwc.argtypes = ([_P] + [_L] * 14 + [_P, _L, _P, _P, _P, _P, _P]
+                                              + [ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_int])
+                so.binary_npc.restype = ctypes.c_int
+                so.binary_npc.argtypes = ([_P, _P, _P] + [_L] * 6 + [ctypes.c_int, _P, ctypes.c_int,
+                                                                    ctypes.c_float, ctypes.c_float, ctypes.c_int])
+                so.round_fp16.restype = None
+                so.round_fp16.argtypes = [_P, _L]
+                _lib = so
+            except Exception as exc:                    # any failure: numpy kernels instead
+                _WHY = f"native conv kernel unavailable: {exc}"
+                log.info("%s; using the numba / numpy kernels", _WHY)
+        _tried = True
+        return _lib
+
+
+def on() -> bool:
+    """True when the native kernel is to be used (building it on the first call)."""
+    return ENABLED and lib() is not None
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """[K, O] weight matrix -> [ceil(O/NR), K, NR] blocks (zero columns past O), contiguous."""
+    k, o = w.shape
+    nb = -(-o // NR)
+    wp = np.zeros((k, nb * NR), F32)
+    wp[:, :o] = w
+    return np.ascontiguousarray(wp.reshape(k, nb, NR).transpose(1, 0, 2))
+
+
+def padded(v: np.ndarray, multiple: int = NR) -> np.ndarray:
+    """A per-channel vector zero-padded to a multiple of ``multiple`` (the kernels read whole blocks)."""
+    v = np.asarray(v, F32).reshape(-1)
+    out = np.zeros(-(-v.size // multiple) * multiple, F32)
+    out[:v.size] = v
+    return out

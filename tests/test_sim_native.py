@@ -1,0 +1,244 @@
+"""The native (C, AVX-512) kernels against the numpy kernels and float64 references.
+
+Where the native kernel does the same float32 operations in the same order as numpy (the
+epilogue of a one-term conv, Sum2D / Mul2D, fp16 rounding) the results must agree bit for bit,
+finiteness flag included. Its GEMM sums over k in another order than OpenBLAS, and its depthwise
+conv in another order than einsum, so those agree with numpy within one fp16 ulp and with the
+float64 reference within the bound of test_sim_kernels.py. Splitting the work over threads must
+not change a single bit.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from onnx_mrvl.sim import fp16, native, tensor_ops
+from onnx_mrvl.sim import kernels as K
+from onnx_mrvl.sim.activations import ACTIVATIONS
+from onnx_mrvl.sim.fp16 import fp16_ulp, round_fp16_
+from test_sim_kernels import assert_fp16_match, ref_conv
+
+RNG = np.random.default_rng(2026)
+PARAMS = {"clamp": {"min": -1.0, "max": 6.0}, "leaky_relu": {"alpha": 0.1},
+          "hard_sigmoid": {"alpha": 0.3, "beta": 0.4}}
+
+
+def _buildable():
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return " avx512f " in flags.replace("\n", " ") and native._compiler() is not None
+
+
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+
+
+def f16(a):
+    with np.errstate(over="ignore"):
+        return np.asarray(a, np.float64).astype(np.float16).astype(np.float32)
+
+
+def special(*shape, big=3e4):
+    """fp16 values with large magnitudes, subnormals and zeros of both signs."""
+    x = f16(RNG.standard_normal(shape) * 4)
+    flat = x.reshape(-1)
+    flat[::7] = f16(RNG.standard_normal(flat[::7].shape) * big)
+    flat[1::11] = np.float32(2.0 ** -20)
+    flat[2::13] = -0.0
+    return x
+
+
+def both(monkeypatch, build):
+    """(native result, numpy result) of ``build()``, which constructs its kernel itself."""
+    assert native.on(), native.why_disabled()
+    fast = build()
+    monkeypatch.setattr(native, "ENABLED", False)
+    from onnx_mrvl.sim import jit
+    monkeypatch.setattr(jit, "ENABLED", False)
+    slow = build()
+    monkeypatch.undo()
+    return fast, slow
+
+
+def assert_same(a, b):
+    (ya, oka), (yb, okb) = a, b
+    assert ya.shape == yb.shape and ya.dtype == yb.dtype == np.float32
+    np.testing.assert_array_equal(ya, yb)
+    assert oka == okb
+
+
+def assert_within_ulp(a, b, exact_frac=0.9):
+    (ya, oka), (yb, okb) = a, b
+    assert ya.shape == yb.shape and ya.dtype == np.float32 and oka == okb
+    assert fp16.is_fp16_exact(ya)
+    fin = np.isfinite(yb)
+    np.testing.assert_array_equal(ya[~fin], yb[~fin])
+    err = np.abs(ya[fin].astype(np.float64) - yb[fin])
+    assert (err <= fp16_ulp(yb[fin].astype(np.float64))).all(), err.max()
+    assert (err == 0).mean() >= exact_frac
+
+
+def test_native_kernel_builds_and_loads():
+    assert native.on(), native.why_disabled()
+    assert native.why_disabled() == ""
+
+
+def test_round_fp16_bit_identical_on_random_bit_patterns():
+    u = RNG.integers(0, 2 ** 32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
+    specials = np.array([0.0, -0.0, 65504, 65519.99, 65520, -65520, np.inf, -np.inf, np.nan, 2.0 ** -14,
+                         2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, 1 + 2.0 ** -11, 2049, 2051, 6.1e-5], np.float32)
+    x = np.concatenate([u.view(np.float32), specials])
+    got, want = x.copy(), x.copy()
+    native.lib().round_fp16(got.ctypes.data, got.size)
+    round_fp16_(want)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_conv_epilogue_bit_identical(monkeypatch, act):
+    # one term per output (1x1 conv over one channel): the sum is exact, so the epilogue alone decides
+    x = special(2, 5, 7, 1)
+    w = f16(RNG.standard_normal((37, 1, 1, 1)))
+    kw = dict(bias=RNG.standard_normal(37), scale=RNG.standard_normal(37), shift=RNG.standard_normal(37),
+              activation=act, activation_params=PARAMS.get(act), slope=np.linspace(-0.5, 0.5, 37))
+    assert_same(*both(monkeypatch, lambda: K.Conv2D(w, **kw).apply(x)))
+
+
+GEOMETRIES = [
+    # input shape, O, (kh, kw), strides, pads [t, l, b, r], dilation
+    ((1, 7, 8, 3), 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 9, 7, 4), 6, (3, 2), (2, 3), (0, 2, 3, 1), (2, 1)),       # asymmetric pads, batch 2
+    ((1, 6, 6, 2), 3, (2, 2), (1, 1), (3, 2, 2, 3), (1, 1)),       # pads >= kernel
+    ((1, 11, 10, 3), 5, (2, 2), (3, 4), (0, 0, 0, 0), (1, 1)),     # stride > kernel
+    ((1, 12, 12, 4), 33, (3, 3), (1, 2), (2, 3, 2, 3), (3, 2)),    # dilation, O = NR + 1
+    ((1, 13, 11, 40), 70, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),   # K = 360 > KC: two k blocks
+    ((1, 9, 9, 300), 16, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),    # 1x1, K = 300
+    ((3, 5, 6, 8), 64, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),      # 1x1 strided, batch 3
+    ((1, 20, 21, 3), 32, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),    # ResNet stem-like
+    ((1, 1, 1, 700), 50, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),    # one pixel (FC-like)
+]
+
+
+@pytest.mark.parametrize("case", GEOMETRIES, ids=[f"g{i}" for i in range(len(GEOMETRIES))])
+def test_conv_matches_float64_reference_and_numpy(monkeypatch, case):
+    shape, o, (kh, kw), strides, pads, dil = case
+    x = f16(RNG.standard_normal(shape))
+    w = f16(RNG.standard_normal((o, kh, kw, shape[3])) * 0.3)
+    bias = RNG.standard_normal(o).astype(np.float32)
+    kwargs = dict(bias=bias, strides=strides, padding=pads, dilation=dil)
+    fast, slow = both(monkeypatch, lambda: K.Conv2D(w, **kwargs).apply(x))
+    ref = ref_conv(x, w, bias, strides, pads, dil)
+    terms = ref_conv(x, w, None, strides, pads, dil, absval=True) + np.abs(bias)
+    assert_fp16_match(fast[0], ref, terms, kh * kw * shape[3])
+    assert_within_ulp(fast, slow, exact_frac=0.8)
+
+
+def test_conv_overflow_flag_and_inf(monkeypatch):
+    x = np.full((1, 3, 3, 4), 60000.0, np.float32)
+    w = np.ones((5, 1, 1, 4), np.float16)
+    y, ok = K.Conv2D(w).apply(x)
+    assert ok is False and np.isinf(y).all()
+    y, ok = K.Conv2D(w * np.float16(0.25)).apply(x)
+    assert ok is True and (y == 60000).all()
+    # a non-finite value in the padding columns of the last weight block must not count
+    y, ok = K.Conv2D(np.ones((33, 1, 1, 4), np.float16) * np.float16(0.25), bias=np.zeros(33)).apply(x)
+    assert ok is True
+
+
+@pytest.mark.parametrize("k, stride, dil, pads, mult, ch", [
+    (3, 1, 1, (1, 1, 1, 1), 1, 32), (3, 2, 1, (0, 1, 1, 0), 1, 17), (5, 1, 2, (4, 4, 4, 4), 1, 100),
+    (3, 1, 1, (1, 1, 1, 1), 2, 9), (7, 2, 1, (3, 3, 3, 3), 1, 64), (3, 3, 1, (5, 5, 5, 5), 1, 5),
+    (2, 1, 1, (0, 0, 1, 1), 1, 1)])
+@pytest.mark.parametrize("act", ["none", "clamp", "silu"])
+def test_depthwise_within_one_ulp_of_numpy(monkeypatch, k, stride, dil, pads, mult, ch, act):
+    x = special(2, 11, 13, ch)
+    w = f16(RNG.standard_normal((ch * mult, k, k, 1)) * 0.5)
+    kwargs = dict(bias=RNG.standard_normal(ch * mult), scale=RNG.standard_normal(ch * mult), strides=(stride, stride),
+                  padding=pads, dilation=(dil, dil), groups=ch, activation=act, activation_params=PARAMS.get(act))
+    assert_within_ulp(*both(monkeypatch, lambda: K.Conv2D(w, **kwargs).apply(x)), exact_frac=0.9)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((1, 9, 10, 37), (1, 9, 10, 37)), ((2, 4, 5, 16), (16,)), ((2, 4, 5, 16), (2, 1, 1, 16)),
+    ((1, 6, 6, 20), (1, 6, 6, 1)), ((3, 70), (3, 70)), ((2, 3, 4, 5), (1, 1, 1, 1))])
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("act", ["none", "relu", "prelu", "hard_swish", "sigmoid"])
+def test_binary_bit_identical(monkeypatch, a_shape, b_shape, op, act):
+    a, b = special(*a_shape, big=300), special(*b_shape, big=300)
+    slope = np.linspace(-0.3, 0.3, a_shape[-1]).astype(np.float32)
+    assert_same(*both(monkeypatch, lambda: tensor_ops.make_binary(
+        op, activation=act, activation_params=PARAMS.get(act), slope=slope)(a, b)))
+
+
+def test_binary_overflow_flag(monkeypatch):
+    a = np.full((1, 4, 4, 8), 40000.0, np.float32)
+    assert_same(*both(monkeypatch, lambda: tensor_ops.make_binary("add")(a, a)))
+    y, ok = tensor_ops.make_binary("add")(a, a)
+    assert ok is False and np.isinf(y).all()
+
+
+@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "depthwise", "binary"])
+def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
+    if what == "conv_rows":
+        x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
+        build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), activation="relu", **kw).apply(x)   # noqa: E731
+    elif what == "conv_channels":
+        x, w = f16(RNG.standard_normal((1, 5, 5, 64))), f16(RNG.standard_normal((600, 3, 3, 64)) * .1)
+        build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1)).apply(x)   # noqa: E731
+    elif what == "depthwise":
+        x, w = special(2, 40, 33, 48), f16(RNG.standard_normal((48, 3, 3, 1)))
+        build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=48).apply(x)   # noqa: E731
+    else:
+        a, b = special(1, 70, 71, 24), special(1, 1, 1, 24)
+        build = lambda: tensor_ops.make_binary("mul", activation="relu")(a, b)   # noqa: E731
+    results = []
+    for nw in (1, 2, 3, 5):
+        monkeypatch.setattr(K, "workers", lambda nw=nw: nw)
+        monkeypatch.setattr(tensor_ops, "workers", lambda nw=nw: nw)
+        results.append(build())
+    for r in results[1:]:
+        assert_same(results[0], r)
+
+
+def test_env_switch_turns_the_native_kernel_off():
+    code = ("from onnx_mrvl.sim import native; from onnx_mrvl.sim import kernels as K; import numpy as np; "
+            "y, ok = K.Conv2D(np.ones((2, 1, 1, 3), np.float32)).apply(np.ones((1, 2, 2, 3), np.float32)); "
+            "print(native.on(), native.why_disabled(), float(y.sum()))")
+    env = dict(os.environ, ONNX_MRVL_SIM_NATIVE="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "False disabled by ONNX_MRVL_SIM_NATIVE=0 24.0", out
+
+
+def test_no_compiler_falls_back_with_a_reason(monkeypatch, caplog):
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_WHY", "")
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    with caplog.at_level("INFO", logger="onnx_mrvl.sim.native"):
+        assert native.on() is False
+    assert "no C compiler" in native.why_disabled()
+    assert any("no C compiler" in r.getMessage() for r in caplog.records)
+    y, ok = K.Conv2D(np.ones((2, 1, 1, 3), np.float32)).apply(np.ones((1, 2, 2, 3), np.float32))
+    assert ok and float(y.sum()) == 24.0                      # numba / numpy kernels took over
+
+
+def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path):
+    cc = native._compiler()
+    monkeypatch.setenv("ONNX_MRVL_CACHE_DIR", str(tmp_path))
+    path = native._build(cc)
+    assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path)
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(path)]      # no temporary left
+    calls = []
+    real_run = subprocess.run
+    monkeypatch.setattr(native.subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    assert native._build(cc) == path
+    assert all("-o" not in a[0] for a in calls)               # found in the cache: not compiled again
+    monkeypatch.setattr(native, "_SRC", str(tmp_path / "broken.c"))
+    (tmp_path / "broken.c").write_text("this is not C\n")
+    with pytest.raises(RuntimeError, match="failed"):
+        native._build(cc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["broken.c", os.path.basename(path)])
