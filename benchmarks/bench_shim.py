@@ -5,8 +5,9 @@
 Medians of ``--repeat`` runs. Bridge overhead = (wall time of session.run) - (time inside the
 simulator), per call, for models converted into one region; the figures are ratios measured in
 the same run. The shim and plain onnxruntime (CPU provider, default options) are timed in
-alternating blocks of runs rather than alternating single runs: after each run, onnxruntime's idle intra-op threads keep spinning for a
-while, and a simulator run started in that window loses a core to them.
+alternating blocks of runs with a short idle gap before each block, rather than alternating single
+runs: after a run, onnxruntime's intra-op threads and the simulator's native workers keep spinning
+for a while, and a run of the other started in that window loses a core to them.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ import models  # noqa: E402
 from randomize_weights import load_zoo  # noqa: E402
 
 
+_IDLE_S = 0.05     # idle gap before each block: both runtimes' spinning threads have gone to sleep
+
+
 def _cases():
     yield "ResNet-50 (zoo)", load_zoo("resnet50", seed=0)
     yield "ResNet-18-style", models.resnet18_like(seed=0)
@@ -44,21 +48,23 @@ def measure(name, model, repeat):
         feed = {inp.name: x}
         sess.run(None, feed)
         ref.run(None, feed)
-        t_shim, t_ort, c_ort = [], [], []
+        t_shim, t_sim, t_ort, c_ort = [], [], [], []
         block = max(1, min(5, repeat))
         for _ in range(-(-repeat // block)):
+            time.sleep(_IDLE_S)
             for _ in range(block):
                 t0 = time.perf_counter()
                 sess.run(None, feed)
                 t_shim.append(time.perf_counter() - t0)
+                t_sim.append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
+            time.sleep(_IDLE_S)
             for _ in range(block):
                 t0, c0 = time.perf_counter(), time.process_time()
                 ref.run(None, feed)
                 t_ort.append(time.perf_counter() - t0)
                 c_ort.append(time.process_time() - c0)
+        sim_s = float(np.median(t_sim))
         stats = sess.mrvl_stats()
-        calls = sum(s["calls"] for s in stats)
-        sim_s = sum(s["wall_s"] for s in stats) / max(1, calls) * len(stats)
         shim = float(np.median(t_shim))
         orts = float(np.median(t_ort))
         ort_cpu = float(np.median(c_ort))

@@ -94,7 +94,8 @@ static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store. */
 static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
-                  int first, int last, const epi_t *e, int col0, __mmask16 *bad) {
+                  int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+                  const float *res, const epi_t *e2, __mmask16 *bad2) {
     __m512 acc[MR][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
@@ -125,6 +126,13 @@ static void micro(int kc, const float *a, const float *b, float *c, long ldc, in
             if (m1)
                 v1 = finish(v1, e, col0 + 16, &bad1);
             *bad |= (bad0 & m0) | (bad1 & m1);
+            if (res) {           /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
+                bad0 = bad1 = 0;
+                v0 = finish(_mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)), e2, col0, &bad0);
+                if (m1)
+                    v1 = finish(_mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)), e2, col0 + 16, &bad1);
+                *bad2 |= (bad0 & m0) | (bad1 & m1);
+            }
         }
         _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
         if (m1)
@@ -182,12 +190,12 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
               long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
               const float *wpack, long o, float *out, long m0, long m1, long j0, long j1,
               const float *bias, const float *scale, const float *shift, const float *slope,
-              int code, float p0, float p1) {
+              int code, float p0, float p1, const float *res, const epi_t *e2) {
     const geom_t g = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
     const epi_t e = {bias, scale, shift, slope, code, p0, p1};
     const long K = kh * kw * c;
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
-    __mmask16 bad = 0;
+    __mmask16 bad = 0, bad2 = 0;
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
@@ -204,12 +212,13 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
                     const long r0 = mc + (long)i * MR;
                     const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
                     micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
-                          k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad);
+                          k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
+                          res ? res + r0 * o + j * NR : NULL, e2, &bad2);
                 }
             }
         }
     }
-    return bad ? 0 : 1;
+    return (bad ? 0 : 1) | (bad2 ? 0 : 2);
 }
 
 /* fp16 rounding of n floats in place (tests compare it with sim/fp16.py) */
@@ -228,7 +237,7 @@ void round_fp16(float *v, long n) {
  * workers spin (with pause) for SPIN_NS after each task before they sleep, so consecutive layers
  * reach them in microseconds. One caller at a time: a concurrent caller runs its work inline. */
 #define MAXW 64
-#define SPIN_NS 2000000L
+#define SPIN_NS 500000L
 
 typedef void (*part_fn)(void *arg, long part);
 
@@ -333,6 +342,8 @@ typedef struct {
     const float *bias, *scale, *shift, *slope;
     int code;
     float p0, p1;
+    const float *res;
+    const epi_t *e2;
     atomic_int ok;
 } conv_job;
 
@@ -348,22 +359,24 @@ static void conv_part(void *arg, long p) {
     }
     if (m0 >= m1 || j0 >= j1)
         return;
-    if (!conv_range(j->x, j->h, j->w, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
-                    j->pt, j->pl, j->wpack, j->o, j->out, m0, m1, j0, j1, j->bias, j->scale, j->shift,
-                    j->slope, j->code, j->p0, j->p1))
-        atomic_store(&j->ok, 0);
+    const int r = conv_range(j->x, j->h, j->w, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
+                             j->pt, j->pl, j->wpack, j->o, j->out, m0, m1, j0, j1, j->bias, j->scale, j->shift,
+                             j->slope, j->code, j->p0, j->p1, j->res, j->e2);
+    if (r != 3)
+        atomic_fetch_and(&j->ok, r);
 }
 
 /* One conv (FC: a 1x1 conv over [M,1,1,K]) on up to nthreads threads; wpack [ceil(o/NR)][K][NR],
- * out [n*oh*ow, o]. Returns 1 when every finished value is finite (always 1 for code < 0, which
- * the caller finishes), else 0. */
-int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
-              long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
-              const float *wpack, long o, float *out,
-              const float *bias, const float *scale, const float *shift, const float *slope,
-              int code, float p0, float p1, int nthreads) {
+ * out [n*oh*ow, o]. With res (same layout as out) and e2, a following Sum2D is fused: out holds
+ * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
+ * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
+static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
+                     long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
+                     const float *wpack, long o, float *out,
+                     const float *bias, const float *scale, const float *shift, const float *slope,
+                     int code, float p0, float p1, const float *res, const epi_t *e2, int nthreads) {
     conv_job j = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, wpack, o, out,
-                  n * oh * ow, (o + NR - 1) / NR, 1, 0, bias, scale, shift, slope, code, p0, p1, 1};
+                  n * oh * ow, (o + NR - 1) / NR, 1, 0, bias, scale, shift, slope, code, p0, p1, res, e2, 3};
     const long K = kh * kw * c, macs = j.rows * K * o;
     long parts = 1;
     if (nthreads > 1 && macs >= (1L << 20)) {
@@ -494,7 +507,7 @@ static void dw_part(void *arg, long p) {
         atomic_store(&j->ok, 0);
 }
 
-int depthwise_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow, long kh, long kw,
+static int depthwise_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow, long kh, long kw,
                    long sh, long sw, long dh, long dw, long pt, long pl, const float *wt, long cp, float *out,
                    const float *bias, const float *scale, const float *shift, const float *slope,
                    int code, float p0, float p1, int nthreads) {
@@ -561,4 +574,32 @@ int binary_npc(const float *a, const float *b, float *out, long n, long p, long 
     parts = rows ? (rows + j.rows_per_part - 1) / j.rows_per_part : 0;
     run_parts(bin_part, &j, parts, nthreads);
     return atomic_load(&j.ok);
+}
+
+/* ------------------------------------------------------------------ descriptor entry points
+ * One int64 array per prepared layer and input shape, so a call passes 4 arguments instead of
+ * ~30 (ctypes converts each one): [n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, o or cp,
+ * weights, bias, scale, shift, slope (addresses), code, p0 bits, p1 bits]. */
+static float bits_to_float(long v) {
+    uint32_t u = (uint32_t)v;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* res: the residual of a fused Sum2D, whose activation is d[23..26]: code, p0 bits, p1 bits, slope */
+int conv_desc(const long *d, const float *x, float *out, const float *res, int nthreads) {
+    const epi_t e2 = {NULL, NULL, NULL, res ? (const float *)d[26] : NULL, res ? (int)d[23] : 0,
+                      res ? bits_to_float(d[24]) : 0.0f, res ? bits_to_float(d[25]) : 0.0f};
+    return conv_nhwc(x, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
+                     (const float *)d[15], d[14], out, (const float *)d[16], (const float *)d[17],
+                     (const float *)d[18], (const float *)d[19], (int)d[20], bits_to_float(d[21]),
+                     bits_to_float(d[22]), res, res ? &e2 : NULL, nthreads);
+}
+
+int depthwise_desc(const long *d, const float *x, float *out, int nthreads) {
+    return depthwise_nhwc(x, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                          d[13], (const float *)d[15], d[14], out, (const float *)d[16], (const float *)d[17],
+                          (const float *)d[18], (const float *)d[19], (int)d[20], bits_to_float(d[21]),
+                          bits_to_float(d[22]), nthreads);
 }

@@ -145,7 +145,8 @@ class Conv2D:
             self.w_stack = np.ascontiguousarray(np.stack(self.w_mats))
             self._w_columns = {}                # worker count -> weight column slices (small-M GEMMs)
         self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
-        self._native = None                     # (packed weights, epilogue args), on the first call
+        self._plans = {}                        # input shape -> native kernel plan (``_plan``)
+        self._packed = None                     # weights packed for the native GEMM
         self._epi_args = (bias, scale, shift, activation, activation_params, slope)
 
     def output_shape(self, in_shape: Sequence[int]) -> Tuple[int, int, int, int]:
@@ -162,14 +163,18 @@ class Conv2D:
         if x.ndim != 4 or x.shape[3] != self.cin_g * self.groups:
             raise ValueError(f"conv input must be NHWC with {self.cin_g * self.groups} channels, "
                              f"got shape {list(x.shape)}")
+        plan = self._plans.get(x.shape)
+        if plan is not None:                       # native kernel, this input shape seen before
+            return self._run_plan(plan, x)
         n, oh, ow, o = self.output_shape(x.shape)
         if oh < 1 or ow < 1:
             raise ValueError(f"conv output would be empty for input shape {list(x.shape)}")
+        if (self.groups == 1 or self.depthwise) and native.on():
+            plan = self._plans[x.shape] = self._plan(x.shape, oh, ow)
+            return self._run_plan(plan, x)
         with np.errstate(over="ignore", invalid="ignore"):
             if self.depthwise:
                 return self._depthwise(x, n, oh, ow)
-            if self.groups == 1 and native.on():
-                return self._gemm_native(x, n, oh, ow)
             return self._gemm(x, n, oh, ow)
 
     def _native_vectors(self, multiple: int):
@@ -182,33 +187,80 @@ class Conv2D:
         act = make_activation(activation, params, slope) if code < 0 else None
         return vecs, int(code), float(p0), float(p1), act
 
-    def _native_args(self):
-        if self._native is None:             # benign race: every thread builds the same tuple
-            self._native = (native.pack_weights(self.w_mats[0]),) + self._native_vectors(native.NR)
-        return self._native
+    def fusable_sum(self, shape) -> bool:
+        """Whether ``apply_with_residual`` can run on inputs of ``shape``: native dense conv whose
+        activation the kernel finishes itself (not a transcendental one)."""
+        if self.groups != 1 or not native.on():
+            return False
+        return self._native_vectors(native.NR)[1] >= 0
+
+    def apply_with_residual(self, x: np.ndarray, res: np.ndarray, sum_act) -> Tuple[np.ndarray, bool, bool]:
+        """This conv followed by a Sum2D with ``res`` (same shape as the conv output), in one pass:
+        y = act2(fp16(conv(x)) + res) rounded to fp16, without storing the conv output. ``sum_act``
+        is the Sum2D's (code >= 0, p0, p1, slope) of ``jit.act_args``. Returns (y, every conv value
+        finite, every sum value finite) -- the values of the two layers run one after the other."""
+        key = (x.shape, "sum", sum_act[0], float(sum_act[1]), float(sum_act[2]))
+        plan = self._plans.get(key)
+        if plan is None:
+            n, oh, ow, _ = self.output_shape(x.shape)
+            plan = self._plans[key] = self._plan(x.shape, oh, ow, sum_act)
+        if res.shape != plan[3]:
+            raise ValueError(f"Sum2D operand of shape {list(res.shape)} does not match the conv output {list(plan[3])}")
+        if not x.flags.c_contiguous or x.dtype != F32:
+            x = np.ascontiguousarray(x, dtype=F32)
+        if not res.flags.c_contiguous or res.dtype != F32:
+            res = np.ascontiguousarray(res, dtype=F32)
+        out = np.empty(plan[3], dtype=F32)
+        ok = plan[0](plan[2], x.ctypes.data, out.ctypes.data, res.ctypes.data, workers())
+        return out, bool(ok & 1), bool(ok & 2)
+
+    def _plan(self, shape, oh: int, ow: int, sum_act=None):
+        """Native kernel plan for one input shape: (entry point, descriptor, its address, output
+        shape, channel multiplier, numpy activation for code < 0, the arrays the descriptor points
+        into). ``sum_act``: the activation of a fused Sum2D (``apply_with_residual``)."""
+        n, h, w, c = (int(d) for d in shape)
+        o = self.out_channels
+        (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
+        if self.depthwise:
+            wts = np.zeros((self.kh * self.kw, -(-o // 64) * 64), F32)
+            wts[:, :o] = self.w_taps
+            vecs, code, p0, p1, act = self._native_vectors(64)
+            width, fn, c = wts.shape[1], native.lib().depthwise_desc, o
+        else:
+            wts = self._packed if self._packed is not None else native.pack_weights(self.w_mats[0])
+            self._packed = wts                      # shared by every plan of this conv
+            vecs, code, p0, p1, act = self._native_vectors(native.NR)
+            width, fn = o, native.lib().conv_desc
+        fused = (0, 0.0, 0.0, None)
+        if sum_act is not None:
+            fused = (int(sum_act[0]), float(sum_act[1]), float(sum_act[2]), native.padded(sum_act[3]))
+        desc = native.descriptor((n, h, w, c, oh, ow, self.kh, self.kw, sh, sw, dh, dw, t, l, width),
+                                 wts, vecs, code, p0, p1, fused)
+        return fn, desc, desc.ctypes.data, (n, oh, ow, o), self.og if self.depthwise else 1, act, (wts, vecs, fused)
+
+    def _run_plan(self, plan, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        fn, _, desc, shape, mult, act, _ = plan
+        if mult > 1:
+            x = np.repeat(x, mult, axis=3)
+        if not x.flags.c_contiguous or x.dtype != F32:
+            x = np.ascontiguousarray(x, dtype=F32)
+        out = np.empty(shape, dtype=F32)
+        if self.depthwise:
+            ok = fn(desc, x.ctypes.data, out.ctypes.data, workers())
+        else:
+            ok = fn(desc, x.ctypes.data, out.ctypes.data, None, workers())
+        return self._native_finish(out, ok, act)
 
     @staticmethod
     def _native_finish(out: np.ndarray, ok: int, act) -> Tuple[np.ndarray, bool]:
         if act is None:
-            return out, ok == 1
+            return out, bool(ok & 1)
         y = out.reshape(-1, out.shape[-1])
-        r = act(y)                               # transcendental activation: numpy finishes it
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = act(y)                           # transcendental activation: numpy finishes it
         if r is not y:
             y[...] = r
         return out, round_fp16_(y)
-
-    def _gemm_native(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
-        """The native implicit-GEMM kernel (``native.py``) on ``workers()`` threads of its own pool."""
-        wp, vecs, code, p0, p1, act = self._native_args()
-        x = np.ascontiguousarray(x, dtype=F32)
-        _, h, w, c = x.shape
-        o = self.out_channels
-        out = np.empty((n, oh, ow, o), dtype=F32)
-        (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
-        ok = native.lib().conv_nhwc(x.ctypes.data, n, h, w, c, oh, ow, self.kh, self.kw, sh, sw, dh, dw, t, l,
-                                    wp.ctypes.data, o, out.ctypes.data, *[v.ctypes.data for v in vecs],
-                                    code, p0, p1, workers())
-        return self._native_finish(out, ok, act)
 
     def _gemm(self, x: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
@@ -285,8 +337,6 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         mult = self.og
         xs = x if mult == 1 else np.repeat(x, mult, axis=3)
-        if native.on():
-            return self._depthwise_native(np.ascontiguousarray(xs, dtype=F32), n, oh, ow)
         if jit.on():
             return self._depthwise_jit(np.ascontiguousarray(xs), n, oh, ow)
         xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
@@ -320,22 +370,6 @@ class Conv2D:
                     out += part
         out = np.ascontiguousarray(out.reshape(n, oh, ow, o), dtype=F32)
         return out, self.epilogue(out.reshape(-1, o))
-
-    def _depthwise_native(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
-        """The native depthwise kernel (``native.py``), epilogue fused, on its own thread pool."""
-        if self._native is None:
-            o = self.out_channels
-            wt = np.zeros((self.kh * self.kw, -(-o // 64) * 64), F32)
-            wt[:, :o] = self.w_taps
-            self._native = (wt,) + self._native_vectors(64)
-        wt, vecs, code, p0, p1, act = self._native
-        o = self.out_channels
-        out = np.empty((n, oh, ow, o), dtype=F32)
-        (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
-        ok = native.lib().depthwise_nhwc(xs.ctypes.data, n, xs.shape[1], xs.shape[2], o, oh, ow, self.kh, self.kw,
-                                         sh, sw, dh, dw, t, l, wt.ctypes.data, wt.shape[1], out.ctypes.data,
-                                         *[v.ctypes.data for v in vecs], code, p0, p1, workers())
-        return self._native_finish(out, ok, act)
 
     def _depthwise_jit(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
         """Per row block: the compiled tap sums (``jit.depthwise``), then the compiled epilogue."""

@@ -128,15 +128,12 @@ def lib():
                 if cc is None:
                     raise RuntimeError("no C compiler found (set CC)")
                 so = ctypes.CDLL(_build(cc))
-                so.conv_nhwc.restype = ctypes.c_int
-                so.conv_nhwc.argtypes = ([_P] + [_L] * 14 + [_P, _L, _P, _P, _P, _P, _P]
-                                         + [ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_int])
-                so.depthwise_nhwc.restype = ctypes.c_int
-                so.depthwise_nhwc.argtypes = ([_P] + [_L] * 14 + [_P, _L, _P, _P, _P, _P, _P]
-                                              + [ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_int])
                 so.binary_npc.restype = ctypes.c_int
                 so.binary_npc.argtypes = ([_P, _P, _P] + [_L] * 6 + [ctypes.c_int, _P, ctypes.c_int,
                                                                     ctypes.c_float, ctypes.c_float, ctypes.c_int])
+                so.conv_desc.restype = so.depthwise_desc.restype = ctypes.c_int
+                so.conv_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
+                so.depthwise_desc.argtypes = [_P, _P, _P, ctypes.c_int]
                 so.round_fp16.restype = None
                 so.round_fp16.argtypes = [_P, _L]
                 _lib = so
@@ -150,6 +147,18 @@ def lib():
 def on() -> bool:
     """True when the native kernel is to be used (building it on the first call)."""
     return ENABLED and lib() is not None
+
+
+def descriptor(geometry, weights: np.ndarray, vectors, code: int, p0: float, p1: float,
+               fused=(0, 0.0, 0.0, None)) -> np.ndarray:
+    """The int64 layer descriptor of ``conv_desc`` / ``depthwise_desc`` (see _native_conv.c);
+    ``fused``: (code, p0, p1, padded slope) of a Sum2D fused into a conv. The caller keeps
+    ``weights``, ``vectors`` and the slope alive as long as the descriptor."""
+    code2, q0, q1, slope2 = fused
+    bits = np.array([p0, p1, q0, q1], F32).view(np.uint32).astype(np.int64)
+    return np.array(list(geometry) + [weights.ctypes.data] + [v.ctypes.data for v in vectors]
+                    + [code, bits[0], bits[1], code2, bits[2], bits[3],
+                       0 if slope2 is None else slope2.ctypes.data], dtype=np.int64)
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:

@@ -15,9 +15,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import ArtifactError, CompileError, MrvlRuntimeError
-from . import jit
+from . import jit, native
 from .blas import configure_once
 from .fp16 import round_fp16_
+from .fusion import Step, fuse_residuals
 from .layers import build_layer, layer_list
 from .perf import PerfReport, perf_report
 
@@ -37,6 +38,10 @@ def _load_binary(binary):
         b = load(bytes(binary) if isinstance(binary, (bytearray, memoryview)) else binary)
         return b.meta, b.weights
     raise TypeError(f"Simulator needs bytes, a path or a loaded Binary, not {type(binary).__name__}")
+
+
+def _overflow_at(spec, index: int) -> Dict:
+    return {"name": spec.name, "layer_name": spec.layer_name, "origin": list(spec.origin), "index": index}
 
 
 def _weights_f32(weights: Mapping[str, Any]) -> Dict[str, np.ndarray]:
@@ -80,7 +85,7 @@ class Simulator:
                 raise CompileError(f"must write exactly one tensor, writes {outs}", node=spec.name,
                                    origin=spec.origin, hint="recompile the region")
             known.update(outs)
-            self._layers.append((spec, fn, ins, outs[0]))
+            self._layers.append(Step(spec, fn, ins, outs[0], i))
         for o in self._outputs:
             if int(o["tensor"]) not in known:
                 raise CompileError(f"output {o.get('name')!r} (tensor {o['tensor']}) is never written",
@@ -88,12 +93,14 @@ class Simulator:
         self._shapes = {int(t["id"]): tuple(int(d) for d in t["shape"])
                         for t in meta.get("tensors") or [] if "id" in t and t.get("shape") is not None}
         out_ids = {int(o["tensor"]) for o in self._outputs}
+        if native.on():
+            self._layers = fuse_residuals(self._layers, out_ids, self._shapes)
         last_use: Dict[int, int] = {}
-        for i, (_, _, ins, _) in enumerate(self._layers):
-            for t in ins:
+        for i, step in enumerate(self._layers):
+            for t in step.ins:
                 last_use[t] = i
-        self._free_after = [[t for t in set(ins) if last_use[t] == i and t not in out_ids]
-                            for i, (_, _, ins, _) in enumerate(self._layers)]
+        self._free_after = [[t for t in set(step.ins) if last_use[t] == i and t not in out_ids]
+                            for i, step in enumerate(self._layers)]
         try:
             self.perf: PerfReport = perf_report(meta)
         except (ValueError, TypeError, KeyError) as exc:
@@ -199,9 +206,12 @@ class Simulator:
             env[tid], finite[tid] = x, ok
             if ok_in and not ok and overflow is None:
                 overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
-        for i, (spec, fn, ins, out_id) in enumerate(self._layers):
+        for i, (spec, fn, ins, out_id, index, inner) in enumerate(self._layers):
             try:
-                y, ok = fn(*[env[t] for t in ins])
+                if inner is None:
+                    y, ok = fn(*[env[t] for t in ins])
+                else:                               # fused Conv2D + Sum2D (fusion.py)
+                    y, conv_ok, ok = fn(*[env[t] for t in ins])
             except (ValueError, IndexError) as exc:
                 raise MrvlRuntimeError(f"program {self.name!r}: {spec.layer_name} layer failed: {exc}",
                                        node=spec.name, origin=spec.origin,
@@ -212,10 +222,13 @@ class Simulator:
                                        f"{list(y.shape)}, meta says {list(want)}", node=spec.name,
                                        origin=spec.origin, hint="recompile the region")
             in_ok = all(finite[t] for t in ins)
+            if inner is not None:                   # the conv's own flag, then the sum's inputs
+                if finite[ins[0]] and not conv_ok and overflow is None:
+                    overflow = _overflow_at(*inner)
+                in_ok = in_ok and conv_ok
             env[out_id], finite[out_id] = y, bool(ok and in_ok)
             if in_ok and not ok and overflow is None:
-                overflow = {"name": spec.name, "layer_name": spec.layer_name, "origin": list(spec.origin),
-                            "index": i}
+                overflow = _overflow_at(spec, index)
             for t in self._free_after[i]:
                 env.pop(t, None)
         if overflow is not None:

@@ -97,7 +97,8 @@ def _binary_native(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Op
     ok = native.lib().binary_npc(a3.ctypes.data, b3.ctypes.data, out.ctypes.data, *a3.shape, *b3.shape,
                                  int(mul), slope.ctypes.data, int(code), float(p0), float(p1), workers())
     if code < 0:                              # transcendental activation: finish in numpy
-        r = act(out)
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = act(out)
         if r is not out:
             out[...] = r
         return out, round_fp16_(out)
