@@ -91,6 +91,65 @@ static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
     return v;
 }
 
+/* the epilogue of one channel block [c, c + 16), in registers (loaded once per block, not per value) */
+typedef struct {
+    __m512 bias, scale, shift, slope, p0, p1;
+    int code, affine;
+} epv_t;
+
+static inline void epv_load(epv_t *E, const epi_t *e, long c) {
+    E->affine = e->bias != NULL;
+    E->bias = E->affine ? _mm512_loadu_ps(e->bias + c) : _mm512_setzero_ps();
+    E->scale = E->affine ? _mm512_loadu_ps(e->scale + c) : _mm512_setzero_ps();
+    E->shift = E->affine ? _mm512_loadu_ps(e->shift + c) : _mm512_setzero_ps();
+    E->code = e->code;
+    E->slope = e->code == 4 ? _mm512_loadu_ps(e->slope + c) : _mm512_set1_ps(e->p0);
+    E->p0 = _mm512_set1_ps(e->p0);
+    E->p1 = _mm512_set1_ps(e->p1);
+}
+
+/* finish() with the block's epilogue already in registers; the same operations */
+static inline __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
+    const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    __m512 g;
+    __mmask16 lo, hi;
+    if (E->affine)
+        v = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(v, E->bias), E->scale), E->shift);
+    switch (E->code) {
+    case 0:
+        break;
+    case 1:
+        v = blend(_mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), v, z);
+        break;
+    case 2:
+        lo = _mm512_cmp_ps_mask(v, E->p0, _CMP_LT_OQ);
+        hi = _mm512_cmp_ps_mask(v, E->p1, _CMP_GT_OQ);
+        v = blend(lo, blend(hi, v, E->p1), E->p0);
+        break;
+    case 3:
+    case 4:   /* slope holds alpha (3) or the per-channel slopes (4) */
+        lo = _mm512_cmp_ps_mask(v, z, _CMP_LT_OQ);
+        v = _mm512_add_ps(blend(lo, v, z), _mm512_mul_ps(_mm512_maskz_mov_ps(lo, v), E->slope));
+        break;
+    case 7:
+        g = _mm512_add_ps(_mm512_mul_ps(v, E->p0), E->p1);
+        g = blend(_mm512_cmp_ps_mask(g, one, _CMP_GT_OQ), g, one);
+        v = blend(_mm512_cmp_ps_mask(g, z, _CMP_LT_OQ), g, z);
+        break;
+    case 8:
+        g = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps((float)(1.0 / 6.0))), _mm512_set1_ps(0.5f));
+        g = blend(_mm512_cmp_ps_mask(g, one, _CMP_GT_OQ), g, one);
+        g = blend(_mm512_cmp_ps_mask(g, z, _CMP_LT_OQ), g, z);
+        v = _mm512_mul_ps(v, g);
+        break;
+    default:  /* < 0: the caller applies the activation and the rounding */
+        return v;
+    }
+    v = rne16(v);
+    *bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
+    return v;
+}
+
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store. */
 static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
@@ -118,19 +177,28 @@ static void micro(int kc, const float *a, const float *b, float *c, long ldc, in
             acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
         }
     }
+    epv_t E0, E1, F0, F1;
+    if (last) {
+        epv_load(&E0, e, col0);
+        epv_load(&E1, e, col0 + 16);
+        if (res) {
+            epv_load(&F0, e2, col0);
+            epv_load(&F1, e2, col0 + 16);
+        }
+    }
     for (int r = 0; r < rows; r++) {
         __m512 v0 = acc[r][0], v1 = acc[r][1];
         if (last) {
             __mmask16 bad0 = 0, bad1 = 0;
-            v0 = finish(v0, e, col0, &bad0);
+            v0 = finish_v(v0, &E0, &bad0);
             if (m1)
-                v1 = finish(v1, e, col0 + 16, &bad1);
+                v1 = finish_v(v1, &E1, &bad1);
             *bad |= (bad0 & m0) | (bad1 & m1);
             if (res) {           /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
                 bad0 = bad1 = 0;
-                v0 = finish(_mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)), e2, col0, &bad0);
+                v0 = finish_v(_mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)), &F0, &bad0);
                 if (m1)
-                    v1 = finish(_mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)), e2, col0 + 16, &bad1);
+                    v1 = finish_v(_mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)), &F1, &bad1);
                 *bad2 |= (bad0 & m0) | (bad1 & m1);
             }
         }
@@ -466,40 +534,58 @@ static void dw_part(void *arg, long p) {
         for (long cb = 0; cb < j->c; cb += 16) {
             const long left = j->c - cb;
             const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            epv_t E;
+            epv_load(&E, &j->e, cb);
             long ox = 0;
             while (ox < j->ow) {
                 if (ox < lo || ox >= hi || ky0 >= ky1) {            /* border pixel */
                     __mmask16 b = 0;
-                    const __m512 y = finish(dw_pixel(j, n, y0, ox * j->sw - j->pl, cb, m), &j->e, cb, &b);
+                    const __m512 y = finish_v(dw_pixel(j, n, y0, ox * j->sw - j->pl, cb, m), &E, &b);
                     bad |= b & m;
                     _mm512_mask_storeu_ps(orow + ox * j->c + cb, m, y);
                     ox++;
                     continue;
                 }
-                const int nb = (int)(hi - ox < DWB ? hi - ox : DWB);
-                __m512 acc[DWB];
-                const float *xb = j->x + (n * j->h + y0) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
-                for (long ky = ky0; ky < ky1; ky++) {
-                    const float *xr = xb + ky * j->dh * rowstride;
-                    for (long kx = 0; kx < j->kw; kx++) {
-                        const __m512 wv = _mm512_loadu_ps(j->w + (ky * j->kw + kx) * j->cp + cb);
-                        const float *xt = xr + kx * tapstride;
-                        if (ky == ky0 && kx == 0) {
-                            for (int t = 0; t < nb; t++)
+                if (hi - ox < DWB) {                                 /* interior tail */
+                    if (hi - lo >= DWB) {
+                        ox = hi - DWB;      /* a last block overlapping the one before: same values */
+                    } else {
+                        __mmask16 b = 0;
+                        const __m512 y = finish_v(dw_pixel(j, n, y0, ox * j->sw - j->pl, cb, m), &E, &b);
+                        bad |= b & m;
+                        _mm512_mask_storeu_ps(orow + ox * j->c + cb, m, y);
+                        ox++;
+                        continue;
+                    }
+                }
+                __m512 acc[DWB];                   /* DWB interior pixels: accumulators in registers */
+                const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
+                const float *wt = j->w + ky0 * j->kw * j->cp + cb;
+                int first = 1;
+                for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride) {
+                    const float *xt = xb;
+                    for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
+                        const __m512 wv = _mm512_loadu_ps(wt);
+                        if (first) {                     /* the first tap: a product */
+#pragma GCC unroll 8
+                            for (int t = 0; t < DWB; t++)
                                 acc[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
+                            first = 0;
                         } else {
-                            for (int t = 0; t < nb; t++)
+#pragma GCC unroll 8
+                            for (int t = 0; t < DWB; t++)
                                 acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
                         }
                     }
                 }
-                for (int t = 0; t < nb; t++) {
+#pragma GCC unroll 8
+                for (int t = 0; t < DWB; t++) {
                     __mmask16 b = 0;
-                    const __m512 y = finish(acc[t], &j->e, cb, &b);
+                    const __m512 y = finish_v(acc[t], &E, &b);
                     bad |= b & m;
                     _mm512_mask_storeu_ps(orow + (ox + t) * j->c + cb, m, y);
                 }
-                ox += nb;
+                ox += DWB;
             }
         }
     }

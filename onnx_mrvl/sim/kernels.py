@@ -210,7 +210,7 @@ class Conv2D:
             x = np.ascontiguousarray(x, dtype=F32)
         if not res.flags.c_contiguous or res.dtype != F32:
             res = np.ascontiguousarray(res, dtype=F32)
-        out = np.empty(plan[3], dtype=F32)
+        out = native.empty(plan[3])
         ok = plan[0](plan[2], x.ctypes.data, out.ctypes.data, res.ctypes.data, workers())
         return out, bool(ok & 1), bool(ok & 2)
 
@@ -222,7 +222,8 @@ class Conv2D:
         o = self.out_channels
         (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
         if self.depthwise:
-            wts = np.zeros((self.kh * self.kw, -(-o // 64) * 64), F32)
+            wts = native.empty((self.kh * self.kw, -(-o // 64) * 64))
+            wts[...] = 0
             wts[:, :o] = self.w_taps
             vecs, code, p0, p1, act = self._native_vectors(64)
             width, fn, c = wts.shape[1], native.lib().depthwise_desc, o
@@ -244,7 +245,7 @@ class Conv2D:
             x = np.repeat(x, mult, axis=3)
         if not x.flags.c_contiguous or x.dtype != F32:
             x = np.ascontiguousarray(x, dtype=F32)
-        out = np.empty(shape, dtype=F32)
+        out = native.empty(shape)
         if self.depthwise:
             ok = fn(desc, x.ctypes.data, out.ctypes.data, workers())
         else:

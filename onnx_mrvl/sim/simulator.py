@@ -198,7 +198,11 @@ class Simulator:
         finite: Dict[int, bool] = {}
         overflow: Optional[Dict] = None
         for name, spec, a in zip(self.input_names, self._inputs, arrays):
-            x = np.array(a, dtype=np.float32, order="C", copy=True)
+            if native.on():
+                x = native.empty(np.shape(a))       # 64-byte aligned, as every native kernel writes
+                x[...] = a
+            else:
+                x = np.array(a, dtype=np.float32, order="C", copy=True)
             with np.errstate(all="ignore"):
                 ok_in = bool(np.isfinite(a).all())
             ok = round_fp16_(x)

@@ -93,7 +93,7 @@ def _binary_native(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Op
         return None
     code, p0, p1, sl = spec
     slope = native.padded(sl, 16)
-    out = np.empty(a.shape, dtype=F32)
+    out = native.empty(a.shape)
     ok = native.lib().binary_npc(a3.ctypes.data, b3.ctypes.data, out.ctypes.data, *a3.shape, *b3.shape,
                                  int(mul), slope.ctypes.data, int(code), float(p0), float(p1), workers())
     if code < 0:                              # transcendental activation: finish in numpy
