@@ -242,3 +242,39 @@ def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path)
     with pytest.raises(RuntimeError, match="failed"):
         native._build(cc)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["broken.c", os.path.basename(path)])
+
+
+@pytest.mark.parametrize("act", ["none", "leaky_relu", "tanh"])
+def test_fc_within_one_ulp_of_numpy(monkeypatch, act):
+    x, w = f16(RNG.standard_normal((3, 300))), f16(RNG.standard_normal((70, 300)) * 0.2)
+    kw = dict(bias=RNG.standard_normal(70), activation=act, activation_params=PARAMS.get(act))
+    fast, slow = both(monkeypatch, lambda: K.FC(w, **kw).apply(x))
+    assert fast[0].shape == (3, 70)
+    assert_within_ulp(fast, slow, exact_frac=0.8)
+
+
+POOLS = [((3, 3), (2, 2), (1, 1, 1, 1), 0, (1, 1)), ((2, 3), (1, 2), (0, 1, 1, 0), 1, (1, 1)),
+         ((3, 3), (2, 2), (2, 2, 2, 2), 1, (2, 1)), ((5, 5), (1, 1), (2, 2, 2, 2), 0, (1, 1)),
+         ((2, 2), (2, 2), (0, 0, 0, 0), 1, (1, 1))]
+
+
+@pytest.mark.parametrize("k, s, pads, ceil, dil", POOLS)
+@pytest.mark.parametrize("c", [3, 16, 37])
+def test_pools_bit_identical(monkeypatch, k, s, pads, ceil, dil, c):
+    x = special(2, 9, 11, c, big=6e4)
+    x.reshape(-1)[7] = np.nan
+    x.reshape(-1)[30] = -np.inf
+    assert_same(*both(monkeypatch, lambda: (K.maxpool2d(x, k, s, pads, ceil, dil), True)))
+    if dil == (1, 1):
+        from onnx_mrvl.sim.pooling import _avgpool
+        for inc in (0, 1):
+            assert_same(*both(monkeypatch, lambda: _avgpool(x, k, s, pads, ceil, inc)))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 37, 5, 9), (1, 1, 1, 1), (3, 64, 7, 7)])
+def test_layout_transforms_are_exact(monkeypatch, shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    y = K.layout_transform(x, "NCHW", "NHWC")
+    np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
+    np.testing.assert_array_equal(K.layout_transform(y, "NHWC", "NCHW"), x)
+    assert y.ctypes.data % 64 == 0

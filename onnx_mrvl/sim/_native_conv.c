@@ -559,6 +559,9 @@ static void dw_part(void *arg, long p) {
                     }
                 }
                 __m512 acc[DWB];                   /* DWB interior pixels: accumulators in registers */
+#pragma GCC unroll 8
+                for (int t = 0; t < DWB; t++)
+                    acc[t] = _mm512_setzero_ps();  /* (set by the first tap; silences -Wmaybe-uninitialized) */
                 const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
                 const float *wt = j->w + ky0 * j->kw * j->cp + cb;
                 int first = 1;
@@ -688,4 +691,121 @@ int depthwise_desc(const long *d, const float *x, float *out, int nthreads) {
                           d[13], (const float *)d[15], d[14], out, (const float *)d[16], (const float *)d[17],
                           (const float *)d[18], (const float *)d[19], (int)d[20], bits_to_float(d[21]),
                           bits_to_float(d[22]), nthreads);
+}
+
+/* ------------------------------------------------------------------ pooling
+ * Max: the max over the window's taps, a tap in the padding counting as -inf, NaN propagating
+ * (numpy's maximum). Avg: the taps summed in row-major order, a tap in the padding adding +0.0,
+ * divided by div[oy * ow + ox] (the caller's float32 count), rounded to fp16. */
+typedef struct {
+    const float *x, *div;
+    float *out;
+    long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    int avg;
+    long rows_per_part;
+    atomic_int ok;
+} pool_job;
+
+static void pool_part(void *arg, long p) {
+    pool_job *j = arg;
+    const long rows = j->n * j->oh, r0 = p * j->rows_per_part;
+    const long r1 = r0 + j->rows_per_part < rows ? r0 + j->rows_per_part : rows;
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), zero = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (long r = r0; r < r1; r++) {
+        const long n = r / j->oh, oy = r % j->oh;
+        for (long ox = 0; ox < j->ow; ox++) {
+            float *o = j->out + (r * j->ow + ox) * j->c;
+            for (long cb = 0; cb < j->c; cb += 16) {
+                const long left = j->c - cb;
+                const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                __m512 acc = j->avg ? zero : ninf;
+                int first = 1;
+                for (long ky = 0; ky < j->kh; ky++) {
+                    const long iy = oy * j->sh + ky * j->dh - j->pt;
+                    for (long kx = 0; kx < j->kw; kx++) {
+                        const long ix = ox * j->sw + kx * j->dw - j->pl;
+                        __m512 v = j->avg ? zero : ninf;
+                        if (iy >= 0 && iy < j->h && ix >= 0 && ix < j->w)
+                            v = _mm512_maskz_loadu_ps(m, j->x + ((n * j->h + iy) * j->w + ix) * j->c + cb);
+                        if (first) {
+                            acc = v;
+                            first = 0;
+                        } else if (j->avg) {
+                            acc = _mm512_add_ps(acc, v);
+                        } else {
+                            const __mmask16 nan = _mm512_cmp_ps_mask(acc, v, _CMP_UNORD_Q);
+                            acc = _mm512_mask_add_ps(_mm512_max_ps(acc, v), nan, acc, v);   /* NaN stays */
+                        }
+                    }
+                }
+                if (j->avg) {
+                    acc = rne16(_mm512_div_ps(acc, _mm512_set1_ps(j->div[oy * j->ow + ox])));
+                    bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ) & m;
+                }
+                _mm512_mask_storeu_ps(o + cb, m, acc);
+            }
+        }
+    }
+    if (bad)
+        atomic_store(&j->ok, 0);
+}
+
+/* d: [n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, avg]; returns 1 when every average is finite */
+int pool_desc(const long *d, const float *x, float *out, const float *div, int nthreads) {
+    pool_job j = {x, div, out, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+                  d[13], (int)d[14], 0, 1};
+    const long rows = j.n * j.oh;
+    long parts = nthreads > 1 && rows * j.ow * j.c * j.kh * j.kw >= (1L << 16) ? nthreads * 4 : 1;
+    if (parts > rows)
+        parts = rows;
+    j.rows_per_part = (rows + parts - 1) / parts;
+    parts = (rows + j.rows_per_part - 1) / j.rows_per_part;
+    run_parts(pool_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}
+
+/* ------------------------------------------------------------------ NCHW <-> NHWC
+ * out[n, p, c] = x[n, c, p] (to_nhwc) or out[n, c, p] = x[n, p, c], p over h * w. */
+typedef struct {
+    const float *x;
+    float *out;
+    long n, c, hw;
+    int to_nhwc;
+    long step;
+} tr_job;
+
+#define TRB 64
+
+static void tr_part(void *arg, long part) {
+    tr_job *j = arg;
+    const long blocks = (j->hw + TRB - 1) / TRB, total = j->n * blocks;
+    const long b0 = part * j->step, b1 = b0 + j->step < total ? b0 + j->step : total;
+    for (long b = b0; b < b1; b++) {
+        const long n = b / blocks, p0 = (b % blocks) * TRB, p1 = p0 + TRB < j->hw ? p0 + TRB : j->hw;
+        const float *x = j->x + n * j->c * j->hw;
+        float *o = j->out + n * j->c * j->hw;
+        if (j->to_nhwc) {
+            for (long c = 0; c < j->c; c++)
+                for (long p = p0; p < p1; p++)
+                    o[p * j->c + c] = x[c * j->hw + p];
+        } else {
+            for (long p = p0; p < p1; p++)
+                for (long c = 0; c < j->c; c++)
+                    o[c * j->hw + p] = x[p * j->c + c];
+        }
+    }
+}
+
+void transpose_layout(const float *x, float *out, long n, long c, long hw, int to_nhwc, int nthreads) {
+    tr_job j = {x, out, n, c, hw, to_nhwc, 0};
+    const long total = n * ((hw + TRB - 1) / TRB);
+    long parts = nthreads > 1 && n * c * hw >= (1L << 16) ? nthreads * 4 : 1;
+    if (parts > total)
+        parts = total;
+    if (parts < 1)
+        parts = 1;
+    j.step = (total + parts - 1) / parts;
+    parts = total ? (total + j.step - 1) / j.step : 0;
+    run_parts(tr_part, &j, parts, nthreads);
 }

@@ -411,6 +411,9 @@ class FC:
         self.out_features, self.in_features = (int(d) for d in k.shape)
         self.w = np.ascontiguousarray(to_fp16_values(k).T)
         self.epilogue = _epilogue(self.out_features, bias, None, None, activation, activation_params, slope)
+        # the native path: a 1x1 conv over [N, 1, 1, K] (built on the first native call)
+        self._conv_args = (bias, activation, activation_params, slope)
+        self._conv: Optional[Conv2D] = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.apply(x)[0]
@@ -420,6 +423,13 @@ class FC:
         x2 = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
         if x2.shape[1] != self.in_features:
             raise ValueError(f"FC expects {self.in_features} input features, got shape {list(x.shape)}")
+        if native.on():
+            if self._conv is None:
+                bias, activation, params, slope = self._conv_args
+                self._conv = Conv2D(self.w.T.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
+                                    activation=activation, activation_params=params, slope=slope)
+            y, finite = self._conv.apply(x2.reshape(x2.shape[0], 1, 1, self.in_features))
+            return y.reshape(x2.shape[0], self.out_features), finite
         with np.errstate(over="ignore", invalid="ignore"):
             out = np.matmul(np.ascontiguousarray(x2), self.w)
             finite = self.epilogue(out)

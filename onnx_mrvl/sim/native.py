@@ -134,6 +134,10 @@ def lib():
                 so.conv_desc.restype = so.depthwise_desc.restype = ctypes.c_int
                 so.conv_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
                 so.depthwise_desc.argtypes = [_P, _P, _P, ctypes.c_int]
+                so.pool_desc.restype = ctypes.c_int
+                so.pool_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
+                so.transpose_layout.restype = None
+                so.transpose_layout.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int, ctypes.c_int]
                 so.round_fp16.restype = None
                 so.round_fp16.argtypes = [_P, _L]
                 _lib = so

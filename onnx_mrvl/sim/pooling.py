@@ -6,11 +6,13 @@ sums in float32, divides in float32 and rounds the result to fp16.
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import native
 from .fp16 import round_fp16_
+from .parallel import workers
 
 F32 = np.float32
 
@@ -64,6 +66,8 @@ def maxpool2d(x: np.ndarray, kernel_size: Sequence[int], strides=(1, 1), padding
     """ONNX MaxPool on NHWC; padding is [top, left, bottom, right]."""
     (kh, kw), (sh, sw), (dh, dw), (t, l, _, _), (oh, ow) = _geometry(
         x, kernel_size, strides, padding, dilation, ceil_mode)
+    if native.on():
+        return _pool_native(x, (kh, kw, sh, sw, dh, dw, t, l), oh, ow, None)[0]
     xp = _padded(np.asarray(x, dtype=F32), t, l, (oh - 1) * sh + (kh - 1) * dh + 1,
                  (ow - 1) * sw + (kw - 1) * dw + 1, -np.inf)
     out = None
@@ -95,6 +99,10 @@ def _avgpool(x, kernel_size, strides=(1, 1), padding=(0, 0, 0, 0), ceil_mode=0,
     (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = _geometry(
         x, kernel_size, strides, padding, dilation, ceil_mode)
     _, h, w, _ = x.shape
+    inc = bool(count_include_pad)
+    if native.on():
+        div = (_counts(h, oh, kh, sh, t, b, dh, inc)[:, None] * _counts(w, ow, kw, sw, l, r, dw, inc)[None, :])
+        return _pool_native(x, (kh, kw, sh, sw, dh, dw, t, l), oh, ow, np.ascontiguousarray(div, dtype=F32))
     xp = _padded(np.asarray(x, dtype=F32), t, l, (oh - 1) * sh + (kh - 1) * dh + 1,
                  (ow - 1) * sw + (kw - 1) * dw + 1, 0.0)
     out = None
@@ -104,13 +112,23 @@ def _avgpool(x, kernel_size, strides=(1, 1), padding=(0, 0, 0, 0), ceil_mode=0,
                 out = np.array(view, dtype=F32, order="C")
             else:
                 out += view
-        inc = bool(count_include_pad)
         ch = _counts(h, oh, kh, sh, t, b, dh, inc)
         cw = _counts(w, ow, kw, sw, l, r, dw, inc)
         div = (ch[:, None] * cw[None, :]).astype(F32)[None, :, :, None]
         out /= div
         finite = round_fp16_(out)
     return out, finite
+
+
+def _pool_native(x: np.ndarray, geo, oh: int, ow: int, div: Optional[np.ndarray]) -> Tuple[np.ndarray, bool]:
+    """The native pooling kernel: max (``div`` None) or average (divided by ``div`` [OH, OW])."""
+    x = np.ascontiguousarray(x, dtype=F32)
+    n, h, w, c = x.shape
+    out = native.empty((n, oh, ow, c))
+    desc = np.array((n, h, w, c, oh, ow) + tuple(geo) + (0 if div is None else 1,), dtype=np.int64)
+    ok = native.lib().pool_desc(desc.ctypes.data, x.ctypes.data, out.ctypes.data,
+                                None if div is None else div.ctypes.data, workers())
+    return out, ok == 1
 
 
 def global_avgpool2d(x: np.ndarray) -> np.ndarray:

@@ -205,4 +205,11 @@ def layout_transform(x: np.ndarray, src_layout: str, dst_layout: str) -> np.ndar
         raise ValueError(f"layout_transform supports NCHW<->NHWC, not {src}->{dst}")
     if x.ndim != 4:
         raise ValueError(f"layout_transform {src}->{dst} needs a 4-D tensor, got shape {list(x.shape)}")
+    if native.on() and x.size:
+        x = np.ascontiguousarray(x, dtype=F32)
+        n = x.shape[0]
+        c, hw = (x.shape[1], x.shape[2] * x.shape[3]) if src == "NCHW" else (x.shape[3], x.shape[1] * x.shape[2])
+        out = native.empty(tuple(x.shape[i] for i in perm))
+        native.lib().transpose_layout(x.ctypes.data, out.ctypes.data, n, c, hw, int(src == "NCHW"), workers())
+        return out
     return np.ascontiguousarray(x.transpose(perm), dtype=F32)
