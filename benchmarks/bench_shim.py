@@ -28,7 +28,7 @@ import models  # noqa: E402
 from randomize_weights import load_zoo  # noqa: E402
 
 
-_IDLE_S = 0.05     # idle gap before each block: both runtimes' spinning threads have gone to sleep
+_IDLE_S = 0.3     # idle gap before each block: both runtimes' spinning threads have gone to sleep
 
 
 def _cases():

@@ -152,9 +152,10 @@ static inline __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
 
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store. */
-static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
-                  int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-                  const float *res, const epi_t *e2, __mmask16 *bad2) {
+static inline __attribute__((always_inline)) void
+micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
+          int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+          const float *res, const epi_t *e2, __mmask16 *bad2) {
     __m512 acc[MR][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
@@ -172,12 +173,12 @@ static void micro(int kc, const float *a, const float *b, float *c, long ldc, in
         const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * KC + p]);
+            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
             acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
         }
     }
-    epv_t E0, E1, F0, F1;
+    epv_t E0 = {0}, E1 = {0}, F0 = {0}, F1 = {0};
     if (last) {
         epv_load(&E0, e, col0);
         epv_load(&E1, e, col0 + 16);
@@ -206,6 +207,20 @@ static void micro(int kc, const float *a, const float *b, float *c, long ldc, in
         if (m1)
             _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
     }
+}
+
+/* A from the packed buffer (row stride KC, a constant: one base register for all 12 rows) */
+static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
+                  int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+                  const float *res, const epi_t *e2, __mmask16 *bad2) {
+    micro_lda(kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2);
+}
+
+/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda) */
+static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
+                         int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+                         const float *res, const epi_t *e2, __mmask16 *bad2) {
+    micro_lda(kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2);
 }
 
 typedef struct {
@@ -264,6 +279,9 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
     const long K = kh * kw * c;
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
     __mmask16 bad = 0, bad2 = 0;
+    /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
+     * partial micro-tile, whose missing rows must read as zeros (packed) */
+    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
@@ -271,7 +289,9 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
                 const long r0 = mc + (long)i * MR;
-                pack(&g, r0, (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR), k0, kc, abuf + (long)i * MR * KC);
+                const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
+                if (!direct || rows < MR)
+                    pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
             }
             for (long j = j0; j < j1; j++) {
                 const float *bp = wpack + (j * K + k0) * NR;
@@ -279,9 +299,14 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
                 for (int i = 0; i < panels; i++) {
                     const long r0 = mc + (long)i * MR;
                     const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
-                    micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
-                          k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                          res ? res + r0 * o + j * NR : NULL, e2, &bad2);
+                    if (direct && rows == MR)
+                        micro_direct(kc, x + r0 * c + k0, c, bp, out + r0 * o + j * NR, o, rows, cols,
+                                     k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
+                                     res ? res + r0 * o + j * NR : NULL, e2, &bad2);
+                    else
+                        micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
+                              k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
+                              res ? res + r0 * o + j * NR : NULL, e2, &bad2);
                 }
             }
         }

@@ -176,14 +176,23 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return out
 
 
+_stagger = 0
+
+
 def empty(shape) -> np.ndarray:
-    """An uninitialised float32 array whose data starts on a 64-byte boundary: numpy's own are
-    16-byte aligned, and a 64-byte vector load or store that straddles two cache lines costs two."""
+    """An uninitialised float32 array whose data starts on a 64-byte boundary.
+
+    numpy's own arrays are 16-byte aligned, and a 64-byte vector load or store that straddles two
+    cache lines costs two (measured ~10% on the depthwise kernel). Successive large arrays start
+    at different offsets within a page, so one layer's input and output do not alias in the
+    cache (4 KB aliasing)."""
+    global _stagger
     n = 1
     for d in shape:
         n *= int(d)
-    buf = np.empty(n + 16, F32)
-    off = (-buf.ctypes.data % 64) // 4
+    _stagger = (_stagger + 5) % 64
+    buf = np.empty(n + 16 + 16 * 64, F32)
+    off = (-buf.ctypes.data % 64) // 4 + 16 * (_stagger if n >= 1024 else 0)
     return buf[off:off + n].reshape(shape)
 
 
