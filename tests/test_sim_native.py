@@ -99,13 +99,22 @@ def test_round_fp16_bit_identical_on_random_bit_patterns():
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS)
-def test_conv_epilogue_bit_identical(monkeypatch, act):
+@pytest.mark.parametrize("affine", ["bias, scale, shift", "bias", "none"])
+def test_conv_epilogue_bit_identical(monkeypatch, act, affine):
     # one term per output (1x1 conv over one channel): the sum is exact, so the epilogue alone decides
     x = special(2, 5, 7, 1)
     w = f16(RNG.standard_normal((37, 1, 1, 1)))
-    kw = dict(bias=RNG.standard_normal(37), scale=RNG.standard_normal(37), shift=RNG.standard_normal(37),
-              activation=act, activation_params=PARAMS.get(act), slope=np.linspace(-0.5, 0.5, 37))
+    vec = {k: RNG.standard_normal(37) for k in ("bias", "scale", "shift") if k in affine}
+    kw = dict(activation=act, activation_params=PARAMS.get(act), slope=np.linspace(-0.5, 0.5, 37), **vec)
     assert_same(*both(monkeypatch, lambda: K.Conv2D(w, **kw).apply(x)))
+
+
+def test_clamp_with_min_above_max_gives_max_as_onnx_clip(monkeypatch):
+    x = special(1, 4, 4, 1)
+    kw = dict(bias=RNG.standard_normal(20), activation="clamp", activation_params={"min": 2.0, "max": -1.0})
+    y, _ = K.Conv2D(f16(RNG.standard_normal((20, 1, 1, 1))), **kw).apply(x)
+    assert (y[np.isfinite(y)] == -1.0).all()
+    assert_same(*both(monkeypatch, lambda: K.Conv2D(f16(np.ones((20, 1, 1, 1))), **kw).apply(x)))
 
 
 GEOMETRIES = [

@@ -58,10 +58,9 @@ def act(v, code, p0, p1, s):
         return v
     if code == 1:
         return _ZERO if v < _ZERO else v
-    if code == 2:
-        if v < p0:
-            return p0
-        return p1 if v > p1 else v
+    if code == 2:                      # min(max(v, lo), hi): numpy's clip, ONNX Clip (hi when lo > hi)
+        t = p0 if v < p0 else v
+        return p1 if t > p1 else t
     if code == 3 or code == 4:
         neg = v if v < _ZERO else _ZERO
         pos = _ZERO if v < _ZERO else v

@@ -76,55 +76,49 @@ static inline __m512 rne16(__m512 v) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-/* the finished value of one accumulator vector of channels [c, c + 16) */
-static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
-    if (e->bias) {               /* conv epilogue; NULL for Sum2D / Mul2D */
-        v = _mm512_add_ps(v, _mm512_loadu_ps(e->bias + c));
-        v = _mm512_mul_ps(v, _mm512_loadu_ps(e->scale + c));
-        v = _mm512_add_ps(v, _mm512_loadu_ps(e->shift + c));
-    }
-    if (e->code < 0)
-        return v;
-    v = rne16(activation(v, e, e->code == 4 ? _mm512_loadu_ps(e->slope + c) : v));
-    /* |v| >= inf, or NaN */
-    *bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
-    return v;
-}
-
 /* the epilogue of one channel block [c, c + 16), in registers (loaded once per block, not per value) */
 typedef struct {
     __m512 bias, scale, shift, slope, p0, p1;
-    int code, affine;
+    int code, has_bias, has_scale, has_shift;
 } epv_t;
 
 static inline void epv_load(epv_t *E, const epi_t *e, long c) {
-    E->affine = e->bias != NULL;
-    E->bias = E->affine ? _mm512_loadu_ps(e->bias + c) : _mm512_setzero_ps();
-    E->scale = E->affine ? _mm512_loadu_ps(e->scale + c) : _mm512_setzero_ps();
-    E->shift = E->affine ? _mm512_loadu_ps(e->shift + c) : _mm512_setzero_ps();
+    E->has_bias = e->bias != NULL;
+    E->has_scale = e->scale != NULL;
+    E->has_shift = e->shift != NULL;
+    E->bias = E->has_bias ? _mm512_loadu_ps(e->bias + c) : _mm512_setzero_ps();
+    E->scale = E->has_scale ? _mm512_loadu_ps(e->scale + c) : _mm512_setzero_ps();
+    E->shift = E->has_shift ? _mm512_loadu_ps(e->shift + c) : _mm512_setzero_ps();
     E->code = e->code;
     E->slope = e->code == 4 ? _mm512_loadu_ps(e->slope + c) : _mm512_set1_ps(e->p0);
     E->p0 = _mm512_set1_ps(e->p0);
     E->p1 = _mm512_set1_ps(e->p1);
 }
 
-/* finish() with the block's epilogue already in registers; the same operations */
+/* inf or NaN lanes (one vfpclassps: QNaN 0x01, +inf 0x08, -inf 0x10, SNaN 0x80) */
+static inline __mmask16 nonfinite(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x99); }
+
+/* finish() with the block's epilogue already in registers: the same values, fewer operations.
+ * relu: max(0, v) (vmaxps returns its second operand for a NaN or equal pair: NaN and -0 stay,
+ * as in v < 0 ? 0 : v); clamp: min(max(v, lo), hi), ONNX Clip and numpy's clip (hi when lo > hi). */
 static inline __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
     const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
     __m512 g;
-    __mmask16 lo, hi;
-    if (E->affine)
-        v = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(v, E->bias), E->scale), E->shift);
+    __mmask16 lo;
+    if (E->has_bias)
+        v = _mm512_add_ps(v, E->bias);
+    if (E->has_scale)
+        v = _mm512_mul_ps(v, E->scale);
+    if (E->has_shift)
+        v = _mm512_add_ps(v, E->shift);
     switch (E->code) {
     case 0:
         break;
     case 1:
-        v = blend(_mm512_cmp_ps_mask(v, z, _CMP_LT_OQ), v, z);
+        v = _mm512_max_ps(z, v);
         break;
     case 2:
-        lo = _mm512_cmp_ps_mask(v, E->p0, _CMP_LT_OQ);
-        hi = _mm512_cmp_ps_mask(v, E->p1, _CMP_GT_OQ);
-        v = blend(lo, blend(hi, v, E->p1), E->p0);
+        v = _mm512_min_ps(E->p1, _mm512_max_ps(E->p0, v));
         break;
     case 3:
     case 4:   /* slope holds alpha (3) or the per-channel slopes (4) */
@@ -133,21 +127,26 @@ static inline __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
         break;
     case 7:
         g = _mm512_add_ps(_mm512_mul_ps(v, E->p0), E->p1);
-        g = blend(_mm512_cmp_ps_mask(g, one, _CMP_GT_OQ), g, one);
-        v = blend(_mm512_cmp_ps_mask(g, z, _CMP_LT_OQ), g, z);
+        v = _mm512_max_ps(z, _mm512_min_ps(one, g));
         break;
     case 8:
         g = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps((float)(1.0 / 6.0))), _mm512_set1_ps(0.5f));
-        g = blend(_mm512_cmp_ps_mask(g, one, _CMP_GT_OQ), g, one);
-        g = blend(_mm512_cmp_ps_mask(g, z, _CMP_LT_OQ), g, z);
+        g = _mm512_max_ps(z, _mm512_min_ps(one, g));
         v = _mm512_mul_ps(v, g);
         break;
     default:  /* < 0: the caller applies the activation and the rounding */
         return v;
     }
     v = rne16(v);
-    *bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
+    *bad |= nonfinite(v);
     return v;
+}
+
+/* the finished value of one vector of channels [c, c + 16) (epilogue loaded for it alone) */
+static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
+    epv_t E;
+    epv_load(&E, e, c);
+    return finish_v(v, &E, bad);
 }
 
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
@@ -230,13 +229,25 @@ typedef struct {
     long kh, kw, sh, sw, dh, dw, pt, pl;
 } geom_t;
 
+/* dst[0, n) = src[0, n), or zeros for src NULL: masked vector moves (the runs are often a few
+ * floats -- a kernel row of a 3-channel stem -- where a libc call costs more than the copy) */
+static inline void copy_run(float *dst, const float *src, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, src ? _mm512_loadu_ps(src + i) : _mm512_setzero_ps());
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, src ? _mm512_maskz_loadu_ps(m, src + i) : _mm512_setzero_ps());
+    }
+}
+
 /* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][KC] (zeros past rows/padding) */
 static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
     const long c = g->c;
     for (int r = 0; r < MR; r++) {
         float *d = dst + r * KC;
         if (r >= rows) {
-            memset(d, 0, sizeof(float) * kc);
+            copy_run(d, NULL, kc);
             continue;
         }
         const long m = m0 + r, ox = m % g->ow, t = m / g->ow, oy = t % g->oh, n = t / g->oh;
@@ -258,9 +269,9 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             if (run > k0 + kc - k)
                 run = k0 + kc - k;
             if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w)
-                memset(d + (k - k0), 0, sizeof(float) * run);
+                copy_run(d + (k - k0), NULL, run);
             else
-                memcpy(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * c + ch, sizeof(float) * run);
+                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * c + ch, run);
             k += run;
         }
     }

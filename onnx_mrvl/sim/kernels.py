@@ -182,8 +182,9 @@ class Conv2D:
         bias, scale, shift, activation, params, slope = self._epi_args
         o = self.out_channels
         code, p0, p1, sl = jit.act_args(activation, params, slope, o)
-        vecs = [native.padded(v, multiple) for v in (jit.channel_vector(bias, o, 0.0), jit.channel_vector(scale, o, 1.0),
-                                                     jit.channel_vector(shift, o, 0.0), np.broadcast_to(sl, (o,)))]
+        # absent bias / scale / shift: NULL, and the kernel skips the operation, as numpy does
+        vecs = [None if v is None else native.padded(jit.channel_vector(v, o, 0.0), multiple)
+                for v in (bias, scale, shift)] + [native.padded(np.broadcast_to(sl, (o,)), multiple)]
         act = make_activation(activation, params, slope) if code < 0 else None
         return vecs, int(code), float(p0), float(p1), act
 

@@ -160,7 +160,7 @@ def descriptor(geometry, weights: np.ndarray, vectors, code: int, p0: float, p1:
     ``weights``, ``vectors`` and the slope alive as long as the descriptor."""
     code2, q0, q1, slope2 = fused
     bits = np.array([p0, p1, q0, q1], F32).view(np.uint32).astype(np.int64)
-    return np.array(list(geometry) + [weights.ctypes.data] + [v.ctypes.data for v in vectors]
+    return np.array(list(geometry) + [weights.ctypes.data] + [0 if v is None else v.ctypes.data for v in vectors]
                     + [code, bits[0], bits[1], code2, bits[2], bits[3],
                        0 if slope2 is None else slope2.ctypes.data], dtype=np.int64)
 
