@@ -255,13 +255,25 @@ def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["broken.c", os.path.basename(path)])
 
 
-@pytest.mark.parametrize("act", ["none", "leaky_relu", "tanh"])
-def test_fc_within_one_ulp_of_numpy(monkeypatch, act):
-    x, w = f16(RNG.standard_normal((3, 300))), f16(RNG.standard_normal((70, 300)) * 0.2)
-    kw = dict(bias=RNG.standard_normal(70), activation=act, activation_params=PARAMS.get(act))
+@pytest.mark.parametrize("act", ["none", "leaky_relu", "tanh", "prelu"])
+@pytest.mark.parametrize("rows, o", [(1, 70), (3, 70), (4, 1000), (1, 5), (9, 33)])   # GEMV up to 4 rows
+@pytest.mark.parametrize("bias", [True, False])
+def test_fc_within_one_ulp_of_numpy(monkeypatch, act, rows, o, bias):
+    x, w = f16(RNG.standard_normal((rows, 300))), f16(RNG.standard_normal((o, 300)) * 0.2)
+    kw = dict(bias=RNG.standard_normal(o) if bias else None, activation=act, activation_params=PARAMS.get(act),
+              slope=np.linspace(-0.3, 0.3, o))
     fast, slow = both(monkeypatch, lambda: K.FC(w, **kw).apply(x))
-    assert fast[0].shape == (3, 70)
+    assert fast[0].shape == (rows, o)
     assert_within_ulp(fast, slow, exact_frac=0.8)
+    fc = K.FC(w, **kw)
+    for nw in (1, 3):                                       # thread splits change no bit
+        monkeypatch.setattr(K, "workers", lambda nw=nw: nw)
+        assert_same(fc.apply(x), fast)
+
+
+def test_fc_overflow_flag():
+    y, ok = K.FC(np.full((20, 8), 30000.0, np.float16)).apply(np.ones((1, 8), np.float32))
+    assert ok is False and np.isinf(y).all()
 
 
 POOLS = [((3, 3), (2, 2), (1, 1, 1, 1), 0, (1, 1)), ((2, 3), (1, 2), (0, 1, 1, 0), 1, (1, 1)),
@@ -289,3 +301,39 @@ def test_layout_transforms_are_exact(monkeypatch, shape):
     np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
     np.testing.assert_array_equal(K.layout_transform(y, "NHWC", "NCHW"), x)
     assert y.ctypes.data % 64 == 0
+
+
+def _random_conv_case(rng):
+    kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    dh, dw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    pads = tuple(int(p) for p in rng.integers(0, 4, size=4))
+    n = int(rng.integers(1, 3))
+    h = int(rng.integers(max(1, (kh - 1) * dh + 1 - pads[0] - pads[2]), 14))
+    w = int(rng.integers(max(1, (kw - 1) * dw + 1 - pads[1] - pads[3]), 14))
+    depthwise = rng.random() < 0.4
+    c = int(rng.integers(1, 80))
+    o = c * int(rng.integers(1, 3)) if depthwise else int(rng.integers(1, 70))
+    act = str(rng.choice(["none", "relu", "clamp", "leaky_relu", "prelu", "hard_swish", "sigmoid"]))
+    return (n, h, w, c), o, (kh, kw), (sh, sw), pads, (dh, dw), c if depthwise else 1, act
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_geometries_match_numpy(monkeypatch, seed):
+    """Seeded random conv / depthwise geometries (padding up to 3, strides up to 3, dilation 2,
+    1-79 channels, batch 2) against the numpy kernels, through the thread splits."""
+    rng = np.random.default_rng(1000 + seed)
+    shape, o, k, strides, pads, dil, groups, act = _random_conv_case(rng)
+    x = special(*shape, big=100)
+    w = f16(rng.standard_normal((o,) + k + (shape[3] // groups,)) * 0.3)
+    kwargs = dict(bias=rng.standard_normal(o), strides=strides, padding=pads, dilation=dil, groups=groups,
+                  activation=act, activation_params=PARAMS.get(act), slope=np.linspace(-0.2, 0.2, o))
+    monkeypatch.setattr(K, "workers", lambda: int(rng.integers(1, 4)))
+    try:
+        K.Conv2D(w, **kwargs).output_shape(shape)
+    except ValueError:
+        pytest.skip("empty output")
+    if min(K.Conv2D(w, **kwargs).output_shape(shape)[1:3]) < 1:
+        pytest.skip("empty output")
+    fast, slow = both(monkeypatch, lambda: K.Conv2D(w, **kwargs).apply(x))
+    assert_within_ulp(fast, slow, exact_frac=0.75)

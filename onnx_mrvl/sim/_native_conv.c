@@ -845,3 +845,74 @@ void transpose_layout(const float *x, float *out, long n, long c, long hw, int t
     parts = total ? (total + j.step - 1) / j.step : 0;
     run_parts(tr_part, &j, parts, nthreads);
 }
+
+/* ------------------------------------------------------------------ FC on a few rows (GEMV)
+ * out[n, o] = finish(sum_k x[n, k] * W[k, o]) for n < rows <= GEMV_ROWS. A batch-1 FC is bound by
+ * reading its weights, so they are read as fp16 (they hold fp16 values: exact), half the bytes,
+ * packed [ceil(o/16)][K][16]; four column blocks at a time keep eight FMA chains in flight. The
+ * sum runs over k in order in float32, as in the conv kernel. */
+#define GEMV_ROWS 4
+
+typedef struct {
+    const float *x;
+    const uint16_t *w;
+    float *out;
+    long rows, k, o, nb, step;
+    epi_t e;
+    atomic_int ok;
+} gemv_job;
+
+static void gemv_part(void *arg, long part) {
+    gemv_job *j = arg;
+    const long b0 = part * j->step, b1 = b0 + j->step < j->nb ? b0 + j->step : j->nb;
+    __mmask16 bad = 0;
+    for (long b = b0; b < b1; b += 4) {
+        const int nbk = (int)(b1 - b < 4 ? b1 - b : 4);
+        for (long n = 0; n < j->rows; n++) {
+            const float *x = j->x + n * j->k;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            const uint16_t *w0 = j->w + b * j->k * 16;
+            if (nbk == 4) {
+                for (long p = 0; p < j->k; p++) {
+                    const __m512 xv = _mm512_set1_ps(x[p]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++)
+                        acc[t] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                     (const __m256i *)(w0 + (t * j->k + p) * 16))), acc[t]);
+                }
+            } else {
+                for (int t = 0; t < nbk; t++)
+                    for (long p = 0; p < j->k; p++)
+                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[p]), _mm512_cvtph_ps(_mm256_loadu_si256(
+                                     (const __m256i *)(w0 + (t * j->k + p) * 16))), acc[t]);
+            }
+            for (int t = 0; t < nbk; t++) {
+                const long c = (b + t) * 16, left = j->o - c;
+                const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                __mmask16 bb = 0;
+                const __m512 y = finish(acc[t], &j->e, c, &bb);
+                bad |= bb & m;
+                _mm512_mask_storeu_ps(j->out + n * j->o + c, m, y);
+            }
+        }
+    }
+    if (bad)
+        atomic_store(&j->ok, 0);
+}
+
+/* d: [rows, k, o, weights (fp16, [ceil(o/16)][k][16]), bias, slope, code, p0 bits, p1 bits] */
+int gemv_desc(const long *d, const float *x, float *out, int nthreads) {
+    gemv_job j = {x, (const uint16_t *)d[3], out, d[0], d[1], d[2], (d[2] + 15) / 16, 0,
+                  {(const float *)d[4], NULL, NULL, (const float *)d[5], (int)d[6], bits_to_float(d[7]),
+                   bits_to_float(d[8])}, 1};
+    long parts = nthreads > 1 && j.k * j.o >= (1L << 16) ? nthreads * 2 : 1;
+    long quads = (j.nb + 3) / 4;
+    if (parts > quads)
+        parts = quads;
+    if (parts < 1)
+        parts = 1;
+    j.step = (quads + parts - 1) / parts * 4;
+    parts = (j.nb + j.step - 1) / j.step;
+    run_parts(gemv_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}

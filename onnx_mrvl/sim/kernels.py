@@ -31,6 +31,7 @@ _EPILOGUE_ROW = 256          # compiled epilogue: rows of at least this many val
 _PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
 _PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 ms single-threaded)
+_GEMV_ROWS = 4               # native FC: at most this many rows take the GEMV kernel (fp16 weights)
 _COLUMN_SPLIT_ROWS = 512     # below this many output pixels a parallel GEMM splits its output
                              # channels instead (a 25-row sgemm wastes most of the kernel)
 
@@ -415,6 +416,7 @@ class FC:
         # the native path: a 1x1 conv over [N, 1, 1, K] (built on the first native call)
         self._conv_args = (bias, activation, activation_params, slope)
         self._conv: Optional[Conv2D] = None
+        self._gemv_plan = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.apply(x)[0]
@@ -424,6 +426,8 @@ class FC:
         x2 = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
         if x2.shape[1] != self.in_features:
             raise ValueError(f"FC expects {self.in_features} input features, got shape {list(x.shape)}")
+        if native.on() and x2.shape[0] <= _GEMV_ROWS:
+            return self._gemv(np.ascontiguousarray(x2, dtype=F32))
         if native.on():
             if self._conv is None:
                 bias, activation, params, slope = self._conv_args
@@ -435,6 +439,28 @@ class FC:
             out = np.matmul(np.ascontiguousarray(x2), self.w)
             finite = self.epilogue(out)
         return out, finite
+
+
+    def _gemv(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """The native GEMV (fp16 weights, epilogue fused) for a batch of at most _GEMV_ROWS rows."""
+        if self._gemv_plan is None:
+            bias, activation, params, slope = self._conv_args
+            o = self.out_features
+            code, p0, p1, sl = jit.act_args(activation, params, slope, o)
+            wts = native.pack_weights_f16(self.w)
+            vecs = (None if bias is None else native.padded(jit.channel_vector(bias, o, 0.0), 16),
+                    native.padded(np.broadcast_to(sl, (o,)), 16))
+            bits = np.array([p0, p1], F32).view(np.uint32).astype(np.int64)
+            desc = np.array([0, self.in_features, o, wts.ctypes.data] + [0 if v is None else v.ctypes.data for v in vecs]
+                            + [int(code), bits[0], bits[1]], dtype=np.int64)
+            act = make_activation(activation, params, slope) if code < 0 else None
+            self._gemv_plan = (desc, wts, vecs, act)
+        desc, _, _, act = self._gemv_plan
+        desc = desc.copy()                      # the row count is per call (thread safety: a copy)
+        desc[0] = x.shape[0]
+        out = native.empty((x.shape[0], self.out_features))
+        ok = native.lib().gemv_desc(desc.ctypes.data, x.ctypes.data, out.ctypes.data, workers())
+        return Conv2D._native_finish(out, ok, act)
 
 
 def fc(x, kernel, bias=None, activation="none", activation_params=None, slope=None):

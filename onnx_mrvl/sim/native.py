@@ -138,6 +138,8 @@ def lib():
                 so.pool_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
                 so.transpose_layout.restype = None
                 so.transpose_layout.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int, ctypes.c_int]
+                so.gemv_desc.restype = ctypes.c_int
+                so.gemv_desc.argtypes = [_P, _P, _P, ctypes.c_int]
                 so.round_fp16.restype = None
                 so.round_fp16.argtypes = [_P, _L]
                 _lib = so
@@ -194,6 +196,20 @@ def empty(shape) -> np.ndarray:
     buf = np.empty(n + 16 + 16 * 64, F32)
     off = (-buf.ctypes.data % 64) // 4 + 16 * (_stagger if n >= 1024 else 0)
     return buf[off:off + n].reshape(shape)
+
+
+def pack_weights_f16(w: np.ndarray) -> np.ndarray:
+    """[K, O] matrix of fp16 values -> float16 [ceil(O/16), K, 16] blocks (zeros past O), 64-byte
+    aligned, for ``gemv_desc``."""
+    k, o = w.shape
+    nb = -(-o // 16)
+    wp = np.zeros((k, nb * 16), np.float16)
+    wp[:, :o] = w
+    buf = np.empty(nb * k * 16 + 32, np.float16)
+    off = (-buf.ctypes.data % 64) // 2
+    out = buf[off:off + nb * k * 16].reshape(nb, k, 16)
+    out[...] = wp.reshape(k, nb, 16).transpose(1, 0, 2)
+    return out
 
 
 def padded(v: np.ndarray, multiple: int = NR) -> np.ndarray:
