@@ -23,9 +23,20 @@ _local = threading.local()
 _CPUS = max(1, min(8, os.cpu_count() or 1))     # os.cpu_count() costs ~15 us: read it once
 
 
+_ENV = getattr(os.environ, "_data", None)          # the raw bytes mapping behind os.environ
+_ENV_KEY = os.environ.encodekey("ONNX_MRVL_SIM_THREADS") if hasattr(os.environ, "encodekey") else None
+
+
 def workers() -> int:
-    """Number of parallel row blocks: ONNX_MRVL_SIM_THREADS, else the CPU count (at most 8)."""
-    env = os.environ.get("ONNX_MRVL_SIM_THREADS")
+    """Number of parallel row blocks: ONNX_MRVL_SIM_THREADS, else the CPU count (at most 8).
+
+    Read on every kernel call (tests and benchmarks change it at run time), from os.environ's raw
+    mapping when there is one: ``os.environ.get`` encodes the key each time (~4 us, ~40 calls a run)."""
+    if _ENV is not None and _ENV_KEY is not None:
+        raw = _ENV.get(_ENV_KEY)
+        env = None if raw is None else os.environ.decodevalue(raw)
+    else:
+        env = os.environ.get("ONNX_MRVL_SIM_THREADS")
     if env:
         try:
             return max(1, int(env))

@@ -210,6 +210,7 @@ class Simulator:
             env[tid], finite[tid] = x, ok
             if ok_in and not ok and overflow is None:
                 overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
+        shapes, free_after = self._shapes, self._free_after
         for i, (spec, fn, ins, out_id, index, inner) in enumerate(self._layers):
             try:
                 if inner is None:
@@ -220,12 +221,12 @@ class Simulator:
                 raise MrvlRuntimeError(f"program {self.name!r}: {spec.layer_name} layer failed: {exc}",
                                        node=spec.name, origin=spec.origin,
                                        hint="the program's tensor shapes are inconsistent; recompile") from None
-            want = self._shapes.get(out_id)
-            if want is not None and tuple(y.shape) != want:
+            want = shapes.get(out_id)
+            if want is not None and y.shape != want:
                 raise MrvlRuntimeError(f"program {self.name!r}: {spec.layer_name} layer produced shape "
                                        f"{list(y.shape)}, meta says {list(want)}", node=spec.name,
                                        origin=spec.origin, hint="recompile the region")
-            in_ok = all(finite[t] for t in ins)
+            in_ok = finite[ins[0]] if len(ins) == 1 else all([finite[t] for t in ins])
             if inner is not None:                   # the conv's own flag, then the sum's inputs
                 if finite[ins[0]] and not conv_ok and overflow is None:
                     overflow = _overflow_at(*inner)
@@ -233,7 +234,7 @@ class Simulator:
             env[out_id], finite[out_id] = y, bool(ok and in_ok)
             if in_ok and not ok and overflow is None:
                 overflow = _overflow_at(spec, index)
-            for t in self._free_after[i]:
+            for t in free_after[i]:
                 env.pop(t, None)
         if overflow is not None:
             log.warning("program %r: fp16 overflow (inf/nan) first in %s %s (original nodes: %s)",
