@@ -521,25 +521,43 @@ typedef struct {
     atomic_int ok;
 } dw_job;
 
-/* one output pixel, channels [cb, cb + 16): taps in range, row-major, the first a product */
-static inline __m512 dw_pixel(const dw_job *j, long n, long y0, long x0, long cb, __mmask16 m) {
-    __m512 acc = _mm512_setzero_ps();
-    int first = 1;
-    for (long ky = 0; ky < j->kh; ky++) {
-        const long iy = y0 + ky * j->dh;
-        if (iy < 0 || iy >= j->h)
-            continue;
-        for (long kx = 0; kx < j->kw; kx++) {
-            const long ix = x0 + kx * j->dw;
-            if (ix < 0 || ix >= j->wd)
+/* one output pixel, all channels, four 16-channel vectors at a time (four FMA chains in flight):
+ * the pixels the 8-pixel blocks do not cover (borders, and rows narrower than a block) */
+static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, __mmask16 *bad) {
+    for (long cb = 0; cb < j->c; cb += 64) {
+        __m512 acc[4];
+        __mmask16 m[4];
+        for (int v = 0; v < 4; v++) {
+            const long left = j->c - cb - 16 * v;
+            m[v] = left >= 16 ? 0xFFFF : (left <= 0 ? 0 : (__mmask16)((1u << left) - 1));
+            acc[v] = _mm512_setzero_ps();
+        }
+        int first = 1;
+        for (long ky = 0; ky < j->kh; ky++) {
+            const long iy = y0 + ky * j->dh;
+            if (iy < 0 || iy >= j->h)
                 continue;
-            const __m512 xv = _mm512_maskz_loadu_ps(m, j->x + ((n * j->h + iy) * j->wd + ix) * j->c + cb);
-            const __m512 wv = _mm512_loadu_ps(j->w + (ky * j->kw + kx) * j->cp + cb);
-            acc = first ? _mm512_mul_ps(xv, wv) : _mm512_fmadd_ps(xv, wv, acc);
-            first = 0;
+            for (long kx = 0; kx < j->kw; kx++) {
+                const long ix = x0 + kx * j->dw;
+                if (ix < 0 || ix >= j->wd)
+                    continue;
+                const float *xs = j->x + ((n * j->h + iy) * j->wd + ix) * j->c + cb;
+                const float *ws = j->w + (ky * j->kw + kx) * j->cp + cb;
+#pragma GCC unroll 4
+                for (int v = 0; v < 4; v++) {
+                    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m[v], xs + 16 * v), _mm512_loadu_ps(ws + 16 * v));
+                    acc[v] = first ? p : _mm512_add_ps(acc[v], p);     /* product then add: as an FMA */
+                }
+                first = 0;
+            }
+        }
+        for (int v = 0; v < 4 && m[v]; v++) {
+            __mmask16 b = 0;
+            const __m512 y = finish(acc[v], &j->e, cb + 16 * v, &b);
+            *bad |= b & m[v];
+            _mm512_mask_storeu_ps(o + cb + 16 * v, m[v], y);
         }
     }
-    return acc;
 }
 
 #define DWB 8   /* interior output pixels per register block */
@@ -567,65 +585,53 @@ static void dw_part(void *arg, long p) {
         while (ky1 > ky0 && y0 + (ky1 - 1) * j->dh >= j->h)
             ky1--;
         float *orow = j->out + r * j->ow * j->c;
-        for (long cb = 0; cb < j->c; cb += 16) {
-            const long left = j->c - cb;
-            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-            epv_t E;
-            epv_load(&E, &j->e, cb);
-            long ox = 0;
-            while (ox < j->ow) {
-                if (ox < lo || ox >= hi || ky0 >= ky1) {            /* border pixel */
-                    __mmask16 b = 0;
-                    const __m512 y = finish_v(dw_pixel(j, n, y0, ox * j->sw - j->pl, cb, m), &E, &b);
-                    bad |= b & m;
-                    _mm512_mask_storeu_ps(orow + ox * j->c + cb, m, y);
-                    ox++;
-                    continue;
-                }
-                if (hi - ox < DWB) {                                 /* interior tail */
-                    if (hi - lo >= DWB) {
+        const int blocks = ky0 < ky1 && hi - lo >= DWB;    /* interior pixels in 8-pixel blocks */
+        if (blocks) {
+            for (long cb = 0; cb < j->c; cb += 16) {
+                const long left = j->c - cb;
+                const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                epv_t E;
+                epv_load(&E, &j->e, cb);
+                for (long ox = lo; ox < hi; ox += DWB) {
+                    if (hi - ox < DWB)
                         ox = hi - DWB;      /* a last block overlapping the one before: same values */
-                    } else {
-                        __mmask16 b = 0;
-                        const __m512 y = finish_v(dw_pixel(j, n, y0, ox * j->sw - j->pl, cb, m), &E, &b);
-                        bad |= b & m;
-                        _mm512_mask_storeu_ps(orow + ox * j->c + cb, m, y);
-                        ox++;
-                        continue;
-                    }
-                }
-                __m512 acc[DWB];                   /* DWB interior pixels: accumulators in registers */
+                    __m512 acc[DWB];
 #pragma GCC unroll 8
-                for (int t = 0; t < DWB; t++)
-                    acc[t] = _mm512_setzero_ps();  /* (set by the first tap; silences -Wmaybe-uninitialized) */
-                const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
-                const float *wt = j->w + ky0 * j->kw * j->cp + cb;
-                int first = 1;
-                for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride) {
-                    const float *xt = xb;
-                    for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
-                        const __m512 wv = _mm512_loadu_ps(wt);
-                        if (first) {                     /* the first tap: a product */
+                    for (int t = 0; t < DWB; t++)
+                        acc[t] = _mm512_setzero_ps();
+                    const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
+                    const float *wt = j->w + ky0 * j->kw * j->cp + cb;
+                    int first = 1;
+                    for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride) {
+                        const float *xt = xb;
+                        for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
+                            const __m512 wv = _mm512_loadu_ps(wt);
+                            if (first) {                     /* the first tap: a product */
 #pragma GCC unroll 8
-                            for (int t = 0; t < DWB; t++)
-                                acc[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
-                            first = 0;
-                        } else {
+                                for (int t = 0; t < DWB; t++)
+                                    acc[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
+                                first = 0;
+                            } else {
 #pragma GCC unroll 8
-                            for (int t = 0; t < DWB; t++)
-                                acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
+                                for (int t = 0; t < DWB; t++)
+                                    acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
+                            }
                         }
                     }
-                }
 #pragma GCC unroll 8
-                for (int t = 0; t < DWB; t++) {
-                    __mmask16 b = 0;
-                    const __m512 y = finish_v(acc[t], &E, &b);
-                    bad |= b & m;
-                    _mm512_mask_storeu_ps(orow + (ox + t) * j->c + cb, m, y);
+                    for (int t = 0; t < DWB; t++) {
+                        __mmask16 bb = 0;
+                        const __m512 y = finish_v(acc[t], &E, &bb);
+                        bad |= bb & m;
+                        _mm512_mask_storeu_ps(orow + (ox + t) * j->c + cb, m, y);
+                    }
                 }
-                ox += DWB;
             }
+        }
+        for (long ox = 0; ox < j->ow; ox++) {           /* every pixel the blocks did not cover */
+            if (blocks && ox >= lo && ox < hi)
+                continue;
+            dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, &bad);
         }
     }
     if (bad)
