@@ -75,4 +75,5 @@ def fuse_residuals(steps: List[Step], out_ids: Set[int], shapes: Mapping[int, Tu
 def _fused(conv: Conv2D, act) -> Callable:
     def run(x, res):
         return conv.apply_with_residual(x, res, act)
+    run.conv, run.sum_act = conv, act          # for the static plan (static_plan.py)
     return run

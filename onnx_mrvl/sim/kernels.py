@@ -416,7 +416,8 @@ class FC:
         # the native path: a 1x1 conv over [N, 1, 1, K] (built on the first native call)
         self._conv_args = (bias, activation, activation_params, slope)
         self._conv: Optional[Conv2D] = None
-        self._gemv_plan = None
+        self._gemv_plans = {}                   # row count -> gemv_plan()
+        self._gemv_weights = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.apply(x)[0]
@@ -429,11 +430,7 @@ class FC:
         if native.on() and x2.shape[0] <= _GEMV_ROWS:
             return self._gemv(np.ascontiguousarray(x2, dtype=F32))
         if native.on():
-            if self._conv is None:
-                bias, activation, params, slope = self._conv_args
-                self._conv = Conv2D(self.w.T.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
-                                    activation=activation, activation_params=params, slope=slope)
-            y, finite = self._conv.apply(x2.reshape(x2.shape[0], 1, 1, self.in_features))
+            y, finite = self.native_conv().apply(x2.reshape(x2.shape[0], 1, 1, self.in_features))
             return y.reshape(x2.shape[0], self.out_features), finite
         with np.errstate(over="ignore", invalid="ignore"):
             out = np.matmul(np.ascontiguousarray(x2), self.w)
@@ -441,25 +438,38 @@ class FC:
         return out, finite
 
 
-    def _gemv(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
-        """The native GEMV (fp16 weights, epilogue fused) for a batch of at most _GEMV_ROWS rows."""
-        if self._gemv_plan is None:
+    def gemv_plan(self, rows: int):
+        """(descriptor, its address, keep-alive arrays, numpy activation for code < 0) of the
+        native GEMV on ``rows`` rows (fp16 weights, epilogue fused); built once per row count."""
+        plan = self._gemv_plans.get(rows)
+        if plan is None:
             bias, activation, params, slope = self._conv_args
             o = self.out_features
             code, p0, p1, sl = jit.act_args(activation, params, slope, o)
-            wts = native.pack_weights_f16(self.w)
+            wts = self._gemv_weights if self._gemv_weights is not None else native.pack_weights_f16(self.w)
+            self._gemv_weights = wts
             vecs = (None if bias is None else native.padded(jit.channel_vector(bias, o, 0.0), 16),
                     native.padded(np.broadcast_to(sl, (o,)), 16))
             bits = np.array([p0, p1], F32).view(np.uint32).astype(np.int64)
-            desc = np.array([0, self.in_features, o, wts.ctypes.data] + [0 if v is None else v.ctypes.data for v in vecs]
+            desc = np.array([rows, self.in_features, o, wts.ctypes.data] + [0 if v is None else v.ctypes.data for v in vecs]
                             + [int(code), bits[0], bits[1]], dtype=np.int64)
             act = make_activation(activation, params, slope) if code < 0 else None
-            self._gemv_plan = (desc, wts, vecs, act)
-        desc, _, _, act = self._gemv_plan
-        desc = desc.copy()                      # the row count is per call (thread safety: a copy)
-        desc[0] = x.shape[0]
+            plan = self._gemv_plans[rows] = (desc, desc.ctypes.data, (wts, vecs), act)
+        return plan
+
+    def native_conv(self) -> "Conv2D":
+        """The 1x1 Conv2D over [N, 1, 1, K] that runs this FC natively for more than _GEMV_ROWS rows."""
+        if self._conv is None:
+            bias, activation, params, slope = self._conv_args
+            self._conv = Conv2D(self.w.T.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
+                                activation=activation, activation_params=params, slope=slope)
+        return self._conv
+
+    def _gemv(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """The native GEMV (fp16 weights, epilogue fused) for a batch of at most _GEMV_ROWS rows."""
+        _, desc, _, act = self.gemv_plan(x.shape[0])
         out = native.empty((x.shape[0], self.out_features))
-        ok = native.lib().gemv_desc(desc.ctypes.data, x.ctypes.data, out.ctypes.data, workers())
+        ok = native.lib().gemv_desc(desc, x.ctypes.data, out.ctypes.data, workers())
         return Conv2D._native_finish(out, ok, act)
 
 

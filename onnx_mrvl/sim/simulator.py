@@ -19,6 +19,8 @@ from . import jit, native
 from .blas import configure_once
 from .fp16 import round_fp16_
 from .fusion import Step, fuse_residuals
+from .parallel import workers
+from .static_plan import StaticPlan, Unsupported
 from .layers import build_layer, layer_list
 from .perf import PerfReport, perf_report
 
@@ -95,6 +97,16 @@ class Simulator:
         out_ids = {int(o["tensor"]) for o in self._outputs}
         if native.on():
             self._layers = fuse_residuals(self._layers, out_ids, self._shapes)
+        self._static = None                     # static_plan.StaticPlan, when every tensor has a shape
+        self._static_lock = threading.Lock()
+        io_match = all(self._shapes.get(int(t["tensor"])) == tuple(int(d) for d in t["shape"])
+                       for t in self._inputs + self._outputs)
+        if native.on() and io_match and os.environ.get("ONNX_MRVL_SIM_STATIC", "1") != "0":
+            try:
+                self._static = StaticPlan(self._layers, [int(t["tensor"]) for t in self._inputs],
+                                          [int(o["tensor"]) for o in self._outputs], self._shapes)
+            except Unsupported as exc:
+                log.debug("program %r runs layer by layer: %s", self.name, exc)
         last_use: Dict[int, int] = {}
         for i, step in enumerate(self._layers):
             for t in step.ins:
@@ -194,6 +206,26 @@ class Simulator:
     def run(self, inputs: Union[Sequence[np.ndarray], Mapping[str, np.ndarray], np.ndarray]) -> List[np.ndarray]:
         """Execute the program; returns float32 C-contiguous arrays in meta['outputs'] order."""
         arrays = self._bind_inputs(inputs)
+        if self._static is not None and self._static_lock.acquire(blocking=False):
+            try:                                    # fixed memory, one call per native step
+                results, overflow = self._static.run(self, arrays, workers())
+            finally:
+                self._static_lock.release()
+            return self._finish(results, overflow)
+        return self._run_dynamic(arrays)
+
+    def _finish(self, results: List[np.ndarray], overflow: Optional[Dict]) -> List[np.ndarray]:
+        if overflow is not None:
+            log.warning("program %r: fp16 overflow (inf/nan) first in %s %s (original nodes: %s)",
+                        self.name, overflow["layer_name"], overflow["name"],
+                        ", ".join(overflow["origin"]) or "-")
+        with self._lock:
+            self._last_perf = self.perf
+            self._last_overflow = overflow
+        return results
+
+    def _run_dynamic(self, arrays: List[np.ndarray]) -> List[np.ndarray]:
+        """Layer by layer, every output a fresh array (no static plan, or another thread is in it)."""
         env: Dict[int, np.ndarray] = {}
         finite: Dict[int, bool] = {}
         overflow: Optional[Dict] = None
@@ -236,10 +268,6 @@ class Simulator:
                 overflow = _overflow_at(spec, index)
             for t in free_after[i]:
                 env.pop(t, None)
-        if overflow is not None:
-            log.warning("program %r: fp16 overflow (inf/nan) first in %s %s (original nodes: %s)",
-                        self.name, overflow["layer_name"], overflow["name"],
-                        ", ".join(overflow["origin"]) or "-")
         results, seen = [], set()
         input_ids = {int(s["tensor"]) for s in self._inputs}
         for o in self._outputs:
@@ -254,10 +282,7 @@ class Simulator:
                                        f"{list(y.shape)}, meta says {list(want)}", node=self.name,
                                        hint="recompile the region")
             results.append(y)
-        with self._lock:
-            self._last_perf = self.perf
-            self._last_overflow = overflow
-        return results
+        return self._finish(results, overflow)
 
     def __repr__(self) -> str:
         return (f"Simulator({self.name!r}, {len(self._layers)} layers, inputs={self.input_shapes}, "

@@ -1,0 +1,340 @@
+"""Static execution of a program: memory planned once, each native step one call with fixed arguments.
+
+The per-layer path (``Simulator._run_dynamic``) allocates every output, looks its kernel plan up
+and fetches array addresses on each call: ~15-25 us of Python per layer, which is 10-15% of a
+MobileNetV2 run and leaves the worker threads idle meanwhile. Here, once per Simulator:
+
+* every tensor gets a fixed place in one arena, buffers reused by liveness (first fit; a step's
+  output never shares memory with its inputs). A Reshape / Flatten / Squeeze output is its input's
+  memory (no copy), and a residual conv's output that ``fusion.py`` fused away gets none;
+* every step whose kernel is native becomes one ctypes call whose arguments are all precomputed
+  integers (descriptor and buffer addresses). Any other step runs its usual Python kernel on
+  views of the arena and its result is copied into place.
+
+The kernels and their arguments are exactly those of the per-layer path, so the results are the
+same bits (tests/test_sim_static.py). The arena is per Simulator: a second thread calling ``run``
+while one is inside takes the per-layer path. The arena is reused from run to run, so it stays
+warm in the caches; its size is the program's peak of live tensors.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import jit, native
+from .kernels import FC, Conv2D, _GEMV_ROWS
+from .pooling import _counts, _geometry
+
+F32 = np.float32
+_ALIASES = ("reshape", "flatten", "squeeze")
+_ALIGN = 16                                     # floats: every buffer starts on a 64-byte boundary
+
+
+class Unsupported(Exception):
+    """The program cannot run statically (a tensor without a static shape, ...)."""
+
+
+class _Entry:
+    """One step: ``call(nthreads) -> ok bits`` for a native kernel, or ``py`` for a Python one."""
+    __slots__ = ("step", "call", "args", "post", "py", "out_view", "in_views", "keep")
+
+    def __init__(self, step):
+        self.step, self.call, self.args, self.post, self.py = step, None, (), None, None
+        self.out_view, self.in_views, self.keep = None, (), ()
+
+
+def _size(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _npc(full: Tuple[int, ...], part: Tuple[int, ...]) -> Optional[Tuple[Tuple[int, int, int], Tuple[int, int, int]]]:
+    """Shape form of tensor_ops._as_npc: ((N, P, C), (BN, BP, BC)) when ``part`` broadcasts onto
+    ``full`` per image / pixel / channel, else None."""
+    if not full or len(part) > len(full):
+        return None
+    p = (1,) * (len(full) - len(part)) + tuple(part)
+    if any(a not in (1, b) for a, b in zip(p, full)):
+        return None
+    n, c = (full[0], full[-1]) if len(full) > 1 else (1, full[0])
+    mid, pmid = (full[1:-1], p[1:-1]) if len(full) > 1 else ((), ())
+    pm = _size(mid)
+    if all(d == 1 for d in pmid):
+        bp = 1
+    elif tuple(pmid) == tuple(mid):
+        bp = pm
+    else:
+        return None
+    return (n, pm, c), (p[0] if len(full) > 1 else 1, bp, p[-1])
+
+
+class StaticPlan:
+    def __init__(self, steps: Sequence, input_ids: Sequence[int], output_ids: Sequence[int],
+                 shapes: Mapping[int, Tuple[int, ...]]):
+        self.lib = native.lib()
+        if self.lib is None:
+            raise Unsupported(native.why_disabled())
+        self.steps = list(steps)
+        self.input_ids, self.output_ids = list(input_ids), list(output_ids)
+        tensors = set(self.input_ids) | {s.out for s in self.steps} | {t for s in self.steps for t in s.ins}
+        missing = [t for t in tensors if t not in shapes]
+        if missing:
+            raise Unsupported(f"tensors {sorted(missing)[:5]} have no static shape")
+        self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
+        self._plan_memory()
+        self.entries = [self._entry(s) for s in self.steps]
+
+    # ---------------------------------------------------------------- memory
+    def _plan_memory(self) -> None:
+        root: Dict[int, int] = {}
+        for s in self.steps:
+            if (s.spec.layer_name.lower() in _ALIASES and len(s.ins) == 1
+                    and _size(self.shapes[s.ins[0]]) == _size(self.shapes[s.out])):
+                root[s.out] = root.get(s.ins[0], s.ins[0])
+        born = {t: -1 for t in self.input_ids}
+        last: Dict[int, int] = {}
+        for i, s in enumerate(self.steps):
+            if s.out not in root:
+                born.setdefault(s.out, i)
+            for t in list(s.ins) + ([s.out] if s.out in root else []):
+                r = root.get(t, t)
+                last[r] = max(last.get(r, -1), i)
+        end = len(self.steps)
+        for t in self.output_ids:
+            last[root.get(t, t)] = end
+        offsets: Dict[int, int] = {}
+        live: List[Tuple[int, int, int]] = []          # (offset, size, last use)
+        top = 0
+        for t in sorted(born, key=lambda t: (born[t], t)):
+            i = born[t]
+            live = [b for b in live if b[2] >= i]       # buffers whose last reader has run
+            size = -(-_size(self.shapes[t]) // _ALIGN) * _ALIGN
+            off, prev = None, 0
+            for b in sorted(live):
+                if b[0] - prev >= size:
+                    off = prev
+                    break
+                prev = b[0] + b[1]
+            if off is None:
+                off = prev if not live else max(b[0] + b[1] for b in live)
+            live.append((off, size, last.get(t, i)))
+            offsets[t] = off
+            top = max(top, off + size)
+        self.arena = native.empty((max(top, _ALIGN),))
+        base = self.arena.ctypes.data
+        self.views: Dict[int, np.ndarray] = {}
+        self.ptrs: Dict[int, int] = {}
+        for t in self.shapes:
+            r = root.get(t, t)
+            if r not in offsets:                        # read by nothing that runs: never written
+                continue
+            off = offsets[r]
+            self.views[t] = self.arena[off:off + _size(self.shapes[t])].reshape(self.shapes[t])
+            self.ptrs[t] = base + 4 * off
+        self.aliases = root
+        self.arena_bytes = int(self.arena.nbytes)
+
+    # ---------------------------------------------------------------- steps
+    def _entry(self, step) -> _Entry:
+        e = _Entry(step)
+        e.out_view = self.views[step.out]
+        e.in_views = tuple(self.views[t] for t in step.ins)
+        name = step.spec.layer_name.lower()
+        try:
+            built = self._native(e, step, name)
+        except (ValueError, KeyError, TypeError):
+            built = False
+        if not built:
+            e.py = step.fn
+        return e
+
+    def _native(self, e: _Entry, step, name: str) -> bool:
+        shapes, ptr, lib = self.shapes, self.ptrs, self.lib
+        out_shape = shapes[step.out]
+        if step.out in self.aliases:
+            return True                                 # a view of its input: nothing to run
+        conv = getattr(step.fn, "__self__", None)
+        if step.inner is not None:                      # fused Conv2D + Sum2D
+            conv, act = step.fn.conv, step.fn.sum_act
+            x_shape = shapes[step.ins[0]]
+            _, oh, ow, _ = conv.output_shape(x_shape)
+            plan = conv._plan(x_shape, oh, ow, act)
+            if plan[3] != out_shape or shapes[step.ins[1]] != out_shape:
+                return False
+            e.call, e.args, e.keep = plan[0], (plan[2], ptr[step.ins[0]], ptr[step.out], ptr[step.ins[1]]), plan
+            return True
+        if isinstance(conv, Conv2D) and len(step.ins) == 1:
+            if not (conv.groups == 1 or (conv.depthwise and conv.og == 1)):
+                return False
+            x_shape = shapes[step.ins[0]]
+            _, oh, ow, _ = conv.output_shape(x_shape)
+            plan = conv._plan(x_shape, oh, ow)
+            if plan[3] != out_shape:
+                return False
+            args = (plan[2], ptr[step.ins[0]], ptr[step.out]) + (() if conv.depthwise else (None,))
+            e.call, e.args, e.keep, e.post = plan[0], args, plan, plan[5]
+            return True
+        if isinstance(conv, FC) and len(step.ins) == 1:
+            fc, x_shape = conv, shapes[step.ins[0]]
+            rows = x_shape[0]
+            if _size(x_shape) != rows * fc.in_features or out_shape != (rows, fc.out_features):
+                return False
+            if rows <= _GEMV_ROWS:
+                desc, dptr, keep, act = fc.gemv_plan(rows)
+                e.call, e.args, e.keep, e.post = lib.gemv_desc, (dptr, ptr[step.ins[0]], ptr[step.out]), (desc, keep), act
+            else:
+                plan = fc.native_conv()._plan((rows, 1, 1, fc.in_features), 1, 1)
+                e.call, e.args, e.keep, e.post = plan[0], (plan[2], ptr[step.ins[0]], ptr[step.out], None), plan, plan[5]
+            return True
+        if name in ("sum2d", "mul2d"):
+            return self._binary(e, step, name == "mul2d")
+        if name in ("maxpool2d", "avgpool2d") and len(step.ins) == 1:
+            return self._pool(e, step, name == "avgpool2d")
+        if name == "layout_transform" and len(step.ins) == 1:
+            src = str(step.spec.params.get("src_layout", "")).upper()
+            dst = str(step.spec.params.get("dst_layout", "")).upper()
+            x_shape = shapes[step.ins[0]]
+            if {src, dst} != {"NCHW", "NHWC"} or len(x_shape) != 4:
+                return False
+            n = x_shape[0]
+            c, hw = (x_shape[1], x_shape[2] * x_shape[3]) if src == "NCHW" else (x_shape[3], x_shape[1] * x_shape[2])
+            perm = (0, 2, 3, 1) if src == "NCHW" else (0, 3, 1, 2)
+            if tuple(x_shape[i] for i in perm) != out_shape:
+                return False
+            e.call, e.args = _ok_after(lib.transpose_layout), (ptr[step.ins[0]], ptr[step.out], n, c, hw, int(src == "NCHW"))
+            return True
+        return False
+
+    def _binary(self, e: _Entry, step, mul: bool) -> bool:
+        spec, shapes = step.spec, self.shapes
+        a_id = step.ins[0]
+        a_shape = shapes[a_id]
+        if len(step.ins) == 2:
+            b_shape, b_ptr = shapes[step.ins[1]], self.ptrs[step.ins[1]]
+            b_keep = None
+        else:
+            from .fp16 import to_fp16_values
+            b_keep = np.ascontiguousarray(to_fp16_values(spec.weight("operand", required=True)), dtype=F32)
+            b_shape, b_ptr = b_keep.shape, b_keep.ctypes.data
+        a_ptr = self.ptrs[a_id]
+        full = tuple(np.broadcast_shapes(a_shape, b_shape))
+        if a_shape != full:                               # IEEE + and * commute bit for bit
+            a_shape, b_shape, a_ptr, b_ptr = b_shape, a_shape, b_ptr, a_ptr
+        dims = _npc(a_shape, b_shape) if a_shape == full else None
+        if dims is None or full != shapes[step.out] or _size(full) == 0:
+            return False
+        a = spec.activation()
+        code, p0, p1, sl = jit.act_args(a["activation"], a["activation_params"], a["slope"], dims[0][2])
+        slope = native.padded(sl, 16)
+        post = None
+        if code < 0:
+            from .activations import make_activation
+            post = make_activation(a["activation"], a["activation_params"], a["slope"])
+        e.call = self.lib.binary_npc
+        e.args = (a_ptr, b_ptr, self.ptrs[step.out]) + dims[0] + dims[1] + (int(mul), slope.ctypes.data,
+                                                                           int(code), float(p0), float(p1))
+        e.keep, e.post = (b_keep, slope), post
+        return True
+
+    def _pool(self, e: _Entry, step, avg: bool) -> bool:
+        p, x_shape = step.spec.params, self.shapes[step.ins[0]]
+        geo = _geometry(np.broadcast_to(F32(0), x_shape), p.get("kernel_size"), p.get("strides") or (1, 1),
+                        p.get("padding") or (0, 0, 0, 0), p.get("dilation") or (1, 1), int(p.get("ceil_mode", 0)))
+        (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = geo
+        n, h, w, c = x_shape
+        if (n, oh, ow, c) != self.shapes[step.out] or (avg and (dh, dw) != (1, 1)):
+            return False
+        div = None
+        if avg:
+            inc = bool(int(p.get("count_include_pad", 0)))
+            div = np.ascontiguousarray(_counts(h, oh, kh, sh, t, b, dh, inc)[:, None]
+                                       * _counts(w, ow, kw, sw, l, r, dw, inc)[None, :], dtype=F32)
+        desc = np.array((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(avg)), dtype=np.int64)
+        e.call = self.lib.pool_desc
+        e.args = (desc.ctypes.data, self.ptrs[step.ins[0]], self.ptrs[step.out], 0 if div is None else div.ctypes.data)
+        e.keep = (desc, div)
+        if not avg:
+            e.call = _ok_after(self.lib.pool_desc)
+        return True
+
+    @property
+    def native_steps(self) -> int:
+        return sum(1 for e in self.entries if e.py is None)
+
+    def run(self, sim, arrays: Sequence[np.ndarray], nthreads: int) -> Tuple[List[np.ndarray], Optional[Dict]]:
+        """Execute once: (outputs as fresh arrays, first overflow or None). ``sim`` supplies the
+        input specs, names and the error wording of the per-layer path."""
+        from ..errors import MrvlRuntimeError
+        from .fp16 import round_fp16_
+        finite: Dict[int, bool] = {}
+        overflow: Optional[Dict] = None
+        for name, spec, a in zip(sim.input_names, sim._inputs, arrays):
+            tid = int(spec["tensor"])
+            x = self.views[tid]
+            x[...] = a
+            with np.errstate(all="ignore"):
+                ok_in = bool(np.isfinite(a).all())
+            ok = round_fp16_(x)
+            finite[tid] = ok
+            if ok_in and not ok and overflow is None:
+                overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
+        for e in self.entries:
+            spec, _, ins, out, index, inner = e.step
+            conv_ok = True
+            if e.py is not None:
+                try:
+                    y, ok = e.py(*e.in_views)
+                except (ValueError, IndexError) as exc:
+                    raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer failed: {exc}",
+                                           node=spec.name, origin=spec.origin,
+                                           hint="the program's tensor shapes are inconsistent; recompile") from None
+                if y.shape != e.out_view.shape:
+                    raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer produced shape "
+                                           f"{list(y.shape)}, meta says {list(e.out_view.shape)}", node=spec.name,
+                                           origin=spec.origin, hint="recompile the region")
+                np.copyto(e.out_view, y)
+            elif e.call is None:                         # an aliasing reshape
+                ok = True
+            else:
+                bits = e.call(*e.args, nthreads)
+                if inner is not None:
+                    conv_ok, ok = bool(bits & 1), bool(bits & 2)
+                else:
+                    ok = bool(bits & 1)
+                if e.post is not None:
+                    ok = finish_post(e.out_view, e.post)
+            in_ok = finite[ins[0]] if len(ins) == 1 else all([finite[t] for t in ins])
+            if inner is not None:
+                if finite[ins[0]] and not conv_ok and overflow is None:
+                    overflow = _overflow_at(*inner)
+                in_ok = in_ok and conv_ok
+            finite[out] = bool(ok and in_ok)
+            if in_ok and not ok and overflow is None:
+                overflow = _overflow_at(spec, index)
+        return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
+
+
+def _ok_after(fn: Callable) -> Callable:
+    """A kernel that reports nothing (moves values only, or max pooling): always finite."""
+    def call(*args):
+        fn(*args)
+        return 1
+    return call
+
+
+def _overflow_at(spec, index: int) -> Dict:
+    return {"name": spec.name, "layer_name": spec.layer_name, "origin": list(spec.origin), "index": index}
+
+
+def finish_post(view: np.ndarray, post) -> bool:
+    """numpy's last step of a transcendental activation on a native kernel's output (in place)."""
+    from .fp16 import round_fp16_
+    y = view.reshape(-1, view.shape[-1]) if view.ndim > 1 else view
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = post(y)
+    if r is not y:
+        y[...] = r
+    return round_fp16_(y)

@@ -1,0 +1,117 @@
+"""The static plan (sim/static_plan.py): the same bits as layer-by-layer execution, sound memory."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import models
+import onnx_mrvl
+from onnx_mrvl.sim import Simulator, native
+from test_sim_fusion import program as residual_program
+
+pytestmark = pytest.mark.skipif(not native.on(), reason=f"native kernels off: {native.why_disabled()}")
+RNG = np.random.default_rng(5)
+
+
+def both(sim, x):
+    """(static outputs + overflow, layer-by-layer outputs + overflow) on the same inputs."""
+    assert sim._static is not None
+    a = sim.run(x)
+    oa = sim.last_overflow
+    b = sim._run_dynamic(sim._bind_inputs(x))
+    return (a, oa), (b, sim.last_overflow)
+
+
+def assert_same(pair):
+    (a, oa), (b, ob) = pair
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        assert u.shape == v.shape and u.dtype == v.dtype
+        np.testing.assert_array_equal(u, v)
+    assert oa == ob
+
+
+MODELS = {
+    "mobilenetv2": lambda: models.mobilenetv2_like(seed=1, width=0.35, input_size=64),
+    "resnet18": lambda: models.resnet18_like(seed=1, input_size=64, batch=2),
+    "yolo (SiLU, Resize, Concat)": lambda: models.yolo_like(seed=1, input_size=64),
+    "detection": lambda: models.detection_like(seed=1, input_size=64),
+    "fashion_mnist": lambda: models.fashion_mnist_cnn(seed=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_converted_models_static_equals_layer_by_layer(name):
+    res = onnx_mrvl.convert(MODELS[name]())
+    assert res.subgraphs
+    for sg in res.subgraphs:
+        sim = Simulator(sg.binary)
+        assert sim._static is not None and sim._static.native_steps > 0
+        x = [(RNG.standard_normal(s) * 2).astype(np.float32) for s in sim.input_shapes]
+        assert_same(both(sim, x))
+        assert_same(both(sim, x))                  # the reused arena gives the same again
+
+
+def test_residual_program_and_overflow_reports_match():
+    meta, weights = residual_program()
+    sim = Simulator.from_program(meta, weights)
+    x = [RNG.standard_normal((1, 6, 7, 16)).astype(np.float32)]
+    assert_same(both(sim, x))
+    weights["w0"] = np.full_like(weights["w0"], 1.0)
+    weights["w1"] = np.full_like(weights["w1"], 300.0)
+    sim = Simulator.from_program(meta, weights)
+    (a, oa), pair_b = both(sim, [np.abs(x[0]) + 10])
+    assert oa["name"] == "conv_1"
+    assert_same(((a, oa), pair_b))
+
+
+def test_memory_plan_reuses_buffers_and_never_overlaps_a_step_with_its_inputs():
+    res = onnx_mrvl.convert(models.resnet18_like(seed=2, input_size=64))
+    sim = Simulator(res.subgraphs[0].binary)
+    plan = sim._static
+    tensor_bytes = sum(v.nbytes for t, v in plan.views.items() if t not in plan.aliases)
+    assert plan.arena_bytes < tensor_bytes / 2          # liveness reuse
+    lo = {t: v.ctypes.data for t, v in plan.views.items()}
+    hi = {t: lo[t] + v.nbytes for t, v in plan.views.items()}
+    for e in plan.entries:
+        if e.step.out in plan.aliases:
+            continue
+        for t in e.step.ins:
+            assert hi[t] <= lo[e.step.out] or hi[e.step.out] <= lo[t], (e.step.spec.name, t)
+
+
+def test_concurrent_runs_share_one_arena_safely():
+    res = onnx_mrvl.convert(models.mobilenetv2_like(seed=3, width=0.35, input_size=64))
+    sim = Simulator(res.subgraphs[0].binary)
+    xs = [RNG.standard_normal(sim.input_shapes[0]).astype(np.float32) for _ in range(4)]
+    want = [sim._run_dynamic(sim._bind_inputs([x]))[0] for x in xs]
+    errors = []
+
+    def worker(k):
+        for _ in range(10):
+            y = sim.run([xs[k]])[0]
+            if not np.array_equal(y, want[k]):
+                errors.append(k)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_python_fallback_steps_and_env_switch():
+    # grouped conv (not native), Concat and Resize run as Python steps inside the static plan
+    res = onnx_mrvl.convert(models.yolo_like(seed=4, input_size=64))
+    sim = Simulator(res.subgraphs[0].binary)
+    assert sim._static.native_steps < len(sim._static.entries)
+    code = ("import numpy as np; from onnx_mrvl.sim import Simulator; "
+            "from onnx_mrvl.sim.simulator import Simulator as S; import sys; "
+            "s = Simulator(sys.stdin.buffer.read()); print(s._static is None)")
+    env = dict(os.environ, ONNX_MRVL_SIM_STATIC="0")
+    out = subprocess.run([sys.executable, "-c", code], input=res.subgraphs[0].binary, capture_output=True,
+                         env=env, check=True).stdout.decode().strip()
+    assert out == "True"
