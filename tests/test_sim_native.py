@@ -337,3 +337,22 @@ def test_random_geometries_match_numpy(monkeypatch, seed):
         pytest.skip("empty output")
     fast, slow = both(monkeypatch, lambda: K.Conv2D(w, **kwargs).apply(x))
     assert_within_ulp(fast, slow, exact_frac=0.75)
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 7, 640), (2, 3, 5, 17), (1, 1, 1, 1), (3, 13, 1, 40)])
+def test_global_avgpool_bit_identical(monkeypatch, shape):
+    from onnx_mrvl.sim.pooling import _global_avgpool
+    x = special(*shape, big=6e4)
+    assert_same(*both(monkeypatch, lambda: _global_avgpool(x)))
+
+
+def test_copy_round_flags():
+    src = np.array([1.0, np.inf, 70000.0, 2.0 ** -26, np.nan] + [0.5] * 20, np.float32)
+    # bit 0: every input finite; bit 1: every rounded value finite (70000 rounds to inf)
+    for data, want in ((src, 0), (src[2:4], 1), (src[3:], 0), (np.ones(33, np.float32), 3)):
+        dst = np.empty_like(data)
+        bits = native.lib().copy_round(data.ctypes.data, dst.ctypes.data, data.size)
+        ref = data.copy()
+        ok = round_fp16_(ref)
+        assert bits == want and bool(bits & 2) == ok
+        np.testing.assert_array_equal(dst, ref)

@@ -586,6 +586,7 @@ static void dw_part(void *arg, long p) {
             ky1--;
         float *orow = j->out + r * j->ow * j->c;
         const int blocks = ky0 < ky1 && hi - lo >= DWB;    /* interior pixels in 8-pixel blocks */
+        const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
         if (blocks) {
             for (long cb = 0; cb < j->c; cb += 16) {
                 const long left = j->c - cb;
@@ -602,7 +603,33 @@ static void dw_part(void *arg, long p) {
                     const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
                     const float *wt = j->w + ky0 * j->kw * j->cp + cb;
                     int first = 1;
-                    for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride) {
+                    if (row3) {      /* stride 1, 3 taps wide: a row of DWB + 2 input vectors serves all three */
+                        for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride, wt += 3 * j->cp) {
+                            __m512 xv[DWB + 2];
+#pragma GCC unroll 10
+                            for (int t = 0; t < DWB + 2; t++)
+                                xv[t] = _mm512_maskz_loadu_ps(m, xb + t * j->c);
+                            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp),
+                                         w2 = _mm512_loadu_ps(wt + 2 * j->cp);
+                            if (first) {
+#pragma GCC unroll 8
+                                for (int t = 0; t < DWB; t++)
+                                    acc[t] = _mm512_mul_ps(xv[t], w0);
+                                first = 0;
+                            } else {
+#pragma GCC unroll 8
+                                for (int t = 0; t < DWB; t++)
+                                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
+                            }
+#pragma GCC unroll 8
+                            for (int t = 0; t < DWB; t++)
+                                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
+#pragma GCC unroll 8
+                            for (int t = 0; t < DWB; t++)
+                                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
+                        }
+                    }
+                    for (long ky = ky0; ky < ky1 && !row3; ky++, xb += j->dh * rowstride) {
                         const float *xt = xb;
                         for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
                             const __m512 wv = _mm512_loadu_ps(wt);
@@ -921,4 +948,39 @@ int gemv_desc(const long *d, const float *x, float *out, int nthreads) {
     parts = (j.nb + j.step - 1) / j.step;
     run_parts(gemv_part, &j, parts, nthreads);
     return atomic_load(&j.ok);
+}
+
+/* ------------------------------------------------------------------ global average pool, input copy
+ * out[n, c] = rne16((sum over p of x[n, p, c], in order p = 0, 1, ...) / hw): numpy's sum over a
+ * non-contiguous axis adds the rows in this order, so the result is the same bits. */
+int global_avgpool(const float *x, float *out, long n, long hw, long c) {
+    __mmask16 bad = 0;
+    const __m512 div = _mm512_set1_ps((float)hw);
+    for (long b = 0; b < n; b++)
+        for (long cb = 0; cb < c; cb += 16) {
+            const long left = c - cb;
+            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            const float *xs = x + b * hw * c + cb;
+            __m512 acc = _mm512_maskz_loadu_ps(m, xs);
+            for (long p = 1; p < hw; p++)
+                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, xs + p * c));
+            acc = rne16(_mm512_div_ps(acc, div));
+            bad |= nonfinite(acc) & m;
+            _mm512_mask_storeu_ps(out + b * c + cb, m, acc);
+        }
+    return bad ? 0 : 1;
+}
+
+/* dst = rne16(src), n values; returns bit 0: every src value finite, bit 1: every dst value finite */
+int copy_round(const float *src, float *dst, long n) {
+    __mmask16 bad_in = 0, bad_out = 0;
+    for (long i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+        const __m512 r = rne16(v);
+        bad_in |= nonfinite(v) & m;
+        bad_out |= nonfinite(r) & m;
+        _mm512_mask_storeu_ps(dst + i, m, r);
+    }
+    return (bad_in ? 0 : 1) | (bad_out ? 0 : 2);
 }
