@@ -168,13 +168,22 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
             acc[r][1] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);
         }
     }
-    for (int p = 0; p < kc; p++) {
-        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+    if (m1) {
+        for (int p = 0; p < kc; p++) {
+            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            for (int r = 0; r < MR; r++) {
+                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+    } else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
+        for (int p = 0; p < kc; p++) {
+            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++)
+                acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r][0]);
         }
     }
     epv_t E0 = {0}, E1 = {0}, F0 = {0}, F1 = {0};
