@@ -250,30 +250,34 @@ static inline void copy_run(float *dst, const float *src, long n) {
     }
 }
 
-/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][KC] (zeros past rows/padding) */
+/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][KC] (zeros past rows/padding).
+ * Pixel and kernel-row indices advance incrementally: integer divisions per row (tens of cycles
+ * each) cost more than the copies when K is small (a 3-channel stem: K = 27). */
 static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
-    const long c = g->c;
+    const long c = g->c, rowlen = g->kw * c;         /* one kernel row of taps: contiguous when dw == 1 */
+    long ox = m0 % g->ow, t = m0 / g->ow, oy = t % g->oh, n = t / g->oh;
+    const long ky_first = k0 / rowlen, rem_first = k0 % rowlen;
     for (int r = 0; r < MR; r++) {
         float *d = dst + r * KC;
         if (r >= rows) {
             copy_run(d, NULL, kc);
             continue;
         }
-        const long m = m0 + r, ox = m % g->ow, t = m / g->ow, oy = t % g->oh, n = t / g->oh;
-        const long rowlen = g->kw * c;          /* one kernel row of taps: contiguous when dw == 1 */
-        long k = k0;
+        const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
+        const int whole = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
+        long k = k0, ky = ky_first, rem = rem_first;
         while (k < k0 + kc) {
-            const long ky = k / rowlen, rem = k % rowlen;
-            const long iy = oy * g->sh + ky * g->dh - g->pt, ix0 = ox * g->sw - g->pl;
+            const long iy = iy0 + ky * g->dh;
             long run, ix, ch;
-            if (g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w) {
+            if (whole) {
                 run = rowlen - rem;              /* the rest of the kernel row in one copy */
                 ix = ix0;
                 ch = rem;
             } else {
-                ch = rem % c;
+                const long tap = rem / c;
+                ch = rem - tap * c;
                 run = c - ch;
-                ix = ix0 + (rem / c) * g->dw;
+                ix = ix0 + tap * g->dw;
             }
             if (run > k0 + kc - k)
                 run = k0 + kc - k;
@@ -282,6 +286,18 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             else
                 copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * c + ch, run);
             k += run;
+            rem += run;
+            if (rem == rowlen) {
+                rem = 0;
+                ky++;
+            }
+        }
+        if (++ox == g->ow) {
+            ox = 0;
+            if (++oy == g->oh) {
+                oy = 0;
+                n++;
+            }
         }
     }
 }
@@ -853,7 +869,7 @@ typedef struct {
     long step;
 } tr_job;
 
-#define TRB 64
+#define TRB 256
 
 static void tr_part(void *arg, long part) {
     tr_job *j = arg;
@@ -863,7 +879,14 @@ static void tr_part(void *arg, long part) {
         const long n = b / blocks, p0 = (b % blocks) * TRB, p1 = p0 + TRB < j->hw ? p0 + TRB : j->hw;
         const float *x = j->x + n * j->c * j->hw;
         float *o = j->out + n * j->c * j->hw;
-        if (j->to_nhwc) {
+        if (j->to_nhwc && j->c == 3) {           /* image inputs: interleave the planes */
+            const float *x0 = x, *x1 = x + j->hw, *x2 = x + 2 * j->hw;
+            for (long p = p0; p < p1; p++) {
+                o[3 * p] = x0[p];
+                o[3 * p + 1] = x1[p];
+                o[3 * p + 2] = x2[p];
+            }
+        } else if (j->to_nhwc) {
             for (long c = 0; c < j->c; c++)
                 for (long p = p0; p < p1; p++)
                     o[p * j->c + c] = x[c * j->hw + p];
@@ -878,7 +901,7 @@ static void tr_part(void *arg, long part) {
 void transpose_layout(const float *x, float *out, long n, long c, long hw, int to_nhwc, int nthreads) {
     tr_job j = {x, out, n, c, hw, to_nhwc, 0};
     const long total = n * ((hw + TRB - 1) / TRB);
-    long parts = nthreads > 1 && n * c * hw >= (1L << 16) ? nthreads * 4 : 1;
+    long parts = nthreads > 1 && n * c * hw >= (1L << 20) ? nthreads * 4 : 1;   /* memory-bound: cores only pay off for large tensors */
     if (parts > total)
         parts = total;
     if (parts < 1)
