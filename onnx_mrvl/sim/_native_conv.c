@@ -154,7 +154,7 @@ static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
 static inline __attribute__((always_inline)) void
 micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-          const float *res, const epi_t *e2, __mmask16 *bad2) {
+          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
     __m512 acc[MR][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
@@ -170,6 +170,8 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
     }
     if (m1) {
         for (int p = 0; p < kc; p++) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);   /* the next weight block */
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
             for (int r = 0; r < MR; r++) {
@@ -220,15 +222,15 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
 /* A from the packed buffer (row stride KC, a constant: one base register for all 12 rows) */
 static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
                   int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-                  const float *res, const epi_t *e2, __mmask16 *bad2) {
-    micro_lda(kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2);
+                  const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
+    micro_lda(kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 /* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda) */
 static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
                          int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-                         const float *res, const epi_t *e2, __mmask16 *bad2) {
-    micro_lda(kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2);
+                         const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
+    micro_lda(kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 typedef struct {
@@ -331,18 +333,22 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
             }
             for (long j = j0; j < j1; j++) {
                 const float *bp = wpack + (j * K + k0) * NR;
+                /* while the first panel runs, prefetch the next block's weights (from DRAM when the
+                 * layer's weights exceed the caches); the other panels prefetch what they read */
+                const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
                 const int cols = (int)((o - j * NR) < NR ? (o - j * NR) : NR);
                 for (int i = 0; i < panels; i++) {
                     const long r0 = mc + (long)i * MR;
                     const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
+                    const float *pf = i == 0 ? next : bp;
                     if (direct && rows == MR)
                         micro_direct(kc, x + r0 * c + k0, c, bp, out + r0 * o + j * NR, o, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                                     res ? res + r0 * o + j * NR : NULL, e2, &bad2);
+                                     res ? res + r0 * o + j * NR : NULL, e2, &bad2, pf);
                     else
                         micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
                               k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                              res ? res + r0 * o + j * NR : NULL, e2, &bad2);
+                              res ? res + r0 * o + j * NR : NULL, e2, &bad2, pf);
                 }
             }
         }
