@@ -18,6 +18,7 @@ from onnx_mrvl.sim import fp16, native, tensor_ops
 from onnx_mrvl.sim import kernels as K
 from onnx_mrvl.sim.activations import ACTIVATIONS
 from onnx_mrvl.sim.fp16 import fp16_ulp, round_fp16_
+from test_sim_jit import assert_same
 from test_sim_kernels import assert_fp16_match, ref_conv
 
 RNG = np.random.default_rng(2026)
@@ -61,13 +62,6 @@ def both(monkeypatch, build):
     slow = build()
     monkeypatch.undo()
     return fast, slow
-
-
-def assert_same(a, b):
-    (ya, oka), (yb, okb) = a, b
-    assert ya.shape == yb.shape and ya.dtype == yb.dtype == np.float32
-    np.testing.assert_array_equal(ya, yb)
-    assert oka == okb
 
 
 def assert_within_ulp(a, b, exact_frac=0.9):
@@ -356,3 +350,21 @@ def test_copy_round_flags():
         ok = round_fp16_(ref)
         assert bits == want and bool(bits & 2) == ok
         np.testing.assert_array_equal(dst, ref)
+
+
+def test_forked_child_runs_on_a_fresh_pool():
+    """After fork() the child has no pool workers and must not inherit the parent's sleep state."""
+    import multiprocessing as mp
+    x, w = f16(RNG.standard_normal((1, 30, 30, 32))), f16(RNG.standard_normal((64, 3, 3, 32)) * 0.2)
+    conv = K.Conv2D(w, padding=(1, 1, 1, 1), activation="relu")
+    want = conv.apply(x)[0]                                   # the parent's pool exists now
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(_run_conv, (w, x)).get(timeout=60)
+    np.testing.assert_array_equal(got, want)
+
+
+def _run_conv(w, x):
+    import os
+    os.environ["ONNX_MRVL_SIM_THREADS"] = "2"
+    return K.Conv2D(w, padding=(1, 1, 1, 1), activation="relu").apply(x)[0]

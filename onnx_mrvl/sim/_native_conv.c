@@ -433,7 +433,11 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
             fn(arg, p);
         return;
     }
-    if (pool_pid != getpid()) {          /* first use, or a forked child: no workers yet */
+    if (pool_pid != getpid()) {          /* first use, or a forked child: no workers, and the
+                                          * sleep state copied from the parent means nothing */
+        pthread_mutex_init(&sleep_lock, NULL);
+        pthread_cond_init(&sleep_cond, NULL);
+        atomic_store(&sleepers, 0);
         pool_size = 0;
         pool_pid = getpid();
     }
@@ -464,6 +468,18 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
     while (atomic_load_explicit(&parts_done, memory_order_acquire) < parts)
         _mm_pause();
     pthread_mutex_unlock(&pool_lock);
+}
+
+/* Split ``rows`` into parts of *per_part rows, a few per thread once ``work`` reaches ``min_work``
+ * (below it a handoff costs more than it saves); returns the number of parts. */
+static long row_parts(long rows, long work, long min_work, int nthreads, long *per_part) {
+    long parts = nthreads > 1 && work >= min_work ? nthreads * 4L : 1;
+    if (parts > rows)
+        parts = rows;
+    if (parts < 1)
+        parts = 1;
+    *per_part = (rows + parts - 1) / parts;
+    return rows ? (rows + *per_part - 1) / *per_part : 0;
 }
 
 /* ------------------------------------------------------------------ conv entry point */
@@ -702,13 +718,8 @@ static int depthwise_nhwc(const float *x, long n, long h, long w, long c, long o
                    int code, float p0, float p1, int nthreads) {
     dw_job j = {x, wt, n, h, w, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, out, 0,
                 {bias, scale, shift, slope, code, p0, p1}, 1};
-    const long rows = n * oh, work = rows * ow * c * kh * kw;
-    long parts = nthreads > 1 && work >= (1L << 17) ? nthreads * 4 : 1;
-    if (parts > rows)
-        parts = rows;
-    j.rows_per_part = (rows + parts - 1) / parts;
-    parts = (rows + j.rows_per_part - 1) / j.rows_per_part;
-    run_parts(dw_part, &j, parts, nthreads);
+    const long rows = n * oh;
+    run_parts(dw_part, &j, row_parts(rows, rows * ow * c * kh * kw, 1L << 17, nthreads, &j.rows_per_part), nthreads);
     return atomic_load(&j.ok);
 }
 
@@ -754,14 +765,7 @@ int binary_npc(const float *a, const float *b, float *out, long n, long p, long 
                int mul, const float *slope, int code, float p0, float p1, int nthreads) {
     bin_job j = {a, b, out, n, p, c, bn, bp, bc, mul, 0, {NULL, NULL, NULL, slope, code, p0, p1}, 1};
     const long rows = n * p;
-    long parts = nthreads > 1 && rows * c >= (1L << 16) ? nthreads * 4 : 1;
-    if (parts > rows)
-        parts = rows;
-    if (parts < 1)
-        parts = 1;
-    j.rows_per_part = (rows + parts - 1) / parts;
-    parts = rows ? (rows + j.rows_per_part - 1) / j.rows_per_part : 0;
-    run_parts(bin_part, &j, parts, nthreads);
+    run_parts(bin_part, &j, row_parts(rows, rows * c, 1L << 16, nthreads, &j.rows_per_part), nthreads);
     return atomic_load(&j.ok);
 }
 
@@ -856,12 +860,8 @@ int pool_desc(const long *d, const float *x, float *out, const float *div, int n
     pool_job j = {x, div, out, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
                   d[13], (int)d[14], 0, 1};
     const long rows = j.n * j.oh;
-    long parts = nthreads > 1 && rows * j.ow * j.c * j.kh * j.kw >= (1L << 16) ? nthreads * 4 : 1;
-    if (parts > rows)
-        parts = rows;
-    j.rows_per_part = (rows + parts - 1) / parts;
-    parts = (rows + j.rows_per_part - 1) / j.rows_per_part;
-    run_parts(pool_part, &j, parts, nthreads);
+    run_parts(pool_part, &j, row_parts(rows, rows * j.ow * j.c * j.kh * j.kw, 1L << 16, nthreads, &j.rows_per_part),
+              nthreads);
     return atomic_load(&j.ok);
 }
 

@@ -25,6 +25,7 @@ import numpy as np
 from . import jit, native
 from .kernels import FC, Conv2D, _GEMV_ROWS
 from .pooling import _counts, _geometry
+from .tensor_ops import npc_dims
 
 F32 = np.float32
 _ALIASES = ("reshape", "flatten", "squeeze")
@@ -49,26 +50,6 @@ def _size(shape) -> int:
     for d in shape:
         n *= int(d)
     return n
-
-
-def _npc(full: Tuple[int, ...], part: Tuple[int, ...]) -> Optional[Tuple[Tuple[int, int, int], Tuple[int, int, int]]]:
-    """Shape form of tensor_ops._as_npc: ((N, P, C), (BN, BP, BC)) when ``part`` broadcasts onto
-    ``full`` per image / pixel / channel, else None."""
-    if not full or len(part) > len(full):
-        return None
-    p = (1,) * (len(full) - len(part)) + tuple(part)
-    if any(a not in (1, b) for a, b in zip(p, full)):
-        return None
-    n, c = (full[0], full[-1]) if len(full) > 1 else (1, full[0])
-    mid, pmid = (full[1:-1], p[1:-1]) if len(full) > 1 else ((), ())
-    pm = _size(mid)
-    if all(d == 1 for d in pmid):
-        bp = 1
-    elif tuple(pmid) == tuple(mid):
-        bp = pm
-    else:
-        return None
-    return (n, pm, c), (p[0] if len(full) > 1 else 1, bp, p[-1])
 
 
 class StaticPlan:
@@ -223,7 +204,7 @@ class StaticPlan:
         full = tuple(np.broadcast_shapes(a_shape, b_shape))
         if a_shape != full:                               # IEEE + and * commute bit for bit
             a_shape, b_shape, a_ptr, b_ptr = b_shape, a_shape, b_ptr, a_ptr
-        dims = _npc(a_shape, b_shape) if a_shape == full else None
+        dims = npc_dims(a_shape, b_shape) if a_shape == full else None
         if dims is None or full != shapes[step.out] or _size(full) == 0:
             return False
         a = spec.activation()

@@ -20,18 +20,19 @@ _PARALLEL_ELEMS = 1 << 18       # split a compiled element-wise pass over the wo
 _LAYOUT_PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
 
 
-def _as_npc(full: np.ndarray, part: np.ndarray):
-    """(full as [N, P, C], part as [N|1, P|1, C|1]) when ``part`` broadcasts onto ``full`` that
-    way (NHWC per-channel, per-image or SE-style operands, or the same shape); else None."""
-    shape = full.shape
-    if full.ndim == 0 or not full.flags.c_contiguous or part.ndim > full.ndim:
+def npc_dims(full: Tuple[int, ...], part: Tuple[int, ...]):
+    """((N, P, C), (BN, BP, BC)) when a tensor of shape ``part`` broadcasts onto one of shape
+    ``full`` as [N, P, C] against [N|1, P|1, C|1] (NHWC per-channel, per-image or SE-style
+    operands, or the same shape); else None."""
+    full, part = tuple(full), tuple(part)
+    if not full or len(part) > len(full):
         return None
-    pshape = (1,) * (full.ndim - part.ndim) + part.shape
-    if any(p not in (1, f) for p, f in zip(pshape, shape)):
+    pshape = (1,) * (len(full) - len(part)) + part
+    if any(p not in (1, f) for p, f in zip(pshape, full)):
         return None
-    n, c = (shape[0], shape[-1]) if full.ndim > 1 else (1, shape[0])
-    mid = shape[1:-1] if full.ndim > 1 else ()
-    pmid = pshape[1:-1] if full.ndim > 1 else ()
+    n, c = (full[0], full[-1]) if len(full) > 1 else (1, full[0])
+    mid = full[1:-1] if len(full) > 1 else ()
+    pmid = pshape[1:-1] if len(full) > 1 else ()
     pm = int(np.prod(mid)) if mid else 1
     if all(d == 1 for d in pmid):
         bp = 1
@@ -39,27 +40,33 @@ def _as_npc(full: np.ndarray, part: np.ndarray):
         bp = pm
     else:
         return None
-    bn = pshape[0] if full.ndim > 1 else 1
-    bc = pshape[-1]
-    return (full.reshape(n, pm, c),
-            np.ascontiguousarray(part, dtype=F32).reshape(bn, bp, bc))
+    return (n, pm, c), (pshape[0] if len(full) > 1 else 1, bp, pshape[-1])
+
+
+def _binary_views(a: np.ndarray, b: np.ndarray, act_spec):
+    """(full operand as [N, P, C], other as [BN, BP, BC], activation args) for the one-pass
+    kernels, or None when the shapes or the activation do not fit them."""
+    if a.shape != np.broadcast_shapes(a.shape, b.shape):
+        a, b = b, a                          # IEEE + and * commute bit for bit
+    if a.dtype != F32 or a.shape != np.broadcast_shapes(a.shape, b.shape) or a.size == 0 \
+            or not a.flags.c_contiguous:
+        return None
+    dims = npc_dims(a.shape, b.shape)
+    if dims is None:
+        return None
+    spec = act_spec(dims[0][2])
+    if spec is None:
+        return None
+    return a.reshape(dims[0]), np.ascontiguousarray(b, dtype=F32).reshape(dims[1]), spec
 
 
 def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optional[Tuple[np.ndarray, bool]]:
     """The compiled one-pass form of a (+|*) b, activation, rounding; None when shapes don't fit."""
-    if a.shape != np.broadcast_shapes(a.shape, b.shape):
-        a, b = b, a                          # IEEE + and * commute bit for bit
-    if a.dtype != F32 or a.shape != np.broadcast_shapes(a.shape, b.shape):
-        return None
-    views = _as_npc(a, b)
+    views = _binary_views(a, b, act_spec)
     if views is None:
         return None
-    a3, b3 = views
-    spec = act_spec(a3.shape[2])
-    if spec is None:
-        return None
-    code, p0, p1, sl = spec
-    out = np.empty(a.shape, dtype=F32)
+    a3, b3, (code, p0, p1, sl) = views
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=F32)
     o3 = out.reshape(a3.shape)
     rows = a3.shape[1]
     parts = workers() if out.size >= _PARALLEL_ELEMS and rows >= 2 * workers() and a3.shape[0] == 1 else 1
@@ -80,20 +87,12 @@ def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optio
 
 def _binary_native(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optional[Tuple[np.ndarray, bool]]:
     """The native one-pass form of a (+|*) b, activation, rounding; None when shapes don't fit."""
-    if a.shape != np.broadcast_shapes(a.shape, b.shape):
-        a, b = b, a                          # IEEE + and * commute bit for bit
-    if a.dtype != F32 or a.shape != np.broadcast_shapes(a.shape, b.shape) or a.size == 0:
-        return None
-    views = _as_npc(a, b)
+    views = _binary_views(a, b, act_spec)
     if views is None:
         return None
-    a3, b3 = views
-    spec = act_spec(a3.shape[2])
-    if spec is None:
-        return None
-    code, p0, p1, sl = spec
+    a3, b3, (code, p0, p1, sl) = views
     slope = native.padded(sl, 16)
-    out = native.empty(a.shape)
+    out = native.empty(np.broadcast_shapes(a.shape, b.shape))
     ok = native.lib().binary_npc(a3.ctypes.data, b3.ctypes.data, out.ctypes.data, *a3.shape, *b3.shape,
                                  int(mul), slope.ctypes.data, int(code), float(p0), float(p1), workers())
     if code < 0:                              # transcendental activation: finish in numpy
