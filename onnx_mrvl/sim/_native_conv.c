@@ -1022,3 +1022,40 @@ int copy_round(const float *src, float *dst, long n) {
     }
     return (bad_in ? 0 : 1) | (bad_out ? 0 : 2);
 }
+
+/* ------------------------------------------------------------------ a run of steps in one call
+ * The static plan (static_plan.py) hands over each stretch of consecutive native steps as
+ * records of STEP_WORDS longs, [kind, arguments...], and gets each step's result bits in ok[]:
+ * one ctypes call instead of one per layer. */
+#define STEP_WORDS 16
+
+void run_steps(const long *steps, long count, int *ok, int nthreads) {
+    for (long i = 0; i < count; i++) {
+        const long *s = steps + i * STEP_WORDS;
+        switch (s[0]) {
+        case 1:   /* conv: descriptor, x, out, residual or 0 */
+            ok[i] = conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+            break;
+        case 2:   /* depthwise: descriptor, x, out */
+            ok[i] = depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+            break;
+        case 3:   /* Sum2D / Mul2D: a, b, out, n, p, c, bn, bp, bc, mul, slope, code, p0 bits, p1 bits */
+            ok[i] = binary_npc((const float *)s[1], (const float *)s[2], (float *)s[3], s[4], s[5], s[6], s[7], s[8],
+                               s[9], (int)s[10], (const float *)s[11], (int)s[12], bits_to_float(s[13]),
+                               bits_to_float(s[14]), nthreads);
+            break;
+        case 4:   /* pooling: descriptor, x, out, divisors or 0 */
+            ok[i] = pool_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+            break;
+        case 5:   /* layout: x, out, n, c, hw, to_nhwc */
+            transpose_layout((const float *)s[1], (float *)s[2], s[3], s[4], s[5], (int)s[6], nthreads);
+            ok[i] = 1;
+            break;
+        case 6:   /* FC GEMV: descriptor, x, out */
+            ok[i] = gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+            break;
+        default:
+            ok[i] = -1;
+        }
+    }
+}

@@ -143,6 +143,8 @@ def lib():
                 so.global_avgpool.restype = so.copy_round.restype = ctypes.c_int
                 so.global_avgpool.argtypes = [_P, _P, _L, _L, _L]
                 so.copy_round.argtypes = [_P, _P, _L]
+                so.run_steps.restype = None
+                so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
                 so.round_fp16.restype = None
                 so.round_fp16.argtypes = [_P, _L]
                 _lib = so

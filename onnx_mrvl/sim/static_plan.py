@@ -1,4 +1,4 @@
-"""Static execution of a program: memory planned once, each native step one call with fixed arguments.
+"""Static execution of a program: memory planned once, native steps run from precomputed records.
 
 The per-layer path (``Simulator._run_dynamic``) allocates every output, looks its kernel plan up
 and fetches array addresses on each call: ~15-25 us of Python per layer, which is 10-15% of a
@@ -7,9 +7,10 @@ MobileNetV2 run and leaves the worker threads idle meanwhile. Here, once per Sim
 * every tensor gets a fixed place in one arena, buffers reused by liveness (first fit; a step's
   output never shares memory with its inputs). A Reshape / Flatten / Squeeze output is its input's
   memory (no copy), and a residual conv's output that ``fusion.py`` fused away gets none;
-* every step whose kernel is native becomes one ctypes call whose arguments are all precomputed
-  integers (descriptor and buffer addresses). Any other step runs its usual Python kernel on
-  views of the arena and its result is copied into place.
+* every step whose kernel is native becomes a record of precomputed integers (kind, descriptor
+  and buffer addresses), and each stretch of consecutive native steps runs in one ``run_steps``
+  call. Any other step runs its usual Python kernel on views of the arena and its result is
+  copied into place.
 
 The kernels and their arguments are exactly those of the per-layer path, so the results are the
 same bits (tests/test_sim_static.py). The arena is per Simulator: a second thread calling ``run``
@@ -18,7 +19,7 @@ warm in the caches; its size is the program's peak of live tensors.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from .tensor_ops import npc_dims
 F32 = np.float32
 _ALIASES = ("reshape", "flatten", "squeeze")
 _ALIGN = 16                                     # floats: every buffer starts on a 64-byte boundary
+_STEP_WORDS = 16                                # longs per run_steps record (_native_conv.c STEP_WORDS)
 
 
 class Unsupported(Exception):
@@ -37,11 +39,12 @@ class Unsupported(Exception):
 
 
 class _Entry:
-    """One step: ``call(nthreads) -> ok bits`` for a native kernel, or ``py`` for a Python one."""
-    __slots__ = ("step", "call", "args", "post", "py", "out_view", "in_views", "keep")
+    """One step: ``rec``, its native kernel's record for ``run_steps`` (kind, arguments), or
+    ``py``, its Python kernel; neither for an aliasing reshape."""
+    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep")
 
     def __init__(self, step):
-        self.step, self.call, self.args, self.post, self.py = step, None, (), None, None
+        self.step, self.rec, self.post, self.py = step, None, None, None
         self.out_view, self.in_views, self.keep = None, (), ()
 
 
@@ -67,6 +70,7 @@ class StaticPlan:
         self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
+        self._segment()
 
     # ---------------------------------------------------------------- memory
     def _plan_memory(self) -> None:
@@ -133,7 +137,7 @@ class StaticPlan:
         return e
 
     def _native(self, e: _Entry, step, name: str) -> bool:
-        shapes, ptr, lib = self.shapes, self.ptrs, self.lib
+        shapes, ptr = self.shapes, self.ptrs
         out_shape = shapes[step.out]
         if step.out in self.aliases:
             return True                                 # a view of its input: nothing to run
@@ -145,7 +149,7 @@ class StaticPlan:
             plan = conv._plan(x_shape, oh, ow, act)
             if plan[3] != out_shape or shapes[step.ins[1]] != out_shape:
                 return False
-            e.call, e.args, e.keep = plan[0], (plan[2], ptr[step.ins[0]], ptr[step.out], ptr[step.ins[1]]), plan
+            e.rec, e.keep = (1, plan[2], ptr[step.ins[0]], ptr[step.out], ptr[step.ins[1]]), plan
             return True
         if isinstance(conv, Conv2D) and len(step.ins) == 1:
             if not (conv.groups == 1 or (conv.depthwise and conv.og == 1)):
@@ -155,8 +159,9 @@ class StaticPlan:
             plan = conv._plan(x_shape, oh, ow)
             if plan[3] != out_shape:
                 return False
-            args = (plan[2], ptr[step.ins[0]], ptr[step.out]) + (() if conv.depthwise else (None,))
-            e.call, e.args, e.keep, e.post = plan[0], args, plan, plan[5]
+            e.rec = (2, plan[2], ptr[step.ins[0]], ptr[step.out]) if conv.depthwise else \
+                (1, plan[2], ptr[step.ins[0]], ptr[step.out], 0)
+            e.keep, e.post = plan, plan[5]
             return True
         if isinstance(conv, FC) and len(step.ins) == 1:
             fc, x_shape = conv, shapes[step.ins[0]]
@@ -165,10 +170,10 @@ class StaticPlan:
                 return False
             if rows <= _GEMV_ROWS:
                 desc, dptr, keep, act = fc.gemv_plan(rows)
-                e.call, e.args, e.keep, e.post = lib.gemv_desc, (dptr, ptr[step.ins[0]], ptr[step.out]), (desc, keep), act
+                e.rec, e.keep, e.post = (6, dptr, ptr[step.ins[0]], ptr[step.out]), (desc, keep), act
             else:
                 plan = fc.native_conv()._plan((rows, 1, 1, fc.in_features), 1, 1)
-                e.call, e.args, e.keep, e.post = plan[0], (plan[2], ptr[step.ins[0]], ptr[step.out], None), plan, plan[5]
+                e.rec, e.keep, e.post = (1, plan[2], ptr[step.ins[0]], ptr[step.out], 0), plan, plan[5]
             return True
         if name in ("sum2d", "mul2d"):
             return self._binary(e, step, name == "mul2d")
@@ -185,7 +190,7 @@ class StaticPlan:
             perm = (0, 2, 3, 1) if src == "NCHW" else (0, 3, 1, 2)
             if tuple(x_shape[i] for i in perm) != out_shape:
                 return False
-            e.call, e.args = _ok_after(lib.transpose_layout), (ptr[step.ins[0]], ptr[step.out], n, c, hw, int(src == "NCHW"))
+            e.rec = (5, ptr[step.ins[0]], ptr[step.out], n, c, hw, int(src == "NCHW"))
             return True
         return False
 
@@ -214,9 +219,9 @@ class StaticPlan:
         if code < 0:
             from .activations import make_activation
             post = make_activation(a["activation"], a["activation_params"], a["slope"])
-        e.call = self.lib.binary_npc
-        e.args = (a_ptr, b_ptr, self.ptrs[step.out]) + dims[0] + dims[1] + (int(mul), slope.ctypes.data,
-                                                                           int(code), float(p0), float(p1))
+        bits = np.array([p0, p1], F32).view(np.uint32)
+        e.rec = (3, a_ptr, b_ptr, self.ptrs[step.out]) + tuple(dims[0]) + tuple(dims[1]) + (
+            int(mul), slope.ctypes.data, int(code), int(bits[0]), int(bits[1]))
         e.keep, e.post = (b_keep, slope), post
         return True
 
@@ -234,12 +239,33 @@ class StaticPlan:
             div = np.ascontiguousarray(_counts(h, oh, kh, sh, t, b, dh, inc)[:, None]
                                        * _counts(w, ow, kw, sw, l, r, dw, inc)[None, :], dtype=F32)
         desc = np.array((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(avg)), dtype=np.int64)
-        e.call = self.lib.pool_desc
-        e.args = (desc.ctypes.data, self.ptrs[step.ins[0]], self.ptrs[step.out], 0 if div is None else div.ctypes.data)
+        e.rec = (4, desc.ctypes.data, self.ptrs[step.ins[0]], self.ptrs[step.out], 0 if div is None else div.ctypes.data)
         e.keep = (desc, div)
-        if not avg:
-            e.call = _ok_after(self.lib.pool_desc)
         return True
+
+    def _segment(self) -> None:
+        """Group consecutive native steps into one ``run_steps`` call each; a step whose result
+        numpy finishes (``post``) ends its group, since the next step reads the finished values."""
+        self.segments: List[Tuple] = []
+        run: List[_Entry] = []
+
+        def close():
+            if run:
+                recs = np.zeros((len(run), _STEP_WORDS), np.int64)
+                for k, e in enumerate(run):
+                    recs[k, :len(e.rec)] = e.rec
+                ok = np.zeros(len(run), np.int32)
+                self.segments.append(("native", list(run), recs, ok, recs.ctypes.data, ok.ctypes.data))
+                run.clear()
+        for e in self.entries:
+            if e.rec is not None:
+                run.append(e)
+                if e.post is not None:
+                    close()
+            else:
+                close()
+                self.segments.append(("python" if e.py is not None else "alias", [e]))
+        close()
 
     @property
     def native_steps(self) -> int:
@@ -248,7 +274,6 @@ class StaticPlan:
     def run(self, sim, arrays: Sequence[np.ndarray], nthreads: int) -> Tuple[List[np.ndarray], Optional[Dict]]:
         """Execute once: (outputs as fresh arrays, first overflow or None). ``sim`` supplies the
         input specs, names and the error wording of the per-layer path."""
-        from ..errors import MrvlRuntimeError
         from .fp16 import round_fp16_
         finite: Dict[int, bool] = {}
         overflow: Optional[Dict] = None
@@ -266,48 +291,52 @@ class StaticPlan:
             finite[tid] = ok
             if ok_in and not ok and overflow is None:
                 overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
-        for e in self.entries:
-            spec, _, ins, out, index, inner = e.step
-            conv_ok = True
-            if e.py is not None:
-                try:
-                    y, ok = e.py(*e.in_views)
-                except (ValueError, IndexError) as exc:
-                    raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer failed: {exc}",
-                                           node=spec.name, origin=spec.origin,
-                                           hint="the program's tensor shapes are inconsistent; recompile") from None
-                if y.shape != e.out_view.shape:
-                    raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer produced shape "
-                                           f"{list(y.shape)}, meta says {list(e.out_view.shape)}", node=spec.name,
-                                           origin=spec.origin, hint="recompile the region")
-                np.copyto(e.out_view, y)
-            elif e.call is None:                         # an aliasing reshape
-                ok = True
-            else:
-                bits = e.call(*e.args, nthreads)
-                if inner is not None:
-                    conv_ok, ok = bool(bits & 1), bool(bits & 2)
+        for seg in self.segments:
+            if seg[0] == "native":
+                self.lib.run_steps(seg[4], len(seg[1]), seg[5], nthreads)
+                oks = seg[3].tolist()
+            for k, e in enumerate(seg[1]):
+                spec, _, ins, out, index, inner = e.step
+                conv_ok = True
+                if seg[0] == "python":
+                    _, ok = _python_step(sim, e)
+                elif seg[0] == "alias":
+                    ok = True
                 else:
-                    ok = bool(bits & 1)
-                if e.post is not None:
-                    ok = finish_post(e.out_view, e.post)
-            in_ok = finite[ins[0]] if len(ins) == 1 else all([finite[t] for t in ins])
-            if inner is not None:
-                if finite[ins[0]] and not conv_ok and overflow is None:
-                    overflow = _overflow_at(*inner)
-                in_ok = in_ok and conv_ok
-            finite[out] = bool(ok and in_ok)
-            if in_ok and not ok and overflow is None:
-                overflow = _overflow_at(spec, index)
+                    bits = oks[k]
+                    if inner is not None:
+                        conv_ok, ok = bool(bits & 1), bool(bits & 2)
+                    else:
+                        ok = bool(bits & 1)
+                    if e.post is not None:
+                        ok = finish_post(e.out_view, e.post)
+                in_ok = finite[ins[0]] if len(ins) == 1 else all([finite[t] for t in ins])
+                if inner is not None:
+                    if finite[ins[0]] and not conv_ok and overflow is None:
+                        overflow = _overflow_at(*inner)
+                    in_ok = in_ok and conv_ok
+                finite[out] = bool(ok and in_ok)
+                if in_ok and not ok and overflow is None:
+                    overflow = _overflow_at(spec, index)
         return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
 
 
-def _ok_after(fn: Callable) -> Callable:
-    """A kernel that reports nothing (moves values only, or max pooling): always finite."""
-    def call(*args):
-        fn(*args)
-        return 1
-    return call
+def _python_step(sim, e: _Entry):
+    """A Python kernel on arena views; its result copied into its place (errors as layer by layer)."""
+    from ..errors import MrvlRuntimeError
+    spec = e.step.spec
+    try:
+        y, ok = e.py(*e.in_views)
+    except (ValueError, IndexError) as exc:
+        raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer failed: {exc}",
+                               node=spec.name, origin=spec.origin,
+                               hint="the program's tensor shapes are inconsistent; recompile") from None
+    if y.shape != e.out_view.shape:
+        raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer produced shape "
+                               f"{list(y.shape)}, meta says {list(e.out_view.shape)}", node=spec.name,
+                               origin=spec.origin, hint="recompile the region")
+    np.copyto(e.out_view, y)
+    return y, ok
 
 
 def _overflow_at(spec, index: int) -> Dict:
