@@ -1,7 +1,10 @@
-/* Native conv / FC kernel of the simulator: an implicit-GEMM NHWC convolution whose epilogue
+/* The simulator's native kernels (see native.py): conv / FC as an implicit GEMM whose epilogue
  * (bias, scale, shift, activation, fp16 round-to-nearest-even, finiteness flag) runs on the
- * register tile before it is stored. Built by native.py with the system C compiler
- * (-O3 -march=native -ffp-contract=off) and called through ctypes, which releases the GIL.
+ * register tile before it is stored, optionally with a residual Sum2D fused in; depthwise conv;
+ * Sum2D / Mul2D; max / average / global average pooling; NCHW <-> NHWC; the FC GEMV on fp16
+ * weights; the worker pool they all run on; and run_steps, which executes a stretch of a static
+ * plan in one call. Built by native.py with the system C compiler (-O3 -march=native
+ * -ffp-contract=off) and called through ctypes, which releases the GIL.
  *
  * Numerics (docs/simulator.md): inputs and weights hold fp16 values in float32; each product is
  * exact in float32, so the explicit FMAs below round exactly as a multiply then an add would; the
@@ -9,11 +12,15 @@
  * activations of activations.py, operation for operation and without contraction, then
  * vcvtps2ph (round to nearest even, overflow to inf) and back: the same values as sim/fp16.py.
  *
- * Layout: out[m, o] = sum_k A[m, k] * W[k, o], m an output pixel (n, oy, ox), k = (ky, kx, c).
+ * Conv layout: out[m, o] = sum_k A[m, k] * W[k, o], m an output pixel (n, oy, ox), k = (ky, kx, c).
  * A is never materialised: each block of MR pixels x KC k-values is packed from the NHWC input
- * (zeros for padding) into a small buffer; the weights come packed once by the caller as
- * [ceil(O/NR)][K][NR] (zero columns past O). The micro-kernel keeps an MR x NR tile in 24
- * AVX-512 registers.
+ * (zeros for padding) into a small buffer, or read in place for a 1x1 stride-1 conv; the weights
+ * come packed once by the caller as [ceil(O/NR)][K][NR] (zero columns past O). The micro-kernel
+ * keeps an MR x NR tile in 24 AVX-512 registers.
+ *
+ * One file (over the usual ~400 lines) on purpose: a single translation unit lets the inline
+ * epilogue, activation and rounding helpers inline into every kernel loop, and gives one shared
+ * object to build, key and cache.
  */
 #include <immintrin.h>
 #include <pthread.h>

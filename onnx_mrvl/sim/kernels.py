@@ -8,7 +8,9 @@ in float32; the output is rounded to fp16 (round to nearest even, overflow to in
 returns whether every output is finite); ``conv2d`` / ``fc`` are the one-shot forms (they also
 round their inputs to fp16 first).
 The pooling and element-wise kernels live in ``pooling.py`` and ``tensor_ops.py`` and are
-re-exported here so ``kernels`` is the one namespace of every kernel.
+re-exported here so ``kernels`` is the one namespace of every kernel. (This module is over the
+usual ~400 lines: Conv2D carries the three implementations of one layer -- native plans,
+numba, numpy -- and FC shares its epilogue and runs natively as a Conv2D.)
 """
 from __future__ import annotations
 
