@@ -1061,6 +1061,9 @@ void run_steps(const long *steps, long count, int *ok, int nthreads) {
         case 6:   /* FC GEMV: descriptor, x, out */
             ok[i] = gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
             break;
+        case 7:   /* global average pool: x, out, n, hw, c */
+            ok[i] = global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5]);
+            break;
         default:
             ok[i] = -1;
         }

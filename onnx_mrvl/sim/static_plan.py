@@ -179,6 +179,12 @@ class StaticPlan:
             return self._binary(e, step, name == "mul2d")
         if name in ("maxpool2d", "avgpool2d") and len(step.ins) == 1:
             return self._pool(e, step, name == "avgpool2d")
+        if name == "globalavgpool2d" and len(step.ins) == 1:
+            x_shape = shapes[step.ins[0]]
+            if len(x_shape) != 4 or out_shape != (x_shape[0], 1, 1, x_shape[3]) or _size(x_shape) == 0:
+                return False
+            e.rec = (7, ptr[step.ins[0]], ptr[step.out], x_shape[0], x_shape[1] * x_shape[2], x_shape[3])
+            return True
         if name == "layout_transform" and len(step.ins) == 1:
             src = str(step.spec.params.get("src_layout", "")).upper()
             dst = str(step.spec.params.get("dst_layout", "")).upper()
@@ -255,7 +261,9 @@ class StaticPlan:
                 for k, e in enumerate(run):
                     recs[k, :len(e.rec)] = e.rec
                 ok = np.zeros(len(run), np.int32)
-                self.segments.append(("native", list(run), recs, ok, recs.ctypes.data, ok.ctypes.data))
+                want = np.array([3 if e.step.inner is not None else 1 for e in run], np.int32)
+                clean = not any(e.post is not None for e in run)
+                self.segments.append(("native", list(run), recs, ok, recs.ctypes.data, ok.ctypes.data, want, clean))
                 run.clear()
         for e in self.entries:
             if e.rec is not None:
@@ -291,9 +299,12 @@ class StaticPlan:
             finite[tid] = ok
             if ok_in and not ok and overflow is None:
                 overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
+        all_finite = all(finite.values())            # no inf / NaN anywhere yet: flags need no bookkeeping
         for seg in self.segments:
             if seg[0] == "native":
                 self.lib.run_steps(seg[4], len(seg[1]), seg[5], nthreads)
+                if all_finite and seg[7] and np.array_equal(seg[3] & seg[6], seg[6]):
+                    continue                            # every step finite, from finite inputs
                 oks = seg[3].tolist()
             for k, e in enumerate(seg[1]):
                 spec, _, ins, out, index, inner = e.step
@@ -310,12 +321,13 @@ class StaticPlan:
                         ok = bool(bits & 1)
                     if e.post is not None:
                         ok = finish_post(e.out_view, e.post)
-                in_ok = finite[ins[0]] if len(ins) == 1 else all([finite[t] for t in ins])
+                in_ok = all([finite.get(t, True) for t in ins])     # absent: written while all was finite
                 if inner is not None:
-                    if finite[ins[0]] and not conv_ok and overflow is None:
+                    if finite.get(ins[0], True) and not conv_ok and overflow is None:
                         overflow = _overflow_at(*inner)
                     in_ok = in_ok and conv_ok
                 finite[out] = bool(ok and in_ok)
+                all_finite = all_finite and finite[out]
                 if in_ok and not ok and overflow is None:
                     overflow = _overflow_at(spec, index)
         return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
