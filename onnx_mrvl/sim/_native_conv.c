@@ -274,6 +274,13 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
         }
         const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
         const int whole = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
+        if (whole && k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h) {
+            /* an interior pixel whose whole window is one block: one copy per kernel row (small-C
+             * stems: a row is a few floats, and the general loop's bookkeeping cost more) */
+            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;
+            for (long ky = 0; ky < g->kh; ky++)
+                copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+        } else {
         long k = k0, ky = ky_first, rem = rem_first;
         while (k < k0 + kc) {
             const long iy = iy0 + ky * g->dh;
@@ -300,6 +307,7 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
                 rem = 0;
                 ky++;
             }
+        }
         }
         if (++ox == g->ow) {
             ox = 0;
