@@ -485,10 +485,16 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* Parts per thread: 4 for big layers (load balance), fewer for small ones, where each part's
+ * setup and the final wait for the slowest part weigh more than the imbalance. */
+static long part_factor(long work, long min_work) {
+    return work >= 16 * min_work ? 4 : (work >= 4 * min_work ? 2 : 1);
+}
+
 /* Split ``rows`` into parts of *per_part rows, a few per thread once ``work`` reaches ``min_work``
  * (below it a handoff costs more than it saves); returns the number of parts. */
 static long row_parts(long rows, long work, long min_work, int nthreads, long *per_part) {
-    long parts = nthreads > 1 && work >= min_work ? nthreads * 4L : 1;
+    long parts = nthreads > 1 && work >= min_work ? nthreads * part_factor(work, min_work) : 1;
     if (parts > rows)
         parts = rows;
     if (parts < 1)
@@ -552,7 +558,8 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
         j.split_rows = by_rows;
         if (by_rows) {
             long chunks = (j.rows + MR - 1) / MR;            /* MR-aligned parts, a few per thread */
-            parts = nthreads * 4 < chunks ? nthreads * 4 : chunks;
+            const long want = nthreads * part_factor(macs, 1L << 20);
+            parts = want < chunks ? want : chunks;
             j.step = (chunks + parts - 1) / parts * MR;
             parts = (j.rows + j.step - 1) / j.step;
         } else {
