@@ -115,3 +115,34 @@ def test_python_fallback_steps_and_env_switch():
     out = subprocess.run([sys.executable, "-c", code], input=res.subgraphs[0].binary, capture_output=True,
                          env=env, check=True).stdout.decode().strip()
     assert out == "True"
+
+
+@pytest.mark.parametrize("value", [1.0, 70000.0, np.inf])
+def test_input_rounded_inside_its_transpose_reports_like_layer_by_layer(value):
+    from test_sim_program import make_program
+    meta, weights = make_program()
+    sim = Simulator.from_program(meta, weights)
+    assert any(e.input is not None for e in sim._static.entries)      # NCHW input -> layout_transform fused
+    x = RNG.standard_normal((1, 2, 8, 8)).astype(np.float32)
+    x[0, 1, 3, 4] = value
+    (a, oa), (b, ob) = both(sim, [x])
+    np.testing.assert_array_equal(a[0], b[0])
+    assert oa == ob
+    assert (oa is not None and oa["name"] == "input:image") == (value == 70000.0)
+    xs = np.asfortranarray(x)                        # not C-contiguous: copied, then the same
+    np.testing.assert_array_equal(sim.run([xs])[0], a[0])
+
+
+def test_transpose_round_threads_and_flags():
+    lib = native.lib()
+    for shape in [(1, 3, 224, 224), (2, 5, 7, 9), (1, 1, 1, 1)]:
+        x = (RNG.standard_normal(shape) * 3e4).astype(np.float32)
+        x.reshape(-1)[3 % x.size] = 70000.0
+        want = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).copy()
+        from onnx_mrvl.sim.fp16 import round_fp16_
+        ok = round_fp16_(want)
+        for nthreads in (1, 2, 3):
+            out = np.empty_like(want)
+            bits = lib.transpose_round(x.ctypes.data, out.ctypes.data, shape[0], shape[1], shape[2] * shape[3], nthreads)
+            np.testing.assert_array_equal(out, want)
+            assert bits == (1 | (2 if ok else 0))

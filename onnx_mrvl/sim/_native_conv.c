@@ -1045,6 +1045,57 @@ int copy_round(const float *src, float *dst, long n) {
     return (bad_in ? 0 : 1) | (bad_out ? 0 : 2);
 }
 
+/* out[n, p, c] = rne16(x[n, c, p]): a program input's rounding fused into its NCHW -> NHWC
+ * transpose, split over pixel blocks (each thread rounds and interleaves its own pixels);
+ * returns bit 0: every input value finite, bit 1: every rounded value finite */
+typedef struct {
+    const float *x;
+    float *out;
+    long n, c, hw, step;
+    atomic_int ok;
+} trr_job;
+
+static void trr_part(void *arg, long part) {
+    trr_job *j = arg;
+    const long blocks = (j->hw + TRB - 1) / TRB, total = j->n * blocks;
+    const long b0 = part * j->step, b1 = b0 + j->step < total ? b0 + j->step : total;
+    __mmask16 bad_in = 0, bad_out = 0;
+    for (long b = b0; b < b1; b++) {
+        const long n = b / blocks, p0 = (b % blocks) * TRB, p1 = p0 + TRB < j->hw ? p0 + TRB : j->hw;
+        const float *x = j->x + n * j->c * j->hw;
+        float *o = j->out + n * j->c * j->hw;
+        for (long ch = 0; ch < j->c; ch++)
+            for (long p = p0; p < p1; p += 16) {
+                const __mmask16 m = p1 - p >= 16 ? 0xFFFF : (__mmask16)((1u << (p1 - p)) - 1);
+                const __m512 v = _mm512_maskz_loadu_ps(m, x + ch * j->hw + p);
+                const __m512 r = rne16(v);
+                bad_in |= nonfinite(v) & m;
+                bad_out |= nonfinite(r) & m;
+                float tmp[16];
+                _mm512_storeu_ps(tmp, r);
+                const int cnt = p1 - p >= 16 ? 16 : (int)(p1 - p);
+                for (int t = 0; t < cnt; t++)
+                    o[(p + t) * j->c + ch] = tmp[t];
+            }
+    }
+    if (bad_in || bad_out)
+        atomic_fetch_and(&j->ok, (bad_in ? 0 : 1) | (bad_out ? 0 : 2));
+}
+
+int transpose_round(const float *x, float *out, long n, long c, long hw, int nthreads) {
+    trr_job j = {x, out, n, c, hw, 0, 3};
+    const long total = n * ((hw + TRB - 1) / TRB);
+    long parts = nthreads > 1 && n * c * hw >= (1L << 16) ? nthreads * 2 : 1;
+    if (parts > total)
+        parts = total;
+    if (parts < 1)
+        parts = 1;
+    j.step = (total + parts - 1) / parts;
+    parts = total ? (total + j.step - 1) / j.step : 0;
+    run_parts(trr_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}
+
 /* ------------------------------------------------------------------ a run of steps in one call
  * The static plan (static_plan.py) hands over each stretch of consecutive native steps as
  * records of STEP_WORDS longs, [kind, arguments...], and gets each step's result bits in ok[]:
@@ -1078,6 +1129,9 @@ void run_steps(const long *steps, long count, int *ok, int nthreads) {
             break;
         case 7:   /* global average pool: x, out, n, hw, c */
             ok[i] = global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5]);
+            break;
+        case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */
+            ok[i] = transpose_round((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
             break;
         default:
             ok[i] = -1;

@@ -140,6 +140,8 @@ def lib():
                 so.transpose_layout.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int, ctypes.c_int]
                 so.gemv_desc.restype = ctypes.c_int
                 so.gemv_desc.argtypes = [_P, _P, _P, ctypes.c_int]
+                so.transpose_round.restype = ctypes.c_int
+                so.transpose_round.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
                 so.global_avgpool.restype = so.copy_round.restype = ctypes.c_int
                 so.global_avgpool.argtypes = [_P, _P, _L, _L, _L]
                 so.copy_round.argtypes = [_P, _P, _L]

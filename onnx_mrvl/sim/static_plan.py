@@ -41,11 +41,11 @@ class Unsupported(Exception):
 class _Entry:
     """One step: ``rec``, its native kernel's record for ``run_steps`` (kind, arguments), or
     ``py``, its Python kernel; neither for an aliasing reshape."""
-    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep")
+    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input")
 
     def __init__(self, step):
         self.step, self.rec, self.post, self.py = step, None, None, None
-        self.out_view, self.in_views, self.keep = None, (), ()
+        self.out_view, self.in_views, self.keep, self.input = None, (), (), None
 
 
 def _size(shape) -> int:
@@ -70,6 +70,7 @@ class StaticPlan:
         self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
+        self._fuse_inputs()
         self._segment()
 
     # ---------------------------------------------------------------- memory
@@ -249,10 +250,26 @@ class StaticPlan:
         e.keep = (desc, div)
         return True
 
+    def _fuse_inputs(self) -> None:
+        """An input read only by one NCHW -> NHWC transpose is rounded inside it, on the worker
+        threads (record kind 8, its source address set per run): one parallel pass instead of a
+        serial copy-and-round and a serial transpose."""
+        readers: Dict[int, int] = {}
+        for st in self.steps:
+            for t in st.ins:
+                readers[t] = readers.get(t, 0) + 1
+        for e in self.entries:
+            t = e.step.ins[0] if e.step.ins else None
+            if (e.rec is not None and e.rec[0] == 5 and e.rec[6] == 1 and t in self.input_ids
+                    and readers.get(t) == 1 and t not in self.output_ids and t not in self.aliases.values()):
+                e.rec = (8, 0, e.rec[2], e.rec[3], e.rec[4], e.rec[5])
+                e.input = t
+
     def _segment(self) -> None:
         """Group consecutive native steps into one ``run_steps`` call each; a step whose result
         numpy finishes (``post``) ends its group, since the next step reads the finished values."""
         self.segments: List[Tuple] = []
+        self.input_slots: Dict[int, Tuple[np.ndarray, int]] = {}
         run: List[_Entry] = []
 
         def close():
@@ -261,8 +278,11 @@ class StaticPlan:
                 for k, e in enumerate(run):
                     recs[k, :len(e.rec)] = e.rec
                 ok = np.zeros(len(run), np.int32)
-                want = np.array([3 if e.step.inner is not None else 1 for e in run], np.int32)
+                want = np.array([3 if e.step.inner is not None or e.input is not None else 1 for e in run], np.int32)
                 clean = not any(e.post is not None for e in run)
+                for k, e in enumerate(run):
+                    if e.input is not None:                  # its source address, set per run
+                        self.input_slots[e.input] = (recs, k)
                 self.segments.append(("native", list(run), recs, ok, recs.ctypes.data, ok.ctypes.data, want, clean))
                 run.clear()
         for e in self.entries:
@@ -285,9 +305,19 @@ class StaticPlan:
         from .fp16 import round_fp16_
         finite: Dict[int, bool] = {}
         overflow: Optional[Dict] = None
-        for name, spec, a in zip(sim.input_names, sim._inputs, arrays):
+        input_names: Dict[int, Tuple[int, str]] = {}
+        input_overflow: Dict[int, Dict] = {}             # input position -> report (inputs come first)
+        for pos, (name, spec, a) in enumerate(zip(sim.input_names, sim._inputs, arrays)):
             tid = int(spec["tensor"])
             x = self.views[tid]
+            slot = self.input_slots.get(tid)
+            if slot is not None:                         # rounded inside its transpose (kind 8)
+                if not (a.dtype == F32 and a.flags.c_contiguous and a.shape == x.shape):
+                    x[...] = a
+                    a = x
+                slot[0][slot[1], 1] = a.ctypes.data
+                input_names[tid] = (pos, name)
+                continue
             if a.dtype == F32 and a.flags.c_contiguous and a.shape == x.shape:
                 bits = self.lib.copy_round(a.ctypes.data, x.ctypes.data, a.size)     # one pass
                 ok_in, ok = bool(bits & 1), bool(bits & 2)
@@ -297,8 +327,8 @@ class StaticPlan:
                     ok_in = bool(np.isfinite(a).all())
                 ok = round_fp16_(x)
             finite[tid] = ok
-            if ok_in and not ok and overflow is None:
-                overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
+            if ok_in and not ok:
+                input_overflow[pos] = _input_overflow(name)
         all_finite = all(finite.values())            # no inf / NaN anywhere yet: flags need no bookkeeping
         for seg in self.segments:
             if seg[0] == "native":
@@ -317,6 +347,12 @@ class StaticPlan:
                     bits = oks[k]
                     if inner is not None:
                         conv_ok, ok = bool(bits & 1), bool(bits & 2)
+                    elif e.input is not None:                # the input's own flags, then a move
+                        finite[e.input] = bool(bits & 2)
+                        if bits & 1 and not bits & 2:
+                            pos, name = input_names[e.input]
+                            input_overflow[pos] = _input_overflow(name)
+                        ok = True
                     else:
                         ok = bool(bits & 1)
                     if e.post is not None:
@@ -330,6 +366,8 @@ class StaticPlan:
                 all_finite = all_finite and finite[out]
                 if in_ok and not ok and overflow is None:
                     overflow = _overflow_at(spec, index)
+        if input_overflow:                               # an input overflowing on entry is reported first
+            overflow = input_overflow[min(input_overflow)]
         return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
 
 
@@ -349,6 +387,10 @@ def _python_step(sim, e: _Entry):
                                origin=spec.origin, hint="recompile the region")
     np.copyto(e.out_view, y)
     return y, ok
+
+
+def _input_overflow(name: str) -> Dict:
+    return {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}
 
 
 def _overflow_at(spec, index: int) -> Dict:
