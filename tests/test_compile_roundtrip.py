@@ -164,3 +164,34 @@ def test_mixed_region_runs_like_onnxruntime():
     ref = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x})[0]
     got = Simulator(compile_json(sg.nodes_json, sg.consts_json)).run([x])[0]
     np.testing.assert_allclose(got, ref, rtol=0, atol=2e-2 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_perf_totals_follow_tiles_and_ocm_through_compile_and_simulator(fashion):
+    """End to end: the same JSON compiled for more tiles or less on-chip memory; the simulator's
+    performance totals move the way the model says (compute-bound layers ~halve with twice the
+    tiles; a smaller OCM streams more bytes from DRAM, which costs cycles)."""
+    from onnx_mrvl.sim import Simulator
+    sg, _ = fashion
+
+    def perf(tiles, ocm, overhead=None):
+        meta, weights = build_program(sg.nodes_json, sg.consts_json, CompileOptions(num_tiles=tiles, ocm_size=ocm))
+        if overhead is not None:
+            meta["arch"]["layer_overhead_cycles"] = overhead
+        sim = Simulator.from_program(meta, weights)
+        sim.run([np.zeros((1, 1, 28, 28), np.float32)])
+        return sim.last_perf
+
+    # twice the tiles, same OCM per tile: every compute-bound layer's compute cycles halve
+    p4, p8 = perf(4, 0x100000, 0), perf(8, 0x100000, 0)
+    compute4 = {r.name: r for r in p4.layers if r.bound == "compute" and r.macs}
+    assert compute4, "the example has compute-bound conv layers"
+    for r in p8.layers:
+        if r.name in compute4:
+            assert r.compute_cycles == pytest.approx(compute4[r.name].compute_cycles / 2, rel=0.02, abs=1)
+    assert p8.cycles < p4.cycles and p8.macs == p4.macs
+
+    # less on-chip memory: more DRAM traffic and no fewer cycles, the memory-bound share grows
+    big, small = perf(1, 0x100000), perf(1, 0x4000)
+    assert small.dram_bytes > big.dram_bytes
+    assert small.cycles >= big.cycles
+    assert sum(r.memory_cycles for r in small.layers) > sum(r.memory_cycles for r in big.layers)
