@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from ..inspect.compare import DEFAULT_ATOL
 from .common import error_stats, load_inputs, random_inputs
 
 
@@ -20,7 +21,10 @@ def register(sub) -> None:
     p.add_argument("--compare", metavar="ORIGINAL.onnx", help="compare against plain onnxruntime on this model")
     p.add_argument("--repeat", type=int, default=1, help="run N times (timing)")
     p.add_argument("--tolerance", type=float, default=1e-2,
-                   help="pass when max abs error <= TOL x max|reference| (default 1e-2, fp16-aware)")
+                   help="pass when max abs error <= ATOL + TOL x max|reference| (default 1e-2, fp16-aware)")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                   help=f"absolute part of the tolerance, for outputs that are (nearly) zero; values far below "
+                        f"fp16's range flush to 0 on the accelerator (default {DEFAULT_ATOL:g}, as `compare`)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -52,7 +56,7 @@ def run(args) -> int:
         ref = ref_sess.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in ref_sess.get_inputs()}})
         for entry, r, got in zip(report["outputs"], ref, outs):
             stats = error_stats(r, got)
-            passed = "shape_mismatch" not in stats and stats["max_abs"] <= args.tolerance * max(stats["ref_max_abs"], 1e-30)
+            passed = "shape_mismatch" not in stats and stats["max_abs"] <= args.atol + args.tolerance * stats["ref_max_abs"]
             if np.issubdtype(np.asarray(r).dtype, np.integer):
                 passed = np.array_equal(r, got)
             stats["pass"] = bool(passed)
