@@ -99,7 +99,7 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
     shapes, dtypes = [], []
     for i, t in enumerate(g.inputs):
         shape = [int(d) for d in g.shape(t)]
-        layout = "NHWC" if t.endswith("__nhwc") and len(shape) == 4 else LAYOUT_BY_RANK.get(len(shape), "ND")
+        layout = _input_layout(region, t, shape)
         entry[t] = len(nodes)
         nodes.append({"op": "input", "name": t, "inputs": [], "input_id": [str(i)],
                       "attrs": {"dtype": ["float32"], "shape": [shape], "layer_name": ["input"],
@@ -135,6 +135,22 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
         "output_names": list(g.outputs),
     }
     return nodes_json, consts
+
+
+def _input_layout(region: onnx.ModelProto, t: str, shape: Sequence[int]) -> str:
+    """Layout label of region input ``t``: NHWC for fuse's ``__nhwc`` tensors, else by rank; but a
+    4-D input that fuse relabelled through a Transpose (``Transpose(0,2,3,1) -> Reshape ->
+    Transpose(0,3,1,2)`` on a graph input, tf2onnx's NHWC graphs) is the source of a
+    LayoutTransform whose ``src_layout`` names its real storage: take that (ND when two disagree),
+    so the compile step's storage check sees the data as fuse stored it."""
+    layout = "NHWC" if t.endswith("__nhwc") and len(shape) == 4 else LAYOUT_BY_RANK.get(len(shape), "ND")
+    if len(shape) != 4:
+        return layout
+    srcs = {opset.node_attrs(n).get("src_layout") for n in region.graph.node
+            if n.domain == opset.DOMAIN and n.op_type == "LayoutTransform" and t in n.input}
+    if not srcs or srcs == {layout}:
+        return layout
+    return srcs.pop() if len(srcs) == 1 else "ND"
 
 
 def _layout(shape: Sequence[int]) -> str:

@@ -376,7 +376,7 @@ class Materializer:
                 n, c, h, w = in_shape
                 flat = [n, h, w, c]
             else:
-                want = list(NHWC) if len(out_shape) == 4 else list(range(len(out_shape)))
+                want = self._wanted_storage(out)
                 before = stored_before_reshape(blocks, out_shape, want)
                 if before is None:
                     want, before = list(range(len(out_shape))), list(range(len(in_shape)))
@@ -396,6 +396,20 @@ class Materializer:
         self._emit(grp, op, [name], {"shape": _stored_shape(out_shape, out_perm)}, out_perm)
         if flat is not None:
             self.flat[out] = flat
+
+    def _wanted_storage(self, t: str) -> List[int]:
+        """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D tensor, logical
+        otherwise; but when every reader is the same relabelling Transpose to a 4-D tensor, the order
+        that makes that tensor NHWC (``Transpose(0,2,3,1) -> Reshape -> Transpose(0,3,1,2) -> Conv``:
+        one conversion before the reshape instead of one before and one after)."""
+        rank = len(self.logical_shape(t))
+        users = self.g.consumers.get(t, [])
+        perms = {tuple(attr(c, "perm", list(range(rank))[::-1])) for c in users if c.name in self.aliases}
+        if (users and len(perms) == 1 and all(c.name in self.aliases for c in users) and rank == 4
+                and t not in self.g.output_set):
+            perm = perms.pop()
+            return [perm[a] for a in NHWC]
+        return list(NHWC) if rank == 4 else list(range(rank))
 
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
