@@ -257,6 +257,29 @@ def test_nd_fc_rows_ignore_max_batch():
     assert opset.node_attrs(flat)["shape"] == [100, 20]                            # rows = B*T > max_batch
 
 
+
+@pytest.mark.parametrize("op", ["Gemm", "MatMul"])
+def test_2d_fc_rows_ignore_max_batch_like_nd(op, tmp_path):
+    """A 2-D [M, K] Gemm / MatMul with M > max_batch (transformer tokens, RNN heads after a
+    Squeeze) is the same row-by-row FC as [1, M, K], which fc_rows fuses: it is fused too (it used
+    to stay on the CPU with "batch 16 exceeds the accelerator's limit of 8"); only more than
+    MAX_FC_ROWS rows is a reason."""
+    from onnx_mrvl.fuse.patterns import MAX_FC_ROWS
+
+    def model(m):
+        n = Net(5)
+        if op == "Gemm":
+            y = n.op("Gemm", ["input", n.w(24, 40), n.w(24)], "fc", transB=1)
+        else:
+            y = n.op("Add", [n.op("MatMul", ["input", n.w(40, 24)], "fc"), n.w(24)])
+        return n.model([("input", [m, 40])], [n.op("Tanh", [y])])
+
+    r = _ok(model(16), tmp_path)
+    assert [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN] == ["FC"]
+    assert not r.decisions.by_placement("cpu")
+    d = fuse(model(MAX_FC_ROWS + 1)).decisions["fc"]
+    assert d.placement == "cpu" and d.reason == f"{MAX_FC_ROWS + 1} rows of an FC over [{MAX_FC_ROWS + 1}, 40] exceed the limit {MAX_FC_ROWS}"
+
 def test_yolov5_head_5d_eltwise_3d_concat_and_standalone_activations():
     original, r = fused("yolov5_head")
     for name in ("det_sigmoid", "grid_add", "det_concat", "gate", "gated"):

@@ -187,15 +187,14 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if weights["W"].shape[1] != xs[-1]:
         return f"weights {list(wv.shape)} do not fit an input of shape {xs}"
     grp = Group("FC", "mrvl.fc_ni2no", [n], [x], n.output[0], {}, weights)
-    if len(xs) > 2:   # [..., K] x [K, O]: Reshape [rows, K] -> FC -> Reshape [..., O] (rows are not a batch)
-        rows = int(np.prod(xs[:-1]))
-        if rows > MAX_FC_ROWS:
-            return f"{rows} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
+    # the FC layer computes row by row: its M rows ([M, K], or the leading dims of [..., K]) are not
+    # an image batch, so target.max_batch does not apply (token MatMuls, RNN heads), only MAX_FC_ROWS
+    rows = int(np.prod(xs[:-1]))
+    if rows > MAX_FC_ROWS:
+        return f"{rows} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
+    if len(xs) > 2:   # [..., K] x [K, O]: Reshape [rows, K] -> FC -> Reshape [..., O]
         _absorb_chain(g, grp, FC_ND_CHAIN, weights["W"].shape[0], len(xs), target, axis=-1)
         return grp
-    reason = _batch(g, x, target)
-    if reason:
-        return reason
     _absorb_chain(g, grp, FC_CHAIN, weights["W"].shape[0], 2, target)
     return grp
 
