@@ -418,3 +418,49 @@ def test_standalone_activation_after_concat_is_mul2d_by_one(op, tmp_path):
     assert all(abs(a[k] - v) < 1e-6 for k, v in extra.items())
     one = next(t for t in r.model.graph.initializer if t.name == mul.input[1])
     assert numpy_helper.to_array(one).tolist() == [[[[1.0]]]]
+
+
+
+def _shuffle(kind):
+    """conv -> a real permutation between accelerator ops -> conv: ShuffleNet's channel shuffle
+    (Reshape [N, g, C/g, H, W] -> Transpose(0,2,1,3,4) -> Reshape), PyTorch's PixelShuffle (CRD)
+    and DepthToSpace written as reshape-transpose-reshape (DCR)."""
+    n = Net(7)
+    x = n.conv("input", 3, 16)
+    shape, perm, back, cout = {
+        "channel": ([1, 4, 4, 8, 8], [0, 2, 1, 3, 4], [1, 16, 8, 8], 16),
+        "pixel_crd": ([1, 4, 2, 2, 8, 8], [0, 1, 4, 2, 5, 3], [1, 4, 16, 16], 4),
+        "pixel_dcr": ([1, 2, 2, 4, 8, 8], [0, 3, 4, 1, 5, 2], [1, 4, 16, 16], 4)}[kind]
+    r = n.op("Reshape", [x, n.const(np.array(shape))])
+    t = n.op("Transpose", [r], "shuffle", perm=perm)
+    y = n.conv(n.op("Reshape", [t, n.const(np.array(back))]), cout, 8)
+    return n.model([("input", [1, 3, 8, 8])], [y])
+
+
+@pytest.mark.parametrize("kind,rotations", [("channel", 1), ("pixel_crd", 3), ("pixel_dcr", 2)])
+def test_permutation_between_accelerator_ops_is_block_rotations(kind, rotations, tmp_path):
+    """A transpose the storage cannot absorb, between accelerator ops, is done on the accelerator:
+    per block rotation a Mrvl Reshape to a 4-D view [A, B, R, 1] and an NCHW->NHWC LayoutTransform
+    (perms.rotations); it used to be a CPU Transpose that cut the region (ShuffleNet: 17 regions)."""
+    r = _ok(_shuffle(kind), tmp_path)
+    ops = [x.op_type for x in r.model.graph.node]
+    assert "Transpose" not in ops
+    assert ops.count("LayoutTransform") == 2 + rotations      # + the model's input and output
+    assert r.decisions["shuffle"].placement == "accelerator"
+    res = onnx_mrvl.convert(_shuffle(kind), strict=True)
+    assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
+
+
+def test_rotations():
+    from onnx_mrvl.fuse.perms import rotations
+    assert rotations([1, 8, 8, 4, 4], [0, 1, 2, 4, 3]) == [[64, 4, 4, 1]]        # channel shuffle on NHWC
+    assert rotations([2, 3, 5], [0, 2, 1]) == [[2, 3, 5, 1]]
+    assert rotations([1, 3, 1, 5], [0, 3, 2, 1]) == [[1, 3, 5, 1]]              # unit axes ignored
+    assert rotations([2, 3], [0, 1]) is None
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    for q in ([3, 1, 0, 2], [1, 0, 3, 2], [2, 3, 0, 1]):
+        y = x
+        for a, b, c, _ in rotations(x.shape, q):
+            y = y.reshape(a, b, c, 1).transpose(0, 2, 3, 1)
+        assert np.array_equal(y.reshape(x.transpose(q).shape), x.transpose(q))
+    assert rotations([2, 3, 4, 5, 6], [4, 3, 2, 1, 0]) is None                # more than MAX_ROTATIONS

@@ -29,7 +29,7 @@ from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
 from . import fc_rows, slices
-from .perms import reshape_blocks, stored_after_reshape, stored_before_reshape
+from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
 STORAGE_KEY = "mrvl.storage"
@@ -174,6 +174,9 @@ class Materializer:
                 node = helper.make_node("Reshape", [name, self.init(f"{t}_stored_shape", np.array(stored), np.int64)],
                                         [out], name=self.fresh(f"reshape_{t}"))
                 set_origin(node, origin)
+        elif for_mrvl and out != t and (steps := rotations(_stored_shape(shape, have), q)) is not None:
+            # a real permutation an accelerator op reads (not a graph output's): keep it in the region
+            node = self._rotate(t, name, out, steps, _stored_shape(shape, want), origin)
         else:
             node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
             set_origin(node, origin)
@@ -181,6 +184,27 @@ class Materializer:
         self.vinfo[out] = _stored_shape(shape, want)
         self.cache[key] = out
         return out
+
+    def _rotate(self, t: str, name: str, out: str, steps: List[List[int]], final: List[int],
+                origin: Sequence[str]) -> onnx.NodeProto:
+        """A general transpose of accelerator data as block rotations (``perms.rotations``): per
+        step a Mrvl Reshape to the 4-D view ``[A, B, R, 1]`` and an NCHW->NHWC LayoutTransform
+        (-> ``[A, R, 1, B]``); a last Reshape to the stored shape (returned, not added)."""
+        x = name
+        for view in steps:
+            for op, attrs, shape in (("Reshape", {"shape": view}, view),
+                                     ("LayoutTransform", {"src_layout": "NCHW", "dst_layout": "NHWC"},
+                                      [view[0], view[2], 1, view[1]])):
+                y = self.fresh(f"{t}__rot")
+                composite = "mrvl.reshape" if op == "Reshape" else "mrvl.layout_transform_nchw2nhwc"
+                self.add(opset.make_node(op, [x], [y], name=self.fresh(f"rotate_{t}"), origin=origin,
+                                         attrs=attrs, composite=composite), None)
+                self.vinfo[y] = list(shape)
+                self.mrvl_tensors.add(y)
+                x = y
+        self.mrvl_tensors.add(out)
+        return opset.make_node("Reshape", [x], [out], name=self.fresh(f"reshape_{t}"), origin=origin,
+                               attrs={"shape": list(final)}, composite="mrvl.reshape")
 
     def define(self, t: str, perm: Perm, *, mrvl: bool, suffix: str = "") -> str:
         """Name for a produced tensor ``t`` that will be stored with ``perm`` (``suffix``: the
