@@ -464,3 +464,26 @@ def test_rotations():
             y = y.reshape(a, b, c, 1).transpose(0, 2, 3, 1)
         assert np.array_equal(y.reshape(x.transpose(q).shape), x.transpose(q))
     assert rotations([2, 3, 4, 5, 6], [4, 3, 2, 1, 0]) is None                # more than MAX_ROTATIONS
+
+
+
+@pytest.mark.parametrize("kind", ["permute_then_reshape", "conv_reads_transposed"])
+def test_layout_change_of_relabelled_accelerator_output(kind, tmp_path):
+    """conv [1,8,4,16] -> Transpose(0,3,1,2) -> Reshape [1,16,32] -> MatMul (a CRNN that permutes
+    before flattening C*H), and conv -> Transpose(0,2,3,1) -> conv: the NCHW->NHWC conversion of the
+    transposed tensor moves data the compile step knows as NHWC (the conv wrote it), so it is not a
+    LayoutTransform of that data (which failed to compile: "layout_transform NCHW->NHWC reads a
+    tensor stored NHWC", and the whole region fell back to the CPU) but a block rotation of a view."""
+    n = Net(9)
+    x = n.conv("input", 3, 8)
+    if kind == "permute_then_reshape":
+        t = n.op("Transpose", [x], perm=[0, 3, 1, 2])
+        y = n.op("MatMul", [n.op("Reshape", [t, n.const(np.array([1, 16, 32]))]), n.w(32, 10)])
+    else:
+        y = n.conv(n.op("Transpose", [x], perm=[0, 2, 3, 1]), 4, 8)
+    m = n.model([("input", [1, 3, 4, 16])], [y])
+    r = _ok(m, tmp_path)
+    assert any(x.name.startswith("rotate_") for x in r.model.graph.node if x.op_type == "LayoutTransform")
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
+    assert not [d for d in res.report.dropped if "compile" in d["reason"]]

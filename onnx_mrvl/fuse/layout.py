@@ -28,7 +28,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import fc_rows, slices
+from . import fc_rows, rotate, slices
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -96,6 +96,7 @@ class Materializer:
         self.mrvl_producer: Dict[str, str] = {}        # stored tensor -> Mrvl node writing it
         self.rename: Dict[str, str] = {}               # tensor -> graph output name it becomes
         self.produced: set = set()                     # tensors written by an emitted node
+        self.label: Dict[str, str] = {}                # 4-D Mrvl output -> the layout compile gives it
 
     # ---------------------------------------------------------------- helpers
     def fresh(self, base: str) -> str:
@@ -157,12 +158,16 @@ class Materializer:
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
         mrvl = for_mrvl or name in self.mrvl_tensors
-        if len(q) == 4 and tuple(q) in layouts and mrvl:   # TVM's layout_transform
-            src_l, dst_l = layouts[tuple(q)]
+        src_l, dst_l = layouts.get(tuple(q), (None, None))
+        # the compile step knows what a Mrvl op wrote as NHWC / NCHW; a Transpose may have relabelled
+        # it (Conv -> Transpose(0,3,1,2) -> Reshape): then this is no NCHW<->NHWC change of that data
+        relabelled = src_l is not None and self.label.get(name, src_l) != src_l
+        if src_l is not None and mrvl and not relabelled:   # TVM's layout_transform
             node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
                                    origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
                                    composite=f"mrvl.layout_transform_{src_l.lower()}2{dst_l.lower()}")
             self.mrvl_tensors.add(out)
+            self.label[out] = dst_l
         elif [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
             # only unit axes move (3-D/5-D storages, CPU tensors): the same data, relabelled by a reshape
             stored = _stored_shape(shape, want)
@@ -174,9 +179,10 @@ class Materializer:
                 node = helper.make_node("Reshape", [name, self.init(f"{t}_stored_shape", np.array(stored), np.int64)],
                                         [out], name=self.fresh(f"reshape_{t}"))
                 set_origin(node, origin)
-        elif for_mrvl and out != t and (steps := rotations(_stored_shape(shape, have), q)) is not None:
+        elif ((for_mrvl and out != t) or (mrvl and relabelled)) and \
+                (steps := rotations(_stored_shape(shape, have), q)) is not None:
             # a real permutation an accelerator op reads (not a graph output's): keep it in the region
-            node = self._rotate(t, name, out, steps, _stored_shape(shape, want), origin)
+            node = rotate.materialize(self, t, name, out, steps, _stored_shape(shape, want), origin)
         else:
             node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
             set_origin(node, origin)
@@ -184,27 +190,6 @@ class Materializer:
         self.vinfo[out] = _stored_shape(shape, want)
         self.cache[key] = out
         return out
-
-    def _rotate(self, t: str, name: str, out: str, steps: List[List[int]], final: List[int],
-                origin: Sequence[str]) -> onnx.NodeProto:
-        """A general transpose of accelerator data as block rotations (``perms.rotations``): per
-        step a Mrvl Reshape to the 4-D view ``[A, B, R, 1]`` and an NCHW->NHWC LayoutTransform
-        (-> ``[A, R, 1, B]``); a last Reshape to the stored shape (returned, not added)."""
-        x = name
-        for view in steps:
-            for op, attrs, shape in (("Reshape", {"shape": view}, view),
-                                     ("LayoutTransform", {"src_layout": "NCHW", "dst_layout": "NHWC"},
-                                      [view[0], view[2], 1, view[1]])):
-                y = self.fresh(f"{t}__rot")
-                composite = "mrvl.reshape" if op == "Reshape" else "mrvl.layout_transform_nchw2nhwc"
-                self.add(opset.make_node(op, [x], [y], name=self.fresh(f"rotate_{t}"), origin=origin,
-                                         attrs=attrs, composite=composite), None)
-                self.vinfo[y] = list(shape)
-                self.mrvl_tensors.add(y)
-                x = y
-        self.mrvl_tensors.add(out)
-        return opset.make_node("Reshape", [x], [out], name=self.fresh(f"reshape_{t}"), origin=origin,
-                               attrs={"shape": list(final)}, composite="mrvl.reshape")
 
     def define(self, t: str, perm: Perm, *, mrvl: bool, suffix: str = "") -> str:
         """Name for a produced tensor ``t`` that will be stored with ``perm`` (``suffix``: the
@@ -324,6 +309,9 @@ class Materializer:
             self.alias_owner[a] = name
         self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
                                  attrs=attrs, composite=composite or grp.composite), out_perm)
+        if len(self.logical_shape(grp.output)) == 4 and (op in SPATIAL or out_perm in (None, NHWC)
+                                                         and op in ("Sum2D", "Mul2D", "Concat")):
+            self.label[out] = "NHWC" if op in SPATIAL or out_perm == NHWC else "NCHW"
         if grp.output in self.g.output_set and out != grp.output:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
 
