@@ -487,3 +487,32 @@ def test_layout_change_of_relabelled_accelerator_output(kind, tmp_path):
     res = onnx_mrvl.convert(m, strict=True)
     assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
     assert not [d for d in res.report.dropped if "compile" in d["reason"]]
+
+
+
+@pytest.mark.parametrize("kind", ["vit_class_token", "coord_channels"])
+def test_concat_with_a_constant_operand(kind, tmp_path):
+    """Concat(constant, x) on the accelerator, the constant a weight of the Concat layer (stored in
+    the region's layout): a ViT class token before the patch tokens (3-D) and CoordConv-style
+    constant channels after a conv (4-D, NHWC). It used to stay on the CPU ("a constant operand")
+    and cut the region in two."""
+    n = Net(11)
+    if kind == "vit_class_token":
+        x = n.op("Conv", ["input", n.w(16, 3, 4, 4), n.w(16)], kernel_shape=[4, 4], strides=[4, 4])
+        t = n.op("Transpose", [n.op("Reshape", [x, n.const(np.array([1, 16, 16]))])], perm=[0, 2, 1])
+        c = n.op("Concat", [n.w(1, 1, 16, scale=1.0), t], "cat", axis=1)
+        y = n.op("MatMul", [n.op("Add", [c, n.w(1, 17, 16, scale=1.0)]), n.w(16, 8)])
+    else:
+        x = n.conv("input", 3, 8)
+        c = n.op("Concat", [x, n.w(1, 2, 16, 16, scale=1.0)], "cat", axis=1)
+        y = n.conv(c, 10, 8)
+    m = n.model([("input", [1, 3, 16, 16])], [y])
+    r = _ok(m, tmp_path)
+    assert r.decisions["cat"].placement == "accelerator"
+    (cat,) = [x for x in r.model.graph.node if x.op_type == "Concat"]
+    assert len(cat.input) == 2 and opset.node_attrs(cat)["num_inputs"] == 2
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
+    layer = next(x for x in res.subgraphs[0].nodes_json["nodes"] if x.get("attrs", {}).get("layer_name") == ["Concat"])
+    assert layer["attrs"]["const_positions"] == (["0"] if kind == "vit_class_token" else ["1"])
+    assert len(layer["inputs"]) == 1

@@ -178,7 +178,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1}.get(node.op_type, 0)
+    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1,
+               "Concat": len(node.input) - 1}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
         raise CompileError(f"{node.op_type} with {n_consts} constant inputs (weights must be the constants, "
@@ -265,6 +266,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "Concat":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
+        positions = [p for p, i in enumerate(inputs) if i and g.is_const(i)]
+        if positions:   # constant operands (stored layout): input<p>_const_name, p their positions
+            attrs["const_positions"] = _s(positions)
+            for p in positions:
+                c = g.const(inputs[p])
+                add_const(f"input{p}", c, shape=list(c.shape))   # the operand's own rank
     elif node.op_type == "Slice2D":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs.update(axis=_s(a["axis"]), start=_s(a["start"]), end=_s(a["end"]))

@@ -363,6 +363,9 @@ class Materializer:
     def _concat(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs, grp.output)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
+        for key in sorted(grp.weights, key=lambda k: int(k[5:])):   # constants at their positions
+            c = grp.weights[key]
+            ins.insert(int(key[5:]), self.init(f"{grp.anchor.name}_{key}", c if perm is None else c.transpose(perm)))
         axis = grp.attrs["axis"]
         stored_axis = list(perm).index(axis) if perm else axis
         self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
