@@ -57,8 +57,8 @@ def test_saved_json_compiles_to_the_saved_binary(name, tmp_path):
         assert first == saved and second == saved, sg.name
         assert sg.nodes_json == nodes and sg.consts_json == consts   # the JSON survives the file round trip
         fp16 = 2 * _values(consts)
-        assert len(saved) <= fp16 + fp16 // 100 + 64 * 1024, (sg.name, len(saved), fp16)
-        meta = load(saved).meta
+        meta = load(saved).meta   # weights as fp16, plus a meta of at most ~1 KB per layer
+        assert len(saved) <= fp16 + fp16 // 100 + 64 * 1024 + 1024 * len(meta["layers"]), (sg.name, len(saved), fp16)
         assert [layer["origin"] for layer in meta["layers"]] and all(layer["origin"] for layer in meta["layers"])
 
 

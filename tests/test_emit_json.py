@@ -269,3 +269,43 @@ def test_channel_split_is_slice2d_layers_end_to_end(tmp_path):
         for a, b in zip(ref, out):
             assert a.shape == b.shape
             assert float(np.max(np.abs(a - b))) <= 1e-2 * max(1.0, float(np.max(np.abs(a))))
+
+
+
+@pytest.mark.parametrize("shape,back", [([1, 4, 2, 24], True), ([1, 4, 1, 48], False)])
+def test_region_input_relabelled_by_transposes_compiles(shape, back, tmp_path):
+    """x [1,8,4,6] -> Transpose(0,2,3,1) -> Reshape -> [Transpose(0,3,1,2)] -> Conv. It used to fail
+    to compile ("layout_transform NHWC->NCHW reads a tensor stored NCHW": fuse converts x, which
+    is t0 relabelled, with an NHWC->NCHW LayoutTransform) and the region fell back to the CPU.
+    Now: with the Transpose back, fuse writes the reshape's output so that the Transpose makes it
+    NHWC (one LayoutTransform before the reshape, none after); without it, the region input is
+    labelled with the storage its LayoutTransform reads."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    cin = shape[3] if back else shape[1]   # y: [1, 8, 4, 2] or [1, 8, 1, 48]
+    inits = [numpy_helper.from_array(np.array(shape, np.int64), "shape"),
+             numpy_helper.from_array((rng.standard_normal((8, cin, 3, 3)) * 0.1).astype(np.float32), "w")]
+    nodes = [helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 2, 3, 1], name="tr0"),
+             helper.make_node("Reshape", ["t0", "shape"], ["r0"], name="rs")]
+    if back:
+        nodes.append(helper.make_node("Transpose", ["r0"], ["t1"], perm=[0, 3, 1, 2], name="tr1"))
+    nodes.append(helper.make_node("Conv", [nodes[-1].output[0], "w"], ["y"], pads=[1] * 4, name="conv"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8] + ([4, 2] if back else [1, 48]))],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
+    assert not [d for d in res.report.dropped if "compile" in d["reason"]]
+    (sg,) = res.subgraphs
+    layers = [n["attrs"]["layer_name"][0] for n in _layers(sg)]
+    assert layers == ["layout_transform", "reshape", "Conv2D", "layout_transform"]
+    first = _layers(sg)[0]["attrs"]
+    assert sg.nodes_json["nodes"][0]["attrs"]["data_layout"] == first["src_layout"]
+    feeds = {"x": rng.standard_normal((1, 8, 4, 6)).astype(np.float32)}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "m"))).run(None, feeds)[0]
+    assert ref.shape == got.shape
+    assert float(np.max(np.abs(ref - got))) <= 1e-2 * float(np.max(np.abs(ref)))

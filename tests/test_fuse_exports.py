@@ -257,6 +257,29 @@ def test_nd_fc_rows_ignore_max_batch():
     assert opset.node_attrs(flat)["shape"] == [100, 20]                            # rows = B*T > max_batch
 
 
+
+@pytest.mark.parametrize("op", ["Gemm", "MatMul"])
+def test_2d_fc_rows_ignore_max_batch_like_nd(op, tmp_path):
+    """A 2-D [M, K] Gemm / MatMul with M > max_batch (transformer tokens, RNN heads after a
+    Squeeze) is the same row-by-row FC as [1, M, K], which fc_rows fuses: it is fused too (it used
+    to stay on the CPU with "batch 16 exceeds the accelerator's limit of 8"); only more than
+    MAX_FC_ROWS rows is a reason."""
+    from onnx_mrvl.fuse.patterns import MAX_FC_ROWS
+
+    def model(m):
+        n = Net(5)
+        if op == "Gemm":
+            y = n.op("Gemm", ["input", n.w(24, 40), n.w(24)], "fc", transB=1)
+        else:
+            y = n.op("Add", [n.op("MatMul", ["input", n.w(40, 24)], "fc"), n.w(24)])
+        return n.model([("input", [m, 40])], [n.op("Tanh", [y])])
+
+    r = _ok(model(16), tmp_path)
+    assert [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN] == ["FC"]
+    assert not r.decisions.by_placement("cpu")
+    d = fuse(model(MAX_FC_ROWS + 1)).decisions["fc"]
+    assert d.placement == "cpu" and d.reason == f"{MAX_FC_ROWS + 1} rows of an FC over [{MAX_FC_ROWS + 1}, 40] exceed the limit {MAX_FC_ROWS}"
+
 def test_yolov5_head_5d_eltwise_3d_concat_and_standalone_activations():
     original, r = fused("yolov5_head")
     for name in ("det_sigmoid", "grid_add", "det_concat", "gate", "gated"):
@@ -395,3 +418,101 @@ def test_standalone_activation_after_concat_is_mul2d_by_one(op, tmp_path):
     assert all(abs(a[k] - v) < 1e-6 for k, v in extra.items())
     one = next(t for t in r.model.graph.initializer if t.name == mul.input[1])
     assert numpy_helper.to_array(one).tolist() == [[[[1.0]]]]
+
+
+
+def _shuffle(kind):
+    """conv -> a real permutation between accelerator ops -> conv: ShuffleNet's channel shuffle
+    (Reshape [N, g, C/g, H, W] -> Transpose(0,2,1,3,4) -> Reshape), PyTorch's PixelShuffle (CRD)
+    and DepthToSpace written as reshape-transpose-reshape (DCR)."""
+    n = Net(7)
+    x = n.conv("input", 3, 16)
+    shape, perm, back, cout = {
+        "channel": ([1, 4, 4, 8, 8], [0, 2, 1, 3, 4], [1, 16, 8, 8], 16),
+        "pixel_crd": ([1, 4, 2, 2, 8, 8], [0, 1, 4, 2, 5, 3], [1, 4, 16, 16], 4),
+        "pixel_dcr": ([1, 2, 2, 4, 8, 8], [0, 3, 4, 1, 5, 2], [1, 4, 16, 16], 4)}[kind]
+    r = n.op("Reshape", [x, n.const(np.array(shape))])
+    t = n.op("Transpose", [r], "shuffle", perm=perm)
+    y = n.conv(n.op("Reshape", [t, n.const(np.array(back))]), cout, 8)
+    return n.model([("input", [1, 3, 8, 8])], [y])
+
+
+@pytest.mark.parametrize("kind,rotations", [("channel", 1), ("pixel_crd", 3), ("pixel_dcr", 2)])
+def test_permutation_between_accelerator_ops_is_block_rotations(kind, rotations, tmp_path):
+    """A transpose the storage cannot absorb, between accelerator ops, is done on the accelerator:
+    per block rotation a Mrvl Reshape to a 4-D view [A, B, R, 1] and an NCHW->NHWC LayoutTransform
+    (perms.rotations); it used to be a CPU Transpose that cut the region (ShuffleNet: 17 regions)."""
+    r = _ok(_shuffle(kind), tmp_path)
+    ops = [x.op_type for x in r.model.graph.node]
+    assert "Transpose" not in ops
+    assert ops.count("LayoutTransform") == 2 + rotations      # + the model's input and output
+    assert r.decisions["shuffle"].placement == "accelerator"
+    res = onnx_mrvl.convert(_shuffle(kind), strict=True)
+    assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
+
+
+def test_rotations():
+    from onnx_mrvl.fuse.perms import rotations
+    assert rotations([1, 8, 8, 4, 4], [0, 1, 2, 4, 3]) == [[64, 4, 4, 1]]        # channel shuffle on NHWC
+    assert rotations([2, 3, 5], [0, 2, 1]) == [[2, 3, 5, 1]]
+    assert rotations([1, 3, 1, 5], [0, 3, 2, 1]) == [[1, 3, 5, 1]]              # unit axes ignored
+    assert rotations([2, 3], [0, 1]) is None
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    for q in ([3, 1, 0, 2], [1, 0, 3, 2], [2, 3, 0, 1]):
+        y = x
+        for a, b, c, _ in rotations(x.shape, q):
+            y = y.reshape(a, b, c, 1).transpose(0, 2, 3, 1)
+        assert np.array_equal(y.reshape(x.transpose(q).shape), x.transpose(q))
+    assert rotations([2, 3, 4, 5, 6], [4, 3, 2, 1, 0]) is None                # more than MAX_ROTATIONS
+
+
+
+@pytest.mark.parametrize("kind", ["permute_then_reshape", "conv_reads_transposed"])
+def test_layout_change_of_relabelled_accelerator_output(kind, tmp_path):
+    """conv [1,8,4,16] -> Transpose(0,3,1,2) -> Reshape [1,16,32] -> MatMul (a CRNN that permutes
+    before flattening C*H), and conv -> Transpose(0,2,3,1) -> conv: the NCHW->NHWC conversion of the
+    transposed tensor moves data the compile step knows as NHWC (the conv wrote it), so it is not a
+    LayoutTransform of that data (which failed to compile: "layout_transform NCHW->NHWC reads a
+    tensor stored NHWC", and the whole region fell back to the CPU) but a block rotation of a view."""
+    n = Net(9)
+    x = n.conv("input", 3, 8)
+    if kind == "permute_then_reshape":
+        t = n.op("Transpose", [x], perm=[0, 3, 1, 2])
+        y = n.op("MatMul", [n.op("Reshape", [t, n.const(np.array([1, 16, 32]))]), n.w(32, 10)])
+    else:
+        y = n.conv(n.op("Transpose", [x], perm=[0, 2, 3, 1]), 4, 8)
+    m = n.model([("input", [1, 3, 4, 16])], [y])
+    r = _ok(m, tmp_path)
+    assert any(x.name.startswith("rotate_") for x in r.model.graph.node if x.op_type == "LayoutTransform")
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
+    assert not [d for d in res.report.dropped if "compile" in d["reason"]]
+
+
+
+@pytest.mark.parametrize("kind", ["vit_class_token", "coord_channels"])
+def test_concat_with_a_constant_operand(kind, tmp_path):
+    """Concat(constant, x) on the accelerator, the constant a weight of the Concat layer (stored in
+    the region's layout): a ViT class token before the patch tokens (3-D) and CoordConv-style
+    constant channels after a conv (4-D, NHWC). It used to stay on the CPU ("a constant operand")
+    and cut the region in two."""
+    n = Net(11)
+    if kind == "vit_class_token":
+        x = n.op("Conv", ["input", n.w(16, 3, 4, 4), n.w(16)], kernel_shape=[4, 4], strides=[4, 4])
+        t = n.op("Transpose", [n.op("Reshape", [x, n.const(np.array([1, 16, 16]))])], perm=[0, 2, 1])
+        c = n.op("Concat", [n.w(1, 1, 16, scale=1.0), t], "cat", axis=1)
+        y = n.op("MatMul", [n.op("Add", [c, n.w(1, 17, 16, scale=1.0)]), n.w(16, 8)])
+    else:
+        x = n.conv("input", 3, 8)
+        c = n.op("Concat", [x, n.w(1, 2, 16, 16, scale=1.0)], "cat", axis=1)
+        y = n.conv(c, 10, 8)
+    m = n.model([("input", [1, 3, 16, 16])], [y])
+    r = _ok(m, tmp_path)
+    assert r.decisions["cat"].placement == "accelerator"
+    (cat,) = [x for x in r.model.graph.node if x.op_type == "Concat"]
+    assert len(cat.input) == 2 and opset.node_attrs(cat)["num_inputs"] == 2
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
+    layer = next(x for x in res.subgraphs[0].nodes_json["nodes"] if x.get("attrs", {}).get("layer_name") == ["Concat"])
+    assert layer["attrs"]["const_positions"] == (["0"] if kind == "vit_class_token" else ["1"])
+    assert len(layer["inputs"]) == 1

@@ -83,8 +83,8 @@ def layout_problems(model):
             consumers.setdefault(i, []).append(n)
     problems, seen = [], set()
     for n in model.graph.node:
-        if n.op_type != "LayoutTransform":
-            continue
+        if n.op_type != "LayoutTransform" or n.name.startswith("rotate_"):
+            continue   # rotate_*: a real permutation of the model's (fuse/perms.rotations)
         p = producer.get(n.input[0])
         if p is not None and _is_compute(p) and any(_is_compute(c) for c in consumers.get(n.output[0], [])):
             problems.append(f"{n.name} between {p.name} and a Mrvl consumer")
@@ -162,6 +162,15 @@ def test_fused_model(name):
     # a Transpose between two accelerator ops is one of the model's own (a real permutation, as in
     # ShuffleNet's channel shuffle); the others convert at CPU boundaries
     assert s["inner_transposes"] <= s["original_transposes"]
+
+
+def test_shufflenet_channel_shuffles_stay_on_the_accelerator():
+    """Each of the 16 channel shuffles is one block rotation (a Mrvl Reshape to [H*W, g, C/g, 1]
+    and an NCHW->NHWC LayoutTransform), not a CPU Transpose cutting the region."""
+    s = pipeline("shufflenet")
+    assert "Transpose" not in s["ops"]
+    assert s["ops"].count("LayoutTransform") == 1 + 16
+    assert [d.op_type for d in s["decisions"].by_placement("cpu")] == ["Softmax"]
 
 
 def test_resnet50_has_one_layout_transform_at_its_input():

@@ -316,8 +316,26 @@ def layout_change(a, in_shape, params, in_layout=None):
     return [in_shape[i] for i in PERMS[(src, dst)]]
 
 
-def concat(a, in_shapes, params):
+def concat(a, ctx, lname, in_shapes, params, weights):
+    """Concatenation along ``axis`` of the stored layout; ``const_positions`` (onnx_mrvl's
+    extension) lists the positions of constant operands, each ``input<p>_const_name``."""
     axis = a.int("axis")
+    if a.has("const_positions"):
+        positions = sorted(a.ints("const_positions"))
+        if ctx.batch and ctx.batch != ctx.json_batch:
+            a.fail(f"concat with constant operands cannot be recompiled for batch {ctx.batch}",
+                   hint="convert the model again with that batch")
+        shapes = list(in_shapes)
+        for p in positions:
+            if not 0 <= p <= len(shapes) or not a.has(f"input{p}_const_name"):
+                a.fail(f"constant operand {p}: bad position or no input{p}_const_name")
+            c = decode_const(ctx.consts, a.str(f"input{p}_const_name"), a)
+            if in_shapes and c.ndim > len(in_shapes[0]):   # padded to 4-D by a TVM-style writer
+                c = c.reshape(fit_rank(list(c.shape), len(in_shapes[0])))
+            shapes.insert(p, list(c.shape))
+            weights[f"const{p}"] = ctx.weight(a, f"{lname}.const{p}", c, "ND", fp16=True)
+        params["const_positions"] = positions
+        in_shapes = shapes
     rank = len(in_shapes[0])
     if any(len(s) != rank for s in in_shapes):
         a.fail(f"concat of tensors of different ranks {in_shapes}")
@@ -379,7 +397,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name in ("Sum2D", "Mul2D"):
         out, macs = eltwise(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Concat":
-        out = concat(a, in_shapes, params)
+        out = concat(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Slice2D":
         out = slice2d(a, in_shapes, params)
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):

@@ -99,7 +99,7 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
     shapes, dtypes = [], []
     for i, t in enumerate(g.inputs):
         shape = [int(d) for d in g.shape(t)]
-        layout = "NHWC" if t.endswith("__nhwc") and len(shape) == 4 else LAYOUT_BY_RANK.get(len(shape), "ND")
+        layout = _input_layout(region, t, shape)
         entry[t] = len(nodes)
         nodes.append({"op": "input", "name": t, "inputs": [], "input_id": [str(i)],
                       "attrs": {"dtype": ["float32"], "shape": [shape], "layer_name": ["input"],
@@ -137,6 +137,22 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
     return nodes_json, consts
 
 
+def _input_layout(region: onnx.ModelProto, t: str, shape: Sequence[int]) -> str:
+    """Layout label of region input ``t``: NHWC for fuse's ``__nhwc`` tensors, else by rank; but a
+    4-D input that fuse relabelled through a Transpose (``Transpose(0,2,3,1) -> Reshape ->
+    Transpose(0,3,1,2)`` on a graph input, tf2onnx's NHWC graphs) is the source of a
+    LayoutTransform whose ``src_layout`` names its real storage: take that (ND when two disagree),
+    so the compile step's storage check sees the data as fuse stored it."""
+    layout = "NHWC" if t.endswith("__nhwc") and len(shape) == 4 else LAYOUT_BY_RANK.get(len(shape), "ND")
+    if len(shape) != 4:
+        return layout
+    srcs = {opset.node_attrs(n).get("src_layout") for n in region.graph.node
+            if n.domain == opset.DOMAIN and n.op_type == "LayoutTransform" and t in n.input}
+    if not srcs or srcs == {layout}:
+        return layout
+    return srcs.pop() if len(srcs) == 1 else "ND"
+
+
 def _layout(shape: Sequence[int]) -> str:
     return "NHWC" if len(shape) == 4 else ("NC" if len(shape) == 2 else LAYOUT_BY_RANK.get(len(shape), "ND"))
 
@@ -162,7 +178,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1}.get(node.op_type, 0)
+    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1,
+               "Concat": len(node.input) - 1}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
         raise CompileError(f"{node.op_type} with {n_consts} constant inputs (weights must be the constants, "
@@ -249,6 +266,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "Concat":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
+        positions = [p for p, i in enumerate(inputs) if i and g.is_const(i)]
+        if positions:   # constant operands (stored layout): input<p>_const_name, p their positions
+            attrs["const_positions"] = _s(positions)
+            for p in positions:
+                c = g.const(inputs[p])
+                add_const(f"input{p}", c, shape=list(c.shape))   # the operand's own rank
     elif node.op_type == "Slice2D":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs.update(axis=_s(a["axis"]), start=_s(a["start"]), end=_s(a["end"]))

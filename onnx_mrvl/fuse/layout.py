@@ -28,8 +28,8 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import fc_rows, slices
-from .perms import reshape_blocks, stored_after_reshape, stored_before_reshape
+from . import fc_rows, rotate, slices
+from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
 STORAGE_KEY = "mrvl.storage"
@@ -96,6 +96,7 @@ class Materializer:
         self.mrvl_producer: Dict[str, str] = {}        # stored tensor -> Mrvl node writing it
         self.rename: Dict[str, str] = {}               # tensor -> graph output name it becomes
         self.produced: set = set()                     # tensors written by an emitted node
+        self.label: Dict[str, str] = {}                # 4-D Mrvl output -> the layout compile gives it
 
     # ---------------------------------------------------------------- helpers
     def fresh(self, base: str) -> str:
@@ -157,12 +158,16 @@ class Materializer:
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
         mrvl = for_mrvl or name in self.mrvl_tensors
-        if len(q) == 4 and tuple(q) in layouts and mrvl:   # TVM's layout_transform
-            src_l, dst_l = layouts[tuple(q)]
+        src_l, dst_l = layouts.get(tuple(q), (None, None))
+        # the compile step knows what a Mrvl op wrote as NHWC / NCHW; a Transpose may have relabelled
+        # it (Conv -> Transpose(0,3,1,2) -> Reshape): then this is no NCHW<->NHWC change of that data
+        relabelled = src_l is not None and self.label.get(name, src_l) != src_l
+        if src_l is not None and mrvl and not relabelled:   # TVM's layout_transform
             node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
                                    origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
                                    composite=f"mrvl.layout_transform_{src_l.lower()}2{dst_l.lower()}")
             self.mrvl_tensors.add(out)
+            self.label[out] = dst_l
         elif [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
             # only unit axes move (3-D/5-D storages, CPU tensors): the same data, relabelled by a reshape
             stored = _stored_shape(shape, want)
@@ -174,6 +179,10 @@ class Materializer:
                 node = helper.make_node("Reshape", [name, self.init(f"{t}_stored_shape", np.array(stored), np.int64)],
                                         [out], name=self.fresh(f"reshape_{t}"))
                 set_origin(node, origin)
+        elif ((for_mrvl and out != t) or (mrvl and relabelled)) and \
+                (steps := rotations(_stored_shape(shape, have), q)) is not None:
+            # a real permutation an accelerator op reads (not a graph output's): keep it in the region
+            node = rotate.materialize(self, t, name, out, steps, _stored_shape(shape, want), origin)
         else:
             node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
             set_origin(node, origin)
@@ -300,6 +309,9 @@ class Materializer:
             self.alias_owner[a] = name
         self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
                                  attrs=attrs, composite=composite or grp.composite), out_perm)
+        if len(self.logical_shape(grp.output)) == 4 and (op in SPATIAL or out_perm in (None, NHWC)
+                                                         and op in ("Sum2D", "Mul2D", "Concat")):
+            self.label[out] = "NHWC" if op in SPATIAL or out_perm == NHWC else "NCHW"
         if grp.output in self.g.output_set and out != grp.output:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
 
@@ -351,6 +363,9 @@ class Materializer:
     def _concat(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs, grp.output)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
+        for key in sorted(grp.weights, key=lambda k: int(k[5:])):   # constants at their positions
+            c = grp.weights[key]
+            ins.insert(int(key[5:]), self.init(f"{grp.anchor.name}_{key}", c if perm is None else c.transpose(perm)))
         axis = grp.attrs["axis"]
         stored_axis = list(perm).index(axis) if perm else axis
         self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
@@ -376,7 +391,7 @@ class Materializer:
                 n, c, h, w = in_shape
                 flat = [n, h, w, c]
             else:
-                want = list(NHWC) if len(out_shape) == 4 else list(range(len(out_shape)))
+                want = self._wanted_storage(out)
                 before = stored_before_reshape(blocks, out_shape, want)
                 if before is None:
                     want, before = list(range(len(out_shape))), list(range(len(in_shape)))
@@ -396,6 +411,20 @@ class Materializer:
         self._emit(grp, op, [name], {"shape": _stored_shape(out_shape, out_perm)}, out_perm)
         if flat is not None:
             self.flat[out] = flat
+
+    def _wanted_storage(self, t: str) -> List[int]:
+        """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D tensor, logical
+        otherwise; but when every reader is the same relabelling Transpose to a 4-D tensor, the order
+        that makes that tensor NHWC (``Transpose(0,2,3,1) -> Reshape -> Transpose(0,3,1,2) -> Conv``:
+        one conversion before the reshape instead of one before and one after)."""
+        rank = len(self.logical_shape(t))
+        users = self.g.consumers.get(t, [])
+        perms = {tuple(attr(c, "perm", list(range(rank))[::-1])) for c in users if c.name in self.aliases}
+        if (users and len(perms) == 1 and all(c.name in self.aliases for c in users) and rank == 4
+                and t not in self.g.output_set):
+            perm = perms.pop()
+            return [perm[a] for a in NHWC]
+        return list(NHWC) if rank == 4 else list(range(rank))
 
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])

@@ -187,15 +187,14 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if weights["W"].shape[1] != xs[-1]:
         return f"weights {list(wv.shape)} do not fit an input of shape {xs}"
     grp = Group("FC", "mrvl.fc_ni2no", [n], [x], n.output[0], {}, weights)
-    if len(xs) > 2:   # [..., K] x [K, O]: Reshape [rows, K] -> FC -> Reshape [..., O] (rows are not a batch)
-        rows = int(np.prod(xs[:-1]))
-        if rows > MAX_FC_ROWS:
-            return f"{rows} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
+    # the FC layer computes row by row: its M rows ([M, K], or the leading dims of [..., K]) are not
+    # an image batch, so target.max_batch does not apply (token MatMuls, RNN heads), only MAX_FC_ROWS
+    rows = int(np.prod(xs[:-1]))
+    if rows > MAX_FC_ROWS:
+        return f"{rows} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
+    if len(xs) > 2:   # [..., K] x [K, O]: Reshape [rows, K] -> FC -> Reshape [..., O]
         _absorb_chain(g, grp, FC_ND_CHAIN, weights["W"].shape[0], len(xs), target, axis=-1)
         return grp
-    reason = _batch(g, x, target)
-    if reason:
-        return reason
     _absorb_chain(g, grp, FC_CHAIN, weights["W"].shape[0], 2, target)
     return grp
 
@@ -296,13 +295,15 @@ def build_concat(g: GraphIndex, n: onnx.NodeProto, target: Target):
     rank = len(g.shape(n.output[0]))
     if rank not in CONCAT_RANKS:
         return f"{rank}-D concat"
-    if any(g.is_const(t) for t in n.input):
-        return "a constant operand"
     axis = attr(n, "axis", 1) % rank
     if axis == 0:
         return "concat on the batch axis"
-    return Group("Concat", "mrvl.concat", [n], list(n.input), n.output[0],
-                 {"axis": axis, "num_inputs": len(n.input)})
+    # constant operands (a ViT class token before the patch tokens) travel as layer weights
+    consts = {p: np.asarray(g.const(t), dtype=np.float32) for p, t in enumerate(n.input) if g.is_const(t)}
+    if len(consts) == len(n.input):
+        return "every operand is a constant"
+    return Group("Concat", "mrvl.concat", [n], [t for t in n.input if not g.is_const(t)], n.output[0],
+                 {"axis": axis, "num_inputs": len(n.input)}, {f"const{p}": c for p, c in consts.items()})
 
 
 def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
@@ -322,7 +323,7 @@ def activation_through_concat(g: GraphIndex, grp: Group, producer_of: Dict[str, 
     """act(Concat(a, b, ...)) = Concat(act(a), act(b), ...): when every input of a concat group is
     written by a conv/fc/sum/mul group with no activation yet and read by nothing else, the
     activation after the concat moves into those producers (instead of staying on the CPU alone)."""
-    if grp.op != "Concat" or len(set(grp.inputs)) != len(grp.inputs):
+    if grp.op != "Concat" or len(set(grp.inputs)) != len(grp.inputs) or grp.weights:
         return
     srcs = [producer_of.get(t) for t in grp.inputs]
     if any(p is None or p.op not in ACTIVATION_CARRIERS or p.attrs.get("activation", "none") != "none"

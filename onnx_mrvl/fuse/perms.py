@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
+
 Block = Tuple[List[int], List[int]]   # (input axes, output axes) of equal total size
 
 
@@ -93,3 +95,30 @@ def stored_before_reshape(blocks: List[Block], out_shape: Sequence[int], want: S
         if b not in done:
             order += ia
     return order
+
+
+MAX_ROTATIONS = 3   # LayoutTransforms a general transpose of accelerator data may take
+
+
+def rotations(shape: Sequence[int], q: Sequence[int]) -> Optional[List[List[int]]]:
+    """A transpose ``y = x.transpose(q)`` of data of ``shape`` as block rotations: each step views
+    the current data as ``[A, B, R, 1]`` (A: axes already in place, B: the axes before the next
+    wanted one, R: the rest) and moves B last, ``[A, R, 1, B]``, which is an NCHW->NHWC layout
+    change of that view (ShuffleNet's channel shuffle, [N, C, T] <-> [N, T, C]: one step). Unit
+    axes are ignored. Returns the 4-D views, or None when more than ``MAX_ROTATIONS`` are needed."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    rank = {a: i for i, a in enumerate(keep)}
+    target = [rank[a] for a in q if shape[a] != 1]
+    dims = [shape[a] for a in keep]
+    cur = list(range(len(keep)))
+    views: List[List[int]] = []
+    prod = lambda axes: int(np.prod([dims[a] for a in axes], dtype=np.int64))  # noqa: E731
+    for i in range(len(cur)):
+        if cur[i] == target[i]:
+            continue
+        j = cur.index(target[i])
+        views.append([prod(cur[:i]), prod(cur[i:j]), prod(cur[j:]), 1])
+        cur = cur[:i] + cur[j:] + cur[i:j]
+        if len(views) > MAX_ROTATIONS:
+            return None
+    return views or None

@@ -150,6 +150,16 @@ def _concat(spec: LayerSpec, n_inputs: int) -> LayerFn:
     if n_inputs < 1:
         raise spec.error("needs at least one input")
     axis = int(spec.param("axis", required=True))
+    positions = [int(p) for p in spec.param("const_positions") or []]
+    if positions:   # constant operands (fp16 weights) at their positions among the inputs
+        consts = [(p, spec.weight(f"const{p}", required=True)) for p in sorted(positions)]
+
+        def run(*xs):
+            xs = list(xs)
+            for p, c in consts:
+                xs.insert(p, c)
+            return concat(xs, axis), True
+        return run
     return lambda *xs: (concat(xs, axis), True)
 
 
