@@ -25,6 +25,7 @@ def weight(*shape):
     (4, 2, [1, 1, 1, 1], 0, 4, 4, 4, True),       # depthwise
     (2, 2, [0, 0, 0, 0], 0, 2, 4, 6, True),       # grouped (then split by conv_group_split)
     ((3, 2), (1, 2), [1, 0, 1, 0], 0, 1, 3, 5, True),  # anisotropic
+    ((2, 3), (2, 1), [0, 1, 0, 1], 0, 1, 3, 5, True),  # (rec-style (2, 1))
 ])
 def test_convtranspose_phases(k, s, pads, outpad, group, cin, cout, bias):
     k = (k, k) if isinstance(k, int) else k
@@ -46,8 +47,11 @@ def test_convtranspose_phases(k, s, pads, outpad, group, cin, cout, bias):
     if phases == 1:
         assert ops == ["Conv"]
     else:
-        assert ops.count("Resize") == phases and ops.count("Mul") == phases
+        resizes = (phases if s[1] > 1 else 0) + (s[0] if s[0] > 1 else 0)   # along W, then H
+        assert ops.count("Resize") == resizes and ops.count("Mul") == resizes
         assert ops.count("Add") == phases - 1
+        masks = [t for t in out.graph.initializer if "mask" in t.name]
+        assert masks and all(np.prod(t.dims) == max(t.dims) for t in masks)   # [1,1,H,1] / [1,1,1,W]
         assert ops.count("Conv") == phases * (group if group not in (1, cin) else 1)
 
 

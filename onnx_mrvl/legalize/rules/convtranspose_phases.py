@@ -5,11 +5,12 @@ Along an axis with stride s, kernel k, begin pad p, input I and output O (O a mu
 outputs o = s*q + r of phase r only see the taps t = t0, t0+s, ... (t0 = (r+p) mod s):
 ``y[s*q + r] = sum_m x[q + e - m] * w[t0 + m*s]`` with e = (r+p) // s, i.e. a stride-1 Conv on x with
 the flipped sub-kernel, begin pad M-1-e and the end pad that gives O/s outputs. The phases are put
-back with ``Resize(nearest, asymmetric, floor)`` by s (o reads o // s), multiplied by a constant
-[1, 1, O_h, O_w] mask of their phase and summed; the masks partition the output, so the bias goes
-into every phase Conv. Per-channel Add/Mul constants and BatchNormalization right after the ConvTranspose (the bias Add
-paddle2onnx writes) are folded into the
-weights first. Kernel == stride (no overlap, the common 2x2/s2 head) gives 1x1 Convs.
+back along W, then along H: ``Resize(nearest, asymmetric, floor)`` by s on that axis (o reads
+o // s), times a constant 0/1 mask [1, 1, 1, O_w] / [1, 1, O_h, 1] of the phase, summed (the W step
+runs at O_h/s rows; the masks are a few KB). The masks partition the output, so the bias goes into
+every phase Conv. Per-channel Add/Mul constants and an inference BatchNormalization right after the
+ConvTranspose (the bias Add paddle2onnx writes) fold into the weights first. Kernel == stride (no
+overlap, the common 2x2/s2 head) gives 1x1 Convs.
 """
 from __future__ import annotations
 
@@ -140,8 +141,10 @@ def rewrite(m: Match, g) -> str:
     (ph_h, ph_w), single = m.data["phases"], sh * sw == 1
     dtype = np.float32
     bias = g.add_const(f"{node.name}/B", b.astype(dtype))
-    terms: List[str] = []
+    shape = [sy[0], cout, sy[2] // sh, sy[3] // sw]
+    rows: List[str] = []
     for rh, (th, bh, eh) in enumerate(ph_h):
+        cols: List[str] = []
         for rw, (tw, bw, ew) in enumerate(ph_w):
             tag = f"p{rh}{rw}"
             wsub = wc[:, :, th][:, :, :, tw].astype(dtype)
@@ -150,26 +153,51 @@ def rewrite(m: Match, g) -> str:
                    origin=origin, name=f"{node.name}/{tag}" if not single else node.name,
                    kernel_shape=list(wsub.shape[2:]), strides=[1, 1], dilations=[1, 1],
                    pads=[bh, bw, eh, ew], group=group)
-            g.set_shape(z, (sy[0], cout, sy[2] // sh, sy[3] // sw), g.dtype(x))
-            if single:
-                return "stride-1 ConvTranspose -> Conv"
-            up = g.fresh(f"{out}/{tag}/up")
-            g.make("Resize", [z, "", g.add_const(f"{node.name}/scales", np.array([1, 1, sh, sw], dtype))],
-                   [up], near=node, origin=origin, name=f"{node.name}/{tag}/resize", mode="nearest",
-                   coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-            mask = np.zeros((1, 1, sy[2], sy[3]), dtype)
-            mask[:, :, rh::sh, rw::sw] = 1
-            masked = g.fresh(f"{out}/{tag}/masked")
-            g.make("Mul", [up, g.add_const(f"{node.name}/mask_{tag}", mask)], [masked], near=node,
-                   origin=origin, name=f"{node.name}/{tag}/mask")
-            for t in (up, masked):
-                g.set_shape(t, (sy[0], cout, sy[2], sy[3]), g.dtype(x))
-            terms.append(masked)
-    acc = terms[0]
-    for i, t in enumerate(terms[1:], 1):
-        dst = out if i == len(terms) - 1 else g.fresh(f"{out}/sum{i}")
-        g.make("Add", [acc, t], [dst], near=node, origin=origin, name=f"{node.name}/sum{i}")
-        g.set_shape(dst, (sy[0], cout, sy[2], sy[3]), g.dtype(x))
-        acc = dst
+            g.set_shape(z, shape, g.dtype(x))
+            cols.append(z)
+        if single:
+            return "stride-1 ConvTranspose -> Conv"
+        rows.append(_interleave(g, node, origin, cols, 3, shape, f"{out}/r{rh}", f"{node.name}/r{rh}",
+                                final=out if sh == 1 else None))
+    if sh > 1:
+        shape[3] = sy[3]
+        _interleave(g, node, origin, rows, 2, shape, out, f"{node.name}/rows", final=out)
     folded = f", {len(nodes) - 1} per-channel Add/Mul/BN folded" if len(nodes) > 1 else ""
     return f"ConvTranspose stride {sh}x{sw} -> {sh * sw} phase Convs + Resize/mask/Add{folded}"
+
+
+def _interleave(g, node, origin, parts: List[str], axis: int, shape: List[int], base: str, name: str,
+                final: Optional[str] = None) -> str:
+    """Phase tensors ``parts`` (phase r = index) interleaved along ``axis`` of 4-D ``shape``:
+    sum_r Resize(part_r, s on axis) * mask_r, the mask [1,1,H,1] or [1,1,1,W] one where i % s == r."""
+    s = len(parts)
+    if s == 1:
+        return parts[0]
+    scales = np.ones(4, np.float32)
+    scales[axis] = s
+    scales = g.add_const(f"{node.name}/scales", scales)
+    big = list(shape)
+    big[axis] *= s
+    terms = []
+    for r, part in enumerate(parts):
+        up, masked = g.fresh(f"{part}/up{axis}"), g.fresh(f"{part}/masked{axis}")
+        g.make("Resize", [part, "", scales], [up], near=node, origin=origin, name=f"{name}/resize{r}",
+               mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        mshape = [1, 1, 1, 1]
+        mshape[axis] = big[axis]
+        mask = np.zeros(mshape, np.float32)
+        idx = [slice(None)] * 4
+        idx[axis] = slice(r, None, s)
+        mask[tuple(idx)] = 1
+        g.make("Mul", [up, g.add_const(f"{name}/mask{r}", mask)], [masked], near=node, origin=origin,
+               name=f"{name}/mask{r}")
+        for t in (up, masked):
+            g.set_shape(t, big, 1)
+        terms.append(masked)
+    acc = terms[0]
+    for i, t in enumerate(terms[1:], 1):
+        dst = final if (final is not None and i == s - 1) else g.fresh(f"{base}/sum{i}")
+        g.make("Add", [acc, t], [dst], near=node, origin=origin, name=f"{name}/sum{i}")
+        g.set_shape(dst, big, 1)
+        acc = dst
+    return acc
