@@ -140,20 +140,21 @@ def test_pad_folds_into_conv(opset):
     assert set(get_origin(out.graph.node[0])) == {"pad", "conv"}
 
 
-def test_pad_kept_when_over_limit_or_nonzero_value():
+def test_pad_not_folded_when_over_limit_or_nonzero_value():
+    """Not folded into the Conv; pad_to_conv makes it a depthwise 1x1 Conv (value v: Add -v first)."""
     w = R.standard_normal((4, 3, 3, 3)).astype(np.float32)
     pad, inits = _pad_node(13, [0, 0, 5, 5, 0, 0, 5, 5])
     inits["w"] = w
     m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv", pads=[3, 3, 3, 3])],
                    [("x", [1, 3, 8, 8])], ["y"], inits)
-    out, _ = legalize_and_compare(m)
-    assert op_types(out) == ["Pad", "Conv"]
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Conv", "Conv"] and "pad_to_conv" in [r for r, _, _ in log]
     pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1], value=1.5)
     inits["w"] = w
     m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv")], [("x", [1, 3, 8, 8])],
                    ["y"], inits)
-    out, _ = legalize_and_compare(m)
-    assert op_types(out) == ["Pad", "Conv"]
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Add", "Conv", "Conv"] and "pad_to_conv" in [r for r, _, _ in log]
 
 
 @pytest.mark.parametrize("pool,pre,value,folds", [
@@ -166,8 +167,9 @@ def test_pad_into_pools(pool, pre, value, folds):
         nodes.append(mk(pre, ["x0"], ["x"], name="pre"))
     nodes += [pad, mk(pool, ["p"], ["y"], name="pool", kernel_shape=[3, 3], strides=[2, 2])]
     m = make_model(nodes, [("x0" if pre else "x", [1, 2, 9, 9])], ["y"], inits)
-    out, _ = legalize_and_compare(m)
-    assert ("Pad" not in op_types(out)) == folds
+    out, log = legalize_and_compare(m)
+    assert "Pad" not in op_types(out)      # folded, or a depthwise 1x1 Conv (pad_to_conv)
+    assert ("pad_fold" in [r for r, _, _ in log]) == folds
     if folds and pool == "AveragePool":
         cip = [a.i for a in out.graph.node[-1].attribute if a.name == "count_include_pad"]
         assert cip == [1]

@@ -79,13 +79,16 @@ def region_origin(nodes: Iterable[onnx.NodeProto]) -> List[str]:
 
 
 def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
-    """Multiply-accumulates of a Conv/Gemm/MatMul, standard or Mrvl (0 for other ops)."""
-    if node.op_type not in COMPUTE_OPS | {"Conv", "Gemm", "MatMul"} or len(node.input) < 2:
+    """Multiply-accumulates of a Conv/ConvTranspose/Gemm/MatMul, standard or Mrvl (0 for other ops)."""
+    if node.op_type not in COMPUTE_OPS | {"Conv", "ConvTranspose", "Gemm", "MatMul"} or len(node.input) < 2:
         return 0
     out = g.shape(node.output[0])
     w = g.shape(node.input[1])
     if out is None or w is None or not out:
         return 0
+    if node.op_type == "ConvTranspose":     # every input element meets Cout/g * kh * kw weights
+        x = g.shape(node.input[0])
+        return int(np.prod(x, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64)) if x else 0
     if node.op_type in ("Conv", "Conv2D"):
         per_out = int(np.prod(w[1:], dtype=np.int64))
     elif node.op_type == "Gemm" and not any(a.name == "transB" and a.i for a in node.attribute):

@@ -1,0 +1,59 @@
+"""A constant-mode spatial Pad of a 4-D float tensor that ``pad_fold`` could not fold (it feeds
+several nodes, or a MaxPool whose input may be negative) becomes a depthwise 1x1 Conv with unit
+weights and those pads: exact for pad value 0 (x * 1 = x in fp16), else ``Conv(x - v) + v`` (the
+bias puts v in the border). It then runs on the accelerator instead of cutting the region (the
+PP-HGNetV2 stem pads once for a conv and a ceil-mode max pool)."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .base import Match, is_float
+from .pad_fold import _pad_spec
+
+NAME = "pad_to_conv"
+OPS = ("Pad",)
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
+        return None
+    spec = _pad_spec(node, g)
+    if spec is None or spec[2] != 4:
+        return None
+    return Match([node], {"spec": spec})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    pads, value, _ = m.data["spec"]
+    if not is_float(g, m.node.input[0]) or g.dtype(m.node.input[0]) != 1:
+        return "not float32"
+    if pads[0] or pads[1] or pads[4] or pads[5]:
+        return "pads the batch or channel axis"
+    if any(p < 0 for p in pads):
+        return "negative pads (cropping)"
+    if max(pads) > target.max_pad["conv"]:
+        return f"pads {pads} exceed target.max_pad ({target.max_pad['conv']})"
+    if not math.isfinite(value):
+        return f"pad value {value}"
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    node = m.node
+    pads, value, _ = m.data["spec"]
+    c = g.shape(node.input[0])[1]
+    x, origin = node.input[0], m.origin
+    g.remove(node)
+    if value != 0.0:
+        shifted = g.fresh(f"{x}/minus_pad_value")
+        g.make("Add", [x, g.add_const(f"{node.name}/neg_value", np.array(-value, np.float32))], [shifted],
+               near=node, origin=origin, name=f"{node.name}/shift")
+        x = shifted
+    g.make("Conv", [x, g.add_const(f"{node.name}/W", np.ones((c, 1, 1, 1), np.float32)),
+                    g.add_const(f"{node.name}/B", np.full(c, value, np.float32))], [node.output[0]],
+           near=node, origin=origin, name=node.name, kernel_shape=[1, 1], strides=[1, 1],
+           dilations=[1, 1], pads=[pads[2], pads[3], pads[6], pads[7]], group=c)
+    return f"Pad {pads[2:4] + pads[6:8]} (value {value}) -> depthwise 1x1 Conv"

@@ -1,0 +1,93 @@
+"""Legalization: paddle2onnx's pad3d form (Unsqueeze -> 5-D Pad -> Squeeze) collapses to a 4-D Pad
+(pad_unit_axes), and a Pad no consumer can absorb becomes a depthwise 1x1 Conv (pad_to_conv), so
+the PP-HGNetV2 stem (one Pad feeding a Conv and a ceil-mode MaxPool) stays on the accelerator."""
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import onnx_mrvl
+from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize.testing import feeds_for, legalize_and_compare, make_model, op_types, run
+
+mk = helper.make_node
+R = np.random.default_rng(7)
+
+
+def _squeeze(op, x, y, name, opset, inits):
+    if opset >= 13:
+        inits[f"{name}_axes"] = np.array([2], np.int64)
+        return mk(op, [x, f"{name}_axes"], [y], name=name)
+    return mk(op, [x], [y], name=name, axes=[2])
+
+
+def hgnet_stem(opset=13, pad5=(0, 0, 0, 0, 0, 0, 0, 0, 1, 1)):
+    """Conv-Relu -> LAB (x*a+b, may be negative) -> pad3d (0,1,0,1) -> {Conv 2x2, MaxPool 2x2 s1 ceil}
+    -> Concat."""
+    inits = {"w0": (R.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+             "a": np.array([1.1], np.float32), "b": np.array([-0.3], np.float32),
+             "w1": (R.standard_normal((8, 8, 2, 2)) * 0.3).astype(np.float32),
+             "pads": np.array(pad5, np.int64), "v": np.array(0.0, np.float32)}
+    nodes = [mk("Conv", ["x", "w0"], ["c0"], name="stem1", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                strides=[2, 2]),
+             mk("Relu", ["c0"], ["r0"], name="relu0"), mk("Mul", ["r0", "a"], ["m0"], name="lab_mul"),
+             mk("Add", ["m0", "b"], ["l0"], name="lab_add"),
+             _squeeze("Unsqueeze", "l0", "u0", "unsq", opset, inits),
+             mk("Pad", ["u0", "pads", "v"], ["p5"], name="pad3d", mode="constant"),
+             _squeeze("Squeeze", "p5", "p0", "sq", opset, inits),
+             mk("Conv", ["p0", "w1"], ["c1"], name="stem2a", kernel_shape=[2, 2]),
+             mk("MaxPool", ["p0"], ["mp"], name="pool", kernel_shape=[2, 2], strides=[1, 1], ceil_mode=1),
+             mk("Concat", ["mp", "c1"], ["y"], name="cat", axis=1)]
+    return make_model(nodes, [("x", [1, 3, 16, 20])], ["y"], inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_pad3d_collapses_and_becomes_a_conv(opset):
+    out, log = legalize_and_compare(hgnet_stem(opset))
+    rules = [r for r, _, _ in log]
+    assert "pad_unit_axes" in rules and "pad_to_conv" in rules
+    ops = op_types(out)
+    assert "Pad" not in ops and "Reshape" not in ops
+    dw = [n for n in out.graph.node if n.name == "pad3d"][0]
+    at = {a.name: helper.get_attribute_value(a) for a in dw.attribute}
+    assert dw.op_type == "Conv" and at["group"] == 8 and at["kernel_shape"] == [1, 1]
+    assert at["pads"] == [0, 0, 1, 1]
+
+
+def test_pad3d_feeding_one_conv_folds():
+    m = hgnet_stem()
+    g = m.graph
+    keep = [n for n in g.node if n.name not in ("pool", "cat")]
+    del g.node[:]
+    g.node.extend(keep)
+    g.output[0].name = "c1"
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Conv", "Relu", "Mul", "Add", "Conv"]
+    assert [r for r, _, _ in log if r.startswith("pad")] == ["pad_unit_axes", "pad_fold"]
+
+
+def test_pad_on_an_inserted_axis_is_kept():
+    m = hgnet_stem(pad5=(0, 0, 1, 0, 0, 0, 0, 0, 0, 0))   # pads the unit axis: not a 4-D pad
+    m.graph.node.remove([n for n in m.graph.node if n.name == "sq"][0])
+    m.graph.node.remove([n for n in m.graph.node if n.name == "stem2a"][0])
+    m.graph.node.remove([n for n in m.graph.node if n.name == "pool"][0])
+    m.graph.node.remove([n for n in m.graph.node if n.name == "cat"][0])
+    m.graph.node.append(mk("Squeeze", ["p5", "sq_axes"], ["y"], name="sq", ))
+    m.graph.node[-1].input[1] = "sq_axes"
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array([0], np.int64), "sq_axes"))
+    out, report = legalize_with_report(m)
+    assert "Pad" in op_types(out)
+    assert any(r == "pad_unit_axes" and "inserted unit axis" in why for r, _, why in report.skipped)
+
+
+def test_hgnet_stem_on_the_simulator(tmp_path):
+    m = hgnet_stem()
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 16, 8, 10]))
+    res = onnx_mrvl.convert(m, strict=True)
+    cpu = [n.op_type for n in res.model.graph.node if n.domain != "mrvl"]
+    assert cpu == [] and len(res.subgraphs) == 1, cpu
+    path = res.save(str(tmp_path / "stem"))
+    feeds = feeds_for(m)
+    ref = run(m, feeds)
+    got = onnx_mrvl.InferenceSession(path).run(None, feeds)
+    assert float(np.max(np.abs(ref[0] - got[0]))) <= 1e-2 * float(np.max(np.abs(ref[0])))
