@@ -257,6 +257,20 @@ def test_nd_fc_rows_ignore_max_batch():
     assert opset.node_attrs(flat)["shape"] == [100, 20]                            # rows = B*T > max_batch
 
 
+def test_2d_fc_rows_ignore_max_batch(tmp_path):
+    """nn.MultiheadAttention exports its in_proj as Gemm on [L*B, E] (ViT: [197, 384]): the rows
+    are not a batch, so the Gemm (and a MatMul on [rows, K]) is an FC on the accelerator."""
+    n = Net(3)
+    y = n.op("Gemm", ["x", n.w(48, 32), n.w(48, scale=0.1)], base="in_proj", transB=1)
+    y = n.op("Relu", [y], base="act")
+    y = n.op("MatMul", [y, n.w(48, 16)], base="out_proj")
+    m = n.model([("x", [197, 32])], [y])
+    r = _ok(m, simulate=tmp_path)
+    assert not r.decisions.by_placement("cpu")
+    assert r.decisions["in_proj"].mrvl_node == r.decisions["act"].mrvl_node
+    assert mrvl_ops(r).count("FC") == 2
+
+
 def test_yolov5_head_5d_eltwise_3d_concat_and_standalone_activations():
     original, r = fused("yolov5_head")
     for name in ("det_sigmoid", "grid_add", "det_concat", "gate", "gated"):
