@@ -173,8 +173,27 @@ def tf_nhwc_se(seed=0):
     return n.model([("input", [1, 10, 10, 3])], [y])
 
 
+def aspp_head(seed=0):
+    """torchvision DeepLabV3 ASPP on a 10x10 map: 1x1 conv, atrous 3x3 convs with rates 4, 12 and 16
+    (the last two reach past the map: only their centre tap sees it), and the pooling branch (global
+    pool -> 1x1 conv -> relu -> bilinear Resize back to 10x10, a broadcast), concatenated -> 1x1 conv."""
+    n = Net(seed)
+    x = n.conv("input", 3, 8)
+    branches = [n.conv(x, 8, 8, k=1)]
+    for rate in (4, 12, 16):
+        y = n.op("Conv", [x, n.w(8, 8, 3, 3)], f"atrous{rate}", kernel_shape=[3, 3], pads=[rate] * 4,
+                 dilations=[rate, rate])
+        branches.append(n.op("Relu", [y]))
+    p = n.op("Relu", [n.op("Conv", [n.op("GlobalAveragePool", [x]), n.w(8, 8, 1, 1)], kernel_shape=[1, 1])])
+    roi, scales = n.const(np.zeros(0, np.float32)), n.const(np.array([1, 1, 10, 10], np.float32))
+    branches.append(n.op("Resize", [p, roi, scales], "pool_resize", mode="linear",
+                         coordinate_transformation_mode="half_pixel"))
+    y = n.op("Concat", branches, "aspp_concat", axis=1)
+    return n.model([("input", [1, 3, 10, 10])], [n.conv(y, 40, 8, k=1)])
+
+
 MODELS = {"se_mobilenetv3": se_mobilenetv3, "crnn_head": crnn_head, "audio_head": audio_head,
-          "yolov5_head": yolov5_head, "db_head": db_head, "tf_nhwc_se": tf_nhwc_se}
+          "yolov5_head": yolov5_head, "db_head": db_head, "tf_nhwc_se": tf_nhwc_se, "aspp_head": aspp_head}
 
 
 # ---------------------------------------------------------------- helpers
@@ -280,6 +299,21 @@ def test_2d_fc_rows_ignore_max_batch_like_nd(op, tmp_path):
     d = fuse(model(MAX_FC_ROWS + 1)).decisions["fc"]
     assert d.placement == "cpu" and d.reason == f"{MAX_FC_ROWS + 1} rows of an FC over [{MAX_FC_ROWS + 1}, 40] exceed the limit {MAX_FC_ROWS}"
 
+
+def test_2d_fc_rows_ignore_max_batch(tmp_path):
+    """nn.MultiheadAttention exports its in_proj as Gemm on [L*B, E] (ViT: [197, 384]): the rows
+    are not a batch, so the Gemm (and a MatMul on [rows, K]) is an FC on the accelerator."""
+    n = Net(3)
+    y = n.op("Gemm", ["x", n.w(48, 32), n.w(48, scale=0.1)], base="in_proj", transB=1)
+    y = n.op("Relu", [y], base="act")
+    y = n.op("MatMul", [y, n.w(48, 16)], base="out_proj")
+    m = n.model([("x", [197, 32])], [y])
+    r = _ok(m, simulate=tmp_path)
+    assert not r.decisions.by_placement("cpu")
+    assert r.decisions["in_proj"].mrvl_node == r.decisions["act"].mrvl_node
+    assert mrvl_ops(r).count("FC") == 2
+
+
 def test_yolov5_head_5d_eltwise_3d_concat_and_standalone_activations():
     original, r = fused("yolov5_head")
     for name in ("det_sigmoid", "grid_add", "det_concat", "gate", "gated"):
@@ -300,6 +334,17 @@ def test_db_head_fully_offloaded():
     original, r = fused("db_head")
     assert r.decisions["db_sigmoid"].placement == "accelerator"
     assert [d.op_type for d in r.decisions.by_placement("cpu")] == []
+
+
+def test_aspp_atrous_convs_and_pooling_resize_on_the_accelerator():
+    """Legalize drops the taps of atrous convs that only read padding (rates 12 and 16 on 10x10 -> 1x1
+    convs) and turns the bilinear Resize of a 1x1 map into nearest repeats (x10 = x5 then x2)."""
+    original, r = fused("aspp_head")
+    assert not r.decisions.by_placement("cpu")
+    node = {n.name: n for n in r.model.graph.node}
+    for name, k in (("atrous4", [3, 3]), ("atrous12", [1, 1]), ("atrous16", [1, 1])):
+        assert opset.node_attrs(node[r.decisions[name].mrvl_node])["kernel_shape"] == k
+    assert mrvl_ops(r).count("Resize") == 2
 
 
 def test_tf_nhwc_se_needs_no_layout_transform():

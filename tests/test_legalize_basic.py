@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 26
+    assert len(names) == len(set(names)) == len(RULES) == 28
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
     assert names.index("bn_into_conv") < names.index("bn_to_mul_add")
@@ -79,6 +79,24 @@ def test_noop_cast_reshape_transpose_and_transpose_merge():
     assert list(out.graph.node[0].attribute[0].ints) == [2, 0, 1]
     assert applied(log, "remove_noop") and applied(log, "merge_transposes")
     assert set(get_origin(out.graph.node[0])) == {"t3", "t4"}
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_noop_pad_concat_and_resize_removed(opset):
+    """torchvision detection input transform: resize to the size the image has, Pad by zeros,
+    Concat of one image; a bilinear resize to the same size with tf_half_pixel_for_nn is not a no-op."""
+    m = make_model([
+        mk("Resize", ["x", "roi", "scales"], ["r"], name="resize", mode="linear"),
+        mk("Pad", ["r", "pads"], ["p"], name="pad"),
+        mk("Concat", ["p"], ["c"], name="concat", axis=0),
+        mk("Resize", ["c", "roi", "scales"], ["y"], name="shifted", mode="linear",
+           coordinate_transformation_mode="tf_half_pixel_for_nn")],
+        [("x", [1, 3, 6, 5])], ["y"],
+        {"roi": np.zeros(0, np.float32), "scales": np.ones(4, np.float32), "pads": np.zeros(8, np.int64)},
+        opset=opset)
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Resize"] and out.graph.node[0].name == "shifted"
+    assert sorted(n for names in applied(log, "remove_noop") for n in names) == ["concat", "pad", "resize"]
 
 
 def test_sum_to_add_chain_and_sum_of_one_removed():

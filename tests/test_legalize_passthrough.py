@@ -186,3 +186,29 @@ def test_dropout_training_mode_true_is_kept():
     assert "Dropout" in op_types(out)
     assert ("remove_dropout", "drop", "training_mode is true") in report.skipped
 
+
+
+def test_constants_feeding_a_condition_only_through_shape_are_folded():
+    """torchvision detection exports: If(ReduceProd(Shape(boxes)) == 0) in the post-processing. The
+    condition reads the boxes' shape, not their values: the constant arithmetic upstream of the
+    boxes (the input transform, the backbone's weights) is folded as usual."""
+    def branch(name, value):
+        return helper.make_graph([mk("Constant", [], [f"d_{name}"], value=numpy_helper.from_array(
+            np.array([value], np.float32)))], name, [], [helper.make_tensor_value_info(f"d_{name}", F, None)])
+    c = {"k1": np.full(4, 0.5, np.float32), "k2": np.full(4, 1.5, np.float32), "zero": np.array(0, np.int64)}
+    m = _model([mk("Add", ["k1", "k2"], ["k"], name="const_add"),
+                mk("Mul", ["x", "k"], ["boxes"], name="mul"),
+                mk("Shape", ["boxes"], ["s"], name="shape"),
+                mk("ReduceProd", ["s"], ["n"], name="numel", keepdims=0),
+                mk("Equal", ["n", "zero"], ["empty"], name="is_empty"),
+                mk("If", ["empty"], ["d"], name="if", then_branch=branch("then", 0.0),
+                   else_branch=branch("else", 1.0)),
+                mk("Mul", ["boxes", "d"], ["y"], name="out")],
+               [helper.make_tensor_value_info("x", F, [2, 4])], [helper.make_tensor_value_info("y", F, None)],
+               [numpy_helper.from_array(v, k) for k, v in c.items()], opset=13)
+    out, report = legalize_with_report(m)
+    ops = op_types(out)
+    assert "Add" not in ops                                  # folded
+    assert {"Shape", "ReduceProd", "Equal", "If"} <= set(ops)   # the condition itself is not
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(_session(out).run(None, {"x": x})[0], x * 2)

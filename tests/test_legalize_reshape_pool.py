@@ -236,3 +236,52 @@ def test_gemm_after_4d_input_flattened():
                    [("x", [2, 2, 3, 3])], ["y"], {"w": w})
     out, _ = legalize_and_compare(m)
     assert op_types(out) == ["Relu", "Reshape", "Gemm"]
+
+
+def _resize_model(opset, in_hw, out_hw, by_sizes=False, **kw):
+    inits = {"roi": np.zeros(0, np.float32)}
+    if by_sizes:
+        inits["sizes"] = np.array([1, 4, *out_hw], np.int64)
+        ins = ["x", "roi" if opset < 13 else "", "" if opset >= 13 else "scales0", "sizes"]
+        if opset < 13:
+            inits["scales0"] = np.zeros(0, np.float32)
+    else:
+        inits["scales"] = np.array([1, 1, out_hw[0] / in_hw[0], out_hw[1] / in_hw[1]], np.float32)
+        ins = ["x", "roi", "scales"]
+    return make_model([mk("Resize", ins, ["y"], name="resize", **kw)], [("x", [1, 4, *in_hw])], ["y"],
+                      inits, opset=opset)
+
+
+def _resizes(out):
+    return [(n, {a.name: helper.get_attribute_value(a) for a in n.attribute})
+            for n in out.graph.node if n.op_type == "Resize"]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("mode,ctm", [("linear", "half_pixel"), ("linear", "align_corners"),
+                                      ("cubic", "pytorch_half_pixel"), ("nearest", "half_pixel")])
+def test_resize_of_a_1x1_map_is_a_nearest_broadcast_within_the_scale_limit(opset, mode, ctm):
+    """DeepLabV3's ASPP pooling: bilinear upsample of [N, C, 1, 1] to 20x20 = a broadcast ->
+    nearest x5 then x4 (each within resize_max_scale 8)."""
+    m = _resize_model(opset, (1, 1), (20, 20), by_sizes=True, mode=mode, coordinate_transformation_mode=ctm)
+    out, log = legalize_and_compare(m, tol=1e-5)   # cubic weights sum to 1 up to rounding
+    rs = _resizes(out)
+    assert len(rs) == 2 and all(a["mode"] == b"nearest" for _, a in rs)
+    c = consts(out)
+    assert [list(c[n.input[2]]) for n, _ in rs] == [[1, 1, 5, 5], [1, 1, 4, 4]]
+    assert out.graph.node[-1].output[0] == "y"
+
+
+@pytest.mark.parametrize("scale,steps", [(16, 2), (24, 2), (8, None), (11, None)])
+def test_nearest_pixel_repeat_above_the_limit_becomes_a_chain(scale, steps):
+    m = _resize_model(13, (3, 2), (3 * scale, 2 * scale), mode="nearest",
+                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    out, log = legalize_and_compare(m, tol=0)
+    applied = [d for r, _, d in log if r == "resize_nearest"]
+    assert len(_resizes(out)) == (steps or 1) and bool(applied) == bool(steps)
+
+
+def test_bilinear_upsample_of_a_real_map_is_left_alone():
+    m = _resize_model(13, (5, 5), (20, 20), mode="linear")
+    out, log = legalize_and_compare(m)
+    assert len(_resizes(out)) == 1 and not any(r == "resize_nearest" for r, _, _ in log)

@@ -4,10 +4,11 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 ``check(match, graph, target) -> reason | None`` and ``rewrite(match, graph) -> detail``.
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
-               conv_attrs, conv_group_split, conv_kernel_split, convtranspose_phases,
+               conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
                fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
                pad_to_conv, pad_unit_axes, reducemean_to_gap, relu6_to_clip, remove_dropout,
-               remove_identity, remove_noop, reshape_static, sub_div_const, sum_to_add, to_reshape)
+               remove_identity, remove_noop, reshape_static, resize_nearest, sub_div_const, sum_to_add,
+               to_reshape)
 from .base import Match
 
 RULES = (
@@ -31,12 +32,14 @@ RULES = (
     pad_fold,
     pad_to_conv,
     convtranspose_phases,
+    conv_dead_taps,
     conv_1d_to_2d,
     conv_group_split,
     conv_kernel_split,
     avgpool_calibrate,
     reducemean_to_gap,
     gap_split,
+    resize_nearest,
 )
 
 RULE_NAMES = tuple(r.NAME for r in RULES)

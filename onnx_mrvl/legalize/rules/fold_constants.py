@@ -40,6 +40,7 @@ def _has_subgraph(node) -> bool:
 
 CONDITION_INPUTS = {"If": (0,), "Loop": (0, 1)}
 MAX_CONDITION_CONE = 256  # nodes: condition arithmetic is small
+SHAPE_READERS = {"Constant", "Shape", "Size"}
 
 
 def condition_cone(g) -> set:
@@ -55,8 +56,8 @@ def condition_cone(g) -> set:
             continue
         cone.add(name)
         p = g.producer.get(name)
-        if p is None or p.op_type == "Constant" or _has_subgraph(p):
-            continue
+        if p is None or p.op_type in SHAPE_READERS or _has_subgraph(p):
+            continue                  # Shape/Size read no values: the data feeding them is not in the cone
         seen_nodes += 1
         todo.extend(i for i in p.input if i)
     return cone

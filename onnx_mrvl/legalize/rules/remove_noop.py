@@ -1,12 +1,47 @@
-"""No-op Cast (same type), Reshape (same shape) and Transpose (identity perm) are removed."""
+"""No-op Cast (same type), Reshape (same shape), Transpose (identity perm), Pad (all pads 0),
+Concat (one input) and Resize (same shape, every output pixel sampled exactly at its input pixel) are
+removed. torchvision detection exports (GeneralizedRCNNTransform) put the last three between the
+input and the backbone: a resize to the size the image already has, batching by Pad + Concat."""
 from __future__ import annotations
 
 from typing import Optional
 
-from .base import Match, attr, bypass_reason
+import numpy as np
+
+from .base import Match, attr, bypass_reason, inp
 
 NAME = "remove_noop"
-OPS = ("Cast", "Reshape", "Transpose")
+OPS = ("Cast", "Reshape", "Transpose", "Pad", "Concat", "Resize")
+# coordinate modes that map output index o to input coordinate o when the scale is 1
+_IDENTITY_CTM = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+def _str(node, name, default):
+    v = attr(node, name, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _noop_resize(node, g) -> bool:
+    sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
+    if sx is None or sx != sy:
+        return False
+    ctm = _str(node, "coordinate_transformation_mode", "half_pixel")
+    if _str(node, "mode", "nearest") != "nearest":
+        return ctm in _IDENTITY_CTM
+    from ...fuse.resize import nearest_indices
+    mode = _str(node, "nearest_mode", "round_prefer_floor")
+    for n in sx:
+        idx = nearest_indices(n, n, 1.0, ctm, mode)
+        if idx is None or not np.array_equal(idx, np.arange(n)):
+            return False
+    return True
+
+
+def _noop_pad(node, g) -> bool:
+    if g.shape(node.input[0]) is None:
+        return False
+    pads = attr(node, "pads") if g.opset < 11 else (g.const(inp(node, 1)) if inp(node, 1) else None)
+    return pads is not None and not np.any(np.asarray(pads))
 
 
 def match(node, g) -> Optional[Match]:
@@ -26,6 +61,15 @@ def match(node, g) -> Optional[Match]:
         if perm is not None and list(perm) == sorted(perm):
             return Match([node])
         if perm is None and sx is not None and len(sx) <= 1:
+            return Match([node])
+    elif node.op_type == "Pad":
+        if _noop_pad(node, g):
+            return Match([node])
+    elif node.op_type == "Concat":
+        if len([i for i in node.input if i]) == 1 and len(node.input) == 1:
+            return Match([node])
+    elif node.op_type == "Resize":
+        if _noop_resize(node, g):
             return Match([node])
     return None
 
