@@ -193,9 +193,10 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
             return f"{rows} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
         _absorb_chain(g, grp, FC_ND_CHAIN, weights["W"].shape[0], len(xs), target, axis=-1)
         return grp
-    reason = _batch(g, x, target)
-    if reason:
-        return reason
+    # [N, K]: the FC layer computes its N rows independently, so N is a row count like the N-D
+    # case, not a batch (PyTorch's CRNN `view(T * b, h)` + Linear, attention in-projections)
+    if xs[0] > MAX_FC_ROWS:
+        return f"{xs[0]} rows of an FC over {xs} exceed the limit {MAX_FC_ROWS}"
     _absorb_chain(g, grp, FC_CHAIN, weights["W"].shape[0], 2, target)
     return grp
 

@@ -1,0 +1,44 @@
+"""PyTorch-export idioms seen on OCR / audio / detection models (CRNN, conformer/wav2vec2
+attention, YOLOv5 Focus, DS-CNN), built with onnx.helper: what used to stay on the CPU without a
+reason. Each test checks the structure and the numbers (fused model in onnxruntime within 1e-4,
+convert + simulator within 1e-2 of max|ref|)."""
+import numpy as np
+import onnx
+
+import onnx_mrvl
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from test_fuse_exports import Net, feeds_for, rel_err, run_ort
+
+
+def _convert_and_run(m, tmp_path, **kw):
+    """legalize + fuse in onnxruntime (1e-4), convert + simulator (1e-2); returns (fuse result, convert result)."""
+    r = fuse(legalize(m))
+    onnx.checker.check_model(r.model, full_check=True)
+    feeds = feeds_for(m)
+    ref = run_ort(m, feeds)
+    assert rel_err(ref, run_ort(r.model, feeds)) < 1e-4
+    res = onnx_mrvl.convert(m, strict=True, **kw)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)
+    for a, b in zip(ref, got):
+        assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))
+    return r, res
+
+
+def test_2d_fc_rows_beyond_max_batch_run_on_the_accelerator(tmp_path):
+    """CRNN: BiLSTM output [T, B, 2H] -> view(T * B, 2H) -> Linear -> view(T, B, -1): the Gemm's 33 rows
+    are time steps, not a batch (the N-D MatMul form already ignores max_batch)."""
+    n = Net(11)
+    x = n.op("Reshape", ["input", n.const(np.array([33, 32], np.int64))], "view")
+    y = n.op("Gemm", [x, n.w(16, 32), n.w(16, scale=0.1)], "emb", transB=1)
+    y = n.op("Reshape", [y, n.const(np.array([33, 1, 16], np.int64))], "view_back")
+    out = n.op("LogSoftmax", [y], "lsm", axis=2)
+    m = n.model([("input", [33, 1, 32])], [out])
+    r, res = _convert_and_run(m, tmp_path)
+    assert r.decisions["emb"].placement == "accelerator", r.decisions["emb"]
+    assert res.report.offload_fraction == 1.0 and len(res.subgraphs) == 1
+    # a 2-D FC is still bounded by the row limit
+    big = Net(12)
+    y = big.op("Gemm", ["input", big.w(4, 8)], "fc", transB=1)
+    r = fuse(legalize(big.model([("input", [70000, 8])], [y])))
+    assert "70000 rows" in r.decisions["fc"].reason
