@@ -42,3 +42,34 @@ def test_2d_fc_rows_beyond_max_batch_run_on_the_accelerator(tmp_path):
     y = big.op("Gemm", ["input", big.w(4, 8)], "fc", transB=1)
     r = fuse(legalize(big.model([("input", [70000, 8])], [y])))
     assert "70000 rows" in r.decisions["fc"].reason
+
+
+def _slice(n, x, start, axis, step, name=None):
+    big = np.iinfo(np.int64).max
+    return n.op("Slice", [x, n.const(np.array([start], np.int64)), n.const(np.array([big], np.int64)),
+                          n.const(np.array([axis], np.int64)), n.const(np.array([step], np.int64))], name)
+
+
+def test_focus_stem_strided_slices_become_one_hot_depthwise_convs(tmp_path):
+    """YOLOv5 (<= v5) / YOLOX Focus: cat(x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
+    x[..., 1::2, 1::2]) -> Conv, exported as chained step-2 Slices on H then W. The slices become
+    depthwise one-hot Conv2D (exact), so the single region starts at the model input."""
+    n = Net(13)
+    rows = [_slice(n, "input", a, 2, 2, f"rows{a}") for a in (0, 1)]
+    parts = [_slice(n, rows[a], b, 3, 2, f"cols{a}{b}") for b in (0, 1) for a in (0, 1)]
+    cat = n.op("Concat", parts, "focus_cat", axis=1)
+    y = n.conv(cat, 12, 8, act="relu")
+    crop = _slice(n, y, 1, 3, 1, "crop")                     # a step-1 start crop read by a conv
+    y = n.op("Conv", [crop, n.w(4, 8, 3, 3)], "after_crop", kernel_shape=[3, 3], pads=[1] * 4)
+    lone = _slice(n, "input", 1, 2, 2, "lone")               # read by a CPU op only: stays a CPU Slice
+    m = n.model([("input", [1, 3, 16, 18])], [y, n.op("Softplus", [lone])])
+    r, res = _convert_and_run(m, tmp_path, partition="single")
+    for name in ("rows0", "rows1", "cols00", "cols11", "crop"):
+        d = r.decisions[name]
+        assert d.placement == "accelerator" and d.composite == "mrvl.conv2d_nhwc2nhwc", d
+    assert r.decisions["lone"].placement == "cpu"
+    node = {x.name: x for x in r.model.graph.node}
+    from onnx_mrvl import opset
+    a = opset.node_attrs(node[r.decisions["cols11"].mrvl_node])
+    assert a["strides"] == [1, 2] and a["kernel_shape"] == [1, 2] and a["group"] == 3
+    assert res.report.offload_fraction == 1.0 and len(res.subgraphs) == 1
