@@ -73,3 +73,24 @@ def test_focus_stem_strided_slices_become_one_hot_depthwise_convs(tmp_path):
     a = opset.node_attrs(node[r.decisions["cols11"].mrvl_node])
     assert a["strides"] == [1, 2] and a["kernel_shape"] == [1, 2] and a["group"] == 3
     assert res.report.offload_fraction == 1.0 and len(res.subgraphs) == 1
+
+
+def test_glu_split_and_slice_on_channels_of_3d_data_run_as_slice2d(tmp_path):
+    """Conformer conv module: Conv1d -> F.glu(dim=1) (Split of a 3-D [N, 2C, L] on channels, then
+    a * sigmoid(b)) -> depthwise Conv1d; YOLOv8's decode slices [N, 4*16 + nc, anchors] on channels.
+    legalize lifts the 3-D Split/Slice to [N, C, 1, L] (as it does 1-D convs): Slice2D layers, one region."""
+    n = Net(14)
+    x = n.op("Conv", ["input", n.w(8, 4, 3), n.w(8, scale=0.1)], "pw1", kernel_shape=[3], pads=[1, 1])
+    a, b = n.op("Split", [x, n.const(np.array([4, 4], np.int64))], "glu_split", n_out=2, axis=1)
+    g = n.op("Mul", [a, n.op("Sigmoid", [b], "glu_sigmoid")], "glu_mul")
+    y = n.op("Conv", [g, n.w(4, 1, 5)], "dw", kernel_shape=[5], pads=[2, 2], group=4)
+    big = np.iinfo(np.int64).max
+    cls = n.op("Slice", [y, n.const(np.array([1], np.int64)), n.const(np.array([big], np.int64)),
+                         n.const(np.array([-2], np.int64))], "cls_slice")
+    out = n.op("Conv", [cls, n.w(2, 3, 1)], "head", kernel_shape=[1])
+    m = n.model([("input", [1, 4, 20])], [out])
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("glu_split", "cls_slice", "glu_mul"):
+        assert r.decisions[name].placement == "accelerator", r.decisions[name]
+    assert r.decisions["glu_split"].composite == "mrvl.slice"
+    assert not r.decisions.by_placement("cpu") and len(res.subgraphs) == 1

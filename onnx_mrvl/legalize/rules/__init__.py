@@ -7,7 +7,7 @@ from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, c
                conv_attrs, conv_group_split, conv_kernel_split, fold_constants, gap_split,
                gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, reducemean_to_gap,
                relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
-               sub_div_const, sum_to_add, to_reshape)
+               split_3d_to_4d, sub_div_const, sum_to_add, to_reshape)
 from .base import Match
 
 RULES = (
@@ -28,7 +28,9 @@ RULES = (
     bn_into_conv,
     bn_to_mul_add,
     pad_fold,
+   
     conv_1d_to_2d,
+    split_3d_to_4d,
     conv_group_split,
     conv_kernel_split,
     avgpool_calibrate,
