@@ -185,3 +185,18 @@ def test_kernel_split_reads_to_the_input_end_when_the_trim_changes_no_output():
                    [("x", [1, 1, 49, 10])], ["y"], {"w": weight(8, 1, 10, 4), "b": R.standard_normal(8).astype(np.float32)})
     out, _ = legalize_and_compare(m, Target(max_kernel=7))
     assert op_types(out) == ["Conv", "Conv", "Add"]
+
+
+@pytest.mark.parametrize("k,s,pads,out_pad,group", [((2, 2), (2, 2), (0, 0, 0, 0), (0, 0), 1),    # DBNet / U-Net
+                                                     ((4, 4), (2, 2), (1, 1, 1, 1), (0, 0), 1),    # GAN / FCN
+                                                     ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),    # grouped
+                                                     ((3, 2), (1, 3), (0, 1, 2, 0), (0, 1), 1)])
+def test_conv_transpose_becomes_resize_mask_conv(k, s, pads, out_pad, group):
+    cin, cout = 4, 8
+    m = make_model([mk("ConvTranspose", ["x", "w", "b"], ["y"], name="up", kernel_shape=list(k), strides=list(s),
+                       pads=list(pads), output_padding=list(out_pad), group=group)],
+                   [("x", [1, cin, 5, 6])], ["y"],
+                   {"w": weight(cin, cout // group, *k), "b": R.standard_normal(cout).astype(np.float32)})
+    out, _ = legalize_and_compare(m)
+    assert op_types(out) == ["Resize", "Mul", "Conv"] if group in (1, cin) else "ConvTranspose" not in op_types(out)
+    assert all(get_origin(n) == ["up"] for n in out.graph.node)
