@@ -242,7 +242,8 @@ def test_channel_shuffle_moves_data_once():
 
 def test_cpu_slices_of_the_input_share_one_layout_transform():
     """Slices of the input (legalize's tiling of a large kernel) run on NHWC data: one
-    LayoutTransform at the input instead of one per tile."""
+    LayoutTransform at the input instead of one per tile. A start crop ([1:6] of 6 rows) is a
+    one-hot depthwise Conv2D (test_fuse_torch_idioms.py); an end trim stays a CPU Slice."""
     m = model([node("Slice", ["x", "s0", "e0", "ax"], "t0"), node("Slice", ["x", "s1", "e1"], "t1"),
                node("Conv", ["t0", "W1", "B1"], "c0", kernel_shape=[2, 2]),
                node("Conv", ["t1", "W2", "B2"], "c1", kernel_shape=[2, 2]), node("Add", ["c0", "c1"], "out")],
@@ -251,7 +252,8 @@ def test_cpu_slices_of_the_input_share_one_layout_transform():
                "s1": np.array([0, 0, 1, 0], np.int64), "e1": np.array([1, 3, 6, 6], np.int64),
                "W1": w(4, 3, 2, 2), "B1": w(4), "W2": w(4, 3, 2, 2), "B2": w(4)})
     r = fused_ok(m)
-    assert ops(r) == ["LayoutTransform", "Slice", "Slice", "Conv2D", "Conv2D", "Sum2D", "LayoutTransform"]
+    assert ops(r) == ["LayoutTransform", "Slice", "Conv2D", "Conv2D", "Conv2D", "Sum2D", "LayoutTransform"]
+    assert r.decisions["t1"].composite == "mrvl.conv2d_nhwc2nhwc" and r.decisions["t0"].placement == "cpu"
 
 
 def test_cpu_split_and_relu_keep_the_nhwc_layout():

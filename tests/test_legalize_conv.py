@@ -200,3 +200,14 @@ def test_conv_with_every_tap_live_keeps_its_kernel():
     out, log = legalize_and_compare(m)
     assert attrs(out.graph.node[0])["kernel_shape"] == [3, 3]
     assert not any(r == "conv_dead_taps" for r, _, _ in log)
+
+
+def test_kernel_split_reads_to_the_input_end_when_the_trim_changes_no_output():
+    """DS-CNN keyword spotting stem: Conv 10x4, stride 2, pads 5/1 on a 49x10 MFCC map. The first row
+    tile's last window ends before row 49, but a stride-2 conv over all rows makes no extra output: no
+    end-trim Slice (which used to cut the model's first layer off the accelerator region)."""
+    m = make_model([mk("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=[10, 4], strides=[2, 2],
+                       pads=[5, 1, 5, 1])],
+                   [("x", [1, 1, 49, 10])], ["y"], {"w": weight(8, 1, 10, 4), "b": R.standard_normal(8).astype(np.float32)})
+    out, _ = legalize_and_compare(m, Target(max_kernel=7))
+    assert op_types(out) == ["Conv", "Conv", "Add"]

@@ -106,6 +106,9 @@ def build_slice(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if params[0] is None or params[1] is None:
         return "slice without starts/ends"
     in_shape = g.shape(n.input[0])
+    spatial = spatial_slice_conv(g, n, params, target)
+    if not isinstance(spatial, str):
+        return spatial
     start, end = 0, in_shape[CHANNEL]
     for s, e, ax, st in zip(*params):
         ax %= 4
@@ -118,6 +121,60 @@ def build_slice(g: GraphIndex, n: onnx.NodeProto, target: Target):
         elif (s, e) != (0, dim):
             return f"slice on axis {ax} (the accelerator slices the channel axis only)"
     return _group(g, n, [(n.output[0], start, end)])
+
+
+SLICE_READERS = ("Conv", "Concat")   # a spatial slice becomes a conv only next to accelerator work
+
+
+def _read_by_accelerator_ops(g: GraphIndex, t: str, depth: int = 2) -> bool:
+    readers = g.consumers.get(t, [])
+    if t in g.output_set or not readers:
+        return False
+    return all(c.op_type in SLICE_READERS or (c.op_type == "Slice" and depth > 0 and c.input[0] == t
+                                              and _read_by_accelerator_ops(g, c.output[0], depth - 1))
+               for c in readers)
+
+
+def spatial_slice_conv(g: GraphIndex, n: onnx.NodeProto, params, target: Target):
+    """A Slice on H and/or W (start a, step s; channels and batch whole) as a depthwise Conv2D with a
+    one-hot ``(a_h+1) x (a_w+1)`` kernel (tap at ``a``), stride ``s``, no padding: output ``j`` reads
+    ``a + j*s``, exactly (x * 1 plus zeros). YOLOv5's / YOLOX's Focus stem (``x[..., ::2, ::2]``, ...)
+    and the start crops of legalize's kernel tiling then stay on the accelerator. Only when every
+    reader is a Conv or a Concat, or a Slice read by those (a lone slice between CPU ops is no
+    accelerator work); the group or the reason."""
+    in_shape, out = g.shape(n.input[0]), n.output[0]
+    rng = {ax: (0, d, 1) for ax, d in enumerate(in_shape)}
+    for s, e, ax, st in zip(*params):
+        ax %= 4
+        dim = in_shape[ax]
+        if st < 1:
+            return f"slice with step {st}"
+        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+        rng[ax] = (s, e, st)
+    if any(rng[ax] != (0, in_shape[ax], 1) for ax in (0, CHANNEL)):
+        return "not a spatial slice"
+    if all(rng[ax] == (0, in_shape[ax], 1) for ax in (2, 3)):
+        return "no spatial slice"
+    if not _read_by_accelerator_ops(g, out):
+        return f"a spatial slice read by other ops than {'/'.join(SLICE_READERS)} (or slices read by them)"
+    kernel, strides = [], []
+    for ax in (2, 3):
+        a, e, st = rng[ax]
+        count, k = len(range(a, e, st)), a + 1
+        if k > target.max_kernel or st > target.max_stride:
+            return f"a spatial slice from {a} with step {st} exceeds the one-hot conv limits"
+        if count < 1 or (in_shape[ax] - k) // st + 1 != count:
+            return f"a spatial slice [{a}:{e}:{st}] that is not a strided conv window"
+        kernel.append(k)
+        strides.append(st)
+    c = in_shape[CHANNEL]
+    if c > target.max_channels:
+        return f"{c} channels exceed the limit {target.max_channels}"
+    w = np.zeros((c, 1, kernel[0], kernel[1]), np.float32)
+    w[:, 0, kernel[0] - 1, kernel[1] - 1] = 1.0
+    return Group("Conv2D", "mrvl.conv2d_nhwc2nhwc", [n], [n.input[0]], out,
+                 dict(strides=strides, pads=[0, 0, 0, 0], dilations=[1, 1], group=c, kernel_shape=kernel,
+                      channels=c), {"W": w})
 
 
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target):

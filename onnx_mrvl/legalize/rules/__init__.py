@@ -7,8 +7,8 @@ from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, c
                conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
                fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
                pad_to_conv, pad_unit_axes, reducemean_to_gap, relu6_to_clip, remove_dropout,
-               remove_identity, remove_noop, reshape_static, resize_nearest, sub_div_const, sum_to_add,
-               to_reshape)
+               remove_identity, remove_noop, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
+               sum_to_add, to_reshape)
 from .base import Match
 
 RULES = (
@@ -34,6 +34,7 @@ RULES = (
     convtranspose_phases,
     conv_dead_taps,
     conv_1d_to_2d,
+    split_3d_to_4d,
     conv_group_split,
     conv_kernel_split,
     avgpool_calibrate,

@@ -64,8 +64,12 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def _window(start, kt, out, stride, dil, size):
     """Input rows a tile reads: (slice begin, slice end, pad begin, pad end)."""
-    end = start + (out - 1) * stride + (kt - 1) * dil + 1
-    return max(start, 0), min(end, size), max(0, -start), max(0, end - size)
+    span = (kt - 1) * dil + 1
+    end = start + (out - 1) * stride + span
+    begin, stop, pad_b = max(start, 0), min(end, size), max(0, -start)
+    if stop < size and (size - begin + pad_b - span) // stride + 1 == out:
+        stop = size   # the rows after the last window make no extra output: no end trim (no Slice)
+    return begin, stop, pad_b, max(0, end - size)
 
 
 def rewrite(m: Match, g) -> str:
