@@ -4,8 +4,8 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 ``check(match, graph, target) -> reason | None`` and ``rewrite(match, graph) -> detail``.
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
-               conv_attrs, conv_group_split, conv_kernel_split, fold_constants, gap_split,
-               gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, reducemean_to_gap,
+               conv_attrs, conv_group_split, conv_kernel_split, convtranspose_to_conv,
+               fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, reducemean_to_gap,
                relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
                sub_div_const, sum_to_add, to_reshape)
 from .base import Match
@@ -24,6 +24,7 @@ RULES = (
     reshape_static,
     gemm_canonical,
     matmul_to_gemm,
+    convtranspose_to_conv,
     conv_attrs,
     bn_into_conv,
     bn_to_mul_add,
