@@ -147,7 +147,7 @@ def test_pad_kept_when_over_limit_or_nonzero_value():
     m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv", pads=[3, 3, 3, 3])],
                    [("x", [1, 3, 8, 8])], ["y"], inits)
     out, _ = legalize_and_compare(m)
-    assert op_types(out) == ["Pad", "Conv"]
+    assert op_types(out) == ["Conv", "Conv"]          # pad_to_conv: an identity depthwise Conv
     pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1], value=1.5)
     inits["w"] = w
     m = make_model([pad, mk("Conv", ["p", "w"], ["y"], name="conv")], [("x", [1, 3, 8, 8])],
@@ -167,7 +167,8 @@ def test_pad_into_pools(pool, pre, value, folds):
     nodes += [pad, mk(pool, ["p"], ["y"], name="pool", kernel_shape=[3, 3], strides=[2, 2])]
     m = make_model(nodes, [("x0" if pre else "x", [1, 2, 9, 9])], ["y"], inits)
     out, _ = legalize_and_compare(m)
-    assert ("Pad" not in op_types(out)) == folds
+    assert (op_types(out)[-1:] == [pool] and len(out.graph.node) == len(nodes) - 1) == folds
+    assert "Pad" not in op_types(out)                  # else pad_to_conv: identity depthwise Conv
     if folds and pool == "AveragePool":
         cip = [a.i for a in out.graph.node[-1].attribute if a.name == "count_include_pad"]
         assert cip == [1]
@@ -234,3 +235,54 @@ def test_gemm_after_4d_input_flattened():
                    [("x", [2, 2, 3, 3])], ["y"], {"w": w})
     out, _ = legalize_and_compare(m)
     assert op_types(out) == ["Relu", "Reshape", "Gemm"]
+
+
+def test_pad_shared_by_convs_and_pools_folds_into_each():
+    """tf2onnx merges identical Pads: one Pad feeding two depthwise convs and an AveragePool."""
+    pad, inits = _pad_node(13, [0, 0, 2, 3, 0, 0, 3, 2])
+    inits.update(w1=R.standard_normal((3, 1, 5, 5)).astype(np.float32),
+                 w2=R.standard_normal((3, 1, 3, 3)).astype(np.float32))
+    nodes = [pad, mk("Conv", ["p", "w1"], ["a"], name="dw1", group=3, strides=[2, 2]),
+             mk("Conv", ["p", "w2"], ["b"], name="dw2", group=3, strides=[2, 2], pads=[0, 0, 1, 1]),
+             mk("AveragePool", ["p"], ["c"], name="pool", kernel_shape=[5, 5], strides=[2, 2])]
+    m = make_model(nodes, [("x", [1, 3, 12, 12])], ["a", "b", "c"], inits)
+    out, log = legalize_and_compare(m)
+    assert sorted(op_types(out)) == ["AveragePool", "Conv", "Conv"]
+    pads = {n.name: list(next(a.ints for a in n.attribute if a.name == "pads")) for n in out.graph.node}
+    assert pads == {"dw1": [2, 3, 3, 2], "dw2": [2, 3, 4, 3], "pool": [2, 3, 3, 2]}
+    assert all("pad" in get_origin(n) for n in out.graph.node)
+
+
+@pytest.mark.parametrize("after", ["MaxPool", "Slice", "Concat"])
+def test_unfoldable_zero_pad_becomes_identity_depthwise_conv(after):
+    """A zero Pad nothing can absorb (MaxPool over signed data, a crop, a Concat) becomes a
+    depthwise 1x1 Conv of ones with the pads: exact and an accelerator op."""
+    pad, inits = _pad_node(13, [0, 0, 0, 1, 0, 0, 1, 2])
+    nodes = [mk("Conv", ["x", "w"], ["x1"], name="conv"), pad]
+    nodes[1].input[0] = "x1"
+    inits["w"] = R.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    if after == "MaxPool":
+        nodes.append(mk("MaxPool", ["p"], ["y"], name="pool", kernel_shape=[3, 3], strides=[2, 2]))
+    elif after == "Slice":
+        inits.update(st=np.array([1, 1], np.int64), en=np.array([100, 100], np.int64),
+                     ax=np.array([2, 3], np.int64))
+        nodes.append(mk("Slice", ["p", "st", "en", "ax"], ["y"], name="crop"))
+    else:
+        nodes.append(mk("Concat", ["p", "p"], ["y"], name="cat", axis=1))
+    m = make_model(nodes, [("x", [1, 3, 8, 8])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert "Pad" not in op_types(out)
+    conv = [n for n in out.graph.node if n.op_type == "Conv"][1]
+    a = {x.name: helper.get_attribute_value(x) for x in conv.attribute}
+    assert a["group"] == 4 and a["kernel_shape"] == [1, 1] and a["pads"] == [0, 1, 1, 2]
+    assert get_origin(conv) == ["pad"]
+
+
+def test_zero_pad_between_cpu_ops_left_alone():
+    pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1])
+    pad.input[0] = "x1"
+    m = make_model([mk("Softplus", ["x"], ["x1"], name="sp"), pad,
+                    mk("Softsign", ["p"], ["y"], name="ss")], [("x", [1, 3, 8, 8])], ["y"], inits)
+    out, report = legalize_with_report(m)
+    assert "Pad" in op_types(out)
+    assert ("pad_to_conv", "pad", "no accelerator op next to it") in report.skipped
