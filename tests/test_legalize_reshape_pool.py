@@ -286,3 +286,44 @@ def test_zero_pad_between_cpu_ops_left_alone():
     out, report = legalize_with_report(m)
     assert "Pad" in op_types(out)
     assert ("pad_to_conv", "pad", "no accelerator op next to it") in report.skipped
+
+
+@pytest.mark.parametrize("axis,pushed,pre", [(1, False, None), (2, False, None), (3, False, None),
+                                             (2, True, None), (2, False, [0, 2, 3, 1]),
+                                             (1, False, [0, 2, 3, 1])])
+def test_repeat_becomes_nearest_resize(axis, pushed, pre):
+    """tf.repeat(x, 2, axis) = Unsqueeze -> Tile -> (Transpose) -> Reshape -> nearest Resize."""
+    shape = [1, 3, 4, 5]
+    nodes, inits, x = [], {}, "x"
+    if pre:
+        nodes.append(mk("Transpose", ["x"], ["xt"], name="pre", perm=pre))
+        x, shape = "xt", [shape[p] for p in pre]
+    reps = np.ones(5, np.int64)
+    reps[axis + 1] = 2
+    inits.update(ax=np.array([axis + 1], np.int64), reps=reps)
+    nodes += [mk("Unsqueeze", [x, "ax"], ["u"], name="unsq"), mk("Tile", ["u", "reps"], ["t"], name="tile")]
+    out = list(shape)
+    out[axis] *= 2
+    t = "t"
+    if pushed:
+        nodes.append(mk("Transpose", ["t"], ["tt"], name="push", perm=[0, 2, 3, 4, 1]))
+        t, out = "tt", [out[0], out[2], out[3], out[1]]
+    inits["shape"] = np.array(out, np.int64)
+    nodes.append(mk("Reshape", [t, "shape"], ["y"], name="merge"))
+    m = make_model(nodes, [("x", [1, 3, 4, 5])], ["y"], inits)
+    out_m, log = legalize_and_compare(m, tol=0)
+    ops = op_types(out_m)
+    assert "Tile" not in ops and ops.count("Resize") == 1, ops
+    assert ops.count("Transpose") <= 2
+    assert [r for r, _, _ in log if r == "repeat_to_resize"]
+
+
+def test_tile_of_whole_axis_is_not_a_repeat():
+    """Unsqueeze before the axis then merge = np.tile (copies of the axis), not a repeat."""
+    inits = {"ax": np.array([1], np.int64), "reps": np.array([1, 2, 1, 1, 1], np.int64),
+             "shape": np.array([1, 6, 4, 5], np.int64)}
+    m = make_model([mk("Unsqueeze", ["x", "ax"], ["u"], name="unsq"),
+                    mk("Tile", ["u", "reps"], ["t"], name="tile"),
+                    mk("Reshape", ["t", "shape"], ["y"], name="merge")], [("x", [1, 3, 4, 5])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert "Tile" in op_types(out)

@@ -6,7 +6,7 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_group_split, conv_kernel_split, convtranspose_to_conv,
                fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
-               pad_to_conv, reducemean_to_gap,
+               pad_to_conv, reducemean_to_gap, repeat_to_resize,
                relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
                sub_div_const, sum_to_add, to_reshape)
 from .base import Match
@@ -23,6 +23,7 @@ RULES = (
     relu6_to_clip,
     to_reshape,
     reshape_static,
+    repeat_to_resize,
     gemm_canonical,
     matmul_to_gemm,
     convtranspose_to_conv,
