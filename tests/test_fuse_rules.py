@@ -460,19 +460,24 @@ def test_chain_has_no_transpose_inside():
     assert attrs(r.model.graph.node[-1]) == {"src_layout": "NHWC", "dst_layout": "NCHW"}
 
 
-def test_one_layout_transform_at_each_cpu_boundary():
+@pytest.mark.parametrize("op", ["LRN", "Softmax"])
+def test_one_layout_transform_at_each_cpu_boundary(op):
     """A CPU node between two accelerator ops: one LayoutTransform to NCHW before it, one back after,
-    shared by all consumers."""
+    shared by all consumers. A Softmax (opset >= 13: one axis) runs on the NHWC data, its axis
+    remapped: no LayoutTransform around it."""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
-               node("Softmax", ["c1"], "sm", axis=1),
+               node(op, ["c1"], "sm", **({"axis": 1} if op == "Softmax" else {"size": 3})),
                node("Conv", ["sm", "W2", "B2"], "c2", kernel_shape=[1, 1]),
                node("Conv", ["sm", "W3", "B3"], "c3", kernel_shape=[1, 1]),
                node("Add", ["c2", "c3"], "out")],
               [("x", [1, 4, 5, 5])], ["out"],
               {"W1": w(4, 4, 1, 1), "B1": w(4), "W2": w(4, 4, 1, 1), "B2": w(4), "W3": w(4, 4, 1, 1), "B3": w(4)})
     r = fused_ok(m)
-    assert ops(r).count("LayoutTransform") == 4 and "Transpose" not in ops(r)
-    assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == "no accelerator op for Softmax"
+    assert ops(r).count("LayoutTransform") == (4 if op == "LRN" else 2) and "Transpose" not in ops(r)
+    assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == f"no accelerator op for {op}"
+    if op == "Softmax":
+        sm = next(n for n in r.model.graph.node if n.op_type == "Softmax")
+        assert attrs(sm)["axis"] == 3
 
 
 def test_tf_style_nhwc_input_and_output_need_no_layout_transform():
