@@ -128,6 +128,20 @@ def test_large_kernel_split(k, stride, pad, dil, group, bias):
         assert all(attrs(c)["group"] == 4 for c in convs)
 
 
+@pytest.mark.parametrize("k,stride,pads,size", [
+    ((10, 4), 2, (4, 1, 5, 1), (49, 40)),     # KWS DS-CNN first conv (TF 'same')
+    ((9, 9), 1, (4, 4, 4, 4), (20, 20)), ((8, 3), 1, (3, 1, 4, 1), (30, 12))])
+def test_large_kernel_split_needs_no_slice(k, stride, pads, size):
+    """Zero taps stretch a tile to the image edge instead of a (CPU) spatial Slice; an end cut
+    that changes no output is dropped."""
+    m = make_model([mk("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=list(k),
+                       strides=[stride, stride], pads=list(pads))], [("x", [1, 2, *size])], ["y"],
+                   {"w": weight(8, 2, *k), "b": R.standard_normal(8).astype(np.float32)})
+    out, _ = legalize_and_compare(m, Target(max_kernel=7))
+    assert "Slice" not in op_types(out)
+    assert all(max(attrs(c)["kernel_shape"]) <= 7 for c in out.graph.node if c.op_type == "Conv")
+
+
 @pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool"])
 def test_1d_to_2d(op):
     inits, ins = {}, ["x"]
@@ -150,7 +164,7 @@ def test_1d_conv_auto_pad_and_large_kernel():
     m = make_model([mk("Conv", ["x", "w"], ["y"], name="n", auto_pad="SAME_UPPER")],
                    [("x", [1, 2, 40])], ["y"], {"w": weight(3, 2, 9)})
     out, _ = legalize_and_compare(m)
-    assert op_types(out) == ["Reshape", "Conv", "Slice", "Conv", "Add", "Reshape"]
+    assert op_types(out) == ["Reshape", "Conv", "Conv", "Add", "Reshape"]   # zero tap, no Slice
 
 
 @pytest.mark.parametrize("ceil", [0, 1])
