@@ -704,3 +704,17 @@ def test_activation_not_in_target_stays_on_cpu():
     r = fused_ok(conv_model(tail), Target(activations=("relu",)))
     assert attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"
     assert r.decisions["sig"].placement == "cpu"
+
+
+@pytest.mark.parametrize("h", [1, 2])
+def test_reshape_after_transpose_with_unit_axis(h):
+    """Conv [1,16,h,24] -> Transpose(0,3,2,1) -> Reshape [1,24,16h] -> MatMul: with h == 1 the unit
+    axis H sits first in the NHWC storage; the order of the reshaped blocks follows the axes that
+    hold data (it used to follow the unit axis: the FC read scrambled rows, relative error 1)."""
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]),
+               node("Transpose", ["c1"], "t", perm=[0, 3, 2, 1]), node("Reshape", ["t", "s"], "r"),
+               node("MatMul", ["r", "W2"], "out")],
+              [("x", [1, 4, h, 24])], ["out"],
+              {"W": w(16, 4, 1, 1), "B": w(16), "s": np.array([1, 24, 16 * h], np.int64), "W2": w(16 * h, 10)})
+    r = fused_ok(m)
+    assert "FC" in ops(r)
