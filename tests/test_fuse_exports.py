@@ -337,6 +337,26 @@ def test_tf_unet_one_region_softmax_on_the_stored_data():
     assert [n.op_type for n in r.model.graph.node if n.domain != opset.DOMAIN] == ["Softmax"]
 
 
+def test_tf_tensordot_dense_is_an_fc_over_rows(tmp_path):
+    """Keras Dense on [1, T, C] through tf2onnx (Reshape [T, C] -> MatMul -> Reshape [1, T, O] ->
+    bias Add -> Relu) after a conv: one FC over rows on the accelerator, not a 2-D FC whose T rows
+    exceed max_batch behind a reshape across the batch axis (both CPU)."""
+    n = Net(0)
+    x = n.conv("input", 4, 16)                                      # [1, 16, 1, 24]
+    t = n.op("Transpose", [x], perm=[0, 3, 2, 1])                   # [1, 24, 1, 16]
+    t = n.op("Reshape", [t, n.const(np.array([1, 24, 16], np.int64))])   # keras Reshape layer
+    f = n.op("Reshape", [t, n.const(np.array([24, 16], np.int64))])
+    f = n.op("MatMul", [f, n.w(16, 10)], "dense")
+    f = n.op("Reshape", [f, n.const(np.array([1, 24, 10], np.int64))])
+    y = n.op("Relu", [n.op("Add", [f, n.w(10, scale=0.1)], "dense_bias")])
+    m = n.model([("input", [1, 4, 1, 24])], [y])
+    r = _ok(legalize(m), simulate=tmp_path)
+    assert r.decisions["dense/matmul"].placement == "accelerator" and not r.decisions.by_placement("cpu")
+    assert "Gemm" not in [n.op_type for n in legalize(m).graph.node]
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
+
+
 # ---------------------------------------------------------------- numbers
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_fused_matches_original(name):

@@ -327,3 +327,25 @@ def test_tile_of_whole_axis_is_not_a_repeat():
                     mk("Reshape", ["t", "shape"], ["y"], name="merge")], [("x", [1, 3, 4, 5])], ["y"], inits)
     out, log = legalize_and_compare(m, tol=0)
     assert "Tile" in op_types(out)
+
+
+@pytest.mark.parametrize("form", ["MatMul", "Gemm", "GemmBias"])
+def test_tensordot_becomes_nd_matmul(form):
+    """tf2onnx's Keras Dense on [1, T, K]: Reshape [T, K] -> MatMul/Gemm -> Reshape [1, T, O]."""
+    w = R.standard_normal((8, 5)).astype(np.float32)
+    inits = {"s1": np.array([6, 8], np.int64), "s2": np.array([1, 6, 5], np.int64),
+             "b": R.standard_normal(5).astype(np.float32)}
+    if form == "MatMul":
+        inits["w"] = w
+        fc = mk("MatMul", ["f", "w"], ["m"], name="fc")
+    else:
+        inits["w"] = w.T.copy()
+        fc = mk("Gemm", ["f", "w"] + (["b"] if form == "GemmBias" else []), ["m"], name="fc", transB=1)
+    m = make_model([mk("Reshape", ["x", "s1"], ["f"], name="flat"), fc,
+                    mk("Reshape", ["m", "s2"], ["r"], name="back"),
+                    mk("Add", ["r", "b"], ["a"], name="bias"), mk("Relu", ["a"], ["y"], name="relu")],
+                   [("x", [1, 6, 8])], ["y"], inits)
+    out, log = legalize_and_compare(m)
+    assert [r for r, _, _ in log if r == "tensordot_to_matmul"]
+    assert "Reshape" not in op_types(out) and op_types(out)[0] == "MatMul"
+    assert out.graph.node[0].input[0] == "x"

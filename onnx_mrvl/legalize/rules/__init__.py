@@ -7,6 +7,7 @@ from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, c
                conv_attrs, conv_group_split, conv_kernel_split, convtranspose_to_conv,
                fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
                pad_to_conv, reducemean_to_gap, repeat_to_resize,
+               tensordot_to_matmul,
                relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
                sub_div_const, sum_to_add, to_reshape)
 from .base import Match
@@ -24,6 +25,7 @@ RULES = (
     to_reshape,
     reshape_static,
     repeat_to_resize,
+    tensordot_to_matmul,
     gemm_canonical,
     matmul_to_gemm,
     convtranspose_to_conv,
