@@ -192,8 +192,46 @@ def aspp_head(seed=0):
     return n.model([("input", [1, 3, 10, 10])], [n.conv(y, 40, 8, k=1)])
 
 
+
+def _repeat(n, x, shape, axis, r, pushed=False):
+    """tf.repeat(x, r, axis) as tf2onnx writes it: Unsqueeze -> Tile -> (Transpose) -> Reshape.
+    ``pushed``: x is the NCHW tensor and tf2onnx's NCHW -> NHWC Transpose sits after the Tile."""
+    u = n.op("Unsqueeze", [x, n.const(np.array([axis + 1], np.int64))])
+    reps = np.ones(len(shape) + 1, np.int64)
+    reps[axis + 1] = r
+    t = n.op("Tile", [u, n.const(reps)])
+    out = list(shape)
+    out[axis] *= r
+    if pushed:   # [N, C, H, r, W] -> [N, H, r, W, C] -> [N, rH, W, C]
+        t = n.op("Transpose", [t], perm=[0, 2, 3, 4, 1])
+        out = [out[0], out[2], out[3], out[1]]
+    return n.op("Reshape", [t, n.const(np.array(out, np.int64))])
+
+
+def tf_unet(seed=0):
+    """Keras 3 UNet through tf2onnx: NHWC input, layout Transposes, Conv2DTranspose (k3 s2 'same':
+    pads [0, 0, 1, 1]), UpSampling2D as two tf.repeat chains (the first with the Transpose pushed
+    between Tile and Reshape), Concatenate, Softmax over NCHW channels then Transpose to NHWC."""
+    n = Net(seed)
+    x = n.op("Transpose", ["input"], perm=[0, 3, 1, 2])
+    s1 = n.conv(x, 3, 8)
+    d = n.op("MaxPool", [s1], kernel_shape=[2, 2], strides=[2, 2])
+    d = n.conv(d, 8, 16)
+    u = n.op("ConvTranspose", [d, n.w(16, 8, 3, 3), n.w(8, scale=0.1)], "up_ct", kernel_shape=[3, 3],
+             strides=[2, 2], pads=[0, 0, 1, 1])
+    y = n.conv(n.op("Concat", [u, s1], axis=1), 16, 8)
+    e = n.conv(y, 8, 8, stride=2)                                  # [1, 8, 8, 8]
+    h = _repeat(n, e, [1, 8, 8, 8], 2, 2, pushed=True)            # NHWC [1, 16, 8, 8]
+    w = _repeat(n, h, [1, 16, 8, 8], 2, 2)                         # NHWC [1, 16, 16, 8]
+    y = n.op("Concat", [n.op("Transpose", [w], perm=[0, 3, 1, 2]), y], axis=1)
+    y = n.op("Conv", [y, n.w(3, 16, 1, 1), n.w(3, scale=0.1)], kernel_shape=[1, 1])
+    y = n.op("Transpose", [n.op("Softmax", [y], "seg_softmax", axis=1)], perm=[0, 2, 3, 1])
+    return n.model([("input", [1, 16, 16, 3])], [y])
+
+
 MODELS = {"se_mobilenetv3": se_mobilenetv3, "crnn_head": crnn_head, "audio_head": audio_head,
-          "yolov5_head": yolov5_head, "db_head": db_head, "tf_nhwc_se": tf_nhwc_se, "aspp_head": aspp_head}
+          "yolov5_head": yolov5_head, "db_head": db_head, "tf_nhwc_se": tf_nhwc_se, "aspp_head": aspp_head,
+          "tf_unet": tf_unet}
 
 
 # ---------------------------------------------------------------- helpers
@@ -351,6 +389,40 @@ def test_tf_nhwc_se_needs_no_layout_transform():
     original, r = fused("tf_nhwc_se")
     assert r.decisions["se_mul"].placement == "accelerator"
     assert "LayoutTransform" not in mrvl_ops(r)
+
+
+def test_tf_unet_one_region_softmax_on_the_stored_data():
+    """ConvTranspose and the tf.repeat upsampling fuse (Resize); the Softmax over NCHW channels runs
+    on the region's NHWC output (axis remapped) and the final Transpose to NHWC is a relabelling:
+    the deployed model is the region and the Softmax, nothing else."""
+    original, r = fused("tf_unet")
+    assert sorted(d.op_type for d in r.decisions.by_placement("cpu")) == ["Softmax", "Transpose"]
+    assert mrvl_ops(r).count("Resize") >= 3 and "LayoutTransform" not in mrvl_ops(r)
+    soft = next(n for n in r.model.graph.node if n.op_type == "Softmax")
+    assert [a.i for a in soft.attribute if a.name == "axis"] == [3]
+    res = onnx_mrvl.convert(original, strict=True)
+    assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1", "Softmax"]
+    assert [n.op_type for n in r.model.graph.node if n.domain != opset.DOMAIN] == ["Softmax"]
+
+
+def test_tf_tensordot_dense_is_an_fc_over_rows(tmp_path):
+    """Keras Dense on [1, T, C] through tf2onnx (Reshape [T, C] -> MatMul -> Reshape [1, T, O] ->
+    bias Add -> Relu) after a conv: one FC over rows on the accelerator, not a 2-D FC whose T rows
+    exceed max_batch behind a reshape across the batch axis (both CPU)."""
+    n = Net(0)
+    x = n.conv("input", 4, 16)                                      # [1, 16, 1, 24]
+    t = n.op("Transpose", [x], perm=[0, 3, 2, 1])                   # [1, 24, 1, 16]
+    t = n.op("Reshape", [t, n.const(np.array([1, 24, 16], np.int64))])   # keras Reshape layer
+    f = n.op("Reshape", [t, n.const(np.array([24, 16], np.int64))])
+    f = n.op("MatMul", [f, n.w(16, 10)], "dense")
+    f = n.op("Reshape", [f, n.const(np.array([1, 24, 10], np.int64))])
+    y = n.op("Relu", [n.op("Add", [f, n.w(10, scale=0.1)], "dense_bias")])
+    m = n.model([("input", [1, 4, 1, 24])], [y])
+    r = _ok(legalize(m), simulate=tmp_path)
+    assert r.decisions["dense"].placement == "accelerator" and not r.decisions.by_placement("cpu")
+    assert "Gemm" not in [n.op_type for n in legalize(m).graph.node]
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
 
 
 # ---------------------------------------------------------------- numbers

@@ -465,19 +465,24 @@ def test_chain_has_no_transpose_inside():
     assert attrs(r.model.graph.node[-1]) == {"src_layout": "NHWC", "dst_layout": "NCHW"}
 
 
-def test_one_layout_transform_at_each_cpu_boundary():
+@pytest.mark.parametrize("op", ["LRN", "Softmax"])
+def test_one_layout_transform_at_each_cpu_boundary(op):
     """A CPU node between two accelerator ops: one LayoutTransform to NCHW before it, one back after,
-    shared by all consumers."""
+    shared by all consumers. A Softmax (opset >= 13: one axis) runs on the NHWC data, its axis
+    remapped: no LayoutTransform around it."""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
-               node("Softmax", ["c1"], "sm", axis=1),
+               node(op, ["c1"], "sm", **({"axis": 1} if op == "Softmax" else {"size": 3})),
                node("Conv", ["sm", "W2", "B2"], "c2", kernel_shape=[1, 1]),
                node("Conv", ["sm", "W3", "B3"], "c3", kernel_shape=[1, 1]),
                node("Add", ["c2", "c3"], "out")],
               [("x", [1, 4, 5, 5])], ["out"],
               {"W1": w(4, 4, 1, 1), "B1": w(4), "W2": w(4, 4, 1, 1), "B2": w(4), "W3": w(4, 4, 1, 1), "B3": w(4)})
     r = fused_ok(m)
-    assert ops(r).count("LayoutTransform") == 4 and "Transpose" not in ops(r)
-    assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == "no accelerator op for Softmax"
+    assert ops(r).count("LayoutTransform") == (4 if op == "LRN" else 2) and "Transpose" not in ops(r)
+    assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == f"no accelerator op for {op}"
+    if op == "Softmax":
+        sm = next(n for n in r.model.graph.node if n.op_type == "Softmax")
+        assert attrs(sm)["axis"] == 3
 
 
 def test_tf_style_nhwc_input_and_output_need_no_layout_transform():
@@ -705,3 +710,17 @@ def test_activation_not_in_target_stays_on_cpu():
     r = fused_ok(conv_model(tail), Target(activations=("relu",)))
     assert attrs(mrvl(r, "Conv2D")[0]).get("activation", "none") == "none"
     assert r.decisions["sig"].placement == "cpu"
+
+
+@pytest.mark.parametrize("h", [1, 2])
+def test_reshape_after_transpose_with_unit_axis(h):
+    """Conv [1,16,h,24] -> Transpose(0,3,2,1) -> Reshape [1,24,16h] -> MatMul: with h == 1 the unit
+    axis H sits first in the NHWC storage; the order of the reshaped blocks follows the axes that
+    hold data (it used to follow the unit axis: the FC read scrambled rows, relative error 1)."""
+    m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]),
+               node("Transpose", ["c1"], "t", perm=[0, 3, 2, 1]), node("Reshape", ["t", "s"], "r"),
+               node("MatMul", ["r", "W2"], "out")],
+              [("x", [1, 4, h, 24])], ["out"],
+              {"W": w(16, 4, 1, 1), "B": w(16), "s": np.array([1, 24, 16 * h], np.int64), "W2": w(16 * h, 10)})
+    r = fused_ok(m)
+    assert "FC" in ops(r)

@@ -128,6 +128,20 @@ def test_large_kernel_split(k, stride, pad, dil, group, bias):
         assert all(attrs(c)["group"] == 4 for c in convs)
 
 
+@pytest.mark.parametrize("k,stride,pads,size", [
+    ((10, 4), 2, (4, 1, 5, 1), (49, 40)),     # KWS DS-CNN first conv (TF 'same')
+    ((9, 9), 1, (4, 4, 4, 4), (20, 20)), ((8, 3), 1, (3, 1, 4, 1), (30, 12))])
+def test_large_kernel_split_needs_no_slice(k, stride, pads, size):
+    """Zero taps stretch a tile to the image edge instead of a (CPU) spatial Slice; an end cut
+    that changes no output is dropped."""
+    m = make_model([mk("Conv", ["x", "w", "b"], ["y"], name="conv", kernel_shape=list(k),
+                       strides=[stride, stride], pads=list(pads))], [("x", [1, 2, *size])], ["y"],
+                   {"w": weight(8, 2, *k), "b": R.standard_normal(8).astype(np.float32)})
+    out, _ = legalize_and_compare(m, Target(max_kernel=7))
+    assert "Slice" not in op_types(out)
+    assert all(max(attrs(c)["kernel_shape"]) <= 7 for c in out.graph.node if c.op_type == "Conv")
+
+
 @pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool"])
 def test_1d_to_2d(op):
     inits, ins = {}, ["x"]
@@ -150,7 +164,7 @@ def test_1d_conv_auto_pad_and_large_kernel():
     m = make_model([mk("Conv", ["x", "w"], ["y"], name="n", auto_pad="SAME_UPPER")],
                    [("x", [1, 2, 40])], ["y"], {"w": weight(3, 2, 9)})
     out, _ = legalize_and_compare(m)
-    assert op_types(out) == ["Reshape", "Conv", "Slice", "Conv", "Add", "Reshape"]
+    assert op_types(out) == ["Reshape", "Conv", "Conv", "Add", "Reshape"]   # zero tap, no Slice
 
 
 @pytest.mark.parametrize("ceil", [0, 1])
@@ -211,3 +225,51 @@ def test_kernel_split_reads_to_the_input_end_when_the_trim_changes_no_output():
                    [("x", [1, 1, 49, 10])], ["y"], {"w": weight(8, 1, 10, 4), "b": R.standard_normal(8).astype(np.float32)})
     out, _ = legalize_and_compare(m, Target(max_kernel=7))
     assert op_types(out) == ["Conv", "Conv", "Add"]
+
+
+@pytest.mark.parametrize("cin,cout,k,s,pads,extra", [
+    (4, 6, 2, 2, [0, 0, 0, 0], {}),                                   # Keras k2 s2 'same' (UNet)
+    (4, 6, 3, 2, [0, 0, 1, 1], {}),                                   # Keras k3 s2 'same'
+    (4, 6, 4, 2, [1, 1, 1, 1], {}),                                   # PyTorch k4 s2 p1
+    (4, 6, 3, 2, [0, 0, 0, 0], {}),                                   # Keras 'valid'
+    (4, 6, 3, 1, [1, 1, 1, 1], {}),                                   # stride 1
+    (4, 5, 3, 2, [1, 1, 1, 1], {"output_padding": [1, 1]}),           # PyTorch output_padding
+    (6, 4, 3, 2, [1, 0, 1, 0], {"group": 2}),                         # grouped
+    (6, 6, 3, 2, [1, 1, 1, 1], {"group": 6, "output_padding": [1, 0]}),  # depthwise
+    (4, 6, 3, 2, [2, 2, 2, 2], {"dilations": [2, 2]}),
+    (4, 6, [3, 4], [2, 3], [1, 0, 0, 0], {}),                         # per-axis kernel and stride
+    (4, 6, 4, 2, None, {"auto_pad": "SAME_UPPER"}),                   # even total padding
+    (4, 6, 4, 2, None, {"output_shape": [18, 18]}),
+])
+def test_convtranspose_becomes_resize_mask_conv(cin, cout, k, s, pads, extra):
+    k = [k, k] if isinstance(k, int) else k
+    s = [s, s] if isinstance(s, int) else s
+    group = extra.get("group", 1)
+    inits = {"w": weight(cin, cout // group, *k), "b": R.standard_normal(cout).astype(np.float32)}
+    kw = dict(kernel_shape=k, strides=s, **extra)
+    if pads is not None:
+        kw["pads"] = pads
+    m = make_model([mk("ConvTranspose", ["x", "w", "b"], ["y"], name="up", **kw),
+                    mk("Relu", ["y"], ["z"], name="relu")], [("x", [1, cin, 9, 9])], ["z"], inits)
+    out, log = legalize_and_compare(m)
+    assert [r for r, _, _ in log if r in ("convtranspose_phases", "convtranspose_to_conv")], log
+    ops = op_types(out)
+    assert "ConvTranspose" not in ops and "Conv" in ops
+    assert ("Resize" in ops) == (s != [1, 1])
+    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    assert attrs(conv)["strides"] == [1, 1] and get_origin(conv) == ["up"]
+
+
+@pytest.mark.parametrize("kw,reason", [
+    (dict(kernel_shape=[1, 1], strides=[2, 2], pads=[1, 1, 1, 1]), "crops"),
+    (dict(kernel_shape=[3, 3], strides=[2, 2], output_shape=[18, 18]), "odd"),
+    (dict(kernel_shape=[9, 9], strides=[1, 1]), "max_pad"),
+])
+def test_convtranspose_left_alone(kw, reason):
+    k = kw["kernel_shape"]
+    m = make_model([mk("ConvTranspose", ["x", "w"], ["y"], name="up", **kw)],
+                   [("x", [1, 4, 9, 9])], ["y"], {"w": weight(4, 3, *k)})
+    out, report = legalize_with_report(m)
+    assert "ConvTranspose" in op_types(out)
+    why = [r for rule, n, r in report.skipped if rule == "convtranspose_to_conv"]
+    assert why and reason in why[0], report.skipped

@@ -285,3 +285,117 @@ def test_bilinear_upsample_of_a_real_map_is_left_alone():
     m = _resize_model(13, (5, 5), (20, 20), mode="linear")
     out, log = legalize_and_compare(m)
     assert len(_resizes(out)) == 1 and not any(r == "resize_nearest" for r, _, _ in log)
+
+
+def test_pad_shared_by_convs_and_pools_folds_into_each():
+    """tf2onnx merges identical Pads: one Pad feeding two depthwise convs and an AveragePool."""
+    pad, inits = _pad_node(13, [0, 0, 2, 3, 0, 0, 3, 2])
+    inits.update(w1=R.standard_normal((3, 1, 5, 5)).astype(np.float32),
+                 w2=R.standard_normal((3, 1, 3, 3)).astype(np.float32))
+    nodes = [pad, mk("Conv", ["p", "w1"], ["a"], name="dw1", group=3, strides=[2, 2]),
+             mk("Conv", ["p", "w2"], ["b"], name="dw2", group=3, strides=[2, 2], pads=[0, 0, 1, 1]),
+             mk("AveragePool", ["p"], ["c"], name="pool", kernel_shape=[5, 5], strides=[2, 2])]
+    m = make_model(nodes, [("x", [1, 3, 12, 12])], ["a", "b", "c"], inits)
+    out, log = legalize_and_compare(m)
+    assert sorted(op_types(out)) == ["AveragePool", "Conv", "Conv"]
+    pads = {n.name: list(next(a.ints for a in n.attribute if a.name == "pads")) for n in out.graph.node}
+    assert pads == {"dw1": [2, 3, 3, 2], "dw2": [2, 3, 4, 3], "pool": [2, 3, 3, 2]}
+    assert all("pad" in get_origin(n) for n in out.graph.node)
+
+
+@pytest.mark.parametrize("after", ["MaxPool", "Slice", "Concat"])
+def test_unfoldable_zero_pad_becomes_identity_depthwise_conv(after):
+    """A zero Pad nothing can absorb (MaxPool over signed data, a crop, a Concat) becomes a
+    depthwise 1x1 Conv of ones with the pads: exact and an accelerator op."""
+    pad, inits = _pad_node(13, [0, 0, 0, 1, 0, 0, 1, 2])
+    nodes = [mk("Conv", ["x", "w"], ["x1"], name="conv"), pad]
+    nodes[1].input[0] = "x1"
+    inits["w"] = R.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    if after == "MaxPool":
+        nodes.append(mk("MaxPool", ["p"], ["y"], name="pool", kernel_shape=[3, 3], strides=[2, 2]))
+    elif after == "Slice":
+        inits.update(st=np.array([1, 1], np.int64), en=np.array([100, 100], np.int64),
+                     ax=np.array([2, 3], np.int64))
+        nodes.append(mk("Slice", ["p", "st", "en", "ax"], ["y"], name="crop"))
+    else:
+        nodes.append(mk("Concat", ["p", "p"], ["y"], name="cat", axis=1))
+    m = make_model(nodes, [("x", [1, 3, 8, 8])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert "Pad" not in op_types(out)
+    conv = [n for n in out.graph.node if n.op_type == "Conv"][1]
+    a = {x.name: helper.get_attribute_value(x) for x in conv.attribute}
+    assert a["group"] == 4 and a["kernel_shape"] == [1, 1] and a["pads"] == [0, 1, 1, 2]
+    assert get_origin(conv) == ["pad"]
+
+
+def test_zero_pad_between_cpu_ops_left_alone():
+    pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1])
+    pad.input[0] = "x1"
+    m = make_model([mk("Softplus", ["x"], ["x1"], name="sp"), pad,
+                    mk("Softsign", ["p"], ["y"], name="ss")], [("x", [1, 3, 8, 8])], ["y"], inits)
+    out, report = legalize_with_report(m)
+    assert "Pad" in op_types(out)
+    assert ("pad_to_conv", "pad", "no accelerator op next to it") in report.skipped
+
+
+@pytest.mark.parametrize("axis,pushed,pre", [(1, False, None), (2, False, None), (3, False, None),
+                                             (2, True, None), (2, False, [0, 2, 3, 1]),
+                                             (1, False, [0, 2, 3, 1])])
+def test_repeat_becomes_nearest_resize(axis, pushed, pre):
+    """tf.repeat(x, 2, axis) = Unsqueeze -> Tile -> (Transpose) -> Reshape -> nearest Resize."""
+    shape = [1, 3, 4, 5]
+    nodes, inits, x = [], {}, "x"
+    if pre:
+        nodes.append(mk("Transpose", ["x"], ["xt"], name="pre", perm=pre))
+        x, shape = "xt", [shape[p] for p in pre]
+    reps = np.ones(5, np.int64)
+    reps[axis + 1] = 2
+    inits.update(ax=np.array([axis + 1], np.int64), reps=reps)
+    nodes += [mk("Unsqueeze", [x, "ax"], ["u"], name="unsq"), mk("Tile", ["u", "reps"], ["t"], name="tile")]
+    out = list(shape)
+    out[axis] *= 2
+    t = "t"
+    if pushed:
+        nodes.append(mk("Transpose", ["t"], ["tt"], name="push", perm=[0, 2, 3, 4, 1]))
+        t, out = "tt", [out[0], out[2], out[3], out[1]]
+    inits["shape"] = np.array(out, np.int64)
+    nodes.append(mk("Reshape", [t, "shape"], ["y"], name="merge"))
+    m = make_model(nodes, [("x", [1, 3, 4, 5])], ["y"], inits)
+    out_m, log = legalize_and_compare(m, tol=0)
+    ops = op_types(out_m)
+    assert "Tile" not in ops and ops.count("Resize") == 1, ops
+    assert ops.count("Transpose") <= 2
+    assert [r for r, _, _ in log if r == "repeat_to_resize"]
+
+
+def test_tile_of_whole_axis_is_not_a_repeat():
+    """Unsqueeze before the axis then merge = np.tile (copies of the axis), not a repeat."""
+    inits = {"ax": np.array([1], np.int64), "reps": np.array([1, 2, 1, 1, 1], np.int64),
+             "shape": np.array([1, 6, 4, 5], np.int64)}
+    m = make_model([mk("Unsqueeze", ["x", "ax"], ["u"], name="unsq"),
+                    mk("Tile", ["u", "reps"], ["t"], name="tile"),
+                    mk("Reshape", ["t", "shape"], ["y"], name="merge")], [("x", [1, 3, 4, 5])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert "Tile" in op_types(out)
+
+
+@pytest.mark.parametrize("form", ["MatMul", "Gemm", "GemmBias"])
+def test_tensordot_becomes_nd_matmul(form):
+    """tf2onnx's Keras Dense on [1, T, K]: Reshape [T, K] -> MatMul/Gemm -> Reshape [1, T, O]."""
+    w = R.standard_normal((8, 5)).astype(np.float32)
+    inits = {"s1": np.array([6, 8], np.int64), "s2": np.array([1, 6, 5], np.int64),
+             "b": R.standard_normal(5).astype(np.float32)}
+    if form == "MatMul":
+        inits["w"] = w
+        fc = mk("MatMul", ["f", "w"], ["m"], name="fc")
+    else:
+        inits["w"] = w.T.copy()
+        fc = mk("Gemm", ["f", "w"] + (["b"] if form == "GemmBias" else []), ["m"], name="fc", transB=1)
+    m = make_model([mk("Reshape", ["x", "s1"], ["f"], name="flat"), fc,
+                    mk("Reshape", ["m", "s2"], ["r"], name="back"),
+                    mk("Add", ["r", "b"], ["a"], name="bias"), mk("Relu", ["a"], ["y"], name="relu")],
+                   [("x", [1, 6, 8])], ["y"], inits)
+    out, log = legalize_and_compare(m)
+    assert [r for r, _, _ in log if r == "tensordot_to_matmul"]
+    assert "Reshape" not in op_types(out) and op_types(out)[0] == "MatMul"
+    assert out.graph.node[0].input[0] == "x"

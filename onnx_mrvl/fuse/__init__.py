@@ -17,7 +17,7 @@ from .._graph import GraphIndex, topological_order
 from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
-from .layout import materialize
+from .layout import LAYOUT_FREE_CPU_OPS, materialize
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat
 from .standalone import ACTIVATION_OPS, build_standalone_activation
 
@@ -96,6 +96,12 @@ def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
     mrvl_out = {grp.output for grp in groups}
     aliases = set()
     for n in order:
+        if n.op_type in LAYOUT_FREE_CPU_OPS and n.name not in in_group and n.input and \
+                n.input[0] in mrvl_out:
+            # runs on the accelerator's storage (layout.py): a Transpose after it relabels too
+            # (tf2onnx: region -> Softmax(axis) -> Transpose to NHWC -> graph output)
+            mrvl_out.update(o for o in n.output if o)
+            continue
         if n.op_type != "Transpose" or n.name in in_group or _excluded(n, exclude):
             continue
         if not g.is_float(n.input[0]) or g.shape(n.input[0]) is None:

@@ -38,7 +38,9 @@ STORAGE_KEY = "mrvl.storage"
 LAYOUT_FREE_CPU_OPS = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
                        "HardSwish", "Softplus", "Softsign", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf",
                        "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Mish", "Gelu", "Clip",
-                       "Identity", "Split", "Slice"}
+                       "Identity", "Split", "Slice", "Softmax", "LogSoftmax", "Hardmax"}
+# single-axis ops (opset >= 13: Softmax family over one axis) whose ``axis`` attribute is remapped
+AXIS_OPS = {"Split", "Softmax", "LogSoftmax", "Hardmax"}
 Perm = Optional[Tuple[int, ...]]   # None = stored as logical
 
 
@@ -223,8 +225,8 @@ class Materializer:
         if perm is not None:   # runs as well on the stored data: no layout change around it
             new.input[0] = self.get(n.input[0], perm, for_mrvl=True, origin=[n.name])
             rank = len(self.logical_shape(n.input[0]))
-            if n.op_type == "Split":
-                axis = list(perm).index(attr(n, "axis", 0) % rank)
+            if n.op_type in AXIS_OPS:
+                axis = list(perm).index(attr(n, "axis", 0 if n.op_type == "Split" else -1) % rank)
                 del new.attribute[:]
                 new.attribute.extend([a for a in n.attribute if a.name != "axis"] +
                                      [helper.make_attribute("axis", axis)])
@@ -256,6 +258,8 @@ class Materializer:
             return None
         if n.input[0] in self.flat or any(t and not self.g.is_const(t) for t in n.input[1:]):
             return None
+        if n.op_type in AXIS_OPS and n.op_type != "Split" and self._opset() < 13:
+            return None    # before opset 13 Softmax flattens the axes from ``axis`` on
         if not self.g.is_float(n.input[0]) or any(o and self.logical_shape(o) is None for o in n.output):
             return None
         perm = self.loc[n.input[0]][1]
@@ -263,6 +267,9 @@ class Materializer:
                 self._only_spatial(o) for o in n.output if o):
             perm = NHWC   # everything it feeds wants NHWC: convert its input (once) instead
         return perm
+
+    def _opset(self) -> int:
+        return next((o.version for o in self.g.model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
     def alias(self, n: onnx.NodeProto) -> None:
         name, have = self.loc[n.input[0]]

@@ -63,6 +63,9 @@ def stored_after_reshape(blocks: List[Block], in_shape: Sequence[int], order: Se
     done = set()
     for a in order:
         b = block_of[a]
+        # a block goes where its data is: a unit axis places only an all-unit block
+        if in_shape[a] == 1 and any(in_shape[i] != 1 for i in blocks[b][0]):
+            continue
         if b not in done:
             done.add(b)
             out += blocks[b][1]
@@ -88,6 +91,8 @@ def stored_before_reshape(blocks: List[Block], out_shape: Sequence[int], want: S
     done = set()
     for a in want:
         b = block_of[a]
+        if out_shape[a] == 1 and any(out_shape[o] != 1 for o in blocks[b][1]):
+            continue
         if b not in done:
             done.add(b)
             order += blocks[b][0]

@@ -5,10 +5,10 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
-               fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
-               pad_to_conv, pad_unit_axes, reducemean_to_gap, relu6_to_clip, remove_dropout,
-               remove_identity, remove_noop, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
-               sum_to_add, to_reshape)
+               convtranspose_to_conv, fold_constants, gap_split, gemm_canonical, matmul_to_gemm,
+               merge_transposes, pad_fold, pad_to_conv, pad_unit_axes, reducemean_to_gap, relu6_to_clip,
+               remove_dropout, remove_identity, remove_noop, repeat_to_resize, reshape_static,
+               resize_nearest, split_3d_to_4d, sub_div_const, sum_to_add, tensordot_to_matmul, to_reshape)
 from .base import Match
 
 RULES = (
@@ -23,6 +23,8 @@ RULES = (
     relu6_to_clip,
     to_reshape,
     reshape_static,
+    repeat_to_resize,
+    tensordot_to_matmul,
     gemm_canonical,
     matmul_to_gemm,
     conv_attrs,
@@ -32,6 +34,7 @@ RULES = (
     pad_fold,
     pad_to_conv,
     convtranspose_phases,
+    convtranspose_to_conv,
     conv_dead_taps,
     conv_1d_to_2d,
     split_3d_to_4d,

@@ -72,6 +72,28 @@ def _window(start, kt, out, stride, dil, size):
     return begin, stop, pad_b, max(0, end - size)
 
 
+def _fit(r0, r1, pad, out, stride, dil, size, limit):
+    """(leading zero taps, trailing zero taps, window) of the tile of kernel rows [r0, r1): zero
+    taps (within ``limit``) stretch its window to the image edges so that it needs no Slice
+    (KWS DS-CNN's 10x4 stride-2 first conv); an end cut that changes no output is not made."""
+    start, kt, lead, trail = -pad + r0 * dil, r1 - r0, 0, 0
+    if start > 0 and kt + -(-start // dil) <= limit:
+        lead = -(-start // dil)
+        start, kt = start - lead * dil, kt + lead
+    ys, ye, pb, pe = _window(start, kt, out, stride, dil, size)
+    if ye < size:
+        span = (kt - 1) * dil + 1
+        if (size - ys + pb - span) // stride + 1 == out:
+            ye = size                       # the rows after the window complete no output
+        else:
+            end = start + (out - 1) * stride + span
+            more = -(-(size - end) // dil)
+            if kt + more <= limit:
+                trail, kt = more, kt + more
+                ys, ye, pb, pe = _window(start, kt, out, stride, dil, size)
+    return lead, trail, (ys, ye, pb, pe)
+
+
 def rewrite(m: Match, g) -> str:
     if m.data.get("s2d"):
         return s2d.rewrite(m, g)
@@ -91,9 +113,11 @@ def rewrite(m: Match, g) -> str:
             rows = _window(-pt + r0 * dh, r1 - r0, ho, sh, dh, h)
             cols = _window(-pl + c0 * dw, c1 - c0, wo, sw, dw, wd)
             if rows[0] < rows[1] and cols[0] < cols[1]:  # a tile seeing only padding adds 0
-                tiles.append(((r0, r1), (c0, c1), rows, cols))
+                fr = _fit(r0, r1, pt, ho, sh, dh, h, m.data["max"])
+                fc = _fit(c0, c1, pl, wo, sw, dw, wd, m.data["max"])
+                tiles.append(((r0, r1), (c0, c1), fr[2], fc[2], fr[:2] + fc[:2]))
     acc = None
-    for k, ((r0, r1), (c0, c1), (ys, ye, pb_, pe_), (xs, xe, qb, qe)) in enumerate(tiles):
+    for k, ((r0, r1), (c0, c1), (ys, ye, pb_, pe_), (xs, xe, qb, qe), zeros) in enumerate(tiles):
         x = node.input[0]
         if (ys, ye, xs, xe) != (0, h, 0, wd):
             xt = g.fresh(f"{x}/tile{k}")
@@ -102,7 +126,8 @@ def rewrite(m: Match, g) -> str:
                              g.add_const(f"{node.name}/t{k}/axes", [2, 3], np.int64)], [xt],
                    near=node, origin=origin, name=f"{node.name}/slice{k}")
             x = xt
-        ins = [x, g.add_const(f"{node.name}/W{k}", np.ascontiguousarray(w[:, :, r0:r1, c0:c1]))]
+        wt = np.pad(w[:, :, r0:r1, c0:c1], [(0, 0), (0, 0), zeros[:2], zeros[2:]])
+        ins = [x, g.add_const(f"{node.name}/W{k}", np.ascontiguousarray(wt))]
         if k == 0 and b is not None:
             ins.append(node.input[2])
         y = node.output[0] if len(tiles) == 1 else g.fresh(f"{node.output[0]}/tile{k}")
@@ -110,7 +135,7 @@ def rewrite(m: Match, g) -> str:
         for a in node.attribute:
             if a.name not in ("pads", "kernel_shape"):
                 conv.attribute.append(a)
-        conv.attribute.append(helper.make_attribute("kernel_shape", [r1 - r0, c1 - c0]))
+        conv.attribute.append(helper.make_attribute("kernel_shape", list(wt.shape[2:])))
         conv.attribute.append(helper.make_attribute("pads", [pb_, qb, pe_, qe]))
         if acc is None:
             acc = y

@@ -1,5 +1,5 @@
-"""A constant-mode Pad on the spatial axes only, feeding only a Conv / AveragePool / MaxPool,
-folds into that node's pads (within target.max_pad). AveragePool takes it with
+"""A constant-mode Pad on the spatial axes only, feeding only Convs / AveragePools / MaxPools
+(one, or several when an exporter merged identical Pads), folds into their pads (within target.max_pad). AveragePool takes it with
 count_include_pad=1; MaxPool only when the pad value is -inf or the input is provably >= 0."""
 from __future__ import annotations
 
@@ -66,23 +66,38 @@ def _nonneg(g, name) -> bool:
 def match(node, g) -> Optional[Match]:
     if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
         return None
-    user = g.only_consumer(node.output[0])
-    if user is None or user.op_type not in ("Conv", "AveragePool", "MaxPool") \
-            or user.input[0] != node.output[0]:
+    out = node.output[0]
+    users = g.users(out)
+    # tf2onnx merges identical Pads: one Pad may feed several convs / pools (NASNet)
+    if not users or out in g.pinned or any(
+            u.op_type not in ("Conv", "AveragePool", "MaxPool") or list(u.input).count(out) != 1
+            or u.input[0] != out for u in users):
         return None
     spec = _pad_spec(node, g)
     if spec is None:
         return None
-    return Match([node, user], {"spec": spec})
+    return Match([node] + users, {"spec": spec})
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    pad, user = m.nodes
+    pad, users = m.nodes[0], m.nodes[1:]
     pads, value, r = m.data["spec"]
     if any(pads[a] or pads[a + r] for a in (0, 1)):
         return "pads the batch or channel axis"
     if any(v < 0 for v in pads):
         return "negative pads (cropping)"
+    news = []
+    for user in users:
+        new = _merged(user, pad, pads, value, r, g, target)
+        if isinstance(new, str):
+            return new if len(users) == 1 else f"{user.op_type} {user.name}: {new}"
+        news.append(new)
+    m.data["new"] = news
+    return None
+
+
+def _merged(user, pad, pads, value, r, g, target):
+    """The user's pads with the Pad's added, or the reason it cannot take them."""
     auto = attr(user, "auto_pad", b"NOTSET")
     if (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET":
         return f"{user.op_type} still has auto_pad"
@@ -106,16 +121,17 @@ def check(m: Match, g, target) -> Optional[str]:
         kernel = attr(user, "kernel_shape")
         if any(new[k] >= kernel[k] or new[k + r - 2] >= kernel[k] for k in range(r - 2)):
             return "a pooling window would see only padding"
-    m.data["new"] = new
-    return None
+    return new
 
 
 def rewrite(m: Match, g) -> str:
-    pad, user = m.nodes
-    g.set_input(user, 0, pad.input[0])
+    pad, users = m.nodes[0], m.nodes[1:]
+    for user, new in zip(users, m.data["new"]):
+        g.set_input(user, 0, pad.input[0])
+        set_attr(user, "pads", new)
+        if user.op_type == "AveragePool":
+            set_attr(user, "count_include_pad", 1)
+        provenance.set_origin(user, provenance.merge_origin(user, pad))
     g.remove(pad)
-    set_attr(user, "pads", m.data["new"])
-    if user.op_type == "AveragePool":
-        set_attr(user, "count_include_pad", 1)
-    provenance.set_origin(user, provenance.merge_origin(user, pad))
-    return f"Pad folded into {user.op_type} {user.name} (pads {m.data['new']})"
+    return ", ".join(f"Pad folded into {u.op_type} {u.name} (pads {new})"
+                     for u, new in zip(users, m.data["new"]))

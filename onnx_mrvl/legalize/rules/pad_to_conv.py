@@ -2,7 +2,9 @@
 several nodes, or a MaxPool whose input may be negative) becomes a depthwise 1x1 Conv with unit
 weights and those pads: exact for pad value 0 (x * 1 = x in fp16), else ``Conv(x - v) + v`` (the
 bias puts v in the border). It then runs on the accelerator instead of cutting the region (the
-PP-HGNetV2 stem pads once for a conv and a ceil-mode max pool)."""
+PP-HGNetV2 stem pads once for a conv and a ceil-mode max pool; TF ZeroPadding2D, NASNet reduction
+cells). Only next to an op the accelerator runs, so a Pad between CPU ops does not become a lone
+region."""
 from __future__ import annotations
 
 import math
@@ -15,6 +17,9 @@ from .pad_fold import _pad_spec
 
 NAME = "pad_to_conv"
 OPS = ("Pad",)
+NEIGHBOURS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Add",
+              "Mul", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Concat",
+              "Resize", "BatchNormalization", "Max", "Min")
 
 
 def match(node, g) -> Optional[Match]:
@@ -38,6 +43,10 @@ def check(m: Match, g, target) -> Optional[str]:
         return f"pads {pads} exceed target.max_pad ({target.max_pad['conv']})"
     if not math.isfinite(value):
         return f"pad value {value}"
+    p = g.producer.get(m.node.input[0])
+    if (p is None or p.op_type not in NEIGHBOURS) and not any(
+            u.op_type in NEIGHBOURS for u in g.users(m.node.output[0])):
+        return "no accelerator op next to it"
     return None
 
 

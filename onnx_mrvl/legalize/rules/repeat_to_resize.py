@@ -1,0 +1,120 @@
+"""``repeat(x, r, axis=a)`` as exporters write it, ``Reshape(Tile(Unsqueeze(x, a+1), r on axis
+a+1), x's shape with axis a times r)`` (Keras 3 UpSampling2D through tf2onnx, tf.repeat,
+torch.repeat_interleave by a constant), -> a nearest Resize by r on axis a (a pixel repeat, an
+accelerator op). On a 4-D tensor a repeat of axis 1 or 2 (TensorFlow's NHWC H, W) is done as
+``Transpose`` to NCHW, Resize, ``Transpose`` back: merge_transposes cancels those against the
+exporter's own layout Transposes."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .base import Match, attr
+
+NAME = "repeat_to_resize"
+OPS = ("Reshape",)
+TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
+        return None
+    prev = g.producer.get(node.input[0])
+    perm, trans = None, None
+    if prev is not None and prev.op_type == "Transpose" and g.only_consumer(prev.output[0]) is node:
+        # tf2onnx pushes its NCHW -> NHWC Transpose up to the Tile: Reshape(Transpose(Tile(..)))
+        perm = [int(v) for v in (attr(prev, "perm") or [])]
+        trans, prev = prev, g.producer.get(prev.input[0])
+    tile = prev
+    if tile is None or tile.op_type != "Tile" or g.only_consumer(tile.output[0]) is None:
+        return None
+    unsq = g.producer.get(tile.input[0])
+    if unsq is None or unsq.op_type not in ("Reshape", "Unsqueeze"):
+        return None
+    reps = g.const(tile.input[1])
+    x = unsq.input[0]
+    sx, su, sy = g.shape(x), g.shape(tile.input[0]), g.shape(node.output[0])
+    if reps is None or sx is None or su is None or sy is None:
+        return None
+    reps = [int(v) for v in reps.reshape(-1)]
+    big = [k for k, v in enumerate(reps) if v != 1]
+    if len(big) != 1 or len(su) != len(sx) + 1:
+        return None
+    k, r = big[0], reps[big[0]]
+    if su[k] != 1 or list(su[:k]) + list(su[k + 1:]) != list(sx):
+        return None
+    if perm is None:
+        perm = list(range(len(su)))
+    if sorted(perm) != list(range(len(su))):
+        return None
+    q = perm.index(k)
+    if q == 0 or perm[q - 1] == k:
+        return None
+    j = perm[q - 1] if perm[q - 1] < k else perm[q - 1] - 1    # the x axis repeated
+    rest = [p if p < k else p - 1 for p in perm if p != k]       # Transpose after the Resize
+    sz = list(sx)
+    sz[j] *= r
+    if list(sy) != [sz[p] for p in rest]:
+        return None
+    nodes = [node] + ([trans] if trans is not None else []) + [tile, unsq]
+    return Match(nodes, {"x": x, "axis": j, "r": r, "rank": len(sx), "rest": rest})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    a, r, rank = m.data["axis"], m.data["r"], m.data["rank"]
+    if rank != 4:
+        return f"repeat on a {rank}-D tensor (the accelerator resizes 4-D)"
+    if a == 0:
+        return "repeat along the batch axis"
+    if r > target.resize_max_scale:
+        return f"repeat {r} > target.resize_max_scale ({target.resize_max_scale})"
+    return None
+
+
+def _wrap(g, x, j, rest) -> bool:
+    """Resize a 4-D tensor's axis 1/2 through an NCHW view? (TensorFlow's H, W in NHWC)."""
+    if j == 1:
+        return True
+    if j != 2:
+        return False
+    if rest != list(range(4)):
+        return rest != TO_NHWC          # the exporter's own Transpose says x is NCHW
+    p = g.producer.get(x)
+    return not (p is not None and p.op_type == "Transpose" and
+                [int(v) for v in (attr(p, "perm") or [])] == TO_NCHW)
+
+
+def rewrite(m: Match, g) -> str:
+    x, a, r, rest = m.data["x"], m.data["axis"], m.data["r"], m.data["rest"]
+    node, unsq = m.nodes[0], m.nodes[-1]
+    origin = m.origin
+    dt = g.dtype(node.output[0])
+    sx = list(g.shape(x))
+    y = node.output[0]
+    for n in m.nodes[:-1]:
+        g.remove(n)
+    if not g.used(unsq.output[0]):
+        g.remove(unsq)
+    wrap = _wrap(g, x, a, rest)
+    pre = TO_NCHW if wrap else list(range(4))
+    src, ax = x, pre.index(a)
+    if wrap:
+        src = g.fresh(f"{x}/nchw")
+        g.make("Transpose", [x], [src], near=node, origin=origin, name=f"{node.name}/to_nchw",
+               perm=TO_NCHW)
+        g.set_shape(src, [sx[p] for p in TO_NCHW], dt)
+    scales = np.ones(4, np.float32)
+    scales[ax] = r
+    post = [pre.index(v) for v in rest]            # y axis i = Resize output axis post[i]
+    out = g.fresh(f"{y}/resized") if post != list(range(4)) else y
+    g.make("Resize", [src, "", g.add_const(f"{node.name}/scales", scales)], [out], near=node,
+           origin=origin, name=f"{node.name}/resize", mode="nearest",
+           coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    if out != y:
+        so = [sx[p] for p in pre]
+        so[ax] *= r
+        g.set_shape(out, so, dt)
+        g.make("Transpose", [out], [y], near=node, origin=origin, name=f"{node.name}/transpose",
+               perm=post)
+    return f"repeat x{r} on axis {a} -> nearest Resize" + (" (NHWC: transposed)" if wrap else "")
