@@ -5,7 +5,7 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_group_split, conv_transpose_to_conv, conv_kernel_split, fold_constants, gap_split,
-               gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, reducemean_to_gap,
+               gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, reduce_axis_to_pool, reducemean_to_gap,
                relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
                split_3d_to_4d, sub_div_const, sum_to_add, to_reshape)
 from .base import Match
@@ -35,6 +35,7 @@ RULES = (
     conv_kernel_split,
     avgpool_calibrate,
     reducemean_to_gap,
+    reduce_axis_to_pool,
     gap_split,
 )
 
