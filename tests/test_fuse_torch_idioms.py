@@ -108,10 +108,16 @@ def test_panns_mean_over_mel_then_max_plus_mean_over_time_become_pools(tmp_path)
     mn = n.op("ReduceMean", [x], "time_mean", axes=[-1], keepdims=0)
     y = n.op("Gemm", [n.op("Add", [mx, mn], "pool_sum"), n.w(5, 8)], "fc", transB=1)
     odd = n.op("ReduceMean", ["odd"], "odd_mean", axes=[2], keepdims=1)
-    m = n.model([("input", [1, 1, 25, 8]), ("odd", [1, 2, 17, 3])], [y, odd])
+    # a decomposed LayerNorm over the last axis of [B, T, D] keeps its means (fp32, with its Sub)
+    d = n.op("Sub", ["ln", n.op("ReduceMean", ["ln"], "ln_mean", axes=[-1], keepdims=1)])
+    v = n.op("ReduceMean", [n.op("Pow", [d, n.const(np.float32(2.0))])], "ln_var", axes=[-1], keepdims=1)
+    ln = n.op("Div", [d, n.op("Sqrt", [n.op("Add", [v, n.const(np.float32(1e-5))])])])
+    m = n.model([("input", [1, 1, 25, 8]), ("odd", [1, 2, 17, 3]), ("ln", [1, 4, 16])], [y, odd, ln])
     r, res = _convert_and_run(m, tmp_path)
     for name in ("mel_mean", "time_max", "time_mean", "pool_sum", "fc"):
         assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
-    assert res.report.decisions["odd_mean"].placement == "cpu"
+    for name in ("odd_mean", "ln_mean", "ln_var"):
+        assert res.report.decisions[name].op_type == "ReduceMean" and res.report.decisions[name].placement == "cpu"
     assert {"MaxPool2D", "AvgPool2D"} <= {x.op_type for x in r.model.graph.node}
+    assert [x.op_type for x in r.model.graph.node].count("ReduceMean") == 3
     assert len(res.subgraphs) == 1

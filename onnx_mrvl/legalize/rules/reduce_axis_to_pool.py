@@ -31,6 +31,15 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"sx": sx, "axis": axis})
 
 
+def _normalisation(node, g) -> bool:
+    """x - mean(x) (the mean is read by a Sub/Div that reads x too), or mean((x - m) ** 2)."""
+    x = node.input[0]
+    if any(c.op_type in ("Sub", "Div") and x in c.input for c in g.users(node.output[0])):
+        return True
+    p = g.producer.get(x)
+    return p is not None and (p.op_type == "Pow" or (p.op_type == "Mul" and p.input[0] == p.input[1]))
+
+
 def check(m: Match, g, target) -> Optional[str]:
     node = m.node
     if not is_float(g, node.input[0]) or g.is_const(node.input[0]):
@@ -39,6 +48,8 @@ def check(m: Match, g, target) -> Optional[str]:
         return "output shape is not static"
     if attr(node, "noop_with_empty_axes", 0):
         return "noop_with_empty_axes"
+    if _normalisation(node, g):
+        return "mean / variance of a decomposed LayerNorm (kept in fp32 on the CPU with its Sub/Div)"
     size = m.data["sx"][m.data["axis"]]
     steps = factors(size, target.max_pool_kernel)
     if steps is None or size < 2:
