@@ -94,3 +94,30 @@ def test_glu_split_and_slice_on_channels_of_3d_data_run_as_slice2d(tmp_path):
         assert r.decisions[name].placement == "accelerator", r.decisions[name]
     assert r.decisions["glu_split"].composite == "mrvl.slice"
     assert not r.decisions.by_placement("cpu") and len(res.subgraphs) == 1
+
+
+def test_panns_mean_over_mel_then_max_plus_mean_over_time_become_pools(tmp_path):
+    """PANNs / Cnn14 head: x.mean(dim=3) over mel bins (4-D, keepdims 0), then max(dim=2) + mean(dim=2)
+    over 25 frames (3-D) -> Linear. legalize's reduce_axis_to_pool makes each reduction a chain of
+    exact-window pools (25 = 5 x 5), so the head joins the backbone's region; a prime size above the
+    pool window limit (17) keeps its ReduceMean."""
+    n = Net(15)
+    x = n.conv("input", 1, 8, act="relu")                                       # [1, 8, 25, 8]
+    x = n.op("ReduceMean", [x], "mel_mean", axes=[3], keepdims=0)              # [1, 8, 25]
+    mx = n.op("ReduceMax", [x], "time_max", axes=[2], keepdims=0)
+    mn = n.op("ReduceMean", [x], "time_mean", axes=[-1], keepdims=0)
+    y = n.op("Gemm", [n.op("Add", [mx, mn], "pool_sum"), n.w(5, 8)], "fc", transB=1)
+    odd = n.op("ReduceMean", ["odd"], "odd_mean", axes=[2], keepdims=1)
+    # a decomposed LayerNorm over the last axis of [B, T, D] keeps its means (fp32, with its Sub)
+    d = n.op("Sub", ["ln", n.op("ReduceMean", ["ln"], "ln_mean", axes=[-1], keepdims=1)])
+    v = n.op("ReduceMean", [n.op("Pow", [d, n.const(np.float32(2.0))])], "ln_var", axes=[-1], keepdims=1)
+    ln = n.op("Div", [d, n.op("Sqrt", [n.op("Add", [v, n.const(np.float32(1e-5))])])])
+    m = n.model([("input", [1, 1, 25, 8]), ("odd", [1, 2, 17, 3]), ("ln", [1, 4, 16])], [y, odd, ln])
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("mel_mean", "time_max", "time_mean", "pool_sum", "fc"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    for name in ("odd_mean", "ln_mean", "ln_var"):
+        assert res.report.decisions[name].op_type == "ReduceMean" and res.report.decisions[name].placement == "cpu"
+    assert {"MaxPool2D", "AvgPool2D"} <= {x.op_type for x in r.model.graph.node}
+    assert [x.op_type for x in r.model.graph.node].count("ReduceMean") == 3
+    assert len(res.subgraphs) == 1

@@ -273,3 +273,14 @@ def test_convtranspose_left_alone(kw, reason):
     assert "ConvTranspose" in op_types(out)
     why = [r for rule, n, r in report.skipped if rule == "convtranspose_to_conv"]
     assert why and reason in why[0], report.skipped
+
+
+@pytest.mark.parametrize("k,s,pads,out_pad", [(4, 2, (1, 1), 0), (3, 2, (1, 1), 1), (16, 8, (4, 4), 0)])
+def test_conv_transpose_1d_becomes_2d_then_conv(k, s, pads, out_pad):
+    """Conv-TasNet decoders / vocoder upsampling (ConvTranspose1d): lifted to 2-D by conv_1d_to_2d
+    (output_padding too), then phase Convs + Resize (or Resize + zero-insert Mul + Conv) (kernels > max_kernel split)."""
+    m = make_model([mk("ConvTranspose", ["x", "w", "b"], ["y"], name="up", kernel_shape=[k], strides=[s],
+                       pads=list(pads), output_padding=[out_pad])],
+                   [("x", [1, 4, 10])], ["y"], {"w": weight(4, 6, k), "b": R.standard_normal(6).astype(np.float32)})
+    out, _ = legalize_and_compare(m)
+    assert "ConvTranspose" not in op_types(out) and {"Resize", "Conv"} <= set(op_types(out))

@@ -1,5 +1,7 @@
-"""1-D Conv / MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool -> the 2-D op on a unit H axis: Reshape [N,C,L] to
-[N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k]), Reshape back to [N,O,L']."""
+"""1-D Conv / ConvTranspose / MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool -> the 2-D op on a unit H
+axis: Reshape [N,C,L] to [N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k], ConvTranspose's [I,O/g,1,k];
+output_padding lifted to [0, p]), Reshape back to [N,O,L']. A 2-D ConvTranspose then becomes a Conv
+(convtranspose_phases / convtranspose_to_conv): Conv-TasNet / vocoder upsampling layers."""
 from __future__ import annotations
 
 from typing import Optional
@@ -9,7 +11,7 @@ from onnx import helper
 from .base import Match, attr, reshape
 
 NAME = "conv_1d_to_2d"
-OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 
 
 def match(node, g) -> Optional[Match]:
@@ -25,8 +27,10 @@ def check(m: Match, g, target) -> Optional[str]:
     node = m.node
     if len(node.output) > 1 and any(o and g.used(o) for o in node.output[1:]):
         return "MaxPool indices output is used"
-    if node.op_type == "Conv" and not g.is_const(node.input[1]):
+    if node.op_type in ("Conv", "ConvTranspose") and not g.is_const(node.input[1]):
         return "weight is not constant"
+    if attr(node, "output_shape") is not None:
+        return "ConvTranspose output_shape attribute"
     if g.shape(node.output[0]) is None:
         return "output shape is not static"
     a = attr(node, "auto_pad", b"NOTSET")
@@ -42,6 +46,8 @@ def _lift(node, name, one):
     v = list(v)
     if name == "pads":
         return [0, v[0], 0, v[1]]
+    if name == "output_padding":
+        return [0] + v
     return [one] + v
 
 
@@ -53,7 +59,7 @@ def rewrite(m: Match, g) -> str:
     g.remove(node)
     x4 = reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d")
     inputs = [x4]
-    if node.op_type == "Conv":
+    if node.op_type in ("Conv", "ConvTranspose"):
         w = g.const(node.input[1])
         inputs.append(g.add_const(f"{node.name}/W", w.reshape(w.shape[0], w.shape[1], 1,
                                                                 w.shape[2])))
@@ -62,7 +68,7 @@ def rewrite(m: Match, g) -> str:
     new = g.make(node.op_type, inputs, [y4], near=node, origin=origin, name=node.name)
     for a in node.attribute:
         lifted = _lift(node, a.name, 1) if a.name in ("kernel_shape", "strides", "dilations",
-                                                      "pads") else None
+                                                      "pads", "output_padding") else None
         if lifted is not None:
             new.attribute.append(helper.make_attribute(a.name, lifted))
         else:

@@ -1,0 +1,80 @@
+"""ReduceMean / ReduceMax over ONE spatial axis (2 or 3 of a 4-D tensor, 2 of a 3-D one) -> a chain
+of non-overlapping AveragePool / MaxPool windows along that axis whose sizes divide it exactly (as
+gap_split), then a Reshape to the reduced shape (keepdims 0 or 1). Audio CNNs (PANNs / Cnn14:
+``x.mean(dim=3)`` over mel bins, then ``max + mean`` over time) and OCR heads that average the height
+away then stay on the accelerator. Exact for the max; the mean of equal windows of equal windows is
+the mean."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .base import Match, attr, axes_of, is_float, reshape
+from .gap_split import factors
+
+NAME = "reduce_axis_to_pool"
+OPS = ("ReduceMean", "ReduceMax")
+POOL = {"ReduceMean": "AveragePool", "ReduceMax": "MaxPool"}
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
+        return None
+    sx = g.shape(node.input[0])
+    if sx is None or len(sx) not in (3, 4):
+        return None
+    axes = axes_of(g, node, 1)
+    if not axes or len(axes) != 1:
+        return None
+    axis = axes[0] % len(sx)
+    if axis < 2:
+        return None
+    return Match([node], {"sx": sx, "axis": axis})
+
+
+def _normalisation(node, g) -> bool:
+    """x - mean(x) (the mean is read by a Sub/Div that reads x too), or mean((x - m) ** 2)."""
+    x = node.input[0]
+    if any(c.op_type in ("Sub", "Div") and x in c.input for c in g.users(node.output[0])):
+        return True
+    p = g.producer.get(x)
+    return p is not None and (p.op_type == "Pow" or (p.op_type == "Mul" and p.input[0] == p.input[1]))
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node = m.node
+    if not is_float(g, node.input[0]) or g.is_const(node.input[0]):
+        return "constant or non-float input"
+    if g.shape(node.output[0]) is None:
+        return "output shape is not static"
+    if attr(node, "noop_with_empty_axes", 0):
+        return "noop_with_empty_axes"
+    if _normalisation(node, g):
+        return "mean / variance of a decomposed LayerNorm (kept in fp32 on the CPU with its Sub/Div)"
+    size = m.data["sx"][m.data["axis"]]
+    steps = factors(size, target.max_pool_kernel)
+    if steps is None or size < 2:
+        return f"axis of size {size} has no exact factorisation into windows <= {target.max_pool_kernel}"
+    m.data["steps"] = steps
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    node = m.node
+    sx, axis, steps = list(m.data["sx"]), m.data["axis"], m.data["steps"]
+    origin, dt = m.origin, g.dtype(node.input[0])
+    g.remove(node)
+    x = node.input[0]
+    if len(sx) == 3:                                   # [N, C, L] -> [N, C, 1, L]
+        sx = [sx[0], sx[1], 1, sx[2]]
+        x = reshape(g, x, sx, near=node, origin=origin, tag="to4d")
+        axis = 3
+    for k, d in enumerate(steps):
+        win = [d, 1] if axis == 2 else [1, d]
+        sx[axis] //= d
+        y = g.fresh(f"{node.output[0]}/pool{k}")
+        g.make(POOL[node.op_type], [x], [y], near=node, origin=origin, name=f"{node.name}/pool{k}",
+               kernel_shape=win, strides=win, pads=[0, 0, 0, 0])
+        g.set_shape(y, sx, dt)
+        x = y
+    reshape(g, x, list(g.shape(node.output[0])), near=node, origin=origin, out=node.output[0], tag="reduced")
+    return f"{node.op_type} over axis {m.data['axis']} -> {' then '.join(map(str, steps))} {POOL[node.op_type]}"
