@@ -349,3 +349,14 @@ def test_tensordot_becomes_nd_matmul(form):
     assert [r for r, _, _ in log if r == "tensordot_to_matmul"]
     assert "Reshape" not in op_types(out) and op_types(out)[0] == "MatMul"
     assert out.graph.node[0].input[0] == "x"
+
+
+def test_repeat_of_3d_time_axis_becomes_resize():
+    """Keras UpSampling1D on [N, T, C]: through a 4-D [N, T, 1, C] view."""
+    inits = {"ax": np.array([2], np.int64), "reps": np.array([1, 1, 3, 1], np.int64),
+             "shape": np.array([1, 15, 4], np.int64)}
+    m = make_model([mk("Unsqueeze", ["x", "ax"], ["u"], name="unsq"),
+                    mk("Tile", ["u", "reps"], ["t"], name="tile"),
+                    mk("Reshape", ["t", "shape"], ["y"], name="merge")], [("x", [1, 5, 4])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert "Tile" not in op_types(out) and op_types(out).count("Resize") == 1
