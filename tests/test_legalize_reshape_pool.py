@@ -360,3 +360,27 @@ def test_repeat_of_3d_time_axis_becomes_resize():
                     mk("Reshape", ["t", "shape"], ["y"], name="merge")], [("x", [1, 5, 4])], ["y"], inits)
     out, log = legalize_and_compare(m, tol=0)
     assert "Tile" not in op_types(out) and op_types(out).count("Resize") == 1
+
+
+@pytest.mark.parametrize("form", ["causal_conv1d", "nhwc_pad"])
+def test_pad_sinks_below_reshape_and_transpose_into_conv(form):
+    """tf2onnx: Conv1D(padding='causal') = Pad([N, T, C]) -> Reshape [N, 1, T, C] -> Transpose ->
+    Conv; ZeroPadding2D on NHWC data = Pad -> Transpose -> Conv. The Pad moves down and folds."""
+    if form == "causal_conv1d":
+        inits = {"pads": np.array([0, 4, 0, 0, 0, 0], np.int64), "s": np.array([1, 1, 14, 3], np.int64),
+                 "w": R.standard_normal((5, 3, 1, 5)).astype(np.float32)}
+        nodes = [mk("Pad", ["x", "pads"], ["p"], name="pad"), mk("Reshape", ["p", "s"], ["r"], name="expand"),
+                 mk("Transpose", ["r"], ["t"], name="tr", perm=[0, 3, 1, 2]),
+                 mk("Conv", ["t", "w"], ["y"], name="conv", kernel_shape=[1, 5])]
+        shape = [1, 10, 3]
+    else:
+        inits = {"pads": np.array([0, 1, 2, 0, 0, 1, 0, 0], np.int64),
+                 "w": R.standard_normal((5, 3, 3, 3)).astype(np.float32)}
+        nodes = [mk("Pad", ["x", "pads"], ["p"], name="pad"),
+                 mk("Transpose", ["p"], ["t"], name="tr", perm=[0, 3, 1, 2]),
+                 mk("Conv", ["t", "w"], ["y"], name="conv", kernel_shape=[3, 3], strides=[2, 2])]
+        shape = [1, 9, 8, 3]
+    m = make_model(nodes, [("x", shape)], ["y"], inits)
+    out, log = legalize_and_compare(m)
+    assert "Pad" not in op_types(out) and op_types(out).count("Conv") == 1
+    assert [r for r, _, _ in log if r == "pad_sink"]

@@ -5,7 +5,7 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_group_split, conv_kernel_split, convtranspose_to_conv,
-               fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
+               fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, pad_sink,
                pad_to_conv, reducemean_to_gap, repeat_to_resize,
                tensordot_to_matmul,
                relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
@@ -32,6 +32,7 @@ RULES = (
     conv_attrs,
     bn_into_conv,
     bn_to_mul_add,
+    pad_sink,
     pad_fold,
     conv_1d_to_2d,
     conv_group_split,

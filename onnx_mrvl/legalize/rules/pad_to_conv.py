@@ -44,6 +44,9 @@ def check(m: Match, g, target) -> Optional[str]:
         return "negative pads (cropping)"
     if max(pads) > target.max_pad["conv"]:
         return f"pads {pads} exceed target.max_pad ({target.max_pad['conv']})"
+    user = g.only_consumer(node.output[0])
+    if user is not None and user.op_type in ("Transpose", "Reshape"):
+        return "read by a Transpose / Reshape (pad_sink moves it below first)"
     p = g.producer.get(node.input[0])
     if (p is None or p.op_type not in NEIGHBOURS) and not any(
             u.op_type in NEIGHBOURS for u in g.users(node.output[0])):
