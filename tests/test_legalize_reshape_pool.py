@@ -384,3 +384,41 @@ def test_pad_sinks_below_reshape_and_transpose_into_conv(form):
     out, log = legalize_and_compare(m)
     assert "Pad" not in op_types(out) and op_types(out).count("Conv") == 1
     assert [r for r, _, _ in log if r == "pad_sink"]
+
+
+@pytest.mark.parametrize("starts,ends,axes,kernel", [
+    ([1, 1], [100, 100], [2, 3], [2, 2]),          # NASNet Cropping2D(((1, 0), (1, 0)))
+    ([2], [-3], [2], [6, 1]),                      # UNet skip crop, negative end
+    ([0, 0, 1, 2], [1, 4, -1, 9], None, [3, 6]),   # all axes given, batch/channel untouched
+])
+def test_small_spatial_crop_becomes_one_tap_depthwise_conv(starts, ends, axes, kernel):
+    inits = {"w": R.standard_normal((4, 3, 1, 1)).astype(np.float32), "st": np.array(starts, np.int64),
+             "en": np.array(ends, np.int64)}
+    ins = ["c", "st", "en"]
+    if axes is not None:
+        inits["ax"] = np.array(axes, np.int64)
+        ins.append("ax")
+    m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv"), mk("Slice", ins, ["y"], name="crop")],
+                   [("x", [1, 3, 11, 12])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert op_types(out) == ["Conv", "Conv"]
+    a = {x.name: helper.get_attribute_value(x) for x in out.graph.node[1].attribute}
+    assert a["kernel_shape"] == kernel and a["group"] == 4 and get_origin(out.graph.node[1]) == ["crop"]
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps,reason", [
+    ([1], [3], [1], None, "axis 1"), ([0], [4], [2], None, "max_kernel"),
+    ([1], [10], [3], [2], "step")])
+def test_crop_left_alone(starts, ends, axes, steps, reason):
+    inits = {"w": R.standard_normal((4, 3, 1, 1)).astype(np.float32), "st": np.array(starts, np.int64),
+             "en": np.array(ends, np.int64), "ax": np.array(axes, np.int64)}
+    ins = ["c", "st", "en", "ax"]
+    if steps:
+        inits["sp"] = np.array(steps, np.int64)
+        ins.append("sp")
+    m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv"), mk("Slice", ins, ["y"], name="crop")],
+                   [("x", [1, 3, 11, 12])], ["y"], inits)
+    out, report = legalize_with_report(m)
+    assert "Slice" in op_types(out)
+    why = [r for rule, n, r in report.skipped if rule == "crop_to_conv"]
+    assert why and reason in why[0], report.skipped

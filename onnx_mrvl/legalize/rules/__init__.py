@@ -4,7 +4,7 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 ``check(match, graph, target) -> reason | None`` and ``rewrite(match, graph) -> detail``.
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
-               conv_attrs, conv_group_split, conv_kernel_split, convtranspose_to_conv,
+               conv_attrs, conv_group_split, crop_to_conv, conv_kernel_split, convtranspose_to_conv,
                fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold, pad_sink,
                pad_to_conv, reducemean_to_gap, repeat_to_resize,
                tensordot_to_matmul,
@@ -41,6 +41,7 @@ RULES = (
     reducemean_to_gap,
     gap_split,
     pad_to_conv,
+    crop_to_conv,
 )
 
 RULE_NAMES = tuple(r.NAME for r in RULES)
