@@ -425,6 +425,19 @@ def test_tf_tensordot_dense_is_an_fc_over_rows(tmp_path):
     assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
 
 
+def test_upsampling1d_repeat_on_the_accelerator(tmp_path):
+    """Keras UpSampling1D on [N, T, C] between a conv and a Dense (tf2onnx: Unsqueeze -> Tile ->
+    Reshape): a Resize through the [N, T, 1, C] view, no Tile on the CPU."""
+    n = Net(0)
+    x = n.conv("input", 4, 8)                                               # [1, 8, 1, 5]
+    x = n.op("Transpose", [n.op("Reshape", [x, n.const(np.array([1, 8, 5], np.int64))])], perm=[0, 2, 1])
+    x = _repeat(n, x, [1, 5, 8], 1, 2)                                      # [1, 10, 8]
+    y = n.op("Relu", [n.op("MatMul", [x, n.w(8, 6)], "dense")])
+    m = n.model([("input", [1, 4, 1, 5])], [y])
+    r = _ok(legalize(m), simulate=tmp_path)
+    assert "Resize" in mrvl_ops(r) and not r.decisions.by_placement("cpu")
+
+
 # ---------------------------------------------------------------- numbers
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_fused_matches_original(name):

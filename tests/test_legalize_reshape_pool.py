@@ -399,3 +399,76 @@ def test_tensordot_becomes_nd_matmul(form):
     assert [r for r, _, _ in log if r == "tensordot_to_matmul"]
     assert "Reshape" not in op_types(out) and op_types(out)[0] == "MatMul"
     assert out.graph.node[0].input[0] == "x"
+
+
+def test_repeat_of_3d_time_axis_becomes_resize():
+    """Keras UpSampling1D on [N, T, C]: through a 4-D [N, T, 1, C] view."""
+    inits = {"ax": np.array([2], np.int64), "reps": np.array([1, 1, 3, 1], np.int64),
+             "shape": np.array([1, 15, 4], np.int64)}
+    m = make_model([mk("Unsqueeze", ["x", "ax"], ["u"], name="unsq"),
+                    mk("Tile", ["u", "reps"], ["t"], name="tile"),
+                    mk("Reshape", ["t", "shape"], ["y"], name="merge")], [("x", [1, 5, 4])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert "Tile" not in op_types(out) and op_types(out).count("Resize") == 1
+
+
+@pytest.mark.parametrize("form", ["causal_conv1d", "nhwc_pad"])
+def test_pad_sinks_below_reshape_and_transpose_into_conv(form):
+    """tf2onnx: Conv1D(padding='causal') = Pad([N, T, C]) -> Reshape [N, 1, T, C] -> Transpose ->
+    Conv; ZeroPadding2D on NHWC data = Pad -> Transpose -> Conv. The Pad moves down and folds."""
+    if form == "causal_conv1d":
+        inits = {"pads": np.array([0, 4, 0, 0, 0, 0], np.int64), "s": np.array([1, 1, 14, 3], np.int64),
+                 "w": R.standard_normal((5, 3, 1, 5)).astype(np.float32)}
+        nodes = [mk("Pad", ["x", "pads"], ["p"], name="pad"), mk("Reshape", ["p", "s"], ["r"], name="expand"),
+                 mk("Transpose", ["r"], ["t"], name="tr", perm=[0, 3, 1, 2]),
+                 mk("Conv", ["t", "w"], ["y"], name="conv", kernel_shape=[1, 5])]
+        shape = [1, 10, 3]
+    else:
+        inits = {"pads": np.array([0, 1, 2, 0, 0, 1, 0, 0], np.int64),
+                 "w": R.standard_normal((5, 3, 3, 3)).astype(np.float32)}
+        nodes = [mk("Pad", ["x", "pads"], ["p"], name="pad"),
+                 mk("Transpose", ["p"], ["t"], name="tr", perm=[0, 3, 1, 2]),
+                 mk("Conv", ["t", "w"], ["y"], name="conv", kernel_shape=[3, 3], strides=[2, 2])]
+        shape = [1, 9, 8, 3]
+    m = make_model(nodes, [("x", shape)], ["y"], inits)
+    out, log = legalize_and_compare(m)
+    assert "Pad" not in op_types(out) and op_types(out).count("Conv") == 1
+    assert [r for r, _, _ in log if r == "pad_sink"]
+
+
+@pytest.mark.parametrize("starts,ends,axes,kernel", [
+    ([1, 1], [100, 100], [2, 3], [2, 2]),          # NASNet Cropping2D(((1, 0), (1, 0)))
+    ([2], [-3], [2], [6, 1]),                      # UNet skip crop, negative end
+    ([0, 0, 1, 2], [1, 4, -1, 9], None, [3, 6]),   # all axes given, batch/channel untouched
+])
+def test_small_spatial_crop_becomes_one_tap_depthwise_conv(starts, ends, axes, kernel):
+    inits = {"w": R.standard_normal((4, 3, 1, 1)).astype(np.float32), "st": np.array(starts, np.int64),
+             "en": np.array(ends, np.int64)}
+    ins = ["c", "st", "en"]
+    if axes is not None:
+        inits["ax"] = np.array(axes, np.int64)
+        ins.append("ax")
+    m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv"), mk("Slice", ins, ["y"], name="crop")],
+                   [("x", [1, 3, 11, 12])], ["y"], inits)
+    out, log = legalize_and_compare(m, tol=0)
+    assert op_types(out) == ["Conv", "Conv"]
+    a = {x.name: helper.get_attribute_value(x) for x in out.graph.node[1].attribute}
+    assert a["kernel_shape"] == kernel and a["group"] == 4 and get_origin(out.graph.node[1]) == ["crop"]
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps,reason", [
+    ([1], [3], [1], None, "axis 1"), ([0], [4], [2], None, "max_kernel"),
+    ([1], [10], [3], [2], "step")])
+def test_crop_left_alone(starts, ends, axes, steps, reason):
+    inits = {"w": R.standard_normal((4, 3, 1, 1)).astype(np.float32), "st": np.array(starts, np.int64),
+             "en": np.array(ends, np.int64), "ax": np.array(axes, np.int64)}
+    ins = ["c", "st", "en", "ax"]
+    if steps:
+        inits["sp"] = np.array(steps, np.int64)
+        ins.append("sp")
+    m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv"), mk("Slice", ins, ["y"], name="crop")],
+                   [("x", [1, 3, 11, 12])], ["y"], inits)
+    out, report = legalize_with_report(m)
+    assert "Slice" in op_types(out)
+    why = [r for rule, n, r in report.skipped if rule == "crop_to_conv"]
+    assert why and reason in why[0], report.skipped

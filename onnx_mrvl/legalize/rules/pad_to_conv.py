@@ -43,6 +43,9 @@ def check(m: Match, g, target) -> Optional[str]:
         return f"pads {pads} exceed target.max_pad ({target.max_pad['conv']})"
     if not math.isfinite(value):
         return f"pad value {value}"
+    user = g.only_consumer(m.node.output[0])
+    if user is not None and user.op_type in ("Transpose", "Reshape"):
+        return "read by a Transpose / Reshape (pad_sink moves it below first)"
     p = g.producer.get(m.node.input[0])
     if (p is None or p.op_type not in NEIGHBOURS) and not any(
             u.op_type in NEIGHBOURS for u in g.users(m.node.output[0])):

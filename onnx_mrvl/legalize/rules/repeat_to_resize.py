@@ -63,7 +63,9 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     a, r, rank = m.data["axis"], m.data["r"], m.data["rank"]
-    if rank != 4:
+    if rank == 3 and (a != 1 or m.data["rest"] != [0, 1, 2]):
+        return "repeat of a 3-D tensor on another axis than 1 (the time axis of [N, T, C])"
+    if rank not in (3, 4):
         return f"repeat on a {rank}-D tensor (the accelerator resizes 4-D)"
     if a == 0:
         return "repeat along the batch axis"
@@ -96,6 +98,16 @@ def rewrite(m: Match, g) -> str:
         g.remove(n)
     if not g.used(unsq.output[0]):
         g.remove(unsq)
+    if len(sx) == 3:
+        # [N, T, C] (Keras UpSampling1D): as the 4-D NHWC [N, T, 1, C], reshaped back after
+        x4 = g.fresh(f"{x}/4d")
+        g.make("Reshape", [x, g.add_const(f"{node.name}/shape4", np.array(sx[:2] + [1, sx[2]], np.int64))],
+               [x4], near=node, origin=origin, name=f"{node.name}/to4d")
+        g.set_shape(x4, sx[:2] + [1, sx[2]], dt)
+        x, sx, y3, y = x4, sx[:2] + [1, sx[2]], y, g.fresh(f"{y}/4d")
+        rest = [0, 1, 2, 3]
+    else:
+        y3 = None
     wrap = _wrap(g, x, a, rest)
     pre = TO_NCHW if wrap else list(range(4))
     src, ax = x, pre.index(a)
@@ -117,4 +129,10 @@ def rewrite(m: Match, g) -> str:
         g.set_shape(out, so, dt)
         g.make("Transpose", [out], [y], near=node, origin=origin, name=f"{node.name}/transpose",
                perm=post)
+    if y3 is not None:
+        so = list(sx)
+        so[a] *= r
+        g.set_shape(y, so, dt)
+        g.make("Reshape", [y, g.add_const(f"{node.name}/shape3", np.array(so[:2] + so[3:], np.int64))],
+               [y3], near=node, origin=origin, name=f"{node.name}/to3d")
     return f"repeat x{r} on axis {a} -> nearest Resize" + (" (NHWC: transposed)" if wrap else "")
