@@ -61,6 +61,8 @@ def stored_after_reshape(blocks: List[Block], in_shape: Sequence[int], order: Se
     done = set()
     for a in order:
         b = block_of[a]
+        if in_shape[a] == 1 and any(in_shape[x] != 1 for x in blocks[b][0]):
+            continue          # a block sits where its data is, not where a unit axis of it is stored
         if b not in done:
             done.add(b)
             out += blocks[b][1]
@@ -86,6 +88,8 @@ def stored_before_reshape(blocks: List[Block], out_shape: Sequence[int], want: S
     done = set()
     for a in want:
         b = block_of[a]
+        if out_shape[a] == 1 and any(out_shape[x] != 1 for x in blocks[b][1]):
+            continue          # (as in stored_after_reshape)
         if b not in done:
             done.add(b)
             order += blocks[b][0]
