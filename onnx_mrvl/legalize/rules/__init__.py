@@ -5,9 +5,10 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 """
 from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_group_split, conv_kernel_split, convtranspose_phases,
-               fold_constants, gap_split, gemm_canonical, matmul_to_gemm, merge_transposes, pad_fold,
-               pad_to_conv, pad_unit_axes, reducemean_to_gap, relu6_to_clip, remove_dropout,
-               remove_identity, remove_noop, reshape_static, sub_div_const, sum_to_add, to_reshape)
+               fold_constants, gap_split, gemm_canonical, hardswish_canonical, matmul_to_gemm,
+               merge_transposes, pad_fold, pad_to_conv, pad_unit_axes, reducemean_to_gap,
+               relu6_to_clip, remove_dropout, remove_identity, remove_noop, reshape_static,
+               sub_div_const, sum_to_add, to_reshape)
 from .base import Match
 
 RULES = (
@@ -20,6 +21,7 @@ RULES = (
     sub_div_const,
     clip_canonical,
     relu6_to_clip,
+    hardswish_canonical,
     to_reshape,
     reshape_static,
     gemm_canonical,
