@@ -3,7 +3,7 @@
 Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every node), ``match(node, graph) -> Match | None``,
 ``check(match, graph, target) -> reason | None`` and ``rewrite(match, graph) -> detail``.
 """
-from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
+from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_group_split, conv_kernel_split, convtranspose_phases,
                fold_constants, gap_split, gemm_canonical, hardswish_canonical, matmul_to_gemm,
                merge_transposes, pad_fold, pad_to_conv, pad_unit_axes, reducemean_to_gap,
@@ -29,6 +29,7 @@ RULES = (
     conv_attrs,
     bn_into_conv,
     bn_to_mul_add,
+    affine_into_conv,
     pad_unit_axes,
     pad_fold,
     pad_to_conv,
