@@ -240,6 +240,22 @@ def test_channel_shuffle_moves_data_once():
     assert attrs(rot[1])["src_layout"] == "NCHW" and attrs(rot[1])["dst_layout"] == "NHWC"
 
 
+def test_space_to_depth_after_a_conv_with_unit_axes():
+    """Conv -> Reshape [1,C,H,1,4,12] -> Transpose [0,3,5,1,2,4] -> Reshape [1,48,H,4] -> Conv (legalize's
+    space-to-depth for a stride-12 conv, after a conv): the merged block (1, 12, C) holds a unit axis
+    stored before the W/4 axis; the output storage must follow the block's data, not the unit axis
+    (was: wrong numbers)."""
+    m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[3, 3], pads=[1] * 4),
+               node("Reshape", ["c1", "s6"], "r6"), node("Transpose", ["r6"], "t6", perm=[0, 3, 5, 1, 2, 4]),
+               node("Reshape", ["t6", "s4"], "r4"),
+               node("Conv", ["r4", "W2", "B2"], "out", kernel_shape=[3, 1], pads=[1, 0, 1, 0])],
+              [("x", [1, 4, 5, 48])], ["out"],
+              {"W1": w(4, 4, 3, 3), "B1": w(4), "W2": w(8, 48, 3, 1), "B2": w(8),
+               "s6": np.array([1, 4, 5, 1, 4, 12], np.int64), "s4": np.array([1, 48, 5, 4], np.int64)})
+    r = fused_ok(m)
+    assert "Transpose" not in ops(r) and ops(r).count("LayoutTransform") == 2
+
+
 def test_cpu_slices_of_the_input_share_one_layout_transform():
     """Slices of the input (legalize's tiling of a large kernel) run on NHWC data: one
     LayoutTransform at the input instead of one per tile. A start crop ([1:6] of 6 rows) is a

@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 35
+    assert len(names) == len(set(names)) == len(RULES) == 37
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
     assert names.index("bn_into_conv") < names.index("bn_to_mul_add")
@@ -233,3 +233,17 @@ def test_unknown_ops_left_alone():
                    {"k": np.array([3], np.int64)})
     out, log = legalize_and_compare(m)
     assert op_types(out) == ["TopK", "Relu"] and not log
+
+
+def test_transpose_perm_of_wrong_rank_is_a_model_error():
+    """paddle2onnx writes squeeze(axis=2) on a non-unit axis as Identity, so the Transpose [0, 2, 1]
+    after it reads a 4-D tensor: onnx.checker passes, convert crashed inside fuse (IndexError)."""
+    import onnx_mrvl
+    from onnx_mrvl.errors import ModelError
+    m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                    mk("Transpose", ["c"], ["y"], name="im2seq", perm=[0, 2, 1])], [("x", [1, 3, 2, 8])], ["y"],
+                   {"w": R.standard_normal((4, 3, 3, 3)).astype(np.float32)})
+    del m.graph.output[:]
+    m.graph.output.append(helper.make_tensor_value_info("y", 1, ["a", "b", "c"]))
+    with pytest.raises(ModelError, match="im2seq"):
+        onnx_mrvl.convert(m)

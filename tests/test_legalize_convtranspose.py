@@ -101,11 +101,22 @@ def test_db_tail_offloaded_and_matches_on_the_simulator(tmp_path):
         assert float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))
 
 
+@pytest.mark.parametrize("kw", [dict(auto_pad="SAME_UPPER"), dict(auto_pad="SAME_LOWER"),
+                                dict(output_shape=[14, 12]), dict(auto_pad="VALID", kernel_shape=[2, 2])])
+def test_convtranspose_implicit_pads(kw):
+    """Keras / tf2onnx 'same' transposed convs (4x4/s2: total padding 2, split evenly)."""
+    kw = {"kernel_shape": [4, 4], "strides": [2, 2], **kw}
+    m = make_model([mk("ConvTranspose", ["x", "w"], ["y"], name="ct", **kw)], [("x", [1, 4, 7, 6])], ["y"],
+                   {"w": weight(4, 3, *kw["kernel_shape"])})
+    out, _ = legalize_and_compare(m)
+    assert "ConvTranspose" not in op_types(out)
+
+
 @pytest.mark.parametrize("kw,reason", [
     (dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 2]), "dilated"),
     (dict(kernel_shape=[1, 1], strides=[2, 2], output_padding=[1, 1]), "kernel smaller than the stride"),
     (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), "not a multiple of the stride"),
-    (dict(kernel_shape=[2, 2], strides=[2, 2], output_shape=[14, 12]), "output_shape"),
+    (dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"), "implicit pads"),   # odd total
 ])
 def test_convtranspose_phases_declines_with_reason(kw, reason):
     """What the phase decomposition declines it names; the zero-insertion fallback

@@ -17,7 +17,7 @@ from onnx import helper
 from ..errors import ModelError
 from ..target import get_target
 from . import prepare, shapes
-from .graph import Graph
+from .graph import Graph, attr
 from .rules import RULE_NAMES, RULES
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,8 @@ def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=No
 def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
     for sweep in range(MAX_SWEEPS):
         shapes.infer(g, inputs, outputs)
+        if sweep == 0:
+            _check_transposes(g)
         applied = 0
         skipped = []
         for rule in RULES:
@@ -119,6 +121,18 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
         if not applied:
             return
     logger.warning("legalize: still rewriting after %d sweeps; stopping", MAX_SWEEPS)
+
+
+def _check_transposes(g: Graph) -> None:
+    """A Transpose whose perm is not a permutation of its input's axes makes an invalid model that
+    onnx.checker lets through (paddle2onnx writes one when a Paddle squeeze was a no-op)."""
+    for n in g.nodes_of(("Transpose",)):
+        perm = attr(n, "perm")
+        rank = len(g.shapes[n.input[0]]) if g.shapes.get(n.input[0]) is not None else None
+        if perm is not None and rank is not None and sorted(perm) != list(range(rank)):
+            raise ModelError(f"Transpose '{n.name}' has perm {list(perm)} but its input "
+                             f"'{n.input[0]}' has rank {rank}",
+                             hint="the model is invalid (onnxruntime refuses it too): re-export it")
 
 
 def _write_shapes(g: Graph, inputs, outputs) -> None:

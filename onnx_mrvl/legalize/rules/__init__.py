@@ -3,10 +3,10 @@
 Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every node), ``match(node, graph) -> Match | None``,
 ``check(match, graph, target) -> reason | None`` and ``rewrite(match, graph) -> detail``.
 """
-from . import (avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
+from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
                convtranspose_to_conv, crop_to_conv, fold_constants, gap_split, gemm_canonical,
-               matmul_to_gemm, merge_transposes, pad_fold, pad_sink, pad_to_conv, pad_unit_axes,
+               hardswish_canonical, matmul_to_gemm, merge_transposes, pad_fold, pad_sink, pad_to_conv, pad_unit_axes,
                reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
@@ -22,6 +22,7 @@ RULES = (
     sub_div_const,
     clip_canonical,
     relu6_to_clip,
+    hardswish_canonical,
     to_reshape,
     reshape_static,
     repeat_to_resize,
@@ -31,6 +32,7 @@ RULES = (
     conv_attrs,
     bn_into_conv,
     bn_to_mul_add,
+    affine_into_conv,
     pad_unit_axes,
     pad_sink,
     pad_fold,

@@ -90,14 +90,21 @@ def check(m: Match, g, target) -> Optional[str]:
         return f"opset {g.opset} has no Resize with roi/scales inputs"
     if any(d != 1 for d in (attr(node, "dilations") or [1, 1])):
         return "dilated ConvTranspose"
-    if attr(node, "output_shape"):
-        return "output_shape attribute (implicit pads)"
-    if (attr(node, "auto_pad", "NOTSET") or "NOTSET") not in ("NOTSET", b"NOTSET"):
-        return "auto_pad (pads not explicit)"
     w = g.const(node.input[1])
     k = list(attr(node, "kernel_shape") or w.shape[2:])
     s = list(attr(node, "strides") or [1, 1])
     pads = list(attr(node, "pads") or [0, 0, 0, 0])
+    auto = attr(node, "auto_pad", b"NOTSET") or b"NOTSET"
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if attr(node, "output_shape") or auto != "NOTSET":
+        # implicit pads: the total is fixed by the (inferred) output size; onnxruntime and the
+        # spec split an odd total differently, so only an even one (same on both sides) is taken
+        op = list(attr(node, "output_padding") or [0, 0])
+        for a in range(2):
+            total = s[a] * (sx[2 + a] - 1) + op[a] + k[a] - sy[2 + a]
+            if total < 0 or total % 2 or (auto == "VALID" and total):
+                return f"implicit pads ({auto}, output_shape) with total {total} on axis {2 + a}"
+            pads[a], pads[a + 2] = total // 2, total // 2
     if list(w.shape[2:]) != k:
         return "kernel_shape differs from the weight"
     if max(s) > target.resize_max_scale:
