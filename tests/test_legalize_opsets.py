@@ -129,3 +129,25 @@ def test_data_dependent_shapes_left_out_of_value_info():
     assert [vi.name for vi in out.graph.value_info] == ["r"]
     from onnx_mrvl.legalize.testing import compare
     assert compare(m, out) == 0.0 and compare(m, out, seed=7) == 0.0
+
+
+@pytest.mark.parametrize("opset,op,mode,scales", [
+    (10, "Resize", "linear", [1, 1, 2, 2]),        # PyTorch opset 10 bilinear upsample (DeepLabV3)
+    (10, "Resize", "nearest", [1, 1, 3, 3]),       # round_prefer_floor would read other pixels
+    (10, "Resize", "nearest", [1, 1, 0.5, 0.5]),   # downsampling takes the ceiling
+    (9, "Upsample", "linear", [1, 1, 2, 2]),
+    (9, "Upsample", "nearest", [1, 1, 3, 2]),
+    (10, "Resize", "nearest", [1, 1, 2, 0.5]),     # up and down: no Resize-11 form, opset kept
+])
+def test_resize_from_opset_10_keeps_its_coordinate_mode(opset, op, mode, scales):
+    """onnx's converter gives Resize-10 / Upsample the Resize-11 defaults (half_pixel,
+    round_prefer_floor); onnxruntime ran them asymmetric, nearest = floor up / ceil down."""
+    m = make_model([mk(op, ["x", "scales"], ["y"], name="resize", mode=mode)], [("x", [1, 2, 6, 8])], ["y"],
+                   {"scales": np.array(scales, np.float32)}, opset=opset)
+    out, log = legalize_and_compare(m)
+    node = next(n for n in out.graph.node if n.op_type == "Resize")
+    if scales[2] > 1 > scales[3]:
+        assert out.opset_import[0].version == opset
+    else:
+        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        assert a["coordinate_transformation_mode"] == b"asymmetric"

@@ -212,3 +212,46 @@ def test_constants_feeding_a_condition_only_through_shape_are_folded():
     assert {"Shape", "ReduceProd", "Equal", "If"} <= set(ops)   # the condition itself is not
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     np.testing.assert_allclose(_session(out).run(None, {"x": x})[0], x * 2)
+
+
+def _fp16_cnn(io_type):
+    """Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm with float16 weights. ``io_type`` float16:
+    a ``model.half()`` export; float32: onnxconverter-common keep_io_types (Cast in and out)."""
+    r = np.random.default_rng(5)
+    H = TensorProto.FLOAT16
+    inits = [numpy_helper.from_array((r.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float16), n)
+             for n, s in (("w", (8, 3, 3, 3)), ("b", (8,)), ("fw", (5, 8)), ("fb", (5,)))]
+    nodes = [mk("Conv", ["xh", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             mk("Relu", ["c"], ["r"], name="relu"),
+             mk("GlobalAveragePool", ["r"], ["p"], name="gap"),
+             mk("Flatten", ["p"], ["f"], name="flat"),
+             mk("Gemm", ["f", "fw", "fb"], ["yh"], name="fc", transB=1)]
+    if io_type == H:
+        nodes[0].input[0] = "x"
+        nodes[-1].output[0] = "y"
+    else:
+        nodes = [mk("Cast", ["x"], ["xh"], name="in_cast", to=H)] + nodes + \
+            [mk("Cast", ["yh"], ["y"], name="out_cast", to=F)]
+    return _model(nodes, [helper.make_tensor_value_info("x", io_type, [1, 3, 8, 8])],
+                  [helper.make_tensor_value_info("y", io_type, [1, 5])], inits, opset=13)
+
+
+@pytest.mark.parametrize("io_type", [TensorProto.FLOAT16, TensorProto.FLOAT])
+def test_float16_model_is_computed_in_float32_and_offloaded(io_type, tmp_path):
+    import onnx_mrvl
+    m = _fp16_cnn(io_type)
+    out, report = legalize_with_report(m)
+    assert [i.type.tensor_type.elem_type for i in out.graph.input] == [io_type]
+    assert [o.type.tensor_type.elem_type for o in out.graph.output] == [io_type]
+    assert not any(t.data_type == TensorProto.FLOAT16 for t in out.graph.initializer)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(helper.tensor_dtype_to_np_dtype(io_type))}
+    ref = _session(m).run(None, feeds)[0].astype(np.float32)
+    got = _session(out).run(None, feeds)[0]
+    assert got.dtype == ref.dtype or io_type == TensorProto.FLOAT16
+    assert np.max(np.abs(got.astype(np.float32) - ref)) <= 2e-3 * np.max(np.abs(ref))
+    res = onnx_mrvl.convert(m, strict=True)
+    assert res.report.offload_fraction == 1.0
+    cpu = [n.op_type for n in res.model.graph.node if n.domain != "mrvl"]
+    assert cpu == (["Cast", "Cast"] if io_type == TensorProto.FLOAT16 else [])
+    sim = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)[0]
+    assert np.max(np.abs(sim.astype(np.float32) - ref)) <= 1e-2 * np.max(np.abs(ref))

@@ -16,7 +16,7 @@ from onnx import helper
 
 from ..errors import ModelError
 from ..target import get_target
-from . import prepare, shapes
+from . import fp16, prepare, shapes
 from .graph import Graph, attr
 from .rules import RULE_NAMES, RULES
 
@@ -76,6 +76,7 @@ def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=No
     m = prepare.upgrade_opset(m)
     report.opset = (old, prepare.default_opset(m))
     prepare.fix_ir_version(m)
+    fp16.to_float32(m)
     m.graph.ClearField("value_info")
     for o in m.graph.output:
         if o.type.HasField("tensor_type"):

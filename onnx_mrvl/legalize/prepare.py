@@ -7,6 +7,7 @@ from typing import Dict
 import onnx
 from onnx import helper
 
+from .. import provenance
 from .shapes import LIGHT_LIMIT
 
 logger = logging.getLogger(__name__)
@@ -83,13 +84,25 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     cg = conv.graph
     changed = _interface_change(list(g.input) + list(g.output), list(cg.input) + list(cg.output))
+    if old < 11 and not changed:
+        changed = _resize_10_semantics(cg)
     if changed:
         # e.g. the Scan 8 -> 9 adapter drops the batch axis of the graph inputs and outputs:
         # the converted model would no longer accept the caller's tensors
-        logger.warning("legalize: opset %d -> %d conversion changes the graph interface (%s); "
+        logger.warning("legalize: opset %d -> %d conversion would change the model (%s); "
                        "keeping opset %d, rules handle its attribute forms", old, MIN_OPSET,
                        changed, old)
         return model
+    # a node the converter rebuilt (Upsample -> Resize) comes back unnamed: it keeps the name of the
+    # node that wrote the same output
+    writer = {o: n.name for n in g.node for o in n.output if o}
+    used = {n.name for n in cg.node if n.name}
+    for n in cg.node:
+        name = writer.get(n.output[0]) if not n.name and n.output else None
+        if name and name not in used:
+            n.name = name
+            used.add(name)
+            provenance.set_origin(n, [name])
     # take the converted nodes back into the model, whose big weights never moved
     have = {t.name for t in g.initializer}
     del g.node[:]
@@ -108,6 +121,35 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     logger.info("legalize: opset %d -> %d (%d nodes added by the converter named)", old,
                 MIN_OPSET, renamed)
     return model
+
+
+def _resize_10_semantics(graph: onnx.GraphProto) -> str:
+    """Give the Resize nodes that came from opset <= 10 (Resize-10, Upsample) the coordinate mode they
+    had: onnx's converter leaves Resize-11's defaults (``half_pixel``, ``round_prefer_floor``), which
+    compute something else (PyTorch opset 9/10 exports of a bilinear upsample: 0.6 relative error).
+    onnxruntime runs Resize-10 as ``asymmetric``, nearest taking the floor when upsampling and the
+    ceiling when downsampling. Returns why the conversion cannot keep them ("" when it can)."""
+    consts = {t.name: t for t in graph.initializer}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output:
+            v = next((a.t for a in n.attribute if a.name == "value"), None)
+            if v is not None:
+                consts[n.output[0]] = v
+    for n in graph.node:
+        if n.op_type != "Resize" or any(a.name == "coordinate_transformation_mode" for a in n.attribute):
+            continue
+        n.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        mode = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "mode"), b"nearest")
+        if mode not in (b"nearest", "nearest"):
+            continue
+        scales = consts.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+        scales = onnx.numpy_helper.to_array(scales).reshape(-1) if scales is not None else []
+        down, up = any(0 < x < 1 for x in scales), any(x > 1 for x in scales)
+        if down and up:
+            return f"nearest Resize {n.name!r} scales some axes up and some down (no Resize-11 equivalent)"
+        # a computed scale is taken for an upsampling (Upsample's purpose)
+        n.attribute.append(helper.make_attribute("nearest_mode", "ceil" if down else "floor"))
+    return ""
 
 
 def _type_key(tp: onnx.TypeProto):
