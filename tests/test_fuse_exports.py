@@ -334,6 +334,13 @@ def test_2d_fc_rows_ignore_max_batch_like_nd(op, tmp_path):
     r = _ok(model(16), tmp_path)
     assert [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN] == ["FC"]
     assert not r.decisions.by_placement("cpu")
+    # a residual Add / activation on those [M, O] rows fuses too (2-D: rows, not a batch)
+    n = Net(6)
+    h = n.op("Gemm", ["input", n.w(24, 40), n.w(24)], "fc1", transB=1)
+    s = n.op("Add", [h, n.op("Gemm", [h, n.w(24, 24), n.w(24)], "fc2", transB=1)], "res")
+    r = _ok(n.model([("input", [16, 40])], [n.op("Sigmoid", [s], "act")]), tmp_path / "res")
+    assert not r.decisions.by_placement("cpu")
+    assert [x.op_type for x in r.model.graph.node if x.domain == opset.DOMAIN] == ["FC", "FC", "Sum2D"]
     d = fuse(model(MAX_FC_ROWS + 1)).decisions["fc"]
     assert d.placement == "cpu" and d.reason == f"{MAX_FC_ROWS + 1} rows of an FC over [{MAX_FC_ROWS + 1}, 40] exceed the limit {MAX_FC_ROWS}"
 

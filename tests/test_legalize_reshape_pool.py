@@ -472,3 +472,30 @@ def test_crop_left_alone(starts, ends, axes, steps, reason):
     assert "Slice" in op_types(out)
     why = [r for rule, n, r in report.skipped if rule == "crop_to_conv"]
     assert why and reason in why[0], report.skipped
+
+
+@pytest.mark.parametrize("op,attrs,shape", [("DepthToSpace", {"mode": "DCR"}, [1, 16, 3, 5]),
+                                            ("DepthToSpace", {"mode": "CRD"}, [1, 16, 3, 5]),
+                                            ("DepthToSpace", {}, [2, 8, 3, 5]),
+                                            ("SpaceToDepth", {}, [1, 3, 6, 4])])
+def test_depth_to_space_to_reshape_transpose(op, attrs, shape, tmp_path):
+    """DepthToSpace / SpaceToDepth -> Reshape 6-D, Transpose, Reshape (exact); after a conv the whole
+    model is one accelerator region (the transpose runs as block rotations), within fp16 tolerance."""
+    import onnxruntime as ort
+
+    import onnx_mrvl
+
+    m = make_model([mk(op, ["x"], ["y"], name="d2s", blocksize=2, **attrs)], [("x", shape)], ["y"], {}, opset=13)
+    out, log = legalize_and_compare(m)
+    assert op_types(out) == ["Reshape", "Transpose", "Reshape"]
+    assert all(get_origin(n) == ["d2s"] for n in out.graph.node)
+    w = (R.standard_normal((shape[1], shape[1], 3, 3)) * 0.3).astype(np.float32)
+    m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4),
+                    mk(op, ["c"], ["y"], name="d2s", blocksize=2, **attrs)], [("x", shape)], ["y"], {"w": w}, opset=13)
+    m = onnx.shape_inference.infer_shapes(m)
+    res = onnx_mrvl.convert(m, strict=True)
+    assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
+    feeds = {"x": R.standard_normal(shape).astype(np.float32)}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "m"))).run(None, feeds)[0]
+    assert ref.shape == got.shape and float(np.max(np.abs(ref - got))) <= 1e-2 * float(np.max(np.abs(ref)))

@@ -46,7 +46,9 @@ def _float_static(g: GraphIndex, names) -> Optional[str]:
 
 
 def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
+    """The image batch limit; the first axis of a 2-D tensor holds rows (an FC's M rows, e.g.
+    transformer tokens), computed one by one like the rows of an N-D FC: no limit there."""
     shape = g.shape(t)
-    if shape and shape[0] > target.max_batch:
+    if shape and len(shape) > 2 and shape[0] > target.max_batch:
         return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
     return None
