@@ -110,19 +110,20 @@ def test_compiled_estimate_uses_the_simulator_cycle_model():
 
 
 def test_convtranspose_left_on_the_cpu_counts_its_macs():
-    """A ConvTranspose legalize cannot decompose (dilated) stays on the CPU: its MACs are in the
+    """A ConvTranspose legalize cannot decompose (1x1 kernel, stride 2, cropping pads) stays on the CPU: its MACs are in the
     total, so the offload fraction says the model is not fully offloaded."""
     from onnx import helper
     from onnx_mrvl.legalize.testing import make_model
     r = np.random.default_rng(0)
     m = make_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-                    helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="ct", kernel_shape=[2, 2],
-                                     strides=[2, 2], dilations=[2, 2])],
+                    helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="ct", kernel_shape=[1, 1],
+                                     strides=[2, 2], pads=[1, 1, 1, 1])],
                    [("x", [1, 3, 8, 8])], ["y"],
                    {"w": r.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                    "wt": r.standard_normal((4, 5, 2, 2)).astype(np.float32)})
-    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", 1, [1, 5, 17, 17]))
+                    "wt": r.standard_normal((4, 5, 1, 1)).astype(np.float32)})
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", 1, [1, 5, 13, 13]))
     res = convert(m, strict=True)
-    conv, ct = 8 * 8 * 4 * 3 * 9, 8 * 8 * 4 * 5 * 4
+    assert res.report.decisions["ct"].placement == "cpu"
+    conv, ct = 8 * 8 * 4 * 3 * 9, 8 * 8 * 4 * 5 * 1
     assert res.report.macs_total == conv + ct
     assert res.report.offload_fraction == pytest.approx(conv / (conv + ct))
