@@ -14,6 +14,12 @@ from .gap_split import factors
 NAME = "reduce_axis_to_pool"
 OPS = ("ReduceMean", "ReduceMax")
 POOL = {"ReduceMean": "AveragePool", "ReduceMax": "MaxPool"}
+# A MaxPool window of only -inf gives the lowest float in onnxruntime, not -inf as ReduceMax does:
+# a ReduceMax becomes a pool only over a feature map (these producers never write -inf), not over
+# attention scores or masks (``max(mask) == -inf`` checks of expanded Attention / Softmax).
+FEATURE_MAP = ("Conv", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+               "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
+               "Elu", "Selu", "Gelu", "Softplus", "Resize", "Concat")
 
 
 def match(node, g) -> Optional[Match]:
@@ -40,6 +46,15 @@ def _normalisation(node, g) -> bool:
     return p is not None and (p.op_type == "Pow" or (p.op_type == "Mul" and p.input[0] == p.input[1]))
 
 
+def _feature_map(g, x: str, depth: int = 2) -> bool:
+    p = g.producer.get(x)
+    if p is None:
+        return False
+    if p.op_type in ("Reshape", "Squeeze", "Unsqueeze") and depth:      # the reshape of a pooled mean
+        return _feature_map(g, p.input[0], depth - 1)
+    return p.op_type in FEATURE_MAP
+
+
 def check(m: Match, g, target) -> Optional[str]:
     node = m.node
     if not is_float(g, node.input[0]) or g.is_const(node.input[0]):
@@ -50,6 +65,8 @@ def check(m: Match, g, target) -> Optional[str]:
         return "noop_with_empty_axes"
     if _normalisation(node, g):
         return "mean / variance of a decomposed LayerNorm (kept in fp32 on the CPU with its Sub/Div)"
+    if node.op_type == "ReduceMax" and not _feature_map(g, node.input[0]):
+        return "not over a feature map (may hold -inf, which MaxPool does not keep)"
     size = m.data["sx"][m.data["axis"]]
     steps = factors(size, target.max_pool_kernel)
     if steps is None or size < 2:
