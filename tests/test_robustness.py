@@ -76,6 +76,22 @@ def test_graph_failing_the_checker():
     assert "undefined_tensor" in str(e.value)
 
 
+def test_graph_output_without_a_shape_is_accepted(tmp_path):
+    """onnx.checker refuses a tensor type without a shape; onnxruntime runs such a model and
+    legalize infers the shape, so convert takes it (and the result matches)."""
+    m = conv_relu()
+    del m.graph.output[0].type.tensor_type.shape.dim[:]
+    m.graph.output[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(onnx.checker.ValidationError, match="shape"):
+        onnx.checker.check_model(m)
+    res = onnx_mrvl.convert(m, strict=True)
+    assert len(res.subgraphs) == 1
+    x = x_feed()
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, x)[0]
+    ref = ort_run(m, x)[0]
+    assert got.shape == ref.shape and np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
 def test_cycle():
     m = conv_relu()
     m.graph.node[0].input[0] = "y"          # conv reads relu's output, relu reads conv's
