@@ -161,6 +161,23 @@ def test_register_for_own_session(two_models):
     assert np.array_equal(sess.run(None, feed)[0], ref)
 
 
+def test_one_session_options_for_several_sessions(two_models):
+    """A SessionOptions reused for a second session (or for the same model twice) used to fail to
+    load: the custom-op library was registered on it again ("Conflicting with a registered kernel")."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sessions = [onnx_mrvl.InferenceSession(str(two_models[k] / "model.onnx"), so) for k in ("fm", "tiny", "fm")]
+    for k, sess in zip(("fm", "tiny", "fm"), sessions):
+        feed = _feed(sess, 1)
+        ref = onnx_mrvl.InferenceSession(str(two_models[k] / "model.onnx")).run(None, feed)[0]
+        assert np.array_equal(sess.run(None, feed)[0], ref)
+    path = str(two_models["tiny"] / "model.onnx")
+    onnx_mrvl.ep.register(so, model_path=path)          # and by hand on the same options
+    own = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feed = _feed(own, 2)
+    assert np.array_equal(own.run(None, feed)[0], sessions[1].run(None, feed)[0])
+
+
 def test_programs_released_with_session(two_models):
     path = str(two_models["tiny"] / "model.onnx")
     sess = onnx_mrvl.InferenceSession(path)

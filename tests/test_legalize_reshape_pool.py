@@ -499,3 +499,21 @@ def test_depth_to_space_to_reshape_transpose(op, attrs, shape, tmp_path):
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "m"))).run(None, feeds)[0]
     assert ref.shape == got.shape and float(np.max(np.abs(ref - got))) <= 1e-2 * float(np.max(np.abs(ref)))
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_gather_of_a_unit_axis_and_split_into_one_part_become_reshapes(opset):
+    """x[0] of a batch of one (torchvision detection's images[0]) and a one-part Split are reshapes;
+    a Gather on a longer axis stays."""
+    split = mk("Split", ["x"], ["s"], name="split", axis=0) if opset < 13 else \
+        mk("Split", ["x", "parts"], ["s"], name="split", axis=0)
+    m = make_model([split,
+                    mk("Gather", ["s", "i0"], ["g"], name="first", axis=0),
+                    mk("Relu", ["g"], ["r"], name="relu"),
+                    mk("Gather", ["r", "i1"], ["y"], name="row", axis=1)],
+                   [("x", [1, 3, 4, 5])], ["y"],
+                   {"i0": np.array(0, np.int64), "i1": np.array(-1, np.int64), "parts": np.array([1], np.int64)},
+                   opset=opset)
+    out, log = legalize_and_compare(m, tol=0)
+    assert op_types(out) == ["Reshape", "Relu", "Gather"]
+    assert shape_of_reshape(out, out.graph.node[0]) == [3, 4, 5]

@@ -245,6 +245,7 @@ def define_ops(signatures) -> None:
         _install_hook()
 
 
+_REGISTERED_KEY = "mrvl.custom_ops_registered"
 BASE_SIGNATURES: List[Tuple[int, int]] = [(i, o) for i in range(1, MAX_ARITY + 1) for o in range(1, MAX_ARITY + 1)]
 
 
@@ -261,5 +262,13 @@ def register(sess_options, model_path: Optional[str] = None, signatures=()) -> N
         sigs += preload(model_path)[1]
     global _library_registered
     define_ops(sigs)
-    sess_options.register_custom_ops_library(get_library_path())
+    # one SessionOptions reused for several sessions (a common pattern) gets the library once:
+    # onnxruntime refuses a second registration ("Conflicting with a registered kernel")
+    try:
+        done = sess_options.get_session_config_entry(_REGISTERED_KEY) == "1"
+    except Exception:  # noqa: BLE001 - onnxruntime raises for a missing key
+        done = False
+    if not done:
+        sess_options.register_custom_ops_library(get_library_path())
+        sess_options.add_session_config_entry(_REGISTERED_KEY, "1")
     _library_registered = True
