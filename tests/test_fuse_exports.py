@@ -341,6 +341,11 @@ def test_2d_fc_rows_ignore_max_batch_like_nd(op, tmp_path):
     r = _ok(n.model([("input", [16, 40])], [n.op("Sigmoid", [s], "act")]), tmp_path / "res")
     assert not r.decisions.by_placement("cpu")
     assert [x.op_type for x in r.model.graph.node if x.domain == opset.DOMAIN] == ["FC", "FC", "Sum2D"]
+    n = Net(8)   # the same on [16, 5, D] rows of N-D FCs
+    h = n.op("MatMul", ["input", n.w(40, 24)], "mm1")
+    s = n.op("Add", [h, n.op("MatMul", [h, n.w(24, 24)], "mm2")], "res3")
+    r = _ok(n.model([("input", [16, 5, 40])], [n.op("Tanh", [s], "act3")]), tmp_path / "res3")
+    assert not r.decisions.by_placement("cpu")
     d = fuse(model(MAX_FC_ROWS + 1)).decisions["fc"]
     assert d.placement == "cpu" and d.reason == f"{MAX_FC_ROWS + 1} rows of an FC over [{MAX_FC_ROWS + 1}, 40] exceed the limit {MAX_FC_ROWS}"
 

@@ -46,9 +46,10 @@ def _float_static(g: GraphIndex, names) -> Optional[str]:
 
 
 def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
-    """The image batch limit; the first axis of a 2-D tensor holds rows (an FC's M rows, e.g.
-    transformer tokens), computed one by one like the rows of an N-D FC: no limit there."""
+    """The image batch limit (4-D and 5-D tensors); the leading axes of a 2-D / 3-D tensor hold
+    rows (an FC's M rows, [B, T, D] tokens or frames), computed one by one like the rows of an N-D
+    FC: no limit there."""
     shape = g.shape(t)
-    if shape and len(shape) > 2 and shape[0] > target.max_batch:
+    if shape and len(shape) > 3 and shape[0] > target.max_batch:
         return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
     return None
