@@ -293,8 +293,13 @@ def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.M
         successors = [decisions[s] for s in origin_of.get(name, []) if s in decisions]
         if successors:
             best = next((d for d in successors if d.placement == "accelerator"), successors[0])
+            reason = f"legalized into {best.node}: {best.reason}"
+            on_cpu = [d for d in successors if d.placement == "cpu"]
+            if best.placement == "accelerator" and on_cpu:     # say so when only part of it is offloaded
+                reason += (f"; partly on the CPU: {len(on_cpu)} of its {len(successors)} legalized nodes "
+                           f"({on_cpu[0].node}: {on_cpu[0].reason})")
             out.record(name, op_type, placement=best.placement, mrvl_node=best.mrvl_node,
-                       composite=best.composite, reason=f"legalized into {best.node}: {best.reason}")
+                       composite=best.composite, reason=reason)
         else:
             out.record(name, op_type, placement="removed", reason="removed by legalization (no effect at inference)")
     return out

@@ -178,3 +178,19 @@ def test_diff_and_report_of_a_2000_node_model_under_5s(tmp_path):
     assert not d.nodes["removed"]          # every original node is in the region or still on the CPU
     assert rep.macs_total > 0 and rep.offload_fraction == pytest.approx(1.0)
     assert t_diff < 5.0 and t_report < 5.0, (t_diff, t_report)
+
+
+def test_a_node_only_partly_offloaded_says_so():
+    """An original node that legalization split (an 11x11 conv -> kernel tiles summed by Adds) is
+    reported on the accelerator when its main part is, and its reason names the parts left on the
+    CPU (here the Adds, excluded by the user) instead of hiding them."""
+    import numpy as np
+    from onnx import helper
+    from onnx_mrvl.legalize.testing import make_model
+    r = np.random.default_rng(0)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="big", kernel_shape=[11, 11], pads=[5] * 4)],
+                   [("x", [1, 3, 16, 16])], ["y"], {"w": r.standard_normal((4, 3, 11, 11)).astype(np.float32)})
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", 1, [1, 4, 16, 16]))
+    d = onnx_mrvl.convert(m, exclude=["Add"], strict=True).report.decisions["big"]
+    assert d.placement == "accelerator" and "partly on the CPU" in d.reason, d.reason
+    assert re.search(r"partly on the CPU: \d+ of its \d+ legalized nodes", d.reason)
