@@ -28,6 +28,12 @@ def attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
+def str_attr(node: onnx.NodeProto, name: str, default=None):
+    """A string attribute as ``str`` (onnx gives bytes)."""
+    v = attr(node, name, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def set_attr(node: onnx.NodeProto, name: str, value) -> None:
     del_attr(node, name)
     node.attribute.append(helper.make_attribute(name, value))

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr, inp
+from .base import Match, attr, inp, str_attr
 
 
 def _per_channel(g, node, c: int) -> Optional[np.ndarray]:
@@ -62,8 +62,7 @@ def match(node, g) -> Optional[Match]:
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    auto = attr(m.node, "auto_pad", b"NOTSET")
-    if (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", "VALID"):
+    if str_attr(m.node, "auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         return "auto_pad not resolved"
     if g.dtype(m.data["x"]) != 1:
         return "not float32"

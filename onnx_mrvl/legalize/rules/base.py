@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ..graph import Graph, attr, origin_of  # noqa: F401  (re-exported for the rules)
+from ..graph import Graph, attr, origin_of, str_attr  # noqa: F401  (re-exported for the rules)
 
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 

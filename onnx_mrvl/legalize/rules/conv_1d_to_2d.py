@@ -8,7 +8,7 @@ from typing import Optional
 
 from onnx import helper
 
-from .base import Match, attr, reshape
+from .base import Match, attr, reshape, str_attr
 
 NAME = "conv_1d_to_2d"
 OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
@@ -33,8 +33,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return "ConvTranspose output_shape attribute"
     if g.shape(node.output[0]) is None:
         return "output shape is not static"
-    a = attr(node, "auto_pad", b"NOTSET")
-    if (a.decode() if isinstance(a, bytes) else a) != "NOTSET":
+    if str_attr(node, "auto_pad", "NOTSET") != "NOTSET":
         return "auto_pad not yet resolved"
     return None
 

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from .base import Match, attr, inp
+from .base import Match, attr, inp, str_attr
 
 NAME = "convtranspose_to_conv"
 OPS = ("ConvTranspose",)
@@ -34,8 +34,7 @@ def match(node, g) -> Optional[Match]:
 
 def _pads(node, sx, sy, k, s, d, op):
     """(begin, end) pads per spatial axis, or a reason."""
-    auto = attr(node, "auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = str_attr(node, "auto_pad", "NOTSET")
     if auto == "NOTSET" and attr(node, "output_shape") is None:
         p = list(attr(node, "pads") or [0, 0, 0, 0])
         return [(p[0], p[2]), (p[1], p[3])]

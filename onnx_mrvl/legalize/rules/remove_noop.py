@@ -8,7 +8,8 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr, bypass_reason, inp
+from ...resize_index import nearest_indices
+from .base import Match, attr, bypass_reason, inp, str_attr
 
 NAME = "remove_noop"
 OPS = ("Cast", "Reshape", "Transpose", "Pad", "Concat", "Resize")
@@ -16,20 +17,14 @@ OPS = ("Cast", "Reshape", "Transpose", "Pad", "Concat", "Resize")
 _IDENTITY_CTM = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 
 
-def _str(node, name, default):
-    v = attr(node, name, default)
-    return v.decode() if isinstance(v, bytes) else v
-
-
 def _noop_resize(node, g) -> bool:
     sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
     if sx is None or sx != sy:
         return False
-    ctm = _str(node, "coordinate_transformation_mode", "half_pixel")
-    if _str(node, "mode", "nearest") != "nearest":
+    ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel")
+    if str_attr(node, "mode", "nearest") != "nearest":
         return ctm in _IDENTITY_CTM
-    from ...fuse.resize import nearest_indices
-    mode = _str(node, "nearest_mode", "round_prefer_floor")
+    mode = str_attr(node, "nearest_mode", "round_prefer_floor")
     for n in sx:
         idx = nearest_indices(n, n, 1.0, ctm, mode)
         if idx is None or not np.array_equal(idx, np.arange(n)):

@@ -12,36 +12,21 @@ Both are exact (every output is a copy of an input value).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr
+from ...resize_index import nearest_indices
+from .base import Match, str_attr
+from .gap_split import factors
 
 NAME = "resize_nearest"
 OPS = ("Resize",)
 
 
-def _factors(s: int, limit: int) -> Optional[List[int]]:
-    out = []
-    while s > 1:
-        f = next((f for f in range(min(s, limit), 1, -1) if s % f == 0), None)
-        if f is None:
-            return None
-        out.append(f)
-        s //= f
-    return out
-
-
-def _str(node, name: str, default: str) -> str:
-    v = attr(node, name, default)
-    return v.decode() if isinstance(v, bytes) else v
-
-
 def _pixel_repeat(node, sx, sy) -> bool:
-    from ...fuse.resize import nearest_indices   # the fuse stage's definition of a pixel repeat
-    ctm = _str(node, "coordinate_transformation_mode", "half_pixel")
-    mode = _str(node, "nearest_mode", "round_prefer_floor")
+    ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel")
+    mode = str_attr(node, "nearest_mode", "round_prefer_floor")
     for i, o in zip(sx[2:], sy[2:]):
         idx = nearest_indices(o, i, float(o // i), ctm, mode)
         if idx is None or not np.array_equal(idx, np.arange(o) // (o // i)):
@@ -55,12 +40,12 @@ def match(node, g) -> Optional[Match]:
     sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
     if sx is None or sy is None or len(sx) != 4 or sx[:2] != sy[:2]:
         return None
-    if _str(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+    if str_attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
         return None
     if any(o % i for i, o in zip(sx[2:], sy[2:])):
         return None
     scales = [o // i for i, o in zip(sx[2:], sy[2:])]
-    if _str(node, "mode", "nearest") == "nearest":
+    if str_attr(node, "mode", "nearest") == "nearest":
         if not _pixel_repeat(node, sx, sy):
             return None
         broadcast = False
@@ -73,7 +58,7 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     limit = target.resize_max_scale
-    chains = [_factors(s, limit) for s in m.data["scales"]]
+    chains = [factors(s, limit) for s in m.data["scales"]]
     if any(c is None for c in chains):
         return f"scale {m.data['scales']} has a prime factor above the limit {limit}"
     if not m.data["broadcast"] and max(m.data["scales"]) <= limit:
