@@ -75,23 +75,20 @@ def _window(start, kt, out, stride, dil, size):
 def _fit(r0, r1, pad, out, stride, dil, size, limit):
     """(leading zero taps, trailing zero taps, window) of the tile of kernel rows [r0, r1): zero
     taps (within ``limit``) stretch its window to the image edges so that it needs no Slice
-    (KWS DS-CNN's 10x4 stride-2 first conv); an end cut that changes no output is not made."""
+    (KWS DS-CNN's 10x4 stride-2 first conv). An end cut that changes no output is not made
+    (``_window``), so a window still short of the end here does need the trailing taps."""
     start, kt, lead, trail = -pad + r0 * dil, r1 - r0, 0, 0
     if start > 0 and kt + -(-start // dil) <= limit:
         lead = -(-start // dil)
         start, kt = start - lead * dil, kt + lead
-    ys, ye, pb, pe = _window(start, kt, out, stride, dil, size)
-    if ye < size:
-        span = (kt - 1) * dil + 1
-        if (size - ys + pb - span) // stride + 1 == out:
-            ye = size                       # the rows after the window complete no output
-        else:
-            end = start + (out - 1) * stride + span
-            more = -(-(size - end) // dil)
-            if kt + more <= limit:
-                trail, kt = more, kt + more
-                ys, ye, pb, pe = _window(start, kt, out, stride, dil, size)
-    return lead, trail, (ys, ye, pb, pe)
+    window = _window(start, kt, out, stride, dil, size)
+    if window[1] < size:
+        end = start + (out - 1) * stride + (kt - 1) * dil + 1
+        more = -(-(size - end) // dil)
+        if kt + more <= limit:
+            trail, kt = more, kt + more
+            window = _window(start, kt, out, stride, dil, size)
+    return lead, trail, window
 
 
 def rewrite(m: Match, g) -> str:
