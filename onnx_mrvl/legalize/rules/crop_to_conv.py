@@ -11,7 +11,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, inp
-from .pad_to_conv import NEIGHBOURS
+from .pad_to_conv import beside_accelerator_op
 
 NAME = "crop_to_conv"
 OPS = ("Slice",)
@@ -64,9 +64,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return cut
     if any(b + e + 1 > target.max_kernel for b, e in cut.values()):
         return f"crop {cut} needs a kernel above target.max_kernel ({target.max_kernel})"
-    p = g.producer.get(node.input[0])
-    if (p is None or p.op_type not in NEIGHBOURS) and not any(
-            u.op_type in NEIGHBOURS for u in g.users(node.output[0])):
+    if not beside_accelerator_op(g, node):
         return "no accelerator op next to it"
     m.data["cut"] = cut
     return None

@@ -22,6 +22,14 @@ NEIGHBOURS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAverageP
               "Resize", "BatchNormalization", "Max", "Min")
 
 
+def beside_accelerator_op(g, node) -> bool:
+    """Its producer or one of its readers is an op the accelerator runs (a data-movement op turned
+    into a conv between CPU ops would only make a lone region)."""
+    p = g.producer.get(node.input[0])
+    return (p is not None and p.op_type in NEIGHBOURS) or any(
+        u.op_type in NEIGHBOURS for u in g.users(node.output[0]))
+
+
 def match(node, g) -> Optional[Match]:
     if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
         return None
@@ -46,9 +54,7 @@ def check(m: Match, g, target) -> Optional[str]:
     user = g.only_consumer(m.node.output[0])
     if user is not None and user.op_type in ("Transpose", "Reshape"):
         return "read by a Transpose / Reshape (pad_sink moves it below first)"
-    p = g.producer.get(m.node.input[0])
-    if (p is None or p.op_type not in NEIGHBOURS) and not any(
-            u.op_type in NEIGHBOURS for u in g.users(m.node.output[0])):
+    if not beside_accelerator_op(g, m.node):
         return "no accelerator op next to it"
     return None
 
