@@ -29,6 +29,13 @@ def _to_f32(t: onnx.TensorProto) -> onnx.TensorProto:
     return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
 
 
+def _rename_reads(g: onnx.GraphProto, old: str, new: str) -> None:
+    for n in g.node:
+        for k, x in enumerate(n.input):
+            if x == old:
+                n.input[k] = new
+
+
 def to_float32(model: onnx.ModelProto) -> int:
     """Rewrite ``model`` in place (see the module doc); returns how many float16 items changed."""
     g = model.graph
@@ -58,10 +65,7 @@ def to_float32(model: onnx.ModelProto) -> int:
         if _elem(vi) != F16 or vi.name in inits:
             continue
         new = f"{vi.name}__fp32"
-        for n in g.node:
-            for k, x in enumerate(n.input):
-                if x == vi.name:
-                    n.input[k] = new
+        _rename_reads(g, vi.name, new)
         cast = helper.make_node("Cast", [vi.name], [new], name=f"{vi.name}/to_fp32", to=F32)
         provenance.set_origin(cast, [])
         casts.append(cast)
@@ -74,10 +78,7 @@ def to_float32(model: onnx.ModelProto) -> int:
             continue
         new = f"{vi.name}__fp32"
         p.output[list(p.output).index(vi.name)] = new
-        for n in g.node:
-            for k, x in enumerate(n.input):
-                if x == vi.name:
-                    n.input[k] = new
+        _rename_reads(g, vi.name, new)
         cast = helper.make_node("Cast", [new], [vi.name], name=f"{vi.name}/to_fp16", to=F16)
         provenance.set_origin(cast, [p.name])
         tail.append(cast)
