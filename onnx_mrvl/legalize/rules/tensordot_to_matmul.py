@@ -1,8 +1,8 @@
 """``Reshape(FC(Reshape(x[..., K], [R, K])), [..., O])`` -> ``MatMul(x, W[K, O])`` (+ bias Add):
 tf2onnx writes a Keras Dense on a 3-D+ tensor (tf.tensordot: CRNN / audio / transformer heads)
-as a flatten to rows, a 2-D MatMul and a reshape back. As a 2-D FC the rows look like a batch
-(over ``max_batch`` and a reshape across the batch axis: both on the CPU); on the N-D tensor the
-fuse stage runs it as an FC over rows (docs/fusion.md)."""
+as a flatten to rows, a 2-D MatMul and a reshape back. The two reshapes move data across the
+batch axis (CPU ops that cut the region around the FC); on the N-D tensor the fuse stage runs it as
+one FC over rows (docs/fusion.md)."""
 from __future__ import annotations
 
 from typing import Optional
