@@ -18,18 +18,10 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, attr, inp, str_attr
+from .convtranspose_phases import match  # noqa: F401  (the same: a 2-D ConvTranspose with static shapes)
 
 NAME = "convtranspose_to_conv"
 OPS = ("ConvTranspose",)
-
-
-def match(node, g) -> Optional[Match]:
-    if node.op_type != "ConvTranspose" or node.domain not in ("", "ai.onnx"):
-        return None
-    sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
-    if sx is None or sy is None or len(sx) != 4:
-        return None
-    return Match([node], {"sx": sx, "sy": sy})
 
 
 def _pads(node, sx, sy, k, s, d, op):
