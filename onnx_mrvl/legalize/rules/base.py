@@ -29,6 +29,14 @@ class Match:
         return origin_of(*self.nodes)
 
 
+def match_rank(node: onnx.NodeProto, g: Graph, ops, rank: int) -> Optional[Match]:
+    """A standard-domain node of ``ops`` whose first input has a static shape of ``rank`` axes."""
+    if node.op_type not in ops or node.domain not in ("", "ai.onnx"):
+        return None
+    sx = g.shape(node.input[0])
+    return Match([node]) if sx is not None and len(sx) == rank else None
+
+
 def inp(node: onnx.NodeProto, idx: int) -> str:
     """Input ``idx`` of ``node`` or "" when absent."""
     return node.input[idx] if len(node.input) > idx else ""

@@ -8,19 +8,14 @@ from typing import Optional
 
 from onnx import helper
 
-from .base import Match, attr, reshape, str_attr
+from .base import Match, attr, match_rank, reshape, str_attr
 
 NAME = "conv_1d_to_2d"
 OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 
 
 def match(node, g) -> Optional[Match]:
-    if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
-        return None
-    sx = g.shape(node.input[0])
-    if sx is None or len(sx) != 3:
-        return None
-    return Match([node])
+    return match_rank(node, g, OPS, 3)
 
 
 def check(m: Match, g, target) -> Optional[str]:

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from .base import Match, attr, inp, is_float, reshape
+from .base import Match, attr, inp, is_float, match_rank, reshape
 
 NAME = "split_3d_to_4d"
 OPS = ("Split", "Slice")
@@ -40,12 +40,7 @@ def _slice_range(g, node, c):
 
 
 def match(node, g) -> Optional[Match]:
-    if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
-        return None
-    sx = g.shape(node.input[0])
-    if sx is None or len(sx) != 3:
-        return None
-    return Match([node])
+    return match_rank(node, g, OPS, 3)
 
 
 def check(m: Match, g, target) -> Optional[str]:
