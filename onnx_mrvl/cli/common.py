@@ -218,17 +218,21 @@ class _Formatter(logging.Formatter):
             "\n" + self.formatException(record.exc_info) if record.exc_info else "")
 
 
-def configure_logging(verbose: int, quiet: bool) -> None:
+def configure_logging(verbose: int, quiet: bool):
     """Log records to stderr: warnings by default, -v info, -vv debug, -q errors only. Progress
-    (``Progress``) shows at the default level too when stderr is a terminal."""
-    root = logging.getLogger()
-    for h in [h for h in root.handlers if getattr(h, "_onnx_mrvl", False)]:
-        root.removeHandler(h)
+    (``Progress``) shows at the default level too when stderr is a terminal. Returns a function that
+    undoes this (``main()`` called in-process leaves logging as it found it)."""
+    root, progress = logging.getLogger(), logging.getLogger(PROGRESS_LOGGER)
+    saved = root.level, progress.level
     handler = logging.StreamHandler(sys.stderr)
-    handler._onnx_mrvl = True
     handler.setFormatter(_Formatter())
     root.addHandler(handler)
-    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
-    root.setLevel(level)
+    root.setLevel(logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)])
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO if tty and not quiet else logging.NOTSET)
+    progress.setLevel(logging.INFO if tty and not quiet else logging.NOTSET)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        progress.setLevel(saved[1])
+    return restore

@@ -52,11 +52,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     args.verbose += getattr(args, "sub_verbose", 0)
     args.quiet = args.quiet or getattr(args, "sub_quiet", False)
-    configure_logging(args.verbose, args.quiet)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    return run_command(args.command, args.func, args)
+    restore = configure_logging(args.verbose, args.quiet)
+    try:
+        return run_command(args.command, args.func, args)
+    finally:
+        restore()
 
 
 if __name__ == "__main__":
