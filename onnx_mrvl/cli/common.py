@@ -109,26 +109,24 @@ def parse_size(text: str) -> int:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (``--num-tiles 0`` is a mistake, not "the default")."""
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (1, 2, ...)")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``--num-tiles 0`` is a mistake, not "the default")."""
+    return _integer(text, 1)
 
 
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
+    return _integer(text, 0)
 
 
 # ---- strict JSON ----------------------------------------------------------------------------------
