@@ -77,6 +77,24 @@ def check_feeds(feeds: Dict[str, np.ndarray], specs: Sequence[Tuple[str, Sequenc
                              hint=f"save it as {np.dtype(dtype)}, e.g. np.savez(path, {name}=x.astype(np.{np.dtype(dtype)}))")
 
 
+def input_mismatches(ours: Sequence[Tuple[str, Sequence, object]], theirs: Sequence[Tuple[str, Sequence, object]],
+                     our_name: str = "the converted model", their_name: str = "the reference") -> List[str]:
+    """Why two models' inputs -- (name, shape with ``None``/str for a symbolic dimension, dtype) each --
+    cannot take the same feeds: names only one has, other dtypes, other ranks or static dimensions."""
+    a = {name: (list(shape), dtype) for name, shape, dtype in ours}
+    b = {name: (list(shape), dtype) for name, shape, dtype in theirs}
+    out = [f"{their_name} has no input '{n}'" for n in a if n not in b]
+    out += [f"input '{n}' of {their_name} is no input of {our_name}" for n in b if n not in a]
+    for name in [n for n in a if n in b]:
+        (s1, t1), (s2, t2) = a[name], b[name]
+        if t1 is not None and t2 is not None and np.dtype(t1) != np.dtype(t2):
+            out.append(f"input '{name}' is {np.dtype(t2)} in {their_name}, {np.dtype(t1)} in {our_name}")
+        elif len(s1) != len(s2) or any(isinstance(x, int) and isinstance(y, int) and x >= 0 and y >= 0 and x != y
+                                       for x, y in zip(s1, s2)):
+            out.append(f"input '{name}' has shape {s2} in {their_name}, {s1} in {our_name}")
+    return out
+
+
 def random_feeds(model, seed: int = 0, shapes: Optional[Dict[str, Sequence[int]]] = None) -> Dict[str, np.ndarray]:
     """Seeded arrays (``random_array``) for every true graph input of an ONNX model: ``shapes[name]``
     when given, else the declared shape with symbolic or unknown dimensions as 1."""

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from ..errors import ModelError, UsageError
+from ..feeds import input_mismatches
 from ..inspect.compare import DEFAULT_ATOL
 from .common import error_stats, load_inputs, positive_int, print_json, random_inputs, session_specs
 
@@ -100,29 +101,18 @@ def reference_session(path: str, sess):
     from ..modelio import load_model
 
     try:
-        load_model(path)
-    except ModelError as exc:
-        raise ModelError(f"--compare: {exc.message}", hint=exc.hint or "pass the original .onnx model the "
-                         "converted one was made from") from None
-    try:
         ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types for a bad model
+        try:
+            load_model(path)   # missing, truncated, not ONNX: its own message and fix
+        except ModelError as bad:
+            raise ModelError(f"--compare: {bad.message}", hint=bad.hint or "pass the original .onnx model the "
+                             "converted one was made from") from None
         raise ModelError(f"--compare: onnxruntime cannot load '{path}' ({type(exc).__name__}: {exc})",
                          hint="pass an .onnx model onnxruntime can run (the original model)") from None
-    ours = {name: (shape, dtype) for name, shape, dtype in session_specs(sess)}
-    theirs = {name: (shape, dtype) for name, shape, dtype in session_specs(ref)}
-    problems = [f"it has no input '{n}'" for n in ours if n not in theirs]
-    problems += [f"its input '{n}' is no input of the converted model" for n in theirs if n not in ours]
-    for name in set(ours) & set(theirs):
-        (s1, t1), (s2, t2) = ours[name], theirs[name]
-        if t1 != t2:
-            problems.append(f"input '{name}' is {np.dtype(t2) if t2 else '?'} there, "
-                            f"{np.dtype(t1) if t1 else '?'} in the converted model")
-        elif len(s1) != len(s2) or any(isinstance(a, int) and isinstance(b, int) and a >= 0 and b >= 0 and a != b
-                                       for a, b in zip(s1, s2)):
-            problems.append(f"input '{name}' has shape {s2} there, {s1} in the converted model")
+    problems = input_mismatches(session_specs(sess), session_specs(ref), "the converted model", f"'{path}'")
     ref_outputs = {o.name for o in ref.get_outputs()}
-    problems += [f"it has no output '{o.name}'" for o in sess.get_outputs() if o.name not in ref_outputs]
+    problems += [f"'{path}' has no output '{o.name}'" for o in sess.get_outputs() if o.name not in ref_outputs]
     if problems:
         raise UsageError(f"--compare model '{path}' does not match the converted model: {'; '.join(sorted(problems))}",
                          hint="pass the original model the converted one was made from (same inputs and outputs)")
