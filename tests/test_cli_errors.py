@@ -293,3 +293,26 @@ def test_every_error_of_the_table_has_a_fix_line(out, tmp_path, capsys):
         if "\n  Fix: " not in err:
             missed[command] = err
     assert not missed
+
+
+def test_check_feeds_takes_any_size_on_symbolic_dims_only():
+    from onnx_mrvl.feeds import check_feeds, input_mismatches
+    spec = [("x", ["N", 4], np.float32)]
+    check_feeds({"x": np.ones((3, 4), np.float32)}, spec)
+    with pytest.raises(UsageError, match=r"takes \['\?', 4\]"):
+        check_feeds({"x": np.ones((3, 5), np.float32)}, spec)
+    with pytest.raises(UsageError, match="unknown \\['y'\\]"):
+        check_feeds({"x": np.ones((3, 4), np.float32), "y": np.ones(1)}, spec)
+    assert input_mismatches(spec, [("x", [7, 4], np.float32)]) == []
+    assert input_mismatches(spec, [("x", [7, 4, 1], np.float32)]) and input_mismatches(spec, [("x", [1, 4], np.int64)])
+
+
+def test_internal_error_traceback_with_vv(monkeypatch, capsys):
+    def boom(*args, **kwargs):
+        raise KeyError("bug")
+    monkeypatch.setattr("onnx_mrvl.inspect.diff.diff_models", boom)
+    assert main(["diff", EXAMPLE, EXAMPLE, "-vv"]) == 4
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "please report" in err
+    assert main(["diff", EXAMPLE, EXAMPLE]) == 4
+    assert "Traceback" not in capsys.readouterr().err
