@@ -54,12 +54,16 @@ def known_names(*models: onnx.ModelProto) -> Tuple[set, set]:
     return names, ops
 
 
-def check_node_names(exclude: Iterable[str], cut_after: Iterable[str], *models: onnx.ModelProto) -> None:
+def check_node_names(exclude: Iterable[str], cut_after: Iterable[str], *models: onnx.ModelProto,
+                     fused: Optional[onnx.ModelProto] = None) -> None:
     """Every ``exclude``/``cut_after`` entry names a node or an op type of one of ``models`` (the
-    original and the legalized model: names a user sees in Netron or with ``--stage legalize``).
-    Both are matched by node name, op type or original node name (fuse/ and split/)."""
+    original and the legalized model: names a user sees in Netron or with ``--stage legalize``), or
+    a Mrvl op. ``cut_after`` may also name a node of the ``fused`` model (split matches those);
+    ``exclude`` may not (fuse never sees them). Raises ``UsageError`` with close matches."""
     names, ops = known_names(*models)
-    unknown = {option: [v for v in values if v not in names and v not in ops]
+    fused_names = known_names(fused)[0] if fused is not None else set()
+    allowed = {"exclude": names | ops, "cut_after": names | ops | fused_names}
+    unknown = {option: [v for v in values if v not in allowed[option]]
                for option, values in (("exclude", exclude), ("cut_after", cut_after))}
     unknown = {k: v for k, v in unknown.items() if v}
     if unknown:

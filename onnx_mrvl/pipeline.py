@@ -136,7 +136,6 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     legal = legalize(original, target, input_shapes=input_shapes)
     timings["legalize"] = CLOCK() - t0
     exclude, cut_after = as_names(exclude), as_names(cut_after)
-    check_node_names(exclude, cut_after, original, legal)
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
     # are fused again as CPU nodes (cleaner layouts than reverting them in place).
     cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
@@ -146,6 +145,8 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
         fused = fuse(legal, target, exclude=cpu)
+        if attempt == 0:
+            check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
         say("split")

@@ -316,3 +316,10 @@ def test_internal_error_traceback_with_vv(monkeypatch, capsys):
     assert "Traceback" in err and "please report" in err
     assert main(["diff", EXAMPLE, EXAMPLE]) == 4
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_cut_after_takes_fused_node_names_exclude_does_not():
+    res = onnx_mrvl.convert(EXAMPLE, cut_after=["mrvl_pool1"])      # the fused name split matches
+    assert len(res.subgraphs) == 2
+    with pytest.raises(UsageError, match="'mrvl_pool1'"):
+        onnx_mrvl.convert(EXAMPLE, exclude=["mrvl_pool1"])         # fuse never sees it: it would do nothing
