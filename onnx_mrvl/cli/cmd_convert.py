@@ -46,7 +46,6 @@ def run(args) -> int:
     if args.stage != "all":
         from ..fuse import fuse
         from ..legalize import legalize
-
         from ..options import check_node_names
 
         model = load_model(args.model)
