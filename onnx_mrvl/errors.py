@@ -36,6 +36,11 @@ class ModelError(MrvlError):
     """The input model cannot be read or is not a valid ONNX model."""
 
 
+class UsageError(MrvlError):
+    """An option or input file the user gave does not fit the model: a node name that matches
+    nothing, an input of the wrong shape or dtype, a size that is not positive, ..."""
+
+
 class ShapeError(ModelError):
     """A tensor has no static shape (symbolic or unknown dimensions)."""
 
@@ -56,5 +61,5 @@ class MrvlRuntimeError(MrvlError):
     """Running a region failed (wrong input shape or dtype, numeric trouble, ...)."""
 
 
-__all__ = ["MrvlError", "ModelError", "ShapeError", "UnsupportedError", "CompileError",
+__all__ = ["MrvlError", "ModelError", "UsageError", "ShapeError", "UnsupportedError", "CompileError",
            "ArtifactError", "MrvlRuntimeError"]

@@ -54,7 +54,7 @@ def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> onnx.M
             raise ModelError(f"not an ONNX model ({exc})", hint="pass a .onnx file") from None
     path = os.fspath(model)
     if not os.path.isfile(path):
-        raise ModelError(f"model file '{path}' does not exist")
+        raise ModelError(f"model file '{path}' does not exist", hint="check the path")
     try:
         proto = onnx.load(path, load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError) as exc:

@@ -15,6 +15,7 @@ from .errors import ArtifactError, CompileError, MrvlError
 from .fuse import fuse
 from .legalize import legalize
 from .modelio import load_model, validate_model, write_bytes_atomic, write_json_atomic
+from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .report import Report
 from .split import split
@@ -124,6 +125,7 @@ def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertRes
 
 def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after, force, input_shapes,
              reference, embed, num_tiles, ocm_size, progress) -> ConvertResult:
+    check_positive(num_tiles=num_tiles, ocm_size=ocm_size)
     target = get_target(target)
     if num_tiles or ocm_size:
         target = target.with_arch(**{k: v for k, v in (("num_tiles", num_tiles), ("ocm_size", ocm_size)) if v})
@@ -133,6 +135,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     say("legalize")
     legal = legalize(original, target, input_shapes=input_shapes)
     timings["legalize"] = CLOCK() - t0
+    exclude, cut_after = as_names(exclude), as_names(cut_after)
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
     # are fused again as CPU nodes (cleaner layouts than reverting them in place).
     cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
@@ -142,6 +145,8 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
         fused = fuse(legal, target, exclude=cpu)
+        if attempt == 0:
+            check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
         say("split")

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from ..errors import CompileError
+from .common import parse_size, positive_int, print_json
+
+log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
@@ -13,11 +17,11 @@ def register(sub) -> None:
     p.add_argument("--nodes", required=True, help="<name>-nodes.json")
     p.add_argument("--consts", required=True, help="<name>-consts.json")
     p.add_argument("-o", "--output", required=True, help="the model binary to write")
-    p.add_argument("--num-tiles", type=int, default=4, help="compute tiles (default 4)")
-    p.add_argument("--ocm-size", type=lambda s: int(s, 0), default=0x100000,
-                   help="on-chip memory per tile, bytes (default 0x100000)")
+    p.add_argument("--num-tiles", type=positive_int, default=4, metavar="N", help="compute tiles, >= 1 (default 4)")
+    p.add_argument("--ocm-size", type=parse_size, default=0x100000, metavar="SIZE",
+                   help="on-chip memory per tile: bytes (0x100000) or 512K, 1M, 1MiB (default 1M)")
     p.add_argument("--quantize", default="float16", choices=["float16"], help="weight/activation precision")
-    p.add_argument("--batch", type=int, help="compile for batch N (input and reshape batch dims become N)")
+    p.add_argument("--batch", type=positive_int, metavar="N", help="compile for batch N (input and reshape batch dims become N)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -27,9 +31,11 @@ def _read_json(path: str) -> dict:
         with open(path, "rb") as f:
             return json.loads(f.read())
     except OSError as exc:
-        raise CompileError(f"cannot read '{path}' ({exc.strerror})") from None
+        raise CompileError(f"cannot read '{path}' ({exc.strerror})",
+                           hint="pass the <region>-nodes.json / -consts.json that `onnx-mrvl convert` wrote") from None
     except ValueError as exc:
-        raise CompileError(f"'{path}' is not valid JSON ({exc})") from None
+        raise CompileError(f"'{path}' is not valid JSON ({exc})",
+                           hint="pass a complete Nodes-JSON / Constants-JSON file") from None
 
 
 def run(args) -> int:
@@ -39,6 +45,7 @@ def run(args) -> int:
 
     options = CompileOptions(num_tiles=args.num_tiles, ocm_size=args.ocm_size, quantize=args.quantize,
                              batch=args.batch)
+    log.info("compiling %s + %s", args.nodes, args.consts)
     meta, weights = build_program(_read_json(args.nodes), _read_json(args.consts), options)
     data = pack(meta, weights)
     write_bytes_atomic(args.output, data)
@@ -47,8 +54,10 @@ def run(args) -> int:
                "batch_size": meta["batch_size"], "weight_bytes": int(sum(w.nbytes for w in weights.values())),
                "dram_bytes": int(sum(layer["dram_bytes"] for layer in meta["layers"])),
                "resident_tensors": len(plan["resident"]), "streamed_tensors": len(plan["streamed"])}
-    print(json.dumps(summary) if args.json else
-          f"wrote {args.output}: {summary['layers']} layers, batch {summary['batch_size']}, {summary['bytes']:,} bytes, "
+    if args.json:
+        print_json(summary)
+        return 0
+    print(f"wrote {args.output}: {summary['layers']} layers, batch {summary['batch_size']}, {summary['bytes']:,} bytes, "
           f"{summary['resident_tensors']} tensors in OCM / {summary['streamed_tensors']} in DRAM, "
           f"{summary['dram_bytes']:,} DRAM bytes per inference, sha256 {summary['sha256'][:16]}")
     return 0

@@ -1,11 +1,10 @@
 """``onnx-mrvl convert``: legalize, fuse, split, emit and compile a model."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from .common import Progress, parse_input_shapes
+from .common import Progress, parse_input_shapes, parse_size, positive_int, print_json
 
 
 def register(sub) -> None:
@@ -18,17 +17,19 @@ def register(sub) -> None:
     p.add_argument("--partition", choices=["max", "single", "cost"], default="max",
                    help="region strategy (default: max)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE_OR_OP",
-                   help="keep this node name or op type on the CPU (repeatable)")
+                   help="keep this node name or op type on the CPU (repeatable; a name that matches nothing "
+                        "is an error listing close matches)")
     p.add_argument("--cut-after", action="append", default=[], metavar="NODE",
-                   help="end an accelerator region after this node (repeatable)")
+                   help="end an accelerator region after this node (repeatable; checked like --exclude)")
     p.add_argument("--force", action="store_true", help="keep regions without conv or fc")
     p.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
                    help="fix a symbolic input shape, e.g. x:1,3,224,224 (repeatable)")
     p.add_argument("--reference", action="store_true",
                    help="store each region's fp32 reference body (runs in plain onnxruntime)")
     p.add_argument("--embed", action="store_true", help="embed the binaries in model.onnx")
-    p.add_argument("--num-tiles", type=int, help="accelerator tiles (default 4)")
-    p.add_argument("--ocm-size", type=lambda s: int(s, 0), help="on-chip memory per tile in bytes (default 0x100000)")
+    p.add_argument("--num-tiles", type=positive_int, metavar="N", help="accelerator tiles, >= 1 (default 4)")
+    p.add_argument("--ocm-size", type=parse_size, metavar="SIZE",
+                   help="on-chip memory per tile: bytes (0x100000) or 512K, 1M, 1MiB (default 1M)")
     p.add_argument("--stage", choices=["legalize", "fuse", "all"], default="all",
                    help="stop after this stage and write its model (OUT_DIR/<stage>.onnx)")
     p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx")
@@ -40,16 +41,18 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..modelio import load_model, validate_model, write_bytes_atomic
 
-    progress = Progress(not args.json and not getattr(args, "quiet", False))
+    progress = Progress()
     shapes = parse_input_shapes(args.input_shape)
     if args.stage != "all":
         from ..fuse import fuse
         from ..legalize import legalize
+        from ..options import check_node_names
 
         model = load_model(args.model)
         validate_model(model)
         progress("legalize")
         out = legalize(model, input_shapes=shapes)
+        check_node_names(args.exclude, args.cut_after, model, out)
         if args.stage == "fuse":
             progress("fuse")
             result = fuse(out, exclude=args.exclude)
@@ -60,19 +63,23 @@ def run(args) -> int:
         os.makedirs(args.output, exist_ok=True)
         path = os.path.join(args.output, f"{args.stage}.onnx")
         write_bytes_atomic(path, out.SerializeToString())
-        print(json.dumps({"stage": args.stage, "model": path}) if args.json else f"wrote {path}")
+        if args.json:
+            print_json({"stage": args.stage, "model": path})
+        else:
+            print(f"wrote {path}")
         return 0
     from ..pipeline import convert
 
     result = convert(args.model, partition=args.partition, exclude=args.exclude, cut_after=args.cut_after,
                      force=args.force, input_shapes=shapes, reference=args.reference, embed=args.embed,
                      num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress)
+    progress(f"writing {args.output}")
     path = result.save(args.output, stages=args.dump_stages)
     rep = result.report
     if args.json:
-        print(json.dumps({"model": path, "regions": rep.regions, "offload_fraction": rep.offload_fraction,
-                          "macs_total": rep.macs_total, "macs_offloaded": rep.macs_offloaded,
-                          "cpu_nodes": len(rep.cpu_nodes()), "timings": result.timings}, indent=1))
+        print_json({"model": path, "regions": rep.regions, "offload_fraction": rep.offload_fraction,
+                    "macs_total": rep.macs_total, "macs_offloaded": rep.macs_offloaded,
+                    "cpu_nodes": len(rep.cpu_nodes()), "timings": result.timings})
         return 0
     if args.explain:
         print(rep.explain())

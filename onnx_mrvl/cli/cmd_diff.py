@@ -6,9 +6,10 @@ side-by-side picture.
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
+
+from .common import nonnegative_int, print_json
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def register(subparsers) -> None:
     p.add_argument("b", metavar="B.onnx", help="the new model")
     p.add_argument("--json", action="store_true", help="print the diff as JSON (and nothing else) on stdout")
     p.add_argument("--html", metavar="OUT.html", help="also write a self-contained HTML picture of both graphs")
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="items shown per section in text mode")
+    p.add_argument("--limit", type=nonnegative_int, default=20, metavar="N", help="items shown per section in text mode")
     p.set_defaults(func=run)
 
 
@@ -37,8 +38,7 @@ def run(args) -> int:
         write_html(args.html, render_diff_html(a, b, diff))
         log.info("wrote %s", args.html)
     if args.json:
-        json.dump(diff.to_dict(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(diff.to_dict())
     else:
         sys.stdout.write(diff.to_text(limit=args.limit))
         if args.html:

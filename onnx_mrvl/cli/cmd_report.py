@@ -5,9 +5,10 @@ Exit code 0 on success, 3 when the model, report.json or a region binary cannot 
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
+
+from .common import print_json
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,7 @@ def run(args) -> int:
         write_html(args.html, render_report_html(rep, original=args.original))
         log.info("wrote %s", args.html)
     if args.json:
-        json.dump(rep.to_dict(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(rep.to_dict())
     else:
         sys.stdout.write(rep.to_text(layers=not args.no_layers))
         if args.html:

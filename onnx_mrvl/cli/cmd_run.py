@@ -1,13 +1,18 @@
 """``onnx-mrvl run``: run a converted model (regions on the simulator) and compare it with the original."""
 from __future__ import annotations
 
-import json
+import logging
+import os
 import time
 
 import numpy as np
 
+from ..errors import ModelError, UsageError
+from ..feeds import input_mismatches
 from ..inspect.compare import DEFAULT_ATOL
-from .common import error_stats, load_inputs, random_inputs
+from .common import error_stats, load_inputs, positive_int, print_json, random_inputs, session_specs
+
+log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
@@ -19,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--inputs", help=".npz (by input name) or .npy; random seeded inputs when absent")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--compare", metavar="ORIGINAL.onnx", help="compare against plain onnxruntime on this model")
-    p.add_argument("--repeat", type=int, default=1, help="run N times (timing)")
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N", help="run N times (timing)")
     p.add_argument("--tolerance", type=float, default=1e-2,
                    help="pass when max abs error <= ATOL + TOL x max|reference| (default 1e-2, fp16-aware)")
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
@@ -30,15 +35,19 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import onnxruntime as ort
-
     from ..ep import InferenceSession
 
+    if not os.path.isfile(args.model):
+        raise ModelError(f"model file '{args.model}' does not exist",
+                         hint="pass the model.onnx that `onnx-mrvl convert` wrote (OUT_DIR/model.onnx)")
     sess = InferenceSession(args.model)
+    ref_sess = reference_session(args.compare, sess) if args.compare else None
     feeds = load_inputs(args.inputs, sess) if args.inputs else random_inputs(sess, args.seed)
     names = [o.name for o in sess.get_outputs()]
     times = []
-    for _ in range(max(1, args.repeat)):
+    for i in range(args.repeat):
+        if args.repeat > 1:
+            log.info("run %d of %d", i + 1, args.repeat)
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
@@ -52,8 +61,8 @@ def run(args) -> int:
         report["outputs"].append(entry)
     ok = True
     if args.compare:
-        ref_sess = ort.InferenceSession(args.compare, providers=["CPUExecutionProvider"])
-        ref = ref_sess.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in ref_sess.get_inputs()}})
+        log.info("running the original model %s in onnxruntime", args.compare)
+        ref = ref_sess.run(names, feeds)
         for entry, r, got in zip(report["outputs"], ref, outs):
             stats = error_stats(r, got)
             passed = "shape_mismatch" not in stats and stats["max_abs"] <= args.atol + args.tolerance * stats["ref_max_abs"]
@@ -63,7 +72,7 @@ def run(args) -> int:
             entry["compare"] = stats
             ok &= bool(passed)
     if args.json:
-        print(json.dumps(report, indent=1))
+        print_json(report)
     else:
         for e in report["outputs"]:
             line = f"{e['name']}: shape {e['shape']} {e['dtype']}"
@@ -81,3 +90,30 @@ def run(args) -> int:
                   f"{r['simulated_cycles_per_call']:,} simulated cycles"
                   + (f" ({lat * 1e6:.1f} us at the modelled clock)" if lat else ""))
     return 0 if ok else 1
+
+
+def reference_session(path: str, sess):
+    """An onnxruntime session of the ``--compare`` model, checked to take the converted model's
+    inputs (names, dtypes, static dimensions) and to have its outputs: a missing, truncated or
+    different model is the user's mistake (``ModelError``/``UsageError``), not ours."""
+    import onnxruntime as ort
+
+    from ..modelio import load_model
+
+    try:
+        ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types for a bad model
+        try:
+            load_model(path)   # missing, truncated, not ONNX: its own message and fix
+        except ModelError as bad:
+            raise ModelError(f"--compare: {bad.message}", hint=bad.hint or "pass the original .onnx model the "
+                             "converted one was made from") from None
+        raise ModelError(f"--compare: onnxruntime cannot load '{path}' ({type(exc).__name__}: {exc})",
+                         hint="pass an .onnx model onnxruntime can run (the original model)") from None
+    problems = input_mismatches(session_specs(sess), session_specs(ref), "the converted model", f"'{path}'")
+    ref_outputs = {o.name for o in ref.get_outputs()}
+    problems += [f"'{path}' has no output '{o.name}'" for o in sess.get_outputs() if o.name not in ref_outputs]
+    if problems:
+        raise UsageError(f"--compare model '{path}' does not match the converted model: {'; '.join(sorted(problems))}",
+                         hint="pass the original model the converted one was made from (same inputs and outputs)")
+    return ref

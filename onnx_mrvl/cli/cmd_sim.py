@@ -1,8 +1,12 @@
 """``onnx-mrvl sim``: run one model binary on the simulator (like Marvell's mlModel / mrvl-mlsim)."""
 from __future__ import annotations
 
-import json
+import logging
 import time
+
+from .common import print_json
+
+log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
@@ -27,6 +31,7 @@ def run(args) -> int:
 
     sim = Simulator(args.model_binary)
     inputs = read_inputs(args.inputs, sim.input_names, sim.input_shapes)
+    log.info("running %s", args.model_binary)
     t0 = time.perf_counter()
     outputs = sim.run(inputs)
     wall = time.perf_counter() - t0
@@ -43,7 +48,7 @@ def run(args) -> int:
                "perf": perf.to_dict() if args.perf_debug else {
                    k: v for k, v in perf.to_dict()["totals"].items()},
                "overflow": overflow}
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0
     print(f"program {sim.name}: {len(outputs)} output(s), simulated in {wall * 1e3:.2f} ms wall")
     for i, s in enumerate(stats):

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import pkgutil
 import sys
 from typing import List, Optional
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_MRVL, EXIT_INTERNAL = 0, 1, 2, 3, 4
+from .common import EXIT_FAIL, EXIT_INTERNAL, EXIT_MRVL, EXIT_OK, EXIT_USAGE  # noqa: F401 - re-exported
+from .common import configure_logging, run_command
+
+GLOBAL_HELP = {"verbose": "more logging (-v info, -vv debug); also after the command",
+               "quiet": "only errors; also after the command"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,43 +26,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="onnx-mrvl",
-        description="Prepare ONNX models for the Marvell MLIP accelerator and run them in onnxruntime.")
+        description="Prepare ONNX models for the Marvell MLIP accelerator and run them in onnxruntime.",
+        epilog="Exit codes: 0 success, 1 the job ran and found a difference, 2 usage error, "
+               "3 an onnx_mrvl error (bad model, input file, option; the message has a Fix: line), "
+               "4 internal error (please report it).")
     parser.add_argument("--version", action="version", version=f"onnx-mrvl {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=GLOBAL_HELP["verbose"])
+    parser.add_argument("-q", "--quiet", action="store_true", help=GLOBAL_HELP["quiet"])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from . import __path__ as cli_path
     for info in sorted(pkgutil.iter_modules(cli_path), key=lambda i: i.name):
         if info.name.startswith("cmd_"):
             importlib.import_module(f"{__package__}.{info.name}").register(sub)
+    for p in sub.choices.values():   # -v/-q also after the command, like git and pip
+        p.add_argument("-v", "--verbose", dest="sub_verbose", action="count", default=0, help=GLOBAL_HELP["verbose"])
+        p.add_argument("-q", "--quiet", dest="sub_quiet", action="store_true", help=GLOBAL_HELP["quiet"])
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from ..errors import MrvlError
-
     parser = build_parser()
-    args = parser.parse_args(argv)
-    level = logging.ERROR if args.quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # --help, --version (0) and usage errors (2), also when called in-process
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.verbose += getattr(args, "sub_verbose", 0)
+    args.quiet = args.quiet or getattr(args, "sub_quiet", False)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    restore = configure_logging(args.verbose, args.quiet)
     try:
-        return int(args.func(args) or 0)
-    except MrvlError as exc:
-        print(f"onnx-mrvl {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_MRVL
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - last resort, report as internal error
-        logging.getLogger("onnx_mrvl").debug("internal error", exc_info=True)
-        print(f"onnx-mrvl {args.command}: internal error: {type(exc).__name__}: {exc} "
-              f"(run with -vv for the traceback; please report it)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return run_command(args.command, args.func, args)
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""Checks of what the user passes to ``convert()`` and the command line: node names in
+``exclude``/``cut_after`` that match nothing, tile counts and sizes that are not positive.
+
+A typo must not be accepted silently: an unknown name raises ``UsageError`` listing the close
+matches (difflib), so ``--exclude conv_1`` on a model whose node is ``conv1`` says so.
+"""
+from __future__ import annotations
+
+import difflib
+import numbers
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import onnx
+
+from .errors import UsageError
+
+
+def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> List[str]:
+    """Up to ``n`` candidates that look like ``word`` (difflib, case-insensitive first)."""
+    candidates = sorted(set(candidates))
+    lower = {c.lower(): c for c in candidates}
+    hits = difflib.get_close_matches(word.lower(), list(lower), n=n, cutoff=0.6)
+    return [lower[h] for h in hits]
+
+
+def suggest(words: Sequence[str], candidates: Iterable[str]) -> str:
+    """``"did you mean 'conv1' for 'conv_1'?"`` for the words that have close matches, else ``""``."""
+    candidates = list(candidates)
+    parts = []
+    for w in words:
+        hits = close_matches(w, candidates)
+        if hits:
+            parts.append(f"{' or '.join(repr(h) for h in hits)} for {w!r}")
+    return f"did you mean {'; '.join(parts)}?" if parts else ""
+
+
+def as_names(value: Optional[Iterable[str]]) -> Tuple[str, ...]:
+    """``"conv1"`` and ``["conv1"]`` both mean one name (a bare string is not a list of letters)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def known_names(*models: onnx.ModelProto) -> Tuple[set, set]:
+    """(node names, op types) of ``models``; unnamed nodes get the names legalization gives them."""
+    from .opset import OPS
+    names, ops = set(), set(OPS)
+    for m in models:
+        for i, n in enumerate(m.graph.node):
+            names.add(n.name or f"{n.op_type}_{i}")
+            ops.add(n.op_type)
+    return names, ops
+
+
+def check_node_names(exclude: Iterable[str], cut_after: Iterable[str], *models: onnx.ModelProto,
+                     fused: Optional[onnx.ModelProto] = None) -> None:
+    """Every ``exclude``/``cut_after`` entry names a node or an op type of one of ``models`` (the
+    original and the legalized model: names a user sees in Netron or with ``--stage legalize``), or
+    a Mrvl op. ``cut_after`` may also name a node of the ``fused`` model (split matches those);
+    ``exclude`` may not (fuse never sees them). Raises ``UsageError`` with close matches."""
+    names, ops = known_names(*models)
+    fused_names = known_names(fused)[0] if fused is not None else set()
+    allowed = {"exclude": names | ops, "cut_after": names | ops | fused_names}
+    unknown = {option: [v for v in values if v not in allowed[option]]
+               for option, values in (("exclude", exclude), ("cut_after", cut_after))}
+    unknown = {k: v for k, v in unknown.items() if v}
+    if unknown:
+        hint = suggest([u for v in unknown.values() for u in v], names | ops)
+        raise UsageError(
+            "; ".join(f"{option} (CLI --{option.replace('_', '-')}): {', '.join(repr(u) for u in values)} "
+                      f"match{'es' if len(values) == 1 else ''} no node name or op type of the model"
+                      for option, values in unknown.items()),
+            hint=(hint + " " if hint else "") + "use node names as the model spells them (see `onnx-mrvl convert "
+                 "--explain`, or open the model in Netron); op types are case-sensitive, e.g. Conv")
+
+
+def check_positive(**values: Optional[int]) -> None:
+    """``num_tiles=0`` or ``ocm_size=-1`` is a mistake, not a request for the default (None is)."""
+    for key, value in values.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0):
+            raise UsageError(f"{key}={value!r} is not a positive integer",
+                             hint=f"pass a positive {key} or leave it out (None) for the target's default")
