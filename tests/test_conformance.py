@@ -51,17 +51,18 @@ def test_full_conformance(cases):
     stride = int(os.environ.get("MRVL_CONFORMANCE_STRIDE", "1"))
     subset = cases[::stride]
     t0 = time.perf_counter()
-    runner = conformance.runner_for("auto")
+    runner = conformance.runner_for("sim")
     results = conformance.run_cases(subset, runner, workers=2)
     s = conformance.summarize(results)
-    if stride == 1:   # the CI run regenerates docs/conformance.md
+    out = os.environ.get("MRVL_CONFORMANCE_REPORT")   # a path: write the markdown table there
+    if stride == 1 and out:   # (tests write no tracked file; tools/conformance.py regenerates docs/)
         import onnx
         import onnxruntime
         meta = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "runner": runner,
                 "force": False, "workers": 2, "seconds": time.perf_counter() - t0, "collect_seconds": 0.0,
                 "load": os.getloadavg()[0]}
-        write_bytes_atomic(os.path.join(ROOT, "docs", "conformance.md"),
-                           conformance.markdown(results, meta).encode())
+        write_bytes_atomic(out, conformance.markdown(results, meta).encode())
+    if stride == 1:
         print(f"\nconformance: {s['passed']} passed, {s['applicable'] - s['passed']} failed "
               f"({s['applicable']} applicable runs)")
     failed = [r for r in results if r.status == "fail"]
@@ -94,7 +95,7 @@ def test_frozen_variant_turns_later_inputs_into_initializers(by_name):
     case = by_name["test_conv_with_strides_padding"]
     model, inputs = conformance.frozen_variant(case)
     assert [i.name for i in model.graph.input] == ["x"] and [t.name for t in model.graph.initializer] == ["W"]
-    r = conformance.run_case(case, "Conv", conformance.runner_for("auto"), "/tmp", variant="frozen")
+    r = conformance.run_case(case, "Conv", conformance.runner_for("sim"), "/tmp", variant="frozen")
     assert r.status == "pass" and r.offloaded and r.regions == 1, r
 
 
@@ -118,7 +119,7 @@ def test_a_wrong_converter_is_caught(by_name, monkeypatch):
 
 def _run(by_name, name, variant="as-is"):
     case = by_name[name]
-    return conformance.run_case(case, conformance.op_types([case])[name], conformance.runner_for("auto"),
+    return conformance.run_case(case, conformance.op_types([case])[name], conformance.runner_for("sim"),
                                 "/tmp", variant=variant)
 
 

@@ -12,14 +12,14 @@ SUBSET = {"tiny_cnn": 1.0, "fashion_mnist": 1.0, "zoo/squeezenet": 0.99, "resnet
 
 @pytest.fixture(scope="module")
 def rows():
-    return zoo.run(list(SUBSET), zoo.STRATEGIES)
+    return zoo.run(list(SUBSET), zoo.STRATEGIES, runner="sim")   # no silent fp32 fallback
 
 
 def test_every_model_and_strategy_matches_onnxruntime(rows):
     assert [(r.model, r.strategy) for r in rows] == [(m, s) for m in SUBSET for s in zoo.STRATEGIES]
     bad = [f"{r.model}/{r.strategy}: {r.status} {r.error}" for r in rows if r.status != "ok"]
     assert not bad, bad
-    tol = zoo.TOLERANCE[zoo.runner_kind()]
+    tol = zoo.TOLERANCE["sim"]
     for r in rows:
         assert r.max_rel_err <= tol and r.nodes > 0 and r.convert_s > 0
 
@@ -34,13 +34,11 @@ def test_offload_fraction(rows):
 
 def test_accelerator_path_is_really_used(rows):
     """With the simulator the fp16 path cannot be bit-exact with fp32 onnxruntime on conv nets."""
-    if zoo.runner_kind() != "sim":
-        pytest.skip("simulator not available: reference path")
     assert all(r.max_abs_err > 0 for r in rows if r.offload_fraction > 0)
 
 
 def test_markdown_and_json(rows, tmp_path, capsys):
-    md = zoo.markdown(rows, zoo.runner_kind())
+    md = zoo.markdown(rows, "sim")
     assert md.count("\n| ") == len(rows) + 2 and f"{len(rows)} ok, 0 not ok" in md
     out = tmp_path / "zoo.json"
     assert zoo.main(["--only", "tiny_cnn", "--strategies", "max", "--json", str(out)]) == 0

@@ -34,7 +34,7 @@ log = logging.getLogger("zoo")
 STRATEGIES = ("max", "single", "cost")
 # Error budget (relative to the largest |reference| of the output). The reference path runs fp32
 # bodies, so it must be tight; the simulator computes in fp16 through deep nets.
-TOLERANCE = {"reference": 1e-4, "sim": 5e-2}
+TOLERANCE = {"reference": 1e-4, "sim": 1e-2}   # sim: the fp16 bound of docs/simulator.md
 
 
 @dataclass
