@@ -10,6 +10,7 @@ from typing import List, Optional, Tuple
 import onnx
 import onnxruntime as ort
 
+from ..artifact.manifest import check_folder
 from ..errors import ArtifactError, ModelError
 from . import kernel
 
@@ -30,10 +31,13 @@ def _attrs(node) -> dict:
 
 
 def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program], List[Tuple[int, int]]]:
-    """Load and verify every region binary of ``model`` (path or ModelProto)."""
+    """Load and verify every region binary of ``model`` (path or ModelProto). A model file that a
+    ``manifest.json`` beside it lists is checked first to belong with the folder's other files."""
     if not isinstance(model, onnx.ModelProto):
         path = os.fspath(model)
         model_dir = os.path.dirname(os.path.abspath(path))
+        if os.path.isfile(path):   # the binaries are verified below against the model's sha256 attributes
+            check_folder(model_dir, verify=[os.path.basename(path)], model=os.path.basename(path))
         try:
             model = onnx.load(path, load_external_data=False)
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
