@@ -14,7 +14,7 @@ import fnmatch
 import hashlib
 import json
 import os
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional
 
 from ..errors import ArtifactError
 
@@ -23,6 +23,8 @@ FORMAT = "onnx_mrvl.output-folder"
 FORMAT_VERSION = 1
 REGION_PREFIX = "mrvl_region_"        # every file of a region starts with its name (split names them)
 CHUNK = 1 << 22
+REDO = ("re-run onnx-mrvl convert --overwrite into this folder (one conversion per folder); to use files "
+        f"you changed on purpose, delete its {MANIFEST} (the folder is then not checked)")
 
 
 def file_digest(path: str) -> str:
@@ -69,18 +71,40 @@ def is_region_file(name: str) -> bool:
     return name.startswith(REGION_PREFIX) and name.endswith((".bin", "-nodes.json", "-consts.json"))
 
 
+def check_model_file(folder: str, model: str) -> Optional[dict]:
+    """Only the model file ``model`` against ``folder``'s manifest (when it names that model): the
+    first check of a reader whose other files are verified by the model itself (region binaries by
+    their sha256 attributes); :func:`check_folder` checks the rest afterwards."""
+    manifest = read(folder)
+    if manifest is not None and manifest.get("model") == model:
+        _check_entries(folder, {model: manifest["files"].get(model)}, [model])
+    return manifest
+
+
 def check_folder(folder: str, *, verify: Iterable[str] = (), model: Optional[str] = None) -> Optional[dict]:
     """Check that ``folder`` holds exactly one conversion: every file of its manifest present with its
     size, the files named in ``verify`` (those the caller reads; shell patterns such as ``"*.bin"``)
-    also with their sha256, and no region file the manifest does not list. With ``model`` (a file name), only a folder
-    whose manifest names that model is checked (another model in the folder is not this conversion).
+    also with their sha256, and no region file the manifest does not list. With ``model`` (a file
+    name), only a folder whose manifest names that model is checked (another model in the folder is
+    not this conversion).
     Returns the manifest, or None when the folder has none. Raises ``ArtifactError`` naming the file."""
     manifest = read(folder)
     if manifest is None or (model is not None and manifest.get("model") != model):
         return manifest
     files: Dict[str, dict] = manifest["files"]
-    redo = "re-run onnx-mrvl convert --overwrite into this folder (one conversion per folder)"
-    patterns = list(verify)
+    _check_entries(folder, files, list(verify))
+    for name in sorted(os.listdir(folder)):
+        if is_region_file(name) and name not in files:
+            why = ("its conversion skipped it (" + manifest["skipped"][name] + ")"
+                   if name in (manifest.get("skipped") or {}) else "it is not part of this conversion")
+            raise ArtifactError(f"'{name}' in '{folder}' is not listed in its {MANIFEST}: {why}; it is left from "
+                                f"another conversion or was added later",
+                                hint=f"remove '{name}' from the folder, or {REDO}")
+    return manifest
+
+
+def _check_entries(folder: str, files: Dict[str, dict], patterns: List[str]) -> None:
+    redo = REDO
     for name in sorted(files):
         entry = files[name]
         path = os.path.join(folder, name)
@@ -99,11 +123,3 @@ def check_folder(folder: str, *, verify: Iterable[str] = (), model: Optional[str
         if any(fnmatch.fnmatchcase(name, p) for p in patterns) and file_digest(path) != entry.get("sha256"):
             raise ArtifactError(f"'{name}' in '{folder}' does not match the sha256 in its {MANIFEST}: "
                                 f"it was replaced or changed after conversion", hint=redo)
-    for name in sorted(os.listdir(folder)):
-        if is_region_file(name) and name not in files:
-            why = ("its conversion skipped it (" + manifest["skipped"][name] + ")"
-                   if name in (manifest.get("skipped") or {}) else "it is not part of this conversion")
-            raise ArtifactError(f"'{name}' in '{folder}' is not listed in its {MANIFEST}: {why}; it is left from "
-                                f"another conversion or was added later",
-                                hint=f"remove '{name}' from the folder, or {redo}")
-    return manifest
