@@ -23,6 +23,13 @@ def _bytes(data: bytes) -> Writer:
     return lambda f: f.write(data)
 
 
+def _announced(message: str, say: Callable[[str], None], write: Writer) -> Writer:
+    def run(f):
+        say(message)
+        return write(f)
+    return run
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} KB"
 
@@ -35,8 +42,9 @@ def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool =
     files: List[Tuple[str, Writer]] = []
     region_of: Dict[str, str] = {}
     skipped: Dict[str, str] = {}
-    for sg in result.subgraphs:
-        files.append((f"{sg.name}-nodes.json", _json(sg.nodes_json)))
+    for i, sg in enumerate(result.subgraphs):
+        files.append((f"{sg.name}-nodes.json", _announced(f"writing region {i + 1} of {len(result.subgraphs)}: "
+                                                          f"{sg.name}", say, _json(sg.nodes_json))))
         if consts_json:
             files.append((f"{sg.name}-consts.json", _json(sg.consts_json)))
         else:

@@ -41,20 +41,26 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def canonical_sha256(model: onnx.ModelProto) -> Optional[str]:
-    """sha256 of ``model`` serialized deterministically; None when protobuf cannot (over 2 GB)."""
+def _canonical(model: onnx.ModelProto) -> Optional[bytes]:
     try:
-        return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+        return model.SerializeToString(deterministic=True)
     except Exception:  # noqa: BLE001 - protobuf raises ValueError / EncodeError past 2 GB
         return None
+
+
+def canonical_sha256(model: onnx.ModelProto) -> Optional[str]:
+    """sha256 of ``model`` serialized deterministically; None when protobuf cannot (over 2 GB)."""
+    data = _canonical(model)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def source_info(model) -> Dict[str, Any]:
     """The ``source`` record of what was passed to ``convert`` (path, bytes or ModelProto)."""
     if isinstance(model, onnx.ModelProto):
-        digest = canonical_sha256(model)
-        return {"path": None, "sha256": digest, "digest": "canonical" if digest else "unavailable (over 2 GB)",
-                "size": model.ByteSize()}
+        data = _canonical(model)
+        if data is None:
+            return {"path": None, "sha256": None, "digest": "unavailable (over 2 GB)", "size": None}
+        return {"path": None, "sha256": hashlib.sha256(data).hexdigest(), "digest": "canonical", "size": len(data)}
     if isinstance(model, (bytes, bytearray)):
         return {"path": None, "sha256": hashlib.sha256(model).hexdigest(), "digest": "file", "size": len(model)}
     path = os.path.abspath(os.fspath(model))

@@ -290,8 +290,9 @@ def test_cli_no_consts_json_and_progress(tmp_path, capsys):
 def test_save_progress_per_region(results, tmp_path):
     lines = []
     results["two"].save(str(tmp_path / "out"), progress=lines.append)
-    assert [line.split(":")[0] for line in lines] == ["wrote region 1 of 2", "wrote region 2 of 2"]
-    assert "consts.json" in lines[0] and "bin" in lines[0]
+    assert [line.split(":")[0] for line in lines] == ["writing region 1 of 2", "wrote region 1 of 2",
+                                                      "writing region 2 of 2", "wrote region 2 of 2"]
+    assert "consts.json" in lines[1] and "bin" in lines[1]
 
 
 def test_json_writer_streams():
@@ -313,3 +314,50 @@ def test_json_writer_streams():
     assert text == (json.dumps(doc, indent=1) + "\n").encode()
     longest = max(len(v["data_base64"]) for k, v in doc.items() if k.startswith("c"))
     assert max(sizes) <= max(longest, (1 << 20) + 4096) < len(text) // 4
+
+
+# ---- a target that cannot be renamed (a mount point): filled in place ----------------------------
+
+def test_mount_point_target_is_filled_in_place(results, tmp_path, monkeypatch):
+    monkeypatch.setattr(folder_module, "_must_stage_inside", lambda real, parent: True)
+    out = tmp_path / "out"
+    results["two"].save(str(out))
+    assert len(_region_files(out)) == 6 and not [n for n in os.listdir(out) if n.startswith(".")]
+    before = _tree(out)
+    real = save_module.dump_json
+
+    def dying(obj, f):
+        if obj is results["one"].subgraphs[0].consts_json:
+            raise OSError(28, "No space left on device")
+        return real(obj, f)
+    monkeypatch.setattr(save_module, "dump_json", dying)
+    with pytest.raises(OSError):
+        results["one"].save(str(out), overwrite=True)
+    assert _tree(out) == before and os.listdir(tmp_path) == ["out"]
+    monkeypatch.setattr(save_module, "dump_json", real)
+    real_rename = os.rename
+    calls = []
+
+    def rename(src, dst):                     # fail while moving the new files up
+        calls.append(src)
+        if ".onnx_mrvl-new-" in src and len([c for c in calls if ".onnx_mrvl-new-" in c]) == 2:
+            raise OSError(5, "Input/output error")
+        return real_rename(src, dst)
+    with monkeypatch.context() as m:
+        m.setattr(folder_module.os, "rename", rename)
+        with pytest.raises(OSError):
+            results["one"].save(str(out), overwrite=True)
+    assert _tree(out) == before
+    results["one"].save(str(out), overwrite=True)
+    assert _region_files(out) == ["mrvl_region_0-consts.json", "mrvl_region_0-nodes.json", "mrvl_region_0.bin"]
+    assert main(["run", str(out / "model.onnx")]) == 0
+
+
+def test_leftover_of_a_killed_save_is_replaced_with_overwrite(results, tmp_path):
+    out = tmp_path / "out"
+    (out / ".onnx_mrvl-new-abc").mkdir(parents=True)
+    (out / ".onnx_mrvl-new-abc" / "model.onnx").write_bytes(b"half")
+    with pytest.raises(UsageError, match="not empty"):
+        results["one"].save(str(out))
+    results["one"].save(str(out), overwrite=True)
+    assert ".onnx_mrvl-new-abc" not in os.listdir(out)

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 Writer = Callable[[BinaryIO], object]
 OUR_NAMES = {"model.onnx", "report.json", MANIFEST, "legalize.onnx", "fuse.onnx"}   # + region and stage files
 _STAGE = re.compile(r"^stage-[A-Za-z0-9_]+\.onnx$")
+LEFTOVER = ".onnx_mrvl-"        # staging / old folders of a save (left only when the process was killed)
 OVERWRITE_HINT = ("pass --overwrite (Python: save(..., overwrite=True)) to replace it with this conversion, "
                   "or choose a new or empty folder")
 
@@ -61,6 +62,8 @@ def _is_ours(folder: str, names: Sequence[str]) -> Tuple[bool, List[str]]:
     foreign = []
     for name in names:
         path = os.path.join(folder, name)
+        if name.startswith(LEFTOVER):
+            continue
         plain = os.path.isfile(path) or os.path.islink(path)
         ours = plain and earlier and (name in listed or name in OUR_NAMES or is_region_file(name)
                                       or bool(_STAGE.match(name)) or name.startswith(".tmp-"))
@@ -91,7 +94,8 @@ def _check_target(target: str, shown: str, overwrite: bool, protect: Iterable[st
         raise UsageError(f"output folder '{shown}' is not empty: it holds {what} ({listed})", hint=OVERWRITE_HINT)
     if foreign:
         more = f", ... ({len(foreign)} entries)" if len(foreign) > 6 else ""
-        raise UsageError(f"output folder '{shown}' holds files onnx_mrvl did not write ({', '.join(foreign[:6])}{more}); "
+        raise UsageError(f"output folder '{shown}' holds files onnx_mrvl did not write "
+                         f"({', '.join(foreign[:6])}{more}); "
                          f"--overwrite replaces the whole folder and will not delete them",
                          hint="move them out of the folder, or choose a new or empty output folder")
     for p in protect:
@@ -145,7 +149,8 @@ def _swap_in(staging: str, target: str, nonempty: bool) -> None:
     if _exchange(staging, target):
         old = staging                            # now holds the previous folder
     else:
-        old = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.onnx_mrvl-old-{uuid.uuid4().hex[:8]}")
+        old = os.path.join(os.path.dirname(target),
+                           f".{os.path.basename(target)}{LEFTOVER}old-{uuid.uuid4().hex[:8]}")
         os.rename(target, old)
         try:
             os.rename(staging, target)
@@ -189,8 +194,10 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
                             hint="choose a folder path that is not a file and is writable") from None
     nonempty = _check_target(real, shown, overwrite, protect)
     parent = os.path.dirname(real)
+    inside = _must_stage_inside(real, parent)
     try:
-        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(real)}.onnx_mrvl-new-", dir=parent)
+        staging = tempfile.mkdtemp(prefix=LEFTOVER + "new-" if inside else f".{os.path.basename(real)}{LEFTOVER}new-",
+                                   dir=real if inside else parent)
     except OSError as exc:
         raise ArtifactError(f"cannot create a folder beside '{shown}' in '{parent}' ({exc.strerror})",
                             hint="choose an output folder whose parent folder is writable") from None
@@ -209,11 +216,50 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
             if on_file is not None:
                 on_file(name, box[0].size, time.perf_counter() - t0)
         write_atomic(os.path.join(staging, MANIFEST), lambda f: dump_json(manifest(digests), f))
-        _swap_in(staging, real, nonempty)
+        if inside:
+            _swap_contents(staging, real)
+        else:
+            _swap_in(staging, real, nonempty)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_dir(parent)
+    _fsync_dir(real if inside else parent)
+
+
+def _must_stage_inside(real: str, parent: str) -> bool:
+    """A mount point (a container's volume) cannot be renamed, nor can anything be renamed onto it
+    from its parent's file system; a parent we cannot write to takes no staging folder either."""
+    try:
+        return (os.path.ismount(real) or os.stat(real).st_dev != os.stat(parent).st_dev
+                or not os.access(parent, os.W_OK | os.X_OK))
+    except OSError:
+        return True
+
+
+def _swap_contents(staging: str, target: str) -> None:
+    """The fallback of a target that cannot be renamed: its entries are moved aside into a folder
+    inside it, the new files moved up, then the old ones removed (moved back on failure)."""
+    old = tempfile.mkdtemp(prefix=LEFTOVER + "old-", dir=target)
+    keep = {os.path.basename(staging), os.path.basename(old)}
+    moved_old: List[str] = []
+    moved_new: List[str] = []
+    try:
+        for name in sorted(os.listdir(target)):
+            if name not in keep:
+                os.rename(os.path.join(target, name), os.path.join(old, name))
+                moved_old.append(name)
+        for name in sorted(os.listdir(staging)):
+            os.rename(os.path.join(staging, name), os.path.join(target, name))
+            moved_new.append(name)
+    except BaseException:
+        for name in moved_new:
+            os.rename(os.path.join(target, name), os.path.join(staging, name))
+        for name in moved_old:
+            os.rename(os.path.join(old, name), os.path.join(target, name))
+        os.rmdir(old)
+        raise
+    os.rmdir(staging)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _umask() -> int:
