@@ -296,24 +296,39 @@ def test_save_progress_per_region(results, tmp_path):
 
 
 def test_json_writer_streams():
-    """The Constants-JSON writer never holds the document as one string: its writes are the long
-    base64 strings themselves and chunks of at most ~1 MiB, and the bytes are json.dumps's."""
+    """The Constants-JSON writer never holds the document, nor a bytes copy of one long base64 string,
+    in memory: it writes slices of at most STRING_CHUNK characters and chunks of ~1 MiB, and the
+    bytes are json.dumps's."""
+    import base64
+    import tracemalloc
+
+    from onnx_mrvl.modelio import STRING_CHUNK
     rng = np.random.default_rng(0)
-    doc = {f"c{i}": {"shape": [1 << 18], "data_base64": __import__("base64").b64encode(
-        rng.standard_normal(1 << 18).astype(np.float32).tobytes()).decode()} for i in range(8)}
+    big = base64.b64encode(rng.standard_normal(1 << 22).astype(np.float32).tobytes()).decode()   # 22 M chars
+    doc = {"w": {"shape": [1 << 22], "data_base64": big},
+           "b": {"shape": [1, 64], "data_base64": base64.b64encode(bytes(256)).decode()}}
     doc.update({f"small{i}": {"shape": [1], "dtype": "float32", "min": "0.5"} for i in range(20000)})
     sizes = []
 
-    class Sink(io.BytesIO):
+    class Sink:
         def write(self, b):
             sizes.append(len(b))
-            return super().write(b)
-    sink = Sink()
+            return len(b)
+    tracemalloc.start()
+    try:
+        dump_json(doc, Sink())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert max(sizes) <= max(STRING_CHUNK, (1 << 20) + 4096)
+    assert peak < 3 * STRING_CHUNK + (2 << 20) < len(big), peak   # slices, not a copy of the 22 MB string
+    sink = io.BytesIO()
     dump_json(doc, sink)
-    text = sink.getvalue()
-    assert text == (json.dumps(doc, indent=1) + "\n").encode()
-    longest = max(len(v["data_base64"]) for k, v in doc.items() if k.startswith("c"))
-    assert max(sizes) <= max(longest, (1 << 20) + 4096) < len(text) // 4
+    assert sink.getvalue() == (json.dumps(doc, indent=1) + "\n").encode()
+    doc["w"]["data_base64"] = big[:100000] + '"' + "\u00e9"      # escapes needed: json's own encoding
+    sink = io.BytesIO()
+    dump_json(doc, sink)
+    assert sink.getvalue() == (json.dumps(doc, indent=1) + "\n").encode()
 
 
 # ---- a target that cannot be renamed (a mount point): filled in place ----------------------------
