@@ -6,13 +6,16 @@ target's place: into an empty or new target by a rename; over a non-empty one (o
 ``overwrite=True``, and only when everything in it is something onnx_mrvl writes) by an atomic
 exchange (Linux ``renameat2``), or by renaming the old folder aside first and back on failure. The
 old folder is removed only once the new one is in place, so an interrupted save leaves the previous
-folder as it was and no half-written target.
+folder as it was and no half-written target. A target that cannot be renamed (a mount point, e.g. a
+container's volume, or one whose parent is read-only) is staged inside itself instead and its
+entries are exchanged file by file (old ones moved aside, new ones moved up, moved back on failure).
 """
 from __future__ import annotations
 
 import ctypes
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
@@ -73,7 +76,6 @@ def _is_ours(folder: str, names: Sequence[str]) -> Tuple[bool, List[str]]:
 
 
 def _our_report(path: str) -> bool:
-    import json
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read())
