@@ -79,8 +79,8 @@ class OffloadReport:
                f"simulated: {self.cycles:,} cycles over all regions"]
         src, conv = self.provenance.get("source") or {}, self.provenance.get("converter") or {}
         if src:
-            out.append(f"converted from {src.get('path') or 'a ModelProto'} (sha256 {str(src.get('sha256'))[:16]}...) "
-                       f"by {conv.get('name', '?')} {conv.get('version', '?')}")
+            out.append(f"converted from {src.get('path') or 'a ModelProto'} "
+                       f"(sha256 {str(src.get('sha256'))[:16]}...) by {conv.get('name', '?')} {conv.get('version', '?')}")
         for r in self.regions:
             out.append(f"\nregion {r['name']}: {r['layers']} layers, {r['macs']:,} MACs, {r['cycles']:,} cycles "
                        f"({r['latency_s'] * 1e6:.1f} us), utilization {100 * r['utilization']:.1f}%, "
