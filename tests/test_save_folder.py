@@ -376,3 +376,16 @@ def test_leftover_of_a_killed_save_is_replaced_with_overwrite(results, tmp_path)
         results["one"].save(str(out))
     results["one"].save(str(out), overwrite=True)
     assert ".onnx_mrvl-new-abc" not in os.listdir(out)
+
+
+def test_save_into_the_working_directory_keeps_it(results, tmp_path, monkeypatch):
+    """Replacing the process's working directory by a rename would leave it in a deleted folder."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    path = results["two"].save(".")
+    results["one"].save(".", overwrite=True)
+    assert os.path.samefile(os.getcwd(), here) and os.path.isfile(path)
+    assert _region_files(".") == ["mrvl_region_0-consts.json", "mrvl_region_0-nodes.json", "mrvl_region_0.bin"]
+    assert sorted(os.listdir(tmp_path)) == ["here"]
+    assert main(["run", path]) == 0

@@ -230,11 +230,13 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
 
 def _must_stage_inside(real: str, parent: str) -> bool:
     """A mount point (a container's volume) cannot be renamed, nor can anything be renamed onto it
-    from its parent's file system; a parent we cannot write to takes no staging folder either."""
+    from its parent's file system; a parent we cannot write to takes no staging folder either; and
+    the working directory (or a folder above it) must stay the same directory for this process."""
     try:
         return (os.path.ismount(real) or os.stat(real).st_dev != os.stat(parent).st_dev
-                or not os.access(parent, os.W_OK | os.X_OK))
-    except OSError:
+                or not os.access(parent, os.W_OK | os.X_OK)
+                or os.path.commonpath([real, os.path.realpath(os.getcwd())]) == real)
+    except (OSError, ValueError):
         return True
 
 
