@@ -95,11 +95,11 @@ def check_folder(folder: str, *, verify: Iterable[str] = (), model: Optional[str
     _check_entries(folder, files, list(verify))
     for name in sorted(os.listdir(folder)):
         if is_region_file(name) and name not in files:
-            why = ("its conversion skipped it (" + manifest["skipped"][name] + ")"
-                   if name in (manifest.get("skipped") or {}) else "it is not part of this conversion")
-            raise ArtifactError(f"'{name}' in '{folder}' is not listed in its {MANIFEST}: {why}; it is left from "
-                                f"another conversion or was added later",
-                                hint=f"remove '{name}' from the folder, or {REDO}")
+            why = (f"the conversion skipped it ({manifest['skipped'][name]}): this one is another conversion's"
+                   if name in (manifest.get("skipped") or {}) else
+                   "not listed: left from another conversion, or added later")
+            raise ArtifactError(f"'{name}' in '{folder}' does not belong to the conversion its {MANIFEST} "
+                                f"describes ({why})", hint=f"remove '{name}' from the folder, or {REDO}")
     return manifest
 
 
