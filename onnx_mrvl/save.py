@@ -23,6 +23,11 @@ def _bytes(data: bytes) -> Writer:
     return lambda f: f.write(data)
 
 
+def _model(model) -> Writer:
+    """Serialized when written: one model's bytes in memory at a time, none before the target is checked."""
+    return lambda f: f.write(model.SerializeToString())
+
+
 def _announced(message: str, say: Callable[[str], None], write: Writer) -> Writer:
     def run(f):
         say(message)
@@ -52,9 +57,9 @@ def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool =
         files.append((sg.artifact, _bytes(sg.binary)))
         region_of.update({name: sg.name for name, _ in files[-3 if consts_json else -2:]})
     if stages:
-        files.extend((f"stage-{name}.onnx", _bytes(m.SerializeToString())) for name, m in result.stages.items())
+        files.extend((f"stage-{name}.onnx", _model(m)) for name, m in result.stages.items())
     files.append(("report.json", _json(result.report.to_dict())))
-    files.append(("model.onnx", _bytes(result.model.SerializeToString())))
+    files.append(("model.onnx", _model(result.model)))
 
     provenance = getattr(result.report, "provenance", None) or {}
     source = provenance.get("source") or {}
