@@ -7,8 +7,9 @@ vgg19, zfnet512, bvlc_alexnet, resnet50. Each model runs in its own subprocess s
 (``ru_maxrss``) belongs to that model alone; the model is written to a temporary .onnx first so
 load + validate is part of the measurement. Stage times are ``ConvertResult.timings`` measured
 with ``--clock`` (``cpu`` = ``time.process_time``, the default: the machine may be shared).
-``--save`` also times ``ConvertResult.save()`` and prints a sha256 over the saved files (compare
-two runs to check that artifacts are byte-identical). Prints a markdown table.
+``--save`` also times ``ConvertResult.save()`` and prints a sha256 over the saved region files
+(compare two runs to check that artifacts are byte-identical; model.onnx, report.json and
+manifest.json are left out: they record the source model's path, a new temporary file per run). Prints a markdown table.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ STAGES = ("load+validate", "legalize", "fuse", "split", "emit", "compile")
 def _tree_digest(folder: str) -> str:
     h = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
+        if not name.endswith((".bin", "-nodes.json", "-consts.json")):
+            continue
         h.update(name.encode() + b"\0")
         with open(os.path.join(folder, name), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 22), b""):

@@ -206,8 +206,8 @@ LONG_STRING = 1 << 16   # strings at least this long are checked for escapes in 
 def dump_json(obj, f: BinaryIO) -> None:
     """Write exactly the bytes of ``(json.dumps(obj, indent=1) + "\\n").encode()`` to binary file
     ``f``, streaming: no string of the whole document is built, and long strings that need no
-    escaping (base64 constants) are written as they are instead of going through the encoder's
-    per-character loop."""
+    escaping (base64 constants) are written as they are, in slices of ``STRING_CHUNK`` characters,
+    instead of going through the encoder's per-character loop."""
     parts: List[str] = []
     size = 0
 
@@ -258,13 +258,26 @@ def _iter_json(o, level: int):
         yield _json_encoder.encode(o)
 
 
-def _json_str(s: str):
-    if len(s) >= LONG_STRING and s.isascii():
-        data = s.encode("ascii")
+STRING_CHUNK = 1 << 22  # long strings are checked and written in slices of this many characters
+
+
+def _verbatim(s: str) -> bool:
+    """Printable ASCII without quote or backslash: json writes it as it is."""
+    for i in range(0, len(s), STRING_CHUNK):
+        data = s[i:i + STRING_CHUNK].encode("ascii")
         codes = np.frombuffer(data, np.uint8)
-        if codes.min() >= 0x20 and codes.max() <= 0x7E and b'"' not in data and b"\\" not in data:
-            yield from (b'"', data, b'"')   # printable ASCII, no quote or backslash: json keeps it as is
-            return
+        if codes.min() < 0x20 or codes.max() > 0x7E or b'"' in data or b"\\" in data:
+            return False
+    return True
+
+
+def _json_str(s: str):
+    if len(s) >= LONG_STRING and s.isascii() and _verbatim(s):
+        yield b'"'                  # in slices: no bytes copy of the whole string (base64 of a 400 MB weight)
+        for i in range(0, len(s), STRING_CHUNK):
+            yield s[i:i + STRING_CHUNK].encode("ascii")
+        yield b'"'
+        return
     yield _json_encoder.encode(s)
 
 

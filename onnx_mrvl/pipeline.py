@@ -11,15 +11,16 @@ import onnx
 
 from . import emit as emit_stage
 from .decisions import Decisions
-from .errors import ArtifactError, CompileError, MrvlError
+from .errors import CompileError, MrvlError
 from .fuse import fuse
 from .legalize import legalize
-from .modelio import load_model, validate_model, write_bytes_atomic, write_json_atomic
+from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .report import Report
 from .split import split
 from .split.deploy import attach_artifact, is_subgraph
+from .stamp import stamped
 from .target import Target, get_target
 
 log = logging.getLogger(__name__)
@@ -52,29 +53,22 @@ class ConvertResult:
     stages: Dict[str, onnx.ModelProto] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)
 
-    def save(self, out_dir: str, *, stages: bool = False) -> str:
-        """Write model.onnx, <name>-nodes.json, <name>-consts.json, <name>.bin and report.json.
+    def save(self, out_dir: str, *, stages: bool = False, overwrite: bool = False, consts_json: bool = True,
+             progress: Optional[Callable[[str], None]] = None) -> str:
+        """Write model.onnx, <name>-nodes.json, <name>-consts.json, <name>.bin, report.json and
+        manifest.json (every file's size and sha256) as the folder ``out_dir``; returns the model path.
 
-        Each file is written under a temporary name and renamed, the model last, so an interrupted
-        save never leaves a partial file under a final name. Returns the model path."""
-        try:
-            os.makedirs(out_dir, exist_ok=True)
-        except OSError as exc:
-            raise ArtifactError(f"cannot create the output folder '{out_dir}' ({exc.strerror})",
-                                hint="choose a folder path that is not a file and is writable") from None
-        for sg in self.subgraphs:
-            write_json_atomic(os.path.join(out_dir, f"{sg.name}-nodes.json"), sg.nodes_json)
-            write_json_atomic(os.path.join(out_dir, f"{sg.name}-consts.json"), sg.consts_json)
-            write_bytes_atomic(os.path.join(out_dir, sg.artifact), sg.binary)
-        if stages:
-            for name, m in self.stages.items():
-                write_bytes_atomic(os.path.join(out_dir, f"stage-{name}.onnx"), m.SerializeToString())
-        write_json_atomic(os.path.join(out_dir, "report.json"), self.report.to_dict())
-        path = os.path.join(out_dir, "model.onnx")
-        write_bytes_atomic(path, self.model.SerializeToString())
-        return path
+        One conversion per folder: the folder is built beside ``out_dir`` and swapped in whole, so an
+        interrupted save leaves the previous folder intact. A non-empty ``out_dir`` is refused
+        (``UsageError``) unless ``overwrite=True`` and it holds only an earlier conversion's files.
+        ``consts_json=False`` skips the Constants-JSON (the binary holds the weights; the manifest
+        records the skip). ``progress(message)``: a line per region (else INFO log records)."""
+        from .save import save_result
+        return save_result(self, out_dir, stages=stages, overwrite=overwrite, consts_json=consts_json,
+                           progress=progress)
 
 
+@stamped
 def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional[Target] = None,
             partition: str = "max", exclude: Iterable[str] = (), cut_after: Iterable[str] = (),
             force: bool = False, input_shapes: Optional[Dict[str, List[int]]] = None,

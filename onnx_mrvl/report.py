@@ -3,7 +3,7 @@ its layers and MACs, per dropped group the reason, and the fraction of MACs offl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from .decisions import Decision, Decisions
 
@@ -17,6 +17,7 @@ class Report:
     macs_offloaded: int = 0
     partition: str = "max"
     warnings: List[str] = field(default_factory=list)
+    provenance: Dict[str, Any] = field(default_factory=dict)   # stamp.py: source, options, target, converter
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -37,7 +38,8 @@ class Report:
     def to_dict(self) -> dict:
         return {"partition": self.partition, "macs_total": self.macs_total, "macs_offloaded": self.macs_offloaded,
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
-                "dropped": self.dropped, "warnings": self.warnings, "nodes": self.decisions.to_list()}
+                "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
+                "nodes": self.decisions.to_list()}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""

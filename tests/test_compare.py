@@ -96,7 +96,9 @@ def test_two_regions_with_a_cpu_node_between(converted):
 
 def _break_layer(out_dir, original_node, scale=1.0, seed=0):
     """Alter the kernel of the layer that ``original_node`` went into in <region>-consts.json,
-    recompile with ``onnx-mrvl compile``, replace the .bin and update the node's sha256."""
+    recompile with ``onnx-mrvl compile``, replace the .bin and update the node's sha256 (and drop
+    manifest.json: the folder no longer holds the files of one conversion, on purpose)."""
+    os.remove(os.path.join(out_dir, "manifest.json"))
     with open(os.path.join(out_dir, "report.json")) as f:
         dec = {d["node"]: d for d in json.load(f)["nodes"]}[original_node]
     region, layer = dec["subgraph"], dec["layer"]

@@ -22,8 +22,8 @@ def two_models(tmp_path_factory):
     out = {}
     for name, model in (("fm", onnx.load(EXAMPLE)), ("tiny", models.tiny_cnn(seed=3))):
         d = tmp_path_factory.mktemp(name)
+        onnx_mrvl.convert(model).save(str(d))        # one conversion per folder: into the empty folder first
         onnx.save(model, str(d / "original.onnx"))
-        onnx_mrvl.convert(model).save(str(d))
         out[name] = d
     return out
 

@@ -73,7 +73,7 @@ def test_report_covers_every_original_node(converted):
 def test_saved_artifacts(converted):
     _, out = converted
     assert sorted(os.listdir(out)) == sorted([
-        "model.onnx", "mrvl_region_0-nodes.json", "mrvl_region_0-consts.json", "mrvl_region_0.bin", "report.json"])
+        "model.onnx", "mrvl_region_0-nodes.json", "mrvl_region_0-consts.json", "mrvl_region_0.bin", "report.json", "manifest.json"])
     with open(os.path.join(out, "mrvl_region_0-nodes.json")) as f:
         assert json.load(f)["num_subgraph_inputs"] == 1
 

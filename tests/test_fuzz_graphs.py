@@ -186,7 +186,7 @@ def check(model: onnx.ModelProto, workdir: str) -> str:
         return f"rejected: {type(exc).__name__}"
     internal = [w for w in result.report.warnings if INTERNAL_FAILURE in w]
     assert not internal, internal[0]
-    path = result.save(workdir)
+    path = result.save(workdir, overwrite=True)   # the shard's folder, one conversion after another
     got = onnx_mrvl.InferenceSession(path).run(None, {"input": x})[0]
     assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
     atol = ATOL * max(1.0, float(np.max(np.abs(want))))

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
-from ..errors import CompileError
+from ..errors import CompileError, UsageError
 from .common import parse_size, positive_int, print_json
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,29 @@ def _read_json(path: str) -> dict:
                            hint="pass a complete Nodes-JSON / Constants-JSON file") from None
 
 
+def check_pair(nodes: str, consts: str) -> None:
+    """A JSON pair inside a ``convert`` output folder (one with ``manifest.json``) must belong to it
+    (``artifact.manifest.check_folder``) and to the same region; a Constants-JSON the conversion
+    skipped (``--no-consts-json``) is named as such."""
+    from ..artifact.manifest import check_folder, is_region_file
+
+    folders = {}
+    for path in (nodes, consts):
+        folders.setdefault(os.path.dirname(os.path.abspath(path)), []).append(os.path.basename(path))
+    manifests = {folder: check_folder(folder, verify=names) for folder, names in folders.items()}
+    manifest = manifests.get(os.path.dirname(os.path.abspath(consts)))
+    name = os.path.basename(consts)
+    if manifest and name in (manifest.get("skipped") or {}) and not os.path.exists(consts):
+        raise UsageError(f"'{consts}' was not written: its conversion skipped it ({manifest['skipped'][name]})",
+                         hint=f"re-run onnx-mrvl convert without --no-consts-json, or deploy the region binary "
+                              f"{name[:-len('-consts.json')]}.bin, which holds the weights")
+    a, b = os.path.basename(nodes), name
+    if (len(folders) == 1 and manifest and is_region_file(a) and is_region_file(b) and a.endswith("-nodes.json")
+            and b.endswith("-consts.json") and a[:-len("-nodes.json")] != b[:-len("-consts.json")]):
+        raise UsageError(f"--nodes '{a}' and --consts '{b}' belong to different regions",
+                         hint="pass the -nodes.json and -consts.json of one region")
+
+
 def run(args) -> int:
     from ..artifact import pack, sha256_hex
     from ..emit import CompileOptions, build_program
@@ -45,6 +69,7 @@ def run(args) -> int:
 
     options = CompileOptions(num_tiles=args.num_tiles, ocm_size=args.ocm_size, quantize=args.quantize,
                              batch=args.batch)
+    check_pair(args.nodes, args.consts)
     log.info("compiling %s + %s", args.nodes, args.consts)
     meta, weights = build_program(_read_json(args.nodes), _read_json(args.consts), options)
     data = pack(meta, weights)

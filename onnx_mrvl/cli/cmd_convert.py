@@ -10,8 +10,9 @@ from .common import Progress, parse_input_shapes, parse_size, positive_int, prin
 def register(sub) -> None:
     p = sub.add_parser("convert", help="convert an ONNX model for the MLIP accelerator",
                        description="Legalize, fuse, split, emit and compile MODEL; write model.onnx, "
-                                   "<region>-nodes.json, <region>-consts.json, <region>.bin and report.json "
-                                   "into OUT_DIR.")
+                                   "<region>-nodes.json, <region>-consts.json, <region>.bin, report.json and "
+                                   "manifest.json as the folder OUT_DIR (one conversion per folder: a "
+                                   "non-empty OUT_DIR needs --overwrite).")
     p.add_argument("model", help="the ONNX model")
     p.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help="output folder")
     p.add_argument("--partition", choices=["max", "single", "cost"], default="max",
@@ -30,6 +31,12 @@ def register(sub) -> None:
     p.add_argument("--num-tiles", type=positive_int, metavar="N", help="accelerator tiles, >= 1 (default 4)")
     p.add_argument("--ocm-size", type=parse_size, metavar="SIZE",
                    help="on-chip memory per tile: bytes (0x100000) or 512K, 1M, 1MiB (default 1M)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUT_DIR when it is not empty (only an earlier conversion's files: a folder "
+                        "holding other files is refused)")
+    p.add_argument("--no-consts-json", action="store_true",
+                   help="do not write <region>-consts.json (the weights, as JSON: larger than the binary); "
+                        "the binary stays the deployable artifact")
     p.add_argument("--stage", choices=["legalize", "fuse", "all"], default="all",
                    help="stop after this stage and write its model (OUT_DIR/<stage>.onnx)")
     p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx")
@@ -68,13 +75,16 @@ def run(args) -> int:
         else:
             print(f"wrote {path}")
         return 0
+    from ..artifact.folder import check_target
     from ..pipeline import convert
 
+    check_target(args.output, overwrite=args.overwrite, protect=[args.model])   # before the work, not after
     result = convert(args.model, partition=args.partition, exclude=args.exclude, cut_after=args.cut_after,
                      force=args.force, input_shapes=shapes, reference=args.reference, embed=args.embed,
                      num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress)
     progress(f"writing {args.output}")
-    path = result.save(args.output, stages=args.dump_stages)
+    path = result.save(args.output, stages=args.dump_stages, overwrite=args.overwrite,
+                       consts_json=not args.no_consts_json, progress=progress)
     rep = result.report
     if args.json:
         print_json({"model": path, "regions": rep.regions, "offload_fraction": rep.offload_fraction,

@@ -10,6 +10,7 @@ from typing import List, Optional, Tuple
 import onnx
 import onnxruntime as ort
 
+from ..artifact.manifest import check_folder, check_model_file
 from ..errors import ArtifactError, ModelError
 from . import kernel
 
@@ -30,10 +31,16 @@ def _attrs(node) -> dict:
 
 
 def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program], List[Tuple[int, int]]]:
-    """Load and verify every region binary of ``model`` (path or ModelProto)."""
+    """Load and verify every region binary of ``model`` (path or ModelProto). A model file that a
+    ``manifest.json`` beside it lists is checked against it first, its binaries then against the
+    model's sha256 attributes (a region's error names its original nodes), and last the rest of the
+    folder (files missing, or left from another conversion)."""
+    path = None
     if not isinstance(model, onnx.ModelProto):
         path = os.fspath(model)
         model_dir = os.path.dirname(os.path.abspath(path))
+        if os.path.isfile(path):
+            check_model_file(model_dir, os.path.basename(path))
         try:
             model = onnx.load(path, load_external_data=False)
         except Exception as exc:  # noqa: BLE001 - protobuf raises several types
@@ -53,6 +60,8 @@ def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program
             data = kernel.read_artifact(region, origin, a, model_dir)
             programs.append(kernel.load_program(region, origin, a["sha256"], data))
             sigs.append((len(node.input), len(node.output)))
+        if path is not None:
+            check_folder(model_dir, model=os.path.basename(path))
     except BaseException:
         for p in programs:
             kernel.release(p.sha256)

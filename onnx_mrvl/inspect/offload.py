@@ -18,7 +18,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 
+from ..artifact.manifest import check_folder
 from ..errors import ModelError
+from ..stamp import read_provenance
 from .canonical import explicit_origin, is_region_node, load_model
 from .runner import node_attrs, region_binary, region_nodes, region_origin
 
@@ -40,6 +42,7 @@ class OffloadReport:
     removed: List[Dict[str, Any]] = field(default_factory=list)
     dropped: List[Dict[str, Any]] = field(default_factory=list)
     decisions: List[Dict[str, Any]] = field(default_factory=list, repr=False)
+    provenance: Dict[str, Any] = field(default_factory=dict)   # stamp.py: source, options, target, converter
 
     @property
     def offload_fraction(self) -> float:
@@ -65,7 +68,7 @@ class OffloadReport:
                             "cpu_nodes": len(self.cpu_nodes), "removed_nodes": len(self.removed)},
                 "regions": self.regions, "cpu_nodes": self.cpu_nodes,
                 "reasons": {k: len(v) for k, v in self.reasons().items()},
-                "removed": self.removed, "dropped": self.dropped}
+                "removed": self.removed, "dropped": self.dropped, "provenance": self.provenance}
 
     def to_text(self, layers: bool = True) -> str:
         est = " (total estimated from shapes)" if self.macs_total_estimated else ""
@@ -74,6 +77,10 @@ class OffloadReport:
                f"MACs offloaded: {self.macs_offloaded:,} of {self.macs_total:,} = "
                f"{100 * self.offload_fraction:.1f}%{est}",
                f"simulated: {self.cycles:,} cycles over all regions"]
+        src, conv = self.provenance.get("source") or {}, self.provenance.get("converter") or {}
+        if src:
+            out.append(f"converted from {src.get('path') or 'a ModelProto'} "
+                       f"(sha256 {str(src.get('sha256'))[:16]}...) by {conv.get('name', '?')} {conv.get('version', '?')}")
         for r in self.regions:
             out.append(f"\nregion {r['name']}: {r['layers']} layers, {r['macs']:,} MACs, {r['cycles']:,} cycles "
                        f"({r['latency_s'] * 1e6:.1f} us), utilization {100 * r['utilization']:.1f}%, "
@@ -179,8 +186,11 @@ def cpu_macs(model: onnx.ModelProto, nodes: List[onnx.NodeProto]) -> int:
 def offload_report(path: str) -> OffloadReport:
     """The offload report of a ``convert`` output folder or a converted model file."""
     model_path, rep_path = _resolve(os.fspath(path))
-    model = load_model(model_path)
     model_dir = os.path.dirname(os.path.abspath(model_path))
+    if os.path.isfile(model_path):   # the files of one conversion (manifest.json), those read here by sha256
+        name = os.path.basename(model_path)
+        check_folder(model_dir, verify=[name, "report.json", "*.bin"], model=name)
+    model = load_model(model_path)
     regions = [region_perf(n, model_dir) for n in region_nodes(model)]
     cpu = [n for n in model.graph.node if not is_region_node(n)]
     macs_offloaded = sum(r["macs"] for r in regions)
@@ -193,12 +203,13 @@ def offload_report(path: str) -> OffloadReport:
                    for d in decisions if d.get("placement") == "removed"]
         report = OffloadReport(os.fspath(path), model_path, True, rep.get("partition"),
                                int(rep.get("macs_total") or 0), int(rep.get("macs_offloaded") or macs_offloaded),
-                               False, regions, cpu_rows, removed, list(rep.get("dropped") or []), decisions)
+                               False, regions, cpu_rows, removed, list(rep.get("dropped") or []), decisions,
+                               read_provenance(model) or dict(rep.get("provenance") or {}))
     else:
         cpu_rows = [{"node": n.name, "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}",
                      "origin": explicit_origin(n) or [n.name], "reason": UNKNOWN_REASON} for n in cpu]
         total = macs_offloaded + cpu_macs(model, cpu)
         report = OffloadReport(os.fspath(path), model_path, False, None, total, macs_offloaded, True,
-                               regions, cpu_rows)
+                               regions, cpu_rows, provenance=read_provenance(model))
     log.info("report %s: %d regions, %.1f%% MACs offloaded", path, len(regions), 100 * report.offload_fraction)
     return report

@@ -8,6 +8,7 @@ from xml.sax.saxutils import escape
 
 import onnx
 
+from ..stamp import check_original
 from .canonical import explicit_origin, is_region_node, load_model
 from .graphview import render_graph_html
 from .offload import OffloadReport
@@ -90,8 +91,10 @@ def tables_html(rep: OffloadReport) -> str:
 
 def render_report_html(rep: OffloadReport, original: Optional[str] = None) -> str:
     """The page: the deployable graph, or with ``original`` (path / ModelProto) the original graph
-    coloured by where each node went (needs report.json)."""
+    coloured by where each node went (needs report.json); ``original`` must be the model the report's
+    conversion was made from (``UsageError`` otherwise, see ``stamp.check_original``)."""
     if original is not None:
+        check_original(rep.provenance, original, f"'{rep.source}'")
         m = load_model(original)
         classes, info = original_views(m, rep)
         title = f"offload report: {rep.source} (original graph)"

@@ -1,0 +1,86 @@
+"""``ConvertResult.save()``: the files of one conversion, written as one folder (``artifact/folder.py``)
+with its ``manifest.json`` (``artifact/manifest.py``), and progress per region on large saves."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .artifact.folder import Writer, write_folder
+from .artifact.manifest import build
+from .modelio import dump_json
+from .stamp import converter_info
+
+log = logging.getLogger(__name__)
+SKIPPED_CONSTS = "consts_json=False (--no-consts-json): the region binary holds the weights"
+
+
+def _json(obj) -> Writer:
+    return lambda f: dump_json(obj, f)
+
+
+def _bytes(data: bytes) -> Writer:
+    return lambda f: f.write(data)
+
+
+def _model(model) -> Writer:
+    """Serialized when written: one model's bytes in memory at a time, none before the target is checked."""
+    return lambda f: f.write(model.SerializeToString())
+
+
+def _announced(message: str, say: Callable[[str], None], write: Writer) -> Writer:
+    def run(f):
+        say(message)
+        return write(f)
+    return run
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} KB"
+
+
+def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool = False, consts_json: bool = True,
+                progress: Optional[Callable[[str], None]] = None) -> str:
+    """Write ``result`` (a ``ConvertResult``) into ``out_dir``; returns the path of its model.onnx.
+    ``progress(message)`` gets one line per region (default: INFO records of this module's logger)."""
+    say = progress or log.info
+    files: List[Tuple[str, Writer]] = []
+    region_of: Dict[str, str] = {}
+    skipped: Dict[str, str] = {}
+    for i, sg in enumerate(result.subgraphs):
+        files.append((f"{sg.name}-nodes.json", _announced(f"writing region {i + 1} of {len(result.subgraphs)}: "
+                                                          f"{sg.name}", say, _json(sg.nodes_json))))
+        if consts_json:
+            files.append((f"{sg.name}-consts.json", _json(sg.consts_json)))
+        else:
+            skipped[f"{sg.name}-consts.json"] = SKIPPED_CONSTS
+        files.append((sg.artifact, _bytes(sg.binary)))
+        region_of.update({name: sg.name for name, _ in files[-3 if consts_json else -2:]})
+    if stages:
+        files.extend((f"stage-{name}.onnx", _model(m)) for name, m in result.stages.items())
+    files.append(("report.json", _json(result.report.to_dict())))
+    files.append(("model.onnx", _model(result.model)))
+
+    provenance = getattr(result.report, "provenance", None) or {}
+    source = provenance.get("source") or {}
+    done: Dict[str, List[str]] = {}
+    count = len(result.subgraphs)
+
+    def on_file(name: str, size: int, seconds: float) -> None:
+        region = region_of.get(name)
+        if region is None:
+            if size >= 10_000_000:
+                say(f"wrote {name} ({_mb(size)}, {seconds:.1f}s)")
+            return
+        parts = done.setdefault(region, [])
+        parts.append(f"{name[len(region):].lstrip('-.')} {_mb(size)}")
+        if name.endswith(".bin"):
+            say(f"wrote region {len(done)} of {count}: {region} ({', '.join(parts)})")
+
+    def manifest(digests: Dict[str, dict]) -> dict:
+        return build(digests, model="model.onnx", converter=provenance.get("converter") or converter_info(),
+                     source=source, skipped=skipped)
+
+    write_folder(out_dir, files, manifest=manifest, overwrite=overwrite, protect=[source.get("path")],
+                 on_file=on_file)
+    return os.path.join(out_dir, "model.onnx")
