@@ -1,10 +1,12 @@
 """What ``convert()`` tells the user: for every original node where it runs and why, per region
-its layers and MACs, per dropped group the reason, and the fraction of MACs offloaded."""
+its layers and MACs, per dropped group the reason, per cut between regions why it is there
+(``cuts.py``), and the fraction of MACs offloaded."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+from .cuts import cuts_text
 from .decisions import Decision, Decisions
 
 
@@ -17,6 +19,8 @@ class Report:
     macs_offloaded: int = 0
     partition: str = "max"
     warnings: List[str] = field(default_factory=list)
+    cuts: List[dict] = field(default_factory=list)        # cuts.find_cuts on the deployable model
+    options: dict = field(default_factory=dict)           # the user's exclude / cut_after
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -37,7 +41,8 @@ class Report:
     def to_dict(self) -> dict:
         return {"partition": self.partition, "macs_total": self.macs_total, "macs_offloaded": self.macs_offloaded,
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
-                "dropped": self.dropped, "warnings": self.warnings, "nodes": self.decisions.to_list()}
+                "dropped": self.dropped, "warnings": self.warnings, "options": self.options, "cuts": self.cuts,
+                "nodes": self.decisions.to_list()}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
@@ -65,4 +70,5 @@ class Report:
         for d in self.dropped:
             lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
                          f"{', ...' if len(d['origin']) > 8 else ''})")
+        lines.extend(cuts_text(self.cuts))
         return "\n".join(lines)

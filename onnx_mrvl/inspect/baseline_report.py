@@ -69,7 +69,9 @@ class BaselineReport:
 
     @property
     def passed(self) -> bool:
-        return not self.exceeding
+        """Every model output within fp16 rounding (intermediate verdicts locate, they do not fail:
+        on reductions and small tensors the 2x rule is noisy, docs/simulator.md "fp16 baseline")."""
+        return not any(r.is_output for r in self.exceeding)
 
     @property
     def outputs(self) -> List[BaselineRow]:
@@ -79,6 +81,7 @@ class BaselineReport:
         ex = self.exceeding
         return {"rule": self.rule, "pass": self.passed,
                 "summary": {"compared": len(self.rows), "exceeding": len(ex),
+                            "exceeding_outputs": sum(r.is_output for r in ex),
                             "discontinuous": sum(bool(r.discontinuous) for r in self.rows)},
                 "first_exceeding": ex[0].to_dict() if ex else None,
                 "outputs": [r.to_dict() for r in self.outputs], "tensors": [r.to_dict() for r in self.rows]}
@@ -97,13 +100,18 @@ class BaselineReport:
                        f"{describe(r)}{' (output)' if r.is_output else ''}")
         if limit and len(self.rows) > len(shown):
             out.append(f"  ... and {len(self.rows) - len(shown)} more")
+        bad_out = [r for r in ex if r.is_output]
         if not ex:
             out.append("fp16 baseline: every compared tensor is within fp16 rounding")
+        elif not bad_out:
+            out.append(f"fp16 baseline: every output is within fp16 rounding; {len(ex)} intermediate tensor(s) "
+                       f"exceed it (first {ex[0].tensor!r}, {ex[0].op_type}: ours {ex[0].ours:.4g} against "
+                       f"{ex[0].baseline:.4g}; on reductions and small tensors this can be chance)")
         else:
             r = ex[0]
-            out.append(f"fp16 baseline: {len(ex)} tensor(s) exceed it (likely a conversion bug); first "
-                       f"{r.tensor!r} ({r.op_type}, {r.source}): {describe(r)}, ours {r.ours:.4g} against "
-                       f"the baseline's {r.baseline:.4g}")
+            out.append(f"fp16 baseline: FAIL: {len(bad_out)} output(s) exceed it (likely a conversion bug); first "
+                       f"tensor exceeding it {r.tensor!r} ({r.op_type}, {r.source}): {describe(r)}, ours "
+                       f"{r.ours:.4g} against the baseline's {r.baseline:.4g}")
         return "\n".join(out) + "\n"
 
 

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 
+from ..cuts import cuts_text, find_cuts
 from ..errors import ModelError
 from .canonical import explicit_origin, is_region_node, load_model
 from .runner import node_attrs, region_binary, region_nodes, region_origin
@@ -40,6 +41,7 @@ class OffloadReport:
     removed: List[Dict[str, Any]] = field(default_factory=list)
     dropped: List[Dict[str, Any]] = field(default_factory=list)
     decisions: List[Dict[str, Any]] = field(default_factory=list, repr=False)
+    cuts: List[Dict[str, Any]] = field(default_factory=list)   # why each cut (cuts.py)
 
     @property
     def offload_fraction(self) -> float:
@@ -65,7 +67,7 @@ class OffloadReport:
                             "cpu_nodes": len(self.cpu_nodes), "removed_nodes": len(self.removed)},
                 "regions": self.regions, "cpu_nodes": self.cpu_nodes,
                 "reasons": {k: len(v) for k, v in self.reasons().items()},
-                "removed": self.removed, "dropped": self.dropped}
+                "removed": self.removed, "dropped": self.dropped, "cuts": self.cuts}
 
     def to_text(self, layers: bool = True) -> str:
         est = " (total estimated from shapes)" if self.macs_total_estimated else ""
@@ -96,6 +98,7 @@ class OffloadReport:
         for d in self.dropped:
             out.append(f"kept on the CPU by the partitioner: {d.get('reason')} "
                        f"({', '.join((d.get('origin') or [])[:8])})")
+        out.extend(cuts_text(self.cuts))
         return "\n".join(out) + "\n"
 
 
@@ -194,11 +197,19 @@ def offload_report(path: str) -> OffloadReport:
         report = OffloadReport(os.fspath(path), model_path, True, rep.get("partition"),
                                int(rep.get("macs_total") or 0), int(rep.get("macs_offloaded") or macs_offloaded),
                                False, regions, cpu_rows, removed, list(rep.get("dropped") or []), decisions)
+        cuts = rep.get("cuts")
+        if isinstance(cuts, list):
+            report.cuts = [c for c in cuts if isinstance(c, dict)]
+        else:                         # a report.json written before cuts were recorded
+            opts = rep.get("options") if isinstance(rep.get("options"), dict) else {}
+            report.cuts = find_cuts(model, {str(d.get("node")): d for d in decisions},
+                                    cut_after=opts.get("cut_after") or (), partition=rep.get("partition"))
     else:
         cpu_rows = [{"node": n.name, "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}",
                      "origin": explicit_origin(n) or [n.name], "reason": UNKNOWN_REASON} for n in cpu]
         total = macs_offloaded + cpu_macs(model, cpu)
         report = OffloadReport(os.fspath(path), model_path, False, None, total, macs_offloaded, True,
                                regions, cpu_rows)
+        report.cuts = find_cuts(model, None, unknown=UNKNOWN_REASON)
     log.info("report %s: %d regions, %.1f%% MACs offloaded", path, len(regions), 100 * report.offload_fraction)
     return report
