@@ -218,6 +218,8 @@ def _direct_cuts(G: _Graph, regions, decisions, cut_after: Set[str], partition, 
                             else f"region {regions[id(via)]}")
                     why, reason = CYCLE, (f"{regions[pid]} also reaches {name} through {what}: merging them "
                                           f"would close a cycle")
+                elif not decisions:
+                    why, reason = UNKNOWN, "no report.json: the partition strategy or a user cut_after"
                 else:
                     why, reason = STRATEGY, f"partition strategy/cost (partition={partition or 'unknown'})"
             out.append({"kind": "direct", "position": "between", "from": [regions[pid]], "to": [name],
