@@ -262,7 +262,9 @@ BASELINE_MODELS = (["tiny_cnn", "fashion_mnist", "resnet18_like", "mobilenetv2_l
                                             "vit_like", "inception_dense_like", "googlenet_like", "convnext_like",
                                             "bifpn_like", "crnn_ocr", "paddle_det", "keras_cnn", "audio_gru",
                                             "audio_wave", "audio_spec2d", "transformer_block",
-                                            "transformer_block_ln17")])
+                                            "transformer_block_ln17")]
+                   + [f"exports/{k}" for k in ("se_mobilenetv3", "crnn_head", "audio_head", "yolov5_head", "db_head",
+                                               "tf_nhwc_se", "aspp_head", "tf_unet")])
 
 
 def _builders():
@@ -272,6 +274,8 @@ def _builders():
     b = zoo.model_builders()
     b.update({f"arch/{k}": v for k, v in arch_detect_classify.ALL.items()})
     b.update({f"arch/{k}": v for k, v in arch_ocr_audio.all_models().items()})
+    from test_fuse_exports import MODELS    # exporter idioms: tf2onnx NHWC SE, Keras UNet, ...
+    b.update({f"exports/{k}": v for k, v in MODELS.items()})
     return b
 
 

@@ -222,14 +222,16 @@ def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, re
 
 def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> Dict[str, Storage]:
     """Storage of every region output, from the layout its program declares (a region may hand
-    an NHWC tensor to a CPU consumer that wants NHWC)."""
+    an NHWC tensor to a CPU consumer that wants NHWC). A model output is the original's as it is
+    (a region ending in a folded Transpose to NHWC declares NHWC for the logical NHWC tensor)."""
     from ..artifact import load
 
     out: Dict[str, Storage] = {}
+    model_outputs = {o.name for o in mb.graph.output}
     for node in region_nodes(mb):
         meta = load(binaries[node.name], name=node.name).meta
         for spec, t in zip(meta.get("outputs") or [], node.output):
-            out[t] = Storage(LAYOUT_PERMS.get(str(spec.get("layout", ""))))
+            out[t] = Storage(None if t in model_outputs else LAYOUT_PERMS.get(str(spec.get("layout", ""))))
     return out
 
 
