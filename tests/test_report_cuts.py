@@ -12,6 +12,7 @@ import onnx_mrvl
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.cuts import CUT_AFTER, CYCLE, NOT_SUPPORTED, USER_EXCLUDE, find_cuts
 from onnx_mrvl.inspect.offload import offload_report
+from onnx_mrvl.inspect.report_html import render_report_html
 
 F = TensorProto.FLOAT
 
@@ -66,6 +67,9 @@ def test_cpu_island_and_user_cut_after(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["cuts"] == cuts
     assert main(["report", out, "--no-layers"]) == 0
     assert "[direct; user cut_after]: user cut_after: conv2 ends mrvl_region_1" in capsys.readouterr().out
+    page = render_report_html(offload_report(out))
+    assert "<h2>Cuts: why each region ends where it does</h2>" in page
+    assert "<td>user cut_after: conv2 ends mrvl_region_1</td>" in page
     # a report.json written before cuts were recorded: recomputed from the model and the decisions
     del rep["cuts"]
     with open(os.path.join(out, "report.json"), "w") as f:
