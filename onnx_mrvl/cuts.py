@@ -110,6 +110,7 @@ class _Graph:
             for i in dict.fromkeys(n.input):
                 if i:
                     self.consumers.setdefault(i, []).append(n)
+        self.pos = {id(n): k for k, n in enumerate(self.nodes)}   # the graph is topologically sorted
         inits = {t.name for t in g.initializer}
         self.inputs = {vi.name for vi in g.input if vi.name not in inits}
         self.outputs = {o.name for o in g.output}
@@ -144,11 +145,12 @@ def _islands(G: _Graph) -> List[List[onnx.NodeProto]]:
 
 def _cycle_path(G: _Graph, src: onnx.NodeProto, dst: onnx.NodeProto) -> Optional[onnx.NodeProto]:
     """The first node on a path src -> (other nodes) -> dst, or None when only direct edges join them."""
+    end = G.pos[id(dst)]                  # nodes after dst cannot reach it
     todo = deque((c, c) for c in G.successors(src) if c is not dst)
     seen: Set[int] = set()
     while todo:
         n, first = todo.popleft()
-        if id(n) in seen:
+        if id(n) in seen or G.pos[id(n)] > end:
             continue
         seen.add(id(n))
         for c in G.successors(n):
