@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 import onnx
 
 from . import emit as emit_stage
+from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import CompileError, MrvlError
 from .fuse import fuse
@@ -188,7 +189,9 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             d.subgraph = region_of[d.mrvl_node]
             d.layer = d.layer or layer_of.get(d.mrvl_node)
     report = Report(decisions, [r.summary() for r in result.regions], dropped,
-                    result.macs_total, result.macs_offloaded, partition)
+                    result.macs_total, result.macs_offloaded, partition,
+                    cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
+                    options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())})
     timings["total"] = CLOCK() - t0
     say("done")
     return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)

@@ -1,10 +1,12 @@
 """What ``convert()`` tells the user: for every original node where it runs and why, per region
-its layers and MACs, per dropped group the reason, and the fraction of MACs offloaded."""
+its layers and MACs, per dropped group the reason, per cut between regions why it is there
+(``cuts.py``), and the fraction of MACs offloaded."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
+from .cuts import cuts_text
 from .decisions import Decision, Decisions
 
 
@@ -18,6 +20,8 @@ class Report:
     partition: str = "max"
     warnings: List[str] = field(default_factory=list)
     provenance: Dict[str, Any] = field(default_factory=dict)   # stamp.py: source, options, target, converter
+    cuts: List[dict] = field(default_factory=list)        # cuts.find_cuts on the deployable model
+    options: dict = field(default_factory=dict)           # the user's exclude / cut_after
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -39,6 +43,7 @@ class Report:
         return {"partition": self.partition, "macs_total": self.macs_total, "macs_offloaded": self.macs_offloaded,
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
                 "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
+                "options": self.options, "cuts": self.cuts,
                 "nodes": self.decisions.to_list()}
 
     def explain(self) -> str:
@@ -67,4 +72,5 @@ class Report:
         for d in self.dropped:
             lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
                          f"{', ...' if len(d['origin']) > 8 else ''})")
+        lines.extend(cuts_text(self.cuts))
         return "\n".join(lines)

@@ -2,15 +2,17 @@
 
 Exit code 0 when every compared tensor is within tolerance, 1 when one fails (the first failing
 tensor and its original nodes are named), 3 when a model, input file or binary cannot be used.
-``--json`` prints only JSON on stdout.
+With ``--fp16-baseline`` the exit code follows the baseline's verdicts instead: 1 when a tensor
+exceeds the fp16 baseline (a likely conversion bug), 0 when every error is within fp16 rounding.
+``--json`` prints only (strict) JSON on stdout.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from ..inspect.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from .common import print_json
 
 
 def register(subparsers) -> None:
@@ -34,6 +36,11 @@ def register(subparsers) -> None:
                    help=f"tolerance relative to the tensor's max |reference| (default {DEFAULT_RTOL:g}: "
                         "fp16 rounds to 2**-11 per layer and deep nets accumulate)")
     p.add_argument("--no-sim", action="store_true", help="do not compare inside accelerator regions")
+    p.add_argument("--fp16-baseline", action="store_true",
+                   help="also run A with every float tensor stored in fp16 (fp32 math: the simulator's "
+                        "numeric model) and judge each tensor: 'within fp16 rounding' (our error <= 2x the "
+                        "baseline's) or 'exceeds the fp16 baseline' (a likely bug; exit code 1); "
+                        "discontinuous outputs (ArgMax, Sign, comparisons, Where...) by the elements that flip")
     p.add_argument("--limit", type=int, default=0, metavar="N", help="rows shown in text mode (0: all)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (and nothing else)")
     p.set_defaults(func=run)
@@ -60,10 +67,11 @@ def run(args) -> int:
     a, b = _model_path(args.a), _model_path(args.b)
     feeds = _load_inputs(args.inputs, a) if args.inputs else None
     result = compare_models(a, b, feeds, atol=args.atol, rtol=args.rtol, seed=args.seed,
-                            simulate=not args.no_sim)
+                            simulate=not args.no_sim, fp16_baseline=args.fp16_baseline)
     if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(result.to_dict())
     else:
         sys.stdout.write(result.to_text(limit=args.limit))
+    if result.baseline is not None:
+        return 0 if result.baseline.passed else 1
     return 0 if result.passed else 1

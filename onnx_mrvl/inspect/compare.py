@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -74,6 +74,7 @@ class CompareResult:
     regions: List[Dict[str, Any]] = field(default_factory=list)
     seed: Optional[int] = None
     b_only: int = 0             # tensors of B with no counterpart in A (created by the conversion)
+    baseline: Optional[Any] = None  # baseline_report.BaselineReport (fp16_baseline=True)
 
     @property
     def passed(self) -> bool:
@@ -94,7 +95,8 @@ class CompareResult:
                             "unmapped": len(self.unmapped), "b_only": self.b_only},
                 "first_failure": first.to_dict() if first else None,
                 "regions": self.regions, "tensors": [r.to_dict() for r in self.rows],
-                "unmapped": self.unmapped}
+                "unmapped": self.unmapped,
+                "fp16_baseline": self.baseline.to_dict() if self.baseline is not None else None}
 
     def to_text(self, limit: int = 0) -> str:
         out = [f"compare {self.a_label} (reference) -> {self.b_label}: "
@@ -122,7 +124,8 @@ class CompareResult:
             out.append(f"FAIL: first failing tensor {first.tensor!r} ({where}; original nodes: "
                        f"{', '.join(first.origin) or first.a_node}): max_abs {first.max_abs:.4g}, "
                        f"max_rel {first.max_rel:.4g}, cosine {first.cosine:.6f}")
-        return "\n".join(out) + "\n"
+        tail = self.baseline.to_text(limit) if self.baseline is not None else ""
+        return "\n".join(out) + "\n" + tail
 
 
 def _clip(text: str, n: int) -> str:
@@ -152,16 +155,20 @@ def _origin_index(model: onnx.ModelProto) -> Dict[str, List[int]]:
 
 def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.ndarray]] = None, *,
                    atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, seed: int = 0,
-                   model_dir: Optional[str] = None, simulate: bool = True) -> CompareResult:
+                   model_dir: Optional[str] = None, simulate: bool = True,
+                   fp16_baseline: bool = False) -> CompareResult:
     """Compare every tensor of ``b`` that maps onto a tensor of ``a`` (the reference).
 
     ``inputs``: arrays by input name (seeded random when None); ``model_dir``: where B's region
-    binaries are (default: B's folder); ``simulate``: compare inside regions layer by layer."""
+    binaries are (default: B's folder); ``simulate``: compare inside regions layer by layer;
+    ``fp16_baseline``: also run A with every float tensor stored in fp16 and judge each tensor
+    against it (``result.baseline``, inspect/baseline_report.py)."""
     ma, mb = load_model(a), load_model(b)
     if model_dir is None and not isinstance(b, onnx.ModelProto):
         model_dir = os.path.dirname(os.path.abspath(os.fspath(b)))
     feeds = dict(inputs) if inputs is not None else random_feeds(ma, seed)
     va = run_all(ma, feeds)
+    keep, kept = _keeper(ma, va) if fp16_baseline else (None, {})
     b_inputs = {vi.name for vi in mb.graph.input} - {t.name for t in mb.graph.initializer}
     vb = run_all(mb, {k: v for k, v in feeds.items() if k in b_inputs}, model_dir)
     res = CompareResult(_label(a, ma, "A"), _label(b, mb, "B"), atol, rtol,
@@ -188,13 +195,18 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
                 res.unmapped.append({"tensor": t, "node": n.name, "reason": f"stored shape {list(np.shape(vb[t]))} "
                                      f"({st.describe()}) does not map onto {list(np.shape(ref))}"})
                 continue
+            if keep is not None:
+                keep(logical, got)
             rows[logical] = _row(logical, prod_a[logical], t, n.name, "onnxruntime",
                                  n.name if n.domain == "mrvl" and n.op_type.startswith("Subgraph") else "",
                                  explicit_origin(n) or [n.name], st.describe(), ref, got, atol, rtol,
                                  logical in outputs_a)
     if simulate:
-        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol)
+        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol, keep)
     res.rows = sorted(rows.values(), key=lambda r: (r.position, r.tensor))
+    if fp16_baseline:
+        from .fp16_baseline import judge_against_baseline
+        res.baseline = judge_against_baseline(ma, feeds, va, res.rows, kept, atol, rtol)
     first = res.first_failure
     log.info("compare: %d tensors, first failure %s", len(res.rows), first.tensor if first else "none")
     return res
@@ -210,14 +222,16 @@ def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, re
 
 def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> Dict[str, Storage]:
     """Storage of every region output, from the layout its program declares (a region may hand
-    an NHWC tensor to a CPU consumer that wants NHWC)."""
+    an NHWC tensor to a CPU consumer that wants NHWC). A model output is the original's as it is
+    (a region ending in a folded Transpose to NHWC declares NHWC for the logical NHWC tensor)."""
     from ..artifact import load
 
     out: Dict[str, Storage] = {}
+    model_outputs = {o.name for o in mb.graph.output}
     for node in region_nodes(mb):
         meta = load(binaries[node.name], name=node.name).meta
         for spec, t in zip(meta.get("outputs") or [], node.output):
-            out[t] = Storage(LAYOUT_PERMS.get(str(spec.get("layout", ""))))
+            out[t] = Storage(None if t in model_outputs else LAYOUT_PERMS.get(str(spec.get("layout", ""))))
     return out
 
 
@@ -260,7 +274,20 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
     return logical
 
 
-def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol) -> None:
+def _keeper(ma: onnx.ModelProto, va: Mapping[str, np.ndarray]):
+    """(keep(tensor, value), kept): keeps our values of A's discontinuous tensors (for flip counts)."""
+    from .discontinuous import Discontinuities
+
+    disc, kept = Discontinuities(ma, {k: v.dtype for k, v in va.items()}), {}
+
+    def keep(tensor: str, value: np.ndarray) -> None:
+        if disc.sources(tensor, limit=1):
+            kept[tensor] = value
+    return keep, kept
+
+
+def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol,
+                     keep: Optional[Callable[[str, np.ndarray], None]] = None) -> None:
     by_origin = _origin_index(ma)
     prod_nodes = {t: n for t, (_, n) in prod_a.items()}
     for node in region_nodes(mb):
@@ -282,6 +309,8 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
                                                f"({layer['storage'].describe()}) does not map onto "
                                                f"{list(np.shape(ref))} of {tensor}"})
                 continue
+            if keep is not None and tensor not in rows:
+                keep(tensor, got)
             row = _row(tensor, prod_a[tensor], key, layer["name"], "simulator", node.name, layer["origin"],
                        layer["storage"].describe(), ref, got, atol, rtol, tensor in outputs_a)
             prev = rows.get(tensor)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from ..artifact.manifest import check_folder
+from ..cuts import cuts_text, find_cuts
 from ..errors import ModelError
 from ..stamp import read_provenance
 from .canonical import explicit_origin, is_region_node, load_model
@@ -43,6 +44,7 @@ class OffloadReport:
     dropped: List[Dict[str, Any]] = field(default_factory=list)
     decisions: List[Dict[str, Any]] = field(default_factory=list, repr=False)
     provenance: Dict[str, Any] = field(default_factory=dict)   # stamp.py: source, options, target, converter
+    cuts: List[Dict[str, Any]] = field(default_factory=list)   # why each cut (cuts.py)
 
     @property
     def offload_fraction(self) -> float:
@@ -68,7 +70,8 @@ class OffloadReport:
                             "cpu_nodes": len(self.cpu_nodes), "removed_nodes": len(self.removed)},
                 "regions": self.regions, "cpu_nodes": self.cpu_nodes,
                 "reasons": {k: len(v) for k, v in self.reasons().items()},
-                "removed": self.removed, "dropped": self.dropped, "provenance": self.provenance}
+                "removed": self.removed, "dropped": self.dropped, "provenance": self.provenance,
+                "cuts": self.cuts}
 
     def to_text(self, layers: bool = True) -> str:
         est = " (total estimated from shapes)" if self.macs_total_estimated else ""
@@ -103,6 +106,7 @@ class OffloadReport:
         for d in self.dropped:
             out.append(f"kept on the CPU by the partitioner: {d.get('reason')} "
                        f"({', '.join((d.get('origin') or [])[:8])})")
+        out.extend(cuts_text(self.cuts))
         return "\n".join(out) + "\n"
 
 
@@ -205,11 +209,19 @@ def offload_report(path: str) -> OffloadReport:
                                int(rep.get("macs_total") or 0), int(rep.get("macs_offloaded") or macs_offloaded),
                                False, regions, cpu_rows, removed, list(rep.get("dropped") or []), decisions,
                                read_provenance(model) or dict(rep.get("provenance") or {}))
+        cuts = rep.get("cuts")
+        if isinstance(cuts, list):
+            report.cuts = [c for c in cuts if isinstance(c, dict)]
+        else:                         # a report.json written before cuts were recorded
+            opts = rep.get("options") if isinstance(rep.get("options"), dict) else {}
+            report.cuts = find_cuts(model, {str(d.get("node")): d for d in decisions},
+                                    cut_after=opts.get("cut_after") or (), partition=rep.get("partition"))
     else:
         cpu_rows = [{"node": n.name, "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}",
                      "origin": explicit_origin(n) or [n.name], "reason": UNKNOWN_REASON} for n in cpu]
         total = macs_offloaded + cpu_macs(model, cpu)
         report = OffloadReport(os.fspath(path), model_path, False, None, total, macs_offloaded, True,
                                regions, cpu_rows, provenance=read_provenance(model))
+        report.cuts = find_cuts(model, None, unknown=UNKNOWN_REASON)
     log.info("report %s: %d regions, %.1f%% MACs offloaded", path, len(regions), 100 * report.offload_fraction)
     return report

@@ -85,6 +85,12 @@ def tables_html(rep: OffloadReport) -> str:
     parts.append("<h2>CPU nodes</h2>")
     parts.append(_table(["node", "op type", "reason"], [[c["node"], c["op_type"], c["reason"]] for c in rep.cpu_nodes])
                  if rep.cpu_nodes else "<p>none</p>")
+    if rep.cuts:
+        parts.append("<h2>Cuts: why each region ends where it does</h2>")
+        parts.append(_table(["from", "to", "kind", "why", "reason"],
+                            [[", ".join(c.get("from") or []), ", ".join(c.get("to") or []),
+                              "direct" if c.get("kind") == "direct" else f"CPU island {c.get('position', '')}",
+                              ", ".join(c.get("why") or []), c.get("reason", "")] for c in rep.cuts]))
     parts.append("</section>")
     return "\n".join(parts)
 
