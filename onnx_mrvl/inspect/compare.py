@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from ..errors import UsageError
+from ..errors import ModelError, UsageError
 
 from .canonical import ModelLike, explicit_origin, load_model
 from .inputs import feed_shapes, random_feeds
@@ -178,7 +178,16 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
         raise UsageError("input shapes were given together with input arrays",
                          hint="drop --input-shape: the arrays of --inputs have their shapes")
     feeds = dict(inputs) if inputs is not None else random_feeds(ma, seed, feed_shapes(ma, mb, input_shapes))
-    va = run_all(ma, feeds)
+    try:
+        va = run_all(ma, feeds)
+    except Exception as exc:  # noqa: BLE001 - only onnxruntime's own errors are re-worded
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        shapes = {k: list(np.shape(v)) for k, v in feeds.items()}
+        raise ModelError(f"onnxruntime cannot run the reference model on inputs {shapes}: "
+                         f"{str(exc).strip().splitlines()[-1][:300]}",
+                         hint="give the input sizes the model expects with --input-shape "
+                              "NAME:D1,D2,... or real arrays with --inputs") from None
     b_inputs = {vi.name for vi in mb.graph.input} - {t.name for t in mb.graph.initializer}
     vb = run_all(mb, {k: v for k, v in feeds.items() if k in b_inputs}, model_dir)
     res = CompareResult(_label(a, ma, "A"), _label(b, mb, "B"), atol, rtol,

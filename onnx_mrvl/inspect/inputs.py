@@ -76,4 +76,13 @@ def feed_shapes(ma: onnx.ModelProto, mb: Optional[onnx.ModelProto] = None,
                              + " with a size for each <dimension> (e.g. 224 for an image side), or "
                                "--inputs with real arrays")
         out[name] = shape
+    for name, shape in out.items():
+        other = b_decl.get(name)
+        if other is not None and (len(other) != len(shape) or any(
+                isinstance(d, int) and d != s for d, s in zip(other, shape))):
+            shown = [d if isinstance(d, int) else (d or "?") for d in other]
+            raise UsageError(f"input '{name}' of shape {shape} does not fit the converted model, "
+                             f"which takes {shown}",
+                             hint="compare with the input shape the model was converted for "
+                                  "(convert --input-shape), or convert it again for this one")
     return out
