@@ -95,6 +95,24 @@ def test_compare_json_is_strict_and_carries_the_counts(overflow, capsys):
     assert out_row["max_abs"] <= 1e-4 + 1e-2 * out_row["ref_max_abs"]
 
 
+def test_compare_json_turns_non_finite_numbers_into_null_and_a_flag(overflow, capsys, monkeypatch):
+    """max_rel is inf when the reference is all zeros: before, compare --json printed Infinity."""
+    import onnx_mrvl.inspect.compare as C
+    orig, conv = overflow
+    real = C.compare_models
+
+    def with_inf(*args, **kw):
+        res = real(*args, **kw)
+        res.rows[0].max_rel = float("inf")
+        return res
+    monkeypatch.setattr(C, "compare_models", with_inf)
+    assert main(["compare", orig, conv, "--json"]) == 1
+    doc = strict_loads(capsys.readouterr().out)
+    row = doc["tensors"][0]
+    assert row["max_rel"] is None and row["max_rel_non_finite"] == "inf"
+    assert doc["non_finite"] == {"/tensors/0/max_rel": "inf", "/first_failure/max_rel": "inf"}
+
+
 # ------------------------------------------------------------------------------------ input shapes
 def reshape_net():
     """x[N,3,H,W] -> Conv -> Relu -> Reshape [1, 4096]: only H*W = 1024 runs (32x32)."""
