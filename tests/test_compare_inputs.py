@@ -186,3 +186,16 @@ def test_cli_input_shape(symbolic, capsys):
     assert main(["compare", orig, conv, "--inputs", os.path.join(os.path.dirname(conv), "in.npz"),
                  "--input-shape", "x:1,3,32,32"]) == 3
     assert "--input-shape and --inputs" in capsys.readouterr().err
+
+
+def test_run_compare_names_non_finite_outputs(overflow, capsys):
+    """run --compare: the overflowing output fails with its reason, its max_abs over finite values."""
+    orig, conv = overflow
+    assert main(["run", conv, "--compare", orig]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("output:"))
+    assert "FAIL (1 -inf where the reference is finite)" in line and "max abs nan" not in line
+    assert main(["run", conv, "--compare", orig, "--json"]) == 1
+    cmp_ = strict_loads(capsys.readouterr().out)["outputs"][0]["compare"]
+    assert cmp_["pass"] is False and cmp_["inf"] == 1 and cmp_["ref_inf"] == 0
+    assert cmp_["reason"] == "1 -inf where the reference is finite" and cmp_["max_abs"] is not None
