@@ -1,12 +1,14 @@
 """Model binary container (onnx_mrvl/artifact): round trip, determinism, layout, load() checks.
 
 The container is re-assembled here from docs/binary-format.md (``assemble``), independently of
-the packer, so that tampered files with a *valid* digest reach the structural checks.
+the packer, so that tampered files with a *valid* digest reach the structural checks. Files are
+format 1.1 (zlib-compressed ZMET meta) unless a test asks for 1.0 (uncompressed META).
 """
 import hashlib
 import json
 import os
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -16,6 +18,9 @@ from onnx_mrvl.errors import ArtifactError
 
 HEADER = struct.Struct("<8sHHIIIQ")
 SECTION = struct.Struct("<4sIQQ")
+ZHEAD = struct.Struct("<Q")
+# sha256 of pack(*make_program()) written by the format-1.0 writer (before 1.1 existed)
+V10_SHA256 = "f86cc6ece3d15af31962816ecb6d576858b452640f0f4471894a0457bd873db7"
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -75,16 +80,33 @@ def parse(data):
     fields = HEADER.unpack_from(data, 0)
     table = [SECTION.unpack_from(data, fields[3] + i * SECTION.size) for i in range(fields[5])]
     sec = {tag: bytes(data[off:off + n]) for tag, _, off, n in table}
-    return fields, table, json.loads(sec[b"META"]), sec[b"WGHT"]
+    text = zlib.decompress(sec[b"ZMET"][ZHEAD.size:]) if b"ZMET" in sec else sec[b"META"]
+    return fields, table, json.loads(text), sec[b"WGHT"]
+
+
+def zmet(meta_bytes, declared=None):
+    """A ZMET section: u64 declared length + zlib stream (level 9, as the packer writes)."""
+    n = len(meta_bytes) if declared is None else declared
+    return ZHEAD.pack(n) + zlib.compress(meta_bytes, 9)
 
 
 def align(v, a):
     return (v + a - 1) // a * a
 
 
-def assemble(meta_bytes, wght, *, major=1, minor=0, flags=0, extra=(), header_ext=b""):
-    """Build a container per docs/binary-format.md; ``extra`` = [(tag, bytes)] after WGHT."""
-    sections = [(b"META", meta_bytes, 8), (b"WGHT", wght, 64)] + [(t, b, 8) for t, b in extra]
+def assemble(meta_bytes, wght, *, major=1, minor=1, flags=None, extra=(), header_ext=b"",
+             compress=None, zmet_section=None):
+    """Build a container per docs/binary-format.md; ``extra`` = [(tag, bytes)] after WGHT.
+
+    ``compress`` (default: minor >= 1) stores the meta as a ZMET section (``zmet_section``: its
+    exact bytes) and sets flag bit 0; otherwise an uncompressed META section, flags 0.
+    """
+    compress = minor >= 1 if compress is None else compress
+    if flags is None:
+        flags = 1 if compress else 0
+    head_sec = (b"ZMET", zmet_section if zmet_section is not None else zmet(meta_bytes), 8) \
+        if compress else (b"META", meta_bytes, 8)
+    sections = [head_sec, (b"WGHT", wght, 64)] + [(t, b, 8) for t, b in extra]
     hsize = HEADER.size + len(header_ext)
     pos = hsize + SECTION.size * len(sections)
     table, body = b"", b""
@@ -144,7 +166,7 @@ def test_round_trip(program, blob):
     meta, weights = program
     b = load(blob)
     assert isinstance(b, Binary)
-    assert b.size == len(blob) and b.version == (1, 0) and b.name == "mrvl_region_0"
+    assert b.size == len(blob) and b.version == (1, 1) and b.name == "mrvl_region_0"
     for key in meta:
         if key != "weights":
             assert b.meta[key] == meta[key], key
@@ -203,11 +225,13 @@ def test_digest(blob):
 
 def test_layout_matches_the_documentation(program, blob):
     (magic, major, minor, hsize, flags, count, size), table, meta, wght = parse(blob)
-    assert (magic, major, minor, hsize, flags, count, size) == (b"MRVLBIN\0", 1, 0, 32, 0, 2,
+    assert (magic, major, minor, hsize, flags, count, size) == (b"MRVLBIN\0", 1, 1, 32, 1, 2,
                                                                 len(blob))
     (t0, r0, off0, n0), (t1, r1, off1, n1) = table
-    assert (t0, r0, off0, t1, r1) == (b"META", 0, 80, b"WGHT", 0)
-    assert blob[off0:off0 + n0] == canonical_json(meta)
+    assert (t0, r0, off0, t1, r1) == (b"ZMET", 0, 80, b"WGHT", 0)
+    assert blob[off0:off0 + n0] == zmet(canonical_json(meta))
+    assert ZHEAD.unpack_from(blob, off0)[0] == len(canonical_json(meta))
+    assert zlib.decompress(blob[off0 + 8:off0 + n0]) == canonical_json(meta)
     assert off1 % 64 == 0 and off1 - (off0 + n0) < 64
     assert len(blob) == align(off1 + n1, 8) + 32
     assert assemble(canonical_json(meta), wght) == blob        # the doc describes the packer
@@ -287,9 +311,9 @@ def test_bad_magic(blob):
 
 def test_future_major_version(blob):
     future = put(blob, 8, "<H", 2)
-    expect_error(future, "format version 2.0", "newer onnx_mrvl", "upgrade")
+    expect_error(future, "format version 2.1", "newer onnx_mrvl", "upgrade")
     expect_error(resign(future), "newer onnx_mrvl", "upgrade")
-    expect_error(resign(put(blob, 8, "<H", 0)), "format version 0.0 is not supported")
+    expect_error(resign(put(blob, 8, "<H", 0)), "format version 0.1 is not supported")
 
 
 def test_future_minor_version_with_unknown_section_is_accepted(program, blob):
@@ -297,19 +321,29 @@ def test_future_minor_version_with_unknown_section_is_accepted(program, blob):
     newer = assemble(canonical_json(meta), wght, minor=3, extra=[(b"XTRA", b"future data")])
     b = load(newer)
     assert b.version == (1, 3) and b.meta == meta
-    same = assemble(canonical_json(meta), wght, minor=0, extra=[(b"XTRA", b"future data")])
-    expect_error(same, "unknown section tag b'XTRA'")
-    ext = assemble(canonical_json(meta), wght, minor=1, header_ext=bytes(8))
-    assert load(ext).version == (1, 1)
+    newer_plain = assemble(canonical_json(meta), wght, minor=3, compress=False,
+                           extra=[(b"XTRA", b"future data")])
+    assert load(newer_plain).meta == meta                      # flag bit 0 clear: a META section
+    for minor in (0, 1):
+        same = assemble(canonical_json(meta), wght, minor=minor, extra=[(b"XTRA", b"future")])
+        expect_error(same, "unknown section tag b'XTRA'")
+    ext = assemble(canonical_json(meta), wght, minor=2, header_ext=bytes(8))
+    assert load(ext).version == (1, 2)
     expect_error(assemble(canonical_json(meta), wght, header_ext=bytes(8)), "header_size 40")
+    expect_error(assemble(canonical_json(meta), wght, minor=0, header_ext=bytes(8)),
+                 "header_size 40")
 
 
 def test_flags(program, blob):
     _, _, meta, wght = parse(blob)
-    expect_error(assemble(canonical_json(meta), wght, minor=1, flags=1), "flags 0x00000001",
+    expect_error(assemble(canonical_json(meta), wght, minor=1, flags=3), "flags 0x00000003",
                  "newer onnx_mrvl")
-    assert load(assemble(canonical_json(meta), wght, minor=1, flags=1 << 16)).version == (1, 1)
-    expect_error(assemble(canonical_json(meta), wght, flags=1 << 16), "expected 0")
+    expect_error(assemble(canonical_json(meta), wght, minor=0, flags=2), "flags 0x00000002",
+                 "newer onnx_mrvl")
+    newer = assemble(canonical_json(meta), wght, minor=2, flags=1 | 1 << 16)
+    assert load(newer).version == (1, 2)
+    expect_error(assemble(canonical_json(meta), wght, flags=1 | 1 << 16), "expected 0")
+    expect_error(assemble(canonical_json(meta), wght, minor=0, flags=1 << 16), "expected 0")
 
 
 @pytest.mark.parametrize("cut", [1, 31, 32, 100, -1, -32, -33])
@@ -348,7 +382,7 @@ def test_section_count_out_of_range(blob):
     expect_error(resign(put(blob, 20, "<I", 0)), "section count 0")
     expect_error(resign(put(blob, 20, "<I", 2 ** 32 - 1)), "section count 4294967295")
     expect_error(resign(put(blob, 20, "<I", 65)), "section count 65 is out of range")
-    expect_error(resign(put(blob, 20, "<I", 64)), "section 0 'meta'",
+    expect_error(resign(put(blob, 20, "<I", 64)), "section 0 'compressed meta'",
                  "overlaps the header and section table (which end at byte 1568)")
     small = assemble(b"{}", b"")
     expect_error(resign(put(small, 20, "<I", 60)), "truncated", "section table (60 entries)")
@@ -375,10 +409,10 @@ def test_misaligned_and_reordered_sections(blob):
 
 def test_reserved_and_duplicate_sections(blob):
     expect_error(resign(put(blob, HEADER.size + 4, "<I", 7)), "reserved field is 7")
-    dup = put(blob, HEADER.size + SECTION.size, "<4s", b"META")
+    dup = put(blob, HEADER.size + SECTION.size, "<4s", b"ZMET")
     expect_error(resign(dup), "duplicate section tag")
     missing = put(blob, HEADER.size + SECTION.size, "<4s", b"XTRA")
-    expect_error(resign(put(missing, 10, "<H", 1)), "missing required section b'WGHT'")
+    expect_error(resign(put(missing, 10, "<H", 2)), "missing required section b'WGHT'")
 
 
 def test_nonzero_padding(blob):

@@ -6,7 +6,8 @@ Layout (all integers little-endian; byte-by-byte description in docs/binary-form
     12  u32 header_size (32)            16  u32 flags
     20  u32 section_count               24  u64 file_size
     32  section table: count x {4s tag, u32 reserved, u64 offset, u64 length}
-        META section: canonical JSON (sorted keys, compact, ASCII), 8-byte aligned
+        ZMET section (1.1, flag bit 0): u64 length of the meta JSON + its zlib stream, 8-aligned
+        (META section in 1.0: the canonical JSON (sorted keys, compact, ASCII) uncompressed)
         WGHT section: weight blobs, each 64-byte aligned, zero padding, 64-byte aligned
         zero padding to 8 bytes
     -32 sha256 of every byte before it
@@ -22,6 +23,7 @@ import json
 import logging
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, NoReturn, Tuple, Union
 
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"MRVLBIN\0"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1                          # the newest minor: what pack() writes by default
 # magic, major, minor, header_size, flags, section_count, file_size
 HEADER = struct.Struct("<8sHHIIIQ")
 SECTION = struct.Struct("<4sIQQ")         # tag, reserved, offset, length
@@ -43,9 +45,17 @@ SECTION_ALIGN = 8
 MAX_SECTIONS = 64
 MAX_HEADER_SIZE = 4096
 REQUIRED_FLAGS = 0x0000FFFF               # flag bits a reader must understand to read the file
+FLAG_META_ZLIB = 0x00000001               # 1.1: the meta is the zlib-compressed ZMET section
+KNOWN_REQUIRED_FLAGS = FLAG_META_ZLIB     # the "must understand" bits this reader knows
 TAG_META = b"META"
+TAG_ZMETA = b"ZMET"
 TAG_WEIGHTS = b"WGHT"
-KNOWN_TAGS = {TAG_META: "meta", TAG_WEIGHTS: "weights"}
+KNOWN_TAGS = {TAG_META: "meta", TAG_ZMETA: "compressed meta", TAG_WEIGHTS: "weights"}
+TAGS_SINCE = {TAG_META: 0, TAG_WEIGHTS: 0, TAG_ZMETA: 1}   # the minor that defined each tag
+ZMETA_HEAD = struct.Struct("<Q")          # ZMET: u64 length of the JSON, then one zlib stream
+ZLIB_LEVEL = 9
+MAX_META_SIZE = 64 << 20                  # refuse a meta that decompresses to more than 64 MiB
+ZLIB_MAX_RATIO = 1032                     # deflate cannot expand 1 byte into more than ~1032
 DEFAULT_MAX_SIZE = 1 << 32                # 4 GiB
 MIN_SIZE = HEADER.size + DIGEST_SIZE
 WEIGHT_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
@@ -117,10 +127,18 @@ def _check_array(name: str, wname: Any, arr: Any) -> np.ndarray:
     return arr
 
 
-def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
+def compress_meta(meta_bytes: bytes) -> bytes:
+    """The ZMET section of canonical JSON ``meta_bytes``: u64 length + zlib stream (level 9)."""
+    return ZMETA_HEAD.pack(len(meta_bytes)) + zlib.compress(meta_bytes, ZLIB_LEVEL)
+
+
+def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
+         format_minor: int = FORMAT_MINOR) -> bytes:
     """Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes.
 
-    Deterministic: identical inputs give identical bytes. Weights are written in the order of
+    Format 1.1 (the default) stores the meta JSON zlib-compressed; ``format_minor=0`` writes a
+    1.0 file (uncompressed META) that readers older than 1.1 also load.
+    Deterministic: identical inputs give identical bytes (with the same zlib build). Weights are written in the order of
     ``meta["weights"]`` (built from ``weights`` in insertion order when absent); each entry gets
     ``offset`` and ``nbytes`` relative to the weight section. ``meta`` is not modified. Numpy
     scalars and int/float arrays inside meta are stored as plain numbers / lists. Raises
@@ -128,6 +146,9 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
     missing, extra, mis-shaped or of another dtype.
     """
     pname = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
+    if format_minor not in (0, 1):
+        _pack_fail(pname, f"format_minor must be 0 or 1 (this writer knows 1.0 and 1.1), "
+                          f"got {format_minor!r}")
     if not isinstance(meta, Mapping):
         _pack_fail(pname, f"meta must be a dict, got {type(meta).__name__}")
     if not isinstance(weights, Mapping):
@@ -171,7 +192,11 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
         _pack_fail(pname, f"weights {extra} are not listed in meta['weights']")
     wsize = offset
     validate_meta(meta, wsize, lambda msg: _pack_fail(pname, msg))
-    meta_bytes = canonical_json(meta)
+    meta_json = canonical_json(meta)
+    if format_minor >= 1:
+        meta_tag, flags, meta_bytes = TAG_ZMETA, FLAG_META_ZLIB, compress_meta(meta_json)
+    else:
+        meta_tag, flags, meta_bytes = TAG_META, 0, meta_json
 
     count = 2
     meta_off = HEADER.size + count * SECTION.size
@@ -179,8 +204,8 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
     trailer = align_up(wght_off + wsize, SECTION_ALIGN)
     file_size = trailer + DIGEST_SIZE
     parts: List[Any] = [
-        HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER.size, 0, count, file_size),
-        SECTION.pack(TAG_META, 0, meta_off, len(meta_bytes)),
+        HEADER.pack(MAGIC, FORMAT_MAJOR, format_minor, HEADER.size, flags, count, file_size),
+        SECTION.pack(meta_tag, 0, meta_off, len(meta_bytes)),
         SECTION.pack(TAG_WEIGHTS, 0, wght_off, wsize),
         meta_bytes, bytes(wght_off - meta_off - len(meta_bytes)),
     ]
@@ -196,8 +221,8 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
     parts.append(h.digest())
     data = b"".join(parts)
     assert len(data) == file_size
-    log.debug("packed program %r: %d bytes (meta %d, weights %d)", pname, file_size,
-              len(meta_bytes), wsize)
+    log.debug("packed program %r: format 1.%d, %d bytes (meta %d, %d as JSON; weights %d)",
+              pname, format_minor, file_size, len(meta_bytes), len(meta_json), wsize)
     return data
 
 

@@ -1,7 +1,8 @@
 """Loading a model binary: ``load(data_or_path) -> Binary``, validating every byte first.
 
 Order of checks (docs/binary-format.md): size limit, magic, format version, file size, sha256
-digest, header fields, section table, META (UTF-8, JSON, schema, canonical form), weight padding.
+digest, header fields, section table, meta (zlib stream of 1.1 within its declared length, UTF-8,
+JSON, schema, canonical form), weight padding. Reads formats 1.0 (uncompressed META) and 1.1.
 Every failure raises :class:`~onnx_mrvl.errors.ArtifactError` naming the field, the value found
 and what was expected. Nothing is executed and nothing larger than the file is allocated.
 """
@@ -13,18 +14,21 @@ import logging
 import math
 import os
 import stat
+import zlib
 from typing import Any, Dict, NoReturn, Optional, Tuple
 
 import numpy as np
 
 from ..errors import ArtifactError
-from .format import (DEFAULT_MAX_SIZE, DIGEST_SIZE, FORMAT_MAJOR, FORMAT_MINOR, HEADER, KNOWN_TAGS,
-                     MAGIC, MAX_HEADER_SIZE, MAX_SECTIONS, MIN_SIZE, REQUIRED_FLAGS, SECTION,
-                     SECTION_ALIGN, TAG_META, TAG_WEIGHTS, WEIGHT_DTYPES, Binary, Source,
-                     canonical_json)
+from .format import (DEFAULT_MAX_SIZE, DIGEST_SIZE, FLAG_META_ZLIB, FORMAT_MAJOR, FORMAT_MINOR,
+                     HEADER, KNOWN_REQUIRED_FLAGS, KNOWN_TAGS, MAGIC, MAX_HEADER_SIZE,
+                     MAX_META_SIZE, MAX_SECTIONS, MIN_SIZE, REQUIRED_FLAGS, SECTION, SECTION_ALIGN,
+                     TAG_META, TAG_WEIGHTS, TAG_ZMETA, TAGS_SINCE, WEIGHT_DTYPES, ZLIB_MAX_RATIO,
+                     ZMETA_HEAD, Binary, Source, canonical_json)
 from .schema import WEIGHT_ALIGN, align_up, validate_meta
 
 log = logging.getLogger(__name__)
+INFLATE_CHUNK = 1 << 20
 
 
 class _Reader:
@@ -153,11 +157,20 @@ def _sections(mv: memoryview, r: _Reader, minor: int, hsize: int, flags: int,
                f"{HEADER.size} and {MAX_HEADER_SIZE})")
     if hsize != HEADER.size and not newer:
         r.fail(f"header_size {hsize}, expected {HEADER.size} for format 1.{minor}")
-    if flags & REQUIRED_FLAGS:
+    if flags & REQUIRED_FLAGS & ~KNOWN_REQUIRED_FLAGS:
         r.fail(f"flags 0x{flags:08x} ask for features this reader does not know: written by a "
                f"newer onnx_mrvl, upgrade", hint="upgrade onnx_mrvl")
-    if flags and not newer:
-        r.fail(f"flags 0x{flags:08x}, expected 0 for format 1.{minor}")
+    zmeta = bool(flags & FLAG_META_ZLIB)
+    if minor == 0 and flags:
+        r.fail(f"flags 0x{flags:08x}, expected 0 for format 1.0")
+    if minor == 1 and not zmeta:
+        r.fail(f"flags 0x{flags:08x}: format 1.1 stores the meta compressed (flag bit 0 and a "
+               f"ZMET section); a file with an uncompressed meta is format 1.0")
+    if flags & ~REQUIRED_FLAGS and not newer:
+        r.fail(f"flags 0x{flags:08x}: optional bits 16-31 are set, expected 0 for format "
+               f"1.{minor}")
+    meta_tag = TAG_ZMETA if zmeta else TAG_META
+    other_meta = TAG_META if zmeta else TAG_ZMETA
     if count < 1 or count > MAX_SECTIONS:
         r.fail(f"section count {count} is out of range (expected 1..{MAX_SECTIONS})")
     table_end = hsize + count * SECTION.size
@@ -171,9 +184,12 @@ def _sections(mv: memoryview, r: _Reader, minor: int, hsize: int, flags: int,
     for i in range(count):
         tag, reserved, off, length = SECTION.unpack_from(mv, hsize + i * SECTION.size)
         what = f"section {i} {KNOWN_TAGS.get(tag, tag.decode('latin-1'))!r}"
-        if tag not in KNOWN_TAGS and not newer:
+        if TAGS_SINCE.get(tag, minor + 1) > minor and not newer:
             r.fail(f"{what}: unknown section tag {tag!r} (format 1.{minor} defines "
-                   f"{sorted(t.decode() for t in KNOWN_TAGS)})")
+                   f"{sorted(t.decode() for t, v in TAGS_SINCE.items() if v <= minor)})")
+        if tag == other_meta:
+            r.fail(f"{what}: flag bit 0 is {int(zmeta)}, so the meta must be in a {meta_tag!r} "
+                   f"section, not {tag!r}")
         if tag in found:
             r.fail(f"{what}: duplicate section tag {tag!r}")
         if reserved:
@@ -187,11 +203,11 @@ def _sections(mv: memoryview, r: _Reader, minor: int, hsize: int, flags: int,
         if off < table_end:
             r.fail(f"{what}: offset {off} overlaps the header and section table (which end at "
                    f"byte {table_end})")
-        if tag == TAG_WEIGHTS and TAG_META not in found:
+        if tag == TAG_WEIGHTS and meta_tag not in found:
             r.fail(f"{what}: the meta section must be listed before the weights section")
         found[tag] = (off, length)
         spans.append((off, length, align, what))
-    for tag in (TAG_META, TAG_WEIGHTS):
+    for tag in (meta_tag, TAG_WEIGHTS):
         if tag not in found:
             r.fail(f"missing required section {tag!r} ({KNOWN_TAGS[tag]})")
     prev_start, prev_end, prev_what = 0, table_end, "the section table"
@@ -217,8 +233,49 @@ def _sections(mv: memoryview, r: _Reader, minor: int, hsize: int, flags: int,
     return found
 
 
-def _meta(mv: memoryview, r: _Reader, off: int, length: int) -> Tuple[dict, bytes]:
-    raw = bytes(mv[off:off + length])
+def _inflate(mv: memoryview, r: _Reader, off: int, length: int) -> bytes:
+    """The meta JSON bytes of a ZMET section: u64 declared length, then exactly one zlib stream.
+
+    Bomb limits: the declared length is at most MAX_META_SIZE and what the stream's size can
+    hold; zlib never produces more than declared + 1 bytes; every zlib error is ArtifactError.
+    """
+    what = "compressed meta (ZMET section)"
+    if length < ZMETA_HEAD.size + 2:
+        r.fail(f"{what} has {length} bytes, too short for its {ZMETA_HEAD.size}-byte length "
+               f"field and a zlib stream")
+    declared, = ZMETA_HEAD.unpack_from(mv, off)
+    stream = mv[off + ZMETA_HEAD.size:off + length]
+    if declared > MAX_META_SIZE:
+        r.fail(f"{what} declares {declared} bytes of JSON, more than the limit of "
+               f"{MAX_META_SIZE} bytes (a decompression bomb?)")
+    if declared > ZLIB_MAX_RATIO * len(stream):
+        r.fail(f"{what} declares {declared} bytes of JSON, more than {len(stream)} bytes of zlib "
+               f"data can hold")
+    d = zlib.decompressobj(wbits=15)            # zlib format: header + adler32, no gzip, no raw
+    chunks, total = [], 0
+    while not d.eof:                            # in chunks: a bomb stops at declared + 1 bytes
+        try:
+            out = d.decompress(stream, min(INFLATE_CHUNK, declared + 1 - total))
+        except zlib.error as exc:
+            r.fail(f"{what} is not valid zlib data ({exc})")
+        chunks.append(out)
+        total += len(out)
+        if total > declared:
+            r.fail(f"{what} decompresses to more than the {declared} bytes it declares")
+        if not out and len(d.unconsumed_tail) == len(stream):
+            break                               # input used up, the stream has not ended
+        stream = d.unconsumed_tail
+    if not d.eof:
+        r.fail(f"{what} is truncated: the zlib stream does not end ({total} of {declared} "
+               f"bytes decompressed)")
+    if d.unused_data:
+        r.fail(f"{what}: {len(d.unused_data)} bytes after the end of the zlib stream")
+    if total != declared:
+        r.fail(f"{what} decompresses to {total} bytes but declares {declared}")
+    return b"".join(chunks)
+
+
+def _meta(raw: bytes, r: _Reader) -> dict:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -252,7 +309,7 @@ def _meta(mv: memoryview, r: _Reader, off: int, length: int) -> Tuple[dict, byte
         r.fail("meta JSON is nested too deeply")
     if not isinstance(meta, dict):
         r.fail(f"meta must be a JSON object, got {type(meta).__name__}")
-    return meta, raw
+    return meta
 
 
 def _parse(mv: memoryview, r: _Reader, max_size: int) -> Binary:
@@ -266,9 +323,13 @@ def _parse(mv: memoryview, r: _Reader, max_size: int) -> Binary:
     whole = body.copy()
     whole.update(stored)
     found = _sections(mv, r, minor, hsize, flags, count)
-    moff, mlen = found[TAG_META]
     woff, wlen = found[TAG_WEIGHTS]
-    meta, raw = _meta(mv, r, moff, mlen)
+    if TAG_ZMETA in found:
+        raw = _inflate(mv, r, *found[TAG_ZMETA])
+    else:
+        moff, mlen = found[TAG_META]
+        raw = bytes(mv[moff:moff + mlen])
+    meta = _meta(raw, r)
     slots = validate_meta(meta, wlen, lambda msg: r.fail(msg))
     try:
         canonical = canonical_json(meta)

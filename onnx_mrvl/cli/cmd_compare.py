@@ -4,15 +4,18 @@ Exit code 0 when every compared tensor is within tolerance, 1 when one fails (th
 tensor and its original nodes are named), 3 when a model, input file or binary cannot be used.
 With ``--fp16-baseline`` the exit code follows the baseline's verdicts instead: 1 when a tensor
 exceeds the fp16 baseline (a likely conversion bug), 0 when every error is within fp16 rounding.
-``--json`` prints only (strict) JSON on stdout.
+``--json`` prints only JSON on stdout (strict: a non-finite number is null plus a flag, see
+``common.strict_json``). Random inputs take A's declared shapes; ``--input-shape`` fixes symbolic
+dimensions (see ``inspect/inputs.py`` for the defaults).
 """
 from __future__ import annotations
 
 import os
 import sys
 
+from ..errors import UsageError
 from ..inspect.compare import DEFAULT_ATOL, DEFAULT_RTOL
-from .common import print_json
+from .common import parse_input_shapes, print_json
 
 
 def register(subparsers) -> None:
@@ -30,6 +33,10 @@ def register(subparsers) -> None:
     p.add_argument("--inputs", metavar="F.npz", help=".npz (by input name, or arr_0...) or .npy; "
                                                      "seeded random inputs when absent")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
+                   help="shape of the random input NAME, e.g. x:1,3,224,224 (repeatable; as convert's). "
+                        "Without it a symbolic dimension takes the converted model's size, or 1 for the "
+                        "batch; any other is an error")
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                    help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
@@ -65,9 +72,14 @@ def run(args) -> int:
     from ..inspect.compare import compare_models
 
     a, b = _model_path(args.a), _model_path(args.b)
+    shapes = parse_input_shapes(args.input_shape)
+    if shapes and args.inputs:
+        raise UsageError("--input-shape and --inputs both give the input shapes",
+                         hint="drop --input-shape: the arrays of --inputs have their shapes")
     feeds = _load_inputs(args.inputs, a) if args.inputs else None
     result = compare_models(a, b, feeds, atol=args.atol, rtol=args.rtol, seed=args.seed,
-                            simulate=not args.no_sim, fp16_baseline=args.fp16_baseline)
+                            simulate=not args.no_sim, fp16_baseline=args.fp16_baseline,
+                            input_shapes=shapes)
     if args.json:
         print_json(result.to_dict())
     else:

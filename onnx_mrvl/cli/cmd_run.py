@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import ModelError, UsageError
 from ..feeds import input_mismatches
 from ..inspect.compare import DEFAULT_ATOL
+from ..inspect.tensors import error_stats as tensor_stats
 from .common import error_stats, load_inputs, positive_int, print_json, random_inputs, session_specs
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,12 @@ def run(args) -> int:
             passed = "shape_mismatch" not in stats and stats["max_abs"] <= args.atol + args.tolerance * stats["ref_max_abs"]
             if np.issubdtype(np.asarray(r).dtype, np.integer):
                 passed = np.array_equal(r, got)
+            elif "shape_mismatch" not in stats:   # non-finite values: counted, must agree, named
+                full = tensor_stats(r, got, args.atol, args.tolerance)
+                stats.update({k: full[k] for k in ("nan", "inf", "ref_nan", "ref_inf", "reason") if k in full})
+                if stats["nan"] or stats["inf"] or stats["ref_nan"] or stats["ref_inf"]:
+                    stats["max_abs"], stats["max_rel"] = full["max_abs"], full["max_rel"]
+                    passed = full["pass"]
             stats["pass"] = bool(passed)
             entry["compare"] = stats
             ok &= bool(passed)
@@ -82,6 +89,8 @@ def run(args) -> int:
                 c = e["compare"]
                 line += (f"  | vs original: max abs {c['max_abs']:.3g}, max rel {c['max_rel']:.3g} "
                          f"{'PASS' if c['pass'] else 'FAIL'}") if "max_abs" in c else f"  | shape mismatch {c}"
+                if not c["pass"] and c.get("reason"):
+                    line += f" ({c['reason']})"
             print(line)
         print(f"time: mean {report['time_s']['mean'] * 1e3:.2f} ms over {len(times)} run(s)")
         for r in report["regions"]:

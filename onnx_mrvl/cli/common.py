@@ -18,6 +18,11 @@ from ..feeds import check_feeds, random_array, read_inputs
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_MRVL, EXIT_INTERNAL = 0, 1, 2, 3, 4
 PROGRESS_LOGGER = "onnx_mrvl.progress"
+NOTICE_LOGGER = "onnx_mrvl.notice"    # one-liners such as "building the simulator's kernels"
+# Third-party loggers that flood -vv (numba logs every bytecode it compiles: ~750k lines on a cold
+# run); they stay at WARNING unless -vvv asks for everything.
+QUIET_LIBRARIES = ("numba", "llvmlite", "matplotlib", "PIL", "urllib3", "asyncio", "filelock",
+                   "hypothesis", "onnxscript", "torch", "tensorflow", "jax", "h5py")
 
 ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
@@ -212,25 +217,46 @@ class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         if record.name == PROGRESS_LOGGER:
             return record.getMessage()
+        if record.name == NOTICE_LOGGER:
+            return f"onnx-mrvl: {record.getMessage()}"
         return f"{record.levelname} {record.name}: {record.getMessage()}" + (
             "\n" + self.formatException(record.exc_info) if record.exc_info else "")
 
 
+class _OursBelowWarning(logging.Filter):
+    """Lets through WARNING and above from anyone, lower levels only from onnx_mrvl's loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.split(".")[0] == "onnx_mrvl"
+
+
 def configure_logging(verbose: int, quiet: bool):
-    """Log records to stderr: warnings by default, -v info, -vv debug, -q errors only. Progress
-    (``Progress``) shows at the default level too when stderr is a terminal. Returns a function that
-    undoes this (``main()`` called in-process leaves logging as it found it)."""
+    """Log records to stderr: warnings by default, -v info, -vv debug (onnx_mrvl's own records; other
+    libraries stay at WARNING), -vvv debug of everything, -q errors only. Progress (``Progress``)
+    and notices (the ``onnx_mrvl.notice`` logger) show at the default level too when stderr is a
+    terminal. Returns a function that undoes this (``main()`` called in-process leaves logging as
+    it found it)."""
     root, progress = logging.getLogger(), logging.getLogger(PROGRESS_LOGGER)
-    saved = root.level, progress.level
+    notice = logging.getLogger(NOTICE_LOGGER)
+    libraries = [logging.getLogger(name) for name in QUIET_LIBRARIES]
+    saved = root.level, progress.level, notice.level, [lg.level for lg in libraries]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
+    if verbose < 3:
+        handler.addFilter(_OursBelowWarning())
+        for lg in libraries:           # not only filtered: numba would still format its dumps
+            lg.setLevel(logging.WARNING)
     root.addHandler(handler)
     root.setLevel(logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)])
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
     progress.setLevel(logging.INFO if tty and not quiet else logging.NOTSET)
+    notice.setLevel(logging.INFO if tty and not quiet else logging.NOTSET)
 
     def restore() -> None:
         root.removeHandler(handler)
         root.setLevel(saved[0])
         progress.setLevel(saved[1])
+        notice.setLevel(saved[2])
+        for lg, level in zip(libraries, saved[3]):
+            lg.setLevel(level)
     return restore

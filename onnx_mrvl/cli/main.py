@@ -17,7 +17,8 @@ from typing import List, Optional
 from .common import EXIT_FAIL, EXIT_INTERNAL, EXIT_MRVL, EXIT_OK, EXIT_USAGE  # noqa: F401 - re-exported
 from .common import configure_logging, run_command
 
-GLOBAL_HELP = {"verbose": "more logging (-v info, -vv debug); also after the command",
+GLOBAL_HELP = {"verbose": "more logging (-v info, -vv debug, -vvv also other libraries' debug "
+                          "logs such as numba's); also after the command",
                "quiet": "only errors; also after the command"}
 
 

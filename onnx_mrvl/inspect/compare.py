@@ -11,7 +11,12 @@ Tolerance (fp16-aware): a tensor passes when ``max|ref - got| <= atol + rtol * m
 fp16 has an 11-bit significand (relative rounding 2**-11 ~ 4.9e-4 per value); every layer rounds
 its output and the errors of a deep net add up, so the default ``rtol`` is 1e-2 of the tensor's
 largest magnitude, with ``atol`` 1e-4 for tensors that are (nearly) zero. Integer tensors must be
-equal; non-finite values must agree.
+equal; non-finite values must agree: each row counts the NaN / inf of both sides, and a failing row
+says why (e.g. "3 NaN where the reference is finite", or max_abs over the tolerance).
+
+Inputs: seeded random arrays of A's declared shapes. A symbolic dimension takes ``input_shapes``
+(``--input-shape``), else the converted model's static size for it, else 1 when it is the first
+(batch) dimension; any other symbolic dimension raises ``UsageError`` asking for ``--input-shape``.
 """
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from ..feeds import random_feeds as _random_feeds
+from ..errors import ModelError, UsageError
 
 from .canonical import ModelLike, explicit_origin, load_model
+from .inputs import feed_shapes, random_feeds
 from .runner import capture_region, region_binary, region_nodes, run_all
 from .tensors import LAYOUT_PERMS, RESHAPES, Storage, error_stats, graph_storage, reshape_source_perm
 
@@ -55,6 +61,11 @@ class TensorCompare:
     passed: bool
     is_output: bool = False
     position: int = 0           # A's topological position of the producer
+    nan: int = 0                # NaN / inf values in B's tensor
+    inf: int = 0
+    ref_nan: int = 0            # ... and in A's
+    ref_inf: int = 0
+    reason: str = ""            # why it fails ("" when it passes)
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -110,6 +121,8 @@ class CompareResult:
             out.append(f"{i:>4}  {_clip(r.tensor, 32):<32} {src:<4} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
                        f"{r.cosine:>9.6f}  {'PASS' if r.passed else 'FAIL'}  "
                        f"{','.join(r.origin)}{' (output)' if r.is_output else ''}")
+            if r.nan or r.inf or r.ref_nan or r.ref_inf or r.reason:
+                out.append(f"{'':>6}{_nonfinite_counts(r)}{': ' + r.reason if r.reason else ''}")
         if limit and len(self.rows) > limit:
             out.append(f"  ... and {len(self.rows) - limit} more")
         if self.unmapped:
@@ -122,19 +135,18 @@ class CompareResult:
             where = f"layer {first.b_node} of region {first.region}" if first.source == "simulator" \
                 else f"node {first.b_node}"
             out.append(f"FAIL: first failing tensor {first.tensor!r} ({where}; original nodes: "
-                       f"{', '.join(first.origin) or first.a_node}): max_abs {first.max_abs:.4g}, "
-                       f"max_rel {first.max_rel:.4g}, cosine {first.cosine:.6f}")
+                       f"{', '.join(first.origin) or first.a_node}): {first.reason or 'max_abs over the tolerance'}"
+                       f" (max_abs {first.max_abs:.4g}, max_rel {first.max_rel:.4g}, cosine {first.cosine:.6f})")
         tail = self.baseline.to_text(limit) if self.baseline is not None else ""
         return "\n".join(out) + "\n" + tail
 
 
+def _nonfinite_counts(r: TensorCompare) -> str:
+    return f"NaN {r.nan} (reference {r.ref_nan}), inf {r.inf} (reference {r.ref_inf})"
+
+
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 3] + "..."
-
-
-def random_feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
-    """Seeded inputs for every true graph input (standard normal floats; symbolic dims -> 1)."""
-    return _random_feeds(model, seed)
 
 
 def _producers(model: onnx.ModelProto) -> Dict[str, Tuple[int, onnx.NodeProto]]:
@@ -156,18 +168,32 @@ def _origin_index(model: onnx.ModelProto) -> Dict[str, List[int]]:
 def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.ndarray]] = None, *,
                    atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL, seed: int = 0,
                    model_dir: Optional[str] = None, simulate: bool = True,
-                   fp16_baseline: bool = False) -> CompareResult:
+                   fp16_baseline: bool = False,
+                   input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> CompareResult:
     """Compare every tensor of ``b`` that maps onto a tensor of ``a`` (the reference).
 
-    ``inputs``: arrays by input name (seeded random when None); ``model_dir``: where B's region
-    binaries are (default: B's folder); ``simulate``: compare inside regions layer by layer;
-    ``fp16_baseline``: also run A with every float tensor stored in fp16 and judge each tensor
-    against it (``result.baseline``, inspect/baseline_report.py)."""
+    ``inputs``: arrays by input name (seeded random when None, of the shapes ``feed_shapes`` picks
+    with ``input_shapes``); ``model_dir``: where B's region binaries are (default: B's folder);
+    ``simulate``: compare inside regions layer by layer; ``fp16_baseline``: also run A with every
+    float tensor stored in fp16 and judge each tensor against it (``result.baseline``,
+    inspect/baseline_report.py)."""
     ma, mb = load_model(a), load_model(b)
     if model_dir is None and not isinstance(b, onnx.ModelProto):
         model_dir = os.path.dirname(os.path.abspath(os.fspath(b)))
-    feeds = dict(inputs) if inputs is not None else random_feeds(ma, seed)
-    va = run_all(ma, feeds)
+    if inputs is not None and input_shapes:
+        raise UsageError("input shapes were given together with input arrays",
+                         hint="drop --input-shape: the arrays of --inputs have their shapes")
+    feeds = dict(inputs) if inputs is not None else random_feeds(ma, seed, feed_shapes(ma, mb, input_shapes))
+    try:
+        va = run_all(ma, feeds)
+    except Exception as exc:  # noqa: BLE001 - only onnxruntime's own errors are re-worded
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        shapes = {k: list(np.shape(v)) for k, v in feeds.items()}
+        raise ModelError(f"onnxruntime cannot run the reference model on inputs {shapes}: "
+                         f"{str(exc).strip().splitlines()[-1][:300]}",
+                         hint="give the input sizes the model expects with --input-shape "
+                              "NAME:D1,D2,... or real arrays with --inputs") from None
     keep, kept = _keeper(ma, va) if fp16_baseline else (None, {})
     b_inputs = {vi.name for vi in mb.graph.input} - {t.name for t in mb.graph.initializer}
     vb = run_all(mb, {k: v for k, v in feeds.items() if k in b_inputs}, model_dir)
@@ -217,7 +243,9 @@ def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, re
     s = error_stats(ref, got, atol, rtol)
     return TensorCompare(tensor, node.name, node.op_type, b_tensor, b_node, source, region, list(origin), storage,
                          list(np.shape(ref)), float(s["max_abs"]), float(s["max_rel"]), float(s["cosine"]),
-                         float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos)
+                         float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos,
+                         int(s.get("nan", 0)), int(s.get("inf", 0)), int(s.get("ref_nan", 0)),
+                         int(s.get("ref_inf", 0)), str(s.get("reason", "")))
 
 
 def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> Dict[str, Storage]:

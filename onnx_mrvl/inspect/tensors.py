@@ -200,23 +200,61 @@ def layer_storage(meta: dict) -> Dict[int, Storage]:
     return out
 
 
+def _kinds(x: np.ndarray) -> np.ndarray:
+    """Per value: 0 finite, 1 NaN, 2 +inf, 3 -inf."""
+    k = np.zeros(x.shape, np.int8)
+    k[np.isnan(x)] = 1
+    k[x == np.inf] = 2
+    k[x == -np.inf] = 3
+    return k
+
+
+_KIND_NAMES = ("finite values", "NaN", "+inf", "-inf")
+
+
+def nonfinite_reason(r: np.ndarray, g: np.ndarray) -> str:
+    """Where ``g`` (ours) and ``r`` (the reference) disagree on NaN / inf, e.g. "3 NaN where the
+    reference is finite; 1 +inf where the reference is -inf"; empty when they agree."""
+    kr, kg = _kinds(r), _kinds(g)
+    parts = []
+    for want in range(4):
+        for have in range(4):
+            n = int(np.count_nonzero((kr == want) & (kg == have))) if want != have else 0
+            if n:
+                what = _KIND_NAMES[have] if have or n != 1 else "finite value"
+                ref = "finite" if want == 0 else _KIND_NAMES[want]
+                parts.append(f"{n} {what} where the reference is {ref}")
+    return "; ".join(parts)
+
+
 def error_stats(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> Dict[str, object]:
     """max abs / max rel error, cosine similarity and pass (max_abs <= atol + rtol * max|ref|).
 
     Non-finite values pass only where both sides agree (same inf, or both NaN); integer and bool
-    tensors must be equal."""
+    tensors must be equal. Float tensors also get ``nan`` / ``inf`` (counts in ``got``), ``ref_nan`` /
+    ``ref_inf`` (in ``ref``); a failure gets ``reason``, naming non-finite mismatches first (the
+    errors above are over the values finite on both sides)."""
     ref_a, got_a = np.asarray(ref), np.asarray(got)
     if ref_a.dtype.kind in "biu" or got_a.dtype.kind in "biu":
         same = ref_a.shape == got_a.shape and bool(np.array_equal(ref_a, got_a))
         diff = 0.0 if same else float(np.max(np.abs(ref_a.astype(np.float64) - got_a.astype(np.float64)))) \
             if ref_a.shape == got_a.shape and ref_a.size else float("inf")
-        return {"max_abs": diff, "max_rel": 0.0 if same else float("inf"), "cosine": 1.0 if same else 0.0,
-                "ref_max_abs": float(np.max(np.abs(ref_a))) if ref_a.size else 0.0, "pass": same}
+        out = {"max_abs": diff, "max_rel": 0.0 if same else float("inf"), "cosine": 1.0 if same else 0.0,
+               "ref_max_abs": float(np.max(np.abs(ref_a))) if ref_a.size else 0.0, "pass": same}
+        if not same:
+            out["reason"] = (f"shape {list(got_a.shape)}, the reference has {list(ref_a.shape)}"
+                             if ref_a.shape != got_a.shape else
+                             f"{int(np.count_nonzero(ref_a != got_a))} of {ref_a.size} values differ "
+                             f"(integer tensors must be equal)")
+        return out
     r, g = ref_a.astype(np.float64).ravel(), got_a.astype(np.float64).ravel()
     fin_r, fin_g = np.isfinite(r), np.isfinite(g)
     nonfinite_ok = bool(np.array_equal(fin_r, fin_g)
                         and np.array_equal(np.nan_to_num(r[~fin_r], nan=0.0), np.nan_to_num(g[~fin_g], nan=0.0))
                         and np.array_equal(np.isnan(r), np.isnan(g)))
+    counts = {"nan": int(np.isnan(g).sum()), "inf": int(np.isinf(g).sum()),
+              "ref_nan": int(np.isnan(r).sum()), "ref_inf": int(np.isinf(r).sum())}
+    reason = "" if nonfinite_ok else nonfinite_reason(r, g)
     both = fin_r & fin_g
     r, g = r[both], g[both]
     d = np.abs(r - g)
@@ -229,10 +267,16 @@ def error_stats(ref: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> D
         cos = 0.0
     else:
         cos = float(np.dot(r, g) / (nr * ng))
+    limit = atol + rtol * scale
     stats: Dict[str, object] = {"max_abs": max_abs, "max_rel": max_abs / scale if scale > 0 else
                                 (0.0 if max_abs == 0 else float("inf")),
                                 "cosine": cos, "ref_max_abs": scale,
-                                "pass": bool(nonfinite_ok and max_abs <= atol + rtol * scale)}
+                                "pass": bool(nonfinite_ok and max_abs <= limit), **counts}
+    if not max_abs <= limit:
+        reason = "; ".join(p for p in (reason, f"max_abs {max_abs:.4g} > {atol:g} + {rtol:g} * "
+                                               f"{scale:.4g} = {limit:.4g}") if p)
     if not nonfinite_ok:
         stats["nonfinite_mismatch"] = int(np.sum(fin_r != fin_g))
+    if reason:
+        stats["reason"] = reason
     return stats

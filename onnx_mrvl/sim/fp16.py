@@ -8,7 +8,8 @@ under 2**-14, the multiples of 2**-24 fp16 subnormals can hold); the float32 add
 dropped bits to nearest even. Magnitudes that round beyond 65504 become inf, NaN stays NaN.
 The result is bit-identical to ``x.astype(np.float16).astype(np.float32)`` for every float32 input
 (checked exhaustively over all 2**32 bit patterns while writing it; the tests re-check a sample).
-With numba present the same arithmetic runs as one compiled pass (``jit.round_flat``).
+The same arithmetic runs as one compiled pass in the native kernel library when it is loaded
+(``copy_round`` of ``_native_conv.c``), else in numba (``jit.round_flat``) when numba is present.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import threading
 
 import numpy as np
 
-from . import jit
+from . import jit, native
 
 FP16_MAX = 65504.0
 _ABS = np.uint32(0x7FFFFFFF)
@@ -62,8 +63,11 @@ def round_fp16_(x: np.ndarray) -> bool:
     n = flat.size
     if n == 0:
         return True
-    if jit.on():
-        return bool(jit.round_flat(flat))
+    if native.on():                           # in place: each block is loaded before it is stored
+        return bool(native.lib().copy_round(flat.ctypes.data, flat.ctypes.data, n) & 2)
+    round_flat = jit.kernel("round_flat")     # compiled on first use; None: numpy
+    if round_flat is not None:
+        return bool(round_flat(flat))
     u = flat.view(np.uint32)
     a, e = _buffers()
     with np.errstate(all="ignore"):

@@ -57,15 +57,20 @@ def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
         tiled = tuple(np.tile(v, reps) for v in vecs) + (np.tile(sl, reps),)
         width = channels * reps
 
+        plain = _numpy_epilogue(act, bias, scale, shift)
+
         def compiled(y: np.ndarray) -> bool:
+            epilogue = jit.kernel("epilogue")          # compiled on the first call, None if off
+            if epilogue is None:
+                return plain(y)
             # few channels: run over rows of ``width`` values (vectors tiled) so the loop is long
             flat = y.reshape(-1)
             full = flat.size - flat.size % width if reps > 1 else 0
             ok = True
             if full:
-                ok = jit.epilogue(flat[:full].reshape(-1, width), *tiled[:3], code, p0, p1, tiled[3])
+                ok = epilogue(flat[:full].reshape(-1, width), *tiled[:3], code, p0, p1, tiled[3])
             if full < flat.size:
-                ok = jit.epilogue(flat[full:].reshape(-1, channels), *vecs, code, p0, p1, sl) and ok
+                ok = epilogue(flat[full:].reshape(-1, channels), *vecs, code, p0, p1, sl) and ok
             if code >= 0:
                 return bool(ok)
             r = act(y)                       # transcendental activation: numpy finishes it
@@ -73,6 +78,10 @@ def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
                 y[...] = r
             return round_fp16_(y)
         return compiled
+    return _numpy_epilogue(act, bias, scale, shift)
+
+
+def _numpy_epilogue(act, bias, scale, shift) -> Callable[[np.ndarray], bool]:
     bias, scale, shift = _f32(bias), _f32(scale), _f32(shift)
 
     def run(y: np.ndarray) -> bool:
@@ -342,8 +351,9 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         mult = self.og
         xs = x if mult == 1 else np.repeat(x, mult, axis=3)
-        if jit.on():
-            return self._depthwise_jit(np.ascontiguousarray(xs), n, oh, ow)
+        compiled = jit.kernel("depthwise")             # compiled on first use, None if off
+        if compiled is not None:
+            return self._depthwise_jit(compiled, np.ascontiguousarray(xs), n, oh, ow)
         xp = np.ascontiguousarray(_pad_nhwc(xs, self.padding))
         o = self.out_channels
         wt = self._tiled.get(ow)
@@ -376,8 +386,9 @@ class Conv2D:
         out = np.ascontiguousarray(out.reshape(n, oh, ow, o), dtype=F32)
         return out, self.epilogue(out.reshape(-1, o))
 
-    def _depthwise_jit(self, xs: np.ndarray, n: int, oh: int, ow: int) -> Tuple[np.ndarray, bool]:
-        """Per row block: the compiled tap sums (``jit.depthwise``), then the compiled epilogue."""
+    def _depthwise_jit(self, depthwise, xs: np.ndarray, n: int, oh: int, ow: int
+                       ) -> Tuple[np.ndarray, bool]:
+        """Per row block: the compiled tap sums (``depthwise``), then the compiled epilogue."""
         o, w = self.out_channels, self._w_hwc
         out = np.empty((n, oh, ow, o), dtype=F32)
         (sh, sw), (dh, dw), (t, l, _, _) = self.strides, self.dilation, self.padding
@@ -387,7 +398,7 @@ class Conv2D:
 
         def one(y0: int) -> bool:
             y1 = min(oh, y0 + step)
-            jit.depthwise(xs, w, out, y0, y1, sh, sw, t, l, dh, dw)
+            depthwise(xs, w, out, y0, y1, sh, sw, t, l, dh, dw)
             return all([self.epilogue(out[b, y0:y1].reshape(-1, o)) for b in range(n)])
         return out, all(run_all(one, list(range(0, oh, step))))
 

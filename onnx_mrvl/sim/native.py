@@ -24,11 +24,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from typing import Optional
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+notice = logging.getLogger("onnx_mrvl.notice")     # one-line notices the CLI shows on a terminal
 F32 = np.float32
 NR = 32                         # output channels per packed weight block (the C kernel's NR)
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_conv.c")
@@ -97,10 +99,14 @@ def _build(cc: str) -> str:
             errors.append(f"{d}: {exc}")
             continue
         try:
+            notice.info("building the simulator's native kernels for this CPU (first run on this "
+                        "machine, a few seconds; cached in %s)...", d)
+            t0 = time.perf_counter()
             r = subprocess.run(cc.split() + _FLAGS + ["-o", tmp, _SRC], capture_output=True, text=True, timeout=300)
             if r.returncode != 0:
                 raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
             os.replace(tmp, path)            # atomic: a concurrent build of the same key is harmless
+            log.debug("built %s in %.2f s", path, time.perf_counter() - t0)
             for old in os.listdir(d):        # builds of older sources (a loaded one stays mapped)
                 if old.startswith("_native_conv-") and old.endswith(".so") and old != name:
                     try:

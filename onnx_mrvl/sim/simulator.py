@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import ArtifactError, CompileError, MrvlRuntimeError
-from . import jit, native
+from . import native
 from .blas import configure_once
 from .fp16 import round_fp16_
 from .fusion import Step, fuse_residuals
@@ -64,7 +64,6 @@ class Simulator:
 
     def __init__(self, binary=None, *, _program=None):
         configure_once()
-        jit.warm()
         meta, weights = _program if _program is not None else _load_binary(binary)
         if not isinstance(meta, Mapping):
             raise ArtifactError("program meta must be a dict", hint="rebuild the binary")

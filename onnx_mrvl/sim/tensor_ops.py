@@ -63,7 +63,8 @@ def _binary_views(a: np.ndarray, b: np.ndarray, act_spec):
 def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optional[Tuple[np.ndarray, bool]]:
     """The compiled one-pass form of a (+|*) b, activation, rounding; None when shapes don't fit."""
     views = _binary_views(a, b, act_spec)
-    if views is None:
+    binary = None if views is None else jit.kernel("binary")   # compiled on first use
+    if binary is None:
         return None
     a3, b3, (code, p0, p1, sl) = views
     out = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=F32)
@@ -75,7 +76,7 @@ def _binary_jit(a: np.ndarray, b: np.ndarray, mul: bool, act_spec, act) -> Optio
     def one(r0: int) -> bool:
         r1 = r0 + step
         bb = b3 if b3.shape[1] == 1 else b3[:, r0:r1]
-        return bool(jit.binary(a3[:, r0:r1], bb, o3[:, r0:r1], mul, code, p0, p1, sl))
+        return bool(binary(a3[:, r0:r1], bb, o3[:, r0:r1], mul, code, p0, p1, sl))
     ok = all(run_all(one, list(range(0, rows, step))))
     if code < 0:                              # transcendental activation: finish in numpy
         r = act(out)
