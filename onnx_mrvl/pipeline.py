@@ -119,7 +119,9 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
         why = (f"conversion failed internally ({type(exc).__name__}: {exc}); the model runs unchanged on the "
                f"CPU (fallback=True)")
         log.warning("%s", why, exc_info=log.isEnabledFor(logging.DEBUG))
-        return _cpu_only(original, why, partition)
+        result = _cpu_only(original, why, partition)
+        result.timings = {"load+validate": t_load, "total": CLOCK() - t0}
+        return result
 
 
 def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertResult:
