@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import ArtifactError, MrvlError, MrvlRuntimeError
 from . import failures
-from .runtime_form import DOMAIN, RUN_OP
+from .runtime_form import DOMAIN, MAX_ARITY, run_op_type
 
 log = logging.getLogger(__name__)
 ATTRS = ("region", "origin", "embed_mode", "artifact", "binary", "sha256")
@@ -37,7 +37,6 @@ _lock = threading.RLock()
 _defined: set = set()
 _run_defined = False
 _library_registered = False   # once a session has the library, defining more ops crashes at exit
-MAX_ARITY = int(os.environ.get("ONNX_MRVL_MAX_ARITY", "16"))
 
 
 @dataclass
@@ -208,23 +207,27 @@ def _unpack(prog: Program, region: str, x: np.ndarray) -> List[np.ndarray]:
     return out
 
 
-def _run_region(x, region="", sha256="", packed_inputs=0, packed_outputs=0):
-    """The runtime form's kernel (``mrvl::SubgraphRun``, one input, one output; runtime_form.py).
-    Never raises: a failure is recorded and comes back as a ``[0, token]`` tensor for the guard."""
-    prog = _programs.get(sha256)
-    try:
-        inputs = _unpack(prog, region, x) if (int(packed_inputs) and prog is not None) else [x]
-        outs = _simulate(prog, region, sha256, inputs)
-        if int(packed_outputs):
-            return _Output(np.concatenate([o.reshape(-1) for o in outs]))
-        if len(outs) != 1:
-            raise MrvlRuntimeError(f"region '{region}' has {len(outs)} outputs, the node one", node=region)
-        return _Output(outs[0])
-    except BaseException as exc:  # noqa: BLE001 - an exception here aborts the process (failures.py)
-        err = _region_error(region, prog, exc)
-        token = failures.record(err)
-        log.debug("region %s failed (token %d): %s", region, token, err)
-        return _Output(np.empty((0, token), np.float32))
+def _run_kernel(num_outputs: int):
+    """The runtime form's kernel (``mrvl::SubgraphRun_<i>x<o>``, runtime_form.py). Never raises: a
+    failure is recorded and every output comes back as a ``[0, token]`` tensor for its guard."""
+    def run(*inputs, region="", sha256="", packed_inputs=0, packed_outputs=0):
+        prog = _programs.get(sha256)
+        try:
+            xs = _unpack(prog, region, inputs[0]) if (int(packed_inputs) and prog is not None) else list(inputs)
+            outs = _simulate(prog, region, sha256, xs)
+            if int(packed_outputs):
+                return _Output(np.concatenate([o.reshape(-1) for o in outs]))
+            if len(outs) != num_outputs:
+                raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, the node has "
+                                       f"{num_outputs}", node=region, origin=prog.origin)
+            res = tuple(_Output(o) for o in outs)
+        except BaseException as exc:  # noqa: BLE001 - an exception here aborts the process (failures.py)
+            err = _region_error(region, prog, exc)
+            token = failures.record(err)
+            log.debug("region %s failed (token %d): %s", region, token, err)
+            res = tuple(_Output(np.empty((0, token), np.float32)) for _ in range(num_outputs))
+        return res if num_outputs > 1 else res[0]
+    return run
 
 
 def _saved_form_kernel(num_outputs: int):
@@ -263,11 +266,11 @@ def define_ops(signatures) -> None:
                 hint="run the model through onnx_mrvl.InferenceSession or onnx_mrvl.ep.runtime_model(path), "
                      "which take any number of inputs and outputs")
         if not _run_defined:
-            onnx_op(op_type=f"{DOMAIN}::{RUN_OP}", inputs=[PyCustomOpDef.dt_float],
-                    outputs=[PyCustomOpDef.dt_float],
-                    attrs={"region": PyCustomOpDef.dt_string, "sha256": PyCustomOpDef.dt_string,
-                           "packed_inputs": PyCustomOpDef.dt_int64,
-                           "packed_outputs": PyCustomOpDef.dt_int64})(_run_region)
+            attrs = {"region": PyCustomOpDef.dt_string, "sha256": PyCustomOpDef.dt_string,
+                     "packed_inputs": PyCustomOpDef.dt_int64, "packed_outputs": PyCustomOpDef.dt_int64}
+            for nin, nout in BASE_SIGNATURES:
+                onnx_op(op_type=f"{DOMAIN}::{run_op_type(nin, nout)}", inputs=[PyCustomOpDef.dt_float] * nin,
+                        outputs=[PyCustomOpDef.dt_float] * nout, attrs=attrs)(_run_kernel(nout))
             _run_defined = True
         for nin, nout in new:
             attrs = {k: PyCustomOpDef.dt_string for k in ATTRS}

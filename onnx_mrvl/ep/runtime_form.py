@@ -2,21 +2,24 @@
 
 The saved model keeps one ``mrvl::Subgraph_<i>x<o>`` node per region. At load time each becomes
 
-    [inputs packed]  ->  mrvl::SubgraphRun (1 input, 1 output)  ->  guard Reshape  ->  [outputs unpacked]
+    [inputs packed]  ->  mrvl::SubgraphRun_<i'>x<o'>  ->  guard Reshape(s)  ->  [outputs unpacked]
 
-- one input passes as is; several are packed into one float vector: first the dimensions of every
-  input (``Shape`` -> ``Cast``), then each input flattened (``Reshape [-1]`` -> ``Concat``). The kernel
-  splits it by the shapes the binary was compiled for and checks the dimensions exactly;
-- one output goes through a ``Reshape`` to its compiled shape; several come back as one vector,
-  ``Reshape [total]`` -> ``Split`` -> ``Reshape`` to each compiled shape.
+- up to ``MAX_ARITY`` (16) inputs pass as they are; more are packed into one float vector: first
+  the dimensions of every input (``Shape`` -> ``Cast``), then each input flattened (``Reshape [-1]``
+  -> ``Concat``). The kernel splits it by the shapes the binary was compiled for and checks the
+  dimensions exactly;
+- up to ``MAX_ARITY`` outputs each go through a ``Reshape`` to their compiled shape; more come back
+  as one vector, ``Reshape [total]`` -> ``Split`` -> ``Reshape`` to each compiled shape.
 The first ``Reshape`` after the kernel is the *guard* (``failures.py``): a failed region hands back
 ``[0, token]`` and the guard makes onnxruntime fail the run. So any number of region inputs and
-outputs runs through one custom op of fixed arity (onnxruntime-extensions Python ops have one),
-and the big ``binary`` attribute of an embedded model is not copied into every kernel call.
+outputs runs through custom ops of fixed arity (onnxruntime-extensions Python ops have one, and
+read their op list once per process), and the big ``binary`` attribute of an embedded model is
+not copied into every kernel call. Packing costs copies, so only arities above 16 use it.
 """
 from __future__ import annotations
 
 import json
+import os
 from typing import Dict, List
 
 import numpy as np
@@ -29,6 +32,11 @@ from .failures import GUARD_SUFFIX
 DOMAIN = "mrvl"
 RUN_OP = "SubgraphRun"
 SUBGRAPH_PREFIX = "Subgraph_"
+MAX_ARITY = int(os.environ.get("ONNX_MRVL_MAX_ARITY", "16"))
+
+
+def run_op_type(num_inputs: int, num_outputs: int) -> str:
+    return f"{RUN_OP}_{num_inputs}x{num_outputs}"
 
 
 def is_subgraph(node: onnx.NodeProto) -> bool:
@@ -62,9 +70,9 @@ def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple]) -> onnx.Mode
                                 f"outputs, its binary {len(in_shapes)} and {len(out_shapes)}", node=region,
                                 origin=origin, hint="re-run onnx-mrvl convert")
         p = f"mrvl_rt{k}"
-        packed_in = len(node.input) > 1
-        packed_out = len(node.output) > 1
-        x = node.input[0]
+        packed_in = len(node.input) > MAX_ARITY
+        packed_out = len(node.output) > MAX_ARITY
+        xs = list(node.input)
         if packed_in:
             x = f"{p}/packed"
             minus1 = _const(inits, f"{p}/minus1", [-1])
@@ -78,16 +86,20 @@ def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple]) -> onnx.Mode
             nodes.append(helper.make_node("Concat", dims, [f"{p}/dims"], axis=0, name=f"{region}/mrvl_pack/dims"))
             nodes.append(helper.make_node("Cast", [f"{p}/dims"], [f"{p}/dimsf"], to=onnx.TensorProto.FLOAT,
                                           name=f"{region}/mrvl_pack/cast"))
-            nodes.append(helper.make_node("Concat", [f"{p}/dimsf"] + flats, [x], axis=0,
+            xs = [f"{p}/packed"]
+            nodes.append(helper.make_node("Concat", [f"{p}/dimsf"] + flats, xs, axis=0,
                                           name=f"{region}/mrvl_pack/concat"))
-        raw = f"{p}/raw"
-        nodes.append(helper.make_node(RUN_OP, [x], [raw], name=region, domain=DOMAIN, region=region,
-                                      sha256=sha, packed_inputs=int(packed_in), packed_outputs=int(packed_out)))
+        raws = [f"{p}/raw{j}" for j in range(1 if packed_out else len(node.output))]
+        nodes.append(helper.make_node(run_op_type(len(xs), len(raws)), xs, raws, name=region, domain=DOMAIN,
+                                      region=region, sha256=sha, packed_inputs=int(packed_in),
+                                      packed_outputs=int(packed_out)))
         guard = f"{region}{GUARD_SUFFIX}"
         if not packed_out:
-            shape = _const(inits, f"{p}/shape_out", list(out_shapes[0]))
-            nodes.append(helper.make_node("Reshape", [raw, shape], [node.output[0]], name=guard))
+            for j, (raw, name) in enumerate(zip(raws, node.output)):
+                shape = _const(inits, f"{p}/shape_out{j}", list(out_shapes[j]))
+                nodes.append(helper.make_node("Reshape", [raw, shape], [name], name=f"{guard}{j}"))
         else:
+            raw = raws[0]
             sizes = [int(np.prod(s, dtype=np.int64)) for s in out_shapes]
             total = _const(inits, f"{p}/total", [sum(sizes)])
             nodes.append(helper.make_node("Reshape", [raw, total], [f"{p}/flat_out"], name=guard))
