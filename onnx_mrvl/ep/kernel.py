@@ -1,8 +1,8 @@
 """The region kernels: onnxruntime-extensions Python custom ops that run a region's binary on the
 simulator.
 
-``onnx_mrvl.InferenceSession`` runs the model's runtime form (runtime_form.py): one op of fixed arity,
-``mrvl::SubgraphRun``, for regions with any number of inputs and outputs, each followed by a guard.
+``onnx_mrvl.InferenceSession`` runs the model's runtime form (runtime_form.py): ops of fixed arity,
+``mrvl::SubgraphRun_<i>x<o>`` (i, o in 1..16; more are packed), each output followed by a guard.
 A failing region never raises inside the op (that aborts the process) and never hands back
 placeholder values: its error is recorded under a token, the op returns a ``[0, token]`` tensor, the
 guard makes onnxruntime fail the run on whatever thread, and the session raises the recorded
