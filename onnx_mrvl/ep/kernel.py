@@ -287,8 +287,10 @@ BASE_SIGNATURES: List[Tuple[int, int]] = [(i, o) for i in range(1, MAX_ARITY + 1
 def register(sess_options, model_path: Optional[str] = None, signatures=()) -> None:
     """Register the Mrvl custom ops on ``sess_options`` (an onnxruntime.SessionOptions).
 
-    For callers building their own ``onnxruntime.InferenceSession``: with ``model_path``, the
-    model's binaries are loaded and verified now, so the session can run it."""
+    For callers building their own ``onnxruntime.InferenceSession``: load
+    ``onnx_mrvl.ep.runtime_model(path)`` (binaries loaded, region errors fail the run; see
+    ``failures.translate``). With ``model_path``, the saved model itself can be loaded: its
+    binaries are loaded and verified now, but a region error then stops the process (no guard)."""
     from onnxruntime_extensions import get_library_path
 
     sigs = list(BASE_SIGNATURES) + list(signatures)
