@@ -94,3 +94,17 @@ def test_packed_region_error_is_raised(tmp_path):
         prog.simulator.run = good
     assert seen == [[(1, 4, 8, 8)] * 20]     # unpacked into the compiled shapes, in order
     assert np.isfinite(sess.run(None, feed)[0]).all()
+
+
+def test_packed_inputs_are_checked_against_the_compiled_shapes(tmp_path):
+    """A packed vector whose dimensions differ from the binary's (same number of values) fails
+    with the shapes named, instead of running on a mis-split input."""
+    from onnx_mrvl.ep import failures, kernel
+    sess = onnx_mrvl.InferenceSession(onnx_mrvl.convert(many_inputs(18)).save(str(tmp_path)))
+    prog = sess._mrvl_programs[0]
+    dims = [1, 4, 8, 8] * 17 + [1, 8, 4, 8]           # the last input transposed: same size
+    packed = np.concatenate([np.asarray(dims, np.float32), np.ones(18 * 256, np.float32)])
+    out = kernel._run_kernel(1)(packed, region="mrvl_region_0", sha256=prog.sha256, packed_inputs=1)
+    assert out.shape[0] == 0                           # the guard's cue, never values
+    err = failures.take(f"{{0,{out.shape[1]}}}")
+    assert isinstance(err, MrvlRuntimeError) and "[1, 8, 4, 8]" in str(err) and "mrvl_region_0" in str(err)
