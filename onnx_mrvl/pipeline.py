@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
@@ -75,7 +76,7 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
             force: bool = False, input_shapes: Optional[Dict[str, List[int]]] = None,
             reference: bool = False, embed: bool = False, num_tiles: Optional[int] = None,
             ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None,
-            strict: bool = False) -> ConvertResult:
+            fallback: bool = False, strict: Optional[bool] = None) -> ConvertResult:
     """Convert an ONNX model for the MLIP accelerator.
 
     ``model`` (path or ModelProto) is never mutated. ``partition``: "max" | "single" | "cost";
@@ -84,10 +85,16 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     ``reference``: also store each region's fp32 reference body (runs in plain onnxruntime);
     ``embed``: put binaries inside the model instead of files beside it.
 
-    Invalid input raises an ``MrvlError``. An unexpected internal failure never does: the model is
-    returned unchanged, all on the CPU, with the failure in ``report.warnings`` (``strict=True``
-    raises it instead, for tests and debugging).
+    Invalid input raises an ``MrvlError``; an internal failure (a bug of ours) raises too, as it is,
+    and a region that cannot be compiled raises its ``CompileError``. ``fallback=True`` keeps such a
+    region, or on an internal failure the whole model, on the CPU instead: it logs a warning and
+    records the reason in ``report.warnings`` and in the decisions of the affected nodes.
+    ``strict=`` is the deprecated inverse of ``fallback`` (``strict=False`` means ``fallback=True``).
     """
+    if strict is not None:
+        warnings.warn("convert(strict=...) is deprecated: errors raise by default; pass fallback=True to keep "
+                      "a failing region or model on the CPU", DeprecationWarning, stacklevel=2)
+        fallback = fallback or not strict
     t0 = CLOCK()
     original = load_model(model)
     validate_model(original)
@@ -95,19 +102,21 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     try:
         result = _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
                         force=force, input_shapes=input_shapes, reference=reference, embed=embed,
-                        num_tiles=num_tiles, ocm_size=ocm_size, progress=progress)
+                        num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback)
         result.timings = {"load+validate": t_load, **result.timings}
         result.timings["total"] += t_load
         return result
     except MrvlError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a bug of ours must not cost the user their model
-        if strict:
+    except Exception as exc:  # noqa: BLE001 - with fallback=True, a bug of ours must not cost the user their model
+        if not fallback:
             raise
-        log.warning("conversion failed internally (%s: %s); returning the model unchanged on the CPU",
-                    type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-        return _cpu_only(original, f"conversion failed internally ({type(exc).__name__}: {exc}); "
-                                   f"the model runs unchanged on the CPU", partition)
+        why = (f"conversion failed internally ({type(exc).__name__}: {exc}); the model runs unchanged on the "
+               f"CPU (fallback=True)")
+        log.warning("%s", why, exc_info=log.isEnabledFor(logging.DEBUG))
+        result = _cpu_only(original, why, partition)
+        result.timings = {"load+validate": t_load, "total": CLOCK() - t0}
+        return result
 
 
 def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertResult:
@@ -119,7 +128,7 @@ def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertRes
 
 
 def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after, force, input_shapes,
-             reference, embed, num_tiles, ocm_size, progress) -> ConvertResult:
+             reference, embed, num_tiles, ocm_size, progress, fallback=False) -> ConvertResult:
     check_positive(num_tiles=num_tiles, ocm_size=ocm_size)
     target = get_target(target)
     if num_tiles or ocm_size:
@@ -136,6 +145,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
     history: List[dict] = []          # dropped-region entries of earlier passes, with their details
     legal_by_name = {n.name: n for n in legal.graph.node}
+    fell_back: List[str] = []         # regions kept on the CPU by fallback=True: report.warnings
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
@@ -157,10 +167,15 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             continue
         t = CLOCK()
         try:
-            subgraphs = _emit_and_compile(result, target, embed, say, timings)
+            subgraphs = _emit_and_compile(result, target, embed, say, timings, fallback)
         except _RegionFailed as failed:
-            log.warning("region %s cannot be compiled (%s); keeping its nodes on the CPU", failed.region, failed.error)
-            cpu.update({n: f"compile: {failed.error.message}" for n in failed.origin})
+            if not fallback:
+                raise failed.error from None
+            why = (f"region {failed.region} failed to compile ({failed.error}); its nodes run on the CPU "
+                   f"(fallback=True)")
+            log.warning("%s", why)
+            fell_back.append(why)
+            cpu.update({n: f"compile: {failed.error.message} (fallback=True)" for n in failed.origin})
             continue
         except _RegionNotWorth as slow:
             history.append({"nodes": [], "origin": slow.origin, "reason": slow.reason, "estimate": slow.estimate})
@@ -189,7 +204,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             d.subgraph = region_of[d.mrvl_node]
             d.layer = d.layer or layer_of.get(d.mrvl_node)
     report = Report(decisions, [r.summary() for r in result.regions], dropped,
-                    result.macs_total, result.macs_offloaded, partition,
+                    result.macs_total, result.macs_offloaded, partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
                     options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())})
     timings["total"] = CLOCK() - t0
@@ -241,13 +256,14 @@ class _RegionNotWorth(Exception):
 
 
 class _RegionFailed(Exception):
-    def __init__(self, region, error: CompileError):
+    def __init__(self, region, error: MrvlError):
         super().__init__(str(error))
         self.region, self.error = region.name, error
         self.nodes, self.origin = list(region.nodes), list(region.origin)
 
 
-def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float]) -> List[Subgraph]:
+def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
+                      fallback: bool = False) -> List[Subgraph]:
     options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
                                         arch=target.arch)
     nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
@@ -264,7 +280,16 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
             t_compile += CLOCK() - t
         except CompileError as exc:
+            if not exc.hint:
+                exc = CompileError(exc.message, node=exc.node, origin=exc.origin,
+                                   hint="report this model; convert(..., fallback=True) or --fallback keeps "
+                                        "the region on the CPU")
             raise _RegionFailed(region, exc) from None
+        except Exception as exc:  # noqa: BLE001 - a bug of ours in one region: only with fallback=True
+            if not fallback:
+                raise
+            raise _RegionFailed(region, CompileError(f"internal error: {type(exc).__name__}: {exc}",
+                                                     node=region.name, origin=region.origin)) from None
         if region.estimate:   # partition="cost": re-check with the simulator's cycle model
             from .split.cost import compiled_estimate, describe
             region.estimate = compiled_estimate(region.estimate, binary)

@@ -28,6 +28,9 @@ def register(sub) -> None:
     p.add_argument("--reference", action="store_true",
                    help="store each region's fp32 reference body (runs in plain onnxruntime)")
     p.add_argument("--embed", action="store_true", help="embed the binaries in model.onnx")
+    p.add_argument("--fallback", action="store_true",
+                   help="keep a region that fails to compile, or on an internal error the whole model, on the "
+                        "CPU (a warning, recorded in report.json) instead of failing (exit 3 / 4)")
     p.add_argument("--num-tiles", type=positive_int, metavar="N", help="accelerator tiles, >= 1 (default 4)")
     p.add_argument("--ocm-size", type=parse_size, metavar="SIZE",
                    help="on-chip memory per tile: bytes (0x100000) or 512K, 1M, 1MiB (default 1M)")
@@ -81,7 +84,7 @@ def run(args) -> int:
     check_target(args.output, overwrite=args.overwrite, protect=[args.model])   # before the work, not after
     result = convert(args.model, partition=args.partition, exclude=args.exclude, cut_after=args.cut_after,
                      force=args.force, input_shapes=shapes, reference=args.reference, embed=args.embed,
-                     num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress)
+                     num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress, fallback=args.fallback)
     progress(f"writing {args.output}")
     path = result.save(args.output, stages=args.dump_stages, overwrite=args.overwrite,
                        consts_json=not args.no_consts_json, progress=progress)

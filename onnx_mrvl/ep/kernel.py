@@ -1,12 +1,17 @@
-"""The ``Subgraph`` kernel: an onnxruntime-extensions Python custom op that runs a region's
-binary on the simulator.
+"""The region kernels: onnxruntime-extensions Python custom ops that run a region's binary on the
+simulator.
 
-onnxruntime-extensions custom ops have a fixed arity, so one op type is defined per signature,
-``mrvl::Subgraph_<inputs>x<outputs>``, lazily and once per process. Programs are kept in a
-process-wide table keyed by the binary's sha256 (the node's ``sha256`` attribute): a session
-loads and verifies its binaries before onnxruntime sees the model, and two models with different
-binaries can never see each other's programs. The invocation hook is replaced by one that hands
-outputs back as flat arrays instead of Python lists (design.md: 32 ms -> 0.24 ms for 1x64x112x112).
+``onnx_mrvl.InferenceSession`` runs the model's runtime form (runtime_form.py): ops of fixed arity,
+``mrvl::SubgraphRun_<i>x<o>`` (i, o in 1..16; more are packed), each output followed by a guard.
+A failing region never raises inside the op (that aborts the process) and never hands back
+placeholder values: its error is recorded under a token, the op returns a ``[0, token]`` tensor, the
+guard makes onnxruntime fail the run on whatever thread, and the session raises the recorded
+``MrvlRuntimeError`` (failures.py). The saved-form ops ``Subgraph_<i>x<o>`` (i, o in 1..16,
+``ONNX_MRVL_MAX_ARITY``) serve sessions built by hand on the saved model (``register``).
+Programs are kept in a process-wide table keyed by the binary's sha256: a session loads and
+verifies its binaries before onnxruntime sees the model, and two models with different binaries
+never see each other's programs. Outputs go back through the library's own invocation hook as flat
+arrays (``_Output``); no global hook is replaced.
 """
 from __future__ import annotations
 
@@ -22,16 +27,16 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import ArtifactError, MrvlError, MrvlRuntimeError
+from . import failures
+from .runtime_form import DOMAIN, MAX_ARITY, run_op_type
 
 log = logging.getLogger(__name__)
-DOMAIN = "mrvl"
 ATTRS = ("region", "origin", "embed_mode", "artifact", "binary", "sha256")
 
 _lock = threading.RLock()
 _defined: set = set()
-_hook_installed = False
+_run_defined = False
 _library_registered = False   # once a session has the library, defining more ops crashes at exit
-MAX_ARITY = int(os.environ.get("ONNX_MRVL_MAX_ARITY", "16"))
 
 
 @dataclass
@@ -57,16 +62,6 @@ class Program:
 
 
 _programs: Dict[str, Program] = {}
-_pending = threading.local()   # an error raised inside a kernel call, for the session to re-raise
-
-
-def take_pending_error() -> Optional[MrvlError]:
-    """The error the last kernel call on this thread recorded (and forget it)."""
-    err = getattr(_pending, "error", None)
-    _pending.error = None
-    return err
-
-
 def _latency(sim) -> Optional[float]:
     perf = getattr(sim, "perf", None)
     return getattr(perf, "latency_s", None) if perf is not None else None
@@ -141,108 +136,148 @@ def read_artifact(region: str, origin: List[str], attrs: dict, model_dir: Option
 
 
 # ------------------------------------------------------------------ custom ops
-_attr_types: Dict[int, Dict[str, object]] = {}    # op id -> attribute name -> declared type
+class _Output:
+    """A kernel result for onnxruntime-extensions' own invocation hook, which sends each output
+    back as ``r.shape`` and ``r.flatten().tolist()``: here ``tolist`` hands over the flat float32
+    array itself (the library takes an array as it is), so a 1x64x112x112 output is not turned
+    into a Python list (design.md: 32 ms -> 0.24 ms). No hook is replaced: other Python custom ops
+    in the process run exactly as before."""
+    __slots__ = ("_a", "shape")
+
+    def __init__(self, a: np.ndarray):
+        self._a = np.ascontiguousarray(a, dtype=np.float32)
+        self.shape = self._a.shape
+
+    def flatten(self) -> "_Output":
+        return self
+
+    def tolist(self) -> np.ndarray:
+        return self._a.reshape(-1)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a if dtype is None else self._a.astype(dtype)
 
 
-def _cast(k_id, op, attributes) -> dict:
-    """``op.cast_attributes``, with the declared types read once per op: the library reads them
-    from a pybind property on every attribute of every call (~23 us a call, measured)."""
-    types = _attr_types.get(k_id)
-    if types is None:
-        from onnxruntime_extensions import PyCustomOpDef
-        declared = dict(op._nativedef.attrs)
-        types = _attr_types[k_id] = {k: (int if t == PyCustomOpDef.dt_int64 else float if t == PyCustomOpDef.dt_float
-                                         else None) for k, t in declared.items()}
-    return {k: (v if types.get(k) is None else types[k](v)) for k, v in attributes.items()}
+def _region_error(region: str, prog: Optional[Program], exc: BaseException) -> MrvlRuntimeError:
+    """``exc`` as our error, naming the region, the layer (the simulator names it) and original nodes."""
+    origin = tuple(prog.origin) if prog is not None else ()
+    if isinstance(exc, MrvlError):
+        msg = exc.message if f"'{region}'" in exc.message else f"region '{region}': {exc.message}"
+        return MrvlRuntimeError(msg, node=exc.node or region, origin=exc.origin or origin, hint=exc.hint)
+    return MrvlRuntimeError(f"region '{region}' failed: {type(exc).__name__}: {exc}", node=region, origin=origin)
 
 
-def _invoke(k_id, feed, attributes):
-    """onnxruntime-extensions invocation hook returning flat arrays, not lists."""
-    from onnxruntime_extensions._ocos import Opdef
-    op = Opdef._odlist[k_id]
-    try:
-        attrs = _cast(k_id, op, attributes)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        attrs = op.cast_attributes(attributes)            # the library's own way
-    rv = op.body(*feed, **attrs)
-    outs = rv if isinstance(rv, tuple) else (rv,)
-    res = []
-    for r in outs:
-        arr = np.asarray(r)
-        res.append(arr.shape)
-        res.append(arr.reshape(-1).tolist() if arr.dtype.kind in "OUS" else np.ascontiguousarray(arr).reshape(-1))
-    return (k_id,) + tuple(res)
+def _simulate(prog: Optional[Program], region: str, sha256: str, inputs: List[np.ndarray]) -> List[np.ndarray]:
+    if prog is None:
+        raise MrvlRuntimeError(f"region '{region}' has no loaded program (sha256 {sha256[:16]}...)",
+                               node=region, hint="create the session with onnx_mrvl.InferenceSession")
+    t0 = time.perf_counter()
+    outs = prog.simulator.run(inputs)
+    dt = time.perf_counter() - t0
+    with prog.lock:
+        prog.calls += 1
+        prog.wall_s += dt
+        prog.last_wall_s = dt
+    n = len(prog.simulator.output_shapes)
+    if len(outs) != n:
+        raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, its binary declares {n}",
+                               node=region, origin=prog.origin, hint="recompile the region")
+    return outs
 
 
-def _install_hook() -> None:
-    global _hook_installed
-    if not _hook_installed:
-        from onnxruntime_extensions._ocos import PyCustomOpDef
-        PyCustomOpDef.install_hooker(_invoke)
-        _hook_installed = True
+def _unpack(prog: Program, region: str, x: np.ndarray) -> List[np.ndarray]:
+    """Inputs packed by the runtime form: every input's dimensions, then every input flattened."""
+    want = prog.simulator.input_shapes
+    x = x.reshape(-1)
+    head = sum(len(s) for s in want)
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in want]
+    dims = [int(v) for v in x[:head]] if x.size >= head else []
+    got, at = [], 0
+    for s in want:
+        got.append(dims[at:at + len(s)])
+        at += len(s)
+    if got != [list(s) for s in want] or x.size != head + sum(sizes):
+        raise MrvlRuntimeError(f"region '{region}' got inputs of shapes {got} ({x.size - head} values), "
+                               f"its binary was compiled for {want}", node=region, origin=prog.origin,
+                               hint="feed the shapes the model was converted for")
+    out, at = [], head
+    for s, n in zip(want, sizes):
+        out.append(x[at:at + n].reshape(s))
+        at += n
+    return out
 
 
-def _kernel(num_outputs: int):
-    def run(*inputs, region="", origin="", embed_mode=0, artifact="", binary="", sha256=""):
-        # An exception must not cross into onnxruntime-extensions: it aborts the process. Errors are
-        # recorded for InferenceSession.run to raise, and the outputs come back as NaN.
+def _run_kernel(num_outputs: int):
+    """The runtime form's kernel (``mrvl::SubgraphRun_<i>x<o>``, runtime_form.py). Never raises: a
+    failure is recorded and every output comes back as a ``[0, token]`` tensor for its guard."""
+    def run(*inputs, region="", sha256="", packed_inputs=0, packed_outputs=0):
         prog = _programs.get(sha256)
         try:
-            if prog is None:
-                raise MrvlRuntimeError(f"region '{region}' has no loaded program (sha256 {sha256[:16]}...)",
-                                       node=region, hint="create the session with onnx_mrvl.InferenceSession "
-                                                         "or ep.register(sess_options, model_path=...)")
-            t0 = time.perf_counter()
-            outs = prog.simulator.run(list(inputs))
-            dt = time.perf_counter() - t0
-            with prog.lock:
-                prog.calls += 1
-                prog.wall_s += dt
-                prog.last_wall_s = dt
+            xs = _unpack(prog, region, inputs[0]) if (int(packed_inputs) and prog is not None) else list(inputs)
+            outs = _simulate(prog, region, sha256, xs)
+            if int(packed_outputs):
+                return _Output(np.concatenate([o.reshape(-1) for o in outs]))
             if len(outs) != num_outputs:
                 raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, the node has "
                                        f"{num_outputs}", node=region, origin=prog.origin)
-        except Exception as exc:  # noqa: BLE001 - see above
-            err = exc if isinstance(exc, MrvlError) else MrvlRuntimeError(
-                f"region '{region}' failed: {type(exc).__name__}: {exc}", node=region,
-                origin=prog.origin if prog else ())
-            _pending.error = err
-            log.error("%s", err)
-            outs = _nan_outputs(prog, num_outputs)
-        return tuple(outs) if num_outputs > 1 else outs[0]
+            res = tuple(_Output(o) for o in outs)
+        except BaseException as exc:  # noqa: BLE001 - an exception here aborts the process (failures.py)
+            err = _region_error(region, prog, exc)
+            token = failures.record(err)
+            log.debug("region %s failed (token %d): %s", region, token, err)
+            res = tuple(_Output(np.empty((0, token), np.float32)) for _ in range(num_outputs))
+        return res if num_outputs > 1 else res[0]
     return run
 
 
-def _nan_outputs(prog: Optional[Program], n: int) -> List[np.ndarray]:
-    shapes = []
-    try:
-        shapes = [list(s) for s in prog.simulator.output_shapes] if prog is not None else []
-    except Exception:  # noqa: BLE001
-        shapes = []
-    shapes = (shapes + [[1]] * n)[:n]
-    return [np.full(s, np.nan, np.float32) for s in shapes]
+def _saved_form_kernel(num_outputs: int):
+    """The kernel of a saved-form ``Subgraph_<i>x<o>`` node, run by a session the user built on the
+    saved model (``register``). No guard follows it, so a failure cannot reach the caller as an
+    exception: the process stops (fail closed) after logging the error."""
+    def run(*inputs, region="", origin="", embed_mode=0, artifact="", binary="", sha256=""):
+        prog = _programs.get(sha256)
+        try:
+            outs = _simulate(prog, region, sha256, list(inputs))
+            if len(outs) != num_outputs:
+                raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, the node has "
+                                       f"{num_outputs}", node=region)
+        except BaseException as exc:  # noqa: BLE001
+            log.critical("%s. The session was built on the saved model, so this stops the process; load "
+                         "onnx_mrvl.ep.runtime_model(path) instead to get the error as an exception",
+                         _region_error(region, prog, exc))
+            raise
+        res = tuple(_Output(o) for o in outs)
+        return res if num_outputs > 1 else res[0]
+    return run
 
 
 def define_ops(signatures) -> None:
-    """Define ``Subgraph_<i>x<o>`` custom ops for the given (inputs, outputs) pairs (once each)."""
+    """Define the runtime op and the saved-form ``Subgraph_<i>x<o>`` ops (once each, before the
+    library is first registered: onnxruntime-extensions reads its op list once)."""
     from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
+    global _run_defined
     with _lock:
-        _install_hook()
         new = sorted(set(signatures) - _defined)
         if new and _library_registered:
             raise MrvlRuntimeError(
-                f"regions with {new[0][0]} inputs and {new[0][1]} outputs need a custom op that can no longer be "
-                f"defined in this process (onnxruntime-extensions reads its op list once)",
-                hint=f"set ONNX_MRVL_MAX_ARITY above {max(max(n) for n in new)} before the first session, or "
-                     f"create this model's session first")
+                f"a saved-form node with {new[0][0]} inputs and {new[0][1]} outputs needs a custom op that can no "
+                f"longer be defined in this process (onnxruntime-extensions reads its op list once)",
+                hint="run the model through onnx_mrvl.InferenceSession or onnx_mrvl.ep.runtime_model(path), "
+                     "which take any number of inputs and outputs")
+        if not _run_defined:
+            attrs = {"region": PyCustomOpDef.dt_string, "sha256": PyCustomOpDef.dt_string,
+                     "packed_inputs": PyCustomOpDef.dt_int64, "packed_outputs": PyCustomOpDef.dt_int64}
+            for nin, nout in BASE_SIGNATURES:
+                onnx_op(op_type=f"{DOMAIN}::{run_op_type(nin, nout)}", inputs=[PyCustomOpDef.dt_float] * nin,
+                        outputs=[PyCustomOpDef.dt_float] * nout, attrs=attrs)(_run_kernel(nout))
+            _run_defined = True
         for nin, nout in new:
             attrs = {k: PyCustomOpDef.dt_string for k in ATTRS}
             attrs["embed_mode"] = PyCustomOpDef.dt_int64
             onnx_op(op_type=f"{DOMAIN}::Subgraph_{nin}x{nout}", inputs=[PyCustomOpDef.dt_float] * nin,
-                    outputs=[PyCustomOpDef.dt_float] * nout, attrs=attrs)(_kernel(nout))
+                    outputs=[PyCustomOpDef.dt_float] * nout, attrs=attrs)(_saved_form_kernel(nout))
             _defined.add((nin, nout))
-        _install_hook()
 
 
 _REGISTERED_KEY = "mrvl.custom_ops_registered"
@@ -252,8 +287,10 @@ BASE_SIGNATURES: List[Tuple[int, int]] = [(i, o) for i in range(1, MAX_ARITY + 1
 def register(sess_options, model_path: Optional[str] = None, signatures=()) -> None:
     """Register the Mrvl custom ops on ``sess_options`` (an onnxruntime.SessionOptions).
 
-    For callers building their own ``onnxruntime.InferenceSession``: with ``model_path``, the
-    model's binaries are loaded and verified now, so the session can run it."""
+    For callers building their own ``onnxruntime.InferenceSession``: load
+    ``onnx_mrvl.ep.runtime_model(path)`` (binaries loaded, region errors fail the run; see
+    ``failures.translate``). With ``model_path``, the saved model itself can be loaded: its
+    binaries are loaded and verified now, but a region error then stops the process (no guard)."""
     from onnxruntime_extensions import get_library_path
 
     sigs = list(BASE_SIGNATURES) + list(signatures)

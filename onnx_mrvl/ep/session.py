@@ -1,7 +1,10 @@
-"""``onnx_mrvl.InferenceSession``: an onnxruntime session with the Mrvl custom ops registered and
-each region's binary loaded (once), verified against its sha256 and kept for the session's life."""
+"""``onnx_mrvl.InferenceSession``: an onnxruntime session with the Mrvl custom ops registered, each
+region's binary loaded (once), verified against its sha256 and kept for the session's life, and
+the model in its runtime form (runtime_form.py). Every run method of ``onnxruntime.InferenceSession``
+raises a failing region's ``MrvlRuntimeError`` (failures.py), in every execution mode and thread."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import weakref
@@ -12,15 +15,13 @@ import onnxruntime as ort
 
 from ..artifact.manifest import check_folder, check_model_file
 from ..errors import ArtifactError, ModelError
-from . import kernel
-
-SUBGRAPH_PREFIX = "Subgraph_"
+from . import failures, kernel
+from .runtime_form import is_subgraph
+from .runtime_form import runtime_model as _runtime_form
 
 
 def _subgraph_nodes(model: onnx.ModelProto):
-    for n in model.graph.node:
-        if n.domain == kernel.DOMAIN and n.op_type.startswith(SUBGRAPH_PREFIX):
-            yield n
+    return [n for n in model.graph.node if is_subgraph(n)]
 
 
 def _attrs(node) -> dict:
@@ -28,6 +29,13 @@ def _attrs(node) -> dict:
     for a in node.attribute:
         out[a.name] = a.s.decode() if a.type == onnx.AttributeProto.STRING else onnx.helper.get_attribute_value(a)
     return out
+
+
+def _load(path, external_data: bool = True) -> onnx.ModelProto:
+    try:
+        return onnx.load(path, load_external_data=external_data)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises several types
+        raise ModelError(f"cannot read '{path}' ({exc})") from None
 
 
 def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program], List[Tuple[int, int]]]:
@@ -41,10 +49,7 @@ def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program
         model_dir = os.path.dirname(os.path.abspath(path))
         if os.path.isfile(path):
             check_model_file(model_dir, os.path.basename(path))
-        try:
-            model = onnx.load(path, load_external_data=False)
-        except Exception as exc:  # noqa: BLE001 - protobuf raises several types
-            raise ModelError(f"cannot read '{path}' ({exc})") from None
+        model = _load(path, external_data=False)
     programs, sigs = [], []
     try:
         for node in _subgraph_nodes(model):
@@ -69,28 +74,65 @@ def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program
     return programs, sigs
 
 
+def _shapes(programs: List[kernel.Program]) -> dict:
+    return {p.sha256: (p.simulator.input_shapes, p.simulator.output_shapes) for p in programs}
+
+
+def runtime_model(path_or_model, model_dir: Optional[str] = None) -> onnx.ModelProto:
+    """The runtime form of a converted model, for an ``onnxruntime.InferenceSession`` built by hand
+    (after ``register(sess_options)``): its binaries are loaded and verified now and stay loaded for
+    the process. A region error then fails the run with onnxruntime's exception, whose message
+    ``onnx_mrvl.ep.failures.translate`` turns into the ``MrvlRuntimeError``."""
+    if isinstance(path_or_model, onnx.ModelProto):
+        proto = path_or_model
+    else:
+        path = os.fspath(path_or_model)
+        model_dir = model_dir or os.path.dirname(os.path.abspath(path))
+        proto = _load(path)
+    programs, _ = preload(proto, model_dir)
+    return _runtime_form(proto, _shapes(programs))
+
+
+def _raises_region_errors(method):
+    """``method`` of onnxruntime's session, raising a failed region's error instead of onnxruntime's."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            err = failures.translate(exc)
+            if err is None:
+                raise
+            raise err from None
+    return run
+
+
 class InferenceSession(ort.InferenceSession):
     """``onnxruntime.InferenceSession`` for converted models (Mrvl regions run on the simulator).
 
     ``path_or_model``: a path (artifacts resolve relative to its folder), serialized bytes or a
-    ModelProto (binaries must then be embedded, or pass ``model_dir=``)."""
+    ModelProto (binaries must then be embedded, or pass ``model_dir=``). onnxruntime runs the
+    model's runtime form; inputs, outputs and results are those of the saved model."""
 
     def __init__(self, path_or_model, sess_options: Optional[ort.SessionOptions] = None,
                  providers=None, *, model_dir: Optional[str] = None, **kwargs):
-        source = path_or_model
         if isinstance(path_or_model, onnx.ModelProto):
-            proto, source = path_or_model, path_or_model.SerializeToString()
+            proto = path_or_model
         elif isinstance(path_or_model, (bytes, bytearray)):
             proto = onnx.load_from_string(bytes(path_or_model))
         else:
-            source = os.fspath(path_or_model)
-            proto = None
-        if proto is not None:
-            programs, sigs = preload(proto, model_dir)
-        else:
-            programs, sigs = preload(source)
+            path = os.fspath(path_or_model)
+            model_dir = os.path.dirname(os.path.abspath(path))
+            proto = _load(path)
+        programs, _ = preload(proto, model_dir)
         self._mrvl_programs = programs
         self._mrvl_finalizer = weakref.finalize(self, _release_all, [p.sha256 for p in programs])
+        try:
+            source = _runtime_form(proto, _shapes(programs)).SerializeToString() if programs else \
+                proto.SerializeToString()
+        except BaseException:
+            self._mrvl_finalizer()
+            raise
         so = sess_options
         if so is None:
             so = ort.SessionOptions()
@@ -99,20 +141,28 @@ class InferenceSession(ort.InferenceSession):
                 # onnxruntime threads spinning for work meanwhile would take their cores.
                 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        kernel.register(so, signatures=sigs)
+        kernel.register(so)
         try:
             super().__init__(source, so, providers=providers or ["CPUExecutionProvider"], **kwargs)
         except Exception as exc:
             self._mrvl_finalizer()
             raise ModelError(f"onnxruntime cannot load the model: {exc}") from None
 
-    def run(self, output_names, input_feed, run_options=None):
-        kernel.take_pending_error()
-        outputs = super().run(output_names, input_feed, run_options)
-        err = kernel.take_pending_error()
-        if err is not None:
-            raise err
-        return outputs
+    run = _raises_region_errors(ort.InferenceSession.run)
+    run_with_ort_values = _raises_region_errors(ort.InferenceSession.run_with_ort_values)
+    run_with_iobinding = _raises_region_errors(ort.InferenceSession.run_with_iobinding)
+    run_with_ortvaluevector = _raises_region_errors(ort.InferenceSession.run_with_ortvaluevector)
+
+    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+        """As onnxruntime's: ``callback(results, user_data, err)``, with ``err`` the region's error
+        message (a string, as onnxruntime passes) when a region failed."""
+        def done(results, data, err):
+            if err:
+                mine = failures.translate(RuntimeError(err))
+                err = str(mine) if mine is not None else err
+            callback(results, data, err)
+        return _raises_region_errors(ort.InferenceSession.run_async)(
+            self, output_names, input_feed, done, user_data, run_options)
 
     def mrvl_stats(self) -> List[dict]:
         """Per region: calls, wall time (total, last, mean) and simulated cycles per call."""
