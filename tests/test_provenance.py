@@ -76,7 +76,9 @@ def test_cpu_only_fallback_is_stamped_too(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("a bug")
     monkeypatch.setattr(pipeline, "_convert", boom)
-    r = onnx_mrvl.convert(tiny_cnn())
+    with pytest.raises(RuntimeError):              # internal errors raise by default
+        onnx_mrvl.convert(tiny_cnn())
+    r = onnx_mrvl.convert(tiny_cnn(), fallback=True)
     assert r.subgraphs == [] and r.model.producer_name == "onnx_mrvl"
     assert r.report.provenance["source"]["sha256"]
 

@@ -38,12 +38,13 @@ def _load(path, external_data: bool = True) -> onnx.ModelProto:
         raise ModelError(f"cannot read '{path}' ({exc})") from None
 
 
-def preload(model, model_dir: Optional[str] = None) -> Tuple[List[kernel.Program], List[Tuple[int, int]]]:
+def preload(model, model_dir: Optional[str] = None,
+            model_file: Optional[str] = None) -> Tuple[List[kernel.Program], List[Tuple[int, int]]]:
     """Load and verify every region binary of ``model`` (path or ModelProto). A model file that a
     ``manifest.json`` beside it lists is checked against it first, its binaries then against the
     model's sha256 attributes (a region's error names its original nodes), and last the rest of the
     folder (files missing, or left from another conversion)."""
-    path = None
+    path = model_file   # a ModelProto already loaded from this file: the folder is checked too
     if not isinstance(model, onnx.ModelProto):
         path = os.fspath(model)
         model_dir = os.path.dirname(os.path.abspath(path))
@@ -83,13 +84,14 @@ def runtime_model(path_or_model, model_dir: Optional[str] = None) -> onnx.ModelP
     (after ``register(sess_options)``): its binaries are loaded and verified now and stay loaded for
     the process. A region error then fails the run with onnxruntime's exception, whose message
     ``onnx_mrvl.ep.failures.translate`` turns into the ``MrvlRuntimeError``."""
+    path = None
     if isinstance(path_or_model, onnx.ModelProto):
         proto = path_or_model
     else:
         path = os.fspath(path_or_model)
         model_dir = model_dir or os.path.dirname(os.path.abspath(path))
         proto = _load(path)
-    programs, _ = preload(proto, model_dir)
+    programs, _ = preload(proto, model_dir, model_file=path)
     return _runtime_form(proto, _shapes(programs))
 
 
@@ -116,6 +118,7 @@ class InferenceSession(ort.InferenceSession):
 
     def __init__(self, path_or_model, sess_options: Optional[ort.SessionOptions] = None,
                  providers=None, *, model_dir: Optional[str] = None, **kwargs):
+        path = None
         if isinstance(path_or_model, onnx.ModelProto):
             proto = path_or_model
         elif isinstance(path_or_model, (bytes, bytearray)):
@@ -123,8 +126,10 @@ class InferenceSession(ort.InferenceSession):
         else:
             path = os.fspath(path_or_model)
             model_dir = os.path.dirname(os.path.abspath(path))
+            if os.path.isfile(path):
+                check_model_file(model_dir, os.path.basename(path))
             proto = _load(path)
-        programs, _ = preload(proto, model_dir)
+        programs, _ = preload(proto, model_dir, model_file=path)
         self._mrvl_programs = programs
         self._mrvl_finalizer = weakref.finalize(self, _release_all, [p.sha256 for p in programs])
         try:
