@@ -163,6 +163,19 @@ def _layout_body(a, present, opset):
     return [helper.make_node("Transpose", ["X"], ["Y"], perm=perm)]
 
 
+def _batch_matmul_body(a, present, opset):
+    """Y = alpha * A @ B (B^T when transpose_b: B's last two axes swapped), numpy broadcasting of
+    the leading axes."""
+    nodes, b = [], "B"
+    if a.get("transpose_b"):
+        r = int(a["rank"])
+        nodes.append(helper.make_node("Transpose", ["B"], ["Bt"], perm=list(range(r - 2)) + [r - 1, r - 2]))
+        b = "Bt"
+    nodes += [helper.make_node("MatMul", ["A", b], ["Ym"]), _c("alpha", float(a.get("alpha", 1.0))),
+              helper.make_node("Mul", ["Ym", "alpha"], ["Y"])]
+    return nodes
+
+
 def _onnx_pads(pads_tlbr: Sequence[int]) -> List[int]:
     """[top, left, bottom, right] is ONNX's [h_begin, w_begin, h_end, w_end]: same order."""
     return list(pads_tlbr)
@@ -193,6 +206,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Resize", "Resize", "mrvl.resize_nearest", ("X",), ("scales", "mode"), _resize_body),
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
+    OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"), ("transpose_b", "alpha", "rank"), _batch_matmul_body),
 ]}
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 

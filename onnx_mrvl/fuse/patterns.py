@@ -21,7 +21,7 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..target import Target
 from . import steps
-from .groups import Group, _batch, _float_static
+from .groups import Group, _batch, _float_static, image_batch_moved
 from .resize import build_resize
 from . import slices
 
@@ -310,8 +310,9 @@ def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = _float_static(g, [n.input[0], n.output[0]])
     if reason:
         return reason
-    if g.shape(n.input[0])[0] != g.shape(n.output[0])[0]:
-        return "reshape moves data across the batch axis"
+    reason = image_batch_moved(g.shape(n.input[0]), g.shape(n.output[0]))
+    if reason:
+        return reason
     return Group("Reshape", "mrvl.reshape", [n], [n.input[0]], n.output[0],
                  {"shape": list(g.shape(n.output[0]))})
 
