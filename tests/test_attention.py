@@ -1,0 +1,213 @@
+"""The attention data path on the accelerator: mrvl::BatchMatMul, token reshapes, N-D splits and
+masks (docs/fusion.md "Attention"). Models from tools/arch_attention.py (seeded, no downloads)."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import arch_attention as A
+import onnx_mrvl
+from onnx_mrvl import opset
+from onnx_mrvl.emit import emit
+from onnx_mrvl.emit.compile import build_program
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.sim.fp16 import to_fp16_values
+from onnx_mrvl.sim.matmul import BatchMatMul
+
+F = TensorProto.FLOAT
+
+
+def _ref(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _deployed(model, tmp_path, feeds):
+    """(convert result, outputs of onnx_mrvl.InferenceSession), checked within the fp16 bound."""
+    res = onnx_mrvl.convert(model, strict=True)
+    assert not res.report.warnings, res.report.warnings
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)
+    for g, r in zip(got, _ref(model, feeds)):
+        assert g.shape == r.shape
+        assert np.all(np.isfinite(g))
+        assert np.max(np.abs(g - r)) <= 1e-2 * np.max(np.abs(r))
+    return res, got
+
+
+def _cpu_ops(res):
+    return sorted(n.op_type for n in res.model.graph.node if not n.op_type.startswith("Subgraph"))
+
+
+def _regions(res):
+    return sum(n.op_type.startswith("Subgraph") for n in res.model.graph.node)
+
+
+@pytest.mark.parametrize("style", A.STYLES)
+@pytest.mark.parametrize("mask", A.MASKS)
+def test_attention_block_softmax_only_on_cpu(style, mask, tmp_path):
+    """Every exporter form and mask: only the Softmax stays on the CPU, one region before it and
+    one after (the projections, heads, Q*K^T, scale and mask; P*V, heads back, out_proj, residual)."""
+    m = A.mha_block(style, mask)
+    res, _ = _deployed(m, tmp_path, A.feeds(m))
+    # [H, T, T] scores + a [1, 1, T] input mask broadcast along the leading axis: build_eltwise
+    # refuses that for any rank (the leading axis of a 3-D tensor holds heads here): left as is
+    known = ["Add"] if (style, mask) == ("bmm3d", "input") else []
+    assert _cpu_ops(res) == sorted(["Softmax"] + known)
+    assert _regions(res) == 2
+
+
+@pytest.mark.parametrize("style", A.STYLES)
+@pytest.mark.parametrize("softmax,mask", [("Sigmoid", "const"), ("none", "none")])
+def test_attention_data_path_is_one_region(style, softmax, mask, tmp_path):
+    m = A.mha_block(style, mask, softmax)
+    res, _ = _deployed(m, tmp_path, A.feeds(m))
+    assert _cpu_ops(res) == [] and _regions(res) == 1
+
+
+@pytest.mark.parametrize("style", A.STYLES)
+def test_fused_model_runs_the_reference_bodies(style):
+    """Fused model (Mrvl nodes with their opset.py bodies) in plain onnxruntime: fp32-exact."""
+    m = A.mha_block(style, "const")
+    r = fuse(legalize(m))
+    ops = [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN]
+    assert ops.count("BatchMatMul") == 2
+    qk = next(n for n in r.model.graph.node if n.op_type == "BatchMatMul" and "attn.qk" in n.name)
+    alpha = opset.node_attrs(qk)["alpha"]
+    want = {"legacy": 1 / np.sqrt(8), "fused_qkv": 1 / np.sqrt(8), "dynamo": 1.0, "bmm3d": 1.0}[style]
+    assert alpha == pytest.approx(want, rel=1e-6)          # Div by sqrt(d) folded into alpha
+    f = A.feeds(m)
+    ref, got = _ref(m, f)[0], _ref(r.model, f)[0]
+    assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def _qk_model(q_shape, k_shape, transpose_k=None, scale=None):
+    nodes, k = [], "k"
+    if transpose_k is not None:
+        nodes.append(helper.make_node("Transpose", ["k"], ["kt"], perm=transpose_k, name="kt"))
+        k = "kt"
+    nodes.append(helper.make_node("MatMul", ["q", k], ["s"], name="qk"))
+    out, inits = "s", []
+    if scale is not None:
+        inits.append(helper.make_tensor("c", F, [], [scale]))
+        nodes.append(helper.make_node("Div", ["s", "c"], ["y"], name="div"))
+        out = "y"
+    g = helper.make_graph(nodes, "qk", [helper.make_tensor_value_info("q", F, q_shape),
+                                        helper.make_tensor_value_info("k", F, k_shape)],
+                          [helper.make_tensor_value_info(out, F, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m, strict_mode=True)
+
+
+def _feeds(m, seed=0):
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in m.graph.input}
+
+
+def test_transpose_of_k_is_folded_into_transpose_b(tmp_path):
+    """Q [1,H,T,d] x Transpose(K [1,H,T,d], 0,1,3,2): K is read in its rows (transpose_b=1), no
+    data movement; the Div by sqrt(d) is alpha."""
+    m = _qk_model([1, 4, 16, 8], [1, 4, 16, 8], [0, 1, 3, 2], float(np.sqrt(8)))
+    r = fuse(legalize(m))
+    assert [n.op_type for n in r.model.graph.node] == ["BatchMatMul"]
+    a = opset.node_attrs(r.model.graph.node[0])
+    assert a["transpose_b"] == 1 and a["alpha"] == pytest.approx(1 / np.sqrt(8))
+    assert r.decisions["kt"].placement == "accelerator" and r.decisions["div"].placement == "accelerator"
+    res, _ = _deployed(m, tmp_path, _feeds(m))
+    assert _cpu_ops(res) == [] and _regions(res) == 1
+
+
+@pytest.mark.parametrize("qs,ks", [([2, 16, 32], [2, 32, 16]),         # 3-D [B,T,D] x [B,D,T], B = 2
+                                   ([1, 4, 16, 8], [1, 1, 8, 16]),     # broadcast over heads
+                                   ([2, 4, 16, 8], [2, 4, 8, 16]),     # batch 2 x 4 heads
+                                   ([16, 8], [8, 12])])                # 2-D
+def test_batch_matmul_forms(qs, ks, tmp_path):
+    m = _qk_model(qs, ks)
+    r = fuse(legalize(m))
+    assert [n.op_type for n in r.model.graph.node] == ["BatchMatMul"]
+    res, _ = _deployed(m, tmp_path, _feeds(m))
+    assert _cpu_ops(res) == []
+
+
+def test_batch_matmul_rejections():
+    cases = {
+        "ranks": (_qk_model([1, 4, 16, 8], [8, 16]), "of one rank"),
+        "broadcast": (_qk_model([2, 16, 8], [3, 8, 16]), "do not broadcast"),
+    }
+    for name, (m, why) in cases.items():
+        r = fuse(legalize(m))
+        assert why in r.decisions["qk"].reason, (name, r.decisions["qk"].reason)
+        assert r.decisions["qk"].placement == "cpu"
+
+
+def test_sim_batch_matmul_fp16_semantics():
+    """fp16 operands, float32 sums, alpha on the float32 sum, one rounding to fp16."""
+    rng = np.random.default_rng(0)
+    a = to_fp16_values(rng.standard_normal((2, 3, 5, 8)) * 4)
+    b = to_fp16_values(rng.standard_normal((2, 3, 7, 8)) * 4)
+    y, ok = BatchMatMul(transpose_b=True, alpha=0.125).apply(a, b)
+    want = to_fp16_values(np.matmul(a, np.swapaxes(b, -1, -2), dtype=np.float32) * np.float32(0.125))
+    assert ok and y.shape == (2, 3, 5, 7) and np.array_equal(y, want)
+    big = np.full((1, 2, 64), 64.0, np.float32)
+    y, ok = BatchMatMul().apply(big, np.full((1, 64, 2), 64.0, np.float32))
+    assert not ok and np.isinf(y).all()                 # 262144 overflows fp16: flagged, not hidden
+
+
+def test_compile_counts_batch_matmul_macs():
+    m = _qk_model([1, 4, 16, 8], [1, 4, 16, 8], [0, 1, 3, 2])
+    res = onnx_mrvl.convert(m, strict=True)
+    meta, _ = build_program(res.subgraphs[0].nodes_json, res.subgraphs[0].consts_json)
+    layer = next(x for x in meta["layers"] if x["layer_name"] == "BatchMatMul")
+    assert layer["macs"] == 1 * 4 * 16 * 16 * 8        # B*H*T*T*d
+    assert layer["params"]["transpose_b"] == 1
+    node = next(n for n in res.subgraphs[0].nodes_json["nodes"] if n.get("op") != "input")
+    assert node["attrs"]["layer_name"] == ["BatchMatMul"]
+    assert node["attrs"]["composite_name"] == ["mrvl.batch_matmul"]
+
+
+@pytest.mark.parametrize("mask", ["min", "where"])
+def test_masks_beyond_fp16_become_sum2d(mask, tmp_path):
+    """float32's lowest / -inf fills: a Sum2D of 0 / -65504 before the Softmax; every row keeps at
+    least one key (causal), so the probabilities match onnxruntime's."""
+    m = A.mha_block("legacy", mask)
+    r = fuse(legalize(m))
+    node = "attn.add_mask" if mask == "min" else "attn.where"
+    d = r.decisions[node]
+    assert d.placement == "accelerator" and d.mrvl_node and "Sum2D" in d.reason
+    op = next(n for n in r.model.graph.node if n.name == d.mrvl_node)
+    c = onnx.numpy_helper.to_array(next(t for t in r.model.graph.initializer if t.name == op.input[1]))
+    assert set(np.unique(c).tolist()) == {-65504.0, 0.0}
+    _deployed(m, tmp_path, A.feeds(m))
+
+
+def test_runtime_mask_of_float32_lowest(tmp_path):
+    """An input mask holding -3.4e38 becomes -inf in fp16: the masked keys get weight 0 after the
+    Softmax, as in onnxruntime."""
+    m = A.mha_block("legacy", "input")
+    f = A.feeds(m)
+    f["mask"] = np.where(f["mask"] < 0, np.finfo(np.float32).min, 0).astype(np.float32)
+    _deployed(m, tmp_path, f)
+
+
+def test_mask_rejections():
+    m = A.mha_block("legacy", "min", "Sigmoid")         # no Softmax: -65504 is not float32's lowest
+    r = fuse(legalize(m))
+    assert r.decisions["attn.add_mask"].placement == "cpu"
+    assert "fp16" in r.decisions["attn.add_mask"].reason
+    m = A.mha_block("legacy", "where")
+    cond = next(i for i in m.graph.initializer if i.name == "attn.causal")
+    m.graph.initializer.remove(cond)
+    m.graph.input.append(helper.make_tensor_value_info("attn.causal", TensorProto.BOOL, [1, 1, 16, 16]))
+    r = fuse(legalize(m))
+    assert "condition computed at run time" in r.decisions["attn.where"].reason
+
+
+def test_token_reshapes_move_no_image_batch():
+    """[1,T,D] <-> [T,D] and [T,H,d] reshapes are accelerator copies; a reshape merging a batch
+    of 2 images stays on the CPU."""
+    m = A.mha_block("bmm3d", "none", "none")
+    r = fuse(legalize(m))
+    for name in ("attn.q.reshape", "attn.out.reshape", "attn.out.reshape3"):
+        assert r.decisions[name].placement == "accelerator", r.decisions[name]
