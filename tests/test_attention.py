@@ -134,7 +134,7 @@ def test_batch_matmul_forms(qs, ks, tmp_path):
 def test_batch_matmul_rejections():
     cases = {
         "ranks": (_qk_model([1, 4, 16, 8], [8, 16]), "of one rank"),
-        "broadcast": (_qk_model([2, 16, 8], [3, 8, 16]), "do not broadcast"),
+        "5d": (_qk_model([1, 2, 4, 16, 8], [1, 2, 4, 8, 16]), "2-D to 4-D"),
     }
     for name, (m, why) in cases.items():
         r = fuse(legalize(m))
