@@ -1,7 +1,7 @@
 """MatMul of two activations (attention's Q*K^T and softmax(..)*V) -> ``mrvl::BatchMatMul``.
 
     mrvl.batch_matmul   MatMul(a[..., M, K], b[..., K, N]) -> [Mul|Div by a scalar constant]
-                        (both operands computed at run time, 2-D to 4-D, leading axes equal or 1)
+                        (both operands computed at run time, 3-D or 4-D, leading axes equal or 1)
 
 The scale after it (``/ sqrt(d)``, ``* scale``) becomes the op's ``alpha`` (applied to the fp32
 accumulator, before the fp16 rounding). When ``b`` is stored with its last two axes swapped (a
@@ -22,12 +22,13 @@ from .patterns import MAX_FC_ROWS, build_fc
 from .perms import rotations
 
 COMPOSITE = "mrvl.batch_matmul"
-RANKS = (2, 3, 4)
+RANKS = (3, 4)   # batched (attention); a 2-D MatMul of two activations stays an FC question
 
 
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     """MatMul: an FC when its second operand is a constant, else a BatchMatMul (or the reason not)."""
-    if g.is_const(n.input[1]):
+    shape = g.shape(n.input[0])
+    if g.is_const(n.input[1]) or (shape is not None and len(shape) < 3):
         return build_fc(g, n, target)
     return build_batch_matmul(g, n, target)
 
@@ -42,7 +43,7 @@ def build_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target):
     sa, sb = g.shape(a), g.shape(b)
     if len(sa) != len(sb) or len(sa) not in RANKS:
         return (f"MatMul of operands of shapes {sa} and {sb} (the accelerator multiplies operands of "
-                f"one rank, 2-D to 4-D)")
+                f"one rank, 3-D or 4-D)")
     for da, db in zip(sa[:-2], sb[:-2]):
         if da != db and 1 not in (da, db):
             return f"MatMul operands {sa} and {sb} do not broadcast over their leading axes"

@@ -31,6 +31,9 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if g.is_const(n.input[0]):
         return f"{n.op_type.lower()} of a constant"
     rank = len(shape)
+    if n.input[0] in g.inputs or not any(g.consumers.get(o) for o in n.output if o):
+        return (f"{rank}-D {n.op_type.lower()} of a model input or into model outputs only (a lone "
+                f"slice is no accelerator work; N-D slices run between other ops)")
     if n.op_type == "Split":
         axis = attr(n, "axis", 0) % rank
         sizes = slices._split_sizes(g, n, shape[axis])
