@@ -275,7 +275,9 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
         if len(sa) != len(out_shape) or len(sb) != len(out_shape):
             return (f"operands of shapes {sa} and {sb} broadcast across ranks (the accelerator "
                     f"broadcasts operands of the same rank)")
-        if sa[0] != out_shape[0] or sb[0] != out_shape[0]:
+        # the leading axis of a 2-D/3-D tensor holds rows (heads of [H, T, T] attention scores
+        # plus a [1, 1, T] mask), not images: a broadcast there is like any other
+        if len(out_shape) > 3 and (sa[0] != out_shape[0] or sb[0] != out_shape[0]):
             return f"operands of shapes {sa} and {sb} broadcast along the batch axis"
         inputs, weights = [a, b], {}
     reason = _batch(g, n.output[0], target)
