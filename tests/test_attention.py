@@ -9,7 +9,6 @@ from onnx import TensorProto, helper
 import arch_attention as A
 import onnx_mrvl
 from onnx_mrvl import opset
-from onnx_mrvl.emit import emit
 from onnx_mrvl.emit.compile import build_program
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
@@ -60,6 +59,24 @@ def test_attention_data_path_is_one_region(style, softmax, mask, tmp_path):
     m = A.mha_block(style, mask, softmax)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
     assert _cpu_ops(res) == [] and _regions(res) == 1
+
+
+@pytest.mark.parametrize("style", ["legacy", "fused_qkv", "dynamo"])
+def test_batch_of_two(style, tmp_path):
+    """B = 2 ([2,T,D] -> [2,T,H,d] -> [2,H,T,d], HF's [B,1,1,T] input mask): the batch stays the
+    leading axis of every reshape, the 4-D BatchMatMuls run 2 x H products."""
+    m = A.mha_block(style, "input", B=2)
+    res, _ = _deployed(m, tmp_path, A.feeds(m))
+    assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
+
+
+def test_reshape_targets_from_shape_ops(tmp_path):
+    """The TorchScript exporter's Shape -> Gather -> Unsqueeze -> Concat reshape targets fold to
+    constants (legalize) and the block converts like the constant form."""
+    m = A.mha_block("legacy", "const", dynamic=True)
+    assert any(n.op_type == "Shape" for n in m.graph.node)
+    res, _ = _deployed(m, tmp_path, A.feeds(m))
+    assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
 
 
 @pytest.mark.parametrize("style", A.STYLES)
@@ -207,3 +224,25 @@ def test_token_reshapes_move_no_image_batch():
     r = fuse(legalize(m))
     for name in ("attn.q.reshape", "attn.out.reshape", "attn.out.reshape3"):
         assert r.decisions[name].placement == "accelerator", r.decisions[name]
+
+
+def test_compile_checks_and_perf_model():
+    """A Nodes-JSON BatchMatMul whose operands do not fit is a CompileError naming the layer; the
+    performance model counts B*H*T*T*d MACs (also when it derives them from the shapes)."""
+    import copy
+    from onnx_mrvl.errors import CompileError
+    from onnx_mrvl.sim.perf import perf_report
+
+    m = _qk_model([1, 4, 16, 8], [1, 4, 16, 8], [0, 1, 3, 2])
+    sg = onnx_mrvl.convert(m, strict=True).subgraphs[0]
+    bad = copy.deepcopy(sg.nodes_json)
+    node = next(n for n in bad["nodes"] if n.get("attrs", {}).get("layer_name") == ["BatchMatMul"])
+    node["attrs"]["transpose_b"] = ["0"]
+    with pytest.raises(CompileError, match="inner dimension"):
+        build_program(bad, sg.consts_json)
+    meta, _ = build_program(sg.nodes_json, sg.consts_json)
+    assert perf_report(meta).macs == 4 * 16 * 16 * 8
+    for layer in meta["layers"]:
+        layer.pop("macs")
+    report = perf_report(meta)
+    assert report.macs == 4 * 16 * 16 * 8 and report.derived

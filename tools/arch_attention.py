@@ -46,7 +46,7 @@ def _causal(t: int) -> np.ndarray:
     return np.tril(np.ones((t, t), bool))
 
 
-def _mask(g: GraphBuilder, s: str, mask: str, t: int, rank: int, inputs: list) -> str:
+def _mask(g: GraphBuilder, s: str, mask: str, t: int, rank: int, inputs: list, b: int = 1) -> str:
     lead = (1,) * (rank - 2)
     if mask == "none":
         return s
@@ -55,7 +55,7 @@ def _mask(g: GraphBuilder, s: str, mask: str, t: int, rank: int, inputs: list) -
         m = np.where(_causal(t), 0.0, fill).astype(np.float32).reshape(lead + (t, t))
         return g.node("Add", [s, g.const("attn.mask", m)], "attn.add_mask")
     if mask == "input":
-        inputs.append(("mask", F32, list((1,) * (rank - 1)) + [t]))
+        inputs.append(("mask", F32, [b] + [1] * (rank - 2) + [t]))     # HF: [B, 1, 1, T]
         return g.node("Add", [s, "mask"], "attn.add_mask")
     if mask == "where":
         cond = g.const("attn.causal", _causal(t).reshape(lead + (t, t)))
@@ -69,37 +69,58 @@ def _split3(g: GraphBuilder, qkv: str, d: int, axis: int, name: str):
     return g.node("Split", [qkv], name, n_out=3, axis=axis, split=[d, d, d])
 
 
-def _heads(g: GraphBuilder, t: str, shape, perm, name: str) -> str:
-    t = g.node("Reshape", [t, _i64(g, f"{name}.shape", shape)], f"{name}.reshape")
+def _shape_of(g: GraphBuilder, x: str, dims, name: str) -> str:
+    """The TorchScript exporter's reshape target: ``Shape(x)`` -> ``Gather`` per leading axis ->
+    ``Unsqueeze`` -> ``Concat`` with the constant tail; ``dims`` lists axes of x (int) or constants."""
+    shp = g.node("Shape", [x], f"{name}.shape_of")
+    parts = []
+    for i, d in enumerate(dims):
+        if isinstance(d, str):
+            ax = int(d)
+            v = g.node("Gather", [shp, _i64(g, f"{name}.idx{i}", ax)], f"{name}.gather{i}", axis=0)
+            parts.append(g.node("Unsqueeze", [v, _i64(g, f"{name}.ax{i}", [0])], f"{name}.unsqueeze{i}"))
+        else:
+            parts.append(_i64(g, f"{name}.c{i}", [d]))
+    return g.node("Concat", parts, f"{name}.concat", axis=0)
+
+
+def _heads(g: GraphBuilder, t: str, shape, perm, name: str, dynamic: bool = False) -> str:
+    target = (_shape_of(g, t, ["0", "1"] + list(shape[2:]), f"{name}.target") if dynamic
+              else _i64(g, f"{name}.shape", shape))
+    t = g.node("Reshape", [t, target], f"{name}.reshape")
     return g.node("Transpose", [t], f"{name}.transpose", perm=list(perm))
 
 
 def mha_block(style: str = "legacy", mask: str = "const", softmax: str = "Softmax", seed: int = 0,
-              T: int = 16, D: int = 32, H: int = 4, opset: int = 13) -> onnx.ModelProto:
-    """One self-attention block with its residual (see the module docstring)."""
+              T: int = 16, D: int = 32, H: int = 4, opset: int = 13, B: int = 1,
+              dynamic: bool = False) -> onnx.ModelProto:
+    """One self-attention block with its residual (see the module docstring). ``B``: batch
+    (not for bmm3d); ``dynamic``: legacy's head reshapes take their target from Shape/Gather/Concat."""
+    if B != 1 and style == "bmm3d":
+        raise ValueError("bmm3d is written for batch 1")
     if style not in STYLES or softmax not in SOFTMAX:
         raise ValueError(f"style in {STYLES}, softmax in {SOFTMAX}")
     g = GraphBuilder(seed, 18 if style == "dynamo" else opset)
     d = D // H
     x = "input"
     seq_first = style == "bmm3d"
-    inputs = [("input", F32, [T, 1, D] if seq_first else [1, T, D])]
+    inputs = [("input", F32, [T, 1, D] if seq_first else [B, T, D])]
     if style == "legacy":
         q, k, v = (_linear(g, x, D, D, f"attn.{p}") for p in "qkv")
-        q, k, v = (_heads(g, t, [1, T, H, d], (0, 2, 1, 3), f"attn.{p}") for t, p in zip((q, k, v), "qkv"))
+        q, k, v = (_heads(g, t, [B, T, H, d], (0, 2, 1, 3), f"attn.{p}", dynamic) for t, p in zip((q, k, v), "qkv"))
         k = g.node("Transpose", [k], "attn.k.transpose_last", perm=[0, 1, 3, 2])
     elif style == "fused_qkv":
         q, k, v = _split3(g, _linear(g, x, D, 3 * D, "attn.c_attn"), D, 2, "attn.split")
-        q = _heads(g, q, [1, T, H, d], (0, 2, 1, 3), "attn.q")
-        k = _heads(g, k, [1, T, H, d], (0, 2, 3, 1), "attn.k")
-        v = _heads(g, v, [1, T, H, d], (0, 2, 1, 3), "attn.v")
+        q = _heads(g, q, [B, T, H, d], (0, 2, 1, 3), "attn.q")
+        k = _heads(g, k, [B, T, H, d], (0, 2, 3, 1), "attn.k")
+        v = _heads(g, v, [B, T, H, d], (0, 2, 1, 3), "attn.v")
     elif style == "dynamo":
         qkv = _linear(g, x, D, 3 * D, "attn.in_proj")
         parts = []
         for i, p in enumerate("qkv"):
             sl = g.node("Slice", [qkv, _i64(g, f"attn.{p}.starts", [i * D]), _i64(g, f"attn.{p}.ends", [(i + 1) * D]),
                                   _i64(g, f"attn.{p}.axes", [2]), _i64(g, f"attn.{p}.steps", [1])], f"attn.{p}.slice")
-            parts.append(_heads(g, sl, [1, T, H, d], (0, 2, 1, 3), f"attn.{p}"))
+            parts.append(_heads(g, sl, [B, T, H, d], (0, 2, 1, 3), f"attn.{p}"))
         q, k, v = parts
         sqrt_scale = g.const("attn.sqrt_scale", np.array(np.sqrt(1.0 / np.sqrt(d)), np.float32))
         q = g.node("Mul", [q, sqrt_scale], "attn.q.scale")
@@ -113,7 +134,7 @@ def mha_block(style: str = "legacy", mask: str = "const", softmax: str = "Softma
     s = g.node("MatMul", [q, k], "attn.qk")
     if style in ("legacy", "fused_qkv"):
         s = g.node("Div", [s, g.const("attn.sqrt_d", np.array(np.sqrt(d), np.float32))], "attn.div")
-    s = _mask(g, s, mask, T, 3 if seq_first else 4, inputs)
+    s = _mask(g, s, mask, T, 3 if seq_first else 4, inputs, B)
     if softmax != "none":
         s = g.node(softmax, [s], "attn.softmax", **({"axis": -1} if softmax == "Softmax" else {}))
     o = g.node("MatMul", [s, v], "attn.av")
@@ -124,7 +145,9 @@ def mha_block(style: str = "legacy", mask: str = "const", softmax: str = "Softma
         o = g.node("Reshape", [o, _i64(g, "attn.out.shape3", [T, 1, D])], "attn.out.reshape3")
     else:
         o = g.node("Transpose", [o], "attn.out.transpose", perm=[0, 2, 1, 3])
-        o = g.node("Reshape", [o, _i64(g, "attn.out.shape", [1, T, D])], "attn.out.reshape")
+        target = (_shape_of(g, o, ["0", "1", D], "attn.out.target") if dynamic
+                  else _i64(g, "attn.out.shape", [B, T, D]))
+        o = g.node("Reshape", [o, target], "attn.out.reshape")
         o = _linear(g, o, D, D, "attn.out_proj")
     g.node("Add", [x, o], "residual")
     g.nodes[-1].output[0] = "output"

@@ -14,10 +14,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .. import opset
 from .._graph import GraphIndex
 from ..target import Target
-from .groups import Group, _float_static
+from .groups import Group, _batch, _float_static
 from .patterns import MAX_FC_ROWS, build_fc
 from .perms import rotations
 
@@ -52,6 +51,9 @@ def build_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"MatMul operands {sa} and {sb} disagree on the inner dimension"
     if max(k, n_out) > target.max_fc_features:
         return f"{max(k, n_out)} features exceed the limit {target.max_fc_features}"
+    reason = _batch(g, n.output[0], target)      # 4-D: [B, H, T, T] with B images
+    if reason:
+        return reason
     batch = int(np.prod([max(x, y) for x, y in zip(sa[:-2], sb[:-2])] or [1]))
     if batch * m > MAX_FC_ROWS:
         return f"{batch * m} rows of a MatMul over {sa} exceed the limit {MAX_FC_ROWS}"
