@@ -36,7 +36,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                 f"slice is no accelerator work; N-D slices run between other ops)")
     if n.op_type == "Split":
         axis = attr(n, "axis", 0) % rank
-        sizes = slices._split_sizes(g, n, shape[axis])
+        sizes = slices.split_sizes(g, n, shape[axis])
         if isinstance(sizes, str):
             return sizes
         if len(sizes) != len(n.output) or sum(sizes) != shape[axis]:
@@ -47,7 +47,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                 parts.append((o, start, start + size))
             start += size
     else:
-        params = slices._slice_params(g, n)
+        params = slices.slice_params(g, n)
         if isinstance(params, str):
             return params
         if params[0] is None or params[1] is None:
