@@ -61,6 +61,24 @@ def test_attention_data_path_is_one_region(style, softmax, mask, tmp_path):
     assert _cpu_ops(res) == [] and _regions(res) == 1
 
 
+@pytest.mark.parametrize("style", A.STYLES)
+def test_head_transposes_move_no_data(style, tmp_path):
+    """Q, K, V are read by the BatchMatMuls as the FCs wrote them ([.., T, H, d]: a_perm / b_perm)
+    and P*V writes the heads back in token order (out_perm): no LayoutTransform, no rotation; every
+    MAC of the block is offloaded."""
+    m = A.mha_block(style, "const")
+    r = fuse(legalize(m))
+    ops = [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN]
+    assert "LayoutTransform" not in ops, ops
+    bmm = {n.name: opset.node_attrs(n) for n in r.model.graph.node if n.op_type == "BatchMatMul"}
+    assert all("a_perm" in a for n, a in bmm.items() if "attn.qk" in n)
+    assert all("out_perm" in a for n, a in bmm.items() if "attn.av" in n)
+    res, _ = _deployed(m, tmp_path, A.feeds(m))
+    T, D, H = 16, 32, 4
+    proj = (4 if style == "legacy" else 2) * T * D * D + (2 * T * D * D if style != "legacy" else 0)
+    assert res.report.macs_offloaded == proj + 2 * H * T * T * (D // H)
+
+
 @pytest.mark.parametrize("style", ["legacy", "fused_qkv", "dynamo"])
 def test_batch_of_two(style, tmp_path):
     """B = 2 ([2,T,D] -> [2,T,H,d] -> [2,H,T,d], HF's [B,1,1,T] input mask): the batch stays the
@@ -163,6 +181,11 @@ def test_sim_batch_matmul_fp16_semantics():
     y, ok = BatchMatMul(transpose_b=True, alpha=0.125).apply(a, b)
     want = to_fp16_values(np.matmul(a, np.swapaxes(b, -1, -2), dtype=np.float32) * np.float32(0.125))
     assert ok and y.shape == (2, 3, 5, 7) and np.array_equal(y, want)
+    # operands in a stored order (a_perm / b_perm) and a permuted output (out_perm)
+    y, ok = BatchMatMul(alpha=0.5, a_perm=[0, 2, 1, 3], b_perm=[0, 2, 3, 1], out_perm=[0, 2, 1, 3]).apply(
+        np.ascontiguousarray(a.transpose(0, 2, 1, 3)), np.ascontiguousarray(np.swapaxes(b, -1, -2).transpose(0, 2, 3, 1)))
+    want = to_fp16_values(np.matmul(a, np.swapaxes(b, -1, -2), dtype=np.float32) * np.float32(0.5))
+    assert ok and np.array_equal(y, np.ascontiguousarray(want.transpose(0, 2, 1, 3)))
     big = np.full((1, 2, 64), 64.0, np.float32)
     y, ok = BatchMatMul().apply(big, np.full((1, 64, 2), 64.0, np.float32))
     assert not ok and np.isinf(y).all()                 # 262144 overflows fp16: flagged, not hidden

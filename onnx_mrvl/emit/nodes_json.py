@@ -291,6 +291,9 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "BatchMatMul":   # two activations in their logical order ("ND" when 4-D)
         data_layout = out_layout = _layout(out_shape) if len(out_shape) != 4 else "ND"
         attrs.update(transpose_b=_s(int(a.get("transpose_b", 0))), alpha=_s(float(a.get("alpha", 1.0))))
+        for key in ("a_perm", "b_perm", "out_perm"):   # operands / output in a permuted storage
+            if a.get(key):
+                attrs[key] = _s(list(a[key]))
     elif node.op_type == "LayoutTransform":
         data_layout, out_layout = a["src_layout"], a["dst_layout"]
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex
+from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group, _batch, _float_static
 from .patterns import MAX_FC_ROWS, build_fc
@@ -86,27 +86,58 @@ def _swap_last(rank: int):
     return tuple(range(rank - 2)) + (rank - 1, rank - 2)
 
 
+def _strided(m, t: str, inner) -> bool:
+    """``t`` is stored permuted with one of the logical axes ``inner`` innermost: the operand
+    stream reads it as it is (DMA with strides over the outer axes, rows contiguous)."""
+    have = m.loc[t][1]
+    return t not in m.flat and t not in m.rows and have is not None and have[-1] in inner
+
+
+def _out_perm(m, grp: Group, rank: int):
+    """The storage to write the output in: the permutation of the one relabelling Transpose that
+    reads it when N stays innermost (P*V -> Transpose(0,2,1,3) -> Reshape [B,T,D]: the heads are
+    written back in token order, the Reshape merges in place), else the logical order."""
+    users = m.g.consumers.get(grp.output, [])
+    if grp.output in m.g.output_set or len(users) != 1 or users[0].name not in m.aliases:
+        return None
+    p = tuple(int(x) for x in attr(users[0], "perm", list(range(rank))[::-1]))
+    return p if p[-1] == rank - 1 and p != tuple(range(rank)) else None
+
+
 def materialize(m, grp: Group) -> None:
-    """Emit ``mrvl::BatchMatMul`` into the Materializer ``m``: ``a`` in its logical order; ``b``
-    as stored when that is its logical order or its last two axes swapped (``transpose_b=1``, no
-    data movement), else converted to the swapped order (the FC kernel's OI order: one layout
-    change, the same as converting it to its logical order)."""
+    """Emit ``mrvl::BatchMatMul`` into the Materializer ``m``. Each operand is read as it is stored
+    when its innermost axis is the one its rows run along (A: K; B: N, or K with ``transpose_b``):
+    ``a_perm`` / ``b_perm`` give the storage (stored axis k holds logical axis perm[k]), so the head
+    Transposes of attention move no data; otherwise it is converted (block rotations) to its
+    logical order, or B to the swapped order (``transpose_b=1``, the FC kernel's OI order) when
+    that needs fewer rotations. The output is written in the order ``out_perm``."""
     a, b = grp.inputs
     rank = len(m.logical_shape(b))
     swap = _swap_last(rank)
     origin = grp.origin
-    xa = m.get(a, None, for_mrvl=True, origin=origin)
+    attrs = {"alpha": float(grp.attrs.get("alpha", 1.0)), "rank": rank}
+    if _strided(m, a, (rank - 1,)) and not m.available(a, None):
+        xa = m.loc[a][0]
+        attrs["a_perm"] = list(m.loc[a][1])
+    else:
+        xa = m.get(a, None, for_mrvl=True, origin=origin)
     have = m.loc[b][1]
     if b in m.flat or b in m.rows or have is None or m.available(b, None):
         tb, want = 0, None
     elif have == swap or m.available(b, swap):
         tb, want = 1, swap
+    elif _strided(m, b, (rank - 2, rank - 1)):
+        tb, want = int(have[-1] == rank - 2), have
+        attrs["b_perm"] = list(have)
     else:   # convert: to whichever of the two orders needs fewer block rotations
         stored = [m.logical_shape(b)[i] for i in have]
         cost = {w: len(rotations(stored, [list(have).index(x) for x in (w or range(rank))]) or [0] * 9)
                 for w in (None, swap)}
         want = min((None, swap), key=lambda w: cost[w])
         tb = int(want is not None)
-    xb = m.get(b, want, for_mrvl=True, origin=origin)
-    attrs = {"transpose_b": tb, "alpha": float(grp.attrs.get("alpha", 1.0)), "rank": rank}
-    m._emit(grp, "BatchMatMul", [xa, xb], attrs, None)
+    xb = m.loc[b][0] if "b_perm" in attrs else m.get(b, want, for_mrvl=True, origin=origin)
+    attrs["transpose_b"] = tb
+    out_perm = _out_perm(m, grp, rank)
+    if out_perm is not None:
+        attrs["out_perm"] = list(out_perm)
+    m._emit(grp, "BatchMatMul", [xa, xb], attrs, out_perm)

@@ -74,6 +74,9 @@ def _canonical(order: Sequence[int], shape, nhwc_first: bool = False) -> Perm:
     return _norm(order)
 
 
+# Mrvl ops that read a 4-D operand in any stored order (batch_matmul.py: a_perm / b_perm), so
+# an op feeding only them need not write NHWC
+ANY_ORDER_READERS = ("BatchMatMul",)
 SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
 
 
@@ -138,7 +141,7 @@ class Materializer:
                 candidates.append(p)
         if not candidates:
             return None
-        extra = rank == 4 and out is not None and self._feeds_mrvl(out)
+        extra = rank == 4 and out is not None and self._feeds_mrvl(out, skip=ANY_ORDER_READERS)
         return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors)
                    + (extra and p != NHWC))
 
@@ -439,8 +442,9 @@ class Materializer:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
                    if c.name in self.group_of)
 
-    def _feeds_mrvl(self, t: str) -> bool:
-        return any(c.name in self.group_of for c in self.g.consumers.get(t, []))
+    def _feeds_mrvl(self, t: str, skip=()) -> bool:
+        return any(c.name in self.group_of and self.group_of[c.name].op not in skip
+                   for c in self.g.consumers.get(t, []))
 
     def _only_spatial(self, t: str) -> bool:
         users = self.g.consumers.get(t, [])

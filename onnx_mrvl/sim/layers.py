@@ -209,7 +209,15 @@ def _layout(spec: LayerSpec, n_inputs: int) -> LayerFn:
 
 def _batch_matmul(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (2,))
-    return BatchMatMul(int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0))).apply
+    perms = {}
+    for key in ("a_perm", "b_perm", "out_perm"):
+        p = spec.param(key)
+        if p is not None:
+            try:
+                perms[key] = [int(v) for v in p]
+            except (TypeError, ValueError):
+                raise spec.error(f"param {key!r} must be a list of integers, got {p!r}") from None
+    return BatchMatMul(int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0)), **perms).apply
 
 
 BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {

@@ -94,8 +94,9 @@ def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
     elif node.op_type == "Gemm" and not any(a.name == "transB" and a.i for a in node.attribute):
         per_out = w[0]
     else:
-        transposed = node.op_type == "BatchMatMul" and any(a.name == "transpose_b" and a.i for a in node.attribute)
-        per_out = w[-1] if node.op_type in ("FC", "Gemm") or transposed else w[-2] if len(w) >= 2 else w[0]
+        per_out = w[-1] if node.op_type == "FC" or node.op_type == "Gemm" else w[-2] if len(w) >= 2 else w[0]
+    if node.op_type == "BatchMatMul":      # K: A's innermost stored axis (whatever B's storage)
+        per_out = (g.shape(node.input[0]) or [0])[-1]
     return int(np.prod(out, dtype=np.int64)) * int(per_out)
 
 
