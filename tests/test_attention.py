@@ -102,6 +102,7 @@ def test_fused_model_runs_the_reference_bodies(style):
     """Fused model (Mrvl nodes with their opset.py bodies) in plain onnxruntime: fp32-exact."""
     m = A.mha_block(style, "const")
     r = fuse(legalize(m))
+    onnx.checker.check_model(r.model, full_check=True)
     ops = [n.op_type for n in r.model.graph.node if n.domain == opset.DOMAIN]
     assert ops.count("BatchMatMul") == 2
     qk = next(n for n in r.model.graph.node if n.op_type == "BatchMatMul" and "attn.qk" in n.name)
@@ -269,3 +270,12 @@ def test_compile_checks_and_perf_model():
         layer.pop("macs")
     report = perf_report(meta)
     assert report.macs == 4 * 16 * 16 * 8 and report.derived
+
+
+@pytest.mark.parametrize("style", ["legacy", "fused_qkv", "bmm3d"])
+def test_opset_11_exports(style, tmp_path):
+    """Opset 11 (Split with a ``split`` attribute, Softmax flattening from ``axis``): the same
+    structure and numbers."""
+    m = A.mha_block(style, "const", opset=11)
+    res, _ = _deployed(m, tmp_path, A.feeds(m))
+    assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
