@@ -15,7 +15,8 @@ styles
                by a Mul, out_proj on [T*B, D].
 masks: ``none``; ``const`` causal [1,1,T,T] of 0 / -1e4; ``min`` the same with float32's lowest
   (-3.4028235e38, what HF writes today); ``input`` a graph input ``mask`` [1,1,1,T] added to the
-  scores; ``where`` Where(causal bool constant, scores, -inf) (dynamo's is_causal).
+  scores; ``where`` Where(causal bool constant, scores, -inf) (dynamo's is_causal); ``hf`` an int64
+  graph input ``attention_mask`` [B, T] turned into (1 - m) * float32's lowest on the CPU (HF BERT).
 softmax: ``Softmax`` | ``Sigmoid`` | ``none`` (to show the data path alone).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import onnx
 from models import F32, GraphBuilder
 
 STYLES = ("legacy", "fused_qkv", "dynamo", "bmm3d")
-MASKS = ("none", "const", "min", "input", "where")
+MASKS = ("none", "const", "min", "input", "where", "hf")
 SOFTMAX = ("Softmax", "Sigmoid", "none")
 
 
@@ -57,6 +58,16 @@ def _mask(g: GraphBuilder, s: str, mask: str, t: int, rank: int, inputs: list, b
     if mask == "input":
         inputs.append(("mask", F32, [b] + [1] * (rank - 2) + [t]))     # HF: [B, 1, 1, T]
         return g.node("Add", [s, "mask"], "attn.add_mask")
+    if mask == "hf":   # HF BERT / MiniLM: int64 attention_mask [B, T] -> (1 - m) * float32's lowest
+        inputs.append(("attention_mask", onnx.TensorProto.INT64, [b, t]))
+        axes = [1, 2] if rank == 4 else [1]           # [B, 1, 1, T] / [1, 1, T]
+        m = (g.node("Unsqueeze", ["attention_mask", _i64(g, "attn.mask.axes", axes)], "attn.mask.unsqueeze")
+             if g.opset >= 13 else g.node("Unsqueeze", ["attention_mask"], "attn.mask.unsqueeze", axes=axes))
+        m = g.node("Cast", [m], "attn.mask.cast", to=onnx.TensorProto.FLOAT)
+        m = g.node("Sub", [g.const("attn.mask.one", np.array(1.0, np.float32)), m], "attn.mask.sub")
+        m = g.node("Mul", [m, g.const("attn.mask.min", np.array(np.finfo(np.float32).min, np.float32))],
+                   "attn.mask.mul")
+        return g.node("Add", [s, m], "attn.add_mask")
     if mask == "where":
         cond = g.const("attn.causal", _causal(t).reshape(lead + (t, t)))
         return g.node("Where", [cond, s, g.const("attn.neg_inf", np.array(-np.inf, np.float32))], "attn.where")
@@ -161,7 +172,11 @@ def feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
     out = {}
     for vi in model.graph.input:
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        if vi.name == "mask":
+        if vi.name == "attention_mask":      # the last quarter of the tokens is padding
+            m = np.ones(shape, np.int64)
+            m[..., -(shape[-1] // 4):] = 0
+            out[vi.name] = m
+        elif vi.name == "mask":
             m = np.zeros(shape, np.float32)
             m[..., -(shape[-1] // 4):] = -1e4
             out[vi.name] = m
