@@ -209,7 +209,7 @@ def test_compile_counts_batch_matmul_macs():
 
 @pytest.mark.parametrize("mask", ["min", "where"])
 def test_masks_beyond_fp16_become_sum2d(mask, tmp_path):
-    """float32's lowest / -inf fills: a Sum2D of 0 / -65504 before the Softmax; every row keeps at
+    """float32's lowest / -inf fills: a Sum2D of 0 / -32768 before the Softmax; every row keeps at
     least one key (causal), so the probabilities match onnxruntime's."""
     m = A.mha_block("legacy", mask)
     r = fuse(legalize(m))
@@ -218,7 +218,7 @@ def test_masks_beyond_fp16_become_sum2d(mask, tmp_path):
     assert d.placement == "accelerator" and d.mrvl_node and "Sum2D" in d.reason
     op = next(n for n in r.model.graph.node if n.name == d.mrvl_node)
     c = onnx.numpy_helper.to_array(next(t for t in r.model.graph.initializer if t.name == op.input[1]))
-    assert set(np.unique(c).tolist()) == {-65504.0, 0.0}
+    assert set(np.unique(c).tolist()) == {-32768.0, 0.0}
     _deployed(m, tmp_path, A.feeds(m))
 
 
@@ -232,7 +232,7 @@ def test_runtime_mask_of_float32_lowest(tmp_path):
 
 
 def test_mask_rejections():
-    m = A.mha_block("legacy", "min", "Sigmoid")         # no Softmax: -65504 is not float32's lowest
+    m = A.mha_block("legacy", "min", "Sigmoid")         # no Softmax: -32768 is not float32's lowest
     r = fuse(legalize(m))
     assert r.decisions["attn.add_mask"].placement == "cpu"
     assert "fp16" in r.decisions["attn.add_mask"].reason
@@ -282,3 +282,21 @@ def test_opset_11_exports(style, tmp_path):
     m = A.mha_block(style, "const", opset=11)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
     assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
+
+
+def test_fully_masked_rows_stay_finite(tmp_path):
+    """The documented difference: a query row whose every key is masked. onnxruntime gives equal
+    weights (Add of float32's lowest); the accelerator's clamped fill (-32768) keeps the scores
+    finite, so the row's weights are finite (not equal): no NaN, no inf in the output."""
+    m = A.mha_block("legacy", "min", T=16)
+    mask = next(i for i in m.graph.initializer if i.name == "attn.mask")
+    arr = onnx.numpy_helper.to_array(mask).copy()
+    arr[..., :4, :] = np.finfo(np.float32).min            # the first 4 queries see no key
+    mask.CopyFrom(onnx.numpy_helper.from_array(arr, "attn.mask"))
+    f = A.feeds(m)
+    res = onnx_mrvl.convert(m, strict=True)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, f)[0]
+    ref = _ref(m, f)[0]
+    assert np.all(np.isfinite(got))
+    rows = np.max(np.abs(got[:, 4:] - ref[:, 4:]))       # the rows with a kept key match
+    assert rows <= 1e-2 * np.max(np.abs(ref))

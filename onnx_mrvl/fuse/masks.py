@@ -3,13 +3,14 @@ float32's lowest (-3.4028235e38, what Hugging Face writes) or -inf, and
 ``Where(cond, scores, fill)`` with a constant boolean ``cond`` and such a fill (dynamo's causal
 mask), when the result is read only by a Softmax over the last axis.
 
-Both become ``Sum2D(scores, M')`` with M' = 0 where the score is kept and ``-fp16_max`` (-65504)
-where it is masked. In fp16 a masked score becomes about -65504 or -inf (``x - 65504`` overflows
-for x < -16); the Softmax after it gives it weight exp(-65504 - max) = 0, as onnxruntime gives
-exp(-3.4e38 - max) = 0 or exp(-inf) = 0. A row whose every entry is masked differs: onnxruntime
-gives equal weights (Add: every score is -3.4e38) or NaN (Where: every score is -inf), the
-accelerator's scores keep fp16 traces of x (documented in docs/fusion.md). Masks that fit fp16
-(0 / -1e4, -10000) are ordinary Sum2D operands (patterns.build_eltwise), taken as they are.
+Both become ``Sum2D(scores, M')`` with M' = 0 where the score is kept and ``MASK_FILL`` = -32768
+(-2**15, exact in fp16) where it is masked: a masked score ``x - 32768`` stays finite in fp16 for
+|x| < 32736, and the Softmax after it gives it weight exp(-32768 + x - max) = 0 in float32, as
+onnxruntime gives exp(-3.4e38 - max) = 0 or exp(-inf) = 0: every row with a kept key matches. A
+row whose every key is masked differs: onnxruntime gives equal weights (Add: x is absorbed by
+-3.4e38) or NaN (Where: every score -inf); here the scores ``x - 32768`` (fp16 spacing 32) keep a
+trace of x, so the weights are finite but not equal (documented in docs/fusion.md). Masks that fit
+fp16 (0 / -1e4, -10000) are ordinary Sum2D operands (patterns.build_eltwise), taken as they are.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group, _float_static
 from .patterns import ELTWISE_RANKS, build_eltwise
+
+MASK_FILL = -32768.0   # -2**15: exact in fp16, x + MASK_FILL finite for |x| < 32736, exp(MASK_FILL) == 0
 
 
 def _softmax_reader(g: GraphIndex, t: str) -> Optional[str]:
@@ -50,7 +53,7 @@ def _mask_group(g: GraphIndex, n: onnx.NodeProto, x: str, keep: np.ndarray, targ
     why = _softmax_reader(g, n.output[0])
     if why:
         return f"a mask fill beyond the fp16 range, and {why} (fp16 cannot hold the fill)"
-    operand = np.where(keep, 0.0, -target.fp16_max).astype(np.float32)
+    operand = np.where(keep, 0.0, MASK_FILL).astype(np.float32)
     return Group("Sum2D", "mrvl.sum", [n], [x], n.output[0], {}, {"operand": operand})
 
 
