@@ -300,3 +300,28 @@ def test_fully_masked_rows_stay_finite(tmp_path):
     assert np.all(np.isfinite(got))
     rows = np.max(np.abs(got[:, 4:] - ref[:, 4:]))       # the rows with a kept key match
     assert rows <= 1e-2 * np.max(np.abs(ref))
+
+
+def test_nd_split_on_permuted_storage(tmp_path):
+    """Conv -> Reshape [1, C, H*W] (stored [1, H*W, C]) -> Split on the H*W axis: Slice2D on the 4-D
+    view of the stored data, the parts keep the storage; numbers against onnxruntime."""
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "W"),
+             nh.from_array(np.array([1, 8, 16], np.int64), "shp"), nh.from_array(np.array([6, 10], np.int64), "sp")]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Reshape", ["c", "shp"], ["r"], name="reshape"),
+             helper.make_node("Split", ["r", "sp"], ["a", "b"], axis=2, name="split"),
+             helper.make_node("Sigmoid", ["a"], ["ya"], name="sig"),
+             helper.make_node("Transpose", ["b"], ["bt"], perm=[0, 2, 1], name="tr"),
+             helper.make_node("Relu", ["bt"], ["yb"], name="relu")]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", F, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("ya", F, None), helper.make_tensor_value_info("yb", F, None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    m = onnx.shape_inference.infer_shapes(m)
+    r = fuse(legalize(m))
+    assert r.decisions["split"].placement == "accelerator"
+    assert [n.op_type for n in r.model.graph.node].count("Slice2D") == 2
+    _deployed(m, tmp_path, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
