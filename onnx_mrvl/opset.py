@@ -163,6 +163,30 @@ def _layout_body(a, present, opset):
     return [helper.make_node("Transpose", ["X"], ["Y"], perm=perm)]
 
 
+def _batch_matmul_body(a, present, opset):
+    """Y = alpha * A @ B with numpy broadcasting of the leading axes. A and B come as stored:
+    ``a_perm`` / ``b_perm`` (stored axis k holds logical axis perm[k]; B without b_perm: [..., N, K]
+    when transpose_b); Y is written in the order ``out_perm``."""
+    r = int(a["rank"])
+
+    def inv(p):
+        return [list(p).index(i) for i in range(len(p))]
+    nodes, x, y = [], "A", "B"
+    if a.get("a_perm"):
+        nodes.append(helper.make_node("Transpose", ["A"], ["Al"], perm=inv(a["a_perm"])))
+        x = "Al"
+    b_perm = a.get("b_perm") or (list(range(r - 2)) + [r - 1, r - 2] if a.get("transpose_b") else None)
+    if b_perm:
+        nodes.append(helper.make_node("Transpose", ["B"], ["Bl"], perm=inv(b_perm)))
+        y = "Bl"
+    out = "Yl" if a.get("out_perm") else "Y"
+    nodes += [helper.make_node("MatMul", [x, y], ["Ym"]), _c("alpha", float(a.get("alpha", 1.0))),
+              helper.make_node("Mul", ["Ym", "alpha"], [out])]
+    if a.get("out_perm"):
+        nodes.append(helper.make_node("Transpose", ["Yl"], ["Y"], perm=list(a["out_perm"])))
+    return nodes
+
+
 def _onnx_pads(pads_tlbr: Sequence[int]) -> List[int]:
     """[top, left, bottom, right] is ONNX's [h_begin, w_begin, h_end, w_end]: same order."""
     return list(pads_tlbr)
@@ -193,6 +217,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Resize", "Resize", "mrvl.resize_nearest", ("X",), ("scales", "mode"), _resize_body),
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
+    OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),
+          ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm"), _batch_matmul_body),
 ]}
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 

@@ -83,7 +83,10 @@ class Target:
     max_stride: int = 8
     max_dilation: int = 8
     max_channels: int = 8192               # channels per layer (in and out)
-    max_fc_features: int = 65536
+    max_fc_features: int = 65536           # also K and N of a BatchMatMul (two activations), which
+                                           # is assumed to run on the FC's MAC array with its second
+                                           # operand streamed from OCM instead of the weights
+                                           # (transpose_b: that operand in the kernel's OI order)
     activations: Tuple[str, ...] = ACTIVATIONS
     dtypes: Tuple[str, ...] = ("float32",)
     fp16_max: float = 65504.0

@@ -172,7 +172,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         elif len(out_shape) == 4 and layer["layer_name"] == "Slice2D":
             # a slice keeps the storage of its input (its axis is given in that storage)
             layout = tensors[ins[0]]["layout"]
-        elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze"):
+        elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze", "BatchMatMul"):
             layout = "NHWC"
         else:
             layout = "ND"

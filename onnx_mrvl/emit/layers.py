@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .json_attrs import NodeAttrs, decode_const, unwrap
+from .matmul_layer import batch_matmul
 
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
     "Conv2D": "Conv2D", "FC": "FC", "Maxpool2D": "Maxpool2D", "Avgpool2D": "Avgpool2D",
@@ -17,6 +18,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "Mul2D": "Mul2D", "Concat": "Concat", "Slice2D": "Slice2D", "reshape": "Reshape", "nn.batch_flatten": "Flatten",
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
+    "BatchMatMul": "BatchMatMul",
 }
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
                "hard_swish", "silu")
@@ -377,7 +379,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     lname = wprefix
     params, weights = {}, {}
     n_in = len(in_shapes)
-    single = layer_name not in ("Sum2D", "Mul2D", "Concat")
+    single = layer_name not in ("Sum2D", "Mul2D", "Concat", "BatchMatMul")
     if single and n_in != 1:
         a.fail(f"{lname_json} takes one input, the node lists {n_in}")
     if layer_name in ("Sum2D", "Mul2D") and n_in > 2:
@@ -396,6 +398,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = [n, 1, 1, c]
     elif layer_name in ("Sum2D", "Mul2D"):
         out, macs = eltwise(a, ctx, lname, in_shapes, params, weights)
+    elif layer_name == "BatchMatMul":
+        out, macs = batch_matmul(a, in_shapes, params)
     elif layer_name == "Concat":
         out = concat(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Slice2D":

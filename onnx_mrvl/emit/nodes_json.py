@@ -106,7 +106,9 @@ def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
                                 "data_layout": [layout]}})
         shapes.append(shape)
         dtypes.append("float32")
-    batch = max([g.shape(t)[0] for t in g.inputs if g.shape(t)] or [1])
+    # the batch of the region inputs as the compile step reads it: the first input's leading axis
+    # (attention regions take inputs of different leading axes: [1, T, D] and [H, T, d])
+    batch = next((g.shape(t)[0] for t in g.inputs if g.shape(t)), 1)
     for k, node in enumerate(region.graph.node):
         if node.domain != opset.DOMAIN or node.op_type not in opset.OPS:
             raise CompileError(f"node of type {node.domain}::{node.op_type} cannot be emitted",
@@ -286,6 +288,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "Resize":
         data_layout = out_layout = "NHWC"
         attrs.update(scales=_s(a["scales"]), method=["nearest_neighbor"], layout=["NHWC"])
+    elif node.op_type == "BatchMatMul":   # two activations in their logical order ("ND" when 4-D)
+        data_layout = out_layout = _layout(out_shape) if len(out_shape) != 4 else "ND"
+        attrs.update(transpose_b=_s(int(a.get("transpose_b", 0))), alpha=_s(float(a.get("alpha", 1.0))))
+        for key in ("a_perm", "b_perm", "out_perm"):   # operands / output in a permuted storage
+            if a.get(key):
+                attrs[key] = _s(list(a[key]))
     elif node.op_type == "LayoutTransform":
         data_layout, out_layout = a["src_layout"], a["dst_layout"]
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])

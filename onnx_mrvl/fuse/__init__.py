@@ -20,6 +20,7 @@ from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat
 from .standalone import ACTIVATION_OPS, build_standalone_activation
+from . import batch_matmul, masks, slices_nd
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,13 @@ ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
 ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS})
+# MatMul: an FC on a constant second operand, else a BatchMatMul of two activations (batch_matmul.py)
+ANCHORS["MatMul"] = Pattern("mrvl.fc_ni2no|mrvl.batch_matmul", ("MatMul",), batch_matmul.build)
+# Split / Slice: 4-D channel slices (slices.py), or one axis of a 2-D/3-D/5-D tensor (slices_nd.py)
+ANCHORS["Split"] = ANCHORS["Slice"] = Pattern("mrvl.slice", ("Split", "Slice"), slices_nd.build)
+# attention masks whose fill does not fit fp16 (masks.py): Add of float32's lowest, Where(cond, x, -inf)
+ANCHORS["Add"] = Pattern("mrvl.sum", ("Add",), masks.build_add, ("activation",))
+ANCHORS["Where"] = Pattern("mrvl.sum", ("Where",), masks.build_where)
 
 
 class _Index(GraphIndex):

@@ -53,3 +53,20 @@ def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
     if shape and len(shape) > 3 and shape[0] > target.max_batch:
         return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
     return None
+
+
+def image_batch_moved(in_shape, out_shape) -> Optional[str]:
+    """Why a reshape cannot run on the accelerator because it mixes the images of a batch, or None.
+
+    The leading axis of a 4-D/5-D tensor holding more than one image is the batch the compile step
+    may change (``--batch``); a reshape merging or splitting it is refused. The leading axis of a
+    2-D/3-D tensor holds rows ([T, D], [B*H, T, d]) and a batch of 1 holds no other image, so the
+    token reshapes of attention ([1,T,D] <-> [T,D], [1,T,H,d] <-> [T,H*d], [B*H,T,d] <-> [1,H,T,d])
+    are a plain copy of the stored data (docs/fusion.md)."""
+    if in_shape[0] == out_shape[0]:
+        return None
+    for shape in (in_shape, out_shape):
+        if len(shape) > 3 and shape[0] > 1:
+            return (f"reshape {list(in_shape)} -> {list(out_shape)} moves data across the batch axis "
+                    f"of {shape[0]} images")
+    return None

@@ -28,7 +28,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import fc_rows, rotate, slices
+from . import batch_matmul, fc_rows, rotate, slices, slices_nd
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -74,6 +74,9 @@ def _canonical(order: Sequence[int], shape, nhwc_first: bool = False) -> Perm:
     return _norm(order)
 
 
+# Mrvl ops that read a 4-D operand in any stored order (batch_matmul.py: a_perm / b_perm), so
+# an op feeding only them need not write NHWC
+ANY_ORDER_READERS = ("BatchMatMul",)
 SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
 
 
@@ -138,7 +141,7 @@ class Materializer:
                 candidates.append(p)
         if not candidates:
             return None
-        extra = rank == 4 and out is not None and self._feeds_mrvl(out)
+        extra = rank == 4 and out is not None and self._feeds_mrvl(out, skip=ANY_ORDER_READERS)
         return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors)
                    + (extra and p != NHWC))
 
@@ -302,7 +305,9 @@ class Materializer:
                    "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
                    "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
                    "Concat": self._concat, "Reshape": self._reshape,
-                   "Slice2D": lambda grp: slices.materialize(self, grp)}[op]
+                   "Slice2D": lambda grp: slices.materialize(self, grp),
+                   "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
+                   "SliceND": lambda grp: slices_nd.materialize(self, grp)}[op]
         handler(grp)
 
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,
@@ -437,8 +442,9 @@ class Materializer:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
                    if c.name in self.group_of)
 
-    def _feeds_mrvl(self, t: str) -> bool:
-        return any(c.name in self.group_of for c in self.g.consumers.get(t, []))
+    def _feeds_mrvl(self, t: str, skip=()) -> bool:
+        return any(c.name in self.group_of and self.group_of[c.name].op not in skip
+                   for c in self.g.consumers.get(t, []))
 
     def _only_spatial(self, t: str) -> bool:
         users = self.g.consumers.get(t, [])

@@ -21,7 +21,7 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..target import Target
 from . import steps
-from .groups import Group, _batch, _float_static
+from .groups import Group, _batch, _float_static, image_batch_moved
 from .resize import build_resize
 from . import slices
 
@@ -275,7 +275,9 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
         if len(sa) != len(out_shape) or len(sb) != len(out_shape):
             return (f"operands of shapes {sa} and {sb} broadcast across ranks (the accelerator "
                     f"broadcasts operands of the same rank)")
-        if sa[0] != out_shape[0] or sb[0] != out_shape[0]:
+        # the leading axis of a 2-D/3-D tensor holds rows (heads of [H, T, T] attention scores
+        # plus a [1, 1, T] mask), not images: a broadcast there is like any other
+        if len(out_shape) > 3 and (sa[0] != out_shape[0] or sb[0] != out_shape[0]):
             return f"operands of shapes {sa} and {sb} broadcast along the batch axis"
         inputs, weights = [a, b], {}
     reason = _batch(g, n.output[0], target)
@@ -310,8 +312,9 @@ def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = _float_static(g, [n.input[0], n.output[0]])
     if reason:
         return reason
-    if g.shape(n.input[0])[0] != g.shape(n.output[0])[0]:
-        return "reshape moves data across the batch axis"
+    reason = image_batch_moved(g.shape(n.input[0]), g.shape(n.output[0]))
+    if reason:
+        return reason
     return Group("Reshape", "mrvl.reshape", [n], [n.input[0]], n.output[0],
                  {"shape": list(g.shape(n.output[0]))})
 

@@ -203,3 +203,8 @@ def materialize(m, grp: Group) -> None:
                               composite=grp.composite), perm)
         if o in m.g.output_set and out != o:
             m.get(o, None, for_mrvl=True, origin=grp.origin)
+
+
+# shared with slices_nd.py (N-D slices)
+split_sizes = _split_sizes
+slice_params = _slice_params

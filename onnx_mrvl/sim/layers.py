@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ArtifactError, CompileError
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
+from .matmul import BatchMatMul
 from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 
@@ -206,6 +207,19 @@ def _layout(spec: LayerSpec, n_inputs: int) -> LayerFn:
     return lambda x: (layout_transform(x, src, dst), True)
 
 
+def _batch_matmul(spec: LayerSpec, n_inputs: int) -> LayerFn:
+    _check_inputs(spec, n_inputs, (2,))
+    perms = {}
+    for key in ("a_perm", "b_perm", "out_perm"):
+        p = spec.param(key)
+        if p is not None:
+            try:
+                perms[key] = [int(v) for v in p]
+            except (TypeError, ValueError):
+                raise spec.error(f"param {key!r} must be a list of integers, got {p!r}") from None
+    return BatchMatMul(int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0)), **perms).apply
+
+
 BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Conv2D": _conv,
     "FC": _fc,
@@ -222,6 +236,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Squeeze": _reshape,
     "Resize": _resize,
     "layout_transform": _layout,
+    "BatchMatMul": _batch_matmul,
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}
 

@@ -114,6 +114,9 @@ def derive_macs(layer: Mapping, shapes: Mapping[int, List[int]], weight_shapes: 
         return _prod(ins[0]) if ins and ins[0] is not None else 0
     if kind in ("Sum2D", "Mul2D"):
         return _prod(out)
+    if kind == "BatchMatMul" and ins and ins[0]:
+        # assumption: the FC's MAC array, B operand streamed from OCM: batch*M*N*K (B*H*T*T*d for Q*K^T)
+        return _prod(out) * int(ins[0][-1])
     return 0
 
 

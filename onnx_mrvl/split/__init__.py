@@ -28,7 +28,7 @@ from .revert import revert
 
 log = logging.getLogger(__name__)
 STRATEGIES = ("max", "single", "cost")
-COMPUTE_OPS = {"Conv2D", "FC"}
+COMPUTE_OPS = {"Conv2D", "FC", "BatchMatMul"}   # MAC-array work (the minimum-work rule)
 
 
 @dataclass
@@ -95,6 +95,8 @@ def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
         per_out = w[0]
     else:
         per_out = w[-1] if node.op_type == "FC" or node.op_type == "Gemm" else w[-2] if len(w) >= 2 else w[0]
+    if node.op_type == "BatchMatMul":      # K: A's innermost stored axis (whatever B's storage)
+        per_out = (g.shape(node.input[0]) or [0])[-1]
     return int(np.prod(out, dtype=np.int64)) * int(per_out)
 
 
@@ -134,7 +136,7 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         if all(n.op_type == "LayoutTransform" for n in nodes):
             reason = "only layout changes between CPU nodes (reverted to a Transpose or cancelled)"
         elif not force and not any(n.op_type in COMPUTE_OPS for n in nodes):
-            reason = "no conv2d or fc in the region (minimum-work rule; force=True keeps it)"
+            reason = "no conv2d, fc or batch matmul in the region (minimum-work rule; force=True keeps it)"
         elif partition == "cost":
             est = cost_model.estimate(g, nodes, target)
             if not est["offload"]:

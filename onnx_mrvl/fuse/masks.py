@@ -1,0 +1,94 @@
+"""Attention masks whose fill does not fit fp16: ``Add(scores, M)`` with a constant M holding
+float32's lowest (-3.4028235e38, what Hugging Face writes) or -inf, and
+``Where(cond, scores, fill)`` with a constant boolean ``cond`` and such a fill (dynamo's causal
+mask), when the result is read only by a Softmax over the last axis.
+
+Both become ``Sum2D(scores, M')`` with M' = 0 where the score is kept and ``MASK_FILL`` = -32768
+(-2**15, exact in fp16) where it is masked: a masked score ``x - 32768`` stays finite in fp16 for
+|x| < 32736, and the Softmax after it gives it weight exp(-32768 + x - max) = 0 in float32, as
+onnxruntime gives exp(-3.4e38 - max) = 0 or exp(-inf) = 0: every row with a kept key matches. A
+row whose every key is masked differs: onnxruntime gives equal weights (Add: x is absorbed by
+-3.4e38) or NaN (Where: every score -inf); here the scores ``x - 32768`` (fp16 spacing 32) keep a
+trace of x, so the weights are finite but not equal (documented in docs/fusion.md). Masks that fit
+fp16 (0 / -1e4, -10000) are ordinary Sum2D operands (patterns.build_eltwise), taken as they are.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, attr
+from ..target import Target
+from .groups import Group, _float_static
+from .patterns import ELTWISE_RANKS, build_eltwise
+
+MASK_FILL = -32768.0   # -2**15: exact in fp16, x + MASK_FILL finite for |x| < 32736, exp(MASK_FILL) == 0
+
+
+def _softmax_reader(g: GraphIndex, t: str) -> Optional[str]:
+    """None when ``t`` is read only by Softmax over its last axis, else the reason."""
+    users = g.consumers.get(t, [])
+    rank = len(g.shape(t))
+    if t in g.output_set or not users:
+        return "its result is a graph output"
+    for c in users:
+        if c.op_type != "Softmax" or attr(c, "axis", -1 if _opset(g) >= 13 else 1) % rank != rank - 1:
+            return f"its result is read by {c.op_type} '{c.name}', not only by a Softmax over the last axis"
+    return None
+
+
+def _opset(g: GraphIndex) -> int:
+    return next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _mask_group(g: GraphIndex, n: onnx.NodeProto, x: str, keep: np.ndarray, target: Target):
+    reason = _float_static(g, [x, n.output[0]])
+    if reason:
+        return reason
+    out = g.shape(n.output[0])
+    if g.shape(x) != out or len(out) not in ELTWISE_RANKS or keep.ndim > len(out):
+        return f"a mask of shape {list(keep.shape)} that widens the scores {g.shape(x)}"
+    why = _softmax_reader(g, n.output[0])
+    if why:
+        return f"a mask fill beyond the fp16 range, and {why} (fp16 cannot hold the fill)"
+    operand = np.where(keep, 0.0, MASK_FILL).astype(np.float32)
+    return Group("Sum2D", "mrvl.sum", [n], [x], n.output[0], {}, {"operand": operand})
+
+
+def build_add(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    """Add: a mask add with a fill beyond fp16 (see the module docstring), else build_eltwise."""
+    if n.op_type == "Add" and len(n.input) == 2:
+        consts = [t for t in n.input if g.is_const(t)]
+        if len(consts) == 1 and g.elem_type(consts[0]) == onnx.TensorProto.FLOAT:
+            m = np.asarray(g.const(consts[0]), dtype=np.float32)
+            if m.size and np.nanmin(m) < -target.fp16_max:
+                x = n.input[1] if consts[0] == n.input[0] else n.input[0]
+                if np.isnan(m).any() or (m > target.fp16_max).any():
+                    return build_eltwise(g, n, target)
+                kept = m[m >= -target.fp16_max]
+                if kept.size and np.any(kept != 0):
+                    return ("a mask mixing fills beyond the fp16 range with other non-zero values "
+                            "(only 0 / fill masks are clamped)")
+                return _mask_group(g, n, x, m >= -target.fp16_max, target)
+    return build_eltwise(g, n, target)
+
+
+def build_where(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    """Where(cond constant, scores, fill) or Where(cond, fill, scores), fill a constant scalar at or
+    below -fp16_max (-inf, float32's lowest)."""
+    cond, a, b = n.input[:3]
+    if not g.is_const(cond):
+        return "Where with a condition computed at run time (a boolean tensor the accelerator does not take)"
+    fills = [t for t in (a, b) if g.is_const(t)]
+    if len(fills) != 1:
+        return "Where without exactly one constant branch (the mask fill)"
+    fill = np.asarray(g.const(fills[0]), dtype=np.float32)
+    if fill.size != 1 or not float(fill.reshape(-1)[0]) <= -target.fp16_max:
+        return (f"Where with the fill {fill.reshape(-1)[:4].tolist()} (only a scalar mask fill at or below "
+                f"-{target.fp16_max:g}, -inf or float32's lowest, becomes a mask add)")
+    c = np.asarray(g.const(cond)).astype(bool)
+    x = b if fills[0] == a else a
+    keep = c if x == a else ~c
+    return _mask_group(g, n, x, keep, target)
