@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
+from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from .provenance import set_composite, set_origin
 
 DOMAIN = "mrvl"
@@ -27,6 +28,7 @@ ACTIVATION_PARAMS: Dict[str, Tuple[str, ...]] = {
     "none": (), "relu": (), "clamp": ("activation_min", "activation_max"),
     "leaky_relu": ("activation_alpha",), "prelu": (), "sigmoid": (), "tanh": (),
     "hard_sigmoid": ("activation_alpha", "activation_beta"), "hard_swish": (), "silu": (),
+    "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (),
 }
 TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]
@@ -76,6 +78,8 @@ def activation_nodes(x: str, y: str, attrs: dict, slope: str = "slope") -> List[
                 helper.make_node("Mul", [x, "act_hs"], [y])]
     if act == "silu":
         return [helper.make_node("Sigmoid", [x], ["act_sig"]), helper.make_node("Mul", [x, "act_sig"], [y])]
+    if act in SMOOTH_ACTIVATIONS:
+        return smooth_activation_nodes(act, x, y, attrs)
     raise ValueError(f"unknown activation {act!r}")
 
 
@@ -193,6 +197,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Resize", "Resize", "mrvl.resize_nearest", ("X",), ("scales", "mode"), _resize_body),
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
+    OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis",), softmax_body),
 ]}
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 

@@ -18,15 +18,17 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat
-from .standalone import ACTIVATION_OPS, build_standalone_activation
+from . import smooth_acts
+from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
+from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
+from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 
 log = logging.getLogger(__name__)
 
 ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
-ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS})
+ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS}, **_TRANSFORMER_ANCHORS)
 
 
 class _Index(GraphIndex):
@@ -72,14 +74,15 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue
-        pattern = ANCHORS.get(n.op_type)
+        smooth = build_smooth_standalone(g, n, target) if n.op_type in smooth_acts.ENTRY_OPS else None
+        pattern = STANDALONE if isinstance(smooth, Group) else ANCHORS.get(n.op_type)
         if pattern is None:
             what = ABSORB_ONLY.get(n.op_type)
             reason = (f"standalone {what} (fuses only into a preceding conv, fc, sum or mul)" if what
                       else f"no accelerator op for {n.op_type}")
             decisions.record(n.name, n.op_type, reason=reason)
             continue
-        built = pattern.match(g, n, target)
+        built = weights_reason(smooth, target) or smooth if isinstance(smooth, Group) else pattern.match(g, n, target)
         if isinstance(built, str):
             decisions.record(n.name, n.op_type, reason=built)
             continue

@@ -89,12 +89,14 @@ FOLD_STEPS = {"bias": _add, "batchnorm": batchnorm, "scale": _mul, "shift": _add
 
 
 def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMatch]:
-    """An activation consuming ``y`` (including x*sigmoid(x) and x*hard_sigmoid(x) forms)."""
+    """An activation consuming ``y`` (including x*sigmoid(x), x*hard_sigmoid(x) and the written-out
+    gelu / gelu_tanh / mish forms)."""
     users = g.consumers.get(y, [])
     if y in g.output_set or any(u.name in g.excluded for u in users):
         return None
-    if len(users) == 2:
-        return _gated(g, y, users, allowed)
+    if len(users) >= 2:   # gelu / gelu_tanh / mish written out (smooth_acts.py), silu, hard_swish
+        from . import smooth_acts
+        return smooth_acts.match(g, y, allowed) or (_gated(g, y, users, allowed) if len(users) == 2 else None)
     if len(users) != 1:
         return None
     return classify(g, users[0], channels, allowed)
@@ -135,6 +137,9 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Option
         attrs = {"activation_alpha": float(attr(n, "alpha", 0.2)), "activation_beta": float(attr(n, "beta", 0.5))}
     elif n.op_type == "HardSwish":
         kind = "hard_swish"
+    elif n.op_type in ("Gelu", "Mish", "Elu"):
+        from . import smooth_acts
+        return smooth_acts.classify_single(n, allowed)
     if kind is None or kind not in allowed or out is None:
         return None
     return StepMatch([n], out, attrs=dict(activation=kind, **attrs), weights=weights)
