@@ -177,7 +177,7 @@ def test_softmax_opset11_over_flattened_axes_stays_on_cpu():
     n = A.Net(0, 11)
     n.op("Softmax", ["input"], "sm", axis=1)
     m = n.model("sm", [("input", [1, 3, 4, 5])], "output")
-    m.opset_import[0].version = 11
+    m.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [1, 3, 4, 5]))
     r = fuse(m)
     d = r.decisions.by_placement("cpu")
     assert d and "flattened" in d[0].reason
