@@ -194,11 +194,11 @@ def test_attention_scores_softmax_fuses():
 
 # ---------------------------------------------------------------- activations
 ACTS = ["gelu", "gelu_erf_hf", "gelu_erf_tf", "gelu_tanh", "gelu_tanh_mul", "gelu_op", "gelu_op_tanh", "mish",
-        "mish_op", "elu", "sigmoid", "silu", "tanh", "leaky_relu"]
+        "mish_op", "elu", "sigmoid", "silu", "tanh", "leaky_relu", "prelu"]
 KIND = {"gelu": "gelu", "gelu_erf_hf": "gelu", "gelu_erf_tf": "gelu", "gelu_tanh": "gelu_tanh",
         "gelu_tanh_mul": "gelu_tanh", "gelu_op": "gelu", "gelu_op_tanh": "gelu_tanh", "mish": "mish",
         "mish_op": "mish", "elu": "elu", "sigmoid": "sigmoid", "silu": "silu", "tanh": "tanh",
-        "leaky_relu": "leaky_relu"}
+        "leaky_relu": "leaky_relu", "prelu": "leaky_relu"}
 
 
 def _opset_for(act):
@@ -233,7 +233,7 @@ def test_activation_fuses_everywhere(act, after, tmp_path):
     assert len(res.subgraphs) == 1
 
 
-@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "mish", "elu", "gelu_op"])
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "mish", "elu", "gelu_op", "prelu", "silu", "sigmoid"])
 def test_standalone_activation_after_a_reshape(act, tmp_path):
     """After a Mrvl Reshape (nothing absorbs it) the activation is Mul2D(x, 1) + activation."""
     n = A.Net(0, _opset_for(act))

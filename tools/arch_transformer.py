@@ -147,6 +147,8 @@ def activation(n: Net, x: str, kind: str) -> str:
         return n.op("Elu", [x], alpha=0.7)
     if kind == "leaky_relu":
         return n.op("LeakyRelu", [x], alpha=0.1)
+    if kind == "prelu":          # torch.nn.PReLU(): one slope
+        return n.op("PRelu", [x, n.const(np.array([0.2], np.float32), "slope")])
     if kind == "mish":
         return n.op("Mul", [x, n.op("Tanh", [n.op("Softplus", [x])])], "mish")
     if kind == "mish_op":

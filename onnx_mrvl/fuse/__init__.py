@@ -25,7 +25,7 @@ from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 
 log = logging.getLogger(__name__)
 
-ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization"}
+ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
 ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS}, **_TRANSFORMER_ANCHORS)

@@ -10,7 +10,8 @@ in fp16), so no new accelerator op is needed.
 Rule: always, when the tensor is float32 with a static shape of rank 2-5 and the activation is in
 ``target.activations``. Next to accelerator ops this saves a CPU round trip; between CPU ops it makes
 a region without conv/fc, which the partitioner leaves on the CPU (``Mul(x, 1)`` then costs nothing
-measurable there). PRelu is not covered: Mul2D has no slope input.
+measurable there). PRelu with one constant slope is a leaky_relu; a per-channel slope is not covered
+(Mul2D has no slope input).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from . import smooth_acts, steps
 from .groups import Group, _batch, _float_static
 from .patterns import ELTWISE_RANKS, _allowed_activations
 
-ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish")
+ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
+                  "PRelu")
 
 
 def _tensor_reason(g: GraphIndex, x: str, y: str, target: Target):
@@ -74,6 +76,9 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
     if m is None:
         if n.op_type == "Clip":
             return "Clip with bounds that are not constant"
+        if n.op_type == "PRelu":
+            return ("standalone activation PRelu with a per-channel or non-constant slope (fuses only into a "
+                    "preceding conv; a single constant slope runs anywhere as leaky_relu)")
         kind = _kind(n)
         return f"activation {kind} is not in the target's activations ({', '.join(allowed) or 'none'})"
     return _mul2d(g, x, m)

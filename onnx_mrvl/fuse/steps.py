@@ -121,6 +121,11 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Option
                  "activation_max": float(np.asarray(hi).reshape(-1)[0])}
     elif n.op_type == "LeakyRelu":
         kind, attrs = "leaky_relu", {"activation_alpha": float(attr(n, "alpha", 0.01))}
+    elif n.op_type == "PRelu" and g.is_const(n.input[1]) and np.asarray(g.const(n.input[1])).size == 1:
+        # one slope for every element (torch.nn.PReLU() default): exactly a leaky relu, which any
+        # layer can carry (no slope input needed)
+        kind = "leaky_relu"
+        attrs = {"activation_alpha": float(np.asarray(g.const(n.input[1])).reshape(-1)[0])}
     elif n.op_type == "PRelu" and g.is_const(n.input[1]):
         rank = len(g.shape(y) or [])
         slope = g.const(n.input[1])
