@@ -307,3 +307,18 @@ def test_perf_model_charges_the_vector_unit(tmp_path):
     assert ln.compute_cycles == math.ceil(elems * VECTOR_LOWERINGS["LayerNorm"][1] / lanes)
     conv_gelu = [r for r in sim.perf.layers if r.layer_name == "Conv2D"][1]
     assert conv_gelu.compute_cycles >= math.ceil(4 * elems * VECTOR_LOWERINGS["gelu"][1] / lanes)
+
+
+def test_split_cost_model_charges_the_vector_unit():
+    """The partitioner's cost model counts the same vector-unit work as the simulator's perf model."""
+    from onnx_mrvl._graph import GraphIndex
+    from onnx_mrvl.split import cost
+    from onnx_mrvl.target import DEFAULT_TARGET, VECTOR_LOWERINGS
+    r = fuse(legalize(A.convnext_block(0, "torch")))
+    g = GraphIndex(r.model)
+    ln = next(x for x in r.model.graph.node if x.op_type == "LayerNorm")
+    assert cost.vector_ops(g, ln) == 16 * 8 * 8 * VECTOR_LOWERINGS["LayerNorm"][1]
+    c = cost.layer_cycles(g, ln, DEFAULT_TARGET)
+    assert c["compute"] == math.ceil(cost.vector_ops(g, ln) / (64 * 4))
+    gelu_conv = next(x for x in r.model.graph.node if opset.node_attrs(x).get("activation") == "gelu")
+    assert cost.vector_ops(g, gelu_conv) == 64 * 8 * 8 * VECTOR_LOWERINGS["gelu"][1]
