@@ -69,7 +69,7 @@ def _in_regions(res, layer_name):
 
 
 # ---------------------------------------------------------------- layer norm
-@pytest.mark.parametrize("form", ["op", "torch", "torch2sub", "tf"])
+@pytest.mark.parametrize("form", ["op", "torch", "torch2sub", "tf", "keras3"])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layernorm_last_axis_after_fc(form, affine, tmp_path):
     """FC on [B, T, D] -> layer norm (each exporter form) -> FC: one region, LayerNorm inside."""
@@ -87,7 +87,7 @@ def test_layernorm_last_axis_after_fc(form, affine, tmp_path):
     assert len(res.subgraphs) == 1 and _in_regions(res, "LayerNorm") == 1
 
 
-@pytest.mark.parametrize("form", ["op", "torch", "tf"])
+@pytest.mark.parametrize("form", ["op", "torch", "tf", "keras3"])
 def test_convnext_channels_first_layernorm_one_region(form, tmp_path):
     """ConvNeXt block: depthwise 7x7 -> LayerNorm over NCHW channels -> 1x1 -> GELU -> 1x1 -> Add.
     The whole block is one region: the LayerNorm runs on the NHWC data over its last axis, no

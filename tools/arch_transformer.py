@@ -67,7 +67,8 @@ class Net:
 # ------------------------------------------------------------------ layer norms
 def layernorm(n: Net, x: str, shape: Sequence[int], form: str = "op", axis: int = -1, affine: bool = True) -> str:
     """Layer norm of ``x`` over ``axis`` in exporter form: "op" (LayerNormalization, opset 17),
-    "torch" (legacy exporter), "torch2sub" (x - mean written twice), "tf" (tf2onnx Keras)."""
+    "torch" (legacy exporter), "torch2sub" (x - mean written twice), "tf" (tf2onnx Keras 2),
+    "keras3" (tf2onnx Keras 3: -mean * inv + beta)."""
     rank = len(shape)
     a = axis % rank
     d = shape[a]
@@ -89,13 +90,18 @@ def layernorm(n: Net, x: str, shape: Sequence[int], form: str = "op", axis: int 
             y = n.op("Mul", [n.const(gamma.reshape(bshape), "ln_g"), y], "ln_gamma")
             y = n.op("Add", [y, n.const(beta.reshape(bshape), "ln_b")], "ln_beta")
         return y
-    if form == "tf":
+    if form in ("tf", "keras3"):
         dd = n.op("Sub", [x, m], "ln_sqdiff_sub")
         v = n.mean(n.op("Mul", [dd, dd], "ln_sqdiff_mul"), a)
         inv = n.op("Reciprocal", [n.op("Sqrt", [n.op("Add", [v, eps], "ln_eps")], "ln_sqrt")], "ln_rsqrt")
         if affine:
             inv = n.op("Mul", [inv, n.const(gamma.reshape(bshape), "ln_g")], "ln_gamma")
         xa = n.op("Mul", [x, inv], "ln_mul_x")
+        if form == "keras3":
+            res = n.op("Mul", [n.op("Neg", [m], "ln_neg_mean"), inv], "ln_res")
+            if affine:
+                res = n.op("Add", [res, n.const(beta.reshape(bshape), "ln_b")], "ln_res_beta")
+            return n.op("Add", [xa, res], "ln_out")
         mb = n.op("Mul", [m, inv], "ln_mul_mean")
         c = n.op("Sub", [n.const(beta.reshape(bshape), "ln_b"), mb], "ln_sub_beta") if affine else \
             n.op("Neg", [mb], "ln_neg")

@@ -5,10 +5,11 @@ which fuse runs as the Mrvl LayerNorm:
         m = ReduceMean(x, [a]); d = x - m; v = ReduceMean(Pow(d, 2) | d * d, [a])
         y = d / Sqrt(v + eps)  (or d * Reciprocal(Sqrt(v + eps)))  [* gamma]  [+ beta]
         (the two uses of x - m may be one Sub or two)
-    tf2onnx (Keras LayerNormalization through tf.nn.batch_normalization; SquaredDifference as
+    tf2onnx (Keras 2 LayerNormalization through tf.nn.batch_normalization; SquaredDifference as
     Sub + Mul, Rsqrt as Sqrt + Reciprocal):
         m = ReduceMean(x, [a]); v = ReduceMean((x - m) * (x - m), [a])
         inv = Reciprocal(Sqrt(v + eps)) [* gamma];  y = x * inv + (beta - m * inv)   (or - m * inv)
+    and Keras 3's order of the same: y = x * inv + (Neg(m) * inv [+ beta])
 
 The normalised axis must be one axis ``a`` (keepdims); gamma and beta constants along it only.
 The last axis becomes ``LayerNormalization(axis=-1)``; another axis (channels of NCHW) is moved
@@ -139,7 +140,8 @@ def _torch(g, x, m, subs, sd):
 
 
 def _tf(g, x, m, subs, sd):
-    """inv = Reciprocal(sd) [* gamma]; y = x * inv + (beta - m * inv) (or + Neg(m * inv))."""
+    """inv = Reciprocal(sd) [* gamma]; y = x * inv + (beta - m * inv) (or + Neg(m * inv)), or in
+    Keras 3's order y = x * inv + (Neg(m) * inv [+ beta])."""
     r = _one(g, sd.output[0], "Reciprocal")
     if r is None or len(subs) != 1:
         return None
@@ -150,21 +152,30 @@ def _tf(g, x, m, subs, sd):
         inv, gamma = gm.output[0], c
     muls = _users(g, inv, "Mul")
     xa = next((u for u in muls if _other(u, inv) == x), None)
-    mb = next((u for u in muls if _other(u, inv) == m), None)
+    neg = next((u for u in _users(g, m, "Neg")), None)
+    mb = next((u for u in muls if _other(u, inv) == (neg.output[0] if neg is not None else m)), None)
     if xa is None or mb is None or len(g.users(inv)) != 2:
         return None
-    c_node = g.only_consumer(mb.output[0])
-    beta = None
-    if _std(c_node) and c_node.op_type == "Sub" and c_node.input[1] == mb.output[0] and g.is_const(c_node.input[0]):
-        beta = c_node.input[0]
-    elif not (_std(c_node) and c_node.op_type == "Neg"):
-        return None
+    beta, extra = None, [mb]
+    c_node = mb
+    if neg is not None:                          # Keras 3: -mean * inv [+ beta]
+        extra = [neg, mb]
+        add, c = _affine(g, mb.output[0], "Add")
+        if add is not None:
+            c_node, beta = add, c
+    else:
+        c_node = g.only_consumer(mb.output[0])
+        if _std(c_node) and c_node.op_type == "Sub" and c_node.input[1] == mb.output[0] and \
+                g.is_const(c_node.input[0]):
+            beta = c_node.input[0]
+        elif not (_std(c_node) and c_node.op_type == "Neg"):
+            return None
     y = g.only_consumer(c_node.output[0])
     if not (_std(y) and y.op_type == "Add" and sorted(y.input) == sorted([xa.output[0], c_node.output[0]])):
         return None
     if g.only_consumer(xa.output[0]) is not y:
         return None
-    return nodes + [xa, mb, c_node, y], y.output[0], gamma, beta
+    return nodes + extra + [xa] + ([c_node] if c_node is not mb else []) + [y], y.output[0], gamma, beta
 
 
 def _vector(g, name: Optional[str], rank: int, a: int, d: int) -> Optional[np.ndarray]:
