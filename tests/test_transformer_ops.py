@@ -81,6 +81,7 @@ def test_layernorm_last_axis_after_fc(form, affine, tmp_path):
     n.linear(h, 32, 8)
     m = n.model("ln", [("input", [2, 5, 24])], "output")
     legal, rep = legalize_with_report(m)
+    assert legal.opset_import[0].version == 17      # raised from 13 for LayerNormalization
     assert [x.op_type for x in legal.graph.node].count("LayerNormalization") == 1
     assert not any(x.op_type in ("ReduceMean", "Sqrt", "Pow", "Reciprocal") for x in legal.graph.node)
     r, res = check(m, tmp_path, want=["LayerNorm"])

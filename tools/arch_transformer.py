@@ -54,11 +54,11 @@ class Net:
         y = self.op("MatMul", [x, self.const(w, f"{name}_w")], f"{name}_matmul")
         return self.op("Add", [y, self.const(self.rng.standard_normal(n) * 0.05, f"{name}_b")], f"{name}_bias")
 
-    def model(self, name: str, inputs: List[Tuple[str, List[int]]], output: str) -> onnx.ModelProto:
-        self.nodes[-1].output[0] = "output"
-        self.nodes = [n if output != "output" else n for n in self.nodes]
+    def model(self, name: str, inputs: List[Tuple[str, List[int]]], output: str = "output") -> onnx.ModelProto:
+        """The model whose output (named ``output``) is the last node's."""
+        self.nodes[-1].output[0] = output
         g = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info(n, F32, s) for n, s in inputs],
-                              [helper.make_tensor_value_info("output", F32, None)], self.inits)
+                              [helper.make_tensor_value_info(output, F32, None)], self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
         m.ir_version = 8 if self.opset <= 17 else 9 if self.opset <= 20 else 10
         return m
