@@ -285,10 +285,11 @@ def test_encoder_block_regions(ln, gelu_form, tmp_path):
     """Pre-LN encoder block: every LayerNorm and the GELU are Mrvl ops inside the regions; what is
     left on the CPU is the attention core (QK^T and AV MatMuls of two activations, the head
     Transposes, and the scale and Softmax between them: a stretch without conv/fc). Before this
-    change: 4 (torch/tf forms) or 6 (opset-17 LN) regions and 10-39 CPU nodes; now 2 regions."""
+    change: 4 (torch/tf forms) or 6 (opset-17 LN) regions and 10-39 CPU nodes; now 2 regions (1
+    once the attention MatMuls run on the accelerator too)."""
     m = A.encoder_block(0, ln, gelu_form)
     r, res = check(m, tmp_path, cpu_ok={"MatMul", "Transpose", "Mul", "Softmax"})
-    assert len(res.subgraphs) == 2
+    assert len(res.subgraphs) <= 2
     assert _in_regions(res, "LayerNorm") == 3
     fcs = [x for sg in res.subgraphs for x in sg.nodes_json["nodes"]
            if x.get("op") == "tvm_op" and x["attrs"]["layer_name"][0] == "FC"]
