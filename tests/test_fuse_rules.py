@@ -628,8 +628,9 @@ REJECTIONS = {
                              "standalone batch normalization"),
     "standalone_activation_1d": (lambda: model([node("Relu", ["x"], "out", name="node")], [("x", [6])], ["out"]),
                                  "standalone activation on a 1-D tensor"),
-    "standalone_prelu": (lambda: model([node("PRelu", ["x", "s"], "out", name="node")], [("x", [1, 2, 3, 4])],
-                                       ["out"], {"s": w(2, 1, 1)}), "standalone activation"),
+    # a per-channel PRelu alone on 4-D data is a depthwise identity conv now; on 3-D it stays
+    "standalone_prelu": (lambda: model([node("PRelu", ["x", "s"], "out", name="node")], [("x", [2, 3, 4])],
+                                       ["out"], {"s": w(3, 1)}), "standalone activation"),
     "no_op": (lambda: model([node("LogSoftmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
               "no accelerator op for LogSoftmax"),
     "layernorm_two_axes": (lambda: model([node("LayerNormalization", ["x", "g"], "out", name="node", axis=2)],

@@ -324,3 +324,21 @@ def test_split_cost_model_charges_the_vector_unit():
     assert c["compute"] == math.ceil(cost.vector_ops(g, ln) / (64 * 4))
     gelu_conv = next(x for x in r.model.graph.node if opset.node_attrs(x).get("activation") == "gelu")
     assert cost.vector_ops(g, gelu_conv) == 64 * 8 * 8 * VECTOR_LOWERINGS["gelu"][1]
+
+
+def test_per_channel_prelu_alone_is_a_depthwise_identity_conv(tmp_path):
+    """Concat -> PRelu(slope [C, 1, 1]) -> Conv: nothing absorbs the PRelu (a Concat carries no
+    activation), so it becomes a depthwise 1x1 Conv2D with unit weights carrying prelu."""
+    n = A.Net(0, 13)
+    w = (n.rng.standard_normal((4, 3, 3, 3)) * 0.4).astype(np.float32)
+    a = n.op("Conv", ["input", n.const(w, "w")], "conv_a", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    b = n.op("MaxPool", ["input"], "pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+    y = n.op("Concat", [a, b], "cat", axis=1)
+    y = n.op("PRelu", [y, n.const(np.linspace(-0.5, 0.5, 7).reshape(7, 1, 1).astype(np.float32), "slope")])
+    n.op("Conv", [y, n.const((n.rng.standard_normal((2, 7, 1, 1))).astype(np.float32), "w2")], "conv_b",
+         kernel_shape=[1, 1])
+    m = n.model("prelu", [("input", [1, 3, 6, 6])])
+    r, res = check(m, tmp_path, scale=2.0)
+    convs = [x for x in r.model.graph.node if x.op_type == "Conv2D"]
+    dw = [x for x in convs if opset.node_attrs(x).get("activation") == "prelu"]
+    assert len(dw) == 1 and opset.node_attrs(dw[0])["group"] == 7 and len(res.subgraphs) == 1

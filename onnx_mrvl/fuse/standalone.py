@@ -10,8 +10,8 @@ in fp16), so no new accelerator op is needed.
 Rule: always, when the tensor is float32 with a static shape of rank 2-5 and the activation is in
 ``target.activations``. Next to accelerator ops this saves a CPU round trip; between CPU ops it makes
 a region without conv/fc, which the partitioner leaves on the CPU (``Mul(x, 1)`` then costs nothing
-measurable there). PRelu with one constant slope is a leaky_relu; a per-channel slope is not covered
-(Mul2D has no slope input).
+measurable there). PRelu with one constant slope is a leaky_relu; a per-channel slope on 4-D data
+is a depthwise 1x1 ``Conv2D`` with unit weights carrying prelu (Mul2D has no slope input).
 """
 from __future__ import annotations
 
@@ -77,11 +77,28 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
         if n.op_type == "Clip":
             return "Clip with bounds that are not constant"
         if n.op_type == "PRelu":
-            return ("standalone activation PRelu with a per-channel or non-constant slope (fuses only into a "
-                    "preceding conv; a single constant slope runs anywhere as leaky_relu)")
+            return _prelu_conv(g, n, x, target) or (
+                "standalone activation PRelu with a non-constant slope, or a per-channel one on a tensor "
+                "that is not 4-D (fuses only into a preceding conv; a single constant slope runs anywhere "
+                "as leaky_relu, a per-channel one on 4-D data as a depthwise 1x1 identity conv)")
         kind = _kind(n)
         return f"activation {kind} is not in the target's activations ({', '.join(allowed) or 'none'})"
     return _mul2d(g, x, m)
+
+
+def _prelu_conv(g: GraphIndex, n: onnx.NodeProto, x: str, target: Target):
+    """A per-channel PRelu on 4-D data as a depthwise 1x1 Conv2D with unit weights (exact: x * 1)
+    carrying prelu, or None."""
+    shape = g.shape(x)
+    if len(shape) != 4 or not g.is_const(n.input[1]) or "prelu" not in target.activations:
+        return None
+    c = shape[1]
+    m = steps.classify(g, n, c, ("prelu",))
+    if m is None or c > target.max_channels:
+        return None
+    return Group("Conv2D", "mrvl.conv2d_nhwc2nhwc", list(m.nodes), [x], m.output,
+                 dict(strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], group=c, kernel_shape=[1, 1],
+                      channels=c, **m.attrs), {"W": np.ones((c, 1, 1, 1), np.float32), **m.weights})
 
 
 def _kind(n: onnx.NodeProto) -> str:
