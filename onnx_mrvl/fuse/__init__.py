@@ -74,15 +74,18 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue
+        # the first node of a written-out GELU / Mish nothing absorbed (smooth_acts.py): Mul2D(x, 1) + it
         smooth = build_smooth_standalone(g, n, target) if n.op_type in smooth_acts.ENTRY_OPS else None
-        pattern = STANDALONE if isinstance(smooth, Group) else ANCHORS.get(n.op_type)
+        built = (weights_reason(smooth, target) or smooth) if isinstance(smooth, Group) else None
+        pattern = STANDALONE if built is not None else ANCHORS.get(n.op_type)
         if pattern is None:
             what = ABSORB_ONLY.get(n.op_type)
             reason = (f"standalone {what} (fuses only into a preceding conv, fc, sum or mul)" if what
                       else f"no accelerator op for {n.op_type}")
             decisions.record(n.name, n.op_type, reason=reason)
             continue
-        built = weights_reason(smooth, target) or smooth if isinstance(smooth, Group) else pattern.match(g, n, target)
+        if built is None:
+            built = pattern.match(g, n, target)
         if isinstance(built, str):
             decisions.record(n.name, n.op_type, reason=built)
             continue
