@@ -342,3 +342,14 @@ def test_per_channel_prelu_alone_is_a_depthwise_identity_conv(tmp_path):
     convs = [x for x in r.model.graph.node if x.op_type == "Conv2D"]
     dw = [x for x in convs if opset.node_attrs(x).get("activation") == "prelu"]
     assert len(dw) == 1 and opset.node_attrs(dw[0])["group"] == 7 and len(res.subgraphs) == 1
+
+
+@pytest.mark.parametrize("ln", ["torch", "op"])
+def test_vit_like_regions(ln, tmp_path):
+    """ViT-style classifier, 2 layers: patch conv, class token, LayerNorms, GELU, head Softmax on the
+    accelerator; only the attention cores stay on the CPU: 3 regions (before: 10 with the PyTorch
+    layer norm, 14 with LayerNormalization)."""
+    m = A.vit_like(0, ln)
+    r, res = check(m, tmp_path, cpu_ok={"MatMul", "Transpose", "Mul", "Softmax"})
+    assert len(res.subgraphs) <= 3
+    assert _in_regions(res, "LayerNorm") == 5 and _in_regions(res, "Softmax") == 1

@@ -165,13 +165,8 @@ def activation(n: Net, x: str, kind: str) -> str:
 
 
 # ------------------------------------------------------------------ models
-def encoder_block(seed: int = 0, ln: str = "torch", gelu_form: str = "erf", T: int = 16, D: int = 32,
-                  H: int = 4, opset: int = None) -> onnx.ModelProto:
-    """Pre-LN encoder layer on [1, T, D]: LayerNorm -> FC q/k/v -> heads -> QK^T / sqrt(d) ->
-    Softmax -> AV -> FC -> residual Add -> LayerNorm -> FC -> GELU -> FC -> residual Add -> LayerNorm."""
-    opset = opset or (20 if gelu_form.startswith("op") else 17 if ln == "op" else 13)
-    n = Net(seed, opset)
-    x = "input"
+def _encoder_layer(n: Net, x: str, ln: str, gelu_form: str, T: int, D: int, H: int) -> str:
+    """One pre-LN encoder layer on [1, T, D] (the attention core as exporters write it)."""
     h = layernorm(n, x, [1, T, D], ln)
     heads = []
     for p in ("q", "k", "v"):
@@ -187,9 +182,42 @@ def encoder_block(seed: int = 0, ln: str = "torch", gelu_form: str = "erf", T: i
     x = n.op("Add", [x, n.linear(o, D, D, "proj")], "res1")
     h = layernorm(n, x, [1, T, D], ln)
     h = gelu(n, n.linear(h, D, 4 * D, "ffn1"), gelu_form)
-    x = n.op("Add", [x, n.linear(h, 4 * D, D, "ffn2")], "res2")
+    return n.op("Add", [x, n.linear(h, 4 * D, D, "ffn2")], "res2")
+
+
+def encoder_block(seed: int = 0, ln: str = "torch", gelu_form: str = "erf", T: int = 16, D: int = 32,
+                  H: int = 4, opset: int = None) -> onnx.ModelProto:
+    """Pre-LN encoder layer on [1, T, D]: LayerNorm -> FC q/k/v -> heads -> QK^T / sqrt(d) ->
+    Softmax -> AV -> FC -> residual Add -> LayerNorm -> FC -> GELU -> FC -> residual Add -> LayerNorm."""
+    opset = opset or (20 if gelu_form.startswith("op") else 17 if ln == "op" else 13)
+    n = Net(seed, opset)
+    x = _encoder_layer(n, "input", ln, gelu_form, T, D, H)
     layernorm(n, x, [1, T, D], ln)
     return n.model("encoder_block", [("input", [1, T, D])], "output")
+
+
+def vit_like(seed: int = 0, ln: str = "torch", layers: int = 2, D: int = 32, H: int = 4, patch: int = 4,
+             size: int = 16, classes: int = 10) -> onnx.ModelProto:
+    """ViT-style classifier: patch Conv -> Reshape/Transpose to tokens -> class token Concat ->
+    position Add -> ``layers`` encoder layers -> LayerNorm -> class token -> FC head -> Softmax."""
+    n = Net(seed, 17 if ln == "op" else 13)
+    P = (size // patch) ** 2
+    T = P + 1
+    w = (n.rng.standard_normal((D, 3, patch, patch)) * math.sqrt(1 / (3 * patch * patch))).astype(np.float32)
+    x = n.op("Conv", ["input", n.const(w, "patch_w")], "patch_embed", kernel_shape=[patch, patch],
+             strides=[patch, patch])
+    x = n.op("Transpose", [n.op("Reshape", [x, n.const(np.array([1, D, P], np.int64), "shape")], "flatten")],
+             "tokens", perm=[0, 2, 1])
+    x = n.op("Concat", [n.const(n.rng.standard_normal((1, 1, D)) * 0.02, "cls"), x], "cat_cls", axis=1)
+    x = n.op("Add", [x, n.const(n.rng.standard_normal((1, T, D)) * 0.02, "pos")], "pos_embed")
+    for _ in range(layers):
+        x = _encoder_layer(n, x, ln, "erf", T, D, H)
+    x = layernorm(n, x, [1, T, D], ln)
+    x = n.op("Reshape", [n.op("Slice", [x, n.const(np.array([0], np.int64), "s"), n.const(np.array([1], np.int64), "e"),
+                                        n.const(np.array([1], np.int64), "a")], "cls_token"),
+                         n.const(np.array([1, D], np.int64), "shape")], "cls_flat")
+    n.op("Softmax", [n.linear(x, D, classes, "head")], "probs", axis=-1)
+    return n.model("vit_like", [("input", [1, 3, size, size])], "output")
 
 
 def convnext_block(seed: int = 0, form: str = "torch", C: int = 16, HW: int = 8) -> onnx.ModelProto:
@@ -217,7 +245,8 @@ def all_models() -> Dict[str, Callable[[], onnx.ModelProto]]:
     out = {f"encoder_{ln}_{gf}": (lambda ln=ln, gf=gf: encoder_block(0, ln, gf))
            for ln, gf in (("torch", "erf"), ("tf", "erf_tf"), ("op", "erf_hf"), ("torch", "tanh"),
                           ("op", "op"))}
-    out.update({f"convnext_{f}": (lambda f=f: convnext_block(0, f)) for f in ("torch", "tf", "op")})
+    out.update({f"convnext_{f}": (lambda f=f: convnext_block(0, f)) for f in ("torch", "tf", "keras3", "op")})
+    out.update({f"vit_like_{f}": (lambda f=f: vit_like(0, f)) for f in ("torch", "op")})
     return out
 
 
