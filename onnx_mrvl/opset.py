@@ -178,7 +178,7 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
           ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS, _conv_body, True),
-    OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B"),
+    OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
           ("weights_need_transform", "flatten_shape") + _ACT_ATTRS, _fc_body, True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS, _pool_body("MaxPool")),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + ("count_include_pad",),

@@ -443,12 +443,13 @@ def test_activation_after_concat_of_a_pool_stays():
     assert r.decisions["out"].mrvl_node == act.name and attrs(act)["activation"] == "relu"
 
 
-def test_prelu_after_fc_stays_on_cpu():
-    """The FC op has no slope input: a PRelu after it is not absorbed."""
+def test_prelu_after_fc_is_absorbed():
+    """The FC op has a slope input (since the transformer ops; before, this PRelu stayed on the CPU)."""
     m = model([node("Gemm", ["x", "W", "B"], "g", transB=1), node("PRelu", ["g", "s"], "out")],
               [("x", [2, 4])], ["out"], {"W": w(3, 4), "B": w(3), "s": w(3)})
     r = fused_ok(m)
-    assert ops(r) == ["FC", "PRelu"] and r.decisions["out"].placement == "cpu"
+    assert ops(r) == ["FC"] and r.decisions["out"].placement == "accelerator"
+    assert attrs(mrvl(r, "FC")[0])["activation"] == "prelu"
 
 
 def test_sum_of_two_branches_with_relu_and_broadcast_mul():

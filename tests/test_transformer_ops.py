@@ -353,3 +353,18 @@ def test_vit_like_regions(ln, tmp_path):
     r, res = check(m, tmp_path, cpu_ok={"MatMul", "Transpose", "Mul", "Softmax"})
     assert len(res.subgraphs) <= 3
     assert _in_regions(res, "LayerNorm") == 5 and _in_regions(res, "Softmax") == 1
+
+
+@pytest.mark.parametrize("shape", [[6, 12], [2, 5, 12]])
+def test_per_feature_prelu_after_fc(shape, tmp_path):
+    """FC -> PRelu(slope [O]) (Keras PReLU after Dense; on [B, T, K] the slope runs along the last
+    axis): the FC carries prelu with its slope input."""
+    n = A.Net(0, 13)
+    y = n.linear("input", 12, 9)
+    y = n.op("PRelu", [y, n.const(np.linspace(-0.4, 0.4, 9).astype(np.float32), "slope")])
+    n.linear(y, 9, 3)
+    m = n.model("prelu_fc", [("input", shape)])
+    r, res = check(m, tmp_path, scale=2.0)
+    fcs = [x for x in r.model.graph.node if x.op_type == "FC"]
+    assert opset.node_attrs(fcs[0])["activation"] == "prelu" and len(fcs[0].input) == 4
+    assert len(res.subgraphs) == 1

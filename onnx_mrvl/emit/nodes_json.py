@@ -178,7 +178,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2,
+    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2,
                "Concat": len(node.input) - 1}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
@@ -240,6 +240,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         add_const("kernel", w)
         if len(inputs) > 2 and inputs[2]:
             add_const("bias", g.const(inputs[2]), "-O")
+        if len(inputs) > 3 and inputs[3]:
+            add_const("slope", g.const(inputs[3]), "-O")
         if a.get("weights_need_transform"):
             attrs["weights_need_transform"] = ["yes"]
             attrs["flatten_shape"] = _s(list(a["flatten_shape"]))

@@ -351,7 +351,8 @@ class Materializer:
             x = self.get(src, None, for_mrvl=True, origin=grp.origin)
         base = grp.anchor.name
         ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"]),
-               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else ""]
+               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "",
+               self.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
         self._emit(grp, "FC", ins, attrs, None)
 
     def _fc_rows(self, grp: Group) -> None:

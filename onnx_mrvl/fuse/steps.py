@@ -88,7 +88,7 @@ def _mul(g, y, channels, rank, axis=1):
 FOLD_STEPS = {"bias": _add, "batchnorm": batchnorm, "scale": _mul, "shift": _add}
 
 
-def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMatch]:
+def activation(g: GraphIndex, y: str, channels: int, allowed, axis: int = 1) -> Optional[StepMatch]:
     """An activation consuming ``y`` (including x*sigmoid(x), x*hard_sigmoid(x) and the written-out
     gelu / gelu_tanh / mish forms)."""
     users = g.consumers.get(y, [])
@@ -99,11 +99,12 @@ def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMa
         return smooth_acts.match(g, y, allowed) or (_gated(g, y, users, allowed) if len(users) == 2 else None)
     if len(users) != 1:
         return None
-    return classify(g, users[0], channels, allowed)
+    return classify(g, users[0], channels, allowed, axis)
 
 
-def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Optional[StepMatch]:
-    """``n`` itself as an activation the accelerator applies (its input is ``n.input[0]``), or None."""
+def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int = 1) -> Optional[StepMatch]:
+    """``n`` itself as an activation the accelerator applies (its input is ``n.input[0]``), or None;
+    ``axis``: where the layer's channels are (a PRelu slope must run along it)."""
     out = n.output[0] if n.output else None
     y = n.input[0] if n.input else None
     kind, attrs, weights = None, {}, {}
@@ -129,7 +130,7 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Option
     elif n.op_type == "PRelu" and g.is_const(n.input[1]):
         rank = len(g.shape(y) or [])
         slope = g.const(n.input[1])
-        vec = _channel_vector(slope, channels, rank) if rank >= 2 else None
+        vec = _channel_vector(slope, channels, rank, axis) if rank >= 2 else None
         if vec is None:
             return None
         kind, weights = "prelu", {"slope": vec}
