@@ -69,7 +69,7 @@ def _in_regions(res, layer_name):
 
 
 # ---------------------------------------------------------------- layer norm
-@pytest.mark.parametrize("form", ["op", "torch", "torch2sub", "tf", "keras3"])
+@pytest.mark.parametrize("form", ["op", "torch", "torch2sub", "torch_rsqrt", "tf", "keras3"])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layernorm_last_axis_after_fc(form, affine, tmp_path):
     """FC on [B, T, D] -> layer norm (each exporter form) -> FC: one region, LayerNorm inside."""

@@ -67,7 +67,8 @@ class Net:
 # ------------------------------------------------------------------ layer norms
 def layernorm(n: Net, x: str, shape: Sequence[int], form: str = "op", axis: int = -1, affine: bool = True) -> str:
     """Layer norm of ``x`` over ``axis`` in exporter form: "op" (LayerNormalization, opset 17),
-    "torch" (legacy exporter), "torch2sub" (x - mean written twice), "tf" (tf2onnx Keras 2),
+    "torch" (legacy exporter), "torch2sub" (x - mean written twice), "torch_rsqrt" ((x - mean) *
+    torch.rsqrt(var + eps)), "tf" (tf2onnx Keras 2),
     "keras3" (tf2onnx Keras 3: -mean * inv + beta)."""
     rank = len(shape)
     a = axis % rank
@@ -80,12 +81,15 @@ def layernorm(n: Net, x: str, shape: Sequence[int], form: str = "op", axis: int 
         return n.op("LayerNormalization", [x, n.const(gamma, "ln_g"), n.const(beta, "ln_b")], "ln",
                     axis=-1, epsilon=1e-5)
     m = n.mean(x, a)
-    if form in ("torch", "torch2sub"):
+    if form in ("torch", "torch2sub", "torch_rsqrt"):
         d1 = n.op("Sub", [x, m], "ln_sub")
         d2 = n.op("Sub", [x, m], "ln_sub") if form == "torch2sub" else d1
         v = n.mean(n.op("Pow", [d1, n.const(np.array(2.0, np.float32), "two")], "ln_pow"), a)
         s = n.op("Sqrt", [n.op("Add", [v, eps], "ln_eps")], "ln_sqrt")
-        y = n.op("Div", [d2, s], "ln_div")
+        if form == "torch_rsqrt":     # (x - m) * torch.rsqrt(v + eps): Div(1, Sqrt)
+            y = n.op("Mul", [d2, n.op("Div", [n.const(np.array(1.0, np.float32), "one"), s], "ln_rsqrt")], "ln_mul")
+        else:
+            y = n.op("Div", [d2, s], "ln_div")
         if affine:
             y = n.op("Mul", [n.const(gamma.reshape(bshape), "ln_g"), y], "ln_gamma")
             y = n.op("Add", [y, n.const(beta.reshape(bshape), "ln_b")], "ln_beta")

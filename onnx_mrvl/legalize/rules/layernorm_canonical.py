@@ -3,7 +3,8 @@ which fuse runs as the Mrvl LayerNorm:
 
     PyTorch legacy exporter (opset < 17; ConvNeXt's channels-first LayerNorm alike, on axis 1):
         m = ReduceMean(x, [a]); d = x - m; v = ReduceMean(Pow(d, 2) | d * d, [a])
-        y = d / Sqrt(v + eps)  (or d * Reciprocal(Sqrt(v + eps)))  [* gamma]  [+ beta]
+        y = d / Sqrt(v + eps)  (or d * Reciprocal(Sqrt(v + eps)), or d * Div(1, Sqrt(v + eps)): the
+        export of torch.rsqrt)  [* gamma]  [+ beta]
         (the two uses of x - m may be one Sub or two)
     tf2onnx (Keras 2 LayerNormalization through tf.nn.batch_normalization; SquaredDifference as
     Sub + Mul, Rsqrt as Sqrt + Reciprocal):
@@ -65,6 +66,16 @@ def _eps(g, add, v: str) -> Optional[float]:
     return e if e is not None and e >= 0 else None
 
 
+def _recip(g, t: str):
+    """The only reader of ``t`` when it is ``Reciprocal(t)`` or ``Div(1, t)`` (torch.rsqrt's export)."""
+    n = g.only_consumer(t)
+    if not _std(n):
+        return None
+    if n.op_type == "Reciprocal" or (n.op_type == "Div" and n.input[1] == t and scalar(g.const(n.input[0])) == 1.0):
+        return n
+    return None
+
+
 def _affine(g, t: str, op: str):
     """``t (op) const`` as the only reader of ``t``: (node, constant name) or (None, None)."""
     n = _one(g, t, op)
@@ -113,8 +124,8 @@ def _torch(g, x, m, subs, sd):
     """d / sd or d * Reciprocal(sd), then optional * gamma and + beta."""
     nxt = g.only_consumer(sd.output[0])
     nodes = []
-    if _std(nxt) and nxt.op_type == "Reciprocal":
-        r = nxt
+    r = _recip(g, sd.output[0])
+    if r is not None:
         nxt = g.only_consumer(r.output[0])
         if not (_std(nxt) and nxt.op_type == "Mul"):
             return None
@@ -142,7 +153,7 @@ def _torch(g, x, m, subs, sd):
 def _tf(g, x, m, subs, sd):
     """inv = Reciprocal(sd) [* gamma]; y = x * inv + (beta - m * inv) (or + Neg(m * inv)), or in
     Keras 3's order y = x * inv + (Neg(m) * inv [+ beta])."""
-    r = _one(g, sd.output[0], "Reciprocal")
+    r = _recip(g, sd.output[0])
     if r is None or len(subs) != 1:
         return None
     nodes, inv, gamma = [r], r.output[0], None
@@ -244,7 +255,7 @@ def rewrite(mt: Match, g) -> str:
         g.set_shape(y, [sx[k] for k in perm], dt)
         inv = [perm.index(k) for k in range(rank)]
         g.make("Transpose", [y], [out], near=last, origin=origin, name=f"{last.name}/from_axis_last", perm=inv)
-    form = "tf2onnx" if any(n.op_type == "Reciprocal" for n in mt.data["all"]) and \
-        not any(n.op_type == "Div" for n in mt.data["all"]) else "PyTorch"
+    form = "tf2onnx" if any(n.op_type == "Add" and n.output[0] == out for n in mt.data["all"]) and \
+        any(n.op_type == "Mul" and x in n.input for n in mt.data["all"]) else "PyTorch"
     return f"{len(mt.data['all'])}-node {form} layer norm over axis {a} -> LayerNormalization" + (
         f" between Transposes {perm} / back" if perm else "")
