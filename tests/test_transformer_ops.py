@@ -158,9 +158,12 @@ def test_sim_softmax_matches_float64():
         assert ok and np.all(np.abs(y - ref) <= ulp)
 
 
-@pytest.mark.parametrize("opset_version, axis", [(13, -1), (13, 1), (13, 2), (11, 3), (11, -1)])
+@pytest.mark.parametrize("opset_version, axis", [(13, -1), (13, 1), (13, 2), (11, 3), (11, -1), (11, 1)])
 def test_softmax_any_axis_after_conv(opset_version, axis, tmp_path):
-    """Conv -> Softmax(axis) (channels, H, W) -> Conv: the Softmax is a Mrvl op on the NHWC data."""
+    """Conv -> Softmax(axis) (channels, H, W) -> Conv: the Softmax is a Mrvl op on the NHWC data.
+    Softmax-11 over axis 1 means over C*H*W flattened: legalize's opset conversion writes it as
+    Reshape [N, C*H*W] -> Softmax -> Reshape, also on the accelerator (with layout changes around the
+    flatten)."""
     n = A.Net(0, opset_version)
     w = (n.rng.standard_normal((6, 3, 3, 3)) * 0.3).astype(np.float32)
     y = n.op("Conv", ["input", n.const(w, "w")], "conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
@@ -170,7 +173,8 @@ def test_softmax_any_axis_after_conv(opset_version, axis, tmp_path):
     m = n.model("sm", [("input", [1, 3, 5, 7])], "output")
     r, res = check(m, tmp_path, want=["Softmax"])
     assert len(res.subgraphs) == 1 and _in_regions(res, "Softmax") == 1
-    assert not [x for x in r.model.graph.node if x.op_type == "LayoutTransform" and "sm" in x.name]
+    if (opset_version, axis) != (11, 1):
+        assert not [x for x in r.model.graph.node if x.op_type == "LayoutTransform" and "sm" in x.name]
 
 
 def test_softmax_opset11_over_flattened_axes_stays_on_cpu():
