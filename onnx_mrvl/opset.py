@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
+from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from .provenance import set_composite, set_origin
 
 DOMAIN = "mrvl"
@@ -27,6 +28,7 @@ ACTIVATION_PARAMS: Dict[str, Tuple[str, ...]] = {
     "none": (), "relu": (), "clamp": ("activation_min", "activation_max"),
     "leaky_relu": ("activation_alpha",), "prelu": (), "sigmoid": (), "tanh": (),
     "hard_sigmoid": ("activation_alpha", "activation_beta"), "hard_swish": (), "silu": (),
+    "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (),
 }
 TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]
@@ -76,6 +78,8 @@ def activation_nodes(x: str, y: str, attrs: dict, slope: str = "slope") -> List[
                 helper.make_node("Mul", [x, "act_hs"], [y])]
     if act == "silu":
         return [helper.make_node("Sigmoid", [x], ["act_sig"]), helper.make_node("Mul", [x, "act_sig"], [y])]
+    if act in SMOOTH_ACTIVATIONS:
+        return smooth_activation_nodes(act, x, y, attrs)
     raise ValueError(f"unknown activation {act!r}")
 
 
@@ -198,7 +202,7 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
           ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS, _conv_body, True),
-    OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B"),
+    OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
           ("weights_need_transform", "flatten_shape") + _ACT_ATTRS, _fc_body, True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS, _pool_body("MaxPool")),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + ("count_include_pad",),
@@ -219,6 +223,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           ("src_layout", "dst_layout"), _layout_body),
     OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm"), _batch_matmul_body),
+    OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis",), softmax_body),
 ]}
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 

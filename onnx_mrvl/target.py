@@ -13,6 +13,7 @@ from typing import Dict, Optional, Tuple
 
 ACTIVATIONS: Tuple[str, ...] = (
     "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu",
+    "gelu", "gelu_tanh", "elu", "mish",
 )
 
 
@@ -28,9 +29,12 @@ class ArchProfile:
     layer_overhead_cycles: int = 200    # assumption: fixed per-layer setup cost
     transfer_bytes_per_s: float = 8.0e9  # assumption: host <-> accelerator copy bandwidth
     call_overhead_s: float = 20e-6      # assumption: fixed cost of one accelerator invocation
+    vector_ops_per_cycle_per_tile: int = 64  # assumption: fp32 vector-unit lanes per tile (LayerNorm,
+                                             # Softmax, smooth activations: VECTOR_LOWERINGS)
 
     ASSUMPTIONS = ("macs_per_cycle_per_tile", "clock_hz", "dram_bytes_per_cycle",
-                   "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s")
+                   "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s",
+                   "vector_ops_per_cycle_per_tile")
 
 
 @dataclass(frozen=True)
@@ -125,3 +129,22 @@ def get_target(target=None) -> Target:
             t = t.with_arch(**arch)
         return t
     raise TypeError(f"target must be None, a Target or a dict, not {type(target).__name__}")
+
+
+# The target description of what the accelerator computes off the MAC array: per Mrvl layer kind
+# (and per smooth activation of a layer's epilogue), the unit, its lowering, and the vector-unit
+# operations per element the performance model charges (``ArchProfile.vector_ops_per_cycle_per_tile``).
+VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
+    "LayerNorm": ("vector unit: sum-reduction for the mean, subtract, square, sum-reduction for the "
+                  "variance, one rsqrt per row (Newton step on a LUT seed), multiply by it, gamma "
+                  "multiply, beta add, fp16 round", 8),
+    "Softmax": ("vector unit: max-reduction, subtract, exp by a LUT + polynomial approximation, "
+                "sum-reduction, one reciprocal per row, multiply by it, fp16 round", 6),
+    "gelu": ("epilogue on the vector unit: 0.5 x erfc(-x / sqrt 2), erfc as t exp(-z^2 + P9(t)) with "
+             "t = 1 / (1 + z / 2) (reciprocal, degree-9 polynomial, exp by LUT)", 16),
+    "gelu_tanh": ("epilogue on the vector unit: x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (cube, "
+                  "exp by LUT, reciprocal)", 8),
+    "elu": ("epilogue on the vector unit: x > 0 ? x : alpha (exp(x) - 1) (exp by LUT, select)", 3),
+    "mish": ("epilogue on the vector unit: x tanh(log1p(exp(-|x|)) + max(x, 0)) (exp and log by "
+             "LUT, tanh as a rational function)", 8),
+}

@@ -170,14 +170,16 @@ def test_shufflenet_channel_shuffles_stay_on_the_accelerator():
     s = pipeline("shufflenet")
     assert "Transpose" not in s["ops"]
     assert s["ops"].count("LayoutTransform") == 1 + 16
-    assert [d.op_type for d in s["decisions"].by_placement("cpu")] == ["Softmax"]
+    assert [d.op_type for d in s["decisions"].by_placement("cpu")] == []     # the Softmax is a Mrvl op
+    assert s["ops"][-1] == "Softmax"
 
 
 def test_resnet50_has_one_layout_transform_at_its_input():
     s = pipeline("resnet50")
     assert s["ops"].count("LayoutTransform") == 1 and s["ops"][0] == "LayoutTransform"
     assert "Transpose" not in s["ops"]
-    assert [d.op_type for d in s["decisions"].by_placement("cpu")] == ["Softmax"]
+    assert [d.op_type for d in s["decisions"].by_placement("cpu")] == []     # the Softmax is a Mrvl op
+    assert s["ops"][-1] == "Softmax"
     assert s["ops"].count("Conv2D") == 53 and s["ops"].count("FC") == 1
 
 

@@ -443,12 +443,13 @@ def test_activation_after_concat_of_a_pool_stays():
     assert r.decisions["out"].mrvl_node == act.name and attrs(act)["activation"] == "relu"
 
 
-def test_prelu_after_fc_stays_on_cpu():
-    """The FC op has no slope input: a PRelu after it is not absorbed."""
+def test_prelu_after_fc_is_absorbed():
+    """The FC op has a slope input (since the transformer ops; before, this PRelu stayed on the CPU)."""
     m = model([node("Gemm", ["x", "W", "B"], "g", transB=1), node("PRelu", ["g", "s"], "out")],
               [("x", [2, 4])], ["out"], {"W": w(3, 4), "B": w(3), "s": w(3)})
     r = fused_ok(m)
-    assert ops(r) == ["FC", "PRelu"] and r.decisions["out"].placement == "cpu"
+    assert ops(r) == ["FC"] and r.decisions["out"].placement == "accelerator"
+    assert attrs(mrvl(r, "FC")[0])["activation"] == "prelu"
 
 
 def test_sum_of_two_branches_with_relu_and_broadcast_mul():
@@ -481,13 +482,13 @@ def test_chain_has_no_transpose_inside():
     assert attrs(r.model.graph.node[-1]) == {"src_layout": "NHWC", "dst_layout": "NCHW"}
 
 
-@pytest.mark.parametrize("op", ["LRN", "Softmax"])
+@pytest.mark.parametrize("op", ["LRN", "LogSoftmax"])
 def test_one_layout_transform_at_each_cpu_boundary(op):
     """A CPU node between two accelerator ops: one LayoutTransform to NCHW before it, one back after,
-    shared by all consumers. A Softmax (opset >= 13: one axis) runs on the NHWC data, its axis
+    shared by all consumers. A LogSoftmax (opset >= 13: one axis; Softmax itself is a Mrvl op now) runs on the NHWC data, its axis
     remapped: no LayoutTransform around it."""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
-               node(op, ["c1"], "sm", **({"axis": 1} if op == "Softmax" else {"size": 3})),
+               node(op, ["c1"], "sm", **({"axis": 1} if op == "LogSoftmax" else {"size": 3})),
                node("Conv", ["sm", "W2", "B2"], "c2", kernel_shape=[1, 1]),
                node("Conv", ["sm", "W3", "B3"], "c3", kernel_shape=[1, 1]),
                node("Add", ["c2", "c3"], "out")],
@@ -496,8 +497,8 @@ def test_one_layout_transform_at_each_cpu_boundary(op):
     r = fused_ok(m)
     assert ops(r).count("LayoutTransform") == (4 if op == "LRN" else 2) and "Transpose" not in ops(r)
     assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == f"no accelerator op for {op}"
-    if op == "Softmax":
-        sm = next(n for n in r.model.graph.node if n.op_type == "Softmax")
+    if op == "LogSoftmax":
+        sm = next(n for n in r.model.graph.node if n.op_type == "LogSoftmax")
         assert attrs(sm)["axis"] == 3
 
 
@@ -526,10 +527,10 @@ def test_tf_style_input_feeding_fc_through_flatten():
 
 
 def test_transpose_between_cpu_ops_stays():
-    m = model([node("Softmax", ["x"], "s", axis=1), node("Transpose", ["s"], "t", perm=[0, 2, 3, 1]),
-               node("Softmax", ["t"], "out", axis=-1)], [("x", [1, 3, 4, 5])], ["out"])
+    m = model([node("LogSoftmax", ["x"], "s", axis=1), node("Transpose", ["s"], "t", perm=[0, 2, 3, 1]),
+               node("LogSoftmax", ["t"], "out", axis=-1)], [("x", [1, 3, 4, 5])], ["out"])
     r = fused_ok(m)
-    assert ops(r) == ["Softmax", "Transpose", "Softmax"]
+    assert ops(r) == ["LogSoftmax", "Transpose", "LogSoftmax"]
     assert r.decisions["t"].placement == "cpu"
 
 
@@ -628,10 +629,14 @@ REJECTIONS = {
                              "standalone batch normalization"),
     "standalone_activation_1d": (lambda: model([node("Relu", ["x"], "out", name="node")], [("x", [6])], ["out"]),
                                  "standalone activation on a 1-D tensor"),
-    "standalone_prelu": (lambda: model([node("PRelu", ["x", "s"], "out", name="node")], [("x", [1, 2, 3, 4])],
-                                       ["out"], {"s": w(2, 1, 1)}), "standalone activation"),
-    "no_op": (lambda: model([node("Softmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
-              "no accelerator op for Softmax"),
+    # a per-channel PRelu alone on 4-D data is a depthwise identity conv now; on 3-D it stays
+    "standalone_prelu": (lambda: model([node("PRelu", ["x", "s"], "out", name="node")], [("x", [2, 3, 4])],
+                                       ["out"], {"s": w(3, 1)}), "standalone activation"),
+    "no_op": (lambda: model([node("LogSoftmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
+              "no accelerator op for LogSoftmax"),
+    "layernorm_two_axes": (lambda: model([node("LayerNormalization", ["x", "g"], "out", name="node", axis=2)],
+                                         [("x", [1, 2, 3, 4])], ["out"], {"g": w(3, 4)}),
+                           "normalises 2 non-unit axes"),
 }
 
 

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import layers_transformer
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
 
@@ -19,9 +20,10 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
+    "LayerNorm": "LayerNorm", "Softmax": "Softmax",
 }
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
-               "hard_swish", "silu")
+               "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish")
 PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
 
 
@@ -108,6 +110,8 @@ def activation(a: NodeAttrs, ctx: Context, lname: str, channels: int, params: di
         ap = {"min": a.float("activation_min"), "max": a.float("activation_max")}
     elif act == "leaky_relu":
         ap = {"alpha": a.float("activation_alpha")}
+    elif act == "elu":
+        ap = {"alpha": a.float("activation_alpha", 1.0)}
     elif act == "hard_sigmoid":
         ap = {"alpha": a.float("activation_alpha", 0.2), "beta": a.float("activation_beta", 0.5)}
     elif act == "prelu":
@@ -384,7 +388,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         a.fail(f"{lname_json} takes one input, the node lists {n_in}")
     if layer_name in ("Sum2D", "Mul2D") and n_in > 2:
         a.fail(f"{lname_json} takes one or two inputs, the node lists {n_in}")
-    macs = 0
+    macs = vector_ops = 0
     if layer_name == "Conv2D":
         out, macs = conv(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "FC":
@@ -404,6 +408,9 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = concat(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Slice2D":
         out = slice2d(a, in_shapes, params)
+    elif layer_name in ("LayerNorm", "Softmax"):
+        build = layers_transformer.layernorm if layer_name == "LayerNorm" else layers_transformer.softmax
+        out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
         params["shape"] = out
@@ -421,5 +428,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         if declared[1:] != out[1:]:
             a.fail(f"out_layout_shape {a.ints('out_layout_shape')} disagrees with the output shape {out} "
                    f"computed from the inputs {in_shapes}")
-    return {"name": a.name, "layer_name": layer_name, "params": params, "weights": weights,
-            "origin": a.origin, "macs": int(macs)}, out
+    layer = {"name": a.name, "layer_name": layer_name, "params": params, "weights": weights,
+             "origin": a.origin, "macs": int(macs)}
+    if vector_ops:
+        layer["vector_ops"] = int(vector_ops)
+    return layer, out

@@ -180,7 +180,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1,
+    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2,
                "Concat": len(node.input) - 1}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
@@ -242,6 +242,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         add_const("kernel", w)
         if len(inputs) > 2 and inputs[2]:
             add_const("bias", g.const(inputs[2]), "-O")
+        if len(inputs) > 3 and inputs[3]:
+            add_const("slope", g.const(inputs[3]), "-O")
         if a.get("weights_need_transform"):
             attrs["weights_need_transform"] = ["yes"]
             attrs["flatten_shape"] = _s(list(a["flatten_shape"]))
@@ -294,6 +296,14 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         for key in ("a_perm", "b_perm", "out_perm"):   # operands / output in a permuted storage
             if a.get(key):
                 attrs[key] = _s(list(a[key]))
+    elif node.op_type in ("LayerNorm", "Softmax"):
+        data_layout = out_layout = _stored_layout(node, out_shape)
+        attrs["axis"] = _s(a["axis"])
+        if node.op_type == "LayerNorm":
+            attrs["epsilon"] = _s(float(a["epsilon"]))
+            add_const("gamma", g.const(inputs[1]), "-O")
+            if len(inputs) > 2 and inputs[2]:
+                add_const("beta", g.const(inputs[2]), "-O")
     elif node.op_type == "LayoutTransform":
         data_layout, out_layout = a["src_layout"], a["dst_layout"]
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])

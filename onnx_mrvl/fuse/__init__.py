@@ -18,16 +18,17 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat
-from .standalone import ACTIVATION_OPS, build_standalone_activation
-from . import batch_matmul, masks, slices_nd
+from . import batch_matmul, masks, slices_nd, smooth_acts
+from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
+from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
+from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 
 log = logging.getLogger(__name__)
 
-ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization"}
+ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
-ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS})
+ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS}, **_TRANSFORMER_ANCHORS)
 # MatMul: an FC on a constant second operand, else a BatchMatMul of two activations (batch_matmul.py)
 ANCHORS["MatMul"] = Pattern("mrvl.fc_ni2no|mrvl.batch_matmul", ("MatMul",), batch_matmul.build)
 # Split / Slice: 4-D channel slices (slices.py), or one axis of a 2-D/3-D/5-D tensor (slices_nd.py)
@@ -80,14 +81,18 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue
-        pattern = ANCHORS.get(n.op_type)
+        # the first node of a written-out GELU / Mish nothing absorbed (smooth_acts.py): Mul2D(x, 1) + it
+        smooth = build_smooth_standalone(g, n, target) if n.op_type in smooth_acts.ENTRY_OPS else None
+        built = (weights_reason(smooth, target) or smooth) if isinstance(smooth, Group) else None
+        pattern = STANDALONE if built is not None else ANCHORS.get(n.op_type)
         if pattern is None:
             what = ABSORB_ONLY.get(n.op_type)
             reason = (f"standalone {what} (fuses only into a preceding conv, fc, sum or mul)" if what
                       else f"no accelerator op for {n.op_type}")
             decisions.record(n.name, n.op_type, reason=reason)
             continue
-        built = pattern.match(g, n, target)
+        if built is None:
+            built = pattern.match(g, n, target)
         if isinstance(built, str):
             decisions.record(n.name, n.op_type, reason=built)
             continue

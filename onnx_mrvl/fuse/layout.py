@@ -28,7 +28,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import batch_matmul, fc_rows, rotate, slices, slices_nd
+from . import batch_matmul, fc_rows, rotate, slices, slices_nd, transformer
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -307,7 +307,9 @@ class Materializer:
                    "Concat": self._concat, "Reshape": self._reshape,
                    "Slice2D": lambda grp: slices.materialize(self, grp),
                    "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
-                   "SliceND": lambda grp: slices_nd.materialize(self, grp)}[op]
+                   "SliceND": lambda grp: slices_nd.materialize(self, grp),
+                   "LayerNorm": lambda grp: transformer.materialize(self, grp),
+                   "Softmax": lambda grp: transformer.materialize(self, grp)}[op]
         handler(grp)
 
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,
@@ -354,7 +356,8 @@ class Materializer:
             x = self.get(src, None, for_mrvl=True, origin=grp.origin)
         base = grp.anchor.name
         ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"]),
-               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else ""]
+               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "",
+               self.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
         self._emit(grp, "FC", ins, attrs, None)
 
     def _fc_rows(self, grp: Group) -> None:

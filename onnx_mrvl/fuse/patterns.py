@@ -75,7 +75,7 @@ def _absorb_chain(g: GraphIndex, grp: Group, chain, channels: int, rank: int, ta
                   axis: int = 1) -> None:
     for step in chain:
         if step == "activation":
-            _absorb_activation(g, grp, channels, target)
+            _absorb_activation(g, grp, channels, target, axis)
             continue
         m = steps.FOLD_STEPS[step](g, grp.output, channels, rank, axis)
         if m is None or g.shape(m.output) is None:
@@ -93,12 +93,12 @@ def _absorb_chain(g: GraphIndex, grp: Group, chain, channels: int, rank: int, ta
 
 
 def _allowed_activations(ops, target: Target) -> Tuple[str, ...]:
-    """Activations every op in ``ops`` can carry: prelu needs a slope input, which only Conv2D has."""
-    return tuple(a for a in target.activations if a != "prelu" or all(op == "Conv2D" for op in ops))
+    """Activations every op in ``ops`` can carry: prelu needs a slope input, which Conv2D and FC have."""
+    return tuple(a for a in target.activations if a != "prelu" or all(op in ("Conv2D", "FC") for op in ops))
 
 
-def _absorb_activation(g, group: Group, channels: int, target: Target) -> None:
-    m = steps.activation(g, group.output, channels, _allowed_activations([group.op], target))
+def _absorb_activation(g, group: Group, channels: int, target: Target, axis: int = 1) -> None:
+    m = steps.activation(g, group.output, channels, _allowed_activations([group.op], target), axis)
     if m and g.shape(m.output) is not None:   # an output without a static shape stays on the CPU
         group.nodes += m.nodes
         group.output = m.output

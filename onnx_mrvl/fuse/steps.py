@@ -88,20 +88,23 @@ def _mul(g, y, channels, rank, axis=1):
 FOLD_STEPS = {"bias": _add, "batchnorm": batchnorm, "scale": _mul, "shift": _add}
 
 
-def activation(g: GraphIndex, y: str, channels: int, allowed) -> Optional[StepMatch]:
-    """An activation consuming ``y`` (including x*sigmoid(x) and x*hard_sigmoid(x) forms)."""
+def activation(g: GraphIndex, y: str, channels: int, allowed, axis: int = 1) -> Optional[StepMatch]:
+    """An activation consuming ``y`` (including x*sigmoid(x), x*hard_sigmoid(x) and the written-out
+    gelu / gelu_tanh / mish forms)."""
     users = g.consumers.get(y, [])
     if y in g.output_set or any(u.name in g.excluded for u in users):
         return None
-    if len(users) == 2:
-        return _gated(g, y, users, allowed)
+    if len(users) >= 2:   # gelu / gelu_tanh / mish written out (smooth_acts.py), silu, hard_swish
+        from . import smooth_acts
+        return smooth_acts.match(g, y, allowed) or (_gated(g, y, users, allowed) if len(users) == 2 else None)
     if len(users) != 1:
         return None
-    return classify(g, users[0], channels, allowed)
+    return classify(g, users[0], channels, allowed, axis)
 
 
-def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Optional[StepMatch]:
-    """``n`` itself as an activation the accelerator applies (its input is ``n.input[0]``), or None."""
+def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int = 1) -> Optional[StepMatch]:
+    """``n`` itself as an activation the accelerator applies (its input is ``n.input[0]``), or None;
+    ``axis``: where the layer's channels are (a PRelu slope must run along it)."""
     out = n.output[0] if n.output else None
     y = n.input[0] if n.input else None
     kind, attrs, weights = None, {}, {}
@@ -119,10 +122,15 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Option
                  "activation_max": float(np.asarray(hi).reshape(-1)[0])}
     elif n.op_type == "LeakyRelu":
         kind, attrs = "leaky_relu", {"activation_alpha": float(attr(n, "alpha", 0.01))}
+    elif n.op_type == "PRelu" and g.is_const(n.input[1]) and np.asarray(g.const(n.input[1])).size == 1:
+        # one slope for every element (torch.nn.PReLU() default): exactly a leaky relu, which any
+        # layer can carry (no slope input needed)
+        kind = "leaky_relu"
+        attrs = {"activation_alpha": float(np.asarray(g.const(n.input[1])).reshape(-1)[0])}
     elif n.op_type == "PRelu" and g.is_const(n.input[1]):
         rank = len(g.shape(y) or [])
         slope = g.const(n.input[1])
-        vec = _channel_vector(slope, channels, rank) if rank >= 2 else None
+        vec = _channel_vector(slope, channels, rank, axis) if rank >= 2 else None
         if vec is None:
             return None
         kind, weights = "prelu", {"slope": vec}
@@ -135,6 +143,9 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed) -> Option
         attrs = {"activation_alpha": float(attr(n, "alpha", 0.2)), "activation_beta": float(attr(n, "beta", 0.5))}
     elif n.op_type == "HardSwish":
         kind = "hard_swish"
+    elif n.op_type in ("Gelu", "Mish", "Elu"):
+        from . import smooth_acts
+        return smooth_acts.classify_single(n, allowed)
     if kind is None or kind not in allowed or out is None:
         return None
     return StepMatch([n], out, attrs=dict(activation=kind, **attrs), weights=weights)

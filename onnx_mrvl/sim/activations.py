@@ -10,6 +10,8 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
+from . import activations_smooth
+
 F32 = np.float32
 
 
@@ -78,12 +80,12 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh",
-               "hard_sigmoid", "hard_swish", "silu")
+               "hard_sigmoid", "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish")
 
 
 def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tuple[float, float]:
     """The two scalar parameters of an activation, defaults applied: clamp (min, max), leaky_relu
-    (alpha, 0), hard_sigmoid (alpha, beta); (0, 0) for the others."""
+    (alpha, 0), hard_sigmoid (alpha, beta), elu (alpha, 0); (0, 0) for the others."""
     name = (name or "none").lower()
     p: Dict = dict(params or {})
     if name == "clamp":
@@ -92,6 +94,8 @@ def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tupl
         return float(p.get("alpha", 0.01)), 0.0
     if name == "hard_sigmoid":
         return float(p.get("alpha", 0.2)), float(p.get("beta", 0.5))
+    if name == "elu":
+        return float(p.get("alpha", 1.0)), 0.0
     return 0.0, 0.0
 
 
@@ -127,6 +131,10 @@ def make_activation(name: Optional[str], params: Optional[Mapping] = None,
         return hard_swish
     if name == "silu":
         return silu
+    if name in ("gelu", "gelu_tanh", "mish"):
+        return getattr(activations_smooth, name)
+    if name == "elu":
+        return lambda x: activations_smooth.elu(x, p0)
     raise ValueError(f"unknown activation {name!r} (known: {', '.join(ACTIVATIONS)})")
 
 

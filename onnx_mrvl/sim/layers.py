@@ -15,6 +15,7 @@ from ..errors import ArtifactError, CompileError
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
+from .layers_transformer import build_layernorm, build_softmax
 from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 
@@ -237,6 +238,8 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Resize": _resize,
     "layout_transform": _layout,
     "BatchMatMul": _batch_matmul,
+    "LayerNorm": build_layernorm,
+    "Softmax": build_softmax,
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}
 

@@ -1,6 +1,7 @@
 """Cycle-approximate performance model of a program (static: it depends on the program only).
 
-Per layer: compute_cycles = ceil(macs / (macs_per_cycle_per_tile * num_tiles)),
+Per layer: compute_cycles = ceil(macs / (macs_per_cycle_per_tile * num_tiles)) + ceil(vector_ops /
+(vector_ops_per_cycle_per_tile * num_tiles)) (LayerNorm, Softmax, smooth activations),
 memory_cycles = ceil(dram_bytes / dram_bytes_per_cycle), cycles = max(compute, memory) +
 layer_overhead_cycles; the larger term names the bound. The arch parameters come from
 meta["arch"], missing keys from ``onnx_mrvl.target.ArchProfile`` (all assumptions, see
@@ -14,10 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
-from ..target import ArchProfile
+from ..target import VECTOR_LOWERINGS, ArchProfile
 
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
-              "dram_bytes_per_cycle", "layer_overhead_cycles")
+              "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile")
 
 
 @dataclass
@@ -120,6 +121,23 @@ def derive_macs(layer: Mapping, shapes: Mapping[int, List[int]], weight_shapes: 
     return 0
 
 
+def vector_ops(layer: Mapping, shapes: Mapping[int, List[int]]) -> int:
+    """Vector-unit operations of a layer (``target.VECTOR_LOWERINGS``): the compile step's
+    ``vector_ops`` (LayerNorm, Softmax) or per output element of the layer kind, plus those of a
+    smooth activation (gelu, gelu_tanh, elu, mish) in its epilogue. 0 for the other layers (their
+    epilogue is not charged, as before)."""
+    outs = [shapes.get(t) for t in layer.get("outputs") or []]
+    elems = _prod(outs[0]) if outs and outs[0] is not None else 0
+    kind = str(layer.get("layer_name", ""))
+    ops = layer.get("vector_ops")
+    if ops is None:
+        ops = elems * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
+    act = str((layer.get("params") or {}).get("activation") or "none")
+    if act in VECTOR_LOWERINGS:
+        ops += elems * VECTOR_LOWERINGS[act][1]
+    return int(ops)
+
+
 def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_bytes: Mapping[str, int]) -> int:
     """fp16 weight bytes plus the bytes of DRAM-placed tensors the layer reads or writes."""
     total = sum(weight_bytes.get(w, 0) for w in (layer.get("weights") or {}).values())
@@ -146,6 +164,7 @@ def perf_report(meta: Mapping) -> PerfReport:
     peak = float(arch["macs_per_cycle_per_tile"]) * int(arch["num_tiles"])
     bw = float(arch["dram_bytes_per_cycle"])
     overhead = int(arch["layer_overhead_cycles"])
+    vpeak = float(arch["vector_ops_per_cycle_per_tile"]) * int(arch["num_tiles"])
     rows, derived = [], []
     for i, layer in enumerate(meta.get("layers") or []):
         name = str(layer.get("name", f"layer_{i}"))
@@ -157,7 +176,7 @@ def perf_report(meta: Mapping) -> PerfReport:
         if dram is None:
             dram = derive_dram_bytes(layer, tensors, wbytes)
         macs, dram = int(macs), int(dram)
-        comp = math.ceil(macs / peak)
+        comp = math.ceil(macs / peak) + math.ceil(vector_ops(layer, shapes) / vpeak)
         mem = math.ceil(dram / bw)
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,

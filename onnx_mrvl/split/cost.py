@@ -2,7 +2,8 @@
 
 Accelerator time (``Target.arch``), the simulator's cycle model (docs/simulator.md) applied before
 compilation: per layer max(compute, memory) cycles plus a fixed overhead, where compute is
-MACs / (MACs per cycle per tile x tiles) and memory is the fp16 weights plus any activation too large
+MACs / (MACs per cycle per tile x tiles) plus vector-unit work (LayerNorm, Softmax, smooth
+activations) / (vector lanes x tiles) and memory is the fp16 weights plus any activation too large
 for the on-chip memory, streamed from DRAM; plus the fp32 transfer of the region's inputs and outputs
 to and from the host and a per-call overhead. ``compiled_estimate`` redoes the accelerator part with
 the simulator's own report on the compiled program (exact OCM placement).
@@ -23,7 +24,7 @@ import numpy as np
 import onnx
 
 from .._graph import GraphIndex
-from ..target import Target
+from ..target import VECTOR_LOWERINGS, Target
 
 
 def _elems(g: GraphIndex, name: str) -> int:
@@ -42,10 +43,20 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     acts_out = [_elems(g, o) * 2 for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    compute = math.ceil(macs / (arch.macs_per_cycle_per_tile * arch.num_tiles))
+    compute = math.ceil(macs / (arch.macs_per_cycle_per_tile * arch.num_tiles)) + math.ceil(
+        vector_ops(g, node) / (arch.vector_ops_per_cycle_per_tile * arch.num_tiles))
     memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
     return {"macs": macs, "compute": compute, "memory": memory,
             "cycles": max(compute, memory) + arch.layer_overhead_cycles}
+
+
+def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
+    """Vector-unit operations of a Mrvl node (``target.VECTOR_LOWERINGS``, as the simulator's perf
+    model counts them): LayerNorm / Softmax per element, a smooth activation per output element."""
+    out = _elems(g, node.output[0]) if node.output else 0
+    ops = out * VECTOR_LOWERINGS[node.op_type][1] if node.op_type in VECTOR_LOWERINGS else 0
+    act = next((a.s.decode() for a in node.attribute if a.name == "activation"), "none")
+    return ops + (out * VECTOR_LOWERINGS[act][1] if act in VECTOR_LOWERINGS else 0)
 
 
 def cpu_seconds(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> float:

@@ -10,6 +10,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
+from . import layernorm_canonical
 from .base import Match
 
 RULES = (
@@ -18,6 +19,7 @@ RULES = (
     remove_dropout,
     remove_noop,
     merge_transposes,
+    layernorm_canonical,
     sum_to_add,
     sub_div_const,
     clip_canonical,

@@ -66,7 +66,22 @@ def check(m: Match, g, target) -> Optional[str]:
         return "auto_pad not resolved"
     if g.dtype(m.data["x"]) != 1:
         return "not float32"
+    if _gelu_product(g, m.data["x"]):
+        return "the constant factor of a written-out GELU (fuse takes the whole GELU as an activation)"
     return None
+
+
+def _gelu_product(g, t: str) -> bool:
+    """``t = x * (1 + Erf(.))`` or ``x * (1 + Tanh(.))``: the body of a GELU whose 0.5 follows."""
+    p = g.producer.get(t)
+    if p is None or p.op_type != "Mul":
+        return False
+    for i in p.input:
+        q = g.producer.get(i)
+        if q is not None and q.op_type == "Add" and any(
+                g.producer.get(j) is not None and g.producer[j].op_type in ("Erf", "Tanh") for j in q.input):
+            return True
+    return False
 
 
 def rewrite(m: Match, g) -> str:

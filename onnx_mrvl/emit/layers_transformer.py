@@ -1,0 +1,53 @@
+"""Compile the Nodes-JSON layers of transformer / modern-CNN nodes (docs/json-format.md):
+``LayerNorm`` (axis, epsilon, gamma, beta) and ``Softmax`` (axis), each over one axis of the
+stored tensor. Output shape = input shape; the layout stays the input's.
+
+``vector_ops`` is the work the perf model charges to the vector unit (docs/simulator.md): per
+element, LayerNorm 8 (sum, subtract, square, sum, multiply by 1/sqrt(var + eps), gamma, beta,
+round; one rsqrt per row), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
+round; one reciprocal per row).
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+
+from .json_attrs import decode_const
+
+LAYERNORM_OPS_PER_ELEMENT = 8
+SOFTMAX_OPS_PER_ELEMENT = 6
+
+
+def _axis(a, shape: List[int]) -> int:
+    rank = len(shape)
+    axis = a.int("axis", -1)
+    if not -rank <= axis < rank or rank < 2:
+        a.fail(f"axis {axis} is out of range for an input of shape {shape}")
+    return axis - rank if axis >= 0 else axis
+
+
+def layernorm(a, ctx, lname, in_shapes, params, weights):
+    shape = list(in_shapes[0])
+    axis = _axis(a, shape)
+    d = shape[axis]
+    eps = a.float("epsilon", 1e-5)
+    if not eps >= 0:
+        a.fail(f"epsilon {eps} must be >= 0")
+    params.update(axis=axis, epsilon=eps)
+    for role, required in (("gamma", True), ("beta", False)):
+        if not a.has(f"{role}_const_name"):
+            if required:
+                a.fail(f"LayerNorm needs {role}_const_name")
+            continue
+        v = decode_const(ctx.consts, a.str(f"{role}_const_name"), a).reshape(-1)
+        if v.size != d:
+            a.fail(f"{role} has {v.size} values for an axis of size {d} (input {shape}, axis {axis})")
+        weights[role] = ctx.weight(a, f"{lname}.{role}", v, "C", fp16=False)
+    return shape, int(np.prod(shape)) * LAYERNORM_OPS_PER_ELEMENT
+
+
+def softmax(a, ctx, lname, in_shapes, params, weights):
+    shape = list(in_shapes[0])
+    params["axis"] = _axis(a, shape)
+    return shape, int(np.prod(shape)) * SOFTMAX_OPS_PER_ELEMENT

@@ -1,0 +1,126 @@
+"""Fusion patterns of transformer / modern-CNN layers, and their materialisation:
+
+    mrvl.layernorm   LayerNormalization (opset 17; legalize's ``layernorm_canonical`` writes the
+                     exporters' decomposed forms as one) over one axis     -> Mrvl LayerNorm
+    mrvl.softmax     Softmax over one axis (opset >= 13: any axis; below 13, where the flattened
+                     trailing axes hold one non-unit axis)                  -> Mrvl Softmax
+
+Both run on the tensor as it is stored (2-D to 5-D): the Mrvl node's ``axis`` is the stored
+position of the logical axis, written negative (``-1``: the last stored axis, the channels of NHWC
+data or the features of [B, T, D] rows), so no layout change is ever needed around them.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, attr
+from ..target import Target
+from .groups import Group, _batch, _float_static
+from .patterns import ELTWISE_RANKS, Pattern
+
+
+def _single_axis(shape, axes) -> Optional[int]:
+    """The one non-unit axis among ``axes`` (or the last of them when all are unit), else None."""
+    nonunit = [a for a in axes if shape[a] != 1]
+    if len(nonunit) > 1:
+        return None
+    return nonunit[0] if nonunit else axes[-1]
+
+
+def _common(g: GraphIndex, n: onnx.NodeProto, target: Target) -> Optional[str]:
+    x = n.input[0] if n.input else ""
+    if not x or not n.output or not n.output[0]:
+        return "no input or output"
+    reason = _float_static(g, [x, n.output[0]])
+    if reason:
+        return reason
+    rank = len(g.shape(x))
+    if rank not in ELTWISE_RANKS:
+        return f"{n.op_type} on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
+    return _batch(g, x, target)
+
+
+def build_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    reason = _common(g, n, target)
+    if reason:
+        return reason
+    x = n.input[0]
+    shape = g.shape(x)
+    rank = len(shape)
+    axes = list(range(attr(n, "axis", -1) % rank, rank))
+    a = _single_axis(shape, axes)
+    if a is None:
+        return (f"normalises {len(axes)} non-unit axes {[shape[k] for k in axes]} (the accelerator "
+                f"normalises one axis)")
+    if any(o and g.consumers.get(o) or o in g.output_set for o in n.output[1:]):
+        return "the Mean / InvStdDev outputs are used"
+    d = shape[a]
+    if d > target.max_channels:
+        return f"{d} features exceed the limit {target.max_channels}"
+    weights = {}
+    for role, idx in (("gamma", 1), ("beta", 2)):
+        t = n.input[idx] if len(n.input) > idx else ""
+        if not t:
+            continue
+        if not g.is_const(t):
+            return f"{'scale' if role == 'gamma' else 'bias'} '{t}' is not a constant initializer"
+        v = np.asarray(g.const(t), np.float32)
+        try:
+            full = np.broadcast_to(v, [shape[k] for k in axes])
+        except ValueError:
+            return f"{role} of shape {list(v.shape)} does not fit the normalised axes"
+        weights[role] = np.ascontiguousarray(full.reshape(-1))
+    if "gamma" not in weights:
+        return "LayerNormalization without a scale input"
+    eps = float(attr(n, "epsilon", 1e-5))
+    if not eps >= 0:
+        return f"epsilon {eps} is negative"
+    return Group("LayerNorm", "mrvl.layernorm", [n], [x], n.output[0], {"axis": a, "epsilon": eps}, weights)
+
+
+def build_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    reason = _common(g, n, target)
+    if reason:
+        return reason
+    x = n.input[0]
+    shape = g.shape(x)
+    rank = len(shape)
+    opset_version = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if opset_version >= 13:
+        a = attr(n, "axis", -1) % rank
+    else:   # Softmax-1/11: over the axes from ``axis`` on, flattened
+        a = _single_axis(shape, list(range(attr(n, "axis", 1) % rank, rank)))
+        if a is None:
+            return f"opset {opset_version} Softmax over the flattened axes {shape[attr(n, 'axis', 1) % rank:]}"
+    if shape[a] > target.max_fc_features:
+        return f"softmax over {shape[a]} values exceeds the limit {target.max_fc_features}"
+    return Group("Softmax", "mrvl.softmax", [n], [x], n.output[0], {"axis": a})
+
+
+ANCHORS = {"LayerNormalization": Pattern("mrvl.layernorm", ("LayerNormalization",), build_layernorm),
+           "Softmax": Pattern("mrvl.softmax", ("Softmax",), build_softmax)}
+
+
+def materialize(m, grp: Group) -> None:
+    """Emit the LayerNorm / Softmax group into the Materializer ``m`` on the input's storage."""
+    src = grp.inputs[0]
+    name, perm = m.loc[src]
+    if src in m.flat:
+        name, perm = m.get(src, None, for_mrvl=True, origin=grp.origin), None
+    rank = len(m.logical_shape(src))
+    a = grp.attrs["axis"]
+    attrs = {"axis": (list(perm).index(a) if perm else a) - rank}
+    ins = [name]
+    if grp.op == "LayerNorm":
+        attrs["epsilon"] = grp.attrs["epsilon"]
+        base = grp.anchor.name
+        ins += [m.init(f"{base}_gamma", grp.weights["gamma"]),
+                m.init(f"{base}_beta", grp.weights["beta"]) if "beta" in grp.weights else ""]
+    m._emit(grp, grp.op, ins, attrs, perm)
+    out = m.loc[grp.output][0]
+    if name in m.label:
+        m.label[out] = m.label[name]
+

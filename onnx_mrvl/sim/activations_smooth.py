@@ -1,0 +1,80 @@
+"""The smooth activations of transformer and modern CNN layers, in fp32 (in place where possible):
+GELU (erf and tanh forms), ELU and Mish.
+
+Hardware-plausible formulas, the same for every kernel path (the compiled kernels store the
+pre-activation value and these finish it, as for sigmoid / tanh):
+
+* ``gelu``: ``0.5 x erfc(-x / sqrt 2)``, erfc by the Chebyshev fit of Numerical Recipes
+  (``t exp(-z^2 + P(t))``, ``t = 1 / (1 + z / 2)``, fractional error < 1.2e-7 everywhere): a
+  reciprocal, a degree-9 polynomial and one exp (LUT) on the vector unit. Computing erfc instead
+  of ``1 + erf`` keeps the negative tail exact in relative terms (no cancellation).
+* ``gelu_tanh``: ``0.5 x (1 + tanh(u)) = x sigmoid(2u)``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``,
+  without the cancellation of ``1 + tanh(u)`` for negative x.
+* ``elu``: ``x`` for x > 0, ``alpha (exp(x) - 1)`` otherwise (expm1).
+* ``mish``: ``x tanh(softplus(x))``, softplus as ``max(x, 0) + log1p(exp(-|x|))``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+_INV_SQRT2 = F32(0.7071067811865476)
+_GELU_TANH_2U = F32(2.0 * 0.7978845608028654)   # 2 sqrt(2/pi)
+_ERFC_COEFFS = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+                0.09678418, 0.37409196, 1.00002368, -1.26551223)   # Horner order, highest first
+
+
+def erfc(z: np.ndarray) -> np.ndarray:
+    """erfc of a float32 array (a new array), fractional error < 1.2e-7 (Numerical Recipes erfcc)."""
+    a = np.abs(z)
+    t = F32(1) / (F32(1) + F32(0.5) * a)
+    p = np.full_like(t, F32(_ERFC_COEFFS[0]))
+    for c in _ERFC_COEFFS[1:]:
+        p *= t
+        p += F32(c)
+    p -= a * a
+    np.exp(p, out=p)
+    p *= t
+    neg = z < 0
+    np.subtract(F32(2), p, out=p, where=neg)
+    return p
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        c = erfc(x * -_INV_SQRT2)
+        c *= F32(0.5)
+        x *= c
+    return x
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    from .activations import sigmoid
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        u = x * x
+        u *= F32(0.044715)
+        u += F32(1)
+        u *= x
+        u *= _GELU_TANH_2U
+        x *= sigmoid(u)
+    return x
+
+
+def elu(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        neg = np.expm1(np.minimum(x, F32(0)))
+        neg *= F32(alpha)
+        np.copyto(x, neg, where=~(x > 0))
+    return x
+
+
+def mish(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        sp = np.abs(x)
+        np.negative(sp, out=sp)
+        np.exp(sp, out=sp)
+        np.log1p(sp, out=sp)
+        sp += np.maximum(x, F32(0))
+        np.tanh(sp, out=sp)
+        x *= sp
+    return x

@@ -1,0 +1,48 @@
+"""Program layers LayerNorm and Softmax (docs/program.md) -> prepared closures (sim/layers.py)."""
+from __future__ import annotations
+
+from .norm_ops import layernorm, softmax
+
+
+def _axis(spec) -> int:
+    try:
+        return int(spec.param("axis", required=True))
+    except (TypeError, ValueError):
+        raise spec.error(f"axis must be an integer, got {spec.params.get('axis')!r}") from None
+
+
+def _check_axis(spec, x, axis: int) -> None:
+    if not -x.ndim <= axis < x.ndim or x.ndim < 2:
+        raise ValueError(f"axis {axis} does not fit an input of shape {list(x.shape)}")
+
+
+def build_layernorm(spec, n_inputs: int):
+    if n_inputs != 1:
+        raise spec.error(f"takes 1 input, the program gives {n_inputs}")
+    axis = _axis(spec)
+    try:
+        eps = float(spec.param("epsilon", required=True))
+    except (TypeError, ValueError):
+        raise spec.error(f"epsilon must be a number, got {spec.params.get('epsilon')!r}") from None
+    gamma, beta = spec.weight("gamma", required=True).reshape(-1), spec.weight("beta")
+    beta = None if beta is None else beta.reshape(-1)
+    if beta is not None and beta.size != gamma.size:
+        raise spec.error(f"gamma has {gamma.size} values, beta {beta.size}")
+
+    def run(x):
+        _check_axis(spec, x, axis)
+        if x.shape[axis] != gamma.size:
+            raise ValueError(f"gamma has {gamma.size} values for axis {axis} of an input of shape {list(x.shape)}")
+        return layernorm(x, axis, eps, gamma, beta)
+    return run
+
+
+def build_softmax(spec, n_inputs: int):
+    if n_inputs != 1:
+        raise spec.error(f"takes 1 input, the program gives {n_inputs}")
+    axis = _axis(spec)
+
+    def run(x):
+        _check_axis(spec, x, axis)
+        return softmax(x, axis)
+    return run

@@ -1,0 +1,48 @@
+"""LayerNorm and Softmax over one axis of a stored tensor: fp32 math on fp16 values, one fp16
+rounding of the result (docs/simulator.md, "Numeric model").
+
+    LayerNorm  mean and variance in fp32 (two passes: mean, then mean((x - mean)^2)), then
+               y = (x - mean) * (1 / sqrt(var + eps)) * gamma + beta   (gamma, beta fp32 vectors)
+    Softmax    y = exp(x - max) * (1 / sum(exp(x - max)))
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+from .fp16 import round_fp16_
+
+F32 = np.float32
+
+
+def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """A 1-D vector shaped to broadcast along the negative ``axis`` of an ``ndim``-D tensor."""
+    return v.reshape((-1,) + (1,) * (-axis - 1)) if -axis - 1 else v
+
+
+def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
+              beta: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    axis = axis - x.ndim if axis >= 0 else axis
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        mean = np.mean(x, axis=axis, keepdims=True, dtype=F32)
+        d = x - mean
+        var = np.mean(d * d, axis=axis, keepdims=True, dtype=F32)
+        var += F32(epsilon)
+        r = F32(1) / np.sqrt(var)
+        d *= r
+        d *= _along(np.asarray(gamma, F32), axis, x.ndim)
+        if beta is not None:
+            d += _along(np.asarray(beta, F32), axis, x.ndim)
+    return d, round_fp16_(d)
+
+
+def softmax(x: np.ndarray, axis: int) -> Tuple[np.ndarray, bool]:
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        e = x - np.max(x, axis=axis, keepdims=True)
+        np.exp(e, out=e)
+        s = np.sum(e, axis=axis, keepdims=True, dtype=F32)
+        e *= F32(1) / s
+    return e, round_fp16_(e)
