@@ -1,6 +1,7 @@
 """``convert()``: legalize -> fuse -> split -> emit -> compile, and the ``ConvertResult`` it returns."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -18,7 +19,7 @@ from .modelio import load_model, validate_model, write_bytes_atomic, write_json_
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .report import Report
-from .split import split
+from .split import batch_chunks, split
 from .split.deploy import attach_artifact, is_subgraph
 from .target import Target, get_target
 
@@ -141,10 +142,13 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     cpu: Dict[str, str] = {e: "excluded by the user (exclude=...)" for e in (exclude or ())}
     history: List[dict] = []          # dropped-region entries of earlier passes, with their details
     legal_by_name = {n.name: n for n in legal.graph.node}
+    # a batch above max_batch runs in hardware batches (split/batch_chunks.py): fuse takes it
+    hw_batch = target.max_batch
+    fuse_target = target.replace(max_batch=max(hw_batch, batch_chunks.largest_batch(legal)))
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
-        fused = fuse(legal, target, exclude=cpu)
+        fused = fuse(legal, fuse_target, exclude=cpu)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
@@ -162,7 +166,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             continue
         t = CLOCK()
         try:
-            subgraphs = _emit_and_compile(result, target, embed, say, timings)
+            subgraphs = _emit_and_compile(result, target, embed, say, timings, reference)
         except _RegionFailed as failed:
             log.warning("region %s cannot be compiled (%s); keeping its nodes on the CPU", failed.region, failed.error)
             cpu.update({n: f"compile: {failed.error.message}" for n in failed.origin})
@@ -250,7 +254,8 @@ class _RegionFailed(Exception):
         self.nodes, self.origin = list(region.nodes), list(region.origin)
 
 
-def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float]) -> List[Subgraph]:
+def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
+                      reference: bool = False) -> List[Subgraph]:
     options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
                                         arch=target.arch)
     nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
@@ -258,12 +263,21 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
     t_emit = t_compile = 0.0
     for region in result.regions:
         say(f"compile {region.name}")
+        batch = batch_chunks.region_batch(region.model)
+        chunks = batch_chunks.plan(batch, target.max_batch) if batch > target.max_batch else None
         try:
+            if chunks and reference:
+                raise CompileError(f"batch {batch} exceeds max_batch {target.max_batch}: hardware batches "
+                                   f"are not combined with reference bodies", hint="convert without reference=True")
+            why = batch_chunks.check(region.model, batch) if chunks else None
+            if why:
+                raise CompileError(why, hint=f"export the model with a batch of at most {target.max_batch}")
             t = CLOCK()
             nodes_json, consts_json = emit_stage.emit(region.model, region.name)
             t_emit += CLOCK() - t
             t = CLOCK()
-            binary = emit_stage.compile_json(nodes_json, consts_json, options)
+            binary = emit_stage.compile_json(nodes_json, consts_json, dataclasses.replace(
+                options, batch=chunks[1]) if chunks else options)
             emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
             t_compile += CLOCK() - t
         except CompileError as exc:
@@ -274,6 +288,9 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             if not region.estimate["offload"]:
                 raise _RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
         attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
+        if chunks:
+            batch_chunks.chunk_node(result.model, nodes[region.name], region.model, batch, *chunks, region.origin)
+            region.batches = chunks
         out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
                             region.origin, region.macs))
     timings["emit"], timings["compile"] = t_emit, t_compile  # the last (successful) attempt
