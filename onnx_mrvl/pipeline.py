@@ -10,7 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 
 import onnx
 
-from . import emit as emit_stage
+from . import bodies, emit as emit_stage
 from .decisions import Decisions
 from .errors import ArtifactError, CompileError, MrvlError
 from .fuse import fuse
@@ -144,7 +144,8 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     legal_by_name = {n.name: n for n in legal.graph.node}
     # a batch above max_batch runs in hardware batches (split/batch_chunks.py): fuse takes it
     hw_batch = target.max_batch
-    fuse_target = target.replace(max_batch=max(hw_batch, batch_chunks.largest_batch(legal)))
+    model_batch = batch_chunks.largest_batch(legal)
+    fuse_target = target.replace(max_batch=max(hw_batch, model_batch))
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
@@ -166,7 +167,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             continue
         t = CLOCK()
         try:
-            subgraphs = _emit_and_compile(result, target, embed, say, timings, reference)
+            subgraphs = _emit_and_compile(result, target, embed, say, timings, reference, model_batch)
         except _RegionFailed as failed:
             log.warning("region %s cannot be compiled (%s); keeping its nodes on the CPU", failed.region, failed.error)
             cpu.update({n: f"compile: {failed.error.message}" for n in failed.origin})
@@ -197,8 +198,22 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         if d.placement == "accelerator" and not d.subgraph and d.mrvl_node in region_of:
             d.subgraph = region_of[d.mrvl_node]
             d.layer = d.layer or layer_of.get(d.mrvl_node)
-    report = Report(decisions, [r.summary() for r in result.regions], dropped,
-                    result.macs_total, result.macs_offloaded, partition)
+    regions = [r.summary() for r in result.regions]
+    if not reference:   # If/Loop/Scan bodies through the same stages (bodies.py)
+        def body_convert(m):
+            return _convert(m, target=target, partition=partition, exclude=(), cut_after=(), force=force,
+                            input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
+                            progress=None)
+        body_subs, body_regions, notes = bodies.convert_bodies(deployable, legal, body_convert, embed)
+        subgraphs, regions = subgraphs + body_subs, regions + body_regions
+        for name, parts in notes.items():
+            if name in decisions:
+                decisions[name].reason = f"{decisions[name].reason}; bodies: {'; '.join(parts)}"
+    else:
+        for d in decisions.values():
+            if d.reason and d.reason.startswith("control flow ("):
+                d.reason += "; bodies on the CPU (not converted with reference=True)"
+    report = Report(decisions, regions, dropped, result.macs_total, result.macs_offloaded, partition)
     timings["total"] = CLOCK() - t0
     say("done")
     return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)
@@ -255,7 +270,7 @@ class _RegionFailed(Exception):
 
 
 def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
-                      reference: bool = False) -> List[Subgraph]:
+                      reference: bool = False, model_batch: int = 1) -> List[Subgraph]:
     options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
                                         arch=target.arch)
     nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
@@ -264,7 +279,9 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
     for region in result.regions:
         say(f"compile {region.name}")
         batch = batch_chunks.region_batch(region.model)
-        chunks = batch_chunks.plan(batch, target.max_batch) if batch > target.max_batch else None
+        # only the model's own batch is chunked (an LSTM's [T, 1, N, H] leads with time steps)
+        chunks = batch_chunks.plan(batch, target.max_batch) if batch > target.max_batch and batch == model_batch \
+            else None
         try:
             if chunks and reference:
                 raise CompileError(f"batch {batch} exceeds max_batch {target.max_batch}: hardware batches "

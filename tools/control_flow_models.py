@@ -114,3 +114,47 @@ def vad_like(seed: int = 0, hidden: int = 8, channels: int = 16) -> onnx.ModelPr
                             h.make_tensor_value_info("h0", T.FLOAT, [1, 1, hidden])],
         [h.make_tensor_value_info("hn", T.FLOAT, [1, 1, hidden])],
         [nh.from_array(w(channels, 4, 3), "W0"), nh.from_array(np.array(16000, np.int64), "k")]), opset=16)
+
+
+def vad_branches(seed: int = 0, hidden: int = 16, opset: int = 16) -> onnx.ModelProto:
+    """Silero-VAD-shaped: If(sr == 16000) whose branches each hold the whole detector on the outer
+    ``input`` [1, L]: Unsqueeze -> strided Conv1d (STFT-like) -> Relu -> Conv1d -> Relu -> Transpose ->
+    LSTM (outer initial state ``h0``/``c0``) -> Squeeze -> Transpose -> Relu -> Conv1d -> Sigmoid ->
+    ReduceMean; outputs the probability and the new state."""
+    w = _rng(seed)
+
+    def branch(tag, win):
+        ini = [nh.from_array(w(2 * hidden, 1, win), f"{tag}_stft"), nh.from_array(w(hidden, 2 * hidden, 3), f"{tag}_enc"),
+               nh.from_array(w(hidden), f"{tag}_encb"), nh.from_array(w(1, 4 * hidden, hidden), f"{tag}_W"),
+               nh.from_array(w(1, 4 * hidden, hidden), f"{tag}_R"), nh.from_array(w(1, 8 * hidden), f"{tag}_B"),
+               nh.from_array(w(1, hidden, 1), f"{tag}_dec"), nh.from_array(np.array([1], np.int64), f"{tag}_ax1")]
+        nodes = [
+            h.make_node("Unsqueeze", ["input", f"{tag}_ax1"], [f"{tag}_u"], name=f"{tag}_unsq"),
+            h.make_node("Conv", [f"{tag}_u", f"{tag}_stft"], [f"{tag}_s"], name=f"{tag}_stftconv", strides=[win // 2]),
+            h.make_node("Relu", [f"{tag}_s"], [f"{tag}_sr"], name=f"{tag}_relu0"),
+            h.make_node("Conv", [f"{tag}_sr", f"{tag}_enc", f"{tag}_encb"], [f"{tag}_e"], name=f"{tag}_encconv", pads=[1, 1]),
+            h.make_node("Relu", [f"{tag}_e"], [f"{tag}_er"], name=f"{tag}_relu1"),
+            h.make_node("Transpose", [f"{tag}_er"], [f"{tag}_t"], name=f"{tag}_tr", perm=[2, 0, 1]),
+            h.make_node("LSTM", [f"{tag}_t", f"{tag}_W", f"{tag}_R", f"{tag}_B", "", "h0", "c0"],
+                        [f"{tag}_y", f"{tag}_hn", f"{tag}_cn"], name=f"{tag}_lstm", hidden_size=hidden),
+            h.make_node("Squeeze", [f"{tag}_y", f"{tag}_ax1"], [f"{tag}_ys"], name=f"{tag}_sq"),
+            h.make_node("Transpose", [f"{tag}_ys"], [f"{tag}_yt"], name=f"{tag}_tr2", perm=[1, 2, 0]),
+            h.make_node("Relu", [f"{tag}_yt"], [f"{tag}_yr"], name=f"{tag}_relu2"),
+            h.make_node("Conv", [f"{tag}_yr", f"{tag}_dec"], [f"{tag}_d"], name=f"{tag}_decconv"),
+            h.make_node("Sigmoid", [f"{tag}_d"], [f"{tag}_sg"], name=f"{tag}_sig"),
+            h.make_node("ReduceMean", [f"{tag}_sg"], [f"{tag}_out"], name=f"{tag}_mean", axes=[2], keepdims=0),
+        ]
+        return h.make_graph(nodes, tag, [], [h.make_tensor_value_info(f"{tag}_out", T.FLOAT, [1, 1]),
+                                             h.make_tensor_value_info(f"{tag}_hn", T.FLOAT, [1, 1, hidden]),
+                                             h.make_tensor_value_info(f"{tag}_cn", T.FLOAT, [1, 1, hidden])], ini)
+
+    nodes = [h.make_node("Equal", ["sr", "k16"], ["is16"], name="eq"),
+             h.make_node("If", ["is16"], ["output", "hn", "cn"], name="If_0", then_branch=branch("b16", 64),
+                         else_branch=branch("b8", 32))]
+    return _finish(h.make_graph(
+        nodes, "vad_branches", [h.make_tensor_value_info("input", T.FLOAT, [1, 512]), h.make_tensor_value_info("sr", T.INT64, []),
+                                h.make_tensor_value_info("h0", T.FLOAT, [1, 1, hidden]),
+                                h.make_tensor_value_info("c0", T.FLOAT, [1, 1, hidden])],
+        [h.make_tensor_value_info("output", T.FLOAT, [1, 1]), h.make_tensor_value_info("hn", T.FLOAT, [1, 1, hidden]),
+         h.make_tensor_value_info("cn", T.FLOAT, [1, 1, hidden])],
+        [nh.from_array(np.array(16000, np.int64), "k16")]), opset=opset)

@@ -17,9 +17,15 @@ SUBGRAPH_PREFIX = "Subgraph_"
 
 
 def _subgraph_nodes(model: onnx.ModelProto):
-    for n in model.graph.node:
-        if n.domain == kernel.DOMAIN and n.op_type.startswith(SUBGRAPH_PREFIX):
-            yield n
+    """Subgraph nodes of the main graph and of every control-flow body in it."""
+    def walk(graph):
+        for n in graph.node:
+            if n.domain == kernel.DOMAIN and n.op_type.startswith(SUBGRAPH_PREFIX):
+                yield n
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    yield from walk(a.g)
+    yield from walk(model.graph)
 
 
 def _attrs(node) -> dict:

@@ -67,8 +67,8 @@ def _control_flow(node: onnx.NodeProto) -> Optional[str]:
     if not bodies:
         return None
     count = sum(len(b.node) for b in bodies)
-    return (f"control flow ({node.op_type}): its {len(bodies)} bodies ({count} nodes) run on the CPU in "
-            f"onnxruntime; bodies are not converted, the outer values they read stay in the logical layout")
+    return (f"control flow ({node.op_type}): the node runs in onnxruntime; the outer values its {len(bodies)} "
+            f"bodies ({count} nodes) read stay in the logical layout")
 
 
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
