@@ -201,7 +201,9 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     regions = [r.summary() for r in result.regions]
     if not reference:   # If/Loop/Scan bodies through the same stages (bodies.py)
         def body_convert(m):
-            return _convert(m, target=target, partition=partition, exclude=(), cut_after=(), force=force,
+            here = {x for n in m.graph.node for x in (n.name, n.op_type)}
+            return _convert(m, target=target, partition=partition, exclude=[e for e in exclude if e in here],
+                            cut_after=(), force=force,
                             input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
                             progress=None)
         body_subs, body_regions, notes = bodies.convert_bodies(deployable, legal, body_convert, embed)

@@ -117,3 +117,10 @@ def test_body_without_static_shapes_stays_on_the_cpu(tmp_path):
     reason = result.report.decisions["Loop_0"].reason
     assert "body on the CPU (ShapeError" in reason and "non-static dimension" in reason
     assert not _body_subgraphs(result.model)["body"]
+
+
+def test_excluded_op_type_stays_on_the_cpu_inside_bodies(tmp_path):
+    """exclude=["Conv"] reaches the bodies: nothing is offloaded anywhere."""
+    result = onnx_mrvl.convert(cfm.if_convs(), strict=True, exclude=["Conv"])
+    assert not result.subgraphs
+    assert "then_branch on the CPU (nothing in it runs on the accelerator)" in result.report.decisions["If_0"].reason
