@@ -95,10 +95,11 @@ def _prefix(node: onnx.NodeProto, attr_name: str) -> str:
 def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
                    convert_fn: Callable[[onnx.ModelProto], object], embed: bool):
     """Convert the bodies of the control-flow nodes of ``deployable`` in place. Returns (subgraphs,
-    region summaries, {node name: note for its decision})."""
+    region summaries, {node name: note for its decision}, [MACs, offloaded MACs] of the bodies)."""
     types, inits = _scope(legal)
     outer = _names(deployable.graph)
     subgraphs, regions, notes = [], [], {}
+    macs = [0, 0]     # total, offloaded over the converted bodies (every branch counted)
     for node in deployable.graph.node:
         for attr_name, a in _bodies(node):
             prefix = _prefix(node, attr_name)
@@ -143,6 +144,8 @@ def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
             new.name = a.g.name
             a.g.CopyFrom(new)
             subgraphs.extend(result.subgraphs)
+            macs[0] += result.report.macs_total
+            macs[1] += result.report.macs_offloaded
             for r in result.report.regions:
                 regions.append(dict(r, name=f"{prefix}.{r['name']}", body=prefix))
             on = [d.node for d in result.report.decisions.values() if d.placement == "accelerator"]
@@ -157,4 +160,4 @@ def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
             g.initializer.extend(keep)
     if subgraphs and not any(o.domain == opset.DOMAIN for o in deployable.opset_import):
         deployable.opset_import.append(helper.make_opsetid(opset.DOMAIN, opset.DOMAIN_VERSION))
-    return subgraphs, regions, notes
+    return subgraphs, regions, notes, macs

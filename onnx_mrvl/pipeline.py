@@ -206,16 +206,18 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
                             cut_after=(), force=force,
                             input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
                             progress=None)
-        body_subs, body_regions, notes = bodies.convert_bodies(deployable, legal, body_convert, embed)
+        body_subs, body_regions, notes, body_macs = bodies.convert_bodies(deployable, legal, body_convert, embed)
         subgraphs, regions = subgraphs + body_subs, regions + body_regions
         for name, parts in notes.items():
             if name in decisions:
                 decisions[name].reason = f"{decisions[name].reason}; bodies: {'; '.join(parts)}"
     else:
+        body_macs = [0, 0]
         for d in decisions.values():
             if d.reason and d.reason.startswith("control flow ("):
                 d.reason += "; bodies on the CPU (not converted with reference=True)"
-    report = Report(decisions, regions, dropped, result.macs_total, result.macs_offloaded, partition)
+    report = Report(decisions, regions, dropped, result.macs_total + body_macs[0],
+                    result.macs_offloaded + body_macs[1], partition)
     timings["total"] = CLOCK() - t0
     say("done")
     return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)

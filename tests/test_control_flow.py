@@ -124,3 +124,9 @@ def test_excluded_op_type_stays_on_the_cpu_inside_bodies(tmp_path):
     result = onnx_mrvl.convert(cfm.if_convs(), strict=True, exclude=["Conv"])
     assert not result.subgraphs
     assert "then_branch on the CPU (nothing in it runs on the accelerator)" in result.report.decisions["If_0"].reason
+
+
+def test_body_macs_count_in_the_report():
+    """The VAD's convs are all inside its branches: the report counts them (every branch once)."""
+    result = onnx_mrvl.convert(cfm.vad_branches(), strict=True)
+    assert result.report.macs_total > 0 and result.report.offload_fraction == 1.0   # conv / fc MACs
