@@ -130,3 +130,12 @@ def test_body_macs_count_in_the_report():
     """The VAD's convs are all inside its branches: the report counts them (every branch once)."""
     result = onnx_mrvl.convert(cfm.vad_branches(), strict=True)
     assert result.report.macs_total > 0 and result.report.offload_fraction == 1.0   # conv / fc MACs
+
+
+def test_loop_reading_an_offloaded_feature_map_loads(tmp_path):
+    """The symptom of the issue: a decoder Loop reads the encoder's output from the outer scope; with
+    that tensor written NHWC under its own name onnxruntime refused the converted model at load
+    (the body's MatMul shape inference: 'Graph attribute inferencing failed')."""
+    model = cfm.loop_reads_feature_map()
+    result = _check(model, tmp_path, [{}], regions=2)       # outer conv; the body's MatMul on [1,8,4,6]
+    assert result.report.decisions["conv0"].placement == "accelerator"

@@ -158,3 +158,25 @@ def vad_branches(seed: int = 0, hidden: int = 16, opset: int = 16) -> onnx.Model
         [h.make_tensor_value_info("output", T.FLOAT, [1, 1]), h.make_tensor_value_info("hn", T.FLOAT, [1, 1, hidden]),
          h.make_tensor_value_info("cn", T.FLOAT, [1, 1, hidden])],
         [nh.from_array(np.array(16000, np.int64), "k16")]), opset=opset)
+
+
+def loop_reads_feature_map(seed: int = 0) -> onnx.ModelProto:
+    """conv -> relu (outer feature map ``feat`` [1,8,4,6]) -> Loop whose body (a decoder step) reads
+    ``feat`` from the outer scope: MatMul(feat, Wd[6,6]) (its shape inference checks the inner
+    dimension) -> ReduceMean -> Add to the carried state."""
+    w = _rng(seed)
+    body = h.make_graph([
+        h.make_node("MatMul", ["feat", "Wd"], ["att"], name="dec_mm"),
+        h.make_node("ReduceMean", ["att"], ["ctx"], name="dec_mean", axes=[2, 3], keepdims=0),
+        h.make_node("Add", ["s_in", "ctx"], ["s_out"], name="dec_add"),
+        h.make_node("Identity", ["c_in"], ["c_out"], name="dec_id"),
+    ], "decoder", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                   h.make_tensor_value_info("s_in", T.FLOAT, [1, 8])],
+        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("s_out", T.FLOAT, [1, 8])])
+    inits = [nh.from_array(w(8, 3, 3, 3), "W0"), nh.from_array(w(6, 6), "Wd"), nh.from_array(np.array(True), "true"),
+             nh.from_array(np.array(4, np.int64), "M"), nh.from_array(np.zeros((1, 8), np.float32), "s0")]
+    nodes = [h.make_node("Conv", ["x", "W0"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["feat"], name="relu0"),
+             h.make_node("Loop", ["M", "true", "s0"], ["s"], name="Loop_0", body=body)]
+    return _finish(h.make_graph(nodes, "loop_feat", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 6])],
+                                [h.make_tensor_value_info("s", T.FLOAT, [1, 8])], inits))
