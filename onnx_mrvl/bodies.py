@@ -92,6 +92,38 @@ def _prefix(node: onnx.NodeProto, attr_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{node.name}.{attr_name}")
 
 
+def _adopt(result, body: onnx.GraphProto, prefix: str, copied: List[str], outer: Set[str], embed: bool
+           ) -> onnx.GraphProto:
+    """The converted body's graph made a body again: regions renamed with ``prefix``, the original
+    formal inputs and outputs, copied outer initializers dropped, shadowing names renamed."""
+    new = onnx.GraphProto()
+    new.CopyFrom(result.model.graph)
+    for sg in result.subgraphs:
+        name = f"{prefix}.{sg.name}"
+        for n in new.node:
+            if is_subgraph(n) and any(x.name == "region" and x.s.decode() == sg.name for x in n.attribute):
+                n.name = f"{prefix}.{n.name}"
+                for x in n.attribute:
+                    if x.name == "region":
+                        x.s = name.encode()
+                    elif x.name == "artifact" and not embed:
+                        x.s = f"{name}.bin".encode()
+        sg.name = name
+    keep_inits = [t for t in new.initializer if t.name not in copied]
+    del new.initializer[:]
+    new.initializer.extend(keep_inits)
+    del new.input[:]
+    new.input.extend(body.input)
+    del new.output[:]
+    new.output.extend(body.output)
+    mine = _names(new) - {i.name for i in body.input} - {o.name for o in body.output} - set(copied)
+    clash = sorted(t for t in mine if t in outer)
+    if clash:
+        _rename(new, {t: f"{t}__{prefix}" for t in clash})
+    new.name = body.name
+    return new
+
+
 def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
                    convert_fn: Callable[[onnx.ModelProto], object], embed: bool):
     """Convert the bodies of the control-flow nodes of ``deployable`` in place. Returns (subgraphs,
@@ -113,35 +145,15 @@ def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
             if not result.subgraphs:
                 notes.setdefault(node.name, []).append(f"{attr_name} on the CPU (nothing in it runs on the accelerator)")
                 continue
-            new = result.model.graph
+            try:
+                new = _adopt(result, a.g, prefix, copied, outer, embed)
+            except Exception as exc:      # noqa: BLE001 - as above: the body runs as it was
+                log.warning("body %s stays on the CPU (%s: %s)", prefix, type(exc).__name__, exc)
+                notes.setdefault(node.name, []).append(f"{attr_name} on the CPU ({type(exc).__name__}: {exc})")
+                continue
             old_funcs = {(f.domain, f.name, f.overload) for f in deployable.functions}
-            for f in result.model.functions:
-                if (f.domain, f.name, f.overload) not in old_funcs:
-                    deployable.functions.append(f)
-            for sg in result.subgraphs:
-                name = f"{prefix}.{sg.name}"
-                for n in new.node:
-                    if is_subgraph(n) and any(x.name == "region" and x.s.decode() == sg.name for x in n.attribute):
-                        n.name = f"{prefix}.{n.name}"
-                        for x in n.attribute:
-                            if x.name == "region":
-                                x.s = name.encode()
-                            elif x.name == "artifact" and not embed:
-                                x.s = f"{name}.bin".encode()
-                sg.name = name
-            formal = {i.name for i in a.g.input}
-            keep_inits = [t for t in new.initializer if t.name not in copied]
-            del new.initializer[:]
-            new.initializer.extend(keep_inits)
-            del new.input[:]
-            new.input.extend(a.g.input)
-            del new.output[:]
-            new.output.extend(a.g.output)
-            mine = _names(new) - formal - {o.name for o in a.g.output} - set(copied)
-            clash = sorted(t for t in mine if t in outer)
-            if clash:
-                _rename(new, {t: f"{t}__{prefix}" for t in clash})
-            new.name = a.g.name
+            deployable.functions.extend(f for f in result.model.functions
+                                        if (f.domain, f.name, f.overload) not in old_funcs)
             a.g.CopyFrom(new)
             subgraphs.extend(result.subgraphs)
             macs[0] += result.report.macs_total
