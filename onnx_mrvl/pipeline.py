@@ -305,7 +305,7 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             raise _RegionFailed(region, exc) from None
         if region.estimate:   # partition="cost": re-check with the simulator's cycle model
             from .split.cost import compiled_estimate, describe
-            region.estimate = compiled_estimate(region.estimate, binary)
+            region.estimate = compiled_estimate(region.estimate, binary, calls=chunks[0] if chunks else 1)
             if not region.estimate["offload"]:
                 raise _RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
         attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
