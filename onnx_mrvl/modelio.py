@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from .errors import ArtifactError, ModelError
 
 log = logging.getLogger(__name__)
-MIN_OPSET = 7
+MIN_OPSET = 1   # older opsets are converted by legalize (onnx.version_converter)
 
 
 def _check_external(model: onnx.ModelProto, base_dir: str) -> None:

@@ -156,6 +156,19 @@ def _slice_body(a, present, opset):
 
 
 def _resize_body(a, present, opset):
+    if a.get("mode") == "linear":   # NHWC storage: N and C kept, H and W as the original Resize had them
+        kw = dict(mode="linear", coordinate_transformation_mode=a["coordinate_mode"])
+        if a.get("linear_scales"):
+            sh, sw = a["linear_scales"]
+            return [_c("scales", [1.0, float(sh), float(sw), 1.0], [4]),
+                    helper.make_node("Resize", ["X", "", "scales"], ["Y"], **kw)]
+        return [helper.make_node("Shape", ["X"], ["shape"]),
+                _c("nc_at", [0, 3], [2], onnx.TensorProto.INT64),
+                helper.make_node("Gather", ["shape", "nc_at"], ["nc"]),
+                helper.make_node("Split", ["nc"], ["n", "c"], axis=0, **({"num_outputs": 2} if opset >= 18 else {})),
+                _c("hw", [int(v) for v in a["sizes"]], [2], onnx.TensorProto.INT64),
+                helper.make_node("Concat", ["n", "hw", "c"], ["sizes"], axis=0),
+                helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], **kw)]
     sh, sw = a["scales"]
     return [_c("scales", [1.0, float(sh), float(sw), 1.0], [4]),
             helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest",
@@ -218,7 +231,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Reshape", "reshape", "mrvl.reshape", ("X",), ("shape",), _reshape_body),
     OpDef("Flatten", "nn.batch_flatten", "mrvl.batch_flatten", ("X",), ("shape",), _reshape_body),
     OpDef("Squeeze", "squeeze", "mrvl.squeeze", ("X",), ("shape",), _reshape_body),
-    OpDef("Resize", "Resize", "mrvl.resize_nearest", ("X",), ("scales", "mode"), _resize_body),
+    OpDef("Resize", "Resize", "mrvl.resize_nearest", ("X",),
+          ("scales", "mode", "sizes", "linear_scales", "coordinate_mode"), _resize_body),
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
     OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),

@@ -1,6 +1,7 @@
 """``convert()``: legalize -> fuse -> split -> emit -> compile, and the ``ConvertResult`` it returns."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -10,7 +11,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 
 import onnx
 
-from . import emit as emit_stage
+from . import bodies, emit as emit_stage
 from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import CompileError, MrvlError
@@ -20,7 +21,7 @@ from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .report import Report
-from .split import split
+from .split import batch_chunks, split
 from .split.deploy import attach_artifact, is_subgraph
 from .stamp import stamped
 from .target import Target, get_target
@@ -146,10 +147,14 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     history: List[dict] = []          # dropped-region entries of earlier passes, with their details
     legal_by_name = {n.name: n for n in legal.graph.node}
     fell_back: List[str] = []         # regions kept on the CPU by fallback=True: report.warnings
+    # a batch above max_batch runs in hardware batches (split/batch_chunks.py): fuse takes it
+    hw_batch = target.max_batch
+    model_batch = batch_chunks.largest_batch(legal)
+    fuse_target = target.replace(max_batch=max(hw_batch, model_batch))
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
-        fused = fuse(legal, target, exclude=cpu)
+        fused = fuse(legal, fuse_target, exclude=cpu)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
@@ -167,7 +172,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             continue
         t = CLOCK()
         try:
-            subgraphs = _emit_and_compile(result, target, embed, say, timings, fallback)
+            subgraphs = _emit_and_compile(result, target, embed, say, timings, fallback, reference, model_batch)
         except _RegionFailed as failed:
             if not fallback:
                 raise failed.error from None
@@ -203,8 +208,26 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         if d.placement == "accelerator" and not d.subgraph and d.mrvl_node in region_of:
             d.subgraph = region_of[d.mrvl_node]
             d.layer = d.layer or layer_of.get(d.mrvl_node)
-    report = Report(decisions, [r.summary() for r in result.regions], dropped,
-                    result.macs_total, result.macs_offloaded, partition, warnings=fell_back,
+    regions = [r.summary() for r in result.regions]
+    if not reference:   # If/Loop/Scan bodies through the same stages (bodies.py)
+        def body_convert(m):
+            here = {x for n in m.graph.node for x in (n.name, n.op_type)}
+            return _convert(m, target=target, partition=partition, exclude=[e for e in exclude if e in here],
+                            cut_after=(), force=force,
+                            input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
+                            progress=None, fallback=fallback)
+        body_subs, body_regions, notes, body_macs = bodies.convert_bodies(deployable, legal, body_convert, embed)
+        subgraphs, regions = subgraphs + body_subs, regions + body_regions
+        for name, parts in notes.items():
+            if name in decisions:
+                decisions[name].reason = f"{decisions[name].reason}; bodies: {'; '.join(parts)}"
+    else:
+        body_macs = [0, 0]
+        for d in decisions.values():
+            if d.reason and d.reason.startswith("control flow ("):
+                d.reason += "; bodies on the CPU (not converted with reference=True)"
+    report = Report(decisions, regions, dropped, result.macs_total + body_macs[0],
+                    result.macs_offloaded + body_macs[1], partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
                     options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())})
     timings["total"] = CLOCK() - t0
@@ -263,7 +286,7 @@ class _RegionFailed(Exception):
 
 
 def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
-                      fallback: bool = False) -> List[Subgraph]:
+                      fallback: bool = False, reference: bool = False, model_batch: int = 1) -> List[Subgraph]:
     options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
                                         arch=target.arch)
     nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
@@ -271,12 +294,23 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
     t_emit = t_compile = 0.0
     for region in result.regions:
         say(f"compile {region.name}")
+        batch = batch_chunks.region_batch(region.model)
+        # only the model's own batch is chunked (an LSTM's [T, 1, N, H] leads with time steps)
+        chunks = batch_chunks.plan(batch, target.max_batch) if batch > target.max_batch and batch == model_batch \
+            else None
+        if chunks and reference:   # a decision, not a failure: the region stays on the CPU
+            raise _RegionNotWorth(region, f"batch {batch} exceeds max_batch {target.max_batch}: hardware "
+                                          f"batches are not combined with reference bodies")
+        why = batch_chunks.check(region.model, batch) if chunks else None
+        if why:
+            raise _RegionNotWorth(region, why)
         try:
             t = CLOCK()
             nodes_json, consts_json = emit_stage.emit(region.model, region.name)
             t_emit += CLOCK() - t
             t = CLOCK()
-            binary = emit_stage.compile_json(nodes_json, consts_json, options)
+            binary = emit_stage.compile_json(nodes_json, consts_json, dataclasses.replace(
+                options, batch=chunks[1]) if chunks else options)
             emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
             t_compile += CLOCK() - t
         except CompileError as exc:
@@ -292,10 +326,13 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
                                                      node=region.name, origin=region.origin)) from None
         if region.estimate:   # partition="cost": re-check with the simulator's cycle model
             from .split.cost import compiled_estimate, describe
-            region.estimate = compiled_estimate(region.estimate, binary)
+            region.estimate = compiled_estimate(region.estimate, binary, calls=chunks[0] if chunks else 1)
             if not region.estimate["offload"]:
                 raise _RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
         attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
+        if chunks:
+            batch_chunks.chunk_node(result.model, nodes[region.name], region.model, batch, *chunks, region.origin)
+            region.batches = chunks
         out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
                             region.origin, region.macs))
     timings["emit"], timings["compile"] = t_emit, t_compile  # the last (successful) attempt

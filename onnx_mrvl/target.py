@@ -94,7 +94,8 @@ class Target:
     activations: Tuple[str, ...] = ACTIVATIONS
     dtypes: Tuple[str, ...] = ("float32",)
     fp16_max: float = 65504.0
-    resize_max_scale: int = 8
+    resize_max_scale: int = 8             # Resize: nearest repeat factor; bilinear (separable 2-tap
+                                           # interpolation per axis, docs/fusion.md) up/down factor per axis
     avgpool_exclude_pad: bool = True       # AveragePool count_include_pad=0 taken as is (else
                                            # legalize calibrates it: include pads + Mul by a map)
     arch: ArchProfile = field(default_factory=ArchProfile)

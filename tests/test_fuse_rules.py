@@ -389,13 +389,13 @@ def test_resize_coordinate_modes(ctm, mode, fused):
 def test_resize_linear_and_fractional_scale_rejected():
     common = dict(coordinate_transformation_mode="asymmetric")
     m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]),
-               node("Resize", ["c1", "", "s2"], "lin", mode="linear", **common),
+               node("Resize", ["c1", "", "s2"], "lin", mode="cubic", **common),   # linear fuses (bilinear)
                node("Resize", ["c1", "", "", "sz"], "frac", mode="nearest", nearest_mode="floor", **common)],
               [("x", [1, 3, 4, 4])], ["lin", "frac"],
               {"W": w(3, 3, 1, 1), "B": w(3), "s2": np.array([1, 1, 2, 2], np.float32),
                "sz": np.array([1, 3, 6, 6], np.int64)})
     r = fused_ok(m)
-    assert "mode 'linear'" in r.decisions["lin"].reason
+    assert "mode 'cubic'" in r.decisions["lin"].reason
     assert "non-integer scale 6/4" in r.decisions["frac"].reason
 
 
@@ -620,9 +620,9 @@ REJECTIONS = {
                                    [("x", [1, 2, 3, 4]), ("y", [1, 2, 3, 4])], ["out"]), "concat on the batch axis"),
     "concat_6d": (lambda: model([node("Concat", ["x", "y"], "out", name="node", axis=1)],
                                 [("x", [1, 2, 3, 1, 1, 2]), ("y", [1, 2, 3, 1, 1, 2])], ["out"]), "6-D concat"),
-    "resize_linear": (lambda: model([node("Resize", ["x", "", "s"], "out", name="node", mode="linear")],
-                                    [("x", [1, 2, 3, 4])], ["out"], {"s": np.array([1, 1, 2, 2], np.float32)}),
-                      "Resize mode 'linear'"),
+    "resize_cubic": (lambda: model([node("Resize", ["x", "", "s"], "out", name="node", mode="cubic")],
+                                   [("x", [1, 2, 3, 4])], ["out"], {"s": np.array([1, 1, 2, 2], np.float32)}),
+                     "Resize mode 'cubic'"),
     "standalone_batchnorm": (lambda: model([node("BatchNormalization", ["x", "g", "b", "m", "v"], "out", name="node")],
                                            [("x", [1, 2, 3, 4])], ["out"],
                                            {"g": w(2), "b": w(2), "m": w(2), "v": np.ones(2, np.float32)}),

@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 39
+    assert len(names) == len(set(names)) == len(RULES) == 42
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
     assert names.index("bn_into_conv") < names.index("bn_to_mul_add")

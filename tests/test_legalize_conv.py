@@ -194,7 +194,7 @@ def test_avgpool_exclude_pad_calibrated(ceil, k, s, pads):
 @pytest.mark.parametrize("hw,k,d,s,pads,want", [
     ((10, 10), 3, 12, 1, [12] * 4, [1, 1]),          # ASPP rate past the map: centre tap only
     ((20, 20), 3, 24, 1, [24] * 4, [1, 1]),
-    ((9, 20), 3, 12, 1, [12] * 4, [1, 3]),           # taps live along W only
+    ((9, 20), 3, 12, 1, [12] * 4, [1, 5]),           # taps live along W only (then conv_dilation_fold: 5 at 6)
     ((9, 7), 3, 6, 2, [6, 0, 0, 6], [2, 2]),         # stride, one-sided padding: 2 taps per axis
 ])
 def test_conv_taps_reading_only_padding_dropped(hw, k, d, s, pads, want):
@@ -202,7 +202,7 @@ def test_conv_taps_reading_only_padding_dropped(hw, k, d, s, pads, want):
                        dilations=[d, d], strides=[s, s])], [("x", [1, 4, *hw])], ["y"],
                    {"w": weight(6, 4, k, k), "b": R.standard_normal(6).astype(np.float32)})
     out, log = legalize_and_compare(m)
-    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    conv = next(n for n in out.graph.node if n.name == "conv")   # (pad_to_conv adds Convs before it)
     a = attrs(conv)
     assert a["kernel_shape"] == want and min(a["pads"]) >= 0
     assert all(dd == 1 for dd, kk in zip(a["dilations"], want) if kk == 1)
@@ -213,7 +213,9 @@ def test_conv_with_every_tap_live_keeps_its_kernel():
     m = make_model([mk("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=[3, 3], pads=[12] * 4,
                        dilations=[12, 12])], [("x", [1, 4, 20, 20])], ["y"], {"w": weight(6, 4, 3, 3)})
     out, log = legalize_and_compare(m)
-    assert attrs(out.graph.node[0])["kernel_shape"] == [3, 3]
+    conv = next(n for n in out.graph.node if n.name == "conv")
+    # every tap live: conv_dead_taps keeps the 3 taps; conv_dilation_fold puts them on a 5x5 kernel at 6
+    assert attrs(conv)["kernel_shape"] == [5, 5] and attrs(conv)["dilations"] == [6, 6]
     assert not any(r == "conv_dead_taps" for r, _, _ in log)
 
 

@@ -109,11 +109,19 @@ def test_duplicate_tensor_names():
     assert e.value.node == "relu" and "'conv'" in str(e.value)
 
 
-@pytest.mark.parametrize("opset,match", [(6, "older than the oldest supported"), (5, "older"),
-                                         (onnx.defs.onnx_opset_version() + 1, "newer than the installed onnx")])
+@pytest.mark.parametrize("opset,match", [(onnx.defs.onnx_opset_version() + 1, "newer than the installed onnx")])
 def test_opset_out_of_range(opset, match):
     with pytest.raises(ModelError, match=match):
         onnx_mrvl.convert(conv_relu(opset=opset))
+
+
+@pytest.mark.parametrize("opset", [5, 6])
+def test_opset_below_7_is_converted(opset):
+    """Opsets 1-6 used to be refused; legalize converts them (tests/test_legalize_old_opsets.py)."""
+    m = conv_relu(opset=opset, ir=3)
+    m.graph.input.append(helper.make_tensor_value_info("w", T.FLOAT, [4, 3, 3, 3]))  # IR 3 lists them
+    r = onnx_mrvl.convert(m, strict=True)
+    assert r.report.offload_fraction == 1.0
 
 
 def test_opset_7_is_accepted():

@@ -12,6 +12,7 @@ import numpy as np
 from . import layers_transformer
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
+from .resize_layer import resize_linear
 
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
     "Conv2D": "Conv2D", "FC": "FC", "Maxpool2D": "Maxpool2D", "Avgpool2D": "Avgpool2D",
@@ -414,6 +415,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
         params["shape"] = out
+    elif layer_name == "Resize" and a.str("method", "nearest_neighbor") == "linear":
+        out, macs = resize_linear(a, in_shapes[0], params)
     elif layer_name == "Resize":
         s = a.ints("scales", n=2)
         if min(s) < 1 or len(in_shapes[0]) != 4:

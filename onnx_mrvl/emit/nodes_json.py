@@ -287,6 +287,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "Squeeze":
         data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)
         attrs["newshape"] = _s(a["shape"])
+    elif node.op_type == "Resize" and a.get("mode") == "linear":
+        data_layout = out_layout = "NHWC"
+        attrs.update(size=_s(a["sizes"]), method=["linear"], layout=["NHWC"],
+                     coordinate_transformation_mode=[a["coordinate_mode"]])
+        if a.get("linear_scales"):
+            attrs["scales"] = _s([float(v) for v in a["linear_scales"]])
     elif node.op_type == "Resize":
         data_layout = out_layout = "NHWC"
         attrs.update(scales=_s(a["scales"]), method=["nearest_neighbor"], layout=["NHWC"])

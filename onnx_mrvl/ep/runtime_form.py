@@ -52,11 +52,24 @@ def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple]) -> onnx.Mode
     each region's loaded binary."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    g = out.graph
-    opset = _default_opset(out)
+    _rewrite(out.graph, shapes, _default_opset(out), "")
+    keep = [f for f in out.functions if not (f.domain == DOMAIN and f.name.startswith(SUBGRAPH_PREFIX))]
+    del out.functions[:]
+    out.functions.extend(keep)
+    return out
+
+
+def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str) -> None:
+    """Region nodes of ``g`` and of every control-flow body in it (recursively) in runtime form."""
     nodes: List[onnx.NodeProto] = []
     inits: List[onnx.TensorProto] = []
     for k, node in enumerate(g.node):
+        for a in node.attribute:   # If/Loop/Scan bodies may hold regions too (bodies.py)
+            if a.type == onnx.AttributeProto.GRAPH:
+                _rewrite(a.g, shapes, opset, f"{tag}{k}_{a.name}_")
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for j, sub in enumerate(a.graphs):
+                    _rewrite(sub, shapes, opset, f"{tag}{k}_{a.name}{j}_")
         if not is_subgraph(node):
             nodes.append(node)
             continue
@@ -69,7 +82,7 @@ def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple]) -> onnx.Mode
             raise ArtifactError(f"region '{region}': the node has {len(node.input)} inputs and {len(node.output)} "
                                 f"outputs, its binary {len(in_shapes)} and {len(out_shapes)}", node=region,
                                 origin=origin, hint="re-run onnx-mrvl convert")
-        p = f"mrvl_rt{k}"
+        p = f"mrvl_rt{tag}{k}"
         packed_in = len(node.input) > MAX_ARITY
         packed_out = len(node.output) > MAX_ARITY
         xs = list(node.input)
@@ -116,10 +129,6 @@ def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple]) -> onnx.Mode
     del g.node[:]
     g.node.extend(nodes)
     g.initializer.extend(inits)
-    keep = [f for f in out.functions if not (f.domain == DOMAIN and f.name.startswith(SUBGRAPH_PREFIX))]
-    del out.functions[:]
-    out.functions.extend(keep)
-    return out
 
 
 def _const(inits: List[onnx.TensorProto], name: str, values) -> str:

@@ -21,7 +21,15 @@ from .runtime_form import runtime_model as _runtime_form
 
 
 def _subgraph_nodes(model: onnx.ModelProto):
-    return [n for n in model.graph.node if is_subgraph(n)]
+    """Subgraph nodes of the main graph and of every control-flow body in it."""
+    def walk(graph):
+        for n in graph.node:
+            if is_subgraph(n):
+                yield n
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    yield from walk(a.g)
+    yield from walk(model.graph)
 
 
 def _attrs(node) -> dict:

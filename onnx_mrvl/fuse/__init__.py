@@ -70,6 +70,16 @@ def _excluded(node: onnx.NodeProto, exclude: dict) -> Optional[str]:
     return None
 
 
+def _control_flow(node: onnx.NodeProto) -> Optional[str]:
+    """The reason a node with bodies (If/Loop/Scan) stays on the CPU, or None for other nodes."""
+    bodies = [sg for a in node.attribute for sg in list(a.graphs) + ([a.g] if a.HasField("g") else [])]
+    if not bodies:
+        return None
+    count = sum(len(b.node) for b in bodies)
+    return (f"control flow ({node.op_type}): the node runs in onnxruntime; the outer values its {len(bodies)} "
+            f"bodies ({count} nodes) read stay in the logical layout")
+
+
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
@@ -88,7 +98,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if pattern is None:
             what = ABSORB_ONLY.get(n.op_type)
             reason = (f"standalone {what} (fuses only into a preceding conv, fc, sum or mul)" if what
-                      else f"no accelerator op for {n.op_type}")
+                      else _control_flow(n) or f"no accelerator op for {n.op_type}")
             decisions.record(n.name, n.op_type, reason=reason)
             continue
         if built is None:

@@ -102,6 +102,9 @@ class Materializer:
         self.rename: Dict[str, str] = {}               # tensor -> graph output name it becomes
         self.produced: set = set()                     # tensors written by an emitted node
         self.label: Dict[str, str] = {}                # 4-D Mrvl output -> the layout compile gives it
+        # tensors that must exist in the logical layout under their own name: graph outputs and
+        # outer-scope values read inside If/Loop/Scan bodies (a body reads them by name)
+        self.keep: set = g.output_set | subgraph_reads(g.nodes)
 
     # ---------------------------------------------------------------- helpers
     def fresh(self, base: str) -> str:
@@ -159,7 +162,7 @@ class Materializer:
         src = list(have) if have else list(range(len(shape)))
         dst = list(want) if want else list(range(len(shape)))
         q = [_inv(src)[dst[j]] for j in range(len(dst))]
-        out = t if (want is None and t in self.g.output_set) else self.fresh(
+        out = t if (want is None and t in self.keep) else self.fresh(
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
         mrvl = for_mrvl or name in self.mrvl_tensors
@@ -201,7 +204,7 @@ class Materializer:
         data is not the original tensor's, e.g. an activation moved before a concat)."""
         if suffix:
             name = self.fresh(f"{t}{suffix}")
-        elif perm is None or (mrvl and t not in self.g.output_set):
+        elif perm is None or (mrvl and t not in self.keep):
             name = t
         else:
             name = self.fresh(f"{t}__{'nhwc' if perm == NHWC else 'perm'}")
@@ -248,6 +251,9 @@ class Materializer:
         for i, t in enumerate(n.input):
             if t and t in self.loc:
                 new.input[i] = self.get(t, None, for_mrvl=False, origin=[n.name])
+        for t in subgraph_reads([n]):   # a body reads outer values by name, in the logical layout
+            if t in self.loc and t not in n.input:
+                self.get(t, None, for_mrvl=False, origin=[n.name])
         for o in n.output:
             if o:
                 self.loc[o] = (o, None)

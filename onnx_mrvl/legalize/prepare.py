@@ -8,11 +8,14 @@ import onnx
 from onnx import helper
 
 from .. import provenance
+from ..errors import ModelError
+from . import old_opsets
 from .shapes import LIGHT_LIMIT
 
 logger = logging.getLogger(__name__)
 
 MIN_OPSET = 13
+ORT_MIN_OPSET = 7   # onnxruntime's oldest supported opset: older models must convert (or fail)
 MAX_IR = 10
 
 
@@ -76,9 +79,15 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
             lg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
             lg.initializer.append(t)
+    if old < ORT_MIN_OPSET:   # old adapters need input sizes that ONNX inference cannot give
+        old_opsets.seed_shapes(light, old)
     try:
         conv = onnx.version_converter.convert_version(light, MIN_OPSET)
     except Exception as exc:
+        if old < ORT_MIN_OPSET:
+            raise ModelError(f"the opset {old} model cannot be converted to opset {MIN_OPSET} ({exc})",
+                             hint=f"re-export the model at opset {ORT_MIN_OPSET} or newer (onnxruntime runs "
+                                  f"opset {ORT_MIN_OPSET}+)") from None
         logger.warning("legalize: opset %d -> %d conversion failed (%s); keeping opset %d, rules "
                        "handle its attribute forms", old, MIN_OPSET, exc, old)
         return model
@@ -86,6 +95,9 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     changed = _interface_change(list(g.input) + list(g.output), list(cg.input) + list(cg.output))
     if old < 11 and not changed:
         changed = _resize_10_semantics(cg)
+    if changed and old < ORT_MIN_OPSET:
+        raise ModelError(f"converting the opset {old} model to opset {MIN_OPSET} would change it ({changed})",
+                         hint=f"re-export the model at opset {ORT_MIN_OPSET} or newer")
     if changed:
         # e.g. the Scan 8 -> 9 adapter drops the batch axis of the graph inputs and outputs:
         # the converted model would no longer accept the caller's tensors

@@ -18,6 +18,7 @@ from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
 from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
+from .resize_linear import LINEAR_MODES, resize_bilinear
 
 LayerFn = Callable[..., Tuple[np.ndarray, bool]]
 
@@ -190,8 +191,15 @@ def _reshape(spec: LayerSpec, n_inputs: int) -> LayerFn:
 def _resize(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     mode = str(spec.param("mode", "nearest")).lower()
+    if mode == "linear":
+        sizes = [int(d) for d in spec.param("sizes", required=True)]
+        ctm = str(spec.param("coordinate_mode", "half_pixel"))
+        given = spec.param("scales", None)
+        if ctm not in LINEAR_MODES or len(sizes) != 2:
+            raise spec.error(f"linear resize to {sizes} with coordinate mode {ctm!r} is not supported")
+        return lambda x: resize_bilinear(x, sizes, ctm, given)
     if mode != "nearest":
-        raise spec.error(f"only mode 'nearest' is supported, got {mode!r}")
+        raise spec.error(f"only modes 'nearest' and 'linear' are supported, got {mode!r}")
     scales = spec.param("scales", required=True)
     if len(scales) != 2 or any(float(s) != int(float(s)) or float(s) < 1 for s in scales):
         raise spec.error(f"scales must be two integers >= 1, got {scales}")

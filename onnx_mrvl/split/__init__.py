@@ -41,10 +41,12 @@ class Region:
     macs: int
     model: Optional[onnx.ModelProto] = None
     estimate: Dict[str, float] = field(default_factory=dict)
+    batches: Optional[tuple] = None    # (calls, chunk batch) when the batch exceeds max_batch
 
     def summary(self) -> dict:
         return {"name": self.name, "layers": len(self.nodes), "inputs": self.inputs, "outputs": self.outputs,
-                "macs": self.macs, "origin": self.origin, **({"estimate": self.estimate} if self.estimate else {})}
+                "macs": self.macs, "origin": self.origin, **({"estimate": self.estimate} if self.estimate else {}),
+                **({"hardware_batches": {"calls": self.batches[0], "batch": self.batches[1]}} if self.batches else {})}
 
 
 @dataclass

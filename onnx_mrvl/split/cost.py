@@ -93,15 +93,16 @@ def estimate(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> dict
             "speedup": cpu_s / accel_s if accel_s > 0 else float("inf"), "offload": accel_s < cpu_s}
 
 
-def compiled_estimate(est: dict, binary: bytes) -> dict:
+def compiled_estimate(est: dict, binary: bytes, calls: int = 1) -> dict:
     """``est`` with the accelerator compute time taken from the simulator's cycle model of the
-    compiled region (``onnx_mrvl.sim.perf``); transfers, call overhead and CPU time unchanged."""
+    compiled region (``onnx_mrvl.sim.perf``); transfers and CPU time unchanged. ``calls``: hardware
+    batches (batch_chunks.py): the program runs that many times, each call with its overhead."""
     from ..artifact import load
     from ..sim.perf import perf_report
 
     rep = perf_report(load(binary).meta)
-    out = dict(est, cycles=rep.cycles, accel_compute_s=rep.latency_s, source="simulator")
-    out["accel_s"] = rep.latency_s + est["transfer_s"] + est["call_overhead_s"]
+    out = dict(est, cycles=rep.cycles * calls, accel_compute_s=rep.latency_s * calls, source="simulator")
+    out["accel_s"] = out["accel_compute_s"] + est["transfer_s"] + est["call_overhead_s"] * calls
     out["speedup"] = est["cpu_s"] / out["accel_s"] if out["accel_s"] > 0 else float("inf")
     out["offload"] = out["accel_s"] < est["cpu_s"]
     return out

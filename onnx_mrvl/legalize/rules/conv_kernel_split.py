@@ -91,6 +91,30 @@ def _fit(r0, r1, pad, out, stride, dil, size, limit):
     return lead, trail, window
 
 
+def unclean_split(node, g) -> Optional[str]:
+    """Why splitting ``node``'s kernel (explicit attributes, static shapes) into tiles would leave
+    CPU work behind: a tile that needs a Slice of its input window or pads above max_pad["conv"]
+    (None when every tile is a plain Conv on the whole input)."""
+    w = g.shape(node.input[1])
+    _, _, h, wd = g.shape(node.input[0])
+    _, _, ho, wo = g.shape(node.output[0])
+    sh, sw = attr(node, "strides")
+    dh, dw = attr(node, "dilations") or [1, 1]
+    pt, pl, _, _ = attr(node, "pads")
+    limit, pad_limit = g.target.max_kernel, g.target.max_pad["conv"]
+    for r0, r1 in _chunks(w[2], limit):
+        for c0, c1 in _chunks(w[3], limit):
+            fr, fc = _fit(r0, r1, pt, ho, sh, dh, h, limit), _fit(c0, c1, pl, wo, sw, dw, wd, limit)
+            (ys, ye, pb_, pe_), (xs, xe, qb, qe) = fr[2], fc[2]
+            if not (ys < ye and xs < xe):
+                continue
+            if (ys, ye, xs, xe) != (0, h, 0, wd):
+                return f"kernel tile rows {r0}:{r1} cols {c0}:{c1} needs a Slice of its input"
+            if max(pb_, pe_, qb, qe) > pad_limit:
+                return f"kernel tile rows {r0}:{r1} cols {c0}:{c1} needs pads {[pb_, qb, pe_, qe]}"
+    return None
+
+
 def rewrite(m: Match, g) -> str:
     if m.data.get("s2d"):
         return s2d.rewrite(m, g)

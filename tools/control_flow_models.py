@@ -1,0 +1,182 @@
+"""Small models with control flow (If / Loop bodies), built with onnx.helper and seeded weights.
+
+Shapes follow the real models they stand for: a voice-activity detector choosing its branch by
+sample rate (If; each branch a conv front end and an LSTM reading the outer state), a recognizer with
+a Loop decoder (a conv + MatMul body run a static or a dynamic number of times). Bodies read tensors
+of the outer graph by name (outer scope), including tensors an outer conv region writes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T, helper as h, numpy_helper as nh
+
+
+def _rng(seed):
+    rng = np.random.default_rng(seed)
+    return lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)
+
+
+def _finish(graph: onnx.GraphProto, opset: int = 13) -> onnx.ModelProto:
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def if_convs(seed: int = 0, computed_cond: bool = False) -> onnx.ModelProto:
+    """conv -> relu (outer) -> If(cond) with conv branches reading the outer ``y`` -> conv.
+
+    ``cond`` is a graph input, or ``ReduceMean(x) > 0`` when ``computed_cond``. The then branch holds
+    conv -> relu -> conv -> BatchNormalization (its own initializers), the else branch a valid conv
+    (outer weight), a Pad and a Sigmoid."""
+    w = _rng(seed)
+    then = h.make_graph([
+        h.make_node("Conv", ["y", "Wt"], ["t1"], name="then_conv1", pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["t1"], ["t2"], name="then_relu"),
+        h.make_node("Conv", ["t2", "Wt2"], ["t3"], name="then_conv2", pads=[1, 1, 1, 1]),
+        h.make_node("BatchNormalization", ["t3", "s", "b", "m", "v"], ["t_out"], name="then_bn"),
+    ], "then", [], [h.make_tensor_value_info("t_out", T.FLOAT, [1, 8, 16, 16])],
+        [nh.from_array(w(8, 8, 3, 3), "Wt2"), nh.from_array(np.ones(8, np.float32), "s"),
+         nh.from_array(w(8), "b"), nh.from_array(w(8), "m"), nh.from_array(np.full(8, 2, np.float32), "v")])
+    other = h.make_graph([
+        h.make_node("Conv", ["y", "We"], ["e1"], name="else_conv1", kernel_shape=[3, 3]),
+        h.make_node("Pad", ["e1", "pads"], ["e2"], name="else_pad"),
+        h.make_node("Sigmoid", ["e2"], ["e_out"], name="else_sig"),
+    ], "else", [], [h.make_tensor_value_info("e_out", T.FLOAT, [1, 8, 16, 16])],
+        [nh.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")])
+    inits = [nh.from_array(w(8, 3, 3, 3), "W0"), nh.from_array(w(8), "B0"), nh.from_array(w(8, 8, 3, 3), "Wt"),
+             nh.from_array(w(8, 8, 3, 3), "We"), nh.from_array(w(4, 8, 1, 1), "Wo")]
+    nodes = [h.make_node("Conv", ["x", "W0", "B0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c0"], ["y"], name="relu0")]
+    inputs = [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 16, 16])]
+    if computed_cond:
+        nodes += [h.make_node("ReduceMean", ["x"], ["mean"], name="mean", keepdims=0),
+                  h.make_node("Greater", ["mean", "zero"], ["cond"], name="gt")]
+        inits.append(nh.from_array(np.array(0, np.float32), "zero"))
+    else:
+        inputs.append(h.make_tensor_value_info("cond", T.BOOL, []))
+    nodes += [h.make_node("If", ["cond"], ["z"], name="If_0", then_branch=then, else_branch=other),
+              h.make_node("Conv", ["z", "Wo"], ["out"], name="conv_out")]
+    return _finish(h.make_graph(nodes, "if_convs", inputs,
+                                [h.make_tensor_value_info("out", T.FLOAT, [1, 4, 16, 16])], inits))
+
+
+def loop_conv(seed: int = 0, dynamic: bool = False) -> onnx.ModelProto:
+    """conv (outer) -> Loop(M) whose body runs conv -> relu on the carried state and emits
+    MatMul(mean(state), Wm) per iteration -> conv on the final state. ``M`` is a constant 3 or a
+    graph input (``dynamic``); the body reads the outer weights ``Wl`` and ``Wm``."""
+    w = _rng(seed)
+    body = h.make_graph([
+        h.make_node("Conv", ["h_in", "Wl"], ["bc"], name="body_conv", pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["bc"], ["h_out"], name="body_relu"),
+        h.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
+        h.make_node("ReduceMean", ["h_out"], ["gp"], name="body_gap", axes=[2, 3], keepdims=0),
+        h.make_node("MatMul", ["gp", "Wm"], ["scan"], name="body_mm"),
+    ], "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond_in", T.BOOL, []),
+                h.make_tensor_value_info("h_in", T.FLOAT, [1, 8, 8, 8])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("h_out", T.FLOAT, [1, 8, 8, 8]),
+         h.make_tensor_value_info("scan", T.FLOAT, [1, 5])])
+    inits = [nh.from_array(w(8, 3, 3, 3), "W0"), nh.from_array(w(8, 8, 3, 3), "Wl"), nh.from_array(w(8, 5), "Wm"),
+             nh.from_array(np.array(True), "true"), nh.from_array(w(4, 8, 1, 1), "Wo")]
+    inputs = [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])]
+    if dynamic:
+        inputs.append(h.make_tensor_value_info("M", T.INT64, []))
+    else:
+        inits.append(nh.from_array(np.array(3, np.int64), "M"))
+    nodes = [h.make_node("Conv", ["x", "W0"], ["h0"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Loop", ["M", "true", "h0"], ["hf", "scans"], name="Loop_0", body=body),
+             h.make_node("Conv", ["hf", "Wo"], ["out"], name="conv_out")]
+    return _finish(h.make_graph(nodes, "loop_conv", inputs,
+                                [h.make_tensor_value_info("out", T.FLOAT, [1, 4, 8, 8]),
+                                 h.make_tensor_value_info("scans", T.FLOAT, ["T", 1, 5])], inits))
+
+
+def vad_like(seed: int = 0, hidden: int = 8, channels: int = 16) -> onnx.ModelProto:
+    """Conv1d -> Relu front end (outer), then If(sr == 16000) whose branches run an LSTM over the
+    outer feature map (read by name) with the outer initial state: a voice-activity detector."""
+    w = _rng(seed)
+
+    def branch(tag):
+        ini = [nh.from_array(w(1, 4 * hidden, channels), f"{tag}_W"),
+               nh.from_array(w(1, 4 * hidden, hidden), f"{tag}_R")]
+        nodes = [h.make_node("Transpose", ["feat"], [f"{tag}_t"], perm=[2, 0, 1], name=f"{tag}_tr"),
+                 h.make_node("LSTM", [f"{tag}_t", f"{tag}_W", f"{tag}_R", "", "", "h0"], [f"{tag}_y", f"{tag}_h"],
+                             name=f"{tag}_lstm", hidden_size=hidden)]
+        return h.make_graph(nodes, tag, [], [h.make_tensor_value_info(f"{tag}_h", T.FLOAT, [1, 1, hidden])], ini)
+
+    nodes = [h.make_node("Conv", ["x", "W0"], ["c"], name="conv0", pads=[1, 1]),
+             h.make_node("Relu", ["c"], ["feat"], name="relu0"),
+             h.make_node("Equal", ["sr", "k"], ["cond"], name="eq"),
+             h.make_node("If", ["cond"], ["hn"], name="If_0", then_branch=branch("b16"), else_branch=branch("b8"))]
+    return _finish(h.make_graph(
+        nodes, "vad_like", [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 20]), h.make_tensor_value_info("sr", T.INT64, []),
+                            h.make_tensor_value_info("h0", T.FLOAT, [1, 1, hidden])],
+        [h.make_tensor_value_info("hn", T.FLOAT, [1, 1, hidden])],
+        [nh.from_array(w(channels, 4, 3), "W0"), nh.from_array(np.array(16000, np.int64), "k")]), opset=16)
+
+
+def vad_branches(seed: int = 0, hidden: int = 16, opset: int = 16) -> onnx.ModelProto:
+    """Silero-VAD-shaped: If(sr == 16000) whose branches each hold the whole detector on the outer
+    ``input`` [1, L]: Unsqueeze -> strided Conv1d (STFT-like) -> Relu -> Conv1d -> Relu -> Transpose ->
+    LSTM (outer initial state ``h0``/``c0``) -> Squeeze -> Transpose -> Relu -> Conv1d -> Sigmoid ->
+    ReduceMean; outputs the probability and the new state."""
+    w = _rng(seed)
+
+    def branch(tag, win):
+        ini = [nh.from_array(w(2 * hidden, 1, win), f"{tag}_stft"), nh.from_array(w(hidden, 2 * hidden, 3), f"{tag}_enc"),
+               nh.from_array(w(hidden), f"{tag}_encb"), nh.from_array(w(1, 4 * hidden, hidden), f"{tag}_W"),
+               nh.from_array(w(1, 4 * hidden, hidden), f"{tag}_R"), nh.from_array(w(1, 8 * hidden), f"{tag}_B"),
+               nh.from_array(w(1, hidden, 1), f"{tag}_dec"), nh.from_array(np.array([1], np.int64), f"{tag}_ax1")]
+        nodes = [
+            h.make_node("Unsqueeze", ["input", f"{tag}_ax1"], [f"{tag}_u"], name=f"{tag}_unsq"),
+            h.make_node("Conv", [f"{tag}_u", f"{tag}_stft"], [f"{tag}_s"], name=f"{tag}_stftconv", strides=[win // 2]),
+            h.make_node("Relu", [f"{tag}_s"], [f"{tag}_sr"], name=f"{tag}_relu0"),
+            h.make_node("Conv", [f"{tag}_sr", f"{tag}_enc", f"{tag}_encb"], [f"{tag}_e"], name=f"{tag}_encconv", pads=[1, 1]),
+            h.make_node("Relu", [f"{tag}_e"], [f"{tag}_er"], name=f"{tag}_relu1"),
+            h.make_node("Transpose", [f"{tag}_er"], [f"{tag}_t"], name=f"{tag}_tr", perm=[2, 0, 1]),
+            h.make_node("LSTM", [f"{tag}_t", f"{tag}_W", f"{tag}_R", f"{tag}_B", "", "h0", "c0"],
+                        [f"{tag}_y", f"{tag}_hn", f"{tag}_cn"], name=f"{tag}_lstm", hidden_size=hidden),
+            h.make_node("Squeeze", [f"{tag}_y", f"{tag}_ax1"], [f"{tag}_ys"], name=f"{tag}_sq"),
+            h.make_node("Transpose", [f"{tag}_ys"], [f"{tag}_yt"], name=f"{tag}_tr2", perm=[1, 2, 0]),
+            h.make_node("Relu", [f"{tag}_yt"], [f"{tag}_yr"], name=f"{tag}_relu2"),
+            h.make_node("Conv", [f"{tag}_yr", f"{tag}_dec"], [f"{tag}_d"], name=f"{tag}_decconv"),
+            h.make_node("Sigmoid", [f"{tag}_d"], [f"{tag}_sg"], name=f"{tag}_sig"),
+            h.make_node("ReduceMean", [f"{tag}_sg"], [f"{tag}_out"], name=f"{tag}_mean", axes=[2], keepdims=0),
+        ]
+        return h.make_graph(nodes, tag, [], [h.make_tensor_value_info(f"{tag}_out", T.FLOAT, [1, 1]),
+                                             h.make_tensor_value_info(f"{tag}_hn", T.FLOAT, [1, 1, hidden]),
+                                             h.make_tensor_value_info(f"{tag}_cn", T.FLOAT, [1, 1, hidden])], ini)
+
+    nodes = [h.make_node("Equal", ["sr", "k16"], ["is16"], name="eq"),
+             h.make_node("If", ["is16"], ["output", "hn", "cn"], name="If_0", then_branch=branch("b16", 64),
+                         else_branch=branch("b8", 32))]
+    return _finish(h.make_graph(
+        nodes, "vad_branches", [h.make_tensor_value_info("input", T.FLOAT, [1, 512]), h.make_tensor_value_info("sr", T.INT64, []),
+                                h.make_tensor_value_info("h0", T.FLOAT, [1, 1, hidden]),
+                                h.make_tensor_value_info("c0", T.FLOAT, [1, 1, hidden])],
+        [h.make_tensor_value_info("output", T.FLOAT, [1, 1]), h.make_tensor_value_info("hn", T.FLOAT, [1, 1, hidden]),
+         h.make_tensor_value_info("cn", T.FLOAT, [1, 1, hidden])],
+        [nh.from_array(np.array(16000, np.int64), "k16")]), opset=opset)
+
+
+def loop_reads_feature_map(seed: int = 0) -> onnx.ModelProto:
+    """conv -> relu (outer feature map ``feat`` [1,8,4,6]) -> Loop whose body (a decoder step) reads
+    ``feat`` from the outer scope: MatMul(feat, Wd[6,6]) (its shape inference checks the inner
+    dimension) -> ReduceMean -> Add to the carried state."""
+    w = _rng(seed)
+    body = h.make_graph([
+        h.make_node("MatMul", ["feat", "Wd"], ["att"], name="dec_mm"),
+        h.make_node("ReduceMean", ["att"], ["ctx"], name="dec_mean", axes=[2, 3], keepdims=0),
+        h.make_node("Add", ["s_in", "ctx"], ["s_out"], name="dec_add"),
+        h.make_node("Identity", ["c_in"], ["c_out"], name="dec_id"),
+    ], "decoder", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                   h.make_tensor_value_info("s_in", T.FLOAT, [1, 8])],
+        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("s_out", T.FLOAT, [1, 8])])
+    inits = [nh.from_array(w(8, 3, 3, 3), "W0"), nh.from_array(w(6, 6), "Wd"), nh.from_array(np.array(True), "true"),
+             nh.from_array(np.array(4, np.int64), "M"), nh.from_array(np.zeros((1, 8), np.float32), "s0")]
+    nodes = [h.make_node("Conv", ["x", "W0"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["feat"], name="relu0"),
+             h.make_node("Loop", ["M", "true", "s0"], ["s"], name="Loop_0", body=body)]
+    return _finish(h.make_graph(nodes, "loop_feat", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 6])],
+                                [h.make_tensor_value_info("s", T.FLOAT, [1, 8])], inits))
