@@ -139,3 +139,28 @@ def test_loop_reading_an_offloaded_feature_map_loads(tmp_path):
     model = cfm.loop_reads_feature_map()
     result = _check(model, tmp_path, [{}], regions=2)       # outer conv; the body's MatMul on [1,8,4,6]
     assert result.report.decisions["conv0"].placement == "accelerator"
+
+
+def test_region_error_inside_a_body_raises(tmp_path):
+    """A region inside an If branch runs guarded like the outer ones: its failure is our
+    MrvlRuntimeError from run(), never a placeholder or a process abort."""
+    from onnx_mrvl.errors import MrvlRuntimeError
+    model = cfm.if_convs(computed_cond=False)
+    path = onnx_mrvl.convert(model).save(str(tmp_path))
+    sess = onnx_mrvl.InferenceSession(path)
+    body = [p for p in sess._mrvl_programs if ".then_branch." in p.region]
+    assert len(body) == 1
+    prog = body[0]
+    good = prog.simulator.run
+
+    def broken(inputs):
+        raise ValueError("forced failure inside the then branch")
+    prog.simulator.run = broken
+    try:
+        feeds = _feeds(model, {"cond": np.array(True)})
+        with pytest.raises(MrvlRuntimeError, match="forced failure inside the then branch"):
+            sess.run(None, feeds)
+        ok = sess.run(None, _feeds(model, {"cond": np.array(False)}))   # the other branch still runs
+        assert all(np.isfinite(o).all() for o in ok)
+    finally:
+        prog.simulator.run = good

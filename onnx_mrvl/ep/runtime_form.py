@@ -82,6 +82,7 @@ def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str)
             raise ArtifactError(f"region '{region}': the node has {len(node.input)} inputs and {len(node.output)} "
                                 f"outputs, its binary {len(in_shapes)} and {len(out_shapes)}", node=region,
                                 origin=origin, hint="re-run onnx-mrvl convert")
+        nm = node.name or region   # unique: a region called per hardware batch has one node per call
         p = f"mrvl_rt{tag}{k}"
         packed_in = len(node.input) > MAX_ARITY
         packed_out = len(node.output) > MAX_ARITY
@@ -93,20 +94,20 @@ def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str)
             for j, name in enumerate(node.input):
                 dims.append(f"{p}/shape{j}")
                 flats.append(f"{p}/flat{j}")
-                nodes.append(helper.make_node("Shape", [name], [dims[-1]], name=f"{region}/mrvl_pack/shape{j}"))
+                nodes.append(helper.make_node("Shape", [name], [dims[-1]], name=f"{nm}/mrvl_pack/shape{j}"))
                 nodes.append(helper.make_node("Reshape", [name, minus1], [flats[-1]],
-                                              name=f"{region}/mrvl_pack/flat{j}"))
-            nodes.append(helper.make_node("Concat", dims, [f"{p}/dims"], axis=0, name=f"{region}/mrvl_pack/dims"))
+                                              name=f"{nm}/mrvl_pack/flat{j}"))
+            nodes.append(helper.make_node("Concat", dims, [f"{p}/dims"], axis=0, name=f"{nm}/mrvl_pack/dims"))
             nodes.append(helper.make_node("Cast", [f"{p}/dims"], [f"{p}/dimsf"], to=onnx.TensorProto.FLOAT,
-                                          name=f"{region}/mrvl_pack/cast"))
+                                          name=f"{nm}/mrvl_pack/cast"))
             xs = [f"{p}/packed"]
             nodes.append(helper.make_node("Concat", [f"{p}/dimsf"] + flats, xs, axis=0,
-                                          name=f"{region}/mrvl_pack/concat"))
+                                          name=f"{nm}/mrvl_pack/concat"))
         raws = [f"{p}/raw{j}" for j in range(1 if packed_out else len(node.output))]
-        nodes.append(helper.make_node(run_op_type(len(xs), len(raws)), xs, raws, name=region, domain=DOMAIN,
+        nodes.append(helper.make_node(run_op_type(len(xs), len(raws)), xs, raws, name=nm, domain=DOMAIN,
                                       region=region, sha256=sha, packed_inputs=int(packed_in),
                                       packed_outputs=int(packed_out)))
-        guard = f"{region}{GUARD_SUFFIX}"
+        guard = f"{nm}{GUARD_SUFFIX}"
         if not packed_out:
             for j, (raw, name) in enumerate(zip(raws, node.output)):
                 shape = _const(inits, f"{p}/shape_out{j}", list(out_shapes[j]))
@@ -119,13 +120,13 @@ def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str)
             parts = [f"{p}/part{j}" for j in range(len(sizes))]
             if opset >= 13:
                 nodes.append(helper.make_node("Split", [f"{p}/flat_out", _const(inits, f"{p}/sizes", sizes)],
-                                              parts, axis=0, name=f"{region}/mrvl_unpack/split"))
+                                              parts, axis=0, name=f"{nm}/mrvl_unpack/split"))
             else:
                 nodes.append(helper.make_node("Split", [f"{p}/flat_out"], parts, axis=0, split=sizes,
-                                              name=f"{region}/mrvl_unpack/split"))
+                                              name=f"{nm}/mrvl_unpack/split"))
             for j, (part, name) in enumerate(zip(parts, node.output)):
                 shape = _const(inits, f"{p}/shape_out{j}", list(out_shapes[j]))
-                nodes.append(helper.make_node("Reshape", [part, shape], [name], name=f"{region}/mrvl_unpack/{j}"))
+                nodes.append(helper.make_node("Reshape", [part, shape], [name], name=f"{nm}/mrvl_unpack/{j}"))
     del g.node[:]
     g.node.extend(nodes)
     g.initializer.extend(inits)
