@@ -258,7 +258,7 @@ def test_compile_checks_and_perf_model():
     performance model counts B*H*T*T*d MACs (also when it derives them from the shapes)."""
     import copy
     from onnx_mrvl.errors import CompileError
-    from onnx_mrvl.sim.perf import perf_report
+    from onnx_mrvl.costmodel import perf_report
 
     m = _qk_model([1, 4, 16, 8], [1, 4, 16, 8], [0, 1, 3, 2])
     sg = onnx_mrvl.convert(m, strict=True).subgraphs[0]

@@ -94,7 +94,7 @@ def test_calibration_tool_writes_a_loadable_profile(tmp_path):
 
 
 def test_compiled_estimate_uses_the_simulator_cycle_model():
-    from onnx_mrvl.sim.perf import perf_report
+    from onnx_mrvl.costmodel import perf_report
     from onnx_mrvl.artifact import load
     r = convert(chain_model(), partition="cost")
     est = r.report.regions[0]["estimate"]

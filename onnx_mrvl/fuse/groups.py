@@ -34,7 +34,7 @@ class Group:
         return merge_origin(*self.nodes)
 
 
-def _float_static(g: GraphIndex, names) -> Optional[str]:
+def float_static(g: GraphIndex, names) -> Optional[str]:
     for t in names:
         if not t:
             continue
@@ -45,7 +45,7 @@ def _float_static(g: GraphIndex, names) -> Optional[str]:
     return None
 
 
-def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
+def batch_limit(g: GraphIndex, t: str, target: Target) -> Optional[str]:
     """The image batch limit (4-D and 5-D tensors); the leading axes of a 2-D / 3-D tensor hold
     rows (an FC's M rows, [B, T, D] tokens or frames), computed one by one like the rows of an N-D
     FC: no limit there."""

@@ -10,12 +10,12 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..resize_index import nearest_indices
 from ..target import Target
-from .groups import Group, _batch, _float_static
+from .groups import Group, batch_limit, float_static
 
 
 def build_resize(g: GraphIndex, n: onnx.NodeProto, target: Target):
     x = n.input[0]
-    reason = _float_static(g, [x, n.output[0]]) or _batch(g, x, target)
+    reason = float_static(g, [x, n.output[0]]) or batch_limit(g, x, target)
     if reason:
         return reason
     if (attr(n, "mode", "nearest") or "nearest") == "linear":

@@ -3,7 +3,7 @@
 Sources: a ``convert`` output folder (``model.onnx``, ``report.json`` = ``Report.to_dict()``,
 ``<region>.bin``) or a bare deployable ``model.onnx`` (then regions and layers come from the
 ``Subgraph`` nodes and their binaries, CPU MACs are estimated from shapes, and CPU reasons are
-unknown). Cycles come from the simulator's static performance model (``sim/perf.py``, the same
+unknown). Cycles come from the simulator's static performance model (``costmodel.py``, the same
 ``PerfReport`` as ``Simulator(binary).perf``).
 """
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _read_json(path: str) -> Dict[str, Any]:
 def region_perf(node: onnx.NodeProto, model_dir: Optional[str]) -> Dict[str, Any]:
     """One Subgraph node: its program's summary and per-layer performance rows."""
     from ..artifact import load
-    from ..sim.perf import perf_report
+    from ..costmodel import perf_report
 
     data = region_binary(node, model_dir)
     meta = load(data, name=node.name).meta

@@ -16,7 +16,7 @@ from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
-from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
+from .pooling import avgpool, global_avgpool_layer, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 from .resize_linear import LINEAR_MODES, resize_bilinear
 
@@ -128,12 +128,12 @@ def _avgpool_layer(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     geo = _pool_geometry(spec)
     geo["count_include_pad"] = int(spec.param("count_include_pad", 0))
-    return lambda x: _avgpool(x, **geo)
+    return lambda x: avgpool(x, **geo)
 
 
 def _global_avg(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
-    return _global_avgpool
+    return global_avgpool_layer
 
 
 def _global_max(spec: LayerSpec, n_inputs: int) -> LayerFn:

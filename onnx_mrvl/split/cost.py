@@ -17,13 +17,14 @@ kept or dropped.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Dict, List
 
 import numpy as np
 import onnx
 
 from .._graph import GraphIndex
+from ..costmodel import roofline
 from ..target import VECTOR_LOWERINGS, Target
 
 
@@ -43,11 +44,8 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     acts_out = [_elems(g, o) * 2 for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    compute = math.ceil(macs / (arch.macs_per_cycle_per_tile * arch.num_tiles)) + math.ceil(
-        vector_ops(g, node) / (arch.vector_ops_per_cycle_per_tile * arch.num_tiles))
-    memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
-    return {"macs": macs, "compute": compute, "memory": memory,
-            "cycles": max(compute, memory) + arch.layer_overhead_cycles}
+    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch))
+    return {"macs": macs, **c}
 
 
 def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
@@ -95,10 +93,10 @@ def estimate(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> dict
 
 def compiled_estimate(est: dict, binary: bytes, calls: int = 1) -> dict:
     """``est`` with the accelerator compute time taken from the simulator's cycle model of the
-    compiled region (``onnx_mrvl.sim.perf``); transfers and CPU time unchanged. ``calls``: hardware
+    compiled region (``onnx_mrvl.costmodel``); transfers and CPU time unchanged. ``calls``: hardware
     batches (batch_chunks.py): the program runs that many times, each call with its overhead."""
     from ..artifact import load
-    from ..sim.perf import perf_report
+    from ..costmodel import perf_report
 
     rep = perf_report(load(binary).meta)
     out = dict(est, cycles=rep.cycles * calls, accel_compute_s=rep.latency_s * calls, source="simulator")

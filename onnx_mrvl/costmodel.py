@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
-from ..target import VECTOR_LOWERINGS, ArchProfile
+from .target import VECTOR_LOWERINGS, ArchProfile
 
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
               "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile")
@@ -148,6 +148,17 @@ def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_byt
     return total
 
 
+def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping) -> Dict[str, int]:
+    """One layer's cycles: compute (MAC array + vector unit), memory (DRAM), and
+    max(compute, memory) + the fixed per-layer overhead. ``arch``: ``arch_params`` keys. The one
+    formula of the project: the simulator's report and split's ``partition="cost"`` estimate use it."""
+    tiles = int(arch["num_tiles"])
+    compute = math.ceil(macs / (float(arch["macs_per_cycle_per_tile"]) * tiles)) + \
+        math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
+    memory = math.ceil(dram_bytes / float(arch["dram_bytes_per_cycle"]))
+    return {"compute": compute, "memory": memory, "cycles": max(compute, memory) + int(arch["layer_overhead_cycles"])}
+
+
 def perf_report(meta: Mapping) -> PerfReport:
     """Build the static performance report of a program."""
     arch = arch_params(meta)
@@ -162,9 +173,6 @@ def perf_report(meta: Mapping) -> PerfReport:
         wshapes[w.get("name")] = shape
         wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * (2 if w.get("dtype") == "float16" else 4)))
     peak = float(arch["macs_per_cycle_per_tile"]) * int(arch["num_tiles"])
-    bw = float(arch["dram_bytes_per_cycle"])
-    overhead = int(arch["layer_overhead_cycles"])
-    vpeak = float(arch["vector_ops_per_cycle_per_tile"]) * int(arch["num_tiles"])
     rows, derived = [], []
     for i, layer in enumerate(meta.get("layers") or []):
         name = str(layer.get("name", f"layer_{i}"))
@@ -176,12 +184,11 @@ def perf_report(meta: Mapping) -> PerfReport:
         if dram is None:
             dram = derive_dram_bytes(layer, tensors, wbytes)
         macs, dram = int(macs), int(dram)
-        comp = math.ceil(macs / peak) + math.ceil(vector_ops(layer, shapes) / vpeak)
-        mem = math.ceil(dram / bw)
+        c = roofline(macs, vector_ops(layer, shapes), dram, arch)
+        comp, mem = c["compute"], c["memory"]
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,
-                              dram_bytes=dram, compute_cycles=comp, memory_cycles=mem,
-                              cycles=max(comp, mem) + overhead,
+                              dram_bytes=dram, compute_cycles=comp, memory_cycles=mem, cycles=c["cycles"],
                               bound="compute" if comp >= mem else "memory"))
     cycles = sum(r.cycles for r in rows)
     total_macs = sum(r.macs for r in rows)
