@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
+from . import opset_recurrent as _recurrent
 from .provenance import set_composite, set_origin
 
 DOMAIN = "mrvl"
@@ -194,6 +195,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
 ]}
+OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 
 

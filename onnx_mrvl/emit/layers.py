@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import recurrent
 from .json_attrs import NodeAttrs, decode_const, unwrap
 
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
@@ -17,6 +18,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "Mul2D": "Mul2D", "Concat": "Concat", "Slice2D": "Slice2D", "reshape": "Reshape", "nn.batch_flatten": "Flatten",
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
+    **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
                "hard_swish", "silu")
@@ -403,6 +405,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
         params["shape"] = out
+    elif layer_name in recurrent.CELLS:
+        out, macs = recurrent.compile_layer(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif layer_name == "Resize":
         s = a.ints("scales", n=2)
         if min(s) < 1 or len(in_shapes[0]) != 4:

@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ArtifactError, CompileError
+from . import recurrent
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
@@ -222,6 +223,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Squeeze": _reshape,
     "Resize": _resize,
     "layout_transform": _layout,
+    **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}
 
