@@ -20,7 +20,7 @@ from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat
 from .standalone import ACTIVATION_OPS, build_standalone_activation
-from . import recurrent
+from . import recurrent, take
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
 ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS})
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
+ANCHORS["Gather"] = Pattern("mrvl.gather", ("Gather",), take.build)
 
 
 class _Index(GraphIndex):

@@ -28,7 +28,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import fc_rows, recurrent, rotate, slices
+from . import fc_rows, recurrent, rotate, slices, take
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -303,6 +303,7 @@ class Materializer:
                    "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
                    "Concat": self._concat, "Reshape": self._reshape,
                    "Slice2D": lambda grp: slices.materialize(self, grp),
+                   "Gather": lambda grp: take.materialize(self, grp),
                    **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
         handler(grp)
 
