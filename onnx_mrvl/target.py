@@ -28,9 +28,12 @@ class ArchProfile:
     layer_overhead_cycles: int = 200    # assumption: fixed per-layer setup cost
     transfer_bytes_per_s: float = 8.0e9  # assumption: host <-> accelerator copy bandwidth
     call_overhead_s: float = 20e-6      # assumption: fixed cost of one accelerator invocation
+    recurrent_step_cycles: int = 64     # assumption: per LSTM/GRU/RNN timestep, MAC drain + vector
+                                        # unit (activations, cell update) + state write (docs/fusion.md)
 
     ASSUMPTIONS = ("macs_per_cycle_per_tile", "clock_hz", "dram_bytes_per_cycle",
-                   "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s")
+                   "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s",
+                   "recurrent_step_cycles")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
 from ..target import ArchProfile
+from . import recurrent
 
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
               "dram_bytes_per_cycle", "layer_overhead_cycles")
@@ -127,6 +128,18 @@ def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_byt
     return total
 
 
+def _recurrent(layer: Mapping, macs: int, dram: int, peak: float, arch: Mapping, wbytes: Mapping[str, int]):
+    """(compute cycles, DRAM bytes) of an LSTM / GRU / RNN layer: sequential timesteps, and W and R
+    re-read every timestep when they do not fit the on-chip memory (assumptions, recurrent.py)."""
+    steps = int((layer.get("params") or {}).get("steps", 1))
+    step_cycles = int(arch.get("recurrent_step_cycles", recurrent.DEFAULT_STEP_CYCLES))
+    names = layer.get("weights") or {}
+    wb = sum(wbytes.get(names.get(k), 0) for k in ("kernel", "recurrence"))
+    capacity = int(arch["num_tiles"]) * int(arch["ocm_size"])
+    return (recurrent.compute_cycles(macs, steps, peak, step_cycles),
+            dram + recurrent.streamed_weight_bytes(steps, wb, capacity))
+
+
 def perf_report(meta: Mapping) -> PerfReport:
     """Build the static performance report of a program."""
     arch = arch_params(meta)
@@ -155,6 +168,8 @@ def perf_report(meta: Mapping) -> PerfReport:
             dram = derive_dram_bytes(layer, tensors, wbytes)
         macs, dram = int(macs), int(dram)
         comp = math.ceil(macs / peak)
+        if str(layer.get("layer_name", "")) in recurrent.LAYERS:   # serial timesteps (recurrent.py)
+            comp, dram = _recurrent(layer, macs, dram, peak, arch, wbytes)
         mem = math.ceil(dram / bw)
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,

@@ -11,6 +11,7 @@ timesteps is one GEMM here (the same fp32 sums; no rounding in between).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -173,3 +174,25 @@ def build(spec, n_inputs: int):
         raise spec.error(f"hidden_size {spec.param('hidden_size')} does not match the recurrence "
                          f"kernel's {layer.hid}")
     return layer.apply
+
+
+# ---------------------------------------------------------------- performance model (perf.py)
+LAYERS = tuple(GATES)
+DEFAULT_STEP_CYCLES = 64   # assumption, = ArchProfile.recurrent_step_cycles
+
+
+def compute_cycles(macs: int, steps: int, peak: float, step_cycles: int) -> int:
+    """Cycles of a recurrent layer's compute: timesteps run one after the other (h_t needs
+    h_{t-1}); per timestep the MAC array does that step's gate GEMMs of every direction (the
+    directions of a bidirectional layer run side by side on different tiles: assumption) at peak
+    throughput, then ``step_cycles`` (assumption: MAC pipeline drain, the vector unit's
+    activations and cell update, the state write) pass before the next step's GEMM can start."""
+    steps = max(int(steps), 1)
+    return steps * (math.ceil(int(macs) / steps / float(peak)) + int(step_cycles))
+
+
+def streamed_weight_bytes(steps: int, weight_bytes: int, capacity: int) -> int:
+    """Extra DRAM bytes of a recurrent layer whose W and R do not fit the on-chip memory
+    (``capacity``): they are read again at every timestep after the first (assumption: no
+    reuse across timesteps without residency)."""
+    return (max(int(steps), 1) - 1) * int(weight_bytes) if weight_bytes > capacity else 0

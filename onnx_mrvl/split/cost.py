@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 
 from .._graph import GraphIndex
+from ..sim import recurrent
 from ..target import Target
 
 
@@ -43,6 +44,12 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
     compute = math.ceil(macs / (arch.macs_per_cycle_per_tile * arch.num_tiles))
+    if node.op_type in recurrent.LAYERS and g.shape(node.input[0]):   # serial timesteps (sim/recurrent.py)
+        steps = g.shape(node.input[0])[0]
+        compute = recurrent.compute_cycles(macs, steps, arch.macs_per_cycle_per_tile * arch.num_tiles,
+                                           arch.recurrent_step_cycles)
+        kernels = sum(_elems(g, i) for i in node.input[1:3] if i) * 2
+        weights += recurrent.streamed_weight_bytes(steps, kernels, ocm)
     memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
     return {"macs": macs, "compute": compute, "memory": memory,
             "cycles": max(compute, memory) + arch.layer_overhead_cycles}

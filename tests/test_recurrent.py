@@ -1,0 +1,167 @@
+"""LSTM / GRU / RNN as one accelerator layer (mrvl::LSTM / GRU / RNN): structure (the recurrent
+node is inside the region with the convs around it) and numbers (convert + onnx_mrvl.InferenceSession
+against onnxruntime on the original, within docs/simulator.md's 1e-2 * max|ref|)."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import arch_ocr_audio
+import onnx_mrvl
+import recurrent_models as rm
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.target import get_target
+from randomize_weights import random_inputs
+
+TOL = 1e-2   # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
+
+CASES = {
+    # name: (cell, kwargs of recurrent_models.cell_model)
+    "lstm_forward": ("LSTM", {}),
+    "lstm_reverse": ("LSTM", {"direction": "reverse"}),
+    "lstm_bidirectional": ("LSTM", {"direction": "bidirectional"}),
+    "lstm_initial_states": ("LSTM", {"direction": "bidirectional", "initial": True, "batch": 3}),
+    "lstm_no_bias_seq_lens": ("LSTM", {"bias": False, "seq_lens": 12, "batch": 2}),
+    "lstm_layout1": ("LSTM", {"layout": 1, "batch": 2, "direction": "bidirectional", "initial": True}),
+    "lstm_clip_hardsigmoid": ("LSTM", {"activations": ["HardSigmoid", "Tanh", "Tanh"], "alpha": [0.25],
+                                       "beta": [0.45], "clip": 2.5}),
+    "lstm_head": ("LSTM", {"direction": "bidirectional", "head": True}),
+    "gru_forward": ("GRU", {}),
+    "gru_reverse_lbr": ("GRU", {"direction": "reverse", "linear_before_reset": 1}),
+    "gru_bidirectional": ("GRU", {"direction": "bidirectional", "batch": 2}),
+    "gru_initial_state": ("GRU", {"initial": True}),
+    "gru_bidirectional_initial_lbr": ("GRU", {"direction": "bidirectional", "initial": True,
+                                              "linear_before_reset": 1}),
+    "gru_layout1": ("GRU", {"layout": 1, "batch": 3, "initial": True}),
+    "rnn_forward": ("RNN", {}),
+    "rnn_reverse_relu": ("RNN", {"direction": "reverse", "activations": ["Relu"]}),
+    "rnn_bidirectional": ("RNN", {"direction": "bidirectional", "initial": True}),
+    "rnn_leakyrelu_layout1": ("RNN", {"activations": ["LeakyRelu"], "alpha": [0.1], "layout": 1, "batch": 2}),
+}
+
+
+def _ref(model, feed):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feed)
+
+
+def _check(model, tmp_path, partition="max", reference=None):
+    """convert + InferenceSession against onnxruntime on ``reference`` (default: the model)."""
+    feed = random_inputs(model, 0)
+    ref = _ref(reference or model, feed)
+    result = onnx_mrvl.convert(model, partition=partition, strict=True)
+    assert not result.report.warnings, result.report.warnings
+    got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(
+        [o.name for o in model.graph.output], feed)
+    errs = []
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape
+        err = float(np.max(np.abs(g.astype(np.float64) - r)))
+        scale = float(np.max(np.abs(r)))
+        assert err <= TOL * scale, (err, scale)
+        errs.append(err / scale)
+    return result, max(errs)
+
+
+def _mrvl_ops(model):
+    return [n.op_type for n in model.graph.node if n.domain == "mrvl"]
+
+
+def _region_ops(result):
+    """Layer names of each region's Nodes-JSON."""
+    return [[n["attrs"]["layer_name"][0] for n in sg.nodes_json["nodes"] if n["op"] != "input"]
+            for sg in result.subgraphs]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cell_on_accelerator_matches_onnxruntime(name, tmp_path):
+    cell, kw = CASES[name]
+    model = rm.cell_model(cell, **kw)
+    reference = rm.cell_model(cell, layout0_reference=True, **kw) if kw.get("layout") else None
+    result, rel = _check(model, tmp_path, reference=reference)
+    assert len(result.subgraphs) == 1, result.report.regions
+    assert cell in _region_ops(result)[0], _region_ops(result)
+    assert not [n for n in result.model.graph.node if n.op_type == cell and n.domain != "mrvl"]
+    assert result.report.macs_offloaded == result.report.macs_total > 0
+
+
+def test_fused_reference_body_is_the_onnx_op():
+    """The fused model (mrvl nodes with their reference bodies) runs in plain onnxruntime and
+    matches the original to fp32 precision: the body is the ONNX op with the node's attributes."""
+    for name in ("lstm_layout1", "gru_bidirectional_initial_lbr", "rnn_leakyrelu_layout1", "lstm_clip_hardsigmoid"):
+        cell, kw = CASES[name]
+        model = rm.cell_model(cell, **kw)
+        fused = fuse(legalize(model, get_target(None))).model
+        assert cell in _mrvl_ops(fused), name
+        feed = random_inputs(model, 0)
+        reference = rm.cell_model(cell, layout0_reference=True, **kw) if kw.get("layout") else model
+        ref, got = _ref(reference, feed), _ref(fused, feed)
+        assert np.allclose(got[0], ref[0], atol=1e-5, rtol=1e-5), name
+
+
+def test_crnn_one_region(tmp_path):
+    """CRNN (conv backbone -> Squeeze/Transpose -> BiLSTM -> Transpose/Reshape -> MatMul+Add ->
+    LogSoftmax): before this change 2 regions with the LSTM on the CPU; now one region holding
+    the convs, the LSTM and the FC; LogSoftmax (no accelerator op) stays after it."""
+    model = arch_ocr_audio.crnn_ocr()
+    result, rel = _check(model, tmp_path)
+    assert len(result.subgraphs) == 1
+    ops = _region_ops(result)[0]
+    assert "LSTM" in ops and "Conv2D" in ops and "FC" in ops
+    assert ops.index("Conv2D") < ops.index("LSTM") < ops.index("FC")
+    cpu = [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]
+    assert cpu == ["LogSoftmax"], cpu
+    assert result.report.macs_offloaded == result.report.macs_total
+
+
+def test_audio_gru_one_region(tmp_path):
+    """Conv1d front end -> GRU -> last step (Gather) -> Gemm: one region, nothing on the CPU."""
+    model = arch_ocr_audio.audio_gru()
+    result, rel = _check(model, tmp_path)
+    assert len(result.subgraphs) == 1
+    ops = _region_ops(result)[0]
+    assert "GRU" in ops and "Conv2D" in ops and "Slice2D" in ops and ops[-1] == "FC"
+    assert not [n for n in result.model.graph.node if n.domain != "mrvl"]
+
+
+@pytest.mark.parametrize("build", [rm.crnn_batch2_layout1, rm.conv_gru_last])
+def test_batch_first_models_one_region(build, tmp_path):
+    """Batch-first (layout 1) recurrent layers between a conv front end and an FC head, at batch
+    2 (real transposes, done in the region) and with y[:, -1]."""
+    model = build()
+    result, rel = _check(model, tmp_path, reference=build(reference=True))
+    assert len(result.subgraphs) == 1, result.report.regions
+    assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]
+
+
+def test_cpu_reasons():
+    """Recurrent nodes the layer does not take stay on the CPU with a reason naming why."""
+    def reason(model, op):
+        res = fuse(legalize(model, get_target(None)))
+        recs = [d for d in res.decisions.values() if d.op_type == op]
+        assert recs and recs[0].placement == "cpu", recs
+        return recs[0].reason
+
+    assert "Y_h" in reason(rm.cell_model("LSTM", outputs=("y", "y_h")), "LSTM")
+    assert "Y_c" in reason(rm.cell_model("LSTM", outputs=("y", "", "y_c")), "LSTM")
+    assert "sequence_lens" in reason(rm.cell_model("GRU", seq_lens=5), "GRU")
+    assert "softsign" in reason(rm.cell_model("RNN", activations=["Softsign"]), "RNN").lower()
+
+
+def test_perf_model_counts_recurrent_macs_and_serial_steps():
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.sim.perf import perf_report
+
+    model = rm.cell_model("LSTM", direction="bidirectional", steps=10, feat=16, hid=20)
+    result = onnx_mrvl.convert(model, strict=True)
+    meta = load(result.subgraphs[0].binary).meta
+    rep = perf_report(meta)
+    row = next(r for r in rep.layers if r.layer_name == "LSTM")
+    macs = 10 * 2 * 4 * 20 * (16 + 20)            # T * D * G*H*(I+H), batch 1
+    assert row.macs == macs
+    arch = meta["arch"]
+    peak = arch["macs_per_cycle_per_tile"] * arch["num_tiles"]
+    # serial timesteps: per step the step's MACs at peak plus the step latency
+    assert row.compute_cycles == 10 * (-(-macs // 10 // peak) + arch["recurrent_step_cycles"])
+    assert result.report.macs_total == macs

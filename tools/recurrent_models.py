@@ -1,0 +1,159 @@
+"""Small recurrent models with seeded weights (no downloads): one ONNX LSTM / GRU / RNN node in
+every variant the accelerator layer takes, and conv front ends feeding one.
+
+``cell_model(cell, direction=..., layout=..., ...)`` -> onnx.ModelProto with input ``x`` and output
+``y`` (the op's Y, optionally through a Transpose/Reshape head). ``conv_gru_hidden`` and
+``crnn_batch2_layout1`` are end-to-end models (conv backbone -> recurrent layer -> FC).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _model(nodes, inits, x_shape, outputs, opset=14):
+    g = helper.make_graph(nodes, "recurrent", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def recurrent_node(rng, cell: str, name: str, x: str, inits: dict, *, feat: int, hid: int, batch: int,
+                   direction: str = "forward", layout: int = 0, bias: bool = True, initial: bool = False,
+                   seq_lens: Optional[int] = None, activations: Optional[Sequence[str]] = None,
+                   alpha: Optional[Sequence[float]] = None, beta: Optional[Sequence[float]] = None,
+                   clip: Optional[float] = None, linear_before_reset: int = 0, outputs=("y",)):
+    """One ONNX recurrent node with seeded weights (uniform +-1/sqrt(H), as PyTorch initialises)."""
+    dirs = 2 if direction == "bidirectional" else 1
+    g = GATES[cell]
+    s = 1.0 / np.sqrt(hid)
+    u = lambda *shape: rng.uniform(-s, s, shape).astype(np.float32)   # noqa: E731
+    inits[f"{name}.W"], inits[f"{name}.R"] = u(dirs, g * hid, feat), u(dirs, g * hid, hid)
+    ins = [x, f"{name}.W", f"{name}.R", "", "", ""]
+    if bias:
+        inits[f"{name}.B"] = u(dirs, 2 * g * hid)
+        ins[3] = f"{name}.B"
+    if seq_lens is not None:
+        inits[f"{name}.seq"] = np.full(batch, seq_lens, np.int32)
+        ins[4] = f"{name}.seq"
+    if initial:
+        inits[f"{name}.h0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32)
+        ins[5] = f"{name}.h0"
+        if cell == "LSTM":
+            inits[f"{name}.c0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32)
+            ins.append(f"{name}.c0")
+    while ins[-1] == "":
+        ins.pop()
+    kw = dict(hidden_size=hid, direction=direction)
+    if layout:
+        kw["layout"] = layout
+    if activations:
+        kw["activations"] = list(activations)
+    if alpha:
+        kw["activation_alpha"] = list(alpha)
+    if beta:
+        kw["activation_beta"] = list(beta)
+    if clip:
+        kw["clip"] = clip
+    if cell == "GRU":
+        kw["linear_before_reset"] = linear_before_reset
+    return helper.make_node(cell, ins, list(outputs), name=name, **kw)
+
+
+def cell_model(cell: str, *, steps: int = 12, batch: int = 1, feat: int = 16, hid: int = 20,
+               seed: int = 0, head: bool = False, outputs=("y",), layout0_reference: bool = False,
+               **kw) -> onnx.ModelProto:
+    """x [T, B, I] (layout 0) or [B, T, I] (layout 1) -> one recurrent node -> y; ``head``: Y goes
+    through the PyTorch concat-directions idiom (Transpose + Reshape to [T, B, D*H]) and a MatMul.
+
+    ``layout0_reference``: a layout-1 model written as ONNX defines it, Transpose -> layout-0 op ->
+    Transpose, with the same weights (onnxruntime 1.31 refuses layout 1: the reference for it)."""
+    rng = np.random.default_rng(seed)
+    layout = kw.get("layout", 0)
+    x_shape = [steps, batch, feat] if layout == 0 else [batch, steps, feat]
+    inits: dict = {}
+    y = "y" if not head else "y_seq"
+    outs = [y] + [o for o in outputs[1:]]
+    if layout and layout0_reference:
+        kw = dict(kw, layout=0)
+        node = recurrent_node(rng, cell, "rnn", "x_tbi", inits, feat=feat, hid=hid, batch=batch,
+                              outputs=[y + "_tdbh"], **kw)
+        nodes = [helper.make_node("Transpose", ["x"], ["x_tbi"], perm=[1, 0, 2]), node,
+                 helper.make_node("Transpose", [y + "_tdbh"], [y], perm=[2, 0, 1, 3])]
+    else:
+        nodes = [recurrent_node(rng, cell, "rnn", "x", inits, feat=feat, hid=hid, batch=batch, outputs=outs, **kw)]
+    if head:
+        dirs = 2 if kw.get("direction") == "bidirectional" else 1
+        perm = [0, 2, 1, 3] if layout == 0 else [0, 1, 2, 3]
+        inits["head.shape"] = np.array([0, 0, dirs * hid], np.int64)
+        inits["head.w"] = (rng.standard_normal((dirs * hid, 7)) / np.sqrt(dirs * hid)).astype(np.float32)
+        nodes += [helper.make_node("Transpose", [y], ["y_t"], name="head.transpose", perm=perm),
+                  helper.make_node("Reshape", ["y_t", "head.shape"], ["y_r"], name="head.reshape"),
+                  helper.make_node("MatMul", ["y_r", "head.w"], ["y"], name="head.matmul")]
+    return _model(nodes, inits, x_shape, ["y"] + [o for o in outputs[1:] if o], opset=14)
+
+
+def _conv(rng, inits, name, x, cin, cout, k):
+    inits[f"{name}.w"] = (rng.standard_normal((cout, cin) + k) / np.sqrt(cin * np.prod(k))).astype(np.float32)
+    inits[f"{name}.b"] = (rng.standard_normal(cout) * 0.05).astype(np.float32)
+    return [helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [f"{name}.c"], name=name,
+                             kernel_shape=list(k), pads=[kk // 2 for kk in k] * 2),
+            helper.make_node("Relu", [f"{name}.c"], [f"{name}.y"], name=f"{name}.relu")]
+
+
+def _recurrent_layout1(rng, cell, name, x, inits, reference: bool, y: str, **kw):
+    """A layout-1 recurrent node, or (``reference``) its layout-0 equivalent between Transposes."""
+    if not reference:
+        return [recurrent_node(rng, cell, name, x, inits, layout=1, outputs=(y,), **kw)]
+    node = recurrent_node(rng, cell, name, f"{x}_tbi", inits, outputs=(f"{y}_tdbh",), **kw)
+    return [helper.make_node("Transpose", [x], [f"{x}_tbi"], perm=[1, 0, 2]), node,
+            helper.make_node("Transpose", [f"{y}_tdbh"], [y], perm=[2, 0, 1, 3])]
+
+
+def crnn_batch2_layout1(seed: int = 0, reference: bool = False) -> onnx.ModelProto:
+    """Keras-style CRNN at batch 2: [2,1,16,40] -> 2 convs -> Reshape/Transpose to [B, T, C]
+    -> BiLSTM (layout 1) -> [B, T, 2H] -> MatMul + Add."""
+    rng = np.random.default_rng(seed)
+    inits: dict = {}
+    nodes = _conv(rng, inits, "conv0", "x", 1, 8, (3, 3))
+    nodes.append(helper.make_node("MaxPool", ["conv0.y"], ["p0"], name="pool0", kernel_shape=[2, 2], strides=[2, 2]))
+    nodes += _conv(rng, inits, "conv1", "p0", 8, 12, (3, 3))                      # [2,12,8,20]
+    nodes.append(helper.make_node("MaxPool", ["conv1.y"], ["p1"], name="pool1", kernel_shape=[2, 1], strides=[2, 1]))
+    inits["seq.shape"] = np.array([2, 48, 20], np.int64)                           # [2,12*4,20]
+    nodes += [helper.make_node("Reshape", ["p1", "seq.shape"], ["seq"], name="to_seq"),
+              helper.make_node("Transpose", ["seq"], ["seq_t"], name="to_btc", perm=[0, 2, 1])]  # [2,20,48]
+    nodes += _recurrent_layout1(rng, "LSTM", "lstm", "seq_t", inits, reference, "lstm_y", feat=48, hid=16,
+                                batch=2, direction="bidirectional")               # [2,20,2,16]
+    inits["head.shape"] = np.array([2, 20, 32], np.int64)
+    inits["fc.w"] = (rng.standard_normal((32, 11)) / np.sqrt(32)).astype(np.float32)
+    inits["fc.b"] = (rng.standard_normal(11) * 0.05).astype(np.float32)
+    nodes += [helper.make_node("Reshape", ["lstm_y", "head.shape"], ["feat"], name="head.reshape"),
+              helper.make_node("MatMul", ["feat", "fc.w"], ["fc.mm"], name="fc.matmul"),
+              helper.make_node("Add", ["fc.mm", "fc.b"], ["y"], name="fc.add")]
+    return _model(nodes, inits, [2, 1, 16, 40], ["y"])
+
+
+def conv_gru_last(seed: int = 0, reference: bool = False) -> onnx.ModelProto:
+    """Audio classifier written batch-first: [1,40,64] -> Conv1d+ReLU -> Transpose to [B, T, C]
+    -> GRU (layout 1, initial state) -> y[:, -1] (Gather axis 1) -> Gemm."""
+    rng = np.random.default_rng(seed)
+    inits: dict = {}
+    nodes = _conv(rng, inits, "conv", "x", 40, 24, (3,))                          # [1,24,64]
+    nodes.append(helper.make_node("Transpose", ["conv.y"], ["seq"], name="to_btc", perm=[0, 2, 1]))
+    nodes += _recurrent_layout1(rng, "GRU", "gru", "seq", inits, reference, "gru_y", feat=24, hid=32, batch=1,
+                                initial=True, linear_before_reset=0)              # [1,64,1,32]
+    inits["last"] = np.array(-1, np.int64)
+    inits["sq.axes"] = np.array([2], np.int64)
+    inits["fc.w"] = (rng.standard_normal((5, 32)) / np.sqrt(32)).astype(np.float32)
+    inits["fc.b"] = (rng.standard_normal(5) * 0.05).astype(np.float32)
+    nodes += [helper.make_node("Squeeze", ["gru_y", "sq.axes"], ["gru_s"], name="squeeze"),   # [1,64,32]
+              helper.make_node("Gather", ["gru_s", "last"], ["gru_last"], name="last_step", axis=1),
+              helper.make_node("Gemm", ["gru_last", "fc.w", "fc.b"], ["y"], name="fc", transB=1)]
+    return _model(nodes, inits, [1, 40, 64], ["y"])
