@@ -157,3 +157,76 @@ def conv_gru_last(seed: int = 0, reference: bool = False) -> onnx.ModelProto:
               helper.make_node("Gather", ["gru_s", "last"], ["gru_last"], name="last_step", axis=1),
               helper.make_node("Gemm", ["gru_last", "fc.w", "fc.b"], ["y"], name="fc", transB=1)]
     return _model(nodes, inits, [1, 40, 64], ["y"])
+
+
+def _unrolled_lstm(rng, inits, nodes, x: str, *, steps: int, batch: int, feat: int, hid: int,
+                   batch_first: bool, prefix: str = "lstm") -> str:
+    """An LSTM unrolled the way exporters write a loop over timesteps, appended to ``nodes``.
+
+    time-major (PyTorch, LSTMCell in a Python loop, traced): x[t] (Gather), Gemm(x_t, W_ih^T, b_ih)
+    + Gemm(h, W_hh^T, b_hh), chunk(4) (Split axis 1), sigmoid/tanh, c = f*c + i*g, h = o*tanh(c),
+    torch.stack (Unsqueeze axis 0 + Concat axis 0); zero initial state as constants.
+    batch-first (Keras via tf2onnx, unroll=True): tf.unstack (Split axis 1 + Squeeze), MatMul(x_t, W)
+    + MatMul(h, U) + bias Add, gates i f c o by Slice on the last axis, ExpandDims + Concat axis 1.
+    Returns the name of the stacked output ([T, B, H] or [B, T, H])."""
+    s = 1.0 / np.sqrt(hid)
+    u = lambda *shape: rng.uniform(-s, s, shape).astype(np.float32)   # noqa: E731
+    p = prefix
+    inits[f"{p}.w"], inits[f"{p}.r"] = u(4 * hid, feat), u(4 * hid, hid)
+    inits[f"{p}.bw"], inits[f"{p}.br"] = u(4 * hid), u(4 * hid)
+    inits[f"{p}.wt"], inits[f"{p}.rt"] = inits[f"{p}.w"].T.copy(), inits[f"{p}.r"].T.copy()
+    inits[f"{p}.b"] = inits[f"{p}.bw"] + inits[f"{p}.br"]
+    inits[f"{p}.h0"] = np.zeros((batch, hid), np.float32)
+    inits[f"{p}.c0"] = np.zeros((batch, hid), np.float32)
+    inits[f"{p}.ax0"], inits[f"{p}.ax1"] = np.array([0], np.int64), np.array([1], np.int64)
+    node = lambda op, ins, out, **kw: nodes.append(helper.make_node(op, ins, [out] if isinstance(out, str) else out, name=out if isinstance(out, str) else out[0], **kw)) or out  # noqa: E731,E501
+    if batch_first:
+        xs = node("Split", [x], [f"{p}.unstack_{t}" for t in range(steps)], axis=1)
+        xs = [node("Squeeze", [o, f"{p}.ax1"], f"{o}.sq") for o in xs]
+        for k, (a, b) in enumerate(((0, hid), (hid, 2 * hid), (2 * hid, 3 * hid), (3 * hid, 4 * hid))):
+            inits[f"{p}.s{k}"], inits[f"{p}.e{k}"] = np.array([a], np.int64), np.array([b], np.int64)
+    h, c, outs = f"{p}.h0", f"{p}.c0", []
+    for t in range(steps):
+        q = f"{p}.t{t}"
+        if batch_first:
+            xw = node("MatMul", [xs[t], f"{p}.wt"], f"{q}.xw")
+            hr = node("MatMul", [h, f"{p}.rt"], f"{q}.hr")
+            z = node("Add", [node("Add", [xw, hr], f"{q}.add"), f"{p}.b"], f"{q}.bias")
+            i_, f_, g_, o_ = (node("Slice", [z, f"{p}.s{k}", f"{p}.e{k}", f"{p}.ax1"], f"{q}.gate{k}")
+                              for k in range(4))   # Keras: i f c o
+        else:
+            inits[f"{q}.idx"] = np.array(t, np.int64)
+            xt = node("Gather", [x, f"{q}.idx"], f"{q}.x", axis=0)
+            xw = node("Gemm", [xt, f"{p}.w", f"{p}.bw"], f"{q}.xw", transB=1)
+            hr = node("Gemm", [h, f"{p}.r", f"{p}.br"], f"{q}.hr", transB=1)
+            z = node("Add", [xw, hr], f"{q}.add")
+            i_, f_, g_, o_ = node("Split", [z], [f"{q}.chunk{k}" for k in range(4)], axis=1)  # PyTorch: i f g o
+        i_ = node("Sigmoid", [i_], f"{q}.i")
+        f_ = node("Sigmoid", [f_], f"{q}.f")
+        g_ = node("Tanh", [g_], f"{q}.g")
+        o_ = node("Sigmoid", [o_], f"{q}.o")
+        c = node("Add", [node("Mul", [f_, c], f"{q}.fc"), node("Mul", [i_, g_], f"{q}.ig")], f"{q}.c")
+        h = node("Mul", [o_, node("Tanh", [c], f"{q}.tc")], f"{q}.h")
+        outs.append(node("Unsqueeze", [h, f"{p}.ax1" if batch_first else f"{p}.ax0"], f"{q}.h_u"))
+    return node("Concat", outs, f"{p}.stack", axis=1 if batch_first else 0)
+
+
+def crnn_unrolled(seed: int = 0, batch_first: bool = False, steps: int = 10) -> onnx.ModelProto:
+    """CRNN whose LSTM an exporter unrolled: [1,1,16,4*steps] -> 2 convs -> [T, 1, C] (or [1, T, C])
+    -> unrolled LSTM (hidden 16) -> MatMul + Add. 21 CPU-bound per-step ops before this change."""
+    rng = np.random.default_rng(seed)
+    inits: dict = {}
+    nodes = _conv(rng, inits, "conv0", "x", 1, 8, (3, 3))
+    nodes.append(helper.make_node("MaxPool", ["conv0.y"], ["p0"], name="pool0", kernel_shape=[2, 2], strides=[2, 2]))
+    nodes += _conv(rng, inits, "conv1", "p0", 8, 12, (3, 3))                      # [1,12,8,2T]
+    nodes.append(helper.make_node("MaxPool", ["conv1.y"], ["p1"], name="pool1", kernel_shape=[8, 2], strides=[8, 2]))
+    inits["seq.shape"] = np.array([1, 12, steps], np.int64)
+    nodes.append(helper.make_node("Reshape", ["p1", "seq.shape"], ["seq"], name="to_seq"))       # [1,12,T]
+    nodes.append(helper.make_node("Transpose", ["seq"], ["seq_t"], name="to_tbc",
+                                  perm=[0, 2, 1] if batch_first else [2, 0, 1]))
+    y = _unrolled_lstm(rng, inits, nodes, "seq_t", steps=steps, batch=1, feat=12, hid=16, batch_first=batch_first)
+    inits["fc.w"] = (rng.standard_normal((16, 9)) / 4.0).astype(np.float32)
+    inits["fc.b"] = (rng.standard_normal(9) * 0.05).astype(np.float32)
+    nodes += [helper.make_node("MatMul", [y, "fc.w"], ["fc.mm"], name="fc.matmul"),
+              helper.make_node("Add", ["fc.mm", "fc.b"], ["y"], name="fc.add")]
+    return _model(nodes, inits, [1, 1, 16, 4 * steps], ["y"], opset=13)

@@ -29,7 +29,10 @@ ABSORB_ONLY = {"PRelu": "activation", "BatchNormalization": "batch normalization
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
 ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS})
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
-ANCHORS["Gather"] = Pattern("mrvl.gather", ("Gather",), take.build)
+ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
+                "Split": Pattern("mrvl.slice", ("Split",), take.build_range),
+                "Slice": Pattern("mrvl.slice", ("Slice",), take.build_range),
+                "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})
 
 
 class _Index(GraphIndex):

@@ -303,7 +303,8 @@ class Materializer:
                    "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
                    "Concat": self._concat, "Reshape": self._reshape,
                    "Slice2D": lambda grp: slices.materialize(self, grp),
-                   "Gather": lambda grp: take.materialize(self, grp),
+                   "Take": lambda grp: take.materialize(self, grp),
+                   "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
                    **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
         handler(grp)
 

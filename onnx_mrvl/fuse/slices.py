@@ -203,3 +203,7 @@ def materialize(m, grp: Group) -> None:
                               composite=grp.composite), perm)
         if o in m.g.output_set and out != o:
             m.get(o, None, for_mrvl=True, origin=grp.origin)
+
+
+split_sizes = _split_sizes      # read by take.py (ranges of 2-D / 3-D tensors)
+slice_params = _slice_params
