@@ -2,6 +2,13 @@
 
 Legalize, fuse, split, compile and the simulator all read their limits from here; nothing else
 hard-codes them. Numbers Marvell has not published are assumptions and say so.
+
+Recurrent layers (LSTM / GRU / RNN, docs/fusion.md) are lowered onto the same units: per timestep
+the MAC array computes the gate GEMM ``[x_t | h_{t-1}] x [W | R]^T`` (an FC of K = I + H, O = G*H;
+fp16 operands, fp32 accumulation; W and R from the on-chip memory), the vector unit the biases,
+sigmoid / tanh and the cell update in fp32, and the state goes back to the on-chip memory in fp16.
+Their per-step GEMM obeys ``max_fc_features``; ``ArchProfile.recurrent_step_cycles`` is the
+assumed latency between timesteps.
 """
 from __future__ import annotations
 

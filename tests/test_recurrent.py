@@ -165,3 +165,40 @@ def test_perf_model_counts_recurrent_macs_and_serial_steps():
     # serial timesteps: per step the step's MACs at peak plus the step latency
     assert row.compute_cycles == 10 * (-(-macs // 10 // peak) + arch["recurrent_step_cycles"])
     assert result.report.macs_total == macs
+
+
+@pytest.mark.parametrize("batch_first", [False, True], ids=["pytorch_traced_loop", "keras_tf2onnx"])
+def test_unrolled_lstm_one_region(batch_first, tmp_path):
+    """An LSTM unrolled per timestep (Gemm/MatMul + Add + Split/Slice + Sigmoid/Tanh + Mul, stacked
+    by Unsqueeze + Concat) after a conv backbone: a fused sequence of FC layers in one region with
+    the convs (before: 11 regions for 10 steps, the gate Split/Slice of every step and the
+    time-major stack on the CPU)."""
+    steps = 10
+    model = rm.crnn_unrolled(batch_first=batch_first, steps=steps)
+    result, rel = _check(model, tmp_path)
+    assert len(result.subgraphs) == 1
+    assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]
+    ops = _region_ops(result)[0]
+    assert ops.count("FC") == 2 * steps + 1 and ops.count("Conv2D") == 2
+    assert ops.count("Slice2D") >= 4 * steps
+
+
+def test_long_sequence_error_does_not_grow(tmp_path):
+    """h and c are stored in fp16 between timesteps: over 300 steps the error stays at the
+    single-step level (the forget gate damps old rounding errors)."""
+    model = rm.cell_model("LSTM", steps=300, feat=16, hid=32, direction="bidirectional")
+    result, rel = _check(model, tmp_path)
+    assert rel < 3e-3, rel
+
+
+def test_gather_and_ranges_keep_reasons_at_the_boundary():
+    """A lone 3-D split of a model input into model outputs stays on the CPU (no accelerator
+    work): the reason is slices.py's."""
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Split", ["x"], ["a", "b"], name="node", axis=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, 2, 3]) for o in "ab"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    res = fuse(legalize(m, get_target(None)))
+    assert res.decisions["node"].placement == "cpu" and "3-D split" in res.decisions["node"].reason
