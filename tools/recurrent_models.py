@@ -83,10 +83,12 @@ def cell_model(cell: str, *, steps: int = 12, batch: int = 1, feat: int = 16, hi
     outs = [y] + [o for o in outputs[1:]]
     if layout and layout0_reference:
         kw = dict(kw, layout=0)
+        extra = [o + "_dbh" if o else "" for o in outputs[1:]]
         node = recurrent_node(rng, cell, "rnn", "x_tbi", inits, feat=feat, hid=hid, batch=batch,
-                              outputs=[y + "_tdbh"], **kw)
+                              outputs=[y + "_tdbh"] + extra, **kw)
         nodes = [helper.make_node("Transpose", ["x"], ["x_tbi"], perm=[1, 0, 2]), node,
                  helper.make_node("Transpose", [y + "_tdbh"], [y], perm=[2, 0, 1, 3])]
+        nodes += [helper.make_node("Transpose", [o + "_dbh"], [o], perm=[1, 0, 2]) for o in outputs[1:] if o]
     else:
         nodes = [recurrent_node(rng, cell, "rnn", "x", inits, feat=feat, hid=hid, batch=batch, outputs=outs, **kw)]
     if head:
@@ -230,3 +232,20 @@ def crnn_unrolled(seed: int = 0, batch_first: bool = False, steps: int = 10) -> 
     nodes += [helper.make_node("MatMul", [y, "fc.w"], ["fc.mm"], name="fc.matmul"),
               helper.make_node("Add", ["fc.mm", "fc.b"], ["y"], name="fc.add")]
     return _model(nodes, inits, [1, 1, 16, 4 * steps], ["y"], opset=13)
+
+
+def conv_gru_hidden(seed: int = 0) -> onnx.ModelProto:
+    """PyTorch audio classifier on the last hidden state: [1,40,50] -> Conv1d+ReLU -> permute to
+    [T, B, C] -> BiGRU, ``_, h_n = gru(x)`` -> ``fc(h_n[-1])`` (Gather of Y_h, axis 0) -> [1, 6]."""
+    rng = np.random.default_rng(seed)
+    inits: dict = {}
+    nodes = _conv(rng, inits, "conv", "x", 40, 16, (3,))                          # [1,16,50]
+    nodes.append(helper.make_node("Transpose", ["conv.y"], ["seq"], name="permute", perm=[2, 0, 1]))
+    nodes.append(recurrent_node(rng, "GRU", "gru", "seq", inits, feat=16, hid=24, batch=1,
+                                direction="bidirectional", linear_before_reset=1, outputs=("gru_y", "gru_h")))
+    inits["last"] = np.array(-1, np.int64)
+    inits["fc.w"] = (rng.standard_normal((6, 24)) / np.sqrt(24)).astype(np.float32)
+    inits["fc.b"] = (rng.standard_normal(6) * 0.05).astype(np.float32)
+    nodes += [helper.make_node("Gather", ["gru_h", "last"], ["h_last"], name="h_n_last", axis=0),   # [1,24]
+              helper.make_node("Gemm", ["h_last", "fc.w", "fc.b"], ["y"], name="fc", transB=1)]
+    return _model(nodes, inits, [1, 40, 50], ["y"])

@@ -5,8 +5,8 @@
 Rule: the weights W, R (and B, initial_h, initial_c when given) are constant float32 initializers;
 ``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); no
 peepholes, no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
-Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); only ``Y`` is read (``Y_h`` /
-``Y_c`` unread); the per-step GEMM fits an FC layer (G*H and I+H <= ``max_fc_features``) and
+Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_c`` unread (``Y_h`` is
+sliced from ``Y`` in the region: each direction's last timestep); the per-step GEMM fits an FC layer (G*H and I+H <= ``max_fc_features``) and
 T*B <= ``MAX_FC_ROWS``. Layout 1 ([B, T, I] -> [B, T, D, H]) is the same layer on the storage
 [T, B, I] -> [T, D, B, H]: the materialisation asks the layout for X stored that way and records
 Y as stored permuted, so a transpose around it is a relabelling or a block rotation in the region.
@@ -19,6 +19,7 @@ from typing import List, Optional
 import numpy as np
 import onnx
 
+from .. import opset
 from .._graph import GraphIndex, attr
 from ..opset_recurrent import CELL_ACTIVATIONS, CELLS, USES_ALPHA, USES_BETA
 from ..target import Target
@@ -34,6 +35,7 @@ Y_STORED = (1, 2, 0, 3)     # layout 1: logical [B, T, D, H] stored as [T, D, B,
 @dataclass
 class RecurrentGroup(Group):
     layout: int = 0
+    y_h: str = ""           # the Y_h output when read: sliced from Y in the region (materialize)
 
 
 def _const_input(g: GraphIndex, n: onnx.NodeProto, i: int) -> Optional[str]:
@@ -66,10 +68,13 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     gates = CELLS[cell][0]
     if not n.output or not n.output[0]:
         return f"{cell} without the sequence output Y (the layer writes Y)"
-    for k, o in enumerate(n.output[1:], 1):
-        if o and (g.consumers.get(o) or o in g.output_set):
-            return (f"{cell} output {'Y_h' if k == 1 else 'Y_c'} is read (the accelerator layer writes "
-                    f"the sequence Y only)")
+    y_c = n.output[2] if len(n.output) > 2 else ""
+    if y_c and (g.consumers.get(y_c) or y_c in g.output_set):
+        return f"{cell} output Y_c is read (the accelerator layer writes the sequence Y, and Y_h from it)"
+    y_h = n.output[1] if len(n.output) > 1 else ""
+    y_h = y_h if y_h and (g.consumers.get(y_h) or y_h in g.output_set) else ""
+    if y_h and g.shape(y_h) is None:
+        return f"tensor '{y_h}' has no static shape"
     x, w, r = n.input[0], n.input[1], n.input[2]
     reason = _float_static(g, [x, n.output[0]])
     if reason:
@@ -124,7 +129,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
     if cell == "GRU":
         attrs["linear_before_reset"] = int(attr(n, "linear_before_reset", 0))
-    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], [x], n.output[0], attrs, weights, layout=layout)
+    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], [x], n.output[0], attrs, weights, layout=layout,
+                          y_h=y_h)
 
 
 def materialize(m, grp: RecurrentGroup) -> None:
@@ -136,6 +142,46 @@ def materialize(m, grp: RecurrentGroup) -> None:
         if grp.op == "LSTM" or key != "initial_c":
             ins.append(m.init(f"{base}_{key}", grp.weights[key]) if key in grp.weights else "")
     m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout else None)
+    if grp.y_h:
+        _last_state(m, grp)
+
+
+def _last_state(m, grp: RecurrentGroup) -> None:
+    """Y_h [D, B, H] (layout 1: [B, D, H], stored [D, B, H]) from the stored Y [T, D, B, H]: per
+    direction the row of its last timestep (T - 1 forward, 0 reverse), by Slice2D on the view
+    [1, T, D, B*H], then a Concat of the directions and a Reshape (exact: fp16 values move)."""
+    y, _ = m.loc[grp.output]
+    steps, dirs, batch, hid = (m.logical_shape(grp.output)[i] for i in ((0, 1, 2, 3) if not grp.layout
+                                                                       else (1, 2, 0, 3)))
+    base = grp.anchor.name
+    mrvl_node = m.mrvl_name[base]
+    view = [1, steps, dirs, batch * hid]
+
+    def add(op, ins, shape, attrs, tag):
+        out = m.fresh(f"{grp.y_h}__{tag}")
+        m.add(opset.make_node(op, ins, [out], name=m.fresh(f"{mrvl_node}_{tag}"), origin=grp.origin,
+                              attrs=attrs, composite=opset.OPS[op].composite), None)
+        m.vinfo[out] = shape
+        m.mrvl_tensors.add(out)
+        return out
+
+    v = add("Reshape", [y], view, {"shape": view}, "view")
+    parts = []
+    for d in range(dirs):
+        t = 0 if (grp.attrs["direction"] == "reverse" or d == 1) else steps - 1
+        row = add("Slice2D", [v], [1, 1, dirs, batch * hid], {"axis": 1, "start": t, "end": t + 1}, f"step{d}")
+        if dirs > 1:
+            row = add("Slice2D", [row], [1, 1, 1, batch * hid], {"axis": 2, "start": d, "end": d + 1}, f"dir{d}")
+        parts.append(row)
+    if dirs > 1:
+        parts = [add("Concat", parts, [1, 1, dirs, batch * hid], {"axis": 2, "num_inputs": dirs}, "dirs")]
+    perm = (1, 0, 2) if grp.layout else None
+    back = m.define(grp.y_h, perm, mrvl=True)
+    m.mrvl_producer[back] = mrvl_node
+    m.add(opset.make_node("Reshape", parts, [back], name=m.fresh(f"{mrvl_node}_y_h"), origin=grp.origin,
+                          attrs={"shape": [dirs, batch, hid]}, composite="mrvl.reshape"), perm)
+    if grp.y_h in m.g.output_set and back != grp.y_h:
+        m.get(grp.y_h, None, for_mrvl=True, origin=grp.origin)
 
 
 PATTERN_ANCHORS = tuple(CELLS)
