@@ -43,11 +43,12 @@ def recurrent_node(rng, cell: str, name: str, x: str, inits: dict, *, feat: int,
     if seq_lens is not None:
         inits[f"{name}.seq"] = np.full(batch, seq_lens, np.int32)
         ins[4] = f"{name}.seq"
-    if initial:
-        inits[f"{name}.h0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32)
+    if initial:   # drawn as [D, B, H]; layout 1 stores them [B, D, H] (ONNX)
+        order = (1, 0, 2) if layout else (0, 1, 2)
+        inits[f"{name}.h0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32).transpose(order).copy()
         ins[5] = f"{name}.h0"
         if cell == "LSTM":
-            inits[f"{name}.c0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32)
+            inits[f"{name}.c0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32).transpose(order).copy()
             ins.append(f"{name}.c0")
     while ins[-1] == "":
         ins.pop()

@@ -7,9 +7,11 @@ Rule: the weights W, R (and B, initial_h, initial_c when given) are constant flo
 peepholes, no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_c`` unread (``Y_h`` is
 sliced from ``Y`` in the region: each direction's last timestep); the per-step GEMM fits an FC layer (G*H and I+H <= ``max_fc_features``) and
-T*B <= ``MAX_FC_ROWS``. Layout 1 ([B, T, I] -> [B, T, D, H]) is the same layer on the storage
-[T, B, I] -> [T, D, B, H]: the materialisation asks the layout for X stored that way and records
-Y as stored permuted, so a transpose around it is a relabelling or a block rotation in the region.
+T*B <= ``MAX_FC_ROWS``. Layout 1 ([B, T, I] -> [B, T, D, H], states [B, D, H]) is the same layer
+on the storage [T, B, I] -> [T, D, B, H]: the materialisation asks the layout for X stored that way
+and records Y (and Y_h) as stored permuted, so a transpose around it is a relabelling or a block
+rotation in the region; constant initial states are transposed to [D, B, H]. (onnxruntime 1.31
+refuses layout 1: such a node left on the CPU does not run there, as in the original model.)
 """
 from __future__ import annotations
 
@@ -115,15 +117,15 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if steps * batch > MAX_FC_ROWS:
         return f"{steps} steps x batch {batch} exceed the limit {MAX_FC_ROWS}"
     weights = {"W": wv, "R": rv}
-    for i, key, shape in ((3, "B", (dirs, 2 * gates * hid)), (5, "initial_h", (dirs, batch, hid)),
-                          (6, "initial_c", (dirs, batch, hid))):
+    state = (dirs, batch, hid) if layout == 0 else (batch, dirs, hid)   # layout 1: [B, D, H]
+    for i, key, shape in ((3, "B", (dirs, 2 * gates * hid)), (5, "initial_h", state), (6, "initial_c", state)):
         t = _const_input(g, n, i)
         if t is None:
             continue
         v = np.asarray(g.const(t), dtype=np.float32)
         if v.shape != shape:
             return f"{key} of shape {list(v.shape)} (expected {list(shape)})"
-        weights[key] = v
+        weights[key] = v if key == "B" or layout == 0 else np.ascontiguousarray(v.transpose(1, 0, 2))
     clip = float(attr(n, "clip", 0.0) or 0.0)
     attrs = dict(hidden_size=hid, direction=direction, activations=",".join(acts[0]),
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)

@@ -7,7 +7,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
                convtranspose_to_conv, crop_to_conv, depth_to_space, fold_constants, gap_split, gemm_canonical,
                hardswish_canonical, matmul_to_gemm, merge_transposes, pad_fold, pad_sink, pad_to_conv, pad_unit_axes,
-               recurrent_layout0, reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
+               reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from .base import Match
@@ -17,7 +17,6 @@ RULES = (
     remove_identity,
     remove_dropout,
     remove_noop,
-    recurrent_layout0,
     merge_transposes,
     sum_to_add,
     sub_div_const,
