@@ -178,6 +178,8 @@ def test_perf_model_counts_recurrent_macs_and_serial_steps():
     # serial timesteps: per step the step's MACs at peak plus the step latency
     assert row.compute_cycles == 10 * (-(-macs // 10 // peak) + arch["recurrent_step_cycles"])
     assert result.report.macs_total == macs
+    from onnx_mrvl.inspect.offload import cpu_macs
+    assert cpu_macs(model, list(model.graph.node)) == macs    # the offload report of a CPU LSTM
 
 
 @pytest.mark.parametrize("batch_first", [False, True], ids=["pytorch_traced_loop", "keras_tf2onnx"])
