@@ -218,3 +218,33 @@ def test_gather_and_ranges_keep_reasons_at_the_boundary():
     m.ir_version = 8
     res = fuse(m)    # (legalize would make it a 4-D channel split)
     assert res.decisions["node"].placement == "cpu" and "3-D split" in res.decisions["node"].reason
+
+
+def test_saved_json_compiles_to_the_saved_binary_and_bad_json_fails(tmp_path):
+    """The Nodes-JSON / Constants-JSON pair of a recurrent region, read back from disk, compiles to
+    the same binary; a recurrent layer whose JSON disagrees with its constants is refused with a
+    CompileError naming the layer and its original node."""
+    import copy
+    import json
+    from onnx_mrvl.emit import CompileOptions, compile_json
+    from onnx_mrvl.errors import CompileError
+
+    model = rm.cell_model("GRU", direction="bidirectional", initial=True, linear_before_reset=1,
+                          outputs=("y", "y_h"))
+    result = onnx_mrvl.convert(model, strict=True)
+    result.save(str(tmp_path))
+    sg = result.subgraphs[0]
+    nodes = json.loads((tmp_path / f"{sg.name}-nodes.json").read_text())
+    consts = json.loads((tmp_path / f"{sg.name}-consts.json").read_text())
+    assert compile_json(nodes, consts, CompileOptions()) == (tmp_path / sg.artifact).read_bytes()
+    layer = next(n for n in nodes["nodes"] if n["attrs"].get("layer_name") == ["GRU"])
+    assert layer["attrs"]["direction"] == ["bidirectional"] and layer["attrs"]["linear_before_reset"] == ["1"]
+    for key, value in (("hidden_size", ["7"]), ("activations", ["sigmoid", "softsign", "sigmoid", "tanh"]),
+                       ("direction", ["sideways"])):
+        bad = copy.deepcopy(nodes)
+        next(n for n in bad["nodes"] if n["attrs"].get("layer_name") == ["GRU"])["attrs"][key] = value
+        with pytest.raises(CompileError) as err:
+            compile_json(bad, consts, CompileOptions())
+        assert "rnn" in str(err.value), str(err.value)     # the original ONNX node
+    with pytest.raises(CompileError):                      # time-major: no batch recompile
+        compile_json(nodes, consts, CompileOptions(batch=4))
