@@ -248,3 +248,14 @@ def test_saved_json_compiles_to_the_saved_binary_and_bad_json_fails(tmp_path):
         assert "rnn" in str(err.value), str(err.value)     # the original ONNX node
     with pytest.raises(CompileError):                      # time-major: no batch recompile
         compile_json(nodes, consts, CompileOptions(batch=4))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_stacked_bilstm_one_region(batch, tmp_path):
+    """nn.LSTM(num_layers=2, bidirectional=True) as PyTorch exports it (LSTM -> Transpose(0,2,1,3)
+    -> Reshape [T, B, 2H] -> LSTM, unread Y_h / Y_c): one region; at batch 1 the transposes are
+    relabellings, at batch 2 block rotations in the region."""
+    result, rel = _check(rm.stacked_bilstm(batch=batch), tmp_path)
+    assert len(result.subgraphs) == 1
+    assert _region_ops(result)[0].count("LSTM") == 2
+    assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]

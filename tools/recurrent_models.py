@@ -250,3 +250,21 @@ def conv_gru_hidden(seed: int = 0) -> onnx.ModelProto:
     nodes += [helper.make_node("Gather", ["gru_h", "last"], ["h_last"], name="h_n_last", axis=0),   # [1,24]
               helper.make_node("Gemm", ["h_last", "fc.w", "fc.b"], ["y"], name="fc", transB=1)]
     return _model(nodes, inits, [1, 40, 50], ["y"])
+
+
+def stacked_bilstm(seed: int = 0, batch: int = 1, steps: int = 16) -> onnx.ModelProto:
+    """PyTorch ``nn.LSTM(num_layers=2, bidirectional=True)`` as exported: per layer an LSTM node,
+    then Transpose(0, 2, 1, 3) + Reshape [T, B, 2H] into the next; x [T, B, 20] -> [T, B, 2*24]."""
+    rng = np.random.default_rng(seed)
+    inits: dict = {}
+    nodes, x, feat, hid = [], "x", 20, 24
+    for layer in range(2):
+        y = f"l{layer}.y"
+        nodes.append(recurrent_node(rng, "LSTM", f"lstm.l{layer}", x, inits, feat=feat, hid=hid, batch=batch,
+                                    direction="bidirectional", outputs=(y, f"l{layer}.h", f"l{layer}.c")))
+        inits[f"l{layer}.shape"] = np.array([steps, batch, 2 * hid], np.int64)
+        out = "y" if layer == 1 else f"l{layer}.out"
+        nodes += [helper.make_node("Transpose", [y], [f"{y}.t"], name=f"l{layer}.transpose", perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"{y}.t", f"l{layer}.shape"], [out], name=f"l{layer}.reshape")]
+        x, feat = out, 2 * hid
+    return _model(nodes, inits, [steps, batch, 20], ["y"])
