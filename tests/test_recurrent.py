@@ -259,3 +259,19 @@ def test_stacked_bilstm_one_region(batch, tmp_path):
     assert len(result.subgraphs) == 1
     assert _region_ops(result)[0].count("LSTM") == 2
     assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]
+
+
+@pytest.mark.parametrize("kw", [dict(cell="GRU"), dict(cell="LSTM", direction="bidirectional", batch=2),
+                                dict(cell="RNN", layout=1, batch=2)], ids=["gru", "bilstm_b2", "rnn_layout1_b2"])
+def test_streaming_state_inputs(kw, tmp_path):
+    """A streaming chunk: the previous state is a model input (a data input of the layer, listed
+    in the JSON's ``state_inputs``), the new state Y_h a model output; all in one region."""
+    model = rm.streaming_cell(**kw)
+    reference = rm.streaming_cell(layout0_reference=True, **kw) if kw.get("layout") else None
+    result, rel = _check(model, tmp_path, reference=reference)
+    assert len(result.subgraphs) == 1
+    sg = result.subgraphs[0]
+    assert len(sg.inputs) == (3 if kw["cell"] == "LSTM" else 2)
+    layer = next(n for n in sg.nodes_json["nodes"] if n["attrs"].get("layer_name") == [kw["cell"]])
+    assert layer["attrs"]["state_inputs"] == ["initial_h"] + (["initial_c"] if kw["cell"] == "LSTM" else [])
+    assert len(layer["inputs"]) == len(sg.inputs)

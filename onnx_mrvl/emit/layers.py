@@ -379,7 +379,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     lname = wprefix
     params, weights = {}, {}
     n_in = len(in_shapes)
-    single = layer_name not in ("Sum2D", "Mul2D", "Concat")
+    single = layer_name not in ("Sum2D", "Mul2D", "Concat", *recurrent.CELLS)   # recurrent: + state inputs
     if single and n_in != 1:
         a.fail(f"{lname_json} takes one input, the node lists {n_in}")
     if layer_name in ("Sum2D", "Mul2D") and n_in > 2:

@@ -5,7 +5,7 @@ Nodes-JSON attributes (docs/json-format.md): ``hidden_size``, ``direction``, ``a
 ``activation_beta`` (one per activation), ``clip`` (0 = none), ``linear_before_reset`` (GRU);
 constants ``kernel`` (W [D, G*H, I]), ``recurrence`` (R [D, G*H, H]), ``bias`` (B [D, 2*G*H]),
 ``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h).
-Data: X [T, B, I] -> Y [T, D, B, H].
+Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors) -> Y [T, D, B, H].
 """
 from __future__ import annotations
 
@@ -27,9 +27,14 @@ def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
            "activation_beta": s(list(a["activation_beta"])), "clip": s(float(a.get("clip", 0.0)))}
     if "linear_before_reset" in a:
         out["linear_before_reset"] = s(int(a["linear_before_reset"]))
+    states = []
     for role, t in zip(CONST_ROLES, inputs[1:]):
-        if t:
+        if t and g.is_const(t):
             add_const(role, g.const(t))
+        elif t:                 # a data input after X, in this order
+            states.append(role)
+    if states:
+        out["state_inputs"] = states
     return out
 
 
@@ -43,7 +48,12 @@ def _const(a, ctx, role: str, rank: int):
 
 
 def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weights: dict):
-    """(output shape, MACs) of a recurrent layer; fills ``params`` and ``weights``."""
+    """(output shape, MACs) of a recurrent layer; fills ``params`` and ``weights``. Inputs: X, then
+    the initial states named by ``state_inputs`` (data instead of constants)."""
+    states = [str(x) for x in _list(a, "state_inputs")]
+    if len(in_shapes) != 1 + len(states) or any(x not in ("initial_h", "initial_c") for x in states) \
+            or len(set(states)) != len(states):
+        a.fail(f"{cell} takes X and the state inputs {states}, the node lists {len(in_shapes)} inputs")
     if len(in_shapes[0]) != 3:
         a.fail(f"{cell} input has shape {in_shapes[0]} ([T, B, I] expected)")
     steps, batch, feat = in_shapes[0]
@@ -83,8 +93,17 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
     if a.has("bias_const_name"):
         weights["bias"] = ctx.weight(a, f"{lname}.bias", _const(a, ctx, "bias", 2), "DG", fp16=False,
                                      shape=(dirs, 2 * gates * hid))
+    for role, shape in zip(states, in_shapes[1:]):
+        if role == "initial_c" and cell != "LSTM":
+            a.fail(f"{cell} has no cell state (initial_c)")
+        if list(shape) != [dirs, batch, hid]:
+            a.fail(f"{role} input has shape {shape}, expected {[dirs, batch, hid]}")
+    if states:
+        params["state_inputs"] = states
     for role in ("initial_h", "initial_c"):
         if a.has(f"{role}_const_name"):
+            if role in states:
+                a.fail(f"{role} is both a constant and an input")
             if role == "initial_c" and cell != "LSTM":
                 a.fail(f"{cell} has no cell state (initial_c)")
             v = _const(a, ctx, role, 3)

@@ -2,7 +2,9 @@
 
     LSTM | GRU | RNN (layout 0 or 1, any direction)  ->  mrvl::LSTM | GRU | RNN  (X [T,B,I] -> Y [T,D,B,H])
 
-Rule: the weights W, R (and B, initial_h, initial_c when given) are constant float32 initializers;
+Rule: the weights W, R (and B when given) are constant float32 initializers; initial_h / initial_c
+are constants (layer weights) or float32 tensors of static shape (data inputs of the layer: a
+streaming model's previous state);
 ``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); no
 peepholes, no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_c`` unread (``Y_h`` is
@@ -83,7 +85,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return reason
     names = {3: "B", 4: "sequence_lens", 5: "initial_h", 6: "initial_c", 7: "P"}
     for i, t in enumerate(n.input[1:], 1):
-        if t and not g.is_const(t):
+        if t and not g.is_const(t) and i not in (5, 6):   # initial states may be tensors (streaming)
             return f"{names.get(i, 'W' if i == 1 else 'R')} is not a constant initializer"
     if _const_input(g, n, 7):
         return "LSTM peephole weights P (the layer has no peepholes)"
@@ -118,9 +120,16 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"{steps} steps x batch {batch} exceed the limit {MAX_FC_ROWS}"
     weights = {"W": wv, "R": rv}
     state = (dirs, batch, hid) if layout == 0 else (batch, dirs, hid)   # layout 1: [B, D, H]
+    data = [x]
     for i, key, shape in ((3, "B", (dirs, 2 * gates * hid)), (5, "initial_h", state), (6, "initial_c", state)):
         t = _const_input(g, n, i)
         if t is None:
+            continue
+        if not g.is_const(t):    # a state tensor (a streaming model's previous state): a data input
+            reason = _float_static(g, [t])
+            if reason or tuple(g.shape(t)) != shape:
+                return reason or f"{key} of shape {g.shape(t)} (expected {list(shape)})"
+            data.append(t)
             continue
         v = np.asarray(g.const(t), dtype=np.float32)
         if v.shape != shape:
@@ -131,7 +140,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
     if cell == "GRU":
         attrs["linear_before_reset"] = int(attr(n, "linear_before_reset", 0))
-    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], [x], n.output[0], attrs, weights, layout=layout,
+    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, n.output[0], attrs, weights, layout=layout,
                           y_h=y_h)
 
 
@@ -140,8 +149,14 @@ def materialize(m, grp: RecurrentGroup) -> None:
     x = m.get(grp.inputs[0], X_STORED if grp.layout else None, for_mrvl=True, origin=grp.origin)
     base = grp.anchor.name
     ins: List[str] = [x, m.init(f"{base}_W", grp.weights["W"]), m.init(f"{base}_R", grp.weights["R"])]
-    for key in ("B", "initial_h", "initial_c"):
-        if grp.op == "LSTM" or key != "initial_c":
+    node = grp.anchor
+    for key, i in (("B", 3), ("initial_h", 5), ("initial_c", 6)):
+        if grp.op != "LSTM" and key == "initial_c":
+            continue
+        t = _const_input(m.g, node, i)
+        if t is not None and t in grp.inputs:     # a state tensor, stored [D, B, H]
+            ins.append(m.get(t, (1, 0, 2) if grp.layout else None, for_mrvl=True, origin=grp.origin))
+        else:
             ins.append(m.init(f"{base}_{key}", grp.weights[key]) if key in grp.weights else "")
     m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout else None)
     if grp.y_h:

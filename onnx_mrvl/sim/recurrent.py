@@ -82,9 +82,12 @@ class Recurrent:
             np.clip(x, F32(-self.clip), F32(self.clip), out=x)
         return fn(x)
 
-    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+    def apply(self, x: np.ndarray, initial_h=None, initial_c=None) -> Tuple[np.ndarray, bool]:
+        """Y for X [T, B, I]; state inputs (fp16 values, [D, B, H]) replace the initial-state weights."""
         if x.ndim != 3 or x.shape[2] != self.feat:
             raise ValueError(f"input of shape {list(x.shape)} is not [T, B, {self.feat}]")
+        h0 = self.h0 if initial_h is None else initial_h
+        c0 = self.c0 if initial_c is None else initial_c
         steps, batch = x.shape[0], x.shape[1]
         y = np.empty((steps, self.dirs, batch, self.hid), F32)
         ok = True
@@ -93,8 +96,8 @@ class Recurrent:
             xw = (flat @ self.wt[d]).reshape(steps, batch, -1)   # fp32 sums of fp16 products
             xw += self.bias[d]
             order = range(steps - 1, -1, -1) if (self.reverse or d == 1) else range(steps)
-            h = self._state(self.h0, d, batch)
-            c = self._state(self.c0, d, batch) if self.cell == "LSTM" else None
+            h = self._state(h0, d, batch)
+            c = self._state(c0, d, batch) if self.cell == "LSTM" else None
             step = {"LSTM": self._lstm, "GRU": self._gru, "RNN": self._rnn}[self.cell]
             for t in order:
                 h, c, fin = step(d, xw[t], h, c)
@@ -155,8 +158,9 @@ def activation_fns(names: Sequence[str], alphas: Optional[Sequence[float]],
 def build(spec, n_inputs: int):
     """The prepared closure of a program layer ``LSTM`` / ``GRU`` / ``RNN`` (``spec``: a
     sim.layers.LayerSpec); errors name the layer."""
-    if n_inputs != 1:
-        raise spec.error(f"takes 1 input, the program gives {n_inputs}")
+    states = [str(x) for x in spec.param("state_inputs", [])]
+    if n_inputs != 1 + len(states) or any(x not in ("initial_h", "initial_c") for x in states):
+        raise spec.error(f"takes X and the state inputs {states}, the program gives {n_inputs} inputs")
     cell = spec.layer_name.upper()
     names = [str(a) for a in spec.param("activations", required=True)]
     try:
@@ -173,7 +177,16 @@ def build(spec, n_inputs: int):
     if int(spec.param("hidden_size", layer.hid)) != layer.hid:
         raise spec.error(f"hidden_size {spec.param('hidden_size')} does not match the recurrence "
                          f"kernel's {layer.hid}")
-    return layer.apply
+    if not states:
+        return layer.apply
+    want = (layer.dirs, None, layer.hid)
+
+    def run(x, *state):
+        for role, v in zip(states, state):
+            if v.ndim != 3 or v.shape[0] != want[0] or v.shape[2] != want[2] or v.shape[1] != x.shape[1]:
+                raise ValueError(f"{role} of shape {list(v.shape)} is not [{layer.dirs}, {x.shape[1]}, {layer.hid}]")
+        return layer.apply(x, **dict(zip(states, state)))
+    return run
 
 
 # ---------------------------------------------------------------- performance model (perf.py)
