@@ -275,3 +275,30 @@ def test_streaming_state_inputs(kw, tmp_path):
     layer = next(n for n in sg.nodes_json["nodes"] if n["attrs"].get("layer_name") == [kw["cell"]])
     assert layer["attrs"]["state_inputs"] == ["initial_h"] + (["initial_c"] if kw["cell"] == "LSTM" else [])
     assert len(layer["inputs"]) == len(sg.inputs)
+
+
+def test_gather_reasons():
+    """Gathers the accelerator does not take: several or computed indices, a constant table."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def reason(data_const, idx):
+        ins = [helper.make_tensor_value_info("i", TensorProto.INT64, [2])] if idx is None else []
+        inits = [numpy_helper.from_array(np.ones((4, 3), np.float32), "t")] if data_const else []
+        if idx is not None:
+            inits.append(numpy_helper.from_array(np.array(idx, np.int64), "i"))
+        x = "t" if data_const else "x"
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                               helper.make_node("Gather", [x, "i"], ["y"], name="node", axis=0),
+                               helper.make_node("Softplus", ["y"], ["out"], name="softplus")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])] + ins,
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT,
+                                                             [3] if np.ndim(idx) == 0 and idx is not None else [2, 3])],
+                              inits)
+        m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+        d = fuse(m).decisions["node"]
+        assert d.placement == "cpu"
+        return d.reason
+
+    assert "one constant index" in reason(False, [0, 2])
+    assert "not constant" in reason(False, None)
+    assert "Gather of a constant" in reason(True, 1)

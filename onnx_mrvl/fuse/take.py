@@ -41,6 +41,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = _float_static(g, [x, n.output[0]])
     if reason:
         return reason
+    if g.is_const(x):
+        return "Gather of a constant (constant folding leaves this to the CPU)"
     if not g.is_const(idx):
         return "Gather indices are not constant"
     iv = np.asarray(g.const(idx))
