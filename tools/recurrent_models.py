@@ -45,10 +45,11 @@ def recurrent_node(rng, cell: str, name: str, x: str, inits: dict, *, feat: int,
         ins[4] = f"{name}.seq"
     if initial:   # drawn as [D, B, H]; layout 1 stores them [B, D, H] (ONNX)
         order = (1, 0, 2) if layout else (0, 1, 2)
-        inits[f"{name}.h0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32).transpose(order).copy()
+        state = lambda: (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32).transpose(order).copy()  # noqa: E731,E501
+        inits[f"{name}.h0"] = state()
         ins[5] = f"{name}.h0"
         if cell == "LSTM":
-            inits[f"{name}.c0"] = (rng.standard_normal((dirs, batch, hid)) * 0.5).astype(np.float32).transpose(order).copy()
+            inits[f"{name}.c0"] = state()
             ins.append(f"{name}.c0")
     while ins[-1] == "":
         ins.pop()
@@ -182,7 +183,11 @@ def _unrolled_lstm(rng, inits, nodes, x: str, *, steps: int, batch: int, feat: i
     inits[f"{p}.h0"] = np.zeros((batch, hid), np.float32)
     inits[f"{p}.c0"] = np.zeros((batch, hid), np.float32)
     inits[f"{p}.ax0"], inits[f"{p}.ax1"] = np.array([0], np.int64), np.array([1], np.int64)
-    node = lambda op, ins, out, **kw: nodes.append(helper.make_node(op, ins, [out] if isinstance(out, str) else out, name=out if isinstance(out, str) else out[0], **kw)) or out  # noqa: E731,E501
+    def node(op, ins, out, **kw):
+        """Append a node named after its (first) output; returns the output name(s)."""
+        outs = [out] if isinstance(out, str) else list(out)
+        nodes.append(helper.make_node(op, ins, outs, name=outs[0], **kw))
+        return out
     if batch_first:
         xs = node("Split", [x], [f"{p}.unstack_{t}" for t in range(steps)], axis=1)
         xs = [node("Squeeze", [o, f"{p}.ax1"], f"{o}.sq") for o in xs]

@@ -8,7 +8,8 @@ streaming model's previous state);
 ``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); no
 peepholes, no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_c`` unread (``Y_h`` is
-sliced from ``Y`` in the region: each direction's last timestep); the per-step GEMM fits an FC layer (G*H and I+H <= ``max_fc_features``) and
+sliced from ``Y`` in the region: each direction's last timestep); the per-step GEMM fits an FC
+layer (G*H and I+H <= ``max_fc_features``) and
 T*B <= ``MAX_FC_ROWS``. Layout 1 ([B, T, I] -> [B, T, D, H], states [B, D, H]) is the same layer
 on the storage [T, B, I] -> [T, D, B, H]: the materialisation asks the layout for X stored that way
 and records Y (and Y_h) as stored permuted, so a transpose around it is a relabelling or a block
@@ -83,6 +84,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = _float_static(g, [x, n.output[0]])
     if reason:
         return reason
+    if g.is_const(x):
+        return f"{cell} of a constant input (constant folding leaves this to the CPU)"
     names = {3: "B", 4: "sequence_lens", 5: "initial_h", 6: "initial_c", 7: "P"}
     for i, t in enumerate(n.input[1:], 1):
         if t and not g.is_const(t) and i not in (5, 6):   # initial states may be tensors (streaming)
