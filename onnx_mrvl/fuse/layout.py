@@ -119,6 +119,10 @@ class Materializer:
             shape = self._shapes[t] = self.g.shape(t)
         return shape
 
+    def known_shape(self, t: str, shape: List[int]) -> None:
+        """Declare the logical shape of a tensor fuse introduces (not in the input graph)."""
+        self._shapes[t] = list(shape)
+
     def available(self, t: str, want: Perm) -> bool:
         """True when ``t`` already exists stored with ``want`` (no conversion needed)."""
         return self.loc[t][1] == want or (t, want) in self.cache

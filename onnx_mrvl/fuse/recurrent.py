@@ -41,6 +41,7 @@ Y_STORED = (1, 2, 0, 3)     # layout 1: logical [B, T, D, H] stored as [T, D, B,
 class RecurrentGroup(Group):
     layout: int = 0
     y_h: str = ""           # the Y_h output when read: sliced from Y in the region (materialize)
+    y_shape: tuple = ()     # logical shape of Y when the node has no Y output (only Y_h): internal
 
 
 def _const_input(g: GraphIndex, n: onnx.NodeProto, i: int) -> Optional[str]:
@@ -71,8 +72,6 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     """The recurrent group anchored at ``n`` or the reason it stays on the CPU."""
     cell = n.op_type
     gates = CELLS[cell][0]
-    if not n.output or not n.output[0]:
-        return f"{cell} without the sequence output Y (the layer writes Y)"
     y_c = n.output[2] if len(n.output) > 2 else ""
     if y_c and (g.consumers.get(y_c) or y_c in g.output_set):
         return f"{cell} output Y_c is read (the accelerator layer writes the sequence Y, and Y_h from it)"
@@ -80,8 +79,10 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     y_h = y_h if y_h and (g.consumers.get(y_h) or y_h in g.output_set) else ""
     if y_h and g.shape(y_h) is None:
         return f"tensor '{y_h}' has no static shape"
+    if not n.output[0] and not y_h:
+        return f"{cell} whose outputs Y and Y_h are not read"
     x, w, r = n.input[0], n.input[1], n.input[2]
-    reason = _float_static(g, [x, n.output[0]])
+    reason = _float_static(g, [x] + [o for o in n.output[:2] if o])
     if reason:
         return reason
     if g.is_const(x):
@@ -143,12 +144,17 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
     if cell == "GRU":
         attrs["linear_before_reset"] = int(attr(n, "linear_before_reset", 0))
-    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, n.output[0], attrs, weights, layout=layout,
-                          y_h=y_h)
+    y_shape = () if n.output[0] else ((steps, dirs, batch, hid) if layout == 0 else (batch, steps, dirs, hid))
+    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, n.output[0] or f"{n.name}__Y", attrs, weights,
+                          layout=layout, y_h=y_h, y_shape=y_shape)
 
 
 def materialize(m, grp: RecurrentGroup) -> None:
-    """Emit the Mrvl recurrent node: X read as [T, B, I], Y written as [T, D, B, H]."""
+    """Emit the Mrvl recurrent node: X read as [T, B, I], Y written as [T, D, B, H] (under an
+    internal name when the node has no Y output, only Y_h)."""
+    if grp.y_shape:
+        grp.output = m.fresh(grp.output)
+        m.known_shape(grp.output, list(grp.y_shape))
     x = m.get(grp.inputs[0], X_STORED if grp.layout else None, for_mrvl=True, origin=grp.origin)
     base = grp.anchor.name
     ins: List[str] = [x, m.init(f"{base}_W", grp.weights["W"]), m.init(f"{base}_R", grp.weights["R"])]
