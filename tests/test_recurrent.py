@@ -43,6 +43,9 @@ CASES = {
     "gru_reverse_y_h": ("GRU", {"direction": "reverse", "outputs": ("y", "y_h")}),
     "rnn_bidirectional_layout1_y_h": ("RNN", {"direction": "bidirectional", "layout": 1, "batch": 3,
                                               "outputs": ("y", "y_h")}),
+    # no Y output at all (the ONNX suite, tf2onnx's return_sequences=False): Y is internal
+    "gru_bidirectional_y_h_only": ("GRU", {"direction": "bidirectional", "outputs": ("", "y_h")}),
+    "lstm_layout1_y_h_only": ("LSTM", {"layout": 1, "batch": 2, "initial": True, "outputs": ("", "y_h")}),
 }
 
 

@@ -82,14 +82,15 @@ def cell_model(cell: str, *, steps: int = 12, batch: int = 1, feat: int = 16, hi
     x_shape = [steps, batch, feat] if layout == 0 else [batch, steps, feat]
     inits: dict = {}
     y = "y" if not head else "y_seq"
-    outs = [y] + [o for o in outputs[1:]]
+    outs = [y if outputs[0] else ""] + [o for o in outputs[1:]]   # outputs[0] "": no Y (Y_h only)
     if layout and layout0_reference:
         kw = dict(kw, layout=0)
         extra = [o + "_dbh" if o else "" for o in outputs[1:]]
         node = recurrent_node(rng, cell, "rnn", "x_tbi", inits, feat=feat, hid=hid, batch=batch,
-                              outputs=[y + "_tdbh"] + extra, **kw)
-        nodes = [helper.make_node("Transpose", ["x"], ["x_tbi"], perm=[1, 0, 2]), node,
-                 helper.make_node("Transpose", [y + "_tdbh"], [y], perm=[2, 0, 1, 3])]
+                              outputs=[y + "_tdbh" if outputs[0] else ""] + extra, **kw)
+        nodes = [helper.make_node("Transpose", ["x"], ["x_tbi"], perm=[1, 0, 2]), node]
+        if outputs[0]:
+            nodes.append(helper.make_node("Transpose", [y + "_tdbh"], [y], perm=[2, 0, 1, 3]))
         nodes += [helper.make_node("Transpose", [o + "_dbh"], [o], perm=[1, 0, 2]) for o in outputs[1:] if o]
     else:
         nodes = [recurrent_node(rng, cell, "rnn", "x", inits, feat=feat, hid=hid, batch=batch, outputs=outs, **kw)]
@@ -101,7 +102,7 @@ def cell_model(cell: str, *, steps: int = 12, batch: int = 1, feat: int = 16, hi
         nodes += [helper.make_node("Transpose", [y], ["y_t"], name="head.transpose", perm=perm),
                   helper.make_node("Reshape", ["y_t", "head.shape"], ["y_r"], name="head.reshape"),
                   helper.make_node("MatMul", ["y_r", "head.w"], ["y"], name="head.matmul")]
-    return _model(nodes, inits, x_shape, ["y"] + [o for o in outputs[1:] if o], opset=14)
+    return _model(nodes, inits, x_shape, (["y"] if outputs[0] else []) + [o for o in outputs[1:] if o], opset=14)
 
 
 def _conv(rng, inits, name, x, cin, cout, k):
