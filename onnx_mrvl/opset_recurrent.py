@@ -4,13 +4,14 @@ node, whose reference body is the ONNX op itself (layout 0, output ``Y`` only).
 Inputs (weights are initializers, in ONNX's own layout and gate order):
     X [T, B, I], W [D, G*H, I], R [D, G*H, H], B [D, 2*G*H] (optional),
     initial_h [D, B, H] (optional), initial_c [D, B, H] (LSTM, optional)
-Output: Y [T, D, B, H] (the sequence of hidden states; ``Y_h`` / ``Y_c`` are not written).
+Output: Y [T, D, B, H] (the sequence of hidden states), or with ``cell_state_row`` = 1 (LSTM)
+[T + 1, D, B, H] whose row T is the last cell state ``Y_c``. ``Y_h`` is not written (it is rows of Y).
 G = 4 (LSTM, gates i o f c), 3 (GRU, gates z r h), 1 (RNN).
 
 Attributes: ``hidden_size``, ``direction`` (forward / reverse / bidirectional), ``activations``
 (comma-separated lower-case names, ONNX's list per direction), ``activation_alpha`` /
 ``activation_beta`` (one value per activation, 0 where unused), ``clip`` (0 = none),
-``linear_before_reset`` (GRU). Lists stay simple: strings and floats only.
+``linear_before_reset`` (GRU), ``cell_state_row`` (LSTM). Lists stay simple: strings and floats only.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ INPUTS = {"LSTM": ("X", "W", "R", "B", "initial_h", "initial_c"),
           "GRU": ("X", "W", "R", "B", "initial_h"),
           "RNN": ("X", "W", "R", "B", "initial_h")}
 ATTRS = ("hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip",
-         "linear_before_reset")
+         "linear_before_reset", "cell_state_row")
 
 
 def onnx_activation_attrs(a: dict) -> dict:
@@ -66,7 +67,14 @@ def _body(cell: str):
             kw["clip"] = float(a["clip"])
         if cell == "GRU":
             kw["linear_before_reset"] = int(a.get("linear_before_reset", 0))
-        return [helper.make_node(cell, ins, ["Y"], **kw)]
+        if not int(a.get("cell_state_row", 0)):
+            return [helper.make_node(cell, ins, ["Y"], **kw)]
+        # LSTM writing its last cell state Y_c as row T of the output: [T + 1, D, B, H]
+        axes = helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("axes", 7, [1], [0]))
+        unsq = (helper.make_node("Unsqueeze", ["Yc", "axes"], ["Yc1"]) if opset >= 13 else
+                helper.make_node("Unsqueeze", ["Yc"], ["Yc1"], axes=[0]))
+        return ([helper.make_node(cell, ins, ["Yseq", "", "Yc"], **kw)] + ([axes] if opset >= 13 else []) +
+                [unsq, helper.make_node("Concat", ["Yseq", "Yc1"], ["Y"], axis=0)])
     return body
 
 

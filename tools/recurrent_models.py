@@ -280,7 +280,7 @@ def streaming_cell(cell: str = "GRU", seed: int = 0, steps: int = 8, batch: int 
                    hid: int = 16, direction: str = "forward", layout: int = 0,
                    layout0_reference: bool = False) -> onnx.ModelProto:
     """A streaming chunk: inputs x and the previous state(s) (graph inputs ``h_in`` [, ``c_in``]),
-    outputs y (MatMul head on Y) and the new state Y_h (``h_out``)."""
+    outputs y (MatMul head on Y) and the new state(s) Y_h (``h_out``) [, Y_c (``c_out``), LSTM]."""
     rng = np.random.default_rng(seed)
     dirs = 2 if direction == "bidirectional" else 1
     inits: dict = {}
@@ -289,23 +289,25 @@ def streaming_cell(cell: str = "GRU", seed: int = 0, steps: int = 8, batch: int 
     ref = layout and layout0_reference
     node = recurrent_node(rng, cell, "rnn", "x_tbi" if ref else "x", inits, feat=feat, hid=hid, batch=batch,
                           direction=direction, layout=0 if ref else layout,
-                          outputs=("y_seq", "h_dbh" if ref else "h_out"))
+                          outputs=("y_seq", "h_dbh" if ref else "h_out") +
+                          ((("c_dbh" if ref else "c_out"),) if cell == "LSTM" else ()))
     state_ins = ["h_in"] + (["c_in"] if cell == "LSTM" else [])
+    state_outs = ["h_out"] + (["c_out"] if cell == "LSTM" else [])
     node.input.extend([""] * (5 - len(node.input)))
     node.input.extend([f"{s}_dbh" if ref else s for s in state_ins])
     nodes = [node]
     if ref:
         nodes = ([helper.make_node("Transpose", ["x"], ["x_tbi"], perm=[1, 0, 2])] +
                  [helper.make_node("Transpose", [s], [f"{s}_dbh"], perm=[1, 0, 2]) for s in state_ins] + nodes +
-                 [helper.make_node("Transpose", ["y_seq"], ["y_seq_l1"], perm=[2, 0, 1, 3]),
-                  helper.make_node("Transpose", ["h_dbh"], ["h_out"], perm=[1, 0, 2])])
+                 [helper.make_node("Transpose", ["y_seq"], ["y_seq_l1"], perm=[2, 0, 1, 3])] +
+                 [helper.make_node("Transpose", [f"{o[0]}_dbh"], [o], perm=[1, 0, 2]) for o in state_outs])
     y_seq = "y_seq_l1" if ref else "y_seq"
     inits["head.w"] = (rng.standard_normal((hid, 5)) / np.sqrt(hid)).astype(np.float32)
     nodes.append(helper.make_node("MatMul", [y_seq, "head.w"], ["y"], name="head"))
     g = helper.make_graph(nodes, "streaming",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)] +
                           [helper.make_tensor_value_info(s, TensorProto.FLOAT, s_shape) for s in state_ins],
-                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "h_out")],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ["y"] + state_outs],
                           [numpy_helper.from_array(v, k) for k, v in inits.items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
     m.ir_version = 8

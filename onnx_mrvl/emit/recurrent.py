@@ -4,7 +4,8 @@ Nodes-JSON attributes (docs/json-format.md): ``hidden_size``, ``direction``, ``a
 (ONNX names, lower case, one per activation of each direction), ``activation_alpha`` /
 ``activation_beta`` (one per activation), ``clip`` (0 = none), ``linear_before_reset`` (GRU);
 constants ``kernel`` (W [D, G*H, I]), ``recurrence`` (R [D, G*H, H]), ``bias`` (B [D, 2*G*H]),
-``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h).
+``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h);
+``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state.
 Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors) -> Y [T, D, B, H].
 """
 from __future__ import annotations
@@ -27,6 +28,8 @@ def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
            "activation_beta": s(list(a["activation_beta"])), "clip": s(float(a.get("clip", 0.0)))}
     if "linear_before_reset" in a:
         out["linear_before_reset"] = s(int(a["linear_before_reset"]))
+    if int(a.get("cell_state_row", 0)):
+        out["cell_state_row"] = s(1)
     states = []
     for role, t in zip(CONST_ROLES, inputs[1:]):
         if t and g.is_const(t):
@@ -88,6 +91,11 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
                   input_size=feat)
     if cell == "GRU":
         params["linear_before_reset"] = a.int("linear_before_reset", 0)
+    c_row = a.int("cell_state_row", 0)
+    if c_row not in (0, 1) or (c_row and cell != "LSTM"):
+        a.fail(f"cell_state_row={c_row} (0, or 1 on an LSTM: the last cell state as row T of the output)")
+    if c_row:
+        params["cell_state_row"] = 1
     weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "DGI", fp16=True)
     weights["recurrence"] = ctx.weight(a, f"{lname}.recurrence", r, "DGH", fp16=True)
     if a.has("bias_const_name"):
@@ -110,7 +118,7 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
             if v.shape != (dirs, batch, hid):
                 a.fail(f"{role} has shape {list(v.shape)}, expected {[dirs, batch, hid]}")
             weights[role] = ctx.weight(a, f"{lname}.{role}", v, "DBH", fp16=True)
-    out = [steps, dirs, batch, hid]
+    out = [steps + c_row, dirs, batch, hid]
     return out, opset_recurrent.macs(cell, steps, dirs, batch, hid, feat)
 
 

@@ -7,8 +7,9 @@ are constants (layer weights) or float32 tensors of static shape (data inputs of
 streaming model's previous state);
 ``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); no
 peepholes, no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
-Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_c`` unread (``Y_h`` is
-sliced from ``Y`` in the region: each direction's last timestep); the per-step GEMM fits an FC
+Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_h`` is sliced from ``Y``
+in the region (each direction's last timestep), an LSTM's ``Y_c`` from the row T the layer then
+appends to its output (``cell_state_row``); the per-step GEMM fits an FC
 layer (G*H and I+H <= ``max_fc_features``) and
 T*B <= ``MAX_FC_ROWS``. Layout 1 ([B, T, I] -> [B, T, D, H], states [B, D, H]) is the same layer
 on the storage [T, B, I] -> [T, D, B, H]: the materialisation asks the layout for X stored that way
@@ -42,6 +43,9 @@ class RecurrentGroup(Group):
     layout: int = 0
     y_h: str = ""           # the Y_h output when read: sliced from Y in the region (materialize)
     y_shape: tuple = ()     # logical shape of Y when the node has no Y output (only Y_h): internal
+    y_c: str = ""           # the LSTM's Y_c output when read: row T of the layer's output
+    y_read: bool = True     # Y itself is read (else only Y_h / Y_c)
+    dims: tuple = ()        # (T, D, B, H)
 
 
 def _const_input(g: GraphIndex, n: onnx.NodeProto, i: int) -> Optional[str]:
@@ -72,15 +76,14 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     """The recurrent group anchored at ``n`` or the reason it stays on the CPU."""
     cell = n.op_type
     gates = CELLS[cell][0]
-    y_c = n.output[2] if len(n.output) > 2 else ""
-    if y_c and (g.consumers.get(y_c) or y_c in g.output_set):
-        return f"{cell} output Y_c is read (the accelerator layer writes the sequence Y, and Y_h from it)"
-    y_h = n.output[1] if len(n.output) > 1 else ""
-    y_h = y_h if y_h and (g.consumers.get(y_h) or y_h in g.output_set) else ""
-    if y_h and g.shape(y_h) is None:
-        return f"tensor '{y_h}' has no static shape"
-    if not n.output[0] and not y_h:
-        return f"{cell} whose outputs Y and Y_h are not read"
+    read = [bool(o) and bool(g.consumers.get(o) or o in g.output_set) for o in list(n.output) + ["", ""]][:3]
+    y_h = n.output[1] if read[1] else ""
+    y_c = n.output[2] if read[2] else ""
+    for t in (y_h, y_c):
+        if t and g.shape(t) is None:
+            return f"tensor '{t}' has no static shape"
+    if not any(read):
+        return f"{cell} whose outputs are not read"
     x, w, r = n.input[0], n.input[1], n.input[2]
     reason = _float_static(g, [x] + [o for o in n.output[:2] if o])
     if reason:
@@ -144,9 +147,14 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
     if cell == "GRU":
         attrs["linear_before_reset"] = int(attr(n, "linear_before_reset", 0))
-    y_shape = () if n.output[0] else ((steps, dirs, batch, hid) if layout == 0 else (batch, steps, dirs, hid))
-    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, n.output[0] or f"{n.name}__Y", attrs, weights,
-                          layout=layout, y_h=y_h, y_shape=y_shape)
+    if y_c:   # the layer writes [T + 1, D, B, H]: row T is the last cell state
+        attrs["cell_state_row"] = 1
+    internal = y_c or not n.output[0]
+    y_shape = () if not internal else ((steps + bool(y_c), dirs, batch, hid) if layout == 0 or y_c
+                                       else (batch, steps, dirs, hid))
+    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, f"{n.name}__Y" if internal else n.output[0],
+                          attrs, weights, layout=layout, y_h=y_h, y_shape=y_shape, y_c=y_c,
+                          y_read=read[0], dims=(steps, dirs, batch, hid))
 
 
 def materialize(m, grp: RecurrentGroup) -> None:
@@ -167,47 +175,74 @@ def materialize(m, grp: RecurrentGroup) -> None:
             ins.append(m.get(t, (1, 0, 2) if grp.layout else None, for_mrvl=True, origin=grp.origin))
         else:
             ins.append(m.init(f"{base}_{key}", grp.weights[key]) if key in grp.weights else "")
-    m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout else None)
-    if grp.y_h:
-        _last_state(m, grp)
+    m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout and not grp.y_c else None)
+    if grp.y_h or grp.y_c:
+        _outputs_from_rows(m, grp)
 
 
-def _last_state(m, grp: RecurrentGroup) -> None:
-    """Y_h [D, B, H] (layout 1: [B, D, H], stored [D, B, H]) from the stored Y [T, D, B, H]: per
-    direction the row of its last timestep (T - 1 forward, 0 reverse), by Slice2D on the view
-    [1, T, D, B*H], then a Concat of the directions and a Reshape (exact: fp16 values move)."""
-    y, _ = m.loc[grp.output]
-    steps, dirs, batch, hid = (m.logical_shape(grp.output)[i] for i in ((0, 1, 2, 3) if not grp.layout
-                                                                       else (1, 2, 0, 3)))
-    base = grp.anchor.name
-    mrvl_node = m.mrvl_name[base]
-    view = [1, steps, dirs, batch * hid]
+class _Rows:
+    """Mrvl nodes that take rows of the layer's output [T (+1), D, B, H] (exact: fp16 values move)."""
 
-    def add(op, ins, shape, attrs, tag):
-        out = m.fresh(f"{grp.y_h}__{tag}")
-        m.add(opset.make_node(op, ins, [out], name=m.fresh(f"{mrvl_node}_{tag}"), origin=grp.origin,
+    def __init__(self, m, grp: RecurrentGroup):
+        self.m, self.grp = m, grp
+        self.node = m.mrvl_name[grp.anchor.name]
+        steps, self.dirs, self.batch, self.hid = grp.dims
+        self.rows = steps + bool(grp.y_c)      # T, or T + 1 with the cell-state row
+        y, _ = m.loc[grp.output]
+        view = [1, self.rows, self.dirs, self.batch * self.hid]
+        self.view = self.add("Reshape", [y], view, {"shape": view}, "rows")
+
+    def add(self, op, ins, shape, attrs, tag):
+        m = self.m
+        out = m.fresh(f"{self.grp.anchor.name}__{tag}")
+        m.add(opset.make_node(op, ins, [out], name=m.fresh(f"{self.node}_{tag}"), origin=self.grp.origin,
                               attrs=attrs, composite=opset.OPS[op].composite), None)
         m.vinfo[out] = shape
         m.mrvl_tensors.add(out)
         return out
 
-    v = add("Reshape", [y], view, {"shape": view}, "view")
-    parts = []
-    for d in range(dirs):
-        t = 0 if (grp.attrs["direction"] == "reverse" or d == 1) else steps - 1
-        row = add("Slice2D", [v], [1, 1, dirs, batch * hid], {"axis": 1, "start": t, "end": t + 1}, f"step{d}")
+    def take(self, start: int, end: int, tag: str) -> str:
+        return self.add("Slice2D", [self.view], [1, end - start, self.dirs, self.batch * self.hid],
+                        {"axis": 1, "start": start, "end": end}, tag)
+
+    def write(self, src: str, t: str, stored_shape, perm) -> None:
+        """``t`` (an output of the ONNX node) as the Reshape of ``src`` to ``stored_shape``."""
+        m = self.m
+        back = m.define(t, perm, mrvl=True)
+        m.mrvl_producer[back] = self.node
+        m.add(opset.make_node("Reshape", [src], [back], name=m.fresh(f"{self.node}_{t}"), origin=self.grp.origin,
+                              attrs={"shape": list(stored_shape)}, composite="mrvl.reshape"), perm)
+        if t in m.g.output_set and back != t:
+            m.get(t, None, for_mrvl=True, origin=self.grp.origin)
+
+
+def _outputs_from_rows(m, grp: RecurrentGroup) -> None:
+    """Y (when the layer also wrote the cell-state row), Y_h (per direction the row of its last
+    timestep: T - 1 forward, 0 reverse) and Y_c (row T) from the layer's output, by Slice2D on the
+    view [1, T (+1), D, B*H], a Concat of the directions and a Reshape; layout 1 stores Y as
+    [T, D, B, H] and Y_h / Y_c as [D, B, H] (logical [B, T, D, H] / [B, D, H])."""
+    rows = _Rows(m, grp)
+    dirs, batch, hid = rows.dirs, rows.batch, rows.hid
+    steps = rows.rows - bool(grp.y_c)
+    state_perm = (1, 0, 2) if grp.layout else None
+    node = grp.anchor
+    if grp.y_c and grp.y_read and node.output[0]:
+        rows.write(rows.take(0, steps, "y"), node.output[0], [steps, dirs, batch, hid],
+                   Y_STORED if grp.layout else None)
+    if grp.y_h:
+        parts = []
+        for d in range(dirs):
+            t = 0 if (grp.attrs["direction"] == "reverse" or d == 1) else steps - 1
+            row = rows.take(t, t + 1, f"step{d}")
+            if dirs > 1:
+                row = rows.add("Slice2D", [row], [1, 1, 1, batch * hid], {"axis": 2, "start": d, "end": d + 1},
+                               f"dir{d}")
+            parts.append(row)
         if dirs > 1:
-            row = add("Slice2D", [row], [1, 1, 1, batch * hid], {"axis": 2, "start": d, "end": d + 1}, f"dir{d}")
-        parts.append(row)
-    if dirs > 1:
-        parts = [add("Concat", parts, [1, 1, dirs, batch * hid], {"axis": 2, "num_inputs": dirs}, "dirs")]
-    perm = (1, 0, 2) if grp.layout else None
-    back = m.define(grp.y_h, perm, mrvl=True)
-    m.mrvl_producer[back] = mrvl_node
-    m.add(opset.make_node("Reshape", parts, [back], name=m.fresh(f"{mrvl_node}_y_h"), origin=grp.origin,
-                          attrs={"shape": [dirs, batch, hid]}, composite="mrvl.reshape"), perm)
-    if grp.y_h in m.g.output_set and back != grp.y_h:
-        m.get(grp.y_h, None, for_mrvl=True, origin=grp.origin)
+            parts = [rows.add("Concat", parts, [1, 1, dirs, batch * hid], {"axis": 2, "num_inputs": dirs}, "dirs")]
+        rows.write(parts[0], grp.y_h, [dirs, batch, hid], state_perm)
+    if grp.y_c:
+        rows.write(rows.take(steps, steps + 1, "cell"), grp.y_c, [dirs, batch, hid], state_perm)
 
 
 PATTERN_ANCHORS = tuple(CELLS)

@@ -34,7 +34,8 @@ class Recurrent:
 
     def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, *, bias=None,
                  initial_h=None, initial_c=None, direction: str = "forward",
-                 activations: Sequence[Callable] = (), clip: float = 0.0, linear_before_reset: int = 0):
+                 activations: Sequence[Callable] = (), clip: float = 0.0, linear_before_reset: int = 0,
+                 cell_state_row: int = 0):
         if cell not in GATES:
             raise ValueError(f"unknown cell {cell!r} (LSTM, GRU or RNN)")
         dirs = 2 if direction == "bidirectional" else 1
@@ -68,6 +69,9 @@ class Recurrent:
         self.h0, self.c0 = initial_h, initial_c
         self.acts = [list(activations[d * N_ACTS[cell]:(d + 1) * N_ACTS[cell]]) for d in range(dirs)]
         self.clip = float(clip or 0.0)
+        self.c_row = bool(cell_state_row)
+        if self.c_row and cell != "LSTM":
+            raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
 
     def _state(self, init, d: int, batch: int) -> np.ndarray:
         if init is None:
@@ -89,7 +93,7 @@ class Recurrent:
         h0 = self.h0 if initial_h is None else initial_h
         c0 = self.c0 if initial_c is None else initial_c
         steps, batch = x.shape[0], x.shape[1]
-        y = np.empty((steps, self.dirs, batch, self.hid), F32)
+        y = np.empty((steps + self.c_row, self.dirs, batch, self.hid), F32)   # row T: the last c (Y_c)
         ok = True
         flat = np.ascontiguousarray(x, dtype=F32).reshape(steps * batch, self.feat)
         for d in range(self.dirs):
@@ -103,6 +107,8 @@ class Recurrent:
                 h, c, fin = step(d, xw[t], h, c)
                 ok = ok and fin
                 y[t, d] = h
+            if self.c_row:
+                y[steps, d] = c
         return y, ok
 
     def _lstm(self, d, xw, h, c):
@@ -171,7 +177,8 @@ def build(spec, n_inputs: int):
                           initial_c=spec.weight("initial_c"),
                           direction=str(spec.param("direction", "forward")), activations=acts,
                           clip=float(spec.param("clip", 0.0)),
-                          linear_before_reset=int(spec.param("linear_before_reset", 0)))
+                          linear_before_reset=int(spec.param("linear_before_reset", 0)),
+                          cell_state_row=int(spec.param("cell_state_row", 0)))
     except (ValueError, IndexError, TypeError) as exc:
         raise spec.error(str(exc)) from None
     if int(spec.param("hidden_size", layer.hid)) != layer.hid:
