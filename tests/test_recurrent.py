@@ -192,8 +192,8 @@ def test_perf_model_counts_recurrent_macs_and_serial_steps():
 def test_unrolled_lstm_one_region(batch_first, tmp_path):
     """An LSTM unrolled per timestep (Gemm/MatMul + Add + Split/Slice + Sigmoid/Tanh + Mul, stacked
     by Unsqueeze + Concat) after a conv backbone: a fused sequence of FC layers in one region with
-    the convs (before: 11 regions for 10 steps, the gate Split/Slice of every step and the
-    time-major stack on the CPU)."""
+    the convs (before: 12 / 11 regions for 10 steps, the gate Split/Slice of every step, x[t] and
+    the time-major stack on the CPU)."""
     steps = 10
     model = rm.crnn_unrolled(batch_first=batch_first, steps=steps)
     result, rel = _check(model, tmp_path)
@@ -310,3 +310,13 @@ def test_gather_reasons():
     assert "one constant index" in reason(False, [0, 2])
     assert "not constant" in reason(False, None)
     assert "Gather of a constant" in reason(True, 1)
+
+
+def test_keras_lstm_via_tf2onnx_one_region(tmp_path):
+    """Keras Conv1D -> LSTM -> Dense as tf2onnx writes it (NWC transposes, zero initial states
+    built from Shape/Gather/Concat/Expand, Squeeze of the direction axis): legalize folds the
+    states, one region, nothing on the CPU."""
+    result, rel = _check(rm.keras_lstm_tf2onnx(), tmp_path)
+    assert len(result.subgraphs) == 1
+    assert "LSTM" in _region_ops(result)[0]
+    assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]

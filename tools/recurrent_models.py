@@ -312,3 +312,43 @@ def streaming_cell(cell: str = "GRU", seed: int = 0, steps: int = 8, batch: int 
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
     m.ir_version = 8
     return onnx.shape_inference.infer_shapes(m)
+
+
+def keras_lstm_tf2onnx(seed: int = 0, steps: int = 20) -> onnx.ModelProto:
+    """A Keras Conv1D -> LSTM(return_sequences=True) -> Dense model as tf2onnx writes it (batch 1):
+    NWC input, Conv as Transpose + Conv + Transpose, Transpose to time-major, the zero initial
+    states built from the batch dimension (Shape -> Gather -> Concat -> Expand), LSTM, Squeeze of
+    the direction axis, Transpose back to batch-major, MatMul + Add."""
+    rng = np.random.default_rng(seed)
+    inits: dict = {}
+    feat, hid = 16, 20
+    inits["conv.w"] = (rng.standard_normal((feat, 8, 3)) / np.sqrt(24)).astype(np.float32)
+    inits["conv.b"] = (rng.standard_normal(feat) * 0.05).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["x_ncw"], name="conv1d/Conv1D__5", perm=[0, 2, 1]),
+             helper.make_node("Conv", ["x_ncw", "conv.w", "conv.b"], ["c"], name="conv1d/Conv1D",
+                              kernel_shape=[3], pads=[1, 1]),
+             helper.make_node("Relu", ["c"], ["c_relu"], name="conv1d/Relu"),
+             helper.make_node("Transpose", ["c_relu"], ["c_nwc"], name="conv1d/Conv1D__9", perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["c_nwc"], ["seq"], name="lstm/transpose", perm=[1, 0, 2]),
+             helper.make_node("Shape", ["c_nwc"], ["shp"], name="lstm/Shape"),
+             helper.make_node("Gather", ["shp", "zero_i"], ["bdim"], name="lstm/strided_slice", axis=0),
+             helper.make_node("Concat", ["one_i", "bdim", "hid_i"], ["st_shape"], name="lstm/zeros/packed", axis=0),
+             helper.make_node("Expand", ["zero_f", "st_shape"], ["h0"], name="lstm/zeros")]
+    inits["zero_i"] = np.array([0], np.int64)
+    inits["one_i"] = np.array([1], np.int64)
+    inits["hid_i"] = np.array([hid], np.int64)
+    inits["zero_f"] = np.array(0.0, np.float32)
+    s = 1.0 / np.sqrt(hid)
+    inits["lstm.W"] = rng.uniform(-s, s, (1, 4 * hid, feat)).astype(np.float32)
+    inits["lstm.R"] = rng.uniform(-s, s, (1, 4 * hid, hid)).astype(np.float32)
+    inits["lstm.B"] = np.concatenate([rng.uniform(-s, s, (1, 4 * hid)), np.zeros((1, 4 * hid))], 1).astype(np.float32)
+    inits["sq.axes"] = np.array([1], np.int64)
+    inits["dense.w"] = (rng.standard_normal((hid, 6)) / np.sqrt(hid)).astype(np.float32)
+    inits["dense.b"] = (rng.standard_normal(6) * 0.05).astype(np.float32)
+    nodes += [helper.make_node("LSTM", ["seq", "lstm.W", "lstm.R", "lstm.B", "", "h0", "h0"], ["y_tdbh"],
+                               name="lstm/lstm", hidden_size=hid, direction="forward"),
+              helper.make_node("Squeeze", ["y_tdbh", "sq.axes"], ["y_tbh"], name="lstm/Squeeze"),
+              helper.make_node("Transpose", ["y_tbh"], ["y_bth"], name="lstm/transpose_1", perm=[1, 0, 2]),
+              helper.make_node("MatMul", ["y_bth", "dense.w"], ["d"], name="dense/Tensordot"),
+              helper.make_node("Add", ["d", "dense.b"], ["y"], name="dense/BiasAdd")]
+    return _model(nodes, inits, [1, steps, 8], ["y"], opset=13)
