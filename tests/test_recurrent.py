@@ -320,3 +320,12 @@ def test_keras_lstm_via_tf2onnx_one_region(tmp_path):
     assert len(result.subgraphs) == 1
     assert "LSTM" in _region_ops(result)[0]
     assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]
+
+
+def test_unrolled_gru_one_region(tmp_path):
+    """A traced GRUCell loop: ``1 - z`` (Sub of a constant) becomes Mul by -1 + Add in legalize,
+    the stack into the model output a first-axis concat: one region, nothing on the CPU (before:
+    11 regions and 51 CPU nodes)."""
+    result, rel = _check(rm.unrolled_gru(), tmp_path)
+    assert len(result.subgraphs) == 1
+    assert not [n.op_type for n in result.model.graph.node if n.domain != "mrvl"]

@@ -352,3 +352,40 @@ def keras_lstm_tf2onnx(seed: int = 0, steps: int = 20) -> onnx.ModelProto:
               helper.make_node("MatMul", ["y_bth", "dense.w"], ["d"], name="dense/Tensordot"),
               helper.make_node("Add", ["d", "dense.b"], ["y"], name="dense/BiasAdd")]
     return _model(nodes, inits, [1, steps, 8], ["y"], opset=13)
+
+
+def unrolled_gru(seed: int = 0, steps: int = 6, batch: int = 1, feat: int = 12, hid: int = 16) -> onnx.ModelProto:
+    """A GRU unrolled like a traced PyTorch ``GRUCell`` loop: Relu -> per step x[t] (Gather),
+    Gemm(x_t) and Gemm(h) chunked in 3 (Split axis 1), r/z Sigmoid, n = tanh(i_n + r * h_n),
+    h = (1 - z) * n + z * h (``1 - z`` is a Sub of a constant), stacked (Unsqueeze + Concat axis 0)
+    into the model output."""
+    rng = np.random.default_rng(seed)
+    s = 1.0 / np.sqrt(hid)
+    inits = {"w": rng.uniform(-s, s, (3 * hid, feat)).astype(np.float32),
+             "r": rng.uniform(-s, s, (3 * hid, hid)).astype(np.float32),
+             "bw": rng.uniform(-s, s, 3 * hid).astype(np.float32), "br": rng.uniform(-s, s, 3 * hid).astype(np.float32),
+             "one": np.array(1.0, np.float32), "h0": np.zeros((batch, hid), np.float32),
+             "ax0": np.array([0], np.int64)}
+    nodes = [helper.make_node("Relu", ["x"], ["xr"], name="relu")]
+
+    def node(op, ins, out, **kw):
+        outs = [out] if isinstance(out, str) else list(out)
+        nodes.append(helper.make_node(op, ins, outs, name=outs[0], **kw))
+        return out
+
+    h, stacked = "h0", []
+    for t in range(steps):
+        inits[f"t{t}"] = np.array(t, np.int64)
+        xt = node("Gather", ["xr", f"t{t}"], f"x{t}", axis=0)
+        ir, iz, in_ = node("Split", [node("Gemm", [xt, "w", "bw"], f"gi{t}", transB=1)],
+                           [f"ir{t}", f"iz{t}", f"in{t}"], axis=1)
+        hr, hz, hn = node("Split", [node("Gemm", [h, "r", "br"], f"gh{t}", transB=1)],
+                          [f"hr{t}", f"hz{t}", f"hn{t}"], axis=1)
+        r = node("Sigmoid", [node("Add", [ir, hr], f"ra{t}")], f"r{t}")
+        z = node("Sigmoid", [node("Add", [iz, hz], f"za{t}")], f"z{t}")
+        n = node("Tanh", [node("Add", [in_, node("Mul", [r, hn], f"rh{t}")], f"na{t}")], f"n{t}")
+        h = node("Add", [node("Mul", [node("Sub", ["one", z], f"omz{t}"), n], f"a{t}"),
+                         node("Mul", [z, h], f"b{t}")], f"h{t + 1}")
+        stacked.append(node("Unsqueeze", [h, "ax0"], f"hu{t}"))
+    node("Concat", stacked, "y", axis=0)
+    return _model(nodes, inits, [steps, batch, feat], ["y"], opset=13)

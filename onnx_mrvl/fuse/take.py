@@ -18,7 +18,7 @@ constant integer index (a scalar or one element) in range. Split / Slice: what s
 take, on a 2-D / 3-D tensor that is no model input and feeds no model output directly (a slice alone
 at the graph boundary is no accelerator work), every parameter constant, one axis sliced, step 1.
 Concat: what patterns.build_concat refuses as a batch-axis concat, on 2-D / 3-D tensors, no
-constant operand, no model output.
+constant operand.
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def build_concat_rows(g: GraphIndex, n: onnx.NodeProto, target: Target):
     out = n.output[0]
     shape = g.shape(out)
     if (shape is None or len(shape) not in RANGE_RANKS or int(attr(n, "axis", 0)) % len(shape) != 0
-            or out in g.output_set or any(g.is_const(t) for t in n.input) or _float_static(g, list(n.input))):
+            or any(g.is_const(t) for t in n.input) or _float_static(g, list(n.input))):
         return first
     return Group("ConcatRows", "mrvl.concat", [n], list(n.input), out, {"axis": 0})
 
