@@ -3,7 +3,8 @@ node, whose reference body is the ONNX op itself (layout 0, output ``Y`` only).
 
 Inputs (weights are initializers, in ONNX's own layout and gate order):
     X [T, B, I], W [D, G*H, I], R [D, G*H, H], B [D, 2*G*H] (optional),
-    initial_h [D, B, H] (optional), initial_c [D, B, H] (LSTM, optional)
+    initial_h [D, B, H] (optional), initial_c [D, B, H] (LSTM, optional), P [D, 3*H] (LSTM peepholes
+    i o f, optional)
 Output: Y [T, D, B, H] (the sequence of hidden states), or with ``cell_state_row`` = 1 (LSTM)
 [T + 1, D, B, H] whose row T is the last cell state ``Y_c``. ``Y_h`` is not written (it is rows of Y).
 G = 4 (LSTM, gates i o f c), 3 (GRU, gates z r h), 1 (RNN).
@@ -32,7 +33,7 @@ CELL_ACTIVATIONS: Dict[str, Tuple[str, Tuple[float, float]]] = {
 }
 USES_ALPHA = {"hardsigmoid", "leakyrelu"}
 USES_BETA = {"hardsigmoid"}
-INPUTS = {"LSTM": ("X", "W", "R", "B", "initial_h", "initial_c"),
+INPUTS = {"LSTM": ("X", "W", "R", "B", "initial_h", "initial_c", "P"),
           "GRU": ("X", "W", "R", "B", "initial_h"),
           "RNN": ("X", "W", "R", "B", "initial_h")}
 ATTRS = ("hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip",

@@ -50,6 +50,8 @@ CASES = {
     "lstm_y_h_y_c": ("LSTM", {"direction": "bidirectional", "initial": True, "outputs": ("y", "y_h", "y_c")}),
     "lstm_reverse_y_c_only": ("LSTM", {"direction": "reverse", "outputs": ("", "", "y_c")}),
     "lstm_layout1_y_c": ("LSTM", {"layout": 1, "batch": 2, "outputs": ("y", "", "y_c")}),
+    "lstm_peepholes": ("LSTM", {"direction": "bidirectional", "initial": True, "peepholes": True,
+                                "outputs": ("y", "y_h", "y_c")}),
 }
 
 

@@ -29,7 +29,8 @@ def recurrent_node(rng, cell: str, name: str, x: str, inits: dict, *, feat: int,
                    direction: str = "forward", layout: int = 0, bias: bool = True, initial: bool = False,
                    seq_lens: Optional[int] = None, activations: Optional[Sequence[str]] = None,
                    alpha: Optional[Sequence[float]] = None, beta: Optional[Sequence[float]] = None,
-                   clip: Optional[float] = None, linear_before_reset: int = 0, outputs=("y",)):
+                   clip: Optional[float] = None, linear_before_reset: int = 0, outputs=("y",),
+                   peepholes: bool = False):
     """One ONNX recurrent node with seeded weights (uniform +-1/sqrt(H), as PyTorch initialises)."""
     dirs = 2 if direction == "bidirectional" else 1
     g = GATES[cell]
@@ -51,6 +52,9 @@ def recurrent_node(rng, cell: str, name: str, x: str, inits: dict, *, feat: int,
         if cell == "LSTM":
             inits[f"{name}.c0"] = state()
             ins.append(f"{name}.c0")
+    if peepholes:   # LSTM P [D, 3H] (i o f)
+        inits[f"{name}.P"] = u(dirs, 3 * hid)
+        ins += [""] * (7 - len(ins)) + [f"{name}.P"]
     while ins[-1] == "":
         ins.pop()
     kw = dict(hidden_size=hid, direction=direction)

@@ -180,7 +180,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
     allowed = {"Conv2D": 3, "FC": 2, "Sum2D": 1, "Mul2D": 1,
-               "Concat": len(node.input) - 1, **{c: 5 for c in recurrent.CELLS}}.get(node.op_type, 0)
+               "Concat": len(node.input) - 1, **{c: len(recurrent.CONST_ROLES) for c in recurrent.CELLS}}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
         raise CompileError(f"{node.op_type} with {n_consts} constant inputs (weights must be the constants, "

@@ -5,7 +5,8 @@ Nodes-JSON attributes (docs/json-format.md): ``hidden_size``, ``direction``, ``a
 ``activation_beta`` (one per activation), ``clip`` (0 = none), ``linear_before_reset`` (GRU);
 constants ``kernel`` (W [D, G*H, I]), ``recurrence`` (R [D, G*H, H]), ``bias`` (B [D, 2*G*H]),
 ``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h);
-``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state.
+``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state; ``peepholes``
+(LSTM P [D, 3*H], gates i o f).
 Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors) -> Y [T, D, B, H].
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from .. import opset_recurrent
 from .json_attrs import decode_const
 
 CELLS = tuple(opset_recurrent.CELLS)
-CONST_ROLES = ("kernel", "recurrence", "bias", "initial_h", "initial_c")   # the node's inputs 1..5
+CONST_ROLES = ("kernel", "recurrence", "bias", "initial_h", "initial_c", "peepholes")   # node inputs 1..6
 # ONNX activation name (lower case) -> the program's (sim/activations.py)
 PROGRAM_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "hardsigmoid": "hard_sigmoid",
                        "leakyrelu": "leaky_relu"}
@@ -108,6 +109,11 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
             a.fail(f"{role} input has shape {shape}, expected {[dirs, batch, hid]}")
     if states:
         params["state_inputs"] = states
+    if a.has("peepholes_const_name"):
+        if cell != "LSTM":
+            a.fail(f"{cell} has no peepholes")
+        weights["peepholes"] = ctx.weight(a, f"{lname}.peepholes", _const(a, ctx, "peepholes", 2), "DG", fp16=False,
+                                          shape=(dirs, 3 * hid))
     for role in ("initial_h", "initial_c"):
         if a.has(f"{role}_const_name"):
             if role in states:

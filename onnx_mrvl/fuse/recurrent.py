@@ -5,8 +5,8 @@
 Rule: the weights W, R (and B when given) are constant float32 initializers; initial_h / initial_c
 are constants (layer weights) or float32 tensors of static shape (data inputs of the layer: a
 streaming model's previous state);
-``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); no
-peepholes, no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
+``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); LSTM
+peepholes P constant; no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_h`` is sliced from ``Y``
 in the region (each direction's last timestep), an LSTM's ``Y_c`` from the row T the layer then
 appends to its output (``cell_state_row``); the per-step GEMM fits an FC
@@ -94,8 +94,6 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     for i, t in enumerate(n.input[1:], 1):
         if t and not g.is_const(t) and i not in (5, 6):   # initial states may be tensors (streaming)
             return f"{names.get(i, 'W' if i == 1 else 'R')} is not a constant initializer"
-    if _const_input(g, n, 7):
-        return "LSTM peephole weights P (the layer has no peepholes)"
     if attr(n, "input_forget", 0):
         return "LSTM input_forget=1 (coupled input and forget gates)"
     layout = int(attr(n, "layout", 0))
@@ -128,11 +126,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     weights = {"W": wv, "R": rv}
     state = (dirs, batch, hid) if layout == 0 else (batch, dirs, hid)   # layout 1: [B, D, H]
     data = [x]
-    for i, key, shape in ((3, "B", (dirs, 2 * gates * hid)), (5, "initial_h", state), (6, "initial_c", state)):
+    for i, key, shape in ((3, "B", (dirs, 2 * gates * hid)), (5, "initial_h", state), (6, "initial_c", state),
+                          (7, "P", (dirs, 3 * hid))):
         t = _const_input(g, n, i)
         if t is None:
             continue
-        if not g.is_const(t):    # a state tensor (a streaming model's previous state): a data input
+        if not g.is_const(t) and key != "P":   # a state tensor (a streaming model's previous state): data
             reason = _float_static(g, [t])
             if reason or tuple(g.shape(t)) != shape:
                 return reason or f"{key} of shape {g.shape(t)} (expected {list(shape)})"
@@ -141,7 +140,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         v = np.asarray(g.const(t), dtype=np.float32)
         if v.shape != shape:
             return f"{key} of shape {list(v.shape)} (expected {list(shape)})"
-        weights[key] = v if key == "B" or layout == 0 else np.ascontiguousarray(v.transpose(1, 0, 2))
+        weights[key] = v if key in ("B", "P") or layout == 0 else np.ascontiguousarray(v.transpose(1, 0, 2))
     clip = float(attr(n, "clip", 0.0) or 0.0)
     attrs = dict(hidden_size=hid, direction=direction, activations=",".join(acts[0]),
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
@@ -167,8 +166,8 @@ def materialize(m, grp: RecurrentGroup) -> None:
     base = grp.anchor.name
     ins: List[str] = [x, m.init(f"{base}_W", grp.weights["W"]), m.init(f"{base}_R", grp.weights["R"])]
     node = grp.anchor
-    for key, i in (("B", 3), ("initial_h", 5), ("initial_c", 6)):
-        if grp.op != "LSTM" and key == "initial_c":
+    for key, i in (("B", 3), ("initial_h", 5), ("initial_c", 6), ("P", 7)):
+        if grp.op != "LSTM" and key in ("initial_c", "P"):
             continue
         t = _const_input(m.g, node, i)
         if t is not None and t in grp.inputs:     # a state tensor, stored [D, B, H]

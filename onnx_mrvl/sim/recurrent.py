@@ -35,7 +35,7 @@ class Recurrent:
     def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, *, bias=None,
                  initial_h=None, initial_c=None, direction: str = "forward",
                  activations: Sequence[Callable] = (), clip: float = 0.0, linear_before_reset: int = 0,
-                 cell_state_row: int = 0):
+                 cell_state_row: int = 0, peepholes=None):
         if cell not in GATES:
             raise ValueError(f"unknown cell {cell!r} (LSTM, GRU or RNN)")
         dirs = 2 if direction == "bidirectional" else 1
@@ -69,6 +69,9 @@ class Recurrent:
         self.h0, self.c0 = initial_h, initial_c
         self.acts = [list(activations[d * N_ACTS[cell]:(d + 1) * N_ACTS[cell]]) for d in range(dirs)]
         self.clip = float(clip or 0.0)
+        self.peep = None if peepholes is None else np.asarray(peepholes, F32).reshape(dirs, 3, hid)   # i o f
+        if self.peep is not None and cell != "LSTM":
+            raise ValueError(f"peepholes on an {cell}")
         self.c_row = bool(cell_state_row)
         if self.c_row and cell != "LSTM":
             raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
@@ -115,11 +118,18 @@ class Recurrent:
         H = self.hid
         g = xw + h @ self.rt[d]
         f_, g_, h_ = self.acts[d]
+        if self.peep is not None:   # the vector unit adds P * c (fp32): c_{t-1} for i and f, c_t for o
+            pi, po, pf = self.peep[d]
+            g[:, :H] += pi * c
+            g[:, 2 * H:3 * H] += pf * c
         i = self._act(f_, g[:, :H].copy())
-        o = self._act(f_, g[:, H:2 * H].copy())
         f = self._act(f_, g[:, 2 * H:3 * H].copy())
         cc = self._act(g_, g[:, 3 * H:].copy())
         c, ok_c = _round(f * c + i * cc)
+        go = g[:, H:2 * H].copy()
+        if self.peep is not None:
+            go += po * c
+        o = self._act(f_, go)
         h, ok_h = _round(o * self._act(h_, c.copy()))
         return h, c, ok_c and ok_h
 
@@ -178,7 +188,8 @@ def build(spec, n_inputs: int):
                           direction=str(spec.param("direction", "forward")), activations=acts,
                           clip=float(spec.param("clip", 0.0)),
                           linear_before_reset=int(spec.param("linear_before_reset", 0)),
-                          cell_state_row=int(spec.param("cell_state_row", 0)))
+                          cell_state_row=int(spec.param("cell_state_row", 0)),
+                          peepholes=spec.weight("peepholes"))
     except (ValueError, IndexError, TypeError) as exc:
         raise spec.error(str(exc)) from None
     if int(spec.param("hidden_size", layer.hid)) != layer.hid:
