@@ -97,7 +97,7 @@ def build_range(g: GraphIndex, n: onnx.NodeProto, target: Target):
             ax %= rank
             dim = shape[ax]
             st, en = (min(max(v + dim if v < 0 else v, 0), dim) for v in (st, en))
-            if (st, en) != (0, dim):
+            if (st, en, step) != (0, dim, 1):
                 cut.append((ax, st, en, step))
         if len(cut) != 1 or cut[0][3] != 1 or cut[0][2] <= cut[0][1]:
             return first
