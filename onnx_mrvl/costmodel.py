@@ -18,7 +18,8 @@ from typing import Dict, List, Mapping, Optional
 from .target import VECTOR_LOWERINGS, ArchProfile
 
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
-              "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile")
+              "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile",
+              "recurrent_step_cycles")
 
 
 @dataclass
@@ -148,13 +149,37 @@ def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_byt
     return total
 
 
-def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping) -> Dict[str, int]:
-    """One layer's cycles: compute (MAC array + vector unit), memory (DRAM), and
-    max(compute, memory) + the fixed per-layer overhead. ``arch``: ``arch_params`` keys. The one
-    formula of the project: the simulator's report and split's ``partition="cost"`` estimate use it."""
+RECURRENT_LAYERS = ("LSTM", "GRU", "RNN")
+DEFAULT_STEP_CYCLES = ArchProfile.recurrent_step_cycles   # assumption (target.py)
+
+
+def recurrent_compute_cycles(macs: int, steps: int, peak: float, step_cycles: int) -> int:
+    """Cycles of a recurrent layer's compute: timesteps run one after the other (h_t needs
+    h_{t-1}); per timestep the MAC array does that step's gate GEMMs of every direction (the
+    directions of a bidirectional layer run side by side on different tiles: assumption) at peak
+    throughput, then ``step_cycles`` (assumption: MAC pipeline drain, the vector unit's
+    activations and cell update, the state write) pass before the next step's GEMM can start."""
+    steps = max(int(steps), 1)
+    return steps * (math.ceil(int(macs) / steps / float(peak)) + int(step_cycles))
+
+
+def streamed_weight_bytes(steps: int, weight_bytes: int, capacity: int) -> int:
+    """Extra DRAM bytes of a recurrent layer whose W and R do not fit the on-chip memory
+    (``capacity``): they are read again at every timestep after the first (assumption: no
+    reuse across timesteps without residency)."""
+    return (max(int(steps), 1) - 1) * int(weight_bytes) if weight_bytes > capacity else 0
+
+
+def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping, steps: int = 0) -> Dict[str, int]:
+    """One layer's cycles: compute (MAC array + vector unit; ``steps`` > 0: a recurrent layer's
+    serial timesteps), memory (DRAM), and max(compute, memory) + the fixed per-layer overhead.
+    ``arch``: ``arch_params`` keys. The one formula of the project: the simulator's report and
+    split's ``partition="cost"`` estimate use it."""
     tiles = int(arch["num_tiles"])
-    compute = math.ceil(macs / (float(arch["macs_per_cycle_per_tile"]) * tiles)) + \
-        math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
+    peak = float(arch["macs_per_cycle_per_tile"]) * tiles
+    compute = recurrent_compute_cycles(macs, steps, peak, int(arch.get("recurrent_step_cycles", DEFAULT_STEP_CYCLES))) \
+        if steps else math.ceil(macs / peak)
+    compute += math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
     memory = math.ceil(dram_bytes / float(arch["dram_bytes_per_cycle"]))
     return {"compute": compute, "memory": memory, "cycles": max(compute, memory) + int(arch["layer_overhead_cycles"])}
 
@@ -184,7 +209,13 @@ def perf_report(meta: Mapping) -> PerfReport:
         if dram is None:
             dram = derive_dram_bytes(layer, tensors, wbytes)
         macs, dram = int(macs), int(dram)
-        c = roofline(macs, vector_ops(layer, shapes), dram, arch)
+        steps = 0
+        if str(layer.get("layer_name", "")) in RECURRENT_LAYERS:   # serial timesteps, W and R re-read
+            steps = int((layer.get("params") or {}).get("steps", 1))
+            names = layer.get("weights") or {}
+            wb = sum(wbytes.get(names.get(k), 0) for k in ("kernel", "recurrence"))
+            dram += streamed_weight_bytes(steps, wb, int(arch["num_tiles"]) * int(arch["ocm_size"]))
+        c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps)
         comp, mem = c["compute"], c["memory"]
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,

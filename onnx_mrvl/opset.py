@@ -18,6 +18,7 @@ import onnx
 from onnx import helper
 
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
+from . import opset_recurrent as _recurrent
 from .provenance import set_composite, set_origin
 
 DOMAIN = "mrvl"
@@ -240,6 +241,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis",), softmax_body),
 ]}
+OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 
 

@@ -28,7 +28,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import batch_matmul, fc_rows, rotate, slices, slices_nd, transformer
+from . import batch_matmul, fc_rows, recurrent, rotate, slices, slices_nd, take, transformer
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -124,6 +124,10 @@ class Materializer:
         if shape is None:
             shape = self._shapes[t] = self.g.shape(t)
         return shape
+
+    def known_shape(self, t: str, shape: List[int]) -> None:
+        """Declare the logical shape of a tensor fuse introduces (not in the input graph)."""
+        self._shapes[t] = list(shape)
 
     def available(self, t: str, want: Perm) -> bool:
         """True when ``t`` already exists stored with ``want`` (no conversion needed)."""
@@ -315,7 +319,10 @@ class Materializer:
                    "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
                    "SliceND": lambda grp: slices_nd.materialize(self, grp),
                    "LayerNorm": lambda grp: transformer.materialize(self, grp),
-                   "Softmax": lambda grp: transformer.materialize(self, grp)}[op]
+                   "Softmax": lambda grp: transformer.materialize(self, grp),
+                   "Take": lambda grp: take.materialize(self, grp),
+                   "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
+                   **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
         handler(grp)
 
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,

@@ -205,6 +205,5 @@ def materialize(m, grp: Group) -> None:
             m.get(o, None, for_mrvl=True, origin=grp.origin)
 
 
-# shared with slices_nd.py (N-D slices)
-split_sizes = _split_sizes
+split_sizes = _split_sizes      # read by slices_nd.py and take.py (N-D ranges)
 slice_params = _slice_params

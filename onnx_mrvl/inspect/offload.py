@@ -20,6 +20,7 @@ import onnx
 
 from ..artifact.manifest import check_folder
 from ..cuts import cuts_text, find_cuts
+from .. import opset_recurrent
 from ..errors import ModelError
 from ..stamp import read_provenance
 from .canonical import explicit_origin, is_region_node, load_model
@@ -169,7 +170,8 @@ def _shapes(model: onnx.ModelProto) -> Dict[str, List[int]]:
 
 
 def cpu_macs(model: onnx.ModelProto, nodes: List[onnx.NodeProto]) -> int:
-    """Multiply-accumulates of Conv / ConvTranspose / Gemm / MatMul ``nodes`` from their shapes."""
+    """Multiply-accumulates of Conv / ConvTranspose / Gemm / MatMul / LSTM / GRU / RNN ``nodes``
+    from their shapes."""
     shapes = _shapes(model)
     total = 0
     for n in nodes:
@@ -184,6 +186,9 @@ def cpu_macs(model: onnx.ModelProto, nodes: List[onnx.NodeProto]) -> int:
             if n.op_type == "Gemm" and node_attrs(n).get("transA", 0):
                 k = shapes[n.input[0]][0]
             total += int(np.prod(out)) * int(k)
+        elif n.op_type in opset_recurrent.CELLS and len(n.input) > 1:
+            total += opset_recurrent.node_macs(n.op_type, shapes.get(n.input[0]), shapes.get(n.input[1]),
+                                               int(node_attrs(n).get("layout", 0)))
     return total
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from .._graph import GraphIndex
-from ..costmodel import roofline
+from ..costmodel import RECURRENT_LAYERS, roofline, streamed_weight_bytes
 from ..target import VECTOR_LOWERINGS, Target
 
 
@@ -44,7 +44,12 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     acts_out = [_elems(g, o) * 2 for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch))
+    steps = 0
+    if node.op_type in RECURRENT_LAYERS and g.shape(node.input[0]):   # serial timesteps (costmodel.py)
+        steps = g.shape(node.input[0])[0]
+        kernels = sum(_elems(g, i) for i in node.input[1:3] if i) * 2
+        weights += streamed_weight_bytes(steps, kernels, ocm)
+    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps)
     return {"macs": macs, **c}
 
 
