@@ -172,7 +172,7 @@ def test_cpu_reasons():
 
 def test_perf_model_counts_recurrent_macs_and_serial_steps():
     from onnx_mrvl.artifact import load
-    from onnx_mrvl.sim.perf import perf_report
+    from onnx_mrvl.costmodel import perf_report
 
     model = rm.cell_model("LSTM", direction="bidirectional", steps=10, feat=16, hid=20)
     result = onnx_mrvl.convert(model, strict=True)

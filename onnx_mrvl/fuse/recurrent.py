@@ -29,7 +29,7 @@ from .. import opset
 from .._graph import GraphIndex, attr
 from ..opset_recurrent import CELL_ACTIVATIONS, CELLS, USES_ALPHA, USES_BETA
 from ..target import Target
-from .groups import Group, _float_static
+from .groups import Group, float_static
 from .patterns import MAX_FC_ROWS
 
 TARGET_NAMES = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "hardsigmoid": "hard_sigmoid",
@@ -85,7 +85,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if not any(read):
         return f"{cell} whose outputs are not read"
     x, w, r = n.input[0], n.input[1], n.input[2]
-    reason = _float_static(g, [x] + [o for o in n.output[:2] if o])
+    reason = float_static(g, [x] + [o for o in n.output[:2] if o])
     if reason:
         return reason
     if g.is_const(x):
@@ -132,7 +132,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         if t is None:
             continue
         if not g.is_const(t) and key != "P":   # a state tensor (a streaming model's previous state): data
-            reason = _float_static(g, [t])
+            reason = float_static(g, [t])
             if reason or tuple(g.shape(t)) != shape:
                 return reason or f"{key} of shape {g.shape(t)} (expected {list(shape)})"
             data.append(t)

@@ -2,7 +2,7 @@
 (sequence models: a step ``y[-1]`` / ``y[:, -1]``, the gate chunks of an unrolled LSTM, the stack of
 its per-step outputs), built from Mrvl ``Reshape``, ``Slice2D`` and ``Concat``:
 
-    Gather(x, i, axis) | Split / Slice (one axis, step 1)
+    Gather(x, i, axis)
         -> Reshape [1, A, n, C] -> Slice2D(axis 2, [s, e)) per output -> Reshape [out]
     Concat(x_0, x_1, ..., axis 0)  (2-D / 3-D)
         -> Reshape [1, size_k] each -> Concat(axis 1) -> Reshape [out]
@@ -14,10 +14,8 @@ along the first axis is a concat of the flattened operands (the first axis is ou
 only fp16 values move.
 
 Rules: float32 tensors with static shapes. Gather: data of rank 2-5, a result of rank 2 or more, a
-constant integer index (a scalar or one element) in range. Split / Slice: what slices.py does not
-take, on a 2-D / 3-D tensor that is no model input and feeds no model output directly (a slice alone
-at the graph boundary is no accelerator work), every parameter constant, one axis sliced, step 1.
-Concat: what patterns.build_concat refuses as a batch-axis concat, on 2-D / 3-D tensors, no
+constant integer index (a scalar or one element) in range. (Split / Slice ranges of 2-D / 3-D / 5-D
+tensors are slices_nd.py's.) Concat: what patterns.build_concat refuses as a batch-axis concat, on 2-D / 3-D tensors, no
 constant operand.
 """
 from __future__ import annotations
@@ -28,8 +26,7 @@ import onnx
 from .. import opset
 from .._graph import GraphIndex, attr
 from ..target import Target
-from . import slices
-from .groups import Group, _float_static
+from .groups import Group, float_static
 from .patterns import build_concat
 
 RANKS = (2, 3, 4, 5)
@@ -38,7 +35,7 @@ RANKS = (2, 3, 4, 5)
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     """The group of a constant-index Gather, or the reason it stays on the CPU."""
     x, idx = n.input[0], n.input[1]
-    reason = _float_static(g, [x, n.output[0]])
+    reason = float_static(g, [x, n.output[0]])
     if reason:
         return reason
     if g.is_const(x):
@@ -65,53 +62,6 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
 RANGE_RANKS = (2, 3)
 
 
-def build_range(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    """Split / Slice: slices.py's group, else a range of one axis of a 2-D / 3-D tensor, else
-    slices.py's reason."""
-    first = slices.build(g, n, target)
-    if not isinstance(first, str):
-        return first
-    x = n.input[0]
-    shape = g.shape(x)
-    outs = [o for o in n.output if o]
-    if (shape is None or len(shape) not in RANGE_RANKS or x in g.inputs or g.is_const(x)
-            or any(o in g.output_set for o in outs) or _float_static(g, [x] + outs)):
-        return first
-    rank = len(shape)
-    if n.op_type == "Split":
-        axis = int(attr(n, "axis", 0)) % rank
-        sizes = slices.split_sizes(g, n, shape[axis])
-        if isinstance(sizes, str) or len(sizes) != len(n.output) or sum(sizes) != shape[axis]:
-            return first
-        ranges, start = [], 0
-        for o, size in zip(n.output, sizes):
-            if o:
-                ranges.append((o, start, start + size))
-            start += size
-    else:
-        params = slices.slice_params(g, n)
-        if isinstance(params, str) or params[0] is None or params[1] is None:
-            return first
-        cut = []
-        for st, en, ax, step in zip(*params):
-            ax %= rank
-            dim = shape[ax]
-            st, en = (min(max(v + dim if v < 0 else v, 0), dim) for v in (st, en))
-            if (st, en, step) != (0, dim, 1):
-                cut.append((ax, st, en, step))
-        if len(cut) != 1 or cut[0][3] != 1 or cut[0][2] <= cut[0][1]:
-            return first
-        axis, st, en, _ = cut[0]
-        ranges = [(n.output[0], st, en)]
-    for o, st, en in ranges:
-        want = list(shape)
-        want[axis] = en - st
-        if en <= st or g.shape(o) != want:
-            return first
-    used = [r for r in ranges if g.consumers.get(r[0])] or ranges[:1]
-    return Group("Take", "mrvl.slice", [n], [x], used[0][0], {"axis": axis, "slices": used, "keep": True})
-
-
 def build_concat_rows(g: GraphIndex, n: onnx.NodeProto, target: Target):
     """Concat: patterns.build_concat's group, else a concat along the first axis of 2-D / 3-D
     tensors (a time-major stack of per-step outputs), else its reason."""
@@ -121,7 +71,7 @@ def build_concat_rows(g: GraphIndex, n: onnx.NodeProto, target: Target):
     out = n.output[0]
     shape = g.shape(out)
     if (shape is None or len(shape) not in RANGE_RANKS or int(attr(n, "axis", 0)) % len(shape) != 0
-            or any(g.is_const(t) for t in n.input) or _float_static(g, list(n.input))):
+            or any(g.is_const(t) for t in n.input) or float_static(g, list(n.input))):
         return first
     return Group("ConcatRows", "mrvl.concat", [n], list(n.input), out, {"axis": 0})
 

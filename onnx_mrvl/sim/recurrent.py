@@ -11,7 +11,6 @@ timesteps is one GEMM here (the same fp32 sums; no rounding in between).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
