@@ -29,6 +29,7 @@ from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
 from . import batch_matmul, fc_rows, rotate, slices, slices_nd, transformer
+from .images import non_image_tensors
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -81,8 +82,9 @@ SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool
 
 
 class Materializer:
-    def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set):
+    def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set, non_image: Optional[set] = None):
         self.g = g
+        self.non_image = non_image or set()             # tensors no spatial op wants NHWC (images.py)
         self.group_of = group_of
         self.aliases = aliases
         self.loc: Dict[str, Tuple[str, Perm]] = {}
@@ -134,13 +136,18 @@ class Materializer:
         YOLOv5's Focus) the op runs on the NCHW data and one LayoutTransform follows it (the emitted
         layer's out_layout tells the compile step which storage it wrote)."""
         rank = len(self.logical_shape(tensors[0]))
-        candidates = [NHWC] if rank == 4 else []
+        image = rank == 4 and not all(t in self.non_image for t in list(tensors) + [out] if t)
+        candidates = [NHWC] if image else []
         for t in tensors:
             p = self.loc[t][1]
             if p not in candidates and t not in self.flat:
                 candidates.append(p)
         if not candidates:
             return None
+        if not image:   # ND data (attention scores, masks): the storage that moves the fewest elements
+            return min(candidates, key=lambda p: (sum(not self.available(t, p) for t in tensors),
+                                                  sum(int(np.prod(self.logical_shape(t))) for t in tensors
+                                                      if not self.available(t, p))))
         extra = rank == 4 and out is not None and self._feeds_mrvl(out, skip=ANY_ORDER_READERS)
         return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors)
                    + (extra and p != NHWC))
@@ -469,7 +476,8 @@ class Materializer:
 def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], order: List[onnx.NodeProto],
                 aliases: set) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str]]:
     group_of = {n.name: grp for grp in groups for n in grp.nodes}
-    m = Materializer(g, group_of, aliases)
+    m = Materializer(g, group_of, aliases,
+                     non_image_tensors(g, groups, aliases, order, LAYOUT_FREE_CPU_OPS, SPATIAL))
     for t in list(g.inputs) + list(g.initializers):
         m.loc[t] = (t, None)
     for n in order:
