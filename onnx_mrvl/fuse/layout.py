@@ -2,7 +2,9 @@
 
 Every tensor is tracked as (current name, stored permutation of its logical axes). Spatial Mrvl ops
 want NHWC storage of a logical NCHW tensor; elementwise ops, concat and channel slices (slices.py)
-take the storage that needs the fewest conversions of their inputs (NHWC on a tie); a Transpose is a
+take the storage that needs the fewest conversions of their inputs (NHWC on a tie for images; 4-D
+data no spatial op touches, e.g. attention scores, is ND (``images.py``): the fewest converted
+elements on a tie, no NHWC preference, so it stays in the order it was written); a Transpose is a
 relabelling of the stored data and costs nothing; reshapes run on the stored data when they only
 split/merge runs of axes that are in order in storage (``perms.py``), or feed an FC whose weights get
 permuted; CPU ops that compute the same on permuted data (unary elementwise, Split/Slice off the
@@ -134,7 +136,9 @@ class Materializer:
         ``out`` read by accelerator ops counts as one more conversion unless NHWC: the conversion
         then happens before the op on a tie; with more inputs to convert (a Concat of CPU slices,
         YOLOv5's Focus) the op runs on the NCHW data and one LayoutTransform follows it (the emitted
-        layer's out_layout tells the compile step which storage it wrote)."""
+        layer's out_layout tells the compile step which storage it wrote). For ND tensors (``images.py``:
+        no spatial op in their storage component) neither NHWC nor the extra count: the fewest
+        conversions, then the fewest converted elements, then the first operand's storage."""
         rank = len(self.logical_shape(tensors[0]))
         image = rank == 4 and not all(t in self.non_image for t in list(tensors) + [out] if t)
         candidates = [NHWC] if image else []
