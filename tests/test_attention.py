@@ -338,35 +338,3 @@ def test_nd_split_on_permuted_storage(tmp_path):
     assert [n.op_type for n in r.model.graph.node].count("Slice2D") == 2
     _deployed(m, tmp_path, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
 
-
-def test_scores_keep_their_storage_the_mask_is_converted(tmp_path):
-    """The attention core is layout-free: a mask stored in another order than the scores (here an
-    input [1,T,T,1] relabelled to [1,1,T,T] by a Transpose, listed first in the Add) is what gets
-    converted, the smaller tensor, never the scores [1,H,T,T] the BatchMatMul wrote; the Sum2D and
-    the Softmax run on the scores' storage and P*V reads the probabilities as they are."""
-    H, T, d = 4, 16, 8
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
-             helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
-             helper.make_node("Transpose", ["mask"], ["mt"], perm=[0, 3, 1, 2], name="mt"),
-             helper.make_node("Add", ["mt", "s"], ["a"], name="add_mask"),
-             helper.make_node("Softmax", ["a"], ["p"], axis=-1, name="softmax"),
-             helper.make_node("MatMul", ["p", "v"], ["y"], name="av")]
-    ins = [helper.make_tensor_value_info(n, F, [1, H, T, d]) for n in "qkv"]
-    ins.append(helper.make_tensor_value_info("mask", F, [1, T, T, 1]))
-    g = helper.make_graph(nodes, "core", ins, [helper.make_tensor_value_info("y", F, [1, H, T, d])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    rng = np.random.default_rng(0)
-    f = {n: rng.standard_normal((1, H, T, d)).astype(np.float32) for n in "qkv"}
-    f["mask"] = np.where(np.tril(np.ones((T, T), bool)), 0.0, -1e4).astype(np.float32).reshape(1, T, T, 1)
-    r = fuse(legalize(m))
-    ops = [n.op_type for n in r.model.graph.node]
-    assert ops == ["BatchMatMul", "LayoutTransform", "Sum2D", "Softmax", "BatchMatMul"], ops
-    qk, layout, add, softmax, av = r.model.graph.node
-    assert list(layout.input) == ["mask"]                               # the [1,T,T,1] mask moves
-    assert qk.output[0] in add.input and layout.output[0] in add.input  # the scores, as written
-    assert opset.node_attrs(softmax)["axis"] == -1 and av.input[0] == softmax.output[0]
-    assert "a_perm" not in opset.node_attrs(av)
-    res, _ = _deployed(m, tmp_path, f)
-    assert _regions(res) == 1 and _cpu_ops(res) == [] and len(_layout_changes(res)) == 1
