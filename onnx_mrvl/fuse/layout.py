@@ -439,7 +439,7 @@ class Materializer:
             self.flat[out] = flat
 
     def _wanted_storage(self, t: str) -> List[int]:
-        """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D tensor, logical
+        """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D image, logical
         otherwise; but when every reader is the same relabelling Transpose to a 4-D tensor, the order
         that makes that tensor NHWC (``Transpose(0,2,3,1) -> Reshape -> Transpose(0,3,1,2) -> Conv``:
         one conversion before the reshape instead of one before and one after)."""
@@ -450,7 +450,7 @@ class Materializer:
                 and t not in self.g.output_set):
             perm = perms.pop()
             return [perm[a] for a in NHWC]
-        return list(NHWC) if rank == 4 else list(range(rank))
+        return list(NHWC) if rank == 4 and t not in self.non_image else list(range(rank))
 
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
