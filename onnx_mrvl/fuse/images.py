@@ -56,5 +56,5 @@ def non_image_tensors(g: GraphIndex, groups: List[Group], aliases: Set[str], ord
         if n.name in aliases or (n.op_type in free and n.input and n.input[0]):
             comp.join([n.input[0]] + [o for o in n.output if o])
     image_roots = {comp.find(t) for t in image_seeds if t}
-    return {t for t in list(comp.parent) if comp.find(t) not in image_roots} | (
-        {t for n in order for t in list(n.input) + list(n.output) if t and t not in comp.parent})
+    tensors = {t for n in order for t in list(n.input) + list(n.output) if t} | set(comp.parent)
+    return {t for t in tensors if comp.find(t) not in image_roots}
