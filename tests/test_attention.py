@@ -42,18 +42,30 @@ def _regions(res):
     return sum(n.op_type.startswith("Subgraph") for n in res.model.graph.node)
 
 
+def _mask_cpu_ops(mask):
+    """hf: the int64 attention_mask becomes the float mask on the CPU (Unsqueeze, Cast, Sub, and the
+    Mul by float32's lowest, which fp16 cannot hold); the region adds it (-inf after fp16 rounding)."""
+    return ["Cast", "Mul", "Reshape", "Sub"] if mask == "hf" else []   # Unsqueeze: a Reshape (legalize)
+
+
+def _layout_changes(res):
+    """LayoutTransform layers (NCHW<->NHWC moves and block rotations) in the deployed regions."""
+    return [n for sg in res.subgraphs for n in sg.nodes_json["nodes"] if n.get("op") == "tvm_op"
+            and n["attrs"]["layer_name"][0].startswith("layout_transform")]
+
+
 @pytest.mark.parametrize("style", A.STYLES)
 @pytest.mark.parametrize("mask", A.MASKS)
-def test_attention_block_softmax_only_on_cpu(style, mask, tmp_path):
-    """Every exporter form and mask: only the Softmax stays on the CPU, one region before it and
-    one after (the projections, heads, Q*K^T, scale and mask; P*V, heads back, out_proj, residual)."""
+def test_attention_block_is_one_region(style, mask, tmp_path):
+    """Every exporter form and mask: the whole block (projections, heads, Q*K^T, scale, mask,
+    Softmax, P*V, heads back, out_proj, residual) is one region; only hf's mask preparation stays
+    on the CPU. The scores [B,H,T,T] are read by the mask Sum2D and the Softmax in the order the
+    BatchMatMul wrote them: no LayoutTransform in the region."""
     m = A.mha_block(style, mask)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
-    # hf: the int64 attention_mask becomes the float mask on the CPU (Unsqueeze, Cast, Sub, and the
-    # Mul by float32's lowest, which fp16 cannot hold); the region adds it (-inf after fp16 rounding)
-    mask_ops = ["Cast", "Mul", "Reshape", "Sub"] if mask == "hf" else []   # Unsqueeze: a Reshape (legalize)
-    assert _cpu_ops(res) == sorted(["Softmax"] + mask_ops)
-    assert _regions(res) == 2
+    assert _cpu_ops(res) == sorted(_mask_cpu_ops(mask))
+    assert _regions(res) == 1
+    assert _layout_changes(res) == []
 
 
 @pytest.mark.parametrize("style", A.STYLES)
@@ -88,7 +100,7 @@ def test_batch_of_two(style, tmp_path):
     leading axis of every reshape, the 4-D BatchMatMuls run 2 x H products."""
     m = A.mha_block(style, "input", B=2)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
-    assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
+    assert _cpu_ops(res) == [] and _regions(res) == 1 and _layout_changes(res) == []
 
 
 def test_reshape_targets_from_shape_ops(tmp_path):
@@ -97,7 +109,7 @@ def test_reshape_targets_from_shape_ops(tmp_path):
     m = A.mha_block("legacy", "const", dynamic=True)
     assert any(n.op_type == "Shape" for n in m.graph.node)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
-    assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
+    assert _cpu_ops(res) == [] and _regions(res) == 1 and _layout_changes(res) == []
 
 
 @pytest.mark.parametrize("style", A.STYLES)
@@ -281,7 +293,7 @@ def test_opset_11_exports(style, tmp_path):
     structure and numbers."""
     m = A.mha_block(style, "const", opset=11)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
-    assert _cpu_ops(res) == ["Softmax"] and _regions(res) == 2
+    assert _cpu_ops(res) == [] and _regions(res) == 1 and _layout_changes(res) == []
 
 
 def test_fully_masked_rows_stay_finite(tmp_path):
@@ -325,3 +337,4 @@ def test_nd_split_on_permuted_storage(tmp_path):
     assert r.decisions["split"].placement == "accelerator"
     assert [n.op_type for n in r.model.graph.node].count("Slice2D") == 2
     _deployed(m, tmp_path, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
+
