@@ -43,9 +43,10 @@ def _regions(res):
 
 
 def _mask_cpu_ops(mask):
-    """hf: the int64 attention_mask becomes the float mask on the CPU (Unsqueeze, Cast, Sub, and the
-    Mul by float32's lowest, which fp16 cannot hold); the region adds it (-inf after fp16 rounding)."""
-    return ["Cast", "Mul", "Reshape", "Sub"] if mask == "hf" else []   # Unsqueeze: a Reshape (legalize)
+    """hf: the int64 attention_mask becomes the float mask on the CPU (Unsqueeze, Cast, ``1 - m``, and
+    the Mul by float32's lowest, which fp16 cannot hold); the region adds it (-inf after fp16
+    rounding). Legalize writes Unsqueeze as a Reshape and ``1 - m`` as ``m * -1 + 1`` (sub_div_const)."""
+    return ["Add", "Cast", "Mul", "Mul", "Reshape"] if mask == "hf" else []
 
 
 def _layout_changes(res):
