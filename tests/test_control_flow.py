@@ -39,7 +39,7 @@ def _body_subgraphs(model):
 
 
 def _check(model, tmp_path, runs, regions, **kw):
-    result = onnx_mrvl.convert(model, strict=True, **kw)
+    result = onnx_mrvl.convert(model, **kw)
     path = result.save(str(tmp_path))
     assert len(result.subgraphs) == regions
     for sg in result.subgraphs:
@@ -125,14 +125,14 @@ def test_body_without_static_shapes_stays_on_the_cpu(tmp_path):
 
 def test_excluded_op_type_stays_on_the_cpu_inside_bodies(tmp_path):
     """exclude=["Conv"] reaches the bodies: nothing is offloaded anywhere."""
-    result = onnx_mrvl.convert(cfm.if_convs(), strict=True, exclude=["Conv"])
+    result = onnx_mrvl.convert(cfm.if_convs(), exclude=["Conv"])
     assert not result.subgraphs
     assert "then_branch on the CPU (nothing in it runs on the accelerator)" in result.report.decisions["If_0"].reason
 
 
 def test_body_macs_count_in_the_report():
     """The VAD's convs are all inside its branches: the report counts them (every branch once)."""
-    result = onnx_mrvl.convert(cfm.vad_branches(), strict=True)
+    result = onnx_mrvl.convert(cfm.vad_branches())
     assert result.report.macs_total > 0 and result.report.offload_fraction == 1.0   # conv / fc MACs
 
 

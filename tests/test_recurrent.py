@@ -64,7 +64,7 @@ def _check(model, tmp_path, partition="max", reference=None):
     """convert + InferenceSession against onnxruntime on ``reference`` (default: the model)."""
     feed = random_inputs(model, 0)
     ref = _ref(reference or model, feed)
-    result = onnx_mrvl.convert(model, partition=partition, strict=True)
+    result = onnx_mrvl.convert(model, partition=partition)
     assert not result.report.warnings, result.report.warnings
     got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(
         [o.name for o in model.graph.output], feed)
@@ -175,7 +175,7 @@ def test_perf_model_counts_recurrent_macs_and_serial_steps():
     from onnx_mrvl.costmodel import perf_report
 
     model = rm.cell_model("LSTM", direction="bidirectional", steps=10, feat=16, hid=20)
-    result = onnx_mrvl.convert(model, strict=True)
+    result = onnx_mrvl.convert(model)
     meta = load(result.subgraphs[0].binary).meta
     rep = perf_report(meta)
     row = next(r for r in rep.layers if r.layer_name == "LSTM")
@@ -239,7 +239,7 @@ def test_saved_json_compiles_to_the_saved_binary_and_bad_json_fails(tmp_path):
 
     model = rm.cell_model("GRU", direction="bidirectional", initial=True, linear_before_reset=1,
                           outputs=("y", "y_h"))
-    result = onnx_mrvl.convert(model, strict=True)
+    result = onnx_mrvl.convert(model)
     result.save(str(tmp_path))
     sg = result.subgraphs[0]
     nodes = json.loads((tmp_path / f"{sg.name}-nodes.json").read_text())

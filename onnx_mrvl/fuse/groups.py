@@ -38,8 +38,11 @@ def float_static(g: GraphIndex, names) -> Optional[str]:
     for t in names:
         if not t:
             continue
-        if g.shape(t) is None:
+        shape = g.shape(t)
+        if shape is None:
             return f"tensor '{t}' has no static shape"
+        if any(d == 0 for d in shape):
+            return f"tensor '{t}' is empty (shape {list(shape)}): no accelerator work"
         if not g.is_float(t):
             return f"tensor '{t}' is not float32 (the accelerator takes float32 models)"
     return None

@@ -442,8 +442,9 @@ class Materializer:
             # [N, C] -> [N, C, 1, 1] (a Linear SE scale): the same data is already NHWC
             out_perm = _canonical(list(range(4)), out_shape, nhwc_first=True)
         op = "Reshape"
-        if len(out_shape) == 2 and len(in_shape) > 2:
-            op = "Flatten"
+        if len(out_shape) == 2 and len(in_shape) > 2 and out_shape[0] == in_shape[0] \
+                and _stored_shape(out_shape, out_perm) == list(out_shape):
+            op = "Flatten"   # nn.batch_flatten keeps the first axis; any other 2-D result is a Reshape
         elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
             op = "Squeeze"
         grp.composite = opset.OPS[op].composite
