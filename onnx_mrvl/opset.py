@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
+from .opset_int8 import INT8_ATTRS, int8_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from .provenance import set_composite, set_origin
 
@@ -214,9 +215,10 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
-          ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS, _conv_body, True),
+          ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS,
+          int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
-          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS, _fc_body, True),
+          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS, int8_body(_fc_body), True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS, _pool_body("MaxPool")),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + ("count_include_pad",),
           _pool_body("AveragePool")),

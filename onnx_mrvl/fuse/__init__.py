@@ -18,7 +18,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, slices_nd, smooth_acts
+from . import batch_matmul, masks, qdq, slices_nd, smooth_acts
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -80,14 +80,40 @@ def _control_flow(node: onnx.NodeProto) -> Optional[str]:
             f"bodies ({count} nodes) read stay in the logical layout")
 
 
+def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
+    """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
+    before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
+    found, reasons, claimed = {}, {}, set()
+    for n in order:
+        if n.op_type not in qdq.ANCHORS or _excluded(n, exclude):
+            continue
+        built = qdq.build(g, n, target)
+        if isinstance(built, Group):
+            built = weights_reason(built, target) or built
+        if isinstance(built, Group):
+            if any(x.name in claimed for x in built.nodes):
+                continue
+            found[n.name] = built
+            claimed.update(x.name for x in built.nodes)
+        elif isinstance(built, str):
+            reasons[n.name] = f"int8 (QDQ) layer: {built}"
+    return found, reasons, claimed
+
+
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
+    int8, int8_reasons, int8_claimed = _int8_groups(g, order, target, exclude)
     for n in order:
         decisions.record(n.name, n.op_type)
-        if n.name in claimed:
+        if n.name in int8:
+            groups.append(int8[n.name])
+            claimed.update(x.name for x in int8[n.name].nodes)
+            producer_of[int8[n.name].output] = int8[n.name]
             continue
-        why = _excluded(n, exclude)
+        if n.name in claimed or n.name in int8_claimed:
+            continue
+        why = _excluded(n, exclude) or int8_reasons.get(n.name)
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue

@@ -343,8 +343,10 @@ class Materializer:
         ins, attrs = [x], dict(grp.attrs)
         base = grp.anchor.name
         if grp.op == "Conv2D":
-            ins.append(self.init(f"{base}_kernel_ohwi", grp.weights["W"].transpose(0, 2, 3, 1)))
-            ins.append(self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "")
+            w = grp.weights["W"]   # float32, or int8 (+ int32 bias) for an int8 layer (qdq.py)
+            ins.append(self.init(f"{base}_kernel_ohwi", w.transpose(0, 2, 3, 1), dtype=w.dtype))
+            ins.append(self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype)
+                       if "B" in grp.weights else "")
             if "slope" in grp.weights:
                 ins.append(self.init(f"{base}_slope", grp.weights["slope"]))
         self._emit(grp, grp.op, ins, attrs, NHWC)
@@ -361,8 +363,8 @@ class Materializer:
         else:
             x = self.get(src, None, for_mrvl=True, origin=grp.origin)
         base = grp.anchor.name
-        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"]),
-               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "",
+        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"], dtype=grp.weights["W"].dtype),
+               self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype) if "B" in grp.weights else "",
                self.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
         self._emit(grp, "FC", ins, attrs, None)
 
