@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ArtifactError, CompileError
+from . import int8
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
@@ -79,9 +80,17 @@ def _check_inputs(spec: LayerSpec, n_inputs: int, allowed: Sequence[int]) -> Non
         raise spec.error(f"takes {' or '.join(map(str, allowed))} input(s), the program gives {n_inputs}")
 
 
+def _is_int8(spec: LayerSpec) -> bool:
+    return str(spec.params.get("precision", "fp16")).lower() == "int8"
+
+
 def _conv(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     kernel = spec.weight("kernel", required=True)
+    if _is_int8(spec):
+        if kernel.ndim != 4:
+            raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
+        return int8.build("Conv2D", spec)
     if kernel.ndim != 4:
         raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
     ks = spec.param("kernel_size", length=2)
@@ -107,6 +116,8 @@ def _fc(spec: LayerSpec, n_inputs: int) -> LayerFn:
     kernel = spec.weight("kernel", required=True)
     if kernel.ndim != 2:
         raise spec.error(f"kernel must be [O, K], got shape {list(kernel.shape)}")
+    if _is_int8(spec):
+        return int8.build("FC", spec)
     return FC(kernel, bias=spec.weight("bias"), **spec.activation()).apply
 
 
