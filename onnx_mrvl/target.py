@@ -31,10 +31,11 @@ class ArchProfile:
     call_overhead_s: float = 20e-6      # assumption: fixed cost of one accelerator invocation
     vector_ops_per_cycle_per_tile: int = 64  # assumption: fp32 vector-unit lanes per tile (LayerNorm,
                                              # Softmax, smooth activations: VECTOR_LOWERINGS)
+    int8_macs_factor: float = 2.0       # assumption: int8 MACs per cycle = 2x the fp16 rate (int8 layers)
 
     ASSUMPTIONS = ("macs_per_cycle_per_tile", "clock_hz", "dram_bytes_per_cycle",
                    "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s",
-                   "vector_ops_per_cycle_per_tile")
+                   "vector_ops_per_cycle_per_tile", "int8_macs_factor")
 
 
 @dataclass(frozen=True)

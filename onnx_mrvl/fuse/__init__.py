@@ -87,7 +87,7 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     for n in order:
         if n.op_type not in qdq.ANCHORS or _excluded(n, exclude):
             continue
-        built = qdq.build(g, n, target)
+        built = qdq.build(g, n, target, claimed)
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

@@ -103,8 +103,9 @@ def _bias(g: GraphIndex, t: str, in_scale: float, w_scale: np.ndarray):
     return b.reshape(-1).astype(np.int32), dq
 
 
-def build(g: GraphIndex, n: onnx.NodeProto, target: Target) -> Union[Group, str, None]:
-    """The int8 group anchored at ``n``, the reason it cannot be one, or None (not a QDQ layer)."""
+def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """The int8 group anchored at ``n``, the reason it cannot be one, or None (not a QDQ layer).
+    ``claimed``: node names other groups took (a pair in front that ends the previous int8 layer)."""
     dq_in = g.producer.get(n.input[0])
     if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]) or len(n.input) < 2:
         return None
@@ -164,7 +165,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target) -> Union[Group, str,
     q_in = g.producer.get(dq_in.input[0])
     if q_in is not None and q_in.op_type == "QuantizeLinear" and _only_reader(g, dq_in.input[0], "DequantizeLinear") \
             and _only_reader(g, x, n.op_type) is n and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
-            and q_in.name not in g.excluded and dq_in.name not in g.excluded:
+            and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
         nodes += [q_in, dq_in]   # the pair in front feeds this layer alone: the layer quantizes
         x = q_in.input[0]
     if n.op_type == "Conv":

@@ -17,8 +17,10 @@ from typing import Dict, List, Mapping, Optional
 
 from ..target import VECTOR_LOWERINGS, ArchProfile
 
+_ITEMSIZE = {"float16": 2, "int8": 1, "float32": 4, "int32": 4}
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
-              "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile")
+              "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile",
+              "int8_macs_factor")
 
 
 @dataclass
@@ -81,7 +83,7 @@ def arch_params(meta: Mapping) -> Dict[str, float]:
     out = {k: given.get(k, getattr(base, k)) for k in _ARCH_KEYS}
     for k, v in given.items():
         out.setdefault(k, v)
-    if int(out["num_tiles"]) < 1 or float(out["macs_per_cycle_per_tile"]) <= 0 \
+    if int(out["num_tiles"]) < 1 or float(out["macs_per_cycle_per_tile"]) <= 0 or float(out["int8_macs_factor"]) <= 0 \
             or float(out["dram_bytes_per_cycle"]) <= 0 or float(out["clock_hz"]) <= 0:
         raise ValueError(f"arch parameters must be positive: {out}")
     return out
@@ -160,11 +162,12 @@ def perf_report(meta: Mapping) -> PerfReport:
     for w in meta.get("weights") or []:
         shape = list(w.get("shape") or [])
         wshapes[w.get("name")] = shape
-        wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * (2 if w.get("dtype") == "float16" else 4)))
+        wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * _ITEMSIZE.get(w.get("dtype"), 4)))
     peak = float(arch["macs_per_cycle_per_tile"]) * int(arch["num_tiles"])
     bw = float(arch["dram_bytes_per_cycle"])
     overhead = int(arch["layer_overhead_cycles"])
     vpeak = float(arch["vector_ops_per_cycle_per_tile"]) * int(arch["num_tiles"])
+    int8_rate = float(arch["int8_macs_factor"])   # int8 layers: MACs at this multiple of the fp16 rate
     rows, derived = [], []
     for i, layer in enumerate(meta.get("layers") or []):
         name = str(layer.get("name", f"layer_{i}"))
@@ -176,7 +179,8 @@ def perf_report(meta: Mapping) -> PerfReport:
         if dram is None:
             dram = derive_dram_bytes(layer, tensors, wbytes)
         macs, dram = int(macs), int(dram)
-        comp = math.ceil(macs / peak) + math.ceil(vector_ops(layer, shapes) / vpeak)
+        int8 = str((layer.get("params") or {}).get("precision", "fp16")) == "int8"
+        comp = math.ceil(macs / (peak * int8_rate if int8 else peak)) + math.ceil(vector_ops(layer, shapes) / vpeak)
         mem = math.ceil(dram / bw)
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,

@@ -1,0 +1,201 @@
+"""int8 (QDQ) import: models quantized by onnxruntime's ``quantize_static`` run their quantized
+Conv/Gemm/MatMul as int8 Conv2D/FC layers, compared against onnxruntime's own execution of the
+same QDQ model (docs/simulator.md "int8 layers": at most one output quantization step)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_mrvl
+from onnx_mrvl.artifact import load
+from tools.models import GraphBuilder, tiny_cnn
+
+quantization = pytest.importorskip("onnxruntime.quantization")
+F32 = TensorProto.FLOAT
+
+
+def mobile_block(seed: int = 0) -> onnx.ModelProto:
+    """Conv3x3 -> Clip(0, 6) -> depthwise 3x3 -> Relu -> 1x1 -> GlobalAveragePool -> Flatten -> MatMul + Add."""
+    g = GraphBuilder(seed, 13)
+    x = g.clip6(g.conv("input", 3, 16, 3, "stem", stride=2), "stem_clip")
+    w = g.const("dw.weight", g.he((16, 1, 3, 3), 9))
+    x = g.node("Conv", [x, w, g.const("dw.bias", np.zeros(16, np.float32) + 0.1)], "dw", kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1], group=16)
+    x = g.relu(x, "dw_relu")
+    x = g.conv(x, 16, 24, 1, "pw")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    x = g.node("MatMul", [x, g.const("head.w", g.he((24, 10), 24))], "head")
+    g.node("Add", [x, g.const("head.b", np.linspace(-1, 1, 10).astype(np.float32))], "head_add")
+    g.nodes[-1].output[0] = "output"
+    return g.model("mobile_block", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 10])])
+
+
+class _Reader(quantization.CalibrationDataReader):
+    def __init__(self, name, shape, n=8, seed=0):
+        rng = np.random.default_rng(seed)
+        self.data = iter([{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(n)])
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def quantize(model: onnx.ModelProto, path: str, per_channel: bool, act: str) -> str:
+    src = path + ".float.onnx"
+    onnx.save(model, src)
+    inp = model.graph.input[0]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    quantization.quantize_static(
+        src, path, _Reader(inp.name, shape), quant_format=quantization.QuantFormat.QDQ,
+        per_channel=per_channel, weight_type=quantization.QuantType.QInt8,
+        activation_type=quantization.QuantType.QInt8 if act == "s8" else quantization.QuantType.QUInt8)
+    return path
+
+
+def _output_scale(q: onnx.ModelProto, out: str) -> float:
+    dq = next(n for n in q.graph.node if n.output[0] == out)
+    assert dq.op_type == "DequantizeLinear"
+    init = {t.name: t for t in q.graph.initializer}
+    return float(onnx.numpy_helper.to_array(init[dq.input[1]]))
+
+
+def _agreement(qpath: str, folder: str, n_inputs: int = 4):
+    q = onnx.load(qpath)
+    ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
+    inp = q.graph.input[0]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    out = q.graph.output[0].name
+    step = _output_scale(q, out)
+    rng = np.random.default_rng(123)
+    diffs, differing, total = [], 0, 0
+    for _ in range(n_inputs):
+        x = (rng.standard_normal(shape) * 1.5).astype(np.float32)
+        a = ref.run(None, {inp.name: x})[0]
+        b = sess.run(None, {inp.name: x})[0]
+        assert b.dtype == np.float32 and np.isfinite(b).all()
+        diffs.append(float(np.abs(a - b).max()) / step)
+        differing += int((np.abs(a - b) > 1e-6 * step).sum())
+        total += a.size
+    return max(diffs), differing / total
+
+
+def _int8_layers(folder: str):
+    layers = []
+    for f in sorted(os.listdir(folder)):
+        if f.endswith("-nodes.json"):
+            for node in json.load(open(os.path.join(folder, f)))["nodes"]:
+                if node["op"] == "tvm_op" and node["attrs"].get("precision") == ["int8"]:
+                    layers.append(node)
+    return layers
+
+
+CASES = [(per_channel, act) for per_channel in (True, False) for act in ("s8", "u8")]
+
+
+@pytest.mark.parametrize("per_channel,act", CASES)
+@pytest.mark.parametrize("builder", [tiny_cnn, mobile_block])
+def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, act):
+    qpath = quantize(builder(seed=1), str(tmp_path / "q.onnx"), per_channel, act)
+    q = onnx.load(qpath)
+    layers = [n for n in q.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")]
+    result = onnx_mrvl.convert(qpath)
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    # structure: every quantized layer is an int8 layer; no Q/DQ inside the regions
+    int8 = _int8_layers(folder)
+    assert len(int8) == len(layers)
+    for node in int8:
+        a = node["attrs"]
+        assert a["in_dtype"] == a["out_dtype"] == (["int8"] if act == "s8" else ["uint8"])
+        assert float(a["in_scale"][0]) > 0 and a["kernel_const"]["dtype"] == "int8"
+    deployed = [n.op_type for n in result.model.graph.node]
+    assert not [t for t in deployed if t in ("Conv", "Gemm", "MatMul")]
+    for sg in result.subgraphs:
+        binary = load(sg.binary)
+        kinds = {w.dtype.name for w in binary.weights.values()}
+        if any(lay["params"].get("precision") == "int8" for lay in binary.meta["layers"]):
+            assert "int8" in kinds
+        for lay in binary.meta["layers"]:
+            if lay["params"].get("precision") == "int8":
+                assert binary.weights[lay["weights"]["kernel"]].dtype == np.int8
+                if "bias" in lay["weights"]:
+                    assert binary.weights[lay["weights"]["bias"]].dtype == np.int32
+                out = binary.meta["tensors"][lay["outputs"][0]]
+                assert out["dtype"] == ("int8" if act == "s8" else "uint8")
+                assert out["nbytes"] == int(np.prod(out["shape"]))
+    # numbers: within one output quantization step of onnxruntime's own int8 execution
+    worst, frac = _agreement(qpath, folder)
+    print(f"{builder.__name__} per_channel={per_channel} {act}: max {worst:.3f} steps, {frac:.1%} differ")
+    assert worst <= 1.0 + 1e-3
+    assert frac <= 0.5
+
+
+def test_int8_region_input_is_quantized_by_the_region(tmp_path):
+    """The Q at the model input and the DQ pairs between int8 layers are gone from the deployed
+    model; the region's input tensor is int8 (host quantize), its first layer reads codes."""
+    qpath = quantize(tiny_cnn(seed=2), str(tmp_path / "q.onnx"), True, "s8")
+    result = onnx_mrvl.convert(qpath)
+    ops = [n.op_type for n in result.model.graph.node]
+    first = result.model.graph.node[0]
+    assert first.op_type.startswith("Subgraph") and first.input[0] == "input"
+    assert ops.count("QuantizeLinear") <= 1 and ops.count("DequantizeLinear") <= 1   # the pair after the GAP
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    binary = load(result.subgraphs[0].binary)
+    tin = binary.meta["tensors"][binary.meta["inputs"][0]["tensor"]]
+    assert tin["dtype"] == "int8" and tin["nbytes"] == int(np.prod(tin["shape"]))
+
+
+def test_int8_fused_model_runs_in_plain_onnxruntime(tmp_path):
+    """The reference bodies of the int8 Conv2D/FC (Q -> DQ around the float body) reproduce the
+    QDQ model in plain onnxruntime."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath = quantize(mobile_block(seed=3), str(tmp_path / "q.onnx"), True, "u8")
+    q = onnx.load(qpath)
+    legal = legalize(q)
+    fused = fuse(getattr(legal, "model", legal)).model
+    mrvl = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type in ("Conv2D", "FC")]
+    assert mrvl and all(any(a.name == "precision" and a.s == b"int8" for a in n.attribute) for n in mrvl)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    a = ort.InferenceSession(qpath).run(None, {"input": x})[0]
+    b = ort.InferenceSession(fused.SerializeToString()).run(None, {"input": x})[0]
+    assert np.abs(a - b).max() <= _output_scale(q, "output") * (1 + 1e-3)
+
+
+def test_int8_simulator_matches_qlinearconv_bit_exact():
+    """sim/int8.py against onnxruntime's QLinearConv kernel on random data (per-channel, s8 and u8,
+    relu as a clamp at the zero point): the MLAS requantization, bit for bit."""
+    from onnx_mrvl.sim.int8 import Int8Conv2D
+    rng = np.random.default_rng(7)
+    for xt, zx, zy in ((np.int8, -3, 5), (np.uint8, 128, 120)):
+        x = rng.integers(np.iinfo(xt).min, np.iinfo(xt).max + 1, (1, 8, 9, 9)).astype(xt)
+        w = rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+        b = rng.integers(-2000, 2000, 16).astype(np.int32)
+        sx, sy = np.float32(0.02), np.float32(0.37)
+        sw = (rng.random(16) * 0.01 + 0.001).astype(np.float32)
+        inits = [onnx.numpy_helper.from_array(v, n) for v, n in (
+            (np.array(sx), "sx"), (np.array(zx, xt), "zx"), (w, "w"), (sw, "sw"), (np.zeros(16, np.int8), "zw"),
+            (np.array(sy), "sy"), (np.array(zy, xt), "zy"), (b, "b"))]
+        node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"],
+                                pads=[1, 1, 1, 1], strides=[2, 2])
+        elem = TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8
+        m = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, x.shape)],
+                                                [helper.make_tensor_value_info("y", elem, None)], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        y_ref = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0].astype(np.int32)
+        dt = "int8" if xt == np.int8 else "uint8"
+        params = dict(in_scale=float(sx), in_zero_point=zx, in_dtype=dt, out_scale=float(sy),
+                      out_zero_point=zy, out_dtype=dt)
+        conv = Int8Conv2D(w.transpose(0, 2, 3, 1).copy(), b, sw, params, [2, 2], [1, 1, 1, 1], [1, 1], 1)
+        xf = ((x.astype(np.float32) - zx) * sx).transpose(0, 2, 3, 1).astype(np.float32)   # dequantized NHWC
+        y, ok = conv.apply(xf)
+        q = np.rint(y / sy).astype(np.int32) + zy
+        assert ok and np.array_equal(q.transpose(0, 3, 1, 2), y_ref), dt
