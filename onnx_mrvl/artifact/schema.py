@@ -180,7 +180,7 @@ def _check_weights(fail: Fail, weights: list, section_size: int) -> List[WeightS
             fail(f"{path}.offset: {offset} is not {WEIGHT_ALIGN}-byte aligned")
         want = _product(shape) * DTYPE_ITEMSIZE[dtype]
         if nbytes != want:
-            fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} and dtype {dtype} "
+            fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} and dtype {dtype!r} "
                  f"(expected {want})")
         if offset != expected_offset:
             fail(f"{path}.offset: {offset}, expected {expected_offset} (weights are stored in the "
