@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
-from .opset_int8 import INT8_ATTRS, int8_body
+from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, int8_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from .provenance import set_composite, set_origin
 
@@ -219,13 +219,14 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
           ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS, int8_body(_fc_body), True),
-    OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS, _pool_body("MaxPool")),
+    OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
+          int8_body(_pool_body("MaxPool"))),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + ("count_include_pad",),
           _pool_body("AveragePool")),
-    OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), (),
-          _pool_body("GlobalAveragePool")),
-    OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), (),
-          _pool_body("GlobalMaxPool")),
+    OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
+          int8_body(_pool_body("GlobalAveragePool"))),
+    OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
+          int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS, _eltwise_body("Add"), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),

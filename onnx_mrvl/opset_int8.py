@@ -19,6 +19,7 @@ from onnx import helper
 
 INT8_ATTRS = ("precision", "in_scale", "in_zero_point", "in_type", "out_scale", "out_zero_point",
               "out_type", "weight_scales")
+INT8_POOL_ATTRS = INT8_ATTRS[:-1]   # MaxPool2D / GlobalAvgPool2D / GlobalMaxPool2D: no weights
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -43,24 +44,25 @@ def _rename(nodes: List[onnx.NodeProto], ins: dict, outs: dict) -> List[onnx.Nod
 
 
 def int8_body(float_body: Callable) -> Callable:
-    """The body of a Conv2D/FC that dispatches on ``precision``: the float body as it is, or
-    Q -> DQ of X, DQ of W and B, the float body, Q -> DQ of Y."""
+    """The body of a Conv2D/FC/pool that dispatches on ``precision``: the float body as it is, or
+    Q -> DQ of X, DQ of W and B (when present), the float body, Q -> DQ of Y."""
     def body(a, present, opset):
         if not is_int8(a):
             return float_body(a, present, opset)
         if opset < 13:
             raise ValueError("an int8 layer's reference body needs opset >= 13 (per-channel DequantizeLinear)")
-        ws = [float(v) for v in a["weight_scales"]]
+        ws = [float(v) for v in a.get("weight_scales") or []]   # none on a pool
         o = len(ws)
         it, ot = a["in_type"], a["out_type"]
         nodes = [_const("q_in_s", [float(a["in_scale"])], onnx.TensorProto.FLOAT, []),
                  _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
                  _const("q_out_s", [float(a["out_scale"])], onnx.TensorProto.FLOAT, []),
                  _const("q_out_z", [int(a["out_zero_point"])], QTYPES[ot], []),
-                 _const("q_w_s", ws, onnx.TensorProto.FLOAT, [o]),
                  helper.make_node("QuantizeLinear", ["X", "q_in_s", "q_in_z"], ["q_xq"]),
-                 helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"]),
-                 helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
+                 helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"])]
+        if present.get("W"):
+            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o]),
+                      helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
         if present.get("B"):
             bs = (np.float32(a["in_scale"]) * np.asarray(ws, np.float32)).astype(np.float32)
             nodes += [_const("q_b_s", [float(v) for v in bs], onnx.TensorProto.FLOAT, [o]),

@@ -109,11 +109,16 @@ def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, ac
     result.save(folder)
     # structure: every quantized layer is an int8 layer; no Q/DQ inside the regions
     int8 = _int8_layers(folder)
-    assert len(int8) == len(layers)
+    assert len([n for n in int8 if n["attrs"]["layer_name"][0] in ("Conv2D", "FC")]) == len(layers)
+    pools = [n for n in q.graph.node if n.op_type in ("MaxPool", "GlobalAveragePool")]
+    assert len([n for n in int8 if "pool" in n["attrs"]["layer_name"][0].lower()]) == len(pools)
     for node in int8:
         a = node["attrs"]
         assert a["in_dtype"] == a["out_dtype"] == (["int8"] if act == "s8" else ["uint8"])
-        assert float(a["in_scale"][0]) > 0 and a["kernel_const"]["dtype"] == "int8"
+        assert float(a["in_scale"][0]) > 0
+        if a["layer_name"] != ["Conv2D"] and a["layer_name"] != ["FC"]:
+            continue
+        assert a["kernel_const"]["dtype"] == "int8"
     deployed = [n.op_type for n in result.model.graph.node]
     assert not [t for t in deployed if t in ("Conv", "Gemm", "MatMul")]
     for sg in result.subgraphs:
@@ -122,10 +127,11 @@ def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, ac
         if any(lay["params"].get("precision") == "int8" for lay in binary.meta["layers"]):
             assert "int8" in kinds
         for lay in binary.meta["layers"]:
-            if lay["params"].get("precision") == "int8":
+            if lay["params"].get("precision") == "int8" and lay["layer_name"] in ("Conv2D", "FC"):
                 assert binary.weights[lay["weights"]["kernel"]].dtype == np.int8
                 if "bias" in lay["weights"]:
                     assert binary.weights[lay["weights"]["bias"]].dtype == np.int32
+            if lay["params"].get("precision") == "int8":
                 out = binary.meta["tensors"][lay["outputs"][0]]
                 assert out["dtype"] == ("int8" if act == "s8" else "uint8")
                 assert out["nbytes"] == int(np.prod(out["shape"]))
@@ -144,7 +150,7 @@ def test_int8_region_input_is_quantized_by_the_region(tmp_path):
     ops = [n.op_type for n in result.model.graph.node]
     first = result.model.graph.node[0]
     assert first.op_type.startswith("Subgraph") and first.input[0] == "input"
-    assert ops.count("QuantizeLinear") <= 1 and ops.count("DequantizeLinear") <= 1   # the pair after the GAP
+    assert ops == ["Subgraph_1x1"]   # int8 convs, MaxPool, GlobalAveragePool, Flatten, Gemm: one region
     folder = str(tmp_path / "out")
     result.save(folder)
     binary = load(result.subgraphs[0].binary)

@@ -14,8 +14,9 @@ def is_int8(a: NodeAttrs) -> bool:
     return a.has("precision") and a.str("precision").lower() == "int8"
 
 
-def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict) -> None:
-    """Checks and copies the quantization fields; the weight scales become a float32 weight."""
+def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict,
+                has_weights: bool = True) -> None:
+    """Checks and copies the quantization fields; the weight scales (Conv2D / FC) become a float32 weight."""
     from .layers import vector
     for side in ("in", "out"):
         dtype = a.str(f"{side}_dtype", "int8")
@@ -29,6 +30,8 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
             a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
         params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
     params["precision"] = "int8"
+    if not has_weights:
+        return
     ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
     if not (np.isfinite(ws).all() and np.all(ws > 0)):
         a.fail("weight scales must be positive and finite")

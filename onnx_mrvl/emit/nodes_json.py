@@ -316,7 +316,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "LayoutTransform":
         data_layout, out_layout = a["src_layout"], a["dst_layout"]
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])
-    if node.op_type in ("Conv2D", "FC") and is_int8(a):
+    if node.op_type in INT8_OPS and is_int8(a):
         _int8_attrs(a, attrs, add_const)
     if op.has_activation:
         act = a.get("activation", "none")
@@ -333,11 +333,16 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             "attrs": attrs}
 
 
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D")
+
+
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     """An int8 layer's fields (docs/json-format.md "int8 layers"): precision, the input and output
     quantization (scale, zero point, type), the per-output-channel weight scales as a constant."""
     attrs.update(precision=["int8"], in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
                  in_dtype=[a["in_type"]], out_scale=_s(float(a["out_scale"])),
                  out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]],
-                 kernel_dtype=["int8"], bias_dtype=["int32"])
-    add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
+                 )
+    if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
+        attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
+        add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

@@ -85,9 +85,9 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
     found, reasons, claimed = {}, {}, set()
     for n in order:
-        if n.op_type not in qdq.ANCHORS or _excluded(n, exclude):
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS or _excluded(n, exclude):
             continue
-        built = qdq.build(g, n, target, claimed)
+        built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

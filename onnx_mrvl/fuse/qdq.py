@@ -18,7 +18,7 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group
-from .patterns import build_conv, build_fc
+from .patterns import build_conv, build_fc, build_pool as build_float_pool
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -149,32 +149,73 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     act = grp.attrs.get("activation", "none")
     if act not in INT8_ACTIVATIONS:
         return f"activation {act} on an int8 layer (Relu/Clip only)"
-    q_out = _only_reader(g, grp.output, "QuantizeLinear")
-    if q_out is None:
-        return f"output '{grp.output}' of the QDQ layer is not read by one QuantizeLinear alone"
-    dq_out = _only_reader(g, q_out.output[0], "DequantizeLinear")
-    qout = _qparams(g, q_out)
-    if isinstance(qout, str):
-        return qout
-    if dq_out is None or _qparams(g, dq_out) != qout:
-        return f"QuantizeLinear '{q_out.name}' is not followed by one DequantizeLinear of the same scale"
-    if q_out.name in g.excluded or dq_out.name in g.excluded:
-        return "its QuantizeLinear/DequantizeLinear is excluded by the user"
-    nodes: List[onnx.NodeProto] = grp.nodes + [q_out, dq_out]
-    x = n.input[0]
-    q_in = g.producer.get(dq_in.input[0])
-    if q_in is not None and q_in.op_type == "QuantizeLinear" and _only_reader(g, dq_in.input[0], "DequantizeLinear") \
-            and _only_reader(g, x, n.op_type) is n and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
-            and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
-        nodes += [q_in, dq_in]   # the pair in front feeds this layer alone: the layer quantizes
-        x = q_in.input[0]
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, x, out, qout = around
     if n.op_type == "Conv":
         weights = {"W": np.ascontiguousarray(wq)}
     else:   # FC kernel OI
         weights = {"W": np.ascontiguousarray(wq if axis == 0 else wq.T)}
     if bias is not None:
         weights["B"] = bias
-    attrs = dict(grp.attrs, precision="int8", in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
-                 out_scale=qout[0], out_zero_point=qout[1], out_type=qout[2],
-                 weight_scales=[float(v) for v in ws])
-    return Group(grp.op, grp.composite, nodes + absorbed, [x], dq_out.output[0], attrs, weights)
+    attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
+    return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
+
+
+def _qattrs(qin, qout) -> dict:
+    return dict(precision="int8", in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
+                out_scale=qout[0], out_zero_point=qout[1], out_type=qout[2])
+
+
+def _pairs(g: GraphIndex, n: onnx.NodeProto, y: str, qin, claimed):
+    """The Q -> DQ pair after ``y`` (required) and the pair in front of ``n`` (absorbed when it
+    feeds ``n`` alone): (their nodes, the layer's input, its output, output qparams) or a reason."""
+    q_out = _only_reader(g, y, "QuantizeLinear")
+    if q_out is None:
+        return f"output '{y}' of the QDQ layer is not read by one QuantizeLinear alone"
+    dq_out = _only_reader(g, q_out.output[0], "DequantizeLinear")
+    qout = _qparams(g, q_out)
+    if isinstance(qout, str):
+        return qout
+    if dq_out is None or _qparams(g, dq_out) != qout:
+        return f"QuantizeLinear '{q_out.name}' is not followed by one DequantizeLinear of the same scale"
+    if {q_out.name, dq_out.name} & (set(g.excluded) | set(claimed)):
+        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    nodes: List[onnx.NodeProto] = [q_out, dq_out]
+    x = n.input[0]
+    dq_in = g.producer[x]
+    q_in = g.producer.get(dq_in.input[0])
+    if q_in is not None and q_in.op_type == "QuantizeLinear" and _only_reader(g, dq_in.input[0], "DequantizeLinear") \
+            and _only_reader(g, x, n.op_type) is n and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
+            and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
+        nodes += [q_in, dq_in]   # the pair in front feeds this layer alone: the layer quantizes
+        x = q_in.input[0]
+    return nodes, x, dq_out.output[0], qout
+
+
+POOL_ANCHORS = ("MaxPool", "GlobalAveragePool", "GlobalMaxPool")
+
+
+def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """``DQ -> MaxPool / GlobalAveragePool / GlobalMaxPool -> Q -> DQ`` as an int8 pool (the
+    float pool's checks), or a reason, or None (its input is no DQ)."""
+    dq_in = g.producer.get(n.input[0])
+    if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]):
+        return None
+    qin = _qparams(g, dq_in)
+    if isinstance(qin, str):
+        return qin
+    grp = build_float_pool(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, x, out, qout = around
+    if n.op_type == "GlobalAveragePool":
+        h, w = g.shape(n.input[0])[2:]
+        scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))
+        if not 2.0 ** -32 <= scale < 256:
+            return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
+    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout)), {})

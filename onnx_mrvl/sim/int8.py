@@ -140,3 +140,44 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
     return layer.apply
+
+
+class Int8Pool:
+    """int8 MaxPool2D / GlobalMaxPool2D / GlobalAvgPool2D (docs/simulator.md "int8 layers").
+
+    Max: the window maximum of the input codes, requantized as ``Q_out(DQ_in(max))`` (the codes
+    themselves when input and output share scale and zero point, as onnxruntime's int8 MaxPool);
+    padding never wins (-inf). Global average (MLAS QLinearGlobalAveragePool):
+    ``acc = sum(q_x) - z_x * HW`` (int32), ``q_y = sat(rne(fp32(acc) * fp32(s_x / fp32(s_y * HW))) + z_y)``."""
+
+    def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
+        self.kind, self.geometry = kind, dict(geometry or {})
+        self.in_q = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
+        self.out_q = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
+        for dt in (self.in_q[2], self.out_q[2]):
+            if dt not in QRANGE:
+                raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        from .pooling import global_maxpool2d, maxpool2d
+        s, z, dt = self.in_q
+        so, zo, dto = self.out_q
+        codes = quantize(x, s, z, dt)
+        if self.kind == "GlobalAvgpool2D":
+            n, h, w, c = codes.shape
+            acc = codes.astype(np.int64).sum(axis=(1, 2), keepdims=True) - z * h * w
+            scale = F32(F32(s) / (F32(so) * F32(h * w)))
+            lo, hi = QRANGE[dto]
+            q = np.clip(np.rint(acc.astype(F32) * scale) + zo, lo, hi)
+            return ((q - zo).astype(F32) * F32(so)).astype(F32), True
+        real = ((codes - z).astype(F32) * F32(s)).astype(F32)
+        m = maxpool2d(real, **self.geometry) if self.kind == "Maxpool2D" else global_maxpool2d(real)
+        return fake_quant(m, so, zo, dto), True
+
+
+def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
+    """The prepared ``apply`` of an int8 pool layer spec."""
+    try:
+        return Int8Pool(kind, spec.params, geometry).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None

@@ -132,6 +132,8 @@ def _pool_geometry(spec: LayerSpec) -> Dict:
 def _maxpool(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     geo = _pool_geometry(spec)
+    if _is_int8(spec):
+        return int8.build_pool("Maxpool2D", spec, geo)
     return lambda x: (maxpool2d(x, **geo), True)
 
 
@@ -144,11 +146,15 @@ def _avgpool_layer(spec: LayerSpec, n_inputs: int) -> LayerFn:
 
 def _global_avg(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
+    if _is_int8(spec):
+        return int8.build_pool("GlobalAvgpool2D", spec)
     return _global_avgpool
 
 
 def _global_max(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
+    if _is_int8(spec):
+        return int8.build_pool("GlobalMaxpool2D", spec)
     return lambda x: (global_maxpool2d(x), True)
 
 
