@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
-from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, int8_body
+from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from .provenance import set_composite, set_origin
 
@@ -227,7 +227,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           int8_body(_pool_body("GlobalAveragePool"))),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),
-    OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS, _eltwise_body("Add"), True),
+    OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),

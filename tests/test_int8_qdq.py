@@ -36,6 +36,24 @@ def mobile_block(seed: int = 0) -> onnx.ModelProto:
     return g.model("mobile_block", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 10])])
 
 
+def residual_cnn(seed: int = 0) -> onnx.ModelProto:
+    """ResNet-style without BatchNorm (folded, as exporters write it): stem conv + Relu + MaxPool,
+    two residual blocks (conv-Relu-conv + skip, Add, Relu; the second with a strided 1x1 shortcut),
+    GlobalAveragePool, Flatten, Gemm."""
+    g = GraphBuilder(seed, 13)
+    x = g.node("MaxPool", [g.relu(g.conv("input", 3, 16, 3, "stem"), "stem_relu")], "pool",
+               kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    y = g.conv(g.relu(g.conv(x, 16, 16, 3, "b1c1"), "b1r1"), 16, 16, 3, "b1c2")
+    x = g.relu(g.node("Add", [y, x], "b1add"), "b1relu")
+    y = g.conv(g.relu(g.conv(x, 16, 32, 3, "b2c1", stride=2), "b2r1"), 32, 32, 3, "b2c2")
+    s = g.conv(x, 16, 32, 1, "b2short", stride=2)
+    x = g.relu(g.node("Add", [y, s], "b2add"), "b2relu")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    g.gemm(x, 32, 10, "fc")
+    g.nodes[-1].output[0] = "output"
+    return g.model("residual_cnn", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 10])])
+
+
 class _Reader(quantization.CalibrationDataReader):
     def __init__(self, name, shape, n=8, seed=0):
         rng = np.random.default_rng(seed)
@@ -99,7 +117,7 @@ CASES = [(per_channel, act) for per_channel in (True, False) for act in ("s8", "
 
 
 @pytest.mark.parametrize("per_channel,act", CASES)
-@pytest.mark.parametrize("builder", [tiny_cnn, mobile_block])
+@pytest.mark.parametrize("builder", [tiny_cnn, mobile_block, residual_cnn])
 def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, act):
     qpath = quantize(builder(seed=1), str(tmp_path / "q.onnx"), per_channel, act)
     q = onnx.load(qpath)
@@ -112,6 +130,10 @@ def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, ac
     assert len([n for n in int8 if n["attrs"]["layer_name"][0] in ("Conv2D", "FC")]) == len(layers)
     pools = [n for n in q.graph.node if n.op_type in ("MaxPool", "GlobalAveragePool")]
     assert len([n for n in int8 if "pool" in n["attrs"]["layer_name"][0].lower()]) == len(pools)
+    adds = [n for n in q.graph.node if n.op_type == "Add" and all(
+        any(p.output[0] == i and p.op_type == "DequantizeLinear" and p.input[0] not in
+            {t.name for t in q.graph.initializer} for p in q.graph.node) for i in n.input)]
+    assert len([n for n in int8 if n["attrs"]["layer_name"] == ["Sum2D"]]) == len(adds)
     for node in int8:
         a = node["attrs"]
         assert a["in_dtype"] == a["out_dtype"] == (["int8"] if act == "s8" else ["uint8"])

@@ -226,8 +226,11 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
             return None
         for r in readers[t]:
             p = r["params"]
-            if p.get("precision") == "int8":
-                qs.add((p["in_dtype"], p["in_scale"], p["in_zero_point"]))
+            if p.get("precision") == "int8":   # input 0: in_*, input 1 of a Sum2D: in2_*
+                for k, ref in enumerate(r["inputs"]):
+                    side = "in2" if k == 1 and "in2_dtype" in p else "in"
+                    if ref == t:
+                        qs.add((p[f"{side}_dtype"], p[f"{side}_scale"], p[f"{side}_zero_point"]))
             elif r["layer_name"] in COPIES and len(r["inputs"]) == 1:
                 qs.add(wanted(r["outputs"][0]))
             else:

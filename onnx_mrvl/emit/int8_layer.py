@@ -18,7 +18,8 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
                 has_weights: bool = True) -> None:
     """Checks and copies the quantization fields; the weight scales (Conv2D / FC) become a float32 weight."""
     from .layers import vector
-    for side in ("in", "out"):
+    sides = ("in", "out", "in2") if a.has("in2_dtype") else ("in", "out")
+    for side in sides:
         dtype = a.str(f"{side}_dtype", "int8")
         if dtype not in QRANGE:
             a.fail(f"{side}_dtype '{dtype}' of an int8 layer is not int8 or uint8")

@@ -333,7 +333,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             "attrs": attrs}
 
 
-INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D")
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Sum2D")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
@@ -343,6 +343,9 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
                  in_dtype=[a["in_type"]], out_scale=_s(float(a["out_scale"])),
                  out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]],
                  )
+    if "in2_type" in a:   # Sum2D: its second operand's quantization
+        attrs.update(in2_scale=_s(float(a["in2_scale"])), in2_zero_point=_s(int(a["in2_zero_point"])),
+                     in2_dtype=[a["in2_type"]])
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

@@ -24,6 +24,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
+from ..opset_int8 import INT8_SUM_ATTRS
 from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
@@ -336,7 +337,8 @@ class Materializer:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
 
     def _act_attrs(self, grp: Group) -> dict:
-        return {k: v for k, v in grp.attrs.items() if k.startswith("activation")}
+        """The activation attributes, and an int8 layer's quantization (qdq.py)."""
+        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in INT8_SUM_ATTRS}
 
     def _spatial(self, grp: Group) -> None:
         x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)

@@ -18,7 +18,7 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group
-from .patterns import build_conv, build_fc, build_pool as build_float_pool
+from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -168,9 +168,10 @@ def _qattrs(qin, qout) -> dict:
                 out_scale=qout[0], out_zero_point=qout[1], out_type=qout[2])
 
 
-def _pairs(g: GraphIndex, n: onnx.NodeProto, y: str, qin, claimed):
-    """The Q -> DQ pair after ``y`` (required) and the pair in front of ``n`` (absorbed when it
-    feeds ``n`` alone): (their nodes, the layer's input, its output, output qparams) or a reason."""
+def _pairs(g: GraphIndex, n: onnx.NodeProto, y: str, qin, claimed, k: int = 0):
+    """The Q -> DQ pair after ``y`` (required) and the pair in front of input ``k`` of ``n``
+    (absorbed when it feeds ``n`` alone): (their nodes, the layer's input, its output, output
+    qparams) or a reason."""
     q_out = _only_reader(g, y, "QuantizeLinear")
     if q_out is None:
         return f"output '{y}' of the QDQ layer is not read by one QuantizeLinear alone"
@@ -183,18 +184,23 @@ def _pairs(g: GraphIndex, n: onnx.NodeProto, y: str, qin, claimed):
     if {q_out.name, dq_out.name} & (set(g.excluded) | set(claimed)):
         return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
     nodes: List[onnx.NodeProto] = [q_out, dq_out]
-    x = n.input[0]
+    x, in_front = _pair_in(g, n, k, qin, claimed)
+    return nodes + in_front, x, dq_out.output[0], qout
+
+
+def _pair_in(g: GraphIndex, n: onnx.NodeProto, k: int, qin, claimed):
+    """(the tensor input ``k`` of ``n`` reads, the Q -> DQ nodes in front of it it absorbs)."""
+    x = n.input[k]
     dq_in = g.producer[x]
     q_in = g.producer.get(dq_in.input[0])
     if q_in is not None and q_in.op_type == "QuantizeLinear" and _only_reader(g, dq_in.input[0], "DequantizeLinear") \
             and _only_reader(g, x, n.op_type) is n and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
             and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
-        nodes += [q_in, dq_in]   # the pair in front feeds this layer alone: the layer quantizes
-        x = q_in.input[0]
-    return nodes, x, dq_out.output[0], qout
+        return q_in.input[0], [q_in, dq_in]   # the pair feeds this layer alone: the layer quantizes
+    return x, []
 
 
-POOL_ANCHORS = ("MaxPool", "GlobalAveragePool", "GlobalMaxPool")
+POOL_ANCHORS = ("MaxPool", "GlobalAveragePool", "GlobalMaxPool", "Add")
 
 
 def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
@@ -206,6 +212,8 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     qin = _qparams(g, dq_in)
     if isinstance(qin, str):
         return qin
+    if n.op_type == "Add":
+        return _build_add(g, n, target, claimed, qin)
     grp = build_float_pool(g, n, target)
     if isinstance(grp, str):
         return grp
@@ -219,3 +227,29 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
         if not 2.0 ** -32 <= scale < 256:
             return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
     return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout)), {})
+
+
+def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -> Union[Group, str, None]:
+    """``DQ(a) + DQ(b) -> [Relu/Clip] -> Q -> DQ`` (a residual add) as an int8 Sum2D: operands of
+    one shape, each with its own scale and zero point (``in_*`` for a, ``in2_*`` for b)."""
+    dq_b = g.producer.get(n.input[1])
+    if dq_b is None or dq_b.op_type != "DequantizeLinear" or g.is_const(dq_b.input[0]):
+        return None   # an add of a constant (a bias after a MatMul) stays a float op
+    qin2 = _qparams(g, dq_b)
+    if isinstance(qin2, str):
+        return qin2
+    grp = build_eltwise(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    if g.shape(n.input[0]) != g.shape(n.input[1]):
+        return f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape)"
+    if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]) or \
+            grp.attrs.get("activation", "none") not in INT8_ACTIVATIONS:
+        return "a QDQ add followed by an activation other than Relu/Clip"
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, a, out, qout = around
+    b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
+    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2])
+    return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})

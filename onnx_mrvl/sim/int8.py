@@ -181,3 +181,44 @@ def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
         return Int8Pool(kind, spec.params, geometry).apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+
+
+class Int8Add:
+    """int8 Sum2D (MLAS QLinearAdd's reference form): ``v = fp32(s_a * (q_a - z_a)) + fp32(s_b * (q_b - z_b))``,
+    ``q_c = sat(rne(v / s_c) + z_c)`` in fp32; relu / clamp as clamps of q_c."""
+
+    def __init__(self, params: Mapping, activation: str, activation_params: Optional[Mapping]):
+        self.a = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
+        self.b = (float(params["in2_scale"]), int(params["in2_zero_point"]), str(params["in2_dtype"]))
+        self.c = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
+        for dt in (self.a[2], self.b[2], self.c[2]):
+            if dt not in QRANGE:
+                raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+        s, z, dt = self.c
+        lo, hi = QRANGE[dt]
+        if activation == "relu":
+            lo = max(lo, z)
+        elif activation == "clamp":
+            ap = dict(activation_params or {})
+            lo = max(lo, int(quantize(np.array([ap["min"]], F32), s, z, dt)[0]))
+            hi = min(hi, int(quantize(np.array([ap["max"]], F32), s, z, dt)[0]))
+        elif activation != "none":
+            raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
+        self.lo, self.hi = lo, hi
+
+    def apply(self, xa: np.ndarray, xb: np.ndarray) -> Tuple[np.ndarray, bool]:
+        if xa.shape != xb.shape:
+            raise ValueError(f"int8 add of shapes {list(xa.shape)} and {list(xb.shape)}")
+        va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
+        vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
+        s, z, _ = self.c
+        q = np.clip(np.rint(((va + vb).astype(F32) / F32(s)).astype(F32)) + z, self.lo, self.hi)
+        return ((q - z).astype(F32) * F32(s)).astype(F32), True
+
+
+def build_add(spec):
+    act = spec.activation()
+    try:
+        return Int8Add(spec.params, act["activation"], act["activation_params"]).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
