@@ -227,3 +227,72 @@ def test_int8_simulator_matches_qlinearconv_bit_exact():
         y, ok = conv.apply(xf)
         q = np.rint(y / sy).astype(np.int32) + zy
         assert ok and np.array_equal(q.transpose(0, 3, 1, 2), y_ref), dt
+
+
+def test_int8_perf_model_counts_int8_rate_and_bytes(tmp_path):
+    """Perf model: an int8 layer's MACs at ArchProfile.int8_macs_factor x the fp16 rate; its
+    kernel and its int8 tensors take one byte per element."""
+    import math
+    from onnx_mrvl.sim.perf import perf_report
+    from onnx_mrvl.target import ArchProfile
+    qpath = quantize(residual_cnn(seed=4), str(tmp_path / "q.onnx"), True, "s8")
+    binary = load(onnx_mrvl.convert(qpath).subgraphs[0].binary)
+    meta = binary.meta
+    rep = perf_report(meta)
+    arch = ArchProfile()
+    peak = arch.macs_per_cycle_per_tile * meta["arch"]["num_tiles"]
+    convs = [(lay, row) for lay, row in zip(meta["layers"], rep.layers) if lay["layer_name"] == "Conv2D"]
+    assert convs and all(lay["params"]["precision"] == "int8" for lay, _ in convs)
+    for lay, row in convs:
+        assert row.compute_cycles == math.ceil(row.macs / (peak * arch.int8_macs_factor))
+        assert binary.weights[lay["weights"]["kernel"]].nbytes == int(np.prod(binary.weights[lay["weights"]["kernel"]].shape))
+    for t in meta["tensors"]:
+        assert t["nbytes"] == int(np.prod(t["shape"])) * (2 if t.get("dtype", "float16") == "float16" else 1)
+
+
+def test_qdq_only_at_model_io_keeps_only_those_on_the_cpu(tmp_path):
+    """A float model whose only Q/DQ pairs sit at its input and output: the float layers are an
+    fp16 region, the two pairs stay on the CPU (nothing int8 to do)."""
+    g = GraphBuilder(5, 13)
+    s = g.const("s", np.array(0.05, np.float32))
+    z = g.const("z", np.array(3, np.int8))
+    x = g.node("DequantizeLinear", [g.node("QuantizeLinear", ["input", s, z], "q_in"), s, z], "dq_in")
+    y = g.conv(g.relu(g.conv(x, 3, 8, 3, "c1"), "r1"), 8, 8, 3, "c2")
+    out = g.node("DequantizeLinear", [g.node("QuantizeLinear", [y, s, z], "q_out"), s, z], "dq_out")
+    model = g.model("io_qdq", [("input", F32, [1, 3, 16, 16])], [(out, F32, [1, 8, 16, 16])])
+    result = onnx_mrvl.convert(model)
+    ops = [n.op_type for n in result.model.graph.node]
+    assert ops == ["QuantizeLinear", "DequantizeLinear", "Subgraph_1x1", "QuantizeLinear", "DequantizeLinear"]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    assert not _int8_layers(folder)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    a = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"input": x})[0]
+    assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)   # fp16 region between the pairs: within one step
+
+
+def test_int8_global_average_pool_matches_qlinear_global_average_pool():
+    """sim/int8.py's GlobalAvgPool2D against onnxruntime's QLinearGlobalAveragePool (com.microsoft), bit for bit."""
+    from onnx_mrvl.sim.int8 import Int8Pool
+    rng = np.random.default_rng(3)
+    for xt, zx, zy in ((np.int8, -5, 7), (np.uint8, 120, 131)):
+        x = rng.integers(np.iinfo(xt).min, np.iinfo(xt).max + 1, (2, 24, 7, 7)).astype(xt)
+        sx, sy = np.float32(0.031), np.float32(0.0123)
+        inits = [onnx.numpy_helper.from_array(v, n) for v, n in (
+            (np.array(sx), "sx"), (np.array(zx, xt), "zx"), (np.array(sy), "sy"), (np.array(zy, xt), "zy"))]
+        node = helper.make_node("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"],
+                                domain="com.microsoft", channels_last=0)
+        elem = TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8
+        m = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, x.shape)],
+                                                [helper.make_tensor_value_info("y", elem, None)], inits),
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 8
+        y_ref = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0].astype(np.int32)
+        dt = "int8" if xt == np.int8 else "uint8"
+        pool = Int8Pool("GlobalAvgpool2D", dict(in_scale=float(sx), in_zero_point=zx, in_dtype=dt,
+                                               out_scale=float(sy), out_zero_point=zy, out_dtype=dt))
+        xf = ((x.astype(np.float32) - zx) * sx).transpose(0, 2, 3, 1).astype(np.float32)
+        y, ok = pool.apply(xf)
+        q = np.rint(y / sy).astype(np.int32) + zy
+        assert ok and np.array_equal(q.transpose(0, 3, 1, 2), y_ref), dt
