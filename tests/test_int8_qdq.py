@@ -296,3 +296,44 @@ def test_int8_global_average_pool_matches_qlinear_global_average_pool():
         y, ok = pool.apply(xf)
         q = np.rint(y / sy).astype(np.int32) + zy
         assert ok and np.array_equal(q.transpose(0, 3, 1, 2), y_ref), dt
+
+
+@pytest.mark.parametrize("kw", [{"exclude": ["b1add"]}, {"cut_after": ["b1c1"]}, {"exclude": ["b2c1"]},
+                                {"partition": "cost"}])
+def test_int8_regions_cut_anywhere(tmp_path, kw):
+    """Cuts and exclusions inside an int8 network: the region boundaries are float tensors (the
+    dequantized values), each region quantizes what it reads; the excluded node and its Q/DQ run
+    in onnxruntime. Same agreement."""
+    qpath = quantize(residual_cnn(seed=1), str(tmp_path / "q.onnx"), True, "u8")
+    result = onnx_mrvl.convert(qpath, **kw)
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    if "exclude" in kw or "cut_after" in kw:
+        assert len(result.subgraphs) >= 2
+    worst, _ = _agreement(qpath, folder, n_inputs=2)
+    assert worst <= 1.0 + 1e-3
+
+
+def test_int8_resnet18_like_preprocessed(tmp_path):
+    """tools/models.resnet18_like (64x64) after onnxruntime's quant_pre_process (BatchNorm folded)
+    and quantize_static: one region, every conv / pool / add / Gemm int8, within one step."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from tools.models import resnet18_like
+    src, pre = str(tmp_path / "f.onnx"), str(tmp_path / "pre.onnx")
+    onnx.save(resnet18_like(seed=0, input_size=64), src)
+    quant_pre_process(src, pre, skip_symbolic_shape=True)
+    qpath = str(tmp_path / "q.onnx")
+    quantization.quantize_static(pre, qpath, _Reader("input", [1, 3, 64, 64], n=4),
+                                 quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+                                 weight_type=quantization.QuantType.QInt8,
+                                 activation_type=quantization.QuantType.QInt8)
+    result = onnx_mrvl.convert(qpath)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    q = onnx.load(qpath)
+    convs = [n for n in q.graph.node if n.op_type in ("Conv", "Gemm")]
+    assert len([n for n in _int8_layers(folder) if n["attrs"]["layer_name"][0] in ("Conv2D", "FC")]) == len(convs)
+    worst, frac = _agreement(qpath, folder, n_inputs=2)
+    print(f"resnet18_like: max {worst:.3f} steps, {frac:.1%} differ")
+    assert worst <= 1.0 + 1e-3
