@@ -38,12 +38,16 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
 
     arch = target.arch
     macs = node_macs(g, node)
-    weights = sum(_elems(g, i) for i in node.input if i and g.is_const(i)) * 2
-    acts_in = [_elems(g, i) * 2 for i in node.input if i and not g.is_const(i)]
-    acts_out = [_elems(g, o) * 2 for o in node.output if o]
+    # an int8 layer (docs/fusion.md "int8"): 1-byte weights and tensors, MACs at the int8 rate
+    int8 = any(a.name == "precision" and a.s == b"int8" for a in node.attribute)
+    size = 1 if int8 else 2
+    weights = sum(_elems(g, i) for i in node.input if i and g.is_const(i)) * size
+    acts_in = [_elems(g, i) * size for i in node.input if i and not g.is_const(i)]
+    acts_out = [_elems(g, o) * size for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    compute = math.ceil(macs / (arch.macs_per_cycle_per_tile * arch.num_tiles)) + math.ceil(
+    rate = arch.macs_per_cycle_per_tile * arch.num_tiles * (arch.int8_macs_factor if int8 else 1)
+    compute = math.ceil(macs / rate) + math.ceil(
         vector_ops(g, node) / (arch.vector_ops_per_cycle_per_tile * arch.num_tiles))
     memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
     return {"macs": macs, "compute": compute, "memory": memory,
