@@ -337,3 +337,44 @@ def test_int8_resnet18_like_preprocessed(tmp_path):
     worst, frac = _agreement(qpath, folder, n_inputs=2)
     print(f"resnet18_like: max {worst:.3f} steps, {frac:.1%} differ")
     assert worst <= 1.0 + 1e-3
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip", None])
+def test_hand_written_qdq_without_zero_points(tmp_path, act):
+    """QDQ as other tools write it: Q/DQ without zero points (uint8, 0), per-channel int8 weights,
+    the activation kept between the Conv and its Q (a clamp in the quantized domain)."""
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(11)
+    w = rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8)
+    ws = (rng.random(8) * 0.01 + 0.005).astype(np.float32)
+    inits = [nh.from_array(np.array(0.02, np.float32), "sx"), nh.from_array(w, "wq"), nh.from_array(ws, "ws"),
+             nh.from_array(rng.integers(-500, 500, 8).astype(np.int32), "bq"),
+             nh.from_array((np.float32(0.02) * ws).astype(np.float32), "bs"),
+             nh.from_array(np.array(0.05, np.float32), "sy"), nh.from_array(np.array(0.0, np.float32), "lo"),
+             nh.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])]
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    elif act == "Clip":
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["r"]))
+    nodes += [helper.make_node("QuantizeLinear", ["r" if act else "c", "sy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "sy"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 16, 16])],
+                                            [helper.make_tensor_value_info("y", F32, [1, 8, 16, 16])], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    result = onnx_mrvl.convert(m)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    (layer,) = _int8_layers(folder)
+    assert layer["attrs"]["in_dtype"] == ["uint8"] and layer["attrs"]["activation_type"] == [
+        {"Relu": "relu", "Clip": "clamp", None: "none"}[act]]
+    x = (np.random.default_rng(0).random((1, 3, 16, 16)) * 3).astype(np.float32)
+    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)

@@ -45,13 +45,20 @@ class _Dequantized:
 
 
 def _qparams(g: GraphIndex, n: onnx.NodeProto):
-    """(scale, zero point, type name) of a Q/DQ node with a scalar constant scale and zero point, or a reason."""
-    if len(n.input) < 3 or not n.input[2] or not g.is_const(n.input[1]) or not g.is_const(n.input[2]):
+    """(scale, zero point, type name) of a Q/DQ node with a scalar constant scale and zero point
+    (an absent zero point is 0 of the quantized tensor's type: uint8 for a QuantizeLinear without
+    one, as ONNX says), or a reason."""
+    if len(n.input) < 2 or not g.is_const(n.input[1]) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
         return f"{n.op_type} '{n.name}' has no constant scale and zero point"
-    s, z = np.asarray(g.const(n.input[1])), np.asarray(g.const(n.input[2]))
+    s = np.asarray(g.const(n.input[1]))
+    if len(n.input) > 2 and n.input[2]:
+        z, qt = np.asarray(g.const(n.input[2])), QTYPE_NAMES.get(g.elem_type(n.input[2]))
+    else:
+        quantized = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
+        z = np.zeros(1, np.int32)
+        qt = QTYPE_NAMES.get(g.elem_type(quantized) or onnx.TensorProto.UINT8)
     if s.size != 1 or z.size != 1:
         return f"{n.op_type} '{n.name}' quantizes per channel (activations take one scale)"
-    qt = QTYPE_NAMES.get(g.elem_type(n.input[2]))
     if qt is None or not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
         return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
     return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt
