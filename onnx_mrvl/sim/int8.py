@@ -29,7 +29,7 @@ def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     lo, hi = QRANGE[dtype]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         q = np.rint(np.asarray(x, F32) / F32(scale)).astype(np.float64) + zp
-    q = np.nan_to_num(q, nan=float(zp), posinf=hi, neginf=lo)   # MLAS: NaN -> zp (cvtps on NaN gives INT_MIN, clamped)
+    q = np.nan_to_num(q, nan=float(lo), posinf=hi, neginf=lo)   # MLAS clamps NaN to the minimum (max(NaN, lo) = lo)
     return np.clip(q, lo, hi).astype(np.int32)
 
 
