@@ -97,6 +97,7 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             claimed.update(x.name for x in built.nodes)
         elif isinstance(built, str):
             reasons[n.name] = f"int8 (QDQ) layer: {built}"
+    claimed.update(qdq.shared_pairs(g, list(found.values()), claimed))
     return found, reasons, claimed
 
 

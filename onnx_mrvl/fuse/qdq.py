@@ -260,3 +260,32 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
     b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
     attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2])
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
+    """A Q -> DQ pair whose DQ output only int8 groups read (a model input feeding two convs, a
+    float op's output feeding a conv and a shortcut): each of them quantizes its input with that
+    DQ's scale and zero point, so they all read the pair's float input instead and the first
+    absorbs the pair. Returns the names of the pairs' nodes (groups are updated in place)."""
+    readers: Dict[str, List[Group]] = {}
+    for grp in groups:
+        for t in grp.inputs:
+            readers.setdefault(t, []).append(grp)
+    taken: List[str] = []
+    for t, grps in readers.items():
+        dq = g.producer.get(t)
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.name in claimed or t in g.output_set:
+            continue
+        users = g.consumers.get(t, [])
+        if {u.name for u in users} - {x.name for grp in grps for x in grp.nodes}:
+            continue   # a CPU op or a float layer reads the dequantized value too
+        q = g.producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear" or q.name in claimed or not g.is_float(q.input[0]) \
+                or _only_reader(g, dq.input[0], "DequantizeLinear") is not dq or \
+                _qparams(g, q) != _qparams(g, dq) or {q.name, dq.name} & set(g.excluded):
+            continue
+        for grp in grps:
+            grp.inputs = [q.input[0] if i == t else i for i in grp.inputs]
+        grps[0].nodes += [q, dq]
+        taken += [q.name, dq.name]
+    return taken
