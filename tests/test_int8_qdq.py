@@ -378,3 +378,47 @@ def test_hand_written_qdq_without_zero_points(tmp_path, act):
     a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
     assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("weight_zero_point", "non-zero zero point"),
+    ("sigmoid", "not read by one QuantizeLinear"),
+    ("activation_per_channel", "per channel"),
+])
+def test_qdq_layer_that_cannot_be_int8_stays_on_the_cpu_with_its_reason(tmp_path, case, reason):
+    """A QDQ Conv the int8 layer cannot take runs in onnxruntime as it was (its DQ weights kept),
+    and the decision says why; the results are onnxruntime's."""
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(2)
+    w = rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8)
+    ws = (rng.random(8) * 0.01 + 0.005).astype(np.float32)
+    sx = np.full(3, 0.02, np.float32) if case == "activation_per_channel" else np.array(0.02, np.float32)
+    zx = np.zeros(3, np.int8) if case == "activation_per_channel" else np.array(0, np.int8)
+    zw = np.full(8, 1 if case == "weight_zero_point" else 0, np.int8)
+    inits = [nh.from_array(sx, "sx"), nh.from_array(zx, "zx"), nh.from_array(w, "wq"), nh.from_array(ws, "ws"),
+             nh.from_array(zw, "zw"), nh.from_array(np.array(0.05, np.float32), "sy"),
+             nh.from_array(np.array(0, np.int8), "zy")]
+    qargs = {"axis": 1} if case == "activation_per_channel" else {}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], **qargs),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], **qargs),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "zw"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3], name="conv")]
+    y = "c"
+    if case == "sigmoid":
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["s"]))
+        y = "s"
+    nodes += [helper.make_node("QuantizeLinear", [y, "sy", "zy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 8, 8])],
+                                            [helper.make_tensor_value_info("y", F32, [1, 8, 8, 8])], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    result = onnx_mrvl.convert(m)
+    assert "Conv" in [n.op_type for n in result.model.graph.node]
+    assert reason in result.report["conv"].reason and "int8" in result.report["conv"].reason
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)

@@ -95,7 +95,9 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
                 continue
             found[n.name] = built
             claimed.update(x.name for x in built.nodes)
-        elif isinstance(built, str):
+        elif isinstance(built, str) and n.op_type in qdq.ANCHORS:
+            # a Conv/Gemm/MatMul on DQ weights has no float form; a pool or an add that cannot be
+            # int8 is left to the float patterns (an fp16 layer on the dequantized values)
             reasons[n.name] = f"int8 (QDQ) layer: {built}"
     claimed.update(qdq.shared_pairs(g, list(found.values()), claimed))
     return found, reasons, claimed
