@@ -54,6 +54,19 @@ def residual_cnn(seed: int = 0) -> onnx.ModelProto:
     return g.model("residual_cnn", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 10])])
 
 
+def branchy_cnn(seed: int = 0) -> onnx.ModelProto:
+    """Two convs reading the input (a shared Q -> DQ pair), Concat of different scales, conv,
+    AveragePool 2x2 (ties when the scales match), nearest Resize x2 as the model output."""
+    g = GraphBuilder(seed, 13)
+    a = g.relu(g.conv("input", 3, 8, 3, "ca"), "ra")
+    b = g.conv("input", 3, 8, 1, "cb")
+    x = g.conv(g.node("Concat", [a, b], "cat", axis=1), 16, 8, 3, "cc")
+    x = g.node("AveragePool", [x], "ap", kernel_shape=[2, 2], strides=[2, 2])
+    g.node("Resize", [x, "", g.const("up.scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="nearest")
+    g.nodes[-1].output[0] = "output"
+    return g.model("branchy_cnn", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 8, 16, 16])])
+
+
 class _Reader(quantization.CalibrationDataReader):
     def __init__(self, name, shape, n=8, seed=0):
         rng = np.random.default_rng(seed)
@@ -117,7 +130,7 @@ CASES = [(per_channel, act) for per_channel in (True, False) for act in ("s8", "
 
 
 @pytest.mark.parametrize("per_channel,act", CASES)
-@pytest.mark.parametrize("builder", [tiny_cnn, mobile_block, residual_cnn])
+@pytest.mark.parametrize("builder", [tiny_cnn, mobile_block, residual_cnn, branchy_cnn])
 def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, act):
     qpath = quantize(builder(seed=1), str(tmp_path / "q.onnx"), per_channel, act)
     q = onnx.load(qpath)
@@ -128,8 +141,9 @@ def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, ac
     # structure: every quantized layer is an int8 layer; no Q/DQ inside the regions
     int8 = _int8_layers(folder)
     assert len([n for n in int8 if n["attrs"]["layer_name"][0] in ("Conv2D", "FC")]) == len(layers)
-    pools = [n for n in q.graph.node if n.op_type in ("MaxPool", "GlobalAveragePool")]
-    assert len([n for n in int8 if "pool" in n["attrs"]["layer_name"][0].lower()]) == len(pools)
+    pools = [n for n in q.graph.node if n.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "Resize")]
+    assert len([n for n in int8 if "pool" in n["attrs"]["layer_name"][0].lower()
+                or n["attrs"]["layer_name"] == ["Resize"]]) == len(pools)
     adds = [n for n in q.graph.node if n.op_type == "Add" and all(
         any(p.output[0] == i and p.op_type == "DequantizeLinear" and p.input[0] not in
             {t.name for t in q.graph.initializer} for p in q.graph.node) for i in n.input)]
@@ -422,3 +436,30 @@ def test_qdq_layer_that_cannot_be_int8_stays_on_the_cpu_with_its_reason(tmp_path
     a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
     assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("xt", [np.int8, np.uint8])
+def test_int8_average_pool_matches_onnxruntime_with_ties(tmp_path, xt):
+    """DQ -> AveragePool 2x2 -> Q (one scale: many sums at exact .5 ties) in onnxruntime (which
+    runs QLinearAveragePool, int8 activations as uint8) against the int8 Avgpool2D: bit for bit."""
+    from onnx import numpy_helper as nh
+    elem = TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8
+    z = np.array(-7 if xt == np.int8 else 121, xt)
+    inits = [nh.from_array(np.array(0.0593, np.float32), "s"), nh.from_array(z, "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("AveragePool", ["xd"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 8, 16, 16])],
+                                            [helper.make_tensor_value_info("y", F32, [1, 8, 8, 8])], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    result = onnx_mrvl.convert(m, force=True)   # a region without conv/fc: kept only when forced
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    assert [n["attrs"]["layer_name"] for n in _int8_layers(folder)] == [["Avgpool2D"]]
+    x = (np.random.default_rng(1).standard_normal((1, 8, 16, 16)) * 3).astype(np.float32)
+    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    assert np.array_equal(a, b)

@@ -333,7 +333,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             "attrs": attrs}
 
 
-INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Sum2D")
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:

@@ -19,6 +19,7 @@ from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
+from .resize import build_resize
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -207,12 +208,13 @@ def _pair_in(g: GraphIndex, n: onnx.NodeProto, k: int, qin, claimed):
     return x, []
 
 
-POOL_ANCHORS = ("MaxPool", "GlobalAveragePool", "GlobalMaxPool", "Add")
+POOL_ANCHORS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "Add")
 
 
 def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
-    """``DQ -> MaxPool / GlobalAveragePool / GlobalMaxPool -> Q -> DQ`` as an int8 pool (the
-    float pool's checks), or a reason, or None (its input is no DQ)."""
+    """``DQ -> MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool / Resize (nearest) -> Q -> DQ``
+    as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
+    reason, or None (its input is no DQ)."""
     dq_in = g.producer.get(n.input[0])
     if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]):
         return None
@@ -221,9 +223,11 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
         return qin
     if n.op_type == "Add":
         return _build_add(g, n, target, claimed, qin)
-    grp = build_float_pool(g, n, target)
+    grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)
     if isinstance(grp, str):
         return grp
+    if n.op_type == "Resize" and grp.attrs.get("mode", "nearest") != "nearest":
+        return "an int8 Resize other than nearest (a bilinear one runs as an fp16 layer)"
     around = _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around

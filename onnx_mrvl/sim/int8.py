@@ -160,9 +160,22 @@ class Int8Pool:
 
     def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
         from .pooling import global_maxpool2d, maxpool2d
+        from .tensor_ops import resize_nearest
         s, z, dt = self.in_q
         so, zo, dto = self.out_q
         codes = quantize(x, s, z, dt)
+        if self.kind == "Avgpool2D":
+            # QLinearAveragePool rounds fp32(y / s_y + z_y): the zero point is added before the
+            # rounding, in the uint8 domain (onnxruntime's x86 QDQ rewrite runs int8 activations
+            # as uint8 with z + 128; the fp32 sum then rounds like onnxruntime's near ties)
+            shift = 128 if dto == "int8" else 0
+            lo, hi = QRANGE[dto]
+            t = ((self._average(codes - z, s) / F32(so)).astype(F32) + F32(zo + shift)).astype(F32)
+            q = np.clip(np.rint(t) - shift, lo, hi)
+            return ((q - zo).astype(F32) * F32(so)).astype(F32), True
+        if self.kind == "Resize":
+            real = ((codes - z).astype(F32) * F32(s)).astype(F32)
+            return fake_quant(resize_nearest(real, self.geometry["scales"]), so, zo, dto), True
         if self.kind == "GlobalAvgpool2D":
             n, h, w, c = codes.shape
             acc = codes.astype(np.int64).sum(axis=(1, 2), keepdims=True) - z * h * w
@@ -173,6 +186,26 @@ class Int8Pool:
         real = ((codes - z).astype(F32) * F32(s)).astype(F32)
         m = maxpool2d(real, **self.geometry) if self.kind == "Maxpool2D" else global_maxpool2d(real)
         return fake_quant(m, so, zo, dto), True
+
+    def _average(self, codes: np.ndarray, s: float) -> np.ndarray:
+        """The window mean as onnxruntime's QLinearAveragePool computes it: the dequantized values
+        ``fp32(s * (q - z))`` summed in fp32 in window order (rows, then columns; the padding adds
+        exact zeros), divided by the count in fp32."""
+        from .pooling import pool_geometry, window_counts
+        geo = self.geometry
+        (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
+            codes, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
+        n, h, w, c = codes.shape
+        ph, pw = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        xp = np.zeros((n, max(ph, h + t), max(pw, w + l), c), F32)
+        xp[:, t:t + h, l:l + w] = (F32(s) * codes.astype(F32)).astype(F32)
+        acc = np.zeros((n, oh, ow, c), F32)
+        for i in range(kh):
+            for j in range(kw):
+                acc += xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+        inc = bool(geo.get("count_include_pad", 0))
+        div = np.outer(window_counts(h, oh, kh, sh, t, b, dh, inc), window_counts(w, ow, kw, sw, l, r, dw, inc))
+        return (acc / div.astype(F32)[None, :, :, None]).astype(F32)
 
 
 def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):

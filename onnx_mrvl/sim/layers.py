@@ -141,6 +141,8 @@ def _avgpool_layer(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     geo = _pool_geometry(spec)
     geo["count_include_pad"] = int(spec.param("count_include_pad", 0))
+    if _is_int8(spec):
+        return int8.build_pool("Avgpool2D", spec, geo)
     return lambda x: _avgpool(x, **geo)
 
 
@@ -225,6 +227,8 @@ def _resize(spec: LayerSpec, n_inputs: int) -> LayerFn:
     if len(scales) != 2 or any(float(s) != int(float(s)) or float(s) < 1 for s in scales):
         raise spec.error(f"scales must be two integers >= 1, got {scales}")
     sc = [int(float(s)) for s in scales]
+    if _is_int8(spec):
+        return int8.build_pool("Resize", spec, {"scales": sc})
     return lambda x: (resize_nearest(x, sc), True)
 
 
