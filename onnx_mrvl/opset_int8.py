@@ -1,5 +1,6 @@
-"""int8 mode of the Mrvl Conv2D and FC ops: the attributes a quantized layer carries and the
-reference body around the float one (docs/fusion.md "int8", docs/simulator.md "int8 layers").
+"""int8 mode of the Mrvl Conv2D, FC, pools, Resize and Sum2D: the attributes a quantized layer
+carries and the reference body around the float one (docs/fusion.md "int8", docs/simulator.md
+"int8 layers"). Pools and Resize carry no weights; Sum2D's second operand has ``in2_*``.
 
 A quantized layer reads and writes float tensors in the graph; its attributes say how it sees
 them: the input is quantized with (``in_scale``, ``in_zero_point``, ``in_type``) exactly as
