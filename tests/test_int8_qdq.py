@@ -463,3 +463,41 @@ def test_int8_average_pool_matches_onnxruntime_with_ties(tmp_path, xt):
     a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
     assert np.array_equal(a, b)
+
+
+def test_int8_contract_is_checked(tmp_path):
+    """Compile refuses malformed int8 fields (a zero point outside its type, a kernel that is not
+    int8, precision on a layer without an int8 mode); the container refuses an int8 tensor
+    without its scale."""
+    import copy
+    from onnx_mrvl.artifact import pack
+    from onnx_mrvl.emit.compile import build_program, compile_json
+    from onnx_mrvl.errors import ArtifactError, CompileError
+    qpath = quantize(tiny_cnn(seed=6), str(tmp_path / "q.onnx"), True, "s8")
+    sg = onnx_mrvl.convert(qpath).subgraphs[0]
+    nodes, consts = sg.nodes_json, sg.consts_json
+    compile_json(nodes, consts)    # as written: fine
+    conv = next(i for i, n in enumerate(nodes["nodes"]) if n.get("attrs", {}).get("precision") == ["int8"])
+
+    def edited(fn):
+        n2 = copy.deepcopy(nodes)
+        fn(n2["nodes"][conv]["attrs"], n2)
+        return n2
+    with pytest.raises(CompileError, match="in_zero_point 300"):
+        compile_json(edited(lambda a, n: a.update(in_zero_point=["300"])), consts)
+    with pytest.raises(CompileError, match="int8 expected"):
+        c2 = {k: dict(v) for k, v in consts.items()}
+        name = nodes["nodes"][conv]["attrs"]["kernel_const_name"][0]
+        raw = np.frombuffer(__import__("base64").b64decode(c2[name]["data_base64"]), np.int8).astype(np.float32)
+        c2[name].update(dtype="float32", data_base64=__import__("base64").b64encode(raw.tobytes()).decode())
+        compile_json(nodes, c2)
+    pool = next(i for i, n in enumerate(nodes["nodes"]) if n.get("attrs", {}).get("layer_name") == ["layout_transform"])
+    n3 = copy.deepcopy(nodes)
+    n3["nodes"][pool]["attrs"]["precision"] = ["int8"]
+    with pytest.raises(CompileError, match="no int8 mode"):
+        compile_json(n3, consts)
+    meta, weights = build_program(nodes, consts)
+    t = next(t for t in meta["tensors"] if t.get("dtype") == "int8")
+    del t["scale"]
+    with pytest.raises(ArtifactError, match="scale"):
+        pack(meta, weights)

@@ -39,3 +39,18 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
     if params.get("activation", "none") not in ACTIVATIONS:
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
+
+
+WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D")
+
+
+def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
+    """The int8 fields of a layer without weights (pools, nearest Resize, Sum2D of two tensors)."""
+    if layer_name not in WEIGHTLESS:
+        a.fail(f"{layer_name} has no int8 mode (int8: Conv2D, FC, {', '.join(WEIGHTLESS)})")
+    if layer_name == "Resize" and params.get("mode") != "nearest":
+        a.fail("an int8 Resize must be nearest")
+    if layer_name == "Sum2D" and (len(in_shapes) != 2 or weights or in_shapes[0] != in_shapes[1]
+                                  or not a.has("in2_dtype")):
+        a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*)")
+    int8_params(a, ctx, lname, 0, params, weights, has_weights=False)

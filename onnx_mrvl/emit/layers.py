@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import layers_transformer
-from .int8_layer import int8_params, is_int8
+from .int8_layer import int8_other, int8_params, is_int8
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
 from .resize_layer import resize_linear
@@ -441,15 +441,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params.update(scales=s, mode="nearest")
     else:
         out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
-    if is_int8(a) and layer_name == "Resize" and params.get("mode") != "nearest":
-        a.fail("an int8 Resize must be nearest")
-    if layer_name in ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D") \
-            and is_int8(a):
-        if layer_name == "Sum2D" and (n_in != 2 or weights or in_shapes[0] != in_shapes[1] or not a.has("in2_dtype")):
-            a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*)")
-        int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
-    elif layer_name not in ("Conv2D", "FC") and is_int8(a):
-        a.fail(f"{layer_name} has no int8 mode (int8: Conv2D, FC, Maxpool2D, Avgpool2D, GlobalAvgpool2D, GlobalMaxpool2D, Resize, Sum2D)")
+    if layer_name not in ("Conv2D", "FC") and is_int8(a):
+        int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
     if a.has("out_layout_shape"):
         declared = fit_rank(a.ints("out_layout_shape"), len(out))
         if declared[1:] != out[1:]:
