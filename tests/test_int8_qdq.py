@@ -204,6 +204,7 @@ def test_int8_fused_model_runs_in_plain_onnxruntime(tmp_path):
     legal = legalize(q)
     fused = fuse(getattr(legal, "model", legal)).model
     mrvl = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type in ("Conv2D", "FC")]
+    assert "int8" in fuse(getattr(legal, "model", legal)).decisions.by_placement("accelerator")[0].reason
     assert mrvl and all(any(a.name == "precision" and a.s == b"int8" for a in n.attribute) for n in mrvl)
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     a = ort.InferenceSession(qpath).run(None, {"input": x})[0]
@@ -436,6 +437,30 @@ def test_qdq_layer_that_cannot_be_int8_stays_on_the_cpu_with_its_reason(tmp_path
     a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
     assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("builder", [residual_cnn, branchy_cnn])
+def test_int8_reference_bodies_of_pools_and_adds(tmp_path, builder):
+    """The fused model (int8 Sum2D, pools, Resize with their Q -> DQ reference bodies) in plain
+    onnxruntime equals the QDQ model; a batch of 2 runs through the accelerator path the same."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath = quantize(builder(seed=2), str(tmp_path / "q.onnx"), True, "s8")
+    legal = legalize(onnx.load(qpath))
+    fused = fuse(getattr(legal, "model", legal)).model
+    shape = [d.dim_value for d in fused.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    a = ort.InferenceSession(qpath).run(None, {"input": x})[0]
+    b = ort.InferenceSession(fused.SerializeToString()).run(None, {"input": x})[0]
+    assert np.array_equal(a, b)
+
+
+def test_int8_batch_of_two(tmp_path):
+    qpath = quantize(tiny_cnn(seed=3, batch=2), str(tmp_path / "q.onnx"), True, "u8")
+    folder = str(tmp_path / "out")
+    onnx_mrvl.convert(qpath).save(folder)
+    worst, _ = _agreement(qpath, folder, n_inputs=2)
+    assert worst <= 1.0 + 1e-3
 
 
 @pytest.mark.parametrize("xt", [np.int8, np.uint8])

@@ -183,9 +183,10 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):
-            how = (f"fused into {grp.op} ({grp.composite})" if i == 0 else
+            kind = f"{grp.op} int8" if grp.attrs.get("precision") == "int8" else grp.op
+            how = (f"fused into {kind} ({grp.composite})" if i == 0 else
                    f"applied by the ops feeding {grp.op} ({grp.composite}): moved before the concat"
-                   if grp.op == "Concat" else f"absorbed into {grp.op} ({grp.composite})")
+                   if grp.op == "Concat" else f"absorbed into {kind} ({grp.composite})")
             decisions.record(x.name, x.op_type, placement="accelerator", mrvl_node=mrvl,
                              composite=grp.composite, reason=how)
     for name in aliases:
