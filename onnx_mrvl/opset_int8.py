@@ -22,6 +22,7 @@ INT8_ATTRS = ("precision", "in_scale", "in_zero_point", "in_type", "out_scale", 
               "out_type", "weight_scales")
 INT8_POOL_ATTRS = INT8_ATTRS[:-1]   # MaxPool2D / GlobalAvgPool2D / GlobalMaxPool2D: no weights
 INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type")   # Sum2D: operand B
+ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales",)
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -60,14 +61,17 @@ def int8_body(float_body: Callable) -> Callable:
                  _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
                  _const("q_out_s", [float(a["out_scale"])], onnx.TensorProto.FLOAT, []),
                  _const("q_out_z", [int(a["out_zero_point"])], QTYPES[ot], []),
-                 helper.make_node("QuantizeLinear", ["A" if "in2_type" in a else "X", "q_in_s", "q_in_z"], ["q_xq"]),
+                 helper.make_node("QuantizeLinear", ["A" if "A" in present else "X", "q_in_s", "q_in_z"], ["q_xq"]),
                  helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"])]
-        if "in2_type" in a:   # Sum2D: operand B has its own quantization ("B" is no bias here)
-            nodes += [_const("q_in2_s", [float(a["in2_scale"])], onnx.TensorProto.FLOAT, []),
-                      _const("q_in2_z", [int(a["in2_zero_point"])], QTYPES[a["in2_type"]], []),
-                      helper.make_node("QuantizeLinear", ["B", "q_in2_s", "q_in2_z"], ["q_bq"]),
-                      helper.make_node("DequantizeLinear", ["q_bq", "q_in2_s", "q_in2_z"], ["q_b"])]
-            inner = _rename(float_body(a, present, opset), {"A": "q_x", "B": "q_b"}, {"Y": "q_y"})
+        if "A" in present:   # Sum2D: operand B has its own quantization, or is a float constant
+            renames = {"A": "q_x"}
+            if "in2_type" in a:
+                nodes += [_const("q_in2_s", [float(a["in2_scale"])], onnx.TensorProto.FLOAT, []),
+                          _const("q_in2_z", [int(a["in2_zero_point"])], QTYPES[a["in2_type"]], []),
+                          helper.make_node("QuantizeLinear", ["B", "q_in2_s", "q_in2_z"], ["q_bq"]),
+                          helper.make_node("DequantizeLinear", ["q_bq", "q_in2_s", "q_in2_z"], ["q_b"])]
+                renames["B"] = "q_b"
+            inner = _rename(float_body(a, present, opset), renames, {"Y": "q_y"})
             return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
                                     helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
         if present.get("W"):

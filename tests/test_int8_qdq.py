@@ -21,7 +21,8 @@ F32 = TensorProto.FLOAT
 
 
 def mobile_block(seed: int = 0) -> onnx.ModelProto:
-    """Conv3x3 -> Clip(0, 6) -> depthwise 3x3 -> Relu -> 1x1 -> GlobalAveragePool -> Flatten -> MatMul + Add."""
+    """Conv3x3 -> Clip(0, 6) -> depthwise 3x3 -> Relu -> 1x1 -> GlobalAveragePool -> Flatten -> MatMul + Add
+    (the bias Add: an int8 Sum2D with a constant operand)."""
     g = GraphBuilder(seed, 13)
     x = g.clip6(g.conv("input", 3, 16, 3, "stem", stride=2), "stem_clip")
     w = g.const("dw.weight", g.he((16, 1, 3, 3), 9))
@@ -144,9 +145,9 @@ def test_qdq_model_runs_int8_like_onnxruntime(tmp_path, builder, per_channel, ac
     pools = [n for n in q.graph.node if n.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "Resize")]
     assert len([n for n in int8 if "pool" in n["attrs"]["layer_name"][0].lower()
                 or n["attrs"]["layer_name"] == ["Resize"]]) == len(pools)
+    producers = {p.output[0]: p for p in q.graph.node}
     adds = [n for n in q.graph.node if n.op_type == "Add" and all(
-        any(p.output[0] == i and p.op_type == "DequantizeLinear" and p.input[0] not in
-            {t.name for t in q.graph.initializer} for p in q.graph.node) for i in n.input)]
+        i in producers and producers[i].op_type == "DequantizeLinear" for i in n.input)]   # incl. a DQ'd bias
     assert len([n for n in int8 if n["attrs"]["layer_name"] == ["Sum2D"]]) == len(adds)
     for node in int8:
         a = node["attrs"]
@@ -526,3 +527,24 @@ def test_int8_contract_is_checked(tmp_path):
     del t["scale"]
     with pytest.raises(ArtifactError, match="scale"):
         pack(meta, weights)
+
+
+def test_int8_token_mlp(tmp_path):
+    """MatMul over [1, T, K] (an N-D FC: Reshape -> FC -> Reshape), its bias Add (a DQ'd constant:
+    an int8 Sum2D with an fp32 operand), Relu, MatMul: one region, all int8, bit-exact."""
+    g = GraphBuilder(0, 13)
+    x = g.node("MatMul", ["input", g.const("w1", g.he((32, 64), 32))], "mm1")
+    x = g.relu(g.node("Add", [x, g.const("b1", np.linspace(-0.5, 0.5, 64).astype(np.float32))], "add1"), "relu1")
+    g.node("MatMul", [x, g.const("w2", g.he((64, 16), 64))], "mm2")
+    g.nodes[-1].output[0] = "output"
+    m = g.model("token_mlp", [("input", F32, [1, 12, 32])], [("output", F32, [1, 12, 16])])
+    for act in ("s8", "u8"):
+        qpath = quantize(m, str(tmp_path / f"q_{act}.onnx"), True, act)
+        result = onnx_mrvl.convert(qpath)
+        assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+        folder = str(tmp_path / f"out_{act}")
+        result.save(folder)
+        kinds = sorted(n["attrs"]["layer_name"][0] for n in _int8_layers(folder))
+        assert kinds == ["FC", "FC", "Sum2D"]
+        worst, frac = _agreement(qpath, folder, n_inputs=3)
+        assert worst == 0 and frac == 0

@@ -50,7 +50,9 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         a.fail(f"{layer_name} has no int8 mode (int8: Conv2D, FC, {', '.join(WEIGHTLESS)})")
     if layer_name == "Resize" and params.get("mode") != "nearest":
         a.fail("an int8 Resize must be nearest")
-    if layer_name == "Sum2D" and (len(in_shapes) != 2 or weights or in_shapes[0] != in_shapes[1]
-                                  or not a.has("in2_dtype")):
-        a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*)")
+    two = len(in_shapes) == 2 and not weights and in_shapes[0] == in_shapes[1] and a.has("in2_dtype")
+    one = len(in_shapes) == 1 and "operand" in weights and not a.has("in2_dtype")
+    if layer_name == "Sum2D" and not (two or one):
+        a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
+               "or a tensor and a float constant")
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)

@@ -276,7 +276,8 @@ def eltwise(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"constant operand of shape {list(c.shape)} does not broadcast to the input {shapes[0]}")
         if out != shapes[0]:
             a.fail(f"constant operand of shape {list(c.shape)} would grow the input {shapes[0]} to {out}")
-        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=True)
+        # an int8 Sum2D adds the constant in fp32 (a dequantized bias, docs/simulator.md)
+        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not is_int8(a))
     else:
         try:
             out = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))

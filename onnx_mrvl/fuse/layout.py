@@ -24,7 +24,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from ..opset_int8 import INT8_SUM_ATTRS
+from ..opset_int8 import ALL_INT8_ATTRS
 from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
@@ -338,7 +338,7 @@ class Materializer:
 
     def _act_attrs(self, grp: Group) -> dict:
         """The activation attributes, and an int8 layer's quantization (qdq.py)."""
-        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in INT8_SUM_ATTRS}
+        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in ALL_INT8_ATTRS}
 
     def _spatial(self, grp: Group) -> None:
         x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)

@@ -150,8 +150,6 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     grp = (build_conv if n.op_type == "Conv" else build_fc)(view, n, target)
     if isinstance(grp, str):
         return grp
-    if n.op_type != "Conv" and len(g.shape(n.input[0]) or []) != 2:
-        return "an int8 FC over N-D data (only [N, K] inputs are int8 layers so far)"
     if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]):
         return f"a QDQ layer followed by {[x.op_type for x in grp.nodes[1:]]} (int8 layers fold Relu/Clip only)"
     act = grp.attrs.get("activation", "none")
@@ -242,10 +240,16 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
 
 def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -> Union[Group, str, None]:
     """``DQ(a) + DQ(b) -> [Relu/Clip] -> Q -> DQ`` (a residual add) as an int8 Sum2D: operands of
-    one shape, each with its own scale and zero point (``in_*`` for a, ``in2_*`` for b)."""
+    one shape, each with its own scale and zero point (``in_*`` for a, ``in2_*`` for b). With b a
+    DQ of a constant (a MatMul's bias, quantized like a weight), the constant is its dequantized
+    fp32 value ``(q_b - z_b) * s_b`` (what onnxruntime adds) and the layer has one data input."""
+    if g.is_const(n.input[1]) and g.is_float(n.input[1]):   # legalize folded its DQ
+        return _build_add_const(g, n, target, claimed, qin, None)
     dq_b = g.producer.get(n.input[1])
-    if dq_b is None or dq_b.op_type != "DequantizeLinear" or g.is_const(dq_b.input[0]):
-        return None   # an add of a constant (a bias after a MatMul) stays a float op
+    if dq_b is None or dq_b.op_type != "DequantizeLinear":
+        return None
+    if all(g.is_const(i) for i in dq_b.input if i):
+        return _build_add_const(g, n, target, claimed, qin, dq_b)
     qin2 = _qparams(g, dq_b)
     if isinstance(qin2, str):
         return qin2
@@ -254,9 +258,9 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
         return grp
     if g.shape(n.input[0]) != g.shape(n.input[1]):
         return f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape)"
-    if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]) or \
-            grp.attrs.get("activation", "none") not in INT8_ACTIVATIONS:
-        return "a QDQ add followed by an activation other than Relu/Clip"
+    reason = _int8_activation(grp)
+    if reason:
+        return reason
     around = _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
@@ -264,6 +268,52 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
     b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
     attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2])
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def _int8_activation(grp: Group) -> Optional[str]:
+    if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]) or \
+            grp.attrs.get("activation", "none") not in INT8_ACTIVATIONS:
+        return "a QDQ add followed by an activation other than Relu/Clip"
+    return None
+
+
+def _dequantized_const(g: GraphIndex, dq: onnx.NodeProto) -> Optional[np.ndarray]:
+    """DequantizeLinear of constants in fp32 as onnxruntime computes it, or None (not int8/uint8/int32)."""
+    q = np.asarray(g.const(dq.input[0]))
+    if q.dtype not in (np.int8, np.uint8, np.int32):
+        return None
+    s = np.asarray(g.const(dq.input[1]), np.float32)
+    z = np.asarray(g.const(dq.input[2])) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
+    if s.size > 1:   # per axis
+        axis = attr(dq, "axis", 1) % q.ndim
+        shape = [-1 if i == axis else 1 for i in range(q.ndim)]
+        s, z = s.reshape(shape), z.reshape(shape)
+    return ((q.astype(np.int64) - z.astype(np.int64)).astype(np.float32) * s).astype(np.float32)
+
+
+def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, dq_b):
+    """``DQ(a) + c -> Q -> DQ``, c a float constant (a folded DQ) or a DQ of constants (``dq_b``)."""
+    if dq_b is None:
+        c, view = np.asarray(g.const(n.input[1]), np.float32), g
+    else:
+        c = _dequantized_const(g, dq_b)
+        if c is None:
+            return f"the constant operand of '{n.name}' is not an int8/uint8/int32 DequantizeLinear"
+        if {dq_b.name} & (set(claimed) | set(g.excluded)) or len(g.consumers.get(n.input[1], [])) != 1:
+            return f"the constant operand of '{n.name}' is shared"
+        view = _Dequantized(g, {n.input[1]: c})
+    grp = build_eltwise(view, n, target)
+    if isinstance(grp, str):
+        return grp
+    reason = _int8_activation(grp)
+    if reason:
+        return reason
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, a, out, qout = around
+    return Group(grp.op, grp.composite, grp.nodes + nodes + ([dq_b] if dq_b is not None else []), [a], out,
+                 dict(grp.attrs, **_qattrs(qin, qout)), dict(grp.weights))
 
 
 def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:

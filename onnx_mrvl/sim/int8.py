@@ -220,9 +220,12 @@ class Int8Add:
     """int8 Sum2D (MLAS QLinearAdd's reference form): ``v = fp32(s_a * (q_a - z_a)) + fp32(s_b * (q_b - z_b))``,
     ``q_c = sat(rne(v / s_c) + z_c)`` in fp32; relu / clamp as clamps of q_c."""
 
-    def __init__(self, params: Mapping, activation: str, activation_params: Optional[Mapping]):
+    def __init__(self, params: Mapping, activation: str, activation_params: Optional[Mapping], operand=None):
         self.a = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
-        self.b = (float(params["in2_scale"]), int(params["in2_zero_point"]), str(params["in2_dtype"]))
+        # b: a second int8 tensor (in2_*), or a float32 constant (a dequantized bias) added as it is
+        self.operand = None if operand is None else np.asarray(operand, F32)
+        self.b = self.a if operand is not None else \
+            (float(params["in2_scale"]), int(params["in2_zero_point"]), str(params["in2_dtype"]))
         self.c = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
         for dt in (self.a[2], self.b[2], self.c[2]):
             if dt not in QRANGE:
@@ -239,19 +242,26 @@ class Int8Add:
             raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
         self.lo, self.hi = lo, hi
 
-    def apply(self, xa: np.ndarray, xb: np.ndarray) -> Tuple[np.ndarray, bool]:
-        if xa.shape != xb.shape:
-            raise ValueError(f"int8 add of shapes {list(xa.shape)} and {list(xb.shape)}")
+    def apply(self, xa: np.ndarray, xb: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
         va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
-        vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
+        if self.operand is not None:
+            if xb is not None:
+                raise ValueError("an int8 Sum2D with a constant operand takes one input")
+            vb = np.broadcast_to(self.operand.reshape(self.operand.shape[-xa.ndim:] if self.operand.ndim > xa.ndim
+                                                      else self.operand.shape), xa.shape)
+        else:
+            if xb is None or xa.shape != xb.shape:
+                raise ValueError(f"int8 add of shapes {list(xa.shape)} and {None if xb is None else list(xb.shape)}")
+            vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
         s, z, _ = self.c
         q = np.clip(np.rint(((va + vb).astype(F32) / F32(s)).astype(F32)) + z, self.lo, self.hi)
         return ((q - z).astype(F32) * F32(s)).astype(F32), True
 
 
-def build_add(spec):
+def build_add(spec, n_inputs: int = 2):
     act = spec.activation()
     try:
-        return Int8Add(spec.params, act["activation"], act["activation_params"]).apply
+        operand = spec.weight("operand", required=True) if n_inputs == 1 else None
+        return Int8Add(spec.params, act["activation"], act["activation_params"], operand).apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None

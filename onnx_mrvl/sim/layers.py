@@ -164,9 +164,9 @@ def _binary(op: str):
     def build(spec: LayerSpec, n_inputs: int) -> LayerFn:
         _check_inputs(spec, n_inputs, (1, 2))
         if _is_int8(spec):
-            if op != "add" or n_inputs != 2:
-                raise spec.error("an int8 Sum2D takes two inputs (no int8 Mul2D)")
-            return int8.build_add(spec)
+            if op != "add":
+                raise spec.error("no int8 Mul2D (int8: Sum2D)")
+            return int8.build_add(spec, n_inputs)
         operand = spec.weight("operand", required=(n_inputs == 1))
         return make_binary(op, operand, **spec.activation())
     return build
