@@ -548,3 +548,36 @@ def test_int8_token_mlp(tmp_path):
         assert kinds == ["FC", "FC", "Sum2D"]
         worst, frac = _agreement(qpath, folder, n_inputs=3)
         assert worst == 0 and frac == 0
+
+
+def test_qat_style_weights_quantized_in_the_graph(tmp_path):
+    """Weights as QAT exporters (tf2onnx) write them: Q -> DQ of the float kernel in the graph.
+    Legalize folds the Q into an int8 constant and keeps the DQ; the conv is an int8 layer."""
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(0)
+    wf = (rng.standard_normal((8, 3, 3, 3)) * 0.2).astype(np.float32)
+    ws = (np.abs(wf).reshape(8, -1).max(1) / 127).astype(np.float32)
+    inits = [nh.from_array(np.array(0.02, np.float32), "sx"), nh.from_array(np.array(0, np.int8), "zx"),
+             nh.from_array(wf, "wf"), nh.from_array(ws, "ws"), nh.from_array(np.zeros(8, np.int8), "zw"),
+             nh.from_array(np.array(0.05, np.float32), "sy"), nh.from_array(np.array(0, np.int8), "zy")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("QuantizeLinear", ["wf", "ws", "zw"], ["wq"], axis=0),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "zw"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 16, 16])],
+                                            [helper.make_tensor_value_info("y", F32, [1, 8, 16, 16])], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    result = onnx_mrvl.convert(m)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    assert [n["attrs"]["layer_name"] for n in _int8_layers(folder)] == [["Conv2D"]]
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    assert np.array_equal(a, b)
