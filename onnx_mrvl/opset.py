@@ -19,6 +19,7 @@ from onnx import helper
 
 from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
+from . import opset_recurrent as _recurrent
 from .provenance import set_composite, set_origin
 
 DOMAIN = "mrvl"
@@ -243,6 +244,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis",), softmax_body),
 ]}
+OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 
 

@@ -2,6 +2,13 @@
 
 Legalize, fuse, split, compile and the simulator all read their limits from here; nothing else
 hard-codes them. Numbers Marvell has not published are assumptions and say so.
+
+Recurrent layers (LSTM / GRU / RNN, docs/fusion.md) are lowered onto the same units: per timestep
+the MAC array computes the gate GEMM ``[x_t | h_{t-1}] x [W | R]^T`` (an FC of K = I + H, O = G*H;
+fp16 operands, fp32 accumulation; W and R from the on-chip memory), the vector unit the biases,
+sigmoid / tanh and the cell update in fp32, and the state goes back to the on-chip memory in fp16.
+Their per-step GEMM obeys ``max_fc_features``; ``ArchProfile.recurrent_step_cycles`` is the
+assumed latency between timesteps.
 """
 from __future__ import annotations
 
@@ -31,11 +38,13 @@ class ArchProfile:
     call_overhead_s: float = 20e-6      # assumption: fixed cost of one accelerator invocation
     vector_ops_per_cycle_per_tile: int = 64  # assumption: fp32 vector-unit lanes per tile (LayerNorm,
                                              # Softmax, smooth activations: VECTOR_LOWERINGS)
+    recurrent_step_cycles: int = 64     # assumption: per LSTM/GRU/RNN timestep, MAC drain + vector
+                                        # unit (activations, cell update) + state write (docs/fusion.md)
     int8_macs_factor: float = 2.0       # assumption: int8 MACs per cycle = 2x the fp16 rate (int8 layers)
 
     ASSUMPTIONS = ("macs_per_cycle_per_tile", "clock_hz", "dram_bytes_per_cycle",
                    "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s",
-                   "vector_ops_per_cycle_per_tile", "int8_macs_factor")
+                   "vector_ops_per_cycle_per_tile", "recurrent_step_cycles", "int8_macs_factor")
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def test_convert_and_run_matches_onnxruntime(name, partition, tmp_path):
     original = model(name)
     feeds = random_inputs(original, 1)
     ref = run_ort(original, feeds)
-    res = onnx_mrvl.convert(original, partition=partition, strict=True)
+    res = onnx_mrvl.convert(original, partition=partition)
     got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)
     assert len(got) == len(ref)
     for a, b in zip(ref, got):
@@ -74,7 +74,7 @@ ALLOWED = ("minimum-work rule", "a constant operand")
 
 @pytest.mark.parametrize("name", sorted(arch.ALL))
 def test_no_needless_cpu_fallback(name):
-    res = onnx_mrvl.convert(model(name), strict=True)
+    res = onnx_mrvl.convert(model(name))
     bad = [(d.node, d.op_type, d.reason) for d in res.report.cpu_nodes()
            if d.op_type in ACCEL_OPS and not any(a in d.reason for a in ALLOWED)]
     assert not bad, bad
@@ -84,7 +84,7 @@ def test_no_needless_cpu_fallback(name):
 def test_global_pool_split_into_16x16_windows_stays_on_the_accelerator():
     """legalize splits a 64x64 GlobalAveragePool into 16x16/s16 then 4x4/s4 AveragePools: a
     non-overlapping window strides as far as it is wide (up to max_pool_kernel), above max_stride."""
-    res = onnx_mrvl.convert(model("efficientnet_like"), strict=True)
+    res = onnx_mrvl.convert(model("efficientnet_like"))
     pools = [d for d in res.report if d.op_type == "GlobalAveragePool"]
     assert pools and all(d.placement == "accelerator" for d in pools), [(d.node, d.reason) for d in pools]
     assert len(res.subgraphs) == 1
@@ -96,7 +96,7 @@ def test_concat_of_cpu_tensors_on_nchw_data_feeding_a_conv(tmp_path):
     Concat's storage from its out_layout (it used to call every 4-D Concat NHWC and reject the
     LayoutTransform, dropping the whole region to the CPU)."""
     original = model("yolox_like")
-    res = onnx_mrvl.convert(original, strict=True)
+    res = onnx_mrvl.convert(original)
     assert len(res.subgraphs) == 1 and not res.report.warnings
     concat = next(d for d in res.report if d.node == "concat_21")
     assert concat.placement == "accelerator", concat.reason
@@ -112,7 +112,7 @@ def test_channel_splits_stay_in_the_region(name, regions):
     they no longer cut the accelerator graph: yolov8_like 6 -> 2 regions -> 1 since its DFL head's
     Softmax (before the DFL conv) is a Mrvl Softmax (its 3-D box/class Split is a Slice2D on
     [N, C, 1, A] since legalize's split_3d_to_4d), resnetd_like 4 -> 1."""
-    res = onnx_mrvl.convert(model(name), partition="max", strict=True)
+    res = onnx_mrvl.convert(model(name), partition="max")
     assert len(res.subgraphs) == regions
     cpu_splits = [d for d in res.report.cpu_nodes() if d.op_type == "Split"]
     assert not cpu_splits, [(d.node, d.reason) for d in cpu_splits]

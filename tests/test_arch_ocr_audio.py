@@ -81,7 +81,7 @@ def cases():
 @pytest.mark.parametrize("name", list(MODELS))
 def test_converts_runs_and_matches(cases, name, strategy, tmp_path):
     model, feed, ref = cases[name]
-    result = onnx_mrvl.convert(model, partition=strategy, strict=True)
+    result = onnx_mrvl.convert(model, partition=strategy)
     assert not result.report.warnings, result.report.warnings
     sess = onnx_mrvl.InferenceSession(result.save(str(tmp_path)))
     got = sess.run([o.name for o in model.graph.output], feed)

@@ -19,7 +19,7 @@ def test_plan(n, calls, chunk):
 @pytest.mark.parametrize("batch, calls, chunk", [(10, 2, 5), (17, 3, 6)])
 def test_small_cnn_batch_above_max_batch(tmp_path, batch, calls, chunk):
     model = models.tiny_cnn(seed=1, batch=batch)
-    result = onnx_mrvl.convert(model, strict=True)
+    result = onnx_mrvl.convert(model)
     path = result.save(str(tmp_path))
     assert len(result.subgraphs) == 1                                    # one region, one binary
     calls_ = [n for n in result.model.graph.node if is_subgraph(n)]
@@ -44,14 +44,14 @@ def test_small_cnn_batch_above_max_batch(tmp_path, batch, calls, chunk):
 
 
 def test_batch_within_max_batch_is_one_call():
-    result = onnx_mrvl.convert(models.tiny_cnn(seed=1, batch=8), strict=True)
+    result = onnx_mrvl.convert(models.tiny_cnn(seed=1, batch=8))
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     assert "hardware_batches" not in result.report.to_dict()["regions"][0]
 
 
 def test_reference_bodies_keep_a_large_batch_on_the_cpu():
     """Reference bodies are written for the whole batch: no hardware batches, a reason instead."""
-    result = onnx_mrvl.convert(models.tiny_cnn(seed=1, batch=10), strict=True, reference=True)
+    result = onnx_mrvl.convert(models.tiny_cnn(seed=1, batch=10), reference=True)
     assert not result.subgraphs
     assert "hardware batches are not combined with reference bodies" in result.report.decisions["conv1"].reason
 
@@ -59,7 +59,7 @@ def test_reference_bodies_keep_a_large_batch_on_the_cpu():
 def test_cost_partition_counts_every_hardware_batch():
     """partition="cost": the compiled estimate of a chunked region is k calls of the chunk program."""
     from onnx_mrvl.split.cost import compiled_estimate
-    result = onnx_mrvl.convert(models.tiny_cnn(seed=1, batch=10), strict=True, partition="cost")
+    result = onnx_mrvl.convert(models.tiny_cnn(seed=1, batch=10), partition="cost")
     est = result.report.to_dict()["regions"][0]["estimate"]                    # kept: 6.8x faster
     one = compiled_estimate(dict(est), result.subgraphs[0].binary)
     two = compiled_estimate(dict(est), result.subgraphs[0].binary, calls=2)

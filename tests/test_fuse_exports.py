@@ -414,7 +414,7 @@ def test_tf_unet_one_region_softmax_on_the_stored_data():
     assert mrvl_ops(r).count("Resize") >= 3 and "LayoutTransform" not in mrvl_ops(r)
     soft = next(n for n in r.model.graph.node if n.op_type == "Softmax")
     assert soft.domain == opset.DOMAIN and opset.node_attrs(soft)["axis"] == -1
-    res = onnx_mrvl.convert(original, strict=True)
+    res = onnx_mrvl.convert(original)
     assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
     assert [n.op_type for n in r.model.graph.node if n.domain != opset.DOMAIN] == []
 
@@ -435,7 +435,7 @@ def test_tf_tensordot_dense_is_an_fc_over_rows(tmp_path):
     r = _ok(legalize(m), simulate=tmp_path)
     assert r.decisions["dense"].placement == "accelerator" and not r.decisions.by_placement("cpu")
     assert "Gemm" not in [n.op_type for n in legalize(m).graph.node]
-    res = onnx_mrvl.convert(m, strict=True)
+    res = onnx_mrvl.convert(m)
     assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
 
 
@@ -463,7 +463,7 @@ def test_fused_matches_original(name):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_convert_and_run_on_the_simulator(name, tmp_path):
     original = MODELS[name]()
-    res = onnx_mrvl.convert(original, strict=True)
+    res = onnx_mrvl.convert(original)
     assert res.subgraphs, "no region was offloaded"
     path = res.save(str(tmp_path / name))
     feeds = feeds_for(original)
@@ -485,7 +485,7 @@ def _ok(m, simulate=None, **kw):
     ref = run_ort(m, feeds)
     assert rel_err(ref, run_ort(r.model, feeds)) < 1e-4
     if simulate is not None:
-        res = onnx_mrvl.convert(m, strict=True, force=True)
+        res = onnx_mrvl.convert(m, force=True)
         assert res.subgraphs
         got = onnx_mrvl.InferenceSession(res.save(str(simulate))).run(None, feeds)
         for a, b in zip(ref, got):
@@ -592,7 +592,7 @@ def test_permutation_between_accelerator_ops_is_block_rotations(kind, rotations,
     assert "Transpose" not in ops
     assert ops.count("LayoutTransform") == 2 + rotations      # + the model's input and output
     assert r.decisions["shuffle"].placement == "accelerator"
-    res = onnx_mrvl.convert(_shuffle(kind), strict=True)
+    res = onnx_mrvl.convert(_shuffle(kind))
     assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
 
 
@@ -629,7 +629,7 @@ def test_layout_change_of_relabelled_accelerator_output(kind, tmp_path):
     m = n.model([("input", [1, 3, 4, 16])], [y])
     r = _ok(m, tmp_path)
     assert any(x.name.startswith("rotate_") for x in r.model.graph.node if x.op_type == "LayoutTransform")
-    res = onnx_mrvl.convert(m, strict=True)
+    res = onnx_mrvl.convert(m)
     assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
     assert not [d for d in res.report.dropped if "compile" in d["reason"]]
 
@@ -656,7 +656,7 @@ def test_concat_with_a_constant_operand(kind, tmp_path):
     assert r.decisions["cat"].placement == "accelerator"
     (cat,) = [x for x in r.model.graph.node if x.op_type == "Concat"]
     assert len(cat.input) == 2 and opset.node_attrs(cat)["num_inputs"] == 2
-    res = onnx_mrvl.convert(m, strict=True)
+    res = onnx_mrvl.convert(m)
     assert [x.op_type for x in res.model.graph.node] == ["Subgraph_1x1"]
     layer = next(x for x in res.subgraphs[0].nodes_json["nodes"] if x.get("attrs", {}).get("layer_name") == ["Concat"])
     assert layer["attrs"]["const_positions"] == (["0"] if kind == "vit_class_token" else ["1"])

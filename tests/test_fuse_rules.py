@@ -572,7 +572,7 @@ def _nan_weights():
 
 REJECTIONS = {
     "batch": (lambda: _conv_case(x_shape=(9, 4, 8, 8)), "batch 9 exceeds the accelerator's limit of 8"),
-    "kernel": (lambda: _conv_case(wshape=(6, 4, 9, 9)), "kernel 9x9 exceeds the limit 7"),
+    "kernel": (lambda: _conv_case(x_shape=(1, 4, 12, 12), wshape=(6, 4, 9, 9)), "kernel 9x9 exceeds the limit 7"),
     "dilation": (lambda: _conv_case(x_shape=(1, 4, 30, 30), dilations=[9, 1]), "dilation [9, 1] exceeds the limit 8"),
     "stride": (lambda: _conv_case(x_shape=(1, 4, 30, 30), strides=[9, 9]), "stride [9, 9] exceeds the limit 8"),
     "pads": (lambda: _conv_case(pads=[8, 0, 0, 0]), "padding [8, 0, 0, 0] exceeds the limit 7"),

@@ -18,7 +18,7 @@ def _convert_and_run(m, tmp_path, **kw):
     feeds = feeds_for(m)
     ref = run_ort(m, feeds)
     assert rel_err(ref, run_ort(r.model, feeds)) < 1e-4
-    res = onnx_mrvl.convert(m, strict=True, **kw)
+    res = onnx_mrvl.convert(m, **kw)
     got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)
     for a, b in zip(ref, got):
         assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))

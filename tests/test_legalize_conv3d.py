@@ -76,7 +76,7 @@ def test_conv3d_depth1_offloaded(tmp_path):
                     mk("Relu", ["c"], ["r"], name="relu"),
                     mk("MaxPool", ["r"], ["y"], name="pool3d", kernel_shape=[1, 2, 2], strides=[1, 2, 2])],
                    [("x", [1, 3, 1, 16, 16])], ["y"], {"w": weight(8, 3, 1, 3, 3), "b": weight(8)})
-    result = onnx_mrvl.convert(m, strict=True)
+    result = onnx_mrvl.convert(m)
     assert len(result.subgraphs) == 1
     assert {d.placement for d in result.report.decisions.values()} == {"accelerator"}
     sess = onnx_mrvl.InferenceSession(result.save(str(tmp_path)))

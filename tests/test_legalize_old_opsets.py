@@ -58,7 +58,7 @@ def test_old_opset_converted_and_offloaded(opset, tmp_path):
     legal, report = legalize_with_report(model)
     assert report.opset == (opset, 13)
     assert "BatchNormalization" not in [n.op_type for n in legal.graph.node]   # folded into the conv
-    result = onnx_mrvl.convert(model, strict=True)
+    result = onnx_mrvl.convert(model)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(None, {"x": X})[0]
     want = _ort(net(13), X)        # onnxruntime has no BatchNormalization-1/6 kernel: the same net at 13
@@ -79,7 +79,7 @@ def test_opset_6_model_onnxruntime_runs(tmp_path):
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 6)])
     model.ir_version = 3
     want = _ort(model, X)
-    result = onnx_mrvl.convert(model, strict=True)
+    result = onnx_mrvl.convert(model)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(None, {"x": X})[0]
     assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
@@ -92,7 +92,7 @@ def test_old_opset_that_cannot_convert_is_refused(monkeypatch):
         raise RuntimeError("no adapter")
     monkeypatch.setattr(onnx.version_converter, "convert_version", fail)
     with pytest.raises(ModelError, match="opset 5 model cannot be converted to opset 13") as e:
-        onnx_mrvl.convert(net(5), strict=True)
+        onnx_mrvl.convert(net(5))
     assert "opset 7 or newer" in str(e.value)
     legal, report = legalize_with_report(net(7))
     assert report.opset == (7, 7)

@@ -249,7 +249,7 @@ def test_float16_model_is_computed_in_float32_and_offloaded(io_type, tmp_path):
     got = _session(out).run(None, feeds)[0]
     assert got.dtype == ref.dtype or io_type == TensorProto.FLOAT16
     assert np.max(np.abs(got.astype(np.float32) - ref)) <= 2e-3 * np.max(np.abs(ref))
-    res = onnx_mrvl.convert(m, strict=True)
+    res = onnx_mrvl.convert(m)
     assert res.report.offload_fraction == 1.0
     cpu = [n.op_type for n in res.model.graph.node if n.domain != "mrvl"]
     assert cpu == (["Cast", "Cast"] if io_type == TensorProto.FLOAT16 else [])

@@ -191,6 +191,6 @@ def test_a_node_only_partly_offloaded_says_so():
     m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="big", kernel_shape=[11, 11], pads=[5] * 4)],
                    [("x", [1, 3, 16, 16])], ["y"], {"w": r.standard_normal((4, 3, 11, 11)).astype(np.float32)})
     m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", 1, [1, 4, 16, 16]))
-    d = onnx_mrvl.convert(m, exclude=["Add"], strict=True).report.decisions["big"]
+    d = onnx_mrvl.convert(m, exclude=["Add"]).report.decisions["big"]
     assert d.placement == "accelerator" and "partly on the CPU" in d.reason, d.reason
     assert re.search(r"partly on the CPU: \d+ of its \d+ legalized nodes", d.reason)

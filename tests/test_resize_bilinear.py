@@ -54,7 +54,7 @@ def test_bilinear_on_the_accelerator(ctm, kw, tmp_path):
     a = opset.node_attrs(rs[0])
     assert a["mode"] == "linear" and a["coordinate_mode"] == ctm
     assert np.abs(_ort(fused.model, x) - want).max() <= 1e-5 * np.abs(want).max()    # reference body
-    result = onnx_mrvl.convert(m, strict=True)
+    result = onnx_mrvl.convert(m)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(None, {"x": x})[0]
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
@@ -69,7 +69,7 @@ def test_bilinear_on_the_accelerator(ctm, kw, tmp_path):
 def test_reference_path_runs_in_plain_onnxruntime(tmp_path):
     m = net("half_pixel")
     x = R.standard_normal([1, 4, 9, 12]).astype(np.float32)
-    result = onnx_mrvl.convert(m, strict=True, reference=True)
+    result = onnx_mrvl.convert(m, reference=True)
     got = _ort(result.model, x)
     want = _ort(m, x)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

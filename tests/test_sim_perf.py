@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from onnx_mrvl.sim import Simulator
-from onnx_mrvl.sim.perf import arch_params, perf_report
+from onnx_mrvl.costmodel import arch_params, perf_report
 from onnx_mrvl.target import ArchProfile
 
 

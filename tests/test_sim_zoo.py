@@ -21,7 +21,7 @@ def test_zoo_architecture_matches_fp32_within_the_stated_fp16_bound(name):
     model = load_zoo(name, 0)
     feeds = random_inputs(model, seed=1)
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    result = onnx_mrvl.convert(model, strict=True)
+    result = onnx_mrvl.convert(model)
     assert result.subgraphs, f"{name}: nothing offloaded"
     with tempfile.TemporaryDirectory() as d:
         result.save(d)

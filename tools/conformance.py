@@ -9,7 +9,11 @@ For each case of ``onnx.backend.test.case.node.collect_testcases()``:
    simulator) when ``onnx_mrvl.sim`` is importable, else through plain onnxruntime on the regions'
    fp32 reference bodies (``convert(reference=True)``);
 4. a case passes when every output has the expected dtype and shape and values within fp16
-   tolerance where a region was offloaded (onnxruntime's tolerance where not).
+   tolerance where a region was offloaded (onnxruntime's tolerance where not); an offloaded case
+   outside that tolerance still passes when its error is within the fp16 baseline's (the original
+   run with fp16 storage: at most 2x its error, or one fp16 rounding of the output's scale), i.e.
+   the error is fp16 rounding itself (inputs such as 10001 that fp16 cannot hold), not a bug; the
+   reason column says so.
 
 The backend cases feed weights as graph inputs, so as-is almost nothing reaches the accelerator.
 Each case therefore also runs as a "frozen" variant (``+frozen``): every input after the first
@@ -315,9 +319,41 @@ def run_case(case, op_type: str, runner: str, workdir: str, force: bool = False,
         tol = (FP16_RTOL, FP16_ATOL, True) if res.offloaded else (rtol, atol, False)
         why = next((f"output {i}: {w}" for i, w in enumerate(
             compare(_to_value(g), e, *tol) for g, e in zip(got, expected)) if w), None)
-        res.status, res.reason = ("fail", why) if why else ("pass", "")
+        if why and res.offloaded:   # fp16 rounding itself (e.g. inputs fp16 cannot hold) or a bug?
+            note = _within_fp16_baseline(model, inputs, names, got, expected)
+            why = None if note else why
+            res.reason = note or ""
+        res.status, res.reason = ("fail", why) if why else ("pass", res.reason)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _within_fp16_baseline(model, inputs, names, got, expected) -> Optional[str]:
+    """A note when every float output's error is within the fp16 baseline's (the original model
+    run with fp16 storage, docs/simulator.md "fp16 baseline"): at most 2x its error or one fp16
+    rounding of the output's scale; None otherwise (a real failure)."""
+    from onnx_mrvl.inspect.fp16_baseline import run_fp16_baseline
+
+    feeds = {n: np.asarray(v) for n, v in zip(names, inputs)}
+    try:
+        base = run_fp16_baseline(model, feeds)
+    except Exception:  # noqa: BLE001 - no baseline: the tolerance verdict stands
+        return None
+    notes = []
+    for o, g, e in zip(model.graph.output, got, expected):
+        g, e, b = (np.asarray(_to_value(v), np.float64) for v in (g, e, base.get(o.name)))
+        if e.dtype.kind != "f" or b is None or b.shape != e.shape or g.shape != e.shape:
+            return None
+        finite = np.isfinite(e)
+        if not np.array_equal(finite, np.isfinite(g)):
+            return None
+        scale = float(np.abs(e[finite]).max()) if finite.any() else 0.0
+        ours = float(np.abs(g - e)[finite].max()) if finite.any() else 0.0
+        theirs = float(np.abs(b - e)[finite].max()) if finite.any() else 0.0
+        if ours > max(2.0 * theirs, 2.0 ** -11 * scale):
+            return None
+        notes.append(f"{o.name}: {ours:.3g} vs baseline {theirs:.3g}")
+    return "within the fp16 baseline (" + "; ".join(notes) + ")"
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:

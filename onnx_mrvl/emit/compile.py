@@ -59,6 +59,7 @@ def _top_int(nodes_json: dict, key: str, default: int) -> int:
 
 
 ORDER_AGNOSTIC = ("Sum2D", "Mul2D", "Concat")
+RECURRENT = ("LSTM", "GRU", "RNN")   # Y [T, D, B, H]: not an image
 
 
 def _input_tensor(node: dict, idx: int, batch: Optional[int]) -> dict:
@@ -172,7 +173,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax"):
             # a slice, layer norm or softmax keeps the storage of its input (its axis is given in it)
             layout = tensors[ins[0]]["layout"]
-        elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze", "BatchMatMul"):
+        elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze", "BatchMatMul", *RECURRENT):
             layout = "NHWC"
         else:
             layout = "ND"

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import layers_transformer
 from .int8_layer import int8_other, int8_params, is_int8
+from . import recurrent
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
 from .resize_layer import resize_linear
@@ -23,6 +24,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
     "LayerNorm": "LayerNorm", "Softmax": "Softmax",
+    **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
                "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish")
@@ -400,7 +402,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     lname = wprefix
     params, weights = {}, {}
     n_in = len(in_shapes)
-    single = layer_name not in ("Sum2D", "Mul2D", "Concat", "BatchMatMul")
+    single = layer_name not in ("Sum2D", "Mul2D", "Concat", "BatchMatMul", *recurrent.CELLS)   # recurrent: + state inputs
     if single and n_in != 1:
         a.fail(f"{lname_json} takes one input, the node lists {n_in}")
     if layer_name in ("Sum2D", "Mul2D") and n_in > 2:
@@ -433,6 +435,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params["shape"] = out
     elif layer_name == "Resize" and a.str("method", "nearest_neighbor") == "linear":
         out, macs = resize_linear(a, in_shapes[0], params)
+    elif layer_name in recurrent.CELLS:
+        out, macs = recurrent.compile_layer(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif layer_name == "Resize":
         s = a.ints("scales", n=2)
         if min(s) < 1 or len(in_shapes[0]) != 4:

@@ -22,6 +22,7 @@ from .._graph import GraphIndex
 from ..errors import CompileError
 from ..provenance import get_composite, get_origin
 from ..opset_int8 import is_int8
+from . import recurrent
 from .json_attrs import INT_CONST_DTYPES, ConstEntry
 
 LAYOUT_BY_RANK = {4: "NCHW", 2: "NC", 3: "NCW", 1: "C"}
@@ -184,7 +185,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
     allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2,
-               "Concat": len(node.input) - 1}.get(node.op_type, 0)
+               "Concat": len(node.input) - 1, **{c: len(recurrent.CONST_ROLES) for c in recurrent.CELLS}}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
         raise CompileError(f"{node.op_type} with {n_consts} constant inputs (weights must be the constants, "
@@ -316,6 +317,9 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "LayoutTransform":
         data_layout, out_layout = a["src_layout"], a["dst_layout"]
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])
+    elif node.op_type in recurrent.CELLS:
+        data_layout, out_layout = "TNC", "TDNC"
+        attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s))
     if node.op_type in INT8_OPS and is_int8(a):
         _int8_attrs(a, attrs, add_const)
     if op.has_activation:

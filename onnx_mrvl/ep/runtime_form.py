@@ -88,7 +88,6 @@ def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str)
         packed_out = len(node.output) > MAX_ARITY
         xs = list(node.input)
         if packed_in:
-            x = f"{p}/packed"
             minus1 = _const(inits, f"{p}/minus1", [-1])
             dims, flats = [], []
             for j, name in enumerate(node.input):

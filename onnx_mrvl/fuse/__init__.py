@@ -18,7 +18,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, slices_nd, smooth_acts
+from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -36,6 +36,9 @@ ANCHORS["Split"] = ANCHORS["Slice"] = Pattern("mrvl.slice", ("Split", "Slice"), 
 # attention masks whose fill does not fit fp16 (masks.py): Add of float32's lowest, Where(cond, x, -inf)
 ANCHORS["Add"] = Pattern("mrvl.sum", ("Add",), masks.build_add, ("activation",))
 ANCHORS["Where"] = Pattern("mrvl.sum", ("Where",), masks.build_where)
+ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
+ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
+                "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})
 
 
 class _Index(GraphIndex):

@@ -16,7 +16,7 @@ import onnx
 
 from .._graph import GraphIndex, attr
 from ..target import Target
-from .groups import Group, _batch, _float_static
+from .groups import Group, batch_limit, float_static
 from .patterns import MAX_FC_ROWS, build_fc
 from .perms import rotations
 
@@ -34,7 +34,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 def build_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target):
     a, b = n.input[0], n.input[1]
-    reason = _float_static(g, [a, b, n.output[0]])
+    reason = float_static(g, [a, b, n.output[0]])
     if reason:
         return reason
     if g.is_const(a):
@@ -51,7 +51,7 @@ def build_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"MatMul operands {sa} and {sb} disagree on the inner dimension"
     if max(k, n_out) > target.max_fc_features:
         return f"{max(k, n_out)} features exceed the limit {target.max_fc_features}"
-    reason = _batch(g, n.output[0], target)      # 4-D: [B, H, T, T] with B images
+    reason = batch_limit(g, n.output[0], target)      # 4-D: [B, H, T, T] with B images
     if reason:
         return reason
     batch = int(np.prod([max(x, y) for x, y in zip(sa[:-2], sb[:-2])] or [1]))

@@ -34,18 +34,21 @@ class Group:
         return merge_origin(*self.nodes)
 
 
-def _float_static(g: GraphIndex, names) -> Optional[str]:
+def float_static(g: GraphIndex, names) -> Optional[str]:
     for t in names:
         if not t:
             continue
-        if g.shape(t) is None:
+        shape = g.shape(t)
+        if shape is None:
             return f"tensor '{t}' has no static shape"
+        if any(d == 0 for d in shape):
+            return f"tensor '{t}' is empty (shape {list(shape)}): no accelerator work"
         if not g.is_float(t):
             return f"tensor '{t}' is not float32 (the accelerator takes float32 models)"
     return None
 
 
-def _batch(g: GraphIndex, t: str, target: Target) -> Optional[str]:
+def batch_limit(g: GraphIndex, t: str, target: Target) -> Optional[str]:
     """The image batch limit (4-D and 5-D tensors); the leading axes of a 2-D / 3-D tensor hold
     rows (an FC's M rows, [B, T, D] tokens or frames), computed one by one like the rows of an N-D
     FC: no limit there."""

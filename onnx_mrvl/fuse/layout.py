@@ -2,7 +2,9 @@
 
 Every tensor is tracked as (current name, stored permutation of its logical axes). Spatial Mrvl ops
 want NHWC storage of a logical NCHW tensor; elementwise ops, concat and channel slices (slices.py)
-take the storage that needs the fewest conversions of their inputs (NHWC on a tie); a Transpose is a
+take the storage that needs the fewest conversions of their inputs (NHWC on a tie for images; 4-D
+data no spatial op touches, e.g. attention scores, is ND (``images.py``): the fewest converted
+elements on a tie, no NHWC preference, so it stays in the order it was written); a Transpose is a
 relabelling of the stored data and costs nothing; reshapes run on the stored data when they only
 split/merge runs of axes that are in order in storage (``perms.py``), or feed an FC whose weights get
 permuted; CPU ops that compute the same on permuted data (unary elementwise, Split/Slice off the
@@ -29,7 +31,8 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import batch_matmul, fc_rows, rotate, slices, slices_nd, transformer
+from . import batch_matmul, fc_rows, recurrent, rotate, slices, slices_nd, take, transformer
+from .images import non_image_tensors
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
 NHWC = (0, 2, 3, 1)
@@ -82,8 +85,9 @@ SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool
 
 
 class Materializer:
-    def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set):
+    def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set, non_image: Optional[set] = None):
         self.g = g
+        self.non_image = non_image or set()             # tensors no spatial op wants NHWC (images.py)
         self.group_of = group_of
         self.aliases = aliases
         self.loc: Dict[str, Tuple[str, Perm]] = {}
@@ -126,6 +130,10 @@ class Materializer:
             shape = self._shapes[t] = self.g.shape(t)
         return shape
 
+    def known_shape(self, t: str, shape: List[int]) -> None:
+        """Declare the logical shape of a tensor fuse introduces (not in the input graph)."""
+        self._shapes[t] = list(shape)
+
     def available(self, t: str, want: Perm) -> bool:
         """True when ``t`` already exists stored with ``want`` (no conversion needed)."""
         return self.loc[t][1] == want or (t, want) in self.cache
@@ -136,15 +144,22 @@ class Materializer:
         ``out`` read by accelerator ops counts as one more conversion unless NHWC: the conversion
         then happens before the op on a tie; with more inputs to convert (a Concat of CPU slices,
         YOLOv5's Focus) the op runs on the NCHW data and one LayoutTransform follows it (the emitted
-        layer's out_layout tells the compile step which storage it wrote)."""
+        layer's out_layout tells the compile step which storage it wrote). For ND tensors (``images.py``:
+        no spatial op in their storage component) neither NHWC nor the extra count: the fewest
+        conversions, then the fewest converted elements, then the first operand's storage."""
         rank = len(self.logical_shape(tensors[0]))
-        candidates = [NHWC] if rank == 4 else []
+        image = rank == 4 and not all(t in self.non_image for t in list(tensors) + [out] if t)
+        candidates = [NHWC] if image else []
         for t in tensors:
             p = self.loc[t][1]
             if p not in candidates and t not in self.flat:
                 candidates.append(p)
         if not candidates:
             return None
+        if not image:   # ND data (attention scores, masks): the storage that moves the fewest elements
+            return min(candidates, key=lambda p: (sum(not self.available(t, p) for t in tensors),
+                                                  sum(int(np.prod(self.logical_shape(t))) for t in tensors
+                                                      if not self.available(t, p))))
         extra = rank == 4 and out is not None and self._feeds_mrvl(out, skip=ANY_ORDER_READERS)
         return min(candidates, key=lambda p: sum(not self.available(t, p) for t in tensors)
                    + (extra and p != NHWC))
@@ -316,7 +331,10 @@ class Materializer:
                    "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
                    "SliceND": lambda grp: slices_nd.materialize(self, grp),
                    "LayerNorm": lambda grp: transformer.materialize(self, grp),
-                   "Softmax": lambda grp: transformer.materialize(self, grp)}[op]
+                   "Softmax": lambda grp: transformer.materialize(self, grp),
+                   "Take": lambda grp: take.materialize(self, grp),
+                   "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
+                   **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
         handler(grp)
 
     def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,
@@ -428,8 +446,9 @@ class Materializer:
             # [N, C] -> [N, C, 1, 1] (a Linear SE scale): the same data is already NHWC
             out_perm = _canonical(list(range(4)), out_shape, nhwc_first=True)
         op = "Reshape"
-        if len(out_shape) == 2 and len(in_shape) > 2:
-            op = "Flatten"
+        if len(out_shape) == 2 and len(in_shape) > 2 and out_shape[0] == in_shape[0] \
+                and _stored_shape(out_shape, out_perm) == list(out_shape):
+            op = "Flatten"   # nn.batch_flatten keeps the first axis; any other 2-D result is a Reshape
         elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
             op = "Squeeze"
         grp.composite = opset.OPS[op].composite
@@ -438,7 +457,7 @@ class Materializer:
             self.flat[out] = flat
 
     def _wanted_storage(self, t: str) -> List[int]:
-        """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D tensor, logical
+        """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D image, logical
         otherwise; but when every reader is the same relabelling Transpose to a 4-D tensor, the order
         that makes that tensor NHWC (``Transpose(0,2,3,1) -> Reshape -> Transpose(0,3,1,2) -> Conv``:
         one conversion before the reshape instead of one before and one after)."""
@@ -449,7 +468,7 @@ class Materializer:
                 and t not in self.g.output_set):
             perm = perms.pop()
             return [perm[a] for a in NHWC]
-        return list(NHWC) if rank == 4 else list(range(rank))
+        return list(NHWC) if rank == 4 and t not in self.non_image else list(range(rank))
 
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
@@ -479,7 +498,8 @@ class Materializer:
 def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], order: List[onnx.NodeProto],
                 aliases: set) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str]]:
     group_of = {n.name: grp for grp in groups for n in grp.nodes}
-    m = Materializer(g, group_of, aliases)
+    m = Materializer(g, group_of, aliases,
+                     non_image_tensors(g, groups, aliases, order, LAYOUT_FREE_CPU_OPS, SPATIAL))
     for t in list(g.inputs) + list(g.initializers):
         m.loc[t] = (t, None)
     for n in order:

@@ -21,7 +21,7 @@ import onnx
 
 from .._graph import GraphIndex, attr
 from ..target import Target
-from .groups import Group, _float_static
+from .groups import Group, float_static
 from .patterns import ELTWISE_RANKS, build_eltwise
 
 MASK_FILL = -32768.0   # -2**15: exact in fp16, x + MASK_FILL finite for |x| < 32736, exp(MASK_FILL) == 0
@@ -44,7 +44,7 @@ def _opset(g: GraphIndex) -> int:
 
 
 def _mask_group(g: GraphIndex, n: onnx.NodeProto, x: str, keep: np.ndarray, target: Target):
-    reason = _float_static(g, [x, n.output[0]])
+    reason = float_static(g, [x, n.output[0]])
     if reason:
         return reason
     out = g.shape(n.output[0])

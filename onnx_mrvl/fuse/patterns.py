@@ -21,7 +21,7 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..target import Target
 from . import steps
-from .groups import Group, _batch, _float_static, image_batch_moved
+from .groups import Group, batch_limit, float_static, image_batch_moved
 from .resize import build_resize
 from . import slices
 
@@ -92,13 +92,13 @@ def _absorb_chain(g: GraphIndex, grp: Group, chain, channels: int, rank: int, ta
         grp.output = m.output
 
 
-def _allowed_activations(ops, target: Target) -> Tuple[str, ...]:
+def allowed_activations(ops, target: Target) -> Tuple[str, ...]:
     """Activations every op in ``ops`` can carry: prelu needs a slope input, which Conv2D and FC have."""
     return tuple(a for a in target.activations if a != "prelu" or all(op in ("Conv2D", "FC") for op in ops))
 
 
 def _absorb_activation(g, group: Group, channels: int, target: Target, axis: int = 1) -> None:
-    m = steps.activation(g, group.output, channels, _allowed_activations([group.op], target), axis)
+    m = steps.activation(g, group.output, channels, allowed_activations([group.op], target), axis)
     if m and g.shape(m.output) is not None:   # an output without a static shape stays on the CPU
         group.nodes += m.nodes
         group.output = m.output
@@ -109,7 +109,7 @@ def _absorb_activation(g, group: Group, channels: int, target: Target, axis: int
 # ------------------------------------------------------------------ conv
 def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
     x, w = n.input[0], n.input[1]
-    reason = _float_static(g, [x, n.output[0]])
+    reason = float_static(g, [x, n.output[0]])
     if reason:
         return reason
     if not g.is_const(w) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
@@ -138,7 +138,7 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"padding {pads} exceeds the limit {target.max_pad['conv']}"
     if max(cin, cout) > target.max_channels:
         return f"{max(cin, cout)} channels exceed the limit {target.max_channels}"
-    reason = _batch(g, x, target)
+    reason = batch_limit(g, x, target)
     if reason:
         return reason
     weights = {"W": np.asarray(wv, dtype=np.float32)}
@@ -154,7 +154,7 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
 # ------------------------------------------------------------------ fc
 def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
     x, w = n.input[0], n.input[1]
-    reason = _float_static(g, [x, n.output[0]])
+    reason = float_static(g, [x, n.output[0]])
     if reason:
         return reason
     if not g.is_const(w):
@@ -208,7 +208,7 @@ _POOLS = {"MaxPool": ("MaxPool2D", "mrvl.maxpool2d_nhwc2nhwc"),
 
 def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
     x = n.input[0]
-    reason = _float_static(g, [x, n.output[0]]) or _batch(g, x, target)
+    reason = float_static(g, [x, n.output[0]]) or batch_limit(g, x, target)
     if reason:
         return reason
     if len(g.shape(x)) != 4:
@@ -251,7 +251,7 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
 def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     op = "Sum2D" if n.op_type == "Add" else "Mul2D"
     a, b = n.input[0], n.input[1]
-    reason = _float_static(g, [a, b, n.output[0]])
+    reason = float_static(g, [a, b, n.output[0]])
     if reason:
         return reason
     out_shape = g.shape(n.output[0])
@@ -280,7 +280,7 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
         if len(out_shape) > 3 and (sa[0] != out_shape[0] or sb[0] != out_shape[0]):
             return f"operands of shapes {sa} and {sb} broadcast along the batch axis"
         inputs, weights = [a, b], {}
-    reason = _batch(g, n.output[0], target)
+    reason = batch_limit(g, n.output[0], target)
     if reason:
         return reason
     grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n], inputs, n.output[0], {}, weights)
@@ -291,7 +291,7 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 # ------------------------------------------------------------------ data movement
 def build_concat(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    reason = _float_static(g, list(n.input) + [n.output[0]])
+    reason = float_static(g, list(n.input) + [n.output[0]])
     if reason:
         return reason
     rank = len(g.shape(n.output[0]))
@@ -309,7 +309,7 @@ def build_concat(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 
 def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    reason = _float_static(g, [n.input[0], n.output[0]])
+    reason = float_static(g, [n.input[0], n.output[0]])
     if reason:
         return reason
     reason = image_batch_moved(g.shape(n.input[0]), g.shape(n.output[0]))
@@ -336,7 +336,7 @@ def activation_through_concat(g: GraphIndex, grp: Group, producer_of: Dict[str, 
         return
     shape = g.shape(grp.output)
     channels = shape[1]
-    m = steps.activation(g, grp.output, channels, _allowed_activations([p.op for p in srcs], target))
+    m = steps.activation(g, grp.output, channels, allowed_activations([p.op for p in srcs], target))
     if m is None:
         return
     slope = m.weights.get("slope")

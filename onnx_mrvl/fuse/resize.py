@@ -10,24 +10,25 @@ import onnx
 from .._graph import GraphIndex, attr
 from ..resize_index import nearest_indices
 from ..target import Target
-from .groups import Group, _batch, _float_static
+from .groups import Group, batch_limit, float_static
 
 
 def build_resize(g: GraphIndex, n: onnx.NodeProto, target: Target):
     x = n.input[0]
-    reason = _float_static(g, [x, n.output[0]]) or _batch(g, x, target)
+    reason = float_static(g, [x, n.output[0]]) or batch_limit(g, x, target)
     if reason:
         return reason
-    if (attr(n, "mode", "nearest") or "nearest") == "linear":
-        return build_bilinear(g, n, target)
-    if (attr(n, "mode", "nearest") or "nearest") != "nearest":
-        return f"Resize mode '{attr(n, 'mode')}' (the accelerator does nearest and linear)"
+    kind = attr(n, "mode", "nearest") or "nearest"
+    if kind not in ("nearest", "linear"):
+        return f"Resize mode '{kind}' (the accelerator does nearest and linear)"
     ins, outs = g.shape(x), g.shape(n.output[0])
     if len(ins) != 4 or ins[:2] != outs[:2]:
         return "Resize that is not spatial on a 4-D tensor"
     for extra in n.input[1:]:
         if extra and not g.is_const(extra):
             return "Resize with non-constant scales/sizes"
+    if kind == "linear":
+        return build_bilinear(g, n, target)
     scales = []
     ctm = attr(n, "coordinate_transformation_mode", "half_pixel")
     mode = attr(n, "nearest_mode", "round_prefer_floor")
@@ -48,14 +49,10 @@ LINEAR_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric
 
 
 def build_bilinear(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    """A 2-D bilinear Resize of a 4-D tensor: H and W scaled, N and C kept, constant scales/sizes."""
+    """A 2-D bilinear Resize of a 4-D tensor (``build`` checked: H and W scaled, N and C kept,
+    constant scales/sizes)."""
     x = n.input[0]
     ins, outs = g.shape(x), g.shape(n.output[0])
-    if len(ins) != 4 or ins[:2] != outs[:2]:
-        return "Resize that is not spatial on a 4-D tensor"
-    for extra in n.input[1:]:
-        if extra and not g.is_const(extra):
-            return "Resize with non-constant scales/sizes"
     opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 1)
     ctm = attr(n, "coordinate_transformation_mode", "half_pixel") if opset >= 11 else "asymmetric"
     if ctm not in LINEAR_MODES:

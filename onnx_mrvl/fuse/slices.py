@@ -15,7 +15,7 @@ import onnx
 from .. import opset
 from .._graph import GraphIndex, attr
 from ..target import Target
-from .groups import Group, _batch, _float_static
+from .groups import Group, batch_limit, float_static
 
 CHANNEL = 1   # logical (NCHW) channel axis
 
@@ -38,7 +38,7 @@ def _split_sizes(g: GraphIndex, n: onnx.NodeProto, channels: int):
 
 
 def _common_checks(g: GraphIndex, n: onnx.NodeProto, target: Target, what: str) -> Optional[str]:
-    reason = _float_static(g, [n.input[0]] + [o for o in n.output if o])
+    reason = float_static(g, [n.input[0]] + [o for o in n.output if o])
     if reason:
         return reason
     if g.is_const(n.input[0]):
@@ -46,7 +46,7 @@ def _common_checks(g: GraphIndex, n: onnx.NodeProto, target: Target, what: str) 
     rank = len(g.shape(n.input[0]))
     if rank != 4:
         return f"{rank}-D {what} (the accelerator slices channels of 4-D tensors)"
-    return _batch(g, n.input[0], target)
+    return batch_limit(g, n.input[0], target)
 
 
 def _group(g: GraphIndex, n: onnx.NodeProto, slices: List[Tuple[str, int, int]]):
@@ -205,6 +205,5 @@ def materialize(m, grp: Group) -> None:
             m.get(o, None, for_mrvl=True, origin=grp.origin)
 
 
-# shared with slices_nd.py (N-D slices)
-split_sizes = _split_sizes
+split_sizes = _split_sizes      # read by slices_nd.py and take.py (N-D ranges)
 slice_params = _slice_params

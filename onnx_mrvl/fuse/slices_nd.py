@@ -14,7 +14,7 @@ import onnx
 from .. import opset
 from .._graph import GraphIndex, attr
 from ..target import Target
-from .groups import Group, _float_static
+from .groups import Group, float_static
 from . import slices
 
 RANKS = (2, 3, 5)
@@ -25,7 +25,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     shape = g.shape(n.input[0])
     if shape is None or len(shape) not in RANKS:
         return slices.build(g, n, target)
-    reason = _float_static(g, [n.input[0]] + [o for o in n.output if o])
+    reason = float_static(g, [n.input[0]] + [o for o in n.output if o])
     if reason:
         return reason
     if g.is_const(n.input[0]):

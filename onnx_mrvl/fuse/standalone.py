@@ -21,21 +21,21 @@ import numpy as np
 from .._graph import GraphIndex, attr
 from ..target import Target
 from . import smooth_acts, steps
-from .groups import Group, _batch, _float_static
-from .patterns import ELTWISE_RANKS, _allowed_activations
+from .groups import Group, batch_limit, float_static
+from .patterns import ELTWISE_RANKS, allowed_activations
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
                   "PRelu")
 
 
 def _tensor_reason(g: GraphIndex, x: str, y: str, target: Target):
-    reason = _float_static(g, [x, y])
+    reason = float_static(g, [x, y])
     if reason:
         return reason
     rank = len(g.shape(x))
     if rank not in ELTWISE_RANKS:
         return f"standalone activation on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
-    return _batch(g, x, target)
+    return batch_limit(g, x, target)
 
 
 def _mul2d(g: GraphIndex, x: str, m) -> Group:
@@ -47,7 +47,7 @@ def _mul2d(g: GraphIndex, x: str, m) -> Group:
 def build_smooth_standalone(g: GraphIndex, n: onnx.NodeProto, target: Target):
     """``Mul2D(x, 1)`` with the written-out gelu / gelu_tanh / mish (smooth_acts.py) whose first
     node is ``n``; None when ``n`` starts no such form (it is then matched as itself)."""
-    allowed = _allowed_activations(["Mul2D"], target)
+    allowed = allowed_activations(["Mul2D"], target)
     for x in dict.fromkeys(n.input):
         if not x or g.is_const(x):
             continue
@@ -67,7 +67,7 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
     reason = _tensor_reason(g, x, n.output[0], target)
     if reason:
         return reason
-    allowed = _allowed_activations(["Mul2D"], target)
+    allowed = allowed_activations(["Mul2D"], target)
     m = None
     if n.op_type in ("Sigmoid", "HardSigmoid"):
         m = steps.gated_by(g, n, allowed)

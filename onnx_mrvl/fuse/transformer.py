@@ -18,7 +18,7 @@ import onnx
 
 from .._graph import GraphIndex, attr
 from ..target import Target
-from .groups import Group, _batch, _float_static
+from .groups import Group, batch_limit, float_static
 from .patterns import ELTWISE_RANKS, Pattern
 
 
@@ -34,13 +34,13 @@ def _common(g: GraphIndex, n: onnx.NodeProto, target: Target) -> Optional[str]:
     x = n.input[0] if n.input else ""
     if not x or not n.output or not n.output[0]:
         return "no input or output"
-    reason = _float_static(g, [x, n.output[0]])
+    reason = float_static(g, [x, n.output[0]])
     if reason:
         return reason
     rank = len(g.shape(x))
     if rank not in ELTWISE_RANKS:
         return f"{n.op_type} on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
-    return _batch(g, x, target)
+    return batch_limit(g, x, target)
 
 
 def build_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target):

@@ -94,7 +94,7 @@ class GraphDiff:
                    f"  metadata {len(self.metadata_props)}")
         for title, d in (("model", self.model), ("opset_import", self.opset_import),
                          ("metadata_props", self.metadata_props)):
-            _section(out, title, [f"{k}: {_short(v['a'])} -> {_short(v['b'])}" for k, v in d.items()], limit)
+            _section(out, title, [f"{k}: {short_value(v['a'])} -> {short_value(v['b'])}" for k, v in d.items()], limit)
         for sec in ("inputs", "outputs", "functions", "initializers"):
             for kind, items in getattr(self, sec).items():
                 _section(out, f"{sec} {kind}", [_item_text(kind, it) for it in items], limit)
@@ -105,7 +105,7 @@ class GraphDiff:
         return "\n".join(out) + "\n"
 
 
-def _short(v: Any, width: int = 80) -> str:
+def short_value(v: Any, width: int = 80) -> str:
     text = json.dumps(v) if not isinstance(v, str) else v
     return text if len(text) <= width else text[:width - 3] + "..."
 
@@ -135,8 +135,8 @@ def _item_text(kind: str, it: Any) -> str:
                 extra += f" non-finite|d|={it['nonfinite_diffs']}"
         return f"{it['name']}: {_tensor_short(it['a'])} -> {_tensor_short(it['b'])}{extra}"
     if "a" in it and "b" in it:
-        return f"{it['name']}: {_short(it['a'], 120)} -> {_short(it['b'], 120)}"
-    return f"{it['name']} {_short({k: v for k, v in it.items() if k != 'name'}, 120)}"
+        return f"{it['name']}: {short_value(it['a'], 120)} -> {short_value(it['b'], 120)}"
+    return f"{it['name']} {short_value({k: v for k, v in it.items() if k != 'name'}, 120)}"
 
 
 def _tensor_short(t: Dict[str, Any]) -> str:
@@ -155,24 +155,24 @@ def _node_text(kind: str, it: Dict[str, Any]) -> str:
         return f"{_ref_text(it['a'])} -> {it['b']['key']} (by {it['matched_by']})"
     if kind == "changed":
         head = f"{_ref_text(it['a'])} -> {_ref_text(it['b'])} (by {it['matched_by']})"
-        return "\n    ".join([head] + _change_lines(it["changes"]))
+        return "\n    ".join([head] + change_lines(it["changes"]))
     comp = sorted({r["composite"] for r in it["b"] if r.get("composite")})
     return (f"{it['kind']}: {', '.join(_ref_text(r) for r in it['b'])}"
             + (f" [{', '.join(comp)}]" if comp else "")
             + f" <- {', '.join(r['key'] for r in it['a'])}")
 
 
-def _change_lines(ch: Dict[str, Any]) -> List[str]:
+def change_lines(ch: Dict[str, Any]) -> List[str]:
     lines = []
     for k in ("op_type", "domain", "n_inputs", "n_outputs"):
         if k in ch:
             lines.append(f"{k}: {ch[k]['a']} -> {ch[k]['b']}")
     for name, v in ch.get("attributes", {}).items():
-        lines.append(f"attribute {name}: {_short(v['a'])} -> {_short(v['b'])}")
+        lines.append(f"attribute {name}: {short_value(v['a'])} -> {short_value(v['b'])}")
     for w in ch.get("inputs", []):
         lines.append(f"input {w['index']}: {w['a']} -> {w['b']}")
     for name, v in ch.get("metadata", {}).items():
-        lines.append(f"metadata {name}: {_short(v['a'])} -> {_short(v['b'])}")
+        lines.append(f"metadata {name}: {short_value(v['a'])} -> {short_value(v['b'])}")
     return lines
 
 

@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape
 import onnx
 
 from .canonical import ModelLike, attr_value, load_model
-from .diff import GraphDiff, _change_lines, _short
+from .diff import GraphDiff, change_lines, short_value
 from .layout import layered_layout, node_keys, producer_map
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def _graph_svg(model: onnx.ModelProto, side: str, classes: Mapping[str, str], in
                      f'<rect width="{w:.1f}" height="{h:.1f}" rx="5"/>'
                      f'<text class="op" x="{w / 2:.1f}" y="15">{escape(_clip(nd.op_type))}</text>'
                      f'<text class="nm" x="{w / 2:.1f}" y="30">{escape(_clip(nd.name or key))}</text></g>')
-        attrs = {a.name: _short(_attr_text(a), 160) for a in nd.attribute}
+        attrs = {a.name: short_value(_attr_text(a), 160) for a in nd.attribute}
         details[key] = {"op": op, "name": nd.name, "class": cls or "", "info": text,
                         "inputs": list(nd.input), "outputs": list(nd.output), "attributes": attrs,
                         "peers": list(peers.get(key, []))}
@@ -297,7 +297,7 @@ def diff_views(diff: GraphDiff) -> Tuple[Dict[str, str], Dict[str, str], Dict[st
     for it in diff.nodes.get("changed", []):
         a, b = it["a"]["key"], it["b"]["key"]
         ca[a] = cb[b] = "changed"
-        lines = "\n".join(_change_lines(it["changes"]))
+        lines = "\n".join(change_lines(it["changes"]))
         ia[a] = f"changed, now B:{b} (matched by {it['matched_by']})\n{lines}"
         ib[b] = f"changed, was A:{a} (matched by {it['matched_by']})\n{lines}"
     for r in diff.nodes.get("removed", []):

@@ -3,7 +3,7 @@
 Sources: a ``convert`` output folder (``model.onnx``, ``report.json`` = ``Report.to_dict()``,
 ``<region>.bin``) or a bare deployable ``model.onnx`` (then regions and layers come from the
 ``Subgraph`` nodes and their binaries, CPU MACs are estimated from shapes, and CPU reasons are
-unknown). Cycles come from the simulator's static performance model (``sim/perf.py``, the same
+unknown). Cycles come from the simulator's static performance model (``costmodel.py``, the same
 ``PerfReport`` as ``Simulator(binary).perf``).
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ import onnx
 
 from ..artifact.manifest import check_folder
 from ..cuts import cuts_text, find_cuts
+from .. import opset_recurrent
 from ..errors import ModelError
 from ..stamp import read_provenance
 from .canonical import explicit_origin, is_region_node, load_model
@@ -137,7 +138,7 @@ def _read_json(path: str) -> Dict[str, Any]:
 def region_perf(node: onnx.NodeProto, model_dir: Optional[str]) -> Dict[str, Any]:
     """One Subgraph node: its program's summary and per-layer performance rows."""
     from ..artifact import load
-    from ..sim.perf import perf_report
+    from ..costmodel import perf_report
 
     data = region_binary(node, model_dir)
     meta = load(data, name=node.name).meta
@@ -169,7 +170,8 @@ def _shapes(model: onnx.ModelProto) -> Dict[str, List[int]]:
 
 
 def cpu_macs(model: onnx.ModelProto, nodes: List[onnx.NodeProto]) -> int:
-    """Multiply-accumulates of Conv / ConvTranspose / Gemm / MatMul ``nodes`` from their shapes."""
+    """Multiply-accumulates of Conv / ConvTranspose / Gemm / MatMul / LSTM / GRU / RNN ``nodes``
+    from their shapes."""
     shapes = _shapes(model)
     total = 0
     for n in nodes:
@@ -184,6 +186,9 @@ def cpu_macs(model: onnx.ModelProto, nodes: List[onnx.NodeProto]) -> int:
             if n.op_type == "Gemm" and node_attrs(n).get("transA", 0):
                 k = shapes[n.input[0]][0]
             total += int(np.prod(out)) * int(k)
+        elif n.op_type in opset_recurrent.CELLS and len(n.input) > 1:
+            total += opset_recurrent.node_macs(n.op_type, shapes.get(n.input[0]), shapes.get(n.input[1]),
+                                               int(node_attrs(n).get("layout", 0)))
     return total
 
 

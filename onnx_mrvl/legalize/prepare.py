@@ -56,6 +56,8 @@ def drop_initializer_inputs(graph: onnx.GraphProto) -> int:
 def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     """Convert the default-domain opset to MIN_OPSET when below it (big weights stay out of the
     converter); on failure log it and return the model unchanged."""
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        return model   # no default-domain op (e.g. only ai.onnx.ml): nothing to convert
     old = default_opset(model)
     if old >= MIN_OPSET:
         return model

@@ -5,7 +5,7 @@ cycle-approximate performance model. Knows nothing of ONNX.
 ``onnx_mrvl.sim.kernels``; the numeric and performance models in docs/simulator.md.
 """
 from .fp16 import round_fp16_, to_fp16_values  # noqa: F401
-from .perf import LayerPerf, PerfReport, perf_report  # noqa: F401
+from ..costmodel import LayerPerf, PerfReport, perf_report  # noqa: F401
 from .simulator import Simulator  # noqa: F401
 
 __all__ = ["Simulator", "PerfReport", "LayerPerf", "perf_report", "round_fp16_", "to_fp16_values"]

@@ -33,7 +33,7 @@ _EPILOGUE_ROW = 256          # compiled epilogue: rows of at least this many val
 _PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
 _PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 ms single-threaded)
-_GEMV_ROWS = 4               # native FC: at most this many rows take the GEMV kernel (fp16 weights)
+GEMV_ROWS = 4               # native FC: at most this many rows take the GEMV kernel (fp16 weights)
 _COLUMN_SPLIT_ROWS = 512     # below this many output pixels a parallel GEMM splits its output
                              # channels instead (a 25-row sgemm wastes most of the kernel)
 
@@ -440,7 +440,7 @@ class FC:
         x2 = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
         if x2.shape[1] != self.in_features:
             raise ValueError(f"FC expects {self.in_features} input features, got shape {list(x.shape)}")
-        if native.on() and x2.shape[0] <= _GEMV_ROWS:
+        if native.on() and x2.shape[0] <= GEMV_ROWS:
             return self._gemv(np.ascontiguousarray(x2, dtype=F32))
         if native.on():
             y, finite = self.native_conv().apply(x2.reshape(x2.shape[0], 1, 1, self.in_features))
@@ -471,7 +471,7 @@ class FC:
         return plan
 
     def native_conv(self) -> "Conv2D":
-        """The 1x1 Conv2D over [N, 1, 1, K] that runs this FC natively for more than _GEMV_ROWS rows."""
+        """The 1x1 Conv2D over [N, 1, 1, K] that runs this FC natively for more than GEMV_ROWS rows."""
         if self._conv is None:
             bias, activation, params, slope = self._conv_args
             self._conv = Conv2D(self.w.T.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
@@ -479,7 +479,7 @@ class FC:
         return self._conv
 
     def _gemv(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
-        """The native GEMV (fp16 weights, epilogue fused) for a batch of at most _GEMV_ROWS rows."""
+        """The native GEMV (fp16 weights, epilogue fused) for a batch of at most GEMV_ROWS rows."""
         _, desc, _, act = self.gemv_plan(x.shape[0])
         out = native.empty((x.shape[0], self.out_features))
         ok = native.lib().gemv_desc(desc, x.ctypes.data, out.ctypes.data, workers())

@@ -13,11 +13,12 @@ import numpy as np
 
 from ..errors import ArtifactError, CompileError
 from . import int8
+from . import recurrent
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
-from .pooling import _avgpool, _global_avgpool, global_maxpool2d, maxpool2d
+from .pooling import avgpool, global_avgpool_layer, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 from .resize_linear import LINEAR_MODES, resize_bilinear
 
@@ -143,14 +144,14 @@ def _avgpool_layer(spec: LayerSpec, n_inputs: int) -> LayerFn:
     geo["count_include_pad"] = int(spec.param("count_include_pad", 0))
     if _is_int8(spec):
         return int8.build_pool("Avgpool2D", spec, geo)
-    return lambda x: _avgpool(x, **geo)
+    return lambda x: avgpool(x, **geo)
 
 
 def _global_avg(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     if _is_int8(spec):
         return int8.build_pool("GlobalAvgpool2D", spec)
-    return _global_avgpool
+    return global_avgpool_layer
 
 
 def _global_max(spec: LayerSpec, n_inputs: int) -> LayerFn:
@@ -273,6 +274,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "BatchMatMul": _batch_matmul,
     "LayerNorm": build_layernorm,
     "Softmax": build_softmax,
+    **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}
 

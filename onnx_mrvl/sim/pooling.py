@@ -29,7 +29,7 @@ def pool_output_size(size: int, k: int, stride: int, pad_lo: int, pad_hi: int,
     return out
 
 
-def _geometry(x, kernel_size, strides, padding, dilation, ceil_mode):
+def pool_geometry(x, kernel_size, strides, padding, dilation, ceil_mode):
     if x.ndim != 4:
         raise ValueError(f"pooling needs an NHWC tensor, got shape {list(x.shape)}")
     kh, kw = (int(k) for k in kernel_size)
@@ -64,7 +64,7 @@ def _taps(xp, oh, ow, kh, kw, sh, sw, dh, dw):
 def maxpool2d(x: np.ndarray, kernel_size: Sequence[int], strides=(1, 1), padding=(0, 0, 0, 0),
               ceil_mode: int = 0, dilation=(1, 1)) -> np.ndarray:
     """ONNX MaxPool on NHWC; padding is [top, left, bottom, right]."""
-    (kh, kw), (sh, sw), (dh, dw), (t, l, _, _), (oh, ow) = _geometry(
+    (kh, kw), (sh, sw), (dh, dw), (t, l, _, _), (oh, ow) = pool_geometry(
         x, kernel_size, strides, padding, dilation, ceil_mode)
     if native.on():
         return _pool_native(x, (kh, kw, sh, sw, dh, dw, t, l), oh, ow, None)[0]
@@ -79,7 +79,7 @@ def maxpool2d(x: np.ndarray, kernel_size: Sequence[int], strides=(1, 1), padding
     return out
 
 
-def _counts(size: int, out: int, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int,
+def window_counts(size: int, out: int, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int,
             include_pad: bool) -> np.ndarray:
     """Per output position: how many window taps fall in the counted range."""
     lo, hi = (-pad_lo, size + pad_hi) if include_pad else (0, size)
@@ -91,17 +91,17 @@ def avgpool2d(x: np.ndarray, kernel_size: Sequence[int], strides=(1, 1), padding
               ceil_mode: int = 0, count_include_pad: int = 0, dilation=(1, 1)) -> np.ndarray:
     """ONNX AveragePool on NHWC. With count_include_pad the divisor counts the pads but not
     the part of a ceil-mode window beyond them (as onnxruntime does)."""
-    return _avgpool(x, kernel_size, strides, padding, ceil_mode, count_include_pad, dilation)[0]
+    return avgpool(x, kernel_size, strides, padding, ceil_mode, count_include_pad, dilation)[0]
 
 
-def _avgpool(x, kernel_size, strides=(1, 1), padding=(0, 0, 0, 0), ceil_mode=0,
+def avgpool(x, kernel_size, strides=(1, 1), padding=(0, 0, 0, 0), ceil_mode=0,
              count_include_pad=0, dilation=(1, 1)) -> Tuple[np.ndarray, bool]:
-    (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = _geometry(
+    (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
         x, kernel_size, strides, padding, dilation, ceil_mode)
     _, h, w, _ = x.shape
     inc = bool(count_include_pad)
     if native.on():
-        div = (_counts(h, oh, kh, sh, t, b, dh, inc)[:, None] * _counts(w, ow, kw, sw, l, r, dw, inc)[None, :])
+        div = (window_counts(h, oh, kh, sh, t, b, dh, inc)[:, None] * window_counts(w, ow, kw, sw, l, r, dw, inc)[None, :])
         return _pool_native(x, (kh, kw, sh, sw, dh, dw, t, l), oh, ow, np.ascontiguousarray(div, dtype=F32))
     xp = _padded(np.asarray(x, dtype=F32), t, l, (oh - 1) * sh + (kh - 1) * dh + 1,
                  (ow - 1) * sw + (kw - 1) * dw + 1, 0.0)
@@ -112,8 +112,8 @@ def _avgpool(x, kernel_size, strides=(1, 1), padding=(0, 0, 0, 0), ceil_mode=0,
                 out = np.array(view, dtype=F32, order="C")
             else:
                 out += view
-        ch = _counts(h, oh, kh, sh, t, b, dh, inc)
-        cw = _counts(w, ow, kw, sw, l, r, dw, inc)
+        ch = window_counts(h, oh, kh, sh, t, b, dh, inc)
+        cw = window_counts(w, ow, kw, sw, l, r, dw, inc)
         div = (ch[:, None] * cw[None, :]).astype(F32)[None, :, :, None]
         out /= div
         finite = round_fp16_(out)
@@ -133,10 +133,10 @@ def _pool_native(x: np.ndarray, geo, oh: int, ow: int, div: Optional[np.ndarray]
 
 def global_avgpool2d(x: np.ndarray) -> np.ndarray:
     """Mean over H and W (float32 pairwise sums), keeping dims: [N,1,1,C]."""
-    return _global_avgpool(x)[0]
+    return global_avgpool_layer(x)[0]
 
 
-def _global_avgpool(x: np.ndarray) -> Tuple[np.ndarray, bool]:
+def global_avgpool_layer(x: np.ndarray) -> Tuple[np.ndarray, bool]:
     if x.ndim != 4:
         raise ValueError(f"global pooling needs an NHWC tensor, got shape {list(x.shape)}")
     n, h, w, c = x.shape

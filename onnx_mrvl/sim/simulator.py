@@ -22,7 +22,7 @@ from .fusion import Step, fuse_residuals
 from .parallel import workers
 from .static_plan import StaticPlan, Unsupported
 from .layers import build_layer, layer_list
-from .perf import PerfReport, perf_report
+from ..costmodel import PerfReport, perf_report
 
 log = logging.getLogger(__name__)
 

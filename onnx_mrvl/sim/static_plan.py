@@ -24,8 +24,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import jit, native
-from .kernels import FC, Conv2D, _GEMV_ROWS
-from .pooling import _counts, _geometry
+from .kernels import FC, Conv2D, GEMV_ROWS
+from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
 
 F32 = np.float32
@@ -171,7 +171,7 @@ class StaticPlan:
             rows = x_shape[0]
             if _size(x_shape) != rows * fc.in_features or out_shape != (rows, fc.out_features):
                 return False
-            if rows <= _GEMV_ROWS:
+            if rows <= GEMV_ROWS:
                 desc, dptr, keep, act = fc.gemv_plan(rows)
                 e.rec, e.keep, e.post = (6, dptr, ptr[step.ins[0]], ptr[step.out]), (desc, keep), act
             else:
@@ -236,7 +236,7 @@ class StaticPlan:
 
     def _pool(self, e: _Entry, step, avg: bool) -> bool:
         p, x_shape = step.spec.params, self.shapes[step.ins[0]]
-        geo = _geometry(np.broadcast_to(F32(0), x_shape), p.get("kernel_size"), p.get("strides") or (1, 1),
+        geo = pool_geometry(np.broadcast_to(F32(0), x_shape), p.get("kernel_size"), p.get("strides") or (1, 1),
                         p.get("padding") or (0, 0, 0, 0), p.get("dilation") or (1, 1), int(p.get("ceil_mode", 0)))
         (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = geo
         n, h, w, c = x_shape
@@ -245,8 +245,8 @@ class StaticPlan:
         div = None
         if avg:
             inc = bool(int(p.get("count_include_pad", 0)))
-            div = np.ascontiguousarray(_counts(h, oh, kh, sh, t, b, dh, inc)[:, None]
-                                       * _counts(w, ow, kw, sw, l, r, dw, inc)[None, :], dtype=F32)
+            div = np.ascontiguousarray(window_counts(h, oh, kh, sh, t, b, dh, inc)[:, None]
+                                       * window_counts(w, ow, kw, sw, l, r, dw, inc)[None, :], dtype=F32)
         desc = np.array((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(avg)), dtype=np.int64)
         e.rec = (4, desc.ctypes.data, self.ptrs[step.ins[0]], self.ptrs[step.out], 0 if div is None else div.ctypes.data)
         e.keep = (desc, div)

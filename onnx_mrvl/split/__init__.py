@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 import onnx
 
+from .. import opset_recurrent
 from .._graph import GraphIndex, subgraph_reads, topological_order
 from ..decisions import Decisions
 from ..errors import UnsupportedError
@@ -28,7 +29,8 @@ from .revert import revert
 
 log = logging.getLogger(__name__)
 STRATEGIES = ("max", "single", "cost")
-COMPUTE_OPS = {"Conv2D", "FC", "BatchMatMul"}   # MAC-array work (the minimum-work rule)
+RECURRENT_OPS = set(opset_recurrent.CELLS)
+COMPUTE_OPS = {"Conv2D", "FC", "BatchMatMul"} | RECURRENT_OPS   # MAC-array work (the minimum-work rule)
 
 
 @dataclass
@@ -81,7 +83,10 @@ def region_origin(nodes: Iterable[onnx.NodeProto]) -> List[str]:
 
 
 def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
-    """Multiply-accumulates of a Conv/ConvTranspose/Gemm/MatMul, standard or Mrvl (0 for other ops)."""
+    """Multiply-accumulates of a Conv/ConvTranspose/Gemm/MatMul/LSTM/GRU/RNN, standard or Mrvl (0 for other ops)."""
+    if node.op_type in RECURRENT_OPS:   # Mrvl recurrent nodes are layout 0 (opset_recurrent.py)
+        layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+        return opset_recurrent.node_macs(node.op_type, g.shape(node.input[0]), g.shape(node.input[1]), layout)
     if node.op_type not in COMPUTE_OPS | {"Conv", "ConvTranspose", "Gemm", "MatMul"} or len(node.input) < 2:
         return 0
     out = g.shape(node.output[0])

@@ -23,11 +23,13 @@ from ..provenance import set_origin
 
 
 def largest_batch(model: onnx.ModelProto) -> int:
-    """The largest leading dimension of a 4-D / 5-D graph input or output of ``model`` (1 when
-    none); tensors inside may be 4-D views whose leading axis is no batch (block rotations)."""
+    """The largest leading dimension of a 4-D / 5-D graph input of ``model`` (1 when none);
+    tensors inside may be 4-D views whose leading axis is no batch (block rotations), and outputs
+    may lead with time steps (a recurrent layer's Y [T, D, B, H])."""
     g = model.graph
     best = 1
-    for vi in list(g.input) + list(g.output):
+    inits = {t.name for t in g.initializer}
+    for vi in (i for i in g.input if i.name not in inits):
         t = vi.type.tensor_type
         dims = t.shape.dim if t.HasField("shape") else []
         if len(dims) in (4, 5) and dims[0].HasField("dim_value"):
@@ -49,8 +51,8 @@ def _dims(vi: onnx.ValueInfoProto) -> Optional[List[int]]:
 
 
 def region_batch(region_model: onnx.ModelProto) -> int:
-    """The image batch of a region: the largest leading dimension of its 4-D / 5-D inputs and
-    outputs (the leading axes of 2-D / 3-D tensors hold FC rows, which have no batch limit)."""
+    """The image batch of a region: the largest leading dimension of its 4-D / 5-D inputs (the
+    leading axes of 2-D / 3-D tensors hold FC rows, which have no batch limit)."""
     return largest_batch(region_model)
 
 

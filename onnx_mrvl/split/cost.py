@@ -17,13 +17,14 @@ kept or dropped.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Dict, List
 
 import numpy as np
 import onnx
 
 from .._graph import GraphIndex
+from ..costmodel import RECURRENT_LAYERS, roofline, streamed_weight_bytes
 from ..target import VECTOR_LOWERINGS, Target
 
 
@@ -46,12 +47,13 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     acts_out = [_elems(g, o) * size for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    rate = arch.macs_per_cycle_per_tile * arch.num_tiles * (arch.int8_macs_factor if int8 else 1)
-    compute = math.ceil(macs / rate) + math.ceil(
-        vector_ops(g, node) / (arch.vector_ops_per_cycle_per_tile * arch.num_tiles))
-    memory = math.ceil((weights + spilled) / arch.dram_bytes_per_cycle)
-    return {"macs": macs, "compute": compute, "memory": memory,
-            "cycles": max(compute, memory) + arch.layer_overhead_cycles}
+    steps = 0
+    if node.op_type in RECURRENT_LAYERS and g.shape(node.input[0]):   # serial timesteps (costmodel.py)
+        steps = g.shape(node.input[0])[0]
+        kernels = sum(_elems(g, i) for i in node.input[1:3] if i) * 2
+        weights += streamed_weight_bytes(steps, kernels, ocm)
+    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps, int8=int8)
+    return {"macs": macs, **c}
 
 
 def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
@@ -99,10 +101,10 @@ def estimate(g: GraphIndex, nodes: List[onnx.NodeProto], target: Target) -> dict
 
 def compiled_estimate(est: dict, binary: bytes, calls: int = 1) -> dict:
     """``est`` with the accelerator compute time taken from the simulator's cycle model of the
-    compiled region (``onnx_mrvl.sim.perf``); transfers and CPU time unchanged. ``calls``: hardware
+    compiled region (``onnx_mrvl.costmodel``); transfers and CPU time unchanged. ``calls``: hardware
     batches (batch_chunks.py): the program runs that many times, each call with its overhead."""
     from ..artifact import load
-    from ..sim.perf import perf_report
+    from ..costmodel import perf_report
 
     rep = perf_report(load(binary).meta)
     out = dict(est, cycles=rep.cycles * calls, accel_compute_s=rep.latency_s * calls, source="simulator")

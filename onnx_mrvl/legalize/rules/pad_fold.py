@@ -15,7 +15,7 @@ OPS = ("Pad",)
 NONNEG_PRODUCERS = ("Relu", "Sigmoid", "Softplus", "Abs", "Exp")
 
 
-def _pad_spec(node, g):
+def pad_spec(node, g):
     """(pads per axis [begin..., end...], value) of a Pad in any opset form, or None."""
     mode = str_attr(node, "mode", "constant")
     if mode != "constant":
@@ -72,7 +72,7 @@ def match(node, g) -> Optional[Match]:
             u.op_type not in ("Conv", "AveragePool", "MaxPool") or list(u.input).count(out) != 1
             or u.input[0] != out for u in users):
         return None
-    spec = _pad_spec(node, g)
+    spec = pad_spec(node, g)
     if spec is None:
         return None
     return Match([node] + users, {"spec": spec})

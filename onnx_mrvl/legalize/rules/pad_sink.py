@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, attr
-from .pad_fold import _pad_spec
+from .pad_fold import pad_spec
 
 NAME = "pad_sink"
 OPS = ("Pad",)
@@ -31,7 +31,7 @@ def match(node, g) -> Optional[Match]:
     user = g.only_consumer(node.output[0])
     if user is None or user.op_type not in ("Transpose", "Reshape") or user.input[0] != node.output[0]:
         return None
-    spec = _pad_spec(node, g)
+    spec = pad_spec(node, g)
     sx, sp, so = g.shape(node.input[0]), g.shape(node.output[0]), g.shape(user.output[0])
     if spec is None or sx is None or sp is None or so is None:
         return None

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, is_float
-from .pad_fold import _pad_spec
+from .pad_fold import pad_spec
 
 NAME = "pad_to_conv"
 OPS = ("Pad",)
@@ -33,7 +33,7 @@ def beside_accelerator_op(g, node) -> bool:
 def match(node, g) -> Optional[Match]:
     if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
         return None
-    spec = _pad_spec(node, g)
+    spec = pad_spec(node, g)
     if spec is None or spec[2] != 4:
         return None
     return Match([node], {"spec": spec})

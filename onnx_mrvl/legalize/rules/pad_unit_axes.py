@@ -9,7 +9,7 @@ from typing import List, Optional
 import numpy as np
 
 from .base import Match
-from .pad_fold import _pad_spec
+from .pad_fold import pad_spec
 
 NAME = "pad_unit_axes"
 OPS = ("Pad",)
@@ -37,7 +37,7 @@ def match(node, g) -> Optional[Match]:
     if first is None or last is None or first.op_type != "Reshape" or last.op_type != "Reshape" \
             or first.domain not in ("", "ai.onnx") or last.domain not in ("", "ai.onnx"):
         return None
-    spec = _pad_spec(node, g)
+    spec = pad_spec(node, g)
     s_in, s5, s_out = g.shape(first.input[0]), g.shape(node.input[0]), g.shape(last.output[0])
     if spec is None or s_in is None or s5 is None or s_out is None or len(s5) <= len(s_in):
         return None

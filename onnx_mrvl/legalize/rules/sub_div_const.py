@@ -1,4 +1,6 @@
-"""Sub(x, c) -> Add(x, -c) and Div(x, c) -> Mul(x, 1/c) for constant float c."""
+"""Sub(x, c) -> Add(x, -c), Div(x, c) -> Mul(x, 1/c) and Sub(c, x) -> Add(Mul(x, -1), c) for
+constant float c (the last: a GRU's ``1 - z`` unrolled per timestep, ``1 - sigmoid``; negation is
+exact, so the result is the same in fp32 and fp16)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -14,14 +16,16 @@ OPS = ("Sub", "Div")
 def match(node, g) -> Optional[Match]:
     if node.op_type not in ("Sub", "Div") or node.domain not in ("", "ai.onnx"):
         return None
-    if len(node.input) != 2 or g.is_const(node.input[0]) or not g.is_const(node.input[1]):
+    if len(node.input) != 2 or g.is_const(node.input[0]) == g.is_const(node.input[1]):
         return None
+    if g.is_const(node.input[0]) and node.op_type != "Sub":
+        return None   # c / x stays
     return Match([node])
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    c = m.node.input[1]
-    if not is_float(g, c) or (g.dtype(m.node.input[0]) not in (None, g.dtype(c))):
+    x, c = _operands(m.node, g)
+    if not is_float(g, c) or (g.dtype(x) not in (None, g.dtype(c))):
         return "integer (or mixed) tensors keep their Sub/Div"
     if m.node.op_type == "Div" and np.any(g.const(c) == 0):
         return "the divisor holds zeros"
@@ -30,8 +34,23 @@ def check(m: Match, g, target) -> Optional[str]:
     return None
 
 
+def _operands(node, g):
+    """(tensor, constant) operand names."""
+    return (node.input[1], node.input[0]) if g.is_const(node.input[0]) else (node.input[0], node.input[1])
+
+
 def rewrite(m: Match, g) -> str:
     node = m.node
+    if g.is_const(node.input[0]):   # c - x = x * -1 + c
+        x, c = node.input[1], node.input[0]
+        neg = g.add_const(f"{node.name}/minus_one", np.array(-1, dtype=g.const(c).dtype))
+        t = g.fresh(f"{x}/neg")
+        g.remove(node)
+        g.make("Mul", [x, neg], [t], near=node, origin=m.origin, name=f"{node.name}/neg")
+        if g.shape(x) is not None:
+            g.set_shape(t, g.shape(x), g.dtype(x))
+        g.make("Add", [t, c], [node.output[0]], near=node, origin=m.origin, name=node.name)
+        return "constant minus tensor -> Mul by -1, Add"
     c = g.const(node.input[1])
     if node.op_type == "Sub":
         op, v = "Add", -c

@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
-from ..target import VECTOR_LOWERINGS, ArchProfile
+from .target import VECTOR_LOWERINGS, ArchProfile
 
 _ITEMSIZE = {"float16": 2, "int8": 1, "float32": 4, "int32": 4}
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
               "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile",
-              "int8_macs_factor")
+              "recurrent_step_cycles", "int8_macs_factor")
 
 
 @dataclass
@@ -150,6 +150,42 @@ def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_byt
     return total
 
 
+RECURRENT_LAYERS = ("LSTM", "GRU", "RNN")
+DEFAULT_STEP_CYCLES = ArchProfile.recurrent_step_cycles   # assumption (target.py)
+
+
+def recurrent_compute_cycles(macs: int, steps: int, peak: float, step_cycles: int) -> int:
+    """Cycles of a recurrent layer's compute: timesteps run one after the other (h_t needs
+    h_{t-1}); per timestep the MAC array does that step's gate GEMMs of every direction (the
+    directions of a bidirectional layer run side by side on different tiles: assumption) at peak
+    throughput, then ``step_cycles`` (assumption: MAC pipeline drain, the vector unit's
+    activations and cell update, the state write) pass before the next step's GEMM can start."""
+    steps = max(int(steps), 1)
+    return steps * (math.ceil(int(macs) / steps / float(peak)) + int(step_cycles))
+
+
+def streamed_weight_bytes(steps: int, weight_bytes: int, capacity: int) -> int:
+    """Extra DRAM bytes of a recurrent layer whose W and R do not fit the on-chip memory
+    (``capacity``): they are read again at every timestep after the first (assumption: no
+    reuse across timesteps without residency)."""
+    return (max(int(steps), 1) - 1) * int(weight_bytes) if weight_bytes > capacity else 0
+
+
+def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping, steps: int = 0,
+             int8: bool = False) -> Dict[str, int]:
+    """One layer's cycles: compute (MAC array + vector unit; ``steps`` > 0: a recurrent layer's
+    serial timesteps; ``int8``: MACs at ``int8_macs_factor`` x the fp16 rate), memory (DRAM), and
+    max(compute, memory) + the fixed per-layer overhead. ``arch``: ``arch_params`` keys. The one
+    formula of the project: the simulator's report and split's ``partition="cost"`` estimate use it."""
+    tiles = int(arch["num_tiles"])
+    peak = float(arch["macs_per_cycle_per_tile"]) * tiles * (float(arch.get("int8_macs_factor", 2.0)) if int8 else 1.0)
+    compute = recurrent_compute_cycles(macs, steps, peak, int(arch.get("recurrent_step_cycles", DEFAULT_STEP_CYCLES))) \
+        if steps else math.ceil(macs / peak)
+    compute += math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
+    memory = math.ceil(dram_bytes / float(arch["dram_bytes_per_cycle"]))
+    return {"compute": compute, "memory": memory, "cycles": max(compute, memory) + int(arch["layer_overhead_cycles"])}
+
+
 def perf_report(meta: Mapping) -> PerfReport:
     """Build the static performance report of a program."""
     arch = arch_params(meta)
@@ -164,10 +200,6 @@ def perf_report(meta: Mapping) -> PerfReport:
         wshapes[w.get("name")] = shape
         wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * _ITEMSIZE.get(w.get("dtype"), 4)))
     peak = float(arch["macs_per_cycle_per_tile"]) * int(arch["num_tiles"])
-    bw = float(arch["dram_bytes_per_cycle"])
-    overhead = int(arch["layer_overhead_cycles"])
-    vpeak = float(arch["vector_ops_per_cycle_per_tile"]) * int(arch["num_tiles"])
-    int8_rate = float(arch["int8_macs_factor"])   # int8 layers: MACs at this multiple of the fp16 rate
     rows, derived = [], []
     for i, layer in enumerate(meta.get("layers") or []):
         name = str(layer.get("name", f"layer_{i}"))
@@ -179,13 +211,18 @@ def perf_report(meta: Mapping) -> PerfReport:
         if dram is None:
             dram = derive_dram_bytes(layer, tensors, wbytes)
         macs, dram = int(macs), int(dram)
+        steps = 0
+        if str(layer.get("layer_name", "")) in RECURRENT_LAYERS:   # serial timesteps, W and R re-read
+            steps = int((layer.get("params") or {}).get("steps", 1))
+            names = layer.get("weights") or {}
+            wb = sum(wbytes.get(names.get(k), 0) for k in ("kernel", "recurrence"))
+            dram += streamed_weight_bytes(steps, wb, int(arch["num_tiles"]) * int(arch["ocm_size"]))
         int8 = str((layer.get("params") or {}).get("precision", "fp16")) == "int8"
-        comp = math.ceil(macs / (peak * int8_rate if int8 else peak)) + math.ceil(vector_ops(layer, shapes) / vpeak)
-        mem = math.ceil(dram / bw)
+        c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps, int8=int8)
+        comp, mem = c["compute"], c["memory"]
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,
-                              dram_bytes=dram, compute_cycles=comp, memory_cycles=mem,
-                              cycles=max(comp, mem) + overhead,
+                              dram_bytes=dram, compute_cycles=comp, memory_cycles=mem, cycles=c["cycles"],
                               bound="compute" if comp >= mem else "memory"))
     cycles = sum(r.cycles for r in rows)
     total_macs = sum(r.macs for r in rows)

@@ -1,0 +1,137 @@
+"""LSTM / GRU / RNN layers in the Nodes-JSON (ours: TVM had none) and in the program.
+
+Nodes-JSON attributes (docs/json-format.md): ``hidden_size``, ``direction``, ``activations``
+(ONNX names, lower case, one per activation of each direction), ``activation_alpha`` /
+``activation_beta`` (one per activation), ``clip`` (0 = none), ``linear_before_reset`` (GRU);
+constants ``kernel`` (W [D, G*H, I]), ``recurrence`` (R [D, G*H, H]), ``bias`` (B [D, 2*G*H]),
+``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h);
+``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state; ``peepholes``
+(LSTM P [D, 3*H], gates i o f).
+Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors) -> Y [T, D, B, H].
+"""
+from __future__ import annotations
+
+from .. import opset_recurrent
+from .json_attrs import decode_const
+
+CELLS = tuple(opset_recurrent.CELLS)
+CONST_ROLES = ("kernel", "recurrence", "bias", "initial_h", "initial_c", "peepholes")   # node inputs 1..6
+# ONNX activation name (lower case) -> the program's (sim/activations.py)
+PROGRAM_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "hardsigmoid": "hard_sigmoid",
+                       "leakyrelu": "leaky_relu"}
+
+
+def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
+    """Nodes-JSON attributes of a Mrvl recurrent node (``a``: its attributes; ``add_const(role,
+    arr)``: stores a constant; ``s``: TVM's list-of-strings formatter)."""
+    out = {"hidden_size": s(int(a["hidden_size"])), "direction": [a["direction"]],
+           "activations": a["activations"].split(","), "activation_alpha": s(list(a["activation_alpha"])),
+           "activation_beta": s(list(a["activation_beta"])), "clip": s(float(a.get("clip", 0.0)))}
+    if "linear_before_reset" in a:
+        out["linear_before_reset"] = s(int(a["linear_before_reset"]))
+    if int(a.get("cell_state_row", 0)):
+        out["cell_state_row"] = s(1)
+    states = []
+    for role, t in zip(CONST_ROLES, inputs[1:]):
+        if t and g.is_const(t):
+            add_const(role, g.const(t))
+        elif t:                 # a data input after X, in this order
+            states.append(role)
+    if states:
+        out["state_inputs"] = states
+    return out
+
+
+def _const(a, ctx, role: str, rank: int):
+    arr = decode_const(ctx.consts, a.str(f"{role}_const_name"), a)
+    while arr.ndim > rank and arr.shape[0] == 1:   # 3-D constants gained a leading 1 (TVM's rule)
+        arr = arr[0]
+    if arr.ndim != rank:
+        a.fail(f"{role} has shape {list(arr.shape)} ({rank}-D expected)")
+    return arr
+
+
+def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weights: dict):
+    """(output shape, MACs) of a recurrent layer; fills ``params`` and ``weights``. Inputs: X, then
+    the initial states named by ``state_inputs`` (data instead of constants)."""
+    states = [str(x) for x in _list(a, "state_inputs")]
+    if len(in_shapes) != 1 + len(states) or any(x not in ("initial_h", "initial_c") for x in states) \
+            or len(set(states)) != len(states):
+        a.fail(f"{cell} takes X and the state inputs {states}, the node lists {len(in_shapes)} inputs")
+    if len(in_shapes[0]) != 3:
+        a.fail(f"{cell} input has shape {in_shapes[0]} ([T, B, I] expected)")
+    steps, batch, feat = in_shapes[0]
+    gates = opset_recurrent.CELLS[cell][0]
+    direction = a.str("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        a.fail(f"direction '{direction}' (forward, reverse or bidirectional)")
+    dirs = 2 if direction == "bidirectional" else 1
+    w = _const(a, ctx, "kernel", 3)
+    r = _const(a, ctx, "recurrence", 3)
+    hid = a.int("hidden_size")
+    if w.shape != (dirs, gates * hid, feat) or r.shape != (dirs, gates * hid, hid):
+        a.fail(f"kernel {list(w.shape)} / recurrence {list(r.shape)} do not fit {dirs} direction(s) of "
+               f"{gates} gates, hidden size {hid} and an input of shape {in_shapes[0]}")
+    if ctx.batch and ctx.batch != ctx.json_batch:
+        a.fail(f"{cell} reads [T, B, I] (its first axis is time, not the batch): it cannot be recompiled "
+               f"for batch {ctx.batch}", hint="convert the model again with that batch")
+    acts = [str(x).lower() for x in _list(a, "activations")]
+    n_acts = len(opset_recurrent.CELLS[cell][1]) * dirs
+    if len(acts) != n_acts or any(x not in PROGRAM_ACTIVATIONS for x in acts):
+        a.fail(f"activations {acts}: {n_acts} of {', '.join(PROGRAM_ACTIVATIONS)} expected")
+    try:
+        alpha = [float(v) for v in _list(a, "activation_alpha")] or [0.0] * n_acts
+        beta = [float(v) for v in _list(a, "activation_beta")] or [0.0] * n_acts
+    except (TypeError, ValueError):
+        a.fail("activation_alpha / activation_beta are not lists of numbers")
+    if len(alpha) != n_acts or len(beta) != n_acts:
+        a.fail(f"activation_alpha / activation_beta need {n_acts} values each")
+    params.update(cell=cell, hidden_size=hid, direction=direction,
+                  activations=[PROGRAM_ACTIVATIONS[x] for x in acts], activation_alpha=alpha,
+                  activation_beta=beta, clip=a.float("clip", 0.0), steps=steps, batch=batch,
+                  input_size=feat)
+    if cell == "GRU":
+        params["linear_before_reset"] = a.int("linear_before_reset", 0)
+    c_row = a.int("cell_state_row", 0)
+    if c_row not in (0, 1) or (c_row and cell != "LSTM"):
+        a.fail(f"cell_state_row={c_row} (0, or 1 on an LSTM: the last cell state as row T of the output)")
+    if c_row:
+        params["cell_state_row"] = 1
+    weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "DGI", fp16=True)
+    weights["recurrence"] = ctx.weight(a, f"{lname}.recurrence", r, "DGH", fp16=True)
+    if a.has("bias_const_name"):
+        weights["bias"] = ctx.weight(a, f"{lname}.bias", _const(a, ctx, "bias", 2), "DG", fp16=False,
+                                     shape=(dirs, 2 * gates * hid))
+    for role, shape in zip(states, in_shapes[1:]):
+        if role == "initial_c" and cell != "LSTM":
+            a.fail(f"{cell} has no cell state (initial_c)")
+        if list(shape) != [dirs, batch, hid]:
+            a.fail(f"{role} input has shape {shape}, expected {[dirs, batch, hid]}")
+    if states:
+        params["state_inputs"] = states
+    if a.has("peepholes_const_name"):
+        if cell != "LSTM":
+            a.fail(f"{cell} has no peepholes")
+        weights["peepholes"] = ctx.weight(a, f"{lname}.peepholes", _const(a, ctx, "peepholes", 2), "DG", fp16=False,
+                                          shape=(dirs, 3 * hid))
+    for role in ("initial_h", "initial_c"):
+        if a.has(f"{role}_const_name"):
+            if role in states:
+                a.fail(f"{role} is both a constant and an input")
+            if role == "initial_c" and cell != "LSTM":
+                a.fail(f"{cell} has no cell state (initial_c)")
+            v = _const(a, ctx, role, 3)
+            if v.shape != (dirs, batch, hid):
+                a.fail(f"{role} has shape {list(v.shape)}, expected {[dirs, batch, hid]}")
+            weights[role] = ctx.weight(a, f"{lname}.{role}", v, "DBH", fp16=True)
+    out = [steps + c_row, dirs, batch, hid]
+    return out, opset_recurrent.macs(cell, steps, dirs, batch, hid, feat)
+
+
+def _list(a, key: str):
+    if not a.has(key):
+        return []
+    v = a.raw[key]
+    while isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
+        v = v[0]
+    return list(v) if isinstance(v, list) else [v]

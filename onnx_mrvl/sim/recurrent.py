@@ -1,0 +1,206 @@
+"""LSTM / GRU / RNN layers (docs/program.md) on fp16 values, the way the MLIP runs them.
+
+Lowering (docs/fusion.md, "Recurrent layers"): per direction and timestep the MAC array computes
+the gate pre-activations ``x_t W^T + h_{t-1} R^T`` with fp16 operands (W, R, x_t, h_{t-1}) and
+fp32 accumulation; the vector unit adds the fp32 biases, applies the cell activations and the
+cell update in fp32, and writes ``h_t`` (and the LSTM cell ``c_t``) back to the on-chip memory in
+fp16, rounded once per timestep. ``h_t`` is also the timestep's row of Y. GRU without
+``linear_before_reset`` multiplies ``r_t * h_{t-1}`` on the vector unit and feeds it to the MAC
+array: it is rounded to fp16 first (a MAC operand). The input projection ``x_t W^T`` of all
+timesteps is one GEMM here (the same fp32 sums; no rounding in between).
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .activations import make_activation
+from .fp16 import round_fp16_
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+N_ACTS = {"LSTM": 3, "GRU": 2, "RNN": 1}
+F32 = np.float32
+
+
+def _round(x: np.ndarray) -> Tuple[np.ndarray, bool]:
+    x = np.ascontiguousarray(x, dtype=F32)
+    return x, round_fp16_(x)
+
+
+class Recurrent:
+    """A prepared recurrent layer: ``apply(x [T, B, I]) -> (y [T, D, B, H], finite)``."""
+
+    def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, *, bias=None,
+                 initial_h=None, initial_c=None, direction: str = "forward",
+                 activations: Sequence[Callable] = (), clip: float = 0.0, linear_before_reset: int = 0,
+                 cell_state_row: int = 0, peepholes=None):
+        if cell not in GATES:
+            raise ValueError(f"unknown cell {cell!r} (LSTM, GRU or RNN)")
+        dirs = 2 if direction == "bidirectional" else 1
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise ValueError(f"unknown direction {direction!r}")
+        gates = GATES[cell]
+        if kernel.ndim != 3 or recurrence.ndim != 3 or kernel.shape[0] != dirs or recurrence.shape[0] != dirs:
+            raise ValueError(f"kernel {list(kernel.shape)} / recurrence {list(recurrence.shape)} are not "
+                             f"[{dirs}, G*H, I] / [{dirs}, G*H, H]")
+        hid = recurrence.shape[2]
+        if kernel.shape[1] != gates * hid or recurrence.shape[1] != gates * hid:
+            raise ValueError(f"kernel {list(kernel.shape)} / recurrence {list(recurrence.shape)} do not "
+                             f"hold {gates} gates of hidden size {hid}")
+        if len(activations) != N_ACTS[cell] * dirs:
+            raise ValueError(f"{len(activations)} activations for {dirs} direction(s) of an {cell}")
+        self.cell, self.dirs, self.hid, self.gates = cell, dirs, hid, gates
+        self.reverse = direction == "reverse"
+        self.feat = kernel.shape[2]
+        self.wt = [np.ascontiguousarray(kernel[d].T, dtype=F32) for d in range(dirs)]       # [I, G*H]
+        self.rt = [np.ascontiguousarray(recurrence[d].T, dtype=F32) for d in range(dirs)]   # [H, G*H]
+        b = np.zeros((dirs, 2 * gates * hid), F32) if bias is None else np.asarray(bias, F32).reshape(dirs, -1)
+        if b.shape[1] != 2 * gates * hid:
+            raise ValueError(f"bias has {b.shape[1]} values per direction, expected {2 * gates * hid}")
+        wb, rb = b[:, :gates * hid], b[:, gates * hid:]
+        self.lbr = bool(linear_before_reset) and cell == "GRU"
+        if self.lbr:   # the h gate's recurrence bias stays inside r * (h R_h^T + Rb_h)
+            self.bias = wb + np.concatenate([rb[:, :2 * hid], np.zeros_like(rb[:, 2 * hid:])], axis=1)
+            self.rb_h = rb[:, 2 * hid:]
+        else:
+            self.bias = wb + rb
+        self.h0, self.c0 = initial_h, initial_c
+        self.acts = [list(activations[d * N_ACTS[cell]:(d + 1) * N_ACTS[cell]]) for d in range(dirs)]
+        self.clip = float(clip or 0.0)
+        self.peep = None if peepholes is None else np.asarray(peepholes, F32).reshape(dirs, 3, hid)   # i o f
+        if self.peep is not None and cell != "LSTM":
+            raise ValueError(f"peepholes on an {cell}")
+        self.c_row = bool(cell_state_row)
+        if self.c_row and cell != "LSTM":
+            raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
+
+    def _state(self, init, d: int, batch: int) -> np.ndarray:
+        if init is None:
+            return np.zeros((batch, self.hid), F32)
+        init = np.asarray(init, F32).reshape(self.dirs, -1, self.hid)
+        if init.shape[1] != batch:
+            raise ValueError(f"initial state of batch {init.shape[1]} for an input of batch {batch}")
+        return np.array(init[d], dtype=F32)
+
+    def _act(self, fn, x: np.ndarray) -> np.ndarray:
+        if self.clip > 0:
+            np.clip(x, F32(-self.clip), F32(self.clip), out=x)
+        return fn(x)
+
+    def apply(self, x: np.ndarray, initial_h=None, initial_c=None) -> Tuple[np.ndarray, bool]:
+        """Y for X [T, B, I]; state inputs (fp16 values, [D, B, H]) replace the initial-state weights."""
+        if x.ndim != 3 or x.shape[2] != self.feat:
+            raise ValueError(f"input of shape {list(x.shape)} is not [T, B, {self.feat}]")
+        h0 = self.h0 if initial_h is None else initial_h
+        c0 = self.c0 if initial_c is None else initial_c
+        steps, batch = x.shape[0], x.shape[1]
+        y = np.empty((steps + self.c_row, self.dirs, batch, self.hid), F32)   # row T: the last c (Y_c)
+        ok = True
+        flat = np.ascontiguousarray(x, dtype=F32).reshape(steps * batch, self.feat)
+        for d in range(self.dirs):
+            xw = (flat @ self.wt[d]).reshape(steps, batch, -1)   # fp32 sums of fp16 products
+            xw += self.bias[d]
+            order = range(steps - 1, -1, -1) if (self.reverse or d == 1) else range(steps)
+            h = self._state(h0, d, batch)
+            c = self._state(c0, d, batch) if self.cell == "LSTM" else None
+            step = {"LSTM": self._lstm, "GRU": self._gru, "RNN": self._rnn}[self.cell]
+            for t in order:
+                h, c, fin = step(d, xw[t], h, c)
+                ok = ok and fin
+                y[t, d] = h
+            if self.c_row:
+                y[steps, d] = c
+        return y, ok
+
+    def _lstm(self, d, xw, h, c):
+        H = self.hid
+        g = xw + h @ self.rt[d]
+        f_, g_, h_ = self.acts[d]
+        if self.peep is not None:   # the vector unit adds P * c (fp32): c_{t-1} for i and f, c_t for o
+            pi, po, pf = self.peep[d]
+            g[:, :H] += pi * c
+            g[:, 2 * H:3 * H] += pf * c
+        i = self._act(f_, g[:, :H].copy())
+        f = self._act(f_, g[:, 2 * H:3 * H].copy())
+        cc = self._act(g_, g[:, 3 * H:].copy())
+        c, ok_c = _round(f * c + i * cc)
+        go = g[:, H:2 * H].copy()
+        if self.peep is not None:
+            go += po * c
+        o = self._act(f_, go)
+        h, ok_h = _round(o * self._act(h_, c.copy()))
+        return h, c, ok_c and ok_h
+
+    def _gru(self, d, xw, h, c):
+        H = self.hid
+        f_, g_ = self.acts[d]
+        hr = h @ self.rt[d][:, :2 * H]
+        z = self._act(f_, xw[:, :H] + hr[:, :H])
+        r = self._act(f_, xw[:, H:2 * H] + hr[:, H:])
+        if self.lbr:
+            hh = xw[:, 2 * H:] + r * (h @ self.rt[d][:, 2 * H:] + self.rb_h[d])
+        else:
+            rh, _ = _round(r * h)             # a MAC operand: fp16
+            hh = xw[:, 2 * H:] + rh @ self.rt[d][:, 2 * H:]
+        hh = self._act(g_, np.ascontiguousarray(hh))
+        h, ok = _round((F32(1) - z) * hh + z * h)
+        return h, None, ok
+
+    def _rnn(self, d, xw, h, c):
+        (f_,) = self.acts[d]
+        h, ok = _round(self._act(f_, xw + h @ self.rt[d]))
+        return h, None, ok
+
+
+def activation_fns(names: Sequence[str], alphas: Optional[Sequence[float]],
+                   betas: Optional[Sequence[float]]) -> List[Callable]:
+    """Bound activation functions (sim names: sigmoid, tanh, relu, hard_sigmoid, leaky_relu)."""
+    out = []
+    for k, name in enumerate(names):
+        params = {}
+        if name == "hard_sigmoid":
+            params = {"alpha": float(alphas[k]), "beta": float(betas[k])}
+        elif name == "leaky_relu":
+            params = {"alpha": float(alphas[k])}
+        elif name not in ("sigmoid", "tanh", "relu"):
+            raise ValueError(f"cell activation {name!r} (sigmoid, tanh, relu, hard_sigmoid or leaky_relu)")
+        fn = make_activation(name, params)
+        out.append(fn)
+    return out
+
+
+def build(spec, n_inputs: int):
+    """The prepared closure of a program layer ``LSTM`` / ``GRU`` / ``RNN`` (``spec``: a
+    sim.layers.LayerSpec); errors name the layer."""
+    states = [str(x) for x in spec.param("state_inputs", [])]
+    if n_inputs != 1 + len(states) or any(x not in ("initial_h", "initial_c") for x in states):
+        raise spec.error(f"takes X and the state inputs {states}, the program gives {n_inputs} inputs")
+    cell = spec.layer_name.upper()
+    names = [str(a) for a in spec.param("activations", required=True)]
+    try:
+        acts = activation_fns(names, spec.param("activation_alpha", [0.0] * len(names)),
+                              spec.param("activation_beta", [0.0] * len(names)))
+        layer = Recurrent(cell, spec.weight("kernel", required=True), spec.weight("recurrence", required=True),
+                          bias=spec.weight("bias"), initial_h=spec.weight("initial_h"),
+                          initial_c=spec.weight("initial_c"),
+                          direction=str(spec.param("direction", "forward")), activations=acts,
+                          clip=float(spec.param("clip", 0.0)),
+                          linear_before_reset=int(spec.param("linear_before_reset", 0)),
+                          cell_state_row=int(spec.param("cell_state_row", 0)),
+                          peepholes=spec.weight("peepholes"))
+    except (ValueError, IndexError, TypeError) as exc:
+        raise spec.error(str(exc)) from None
+    if int(spec.param("hidden_size", layer.hid)) != layer.hid:
+        raise spec.error(f"hidden_size {spec.param('hidden_size')} does not match the recurrence "
+                         f"kernel's {layer.hid}")
+    if not states:
+        return layer.apply
+    want = (layer.dirs, None, layer.hid)
+
+    def run(x, *state):
+        for role, v in zip(states, state):
+            if v.ndim != 3 or v.shape[0] != want[0] or v.shape[2] != want[2] or v.shape[1] != x.shape[1]:
+                raise ValueError(f"{role} of shape {list(v.shape)} is not [{layer.dirs}, {x.shape[1]}, {layer.hid}]")
+        return layer.apply(x, **dict(zip(states, state)))
+    return run
