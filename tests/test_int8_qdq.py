@@ -249,7 +249,7 @@ def test_int8_perf_model_counts_int8_rate_and_bytes(tmp_path):
     """Perf model: an int8 layer's MACs at ArchProfile.int8_macs_factor x the fp16 rate; its
     kernel and its int8 tensors take one byte per element."""
     import math
-    from onnx_mrvl.sim.perf import perf_report
+    from onnx_mrvl.costmodel import perf_report
     from onnx_mrvl.target import ArchProfile
     qpath = quantize(residual_cnn(seed=4), str(tmp_path / "q.onnx"), True, "s8")
     binary = load(onnx_mrvl.convert(qpath).subgraphs[0].binary)
