@@ -12,6 +12,9 @@ import onnxruntime as ort
 import pytest
 
 import onnx_mrvl
+from onnx_mrvl import opset
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
 
 import arch_speech as S
 import arch_transformer as A
@@ -84,6 +87,24 @@ def test_whisper_encoder_one_region(pos_rank, tmp_path):
     assert layers["LayerNorm", "-"] == 5 and layers["Softmax", "-"] == 2 and layers["BatchMatMul", "-"] == 4
     assert layers["Conv2D", "none"] == 2 and layers["Mul2D", "gelu"] + layers["Conv2D", "gelu"] == 2
     assert res.report.macs_offloaded == res.report.macs_total > 0
+
+
+def test_whisper_bmm_heads_written_back_in_token_order(tmp_path):
+    """HF Whisper's P*V on [H, T, d] -> view [1, H, T, d] -> Transpose(0,2,1,3) -> Reshape [1, T, D]:
+    the BatchMatMul writes its output as [T, H, d] (out_perm), the view and the Transpose move no
+    data (before: 2 block rotations, 4 LayoutTransforms, per layer). The only LayoutTransform left
+    is the log-mel input's, before the first conv; the fused model matches onnxruntime in fp32."""
+    m = S.whisper_encoder()
+    r = fuse(legalize(m))
+    av = [opset.node_attrs(n) for n in r.model.graph.node if n.op_type == "BatchMatMul" and "av" in n.name]
+    assert len(av) == 2 and all(a.get("out_perm") == [1, 0, 2] for a in av), av
+    lts = [n for n in r.model.graph.node if n.op_type == "LayoutTransform"]
+    assert len(lts) == 1 and lts[0].input[0] == "input_features/to2d", [n.name for n in lts]
+    f = S.feeds(m)
+    for a, b in zip(_ref(m, f), _ref(r.model, f)):
+        assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(a))
+    res, _ = _deployed(m, tmp_path, f)
+    assert _layers(res)["layout_transform", "-"] == 1
 
 
 def test_conformer_block_one_region(tmp_path):
