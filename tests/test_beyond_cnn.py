@@ -85,7 +85,7 @@ def test_whisper_encoder_one_region(pos_rank, tmp_path):
     assert len(res.subgraphs) == 1 and _cpu_ops(res) == []
     layers = _layers(res)
     assert layers["LayerNorm", "-"] == 5 and layers["Softmax", "-"] == 2 and layers["BatchMatMul", "-"] == 4
-    assert layers["Conv2D", "none"] == 2 and layers["Mul2D", "gelu"] + layers["Conv2D", "gelu"] == 2
+    assert layers["Conv2D", "gelu"] == 2 and layers["Mul2D", "gelu"] == 0     # legalize's squeeze_sink
     assert res.report.macs_offloaded == res.report.macs_total > 0
 
 
@@ -117,7 +117,9 @@ def test_conformer_block_one_region(tmp_path):
     layers = _layers(res)
     assert layers["LayerNorm", "-"] == 5 and layers["Softmax", "-"] == 1
     assert layers["Slice2D", "-"] == 2 and layers["Mul2D", "sigmoid"] == 1      # the GLU
-    assert layers["FC", "silu"] == 2 and layers["Mul2D", "silu"] == 1
+    assert layers["FC", "silu"] == 2
+    # the depthwise k15 is split into kernel tiles (target limit) summed by a Sum2D carrying the SiLU
+    assert layers["Sum2D", "silu"] == 1 and layers["Mul2D", "silu"] == 0
     assert "BatchNormalization" not in str(layers)
     assert res.report.macs_offloaded == res.report.macs_total > 0
 
