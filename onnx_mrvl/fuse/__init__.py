@@ -36,6 +36,7 @@ ANCHORS["Split"] = ANCHORS["Slice"] = Pattern("mrvl.slice", ("Split", "Slice"), 
 # attention masks whose fill does not fit fp16 (masks.py): Add of float32's lowest, Where(cond, x, -inf)
 ANCHORS["Add"] = Pattern("mrvl.sum", ("Add",), masks.build_add, ("activation",))
 ANCHORS["Where"] = Pattern("mrvl.sum", ("Where",), masks.build_where)
+ANCHORS["Mul"] = Pattern("mrvl.mul", ("Mul",), masks.build_mul, ("activation",))   # HF's run-time mask
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
 ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
                 "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})

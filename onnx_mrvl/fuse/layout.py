@@ -468,7 +468,7 @@ class Materializer:
                 and t not in self.g.output_set):
             perm = perms.pop()
             return [perm[a] for a in NHWC]
-        return list(NHWC) if rank == 4 and t not in self.non_image else list(range(rank))
+        return list(NHWC) if rank == 4 else list(range(rank))
 
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])
