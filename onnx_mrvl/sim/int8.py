@@ -38,6 +38,22 @@ def fake_quant(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     return ((quantize(x, scale, zp, dtype) - zp).astype(F32) * F32(scale)).astype(F32)
 
 
+
+def activation_clamp(out_q, activation: str, activation_params=None) -> Tuple[int, int]:
+    """The output codes an activation leaves, as a clamp in the quantized domain: the type's range,
+    relu from the zero point, clip between Q(min) and Q(max) (exact: Q is monotone)."""
+    s, z, dt = out_q
+    lo, hi = QRANGE[dt]
+    if activation == "relu":
+        lo = max(lo, z)
+    elif activation == "clamp":
+        ap = dict(activation_params or {})
+        lo = max(lo, int(quantize(np.array([ap["min"]], F32), s, z, dt)[0]))
+        hi = min(hi, int(quantize(np.array([ap["max"]], F32), s, z, dt)[0]))
+    elif activation != "none":
+        raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
+    return lo, hi
+
 class Int8Layer:
     """The quantization shared by the int8 Conv2D and FC (see the module docstring)."""
 
@@ -61,17 +77,7 @@ class Int8Layer:
         if k * 255 * 128 + int(np.abs(self.bias).max(initial=0)) >= ACC_LIMIT:
             raise ValueError(f"K={k} products could overflow the int32 accumulator")
         self.mult = ((F32(self.in_q[0]) * ws).astype(F32) / F32(self.out_q[0])).astype(F32)
-        s, z, dt = self.out_q
-        lo, hi = QRANGE[dt]
-        if activation == "relu":
-            lo = max(lo, z)
-        elif activation == "clamp":
-            ap = dict(activation_params or {})
-            lo = max(lo, int(quantize(np.array([ap["min"]], F32), s, z, dt)[0]))
-            hi = min(hi, int(quantize(np.array([ap["max"]], F32), s, z, dt)[0]))
-        elif activation != "none":
-            raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi = activation_clamp(self.out_q, activation, activation_params)
         self.kernel = kernel.reshape(o, k).astype(np.float64).T.copy()   # [K, O], exact products in float64
 
     def codes(self, x: np.ndarray) -> np.ndarray:
@@ -230,17 +236,7 @@ class Int8Add:
         for dt in (self.a[2], self.b[2], self.c[2]):
             if dt not in QRANGE:
                 raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
-        s, z, dt = self.c
-        lo, hi = QRANGE[dt]
-        if activation == "relu":
-            lo = max(lo, z)
-        elif activation == "clamp":
-            ap = dict(activation_params or {})
-            lo = max(lo, int(quantize(np.array([ap["min"]], F32), s, z, dt)[0]))
-            hi = min(hi, int(quantize(np.array([ap["max"]], F32), s, z, dt)[0]))
-        elif activation != "none":
-            raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi = activation_clamp(self.c, activation, activation_params)
 
     def apply(self, xa: np.ndarray, xb: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
         va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
