@@ -212,5 +212,4 @@ def materialize(m, grp: Group) -> None:
             m.get(o, None, for_mrvl=True, origin=grp.origin)
 
 
-
 slice_params = _slice_params
