@@ -17,9 +17,10 @@ from typing import Dict, List, Mapping, Optional
 
 from .target import VECTOR_LOWERINGS, ArchProfile
 
+_ITEMSIZE = {"float16": 2, "int8": 1, "float32": 4, "int32": 4}
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
               "dram_bytes_per_cycle", "layer_overhead_cycles", "vector_ops_per_cycle_per_tile",
-              "recurrent_step_cycles")
+              "recurrent_step_cycles", "int8_macs_factor")
 
 
 @dataclass
@@ -82,7 +83,7 @@ def arch_params(meta: Mapping) -> Dict[str, float]:
     out = {k: given.get(k, getattr(base, k)) for k in _ARCH_KEYS}
     for k, v in given.items():
         out.setdefault(k, v)
-    if int(out["num_tiles"]) < 1 or float(out["macs_per_cycle_per_tile"]) <= 0 \
+    if int(out["num_tiles"]) < 1 or float(out["macs_per_cycle_per_tile"]) <= 0 or float(out["int8_macs_factor"]) <= 0 \
             or float(out["dram_bytes_per_cycle"]) <= 0 or float(out["clock_hz"]) <= 0:
         raise ValueError(f"arch parameters must be positive: {out}")
     return out
@@ -170,13 +171,14 @@ def streamed_weight_bytes(steps: int, weight_bytes: int, capacity: int) -> int:
     return (max(int(steps), 1) - 1) * int(weight_bytes) if weight_bytes > capacity else 0
 
 
-def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping, steps: int = 0) -> Dict[str, int]:
+def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping, steps: int = 0,
+             int8: bool = False) -> Dict[str, int]:
     """One layer's cycles: compute (MAC array + vector unit; ``steps`` > 0: a recurrent layer's
-    serial timesteps), memory (DRAM), and max(compute, memory) + the fixed per-layer overhead.
-    ``arch``: ``arch_params`` keys. The one formula of the project: the simulator's report and
-    split's ``partition="cost"`` estimate use it."""
+    serial timesteps; ``int8``: MACs at ``int8_macs_factor`` x the fp16 rate), memory (DRAM), and
+    max(compute, memory) + the fixed per-layer overhead. ``arch``: ``arch_params`` keys. The one
+    formula of the project: the simulator's report and split's ``partition="cost"`` estimate use it."""
     tiles = int(arch["num_tiles"])
-    peak = float(arch["macs_per_cycle_per_tile"]) * tiles
+    peak = float(arch["macs_per_cycle_per_tile"]) * tiles * (float(arch.get("int8_macs_factor", 2.0)) if int8 else 1.0)
     compute = recurrent_compute_cycles(macs, steps, peak, int(arch.get("recurrent_step_cycles", DEFAULT_STEP_CYCLES))) \
         if steps else math.ceil(macs / peak)
     compute += math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
@@ -196,7 +198,7 @@ def perf_report(meta: Mapping) -> PerfReport:
     for w in meta.get("weights") or []:
         shape = list(w.get("shape") or [])
         wshapes[w.get("name")] = shape
-        wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * (2 if w.get("dtype") == "float16" else 4)))
+        wbytes[w.get("name")] = int(w.get("nbytes", _prod(shape) * _ITEMSIZE.get(w.get("dtype"), 4)))
     peak = float(arch["macs_per_cycle_per_tile"]) * int(arch["num_tiles"])
     rows, derived = [], []
     for i, layer in enumerate(meta.get("layers") or []):
@@ -215,7 +217,8 @@ def perf_report(meta: Mapping) -> PerfReport:
             names = layer.get("weights") or {}
             wb = sum(wbytes.get(names.get(k), 0) for k in ("kernel", "recurrence"))
             dram += streamed_weight_bytes(steps, wb, int(arch["num_tiles"]) * int(arch["ocm_size"]))
-        c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps)
+        int8 = str((layer.get("params") or {}).get("precision", "fp16")) == "int8"
+        c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps, int8=int8)
         comp, mem = c["compute"], c["memory"]
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
+from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from . import opset_recurrent as _recurrent
 from .provenance import set_composite, set_origin
@@ -215,17 +216,19 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
-          ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS, _conv_body, True),
+          ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS,
+          int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
-          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS, _fc_body, True),
-    OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS, _pool_body("MaxPool")),
-    OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + ("count_include_pad",),
-          _pool_body("AveragePool")),
-    OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), (),
-          _pool_body("GlobalAveragePool")),
-    OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), (),
-          _pool_body("GlobalMaxPool")),
-    OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS, _eltwise_body("Add"), True),
+          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS, int8_body(_fc_body), True),
+    OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
+          int8_body(_pool_body("MaxPool"))),
+    OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",),
+          _POOL_ATTRS + ("count_include_pad",) + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
+    OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
+          int8_body(_pool_body("GlobalAveragePool"))),
+    OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
+          int8_body(_pool_body("GlobalMaxPool"))),
+    OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
@@ -233,7 +236,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Flatten", "nn.batch_flatten", "mrvl.batch_flatten", ("X",), ("shape",), _reshape_body),
     OpDef("Squeeze", "squeeze", "mrvl.squeeze", ("X",), ("shape",), _reshape_body),
     OpDef("Resize", "Resize", "mrvl.resize_nearest", ("X",),
-          ("scales", "mode", "sizes", "linear_scales", "coordinate_mode"), _resize_body),
+          ("scales", "mode", "sizes", "linear_scales", "coordinate_mode") + INT8_POOL_ATTRS, int8_body(_resize_body)),
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
     OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),

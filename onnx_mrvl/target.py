@@ -40,10 +40,11 @@ class ArchProfile:
                                              # Softmax, smooth activations: VECTOR_LOWERINGS)
     recurrent_step_cycles: int = 64     # assumption: per LSTM/GRU/RNN timestep, MAC drain + vector
                                         # unit (activations, cell update) + state write (docs/fusion.md)
+    int8_macs_factor: float = 2.0       # assumption: int8 MACs per cycle = 2x the fp16 rate (int8 layers)
 
     ASSUMPTIONS = ("macs_per_cycle_per_tile", "clock_hz", "dram_bytes_per_cycle",
                    "layer_overhead_cycles", "transfer_bytes_per_s", "call_overhead_s",
-                   "vector_ops_per_cycle_per_tile", "recurrent_step_cycles")
+                   "vector_ops_per_cycle_per_tile", "recurrent_step_cycles", "int8_macs_factor")
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,11 @@ def _regions(res):
 
 
 def _mask_cpu_ops(mask):
-    """hf: the int64 attention_mask becomes the float mask on the CPU (Unsqueeze, Cast, ``1 - m``, and
-    the Mul by float32's lowest, which fp16 cannot hold); the region adds it (-inf after fp16
-    rounding). Legalize writes Unsqueeze as a Reshape and ``1 - m`` as ``m * -1 + 1`` (sub_div_const)."""
-    return ["Add", "Cast", "Mul", "Mul", "Reshape"] if mask == "hf" else []
+    """hf: the int64 attention_mask's Unsqueeze (legalized to a Reshape) and its Cast to float stay on
+    the CPU (integer tensors); ``1 - m`` (legalized to m * -1 + 1) and the Mul by float32's lowest run
+    in the region, the fill saturated to -32768 (fuse/masks.py; before: on the CPU, the region fed
+    -3.4e38 that fp16 rounded to -inf)."""
+    return ["Cast", "Reshape"] if mask == "hf" else []
 
 
 def _layout_changes(res):
@@ -59,9 +60,9 @@ def _layout_changes(res):
 @pytest.mark.parametrize("mask", A.MASKS)
 def test_attention_block_is_one_region(style, mask, tmp_path):
     """Every exporter form and mask: the whole block (projections, heads, Q*K^T, scale, mask,
-    Softmax, P*V, heads back, out_proj, residual) is one region; only hf's mask preparation stays
-    on the CPU. The scores [B,H,T,T] are read by the mask Sum2D and the Softmax in the order the
-    BatchMatMul wrote them: no LayoutTransform in the region."""
+    Softmax, P*V, heads back, out_proj, residual) is one region; only hf's integer mask
+    preparation (Unsqueeze, Cast) stays on the CPU. The scores [B,H,T,T] are read by the mask Sum2D
+    and the Softmax in the order the BatchMatMul wrote them: no LayoutTransform in the region."""
     m = A.mha_block(style, mask)
     res, _ = _deployed(m, tmp_path, A.feeds(m))
     assert _cpu_ops(res) == sorted(_mask_cpu_ops(mask))
@@ -255,6 +256,53 @@ def test_mask_rejections():
     m.graph.input.append(helper.make_tensor_value_info("attn.causal", TensorProto.BOOL, [1, 1, 16, 16]))
     r = fuse(legalize(m))
     assert "condition computed at run time" in r.decisions["attn.where"].reason
+
+
+@pytest.mark.parametrize("style", ["legacy", "bmm3d"])
+def test_hf_runtime_mask_fill_saturates(style, tmp_path, caplog):
+    """HF's ``(1 - Cast(attention_mask)) * lowest``: the Mul by lowest is a Mul2D of -32768 (the
+    factor is integer-valued: a Cast of int64 through m * -1 + 1), ``1 - m`` joins it in the region;
+    the fused model matches onnxruntime to fp32 precision, the deployed one within the fp16 bound,
+    and the simulator sees no fp16 overflow (before: -3.4e38 from the CPU, -inf at the region input)."""
+    m = A.mha_block(style, "hf")
+    f = A.feeds(m)
+    r = fuse(legalize(m))
+    d = r.decisions["attn.mask.mul"]
+    assert d.placement == "accelerator", d.reason
+    op = next(n for n in r.model.graph.node if n.name == d.mrvl_node)
+    assert op.op_type == "Mul2D"
+    c = onnx.numpy_helper.to_array(next(t for t in r.model.graph.initializer if t.name == op.input[1]))
+    assert np.unique(c).tolist() == [-32768.0]
+    for a, b in zip(_ref(m, f), _ref(r.model, f)):
+        assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(a))
+    with caplog.at_level("WARNING"):
+        res, _ = _deployed(m, tmp_path, f)
+    assert _cpu_ops(res) == ["Cast", "Reshape"] and _regions(res) == 1
+    assert not [x for x in caplog.messages if "overflow" in x]
+
+
+def _hf_mask_variant(kind):
+    """mha_block(legacy, hf) with the mask chain changed: ``float_input`` (the mask a float graph
+    input: values not known to be integers), ``other_reader`` (the float mask also a graph output)."""
+    m = A.mha_block("legacy", "hf")
+    if kind == "float_input":
+        cast = next(n for n in m.graph.node if n.name == "attn.mask.cast")
+        m.graph.node.remove(cast)
+        m.graph.input.append(helper.make_tensor_value_info(cast.output[0], TensorProto.FLOAT, [1, 1, 1, 16]))
+    else:
+        mul = next(n for n in m.graph.node if n.name == "attn.mask.mul")
+        m.graph.output.append(helper.make_tensor_value_info(mul.output[0], TensorProto.FLOAT, [1, 1, 1, 16]))
+    return m
+
+
+@pytest.mark.parametrize("kind, why", [("float_input", "not known to hold integers"),
+                                       ("other_reader", "graph output")])
+def test_hf_runtime_mask_rejections(kind, why):
+    """The fill is saturated only when the factor holds integers and the product reaches nothing but
+    mask Adds before a Softmax: otherwise the Mul by lowest stays on the CPU, with the reason."""
+    r = fuse(legalize(_hf_mask_variant(kind)))
+    d = r.decisions["attn.mask.mul"]
+    assert d.placement == "cpu" and why in d.reason, d.reason
 
 
 def test_token_reshapes_move_no_image_batch():

@@ -224,12 +224,19 @@ def vit_like(seed: int = 0, ln: str = "torch", layers: int = 2, D: int = 32, H: 
     return n.model("vit_like", [("input", [1, 3, size, size])], "output")
 
 
-def convnext_block(seed: int = 0, form: str = "torch", C: int = 16, HW: int = 8) -> onnx.ModelProto:
+def convnext_block(seed: int = 0, form: str = "torch", C: int = 16, HW: int = 8, blocks: int = 1) -> onnx.ModelProto:
     """ConvNeXt-style block on NCHW: depthwise 7x7 -> channels-first LayerNorm (axis 1) -> 1x1 conv
-    4C -> GELU -> 1x1 conv C -> residual Add."""
+    4C -> GELU -> 1x1 conv C -> residual Add; ``blocks`` of them in a row (a ConvNeXt stage)."""
     n = Net(seed, 17 if form == "op" else 13)
+    x = "input"
+    for _ in range(blocks):
+        x = _convnext(n, x, form, C, HW)
+    return n.model("convnext_block", [("input", [1, C, HW, HW])], "output")
+
+
+def _convnext(n: Net, x: str, form: str, C: int, HW: int) -> str:
     w = (n.rng.standard_normal((C, 1, 7, 7)) * 0.1).astype(np.float32)
-    y = n.op("Conv", ["input", n.const(w, "dw")], "dwconv", group=C, kernel_shape=[7, 7], pads=[3, 3, 3, 3])
+    y = n.op("Conv", [x, n.const(w, "dw")], "dwconv", group=C, kernel_shape=[7, 7], pads=[3, 3, 3, 3])
     if form == "op":   # the opset-17 export of a channels-first LN: Transpose -> LayerNormalization -> back
         y = n.op("Transpose", [y], "to_nhwc", perm=[0, 2, 3, 1])
         y = layernorm(n, y, [1, HW, HW, C], "op")
@@ -241,8 +248,7 @@ def convnext_block(seed: int = 0, form: str = "torch", C: int = 16, HW: int = 8)
     y = gelu(n, y, "erf")
     w2 = (n.rng.standard_normal((C, 4 * C, 1, 1)) * math.sqrt(1 / (4 * C))).astype(np.float32)
     y = n.op("Conv", [y, n.const(w2, "pw2")], "pwconv2", kernel_shape=[1, 1])
-    n.op("Add", ["input", y], "residual")
-    return n.model("convnext_block", [("input", [1, C, HW, HW])], "output")
+    return n.op("Add", [x, y], "residual")
 
 
 def all_models() -> Dict[str, Callable[[], onnx.ModelProto]]:

@@ -58,7 +58,8 @@ MAX_META_SIZE = 64 << 20                  # refuse a meta that decompresses to m
 ZLIB_MAX_RATIO = 1032                     # deflate cannot expand 1 byte into more than ~1032
 DEFAULT_MAX_SIZE = 1 << 32                # 4 GiB
 MIN_SIZE = HEADER.size + DIGEST_SIZE
-WEIGHT_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
+WEIGHT_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4"),
+                 "int8": np.dtype("i1"), "int32": np.dtype("<i4")}   # int8 layers: kernels, biases
 
 Source = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 
@@ -120,10 +121,10 @@ def _check_array(name: str, wname: Any, arr: Any) -> np.ndarray:
     if not isinstance(arr, np.ndarray):
         _pack_fail(name, f"weight {wname!r} is a {type(arr).__name__}, expected a numpy array")
     if arr.dtype.name not in WEIGHT_DTYPES:
-        _pack_fail(name, f"weight {wname!r} has dtype {arr.dtype}, only float16 and float32 "
-                         f"are stored")
+        _pack_fail(name, f"weight {wname!r} has dtype {arr.dtype}, only float16, float32, int8 and "
+                         f"int32 are stored")
     if arr.dtype != WEIGHT_DTYPES[arr.dtype.name]:
-        _pack_fail(name, f"weight {wname!r} is big-endian; convert it with .astype('<f2'/'<f4')")
+        _pack_fail(name, f"weight {wname!r} is big-endian; convert it with .astype('<f2'/'<f4'/'<i4')")
     return arr
 
 

@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 PROGRAM_FORMAT = "onnx_mrvl.program"
 PROGRAM_VERSION = 1                     # newest program_version this reader understands
 WEIGHT_ALIGN = 64                       # every weight blob starts on a 64-byte boundary
-DTYPE_ITEMSIZE = {"float16": 2, "float32": 4}
+DTYPE_ITEMSIZE = {"float16": 2, "float32": 4, "int8": 1, "int32": 4}   # int8 layers: int8 kernels, int32 biases
+TENSOR_DTYPES = {"float16": 2, "int8": 1, "uint8": 1}   # activations: fp16, or int8 codes of an int8 layer
 ACT_ITEMSIZE = 2                        # activations inside a region are fp16
 MAX_RANK = 16
 MAX_ELEMENTS = 1 << 60                  # product of the non-zero dims (numpy's int64 limit / 8)
@@ -102,10 +103,21 @@ def _check_tensors(fail: Fail, tensors: list) -> Dict[int, Tuple[int, ...]]:
         if "nbytes" not in t:
             fail(f"{path}: missing required key 'nbytes'")
         nbytes = _nonneg_int(fail, f"{path}.nbytes", t["nbytes"])
-        expected = _product(shape) * ACT_ITEMSIZE
+        dtype = t.get("dtype", "float16")
+        if not isinstance(dtype, str) or dtype not in TENSOR_DTYPES:
+            fail(f"{path}.dtype: expected one of {sorted(TENSOR_DTYPES)}, got {_short(dtype)}")
+        expected = _product(shape) * TENSOR_DTYPES[dtype]
         if nbytes != expected:
             fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} "
-                 f"(expected {expected} = product of the shape x {ACT_ITEMSIZE} bytes of fp16)")
+                 f"(expected {expected} = product of the shape x {TENSOR_DTYPES[dtype]} bytes of {dtype})")
+        if dtype != "float16":   # int8 codes: the scale and zero point they were quantized with
+            scale = t.get("scale")
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+                fail(f"{path}.scale: an {dtype} tensor needs a positive finite scale, got {_short(scale)}")
+            zp = t.get("zero_point")
+            lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
+            if not _is_int(zp) or not lo <= zp <= hi:
+                fail(f"{path}.zero_point: expected an integer in [{lo}, {hi}], got {_short(zp)}")
         _optional(fail, path, t, "name", str, "a string")
         _optional(fail, path, t, "layout", str, "a string")
         if "placement" in t and t["placement"] not in PLACEMENTS:
@@ -168,7 +180,7 @@ def _check_weights(fail: Fail, weights: list, section_size: int) -> List[WeightS
             fail(f"{path}.offset: {offset} is not {WEIGHT_ALIGN}-byte aligned")
         want = _product(shape) * DTYPE_ITEMSIZE[dtype]
         if nbytes != want:
-            fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} and dtype {dtype} "
+            fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} and dtype {dtype!r} "
                  f"(expected {want})")
         if offset != expected_offset:
             fail(f"{path}.offset: {offset}, expected {expected_offset} (weights are stored in the "

@@ -188,8 +188,9 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         if name in nodes_json and _top_int(nodes_json, name, want) != want:
             raise CompileError(f"{name}={nodes_json[name]!r} but the Nodes-JSON has {want}",
                                hint="see docs/json-format.md")
+    tensor_dtypes(tensors, layers, inputs, outputs)
     for t in tensors:
-        t["nbytes"] = int(np.prod(t["shape"], dtype=np.int64)) * 2
+        t["nbytes"] = int(np.prod(t["shape"], dtype=np.int64)) * (2 if t.get("dtype", "float16") == "float16" else 1)
     arch = options.arch_dict()
     memory = plan_memory(tensors, layers, inputs, outputs, ctx.weights, arch)
     meta = {"format": "onnx_mrvl.program", "program_version": 1,
@@ -199,6 +200,62 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             "weights": ctx.wmeta, "layers": layers, "memory_plan": memory}
     log.debug("compiled %s: %d layers, %d weights", meta["name"], len(layers), len(ctx.wmeta))
     return meta, ctx.weights
+
+
+COPIES = ("Reshape", "Flatten", "Squeeze", "layout_transform")   # move values, compute nothing
+
+
+def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], outputs: List[dict]) -> None:
+    """int8 storage (docs/program.md "tensor dtypes"): the output of an int8 layer holds its int8 /
+    uint8 codes (``out_dtype``, with ``scale`` / ``zero_point``), so does a copy of such a tensor
+    (Reshape/Flatten/Squeeze/layout_transform); a region input whose readers (through such copies)
+    are all int8 layers of one input quantization is quantized by the runtime on the host (TVM's
+    ``qscale``) and so are the copies on its way. Every other tensor is fp16."""
+    def quant(t, q):
+        t.update(dtype=q[0], scale=float(q[1]), zero_point=int(q[2]))
+
+    readers: Dict[int, List[dict]] = {}
+    for layer in layers:
+        for t in layer["inputs"]:
+            readers.setdefault(t, []).append(layer)
+    out_ids = {o["tensor"] for o in outputs}
+
+    def wanted(t: int):
+        """The one input quantization every reader of ``t`` applies (through copies), or None."""
+        qs = set()
+        if t in out_ids or not readers.get(t):
+            return None
+        for r in readers[t]:
+            p = r["params"]
+            if p.get("precision") == "int8":   # input 0: in_*, input 1 of a Sum2D: in2_*
+                for k, ref in enumerate(r["inputs"]):
+                    side = "in2" if k == 1 and "in2_dtype" in p else "in"
+                    if ref == t:
+                        qs.add((p[f"{side}_dtype"], p[f"{side}_scale"], p[f"{side}_zero_point"]))
+            elif r["layer_name"] in COPIES and len(r["inputs"]) == 1:
+                qs.add(wanted(r["outputs"][0]))
+            else:
+                return None
+        return qs.pop() if len(qs) == 1 and None not in qs else None
+
+    def mark_inputs(t: int, q) -> None:
+        quant(tensors[t], q)
+        for r in readers.get(t, []):
+            if r["layer_name"] in COPIES:
+                mark_inputs(r["outputs"][0], q)
+
+    for i in inputs:
+        q = wanted(i["tensor"])
+        if q is not None:
+            mark_inputs(i["tensor"], q)
+            i["dtype"] = q[0]
+    for layer in layers:
+        p, out = layer["params"], tensors[layer["outputs"][0]]
+        if p.get("precision") == "int8":
+            quant(out, (p["out_dtype"], p["out_scale"], p["out_zero_point"]))
+        elif layer["layer_name"] in COPIES and tensors[layer["inputs"][0]].get("dtype", "float16") != "float16":
+            src = tensors[layer["inputs"][0]]
+            quant(out, (src["dtype"], src["scale"], src["zero_point"]))
 
 
 def _outputs(nodes_json: dict, node_tensor: Dict[int, int], tensors: List[dict]) -> List[dict]:

@@ -142,8 +142,12 @@ class NodeAttrs:
         raise CompileError(msg, node=self.name, origin=self.origin, hint=hint)
 
 
-def decode_const(consts: dict, name: str, a: NodeAttrs) -> np.ndarray:
-    """The float32 array of constant ``name``; checks its bytes against its shape and dtype."""
+INT_CONST_DTYPES = ("int8", "uint8", "int32")   # int8 layers: kernels, int32 biases (docs/json-format.md)
+
+
+def decode_const(consts: dict, name: str, a: NodeAttrs, integer: Optional[str] = None) -> np.ndarray:
+    """The float32 array of constant ``name``; checks its bytes against its shape and dtype.
+    ``integer`` ("int8", "int32"): the constant must have that integer dtype and is returned as it is."""
     if name not in consts:
         a.fail(f"constant '{name}' is not in the Constants-JSON")
     c = consts[name]
@@ -162,7 +166,10 @@ def decode_const(consts: dict, name: str, a: NodeAttrs) -> np.ndarray:
                                       strict_mode=True)
     except (TypeError, ValueError, binascii.Error) as exc:
         a.fail(f"constant '{name}' is malformed ({exc})")
-    if dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
+    if integer is not None:
+        if dtype.name != integer:
+            a.fail(f"constant '{name}' has dtype {c.get('dtype')} ({integer} expected for an int8 layer)")
+    elif dtype.kind != "f" or dtype.itemsize not in (2, 4, 8):
         a.fail(f"constant '{name}' has dtype {c.get('dtype')} (float32 expected)")
     if any(d < 0 for d in shape):
         a.fail(f"constant '{name}' has a negative dimension in shape {shape}")
@@ -171,4 +178,6 @@ def decode_const(consts: dict, name: str, a: NodeAttrs) -> np.ndarray:
         a.fail(f"constant '{name}' has {len(raw)} bytes but shape {shape} of {dtype.name} needs "
                f"{n * dtype.itemsize}")
     arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    if integer is not None:
+        return arr
     return arr if dtype == np.dtype("<f4") else arr.astype(np.float32)

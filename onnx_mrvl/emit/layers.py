@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import layers_transformer
+from .int8_layer import int8_other, int8_params, is_int8
 from . import recurrent
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
@@ -41,10 +42,14 @@ class Context:
 
     def weight(self, a: NodeAttrs, name: str, arr: np.ndarray, layout: str, fp16: bool, shape=None) -> str:
         """Store ``arr`` (any strides: one cast writes it C-contiguous) as fp16 or fp32, reshaped to
-        ``shape`` when given; values that are not finite in that dtype are refused."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            data = np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
-        if not _finite(arr, data, fp16):
+        ``shape`` when given; values that are not finite in that dtype are refused. Integer arrays
+        (an int8 layer's int8 kernel and int32 bias) keep their dtype."""
+        if arr.dtype.kind in "iu":
+            data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                data = np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
+        if data.dtype.kind == "f" and not _finite(arr, data, fp16):
             a.fail(f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}",
                    hint="keep this layer on the CPU (convert(..., exclude=[...]))")
         if shape is not None:
@@ -96,8 +101,8 @@ def padding4(a: NodeAttrs) -> List[int]:
     return p
 
 
-def vector(a: NodeAttrs, ctx: Context, key: str, size: int, what: str) -> np.ndarray:
-    v = decode_const(ctx.consts, a.str(key), a).reshape(-1)
+def vector(a: NodeAttrs, ctx: Context, key: str, size: int, what: str, integer=None) -> np.ndarray:
+    v = decode_const(ctx.consts, a.str(key), a, integer).reshape(-1)
     if v.size != size:
         a.fail(f"{what} has {v.size} values for {size} channels")
     return v
@@ -129,7 +134,8 @@ def activation(a: NodeAttrs, ctx: Context, lname: str, channels: int, params: di
 def conv(a, ctx, lname, in_shapes, params, weights):
     if len(in_shapes[0]) != 4:
         a.fail(f"Conv2D input has shape {in_shapes[0]} (4-D NHWC expected)")
-    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a), 4)
+    int8 = is_int8(a)
+    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a, "int8" if int8 else None), 4)
     if w.ndim != 4:
         a.fail(f"conv kernel has shape {list(w.shape)} (OHWI expected)")
     layout = a.str("kernel_layout", "OHWI")
@@ -152,7 +158,10 @@ def conv(a, ctx, lname, in_shapes, params, weights):
     params.update(strides=a.ints("strides", [1, 1], 2), padding=padding4(a),
                   dilation=a.ints("dilation", [1, 1], 2), groups=groups, kernel_size=[kh, kw], channels=o)
     weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OHWI", fp16=True)
-    bias = vector(a, ctx, "bias_const_name", o, "bias") if a.has("bias_const_name") else None
+    bias = vector(a, ctx, "bias_const_name", o, "bias", "int32" if int8 else None) \
+        if a.has("bias_const_name") else None
+    if int8 and (a.has("gamma_const_name") or a.has("mean_const_name")):
+        a.fail("an int8 Conv2D cannot carry a batch_norm (fold it before quantizing)")
     if a.has("gamma_const_name") or a.has("mean_const_name"):
         # TVM's conv + [bias] + batch_norm: y = (x - mean) / sqrt(var + eps) * gamma + beta,
         # folded into the program's per-channel scale and shift.
@@ -169,6 +178,8 @@ def conv(a, ctx, lname, in_shapes, params, weights):
     if bias is not None:
         weights["bias"] = ctx.weight(a, f"{lname}.bias", bias, "O", fp16=False)
     activation(a, ctx, lname, o, params, weights)
+    if int8:
+        int8_params(a, ctx, lname, o, params, weights)
     n, h, wd, _ = in_shapes[0]
     pt, pl, pb, pr = params["padding"]
     (sh, sw), (dh, dw) = params["strides"], params["dilation"]
@@ -185,7 +196,8 @@ def conv(a, ctx, lname, in_shapes, params, weights):
 def fc(a, ctx, lname, in_shapes, params, weights):
     """FC on x [N, K]; a 4-D NHWC input (TVM's fc after layout_transform + flatten) is flattened by
     the caller (see needs_flatten)."""
-    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a), 2)
+    int8 = is_int8(a)
+    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a, "int8" if int8 else None), 2)
     if w.ndim != 2:
         a.fail(f"FC kernel has shape {list(w.shape)} (OI expected)")
     if a.str("kernel_layout", "OI") == "IO":
@@ -206,8 +218,11 @@ def fc(a, ctx, lname, in_shapes, params, weights):
         a.fail(f"units={a.int('units')} but the kernel has {o} rows")
     weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OI", fp16=True, shape=(o, k))
     if a.has("bias_const_name"):
-        weights["bias"] = ctx.weight(a, f"{lname}.bias", vector(a, ctx, "bias_const_name", o, "bias"), "O", fp16=False)
+        weights["bias"] = ctx.weight(a, f"{lname}.bias", vector(a, ctx, "bias_const_name", o, "bias",
+                                                               "int32" if int8 else None), "O", fp16=False)
     activation(a, ctx, lname, o, params, weights)
+    if int8:
+        int8_params(a, ctx, lname, o, params, weights)
     return [in_shapes[0][0], o], in_shapes[0][0] * o * k
 
 
@@ -263,7 +278,8 @@ def eltwise(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"constant operand of shape {list(c.shape)} does not broadcast to the input {shapes[0]}")
         if out != shapes[0]:
             a.fail(f"constant operand of shape {list(c.shape)} would grow the input {shapes[0]} to {out}")
-        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=True)
+        # an int8 Sum2D adds the constant in fp32 (a dequantized bias, docs/simulator.md)
+        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not is_int8(a))
     else:
         try:
             out = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))
@@ -430,6 +446,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params.update(scales=s, mode="nearest")
     else:
         out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
+    if layer_name not in ("Conv2D", "FC") and is_int8(a):
+        int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
     if a.has("out_layout_shape"):
         declared = fit_rank(a.ints("out_layout_shape"), len(out))
         if declared[1:] != out[1:]:

@@ -21,8 +21,9 @@ from .. import opset
 from .._graph import GraphIndex
 from ..errors import CompileError
 from ..provenance import get_composite, get_origin
+from ..opset_int8 import is_int8
 from . import recurrent
-from .json_attrs import ConstEntry
+from .json_attrs import INT_CONST_DTYPES, ConstEntry
 
 LAYOUT_BY_RANK = {4: "NCHW", 2: "NC", 3: "NCW", 1: "C"}
 CONST_MAPS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const", "mean_const",
@@ -51,14 +52,16 @@ def _minmax(v: float) -> str:
 
 def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
     """A Constants-JSON entry: float32 little-endian bytes, base64 (a :class:`ConstEntry` that also
-    carries the array when nothing can change its values later, for ``compile_json`` in-process)."""
-    a = np.ascontiguousarray(arr, dtype="<f4")
+    carries the array when nothing can change its values later, for ``compile_json`` in-process).
+    int8 / uint8 / int32 arrays (an int8 layer's kernel and bias) keep their dtype."""
+    integer = np.asarray(arr).dtype.name in INT_CONST_DTYPES
+    a = np.ascontiguousarray(arr, dtype=np.asarray(arr).dtype.newbyteorder("<") if integer else "<f4")
     if shape is None:
         shape = list(a.shape)
         if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
             shape = [1] + shape
     b64 = binascii.b2a_base64(a, newline=False).decode("ascii")
-    entry = ConstEntry({"shape": [int(d) for d in shape], "dtype": "float32",
+    entry = ConstEntry({"shape": [int(d) for d in shape], "dtype": a.dtype.name if integer else "float32",
                         "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
                         "data_base64": b64})
     frozen = _frozen(a, owned=a is not arr and a.base is None)
@@ -216,7 +219,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         n_added[0] += 1
         consts[cname] = const_entry(arr, shape)
         attrs[f"{role}_const_name"] = [cname]
-        cmap = {"shape": consts[cname]["shape"], "dtype": "float32"}
+        cmap = {"shape": consts[cname]["shape"], "dtype": consts[cname]["dtype"]}
         if minmax:
             cmap.update(min=consts[cname]["min"], max=consts[cname]["max"])
         cmap["name"] = cname
@@ -317,6 +320,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type in recurrent.CELLS:
         data_layout, out_layout = "TNC", "TDNC"
         attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s))
+    if node.op_type in INT8_OPS and is_int8(a):
+        _int8_attrs(a, attrs, add_const)
     if op.has_activation:
         act = a.get("activation", "none")
         attrs["activation_type"] = [act]
@@ -330,3 +335,21 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     attrs["func_name"] = [f"n{k}_{op.layer_name}{suffix}"]
     return {"op": "tvm_op", "name": jname, "inputs": [[entry[i], 0, 0] for i in data_inputs],
             "attrs": attrs}
+
+
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D")
+
+
+def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
+    """An int8 layer's fields (docs/json-format.md "int8 layers"): precision, the input and output
+    quantization (scale, zero point, type), the per-output-channel weight scales as a constant."""
+    attrs.update(precision=["int8"], in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
+                 in_dtype=[a["in_type"]], out_scale=_s(float(a["out_scale"])),
+                 out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]],
+                 )
+    if "in2_type" in a:   # Sum2D: its second operand's quantization
+        attrs.update(in2_scale=_s(float(a["in2_scale"])), in2_zero_point=_s(int(a["in2_zero_point"])),
+                     in2_dtype=[a["in2_type"]])
+    if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
+        attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
+        add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

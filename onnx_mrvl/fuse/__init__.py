@@ -18,7 +18,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, recurrent, slices_nd, smooth_acts, take
+from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -36,6 +36,7 @@ ANCHORS["Split"] = ANCHORS["Slice"] = Pattern("mrvl.slice", ("Split", "Slice"), 
 # attention masks whose fill does not fit fp16 (masks.py): Add of float32's lowest, Where(cond, x, -inf)
 ANCHORS["Add"] = Pattern("mrvl.sum", ("Add",), masks.build_add, ("activation",))
 ANCHORS["Where"] = Pattern("mrvl.sum", ("Where",), masks.build_where)
+ANCHORS["Mul"] = Pattern("mrvl.mul", ("Mul",), masks.build_mul, ("activation",))   # HF's run-time mask
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
 ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
                 "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})
@@ -83,14 +84,43 @@ def _control_flow(node: onnx.NodeProto) -> Optional[str]:
             f"bodies ({count} nodes) read stay in the logical layout")
 
 
+def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
+    """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
+    before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
+    found, reasons, claimed = {}, {}, set()
+    for n in order:
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS or _excluded(n, exclude):
+            continue
+        built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if isinstance(built, Group):
+            built = weights_reason(built, target) or built
+        if isinstance(built, Group):
+            if any(x.name in claimed for x in built.nodes):
+                continue
+            found[n.name] = built
+            claimed.update(x.name for x in built.nodes)
+        elif isinstance(built, str) and n.op_type in qdq.ANCHORS:
+            # a Conv/Gemm/MatMul on DQ weights has no float form; a pool or an add that cannot be
+            # int8 is left to the float patterns (an fp16 layer on the dequantized values)
+            reasons[n.name] = f"int8 (QDQ) layer: {built}"
+    claimed.update(qdq.shared_pairs(g, list(found.values()), claimed))
+    return found, reasons, claimed
+
+
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
+    int8, int8_reasons, int8_claimed = _int8_groups(g, order, target, exclude)
     for n in order:
         decisions.record(n.name, n.op_type)
-        if n.name in claimed:
+        if n.name in int8:
+            groups.append(int8[n.name])
+            claimed.update(x.name for x in int8[n.name].nodes)
+            producer_of[int8[n.name].output] = int8[n.name]
             continue
-        why = _excluded(n, exclude)
+        if n.name in claimed or n.name in int8_claimed:
+            continue
+        why = _excluded(n, exclude) or int8_reasons.get(n.name)
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue
@@ -157,9 +187,10 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):
-            how = (f"fused into {grp.op} ({grp.composite})" if i == 0 else
+            kind = f"{grp.op} int8" if grp.attrs.get("precision") == "int8" else grp.op
+            how = (f"fused into {kind} ({grp.composite})" if i == 0 else
                    f"applied by the ops feeding {grp.op} ({grp.composite}): moved before the concat"
-                   if grp.op == "Concat" else f"absorbed into {grp.op} ({grp.composite})")
+                   if grp.op == "Concat" else f"absorbed into {kind} ({grp.composite})")
             decisions.record(x.name, x.op_type, placement="accelerator", mrvl_node=mrvl,
                              composite=grp.composite, reason=how)
     for name in aliases:

@@ -98,9 +98,23 @@ def _out_perm(m, grp: Group, rank: int):
     reads it when N stays innermost (P*V -> Transpose(0,2,1,3) -> Reshape [B,T,D]: the heads are
     written back in token order, the Reshape merges in place), else the logical order."""
     users = m.g.consumers.get(grp.output, [])
-    if grp.output in m.g.output_set or len(users) != 1 or users[0].name not in m.aliases:
+    if grp.output in m.g.output_set or len(users) != 1:
         return None
-    p = tuple(int(x) for x in attr(users[0], "perm", list(range(rank))[::-1]))
+    lead = 0
+    if users[0].op_type == "Reshape" and m.g.shape(users[0].output[0]) == [1] + m.g.shape(grp.output):
+        # HF Whisper's bmm: [B*H, T, d] -> view [B, H, T, d] (B = 1) -> Transpose(0,2,1,3)
+        out = users[0].output[0]
+        users = m.g.consumers.get(out, [])
+        if out in m.g.output_set or len(users) != 1:
+            return None
+        lead = 1
+    if users[0].name not in m.aliases:
+        return None
+    p = tuple(int(x) for x in attr(users[0], "perm", list(range(rank + lead))[::-1]))
+    if lead:
+        if p[0] != 0:
+            return None
+        p = tuple(x - 1 for x in p[1:])
     return p if p[-1] == rank - 1 and p != tuple(range(rank)) else None
 
 

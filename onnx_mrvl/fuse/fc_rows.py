@@ -41,8 +41,8 @@ def materialize(m, grp) -> None:
     rows = int(np.prod(stored[:-1]))
     out_stored = stored[:-1] + [o]
     fc_out = m.fresh(f"{out}__rows")
-    ins = [flat, m.init(f"{base}_kernel_oi", grp.weights["W"]),
-           m.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "",
+    ins = [flat, m.init(f"{base}_kernel_oi", grp.weights["W"], dtype=grp.weights["W"].dtype),
+           m.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype) if "B" in grp.weights else "",
            m.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
     m.add(opset.make_node("FC", ins, [fc_out], name=fc_name, origin=origin, attrs=m._act_attrs(grp),
                           composite=grp.composite), None)

@@ -26,6 +26,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
+from ..opset_int8 import ALL_INT8_ATTRS
 from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
@@ -354,15 +355,18 @@ class Materializer:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
 
     def _act_attrs(self, grp: Group) -> dict:
-        return {k: v for k, v in grp.attrs.items() if k.startswith("activation")}
+        """The activation attributes, and an int8 layer's quantization (qdq.py)."""
+        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in ALL_INT8_ATTRS}
 
     def _spatial(self, grp: Group) -> None:
         x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)
         ins, attrs = [x], dict(grp.attrs)
         base = grp.anchor.name
         if grp.op == "Conv2D":
-            ins.append(self.init(f"{base}_kernel_ohwi", grp.weights["W"].transpose(0, 2, 3, 1)))
-            ins.append(self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "")
+            w = grp.weights["W"]   # float32, or int8 (+ int32 bias) for an int8 layer (qdq.py)
+            ins.append(self.init(f"{base}_kernel_ohwi", w.transpose(0, 2, 3, 1), dtype=w.dtype))
+            ins.append(self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype)
+                       if "B" in grp.weights else "")
             if "slope" in grp.weights:
                 ins.append(self.init(f"{base}_slope", grp.weights["slope"]))
         self._emit(grp, grp.op, ins, attrs, NHWC)
@@ -379,8 +383,8 @@ class Materializer:
         else:
             x = self.get(src, None, for_mrvl=True, origin=grp.origin)
         base = grp.anchor.name
-        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"]),
-               self.init(f"{base}_bias", grp.weights["B"]) if "B" in grp.weights else "",
+        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"], dtype=grp.weights["W"].dtype),
+               self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype) if "B" in grp.weights else "",
                self.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
         self._emit(grp, "FC", ins, attrs, None)
 
@@ -464,7 +468,7 @@ class Materializer:
                 and t not in self.g.output_set):
             perm = perms.pop()
             return [perm[a] for a in NHWC]
-        return list(NHWC) if rank == 4 and t not in self.non_image else list(range(rank))
+        return list(NHWC) if rank == 4 else list(range(rank))
 
     def _feeds_spatial(self, t: str) -> bool:
         return any(self.group_of[c.name].op in SPATIAL for c in self.g.consumers.get(t, [])

@@ -11,6 +11,15 @@ row whose every key is masked differs: onnxruntime gives equal weights (Add: x i
 -3.4e38) or NaN (Where: every score -inf); here the scores ``x - 32768`` (fp16 spacing 32) keep a
 trace of x, so the weights are finite but not equal (documented in docs/fusion.md). Masks that fit
 fp16 (0 / -1e4, -10000) are ordinary Sum2D operands (patterns.build_eltwise), taken as they are.
+
+A mask made at run time the way Hugging Face writes it, ``(1 - Cast(attention_mask)) * lowest``
+(legalized: Cast -> Mul -1 -> Add 1 -> Mul lowest), and added to scores read only by a Softmax over
+the last axis, becomes ``Mul2D(m, MASK_FILL)``: the factor is integer-valued (a Cast of an integer or
+boolean tensor through Mul/Add/Sub/Neg by integer constants and shape ops), so with HF's 0/1 mask it
+is 0 or 1 and the product 0 or MASK_FILL, the same case as above. (Other mask values overflow
+onnxruntime's scores too: k * lowest for k >= 2 is -inf, k < 0 gives +3.4e38 and more.) The float
+mask then runs in the region; before, the Mul by lowest stayed on the CPU and fed the region
+-3.4e38, rounded to -inf at its input with an fp16-overflow warning every run.
 """
 from __future__ import annotations
 
@@ -72,6 +81,60 @@ def build_add(g: GraphIndex, n: onnx.NodeProto, target: Target):
                     return ("a mask mixing fills beyond the fp16 range with other non-zero values "
                             "(only 0 / fill masks are clamped)")
                 return _mask_group(g, n, x, m >= -target.fp16_max, target)
+    return build_eltwise(g, n, target)
+
+
+_INT_TYPES = {onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
+              onnx.TensorProto.UINT16, onnx.TensorProto.INT32, onnx.TensorProto.UINT32, onnx.TensorProto.INT64,
+              onnx.TensorProto.UINT64}
+_SHAPE_OPS = {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Flatten", "Identity"}
+
+
+def _integer_valued(g: GraphIndex, t: str, depth: int = 8) -> bool:
+    """``t`` holds integers: a Cast of an integer/boolean tensor, through shape ops, Neg and
+    Mul / Add / Sub whose other operand is an integer-valued constant."""
+    n = g.producer.get(t)
+    if n is None or depth == 0:
+        return False
+    if n.op_type == "Cast":
+        return g.elem_type(n.input[0]) in _INT_TYPES
+    if n.op_type in _SHAPE_OPS or n.op_type == "Neg":
+        return _integer_valued(g, n.input[0], depth - 1)
+    if n.op_type in ("Mul", "Add", "Sub") and len(n.input) == 2:
+        consts = [x for x in n.input if g.is_const(x)]
+        if len(consts) != 1:
+            return False
+        c = np.asarray(g.const(consts[0]), dtype=np.float64)
+        if not (np.isfinite(c).all() and np.all(c == np.round(c)) and np.all(np.abs(c) <= 2 ** 11)):
+            return False
+        return _integer_valued(g, n.input[1] if consts[0] == n.input[0] else n.input[0], depth - 1)
+    return False
+
+
+def build_mul(g: GraphIndex, n: onnx.NodeProto, target: Target):
+    """Mul(m, fill): Hugging Face's run-time mask (see the module docstring), else build_eltwise."""
+    consts = [t for t in n.input if g.is_const(t)]
+    if len(n.input) == 2 and len(consts) == 1 and g.elem_type(consts[0]) == onnx.TensorProto.FLOAT:
+        c = np.asarray(g.const(consts[0]), dtype=np.float32)
+        if c.size and np.isfinite(c).all() and float(c.max()) < -target.fp16_max:
+            if float(c.min()) != float(c.max()):
+                return "a mask fill beyond the fp16 range that is not one value"
+            m = n.input[1] if consts[0] == n.input[0] else n.input[0]
+            if not _integer_valued(g, m):
+                return (f"a factor {float(c.max()):.4g} beyond the fp16 range times a tensor not known to "
+                        f"hold integers (only a 0/1 mask cast from integers or booleans becomes a mask fill)")
+            users = g.consumers.get(n.output[0], [])
+            if n.output[0] in g.output_set or not users:
+                return "a mask fill beyond the fp16 range whose result is a graph output"
+            for a in users:
+                why = (f"its result is read by {a.op_type} '{a.name}'" if a.op_type != "Add"
+                       else _softmax_reader(g, a.output[0]))
+                if why:
+                    return f"a mask fill beyond the fp16 range, and {why} (fp16 cannot hold the fill)"
+            grp = build_eltwise(g, n, target)
+            if isinstance(grp, Group):
+                grp.weights["operand"] = np.full(c.shape, MASK_FILL, np.float32)
+            return grp
     return build_eltwise(g, n, target)
 
 

@@ -70,17 +70,24 @@ def build_split(g: GraphIndex, n: onnx.NodeProto, target: Target):
     axis = attr(n, "axis", 0) % 4
     if axis != CHANNEL:
         return f"split on axis {axis} (the accelerator slices the channel axis only)"
-    sizes = _split_sizes(g, n, in_shape[CHANNEL])
+    slices = split_ranges(g, n, in_shape[CHANNEL], "channels")
+    return slices if isinstance(slices, str) else _group(g, n, slices)
+
+
+def split_ranges(g: GraphIndex, n: onnx.NodeProto, length: int, what: str = "entries"):
+    """[(output, start, end)] of a Split of an axis of ``length`` (unused outputs left out), or
+    the reason it cannot be taken."""
+    sizes = _split_sizes(g, n, length)
     if isinstance(sizes, str):
         return sizes
-    if len(sizes) != len(n.output) or sum(sizes) != in_shape[CHANNEL]:
-        return f"split sizes {sizes} do not cover {in_shape[CHANNEL]} channels in {len(n.output)} outputs"
-    slices, start = [], 0
+    if len(sizes) != len(n.output) or sum(sizes) != length:
+        return f"split sizes {sizes} do not cover {length} {what} in {len(n.output)} outputs"
+    ranges, start = [], 0
     for o, size in zip(n.output, sizes):
         if o:
-            slices.append((o, start, start + size))
+            ranges.append((o, start, start + size))
         start += size
-    return _group(g, n, slices)
+    return ranges
 
 
 def _slice_params(g: GraphIndex, n: onnx.NodeProto):
@@ -205,5 +212,4 @@ def materialize(m, grp: Group) -> None:
             m.get(o, None, for_mrvl=True, origin=grp.origin)
 
 
-split_sizes = _split_sizes      # read by slices_nd.py and take.py (N-D ranges)
 slice_params = _slice_params

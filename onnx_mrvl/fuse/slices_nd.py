@@ -36,16 +36,9 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                 f"slice is no accelerator work; N-D slices run between other ops)")
     if n.op_type == "Split":
         axis = attr(n, "axis", 0) % rank
-        sizes = slices.split_sizes(g, n, shape[axis])
-        if isinstance(sizes, str):
-            return sizes
-        if len(sizes) != len(n.output) or sum(sizes) != shape[axis]:
-            return f"split sizes {sizes} do not cover {shape[axis]} entries in {len(n.output)} outputs"
-        parts, start = [], 0
-        for o, size in zip(n.output, sizes):
-            if o:
-                parts.append((o, start, start + size))
-            start += size
+        parts = slices.split_ranges(g, n, shape[axis])
+        if isinstance(parts, str):
+            return parts
     else:
         params = slices.slice_params(g, n)
         if isinstance(params, str):

@@ -38,6 +38,9 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = float_static(g, [x, n.output[0]])
     if reason:
         return reason
+    if g.is_const(x) and not g.is_const(idx):
+        return ("Gather of a constant table by run-time indices (an embedding lookup: no accelerator op "
+                "reads rows chosen by data; it runs on the CPU before the region)")
     if g.is_const(x):
         return "Gather of a constant (constant folding leaves this to the CPU)"
     if not g.is_const(idx):

@@ -48,7 +48,8 @@ def fuse_residuals(steps: List[Step], out_ids: Set[int], shapes: Mapping[int, Tu
     fused_into: Dict[int, Step] = {}
     dropped: Set[int] = set()
     for j, s in enumerate(steps):
-        if s.spec.layer_name.lower() != "sum2d" or len(s.ins) != 2 or s.ins[0] == s.ins[1]:
+        if s.spec.layer_name.lower() != "sum2d" or len(s.ins) != 2 or s.ins[0] == s.ins[1] \
+                or str(s.spec.params.get("precision", "fp16")) == "int8":   # int8 Sum2D: sim/int8.py
             continue
         for k in (0, 1):
             t, r = s.ins[k], s.ins[1 - k]

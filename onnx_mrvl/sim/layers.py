@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ArtifactError, CompileError
+from . import int8
 from . import recurrent
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
@@ -80,9 +81,17 @@ def _check_inputs(spec: LayerSpec, n_inputs: int, allowed: Sequence[int]) -> Non
         raise spec.error(f"takes {' or '.join(map(str, allowed))} input(s), the program gives {n_inputs}")
 
 
+def _is_int8(spec: LayerSpec) -> bool:
+    return str(spec.params.get("precision", "fp16")).lower() == "int8"
+
+
 def _conv(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     kernel = spec.weight("kernel", required=True)
+    if _is_int8(spec):
+        if kernel.ndim != 4:
+            raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
+        return int8.build("Conv2D", spec)
     if kernel.ndim != 4:
         raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
     ks = spec.param("kernel_size", length=2)
@@ -108,6 +117,8 @@ def _fc(spec: LayerSpec, n_inputs: int) -> LayerFn:
     kernel = spec.weight("kernel", required=True)
     if kernel.ndim != 2:
         raise spec.error(f"kernel must be [O, K], got shape {list(kernel.shape)}")
+    if _is_int8(spec):
+        return int8.build("FC", spec)
     return FC(kernel, bias=spec.weight("bias"), **spec.activation()).apply
 
 
@@ -122,6 +133,8 @@ def _pool_geometry(spec: LayerSpec) -> Dict:
 def _maxpool(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     geo = _pool_geometry(spec)
+    if _is_int8(spec):
+        return int8.build_pool("Maxpool2D", spec, geo)
     return lambda x: (maxpool2d(x, **geo), True)
 
 
@@ -129,22 +142,32 @@ def _avgpool_layer(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     geo = _pool_geometry(spec)
     geo["count_include_pad"] = int(spec.param("count_include_pad", 0))
+    if _is_int8(spec):
+        return int8.build_pool("Avgpool2D", spec, geo)
     return lambda x: avgpool(x, **geo)
 
 
 def _global_avg(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
+    if _is_int8(spec):
+        return int8.build_pool("GlobalAvgpool2D", spec)
     return global_avgpool_layer
 
 
 def _global_max(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
+    if _is_int8(spec):
+        return int8.build_pool("GlobalMaxpool2D", spec)
     return lambda x: (global_maxpool2d(x), True)
 
 
 def _binary(op: str):
     def build(spec: LayerSpec, n_inputs: int) -> LayerFn:
         _check_inputs(spec, n_inputs, (1, 2))
+        if _is_int8(spec):
+            if op != "add":
+                raise spec.error("no int8 Mul2D (int8: Sum2D)")
+            return int8.build_add(spec, n_inputs)
         operand = spec.weight("operand", required=(n_inputs == 1))
         return make_binary(op, operand, **spec.activation())
     return build
@@ -205,6 +228,8 @@ def _resize(spec: LayerSpec, n_inputs: int) -> LayerFn:
     if len(scales) != 2 or any(float(s) != int(float(s)) or float(s) < 1 for s in scales):
         raise spec.error(f"scales must be two integers >= 1, got {scales}")
     sc = [int(float(s)) for s in scales]
+    if _is_int8(spec):
+        return int8.build_pool("Resize", spec, {"scales": sc})
     return lambda x: (resize_nearest(x, sc), True)
 
 

@@ -158,4 +158,3 @@ def global_maxpool2d(x: np.ndarray) -> np.ndarray:
     if x.ndim != 4:
         raise ValueError(f"global pooling needs an NHWC tensor, got shape {list(x.shape)}")
     return np.ascontiguousarray(np.asarray(x, dtype=F32).max(axis=(1, 2), keepdims=True))
-

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import ArtifactError, CompileError, MrvlRuntimeError
-from . import native
+from . import int8, native
 from .blas import configure_once
 from .fp16 import round_fp16_
 from .fusion import Step, fuse_residuals
@@ -47,11 +47,14 @@ def _overflow_at(spec, index: int) -> Dict:
 
 
 def _weights_f32(weights: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-    """float16 weights -> float32 containers (exact); float32 weights stay as they are."""
+    """float16 weights -> float32 containers (exact); float32 weights stay as they are, so do the
+    int8 kernels and int32 biases of int8 layers."""
     out = {}
     for name, w in weights.items():
         a = np.asarray(w)
-        if a.dtype == np.float16:
+        if a.dtype in (np.int8, np.int32):
+            pass
+        elif a.dtype == np.float16:
             a = a.astype(np.float32)
         elif a.dtype != np.float32:
             a = a.astype(np.float32)
@@ -98,7 +101,12 @@ class Simulator:
             self._layers = fuse_residuals(self._layers, out_ids, self._shapes)
         self._static = None                     # static_plan.StaticPlan, when every tensor has a shape
         self._static_lock = threading.Lock()
-        io_match = all(self._shapes.get(int(t["tensor"])) == tuple(int(d) for d in t["shape"])
+        # int8 region inputs (program.md "tensor dtypes"): quantized on the host, not rounded to fp16
+        input_ids = {int(i["tensor"]) for i in self._inputs}
+        self._input_quant = {int(t["id"]): (float(t["scale"]), int(t["zero_point"]), str(t["dtype"]))
+                             for t in meta.get("tensors") or []
+                             if "id" in t and int(t["id"]) in input_ids and t.get("dtype", "float16") in int8.QRANGE}
+        io_match = not self._input_quant and all(self._shapes.get(int(t["tensor"])) == tuple(int(d) for d in t["shape"])
                        for t in self._inputs + self._outputs)
         if native.on() and io_match and os.environ.get("ONNX_MRVL_SIM_STATIC", "1") != "0":
             try:
@@ -236,8 +244,12 @@ class Simulator:
                 x = np.array(a, dtype=np.float32, order="C", copy=True)
             with np.errstate(all="ignore"):
                 ok_in = bool(np.isfinite(a).all())
-            ok = round_fp16_(x)
             tid = int(spec["tensor"])
+            if tid in self._input_quant:            # the host's quantize (qscale): exact int8 codes
+                x[...] = int8.fake_quant(a, *self._input_quant[tid])
+                ok = True
+            else:
+                ok = round_fp16_(x)
             env[tid], finite[tid] = x, ok
             if ok_in and not ok and overflow is None:
                 overflow = {"name": f"input:{name}", "layer_name": "input", "origin": [], "index": -1}

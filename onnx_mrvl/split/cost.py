@@ -39,9 +39,12 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
 
     arch = target.arch
     macs = node_macs(g, node)
-    weights = sum(_elems(g, i) for i in node.input if i and g.is_const(i)) * 2
-    acts_in = [_elems(g, i) * 2 for i in node.input if i and not g.is_const(i)]
-    acts_out = [_elems(g, o) * 2 for o in node.output if o]
+    # an int8 layer (docs/fusion.md "int8"): 1-byte weights and tensors, MACs at the int8 rate
+    int8 = any(a.name == "precision" and a.s == b"int8" for a in node.attribute)
+    size = 1 if int8 else 2
+    weights = sum(_elems(g, i) for i in node.input if i and g.is_const(i)) * size
+    acts_in = [_elems(g, i) * size for i in node.input if i and not g.is_const(i)]
+    acts_out = [_elems(g, o) * size for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
     steps = 0
@@ -49,7 +52,7 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
         steps = g.shape(node.input[0])[0]
         kernels = sum(_elems(g, i) for i in node.input[1:3] if i) * 2
         weights += streamed_weight_bytes(steps, kernels, ocm)
-    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps)
+    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps, int8=int8)
     return {"macs": macs, **c}
 
 

@@ -11,7 +11,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from . import layernorm_canonical
-from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d
+from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from .base import Match
 
 RULES = (
@@ -46,6 +46,7 @@ RULES = (
     conv_dead_taps,
     conv_dilation_fold,
     conv_1d_to_2d,
+    squeeze_sink,
     conv_3d_to_2d,
     split_3d_to_4d,
     conv_group_split,

@@ -88,8 +88,30 @@ def match(node, g) -> Optional[Match]:
         return None
     ins = [i for i in node.input if i]
     if all(g.is_const(i) for i in ins) and (ins or node.op_type == "Constant"):
+        if node.op_type == "DequantizeLinear" and quantized_weight(node, g):
+            return None
         return Match([node])
     return None
+
+
+QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,)}
+
+
+def quantized_weight(node, g) -> bool:
+    """A DequantizeLinear of an integer constant that is the weight or bias of a QDQ layer (its
+    data input is a DequantizeLinear too): kept, so fuse sees the int8 weights and their scales
+    (docs/fusion.md, "int8")."""
+    if not node.input or g.dtype(node.input[0]) not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
+                                                       onnx.TensorProto.INT32):
+        return False
+    users = g.users(node.output[0])
+    for c in users:
+        if node.output[0] not in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
+            return False
+        src = g.producer.get(inp(c, 0))
+        if src is None or src.op_type != "DequantizeLinear":
+            return False
+    return bool(users)
 
 
 def _feeds_weight(g, name) -> bool:

@@ -1,0 +1,58 @@
+"""The int8 fields of a Conv2D / FC node (docs/json-format.md "int8 layers") -> program params
+and weights (docs/program.md): quantization of the input and output, per-channel weight scales."""
+from __future__ import annotations
+
+import numpy as np
+
+from .json_attrs import NodeAttrs
+
+QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+ACTIVATIONS = ("none", "relu", "clamp")
+
+
+def is_int8(a: NodeAttrs) -> bool:
+    return a.has("precision") and a.str("precision").lower() == "int8"
+
+
+def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict,
+                has_weights: bool = True) -> None:
+    """Checks and copies the quantization fields; the weight scales (Conv2D / FC) become a float32 weight."""
+    from .layers import vector
+    sides = ("in", "out", "in2") if a.has("in2_dtype") else ("in", "out")
+    for side in sides:
+        dtype = a.str(f"{side}_dtype", "int8")
+        if dtype not in QRANGE:
+            a.fail(f"{side}_dtype '{dtype}' of an int8 layer is not int8 or uint8")
+        scale, zp = a.float(f"{side}_scale"), a.int(f"{side}_zero_point", 0)
+        if not (np.isfinite(scale) and scale > 0):
+            a.fail(f"{side}_scale {scale} must be positive and finite")
+        lo, hi = QRANGE[dtype]
+        if not lo <= zp <= hi:
+            a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
+        params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
+    params["precision"] = "int8"
+    if not has_weights:
+        return
+    ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
+    if not (np.isfinite(ws).all() and np.all(ws > 0)):
+        a.fail("weight scales must be positive and finite")
+    weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
+    if params.get("activation", "none") not in ACTIVATIONS:
+        a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
+
+
+WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D")
+
+
+def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
+    """The int8 fields of a layer without weights (pools, nearest Resize, Sum2D of two tensors)."""
+    if layer_name not in WEIGHTLESS:
+        a.fail(f"{layer_name} has no int8 mode (int8: Conv2D, FC, {', '.join(WEIGHTLESS)})")
+    if layer_name == "Resize" and params.get("mode") != "nearest":
+        a.fail("an int8 Resize must be nearest")
+    two = len(in_shapes) == 2 and not weights and in_shapes[0] == in_shapes[1] and a.has("in2_dtype")
+    one = len(in_shapes) == 1 and "operand" in weights and not a.has("in2_dtype")
+    if layer_name == "Sum2D" and not (two or one):
+        a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
+               "or a tensor and a float constant")
+    int8_params(a, ctx, lname, 0, params, weights, has_weights=False)

@@ -1,0 +1,345 @@
+"""QDQ layers: ``DQ(x_q) -> Conv/Gemm/MatMul(DQ(W_q), DQ(B_q)) -> [Relu/Clip] -> Q -> DQ`` as one
+int8 Conv2D / FC (docs/fusion.md "int8"; attributes and reference body in opset_int8.py).
+
+The group absorbs the layer, its activation, the Q -> DQ pair after it (the output is that DQ's
+float tensor) and the DequantizeLinear of its int8 weights and int32 bias; also the Q -> DQ pair
+in front of it when that pair feeds only this layer (the layer quantizes its float input itself:
+the pair at a region's input, after a pool, ...). Shape and limit checks are the float
+pattern's (``patterns.build_conv`` / ``build_fc`` on the dequantized weights). ``build`` returns
+None for a node that is no QDQ layer, so the float patterns run as before.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, attr
+from ..target import Target
+from .groups import Group
+from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
+from .resize import build_resize
+
+ANCHORS = ("Conv", "Gemm", "MatMul")
+QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+INT8_ACTIVATIONS = ("none", "relu", "clamp")
+
+
+class _Dequantized:
+    """A GraphIndex view in which the given DequantizeLinear outputs are float32 constants."""
+
+    def __init__(self, g: GraphIndex, consts: Dict[str, np.ndarray]):
+        self._g, self._c = g, consts
+
+    def __getattr__(self, key):
+        return getattr(self._g, key)
+
+    def is_const(self, name: str) -> bool:
+        return name in self._c or self._g.is_const(name)
+
+    def const(self, name: str):
+        return self._c[name] if name in self._c else self._g.const(name)
+
+    def elem_type(self, name: str):
+        return onnx.TensorProto.FLOAT if name in self._c else self._g.elem_type(name)
+
+
+def _qparams(g: GraphIndex, n: onnx.NodeProto):
+    """(scale, zero point, type name) of a Q/DQ node with a scalar constant scale and zero point
+    (an absent zero point is 0 of the quantized tensor's type: uint8 for a QuantizeLinear without
+    one, as ONNX says), or a reason."""
+    if len(n.input) < 2 or not g.is_const(n.input[1]) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
+        return f"{n.op_type} '{n.name}' has no constant scale and zero point"
+    s = np.asarray(g.const(n.input[1]))
+    if len(n.input) > 2 and n.input[2]:
+        z, qt = np.asarray(g.const(n.input[2])), QTYPE_NAMES.get(g.elem_type(n.input[2]))
+    else:
+        quantized = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
+        z = np.zeros(1, np.int32)
+        qt = QTYPE_NAMES.get(g.elem_type(quantized) or onnx.TensorProto.UINT8)
+    if s.size != 1 or z.size != 1:
+        return f"{n.op_type} '{n.name}' quantizes per channel (activations take one scale)"
+    if qt is None or not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
+        return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
+    return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt
+
+
+def _only_reader(g: GraphIndex, t: str, op: str) -> Optional[onnx.NodeProto]:
+    users = g.consumers.get(t, [])
+    if len(users) == 1 and t not in g.output_set and users[0].op_type == op and users[0].name not in g.excluded:
+        return users[0]
+    return None
+
+
+def _weight(g: GraphIndex, t: str, axis: int):
+    """(int8 values, float32 per-channel scales along ``axis``, the DQ node) of a DQ(const int8) weight, or a reason."""
+    dq = g.producer.get(t)
+    if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
+        return None
+    q = np.asarray(g.const(dq.input[0]))
+    if q.dtype != np.int8:
+        return f"weights '{t}' are {q.dtype}, not int8"
+    s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
+    z = np.asarray(g.const(dq.input[2])).reshape(-1) if len(dq.input) > 2 and dq.input[2] else np.zeros(1)
+    if np.any(z != 0):
+        return f"weights '{t}' have a non-zero zero point (the accelerator takes symmetric int8 weights)"
+    channels = q.shape[axis]
+    if s.size == 1:
+        s = np.full(channels, s[0], np.float32)
+    elif s.size != channels or attr(dq, "axis", 1) % q.ndim != axis % q.ndim:
+        return f"weights '{t}' are quantized along axis {attr(dq, 'axis', 1)}, not the output channels"
+    if not np.isfinite(s).all() or np.any(s <= 0):
+        return f"weights '{t}' have scales that are not positive and finite"
+    return q, s, dq
+
+
+def _bias(g: GraphIndex, t: str, in_scale: float, w_scale: np.ndarray):
+    """(int32 bias, its DQ node) of a DQ(const int32) bias with scale in_scale * w_scale, or a reason."""
+    dq = g.producer.get(t)
+    if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
+        return "bias is not a DequantizeLinear of an int32 constant (as onnxruntime's quantizer writes it)"
+    b = np.asarray(g.const(dq.input[0]))
+    if b.dtype != np.int32 or b.size != w_scale.size:
+        return f"bias '{t}' is {b.dtype} of {b.size} values, not int32 per output channel"
+    s = np.asarray(g.const(dq.input[1]), np.float64).reshape(-1)
+    want = np.float64(np.float32(in_scale)) * w_scale.astype(np.float64)
+    if not np.allclose(s, want, rtol=1e-5, atol=0):
+        return f"bias '{t}' has scale {s[:3]}..., not input scale x weight scale"
+    if len(dq.input) > 2 and dq.input[2] and np.any(np.asarray(g.const(dq.input[2])) != 0):
+        return f"bias '{t}' has a non-zero zero point"
+    return b.reshape(-1).astype(np.int32), dq
+
+
+def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """The int8 group anchored at ``n``, the reason it cannot be one, or None (not a QDQ layer).
+    ``claimed``: node names other groups took (a pair in front that ends the previous int8 layer)."""
+    dq_in = g.producer.get(n.input[0])
+    if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]) or len(n.input) < 2:
+        return None
+    if n.op_type == "Conv":
+        axis = 0
+    elif n.op_type == "Gemm":
+        axis = 0 if attr(n, "transB", 0) else 1
+    else:
+        axis = 1
+    w = _weight(g, n.input[1], axis)
+    if w is None:
+        return None
+    if isinstance(w, str):
+        return w
+    qin = _qparams(g, dq_in)
+    if isinstance(qin, str):
+        return qin
+    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset < 13:
+        return f"a QDQ model of opset {opset} (int8 layers need opset >= 13)"
+    wq, ws, dq_w = w
+    consts = {n.input[1]: (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])
+                           ).astype(np.float32)}
+    absorbed = [dq_w]
+    bias = None
+    if len(n.input) > 2 and n.input[2]:
+        b = _bias(g, n.input[2], qin[0], ws)
+        if isinstance(b, str):
+            return b
+        bias, dq_b = b
+        absorbed.append(dq_b)
+        consts[n.input[2]] = bias.astype(np.float32)   # placeholder values for the float checks
+    view = _Dequantized(g, consts)
+    grp = (build_conv if n.op_type == "Conv" else build_fc)(view, n, target)
+    if isinstance(grp, str):
+        return grp
+    if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]):
+        return f"a QDQ layer followed by {[x.op_type for x in grp.nodes[1:]]} (int8 layers fold Relu/Clip only)"
+    act = grp.attrs.get("activation", "none")
+    if act not in INT8_ACTIVATIONS:
+        return f"activation {act} on an int8 layer (Relu/Clip only)"
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, x, out, qout = around
+    if n.op_type == "Conv":
+        weights = {"W": np.ascontiguousarray(wq)}
+    else:   # FC kernel OI
+        weights = {"W": np.ascontiguousarray(wq if axis == 0 else wq.T)}
+    if bias is not None:
+        weights["B"] = bias
+    attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
+    return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
+
+
+def _qattrs(qin, qout) -> dict:
+    return dict(precision="int8", in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
+                out_scale=qout[0], out_zero_point=qout[1], out_type=qout[2])
+
+
+def _pairs(g: GraphIndex, n: onnx.NodeProto, y: str, qin, claimed, k: int = 0):
+    """The Q -> DQ pair after ``y`` (required) and the pair in front of input ``k`` of ``n``
+    (absorbed when it feeds ``n`` alone): (their nodes, the layer's input, its output, output
+    qparams) or a reason."""
+    q_out = _only_reader(g, y, "QuantizeLinear")
+    if q_out is None:
+        return f"output '{y}' of the QDQ layer is not read by one QuantizeLinear alone"
+    dq_out = _only_reader(g, q_out.output[0], "DequantizeLinear")
+    qout = _qparams(g, q_out)
+    if isinstance(qout, str):
+        return qout
+    if dq_out is None or _qparams(g, dq_out) != qout:
+        return f"QuantizeLinear '{q_out.name}' is not followed by one DequantizeLinear of the same scale"
+    if {q_out.name, dq_out.name} & (set(g.excluded) | set(claimed)):
+        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    nodes: List[onnx.NodeProto] = [q_out, dq_out]
+    x, in_front = _pair_in(g, n, k, qin, claimed)
+    return nodes + in_front, x, dq_out.output[0], qout
+
+
+def _pair_in(g: GraphIndex, n: onnx.NodeProto, k: int, qin, claimed):
+    """(the tensor input ``k`` of ``n`` reads, the Q -> DQ nodes in front of it it absorbs)."""
+    x = n.input[k]
+    dq_in = g.producer[x]
+    q_in = g.producer.get(dq_in.input[0])
+    if q_in is not None and q_in.op_type == "QuantizeLinear" and _only_reader(g, dq_in.input[0], "DequantizeLinear") \
+            and _only_reader(g, x, n.op_type) is n and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
+            and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
+        return q_in.input[0], [q_in, dq_in]   # the pair feeds this layer alone: the layer quantizes
+    return x, []
+
+
+POOL_ANCHORS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "Add")
+
+
+def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """``DQ -> MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool / Resize (nearest) -> Q -> DQ``
+    as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
+    reason, or None (its input is no DQ)."""
+    dq_in = g.producer.get(n.input[0])
+    if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]):
+        return None
+    qin = _qparams(g, dq_in)
+    if isinstance(qin, str):
+        return qin
+    if n.op_type == "Add":
+        return _build_add(g, n, target, claimed, qin)
+    grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    if n.op_type == "Resize" and grp.attrs.get("mode", "nearest") != "nearest":
+        return "an int8 Resize other than nearest (a bilinear one runs as an fp16 layer)"
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, x, out, qout = around
+    if n.op_type == "GlobalAveragePool":
+        h, w = g.shape(n.input[0])[2:]
+        scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))
+        if not 2.0 ** -32 <= scale < 256:
+            return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
+    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout)), {})
+
+
+def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -> Union[Group, str, None]:
+    """``DQ(a) + DQ(b) -> [Relu/Clip] -> Q -> DQ`` (a residual add) as an int8 Sum2D: operands of
+    one shape, each with its own scale and zero point (``in_*`` for a, ``in2_*`` for b). With b a
+    DQ of a constant (a MatMul's bias, quantized like a weight), the constant is its dequantized
+    fp32 value ``(q_b - z_b) * s_b`` (what onnxruntime adds) and the layer has one data input."""
+    if g.is_const(n.input[1]) and g.is_float(n.input[1]):   # legalize folded its DQ
+        return _build_add_const(g, n, target, claimed, qin, None)
+    dq_b = g.producer.get(n.input[1])
+    if dq_b is None or dq_b.op_type != "DequantizeLinear":
+        return None
+    if all(g.is_const(i) for i in dq_b.input if i):
+        return _build_add_const(g, n, target, claimed, qin, dq_b)
+    qin2 = _qparams(g, dq_b)
+    if isinstance(qin2, str):
+        return qin2
+    grp = build_eltwise(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    if g.shape(n.input[0]) != g.shape(n.input[1]):
+        return f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape)"
+    reason = _int8_activation(grp)
+    if reason:
+        return reason
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, a, out, qout = around
+    b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
+    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2])
+    return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def _int8_activation(grp: Group) -> Optional[str]:
+    if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]) or \
+            grp.attrs.get("activation", "none") not in INT8_ACTIVATIONS:
+        return "a QDQ add followed by an activation other than Relu/Clip"
+    return None
+
+
+def _dequantized_const(g: GraphIndex, dq: onnx.NodeProto) -> Optional[np.ndarray]:
+    """DequantizeLinear of constants in fp32 as onnxruntime computes it, or None (not int8/uint8/int32)."""
+    q = np.asarray(g.const(dq.input[0]))
+    if q.dtype not in (np.int8, np.uint8, np.int32):
+        return None
+    s = np.asarray(g.const(dq.input[1]), np.float32)
+    z = np.asarray(g.const(dq.input[2])) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
+    if s.size > 1:   # per axis
+        axis = attr(dq, "axis", 1) % q.ndim
+        shape = [-1 if i == axis else 1 for i in range(q.ndim)]
+        s, z = s.reshape(shape), z.reshape(shape)
+    return ((q.astype(np.int64) - z.astype(np.int64)).astype(np.float32) * s).astype(np.float32)
+
+
+def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, dq_b):
+    """``DQ(a) + c -> Q -> DQ``, c a float constant (a folded DQ) or a DQ of constants (``dq_b``)."""
+    if dq_b is None:
+        c, view = np.asarray(g.const(n.input[1]), np.float32), g
+    else:
+        c = _dequantized_const(g, dq_b)
+        if c is None:
+            return f"the constant operand of '{n.name}' is not an int8/uint8/int32 DequantizeLinear"
+        if {dq_b.name} & (set(claimed) | set(g.excluded)) or len(g.consumers.get(n.input[1], [])) != 1:
+            return f"the constant operand of '{n.name}' is shared"
+        view = _Dequantized(g, {n.input[1]: c})
+    grp = build_eltwise(view, n, target)
+    if isinstance(grp, str):
+        return grp
+    reason = _int8_activation(grp)
+    if reason:
+        return reason
+    around = _pairs(g, n, grp.output, qin, claimed)
+    if isinstance(around, str):
+        return around
+    nodes, a, out, qout = around
+    return Group(grp.op, grp.composite, grp.nodes + nodes + ([dq_b] if dq_b is not None else []), [a], out,
+                 dict(grp.attrs, **_qattrs(qin, qout)), dict(grp.weights))
+
+
+def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
+    """A Q -> DQ pair whose DQ output only int8 groups read (a model input feeding two convs, a
+    float op's output feeding a conv and a shortcut): each of them quantizes its input with that
+    DQ's scale and zero point, so they all read the pair's float input instead and the first
+    absorbs the pair. Returns the names of the pairs' nodes (groups are updated in place)."""
+    readers: Dict[str, List[Group]] = {}
+    for grp in groups:
+        for t in grp.inputs:
+            readers.setdefault(t, []).append(grp)
+    taken: List[str] = []
+    for t, grps in readers.items():
+        dq = g.producer.get(t)
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.name in claimed or t in g.output_set:
+            continue
+        users = g.consumers.get(t, [])
+        if {u.name for u in users} - {x.name for grp in grps for x in grp.nodes}:
+            continue   # a CPU op or a float layer reads the dequantized value too
+        q = g.producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear" or q.name in claimed or not g.is_float(q.input[0]) \
+                or _only_reader(g, dq.input[0], "DequantizeLinear") is not dq or \
+                _qparams(g, q) != _qparams(g, dq) or {q.name, dq.name} & set(g.excluded):
+            continue
+        for grp in grps:
+            grp.inputs = [q.input[0] if i == t else i for i in grp.inputs]
+        grps[0].nodes += [q, dq]
+        taken += [q.name, dq.name]
+    return taken

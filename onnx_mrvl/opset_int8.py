@@ -1,0 +1,87 @@
+"""int8 mode of the Mrvl Conv2D, FC, pools, Resize and Sum2D: the attributes a quantized layer
+carries and the reference body around the float one (docs/fusion.md "int8", docs/simulator.md
+"int8 layers"). Pools and Resize carry no weights; Sum2D's second operand has ``in2_*``.
+
+A quantized layer reads and writes float tensors in the graph; its attributes say how it sees
+them: the input is quantized with (``in_scale``, ``in_zero_point``, ``in_type``) exactly as
+ONNX QuantizeLinear does, the int8 kernel ``W`` (OHWI / OI) has one scale per output channel
+(``weight_scales``, zero point 0), the int32 bias has scale ``in_scale * weight_scales``, and the
+output is requantized to (``out_scale``, ``out_zero_point``, ``out_type``) and given back as
+its dequantized value. The reference body is that QuantizeLinear -> DequantizeLinear chain
+around the float body, so a fused model still runs in plain onnxruntime.
+"""
+from __future__ import annotations
+
+from typing import Callable, List
+
+import numpy as np
+import onnx
+from onnx import helper
+
+INT8_ATTRS = ("precision", "in_scale", "in_zero_point", "in_type", "out_scale", "out_zero_point",
+              "out_type", "weight_scales")
+INT8_POOL_ATTRS = INT8_ATTRS[:-1]   # MaxPool2D / GlobalAvgPool2D / GlobalMaxPool2D: no weights
+INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type")   # Sum2D: operand B
+ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales",)
+QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
+QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def is_int8(attrs: dict) -> bool:
+    return attrs.get("precision", "fp16") == "int8"
+
+
+def _const(name: str, values, dtype, dims) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, dtype, dims, values))
+
+
+def _rename(nodes: List[onnx.NodeProto], ins: dict, outs: dict) -> List[onnx.NodeProto]:
+    for n in nodes:
+        for i, t in enumerate(n.input):
+            if t in ins:
+                n.input[i] = ins[t]
+        for i, t in enumerate(n.output):
+            if t in outs:
+                n.output[i] = outs[t]
+    return nodes
+
+
+def int8_body(float_body: Callable) -> Callable:
+    """The body of a Conv2D/FC/pool that dispatches on ``precision``: the float body as it is, or
+    Q -> DQ of X, DQ of W and B (when present), the float body, Q -> DQ of Y."""
+    def body(a, present, opset):
+        if not is_int8(a):
+            return float_body(a, present, opset)
+        if opset < 13:
+            raise ValueError("an int8 layer's reference body needs opset >= 13 (per-channel DequantizeLinear)")
+        ws = [float(v) for v in a.get("weight_scales") or []]   # none on a pool
+        o = len(ws)
+        it, ot = a["in_type"], a["out_type"]
+        nodes = [_const("q_in_s", [float(a["in_scale"])], onnx.TensorProto.FLOAT, []),
+                 _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
+                 _const("q_out_s", [float(a["out_scale"])], onnx.TensorProto.FLOAT, []),
+                 _const("q_out_z", [int(a["out_zero_point"])], QTYPES[ot], []),
+                 helper.make_node("QuantizeLinear", ["A" if "A" in present else "X", "q_in_s", "q_in_z"], ["q_xq"]),
+                 helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"])]
+        if "A" in present:   # Sum2D: operand B has its own quantization, or is a float constant
+            renames = {"A": "q_x"}
+            if "in2_type" in a:
+                nodes += [_const("q_in2_s", [float(a["in2_scale"])], onnx.TensorProto.FLOAT, []),
+                          _const("q_in2_z", [int(a["in2_zero_point"])], QTYPES[a["in2_type"]], []),
+                          helper.make_node("QuantizeLinear", ["B", "q_in2_s", "q_in2_z"], ["q_bq"]),
+                          helper.make_node("DequantizeLinear", ["q_bq", "q_in2_s", "q_in2_z"], ["q_b"])]
+                renames["B"] = "q_b"
+            inner = _rename(float_body(a, present, opset), renames, {"Y": "q_y"})
+            return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
+                                    helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
+        if present.get("W"):
+            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o]),
+                      helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
+        if present.get("B"):
+            bs = (np.float32(a["in_scale"]) * np.asarray(ws, np.float32)).astype(np.float32)
+            nodes += [_const("q_b_s", [float(v) for v in bs], onnx.TensorProto.FLOAT, [o]),
+                      helper.make_node("DequantizeLinear", ["B", "q_b_s"], ["q_b"], axis=0)]
+        inner = _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w", "B": "q_b"}, {"Y": "q_y"})
+        return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
+                                helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
+    return body

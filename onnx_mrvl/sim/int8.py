@@ -1,0 +1,263 @@
+"""int8 layers: Conv2D and FC with integer semantics (docs/simulator.md "int8 layers").
+
+An int8 tensor is held as its dequantized float32 value ``(q - z) * s``; a reading int8 layer
+recovers ``q`` exactly (``|q - z| <= 255``). Per layer:
+
+1. quantize the input as ONNX QuantizeLinear on onnxruntime's CPU (MLAS): ``q = sat(rne(x / s_x) + z_x)``,
+   x / s_x in float32;
+2. ``acc[o] = sum (q_x - z_x) * q_w[o] + bias_q[o]``, exact integers (an int32 accumulator cannot
+   overflow: the layer is refused when K * 255 * 128 + max|bias| >= 2**31); padding holds z_x (real 0);
+3. requantize as MLAS does (QLinearConv / QGemm): ``m[o] = fp32(fp32(s_x * s_w[o]) / s_y)``,
+   ``q_y = sat(rne(fp32(acc) * m[o]) + z_y)``, rne = round half to even, fp32 products;
+4. relu / clamp as clamps of q_y in the quantized domain (``max(q_y, z_y)``, ``[Q(lo), Q(hi)]``);
+5. the output is ``(q_y - z_y) * s_y`` (float32).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+F32 = np.float32
+QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+ACC_LIMIT = 2 ** 31
+
+
+def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    """QuantizeLinear (MLAS): sat(rne(x / scale) + zp) as int32 codes; x / scale in float32."""
+    lo, hi = QRANGE[dtype]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        q = np.rint(np.asarray(x, F32) / F32(scale)).astype(np.float64) + zp
+    q = np.nan_to_num(q, nan=float(lo), posinf=hi, neginf=lo)   # MLAS clamps NaN to the minimum (max(NaN, lo) = lo)
+    return np.clip(q, lo, hi).astype(np.int32)
+
+
+def fake_quant(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    """DequantizeLinear(QuantizeLinear(x)): what the host hands an int8 region input (qscale)."""
+    return ((quantize(x, scale, zp, dtype) - zp).astype(F32) * F32(scale)).astype(F32)
+
+
+
+def activation_clamp(out_q, activation: str, activation_params=None) -> Tuple[int, int]:
+    """The output codes an activation leaves, as a clamp in the quantized domain: the type's range,
+    relu from the zero point, clip between Q(min) and Q(max) (exact: Q is monotone)."""
+    s, z, dt = out_q
+    lo, hi = QRANGE[dt]
+    if activation == "relu":
+        lo = max(lo, z)
+    elif activation == "clamp":
+        ap = dict(activation_params or {})
+        lo = max(lo, int(quantize(np.array([ap["min"]], F32), s, z, dt)[0]))
+        hi = min(hi, int(quantize(np.array([ap["max"]], F32), s, z, dt)[0]))
+    elif activation != "none":
+        raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
+    return lo, hi
+
+class Int8Layer:
+    """The quantization shared by the int8 Conv2D and FC (see the module docstring)."""
+
+    def __init__(self, kernel: np.ndarray, bias, weight_scale, params: Mapping, activation: str,
+                 activation_params: Optional[Mapping]):
+        if kernel.dtype != np.int8:
+            raise ValueError(f"an int8 layer needs an int8 kernel, the binary holds {kernel.dtype}")
+        o = kernel.shape[0]
+        self.in_q = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
+        self.out_q = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
+        for dt in (self.in_q[2], self.out_q[2]):
+            if dt not in QRANGE:
+                raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+        ws = np.asarray(weight_scale, F32).reshape(-1)
+        if ws.size != o:
+            raise ValueError(f"{ws.size} weight scales for {o} output channels")
+        self.bias = np.zeros(o, np.int64) if bias is None else np.asarray(bias).reshape(-1).astype(np.int64)
+        if bias is not None and (np.asarray(bias).dtype != np.int32 or self.bias.size != o):
+            raise ValueError(f"an int8 layer's bias must be int32 with {o} values")
+        k = int(np.prod(kernel.shape[1:]))
+        if k * 255 * 128 + int(np.abs(self.bias).max(initial=0)) >= ACC_LIMIT:
+            raise ValueError(f"K={k} products could overflow the int32 accumulator")
+        self.mult = ((F32(self.in_q[0]) * ws).astype(F32) / F32(self.out_q[0])).astype(F32)
+        self.lo, self.hi = activation_clamp(self.out_q, activation, activation_params)
+        self.kernel = kernel.reshape(o, k).astype(np.float64).T.copy()   # [K, O], exact products in float64
+
+    def codes(self, x: np.ndarray) -> np.ndarray:
+        s, z, dt = self.in_q
+        return (quantize(x, s, z, dt) - z).astype(np.float64)
+
+    def finish(self, acc: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """acc [..., O] (exact integers in float64) -> dequantized output, always finite."""
+        acc = acc.astype(np.int64) + self.bias
+        s, z, _ = self.out_q
+        q = np.rint(acc.astype(F32) * self.mult) + z
+        q = np.clip(q, self.lo, self.hi)
+        return ((q - z).astype(F32) * F32(s)).astype(F32), True
+
+
+class Int8Conv2D(Int8Layer):
+    def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
+                 activation="none", activation_params=None):
+        super().__init__(kernel, bias, weight_scale, params, activation, activation_params)
+        self.o, self.kh, self.kw, self.ig = kernel.shape
+        self.strides, self.padding, self.dilation, self.groups = list(strides), list(padding), list(dilation), int(groups)
+        if self.groups < 1 or self.o % self.groups:
+            raise ValueError(f"groups={groups} does not divide {self.o} output channels")
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        n, h, w, c = x.shape
+        if c != self.ig * self.groups:
+            raise ValueError(f"input has {c} channels, the kernel takes {self.ig} x {self.groups} groups")
+        xq = self.codes(x)
+        pt, pl, pb, pr = self.padding
+        xp = np.pad(xq, ((0, 0), (pt, pb), (pl, pr), (0, 0)))   # zero codes = the zero point (real 0)
+        (sh, sw), (dh, dw) = self.strides, self.dilation
+        win = sliding_window_view(xp, ((self.kh - 1) * dh + 1, (self.kw - 1) * dw + 1), axis=(1, 2))
+        win = win[:, ::sh, ::sw, :, ::dh, ::dw]                 # [N, OH, OW, C, KH, KW]
+        oh, ow = win.shape[1], win.shape[2]
+        og = self.o // self.groups
+        out = np.empty((n, oh, ow, self.o), np.float64)
+        for gi in range(self.groups):
+            cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].transpose(0, 1, 2, 4, 5, 3)
+            cols = cols.reshape(n * oh * ow, self.kh * self.kw * self.ig)   # (kh, kw, i) as the OHWI kernel
+            out[..., gi * og:(gi + 1) * og] = (cols @ self.kernel[:, gi * og:(gi + 1) * og]).reshape(n, oh, ow, og)
+        return self.finish(out)
+
+
+class Int8FC(Int8Layer):
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        if x.ndim != 2 or x.shape[1] != self.kernel.shape[0]:
+            raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={self.kernel.shape[0]}")
+        return self.finish(self.codes(x) @ self.kernel)
+
+
+def build(kind: str, spec, geometry: Optional[Sequence] = None):
+    """The prepared ``apply`` of an int8 Conv2D / FC layer spec (sim/layers.py LayerSpec)."""
+    act = spec.activation()
+    args = (spec.weight("kernel", required=True), spec.weight("bias"), spec.weight("weight_scale", required=True),
+            spec.params)
+    try:
+        if kind == "Conv2D":
+            layer = Int8Conv2D(*args, strides=spec.param("strides", [1, 1], length=2),
+                               padding=spec.param("padding", [0, 0, 0, 0], length=4),
+                               dilation=spec.param("dilation", [1, 1], length=2),
+                               groups=int(spec.param("groups", 1)),
+                               activation=act["activation"], activation_params=act["activation_params"])
+        else:
+            layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
+    return layer.apply
+
+
+class Int8Pool:
+    """int8 MaxPool2D / GlobalMaxPool2D / GlobalAvgPool2D (docs/simulator.md "int8 layers").
+
+    Max: the window maximum of the input codes, requantized as ``Q_out(DQ_in(max))`` (the codes
+    themselves when input and output share scale and zero point, as onnxruntime's int8 MaxPool);
+    padding never wins (-inf). Global average (MLAS QLinearGlobalAveragePool):
+    ``acc = sum(q_x) - z_x * HW`` (int32), ``q_y = sat(rne(fp32(acc) * fp32(s_x / fp32(s_y * HW))) + z_y)``."""
+
+    def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
+        self.kind, self.geometry = kind, dict(geometry or {})
+        self.in_q = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
+        self.out_q = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
+        for dt in (self.in_q[2], self.out_q[2]):
+            if dt not in QRANGE:
+                raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        from .pooling import global_maxpool2d, maxpool2d
+        from .tensor_ops import resize_nearest
+        s, z, dt = self.in_q
+        so, zo, dto = self.out_q
+        codes = quantize(x, s, z, dt)
+        if self.kind == "Avgpool2D":
+            # QLinearAveragePool rounds fp32(y / s_y + z_y): the zero point is added before the
+            # rounding, in the uint8 domain (onnxruntime's x86 QDQ rewrite runs int8 activations
+            # as uint8 with z + 128; the fp32 sum then rounds like onnxruntime's near ties)
+            shift = 128 if dto == "int8" else 0
+            lo, hi = QRANGE[dto]
+            t = ((self._average(codes - z, s) / F32(so)).astype(F32) + F32(zo + shift)).astype(F32)
+            q = np.clip(np.rint(t) - shift, lo, hi)
+            return ((q - zo).astype(F32) * F32(so)).astype(F32), True
+        if self.kind == "Resize":
+            real = ((codes - z).astype(F32) * F32(s)).astype(F32)
+            return fake_quant(resize_nearest(real, self.geometry["scales"]), so, zo, dto), True
+        if self.kind == "GlobalAvgpool2D":
+            n, h, w, c = codes.shape
+            acc = codes.astype(np.int64).sum(axis=(1, 2), keepdims=True) - z * h * w
+            scale = F32(F32(s) / (F32(so) * F32(h * w)))
+            lo, hi = QRANGE[dto]
+            q = np.clip(np.rint(acc.astype(F32) * scale) + zo, lo, hi)
+            return ((q - zo).astype(F32) * F32(so)).astype(F32), True
+        real = ((codes - z).astype(F32) * F32(s)).astype(F32)
+        m = maxpool2d(real, **self.geometry) if self.kind == "Maxpool2D" else global_maxpool2d(real)
+        return fake_quant(m, so, zo, dto), True
+
+    def _average(self, codes: np.ndarray, s: float) -> np.ndarray:
+        """The window mean as onnxruntime's QLinearAveragePool computes it: the dequantized values
+        ``fp32(s * (q - z))`` summed in fp32 in window order (rows, then columns; the padding adds
+        exact zeros), divided by the count in fp32."""
+        from .pooling import pool_geometry, window_counts
+        geo = self.geometry
+        (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
+            codes, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
+        n, h, w, c = codes.shape
+        ph, pw = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        xp = np.zeros((n, max(ph, h + t), max(pw, w + l), c), F32)
+        xp[:, t:t + h, l:l + w] = (F32(s) * codes.astype(F32)).astype(F32)
+        acc = np.zeros((n, oh, ow, c), F32)
+        for i in range(kh):
+            for j in range(kw):
+                acc += xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+        inc = bool(geo.get("count_include_pad", 0))
+        div = np.outer(window_counts(h, oh, kh, sh, t, b, dh, inc), window_counts(w, ow, kw, sw, l, r, dw, inc))
+        return (acc / div.astype(F32)[None, :, :, None]).astype(F32)
+
+
+def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
+    """The prepared ``apply`` of an int8 pool layer spec."""
+    try:
+        return Int8Pool(kind, spec.params, geometry).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
+
+
+class Int8Add:
+    """int8 Sum2D (MLAS QLinearAdd's reference form): ``v = fp32(s_a * (q_a - z_a)) + fp32(s_b * (q_b - z_b))``,
+    ``q_c = sat(rne(v / s_c) + z_c)`` in fp32; relu / clamp as clamps of q_c."""
+
+    def __init__(self, params: Mapping, activation: str, activation_params: Optional[Mapping], operand=None):
+        self.a = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
+        # b: a second int8 tensor (in2_*), or a float32 constant (a dequantized bias) added as it is
+        self.operand = None if operand is None else np.asarray(operand, F32)
+        self.b = self.a if operand is not None else \
+            (float(params["in2_scale"]), int(params["in2_zero_point"]), str(params["in2_dtype"]))
+        self.c = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
+        for dt in (self.a[2], self.b[2], self.c[2]):
+            if dt not in QRANGE:
+                raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+        self.lo, self.hi = activation_clamp(self.c, activation, activation_params)
+
+    def apply(self, xa: np.ndarray, xb: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+        va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
+        if self.operand is not None:
+            if xb is not None:
+                raise ValueError("an int8 Sum2D with a constant operand takes one input")
+            vb = np.broadcast_to(self.operand.reshape(self.operand.shape[-xa.ndim:] if self.operand.ndim > xa.ndim
+                                                      else self.operand.shape), xa.shape)
+        else:
+            if xb is None or xa.shape != xb.shape:
+                raise ValueError(f"int8 add of shapes {list(xa.shape)} and {None if xb is None else list(xb.shape)}")
+            vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
+        s, z, _ = self.c
+        q = np.clip(np.rint(((va + vb).astype(F32) / F32(s)).astype(F32)) + z, self.lo, self.hi)
+        return ((q - z).astype(F32) * F32(s)).astype(F32), True
+
+
+def build_add(spec, n_inputs: int = 2):
+    act = spec.activation()
+    try:
+        operand = spec.weight("operand", required=True) if n_inputs == 1 else None
+        return Int8Add(spec.params, act["activation"], act["activation_params"], operand).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
