@@ -242,7 +242,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm"), _batch_matmul_body),
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis",), softmax_body),
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log"), softmax_body),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}

@@ -80,11 +80,14 @@ def layernorm_body(a, present, opset):
 
 
 def softmax_body(a, present, opset):
-    """exp(x - max) / sum(exp(x - max)) over one ``axis`` of the stored tensor."""
-    axis = int(a["axis"])
+    """exp(x - max) / sum(exp(x - max)) over one ``axis`` of the stored tensor; with ``log`` = 1
+    its logarithm (x - max) - log(sum(exp(x - max)))."""
+    axis, log = int(a["axis"]), bool(a.get("log", 0))
     if opset >= 13 or axis == -1:   # before 13 Softmax flattens from ``axis`` on: same for the last
-        return [helper.make_node("Softmax", ["X"], ["Y"], axis=axis)]
-    return [helper.make_node("ReduceMax", ["X"], ["sm_max"], axes=[axis], keepdims=1),
-            helper.make_node("Sub", ["X", "sm_max"], ["sm_d"]), helper.make_node("Exp", ["sm_d"], ["sm_e"]),
-            helper.make_node("ReduceSum", ["sm_e"], ["sm_s"], axes=[axis], keepdims=1),
-            helper.make_node("Div", ["sm_e", "sm_s"], ["Y"])]
+        return [helper.make_node("LogSoftmax" if log else "Softmax", ["X"], ["Y"], axis=axis)]
+    nodes = [helper.make_node("ReduceMax", ["X"], ["sm_max"], axes=[axis], keepdims=1),
+             helper.make_node("Sub", ["X", "sm_max"], ["sm_d"]), helper.make_node("Exp", ["sm_d"], ["sm_e"]),
+             helper.make_node("ReduceSum", ["sm_e"], ["sm_s"], axes=[axis], keepdims=1)]
+    if log:
+        return nodes + [helper.make_node("Log", ["sm_s"], ["sm_ls"]), helper.make_node("Sub", ["sm_d", "sm_ls"], ["Y"])]
+    return nodes + [helper.make_node("Div", ["sm_e", "sm_s"], ["Y"])]

@@ -482,13 +482,13 @@ def test_chain_has_no_transpose_inside():
     assert attrs(r.model.graph.node[-1]) == {"src_layout": "NHWC", "dst_layout": "NCHW"}
 
 
-@pytest.mark.parametrize("op", ["LRN", "LogSoftmax"])
+@pytest.mark.parametrize("op", ["LRN", "Hardmax"])
 def test_one_layout_transform_at_each_cpu_boundary(op):
     """A CPU node between two accelerator ops: one LayoutTransform to NCHW before it, one back after,
-    shared by all consumers. A LogSoftmax (opset >= 13: one axis; Softmax itself is a Mrvl op now) runs on the NHWC data, its axis
+    shared by all consumers. A Hardmax (opset >= 13: one axis; Softmax and LogSoftmax are Mrvl ops now) runs on the NHWC data, its axis
     remapped: no LayoutTransform around it."""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
-               node(op, ["c1"], "sm", **({"axis": 1} if op == "LogSoftmax" else {"size": 3})),
+               node(op, ["c1"], "sm", **({"axis": 1} if op == "Hardmax" else {"size": 3})),
                node("Conv", ["sm", "W2", "B2"], "c2", kernel_shape=[1, 1]),
                node("Conv", ["sm", "W3", "B3"], "c3", kernel_shape=[1, 1]),
                node("Add", ["c2", "c3"], "out")],
@@ -497,8 +497,8 @@ def test_one_layout_transform_at_each_cpu_boundary(op):
     r = fused_ok(m)
     assert ops(r).count("LayoutTransform") == (4 if op == "LRN" else 2) and "Transpose" not in ops(r)
     assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == f"no accelerator op for {op}"
-    if op == "LogSoftmax":
-        sm = next(n for n in r.model.graph.node if n.op_type == "LogSoftmax")
+    if op == "Hardmax":
+        sm = next(n for n in r.model.graph.node if n.op_type == "Hardmax")
         assert attrs(sm)["axis"] == 3
 
 
@@ -527,10 +527,10 @@ def test_tf_style_input_feeding_fc_through_flatten():
 
 
 def test_transpose_between_cpu_ops_stays():
-    m = model([node("LogSoftmax", ["x"], "s", axis=1), node("Transpose", ["s"], "t", perm=[0, 2, 3, 1]),
-               node("LogSoftmax", ["t"], "out", axis=-1)], [("x", [1, 3, 4, 5])], ["out"])
+    m = model([node("Hardmax", ["x"], "s", axis=1), node("Transpose", ["s"], "t", perm=[0, 2, 3, 1]),
+               node("Hardmax", ["t"], "out", axis=-1)], [("x", [1, 3, 4, 5])], ["out"])
     r = fused_ok(m)
-    assert ops(r) == ["LogSoftmax", "Transpose", "LogSoftmax"]
+    assert ops(r) == ["Hardmax", "Transpose", "Hardmax"]
     assert r.decisions["t"].placement == "cpu"
 
 
@@ -632,8 +632,8 @@ REJECTIONS = {
     # a per-channel PRelu alone on 4-D data is a depthwise identity conv now; on 3-D it stays
     "standalone_prelu": (lambda: model([node("PRelu", ["x", "s"], "out", name="node")], [("x", [2, 3, 4])],
                                        ["out"], {"s": w(3, 1)}), "standalone activation"),
-    "no_op": (lambda: model([node("LogSoftmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
-              "no accelerator op for LogSoftmax"),
+    "no_op": (lambda: model([node("Hardmax", ["x"], "out", name="node")], [("x", [1, 2, 3, 4])], ["out"]),
+              "no accelerator op for Hardmax"),
     "layernorm_two_axes": (lambda: model([node("LayerNormalization", ["x", "g"], "out", name="node", axis=2)],
                                          [("x", [1, 2, 3, 4])], ["out"], {"g": w(3, 4)}),
                            "normalises 2 non-unit axes"),

@@ -1,11 +1,12 @@
 """Compile the Nodes-JSON layers of transformer / modern-CNN nodes (docs/json-format.md):
-``LayerNorm`` (axis, epsilon, gamma, beta) and ``Softmax`` (axis), each over one axis of the
-stored tensor. Output shape = input shape; the layout stays the input's.
+``LayerNorm`` (axis, epsilon, gamma, beta) and ``Softmax`` (axis, log), each over one axis of the
+stored tensor (``log`` = 1: LogSoftmax). Output shape = input shape; the layout stays the input's.
 
 ``vector_ops`` is the work the perf model charges to the vector unit (docs/simulator.md): per
 element, LayerNorm 8 (sum, subtract, square, sum, multiply by 1/sqrt(var + eps), gamma, beta,
 round; one rsqrt per row), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
-round; one reciprocal per row).
+round; one reciprocal per row), LogSoftmax 6 (max, subtract, exp by LUT, sum, subtract the log of
+the sum, round; one log per row).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .json_attrs import decode_const
 
 LAYERNORM_OPS_PER_ELEMENT = 8
 SOFTMAX_OPS_PER_ELEMENT = 6
+LOG_SOFTMAX_OPS_PER_ELEMENT = 6
 
 
 def _axis(a, shape: List[int]) -> int:
@@ -50,4 +52,9 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
 def softmax(a, ctx, lname, in_shapes, params, weights):
     shape = list(in_shapes[0])
     params["axis"] = _axis(a, shape)
-    return shape, int(np.prod(shape)) * SOFTMAX_OPS_PER_ELEMENT
+    log = a.int("log", 0)
+    if log not in (0, 1):
+        a.fail(f"log must be 0 or 1, got {log}")
+    if log:
+        params["log"] = 1
+    return shape, int(np.prod(shape)) * (LOG_SOFTMAX_OPS_PER_ELEMENT if log else SOFTMAX_OPS_PER_ELEMENT)

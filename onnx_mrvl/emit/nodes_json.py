@@ -309,6 +309,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type in ("LayerNorm", "Softmax"):
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
+        if a.get("log"):   # LogSoftmax
+            attrs["log"] = _s(1)
         if node.op_type == "LayerNorm":
             attrs["epsilon"] = _s(float(a["epsilon"]))
             add_const("gamma", g.const(inputs[1]), "-O")

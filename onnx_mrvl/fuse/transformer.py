@@ -4,6 +4,7 @@
                      exporters' decomposed forms as one) over one axis     -> Mrvl LayerNorm
     mrvl.softmax     Softmax over one axis (opset >= 13: any axis; below 13, where the flattened
                      trailing axes hold one non-unit axis)                  -> Mrvl Softmax
+    mrvl.log_softmax LogSoftmax, the same axes rules                        -> Mrvl Softmax log=1
 
 Both run on the tensor as it is stored (2-D to 5-D): the Mrvl node's ``axis`` is the stored
 position of the logical axis, written negative (``-1``: the last stored axis, the channels of NHWC
@@ -94,18 +95,22 @@ def build_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target):
     else:   # Softmax-1/11: over the axes from ``axis`` on, flattened
         a = _single_axis(shape, list(range(attr(n, "axis", 1) % rank, rank)))
         if a is None:
-            return f"opset {opset_version} Softmax over the flattened axes {shape[attr(n, 'axis', 1) % rank:]}"
+            return (f"opset {opset_version} {n.op_type} over the flattened axes "
+                    f"{shape[attr(n, 'axis', 1) % rank:]}")
     if shape[a] > target.max_fc_features:
-        return f"softmax over {shape[a]} values exceeds the limit {target.max_fc_features}"
+        return f"{n.op_type} over {shape[a]} values exceeds the limit {target.max_fc_features}"
+    if n.op_type == "LogSoftmax":   # the same Mrvl op: (x - max) - log(sum(exp(x - max)))
+        return Group("Softmax", "mrvl.log_softmax", [n], [x], n.output[0], {"axis": a, "log": 1})
     return Group("Softmax", "mrvl.softmax", [n], [x], n.output[0], {"axis": a})
 
 
 ANCHORS = {"LayerNormalization": Pattern("mrvl.layernorm", ("LayerNormalization",), build_layernorm),
-           "Softmax": Pattern("mrvl.softmax", ("Softmax",), build_softmax)}
+           "Softmax": Pattern("mrvl.softmax", ("Softmax",), build_softmax),
+           "LogSoftmax": Pattern("mrvl.log_softmax", ("LogSoftmax",), build_softmax)}
 
 
 def materialize(m, grp: Group) -> None:
-    """Emit the LayerNorm / Softmax group into the Materializer ``m`` on the input's storage."""
+    """Emit the LayerNorm / Softmax (/ LogSoftmax) group into the Materializer ``m`` on the input's storage."""
     src = grp.inputs[0]
     name, perm = m.loc[src]
     if src in m.flat:
@@ -114,6 +119,8 @@ def materialize(m, grp: Group) -> None:
     a = grp.attrs["axis"]
     attrs = {"axis": (list(perm).index(a) if perm else a) - rank}
     ins = [name]
+    if grp.attrs.get("log"):
+        attrs["log"] = 1
     if grp.op == "LayerNorm":
         attrs["epsilon"] = grp.attrs["epsilon"]
         base = grp.anchor.name

@@ -1,7 +1,7 @@
-"""Program layers LayerNorm and Softmax (docs/program.md) -> prepared closures (sim/layers.py)."""
+"""Program layers LayerNorm and Softmax (``log`` = 1: LogSoftmax) (docs/program.md) -> prepared closures (sim/layers.py)."""
 from __future__ import annotations
 
-from .norm_ops import layernorm, softmax
+from .norm_ops import layernorm, log_softmax, softmax
 
 
 def _axis(spec) -> int:
@@ -41,8 +41,12 @@ def build_softmax(spec, n_inputs: int):
     if n_inputs != 1:
         raise spec.error(f"takes 1 input, the program gives {n_inputs}")
     axis = _axis(spec)
+    log = spec.param("log", 0)
+    if log not in (0, 1, True, False):
+        raise spec.error(f"log must be 0 or 1, got {log!r}")
+    op = log_softmax if log else softmax
 
     def run(x):
         _check_axis(spec, x, axis)
-        return softmax(x, axis)
+        return op(x, axis)
     return run

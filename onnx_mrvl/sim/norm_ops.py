@@ -4,6 +4,7 @@ rounding of the result (docs/simulator.md, "Numeric model").
     LayerNorm  mean and variance in fp32 (two passes: mean, then mean((x - mean)^2)), then
                y = (x - mean) * (1 / sqrt(var + eps)) * gamma + beta   (gamma, beta fp32 vectors)
     Softmax    y = exp(x - max) * (1 / sum(exp(x - max)))
+    LogSoftmax y = (x - max) - log(sum(exp(x - max)))   (the Softmax layer with log = 1)
 """
 from __future__ import annotations
 
@@ -46,3 +47,12 @@ def softmax(x: np.ndarray, axis: int) -> Tuple[np.ndarray, bool]:
         s = np.sum(e, axis=axis, keepdims=True, dtype=F32)
         e *= F32(1) / s
     return e, round_fp16_(e)
+
+
+def log_softmax(x: np.ndarray, axis: int) -> Tuple[np.ndarray, bool]:
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        d = x - np.max(x, axis=axis, keepdims=True)
+        s = np.sum(np.exp(d), axis=axis, keepdims=True, dtype=F32)
+        d -= np.log(s)
+    return d, round_fp16_(d)
