@@ -49,10 +49,10 @@ class _Builder:
 
 
 def branchy_model():
-    """conv-relu, then a Hardmax branch (CPU; Softmax and LogSoftmax are Mrvl ops) and a conv branch, rejoined by Add, then conv."""
+    """conv-relu, then a Softsign branch (a CPU op that runs on the stored NHWC data; LogSoftmax is a Mrvl op now) and a conv branch, rejoined by Add, then conv."""
     b = _Builder()
     r1 = b.op("Relu", [b.conv("x", 3, 8, "c1")], "r1")
-    s = b.op("Hardmax", [r1], "sm", axis=1)
+    s = b.op("Softsign", [r1], "sm")
     r2 = b.op("Relu", [b.conv(s, 8, 8, "c2")], "r2")
     r3 = b.op("Relu", [b.conv(r1, 8, 8, "c3")], "r3")
     a = b.op("Add", [r2, r3], "add")
@@ -61,10 +61,10 @@ def branchy_model():
 
 
 def diamond_model():
-    """c1 -> {Hardmax (CPU), c2} -> Add -> c3: only one branch of the diamond is offloadable."""
+    """c1 -> {Softsign (CPU), c2} -> Add -> c3: only one branch of the diamond is offloadable."""
     b = _Builder(1)
     c1 = b.conv("x", 3, 8, "c1")
-    s = b.op("Hardmax", [c1], "sm", axis=1)
+    s = b.op("Softsign", [c1], "sm")
     c2 = b.op("Relu", [b.conv(c1, 8, 8, "c2")], "r2")
     a = b.op("Add", [s, c2], "add")
     b.conv(a, 8, 4, "out")
@@ -153,8 +153,8 @@ def test_branchy_model_two_regions_under_max_one_under_single():
     regions = r.report.regions
     assert len(regions) == 2
     assert {"c1", "c3"} <= set(regions[0]["origin"]) and {"c2", "out"} <= set(regions[1]["origin"])
-    assert len(regions[0]["outputs"]) == 2            # r1 feeds the Hardmax, c3 feeds region 1
-    assert [n.op_type for n in r.model.graph.node].count("Hardmax") == 1
+    assert len(regions[0]["outputs"]) == 2            # r1 feeds the Softsign, c3 feeds region 1
+    assert [n.op_type for n in r.model.graph.node].count("Softsign") == 1
     check_deployable(m, r)
     s = convert(m, partition="single", reference=True)
     assert len(s.report.regions) == 1 and s.report.regions[0]["inputs"] == ["x"]
@@ -217,7 +217,7 @@ def test_cut_after_ends_regions_after_exactly_the_named_nodes(partition):
 def test_force_keeps_regions_without_conv():
     b = _Builder(4)
     x = b.op("Relu", [b.conv("x", 3, 8, "c1")], "r1")
-    s = b.op("Hardmax", [x], "sm", axis=1)
+    s = b.op("Softsign", [x], "sm")
     b.op("MaxPool", [s], "out", kernel_shape=[2, 2], strides=[2, 2])
     m = b.model([("x", [1, 3, 8, 8])], [("out", [1, 8, 4, 4])])
     plain = convert(m, reference=True)
