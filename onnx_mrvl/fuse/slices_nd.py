@@ -8,14 +8,12 @@ Mrvl ``Reshape``s (the view and back); no data moves but the slice itself.
 """
 from __future__ import annotations
 
-import numpy as np
 import onnx
 
-from .. import opset
 from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group, float_static
-from . import slices
+from . import slices, take
 
 RANKS = (2, 3, 5)
 
@@ -70,38 +68,5 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 def materialize(m, grp: Group) -> None:
     """Reshape to the 4-D view of the stored data, one Slice2D per used output, Reshape back; the
-    outputs keep the input's storage order."""
-    src, axis = grp.inputs[0], grp.attrs["axis"]
-    name, perm = m.loc[src]
-    if src in m.flat or src in m.rows:
-        name, perm = m.get(src, None, for_mrvl=True, origin=grp.origin), None
-    shape = m.logical_shape(src)
-    stored = list(shape) if perm is None else [shape[i] for i in perm]
-    p = list(perm).index(axis) if perm else axis
-    view = [1, int(np.prod(stored[:p], dtype=np.int64)), stored[p], int(np.prod(stored[p + 1:], dtype=np.int64))]
-    base = grp.anchor.name
-    folded = [a for a in m.alias_of.get(src, []) if a not in m.alias_owner]
-    v = m.fresh(f"{src}__view4")
-    m.add(opset.make_node("Reshape", [name], [v], name=m.fresh(f"mrvl_{base}_view"), origin=folded + grp.origin,
-                          attrs={"shape": view}, composite="mrvl.reshape"), None)
-    m.vinfo[v] = view
-    m.mrvl_tensors.add(v)
-    for k, (o, start, end) in enumerate(grp.attrs["slices"]):
-        part = m.fresh(f"{o}__view4")
-        sname = m.fresh(f"mrvl_{base}")
-        if k == 0:
-            m.mrvl_name[base] = sname
-            for a in folded:
-                m.alias_owner[a] = sname
-        m.add(opset.make_node("Slice2D", [v], [part], name=sname, origin=grp.origin,
-                              attrs={"axis": 2, "start": int(start), "end": int(end)}, composite=grp.composite), None)
-        m.vinfo[part] = view[:2] + [end - start, view[3]]
-        m.mrvl_tensors.add(part)
-        out = m.define(o, perm, mrvl=True)
-        m.mrvl_producer[out] = sname
-        out_stored = list(stored)
-        out_stored[p] = end - start
-        m.add(opset.make_node("Reshape", [part], [out], name=m.fresh(f"mrvl_{base}_back"), origin=grp.origin,
-                              attrs={"shape": out_stored}, composite="mrvl.reshape"), perm)
-        if o in m.g.output_set and out != o:
-            m.get(o, None, for_mrvl=True, origin=grp.origin)
+    outputs keep the input's storage order (take.py's range materialisation)."""
+    take.materialize(m, grp)

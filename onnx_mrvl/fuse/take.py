@@ -80,7 +80,8 @@ def build_concat_rows(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 
 def materialize(m, grp: Group) -> None:
-    """Reshape to the 4-D view once, then per output a Slice2D and a Reshape to its stored shape."""
+    """Reshape to the 4-D view once, then per output a Slice2D and a Reshape to its stored shape
+    (also slices_nd.py's N-D Split / Slice: the axis kept, the outputs in the input's storage)."""
     src = grp.inputs[0]
     name, perm = m.loc[src]
     if src in m.flat or src in m.rows:
@@ -99,14 +100,14 @@ def materialize(m, grp: Group) -> None:
     m.vinfo[v_in] = view
     m.mrvl_tensors.add(v_in)
     # the axis stays (Split / Slice / one-element Gather index) or goes (scalar Gather index)
-    out_order = order if grp.attrs["keep"] else [a - (a > axis) for a in order if a != axis]
+    out_order = order if grp.attrs.get("keep", True) else [a - (a > axis) for a in order if a != axis]
     out_perm = None if out_order == sorted(out_order) else tuple(out_order)
     for j, (out, start, end) in enumerate(grp.attrs["slices"]):
         v_out = m.fresh(f"{out}__view")
         slice_name = m.fresh(f"mrvl_{base}")
         m.add(opset.make_node("Slice2D", [v_in], [v_out], name=slice_name,
                               origin=(folded if j == 0 else []) + grp.origin,
-                              attrs={"axis": 2, "start": int(start), "end": int(end)}, composite="mrvl.slice"), None)
+                              attrs={"axis": 2, "start": int(start), "end": int(end)}, composite=grp.composite), None)
         m.vinfo[v_out] = view[:2] + [end - start, view[3]]
         m.mrvl_tensors.add(v_out)
         if j == 0:
@@ -119,6 +120,8 @@ def materialize(m, grp: Group) -> None:
         m.add(opset.make_node("Reshape", [v_out], [back], name=m.fresh(f"mrvl_{base}_back"), origin=grp.origin,
                               attrs={"shape": [out_shape[a] for a in out_order]}, composite="mrvl.reshape"),
               out_perm)
+        if out in m.g.output_set and back != out:
+            m.get(out, None, for_mrvl=True, origin=grp.origin)
 
 
 def materialize_concat_rows(m, grp: Group) -> None:
