@@ -68,6 +68,18 @@ FC_CHAIN = ("bias", "batchnorm", "scale", "shift", "activation")
 FC_ND_CHAIN = ("bias", "scale", "shift", "activation")   # features on the last axis: no BN (axis 1)
 MAX_FC_ROWS = 65536   # rows of an FC on N-D data ([B, T, K] -> [B*T, K]): one FC layer's row count
 ELTWISE_RANKS = (2, 3, 4, 5)
+
+
+def tensor_reason(g: GraphIndex, x: str, y: str, target: Target, what: str) -> Optional[str]:
+    """Why a one-input element-wise layer (``what``: its name in the message) cannot take ``x`` ->
+    ``y``: float32 static shapes, 2-D to 5-D, the image batch limit; None when it can."""
+    reason = float_static(g, [x, y])
+    if reason:
+        return reason
+    rank = len(g.shape(x))
+    if rank not in ELTWISE_RANKS:
+        return f"{what} on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
+    return batch_limit(g, x, target)
 CONCAT_RANKS = (2, 3, 4, 5)
 
 

@@ -21,21 +21,11 @@ import numpy as np
 from .._graph import GraphIndex, attr
 from ..target import Target
 from . import smooth_acts, steps
-from .groups import Group, batch_limit, float_static
-from .patterns import ELTWISE_RANKS, allowed_activations
+from .groups import Group
+from .patterns import allowed_activations, tensor_reason
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
                   "PRelu")
-
-
-def _tensor_reason(g: GraphIndex, x: str, y: str, target: Target):
-    reason = float_static(g, [x, y])
-    if reason:
-        return reason
-    rank = len(g.shape(x))
-    if rank not in ELTWISE_RANKS:
-        return f"standalone activation on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
-    return batch_limit(g, x, target)
 
 
 def _mul2d(g: GraphIndex, x: str, m) -> Group:
@@ -54,7 +44,7 @@ def build_smooth_standalone(g: GraphIndex, n: onnx.NodeProto, target: Target):
         m = smooth_acts.match(g, x, allowed)
         if m is None or n.name not in {k.name for k in m.nodes}:
             continue
-        reason = _tensor_reason(g, x, m.output, target)
+        reason = tensor_reason(g, x, m.output, target, "standalone activation")
         return reason or _mul2d(g, x, m)
     return None
 
@@ -64,7 +54,7 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
     x = n.input[0] if n.input else ""
     if not x or not n.output or not n.output[0]:
         return "activation without an input or output"
-    reason = _tensor_reason(g, x, n.output[0], target)
+    reason = tensor_reason(g, x, n.output[0], target, "standalone activation")
     if reason:
         return reason
     allowed = allowed_activations(["Mul2D"], target)

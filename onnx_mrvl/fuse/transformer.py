@@ -19,8 +19,8 @@ import onnx
 
 from .._graph import GraphIndex, attr
 from ..target import Target
-from .groups import Group, batch_limit, float_static
-from .patterns import ELTWISE_RANKS, Pattern
+from .groups import Group
+from .patterns import Pattern, tensor_reason
 
 
 def _single_axis(shape, axes) -> Optional[int]:
@@ -35,13 +35,7 @@ def _common(g: GraphIndex, n: onnx.NodeProto, target: Target) -> Optional[str]:
     x = n.input[0] if n.input else ""
     if not x or not n.output or not n.output[0]:
         return "no input or output"
-    reason = float_static(g, [x, n.output[0]])
-    if reason:
-        return reason
-    rank = len(g.shape(x))
-    if rank not in ELTWISE_RANKS:
-        return f"{n.op_type} on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
-    return batch_limit(g, x, target)
+    return tensor_reason(g, x, n.output[0], target, n.op_type)
 
 
 def build_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target):
