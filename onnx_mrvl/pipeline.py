@@ -271,7 +271,8 @@ def _dropped_log(cpu: Dict[str, str], user_exclude, legal: onnx.ModelProto) -> L
 
 
 class _RegionNotWorth(Exception):
-    """partition="cost": the compiled region is slower by the simulator's own cycle model."""
+    """A region kept on the CPU by a decision, not a failure: partition="cost" found it slower by
+    the simulator's own cycle model, or its batch cannot run in hardware batches."""
 
     def __init__(self, region, reason: str):
         super().__init__(reason)
