@@ -151,9 +151,6 @@ def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_byt
 
 
 RECURRENT_LAYERS = ("LSTM", "GRU", "RNN")
-DEFAULT_STEP_CYCLES = ArchProfile.recurrent_step_cycles   # assumption (target.py)
-
-
 def recurrent_compute_cycles(macs: int, steps: int, peak: float, step_cycles: int) -> int:
     """Cycles of a recurrent layer's compute: timesteps run one after the other (h_t needs
     h_{t-1}); per timestep the MAC array does that step's gate GEMMs of every direction (the
@@ -178,9 +175,9 @@ def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping, steps: 
     max(compute, memory) + the fixed per-layer overhead. ``arch``: ``arch_params`` keys. The one
     formula of the project: the simulator's report and split's ``partition="cost"`` estimate use it."""
     tiles = int(arch["num_tiles"])
-    peak = float(arch["macs_per_cycle_per_tile"]) * tiles * (float(arch.get("int8_macs_factor", 2.0)) if int8 else 1.0)
-    compute = recurrent_compute_cycles(macs, steps, peak, int(arch.get("recurrent_step_cycles", DEFAULT_STEP_CYCLES))) \
-        if steps else math.ceil(macs / peak)
+    peak = float(arch["macs_per_cycle_per_tile"]) * tiles * (float(arch["int8_macs_factor"]) if int8 else 1.0)
+    compute = recurrent_compute_cycles(macs, steps, peak, int(arch["recurrent_step_cycles"])) if steps \
+        else math.ceil(macs / peak)
     compute += math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
     memory = math.ceil(dram_bytes / float(arch["dram_bytes_per_cycle"]))
     return {"compute": compute, "memory": memory, "cycles": max(compute, memory) + int(arch["layer_overhead_cycles"])}
