@@ -19,7 +19,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tools")]
+sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -77,7 +77,7 @@ def measure(name: str, model: onnx.ModelProto) -> dict:
 
 
 def main(argv=None) -> int:
-    from randomize_weights import load_zoo, zoo_model_paths
+    from onnx_mrvl.testing.randomize_weights import load_zoo, zoo_model_paths
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*")
     p.add_argument("--json", help="also write the rows to this file")

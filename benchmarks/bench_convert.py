@@ -2,7 +2,7 @@
 
     python benchmarks/bench_convert.py [MODEL ...] [--clock cpu|wall] [--save] [--profile DIR]
 
-MODEL: zoo architectures (tools/randomize_weights.py ZOO names, seeded random weights); default
+MODEL: zoo architectures (onnx_mrvl/testing/randomize_weights.py ZOO names, seeded random weights); default
 vgg19, zfnet512, bvlc_alexnet, resnet50. Each model runs in its own subprocess so peak RSS
 (``ru_maxrss``) belongs to that model alone; the model is written to a temporary .onnx first so
 load + validate is part of the measurement. Stage times are ``ConvertResult.timings`` measured
@@ -42,10 +42,10 @@ def _tree_digest(folder: str) -> str:
 
 def run_one(name: str, clock: str, save: bool, profile: str = None) -> dict:
     """Convert one zoo model in this process; returns the row as a dict."""
-    sys.path[:0] = [ROOT, os.path.join(ROOT, "tools")]
+    sys.path.insert(0, ROOT)
     import onnx
     from onnx_mrvl import pipeline
-    from randomize_weights import load_zoo
+    from onnx_mrvl.testing.randomize_weights import load_zoo
     if clock == "cpu":
         pipeline.CLOCK = time.process_time
     model = load_zoo(name, seed=0)

@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from onnx_mrvl.inspect.diff import diff_models  # noqa: E402
-from onnx_mrvl.inspect.graphview import render_graph_html  # noqa: E402
+from onnx_mrvl.inspection.diff import diff_models  # noqa: E402
+from onnx_mrvl.inspection.graphview import render_graph_html  # noqa: E402
 
 
 def residual_chain(nodes: int, shared_weights: bool, seed: int = 0) -> onnx.ModelProto:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the inspection tools on converted ``branchy_chain`` models (tools/models.py).
+"""Benchmark of the inspection tools on converted ``branchy_chain`` models (onnx_mrvl/testing/models.py).
 
 ``python benchmarks/bench_report.py [--sizes 500 1000 2000] [--compare]``
 Per size: convert once (not timed as a tool), then time ``diff`` original -> deployable and
@@ -16,15 +16,15 @@ import time
 import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tools")]
+sys.path.insert(0, ROOT)
 
 import onnx_mrvl  # noqa: E402
-from models import branchy_chain  # noqa: E402
-from onnx_mrvl.inspect.compare import compare_models  # noqa: E402
-from onnx_mrvl.inspect.diff import diff_models  # noqa: E402
-from onnx_mrvl.inspect.graphview import write_html  # noqa: E402
-from onnx_mrvl.inspect.offload import offload_report  # noqa: E402
-from onnx_mrvl.inspect.report_html import render_report_html  # noqa: E402
+from onnx_mrvl.testing.models import branchy_chain  # noqa: E402
+from onnx_mrvl.inspection.compare import compare_models  # noqa: E402
+from onnx_mrvl.inspection.diff import diff_models  # noqa: E402
+from onnx_mrvl.inspection.graphview import write_html  # noqa: E402
+from onnx_mrvl.inspection.offload import offload_report  # noqa: E402
+from onnx_mrvl.inspection.report_html import render_report_html  # noqa: E402
 
 
 def timed(fn):

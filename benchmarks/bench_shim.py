@@ -26,11 +26,11 @@ import numpy as np
 import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tools")]
+sys.path.insert(0, ROOT)
 
 import onnx_mrvl  # noqa: E402
-import models  # noqa: E402
-from randomize_weights import load_zoo  # noqa: E402
+from onnx_mrvl.testing import models  # noqa: E402
+from onnx_mrvl.testing.randomize_weights import load_zoo  # noqa: E402
 
 
 _WARMUP = 5       # untimed runs that start each phase (see the module docstring)

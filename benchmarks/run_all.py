@@ -28,15 +28,14 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for _p in (ROOT, os.path.join(ROOT, "tools")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 import onnxruntime as ort  # noqa: E402
 
 import onnx_mrvl  # noqa: E402
-from models import all_models, branchy_chain  # noqa: E402
-from randomize_weights import random_inputs  # noqa: E402
+from onnx_mrvl.testing.models import all_models, branchy_chain  # noqa: E402
+from onnx_mrvl.testing.randomize_weights import random_inputs  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "docs", "benchmarks.md")
 
@@ -259,7 +258,7 @@ def bench_sim_speed(repeat: int) -> List[str]:
 def load_models(zoo: bool) -> Dict[str, object]:
     out = {name: build(seed=0) for name, build in all_models().items()}
     if zoo:
-        import randomize_weights as rw
+        from onnx_mrvl.testing import randomize_weights as rw
         for name in rw.zoo_model_paths():
             out[f"zoo/{name}"] = rw.load_zoo(name, 0)
     return out

@@ -1,7 +1,7 @@
 import os
 import sys
 
+# The work tree's package first (an installed copy of onnx_mrvl must not shadow it).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for p in (ROOT, os.path.join(ROOT, "tools")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)

@@ -1,4 +1,4 @@
-"""Detection and classification architectures (tools/arch_detect_classify.py) written as real
+"""Detection and classification architectures (onnx_mrvl/testing/arch_detect_classify.py) written as real
 exporters write them: every model converts under partitions "max" and "single", runs through
 onnx_mrvl.InferenceSession (regions on the fp16 simulator) within fp16 tolerance of plain
 onnxruntime on the original, and its convolutions run on the accelerator."""
@@ -8,10 +8,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-import arch_detect_classify as arch
+from onnx_mrvl.testing import arch_detect_classify as arch
 import onnx_mrvl
 from onnx_mrvl import opset
-from randomize_weights import random_inputs
+from onnx_mrvl.testing.randomize_weights import random_inputs
 
 _MODELS = {}
 

@@ -1,4 +1,4 @@
-"""OCR / audio / transformer architectures as real exporters write them (tools/arch_ocr_audio.py),
+"""OCR / audio / transformer architectures as real exporters write them (onnx_mrvl/testing/arch_ocr_audio.py),
 plus small edge models for the rules they needed: every model converts under "max" and "single",
 runs through onnx_mrvl.InferenceSession and matches onnxruntime on the original within fp16 error."""
 import numpy as np
@@ -7,9 +7,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import arch_ocr_audio
+from onnx_mrvl.testing import arch_ocr_audio
 import onnx_mrvl
-from randomize_weights import random_inputs
+from onnx_mrvl.testing.randomize_weights import random_inputs
 
 STRATEGIES = ("max", "single")
 

@@ -1,12 +1,12 @@
 """The attention data path on the accelerator: mrvl::BatchMatMul, token reshapes, N-D splits and
-masks (docs/fusion.md "Attention"). Models from tools/arch_attention.py (seeded, no downloads)."""
+masks (docs/fusion.md "Attention"). Models from onnx_mrvl/testing/arch_attention.py (seeded, no downloads)."""
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-import arch_attention as A
+from onnx_mrvl.testing import arch_attention as A
 import onnx_mrvl
 from onnx_mrvl import opset
 from onnx_mrvl.emit.compile import build_program

@@ -8,7 +8,7 @@ from onnx_mrvl.artifact import load
 from onnx_mrvl.split import batch_chunks
 from onnx_mrvl.split.deploy import is_subgraph, subgraph_attrs
 
-import models  # tools/models.py
+from onnx_mrvl.testing import models  # onnx_mrvl.testing.models
 
 
 @pytest.mark.parametrize("n, calls, chunk", [(10, 2, 5), (17, 3, 6), (16, 2, 8), (9, 2, 5)])

@@ -1,5 +1,5 @@
-"""Issue #21 "Beyond CNNs": text and speech encoders (tools/arch_speech.py) and the transformer /
-ConvNeXt builders (tools/arch_transformer.py) each convert to ONE region; the CPU nodes left are
+"""Issue #21 "Beyond CNNs": text and speech encoders (onnx_mrvl/testing/arch_speech.py) and the transformer /
+ConvNeXt builders (onnx_mrvl/testing/arch_transformer.py) each convert to ONE region; the CPU nodes left are
 named and asserted; convert + onnx_mrvl.InferenceSession matches onnxruntime on the original within
 docs/simulator.md's 1e-2 * max|ref|. (crnn_ocr, audio_gru: tests/test_recurrent.py; vit_like:
 tests/test_transformer_ops.py.)"""
@@ -16,8 +16,8 @@ from onnx_mrvl import opset
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
 
-import arch_speech as S
-import arch_transformer as A
+from onnx_mrvl.testing import arch_speech as S
+from onnx_mrvl.testing import arch_transformer as A
 
 TOL = 1e-2   # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
 

@@ -257,8 +257,8 @@ def _argv(command, code, out, tmp):
 # exit 4: an internal function raising a plain exception (a bug of ours)
 INTERNAL = {"convert": "onnx_mrvl.pipeline.convert", "run": "onnx_mrvl.ep.InferenceSession",
             "compile": "onnx_mrvl.emit.build_program", "sim": "onnx_mrvl.sim.Simulator",
-            "diff": "onnx_mrvl.inspect.diff.diff_models", "compare": "onnx_mrvl.inspect.compare.compare_models",
-            "report": "onnx_mrvl.inspect.offload.offload_report"}
+            "diff": "onnx_mrvl.inspection.diff.diff_models", "compare": "onnx_mrvl.inspection.compare.compare_models",
+            "report": "onnx_mrvl.inspection.offload.offload_report"}
 
 
 CODES = {"convert": (0, 2, 3, 4), "run": (0, 1, 2, 3, 4), "compile": (0, 2, 3, 4), "sim": (0, 2, 3, 4),
@@ -310,7 +310,7 @@ def test_check_feeds_takes_any_size_on_symbolic_dims_only():
 def test_internal_error_traceback_with_vv(monkeypatch, capsys):
     def boom(*args, **kwargs):
         raise KeyError("bug")
-    monkeypatch.setattr("onnx_mrvl.inspect.diff.diff_models", boom)
+    monkeypatch.setattr("onnx_mrvl.inspection.diff.diff_models", boom)
     assert main(["diff", EXAMPLE, EXAMPLE, "-vv"]) == 4
     err = capsys.readouterr().err
     assert "Traceback" in err and "please report" in err

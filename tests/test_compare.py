@@ -9,12 +9,12 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from models import fashion_mnist_cnn, tiny_cnn
+from onnx_mrvl.testing.models import fashion_mnist_cnn, tiny_cnn
 
 import onnx_mrvl
 from onnx_mrvl.cli.main import main
-from onnx_mrvl.inspect.compare import compare_models
-from onnx_mrvl.inspect.tensors import NHWC, Storage, error_stats, logical_name
+from onnx_mrvl.inspection.compare import compare_models
+from onnx_mrvl.inspection.tensors import NHWC, Storage, error_stats, logical_name
 
 
 def _convert(model, out, **kw):

@@ -6,14 +6,14 @@ import os
 import numpy as np
 import onnx
 import pytest
-from models import F32, GraphBuilder
+from onnx_mrvl.testing.models import F32, GraphBuilder
 
 import onnx_mrvl
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.errors import UsageError
-from onnx_mrvl.inspect.compare import compare_models
-from onnx_mrvl.inspect.inputs import feed_shapes
-from onnx_mrvl.inspect.tensors import error_stats
+from onnx_mrvl.inspection.compare import compare_models
+from onnx_mrvl.inspection.inputs import feed_shapes
+from onnx_mrvl.inspection.tensors import error_stats
 
 
 def strict_loads(text):
@@ -97,7 +97,7 @@ def test_compare_json_is_strict_and_carries_the_counts(overflow, capsys):
 
 def test_compare_json_turns_non_finite_numbers_into_null_and_a_flag(overflow, capsys, monkeypatch):
     """max_rel is inf when the reference is all zeros: before, compare --json printed Infinity."""
-    import onnx_mrvl.inspect.compare as C
+    import onnx_mrvl.inspection.compare as C
     orig, conv = overflow
     real = C.compare_models
 

@@ -24,7 +24,7 @@ FAST_ZOO = ("squeezenet", "shufflenet", "inception_v1")
 
 
 def zoo_names():
-    from randomize_weights import zoo_model_paths
+    from onnx_mrvl.testing.randomize_weights import zoo_model_paths
     names = list(zoo_model_paths())
     return names if os.environ.get("ONNX_MRVL_FULL_ZOO") else [n for n in names if n in FAST_ZOO]
 
@@ -32,7 +32,7 @@ def zoo_names():
 def _model(name):
     if name == "fashion_mnist":
         return onnx.load(EXAMPLE)
-    from randomize_weights import load_zoo
+    from onnx_mrvl.testing.randomize_weights import load_zoo
     return load_zoo(name, 0)
 
 

@@ -1,4 +1,4 @@
-"""ONNX backend node conformance (tools/conformance.py): the whole suite, 100% of applicable cases
+"""ONNX backend node conformance (onnx_mrvl/testing/conformance.py): the whole suite, 100% of applicable cases
 must pass except the known bugs listed in KNOWN_FAILURES, each of which also gets a strict-xfail
 reproduction (bugs found and since fixed stay as regression tests).
 
@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-import conformance
+from onnx_mrvl.testing import conformance
 from onnx_mrvl.modelio import write_bytes_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +55,7 @@ def test_full_conformance(cases):
     results = conformance.run_cases(subset, runner, workers=2)
     s = conformance.summarize(results)
     out = os.environ.get("MRVL_CONFORMANCE_REPORT")   # a path: write the markdown table there
-    if stride == 1 and out:   # (tests write no tracked file; tools/conformance.py regenerates docs/)
+    if stride == 1 and out:   # (tests write no tracked file; onnx_mrvl/testing/conformance.py regenerates docs/)
         import onnx
         import onnxruntime
         meta = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "runner": runner,

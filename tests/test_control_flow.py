@@ -13,7 +13,7 @@ import onnx
 import onnx_mrvl
 from onnx_mrvl.split.deploy import is_subgraph
 
-import control_flow_models as cfm  # tools/control_flow_models.py
+from onnx_mrvl.testing import control_flow_models as cfm  # onnx_mrvl.testing.control_flow_models
 
 
 def _feeds(model, extra, seed=1):

@@ -1,4 +1,4 @@
-"""Tests of onnx_mrvl.inspect.diff (model alignment and report) and the ``diff`` command."""
+"""Tests of onnx_mrvl.inspection.diff (model alignment and report) and the ``diff`` command."""
 import copy
 import json
 import os
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.errors import ModelError
-from onnx_mrvl.inspect.diff import diff_models
+from onnx_mrvl.inspection.diff import diff_models
 from onnx_mrvl.provenance import set_composite, set_origin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@ import onnx_mrvl
 from onnx_mrvl.errors import ArtifactError, MrvlRuntimeError
 from onnx_mrvl.ep import kernel
 
-import models  # tools/models.py
+from onnx_mrvl.testing import models  # onnx_mrvl.testing.models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist.onnx")

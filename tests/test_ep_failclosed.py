@@ -16,7 +16,7 @@ import onnx_mrvl
 from onnx_mrvl.ep import failures
 from onnx_mrvl.errors import MrvlRuntimeError
 
-import models  # tools/models.py
+from onnx_mrvl.testing import models  # onnx_mrvl.testing.models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = 1000.0        # an input whose first value is >= MARK makes the patched region fail

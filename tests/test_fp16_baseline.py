@@ -10,17 +10,17 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from models import tiny_cnn
+from onnx_mrvl.testing.models import tiny_cnn
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mrvl
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.errors import MrvlError
-from onnx_mrvl.inspect import compare_models, fp16_baseline
-from onnx_mrvl.inspect.baseline_report import EXCEEDS, WITHIN, judge
-from onnx_mrvl.inspect.compare import TensorCompare
-from onnx_mrvl.inspect.discontinuous import Discontinuities
-from onnx_mrvl.inspect.fp16_baseline import fp16_baseline_model, run_fp16_baseline
+from onnx_mrvl.inspection import compare_models, fp16_baseline
+from onnx_mrvl.inspection.baseline_report import EXCEEDS, WITHIN, judge
+from onnx_mrvl.inspection.compare import TensorCompare
+from onnx_mrvl.inspection.discontinuous import Discontinuities
+from onnx_mrvl.inspection.fp16_baseline import fp16_baseline_model, run_fp16_baseline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_compare import _break_layer  # noqa: E402
@@ -138,7 +138,7 @@ def test_discontinuities_walk_back_from_each_tensor():
 
 
 def _row(tensor, ref, got, op="Add", is_output=True, atol=1e-4, rtol=1e-2):
-    from onnx_mrvl.inspect.tensors import error_stats
+    from onnx_mrvl.inspection.tensors import error_stats
     s = error_stats(ref, got, atol, rtol)
     return TensorCompare(tensor, tensor, op, tensor, tensor, "onnxruntime", "", [tensor], "logical",
                          list(np.shape(ref)), s["max_abs"], s["max_rel"], s["cosine"], s["ref_max_abs"],
@@ -273,9 +273,9 @@ BASELINE_MODELS = (["tiny_cnn", "fashion_mnist", "resnet18_like", "mobilenetv2_l
 
 
 def _builders():
-    import arch_detect_classify
-    import arch_ocr_audio
-    import zoo
+    from onnx_mrvl.testing import arch_detect_classify
+    from onnx_mrvl.testing import arch_ocr_audio
+    from onnx_mrvl.testing import zoo
     b = zoo.model_builders()
     b.update({f"arch/{k}": v for k, v in arch_detect_classify.ALL.items()})
     b.update({f"arch/{k}": v for k, v in arch_ocr_audio.all_models().items()})

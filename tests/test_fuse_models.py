@@ -1,5 +1,5 @@
 """Legalize -> fuse on the nine onnx-wheel zoo architectures (seeded random weights) and the
-MobileNetV2/ResNet-18/YOLO-style CNNs of tools/models.py: the fused model is valid ONNX, runs in
+MobileNetV2/ResNet-18/YOLO-style CNNs of onnx_mrvl/testing/models.py: the fused model is valid ONNX, runs in
 plain onnxruntime through the reference bodies and matches the original within 1e-4 relative;
 every Conv/Gemm/MatMul MAC sits in a Mrvl op; every CPU node has a reason; layout changes only at
 NCHW boundaries (one per boundary tensor) and none inside a chain of fused ops."""
@@ -11,11 +11,11 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-import models as tool_models
+from onnx_mrvl.testing import models as tool_models
 from onnx_mrvl import opset
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
-from randomize_weights import load_zoo, random_inputs, zoo_model_paths
+from onnx_mrvl.testing.randomize_weights import load_zoo, random_inputs, zoo_model_paths
 
 BIG = {"vgg19", "zfnet512", "bvlc_alexnet"}     # 240-575 MB of random weights each
 ZOO = [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n for n in sorted(zoo_model_paths())]

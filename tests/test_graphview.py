@@ -1,4 +1,4 @@
-"""Tests of the HTML graph pictures (onnx_mrvl.inspect.graphview / layout), incl. headless Chromium."""
+"""Tests of the HTML graph pictures (onnx_mrvl.inspection.graphview / graph_layout), incl. headless Chromium."""
 import json
 import os
 import re
@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_mrvl.inspect.diff import diff_models
-from onnx_mrvl.inspect.graphview import render_diff_html, render_graph_html, write_html
-from onnx_mrvl.inspect.layout import layered_layout, node_keys
+from onnx_mrvl.inspection.diff import diff_models
+from onnx_mrvl.inspection.graphview import render_diff_html, render_graph_html, write_html
+from onnx_mrvl.inspection.graph_layout import layered_layout, node_keys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the model builders of test_diff
 from test_diff import build_model, chain_model, fused_model, node  # noqa: E402

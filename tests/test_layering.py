@@ -12,22 +12,26 @@ PKG = "onnx_mrvl"
 # importer prefix -> imported prefixes it must not use
 FORBIDDEN = {
     "onnx_mrvl.legalize": ("onnx_mrvl.fuse", "onnx_mrvl.split", "onnx_mrvl.emit", "onnx_mrvl.sim",
-                           "onnx_mrvl.ep", "onnx_mrvl.inspect", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
+                           "onnx_mrvl.ep", "onnx_mrvl.inspection", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
     "onnx_mrvl.fuse": ("onnx_mrvl.split", "onnx_mrvl.emit", "onnx_mrvl.sim", "onnx_mrvl.ep",
-                       "onnx_mrvl.inspect", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
-    "onnx_mrvl.split": ("onnx_mrvl.sim", "onnx_mrvl.ep", "onnx_mrvl.inspect", "onnx_mrvl.pipeline",
+                       "onnx_mrvl.inspection", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
+    "onnx_mrvl.split": ("onnx_mrvl.sim", "onnx_mrvl.ep", "onnx_mrvl.inspection", "onnx_mrvl.pipeline",
                         "onnx_mrvl.cli"),
     "onnx_mrvl.emit": ("onnx_mrvl.legalize", "onnx_mrvl.fuse", "onnx_mrvl.split", "onnx_mrvl.sim",
-                       "onnx_mrvl.ep", "onnx_mrvl.inspect", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
+                       "onnx_mrvl.ep", "onnx_mrvl.inspection", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
     "onnx_mrvl.sim": ("onnx", "onnxruntime", "onnx_graphsurgeon", "onnx_mrvl.legalize", "onnx_mrvl.fuse",
-                      "onnx_mrvl.split", "onnx_mrvl.emit", "onnx_mrvl.ep", "onnx_mrvl.inspect",
+                      "onnx_mrvl.split", "onnx_mrvl.emit", "onnx_mrvl.ep", "onnx_mrvl.inspection",
                       "onnx_mrvl.pipeline", "onnx_mrvl.cli", "onnx_mrvl.opset"),
     "onnx_mrvl.artifact": ("onnx", "onnxruntime", "onnx_mrvl.legalize", "onnx_mrvl.fuse", "onnx_mrvl.split",
-                           "onnx_mrvl.emit", "onnx_mrvl.sim", "onnx_mrvl.ep", "onnx_mrvl.inspect",
+                           "onnx_mrvl.emit", "onnx_mrvl.sim", "onnx_mrvl.ep", "onnx_mrvl.inspection",
                            "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
     "onnx_mrvl.ep": ("onnx_mrvl.legalize", "onnx_mrvl.fuse", "onnx_mrvl.split", "onnx_mrvl.emit",
-                     "onnx_mrvl.inspect", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
+                     "onnx_mrvl.inspection", "onnx_mrvl.pipeline", "onnx_mrvl.cli"),
 }
+
+
+# the seeded model builders and harnesses of the tests, tools and benchmarks: nothing else imports them
+TESTING = "onnx_mrvl.testing"
 
 
 def _module_name(path, root=ROOT):
@@ -78,6 +82,8 @@ def violations(root=ROOT):
                     for b in banned:
                         if _under(target, b) or (target == PKG and _under(full, b)):
                             out.append(f"{mod} imports {full} ({importer} must not import {b})")
+            if not _under(mod, TESTING) and (_under(target, TESTING) or (target == PKG and _under(full, TESTING))):
+                out.append(f"{mod} imports {full} (only tests, tools and benchmarks use {TESTING})")
             if name.startswith("_") and not name.startswith("__") and _under(target, PKG) and target != mod:
                 sub = f"{target}.{name}"
                 is_module = os.path.exists(os.path.join(root, *sub.split("."))) or \
@@ -98,6 +104,7 @@ def test_layering_holds():
     ("onnx_mrvl/sim/_probe.py", "import onnx\n"),
     ("onnx_mrvl/ep/_probe.py", "from ..legalize import legalize\n"),
     ("onnx_mrvl/fuse/_probe.py", "from .groups import _private_helper\n"),
+    ("onnx_mrvl/_probe.py", "from .testing.models import GraphBuilder\n"),
 ])
 def test_an_arrow_against_the_layering_fails(tmp_path, importer, line):
     """The check is real: adding one import against it is found."""

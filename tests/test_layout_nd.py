@@ -5,7 +5,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-import arch_detect_classify as D
+from onnx_mrvl.testing import arch_detect_classify as D
 import onnx_mrvl
 from onnx_mrvl import opset
 from onnx_mrvl.fuse import fuse

@@ -9,7 +9,7 @@ from onnx import helper
 from onnx_mrvl.legalize import legalize_with_report
 from onnx_mrvl.legalize.shapes import light_model
 from onnx_mrvl.legalize.testing import rel_err, run
-from randomize_weights import load_zoo, random_inputs, randomize_weights, zoo_model_paths
+from onnx_mrvl.testing.randomize_weights import load_zoo, random_inputs, randomize_weights, zoo_model_paths
 
 BIG = {"vgg19", "zfnet512", "bvlc_alexnet"}  # 240-575 MB of random weights each
 NAMES = [pytest.param(n, marks=pytest.mark.slow) if n in BIG else n for n in
@@ -112,7 +112,7 @@ def test_randomize_weights_changes_every_float_weight():
 
 
 def test_randomize_cli(tmp_path):
-    from randomize_weights import main
+    from onnx_mrvl.testing.randomize_weights import main
     dst = tmp_path / "sq.onnx"
     assert main(["squeezenet", "-o", str(dst), "--seed", "5"]) == 0
     model = onnx.load(str(dst))

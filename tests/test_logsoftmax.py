@@ -14,8 +14,8 @@ from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.sim.norm_ops import log_softmax as sim_log_softmax
 
-import arch_ocr_audio
-import arch_transformer as A
+from onnx_mrvl.testing import arch_ocr_audio
+from onnx_mrvl.testing import arch_transformer as A
 
 F16_TOL = 1e-2   # docs/simulator.md: max|err| <= 1e-2 * max|ref| for fp16 regions
 
@@ -129,7 +129,7 @@ def test_opset11_log_softmax_over_flattened_axes_stays_on_cpu():
 
 
 def test_crnn_ocr_one_region_no_cpu_node(tmp_path):
-    """tools/arch_ocr_audio.py crnn_ocr (conv backbone -> BiLSTM -> FC -> LogSoftmax over the 37
+    """onnx_mrvl/testing/arch_ocr_audio.py crnn_ocr (conv backbone -> BiLSTM -> FC -> LogSoftmax over the 37
     classes of [T, B, C]): one region, nothing on the CPU."""
     m = arch_ocr_audio.crnn_ocr()
     _, res, _ = _convert_and_check(m, tmp_path)

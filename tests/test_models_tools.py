@@ -1,4 +1,4 @@
-"""Tests of tools/models.py: the seeded test models are valid, run, and have the promised shape."""
+"""Tests of onnx_mrvl/testing/models.py: the seeded test models are valid, run, and have the promised shape."""
 import os
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-import models as M
+from onnx_mrvl.testing import models as M
 from onnx_mrvl.errors import UnsupportedError
 
 _CACHE = {}

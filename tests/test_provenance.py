@@ -7,13 +7,13 @@ import os
 
 import onnx
 import pytest
-from models import tiny_cnn
+from onnx_mrvl.testing.models import tiny_cnn
 
 import onnx_mrvl
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.errors import UsageError
-from onnx_mrvl.inspect.offload import offload_report
-from onnx_mrvl.inspect.report_html import render_report_html
+from onnx_mrvl.inspection.offload import offload_report
+from onnx_mrvl.inspection.report_html import render_report_html
 from onnx_mrvl.stamp import read_provenance
 
 

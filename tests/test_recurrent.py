@@ -6,13 +6,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-import arch_ocr_audio
+from onnx_mrvl.testing import arch_ocr_audio
 import onnx_mrvl
-import recurrent_models as rm
+from onnx_mrvl.testing import recurrent_models as rm
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.target import get_target
-from randomize_weights import random_inputs
+from onnx_mrvl.testing.randomize_weights import random_inputs
 
 TOL = 1e-2   # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
 
@@ -187,7 +187,7 @@ def test_perf_model_counts_recurrent_macs_and_serial_steps():
     # serial timesteps: per step the step's MACs at peak plus the step latency
     assert row.compute_cycles == 10 * (-(-macs // 10 // peak) + arch["recurrent_step_cycles"])
     assert result.report.macs_total == macs
-    from onnx_mrvl.inspect.offload import cpu_macs
+    from onnx_mrvl.inspection.offload import cpu_macs
     assert cpu_macs(model, list(model.graph.node)) == macs    # the offload report of a CPU LSTM
 
 

@@ -12,15 +12,15 @@ import time
 
 import onnx
 import pytest
-from models import branchy_chain, tiny_cnn
+from onnx_mrvl.testing.models import branchy_chain, tiny_cnn
 
 import onnx_mrvl
 from onnx_mrvl.artifact import load
 from onnx_mrvl.cli.main import main
-from onnx_mrvl.inspect.diff import diff_models
-from onnx_mrvl.inspect.graphview import write_html
-from onnx_mrvl.inspect.offload import UNKNOWN_REASON, offload_report
-from onnx_mrvl.inspect.report_html import render_report_html
+from onnx_mrvl.inspection.diff import diff_models
+from onnx_mrvl.inspection.graphview import write_html
+from onnx_mrvl.inspection.offload import UNKNOWN_REASON, offload_report
+from onnx_mrvl.inspection.report_html import render_report_html
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_graphview import chromium, run_chromium  # noqa: E402
@@ -29,7 +29,7 @@ FAST_ZOO = ("squeezenet", "shufflenet", "inception_v1")
 
 
 def zoo_names():
-    from randomize_weights import zoo_model_paths
+    from onnx_mrvl.testing.randomize_weights import zoo_model_paths
     names = list(zoo_model_paths())
     return names if os.environ.get("ONNX_MRVL_FULL_ZOO") else [n for n in names if n in FAST_ZOO]
 
@@ -37,7 +37,7 @@ def zoo_names():
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory):
     """Every selected zoo architecture converted once: name -> output folder."""
-    from randomize_weights import load_zoo
+    from onnx_mrvl.testing.randomize_weights import load_zoo
     base = tmp_path_factory.mktemp("zoo")
     out = {}
     for name in zoo_names():

@@ -11,8 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_mrvl
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.cuts import CUT_AFTER, CYCLE, NOT_SUPPORTED, USER_EXCLUDE, find_cuts
-from onnx_mrvl.inspect.offload import offload_report
-from onnx_mrvl.inspect.report_html import render_report_html
+from onnx_mrvl.inspection.offload import offload_report
+from onnx_mrvl.inspection.report_html import render_report_html
 
 F = TensorProto.FLOAT
 

@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 import onnx_mrvl
 from onnx_mrvl.errors import ArtifactError, ModelError, MrvlError, ShapeError
-from models import tiny_cnn
+from onnx_mrvl.testing.models import tiny_cnn
 
 
 def conv_relu(w=None, opset=13, ir=8, batch_dim=1):

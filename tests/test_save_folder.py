@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from models import tiny_cnn
+from onnx_mrvl.testing.models import tiny_cnn
 
 import onnx_mrvl
 import onnx_mrvl.save as save_module

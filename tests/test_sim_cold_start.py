@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from models import F32, GraphBuilder
+from onnx_mrvl.testing.models import F32, GraphBuilder
 
 import onnx_mrvl
 from onnx_mrvl.cli.common import configure_logging
@@ -65,7 +65,7 @@ def test_numba_path_compiles_only_used_kernels_and_vv_hides_numba(tmp_path):
     """Without native kernels, on an empty numba cache: only the kernels this model uses are
     compiled (tiny_cnn: no depthwise conv, no element-wise op), and -vv shows our debug lines (a
     few dozen), not numba's bytecode dumps (~750k lines)."""
-    from models import tiny_cnn
+    from onnx_mrvl.testing.models import tiny_cnn
     onnx_mrvl.convert(tiny_cnn()).save(str(tmp_path / "m"))
     code, imported, kernels, err = run_cli(["run", str(tmp_path / "m" / "model.onnx"), "-vv"],
                                            ONNX_MRVL_SIM_NATIVE="0", NUMBA_CACHE_DIR=str(tmp_path / "numba"))

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-import models
+from onnx_mrvl.testing import models
 import onnx_mrvl
 from onnx_mrvl.sim import Simulator, native
 from test_sim_fusion import program as residual_program

@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 
 import onnx_mrvl
-from randomize_weights import load_zoo, random_inputs, zoo_model_paths
+from onnx_mrvl.testing.randomize_weights import load_zoo, random_inputs, zoo_model_paths
 
 TOL = 1e-2          # docs/simulator.md, "Practical tolerance"
 ZOO = sorted(zoo_model_paths())

@@ -1,10 +1,10 @@
 """The cost model: its terms, its use by partition="cost", and the CPU calibration file."""
 import json
+import os
 
 import numpy as np
 import pytest
 
-import calibrate_cpu
 from onnx_mrvl._graph import GraphIndex
 from onnx_mrvl.errors import ModelError
 from onnx_mrvl.fuse import fuse
@@ -13,6 +13,19 @@ from onnx_mrvl.pipeline import convert
 from onnx_mrvl.split import cost, node_macs
 from onnx_mrvl.target import CPU_PROFILE_ENV, DEFAULT_TARGET, CpuProfile, Target
 from test_split_strategies import chain_model, check_deployable
+
+
+def _load_tool(name):
+    """A script of tools/ (not a package module: it is run as ``python tools/<name>.py``)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+calibrate_cpu = _load_tool("calibrate_cpu")
 
 
 def _fused_graph(model):

@@ -6,9 +6,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from models import detection_like
+from onnx_mrvl.testing.models import detection_like
 from onnx_mrvl.pipeline import convert
-from randomize_weights import load_zoo, random_inputs, zoo_model_paths
+from onnx_mrvl.testing.randomize_weights import load_zoo, random_inputs, zoo_model_paths
 from test_split_strategies import RTOL, ATOL, check_deployable
 
 STRATEGIES = ("max", "single", "cost")

@@ -5,7 +5,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from models import detection_like, mobilenetv2_like, tiny_cnn
+from onnx_mrvl.testing.models import detection_like, mobilenetv2_like, tiny_cnn
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.split import split

@@ -1,4 +1,4 @@
-"""LayerNorm, Softmax, GELU and the other smooth activations on the accelerator (tools/arch_transformer.py):
+"""LayerNorm, Softmax, GELU and the other smooth activations on the accelerator (onnx_mrvl/testing/arch_transformer.py):
 structure (the ops become Mrvl nodes inside a region) and numbers (fused model in plain onnxruntime
 within 1e-4; convert + onnx_mrvl.InferenceSession on the fp16 simulator within 1e-2 * max|ref| of
 onnxruntime on the original, docs/simulator.md)."""
@@ -18,7 +18,7 @@ from onnx_mrvl.legalize import legalize, legalize_with_report
 from onnx_mrvl.sim.activations import make_activation
 from onnx_mrvl.sim.norm_ops import layernorm as sim_layernorm, softmax as sim_softmax
 
-import arch_transformer as A
+from onnx_mrvl.testing import arch_transformer as A
 
 F16_TOL = 1e-2
 

@@ -1,10 +1,10 @@
-"""Model zoo (tools/zoo.py) on a subset fast enough for CI: every strategy converts, runs and
-matches onnxruntime on the original; the full table is ``python tools/zoo.py``."""
+"""Model zoo (onnx_mrvl/testing/zoo.py) on a subset fast enough for CI: every strategy converts, runs and
+matches onnxruntime on the original; the full table is ``python -m onnx_mrvl.testing.zoo``."""
 import json
 
 import pytest
 
-import zoo
+from onnx_mrvl.testing import zoo
 
 # name -> minimum offload fraction (MACs) under partition=max
 SUBSET = {"tiny_cnn": 1.0, "fashion_mnist": 1.0, "zoo/squeezenet": 0.99, "resnet18_like": 0.99}

@@ -6,7 +6,7 @@ With ``--fp16-baseline`` the exit code follows the baseline's verdicts instead: 
 exceeds the fp16 baseline (a likely conversion bug), 0 when every error is within fp16 rounding.
 ``--json`` prints only JSON on stdout (strict: a non-finite number is null plus a flag, see
 ``common.strict_json``). Random inputs take A's declared shapes; ``--input-shape`` fixes symbolic
-dimensions (see ``inspect/inputs.py`` for the defaults).
+dimensions (see ``inspection/inputs.py`` for the defaults).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import os
 import sys
 
 from ..errors import UsageError
-from ..inspect.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from ..inspection.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from .common import parse_input_shapes, print_json
 
 
@@ -60,7 +60,7 @@ def _model_path(path: str) -> str:
 def _load_inputs(path: str, model_path: str):
 
     from ..feeds import read_inputs
-    from ..inspect.canonical import load_model
+    from ..inspection.canonical import load_model
 
     m = load_model(model_path)
     inits = {t.name for t in m.graph.initializer}
@@ -69,7 +69,7 @@ def _load_inputs(path: str, model_path: str):
 
 
 def run(args) -> int:
-    from ..inspect.compare import compare_models
+    from ..inspection.compare import compare_models
 
     a, b = _model_path(args.a), _model_path(args.b)
     shapes = parse_input_shapes(args.input_shape)

@@ -28,13 +28,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..inspect.diff import diff_models, load_model
+    from ..inspection.diff import diff_models, load_model
 
     a, b = load_model(args.a), load_model(args.b)
     diff = diff_models(a, b)
     diff.a_label, diff.b_label = args.a, args.b
     if args.html:
-        from ..inspect.graphview import render_diff_html, write_html
+        from ..inspection.graphview import render_diff_html, write_html
         write_html(args.html, render_diff_html(a, b, diff))
         log.info("wrote %s", args.html)
     if args.json:

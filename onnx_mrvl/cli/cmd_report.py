@@ -35,12 +35,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..inspect.offload import offload_report
+    from ..inspection.offload import offload_report
 
     rep = offload_report(args.path)
     if args.html:
-        from ..inspect.graphview import write_html
-        from ..inspect.report_html import render_report_html
+        from ..inspection.graphview import write_html
+        from ..inspection.report_html import render_report_html
         write_html(args.html, render_report_html(rep, original=args.original))
         log.info("wrote %s", args.html)
     if args.json:

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..errors import ModelError, UsageError
 from ..feeds import input_mismatches
-from ..inspect.compare import DEFAULT_ATOL
-from ..inspect.tensors import error_stats as tensor_stats
+from ..inspection.compare import DEFAULT_ATOL
+from ..inspection.tensors import error_stats as tensor_stats
 from .common import error_stats, load_inputs, positive_int, print_json, random_inputs, session_specs
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ after the other and saves two passes over memory. The fused step runs where the 
 the residual is ready whichever order the program computes the two branches in. The program
 itself is unchanged: its layers, perf model and overflow report still name both layers (an
 overflow in the conv is reported at the conv). Pairs are fused only when the conv output is read
-by nothing else and is not a program output (the layer capture of inspect/runner.py makes every
+by nothing else and is not a program output (the layer capture of inspection/runner.py makes every
 layer output a program output, so it sees every layer), and when both activations are ones the
 native kernel finishes itself.
 """

@@ -7,7 +7,7 @@ when ``onnx_mrvl.sim`` is importable, else plain onnxruntime on the regions' fp3
 and compare every output with onnxruntime on the original. Records offload fraction (MACs), the
 number of regions, the max abs / relative error and the convert time.
 
-CLI: ``python tools/zoo.py [--only NAME ...] [--strategies max single cost] [--json OUT] [--runner ...]``
+CLI: ``python -m onnx_mrvl.testing.zoo [--only NAME ...] [--strategies max single cost] [--json OUT] [--runner ...]``
 """
 from __future__ import annotations
 
@@ -23,12 +23,6 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for _p in (ROOT, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 log = logging.getLogger("zoo")
 STRATEGIES = ("max", "single", "cost")
@@ -55,8 +49,8 @@ class ZooRow:
 
 def model_builders(seed: int = 0) -> Dict[str, Callable[[], "onnx.ModelProto"]]:  # noqa: F821
     """Name -> zero-argument builder: zoo architectures (prefixed ``zoo/``) then project models."""
-    import randomize_weights as rw
-    from models import all_models
+    from . import randomize_weights as rw
+    from .models import all_models
     out = {}
     for name in rw.zoo_model_paths():
         out[f"zoo/{name}"] = (lambda n=name: rw.load_zoo(n, seed))
@@ -88,7 +82,7 @@ def _session(path_or_bytes, runner: str):
 def run_model(name: str, model, strategies: Sequence[str], runner: str, seed: int = 0) -> List[ZooRow]:
     """All strategies for one model; onnxruntime on the original runs once."""
     import onnx_mrvl
-    from randomize_weights import random_inputs
+    from .randomize_weights import random_inputs
     feed = random_inputs(model, seed)
     ref_sess = _session(model.SerializeToString(), "reference")
     ref_sess.run(None, feed)                       # warm-up

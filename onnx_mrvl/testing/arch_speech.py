@@ -10,7 +10,7 @@
                     Split + Sigmoid + Mul, depthwise Conv1d k15, BatchNorm, SiLU, pointwise) ->
                     half FFN -> LayerNorm, with the Transposes between [B,T,D] and [B,D,T].
 
-    python tools/arch_speech.py          # regions and CPU nodes of each after convert
+    python -m onnx_mrvl.testing.arch_speech          # regions and CPU nodes of each after convert
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from arch_transformer import Net, gelu, layernorm
+from .arch_transformer import Net, gelu, layernorm
 
 I64 = onnx.TensorProto.INT64
 F32 = onnx.TensorProto.FLOAT
@@ -225,7 +225,7 @@ def all_models() -> Dict[str, Callable[[], onnx.ModelProto]]:
 
 
 def main(argv: Sequence[str] = None) -> int:
-    from arch_transformer import region_count
+    from .arch_transformer import region_count
     for name, build in all_models().items():
         regions, cpu = region_count(build())
         print(f"{name:24s} regions {regions:3d}  CPU nodes {cpu:3d}")

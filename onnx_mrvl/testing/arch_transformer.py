@@ -3,7 +3,7 @@ layer norms (opset-17 op, PyTorch's decomposition, tf2onnx's Keras decomposition
 channels-first form), GELU (Erf in PyTorch / HF orderings, tanh approximation, opset-20 op),
 Softmax on any axis, and a post-LN encoder block built from them.
 
-    python tools/arch_transformer.py [--save DIR]    # region counts of every model (convert, default target)
+    python -m onnx_mrvl.testing.arch_transformer [--save DIR]    # region counts of every model (convert, default target)
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ import onnx
 
 from ..provenance import COMPOSITE_KEY
 from .canonical import MRVL_DOMAIN, attr_value, explicit_origin, is_region_node, meta_props, tensor_sha256
-from .layout import node_keys, producer_map, topo_order
+from .graph_layout import node_keys, producer_map, topo_order
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ as inputs, and ConstantOfShape fills of a constant shape) with seeded random val
 keep activations O(1) through deep nets: He scaling by fan-in for Conv/Gemm/MatMul weights,
 BatchNorm scale and variance ~ U(0.5, 1.5), means and biases ~ N(0, 0.1).
 
-CLI: ``python tools/randomize_weights.py MODEL.onnx -o OUT.onnx --seed 0``
+CLI: ``python -m onnx_mrvl.testing.randomize_weights MODEL.onnx -o OUT.onnx --seed 0``
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import onnx
 
 from .canonical import ModelLike, attr_value, load_model
 from .diff import GraphDiff, change_lines, short_value
-from .layout import layered_layout, node_keys, producer_map
+from .graph_layout import layered_layout, node_keys, producer_map
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Callable, Dict
 import numpy as np
 import onnx
 
-from models import F32, GraphBuilder
+from .models import F32, GraphBuilder
 
 
 def _conv(g: GraphBuilder, x, cin, cout, k, name, stride=(1, 1), pads=None, group=1, bias=True, **attrs):

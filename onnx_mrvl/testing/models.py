@@ -6,7 +6,7 @@ from ``numpy.random.default_rng(seed)``: He scaling (std = sqrt(2 / fan_in)) for
 matrices, realistic BatchNormalization statistics. The models pass
 ``onnx.checker.check_model(full_check=True)`` and run in onnxruntime.
 
-CLI: ``python tools/models.py --out DIR [--only NAME ...]`` writes ``DIR/<name>.onnx``.
+CLI: ``python -m onnx_mrvl.testing.models --out DIR [--only NAME ...]`` writes ``DIR/<name>.onnx``.
 """
 from __future__ import annotations
 
@@ -20,11 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-try:
-    from onnx_mrvl.errors import UnsupportedError
-except ImportError:  # run as a script from tools/ without the repo root on sys.path
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from onnx_mrvl.errors import UnsupportedError
+from ..errors import UnsupportedError
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-try:
-    from models import GraphBuilder
-except ImportError:  # imported from the repo root
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from models import GraphBuilder
+from .models import GraphBuilder
 
 F32 = TensorProto.FLOAT
 

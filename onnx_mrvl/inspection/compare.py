@@ -176,7 +176,7 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
     with ``input_shapes``); ``model_dir``: where B's region binaries are (default: B's folder);
     ``simulate``: compare inside regions layer by layer; ``fp16_baseline``: also run A with every
     float tensor stored in fp16 and judge each tensor against it (``result.baseline``,
-    inspect/baseline_report.py)."""
+    inspection/baseline_report.py)."""
     ma, mb = load_model(a), load_model(b)
     if model_dir is None and not isinstance(b, onnx.ModelProto):
         model_dir = os.path.dirname(os.path.abspath(os.fspath(b)))

@@ -26,7 +26,7 @@ from typing import Callable, Dict
 import numpy as np
 import onnx
 
-from models import F32, GraphBuilder
+from .models import F32, GraphBuilder
 
 STYLES = ("legacy", "fused_qkv", "dynamo", "bmm3d")
 MASKS = ("none", "const", "min", "input", "where", "hf")
