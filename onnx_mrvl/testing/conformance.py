@@ -71,19 +71,15 @@ class CaseResult:
     variant: str = "as-is"            # as-is | frozen (inputs after the first made initializers, force=True)
 
 
-def sim_available() -> bool:
-    try:
-        from onnx_mrvl.sim import Simulator  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "not there yet"
-        return False
-    return True
-
-
 def runner_for(requested: str = "auto") -> str:
-    """"sim" (onnx_mrvl.InferenceSession) when the simulator is importable, else "reference"."""
-    if requested != "auto":
+    """"sim" (onnx_mrvl.InferenceSession with the simulator) unless "reference" is asked for.
+
+    "auto" means "sim": a simulator that fails to import is an error, never a silent switch to
+    the fp32 reference bodies."""
+    if requested == "reference":
         return requested
-    return "sim" if sim_available() else "reference"
+    from onnx_mrvl.sim import Simulator  # noqa: F401 - raises when the simulator is broken
+    return "sim"
 
 
 def collect_cases(pattern: Optional[str] = None):
