@@ -157,7 +157,7 @@ def test_region_error_inside_a_body_raises(tmp_path):
     prog = body[0]
     good = prog.simulator.run
 
-    def broken(inputs):
+    def broken(inputs, **kw):
         raise ValueError("forced failure inside the then branch")
     prog.simulator.run = broken
     try:

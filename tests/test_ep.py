@@ -110,7 +110,7 @@ def test_kernel_error_is_raised_not_fatal(two_models):
     prog = sess._mrvl_programs[0]
     good = prog.simulator.run
 
-    def broken(inputs):
+    def broken(inputs, **kw):
         raise ValueError("simulated failure")
 
     prog.simulator.run = broken

@@ -83,7 +83,7 @@ def test_packed_region_error_is_raised(tmp_path):
     good = prog.simulator.run
     seen = []
 
-    def broken(inputs):
+    def broken(inputs, **kw):
         seen.append([a.shape for a in inputs])
         raise ValueError("packed failure")
     prog.simulator.run = broken

@@ -48,11 +48,11 @@ class Breaker:
     def __enter__(self):
         good = self.good
 
-        def run(inputs):
+        def run(inputs, **kw):
             v = float(np.asarray(inputs[0]).flat[0])
             if v >= MARK:
                 raise ValueError(f"forced failure {v:.0f}")
-            return good(inputs)
+            return good(inputs, **kw)
         self.prog.simulator.run = run
         return self
 
@@ -112,7 +112,7 @@ def test_error_names_region_layer_and_original_nodes(converted):
     prog = sess._mrvl_programs[0]
     good = prog.simulator.run
 
-    def broken(inputs):    # as the simulator reports a failing layer
+    def broken(inputs, **kw):    # as the simulator reports a failing layer
         raise MrvlRuntimeError("conv2d layer failed: bad", node="mrvl_conv_7", origin=["conv_7"])
     prog.simulator.run = broken
     try:
@@ -235,7 +235,7 @@ onnx_mrvl.ep.register(so, model_path=path)
 """
     breaker = """
 prog = next(iter(onnx_mrvl.ep.kernel._programs.values()))
-def broken(inputs):
+def broken(inputs, **kw):
     raise ValueError("forced failure")
 prog.simulator.run = broken
 i = sess.get_inputs()[0]

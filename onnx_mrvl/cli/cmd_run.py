@@ -31,6 +31,10 @@ def register(sub) -> None:
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                    help=f"absolute part of the tolerance, for outputs that are (nearly) zero; values far below "
                         f"fp16's range flush to 0 on the accelerator (default {DEFAULT_ATOL:g}, as `compare`)")
+    p.add_argument("--allow-overflow", action="store_true",
+                   help="let fp16 overflows (inf/NaN from finite inputs) flow on, as on the device, with a "
+                        "warning; by default such a run fails (exit 3) naming the layer and its original nodes "
+                        "(with --compare the infs are compared instead: an output they reach fails, exit 1)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -41,7 +45,7 @@ def run(args) -> int:
     if not os.path.isfile(args.model):
         raise ModelError(f"model file '{args.model}' does not exist",
                          hint="pass the model.onnx that `onnx-mrvl convert` wrote (OUT_DIR/model.onnx)")
-    sess = InferenceSession(args.model)
+    sess = InferenceSession(args.model, fp16_overflow="inf" if (args.allow_overflow or args.compare) else "raise")
     ref_sess = reference_session(args.compare, sess) if args.compare else None
     feeds = load_inputs(args.inputs, sess) if args.inputs else random_inputs(sess, args.seed)
     names = [o.name for o in sess.get_outputs()]

@@ -167,12 +167,13 @@ def _region_error(region: str, prog: Optional[Program], exc: BaseException) -> M
     return MrvlRuntimeError(f"region '{region}' failed: {type(exc).__name__}: {exc}", node=region, origin=origin)
 
 
-def _simulate(prog: Optional[Program], region: str, sha256: str, inputs: List[np.ndarray]) -> List[np.ndarray]:
+def _simulate(prog: Optional[Program], region: str, sha256: str, inputs: List[np.ndarray],
+              on_overflow: str = "warn") -> List[np.ndarray]:
     if prog is None:
         raise MrvlRuntimeError(f"region '{region}' has no loaded program (sha256 {sha256[:16]}...)",
                                node=region, hint="create the session with onnx_mrvl.InferenceSession")
     t0 = time.perf_counter()
-    outs = prog.simulator.run(inputs)
+    outs = prog.simulator.run(inputs, on_overflow=on_overflow)
     dt = time.perf_counter() - t0
     with prog.lock:
         prog.calls += 1
@@ -210,11 +211,11 @@ def _unpack(prog: Program, region: str, x: np.ndarray) -> List[np.ndarray]:
 def _run_kernel(num_outputs: int):
     """The runtime form's kernel (``mrvl::SubgraphRun_<i>x<o>``, runtime_form.py). Never raises: a
     failure is recorded and every output comes back as a ``[0, token]`` tensor for its guard."""
-    def run(*inputs, region="", sha256="", packed_inputs=0, packed_outputs=0):
+    def run(*inputs, region="", sha256="", packed_inputs=0, packed_outputs=0, raise_overflow=1):
         prog = _programs.get(sha256)
         try:
             xs = _unpack(prog, region, inputs[0]) if (int(packed_inputs) and prog is not None) else list(inputs)
-            outs = _simulate(prog, region, sha256, xs)
+            outs = _simulate(prog, region, sha256, xs, "raise" if int(raise_overflow) else "warn")
             if int(packed_outputs):
                 return _Output(np.concatenate([o.reshape(-1) for o in outs]))
             if len(outs) != num_outputs:
@@ -267,7 +268,8 @@ def define_ops(signatures) -> None:
                      "which take any number of inputs and outputs")
         if not _run_defined:
             attrs = {"region": PyCustomOpDef.dt_string, "sha256": PyCustomOpDef.dt_string,
-                     "packed_inputs": PyCustomOpDef.dt_int64, "packed_outputs": PyCustomOpDef.dt_int64}
+                     "packed_inputs": PyCustomOpDef.dt_int64, "packed_outputs": PyCustomOpDef.dt_int64,
+                     "raise_overflow": PyCustomOpDef.dt_int64}
             for nin, nout in BASE_SIGNATURES:
                 onnx_op(op_type=f"{DOMAIN}::{run_op_type(nin, nout)}", inputs=[PyCustomOpDef.dt_float] * nin,
                         outputs=[PyCustomOpDef.dt_float] * nout, attrs=attrs)(_run_kernel(nout))

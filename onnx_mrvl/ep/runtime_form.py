@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, UsageError
 from .failures import GUARD_SUFFIX
 
 DOMAIN = "mrvl"
@@ -47,29 +47,33 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
 
-def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple]) -> onnx.ModelProto:
+def runtime_model(model: onnx.ModelProto, shapes: Dict[str, tuple], fp16_overflow: str = "raise") -> onnx.ModelProto:
     """A copy of ``model`` in runtime form. ``shapes``: sha256 -> (input shapes, output shapes) of
-    each region's loaded binary."""
+    each region's loaded binary; ``fp16_overflow``: "raise" (a region whose fp16 values overflow
+    fails the run) or "inf" (the infs flow on, as on the device, with a logged warning)."""
+    if fp16_overflow not in ("raise", "inf"):
+        raise UsageError(f"fp16_overflow={fp16_overflow!r}: expected 'raise' or 'inf'",
+                         hint="'raise' fails a run whose fp16 values overflow; 'inf' lets the infs flow on")
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    _rewrite(out.graph, shapes, _default_opset(out), "")
+    _rewrite(out.graph, shapes, _default_opset(out), "", int(fp16_overflow == "raise"))
     keep = [f for f in out.functions if not (f.domain == DOMAIN and f.name.startswith(SUBGRAPH_PREFIX))]
     del out.functions[:]
     out.functions.extend(keep)
     return out
 
 
-def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str) -> None:
+def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str, raise_overflow: int) -> None:
     """Region nodes of ``g`` and of every control-flow body in it (recursively) in runtime form."""
     nodes: List[onnx.NodeProto] = []
     inits: List[onnx.TensorProto] = []
     for k, node in enumerate(g.node):
         for a in node.attribute:   # If/Loop/Scan bodies may hold regions too (bodies.py)
             if a.type == onnx.AttributeProto.GRAPH:
-                _rewrite(a.g, shapes, opset, f"{tag}{k}_{a.name}_")
+                _rewrite(a.g, shapes, opset, f"{tag}{k}_{a.name}_", raise_overflow)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for j, sub in enumerate(a.graphs):
-                    _rewrite(sub, shapes, opset, f"{tag}{k}_{a.name}{j}_")
+                    _rewrite(sub, shapes, opset, f"{tag}{k}_{a.name}{j}_", raise_overflow)
         if not is_subgraph(node):
             nodes.append(node)
             continue
@@ -105,7 +109,7 @@ def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str)
         raws = [f"{p}/raw{j}" for j in range(1 if packed_out else len(node.output))]
         nodes.append(helper.make_node(run_op_type(len(xs), len(raws)), xs, raws, name=nm, domain=DOMAIN,
                                       region=region, sha256=sha, packed_inputs=int(packed_in),
-                                      packed_outputs=int(packed_out)))
+                                      packed_outputs=int(packed_out), raise_overflow=raise_overflow))
         guard = f"{nm}{GUARD_SUFFIX}"
         if not packed_out:
             for j, (raw, name) in enumerate(zip(raws, node.output)):

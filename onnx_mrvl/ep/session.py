@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 
 from ..artifact.manifest import check_folder, check_model_file
-from ..errors import ArtifactError, ModelError
+from ..errors import ArtifactError, ModelError, UsageError
 from . import failures, kernel
 from .runtime_form import is_subgraph
 from .runtime_form import runtime_model as _runtime_form
@@ -87,7 +87,7 @@ def _shapes(programs: List[kernel.Program]) -> dict:
     return {p.sha256: (p.simulator.input_shapes, p.simulator.output_shapes) for p in programs}
 
 
-def runtime_model(path_or_model, model_dir: Optional[str] = None) -> onnx.ModelProto:
+def runtime_model(path_or_model, model_dir: Optional[str] = None, *, fp16_overflow: str = "raise") -> onnx.ModelProto:
     """The runtime form of a converted model, for an ``onnxruntime.InferenceSession`` built by hand
     (after ``register(sess_options)``): its binaries are loaded and verified now and stay loaded for
     the process. A region error then fails the run with onnxruntime's exception, whose message
@@ -100,7 +100,7 @@ def runtime_model(path_or_model, model_dir: Optional[str] = None) -> onnx.ModelP
         model_dir = model_dir or os.path.dirname(os.path.abspath(path))
         proto = _load(path)
     programs, _ = preload(proto, model_dir, model_file=path)
-    return _runtime_form(proto, _shapes(programs))
+    return _runtime_form(proto, _shapes(programs), fp16_overflow)
 
 
 def _raises_region_errors(method):
@@ -122,10 +122,16 @@ class InferenceSession(ort.InferenceSession):
 
     ``path_or_model``: a path (artifacts resolve relative to its folder), serialized bytes or a
     ModelProto (binaries must then be embedded, or pass ``model_dir=``). onnxruntime runs the
-    model's runtime form; inputs, outputs and results are those of the saved model."""
+    model's runtime form; inputs, outputs and results are those of the saved model.
+    ``fp16_overflow``: "raise" (default: a region whose fp16 values overflow, i.e. turn finite
+    inputs into inf/NaN, fails the run with ``MrvlRuntimeError`` naming the layer and its original
+    nodes) or "inf" (the infs flow on, as on the device; a warning is logged)."""
 
     def __init__(self, path_or_model, sess_options: Optional[ort.SessionOptions] = None,
-                 providers=None, *, model_dir: Optional[str] = None, **kwargs):
+                 providers=None, *, model_dir: Optional[str] = None, fp16_overflow: str = "raise", **kwargs):
+        if fp16_overflow not in ("raise", "inf"):
+            raise UsageError(f"fp16_overflow={fp16_overflow!r}: expected 'raise' or 'inf'",
+                             hint="'raise' fails a run whose fp16 values overflow; 'inf' lets the infs flow on")
         path = None
         if isinstance(path_or_model, onnx.ModelProto):
             proto = path_or_model
@@ -141,7 +147,7 @@ class InferenceSession(ort.InferenceSession):
         self._mrvl_programs = programs
         self._mrvl_finalizer = weakref.finalize(self, _release_all, [p.sha256 for p in programs])
         try:
-            source = _runtime_form(proto, _shapes(programs)).SerializeToString() if programs else \
+            source = _runtime_form(proto, _shapes(programs), fp16_overflow).SerializeToString() if programs else \
                 proto.SerializeToString()
         except BaseException:
             self._mrvl_finalizer()

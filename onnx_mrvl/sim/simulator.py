@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -40,6 +40,11 @@ def _load_binary(binary):
         b = load(bytes(binary) if isinstance(binary, (bytearray, memoryview)) else binary)
         return b.meta, b.weights
     raise TypeError(f"Simulator needs bytes, a path or a loaded Binary, not {type(binary).__name__}")
+
+
+def _all_finite(arrays: List[np.ndarray]) -> bool:
+    with np.errstate(all="ignore"):
+        return all(bool(np.isfinite(a).all()) for a in arrays)
 
 
 def _overflow_at(spec, index: int) -> Dict:
@@ -210,28 +215,48 @@ class Simulator:
             out.append(a)
         return out
 
-    def run(self, inputs: Union[Sequence[np.ndarray], Mapping[str, np.ndarray], np.ndarray]) -> List[np.ndarray]:
-        """Execute the program; returns float32 C-contiguous arrays in meta['outputs'] order."""
+    def run(self, inputs: Union[Sequence[np.ndarray], Mapping[str, np.ndarray], np.ndarray], *,
+            on_overflow: str = "warn") -> List[np.ndarray]:
+        """Execute the program; returns float32 C-contiguous arrays in meta['outputs'] order.
+
+        ``on_overflow``: what an fp16 overflow (a layer turning finite inputs into inf/NaN) does:
+        "warn" logs it and lets the infs flow on, as on the device; "raise" raises
+        ``MrvlRuntimeError`` naming the layer and its original nodes when an inf/NaN reaches an
+        output (infs that a later layer absorbs, e.g. a -inf attention mask before a Softmax, are
+        the model's intent and only logged)."""
+        if on_overflow not in ("warn", "raise"):
+            raise ValueError(f"on_overflow must be 'warn' or 'raise', not {on_overflow!r}")
         arrays = self._bind_inputs(inputs)
         if self._static is not None and self._static_lock.acquire(blocking=False):
             try:                                    # fixed memory, one call per native step
                 results, overflow = self._static.run(self, arrays, workers())
             finally:
                 self._static_lock.release()
-            return self._finish(results, overflow)
-        return self._run_dynamic(arrays)
+            return self._finish(results, overflow, on_overflow)
+        return self._run_dynamic(arrays, on_overflow)
 
-    def _finish(self, results: List[np.ndarray], overflow: Optional[Dict]) -> List[np.ndarray]:
-        if overflow is not None:
-            log.warning("program %r: fp16 overflow (inf/nan) first in %s %s (original nodes: %s)",
-                        self.name, overflow["layer_name"], overflow["name"],
-                        ", ".join(overflow["origin"]) or "-")
+    def _finish(self, results: List[np.ndarray], overflow: Optional[Dict], on_overflow: str) -> List[np.ndarray]:
         with self._lock:
             self._last_perf = self.perf
             self._last_overflow = overflow
+        if overflow is not None:
+            where = f"{overflow['layer_name']} {overflow['name']}"
+            origin = ", ".join(overflow["origin"]) or "-"
+            if on_overflow == "raise" and not _all_finite(results):
+                raise MrvlRuntimeError(
+                    f"program {self.name!r}: fp16 overflow: {where} turned finite inputs into inf/NaN, "
+                    f"which reach the region's outputs (original nodes: {origin})", node=overflow["name"], origin=tuple(overflow["origin"]),
+                    hint="its values exceed fp16's range (65504): keep these nodes on the CPU (convert with "
+                         "exclude=[...] / --exclude), rescale the inputs, or accept the device's inf "
+                         "(InferenceSession(..., fp16_overflow='inf') / onnx-mrvl run --allow-overflow)")
+            log.warning("program %r: fp16 overflow (inf/nan) first in %s (original nodes: %s)",
+                        self.name, where, origin)
         return results
 
-    def _run_dynamic(self, arrays: List[np.ndarray]) -> List[np.ndarray]:
+    def _run_dynamic(self, arrays: List[np.ndarray], on_overflow: str = "warn") -> List[np.ndarray]:
+        return self._finish(*self._run_layers(arrays), on_overflow)
+
+    def _run_layers(self, arrays: List[np.ndarray]) -> Tuple[List[np.ndarray], Optional[Dict]]:
         """Layer by layer, every output a fresh array (no static plan, or another thread is in it)."""
         env: Dict[int, np.ndarray] = {}
         finite: Dict[int, bool] = {}
@@ -293,7 +318,7 @@ class Simulator:
                                        f"{list(y.shape)}, meta says {list(want)}", node=self.name,
                                        hint="recompile the region")
             results.append(y)
-        return self._finish(results, overflow)
+        return results, overflow
 
     def __repr__(self) -> str:
         return (f"Simulator({self.name!r}, {len(self._layers)} layers, inputs={self.input_shapes}, "
