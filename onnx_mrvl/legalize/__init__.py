@@ -181,10 +181,26 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
                        "inferable; they stay on the CPU), e.g. %s", len(unknown), unknown[:3])
 
 
+def notes(legal: onnx.ModelProto, report: LegalizeReport) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """(original node -> note a rewrite left on its successors (``provenance.get_note``),
+    node -> ``"<rule tag>: <reason>"`` for rules with ``REPORT_SKIPS`` that matched it but did not
+    apply): what the decisions of those nodes must say (``Decisions.annotate``)."""
+    from ..provenance import get_note, get_origin
+    out: Dict[str, str] = {}
+    for n in legal.graph.node:
+        note = get_note(n)
+        if note:
+            for o in get_origin(n):
+                out.setdefault(o, note)
+    tags = {r.NAME: getattr(r, "REPORT_SKIPS", None) for r in RULES}
+    refused = {node: f"{tags[rule]} ({rule}): {why}" for rule, node, why in report.skipped if tags.get(rule)}
+    return out, refused
+
+
 def rule_names() -> Sequence[str]:
     """Rule names in application order."""
     return RULE_NAMES
 
 
-__all__ = ["legalize", "legalize_with_report", "LegalizeReport", "rule_names", "RULE_NAMES",
+__all__ = ["legalize", "legalize_with_report", "notes", "LegalizeReport", "rule_names", "RULE_NAMES",
            "RULES"]
