@@ -226,7 +226,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         for d in decisions.values():
             if d.reason and d.reason.startswith("control flow ("):
                 d.reason += "; bodies on the CPU (not converted with reference=True)"
-    decisions.annotate(*legalize_notes(legal, legal_report))
+    decisions.annotate(*legalize_notes(legal_report))
     report = Report(decisions, regions, dropped, result.macs_total + body_macs[0],
                     result.macs_offloaded + body_macs[1], partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),

@@ -12,7 +12,6 @@ import onnx
 
 ORIGIN_KEY = "mrvl.origin"
 COMPOSITE_KEY = "mrvl.composite"
-NOTE_KEY = "mrvl.note"   # what a rewrite changed that the user must know (shown in the node's decision)
 
 
 def _get_prop(node: onnx.NodeProto, key: str):
@@ -67,13 +66,3 @@ def get_composite(node: onnx.NodeProto):
 
 def set_composite(node: onnx.NodeProto, name: str) -> None:
     _set_prop(node, COMPOSITE_KEY, name)
-
-
-def get_note(node: onnx.NodeProto):
-    """The note a rewrite left on ``node`` (e.g. "dynamic int8: {precision} with dequantized weights"),
-    or None; ``{precision}`` is filled in with where the node ended up."""
-    return _get_prop(node, NOTE_KEY)
-
-
-def set_note(node: onnx.NodeProto, note: str) -> None:
-    _set_prop(node, NOTE_KEY, note)
