@@ -15,6 +15,7 @@ class Decision:
     composite: Optional[str] = None    # composite pattern name
     subgraph: Optional[str] = None     # region name (after split)
     layer: Optional[str] = None        # JSON layer name inside the region (after emit)
+    precision: Optional[str] = None    # that layer's arithmetic: "int8" or "fp16" (accelerator only)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}

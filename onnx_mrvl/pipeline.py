@@ -385,7 +385,9 @@ def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
             if node.get("op") != "tvm_op":
                 continue
             origin = node["attrs"].get("origin_nodes", [[]])[0]
+            precision = "int8" if node["attrs"].get("precision") == ["int8"] else "fp16"
             for name in origin:
                 if name in decisions:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
+                    decisions[name].precision = precision

@@ -10,7 +10,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import onnx
 
-from .base import inp
+from .base import inp, origin_of
 
 QTYPES = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
 FLOAT = onnx.TensorProto.FLOAT
@@ -75,7 +75,8 @@ def attr_axis_quantizes(g, node) -> bool:
 
 
 def dequantized(g, t: str, params: QParams, *, near, origin) -> str:
-    """The float tensor ``DequantizeLinear(t, scale, zero point)``; one per (tensor, scale) pair:
+    """The float tensor ``DequantizeLinear(t, scale, zero point)``, with the provenance of ``t``'s
+    producer (``origin`` when ``t`` has none); one per (tensor, scale) pair:
     an existing DQ of ``t`` with the same scale and zero point is reused (readers share it, as in
     onnxruntime's QDQ format, so ``Q -> DQ`` stays a pair)."""
     s, z = params
@@ -84,6 +85,9 @@ def dequantized(g, t: str, params: QParams, *, near, origin) -> str:
                 _same(g, inp(c, 1), s) and _same(g, inp(c, 2), z) and g.alive(c):
             return c.output[0]
     out = g.fresh(f"{t}/dequantized")
+    p = g.producer.get(t)
+    if p is not None:   # the dequantization of t belongs to what wrote t (fuse absorbs it there)
+        origin = origin_of(p)
     g.make("DequantizeLinear", [t, s] + ([z] if z else []), [out], near=near, origin=origin,
            name=g.fresh_node_name(f"{t}/DequantizeLinear"))
     shape = g.shapes.get(t)
@@ -97,8 +101,11 @@ def dequantized(g, t: str, params: QParams, *, near, origin) -> str:
 def quantize_into(g, y: str, out: str, params: QParams, *, near, origin) -> None:
     """``QuantizeLinear(y, scale, zero point) -> out`` (``out`` keeps its name and int8 type)."""
     s, z = params
+    stem = out[: -len("_quantized")] if out.endswith("_quantized") else out
+    # named as onnxruntime's QDQ quantizer names the Q of float tensor t (t_QuantizeLinear; the
+    # QOperator quantizer names the int8 tensor t_quantized): compare maps the layer onto t
     g.make("QuantizeLinear", [y, s] + ([z] if z else []), [out], near=near, origin=origin,
-           name=g.fresh_node_name(f"{near.name}/QuantizeLinear"))
+           name=g.fresh_node_name(f"{stem}_QuantizeLinear"))
 
 
 def _same(g, a: str, b: str) -> bool:
