@@ -80,20 +80,23 @@ def test_int8_model_against_its_fp32_original_per_layer_snr(models, kind):
 
 
 def test_compare_json_has_snr_and_writes_exact_as_null_with_a_flag(models):
-    """Identical tensors (A against itself) have SNR +inf: strict JSON writes null and the flag;
+    """Identical tensors (A against itself) have SNR +inf: the JSON writes null and the flag
+    ``snr_db_exact`` (no Infinity token, nothing for the ``non_finite`` list);
     the int8 comparison carries finite SNRs and the drop list."""
     buf = io.StringIO()
     with redirect_stdout(buf):
         main(["compare", models["f32"], models["f32"], "--json"])
     same = strict_loads(buf.getvalue())
-    assert same["tensors"] and all(t["snr_db"] is None and t["snr_db_non_finite"] == "inf" for t in same["tensors"])
-    assert same["snr_drops"] == []
+    assert same["tensors"] and all(t["snr_db"] is None and t["snr_db_exact"] is True for t in same["tensors"])
+    assert same["snr_drops"] == [] and "non_finite" not in same
     buf = io.StringIO()
     with redirect_stdout(buf):
         main(["compare", models["f32"], models["qdq"], "--json"])
     q = strict_loads(buf.getvalue())
     assert all(isinstance(t["snr_db"], float) for t in q["tensors"])
     assert q["snr_drops"] and {"tensor", "layer", "origin", "snr_db", "input_snr_db", "drop_db"} <= set(q["snr_drops"][0])
+    first = next(d for d in q["snr_drops"] if d["tensor"] == "stem_relu_out")   # reads the exact input
+    assert first["input_snr_db"] is None and first["input_snr_db_exact"] is True and first["drop_db"] is None
 
 
 def test_fp16_conversion_snr(models):

@@ -14,6 +14,10 @@ largest magnitude, with ``atol`` 1e-4 for tensors that are (nearly) zero. Intege
 equal; non-finite values must agree: each row counts the NaN / inf of both sides, and a failing row
 says why (e.g. "3 NaN where the reference is finite", or max_abs over the tolerance).
 
+Each row also carries the tensor's SNR in dB (``snr.py``), and ``snr_drops`` the layers adding the
+most noise to what they read. Comparing an int8 conversion with its fp32 original, layers map onto
+the fp32 tensors through ``quantized_map.py``.
+
 Inputs: seeded random arrays of A's declared shapes. A symbolic dimension takes ``input_shapes``
 (``--input-shape``), else the converted model's static size for it, else 1 when it is the first
 (batch) dimension; any other symbolic dimension raises ``UsageError`` asking for ``--input-shape``.
@@ -72,6 +76,7 @@ class TensorCompare:
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("passed")
+        d.update(snr.json_fields(self.snr_db))
         return d
 
 
@@ -108,7 +113,7 @@ class CompareResult:
                             "simulator": sum(r.source == "simulator" for r in self.rows),
                             "unmapped": len(self.unmapped), "b_only": self.b_only},
                 "first_failure": first.to_dict() if first else None,
-                "regions": self.regions, "snr_drops": self.snr_drops, "tensors": [r.to_dict() for r in self.rows],
+                "regions": self.regions, "snr_drops": [snr.drop_json(d) for d in self.snr_drops], "tensors": [r.to_dict() for r in self.rows],
                 "unmapped": self.unmapped,
                 "fp16_baseline": self.baseline.to_dict() if self.baseline is not None else None}
 

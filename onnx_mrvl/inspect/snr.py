@@ -1,7 +1,7 @@
 """Signal-to-noise ratio per compared tensor, and the layers that lose most of it.
 
 ``snr_db(ref, got) = 10 * log10(sum(ref^2) / sum((got - ref)^2))`` over the values finite on both
-sides: +inf for identical tensors (strict JSON writes it as null plus ``snr_db_non_finite``), None
+sides: +inf for identical tensors (JSON: null plus ``snr_db_exact: true``, ``json_fields``), None
 for integer tensors (codes: their SNR means nothing). A layer's *drop* is the SNR of what it reads
 minus the SNR of what it writes: the nearest compared tensors upstream in the reference graph (graph
 inputs and constants are exact, +inf). Layers are ranked by the noise they add, the increase of the
@@ -79,6 +79,23 @@ def drops(model: onnx.ModelProto, rows: Sequence[Any], top: int = 5) -> List[Dic
     for d in out:
         del d["_added"]
     return out[:top]
+
+
+def json_fields(v: Optional[float], key: str = "snr_db") -> Dict[str, Any]:
+    """``{key: value}`` for JSON without non-finite numbers: +inf (identical) is null with
+    ``<key>_exact: true``, -inf (a zero reference, nonzero output) null with ``<key>_zero_signal:
+    true``; None (integer tensors) stays null."""
+    if v is None or math.isfinite(v):
+        return {key: v}
+    return {key: None, f"{key}_exact" if v > 0 else f"{key}_zero_signal": True}
+
+
+def drop_json(d: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(d)
+    out.update(json_fields(d["snr_db"]))
+    out.update(json_fields(d["input_snr_db"], "input_snr_db"))
+    out.update(json_fields(d["drop_db"], "drop_db") if math.isfinite(d["drop_db"]) else {"drop_db": None})
+    return out
 
 
 def fmt(v: Optional[float]) -> str:
