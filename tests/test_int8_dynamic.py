@@ -192,6 +192,8 @@ def test_dynamic_node_that_cannot_be_taken_names_its_reason(tmp_path):
     result = onnx_mrvl.convert(m)
     d = result.report["mmi"]
     assert d.placement == "cpu" and d.reason.startswith("dynamic int8 (dynamic_int8): ") and "not constant" in d.reason
+    d = result.report["dql"]
+    assert d.placement == "cpu" and d.reason.startswith("dynamic int8 (dynamic_int8): ") and "MatMulInteger 'mmi'" in d.reason
     folder = str(tmp_path / "out")
     result.save(folder)
     feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32),

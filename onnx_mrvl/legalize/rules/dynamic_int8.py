@@ -23,7 +23,8 @@ from .base import Match, attr, inp, origin_of
 from .qtensor import FLOAT, MS, domain
 
 NAME = "dynamic_int8"
-OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat")
+OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLinear",
+       "QAttention")
 REPORT_SKIPS = "dynamic int8"
 NOTE = "dynamic int8: {precision} with dequantized weights (no calibration)"
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -58,6 +59,8 @@ def match(node, g) -> Optional[Match]:
         return Match(nodes, {"kind": "integer", "cast": cast, "mul": mul})
     if key in ((MS, "DynamicQuantizeMatMul"), (MS, "MatMulIntegerToFloat")):
         return Match([node], {"kind": node.op_type})
+    if key == (MS, "QAttention") or (key == ("", "DynamicQuantizeLinear") and any(g.users(o) for o in node.output)):
+        return Match([node], {"kind": "refuse"})   # never rewritten here: only a reason for its decision
     return None
 
 
@@ -73,6 +76,13 @@ def _dql(g, node, q_idx: int, zp_idx: int):
 
 def check(m: Match, g, target) -> Optional[str]:
     node, kind = m.node, m.data["kind"]
+    if kind == "refuse":
+        if node.op_type == "QAttention":
+            return f"QAttention '{node.name}' (onnxruntime's fused quantized attention) is not rewritten: quantize " \
+                   f"the model before onnxruntime's Attention fusion to get MatMulInteger layers"
+        readers = sorted({f"{u.op_type} '{u.name}'" for o in node.output for u in g.users(o)})
+        return f"DynamicQuantizeLinear '{node.name}' is read by {', '.join(readers[:4])}, which the dynamic-int8 " \
+               f"rewrite did not take (see their reasons)"
     if kind == "integer":
         if m.data["mul"] is None:
             return f"{node.op_type} '{node.name}' is not followed by Cast(float) -> Mul(scale) alone (the " \
