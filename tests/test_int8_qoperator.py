@@ -244,3 +244,23 @@ def test_qlinear_op_that_cannot_be_rewritten_keeps_its_reason(tmp_path):
     a = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
     b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, feeds)[0]
     assert np.array_equal(a, b)
+
+
+def test_qoperator_uint8_weights_stay_on_the_cpu_with_their_reason(tmp_path):
+    """U8U8 QOperator (uint8 weights with a zero point): legalized into QDQ like the rest, but the int8
+    layer takes symmetric int8 weights only; the convs stay in onnxruntime with that reason and the
+    model computes onnxruntime's codes exactly."""
+    m = residual_cnn(seed=1)
+    src, qpath = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(m, src)
+    quantization.quantize_static(src, qpath, _Reader("input", [1, 3, 32, 32], n=4),
+                                 quant_format=quantization.QuantFormat.QOperator, per_channel=False,
+                                 weight_type=quantization.QuantType.QUInt8,
+                                 activation_type=quantization.QuantType.QUInt8)
+    result = onnx_mrvl.convert(qpath)
+    d = result.report["stem_quant"]
+    assert d.placement == "cpu" and "uint8, not int8" in d.reason
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    identical, worst = agreement(qpath, folder)
+    assert identical == 1.0 and worst == 0.0
