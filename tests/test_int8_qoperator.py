@@ -107,6 +107,13 @@ def test_qoperator_cnn_runs_int8_like_onnxruntime(tmp_path, builder, act):
             assert d.placement == "accelerator", (d.node, d.reason)
 
 
+@pytest.mark.parametrize("act", ["u8", "s8"])
+def test_qoperator_per_tensor_weights(tmp_path, act):
+    qpath = quantize_qoperator(residual_cnn(seed=2), str(tmp_path / "q.onnx"), act, per_channel=False)
+    result, int8 = _check(qpath, tmp_path, 7)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+
+
 @pytest.mark.parametrize("builder,kw", [(resnet18_like, {"input_size": 64, "num_classes": 10}),
                                         (mobilenetv2_like, {"input_size": 64, "num_classes": 10})])
 def test_qoperator_resnet_and_mobilenetv2(tmp_path, builder, kw):
