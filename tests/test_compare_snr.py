@@ -94,7 +94,8 @@ def test_compare_json_has_snr_and_writes_exact_as_null_with_a_flag(models):
         main(["compare", models["f32"], models["qdq"], "--json"])
     q = strict_loads(buf.getvalue())
     assert all(isinstance(t["snr_db"], float) for t in q["tensors"])
-    assert q["snr_drops"] and {"tensor", "layer", "origin", "snr_db", "input_snr_db", "drop_db"} <= set(q["snr_drops"][0])
+    keys = {"tensor", "layer", "origin", "snr_db", "input_snr_db", "drop_db"}
+    assert q["snr_drops"] and keys <= set(q["snr_drops"][0])
     first = next(d for d in q["snr_drops"] if d["tensor"] == "stem_relu_out")   # reads the exact input
     assert first["input_snr_db"] is None and first["input_snr_db_exact"] is True and first["drop_db"] is None
 

@@ -183,17 +183,17 @@ def test_dynamic_node_that_cannot_be_taken_names_its_reason(tmp_path):
              helper.make_node("Cast", ["acc"], ["accf"], to=F32, name="cast"),
              helper.make_node("Mul", ["xs", "ws"], ["s"], name="scales"),
              helper.make_node("Mul", ["accf", "s"], ["y"], name="rescale")]
-    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [4, 8]),
-                                                         helper.make_tensor_value_info("wq", TensorProto.UINT8, [8, 6])],
-                                            [helper.make_tensor_value_info("y", F32, [4, 6])],
+    inputs = [helper.make_tensor_value_info("x", F32, [4, 8]), helper.make_tensor_value_info("wq", TensorProto.UINT8, [8, 6])]
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", F32, [4, 6])],
                                             [nh.from_array(np.array(0.01, np.float32), "ws")]),
                           opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     result = onnx_mrvl.convert(m)
+    tag = "dynamic int8 (dynamic_int8): "
     d = result.report["mmi"]
-    assert d.placement == "cpu" and d.reason.startswith("dynamic int8 (dynamic_int8): ") and "not constant" in d.reason
+    assert d.placement == "cpu" and d.reason.startswith(tag) and "not constant" in d.reason
     d = result.report["dql"]
-    assert d.placement == "cpu" and d.reason.startswith("dynamic int8 (dynamic_int8): ") and "MatMulInteger 'mmi'" in d.reason
+    assert d.placement == "cpu" and d.reason.startswith(tag) and "MatMulInteger 'mmi'" in d.reason
     folder = str(tmp_path / "out")
     result.save(folder)
     feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32),

@@ -17,7 +17,7 @@ from onnx import numpy_helper as nh
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize_with_report
-from tools.models import GraphBuilder, mobilenetv2_like, resnet18_like, tiny_cnn
+from tools.models import mobilenetv2_like, resnet18_like, tiny_cnn
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 from tests.test_int8_qdq import _int8_layers, _Reader, branchy_cnn, mobile_block, residual_cnn  # noqa: E402

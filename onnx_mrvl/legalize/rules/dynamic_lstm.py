@@ -81,7 +81,7 @@ def rewrite(m: Match, g) -> str:
         rest.pop()
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.name in LSTM_ATTRS}
     g.remove(node)
-    made = g.make("LSTM", [node.input[0], w, r] + rest, list(node.output), near=node, origin=m.origin,
+    g.make("LSTM", [node.input[0], w, r] + rest, list(node.output), near=node, origin=m.origin,
                   name=node.name, **attrs)
     g.notes.update({o: NOTE for o in m.origin})
     return "DynamicQuantizeLSTM -> LSTM with dequantized fp32 W and R"

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from .base import Match, attr, inp
-from .qtensor import FLOAT, MS, OUTPUT_QPARAMS, QTYPES, dequantized, domain, qparams, quantize_into, scalar_const
+from .qtensor import FLOAT, MS, OUTPUT_QPARAMS, dequantized, domain, quantize_into, scalar_const
 
 NAME = "qlinear_to_qdq"
 OPS = tuple(op for _, op in OUTPUT_QPARAMS)
@@ -66,7 +66,7 @@ def check(m: Match, g, target) -> Optional[str]:
         if not g.is_const(inp(node, s)) or not scalar_const(g, inp(node, s)) or \
                 (inp(node, z) and (not g.is_const(inp(node, z)) or not scalar_const(g, inp(node, z)))):
             return f"{node.op_type} '{node.name}': input {d} has no constant per-tensor scale and zero point"
-    w = _weight_spec(node, key)
+    w = _weight_spec(key)
     if w is not None:
         d, s, z = w
         for k in (s, z):
@@ -97,8 +97,8 @@ def check(m: Match, g, target) -> Optional[str]:
     return None
 
 
-def _weight_spec(node, key):
-    return SPEC[key][2] if key in SPEC else None
+def _weight_spec(key):
+    return SPEC[key][2]
 
 
 def _out_params(node, key) -> Tuple[str, str]:
@@ -139,7 +139,7 @@ def rewrite(m: Match, g) -> str:
     if key[1] == "QLinearSoftmax":
         attrs["axis"] = int(attr(node, "axis", -1 if (attr(node, "opset", 13) or 13) >= 13 else 1))
     alpha = float(attr(node, "alpha", 1.0)) if key[1] == "QGemm" else 1.0
-    if _weight_spec(node, key) is not None:
+    if _weight_spec(key) is not None:
         inputs += _weights(g, node, key, inputs[0], alpha, origin)
     s, z = _out_params(node, key)
     out = node.output[0]
