@@ -145,8 +145,11 @@ def region_perf(node: onnx.NodeProto, model_dir: Optional[str]) -> Dict[str, Any
     meta = load(data, name=node.name).meta
     perf = perf_report(meta)
     rows = [{k: v for k, v in dataclasses.asdict(lp).items()} for lp in perf.layers]
+    tensors = meta.get("tensors") or []
     for row, layer in zip(rows, meta.get("layers") or []):   # the layer's arithmetic: int8 or fp16
-        row["precision"] = "int8" if (layer.get("params") or {}).get("precision") == "int8" else "fp16"
+        out = tensors[layer["outputs"][0]] if layer.get("outputs") and layer["outputs"][0] < len(tensors) else {}
+        int8 = (layer.get("params") or {}).get("precision") == "int8" or out.get("dtype") in ("int8", "uint8")
+        row["precision"] = "int8" if int8 else "fp16"   # a data move of int8 codes is int8 too
     attrs = node_attrs(node)
     return {"name": str(attrs.get("region") or node.name), "node": node.name, "op_type": node.op_type,
             "artifact": attrs.get("artifact") or "(embedded)", "sha256": attrs.get("sha256", ""),
