@@ -390,4 +390,5 @@ def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
                 if name in decisions:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
-                    decisions[name].precision = precision
+                    if node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision:
+                        decisions[name].precision = precision   # the compute layer's, not a layout change's
