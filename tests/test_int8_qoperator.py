@@ -271,3 +271,24 @@ def test_qoperator_uint8_weights_stay_on_the_cpu_with_their_reason(tmp_path):
     result.save(folder)
     identical, worst = agreement(qpath, folder)
     assert identical == 1.0 and worst == 0.0
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool_layouts(channels_last):
+    """QLinearGlobalAveragePool NCHW and NHWC (channels_last, as onnxruntime's NHWC transformer writes
+    it: the float pool between Transposes) and QLinearAveragePool: within one quantum of onnxruntime
+    (its requantization rounds the sum once; the QDQ form rounds the float mean)."""
+    f = lambda v, n: nh.from_array(np.array(v, np.float32), n)   # noqa: E731
+    u = lambda v, n: nh.from_array(np.array(v, np.uint8), n)     # noqa: E731
+    inits = [f(0.05, "sx"), u(120, "zx"), f(0.02, "sy"), u(130, "zy")]
+    ms = "com.microsoft"
+    shape = [1, 5, 6, 8] if channels_last else [1, 8, 5, 6]
+    nodes = [helper.make_node("QLinearAveragePool", ["x", "sx", "zx", "sx", "zx"], ["p"], domain=ms,
+                              kernel_shape=[2, 2], strides=[1, 1], channels_last=0)] if not channels_last else []
+    src = "p" if not channels_last else "x"
+    nodes.append(helper.make_node("QLinearGlobalAveragePool", [src, "sx", "zx", "sy", "zy"], ["y"], domain=ms,
+                                  channels_last=channels_last))
+    out = [1, 1, 1, 8] if channels_last else [1, 8, 1, 1]
+    m = _qlinear_model(nodes, inits, shape, out)
+    x = np.random.default_rng(5).integers(0, 256, shape).astype(np.uint8)
+    _legal_equals_ort(m, x, tol_quanta=1.0)

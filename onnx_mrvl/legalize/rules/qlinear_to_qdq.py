@@ -140,7 +140,7 @@ def rewrite(m: Match, g) -> str:
         attrs["axis"] = int(attr(node, "axis", -1 if (attr(node, "opset", 13) or 13) >= 13 else 1))
     alpha = float(attr(node, "alpha", 1.0)) if key[1] == "QGemm" else 1.0
     if _weight_spec(key) is not None:
-        inputs += _weights(g, node, key, inputs[0], alpha, origin)
+        inputs += _weights(g, node, key, alpha, origin)
     s, z = _out_params(node, key)
     out = node.output[0]
     g.remove(node)
@@ -148,7 +148,7 @@ def rewrite(m: Match, g) -> str:
     if key == (MS, "QLinearGlobalAveragePool") and attr(node, "channels_last", 0):
         rank = len(g.shape(out) or g.shape(inputs[0]) or (0, 0, 0, 0))
         x = g.fresh(f"{inputs[0]}/nchw")
-        g.make("Transpose", [inputs[0], ], [x], near=node, origin=origin, name=f"{node.name}/nchw",
+        g.make("Transpose", [inputs[0]], [x], near=node, origin=origin, name=f"{node.name}/nchw",
                perm=[0, rank - 1] + list(range(1, rank - 1)))
         p = g.fresh(f"{out}/pooled")
         g.make(op, [x], [p], near=node, origin=origin, name=node.name)
@@ -181,7 +181,7 @@ def _dq_const(g, node, t: str, s: str, z: str, axis: Optional[int], origin) -> s
     return out
 
 
-def _weights(g, node, key, x_float: str, alpha: float, origin) -> List[str]:
+def _weights(g, node, key, alpha: float, origin) -> List[str]:
     """[weight] or [weight, bias] of a QLinearConv / QLinearMatMul / QGemm as DequantizeLinear outputs."""
     d, s, z = SPEC[key][2]
     w, ws, wz = node.input[d], inp(node, s), inp(node, z)
