@@ -114,6 +114,15 @@ def test_qoperator_per_tensor_weights(tmp_path, act):
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
 
 
+def test_qoperator_model_of_opset_11(tmp_path):
+    """A QOperator model of opset 11 (QLinearConv exists since 10): legalize raises it to 13 (per-axis
+    DequantizeLinear) and the rewrite applies; bit-exact."""
+    qpath = quantize_qoperator(tiny_cnn(seed=1, opset=11), str(tmp_path / "q.onnx"), "u8")
+    assert next(o.version for o in onnx.load(qpath).opset_import if o.domain in ("", "ai.onnx")) == 11
+    result, _ = _check(qpath, tmp_path, 3)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+
+
 @pytest.mark.parametrize("builder,kw", [(resnet18_like, {"input_size": 64, "num_classes": 10}),
                                         (mobilenetv2_like, {"input_size": 64, "num_classes": 10})])
 def test_qoperator_resnet_and_mobilenetv2(tmp_path, builder, kw):
