@@ -15,6 +15,7 @@ class Decision:
     composite: Optional[str] = None    # composite pattern name
     subgraph: Optional[str] = None     # region name (after split)
     layer: Optional[str] = None        # JSON layer name inside the region (after emit)
+    precision: Optional[str] = None    # that layer's arithmetic: "int8" or "fp16" (accelerator only)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}
@@ -44,6 +45,20 @@ class Decisions(dict):
 
     def to_list(self) -> List[dict]:
         return [d.to_dict() for d in self.values()]
+
+    def annotate(self, notes: Dict[str, str], refusals: Dict[str, str]) -> None:
+        """Prefix what legalization said about a node to its reason: ``notes`` (original node ->
+        a rewrite's note, ``{precision}`` filled in: fp16 when offloaded, fp32 on the CPU) and
+        ``refusals`` (node -> why a rule that reports its refusals left it, for nodes on the CPU)."""
+        for name, note in notes.items():
+            d = self.get(name)
+            if d is not None and note not in d.reason:
+                where = "fp16" if d.placement == "accelerator" else "fp32 on the CPU"
+                d.reason = f"{note.replace('{precision}', where)}; {d.reason}" if d.reason else note
+        for name, why in refusals.items():
+            d = self.get(name)
+            if d is not None and d.placement == "cpu" and why not in d.reason:
+                d.reason = f"{why}; {d.reason}" if d.reason else why
 
     def update_many(self, names: Iterable[str], **fields) -> None:
         for n in names:

@@ -16,7 +16,7 @@ from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import CompileError, MrvlError
 from .fuse import fuse
-from .legalize import legalize
+from .legalize import legalize_with_report, notes as legalize_notes
 from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
@@ -138,7 +138,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     timings: Dict[str, float] = {}
     t0 = CLOCK()
     say("legalize")
-    legal = legalize(original, target, input_shapes=input_shapes)
+    legal, legal_report = legalize_with_report(original, target, input_shapes=input_shapes)
     timings["legalize"] = CLOCK() - t0
     exclude, cut_after = as_names(exclude), as_names(cut_after)
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
@@ -226,6 +226,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         for d in decisions.values():
             if d.reason and d.reason.startswith("control flow ("):
                 d.reason += "; bodies on the CPU (not converted with reference=True)"
+    decisions.annotate(*legalize_notes(legal_report))
     report = Report(decisions, regions, dropped, result.macs_total + body_macs[0],
                     result.macs_offloaded + body_macs[1], partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
@@ -384,7 +385,10 @@ def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
             if node.get("op") != "tvm_op":
                 continue
             origin = node["attrs"].get("origin_nodes", [[]])[0]
+            precision = "int8" if node["attrs"].get("precision") == ["int8"] else "fp16"
             for name in origin:
                 if name in decisions:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
+                    if node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision:
+                        decisions[name].precision = precision   # the compute layer's, not a layout change's

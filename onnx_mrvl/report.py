@@ -58,7 +58,8 @@ class Report:
         for region, ds in by_region.items():
             lines.append(f"\naccelerator: {region} ({len(ds)} nodes)")
             for d in ds:
-                lines.append(f"  {d.node:<32} {d.op_type:<20} -> {d.layer or d.mrvl_node or '-'}  [{d.composite or d.reason}]")
+                lines.append(f"  {d.node:<32} {d.op_type:<20} -> {d.layer or d.mrvl_node or '-'}"
+                             f"{' ' + d.precision if d.precision else ''}  [{d.composite or d.reason}]")
         reasons = self.decisions.reasons()
         for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"\ncpu: {reason} ({len(names)} nodes)")

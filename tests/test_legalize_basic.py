@@ -19,9 +19,10 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 43
+    assert len(names) == len(set(names)) == len(RULES) == 47
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
+    assert names[1:5] == ["qlinear_to_qdq", "qlinear_passthrough", "dynamic_int8", "dynamic_lstm"]
     assert names.index("bn_into_conv") < names.index("bn_to_mul_add")
     assert names.index("conv_attrs") < names.index("pad_fold") < names.index("conv_1d_to_2d")
     assert names.index("conv_1d_to_2d") < names.index("squeeze_sink")

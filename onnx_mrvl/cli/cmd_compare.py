@@ -1,4 +1,4 @@
-"""``onnx-mrvl compare A.onnx B.onnx``: per-tensor error of a converted model against its reference.
+"""``onnx-mrvl compare A.onnx B.onnx``: per-tensor error and SNR of a converted model against its reference.
 
 Exit code 0 when every compared tensor is within tolerance, 1 when one fails (the first failing
 tensor and its original nodes are named), 3 when a model, input file or binary cannot be used.
@@ -26,7 +26,9 @@ def register(subparsers) -> None:
                     "simulator) on the same inputs and compares every tensor that maps between them, "
                     "NHWC-stored tensors against their NCHW originals. Inside accelerator regions each "
                     "layer is compared through a simulator capture. A tensor passes when "
-                    "max|ref - got| <= ATOL + RTOL * max|ref| (fp16-aware defaults). "
+                    "max|ref - got| <= ATOL + RTOL * max|ref| (fp16-aware defaults). Each row also gives "
+                    "the tensor's SNR in dB, and the layers adding the most noise are named (largest SNR "
+                    "drops): with A the fp32 original of an int8 model, the quantization loss per layer. "
                     "Exit code 0: all pass, 1: a tensor fails, 3: an input cannot be used.")
     p.add_argument("a", metavar="A.onnx", help="the reference model (usually the original)")
     p.add_argument("b", metavar="B.onnx", help="the converted model, or a `convert` output folder")

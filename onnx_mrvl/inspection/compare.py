@@ -14,6 +14,10 @@ largest magnitude, with ``atol`` 1e-4 for tensors that are (nearly) zero. Intege
 equal; non-finite values must agree: each row counts the NaN / inf of both sides, and a failing row
 says why (e.g. "3 NaN where the reference is finite", or max_abs over the tolerance).
 
+Each row also carries the tensor's SNR in dB (``snr.py``), and ``snr_drops`` the layers adding the
+most noise to what they read. Comparing an int8 conversion with its fp32 original, layers map onto
+the fp32 tensors through ``quantized_map.py``.
+
 Inputs: seeded random arrays of A's declared shapes. A symbolic dimension takes ``input_shapes``
 (``--input-shape``), else the converted model's static size for it, else 1 when it is the first
 (batch) dimension; any other symbolic dimension raises ``UsageError`` asking for ``--input-shape``.
@@ -30,6 +34,7 @@ import onnx
 
 from ..errors import ModelError, UsageError
 
+from . import quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
 from .inputs import feed_shapes, random_feeds
 from .runner import capture_region, region_binary, region_nodes, run_all
@@ -66,10 +71,12 @@ class TensorCompare:
     ref_nan: int = 0            # ... and in A's
     ref_inf: int = 0
     reason: str = ""            # why it fails ("" when it passes)
+    snr_db: Optional[float] = None  # 10 log10(sum ref^2 / sum err^2) (snr.py); inf: identical; None: integers
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["pass"] = d.pop("passed")
+        d.update(snr.json_fields(self.snr_db))
         return d
 
 
@@ -86,6 +93,7 @@ class CompareResult:
     seed: Optional[int] = None
     b_only: int = 0             # tensors of B with no counterpart in A (created by the conversion)
     baseline: Optional[Any] = None  # baseline_report.BaselineReport (fp16_baseline=True)
+    snr_drops: List[Dict[str, Any]] = field(default_factory=list)   # snr.drops: the layers losing most
 
     @property
     def passed(self) -> bool:
@@ -105,7 +113,7 @@ class CompareResult:
                             "simulator": sum(r.source == "simulator" for r in self.rows),
                             "unmapped": len(self.unmapped), "b_only": self.b_only},
                 "first_failure": first.to_dict() if first else None,
-                "regions": self.regions, "tensors": [r.to_dict() for r in self.rows],
+                "regions": self.regions, "snr_drops": [snr.drop_json(d) for d in self.snr_drops], "tensors": [r.to_dict() for r in self.rows],
                 "unmapped": self.unmapped,
                 "fp16_baseline": self.baseline.to_dict() if self.baseline is not None else None}
 
@@ -113,13 +121,13 @@ class CompareResult:
         out = [f"compare {self.a_label} (reference) -> {self.b_label}: "
                f"{len(self.rows)} tensors, {sum(not r.passed for r in self.rows)} failed "
                f"(pass: max_abs <= {self.atol:g} + {self.rtol:g} * max|ref|)"]
-        head = f"{'#':>4}  {'tensor':<32} {'src':<4} {'max_abs':>10} {'max_rel':>10} {'cosine':>9}  ok    origin"
+        head = f"{'#':>4}  {'tensor':<32} {'src':<4} {'max_abs':>10} {'max_rel':>10} {'cosine':>9} {'snr_dB':>7}  ok    origin"
         out.append(head)
         rows = self.rows if not limit else self.rows[:limit]
         for i, r in enumerate(rows):
             src = "sim" if r.source == "simulator" else "ort"
             out.append(f"{i:>4}  {_clip(r.tensor, 32):<32} {src:<4} {r.max_abs:>10.3g} {r.max_rel:>10.3g} "
-                       f"{r.cosine:>9.6f}  {'PASS' if r.passed else 'FAIL'}  "
+                       f"{r.cosine:>9.6f} {snr.fmt(r.snr_db):>7}  {'PASS' if r.passed else 'FAIL'}  "
                        f"{','.join(r.origin)}{' (output)' if r.is_output else ''}")
             if r.nan or r.inf or r.ref_nan or r.ref_inf or r.reason:
                 out.append(f"{'':>6}{_nonfinite_counts(r)}{': ' + r.reason if r.reason else ''}")
@@ -128,6 +136,7 @@ class CompareResult:
         if self.unmapped:
             out.append(f"not compared: {len(self.unmapped)} tensor(s) of B "
                        f"({', '.join(u['tensor'] for u in self.unmapped[:6])}{', ...' if len(self.unmapped) > 6 else ''})")
+        out.append(snr.drops_text(self.snr_drops))
         first = self.first_failure
         if first is None:
             out.append("PASS: every compared tensor is within tolerance")
@@ -230,6 +239,7 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
     if simulate:
         _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol, keep)
     res.rows = sorted(rows.values(), key=lambda r: (r.position, r.tensor))
+    res.snr_drops = snr.drops(ma, res.rows)
     if fp16_baseline:
         from .fp16_baseline import judge_against_baseline
         res.baseline = judge_against_baseline(ma, feeds, va, res.rows, kept, atol, rtol)
@@ -245,7 +255,7 @@ def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, re
                          list(np.shape(ref)), float(s["max_abs"]), float(s["max_rel"]), float(s["cosine"]),
                          float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos,
                          int(s.get("nan", 0)), int(s.get("inf", 0)), int(s.get("ref_nan", 0)),
-                         int(s.get("ref_inf", 0)), str(s.get("reason", "")))
+                         int(s.get("ref_inf", 0)), str(s.get("reason", "")), snr.snr_db(ref, got))
 
 
 def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> Dict[str, Storage]:
@@ -280,9 +290,16 @@ def _slice_output(a_node: onnx.NodeProto, layer: Dict[str, Any], shapes: Mapping
     return outs[0]
 
 
-def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shapes) -> Dict[int, str]:
-    """Program tensor id -> logical tensor name of A; fixes the storage of reshape layers."""
+def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shapes, b_names=frozenset()
+                   ) -> Dict[int, str]:
+    """Program tensor id -> logical tensor name of A; fixes the storage of reshape layers.
+    ``b_names``: every original node name B knows (quantized models: ``quantized_map``)."""
     logical: Dict[int, str] = {}
+    prod_pos = {t: i for i, n in enumerate(ma.graph.node) for t in n.output if t}
+    a_users: Dict[str, List[onnx.NodeProto]] = {}
+    for n in ma.graph.node:
+        for i in set(n.input):
+            a_users.setdefault(i, []).append(n)
     for spec, t in zip(meta.get("inputs") or [], node.input):
         logical[int(spec["tensor"])] = storage[t][0] if t in storage else t
     for layer in layers:
@@ -291,11 +308,13 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
             if src is not None:
                 logical[layer["output"]] = src
             continue
-        cands = sorted({i for o in layer["origin"] for i in by_origin.get(o, [])})
+        cands = sorted({i for o in layer["origin"] for i in quantized_map.positions(by_origin, o)})
         a_node = ma.graph.node[cands[-1]] if cands else None
         if a_node is None or not a_node.output:
             continue
         logical[layer["output"]] = _slice_output(a_node, layer, shapes)
+        logical[layer["output"]] = quantized_map.layer_tensor(layer["origin"], logical[layer["output"]], cands[-1],
+                                                              prod_pos, a_users, b_names)
         if layer["layer_name"] in RESHAPES and layer["in_layout"] in LAYOUT_PERMS and src is not None:
             perm = reshape_source_perm(prod_nodes, a_node.output[0], src, LAYOUT_PERMS[layer["in_layout"]])
             layer["storage"] = Storage(flat_from=layer["in_shape"], flat_perm=perm)
@@ -318,11 +337,12 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
                      keep: Optional[Callable[[str, np.ndarray], None]] = None) -> None:
     by_origin = _origin_index(ma)
     prod_nodes = {t: n for t, (_, n) in prod_a.items()}
+    b_names = {o for n in mb.graph.node for o in (explicit_origin(n) or [n.name])}
     for node in region_nodes(mb):
         layers, meta = capture_region(binaries[node.name], {t: vb[t] for t in node.input if t in vb},
                                       name=node.name)
         logical = _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes,
-                                 {t: np.shape(v) for t, v in va.items()})
+                                 {t: np.shape(v) for t, v in va.items()}, b_names)
         n_cmp = 0
         for layer in _whole_layers(layers):
             tensor = logical.get(layer["output"], "")

@@ -90,10 +90,11 @@ class OffloadReport:
                        f"({r['latency_s'] * 1e6:.1f} us), utilization {100 * r['utilization']:.1f}%, "
                        f"inputs {', '.join(r['inputs'])} -> outputs {', '.join(r['outputs'])}")
             if layers:
-                out.append(f"  {'#':>3}  {'layer':<24} {'type':<16} {'macs':>14} {'cycles':>12}  {'bound':<8} origin")
+                out.append(f"  {'#':>3}  {'layer':<24} {'type':<16} {'prec':<5} {'macs':>14} {'cycles':>12}  "
+                           f"{'bound':<8} origin")
                 for i, row in enumerate(r["layer_rows"]):
-                    out.append(f"  {i:>3}  {row['name']:<24} {row['layer_name']:<16} {row['macs']:>14,} "
-                               f"{row['cycles']:>12,}  {row['bound']:<8} {','.join(row['origin'])}")
+                    out.append(f"  {i:>3}  {row['name']:<24} {row['layer_name']:<16} {row.get('precision', '-'):<5} "
+                               f"{row['macs']:>14,} {row['cycles']:>12,}  {row['bound']:<8} {','.join(row['origin'])}")
         reasons = self.reasons()
         if reasons:
             out.append("\nCPU nodes by reason:")
@@ -144,6 +145,11 @@ def region_perf(node: onnx.NodeProto, model_dir: Optional[str]) -> Dict[str, Any
     meta = load(data, name=node.name).meta
     perf = perf_report(meta)
     rows = [{k: v for k, v in dataclasses.asdict(lp).items()} for lp in perf.layers]
+    tensors = meta.get("tensors") or []
+    for row, layer in zip(rows, meta.get("layers") or []):   # the layer's arithmetic: int8 or fp16
+        out = tensors[layer["outputs"][0]] if layer.get("outputs") and layer["outputs"][0] < len(tensors) else {}
+        int8 = (layer.get("params") or {}).get("precision") == "int8" or out.get("dtype") in ("int8", "uint8")
+        row["precision"] = "int8" if int8 else "fp16"   # a data move of int8 codes is int8 too
     attrs = node_attrs(node)
     return {"name": str(attrs.get("region") or node.name), "node": node.name, "op_type": node.op_type,
             "artifact": attrs.get("artifact") or "(embedded)", "sha256": attrs.get("sha256", ""),

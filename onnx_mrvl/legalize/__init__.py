@@ -29,6 +29,7 @@ MAX_SWEEPS = 10
 class LegalizeReport:
     """``applied``: (rule, original node names, detail) per rewrite, in order.
     ``skipped``: (rule, node name, reason) for rules that matched but did not apply (last sweep).
+    ``notes``: original node name -> what a rewrite changed that its decision must say.
     """
 
     applied: List[Tuple[str, List[str], str]] = field(default_factory=list)
@@ -36,6 +37,7 @@ class LegalizeReport:
     sweeps: int = 0
     opset: Tuple[int, int] = (0, 0)
     seconds: float = 0.0
+    notes: Dict[str, str] = field(default_factory=dict)
 
     def by_rule(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
@@ -86,6 +88,7 @@ def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=No
     g = Graph(m)
     g.target = tgt
     _run_rules(g, tgt, inputs, outputs, report)
+    report.notes = dict(g.notes)
     g.commit()
     _write_shapes(g, inputs, outputs)
     report.seconds = time.perf_counter() - t0
@@ -181,10 +184,19 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
                        "inferable; they stay on the CPU), e.g. %s", len(unknown), unknown[:3])
 
 
+def notes(report: LegalizeReport) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """(original node -> a rewrite's note (``report.notes``), node -> ``"<rule tag> (<rule>): <reason>"``
+    for rules with ``REPORT_SKIPS`` that matched it but did not apply): what the decisions of those
+    nodes must say (``Decisions.annotate``)."""
+    tags = {r.NAME: getattr(r, "REPORT_SKIPS", None) for r in RULES}
+    refused = {node: f"{tags[rule]} ({rule}): {why}" for rule, node, why in report.skipped if tags.get(rule)}
+    return dict(report.notes), refused
+
+
 def rule_names() -> Sequence[str]:
     """Rule names in application order."""
     return RULE_NAMES
 
 
-__all__ = ["legalize", "legalize_with_report", "LegalizeReport", "rule_names", "RULE_NAMES",
+__all__ = ["legalize", "legalize_with_report", "notes", "LegalizeReport", "rule_names", "RULE_NAMES",
            "RULES"]

@@ -84,6 +84,9 @@ class Graph:
         self._new_inits: Set[str] = set()
         self._counters: Dict[str, int] = {}
         self.target = None  # set by the driver; rules may read limits in match()
+        # original node name -> what a rewrite changed that the user must know (its decision says it;
+        # "{precision}" is filled in with where the node ended up): LegalizeReport.notes
+        self.notes: Dict[str, str] = {}
         for pos, n in enumerate(g.node):
             node = onnx.NodeProto()
             node.CopyFrom(n)
