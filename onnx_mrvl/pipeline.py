@@ -138,7 +138,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     timings: Dict[str, float] = {}
     t0 = CLOCK()
     say("legalize")
-    legal = legalize(original, target, input_shapes=input_shapes)
+    legal = legalize(original, target, input_shapes=input_shapes).model
     timings["legalize"] = CLOCK() - t0
     exclude, cut_after = as_names(exclude), as_names(cut_after)
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
@@ -163,6 +163,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         t = CLOCK()
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
                        reference=reference, decisions=decisions)
+        decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
         more = _newly_cpu(result.dropped, fused, cpu)
         if more:
@@ -307,7 +308,8 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             raise _RegionNotWorth(region, why)
         try:
             t = CLOCK()
-            nodes_json, consts_json = emit_stage.emit(region.model, region.name)
+            emitted = emit_stage.emit(region.model, region.name)
+            nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
             t_emit += CLOCK() - t
             t = CLOCK()
             binary = emit_stage.compile_json(nodes_json, consts_json, dataclasses.replace(
