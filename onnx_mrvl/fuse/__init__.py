@@ -20,7 +20,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
-from .layout import LAYOUT_FREE_CPU_OPS, materialize
+from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
