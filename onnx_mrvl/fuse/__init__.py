@@ -155,7 +155,7 @@ def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
     for n in order:
         if n.op_type in LAYOUT_FREE_CPU_OPS and n.name not in in_group and n.input and \
                 n.input[0] in mrvl_out:
-            # runs on the accelerator's storage (layout.py): a Transpose after it relabels too
+            # runs on the accelerator's storage (materialize.py): a Transpose after it relabels too
             # (tf2onnx: region -> Softmax(axis) -> Transpose to NHWC -> graph output)
             mrvl_out.update(o for o in n.output if o)
             continue

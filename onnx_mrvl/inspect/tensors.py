@@ -1,6 +1,6 @@
 """Which tensor of a converted model is which tensor of the original, and in which layout.
 
-Conventions of the fuse stage (``onnx_mrvl/fuse/layout.py``): a Mrvl node's output keeps the
+Conventions of the fuse stage (``onnx_mrvl/fuse/materialize.py``): a Mrvl node's output keeps the
 logical name of the last original output of its group; a tensor stored in another layout is named
 ``<t>__nhwc`` / ``<t>__nchw`` / ``<t>__perm`` (``_<k>`` appended when the name is taken). Spatial
 Mrvl ops store NHWC, elementwise ops, Concat and Slice2D keep their inputs' storage, ``Reshape`` /
