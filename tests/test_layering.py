@@ -147,3 +147,33 @@ def test_stage_entry_points_return_a_stage_result():
     assert parts.decisions["conv"].subgraph == parts.regions[0].name and fused.decisions["conv"].subgraph is None
     assert fused.log and fused.log[0][1] == ["conv", "relu"]
     assert emitted.log and all(e[1] == ["conv", "relu"] for e in emitted.log)   # layout changes borrow them
+
+
+def test_deprecated_stage_forms_warn_and_still_work():
+    """The forms before the stage contract keep working, each with a DeprecationWarning."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_mrvl.emit import emit
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import LegalizeReport, legalize, legalize_with_report
+    from onnx_mrvl.split import split
+
+    w = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    with pytest.warns(DeprecationWarning, match="legalize_with_report"):
+        out, report = legalize_with_report(model)
+    assert isinstance(out, onnx.ModelProto) and isinstance(report, LegalizeReport)
+    result = legalize(model)
+    with pytest.warns(DeprecationWarning, match=r"\.model"):
+        nodes = result.graph.node
+    assert [n.op_type for n in nodes] == [n.op_type for n in result.model.graph.node]
+    parts = split(fuse(result))
+    emitted = emit(parts.regions[0].model, parts.regions[0].name)
+    with pytest.warns(DeprecationWarning, match="EmitResult"):
+        nodes_json, consts_json = emitted
+    assert nodes_json is emitted.nodes_json and consts_json is emitted.consts_json

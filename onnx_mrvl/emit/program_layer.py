@@ -1,13 +1,13 @@
 """One Nodes-JSON layer -> one program layer (docs/program.md): params, weights in the layout the
 layer reads, output shape and MAC count. Accepts TVM's spelling and ours of every attribute.
 The builders: compute_layers.py (conv, fc, pools, eltwise), data_layers.py (reshape, layout, concat,
-slice), matmul_layer.py, resize_layer.py, layers_transformer.py, recurrent.py, int8_layer.py.
+slice), matmul_layer.py, resize_layer.py, transformer_layers.py, recurrent.py, int8_layer.py.
 """
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from . import layers_transformer
+from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
 from .data_layers import concat, layout_change, reshape, slice2d
@@ -68,7 +68,7 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name == "Slice2D":
         out = slice2d(a, in_shapes, params)
     elif layer_name in ("LayerNorm", "Softmax"):
-        build = layers_transformer.layernorm if layer_name == "LayerNorm" else layers_transformer.softmax
+        build = transformer_layers.layernorm if layer_name == "LayerNorm" else transformer_layers.softmax
         out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
