@@ -135,11 +135,15 @@ def test_stage_entry_points_return_a_stage_result():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     before = model.SerializeToString()
     legal = legalize(model)
+    legal_bytes = legal.model.SerializeToString()
     fused = fuse(legal)
+    assert legal.model.SerializeToString() == legal_bytes, "fuse changed its argument"
     fused_bytes = fused.model.SerializeToString()
     decisions = {k: v.to_dict() for k, v in fused.decisions.items()}
     parts = split(fused)
+    region_bytes = parts.regions[0].model.SerializeToString()
     emitted = emit(parts.regions[0].model, parts.regions[0].name)
+    assert parts.regions[0].model.SerializeToString() == region_bytes, "emit changed its argument"
     for r in (legal, fused, parts, emitted):
         assert isinstance(r, StageResult) and isinstance(r.model, onnx.ModelProto) and isinstance(r.log, list)
     assert model.SerializeToString() == before and fused.model.SerializeToString() == fused_bytes
