@@ -354,8 +354,7 @@ def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.M
     names = _original_names(original)
     for name, op_type in names:
         if name in decisions:
-            out[name] = decisions[name]
-            out[name].op_type = op_type
+            out[name] = dataclasses.replace(decisions[name], op_type=op_type)   # fuse's record stays as it was
             continue
         successors = [decisions[s] for s in origin_of.get(name, []) if s in decisions]
         if successors:
