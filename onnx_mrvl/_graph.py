@@ -104,10 +104,17 @@ class GraphIndex:
 
 
 def attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of attribute ``name`` of ``node`` (``default`` when absent): the package's one
+    attribute reader. Strings come back as ``str`` and string lists as lists of ``str`` (onnx gives
+    bytes); numbers, lists, tensors and graphs as ``onnx.helper.get_attribute_value`` gives them."""
     for a in node.attribute:
         if a.name == name:
             v = onnx.helper.get_attribute_value(a)
-            return v.decode() if isinstance(v, bytes) else v
+            if isinstance(v, bytes):
+                return v.decode()
+            if a.type == onnx.AttributeProto.STRINGS:
+                return [x.decode() for x in v]
+            return v
     return default
 
 

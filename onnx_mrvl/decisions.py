@@ -1,7 +1,7 @@
 """Decisions: one record per original node saying where it runs and why."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, Iterable, List, Optional
 
 
@@ -31,6 +31,13 @@ class Decisions(dict):
         for k, v in fields.items():
             setattr(d, k, v)
         return d
+
+    def copy(self) -> "Decisions":
+        """A copy whose records can change without touching these (stages do not mutate arguments)."""
+        out = Decisions()
+        for k, d in self.items():
+            out[k] = replace(d)
+        return out
 
     def by_placement(self, placement: str) -> List[Decision]:
         return [d for d in self.values() if d.placement == placement]

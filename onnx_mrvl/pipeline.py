@@ -16,7 +16,7 @@ from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import CompileError, MrvlError
 from .fuse import fuse
-from .legalize import legalize_with_report, notes as legalize_notes
+from .legalize import legalize, notes as legalize_notes
 from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
@@ -138,7 +138,8 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     timings: Dict[str, float] = {}
     t0 = CLOCK()
     say("legalize")
-    legal, legal_report = legalize_with_report(original, target, input_shapes=input_shapes)
+    legal_result = legalize(original, target, input_shapes=input_shapes)
+    legal, legal_report = legal_result.model, legal_result.report
     timings["legalize"] = CLOCK() - t0
     exclude, cut_after = as_names(exclude), as_names(cut_after)
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
@@ -163,6 +164,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
         t = CLOCK()
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
                        reference=reference, decisions=decisions)
+        decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
         more = _newly_cpu(result.dropped, fused, cpu)
         if more:
@@ -308,7 +310,8 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             raise _RegionNotWorth(region, why)
         try:
             t = CLOCK()
-            nodes_json, consts_json = emit_stage.emit(region.model, region.name)
+            emitted = emit_stage.emit(region.model, region.name)
+            nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
             t_emit += CLOCK() - t
             t = CLOCK()
             binary = emit_stage.compile_json(nodes_json, consts_json, dataclasses.replace(
@@ -353,8 +356,7 @@ def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.M
     names = _original_names(original)
     for name, op_type in names:
         if name in decisions:
-            out[name] = decisions[name]
-            out[name].op_type = op_type
+            out[name] = dataclasses.replace(decisions[name], op_type=op_type)   # fuse's record stays as it was
             continue
         successors = [decisions[s] for s in origin_of.get(name, []) if s in decisions]
         if successors:

@@ -101,7 +101,7 @@ def test_large_stride_becomes_space_to_depth():
     from onnx_mrvl.legalize import legalize
     from onnx_mrvl.target import get_target
     for name in ("conv1d_k400_s160", "patch_embed_16", "conv2d_one_axis_s12"):
-        legal = legalize(EDGE[name](), get_target(None))
+        legal = legalize(EDGE[name](), get_target(None)).model
         strides = [list(a.ints) for n in legal.graph.node if n.op_type == "Conv"
                    for a in n.attribute if a.name == "strides"]
         assert strides and all(max(s) <= get_target(None).max_stride for s in strides), (name, strides)
@@ -111,5 +111,5 @@ def test_nhwc_reduce_mean_becomes_global_average_pool():
     from onnx_mrvl.legalize import legalize
     from onnx_mrvl.target import get_target
     for keep in (0, 1):
-        ops = [n.op_type for n in legalize(_transpose_mean(keep), get_target(None)).graph.node]
+        ops = [n.op_type for n in legalize(_transpose_mean(keep), get_target(None)).model.graph.node]
         assert "GlobalAveragePool" in ops and "ReduceMean" not in ops, ops

@@ -432,9 +432,9 @@ def test_tf_tensordot_dense_is_an_fc_over_rows(tmp_path):
     f = n.op("Reshape", [f, n.const(np.array([1, 24, 10], np.int64))])
     y = n.op("Relu", [n.op("Add", [f, n.w(10, scale=0.1)], "dense_bias")])
     m = n.model([("input", [1, 4, 1, 24])], [y])
-    r = _ok(legalize(m), simulate=tmp_path)
+    r = _ok(legalize(m).model, simulate=tmp_path)
     assert r.decisions["dense"].placement == "accelerator" and not r.decisions.by_placement("cpu")
-    assert "Gemm" not in [n.op_type for n in legalize(m).graph.node]
+    assert "Gemm" not in [n.op_type for n in legalize(m).model.graph.node]
     res = onnx_mrvl.convert(m)
     assert [n.op_type for n in res.model.graph.node] == ["Subgraph_1x1"]
 
@@ -448,7 +448,7 @@ def test_upsampling1d_repeat_on_the_accelerator(tmp_path):
     x = _repeat(n, x, [1, 5, 8], 1, 2)                                      # [1, 10, 8]
     y = n.op("Relu", [n.op("MatMul", [x, n.w(8, 6)], "dense")])
     m = n.model([("input", [1, 4, 1, 5])], [y])
-    r = _ok(legalize(m), simulate=tmp_path)
+    r = _ok(legalize(m).model, simulate=tmp_path)
     assert "Resize" in mrvl_ops(r) and not r.decisions.by_placement("cpu")
 
 

@@ -112,7 +112,7 @@ def pipeline(name):
     if name in CACHE:
         return CACHE[name]
     original = load_zoo(name, seed=0) if name in zoo_model_paths() else getattr(tool_models, name)(seed=0)
-    legal = legalize(original)
+    legal = legalize(original).model
     t0 = time.perf_counter()
     result = fuse(legal)
     fuse_s = time.perf_counter() - t0

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
 import onnx_mrvl
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.testing.models import GraphBuilder
 
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -109,7 +109,8 @@ def test_dynamic_int8_runs_fp16_with_dequantized_weights(tmp_path, name):
     q = onnx.load(qpath)
     dynamic = [n for n in q.graph.node if n.op_type in DYNAMIC_OPS]
     assert dynamic
-    legal, _ = legalize_with_report(q)
+    result = legalize(q)
+    legal, _ = result.model, result.report
     assert not [n for n in legal.graph.node if n.op_type in DYNAMIC_OPS]
     result = onnx_mrvl.convert(qpath)
     assert not [n for n in result.model.graph.node if n.op_type in DYNAMIC_OPS]
@@ -134,7 +135,8 @@ def test_dynamic_matmul_per_column_weights(tmp_path, weight_type):
     inits = {t.name: nh.to_array(t) for t in q.graph.initializer}
     mmi = next(n for n in q.graph.node if n.op_type == "MatMulInteger")
     assert inits[mmi.input[3]].size == inits[mmi.input[1]].shape[1]   # per column
-    legal, _ = legalize_with_report(q)
+    result = legalize(q)
+    legal, _ = result.model, result.report
     result = onnx_mrvl.convert(qpath)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     folder = str(tmp_path / "out")

@@ -202,7 +202,7 @@ def test_int8_fused_model_runs_in_plain_onnxruntime(tmp_path):
     from onnx_mrvl.legalize import legalize
     qpath = quantize(mobile_block(seed=3), str(tmp_path / "q.onnx"), True, "u8")
     q = onnx.load(qpath)
-    legal = legalize(q)
+    legal = legalize(q).model
     fused = fuse(getattr(legal, "model", legal)).model
     mrvl = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type in ("Conv2D", "FC")]
     assert "int8" in fuse(getattr(legal, "model", legal)).decisions.by_placement("accelerator")[0].reason
@@ -447,7 +447,7 @@ def test_int8_reference_bodies_of_pools_and_adds(tmp_path, builder):
     from onnx_mrvl.fuse import fuse
     from onnx_mrvl.legalize import legalize
     qpath = quantize(builder(seed=2), str(tmp_path / "q.onnx"), True, "s8")
-    legal = legalize(onnx.load(qpath))
+    legal = legalize(onnx.load(qpath)).model
     fused = fuse(getattr(legal, "model", legal)).model
     shape = [d.dim_value for d in fused.graph.input[0].type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
 import onnx_mrvl
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.testing.models import mobilenetv2_like, resnet18_like, tiny_cnn
 
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -77,7 +77,8 @@ def _check(qpath: str, tmp_path, min_int8: int):
     q = onnx.load(qpath)
     qops = [n for n in q.graph.node if n.op_type in QOPS]
     assert qops, [n.op_type for n in q.graph.node]
-    legal, report = legalize_with_report(q)
+    result = legalize(q)
+    legal, report = result.model, result.report
     assert not [n for n in legal.graph.node if n.op_type in QOPS], "a QLinear op was left"
     assert {r for r, _, _ in report.applied} >= {"qlinear_to_qdq"}
     result = onnx_mrvl.convert(qpath)
@@ -149,7 +150,8 @@ def test_qoperator_transformer_encoder(tmp_path, act):
     qpath = quantize_qoperator(encoder_block(seed=0), str(tmp_path / "q.onnx"), act)
     q = onnx.load(qpath)
     assert {"QLinearMatMul", "QLinearAdd", "QLinearSoftmax"} <= {n.op_type for n in q.graph.node}
-    legal, _ = legalize_with_report(q)
+    result = legalize(q)
+    legal, _ = result.model, result.report
     assert not [n for n in legal.graph.node if n.op_type in QOPS]
     ref = ort.InferenceSession(qpath)
     mine = ort.InferenceSession(legal.SerializeToString())
@@ -178,7 +180,8 @@ def _qlinear_model(nodes, inits, x_shape, y_shape, x_type=TensorProto.UINT8, y_t
 
 
 def _legal_equals_ort(m, x, tol_quanta=0.0, step=1.0):
-    legal, report = legalize_with_report(m)
+    result = legalize(m)
+    legal, report = result.model, result.report
     assert not [n for n in legal.graph.node if n.op_type in QOPS], report.skipped
     a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     b = ort.InferenceSession(legal.SerializeToString()).run(None, {"x": x})[0]

@@ -113,3 +113,78 @@ def test_an_arrow_against_the_layering_fails(tmp_path, importer, line):
     (tmp_path / importer).write_text(line)
     bad = violations(str(tmp_path))
     assert any(importer.replace("/", ".")[:-3] in b for b in bad), bad
+
+
+def test_stage_entry_points_return_a_stage_result():
+    """The one stage contract (onnx_mrvl/stage.py): legalize, fuse, split and emit each return a
+    StageResult subclass and leave their arguments (model and decisions) unchanged."""
+    import typing
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_mrvl.emit import emit
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    from onnx_mrvl.split import split
+    from onnx_mrvl.stage import StageResult
+
+    for fn in (legalize, fuse, split, emit):
+        ret = typing.get_type_hints(fn)["return"]
+        assert issubclass(ret, StageResult), (fn.__module__, ret)
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], "relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    before = model.SerializeToString()
+    legal = legalize(model)
+    legal_bytes = legal.model.SerializeToString()
+    fused = fuse(legal)
+    assert legal.model.SerializeToString() == legal_bytes, "fuse changed its argument"
+    fused_bytes = fused.model.SerializeToString()
+    decisions = {k: v.to_dict() for k, v in fused.decisions.items()}
+    parts = split(fused)
+    region_bytes = parts.regions[0].model.SerializeToString()
+    emitted = emit(parts.regions[0].model, parts.regions[0].name)
+    assert parts.regions[0].model.SerializeToString() == region_bytes, "emit changed its argument"
+    for r in (legal, fused, parts, emitted):
+        assert isinstance(r, StageResult) and isinstance(r.model, onnx.ModelProto) and isinstance(r.log, list)
+    assert model.SerializeToString() == before and fused.model.SerializeToString() == fused_bytes
+    assert {k: v.to_dict() for k, v in fused.decisions.items()} == decisions, "split changed fuse's decisions"
+    assert parts.decisions["conv"].subgraph == parts.regions[0].name and fused.decisions["conv"].subgraph is None
+    assert fused.log and fused.log[0][1] == ["conv", "relu"]
+    assert emitted.log and all(e[1] == ["conv", "relu"] for e in emitted.log)   # layout changes borrow them
+
+
+def test_deprecated_stage_forms_warn_and_still_work():
+    """The forms before the stage contract keep working, each with a DeprecationWarning."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_mrvl.emit import emit
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import LegalizeReport, legalize, legalize_with_report
+    from onnx_mrvl.split import split
+
+    w = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], "mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    with pytest.warns(DeprecationWarning, match="legalize_with_report"):
+        out, report = legalize_with_report(model)
+    assert isinstance(out, onnx.ModelProto) and isinstance(report, LegalizeReport)
+    result = legalize(model)
+    with pytest.warns(DeprecationWarning, match=r"\.model"):
+        nodes = result.graph.node
+    assert [n.op_type for n in nodes] == [n.op_type for n in result.model.graph.node]
+    parts = split(fuse(result))
+    emitted = emit(parts.regions[0].model, parts.regions[0].name)
+    with pytest.warns(DeprecationWarning, match="EmitResult"):
+        nodes_json, consts_json = emitted
+    assert nodes_json is emitted.nodes_json and consts_json is emitted.consts_json

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 from onnx_mrvl.provenance import get_origin
 from onnx_mrvl.target import Target
@@ -175,7 +175,8 @@ def test_avgpool_exclude_pad_calibrated(ceil, k, s, pads):
     m = make_model([mk("AveragePool", ["x"], ["y"], name="ap", kernel_shape=list(k),
                        strides=list(s), pads=list(pads), ceil_mode=ceil)],
                    [("x", [1, 2, 9, 8])], ["y"])
-    out, report = legalize_with_report(m, Target(avgpool_exclude_pad=False))
+    res = legalize(m, Target(avgpool_exclude_pad=False))
+    out, report = res.model, res.report
     if ceil and k == (3, 2):
         # ONNX shape inference says W=5, onnxruntime computes 4: left alone, with the reason
         assert op_types(out) == ["AveragePool"]
@@ -186,7 +187,8 @@ def test_avgpool_exclude_pad_calibrated(ceil, k, s, pads):
     assert attrs(out.graph.node[0])["count_include_pad"] == 1
     assert attrs(out.graph.node[0]).get("ceil_mode", 0) == ceil
     assert all(get_origin(n) == ["ap"] for n in out.graph.node)
-    out2, report = legalize_with_report(m)  # default target excludes pads in hardware
+    res = legalize(m)  # default target excludes pads in hardware
+    out2, report = res.model, res.report
     assert op_types(out2) == ["AveragePool"]
     assert any(r == "avgpool_calibrate" for r, _, _ in report.skipped)
 
@@ -272,7 +274,8 @@ def test_convtranspose_left_alone(kw, reason):
     k = kw["kernel_shape"]
     m = make_model([mk("ConvTranspose", ["x", "w"], ["y"], name="up", **kw)],
                    [("x", [1, 4, 9, 9])], ["y"], {"w": weight(4, 3, *k)})
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert "ConvTranspose" in op_types(out)
     why = [r for rule, n, r in report.skipped if rule == "convtranspose_to_conv"]
     assert why and reason in why[0], report.skipped

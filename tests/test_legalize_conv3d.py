@@ -6,7 +6,7 @@ import pytest
 from onnx import helper
 
 import onnx_mrvl
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 
 mk = helper.make_node
@@ -48,7 +48,8 @@ def test_conv3d_deep_input_stays():
     m = _conv3d([1, 2, 16, 6, 6], [4, 2, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
     out, log = legalize_and_compare(m)
     assert op_types(out) == ["Conv"] and "conv_3d_to_2d" not in [r for r, _, _ in log]
-    _, report = legalize_with_report(m)
+    res = legalize(m)
+    _, report = res.model, res.report
     assert ("conv_3d_to_2d", "conv3d", "depth 16 folded into channels would cost 5.6x the MACs (limit 4x)") \
         in report.skipped
 

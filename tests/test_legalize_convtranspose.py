@@ -6,7 +6,7 @@ import pytest
 from onnx import helper
 
 import onnx_mrvl
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import feeds_for, legalize_and_compare, make_model, op_types, run
 
 mk = helper.make_node
@@ -123,7 +123,8 @@ def test_convtranspose_phases_declines_with_reason(kw, reason):
     (``convtranspose_to_conv``) takes it when it can, else the ConvTranspose stays (CPU)."""
     m = make_model([mk("ConvTranspose", ["x", "w"], ["y"], name="ct", **kw)], [("x", [1, 4, 7, 6])], ["y"],
                    {"w": weight(4, 4, *kw["kernel_shape"])})
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     if "ConvTranspose" in op_types(out):
         assert any(r == "convtranspose_phases" and reason in why for r, _, why in report.skipped), report.skipped
     else:

@@ -9,7 +9,7 @@ from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 import onnx_mrvl
 from onnx_mrvl.errors import ModelError
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 
 R = np.random.default_rng(11)
 WEIGHTS = {"W": (R.standard_normal([8, 3, 3, 3]) * 0.3).astype(np.float32),
@@ -55,7 +55,8 @@ X = np.random.default_rng(0).standard_normal([1, 3, 16, 16]).astype(np.float32)
 @pytest.mark.parametrize("opset", [1, 3, 5, 6])
 def test_old_opset_converted_and_offloaded(opset, tmp_path):
     model = net(opset)
-    legal, report = legalize_with_report(model)
+    res = legalize(model)
+    legal, report = res.model, res.report
     assert report.opset == (opset, 13)
     assert "BatchNormalization" not in [n.op_type for n in legal.graph.node]   # folded into the conv
     result = onnx_mrvl.convert(model)
@@ -94,5 +95,6 @@ def test_old_opset_that_cannot_convert_is_refused(monkeypatch):
     with pytest.raises(ModelError, match="opset 5 model cannot be converted to opset 13") as e:
         onnx_mrvl.convert(net(5))
     assert "opset 7 or newer" in str(e.value)
-    legal, report = legalize_with_report(net(7))
+    res = legalize(net(7))
+    legal, report = res.model, res.report
     assert report.opset == (7, 7)

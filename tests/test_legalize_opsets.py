@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx_mrvl.legalize import legalize, legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 
 mk = helper.make_node
@@ -74,7 +74,7 @@ def test_failed_version_conversion_keeps_opset_and_legalizes(monkeypatch, caplog
 def test_duplicate_names_made_unique():
     m = make_model([mk("Relu", ["x"], ["a"], name="n"), mk("Relu", ["a"], ["y"], name="n")],
                    [("x", [2])], ["y"])
-    out = legalize(m)  # (onnxruntime refuses the original: two nodes named n)
+    out = legalize(m).model  # (onnxruntime refuses the original: two nodes named n)
     onnx.checker.check_model(out)
     assert [n.name for n in out.graph.node] == ["n", "n_1"]
 
@@ -88,7 +88,7 @@ def test_tensor_read_in_subgraph_survives():
                     mk("Identity", ["r"], ["t"], name="id"),
                     mk("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
                    [("x", [2])], ["y"], {"cond": np.array(True)})
-    out = legalize(m)
+    out = legalize(m).model
     onnx.checker.check_model(out)
     producers = {o for n in out.graph.node for o in n.output}
     assert "t" in producers  # still produced under the name the subgraphs read
@@ -102,7 +102,8 @@ def test_long_chain_is_fast_enough():
         nodes += [mk("Sub", [x, "c"], [f"s{i}"]), mk("Identity", [f"s{i}"], [f"i{i}"])]
         x = f"i{i}"
     m = make_model(nodes, [("x", [2, 8])], [x], {"c": np.full(8, 1e-3, np.float32)})
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert op_types(out) == ["Add"] * 1500 and out.graph.output[0].name == x
     assert report.sweeps <= 3
 
@@ -110,7 +111,8 @@ def test_long_chain_is_fast_enough():
 def test_target_as_dict_and_report():
     m = make_model([mk("Conv", ["x", "w"], ["y"], name="conv")], [("x", [1, 2, 12, 12])], ["y"],
                    {"w": R.standard_normal((2, 2, 5, 5)).astype(np.float32)})
-    out, report = legalize_with_report(m, {"max_kernel": 3})
+    res = legalize(m, {"max_kernel": 3})
+    out, report = res.model, res.report
     # 4 kernel tiles (their crop Slices become one-tap Convs named "conv/sliceK": crop_to_conv)
     assert sum(n.op_type == "Conv" and "/slice" not in n.name for n in out.graph.node) == 4
     assert report.by_rule()["conv_kernel_split"] == ["conv"]
@@ -123,7 +125,7 @@ def test_data_dependent_shapes_left_out_of_value_info():
                     mk("Transpose", ["nz"], ["t"], name="tr", perm=[1, 0]),
                     mk("Cast", ["t"], ["y"], name="cast", to=onnx.TensorProto.FLOAT)],
                    [("x", [3, 4])], ["y"])
-    out = legalize(m)
+    out = legalize(m).model
     onnx.checker.check_model(out)
     assert op_types(out) == ["Relu", "NonZero", "Transpose", "Cast"]
     assert [vi.name for vi in out.graph.value_info] == ["r"]

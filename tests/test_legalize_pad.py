@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import onnx_mrvl
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import feeds_for, legalize_and_compare, make_model, op_types, run
 
 mk = helper.make_node
@@ -75,7 +75,8 @@ def test_pad_on_an_inserted_axis_is_kept():
     m.graph.node.append(mk("Squeeze", ["p5", "sq_axes"], ["y"], name="sq", ))
     m.graph.node[-1].input[1] = "sq_axes"
     m.graph.initializer.append(onnx.numpy_helper.from_array(np.array([0], np.int64), "sq_axes"))
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert "Pad" in op_types(out)
     assert any(r == "pad_unit_axes" and "inserted unit axis" in why for r, _, why in report.skipped)
 

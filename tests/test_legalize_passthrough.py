@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_mrvl.legalize import legalize, legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.rules import fold_constants
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 
@@ -42,7 +42,8 @@ def test_sequence_and_optional_values_pass_through():
                 helper.make_tensor_value_info("y", F, None),
                 helper.make_value_info("opt_out", opt_t.type)],
                [numpy_helper.from_array(np.array(0, np.int64), "zero")], opset=16)
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     onnx.checker.check_model(out)
     # declared types of the non-tensor inputs and outputs are untouched
     assert out.graph.input[0].type == m.graph.input[0].type
@@ -82,7 +83,8 @@ def test_opset_upgrade_that_changes_the_interface_is_refused():
     # the onnx Scan 8 -> 9 adapter drops the batch axis of the graph inputs
     conv = onnx.version_converter.convert_version(m, 13)
     assert len(conv.graph.input[1].type.tensor_type.shape.dim) == 2
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert report.opset == (8, 8)
     for a, b in zip(list(m.graph.input) + list(m.graph.output),
                     list(out.graph.input) + list(out.graph.output)):
@@ -123,7 +125,8 @@ def test_control_flow_condition_not_folded(monkeypatch):
     m = _if_condition_model()
     feeds = {"size": np.array([2, 5, 6, 7], np.int64)}
     np.testing.assert_array_equal(_session(m).run(None, feeds)[0], [0, 1, 2])
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     ops = op_types(out)
     assert "Size" in ops and "Equal" in ops and "Constant" not in ops
     assert not any(n.op_type == "Constant" for n in out.graph.node)
@@ -131,7 +134,7 @@ def test_control_flow_condition_not_folded(monkeypatch):
     # what it guards against: a folded condition makes onnxruntime inline the branch and reject
     # the Range at load time
     monkeypatch.setattr(fold_constants, "_in_condition_cone", lambda node, g: False)
-    folded = legalize(m)
+    folded = legalize(m).model
     assert "Equal" not in op_types(folded)
     with pytest.raises(Exception, match="Range"):
         _session(folded)
@@ -156,7 +159,7 @@ def test_dropout_mask_graph_output_static_and_dynamic():
                      mk("Dropout", ["r"], ["y", "mask"], name="drop")],
                     [helper.make_tensor_value_info("x", F, [3, 4])],
                     [helper.make_tensor_value_info("y", F, None), mask_vi])
-    out = legalize(static)
+    out = legalize(static).model
     assert op_types(out) == ["Relu", "ConstantOfShape"]
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
     y, mask = _session(out).run(None, {"x": x})
@@ -168,7 +171,7 @@ def test_dropout_mask_graph_output_static_and_dynamic():
                   mk("Dropout", ["f"], ["y", "mask"], name="drop")],
                  [helper.make_tensor_value_info("x", F, [3, 4])],
                  [helper.make_tensor_value_info("y", F, None), mask_vi])
-    out = legalize(dyn)
+    out = legalize(dyn).model
     assert "Dropout" not in op_types(out) and {"Shape", "ConstantOfShape"} <= set(op_types(out))
     x[0, :] = 0
     y, mask = _session(out).run(None, {"x": x})
@@ -182,7 +185,8 @@ def test_dropout_training_mode_true_is_kept():
                     mk("Cast", ["mask"], ["z"], name="cast", to=F)],
                    [("x", [2, 4])], ["y", "z"],
                    {"ratio": np.array(0.5, np.float32), "train": np.array(True)})
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert "Dropout" in op_types(out)
     assert ("remove_dropout", "drop", "training_mode is true") in report.skipped
 
@@ -206,7 +210,8 @@ def test_constants_feeding_a_condition_only_through_shape_are_folded():
                 mk("Mul", ["boxes", "d"], ["y"], name="out")],
                [helper.make_tensor_value_info("x", F, [2, 4])], [helper.make_tensor_value_info("y", F, None)],
                [numpy_helper.from_array(v, k) for k, v in c.items()], opset=13)
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     ops = op_types(out)
     assert "Add" not in ops                                  # folded
     assert {"Shape", "ReduceProd", "Equal", "If"} <= set(ops)   # the condition itself is not
@@ -240,7 +245,8 @@ def _fp16_cnn(io_type):
 def test_float16_model_is_computed_in_float32_and_offloaded(io_type, tmp_path):
     import onnx_mrvl
     m = _fp16_cnn(io_type)
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert [i.type.tensor_type.elem_type for i in out.graph.input] == [io_type]
     assert [o.type.tensor_type.elem_type for o in out.graph.output] == [io_type]
     assert not any(t.data_type == TensorProto.FLOAT16 for t in out.graph.initializer)

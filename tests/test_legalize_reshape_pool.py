@@ -4,7 +4,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model, op_types
 from onnx_mrvl.provenance import get_origin
 from onnx_mrvl.target import Target
@@ -56,7 +56,8 @@ def test_reshape_resolves_zero_and_minus_one(given, allowzero, want):
                     mk("Relu", ["r"], ["y"], name="relu")], [("x", shape_in)], ["y"],
                    {"s": np.array(given, np.int64)}, opset=14)
     if want == "zero":  # allowzero=1: the 0 is a literal size
-        out, report = legalize_with_report(m)
+        res = legalize(m)
+        out, report = res.model, res.report
         assert op_types(out) == ["Reshape", "Relu"]
         return
     out, log = legalize_and_compare(m)
@@ -333,7 +334,8 @@ def test_zero_pad_between_cpu_ops_left_alone():
     pad.input[0] = "x1"
     m = make_model([mk("Softplus", ["x"], ["x1"], name="sp"), pad,
                     mk("Softsign", ["p"], ["y"], name="ss")], [("x", [1, 3, 8, 8])], ["y"], inits)
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert "Pad" in op_types(out)
     assert ("pad_to_conv", "pad", "no accelerator op next to it") in report.skipped
 
@@ -468,7 +470,8 @@ def test_crop_left_alone(starts, ends, axes, steps, reason):
         ins.append("sp")
     m = make_model([mk("Conv", ["x", "w"], ["c"], name="conv"), mk("Slice", ins, ["y"], name="crop")],
                    [("x", [1, 3, 11, 12])], ["y"], inits)
-    out, report = legalize_with_report(m)
+    res = legalize(m)
+    out, report = res.model, res.report
     assert "Slice" in op_types(out)
     why = [r for rule, n, r in report.skipped if rule == "crop_to_conv"]
     assert why and reason in why[0], report.skipped

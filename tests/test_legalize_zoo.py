@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx_mrvl.legalize import legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.shapes import light_model
 from onnx_mrvl.legalize.testing import rel_err, run
 from onnx_mrvl.testing.randomize_weights import load_zoo, random_inputs, randomize_weights, zoo_model_paths
@@ -72,7 +72,8 @@ def test_zoo_model_legalizes_exactly(name):
     softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
     if softmax:
         model.graph.output.append(helper.make_empty_tensor_value_info(softmax[-1].input[0]))
-    out, report = legalize_with_report(model)
+    res = legalize(model)
+    out, report = res.model, res.report
     _structure_check(out)
     _check_canonical(out)
     assert report.opset == (9, 13)
@@ -90,7 +91,8 @@ def test_zoo_model_legalizes_exactly(name):
 def test_shipped_constant_weights_fold(name):
     # the shipped files build their weights with ConstantOfShape: those must end as initializers
     model = onnx.load(zoo_model_paths()[name])
-    out, report = legalize_with_report(model)
+    res = legalize(model)
+    out, report = res.model, res.report
     _check_canonical(out)
     assert "fold_constants" in report.by_rule() or not any(
         n.op_type == "ConstantOfShape" for n in model.graph.node)
@@ -129,7 +131,8 @@ def test_zoo_model_strict_target(name):
     model = load_zoo(name, seed=2)
     softmax = [n for n in model.graph.node if n.op_type == "Softmax"][-1]
     model.graph.output.append(helper.make_empty_tensor_value_info(softmax.input[0]))
-    out, report = legalize_with_report(model, Target(max_kernel=3, avgpool_exclude_pad=False))
+    res = legalize(model, Target(max_kernel=3, avgpool_exclude_pad=False))
+    out, report = res.model, res.report
     _structure_check(out)
     _check_canonical(out)
     applied = report.by_rule()

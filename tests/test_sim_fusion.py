@@ -1,4 +1,4 @@
-"""Residual Conv2D + Sum2D pairs run as one native step (sim/fusion.py): same bits, same reports."""
+"""Residual Conv2D + Sum2D pairs run as one native step (sim/residual_steps.py): same bits, same reports."""
 import numpy as np
 import pytest
 

@@ -14,7 +14,7 @@ import pytest
 import onnx_mrvl
 from onnx_mrvl import opset
 from onnx_mrvl.fuse import fuse
-from onnx_mrvl.legalize import legalize, legalize_with_report
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.sim.activations import make_activation
 from onnx_mrvl.sim.norm_ops import layernorm as sim_layernorm, softmax as sim_softmax
 
@@ -80,7 +80,8 @@ def test_layernorm_last_axis_after_fc(form, affine, tmp_path):
     h = A.layernorm(n, h, [2, 5, 32], form, affine=affine)
     n.linear(h, 32, 8)
     m = n.model("ln", [("input", [2, 5, 24])], "output")
-    legal, rep = legalize_with_report(m)
+    res = legalize(m)
+    legal, rep = res.model, res.report
     assert legal.opset_import[0].version == 17      # raised from 13 for LayerNormalization
     assert [x.op_type for x in legal.graph.node].count("LayerNormalization") == 1
     assert not any(x.op_type in ("ReduceMean", "Sqrt", "Pow", "Reciprocal") for x in legal.graph.node)
@@ -111,7 +112,8 @@ def test_layernorm_read_outside_stays_decomposed():
     mean = next(x for x in n.nodes if x.op_type == "ReduceMean").output[0]
     n.op("Add", [y, mean], "use_mean")
     m = n.model("ln", [("input", [1, 4, 16])], "output")
-    legal, rep = legalize_with_report(m)
+    res = legalize(m)
+    legal, rep = res.model, res.report
     assert not any(x.op_type == "LayerNormalization" for x in legal.graph.node)
     assert any(rule == "layernorm_canonical" and "read outside" in why for rule, _, why in rep.skipped)
 
@@ -125,7 +127,8 @@ def test_layernorm_opset_bump_refused_when_an_op_changes_meaning():
     idx = n.const(np.array([0], np.int64), "idx")
     n.op("RoiAlign", [y, rois, idx], "roi", output_height=2, output_width=2)
     m = n.model("ln", [("input", [1, 8, 4, 4])], "output")
-    legal, rep = legalize_with_report(m)
+    res = legalize(m)
+    legal, rep = res.model, res.report
     assert not any(x.op_type == "LayerNormalization" for x in legal.graph.node)
     assert any("RoiAlign" in why for rule, _, why in rep.skipped if rule == "layernorm_canonical")
 

@@ -61,7 +61,7 @@ def run(args) -> int:
         model = load_model(args.model)
         validate_model(model)
         progress("legalize")
-        out = legalize(model, input_shapes=shapes)
+        out = legalize(model, input_shapes=shapes).model
         check_node_names(args.exclude, args.cut_after, model, out)
         if args.stage == "fuse":
             progress("fuse")

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import CompileError
 from ..target import ArchProfile
 from .json_attrs import NodeAttrs, to_number, unwrap
-from .layers import LAYER_NAMES, Context, compile_layer, fit_rank, needs_flatten  # noqa: F401
+from .program_layer import LAYER_NAMES, Context, compile_layer, fit_rank, needs_flatten  # noqa: F401
 from .memory import plan_memory
 
 log = logging.getLogger(__name__)

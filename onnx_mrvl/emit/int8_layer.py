@@ -17,7 +17,7 @@ def is_int8(a: NodeAttrs) -> bool:
 def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict,
                 has_weights: bool = True) -> None:
     """Checks and copies the quantization fields; the weight scales (Conv2D / FC) become a float32 weight."""
-    from .layers import vector
+    from .layer_common import vector
     sides = ("in", "out", "in2") if a.has("in2_dtype") else ("in", "out")
     for side in sides:
         dtype = a.str(f"{side}_dtype", "int8")

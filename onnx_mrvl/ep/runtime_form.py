@@ -18,7 +18,6 @@ not copied into every kernel call. Packing costs copies, so only arities above 1
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Dict, List
 
@@ -27,6 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import ArtifactError, UsageError
+from ..provenance import decode_origin
 from .failures import GUARD_SUFFIX
 
 DOMAIN = "mrvl"
@@ -82,7 +82,7 @@ def _rewrite(g: onnx.GraphProto, shapes: Dict[str, tuple], opset: int, tag: str,
         sha = attrs["sha256"].s.decode() if "sha256" in attrs else ""
         in_shapes, out_shapes = shapes[sha]
         if len(in_shapes) != len(node.input) or len(out_shapes) != len(node.output):
-            origin = json.loads(attrs["origin"].s.decode()) if "origin" in attrs else []
+            origin = decode_origin(attrs["origin"].s) if "origin" in attrs else []
             raise ArtifactError(f"region '{region}': the node has {len(node.input)} inputs and {len(node.output)} "
                                 f"outputs, its binary {len(in_shapes)} and {len(out_shapes)}", node=region,
                                 origin=origin, hint="re-run onnx-mrvl convert")

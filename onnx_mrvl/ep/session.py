@@ -5,7 +5,6 @@ raises a failing region's ``MrvlRuntimeError`` (failures.py), in every execution
 from __future__ import annotations
 
 import functools
-import json
 import os
 import weakref
 from typing import List, Optional, Tuple
@@ -15,6 +14,7 @@ import onnxruntime as ort
 
 from ..artifact.manifest import check_folder, check_model_file
 from ..errors import ArtifactError, ModelError, UsageError
+from ..provenance import decode_origin
 from . import failures, kernel
 from .runtime_form import is_subgraph
 from .runtime_form import runtime_model as _runtime_form
@@ -64,10 +64,7 @@ def preload(model, model_dir: Optional[str] = None,
         for node in _subgraph_nodes(model):
             a = _attrs(node)
             region = a.get("region", node.name)
-            try:
-                origin = json.loads(a.get("origin", "[]"))
-            except ValueError:
-                origin = []
+            origin = decode_origin(a.get("origin", "[]"))
             if not a.get("sha256"):
                 raise ArtifactError(f"region '{region}' has no sha256 attribute", node=region, origin=origin,
                                     hint="re-run onnx-mrvl convert")

@@ -1,13 +1,15 @@
 """Fusion: legalized standard ONNX -> NHWC nodes of the Mrvl op set, with a decision per node.
 
-``fuse(model, target)`` returns a ``FuseResult`` whose ``model`` is a valid ONNX model (every Mrvl
-node has a model-local reference function, so plain onnxruntime runs it) and whose ``decisions``
-say, for every node of the input, which Mrvl node it went into or why it stays on the CPU.
+``fuse(model, target)`` returns a ``FuseResult`` (the stage contract, onnx_mrvl/stage.py) whose
+``model`` is a valid ONNX model (every Mrvl node has a model-local reference function, so plain
+onnxruntime runs it), whose ``decisions`` say, for every node of the input, which Mrvl node it went
+into or why it stays on the CPU, and whose ``log`` has one ``(composite, [node names], Mrvl node)``
+per group.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Union
 
 import onnx
@@ -16,8 +18,9 @@ from .. import opset
 from .._graph import GraphIndex, topological_order
 from ..decisions import Decisions
 from ..provenance import get_origin
+from ..stage import StageResult, as_model
 from ..target import Target, get_target
-from .layout import LAYOUT_FREE_CPU_OPS, materialize
+from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -57,10 +60,8 @@ class _Index(GraphIndex):
 
 
 @dataclass
-class FuseResult:
-    model: onnx.ModelProto
-    decisions: Decisions
-    groups: List[Group]
+class FuseResult(StageResult):
+    groups: List[Group] = field(default_factory=list)
 
 
 USER_EXCLUDED = "excluded by the user (exclude=...)"
@@ -154,7 +155,7 @@ def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
     for n in order:
         if n.op_type in LAYOUT_FREE_CPU_OPS and n.name not in in_group and n.input and \
                 n.input[0] in mrvl_out:
-            # runs on the accelerator's storage (layout.py): a Transpose after it relabels too
+            # runs on the accelerator's storage (materialize.py): a Transpose after it relabels too
             # (tf2onnx: region -> Softmax(axis) -> Transpose to NHWC -> graph output)
             mrvl_out.update(o for o in n.output if o)
             continue
@@ -175,6 +176,7 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
 
     ``exclude``: node names (legalized or original) or op types kept on the CPU; a dict maps each
     to the reason recorded for it."""
+    model = as_model(model, "fuse")
     target = get_target(target)
     exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
     g = _Index(model)
@@ -201,4 +203,5 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     opset.attach_functions(fused)
     log.info("fuse: %d groups, %d of %d nodes on the accelerator", len(groups),
              len(decisions.by_placement("accelerator")), len(decisions))
-    return FuseResult(fused, decisions, groups)
+    steps = [(grp.composite, [x.name for x in grp.nodes], mrvl_names[grp.anchor.name]) for grp in groups]
+    return FuseResult(fused, decisions, steps, groups)

@@ -12,6 +12,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+NHWC = (0, 2, 3, 1)
+Perm = Optional[Tuple[int, ...]]   # None = stored as logical
 Block = Tuple[List[int], List[int]]   # (input axes, output axes) of equal total size
 
 
@@ -127,3 +129,36 @@ def rotations(shape: Sequence[int], q: Sequence[int]) -> Optional[List[List[int]
         if len(views) > MAX_ROTATIONS:
             return None
     return views or None
+
+
+def norm_perm(p) -> Perm:
+    """``p`` as a tuple, or None for the identity (stored as logical)."""
+    if p is None:
+        return None
+    p = tuple(int(i) for i in p)
+    return None if p == tuple(range(len(p))) else p
+
+
+def inverse_perm(p: Sequence[int]) -> List[int]:
+    """The permutation that undoes ``p``."""
+    out = [0] * len(p)
+    for i, v in enumerate(p):
+        out[v] = i
+    return out
+
+
+def stored_shape(shape, perm: Perm):
+    """The shape of the data as stored in ``perm`` order."""
+    return list(shape) if perm is None else [shape[i] for i in perm]
+
+
+def canonical_perm(order: Sequence[int], shape, nhwc_first: bool = False) -> Perm:
+    """``order`` or, when it nests the non-unit axes the same way, the logical or NHWC order
+    (unit axes may sit anywhere: the data is the same)."""
+    nonunit = [a for a in order if shape[a] != 1]
+    cands = ([NHWC, None] if nhwc_first else [None, NHWC]) if len(shape) == 4 else [None]
+    for cand in cands:
+        full = list(cand) if cand else list(range(len(shape)))
+        if [a for a in full if shape[a] != 1] == nonunit:
+            return cand
+    return norm_perm(order)

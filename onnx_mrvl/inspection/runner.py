@@ -9,7 +9,6 @@ tensor ids), so nothing inside the simulator has to change.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -17,6 +16,7 @@ import numpy as np
 import onnx
 
 from ..errors import ModelError
+from ..provenance import decode_origin
 from .canonical import is_region_node
 from .tensors import Storage, layer_storage
 
@@ -36,12 +36,7 @@ def region_nodes(model: onnx.ModelProto) -> List[onnx.NodeProto]:
 
 
 def region_origin(node: onnx.NodeProto) -> List[str]:
-    raw = node_attrs(node).get("origin", "[]")
-    try:
-        names = json.loads(raw) if isinstance(raw, str) else list(raw)
-    except ValueError:
-        names = [raw]
-    return [str(n) for n in names] if isinstance(names, list) else [str(names)]
+    return decode_origin(node_attrs(node).get("origin", "[]"))
 
 
 def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -1,6 +1,6 @@
 """Which tensor of a converted model is which tensor of the original, and in which layout.
 
-Conventions of the fuse stage (``onnx_mrvl/fuse/layout.py``): a Mrvl node's output keeps the
+Conventions of the fuse stage (``onnx_mrvl/fuse/materialize.py``): a Mrvl node's output keeps the
 logical name of the last original output of its group; a tensor stored in another layout is named
 ``<t>__nhwc`` / ``<t>__nchw`` / ``<t>__perm`` (``_<k>`` appended when the name is taken). Spatial
 Mrvl ops store NHWC, elementwise ops, Concat and Slice2D keep their inputs' storage, ``Reshape`` /
@@ -15,6 +15,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
+
+from .._graph import attr
 
 NHWC = (0, 2, 3, 1)
 LAYOUT_PERMS = {"NHWC": NHWC}
@@ -91,13 +93,6 @@ def _text(v) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
-
 def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
                   shapes: Dict[str, Tuple[int, ...]],
                   overrides: Optional[Dict[str, Storage]] = None,
@@ -122,7 +117,7 @@ def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
             logical = logical_name(t)
             st = LOGICAL
             if mrvl and n.op_type == "LayoutTransform":
-                st = Storage(LAYOUT_PERMS.get(_text(_attr(n, "dst_layout", ""))))
+                st = Storage(LAYOUT_PERMS.get(_text(attr(n, "dst_layout", ""))))
             elif mrvl and n.op_type in SPATIAL:
                 st = Storage(NHWC)
             elif mrvl and n.op_type in SHARED and n.input:
@@ -144,7 +139,7 @@ def graph_storage(model: onnx.ModelProto, order: Iterable[onnx.NodeProto],
                     out[t] = (logical, Storage(NHWC) if kind == "nhwc" else LOGICAL)
                     continue
                 src = perm_of(n.input[0])
-                q = list(_attr(n, "perm", []) or [])
+                q = list(attr(n, "perm", []) or [])
                 if src is None:
                     src = tuple(range(len(q)))
                 st = Storage(_norm([src[j] for j in q])) if len(q) == len(src) else LOGICAL
@@ -172,7 +167,7 @@ def reshape_source_perm(producers: Dict[str, onnx.NodeProto], out_logical: str, 
         t = prod.input[0]
     r: Optional[Sequence[int]] = base_perm
     for tr in reversed(chain):
-        q = [int(v) for v in (_attr(tr, "perm", None) or [])]
+        q = [int(v) for v in (attr(tr, "perm", None) or [])]
         if r is None:
             r = list(range(len(q)))
         if not q:

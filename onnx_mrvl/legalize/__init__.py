@@ -1,13 +1,15 @@
 """Legalization: rewrite what the accelerator cannot take as it stands into canonical ONNX.
 
-``legalize(model, target=None, *, input_shapes=None, log=None) -> onnx.ModelProto``;
-``legalize_with_report`` also returns a :class:`LegalizeReport` (applied rewrites and the
-reasons rules did not apply). See docs/legalize.md for the rules and the canonical forms.
+``legalize(model, target=None, *, input_shapes=None) -> LegalizeResult`` (the stage contract,
+onnx_mrvl/stage.py): ``.model`` the legalized copy, ``.log`` one ``(rule, [original node names],
+detail)`` per applied rewrite, ``.report`` a :class:`LegalizeReport` (also the reasons rules did not
+apply). See docs/legalize.md for the rules and the canonical forms.
 """
 from __future__ import annotations
 
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -15,6 +17,7 @@ import onnx
 from onnx import helper
 
 from ..errors import ModelError
+from ..stage import StageResult, as_model
 from ..target import get_target
 from . import fp16, prepare, shapes
 from .graph import Graph, attr
@@ -46,25 +49,38 @@ class LegalizeReport:
         return out
 
 
-def legalize(model: onnx.ModelProto, target=None, *, input_shapes=None,
-             log: Optional[list] = None) -> onnx.ModelProto:
-    """Return a legalized copy of ``model`` (the argument is not modified).
+@dataclass
+class LegalizeResult(StageResult):
+    """``model``: the legalized copy; ``log``: ``report.applied``; ``decisions``: None (legalize
+    decides no placement: fuse does)."""
+    report: LegalizeReport = field(default_factory=LegalizeReport)
 
-    ``input_shapes`` ({input name: [dims]}) fixes graph input shapes; ``log``, when a list,
-    receives one ``(rule_name, [original node names], detail)`` tuple per applied rewrite.
-    """
-    out, report = legalize_with_report(model, target, input_shapes=input_shapes)
-    if log is not None:
-        log.extend(report.applied)
-    return out
+    def __getattr__(self, name):
+        # legalize() returned the ModelProto itself before the stage contract: forward, with a warning
+        if name.startswith("__") or name in ("model", "report", "decisions", "log"):
+            raise AttributeError(name)
+        warnings.warn("legalize() returns a LegalizeResult: use its .model", DeprecationWarning, stacklevel=2)
+        return getattr(self.model, name)
+
+
+def legalize(model: onnx.ModelProto, target=None, *, input_shapes=None) -> LegalizeResult:
+    """Return a :class:`LegalizeResult` whose ``model`` is a legalized copy of ``model`` (the
+    argument is not modified). ``input_shapes`` ({input name: [dims]}) fixes graph input shapes."""
+    return _legalize(model, target, input_shapes)
 
 
 def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=None
                          ) -> Tuple[onnx.ModelProto, LegalizeReport]:
+    """Deprecated: ``legalize()`` returns the report too (``.model``, ``.report``)."""
+    warnings.warn("legalize_with_report() is deprecated: legalize() returns a LegalizeResult "
+                  "(.model, .report)", DeprecationWarning, stacklevel=2)
+    result = _legalize(model, target, input_shapes)
+    return result.model, result.report
+
+
+def _legalize(model, target, input_shapes) -> LegalizeResult:
     t0 = time.perf_counter()
-    if not isinstance(model, onnx.ModelProto):
-        raise ModelError(f"legalize expects an onnx.ModelProto, not {type(model).__name__}",
-                         hint="load the model with onnx.load first")
+    model = as_model(model, "legalize")
     tgt = get_target(target)
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -94,7 +110,7 @@ def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=No
     report.seconds = time.perf_counter() - t0
     logger.info("legalize: %d rewrites in %d sweeps, %.2f s", len(report.applied), report.sweeps,
                 report.seconds)
-    return m, report
+    return LegalizeResult(m, None, report.applied, report)
 
 
 def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
@@ -198,5 +214,5 @@ def rule_names() -> Sequence[str]:
     return RULE_NAMES
 
 
-__all__ = ["legalize", "legalize_with_report", "notes", "LegalizeReport", "rule_names", "RULE_NAMES",
+__all__ = ["legalize", "legalize_with_report", "notes", "LegalizeResult", "LegalizeReport", "rule_names", "RULE_NAMES",
            "RULES"]

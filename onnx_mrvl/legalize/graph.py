@@ -1,4 +1,6 @@
-"""A mutable view over an ONNX GraphProto for the legalization rules.
+"""A mutable view over an ONNX GraphProto for the legalization rules, built on the read-only
+primitives of ``onnx_mrvl/_graph.py`` (``attr``, ``subgraph_reads``; fuse and split use its
+``GraphIndex`` snapshot); docs/architecture.md "Graph model" says why two layers.
 
 Keeps producer/consumer maps, initializers (lazily as numpy), inferred shapes and fresh names, so
 each rule stays small and every sweep stays linear in the number of nodes. Nodes are standalone
@@ -17,21 +19,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import provenance
+from .._graph import attr, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
 logger = logging.getLogger(__name__)
 
 
-def attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def str_attr(node: onnx.NodeProto, name: str, default=None):
-    """A string attribute as ``str`` (onnx gives bytes)."""
-    v = attr(node, name, default)
-    return v.decode() if isinstance(v, bytes) else v
+str_attr = attr   # the old name of the string reader: ``attr`` itself decodes now (one semantics)
 
 
 def set_attr(node: onnx.NodeProto, name: str, value) -> None:
@@ -44,16 +37,6 @@ def del_attr(node: onnx.NodeProto, name: str) -> None:
     if len(keep) != len(node.attribute):
         del node.attribute[:]
         node.attribute.extend(keep)
-
-
-def _subgraph_names(node: onnx.NodeProto, out: Set[str]) -> None:
-    """Every tensor name a node's subgraphs mention (outer-scope uses included)."""
-    for a in node.attribute:
-        graphs = list(a.graphs) + ([a.g] if a.HasField("g") else [])
-        for g in graphs:
-            for n in g.node:
-                out.update(n.input)
-                _subgraph_names(n, out)
 
 
 class Graph:
@@ -91,7 +74,7 @@ class Graph:
             node = onnx.NodeProto()
             node.CopyFrom(n)
             self._add(node, (float(pos), 0))
-            _subgraph_names(node, self.pinned)
+            self.pinned |= subgraph_reads([node])
         del g.node[:]
 
     # ----- nodes

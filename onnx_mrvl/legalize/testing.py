@@ -93,8 +93,8 @@ def legalize_and_compare(model: onnx.ModelProto, target=None, *, input_shapes=No
     and the outputs match onnxruntime on the original within ``tol``. Returns (model, log)."""
     from . import legalize
     before = model.SerializeToString()
-    log: list = []
-    out = legalize(model, target, input_shapes=input_shapes, log=log)
+    result = legalize(model, target, input_shapes=input_shapes)
+    out, log = result.model, result.log
     assert model.SerializeToString() == before, "legalize mutated its argument"
     onnx.checker.check_model(out, full_check=True)
     names = [n.name for n in out.graph.node]

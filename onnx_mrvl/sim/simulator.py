@@ -18,7 +18,7 @@ from ..errors import ArtifactError, CompileError, MrvlRuntimeError
 from . import int8, native
 from .blas import configure_once
 from .fp16 import round_fp16_
-from .fusion import Step, fuse_residuals
+from .residual_steps import Step, fuse_residuals
 from .parallel import workers
 from .static_plan import StaticPlan, Unsupported
 from .layers import build_layer, layer_list
@@ -283,7 +283,7 @@ class Simulator:
             try:
                 if inner is None:
                     y, ok = fn(*[env[t] for t in ins])
-                else:                               # fused Conv2D + Sum2D (fusion.py)
+                else:                               # fused Conv2D + Sum2D (residual_steps.py)
                     y, conv_ok, ok = fn(*[env[t] for t in ins])
             except (ValueError, IndexError) as exc:
                 raise MrvlRuntimeError(f"program {self.name!r}: {spec.layer_name} layer failed: {exc}",

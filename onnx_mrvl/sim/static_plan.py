@@ -6,7 +6,7 @@ MobileNetV2 run and leaves the worker threads idle meanwhile. Here, once per Sim
 
 * every tensor gets a fixed place in one arena, buffers reused by liveness (first fit; a step's
   output never shares memory with its inputs). A Reshape / Flatten / Squeeze output is its input's
-  memory (no copy), and a residual conv's output that ``fusion.py`` fused away gets none;
+  memory (no copy), and a residual conv's output that ``residual_steps.py`` fused away gets none;
 * every step whose kernel is native becomes a record of precomputed integers (kind, descriptor
   and buffer addresses), and each stretch of consecutive native steps runs in one ``run_steps``
   call. Any other step runs its usual Python kernel on views of the arena and its result is

@@ -4,7 +4,10 @@
 (regions.py), keeps them by the chosen strategy ("max", "single", "cost"; cost.py), reverts Mrvl
 nodes left outside every region to standard ONNX (revert.py), and cuts each region out as a
 standalone ONNX model (``Region.model``) for the emit stage. The ``Subgraph`` nodes get their
-artifact attributes later, from ``deploy.attach_artifact``. See docs/partition.md.
+artifact attributes later, from ``deploy.attach_artifact``. Returns a ``SplitResult`` (the stage
+contract, onnx_mrvl/stage.py): ``decisions`` is a copy of the ``decisions=`` handed in, updated with
+each node's region (the argument is not modified); ``log`` one ``("region", origin, name)`` per region
+and one ``("dropped", origin, reason)`` per group kept on the CPU. See docs/partition.md.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from .._graph import GraphIndex, subgraph_reads, topological_order
 from ..decisions import Decisions
 from ..errors import UnsupportedError
 from ..provenance import get_origin
+from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from . import cost as cost_model
 from .deploy import region_model, subgraph_node
@@ -52,12 +56,11 @@ class Region:
 
 
 @dataclass
-class SplitResult:
-    model: onnx.ModelProto
-    regions: List[Region]
-    dropped: List[dict]                # {"nodes": [...], "origin": [...], "reason": ...}
-    macs_total: int
-    macs_offloaded: int
+class SplitResult(StageResult):
+    regions: List[Region] = field(default_factory=list)
+    dropped: List[dict] = field(default_factory=list)   # {"nodes": [...], "origin": [...], "reason": ...}
+    macs_total: int = 0
+    macs_offloaded: int = 0
 
     @property
     def offload_fraction(self) -> float:
@@ -114,6 +117,9 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
     if partition not in STRATEGIES:
         raise UnsupportedError(f"unknown partition strategy {partition!r}",
                                hint=f"use one of {', '.join(STRATEGIES)}")
+    if decisions is None and isinstance(fused, StageResult):
+        decisions = fused.decisions
+    fused = as_model(fused, "split")
     target = get_target(target)
     g = GraphIndex(fused)
     order = topological_order(g.nodes, g.inputs)
@@ -178,10 +184,12 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
     deployable = _replace_regions(model, g, regions, reference)
     macs_off = sum(r.macs for r in regions)
     if decisions is not None:
+        decisions = decisions.copy()
         _update_decisions(decisions, regions, dropped)
     log.info("split (%s): %d regions, %d dropped groups, %.1f%% of MACs offloaded", partition, len(regions),
              len(dropped), 100.0 * macs_off / macs_total if macs_total else 0.0)
-    return SplitResult(deployable, regions, dropped, macs_total, macs_off)
+    steps = [("region", r.origin, r.name) for r in regions] + [("dropped", d["origin"], d["reason"]) for d in dropped]
+    return SplitResult(deployable, decisions, steps, regions, dropped, macs_total, macs_off)
 
 
 def _replace_regions(model, g: GraphIndex, regions: List[Region], reference: bool) -> onnx.ModelProto:

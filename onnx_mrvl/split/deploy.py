@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from typing import List, Optional, Tuple
 
 import onnx
@@ -17,6 +16,7 @@ from onnx import helper
 
 from .. import opset
 from .._graph import GraphIndex
+from ..provenance import encode_origin
 
 SUBGRAPH_PREFIX = "Subgraph_"
 SUBGRAPH_ATTRS = ("region", "origin", "embed_mode", "artifact", "binary", "sha256")
@@ -61,7 +61,7 @@ def subgraph_node(region, model: onnx.ModelProto, reference: bool
                   ) -> Tuple[onnx.NodeProto, Optional[onnx.FunctionProto]]:
     op_type = subgraph_op_type(len(region.inputs), len(region.outputs))
     node = helper.make_node(op_type, region.inputs, region.outputs, name=region.name, domain=opset.DOMAIN,
-                            region=region.name, origin=json.dumps(region.origin), embed_mode=0,
+                            region=region.name, origin=encode_origin(region.origin), embed_mode=0,
                             artifact="", binary="", sha256="")
     func = None
     if reference:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr, inp, str_attr
+from .base import Match, attr, inp
 
 
 def _per_channel(g, node, c: int) -> Optional[np.ndarray]:
@@ -62,7 +62,7 @@ def match(node, g) -> Optional[Match]:
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    if str_attr(m.node, "auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+    if attr(m.node, "auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
         return "auto_pad not resolved"
     if g.dtype(m.data["x"]) != 1:
         return "not float32"

@@ -8,7 +8,7 @@ from typing import Optional
 
 from onnx import helper
 
-from .base import Match, attr, match_rank, reshape, str_attr
+from .base import Match, attr, match_rank, reshape
 
 NAME = "conv_1d_to_2d"
 OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
@@ -28,7 +28,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return "ConvTranspose output_shape attribute"
     if g.shape(node.output[0]) is None:
         return "output shape is not static"
-    if str_attr(node, "auto_pad", "NOTSET") != "NOTSET":
+    if attr(node, "auto_pad", "NOTSET") != "NOTSET":
         return "auto_pad not yet resolved"
     return None
 

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from .base import Match, attr, match_rank, reshape, str_attr
+from .base import Match, attr, match_rank, reshape
 
 NAME = "conv_3d_to_2d"
 OPS = ("Conv", "MaxPool", "AveragePool")
@@ -48,7 +48,7 @@ def _live_taps(depth: int, out_depth: int, k: int, s: int, d: int, pb: int):
 
 def check(m: Match, g, target) -> Optional[str]:
     node = m.node
-    if str_attr(node, "auto_pad", "NOTSET") != "NOTSET":
+    if attr(node, "auto_pad", "NOTSET") != "NOTSET":
         return "auto_pad not yet resolved"
     sy = g.shape(node.output[0])
     if sy is None or len(sy) != 5:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Match, attr, inp, str_attr
+from .base import Match, attr, inp
 from ..graph import del_attr, set_attr
 
 NAME = "conv_attrs"
@@ -15,7 +15,7 @@ OPS = ("Conv", "MaxPool", "AveragePool")
 def match(node, g) -> Optional[Match]:
     if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
         return None
-    auto = str_attr(node, "auto_pad", "NOTSET")
+    auto = attr(node, "auto_pad", "NOTSET")
     names = ["kernel_shape", "strides", "pads"] + (["dilations"] if node.op_type == "Conv" else [])
     missing = [n for n in names if attr(node, n) is None]
     empty_bias = node.op_type == "Conv" and len(node.input) == 3 and not node.input[2]

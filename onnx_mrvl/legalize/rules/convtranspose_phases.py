@@ -18,7 +18,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from .base import Match, attr, inp, is_float, str_attr
+from .base import Match, attr, inp, is_float
 
 NAME = "convtranspose_phases"
 OPS = ("ConvTranspose",)
@@ -94,7 +94,7 @@ def check(m: Match, g, target) -> Optional[str]:
     k = list(attr(node, "kernel_shape") or w.shape[2:])
     s = list(attr(node, "strides") or [1, 1])
     pads = list(attr(node, "pads") or [0, 0, 0, 0])
-    auto = str_attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    auto = attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if attr(node, "output_shape") or auto != "NOTSET":
         # implicit pads: the total is fixed by the (inferred) output size; onnxruntime and the
         # spec split an odd total differently, so only an even one (same on both sides) is taken

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from .base import Match, attr, inp, str_attr
+from .base import Match, attr, inp
 from .convtranspose_phases import match  # noqa: F401  (the same: a 2-D ConvTranspose with static shapes)
 
 NAME = "convtranspose_to_conv"
@@ -26,7 +26,7 @@ OPS = ("ConvTranspose",)
 
 def _pads(node, sx, sy, k, s, d, op):
     """(begin, end) pads per spatial axis, or a reason."""
-    auto = str_attr(node, "auto_pad", "NOTSET")
+    auto = attr(node, "auto_pad", "NOTSET")
     if auto == "NOTSET" and attr(node, "output_shape") is None:
         p = list(attr(node, "pads") or [0, 0, 0, 0])
         return [(p[0], p[2]), (p[1], p[3])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Match, attr, reshape, str_attr
+from .base import Match, attr, reshape
 
 NAME = "depth_to_space"
 OPS = ("DepthToSpace", "SpaceToDepth")
@@ -34,7 +34,7 @@ def rewrite(m: Match, g) -> str:
     node = m.node
     n, c, h, w = g.shape(node.input[0])
     b = int(attr(node, "blocksize"))
-    mode = str_attr(node, "mode", "DCR")
+    mode = attr(node, "mode", "DCR")
     if node.op_type == "DepthToSpace" and mode == "CRD":
         six, perm = [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
     elif node.op_type == "DepthToSpace":

@@ -7,7 +7,7 @@ import math
 from typing import Optional
 
 from ... import provenance
-from .base import Match, attr, inp, scalar, str_attr
+from .base import Match, attr, inp, scalar
 from ..graph import set_attr
 
 NAME = "pad_fold"
@@ -17,7 +17,7 @@ NONNEG_PRODUCERS = ("Relu", "Sigmoid", "Softplus", "Abs", "Exp")
 
 def pad_spec(node, g):
     """(pads per axis [begin..., end...], value) of a Pad in any opset form, or None."""
-    mode = str_attr(node, "mode", "constant")
+    mode = attr(node, "mode", "constant")
     if mode != "constant":
         return None
     pads = attr(node, "pads") if g.opset < 11 else None
@@ -97,7 +97,7 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def _merged(user, pad, pads, value, r, g, target):
     """The user's pads with the Pad's added, or the reason it cannot take them."""
-    if str_attr(user, "auto_pad", "NOTSET") != "NOTSET":
+    if attr(user, "auto_pad", "NOTSET") != "NOTSET":
         return f"{user.op_type} still has auto_pad"
     own = list(attr(user, "pads") or [0] * (2 * (r - 2)))
     s = r - 2

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from ...resize_index import nearest_indices
-from .base import Match, attr, bypass_reason, inp, str_attr
+from .base import Match, attr, bypass_reason, inp
 
 NAME = "remove_noop"
 OPS = ("Cast", "Reshape", "Transpose", "Pad", "Concat", "Resize")
@@ -21,10 +21,10 @@ def _noop_resize(node, g) -> bool:
     sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
     if sx is None or sx != sy:
         return False
-    ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel")
-    if str_attr(node, "mode", "nearest") != "nearest":
+    ctm = attr(node, "coordinate_transformation_mode", "half_pixel")
+    if attr(node, "mode", "nearest") != "nearest":
         return ctm in _IDENTITY_CTM
-    mode = str_attr(node, "nearest_mode", "round_prefer_floor")
+    mode = attr(node, "nearest_mode", "round_prefer_floor")
     for n in sx:
         idx = nearest_indices(n, n, 1.0, ctm, mode)
         if idx is None or not np.array_equal(idx, np.arange(n)):

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ...resize_index import nearest_indices
-from .base import Match, str_attr
+from .base import Match, attr
 from .gap_split import factors
 
 NAME = "resize_nearest"
@@ -25,8 +25,8 @@ OPS = ("Resize",)
 
 
 def _pixel_repeat(node, sx, sy) -> bool:
-    ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel")
-    mode = str_attr(node, "nearest_mode", "round_prefer_floor")
+    ctm = attr(node, "coordinate_transformation_mode", "half_pixel")
+    mode = attr(node, "nearest_mode", "round_prefer_floor")
     for i, o in zip(sx[2:], sy[2:]):
         idx = nearest_indices(o, i, float(o // i), ctm, mode)
         if idx is None or not np.array_equal(idx, np.arange(o) // (o // i)):
@@ -40,12 +40,12 @@ def match(node, g) -> Optional[Match]:
     sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
     if sx is None or sy is None or len(sx) != 4 or sx[:2] != sy[:2]:
         return None
-    if str_attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
+    if attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
         return None
     if any(o % i for i, o in zip(sx[2:], sy[2:])):
         return None
     scales = [o // i for i, o in zip(sx[2:], sy[2:])]
-    if str_attr(node, "mode", "nearest") == "nearest":
+    if attr(node, "mode", "nearest") == "nearest":
         if not _pixel_repeat(node, sx, sy):
             return None
         broadcast = False

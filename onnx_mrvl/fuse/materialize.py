@@ -26,16 +26,15 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from ..opset_int8 import ALL_INT8_ATTRS
 from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
+from .lower import SPATIAL, GroupLowering
 from .patterns import Group
 from .shell import model_shell
-from . import batch_matmul, fc_rows, recurrent, rotate, slices, slices_nd, take, transformer
+from . import rotate
 from .images import non_image_tensors
-from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
+from .perms import NHWC, Perm, inverse_perm, norm_perm, rotations, stored_shape
 
-NHWC = (0, 2, 3, 1)
 STORAGE_KEY = "mrvl.storage"
 # CPU ops that compute the same thing on permuted storage (scalar extra inputs; Split and Slice get
 # their axes remapped): they keep the accelerator's layout instead of converting around them
@@ -45,46 +44,17 @@ LAYOUT_FREE_CPU_OPS = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "C
                        "Identity", "Split", "Slice", "Softmax", "LogSoftmax", "Hardmax"}
 # single-axis ops (opset >= 13: Softmax family over one axis) whose ``axis`` attribute is remapped
 AXIS_OPS = {"Split", "Softmax", "LogSoftmax", "Hardmax"}
-Perm = Optional[Tuple[int, ...]]   # None = stored as logical
-
-
-def _norm(p) -> Perm:
-    if p is None:
-        return None
-    p = tuple(int(i) for i in p)
-    return None if p == tuple(range(len(p))) else p
-
-
-def _inv(p: Sequence[int]) -> List[int]:
-    out = [0] * len(p)
-    for i, v in enumerate(p):
-        out[v] = i
-    return out
-
-
-def _stored_shape(shape, perm: Perm):
-    return list(shape) if perm is None else [shape[i] for i in perm]
-
-
-def _canonical(order: Sequence[int], shape, nhwc_first: bool = False) -> Perm:
-    """``order`` or, when it nests the non-unit axes the same way, the logical or NHWC order
-    (unit axes may sit anywhere: the data is the same)."""
-    nonunit = [a for a in order if shape[a] != 1]
-    cands = ([NHWC, None] if nhwc_first else [None, NHWC]) if len(shape) == 4 else [None]
-    for cand in cands:
-        full = list(cand) if cand else list(range(len(shape)))
-        if [a for a in full if shape[a] != 1] == nonunit:
-            return cand
-    return _norm(order)
 
 
 # Mrvl ops that read a 4-D operand in any stored order (batch_matmul.py: a_perm / b_perm), so
 # an op feeding only them need not write NHWC
 ANY_ORDER_READERS = ("BatchMatMul",)
-SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
 
 
-class Materializer:
+class Materializer(GroupLowering):
+    """Tracks every tensor as (current name, stored permutation) and writes the nodes; how each group
+    kind becomes Mrvl nodes is GroupLowering's (lower.py)."""
+
     def __init__(self, g: GraphIndex, group_of: Dict[str, Group], aliases: set, non_image: Optional[set] = None):
         self.g = g
         self.non_image = non_image or set()             # tensors no spatial op wants NHWC (images.py)
@@ -177,7 +147,7 @@ class Materializer:
         shape = self.logical_shape(t)
         src = list(have) if have else list(range(len(shape)))
         dst = list(want) if want else list(range(len(shape)))
-        q = [_inv(src)[dst[j]] for j in range(len(dst))]
+        q = [inverse_perm(src)[dst[j]] for j in range(len(dst))]
         out = t if (want is None and t in self.keep) else self.fresh(
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
@@ -194,7 +164,7 @@ class Materializer:
             self.label[out] = dst_l
         elif [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
             # only unit axes move (3-D/5-D storages, CPU tensors): the same data, relabelled by a reshape
-            stored = _stored_shape(shape, want)
+            stored = stored_shape(shape, want)
             if mrvl:
                 node = opset.make_node("Reshape", [name], [out], name=self.fresh(f"reshape_{t}"), origin=origin,
                                        attrs={"shape": stored}, composite="mrvl.reshape")
@@ -204,14 +174,14 @@ class Materializer:
                                         [out], name=self.fresh(f"reshape_{t}"))
                 set_origin(node, origin)
         elif ((for_mrvl and out != t) or (mrvl and relabelled)) and \
-                (steps := rotations(_stored_shape(shape, have), q)) is not None:
+                (steps := rotations(stored_shape(shape, have), q)) is not None:
             # a real permutation an accelerator op reads (not a graph output's): keep it in the region
-            node = rotate.materialize(self, t, name, out, steps, _stored_shape(shape, want), origin)
+            node = rotate.materialize(self, t, name, out, steps, stored_shape(shape, want), origin)
         else:
             node = helper.make_node("Transpose", [name], [out], name=self.fresh(f"transpose_{t}"), perm=q)
             set_origin(node, origin)
         self.add(node, want)
-        self.vinfo[out] = _stored_shape(shape, want)
+        self.vinfo[out] = stored_shape(shape, want)
         self.cache[key] = out
         return out
 
@@ -228,7 +198,7 @@ class Materializer:
         self.produced.add(name)
         if mrvl:
             self.mrvl_tensors.add(name)
-        self.vinfo[name] = _stored_shape(self.logical_shape(t), perm)
+        self.vinfo[name] = stored_shape(self.logical_shape(t), perm)
         return name
 
     def add(self, node: onnx.NodeProto, perm: Perm) -> None:
@@ -301,7 +271,7 @@ class Materializer:
         rank = len(self.logical_shape(n.input[0]))
         perm = list(attr(n, "perm", list(range(rank))[::-1]))
         src = list(have) if have else list(range(rank))
-        stored = _norm([_inv(perm)[src[j]] for j in range(rank)])
+        stored = norm_perm([inverse_perm(perm)[src[j]] for j in range(rank)])
         self.loc[n.output[0]] = (name, stored)
         self.alias_of[n.output[0]] = self.alias_of.get(n.input[0], []) + [n.name]
         if name in self.mrvl_producer:       # relabels what an accelerator op wrote
@@ -320,141 +290,6 @@ class Materializer:
             set_origin(node, [n.name])
             self.nodes.append(node)
             self.loc[out] = (out, None)
-
-    def group(self, grp: Group) -> None:
-        op = grp.op
-        handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
-                   "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
-                   "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
-                   "Concat": self._concat, "Reshape": self._reshape,
-                   "Slice2D": lambda grp: slices.materialize(self, grp),
-                   "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
-                   "SliceND": lambda grp: slices_nd.materialize(self, grp),
-                   "LayerNorm": lambda grp: transformer.materialize(self, grp),
-                   "Softmax": lambda grp: transformer.materialize(self, grp),
-                   "Take": lambda grp: take.materialize(self, grp),
-                   "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
-                   **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
-        handler(grp)
-
-    def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,
-              composite: Optional[str] = None) -> None:
-        out = self.define(grp.output, out_perm, mrvl=True, suffix=grp.output_suffix)
-        name = self.fresh(f"mrvl_{grp.anchor.name}" + ("_back" if composite else ""))
-        self.mrvl_producer[out] = name
-        self.mrvl_name[grp.anchor.name] = name
-        folded = [a for t in grp.inputs for a in self.alias_of.get(t, []) if a not in self.alias_owner]
-        for a in folded:
-            self.alias_owner[a] = name
-        self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
-                                 attrs=attrs, composite=composite or grp.composite), out_perm)
-        if len(self.logical_shape(grp.output)) == 4 and (op in SPATIAL or out_perm in (None, NHWC)
-                                                         and op in ("Sum2D", "Mul2D", "Concat")):
-            self.label[out] = "NHWC" if op in SPATIAL or out_perm == NHWC else "NCHW"
-        if grp.output in self.g.output_set and out != grp.output:
-            self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
-
-    def _act_attrs(self, grp: Group) -> dict:
-        """The activation attributes, and an int8 layer's quantization (qdq.py)."""
-        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in ALL_INT8_ATTRS}
-
-    def _spatial(self, grp: Group) -> None:
-        x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)
-        ins, attrs = [x], dict(grp.attrs)
-        base = grp.anchor.name
-        if grp.op == "Conv2D":
-            w = grp.weights["W"]   # float32, or int8 (+ int32 bias) for an int8 layer (qdq.py)
-            ins.append(self.init(f"{base}_kernel_ohwi", w.transpose(0, 2, 3, 1), dtype=w.dtype))
-            ins.append(self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype)
-                       if "B" in grp.weights else "")
-            if "slope" in grp.weights:
-                ins.append(self.init(f"{base}_slope", grp.weights["slope"]))
-        self._emit(grp, grp.op, ins, attrs, NHWC)
-
-    def _fc(self, grp: Group) -> None:
-        src = grp.inputs[0]
-        attrs = dict(grp.attrs)
-        if len(self.logical_shape(src)) > 2:
-            self._fc_rows(grp)
-            return
-        if src in self.flat:
-            x = self.loc[src][0]
-            attrs.update(weights_need_transform=1, flatten_shape=self.flat[src])
-        else:
-            x = self.get(src, None, for_mrvl=True, origin=grp.origin)
-        base = grp.anchor.name
-        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"], dtype=grp.weights["W"].dtype),
-               self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype) if "B" in grp.weights else "",
-               self.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
-        self._emit(grp, "FC", ins, attrs, None)
-
-    def _fc_rows(self, grp: Group) -> None:
-        fc_rows.materialize(self, grp)
-
-    def _eltwise(self, grp: Group) -> None:
-        perm = self.common_perm(grp.inputs, grp.output)
-        ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
-        if "operand" in grp.weights:
-            rank = len(self.logical_shape(grp.output))
-            c = grp.weights["operand"]
-            c = c.reshape((1,) * (rank - c.ndim) + c.shape)
-            if perm is not None:
-                c = c.transpose(perm)
-            ins.append(self.init(f"{grp.anchor.name}_operand", c))
-        self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
-
-    def _concat(self, grp: Group) -> None:
-        perm = self.common_perm(grp.inputs, grp.output)
-        ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
-        for key in sorted(grp.weights, key=lambda k: int(k[5:])):   # constants at their positions
-            c = grp.weights[key]
-            ins.insert(int(key[5:]), self.init(f"{grp.anchor.name}_{key}", c if perm is None else c.transpose(perm)))
-        axis = grp.attrs["axis"]
-        stored_axis = list(perm).index(axis) if perm else axis
-        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
-
-    def _reshape(self, grp: Group) -> None:
-        """Run on the stored data when the reshape only splits/merges runs of axes that are in order
-        in storage (the output is then stored permuted too); feed an FC a flattened NHWC tensor as it
-        is (its weights get permuted); otherwise convert the input once, to the storage from which
-        the reshape yields an NHWC (4-D) or logical output."""
-        src, out = grp.inputs[0], grp.output
-        in_shape, out_shape = self.logical_shape(src), self.logical_shape(out)
-        name, perm = self.loc[src]
-        if src in self.flat:
-            name, perm = self.get(src, None, for_mrvl=True, origin=grp.origin), None
-        blocks = reshape_blocks(in_shape, out_shape)
-        out_perm: Perm = None
-        flat = None
-        if perm is not None and blocks is not None:
-            after = stored_after_reshape(blocks, in_shape, perm)
-            if after is not None:
-                out_perm = _canonical(after, out_shape, self._feeds_spatial(out))
-            elif self._flat_for_fc(src, out, perm):
-                n, c, h, w = in_shape
-                flat = [n, h, w, c]
-            else:
-                want = self._wanted_storage(out)
-                before = stored_before_reshape(blocks, out_shape, want)
-                if before is None:
-                    want, before = list(range(len(out_shape))), list(range(len(in_shape)))
-                name = self.get(src, _norm(before), for_mrvl=True, origin=grp.origin)
-                out_perm = _norm(want)
-        elif perm is not None:
-            name = self.get(src, None, for_mrvl=True, origin=grp.origin)
-        if out_perm is None and flat is None and len(out_shape) == 4 and self._feeds_mrvl(out):
-            # [N, C] -> [N, C, 1, 1] (a Linear SE scale): the same data is already NHWC
-            out_perm = _canonical(list(range(4)), out_shape, nhwc_first=True)
-        op = "Reshape"
-        if len(out_shape) == 2 and len(in_shape) > 2 and out_shape[0] == in_shape[0] \
-                and _stored_shape(out_shape, out_perm) == list(out_shape):
-            op = "Flatten"   # nn.batch_flatten keeps the first axis; any other 2-D result is a Reshape
-        elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
-            op = "Squeeze"
-        grp.composite = opset.OPS[op].composite
-        self._emit(grp, op, [name], {"shape": _stored_shape(out_shape, out_perm)}, out_perm)
-        if flat is not None:
-            self.flat[out] = flat
 
     def _wanted_storage(self, t: str) -> List[int]:
         """Storage to write ``t`` in when it must be converted anyway: NHWC for a 4-D image, logical

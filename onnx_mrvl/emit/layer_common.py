@@ -1,0 +1,93 @@
+"""What the program-layer builders share: the build context (constants, weight store, batch),
+shape and padding helpers, the activation names."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from .json_attrs import NodeAttrs, decode_const
+
+ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
+               "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish")
+PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
+
+
+@dataclass
+class Context:
+    """What a layer needs beyond its node: constants, the weight store, the batch change."""
+    consts: dict
+    json_batch: int
+    batch: Optional[int]          # --batch N, or None
+    weights: Dict[str, np.ndarray]
+    wmeta: List[dict]
+
+    def weight(self, a: NodeAttrs, name: str, arr: np.ndarray, layout: str, fp16: bool, shape=None) -> str:
+        """Store ``arr`` (any strides: one cast writes it C-contiguous) as fp16 or fp32, reshaped to
+        ``shape`` when given; values that are not finite in that dtype are refused. Integer arrays
+        (an int8 layer's int8 kernel and int32 bias) keep their dtype."""
+        if arr.dtype.kind in "iu":
+            data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                data = np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
+        if data.dtype.kind == "f" and not finite_in(arr, data, fp16):
+            a.fail(f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}",
+                   hint="keep this layer on the CPU (convert(..., exclude=[...]))")
+        if shape is not None:
+            data = data.reshape(shape)
+        self.weights[name] = data
+        self.wmeta.append({"name": name, "shape": list(data.shape), "dtype": str(data.dtype), "layout": layout})
+        return name
+
+
+FP16_LIMIT = 65520.0  # float32 values of at least this magnitude round to inf in float16
+
+
+def finite_in(src, data: np.ndarray, fp16: bool) -> bool:
+    """All of ``data`` (``src`` cast to fp16/fp32) finite; for a float32 source checked through
+    its min and max (a float32 rounds to a finite fp16 exactly when its magnitude is below 65520)."""
+    if data.size == 0:
+        return True
+    if fp16 and isinstance(src, np.ndarray) and src.dtype == np.float32:
+        lo, hi = src.min(), src.max()   # NaN propagates
+        return bool(-FP16_LIMIT < lo and hi < FP16_LIMIT)
+    return bool(np.all(np.isfinite(data)))
+
+
+def fit_rank(shape: List[int], rank: int) -> List[int]:
+    """Undo TVM's padding of a shape to 4 dims (trailing 1s) and leading 1s, down to ``rank``."""
+    s = list(shape)
+    while len(s) > rank and s[-1] == 1:
+        s.pop()
+    while len(s) > rank and s[0] == 1:
+        s.pop(0)
+    return s
+
+
+def squeeze_lead(arr: np.ndarray, rank: int) -> np.ndarray:
+    while arr.ndim > rank and arr.shape[0] == 1:
+        arr = arr[0]
+    return arr
+
+
+def padding4(a: NodeAttrs) -> List[int]:
+    """[top, left, bottom, right]; Relay also allowed [p] and [ph, pw]."""
+    p = a.ints("padding", [0, 0, 0, 0])
+    if len(p) == 1:
+        p = p * 4
+    elif len(p) == 2:
+        p = p * 2
+    if len(p) != 4:
+        a.fail(f"attribute 'padding' has {len(p)} values, expected 4 ([top, left, bottom, right])")
+    return p
+
+
+def vector(a: NodeAttrs, ctx: Context, key: str, size: int, what: str, integer=None) -> np.ndarray:
+    v = decode_const(ctx.consts, a.str(key), a, integer).reshape(-1)
+    if v.size != size:
+        a.fail(f"{what} has {v.size} values for {size} channels")
+    return v
+
+

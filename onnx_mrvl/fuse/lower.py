@@ -1,0 +1,154 @@
+"""How each fused group becomes Mrvl nodes: Conv2D/pools/Resize, FC, Sum2D/Mul2D, Concat, Reshape
+here; slices, BatchMatMul, transformer ops, Take and recurrent cells in their own modules. A mixin of
+the Materializer (materialize.py), whose tensor storage tracking (``get``/``define``) it uses."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .. import opset
+from ..opset_int8 import ALL_INT8_ATTRS
+from . import batch_matmul, fc_rows, recurrent, slices, slices_nd, take, transformer
+from .patterns import Group
+from .perms import NHWC, Perm, canonical_perm, norm_perm, reshape_blocks, stored_after_reshape, \
+    stored_before_reshape, stored_shape
+
+
+SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
+
+
+class GroupLowering:
+    def group(self, grp: Group) -> None:
+        op = grp.op
+        handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
+                   "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
+                   "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
+                   "Concat": self._concat, "Reshape": self._reshape,
+                   "Slice2D": lambda grp: slices.materialize(self, grp),
+                   "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
+                   "SliceND": lambda grp: slices_nd.materialize(self, grp),
+                   "LayerNorm": lambda grp: transformer.materialize(self, grp),
+                   "Softmax": lambda grp: transformer.materialize(self, grp),
+                   "Take": lambda grp: take.materialize(self, grp),
+                   "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
+                   **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
+        handler(grp)
+
+    def _emit(self, grp: Group, op: str, inputs: List[str], attrs: dict, out_perm: Perm,
+              composite: Optional[str] = None) -> None:
+        out = self.define(grp.output, out_perm, mrvl=True, suffix=grp.output_suffix)
+        name = self.fresh(f"mrvl_{grp.anchor.name}" + ("_back" if composite else ""))
+        self.mrvl_producer[out] = name
+        self.mrvl_name[grp.anchor.name] = name
+        folded = [a for t in grp.inputs for a in self.alias_of.get(t, []) if a not in self.alias_owner]
+        for a in folded:
+            self.alias_owner[a] = name
+        self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
+                                 attrs=attrs, composite=composite or grp.composite), out_perm)
+        if len(self.logical_shape(grp.output)) == 4 and (op in SPATIAL or out_perm in (None, NHWC)
+                                                         and op in ("Sum2D", "Mul2D", "Concat")):
+            self.label[out] = "NHWC" if op in SPATIAL or out_perm == NHWC else "NCHW"
+        if grp.output in self.g.output_set and out != grp.output:
+            self.get(grp.output, None, for_mrvl=True, origin=grp.origin)
+
+    def _act_attrs(self, grp: Group) -> dict:
+        """The activation attributes, and an int8 layer's quantization (qdq.py)."""
+        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in ALL_INT8_ATTRS}
+
+    def _spatial(self, grp: Group) -> None:
+        x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)
+        ins, attrs = [x], dict(grp.attrs)
+        base = grp.anchor.name
+        if grp.op == "Conv2D":
+            w = grp.weights["W"]   # float32, or int8 (+ int32 bias) for an int8 layer (qdq.py)
+            ins.append(self.init(f"{base}_kernel_ohwi", w.transpose(0, 2, 3, 1), dtype=w.dtype))
+            ins.append(self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype)
+                       if "B" in grp.weights else "")
+            if "slope" in grp.weights:
+                ins.append(self.init(f"{base}_slope", grp.weights["slope"]))
+        self._emit(grp, grp.op, ins, attrs, NHWC)
+
+    def _fc(self, grp: Group) -> None:
+        src = grp.inputs[0]
+        attrs = dict(grp.attrs)
+        if len(self.logical_shape(src)) > 2:
+            self._fc_rows(grp)
+            return
+        if src in self.flat:
+            x = self.loc[src][0]
+            attrs.update(weights_need_transform=1, flatten_shape=self.flat[src])
+        else:
+            x = self.get(src, None, for_mrvl=True, origin=grp.origin)
+        base = grp.anchor.name
+        ins = [x, self.init(f"{base}_kernel_oi", grp.weights["W"], dtype=grp.weights["W"].dtype),
+               self.init(f"{base}_bias", grp.weights["B"], dtype=grp.weights["B"].dtype) if "B" in grp.weights else "",
+               self.init(f"{base}_slope", grp.weights["slope"]) if "slope" in grp.weights else ""]
+        self._emit(grp, "FC", ins, attrs, None)
+
+    def _fc_rows(self, grp: Group) -> None:
+        fc_rows.materialize(self, grp)
+
+    def _eltwise(self, grp: Group) -> None:
+        perm = self.common_perm(grp.inputs, grp.output)
+        ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
+        if "operand" in grp.weights:
+            rank = len(self.logical_shape(grp.output))
+            c = grp.weights["operand"]
+            c = c.reshape((1,) * (rank - c.ndim) + c.shape)
+            if perm is not None:
+                c = c.transpose(perm)
+            ins.append(self.init(f"{grp.anchor.name}_operand", c))
+        self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
+
+    def _concat(self, grp: Group) -> None:
+        perm = self.common_perm(grp.inputs, grp.output)
+        ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
+        for key in sorted(grp.weights, key=lambda k: int(k[5:])):   # constants at their positions
+            c = grp.weights[key]
+            ins.insert(int(key[5:]), self.init(f"{grp.anchor.name}_{key}", c if perm is None else c.transpose(perm)))
+        axis = grp.attrs["axis"]
+        stored_axis = list(perm).index(axis) if perm else axis
+        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
+
+    def _reshape(self, grp: Group) -> None:
+        """Run on the stored data when the reshape only splits/merges runs of axes that are in order
+        in storage (the output is then stored permuted too); feed an FC a flattened NHWC tensor as it
+        is (its weights get permuted); otherwise convert the input once, to the storage from which
+        the reshape yields an NHWC (4-D) or logical output."""
+        src, out = grp.inputs[0], grp.output
+        in_shape, out_shape = self.logical_shape(src), self.logical_shape(out)
+        name, perm = self.loc[src]
+        if src in self.flat:
+            name, perm = self.get(src, None, for_mrvl=True, origin=grp.origin), None
+        blocks = reshape_blocks(in_shape, out_shape)
+        out_perm: Perm = None
+        flat = None
+        if perm is not None and blocks is not None:
+            after = stored_after_reshape(blocks, in_shape, perm)
+            if after is not None:
+                out_perm = canonical_perm(after, out_shape, self._feeds_spatial(out))
+            elif self._flat_for_fc(src, out, perm):
+                n, c, h, w = in_shape
+                flat = [n, h, w, c]
+            else:
+                want = self._wanted_storage(out)
+                before = stored_before_reshape(blocks, out_shape, want)
+                if before is None:
+                    want, before = list(range(len(out_shape))), list(range(len(in_shape)))
+                name = self.get(src, norm_perm(before), for_mrvl=True, origin=grp.origin)
+                out_perm = norm_perm(want)
+        elif perm is not None:
+            name = self.get(src, None, for_mrvl=True, origin=grp.origin)
+        if out_perm is None and flat is None and len(out_shape) == 4 and self._feeds_mrvl(out):
+            # [N, C] -> [N, C, 1, 1] (a Linear SE scale): the same data is already NHWC
+            out_perm = canonical_perm(list(range(4)), out_shape, nhwc_first=True)
+        op = "Reshape"
+        if len(out_shape) == 2 and len(in_shape) > 2 and out_shape[0] == in_shape[0] \
+                and stored_shape(out_shape, out_perm) == list(out_shape):
+            op = "Flatten"   # nn.batch_flatten keeps the first axis; any other 2-D result is a Reshape
+        elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):
+            op = "Squeeze"
+        grp.composite = opset.OPS[op].composite
+        self._emit(grp, op, [name], {"shape": stored_shape(out_shape, out_perm)}, out_perm)
+        if flat is not None:
+            self.flat[out] = flat
+
