@@ -145,7 +145,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
-    return layer.apply
+    from .int8_native import prepare        # the VNNI kernels (same results), when built
+    return prepare(layer) or layer.apply
 
 
 class Int8Pool:

@@ -1,0 +1,359 @@
+/* int8 Conv2D / FC / depthwise kernels of the simulator (sim/int8_native.py; docs/simulator.md
+ * "int8 layers"). Bit-exact with sim/int8.py's numpy path:
+ *
+ *   q_x = sat(rne(x / s_x) + z_x)                       (x / s_x in fp32; NaN -> the type's minimum)
+ *   acc = sum (q_x - z_x) * q_w + bias                  (exact int32)
+ *   r   = clamp(rne(fp32(acc) * m[o]), lo - z_y, hi - z_y)
+ *   y   = r * s_y                                       (fp32: the dequantized output)
+ *
+ * GEMM (groups, 1x1 .. 7x7, strides, dilation, FC): the input is quantized once to unsigned
+ * bytes u = q_x + off (off = 128 for int8 activations, 0 for uint8; padding holds z_x + off),
+ * gathered into an im2col matrix [rows][K4] (K rounded up to 4, the tail zero), and multiplied
+ * by the packed int8 weights with AVX512-VNNI vpdpbusd (u8 x s8 -> s32, four products per lane,
+ * no intermediate saturation). sum(u * w) = sum((q_x - z_x) * w) + (z_x + off) * colsum(w), so
+ * the caller's corr[o] = bias[o] - (z_x + off) * colsum(w[o]) (mod 2^32) restores the exact
+ * sum; int32 wrap-around is harmless because the true result fits (the layer is refused
+ * otherwise). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
+ * [K4 / 4][nv * 16][4] bytes. Register tile: MR = 6 rows x nv * 16 channels (24 accumulators).
+ *
+ * Depthwise: the codes q_x - z_x as floats (padding 0), taps multiplied and summed with fp32
+ * FMAs; every partial sum is an integer below 2^24 (taps * 255 * 128 < 2^24, checked by the
+ * caller), so the sum is exact; then acc + bias in int32 and the same epilogue.
+ *
+ * Parallel parts run on the fp16 kernels' worker pool (_native_conv.c mrvl_run_parts, handed in
+ * by i8_set_runner); without it they run on the calling thread. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*part_fn)(void *arg, long part);
+typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
+static runner_fn runner = 0;
+
+void i8_set_runner(void *fn) { runner = (runner_fn)fn; }
+
+static void run(part_fn fn, void *arg, long parts, int nthreads) {
+    if (runner && parts > 1 && nthreads > 1)
+        runner(fn, arg, parts, nthreads);
+    else
+        for (long p = 0; p < parts; p++)
+            fn(arg, p);
+}
+
+#define MR 6
+
+typedef struct {
+    long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, groups, ig, og, o;
+    long k, k4, cb;                        /* K = kh * kw * ig, K rounded to 4, 64-channel blocks per group */
+    long in_zp, in_lo, in_hi, in_off;
+    float in_scale, out_scale, lo_r, hi_r;
+    const void *wpack;                     /* GEMM: int8 blocks; depthwise: float [kh * kw][cpad] */
+    const int32_t *corr;                   /* per group [cb * 64] (depthwise: the bias, [cpad]) */
+    const float *mult;                     /* per group [cb * 64] (depthwise: [cpad]) */
+} i8desc;
+
+/* thread-local scratch of the calling thread (workers only write into the caller's buffer) */
+static __thread uint8_t *scratch = 0;
+static __thread size_t scratch_cap = 0;
+
+static uint8_t *get_scratch(size_t bytes) {
+    if (bytes > scratch_cap) {
+        free(scratch);
+        size_t cap = (bytes + 4095) & ~(size_t)4095;
+        scratch = aligned_alloc(64, cap);
+        scratch_cap = scratch ? cap : 0;
+    }
+    return scratch;
+}
+
+/* ------------------------------------------------------------------ quantize */
+static inline __m512 quant_r(__m512 x, const i8desc *d) {
+    /* rne(x / s) + z clamped to [lo, hi] as floats: max(NaN, lo) = lo like MLAS; +-inf saturate */
+    __m512 r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(d->in_scale)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_add_ps(r, _mm512_set1_ps((float)d->in_zp));
+    r = _mm512_max_ps(r, _mm512_set1_ps((float)d->in_lo));   /* NaN in the first operand: lo */
+    return _mm512_min_ps(r, _mm512_set1_ps((float)d->in_hi));
+}
+
+typedef struct { const i8desc *d; const float *x; uint8_t *u; long total, step; } qjob;
+
+static void quant_u8_part(void *arg, long p) {
+    qjob *j = arg;
+    long i0 = p * j->step, i1 = i0 + j->step < j->total ? i0 + j->step : j->total;
+    __m512 off = _mm512_set1_ps((float)j->d->in_off);
+    long i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_loadu_ps(j->x + i), j->d), off));
+        _mm_storeu_si128((__m128i *)(j->u + i), _mm512_cvtusepi32_epi8(q));
+    }
+    if (i < i1) {
+        __mmask16 m = (__mmask16)((1u << (i1 - i)) - 1);
+        __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, j->x + i), j->d), off));
+        _mm512_mask_cvtusepi32_storeu_epi8(j->u + i, m, q);
+    }
+}
+
+static void quantize_u8(const i8desc *d, const float *x, uint8_t *u, long total, int nthreads) {
+    long parts = total >= (1L << 16) ? 2L * nthreads : 1;
+    qjob j = {d, x, u, total, ((total + parts - 1) / parts + 15) & ~15L};
+    run(quant_u8_part, &j, (total + j.step - 1) / j.step, nthreads);
+}
+
+/* ------------------------------------------------------------------ im2col */
+typedef struct { const i8desc *d; const uint8_t *u; uint8_t *a; long c0, rows, step; } cjob;
+
+static void im2col_part(void *arg, long p) {
+    cjob *j = arg;
+    const i8desc *d = j->d;
+    long r0 = p * j->step, r1 = r0 + j->step < j->rows ? r0 + j->step : j->rows;
+    uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
+    for (long r = r0; r < r1; r++) {
+        long b = r / (d->oh * d->ow), rem = r % (d->oh * d->ow), oy = rem / d->ow, ox = rem % d->ow;
+        uint8_t *dst = j->a + r * d->k4;
+        for (long ky = 0; ky < d->kh; ky++) {
+            long iy = oy * d->sh - d->pt + ky * d->dh;
+            for (long kx = 0; kx < d->kw; kx++) {
+                long ix = ox * d->sw - d->pl + kx * d->dw;
+                if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
+                    memset(dst, pad, d->ig);
+                else
+                    memcpy(dst, j->u + ((b * d->h + iy) * d->w + ix) * d->c + j->c0, d->ig);
+                dst += d->ig;
+            }
+        }
+        memset(dst, 0, d->k4 - d->k);
+    }
+}
+
+/* ------------------------------------------------------------------ GEMM tile + epilogue */
+static inline __attribute__((always_inline)) void
+tile(const int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
+    __m512i acc[MR][4];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < nv; v++)
+            acc[r][v] = _mm512_setzero_si512();
+    for (long k = 0; k < k4n; k++) {
+        __m512i bv[4];
+        for (int v = 0; v < nv; v++)
+            bv[v] = _mm512_load_si512((const void *)(b + (k * nv + v) * 64));
+        for (int r = 0; r < MR; r++) {
+            __m512i av = _mm512_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
+        }
+    }
+    __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
+    for (int v = 0; v < nv; v++) {
+        __m512i cv = _mm512_loadu_si512((const void *)(corr + v * 16));
+        __m512 mv = _mm512_loadu_ps(mult + v * 16);
+        long left = ncols - v * 16;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+        for (int r = 0; r < rows; r++) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r][v], cv)), mv);
+            f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+            _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));
+        }
+    }
+}
+
+static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+                    const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
+    switch (nv) {
+    case 4: tile(4, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
+    case 3: tile(3, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
+    case 2: tile(2, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
+    default: tile(1, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
+    }
+}
+
+typedef struct {
+    const i8desc *d;
+    const uint8_t *a;          /* [panels * MR][k4] */
+    float *out;
+    long g, rows, panels, pstep, cstep, cparts;
+} gjob;
+
+static void gemm_part(void *arg, long p) {
+    gjob *j = arg;
+    const i8desc *d = j->d;
+    long pr = p / j->cparts, pc = p % j->cparts;
+    long p0 = pr * j->pstep, p1 = p0 + j->pstep < j->panels ? p0 + j->pstep : j->panels;
+    long c0 = pc * j->cstep, c1 = c0 + j->cstep < d->cb ? c0 + j->cstep : d->cb;
+    long k4n = d->k4 / 4;
+    const int8_t *wg = (const int8_t *)d->wpack + j->g * d->cb * k4n * 256;
+    for (long cb = c0; cb < c1; cb++) {
+        long col = cb * 64, ncols = d->og - col < 64 ? d->og - col : 64;
+        int nv = (int)((ncols + 15) / 16);
+        const int8_t *b = wg + cb * k4n * 256;
+        const int32_t *corr = d->corr + j->g * d->cb * 64 + col;
+        const float *mult = d->mult + j->g * d->cb * 64 + col;
+        for (long pn = p0; pn < p1; pn++) {
+            long r = pn * MR;
+            int rows = j->rows - r < MR ? (int)(j->rows - r) : MR;
+            tile_nv(nv, k4n, j->a + r * d->k4, d->k4, b, rows, corr, mult, d,
+                    j->out + r * d->o + j->g * d->og + col, d->o, ncols);
+        }
+    }
+}
+
+/* Returns 1 (done) or 0 (out of memory). */
+int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
+    long rows = d->n * d->oh * d->ow, panels = (rows + MR - 1) / MR;
+    long in_total = d->n * d->h * d->w * d->c;
+    int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
+                 d->h == d->oh && d->w == d->ow && d->groups == 1 && d->k4 == d->c;
+    size_t ubytes = ((size_t)in_total + (size_t)MR * d->k4 + 63) & ~(size_t)63;
+    size_t abytes = direct ? 0 : (size_t)panels * MR * d->k4;
+    uint8_t *buf = get_scratch(ubytes + abytes);
+    if (!buf)
+        return 0;
+    uint8_t *u = buf, *a = direct ? buf : buf + ubytes;
+    quantize_u8(d, x, u, in_total, nthreads);
+    if (direct)
+        memset(u + in_total, 0, (size_t)MR * d->k4);
+    long work = rows * d->k * d->og;                         /* MACs per group */
+    int par = nthreads > 1 && work >= (1L << 18) ? nthreads : 1;
+    for (long g = 0; g < d->groups; g++) {
+        if (!direct) {
+            cjob cj = {d, u, a, g * d->ig, rows, 0};
+            long cp = par > 1 && rows * d->k >= (1L << 15) ? 2L * par : 1;
+            cj.step = (rows + cp - 1) / cp;
+            run(im2col_part, &cj, (rows + cj.step - 1) / cj.step, par);
+            memset(a + rows * d->k4, 0, (size_t)(panels * MR - rows) * d->k4);
+        }
+        gjob gj = {d, a, out, g, rows, panels, 0, 0, 1};
+        /* parts: row panels when there are many, else output-channel blocks too */
+        long want = par > 1 ? (work >= (1L << 22) ? 4L * par : 2L * par) : 1;
+        long cparts = 1;
+        while (cparts < d->cb && panels * cparts < want * 4 && cparts * 2 <= want)
+            cparts *= 2;
+        if (cparts > d->cb)
+            cparts = d->cb;
+        long rparts = want / cparts < 1 ? 1 : want / cparts;
+        if (rparts > panels)
+            rparts = panels;
+        gj.pstep = (panels + rparts - 1) / rparts;
+        gj.cstep = (d->cb + cparts - 1) / cparts;
+        gj.cparts = (d->cb + gj.cstep - 1) / gj.cstep;
+        long rp = (panels + gj.pstep - 1) / gj.pstep;
+        run(gemm_part, &gj, rp * gj.cparts, par);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ depthwise */
+typedef struct { const i8desc *d; const float *x; float *p; long hp, wp, cpad, step, total; } djob;
+
+static void dw_quant_part(void *arg, long part) {
+    /* codes q - z as floats into the padded buffer [n][hp][wp][cpad] (pads and channel tail: 0) */
+    djob *j = arg;
+    const i8desc *d = j->d;
+    long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * hp */
+    __m512 z = _mm512_set1_ps((float)d->in_zp);
+    for (long r = r0; r < r1; r++) {
+        long b = r / j->hp, y = r % j->hp - d->pt;
+        float *dst = j->p + r * j->wp * j->cpad;
+        if (y < 0 || y >= d->h) {
+            memset(dst, 0, sizeof(float) * j->wp * j->cpad);
+            continue;
+        }
+        for (long xx = 0; xx < j->wp; xx++) {
+            long ix = xx - d->pl;
+            float *o = dst + xx * j->cpad;
+            if (ix < 0 || ix >= d->w) {
+                memset(o, 0, sizeof(float) * j->cpad);
+                continue;
+            }
+            const float *src = j->x + ((b * d->h + y) * d->w + ix) * d->c;
+            for (long c = 0; c < j->cpad; c += 16) {
+                long left = d->c - c;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+                __m512 q = _mm512_sub_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), z);
+                _mm512_store_ps(o + c, _mm512_maskz_mov_ps(m, q));
+            }
+        }
+    }
+}
+
+typedef struct { const i8desc *d; const float *p; float *out; long hp, wp, cpad, step, total; } dwjob;
+
+static void dw_part(void *arg, long part) {
+    dwjob *j = arg;
+    const i8desc *d = j->d;
+    long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
+    const float *wt = (const float *)d->wpack;
+    __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
+    long taps = d->kh * d->kw;
+    for (long r = r0; r < r1; r++) {
+        long b = r / d->oh, oy = r % d->oh;
+        for (long c = 0; c < j->cpad; c += 16) {
+            long left = d->c - c;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            __m512i bias = _mm512_loadu_si512((const void *)(d->corr + c));
+            __m512 mv = _mm512_loadu_ps(d->mult + c);
+            long ox = 0;
+            for (; ox + 4 <= d->ow; ox += 4) {
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (long ky = 0; ky < d->kh; ky++) {
+                    const float *row = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp) * j->cpad + c;
+                    for (long kx = 0; kx < d->kw; kx++) {
+                        __m512 wv = _mm512_load_ps(wt + (ky * d->kw + kx) * j->cpad + c);
+                        const float *px = row + (ox * d->sw + kx * d->dw) * j->cpad;
+                        long st = d->sw * j->cpad;
+                        a0 = _mm512_fmadd_ps(_mm512_load_ps(px), wv, a0);
+                        a1 = _mm512_fmadd_ps(_mm512_load_ps(px + st), wv, a1);
+                        a2 = _mm512_fmadd_ps(_mm512_load_ps(px + 2 * st), wv, a2);
+                        a3 = _mm512_fmadd_ps(_mm512_load_ps(px + 3 * st), wv, a3);
+                    }
+                }
+                __m512 av[4] = {a0, a1, a2, a3};
+                for (int t = 0; t < 4; t++) {
+                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(av[t]), bias)), mv);
+                    f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                    _mm512_mask_storeu_ps(j->out + ((r * d->ow) + ox + t) * d->c + c, m, _mm512_mul_ps(f, s));
+                }
+            }
+            for (; ox < d->ow; ox++) {
+                __m512 a0 = _mm512_setzero_ps();
+                for (long t = 0; t < taps; t++) {
+                    long ky = t / d->kw, kx = t % d->kw;
+                    const float *px = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw + kx * d->dw)
+                                                 * j->cpad + c;
+                    a0 = _mm512_fmadd_ps(_mm512_load_ps(px), _mm512_load_ps(wt + t * j->cpad + c), a0);
+                }
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(a0), bias)), mv);
+                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                _mm512_mask_storeu_ps(j->out + ((r * d->ow) + ox) * d->c + c, m, _mm512_mul_ps(f, s));
+            }
+        }
+    }
+}
+
+int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
+    long cpad = (d->c + 15) & ~15L;
+    long hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    if (hp < d->h + d->pt)
+        hp = d->h + d->pt;
+    if (wp < d->w + d->pl)
+        wp = d->w + d->pl;
+    float *p = (float *)get_scratch(sizeof(float) * (size_t)(d->n * hp * wp * cpad));
+    if (!p)
+        return 0;
+    long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
+    int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
+    djob q = {d, x, p, hp, wp, cpad, 0, d->n * hp};
+    long qp = par > 1 ? 2L * par : 1;
+    q.step = (q.total + qp - 1) / qp;
+    run(dw_quant_part, &q, (q.total + q.step - 1) / q.step, par);
+    dwjob j = {d, p, out, hp, wp, cpad, 0, d->n * d->oh};
+    long parts = par > 1 ? 4L * par : 1;
+    j.step = (j.total + parts - 1) / parts;
+    run(dw_part, &j, (j.total + j.step - 1) / j.step, par);
+    return 1;
+}

@@ -1,0 +1,204 @@
+"""Native int8 Conv2D / FC / depthwise kernels (``_native_int8.c``, AVX512-VNNI), bit-exact with
+the numpy path of ``int8.py`` (docs/simulator.md "int8 kernels").
+
+``prepare(layer)`` returns the layer's native ``apply`` or None (native kernels off, no VNNI, a
+kernel the C code does not cover); the numpy ``apply`` then runs, with the same results. The
+library is built and cached like ``_native_conv.c`` (``native.build_shared``) and its parallel
+parts run on the fp16 kernels' worker pool (``mrvl_run_parts``).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from . import native, parallel
+from .int8 import QRANGE, Int8Conv2D, Int8FC, Int8Layer
+
+log = logging.getLogger(__name__)
+F32 = np.float32
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_int8.c")
+MAX_DW_TAPS = 514              # depthwise sums in fp32: taps * 255 * 128 < 2**24 keeps them exact
+
+_lock = threading.Lock()
+_lib = None
+_tried = False
+_WHY = ""
+
+
+class Desc(ctypes.Structure):
+    """``i8desc`` of _native_int8.c."""
+    _fields_ = ([(k, ctypes.c_long) for k in (
+        "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
+        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off")]
+        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r")]
+        + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult")])
+
+
+def _cpu_has_vnni() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512_vnni" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def why_disabled() -> str:
+    return _WHY
+
+
+def lib():
+    """The loaded int8 kernel library or None (``why_disabled()`` says why)."""
+    global _lib, _tried, _WHY
+    if _tried:
+        return _lib
+    with _lock:
+        if _tried:
+            return _lib
+        try:
+            if not native.on():
+                raise RuntimeError(native.why_disabled() or "native kernels off")
+            if not _cpu_has_vnni():
+                raise RuntimeError("the CPU has no AVX512-VNNI")
+            so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+            for fn in (so.i8_conv, so.i8_depthwise):
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            so.i8_set_runner.restype = None
+            so.i8_set_runner.argtypes = [ctypes.c_void_p]
+            so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
+            _lib = so
+        except Exception as exc:                    # any failure: the numpy path
+            _WHY = f"native int8 kernels unavailable: {exc}"
+            log.info("%s; using numpy", _WHY)
+        _tried = True
+        return _lib
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    buf = np.zeros(nbytes + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + nbytes]
+
+
+class _Prepared:
+    """The packed weights and per-channel vectors of one layer, and its ``apply``."""
+
+    def __init__(self, layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool):
+        self.layer, self.depthwise = layer, depthwise
+        w = np.rint(layer.kernel.T).astype(np.int8)          # [O, K] (K in (kh, kw, i) order)
+        o, k = w.shape
+        og = o // groups
+        s_x, z_x, dt_x = layer.in_q
+        lo_x, hi_x = QRANGE[dt_x]
+        off = 128 if dt_x == "int8" else 0
+        s_y, z_y, _ = layer.out_q
+        d = Desc()
+        (d.kh, d.kw, d.sh, d.sw, d.dh, d.dw, d.pt, d.pl) = geometry
+        d.groups, d.og, d.o, d.k = groups, og, o, k
+        d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
+        d.in_scale, d.out_scale = F32(s_x), F32(s_y)
+        d.lo_r, d.hi_r = float(layer.lo - z_y), float(layer.hi - z_y)
+        mult = np.asarray(layer.mult, F32)
+        if depthwise:
+            cpad = -(-o // 16) * 16
+            wt = np.zeros((k, cpad), F32)                     # [taps][channels], codes as floats
+            wt[:, :o] = w.T
+            self.w = self._f32(wt)
+            bias = np.zeros(cpad, np.int32)
+            bias[:o] = layer.bias.astype(np.int32)
+            self.corr = bias
+            self.mult = self._f32(np.pad(mult, (0, cpad - o)))
+            d.ig, d.k4, d.cb = 1, k, 0
+        else:
+            k4, cb = -(-k // 4) * 4, -(-og // 64)
+            packed = _aligned(groups * cb * (k4 // 4) * 256).view(np.int8)
+            corr = np.zeros((groups, cb * 64), np.int64)
+            mults = np.zeros((groups, cb * 64), F32)
+            colsum = w.astype(np.int64).sum(axis=1)
+            for g in range(groups):
+                wg = np.zeros((cb * 64, k4), np.int8)
+                wg[:og, :k] = w[g * og:(g + 1) * og]
+                base = g * cb * (k4 // 4) * 256
+                for b in range(cb):
+                    nv = min(4, -(-(og - b * 64) // 16))
+                    blk = wg[b * 64:b * 64 + nv * 16].reshape(nv * 16, k4 // 4, 4).transpose(1, 0, 2)
+                    start = base + b * (k4 // 4) * 256
+                    packed[start:start + blk.size] = blk.reshape(-1)
+                sl = slice(g * og, (g + 1) * og)
+                corr[g, :og] = layer.bias[sl] - (z_x + off) * colsum[sl]
+                mults[g, :og] = mult[sl]
+            self.w = packed
+            self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).reshape(-1).copy()   # mod 2**32
+            self.mult = mults.reshape(-1).copy()
+            d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
+        d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
+        self.desc = d
+        self.fn = _lib.i8_depthwise if depthwise else _lib.i8_conv
+
+    @staticmethod
+    def _f32(a: np.ndarray) -> np.ndarray:
+        out = native.empty(a.shape)
+        out[...] = a
+        return out
+
+    def run(self, x4: np.ndarray, oh: int, ow: int) -> np.ndarray:
+        """x4: float32 [N, H, W, C] (C-contiguous) -> float32 [N, OH, OW, O]."""
+        d = Desc.from_buffer_copy(self.desc)                 # per call: thread safe
+        d.n, d.h, d.w, d.c = x4.shape
+        d.oh, d.ow = oh, ow
+        out = native.empty((x4.shape[0], oh, ow, d.o))
+        if not self.fn(ctypes.byref(d), x4.ctypes.data, out.ctypes.data, parallel.workers()):
+            raise MemoryError("the native int8 kernel could not allocate its scratch buffer")
+        return out
+
+
+def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
+    kh, kw = layer.kh, layer.kw
+    (sh, sw), (dh, dw) = layer.strides, layer.dilation
+    pt, pl, pb, pr = layer.padding
+
+    def apply(x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        n, h, w, c = x.shape
+        if c != layer.ig * layer.groups:
+            raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
+        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+        ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        if oh < 1 or ow < 1:
+            return layer.apply(x)                            # the numpy path's handling of empty outputs
+        return prep.run(np.ascontiguousarray(x, F32), oh, ow), True
+    return apply
+
+
+def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
+    k = layer.kernel.shape[0]
+
+    def apply(x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        if x.ndim != 2 or x.shape[1] != k:
+            raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
+        x4 = np.ascontiguousarray(x, F32).reshape(x.shape[0], 1, 1, k)
+        return prep.run(x4, 1, 1).reshape(x.shape[0], -1), True
+    return apply
+
+
+def prepare(layer: Int8Layer) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then)."""
+    if lib() is None:
+        return None
+    if isinstance(layer, Int8Conv2D):
+        geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
+        o = layer.o
+        depthwise = layer.groups == o and layer.ig == 1
+        if depthwise and layer.kh * layer.kw > MAX_DW_TAPS:
+            depthwise = False
+        return _conv_apply(layer, _Prepared(layer, geometry, layer.groups, depthwise))
+    if isinstance(layer, Int8FC):
+        return _fc_apply(layer, _Prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False))
+    return None
