@@ -16,9 +16,9 @@
  * otherwise). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
  * [K4 / 4][nv * 16][4] bytes. Register tile: MR = 6 rows x nv * 16 channels (24 accumulators).
  *
- * Depthwise: the codes q_x - z_x as floats (padding 0), taps multiplied and summed with fp32
- * FMAs; every partial sum is an integer below 2^24 (taps * 255 * 128 < 2^24, checked by the
- * caller), so the sum is exact; then acc + bias in int32 and the same epilogue.
+ * Depthwise: the same bytes u in a padded buffer, converted to float per tap and summed with
+ * fp32 FMAs; every partial sum is an integer below 2^24 (taps * 255 * 128 < 2^24, checked by the
+ * caller), so the sum is exact; then + corr (as above) in int32 and the same epilogue.
  *
  * Parallel parts run on the fp16 kernels' worker pool (_native_conv.c mrvl_run_parts, handed in
  * by i8_set_runner); without it they run on the calling thread. */
@@ -46,8 +46,8 @@ static void run(part_fn fn, void *arg, long parts, int nthreads) {
 typedef struct {
     long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, groups, ig, og, o;
     long k, k4, cb;                        /* K = kh * kw * ig, K rounded to 4, 64-channel blocks per group */
-    long in_zp, in_lo, in_hi, in_off;
-    float in_scale, out_scale, lo_r, hi_r;
+    long in_zp, in_lo, in_hi, in_off, in_exact;  /* in_exact: always divide (1 / s not finite) */
+    float in_scale, out_scale, lo_r, hi_r, in_rcp;
     const void *wpack;                     /* GEMM: int8 blocks; depthwise: float [kh * kw][cpad] */
     const int32_t *corr;                   /* per group [cb * 64] (depthwise: the bias, [cpad]) */
     const float *mult;                     /* per group [cb * 64] (depthwise: [cpad]) */
@@ -68,13 +68,30 @@ static uint8_t *get_scratch(size_t bytes) {
 }
 
 /* ------------------------------------------------------------------ quantize */
+/* rne(x / s) as float: x * fp32(1 / s) is within 2^-22 relative of fp32(x / s), so both round
+ * to the same integer unless the product lies within 0.01 of a half-integer; only then (rare:
+ * inputs are mostly codes times the scale) is the vector divided. Beyond |y| = 1024 the code
+ * saturates either way (|z| <= 255); ``exact``: always divide (1 / s not a normal float). */
+static inline __m512 rne_div(__m512 x, float scale, float rcp, long exact) {
+    __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(rcp));
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 dist = _mm512_abs_ps(_mm512_sub_ps(y, r));
+    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(0.49f), _CMP_GT_OQ) &
+                     _mm512_cmp_ps_mask(_mm512_abs_ps(y), _mm512_set1_ps(1024.0f), _CMP_LT_OQ);
+    if (near || exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(scale)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return r;
+}
+
+/* sat(rne(x / s) + z) as float: max(NaN, lo) = lo like MLAS; +-inf saturate */
+static inline __m512 quant_f(__m512 x, float scale, float rcp, long exact, long zp, long lo, long hi) {
+    __m512 r = _mm512_add_ps(rne_div(x, scale, rcp, exact), _mm512_set1_ps((float)zp));
+    r = _mm512_max_ps(r, _mm512_set1_ps((float)lo));          /* NaN in the first operand: lo */
+    return _mm512_min_ps(r, _mm512_set1_ps((float)hi));
+}
+
 static inline __m512 quant_r(__m512 x, const i8desc *d) {
-    /* rne(x / s) + z clamped to [lo, hi] as floats: max(NaN, lo) = lo like MLAS; +-inf saturate */
-    __m512 r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(d->in_scale)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_add_ps(r, _mm512_set1_ps((float)d->in_zp));
-    r = _mm512_max_ps(r, _mm512_set1_ps((float)d->in_lo));   /* NaN in the first operand: lo */
-    return _mm512_min_ps(r, _mm512_set1_ps((float)d->in_hi));
+    return quant_f(x, d->in_scale, d->in_rcp, d->in_exact, d->in_zp, d->in_lo, d->in_hi);
 }
 
 typedef struct { const i8desc *d; const float *x; uint8_t *u; long total, step; } qjob;
@@ -113,13 +130,24 @@ static void im2col_part(void *arg, long p) {
         long b = r / (d->oh * d->ow), rem = r % (d->oh * d->ow), oy = rem / d->ow, ox = rem % d->ow;
         uint8_t *dst = j->a + r * d->k4;
         for (long ky = 0; ky < d->kh; ky++) {
-            long iy = oy * d->sh - d->pt + ky * d->dh;
+            long iy = oy * d->sh - d->pt + ky * d->dh, ix0 = ox * d->sw - d->pl;
+            if (iy < 0 || iy >= d->h) {
+                memset(dst, pad, d->kw * d->ig);
+                dst += d->kw * d->ig;
+                continue;
+            }
+            const uint8_t *src = j->u + (b * d->h + iy) * d->w * d->c + j->c0;
+            if (d->dw == 1 && d->ig == d->c && ix0 >= 0 && ix0 + d->kw <= d->w) {   /* one run per kernel row */
+                memcpy(dst, src + ix0 * d->c, d->kw * d->c);
+                dst += d->kw * d->c;
+                continue;
+            }
             for (long kx = 0; kx < d->kw; kx++) {
-                long ix = ox * d->sw - d->pl + kx * d->dw;
-                if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
+                long ix = ix0 + kx * d->dw;
+                if (ix < 0 || ix >= d->w)
                     memset(dst, pad, d->ig);
                 else
-                    memcpy(dst, j->u + ((b * d->h + iy) * d->w + ix) * d->c + j->c0, d->ig);
+                    memcpy(dst, src + ix * d->c, d->ig);
                 dst += d->ig;
             }
         }
@@ -246,90 +274,96 @@ int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
 }
 
 /* ------------------------------------------------------------------ depthwise */
-typedef struct { const i8desc *d; const float *x; float *p; long hp, wp, cpad, step, total; } djob;
+typedef struct { const i8desc *d; const float *x; uint8_t *p; long hp, wp, cpad, step, total; } djob;
 
 static void dw_quant_part(void *arg, long part) {
-    /* codes q - z as floats into the padded buffer [n][hp][wp][cpad] (pads and channel tail: 0) */
+    /* u = q + off into the padded buffer [n][hp][wp][cpad] (pads: z + off; channel tail: 0) */
     djob *j = arg;
     const i8desc *d = j->d;
     long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * hp */
-    __m512 z = _mm512_set1_ps((float)d->in_zp);
+    uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
+    __m512 off = _mm512_set1_ps((float)d->in_off);
     for (long r = r0; r < r1; r++) {
         long b = r / j->hp, y = r % j->hp - d->pt;
-        float *dst = j->p + r * j->wp * j->cpad;
+        uint8_t *dst = j->p + r * j->wp * j->cpad;
         if (y < 0 || y >= d->h) {
-            memset(dst, 0, sizeof(float) * j->wp * j->cpad);
+            memset(dst, pad, j->wp * j->cpad);
             continue;
         }
         for (long xx = 0; xx < j->wp; xx++) {
             long ix = xx - d->pl;
-            float *o = dst + xx * j->cpad;
+            uint8_t *o = dst + xx * j->cpad;
             if (ix < 0 || ix >= d->w) {
-                memset(o, 0, sizeof(float) * j->cpad);
+                memset(o, pad, j->cpad);
                 continue;
             }
             const float *src = j->x + ((b * d->h + y) * d->w + ix) * d->c;
             for (long c = 0; c < j->cpad; c += 16) {
                 long left = d->c - c;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
-                __m512 q = _mm512_sub_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), z);
-                _mm512_store_ps(o + c, _mm512_maskz_mov_ps(m, q));
+                __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), off));
+                _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtusepi32_epi8(_mm512_maskz_mov_epi32(m, q)));
             }
         }
     }
 }
 
-typedef struct { const i8desc *d; const float *p; float *out; long hp, wp, cpad, step, total; } dwjob;
+typedef struct { const i8desc *d; const uint8_t *p; float *out; long hp, wp, cpad, step, total; } dwjob;
+
+static inline __m512 ld_u8(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d, float *o, __mmask16 m) {
+    /* acc: sum u * w, an exact integer below 2^24 */
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(acc), corr)), mv);
+    f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
+    _mm512_mask_storeu_ps(o, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
+}
 
 static void dw_part(void *arg, long part) {
     dwjob *j = arg;
     const i8desc *d = j->d;
     long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
     const float *wt = (const float *)d->wpack;
-    __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
-    long taps = d->kh * d->kw;
+    long taps = d->kh * d->kw, st = d->sw * j->cpad;
     for (long r = r0; r < r1; r++) {
         long b = r / d->oh, oy = r % d->oh;
         for (long c = 0; c < j->cpad; c += 16) {
             long left = d->c - c;
             __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            __m512i bias = _mm512_loadu_si512((const void *)(d->corr + c));
+            __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
             __m512 mv = _mm512_loadu_ps(d->mult + c);
+            float *orow = j->out + r * d->ow * d->c + c;
             long ox = 0;
             for (; ox + 4 <= d->ow; ox += 4) {
                 __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
                 for (long ky = 0; ky < d->kh; ky++) {
-                    const float *row = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp) * j->cpad + c;
+                    const uint8_t *row = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw) * j->cpad + c;
                     for (long kx = 0; kx < d->kw; kx++) {
                         __m512 wv = _mm512_load_ps(wt + (ky * d->kw + kx) * j->cpad + c);
-                        const float *px = row + (ox * d->sw + kx * d->dw) * j->cpad;
-                        long st = d->sw * j->cpad;
-                        a0 = _mm512_fmadd_ps(_mm512_load_ps(px), wv, a0);
-                        a1 = _mm512_fmadd_ps(_mm512_load_ps(px + st), wv, a1);
-                        a2 = _mm512_fmadd_ps(_mm512_load_ps(px + 2 * st), wv, a2);
-                        a3 = _mm512_fmadd_ps(_mm512_load_ps(px + 3 * st), wv, a3);
+                        const uint8_t *px = row + kx * d->dw * j->cpad;
+                        a0 = _mm512_fmadd_ps(ld_u8(px), wv, a0);
+                        a1 = _mm512_fmadd_ps(ld_u8(px + st), wv, a1);
+                        a2 = _mm512_fmadd_ps(ld_u8(px + 2 * st), wv, a2);
+                        a3 = _mm512_fmadd_ps(ld_u8(px + 3 * st), wv, a3);
                     }
                 }
-                __m512 av[4] = {a0, a1, a2, a3};
-                for (int t = 0; t < 4; t++) {
-                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(av[t]), bias)), mv);
-                    f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-                    _mm512_mask_storeu_ps(j->out + ((r * d->ow) + ox + t) * d->c + c, m, _mm512_mul_ps(f, s));
-                }
+                dw_store(a0, corr, mv, d, orow + ox * d->c, m);
+                dw_store(a1, corr, mv, d, orow + (ox + 1) * d->c, m);
+                dw_store(a2, corr, mv, d, orow + (ox + 2) * d->c, m);
+                dw_store(a3, corr, mv, d, orow + (ox + 3) * d->c, m);
             }
             for (; ox < d->ow; ox++) {
                 __m512 a0 = _mm512_setzero_ps();
                 for (long t = 0; t < taps; t++) {
                     long ky = t / d->kw, kx = t % d->kw;
-                    const float *px = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw + kx * d->dw)
-                                                 * j->cpad + c;
-                    a0 = _mm512_fmadd_ps(_mm512_load_ps(px), _mm512_load_ps(wt + t * j->cpad + c), a0);
+                    const uint8_t *px = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw + kx * d->dw)
+                                                   * j->cpad + c;
+                    a0 = _mm512_fmadd_ps(ld_u8(px), _mm512_load_ps(wt + t * j->cpad + c), a0);
                 }
-                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(a0), bias)), mv);
-                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-                _mm512_mask_storeu_ps(j->out + ((r * d->ow) + ox) * d->c + c, m, _mm512_mul_ps(f, s));
+                dw_store(a0, corr, mv, d, orow + ox * d->c, m);
             }
         }
     }
@@ -342,7 +376,7 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
         hp = d->h + d->pt;
     if (wp < d->w + d->pl)
         wp = d->w + d->pl;
-    float *p = (float *)get_scratch(sizeof(float) * (size_t)(d->n * hp * wp * cpad));
+    uint8_t *p = get_scratch((size_t)(d->n * hp * wp * cpad));
     if (!p)
         return 0;
     long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
@@ -356,4 +390,37 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
     j.step = (j.total + parts - 1) / parts;
     run(dw_part, &j, (j.total + j.step - 1) / j.step, par);
     return 1;
+}
+
+/* ------------------------------------------------------------------ int8 Sum2D (two int8 tensors)
+ * int8.Int8Add: v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b)), q_c = clamp(rne(v / s_c) + z_c, lo, hi),
+ * y = (q_c - z_c) s_c. prm (floats): [s, 1/s, exact, z, lo, hi] for a, b, then c (lo, hi: the
+ * activation's clamp). */
+typedef struct { const float *a, *b, *prm; float *out; long n, step; } ajob;
+
+static inline __m512 add_v(__m512 xa, __m512 xb, const float *p) {
+    __m512 qa = quant_f(xa, p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
+    __m512 qb = quant_f(xb, p[6], p[7], (long)p[8], (long)p[9], (long)p[10], (long)p[11]);
+    __m512 va = _mm512_mul_ps(_mm512_set1_ps(p[0]), _mm512_sub_ps(qa, _mm512_set1_ps(p[3])));
+    __m512 vb = _mm512_mul_ps(_mm512_set1_ps(p[6]), _mm512_sub_ps(qb, _mm512_set1_ps(p[9])));
+    __m512 q = quant_f(_mm512_add_ps(va, vb), p[12], p[13], (long)p[14], (long)p[15], (long)p[16], (long)p[17]);
+    return _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(p[15])), _mm512_set1_ps(p[12]));
+}
+
+static void add_part(void *arg, long part) {
+    ajob *j = arg;
+    long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
+    for (; i + 16 <= i1; i += 16)
+        _mm512_storeu_ps(j->out + i, add_v(_mm512_loadu_ps(j->a + i), _mm512_loadu_ps(j->b + i), j->prm));
+    if (i < i1) {
+        __mmask16 m = (__mmask16)((1u << (i1 - i)) - 1);
+        _mm512_mask_storeu_ps(j->out + i, m, add_v(_mm512_maskz_loadu_ps(m, j->a + i),
+                                                   _mm512_maskz_loadu_ps(m, j->b + i), j->prm));
+    }
+}
+
+void i8_add(const float *a, const float *b, float *out, long n, const float *prm, int nthreads) {
+    long parts = nthreads > 1 && n >= (1L << 15) ? 2L * nthreads : 1;
+    ajob j = {a, b, prm, out, n, ((n + parts - 1) / parts + 15) & ~15L};
+    run(add_part, &j, (n + j.step - 1) / j.step, nthreads);
 }

@@ -259,6 +259,8 @@ def build_add(spec, n_inputs: int = 2):
     act = spec.activation()
     try:
         operand = spec.weight("operand", required=True) if n_inputs == 1 else None
-        return Int8Add(spec.params, act["activation"], act["activation_params"], operand).apply
+        layer = Int8Add(spec.params, act["activation"], act["activation_params"], operand)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+    from .int8_native import prepare_add    # the native kernel (same results), when built
+    return prepare_add(layer) or layer.apply

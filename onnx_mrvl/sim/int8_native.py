@@ -17,7 +17,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 from . import native, parallel
-from .int8 import QRANGE, Int8Conv2D, Int8FC, Int8Layer
+from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -34,8 +34,8 @@ class Desc(ctypes.Structure):
     """``i8desc`` of _native_int8.c."""
     _fields_ = ([(k, ctypes.c_long) for k in (
         "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
-        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off")]
-        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r")]
+        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact")]
+        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult")])
 
 
@@ -71,6 +71,8 @@ def lib():
             for fn in (so.i8_conv, so.i8_depthwise):
                 fn.restype = ctypes.c_int
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            so.i8_add.restype = None
+            so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
             so.i8_set_runner.restype = None
             so.i8_set_runner.argtypes = [ctypes.c_void_p]
             so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
@@ -105,6 +107,9 @@ class _Prepared:
         d.groups, d.og, d.o, d.k = groups, og, o, k
         d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
         d.in_scale, d.out_scale = F32(s_x), F32(s_y)
+        with np.errstate(over="ignore", divide="ignore"):
+            rcp = F32(1) / F32(s_x)
+        d.in_rcp, d.in_exact = rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
         d.lo_r, d.hi_r = float(layer.lo - z_y), float(layer.hi - z_y)
         mult = np.asarray(layer.mult, F32)
         if depthwise:
@@ -112,9 +117,9 @@ class _Prepared:
             wt = np.zeros((k, cpad), F32)                     # [taps][channels], codes as floats
             wt[:, :o] = w.T
             self.w = self._f32(wt)
-            bias = np.zeros(cpad, np.int32)
-            bias[:o] = layer.bias.astype(np.int32)
-            self.corr = bias
+            corr = np.zeros(cpad, np.int64)
+            corr[:o] = layer.bias - (z_x + off) * w.astype(np.int64).sum(axis=1)
+            self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).copy()     # mod 2**32
             self.mult = self._f32(np.pad(mult, (0, cpad - o)))
             d.ig, d.k4, d.cb = 1, k, 0
         else:
@@ -202,3 +207,30 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
     if isinstance(layer, Int8FC):
         return _fc_apply(layer, _Prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False))
     return None
+
+
+def _qparams(q, lo=None, hi=None):
+    """[s, 1/s, exact, z, lo, hi] of a quantization (s, z, dtype) for ``i8_add``."""
+    s, z, dt = q
+    with np.errstate(over="ignore", divide="ignore"):
+        rcp = F32(1) / F32(s)
+    exact = not (np.isfinite(rcp) and rcp > 0 and rcp >= np.finfo(F32).tiny)
+    qlo, qhi = QRANGE[dt]
+    return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi]
+
+
+def prepare_add(layer: Int8Add) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
+    if lib() is None or layer.operand is not None:
+        return None
+    prm = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
+    fn = _lib.i8_add
+
+    def apply(xa: np.ndarray, xb: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+        if xb is None or xa.shape != xb.shape:
+            return layer.apply(xa, xb)                       # its error
+        a, b = np.ascontiguousarray(xa, F32), np.ascontiguousarray(xb, F32)
+        out = native.empty(a.shape)
+        fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
+        return out, True
+    return apply
