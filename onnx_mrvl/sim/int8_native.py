@@ -1,8 +1,9 @@
 """Native int8 Conv2D / FC / depthwise kernels (``_native_int8.c``, AVX512-VNNI), bit-exact with
 the numpy path of ``int8.py`` (docs/simulator.md "int8 kernels").
 
-``prepare(layer)`` returns the layer's native ``apply`` or None (native kernels off, no VNNI, a
-kernel the C code does not cover); the numpy ``apply`` then runs, with the same results. The
+``prepare(layer)`` returns the layer's native ``apply`` or None (native kernels off -- also
+``ONNX_MRVL_SIM_INT8_NATIVE=0`` for these alone --, no VNNI, a kernel the C code does not cover);
+the numpy ``apply`` then runs, with the same results. The
 library is built and cached like ``_native_conv.c`` (``native.build_shared``) and its parallel
 parts run on the fp16 kernels' worker pool (``mrvl_run_parts``).
 """
@@ -24,6 +25,7 @@ F32 = np.float32
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_int8.c")
 MAX_DW_TAPS = 514              # depthwise sums in fp32: taps * 255 * 128 < 2**24 keeps them exact
 
+ENABLED = os.environ.get("ONNX_MRVL_SIM_INT8_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
 _lock = threading.Lock()
 _lib = None
 _tried = False
@@ -63,6 +65,8 @@ def lib():
         if _tried:
             return _lib
         try:
+            if not ENABLED:
+                raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
             if not native.on():
                 raise RuntimeError(native.why_disabled() or "native kernels off")
             if not _cpu_has_vnni():
@@ -154,15 +158,21 @@ class _Prepared:
         out[...] = a
         return out
 
-    def run(self, x4: np.ndarray, oh: int, ow: int) -> np.ndarray:
-        """x4: float32 [N, H, W, C] (C-contiguous) -> float32 [N, OH, OW, O]."""
+    def run(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """x4: float32 [N, H, W, C] (C-contiguous) -> float32 [N, OH, OW, O] (into ``out`` when given)."""
         d = Desc.from_buffer_copy(self.desc)                 # per call: thread safe
         d.n, d.h, d.w, d.c = x4.shape
         d.oh, d.ow = oh, ow
-        out = native.empty((x4.shape[0], oh, ow, d.o))
+        out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else _target(out, x4.shape[0] * oh * ow * d.o)
         if not self.fn(ctypes.byref(d), x4.ctypes.data, out.ctypes.data, parallel.workers()):
             raise MemoryError("the native int8 kernel could not allocate its scratch buffer")
         return out
+
+
+def _target(out: np.ndarray, size: int) -> np.ndarray:
+    if out.dtype != F32 or not out.flags.c_contiguous or out.size != size:
+        raise ValueError(f"output buffer {out.dtype} {list(out.shape)} for {size} float32 values")
+    return out
 
 
 def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
@@ -170,26 +180,33 @@ def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
     (sh, sw), (dh, dw) = layer.strides, layer.dilation
     pt, pl, pb, pr = layer.padding
 
-    def apply(x: np.ndarray) -> Tuple[np.ndarray, bool]:
+    def apply(x: np.ndarray, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
         n, h, w, c = x.shape
         if c != layer.ig * layer.groups:
             raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
         oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
         ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-        if oh < 1 or ow < 1:
-            return layer.apply(x)                            # the numpy path's handling of empty outputs
-        return prep.run(np.ascontiguousarray(x, F32), oh, ow), True
+        if oh < 1 or ow < 1 or n == 0:
+            y, ok = layer.apply(x)                           # the numpy path's handling of empty tensors
+            if out is not None:
+                np.copyto(out, y)
+            return y, ok
+        return prep.run(np.ascontiguousarray(x, F32), oh, ow, out).reshape(n, oh, ow, -1), True
+    apply.writes_into = True
     return apply
 
 
 def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
     k = layer.kernel.shape[0]
 
-    def apply(x: np.ndarray) -> Tuple[np.ndarray, bool]:
+    def apply(x: np.ndarray, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
         if x.ndim != 2 or x.shape[1] != k:
             raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
+        if x.shape[0] == 0:
+            return layer.apply(x)
         x4 = np.ascontiguousarray(x, F32).reshape(x.shape[0], 1, 1, k)
-        return prep.run(x4, 1, 1).reshape(x.shape[0], -1), True
+        return prep.run(x4, 1, 1, out).reshape(x.shape[0], -1), True
+    apply.writes_into = True
     return apply
 
 
@@ -226,11 +243,12 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     prm = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
 
-    def apply(xa: np.ndarray, xb: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    def apply(xa: np.ndarray, xb: Optional[np.ndarray] = None, out: Optional[np.ndarray] = None):
         if xb is None or xa.shape != xb.shape:
             return layer.apply(xa, xb)                       # its error
         a, b = np.ascontiguousarray(xa, F32), np.ascontiguousarray(xb, F32)
-        out = native.empty(a.shape)
+        out = native.empty(a.shape) if out is None else _target(out, a.size).reshape(a.shape)
         fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
         return out, True
+    apply.writes_into = True
     return apply

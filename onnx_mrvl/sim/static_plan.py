@@ -374,11 +374,13 @@ class StaticPlan:
 
 
 def _python_step(sim, e: _Entry):
-    """A Python kernel on arena views; its result copied into its place (errors as layer by layer)."""
+    """A Python kernel on arena views; its result copied into its place (errors as layer by layer),
+    or written there by a kernel that takes ``out=`` (``writes_into``: the native int8 kernels)."""
     from ..errors import MrvlRuntimeError
     spec = e.step.spec
+    into = getattr(e.py, "writes_into", False)          # a kernel that writes its output in place
     try:
-        y, ok = e.py(*e.in_views)
+        y, ok = e.py(*e.in_views, out=e.out_view) if into else e.py(*e.in_views)
     except (ValueError, IndexError) as exc:
         raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer failed: {exc}",
                                node=spec.name, origin=spec.origin,
@@ -387,7 +389,8 @@ def _python_step(sim, e: _Entry):
         raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer produced shape "
                                f"{list(y.shape)}, meta says {list(e.out_view.shape)}", node=spec.name,
                                origin=spec.origin, hint="recompile the region")
-    np.copyto(e.out_view, y)
+    if not (into and np.may_share_memory(y, e.out_view)):
+        np.copyto(e.out_view, y)
     return y, ok
 
 
