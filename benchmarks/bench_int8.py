@@ -14,7 +14,9 @@ per-channel int8 weights, ``quantize_static`` QDQ with a seeded 4-sample calibra
   its QDQ fusions run QLinearConv / QGemm through MLAS);
 
 timed like ``bench_shim.py``: alternating phases, each starting with five untimed warm-up runs,
-medians of ``--repeat`` runs; the ratios are of the medians. The last columns are the perf
+medians of ``--repeat`` runs; the ratios are of the medians (and of the fastest runs). Then both
+again with one thread each, timed by the thread's CPU time (robust on a shared machine). The last
+columns are the perf
 model's cycles (``Simulator.perf`` summed over the regions) of the int8 model and of the same
 float model converted to fp16, and their ratio.
 """
@@ -117,6 +119,35 @@ def _time(sess, ref, feed, repeat, rounds):
     return tuple(float(np.median(v)) for v in (t_shim, t_sim, t_ort)) + (min(t_sim), min(t_ort))
 
 
+def _cpu_one_thread(model_path, qpath, feed, repeat, rounds):
+    """(shim, onnxruntime) medians of the calling thread's CPU time, one thread each
+    (ONNX_MRVL_SIM_THREADS=1, intra_op_num_threads=1): the work itself, insensitive to other
+    processes competing for the cores (a loaded machine stretches wall times, not CPU times)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    old = os.environ.get("ONNX_MRVL_SIM_THREADS")
+    os.environ["ONNX_MRVL_SIM_THREADS"] = "1"
+    try:
+        sess = onnx_mrvl.InferenceSession(model_path, so)
+        ref = ort.InferenceSession(qpath, so, providers=["CPUExecutionProvider"])
+        t_shim, t_ort = [], []
+        for _ in range(rounds):
+            for runner, acc in ((sess, t_shim), (ref, t_ort)):
+                for _ in range(2):
+                    runner.run(None, feed)
+                for _ in range(repeat):
+                    t0 = time.thread_time()
+                    runner.run(None, feed)
+                    acc.append(time.thread_time() - t0)
+        return float(np.median(t_shim)), float(np.median(t_ort))
+    finally:
+        if old is None:
+            del os.environ["ONNX_MRVL_SIM_THREADS"]
+        else:
+            os.environ["ONNX_MRVL_SIM_THREADS"] = old
+
+
 def measure(name: str, batch: int, act: str, repeat: int, rounds: int, cache: str) -> dict:
     pre, qpath = _prepare(name, batch, act, cache)
     with tempfile.TemporaryDirectory() as d:
@@ -131,9 +162,10 @@ def measure(name: str, batch: int, act: str, repeat: int, rounds: int, cache: st
         feed = {inp.name: x}
         a, b = ref.run(None, feed)[0], sess.run(None, feed)[0]
         shim, sim, orts, sim_min, ort_min = _time(sess, ref, feed, repeat, rounds)
+        cpu_shim, cpu_ort = _cpu_one_thread(os.path.join(d, "model.onnx"), qpath, feed, repeat, rounds)
         return {"model": LABELS[name], "batch": batch, "act": act.upper() + "S8", "regions": len(result.subgraphs),
                 "shim_ms": shim * 1e3, "sim_ms": sim * 1e3, "ort_ms": orts * 1e3,
-                "best_ratio": sim_min / ort_min,
+                "best_ratio": sim_min / ort_min, "cpu_shim_ms": cpu_shim * 1e3, "cpu_ort_ms": cpu_ort * 1e3,
                 "max_diff": float(np.abs(a - b).max()),
                 "cycles_int8": cycles_int8, "cycles_fp16": cycles_fp16}
 
@@ -152,16 +184,18 @@ def main(argv=None):
     rows = [measure(m, b, a, args.repeat, args.rounds, cache)
             for m in args.models for b in args.batch for a in args.act]
     print("| model | batch | int8 | regions | shim ms | simulator ms | onnxruntime QDQ ms | shim / ort "
-          "| sim / ort | best sim / best ort | max abs diff | int8 cycles | fp16 cycles | int8 / fp16 cycles |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| sim / ort | best sim / best ort | 1-thread CPU ms shim / ort | ratio | max abs diff | int8 cycles | fp16 cycles | int8 / fp16 cycles |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['batch']} | {r['act']} | {r['regions']} | {r['shim_ms']:.1f} | {r['sim_ms']:.1f} | "
               f"{r['ort_ms']:.1f} | {r['shim_ms'] / r['ort_ms']:.2f}x | {r['sim_ms'] / r['ort_ms']:.2f}x | {r['best_ratio']:.2f}x | "
+              f"{r['cpu_shim_ms']:.1f} / {r['cpu_ort_ms']:.1f} | {r['cpu_shim_ms'] / r['cpu_ort_ms']:.2f}x | "
               f"{r['max_diff']:.3g} | {r['cycles_int8']:,} | {r['cycles_fp16']:,} | "
               f"{r['cycles_int8'] / r['cycles_fp16']:.2f} |")
     print("\nshim: onnx_mrvl.InferenceSession end to end; simulator: time inside the regions' simulator; "
           "onnxruntime QDQ: the quantized model on onnxruntime's CPU provider (default options); ratios of the medians, and "
-          "of the fastest runs (less sensitive to other processes on the machine); cycles: the "
+          "of the fastest runs (less sensitive to other processes on the machine); 1-thread CPU: the thread CPU "
+          "time of one run of each with one thread (the shim end to end); cycles: the "
           "perf model (Simulator.perf) of the int8 regions and of the float model converted to fp16.")
     return rows
 

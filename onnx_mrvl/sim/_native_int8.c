@@ -47,6 +47,7 @@ typedef struct {
     long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, groups, ig, og, o;
     long k, k4, cb;                        /* K = kh * kw * ig, K rounded to 4, 64-channel blocks per group */
     long in_zp, in_lo, in_hi, in_off, in_exact;  /* in_exact: always divide (1 / s not finite) */
+    long in_codes, out_codes, out_zp, out_off;   /* codes: the tensor holds bytes q + off, not floats */
     float in_scale, out_scale, lo_r, hi_r, in_rcp;
     const void *wpack;                     /* GEMM: int8 blocks; depthwise: float [kh * kw][cpad] */
     const int32_t *corr;                   /* per group [cb * 64] (depthwise: the bias, [cpad]) */
@@ -156,25 +157,42 @@ static void im2col_part(void *arg, long p) {
 }
 
 /* ------------------------------------------------------------------ GEMM tile + epilogue */
-static inline __attribute__((always_inline)) void
-tile(const int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
-     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
-    __m512i acc[MR][4];
-    for (int r = 0; r < MR; r++)
-        for (int v = 0; v < nv; v++)
-            acc[r][v] = _mm512_setzero_si512();
-    for (long k = 0; k < k4n; k++) {
-        __m512i bv[4];
-        for (int v = 0; v < nv; v++)
-            bv[v] = _mm512_load_si512((const void *)(b + (k * nv + v) * 64));
-        for (int r = 0; r < MR; r++) {
-            __m512i av = _mm512_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));
-            for (int v = 0; v < nv; v++)
-                acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
-        }
+/* r = q - z_y (an integer in float) -> the byte q + off at o */
+static inline void store_codes(uint8_t *o, __m512 r, const i8desc *d, __mmask16 m) {
+    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(r), _mm512_set1_epi32((int)(d->out_zp + d->out_off)));
+    _mm512_mask_cvtusepi32_storeu_epi8(o, m, q);
+}
+
+/* the k loop of one MR x (NV * 16) tile, accumulators named so that they stay in registers */
+#define TILE_LOOP(NV)                                                                              \
+    for (long k = 0; k < k4n; k++) {                                                              \
+        const int8_t *bk = b + k * NV * 64;                                                       \
+        __m512i b0 = _mm512_load_si512((const void *)bk), b1, b2, b3;                             \
+        if (NV > 1) b1 = _mm512_load_si512((const void *)(bk + 64));                              \
+        if (NV > 2) b2 = _mm512_load_si512((const void *)(bk + 128));                             \
+        if (NV > 3) b3 = _mm512_load_si512((const void *)(bk + 192));                             \
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)                                                 \
     }
+#define ROW(r)                                                                                     \
+    {                                                                                              \
+        __m512i av = _mm512_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));                  \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                           \
+        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                               \
+        if (NV > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);                               \
+        if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);                               \
+    }
+
+static inline __attribute__((always_inline)) void
+tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
+    const __m512i z = _mm512_setzero_si512();
+    __m512i c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z, c20 = z, c21 = z, c22 = z, c23 = z,
+            c30 = z, c31 = z, c32 = z, c33 = z, c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
+    TILE_LOOP(NV)
+    __m512i acc[MR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
+                          {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
-    for (int v = 0; v < nv; v++) {
+    for (int v = 0; v < NV; v++) {
         __m512i cv = _mm512_loadu_si512((const void *)(corr + v * 16));
         __m512 mv = _mm512_loadu_ps(mult + v * 16);
         long left = ncols - v * 16;
@@ -183,10 +201,14 @@ tile(const int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r][v], cv)), mv);
             f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-            _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));
+            if (d->out_codes)
+                store_codes((uint8_t *)out + r * ldo + v * 16, f, d, m);
+            else
+                _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));
         }
     }
 }
+#undef ROW
 
 static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
                     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
@@ -201,6 +223,7 @@ static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *
 typedef struct {
     const i8desc *d;
     const uint8_t *a;          /* [panels * MR][k4] */
+    const uint8_t *tail;       /* the last panel, zero-padded to MR rows (a direct input), or 0 */
     float *out;
     long g, rows, panels, pstep, cstep, cparts;
 } gjob;
@@ -222,8 +245,10 @@ static void gemm_part(void *arg, long p) {
         for (long pn = p0; pn < p1; pn++) {
             long r = pn * MR;
             int rows = j->rows - r < MR ? (int)(j->rows - r) : MR;
-            tile_nv(nv, k4n, j->a + r * d->k4, d->k4, b, rows, corr, mult, d,
-                    j->out + r * d->o + j->g * d->og + col, d->o, ncols);
+            const uint8_t *a = pn == j->panels - 1 && j->tail ? j->tail : j->a + r * d->k4;
+            long at = r * d->o + j->g * d->og + col;       /* element index of the tile's first output */
+            float *o = d->out_codes ? (float *)((uint8_t *)j->out + at) : j->out + at;
+            tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, o, d->o, ncols);
         }
     }
 }
@@ -234,15 +259,17 @@ int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
     long in_total = d->n * d->h * d->w * d->c;
     int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
                  d->h == d->oh && d->w == d->ow && d->groups == 1 && d->k4 == d->c;
-    size_t ubytes = ((size_t)in_total + (size_t)MR * d->k4 + 63) & ~(size_t)63;
+    size_t ubytes = d->in_codes ? 0 : ((size_t)in_total + 63) & ~(size_t)63;
+    size_t tbytes = ((size_t)MR * d->k4 + 63) & ~(size_t)63;
     size_t abytes = direct ? 0 : (size_t)panels * MR * d->k4;
-    uint8_t *buf = get_scratch(ubytes + abytes);
+    uint8_t *buf = get_scratch(ubytes + tbytes + abytes);
     if (!buf)
         return 0;
-    uint8_t *u = buf, *a = direct ? buf : buf + ubytes;
-    quantize_u8(d, x, u, in_total, nthreads);
-    if (direct)
-        memset(u + in_total, 0, (size_t)MR * d->k4);
+    const uint8_t *u = d->in_codes ? (const uint8_t *)x : buf;
+    uint8_t *tail = buf + ubytes, *a = buf + ubytes + tbytes;
+    if (!d->in_codes)
+        quantize_u8(d, x, buf, in_total, nthreads);
+    const uint8_t *rowsrc = direct ? u : a;
     long work = rows * d->k * d->og;                         /* MACs per group */
     int par = nthreads > 1 && work >= (1L << 18) ? nthreads : 1;
     for (long g = 0; g < d->groups; g++) {
@@ -251,9 +278,12 @@ int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
             long cp = par > 1 && rows * d->k >= (1L << 15) ? 2L * par : 1;
             cj.step = (rows + cp - 1) / cp;
             run(im2col_part, &cj, (rows + cj.step - 1) / cj.step, par);
-            memset(a + rows * d->k4, 0, (size_t)(panels * MR - rows) * d->k4);
         }
-        gjob gj = {d, a, out, g, rows, panels, 0, 0, 1};
+        /* the last panel's rows past the end read a zero-padded copy, never beyond the input */
+        long last = (panels - 1) * MR;
+        memset(tail, 0, (size_t)MR * d->k4);
+        memcpy(tail, rowsrc + last * d->k4, (size_t)(rows - last) * d->k4);
+        gjob gj = {d, rowsrc, tail, out, g, rows, panels, 0, 0, 1};
         /* parts: row panels when there are many, else output-channel blocks too */
         long want = par > 1 ? (work >= (1L << 22) ? 4L * par : 2L * par) : 1;
         long cparts = 1;
@@ -297,6 +327,11 @@ static void dw_quant_part(void *arg, long part) {
                 memset(o, pad, j->cpad);
                 continue;
             }
+            if (d->in_codes) {
+                memcpy(o, (const uint8_t *)j->x + ((b * d->h + y) * d->w + ix) * d->c, d->c);
+                memset(o + d->c, 0, j->cpad - d->c);
+                continue;
+            }
             const float *src = j->x + ((b * d->h + y) * d->w + ix) * d->c;
             for (long c = 0; c < j->cpad; c += 16) {
                 long left = d->c - c;
@@ -314,12 +349,15 @@ static inline __m512 ld_u8(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 
-static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d, float *o, __mmask16 m) {
-    /* acc: sum u * w, an exact integer below 2^24 */
+static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d, float *out, long at, __mmask16 m) {
+    /* acc: sum u * w, an exact integer below 2^24; ``at``: the element index in the output */
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(acc), corr)), mv);
     f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
-    _mm512_mask_storeu_ps(o, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
+    if (d->out_codes)
+        store_codes((uint8_t *)out + at, f, d, m);
+    else
+        _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
 }
 
 static void dw_part(void *arg, long part) {
@@ -335,7 +373,7 @@ static void dw_part(void *arg, long part) {
             __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
             __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
             __m512 mv = _mm512_loadu_ps(d->mult + c);
-            float *orow = j->out + r * d->ow * d->c + c;
+            long orow = r * d->ow * d->c + c;
             long ox = 0;
             for (; ox + 4 <= d->ow; ox += 4) {
                 __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -350,10 +388,10 @@ static void dw_part(void *arg, long part) {
                         a3 = _mm512_fmadd_ps(ld_u8(px + 3 * st), wv, a3);
                     }
                 }
-                dw_store(a0, corr, mv, d, orow + ox * d->c, m);
-                dw_store(a1, corr, mv, d, orow + (ox + 1) * d->c, m);
-                dw_store(a2, corr, mv, d, orow + (ox + 2) * d->c, m);
-                dw_store(a3, corr, mv, d, orow + (ox + 3) * d->c, m);
+                dw_store(a0, corr, mv, d, j->out, orow + ox * d->c, m);
+                dw_store(a1, corr, mv, d, j->out, orow + (ox + 1) * d->c, m);
+                dw_store(a2, corr, mv, d, j->out, orow + (ox + 2) * d->c, m);
+                dw_store(a3, corr, mv, d, j->out, orow + (ox + 3) * d->c, m);
             }
             for (; ox < d->ow; ox++) {
                 __m512 a0 = _mm512_setzero_ps();
@@ -363,7 +401,7 @@ static void dw_part(void *arg, long part) {
                                                    * j->cpad + c;
                     a0 = _mm512_fmadd_ps(ld_u8(px), _mm512_load_ps(wt + t * j->cpad + c), a0);
                 }
-                dw_store(a0, corr, mv, d, orow + ox * d->c, m);
+                dw_store(a0, corr, mv, d, j->out, orow + ox * d->c, m);
             }
         }
     }
@@ -394,32 +432,42 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
 
 /* ------------------------------------------------------------------ int8 Sum2D (two int8 tensors)
  * int8.Int8Add: v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b)), q_c = clamp(rne(v / s_c) + z_c, lo, hi),
- * y = (q_c - z_c) s_c. prm (floats): [s, 1/s, exact, z, lo, hi] for a, b, then c (lo, hi: the
- * activation's clamp). */
-typedef struct { const float *a, *b, *prm; float *out; long n, step; } ajob;
+ * y = (q_c - z_c) s_c. prm (floats): [s, 1/s, exact, z, lo, hi, off, codes] for a, b, then c (lo, hi:
+ * the activation's clamp; codes: the tensor holds bytes q + off). */
+typedef struct { const void *a, *b; const float *prm; void *out; long n, step; } ajob;
 
-static inline __m512 add_v(__m512 xa, __m512 xb, const float *p) {
-    __m512 qa = quant_f(xa, p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
-    __m512 qb = quant_f(xb, p[6], p[7], (long)p[8], (long)p[9], (long)p[10], (long)p[11]);
+static inline __m512 add_in(const void *x, long i, __mmask16 m, const float *p) {
+    if (p[7] != 0.0f)                                        /* codes: q = u - off */
+        return _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i))),
+                             _mm512_set1_ps(p[6]));
+    return quant_f(_mm512_maskz_loadu_ps(m, (const float *)x + i), p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
+}
+
+static inline void add_v(const ajob *j, long i, __mmask16 m) {
+    const float *p = j->prm;
+    __m512 qa = add_in(j->a, i, m, p), qb = add_in(j->b, i, m, p + 8);
     __m512 va = _mm512_mul_ps(_mm512_set1_ps(p[0]), _mm512_sub_ps(qa, _mm512_set1_ps(p[3])));
-    __m512 vb = _mm512_mul_ps(_mm512_set1_ps(p[6]), _mm512_sub_ps(qb, _mm512_set1_ps(p[9])));
-    __m512 q = quant_f(_mm512_add_ps(va, vb), p[12], p[13], (long)p[14], (long)p[15], (long)p[16], (long)p[17]);
-    return _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(p[15])), _mm512_set1_ps(p[12]));
+    __m512 vb = _mm512_mul_ps(_mm512_set1_ps(p[8]), _mm512_sub_ps(qb, _mm512_set1_ps(p[11])));
+    const float *c = p + 16;
+    __m512 q = quant_f(_mm512_add_ps(va, vb), c[0], c[1], (long)c[2], (long)c[3], (long)c[4], (long)c[5]);
+    if (c[7] != 0.0f)
+        _mm512_mask_cvtusepi32_storeu_epi8((uint8_t *)j->out + i, m,
+                                           _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps(c[6]))));
+    else
+        _mm512_mask_storeu_ps((float *)j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(c[3])),
+                                                                    _mm512_set1_ps(c[0])));
 }
 
 static void add_part(void *arg, long part) {
     ajob *j = arg;
     long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
     for (; i + 16 <= i1; i += 16)
-        _mm512_storeu_ps(j->out + i, add_v(_mm512_loadu_ps(j->a + i), _mm512_loadu_ps(j->b + i), j->prm));
-    if (i < i1) {
-        __mmask16 m = (__mmask16)((1u << (i1 - i)) - 1);
-        _mm512_mask_storeu_ps(j->out + i, m, add_v(_mm512_maskz_loadu_ps(m, j->a + i),
-                                                   _mm512_maskz_loadu_ps(m, j->b + i), j->prm));
-    }
+        add_v(j, i, (__mmask16)0xffff);
+    if (i < i1)
+        add_v(j, i, (__mmask16)((1u << (i1 - i)) - 1));
 }
 
-void i8_add(const float *a, const float *b, float *out, long n, const float *prm, int nthreads) {
+void i8_add(const void *a, const void *b, void *out, long n, const float *prm, int nthreads) {
     long parts = nthreads > 1 && n >= (1L << 15) ? 2L * nthreads : 1;
     ajob j = {a, b, prm, out, n, ((n + parts - 1) / parts + 15) & ~15L};
     run(add_part, &j, (n + j.step - 1) / j.step, nthreads);

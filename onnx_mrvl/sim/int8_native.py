@@ -36,7 +36,7 @@ class Desc(ctypes.Structure):
     """``i8desc`` of _native_int8.c."""
     _fields_ = ([(k, ctypes.c_long) for k in (
         "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
-        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact")]
+        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact", "in_codes", "out_codes", "out_zp", "out_off")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult")])
 
@@ -110,6 +110,7 @@ class _Prepared:
         (d.kh, d.kw, d.sh, d.sw, d.dh, d.dw, d.pt, d.pl) = geometry
         d.groups, d.og, d.o, d.k = groups, og, o, k
         d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
+        d.out_zp, d.out_off = z_y, _offset(layer.out_q)
         d.in_scale, d.out_scale = F32(s_x), F32(s_y)
         with np.errstate(over="ignore", divide="ignore"):
             rcp = F32(1) / F32(s_x)
@@ -158,15 +159,25 @@ class _Prepared:
         out[...] = a
         return out
 
-    def run(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """x4: float32 [N, H, W, C] (C-contiguous) -> float32 [N, OH, OW, O] (into ``out`` when given)."""
+    def run(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None, codes_in: bool = False,
+            codes_out: bool = False) -> np.ndarray:
+        """x4: float32 [N, H, W, C] (C-contiguous) -> float32 [N, OH, OW, O] (into ``out`` when given).
+        ``codes_in`` / ``codes_out``: that buffer holds the bytes q + off instead (see ``coded``)."""
         d = Desc.from_buffer_copy(self.desc)                 # per call: thread safe
         d.n, d.h, d.w, d.c = x4.shape
         d.oh, d.ow = oh, ow
+        d.in_codes, d.out_codes = int(codes_in), int(codes_out)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
         out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else _target(out, x4.shape[0] * oh * ow * d.o)
         if not self.fn(ctypes.byref(d), x4.ctypes.data, out.ctypes.data, parallel.workers()):
             raise MemoryError("the native int8 kernel could not allocate its scratch buffer")
         return out
+
+
+def _offset(q) -> int:
+    """The byte of code q is q + 128 for int8, q for uint8 (both unsigned, as VNNI reads them)."""
+    return 128 if q[2] == "int8" else 0
 
 
 def _target(out: np.ndarray, size: int) -> np.ndarray:
@@ -175,39 +186,59 @@ def _target(out: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def _source(x: np.ndarray, codes: bool) -> np.ndarray:
+    if codes:                                                # an arena view: C-contiguous, its bytes the codes
+        if not x.flags.c_contiguous:
+            raise ValueError("int8 codes in a non-contiguous buffer")
+        return x
+    return np.ascontiguousarray(x, F32)
+
+
+def _mark(apply: Callable, layer, in_quants) -> Callable:
+    """The attributes the static plan reads: ``writes_into`` (takes ``out=``) and ``int8_io`` (the
+    input and output quantizations: a tensor between two such kernels with the same
+    quantization can stay in codes, ``codes_in`` / ``codes_out``)."""
+    apply.writes_into = True
+    apply.int8_io = (tuple(tuple(q) for q in in_quants), tuple(layer.out_q if hasattr(layer, "out_q") else layer.c))
+    return apply
+
+
 def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
     kh, kw = layer.kh, layer.kw
     (sh, sw), (dh, dw) = layer.strides, layer.dilation
     pt, pl, pb, pr = layer.padding
 
-    def apply(x: np.ndarray, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    def apply(x: np.ndarray, out: Optional[np.ndarray] = None, codes_in=(False,), codes_out: bool = False):
         n, h, w, c = x.shape
         if c != layer.ig * layer.groups:
             raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
         oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
         ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
         if oh < 1 or ow < 1 or n == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an empty int8 tensor in codes")
             y, ok = layer.apply(x)                           # the numpy path's handling of empty tensors
             if out is not None:
                 np.copyto(out, y)
             return y, ok
-        return prep.run(np.ascontiguousarray(x, F32), oh, ow, out).reshape(n, oh, ow, -1), True
-    apply.writes_into = True
-    return apply
+        y = prep.run(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out)
+        return y.reshape(n, oh, ow, -1), True
+    return _mark(apply, layer, [layer.in_q])
 
 
 def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
     k = layer.kernel.shape[0]
 
-    def apply(x: np.ndarray, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    def apply(x: np.ndarray, out: Optional[np.ndarray] = None, codes_in=(False,), codes_out: bool = False):
         if x.ndim != 2 or x.shape[1] != k:
             raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
         if x.shape[0] == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an empty int8 tensor in codes")
             return layer.apply(x)
-        x4 = np.ascontiguousarray(x, F32).reshape(x.shape[0], 1, 1, k)
-        return prep.run(x4, 1, 1, out).reshape(x.shape[0], -1), True
-    apply.writes_into = True
-    return apply
+        x4 = _source(x, codes_in[0]).reshape(x.shape[0], 1, 1, k)
+        return prep.run(x4, 1, 1, out, codes_in[0], codes_out).reshape(x.shape[0], -1), True
+    return _mark(apply, layer, [layer.in_q])
 
 
 def prepare(layer: Int8Layer) -> Optional[Callable]:
@@ -227,28 +258,36 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
 
 
 def _qparams(q, lo=None, hi=None):
-    """[s, 1/s, exact, z, lo, hi] of a quantization (s, z, dtype) for ``i8_add``."""
+    """[s, 1/s, exact, z, lo, hi, byte offset, codes] of a quantization (s, z, dtype) for ``i8_add``."""
     s, z, dt = q
     with np.errstate(over="ignore", divide="ignore"):
         rcp = F32(1) / F32(s)
-    exact = not (np.isfinite(rcp) and rcp > 0 and rcp >= np.finfo(F32).tiny)
+    exact = not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny)
     qlo, qhi = QRANGE[dt]
-    return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi]
+    return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, _offset(q), 0]
 
 
 def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
     if lib() is None or layer.operand is not None:
         return None
-    prm = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
+    base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
 
-    def apply(xa: np.ndarray, xb: Optional[np.ndarray] = None, out: Optional[np.ndarray] = None):
+    def apply(xa: np.ndarray, xb: Optional[np.ndarray] = None, out: Optional[np.ndarray] = None,
+              codes_in=(False, False), codes_out: bool = False):
         if xb is None or xa.shape != xb.shape:
+            if any(codes_in) or codes_out:
+                raise ValueError("int8 add of codes needs two tensors of one shape")
             return layer.apply(xa, xb)                       # its error
-        a, b = np.ascontiguousarray(xa, F32), np.ascontiguousarray(xb, F32)
+        a, b = _source(xa, codes_in[0]), _source(xb, codes_in[1])
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
         out = native.empty(a.shape) if out is None else _target(out, a.size).reshape(a.shape)
+        prm = base
+        if any(codes_in) or codes_out:
+            prm = base.copy()
+            prm[7], prm[15], prm[23] = float(codes_in[0]), float(codes_in[1]), float(codes_out)
         fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
         return out, True
-    apply.writes_into = True
-    return apply
+    return _mark(apply, layer, [layer.a, layer.b])

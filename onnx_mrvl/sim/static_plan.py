@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import jit, native
+from .int8 import fake_quant
 from .kernels import FC, Conv2D, GEMV_ROWS
 from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
@@ -41,10 +42,11 @@ class Unsupported(Exception):
 class _Entry:
     """One step: ``rec``, its native kernel's record for ``run_steps`` (kind, arguments), or
     ``py``, its Python kernel; neither for an aliasing reshape."""
-    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input")
+    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input", "codes_in", "codes_out")
 
     def __init__(self, step):
         self.step, self.rec, self.post, self.py = step, None, None, None
+        self.codes_in, self.codes_out = None, False
         self.out_view, self.in_views, self.keep, self.input = None, (), (), None
 
 
@@ -57,8 +59,9 @@ def _size(shape) -> int:
 
 class StaticPlan:
     def __init__(self, steps: Sequence, input_ids: Sequence[int], output_ids: Sequence[int],
-                 shapes: Mapping[int, Tuple[int, ...]]):
+                 shapes: Mapping[int, Tuple[int, ...]], quantized_inputs: Optional[Mapping[int, Tuple]] = None):
         self.lib = native.lib()
+        self.quantized_inputs = dict(quantized_inputs or {})   # tensor -> (scale, zero point, dtype): DQ(Q(x))
         if self.lib is None:
             raise Unsupported(native.why_disabled())
         self.steps = list(steps)
@@ -70,6 +73,7 @@ class StaticPlan:
         self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
+        self._plan_codes()
         self._fuse_inputs()
         self._segment()
 
@@ -252,6 +256,32 @@ class StaticPlan:
         e.keep = (desc, div)
         return True
 
+    def _plan_codes(self) -> None:
+        """int8 tensors kept as codes: a tensor written by a native int8 kernel and read only by
+        native int8 kernels that quantize it as it was quantized (``int8_io``, int8_native.py),
+        and not a program output, holds the bytes ``q + off`` in (the start of) its buffer
+        instead of the dequantized float32 values: no float write, no re-quantization. The same
+        codes either way, so the same results."""
+        io = {id(e): getattr(e.py, "int8_io", None) for e in self.entries}
+        readers: Dict[int, List[Tuple[_Entry, int]]] = {}
+        for e in self.entries:
+            for k, t in enumerate(e.step.ins):
+                readers.setdefault(t, []).append((e, k))
+        coded = set()
+        for e in self.entries:
+            t, mine = e.step.out, io[id(e)]
+            if mine is None or t in self.output_ids or t in self.aliases or t in self.aliases.values():
+                continue
+            rs = readers.get(t, [])
+            if rs and all(io[id(r)] is not None and k < len(io[id(r)][0]) and io[id(r)][0][k] == mine[1]
+                          for r, k in rs):
+                coded.add(t)
+        for e in self.entries:
+            if io[id(e)] is not None:
+                e.codes_in = tuple(t in coded for t in e.step.ins)
+                e.codes_out = e.step.out in coded
+        self.coded = coded
+
     def _fuse_inputs(self) -> None:
         """An input read only by one NCHW -> NHWC transpose is rounded inside it, on the worker
         threads (record kind 8, its source address set per run): one parallel pass instead of a
@@ -263,7 +293,7 @@ class StaticPlan:
         for e in self.entries:
             t = e.step.ins[0] if e.step.ins else None
             if (e.rec is not None and e.rec[0] == 5 and e.rec[6] == 1 and t in self.input_ids
-                    and readers.get(t) == 1 and t not in self.output_ids and t not in self.aliases.values()):
+                    and t not in self.quantized_inputs and readers.get(t) == 1 and t not in self.output_ids and t not in self.aliases.values()):
                 e.rec = (8, 0, e.rec[2], e.rec[3], e.rec[4], e.rec[5])
                 e.input = t
 
@@ -312,6 +342,10 @@ class StaticPlan:
         for pos, (name, spec, a) in enumerate(zip(sim.input_names, sim._inputs, arrays)):
             tid = int(spec["tensor"])
             x = self.views[tid]
+            if tid in self.quantized_inputs:             # the host's quantize (qscale): exact int8 codes
+                x[...] = fake_quant(a, *self.quantized_inputs[tid])
+                finite[tid] = True
+                continue
             slot = self.input_slots.get(tid)
             if slot is not None:                         # rounded inside its transpose (kind 8)
                 if not (a.dtype == F32 and a.flags.c_contiguous and a.shape == x.shape):
@@ -380,7 +414,12 @@ def _python_step(sim, e: _Entry):
     spec = e.step.spec
     into = getattr(e.py, "writes_into", False)          # a kernel that writes its output in place
     try:
-        y, ok = e.py(*e.in_views, out=e.out_view) if into else e.py(*e.in_views)
+        if e.codes_in is not None and (e.codes_out or any(e.codes_in)):
+            y, ok = e.py(*e.in_views, out=e.out_view, codes_in=e.codes_in, codes_out=e.codes_out)
+        elif into:
+            y, ok = e.py(*e.in_views, out=e.out_view)
+        else:
+            y, ok = e.py(*e.in_views)
     except (ValueError, IndexError) as exc:
         raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer failed: {exc}",
                                node=spec.name, origin=spec.origin,
