@@ -48,7 +48,8 @@ typedef struct {
     long k, k4, cb;                        /* K = kh * kw * ig, K rounded to 4, 64-channel blocks per group */
     long in_zp, in_lo, in_hi, in_off, in_exact;  /* in_exact: always divide (1 / s not finite) */
     long in_codes, out_codes, out_zp, out_off;   /* codes: the tensor holds bytes q + off, not floats */
-    float in_scale, out_scale, lo_r, hi_r, in_rcp;
+    long requant, out_lo, out_hi, out_exact;     /* pools: Q_out(DQ_in(q)) unless the quantizations match */
+    float in_scale, out_scale, lo_r, hi_r, in_rcp, out_rcp;
     const void *wpack;                     /* GEMM: int8 blocks; depthwise: float [kh * kw][cpad] */
     const int32_t *corr;                   /* per group [cb * 64] (depthwise: the bias, [cpad]) */
     const float *mult;                     /* per group [cb * 64] (depthwise: [cpad]) */
@@ -471,4 +472,112 @@ void i8_add(const void *a, const void *b, void *out, long n, const float *prm, i
     long parts = nthreads > 1 && n >= (1L << 15) ? 2L * nthreads : 1;
     ajob j = {a, b, prm, out, n, ((n + parts - 1) / parts + 15) & ~15L};
     run(add_part, &j, (n + j.step - 1) / j.step, nthreads);
+}
+
+/* ------------------------------------------------------------------ int8 max pool
+ * int8.Int8Pool (Maxpool2D): the window maximum of the codes (padding never wins; bytes q + off
+ * are ordered as the codes), then Q_out(DQ_in(q)) -- the code itself when both quantizations
+ * match. A window without a valid tap (not produced by pool_geometry) gives the minimum. */
+typedef struct { const i8desc *d; const uint8_t *u; void *out; long step, total; } pjob;
+
+static inline void pool_emit(const i8desc *d, __m128i m8, int any, void *out, long at, __mmask16 m) {
+    __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m8)), _mm512_set1_ps((float)d->in_off));
+    if (!any)
+        q = _mm512_set1_ps((float)d->out_lo);
+    else if (d->requant) {
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->in_zp)), _mm512_set1_ps(d->in_scale));
+        q = quant_f(v, d->out_scale, d->out_rcp, d->out_exact, d->out_zp, d->out_lo, d->out_hi);
+    }
+    if (d->out_codes)
+        _mm512_mask_cvtusepi32_storeu_epi8((uint8_t *)out + at, m,
+                                           _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps((float)d->out_off))));
+    else
+        _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->out_zp)),
+                                                                  _mm512_set1_ps(d->out_scale)));
+}
+
+static void maxpool_part(void *arg, long part) {
+    pjob *j = arg;
+    const i8desc *d = j->d;
+    long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
+    for (long r = r0; r < r1; r++) {
+        long b = r / d->oh, oy = r % d->oh;
+        for (long ox = 0; ox < d->ow; ox++) {
+            long at = (r * d->ow + ox) * d->c;
+            for (long c = 0; c < d->c; c += 16) {
+                long left = d->c - c;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                __m128i mx = _mm_setzero_si128();
+                int any = 0;
+                for (long ky = 0; ky < d->kh; ky++) {
+                    long iy = oy * d->sh - d->pt + ky * d->dh;
+                    if (iy < 0 || iy >= d->h)
+                        continue;
+                    for (long kx = 0; kx < d->kw; kx++) {
+                        long ix = ox * d->sw - d->pl + kx * d->dw;
+                        if (ix < 0 || ix >= d->w)
+                            continue;
+                        mx = _mm_max_epu8(mx, _mm_maskz_loadu_epi8(m, j->u + ((b * d->h + iy) * d->w + ix) * d->c + c));
+                        any = 1;
+                    }
+                }
+                pool_emit(d, mx, any, j->out, at + c, m);
+            }
+        }
+    }
+}
+
+int i8_maxpool(const i8desc *d, const float *x, void *out, int nthreads) {
+    long in_total = d->n * d->h * d->w * d->c;
+    const uint8_t *u = (const uint8_t *)x;
+    if (!d->in_codes) {
+        uint8_t *buf = get_scratch((size_t)in_total + 64);
+        if (!buf)
+            return 0;
+        quantize_u8(d, x, buf, in_total, nthreads);
+        u = buf;
+    }
+    long total = d->n * d->oh, work = total * d->ow * d->c * d->kh * d->kw;
+    int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
+    long parts = par > 1 ? 4L * par : 1;
+    pjob j = {d, u, out, (total + parts - 1) / parts, total};
+    run(maxpool_part, &j, (total + j.step - 1) / j.step, par);
+    return 1;
+}
+
+/* int8 GlobalAvgpool2D (MLAS QLinearGlobalAveragePool): acc = sum(q) - z_x HW (int32),
+ * q_y = sat(rne(fp32(acc) * m) + z_y) with m = fp32(s_x / fp32(s_y HW)) in d->mult[0]. */
+int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) {
+    (void)nthreads;
+    long hw = d->h * d->w, in_total = d->n * hw * d->c;
+    const uint8_t *u = (const uint8_t *)x;
+    if (!d->in_codes) {
+        uint8_t *buf = get_scratch((size_t)in_total + 64);
+        if (!buf)
+            return 0;
+        quantize_u8(d, x, buf, in_total, 1);
+        u = buf;
+    }
+    __m512 mv = _mm512_set1_ps(d->mult[0]);
+    __m512i zc = _mm512_set1_epi32((int)((d->in_zp + d->in_off) * hw));
+    for (long b = 0; b < d->n; b++)
+        for (long c = 0; c < d->c; c += 16) {
+            long left = d->c - c;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            __m512i acc = _mm512_setzero_si512();
+            for (long p = 0; p < hw; p++)
+                acc = _mm512_add_epi32(acc, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, u + (b * hw + p) * d->c + c)));
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc, zc)), mv);
+            f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            f = _mm512_add_ps(f, _mm512_set1_ps((float)d->out_zp));
+            f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((float)d->out_lo)), _mm512_set1_ps((float)d->out_hi));
+            long at = b * d->c + c;
+            if (d->out_codes)
+                _mm512_mask_cvtusepi32_storeu_epi8((uint8_t *)out + at, m,
+                                                   _mm512_cvtps_epi32(_mm512_add_ps(f, _mm512_set1_ps((float)d->out_off))));
+            else
+                _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(f, _mm512_set1_ps((float)d->out_zp)),
+                                                                          _mm512_set1_ps(d->out_scale)));
+        }
+    return 1;
 }

@@ -218,9 +218,11 @@ class Int8Pool:
 def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
     """The prepared ``apply`` of an int8 pool layer spec."""
     try:
-        return Int8Pool(kind, spec.params, geometry).apply
+        pool = Int8Pool(kind, spec.params, geometry)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+    from .int8_native import prepare_pool   # the native kernels (same results), when built
+    return prepare_pool(pool) or pool.apply
 
 
 class Int8Add:

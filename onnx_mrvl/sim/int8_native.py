@@ -18,7 +18,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 from . import native, parallel
-from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer
+from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -36,8 +36,9 @@ class Desc(ctypes.Structure):
     """``i8desc`` of _native_int8.c."""
     _fields_ = ([(k, ctypes.c_long) for k in (
         "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
-        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact", "in_codes", "out_codes", "out_zp", "out_off")]
-        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp")]
+        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact", "in_codes", "out_codes", "out_zp", "out_off",
+        "requant", "out_lo", "out_hi", "out_exact")]
+        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult")])
 
 
@@ -72,7 +73,7 @@ def lib():
             if not _cpu_has_vnni():
                 raise RuntimeError("the CPU has no AVX512-VNNI")
             so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
-            for fn in (so.i8_conv, so.i8_depthwise):
+            for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
                 fn.restype = ctypes.c_int
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             so.i8_add.restype = None
@@ -291,3 +292,54 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
         fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
         return out, True
     return _mark(apply, layer, [layer.a, layer.b])
+
+
+def _quant_fields(d: Desc, in_q, out_q) -> None:
+    """The input quantization (quantize_u8) and output fields of a descriptor."""
+    s_x, z_x, dt_x = in_q
+    s_y, z_y, dt_y = out_q
+    with np.errstate(over="ignore", divide="ignore"):
+        rx, ry = F32(1) / F32(s_x), F32(1) / F32(s_y)
+    d.in_scale, d.in_rcp, d.in_exact = F32(s_x), rx, int(not (np.isfinite(rx) and rx >= np.finfo(F32).tiny))
+    d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], _offset(in_q)
+    d.out_scale, d.out_rcp, d.out_exact = F32(s_y), ry, int(not (np.isfinite(ry) and ry >= np.finfo(F32).tiny))
+    d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], _offset(out_q)
+
+
+def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Maxpool2D / GlobalAvgpool2D, or None."""
+    from .pooling import pool_geometry
+    if lib() is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
+        return None
+    base = Desc()
+    _quant_fields(base, pool.in_q, pool.out_q)
+    base.requant = int(tuple(pool.in_q) != tuple(pool.out_q))
+    geo = pool.geometry
+    fn = _lib.i8_maxpool if pool.kind == "Maxpool2D" else _lib.i8_global_avgpool
+
+    def apply(x: np.ndarray, out: Optional[np.ndarray] = None, codes_in=(False,), codes_out: bool = False):
+        if x.ndim != 4 or x.size == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
+            return pool.apply(x)                             # its error
+        n, h, w, c = x.shape
+        d = Desc.from_buffer_copy(base)
+        d.n, d.h, d.w, d.c = n, h, w, c
+        d.in_codes, d.out_codes = int(codes_in[0]), int(codes_out)
+        if pool.kind == "Maxpool2D":
+            (d.kh, d.kw), (d.sh, d.sw), (d.dh, d.dw), (d.pt, d.pl, _, _), (d.oh, d.ow) = pool_geometry(
+                x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
+            m = None
+        else:
+            d.oh = d.ow = 1
+            m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
+            d.mult = m.ctypes.data
+        shape = (n, d.oh, d.ow, c)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        out = native.empty(shape) if out is None else _target(out, n * d.oh * d.ow * c)
+        if not fn(ctypes.byref(d), _source(x, codes_in[0]).ctypes.data, out.ctypes.data, parallel.workers()):
+            raise MemoryError("the native int8 kernel could not allocate its scratch buffer")
+        del m                                                # alive until here: d.mult points into it
+        return out.reshape(shape), True
+    return _mark(apply, pool, [pool.in_q])
