@@ -72,14 +72,14 @@ static uint8_t *get_scratch(size_t bytes) {
 /* ------------------------------------------------------------------ quantize */
 /* rne(x / s) as float: x * fp32(1 / s) is within 2^-22 relative of fp32(x / s), so both round
  * to the same integer unless the product lies within 0.01 of a half-integer; only then (rare:
- * inputs are mostly codes times the scale) is the vector divided. Beyond |y| = 1024 the code
- * saturates either way (|z| <= 255); ``exact``: always divide (1 / s not a normal float). */
+ * inputs are mostly codes times the scale) is the vector divided: below |y| = 1024 the product
+ * is within 2^-12 of the quotient; beyond, the code saturates either way (|z| <= 255), and a
+ * near-tie there only costs a division. ``exact``: always divide (1 / s not a normal float). */
 static inline __m512 rne_div(__m512 x, float scale, float rcp, long exact) {
     __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(rcp));
     __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 dist = _mm512_abs_ps(_mm512_sub_ps(y, r));
-    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(0.49f), _CMP_GT_OQ) &
-                     _mm512_cmp_ps_mask(_mm512_abs_ps(y), _mm512_set1_ps(1024.0f), _CMP_LT_OQ);
+    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(0.49f), _CMP_GT_OQ);
     if (near || exact)
         r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(scale)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return r;
@@ -437,18 +437,21 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
  * the activation's clamp; codes: the tensor holds bytes q + off). */
 typedef struct { const void *a, *b; const float *prm; void *out; long n, step; } ajob;
 
+/* s (q - z) of one input: from the bytes u = q + off (codes) or by quantizing the float */
 static inline __m512 add_in(const void *x, long i, __mmask16 m, const float *p) {
-    if (p[7] != 0.0f)                                        /* codes: q = u - off */
-        return _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i))),
-                             _mm512_set1_ps(p[6]));
-    return quant_f(_mm512_maskz_loadu_ps(m, (const float *)x + i), p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
+    __m512 qz;
+    if (p[7] != 0.0f)
+        qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i)),
+                                                 _mm512_set1_epi32((int)(p[6] + p[3]))));
+    else
+        qz = _mm512_sub_ps(quant_f(_mm512_maskz_loadu_ps(m, (const float *)x + i), p[0], p[1], (long)p[2], (long)p[3],
+                                   (long)p[4], (long)p[5]), _mm512_set1_ps(p[3]));
+    return _mm512_mul_ps(_mm512_set1_ps(p[0]), qz);
 }
 
 static inline void add_v(const ajob *j, long i, __mmask16 m) {
     const float *p = j->prm;
-    __m512 qa = add_in(j->a, i, m, p), qb = add_in(j->b, i, m, p + 8);
-    __m512 va = _mm512_mul_ps(_mm512_set1_ps(p[0]), _mm512_sub_ps(qa, _mm512_set1_ps(p[3])));
-    __m512 vb = _mm512_mul_ps(_mm512_set1_ps(p[8]), _mm512_sub_ps(qb, _mm512_set1_ps(p[11])));
+    __m512 va = add_in(j->a, i, m, p), vb = add_in(j->b, i, m, p + 8);
     const float *c = p + 16;
     __m512 q = quant_f(_mm512_add_ps(va, vb), c[0], c[1], (long)c[2], (long)c[3], (long)c[4], (long)c[5]);
     if (c[7] != 0.0f)
@@ -580,4 +583,24 @@ int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) 
                                                                           _mm512_set1_ps(d->out_scale)));
         }
     return 1;
+}
+
+/* DequantizeLinear(QuantizeLinear(x)) of a region input (int8.fake_quant): prm = [s, 1/s, exact, z, lo, hi] */
+typedef struct { const float *x; float *out; const float *p; long n, step; } fqjob;
+
+static void fq_part(void *arg, long part) {
+    fqjob *j = arg;
+    const float *p = j->p;
+    long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
+    for (; i < i1; i += 16) {
+        __mmask16 m = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+        __m512 q = quant_f(_mm512_maskz_loadu_ps(m, j->x + i), p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
+        _mm512_mask_storeu_ps(j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(p[3])), _mm512_set1_ps(p[0])));
+    }
+}
+
+void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nthreads) {
+    long parts = nthreads > 1 && n >= (1L << 16) ? 2L * nthreads : 1;
+    fqjob j = {x, out, prm, n, ((n + parts - 1) / parts + 15) & ~15L};
+    run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
 }

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 from . import native, parallel
-from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool
+from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool, fake_quant
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -78,6 +78,8 @@ def lib():
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             so.i8_add.restype = None
             so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_fake_quant.restype = None
+            so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
             so.i8_set_runner.restype = None
             so.i8_set_runner.argtypes = [ctypes.c_void_p]
             so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
@@ -343,3 +345,13 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
         del m                                                # alive until here: d.mult points into it
         return out.reshape(shape), True
     return _mark(apply, pool, [pool.in_q])
+
+
+def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
+    """``out[...] = int8.fake_quant(a, *q)`` (a region input quantized on the host), natively when built."""
+    if lib() is None or out.dtype != F32 or not out.flags.c_contiguous or a.shape != out.shape:
+        out[...] = fake_quant(a, *q)
+        return
+    a = np.ascontiguousarray(a, F32)
+    prm = np.array(_qparams(q)[:6], F32)
+    _lib.i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())

@@ -24,7 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import jit, native
-from .int8 import fake_quant
+from .int8_native import fake_quant_into
 from .kernels import FC, Conv2D, GEMV_ROWS
 from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
@@ -343,7 +343,7 @@ class StaticPlan:
             tid = int(spec["tensor"])
             x = self.views[tid]
             if tid in self.quantized_inputs:             # the host's quantize (qscale): exact int8 codes
-                x[...] = fake_quant(a, *self.quantized_inputs[tid])
+                fake_quant_into(a, x, self.quantized_inputs[tid])
                 finite[tid] = True
                 continue
             slot = self.input_slots.get(tid)
