@@ -69,17 +69,30 @@ static uint8_t *get_scratch(size_t bytes) {
     return scratch;
 }
 
+/* the low bytes of 16 int32 lanes (saturated to [0, 255]) stored at o under mask m: converted in
+ * a register first (a narrowing store straight to memory, vpmovusdb m128, is slow on Zen 4) */
+static inline void store_u8(uint8_t *o, __mmask16 m, __m512i v) {
+    __m128i b = _mm512_cvtusepi32_epi8(v);
+    if (m == (__mmask16)0xffff)
+        _mm_storeu_si128((__m128i *)o, b);
+    else
+        _mm_mask_storeu_epi8(o, m, b);
+}
+
 /* ------------------------------------------------------------------ quantize */
-/* rne(x / s) as float: x * fp32(1 / s) is within 2^-22 relative of fp32(x / s), so both round
- * to the same integer unless the product lies within 0.01 of a half-integer; only then (rare:
- * inputs are mostly codes times the scale) is the vector divided: below |y| = 1024 the product
- * is within 2^-12 of the quotient; beyond, the code saturates either way (|z| <= 255), and a
- * near-tie there only costs a division. ``exact``: always divide (1 / s not a normal float). */
+/* rne(x / s) as float: y = fp32(x * fp32(1 / s)) and fp32(x / s) both lie within 2^-24 |x / s|
+ * of x / s (three roundings in all: |y - fp32(x / s)| <= 3 * 2^-24 |x / s| < 1.9e-4 below
+ * |x / s| = 1024), so they round to the same integer unless y lies within 0.0005 of a
+ * half-integer; only then is the vector divided (rare: 0.1% of the lanes for uniform
+ * fractions; inputs that are codes times the scale are never near). Beyond 1024 the code
+ * saturates either way (|z| <= 255), and a near-tie there only costs a division.
+ * ``exact``: always divide (1 / s not a normal float). */
+#define NEAR_TIE 0.4995f
 static inline __m512 rne_div(__m512 x, float scale, float rcp, long exact) {
     __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(rcp));
     __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 dist = _mm512_abs_ps(_mm512_sub_ps(y, r));
-    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(0.49f), _CMP_GT_OQ);
+    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
     if (near || exact)
         r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(scale)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return r;
@@ -110,7 +123,7 @@ static void quant_u8_part(void *arg, long p) {
     if (i < i1) {
         __mmask16 m = (__mmask16)((1u << (i1 - i)) - 1);
         __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, j->x + i), j->d), off));
-        _mm512_mask_cvtusepi32_storeu_epi8(j->u + i, m, q);
+        store_u8(j->u + i, m, q);
     }
 }
 
@@ -161,7 +174,7 @@ static void im2col_part(void *arg, long p) {
 /* r = q - z_y (an integer in float) -> the byte q + off at o */
 static inline void store_codes(uint8_t *o, __m512 r, const i8desc *d, __mmask16 m) {
     __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(r), _mm512_set1_epi32((int)(d->out_zp + d->out_off)));
-    _mm512_mask_cvtusepi32_storeu_epi8(o, m, q);
+    store_u8(o, m, q);
 }
 
 /* the k loop of one MR x (NV * 16) tile, accumulators named so that they stay in registers */
@@ -437,38 +450,69 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
  * the activation's clamp; codes: the tensor holds bytes q + off). */
 typedef struct { const void *a, *b; const float *prm; void *out; long n, step; } ajob;
 
-/* s (q - z) of one input: from the bytes u = q + off (codes) or by quantizing the float */
-static inline __m512 add_in(const void *x, long i, __mmask16 m, const float *p) {
-    __m512 qz;
-    if (p[7] != 0.0f)
-        qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i)),
-                                                 _mm512_set1_epi32((int)(p[6] + p[3]))));
-    else
-        qz = _mm512_sub_ps(quant_f(_mm512_maskz_loadu_ps(m, (const float *)x + i), p[0], p[1], (long)p[2], (long)p[3],
-                                   (long)p[4], (long)p[5]), _mm512_set1_ps(p[3]));
-    return _mm512_mul_ps(_mm512_set1_ps(p[0]), qz);
+/* the constants of one operand, hoisted out of the element loop */
+typedef struct {
+    int codes;
+    long exact;
+    __m512 s, rcp, z, lo, hi, off;
+    __m512i offz;                         /* off + z as int32: q - z = u - (off + z) */
+    float scale, rcpf;
+} qconst;
+
+static inline qconst qconst_of(const float *p) {
+    qconst c;
+    c.codes = p[7] != 0.0f;
+    c.exact = (long)p[2];
+    c.scale = p[0];
+    c.rcpf = p[1];
+    c.s = _mm512_set1_ps(p[0]);
+    c.rcp = _mm512_set1_ps(p[1]);
+    c.z = _mm512_set1_ps(p[3]);
+    c.lo = _mm512_set1_ps(p[4]);
+    c.hi = _mm512_set1_ps(p[5]);
+    c.off = _mm512_set1_ps(p[6]);
+    c.offz = _mm512_set1_epi32((int)(p[6] + p[3]));
+    return c;
 }
 
-static inline void add_v(const ajob *j, long i, __mmask16 m) {
-    const float *p = j->prm;
-    __m512 va = add_in(j->a, i, m, p), vb = add_in(j->b, i, m, p + 8);
-    const float *c = p + 16;
-    __m512 q = quant_f(_mm512_add_ps(va, vb), c[0], c[1], (long)c[2], (long)c[3], (long)c[4], (long)c[5]);
-    if (c[7] != 0.0f)
-        _mm512_mask_cvtusepi32_storeu_epi8((uint8_t *)j->out + i, m,
-                                           _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps(c[6]))));
+/* sat(rne(x / s) + z) with hoisted constants (quant_f) */
+static inline __m512 quant_c(__m512 x, const qconst *c) {
+    __m512 y = _mm512_mul_ps(x, c->rcp);
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
+    if (near || c->exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, c->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, c->z), c->lo), c->hi);
+}
+
+/* s (q - z) of one input: from the bytes u = q + off (codes) or by quantizing the float */
+static inline __m512 add_in(const void *x, long i, __mmask16 m, const qconst *c) {
+    __m512 qz;
+    if (c->codes)
+        qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i)),
+                                                 c->offz));
     else
-        _mm512_mask_storeu_ps((float *)j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(c[3])),
-                                                                    _mm512_set1_ps(c[0])));
+        qz = _mm512_sub_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)x + i), c), c->z);
+    return _mm512_mul_ps(c->s, qz);
+}
+
+static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, const qconst *cb, const qconst *cc) {
+    __m512 va = add_in(j->a, i, m, ca), vb = add_in(j->b, i, m, cb);
+    __m512 q = quant_c(_mm512_add_ps(va, vb), cc);
+    if (cc->codes)
+        store_u8((uint8_t *)j->out + i, m, _mm512_cvtps_epi32(_mm512_add_ps(q, cc->off)));
+    else
+        _mm512_mask_storeu_ps((float *)j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, cc->z), cc->s));
 }
 
 static void add_part(void *arg, long part) {
     ajob *j = arg;
+    const qconst ca = qconst_of(j->prm), cb = qconst_of(j->prm + 8), cc = qconst_of(j->prm + 16);
     long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
     for (; i + 16 <= i1; i += 16)
-        add_v(j, i, (__mmask16)0xffff);
+        add_v(j, i, (__mmask16)0xffff, &ca, &cb, &cc);
     if (i < i1)
-        add_v(j, i, (__mmask16)((1u << (i1 - i)) - 1));
+        add_v(j, i, (__mmask16)((1u << (i1 - i)) - 1), &ca, &cb, &cc);
 }
 
 void i8_add(const void *a, const void *b, void *out, long n, const float *prm, int nthreads) {
@@ -492,7 +536,7 @@ static inline void pool_emit(const i8desc *d, __m128i m8, int any, void *out, lo
         q = quant_f(v, d->out_scale, d->out_rcp, d->out_exact, d->out_zp, d->out_lo, d->out_hi);
     }
     if (d->out_codes)
-        _mm512_mask_cvtusepi32_storeu_epi8((uint8_t *)out + at, m,
+        store_u8((uint8_t *)out + at, m,
                                            _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps((float)d->out_off))));
     else
         _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->out_zp)),
@@ -576,7 +620,7 @@ int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) 
             f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((float)d->out_lo)), _mm512_set1_ps((float)d->out_hi));
             long at = b * d->c + c;
             if (d->out_codes)
-                _mm512_mask_cvtusepi32_storeu_epi8((uint8_t *)out + at, m,
+                store_u8((uint8_t *)out + at, m,
                                                    _mm512_cvtps_epi32(_mm512_add_ps(f, _mm512_set1_ps((float)d->out_off))));
             else
                 _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(f, _mm512_set1_ps((float)d->out_zp)),
