@@ -166,3 +166,95 @@ def test_conv_native_equals_onnxruntime_qlinearconv(k, stride, dil, groups, dt, 
                        layer.test_weight_scales, SCALE_Y, zy, dt, stride, [k // 2] * 4, dil, groups)
     ours = (np.rint(got / np.float32(SCALE_Y)) + zy).transpose(0, 3, 1, 2)
     np.testing.assert_array_equal(ours, ref.astype(np.float64))
+
+
+def _small_int8_model(tmp_path, act):
+    """conv-relu -> depthwise -> conv -> residual add -> maxpool -> conv -> GAP -> Gemm, QDQ-quantized."""
+    from onnxruntime import quantization as q
+    from tools.models import GraphBuilder
+    g = GraphBuilder(3, 13)
+    x = g.relu(g.conv("input", 3, 16, 3, "stem", stride=2), "stem_relu")
+    w = g.const("dw.weight", g.he((16, 1, 3, 3), 9))
+    y = g.relu(g.node("Conv", [x, w, g.const("dw.bias", np.full(16, 0.1, np.float32))], "dw", kernel_shape=[3, 3],
+                      pads=[1, 1, 1, 1], group=16), "dw_relu")
+    y = g.conv(y, 16, 16, 1, "pw")
+    x = g.relu(g.node("Add", [x, y], "add"), "add_relu")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = g.relu(g.conv(x, 16, 32, 3, "c2"), "c2_relu")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    g.gemm(x, 32, 10, "fc")
+    g.nodes[-1].output[0] = "output"
+    model = g.model("small_int8", [("input", TensorProto.FLOAT, [1, 3, 40, 40])], [("output", TensorProto.FLOAT, [1, 10])])
+    import onnx
+    src, dst = str(tmp_path / f"f-{act}.onnx"), str(tmp_path / f"q-{act}.onnx")
+    onnx.save(model, src)
+    rng = np.random.default_rng(0)
+    data = iter([{"input": rng.standard_normal((1, 3, 40, 40)).astype(np.float32)} for _ in range(4)])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      weight_type=q.QuantType.QInt8,
+                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
+    return dst
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act):
+    """The static plan keeps int8 tensors between native int8 kernels as codes; its results are
+    the bits of the per-layer float path and of the numpy kernels."""
+    import onnx_mrvl
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.sim import Simulator
+    result = onnx_mrvl.convert(_small_int8_model(tmp_path, act))
+    binary = load(result.subgraphs[0].binary)
+    sim = Simulator(binary)
+    assert sim._static is not None and len(sim._static.coded) >= 4
+    x = np.random.default_rng(9).standard_normal((1, 3, 40, 40)).astype(np.float32) * 1.5
+    got = sim.run([x])[0]
+    monkeypatch.setenv("ONNX_MRVL_SIM_STATIC", "0")
+    per_layer = Simulator(binary).run([x])[0]
+    monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
+    monkeypatch.setattr(int8_native, "prepare_add", lambda layer: None)
+    monkeypatch.setattr(int8_native, "prepare_pool", lambda pool: None)
+    numpy_path = Simulator(binary).run([x])[0]
+    np.testing.assert_array_equal(got, per_layer)
+    np.testing.assert_array_equal(got, numpy_path)
+
+
+def _random_q(rng, dt):
+    return float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt
+
+
+def test_pools_native_equal_numpy():
+    """int8 MaxPool2D (ceil mode, dilation, asymmetric pads, requantized or not) and GlobalAvgpool2D."""
+    rng = np.random.default_rng(2)
+    for trial in range(60):
+        a = _random_q(rng, str(rng.choice(["int8", "uint8"])))
+        c = a if trial % 3 == 0 else _random_q(rng, str(rng.choice(["int8", "uint8"])))
+        params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=c[0], out_zero_point=c[1],
+                      out_dtype=c[2])
+        k, s = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        p = int(rng.integers(0, k))
+        geo = dict(kernel_size=[k, k + 1], strides=[s, s], padding=[p, p, min(p + 1, k - 1) if k > 1 else 0, p],
+                   ceil_mode=trial % 2, dilation=[1, 1 + trial % 2])
+        pool = int8.Int8Pool("Maxpool2D" if trial % 4 else "GlobalAvgpool2D", params, geo)
+        x = ((rng.integers(-128, 256, (2, 9, 11, int(rng.integers(1, 40)))) - a[1]) * np.float32(a[0])).astype(np.float32)
+        x.reshape(-1)[::7] = rng.standard_normal(x.reshape(-1)[::7].size) * 3
+        ref, _ = pool.apply(x)
+        got, _ = int8_native.prepare_pool(pool)(x)
+        assert got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_region_input_fake_quant():
+    rng = np.random.default_rng(4)
+    for t in range(20):
+        q = _random_q(rng, ("int8", "uint8")[t % 2])
+        a = (rng.standard_normal((1, 3, int(rng.integers(1, 70)), 17)) * 3).astype(np.float32)
+        a.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        a.reshape(-1)[3:40] = ((rng.integers(-60, 60, 37) + 0.5) * np.float32(q[0])).astype(np.float32)   # ties
+        out = np.empty_like(a)
+        int8_native.fake_quant_into(a, out, q)
+        np.testing.assert_array_equal(out, int8.fake_quant(a, *q))
