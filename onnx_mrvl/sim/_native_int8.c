@@ -374,48 +374,49 @@ static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d
         _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
 }
 
+/* 3x3-or-any taps on 4 output pixels x 16 channels; ``ox`` pixels at stride ``st`` floats */
+static inline __attribute__((always_inline)) void
+dw_block(const dwjob *j, const i8desc *d, long b, long oy, long ox, long c, long npx, const float *wt,
+         __m512i corr, __m512 mv, __mmask16 m) {
+    long st = d->sw * j->cpad;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (long ky = 0; ky < d->kh; ky++) {
+        const uint8_t *row = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw) * j->cpad + c;
+        const float *wrow = wt + ky * d->kw * j->cpad + c;
+        for (long kx = 0; kx < d->kw; kx++) {
+            __m512 wv = _mm512_load_ps(wrow + kx * j->cpad);
+            const uint8_t *px = row + kx * d->dw * j->cpad;
+            a0 = _mm512_fmadd_ps(ld_u8(px), wv, a0);
+            if (npx > 1) a1 = _mm512_fmadd_ps(ld_u8(px + st), wv, a1);
+            if (npx > 2) a2 = _mm512_fmadd_ps(ld_u8(px + 2 * st), wv, a2);
+            if (npx > 3) a3 = _mm512_fmadd_ps(ld_u8(px + 3 * st), wv, a3);
+        }
+    }
+    long orow = (b * d->oh + oy) * d->ow * d->c + c;
+    dw_store(a0, corr, mv, d, j->out, orow + ox * d->c, m);
+    if (npx > 1) dw_store(a1, corr, mv, d, j->out, orow + (ox + 1) * d->c, m);
+    if (npx > 2) dw_store(a2, corr, mv, d, j->out, orow + (ox + 2) * d->c, m);
+    if (npx > 3) dw_store(a3, corr, mv, d, j->out, orow + (ox + 3) * d->c, m);
+}
+
 static void dw_part(void *arg, long part) {
     dwjob *j = arg;
     const i8desc *d = j->d;
     long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
     const float *wt = (const float *)d->wpack;
-    long taps = d->kh * d->kw, st = d->sw * j->cpad;
     for (long r = r0; r < r1; r++) {
         long b = r / d->oh, oy = r % d->oh;
-        for (long c = 0; c < j->cpad; c += 16) {
-            long left = d->c - c;
-            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
-            __m512 mv = _mm512_loadu_ps(d->mult + c);
-            long orow = r * d->ow * d->c + c;
-            long ox = 0;
-            for (; ox + 4 <= d->ow; ox += 4) {
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                for (long ky = 0; ky < d->kh; ky++) {
-                    const uint8_t *row = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw) * j->cpad + c;
-                    for (long kx = 0; kx < d->kw; kx++) {
-                        __m512 wv = _mm512_load_ps(wt + (ky * d->kw + kx) * j->cpad + c);
-                        const uint8_t *px = row + kx * d->dw * j->cpad;
-                        a0 = _mm512_fmadd_ps(ld_u8(px), wv, a0);
-                        a1 = _mm512_fmadd_ps(ld_u8(px + st), wv, a1);
-                        a2 = _mm512_fmadd_ps(ld_u8(px + 2 * st), wv, a2);
-                        a3 = _mm512_fmadd_ps(ld_u8(px + 3 * st), wv, a3);
-                    }
-                }
-                dw_store(a0, corr, mv, d, j->out, orow + ox * d->c, m);
-                dw_store(a1, corr, mv, d, j->out, orow + (ox + 1) * d->c, m);
-                dw_store(a2, corr, mv, d, j->out, orow + (ox + 2) * d->c, m);
-                dw_store(a3, corr, mv, d, j->out, orow + (ox + 3) * d->c, m);
-            }
-            for (; ox < d->ow; ox++) {
-                __m512 a0 = _mm512_setzero_ps();
-                for (long t = 0; t < taps; t++) {
-                    long ky = t / d->kw, kx = t % d->kw;
-                    const uint8_t *px = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw + kx * d->dw)
-                                                   * j->cpad + c;
-                    a0 = _mm512_fmadd_ps(ld_u8(px), _mm512_load_ps(wt + t * j->cpad + c), a0);
-                }
-                dw_store(a0, corr, mv, d, j->out, orow + ox * d->c, m);
+        for (long ox = 0; ox < d->ow; ox += 4) {
+            long npx = d->ow - ox < 4 ? d->ow - ox : 4;
+            for (long c = 0; c < j->cpad; c += 16) {
+                long left = d->c - c;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
+                __m512 mv = _mm512_loadu_ps(d->mult + c);
+                if (npx == 4)
+                    dw_block(j, d, b, oy, ox, c, 4, wt, corr, mv, m);
+                else
+                    dw_block(j, d, b, oy, ox, c, npx, wt, corr, mv, m);
             }
         }
     }
