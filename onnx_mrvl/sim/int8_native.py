@@ -17,6 +17,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
+from ..errors import MrvlRuntimeError
 from . import native, parallel
 from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool, fake_quant
 
@@ -162,10 +163,11 @@ class _Prepared:
         out[...] = a
         return out
 
-    def run(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None, codes_in: bool = False,
-            codes_out: bool = False) -> np.ndarray:
-        """x4: float32 [N, H, W, C] (C-contiguous) -> float32 [N, OH, OW, O] (into ``out`` when given).
-        ``codes_in`` / ``codes_out``: that buffer holds the bytes q + off instead (see ``coded``)."""
+    def stage(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None, codes_in: bool = False,
+              codes_out: bool = False):
+        """(call, y): ``call()`` runs x4 float32 [N, H, W, C] (C-contiguous) -> y float32
+        [N, OH, OW, O] (``out`` when given) and returns 0 when out of memory. ``codes_in`` /
+        ``codes_out``: that buffer holds the bytes q + off instead (static_plan.py)."""
         d = Desc.from_buffer_copy(self.desc)                 # per call: thread safe
         d.n, d.h, d.w, d.c = x4.shape
         d.oh, d.ow = oh, ow
@@ -173,9 +175,21 @@ class _Prepared:
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
         out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else _target(out, x4.shape[0] * oh * ow * d.o)
-        if not self.fn(ctypes.byref(d), x4.ctypes.data, out.ctypes.data, parallel.workers()):
-            raise MemoryError("the native int8 kernel could not allocate its scratch buffer")
-        return out
+        return _call(self.fn, (ctypes.byref(d), x4.ctypes.data, out.ctypes.data), (d, x4, out, self)), out
+
+
+def _call(fn, args, keep) -> Callable[[], int]:
+    """``fn(*args, workers)``; ``keep``: what the arguments point into, alive as long as the call."""
+    def call() -> int:
+        return fn(*args, parallel.workers())
+    call.keep = keep
+    return call
+
+
+def _done(call) -> None:
+    if not call():
+        raise MrvlRuntimeError("the native int8 kernel could not allocate its scratch buffer",
+                               hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
 
 
 def _offset(q) -> int:
@@ -197,11 +211,24 @@ def _source(x: np.ndarray, codes: bool) -> np.ndarray:
     return np.ascontiguousarray(x, F32)
 
 
-def _mark(apply: Callable, layer, in_quants) -> Callable:
-    """The attributes the static plan reads: ``writes_into`` (takes ``out=``) and ``int8_io`` (the
-    input and output quantizations: a tensor between two such kernels with the same
-    quantization can stay in codes, ``codes_in`` / ``codes_out``)."""
+def _mark(stage: Callable, layer, in_quants) -> Callable:
+    """The ``apply`` of a staged kernel. ``stage(*xs, out=, codes_in=, codes_out=)`` returns
+    ``(call, y)`` (``call`` None: y is already the result, the numpy path's). Its attributes, read
+    by the static plan: ``writes_into`` (takes ``out=``), ``int8_io`` (the input and output
+    quantizations: a tensor between two such kernels with the same quantization can stay in
+    codes, ``codes_in`` / ``codes_out``) and ``bind(*views, out=, codes_in=, codes_out=)``: the
+    ``call`` for fixed buffers, made once (no per-run Python beyond the ctypes call)."""
+    def apply(*xs, out: Optional[np.ndarray] = None, codes_in=None, codes_out: bool = False):
+        call, y = stage(*xs, out=out, codes_in=codes_in or (False,) * len(xs), codes_out=codes_out)
+        if call is None:
+            return y
+        _done(call)
+        return y, True
+
+    def bind(*xs, out: np.ndarray, codes_in, codes_out: bool) -> Optional[Callable[[], int]]:
+        return stage(*xs, out=out, codes_in=codes_in, codes_out=codes_out)[0]
     apply.writes_into = True
+    apply.bind = bind
     apply.int8_io = (tuple(tuple(q) for q in in_quants), tuple(layer.out_q if hasattr(layer, "out_q") else layer.c))
     return apply
 
@@ -211,7 +238,7 @@ def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
     (sh, sw), (dh, dw) = layer.strides, layer.dilation
     pt, pl, pb, pr = layer.padding
 
-    def apply(x: np.ndarray, out: Optional[np.ndarray] = None, codes_in=(False,), codes_out: bool = False):
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
         n, h, w, c = x.shape
         if c != layer.ig * layer.groups:
             raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
@@ -223,25 +250,26 @@ def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
             y, ok = layer.apply(x)                           # the numpy path's handling of empty tensors
             if out is not None:
                 np.copyto(out, y)
-            return y, ok
-        y = prep.run(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out)
-        return y.reshape(n, oh, ow, -1), True
-    return _mark(apply, layer, [layer.in_q])
+            return None, (y, ok)
+        call, y = prep.stage(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out)
+        return call, y.reshape(n, oh, ow, -1)
+    return _mark(stage, layer, [layer.in_q])
 
 
 def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
     k = layer.kernel.shape[0]
 
-    def apply(x: np.ndarray, out: Optional[np.ndarray] = None, codes_in=(False,), codes_out: bool = False):
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
         if x.ndim != 2 or x.shape[1] != k:
             raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
         if x.shape[0] == 0:
             if codes_in[0] or codes_out:
                 raise ValueError("an empty int8 tensor in codes")
-            return layer.apply(x)
+            return None, layer.apply(x)
         x4 = _source(x, codes_in[0]).reshape(x.shape[0], 1, 1, k)
-        return prep.run(x4, 1, 1, out, codes_in[0], codes_out).reshape(x.shape[0], -1), True
-    return _mark(apply, layer, [layer.in_q])
+        call, y = prep.stage(x4, 1, 1, out, codes_in[0], codes_out)
+        return call, y.reshape(x.shape[0], -1)
+    return _mark(stage, layer, [layer.in_q])
 
 
 def prepare(layer: Int8Layer) -> Optional[Callable]:
@@ -277,12 +305,11 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
 
-    def apply(xa: np.ndarray, xb: Optional[np.ndarray] = None, out: Optional[np.ndarray] = None,
-              codes_in=(False, False), codes_out: bool = False):
+    def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
         if xb is None or xa.shape != xb.shape:
             if any(codes_in) or codes_out:
                 raise ValueError("int8 add of codes needs two tensors of one shape")
-            return layer.apply(xa, xb)                       # its error
+            return None, layer.apply(xa, xb)                 # its error
         a, b = _source(xa, codes_in[0]), _source(xb, codes_in[1])
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
@@ -291,9 +318,12 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
         if any(codes_in) or codes_out:
             prm = base.copy()
             prm[7], prm[15], prm[23] = float(codes_in[0]), float(codes_in[1]), float(codes_out)
-        fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
-        return out, True
-    return _mark(apply, layer, [layer.a, layer.b])
+
+        def call() -> int:
+            fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
+            return 1
+        return call, out
+    return _mark(stage, layer, [layer.a, layer.b])
 
 
 def _quant_fields(d: Desc, in_q, out_q) -> None:
@@ -319,11 +349,11 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
     geo = pool.geometry
     fn = _lib.i8_maxpool if pool.kind == "Maxpool2D" else _lib.i8_global_avgpool
 
-    def apply(x: np.ndarray, out: Optional[np.ndarray] = None, codes_in=(False,), codes_out: bool = False):
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
         if x.ndim != 4 or x.size == 0:
             if codes_in[0] or codes_out:
                 raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
-            return pool.apply(x)                             # its error
+            return None, pool.apply(x)                       # its error
         n, h, w, c = x.shape
         d = Desc.from_buffer_copy(base)
         d.n, d.h, d.w, d.c = n, h, w, c
@@ -340,11 +370,9 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
         out = native.empty(shape) if out is None else _target(out, n * d.oh * d.ow * c)
-        if not fn(ctypes.byref(d), _source(x, codes_in[0]).ctypes.data, out.ctypes.data, parallel.workers()):
-            raise MemoryError("the native int8 kernel could not allocate its scratch buffer")
-        del m                                                # alive until here: d.mult points into it
-        return out.reshape(shape), True
-    return _mark(apply, pool, [pool.in_q])
+        src = _source(x, codes_in[0])
+        return _call(fn, (ctypes.byref(d), src.ctypes.data, out.ctypes.data), (d, m, src, out)), out.reshape(shape)
+    return _mark(stage, pool, [pool.in_q])
 
 
 def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:

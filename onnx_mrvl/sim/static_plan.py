@@ -42,11 +42,12 @@ class Unsupported(Exception):
 class _Entry:
     """One step: ``rec``, its native kernel's record for ``run_steps`` (kind, arguments), or
     ``py``, its Python kernel; neither for an aliasing reshape."""
-    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input", "codes_in", "codes_out")
+    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input", "codes_in", "codes_out",
+                 "bound")
 
     def __init__(self, step):
         self.step, self.rec, self.post, self.py = step, None, None, None
-        self.codes_in, self.codes_out = None, False
+        self.codes_in, self.codes_out, self.bound = None, False, None
         self.out_view, self.in_views, self.keep, self.input = None, (), (), None
 
 
@@ -280,6 +281,10 @@ class StaticPlan:
             if io[id(e)] is not None:
                 e.codes_in = tuple(t in coded for t in e.step.ins)
                 e.codes_out = e.step.out in coded
+                try:                                    # its call on these buffers, made once
+                    e.bound = e.py.bind(*e.in_views, out=e.out_view, codes_in=e.codes_in, codes_out=e.codes_out)
+                except (ValueError, IndexError, TypeError):
+                    e.bound = None                      # the per-call path reports the error
         self.coded = coded
 
     def _fuse_inputs(self) -> None:
@@ -412,6 +417,12 @@ def _python_step(sim, e: _Entry):
     or written there by a kernel that takes ``out=`` (``writes_into``: the native int8 kernels)."""
     from ..errors import MrvlRuntimeError
     spec = e.step.spec
+    if e.bound is not None:                             # a bound native int8 kernel (int8_native.py)
+        if not e.bound():
+            raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer: the native int8 kernel could not "
+                                   "allocate its scratch buffer", node=spec.name, origin=spec.origin,
+                                   hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
+        return None, True
     into = getattr(e.py, "writes_into", False)          # a kernel that writes its output in place
     try:
         if e.codes_in is not None and (e.codes_out or any(e.codes_in)):
