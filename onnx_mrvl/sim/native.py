@@ -76,8 +76,10 @@ def _cache_dirs():
     yield os.path.join(os.path.expanduser("~"), ".cache", "onnx_mrvl")
 
 
-def build_shared(cc: str, source: str = _SRC) -> str:
-    """The cached shared object of the C file ``source`` (built by ``cc`` when not cached): its path."""
+def build_shared(cc: str, source: Optional[str] = None) -> str:
+    """The cached shared object of the C file ``source`` (default ``_native_conv.c``; built by
+    ``cc`` when not cached): its path. sim/int8_native.py builds ``_native_int8.c`` with it."""
+    source = source or _SRC
     stem = os.path.splitext(os.path.basename(source))[0]
     with open(source, "rb") as f:
         src = f.read()
