@@ -318,46 +318,40 @@ int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
 }
 
 /* ------------------------------------------------------------------ depthwise */
-typedef struct { const i8desc *d; const float *x; uint8_t *p; long hp, wp, cpad, step, total; } djob;
-
-static void dw_quant_part(void *arg, long part) {
-    /* u = q + off into the padded buffer [n][hp][wp][cpad] (pads: z + off; channel tail: 0) */
-    djob *j = arg;
-    const i8desc *d = j->d;
-    long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * hp */
+/* padded row y (input row y - pt) of image b as bytes u = q + off: [wp][cpad], pads z + off, channel tail 0 */
+static void dw_fill_row(const i8desc *d, const float *x, uint8_t *dst, long b, long y, long wp, long cpad) {
     uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
     __m512 off = _mm512_set1_ps((float)d->in_off);
-    for (long r = r0; r < r1; r++) {
-        long b = r / j->hp, y = r % j->hp - d->pt;
-        uint8_t *dst = j->p + r * j->wp * j->cpad;
-        if (y < 0 || y >= d->h) {
-            memset(dst, pad, j->wp * j->cpad);
+    y -= d->pt;
+    if (y < 0 || y >= d->h) {
+        memset(dst, pad, wp * cpad);
+        return;
+    }
+    for (long xx = 0; xx < wp; xx++) {
+        long ix = xx - d->pl;
+        uint8_t *o = dst + xx * cpad;
+        if (ix < 0 || ix >= d->w) {
+            memset(o, pad, cpad);
             continue;
         }
-        for (long xx = 0; xx < j->wp; xx++) {
-            long ix = xx - d->pl;
-            uint8_t *o = dst + xx * j->cpad;
-            if (ix < 0 || ix >= d->w) {
-                memset(o, pad, j->cpad);
-                continue;
-            }
-            if (d->in_codes) {
-                memcpy(o, (const uint8_t *)j->x + ((b * d->h + y) * d->w + ix) * d->c, d->c);
-                memset(o + d->c, 0, j->cpad - d->c);
-                continue;
-            }
-            const float *src = j->x + ((b * d->h + y) * d->w + ix) * d->c;
-            for (long c = 0; c < j->cpad; c += 16) {
-                long left = d->c - c;
-                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
-                __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), off));
-                _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtusepi32_epi8(_mm512_maskz_mov_epi32(m, q)));
-            }
+        if (d->in_codes) {
+            memcpy(o, (const uint8_t *)x + ((b * d->h + y) * d->w + ix) * d->c, d->c);
+            memset(o + d->c, 0, cpad - d->c);
+            continue;
+        }
+        const float *src = x + ((b * d->h + y) * d->w + ix) * d->c;
+        for (long c = 0; c < cpad; c += 16) {
+            long left = d->c - c;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+            __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), off));
+            _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtusepi32_epi8(_mm512_maskz_mov_epi32(m, q)));
         }
     }
 }
 
-typedef struct { const i8desc *d; const uint8_t *p; float *out; long hp, wp, cpad, step, total; } dwjob;
+/* parts: ``rpp`` output rows of one image each; a part first pads the input rows it reads into
+ * its own slab (slab_rows x wp x cpad bytes, small enough to stay in the L2 cache), then computes */
+typedef struct { const i8desc *d; const float *x; uint8_t *slabs; float *out; long wp, cpad, rpp, ppi, slab_rows, slab_bytes; } dwjob;
 
 static inline __m512 ld_u8(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
@@ -374,14 +368,14 @@ static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d
         _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
 }
 
-/* 3x3-or-any taps on 4 output pixels x 16 channels; ``ox`` pixels at stride ``st`` floats */
+/* the taps of 4 (npx) output pixels x 16 channels; ``slab`` at the window's top row and first pixel */
 static inline __attribute__((always_inline)) void
-dw_block(const dwjob *j, const i8desc *d, long b, long oy, long ox, long c, long npx, const float *wt,
+dw_block(const dwjob *j, const i8desc *d, const uint8_t *slab, long orow, long c, long npx, const float *wt,
          __m512i corr, __m512 mv, __mmask16 m) {
     long st = d->sw * j->cpad;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (long ky = 0; ky < d->kh; ky++) {
-        const uint8_t *row = j->p + ((b * j->hp + oy * d->sh + ky * d->dh) * j->wp + ox * d->sw) * j->cpad + c;
+        const uint8_t *row = slab + ky * d->dh * j->wp * j->cpad + c;
         const float *wrow = wt + ky * d->kw * j->cpad + c;
         for (long kx = 0; kx < d->kw; kx++) {
             __m512 wv = _mm512_load_ps(wrow + kx * j->cpad);
@@ -392,31 +386,35 @@ dw_block(const dwjob *j, const i8desc *d, long b, long oy, long ox, long c, long
             if (npx > 3) a3 = _mm512_fmadd_ps(ld_u8(px + 3 * st), wv, a3);
         }
     }
-    long orow = (b * d->oh + oy) * d->ow * d->c + c;
-    dw_store(a0, corr, mv, d, j->out, orow + ox * d->c, m);
-    if (npx > 1) dw_store(a1, corr, mv, d, j->out, orow + (ox + 1) * d->c, m);
-    if (npx > 2) dw_store(a2, corr, mv, d, j->out, orow + (ox + 2) * d->c, m);
-    if (npx > 3) dw_store(a3, corr, mv, d, j->out, orow + (ox + 3) * d->c, m);
+    dw_store(a0, corr, mv, d, j->out, orow + c, m);
+    if (npx > 1) dw_store(a1, corr, mv, d, j->out, orow + d->c + c, m);
+    if (npx > 2) dw_store(a2, corr, mv, d, j->out, orow + 2 * d->c + c, m);
+    if (npx > 3) dw_store(a3, corr, mv, d, j->out, orow + 3 * d->c + c, m);
 }
 
 static void dw_part(void *arg, long part) {
     dwjob *j = arg;
     const i8desc *d = j->d;
-    long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
+    long b = part / j->ppi, oy0 = (part % j->ppi) * j->rpp, oy1 = oy0 + j->rpp < d->oh ? oy0 + j->rpp : d->oh;
+    uint8_t *slab = j->slabs + part * j->slab_bytes;
+    long rows = (oy1 - oy0 - 1) * d->sh + (d->kh - 1) * d->dh + 1, rb = j->wp * j->cpad;
+    for (long y = 0; y < rows; y++)
+        dw_fill_row(d, j->x, slab + y * rb, b, oy0 * d->sh + y, j->wp, j->cpad);
     const float *wt = (const float *)d->wpack;
-    for (long r = r0; r < r1; r++) {
-        long b = r / d->oh, oy = r % d->oh;
+    for (long oy = oy0; oy < oy1; oy++) {
+        const uint8_t *top = slab + (oy - oy0) * d->sh * rb;
         for (long ox = 0; ox < d->ow; ox += 4) {
             long npx = d->ow - ox < 4 ? d->ow - ox : 4;
+            long orow = ((b * d->oh + oy) * d->ow + ox) * d->c;
             for (long c = 0; c < j->cpad; c += 16) {
                 long left = d->c - c;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
                 __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
                 __m512 mv = _mm512_loadu_ps(d->mult + c);
                 if (npx == 4)
-                    dw_block(j, d, b, oy, ox, c, 4, wt, corr, mv, m);
+                    dw_block(j, d, top + ox * d->sw * j->cpad, orow, c, 4, wt, corr, mv, m);
                 else
-                    dw_block(j, d, b, oy, ox, c, npx, wt, corr, mv, m);
+                    dw_block(j, d, top + ox * d->sw * j->cpad, orow, c, npx, wt, corr, mv, m);
             }
         }
     }
@@ -424,24 +422,24 @@ static void dw_part(void *arg, long part) {
 
 int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
     long cpad = (d->c + 15) & ~15L;
-    long hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
-    if (hp < d->h + d->pt)
-        hp = d->h + d->pt;
+    long wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
     if (wp < d->w + d->pl)
         wp = d->w + d->pl;
-    uint8_t *p = get_scratch((size_t)(d->n * hp * wp * cpad));
-    if (!p)
-        return 0;
     long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
     int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
-    djob q = {d, x, p, hp, wp, cpad, 0, d->n * hp};
-    long qp = par > 1 ? 2L * par : 1;
-    q.step = (q.total + qp - 1) / qp;
-    run(dw_quant_part, &q, (q.total + q.step - 1) / q.step, par);
-    dwjob j = {d, p, out, hp, wp, cpad, 0, d->n * d->oh};
-    long parts = par > 1 ? 4L * par : 1;
-    j.step = (j.total + parts - 1) / parts;
-    run(dw_part, &j, (j.total + j.step - 1) / j.step, par);
+    /* rows per part: a slab of about 128 KB, and a few parts per thread */
+    long row_bytes = wp * cpad, rpp = 1;
+    while (rpp < d->oh && (rpp * 2 * d->sh + (d->kh - 1) * d->dh + 1) * row_bytes <= (128L << 10) &&
+           d->n * ((d->oh + rpp * 2 - 1) / (rpp * 2)) >= 4L * par)
+        rpp *= 2;
+    dwjob j = {d, x, 0, out, wp, cpad, rpp, (d->oh + rpp - 1) / rpp, 0, 0};
+    j.slab_rows = (rpp - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+    j.slab_bytes = (j.slab_rows * row_bytes + 63) & ~63L;
+    long parts = d->n * j.ppi;
+    j.slabs = get_scratch((size_t)(parts * j.slab_bytes));
+    if (!j.slabs)
+        return 0;
+    run(dw_part, &j, parts, par);
     return 1;
 }
 
