@@ -16,9 +16,8 @@
  * otherwise). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
  * [K4 / 4][nv * 16][4] bytes. Register tile: MR = 6 rows x nv * 16 channels (24 accumulators).
  *
- * Depthwise: the same bytes u in a padded buffer, converted to float per tap and summed with
- * fp32 FMAs; every partial sum is an integer below 2^24 (taps * 255 * 128 < 2^24, checked by the
- * caller), so the sum is exact; then + corr (as above) in int32 and the same epilogue.
+ * Depthwise: the same bytes u, four horizontal taps of a channel side by side, vpdpbusd
+ * against [kh][ceil(kw / 4)][channels][4] weights (see i8_depthwise); + corr as above.
  *
  * Parallel parts run on the fp16 kernels' worker pool (_native_conv.c mrvl_run_parts, handed in
  * by i8_set_runner); without it they run on the calling thread. */
@@ -349,17 +348,46 @@ static void dw_fill_row(const i8desc *d, const float *x, uint8_t *dst, long b, l
     }
 }
 
-/* parts: ``rpp`` output rows of one image each; a part first pads the input rows it reads into
- * its own slab (slab_rows x wp x cpad bytes, small enough to stay in the L2 cache), then computes */
-typedef struct { const i8desc *d; const float *x; uint8_t *slabs; float *out; long wp, cpad, rpp, ppi, slab_rows, slab_bytes; } dwjob;
+/* Depthwise with VNNI: a lane of vpdpbusd sums four products of one channel, so four horizontal
+ * taps of a channel are laid side by side. For each padded input row a part builds
+ * E[g][ox][cpad][4]: the bytes u at columns ox * sw + (4 g + i) * dw, i < 4 (kx = 4 g + i; the
+ * weights of kx >= kw are 0), from the padded row U[wp][cpad] by a 4 x 16 byte interleave.
+ * Then out[ox][c] = sum over ky, g of dpbusd(E_row(oy * sh + ky * dh)[g][ox][c], W4[ky][g][c])
+ * -- int32, exact -- and the epilogue as the GEMM's (+ corr, the same correction).
+ * Parts: ``rpp`` output rows of one image each, with their own slab of E rows (and one U row)
+ * small enough to stay in the L2 cache. */
+typedef struct {
+    const i8desc *d; const float *x; uint8_t *slabs; float *out;
+    long wp, cpad, groups4, rpp, ppi, slab_rows, erow_bytes, slab_bytes;
+} dwjob;
 
-static inline __m512 ld_u8(const uint8_t *p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+static void dw_build_erow(const dwjob *j, const uint8_t *u, uint8_t *e) {
+    const i8desc *d = j->d;
+    for (long g = 0; g < j->groups4; g++)
+        for (long ox = 0; ox < d->ow; ox++) {
+            long x0 = ox * d->sw + 4 * g * d->dw;
+            const uint8_t *p[4];
+            for (int i = 0; i < 4; i++) {
+                long x = x0 + i * d->dw;
+                p[i] = u + (x < j->wp ? x : j->wp - 1) * j->cpad;    /* past the row: weight 0 */
+            }
+            uint8_t *o = e + (g * d->ow + ox) * j->cpad * 4;
+            for (long c = 0; c < j->cpad; c += 16) {
+                __m128i v0 = _mm_loadu_si128((const __m128i *)(p[0] + c)), v1 = _mm_loadu_si128((const __m128i *)(p[1] + c));
+                __m128i v2 = _mm_loadu_si128((const __m128i *)(p[2] + c)), v3 = _mm_loadu_si128((const __m128i *)(p[3] + c));
+                __m128i t0 = _mm_unpacklo_epi8(v0, v1), t1 = _mm_unpackhi_epi8(v0, v1);
+                __m128i t2 = _mm_unpacklo_epi8(v2, v3), t3 = _mm_unpackhi_epi8(v2, v3);
+                __m128i *dst = (__m128i *)(o + c * 4);
+                _mm_storeu_si128(dst, _mm_unpacklo_epi16(t0, t2));
+                _mm_storeu_si128(dst + 1, _mm_unpackhi_epi16(t0, t2));
+                _mm_storeu_si128(dst + 2, _mm_unpacklo_epi16(t1, t3));
+                _mm_storeu_si128(dst + 3, _mm_unpackhi_epi16(t1, t3));
+            }
+        }
 }
 
-static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d, float *out, long at, __mmask16 m) {
-    /* acc: sum u * w, an exact integer below 2^24; ``at``: the element index in the output */
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(acc), corr)), mv);
+static inline void dw_emit(__m512i acc, __m512i corr, __m512 mv, const i8desc *d, float *out, long at, __mmask16 m) {
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, corr)), mv);
     f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
     if (d->out_codes)
@@ -368,73 +396,73 @@ static inline void dw_store(__m512 acc, __m512i corr, __m512 mv, const i8desc *d
         _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
 }
 
-/* the taps of 4 (npx) output pixels x 16 channels; ``slab`` at the window's top row and first pixel */
 static inline __attribute__((always_inline)) void
-dw_block(const dwjob *j, const i8desc *d, const uint8_t *slab, long orow, long c, long npx, const float *wt,
-         __m512i corr, __m512 mv, __mmask16 m) {
-    long st = d->sw * j->cpad;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+dw_block(const dwjob *j, const uint8_t *top, long ox, long orow, long c, long npx, __mmask16 m) {
+    const i8desc *d = j->d;
+    const int8_t *w4 = (const int8_t *)d->wpack;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    long px = j->cpad * 4;
     for (long ky = 0; ky < d->kh; ky++) {
-        const uint8_t *row = slab + ky * d->dh * j->wp * j->cpad + c;
-        const float *wrow = wt + ky * d->kw * j->cpad + c;
-        for (long kx = 0; kx < d->kw; kx++) {
-            __m512 wv = _mm512_load_ps(wrow + kx * j->cpad);
-            const uint8_t *px = row + kx * d->dw * j->cpad;
-            a0 = _mm512_fmadd_ps(ld_u8(px), wv, a0);
-            if (npx > 1) a1 = _mm512_fmadd_ps(ld_u8(px + st), wv, a1);
-            if (npx > 2) a2 = _mm512_fmadd_ps(ld_u8(px + 2 * st), wv, a2);
-            if (npx > 3) a3 = _mm512_fmadd_ps(ld_u8(px + 3 * st), wv, a3);
+        const uint8_t *er = top + ky * d->dh * j->erow_bytes + (ox * j->cpad + c) * 4;
+        for (long g = 0; g < j->groups4; g++) {
+            __m512i wv = _mm512_loadu_si512((const void *)(w4 + ((ky * j->groups4 + g) * j->cpad + c) * 4));
+            const uint8_t *e = er + g * d->ow * px;
+            a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512((const void *)e), wv);
+            if (npx > 1) a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512((const void *)(e + px)), wv);
+            if (npx > 2) a2 = _mm512_dpbusd_epi32(a2, _mm512_loadu_si512((const void *)(e + 2 * px)), wv);
+            if (npx > 3) a3 = _mm512_dpbusd_epi32(a3, _mm512_loadu_si512((const void *)(e + 3 * px)), wv);
         }
     }
-    dw_store(a0, corr, mv, d, j->out, orow + c, m);
-    if (npx > 1) dw_store(a1, corr, mv, d, j->out, orow + d->c + c, m);
-    if (npx > 2) dw_store(a2, corr, mv, d, j->out, orow + 2 * d->c + c, m);
-    if (npx > 3) dw_store(a3, corr, mv, d, j->out, orow + 3 * d->c + c, m);
+    __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
+    __m512 mv = _mm512_loadu_ps(d->mult + c);
+    dw_emit(a0, corr, mv, d, j->out, orow + c, m);
+    if (npx > 1) dw_emit(a1, corr, mv, d, j->out, orow + d->c + c, m);
+    if (npx > 2) dw_emit(a2, corr, mv, d, j->out, orow + 2 * d->c + c, m);
+    if (npx > 3) dw_emit(a3, corr, mv, d, j->out, orow + 3 * d->c + c, m);
 }
 
 static void dw_part(void *arg, long part) {
     dwjob *j = arg;
     const i8desc *d = j->d;
     long b = part / j->ppi, oy0 = (part % j->ppi) * j->rpp, oy1 = oy0 + j->rpp < d->oh ? oy0 + j->rpp : d->oh;
-    uint8_t *slab = j->slabs + part * j->slab_bytes;
-    long rows = (oy1 - oy0 - 1) * d->sh + (d->kh - 1) * d->dh + 1, rb = j->wp * j->cpad;
-    for (long y = 0; y < rows; y++)
-        dw_fill_row(d, j->x, slab + y * rb, b, oy0 * d->sh + y, j->wp, j->cpad);
-    const float *wt = (const float *)d->wpack;
+    uint8_t *slab = j->slabs + part * j->slab_bytes, *urow = slab + j->slab_rows * j->erow_bytes;
+    long rows = (oy1 - oy0 - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+    for (long y = 0; y < rows; y++) {
+        dw_fill_row(d, j->x, urow, b, oy0 * d->sh + y, j->wp, j->cpad);
+        dw_build_erow(j, urow, slab + y * j->erow_bytes);
+    }
     for (long oy = oy0; oy < oy1; oy++) {
-        const uint8_t *top = slab + (oy - oy0) * d->sh * rb;
+        const uint8_t *top = slab + (oy - oy0) * d->sh * j->erow_bytes;
         for (long ox = 0; ox < d->ow; ox += 4) {
             long npx = d->ow - ox < 4 ? d->ow - ox : 4;
             long orow = ((b * d->oh + oy) * d->ow + ox) * d->c;
             for (long c = 0; c < j->cpad; c += 16) {
                 long left = d->c - c;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-                __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
-                __m512 mv = _mm512_loadu_ps(d->mult + c);
                 if (npx == 4)
-                    dw_block(j, d, top + ox * d->sw * j->cpad, orow, c, 4, wt, corr, mv, m);
+                    dw_block(j, top, ox, orow, c, 4, m);
                 else
-                    dw_block(j, d, top + ox * d->sw * j->cpad, orow, c, npx, wt, corr, mv, m);
+                    dw_block(j, top, ox, orow, c, npx, m);
             }
         }
     }
 }
 
 int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
-    long cpad = (d->c + 15) & ~15L;
+    long cpad = (d->c + 15) & ~15L, g4 = (d->kw + 3) / 4;
     long wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
     if (wp < d->w + d->pl)
         wp = d->w + d->pl;
     long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
     int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
-    /* rows per part: a slab of about 128 KB, and a few parts per thread */
-    long row_bytes = wp * cpad, rpp = 1;
-    while (rpp < d->oh && (rpp * 2 * d->sh + (d->kh - 1) * d->dh + 1) * row_bytes <= (128L << 10) &&
+    long erow = g4 * d->ow * cpad * 4, rpp = 1;
+    /* rows per part: a slab of about 256 KB, and a few parts per thread */
+    while (rpp < d->oh && (rpp * 2 * d->sh + (d->kh - 1) * d->dh + 1) * erow <= (256L << 10) &&
            d->n * ((d->oh + rpp * 2 - 1) / (rpp * 2)) >= 4L * par)
         rpp *= 2;
-    dwjob j = {d, x, 0, out, wp, cpad, rpp, (d->oh + rpp - 1) / rpp, 0, 0};
+    dwjob j = {d, x, 0, out, wp, cpad, g4, rpp, (d->oh + rpp - 1) / rpp, 0, erow, 0};
     j.slab_rows = (rpp - 1) * d->sh + (d->kh - 1) * d->dh + 1;
-    j.slab_bytes = (j.slab_rows * row_bytes + 63) & ~63L;
+    j.slab_bytes = (j.slab_rows * erow + wp * cpad + 63) & ~63L;
     long parts = d->n * j.ppi;
     j.slabs = get_scratch((size_t)(parts * j.slab_bytes));
     if (!j.slabs)

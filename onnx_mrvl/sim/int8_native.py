@@ -24,7 +24,6 @@ from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool, fake
 log = logging.getLogger(__name__)
 F32 = np.float32
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_int8.c")
-MAX_DW_TAPS = 514              # depthwise sums in fp32: taps * 255 * 128 < 2**24 keeps them exact
 
 ENABLED = os.environ.get("ONNX_MRVL_SIM_INT8_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
 _lock = threading.Lock()
@@ -122,10 +121,12 @@ class _Prepared:
         d.lo_r, d.hi_r = float(layer.lo - z_y), float(layer.hi - z_y)
         mult = np.asarray(layer.mult, F32)
         if depthwise:
-            cpad = -(-o // 16) * 16
-            wt = np.zeros((k, cpad), F32)                     # [taps][channels], codes as floats
-            wt[:, :o] = w.T
-            self.w = self._f32(wt)
+            cpad, kh, kw = -(-o // 16) * 16, geometry[0], geometry[1]
+            g4 = -(-kw // 4)
+            w4 = np.zeros((kh, g4 * 4, cpad), np.int8)          # [ky][kx padded to 4s][channels]
+            w4[:, :kw, :o] = w.T.reshape(kh, kw, o)
+            self.w = _aligned(w4.size).view(np.int8)
+            self.w[:] = w4.reshape(kh, g4, 4, cpad).transpose(0, 1, 3, 2).reshape(-1)   # [ky][g][c][4]
             corr = np.zeros(cpad, np.int64)
             corr[:o] = layer.bias - (z_x + off) * w.astype(np.int64).sum(axis=1)
             self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).copy()     # mod 2**32
@@ -280,8 +281,6 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
         o = layer.o
         depthwise = layer.groups == o and layer.ig == 1
-        if depthwise and layer.kh * layer.kw > MAX_DW_TAPS:
-            depthwise = False
         return _conv_apply(layer, _Prepared(layer, geometry, layer.groups, depthwise))
     if isinstance(layer, Int8FC):
         return _fc_apply(layer, _Prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False))
