@@ -198,26 +198,33 @@ static inline void store_codes(uint8_t *o, __m512 r, const i8desc *d, __mmask16 
 static inline __attribute__((always_inline)) void
 tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
      const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
-    const __m512i z = _mm512_setzero_si512();
-    __m512i c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z, c20 = z, c21 = z, c22 = z, c23 = z,
-            c30 = z, c31 = z, c32 = z, c33 = z, c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
+    /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
+    const __m512i z0 = _mm512_loadu_si512((const void *)corr);
+    const __m512i z1 = NV > 1 ? _mm512_loadu_si512((const void *)(corr + 16)) : z0;
+    const __m512i z2 = NV > 2 ? _mm512_loadu_si512((const void *)(corr + 32)) : z0;
+    const __m512i z3 = NV > 3 ? _mm512_loadu_si512((const void *)(corr + 48)) : z0;
+    __m512i c00 = z0, c01 = z1, c02 = z2, c03 = z3, c10 = z0, c11 = z1, c12 = z2, c13 = z3, c20 = z0, c21 = z1,
+            c22 = z2, c23 = z3, c30 = z0, c31 = z1, c32 = z2, c33 = z3, c40 = z0, c41 = z1, c42 = z2, c43 = z3,
+            c50 = z0, c51 = z1, c52 = z2, c53 = z3;
     TILE_LOOP(NV)
     __m512i acc[MR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
                           {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
+    __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
     for (int v = 0; v < NV; v++) {
-        __m512i cv = _mm512_loadu_si512((const void *)(corr + v * 16));
         __m512 mv = _mm512_loadu_ps(mult + v * 16);
         long left = ncols - v * 16;
         __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
         for (int r = 0; r < rows; r++) {
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r][v], cv)), mv);
-            f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-            if (d->out_codes)
-                store_codes((uint8_t *)out + r * ldo + v * 16, f, d, m);
-            else
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
+            if (d->out_codes) {      /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
+                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                store_u8((uint8_t *)out + r * ldo + v * 16, m, _mm512_add_epi32(_mm512_cvtps_epi32(f), zo));
+            } else {
+                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
                 _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));
+            }
         }
     }
 }
