@@ -170,11 +170,6 @@ static void im2col_part(void *arg, long p) {
 }
 
 /* ------------------------------------------------------------------ GEMM tile + epilogue */
-/* r = q - z_y (an integer in float) -> the byte q + off at o */
-static inline void store_codes(uint8_t *o, __m512 r, const i8desc *d, __mmask16 m) {
-    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(r), _mm512_set1_epi32((int)(d->out_zp + d->out_off)));
-    store_u8(o, m, q);
-}
 
 /* the k loop of one MR x (NV * 16) tile, accumulators named so that they stay in registers */
 #define TILE_LOOP(NV)                                                                              \
@@ -393,21 +388,24 @@ static void dw_build_erow(const dwjob *j, const uint8_t *u, uint8_t *e) {
         }
 }
 
-static inline void dw_emit(__m512i acc, __m512i corr, __m512 mv, const i8desc *d, float *out, long at, __mmask16 m) {
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, corr)), mv);
+static inline void dw_emit(__m512i acc, __m512 mv, const i8desc *d, float *out, long at, __mmask16 m) {
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mv);     /* acc started at corr */
+    if (d->out_codes) {                                        /* clamp, then round (as the GEMM's) */
+        f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
+        store_u8((uint8_t *)out + at, m, _mm512_add_epi32(_mm512_cvtps_epi32(f),
+                                                          _mm512_set1_epi32((int)(d->out_zp + d->out_off))));
+        return;
+    }
     f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
-    if (d->out_codes)
-        store_codes((uint8_t *)out + at, f, d, m);
-    else
-        _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
+    _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
 }
 
 static inline __attribute__((always_inline)) void
 dw_block(const dwjob *j, const uint8_t *top, long ox, long orow, long c, long npx, __mmask16 m) {
     const i8desc *d = j->d;
     const int8_t *w4 = (const int8_t *)d->wpack;
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    __m512i a0 = _mm512_loadu_si512((const void *)(d->corr + c)), a1 = a0, a2 = a0, a3 = a0;
     long px = j->cpad * 4;
     for (long ky = 0; ky < d->kh; ky++) {
         const uint8_t *er = top + ky * d->dh * j->erow_bytes + (ox * j->cpad + c) * 4;
@@ -420,12 +418,11 @@ dw_block(const dwjob *j, const uint8_t *top, long ox, long orow, long c, long np
             if (npx > 3) a3 = _mm512_dpbusd_epi32(a3, _mm512_loadu_si512((const void *)(e + 3 * px)), wv);
         }
     }
-    __m512i corr = _mm512_loadu_si512((const void *)(d->corr + c));
     __m512 mv = _mm512_loadu_ps(d->mult + c);
-    dw_emit(a0, corr, mv, d, j->out, orow + c, m);
-    if (npx > 1) dw_emit(a1, corr, mv, d, j->out, orow + d->c + c, m);
-    if (npx > 2) dw_emit(a2, corr, mv, d, j->out, orow + 2 * d->c + c, m);
-    if (npx > 3) dw_emit(a3, corr, mv, d, j->out, orow + 3 * d->c + c, m);
+    dw_emit(a0, mv, d, j->out, orow + c, m);
+    if (npx > 1) dw_emit(a1, mv, d, j->out, orow + d->c + c, m);
+    if (npx > 2) dw_emit(a2, mv, d, j->out, orow + 2 * d->c + c, m);
+    if (npx > 3) dw_emit(a3, mv, d, j->out, orow + 3 * d->c + c, m);
 }
 
 static void dw_part(void *arg, long part) {
