@@ -132,6 +132,24 @@ static void quantize_u8(const i8desc *d, const float *x, uint8_t *u, long total,
     run(quant_u8_part, &j, (total + j.step - 1) / j.step, nthreads);
 }
 
+/* short copies and fills (im2col moves runs of kw * c bytes, often < 64): one masked vector
+ * instead of a libc call */
+static inline void copy_bytes(uint8_t *dst, const uint8_t *src, long n) {
+    if (n <= 64) {
+        __mmask64 m = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+        _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+    } else
+        memcpy(dst, src, n);
+}
+
+static inline void fill_bytes(uint8_t *dst, uint8_t v, long n) {
+    if (n <= 64) {
+        __mmask64 m = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+        _mm512_mask_storeu_epi8(dst, m, _mm512_set1_epi8((char)v));
+    } else
+        memset(dst, v, n);
+}
+
 /* ------------------------------------------------------------------ im2col */
 typedef struct { const i8desc *d; const uint8_t *u; uint8_t *a; long c0, rows, step; } cjob;
 
@@ -146,26 +164,26 @@ static void im2col_part(void *arg, long p) {
         for (long ky = 0; ky < d->kh; ky++) {
             long iy = oy * d->sh - d->pt + ky * d->dh, ix0 = ox * d->sw - d->pl;
             if (iy < 0 || iy >= d->h) {
-                memset(dst, pad, d->kw * d->ig);
+                fill_bytes(dst, pad, d->kw * d->ig);
                 dst += d->kw * d->ig;
                 continue;
             }
             const uint8_t *src = j->u + (b * d->h + iy) * d->w * d->c + j->c0;
             if (d->dw == 1 && d->ig == d->c && ix0 >= 0 && ix0 + d->kw <= d->w) {   /* one run per kernel row */
-                memcpy(dst, src + ix0 * d->c, d->kw * d->c);
+                copy_bytes(dst, src + ix0 * d->c, d->kw * d->c);
                 dst += d->kw * d->c;
                 continue;
             }
             for (long kx = 0; kx < d->kw; kx++) {
                 long ix = ix0 + kx * d->dw;
                 if (ix < 0 || ix >= d->w)
-                    memset(dst, pad, d->ig);
+                    fill_bytes(dst, pad, d->ig);
                 else
-                    memcpy(dst, src + ix * d->c, d->ig);
+                    copy_bytes(dst, src + ix * d->c, d->ig);
                 dst += d->ig;
             }
         }
-        memset(dst, 0, d->k4 - d->k);
+        fill_bytes(dst, 0, d->k4 - d->k);
     }
 }
 
