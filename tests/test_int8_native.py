@@ -202,8 +202,9 @@ def _small_int8_model(tmp_path, act):
 
 @pytest.mark.parametrize("act", ["s8", "u8"])
 def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act):
-    """The static plan keeps int8 tensors between native int8 kernels as codes; its results are
-    the bits of the per-layer float path and of the numpy kernels."""
+    """The static plan keeps int8 tensors between native int8 kernels as codes and fuses the
+    residual Sum2D into its conv; its results are the bits of the per-layer float path and of the
+    numpy kernels."""
     import onnx_mrvl
     from onnx_mrvl.artifact import load
     from onnx_mrvl.sim import Simulator
@@ -211,6 +212,7 @@ def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act
     binary = load(result.subgraphs[0].binary)
     sim = Simulator(binary)
     assert sim._static is not None and len(sim._static.coded) >= 4
+    assert sim._static.int8_fused == 1                  # pw conv + residual Add: one call
     x = np.random.default_rng(9).standard_normal((1, 3, 40, 40)).astype(np.float32) * 1.5
     got = sim.run([x])[0]
     monkeypatch.setenv("ONNX_MRVL_SIM_STATIC", "0")

@@ -52,6 +52,9 @@ typedef struct {
     const void *wpack;                     /* GEMM: int8 blocks; depthwise: float [kh * kw][cpad] */
     const int32_t *corr;                   /* per group [cb * 64] (depthwise: the bias, [cpad]) */
     const float *mult;                     /* per group [cb * 64] (depthwise: [cpad]) */
+    const float *add_prm;                  /* a Sum2D fused into the conv (i8_add's prm), or 0 */
+    const void *add_other;                 /* its other operand, element for element as the output */
+    long add_slot;                         /* the conv's operand of the Sum2D: 0 (a) or 1 (b) */
 } i8desc;
 
 /* thread-local scratch of the calling thread (workers only write into the caller's buffer) */
@@ -189,6 +192,65 @@ static void im2col_part(void *arg, long p) {
 
 /* ------------------------------------------------------------------ GEMM tile + epilogue */
 
+/* the constants of one operand, hoisted out of the element loop */
+typedef struct {
+    int codes;
+    long exact;
+    __m512 s, rcp, z, lo, hi, off;
+    __m512i offz;                         /* off + z as int32: q - z = u - (off + z) */
+    float scale, rcpf;
+} qconst;
+
+static inline qconst qconst_of(const float *p) {
+    qconst c;
+    c.codes = p[7] != 0.0f;
+    c.exact = (long)p[2];
+    c.scale = p[0];
+    c.rcpf = p[1];
+    c.s = _mm512_set1_ps(p[0]);
+    c.rcp = _mm512_set1_ps(p[1]);
+    c.z = _mm512_set1_ps(p[3]);
+    c.lo = _mm512_set1_ps(p[4]);
+    c.hi = _mm512_set1_ps(p[5]);
+    c.off = _mm512_set1_ps(p[6]);
+    c.offz = _mm512_set1_epi32((int)(p[6] + p[3]));
+    return c;
+}
+
+/* sat(rne(x / s) + z) with hoisted constants (quant_f) */
+static inline __m512 quant_c(__m512 x, const qconst *c) {
+    __m512 y = _mm512_mul_ps(x, c->rcp);
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
+    if (near || c->exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, c->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, c->z), c->lo), c->hi);
+}
+
+/* s (q - z) of one input: from the bytes u = q + off (codes) or by quantizing the float */
+static inline __m512 add_in(const void *x, long i, __mmask16 m, const qconst *c) {
+    __m512 qz;
+    if (c->codes)
+        qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i)),
+                                                 c->offz));
+    else
+        qz = _mm512_sub_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)x + i), c), c->z);
+    return _mm512_mul_ps(c->s, qz);
+}
+
+/* a Sum2D fused into a GEMM conv: the conv's codes (never stored) plus the other operand */
+typedef struct { qconst self, other, out; } fuse_t;
+
+static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, long i, void *out, __mmask16 m) {
+    /* r = q_conv - z_conv = q_a - z_a (the Sum2D reads the conv's codes with their quantization) */
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(fz->self.s, r), add_in(other, i, m, &fz->other));
+    __m512 q = quant_c(v, &fz->out);
+    if (fz->out.codes)
+        store_u8((uint8_t *)out + i, m, _mm512_cvtps_epi32(_mm512_add_ps(q, fz->out.off)));
+    else
+        _mm512_mask_storeu_ps((float *)out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, fz->out.z), fz->out.s));
+}
+
 /* the k loop of one MR x (NV * 16) tile, accumulators named so that they stay in registers */
 #define TILE_LOOP(NV)                                                                              \
     for (long k = 0; k < k4n; k++) {                                                              \
@@ -210,7 +272,8 @@ static void im2col_part(void *arg, long p) {
 
 static inline __attribute__((always_inline)) void
 tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
-     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
+     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
+     const fuse_t *fz, long at) {
     /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
     const __m512i z0 = _mm512_loadu_si512((const void *)corr);
     const __m512i z1 = NV > 1 ? _mm512_loadu_si512((const void *)(corr + 16)) : z0;
@@ -230,7 +293,10 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
         __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
         for (int r = 0; r < rows; r++) {
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
-            if (d->out_codes) {      /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
+            if (fz) {                /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
+                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                fused_store(_mm512_min_ps(_mm512_max_ps(f, lo), hi), fz, d->add_other, at + r * ldo + v * 16, out, m);
+            } else if (d->out_codes) {      /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
                 f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
                 store_u8((uint8_t *)out + r * ldo + v * 16, m, _mm512_add_epi32(_mm512_cvtps_epi32(f), zo));
             } else {
@@ -244,12 +310,13 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
 #undef ROW
 
 static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
-                    const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols) {
+                    const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
+                    const fuse_t *fz, long at) {
     switch (nv) {
-    case 4: tile(4, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
-    case 3: tile(3, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
-    case 2: tile(2, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
-    default: tile(1, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols); break;
+    case 4: tile(4, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    case 3: tile(3, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    case 2: tile(2, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    default: tile(1, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
     }
 }
 
@@ -269,6 +336,13 @@ static void gemm_part(void *arg, long p) {
     long c0 = pc * j->cstep, c1 = c0 + j->cstep < d->cb ? c0 + j->cstep : d->cb;
     long k4n = d->k4 / 4;
     const int8_t *wg = (const int8_t *)d->wpack + j->g * d->cb * k4n * 256;
+    fuse_t fuse, *fz = 0;
+    if (d->add_prm) {
+        fuse.self = qconst_of(d->add_prm + 8 * d->add_slot);
+        fuse.other = qconst_of(d->add_prm + 8 * (1 - d->add_slot));
+        fuse.out = qconst_of(d->add_prm + 16);
+        fz = &fuse;
+    }
     for (long cb = c0; cb < c1; cb++) {
         long col = cb * 64, ncols = d->og - col < 64 ? d->og - col : 64;
         int nv = (int)((ncols + 15) / 16);
@@ -280,8 +354,12 @@ static void gemm_part(void *arg, long p) {
             int rows = j->rows - r < MR ? (int)(j->rows - r) : MR;
             const uint8_t *a = pn == j->panels - 1 && j->tail ? j->tail : j->a + r * d->k4;
             long at = r * d->o + j->g * d->og + col;       /* element index of the tile's first output */
+            if (fz) {
+                tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, j->out, d->o, ncols, fz, at);
+                continue;
+            }
             float *o = d->out_codes ? (float *)((uint8_t *)j->out + at) : j->out + at;
-            tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, o, d->o, ncols);
+            tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, o, d->o, ncols, 0, 0);
         }
     }
 }
@@ -498,52 +576,6 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
  * y = (q_c - z_c) s_c. prm (floats): [s, 1/s, exact, z, lo, hi, off, codes] for a, b, then c (lo, hi:
  * the activation's clamp; codes: the tensor holds bytes q + off). */
 typedef struct { const void *a, *b; const float *prm; void *out; long n, step; } ajob;
-
-/* the constants of one operand, hoisted out of the element loop */
-typedef struct {
-    int codes;
-    long exact;
-    __m512 s, rcp, z, lo, hi, off;
-    __m512i offz;                         /* off + z as int32: q - z = u - (off + z) */
-    float scale, rcpf;
-} qconst;
-
-static inline qconst qconst_of(const float *p) {
-    qconst c;
-    c.codes = p[7] != 0.0f;
-    c.exact = (long)p[2];
-    c.scale = p[0];
-    c.rcpf = p[1];
-    c.s = _mm512_set1_ps(p[0]);
-    c.rcp = _mm512_set1_ps(p[1]);
-    c.z = _mm512_set1_ps(p[3]);
-    c.lo = _mm512_set1_ps(p[4]);
-    c.hi = _mm512_set1_ps(p[5]);
-    c.off = _mm512_set1_ps(p[6]);
-    c.offz = _mm512_set1_epi32((int)(p[6] + p[3]));
-    return c;
-}
-
-/* sat(rne(x / s) + z) with hoisted constants (quant_f) */
-static inline __m512 quant_c(__m512 x, const qconst *c) {
-    __m512 y = _mm512_mul_ps(x, c->rcp);
-    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
-    if (near || c->exact)
-        r = _mm512_roundscale_ps(_mm512_div_ps(x, c->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, c->z), c->lo), c->hi);
-}
-
-/* s (q - z) of one input: from the bytes u = q + off (codes) or by quantizing the float */
-static inline __m512 add_in(const void *x, long i, __mmask16 m, const qconst *c) {
-    __m512 qz;
-    if (c->codes)
-        qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i)),
-                                                 c->offz));
-    else
-        qz = _mm512_sub_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)x + i), c), c->z);
-    return _mm512_mul_ps(c->s, qz);
-}
 
 static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, const qconst *cb, const qconst *cc) {
     __m512 va = add_in(j->a, i, m, ca), vb = add_in(j->b, i, m, cb);

@@ -39,7 +39,8 @@ class Desc(ctypes.Structure):
         "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact", "in_codes", "out_codes", "out_zp", "out_off",
         "requant", "out_lo", "out_hi", "out_exact")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
-        + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult")])
+        + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult", "add_prm", "add_other")]
+        + [("add_slot", ctypes.c_long)])
 
 
 def _cpu_has_vnni() -> bool:
@@ -165,7 +166,7 @@ class _Prepared:
         return out
 
     def stage(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None, codes_in: bool = False,
-              codes_out: bool = False):
+              codes_out: bool = False, fused=None):
         """(call, y): ``call()`` runs x4 float32 [N, H, W, C] (C-contiguous) -> y float32
         [N, OH, OW, O] (``out`` when given) and returns 0 when out of memory. ``codes_in`` /
         ``codes_out``: that buffer holds the bytes q + off instead (static_plan.py)."""
@@ -176,7 +177,14 @@ class _Prepared:
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
         out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else _target(out, x4.shape[0] * oh * ow * d.o)
-        return _call(self.fn, (ctypes.byref(d), x4.ctypes.data, out.ctypes.data), (d, x4, out, self)), out
+        if fused is not None:                               # (prm, slot, other): a Sum2D on this output
+            if self.depthwise:
+                raise ValueError("a Sum2D fuses into a GEMM conv only")
+            prm, slot, other = fused
+            if other.size != out.size or not other.flags.c_contiguous:
+                raise ValueError("the fused Sum2D's operand does not match the conv output")
+            d.add_prm, d.add_slot, d.add_other = prm.ctypes.data, slot, other.ctypes.data
+        return _call(self.fn, (ctypes.byref(d), x4.ctypes.data, out.ctypes.data), (d, x4, out, self, fused)), out
 
 
 def _call(fn, args, keep) -> Callable[[], int]:
@@ -239,7 +247,7 @@ def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
     (sh, sw), (dh, dw) = layer.strides, layer.dilation
     pt, pl, pb, pr = layer.padding
 
-    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, fused=None):
         n, h, w, c = x.shape
         if c != layer.ig * layer.groups:
             raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
@@ -252,9 +260,17 @@ def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
             if out is not None:
                 np.copyto(out, y)
             return None, (y, ok)
-        call, y = prep.stage(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out)
+        call, y = prep.stage(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out, fused)
         return call, y.reshape(n, oh, ow, -1)
-    return _mark(stage, layer, [layer.in_q])
+    apply = _mark(stage, layer, [layer.in_q])
+    if not prep.depthwise:
+        def bind_fused(x, *, out, codes_in, add_prm, slot, other):
+            """The call of this conv followed by a Sum2D reading only its output (static plan):
+            the conv's codes go straight into the sum, ``out`` is the Sum2D's output, ``other``
+            its other operand; ``add_prm``: the Sum2D's ``i8_add`` parameters with codes flags."""
+            return stage(x, out=out, codes_in=codes_in, fused=(add_prm, slot, other))[0]
+        apply.bind_fused = bind_fused
+    return apply
 
 
 def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
@@ -322,7 +338,9 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
             fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
             return 1
         return call, out
-    return _mark(stage, layer, [layer.a, layer.b])
+    apply = _mark(stage, layer, [layer.a, layer.b])
+    apply.add_prm = base                                     # for a conv that fuses this Sum2D
+    return apply
 
 
 def _quant_fields(d: Desc, in_q, out_q) -> None:

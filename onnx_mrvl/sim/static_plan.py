@@ -286,6 +286,35 @@ class StaticPlan:
                 except (ValueError, IndexError, TypeError):
                     e.bound = None                      # the per-call path reports the error
         self.coded = coded
+        self._fuse_int8_residuals(readers)
+
+    def _fuse_int8_residuals(self, readers) -> None:
+        """A native int8 conv immediately followed by the int8 Sum2D that alone reads its (coded)
+        output runs as one call: the sum is taken on the conv's codes in its epilogue, the conv
+        output is never stored (the fp16 convs' residual fusion, fusion.py, for int8). Skipped
+        when the sum's output buffer overlaps the conv's inputs (it is written while they are read)."""
+        self.int8_fused = 0
+        for e, a in zip(self.entries, self.entries[1:]):
+            t = e.step.out
+            if (e.bound is None or a.bound is None or not hasattr(e.py, "bind_fused")
+                    or not hasattr(a.py, "add_prm") or t not in self.coded or len(readers.get(t, ())) != 1
+                    or readers[t][0][0] is not a or len(a.step.ins) != 2 or a.step.ins[0] == a.step.ins[1]):
+                continue
+            if any(np.may_share_memory(a.out_view, v) for v in e.in_views):
+                continue
+            slot = readers[t][0][1]
+            prm = a.py.add_prm.copy()
+            prm[7 + 8 * (1 - slot)] = float(a.codes_in[1 - slot])
+            prm[23] = float(a.codes_out)
+            try:
+                call = e.py.bind_fused(*e.in_views, out=a.out_view, codes_in=e.codes_in, add_prm=prm, slot=slot,
+                                       other=a.in_views[1 - slot])
+            except (ValueError, IndexError, TypeError):
+                continue
+            if call is None:
+                continue
+            e.bound, a.bound = call, _done_already
+            self.int8_fused += 1
 
     def _fuse_inputs(self) -> None:
         """An input read only by one NCHW -> NHWC transpose is rounded inside it, on the worker
@@ -410,6 +439,11 @@ class StaticPlan:
         if input_overflow:                               # an input overflowing on entry is reported first
             overflow = input_overflow[min(input_overflow)]
         return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
+
+
+def _done_already() -> int:
+    """The bound call of a step another step's call already computed (a fused int8 Sum2D)."""
+    return 1
 
 
 def _python_step(sim, e: _Entry):
