@@ -202,9 +202,8 @@ def _small_int8_model(tmp_path, act):
 
 @pytest.mark.parametrize("act", ["s8", "u8"])
 def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act):
-    """The static plan keeps int8 tensors between native int8 kernels as codes and fuses the
-    residual Sum2D into its conv; its results are the bits of the per-layer float path and of the
-    numpy kernels."""
+    """The static plan keeps int8 tensors between native int8 kernels as codes; its results are
+    the bits of the per-layer float path and of the numpy kernels."""
     import onnx_mrvl
     from onnx_mrvl.artifact import load
     from onnx_mrvl.sim import Simulator
@@ -212,7 +211,6 @@ def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act
     binary = load(result.subgraphs[0].binary)
     sim = Simulator(binary)
     assert sim._static is not None and len(sim._static.coded) >= 4
-    assert sim._static.int8_fused == 1                  # pw conv + residual Add: one call
     x = np.random.default_rng(9).standard_normal((1, 3, 40, 40)).astype(np.float32) * 1.5
     got = sim.run([x])[0]
     monkeypatch.setenv("ONNX_MRVL_SIM_STATIC", "0")
@@ -260,3 +258,44 @@ def test_region_input_fake_quant():
         out = np.empty_like(a)
         int8_native.fake_quant_into(a, out, q)
         np.testing.assert_array_equal(out, int8.fake_quant(a, *q))
+
+
+def _codes(y: np.ndarray, q) -> np.ndarray:
+    """The bytes q + off of a dequantized int8 tensor, in a float32-sized buffer (as the arena holds them)."""
+    buf = np.zeros(y.shape, np.float32)
+    codes = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
+    buf.reshape(-1).view(np.uint8)[:y.size] = codes.reshape(-1).astype(np.uint8)
+    return buf
+
+
+def _decode(buf: np.ndarray, q) -> np.ndarray:
+    u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
+    return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
+
+
+@pytest.mark.parametrize("slot", [0, 1])
+@pytest.mark.parametrize("codes", [False, True])
+def test_residual_sum_fused_into_conv(slot, codes):
+    """conv + Sum2D in one call (the static plan's int8 residual fusion): the bits of the two layers."""
+    rng = np.random.default_rng(10 + slot + 2 * codes)
+    for k, stride, c, o, dt in ((1, 1, 32, 48, "uint8"), (3, 2, 16, 70, "int8"), (1, 1, 64, 256, "int8")):
+        layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt, dt, True, "relu")
+        other_q, out_q = _random_q(rng, dt), _random_q(rng, dt)
+        qs = [layer.out_q, other_q] if slot == 0 else [other_q, layer.out_q]
+        params = {}
+        for pre, q in zip(("in", "in2", "out"), qs + [out_q]):
+            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        add = int8.Int8Add(params, "relu", None)
+        x = _input(rng, (2, 12, 10, c), layer, codes_only=True)
+        y_conv, _ = layer.apply(x)
+        lo, hi = int8.QRANGE[dt]
+        other = ((rng.integers(lo, hi + 1, y_conv.shape) - other_q[1]) * np.float32(other_q[0])).astype(np.float32)
+        ref, _ = add.apply(y_conv, other) if slot == 0 else add.apply(other, y_conv)
+        add_fn, conv_fn = int8_native.prepare_add(add), int8_native.prepare(layer)
+        prm = add_fn.add_prm.copy()
+        prm[7 + 8 * (1 - slot)], prm[23] = float(codes), float(codes)
+        out = np.zeros(ref.shape, np.float32)
+        call = conv_fn.bind_fused(x, out=out, codes_in=(False,), add_prm=prm, slot=slot,
+                                  other=_codes(other, other_q) if codes else other)
+        assert call() == 1
+        np.testing.assert_array_equal(_decode(out, out_q) if codes else out, ref)
