@@ -25,6 +25,7 @@ import numpy as np
 
 from . import jit, native
 from .int8_native import fake_quant_into
+from .int8_plan import plan_int8
 from .kernels import FC, Conv2D, GEMV_ROWS
 from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
@@ -74,7 +75,7 @@ class StaticPlan:
         self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
-        self._plan_codes()
+        self.coded, self.int8_fused = plan_int8(self.entries, self.output_ids, self.aliases)
         self._fuse_inputs()
         self._segment()
 
@@ -257,65 +258,6 @@ class StaticPlan:
         e.keep = (desc, div)
         return True
 
-    def _plan_codes(self) -> None:
-        """int8 tensors kept as codes: a tensor written by a native int8 kernel and read only by
-        native int8 kernels that quantize it as it was quantized (``int8_io``, int8_native.py),
-        and not a program output, holds the bytes ``q + off`` in (the start of) its buffer
-        instead of the dequantized float32 values: no float write, no re-quantization. The same
-        codes either way, so the same results."""
-        io = {id(e): getattr(e.py, "int8_io", None) for e in self.entries}
-        readers: Dict[int, List[Tuple[_Entry, int]]] = {}
-        for e in self.entries:
-            for k, t in enumerate(e.step.ins):
-                readers.setdefault(t, []).append((e, k))
-        coded = set()
-        for e in self.entries:
-            t, mine = e.step.out, io[id(e)]
-            if mine is None or t in self.output_ids or t in self.aliases or t in self.aliases.values():
-                continue
-            rs = readers.get(t, [])
-            if rs and all(io[id(r)] is not None and k < len(io[id(r)][0]) and io[id(r)][0][k] == mine[1]
-                          for r, k in rs):
-                coded.add(t)
-        for e in self.entries:
-            if io[id(e)] is not None:
-                e.codes_in = tuple(t in coded for t in e.step.ins)
-                e.codes_out = e.step.out in coded
-                try:                                    # its call on these buffers, made once
-                    e.bound = e.py.bind(*e.in_views, out=e.out_view, codes_in=e.codes_in, codes_out=e.codes_out)
-                except (ValueError, IndexError, TypeError):
-                    e.bound = None                      # the per-call path reports the error
-        self.coded = coded
-        self._fuse_int8_residuals(readers)
-
-    def _fuse_int8_residuals(self, readers) -> None:
-        """A native int8 conv immediately followed by the int8 Sum2D that alone reads its (coded)
-        output runs as one call: the sum is taken on the conv's codes in its epilogue, the conv
-        output is never stored (the fp16 convs' residual fusion, fusion.py, for int8). Skipped
-        when the sum's output buffer overlaps the conv's inputs (it is written while they are read)."""
-        self.int8_fused = 0
-        for e, a in zip(self.entries, self.entries[1:]):
-            t = e.step.out
-            if (e.bound is None or a.bound is None or not hasattr(e.py, "bind_fused")
-                    or not hasattr(a.py, "add_prm") or t not in self.coded or len(readers.get(t, ())) != 1
-                    or readers[t][0][0] is not a or len(a.step.ins) != 2 or a.step.ins[0] == a.step.ins[1]):
-                continue
-            if any(np.may_share_memory(a.out_view, v) for v in e.in_views):
-                continue
-            slot = readers[t][0][1]
-            prm = a.py.add_prm.copy()
-            prm[7 + 8 * (1 - slot)] = float(a.codes_in[1 - slot])
-            prm[23] = float(a.codes_out)
-            try:
-                call = e.py.bind_fused(*e.in_views, out=a.out_view, codes_in=e.codes_in, add_prm=prm, slot=slot,
-                                       other=a.in_views[1 - slot])
-            except (ValueError, IndexError, TypeError):
-                continue
-            if call is None:
-                continue
-            e.bound, a.bound = call, _done_already
-            self.int8_fused += 1
-
     def _fuse_inputs(self) -> None:
         """An input read only by one NCHW -> NHWC transpose is rounded inside it, on the worker
         threads (record kind 8, its source address set per run): one parallel pass instead of a
@@ -439,11 +381,6 @@ class StaticPlan:
         if input_overflow:                               # an input overflowing on entry is reported first
             overflow = input_overflow[min(input_overflow)]
         return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
-
-
-def _done_already() -> int:
-    """The bound call of a step another step's call already computed (a fused int8 Sum2D)."""
-    return 1
 
 
 def _python_step(sim, e: _Entry):
