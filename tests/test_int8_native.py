@@ -3,6 +3,8 @@
 "int8 kernels")."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -299,3 +301,22 @@ def test_residual_sum_fused_into_conv(slot, codes):
                                   other=_codes(other, other_q) if codes else other)
         assert call() == 1
         np.testing.assert_array_equal(_decode(out, out_q) if codes else out, ref)
+
+
+def test_switched_off_falls_back_to_numpy():
+    """ONNX_MRVL_SIM_INT8_NATIVE=0 (or ONNX_MRVL_SIM_NATIVE=0): no native int8 kernel, a reason, the
+    numpy apply."""
+    import subprocess
+    import sys
+    code = ("import numpy as np\n"
+            "from onnx_mrvl.sim import int8, int8_native\n"
+            "k = np.ones((4, 1, 1, 4), np.int8)\n"
+            "p = dict(in_scale=0.1, in_zero_point=0, in_dtype='uint8', out_scale=0.2, out_zero_point=0, out_dtype='uint8')\n"
+            "layer = int8.Int8Conv2D(k, None, np.full(4, 0.01, np.float32), p, [1, 1], [0, 0, 0, 0], [1, 1], 1)\n"
+            "assert int8_native.prepare(layer) is None and int8_native.why_disabled()\n"
+            "print(int8_native.why_disabled())\n")
+    for var in ("ONNX_MRVL_SIM_INT8_NATIVE", "ONNX_MRVL_SIM_NATIVE"):
+        env = dict(os.environ, **{var: "0"})
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "disabled" in out.stdout
