@@ -269,7 +269,8 @@ class StaticPlan:
         for e in self.entries:
             t = e.step.ins[0] if e.step.ins else None
             if (e.rec is not None and e.rec[0] == 5 and e.rec[6] == 1 and t in self.input_ids
-                    and t not in self.quantized_inputs and readers.get(t) == 1 and t not in self.output_ids and t not in self.aliases.values()):
+                    and t not in self.quantized_inputs and readers.get(t) == 1 and t not in self.output_ids
+                    and t not in self.aliases.values()):
                 e.rec = (8, 0, e.rec[2], e.rec[3], e.rec[4], e.rec[5])
                 e.input = t
 
