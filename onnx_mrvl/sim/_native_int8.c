@@ -424,6 +424,16 @@ static void dw_fill_row(const i8desc *d, const float *x, uint8_t *dst, long b, l
         memset(dst, pad, wp * cpad);
         return;
     }
+    if (d->in_codes && cpad == d->c) {               /* codes, no channel tail: one copy for the interior */
+        long left = d->pl < wp ? d->pl : wp, right = wp - d->pl - d->w;
+        memset(dst, pad, left * cpad);
+        if (d->pl < wp)
+            memcpy(dst + d->pl * cpad, (const uint8_t *)x + (b * d->h + y) * d->w * d->c,
+                   (wp - d->pl < d->w ? wp - d->pl : d->w) * d->c);
+        if (right > 0)
+            memset(dst + (d->pl + d->w) * cpad, pad, right * cpad);
+        return;
+    }
     for (long xx = 0; xx < wp; xx++) {
         long ix = xx - d->pl;
         uint8_t *o = dst + xx * cpad;
