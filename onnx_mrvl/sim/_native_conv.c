@@ -1138,3 +1138,9 @@ void run_steps(const long *steps, long count, int *ok, int nthreads) {
         }
     }
 }
+
+/* The worker pool for the other native library (_native_int8.c, sim/int8_native.py): its
+ * parallel parts run on these workers instead of a second pool competing for the cores. */
+void mrvl_run_parts(part_fn fn, void *arg, long parts, int nthreads) {
+    run_parts(fn, arg, parts, nthreads);
+}

@@ -145,7 +145,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
-    return layer.apply
+    from .int8_native import prepare        # the VNNI kernels (same results), when built
+    return prepare(layer) or layer.apply
 
 
 class Int8Pool:
@@ -217,9 +218,11 @@ class Int8Pool:
 def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
     """The prepared ``apply`` of an int8 pool layer spec."""
     try:
-        return Int8Pool(kind, spec.params, geometry).apply
+        pool = Int8Pool(kind, spec.params, geometry)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+    from .int8_native import prepare_pool   # the native kernels (same results), when built
+    return prepare_pool(pool) or pool.apply
 
 
 class Int8Add:
@@ -258,6 +261,8 @@ def build_add(spec, n_inputs: int = 2):
     act = spec.activation()
     try:
         operand = spec.weight("operand", required=True) if n_inputs == 1 else None
-        return Int8Add(spec.params, act["activation"], act["activation_params"], operand).apply
+        layer = Int8Add(spec.params, act["activation"], act["activation_params"], operand)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+    from .int8_native import prepare_add    # the native kernel (same results), when built
+    return prepare_add(layer) or layer.apply

@@ -76,8 +76,12 @@ def _cache_dirs():
     yield os.path.join(os.path.expanduser("~"), ".cache", "onnx_mrvl")
 
 
-def _build(cc: str) -> str:
-    with open(_SRC, "rb") as f:
+def build_shared(cc: str, source: Optional[str] = None) -> str:
+    """The cached shared object of the C file ``source`` (default ``_native_conv.c``; built by
+    ``cc`` when not cached): its path. sim/int8_native.py builds ``_native_int8.c`` with it."""
+    source = source or _SRC
+    stem = os.path.splitext(os.path.basename(source))[0]
+    with open(source, "rb") as f:
         src = f.read()
     try:
         version = subprocess.run(cc.split() + ["--version"], capture_output=True, timeout=30).stdout
@@ -85,7 +89,7 @@ def _build(cc: str) -> str:
         version = b""
     key = hashlib.sha256(b"\0".join([src, " ".join(_FLAGS).encode(), cc.encode(), version,
                                      _cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
-    name = f"_native_conv-{key}.so"
+    name = f"{stem}-{key}.so"
     errors = []
     for d in _cache_dirs():
         path = os.path.join(d, name)
@@ -102,13 +106,13 @@ def _build(cc: str) -> str:
             notice.info("building the simulator's native kernels for this CPU (first run on this "
                         "machine, a few seconds; cached in %s)...", d)
             t0 = time.perf_counter()
-            r = subprocess.run(cc.split() + _FLAGS + ["-o", tmp, _SRC], capture_output=True, text=True, timeout=300)
+            r = subprocess.run(cc.split() + _FLAGS + ["-o", tmp, source], capture_output=True, text=True, timeout=300)
             if r.returncode != 0:
                 raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
             os.replace(tmp, path)            # atomic: a concurrent build of the same key is harmless
             log.debug("built %s in %.2f s", path, time.perf_counter() - t0)
             for old in os.listdir(d):        # builds of older sources (a loaded one stays mapped)
-                if old.startswith("_native_conv-") and old.endswith(".so") and old != name:
+                if old.startswith(stem + "-") and old.endswith(".so") and old != name:
                     try:
                         os.unlink(os.path.join(d, old))
                     except OSError:
@@ -118,6 +122,10 @@ def _build(cc: str) -> str:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
+
+
+def _build(cc: str) -> str:
+    return build_shared(cc)
 
 
 def lib():
@@ -133,7 +141,7 @@ def lib():
                 cc = _compiler()
                 if cc is None:
                     raise RuntimeError("no C compiler found (set CC)")
-                so = ctypes.CDLL(_build(cc))
+                so = ctypes.CDLL(build_shared(cc))
                 so.binary_npc.restype = ctypes.c_int
                 so.binary_npc.argtypes = ([_P, _P, _P] + [_L] * 6 + [ctypes.c_int, _P, ctypes.c_int,
                                                                     ctypes.c_float, ctypes.c_float, ctypes.c_int])
@@ -155,12 +163,18 @@ def lib():
                 so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
                 so.round_fp16.restype = None
                 so.round_fp16.argtypes = [_P, _L]
+                so.mrvl_run_parts.restype = None          # the worker pool, for sim/int8_native.py
                 _lib = so
             except Exception as exc:                    # any failure: numpy kernels instead
                 _WHY = f"native conv kernel unavailable: {exc}"
                 log.info("%s; using the numba / numpy kernels", _WHY)
         _tried = True
         return _lib
+
+
+def compiler() -> Optional[str]:
+    """The C compiler the native kernels are built with, or None."""
+    return _compiler()
 
 
 def on() -> bool:

@@ -111,12 +111,13 @@ class Simulator:
         self._input_quant = {int(t["id"]): (float(t["scale"]), int(t["zero_point"]), str(t["dtype"]))
                              for t in meta.get("tensors") or []
                              if "id" in t and int(t["id"]) in input_ids and t.get("dtype", "float16") in int8.QRANGE}
-        io_match = not self._input_quant and all(self._shapes.get(int(t["tensor"])) == tuple(int(d) for d in t["shape"])
+        io_match = all(self._shapes.get(int(t["tensor"])) == tuple(int(d) for d in t["shape"])
                        for t in self._inputs + self._outputs)
         if native.on() and io_match and os.environ.get("ONNX_MRVL_SIM_STATIC", "1") != "0":
             try:
                 self._static = StaticPlan(self._layers, [int(t["tensor"]) for t in self._inputs],
-                                          [int(o["tensor"]) for o in self._outputs], self._shapes)
+                                          [int(o["tensor"]) for o in self._outputs], self._shapes,
+                                          quantized_inputs=self._input_quant)
             except Unsupported as exc:
                 log.debug("program %r runs layer by layer: %s", self.name, exc)
         last_use: Dict[int, int] = {}

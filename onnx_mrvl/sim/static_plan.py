@@ -24,6 +24,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import jit, native
+from .int8_native import fake_quant_into
+from .int8_plan import plan_int8
 from .kernels import FC, Conv2D, GEMV_ROWS
 from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
@@ -41,10 +43,12 @@ class Unsupported(Exception):
 class _Entry:
     """One step: ``rec``, its native kernel's record for ``run_steps`` (kind, arguments), or
     ``py``, its Python kernel; neither for an aliasing reshape."""
-    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input")
+    __slots__ = ("step", "rec", "post", "py", "out_view", "in_views", "keep", "input", "codes_in", "codes_out",
+                 "bound")
 
     def __init__(self, step):
         self.step, self.rec, self.post, self.py = step, None, None, None
+        self.codes_in, self.codes_out, self.bound = None, False, None
         self.out_view, self.in_views, self.keep, self.input = None, (), (), None
 
 
@@ -57,8 +61,9 @@ def _size(shape) -> int:
 
 class StaticPlan:
     def __init__(self, steps: Sequence, input_ids: Sequence[int], output_ids: Sequence[int],
-                 shapes: Mapping[int, Tuple[int, ...]]):
+                 shapes: Mapping[int, Tuple[int, ...]], quantized_inputs: Optional[Mapping[int, Tuple]] = None):
         self.lib = native.lib()
+        self.quantized_inputs = dict(quantized_inputs or {})   # tensor -> (scale, zero point, dtype): DQ(Q(x))
         if self.lib is None:
             raise Unsupported(native.why_disabled())
         self.steps = list(steps)
@@ -70,6 +75,7 @@ class StaticPlan:
         self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
+        self.coded, self.int8_fused = plan_int8(self.entries, self.output_ids, self.aliases)
         self._fuse_inputs()
         self._segment()
 
@@ -263,7 +269,8 @@ class StaticPlan:
         for e in self.entries:
             t = e.step.ins[0] if e.step.ins else None
             if (e.rec is not None and e.rec[0] == 5 and e.rec[6] == 1 and t in self.input_ids
-                    and readers.get(t) == 1 and t not in self.output_ids and t not in self.aliases.values()):
+                    and t not in self.quantized_inputs and readers.get(t) == 1 and t not in self.output_ids
+                    and t not in self.aliases.values()):
                 e.rec = (8, 0, e.rec[2], e.rec[3], e.rec[4], e.rec[5])
                 e.input = t
 
@@ -312,6 +319,10 @@ class StaticPlan:
         for pos, (name, spec, a) in enumerate(zip(sim.input_names, sim._inputs, arrays)):
             tid = int(spec["tensor"])
             x = self.views[tid]
+            if tid in self.quantized_inputs:             # the host's quantize (qscale): exact int8 codes
+                fake_quant_into(a, x, self.quantized_inputs[tid])
+                finite[tid] = True
+                continue
             slot = self.input_slots.get(tid)
             if slot is not None:                         # rounded inside its transpose (kind 8)
                 if not (a.dtype == F32 and a.flags.c_contiguous and a.shape == x.shape):
@@ -374,11 +385,24 @@ class StaticPlan:
 
 
 def _python_step(sim, e: _Entry):
-    """A Python kernel on arena views; its result copied into its place (errors as layer by layer)."""
+    """A Python kernel on arena views; its result copied into its place (errors as layer by layer),
+    or written there by a kernel that takes ``out=`` (``writes_into``: the native int8 kernels)."""
     from ..errors import MrvlRuntimeError
     spec = e.step.spec
+    if e.bound is not None:                             # a bound native int8 kernel (int8_native.py)
+        if not e.bound():
+            raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer: the native int8 kernel could not "
+                                   "allocate its scratch buffer", node=spec.name, origin=spec.origin,
+                                   hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
+        return None, True
+    into = getattr(e.py, "writes_into", False)          # a kernel that writes its output in place
     try:
-        y, ok = e.py(*e.in_views)
+        if e.codes_in is not None and (e.codes_out or any(e.codes_in)):
+            y, ok = e.py(*e.in_views, out=e.out_view, codes_in=e.codes_in, codes_out=e.codes_out)
+        elif into:
+            y, ok = e.py(*e.in_views, out=e.out_view)
+        else:
+            y, ok = e.py(*e.in_views)
     except (ValueError, IndexError) as exc:
         raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer failed: {exc}",
                                node=spec.name, origin=spec.origin,
@@ -387,7 +411,8 @@ def _python_step(sim, e: _Entry):
         raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer produced shape "
                                f"{list(y.shape)}, meta says {list(e.out_view.shape)}", node=spec.name,
                                origin=spec.origin, hint="recompile the region")
-    np.copyto(e.out_view, y)
+    if not (into and np.may_share_memory(y, e.out_view)):
+        np.copyto(e.out_view, y)
     return y, ok
 
 

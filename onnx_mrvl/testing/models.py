@@ -250,6 +250,35 @@ def resnet18_like(seed: int = 0, opset: int = 13, input_size: int = 224, batch: 
                    [("output", F32, [batch, num_classes])])
 
 
+def resnet50_like(seed: int = 0, opset: int = 13, input_size: int = 224, batch: int = 1,
+                  num_classes: int = 1000) -> onnx.ModelProto:
+    """ResNet-50 (v1.5): conv7x7/2, maxpool, 4 stages of [3, 4, 6, 3] Bottlenecks (1x1, 3x3 with
+    the stride, 1x1 x4), GAP, Gemm 2048 -> 1000; residual-branch gain 0.5 like resnet18_like, so
+    activations (and the folded biases) stay O(10) through the 16 blocks."""
+    g = GraphBuilder(seed, opset)
+    x = g.relu(g.bn(g.conv("input", 3, 64, 7, "conv1", stride=2, bias=False), 64, "bn1"), "relu")
+    x = g.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3)), start=1):
+        cout = width * 4
+        for b in range(blocks):
+            p, stride = f"layer{stage}_{b}", (2 if stage > 1 and b == 0 else 1)
+            y = g.relu(g.bn(g.conv(x, cin, width, 1, f"{p}_conv1", bias=False), width, f"{p}_bn1"), f"{p}_relu1")
+            y = g.relu(g.bn(g.conv(y, width, width, 3, f"{p}_conv2", stride=stride, bias=False), width,
+                            f"{p}_bn2"), f"{p}_relu2")
+            y = g.bn(g.conv(y, width, cout, 1, f"{p}_conv3", bias=False, gain=0.5), cout, f"{p}_bn3")
+            if b == 0:
+                x = g.bn(g.conv(x, cin, cout, 1, f"{p}_downsample_conv", stride=stride, bias=False),
+                         cout, f"{p}_downsample_bn")
+            x = g.relu(g.node("Add", [y, x], f"{p}_add"), f"{p}_relu3")
+            cin = cout
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "avgpool")], "flatten", axis=1)
+    g.gemm(x, 2048, num_classes, "fc")
+    g.nodes[-1].output[0] = "output"
+    return g.model("resnet50_like", [("input", F32, [batch, 3, input_size, input_size])],
+                   [("output", F32, [batch, num_classes])])
+
+
 def yolo_like(seed: int = 0, opset: int = 13, input_size: int = 256, batch: int = 1,
               num_classes: int = 20) -> onnx.ModelProto:
     """A small YOLO-style detector; outputs ``det_p4`` (stride 16) and ``det_p5`` (stride 32),

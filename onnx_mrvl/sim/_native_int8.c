@@ -1,0 +1,741 @@
+/* int8 Conv2D / FC / depthwise kernels of the simulator (sim/int8_native.py; docs/simulator.md
+ * "int8 layers"). Bit-exact with sim/int8.py's numpy path:
+ *
+ *   q_x = sat(rne(x / s_x) + z_x)                       (x / s_x in fp32; NaN -> the type's minimum)
+ *   acc = sum (q_x - z_x) * q_w + bias                  (exact int32)
+ *   r   = clamp(rne(fp32(acc) * m[o]), lo - z_y, hi - z_y)
+ *   y   = r * s_y                                       (fp32: the dequantized output)
+ *
+ * GEMM (groups, 1x1 .. 7x7, strides, dilation, FC): the input is quantized once to unsigned
+ * bytes u = q_x + off (off = 128 for int8 activations, 0 for uint8; padding holds z_x + off),
+ * gathered into an im2col matrix [rows][K4] (K rounded up to 4, the tail zero), and multiplied
+ * by the packed int8 weights with AVX512-VNNI vpdpbusd (u8 x s8 -> s32, four products per lane,
+ * no intermediate saturation). sum(u * w) = sum((q_x - z_x) * w) + (z_x + off) * colsum(w), so
+ * the caller's corr[o] = bias[o] - (z_x + off) * colsum(w[o]) (mod 2^32) restores the exact
+ * sum; int32 wrap-around is harmless because the true result fits (the layer is refused
+ * otherwise). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
+ * [K4 / 4][nv * 16][4] bytes. Register tile: MR = 6 rows x nv * 16 channels (24 accumulators).
+ *
+ * Depthwise: the same bytes u, four horizontal taps of a channel side by side, vpdpbusd
+ * against [kh][ceil(kw / 4)][channels][4] weights (see i8_depthwise); + corr as above.
+ *
+ * Parallel parts run on the fp16 kernels' worker pool (_native_conv.c mrvl_run_parts, handed in
+ * by i8_set_runner); without it they run on the calling thread. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*part_fn)(void *arg, long part);
+typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
+static runner_fn runner = 0;
+
+void i8_set_runner(void *fn) { runner = (runner_fn)fn; }
+
+static void run(part_fn fn, void *arg, long parts, int nthreads) {
+    if (runner && parts > 1 && nthreads > 1)
+        runner(fn, arg, parts, nthreads);
+    else
+        for (long p = 0; p < parts; p++)
+            fn(arg, p);
+}
+
+#define MR 6
+
+typedef struct {
+    long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, groups, ig, og, o;
+    long k, k4, cb;                        /* K = kh * kw * ig, K rounded to 4, 64-channel blocks per group */
+    long in_zp, in_lo, in_hi, in_off, in_exact;  /* in_exact: always divide (1 / s not finite) */
+    long in_codes, out_codes, out_zp, out_off;   /* codes: the tensor holds bytes q + off, not floats */
+    long requant, out_lo, out_hi, out_exact;     /* pools: Q_out(DQ_in(q)) unless the quantizations match */
+    float in_scale, out_scale, lo_r, hi_r, in_rcp, out_rcp;
+    const void *wpack;                     /* GEMM: int8 blocks; depthwise: float [kh * kw][cpad] */
+    const int32_t *corr;                   /* per group [cb * 64] (depthwise: the bias, [cpad]) */
+    const float *mult;                     /* per group [cb * 64] (depthwise: [cpad]) */
+    const float *add_prm;                  /* a Sum2D fused into the conv (i8_add's prm), or 0 */
+    const void *add_other;                 /* its other operand, element for element as the output */
+    long add_slot;                         /* the conv's operand of the Sum2D: 0 (a) or 1 (b) */
+} i8desc;
+
+/* thread-local scratch of the calling thread (workers only write into the caller's buffer) */
+static __thread uint8_t *scratch = 0;
+static __thread size_t scratch_cap = 0;
+
+static uint8_t *get_scratch(size_t bytes) {
+    if (bytes > scratch_cap) {
+        free(scratch);
+        size_t cap = (bytes + 4095) & ~(size_t)4095;
+        scratch = aligned_alloc(64, cap);
+        scratch_cap = scratch ? cap : 0;
+    }
+    return scratch;
+}
+
+/* the low bytes of 16 int32 lanes (saturated to [0, 255]) stored at o under mask m: converted in
+ * a register first (a narrowing store straight to memory, vpmovusdb m128, is slow on Zen 4) */
+static inline void store_u8(uint8_t *o, __mmask16 m, __m512i v) {
+    __m128i b = _mm512_cvtusepi32_epi8(v);
+    if (m == (__mmask16)0xffff)
+        _mm_storeu_si128((__m128i *)o, b);
+    else
+        _mm_mask_storeu_epi8(o, m, b);
+}
+
+/* ------------------------------------------------------------------ quantize */
+/* rne(x / s) as float: y = fp32(x * fp32(1 / s)) and fp32(x / s) both lie within 2^-24 |x / s|
+ * of x / s (three roundings in all: |y - fp32(x / s)| <= 3 * 2^-24 |x / s| < 1.9e-4 below
+ * |x / s| = 1024), so they round to the same integer unless y lies within 0.0005 of a
+ * half-integer; only then is the vector divided (rare: 0.1% of the lanes for uniform
+ * fractions; inputs that are codes times the scale are never near). Beyond 1024 the code
+ * saturates either way (|z| <= 255), and a near-tie there only costs a division.
+ * ``exact``: always divide (1 / s not a normal float). */
+#define NEAR_TIE 0.4995f
+static inline __m512 rne_div(__m512 x, float scale, float rcp, long exact) {
+    __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(rcp));
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 dist = _mm512_abs_ps(_mm512_sub_ps(y, r));
+    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
+    if (near || exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(scale)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return r;
+}
+
+/* sat(rne(x / s) + z) as float: max(NaN, lo) = lo like MLAS; +-inf saturate */
+static inline __m512 quant_f(__m512 x, float scale, float rcp, long exact, long zp, long lo, long hi) {
+    __m512 r = _mm512_add_ps(rne_div(x, scale, rcp, exact), _mm512_set1_ps((float)zp));
+    r = _mm512_max_ps(r, _mm512_set1_ps((float)lo));          /* NaN in the first operand: lo */
+    return _mm512_min_ps(r, _mm512_set1_ps((float)hi));
+}
+
+static inline __m512 quant_r(__m512 x, const i8desc *d) {
+    return quant_f(x, d->in_scale, d->in_rcp, d->in_exact, d->in_zp, d->in_lo, d->in_hi);
+}
+
+typedef struct { const i8desc *d; const float *x; uint8_t *u; long total, step; } qjob;
+
+static void quant_u8_part(void *arg, long p) {
+    qjob *j = arg;
+    long i0 = p * j->step, i1 = i0 + j->step < j->total ? i0 + j->step : j->total;
+    __m512 off = _mm512_set1_ps((float)j->d->in_off);
+    long i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_loadu_ps(j->x + i), j->d), off));
+        _mm_storeu_si128((__m128i *)(j->u + i), _mm512_cvtusepi32_epi8(q));
+    }
+    if (i < i1) {
+        __mmask16 m = (__mmask16)((1u << (i1 - i)) - 1);
+        __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, j->x + i), j->d), off));
+        store_u8(j->u + i, m, q);
+    }
+}
+
+static void quantize_u8(const i8desc *d, const float *x, uint8_t *u, long total, int nthreads) {
+    long parts = total >= (1L << 16) ? 2L * nthreads : 1;
+    qjob j = {d, x, u, total, ((total + parts - 1) / parts + 15) & ~15L};
+    run(quant_u8_part, &j, (total + j.step - 1) / j.step, nthreads);
+}
+
+/* short copies and fills (im2col moves runs of kw * c bytes, often < 64): one masked vector
+ * instead of a libc call */
+static inline void copy_bytes(uint8_t *dst, const uint8_t *src, long n) {
+    if (n <= 64) {
+        __mmask64 m = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+        _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+    } else
+        memcpy(dst, src, n);
+}
+
+static inline void fill_bytes(uint8_t *dst, uint8_t v, long n) {
+    if (n <= 64) {
+        __mmask64 m = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+        _mm512_mask_storeu_epi8(dst, m, _mm512_set1_epi8((char)v));
+    } else
+        memset(dst, v, n);
+}
+
+/* ------------------------------------------------------------------ im2col */
+typedef struct { const i8desc *d; const uint8_t *u; uint8_t *a; long c0, rows, step; } cjob;
+
+static void im2col_part(void *arg, long p) {
+    cjob *j = arg;
+    const i8desc *d = j->d;
+    long r0 = p * j->step, r1 = r0 + j->step < j->rows ? r0 + j->step : j->rows;
+    uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
+    for (long r = r0; r < r1; r++) {
+        long b = r / (d->oh * d->ow), rem = r % (d->oh * d->ow), oy = rem / d->ow, ox = rem % d->ow;
+        uint8_t *dst = j->a + r * d->k4;
+        for (long ky = 0; ky < d->kh; ky++) {
+            long iy = oy * d->sh - d->pt + ky * d->dh, ix0 = ox * d->sw - d->pl;
+            if (iy < 0 || iy >= d->h) {
+                fill_bytes(dst, pad, d->kw * d->ig);
+                dst += d->kw * d->ig;
+                continue;
+            }
+            const uint8_t *src = j->u + (b * d->h + iy) * d->w * d->c + j->c0;
+            if (d->dw == 1 && d->ig == d->c && ix0 >= 0 && ix0 + d->kw <= d->w) {   /* one run per kernel row */
+                copy_bytes(dst, src + ix0 * d->c, d->kw * d->c);
+                dst += d->kw * d->c;
+                continue;
+            }
+            for (long kx = 0; kx < d->kw; kx++) {
+                long ix = ix0 + kx * d->dw;
+                if (ix < 0 || ix >= d->w)
+                    fill_bytes(dst, pad, d->ig);
+                else
+                    copy_bytes(dst, src + ix * d->c, d->ig);
+                dst += d->ig;
+            }
+        }
+        fill_bytes(dst, 0, d->k4 - d->k);
+    }
+}
+
+/* ------------------------------------------------------------------ GEMM tile + epilogue */
+
+/* the constants of one operand, hoisted out of the element loop */
+typedef struct {
+    int codes;
+    long exact;
+    __m512 s, rcp, z, lo, hi, off;
+    __m512i offz;                         /* off + z as int32: q - z = u - (off + z) */
+    float scale, rcpf;
+} qconst;
+
+static inline qconst qconst_of(const float *p) {
+    qconst c;
+    c.codes = p[7] != 0.0f;
+    c.exact = (long)p[2];
+    c.scale = p[0];
+    c.rcpf = p[1];
+    c.s = _mm512_set1_ps(p[0]);
+    c.rcp = _mm512_set1_ps(p[1]);
+    c.z = _mm512_set1_ps(p[3]);
+    c.lo = _mm512_set1_ps(p[4]);
+    c.hi = _mm512_set1_ps(p[5]);
+    c.off = _mm512_set1_ps(p[6]);
+    c.offz = _mm512_set1_epi32((int)(p[6] + p[3]));
+    return c;
+}
+
+/* sat(rne(x / s) + z) with hoisted constants (quant_f) */
+static inline __m512 quant_c(__m512 x, const qconst *c) {
+    __m512 y = _mm512_mul_ps(x, c->rcp);
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
+    if (near || c->exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, c->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, c->z), c->lo), c->hi);
+}
+
+/* s (q - z) of one input: from the bytes u = q + off (codes) or by quantizing the float */
+static inline __m512 add_in(const void *x, long i, __mmask16 m, const qconst *c) {
+    __m512 qz;
+    if (c->codes)
+        qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i)),
+                                                 c->offz));
+    else
+        qz = _mm512_sub_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)x + i), c), c->z);
+    return _mm512_mul_ps(c->s, qz);
+}
+
+/* a Sum2D fused into a GEMM conv: the conv's codes (never stored) plus the other operand */
+typedef struct { qconst self, other, out; } fuse_t;
+
+static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, long i, void *out, __mmask16 m) {
+    /* r = q_conv - z_conv = q_a - z_a (the Sum2D reads the conv's codes with their quantization) */
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(fz->self.s, r), add_in(other, i, m, &fz->other));
+    __m512 q = quant_c(v, &fz->out);
+    if (fz->out.codes)
+        store_u8((uint8_t *)out + i, m, _mm512_cvtps_epi32(_mm512_add_ps(q, fz->out.off)));
+    else
+        _mm512_mask_storeu_ps((float *)out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, fz->out.z), fz->out.s));
+}
+
+/* the k loop of one MR x (NV * 16) tile, accumulators named so that they stay in registers */
+#define TILE_LOOP(NV)                                                                              \
+    for (long k = 0; k < k4n; k++) {                                                              \
+        const int8_t *bk = b + k * NV * 64;                                                       \
+        __m512i b0 = _mm512_load_si512((const void *)bk), b1, b2, b3;                             \
+        if (NV > 1) b1 = _mm512_load_si512((const void *)(bk + 64));                              \
+        if (NV > 2) b2 = _mm512_load_si512((const void *)(bk + 128));                             \
+        if (NV > 3) b3 = _mm512_load_si512((const void *)(bk + 192));                             \
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)                                                 \
+    }
+#define ROW(r)                                                                                     \
+    {                                                                                              \
+        __m512i av = _mm512_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));                  \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                           \
+        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                               \
+        if (NV > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);                               \
+        if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);                               \
+    }
+
+static inline __attribute__((always_inline)) void
+tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
+     const fuse_t *fz, long at) {
+    /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
+    const __m512i z0 = _mm512_loadu_si512((const void *)corr);
+    const __m512i z1 = NV > 1 ? _mm512_loadu_si512((const void *)(corr + 16)) : z0;
+    const __m512i z2 = NV > 2 ? _mm512_loadu_si512((const void *)(corr + 32)) : z0;
+    const __m512i z3 = NV > 3 ? _mm512_loadu_si512((const void *)(corr + 48)) : z0;
+    __m512i c00 = z0, c01 = z1, c02 = z2, c03 = z3, c10 = z0, c11 = z1, c12 = z2, c13 = z3, c20 = z0, c21 = z1,
+            c22 = z2, c23 = z3, c30 = z0, c31 = z1, c32 = z2, c33 = z3, c40 = z0, c41 = z1, c42 = z2, c43 = z3,
+            c50 = z0, c51 = z1, c52 = z2, c53 = z3;
+    TILE_LOOP(NV)
+    __m512i acc[MR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
+                          {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
+    __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
+    __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
+    for (int v = 0; v < NV; v++) {
+        __m512 mv = _mm512_loadu_ps(mult + v * 16);
+        long left = ncols - v * 16;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+        for (int r = 0; r < rows; r++) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
+            if (fz) {                /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
+                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                fused_store(_mm512_min_ps(_mm512_max_ps(f, lo), hi), fz, d->add_other, at + r * ldo + v * 16, out, m);
+            } else if (d->out_codes) {      /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
+                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                store_u8((uint8_t *)out + r * ldo + v * 16, m, _mm512_add_epi32(_mm512_cvtps_epi32(f), zo));
+            } else {
+                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));
+            }
+        }
+    }
+}
+#undef ROW
+
+static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+                    const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
+                    const fuse_t *fz, long at) {
+    switch (nv) {
+    case 4: tile(4, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    case 3: tile(3, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    case 2: tile(2, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    default: tile(1, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
+    }
+}
+
+typedef struct {
+    const i8desc *d;
+    const uint8_t *a;          /* [panels * MR][k4] */
+    const uint8_t *tail;       /* the last panel, zero-padded to MR rows (a direct input), or 0 */
+    float *out;
+    long g, rows, panels, pstep, cstep, cparts;
+} gjob;
+
+static void gemm_part(void *arg, long p) {
+    gjob *j = arg;
+    const i8desc *d = j->d;
+    long pr = p / j->cparts, pc = p % j->cparts;
+    long p0 = pr * j->pstep, p1 = p0 + j->pstep < j->panels ? p0 + j->pstep : j->panels;
+    long c0 = pc * j->cstep, c1 = c0 + j->cstep < d->cb ? c0 + j->cstep : d->cb;
+    long k4n = d->k4 / 4;
+    const int8_t *wg = (const int8_t *)d->wpack + j->g * d->cb * k4n * 256;
+    fuse_t fuse, *fz = 0;
+    if (d->add_prm) {
+        fuse.self = qconst_of(d->add_prm + 8 * d->add_slot);
+        fuse.other = qconst_of(d->add_prm + 8 * (1 - d->add_slot));
+        fuse.out = qconst_of(d->add_prm + 16);
+        fz = &fuse;
+    }
+    for (long cb = c0; cb < c1; cb++) {
+        long col = cb * 64, ncols = d->og - col < 64 ? d->og - col : 64;
+        int nv = (int)((ncols + 15) / 16);
+        const int8_t *b = wg + cb * k4n * 256;
+        const int32_t *corr = d->corr + j->g * d->cb * 64 + col;
+        const float *mult = d->mult + j->g * d->cb * 64 + col;
+        for (long pn = p0; pn < p1; pn++) {
+            long r = pn * MR;
+            int rows = j->rows - r < MR ? (int)(j->rows - r) : MR;
+            const uint8_t *a = pn == j->panels - 1 && j->tail ? j->tail : j->a + r * d->k4;
+            long at = r * d->o + j->g * d->og + col;       /* element index of the tile's first output */
+            if (fz) {
+                tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, j->out, d->o, ncols, fz, at);
+                continue;
+            }
+            float *o = d->out_codes ? (float *)((uint8_t *)j->out + at) : j->out + at;
+            tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, o, d->o, ncols, 0, 0);
+        }
+    }
+}
+
+/* Returns 1 (done) or 0 (out of memory). */
+int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
+    long rows = d->n * d->oh * d->ow, panels = (rows + MR - 1) / MR;
+    long in_total = d->n * d->h * d->w * d->c;
+    int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
+                 d->h == d->oh && d->w == d->ow && d->groups == 1 && d->k4 == d->c;
+    size_t ubytes = d->in_codes ? 0 : ((size_t)in_total + 63) & ~(size_t)63;
+    size_t tbytes = ((size_t)MR * d->k4 + 63) & ~(size_t)63;
+    size_t abytes = direct ? 0 : (size_t)panels * MR * d->k4;
+    uint8_t *buf = get_scratch(ubytes + tbytes + abytes);
+    if (!buf)
+        return 0;
+    const uint8_t *u = d->in_codes ? (const uint8_t *)x : buf;
+    uint8_t *tail = buf + ubytes, *a = buf + ubytes + tbytes;
+    if (!d->in_codes)
+        quantize_u8(d, x, buf, in_total, nthreads);
+    const uint8_t *rowsrc = direct ? u : a;
+    long work = rows * d->k * d->og;                         /* MACs per group */
+    int par = nthreads > 1 && work >= (1L << 18) ? nthreads : 1;
+    for (long g = 0; g < d->groups; g++) {
+        if (!direct) {
+            cjob cj = {d, u, a, g * d->ig, rows, 0};
+            long cp = par > 1 && rows * d->k >= (1L << 15) ? 2L * par : 1;
+            cj.step = (rows + cp - 1) / cp;
+            run(im2col_part, &cj, (rows + cj.step - 1) / cj.step, par);
+        }
+        /* the last panel's rows past the end read a zero-padded copy, never beyond the input */
+        long last = (panels - 1) * MR;
+        memset(tail, 0, (size_t)MR * d->k4);
+        memcpy(tail, rowsrc + last * d->k4, (size_t)(rows - last) * d->k4);
+        gjob gj = {d, rowsrc, tail, out, g, rows, panels, 0, 0, 1};
+        /* parts: row panels when there are many, else output-channel blocks too */
+        long want = par > 1 ? (work >= (1L << 22) ? 4L * par : 2L * par) : 1;
+        long cparts = 1;
+        while (cparts < d->cb && panels * cparts < want * 4 && cparts * 2 <= want)
+            cparts *= 2;
+        if (cparts > d->cb)
+            cparts = d->cb;
+        long rparts = want / cparts < 1 ? 1 : want / cparts;
+        if (rparts > panels)
+            rparts = panels;
+        gj.pstep = (panels + rparts - 1) / rparts;
+        gj.cstep = (d->cb + cparts - 1) / cparts;
+        gj.cparts = (d->cb + gj.cstep - 1) / gj.cstep;
+        long rp = (panels + gj.pstep - 1) / gj.pstep;
+        run(gemm_part, &gj, rp * gj.cparts, par);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ depthwise */
+/* padded row y (input row y - pt) of image b as bytes u = q + off: [wp][cpad], pads z + off, channel tail 0 */
+static void dw_fill_row(const i8desc *d, const float *x, uint8_t *dst, long b, long y, long wp, long cpad) {
+    uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
+    __m512 off = _mm512_set1_ps((float)d->in_off);
+    y -= d->pt;
+    if (y < 0 || y >= d->h) {
+        memset(dst, pad, wp * cpad);
+        return;
+    }
+    if (d->in_codes && cpad == d->c) {               /* codes, no channel tail: one copy for the interior */
+        long left = d->pl < wp ? d->pl : wp, right = wp - d->pl - d->w;
+        memset(dst, pad, left * cpad);
+        if (d->pl < wp)
+            memcpy(dst + d->pl * cpad, (const uint8_t *)x + (b * d->h + y) * d->w * d->c,
+                   (wp - d->pl < d->w ? wp - d->pl : d->w) * d->c);
+        if (right > 0)
+            memset(dst + (d->pl + d->w) * cpad, pad, right * cpad);
+        return;
+    }
+    for (long xx = 0; xx < wp; xx++) {
+        long ix = xx - d->pl;
+        uint8_t *o = dst + xx * cpad;
+        if (ix < 0 || ix >= d->w) {
+            memset(o, pad, cpad);
+            continue;
+        }
+        if (d->in_codes) {
+            memcpy(o, (const uint8_t *)x + ((b * d->h + y) * d->w + ix) * d->c, d->c);
+            memset(o + d->c, 0, cpad - d->c);
+            continue;
+        }
+        const float *src = x + ((b * d->h + y) * d->w + ix) * d->c;
+        for (long c = 0; c < cpad; c += 16) {
+            long left = d->c - c;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+            __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), off));
+            _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtusepi32_epi8(_mm512_maskz_mov_epi32(m, q)));
+        }
+    }
+}
+
+/* Depthwise with VNNI: a lane of vpdpbusd sums four products of one channel, so four horizontal
+ * taps of a channel are laid side by side. For each padded input row a part builds
+ * E[g][ox][cpad][4]: the bytes u at columns ox * sw + (4 g + i) * dw, i < 4 (kx = 4 g + i; the
+ * weights of kx >= kw are 0), from the padded row U[wp][cpad] by a 4 x 16 byte interleave.
+ * Then out[ox][c] = sum over ky, g of dpbusd(E_row(oy * sh + ky * dh)[g][ox][c], W4[ky][g][c])
+ * -- int32, exact -- and the epilogue as the GEMM's (+ corr, the same correction).
+ * Parts: ``rpp`` output rows of one image each, with their own slab of E rows (and one U row)
+ * small enough to stay in the L2 cache. */
+typedef struct {
+    const i8desc *d; const float *x; uint8_t *slabs; float *out;
+    long wp, cpad, groups4, rpp, ppi, slab_rows, erow_bytes, slab_bytes;
+} dwjob;
+
+static void dw_build_erow(const dwjob *j, const uint8_t *u, uint8_t *e) {
+    const i8desc *d = j->d;
+    for (long g = 0; g < j->groups4; g++)
+        for (long ox = 0; ox < d->ow; ox++) {
+            long x0 = ox * d->sw + 4 * g * d->dw;
+            const uint8_t *p[4];
+            for (int i = 0; i < 4; i++) {
+                long x = x0 + i * d->dw;
+                p[i] = u + (x < j->wp ? x : j->wp - 1) * j->cpad;    /* past the row: weight 0 */
+            }
+            uint8_t *o = e + (g * d->ow + ox) * j->cpad * 4;
+            for (long c = 0; c < j->cpad; c += 16) {
+                __m128i v0 = _mm_loadu_si128((const __m128i *)(p[0] + c)), v1 = _mm_loadu_si128((const __m128i *)(p[1] + c));
+                __m128i v2 = _mm_loadu_si128((const __m128i *)(p[2] + c)), v3 = _mm_loadu_si128((const __m128i *)(p[3] + c));
+                __m128i t0 = _mm_unpacklo_epi8(v0, v1), t1 = _mm_unpackhi_epi8(v0, v1);
+                __m128i t2 = _mm_unpacklo_epi8(v2, v3), t3 = _mm_unpackhi_epi8(v2, v3);
+                __m128i *dst = (__m128i *)(o + c * 4);
+                _mm_storeu_si128(dst, _mm_unpacklo_epi16(t0, t2));
+                _mm_storeu_si128(dst + 1, _mm_unpackhi_epi16(t0, t2));
+                _mm_storeu_si128(dst + 2, _mm_unpacklo_epi16(t1, t3));
+                _mm_storeu_si128(dst + 3, _mm_unpackhi_epi16(t1, t3));
+            }
+        }
+}
+
+static inline void dw_emit(__m512i acc, __m512 mv, const i8desc *d, float *out, long at, __mmask16 m) {
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mv);     /* acc started at corr */
+    if (d->out_codes) {                                        /* clamp, then round (as the GEMM's) */
+        f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
+        store_u8((uint8_t *)out + at, m, _mm512_add_epi32(_mm512_cvtps_epi32(f),
+                                                          _mm512_set1_epi32((int)(d->out_zp + d->out_off))));
+        return;
+    }
+    f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(d->lo_r)), _mm512_set1_ps(d->hi_r));
+    _mm512_mask_storeu_ps(out + at, m, _mm512_mul_ps(f, _mm512_set1_ps(d->out_scale)));
+}
+
+static inline __attribute__((always_inline)) void
+dw_block(const dwjob *j, const uint8_t *top, long ox, long orow, long c, long npx, __mmask16 m) {
+    const i8desc *d = j->d;
+    const int8_t *w4 = (const int8_t *)d->wpack;
+    __m512i a0 = _mm512_loadu_si512((const void *)(d->corr + c)), a1 = a0, a2 = a0, a3 = a0;
+    long px = j->cpad * 4;
+    for (long ky = 0; ky < d->kh; ky++) {
+        const uint8_t *er = top + ky * d->dh * j->erow_bytes + (ox * j->cpad + c) * 4;
+        for (long g = 0; g < j->groups4; g++) {
+            __m512i wv = _mm512_loadu_si512((const void *)(w4 + ((ky * j->groups4 + g) * j->cpad + c) * 4));
+            const uint8_t *e = er + g * d->ow * px;
+            a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512((const void *)e), wv);
+            if (npx > 1) a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512((const void *)(e + px)), wv);
+            if (npx > 2) a2 = _mm512_dpbusd_epi32(a2, _mm512_loadu_si512((const void *)(e + 2 * px)), wv);
+            if (npx > 3) a3 = _mm512_dpbusd_epi32(a3, _mm512_loadu_si512((const void *)(e + 3 * px)), wv);
+        }
+    }
+    __m512 mv = _mm512_loadu_ps(d->mult + c);
+    dw_emit(a0, mv, d, j->out, orow + c, m);
+    if (npx > 1) dw_emit(a1, mv, d, j->out, orow + d->c + c, m);
+    if (npx > 2) dw_emit(a2, mv, d, j->out, orow + 2 * d->c + c, m);
+    if (npx > 3) dw_emit(a3, mv, d, j->out, orow + 3 * d->c + c, m);
+}
+
+static void dw_part(void *arg, long part) {
+    dwjob *j = arg;
+    const i8desc *d = j->d;
+    long b = part / j->ppi, oy0 = (part % j->ppi) * j->rpp, oy1 = oy0 + j->rpp < d->oh ? oy0 + j->rpp : d->oh;
+    uint8_t *slab = j->slabs + part * j->slab_bytes, *urow = slab + j->slab_rows * j->erow_bytes;
+    long rows = (oy1 - oy0 - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+    for (long y = 0; y < rows; y++) {
+        dw_fill_row(d, j->x, urow, b, oy0 * d->sh + y, j->wp, j->cpad);
+        dw_build_erow(j, urow, slab + y * j->erow_bytes);
+    }
+    for (long oy = oy0; oy < oy1; oy++) {
+        const uint8_t *top = slab + (oy - oy0) * d->sh * j->erow_bytes;
+        for (long ox = 0; ox < d->ow; ox += 4) {
+            long npx = d->ow - ox < 4 ? d->ow - ox : 4;
+            long orow = ((b * d->oh + oy) * d->ow + ox) * d->c;
+            for (long c = 0; c < j->cpad; c += 16) {
+                long left = d->c - c;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                if (npx == 4)
+                    dw_block(j, top, ox, orow, c, 4, m);
+                else
+                    dw_block(j, top, ox, orow, c, npx, m);
+            }
+        }
+    }
+}
+
+int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
+    long cpad = (d->c + 15) & ~15L, g4 = (d->kw + 3) / 4;
+    long wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    if (wp < d->w + d->pl)
+        wp = d->w + d->pl;
+    long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
+    int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
+    long erow = g4 * d->ow * cpad * 4, rpp = 1;
+    /* rows per part: a slab of about 256 KB, and a few parts per thread */
+    while (rpp < d->oh && (rpp * 2 * d->sh + (d->kh - 1) * d->dh + 1) * erow <= (256L << 10) &&
+           d->n * ((d->oh + rpp * 2 - 1) / (rpp * 2)) >= 4L * par)
+        rpp *= 2;
+    dwjob j = {d, x, 0, out, wp, cpad, g4, rpp, (d->oh + rpp - 1) / rpp, 0, erow, 0};
+    j.slab_rows = (rpp - 1) * d->sh + (d->kh - 1) * d->dh + 1;
+    j.slab_bytes = (j.slab_rows * erow + wp * cpad + 63) & ~63L;
+    long parts = d->n * j.ppi;
+    j.slabs = get_scratch((size_t)(parts * j.slab_bytes));
+    if (!j.slabs)
+        return 0;
+    run(dw_part, &j, parts, par);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ int8 Sum2D (two int8 tensors)
+ * int8.Int8Add: v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b)), q_c = clamp(rne(v / s_c) + z_c, lo, hi),
+ * y = (q_c - z_c) s_c. prm (floats): [s, 1/s, exact, z, lo, hi, off, codes] for a, b, then c (lo, hi:
+ * the activation's clamp; codes: the tensor holds bytes q + off). */
+typedef struct { const void *a, *b; const float *prm; void *out; long n, step; } ajob;
+
+static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, const qconst *cb, const qconst *cc) {
+    __m512 va = add_in(j->a, i, m, ca), vb = add_in(j->b, i, m, cb);
+    __m512 q = quant_c(_mm512_add_ps(va, vb), cc);
+    if (cc->codes)
+        store_u8((uint8_t *)j->out + i, m, _mm512_cvtps_epi32(_mm512_add_ps(q, cc->off)));
+    else
+        _mm512_mask_storeu_ps((float *)j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, cc->z), cc->s));
+}
+
+static void add_part(void *arg, long part) {
+    ajob *j = arg;
+    const qconst ca = qconst_of(j->prm), cb = qconst_of(j->prm + 8), cc = qconst_of(j->prm + 16);
+    long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
+    for (; i + 16 <= i1; i += 16)
+        add_v(j, i, (__mmask16)0xffff, &ca, &cb, &cc);
+    if (i < i1)
+        add_v(j, i, (__mmask16)((1u << (i1 - i)) - 1), &ca, &cb, &cc);
+}
+
+void i8_add(const void *a, const void *b, void *out, long n, const float *prm, int nthreads) {
+    long parts = nthreads > 1 && n >= (1L << 15) ? 2L * nthreads : 1;
+    ajob j = {a, b, prm, out, n, ((n + parts - 1) / parts + 15) & ~15L};
+    run(add_part, &j, (n + j.step - 1) / j.step, nthreads);
+}
+
+/* ------------------------------------------------------------------ int8 max pool
+ * int8.Int8Pool (Maxpool2D): the window maximum of the codes (padding never wins; bytes q + off
+ * are ordered as the codes), then Q_out(DQ_in(q)) -- the code itself when both quantizations
+ * match. A window without a valid tap (not produced by pool_geometry) gives the minimum. */
+typedef struct { const i8desc *d; const uint8_t *u; void *out; long step, total; } pjob;
+
+static inline void pool_emit(const i8desc *d, __m128i m8, int any, void *out, long at, __mmask16 m) {
+    __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m8)), _mm512_set1_ps((float)d->in_off));
+    if (!any)
+        q = _mm512_set1_ps((float)d->out_lo);
+    else if (d->requant) {
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->in_zp)), _mm512_set1_ps(d->in_scale));
+        q = quant_f(v, d->out_scale, d->out_rcp, d->out_exact, d->out_zp, d->out_lo, d->out_hi);
+    }
+    if (d->out_codes)
+        store_u8((uint8_t *)out + at, m,
+                                           _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps((float)d->out_off))));
+    else
+        _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->out_zp)),
+                                                                  _mm512_set1_ps(d->out_scale)));
+}
+
+static void maxpool_part(void *arg, long part) {
+    pjob *j = arg;
+    const i8desc *d = j->d;
+    long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
+    for (long r = r0; r < r1; r++) {
+        long b = r / d->oh, oy = r % d->oh;
+        for (long ox = 0; ox < d->ow; ox++) {
+            long at = (r * d->ow + ox) * d->c;
+            for (long c = 0; c < d->c; c += 16) {
+                long left = d->c - c;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                __m128i mx = _mm_setzero_si128();
+                int any = 0;
+                for (long ky = 0; ky < d->kh; ky++) {
+                    long iy = oy * d->sh - d->pt + ky * d->dh;
+                    if (iy < 0 || iy >= d->h)
+                        continue;
+                    for (long kx = 0; kx < d->kw; kx++) {
+                        long ix = ox * d->sw - d->pl + kx * d->dw;
+                        if (ix < 0 || ix >= d->w)
+                            continue;
+                        mx = _mm_max_epu8(mx, _mm_maskz_loadu_epi8(m, j->u + ((b * d->h + iy) * d->w + ix) * d->c + c));
+                        any = 1;
+                    }
+                }
+                pool_emit(d, mx, any, j->out, at + c, m);
+            }
+        }
+    }
+}
+
+int i8_maxpool(const i8desc *d, const float *x, void *out, int nthreads) {
+    long in_total = d->n * d->h * d->w * d->c;
+    const uint8_t *u = (const uint8_t *)x;
+    if (!d->in_codes) {
+        uint8_t *buf = get_scratch((size_t)in_total + 64);
+        if (!buf)
+            return 0;
+        quantize_u8(d, x, buf, in_total, nthreads);
+        u = buf;
+    }
+    long total = d->n * d->oh, work = total * d->ow * d->c * d->kh * d->kw;
+    int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
+    long parts = par > 1 ? 4L * par : 1;
+    pjob j = {d, u, out, (total + parts - 1) / parts, total};
+    run(maxpool_part, &j, (total + j.step - 1) / j.step, par);
+    return 1;
+}
+
+/* int8 GlobalAvgpool2D (MLAS QLinearGlobalAveragePool): acc = sum(q) - z_x HW (int32),
+ * q_y = sat(rne(fp32(acc) * m) + z_y) with m = fp32(s_x / fp32(s_y HW)) in d->mult[0]. */
+int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) {
+    (void)nthreads;
+    long hw = d->h * d->w, in_total = d->n * hw * d->c;
+    const uint8_t *u = (const uint8_t *)x;
+    if (!d->in_codes) {
+        uint8_t *buf = get_scratch((size_t)in_total + 64);
+        if (!buf)
+            return 0;
+        quantize_u8(d, x, buf, in_total, 1);
+        u = buf;
+    }
+    __m512 mv = _mm512_set1_ps(d->mult[0]);
+    __m512i zc = _mm512_set1_epi32((int)((d->in_zp + d->in_off) * hw));
+    for (long b = 0; b < d->n; b++)
+        for (long c = 0; c < d->c; c += 16) {
+            long left = d->c - c;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            __m512i acc = _mm512_setzero_si512();
+            for (long p = 0; p < hw; p++)
+                acc = _mm512_add_epi32(acc, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, u + (b * hw + p) * d->c + c)));
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc, zc)), mv);
+            f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            f = _mm512_add_ps(f, _mm512_set1_ps((float)d->out_zp));
+            f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((float)d->out_lo)), _mm512_set1_ps((float)d->out_hi));
+            long at = b * d->c + c;
+            if (d->out_codes)
+                store_u8((uint8_t *)out + at, m,
+                                                   _mm512_cvtps_epi32(_mm512_add_ps(f, _mm512_set1_ps((float)d->out_off))));
+            else
+                _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(f, _mm512_set1_ps((float)d->out_zp)),
+                                                                          _mm512_set1_ps(d->out_scale)));
+        }
+    return 1;
+}
+
+/* DequantizeLinear(QuantizeLinear(x)) of a region input (int8.fake_quant): prm = [s, 1/s, exact, z, lo, hi] */
+typedef struct { const float *x; float *out; const float *p; long n, step; } fqjob;
+
+static void fq_part(void *arg, long part) {
+    fqjob *j = arg;
+    const float *p = j->p;
+    long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
+    for (; i < i1; i += 16) {
+        __mmask16 m = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+        __m512 q = quant_f(_mm512_maskz_loadu_ps(m, j->x + i), p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
+        _mm512_mask_storeu_ps(j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(p[3])), _mm512_set1_ps(p[0])));
+    }
+}
+
+void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nthreads) {
+    long parts = nthreads > 1 && n >= (1L << 16) ? 2L * nthreads : 1;
+    fqjob j = {x, out, prm, n, ((n + parts - 1) / parts + 15) & ~15L};
+    run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
+}

@@ -1,0 +1,402 @@
+"""Native int8 Conv2D / FC / depthwise kernels (``_native_int8.c``, AVX512-VNNI), bit-exact with
+the numpy path of ``int8.py`` (docs/simulator.md "int8 kernels").
+
+``prepare(layer)`` returns the layer's native ``apply`` or None (native kernels off -- also
+``ONNX_MRVL_SIM_INT8_NATIVE=0`` for these alone --, no VNNI, a kernel the C code does not cover);
+the numpy ``apply`` then runs, with the same results. The
+library is built and cached like ``_native_conv.c`` (``native.build_shared``) and its parallel
+parts run on the fp16 kernels' worker pool (``mrvl_run_parts``).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from ..errors import MrvlRuntimeError
+from . import native, parallel
+from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool, fake_quant
+
+log = logging.getLogger(__name__)
+F32 = np.float32
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_int8.c")
+
+ENABLED = os.environ.get("ONNX_MRVL_SIM_INT8_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+_lock = threading.Lock()
+_lib = None
+_tried = False
+_WHY = ""
+
+
+class Desc(ctypes.Structure):
+    """``i8desc`` of _native_int8.c."""
+    _fields_ = ([(k, ctypes.c_long) for k in (
+        "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
+        "k", "k4", "cb", "in_zp", "in_lo", "in_hi", "in_off", "in_exact", "in_codes", "out_codes", "out_zp", "out_off",
+        "requant", "out_lo", "out_hi", "out_exact")]
+        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
+        + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult", "add_prm", "add_other")]
+        + [("add_slot", ctypes.c_long)])
+
+
+def _cpu_has_vnni() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512_vnni" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def why_disabled() -> str:
+    return _WHY
+
+
+def lib():
+    """The loaded int8 kernel library or None (``why_disabled()`` says why)."""
+    global _lib, _tried, _WHY
+    if _tried:
+        return _lib
+    with _lock:
+        if _tried:
+            return _lib
+        try:
+            if not ENABLED:
+                raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
+            if not native.on():
+                raise RuntimeError(native.why_disabled() or "native kernels off")
+            if not _cpu_has_vnni():
+                raise RuntimeError("the CPU has no AVX512-VNNI")
+            so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+            for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            so.i8_add.restype = None
+            so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_fake_quant.restype = None
+            so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_set_runner.restype = None
+            so.i8_set_runner.argtypes = [ctypes.c_void_p]
+            so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
+            _lib = so
+        except Exception as exc:                    # any failure: the numpy path
+            _WHY = f"native int8 kernels unavailable: {exc}"
+            log.info("%s; using numpy", _WHY)
+        _tried = True
+        return _lib
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    buf = np.zeros(nbytes + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + nbytes]
+
+
+class _Prepared:
+    """The packed weights and per-channel vectors of one layer, and its ``apply``."""
+
+    def __init__(self, layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool):
+        self.layer, self.depthwise = layer, depthwise
+        w = np.rint(layer.kernel.T).astype(np.int8)          # [O, K] (K in (kh, kw, i) order)
+        o, k = w.shape
+        og = o // groups
+        s_x, z_x, dt_x = layer.in_q
+        lo_x, hi_x = QRANGE[dt_x]
+        off = 128 if dt_x == "int8" else 0
+        s_y, z_y, _ = layer.out_q
+        d = Desc()
+        (d.kh, d.kw, d.sh, d.sw, d.dh, d.dw, d.pt, d.pl) = geometry
+        d.groups, d.og, d.o, d.k = groups, og, o, k
+        d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
+        d.out_zp, d.out_off = z_y, _offset(layer.out_q)
+        d.in_scale, d.out_scale = F32(s_x), F32(s_y)
+        with np.errstate(over="ignore", divide="ignore"):
+            rcp = F32(1) / F32(s_x)
+        d.in_rcp, d.in_exact = rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+        d.lo_r, d.hi_r = float(layer.lo - z_y), float(layer.hi - z_y)
+        mult = np.asarray(layer.mult, F32)
+        if depthwise:
+            cpad, kh, kw = -(-o // 16) * 16, geometry[0], geometry[1]
+            g4 = -(-kw // 4)
+            w4 = np.zeros((kh, g4 * 4, cpad), np.int8)          # [ky][kx padded to 4s][channels]
+            w4[:, :kw, :o] = w.T.reshape(kh, kw, o)
+            self.w = _aligned(w4.size).view(np.int8)
+            self.w[:] = w4.reshape(kh, g4, 4, cpad).transpose(0, 1, 3, 2).reshape(-1)   # [ky][g][c][4]
+            corr = np.zeros(cpad, np.int64)
+            corr[:o] = layer.bias - (z_x + off) * w.astype(np.int64).sum(axis=1)
+            self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).copy()     # mod 2**32
+            self.mult = self._f32(np.pad(mult, (0, cpad - o)))
+            d.ig, d.k4, d.cb = 1, k, 0
+        else:
+            k4, cb = -(-k // 4) * 4, -(-og // 64)
+            packed = _aligned(groups * cb * (k4 // 4) * 256).view(np.int8)
+            corr = np.zeros((groups, cb * 64), np.int64)
+            mults = np.zeros((groups, cb * 64), F32)
+            colsum = w.astype(np.int64).sum(axis=1)
+            for g in range(groups):
+                wg = np.zeros((cb * 64, k4), np.int8)
+                wg[:og, :k] = w[g * og:(g + 1) * og]
+                base = g * cb * (k4 // 4) * 256
+                for b in range(cb):
+                    nv = min(4, -(-(og - b * 64) // 16))
+                    blk = wg[b * 64:b * 64 + nv * 16].reshape(nv * 16, k4 // 4, 4).transpose(1, 0, 2)
+                    start = base + b * (k4 // 4) * 256
+                    packed[start:start + blk.size] = blk.reshape(-1)
+                sl = slice(g * og, (g + 1) * og)
+                corr[g, :og] = layer.bias[sl] - (z_x + off) * colsum[sl]
+                mults[g, :og] = mult[sl]
+            self.w = packed
+            self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).reshape(-1).copy()   # mod 2**32
+            self.mult = mults.reshape(-1).copy()
+            d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
+        d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
+        self.desc = d
+        self.fn = _lib.i8_depthwise if depthwise else _lib.i8_conv
+
+    @staticmethod
+    def _f32(a: np.ndarray) -> np.ndarray:
+        out = native.empty(a.shape)
+        out[...] = a
+        return out
+
+    def stage(self, x4: np.ndarray, oh: int, ow: int, out: Optional[np.ndarray] = None, codes_in: bool = False,
+              codes_out: bool = False, fused=None):
+        """(call, y): ``call()`` runs x4 float32 [N, H, W, C] (C-contiguous) -> y float32
+        [N, OH, OW, O] (``out`` when given) and returns 0 when out of memory. ``codes_in`` /
+        ``codes_out``: that buffer holds the bytes q + off instead (static_plan.py)."""
+        d = Desc.from_buffer_copy(self.desc)                 # per call: thread safe
+        d.n, d.h, d.w, d.c = x4.shape
+        d.oh, d.ow = oh, ow
+        d.in_codes, d.out_codes = int(codes_in), int(codes_out)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else _target(out, x4.shape[0] * oh * ow * d.o)
+        if fused is not None:                               # (prm, slot, other): a Sum2D on this output
+            if self.depthwise:
+                raise ValueError("a Sum2D fuses into a GEMM conv only")
+            prm, slot, other = fused
+            if other.size != out.size or not other.flags.c_contiguous:
+                raise ValueError("the fused Sum2D's operand does not match the conv output")
+            d.add_prm, d.add_slot, d.add_other = prm.ctypes.data, slot, other.ctypes.data
+        return _call(self.fn, (ctypes.byref(d), x4.ctypes.data, out.ctypes.data), (d, x4, out, self, fused)), out
+
+
+def _call(fn, args, keep) -> Callable[[], int]:
+    """``fn(*args, workers)``; ``keep``: what the arguments point into, alive as long as the call."""
+    def call() -> int:
+        return fn(*args, parallel.workers())
+    call.keep = keep
+    return call
+
+
+def _done(call) -> None:
+    if not call():
+        raise MrvlRuntimeError("the native int8 kernel could not allocate its scratch buffer",
+                               hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
+
+
+def _offset(q) -> int:
+    """The byte of code q is q + 128 for int8, q for uint8 (both unsigned, as VNNI reads them)."""
+    return 128 if q[2] == "int8" else 0
+
+
+def _target(out: np.ndarray, size: int) -> np.ndarray:
+    if out.dtype != F32 or not out.flags.c_contiguous or out.size != size:
+        raise ValueError(f"output buffer {out.dtype} {list(out.shape)} for {size} float32 values")
+    return out
+
+
+def _source(x: np.ndarray, codes: bool) -> np.ndarray:
+    if codes:                                                # an arena view: C-contiguous, its bytes the codes
+        if not x.flags.c_contiguous:
+            raise ValueError("int8 codes in a non-contiguous buffer")
+        return x
+    return np.ascontiguousarray(x, F32)
+
+
+def _mark(stage: Callable, layer, in_quants) -> Callable:
+    """The ``apply`` of a staged kernel. ``stage(*xs, out=, codes_in=, codes_out=)`` returns
+    ``(call, y)`` (``call`` None: y is already the result, the numpy path's). Its attributes, read
+    by the static plan: ``writes_into`` (takes ``out=``), ``int8_io`` (the input and output
+    quantizations: a tensor between two such kernels with the same quantization can stay in
+    codes, ``codes_in`` / ``codes_out``) and ``bind(*views, out=, codes_in=, codes_out=)``: the
+    ``call`` for fixed buffers, made once (no per-run Python beyond the ctypes call)."""
+    def apply(*xs, out: Optional[np.ndarray] = None, codes_in=None, codes_out: bool = False):
+        call, y = stage(*xs, out=out, codes_in=codes_in or (False,) * len(xs), codes_out=codes_out)
+        if call is None:
+            return y
+        _done(call)
+        return y, True
+
+    def bind(*xs, out: np.ndarray, codes_in, codes_out: bool) -> Optional[Callable[[], int]]:
+        return stage(*xs, out=out, codes_in=codes_in, codes_out=codes_out)[0]
+    apply.writes_into = True
+    apply.bind = bind
+    apply.int8_io = (tuple(tuple(q) for q in in_quants), tuple(layer.out_q if hasattr(layer, "out_q") else layer.c))
+    return apply
+
+
+def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
+    kh, kw = layer.kh, layer.kw
+    (sh, sw), (dh, dw) = layer.strides, layer.dilation
+    pt, pl, pb, pr = layer.padding
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, fused=None):
+        n, h, w, c = x.shape
+        if c != layer.ig * layer.groups:
+            raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
+        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+        ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        if oh < 1 or ow < 1 or n == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an empty int8 tensor in codes")
+            y, ok = layer.apply(x)                           # the numpy path's handling of empty tensors
+            if out is not None:
+                np.copyto(out, y)
+            return None, (y, ok)
+        call, y = prep.stage(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out, fused)
+        return call, y.reshape(n, oh, ow, -1)
+    apply = _mark(stage, layer, [layer.in_q])
+    if not prep.depthwise:
+        def bind_fused(x, *, out, codes_in, add_prm, slot, other):
+            """The call of this conv followed by a Sum2D reading only its output (static plan):
+            the conv's codes go straight into the sum, ``out`` is the Sum2D's output, ``other``
+            its other operand; ``add_prm``: the Sum2D's ``i8_add`` parameters with codes flags."""
+            return stage(x, out=out, codes_in=codes_in, fused=(add_prm, slot, other))[0]
+        apply.bind_fused = bind_fused
+    return apply
+
+
+def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
+    k = layer.kernel.shape[0]
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+        if x.ndim != 2 or x.shape[1] != k:
+            raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
+        if x.shape[0] == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an empty int8 tensor in codes")
+            return None, layer.apply(x)
+        x4 = _source(x, codes_in[0]).reshape(x.shape[0], 1, 1, k)
+        call, y = prep.stage(x4, 1, 1, out, codes_in[0], codes_out)
+        return call, y.reshape(x.shape[0], -1)
+    return _mark(stage, layer, [layer.in_q])
+
+
+def prepare(layer: Int8Layer) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then)."""
+    if lib() is None:
+        return None
+    if isinstance(layer, Int8Conv2D):
+        geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
+        o = layer.o
+        depthwise = layer.groups == o and layer.ig == 1
+        return _conv_apply(layer, _Prepared(layer, geometry, layer.groups, depthwise))
+    if isinstance(layer, Int8FC):
+        return _fc_apply(layer, _Prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False))
+    return None
+
+
+def _qparams(q, lo=None, hi=None):
+    """[s, 1/s, exact, z, lo, hi, byte offset, codes] of a quantization (s, z, dtype) for ``i8_add``."""
+    s, z, dt = q
+    with np.errstate(over="ignore", divide="ignore"):
+        rcp = F32(1) / F32(s)
+    exact = not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny)
+    qlo, qhi = QRANGE[dt]
+    return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, _offset(q), 0]
+
+
+def prepare_add(layer: Int8Add) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
+    if lib() is None or layer.operand is not None:
+        return None
+    base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
+    fn = _lib.i8_add
+
+    def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
+        if xb is None or xa.shape != xb.shape:
+            if any(codes_in) or codes_out:
+                raise ValueError("int8 add of codes needs two tensors of one shape")
+            return None, layer.apply(xa, xb)                 # its error
+        a, b = _source(xa, codes_in[0]), _source(xb, codes_in[1])
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        out = native.empty(a.shape) if out is None else _target(out, a.size).reshape(a.shape)
+        prm = base
+        if any(codes_in) or codes_out:
+            prm = base.copy()
+            prm[7], prm[15], prm[23] = float(codes_in[0]), float(codes_in[1]), float(codes_out)
+
+        def call() -> int:
+            fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
+            return 1
+        return call, out
+    apply = _mark(stage, layer, [layer.a, layer.b])
+    apply.add_prm = base                                     # for a conv that fuses this Sum2D
+    return apply
+
+
+def _quant_fields(d: Desc, in_q, out_q) -> None:
+    """The input quantization (quantize_u8) and output fields of a descriptor."""
+    s_x, z_x, dt_x = in_q
+    s_y, z_y, dt_y = out_q
+    with np.errstate(over="ignore", divide="ignore"):
+        rx, ry = F32(1) / F32(s_x), F32(1) / F32(s_y)
+    d.in_scale, d.in_rcp, d.in_exact = F32(s_x), rx, int(not (np.isfinite(rx) and rx >= np.finfo(F32).tiny))
+    d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], _offset(in_q)
+    d.out_scale, d.out_rcp, d.out_exact = F32(s_y), ry, int(not (np.isfinite(ry) and ry >= np.finfo(F32).tiny))
+    d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], _offset(out_q)
+
+
+def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Maxpool2D / GlobalAvgpool2D, or None."""
+    from .pooling import pool_geometry
+    if lib() is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
+        return None
+    base = Desc()
+    _quant_fields(base, pool.in_q, pool.out_q)
+    base.requant = int(tuple(pool.in_q) != tuple(pool.out_q))
+    geo = pool.geometry
+    fn = _lib.i8_maxpool if pool.kind == "Maxpool2D" else _lib.i8_global_avgpool
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+        if x.ndim != 4 or x.size == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
+            return None, pool.apply(x)                       # its error
+        n, h, w, c = x.shape
+        d = Desc.from_buffer_copy(base)
+        d.n, d.h, d.w, d.c = n, h, w, c
+        d.in_codes, d.out_codes = int(codes_in[0]), int(codes_out)
+        if pool.kind == "Maxpool2D":
+            (d.kh, d.kw), (d.sh, d.sw), (d.dh, d.dw), (d.pt, d.pl, _, _), (d.oh, d.ow) = pool_geometry(
+                x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
+            m = None
+        else:
+            d.oh = d.ow = 1
+            m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
+            d.mult = m.ctypes.data
+        shape = (n, d.oh, d.ow, c)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        out = native.empty(shape) if out is None else _target(out, n * d.oh * d.ow * c)
+        src = _source(x, codes_in[0])
+        return _call(fn, (ctypes.byref(d), src.ctypes.data, out.ctypes.data), (d, m, src, out)), out.reshape(shape)
+    return _mark(stage, pool, [pool.in_q])
+
+
+def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
+    """``out[...] = int8.fake_quant(a, *q)`` (a region input quantized on the host), natively when built."""
+    if lib() is None or out.dtype != F32 or not out.flags.c_contiguous or a.shape != out.shape:
+        out[...] = fake_quant(a, *q)
+        return
+    a = np.ascontiguousarray(a, F32)
+    prm = np.array(_qparams(q)[:6], F32)
+    _lib.i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())

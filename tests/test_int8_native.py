@@ -1,0 +1,322 @@
+"""The native int8 kernels (sim/_native_int8.c, AVX512-VNNI) against the numpy path of sim/int8.py
+(bit for bit) and against onnxruntime's QLinearConv / QGemm-style execution (docs/simulator.md
+"int8 kernels")."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_mrvl.sim import int8, int8_native
+
+pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
+
+SCALE_X, SCALE_Y = 0.05, 0.3
+
+
+def _zp(rng, dt):
+    return int(rng.integers(0, 256)) if dt == "uint8" else int(rng.integers(-40, 40))
+
+
+def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in, dt_out, per_channel, act="none", bias_range=5000):
+    kernel = rng.integers(-128, 128, (o, k, k, c // groups)).astype(np.int8)
+    bias = rng.integers(-bias_range, bias_range, o).astype(np.int32)
+    ws = (rng.random(o) * 0.01 + 0.001).astype(np.float32) if per_channel else np.full(o, 0.004, np.float32)
+    zx, zy = _zp(rng, dt_in), _zp(rng, dt_out)
+    params = dict(in_scale=SCALE_X, in_zero_point=zx, in_dtype=dt_in, out_scale=SCALE_Y, out_zero_point=zy,
+                  out_dtype=dt_out)
+    ap = {"min": -1.0, "max": 6.0} if act == "clamp" else None
+    layer = int8.Int8Conv2D(kernel, bias, ws, params, [stride, stride], pad, [dil, dil], groups, act, ap)
+    layer.test_weight_scales = ws           # for the onnxruntime reference (the layer keeps only m[o])
+    return layer
+
+
+def _input(rng, shape, layer, codes_only=False):
+    lo, hi = int8.QRANGE[layer.in_q[2]]
+    x = ((rng.integers(lo, hi + 1, shape) - layer.in_q[1]) * np.float32(SCALE_X)).astype(np.float32)
+    if not codes_only:                      # some values off the code grid, near ties, NaN and inf
+        flat = x.reshape(-1)
+        idx = rng.choice(flat.size, size=max(1, flat.size // 20), replace=False)
+        flat[idx] = (rng.standard_normal(idx.size) * 8).astype(np.float32)
+        flat[idx[: len(idx) // 3]] = ((rng.integers(-50, 50, len(idx) // 3) + 0.5) * SCALE_X).astype(np.float32)
+        flat[idx[0]] = np.nan
+        if idx.size > 2:
+            flat[idx[1]], flat[idx[2]] = np.inf, -np.inf
+    return x
+
+
+GEOMETRIES = [(k, s, d) for k in (1, 3, 5, 7) for s in (1, 2) for d in (1, 2)]
+
+
+@pytest.mark.parametrize("k,stride,dil", GEOMETRIES)
+@pytest.mark.parametrize("groups,c,o", [(1, 3, 24), (1, 20, 70), (4, 16, 12), (24, 24, 24), (1, 64, 130)])
+def test_conv_native_equals_numpy(k, stride, dil, groups, c, o):
+    rng = np.random.default_rng(k * 100 + stride * 10 + dil + c)
+    for dt_in, dt_out, per_channel, act in (("int8", "int8", True, "none"), ("uint8", "uint8", False, "relu"),
+                                            ("uint8", "int8", True, "clamp")):
+        pad = [k // 2, max(0, k // 2 - 1), k // 2, k // 2 + 1] if k > 1 else [0, 0, 0, 0]
+        layer = _layer(rng, c, o, k, stride, pad, dil, groups, dt_in, dt_out, per_channel, act)
+        x = _input(rng, (2, 13, 11, c), layer)
+        fn = int8_native.prepare(layer)
+        assert fn is not None
+        ref, _ = layer.apply(x)
+        got, ok = fn(x)
+        assert ok and got.dtype == np.float32 and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_large_layers_every_thread_split(monkeypatch, threads):
+    """Layers big enough to split (rows, channel blocks, depthwise rows): the same bits for any split."""
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    rng = np.random.default_rng(5)
+    for (h, c, o, k, s, g) in ((56, 64, 64, 3, 1, 1), (7, 512, 2048, 1, 1, 1), (28, 144, 144, 3, 2, 144),
+                               (30, 3, 64, 7, 2, 1), (14, 96, 200, 1, 1, 1)):
+        layer = _layer(rng, c, o, k, s, [k // 2] * 4, 1, g, "int8", "uint8", True, "relu")
+        x = _input(rng, (1, h, h, c), layer, codes_only=True)
+        np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], layer.apply(x)[0])
+
+
+def test_fc_native_equals_numpy():
+    rng = np.random.default_rng(7)
+    for n, k, o, dt in ((1, 2048, 1000, "int8"), (8, 100, 37, "uint8"), (3, 5, 1, "int8")):
+        w = rng.integers(-128, 128, (o, k)).astype(np.int8)
+        params = dict(in_scale=SCALE_X, in_zero_point=_zp(rng, dt), in_dtype=dt, out_scale=SCALE_Y,
+                      out_zero_point=_zp(rng, dt), out_dtype=dt)
+        layer = int8.Int8FC(w, rng.integers(-9000, 9000, o).astype(np.int32), (rng.random(o) * 0.01).astype(np.float32)
+                            + 1e-4, params, "none", None)
+        x = _input(rng, (n, k), layer)
+        fn = int8_native.prepare(layer)
+        np.testing.assert_array_equal(fn(x)[0], layer.apply(x)[0])
+        with pytest.raises(ValueError):
+            fn(x[:, :-1])
+
+
+def test_accumulator_extremes():
+    """Full-range codes against +-128 weights at the largest K the layer accepts for a 3x3 conv:
+    int32 sums near the limit stay exact (the +128 offset and the corrections wrap mod 2^32)."""
+    rng = np.random.default_rng(3)
+    c = 4096
+    kernel = np.full((2, 3, 3, c), -128, np.int8)
+    kernel[1] = 127
+    params = dict(in_scale=1.0, in_zero_point=-128, in_dtype="int8", out_scale=1e5, out_zero_point=0, out_dtype="int8")
+    layer = int8.Int8Conv2D(kernel, np.array([2 ** 20, -(2 ** 20)], np.int32), np.full(2, 1.0, np.float32), params,
+                            [1, 1], [1, 1, 1, 1], [1, 1], 1)
+    x = np.full((1, 3, 3, c), 255.0, np.float32)          # q = 127, q - z = 255
+    x[0, 1, 1, : c // 2] = rng.integers(0, 256, c // 2)
+    np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], layer.apply(x)[0])
+
+
+def test_add_native_equals_numpy():
+    rng = np.random.default_rng(1)
+    for trial in range(40):
+        dts = [str(rng.choice(["int8", "uint8"])) for _ in range(3)]
+        qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for dt in dts]
+        params = {}
+        for pre, q in zip(("in", "in2", "out"), qs):
+            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        act = ("none", "relu", "clamp")[trial % 3]
+        layer = int8.Int8Add(params, act, {"min": 0.0, "max": 6.0} if act == "clamp" else None)
+        n = int(rng.integers(1, 3000))
+        xa = ((rng.integers(-128, 256, (1, 1, n, 1)) - qs[0][1]) * np.float32(qs[0][0])).astype(np.float32)
+        xb = (rng.standard_normal((1, 1, n, 1)) * 5).astype(np.float32)
+        xb.reshape(-1)[:3] = [np.nan, np.inf, -np.inf][: min(3, n)]
+        fn = int8_native.prepare_add(layer)
+        np.testing.assert_array_equal(fn(xa, xb)[0], layer.apply(xa, xb)[0])
+        with pytest.raises(ValueError):
+            fn(xa, xb[:, :, :0])
+
+
+def _qlinearconv(xq, wq, bq, sx, zx, sw, sy, zy, dt, stride, pads, dil, groups):
+    """onnxruntime's QLinearConv on NCHW codes."""
+    et = TensorProto.INT8 if dt == "int8" else TensorProto.UINT8
+    npdt = np.int8 if dt == "int8" else np.uint8
+    inits = [numpy_helper.from_array(np.array(sx, np.float32), "sx"), numpy_helper.from_array(np.array(zx, npdt), "zx"),
+             numpy_helper.from_array(wq, "w"), numpy_helper.from_array(sw, "sw"),
+             numpy_helper.from_array(np.zeros(sw.shape, np.int8), "zw"),
+             numpy_helper.from_array(np.array(sy, np.float32), "sy"), numpy_helper.from_array(np.array(zy, npdt), "zy"),
+             numpy_helper.from_array(bq, "b")]
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"],
+                            strides=[stride] * 2, pads=pads, dilations=[dil] * 2, group=groups,
+                            kernel_shape=list(wq.shape[2:]))
+    g = helper.make_graph([node], "qconv", [helper.make_tensor_value_info("x", et, list(xq.shape))],
+                          [helper.make_tensor_value_info("y", et, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": xq})[0]
+
+
+@pytest.mark.parametrize("k,stride,dil,groups,dt,per_channel", [
+    (1, 1, 1, 1, "uint8", True), (3, 1, 1, 1, "int8", True), (3, 2, 1, 1, "uint8", False), (5, 1, 2, 1, "int8", False),
+    (7, 2, 1, 1, "uint8", True), (3, 1, 1, 32, "uint8", True), (3, 2, 1, 32, "int8", True), (5, 1, 1, 32, "int8", False),
+    (3, 1, 1, 4, "int8", True)])
+def test_conv_native_equals_onnxruntime_qlinearconv(k, stride, dil, groups, dt, per_channel):
+    rng = np.random.default_rng(k + 10 * stride + 100 * groups)
+    c, o = 32, 32 if groups > 1 else 48
+    layer = _layer(rng, c, o, k, stride, [k // 2] * 4, dil, groups, dt, dt, per_channel, bias_range=20000)
+    x = _input(rng, (1, 15, 17, c), layer, codes_only=True)
+    got, _ = int8_native.prepare(layer)(x)
+    lo, hi = int8.QRANGE[dt]
+    zx, zy = layer.in_q[1], layer.out_q[1]
+    xq = np.clip(np.rint(x / np.float32(SCALE_X)) + zx, lo, hi).astype(np.int8 if dt == "int8" else np.uint8)
+    wq = np.rint(layer.kernel.T).astype(np.int8).reshape(o, k, k, c // groups).transpose(0, 3, 1, 2).copy()
+    ref = _qlinearconv(xq.transpose(0, 3, 1, 2).copy(), wq, layer.bias.astype(np.int32), SCALE_X, zx,
+                       layer.test_weight_scales, SCALE_Y, zy, dt, stride, [k // 2] * 4, dil, groups)
+    ours = (np.rint(got / np.float32(SCALE_Y)) + zy).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(ours, ref.astype(np.float64))
+
+
+def _small_int8_model(tmp_path, act):
+    """conv-relu -> depthwise -> conv -> residual add -> maxpool -> conv -> GAP -> Gemm, QDQ-quantized."""
+    from onnxruntime import quantization as q
+    from onnx_mrvl.testing.models import GraphBuilder
+    g = GraphBuilder(3, 13)
+    x = g.relu(g.conv("input", 3, 16, 3, "stem", stride=2), "stem_relu")
+    w = g.const("dw.weight", g.he((16, 1, 3, 3), 9))
+    y = g.relu(g.node("Conv", [x, w, g.const("dw.bias", np.full(16, 0.1, np.float32))], "dw", kernel_shape=[3, 3],
+                      pads=[1, 1, 1, 1], group=16), "dw_relu")
+    y = g.conv(y, 16, 16, 1, "pw")
+    x = g.relu(g.node("Add", [x, y], "add"), "add_relu")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = g.relu(g.conv(x, 16, 32, 3, "c2"), "c2_relu")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    g.gemm(x, 32, 10, "fc")
+    g.nodes[-1].output[0] = "output"
+    model = g.model("small_int8", [("input", TensorProto.FLOAT, [1, 3, 40, 40])], [("output", TensorProto.FLOAT, [1, 10])])
+    import onnx
+    src, dst = str(tmp_path / f"f-{act}.onnx"), str(tmp_path / f"q-{act}.onnx")
+    onnx.save(model, src)
+    rng = np.random.default_rng(0)
+    data = iter([{"input": rng.standard_normal((1, 3, 40, 40)).astype(np.float32)} for _ in range(4)])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      weight_type=q.QuantType.QInt8,
+                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
+    return dst
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act):
+    """The static plan keeps int8 tensors between native int8 kernels as codes; its results are
+    the bits of the per-layer float path and of the numpy kernels."""
+    import onnx_mrvl
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.sim import Simulator
+    result = onnx_mrvl.convert(_small_int8_model(tmp_path, act))
+    binary = load(result.subgraphs[0].binary)
+    sim = Simulator(binary)
+    assert sim._static is not None and len(sim._static.coded) >= 4
+    x = np.random.default_rng(9).standard_normal((1, 3, 40, 40)).astype(np.float32) * 1.5
+    got = sim.run([x])[0]
+    monkeypatch.setenv("ONNX_MRVL_SIM_STATIC", "0")
+    per_layer = Simulator(binary).run([x])[0]
+    monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
+    monkeypatch.setattr(int8_native, "prepare_add", lambda layer: None)
+    monkeypatch.setattr(int8_native, "prepare_pool", lambda pool: None)
+    numpy_path = Simulator(binary).run([x])[0]
+    np.testing.assert_array_equal(got, per_layer)
+    np.testing.assert_array_equal(got, numpy_path)
+
+
+def _random_q(rng, dt):
+    return float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt
+
+
+def test_pools_native_equal_numpy():
+    """int8 MaxPool2D (ceil mode, dilation, asymmetric pads, requantized or not) and GlobalAvgpool2D."""
+    rng = np.random.default_rng(2)
+    for trial in range(60):
+        a = _random_q(rng, str(rng.choice(["int8", "uint8"])))
+        c = a if trial % 3 == 0 else _random_q(rng, str(rng.choice(["int8", "uint8"])))
+        params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=c[0], out_zero_point=c[1],
+                      out_dtype=c[2])
+        k, s = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        p = int(rng.integers(0, k))
+        geo = dict(kernel_size=[k, k + 1], strides=[s, s], padding=[p, p, min(p + 1, k - 1) if k > 1 else 0, p],
+                   ceil_mode=trial % 2, dilation=[1, 1 + trial % 2])
+        pool = int8.Int8Pool("Maxpool2D" if trial % 4 else "GlobalAvgpool2D", params, geo)
+        x = ((rng.integers(-128, 256, (2, 9, 11, int(rng.integers(1, 40)))) - a[1]) * np.float32(a[0])).astype(np.float32)
+        x.reshape(-1)[::7] = rng.standard_normal(x.reshape(-1)[::7].size) * 3
+        ref, _ = pool.apply(x)
+        got, _ = int8_native.prepare_pool(pool)(x)
+        assert got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_region_input_fake_quant():
+    rng = np.random.default_rng(4)
+    for t in range(20):
+        q = _random_q(rng, ("int8", "uint8")[t % 2])
+        a = (rng.standard_normal((1, 3, int(rng.integers(1, 70)), 17)) * 3).astype(np.float32)
+        a.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        a.reshape(-1)[3:40] = ((rng.integers(-60, 60, 37) + 0.5) * np.float32(q[0])).astype(np.float32)   # ties
+        out = np.empty_like(a)
+        int8_native.fake_quant_into(a, out, q)
+        np.testing.assert_array_equal(out, int8.fake_quant(a, *q))
+
+
+def _codes(y: np.ndarray, q) -> np.ndarray:
+    """The bytes q + off of a dequantized int8 tensor, in a float32-sized buffer (as the arena holds them)."""
+    buf = np.zeros(y.shape, np.float32)
+    codes = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
+    buf.reshape(-1).view(np.uint8)[:y.size] = codes.reshape(-1).astype(np.uint8)
+    return buf
+
+
+def _decode(buf: np.ndarray, q) -> np.ndarray:
+    u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
+    return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
+
+
+@pytest.mark.parametrize("slot", [0, 1])
+@pytest.mark.parametrize("codes", [False, True])
+def test_residual_sum_fused_into_conv(slot, codes):
+    """conv + Sum2D in one call (the static plan's int8 residual fusion): the bits of the two layers."""
+    rng = np.random.default_rng(10 + slot + 2 * codes)
+    for k, stride, c, o, dt in ((1, 1, 32, 48, "uint8"), (3, 2, 16, 70, "int8"), (1, 1, 64, 256, "int8")):
+        layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt, dt, True, "relu")
+        other_q, out_q = _random_q(rng, dt), _random_q(rng, dt)
+        qs = [layer.out_q, other_q] if slot == 0 else [other_q, layer.out_q]
+        params = {}
+        for pre, q in zip(("in", "in2", "out"), qs + [out_q]):
+            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        add = int8.Int8Add(params, "relu", None)
+        x = _input(rng, (2, 12, 10, c), layer, codes_only=True)
+        y_conv, _ = layer.apply(x)
+        lo, hi = int8.QRANGE[dt]
+        other = ((rng.integers(lo, hi + 1, y_conv.shape) - other_q[1]) * np.float32(other_q[0])).astype(np.float32)
+        ref, _ = add.apply(y_conv, other) if slot == 0 else add.apply(other, y_conv)
+        add_fn, conv_fn = int8_native.prepare_add(add), int8_native.prepare(layer)
+        prm = add_fn.add_prm.copy()
+        prm[7 + 8 * (1 - slot)], prm[23] = float(codes), float(codes)
+        out = np.zeros(ref.shape, np.float32)
+        call = conv_fn.bind_fused(x, out=out, codes_in=(False,), add_prm=prm, slot=slot,
+                                  other=_codes(other, other_q) if codes else other)
+        assert call() == 1
+        np.testing.assert_array_equal(_decode(out, out_q) if codes else out, ref)
+
+
+def test_switched_off_falls_back_to_numpy():
+    """ONNX_MRVL_SIM_INT8_NATIVE=0 (or ONNX_MRVL_SIM_NATIVE=0): no native int8 kernel, a reason, the
+    numpy apply."""
+    import subprocess
+    import sys
+    code = ("import numpy as np\n"
+            "from onnx_mrvl.sim import int8, int8_native\n"
+            "k = np.ones((4, 1, 1, 4), np.int8)\n"
+            "p = dict(in_scale=0.1, in_zero_point=0, in_dtype='uint8', out_scale=0.2, out_zero_point=0, out_dtype='uint8')\n"
+            "layer = int8.Int8Conv2D(k, None, np.full(4, 0.01, np.float32), p, [1, 1], [0, 0, 0, 0], [1, 1], 1)\n"
+            "assert int8_native.prepare(layer) is None and int8_native.why_disabled()\n"
+            "print(int8_native.why_disabled())\n")
+    for var in ("ONNX_MRVL_SIM_INT8_NATIVE", "ONNX_MRVL_SIM_NATIVE"):
+        env = dict(os.environ, **{var: "0"})
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "disabled" in out.stdout
