@@ -170,8 +170,8 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC
             layout = a.str("out_layout", "NHWC")
             layout = layout if layout in ("NCHW", "NHWC") else "NHWC"
-        elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax"):
-            # a slice, layer norm or softmax keeps the storage of its input (its axis is given in it)
+        elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax", "Requantize"):
+            # a slice, layer norm, softmax or requantize keeps the storage of its input (its axis is given in it)
             layout = tensors[ins[0]]["layout"]
         elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze", "BatchMatMul", *RECURRENT):
             layout = "NHWC"

@@ -23,7 +23,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
-    "LayerNorm": "LayerNorm", "Softmax": "Softmax",
+    "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Requantize": "Requantize",
     **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
@@ -430,6 +430,10 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name in ("LayerNorm", "Softmax"):
         build = layers_transformer.layernorm if layer_name == "LayerNorm" else layers_transformer.softmax
         out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)
+    elif layer_name == "Requantize":   # element-wise; its int8 fields below (int8_layer.int8_other)
+        if not is_int8(a):
+            a.fail("a Requantize layer needs precision int8 with its scale, zero point and type")
+        out = list(in_shapes[0])
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
         params["shape"] = out

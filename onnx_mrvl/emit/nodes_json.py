@@ -306,6 +306,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         for key in ("a_perm", "b_perm", "out_perm"):   # operands / output in a permuted storage
             if a.get(key):
                 attrs[key] = _s(list(a[key]))
+    elif node.op_type == "Requantize":   # a Q -> DQ pair: int8 fields only (below)
+        data_layout = out_layout = _stored_layout(node, out_shape)
     elif node.op_type in ("LayerNorm", "Softmax"):
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
@@ -339,7 +341,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             "attrs": attrs}
 
 
-INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D")
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D",
+            "Requantize")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:

@@ -18,7 +18,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
+from . import batch_matmul, masks, qdq, qdq_transformer, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -40,6 +40,8 @@ ANCHORS["Mul"] = Pattern("mrvl.mul", ("Mul",), masks.build_mul, ("activation",))
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
 ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
                 "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})
+# a Q -> DQ pair on an activation no int8 layer absorbed: a Requantize layer (qdq_transformer.py)
+ANCHORS["QuantizeLinear"] = Pattern("mrvl.requantize", ("QuantizeLinear",), qdq_transformer.build_requantize)
 
 
 class _Index(GraphIndex):

@@ -31,7 +31,7 @@ from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
 from ..provenance import set_origin
 from .patterns import Group
 from .shell import model_shell
-from . import batch_matmul, fc_rows, recurrent, rotate, slices, slices_nd, take, transformer
+from . import batch_matmul, fc_rows, qdq_transformer, recurrent, rotate, slices, slices_nd, take, transformer
 from .images import non_image_tensors
 from .perms import reshape_blocks, rotations, stored_after_reshape, stored_before_reshape
 
@@ -332,6 +332,7 @@ class Materializer:
                    "SliceND": lambda grp: slices_nd.materialize(self, grp),
                    "LayerNorm": lambda grp: transformer.materialize(self, grp),
                    "Softmax": lambda grp: transformer.materialize(self, grp),
+                   "Requantize": lambda grp: qdq_transformer.materialize(self, grp),
                    "Take": lambda grp: take.materialize(self, grp),
                    "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
                    **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]

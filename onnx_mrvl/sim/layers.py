@@ -18,6 +18,7 @@ from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
+from .int8_transformer import build_requantize
 from .pooling import avgpool, global_avgpool_layer, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 from .resize_linear import LINEAR_MODES, resize_bilinear
@@ -274,6 +275,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "BatchMatMul": _batch_matmul,
     "LayerNorm": build_layernorm,
     "Softmax": build_softmax,
+    "Requantize": build_requantize,
     **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}
