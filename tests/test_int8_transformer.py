@@ -1,0 +1,136 @@
+"""QDQ transformers and recurrent models (onnxruntime's quant_pre_process + quantize_static, QDQ,
+per-channel int8 weights): a Q -> DQ pair no int8 layer absorbs is a Requantize layer in the region
+(docs/fusion.md "int8 in transformers and recurrent models"), compared against onnxruntime's own
+execution of the same QDQ model (docs/simulator.md "int8 layers")."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_mrvl
+from onnx_mrvl.artifact import load
+
+pytest.importorskip("onnxruntime.quantization")
+from onnx_mrvl.testing import qdq_transformers as qt  # noqa: E402
+
+
+def _json_layers(folder: str):
+    out = []
+    for f in sorted(os.listdir(folder)):
+        if f.endswith("-nodes.json"):
+            out += [n for n in json.load(open(os.path.join(folder, f)))["nodes"] if n["op"] == "tvm_op"]
+    return out
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+@pytest.mark.parametrize("name", ["mha_legacy", "mha_bmm3d", "lstm_head", "gru_head"])
+def test_qdq_attention_and_recurrent_are_one_region(tmp_path, name, act):
+    """Every Q/DQ pair, the Softmax, the Div / Mul scales, the head Transposes and Reshapes, the
+    int8 projections and the MatMuls of two activations: one region, no CPU node; the output
+    within one output quantization step of onnxruntime's QDQ execution."""
+    m = qt.convert_and_measure(name, str(tmp_path), act)
+    assert m["regions"] == 1 and m["cpu"] == {}, m["cpu"]
+    (agree,) = m["agreement"].values()
+    print(name, act, agree)
+    assert agree["steps"] <= 1.0 + 1e-3
+    assert agree["identical"] >= 0.9
+    layers = _json_layers(str(tmp_path / f"{name}.out"))
+    requant = [n for n in layers if n["attrs"]["layer_name"] == ["Requantize"]]
+    q = onnx.load(m["qpath"])
+    if name.startswith("mha"):
+        assert requant   # the pairs after Softmax, the Div, the MatMuls of two activations, ...
+    assert all(n["attrs"]["precision"] == ["int8"] and n["attrs"]["in_dtype"] == [
+        "int8" if act == "s8" else "uint8"] for n in requant)
+    binary = load(m["result"].subgraphs[0].binary)
+    for lay in binary.meta["layers"]:
+        if lay["layer_name"] == "Requantize":   # its codes are stored: an int8 tensor
+            assert binary.meta["tensors"][lay["outputs"][0]]["dtype"] in ("int8", "uint8")
+    n_fc = sum(n.op_type in ("Gemm", "MatMul") and any(i.endswith("_DequantizeLinear_Output") and "weight" in i
+                                                       or "_w_" in i for i in n.input) for n in q.graph.node)
+    assert len([n for n in layers if n["attrs"]["layer_name"] == ["FC"]
+                and n["attrs"].get("precision") == ["int8"]]) >= min(n_fc, 1)
+
+
+@pytest.mark.parametrize("dtype, zp", [(np.int8, -3), (np.uint8, 131)])
+def test_requantize_matches_quantize_dequantize_bit_exact(dtype, zp):
+    """sim's Requantize against onnxruntime's QuantizeLinear -> DequantizeLinear on values around
+    the rounding ties (x / s = k + 0.5), beyond the range, and NaN-free random data."""
+    from onnx_mrvl.sim.int8_transformer import build_requantize
+
+    class Spec:
+        def __init__(self, params):
+            self.params = params
+
+        def error(self, msg):
+            return ValueError(msg)
+
+    s = np.float32(0.0371)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([(np.arange(-300, 300) + 0.5) * s, rng.standard_normal(600) * 3,
+                        np.array([1e6, -1e6, 0.0], np.float32)]).astype(np.float32).reshape(1, -1)
+    inits = [onnx.numpy_helper.from_array(np.array(s), "s"), onnx.numpy_helper.from_array(np.array(zp, dtype), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    dt = "int8" if dtype == np.int8 else "uint8"
+    params = dict(precision="int8", in_scale=float(s), in_zero_point=zp, in_dtype=dt, out_scale=float(s),
+                  out_zero_point=zp, out_dtype=dt)
+    y, ok = build_requantize(Spec(params), 1)(x)
+    assert ok and np.array_equal(y, want)
+    with pytest.raises(ValueError, match="differ"):
+        build_requantize(Spec(dict(params, in_scale=0.5)), 1)
+
+
+def test_requantize_fuses_with_reference_body(tmp_path):
+    """fuse: each unabsorbed pair is a Mrvl Requantize whose reference body (the pair) reproduces
+    the QDQ model in plain onnxruntime; a user exclusion keeps a pair on the CPU."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath = qt.quantize(qt.MODELS["mha_legacy"](), str(tmp_path / "q.onnx"), "u8")
+    legal = legalize(onnx.load(qpath))
+    legal = getattr(legal, "model", legal)
+    res = fuse(legal)
+    rq = [n for n in res.model.graph.node if n.domain == "mrvl" and n.op_type == "Requantize"]
+    assert rq and not [n for n in res.model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    x = qt.feeds(legal, 0)
+    a = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    b = ort.InferenceSession(res.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    step = qt.output_steps(onnx.load(qpath))["output"]
+    assert np.abs(a - b).max() <= step * (1 + 1e-3)
+    softmax_q = next(n for n in legal.graph.node if n.op_type == "QuantizeLinear" and "softmax" in n.input[0])
+    kept = fuse(legal, exclude=[softmax_q.name])
+    d = kept.decisions.get(softmax_q.name) if hasattr(kept.decisions, "get") else None
+    assert softmax_q.name in [n.name for n in kept.model.graph.node]
+    assert d is None or d.placement == "cpu"
+
+
+def test_requantize_refuses_per_channel_and_exported_codes():
+    """A per-channel activation pair and a Q whose codes are a model output stay on the CPU, with reasons."""
+    from onnx_mrvl.fuse import fuse
+    s = onnx.numpy_helper.from_array(np.array([0.1, 0.2, 0.3, 0.4], np.float32), "s")
+    z = onnx.numpy_helper.from_array(np.zeros(4, np.int8), "z")
+    s1 = onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s1")
+    nodes = [helper.make_node("Softmax", ["x"], ["sm"], name="sm", axis=-1),
+             helper.make_node("QuantizeLinear", ["sm", "s", "z"], ["q"], name="q_pc", axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq_pc", axis=1),
+             helper.make_node("QuantizeLinear", ["y", "s1"], ["codes"], name="q_out")]
+    m = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("codes", TensorProto.UINT8, [1, 4, 8])], [s, z, s1]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    m = onnx.shape_inference.infer_shapes(m)
+    res = fuse(m)
+    reasons = {d.node: d.reason for d in res.decisions.by_placement("cpu")}
+    assert "per channel" in reasons["q_pc"]
+    assert "model output" in reasons["q_out"]
