@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import onnx_mrvl
 from onnx_mrvl.artifact import load
-from tools.models import GraphBuilder, tiny_cnn
+from onnx_mrvl.testing.models import GraphBuilder, tiny_cnn
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 F32 = TensorProto.FLOAT
@@ -334,7 +334,7 @@ def test_int8_resnet18_like_preprocessed(tmp_path):
     """tools/models.resnet18_like (64x64) after onnxruntime's quant_pre_process (BatchNorm folded)
     and quantize_static: one region, every conv / pool / add / Gemm int8, within one step."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
-    from tools.models import resnet18_like
+    from onnx_mrvl.testing.models import resnet18_like
     src, pre = str(tmp_path / "f.onnx"), str(tmp_path / "pre.onnx")
     onnx.save(resnet18_like(seed=0, input_size=64), src)
     quant_pre_process(src, pre, skip_symbolic_shape=True)

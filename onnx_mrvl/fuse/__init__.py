@@ -94,6 +94,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
         if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS or _excluded(n, exclude):
             continue
         built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if built is None and n.op_type == "MatMul":   # two activations: an int8 BatchMatMul (qdq_transformer.py)
+            built = qdq_transformer.build_int8_batch_matmul(g, n, target, claimed)
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

@@ -6,7 +6,9 @@ onnxruntime's quantizer writes such a pair after every op it knows (Softmax, Mul
 Reshape, LayerNormalization, the MatMul of two activations, ...); the float ops between the pairs
 run as fp16 layers on the dequantized values, and the pair is the fake quantization onnxruntime
 executes there. Rule: ``Q(x) -> DQ`` with scalar constant scale / zero point of one int8/uint8 type,
-the Q read only by DQs of the same parameters, x a float activation of a static 2-D..5-D shape.
+the Q read only by one DQ of the same parameters, x a float activation of a static 2-D..5-D shape,
+neither x a model input nor the DQ's output a model output (those pairs are the host's quantize and
+dequantize around the region: they stay in onnxruntime, with the same numbers).
 """
 from __future__ import annotations
 
@@ -57,6 +59,9 @@ def build_requantize(g: GraphIndex, q: onnx.NodeProto, target: Target) -> Union[
     dq = readers[0]
     if pair_qparams(g, dq) != qp:
         return f"DequantizeLinear '{dq.name}' dequantizes with other parameters than QuantizeLinear '{q.name}'"
+    if x in g.inputs or dq.output[0] in g.output_set:
+        return (f"QuantizeLinear '{q.name}' -> DequantizeLinear '{dq.name}' at the model's input or output "
+                f"(the host's quantize / dequantize around the region, in onnxruntime)")
     reason = tensor_reason(g, x, dq.output[0], target, "a QuantizeLinear -> DequantizeLinear pair")
     if reason:
         return reason
@@ -75,3 +80,39 @@ def materialize(m, grp: Group) -> None:
     out = m.loc[grp.output][0]
     if name in m.label:
         m.label[out] = m.label[name]
+
+
+def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
+    """``DQ(a) x DQ(b) -> Q -> DQ`` with two activations (attention's Q*K^T and P*V): an int8
+    BatchMatMul (onnxruntime runs this group as QLinearMatMul: int32 sums of the codes, one
+    requantization) that absorbs the pair after it; None when an operand is no DQ of an activation
+    (the float patterns take the MatMul), or the reason it cannot be int8."""
+    from .batch_matmul import build_batch_matmul
+    dqs = [g.producer.get(t) for t in n.input[:2]]
+    if len(n.input) != 2 or any(d is None or d.op_type != "DequantizeLinear" or g.is_const(d.input[0]) for d in dqs):
+        return None
+    qa, qb = (pair_qparams(g, d) for d in dqs)
+    for qp in (qa, qb):
+        if isinstance(qp, str):
+            return qp
+    grp = build_batch_matmul(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    if len(grp.nodes) != 1 or grp.attrs.get("alpha", 1.0) != 1.0:
+        return "an int8 MatMul of two activations followed by a scale before its QuantizeLinear"
+    users = g.consumers.get(n.output[0], [])
+    q = users[0] if len(users) == 1 and n.output[0] not in g.output_set else None
+    if q is None or q.op_type != "QuantizeLinear":
+        return f"output of '{n.name}' is not read by one QuantizeLinear alone"
+    pair = build_requantize(g, q, target)
+    if isinstance(pair, str):
+        return pair
+    if {x.name for x in pair.nodes} & (set(claimed) | set(g.excluded)):
+        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    k = g.shape(n.input[0])[-1]
+    if k * 255 * 255 >= 2 ** 31:
+        return f"K={k} products of two int8 operands could overflow the int32 accumulator"
+    (sa, za, ta), (sb, zb, tb) = qa, qb
+    attrs = dict(pair.attrs, in_scale=sa, in_zero_point=za, in_type=ta, in2_scale=sb, in2_zero_point=zb,
+                 in2_type=tb, alpha=1.0)
+    return Group("BatchMatMul", grp.composite, [n] + pair.nodes, list(grp.inputs), pair.output, attrs)

@@ -1,13 +1,30 @@
-"""The int8 ``Requantize`` layer (docs/simulator.md "int8 layers"): a QuantizeLinear ->
-DequantizeLinear pair of a QDQ model inside a region. ``q = sat(rne(x / s) + z)`` with x / s in
+"""int8 layers of QDQ transformers (docs/simulator.md "int8 layers").
+
+``Requantize``: a QuantizeLinear -> DequantizeLinear pair of a QDQ model inside a region. ``q = sat(rne(x / s) + z)`` with x / s in
 float32 (MLAS QuantizeLinear, ``int8.quantize``), the output held as its dequantized value
 ``(q - z) * s`` (an int8 tensor: the codes are stored, so the next int8 layer reads them exactly).
+
+int8 ``BatchMatMul`` (onnxruntime's QLinearMatMul): the codes of both operands (``in_*``, ``in2_*``),
+``acc = sum (q_a - z_a)(q_b - z_b)`` exact, ``q_y = sat(rne(fp32(acc) * fp32(fp32(s_a * s_b) / s_y)) + z_y)``
+(MLAS's requantization), output ``(q_y - z_y) * s_y``.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
-from .int8 import QRANGE, fake_quant
+import numpy as np
+
+from .int8 import ACC_LIMIT, QRANGE, fake_quant, quantize
+from .matmul import BatchMatMul
+
+F32 = np.float32
+
+
+def _q(p: Mapping, side: str):
+    q = (float(p[f"{side}_scale"]), int(p[f"{side}_zero_point"]), str(p[f"{side}_dtype"]))
+    if q[2] not in QRANGE or not q[0] > 0:
+        raise ValueError(f"{side} quantization {q[2]!r} with scale {q[0]} (int8 or uint8, positive scale)")
+    return q
 
 
 def build_requantize(spec, n_inputs: int):
@@ -26,3 +43,39 @@ def build_requantize(spec, n_inputs: int):
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
     return lambda x: (fake_quant(x, s, z, dt), True)
+
+
+class Int8BatchMatMul(BatchMatMul):
+    """The stored-order handling of BatchMatMul (perms, transpose_b) on integer codes."""
+
+    def __init__(self, params: Mapping, transpose_b: bool, alpha: float, perms: Mapping):
+        super().__init__(transpose_b, alpha, **perms)
+        if alpha != 1.0:
+            raise ValueError(f"alpha {alpha} on an int8 BatchMatMul (its scale is the requantization)")
+        self.a, self.b, self.y = _q(params, "in"), _q(params, "in2"), _q(params, "out")
+        self.mult = F32(F32(F32(self.a[0]) * F32(self.b[0])) / F32(self.y[0]))
+
+    def apply(self, a: np.ndarray, b: np.ndarray):
+        shape = self.output_shape(a.shape, b.shape)
+        ca = (quantize(a, *self.a) - self.a[1]).astype(np.float64)
+        cb = (quantize(b, *self.b) - self.b[1]).astype(np.float64)
+        al = np.transpose(ca, [list(self.a_perm).index(i) for i in range(a.ndim)]) if self.a_perm else ca
+        pb = self._b_perm(b.ndim)
+        bl = np.transpose(cb, [list(pb).index(i) for i in range(b.ndim)]) if pb else cb
+        if al.shape[-1] * 255 * 255 >= ACC_LIMIT:
+            raise ValueError(f"K={al.shape[-1]} products could overflow the int32 accumulator")
+        acc = np.matmul(al, bl)                       # exact integers in float64
+        s, z, dt = self.y
+        lo, hi = QRANGE[dt]
+        q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
+        y = ((q - z).astype(F32) * F32(s)).astype(F32)
+        if self.out_perm:
+            y = np.transpose(y, self.out_perm)
+        return np.ascontiguousarray(y).reshape(shape), True
+
+
+def build_int8_batch_matmul(spec, transpose_b: int, alpha: float, perms: Mapping):
+    try:
+        return Int8BatchMatMul(spec.params, bool(transpose_b), alpha, perms).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None

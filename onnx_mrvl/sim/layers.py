@@ -18,7 +18,7 @@ from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
-from .int8_transformer import build_requantize
+from .int8_transformer import build_int8_batch_matmul, build_requantize
 from .pooling import avgpool, global_avgpool_layer, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 from .resize_linear import LINEAR_MODES, resize_bilinear
@@ -253,6 +253,8 @@ def _batch_matmul(spec: LayerSpec, n_inputs: int) -> LayerFn:
                 perms[key] = [int(v) for v in p]
             except (TypeError, ValueError):
                 raise spec.error(f"param {key!r} must be a list of integers, got {p!r}") from None
+    if _is_int8(spec):   # QLinearMatMul's integer semantics (int8_transformer.py)
+        return build_int8_batch_matmul(spec, int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0)), perms)
     return BatchMatMul(int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0)), **perms).apply
 
 
