@@ -244,7 +244,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm") + INT8_SUM_ATTRS,
           int8_body(_batch_matmul_body)),
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log"), softmax_body),
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log") + INT8_POOL_ATTRS, int8_body(softmax_body)),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 OPS.update(_int8_transformer.op_defs(OpDef))   # Requantize: a Q -> DQ pair in a region (opset_int8_transformer.py)

@@ -42,7 +42,7 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
 
 
 WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
-              "BatchMatMul")
+              "BatchMatMul", "Softmax")
 
 
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:

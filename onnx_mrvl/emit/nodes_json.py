@@ -342,7 +342,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
 
 
 INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D",
-            "Requantize", "BatchMatMul")
+            "Requantize", "BatchMatMul", "Softmax")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:

@@ -91,11 +91,14 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
     found, reasons, claimed = {}, {}, set()
     for n in order:
-        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS or _excluded(n, exclude):
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + tuple(qdq_transformer.ANCHORS) or _excluded(n, exclude):
             continue
-        built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
-        if built is None and n.op_type == "MatMul":   # two activations: an int8 BatchMatMul (qdq_transformer.py)
-            built = qdq_transformer.build_int8_batch_matmul(g, n, target, claimed)
+        built = qdq.build(g, n, target, claimed) if n.op_type in qdq.ANCHORS else \
+            qdq.build_pool(g, n, target, claimed) if n.op_type in qdq.POOL_ANCHORS else None
+        if built is None and n.op_type in qdq_transformer.ANCHORS:
+            # MatMul of two activations, Softmax (qdq_transformer.py); a reason: the float pattern takes it
+            built = qdq_transformer.ANCHORS[n.op_type](g, n, target, claimed)
+            built = None if isinstance(built, str) else built
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

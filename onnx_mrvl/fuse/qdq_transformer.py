@@ -116,3 +116,57 @@ def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, cl
     attrs = dict(pair.attrs, in_scale=sa, in_zero_point=za, in_type=ta, in2_scale=sb, in2_zero_point=zb,
                  in2_type=tb, alpha=1.0)
     return Group("BatchMatMul", grp.composite, [n] + pair.nodes, list(grp.inputs), pair.output, attrs)
+
+
+def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
+    """(qparams, the tensor the int8 layer reads, the Q -> DQ nodes in front it absorbs) of input 0
+    of ``n`` when it is a DQ of an activation; None otherwise. The pair in front is absorbed when it
+    feeds ``n`` alone (the layer quantizes the float value itself)."""
+    dq = g.producer.get(n.input[0])
+    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+        return None
+    qp = pair_qparams(g, dq)
+    if isinstance(qp, str):
+        return None
+    q = g.producer.get(dq.input[0])
+    users = g.consumers.get(dq.output[0], [])
+    if q is not None and q.op_type == "QuantizeLinear" and len(g.consumers.get(q.output[0], [])) == 1 \
+            and len(users) == 1 and dq.output[0] not in g.output_set and q.input[0] not in g.inputs \
+            and g.is_float(q.input[0]) and not g.is_const(q.input[0]) and pair_qparams(g, q) == qp \
+            and not {q.name, dq.name} & (set(claimed) | set(g.excluded)):
+        return qp, q.input[0], [q, dq]
+    return qp, n.input[0], []
+
+
+def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
+    """``DQ(x) -> Softmax -> Q -> DQ`` (one type in and out): an int8 Softmax with onnxruntime's
+    QLinearSoftmax semantics (a 256-entry exp table of the input codes, sim/int8_transformer.py),
+    absorbing the pair after it; None when the input is no DQ (the float pattern takes it), or a reason."""
+    from .transformer import build_softmax
+    if n.op_type != "Softmax":
+        return None
+    inp = _quantized_input(g, n, claimed)
+    if inp is None:
+        return None
+    qin, x, in_front = inp
+    grp = build_softmax(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    users = g.consumers.get(n.output[0], [])
+    if len(users) != 1 or users[0].op_type != "QuantizeLinear" or n.output[0] in g.output_set:
+        return f"output of '{n.name}' is not read by one QuantizeLinear alone"
+    pair = build_requantize(g, users[0], target)
+    if isinstance(pair, str):
+        return pair
+    if pair.attrs["out_type"] != qin[2]:
+        return "an int8 Softmax with input and output of different types (onnxruntime runs it in float)"
+    if {x.name for x in pair.nodes} & (set(claimed) | set(g.excluded)):
+        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    s, z, t = qin
+    attrs = dict(grp.attrs, **{k: v for k, v in pair.attrs.items() if k.startswith(("out_", "precision"))},
+                 in_scale=s, in_zero_point=z, in_type=t)
+    return Group("Softmax", grp.composite, [n] + pair.nodes + in_front, [x], pair.output, attrs)
+
+
+# int8 layers tried after qdq.py's (fuse._int8_groups)
+ANCHORS = {"MatMul": build_int8_batch_matmul, "Softmax": build_int8_softmax}

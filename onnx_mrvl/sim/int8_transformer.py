@@ -79,3 +79,44 @@ def build_int8_batch_matmul(spec, transpose_b: int, alpha: float, perms: Mapping
         return Int8BatchMatMul(spec.params, bool(transpose_b), alpha, perms).apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+
+
+class Int8Softmax:
+    """onnxruntime's QLinearSoftmax (com.microsoft, opset-13 form) over ``axis``: a table
+    ``E[k] = fp32(exp((k - 255 + b) * s_x))``, k = 255 + q - max(q) over the row (b = max(0,
+    ln(FLT_MAX / D) - 5) / s_x keeps the fp32 sum finite), ``sum`` of the row's E in fp32 in order,
+    ``q_y = sat(rne(fp32(E * floor(1 / s_y)) / sum) + z_y)``."""
+
+    def __init__(self, params: Mapping, axis: int):
+        self.x, self.y = _q(params, "in"), _q(params, "out")
+        if self.x[2] != self.y[2]:
+            raise ValueError("an int8 Softmax with input and output of different types")
+        self.axis = axis
+        self.y_scale = F32(np.floor(F32(1.0) / F32(self.y[0])))
+        self._tables = {}
+
+    def table(self, d: int) -> np.ndarray:
+        if d not in self._tables:
+            sx = np.float64(F32(self.x[0]))
+            shift = max(0.0, float(np.log(np.float64(F32(np.finfo(F32).max) / F32(d)))) - 5.0) / sx
+            self._tables[d] = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * sx).astype(F32)
+        return self._tables[d]
+
+    def apply(self, x: np.ndarray):
+        if not -x.ndim <= self.axis < x.ndim:
+            raise ValueError(f"axis {self.axis} does not fit an input of shape {list(x.shape)}")
+        c = np.moveaxis(quantize(x, *self.x).astype(np.int64), self.axis, -1)
+        e = self.table(c.shape[-1])[255 + c - c.max(axis=-1, keepdims=True)]
+        total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]       # in order, as the kernel sums
+        s, z, dt = self.y
+        lo, hi = QRANGE[dt]
+        q = np.clip(np.rint((e * self.y_scale).astype(F32) / total) + z, lo, hi)
+        y = ((q - z).astype(F32) * F32(s)).astype(F32)
+        return np.ascontiguousarray(np.moveaxis(y, -1, self.axis)), True
+
+
+def build_int8_softmax(spec, axis: int):
+    try:
+        return Int8Softmax(spec.params, axis).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None

@@ -45,6 +45,11 @@ def build_softmax(spec, n_inputs: int):
     if log not in (0, 1, True, False):
         raise spec.error(f"log must be 0 or 1, got {log!r}")
     op = log_softmax if log else softmax
+    if spec.params.get("precision") == "int8":   # QLinearSoftmax's semantics (int8_transformer.py)
+        if log:
+            raise spec.error("an int8 Softmax with log = 1 (int8 LogSoftmax is not supported)")
+        from .int8_transformer import build_int8_softmax
+        return build_int8_softmax(spec, axis)
 
     def run(x):
         _check_axis(spec, x, axis)
