@@ -143,7 +143,7 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int
         attrs = {"activation_alpha": float(attr(n, "alpha", 0.2)), "activation_beta": float(attr(n, "beta", 0.5))}
     elif n.op_type == "HardSwish":
         kind = "hard_swish"
-    elif n.op_type in ("Gelu", "Mish", "Elu"):
+    elif n.op_type in ("Gelu", "Mish", "Elu", "Erf"):
         from . import smooth_acts
         return smooth_acts.classify_single(n, allowed)
     if kind is None or kind not in allowed or out is None:
