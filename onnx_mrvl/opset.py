@@ -230,7 +230,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
-    OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
+    OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",),
+          _int8_transformer.int8_out_body(_eltwise_body("Mul")), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
     OpDef("Reshape", "reshape", "mrvl.reshape", ("X",), ("shape",), _reshape_body),
@@ -243,7 +244,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm") + INT8_SUM_ATTRS,
           int8_body(_batch_matmul_body)),
-    OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
+    OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
+          ("axis", "epsilon") + _int8_transformer.INT8_OUT_ATTRS, _int8_transformer.int8_out_body(layernorm_body)),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log") + INT8_POOL_ATTRS, int8_body(softmax_body)),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)

@@ -33,3 +33,40 @@ def _body(a, present, opset):
 def op_defs(OpDef) -> dict:
     """The OpDef of ``Requantize`` (``OpDef`` passed in: no import cycle with opset)."""
     return {"Requantize": OpDef("Requantize", "Requantize", "mrvl.requantize", ("X",), ATTRS, _body)}
+
+
+INT8_OUT = "int8_out"   # ``precision`` of a float layer that writes int8 codes (an absorbed Q -> DQ pair)
+INT8_OUT_ATTRS = ("precision", "out_scale", "out_zero_point", "out_type", "in_scale", "in_zero_point", "in_type")
+
+
+def is_int8_out(attrs: dict) -> bool:
+    return attrs.get("precision") == INT8_OUT
+
+
+def int8_out_body(body):
+    """The body of a float layer (LayerNorm, Mul2D) that dispatches on ``precision``: as it is, or
+    ("int8_out") followed by QuantizeLinear -> DequantizeLinear of its output (the absorbed pair),
+    and with ``in_*`` preceded by that of its data input (it reads int8 codes)."""
+    def wrapped(a, present, opset):
+        if not is_int8_out(a):
+            return body(a, present, opset)
+        x = "A" if "A" in present else "X"
+        inner = body(a, present, opset)
+        for n in inner:
+            n.output[:] = ["rq_y" if o == "Y" else o for o in n.output]
+            n.input[:] = ["rq_y" if i == "Y" else "rq_x" if i == x and "in_type" in a else i for i in n.input]
+        pair = _body(a, present, opset)
+        pair[2].input[0] = "rq_y"
+        for node in pair:
+            node.output[:] = ["rq_" + o if o != "Y" else o for o in node.output]
+            node.input[:] = ["rq_" + i if i != "rq_y" else i for i in node.input]
+        if "in_type" in a:
+            inp = _body(dict(a, out_scale=a["in_scale"], out_zero_point=a["in_zero_point"], out_type=a["in_type"]),
+                        present, opset)
+            inp[2].input[0] = x
+            for node in inp:
+                node.output[:] = ["in_" + o if o != "Y" else "rq_x" for o in node.output]
+                node.input[:] = [("in_" + i) if i != x else i for i in node.input]
+            inner = inp + inner
+        return inner + pair
+    return wrapped

@@ -227,7 +227,8 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
             return None
         for r in readers[t]:
             p = r["params"]
-            if p.get("precision") == "int8":   # input 0: in_*, input 1 of a Sum2D: in2_*
+            if p.get("precision") == "int8" or p.get("precision") == "int8_out" and "in_dtype" in p:
+                # input 0: in_*, input 1 of a Sum2D / BatchMatMul: in2_*
                 for k, ref in enumerate(r["inputs"]):
                     side = "in2" if k == 1 and "in2_dtype" in p else "in"
                     if ref == t:
@@ -251,7 +252,7 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
             i["dtype"] = q[0]
     for layer in layers:
         p, out = layer["params"], tensors[layer["outputs"][0]]
-        if p.get("precision") == "int8":
+        if p.get("precision") in ("int8", "int8_out"):   # int8_out: a float layer writing int8 codes
             quant(out, (p["out_dtype"], p["out_scale"], p["out_zero_point"]))
         elif layer["layer_name"] in COPIES and tensors[layer["inputs"][0]].get("dtype", "float16") != "float16":
             src = tensors[layer["inputs"][0]]

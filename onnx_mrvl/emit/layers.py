@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import layers_transformer
-from .int8_layer import int8_other, int8_params, is_int8
+from .int8_layer import int8_other, int8_out, int8_params, is_int8
 from . import recurrent
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
@@ -279,7 +279,8 @@ def eltwise(a, ctx, lname, in_shapes, params, weights):
         if out != shapes[0]:
             a.fail(f"constant operand of shape {list(c.shape)} would grow the input {shapes[0]} to {out}")
         # an int8 Sum2D adds the constant in fp32 (a dequantized bias, docs/simulator.md)
-        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not is_int8(a))
+        int8_out = a.has("precision") and a.str("precision").lower() == "int8_out"   # fp32 math to int8 codes
+        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not (is_int8(a) or int8_out))
     else:
         try:
             out = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))
@@ -452,6 +453,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
     if layer_name not in ("Conv2D", "FC") and is_int8(a):
         int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
+    elif a.has("precision") and a.str("precision").lower() == "int8_out":
+        int8_out(a, layer_name, params)
     if a.has("out_layout_shape"):
         declared = fit_rank(a.ints("out_layout_shape"), len(out))
         if declared[1:] != out[1:]:

@@ -326,6 +326,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s))
     if node.op_type in INT8_OPS and is_int8(a):
         _int8_attrs(a, attrs, add_const)
+    elif a.get("precision") == "int8_out":   # a float layer writing int8 codes (an absorbed Q -> DQ pair)
+        attrs.update(precision=["int8_out"], out_scale=_s(float(a["out_scale"])),
+                     out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]])
+        if "in_type" in a:
+            attrs.update(in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
+                         in_dtype=[a["in_type"]])
     if op.has_activation:
         act = a.get("activation", "none")
         attrs["activation_type"] = [act]

@@ -150,7 +150,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         groups.append(built)
         claimed.update(x.name for x in built.nodes)
         producer_of[built.output] = built
-    return groups
+    return qdq_transformer.merge_output_pairs(g, groups, decisions)   # float layers writing int8 codes
 
 
 def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:

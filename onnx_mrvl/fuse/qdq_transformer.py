@@ -23,6 +23,9 @@ from .groups import Group
 from .patterns import tensor_reason
 
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+HOST_SIDE = ("QuantizeLinear '{q}' -> DequantizeLinear '{dq}' at the model's input or output (the host's "
+             "quantize / dequantize around the region, in onnxruntime)")
+HOST_OUTPUT = "host_output"   # a Requantize at a model output, kept only when merge_output_pairs merges it
 
 
 def pair_qparams(g: GraphIndex, n: onnx.NodeProto) -> Union[tuple, str]:
@@ -59,14 +62,16 @@ def build_requantize(g: GraphIndex, q: onnx.NodeProto, target: Target) -> Union[
     dq = readers[0]
     if pair_qparams(g, dq) != qp:
         return f"DequantizeLinear '{dq.name}' dequantizes with other parameters than QuantizeLinear '{q.name}'"
-    if x in g.inputs or dq.output[0] in g.output_set:
-        return (f"QuantizeLinear '{q.name}' -> DequantizeLinear '{dq.name}' at the model's input or output "
-                f"(the host's quantize / dequantize around the region, in onnxruntime)")
+    if x in g.inputs:
+        return HOST_SIDE.format(q=q.name, dq=dq.name)
     reason = tensor_reason(g, x, dq.output[0], target, "a QuantizeLinear -> DequantizeLinear pair")
     if reason:
         return reason
     s, z, qt = qp
     attrs = dict(precision="int8", in_scale=s, in_zero_point=z, in_type=qt, out_scale=s, out_zero_point=z, out_type=qt)
+    # a pair writing a model output stays the host's unless a float layer absorbs it (merge_output_pairs)
+    if dq.output[0] in g.output_set:
+        attrs[HOST_OUTPUT] = True
     return Group("Requantize", "mrvl.requantize", [q, dq], [x], dq.output[0], attrs)
 
 
@@ -113,7 +118,7 @@ def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, cl
     if k * 255 * 255 >= 2 ** 31:
         return f"K={k} products of two int8 operands could overflow the int32 accumulator"
     (sa, za, ta), (sb, zb, tb) = qa, qb
-    attrs = dict(pair.attrs, in_scale=sa, in_zero_point=za, in_type=ta, in2_scale=sb, in2_zero_point=zb,
+    attrs = dict({k: v for k, v in pair.attrs.items() if k != HOST_OUTPUT}, in_scale=sa, in_zero_point=za, in_type=ta, in2_scale=sb, in2_zero_point=zb,
                  in2_type=tb, alpha=1.0)
     return Group("BatchMatMul", grp.composite, [n] + pair.nodes, list(grp.inputs), pair.output, attrs)
 
@@ -170,3 +175,51 @@ def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed
 
 # int8 layers tried after qdq.py's (fuse._int8_groups)
 ANCHORS = {"MatMul": build_int8_batch_matmul, "Softmax": build_int8_softmax}
+
+
+INT8_OUT_OPS = ("LayerNorm", "Mul2D")   # float layers that may write int8 codes (opset_int8_transformer.py)
+
+
+def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
+    """A float LayerNorm / Mul2D whose output only a Q -> DQ pair reads takes the pair (precision
+    "int8_out"): the layer quantizes its fp32 result to the pair's int8 codes instead of rounding
+    it to fp16 first, as onnxruntime quantizes its fp32 result; with one data input that is a DQ
+    output it also carries that quantization (``in_*``: it reads int8 codes). The pair may be a Requantize or
+    the pair in front of an int8 layer (which then reads the layer's codes). A Requantize at a
+    model output that no layer took is dropped: its pair stays the host's (recorded in ``decisions``)."""
+    owner = {x.name: grp for grp in groups for x in grp.nodes}
+    dropped = set()
+    for src in groups:
+        if src.op not in INT8_OUT_OPS or src.attrs.get("precision"):
+            continue
+        readers = g.consumers.get(src.output, [])
+        q = readers[0] if len(readers) == 1 and src.output not in g.output_set else None
+        if q is None or q.op_type != "QuantizeLinear" or q.name not in owner:
+            continue
+        holder = owner[q.name]
+        dq = next((x for x in holder.nodes if x.op_type == "DequantizeLinear" and x.input[0] == q.output[0]), None)
+        qp = pair_qparams(g, q)
+        if dq is None or isinstance(qp, str) or pair_qparams(g, dq) != qp:
+            continue
+        if holder.op == "Requantize":
+            dropped.add(id(holder))
+        else:   # an int8 layer quantized the float value itself: it reads the codes now
+            holder.nodes = [x for x in holder.nodes if x.name not in (q.name, dq.name)]
+            for grp in groups:
+                grp.inputs = [dq.output[0] if t == src.output else t for t in grp.inputs]
+        src.nodes += [q, dq]
+        src.output = dq.output[0]
+        src.attrs.update(precision="int8_out", out_scale=qp[0], out_zero_point=qp[1], out_type=qp[2])
+        owner.update({q.name: src, dq.name: src})
+        dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
+        if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
+            qi = pair_qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
+            if not isinstance(qi, str):
+                src.attrs.update(in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2])
+    for grp in groups:
+        if grp.op == "Requantize" and grp.attrs.get(HOST_OUTPUT) and id(grp) not in dropped:
+            dropped.add(id(grp))
+            if decisions is not None:
+                for n in grp.nodes:
+                    decisions.record(n.name, n.op_type, reason=HOST_SIDE.format(q=grp.nodes[0].name, dq=grp.nodes[1].name))
+    return [grp for grp in groups if id(grp) not in dropped]

@@ -120,3 +120,40 @@ def build_int8_softmax(spec, axis: int):
         return Int8Softmax(spec.params, axis).apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+
+
+def int8_out_quant(spec, side: str = "out"):
+    """(scale, zero point, type) of a float layer that writes int8 codes (precision "int8_out":
+    its fp32 result is quantized instead of rounded to fp16), or None; ``side`` "in": the
+    quantization of the codes it reads (None: it reads fp16 values)."""
+    p: Mapping = spec.params
+    if p.get("precision") != "int8_out" or f"{side}_dtype" not in p:
+        return None
+    try:
+        return _q(p, side)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8_out layer: {exc}") from None
+
+
+def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None):
+    """A float Sum2D / Mul2D (its constant operand fp32, fp32 math, its activation in fp32) whose
+    result is quantized to ``out_q`` (no fp16 rounding in between)."""
+    from .activations import make_activation
+    ufunc = {"add": np.add, "mul": np.multiply}[op]
+    const = None if operand is None else np.asarray(operand, F32)
+    act = make_activation(activation.get("activation", "none"), activation.get("activation_params"),
+                          activation.get("slope"))
+
+    def run(a: np.ndarray, b=None):
+        other = b if b is not None else const
+        if other is None:
+            raise ValueError(f"{op} needs a second input or a constant operand")
+        if in_q is not None:
+            a = fake_quant(a, *in_q)   # the codes it reads (exact when a already holds them)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = np.ascontiguousarray(ufunc(a, other, dtype=F32))
+            if act is not None:
+                y = act(y)
+            ok = bool(np.isfinite(y).all())
+        return fake_quant(y, *out_q), ok
+    return run

@@ -1,6 +1,8 @@
 """Program layers LayerNorm and Softmax (``log`` = 1: LogSoftmax) (docs/program.md) -> prepared closures (sim/layers.py)."""
 from __future__ import annotations
 
+from .int8 import fake_quant
+from .int8_transformer import int8_out_quant
 from .norm_ops import layernorm, log_softmax, softmax
 
 
@@ -29,11 +31,18 @@ def build_layernorm(spec, n_inputs: int):
     if beta is not None and beta.size != gamma.size:
         raise spec.error(f"gamma has {gamma.size} values, beta {beta.size}")
 
+    out_q, in_q = int8_out_quant(spec), int8_out_quant(spec, "in")
+
     def run(x):
         _check_axis(spec, x, axis)
         if x.shape[axis] != gamma.size:
             raise ValueError(f"gamma has {gamma.size} values for axis {axis} of an input of shape {list(x.shape)}")
-        return layernorm(x, axis, eps, gamma, beta)
+        if out_q is None:
+            return layernorm(x, axis, eps, gamma, beta)
+        if in_q is not None:
+            x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
+        y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False)
+        return fake_quant(y, *out_q), ok
     return run
 
 
