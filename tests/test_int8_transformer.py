@@ -142,3 +142,118 @@ def test_requantize_refuses_per_channel_and_exported_codes():
     reasons = {d.node: d.reason for d in res.decisions.by_placement("cpu")}
     assert "per channel" in reasons["q_pc"]
     assert "model output" in reasons["q_out"]
+
+
+class _Spec:
+    def __init__(self, params):
+        self.params = params
+
+    def error(self, msg):
+        return ValueError(msg)
+
+
+def _q(dtype):
+    return (TensorProto.INT8, "int8") if dtype == np.int8 else (TensorProto.UINT8, "uint8")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_int8_batch_matmul_matches_qlinearmatmul_bit_exact(dtype):
+    """sim's int8 BatchMatMul (K stored as K^T: transpose_b) against onnxruntime's QLinearMatMul on
+    random full-range codes: the integer sums and MLAS's requantization, bit for bit."""
+    from onnx_mrvl.sim.int8_transformer import Int8BatchMatMul
+    rng = np.random.default_rng(5)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max + 1
+    a = rng.integers(lo, hi, (1, 4, 16, 8)).astype(dtype)
+    b = rng.integers(lo, hi, (1, 4, 8, 16)).astype(dtype)
+    sa, sb, sy = np.float32(0.031), np.float32(0.017), np.float32(0.29)
+    za, zb, zy = (dtype(3), dtype(-7 if dtype == np.int8 else 140), dtype(-2 if dtype == np.int8 else 127))
+    elem, dt = _q(dtype)
+    inits = [onnx.numpy_helper.from_array(v, n) for v, n in (
+        (np.array(sa), "sa"), (np.array(za, dtype), "za"), (np.array(sb), "sb"), (np.array(zb, dtype), "zb"),
+        (np.array(sy), "sy"), (np.array(zy, dtype), "zy"))]
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    m = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("a", elem, a.shape),
+                                                          helper.make_tensor_value_info("b", elem, b.shape)],
+                                            [helper.make_tensor_value_info("y", elem, None)], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})[0].astype(np.int32)
+    params = dict(in_scale=float(sa), in_zero_point=int(za), in_dtype=dt, in2_scale=float(sb),
+                  in2_zero_point=int(zb), in2_dtype=dt, out_scale=float(sy), out_zero_point=int(zy), out_dtype=dt)
+    deq = lambda q, s, z: ((q.astype(np.float32) - float(z)) * s).astype(np.float32)   # noqa: E731
+    bmm = Int8BatchMatMul(params, True, 1.0, {})   # B stored [.., N, K]
+    y, ok = bmm.apply(deq(a, sa, za), np.ascontiguousarray(deq(b, sb, zb).transpose(0, 1, 3, 2)))
+    got = np.rint(y / sy).astype(np.int32) + int(zy)
+    assert ok and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype, zx, zy, sy", [(np.uint8, 120, 0, 1 / 255), (np.int8, -5, -128, 1 / 255),
+                                               (np.int8, 3, -128, 0.0041)])
+def test_int8_softmax_matches_qlinearsoftmax_bit_exact(dtype, zx, zy, sy):
+    """sim's int8 Softmax against onnxruntime's com.microsoft QLinearSoftmax (opset-13 form) on
+    random codes, three input scales, rows of 16 / 17 / 64, over the last axis and over axis 1."""
+    from onnx_mrvl.sim.int8_transformer import Int8Softmax
+    rng = np.random.default_rng(2)
+    elem, dt = _q(dtype)
+    for sx in (0.02, 0.11, 0.5):
+        for shape, axis in (((3, 40, 16), -1), ((2, 40, 17), -1), ((40, 64), -1), ((2, 17, 5), 1)):
+            x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, shape).astype(dtype)
+            inits = [onnx.numpy_helper.from_array(np.array(v, t), n) for v, t, n in (
+                (sx, np.float32, "sx"), (zx, dtype, "zx"), (sy, np.float32, "sy"), (zy, dtype, "zy"))]
+            node = helper.make_node("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft",
+                                    axis=axis, opset=13)
+            m = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, shape)],
+                                                    [helper.make_tensor_value_info("y", elem, shape)], inits),
+                                  opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+            m.ir_version = 8
+            want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                None, {"x": x})[0].astype(np.int32)
+            params = dict(in_scale=float(np.float32(sx)), in_zero_point=zx, in_dtype=dt,
+                          out_scale=float(np.float32(sy)), out_zero_point=zy, out_dtype=dt)
+            xf = ((x.astype(np.float32) - zx) * np.float32(sx)).astype(np.float32)
+            y, ok = Int8Softmax(params, axis).apply(xf)
+            got = np.rint(y / np.float32(sy)).astype(np.int32) + zy
+            assert ok and np.array_equal(got, want), (sx, shape, axis)
+
+
+@pytest.mark.parametrize("name", ["encoder_block_ln_op", "whisper_encoder"])
+def test_qdq_encoder_is_one_region_bit_exact(tmp_path, name):
+    """A QDQ pre-LN encoder (LayerNormalization op, attention, GELU as Div/Erf/Add/Mul/Mul between
+    pairs) and the Whisper-style encoder: one region, the attention's MatMuls and Softmax int8, the
+    layer norms and the GELU's Muls writing int8 codes, every other pair a Requantize; the output
+    equal to onnxruntime's QDQ execution element for element."""
+    m = qt.convert_and_measure(name, str(tmp_path), "s8")
+    assert m["regions"] == 1
+    allowed = {"QuantizeLinear", "DequantizeLinear"} | ({"Conv", "Erf", "Mul", "Add", "Transpose"}
+                                                         if name == "whisper_encoder" else set())
+    assert set(m["cpu"]) <= allowed, m["cpu"]   # whisper: its int8 Conv1d stem stays on the CPU
+    (agree,) = m["agreement"].values()
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+    kinds = {(n["attrs"]["layer_name"][0], n["attrs"].get("precision", ["fp16"])[0])
+             for n in _json_layers(str(tmp_path / f"{name}.out"))}
+    assert {("BatchMatMul", "int8"), ("Softmax", "int8"), ("LayerNorm", "int8_out"), ("Mul2D", "int8_out"),
+            ("FC", "int8"), ("Requantize", "int8")} <= kinds, kinds
+    binary = load(m["result"].subgraphs[0].binary)
+    for lay in binary.meta["layers"]:
+        if lay["params"].get("precision") in ("int8", "int8_out"):
+            assert binary.meta["tensors"][lay["outputs"][0]]["dtype"] in ("int8", "uint8")
+
+
+def test_int8_out_reference_bodies_run_in_plain_onnxruntime(tmp_path):
+    """The fused QDQ encoder (int8 BatchMatMul / Softmax, int8_out LayerNorm / Mul2D, Requantize,
+    erf) runs in plain onnxruntime through its reference bodies, within one output step of the QDQ model."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath = qt.quantize(qt.MODELS["encoder_block_ln_op"](), str(tmp_path / "q.onnx"), "u8")
+    legal = legalize(onnx.load(qpath))
+    legal = getattr(legal, "model", legal)
+    fused = fuse(legal).model
+    ops = {(n.op_type, next((a.s.decode() for a in n.attribute if a.name == "precision"), "fp16"))
+           for n in fused.graph.node if n.domain == "mrvl"}
+    assert {("LayerNorm", "int8_out"), ("Softmax", "int8"), ("BatchMatMul", "int8")} <= ops, ops
+    x = qt.feeds(legal, 0)
+    a = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    step = qt.output_steps(onnx.load(qpath))["output"]
+    assert np.abs(a - b).max() <= step * (1 + 1e-3)
