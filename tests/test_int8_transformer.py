@@ -257,3 +257,28 @@ def test_int8_out_reference_bodies_run_in_plain_onnxruntime(tmp_path):
     b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
     step = qt.output_steps(onnx.load(qpath))["output"]
     assert np.abs(a - b).max() <= step * (1 + 1e-3)
+
+
+def test_requantize_and_int8_attention_perf_model(tmp_path):
+    """Perf model: a Requantize costs its 3 vector ops per element (target.VECTOR_LOWERINGS, an
+    assumption), its output 1 byte per element; the int8 BatchMatMul runs its MACs at the int8 rate."""
+    import math
+    from onnx_mrvl.costmodel import perf_report, vector_ops
+    from onnx_mrvl.target import VECTOR_LOWERINGS, ArchProfile
+    m = qt.convert_and_measure("mha_legacy", str(tmp_path), "s8")
+    meta = load(m["result"].subgraphs[0].binary).meta
+    shapes = {int(t["id"]): list(t["shape"]) for t in meta["tensors"]}
+    rep = perf_report(meta)
+    arch = ArchProfile()
+    rq = [lay for lay in meta["layers"] if lay["layer_name"] == "Requantize"]
+    assert rq and VECTOR_LOWERINGS["Requantize"][1] == 3
+    for lay in rq:
+        out = meta["tensors"][lay["outputs"][0]]
+        assert vector_ops(lay, shapes) == 3 * int(np.prod(out["shape"]))
+        assert out["nbytes"] == int(np.prod(out["shape"]))
+    peak = arch.macs_per_cycle_per_tile * meta["arch"]["num_tiles"]
+    bmm = [(lay, row) for lay, row in zip(meta["layers"], rep.layers) if lay["layer_name"] == "BatchMatMul"]
+    assert len(bmm) == 2
+    for lay, row in bmm:
+        assert lay["params"]["precision"] == "int8" and row.macs > 0
+        assert row.compute_cycles == math.ceil(row.macs / (peak * arch.int8_macs_factor))
