@@ -70,3 +70,68 @@ def int8_out_body(body):
             inner = inp + inner
         return inner + pair
     return wrapped
+
+
+INNER_ATTRS = ("inner_scales", "inner_zero_points", "inner_types")   # LayerNorm's interior quantization
+
+
+def inner_points(a: dict):
+    """[(point, scale, zero point, type) or None] of a LayerNorm's interior quantization (var,
+    vareps, norm, scaled), or None when it has none."""
+    if not a.get("inner_scales"):
+        return None
+    types = str(a.get("inner_types", "")).split(",")
+    return [(float(s), int(z), t) if float(s) > 0 else None
+            for s, z, t in zip(a["inner_scales"], a["inner_zero_points"], types)]
+
+
+def layernorm_inner_body(plain):
+    """The LayerNorm body with its interior Q -> DQ steps (qdq_layernorm.py) when it has them, else ``plain``."""
+    def body(a, present, opset):
+        pts = inner_points(a)
+        if pts is None:
+            return plain(a, present, opset)
+        axis, eps = int(a["axis"]), float(a["epsilon"])
+
+        def red(x, y):
+            if opset >= 18:
+                return [helper.make_node("Constant", [], [y + "_ax"], value=helper.make_tensor(
+                    y + "_ax", TensorProto.INT64, [1], [axis])),
+                        helper.make_node("ReduceMean", [x, y + "_ax"], [y], keepdims=1)]
+            return [helper.make_node("ReduceMean", [x], [y], axes=[axis], keepdims=1)]
+
+        def fq(x, k):
+            if pts[k] is None:
+                return [], x
+            s, z, t = pts[k]
+            n = [helper.make_node("Constant", [], [f"{x}_s"], value=helper.make_tensor(f"{x}_s", TensorProto.FLOAT, [], [s])),
+                 helper.make_node("Constant", [], [f"{x}_z"], value=helper.make_tensor(f"{x}_z", QTYPES[t], [], [z])),
+                 helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
+                 helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_s", f"{x}_z"], [f"{x}_f"])]
+            return n, f"{x}_f"
+        nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
+                                    helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
+        more, v = fq("li_v", 0)
+        nodes += more + [helper.make_node("Constant", [], ["li_eps"], value=helper.make_tensor(
+            "li_eps", TensorProto.FLOAT, [], [eps])), helper.make_node("Add", [v, "li_eps"], ["li_ve"])]
+        more, ve = fq("li_ve", 1)
+        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"]), helper.make_node("Div", ["li_d", "li_sd"], ["li_n"])]
+        more, y = fq("li_n", 2)
+        nodes += more
+        shape = helper.make_tensor("li_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1)) \
+            if axis < 0 else None
+        for role, op, k in (("gamma", "Mul", 3), ("beta", "Add", None)):
+            if not present.get(role):
+                continue
+            w = role
+            if shape is not None and axis != -1:
+                nodes += [helper.make_node("Constant", [], [f"li_{role}_shape"], value=shape),
+                          helper.make_node("Reshape", [role, f"li_{role}_shape"], [f"li_{role}_r"])]
+                w = f"li_{role}_r"
+            nodes.append(helper.make_node(op, [y, w], [f"li_{role}_y"]))
+            y = f"li_{role}_y"
+            if k is not None:
+                more, y = fq(y, k)
+                nodes += more
+        return nodes + [helper.make_node("Identity", [y], ["Y"])]
+    return body

@@ -315,6 +315,10 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             attrs["log"] = _s(1)
         if node.op_type == "LayerNorm":
             attrs["epsilon"] = _s(float(a["epsilon"]))
+            if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)
+                attrs.update(inner_scales=_s([float(v) for v in a["inner_scales"]]),
+                             inner_zero_points=_s([int(v) for v in a["inner_zero_points"]]),
+                             inner_types=[str(a.get("inner_types", ""))])
             add_const("gamma", g.const(inputs[1]), "-O")
             if len(inputs) > 2 and inputs[2]:
                 add_const("beta", g.const(inputs[2]), "-O")

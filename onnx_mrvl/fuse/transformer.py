@@ -116,7 +116,8 @@ def materialize(m, grp: Group) -> None:
     ins = [name]
     if grp.attrs.get("log"):
         attrs["log"] = 1
-    attrs.update({k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS})   # an int8 Softmax (qdq_transformer.py)
+    attrs.update({k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS or k.startswith("inner_")})
+    # an int8 Softmax, an int8_out LayerNorm (qdq_transformer.py), interior quantization (qdq_layernorm.py)
     if grp.op == "LayerNorm":
         attrs["epsilon"] = grp.attrs["epsilon"]
         base = grp.anchor.name

@@ -10,7 +10,7 @@ int8 ``BatchMatMul`` (onnxruntime's QLinearMatMul): the codes of both operands (
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Tuple
 
 import numpy as np
 
@@ -157,3 +157,39 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None):
             ok = bool(np.isfinite(y).all())
         return fake_quant(y, *out_q), ok
     return run
+
+
+def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points) -> Tuple[np.ndarray, bool]:
+    """A LayerNorm with interior quantization points (a QDQ export's decomposed layer norm, as
+    onnxruntime runs it in fp32): m = mean(x); d = x - m; v = mean(d * d) -> DQ(Q(.)) at "var";
+    + eps -> at "vareps"; n = d / sqrt(.) -> at "norm"; * gamma -> at "scaled"; + beta. ``points``:
+    four (scale, zero point, type) or None. The fp32 result, unrounded."""
+    def fq(v, k):
+        return v if points[k] is None else fake_quant(v, *points[k])
+    shape = (-1,) + (1,) * (-axis - 1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        d = x - np.mean(x, axis=axis, keepdims=True, dtype=F32)
+        v = fq(np.mean(d * d, axis=axis, keepdims=True, dtype=F32), 0)
+        ve = fq((v + F32(eps)).astype(F32), 1)
+        y = fq((d / np.sqrt(ve)).astype(F32), 2)
+        y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 3)
+        if beta is not None:
+            y = (y + np.asarray(beta, F32).reshape(shape)).astype(F32)
+    return y, bool(np.isfinite(y).all())
+
+
+def inner_points(spec):
+    """The four interior quantization points of a LayerNorm spec (None each: no pair there), or None."""
+    p: Mapping = spec.params
+    if not p.get("inner_scales"):
+        return None
+    try:
+        out = []
+        for s, z, t in zip(p["inner_scales"], p["inner_zero_points"], p["inner_types"]):
+            out.append(None if float(s) == 0 else _q({"x_scale": s, "x_zero_point": z, "x_dtype": t}, "x"))
+        if len(out) != 4:
+            raise ValueError(f"{len(out)} interior points (var, vareps, norm, scaled: 4)")
+        return out
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"LayerNorm interior quantization: {exc}") from None

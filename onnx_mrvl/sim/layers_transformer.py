@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .int8 import fake_quant
-from .int8_transformer import int8_out_quant
+from .fp16 import round_fp16_
+from .int8_transformer import inner_points, int8_out_quant, layernorm_inner
 from .norm_ops import layernorm, log_softmax, softmax
 
 
@@ -32,16 +33,22 @@ def build_layernorm(spec, n_inputs: int):
         raise spec.error(f"gamma has {gamma.size} values, beta {beta.size}")
 
     out_q, in_q = int8_out_quant(spec), int8_out_quant(spec, "in")
+    points = inner_points(spec)
 
     def run(x):
         _check_axis(spec, x, axis)
         if x.shape[axis] != gamma.size:
             raise ValueError(f"gamma has {gamma.size} values for axis {axis} of an input of shape {list(x.shape)}")
-        if out_q is None:
+        if out_q is None and points is None:
             return layernorm(x, axis, eps, gamma, beta)
         if in_q is not None:
             x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
-        y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False)
+        if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
+            y, ok = layernorm_inner(x, axis, eps, gamma, beta, points)
+        else:
+            y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False)
+        if out_q is None:
+            return y, round_fp16_(y) and ok
         return fake_quant(y, *out_q), ok
     return run
 
