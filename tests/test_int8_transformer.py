@@ -217,35 +217,44 @@ def test_int8_softmax_matches_qlinearsoftmax_bit_exact(dtype, zx, zy, sy):
             assert ok and np.array_equal(got, want), (sx, shape, axis)
 
 
-@pytest.mark.parametrize("name", ["encoder_block_ln_op", "whisper_encoder"])
+CPU_LEFT = {"encoder_block_ln_op": set(), "vit_like": set(),
+            "whisper_encoder": {"Conv", "Erf", "Mul", "Add", "Transpose"},   # the int8 Conv1d stem
+            "bert_encoder": {"Gather", "Reshape", "Cast", "Add", "Mul"}}      # embedding lookups, the HF mask
+
+
+@pytest.mark.parametrize("name", sorted(CPU_LEFT))
 def test_qdq_encoder_is_one_region_bit_exact(tmp_path, name):
-    """A QDQ pre-LN encoder (LayerNormalization op, attention, GELU as Div/Erf/Add/Mul/Mul between
-    pairs) and the Whisper-style encoder: one region, the attention's MatMuls and Softmax int8, the
-    layer norms and the GELU's Muls writing int8 codes, every other pair a Requantize; the output
-    equal to onnxruntime's QDQ execution element for element."""
+    """QDQ encoders: a pre-LN layer (LayerNormalization op, attention, GELU as Div/Erf/Add/Mul/Mul
+    between pairs), the Whisper-style encoder, BERT and ViT with decomposed layer norms cut by
+    pairs: one region, the attention's MatMuls and Softmax int8, the layer norms and the GELU's
+    Muls writing int8 codes, every other pair a Requantize; the hidden states equal to
+    onnxruntime's QDQ execution element for element."""
     m = qt.convert_and_measure(name, str(tmp_path), "s8")
     assert m["regions"] == 1
-    allowed = {"QuantizeLinear", "DequantizeLinear"} | ({"Conv", "Erf", "Mul", "Add", "Transpose"}
-                                                         if name == "whisper_encoder" else set())
-    assert set(m["cpu"]) <= allowed, m["cpu"]   # whisper: its int8 Conv1d stem stays on the CPU
-    (agree,) = m["agreement"].values()
+    assert set(m["cpu"]) <= {"QuantizeLinear", "DequantizeLinear"} | CPU_LEFT[name], m["cpu"]
+    agree = m["agreement"]["last_hidden_state" if name.startswith(("bert", "whisper")) else "output"]
     assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
     kinds = {(n["attrs"]["layer_name"][0], n["attrs"].get("precision", ["fp16"])[0])
              for n in _json_layers(str(tmp_path / f"{name}.out"))}
     assert {("BatchMatMul", "int8"), ("Softmax", "int8"), ("LayerNorm", "int8_out"), ("Mul2D", "int8_out"),
             ("FC", "int8"), ("Requantize", "int8")} <= kinds, kinds
+    if name in ("bert_encoder", "vit_like"):   # decomposed layer norms: interior quantization points
+        lns = [n for n in _json_layers(str(tmp_path / f"{name}.out")) if n["attrs"]["layer_name"] == ["LayerNorm"]]
+        assert lns and all("inner_scales" in n["attrs"] for n in lns)
     binary = load(m["result"].subgraphs[0].binary)
     for lay in binary.meta["layers"]:
         if lay["params"].get("precision") in ("int8", "int8_out"):
             assert binary.meta["tensors"][lay["outputs"][0]]["dtype"] in ("int8", "uint8")
 
 
-def test_int8_out_reference_bodies_run_in_plain_onnxruntime(tmp_path):
+@pytest.mark.parametrize("name", ["encoder_block_ln_op", "vit_like"])
+def test_int8_out_reference_bodies_run_in_plain_onnxruntime(tmp_path, name):
     """The fused QDQ encoder (int8 BatchMatMul / Softmax, int8_out LayerNorm / Mul2D, Requantize,
-    erf) runs in plain onnxruntime through its reference bodies, within one output step of the QDQ model."""
+    erf; vit_like: layer norms with interior quantization) runs in plain onnxruntime through its
+    reference bodies, within one output step of the QDQ model."""
     from onnx_mrvl.fuse import fuse
     from onnx_mrvl.legalize import legalize
-    qpath = qt.quantize(qt.MODELS["encoder_block_ln_op"](), str(tmp_path / "q.onnx"), "u8")
+    qpath = qt.quantize(qt.MODELS[name](), str(tmp_path / "q.onnx"), "u8")
     legal = legalize(onnx.load(qpath))
     legal = getattr(legal, "model", legal)
     fused = fuse(legal).model
