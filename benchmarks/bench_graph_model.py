@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tools")]
+sys.path.insert(0, ROOT)
 
-from models import branchy_chain  # noqa: E402
+from onnx_mrvl.testing.models import branchy_chain  # noqa: E402
 from onnx_mrvl._graph import GraphIndex  # noqa: E402
 from onnx_mrvl.legalize.graph import Graph  # noqa: E402
 

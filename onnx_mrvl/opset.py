@@ -20,6 +20,7 @@ from onnx import helper
 from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from . import opset_recurrent as _recurrent
+from . import opset_int8_transformer as _int8_transformer
 from .provenance import set_composite, set_origin
 
 DOMAIN = "mrvl"
@@ -30,7 +31,7 @@ ACTIVATION_PARAMS: Dict[str, Tuple[str, ...]] = {
     "none": (), "relu": (), "clamp": ("activation_min", "activation_max"),
     "leaky_relu": ("activation_alpha",), "prelu": (), "sigmoid": (), "tanh": (),
     "hard_sigmoid": ("activation_alpha", "activation_beta"), "hard_swish": (), "silu": (),
-    "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (),
+    "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (), "erf": (),
 }
 TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]
@@ -229,7 +230,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
-    OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
+    OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",),
+          _int8_transformer.int8_out_body(_eltwise_body("Mul")), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
     OpDef("Reshape", "reshape", "mrvl.reshape", ("X",), ("shape",), _reshape_body),
@@ -240,11 +242,15 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayoutTransform", "layout_transform", "mrvl.layout_transform", ("X",),
           ("src_layout", "dst_layout"), _layout_body),
     OpDef("BatchMatMul", "BatchMatMul", "mrvl.batch_matmul", ("A", "B"),
-          ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm"), _batch_matmul_body),
-    OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log"), softmax_body),
+          ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm") + INT8_SUM_ATTRS,
+          int8_body(_batch_matmul_body)),
+    OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
+          ("axis", "epsilon") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
+          _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log") + INT8_POOL_ATTRS, int8_body(softmax_body)),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
+OPS.update(_int8_transformer.op_defs(OpDef))   # Requantize: a Q -> DQ pair in a region (opset_int8_transformer.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 
 

@@ -13,7 +13,7 @@ from typing import List
 import onnx
 from onnx import helper
 
-SMOOTH_ACTIVATIONS = ("gelu", "gelu_tanh", "elu", "mish")
+SMOOTH_ACTIVATIONS = ("gelu", "gelu_tanh", "elu", "mish", "erf")
 
 
 def _c(name: str, values, dims=None, dtype=onnx.TensorProto.FLOAT):
@@ -36,6 +36,8 @@ def smooth_activation_nodes(act: str, x: str, y: str, attrs: dict) -> List[onnx.
                 helper.make_node("Mul", ["g_in", "g_k"], ["g_u"]), helper.make_node("Tanh", ["g_u"], ["g_t"]),
                 helper.make_node("Add", ["g_t", "g_one"], ["g_a"]), helper.make_node("Mul", [x, "g_a"], ["g_m"]),
                 helper.make_node("Mul", ["g_m", "g_half"], [y])]
+    if act == "erf":         # QDQ GELUs: the Erf between Q/DQ pairs (fuse/qdq_transformer.py)
+        return [helper.make_node("Erf", [x], [y])]
     if act == "elu":
         return [helper.make_node("Elu", [x], [y], alpha=float(attrs.get("activation_alpha", 1.0)))]
     if act == "mish":

@@ -20,7 +20,7 @@ from typing import Dict, Optional, Tuple
 
 ACTIVATIONS: Tuple[str, ...] = (
     "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu",
-    "gelu", "gelu_tanh", "elu", "mish",
+    "gelu", "gelu_tanh", "elu", "mish", "erf",
 )
 
 
@@ -154,10 +154,14 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "LogSoftmax": ("vector unit (the Softmax layer with log = 1): max-reduction, subtract, exp by a "
                    "LUT + polynomial approximation, sum-reduction, one log per row (assumption: LUT + "
                    "polynomial like exp), subtract it, fp16 round", 6),
+    "Requantize": ("vector unit (assumption): multiply by 1 / scale in fp32, round half to even, add the "
+                   "zero point, saturate, write the int8 / uint8 code (1 byte per element)", 3),
     "gelu": ("epilogue on the vector unit: 0.5 x erfc(-x / sqrt 2), erfc as t exp(-z^2 + P9(t)) with "
              "t = 1 / (1 + z / 2) (reciprocal, degree-9 polynomial, exp by LUT)", 16),
     "gelu_tanh": ("epilogue on the vector unit: x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (cube, "
                   "exp by LUT, reciprocal)", 8),
+    "erf": ("epilogue on the vector unit: 1 - erfc(x), erfc as t exp(-x^2 + P9(t)) with t = 1 / (1 + |x| / 2) "
+            "(the gelu's erfc: reciprocal, degree-9 polynomial, exp by LUT)", 15),
     "elu": ("epilogue on the vector unit: x > 0 ? x : alpha (exp(x) - 1) (exp by LUT, select)", 3),
     "mish": ("epilogue on the vector unit: x tanh(log1p(exp(-|x|)) + max(x, 0)) (exp and log by "
              "LUT, tanh as a rational function)", 8),

@@ -175,7 +175,7 @@ def _run_script(code, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(code))
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tools")])})
+                          env={**os.environ, "PYTHONPATH": ROOT})
 
 
 OTHER_OP = """

@@ -170,8 +170,8 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC
             layout = a.str("out_layout", "NHWC")
             layout = layout if layout in ("NCHW", "NHWC") else "NHWC"
-        elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax"):
-            # a slice, layer norm or softmax keeps the storage of its input (its axis is given in it)
+        elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax", "Requantize"):
+            # a slice, layer norm, softmax or requantize keeps the storage of its input (its axis is given in it)
             layout = tensors[ins[0]]["layout"]
         elif len(out_shape) == 4 and layer["layer_name"] not in ("Reshape", "Flatten", "Squeeze", "BatchMatMul", *RECURRENT):
             layout = "NHWC"
@@ -227,7 +227,8 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
             return None
         for r in readers[t]:
             p = r["params"]
-            if p.get("precision") == "int8":   # input 0: in_*, input 1 of a Sum2D: in2_*
+            if p.get("precision") == "int8" or p.get("precision") == "int8_out" and "in_dtype" in p:
+                # input 0: in_*, input 1 of a Sum2D / BatchMatMul: in2_*
                 for k, ref in enumerate(r["inputs"]):
                     side = "in2" if k == 1 and "in2_dtype" in p else "in"
                     if ref == t:
@@ -251,7 +252,7 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
             i["dtype"] = q[0]
     for layer in layers:
         p, out = layer["params"], tensors[layer["outputs"][0]]
-        if p.get("precision") == "int8":
+        if p.get("precision") in ("int8", "int8_out"):   # int8_out: a float layer writing int8 codes
             quant(out, (p["out_dtype"], p["out_scale"], p["out_zero_point"]))
         elif layer["layer_name"] in COPIES and tensors[layer["inputs"][0]].get("dtype", "float16") != "float16":
             src = tensors[layer["inputs"][0]]

@@ -180,7 +180,8 @@ def eltwise(a, ctx, lname, in_shapes, params, weights):
         if out != shapes[0]:
             a.fail(f"constant operand of shape {list(c.shape)} would grow the input {shapes[0]} to {out}")
         # an int8 Sum2D adds the constant in fp32 (a dequantized bias, docs/simulator.md)
-        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not is_int8(a))
+        int8_out = a.has("precision") and a.str("precision").lower() == "int8_out"   # fp32 math to int8 codes
+        weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not (is_int8(a) or int8_out))
     else:
         try:
             out = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))

@@ -41,7 +41,8 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
 
 
-WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D")
+WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
+              "BatchMatMul", "Softmax")
 
 
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
@@ -56,3 +57,24 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
+
+
+INT8_OUT = ("LayerNorm", "Mul2D")
+
+
+def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
+    """A float layer that writes int8 codes (precision "int8_out"): checks and copies ``out_*``."""
+    if layer_name not in INT8_OUT:
+        a.fail(f"{layer_name} has no int8 output mode (int8_out: {', '.join(INT8_OUT)})")
+    for side in ("out", "in") if a.has("in_dtype") else ("out",):   # in_*: it reads int8 codes
+        dtype = a.str(f"{side}_dtype", "int8")
+        if dtype not in QRANGE:
+            a.fail(f"{side}_dtype '{dtype}' of an int8_out layer is not int8 or uint8")
+        scale, zp = a.float(f"{side}_scale"), a.int(f"{side}_zero_point", 0)
+        if not (np.isfinite(scale) and scale > 0):
+            a.fail(f"{side}_scale {scale} must be positive and finite")
+        lo, hi = QRANGE[dtype]
+        if not lo <= zp <= hi:
+            a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
+        params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
+    params["precision"] = "int8_out"

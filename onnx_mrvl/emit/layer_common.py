@@ -10,7 +10,7 @@ import numpy as np
 from .json_attrs import NodeAttrs, decode_const
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
-               "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish")
+               "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish", "erf")
 PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
 
 

@@ -306,6 +306,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         for key in ("a_perm", "b_perm", "out_perm"):   # operands / output in a permuted storage
             if a.get(key):
                 attrs[key] = _s(list(a[key]))
+    elif node.op_type == "Requantize":   # a Q -> DQ pair: int8 fields only (below)
+        data_layout = out_layout = _stored_layout(node, out_shape)
     elif node.op_type in ("LayerNorm", "Softmax"):
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
@@ -313,6 +315,10 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             attrs["log"] = _s(1)
         if node.op_type == "LayerNorm":
             attrs["epsilon"] = _s(float(a["epsilon"]))
+            if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)
+                attrs.update(inner_scales=_s([float(v) for v in a["inner_scales"]]),
+                             inner_zero_points=_s([int(v) for v in a["inner_zero_points"]]),
+                             inner_types=[str(a.get("inner_types", ""))])
             add_const("gamma", g.const(inputs[1]), "-O")
             if len(inputs) > 2 and inputs[2]:
                 add_const("beta", g.const(inputs[2]), "-O")
@@ -324,6 +330,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s))
     if node.op_type in INT8_OPS and is_int8(a):
         _int8_attrs(a, attrs, add_const)
+    elif a.get("precision") == "int8_out":   # a float layer writing int8 codes (an absorbed Q -> DQ pair)
+        attrs.update(precision=["int8_out"], out_scale=_s(float(a["out_scale"])),
+                     out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]])
+        if "in_type" in a:
+            attrs.update(in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
+                         in_dtype=[a["in_type"]])
     if op.has_activation:
         act = a.get("activation", "none")
         attrs["activation_type"] = [act]
@@ -339,7 +351,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             "attrs": attrs}
 
 
-INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D")
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D",
+            "Requantize", "BatchMatMul", "Softmax")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:

@@ -11,7 +11,7 @@ from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
 from .data_layers import concat, layout_change, reshape, slice2d
-from .int8_layer import int8_other, is_int8
+from .int8_layer import int8_other, int8_out, is_int8
 from .json_attrs import NodeAttrs
 from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads them here
 from .matmul_layer import batch_matmul
@@ -24,7 +24,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
-    "LayerNorm": "LayerNorm", "Softmax": "Softmax",
+    "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Requantize": "Requantize",
     **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
@@ -70,6 +70,10 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name in ("LayerNorm", "Softmax"):
         build = transformer_layers.layernorm if layer_name == "LayerNorm" else transformer_layers.softmax
         out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)
+    elif layer_name == "Requantize":   # element-wise; its int8 fields below (int8_layer.int8_other)
+        if not is_int8(a):
+            a.fail("a Requantize layer needs precision int8 with its scale, zero point and type")
+        out = list(in_shapes[0])
     elif layer_name in ("Reshape", "Flatten", "Squeeze"):
         out = reshape(a, ctx, layer_name, in_shapes[0])
         params["shape"] = out
@@ -88,6 +92,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
     if layer_name not in ("Conv2D", "FC") and is_int8(a):
         int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
+    elif a.has("precision") and a.str("precision").lower() == "int8_out":
+        int8_out(a, layer_name, params)
     if a.has("out_layout_shape"):
         declared = fit_rank(a.ints("out_layout_shape"), len(out))
         if declared[1:] != out[1:]:

@@ -14,7 +14,7 @@ from typing import List
 
 import numpy as np
 
-from .json_attrs import decode_const
+from .json_attrs import decode_const, to_number, unwrap
 
 LAYERNORM_OPS_PER_ELEMENT = 8
 SOFTMAX_OPS_PER_ELEMENT = 6
@@ -37,6 +37,22 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
     if not eps >= 0:
         a.fail(f"epsilon {eps} must be >= 0")
     params.update(axis=axis, epsilon=eps)
+    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled)
+        raw = unwrap(a.raw["inner_scales"])
+        try:
+            scales = [float(to_number(v)) for v in (raw if isinstance(raw, list) else [raw])]
+        except (TypeError, ValueError):
+            a.fail(f"inner_scales is not a list of numbers: {a.raw['inner_scales']!r}")
+        zps = a.ints("inner_zero_points")
+        types = a.str("inner_types", "").split(",")
+        if not (len(scales) == len(zps) == len(types) == 4):
+            a.fail("inner_scales, inner_zero_points and inner_types need 4 entries (var, vareps, norm, scaled)")
+        for s, z, t in zip(scales, zps, types):
+            lo, hi = {"int8": (-128, 127), "uint8": (0, 255)}.get(t, (0, 0))
+            if s != 0 and (not np.isfinite(s) or s < 0 or t not in ("int8", "uint8") or not lo <= z <= hi):
+                a.fail(f"interior quantization ({s}, {z}, {t!r}) is not a positive scale with an int8/uint8 zero point")
+        params.update(inner_scales=[float(np.float32(s)) for s in scales], inner_zero_points=[int(z) for z in zps],
+                      inner_types=types)
     for role, required in (("gamma", True), ("beta", False)):
         if not a.has(f"{role}_const_name"):
             if required:

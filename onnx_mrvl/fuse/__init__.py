@@ -21,12 +21,13 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
+from . import batch_matmul, masks, qdq, qdq_layernorm, qdq_transformer, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 
 log = logging.getLogger(__name__)
+INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm)
 
 ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
@@ -43,6 +44,8 @@ ANCHORS["Mul"] = Pattern("mrvl.mul", ("Mul",), masks.build_mul, ("activation",))
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
 ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
                 "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})
+# a Q -> DQ pair on an activation no int8 layer absorbed: a Requantize layer (qdq_transformer.py)
+ANCHORS["QuantizeLinear"] = Pattern("mrvl.requantize", ("QuantizeLinear",), qdq_transformer.build_requantize)
 
 
 class _Index(GraphIndex):
@@ -90,9 +93,15 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
     found, reasons, claimed = {}, {}, set()
     for n in order:
-        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS or _excluded(n, exclude):
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + tuple(INT8_TRANSFORMER_ANCHORS) or _excluded(n, exclude):
             continue
-        built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        built = qdq.build(g, n, target, claimed) if n.op_type in qdq.ANCHORS else \
+            qdq.build_pool(g, n, target, claimed) if n.op_type in qdq.POOL_ANCHORS else None
+        if built is None and n.op_type in INT8_TRANSFORMER_ANCHORS:
+            # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm cut by pairs
+            # (qdq_layernorm.py); a reason: the float pattern takes it
+            built = INT8_TRANSFORMER_ANCHORS[n.op_type](g, n, target, claimed)
+            built = None if isinstance(built, str) else built
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):
@@ -144,7 +153,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         groups.append(built)
         claimed.update(x.name for x in built.nodes)
         producer_of[built.output] = built
-    return groups
+    return qdq_transformer.merge_output_pairs(g, groups, decisions)   # float layers writing int8 codes
 
 
 def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:

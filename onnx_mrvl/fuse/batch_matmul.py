@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from .._graph import GraphIndex, attr
+from ..opset_int8 import ALL_INT8_ATTRS
 from ..target import Target
 from .groups import Group, batch_limit, float_static
 from .patterns import MAX_FC_ROWS, build_fc
@@ -154,4 +155,5 @@ def materialize(m, grp: Group) -> None:
     out_perm = _out_perm(m, grp, rank)
     if out_perm is not None:
         attrs["out_perm"] = list(out_perm)
+    attrs.update({k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS})   # an int8 one (qdq_transformer.py)
     m._emit(grp, "BatchMatMul", [xa, xb], attrs, out_perm)

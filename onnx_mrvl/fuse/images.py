@@ -18,7 +18,7 @@ import onnx
 from .._graph import GraphIndex
 from .patterns import Group
 
-LINKING_OPS = ("Sum2D", "Mul2D", "Concat", "Slice2D", "Softmax", "LayerNorm")
+LINKING_OPS = ("Sum2D", "Mul2D", "Concat", "Slice2D", "Softmax", "LayerNorm", "Requantize")
 
 
 class _Components:

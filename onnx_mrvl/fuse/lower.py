@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from .. import opset
 from ..opset_int8 import ALL_INT8_ATTRS
-from . import batch_matmul, fc_rows, recurrent, slices, slices_nd, take, transformer
+from . import batch_matmul, fc_rows, qdq_transformer, recurrent, slices, slices_nd, take, transformer
 from .patterns import Group
 from .perms import NHWC, Perm, canonical_perm, norm_perm, reshape_blocks, stored_after_reshape, \
     stored_before_reshape, stored_shape
@@ -28,6 +28,7 @@ class GroupLowering:
                    "SliceND": lambda grp: slices_nd.materialize(self, grp),
                    "LayerNorm": lambda grp: transformer.materialize(self, grp),
                    "Softmax": lambda grp: transformer.materialize(self, grp),
+                   "Requantize": lambda grp: qdq_transformer.materialize(self, grp),
                    "Take": lambda grp: take.materialize(self, grp),
                    "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
                    **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]

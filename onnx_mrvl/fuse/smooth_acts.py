@@ -176,7 +176,7 @@ def match(g: GraphIndex, x: str, allowed) -> Optional[StepMatch]:
 
 
 def classify_single(n: onnx.NodeProto, allowed) -> Optional[StepMatch]:
-    """Gelu (opset 20), Mish (opset 18), Elu as one activation, or None."""
+    """Gelu (opset 20), Mish (opset 18), Elu, Erf as one activation, or None."""
     if not _std(n) or not n.output or not n.output[0]:
         return None
     kind, attrs = None, {}
@@ -186,6 +186,8 @@ def classify_single(n: onnx.NodeProto, allowed) -> Optional[StepMatch]:
         kind = {"none": "gelu", "tanh": "gelu_tanh"}.get(approx)
     elif n.op_type == "Mish":
         kind = "mish"
+    elif n.op_type == "Erf":   # alone: a QDQ GELU's Erf between Q/DQ pairs
+        kind = "erf"
     elif n.op_type == "Elu":
         kind, attrs = "elu", {"activation_alpha": float(attr(n, "alpha", 1.0))}
     if kind is None or kind not in allowed:

@@ -2,7 +2,7 @@
 Reshape or a CPU op) becomes ``Mul2D(x, 1.0)`` carrying the activation. ``x * 1 == x`` exactly (also
 in fp16), so no new accelerator op is needed.
 
-    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish | Elu | Gelu | Mish
+    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish | Elu | Gelu | Mish | Erf
                                                                          -> Mul2D(x, 1) + activation
     Sigmoid(x) -> Mul(x, .)  /  HardSigmoid(x; 1/6, 1/2) -> Mul(x, .)    -> Mul2D(x, 1) + silu / hard_swish
     written-out gelu / gelu_tanh / mish (smooth_acts.py), from their first node -> Mul2D(x, 1) + it
@@ -25,7 +25,7 @@ from .groups import Group
 from .patterns import allowed_activations, tensor_reason
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
-                  "PRelu")
+                  "PRelu", "Erf")
 
 
 def _mul2d(g: GraphIndex, x: str, m) -> Group:
@@ -71,6 +71,9 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
                 "standalone activation PRelu with a non-constant slope, or a per-channel one on a tensor "
                 "that is not 4-D (fuses only into a preceding conv; a single constant slope runs anywhere "
                 "as leaky_relu, a per-channel one on 4-D data as a depthwise 1x1 identity conv)")
+        if n.op_type == "Erf" and not steps.erf_of_qdq_gelu(g, n):
+            return ("a lone Erf (the accelerator's erf activation takes the Erf of a QDQ GELU, read by "
+                    "QuantizeLinear only; a float GELU fuses whole)")
         kind = _kind(n)
         return f"activation {kind} is not in the target's activations ({', '.join(allowed) or 'none'})"
     return _mul2d(g, x, m)
@@ -95,5 +98,5 @@ def _kind(n: onnx.NodeProto) -> str:
     if n.op_type == "HardSigmoid":
         return f"hard_sigmoid(alpha={attr(n, 'alpha', 0.2):g}, beta={attr(n, 'beta', 0.5):g})"
     return {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
-            "HardSwish": "hard_swish", "Elu": "elu", "Mish": "mish",
+            "HardSwish": "hard_swish", "Elu": "elu", "Mish": "mish", "Erf": "erf",
             "Gelu": f"gelu(approximate={attr(n, 'approximate', b'none')!r})"}.get(n.op_type, n.op_type)

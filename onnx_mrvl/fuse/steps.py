@@ -143,8 +143,10 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int
         attrs = {"activation_alpha": float(attr(n, "alpha", 0.2)), "activation_beta": float(attr(n, "beta", 0.5))}
     elif n.op_type == "HardSwish":
         kind = "hard_swish"
-    elif n.op_type in ("Gelu", "Mish", "Elu"):
+    elif n.op_type in ("Gelu", "Mish", "Elu", "Erf"):
         from . import smooth_acts
+        if n.op_type == "Erf" and not erf_of_qdq_gelu(g, n):
+            return None
         return smooth_acts.classify_single(n, allowed)
     if kind is None or kind not in allowed or out is None:
         return None
@@ -178,3 +180,10 @@ def gated_by(g: GraphIndex, gate: onnx.NodeProto, allowed) -> Optional[StepMatch
     if kind not in allowed:
         return None
     return StepMatch([gate, mul], mul.output[0], attrs={"activation": kind})
+
+
+def erf_of_qdq_gelu(g: GraphIndex, n: onnx.NodeProto) -> bool:
+    """An Erf read only by QuantizeLinear nodes (the Erf of a GELU that onnxruntime's quantizer cut
+    with Q/DQ pairs): the ``erf`` activation takes it; a lone Erf elsewhere stays on the CPU."""
+    users = g.consumers.get(n.output[0], []) if n.output else []
+    return bool(users) and all(u.op_type == "QuantizeLinear" for u in users) and n.output[0] not in g.output_set

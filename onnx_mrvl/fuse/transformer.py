@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from .._graph import GraphIndex, attr
+from ..opset_int8 import ALL_INT8_ATTRS
 from ..target import Target
 from .groups import Group
 from .patterns import Pattern, tensor_reason
@@ -115,6 +116,8 @@ def materialize(m, grp: Group) -> None:
     ins = [name]
     if grp.attrs.get("log"):
         attrs["log"] = 1
+    attrs.update({k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS or k.startswith("inner_")})
+    # an int8 Softmax, an int8_out LayerNorm (qdq_transformer.py), interior quantization (qdq_layernorm.py)
     if grp.op == "LayerNorm":
         attrs["epsilon"] = grp.attrs["epsilon"]
         base = grp.anchor.name

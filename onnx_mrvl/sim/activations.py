@@ -80,7 +80,8 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh",
-               "hard_sigmoid", "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish")
+               "hard_sigmoid", "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish",
+               "erf")
 
 
 def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tuple[float, float]:
@@ -131,7 +132,7 @@ def make_activation(name: Optional[str], params: Optional[Mapping] = None,
         return hard_swish
     if name == "silu":
         return silu
-    if name in ("gelu", "gelu_tanh", "mish"):
+    if name in ("gelu", "gelu_tanh", "mish", "erf"):
         return getattr(activations_smooth, name)
     if name == "elu":
         return lambda x: activations_smooth.elu(x, p0)

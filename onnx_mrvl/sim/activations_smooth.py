@@ -48,6 +48,13 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf(x) = 1 - erfc(x) (the gelu's erfc fit; the Erf of a QDQ GELU between its Q/DQ pairs)."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        np.subtract(F32(1), erfc(x), out=x)
+    return x
+
+
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     from .activations import sigmoid
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):

@@ -18,6 +18,7 @@ from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
+from .int8_transformer import build_int8_batch_matmul, build_requantize, int8_out_binary, int8_out_quant
 from .pooling import avgpool, global_avgpool_layer, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
 from .resize_linear import LINEAR_MODES, resize_bilinear
@@ -169,6 +170,9 @@ def _binary(op: str):
                 raise spec.error("no int8 Mul2D (int8: Sum2D)")
             return int8.build_add(spec, n_inputs)
         operand = spec.weight("operand", required=(n_inputs == 1))
+        out_q = int8_out_quant(spec)
+        if out_q is not None:   # a float Mul2D writing int8 codes (int8_transformer.py)
+            return int8_out_binary(op, operand, spec.activation(), out_q, int8_out_quant(spec, "in"))
         return make_binary(op, operand, **spec.activation())
     return build
 
@@ -252,6 +256,8 @@ def _batch_matmul(spec: LayerSpec, n_inputs: int) -> LayerFn:
                 perms[key] = [int(v) for v in p]
             except (TypeError, ValueError):
                 raise spec.error(f"param {key!r} must be a list of integers, got {p!r}") from None
+    if _is_int8(spec):   # QLinearMatMul's integer semantics (int8_transformer.py)
+        return build_int8_batch_matmul(spec, int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0)), perms)
     return BatchMatMul(int(spec.param("transpose_b", 0)), float(spec.param("alpha", 1.0)), **perms).apply
 
 
@@ -274,6 +280,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "BatchMatMul": _batch_matmul,
     "LayerNorm": build_layernorm,
     "Softmax": build_softmax,
+    "Requantize": build_requantize,
     **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}

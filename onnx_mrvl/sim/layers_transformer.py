@@ -1,6 +1,9 @@
 """Program layers LayerNorm and Softmax (``log`` = 1: LogSoftmax) (docs/program.md) -> prepared closures (sim/layers.py)."""
 from __future__ import annotations
 
+from .int8 import fake_quant
+from .fp16 import round_fp16_
+from .int8_transformer import inner_points, int8_out_quant, layernorm_inner
 from .norm_ops import layernorm, log_softmax, softmax
 
 
@@ -29,11 +32,24 @@ def build_layernorm(spec, n_inputs: int):
     if beta is not None and beta.size != gamma.size:
         raise spec.error(f"gamma has {gamma.size} values, beta {beta.size}")
 
+    out_q, in_q = int8_out_quant(spec), int8_out_quant(spec, "in")
+    points = inner_points(spec)
+
     def run(x):
         _check_axis(spec, x, axis)
         if x.shape[axis] != gamma.size:
             raise ValueError(f"gamma has {gamma.size} values for axis {axis} of an input of shape {list(x.shape)}")
-        return layernorm(x, axis, eps, gamma, beta)
+        if out_q is None and points is None:
+            return layernorm(x, axis, eps, gamma, beta)
+        if in_q is not None:
+            x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
+        if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
+            y, ok = layernorm_inner(x, axis, eps, gamma, beta, points)
+        else:
+            y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False)
+        if out_q is None:
+            return y, round_fp16_(y) and ok
+        return fake_quant(y, *out_q), ok
     return run
 
 
@@ -45,6 +61,11 @@ def build_softmax(spec, n_inputs: int):
     if log not in (0, 1, True, False):
         raise spec.error(f"log must be 0 or 1, got {log!r}")
     op = log_softmax if log else softmax
+    if spec.params.get("precision") == "int8":   # QLinearSoftmax's semantics (int8_transformer.py)
+        if log:
+            raise spec.error("an int8 Softmax with log = 1 (int8 LogSoftmax is not supported)")
+        from .int8_transformer import build_int8_softmax
+        return build_int8_softmax(spec, axis)
 
     def run(x):
         _check_axis(spec, x, axis)

@@ -23,7 +23,8 @@ def _along(v: np.ndarray, axis: int, ndim: int) -> np.ndarray:
 
 
 def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
-              beta: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+              beta: Optional[np.ndarray] = None, fp16: bool = True) -> Tuple[np.ndarray, bool]:
+    """``fp16`` False: the fp32 result, unrounded (an int8_out layer quantizes it)."""
     axis = axis - x.ndim if axis >= 0 else axis
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
@@ -36,7 +37,7 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
         d *= _along(np.asarray(gamma, F32), axis, x.ndim)
         if beta is not None:
             d += _along(np.asarray(beta, F32), axis, x.ndim)
-    return d, round_fp16_(d)
+    return d, (round_fp16_(d) if fp16 else bool(np.isfinite(d).all()))
 
 
 def softmax(x: np.ndarray, axis: int) -> Tuple[np.ndarray, bool]:

@@ -144,8 +144,8 @@ class StaticPlan:
         return e
 
     def _native(self, e: _Entry, step, name: str) -> bool:
-        if str(step.spec.params.get("precision", "fp16")) == "int8":
-            return False                                # int8 layers: sim/int8.py (Python)
+        if str(step.spec.params.get("precision", "fp16")) != "fp16":
+            return False                                # int8 / int8_out layers: sim/int8*.py (Python)
         shapes, ptr = self.shapes, self.ptrs
         out_shape = shapes[step.out]
         if step.out in self.aliases:

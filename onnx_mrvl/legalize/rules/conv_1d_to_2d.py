@@ -1,13 +1,15 @@
 """1-D Conv / ConvTranspose / MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool -> the 2-D op on a unit H
 axis: Reshape [N,C,L] to [N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k], ConvTranspose's [I,O/g,1,k];
 output_padding lifted to [0, p]), Reshape back to [N,O,L']. A 2-D ConvTranspose then becomes a Conv
-(convtranspose_phases / convtranspose_to_conv): Conv-TasNet / vocoder upsampling layers."""
+(convtranspose_phases / convtranspose_to_conv): Conv-TasNet / vocoder upsampling layers. A QDQ Conv
+(its weight a DequantizeLinear of int8) keeps its pairs around the 2-D conv (qdq_conv_1d.py)."""
 from __future__ import annotations
 
 from typing import Optional
 
 from onnx import helper
 
+from . import qdq_conv_1d
 from .base import Match, attr, match_rank, reshape
 
 NAME = "conv_1d_to_2d"
@@ -15,10 +17,13 @@ OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "
 
 
 def match(node, g) -> Optional[Match]:
-    return match_rank(node, g, OPS, 3)
+    # a QDQ Conv (its weight a DequantizeLinear of int8): the 2-D QDQ layer (qdq_conv_1d.py)
+    return qdq_conv_1d.match(node, g) or match_rank(node, g, OPS, 3)
 
 
 def check(m: Match, g, target) -> Optional[str]:
+    if m.data.get(qdq_conv_1d.QDQ):
+        return qdq_conv_1d.check(m, g, target)
     node = m.node
     if len(node.output) > 1 and any(o and g.used(o) for o in node.output[1:]):
         return "MaxPool indices output is used"
@@ -46,6 +51,8 @@ def _lift(node, name, one):
 
 
 def rewrite(m: Match, g) -> str:
+    if m.data.get(qdq_conv_1d.QDQ):
+        return qdq_conv_1d.rewrite(m, g)
     node = m.node
     n, c, l = g.shape(node.input[0])
     sy = g.shape(node.output[0])

@@ -1,0 +1,129 @@
+"""A decomposed layer norm that onnxruntime's quantizer cut with Q -> DQ pairs (QDQ exports of
+opset < 17) as one Mrvl LayerNorm carrying its interior quantization points (docs/fusion.md
+"int8 in transformers and recurrent models"):
+
+    x -> ReduceMean = m;  d = x - m;  v = ReduceMean(Pow(d, 2) | d * d)  -> [Q-DQ: var]
+      -> + eps -> [Q-DQ: vareps] -> Sqrt -> d / . -> [Q-DQ: norm] -> [* gamma -> [Q-DQ: scaled]]
+      -> [+ beta]
+
+Each bracketed pair is optional; the layer quantizes its fp32 intermediate value there exactly as
+the pair does (``inner_scales`` / ``inner_zero_points`` / ``inner_types``, one entry per point in
+the order var, vareps, norm, scaled; scale 0: no pair). The pair after the last node is the layer's
+output pair (``qdq_transformer.merge_output_pairs``). None when no interior pair is found (legalize's
+``layernorm_canonical`` took the pair-free forms).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex, attr
+from ..target import Target
+from .groups import Group
+from .patterns import tensor_reason
+from .qdq_transformer import pair_qparams
+
+POINTS = ("var", "vareps", "norm", "scaled")
+
+
+def _axes(g: GraphIndex, n: onnx.NodeProto) -> Optional[List[int]]:
+    if n.op_type != "ReduceMean" or not attr(n, "keepdims", 1):
+        return None
+    if len(n.input) > 1 and n.input[1]:
+        return [int(a) for a in np.asarray(g.const(n.input[1])).reshape(-1)] if g.is_const(n.input[1]) else None
+    axes = attr(n, "axes")
+    return list(axes) if axes is not None else None
+
+
+def _only(g: GraphIndex, t: str, ops) -> Optional[onnx.NodeProto]:
+    users = g.consumers.get(t, [])
+    if len(users) != 1 or t in g.output_set or users[0].op_type not in ops:
+        return None
+    return users[0]
+
+
+def _through(g: GraphIndex, t: str):
+    """(tensor after an optional Q -> DQ pair on ``t``, its qparams or None, its nodes)."""
+    q = _only(g, t, ("QuantizeLinear",))
+    dq = _only(g, q.output[0], ("DequantizeLinear",)) if q is not None else None
+    if dq is None:
+        return t, None, []
+    qp = pair_qparams(g, q)
+    if isinstance(qp, str) or pair_qparams(g, dq) != qp:
+        return t, None, []
+    return dq.output[0], qp, [q, dq]
+
+
+def _const_other(g: GraphIndex, n: onnx.NodeProto, t: str):
+    others = [i for i in n.input if i != t]
+    return others[0] if len(n.input) == 2 and len(others) == 1 and g.is_const(others[0]) else None
+
+
+def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
+    """``n``: the mean's ReduceMean. A LayerNorm group with interior quantization, None (no such
+    form: other patterns take it), or a reason."""
+    x = n.input[0] if n.input else ""
+    shape = g.shape(x) if x else None
+    axes = _axes(g, n)
+    if shape is None or axes is None or len(axes) != 1 or axes[0] % len(shape) != len(shape) - 1:
+        return None
+    subs = [s for s in g.consumers.get(n.output[0], []) if s.op_type == "Sub" and list(s.input) == [x, n.output[0]]]
+    if len(subs) != 1 or len(g.consumers.get(n.output[0], [])) != 1:
+        return None
+    d = subs[0].output[0]
+    sq = next((u for u in g.consumers.get(d, []) if u.op_type == "Pow" and u.input[0] == d and g.is_const(u.input[1])
+               and float(np.asarray(g.const(u.input[1])).reshape(-1)[0]) == 2.0
+               or u.op_type == "Mul" and list(u.input) == [d, d]), None)
+    var = _only(g, sq.output[0], ("ReduceMean",)) if sq is not None else None
+    if var is None or _axes(g, var) != axes:
+        return None
+    nodes = [n, subs[0], sq, var]
+    quant = {}
+    t, qp, pair = _through(g, var.output[0])
+    add = _only(g, t, ("Add",))
+    eps = _const_other(g, add, t) if add is not None else None
+    if eps is None:
+        return None
+    quant["var"], nodes = qp, nodes + pair + [add]
+    t, qp, pair = _through(g, add.output[0])
+    sd = _only(g, t, ("Sqrt",))
+    if sd is None:
+        return None
+    quant["vareps"], nodes = qp, nodes + pair + [sd]
+    div = _only(g, sd.output[0], ("Div",))
+    if div is None or list(div.input) != [d, sd.output[0]] or set(u.name for u in g.consumers.get(d, [])) != {sq.name, div.name}:
+        return None
+    nodes.append(div)
+    last, weights = div, {}
+    for point, op, role in (("norm", "Mul", "gamma"), ("scaled", "Add", "beta")):
+        t, qp, pair = _through(g, last.output[0])
+        nxt = _only(g, t, (op,))
+        c = _const_other(g, nxt, t) if nxt is not None else None
+        if c is None:
+            break
+        v = np.asarray(g.const(c), np.float32)
+        if v.size not in (1, shape[-1]) or v.ndim > len(shape) or any(s != 1 for s in v.shape[:-1]):
+            return None
+        weights[role] = np.ascontiguousarray(np.broadcast_to(v.reshape(-1), [shape[-1]]), np.float32)
+        quant[point], nodes, last = qp, nodes + pair + [nxt], nxt
+    if not any(quant.values()):
+        return None
+    if {x.name for x in nodes} & (set(claimed) | set(g.excluded)):
+        return "its nodes are excluded by the user or taken by another layer"
+    reason = tensor_reason(g, x, last.output[0], target, "LayerNorm")
+    if reason:
+        return reason
+    if shape[-1] > target.max_channels:
+        return f"{shape[-1]} features exceed the limit {target.max_channels}"
+    eps_v = float(np.asarray(g.const(eps), np.float32).reshape(-1)[0])
+    if not eps_v >= 0:
+        return f"epsilon {eps_v} is negative"
+    weights.setdefault("gamma", np.ones(shape[-1], np.float32))
+    qs = [quant.get(p) for p in POINTS]
+    attrs = {"axis": len(shape) - 1, "epsilon": eps_v,
+             "inner_scales": [float(q[0]) if q else 0.0 for q in qs],
+             "inner_zero_points": [int(q[1]) if q else 0 for q in qs],
+             "inner_types": ",".join(q[2] if q else "" for q in qs)}
+    return Group("LayerNorm", "mrvl.layernorm", nodes, [x], last.output[0], attrs, weights)

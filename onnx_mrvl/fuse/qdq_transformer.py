@@ -1,0 +1,225 @@
+"""QDQ transformers and recurrent models: a QuantizeLinear -> DequantizeLinear pair on an activation
+that no int8 layer absorbed (qdq.py) becomes one Mrvl ``Requantize`` layer in the region
+(opset_int8_transformer.py; docs/fusion.md "int8 in transformers and recurrent models").
+
+onnxruntime's quantizer writes such a pair after every op it knows (Softmax, Mul, Div, Transpose,
+Reshape, LayerNormalization, the MatMul of two activations, ...); the float ops between the pairs
+run as fp16 layers on the dequantized values, and the pair is the fake quantization onnxruntime
+executes there. Rule: ``Q(x) -> DQ`` with scalar constant scale / zero point of one int8/uint8 type,
+the Q read only by one DQ of the same parameters, x a float activation of a static 2-D..5-D shape,
+neither x a model input nor the DQ's output a model output (those pairs are the host's quantize and
+dequantize around the region: they stay in onnxruntime, with the same numbers).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex
+from ..target import Target
+from .groups import Group
+from .patterns import tensor_reason
+
+QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+HOST_SIDE = ("QuantizeLinear '{q}' -> DequantizeLinear '{dq}' at the model's input or output (the host's "
+             "quantize / dequantize around the region, in onnxruntime)")
+HOST_OUTPUT = "host_output"   # a Requantize at a model output, kept only when merge_output_pairs merges it
+
+
+def pair_qparams(g: GraphIndex, n: onnx.NodeProto) -> Union[tuple, str]:
+    """(scale, zero point, type name) of a Q or DQ node with scalar constant parameters, or a reason."""
+    if len(n.input) < 2 or not g.is_const(n.input[1]) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
+        return f"{n.op_type} '{n.name}' has no constant scale and zero point"
+    s = np.asarray(g.const(n.input[1]), np.float32)
+    if len(n.input) > 2 and n.input[2]:
+        z, qt = np.asarray(g.const(n.input[2])), QTYPE_NAMES.get(g.elem_type(n.input[2]))
+    else:   # no zero point: 0 of the quantized tensor's type (uint8 for a Q without one)
+        quantized = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
+        z, qt = np.zeros(1, np.int32), QTYPE_NAMES.get(g.elem_type(quantized) or onnx.TensorProto.UINT8)
+    if s.size != 1 or z.size != 1:
+        return f"{n.op_type} '{n.name}' quantizes per channel (an activation takes one scale)"
+    if qt is None or not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
+        return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
+    return float(s.reshape(-1)[0]), int(z.reshape(-1)[0]), qt
+
+
+def build_requantize(g: GraphIndex, q: onnx.NodeProto, target: Target) -> Union[Group, str]:
+    """``Q(x) -> DQ`` as a Mrvl Requantize (see the module docstring), or the reason it stays on the CPU."""
+    x = q.input[0]
+    if g.is_const(x) or not g.is_float(x):
+        return f"QuantizeLinear '{q.name}' quantizes a constant or a non-float tensor"
+    qp = pair_qparams(g, q)
+    if isinstance(qp, str):
+        return qp
+    if q.output[0] in g.output_set:
+        return f"the int8 codes of QuantizeLinear '{q.name}' are a model output"
+    readers = g.consumers.get(q.output[0], [])
+    if len(readers) != 1 or readers[0].op_type != "DequantizeLinear" or readers[0].name in g.excluded:
+        return (f"QuantizeLinear '{q.name}' is read by {[r.op_type for r in readers]}, not by one "
+                f"DequantizeLinear (the int8 codes leave the accelerator)")
+    dq = readers[0]
+    if pair_qparams(g, dq) != qp:
+        return f"DequantizeLinear '{dq.name}' dequantizes with other parameters than QuantizeLinear '{q.name}'"
+    if x in g.inputs:
+        return HOST_SIDE.format(q=q.name, dq=dq.name)
+    reason = tensor_reason(g, x, dq.output[0], target, "a QuantizeLinear -> DequantizeLinear pair")
+    if reason:
+        return reason
+    s, z, qt = qp
+    attrs = dict(precision="int8", in_scale=s, in_zero_point=z, in_type=qt, out_scale=s, out_zero_point=z, out_type=qt)
+    # a pair writing a model output stays the host's unless a float layer absorbs it (merge_output_pairs)
+    if dq.output[0] in g.output_set:
+        attrs[HOST_OUTPUT] = True
+    return Group("Requantize", "mrvl.requantize", [q, dq], [x], dq.output[0], attrs)
+
+
+def materialize(m, grp: Group) -> None:
+    """Emit the Requantize on its input's storage (element-wise: no layout change)."""
+    src = grp.inputs[0]
+    name, perm = m.loc[src]
+    if src in m.flat:
+        name, perm = m.get(src, None, for_mrvl=True, origin=grp.origin), None
+    m._emit(grp, "Requantize", [name], dict(grp.attrs), perm)
+    out = m.loc[grp.output][0]
+    if name in m.label:
+        m.label[out] = m.label[name]
+
+
+def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
+    """``DQ(a) x DQ(b) -> Q -> DQ`` with two activations (attention's Q*K^T and P*V): an int8
+    BatchMatMul (onnxruntime runs this group as QLinearMatMul: int32 sums of the codes, one
+    requantization) that absorbs the pair after it; None when an operand is no DQ of an activation
+    (the float patterns take the MatMul), or the reason it cannot be int8."""
+    from .batch_matmul import build_batch_matmul
+    dqs = [g.producer.get(t) for t in n.input[:2]]
+    if len(n.input) != 2 or any(d is None or d.op_type != "DequantizeLinear" or g.is_const(d.input[0]) for d in dqs):
+        return None
+    qa, qb = (pair_qparams(g, d) for d in dqs)
+    for qp in (qa, qb):
+        if isinstance(qp, str):
+            return qp
+    grp = build_batch_matmul(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    if len(grp.nodes) != 1 or grp.attrs.get("alpha", 1.0) != 1.0:
+        return "an int8 MatMul of two activations followed by a scale before its QuantizeLinear"
+    users = g.consumers.get(n.output[0], [])
+    q = users[0] if len(users) == 1 and n.output[0] not in g.output_set else None
+    if q is None or q.op_type != "QuantizeLinear":
+        return f"output of '{n.name}' is not read by one QuantizeLinear alone"
+    pair = build_requantize(g, q, target)
+    if isinstance(pair, str):
+        return pair
+    if {x.name for x in pair.nodes} & (set(claimed) | set(g.excluded)):
+        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    k = g.shape(n.input[0])[-1]
+    if k * 255 * 255 >= 2 ** 31:
+        return f"K={k} products of two int8 operands could overflow the int32 accumulator"
+    (sa, za, ta), (sb, zb, tb) = qa, qb
+    attrs = dict({k: v for k, v in pair.attrs.items() if k != HOST_OUTPUT}, in_scale=sa, in_zero_point=za, in_type=ta, in2_scale=sb, in2_zero_point=zb,
+                 in2_type=tb, alpha=1.0)
+    return Group("BatchMatMul", grp.composite, [n] + pair.nodes, list(grp.inputs), pair.output, attrs)
+
+
+def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
+    """(qparams, the tensor the int8 layer reads, the Q -> DQ nodes in front it absorbs) of input 0
+    of ``n`` when it is a DQ of an activation; None otherwise. The pair in front is absorbed when it
+    feeds ``n`` alone (the layer quantizes the float value itself)."""
+    dq = g.producer.get(n.input[0])
+    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+        return None
+    qp = pair_qparams(g, dq)
+    if isinstance(qp, str):
+        return None
+    q = g.producer.get(dq.input[0])
+    users = g.consumers.get(dq.output[0], [])
+    if q is not None and q.op_type == "QuantizeLinear" and len(g.consumers.get(q.output[0], [])) == 1 \
+            and len(users) == 1 and dq.output[0] not in g.output_set and q.input[0] not in g.inputs \
+            and g.is_float(q.input[0]) and not g.is_const(q.input[0]) and pair_qparams(g, q) == qp \
+            and not {q.name, dq.name} & (set(claimed) | set(g.excluded)):
+        return qp, q.input[0], [q, dq]
+    return qp, n.input[0], []
+
+
+def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
+    """``DQ(x) -> Softmax -> Q -> DQ`` (one type in and out): an int8 Softmax with onnxruntime's
+    QLinearSoftmax semantics (a 256-entry exp table of the input codes, sim/int8_transformer.py),
+    absorbing the pair after it; None when the input is no DQ (the float pattern takes it), or a reason."""
+    from .transformer import build_softmax
+    if n.op_type != "Softmax":
+        return None
+    inp = _quantized_input(g, n, claimed)
+    if inp is None:
+        return None
+    qin, x, in_front = inp
+    grp = build_softmax(g, n, target)
+    if isinstance(grp, str):
+        return grp
+    users = g.consumers.get(n.output[0], [])
+    if len(users) != 1 or users[0].op_type != "QuantizeLinear" or n.output[0] in g.output_set:
+        return f"output of '{n.name}' is not read by one QuantizeLinear alone"
+    pair = build_requantize(g, users[0], target)
+    if isinstance(pair, str):
+        return pair
+    if pair.attrs["out_type"] != qin[2]:
+        return "an int8 Softmax with input and output of different types (onnxruntime runs it in float)"
+    if {x.name for x in pair.nodes} & (set(claimed) | set(g.excluded)):
+        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    s, z, t = qin
+    attrs = dict(grp.attrs, **{k: v for k, v in pair.attrs.items() if k.startswith(("out_", "precision"))},
+                 in_scale=s, in_zero_point=z, in_type=t)
+    return Group("Softmax", grp.composite, [n] + pair.nodes + in_front, [x], pair.output, attrs)
+
+
+# int8 layers tried after qdq.py's (fuse._int8_groups)
+ANCHORS = {"MatMul": build_int8_batch_matmul, "Softmax": build_int8_softmax}
+
+
+INT8_OUT_OPS = ("LayerNorm", "Mul2D")   # float layers that may write int8 codes (opset_int8_transformer.py)
+
+
+def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
+    """A float LayerNorm / Mul2D whose output only a Q -> DQ pair reads takes the pair (precision
+    "int8_out"): the layer quantizes its fp32 result to the pair's int8 codes instead of rounding
+    it to fp16 first, as onnxruntime quantizes its fp32 result; with one data input that is a DQ
+    output it also carries that quantization (``in_*``: it reads int8 codes). The pair may be a Requantize or
+    the pair in front of an int8 layer (which then reads the layer's codes). A Requantize at a
+    model output that no layer took is dropped: its pair stays the host's (recorded in ``decisions``)."""
+    owner = {x.name: grp for grp in groups for x in grp.nodes}
+    dropped = set()
+    for src in groups:
+        if src.op not in INT8_OUT_OPS or src.attrs.get("precision"):
+            continue
+        readers = g.consumers.get(src.output, [])
+        q = readers[0] if len(readers) == 1 and src.output not in g.output_set else None
+        if q is None or q.op_type != "QuantizeLinear" or q.name not in owner:
+            continue
+        holder = owner[q.name]
+        dq = next((x for x in holder.nodes if x.op_type == "DequantizeLinear" and x.input[0] == q.output[0]), None)
+        qp = pair_qparams(g, q)
+        if dq is None or isinstance(qp, str) or pair_qparams(g, dq) != qp:
+            continue
+        if holder.op == "Requantize":
+            dropped.add(id(holder))
+        else:   # an int8 layer quantized the float value itself: it reads the codes now
+            holder.nodes = [x for x in holder.nodes if x.name not in (q.name, dq.name)]
+            for grp in groups:
+                grp.inputs = [dq.output[0] if t == src.output else t for t in grp.inputs]
+        src.nodes += [q, dq]
+        src.output = dq.output[0]
+        src.attrs.update(precision="int8_out", out_scale=qp[0], out_zero_point=qp[1], out_type=qp[2])
+        owner.update({q.name: src, dq.name: src})
+        dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
+        if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
+            qi = pair_qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
+            if not isinstance(qi, str):
+                src.attrs.update(in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2])
+    for grp in groups:
+        if grp.op == "Requantize" and grp.attrs.get(HOST_OUTPUT) and id(grp) not in dropped:
+            dropped.add(id(grp))
+            if decisions is not None:
+                for n in grp.nodes:
+                    decisions.record(n.name, n.op_type, reason=HOST_SIDE.format(q=grp.nodes[0].name, dq=grp.nodes[1].name))
+    return [grp for grp in groups if id(grp) not in dropped]

@@ -1,0 +1,92 @@
+"""The QDQ form of ``conv_1d_to_2d`` (which calls these for a Conv whose weight is a
+DequantizeLinear): a QDQ 1-D Conv (onnxruntime's quantizer: ``DQ(x) -> Conv(DQ(W_q), DQ(B_q)) -> Q
+-> DQ``; Whisper's and wav2vec's stems) -> the same QDQ layer in 2-D on a unit H axis, so fuse's
+int8 Conv2D takes it:
+
+    DQ(x) -> Reshape [N,C,1,L] -> Q -> DQ -> Conv(DQ(W_q [O,I,1,k]), DQ(B_q)) -> Q -> DQ
+          -> Reshape [N,O,L'] -> (the original Q -> DQ)
+
+The pairs around the Reshapes have the scale and zero point of the DQ before them: they quantize
+values that are already on that grid (exact; onnxruntime drops such pairs around a Reshape too).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from onnx import helper
+
+from .base import Match, attr, match_rank, reshape, str_attr
+
+QDQ = "qdq"   # the Match data key that marks the QDQ form
+
+def _dq(g, t: str):
+    n = g.producer.get(t)
+    return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
+
+
+def match(node, g) -> Optional[Match]:
+    m = match_rank(node, g, ("Conv",), 3)
+    if m is None or len(node.input) < 2:
+        return None
+    dq_x, dq_w = _dq(g, node.input[0]), _dq(g, node.input[1])
+    if dq_x is None or dq_w is None or g.is_const(dq_x.input[0]) or not g.is_const(dq_w.input[0]):
+        return None
+    q = g.only_consumer(node.output[0])
+    if q is None or q.op_type != "QuantizeLinear":
+        return None
+    return Match([node], {QDQ: True, "dq_x": dq_x, "dq_w": dq_w, "q": q})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node, dq_x, dq_w = m.node, m.data["dq_x"], m.data["dq_w"]
+    if g.shape(node.output[0]) is None or g.shape(node.input[0]) is None:
+        return "shapes are not static"
+    if str_attr(node, "auto_pad", "NOTSET") != "NOTSET":
+        return "auto_pad not yet resolved"
+    if any(not g.is_const(i) for i in list(dq_x.input[1:]) + list(dq_w.input[1:]) + list(m.data["q"].input[1:]) if i):
+        return "scales or zero points are not constant"
+    if len(g.const(dq_w.input[0]).shape) != 3 or attr(dq_w, "axis", 1) % 3 != 0 and g.const(dq_w.input[1]).size > 1:
+        return "weight not per output channel"
+    return None
+
+
+def _pair(g, x: str, like, near, origin, tag: str) -> str:
+    """Q -> DQ of ``x`` with the scale and zero point of the Q/DQ node ``like``."""
+    qp = list(like.input[1:])
+    q = g.fresh(f"{x}/{tag}_q")
+    g.make("QuantizeLinear", [x] + qp, [q], near=near, origin=origin, name=f"{near.name}/{tag}_q")
+    g.set_shape(q, g.shape(x), g.dtype(like.input[0]) if like.op_type == "DequantizeLinear" else g.dtype(like.output[0]))
+    out = g.fresh(f"{x}/{tag}_dq")
+    g.make("DequantizeLinear", [q] + qp, [out], near=near, origin=origin, name=f"{near.name}/{tag}_dq")
+    g.set_shape(out, g.shape(x), g.dtype(x))
+    return out
+
+
+def rewrite(m: Match, g) -> str:
+    node, dq_x, dq_w, q_out = m.node, m.data["dq_x"], m.data["dq_w"], m.data["q"]
+    n, c, l = g.shape(node.input[0])
+    sy = g.shape(node.output[0])
+    origin = m.origin
+    g.remove(node)
+    x4 = _pair(g, reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d"), dq_x, node,
+               origin, "to2d")
+    w = g.const(dq_w.input[0])
+    w4 = g.add_const(f"{node.name}/W_q", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))
+    wdq = g.fresh(f"{node.name}/W")
+    g.make("DequantizeLinear", [w4] + list(dq_w.input[1:]), [wdq], near=node, origin=origin,
+           name=f"{node.name}/W_dq", axis=0)
+    g.set_shape(wdq, [w.shape[0], w.shape[1], 1, w.shape[2]], g.dtype(node.input[0]))
+    y4 = g.fresh(f"{node.output[0]}/2d")
+    new = g.make("Conv", [x4, wdq] + list(node.input[2:3]), [y4], near=node, origin=origin, name=node.name)
+    for a in node.attribute:
+        v = attr(node, a.name)
+        if a.name == "pads":
+            new.attribute.append(helper.make_attribute("pads", [0, v[0], 0, v[1]]))
+        elif a.name in ("kernel_shape", "strides", "dilations"):
+            new.attribute.append(helper.make_attribute(a.name, [1] + list(v)))
+        else:
+            new.attribute.append(a)
+    g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
+    back = _pair(g, y4, q_out, node, origin, "out2d")
+    reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
+    return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis"

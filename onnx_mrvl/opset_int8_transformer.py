@@ -1,0 +1,137 @@
+"""The Mrvl ``Requantize`` op: a QuantizeLinear -> DequantizeLinear pair on an activation inside a
+region (docs/fusion.md "int8 in transformers and recurrent models").
+
+A QDQ model quantizes the output of every op onnxruntime's quantizer knows (MatMul, Add, Mul,
+Softmax, LayerNormalization, Transpose, Reshape, ...); where no int8 layer absorbs such a pair (the
+float ops between int8 layers: LayerNorm, Softmax, GELU, masks, scales), the pair is this one
+layer: ``y = (sat(rne(x / s) + z) - z) * s`` with fp32 math, the codes stored as int8 / uint8 (an
+int8 tensor, docs/program.md "tensor dtypes"), so the next int8 layer reads them exactly and a
+float layer reads their dequantized value. Attributes: the int8 ones of a weightless layer
+(``precision`` = "int8", ``in_*`` = ``out_*`` = the pair's scale, zero point and type).
+The reference body is the pair itself.
+"""
+from __future__ import annotations
+
+from onnx import TensorProto, helper
+
+from .opset_int8 import INT8_POOL_ATTRS, QTYPES
+
+ATTRS = INT8_POOL_ATTRS
+
+
+def _body(a, present, opset):
+    if opset < 13:
+        raise ValueError("a Requantize reference body needs opset >= 13")
+    s = helper.make_tensor("s", TensorProto.FLOAT, [], [float(a["out_scale"])])
+    z = helper.make_tensor("z", QTYPES[a["out_type"]], [], [int(a["out_zero_point"])])
+    return [helper.make_node("Constant", [], ["rq_s"], value=s),
+            helper.make_node("Constant", [], ["rq_z"], value=z),
+            helper.make_node("QuantizeLinear", ["X", "rq_s", "rq_z"], ["rq_q"]),
+            helper.make_node("DequantizeLinear", ["rq_q", "rq_s", "rq_z"], ["Y"])]
+
+
+def op_defs(OpDef) -> dict:
+    """The OpDef of ``Requantize`` (``OpDef`` passed in: no import cycle with opset)."""
+    return {"Requantize": OpDef("Requantize", "Requantize", "mrvl.requantize", ("X",), ATTRS, _body)}
+
+
+INT8_OUT = "int8_out"   # ``precision`` of a float layer that writes int8 codes (an absorbed Q -> DQ pair)
+INT8_OUT_ATTRS = ("precision", "out_scale", "out_zero_point", "out_type", "in_scale", "in_zero_point", "in_type")
+
+
+def is_int8_out(attrs: dict) -> bool:
+    return attrs.get("precision") == INT8_OUT
+
+
+def int8_out_body(body):
+    """The body of a float layer (LayerNorm, Mul2D) that dispatches on ``precision``: as it is, or
+    ("int8_out") followed by QuantizeLinear -> DequantizeLinear of its output (the absorbed pair),
+    and with ``in_*`` preceded by that of its data input (it reads int8 codes)."""
+    def wrapped(a, present, opset):
+        if not is_int8_out(a):
+            return body(a, present, opset)
+        x = "A" if "A" in present else "X"
+        inner = body(a, present, opset)
+        for n in inner:
+            n.output[:] = ["rq_y" if o == "Y" else o for o in n.output]
+            n.input[:] = ["rq_y" if i == "Y" else "rq_x" if i == x and "in_type" in a else i for i in n.input]
+        pair = _body(a, present, opset)
+        pair[2].input[0] = "rq_y"
+        for node in pair:
+            node.output[:] = ["rq_" + o if o != "Y" else o for o in node.output]
+            node.input[:] = ["rq_" + i if i != "rq_y" else i for i in node.input]
+        if "in_type" in a:
+            inp = _body(dict(a, out_scale=a["in_scale"], out_zero_point=a["in_zero_point"], out_type=a["in_type"]),
+                        present, opset)
+            inp[2].input[0] = x
+            for node in inp:
+                node.output[:] = ["in_" + o if o != "Y" else "rq_x" for o in node.output]
+                node.input[:] = [("in_" + i) if i != x else i for i in node.input]
+            inner = inp + inner
+        return inner + pair
+    return wrapped
+
+
+INNER_ATTRS = ("inner_scales", "inner_zero_points", "inner_types")   # LayerNorm's interior quantization
+
+
+def inner_points(a: dict):
+    """[(point, scale, zero point, type) or None] of a LayerNorm's interior quantization (var,
+    vareps, norm, scaled), or None when it has none."""
+    if not a.get("inner_scales"):
+        return None
+    types = str(a.get("inner_types", "")).split(",")
+    return [(float(s), int(z), t) if float(s) > 0 else None
+            for s, z, t in zip(a["inner_scales"], a["inner_zero_points"], types)]
+
+
+def layernorm_inner_body(plain):
+    """The LayerNorm body with its interior Q -> DQ steps (qdq_layernorm.py) when it has them, else ``plain``."""
+    def body(a, present, opset):
+        pts = inner_points(a)
+        if pts is None:
+            return plain(a, present, opset)
+        axis, eps = int(a["axis"]), float(a["epsilon"])
+
+        def red(x, y):
+            if opset >= 18:
+                return [helper.make_node("Constant", [], [y + "_ax"], value=helper.make_tensor(
+                    y + "_ax", TensorProto.INT64, [1], [axis])),
+                        helper.make_node("ReduceMean", [x, y + "_ax"], [y], keepdims=1)]
+            return [helper.make_node("ReduceMean", [x], [y], axes=[axis], keepdims=1)]
+
+        def fq(x, k):
+            if pts[k] is None:
+                return [], x
+            s, z, t = pts[k]
+            n = [helper.make_node("Constant", [], [f"{x}_s"], value=helper.make_tensor(f"{x}_s", TensorProto.FLOAT, [], [s])),
+                 helper.make_node("Constant", [], [f"{x}_z"], value=helper.make_tensor(f"{x}_z", QTYPES[t], [], [z])),
+                 helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
+                 helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_s", f"{x}_z"], [f"{x}_f"])]
+            return n, f"{x}_f"
+        nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
+                                    helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
+        more, v = fq("li_v", 0)
+        nodes += more + [helper.make_node("Constant", [], ["li_eps"], value=helper.make_tensor(
+            "li_eps", TensorProto.FLOAT, [], [eps])), helper.make_node("Add", [v, "li_eps"], ["li_ve"])]
+        more, ve = fq("li_ve", 1)
+        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"]), helper.make_node("Div", ["li_d", "li_sd"], ["li_n"])]
+        more, y = fq("li_n", 2)
+        nodes += more
+        shape = helper.make_tensor("li_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1)) \
+            if axis < 0 else None
+        for role, op, k in (("gamma", "Mul", 3), ("beta", "Add", None)):
+            if not present.get(role):
+                continue
+            w = role
+            if shape is not None and axis != -1:
+                nodes += [helper.make_node("Constant", [], [f"li_{role}_shape"], value=shape),
+                          helper.make_node("Reshape", [role, f"li_{role}_shape"], [f"li_{role}_r"])]
+                w = f"li_{role}_r"
+            nodes.append(helper.make_node(op, [y, w], [f"li_{role}_y"]))
+            y = f"li_{role}_y"
+            if k is not None:
+                more, y = fq(y, k)
+                nodes += more
+        return nodes + [helper.make_node("Identity", [y], ["Y"])]
+    return body

@@ -1,0 +1,195 @@
+"""int8 layers of QDQ transformers (docs/simulator.md "int8 layers").
+
+``Requantize``: a QuantizeLinear -> DequantizeLinear pair of a QDQ model inside a region. ``q = sat(rne(x / s) + z)`` with x / s in
+float32 (MLAS QuantizeLinear, ``int8.quantize``), the output held as its dequantized value
+``(q - z) * s`` (an int8 tensor: the codes are stored, so the next int8 layer reads them exactly).
+
+int8 ``BatchMatMul`` (onnxruntime's QLinearMatMul): the codes of both operands (``in_*``, ``in2_*``),
+``acc = sum (q_a - z_a)(q_b - z_b)`` exact, ``q_y = sat(rne(fp32(acc) * fp32(fp32(s_a * s_b) / s_y)) + z_y)``
+(MLAS's requantization), output ``(q_y - z_y) * s_y``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Tuple
+
+import numpy as np
+
+from .int8 import ACC_LIMIT, QRANGE, fake_quant, quantize
+from .matmul import BatchMatMul
+
+F32 = np.float32
+
+
+def _q(p: Mapping, side: str):
+    q = (float(p[f"{side}_scale"]), int(p[f"{side}_zero_point"]), str(p[f"{side}_dtype"]))
+    if q[2] not in QRANGE or not q[0] > 0:
+        raise ValueError(f"{side} quantization {q[2]!r} with scale {q[0]} (int8 or uint8, positive scale)")
+    return q
+
+
+def build_requantize(spec, n_inputs: int):
+    """The prepared closure of a Requantize layer spec (sim/layers.py)."""
+    if n_inputs != 1:
+        raise spec.error(f"takes 1 input, the program gives {n_inputs}")
+    p: Mapping = spec.params
+    try:
+        if p.get("precision") != "int8":
+            raise ValueError("precision must be int8")
+        s, z, dt = float(p["out_scale"]), int(p["out_zero_point"]), str(p["out_dtype"])
+        if (float(p["in_scale"]), int(p["in_zero_point"]), str(p["in_dtype"])) != (s, z, dt):
+            raise ValueError("in_* and out_* quantization differ (a Requantize keeps one)")
+        if dt not in QRANGE or not s > 0:
+            raise ValueError(f"quantization {dt!r} with scale {s} (int8 or uint8, positive scale)")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
+    return lambda x: (fake_quant(x, s, z, dt), True)
+
+
+class Int8BatchMatMul(BatchMatMul):
+    """The stored-order handling of BatchMatMul (perms, transpose_b) on integer codes."""
+
+    def __init__(self, params: Mapping, transpose_b: bool, alpha: float, perms: Mapping):
+        super().__init__(transpose_b, alpha, **perms)
+        if alpha != 1.0:
+            raise ValueError(f"alpha {alpha} on an int8 BatchMatMul (its scale is the requantization)")
+        self.a, self.b, self.y = _q(params, "in"), _q(params, "in2"), _q(params, "out")
+        self.mult = F32(F32(F32(self.a[0]) * F32(self.b[0])) / F32(self.y[0]))
+
+    def apply(self, a: np.ndarray, b: np.ndarray):
+        shape = self.output_shape(a.shape, b.shape)
+        ca = (quantize(a, *self.a) - self.a[1]).astype(np.float64)
+        cb = (quantize(b, *self.b) - self.b[1]).astype(np.float64)
+        al = np.transpose(ca, [list(self.a_perm).index(i) for i in range(a.ndim)]) if self.a_perm else ca
+        pb = self._b_perm(b.ndim)
+        bl = np.transpose(cb, [list(pb).index(i) for i in range(b.ndim)]) if pb else cb
+        if al.shape[-1] * 255 * 255 >= ACC_LIMIT:
+            raise ValueError(f"K={al.shape[-1]} products could overflow the int32 accumulator")
+        acc = np.matmul(al, bl)                       # exact integers in float64
+        s, z, dt = self.y
+        lo, hi = QRANGE[dt]
+        q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
+        y = ((q - z).astype(F32) * F32(s)).astype(F32)
+        if self.out_perm:
+            y = np.transpose(y, self.out_perm)
+        return np.ascontiguousarray(y).reshape(shape), True
+
+
+def build_int8_batch_matmul(spec, transpose_b: int, alpha: float, perms: Mapping):
+    try:
+        return Int8BatchMatMul(spec.params, bool(transpose_b), alpha, perms).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
+
+
+class Int8Softmax:
+    """onnxruntime's QLinearSoftmax (com.microsoft, opset-13 form) over ``axis``: a table
+    ``E[k] = fp32(exp((k - 255 + b) * s_x))``, k = 255 + q - max(q) over the row (b = max(0,
+    ln(FLT_MAX / D) - 5) / s_x keeps the fp32 sum finite), ``sum`` of the row's E in fp32 in order,
+    ``q_y = sat(rne(fp32(E * floor(1 / s_y)) / sum) + z_y)``."""
+
+    def __init__(self, params: Mapping, axis: int):
+        self.x, self.y = _q(params, "in"), _q(params, "out")
+        if self.x[2] != self.y[2]:
+            raise ValueError("an int8 Softmax with input and output of different types")
+        self.axis = axis
+        self.y_scale = F32(np.floor(F32(1.0) / F32(self.y[0])))
+        self._tables = {}
+
+    def table(self, d: int) -> np.ndarray:
+        if d not in self._tables:
+            sx = np.float64(F32(self.x[0]))
+            shift = max(0.0, float(np.log(np.float64(F32(np.finfo(F32).max) / F32(d)))) - 5.0) / sx
+            self._tables[d] = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * sx).astype(F32)
+        return self._tables[d]
+
+    def apply(self, x: np.ndarray):
+        if not -x.ndim <= self.axis < x.ndim:
+            raise ValueError(f"axis {self.axis} does not fit an input of shape {list(x.shape)}")
+        c = np.moveaxis(quantize(x, *self.x).astype(np.int64), self.axis, -1)
+        e = self.table(c.shape[-1])[255 + c - c.max(axis=-1, keepdims=True)]
+        total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]       # in order, as the kernel sums
+        s, z, dt = self.y
+        lo, hi = QRANGE[dt]
+        q = np.clip(np.rint((e * self.y_scale).astype(F32) / total) + z, lo, hi)
+        y = ((q - z).astype(F32) * F32(s)).astype(F32)
+        return np.ascontiguousarray(np.moveaxis(y, -1, self.axis)), True
+
+
+def build_int8_softmax(spec, axis: int):
+    try:
+        return Int8Softmax(spec.params, axis).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None
+
+
+def int8_out_quant(spec, side: str = "out"):
+    """(scale, zero point, type) of a float layer that writes int8 codes (precision "int8_out":
+    its fp32 result is quantized instead of rounded to fp16), or None; ``side`` "in": the
+    quantization of the codes it reads (None: it reads fp16 values)."""
+    p: Mapping = spec.params
+    if p.get("precision") != "int8_out" or f"{side}_dtype" not in p:
+        return None
+    try:
+        return _q(p, side)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8_out layer: {exc}") from None
+
+
+def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None):
+    """A float Sum2D / Mul2D (its constant operand fp32, fp32 math, its activation in fp32) whose
+    result is quantized to ``out_q`` (no fp16 rounding in between)."""
+    from .activations import make_activation
+    ufunc = {"add": np.add, "mul": np.multiply}[op]
+    const = None if operand is None else np.asarray(operand, F32)
+    act = make_activation(activation.get("activation", "none"), activation.get("activation_params"),
+                          activation.get("slope"))
+
+    def run(a: np.ndarray, b=None):
+        other = b if b is not None else const
+        if other is None:
+            raise ValueError(f"{op} needs a second input or a constant operand")
+        if in_q is not None:
+            a = fake_quant(a, *in_q)   # the codes it reads (exact when a already holds them)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = np.ascontiguousarray(ufunc(a, other, dtype=F32))
+            if act is not None:
+                y = act(y)
+            ok = bool(np.isfinite(y).all())
+        return fake_quant(y, *out_q), ok
+    return run
+
+
+def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points) -> Tuple[np.ndarray, bool]:
+    """A LayerNorm with interior quantization points (a QDQ export's decomposed layer norm, as
+    onnxruntime runs it in fp32): m = mean(x); d = x - m; v = mean(d * d) -> DQ(Q(.)) at "var";
+    + eps -> at "vareps"; n = d / sqrt(.) -> at "norm"; * gamma -> at "scaled"; + beta. ``points``:
+    four (scale, zero point, type) or None. The fp32 result, unrounded."""
+    def fq(v, k):
+        return v if points[k] is None else fake_quant(v, *points[k])
+    shape = (-1,) + (1,) * (-axis - 1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        d = x - np.mean(x, axis=axis, keepdims=True, dtype=F32)
+        v = fq(np.mean(d * d, axis=axis, keepdims=True, dtype=F32), 0)
+        ve = fq((v + F32(eps)).astype(F32), 1)
+        y = fq((d / np.sqrt(ve)).astype(F32), 2)
+        y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 3)
+        if beta is not None:
+            y = (y + np.asarray(beta, F32).reshape(shape)).astype(F32)
+    return y, bool(np.isfinite(y).all())
+
+
+def inner_points(spec):
+    """The four interior quantization points of a LayerNorm spec (None each: no pair there), or None."""
+    p: Mapping = spec.params
+    if not p.get("inner_scales"):
+        return None
+    try:
+        out = []
+        for s, z, t in zip(p["inner_scales"], p["inner_zero_points"], p["inner_types"]):
+            out.append(None if float(s) == 0 else _q({"x_scale": s, "x_zero_point": z, "x_dtype": t}, "x"))
+        if len(out) != 4:
+            raise ValueError(f"{len(out)} interior points (var, vareps, norm, scaled: 4)")
+        return out
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"LayerNorm interior quantization: {exc}") from None
