@@ -159,14 +159,14 @@ static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store. */
 static inline __attribute__((always_inline)) void
-micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
+micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
           const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
     __m512 acc[MR][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
 #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < mr; r++) {
         if (first || r >= rows) {
             acc[r][0] = _mm512_setzero_ps();
             acc[r][1] = _mm512_setzero_ps();
@@ -181,7 +181,7 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
             _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
-            for (int r = 0; r < MR; r++) {
+            for (int r = 0; r < mr; r++) {
                 const __m512 av = _mm512_set1_ps(a[r * lda + p]);
                 acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
                 acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
@@ -191,7 +191,7 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 12
-            for (int r = 0; r < MR; r++)
+            for (int r = 0; r < mr; r++)
                 acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r][0]);
         }
     }
@@ -226,18 +226,31 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
     }
 }
 
-/* A from the packed buffer (row stride KC, a constant: one base register for all 12 rows) */
-static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
-                  int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-                  const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    micro_lda(kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+/* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
+ * register tile is compiled for 12, 8 and 4 rows, so a partial panel (a 7x7 map's 49 pixels end
+ * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. */
+#define MICRO_ARGS int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols, \
+                   int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
+                   const epi_t *e2, __mmask16 *bad2, const float *pf
+#define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
+static void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
+static void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
+static void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
+
+static inline void micro(MICRO_ARGS) {
+    if (rows > 8)
+        micro12(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else if (rows > 4)
+        micro8(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else
+        micro4(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
-/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda) */
+/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full panels) */
 static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
                          int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
                          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    micro_lda(kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 typedef struct {
