@@ -255,7 +255,7 @@ static void micro_direct(int kc, const float *a, long lda, const float *b, float
 
 typedef struct {
     const float *x;
-    long h, w, c;                 /* input [n, h, w, c] */
+    long h, w, c, cs;             /* input [n, h, w, cs]; a group's taps read c channels of each pixel */
     long oh, ow;
     long kh, kw, sh, sw, dh, dw, pt, pl;
 } geom_t;
@@ -286,11 +286,11 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             continue;
         }
         const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
-        const int whole = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
+        const int whole = g->dw == 1 && c == g->cs && ix0 >= 0 && ix0 + g->kw <= g->w;
         if (whole && k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h) {
             /* an interior pixel whose whole window is one block: one copy per kernel row (small-C
              * stems: a row is a few floats, and the general loop's bookkeeping cost more) */
-            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;
+            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;     /* c == cs here */
             for (long ky = 0; ky < g->kh; ky++)
                 copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
         } else {
@@ -313,7 +313,7 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w)
                 copy_run(d + (k - k0), NULL, run);
             else
-                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * c + ch, run);
+                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * g->cs + ch, run);
             k += run;
             rem += run;
             if (rem == rowlen) {
@@ -332,15 +332,17 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
-/* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]).
- * wpack: [ceil(o/NR)][K][NR]; out: [pixels, o]. Returns 1 when every finished value is finite
+/* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
+ * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
+ * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
+ * wpack: [ceil(o/NR)][K][NR]; out: [pixels, ldo]. Returns 1 when every finished value is finite
  * (always 1 for code < 0: the caller finishes those), else 0. */
-static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
+static int conv_range(const float *x, long h, long w, long c, long cs, long oh, long ow,
               long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
-              const float *wpack, long o, float *out, long m0, long m1, long j0, long j1,
+              const float *wpack, long o, long ldo, float *out, long m0, long m1, long j0, long j1,
               const float *bias, const float *scale, const float *shift, const float *slope,
               int code, float p0, float p1, const float *res, const epi_t *e2) {
-    const geom_t g = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
+    const geom_t g = {x, h, w, c, cs, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
     const epi_t e = {bias, scale, shift, slope, code, p0, p1};
     const long K = kh * kw * c;
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
@@ -370,13 +372,13 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
                     const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
                     const float *pf = i == 0 ? next : bp;
                     if (direct && rows == MR)
-                        micro_direct(kc, x + r0 * c + k0, c, bp, out + r0 * o + j * NR, o, rows, cols,
+                        micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                                     res ? res + r0 * o + j * NR : NULL, e2, &bad2, pf);
+                                     res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
                     else
-                        micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
+                        micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                               k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                              res ? res + r0 * o + j * NR : NULL, e2, &bad2, pf);
+                              res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
                 }
             }
         }
@@ -523,7 +525,8 @@ typedef struct {
     const float *wpack;
     long o;
     float *out;
-    long rows, nb, split_rows, step;     /* parts: row ranges of step rows, or channel-block ranges */
+    long rows, nb, split_rows, step;     /* nb: channel blocks of one group */
+    long groups;     /* parts: row ranges of step rows, or channel-block ranges */
     const float *bias, *scale, *shift, *slope;
     int code;
     float p0, p1;
@@ -544,30 +547,43 @@ static void conv_part(void *arg, long p) {
     }
     if (m0 >= m1 || j0 >= j1)
         return;
-    const int r = conv_range(j->x, j->h, j->w, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
-                             j->pt, j->pl, j->wpack, j->o, j->out, m0, m1, j0, j1, j->bias, j->scale, j->shift,
-                             j->slope, j->code, j->p0, j->p1, j->res, j->e2);
+    /* a grouped conv: each group in turn on these rows, its input channels, weights, output
+     * channels and epilogue vectors offset (the vectors are padded for the last group's block) */
+    const long G = j->groups, cg = j->c / G, og = j->o / G, wstride = j->nb * j->kh * j->kw * cg * NR;
+    int r = 3;
+    for (long g = 0; g < G; g++) {
+        const long co = g * og;
+        r &= conv_range(j->x + g * cg, j->h, j->w, cg, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
+                        j->pt, j->pl, j->wpack + g * wstride, og, j->o, j->out + co, m0, m1, j0, j1,
+                        j->bias ? j->bias + co : NULL, j->scale ? j->scale + co : NULL,
+                        j->shift ? j->shift + co : NULL, j->slope ? j->slope + co : NULL,
+                        j->code, j->p0, j->p1, j->res, j->e2);
+    }
     if (r != 3)
         atomic_fetch_and(&j->ok, r);
 }
 
 /* One conv (FC: a 1x1 conv over [M,1,1,K]) on up to nthreads threads; wpack [ceil(o/NR)][K][NR],
- * out [n*oh*ow, o]. With res (same layout as out) and e2, a following Sum2D is fused: out holds
+ * out [n*oh*ow, o]; with groups > 1, wpack holds each group's [ceil(o/groups/NR)][K/groups][NR] in
+ * turn (no residual then). With res (same layout as out) and e2, a following Sum2D is fused: out holds
  * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
  * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
 static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
                      long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
                      const float *wpack, long o, float *out,
                      const float *bias, const float *scale, const float *shift, const float *slope,
-                     int code, float p0, float p1, const float *res, const epi_t *e2, int nthreads) {
+                     int code, float p0, float p1, const float *res, const epi_t *e2, long groups, int nthreads) {
+    if (groups < 1)
+        groups = 1;
     conv_job j = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, wpack, o, out,
-                  n * oh * ow, (o + NR - 1) / NR, 1, 0, bias, scale, shift, slope, code, p0, p1, res, e2, 3};
-    const long K = kh * kw * c, macs = j.rows * K * o;
+                  n * oh * ow, (o / groups + NR - 1) / NR, 1, 0, groups, bias, scale, shift, slope, code, p0, p1,
+                  res, e2, 3};
+    const long K = kh * kw * c / groups, macs = j.rows * K * o;
     long parts = 1;
     if (nthreads > 1 && macs >= (1L << 20)) {
         /* rows split: every thread streams all the weights; channel split: all the input.
          * Split channels when the weights are the larger operand or the rows are few. */
-        const int by_rows = j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
+        const int by_rows = groups > 1 || j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
         j.split_rows = by_rows;
         if (by_rows) {
             long chunks = (j.rows + MR - 1) / MR;            /* MR-aligned parts, a few per thread */
@@ -807,7 +823,8 @@ int binary_npc(const float *a, const float *b, float *out, long n, long p, long 
 /* ------------------------------------------------------------------ descriptor entry points
  * One int64 array per prepared layer and input shape, so a call passes 4 arguments instead of
  * ~30 (ctypes converts each one): [n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, o or cp,
- * weights, bias, scale, shift, slope (addresses), code, p0 bits, p1 bits]. */
+ * weights, bias, scale, shift, slope (addresses), code, p0 bits, p1 bits]; conv_desc also reads
+ * [23..26] (a fused Sum2D's activation) and [27] (groups). */
 static float bits_to_float(long v) {
     uint32_t u = (uint32_t)v;
     float f;
@@ -822,7 +839,7 @@ int conv_desc(const long *d, const float *x, float *out, const float *res, int n
     return conv_nhwc(x, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
                      (const float *)d[15], d[14], out, (const float *)d[16], (const float *)d[17],
                      (const float *)d[18], (const float *)d[19], (int)d[20], bits_to_float(d[21]),
-                     bits_to_float(d[22]), res, res ? &e2 : NULL, nthreads);
+                     bits_to_float(d[22]), res, res ? &e2 : NULL, d[27], nthreads);
 }
 
 int depthwise_desc(const long *d, const float *x, float *out, int nthreads) {

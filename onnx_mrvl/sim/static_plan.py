@@ -155,7 +155,7 @@ class StaticPlan:
             e.rec, e.keep = (1, plan[2], ptr[step.ins[0]], ptr[step.out], ptr[step.ins[1]]), plan
             return True
         if isinstance(conv, Conv2D) and len(step.ins) == 1:
-            if not (conv.groups == 1 or (conv.depthwise and conv.og == 1)):
+            if conv.depthwise and conv.og != 1:         # a channel multiplier: np.repeat first
                 return False
             x_shape = shapes[step.ins[0]]
             _, oh, ow, _ = conv.output_shape(x_shape)
