@@ -278,7 +278,7 @@ static inline void copy_run(float *dst, const float *src, long n) {
 static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
     const long c = g->c, rowlen = g->kw * c;         /* one kernel row of taps: contiguous when dw == 1 */
     long ox = m0 % g->ow, t = m0 / g->ow, oy = t % g->oh, n = t / g->oh;
-    const long ky_first = k0 / rowlen, rem_first = k0 % rowlen;
+    const long ky_first = k0 / rowlen, rem_first = k0 % rowlen, tap_first = rem_first / c, ch_first = rem_first % c;
     for (int r = 0; r < MR; r++) {
         float *d = dst + r * KC;
         if (r >= rows) {
@@ -294,31 +294,40 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             for (long ky = 0; ky < g->kh; ky++)
                 copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
         } else {
-        long k = k0, ky = ky_first, rem = rem_first;
+        /* (ky, tap, ch): the position of k in the window, advanced per run without divisions
+         * (a grouped conv's runs are a few channels each) */
+        long k = k0, ky = ky_first, rem = rem_first, tap = tap_first, ch = ch_first;
         while (k < k0 + kc) {
             const long iy = iy0 + ky * g->dh;
-            long run, ix, ch;
+            long run, ix, cc;
             if (whole) {
                 run = rowlen - rem;              /* the rest of the kernel row in one copy */
                 ix = ix0;
-                ch = rem;
+                cc = rem;
             } else {
-                const long tap = rem / c;
-                ch = rem - tap * c;
-                run = c - ch;
+                run = c - ch;                    /* the rest of one tap's channels */
                 ix = ix0 + tap * g->dw;
+                cc = ch;
             }
             if (run > k0 + kc - k)
                 run = k0 + kc - k;
             if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w)
                 copy_run(d + (k - k0), NULL, run);
             else
-                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * g->cs + ch, run);
+                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * g->cs + cc, run);
             k += run;
-            rem += run;
-            if (rem == rowlen) {
-                rem = 0;
-                ky++;
+            if (whole) {
+                rem += run;
+                if (rem == rowlen) {
+                    rem = 0;
+                    ky++;
+                }
+            } else if ((ch += run) == c) {
+                ch = 0;
+                if (++tap == g->kw) {
+                    tap = 0;
+                    ky++;
+                }
             }
         }
         }
@@ -547,17 +556,22 @@ static void conv_part(void *arg, long p) {
     }
     if (m0 >= m1 || j0 >= j1)
         return;
-    /* a grouped conv: each group in turn on these rows, its input channels, weights, output
-     * channels and epilogue vectors offset (the vectors are padded for the last group's block) */
+    /* a grouped conv: per block of MC rows, each group in turn, its input channels, weights, output
+     * channels and epilogue vectors offset (the vectors are padded for the last group's block);
+     * the groups share the block's input rows while they are in the cache */
     const long G = j->groups, cg = j->c / G, og = j->o / G, wstride = j->nb * j->kh * j->kw * cg * NR;
+    const long step = G > 1 ? MC : m1 - m0;
     int r = 3;
-    for (long g = 0; g < G; g++) {
-        const long co = g * og;
-        r &= conv_range(j->x + g * cg, j->h, j->w, cg, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
-                        j->pt, j->pl, j->wpack + g * wstride, og, j->o, j->out + co, m0, m1, j0, j1,
-                        j->bias ? j->bias + co : NULL, j->scale ? j->scale + co : NULL,
-                        j->shift ? j->shift + co : NULL, j->slope ? j->slope + co : NULL,
-                        j->code, j->p0, j->p1, j->res, j->e2);
+    for (long ma = m0; ma < m1; ma += step) {
+        const long mb = ma + step < m1 ? ma + step : m1;
+        for (long g = 0; g < G; g++) {
+            const long co = g * og;
+            r &= conv_range(j->x + g * cg, j->h, j->w, cg, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh,
+                            j->dw, j->pt, j->pl, j->wpack + g * wstride, og, j->o, j->out + co, ma, mb, j0, j1,
+                            j->bias ? j->bias + co : NULL, j->scale ? j->scale + co : NULL,
+                            j->shift ? j->shift + co : NULL, j->slope ? j->slope + co : NULL,
+                            j->code, j->p0, j->p1, j->res, j->e2);
+        }
     }
     if (r != 3)
         atomic_fetch_and(&j->ok, r);
