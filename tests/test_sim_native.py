@@ -189,7 +189,7 @@ def test_binary_overflow_flag(monkeypatch):
     assert ok is False and np.isinf(y).all()
 
 
-@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "depthwise", "binary"])
+@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "depthwise", "depthwise_channels", "binary"])
 def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     if what == "conv_rows":
         x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
@@ -200,6 +200,9 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     elif what == "depthwise":
         x, w = special(2, 40, 33, 48), f16(RNG.standard_normal((48, 3, 3, 1)))
         build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=48).apply(x)   # noqa: E731
+    elif what == "depthwise_channels":          # 3 rows: the parts split channels too
+        x, w = special(1, 3, 7, 840), f16(RNG.standard_normal((840, 3, 3, 1)))
+        build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=840, activation="relu").apply(x)   # noqa: E731
     else:
         a, b = special(1, 70, 71, 24), special(1, 1, 1, 24)
         build = lambda: tensor_ops.make_binary("mul", activation="relu")(a, b)   # noqa: E731

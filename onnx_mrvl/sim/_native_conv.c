@@ -630,19 +630,19 @@ typedef struct {
     const float *x, *w;
     long n, h, wd, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
     float *out;
-    long parts;
+    long parts, cparts;                  /* parts: of rows x cparts: of 64-channel units */
     epi_t e;
     atomic_int ok;
 } dw_job;
 
 /* one output pixel, all channels, four 16-channel vectors at a time (four FMA chains in flight):
  * the pixels the 8-pixel blocks do not cover (borders, and rows narrower than a block) */
-static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, __mmask16 *bad) {
-    for (long cb = 0; cb < j->c; cb += 64) {
+static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, long c0, long c1, __mmask16 *bad) {
+    for (long cb = c0; cb < c1; cb += 64) {
         __m512 acc[4];
         __mmask16 m[4];
         for (int v = 0; v < 4; v++) {
-            const long left = j->c - cb - 16 * v;
+            const long left = c1 - cb - 16 * v;
             m[v] = left >= 16 ? 0xFFFF : (left <= 0 ? 0 : (__mmask16)((1u << left) - 1));
             acc[v] = _mm512_setzero_ps();
         }
@@ -678,8 +678,11 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, __
 
 static void dw_part(void *arg, long p) {
     dw_job *j = arg;
-    long r0, r1;
-    part_range(p, j->parts, j->n * j->oh, &r0, &r1);
+    long r0, r1, c0, c1;
+    part_range(p / j->cparts, j->parts / j->cparts, j->n * j->oh, &r0, &r1);
+    part_range(p % j->cparts, j->cparts, (j->c + 63) / 64, &c0, &c1);
+    c0 *= 64;
+    c1 = c1 * 64 < j->c ? c1 * 64 : j->c;
     /* interior columns: every kx tap in range */
     long lo = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0, hi = (j->wd - 1 - (j->kw - 1) * j->dw + j->pl) / j->sw + 1;
     if (j->wd - 1 - (j->kw - 1) * j->dw + j->pl < 0)
@@ -703,8 +706,8 @@ static void dw_part(void *arg, long p) {
         const int blocks = ky0 < ky1 && hi - lo >= DWB;    /* interior pixels in 8-pixel blocks */
         const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
         if (blocks) {
-            for (long cb = 0; cb < j->c; cb += 16) {
-                const long left = j->c - cb;
+            for (long cb = c0; cb < c1; cb += 16) {
+                const long left = c1 - cb;
                 const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
                 epv_t E;
                 epv_load(&E, &j->e, cb);
@@ -773,7 +776,7 @@ static void dw_part(void *arg, long p) {
         for (long ox = 0; ox < j->ow; ox++) {           /* every pixel the blocks did not cover */
             if (blocks && ox >= lo && ox < hi)
                 continue;
-            dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, &bad);
+            dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, c0, c1, &bad);
         }
     }
     if (bad)
@@ -784,10 +787,18 @@ static int depthwise_nhwc(const float *x, long n, long h, long w, long c, long o
                    long sh, long sw, long dh, long dw, long pt, long pl, const float *wt, long cp, float *out,
                    const float *bias, const float *scale, const float *shift, const float *slope,
                    int code, float p0, float p1, int nthreads) {
-    dw_job j = {x, wt, n, h, w, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, out, 0,
+    dw_job j = {x, wt, n, h, w, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, out, 0, 1,
                 {bias, scale, shift, slope, code, p0, p1}, 1};
     const long rows = n * oh;
-    j.parts = row_parts(rows, rows * ow * c * kh * kw, 1L << 17, nthreads);
+    /* the parts the work calls for; a small map (7x7, 14x14) has too few rows for them, so each
+     * row splits into channel ranges too (whole 64-channel units) */
+    const long work = rows * ow * c * kh * kw, units = (c + 63) / 64;
+    const long want = row_parts(work > 0 ? 1L << 30 : 0, work, 1L << 17, nthreads);
+    const long rparts = want < rows ? want : rows;
+    j.cparts = rparts > 0 && want > rparts ? (want + rparts - 1) / rparts : 1;
+    if (j.cparts > units)
+        j.cparts = units;
+    j.parts = rparts * j.cparts;
     run_parts(dw_part, &j, j.parts, nthreads);
     return atomic_load(&j.ok);
 }
