@@ -706,14 +706,16 @@ static void dw_part(void *arg, long p) {
         const int blocks = ky0 < ky1 && hi - lo >= DWB;    /* interior pixels in 8-pixel blocks */
         const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
         if (blocks) {
-            for (long cb = c0; cb < c1; cb += 16) {
-                const long left = c1 - cb;
-                const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-                epv_t E;
-                epv_load(&E, &j->e, cb);
-                for (long ox = lo; ox < hi; ox += DWB) {
-                    if (hi - ox < DWB)
-                        ox = hi - DWB;      /* a last block overlapping the one before: same values */
+            /* pixel blocks outside, channel blocks inside: each pixel's channels are read and
+             * written as one contiguous run (channels outside walked the rows once per 16
+             * channels at the pixel stride, missing the cache on every line at batch 8) */
+            for (long oxb = lo; oxb < hi; oxb += DWB) {
+                const long ox = hi - oxb < DWB ? hi - DWB : oxb;   /* a last block overlapping the one before: same values */
+                for (long cb = c0; cb < c1; cb += 16) {
+                    const long left = c1 - cb;
+                    const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                    epv_t E;
+                    epv_load(&E, &j->e, cb);
                     __m512 acc[DWB];
 #pragma GCC unroll 8
                     for (int t = 0; t < DWB; t++)
