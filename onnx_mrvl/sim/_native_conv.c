@@ -1195,6 +1195,9 @@ void run_steps(const long *steps, long count, int *ok, int nthreads) {
         case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */
             ok[i] = transpose_round((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
             break;
+        case 9:   /* nothing to run: a Reshape / Flatten whose output is its input's memory */
+            ok[i] = 1;
+            break;
         default:
             ok[i] = -1;
         }
