@@ -294,6 +294,24 @@ def test_pools_bit_identical(monkeypatch, k, s, pads, ceil, dil, c):
             assert_same(*both(monkeypatch, lambda: avgpool(x, k, s, pads, ceil, inc)))
 
 
+def test_pools_skip_padding_with_the_same_bits(monkeypatch):
+    """The native pools visit only the real taps: an all -0.0 window average is still +0.0 when the
+    window had padding (-0.0 without), and a NaN / -inf first real tap behind the padding gives the
+    NaN-propagating max's bits, as visiting the padding did."""
+    x = np.full((1, 6, 7, 20), -0.0, np.float32)
+    x[0, 0, 0, :5] = np.nan
+    x[0, 0, 0, 5:9] = -np.inf
+    x[0, 3, 4, :] = f16(RNG.standard_normal(20))
+    from onnx_mrvl.sim.pooling import avgpool
+    for k, s, pads in [((3, 3), (2, 2), (1, 1, 1, 1)), ((2, 2), (1, 1), (1, 1, 0, 0)), ((3, 3), (1, 1), (0, 0, 0, 0))]:
+        fast, slow = both(monkeypatch, lambda: (K.maxpool2d(x, k, s, pads, 0, (1, 1)), True))
+        np.testing.assert_array_equal(fast[0].view(np.uint32), slow[0].view(np.uint32))
+        for inc in (0, 1):
+            fast, slow = both(monkeypatch, lambda: avgpool(x, k, s, pads, 0, inc))
+            assert fast[1] == slow[1]
+            np.testing.assert_array_equal(fast[0].view(np.uint32), slow[0].view(np.uint32))
+
+
 @pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 37, 5, 9), (1, 1, 1, 1), (3, 64, 7, 7)])
 def test_layout_transforms_are_exact(monkeypatch, shape):
     x = RNG.standard_normal(shape).astype(np.float32)

@@ -894,6 +894,11 @@ typedef struct {
     atomic_int ok;
 } pool_job;
 
+/* Only the window's taps inside the input are visited (their rows and columns are a range each),
+ * with the same results as visiting padding too: a max tap in the padding (-inf) never changes
+ * a max, except as the start value when it is the window's first tap (then the first real tap
+ * goes through the NaN-propagating update, as it did); an average's padding taps add +0.0, which
+ * changes only a -0 running sum to +0, and so does one +0.0 added at the end. */
 static void pool_part(void *arg, long p) {
     pool_job *j = arg;
     long r0, r1;
@@ -901,25 +906,41 @@ static void pool_part(void *arg, long p) {
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), zero = _mm512_setzero_ps();
     __mmask16 bad = 0;
     for (long r = r0; r < r1; r++) {
-        const long n = r / j->oh, oy = r % j->oh;
+        const long n = r / j->oh, oy = r % j->oh, iy0 = oy * j->sh - j->pt;
+        long ky0 = 0, ky1 = j->kh;
+        while (ky0 < j->kh && iy0 + ky0 * j->dh < 0)
+            ky0++;
+        while (ky1 > ky0 && iy0 + (ky1 - 1) * j->dh >= j->h)
+            ky1--;
         for (long ox = 0; ox < j->ow; ox++) {
+            const long ix0 = ox * j->sw - j->pl;
+            long kx0 = 0, kx1 = j->kw;
+            while (kx0 < j->kw && ix0 + kx0 * j->dw < 0)
+                kx0++;
+            while (kx1 > kx0 && ix0 + (kx1 - 1) * j->dw >= j->w)
+                kx1--;
+            const int any = ky0 < ky1 && kx0 < kx1;
+            const int padded = !any || (ky1 - ky0) * (kx1 - kx0) != j->kh * j->kw;
+            const int first_real = any && ky0 == 0 && kx0 == 0;     /* the window's first tap is real */
+            const long base = ((n * j->h + iy0) * j->w + ix0) * j->c;   /* may be < 0; real taps are not */
+            const long ystep = j->dh * j->w * j->c, xstep = j->dw * j->c;
             float *o = j->out + (r * j->ow + ox) * j->c;
             for (long cb = 0; cb < j->c; cb += 16) {
                 const long left = j->c - cb;
                 const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
                 __m512 acc = j->avg ? zero : ninf;
-                int first = 1;
-                for (long ky = 0; ky < j->kh; ky++) {
-                    const long iy = oy * j->sh + ky * j->dh - j->pt;
-                    for (long kx = 0; kx < j->kw; kx++) {
-                        const long ix = ox * j->sw + kx * j->dw - j->pl;
-                        __m512 v = j->avg ? zero : ninf;
-                        if (iy >= 0 && iy < j->h && ix >= 0 && ix < j->w)
-                            v = _mm512_maskz_loadu_ps(m, j->x + ((n * j->h + iy) * j->w + ix) * j->c + cb);
-                        if (first) {
-                            acc = v;
-                            first = 0;
-                        } else if (j->avg) {
+                int skip = first_real;            /* the first tap is acc already */
+                if (first_real)
+                    acc = _mm512_maskz_loadu_ps(m, j->x + base + cb);
+                for (long ky = ky0; ky < ky1; ky++) {
+                    const long xr = base + ky * ystep + cb;
+                    for (long kx = kx0; kx < kx1; kx++) {
+                        if (skip) {
+                            skip = 0;
+                            continue;
+                        }
+                        const __m512 v = _mm512_maskz_loadu_ps(m, j->x + xr + kx * xstep);
+                        if (j->avg) {
                             acc = _mm512_add_ps(acc, v);
                         } else {
                             const __mmask16 nan = _mm512_cmp_ps_mask(acc, v, _CMP_UNORD_Q);
@@ -928,6 +949,8 @@ static void pool_part(void *arg, long p) {
                     }
                 }
                 if (j->avg) {
+                    if (padded)
+                        acc = _mm512_add_ps(acc, zero);
                     acc = rne16(_mm512_div_ps(acc, _mm512_set1_ps(j->div[oy * j->ow + ox])));
                     bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ) & m;
                 }
