@@ -51,8 +51,10 @@ def with_batch(model, batch: int):
     if batch == 1:
         return model
     m = type(model).FromString(model.SerializeToString())
+    weights = {t.name for t in m.graph.initializer}       # old exports list weights as inputs too
     for v in list(m.graph.input) + list(m.graph.output):
-        v.type.tensor_type.shape.dim[0].dim_value = batch
+        if v.name not in weights:
+            v.type.tensor_type.shape.dim[0].dim_value = batch
     del m.graph.value_info[:]
     return m
 
