@@ -47,14 +47,24 @@ CASES = {
 
 def with_batch(model, batch: int):
     """``model`` with the first dimension of its inputs and outputs set to ``batch`` (value_info
-    dropped: onnxruntime and the converter infer it again)."""
+    dropped: onnxruntime and the converter infer it again), and a Reshape to a constant shape
+    that starts with the batch-1 dimension (the zoo ResNet-50's ``[1, 2048]``) reshaping to
+    ``[batch, ...]``."""
     if batch == 1:
         return model
+    from onnx import numpy_helper
     m = type(model).FromString(model.SerializeToString())
-    weights = {t.name for t in m.graph.initializer}       # old exports list weights as inputs too
+    weights = {t.name: t for t in m.graph.initializer}    # old exports list weights as inputs too
     for v in list(m.graph.input) + list(m.graph.output):
         if v.name not in weights:
             v.type.tensor_type.shape.dim[0].dim_value = batch
+    for node in m.graph.node:
+        t = weights.get(node.input[1]) if node.op_type == "Reshape" and len(node.input) > 1 else None
+        if t is not None:
+            shape = numpy_helper.to_array(t).copy()
+            if shape.ndim == 1 and shape.size and shape[0] == 1:
+                shape[0] = batch
+                t.CopyFrom(numpy_helper.from_array(shape, t.name))
     del m.graph.value_info[:]
     return m
 
