@@ -69,7 +69,14 @@ def with_batch(model, batch: int):
     return m
 
 
-def _cases(keys, batches):
+def _cases():
+    """(name, model) of every case at batch 1 (what benchmarks/run_all.py reads)."""
+    for name, build in CASES.values():
+        yield name, build()
+
+
+def batch_cases(keys, batches):
+    """(name, model, batch) of the ``keys`` cases at each batch size."""
     for b in batches:
         for k in keys:
             name, build = CASES[k]
@@ -129,7 +136,7 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
     args = ap.parse_args(argv)
     batches = [int(b) for b in args.batch.split(",") if b]
-    rows = [measure(n, m, args.repeat, args.rounds, b) for n, m, b in _cases(args.models.split(","), batches)]
+    rows = [measure(n, m, args.repeat, args.rounds, b) for n, m, b in batch_cases(args.models.split(","), batches)]
     print("| model | regions | shim ms | simulator ms | bridge ms | bridge % of sim | onnxruntime ms "
           "| onnxruntime CPU ms | shim / ort | range over rounds | shim / ort CPU | shim ms / image | ort ms / image |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
