@@ -293,6 +293,15 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;     /* c == cs here */
             for (long ky = 0; ky < g->kh; ky++)
                 copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+        } else if (k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h
+                   && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w) {
+            /* an interior pixel whose window is one block but whose taps are not contiguous (a
+             * group's channels, or dilation): one copy per tap, without the general loop's
+             * bookkeeping (a grouped conv's taps are a few floats each) */
+            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * g->cs;
+            for (long ky = 0; ky < g->kh; ky++)
+                for (long kx = 0; kx < g->kw; kx++)
+                    copy_run(d + (ky * g->kw + kx) * c, src + (ky * g->dh * g->w + kx * g->dw) * g->cs, c);
         } else {
         /* (ky, tap, ch): the position of k in the window, advanced per run without divisions
          * (a grouped conv's runs are a few channels each) */
