@@ -189,7 +189,7 @@ def test_binary_overflow_flag(monkeypatch):
     assert ok is False and np.isinf(y).all()
 
 
-@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "depthwise", "binary"])
+@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "depthwise", "depthwise_channels", "binary"])
 def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     if what == "conv_rows":
         x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
@@ -200,6 +200,9 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     elif what == "depthwise":
         x, w = special(2, 40, 33, 48), f16(RNG.standard_normal((48, 3, 3, 1)))
         build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=48).apply(x)   # noqa: E731
+    elif what == "depthwise_channels":          # 3 rows: the parts split channels too
+        x, w = special(1, 3, 7, 840), f16(RNG.standard_normal((840, 3, 3, 1)))
+        build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=840, activation="relu").apply(x)   # noqa: E731
     else:
         a, b = special(1, 70, 71, 24), special(1, 1, 1, 24)
         build = lambda: tensor_ops.make_binary("mul", activation="relu")(a, b)   # noqa: E731
@@ -291,6 +294,24 @@ def test_pools_bit_identical(monkeypatch, k, s, pads, ceil, dil, c):
             assert_same(*both(monkeypatch, lambda: avgpool(x, k, s, pads, ceil, inc)))
 
 
+def test_pools_skip_padding_with_the_same_bits(monkeypatch):
+    """The native pools visit only the real taps: an all -0.0 window average is still +0.0 when the
+    window had padding (-0.0 without), and a NaN / -inf first real tap behind the padding gives the
+    NaN-propagating max's bits, as visiting the padding did."""
+    x = np.full((1, 6, 7, 20), -0.0, np.float32)
+    x[0, 0, 0, :5] = np.nan
+    x[0, 0, 0, 5:9] = -np.inf
+    x[0, 3, 4, :] = f16(RNG.standard_normal(20))
+    from onnx_mrvl.sim.pooling import avgpool
+    for k, s, pads in [((3, 3), (2, 2), (1, 1, 1, 1)), ((2, 2), (1, 1), (1, 1, 0, 0)), ((3, 3), (1, 1), (0, 0, 0, 0))]:
+        fast, slow = both(monkeypatch, lambda: (K.maxpool2d(x, k, s, pads, 0, (1, 1)), True))
+        np.testing.assert_array_equal(fast[0].view(np.uint32), slow[0].view(np.uint32))
+        for inc in (0, 1):
+            fast, slow = both(monkeypatch, lambda: avgpool(x, k, s, pads, 0, inc))
+            assert fast[1] == slow[1]
+            np.testing.assert_array_equal(fast[0].view(np.uint32), slow[0].view(np.uint32))
+
+
 @pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 37, 5, 9), (1, 1, 1, 1), (3, 64, 7, 7)])
 def test_layout_transforms_are_exact(monkeypatch, shape):
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -334,6 +355,57 @@ def test_random_geometries_match_numpy(monkeypatch, seed):
         pytest.skip("empty output")
     fast, slow = both(monkeypatch, lambda: K.Conv2D(w, **kwargs).apply(x))
     assert_within_ulp(fast, slow, exact_frac=0.75)
+
+
+GROUPED = [
+    # input shape, O, groups, k, stride, pads, activation
+    ((1, 9, 10, 64), 64, 32, 3, 1, (1, 1, 1, 1), "relu"),          # ResNeXt-like: 2 in / 2 out per group
+    ((2, 7, 6, 12), 18, 3, 3, 2, (0, 1, 2, 1), "prelu"),           # batch 2, asymmetric pads, per-channel slopes
+    ((1, 6, 6, 40), 80, 2, 1, 1, (0, 0, 0, 0), "clamp"),           # 1x1 grouped: rows read in place
+    ((1, 5, 5, 96), 72, 4, 3, 1, (1, 1, 1, 1), "sigmoid"),         # og = 18 (two blocks' tail), numpy finishes
+    ((1, 8, 9, 600), 48, 2, 1, 2, (0, 0, 0, 0), "none"),           # K per group 300 > KC
+]
+
+
+@pytest.mark.parametrize("case", GROUPED, ids=[f"grp{i}" for i in range(len(GROUPED))])
+def test_grouped_conv_matches_float64_reference_and_numpy(monkeypatch, case):
+    """Grouped (not depthwise) convs run natively, group by group on the same rows: against a
+    float64 reference per group, the numpy kernels (within one ulp) and every thread split (bits)."""
+    shape, o, g, k, s, pads, act = case
+    x = f16(RNG.standard_normal(shape))
+    w = f16(RNG.standard_normal((o, k, k, shape[3] // g)) * 0.3)
+    bias = RNG.standard_normal(o).astype(np.float32)
+    kwargs = dict(bias=bias, strides=(s, s), padding=pads, groups=g, activation=act,
+                  activation_params=PARAMS.get(act), slope=np.linspace(-0.2, 0.2, o))
+    conv = K.Conv2D(w, **kwargs)
+    fast, slow = both(monkeypatch, lambda: K.Conv2D(w, **kwargs).apply(x))
+    assert conv.apply(x) is not None and conv._plans, "grouped conv did not take the native kernel"
+    assert_within_ulp(fast, slow, exact_frac=0.75)
+    if act == "none":
+        cg, og = shape[3] // g, o // g
+        ref = np.concatenate([ref_conv(x[..., i * cg:(i + 1) * cg], w[i * og:(i + 1) * og], bias[i * og:(i + 1) * og],
+                                       (s, s), pads, (1, 1)) for i in range(g)], axis=-1)
+        terms = np.concatenate([ref_conv(x[..., i * cg:(i + 1) * cg], w[i * og:(i + 1) * og], None, (s, s), pads,
+                                         (1, 1), absval=True) for i in range(g)], axis=-1) + np.abs(bias)
+        assert_fp16_match(fast[0], ref, terms, k * k * shape[3] // g)
+    results = []
+    for nw in (1, 2, 3):
+        monkeypatch.setattr(K, "workers", lambda nw=nw: nw)
+        results.append(K.Conv2D(w, **kwargs).apply(x))
+    for r in results[1:]:
+        assert_same(results[0], r)
+
+
+@pytest.mark.parametrize("pixels", [1, 4, 5, 8, 9, 13, 49])
+def test_partial_panels_give_the_same_bits_as_full_ones(monkeypatch, pixels):
+    """A last panel of 1-11 pixels runs a smaller register tile (12, 8 or 4 rows): each pixel's
+    sums are those of the same pixel computed inside a full panel."""
+    x = f16(RNG.standard_normal((1, 1, 60, 70)))
+    w = f16(RNG.standard_normal((40, 1, 1, 70)) * 0.2)
+    conv = K.Conv2D(w, padding=(0, 0, 0, 0), strides=(1, 2), activation="relu")   # strided: packed panels
+    full = conv.apply(x)[0]
+    part = K.Conv2D(w, padding=(0, 0, 0, 0), strides=(1, 2), activation="relu").apply(x[:, :, :2 * pixels])[0]
+    np.testing.assert_array_equal(part.view(np.uint32), full[:, :, :pixels].view(np.uint32))
 
 
 @pytest.mark.parametrize("shape", [(1, 7, 7, 640), (2, 3, 5, 17), (1, 1, 1, 1), (3, 13, 1, 40)])

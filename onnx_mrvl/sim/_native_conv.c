@@ -159,14 +159,14 @@ static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store. */
 static inline __attribute__((always_inline)) void
-micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
+micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
           const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
     __m512 acc[MR][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
 #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < mr; r++) {
         if (first || r >= rows) {
             acc[r][0] = _mm512_setzero_ps();
             acc[r][1] = _mm512_setzero_ps();
@@ -181,7 +181,7 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
             _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
-            for (int r = 0; r < MR; r++) {
+            for (int r = 0; r < mr; r++) {
                 const __m512 av = _mm512_set1_ps(a[r * lda + p]);
                 acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
                 acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
@@ -191,7 +191,7 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 12
-            for (int r = 0; r < MR; r++)
+            for (int r = 0; r < mr; r++)
                 acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r][0]);
         }
     }
@@ -226,23 +226,36 @@ micro_lda(int kc, const float *a, long lda, const float *b, float *c, long ldc, 
     }
 }
 
-/* A from the packed buffer (row stride KC, a constant: one base register for all 12 rows) */
-static void micro(int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols,
-                  int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-                  const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    micro_lda(kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+/* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
+ * register tile is compiled for 12, 8 and 4 rows, so a partial panel (a 7x7 map's 49 pixels end
+ * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. */
+#define MICRO_ARGS int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols, \
+                   int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
+                   const epi_t *e2, __mmask16 *bad2, const float *pf
+#define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
+static void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
+static void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
+static void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
+
+static inline void micro(MICRO_ARGS) {
+    if (rows > 8)
+        micro12(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else if (rows > 4)
+        micro8(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else
+        micro4(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
-/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda) */
+/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full panels) */
 static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
                          int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
                          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    micro_lda(kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 typedef struct {
     const float *x;
-    long h, w, c;                 /* input [n, h, w, c] */
+    long h, w, c, cs;             /* input [n, h, w, cs]; a group's taps read c channels of each pixel */
     long oh, ow;
     long kh, kw, sh, sw, dh, dw, pt, pl;
 } geom_t;
@@ -265,7 +278,7 @@ static inline void copy_run(float *dst, const float *src, long n) {
 static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
     const long c = g->c, rowlen = g->kw * c;         /* one kernel row of taps: contiguous when dw == 1 */
     long ox = m0 % g->ow, t = m0 / g->ow, oy = t % g->oh, n = t / g->oh;
-    const long ky_first = k0 / rowlen, rem_first = k0 % rowlen;
+    const long ky_first = k0 / rowlen, rem_first = k0 % rowlen, tap_first = rem_first / c, ch_first = rem_first % c;
     for (int r = 0; r < MR; r++) {
         float *d = dst + r * KC;
         if (r >= rows) {
@@ -273,39 +286,57 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             continue;
         }
         const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
-        const int whole = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
+        const int whole = g->dw == 1 && c == g->cs && ix0 >= 0 && ix0 + g->kw <= g->w;
         if (whole && k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h) {
             /* an interior pixel whose whole window is one block: one copy per kernel row (small-C
              * stems: a row is a few floats, and the general loop's bookkeeping cost more) */
-            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;
+            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;     /* c == cs here */
             for (long ky = 0; ky < g->kh; ky++)
                 copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+        } else if (k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h
+                   && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w) {
+            /* an interior pixel whose window is one block but whose taps are not contiguous (a
+             * group's channels, or dilation): one copy per tap, without the general loop's
+             * bookkeeping (a grouped conv's taps are a few floats each) */
+            const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * g->cs;
+            for (long ky = 0; ky < g->kh; ky++)
+                for (long kx = 0; kx < g->kw; kx++)
+                    copy_run(d + (ky * g->kw + kx) * c, src + (ky * g->dh * g->w + kx * g->dw) * g->cs, c);
         } else {
-        long k = k0, ky = ky_first, rem = rem_first;
+        /* (ky, tap, ch): the position of k in the window, advanced per run without divisions
+         * (a grouped conv's runs are a few channels each) */
+        long k = k0, ky = ky_first, rem = rem_first, tap = tap_first, ch = ch_first;
         while (k < k0 + kc) {
             const long iy = iy0 + ky * g->dh;
-            long run, ix, ch;
+            long run, ix, cc;
             if (whole) {
                 run = rowlen - rem;              /* the rest of the kernel row in one copy */
                 ix = ix0;
-                ch = rem;
+                cc = rem;
             } else {
-                const long tap = rem / c;
-                ch = rem - tap * c;
-                run = c - ch;
+                run = c - ch;                    /* the rest of one tap's channels */
                 ix = ix0 + tap * g->dw;
+                cc = ch;
             }
             if (run > k0 + kc - k)
                 run = k0 + kc - k;
             if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w)
                 copy_run(d + (k - k0), NULL, run);
             else
-                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * c + ch, run);
+                copy_run(d + (k - k0), g->x + ((n * g->h + iy) * g->w + ix) * g->cs + cc, run);
             k += run;
-            rem += run;
-            if (rem == rowlen) {
-                rem = 0;
-                ky++;
+            if (whole) {
+                rem += run;
+                if (rem == rowlen) {
+                    rem = 0;
+                    ky++;
+                }
+            } else if ((ch += run) == c) {
+                ch = 0;
+                if (++tap == g->kw) {
+                    tap = 0;
+                    ky++;
+                }
             }
         }
         }
@@ -319,15 +350,17 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
-/* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]).
- * wpack: [ceil(o/NR)][K][NR]; out: [pixels, o]. Returns 1 when every finished value is finite
+/* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
+ * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
+ * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
+ * wpack: [ceil(o/NR)][K][NR]; out: [pixels, ldo]. Returns 1 when every finished value is finite
  * (always 1 for code < 0: the caller finishes those), else 0. */
-static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
+static int conv_range(const float *x, long h, long w, long c, long cs, long oh, long ow,
               long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
-              const float *wpack, long o, float *out, long m0, long m1, long j0, long j1,
+              const float *wpack, long o, long ldo, float *out, long m0, long m1, long j0, long j1,
               const float *bias, const float *scale, const float *shift, const float *slope,
               int code, float p0, float p1, const float *res, const epi_t *e2) {
-    const geom_t g = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
+    const geom_t g = {x, h, w, c, cs, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
     const epi_t e = {bias, scale, shift, slope, code, p0, p1};
     const long K = kh * kw * c;
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
@@ -357,13 +390,13 @@ static int conv_range(const float *x, long h, long w, long c, long oh, long ow,
                     const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
                     const float *pf = i == 0 ? next : bp;
                     if (direct && rows == MR)
-                        micro_direct(kc, x + r0 * c + k0, c, bp, out + r0 * o + j * NR, o, rows, cols,
+                        micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                                     res ? res + r0 * o + j * NR : NULL, e2, &bad2, pf);
+                                     res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
                     else
-                        micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * o + j * NR, o, rows, cols,
+                        micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                               k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                              res ? res + r0 * o + j * NR : NULL, e2, &bad2, pf);
+                              res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
                 }
             }
         }
@@ -491,16 +524,21 @@ static long part_factor(long work, long min_work) {
     return work >= 16 * min_work ? 4 : (work >= 4 * min_work ? 2 : 1);
 }
 
-/* Split ``rows`` into parts of *per_part rows, a few per thread once ``work`` reaches ``min_work``
- * (below it a handoff costs more than it saves); returns the number of parts. */
-static long row_parts(long rows, long work, long min_work, int nthreads, long *per_part) {
+/* The number of parts to split ``rows`` into, a few per thread once ``work`` reaches ``min_work``
+ * (below it a handoff costs more than it saves); part p covers part_range(p, parts, rows). */
+static long row_parts(long rows, long work, long min_work, int nthreads) {
     long parts = nthreads > 1 && work >= min_work ? nthreads * part_factor(work, min_work) : 1;
     if (parts > rows)
         parts = rows;
-    if (parts < 1)
-        parts = 1;
-    *per_part = (rows + parts - 1) / parts;
-    return rows ? (rows + *per_part - 1) / *per_part : 0;
+    return parts < 1 ? (rows ? 1 : 0) : parts;
+}
+
+/* [*a, *b): part p of ``total`` units split into ``parts`` parts whose sizes differ by at most one.
+ * (Equal steps with a short last part left one thread idle at the end of small layers: 196 rows
+ * of a 14x14 map in parts of 60, 60, 60, 16 gave the threads 120 and 76 rows.) */
+static inline void part_range(long p, long parts, long total, long *a, long *b) {
+    *a = p * total / parts;
+    *b = (p + 1) * total / parts;
 }
 
 /* ------------------------------------------------------------------ conv entry point */
@@ -510,7 +548,9 @@ typedef struct {
     const float *wpack;
     long o;
     float *out;
-    long rows, nb, split_rows, step;     /* parts: row ranges of step rows, or channel-block ranges */
+    long rows, nb, split_rows, parts;    /* nb: channel blocks of one group; parts: of MR-row chunks
+                                          * (split_rows) or of channel blocks, balanced (part_range) */
+    long groups;     /* parts: row ranges of step rows, or channel-block ranges */
     const float *bias, *scale, *shift, *slope;
     int code;
     float p0, p1;
@@ -523,56 +563,70 @@ static void conv_part(void *arg, long p) {
     conv_job *j = arg;
     long m0 = 0, m1 = j->rows, j0 = 0, j1 = j->nb;
     if (j->split_rows) {
-        m0 = p * j->step;
-        m1 = m0 + j->step < j->rows ? m0 + j->step : j->rows;
+        part_range(p, j->parts, (j->rows + MR - 1) / MR, &m0, &m1);
+        m0 *= MR;
+        m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
     } else {
-        j0 = p * j->step;
-        j1 = j0 + j->step < j->nb ? j0 + j->step : j->nb;
+        part_range(p, j->parts, j->nb, &j0, &j1);
     }
     if (m0 >= m1 || j0 >= j1)
         return;
-    const int r = conv_range(j->x, j->h, j->w, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh, j->dw,
-                             j->pt, j->pl, j->wpack, j->o, j->out, m0, m1, j0, j1, j->bias, j->scale, j->shift,
-                             j->slope, j->code, j->p0, j->p1, j->res, j->e2);
+    /* a grouped conv: per block of MC rows, each group in turn, its input channels, weights, output
+     * channels and epilogue vectors offset (the vectors are padded for the last group's block);
+     * the groups share the block's input rows while they are in the cache */
+    const long G = j->groups, cg = j->c / G, og = j->o / G, wstride = j->nb * j->kh * j->kw * cg * NR;
+    const long step = G > 1 ? MC : m1 - m0;
+    int r = 3;
+    for (long ma = m0; ma < m1; ma += step) {
+        const long mb = ma + step < m1 ? ma + step : m1;
+        for (long g = 0; g < G; g++) {
+            const long co = g * og;
+            r &= conv_range(j->x + g * cg, j->h, j->w, cg, j->c, j->oh, j->ow, j->kh, j->kw, j->sh, j->sw, j->dh,
+                            j->dw, j->pt, j->pl, j->wpack + g * wstride, og, j->o, j->out + co, ma, mb, j0, j1,
+                            j->bias ? j->bias + co : NULL, j->scale ? j->scale + co : NULL,
+                            j->shift ? j->shift + co : NULL, j->slope ? j->slope + co : NULL,
+                            j->code, j->p0, j->p1, j->res, j->e2);
+        }
+    }
     if (r != 3)
         atomic_fetch_and(&j->ok, r);
 }
 
 /* One conv (FC: a 1x1 conv over [M,1,1,K]) on up to nthreads threads; wpack [ceil(o/NR)][K][NR],
- * out [n*oh*ow, o]. With res (same layout as out) and e2, a following Sum2D is fused: out holds
+ * out [n*oh*ow, o]; with groups > 1, wpack holds each group's [ceil(o/groups/NR)][K/groups][NR] in
+ * turn (no residual then). With res (same layout as out) and e2, a following Sum2D is fused: out holds
  * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
  * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
 static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
                      long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
                      const float *wpack, long o, float *out,
                      const float *bias, const float *scale, const float *shift, const float *slope,
-                     int code, float p0, float p1, const float *res, const epi_t *e2, int nthreads) {
+                     int code, float p0, float p1, const float *res, const epi_t *e2, long groups, int nthreads) {
+    if (groups < 1)
+        groups = 1;
     conv_job j = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, wpack, o, out,
-                  n * oh * ow, (o + NR - 1) / NR, 1, 0, bias, scale, shift, slope, code, p0, p1, res, e2, 3};
-    const long K = kh * kw * c, macs = j.rows * K * o;
+                  n * oh * ow, (o / groups + NR - 1) / NR, 1, 0, groups, bias, scale, shift, slope, code, p0, p1,
+                  res, e2, 3};
+    const long K = kh * kw * c / groups, macs = j.rows * K * o;
     long parts = 1;
     if (nthreads > 1 && macs >= (1L << 20)) {
         /* rows split: every thread streams all the weights; channel split: all the input.
          * Split channels when the weights are the larger operand or the rows are few. */
-        const int by_rows = j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
+        const int by_rows = groups > 1 || j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
         j.split_rows = by_rows;
         if (by_rows) {
-            long chunks = (j.rows + MR - 1) / MR;            /* MR-aligned parts, a few per thread */
+            const long chunks = (j.rows + MR - 1) / MR;      /* MR-aligned parts, a few per thread */
             const long want = nthreads * part_factor(macs, 1L << 20);
             parts = want < chunks ? want : chunks;
-            j.step = (chunks + parts - 1) / parts * MR;
-            parts = (j.rows + j.step - 1) / j.step;
         } else {
             parts = nthreads * 2 < j.nb ? nthreads * 2 : j.nb;
-            j.step = (j.nb + parts - 1) / parts;
-            parts = (j.nb + j.step - 1) / j.step;
         }
     }
     if (parts <= 1) {
         j.split_rows = 1;
-        j.step = j.rows;
         parts = 1;
     }
+    j.parts = parts;
     run_parts(conv_part, &j, parts, nthreads);
     return atomic_load(&j.ok);
 }
@@ -585,19 +639,19 @@ typedef struct {
     const float *x, *w;
     long n, h, wd, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
     float *out;
-    long rows_per_part;
+    long parts, cparts;                  /* parts: of rows x cparts: of 64-channel units */
     epi_t e;
     atomic_int ok;
 } dw_job;
 
 /* one output pixel, all channels, four 16-channel vectors at a time (four FMA chains in flight):
  * the pixels the 8-pixel blocks do not cover (borders, and rows narrower than a block) */
-static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, __mmask16 *bad) {
-    for (long cb = 0; cb < j->c; cb += 64) {
+static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, long c0, long c1, __mmask16 *bad) {
+    for (long cb = c0; cb < c1; cb += 64) {
         __m512 acc[4];
         __mmask16 m[4];
         for (int v = 0; v < 4; v++) {
-            const long left = j->c - cb - 16 * v;
+            const long left = c1 - cb - 16 * v;
             m[v] = left >= 16 ? 0xFFFF : (left <= 0 ? 0 : (__mmask16)((1u << left) - 1));
             acc[v] = _mm512_setzero_ps();
         }
@@ -633,7 +687,11 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, __
 
 static void dw_part(void *arg, long p) {
     dw_job *j = arg;
-    const long r0 = p * j->rows_per_part, r1 = r0 + j->rows_per_part < j->n * j->oh ? r0 + j->rows_per_part : j->n * j->oh;
+    long r0, r1, c0, c1;
+    part_range(p / j->cparts, j->parts / j->cparts, j->n * j->oh, &r0, &r1);
+    part_range(p % j->cparts, j->cparts, (j->c + 63) / 64, &c0, &c1);
+    c0 *= 64;
+    c1 = c1 * 64 < j->c ? c1 * 64 : j->c;
     /* interior columns: every kx tap in range */
     long lo = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0, hi = (j->wd - 1 - (j->kw - 1) * j->dw + j->pl) / j->sw + 1;
     if (j->wd - 1 - (j->kw - 1) * j->dw + j->pl < 0)
@@ -657,14 +715,16 @@ static void dw_part(void *arg, long p) {
         const int blocks = ky0 < ky1 && hi - lo >= DWB;    /* interior pixels in 8-pixel blocks */
         const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
         if (blocks) {
-            for (long cb = 0; cb < j->c; cb += 16) {
-                const long left = j->c - cb;
-                const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-                epv_t E;
-                epv_load(&E, &j->e, cb);
-                for (long ox = lo; ox < hi; ox += DWB) {
-                    if (hi - ox < DWB)
-                        ox = hi - DWB;      /* a last block overlapping the one before: same values */
+            /* pixel blocks outside, channel blocks inside: each pixel's channels are read and
+             * written as one contiguous run (channels outside walked the rows once per 16
+             * channels at the pixel stride, missing the cache on every line at batch 8) */
+            for (long oxb = lo; oxb < hi; oxb += DWB) {
+                const long ox = hi - oxb < DWB ? hi - DWB : oxb;   /* a last block overlapping the one before: same values */
+                for (long cb = c0; cb < c1; cb += 16) {
+                    const long left = c1 - cb;
+                    const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                    epv_t E;
+                    epv_load(&E, &j->e, cb);
                     __m512 acc[DWB];
 #pragma GCC unroll 8
                     for (int t = 0; t < DWB; t++)
@@ -727,7 +787,7 @@ static void dw_part(void *arg, long p) {
         for (long ox = 0; ox < j->ow; ox++) {           /* every pixel the blocks did not cover */
             if (blocks && ox >= lo && ox < hi)
                 continue;
-            dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, &bad);
+            dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, c0, c1, &bad);
         }
     }
     if (bad)
@@ -738,10 +798,19 @@ static int depthwise_nhwc(const float *x, long n, long h, long w, long c, long o
                    long sh, long sw, long dh, long dw, long pt, long pl, const float *wt, long cp, float *out,
                    const float *bias, const float *scale, const float *shift, const float *slope,
                    int code, float p0, float p1, int nthreads) {
-    dw_job j = {x, wt, n, h, w, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, out, 0,
+    dw_job j = {x, wt, n, h, w, c, cp, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, out, 0, 1,
                 {bias, scale, shift, slope, code, p0, p1}, 1};
     const long rows = n * oh;
-    run_parts(dw_part, &j, row_parts(rows, rows * ow * c * kh * kw, 1L << 17, nthreads, &j.rows_per_part), nthreads);
+    /* the parts the work calls for; a small map (7x7, 14x14) has too few rows for them, so each
+     * row splits into channel ranges too (whole 64-channel units) */
+    const long work = rows * ow * c * kh * kw, units = (c + 63) / 64;
+    const long want = row_parts(work > 0 ? 1L << 30 : 0, work, 1L << 17, nthreads);
+    const long rparts = want < rows ? want : rows;
+    j.cparts = rparts > 0 && want > rparts ? (want + rparts - 1) / rparts : 1;
+    if (j.cparts > units)
+        j.cparts = units;
+    j.parts = rparts * j.cparts;
+    run_parts(dw_part, &j, j.parts, nthreads);
     return atomic_load(&j.ok);
 }
 
@@ -753,15 +822,15 @@ typedef struct {
     float *out;
     long n, p, c, bn, bp, bc;
     int mul;
-    long rows_per_part;
+    long parts;
     epi_t e;
     atomic_int ok;
 } bin_job;
 
 static void bin_part(void *arg, long part) {
     bin_job *j = arg;
-    const long rows = j->n * j->p, r0 = part * j->rows_per_part;
-    const long r1 = r0 + j->rows_per_part < rows ? r0 + j->rows_per_part : rows;
+    long r0, r1;
+    part_range(part, j->parts, j->n * j->p, &r0, &r1);
     __mmask16 bad = 0;
     for (long r = r0; r < r1; r++) {
         const long n = r / j->p, q = r % j->p;
@@ -787,14 +856,16 @@ int binary_npc(const float *a, const float *b, float *out, long n, long p, long 
                int mul, const float *slope, int code, float p0, float p1, int nthreads) {
     bin_job j = {a, b, out, n, p, c, bn, bp, bc, mul, 0, {NULL, NULL, NULL, slope, code, p0, p1}, 1};
     const long rows = n * p;
-    run_parts(bin_part, &j, row_parts(rows, rows * c, 1L << 16, nthreads, &j.rows_per_part), nthreads);
+    j.parts = row_parts(rows, rows * c, 1L << 16, nthreads);
+    run_parts(bin_part, &j, j.parts, nthreads);
     return atomic_load(&j.ok);
 }
 
 /* ------------------------------------------------------------------ descriptor entry points
  * One int64 array per prepared layer and input shape, so a call passes 4 arguments instead of
  * ~30 (ctypes converts each one): [n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, o or cp,
- * weights, bias, scale, shift, slope (addresses), code, p0 bits, p1 bits]. */
+ * weights, bias, scale, shift, slope (addresses), code, p0 bits, p1 bits]; conv_desc also reads
+ * [23..26] (a fused Sum2D's activation) and [27] (groups). */
 static float bits_to_float(long v) {
     uint32_t u = (uint32_t)v;
     float f;
@@ -809,7 +880,7 @@ int conv_desc(const long *d, const float *x, float *out, const float *res, int n
     return conv_nhwc(x, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
                      (const float *)d[15], d[14], out, (const float *)d[16], (const float *)d[17],
                      (const float *)d[18], (const float *)d[19], (int)d[20], bits_to_float(d[21]),
-                     bits_to_float(d[22]), res, res ? &e2 : NULL, nthreads);
+                     bits_to_float(d[22]), res, res ? &e2 : NULL, d[27], nthreads);
 }
 
 int depthwise_desc(const long *d, const float *x, float *out, int nthreads) {
@@ -828,36 +899,57 @@ typedef struct {
     float *out;
     long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
     int avg;
-    long rows_per_part;
+    long parts;
     atomic_int ok;
 } pool_job;
 
+/* Only the window's taps inside the input are visited (their rows and columns are a range each),
+ * with the same results as visiting padding too: a max tap in the padding (-inf) never changes
+ * a max, except as the start value when it is the window's first tap (then the first real tap
+ * goes through the NaN-propagating update, as it did); an average's padding taps add +0.0, which
+ * changes only a -0 running sum to +0, and so does one +0.0 added at the end. */
 static void pool_part(void *arg, long p) {
     pool_job *j = arg;
-    const long rows = j->n * j->oh, r0 = p * j->rows_per_part;
-    const long r1 = r0 + j->rows_per_part < rows ? r0 + j->rows_per_part : rows;
+    long r0, r1;
+    part_range(p, j->parts, j->n * j->oh, &r0, &r1);
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), zero = _mm512_setzero_ps();
     __mmask16 bad = 0;
     for (long r = r0; r < r1; r++) {
-        const long n = r / j->oh, oy = r % j->oh;
+        const long n = r / j->oh, oy = r % j->oh, iy0 = oy * j->sh - j->pt;
+        long ky0 = 0, ky1 = j->kh;
+        while (ky0 < j->kh && iy0 + ky0 * j->dh < 0)
+            ky0++;
+        while (ky1 > ky0 && iy0 + (ky1 - 1) * j->dh >= j->h)
+            ky1--;
         for (long ox = 0; ox < j->ow; ox++) {
+            const long ix0 = ox * j->sw - j->pl;
+            long kx0 = 0, kx1 = j->kw;
+            while (kx0 < j->kw && ix0 + kx0 * j->dw < 0)
+                kx0++;
+            while (kx1 > kx0 && ix0 + (kx1 - 1) * j->dw >= j->w)
+                kx1--;
+            const int any = ky0 < ky1 && kx0 < kx1;
+            const int padded = !any || (ky1 - ky0) * (kx1 - kx0) != j->kh * j->kw;
+            const int first_real = any && ky0 == 0 && kx0 == 0;     /* the window's first tap is real */
+            const long base = ((n * j->h + iy0) * j->w + ix0) * j->c;   /* may be < 0; real taps are not */
+            const long ystep = j->dh * j->w * j->c, xstep = j->dw * j->c;
             float *o = j->out + (r * j->ow + ox) * j->c;
             for (long cb = 0; cb < j->c; cb += 16) {
                 const long left = j->c - cb;
                 const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
                 __m512 acc = j->avg ? zero : ninf;
-                int first = 1;
-                for (long ky = 0; ky < j->kh; ky++) {
-                    const long iy = oy * j->sh + ky * j->dh - j->pt;
-                    for (long kx = 0; kx < j->kw; kx++) {
-                        const long ix = ox * j->sw + kx * j->dw - j->pl;
-                        __m512 v = j->avg ? zero : ninf;
-                        if (iy >= 0 && iy < j->h && ix >= 0 && ix < j->w)
-                            v = _mm512_maskz_loadu_ps(m, j->x + ((n * j->h + iy) * j->w + ix) * j->c + cb);
-                        if (first) {
-                            acc = v;
-                            first = 0;
-                        } else if (j->avg) {
+                int skip = first_real;            /* the first tap is acc already */
+                if (first_real)
+                    acc = _mm512_maskz_loadu_ps(m, j->x + base + cb);
+                for (long ky = ky0; ky < ky1; ky++) {
+                    const long xr = base + ky * ystep + cb;
+                    for (long kx = kx0; kx < kx1; kx++) {
+                        if (skip) {
+                            skip = 0;
+                            continue;
+                        }
+                        const __m512 v = _mm512_maskz_loadu_ps(m, j->x + xr + kx * xstep);
+                        if (j->avg) {
                             acc = _mm512_add_ps(acc, v);
                         } else {
                             const __mmask16 nan = _mm512_cmp_ps_mask(acc, v, _CMP_UNORD_Q);
@@ -866,6 +958,8 @@ static void pool_part(void *arg, long p) {
                     }
                 }
                 if (j->avg) {
+                    if (padded)
+                        acc = _mm512_add_ps(acc, zero);
                     acc = rne16(_mm512_div_ps(acc, _mm512_set1_ps(j->div[oy * j->ow + ox])));
                     bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc), _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ) & m;
                 }
@@ -882,8 +976,8 @@ int pool_desc(const long *d, const float *x, float *out, const float *div, int n
     pool_job j = {x, div, out, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
                   d[13], (int)d[14], 0, 1};
     const long rows = j.n * j.oh;
-    run_parts(pool_part, &j, row_parts(rows, rows * j.ow * j.c * j.kh * j.kw, 1L << 16, nthreads, &j.rows_per_part),
-              nthreads);
+    j.parts = row_parts(rows, rows * j.ow * j.c * j.kh * j.kw, 1L << 16, nthreads);
+    run_parts(pool_part, &j, j.parts, nthreads);
     return atomic_load(&j.ok);
 }
 
@@ -1132,6 +1226,9 @@ void run_steps(const long *steps, long count, int *ok, int nthreads) {
             break;
         case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */
             ok[i] = transpose_round((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
+            break;
+        case 9:   /* nothing to run: a Reshape / Flatten whose output is its input's memory */
+            ok[i] = 1;
             break;
         default:
             ok[i] = -1;

@@ -181,7 +181,7 @@ class Conv2D:
         n, oh, ow, o = self.output_shape(x.shape)
         if oh < 1 or ow < 1:
             raise ValueError(f"conv output would be empty for input shape {list(x.shape)}")
-        if (self.groups == 1 or self.depthwise) and native.on():
+        if native.on():
             plan = self._plans[x.shape] = self._plan(x.shape, oh, ow)
             return self._run_plan(plan, x)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -189,14 +189,14 @@ class Conv2D:
                 return self._depthwise(x, n, oh, ow)
             return self._gemm(x, n, oh, ow)
 
-    def _native_vectors(self, multiple: int):
-        """(epilogue vectors padded to ``multiple``, code, p0, p1, numpy activation for code < 0)."""
+    def _native_vectors(self, multiple: int, extra: int = 0):
+        """(epilogue vectors padded to ``multiple`` (+ ``extra``), code, p0, p1, numpy activation for code < 0)."""
         bias, scale, shift, activation, params, slope = self._epi_args
         o = self.out_channels
         code, p0, p1, sl = jit.act_args(activation, params, slope, o)
         # absent bias / scale / shift: NULL, and the kernel skips the operation, as numpy does
-        vecs = [None if v is None else native.padded(jit.channel_vector(v, o, 0.0), multiple)
-                for v in (bias, scale, shift)] + [native.padded(np.broadcast_to(sl, (o,)), multiple)]
+        vecs = [None if v is None else native.padded(jit.channel_vector(v, o, 0.0), multiple, extra)
+                for v in (bias, scale, shift)] + [native.padded(np.broadcast_to(sl, (o,)), multiple, extra)]
         act = make_activation(activation, params, slope) if code < 0 else None
         return vecs, int(code), float(p0), float(p1), act
 
@@ -240,16 +240,19 @@ class Conv2D:
             wts[:, :o] = self.w_taps
             vecs, code, p0, p1, act = self._native_vectors(64)
             width, fn, c = wts.shape[1], native.lib().depthwise_desc, o
-        else:
-            wts = self._packed if self._packed is not None else native.pack_weights(self.w_mats[0])
+        else:                                       # dense, or grouped: each group's blocks in turn
+            wts = self._packed
+            if wts is None:
+                wts = native.pack_weights(self.w_mats[0]) if self.groups == 1 else native.stack_aligned(
+                    [native.pack_weights(m) for m in self.w_mats])
             self._packed = wts                      # shared by every plan of this conv
-            vecs, code, p0, p1, act = self._native_vectors(native.NR)
+            vecs, code, p0, p1, act = self._native_vectors(native.NR, 0 if self.groups == 1 else native.NR)
             width, fn = o, native.lib().conv_desc
         fused = (0, 0.0, 0.0, None)
         if sum_act is not None:
             fused = (int(sum_act[0]), float(sum_act[1]), float(sum_act[2]), native.padded(sum_act[3]))
         desc = native.descriptor((n, h, w, c, oh, ow, self.kh, self.kw, sh, sw, dh, dw, t, l, width),
-                                 wts, vecs, code, p0, p1, fused)
+                                 wts, vecs, code, p0, p1, fused, 1 if self.depthwise else self.groups)
         return fn, desc, desc.ctypes.data, (n, oh, ow, o), self.og if self.depthwise else 1, act, (wts, vecs, fused)
 
     def _run_plan(self, plan, x: np.ndarray) -> Tuple[np.ndarray, bool]:

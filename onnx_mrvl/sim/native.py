@@ -183,15 +183,16 @@ def on() -> bool:
 
 
 def descriptor(geometry, weights: np.ndarray, vectors, code: int, p0: float, p1: float,
-               fused=(0, 0.0, 0.0, None)) -> np.ndarray:
+               fused=(0, 0.0, 0.0, None), groups: int = 1) -> np.ndarray:
     """The int64 layer descriptor of ``conv_desc`` / ``depthwise_desc`` (see _native_conv.c);
-    ``fused``: (code, p0, p1, padded slope) of a Sum2D fused into a conv. The caller keeps
-    ``weights``, ``vectors`` and the slope alive as long as the descriptor."""
+    ``fused``: (code, p0, p1, padded slope) of a Sum2D fused into a conv; ``groups``: a grouped
+    conv's (weights: each group's packed blocks in turn). The caller keeps ``weights``,
+    ``vectors`` and the slope alive as long as the descriptor."""
     code2, q0, q1, slope2 = fused
     bits = np.array([p0, p1, q0, q1], F32).view(np.uint32).astype(np.int64)
     return np.array(list(geometry) + [weights.ctypes.data] + [0 if v is None else v.ctypes.data for v in vectors]
                     + [code, bits[0], bits[1], code2, bits[2], bits[3],
-                       0 if slope2 is None else slope2.ctypes.data], dtype=np.int64)
+                       0 if slope2 is None else slope2.ctypes.data, int(groups)], dtype=np.int64)
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -239,10 +240,19 @@ def pack_weights_f16(w: np.ndarray) -> np.ndarray:
     return out
 
 
-def padded(v: np.ndarray, multiple: int = NR) -> np.ndarray:
-    """A per-channel vector zero-padded to a multiple of ``multiple`` (the kernels read whole blocks)."""
+def stack_aligned(parts) -> np.ndarray:
+    """Equal-shaped arrays stacked into one 64-byte aligned array (a grouped conv's packed weights)."""
+    out = empty((len(parts),) + tuple(parts[0].shape))
+    for i, p in enumerate(parts):
+        out[i] = p
+    return out
+
+
+def padded(v: np.ndarray, multiple: int = NR, extra: int = 0) -> np.ndarray:
+    """A per-channel vector zero-padded to a multiple of ``multiple`` plus ``extra`` zeros (the
+    kernels read whole blocks; a grouped conv's last group reads up to NR past its offset)."""
     v = np.asarray(v, F32).reshape(-1)
-    out = empty((-(-v.size // multiple) * multiple,))
+    out = empty((-(-v.size // multiple) * multiple + extra,))
     out[:] = 0
     out[:v.size] = v
     return out

@@ -161,7 +161,7 @@ class StaticPlan:
             e.rec, e.keep = (1, plan[2], ptr[step.ins[0]], ptr[step.out], ptr[step.ins[1]]), plan
             return True
         if isinstance(conv, Conv2D) and len(step.ins) == 1:
-            if not (conv.groups == 1 or (conv.depthwise and conv.og == 1)):
+            if conv.depthwise and conv.og != 1:         # a channel multiplier: np.repeat first
                 return False
             x_shape = shapes[step.ins[0]]
             _, oh, ow, _ = conv.output_shape(x_shape)
@@ -295,6 +295,8 @@ class StaticPlan:
                 self.segments.append(("native", list(run), recs, ok, recs.ctypes.data, ok.ctypes.data, want, clean))
                 run.clear()
         for e in self.entries:
+            if e.rec is None and e.py is None and run:  # an aliasing reshape inside a native stretch:
+                e.rec = (9,)                            # a no-op record, so the stretch stays one call
             if e.rec is not None:
                 run.append(e)
                 if e.post is not None:
