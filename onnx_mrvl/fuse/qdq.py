@@ -145,7 +145,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
             return b
         bias, dq_b = b
         absorbed.append(dq_b)
-        consts[n.input[2]] = bias.astype(np.float32)   # placeholder values for the float checks
+        # the float checks see the dequantized bias (what onnxruntime adds), not the int32 codes
+        consts[n.input[2]] = (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32)
     view = _Dequantized(g, consts)
     grp = (build_conv if n.op_type == "Conv" else build_fc)(view, n, target)
     if isinstance(grp, str):
