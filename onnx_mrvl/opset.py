@@ -18,6 +18,7 @@ import onnx
 from onnx import helper
 
 from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
+from .opset_lookup import LOOKUP_ATTRS, lookup_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from . import opset_recurrent as _recurrent
 from .provenance import set_composite, set_origin
@@ -243,6 +244,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm"), _batch_matmul_body),
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"), ("axis", "epsilon"), layernorm_body),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log"), softmax_body),
+    OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}

@@ -154,6 +154,9 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "LogSoftmax": ("vector unit (the Softmax layer with log = 1): max-reduction, subtract, exp by a "
                    "LUT + polynomial approximation, sum-reduction, one log per row (assumption: LUT + "
                    "polynomial like exp), subtract it, fp16 round", 6),
+    "Lookup": ("vector unit (int8 Lookup, docs/fusion.md \"int8\"): quantize the input code, one "
+               "gather from the layer's 256-entry table (per channel or shared, held in the vector "
+               "unit's local memory), one byte out; assumption: one operation per element", 1),
     "gelu": ("epilogue on the vector unit: 0.5 x erfc(-x / sqrt 2), erfc as t exp(-z^2 + P9(t)) with "
              "t = 1 / (1 + z / 2) (reciprocal, degree-9 polynomial, exp by LUT)", 16),
     "gelu_tanh": ("epilogue on the vector unit: x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (cube, "

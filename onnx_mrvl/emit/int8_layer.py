@@ -41,7 +41,7 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
 
 
-WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D")
+WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Lookup")
 
 
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
@@ -56,3 +56,24 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
+
+
+def lookup(a: NodeAttrs, ctx, lname: str, in_shape, params: dict, weights: dict):
+    """An int8 Lookup (docs/json-format.md "int8 layers"): its int32 table [channels, 256] of output
+    codes, one row per channel of the last axis (or one row); returns the output shape."""
+    from .json_attrs import decode_const
+    if not is_int8(a):
+        a.fail("a Lookup layer must be int8 (precision int8)")
+    if not a.has("table_const_name"):
+        a.fail("a Lookup layer needs its table (table_const_name)")
+    table = decode_const(ctx.consts, a.str("table_const_name"), a, integer="int32")
+    c = a.int("channels", 1)
+    if table.size != c * 256 or c < 1 or (c > 1 and in_shape[-1] != c):
+        a.fail(f"Lookup table of {table.size} entries for {c} channels of an input {in_shape} "
+               f"(256 per channel of the last axis, or one row)")
+    lo, hi = QRANGE[a.str("out_dtype", "int8")] if a.str("out_dtype", "int8") in QRANGE else (-128, 127)
+    if table.min(initial=lo) < lo or table.max(initial=hi) > hi:
+        a.fail(f"Lookup table codes outside the output type's range [{lo}, {hi}]")
+    params["channels"] = c
+    weights["table"] = ctx.weight(a, f"{lname}.table", table.reshape(c, 256), "CT", fp16=False)
+    return list(in_shape)

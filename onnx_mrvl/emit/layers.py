@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import layers_transformer
-from .int8_layer import int8_other, int8_params, is_int8
+from .int8_layer import int8_other, int8_params, is_int8, lookup
 from . import recurrent
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .matmul_layer import batch_matmul
@@ -23,7 +23,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
-    "LayerNorm": "LayerNorm", "Softmax": "Softmax",
+    "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Lookup": "Lookup",
     **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
@@ -435,6 +435,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params["shape"] = out
     elif layer_name == "Resize" and a.str("method", "nearest_neighbor") == "linear":
         out, macs = resize_linear(a, in_shapes[0], params)
+    elif layer_name == "Lookup":
+        out = lookup(a, ctx, lname, in_shapes[0], params, weights)
     elif layer_name in recurrent.CELLS:
         out, macs = recurrent.compile_layer(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif layer_name == "Resize":

@@ -184,7 +184,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2,
+    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2, "Lookup": 1,
                "Concat": len(node.input) - 1, **{c: len(recurrent.CONST_ROLES) for c in recurrent.CELLS}}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
@@ -271,6 +271,10 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             cshape = _pad4([1] * (rank - c.ndim) + list(c.shape))
             add_const("input", c, shape=cshape)
             attrs["input_const_shape"] = _s(cshape)
+    elif node.op_type == "Lookup":   # int8 table lookup (docs/json-format.md "int8 layers")
+        data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else _layout(out_shape)
+        add_const("table", g.const(inputs[1]), "CT")
+        attrs["channels"] = _s(int(a.get("channels", 1)))
     elif node.op_type == "Concat":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
@@ -339,7 +343,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             "attrs": attrs}
 
 
-INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D")
+INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D",
+            "Lookup")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:

@@ -18,7 +18,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, recurrent, slices_nd, smooth_acts, take
+from . import batch_matmul, masks, qdq, qdq_lookup, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -88,10 +88,17 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
     found, reasons, claimed = {}, {}, set()
+    index = {x.name: k for k, x in enumerate(order)}
     for n in order:
-        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS or _excluded(n, exclude):
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS or _excluded(n, exclude) \
+                or n.name in claimed:
             continue
-        built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        built = None
+        if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
+            built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if not isinstance(built, Group) and n.op_type in qdq_lookup.ANCHORS:
+            lookup = qdq_lookup.build_lookup(g, n, target, claimed, index)
+            built = lookup if isinstance(lookup, Group) else built
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

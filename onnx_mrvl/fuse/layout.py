@@ -326,7 +326,7 @@ class Materializer:
         handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
                    "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
                    "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
-                   "Concat": self._concat, "Reshape": self._reshape,
+                   "Concat": self._concat, "Reshape": self._reshape, "Lookup": self._lookup,
                    "Slice2D": lambda grp: slices.materialize(self, grp),
                    "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
                    "SliceND": lambda grp: slices_nd.materialize(self, grp),
@@ -402,6 +402,15 @@ class Materializer:
                 c = c.transpose(perm)
             ins.append(self.init(f"{grp.anchor.name}_operand", c))
         self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
+
+    def _lookup(self, grp: Group) -> None:
+        """int8 Lookup (qdq_lookup.py): a per-channel table reads channels last (NHWC / [N, C])."""
+        table = grp.weights["T"]
+        rank = len(self.logical_shape(grp.inputs[0]))
+        perm = (NHWC if rank == 4 else None) if table.shape[0] > 1 else self.common_perm(grp.inputs, grp.output)
+        x = self.get(grp.inputs[0], perm, for_mrvl=True, origin=grp.origin)
+        t = self.init(f"{grp.anchor.name}_table", table, dtype=np.int32)
+        self._emit(grp, "Lookup", [x, t], dict(grp.attrs, channels=int(table.shape[0])), perm)
 
     def _concat(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs, grp.output)

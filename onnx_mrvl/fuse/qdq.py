@@ -344,3 +344,7 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
         grps[0].nodes += [q, dq]
         taken += [q.name, dq.name]
     return taken
+
+
+# the helpers other QDQ builders (qdq_lookup.py) share
+qparams, only_reader, qattrs = _qparams, _only_reader, _qattrs

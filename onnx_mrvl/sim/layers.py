@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ArtifactError, CompileError
 from . import int8
+from .int8_lookup import build_lookup
 from . import recurrent
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
@@ -273,6 +274,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "layout_transform": _layout,
     "BatchMatMul": _batch_matmul,
     "LayerNorm": build_layernorm,
+    "Lookup": build_lookup,
     "Softmax": build_softmax,
     **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
