@@ -19,6 +19,7 @@ from onnx import helper
 
 from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
 from .opset_lookup import LOOKUP_ATTRS, lookup_body
+from .opset_int8_concat import INT8_CONCAT_ATTRS, int8_concat_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from . import opset_recurrent as _recurrent
 from .provenance import set_composite, set_origin
@@ -231,7 +232,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS, _eltwise_body("Mul"), True),
-    OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
+    OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs") + INT8_POOL_ATTRS + INT8_CONCAT_ATTRS,
+          int8_concat_body(_concat_body)),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
     OpDef("Reshape", "reshape", "mrvl.reshape", ("X",), ("shape",), _reshape_body),
     OpDef("Flatten", "nn.batch_flatten", "mrvl.batch_flatten", ("X",), ("shape",), _reshape_body),

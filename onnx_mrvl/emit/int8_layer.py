@@ -41,7 +41,7 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
 
 
-WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Lookup")
+WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Lookup", "Concat")
 
 
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
@@ -55,7 +55,23 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
     if layer_name == "Sum2D" and not (two or one):
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
+    if layer_name == "Concat":
+        _concat_inputs(a, len(in_shapes), params)
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
+
+
+def _concat_inputs(a: NodeAttrs, n: int, params: dict) -> None:
+    """An int8 Concat's per-input quantization (in_scales, in_zero_points: one per input)."""
+    if "const_positions" in params:
+        a.fail("an int8 Concat takes no constant operands")
+    scales = [float(v) for v in a.floats("in_scales")] if a.has("in_scales") else []
+    zps = a.ints("in_zero_points") if a.has("in_zero_points") else []
+    if len(scales) != n or len(zps) != n:
+        a.fail(f"an int8 Concat of {n} inputs needs {n} in_scales and in_zero_points")
+    lo, hi = QRANGE.get(a.str("in_dtype", "int8"), (0, -1))
+    if not all(np.isfinite(s) and s > 0 for s in scales) or not all(lo <= z <= hi for z in zps):
+        a.fail(f"int8 Concat input scales {scales} / zero points {zps} (positive; in the type's range)")
+    params.update(in_scales=[float(np.float32(s)) for s in scales], in_zero_points=[int(z) for z in zps])
 
 
 def lookup(a: NodeAttrs, ctx, lname: str, in_shape, params: dict, weights: dict):

@@ -344,7 +344,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
 
 
 INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D",
-            "Lookup")
+            "Lookup", "Concat")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
@@ -357,6 +357,9 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     if "in2_type" in a:   # Sum2D: its second operand's quantization
         attrs.update(in2_scale=_s(float(a["in2_scale"])), in2_zero_point=_s(int(a["in2_zero_point"])),
                      in2_dtype=[a["in2_type"]])
+    if "in_scales" in a:   # int8 Concat: every input's quantization, in input order
+        attrs.update(in_scales=_s([float(v) for v in a["in_scales"]]),
+                     in_zero_points=_s([int(v) for v in a["in_zero_points"]]))
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

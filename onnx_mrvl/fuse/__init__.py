@@ -18,7 +18,7 @@ from ..decisions import Decisions
 from ..provenance import get_origin
 from ..target import Target, get_target
 from .layout import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, qdq_lookup, recurrent, slices_nd, smooth_acts, take
+from . import batch_matmul, masks, qdq, qdq_concat, qdq_lookup, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -90,12 +90,14 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     found, reasons, claimed = {}, {}, set()
     index = {x.name: k for k, x in enumerate(order)}
     for n in order:
-        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS or _excluded(n, exclude) \
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) or _excluded(n, exclude) \
                 or n.name in claimed:
             continue
         built = None
         if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
             built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if n.op_type == "Concat":
+            built = qdq_concat.build_concat_int8(g, n, target, claimed)
         if not isinstance(built, Group) and n.op_type in qdq_lookup.ANCHORS:
             lookup = qdq_lookup.build_lookup(g, n, target, claimed, index)
             built = lookup if isinstance(lookup, Group) else built

@@ -420,7 +420,8 @@ class Materializer:
             ins.insert(int(key[5:]), self.init(f"{grp.anchor.name}_{key}", c if perm is None else c.transpose(perm)))
         axis = grp.attrs["axis"]
         stored_axis = list(perm).index(axis) if perm else axis
-        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
+        int8 = {k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS or k in ("in_scales", "in_zero_points")}
+        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins), **int8}, perm)
 
     def _reshape(self, grp: Group) -> None:
         """Run on the stored data when the reshape only splits/merges runs of axes that are in order
