@@ -106,7 +106,7 @@ class Row:
     model: str
     act: str
     cpu_ops: Dict[str, int] = field(default_factory=dict)   # op type -> count left on the CPU
-    inner_qdq: int = 0          # Q/DQ on the CPU other than at a graph input / output
+    inner_qdq: int = 0          # Q/DQ on the CPU other than at a graph input / output (a Q -> DQ producing an output)
     identical: float = 0.0      # share of output elements equal to onnxruntime's
     max_quanta: float = 0.0     # largest difference in output quantization steps
     top1: Optional[float] = None
@@ -135,8 +135,14 @@ def cpu_ops(model: onnx.ModelProto):
     g = model.graph
     ins, outs = {i.name for i in g.input}, {o.name for o in g.output}
     ops = collections.Counter(n.op_type for n in g.node if not n.op_type.startswith("Subgraph"))
-    inner = sum(1 for n in g.node if n.op_type == "QuantizeLinear" and n.input[0] not in ins or
-                n.op_type == "DequantizeLinear" and n.output[0] not in outs)
+    readers = collections.defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            readers[i].append(n)
+    at_output = {n.name for n in g.node if n.op_type == "QuantizeLinear" and readers[n.output[0]] and all(
+        r.op_type == "DequantizeLinear" and r.output[0] in outs for r in readers[n.output[0]])}
+    inner = sum(1 for n in g.node if n.op_type == "QuantizeLinear" and n.input[0] not in ins and n.name not in at_output
+                or n.op_type == "DequantizeLinear" and n.output[0] not in outs)
     return dict(ops), inner
 
 

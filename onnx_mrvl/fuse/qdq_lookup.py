@@ -179,7 +179,9 @@ def _table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: int):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 13))])
     model.ir_version = 8
     try:
-        y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL   # as a session of the model
+        y = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
             None, {"codes": x})[0]
     except Exception as exc:   # onnxruntime refuses the group: it stays on the CPU
         return f"onnxruntime cannot run the element-wise group ({type(exc).__name__}: {str(exc)[:120]})"
