@@ -4,6 +4,7 @@
 ``compile_json(nodes_json, consts_json, options)`` reads only that pair and returns the binary.
 ``convert()`` goes through exactly these two functions.
 """
-from .compile import CompileOptions, build_program, compile_json  # noqa: F401
+from .boundary_quant import annotate as annotate_boundaries  # noqa: F401
+from .compile import CompileOptions, build_program, compile_json, compile_program  # noqa: F401
 from .nodes_json import detach_arrays  # noqa: F401
 from .nodes_json import emit_json as emit  # noqa: F401
