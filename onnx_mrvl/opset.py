@@ -225,7 +225,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
           int8_body(_pool_body("MaxPool"))),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",),
-          _POOL_ATTRS + ("count_include_pad",) + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
+          _POOL_ATTRS + ("count_include_pad", "requant") + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
     OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalAveragePool"))),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,

@@ -57,6 +57,10 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
                "or a tensor and a float constant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)
+    if layer_name == "Avgpool2D" and a.has("requant"):
+        if a.str("requant") not in ("qlinear", "float"):
+            a.fail(f"requant '{a.str('requant')}' of an int8 Avgpool2D (qlinear or float)")
+        params["requant"] = a.str("requant")
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
 
 

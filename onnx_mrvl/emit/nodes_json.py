@@ -259,6 +259,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                      kernel_layout_shape=_s(a["kernel_shape"]))
         if node.op_type == "AvgPool2D":
             attrs["count_include_pad"] = _s(int(a.get("count_include_pad", 0)))
+            if a.get("requant"):   # int8: "float" = onnxruntime's float average + QuantizeLinear
+                attrs["requant"] = [a["requant"]]
     elif node.op_type in ("GlobalAvgPool2D", "GlobalMaxPool2D"):
         data_layout = out_layout = "NHWC"
         attrs.update(layout=["NHWC"], kernel_layout=["HW"], kernel_layout_shape=_s(in_shapes[0][1:3]))

@@ -20,6 +20,7 @@ from ..target import Target
 from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
+from .ort_plan import ort_float_nodes
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -137,14 +138,15 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     wq, ws, dq_w = w
     consts = {n.input[1]: (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])
                            ).astype(np.float32)}
-    absorbed = [dq_w]
+    # a weight / bias DQ shared by several layers stays a node of the graph (each layer takes its codes)
+    absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     bias = None
     if len(n.input) > 2 and n.input[2]:
         b = _bias(g, n.input[2], qin[0], ws)
         if isinstance(b, str):
             return b
         bias, dq_b = b
-        absorbed.append(dq_b)
+        absorbed += [dq_b] if len(g.consumers.get(n.input[2], [])) == 1 else []
         # the float checks see the dequantized bias (what onnxruntime adds), not the int32 codes
         consts[n.input[2]] = (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32)
     view = _Dequantized(g, consts)
@@ -231,12 +233,16 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     if isinstance(around, str):
         return around
     nodes, x, out, qout = around
+    extra = {}
+    if n.op_type == "AveragePool" and n.name in ort_float_nodes(g.model, "AveragePool"):
+        # onnxruntime left this DQ -> AveragePool -> Q unfused: it averages in float, then quantizes
+        extra["requant"] = "float"
     if n.op_type == "GlobalAveragePool":
         h, w = g.shape(n.input[0])[2:]
         scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))
         if not 2.0 ** -32 <= scale < 256:
             return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
-    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout)), {})
+    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout), **extra), {})
 
 
 def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -> Union[Group, str, None]:

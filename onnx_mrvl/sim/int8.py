@@ -158,6 +158,9 @@ class Int8Pool:
 
     def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
         self.kind, self.geometry = kind, dict(geometry or {})
+        self.requant = str(params.get("requant", "qlinear"))
+        if self.requant not in ("qlinear", "float"):
+            raise ValueError(f"requant {self.requant!r} (qlinear or float)")
         self.in_q = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
         self.out_q = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
         for dt in (self.in_q[2], self.out_q[2]):
@@ -174,7 +177,10 @@ class Int8Pool:
             # QLinearAveragePool rounds fp32(y / s_y + z_y): the zero point is added before the
             # rounding, in the uint8 domain (onnxruntime's x86 QDQ rewrite runs int8 activations
             # as uint8 with z + 128; the fp32 sum then rounds like onnxruntime's near ties)
-            shift = 128 if dto == "int8" else 0
+            # requant "float" (onnxruntime left DQ -> AveragePool -> Q unfused): the same fp32 mean,
+            # zero point added before the rounding but no uint8 shift (bit-exact for uint8; int8
+            # measured within one step, docs/simulator.md)
+            shift = 128 if dto == "int8" and self.requant == "qlinear" else 0
             lo, hi = QRANGE[dto]
             t = ((self._average(codes - z, s) / F32(so)).astype(F32) + F32(zo + shift)).astype(F32)
             q = np.clip(np.rint(t) - shift, lo, hi)
