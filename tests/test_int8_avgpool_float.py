@@ -86,7 +86,7 @@ def test_avgpool_follows_onnxruntimes_float_or_qlinear_path(tmp_path, readers, q
 def test_some_average_runs_in_float():
     """The float path is exercised: with two float readers of an int8 pool onnxruntime (1.32, a
     default session) leaves AveragePool unfused (measured); one int8 conv reader: fused."""
-    from onnx_mrvl.fuse.ort_plan import ort_float_nodes
+    from onnx_mrvl.ort_plan import ort_float_nodes
     m = pool_model(2, T.INT8, 3)
     m.graph.node[2].name = "pool"
     assert "pool" in ort_float_nodes(m, "AveragePool")

@@ -20,7 +20,7 @@ from ..target import Target
 from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
-from .ort_plan import ort_float_nodes
+from ..ort_plan import ort_float_nodes
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}

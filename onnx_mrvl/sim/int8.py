@@ -177,10 +177,10 @@ class Int8Pool:
             # QLinearAveragePool rounds fp32(y / s_y + z_y): the zero point is added before the
             # rounding, in the uint8 domain (onnxruntime's x86 QDQ rewrite runs int8 activations
             # as uint8 with z + 128; the fp32 sum then rounds like onnxruntime's near ties)
-            # requant "float" (onnxruntime left DQ -> AveragePool -> Q unfused): the same fp32 mean,
-            # zero point added before the rounding but no uint8 shift (bit-exact for uint8; int8
-            # measured within one step, docs/simulator.md)
-            shift = 128 if dto == "int8" and self.requant == "qlinear" else 0
+            if self.requant == "float":   # onnxruntime left DQ -> AveragePool -> Q unfused: the fp32
+                # mean, then QuantizeLinear rne(y / s_y) + z_y (docs/simulator.md)
+                return fake_quant(self._average(codes - z, s), so, zo, dto), True
+            shift = 128 if dto == "int8" else 0
             lo, hi = QRANGE[dto]
             t = ((self._average(codes - z, s) / F32(so)).astype(F32) + F32(zo + shift)).astype(F32)
             q = np.clip(np.rint(t) - shift, lo, hi)

@@ -8,16 +8,35 @@ session does (level ALL, CPU provider) and returns the names of the nodes of ``o
 still that float op. Cached for the last model asked about."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Dict, FrozenSet, List
 
 import onnx
 
+KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the model before legalize
+OP_TYPES = ("AveragePool", "Conv")
 _LAST: List = [None, {}]   # (the model last asked about, op type -> names): one fuse run at a time
 
 
+def stamp(model: onnx.ModelProto) -> None:
+    """Record (in ``metadata_props``) onnxruntime's float nodes of a QDQ model as it is given, so
+    fuse, which sees the legalized graph (whose rewrites change onnxruntime's choices), asks about
+    the model the user runs. Nothing for a model without QuantizeLinear."""
+    if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
+        return
+    plan = {op: sorted(_float_nodes(model, op)) for op in OP_TYPES}
+    for p in list(model.metadata_props):
+        if p.key == KEY:
+            model.metadata_props.remove(p)
+    model.metadata_props.add(key=KEY, value=json.dumps(plan, sort_keys=True))
+
+
 def ort_float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
+    stamped = next((p.value for p in model.metadata_props if p.key == KEY), None)
+    if stamped is not None and op_type in OP_TYPES:
+        return frozenset(json.loads(stamped).get(op_type, []))
     if _LAST[0] is not model:
         _LAST[0], _LAST[1] = model, {}
     found: Dict[str, FrozenSet[str]] = _LAST[1]
@@ -44,4 +63,15 @@ def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
             optimized = onnx.load(path)
         except Exception:   # noqa: BLE001 - onnxruntime cannot load it: assume its QLinear kernels
             return frozenset()
-    return frozenset(n.name for n in optimized.graph.node if n.op_type == op_type)   # also its NCHWc form
+    kinds = (op_type, "FusedConv") if op_type == "Conv" else (op_type,)   # Conv + activation: FusedConv
+    names = {n.name for n in model.graph.node}
+    by_output = {o: n.name for n in model.graph.node for o in n.output}
+    found = set()
+    for n in optimized.graph.node:
+        if n.op_type not in kinds:
+            continue
+        if n.name in names:
+            found.add(n.name)
+        elif n.name.endswith("_nchwc") and n.name[:-len("_nchwc")] in by_output:
+            found.add(by_output[n.name[:-len("_nchwc")]])   # the NCHWc transformer names a node by its output
+    return frozenset(found)
