@@ -362,6 +362,10 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     if "in_scales" in a:   # int8 Concat: every input's quantization, in input order
         attrs.update(in_scales=_s([float(v) for v in a["in_scales"]]),
                      in_zero_points=_s([int(v) for v in a["in_zero_points"]]))
+    if a.get("requant") == "float" and "weight_scales" in a:   # Conv2D onnxruntime runs in float
+        attrs["requant"] = ["float"]
+        if a.get("bias_scales"):
+            add_const("bias_scale", np.asarray(a["bias_scales"], np.float32), "---O")
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

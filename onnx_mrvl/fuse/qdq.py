@@ -146,6 +146,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         if isinstance(b, str):
             return b
         bias, dq_b = b
+        bias_scales = np.asarray(g.const(dq_b.input[1]), np.float32).reshape(-1)
+        bias_scales = np.broadcast_to(bias_scales, bias.shape) if bias_scales.size == 1 else bias_scales
         absorbed += [dq_b] if len(g.consumers.get(n.input[2], [])) == 1 else []
         # the float checks see the dequantized bias (what onnxruntime adds), not the int32 codes
         consts[n.input[2]] = (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32)
@@ -169,6 +171,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     if bias is not None:
         weights["B"] = bias
     attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
+    if n.op_type == "Conv" and n.name in ort_float_nodes(g.model, "Conv"):
+        # onnxruntime runs this group as a float Conv between DQ and Q (not QLinearConv): the layer
+        # follows its fp32 arithmetic (sim/int8_float_conv.py), with the bias dequantized as stored
+        attrs["requant"] = "float"
+        if bias is not None:
+            attrs["bias_scales"] = [float(v) for v in bias_scales]
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
 
 

@@ -136,11 +136,15 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             spec.params)
     try:
         if kind == "Conv2D":
-            layer = Int8Conv2D(*args, strides=spec.param("strides", [1, 1], length=2),
-                               padding=spec.param("padding", [0, 0, 0, 0], length=4),
-                               dilation=spec.param("dilation", [1, 1], length=2),
-                               groups=int(spec.param("groups", 1)),
-                               activation=act["activation"], activation_params=act["activation_params"])
+            geo = dict(strides=spec.param("strides", [1, 1], length=2),
+                       padding=spec.param("padding", [0, 0, 0, 0], length=4),
+                       dilation=spec.param("dilation", [1, 1], length=2), groups=int(spec.param("groups", 1)),
+                       activation=act["activation"], activation_params=act["activation_params"])
+            if spec.params.get("requant") == "float":   # onnxruntime's float Conv (int8_float_conv.py)
+                from .int8_float_conv import FloatPathConv2D
+                layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"), **geo)
+            else:
+                layer = Int8Conv2D(*args, **geo)
         else:
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
     except (ValueError, KeyError, TypeError) as exc:
