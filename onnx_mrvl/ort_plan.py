@@ -16,8 +16,11 @@ from typing import Dict, FrozenSet, List
 import onnx
 
 KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the model before legalize
-OP_TYPES = ("AveragePool", "Conv")
-_LAST: List = [None, {}]   # (the model last asked about, op type -> names): one fuse run at a time
+# the op types whose int8 layers depend on it: Conv, AveragePool (requant), the Lookup groups' ops
+OP_TYPES = ("AveragePool", "Conv", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish",
+            "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
+            "BatchNormalization")
+_LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
 
 def stamp(model: onnx.ModelProto) -> None:
@@ -26,7 +29,7 @@ def stamp(model: onnx.ModelProto) -> None:
     the model the user runs. Nothing for a model without QuantizeLinear."""
     if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
         return
-    plan = {op: sorted(_float_nodes(model, op)) for op in OP_TYPES}
+    plan = {op: sorted(names) for op, names in _float_nodes_all(model).items()}
     for p in list(model.metadata_props):
         if p.key == KEY:
             model.metadata_props.remove(p)
@@ -34,21 +37,23 @@ def stamp(model: onnx.ModelProto) -> None:
 
 
 def ort_float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
+    """Names of the ``op_type`` nodes onnxruntime runs as that float op (``OP_TYPES``)."""
     stamped = next((p.value for p in model.metadata_props if p.key == KEY), None)
-    if stamped is not None and op_type in OP_TYPES:
+    if stamped is not None:
         return frozenset(json.loads(stamped).get(op_type, []))
     if _LAST[0] is not model:
-        _LAST[0], _LAST[1] = model, {}
-    found: Dict[str, FrozenSet[str]] = _LAST[1]
-    if op_type not in found:
-        found[op_type] = _float_nodes(model, op_type)
-    return found[op_type]
+        _LAST[0], _LAST[1] = model, _float_nodes_all(model)
+    return _LAST[1].get(op_type, frozenset())
 
 
 def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
+    return _float_nodes_all(model).get(op_type, frozenset())
+
+
+def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     import onnxruntime as ort
-    if not any(n.op_type == op_type for n in model.graph.node):
-        return frozenset()
+    if not any(n.op_type in OP_TYPES for n in model.graph.node):
+        return {}
     with tempfile.TemporaryDirectory(prefix="mrvl_ort_plan_") as tmp:
         path = os.path.join(tmp, "optimized.onnx")
         so = ort.SessionOptions()
@@ -62,16 +67,17 @@ def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
             ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
             optimized = onnx.load(path)
         except Exception:   # noqa: BLE001 - onnxruntime cannot load it: assume its QLinear kernels
-            return frozenset()
-    kinds = (op_type, "FusedConv") if op_type == "Conv" else (op_type,)   # Conv + activation: FusedConv
+            return {}
     names = {n.name for n in model.graph.node}
     by_output = {o: n.name for n in model.graph.node for o in n.output}
-    found = set()
+    found: Dict[str, set] = {}
     for n in optimized.graph.node:
-        if n.op_type not in kinds:
+        op = "Conv" if n.op_type == "FusedConv" else n.op_type   # Conv + activation: FusedConv
+        if op not in OP_TYPES:
             continue
         if n.name in names:
-            found.add(n.name)
+            found.setdefault(op, set()).add(n.name)
         elif n.name.endswith("_nchwc") and n.name[:-len("_nchwc")] in by_output:
-            found.add(by_output[n.name[:-len("_nchwc")]])   # the NCHWc transformer names a node by its output
-    return frozenset(found)
+            # the NCHWc transformer names a node by its output
+            found.setdefault(op, set()).add(by_output[n.name[:-len("_nchwc")]])
+    return {op: frozenset(v) for op, v in found.items()}

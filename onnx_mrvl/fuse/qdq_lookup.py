@@ -7,10 +7,10 @@ BatchNorm's per-channel ``Mul``/``Add`` with their pairs, ... Every output code 
 a function of the input code alone (per channel when a constant is per channel), so the group is
 one int8 ``Lookup`` layer: ``q_y = table[c, q_x]`` with 256 entries per channel.
 
-The table is what onnxruntime computes: the group's nodes are run by onnxruntime's CPU provider
-(default optimizations, as a session of the whole model runs them: fused into its QLinear* kernel
-where onnxruntime fuses them, in float where it does not) on the 256 input codes, so the layer
-equals onnxruntime's execution of that node group element for element, by construction.
+The table is what onnxruntime computes: the group's nodes are run by onnxruntime's CPU provider on
+the 256 input codes, as a session of the whole model runs them (ort_plan.py: in float when it
+leaves the group's ops float there, else with its QLinear* fusions), so the layer equals
+onnxruntime's execution of that node group element for element.
 
 The group grows forward from its anchor in graph order over nodes whose inputs are all the input
 tensor, group outputs or constants (scalars, or per channel along axis 1), and ends at the last
@@ -27,6 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .._graph import GraphIndex
+from ..ort_plan import ort_float_nodes
 from ..target import Target
 from .groups import Group
 from .qdq import only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
@@ -180,7 +181,11 @@ def _table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: int):
     model.ir_version = 8
     try:
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL   # as a session of the model
+        # as onnxruntime runs the group in the model: in float (no QDQ fusion) when it left any of
+        # its ops a float op there (ort_plan), else with its QLinear* fusions
+        floats = any(m.name in ort_float_nodes(g.model, m.op_type) for m in members)
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if floats else \
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         y = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
             None, {"codes": x})[0]
     except Exception as exc:   # onnxruntime refuses the group: it stays on the CPU
