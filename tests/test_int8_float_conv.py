@@ -61,7 +61,7 @@ def test_fma_chain_rounds_once_per_step_in_k_order():
     a = rng.standard_normal((5, 300)).astype(np.float32)
     w = rng.standard_normal((300, 3)).astype(np.float32)
     want = np.zeros((5, 3), np.float32)
-    for k0 in range(0, 300, 128):   # the K blocks' sums added in order
+    for k0 in range(0, 300, 128):   # the K blocks (fma_chain default: 128)' sums added in order
         acc = np.zeros((5, 3), np.float32)
         for k in range(k0, min(300, k0 + 128)):
             acc = (acc.astype(np.float64) + a[:, k:k + 1].astype(np.float64) * w[k].astype(np.float64)).astype(np.float32)

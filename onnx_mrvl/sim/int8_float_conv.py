@@ -5,8 +5,8 @@ other readers, for instance), it dequantizes the input, runs its float Conv (MLA
 im2col columns, or on the input itself for a 1x1) on fp32 weights ``fp32(q_w * s_w)``, adds the
 bias ``fp32(q_b * s_b)`` (the model's stored bias scale), applies Relu/Clip and quantizes. The sum
 order decides near-ties, so this layer follows MLAS: per output a chain of fused multiply-adds
-over k = (input channel, kernel row, kernel column) in order, in chunks of ``STRIDE_K`` whose sums
-are added to the output (MLAS_SGEMM_STRIDEK); each FMA is emulated as an exact float64 product plus
+over k = (input channel, kernel row, kernel column) in order, in K blocks whose sums are added to
+the output (MlasSgemmOperation's stride rule, ``mlas_stride_k``: 256 for a 1x1 conv of 64 pixels); each FMA is emulated as an exact float64 product plus
 the fp32 accumulator rounded to fp32 (one rounding; a double rounding of the float64 sum is possible
 in principle, never seen). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
 """
@@ -19,7 +19,21 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .int8 import F32, Int8Conv2D, quantize
 
-STRIDE_K = 128   # assumption: MLAS's SGEMM K block (its partial sums are added to the output in order)
+STRIDE_K = 128   # MLAS_SGEMM_STRIDEK / STRIDEN: its SGEMM's K block (partial sums added to the output)
+STRIDE_N = 128
+
+
+def mlas_stride_k(n: int, k: int) -> int:
+    """MlasSgemmOperation's K block for an N x K problem: it widens the K stride when N is small
+    (and the N stride when K is small) to fill its B panel."""
+    stride_n, stride_k = STRIDE_N, STRIDE_K
+    if n >= k:
+        while stride_k // 2 >= k:
+            stride_n, stride_k = stride_n * 2, stride_k // 2
+    else:
+        while stride_n > 16 and stride_n // 2 >= n:
+            stride_n, stride_k = stride_n // 2, stride_k * 2
+    return stride_k
 
 
 def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.ndarray:
@@ -69,7 +83,8 @@ class FloatPathConv2D(Int8Conv2D):
         y = np.empty((n * oh * ow, self.o), F32)
         for gi in range(self.groups):
             cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n * oh * ow, self.ig * self.kh * self.kw)
-            y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og])
+            y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og],
+                                                    mlas_stride_k(oh * ow, cols.shape[1]))
         y = (y + self.bd).astype(F32)
         so, zo, _ = self.out_q
         q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)   # Relu/Clip: clamps of q
