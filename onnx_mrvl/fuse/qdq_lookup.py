@@ -7,10 +7,8 @@ BatchNorm's per-channel ``Mul``/``Add`` with their pairs, ... Every output code 
 a function of the input code alone (per channel when a constant is per channel), so the group is
 one int8 ``Lookup`` layer: ``q_y = table[c, q_x]`` with 256 entries per channel.
 
-The table is what onnxruntime computes: the group's nodes are run by onnxruntime's CPU provider on
-the 256 input codes, as a session of the whole model runs them (ort_plan.py: in float when it
-leaves the group's ops float there, else with its QLinear* fusions), so the layer equals
-onnxruntime's execution of that node group element for element.
+The table is what onnxruntime computes (lookup_table.py): the group's nodes run in onnxruntime's
+CPU provider on the 256 input codes, as a session of the whole model runs them.
 
 The group grows forward from its anchor in graph order over nodes whose inputs are all the input
 tensor, group outputs or constants (scalars, or per channel along axis 1), and ends at the last
@@ -24,12 +22,11 @@ from typing import Dict, List, Optional, Union
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
 
 from .._graph import GraphIndex
-from ..ort_plan import ort_float_nodes
 from ..target import Target
 from .groups import Group
+from .lookup_table import lookup_table
 from .qdq import only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
@@ -111,7 +108,7 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
     qout = _qparams(g, q_out)
     if isinstance(qout, str):
         return qout
-    table = _table(g, members, t, dq_in, q_out, qin, channels)
+    table = lookup_table(g, members, t, dq_in, q_out, qin, channels)
     if isinstance(table, str):
         return table
     x, in_front = t, []
@@ -145,56 +142,3 @@ def _valid_end(g: GraphIndex, members: List[onnx.NodeProto], produced: set):
     if _qparams(g, q) != _qparams(g, dq) or isinstance(_qparams(g, q), str):
         return None
     return (q, dq) if members[-1] is dq else None   # the group ends at this DQ
-
-
-def _table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: int):
-    """[channels, 256] int32 output codes: onnxruntime's CPU execution of the group on every input code."""
-    import onnxruntime as ort
-    lo = -128 if qin[2] == "int8" else 0
-    codes = np.arange(lo, lo + CODES)
-    rank = len(g.shape(t) or [1])
-    np_t = np.int8 if qin[2] == "int8" else np.uint8
-    if rank >= 3:   # [1, C, 256, 1, ...]: the constants broadcast along axis 1
-        x = np.broadcast_to(codes.reshape(1, 1, CODES, *([1] * (rank - 3))), (1, channels, CODES) + (1,) * (rank - 3))
-    elif rank == 2:
-        x = np.broadcast_to(codes.reshape(CODES, 1), (CODES, channels))
-    else:
-        x = codes
-    x = np.ascontiguousarray(x, np_t)
-    inits, nodes = {}, []
-    for node in [dq_in] + list(members):
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        if node is dq_in:
-            copy.input[0] = "codes"
-        for i in node.input:
-            if i and i not in inits and g.is_const(i) and (node is not dq_in or i != dq_in.input[0]):
-                inits[i] = numpy_helper.from_array(np.asarray(g.const(i)), i)
-        nodes.append(copy)
-    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    out_t = onnx.TensorProto.INT8 if _qparams(g, q_out)[2] == "int8" else onnx.TensorProto.UINT8
-    graph = helper.make_graph(nodes, "lookup_table",
-                              [helper.make_tensor_value_info("codes", onnx.TensorProto.INT8 if np_t is np.int8
-                                                             else onnx.TensorProto.UINT8, list(x.shape))],
-                              [helper.make_tensor_value_info(q_out.output[0], out_t, None)], list(inits.values()))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 13))])
-    model.ir_version = 8
-    try:
-        so = ort.SessionOptions()
-        # as onnxruntime runs the group in the model: in float (no QDQ fusion) when it left any of
-        # its ops a float op there (ort_plan), else with its QLinear* fusions
-        floats = any(m.name in ort_float_nodes(g.model, m.op_type) for m in members)
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if floats else \
-            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        y = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-            None, {"codes": x})[0]
-    except Exception as exc:   # onnxruntime refuses the group: it stays on the CPU
-        return f"onnxruntime cannot run the element-wise group ({type(exc).__name__}: {str(exc)[:120]})"
-    y = np.asarray(y).astype(np.int32)
-    if rank >= 3:
-        y = y.reshape(channels, CODES)
-    elif rank == 2:
-        y = y.reshape(CODES, channels).T
-    else:
-        y = y.reshape(1, CODES)
-    return np.ascontiguousarray(y.reshape(channels, CODES), np.int32)
