@@ -361,4 +361,4 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
 
 
 # the helpers other QDQ builders (qdq_lookup.py) share
-qparams, only_reader, qattrs = _qparams, _only_reader, _qattrs
+qparams, only_reader, qattrs, dequantized_const = _qparams, _only_reader, _qattrs, _dequantized_const

@@ -27,7 +27,7 @@ from .._graph import GraphIndex
 from ..target import Target
 from .groups import Group
 from .lookup_table import lookup_table
-from .qdq import only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
+from .qdq import dequantized_const, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
                "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
@@ -49,6 +49,22 @@ def _per_channel_ok(c: np.ndarray, shape: List[int]) -> Optional[int]:
     return None
 
 
+def const_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
+    """The DequantizeLinear of constants producing ``t`` (legalize keeps it for a QDQ Mul / Add), or None."""
+    n = g.producer.get(t)
+    if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
+        return n
+    return None
+
+
+def constant_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
+    """``t``'s value when it is a constant or a DQ of constants (its fp32 dequantized value), else None."""
+    if g.is_const(t):
+        return np.asarray(g.const(t))
+    dq = const_dq(g, t)
+    return dequantized_const(g, dq) if dq is not None else None
+
+
 def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) -> Optional[int]:
     """The channel count its constants need (1: none), or None when ``u`` cannot join the group."""
     if u.op_type not in ELEMENTWISE or u.name in taken or u.name in g.excluded or len(u.output) != 1 \
@@ -58,9 +74,10 @@ def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) 
     for i in u.input:
         if not i or i in inside:
             continue
-        if not g.is_const(i):
+        value = constant_value(g, i)
+        if value is None:
             return None
-        c = _per_channel_ok(np.asarray(g.const(i)), shape)
+        c = _per_channel_ok(value, shape)
         if c is None or (c > 1 and u.op_type in ("QuantizeLinear", "DequantizeLinear")):
             return None
         channels = max(channels, c)
@@ -119,7 +136,13 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
             and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
             and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
         x, in_front = q_in.input[0], [q_in, dq_in]   # the pair feeds this group alone: the layer quantizes
-    return Group("Lookup", "mrvl.lookup", members + in_front, [x], dq_out.output[0],
+    const_dqs = []   # the DQs of constants only the group reads are absorbed with it
+    for m in members:
+        for i in m.input:
+            d = const_dq(g, i) if i else None
+            if d is not None and d not in const_dqs and all(r.name in names for r in g.consumers.get(i, [])):
+                const_dqs.append(d)
+    return Group("Lookup", "mrvl.lookup", members + in_front + const_dqs, [x], dq_out.output[0],
                  dict(_qattrs(qin, qout)), {"T": table})
 
 
