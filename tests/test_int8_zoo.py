@@ -36,10 +36,12 @@ def test_int8_zoo_model_matches_onnxruntime(tmp_path, name, act):
         assert row.top1 == 1.0, row
 
 
-def test_int8_zoo_densenet(tmp_path):
-    """DenseNet-121: pre-activation BN as per-channel Lookups, int8 Concats, and transition
-    AveragePools that onnxruntime runs in float (their DQ has two readers): requant="float"."""
-    row = _row(tmp_path, "densenet121", "s8", n_inputs=2)
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_int8_zoo_densenet(tmp_path, act):
+    """DenseNet-121: pre-activation BN (+ caffe2 Mul/Add with quantized constants) as per-channel
+    Lookups computed step by step, int8 Concats, transition AveragePools that onnxruntime runs in
+    float with S8 (requant="float")."""
+    row = _row(tmp_path, "densenet121", act, n_inputs=2)
     print(row)
     _structure(row)
     assert row.identical >= 0.99 and row.max_quanta <= 1.0 + 1e-3 and row.top1 == 1.0, row
