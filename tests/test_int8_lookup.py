@@ -85,3 +85,20 @@ def test_int8_lookup_simulator_gathers_the_table():
     assert ok and np.array_equal(y[0], want.astype(np.float32))
     with pytest.raises(ValueError):
         Int8Lookup(table.astype(np.int64), params)
+
+
+def test_lookup_perf_model_counts_vector_ops_and_int8_bytes(tmp_path):
+    """Perf model: a Lookup costs one vector-unit operation per element (target.VECTOR_LOWERINGS)
+    and reads / writes one byte per element; no MACs."""
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.costmodel import perf_report, vector_ops
+    qpath = quantize(act_cnn(seed=3), str(tmp_path / "q.onnx"), True, "s8")
+    meta = load(onnx_mrvl.convert(qpath).subgraphs[0].binary).meta
+    shapes = {t["id"]: t["shape"] for t in meta["tensors"]}
+    rep = perf_report(meta)
+    lookups = [(lay, row) for lay, row in zip(meta["layers"], rep.layers) if lay["layer_name"] == "Lookup"]
+    assert len(lookups) == 4
+    for lay, row in lookups:
+        out = meta["tensors"][lay["outputs"][0]]
+        assert out["dtype"] == "int8" and out["nbytes"] == int(np.prod(out["shape"]))
+        assert lay["macs"] == 0 and vector_ops(lay, shapes) == int(np.prod(out["shape"]))
