@@ -18,6 +18,8 @@ import onnx
 from onnx import helper
 
 from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
+from .opset_lookup import LOOKUP_ATTRS, lookup_body
+from .opset_int8_concat import INT8_CONCAT_ATTRS, int8_concat_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
 from . import opset_recurrent as _recurrent
 from . import opset_int8_transformer as _int8_transformer
@@ -217,14 +219,15 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
-          ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS,
+          ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS
+          + ("requant", "bias_scales"),
           int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
           ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS, int8_body(_fc_body), True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
           int8_body(_pool_body("MaxPool"))),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",),
-          _POOL_ATTRS + ("count_include_pad",) + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
+          _POOL_ATTRS + ("count_include_pad", "requant") + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
     OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalAveragePool"))),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
@@ -232,7 +235,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",),
           _int8_transformer.int8_out_body(_eltwise_body("Mul")), True),
-    OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs"), _concat_body),
+    OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs") + INT8_POOL_ATTRS + INT8_CONCAT_ATTRS,
+          int8_concat_body(_concat_body)),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
     OpDef("Reshape", "reshape", "mrvl.reshape", ("X",), ("shape",), _reshape_body),
     OpDef("Flatten", "nn.batch_flatten", "mrvl.batch_flatten", ("X",), ("shape",), _reshape_body),
@@ -248,6 +252,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           ("axis", "epsilon") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log") + INT8_POOL_ATTRS, int8_body(softmax_body)),
+    OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 OPS.update(_int8_transformer.op_defs(OpDef))   # Requantize: a Q -> DQ pair in a region (opset_int8_transformer.py)

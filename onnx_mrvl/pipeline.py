@@ -314,9 +314,10 @@ def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[st
             nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
             t_emit += CLOCK() - t
             t = CLOCK()
-            binary = emit_stage.compile_json(nodes_json, consts_json, dataclasses.replace(
+            binary, meta = emit_stage.compile_program(nodes_json, consts_json, dataclasses.replace(
                 options, batch=chunks[1]) if chunks else options)
             emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
+            emit_stage.annotate_boundaries(nodes_json, meta)   # the binary's quantize / dequantize
             t_compile += CLOCK() - t
         except CompileError as exc:
             if not exc.hint:

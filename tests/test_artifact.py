@@ -327,8 +327,8 @@ def test_future_minor_version_with_unknown_section_is_accepted(program, blob):
     for minor in (0, 1):
         same = assemble(canonical_json(meta), wght, minor=minor, extra=[(b"XTRA", b"future")])
         expect_error(same, "unknown section tag b'XTRA'")
-    ext = assemble(canonical_json(meta), wght, minor=2, header_ext=bytes(8))
-    assert load(ext).version == (1, 2)
+    ext = assemble(canonical_json(meta), wght, minor=3, header_ext=bytes(8))   # 1.2 is known: 1.3 is newer
+    assert load(ext).version == (1, 3)
     expect_error(assemble(canonical_json(meta), wght, header_ext=bytes(8)), "header_size 40")
     expect_error(assemble(canonical_json(meta), wght, minor=0, header_ext=bytes(8)),
                  "header_size 40")
@@ -340,8 +340,8 @@ def test_flags(program, blob):
                  "newer onnx_mrvl")
     expect_error(assemble(canonical_json(meta), wght, minor=0, flags=2), "flags 0x00000002",
                  "newer onnx_mrvl")
-    newer = assemble(canonical_json(meta), wght, minor=2, flags=1 | 1 << 16)
-    assert load(newer).version == (1, 2)
+    newer = assemble(canonical_json(meta), wght, minor=3, flags=1 | 1 << 16)
+    assert load(newer).version == (1, 3)
     expect_error(assemble(canonical_json(meta), wght, flags=1 | 1 << 16), "expected 0")
     expect_error(assemble(canonical_json(meta), wght, minor=0, flags=1 << 16), "expected 0")
 
@@ -412,7 +412,7 @@ def test_reserved_and_duplicate_sections(blob):
     dup = put(blob, HEADER.size + SECTION.size, "<4s", b"ZMET")
     expect_error(resign(dup), "duplicate section tag")
     missing = put(blob, HEADER.size + SECTION.size, "<4s", b"XTRA")
-    expect_error(resign(put(missing, 10, "<H", 2)), "missing required section b'WGHT'")
+    expect_error(resign(put(missing, 10, "<H", 3)), "missing required section b'WGHT'")
 
 
 def test_nonzero_padding(blob):

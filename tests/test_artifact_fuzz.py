@@ -4,8 +4,9 @@ Every mutated file must either load or raise ArtifactError (never another except
 loader's "unexpected error" safety net), within bounded time and memory. A file that loads must be
 canonical: re-packing what was loaded reproduces it byte for byte, so an accepted mutation is one
 that was a no-op or was re-signed into another valid program ("tampered with a valid digest").
-The base binary is format 1.1 (zlib-compressed meta); some mutations target its zlib stream and
-its declared length, others rebuild the file as format 1.0. The one freedom: a ZMET stream that
+The base binary is format 1.2 (zlib-compressed meta, an int8 input and a uint8 output with their
+boundary quantization); some mutations target its zlib stream and its declared length, others
+rebuild the file as format 1.0 (which cannot hold boundary quantization: rejected). The one freedom: a ZMET stream that
 another zlib encoder wrote differently but that inflates to the same canonical JSON is accepted
 ("accepted-reencoded"), since zlib builds do not all encode alike.
 """
@@ -25,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from onnx_mrvl.artifact import canonical_json, load, pack
+from onnx_mrvl.artifact import FORMAT_MINOR, canonical_json, load, pack
 from onnx_mrvl.errors import ArtifactError
 from test_artifact import HEADER, SECTION, ZHEAD, assemble, make_program, parse, resign, zmet
 
@@ -69,6 +70,7 @@ class Mutator:
         self.fields = _fields(len(table))
         self.paths = list(_meta_paths(self.meta))[1:]
         self.zmet = next((off, n) for tag, _, off, n in table if tag == b"ZMET")
+        self.minor = struct.unpack_from("<H", blob, 10)[0]   # 1.2: boundary quantization
         self.ops = [self.bit_flip, self.multi_bit_flip, self.overwrite, self.header_overwrite,
                     self.field_set, self.truncate, self.extend, self.splice, self.meta_bytes,
                     self.meta_edit, self.meta_edit, self.weight_entry_edit, self.zlib_stream,
@@ -133,7 +135,7 @@ class Mutator:
         text = bytearray(canonical_json(self.meta))
         for _ in range(int(self.rng.integers(1, 4))):
             text[int(self.rng.integers(len(text)))] = self.pick(b'{}[]",:0123456789-.eEtfn \xff')
-        return assemble(bytes(text), self.wght)
+        return assemble(bytes(text), self.wght, minor=self.minor)
 
     def meta_edit(self):
         """Structural edit of the meta JSON (replace / delete / append), re-assembled and signed."""
@@ -149,7 +151,7 @@ class Mutator:
             parent[key].append(self.pick(WEIRD))
         else:
             parent[key] = self.pick(WEIRD)
-        return assemble(canonical_json(meta), self.wght)
+        return assemble(canonical_json(meta), self.wght, minor=self.minor)
 
     def weight_entry_edit(self):
         meta = json.loads(canonical_json(self.meta))
@@ -163,7 +165,7 @@ class Mutator:
             entry[key] = [int(x) for x in self.rng.integers(0, 12, int(self.rng.integers(0, 5)))]
         else:
             entry[key] = self.pick(["float16", "float32", "int8", "float64"])
-        return assemble(canonical_json(meta), self.wght)
+        return assemble(canonical_json(meta), self.wght, minor=self.minor)
 
     def zlib_stream(self):
         """Damage inside the ZMET zlib stream (bit flips, overwrites, cuts), file re-signed."""
@@ -181,13 +183,13 @@ class Mutator:
             sec = sec[:int(self.rng.integers(len(sec)))]
         else:
             sec += self.rng.integers(0, 256, int(self.rng.integers(1, 16)), dtype=np.uint8).tobytes()
-        return assemble(b"", self.wght, zmet_section=bytes(sec))
+        return assemble(b"", self.wght, minor=self.minor, zmet_section=bytes(sec))
 
     def zlib_length(self):
         """The ZMET section's declared JSON length set to a boundary or huge value."""
         n = len(canonical_json(self.meta))
         declared = self.pick(INTERESTING + [n + d for d in (-1, 1, 64)]) % (1 << 64)
-        return assemble(canonical_json(self.meta), self.wght,
+        return assemble(canonical_json(self.meta), self.wght, minor=self.minor,
                         zmet_section=zmet(canonical_json(self.meta), declared))
 
     def as_1_0(self):
@@ -218,8 +220,9 @@ def check_one(data, base):
         assert msg.startswith("model binary 'fuzz': "), msg
         return "rejected"
     flags = struct.unpack_from("<I", data, 16)[0]
-    repacked = bytearray(pack(b.meta, b.weights, format_minor=flags & 1))
-    if b.version > (1, 1):                  # a newer minor: only the minor/flags fields differ
+    minor = min(b.version[1], FORMAT_MINOR) if flags & 1 else 0
+    repacked = bytearray(pack(b.meta, b.weights, format_minor=minor))
+    if b.version > (1, FORMAT_MINOR):       # a newer minor: only the minor/flags fields differ
         repacked[10:12], repacked[16:20] = data[10:12], data[16:20]
         repacked = resign(repacked)
     assert b.digest == hashlib.sha256(data).hexdigest()
@@ -236,9 +239,24 @@ def check_one(data, base):
     return "same" if data == base else "accepted-changed"
 
 
+def make_int8_io_program(seed=3):
+    """make_program with an int8 input quantized on the host and a uint8 output dequantized after
+    it (format 1.2 boundary quantization, docs/binary-format.md), so the mutations reach those fields."""
+    from onnx_mrvl.artifact.io_quant import boundary_fields
+    meta, weights = make_program(seed)
+    for tid, dtype, scale, zp in ((0, "int8", 0.0172, -3), (5, "uint8", 0.25, 128)):
+        t = meta["tensors"][tid]
+        t.update(dtype=dtype, scale=scale, zero_point=zp, nbytes=int(np.prod(t["shape"])))
+    meta["inputs"][0]["quantize"] = boundary_fields(meta["tensors"][0], "inputs")
+    meta["outputs"][0]["dequantize"] = boundary_fields(meta["tensors"][5], "outputs")
+    return meta, weights
+
+
 @functools.lru_cache(maxsize=1)
 def _base_blob():
-    return pack(*make_program(seed=3))
+    blob = pack(*make_int8_io_program(seed=3))
+    assert load(blob).version == (1, 2)
+    return blob
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +267,7 @@ def base_blob():
 def test_fuzz_load(base_blob, capsys):
     rng = np.random.default_rng(SEED)
     mut = Mutator(base_blob, rng)
+    assert {"quantize", "dequantize"} <= {p[2] for p in mut.paths if len(p) > 2}   # 1.2 fields are mutated
     outcomes, per_op = Counter(), Counter()
     start = time.perf_counter()
     for _ in range(N_MUTATIONS):

@@ -37,7 +37,8 @@ def parts(program):
 def test_writer_writes_1_1_and_compresses(program):
     data = pack(*program)
     old = pack(*program, format_minor=0)
-    assert FORMAT_MINOR == 1 and load(data).version == (1, 1) and load(old).version == (1, 0)
+    # FORMAT_MINOR 2 (boundary quantization, format 1.2): a meta without it is still written as 1.1
+    assert FORMAT_MINOR == 2 and load(data).version == (1, 1) and load(old).version == (1, 0)
     (_, _, minor, _, flags, _, _), table, _, _ = parse(data)
     assert (minor, flags, table[0][0]) == (1, 1, b"ZMET")
     assert len(data) < len(old) - 1500                          # 2.7 KB of JSON -> ~0.9 KB
@@ -54,8 +55,8 @@ def test_format_1_0_files_still_load(program):
     assert all(a.weights[k].tobytes() == b.weights[k].tobytes() for k in b.weights)
     assert pack(a.meta, a.weights, format_minor=0) == old
     assert pack(a.meta, a.weights) == pack(*program)            # re-packing upgrades to 1.1
-    with pytest.raises(ArtifactError, match="format_minor must be 0 or 1"):
-        pack(*program, format_minor=2)
+    with pytest.raises(ArtifactError, match="format_minor must be 0, 1 or 2"):
+        pack(*program, format_minor=3)
 
 
 def test_meta_section_must_match_the_format(parts):
@@ -68,7 +69,7 @@ def test_meta_section_must_match_the_format(parts):
                  "expected 0 for format 1.0")
     expect_error(assemble(meta, wght, minor=0, compress=True, flags=0),
                  "unknown section tag b'ZMET'", "format 1.0 defines ['META', 'WGHT']")
-    expect_error(assemble(meta, wght, minor=2, compress=True, flags=0), "flag bit 0 is 0",
+    expect_error(assemble(meta, wght, minor=3, compress=True, flags=0), "flag bit 0 is 0",
                  "'META' section, not b'ZMET'")
     both = assemble(meta, wght, extra=[(b"META", meta)])
     expect_error(both, "flag bit 0 is 1")

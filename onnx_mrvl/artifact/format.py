@@ -25,18 +25,20 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NoReturn, Tuple, Union
+from typing import Any, Dict, List, Mapping, NoReturn, Optional, Tuple, Union
 
 import numpy as np
 
 from ..errors import ArtifactError
+from .io_quant import IO_QUANT_SINCE, has_io_quant
 from .schema import WEIGHT_ALIGN, align_up, validate_meta
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"MRVLBIN\0"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1                          # the newest minor: what pack() writes by default
+FORMAT_MINOR = 2                          # the newest minor: what pack() writes by default
+# 1.1: zlib meta (ZMET); 1.2: + boundary quantization of region inputs/outputs (io_quant.py)
 # magic, major, minor, header_size, flags, section_count, file_size
 HEADER = struct.Struct("<8sHHIIIQ")
 SECTION = struct.Struct("<4sIQQ")         # tag, reserved, offset, length
@@ -134,11 +136,13 @@ def compress_meta(meta_bytes: bytes) -> bytes:
 
 
 def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
-         format_minor: int = FORMAT_MINOR) -> bytes:
+         format_minor: Optional[int] = None) -> bytes:
     """Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes.
 
-    Format 1.1 (the default) stores the meta JSON zlib-compressed; ``format_minor=0`` writes a
-    1.0 file (uncompressed META) that readers older than 1.1 also load.
+    By default the oldest format that holds the meta: 1.2 when a region input or output carries
+    boundary quantization (io_quant.py), else 1.1 (readers older than 1.2 load it); both store the
+    meta JSON zlib-compressed. ``format_minor`` forces one: 2, 1 (refused when the meta has
+    boundary quantization) or 0 (a 1.0 file, uncompressed META, that readers older than 1.1 load).
     Deterministic: identical inputs give identical bytes (with the same zlib build). Weights are written in the order of
     ``meta["weights"]`` (built from ``weights`` in insertion order when absent); each entry gets
     ``offset`` and ``nbytes`` relative to the weight section. ``meta`` is not modified. Numpy
@@ -147,8 +151,10 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
     missing, extra, mis-shaped or of another dtype.
     """
     pname = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
-    if format_minor not in (0, 1):
-        _pack_fail(pname, f"format_minor must be 0 or 1 (this writer knows 1.0 and 1.1), "
+    if format_minor is None:
+        format_minor = IO_QUANT_SINCE if isinstance(meta, Mapping) and has_io_quant(meta) else 1
+    if format_minor not in (0, 1, 2):
+        _pack_fail(pname, f"format_minor must be 0, 1 or 2 (this writer knows 1.0, 1.1 and 1.2), "
                           f"got {format_minor!r}")
     if not isinstance(meta, Mapping):
         _pack_fail(pname, f"meta must be a dict, got {type(meta).__name__}")
@@ -192,7 +198,7 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
     if extra:
         _pack_fail(pname, f"weights {extra} are not listed in meta['weights']")
     wsize = offset
-    validate_meta(meta, wsize, lambda msg: _pack_fail(pname, msg))
+    validate_meta(meta, wsize, lambda msg: _pack_fail(pname, msg), format_minor)
     meta_json = canonical_json(meta)
     if format_minor >= 1:
         meta_tag, flags, meta_bytes = TAG_ZMETA, FLAG_META_ZLIB, compress_meta(meta_json)

@@ -163,8 +163,8 @@ def _sections(mv: memoryview, r: _Reader, minor: int, hsize: int, flags: int,
     zmeta = bool(flags & FLAG_META_ZLIB)
     if minor == 0 and flags:
         r.fail(f"flags 0x{flags:08x}, expected 0 for format 1.0")
-    if minor == 1 and not zmeta:
-        r.fail(f"flags 0x{flags:08x}: format 1.1 stores the meta compressed (flag bit 0 and a "
+    if minor >= 1 and not zmeta and not newer:
+        r.fail(f"flags 0x{flags:08x}: format 1.{minor} stores the meta compressed (flag bit 0 and a "
                f"ZMET section); a file with an uncompressed meta is format 1.0")
     if flags & ~REQUIRED_FLAGS and not newer:
         r.fail(f"flags 0x{flags:08x}: optional bits 16-31 are set, expected 0 for format "
@@ -330,7 +330,7 @@ def _parse(mv: memoryview, r: _Reader, max_size: int) -> Binary:
         moff, mlen = found[TAG_META]
         raw = bytes(mv[moff:moff + mlen])
     meta = _meta(raw, r)
-    slots = validate_meta(meta, wlen, lambda msg: r.fail(msg))
+    slots = validate_meta(meta, wlen, lambda msg: r.fail(msg), min(minor, FORMAT_MINOR))
     try:
         canonical = canonical_json(meta)
     except (ValueError, RecursionError) as exc:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, NoReturn, Tuple
 
+from .io_quant import IO_QUANT_SINCE, check_io_quant
+
 PROGRAM_FORMAT = "onnx_mrvl.program"
 PROGRAM_VERSION = 1                     # newest program_version this reader understands
 WEIGHT_ALIGN = 64                       # every weight blob starts on a 64-byte boundary
@@ -235,13 +237,15 @@ _TOP_LEVEL = (("format", str, "the string 'onnx_mrvl.program'"),
               ("weights", list, "a list of weight entries"))
 
 
-def validate_meta(meta: Any, weight_section_size: int, fail: Fail) -> List[WeightSlot]:
+def validate_meta(meta: Any, weight_section_size: int, fail: Fail, format_minor: int = IO_QUANT_SINCE
+                  ) -> List[WeightSlot]:
     """Check ``meta`` against docs/program.md and the weight section size; return the weight slots.
 
     Checks, in order: top-level keys and types, format/program_version, tensors (ids unique,
     shapes, nbytes = product(shape) * 2), weights (names unique, dtype, offset/nbytes inside the
-    section, 64-byte aligned, packed in meta order), inputs/outputs and layers (every tensor id and
-    weight name they reference exists). Calls ``fail`` (which raises) on the first problem.
+    section, 64-byte aligned, packed in meta order), inputs/outputs (and their boundary
+    quantization, format 1.2: io_quant.py) and layers (every tensor id and weight name they
+    reference exists). Calls ``fail`` (which raises) on the first problem.
     """
     if not isinstance(meta, dict):
         fail(f"meta: expected a JSON object, got {_type_name(meta)}")
@@ -266,5 +270,7 @@ def validate_meta(meta: Any, weight_section_size: int, fail: Fail) -> List[Weigh
     slots = _check_weights(fail, meta["weights"], weight_section_size)
     _check_boundary(fail, "inputs", meta["inputs"], ids)
     _check_boundary(fail, "outputs", meta["outputs"], ids)
+    for key in ("inputs", "outputs"):
+        check_io_quant(fail, key, meta[key], meta["tensors"], format_minor)
     _check_layers(fail, meta["layers"], ids, {s[0] for s in slots})
     return slots

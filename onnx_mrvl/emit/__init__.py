@@ -6,6 +6,7 @@ region it read, ``log`` one ``(layer op, origin nodes, layer name)`` per layer.
 ``compile_json(nodes_json, consts_json, options)`` reads only that pair and returns the binary.
 ``convert()`` goes through exactly these two functions.
 """
-from .compile import CompileOptions, build_program, compile_json  # noqa: F401
+from .boundary_quant import annotate as annotate_boundaries  # noqa: F401
+from .compile import CompileOptions, build_program, compile_json, compile_program  # noqa: F401
 from .nodes_json import detach_arrays  # noqa: F401
 from .stage import EmitResult, emit  # noqa: F401

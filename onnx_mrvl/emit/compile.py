@@ -13,8 +13,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..artifact.io_quant import boundary_fields
 from ..errors import CompileError
 from ..target import ArchProfile
+from . import boundary_quant
 from .json_attrs import NodeAttrs, to_number, unwrap
 from .program_layer import LAYER_NAMES, Context, compile_layer, fit_rank, needs_flatten  # noqa: F401
 from .memory import plan_memory
@@ -189,6 +191,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             raise CompileError(f"{name}={nodes_json[name]!r} but the Nodes-JSON has {want}",
                                hint="see docs/json-format.md")
     tensor_dtypes(tensors, layers, inputs, outputs)
+    boundary_quant.check(nodes_json, inputs, outputs)
     for t in tensors:
         t["nbytes"] = int(np.prod(t["shape"], dtype=np.int64)) * (2 if t.get("dtype", "float16") == "float16" else 1)
     arch = options.arch_dict()
@@ -231,7 +234,11 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
                 # input 0: in_*, input 1 of a Sum2D / BatchMatMul: in2_*
                 for k, ref in enumerate(r["inputs"]):
                     side = "in2" if k == 1 and "in2_dtype" in p else "in"
-                    if ref == t:
+                    if ref != t:
+                        continue
+                    if "in_scales" in p:   # an int8 Concat: input k's own quantization
+                        qs.add((p["in_dtype"], p["in_scales"][k], p["in_zero_points"][k]))
+                    else:
                         qs.add((p[f"{side}_dtype"], p[f"{side}_scale"], p[f"{side}_zero_point"]))
             elif r["layer_name"] in COPIES and len(r["inputs"]) == 1:
                 qs.add(wanted(r["outputs"][0]))
@@ -257,6 +264,12 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
         elif layer["layer_name"] in COPIES and tensors[layer["inputs"][0]].get("dtype", "float16") != "float16":
             src = tensors[layer["inputs"][0]]
             quant(out, (src["dtype"], src["scale"], src["zero_point"]))
+    # the MLIP metadata's boundary quantization (format 1.2): quantize / qscale, dequantize / dscale
+    for key, items in (("inputs", inputs), ("outputs", outputs)):
+        for b in items:
+            t = tensors[b["tensor"]]
+            if t.get("dtype", "float16") != "float16":
+                b["quantize" if key == "inputs" else "dequantize"] = boundary_fields(t, key)
 
 
 def _outputs(nodes_json: dict, node_tensor: Dict[int, int], tensors: List[dict]) -> List[dict]:
@@ -282,6 +295,12 @@ def _outputs(nodes_json: dict, node_tensor: Dict[int, int], tensors: List[dict])
 
 def compile_json(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None) -> bytes:
     """The model binary for a JSON pair."""
+    return compile_program(nodes_json, consts_json, options)[0]
+
+
+def compile_program(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None
+                    ) -> Tuple[bytes, dict]:
+    """(the model binary, its meta) for a JSON pair."""
     from ..artifact import pack
     meta, weights = build_program(nodes_json, consts_json, options)
-    return pack(meta, weights)
+    return pack(meta, weights), meta

@@ -37,12 +37,21 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
     if not (np.isfinite(ws).all() and np.all(ws > 0)):
         a.fail("weight scales must be positive and finite")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
+    if a.has("requant"):   # a Conv2D that onnxruntime runs in float (docs/simulator.md)
+        if a.str("requant") != "float":
+            a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D (float)")
+        params["requant"] = "float"
+        if a.has("bias_scale_const_name"):
+            bs = vector(a, ctx, "bias_scale_const_name", channels, "bias scale")
+            if not (np.isfinite(bs).all() and np.all(bs > 0)):
+                a.fail("bias scales must be positive and finite")
+            weights["bias_scale"] = ctx.weight(a, f"{lname}.bias_scale", bs, "O", fp16=False)
     if params.get("activation", "none") not in ACTIVATIONS:
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
 
 
 WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
-              "BatchMatMul", "Softmax")
+              "BatchMatMul", "Softmax", "Lookup", "Concat")
 
 
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
@@ -56,6 +65,12 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
     if layer_name == "Sum2D" and not (two or one):
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
+    if layer_name == "Concat":
+        _concat_inputs(a, len(in_shapes), params)
+    if layer_name == "Avgpool2D" and a.has("requant"):
+        if a.str("requant") not in ("qlinear", "float"):
+            a.fail(f"requant '{a.str('requant')}' of an int8 Avgpool2D (qlinear or float)")
+        params["requant"] = a.str("requant")
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
 
 
@@ -78,3 +93,38 @@ def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
             a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
         params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
     params["precision"] = "int8_out"
+
+
+def _concat_inputs(a: NodeAttrs, n: int, params: dict) -> None:
+    """An int8 Concat's per-input quantization (in_scales, in_zero_points: one per input)."""
+    if "const_positions" in params:
+        a.fail("an int8 Concat takes no constant operands")
+    scales = [float(v) for v in a.floats("in_scales")] if a.has("in_scales") else []
+    zps = a.ints("in_zero_points") if a.has("in_zero_points") else []
+    if len(scales) != n or len(zps) != n:
+        a.fail(f"an int8 Concat of {n} inputs needs {n} in_scales and in_zero_points")
+    lo, hi = QRANGE.get(a.str("in_dtype", "int8"), (0, -1))
+    if not all(np.isfinite(s) and s > 0 for s in scales) or not all(lo <= z <= hi for z in zps):
+        a.fail(f"int8 Concat input scales {scales} / zero points {zps} (positive; in the type's range)")
+    params.update(in_scales=[float(np.float32(s)) for s in scales], in_zero_points=[int(z) for z in zps])
+
+
+def lookup(a: NodeAttrs, ctx, lname: str, in_shape, params: dict, weights: dict):
+    """An int8 Lookup (docs/json-format.md "int8 layers"): its int32 table [channels, 256] of output
+    codes, one row per channel of the last axis (or one row); returns the output shape."""
+    from .json_attrs import decode_const
+    if not is_int8(a):
+        a.fail("a Lookup layer must be int8 (precision int8)")
+    if not a.has("table_const_name"):
+        a.fail("a Lookup layer needs its table (table_const_name)")
+    table = decode_const(ctx.consts, a.str("table_const_name"), a, integer="int32")
+    c = a.int("channels", 1)
+    if table.size != c * 256 or c < 1 or (c > 1 and in_shape[-1] != c):
+        a.fail(f"Lookup table of {table.size} entries for {c} channels of an input {in_shape} "
+               f"(256 per channel of the last axis, or one row)")
+    lo, hi = QRANGE[a.str("out_dtype", "int8")] if a.str("out_dtype", "int8") in QRANGE else (-128, 127)
+    if table.min(initial=lo) < lo or table.max(initial=hi) > hi:
+        a.fail(f"Lookup table codes outside the output type's range [{lo}, {hi}]")
+    params["channels"] = c
+    weights["table"] = ctx.weight(a, f"{lname}.table", table.reshape(c, 256), "CT", fp16=False)
+    return list(in_shape)

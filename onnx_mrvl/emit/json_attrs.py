@@ -125,6 +125,13 @@ class NodeAttrs:
             self.fail(f"attribute '{key}' has {len(out)} values, expected {n}")
         return out
 
+    def floats(self, key: str) -> List[float]:
+        v = unwrap(self.raw[key]) if self.has(key) else self.fail(f"missing attribute '{key}'")
+        try:
+            return [float(to_number(x)) for x in (v if isinstance(v, list) else [v])]
+        except (TypeError, ValueError):
+            self.fail(f"attribute '{key}' is not a list of numbers: {self.raw[key]!r}")
+
     def int(self, key: str, default: Optional[int] = None) -> int:
         return self.ints(key, None if default is None else [default], 1)[0]
 

@@ -184,7 +184,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2,
+    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2, "Lookup": 1,
                "Concat": len(node.input) - 1, **{c: len(recurrent.CONST_ROLES) for c in recurrent.CELLS}}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
@@ -259,6 +259,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                      kernel_layout_shape=_s(a["kernel_shape"]))
         if node.op_type == "AvgPool2D":
             attrs["count_include_pad"] = _s(int(a.get("count_include_pad", 0)))
+            if a.get("requant"):   # int8: "float" = onnxruntime's float average + QuantizeLinear
+                attrs["requant"] = [a["requant"]]
     elif node.op_type in ("GlobalAvgPool2D", "GlobalMaxPool2D"):
         data_layout = out_layout = "NHWC"
         attrs.update(layout=["NHWC"], kernel_layout=["HW"], kernel_layout_shape=_s(in_shapes[0][1:3]))
@@ -271,6 +273,10 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             cshape = _pad4([1] * (rank - c.ndim) + list(c.shape))
             add_const("input", c, shape=cshape)
             attrs["input_const_shape"] = _s(cshape)
+    elif node.op_type == "Lookup":   # int8 table lookup (docs/json-format.md "int8 layers")
+        data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else _layout(out_shape)
+        add_const("table", g.const(inputs[1]), "CT")
+        attrs["channels"] = _s(int(a.get("channels", 1)))
     elif node.op_type == "Concat":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
@@ -352,7 +358,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
 
 
 INT8_OPS = ("Conv2D", "FC", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "Sum2D",
-            "Requantize", "BatchMatMul", "Softmax")
+            "Requantize", "BatchMatMul", "Softmax", "Lookup", "Concat")
 
 
 def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
@@ -365,6 +371,13 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     if "in2_type" in a:   # Sum2D: its second operand's quantization
         attrs.update(in2_scale=_s(float(a["in2_scale"])), in2_zero_point=_s(int(a["in2_zero_point"])),
                      in2_dtype=[a["in2_type"]])
+    if "in_scales" in a:   # int8 Concat: every input's quantization, in input order
+        attrs.update(in_scales=_s([float(v) for v in a["in_scales"]]),
+                     in_zero_points=_s([int(v) for v in a["in_zero_points"]]))
+    if a.get("requant") == "float" and "weight_scales" in a:   # Conv2D onnxruntime runs in float
+        attrs["requant"] = ["float"]
+        if a.get("bias_scales"):
+            add_const("bias_scale", np.asarray(a["bias_scales"], np.float32), "---O")
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

@@ -11,7 +11,7 @@ from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
 from .data_layers import concat, layout_change, reshape, slice2d
-from .int8_layer import int8_other, int8_out, is_int8
+from .int8_layer import int8_other, int8_out, is_int8, lookup
 from .json_attrs import NodeAttrs
 from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads them here
 from .matmul_layer import batch_matmul
@@ -24,7 +24,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "squeeze": "Squeeze", "Resize": "Resize", "layout_transform": "layout_transform",
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
-    "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Requantize": "Requantize",
+    "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Requantize": "Requantize", "Lookup": "Lookup",
     **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
@@ -79,6 +79,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params["shape"] = out
     elif layer_name == "Resize" and a.str("method", "nearest_neighbor") == "linear":
         out, macs = resize_linear(a, in_shapes[0], params)
+    elif layer_name == "Lookup":
+        out = lookup(a, ctx, lname, in_shapes[0], params, weights)
     elif layer_name in recurrent.CELLS:
         out, macs = recurrent.compile_layer(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif layer_name == "Resize":

@@ -21,7 +21,8 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, qdq_layernorm, qdq_transformer, recurrent, slices_nd, smooth_acts, take
+from . import batch_matmul, masks, qdq, qdq_concat, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+    smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -92,16 +93,24 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
     found, reasons, claimed = {}, {}, set()
+    index = {x.name: k for k, x in enumerate(order)}
     for n in order:
-        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + tuple(INT8_TRANSFORMER_ANCHORS) or _excluded(n, exclude):
+        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
+                tuple(INT8_TRANSFORMER_ANCHORS) or _excluded(n, exclude) or n.name in claimed:
             continue
-        built = qdq.build(g, n, target, claimed) if n.op_type in qdq.ANCHORS else \
-            qdq.build_pool(g, n, target, claimed) if n.op_type in qdq.POOL_ANCHORS else None
+        built = None
+        if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
+            built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if n.op_type == "Concat":
+            built = qdq_concat.build_concat_int8(g, n, target, claimed)
         if built is None and n.op_type in INT8_TRANSFORMER_ANCHORS:
             # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm cut by pairs
             # (qdq_layernorm.py); a reason: the float pattern takes it
             built = INT8_TRANSFORMER_ANCHORS[n.op_type](g, n, target, claimed)
             built = None if isinstance(built, str) else built
+        if not isinstance(built, Group) and n.op_type in qdq_lookup.ANCHORS:
+            lookup = qdq_lookup.build_lookup(g, n, target, claimed, index)
+            built = lookup if isinstance(lookup, Group) else built
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+import numpy as np
+
 from .. import opset
 from ..opset_int8 import ALL_INT8_ATTRS
 from . import batch_matmul, fc_rows, qdq_transformer, recurrent, slices, slices_nd, take, transformer
@@ -22,7 +24,7 @@ class GroupLowering:
         handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
                    "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
                    "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
-                   "Concat": self._concat, "Reshape": self._reshape,
+                   "Concat": self._concat, "Reshape": self._reshape, "Lookup": self._lookup,
                    "Slice2D": lambda grp: slices.materialize(self, grp),
                    "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),
                    "SliceND": lambda grp: slices_nd.materialize(self, grp),
@@ -100,6 +102,15 @@ class GroupLowering:
             ins.append(self.init(f"{grp.anchor.name}_operand", c))
         self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
 
+    def _lookup(self, grp: Group) -> None:
+        """int8 Lookup (qdq_lookup.py): a per-channel table reads channels last (NHWC / [N, C])."""
+        table = grp.weights["T"]
+        rank = len(self.logical_shape(grp.inputs[0]))
+        perm = (NHWC if rank == 4 else None) if table.shape[0] > 1 else self.common_perm(grp.inputs, grp.output)
+        x = self.get(grp.inputs[0], perm, for_mrvl=True, origin=grp.origin)
+        t = self.init(f"{grp.anchor.name}_table", table, dtype=np.int32)
+        self._emit(grp, "Lookup", [x, t], dict(grp.attrs, channels=int(table.shape[0])), perm)
+
     def _concat(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs, grp.output)
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
@@ -108,7 +119,8 @@ class GroupLowering:
             ins.insert(int(key[5:]), self.init(f"{grp.anchor.name}_{key}", c if perm is None else c.transpose(perm)))
         axis = grp.attrs["axis"]
         stored_axis = list(perm).index(axis) if perm else axis
-        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins)}, perm)
+        int8 = {k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS or k in ("in_scales", "in_zero_points")}
+        self._emit(grp, "Concat", ins, {"axis": stored_axis, "num_inputs": len(ins), **int8}, perm)
 
     def _reshape(self, grp: Group) -> None:
         """Run on the stored data when the reshape only splits/merges runs of axes that are in order

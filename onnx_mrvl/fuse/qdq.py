@@ -20,6 +20,7 @@ from ..target import Target
 from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
+from ..ort_plan import ort_float_nodes
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -137,15 +138,19 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     wq, ws, dq_w = w
     consts = {n.input[1]: (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])
                            ).astype(np.float32)}
-    absorbed = [dq_w]
+    # a weight / bias DQ shared by several layers stays a node of the graph (each layer takes its codes)
+    absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     bias = None
     if len(n.input) > 2 and n.input[2]:
         b = _bias(g, n.input[2], qin[0], ws)
         if isinstance(b, str):
             return b
         bias, dq_b = b
-        absorbed.append(dq_b)
-        consts[n.input[2]] = bias.astype(np.float32)   # placeholder values for the float checks
+        bias_scales = np.asarray(g.const(dq_b.input[1]), np.float32).reshape(-1)
+        bias_scales = np.broadcast_to(bias_scales, bias.shape) if bias_scales.size == 1 else bias_scales
+        absorbed += [dq_b] if len(g.consumers.get(n.input[2], [])) == 1 else []
+        # the float checks see the dequantized bias (what onnxruntime adds), not the int32 codes
+        consts[n.input[2]] = (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32)
     view = _Dequantized(g, consts)
     grp = (build_conv if n.op_type == "Conv" else build_fc)(view, n, target)
     if isinstance(grp, str):
@@ -166,6 +171,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     if bias is not None:
         weights["B"] = bias
     attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
+    if n.op_type == "Conv" and n.name in ort_float_nodes(g.model, "Conv"):
+        # onnxruntime runs this group as a float Conv between DQ and Q (not QLinearConv): the layer
+        # follows its fp32 arithmetic (sim/int8_float_conv.py), with the bias dequantized as stored
+        attrs["requant"] = "float"
+        if bias is not None:
+            attrs["bias_scales"] = [float(v) for v in bias_scales]
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
 
 
@@ -230,12 +241,16 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     if isinstance(around, str):
         return around
     nodes, x, out, qout = around
+    extra = {}
+    if n.op_type == "AveragePool" and n.name in ort_float_nodes(g.model, "AveragePool"):
+        # onnxruntime left this DQ -> AveragePool -> Q unfused: it averages in float, then quantizes
+        extra["requant"] = "float"
     if n.op_type == "GlobalAveragePool":
         h, w = g.shape(n.input[0])[2:]
         scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))
         if not 2.0 ** -32 <= scale < 256:
             return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
-    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout)), {})
+    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout), **extra), {})
 
 
 def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -> Union[Group, str, None]:
@@ -343,3 +358,7 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
         grps[0].nodes += [q, dq]
         taken += [q.name, dq.name]
     return taken
+
+
+# the helpers other QDQ builders (qdq_lookup.py) share
+qparams, only_reader, qattrs, dequantized_const = _qparams, _only_reader, _qattrs, _dequantized_const

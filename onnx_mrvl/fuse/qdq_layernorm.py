@@ -23,6 +23,7 @@ from .._graph import GraphIndex, attr
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
+from .qdq_lookup import const_dq, constant_value
 from .qdq_transformer import pair_qparams
 
 POINTS = ("var", "vareps", "norm", "scaled")
@@ -57,8 +58,18 @@ def _through(g: GraphIndex, t: str):
 
 
 def _const_other(g: GraphIndex, n: onnx.NodeProto, t: str):
+    """``n``'s other input when it is a constant or a DequantizeLinear of constants (legalize keeps
+    the DQ of a quantized constant read by a QDQ Add / Mul), else None."""
     others = [i for i in n.input if i != t]
-    return others[0] if len(n.input) == 2 and len(others) == 1 and g.is_const(others[0]) else None
+    if len(n.input) != 2 or len(others) != 1:
+        return None
+    return others[0] if constant_value(g, others[0]) is not None else None
+
+
+def _const_nodes(g: GraphIndex, c: str) -> list:
+    """The DequantizeLinear producing constant ``c`` when the group may take it (its only reader)."""
+    dq = const_dq(g, c)
+    return [dq] if dq is not None and len(g.consumers.get(c, [])) == 1 and c not in g.output_set else []
 
 
 def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
@@ -86,7 +97,7 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
     eps = _const_other(g, add, t) if add is not None else None
     if eps is None:
         return None
-    quant["var"], nodes = qp, nodes + pair + [add]
+    quant["var"], nodes = qp, nodes + pair + [add] + _const_nodes(g, eps)
     t, qp, pair = _through(g, add.output[0])
     sd = _only(g, t, ("Sqrt",))
     if sd is None:
@@ -103,11 +114,11 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
         c = _const_other(g, nxt, t) if nxt is not None else None
         if c is None:
             break
-        v = np.asarray(g.const(c), np.float32)
+        v = np.asarray(constant_value(g, c), np.float32)
         if v.size not in (1, shape[-1]) or v.ndim > len(shape) or any(s != 1 for s in v.shape[:-1]):
             return None
         weights[role] = np.ascontiguousarray(np.broadcast_to(v.reshape(-1), [shape[-1]]), np.float32)
-        quant[point], nodes, last = qp, nodes + pair + [nxt], nxt
+        quant[point], nodes, last = qp, nodes + pair + [nxt] + _const_nodes(g, c), nxt
     if not any(quant.values()):
         return None
     if {x.name for x in nodes} & (set(claimed) | set(g.excluded)):
@@ -117,7 +128,7 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
         return reason
     if shape[-1] > target.max_channels:
         return f"{shape[-1]} features exceed the limit {target.max_channels}"
-    eps_v = float(np.asarray(g.const(eps), np.float32).reshape(-1)[0])
+    eps_v = float(np.asarray(constant_value(g, eps), np.float32).reshape(-1)[0])
     if not eps_v >= 0:
         return f"epsilon {eps_v} is negative"
     weights.setdefault("gamma", np.ones(shape[-1], np.float32))

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
+from .. import ort_plan
 from ..errors import ModelError
 from ..stage import StageResult, as_model
 from ..target import get_target
@@ -90,6 +91,7 @@ def _legalize(model, target, input_shapes) -> LegalizeResult:
         logger.info("legalize: named %d unnamed or duplicate-named nodes", named)
     prepare.drop_initializer_inputs(m.graph)
     shapes.pin_inputs(m.graph, input_shapes, {i.name for i in m.graph.initializer})
+    ort_plan.stamp(m)   # a QDQ model: which node groups onnxruntime runs in float (for fuse's int8 layers)
     old = prepare.default_opset(m)
     m = prepare.upgrade_opset(m)
     report.opset = (old, prepare.default_opset(m))

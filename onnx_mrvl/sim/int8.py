@@ -136,11 +136,15 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             spec.params)
     try:
         if kind == "Conv2D":
-            layer = Int8Conv2D(*args, strides=spec.param("strides", [1, 1], length=2),
-                               padding=spec.param("padding", [0, 0, 0, 0], length=4),
-                               dilation=spec.param("dilation", [1, 1], length=2),
-                               groups=int(spec.param("groups", 1)),
-                               activation=act["activation"], activation_params=act["activation_params"])
+            geo = dict(strides=spec.param("strides", [1, 1], length=2),
+                       padding=spec.param("padding", [0, 0, 0, 0], length=4),
+                       dilation=spec.param("dilation", [1, 1], length=2), groups=int(spec.param("groups", 1)),
+                       activation=act["activation"], activation_params=act["activation_params"])
+            if spec.params.get("requant") == "float":   # onnxruntime's float Conv (int8_float_conv.py)
+                from .int8_float_conv import FloatPathConv2D
+                layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"), **geo)
+            else:
+                layer = Int8Conv2D(*args, **geo)
         else:
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
     except (ValueError, KeyError, TypeError) as exc:
@@ -159,6 +163,9 @@ class Int8Pool:
 
     def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
         self.kind, self.geometry = kind, dict(geometry or {})
+        self.requant = str(params.get("requant", "qlinear"))
+        if self.requant not in ("qlinear", "float"):
+            raise ValueError(f"requant {self.requant!r} (qlinear or float)")
         self.in_q = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
         self.out_q = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
         for dt in (self.in_q[2], self.out_q[2]):
@@ -175,6 +182,9 @@ class Int8Pool:
             # QLinearAveragePool rounds fp32(y / s_y + z_y): the zero point is added before the
             # rounding, in the uint8 domain (onnxruntime's x86 QDQ rewrite runs int8 activations
             # as uint8 with z + 128; the fp32 sum then rounds like onnxruntime's near ties)
+            if self.requant == "float":   # onnxruntime left DQ -> AveragePool -> Q unfused: the fp32
+                # mean, then QuantizeLinear rne(y / s_y) + z_y (docs/simulator.md)
+                return fake_quant(self._average(codes - z, s), so, zo, dto), True
             shift = 128 if dto == "int8" else 0
             lo, hi = QRANGE[dto]
             t = ((self._average(codes - z, s) / F32(so)).astype(F32) + F32(zo + shift)).astype(F32)

@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import ArtifactError, CompileError
 from . import int8
+from .int8_concat import build_concat as build_int8_concat
+from .int8_lookup import build_lookup
 from . import recurrent
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
@@ -181,6 +183,8 @@ def _concat(spec: LayerSpec, n_inputs: int) -> LayerFn:
     if n_inputs < 1:
         raise spec.error("needs at least one input")
     axis = int(spec.param("axis", required=True))
+    if _is_int8(spec):
+        return build_int8_concat(spec, n_inputs)
     positions = [int(p) for p in spec.param("const_positions") or []]
     if positions:   # constant operands (fp16 weights) at their positions among the inputs
         consts = [(p, spec.weight(f"const{p}", required=True)) for p in sorted(positions)]
@@ -279,6 +283,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "layout_transform": _layout,
     "BatchMatMul": _batch_matmul,
     "LayerNorm": build_layernorm,
+    "Lookup": build_lookup,
     "Softmax": build_softmax,
     "Requantize": build_requantize,
     **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)

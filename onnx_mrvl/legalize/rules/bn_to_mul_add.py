@@ -37,11 +37,16 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def rewrite(m: Match, g) -> str:
     bn = m.node
-    scale, bias, mean, var = (g.const(i).astype(np.float64) for i in bn.input[1:5])
-    eps = attr(bn, "epsilon", 1e-5)
     dt = g.const(bn.input[1]).dtype
-    s = scale / np.sqrt(var + eps)
-    shift = bias - mean * s
+    eps = attr(bn, "epsilon", 1e-5)
+    if dt == np.float32:   # onnxruntime's fp32 arithmetic (batch_norm.h), so Mul + Add equals its kernel
+        scale, bias, mean, var = (g.const(i).astype(np.float32) for i in bn.input[1:5])
+        s = (scale * (np.float32(1) / np.sqrt(var + np.float32(eps)))).astype(np.float32)
+        shift = (bias - (mean * s).astype(np.float32)).astype(np.float32)
+    else:
+        scale, bias, mean, var = (g.const(i).astype(np.float64) for i in bn.input[1:5])
+        s = scale / np.sqrt(var + eps)
+        shift = bias - mean * s
     shape = (s.size,) + (1,) * (len(g.shape(bn.input[0])) - 2)
     g.remove(bn)
     mid = g.fresh(f"{bn.output[0]}/scaled")

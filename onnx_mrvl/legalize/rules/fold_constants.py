@@ -95,6 +95,7 @@ def match(node, g) -> Optional[Match]:
 
 
 QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,)}
+QDQ_ELEMENTWISE = ("Mul", "Add", "Sub", "Div")
 
 
 def quantized_weight(node, g) -> bool:
@@ -106,9 +107,14 @@ def quantized_weight(node, g) -> bool:
         return False
     users = g.users(node.output[0])
     for c in users:
-        if node.output[0] not in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
+        if c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
+            # a QDQ Mul / Add with a quantized constant: onnxruntime fuses DQ(x) * DQ(c) -> Q into
+            # QLinearMul, and fuse's int8 Lookup asks onnxruntime for that group's table
+            src = g.producer.get(c.input[1] if c.input[0] == node.output[0] else c.input[0])
+        elif node.output[0] in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
+            src = g.producer.get(inp(c, 0))
+        else:
             return False
-        src = g.producer.get(inp(c, 0))
         if src is None or src.op_type != "DequantizeLinear":
             return False
     return bool(users)

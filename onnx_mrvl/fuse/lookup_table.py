@@ -1,0 +1,127 @@
+"""The table of an int8 Lookup group (qdq_lookup.py): onnxruntime's own output code for each of the
+256 input codes (per channel), computed as a session of the whole model computes the group.
+
+onnxruntime fuses some ``DQ -> op -> Q`` steps of such a group into QLinear* kernels and runs others
+in float (ort_plan.py records which, for the model as given). A chain ``DQ -> ops -> Q -> DQ -> ops
+-> Q ...`` is split at its Q -> DQ pairs: each step is a function of the previous step's code, run
+in its own small model, in float (optimizations off) when its ops (or the original nodes legalize
+rewrote them from, by provenance) are float ops in the model, else with onnxruntime's fusions on,
+and the steps' tables are composed. A group that is no chain (SiLU: the Mul reads the group's input
+too) runs whole, in float when any of its ops is a float op there."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .._graph import GraphIndex
+from ..ort_plan import OP_TYPES, ort_float_nodes
+from ..provenance import get_origin
+from .qdq import qparams
+
+CODES = 256
+QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: int):
+    """[channels, 256] int32 output codes, or a reason."""
+    floats = set().union(*(ort_float_nodes(g.model, op) for op in OP_TYPES))
+    steps = _chain(g, members, dq_in)
+    if steps is None:
+        steps = [(dq_in, [m for m in members if m is not q_out and _const_dq(g, m.output[0]) is None], q_out)]
+    table = None
+    for dq, nodes, q in steps:
+        in_q = qparams(g, dq)
+        is_float = any(n.name in floats or set(get_origin(n) or []) & floats for n in nodes)
+        step = _run(g, dq, nodes, q, in_q, channels, len(g.shape(t) or [1]), is_float)
+        if isinstance(step, str):
+            return step
+        if table is None:
+            table = step
+        else:   # compose: the previous step's output code indexes this step's table
+            lo = -128 if in_q[2] == "int8" else 0
+            rows = max(step.shape[0], table.shape[0])
+            step, table = np.broadcast_to(step, (rows, CODES)), np.broadcast_to(table, (rows, CODES))
+            table = np.take_along_axis(step, table - lo, axis=1)
+    return np.ascontiguousarray(table, np.int32)
+
+
+def _const_dq(g: GraphIndex, t: str):
+    n = g.producer.get(t)
+    if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
+        return n
+    return None
+
+
+def _chain(g: GraphIndex, members, dq_in) -> Optional[List[Tuple]]:
+    """[(DQ, ops, Q)] when the group is a chain of steps each reading only the previous step's DQ."""
+    steps, dq, cur = [], dq_in, []
+    inside = {dq_in.output[0]}
+    for m in members:
+        if m.op_type == "DequantizeLinear":
+            if cur or not steps or m.input[0] != steps[-1][2].output[0]:
+                return None
+            dq, inside = m, {m.output[0]}
+            continue
+        if any(i and i not in inside and not g.is_const(i) and _const_dq(g, i) is None for i in m.input):
+            return None
+        if m.op_type == "QuantizeLinear":
+            steps.append((dq, cur, m))
+            cur = []
+            continue
+        cur.append(m)
+        inside.add(m.output[0])
+    return steps if not cur and steps else None
+
+
+def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: bool):
+    import onnxruntime as ort
+    lo = -128 if in_q[2] == "int8" else 0
+    codes = np.arange(lo, lo + CODES)
+    np_t = np.int8 if in_q[2] == "int8" else np.uint8
+    if rank >= 3:   # [1, C, 256, 1, ...]: the constants broadcast along axis 1
+        x = np.broadcast_to(codes.reshape(1, 1, CODES, *([1] * (rank - 3))), (1, channels, CODES) + (1,) * (rank - 3))
+    elif rank == 2:
+        x = np.broadcast_to(codes.reshape(CODES, 1), (CODES, channels))
+    else:
+        x = codes
+    x = np.ascontiguousarray(x, np_t)
+    inits, copies = {}, []
+    const_dqs = []
+    for node in nodes:   # a DQ of constants feeding a step: part of the step's model (onnxruntime fuses it)
+        for i in node.input:
+            d = _const_dq(g, i) if i else None
+            if d is not None and d not in const_dqs:
+                const_dqs.append(d)
+    for node in const_dqs + [dq] + list(nodes) + [q]:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        if node is dq:
+            copy.input[0] = "codes"
+        for i in node.input:
+            if i and i not in inits and g.is_const(i) and (node is not dq or i != dq.input[0]):
+                inits[i] = numpy_helper.from_array(np.asarray(g.const(i)), i)
+        copies.append(copy)
+    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    elem = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
+    graph = helper.make_graph(copies, "lookup_table", [helper.make_tensor_value_info("codes", elem[in_q[2]], list(x.shape))],
+                              [helper.make_tensor_value_info(q.output[0], elem[qparams(g, q)[2]], None)],
+                              list(inits.values()))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 13))])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if is_float else \
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        y = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+            None, {"codes": x})[0]
+    except Exception as exc:   # noqa: BLE001 - onnxruntime refuses the group: it stays on the CPU
+        return f"onnxruntime cannot run the element-wise group ({type(exc).__name__}: {str(exc)[:120]})"
+    y = np.asarray(y).astype(np.int32)
+    if rank >= 3:
+        return y.reshape(channels, CODES)
+    if rank == 2:
+        return y.reshape(CODES, channels).T.copy()
+    return y.reshape(1, CODES)

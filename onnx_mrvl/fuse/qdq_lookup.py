@@ -1,0 +1,167 @@
+"""int8 element-wise node groups as one table lookup (docs/fusion.md "int8", "Lookup").
+
+A QDQ model writes an element-wise function of one int8 tensor as float ops between Q/DQ pairs:
+``DQ(x) -> Sigmoid -> Q -> DQ`` (QLinearSigmoid in onnxruntime), SiLU as
+``DQ(x) -> Sigmoid -> Q -> DQ -> Mul(DQ(x), .) -> Q -> DQ``, LeakyRelu, HardSwish, a standalone
+BatchNorm's per-channel ``Mul``/``Add`` with their pairs, ... Every output code of such a group is
+a function of the input code alone (per channel when a constant is per channel), so the group is
+one int8 ``Lookup`` layer: ``q_y = table[c, q_x]`` with 256 entries per channel.
+
+The table is what onnxruntime computes (lookup_table.py): the group's nodes run in onnxruntime's
+CPU provider on the 256 input codes, as a session of the whole model runs them.
+
+The group grows forward from its anchor in graph order over nodes whose inputs are all the input
+tensor, group outputs or constants (scalars, or per channel along axis 1), and ends at the last
+point where exactly one of its tensors is read outside it: a DequantizeLinear output (the group's
+output, with that DQ's quantization).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import onnx
+
+from .._graph import GraphIndex
+from ..target import Target
+from .groups import Group
+from .lookup_table import lookup_table
+from .qdq import dequantized_const, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
+
+ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
+               "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
+               "BatchNormalization", "Identity", "QuantizeLinear", "DequantizeLinear")
+ANCHORS = tuple(op for op in ELEMENTWISE if op not in ("Identity", "QuantizeLinear", "DequantizeLinear"))
+MAX_NODES = 32
+CODES = 256
+
+
+def _per_channel_ok(c: np.ndarray, shape: List[int]) -> Optional[int]:
+    """1 for a scalar, C for a constant that varies along axis 1 only (broadcast to ``shape``), else None."""
+    if c.size == 1:
+        return 1
+    if shape is None or len(shape) < 2 or c.ndim > len(shape):
+        return None
+    full = [1] * (len(shape) - c.ndim) + list(c.shape)
+    if full[1] == shape[1] and all(d == 1 for i, d in enumerate(full) if i != 1):
+        return shape[1]
+    return None
+
+
+def const_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
+    """The DequantizeLinear of constants producing ``t`` (legalize keeps it for a QDQ Mul / Add), or None."""
+    n = g.producer.get(t)
+    if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
+        return n
+    return None
+
+
+def constant_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
+    """``t``'s value when it is a constant or a DQ of constants (its fp32 dequantized value), else None."""
+    if g.is_const(t):
+        return np.asarray(g.const(t))
+    dq = const_dq(g, t)
+    return dequantized_const(g, dq) if dq is not None else None
+
+
+def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) -> Optional[int]:
+    """The channel count its constants need (1: none), or None when ``u`` cannot join the group."""
+    if u.op_type not in ELEMENTWISE or u.name in taken or u.name in g.excluded or len(u.output) != 1 \
+            or u.domain not in ("", "ai.onnx"):
+        return None
+    channels = 1
+    for i in u.input:
+        if not i or i in inside:
+            continue
+        value = constant_value(g, i)
+        if value is None:
+            return None
+        c = _per_channel_ok(value, shape)
+        if c is None or (c > 1 and u.op_type in ("QuantizeLinear", "DequantizeLinear")):
+            return None
+        channels = max(channels, c)
+    return channels if any(i in inside for i in u.input if i) else None
+
+
+def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset(), order_index=None
+                 ) -> Union[Group, str, None]:
+    """The int8 Lookup group anchored at ``n``, a reason, or None (``n`` does not read a DQ)."""
+    dq_in = g.producer.get(n.input[0]) if n.input else None
+    if n.op_type not in ANCHORS or dq_in is None or dq_in.op_type != "DequantizeLinear" \
+            or g.is_const(dq_in.input[0]):
+        return None
+    qin = _qparams(g, dq_in)
+    if isinstance(qin, str):
+        return qin
+    t = n.input[0]
+    shape = g.shape(t)
+    index = order_index or {x.name: k for k, x in enumerate(g.nodes)}
+    inside, members, channels = {t}, [], 1
+    best = None
+    heap = [(index[n.name], n.name, n)]
+    seen = {n.name}
+    taken = set(claimed)
+    while heap and len(members) < MAX_NODES:
+        _, _, u = heapq.heappop(heap)
+        c = _eligible(g, u, inside, shape, taken)
+        if c is None:
+            continue
+        members.append(u)
+        channels = max(channels, c)
+        inside.add(u.output[0])
+        for r in g.consumers.get(u.output[0], []):
+            if r.name not in seen and r.name in index:
+                seen.add(r.name)
+                heapq.heappush(heap, (index[r.name], r.name, r))
+        end = _valid_end(g, members, inside - {t})
+        if end is not None:
+            best = (list(members), end, channels)
+    if best is None:
+        return "no Q -> DQ pair ends the element-wise group (its output is not int8)"
+    members, (q_out, dq_out), channels = best
+    if channels > 1 and (shape is None or len(shape) not in (2, 4)):
+        return f"a per-channel element-wise group on a {len(shape or [])}-D tensor (2-D or 4-D)"
+    qout = _qparams(g, q_out)
+    if isinstance(qout, str):
+        return qout
+    table = lookup_table(g, members, t, dq_in, q_out, qin, channels)
+    if isinstance(table, str):
+        return table
+    x, in_front = t, []
+    q_in = g.producer.get(dq_in.input[0])
+    names = {m.name for m in members}
+    if q_in is not None and q_in.op_type == "QuantizeLinear" and _only_reader(g, dq_in.input[0], "DequantizeLinear") \
+            and t not in g.output_set and all(r.name in names for r in g.consumers.get(t, [])) \
+            and _qparams(g, q_in) == qin and g.is_float(q_in.input[0]) \
+            and not {q_in.name, dq_in.name} & (set(g.excluded) | set(claimed)):
+        x, in_front = q_in.input[0], [q_in, dq_in]   # the pair feeds this group alone: the layer quantizes
+    const_dqs = []   # the DQs of constants only the group reads are absorbed with it
+    for m in members:
+        for i in m.input:
+            d = const_dq(g, i) if i else None
+            if d is not None and d not in const_dqs and all(r.name in names for r in g.consumers.get(i, [])):
+                const_dqs.append(d)
+    return Group("Lookup", "mrvl.lookup", members + in_front + const_dqs, [x], dq_out.output[0],
+                 dict(_qattrs(qin, qout)), {"T": table})
+
+
+def _valid_end(g: GraphIndex, members: List[onnx.NodeProto], produced: set):
+    """(Q, DQ) when exactly one produced tensor is read outside ``members`` and it is the output of
+    a member DQ reading a member Q of the same quantization; else None."""
+    names = {m.name for m in members}
+    external = [o for o in produced if o in g.output_set or
+                any(r.name not in names for r in g.consumers.get(o, []))]
+    if len(external) != 1:
+        return None
+    dq = g.producer.get(external[0])
+    if dq is None or dq.op_type != "DequantizeLinear" or external[0] in g.output_set:
+        return None
+    q = g.producer.get(dq.input[0])
+    if q is None or q.op_type != "QuantizeLinear" or q.name not in names:
+        return None
+    if not any(m.op_type not in ("QuantizeLinear", "DequantizeLinear", "Identity") for m in members):
+        return None
+    if _qparams(g, q) != _qparams(g, dq) or isinstance(_qparams(g, q), str):
+        return None
+    return (q, dq) if members[-1] is dq else None   # the group ends at this DQ

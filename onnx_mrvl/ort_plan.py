@@ -1,0 +1,83 @@
+"""Which QDQ node groups onnxruntime runs in float (docs/fusion.md "int8").
+
+onnxruntime's QDQ transformer fuses ``DQ -> op -> Q`` into a QLinear* kernel only where its
+selectors accept the group (for AveragePool it depends on the readers around it, not on the group
+alone), and runs the rest as float ops between DequantizeLinear and QuantizeLinear; the two round
+differently. ``ort_float_nodes`` asks onnxruntime itself: it optimizes the model as a default
+session does (level ALL, CPU provider) and returns the names of the nodes of ``op_type`` that are
+still that float op. Cached for the last model asked about."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Dict, FrozenSet, List
+
+import onnx
+
+KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the model before legalize
+# the op types whose int8 layers depend on it: Conv, AveragePool (requant), the Lookup groups' ops
+OP_TYPES = ("AveragePool", "Conv", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish",
+            "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
+            "BatchNormalization")
+_LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
+
+
+def stamp(model: onnx.ModelProto) -> None:
+    """Record (in ``metadata_props``) onnxruntime's float nodes of a QDQ model as it is given, so
+    fuse, which sees the legalized graph (whose rewrites change onnxruntime's choices), asks about
+    the model the user runs. Nothing for a model without QuantizeLinear."""
+    if not any(n.op_type == "QuantizeLinear" for n in model.graph.node):
+        return
+    plan = {op: sorted(names) for op, names in _float_nodes_all(model).items()}
+    for p in list(model.metadata_props):
+        if p.key == KEY:
+            model.metadata_props.remove(p)
+    model.metadata_props.add(key=KEY, value=json.dumps(plan, sort_keys=True))
+
+
+def ort_float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
+    """Names of the ``op_type`` nodes onnxruntime runs as that float op (``OP_TYPES``)."""
+    stamped = next((p.value for p in model.metadata_props if p.key == KEY), None)
+    if stamped is not None:
+        return frozenset(json.loads(stamped).get(op_type, []))
+    if _LAST[0] is not model:
+        _LAST[0], _LAST[1] = model, _float_nodes_all(model)
+    return _LAST[1].get(op_type, frozenset())
+
+
+def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
+    return _float_nodes_all(model).get(op_type, frozenset())
+
+
+def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
+    import onnxruntime as ort
+    if not any(n.op_type in OP_TYPES for n in model.graph.node):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="mrvl_ort_plan_") as tmp:
+        path = os.path.join(tmp, "optimized.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL   # a default session's
+        so.optimized_model_filepath = path
+        so.log_severity_level = 3
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        del m.graph.value_info[:]   # onnxruntime infers them; fuse's own may be partial
+        try:
+            ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            optimized = onnx.load(path)
+        except Exception:   # noqa: BLE001 - onnxruntime cannot load it: assume its QLinear kernels
+            return {}
+    names = {n.name for n in model.graph.node}
+    by_output = {o: n.name for n in model.graph.node for o in n.output}
+    found: Dict[str, set] = {}
+    for n in optimized.graph.node:
+        op = "Conv" if n.op_type == "FusedConv" else n.op_type   # Conv + activation: FusedConv
+        if op not in OP_TYPES:
+            continue
+        if n.name in names:
+            found.setdefault(op, set()).add(n.name)
+        elif n.name.endswith("_nchwc") and n.name[:-len("_nchwc")] in by_output:
+            # the NCHWc transformer names a node by its output
+            found.setdefault(op, set()).add(by_output[n.name[:-len("_nchwc")]])
+    return {op: frozenset(v) for op, v in found.items()}

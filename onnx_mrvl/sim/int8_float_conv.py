@@ -1,0 +1,91 @@
+"""int8 Conv2D that onnxruntime runs in float (``requant: "float"``, docs/simulator.md "int8 layers").
+
+Where onnxruntime's QDQ transformer leaves ``DQ -> Conv -> Q`` unfused (an S8 input DQ shared by
+other readers, for instance), it dequantizes the input, runs its float Conv (MLAS SGEMM on the
+im2col columns, or on the input itself for a 1x1) on fp32 weights ``fp32(q_w * s_w)``, adds the
+bias ``fp32(q_b * s_b)`` (the model's stored bias scale), applies Relu/Clip and quantizes. The sum
+order decides near-ties, so this layer follows MLAS: per output a chain of fused multiply-adds
+over k = (input channel, kernel row, kernel column) in order, in K blocks whose sums are added to
+the output (MlasSgemmOperation's stride rule, ``mlas_stride_k``: 256 for a 1x1 conv of 64 pixels); each FMA is emulated as an exact float64 product plus
+the fp32 accumulator rounded to fp32 (one rounding; a double rounding of the float64 sum is possible
+in principle, never seen). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .int8 import F32, Int8Conv2D, quantize
+
+STRIDE_K = 128   # MLAS_SGEMM_STRIDEK / STRIDEN: its SGEMM's K block (partial sums added to the output)
+STRIDE_N = 128
+
+
+def mlas_stride_k(n: int, k: int) -> int:
+    """MlasSgemmOperation's K block for an N x K problem: it widens the K stride when N is small
+    (and the N stride when K is small) to fill its B panel."""
+    stride_n, stride_k = STRIDE_N, STRIDE_K
+    if n >= k:
+        while stride_k // 2 >= k:
+            stride_n, stride_k = stride_n * 2, stride_k // 2
+    else:
+        while stride_n > 16 and stride_n // 2 >= n:
+            stride_n, stride_k = stride_n // 2, stride_k * 2
+    return stride_k
+
+
+def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.ndarray:
+    """[M, K] x [K, O] in fp32 as MLAS's SGEMM kernel sums it: k in order, FMA into one accumulator
+    per output, per K block; the blocks' sums added to the output in order."""
+    m, k = cols.shape
+    out = None
+    for k0 in range(0, k, stride_k):
+        acc = np.zeros((m, w.shape[1]), np.float64)
+        for j in range(k0, min(k, k0 + stride_k)):
+            acc += cols[:, j:j + 1].astype(np.float64) * w[j].astype(np.float64)
+            acc = acc.astype(F32).astype(np.float64)
+        out = acc.astype(F32) if out is None else (out + acc.astype(F32)).astype(F32)
+    return out if out is not None else np.zeros((m, w.shape[1]), F32)
+
+
+class FloatPathConv2D(Int8Conv2D):
+    def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
+                 activation="none", activation_params=None, bias_scale=None):
+        super().__init__(kernel, bias, weight_scale, params, strides, padding, dilation, groups,
+                         activation, activation_params)
+        ws = np.asarray(weight_scale, F32).reshape(-1)
+        o, kh, kw, ig = kernel.shape
+        # fp32 weights in im2col order (input channel, kernel row, kernel column): [K, O]
+        wd = (kernel.astype(F32) * ws.reshape(-1, 1, 1, 1)).astype(F32)
+        self.wd = np.ascontiguousarray(wd.transpose(0, 3, 1, 2).reshape(o, ig * kh * kw).T)
+        if bias is not None:
+            if bias_scale is None or np.asarray(bias_scale).size != o:
+                raise ValueError("a float-path int8 Conv2D with a bias needs its bias scales")
+            self.bd = (np.asarray(bias).astype(F32) * np.asarray(bias_scale, F32).reshape(-1)).astype(F32)
+        else:
+            self.bd = np.zeros(o, F32)
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        n, h, w, c = x.shape
+        if c != self.ig * self.groups:
+            raise ValueError(f"input has {c} channels, the kernel takes {self.ig} x {self.groups} groups")
+        s, z, dt = self.in_q
+        xd = ((quantize(x, s, z, dt) - z).astype(F32) * F32(s)).astype(F32)   # DequantizeLinear
+        pt, pl, pb, pr = self.padding
+        xp = np.pad(xd, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+        (sh, sw), (dh, dw) = self.strides, self.dilation
+        win = sliding_window_view(xp, ((self.kh - 1) * dh + 1, (self.kw - 1) * dw + 1), axis=(1, 2))
+        win = win[:, ::sh, ::sw, :, ::dh, ::dw]                 # [N, OH, OW, C, KH, KW]
+        oh, ow = win.shape[1], win.shape[2]
+        og = self.o // self.groups
+        y = np.empty((n * oh * ow, self.o), F32)
+        for gi in range(self.groups):
+            cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n * oh * ow, self.ig * self.kh * self.kw)
+            y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og],
+                                                    mlas_stride_k(oh * ow, cols.shape[1]))
+        y = (y + self.bd).astype(F32)
+        so, zo, _ = self.out_q
+        q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)   # Relu/Clip: clamps of q
+        return ((q - zo).astype(F32) * F32(so)).astype(F32).reshape(n, oh, ow, self.o), True

@@ -1,0 +1,49 @@
+"""int8 Lookup layer (docs/simulator.md "int8 layers"): ``q_y = table[c, q_x - lo]``.
+
+The input is quantized as every int8 layer does (``int8.quantize``: QuantizeLinear as MLAS), the
+code indexes the layer's int32 table (row ``c`` = the channel along the last axis when the table
+has one row per channel, else row 0), and the output code is dequantized ``(q_y - z_y) * s_y``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Tuple
+
+import numpy as np
+
+from .int8 import F32, QRANGE, quantize
+
+
+class Int8Lookup:
+    def __init__(self, table: np.ndarray, params: Mapping):
+        self.in_q = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
+        self.out_q = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
+        for dt in (self.in_q[2], self.out_q[2]):
+            if dt not in QRANGE:
+                raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+        t = np.asarray(table)
+        if t.dtype != np.int32 or t.ndim != 2 or t.shape[1] != 256:
+            raise ValueError(f"a Lookup table must be int32 [channels, 256], the binary holds {t.dtype} {list(t.shape)}")
+        lo, hi = QRANGE[self.out_q[2]]
+        if t.size and (t.min() < lo or t.max() > hi):
+            raise ValueError(f"Lookup table codes outside [{lo}, {hi}]")
+        # the dequantized output of every code, so a lookup is one gather
+        self.values = ((t - self.out_q[1]).astype(F32) * F32(self.out_q[0])).astype(F32)
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        s, z, dt = self.in_q
+        idx = quantize(x, s, z, dt) - QRANGE[dt][0]
+        c = self.values.shape[0]
+        if c == 1:
+            return self.values[0][idx], True
+        if x.shape[-1] != c:
+            raise ValueError(f"a per-channel Lookup of {c} channels on an input of shape {list(x.shape)}")
+        return self.values[np.arange(c), idx], True
+
+
+def build_lookup(spec, n_inputs: int = 1):
+    if n_inputs != 1:
+        raise spec.error(f"a Lookup takes one input, the layer lists {n_inputs}")
+    try:
+        return Int8Lookup(spec.weight("table", required=True), spec.params).apply
+    except (ValueError, KeyError, TypeError) as exc:
+        raise spec.error(f"int8 layer: {exc}") from None

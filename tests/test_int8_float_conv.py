@@ -1,0 +1,69 @@
+"""int8 Conv2D that onnxruntime runs in float (requant="float", sim/int8_float_conv.py): with S8
+activations onnxruntime leaves a DQ -> Conv -> Q whose input DQ other nodes read as a float Conv
+(checked in its optimized model); the layer then follows MLAS's fp32 arithmetic and matches bit for bit."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+import onnx_mrvl
+from onnx_mrvl.ort_plan import ort_float_nodes
+from onnx_mrvl.testing.models import GraphBuilder
+
+pytest.importorskip("onnxruntime.quantization")
+from tests.test_int8_qdq import quantize  # noqa: E402
+
+
+def shared_input_cnn(seed: int = 0, c: int = 24) -> onnx.ModelProto:
+    """Three convs (1x1, 3x3, depthwise 3x3) reading one tensor, Concat, 1x1 conv: 3x3 convs with K > 128."""
+    g = GraphBuilder(seed, 13)
+    x = g.relu(g.conv("input", 3, c, 3, "stem"), "stem_relu")
+    a = g.conv(x, c, 16, 1, "pw")
+    b = g.relu(g.conv(x, c, 16, 3, "c3"), "c3_relu")
+    w = g.const("dw.weight", g.he((c, 1, 3, 3), 9))
+    d = g.node("Conv", [x, w, g.const("dw.bias", np.zeros(c, np.float32) + 0.05)], "dw", kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1], group=c)
+    g.conv(g.node("Concat", [a, b, d], "cat", axis=1), 32 + c, 8, 1, "head")
+    g.nodes[-1].output[0] = "output"
+    return g.model("shared_input_cnn", [("input", TensorProto.FLOAT, [1, 3, 20, 20])],
+                   [("output", TensorProto.FLOAT, [1, 8, 20, 20])])
+
+
+def test_float_path_convs_match_onnxruntime_bit_for_bit(tmp_path):
+    qpath = quantize(shared_input_cnn(seed=5), str(tmp_path / "q.onnx"), True, "s8")
+    float_convs = ort_float_nodes(onnx.load(qpath), "Conv")
+    assert {"pw", "c3", "dw"} <= set(float_convs), float_convs   # onnxruntime 1.32, S8
+    result = onnx_mrvl.convert(qpath)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    nodes = json.load(open(os.path.join(folder, f"{result.subgraphs[0].name}-nodes.json")))["nodes"]
+    convs = [n["attrs"] for n in nodes if n.get("attrs", {}).get("layer_name") == ["Conv2D"]]
+    assert sum(a.get("requant") == ["float"] for a in convs) == len(float_convs) and all("bias_scale_const" in a for a in convs
+                                                                         if a.get("requant"))
+    ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
+    rng = np.random.default_rng(2)
+    for _ in range(8):
+        x = (rng.standard_normal((1, 3, 20, 20)) * 1.5).astype(np.float32)
+        assert np.array_equal(ref.run(None, {"input": x})[0], sess.run(None, {"input": x})[0])
+
+
+def test_fma_chain_rounds_once_per_step_in_k_order():
+    from onnx_mrvl.sim.int8_float_conv import fma_chain
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((5, 300)).astype(np.float32)
+    w = rng.standard_normal((300, 3)).astype(np.float32)
+    want = np.zeros((5, 3), np.float32)
+    for k0 in range(0, 300, 128):   # the K blocks (fma_chain default: 128)' sums added in order
+        acc = np.zeros((5, 3), np.float32)
+        for k in range(k0, min(300, k0 + 128)):
+            acc = (acc.astype(np.float64) + a[:, k:k + 1].astype(np.float64) * w[k].astype(np.float64)).astype(np.float32)
+        want = (want + acc).astype(np.float32) if k0 else acc
+    assert np.array_equal(fma_chain(a, w), want)
