@@ -77,7 +77,9 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
             force: bool = False, input_shapes: Optional[Dict[str, List[int]]] = None,
             reference: bool = False, embed: bool = False, num_tiles: Optional[int] = None,
             ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None,
-            fallback: bool = False, strict: Optional[bool] = None) -> ConvertResult:
+            fallback: bool = False, strict: Optional[bool] = None, quantize: str = "float16",
+            calibration=None, calibration_method: str = "minmax", fp16_layers: Iterable[str] = (),
+            snr_budget_db: float = 30.0) -> ConvertResult:
     """Convert an ONNX model for the MLIP accelerator.
 
     ``model`` (path or ModelProto) is never mutated. ``partition``: "max" | "single" | "cost";
@@ -91,6 +93,12 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     region, or on an internal failure the whole model, on the CPU instead: it logs a warning and
     records the reason in ``report.warnings`` and in the decisions of the affected nodes.
     ``strict=`` is the deprecated inverse of ``fallback`` (``strict=False`` means ``fallback=True``).
+
+    ``quantize``: "float16" (default: fp16 layers), "int8" or "mixed" -- the float model is first
+    quantized by onnxruntime's quantizer on ``calibration`` (feed dicts, a .npz / .npy or a folder of
+    them; ``calibration_method`` "minmax" | "entropy" | "percentile"), ``fp16_layers`` (node names or
+    op types) kept fp16, "mixed" keeping fp16 where int8 falls under ``snr_budget_db``; the QDQ model
+    is then converted (docs/quantize.md). ``report.quantization`` records what was done.
     """
     if strict is not None:
         warnings.warn("convert(strict=...) is deprecated: errors raise by default; pass fallback=True to keep "
@@ -100,12 +108,20 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     original = load_model(model)
     validate_model(original)
     t_load = CLOCK() - t0
+    from .quantize import quantize_model
+    if progress and quantize != "float16":
+        progress(f"quantize ({quantize})")
+    t = CLOCK()
+    quantized = quantize_model(original, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
+                               fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+    t_quantize, original = CLOCK() - t, quantized.model
     try:
         result = _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
                         force=force, input_shapes=input_shapes, reference=reference, embed=embed,
                         num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback)
-        result.timings = {"load+validate": t_load, **result.timings}
-        result.timings["total"] += t_load
+        result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
+        result.timings["total"] += t_load + t_quantize
+        result.report.quantization = quantized.info
         return result
     except MrvlError:
         raise
@@ -116,7 +132,8 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
                f"CPU (fallback=True)")
         log.warning("%s", why, exc_info=log.isEnabledFor(logging.DEBUG))
         result = _cpu_only(original, why, partition)
-        result.timings = {"load+validate": t_load, "total": CLOCK() - t0}
+        result.timings = {"load+validate": t_load, "quantize": t_quantize, "total": CLOCK() - t0}
+        result.report.quantization = quantized.info
         return result
 
 

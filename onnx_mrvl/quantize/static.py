@@ -1,0 +1,115 @@
+"""The int8 quantize step: onnxruntime's ``quant_pre_process`` and ``quantize_static`` (QDQ format,
+per-channel symmetric int8 weights, int8 activations) on a float model, with the calibration feeds
+of ``calibration.py``. The result is a QDQ model of the kind ``fuse/qdq.py`` imports.
+
+Before quantizing, ``prepare`` puts the model in the form the quantizer and our import both
+expect: initializers are no graph inputs (IR >= 4, so they are constants the optimizer can fold),
+opset >= 13 (per-channel Q/DQ and our int8 layers), a two-input ``Sum`` is an ``Add`` (the
+quantizer has a QDQ Add, no Sum). ``quant_pre_process`` then infers shapes and runs onnxruntime's
+basic optimizations (BatchNormalization folded into the convs, so no float op is left between a
+conv and its quantization).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Dict, List, Sequence
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError, UsageError
+
+log = logging.getLogger(__name__)
+METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+MIN_OPSET = 13
+# The ops the quantizer may put between Q/DQ pairs: those fuse/qdq.py imports as int8 layers
+# (Conv/Gemm/MatMul, pools, nearest Resize, Add), the activations it folds into them (Relu, Clip)
+# and the ops that only move values (the pair after them is absorbed by the next int8 layer).
+# Everything else (Sigmoid, Mul, Softmax, ...) stays float: an fp16 layer between int8 layers.
+MOVES = ("Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Slice")
+
+
+def int8_op_types() -> List[str]:
+    from ..fuse.qdq import ANCHORS, POOL_ANCHORS   # the import's own list, so the two stay in step
+    return sorted(set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"} | set(MOVES))
+
+
+def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` in the form the quantizer takes (see the module docstring)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {t.name for t in m.graph.initializer}
+    keep = [i for i in m.graph.input if i.name not in inits]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.ir_version = max(m.ir_version, 8)
+    for n in m.graph.node:
+        if n.op_type == "Sum" and n.domain in ("", "ai.onnx") and len(n.input) == 2:
+            n.op_type = "Add"
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
+    if opset < MIN_OPSET:
+        from onnx import version_converter
+        try:
+            m = version_converter.convert_version(m, MIN_OPSET)
+        except Exception as exc:  # noqa: BLE001 - the converter raises several kinds
+            raise ModelError(f"the model is opset {opset}; int8 quantization needs opset >= {MIN_OPSET} and "
+                             f"onnx's version converter failed ({type(exc).__name__}: {exc})",
+                             hint=f"export the model at opset {MIN_OPSET} or later") from None
+        m.ir_version = max(m.ir_version, 8)
+    return m
+
+
+def _reader(samples: List[Dict[str, np.ndarray]]):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+        def rewind(self):
+            self.it = iter(samples)
+    return Reader()
+
+
+def preprocess(model: onnx.ModelProto, workdir: str) -> onnx.ModelProto:
+    """onnxruntime's ``quant_pre_process`` (ONNX shape inference + basic optimizations; the symbolic
+    shape inference needs sympy and is skipped when it is missing)."""
+    from onnxruntime.quantization import quant_pre_process
+    src, dst = os.path.join(workdir, "float.onnx"), os.path.join(workdir, "pre.onnx")
+    onnx.save(model, src)
+    try:
+        import sympy  # noqa: F401
+        symbolic = True
+    except ImportError:
+        symbolic = False
+    quant_pre_process(src, dst, skip_symbolic_shape=not symbolic)
+    return onnx.load(dst)
+
+
+def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], *, method: str = "minmax",
+                  exclude: Sequence[str] = (), workdir: str) -> onnx.ModelProto:
+    """``quantize_static`` of the pre-processed ``model`` (QDQ, per-channel symmetric int8 weights,
+    asymmetric int8 activations, ``method`` calibration); ``exclude``: node names kept float."""
+    from onnxruntime import quantization as q
+    if method not in METHODS:
+        raise UsageError(f"calibration method '{method}' is not one of {sorted(METHODS)}",
+                         hint="use minmax (default), entropy or percentile")
+    src, dst = os.path.join(workdir, "to_quantize.onnx"), os.path.join(workdir, "qdq.onnx")
+    onnx.save(model, src)
+    q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
+                      op_types_to_quantize=int8_op_types(), per_channel=True, reduce_range=False,
+                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                      nodes_to_exclude=list(exclude), calibrate_method=getattr(q.CalibrationMethod, METHODS[method]),
+                      extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+    out = onnx.load(dst)
+    out.ir_version = max(out.ir_version, 8)
+    return out
+
+
+def workdir():
+    return tempfile.TemporaryDirectory(prefix="onnx_mrvl_quantize_")
