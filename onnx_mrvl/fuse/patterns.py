@@ -48,7 +48,7 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
     NaN/inf would poison every output; values beyond the fp16 range would silently become inf."""
     for key, w in grp.weights.items():
         w = np.asarray(w)
-        if w.size == 0:
+        if w.size == 0 or w.dtype.kind in "iu":   # an int8 layer's int8 kernel / int32 bias: no fp16 values
             continue
         lo, hi = float(w.min()), float(w.max())   # NaN propagates through min/max: no full-size temporaries
         if not (np.isfinite(lo) and np.isfinite(hi)):
