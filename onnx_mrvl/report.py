@@ -70,6 +70,12 @@ class Report:
             lines.append(f"\nremoved: no effect at inference ({len(removed)} nodes)")
             for d in removed:
                 lines.append(f"  {d.node:<32} {d.op_type}")
+        if self.quantization.get("layers"):
+            q = self.quantization
+            lines.append(f"\nquantization: {q['mode']} ({q['method']}, {q['samples']} calibration samples): "
+                         f"{q['int8_layers']} of {q['layers_total']} layers int8")
+            for r in q["layers"]:
+                lines.append(f"  {r['layer']:<32} {r['op_type']:<20} {r['precision']:<5} {r['reason']}")
         for d in self.dropped:
             lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
                          f"{', ...' if len(d['origin']) > 8 else ''})")

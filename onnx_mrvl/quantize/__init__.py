@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 MODES = ("float16", "int8", "mixed")
 DEFAULT_SNR_BUDGET_DB = 30.0
 MAX_ROUNDS = 8
+DROP_DB = 6.0          # a layer "causes" noise when its output SNR is this much below its inputs'
 
 
 @dataclass
@@ -94,6 +95,8 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
                 if out:
                     layer_out[layer.name] = out
             m = measure(pre, qdq, samples, layer_out)
+            if rounds == 1:
+                as_int8 = {r["layer"]: r for r in _layer_records(qdq, structure, m, {}, {}, quantize, snr_budget_db)}
             if quantize != "mixed":
                 break
             more = _over_budget(qdq, structure, m, snr_budget_db, exclude, first)
@@ -101,6 +104,9 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
                 break
             exclude.update(more)
         layers = _layer_records(qdq, structure, m, exclude, first, quantize, snr_budget_db)
+        for r in layers:     # a layer kept fp16 by the budget: the SNRs it had as int8 (the first round)
+            if r["layer"] in first and r["layer"] in as_int8:
+                r.update(snr_db=as_int8[r["layer"]]["snr_db"], output_snr_db=as_int8[r["layer"]]["output_snr_db"])
     int8 = sum(1 for r in layers if r["precision"] == "int8")
     info = {"mode": quantize, "method": calibration_method, "samples": len(samples),
             "calibration": {"source": source, "samples": len(samples)},
@@ -133,6 +139,21 @@ def _over_budget(qdq, structure: Structure, m: dict, budget: float, exclude: Dic
             for name in structure.keep_float(t):
                 if name not in exclude and name not in more:
                     more[name] = why
+    # a layer whose output loses >= DROP_DB against its inputs (all within the budget) and falls under
+    # the budget: the quantization of what it reads hurts it (e.g. one channel far larger than the
+    # others: the tensor's overall SNR hides the crushed channels). Its inputs stay float.
+    for layer in structure.layers():
+        ins, out = quantized_tensors(qdq, layer.name, m["qparams"])
+        c_out = m["accumulated"].get(out) if out else None
+        c_in = [m["accumulated"].get(t, math.inf) for t in ins]
+        if c_out is None or not ins or c_out >= budget or min(c_in) < budget or min(c_in) - c_out < DROP_DB:
+            continue
+        why = (f"its output falls to {c_out:.1f} dB (< budget {budget:g} dB) from {min(c_in):.1f} dB at its "
+               f"quantized input(s) {ins}")
+        for t in ins:
+            for name in structure.keep_float(t) | {layer.name}:
+                if name not in exclude and name not in more:
+                    more[name] = why if name == layer.name else f"keeps '{t}' float for '{layer.name}': {why}"
     for name, db in m["weights"].items():
         if db < budget and name not in exclude and name not in more:
             more[name] = f"its int8 weights are at {db:.1f} dB < budget {budget:g} dB"

@@ -108,24 +108,26 @@ def _with_outputs(model: onnx.ModelProto, names: Iterable[str]) -> bytes:
 def measure(float_model: onnx.ModelProto, qdq: onnx.ModelProto, samples: List[Dict[str, np.ndarray]],
             layer_outputs: Optional[Dict[str, str]] = None) -> dict:
     """SNRs (dB) on ``samples``: ``tensors`` {activation: own quantization}, ``weights`` {node: ...},
-    ``layers`` {layer: its output in the QDQ model against the float model}, ``outputs`` {model output: ...}.
+    ``layers`` {layer: its output in the QDQ model against the float model}, ``accumulated`` {activation:
+    the same for every quantized activation}, ``outputs`` {model output: ...}.
     ``layer_outputs``: {layer name: the float tensor its quantization reads}."""
     import onnxruntime as ort
     qp = activation_qparams(qdq)
     f_names = {o for n in float_model.graph.node for o in n.output} | {i.name for i in float_model.graph.input}
     tensors = [t for t in qp if t in f_names]
     layer_outputs = {k: v for k, v in (layer_outputs or {}).items() if v in qp and qp[v][3] and v in f_names}
+    carried = [t for t in tensors if qp[t][3]]
     outputs = [o.name for o in float_model.graph.output]
     so = ort.SessionOptions()
     so.log_severity_level = 3
     inputs = {i.name for i in float_model.graph.input}
     fsess = ort.InferenceSession(_with_outputs(float_model, [t for t in tensors if t not in inputs]), so,
                                  providers=["CPUExecutionProvider"])
-    qwant = sorted({qp[t][3] for t in layer_outputs.values()})
+    qwant = sorted({qp[t][3] for t in carried})
     qsess = ort.InferenceSession(_with_outputs(qdq, qwant), so, providers=["CPUExecutionProvider"])
     fnames = [o.name for o in fsess.get_outputs()]
     qnames = [o.name for o in qsess.get_outputs()]
-    own, cum, outs = Energy(), Energy(), Energy()
+    own, cum, outs, acc = Energy(), Energy(), Energy(), Energy()
     for feed in samples:
         fv = dict(zip(fnames, fsess.run(None, feed)), **feed)
         qv = dict(zip(qnames, qsess.run(None, feed)))
@@ -134,7 +136,9 @@ def measure(float_model: onnx.ModelProto, qdq: onnx.ModelProto, samples: List[Di
             own.add(t, fv[t], quantize_dequantize(fv[t], s, z, dt))
         for layer, t in layer_outputs.items():
             cum.add(layer, fv[t], qv[qp[t][3]])
+        for t in carried:
+            acc.add(t, fv[t], qv[qp[t][3]])
         for o in outputs:
             outs.add(o, fv[o], qv[o])
     return {"tensors": own.db(), "weights": weight_snr(float_model, qdq), "layers": cum.db(), "outputs": outs.db(),
-            "qparams": qp}
+            "accumulated": acc.db(), "qparams": qp}

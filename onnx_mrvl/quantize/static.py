@@ -11,8 +11,10 @@ conv and its quantization).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import tempfile
 from typing import Dict, List, Sequence
 
@@ -87,7 +89,8 @@ def preprocess(model: onnx.ModelProto, workdir: str) -> onnx.ModelProto:
         symbolic = True
     except ImportError:
         symbolic = False
-    quant_pre_process(src, dst, skip_symbolic_shape=not symbolic)
+    with contextlib.redirect_stdout(sys.stderr):
+        quant_pre_process(src, dst, skip_symbolic_shape=not symbolic)
     return onnx.load(dst)
 
 
@@ -101,11 +104,13 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
                          hint="use minmax (default), entropy or percentile")
     src, dst = os.path.join(workdir, "to_quantize.onnx"), os.path.join(workdir, "qdq.onnx")
     onnx.save(model, src)
-    q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
-                      op_types_to_quantize=int8_op_types(), per_channel=True, reduce_range=False,
-                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                      nodes_to_exclude=list(exclude), calibrate_method=getattr(q.CalibrationMethod, METHODS[method]),
-                      extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+    with contextlib.redirect_stdout(sys.stderr):   # its calibrators print progress; our stdout may be JSON
+        q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
+                          op_types_to_quantize=int8_op_types(), per_channel=True, reduce_range=False,
+                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                          nodes_to_exclude=list(exclude),
+                          calibrate_method=getattr(q.CalibrationMethod, METHODS[method]),
+                          extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
     out = onnx.load(dst)
     out.ir_version = max(out.ir_version, 8)
     return out
