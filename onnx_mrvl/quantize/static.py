@@ -27,15 +27,18 @@ log = logging.getLogger(__name__)
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 MIN_OPSET = 13
 # The ops the quantizer may put between Q/DQ pairs: those fuse/qdq.py imports as int8 layers
-# (Conv/Gemm/MatMul, pools, nearest Resize, Add), the activations it folds into them (Relu, Clip)
-# and the ops that only move values (the pair after them is absorbed by the next int8 layer).
-# Everything else (Sigmoid, Mul, Softmax, ...) stays float: an fp16 layer between int8 layers.
+# (Conv/Gemm/MatMul, pools, nearest Resize, Add) and the activations it folds into them (Relu,
+# Clip). Everything else stays float -- Sigmoid, Mul, Softmax, ... and also the ops that only move
+# values (Concat, Flatten, Reshape, ...): quantized, they put a Q -> DQ pair in front of themselves
+# that no int8 layer absorbs when their input comes from a float op (a SiLU's Mul into a Concat:
+# measured on yolo_like, 4 pairs left on the CPU). Float, they copy the dequantized values (exact
+# in fp16, docs/simulator.md) and the next int8 layer quantizes them.
 MOVES = ("Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Slice")
 
 
 def int8_op_types() -> List[str]:
     from ..fuse.qdq import ANCHORS, POOL_ANCHORS   # the import's own list, so the two stay in step
-    return sorted(set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"} | set(MOVES))
+    return sorted(set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"})
 
 
 def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -113,7 +116,51 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
                           extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
     out = onnx.load(dst)
     out.ir_version = max(out.ir_version, 8)
+    float_readers_read_float(out, model, set(exclude))
     return out
+
+
+def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude=frozenset()) -> int:
+    """Give the float readers of a float op's quantized output the float tensor instead of its Q -> DQ.
+
+    onnxruntime's quantizer hands one shared DQ output to every reader of a quantized tensor, float
+    ops (a Concat, a SiLU's Mul, an ``fp16_layers`` conv) included. The int8 layers among the readers
+    quantize the tensor themselves (fuse/qdq.py absorbs the pair), but a pair that a float op also
+    reads has no int8 layer to go into and stays on the CPU (yolo_like: LeakyRelu -> conv + Concat).
+    A float reader of the float tensor is what mixed precision means (it is an fp16 layer), and it is
+    closer to the float model. Not done for the output of an int8 layer (its readers read what it
+    computes: the Q -> DQ is that layer's output quantization), nor where the quantizer removed a Relu/Clip (the Q's input then is
+    the pre-activation value under the activation's name): the tensor's writer must be the float
+    model's. Q/DQ pairs left without readers are removed. Returns the number of inputs rewired."""
+    int8 = set(int8_op_types()) - {"Relu", "Clip"}
+    writer = {o: n.op_type for n in pre.graph.node for o in n.output}
+    producer = {o: n for n in qdq.graph.node for o in n.output}
+    graph_io = {i.name for i in qdq.graph.input}
+    changed = 0
+    for dq in [n for n in qdq.graph.node if n.op_type == "DequantizeLinear"]:
+        q = producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear":
+            continue
+        x = q.input[0]
+        src = producer.get(x)
+        same_writer = (x in graph_io and src is None) or (src is not None and writer.get(x) == src.op_type)
+        if not same_writer or (src is not None and src.op_type in int8 | {"Relu", "Clip"} and src.name not in exclude):
+            continue   # the output quantization of an int8 layer: its float readers read what it computes
+        for n in qdq.graph.node:
+            if n.op_type in int8 and n.name not in exclude:
+                continue
+            for k, name in enumerate(n.input):
+                if name == dq.output[0] and n is not dq:
+                    n.input[k] = x
+                    changed += 1
+    read = {i for n in qdq.graph.node for i in n.input} | {o.name for o in qdq.graph.output}
+    for _ in range(2):   # DQs without readers, then the Qs that fed only them
+        dead = [n for n in qdq.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                and not any(o in read for o in n.output)]
+        for n in dead:
+            qdq.graph.node.remove(n)
+        read = {i for n in qdq.graph.node for i in n.input} | {o.name for o in qdq.graph.output}
+    return changed
 
 
 def workdir():
