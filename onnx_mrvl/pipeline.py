@@ -122,6 +122,8 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
         result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
         result.timings["total"] += t_load + t_quantize
         result.report.quantization = quantized.info
+        if quantized.info:   # the QDQ model the flow converted (save(stages=True): stage-quantize.onnx)
+            result.stages = {"quantize": quantized.model, **result.stages}
         return result
     except MrvlError:
         raise
@@ -134,6 +136,8 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
         result = _cpu_only(original, why, partition)
         result.timings = {"load+validate": t_load, "quantize": t_quantize, "total": CLOCK() - t0}
         result.report.quantization = quantized.info
+        if quantized.info:   # the QDQ model the flow converted (save(stages=True): stage-quantize.onnx)
+            result.stages = {"quantize": quantized.model, **result.stages}
         return result
 
 

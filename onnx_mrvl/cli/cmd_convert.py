@@ -58,7 +58,8 @@ def register(sub) -> None:
                         "the binary stays the deployable artifact")
     p.add_argument("--stage", choices=["legalize", "fuse", "all"], default="all",
                    help="stop after this stage and write its model (OUT_DIR/<stage>.onnx)")
-    p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx")
+    p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx (and stage-quantize.onnx, the "
+                                                           "QDQ model, with --quantize int8/mixed)")
     p.add_argument("--explain", action="store_true", help="print where every node runs, CPU nodes grouped by reason")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
