@@ -241,3 +241,34 @@ def test_cli(tmp_path):
     bad = cli("convert", src, "-o", "out3", "--quantize", "int8", "--calibration", "cal.npz",
               "--calibration-method", "kl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_float_op_output_read_by_int8_and_float_layers(tmp_path):
+    """A LeakyRelu (float: no int8 mode) read by a conv (int8) and a Concat (float): onnxruntime's
+    quantizer gives both the one DQ; the quantize step gives the Concat the float tensor back, so
+    no Q/DQ pair is left on the CPU. The QDQ model is result.stages["quantize"]; ours matches
+    onnxruntime's run of it within one output quantum."""
+    g = GraphBuilder(3, 13)
+    x = g.node("LeakyRelu", [g.conv("input", 3, 8, 3, "c0")], "leaky", alpha=0.1)
+    y = g.relu(g.conv(x, 8, 8, 3, "c1"), "r1")
+    g.conv(g.node("Concat", [x, y], "cat", axis=1), 16, 8, 3, "c2")
+    g.nodes[-1].output[0] = "output"
+    model = g.model("leaky_concat", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 8, 16, 16])])
+    cal, held = feeds(model, 6, 1), feeds(model, 3, 2)
+    result = onnx_mrvl.convert(model, quantize="int8", calibration=cal)
+    for n in result.model.graph.node:
+        assert n.op_type.startswith("Subgraph") or _at_io(result.model, n), (n.op_type, n.name)
+    qdq = result.stages["quantize"]
+    cat = next(n for n in qdq.graph.node if n.name == "cat")
+    producer = {o: n for n in qdq.graph.node for o in n.output}
+    assert producer[cat.input[0]].op_type == "LeakyRelu"          # the float tensor, not a DQ of it
+    assert {r["layer"]: r["precision"] for r in result.report.quantization["layers"]} == \
+        {"c0": "int8", "c1": "int8", "c2": "int8"}
+    path = result.save(str(tmp_path / "out"), stages=True)
+    assert os.path.exists(os.path.join(os.path.dirname(path), "stage-quantize.onnx"))
+    dq = next(n for n in qdq.graph.node if n.output[0] == "output")
+    step = float(onnx.numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == dq.input[1])))
+    ref = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(path)
+    for feed in held:
+        assert np.abs(ref.run(None, feed)[0] - sess.run(None, feed)[0]).max() <= step * (1 + 1e-3)
