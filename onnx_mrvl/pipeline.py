@@ -20,6 +20,7 @@ from .legalize import legalize
 from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
+from .quantize import quantize_model
 from .report import Report
 from .split import batch_chunks, split
 from .split.deploy import attach_artifact, is_subgraph
@@ -108,7 +109,6 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     original = load_model(model)
     validate_model(original)
     t_load = CLOCK() - t0
-    from .quantize import quantize_model
     if progress and quantize != "float16":
         progress(f"quantize ({quantize})")
     t = CLOCK()

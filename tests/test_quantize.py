@@ -272,3 +272,32 @@ def test_float_op_output_read_by_int8_and_float_layers(tmp_path):
     sess = onnx_mrvl.InferenceSession(path)
     for feed in held:
         assert np.abs(ref.run(None, feed)[0] - sess.run(None, feed)[0]).max() <= step * (1 + 1e-3)
+
+
+def test_old_opset_sum_and_batchnorm_are_prepared():
+    """Opset 11 with a BatchNormalization (folded by quant_pre_process) and a residual Sum (an Add
+    for the quantizer), initializers listed as graph inputs (IR 3 style): all int8, one region."""
+    g = GraphBuilder(4, 11)
+    x = g.relu(g.bn(g.conv("input", 3, 8, 3, "c0", bias=False), 8, "bn0"), "r0")
+    y = g.conv(x, 8, 8, 3, "c1")
+    g.node("Sum", [x, y], "sum")
+    g.nodes[-1].output[0] = "output"
+    model = g.model("old", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 8, 16, 16])])
+    model.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in model.graph.initializer)
+    result = onnx_mrvl.convert(model, quantize="int8", calibration=feeds(model, 4, 1))
+    assert all(n.op_type.startswith("Subgraph") or _at_io(result.model, n) for n in result.model.graph.node)
+    recs = {r["layer"]: r["precision"] for r in result.report.quantization["layers"]}
+    assert recs == {"c0": "int8", "c1": "int8", "sum": "int8"}
+
+
+def test_a_quantizer_failure_is_our_error(monkeypatch):
+    from onnxruntime import quantization
+    from onnx_mrvl.errors import UnsupportedError
+
+    def boom(*a, **k):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(quantization, "quantize_static", boom)
+    model = tiny_cnn(seed=0)
+    with pytest.raises(UnsupportedError, match="quantize_static failed on this model.*injected"):
+        onnx_mrvl.convert(model, quantize="int8", calibration=feeds(model, 2, 1))

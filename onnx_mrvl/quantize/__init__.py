@@ -28,7 +28,7 @@ from ..options import close_matches
 from . import static
 from .calibration import load_calibration
 from .layers import Structure, quantized_tensors
-from .snr import measure
+from .snr import activation_qparams, measure
 
 log = logging.getLogger(__name__)
 MODES = ("float16", "int8", "mixed")
@@ -89,21 +89,21 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
         first: Dict[str, str] = {}
         for rounds in range(1, MAX_ROUNDS + 1):
             qdq = static.quantize_int8(pre, samples, method=calibration_method, exclude=sorted(exclude), workdir=tmp)
-            layer_out = {}
+            layer_out, qparams = {}, activation_qparams(qdq)
             for layer in structure.layers():
-                _, out = quantized_tensors(qdq, layer.name, _qp(qdq))
+                _, out = quantized_tensors(qdq, layer.name, qparams)
                 if out:
                     layer_out[layer.name] = out
             m = measure(pre, qdq, samples, layer_out)
             if rounds == 1:
-                as_int8 = {r["layer"]: r for r in _layer_records(qdq, structure, m, {}, {}, quantize, snr_budget_db)}
+                as_int8 = {r["layer"]: r for r in _layer_records(qdq, structure, m, {}, quantize, snr_budget_db)}
             if quantize != "mixed":
                 break
             more = _over_budget(qdq, structure, m, snr_budget_db, exclude, first)
             if not more:
                 break
             exclude.update(more)
-        layers = _layer_records(qdq, structure, m, exclude, first, quantize, snr_budget_db)
+        layers = _layer_records(qdq, structure, m, exclude, quantize, snr_budget_db)
         for r in layers:     # a layer kept fp16 by the budget: the SNRs it had as int8 (the first round)
             if r["layer"] in first and r["layer"] in as_int8:
                 r.update(snr_db=as_int8[r["layer"]]["snr_db"], output_snr_db=as_int8[r["layer"]]["output_snr_db"])
@@ -118,11 +118,6 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
     if quantize == "mixed":
         info["snr_budget_db"] = float(snr_budget_db)
     return Quantized(qdq, info)
-
-
-def _qp(qdq):
-    from .snr import activation_qparams
-    return activation_qparams(qdq)
 
 
 def _num(v: float):
@@ -161,7 +156,7 @@ def _over_budget(qdq, structure: Structure, m: dict, budget: float, exclude: Dic
     return more
 
 
-def _layer_records(qdq, structure: Structure, m: dict, exclude: Dict[str, str], first, mode: str,
+def _layer_records(qdq, structure: Structure, m: dict, exclude: Dict[str, str], mode: str,
                    budget: float) -> List[dict]:
     qp = m["qparams"]
     out = []

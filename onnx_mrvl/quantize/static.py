@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import onnx
 
-from ..errors import ModelError, UsageError
+from ..errors import ModelError, UnsupportedError, UsageError
 
 log = logging.getLogger(__name__)
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
@@ -92,9 +92,22 @@ def preprocess(model: onnx.ModelProto, workdir: str) -> onnx.ModelProto:
         symbolic = True
     except ImportError:
         symbolic = False
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), _failure("quant_pre_process"):
         quant_pre_process(src, dst, skip_symbolic_shape=not symbolic)
     return onnx.load(dst)
+
+
+@contextlib.contextmanager
+def _failure(step: str):
+    """onnxruntime's quantizer failing on a model is no bug of ours: an ``UnsupportedError`` that says so."""
+    try:
+        yield
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
+        raise UnsupportedError(f"onnxruntime's {step} failed on this model ({type(exc).__name__}: {str(exc)[:300]})",
+                               hint="keep the failing node float with fp16_layers=[...], quantize the model "
+                                    "yourself and convert the QDQ model, or use quantize='float16'") from exc
 
 
 def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], *, method: str = "minmax",
@@ -107,7 +120,8 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
                          hint="use minmax (default), entropy or percentile")
     src, dst = os.path.join(workdir, "to_quantize.onnx"), os.path.join(workdir, "qdq.onnx")
     onnx.save(model, src)
-    with contextlib.redirect_stdout(sys.stderr):   # its calibrators print progress; our stdout may be JSON
+    # its calibrators print progress: our stdout may be JSON
+    with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"):
         q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
                           op_types_to_quantize=int8_op_types(), per_channel=True, reduce_range=False,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
