@@ -197,6 +197,10 @@ def test_calibration_forms(tmp_path):
     ("nan", {}, UsageError, "NaN or inf"),
     ("empty", {}, UsageError, "holds no sample"),
     ("onedict", {}, UsageError, "one feed dict"),
+    ("notdict", {}, UsageError, "sample 0 is a ndarray"),
+    ("extra", {}, UsageError, r"unknown \['mask'\]"),
+    ("emptydir", {}, UsageError, "holds no .npz or .npy"),
+    ("calib.txt", {}, UsageError, "is not a .npz / .npy file or a folder"),
     ("ok", {"calibration_method": "kl"}, UsageError, "calibration_method='kl'"),
     ("ok", {"quantize": "int4"}, UsageError, "quantize='int4'"),
     ("ok", {"quantize": "float16"}, UsageError, "quantize='float16'"),
@@ -208,8 +212,11 @@ def test_errors(tmp_path, calibration, kwargs, error, match):
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     np.savez(tmp_path / "wrongname.npz", inptu=x)
+    (tmp_path / "emptydir").mkdir()
+    (tmp_path / "calib.txt").write_text("1 2 3")
     data = {"wrongshape": [{"input": x[:, :, :8, :8]}], "wrongdtype": [{"input": x.astype(np.float64)}],
             "nan": [{"input": np.full_like(x, np.nan)}], "empty": [], "onedict": {"input": x},
+            "notdict": [x], "extra": [{"input": x, "mask": x}],
             "ok": [{"input": x}]}.get(calibration, calibration)
     if isinstance(data, str):
         data = str(tmp_path / data)
