@@ -308,3 +308,20 @@ def test_a_quantizer_failure_is_our_error(monkeypatch):
     model = tiny_cnn(seed=0)
     with pytest.raises(UnsupportedError, match="quantize_static failed on this model.*injected"):
         onnx_mrvl.convert(model, quantize="int8", calibration=feeds(model, 2, 1))
+
+
+def test_two_input_stacks_must_agree(tmp_path):
+    from onnx_mrvl.quantize.calibration import load_calibration
+    g = GraphBuilder(0, 13)
+    g.node("Add", ["a", "b"], "add")
+    g.nodes[-1].output[0] = "y"
+    model = g.model("two", [("a", F32, [1, 4]), ("b", F32, [1, 4])], [("y", F32, [1, 4])])
+    x = np.zeros((1, 4), np.float32)
+    np.savez(tmp_path / "ok.npz", a=np.stack([x, x]), b=np.stack([x, x]))
+    np.savez(tmp_path / "counts.npz", a=np.stack([x, x]), b=np.stack([x]))
+    np.savez(tmp_path / "mixed.npz", a=np.stack([x, x]), b=x)
+    assert len(load_calibration(str(tmp_path / "ok.npz"), model)[0]) == 2
+    with pytest.raises(UsageError, match="stacks different sample counts"):
+        load_calibration(str(tmp_path / "counts.npz"), model)
+    with pytest.raises(UsageError, match="mixes stacked and single-sample arrays"):
+        load_calibration(str(tmp_path / "mixed.npz"), model)
