@@ -6,9 +6,8 @@ from typing import Dict, List, Optional, Set
 
 import onnx
 
-from .static import MOVES
-
 FOLDED = ("Relu", "Clip")            # folded into the int8 layer before them (or removed by the quantizer)
+MOVES = ("Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Slice")   # move values
 
 
 def layer_ops() -> Set[str]:

@@ -33,7 +33,6 @@ MIN_OPSET = 13
 # that no int8 layer absorbs when their input comes from a float op (a SiLU's Mul into a Concat:
 # measured on yolo_like, 4 pairs left on the CPU). Float, they copy the dequantized values (exact
 # in fp16, docs/simulator.md) and the next int8 layer quantizes them.
-MOVES = ("Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Slice")
 
 
 def int8_op_types() -> List[str]:
