@@ -139,7 +139,9 @@ def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude
     onnxruntime's quantizer hands one shared DQ output to every reader of a quantized tensor, float
     ops (a Concat, a SiLU's Mul, an ``fp16_layers`` conv) included. The int8 layers among the readers
     quantize the tensor themselves (fuse/qdq.py absorbs the pair), but a pair that a float op also
-    reads has no int8 layer to go into and stays on the CPU (yolo_like: LeakyRelu -> conv + Concat).
+    reads has no int8 layer to go into and stays on the CPU (yolo_like: LeakyRelu -> conv + Concat;
+    Inception v2: Concat -> convs + a MaxPool whose output onnxruntime leaves unquantized, so it is no
+    int8 layer: a reader counts as int8 when its op is quantized and a Q reads its output).
     A float reader of the float tensor is what mixed precision means (it is an fp16 layer), and it is
     closer to the float model. Not done for the output of an int8 layer (its readers read what it
     computes: the Q -> DQ is that layer's output quantization), nor where the quantizer removed a Relu/Clip (the Q's input then is
@@ -148,6 +150,20 @@ def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude
     int8 = set(int8_op_types()) - {"Relu", "Clip"}
     writer = {o: n.op_type for n in pre.graph.node for o in n.output}
     producer = {o: n for n in qdq.graph.node for o in n.output}
+    readers: dict = {}
+    for n in qdq.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+
+    def quantized_out(n, hops: int = 2) -> bool:   # an int8 layer needs the Q after it (through a Relu/Clip)
+        for r in readers.get(n.output[0], []):
+            if r.op_type == "QuantizeLinear" or (hops and r.op_type in ("Relu", "Clip") and quantized_out(r, hops - 1)):
+                return True
+        return False
+
+    def int8_reader(n) -> bool:
+        return n.op_type in int8 and n.name not in exclude and quantized_out(n)
+
     graph_io = {i.name for i in qdq.graph.input}
     changed = 0
     for dq in [n for n in qdq.graph.node if n.op_type == "DequantizeLinear"]:
@@ -159,8 +175,8 @@ def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude
         same_writer = (x in graph_io and src is None) or (src is not None and writer.get(x) == src.op_type)
         if not same_writer or (src is not None and src.op_type in int8 | {"Relu", "Clip"} and src.name not in exclude):
             continue   # the output quantization of an int8 layer: its float readers read what it computes
-        for n in qdq.graph.node:
-            if n.op_type in int8 and n.name not in exclude:
+        for n in list(readers.get(dq.output[0], [])):
+            if int8_reader(n):
                 continue
             for k, name in enumerate(n.input):
                 if name == dq.output[0] and n is not dq:
