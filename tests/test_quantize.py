@@ -325,3 +325,30 @@ def test_two_input_stacks_must_agree(tmp_path):
         load_calibration(str(tmp_path / "counts.npz"), model)
     with pytest.raises(UsageError, match="mixes stacked and single-sample arrays"):
         load_calibration(str(tmp_path / "mixed.npz"), model)
+
+
+def test_pool_without_output_quantization_reads_the_float_tensor():
+    """Concat (float) -> Q -> DQ read by a conv whose output is quantized (an int8 layer) and by a
+    MaxPool whose output is not (onnxruntime leaves it so before a float op; Inception v2's 3c
+    block): the MaxPool is no int8 layer and reads the float Concat output; the conv keeps the pair."""
+    from onnx import helper, numpy_helper as nh
+    from onnx_mrvl.quantize.static import float_readers_read_float
+    s, z = nh.from_array(np.array(0.1, np.float32), "s"), nh.from_array(np.array(0, np.int8), "z")
+    w = nh.from_array(np.ones((4, 8, 1, 1), np.int8), "wq")
+    ws = nh.from_array(np.full(4, 0.01, np.float32), "ws")
+    nodes = [helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
+             helper.make_node("QuantizeLinear", ["cat", "s", "z"], ["cat_q"], name="q"),
+             helper.make_node("DequantizeLinear", ["cat_q", "s", "z"], ["cat_dq"], name="dq"),
+             helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], name="dqw", axis=0),
+             helper.make_node("Conv", ["cat_dq", "w"], ["y"], name="conv"),
+             helper.make_node("QuantizeLinear", ["y", "s", "z"], ["y_q"], name="qy"),
+             helper.make_node("DequantizeLinear", ["y_q", "s", "z"], ["y_dq"], name="dqy"),
+             helper.make_node("MaxPool", ["cat_dq"], ["p"], kernel_shape=[2, 2], name="pool")]
+    vi = lambda n, c: helper.make_tensor_value_info(n, F32, [1, c, 4, 4])  # noqa: E731
+    qdq = helper.make_model(helper.make_graph(nodes, "g", [vi("a", 4), vi("b", 4)],
+                                              [vi("y_dq", 4), helper.make_tensor_value_info("p", F32, None)],
+                                              [s, z, w, ws]))
+    pre = helper.make_model(helper.make_graph([nodes[0]], "g", [vi("a", 4), vi("b", 4)], [vi("cat", 8)]))
+    assert float_readers_read_float(qdq, pre) == 1
+    ins = {n.name: list(n.input) for n in qdq.graph.node}
+    assert ins["pool"] == ["cat"] and ins["conv"][0] == "cat_dq"
