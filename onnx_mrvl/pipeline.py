@@ -112,8 +112,9 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     if progress and quantize != "float16":
         progress(f"quantize ({quantize})")
     t = CLOCK()
-    quantized = quantize_model(original, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
-                               fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+    quantized = quantize_model(original, quantize=quantize, calibration=calibration,
+                               calibration_method=calibration_method, fp16_layers=fp16_layers,
+                               snr_budget_db=snr_budget_db, input_shapes=input_shapes)
     t_quantize, original = CLOCK() - t, quantized.model
     try:
         result = _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
@@ -121,10 +122,7 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
                         num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback)
         result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
         result.timings["total"] += t_load + t_quantize
-        result.report.quantization = quantized.info
-        if quantized.info:   # the QDQ model the flow converted (save(stages=True): stage-quantize.onnx)
-            result.stages = {"quantize": quantized.model, **result.stages}
-        return result
+        return _with_quantization(result, quantized)
     except MrvlError:
         raise
     except Exception as exc:  # noqa: BLE001 - with fallback=True, a bug of ours must not cost the user their model
@@ -135,10 +133,16 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
         log.warning("%s", why, exc_info=log.isEnabledFor(logging.DEBUG))
         result = _cpu_only(original, why, partition)
         result.timings = {"load+validate": t_load, "quantize": t_quantize, "total": CLOCK() - t0}
-        result.report.quantization = quantized.info
-        if quantized.info:   # the QDQ model the flow converted (save(stages=True): stage-quantize.onnx)
-            result.stages = {"quantize": quantized.model, **result.stages}
-        return result
+        return _with_quantization(result, quantized)
+
+
+def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
+    """``report.quantization`` and, when quantized, the QDQ model the flow converted as the
+    ``quantize`` stage (``save(stages=True)``: stage-quantize.onnx)."""
+    result.report.quantization = quantized.info
+    if quantized.info:
+        result.stages = {"quantize": quantized.model, **result.stages}
+    return result
 
 
 def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertResult:

@@ -157,7 +157,9 @@ def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude
 
     def quantized_out(n, hops: int = 2) -> bool:   # an int8 layer needs the Q after it (through a Relu/Clip)
         for r in readers.get(n.output[0], []):
-            if r.op_type == "QuantizeLinear" or (hops and r.op_type in ("Relu", "Clip") and quantized_out(r, hops - 1)):
+            if r.op_type == "QuantizeLinear":
+                return True
+            if hops and r.op_type in ("Relu", "Clip") and quantized_out(r, hops - 1):
                 return True
         return False
 
