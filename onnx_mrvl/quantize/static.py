@@ -145,9 +145,8 @@ def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude
     A float reader of the float tensor is what mixed precision means (it is an fp16 layer), and it is
     closer to the float model. Not done for the output of an int8 layer (its readers read what it
     computes: the Q -> DQ is that layer's output quantization), nor where the quantizer removed
-    a Relu/Clip (the Q's input then is
-    the pre-activation value under the activation's name): the tensor's writer must be the float
-    model's. Q/DQ pairs left without readers are removed. Returns the number of inputs rewired."""
+    a Relu/Clip (the Q's input then is the pre-activation value under the activation's name): the
+    tensor's writer must be the float model's. Q/DQ pairs left without readers are removed. Returns the number of inputs rewired."""
     int8 = set(int8_op_types()) - {"Relu", "Clip"}
     writer = {o: n.op_type for n in pre.graph.node for o in n.output}
     producer = {o: n for n in qdq.graph.node for o in n.output}
