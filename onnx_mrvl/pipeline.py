@@ -20,6 +20,7 @@ from .legalize import legalize, notes as legalize_notes
 from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
+from .quantize import quantize_model
 from .report import Report
 from .split import batch_chunks, split
 from .split.deploy import attach_artifact, is_subgraph
@@ -77,7 +78,9 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
             force: bool = False, input_shapes: Optional[Dict[str, List[int]]] = None,
             reference: bool = False, embed: bool = False, num_tiles: Optional[int] = None,
             ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None,
-            fallback: bool = False, strict: Optional[bool] = None) -> ConvertResult:
+            fallback: bool = False, strict: Optional[bool] = None, quantize: str = "float16",
+            calibration=None, calibration_method: str = "minmax", fp16_layers: Iterable[str] = (),
+            snr_budget_db: float = 30.0) -> ConvertResult:
     """Convert an ONNX model for the MLIP accelerator.
 
     ``model`` (path or ModelProto) is never mutated. ``partition``: "max" | "single" | "cost";
@@ -91,6 +94,12 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     region, or on an internal failure the whole model, on the CPU instead: it logs a warning and
     records the reason in ``report.warnings`` and in the decisions of the affected nodes.
     ``strict=`` is the deprecated inverse of ``fallback`` (``strict=False`` means ``fallback=True``).
+
+    ``quantize``: "float16" (default: fp16 layers), "int8" or "mixed" -- the float model is first
+    quantized by onnxruntime's quantizer on ``calibration`` (feed dicts, a .npz / .npy or a folder of
+    them; ``calibration_method`` "minmax" | "entropy" | "percentile"), ``fp16_layers`` (node names or
+    op types) kept fp16, "mixed" keeping fp16 where int8 falls under ``snr_budget_db``; the QDQ model
+    is then converted (docs/quantize.md). ``report.quantization`` records what was done.
     """
     if strict is not None:
         warnings.warn("convert(strict=...) is deprecated: errors raise by default; pass fallback=True to keep "
@@ -100,13 +109,20 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     original = load_model(model)
     validate_model(original)
     t_load = CLOCK() - t0
+    if progress and quantize != "float16":
+        progress(f"quantize ({quantize})")
+    t = CLOCK()
+    quantized = quantize_model(original, quantize=quantize, calibration=calibration,
+                               calibration_method=calibration_method, fp16_layers=fp16_layers,
+                               snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+    t_quantize, original = CLOCK() - t, quantized.model
     try:
         result = _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
                         force=force, input_shapes=input_shapes, reference=reference, embed=embed,
                         num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback)
-        result.timings = {"load+validate": t_load, **result.timings}
-        result.timings["total"] += t_load
-        return result
+        result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
+        result.timings["total"] += t_load + t_quantize
+        return _with_quantization(result, quantized)
     except MrvlError:
         raise
     except Exception as exc:  # noqa: BLE001 - with fallback=True, a bug of ours must not cost the user their model
@@ -116,8 +132,17 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
                f"CPU (fallback=True)")
         log.warning("%s", why, exc_info=log.isEnabledFor(logging.DEBUG))
         result = _cpu_only(original, why, partition)
-        result.timings = {"load+validate": t_load, "total": CLOCK() - t0}
-        return result
+        result.timings = {"load+validate": t_load, "quantize": t_quantize, "total": CLOCK() - t0}
+        return _with_quantization(result, quantized)
+
+
+def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
+    """``report.quantization`` and, when quantized, the QDQ model the flow converted as the
+    ``quantize`` stage (``save(stages=True)``: stage-quantize.onnx)."""
+    result.report.quantization = quantized.info
+    if quantized.info:
+        result.stages = {"quantize": quantized.model, **result.stages}
+    return result
 
 
 def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertResult:

@@ -22,6 +22,7 @@ class Report:
     provenance: Dict[str, Any] = field(default_factory=dict)   # stamp.py: source, options, target, converter
     cuts: List[dict] = field(default_factory=list)        # cuts.find_cuts on the deployable model
     options: dict = field(default_factory=dict)           # the user's exclude / cut_after
+    quantization: dict = field(default_factory=dict)      # quantize/: mode, calibration, per-layer precision
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -44,7 +45,7 @@ class Report:
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
                 "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
                 "options": self.options, "cuts": self.cuts,
-                "nodes": self.decisions.to_list()}
+                "nodes": self.decisions.to_list(), **({"quantization": self.quantization} if self.quantization else {})}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
@@ -70,6 +71,12 @@ class Report:
             lines.append(f"\nremoved: no effect at inference ({len(removed)} nodes)")
             for d in removed:
                 lines.append(f"  {d.node:<32} {d.op_type}")
+        if self.quantization.get("layers"):
+            q = self.quantization
+            lines.append(f"\nquantization: {q['mode']} ({q['method']}, {q['samples']} calibration samples): "
+                         f"{q['int8_layers']} of {q['layers_total']} layers int8")
+            for r in q["layers"]:
+                lines.append(f"  {r['layer']:<32} {r['op_type']:<20} {r['precision']:<5} {r['reason']}")
         for d in self.dropped:
             lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
                          f"{', ...' if len(d['origin']) > 8 else ''})")

@@ -113,7 +113,10 @@ def stamped(convert):
         arch = {k: a.get(k) for k in ("num_tiles", "ocm_size") if a.get(k)}
         if arch:
             target = target.with_arch(**arch)
-        stamp(result, source_info(a["model"]), {k: v for k, v in a.items() if k not in NOT_OPTIONS}, target)
+        options = {k: v for k, v in a.items() if k not in NOT_OPTIONS}
+        if options.get("calibration") is not None:   # the data itself is no option: where it came from
+            options["calibration"] = (getattr(result.report, "quantization", None) or {}).get("calibration")
+        stamp(result, source_info(a["model"]), options, target)
         return result
     return wrapper
 

@@ -52,20 +52,20 @@ def test_strict_is_a_deprecated_alias(monkeypatch):
 
 def _compile_fails(kind):
     from onnx_mrvl import emit
-    real = emit.compile_json
+    real = emit.compile_program
 
-    def compile_json(nodes_json, consts_json, options):
+    def compile_program(nodes_json, consts_json, options):
         if kind == "compile_error":
             raise CompileError("simulated compile failure", node="layer_x")
         raise IndexError("simulated compile bug")
-    return real, compile_json
+    return real, compile_program
 
 
 @pytest.mark.parametrize("kind,exc", [("compile_error", CompileError), ("bug", IndexError)])
 def test_region_failure_raises_or_falls_back(monkeypatch, caplog, kind, exc):
     model = models.tiny_cnn(seed=2)
     _, broken = _compile_fails(kind)
-    monkeypatch.setattr("onnx_mrvl.emit.compile_json", broken)
+    monkeypatch.setattr("onnx_mrvl.emit.compile_program", broken)
     with pytest.raises(exc, match="simulated compile"):
         onnx_mrvl.convert(model)
     with caplog.at_level(logging.WARNING, logger="onnx_mrvl"):

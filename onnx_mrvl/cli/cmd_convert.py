@@ -34,6 +34,22 @@ def register(sub) -> None:
     p.add_argument("--num-tiles", type=positive_int, metavar="N", help="accelerator tiles, >= 1 (default 4)")
     p.add_argument("--ocm-size", type=parse_size, metavar="SIZE",
                    help="on-chip memory per tile: bytes (0x100000) or 512K, 1M, 1MiB (default 1M)")
+    q = p.add_argument_group("quantization (onnxruntime's quantizer, then the int8 import; docs/quantize.md)")
+    q.add_argument("--quantize", choices=["float16", "int8", "mixed"], default="float16",
+                   help="float16 (default): fp16 layers; int8: quantize the float model on --calibration first "
+                        "(QDQ, per-channel int8 weights, int8 activations) and run int8 layers; mixed: int8 where "
+                        "the quantization noise stays within --snr-budget, fp16 elsewhere")
+    q.add_argument("--calibration", metavar="DATA",
+                   help="calibration inputs for --quantize int8/mixed: a .npz (arrays named after the inputs; "
+                        "one sample, or samples stacked on a new leading axis), a .npy (single-input models) or "
+                        "a folder of .npz/.npy files")
+    q.add_argument("--calibration-method", choices=["minmax", "entropy", "percentile"], default="minmax",
+                   help="how activation ranges are chosen from the calibration data (default minmax)")
+    q.add_argument("--fp16-layer", action="append", default=[], metavar="NODE_OR_OP", dest="fp16_layers",
+                   help="keep this node name or op type in fp16 when quantizing (repeatable)")
+    q.add_argument("--snr-budget", type=float, default=30.0, metavar="DB",
+                   help="--quantize mixed: the lowest signal-to-quantization-noise ratio (dB) a layer may have "
+                        "and stay int8 (default 30)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT_DIR when it is not empty (only an earlier conversion's files: a folder "
                         "holding other files is refused)")
@@ -42,7 +58,8 @@ def register(sub) -> None:
                         "the binary stays the deployable artifact")
     p.add_argument("--stage", choices=["legalize", "fuse", "all"], default="all",
                    help="stop after this stage and write its model (OUT_DIR/<stage>.onnx)")
-    p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx")
+    p.add_argument("--dump-stages", action="store_true", help="also write stage-legalize.onnx and stage-fuse.onnx (and stage-quantize.onnx, the "
+                                                           "QDQ model, with --quantize int8/mixed)")
     p.add_argument("--explain", action="store_true", help="print where every node runs, CPU nodes grouped by reason")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run)
@@ -58,8 +75,13 @@ def run(args) -> int:
         from ..legalize import legalize
         from ..options import check_node_names
 
+        from ..quantize import quantize_model
+
         model = load_model(args.model)
         validate_model(model)
+        model = quantize_model(model, quantize=args.quantize, calibration=args.calibration,
+                               calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
+                               snr_budget_db=args.snr_budget, input_shapes=shapes).model
         progress("legalize")
         out = legalize(model, input_shapes=shapes).model
         check_node_names(args.exclude, args.cut_after, model, out)
@@ -84,7 +106,9 @@ def run(args) -> int:
     check_target(args.output, overwrite=args.overwrite, protect=[args.model])   # before the work, not after
     result = convert(args.model, partition=args.partition, exclude=args.exclude, cut_after=args.cut_after,
                      force=args.force, input_shapes=shapes, reference=args.reference, embed=args.embed,
-                     num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress, fallback=args.fallback)
+                     num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress, fallback=args.fallback,
+                     quantize=args.quantize, calibration=args.calibration, calibration_method=args.calibration_method,
+                     fp16_layers=args.fp16_layers, snr_budget_db=args.snr_budget)
     progress(f"writing {args.output}")
     path = result.save(args.output, stages=args.dump_stages, overwrite=args.overwrite,
                        consts_json=not args.no_consts_json, progress=progress)
@@ -92,10 +116,17 @@ def run(args) -> int:
     if args.json:
         print_json({"model": path, "regions": rep.regions, "offload_fraction": rep.offload_fraction,
                     "macs_total": rep.macs_total, "macs_offloaded": rep.macs_offloaded,
-                    "cpu_nodes": len(rep.cpu_nodes()), "timings": result.timings})
+                    "cpu_nodes": len(rep.cpu_nodes()), "timings": result.timings,
+                    **({"quantization": {k: v for k, v in rep.quantization.items() if k != "layers"}}
+                       if rep.quantization else {})})
         return 0
     if args.explain:
         print(rep.explain())
+    if rep.quantization:
+        qi = rep.quantization
+        print(f"quantized ({qi['mode']}, {qi['method']}, {qi['samples']} calibration samples): "
+              f"{qi['int8_layers']}/{qi['layers_total']} layers int8, output SNR "
+              + ", ".join(f"{k} {v} dB" for k, v in qi["output_snr_db"].items()))
     print(f"wrote {path}: {len(result.subgraphs)} region(s), {100 * rep.offload_fraction:.1f}% of MACs offloaded, "
           f"{len(rep.cpu_nodes())} node(s) on the CPU ({result.timings['total']:.2f}s)", file=sys.stdout)
     return 0

@@ -1,0 +1,198 @@
+"""The int8 quantize step: onnxruntime's ``quant_pre_process`` and ``quantize_static`` (QDQ format,
+per-channel symmetric int8 weights, int8 activations) on a float model, with the calibration feeds
+of ``calibration.py``. The result is a QDQ model of the kind ``fuse/qdq.py`` imports.
+
+Before quantizing, ``prepare`` puts the model in the form the quantizer and our import both
+expect: initializers are no graph inputs (IR >= 4, so they are constants the optimizer can fold),
+opset >= 13 (per-channel Q/DQ and our int8 layers), a two-input ``Sum`` is an ``Add`` (the
+quantizer has a QDQ Add, no Sum). ``quant_pre_process`` then infers shapes and runs onnxruntime's
+basic optimizations (BatchNormalization folded into the convs, so no float op is left between a
+conv and its quantization).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+from typing import Dict, List, Sequence
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError, UnsupportedError, UsageError
+
+log = logging.getLogger(__name__)
+METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+MIN_OPSET = 13
+# The ops the quantizer may put between Q/DQ pairs: those fuse/qdq.py imports as int8 layers
+# (Conv/Gemm/MatMul, pools, nearest Resize, Add) and the activations it folds into them (Relu,
+# Clip). Everything else stays float -- Sigmoid, Mul, Softmax, ... and also the ops that only move
+# values (Concat, Flatten, Reshape, ...): quantized, they put a Q -> DQ pair in front of themselves
+# that no int8 layer absorbs when their input comes from a float op (a SiLU's Mul into a Concat:
+# measured on yolo_like, 4 pairs left on the CPU). Float, they copy the dequantized values (exact
+# in fp16, docs/simulator.md) and the next int8 layer quantizes them.
+
+
+def int8_op_types() -> List[str]:
+    from ..fuse.qdq import ANCHORS, POOL_ANCHORS   # the import's own list, so the two stay in step
+    return sorted(set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"})
+
+
+def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` in the form the quantizer takes (see the module docstring)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {t.name for t in m.graph.initializer}
+    keep = [i for i in m.graph.input if i.name not in inits]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.ir_version = max(m.ir_version, 8)
+    for n in m.graph.node:
+        if n.op_type == "Sum" and n.domain in ("", "ai.onnx") and len(n.input) == 2:
+            n.op_type = "Add"
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
+    if opset < MIN_OPSET:
+        from onnx import version_converter
+        try:
+            m = version_converter.convert_version(m, MIN_OPSET)
+        except Exception as exc:  # noqa: BLE001 - the converter raises several kinds
+            raise ModelError(f"the model is opset {opset}; int8 quantization needs opset >= {MIN_OPSET} and "
+                             f"onnx's version converter failed ({type(exc).__name__}: {exc})",
+                             hint=f"export the model at opset {MIN_OPSET} or later") from None
+        m.ir_version = max(m.ir_version, 8)
+    return m
+
+
+def _reader(samples: List[Dict[str, np.ndarray]]):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+        def rewind(self):
+            self.it = iter(samples)
+    return Reader()
+
+
+def preprocess(model: onnx.ModelProto, workdir: str) -> onnx.ModelProto:
+    """onnxruntime's ``quant_pre_process`` (ONNX shape inference + basic optimizations; the symbolic
+    shape inference needs sympy and is skipped when it is missing)."""
+    from onnxruntime.quantization import quant_pre_process
+    src, dst = os.path.join(workdir, "float.onnx"), os.path.join(workdir, "pre.onnx")
+    onnx.save(model, src)
+    try:
+        import sympy  # noqa: F401
+        symbolic = True
+    except ImportError:
+        symbolic = False
+    with contextlib.redirect_stdout(sys.stderr), _failure("quant_pre_process"):
+        quant_pre_process(src, dst, skip_symbolic_shape=not symbolic)
+    return onnx.load(dst)
+
+
+@contextlib.contextmanager
+def _failure(step: str):
+    """onnxruntime's quantizer failing on a model is no bug of ours: an ``UnsupportedError`` that says so."""
+    try:
+        yield
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
+        raise UnsupportedError(f"onnxruntime's {step} failed on this model ({type(exc).__name__}: {str(exc)[:300]})",
+                               hint="keep the failing node float with fp16_layers=[...], quantize the model "
+                                    "yourself and convert the QDQ model, or use quantize='float16'") from exc
+
+
+def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], *, method: str = "minmax",
+                  exclude: Sequence[str] = (), workdir: str) -> onnx.ModelProto:
+    """``quantize_static`` of the pre-processed ``model`` (QDQ, per-channel symmetric int8 weights,
+    asymmetric int8 activations, ``method`` calibration); ``exclude``: node names kept float."""
+    from onnxruntime import quantization as q
+    if method not in METHODS:
+        raise UsageError(f"calibration method '{method}' is not one of {sorted(METHODS)}",
+                         hint="use minmax (default), entropy or percentile")
+    src, dst = os.path.join(workdir, "to_quantize.onnx"), os.path.join(workdir, "qdq.onnx")
+    onnx.save(model, src)
+    # its calibrators print progress: our stdout may be JSON
+    with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"):
+        q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
+                          op_types_to_quantize=int8_op_types(), per_channel=True, reduce_range=False,
+                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                          nodes_to_exclude=list(exclude),
+                          calibrate_method=getattr(q.CalibrationMethod, METHODS[method]),
+                          extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+    out = onnx.load(dst)
+    out.ir_version = max(out.ir_version, 8)
+    float_readers_read_float(out, model, set(exclude))
+    return out
+
+
+def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude=frozenset()) -> int:
+    """Give the float readers of a float op's quantized output the float tensor instead of its Q -> DQ.
+
+    onnxruntime's quantizer hands one shared DQ output to every reader of a quantized tensor, float
+    ops (a Concat, a SiLU's Mul, an ``fp16_layers`` conv) included. The int8 layers among the readers
+    quantize the tensor themselves (fuse/qdq.py absorbs the pair), but a pair that a float op also
+    reads has no int8 layer to go into and stays on the CPU (yolo_like: LeakyRelu -> conv + Concat;
+    Inception v2: Concat -> convs + a MaxPool whose output onnxruntime leaves unquantized, so it is no
+    int8 layer: a reader counts as int8 when its op is quantized and a Q reads its output).
+    A float reader of the float tensor is what mixed precision means (it is an fp16 layer), and it is
+    closer to the float model. Not done for the output of an int8 layer (its readers read what it
+    computes: the Q -> DQ is that layer's output quantization), nor where the quantizer removed
+    a Relu/Clip (the Q's input then is the pre-activation value under the activation's name): the
+    tensor's writer must be the float model's. Q/DQ pairs left without readers are removed. Returns the number of inputs rewired."""
+    int8 = set(int8_op_types()) - {"Relu", "Clip"}
+    writer = {o: n.op_type for n in pre.graph.node for o in n.output}
+    producer = {o: n for n in qdq.graph.node for o in n.output}
+    readers: dict = {}
+    for n in qdq.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+
+    def quantized_out(n, hops: int = 2) -> bool:   # an int8 layer needs the Q after it (through a Relu/Clip)
+        for r in readers.get(n.output[0], []):
+            if r.op_type == "QuantizeLinear":
+                return True
+            if hops and r.op_type in ("Relu", "Clip") and quantized_out(r, hops - 1):
+                return True
+        return False
+
+    def int8_reader(n) -> bool:
+        return n.op_type in int8 and n.name not in exclude and quantized_out(n)
+
+    graph_io = {i.name for i in qdq.graph.input}
+    changed = 0
+    for dq in [n for n in qdq.graph.node if n.op_type == "DequantizeLinear"]:
+        q = producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear":
+            continue
+        x = q.input[0]
+        src = producer.get(x)
+        same_writer = (x in graph_io and src is None) or (src is not None and writer.get(x) == src.op_type)
+        if not same_writer or (src is not None and src.op_type in int8 | {"Relu", "Clip"} and src.name not in exclude):
+            continue   # the output quantization of an int8 layer: its float readers read what it computes
+        for n in list(readers.get(dq.output[0], [])):
+            if int8_reader(n):
+                continue
+            for k, name in enumerate(n.input):
+                if name == dq.output[0] and n is not dq:
+                    n.input[k] = x
+                    changed += 1
+    read = {i for n in qdq.graph.node for i in n.input} | {o.name for o in qdq.graph.output}
+    for _ in range(2):   # DQs without readers, then the Qs that fed only them
+        dead = [n for n in qdq.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                and not any(o in read for o in n.output)]
+        for n in dead:
+            qdq.graph.node.remove(n)
+        read = {i for n in qdq.graph.node for i in n.input} | {o.name for o in qdq.graph.output}
+    return changed
+
+
+def workdir():
+    return tempfile.TemporaryDirectory(prefix="onnx_mrvl_quantize_")
