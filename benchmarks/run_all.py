@@ -34,7 +34,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -97,14 +97,24 @@ def timed_save(result) -> float:
         return time.process_time() - t
 
 
-def bench_models(models: Dict[str, object], results: Dict[str, object], facts: Facts) -> List[str]:
-    """Fills ``results`` (name -> ConvertResult) for the binary-size section."""
+def binary_figures(result) -> tuple:
+    """(regions, binary bytes, weight elements) of a conversion, for the binary-size section."""
+    from onnx_mrvl.artifact import load
+    size = sum(len(sg.binary) for sg in result.subgraphs)
+    elems = sum(int(w.size) for sg in result.subgraphs for w in load(sg.binary).weights.values())
+    return len(result.subgraphs), size, elems
+
+
+def bench_models(models: Dict[str, Callable[[], object]], results: Dict[str, tuple], facts: Facts) -> List[str]:
+    """Fills ``results`` (name -> ``binary_figures``) for the binary-size section (not the results
+    themselves: those of the zoo models hold gigabytes)."""
     rows = ["CPU seconds. *ratio*: convert + save over onnxruntime's session creation for the same model "
             "(same run).", "",
             "| model | nodes | convert s | save s | ms / node | legalize s | fuse s | split s | emit+compile s "
             "| regions | offload | ort session s | ratio |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, model in models.items():
+    for name, build in models.items():
+        model = build()
         n = len(model.graph.node)
         try:
             r, dt = timed_convert(model)
@@ -113,7 +123,7 @@ def bench_models(models: Dict[str, object], results: Dict[str, object], facts: F
             rows.append(f"| {name} | {n} | error: {type(exc).__name__} | | | | | | | | | | |")
             continue
         t_ort = ort_session_s(model)
-        results[name] = r
+        results[name] = binary_figures(r)
         t = r.timings
         rows.append(f"| {name} | {n} | {dt:.2f} | {ds:.2f} | {1000 * dt / n:.1f} | {t.get('legalize', 0):.2f} "
                     f"| {t.get('fuse', 0):.2f} | {t.get('split', 0):.2f} | {t.get('emit+compile', 0):.2f} "
@@ -121,6 +131,7 @@ def bench_models(models: Dict[str, object], results: Dict[str, object], facts: F
                     f"| {(dt + ds) / t_ort:.1f} |")
         facts.setdefault("convert", {})[name] = (dt, ds, t_ort)
         say(f"convert {name}: {dt:.2f} s + save {ds:.2f} s")
+        del model, r
     return rows
 
 
@@ -219,17 +230,14 @@ def bench_end_to_end(models: Dict[str, object], repeat: int, facts: Facts) -> Li
     return rows
 
 
-def bench_binary_size(results: Dict[str, object], facts: Facts) -> List[str]:
-    from onnx_mrvl.artifact import load
+def bench_binary_size(results: Dict[str, tuple], facts: Facts) -> List[str]:
     rows = ["| model | regions | binary bytes | weight elements | fp16 weight bytes | binary / fp16 weights |",
             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name, r in results.items():
-        size = sum(len(sg.binary) for sg in r.subgraphs)
-        elems = sum(int(w.size) for sg in r.subgraphs for w in load(sg.binary).weights.values())
+    for name, (regions, size, elems) in results.items():
         ratio = f"{size / (2 * elems):.4f}" if elems else "-"
         if elems:
             facts.setdefault("binary", {})[name] = (size, 2 * elems)
-        rows.append(f"| {name} | {len(r.subgraphs)} | {size:,} | {elems:,} | {2 * elems:,} | {ratio} |")
+        rows.append(f"| {name} | {regions} | {size:,} | {elems:,} | {2 * elems:,} | {ratio} |")
     return rows
 
 
@@ -253,15 +261,16 @@ def bench_tools(facts: Facts, size: int = 2000) -> List[str]:
             f"| offload report of a saved conversion (`bench_report.py`) | {size} | {t_report:.2f} |"]
 
 
-def load_models(zoo: bool, quick: bool = False) -> Dict[str, object]:
+def model_builders(zoo: bool, quick: bool = False) -> Dict[str, object]:
+    """Name -> zero-argument builder (models are built when measured: the zoo's hold gigabytes)."""
     builders = all_models()
     if quick:
         builders = {k: builders[k] for k in ("tiny_cnn", "fashion_mnist")}
-    out = {name: build(seed=0) for name, build in builders.items()}
+    out = {name: (lambda b=build: b(seed=0)) for name, build in builders.items()}
     if zoo:
         import randomize_weights as rw
         for name in rw.zoo_model_paths():
-            out[f"zoo/{name}"] = rw.load_zoo(name, 0)
+            out[f"zoo/{name}"] = (lambda n=name: rw.load_zoo(n, 0))
     return out
 
 
@@ -296,9 +305,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     load_start = bench_summary.load_average()
     t0 = time.perf_counter()
-    models = load_models(not (args.no_zoo or args.quick), args.quick)
-    small = {k: v for k, v in models.items() if not k.startswith("zoo/")}
-    converted: Dict[str, object] = {}
+    models = model_builders(not (args.no_zoo or args.quick), args.quick)
+    small = {k: build() for k, build in models.items() if not k.startswith("zoo/")}
+    converted: Dict[str, tuple] = {}
     facts: Facts = {}
     repeat = 1 if args.quick else args.repeat
     sections = [
