@@ -64,8 +64,16 @@ def loaded(info: Dict[str, str]) -> bool:
         return False
 
 
-def machine_lines(info: Dict[str, str], total_s: float) -> List[str]:
-    lines = [f"- date: {info['date']}; total run time {total_s:.0f} s",
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the bench_convert.py / bench_sim_kernels.py runs)."""
+    import resource
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def machine_lines(info: Dict[str, str], total_s: float, cpu_s: Optional[float] = None) -> List[str]:
+    cpu = f" ({cpu_s:.0f} CPU s)" if cpu_s is not None else ""
+    lines = [f"- date: {info['date']}; total run time {total_s:.0f} s wall{cpu}",
              f"- machine: {info['cpu']}, {info['cores']} logical CPUs, {info['memory']} memory, {info['os']}",
              f"- software: Python {info['python']}, onnxruntime {info['onnxruntime']}, onnx {info['onnx']}, "
              f"numpy {info['numpy']}",
