@@ -5,7 +5,8 @@
 
 MODEL: zoo architectures (tools/randomize_weights.py ZOO names, seeded random weights); default
 vgg19, zfnet512, bvlc_alexnet, resnet50. Each model runs in its own subprocess so peak RSS
-(``ru_maxrss``) belongs to that model alone; the parent writes the model to a temporary .onnx first
+(``VmHWM`` of /proc/self/status: the high-water mark of the process's own memory, reset by exec;
+``ru_maxrss`` is not: Linux carries the parent's resident size over at fork) belongs to that model alone; the parent writes the model to a temporary .onnx first
 (building the seeded model is not part of the child's peak) so load + validate is part of the
 measurement. ``peak_rss_mb`` is the child's peak, ``convert_rss_mb`` its peak minus its resident size
 after the imports (what ``convert`` + ``save`` added). The child imports the converter's modules
@@ -46,6 +47,18 @@ def _tree_digest(folder: str) -> str:
             for chunk in iter(lambda: f.read(1 << 22), b""):
                 h.update(chunk)
     return h.hexdigest()
+
+
+def _peak_mb() -> float:
+    """Peak resident memory of this process image (VmHWM; ru_maxrss where /proc is absent)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _rss_mb() -> float:
@@ -98,7 +111,7 @@ def run_one(name: str, path: str, clock: str, save: bool, profile: str = None, c
             prof.disable()
             os.makedirs(profile, exist_ok=True)
             prof.dump_stats(os.path.join(profile, f"{name}.prof"))
-    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["peak_rss_mb"] = _peak_mb()
     row["convert_rss_mb"] = row["peak_rss_mb"] - rss0
     return row
 
