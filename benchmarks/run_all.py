@@ -1,28 +1,40 @@
 #!/usr/bin/env python3
 """All converter benchmarks in one command; prints markdown and writes docs/benchmarks.md.
 
-``python benchmarks/run_all.py [--sizes 1000 4000 16000 64000] [--budget 900] [--no-zoo] [--out PATH]``
+``python benchmarks/run_all.py [--sizes 1000 4000 16000 64000] [--budget 240] [--no-zoo] [--quick]
+[--out PATH] [--readme PATH]``
 
 Sections (each figure measured in this run, ratios within one process):
-1. convert time per model (project models and the randomized onnx-wheel zoo, partition=max);
-2. convert time on synthetic chains and branchy graphs (``models.branchy_chain``) and the log-log
+1. convert (and save) CPU time per model (project models and the randomized onnx-wheel zoo,
+   partition=max), with the ratio to onnxruntime's session creation for the same model;
+2. the convert targets of issue #20 (``bench_convert.py``, one process per model: VGG-19
+   convert + save with and without the Constants-JSON, ResNet-50 convert, peak memory);
+3. convert time on synthetic chains and branchy graphs (``models.branchy_chain``) and the log-log
    slope of time against nodes (target <= 1.1); a size whose predicted time (from the slope so far)
    exceeds ``--budget`` seconds is skipped and says so;
-3. end to end: the converted model (shim with the simulator when ``onnx_mrvl.sim`` exists, else
+4. end to end: the converted model (shim with the simulator when ``onnx_mrvl.sim`` exists, else
    the fp32 reference bodies in plain onnxruntime) against onnxruntime on the original;
-4. binary size against the fp16 weight bytes it carries;
-5. simulator GFLOP/s against numpy float32 GEMM (``bench_sim_kernels.py`` when present).
+5. binary size against the fp16 weight bytes it carries;
+6. simulator GFLOP/s against numpy float32 GEMM (``bench_sim_kernels.py`` when present), and the
+   simulator's end-to-end speed against onnxruntime (``bench_shim.py``'s measurement);
+7. diff and report of a 2,000-node model (``bench_diff.py`` / ``bench_report.py``'s code).
+
+The document starts with the machine (CPU, cores, memory, versions, load average) and the date,
+then a summary table (what | measured | target) which is also copied into README.md between
+``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->``: no figure of that table is written by
+hand. ``--quick`` measures a tiny subset (two small models, 200/400-node graphs, no subprocesses)
+and writes nothing unless ``--out`` / ``--readme`` are given: it checks the report machinery.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -37,19 +49,16 @@ import onnx_mrvl  # noqa: E402
 from onnx_mrvl.testing.models import all_models, branchy_chain  # noqa: E402
 from onnx_mrvl.testing.randomize_weights import random_inputs  # noqa: E402
 
+import bench_summary  # noqa: E402
+from run_all_sim import median_run, bench_sim_kernels, bench_sim_speed, sim_available  # noqa: E402
+
 DEFAULT_OUT = os.path.join(ROOT, "docs", "benchmarks.md")
+DEFAULT_README = os.path.join(ROOT, "README.md")
+Facts = Dict[str, object]     # figures of this run the summary table reads
 
 
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def sim_available() -> bool:
-    try:
-        from onnx_mrvl.sim import Simulator  # noqa: F401
-        return True
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def timed_convert(model, **kw):
@@ -70,28 +79,94 @@ def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 # ------------------------------------------------------------------------------------ sections
 
 
-def bench_models(models: Dict[str, object], results: Dict[str, object]) -> List[str]:
-    """Fills ``results`` (name -> ConvertResult) for the binary-size section."""
-    rows = ["| model | nodes | convert CPU s | ms / node | legalize s | fuse s | split s | emit+compile s | regions "
-            "| offload |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, model in models.items():
+def ort_session_s(model) -> float:
+    """CPU seconds onnxruntime takes to create a session for ``model`` (the yardstick of convert time)."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    data = model.SerializeToString()
+    t = time.process_time()
+    ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    return time.process_time() - t
+
+
+def timed_save(result) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        t = time.process_time()
+        result.save(os.path.join(d, "out"))
+        return time.process_time() - t
+
+
+def binary_figures(result) -> tuple:
+    """(regions, binary bytes, weight elements) of a conversion, for the binary-size section."""
+    from onnx_mrvl.artifact import load
+    size = sum(len(sg.binary) for sg in result.subgraphs)
+    elems = sum(int(w.size) for sg in result.subgraphs for w in load(sg.binary).weights.values())
+    return len(result.subgraphs), size, elems
+
+
+def bench_models(models: Dict[str, Callable[[], object]], results: Dict[str, tuple], facts: Facts) -> List[str]:
+    """Fills ``results`` (name -> ``binary_figures``) for the binary-size section (not the results
+    themselves: those of the zoo models hold gigabytes)."""
+    rows = ["CPU seconds. *ratio*: convert + save over onnxruntime's session creation for the same model "
+            "(same run).", "",
+            "| model | nodes | convert s | save s | ms / node | legalize s | fuse s | split s | emit+compile s "
+            "| regions | offload | ort session s | ratio |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, build in models.items():
+        model = build()
+        n = len(model.graph.node)
         try:
             r, dt = timed_convert(model)
+            ds = timed_save(r)
         except Exception as exc:  # noqa: BLE001 - a benchmark row, not a test
-            rows.append(f"| {name} | {len(model.graph.node)} | error: {type(exc).__name__} | | | | | | | |")
+            rows.append(f"| {name} | {n} | error: {type(exc).__name__} | | | | | | | | | | |")
             continue
-        results[name] = r
+        t_ort = ort_session_s(model)
+        results[name] = binary_figures(r)
         t = r.timings
-        n = len(model.graph.node)
-        rows.append(f"| {name} | {n} | {dt:.2f} | {1000 * dt / n:.1f} | {t.get('legalize', 0):.2f} "
+        rows.append(f"| {name} | {n} | {dt:.2f} | {ds:.2f} | {1000 * dt / n:.1f} | {t.get('legalize', 0):.2f} "
                     f"| {t.get('fuse', 0):.2f} | {t.get('split', 0):.2f} | {t.get('emit+compile', 0):.2f} "
-                    f"| {len(r.subgraphs)} | {100 * r.report.offload_fraction:.1f}% |")
-        say(f"convert {name}: {dt:.2f} s")
+                    f"| {len(r.subgraphs)} | {100 * r.report.offload_fraction:.1f}% | {t_ort:.2f} "
+                    f"| {(dt + ds) / t_ort:.1f} |")
+        facts.setdefault("convert", {})[name] = (dt, ds, t_ort)
+        say(f"convert {name}: {dt:.2f} s + save {ds:.2f} s")
+        del model, r
     return rows
 
 
-def bench_scaling(sizes: Sequence[int], budget: float) -> List[str]:
-    rows = ["| graph | nodes | convert CPU s | us / node | regions |", "| --- | ---: | ---: | ---: | ---: |"]
+ISSUE_MODELS = ("vgg19", "resnet50")
+
+
+def bench_targets(facts: Facts) -> List[str]:
+    """bench_convert.py's rows (one process per model and save mode): stage times, save, peak memory."""
+    import bench_convert
+    rows = ["`benchmarks/bench_convert.py --save [--no-consts-json]`: one process per row, CPU seconds, the model "
+            "read from a file (load + validate included). *RSS added*: peak resident memory minus the resident "
+            "memory after the imports, over the model file's size.", "",
+            "| model | Constants-JSON | file MB | load+validate s | legalize s | fuse s | split s | emit s "
+            "| compile s | convert s | save s | convert + save s | peak RSS MB | RSS added / file size |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for consts in (True, False):
+        for r in bench_convert.measure(ISSUE_MODELS, "cpu", True, consts):
+            mode = "written" if consts else "skipped"
+            if "error" in r:
+                rows.append(f"| {r['model']} | {mode} | error: {r['error']} |" + " |" * 11)
+                continue
+            t = r["timings"]
+            conv = t.get("total", r["convert"])
+            rows.append(f"| {r['model']} | {mode} | {r['file_mb']:.0f} | "
+                        + " | ".join(f"{t.get(k, 0.0):.2f}" for k in bench_convert.STAGES)
+                        + f" | {conv:.2f} | {r['save']:.2f} | {conv + r['save']:.2f} | {r['peak_rss_mb']:.0f} "
+                          f"| {r['convert_rss_mb'] / r['file_mb']:.2f}x |")
+            facts.setdefault("targets", {})[(r["model"], consts)] = r
+            say(f"target {r['model']} consts={consts}: convert {conv:.2f} s + save {r['save']:.2f} s")
+    return rows
+
+
+def bench_scaling(sizes: Sequence[int], budget: float, facts: Facts) -> List[str]:
+    rows = ["CPU seconds. *ratio*: convert over onnxruntime's session creation for the same graph (same run).", "",
+            "| graph | nodes | convert s | us / node | regions | ort session s | ratio |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     slopes = []
     for branchy in (False, True):
         kind = "branchy" if branchy else "chain"
@@ -101,33 +176,27 @@ def bench_scaling(sizes: Sequence[int], budget: float) -> List[str]:
                 slope = loglog_slope(xs, ys) if len(xs) >= 2 else 1.0
                 predicted = ys[-1] * (n / xs[-1]) ** max(slope, 1.0)
                 if predicted > budget:
-                    rows.append(f"| {kind} | {n} | skipped: predicted {predicted:.0f} s > budget {budget:.0f} s | | |")
+                    rows.append(f"| {kind} | {n} | skipped: predicted {predicted:.0f} s > budget {budget:.0f} s "
+                                "| | | | |")
                     say(f"scaling {kind} {n}: skipped (predicted {predicted:.0f} s)")
                     continue
             model = branchy_chain(n, branchy=branchy)
             r, dt = timed_convert(model)
             xs.append(n)
             ys.append(dt)
-            rows.append(f"| {kind} | {n} | {dt:.2f} | {1e6 * dt / n:.0f} | {len(r.subgraphs)} |")
+            t_ort = ort_session_s(model)
+            rows.append(f"| {kind} | {n} | {dt:.2f} | {1e6 * dt / n:.0f} | {len(r.subgraphs)} | {t_ort:.2f} "
+                        f"| {dt / t_ort:.1f} |")
             say(f"scaling {kind} {n}: {dt:.2f} s")
             del model, r
         slope = loglog_slope(xs, ys)
+        facts.setdefault("scaling", {})[kind] = (xs, ys, slope)
         slopes.append(f"- {kind}: log-log slope **{slope:.2f}** over {', '.join(map(str, xs))} nodes "
                       f"(target <= 1.1: {'met' if slope <= 1.1 else 'NOT met'})")
     return rows + [""] + slopes
 
 
-def _median_run(sess, feed, names, repeat: int) -> float:
-    sess.run(names, feed)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        sess.run(names, feed)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
-
-
-def bench_end_to_end(models: Dict[str, object], repeat: int) -> List[str]:
+def bench_end_to_end(models: Dict[str, object], repeat: int, facts: Facts) -> List[str]:
     sim = sim_available()
     path_name = "onnx_mrvl.InferenceSession (simulator)" if sim else "plain onnxruntime on fp32 reference bodies"
     rows = [f"Converted model run through: {path_name}.", "",
@@ -146,8 +215,8 @@ def bench_end_to_end(models: Dict[str, object], repeat: int) -> List[str]:
                 path = r.save(d)
                 sess = (onnx_mrvl.InferenceSession(path, so()) if sim else
                         ort.InferenceSession(path, so(), providers=["CPUExecutionProvider"]))
-                t_ref = _median_run(ref, feed, names, repeat)
-                t_conv = _median_run(sess, feed, names, repeat)
+                t_ref = median_run(ref, feed, names, repeat)
+                t_conv = median_run(sess, feed, names, repeat)
                 err = max(float(np.max(np.abs(np.asarray(a, np.float64) - b))) if np.asarray(b).size else 0.0
                           for a, b in zip(sess.run(names, feed), ref.run(names, feed))
                           if np.asarray(b).dtype.kind == "f")
@@ -155,146 +224,121 @@ def bench_end_to_end(models: Dict[str, object], repeat: int) -> List[str]:
             rows.append(f"| {name} | | error: {type(exc).__name__}: {str(exc)[:80]} | | |")
             continue
         rows.append(f"| {name} | {1000 * t_ref:.2f} | {1000 * t_conv:.2f} | {t_conv / t_ref:.2f} | {err:.2e} |")
+        facts.setdefault("end_to_end", {})[name] = t_conv / t_ref
         say(f"end-to-end {name}: {t_conv / t_ref:.2f}x")
     return rows
 
 
-def bench_binary_size(results: Dict[str, object]) -> List[str]:
-    from onnx_mrvl.artifact import load
+def bench_binary_size(results: Dict[str, tuple], facts: Facts) -> List[str]:
     rows = ["| model | regions | binary bytes | weight elements | fp16 weight bytes | binary / fp16 weights |",
             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for name, r in results.items():
-        size = sum(len(sg.binary) for sg in r.subgraphs)
-        elems = sum(int(w.size) for sg in r.subgraphs for w in load(sg.binary).weights.values())
-        ratio = f"{size / (2 * elems):.3f}" if elems else "-"
-        rows.append(f"| {name} | {len(r.subgraphs)} | {size:,} | {elems:,} | {2 * elems:,} | {ratio} |")
+    for name, (regions, size, elems) in results.items():
+        ratio = f"{size / (2 * elems):.4f}" if elems else "-"
+        if elems:
+            facts.setdefault("binary", {})[name] = (size, 2 * elems)
+        rows.append(f"| {name} | {regions} | {size:,} | {elems:,} | {2 * elems:,} | {ratio} |")
     return rows
 
 
-def numpy_gemm_gflops(n: int = 512, repeat: int = 5) -> float:
-    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
-    b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
-    a @ b
+def bench_tools(facts: Facts, size: int = 2000) -> List[str]:
+    """diff and report of a ``size``-node branchy graph (bench_diff.py / bench_report.py's measurements)."""
+    from bench_diff import renamed, residual_chain
+    from onnx_mrvl.inspection.diff import diff_models
+    from onnx_mrvl.inspection.offload import offload_report
+    a = residual_chain(size, False)
     t = time.perf_counter()
-    for _ in range(repeat):
-        a @ b
-    return 2 * n ** 3 * repeat / (time.perf_counter() - t) / 1e9
+    diff_models(a, renamed(a))
+    t_diff = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as d:
+        onnx_mrvl.convert(branchy_chain(size, branchy=True)).save(os.path.join(d, "out"))
+        t = time.perf_counter()
+        offload_report(os.path.join(d, "out"))
+        t_report = time.perf_counter() - t
+    facts["tools"] = (size, t_diff, t_report)
+    return ["| tool | nodes | wall s |", "| --- | ---: | ---: |",
+            f"| diff (renamed copy, `bench_diff.py`) | {size} | {t_diff:.2f} |",
+            f"| offload report of a saved conversion (`bench_report.py`) | {size} | {t_report:.2f} |"]
 
 
-def _conv_model(c_in: int, c_out: int, k: int, size: int):
-    from onnx import TensorProto, helper, numpy_helper
-    w = (np.random.default_rng(0).standard_normal((c_out, c_in, k, k)) / np.sqrt(c_in * k * k)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[k // 2] * 4)], "conv",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, size, size])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, size, size])],
-                          [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    return m
-
-
-def sim_conv_gflops(repeat: int = 5) -> List[str]:
-    """GFLOP/s of single-Conv models run end to end through the shim, vs numpy GEMM of the same size."""
-    rows = ["| layer | MACs | shim ms | shim GFLOP/s | numpy GEMM GFLOP/s (same M,K,N) | ratio |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for c_in, c_out, k, size in ((256, 64, 1, 56), (64, 64, 3, 56), (512, 512, 3, 7)):
-        m = _conv_model(c_in, c_out, k, size)
-        r = onnx_mrvl.convert(m)
-        with tempfile.TemporaryDirectory() as d:
-            sess = onnx_mrvl.InferenceSession(r.save(d))
-            feed = {"x": np.random.default_rng(1).standard_normal((1, c_in, size, size)).astype(np.float32)}
-            t = _median_run(sess, feed, None, repeat)
-        macs = r.report.macs_offloaded
-        a = np.random.default_rng(2).standard_normal((size * size, c_in * k * k)).astype(np.float32)
-        b = np.random.default_rng(3).standard_normal((c_in * k * k, c_out)).astype(np.float32)
-        a @ b
-        t0 = time.perf_counter()
-        for _ in range(repeat):
-            a @ b
-        t_np = (time.perf_counter() - t0) / repeat
-        sim_g, np_g = 2 * macs / t / 1e9, 2 * macs / t_np / 1e9
-        rows.append(f"| conv {c_in}->{c_out} k{k} @{size}x{size} | {macs:,} | {1000 * t:.2f} | {sim_g:.2f} "
-                    f"| {np_g:.2f} | {sim_g / np_g:.3f} |")
-    return rows
-
-
-def bench_sim_kernels(timeout: float) -> List[str]:
-    rows = [f"numpy float32 GEMM 512x512x512: **{numpy_gemm_gflops():.1f} GFLOP/s** (this machine, this run).", ""]
-    if sim_available():
-        rows += ["Single-layer models through `onnx_mrvl.InferenceSession` (simulator incl. shim overhead):", ""]
-        rows += sim_conv_gflops()
-    script = os.path.join(HERE, "bench_sim_kernels.py")
-    if not os.path.exists(script) or not sim_available():
-        rows.append("")
-        rows.append("Simulator kernels: not measured (benchmarks/bench_sim_kernels.py or onnx_mrvl.sim not present "
-                    "at the time of this run).")
-        return rows
-    try:
-        out = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-        text = out.stdout.strip() or out.stderr.strip()[-2000:]
-    except subprocess.TimeoutExpired:
-        text = f"bench_sim_kernels.py did not finish within {timeout:.0f} s"
-    return rows + ["", "Output of `benchmarks/bench_sim_kernels.py`:", "", text]
-
-
-# ---------------------------------------------------------------------------------------- main
-
-
-def bench_sim_speed(repeat: int) -> List[str]:
-    """bench_shim's table: shim / simulator / onnxruntime at batch 1 (ResNet-50, MobileNetV2-style)."""
-    import bench_shim
-    rows = ["| model | shim ms | simulator ms | onnxruntime ms | onnxruntime CPU ms | shim / onnxruntime "
-            "| shim / onnxruntime CPU | target <= 1.5x (wall / wall) |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for name, model in bench_shim._cases():
-        r = bench_shim.measure(name, model, max(10, repeat))
-        rows.append(f"| {name} | {r['shim_ms']:.1f} | {r['sim_ms']:.1f} | {r['ort_ms']:.1f} | {r['ort_cpu_ms']:.1f} | "
-                    f"{r['shim_over_ort']:.2f}x | {r['shim_over_ort_cpu']:.2f}x | "
-                    f"{'met' if r['shim_over_ort'] <= 1.5 else 'NOT met'} |")
-        say(f"simulator speed {name}: {r['shim_over_ort']:.2f}x")
-    return rows
-
-
-def load_models(zoo: bool) -> Dict[str, object]:
-    out = {name: build(seed=0) for name, build in all_models().items()}
+def model_builders(zoo: bool, quick: bool = False) -> Dict[str, object]:
+    """Name -> zero-argument builder (models are built when measured: the zoo's hold gigabytes)."""
+    builders = all_models()
+    if quick:
+        builders = {k: builders[k] for k in ("tiny_cnn", "fashion_mnist")}
+    out = {name: (lambda b=build: b(seed=0)) for name, build in builders.items()}
     if zoo:
         from onnx_mrvl.testing import randomize_weights as rw
         for name in rw.zoo_model_paths():
-            out[f"zoo/{name}"] = rw.load_zoo(name, 0)
+            out[f"zoo/{name}"] = (lambda n=name: rw.load_zoo(n, 0))
     return out
+
+
+def _section(title, fn, *args, **kw) -> tuple:
+    """(title, rows): a section that fails reports its error instead of ending the run."""
+    try:
+        return title, fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - one broken benchmark must not lose the others
+        say(f"{title}: {type(exc).__name__}: {exc}")
+        return title, [f"not measured: {type(exc).__name__}: {str(exc)[:200]}"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
-    ap.add_argument("--budget", type=float, default=900.0, help="skip a synthetic size predicted to take longer (s)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="synthetic graph sizes (default 1000 4000 16000 64000; --quick: 200 400)")
+    ap.add_argument("--budget", type=float, default=240.0, help="skip a synthetic size predicted to take longer (s)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per end-to-end timing (median)")
     ap.add_argument("--no-zoo", action="store_true", help="skip the onnx-wheel zoo models")
-    ap.add_argument("--out", default=DEFAULT_OUT, help="markdown file to write ('' to skip)")
+    ap.add_argument("--quick", action="store_true", help="a tiny subset: checks the report, measures little")
+    ap.add_argument("--out", default=None, help="markdown file to write (default docs/benchmarks.md; '' to skip; "
+                                                "--quick: skipped unless given)")
+    ap.add_argument("--readme", default=None, help="README whose benchmarks block is replaced (default README.md; "
+                                                   "'' to skip; --quick: skipped unless given)")
     args = ap.parse_args(argv)
+    out = args.out if args.out is not None else ("" if args.quick else DEFAULT_OUT)
+    readme = args.readme if args.readme is not None else ("" if args.quick else DEFAULT_README)
+    sizes = args.sizes or ([200, 400] if args.quick else [1000, 4000, 16000, 64000])
     logging.basicConfig(level=logging.ERROR)
+    from onnx_mrvl import pipeline
+    pipeline.CLOCK = time.process_time      # stage columns in CPU seconds, like the totals
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_start = bench_summary.load_average()
     t0 = time.perf_counter()
-    models = load_models(not args.no_zoo)
-    small = {k: v for k, v in models.items() if not k.startswith("zoo/")}
-    converted: Dict[str, object] = {}
+    models = model_builders(not (args.no_zoo or args.quick), args.quick)
+    small = {k: build() for k, build in models.items() if not k.startswith("zoo/")}
+    converted: Dict[str, tuple] = {}
+    facts: Facts = {}
+    repeat = 1 if args.quick else args.repeat
     sections = [
-        ("Convert time per model (partition=max)", bench_models(models, converted)),
-        ("Convert time on synthetic graphs", bench_scaling(args.sizes, args.budget)),
-        ("End to end: converted model vs onnxruntime on the original", bench_end_to_end(small, args.repeat)),
-        ("Binary size vs fp16 weight bytes", bench_binary_size(converted)),
-        ("Simulator vs numpy float32 GEMM", bench_sim_kernels(args.budget)),
-        ("Simulator speed vs onnxruntime, batch 1", bench_sim_speed(args.repeat)),
+        _section("Convert time per model (partition=max)", bench_models, models, converted, facts),
+        _section("Issue #20 convert targets: VGG-19 and ResNet-50", bench_targets, facts) if not args.quick else
+        ("Issue #20 convert targets: VGG-19 and ResNet-50", ["not measured (--quick)"]),
+        _section("Convert time on synthetic graphs", bench_scaling, sizes, args.budget, facts),
+        _section("End to end: converted model vs onnxruntime on the original", bench_end_to_end, small, repeat, facts),
+        _section("Binary size vs fp16 weight bytes", bench_binary_size, converted, facts),
+        _section("Simulator vs numpy float32 GEMM", bench_sim_kernels, args.budget) if not args.quick else
+        ("Simulator vs numpy float32 GEMM", ["not measured (--quick)"]),
+        _section("Simulator speed vs onnxruntime, batch 1", bench_sim_speed, repeat, facts, args.quick)
+        if sim_available() else ("Simulator speed vs onnxruntime, batch 1", ["not measured: no onnx_mrvl.sim"]),
+        _section("Diff and report", bench_tools, facts, 400 if args.quick else 2000),
     ]
-    lines = ["# Benchmarks", "", "Generated by `python benchmarks/run_all.py` (do not edit by hand). "
-             f"onnxruntime {ort.__version__}, numpy {np.__version__}, {os.cpu_count()} CPUs; "
-             f"total {time.perf_counter() - t0:.0f} s.", ""]
+    total = time.perf_counter() - t0
+    info = bench_summary.machine(started, load_start)
+    table = bench_summary.summary_table(bench_summary.summary_rows(facts, ROOT))
+    shown = [a for a in (sys.argv[1:] if argv is None else argv) if a]
+    lines = ["# Benchmarks", "", "Generated by `" + " ".join(["python benchmarks/run_all.py"] + shown)
+             + "` (do not edit by hand).", ""] + bench_summary.machine_lines(info, total, bench_summary.cpu_seconds()) + [""]
+    lines += [f"## {bench_summary.SUMMARY_TITLE}", ""] + table + [""]
     for title, rows in sections:
         lines += [f"## {title}", ""] + rows + [""]
     text = "\n".join(lines)
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(text)
+    if readme:
+        doc = os.path.relpath(out, os.path.dirname(os.path.abspath(readme))) if out else "benchmarks/run_all.py's output"
+        bench_summary.write_readme(readme, bench_summary.readme_block(info, table, doc))
     return 0
 
 

@@ -1,7 +1,8 @@
 """Decisions: one record per original node saying where it runs and why."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import copy
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, Iterable, List, Optional
 
 
@@ -18,7 +19,17 @@ class Decision:
     precision: Optional[str] = None    # that layer's arithmetic: "int8" or "fp16" (accelerator only)
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+        """The fields that are set, in field order (as ``asdict``, without its deep copy: a report of
+        64,000 nodes spent a second in it)."""
+        out = {}
+        for k in _FIELDS:
+            v = getattr(self, k)
+            if v is not None and v != "":
+                out[k] = copy.deepcopy(v) if isinstance(v, (list, dict)) else v
+        return out
+
+
+_FIELDS = tuple(f.name for f in fields(Decision))
 
 
 class Decisions(dict):

@@ -1,13 +1,10 @@
 """Reading models safely and writing artifacts atomically (temp name in the same folder, then rename)."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
-from typing import BinaryIO, Callable, List, Union
-
-import numpy as np
+from typing import BinaryIO, Callable, Union
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -200,94 +197,4 @@ def write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
         raise
 
 
-LONG_STRING = 1 << 16   # strings at least this long are checked for escapes in bulk, not per character
-
-
-def dump_json(obj, f: BinaryIO) -> None:
-    """Write exactly the bytes of ``(json.dumps(obj, indent=1) + "\\n").encode()`` to binary file
-    ``f``, streaming: no string of the whole document is built, and long strings that need no
-    escaping (base64 constants) are written as they are, in slices of ``STRING_CHUNK`` characters,
-    instead of going through the encoder's per-character loop."""
-    parts: List[str] = []
-    size = 0
-
-    def flush():
-        nonlocal size
-        if parts:
-            f.write("".join(parts).encode("ascii"))
-            parts.clear()
-            size = 0
-
-    for chunk in _iter_json(obj, 0):
-        if isinstance(chunk, bytes):   # a long verbatim string, quotes included by the caller
-            flush()
-            f.write(chunk)
-            continue
-        parts.append(chunk)
-        size += len(chunk)
-        if size > (1 << 20):
-            flush()
-    parts.append("\n")
-    flush()
-
-
-def _iter_json(o, level: int):
-    if isinstance(o, str):
-        yield from _json_str(o)
-    elif isinstance(o, dict):
-        if not o:
-            yield "{}"
-            return
-        inner = "\n" + " " * (level + 1)
-        first = True
-        for key, value in o.items():
-            yield ("{" if first else ",") + inner + _json_encoder.encode(_json_key(key)) + ": "
-            first = False
-            yield from _iter_json(value, level + 1)
-        yield "\n" + " " * level + "}"
-    elif isinstance(o, (list, tuple)):
-        if not o:
-            yield "[]"
-            return
-        inner = "\n" + " " * (level + 1)
-        for i, value in enumerate(o):
-            yield ("[" if i == 0 else ",") + inner
-            yield from _iter_json(value, level + 1)
-        yield "\n" + " " * level + "]"
-    else:   # numbers, booleans, None; anything else raises TypeError as json.dumps does
-        yield _json_encoder.encode(o)
-
-
-STRING_CHUNK = 1 << 22  # long strings are checked and written in slices of this many characters
-
-
-def _verbatim(s: str) -> bool:
-    """Printable ASCII without quote or backslash: json writes it as it is."""
-    for i in range(0, len(s), STRING_CHUNK):
-        data = s[i:i + STRING_CHUNK].encode("ascii")
-        codes = np.frombuffer(data, np.uint8)
-        if codes.min() < 0x20 or codes.max() > 0x7E or b'"' in data or b"\\" in data:
-            return False
-    return True
-
-
-def _json_str(s: str):
-    if len(s) >= LONG_STRING and s.isascii() and _verbatim(s):
-        yield b'"'                  # in slices: no bytes copy of the whole string (base64 of a 400 MB weight)
-        for i in range(0, len(s), STRING_CHUNK):
-            yield s[i:i + STRING_CHUNK].encode("ascii")
-        yield b'"'
-        return
-    yield _json_encoder.encode(s)
-
-
-def _json_key(key) -> str:
-    """json's conversion of a dict key to a string (floats, booleans, None, integers)."""
-    if isinstance(key, str):
-        return key
-    if key is None or isinstance(key, (bool, int, float)):
-        return _json_encoder.encode(key)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
-
-
-_json_encoder = json.JSONEncoder()
+from .json_stream import LONG_STRING, STRING_CHUNK, dump_json  # noqa: E402,F401 - re-exported

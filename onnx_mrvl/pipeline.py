@@ -16,6 +16,7 @@ from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import CompileError, MrvlError
 from .fuse import fuse
+from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
 from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
@@ -105,6 +106,17 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
         warnings.warn("convert(strict=...) is deprecated: errors raise by default; pass fallback=True to keep "
                       "a failing region or model on the CPU", DeprecationWarning, stacklevel=2)
         fallback = fallback or not strict
+    with gc_paused():   # gcpause.py: full collections made convert time superlinear in the graph size
+        return _convert_model(model, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
+                              force=force, input_shapes=input_shapes, reference=reference, embed=embed,
+                              num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback,
+                              quantize=quantize, calibration=calibration, calibration_method=calibration_method,
+                              fp16_layers=fp16_layers, snr_budget_db=snr_budget_db)
+
+
+def _convert_model(model, *, target, partition, exclude, cut_after, force, input_shapes, reference, embed,
+                   num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method,
+                   fp16_layers, snr_budget_db) -> ConvertResult:
     t0 = CLOCK()
     original = load_model(model)
     validate_model(original)

@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .artifact.folder import Writer, write_folder
 from .artifact.manifest import build
+from .gcpause import gc_paused
 from .modelio import dump_json
 from .stamp import converter_info
 
@@ -81,6 +82,7 @@ def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool =
         return build(digests, model="model.onnx", converter=provenance.get("converter") or converter_info(),
                      source=source, skipped=skipped)
 
-    write_folder(out_dir, files, manifest=manifest, overwrite=overwrite, protect=[source.get("path")],
-                 on_file=on_file)
+    with gc_paused():   # the report and JSON documents of a large graph: see gcpause.py
+        write_folder(out_dir, files, manifest=manifest, overwrite=overwrite, protect=[source.get("path")],
+                     on_file=on_file)
     return os.path.join(out_dir, "model.onnx")

@@ -64,6 +64,8 @@ class Graph:
         self.names: Set[str] = set()
         self.tensor_names: Set[str] = set(self.inits) | set(self.inputs) | self.outputs
         self.changed = False
+        self.edits = 0        # bumped by every change of nodes or edges: the key of the cached order
+        self._topo: Optional[Tuple[tuple, List[onnx.NodeProto]]] = None
         self._new_inits: Set[str] = set()
         self._counters: Dict[str, int] = {}
         self.target = None  # set by the driver; rules may read limits in match()
@@ -79,6 +81,7 @@ class Graph:
 
     # ----- nodes
     def _add(self, node: onnx.NodeProto, key: Tuple[float, int]) -> None:
+        self.edits += 1
         self.nodes[id(node)] = node
         self.by_op.setdefault(node.op_type, {})[id(node)] = node
         self.order[id(node)] = (key[0], next(self._seq))
@@ -110,11 +113,12 @@ class Graph:
         return sorted(found, key=lambda n: order[id(n)])
 
     def toposort(self) -> List[onnx.NodeProto]:
-        return self._toposort()
+        return list(self._toposort())
 
     def remove(self, node: onnx.NodeProto) -> None:
         if id(node) not in self.nodes:
             return
+        self.edits += 1
         del self.nodes[id(node)]  # its order key stays: replacements are placed there
         self.by_op.get(node.op_type, {}).pop(id(node), None)
         self.names.discard(node.name)
@@ -127,6 +131,7 @@ class Graph:
         self.changed = True
 
     def _use(self, name: str, node: onnx.NodeProto) -> None:
+        self.edits += 1
         d = self.consumers.setdefault(name, {})
         e = d.get(id(node))
         if e is None:
@@ -135,6 +140,7 @@ class Graph:
             e[1] += 1
 
     def _unuse(self, name: str, node: onnx.NodeProto) -> None:
+        self.edits += 1
         d = self.consumers.get(name)
         e = d.get(id(node)) if d else None
         if e is not None:
@@ -191,6 +197,7 @@ class Graph:
                     self.set_input(c, k, new)
 
     def rename_output(self, node: onnx.NodeProto, idx: int, new: str) -> None:
+        self.edits += 1
         old = node.output[idx]
         if self.producer.get(old) is node:
             del self.producer[old]
@@ -342,6 +349,14 @@ class Graph:
                     work.append(p)
 
     def _toposort(self) -> List[onnx.NodeProto]:
+        """Strict topological order, ties by insertion key; computed once per state of the graph
+        (a sweep without rewrites, commit and the final shape inference sort the same graph)."""
+        key = (self.edits, len(self.nodes), len(self.producer))
+        if self._topo is None or self._topo[0] != key:
+            self._topo = (key, self._sort())
+        return self._topo[1]
+
+    def _sort(self) -> List[onnx.NodeProto]:
         nodes = list(self.nodes.values())
         indeg = {id(n): 0 for n in nodes}
         users: Dict[int, List[onnx.NodeProto]] = {}

@@ -41,13 +41,22 @@ def region_model(model: onnx.ModelProto, g: GraphIndex, nodes: List[onnx.NodePro
     inits = [t for t in model.graph.initializer if t.name in used]
     produced = {o for n in nodes for o in n.output}
     vis = [_value_info(g, t) for t in sorted(produced - set(outputs)) if g.shape(t) is not None]
-    graph = helper.make_graph([_copy(n) for n in nodes], name, [_value_info(g, t) for t in inputs],
-                              [_value_info(g, t) for t in outputs], inits, value_info=vis)
     live = {(n.op_type, n.overload) for n in nodes}
     funcs = [f for f in model.functions if f.domain == opset.DOMAIN and (f.name, f.overload) in live]
-    out = helper.make_model(graph, opset_imports=list(model.opset_import), functions=funcs,
-                            producer_name="onnx_mrvl")
+    # the fields helper.make_graph + make_model would set, filled in place: make_model copies the
+    # whole graph once more, weights included (a second copy of every region weight)
+    out = onnx.ModelProto()
     out.ir_version = max(model.ir_version, 10)
+    graph = out.graph
+    graph.node.extend(nodes)
+    graph.name = name
+    graph.input.extend([_value_info(g, t) for t in inputs])
+    graph.output.extend([_value_info(g, t) for t in outputs])
+    graph.initializer.extend(inits)
+    graph.value_info.extend(vis)
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(funcs)
+    out.producer_name = "onnx_mrvl"
     return out
 
 

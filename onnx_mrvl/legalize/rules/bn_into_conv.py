@@ -46,7 +46,9 @@ def rewrite(m: Match, g) -> str:
     o = w.shape[0]
     b = g.const(conv.input[2]).astype(np.float64) if inp(conv, 2) else np.zeros(o)
     s = scale / np.sqrt(var + eps)
-    w2 = (w.astype(np.float64) * s.reshape((o,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    # float64 products rounded once to the weight's type, computed in blocks (no float64 copy of the weight)
+    w2 = np.multiply(w, s.reshape((o,) + (1,) * (w.ndim - 1)), dtype=np.float64,
+                     out=np.empty(w.shape, w.dtype), casting="unsafe")
     b2 = ((b - mean) * s + bias).astype(w.dtype)
     origin = m.origin
     g.remove(bn)

@@ -1,0 +1,142 @@
+"""The speed work of issue #20 changes no output: the streaming JSON writer gives json.dumps's bytes,
+region models are the bytes helper.make_model gave, the cached topological order follows every edit,
+and convert / save leave the garbage collector as they found it."""
+import gc
+import io
+import json
+import random
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_mrvl import json_stream
+from onnx_mrvl.gcpause import gc_paused
+from onnx_mrvl.json_stream import dump_json
+
+
+def _random_doc(rng: random.Random, depth: int = 0):
+    leaves = ["a", "", "é\"x\\\n\t", "x" * 1500, "ü" * 1100, 0, -7, 2 ** 70, True, False, None, 1.5, 0.1,
+              -0.0, 1e300, float("nan"), float("inf"), float("-inf"), ("t", 1)]
+    r = rng.random()
+    if depth > 4 or r < 0.35:
+        return rng.choice(leaves)
+    if r < 0.65:
+        return [_random_doc(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    keys = ["k", "é", 1, 2.5, True, False, None, 'q"', "z", -3]
+    return {rng.choice(keys): _random_doc(rng, depth + 1) for _ in range(rng.randint(0, 5))}
+
+
+def _dumped(obj) -> bytes:
+    sink = io.BytesIO()
+    dump_json(obj, sink)
+    return sink.getvalue()
+
+
+def test_json_writer_matches_json_dumps_on_random_documents():
+    rng = random.Random(0)
+    for _ in range(1500):
+        doc = _random_doc(rng)
+        assert _dumped(doc) == (json.dumps(doc, indent=1) + "\n").encode(), doc
+
+
+@pytest.mark.parametrize("tail", ['"', "\\", "\u00e9", "\x01", "~"])
+def test_json_writer_long_string_with_an_escape_in_a_later_slice(monkeypatch, tail):
+    monkeypatch.setattr(json_stream, "STRING_CHUNK", 1 << 17)   # several slices without a huge string
+    s = "A" * (3 << 17) + tail + "B" * 100
+    doc = {"w": [s, {"d": s[:70000]}], "n": 1}
+    assert _dumped(doc) == (json.dumps(doc, indent=1) + "\n").encode()
+
+
+def test_json_writer_refuses_what_json_refuses():
+    for bad in ({"a": object()}, {(1, 2): 3}, [np.float32(1.0)]):
+        with pytest.raises(TypeError):
+            json.dumps(bad)
+        with pytest.raises(TypeError):
+            _dumped(bad)
+
+
+def test_gc_paused_restores_the_collector():
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        with gc_paused():
+            raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def _conv_model():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w, b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_convert_and_save_leave_the_collector_enabled(tmp_path):
+    import onnx_mrvl
+    result = onnx_mrvl.convert(_conv_model())
+    assert gc.isenabled()
+    result.save(str(tmp_path / "out"))
+    assert gc.isenabled()
+
+
+def test_region_model_is_what_make_model_built():
+    """split.deploy.region_model fills the ModelProto in place; the bytes are those of the
+    helper.make_graph + helper.make_model construction it replaced."""
+    import onnx_mrvl
+    from onnx_mrvl._graph import GraphIndex
+    from onnx_mrvl.split import deploy
+    fused = onnx_mrvl.convert(_conv_model()).stages["fuse"]
+    g = GraphIndex(fused)
+    nodes = [n for n in fused.graph.node if n.domain == "mrvl"]
+    produced = {o for n in nodes for o in n.output}
+    ins = sorted({i for n in nodes for i in n.input if i and i not in produced and i not in g.initializers})
+    outs = [o.name for o in fused.graph.output]
+    got = deploy.region_model(fused, g, nodes, ins, outs, "r")
+    used = {i for n in nodes for i in n.input}
+    vi = lambda t: helper.make_tensor_value_info(t, g.elem_type(t) or TensorProto.FLOAT, g.shape(t))  # noqa: E731
+    vis = [vi(t) for t in sorted(produced - set(outs)) if g.shape(t) is not None]
+    graph = helper.make_graph([onnx.NodeProto.FromString(n.SerializeToString()) for n in nodes], "r",
+                              [vi(t) for t in ins], [vi(t) for t in outs],
+                              [t for t in fused.graph.initializer if t.name in used], value_info=vis)
+    live = {(n.op_type, n.overload) for n in nodes}
+    funcs = [f for f in fused.functions if f.domain == "mrvl" and (f.name, f.overload) in live]
+    want = helper.make_model(graph, opset_imports=list(fused.opset_import), functions=funcs, producer_name="onnx_mrvl")
+    want.ir_version = max(fused.ir_version, 10)
+    assert got.SerializeToString() == want.SerializeToString()
+
+
+def test_legalize_topological_order_follows_edits():
+    from onnx_mrvl.legalize.graph import Graph
+    m = _conv_model()
+    g = Graph(m)
+    first = g.toposort()
+    assert [n.name for n in first] == ["conv", "relu"]
+    assert g.toposort() == first and g.toposort() is not first      # cached, handed out as a copy
+    relu = next(n for n in first if n.op_type == "Relu")
+    g.make("Sigmoid", ["y"], ["z"], near=relu, origin=["relu"], name="sig")
+    assert [n.name for n in g.toposort()] == ["conv", "relu", "sig"]
+    g.remove(relu)
+    assert [n.name for n in g.toposort()] == ["conv", "sig"]
+    sig = g.toposort()[1]
+    g.set_input(sig, 0, "c")
+    assert [n.name for n in g.toposort()] == ["conv", "sig"]
