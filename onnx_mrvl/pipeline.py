@@ -11,10 +11,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 
 import onnx
 
-from . import bodies, emit as emit_stage
+from . import bodies
+from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile
 from .cuts import find_cuts
 from .decisions import Decisions
-from .errors import CompileError, MrvlError
+from .errors import MrvlError
 from .fuse import fuse
 from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
@@ -24,30 +25,12 @@ from .provenance import get_origin
 from .quantize import quantize_model
 from .report import Report
 from .split import batch_chunks, split
-from .split.deploy import attach_artifact, is_subgraph
 from .stamp import stamped
 from .target import Target, get_target
 
 log = logging.getLogger(__name__)
 MAX_IR_VERSION = 10      # onnxruntime 1.31 loads up to IR 13; function overloads need IR 10
 CLOCK = time.perf_counter  # the clock of ConvertResult.timings (benchmarks set time.process_time)
-
-
-@dataclass
-class Subgraph:
-    """One accelerator region: its JSON pair (the contract) and its compiled binary."""
-    name: str
-    nodes_json: dict
-    consts_json: dict
-    binary: bytes
-    inputs: List[str] = field(default_factory=list)
-    outputs: List[str] = field(default_factory=list)
-    origin: List[str] = field(default_factory=list)
-    macs: int = 0
-
-    @property
-    def artifact(self) -> str:
-        return f"{self.name}.bin"
 
 
 @dataclass
@@ -211,8 +194,8 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             continue
         t = CLOCK()
         try:
-            subgraphs = _emit_and_compile(result, target, embed, say, timings, fallback, reference, model_batch)
-        except _RegionFailed as failed:
+            subgraphs = emit_and_compile(result, target, embed, say, timings, fallback, reference, model_batch, clock=CLOCK)
+        except RegionFailed as failed:
             if not fallback:
                 raise failed.error from None
             why = (f"region {failed.region} failed to compile ({failed.error}); its nodes run on the CPU "
@@ -221,7 +204,7 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             fell_back.append(why)
             cpu.update({n: f"compile: {failed.error.message} (fallback=True)" for n in failed.origin})
             continue
-        except _RegionNotWorth as slow:
+        except RegionNotWorth as slow:
             history.append({"nodes": [], "origin": slow.origin, "reason": slow.reason, "estimate": slow.estimate})
             cpu.update({n: slow.reason for n in slow.origin})
             continue
@@ -308,78 +291,6 @@ def _dropped_log(cpu: Dict[str, str], user_exclude, legal: onnx.ModelProto) -> L
             names = by_reason.setdefault(reason, [])
             names.extend(o for o in origin.get(name, [name]) if o not in names)
     return [{"origin": names, "nodes": [], "reason": reason} for reason, names in by_reason.items()]
-
-
-class _RegionNotWorth(Exception):
-    """A region kept on the CPU by a decision, not a failure: partition="cost" found it slower by
-    the simulator's own cycle model, or its batch cannot run in hardware batches."""
-
-    def __init__(self, region, reason: str):
-        super().__init__(reason)
-        self.region, self.reason, self.origin, self.estimate = region.name, reason, list(region.origin), region.estimate
-
-
-class _RegionFailed(Exception):
-    def __init__(self, region, error: MrvlError):
-        super().__init__(str(error))
-        self.region, self.error = region.name, error
-        self.nodes, self.origin = list(region.nodes), list(region.origin)
-
-
-def _emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
-                      fallback: bool = False, reference: bool = False, model_batch: int = 1) -> List[Subgraph]:
-    options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
-                                        arch=target.arch)
-    nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
-    out = []
-    t_emit = t_compile = 0.0
-    for region in result.regions:
-        say(f"compile {region.name}")
-        batch = batch_chunks.region_batch(region.model)
-        # only the model's own batch is chunked (an LSTM's [T, 1, N, H] leads with time steps)
-        chunks = batch_chunks.plan(batch, target.max_batch) if batch > target.max_batch and batch == model_batch \
-            else None
-        if chunks and reference:   # a decision, not a failure: the region stays on the CPU
-            raise _RegionNotWorth(region, f"batch {batch} exceeds max_batch {target.max_batch}: hardware "
-                                          f"batches are not combined with reference bodies")
-        why = batch_chunks.check(region.model, batch) if chunks else None
-        if why:
-            raise _RegionNotWorth(region, why)
-        try:
-            t = CLOCK()
-            emitted = emit_stage.emit(region.model, region.name)
-            nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
-            t_emit += CLOCK() - t
-            t = CLOCK()
-            binary, meta = emit_stage.compile_program(nodes_json, consts_json, dataclasses.replace(
-                options, batch=chunks[1]) if chunks else options)
-            emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
-            emit_stage.annotate_boundaries(nodes_json, meta)   # the binary's quantize / dequantize
-            t_compile += CLOCK() - t
-        except CompileError as exc:
-            if not exc.hint:
-                exc = CompileError(exc.message, node=exc.node, origin=exc.origin,
-                                   hint="report this model; convert(..., fallback=True) or --fallback keeps "
-                                        "the region on the CPU")
-            raise _RegionFailed(region, exc) from None
-        except Exception as exc:  # noqa: BLE001 - a bug of ours in one region: only with fallback=True
-            if not fallback:
-                raise
-            raise _RegionFailed(region, CompileError(f"internal error: {type(exc).__name__}: {exc}",
-                                                     node=region.name, origin=region.origin)) from None
-        if region.estimate:   # partition="cost": re-check with the simulator's cycle model
-            from .split.cost import compiled_estimate, describe
-            region.estimate = compiled_estimate(region.estimate, binary, calls=chunks[0] if chunks else 1)
-            if not region.estimate["offload"]:
-                raise _RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
-        attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
-        if chunks:
-            batch_chunks.chunk_node(result.model, nodes[region.name], region.model, batch, *chunks, region.origin)
-            region.batches = chunks
-        out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
-                            region.origin, region.macs))
-    timings["emit"], timings["compile"] = t_emit, t_compile  # the last (successful) attempt
-    return out
 
 
 def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.ModelProto) -> Decisions:

@@ -19,6 +19,8 @@ from onnx_mrvl.errors import ModelError, UsageError
 from onnx_mrvl.testing.models import GraphBuilder, tiny_cnn
 
 pytest.importorskip("onnxruntime.quantization")
+from test_int8_dynamic import token_mlp  # noqa: E402  (the same seeded token MLP)
+
 F32 = TensorProto.FLOAT
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,13 +37,6 @@ def residual_block(seed: int = 0) -> onnx.ModelProto:
     return g.model("residual_block", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 10])])
 
 
-def token_mlp(seed: int = 0) -> onnx.ModelProto:
-    g = GraphBuilder(seed, 13)
-    x = g.node("MatMul", ["input", g.const("w1", g.he((32, 64), 32))], "mm1")
-    x = g.relu(g.node("Add", [x, g.const("b1", np.linspace(-0.5, 0.5, 64).astype(np.float32))], "add1"), "relu1")
-    g.node("MatMul", [x, g.const("w2", g.he((64, 16), 64))], "mm2")
-    g.nodes[-1].output[0] = "output"
-    return g.model("token_mlp", [("input", F32, [1, 12, 32])], [("output", F32, [1, 12, 16])])
 
 
 def badly_scaled(seed: int = 0) -> onnx.ModelProto:

@@ -5,7 +5,7 @@ optimisation that must not change the output checks it with ``--check``.
     python tools/artifact_digest.py [--out FILE] [--check FILE] [--only SUBSTR ...] [--no-zoo]
 
 Models: the project models (``models.all_models``), the onnx-wheel zoo architectures with seeded
-weights (``randomize_weights.load_zoo``), the exporter-style architectures of ``tools/arch_*.py``,
+weights (``randomize_weights.load_zoo``), the exporter-style architectures of ``onnx_mrvl/testing/arch_*.py``,
 control-flow and recurrent models, a synthetic branchy chain, and a few option variants
 (partition="single"/"cost", reference=True, embed=True, consts_json=False). Each model is given to
 ``convert`` as a ModelProto (no temporary path enters the provenance), so every saved file, including
@@ -30,24 +30,23 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for _p in (ROOT, HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 Case = Tuple[str, Callable[[], object], dict, dict]   # name, builder, convert kwargs, save kwargs
 
 
 def cases(zoo: bool = True) -> List[Case]:
     """The fixed list of (name, builder, convert kwargs, save kwargs)."""
-    import arch_attention
-    import arch_detect_classify
-    import arch_ocr_audio
-    import arch_speech
-    import arch_transformer
-    import control_flow_models as cf
-    import randomize_weights as rw
-    import recurrent_models as rec
-    from models import all_models, branchy_chain, resnet18_like, tiny_cnn
+    from onnx_mrvl.testing import arch_attention
+    from onnx_mrvl.testing import arch_detect_classify
+    from onnx_mrvl.testing import arch_ocr_audio
+    from onnx_mrvl.testing import arch_speech
+    from onnx_mrvl.testing import arch_transformer
+    from onnx_mrvl.testing import control_flow_models as cf
+    from onnx_mrvl.testing import randomize_weights as rw
+    from onnx_mrvl.testing import recurrent_models as rec
+    from onnx_mrvl.testing.models import all_models, branchy_chain, resnet18_like, tiny_cnn
     out: List[Case] = []
     for name, build in all_models().items():
         out.append((name, lambda b=build: b(seed=0), {}, {}))

@@ -14,22 +14,27 @@ def is_int8(a: NodeAttrs) -> bool:
     return a.has("precision") and a.str("precision").lower() == "int8"
 
 
+def side_qparams(a: NodeAttrs, side: str, what: str, params: dict) -> None:
+    """Checks ``<side>_dtype`` / ``_scale`` / ``_zero_point`` of ``a`` and copies them into ``params``."""
+    dtype = a.str(f"{side}_dtype", "int8")
+    if dtype not in QRANGE:
+        a.fail(f"{side}_dtype '{dtype}' of {what} is not int8 or uint8")
+    scale, zp = a.float(f"{side}_scale"), a.int(f"{side}_zero_point", 0)
+    if not (np.isfinite(scale) and scale > 0):
+        a.fail(f"{side}_scale {scale} must be positive and finite")
+    lo, hi = QRANGE[dtype]
+    if not lo <= zp <= hi:
+        a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
+    params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
+
+
 def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict,
                 has_weights: bool = True) -> None:
     """Checks and copies the quantization fields; the weight scales (Conv2D / FC) become a float32 weight."""
     from .layer_common import vector
     sides = ("in", "out", "in2") if a.has("in2_dtype") else ("in", "out")
     for side in sides:
-        dtype = a.str(f"{side}_dtype", "int8")
-        if dtype not in QRANGE:
-            a.fail(f"{side}_dtype '{dtype}' of an int8 layer is not int8 or uint8")
-        scale, zp = a.float(f"{side}_scale"), a.int(f"{side}_zero_point", 0)
-        if not (np.isfinite(scale) and scale > 0):
-            a.fail(f"{side}_scale {scale} must be positive and finite")
-        lo, hi = QRANGE[dtype]
-        if not lo <= zp <= hi:
-            a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
-        params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
+        side_qparams(a, side, "an int8 layer", params)
     params["precision"] = "int8"
     if not has_weights:
         return
@@ -82,16 +87,7 @@ def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
     if layer_name not in INT8_OUT:
         a.fail(f"{layer_name} has no int8 output mode (int8_out: {', '.join(INT8_OUT)})")
     for side in ("out", "in") if a.has("in_dtype") else ("out",):   # in_*: it reads int8 codes
-        dtype = a.str(f"{side}_dtype", "int8")
-        if dtype not in QRANGE:
-            a.fail(f"{side}_dtype '{dtype}' of an int8_out layer is not int8 or uint8")
-        scale, zp = a.float(f"{side}_scale"), a.int(f"{side}_zero_point", 0)
-        if not (np.isfinite(scale) and scale > 0):
-            a.fail(f"{side}_scale {scale} must be positive and finite")
-        lo, hi = QRANGE[dtype]
-        if not lo <= zp <= hi:
-            a.fail(f"{side}_zero_point {zp} is outside the {dtype} range [{lo}, {hi}]")
-        params.update({f"{side}_scale": float(np.float32(scale)), f"{side}_zero_point": zp, f"{side}_dtype": dtype})
+        side_qparams(a, side, "an int8_out layer", params)
     params["precision"] = "int8_out"
 
 

@@ -72,8 +72,9 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
                 "that is not 4-D (fuses only into a preceding conv; a single constant slope runs anywhere "
                 "as leaky_relu, a per-channel one on 4-D data as a depthwise 1x1 identity conv)")
         if n.op_type == "Erf" and not steps.erf_of_qdq_gelu(g, n):
-            return ("a lone Erf (the accelerator's erf activation takes the Erf of a QDQ GELU, read by "
-                    "QuantizeLinear only; a float GELU fuses whole)")
+            # the erf activation takes only the Erf of a QDQ GELU (read by QuantizeLinear); a float
+            # GELU fuses whole; any other Erf has no accelerator op
+            return "no accelerator op for Erf"
         kind = _kind(n)
         return f"activation {kind} is not in the target's activations ({', '.join(allowed) or 'none'})"
     return _mul2d(g, x, m)

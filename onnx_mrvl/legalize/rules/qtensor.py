@@ -84,17 +84,12 @@ def dequantized(g, t: str, params: QParams, *, near, origin) -> str:
         if c.op_type == "DequantizeLinear" and domain(c) == "" and c.input[0] == t and \
                 _same(g, inp(c, 1), s) and _same(g, inp(c, 2), z) and g.alive(c):
             return c.output[0]
-    out = g.fresh(f"{t}/dequantized")
+    out = float_like(g, t, f"{t}/dequantized")
     p = g.producer.get(t)
     if p is not None:   # the dequantization of t belongs to what wrote t (fuse absorbs it there)
         origin = origin_of(p)
     g.make("DequantizeLinear", [t, s] + ([z] if z else []), [out], near=near, origin=origin,
            name=g.fresh_node_name(f"{t}/DequantizeLinear"))
-    shape = g.shapes.get(t)
-    if shape is not None:
-        g.set_shape(out, shape, FLOAT)
-    else:
-        g.dtypes[out] = FLOAT
     return out
 
 
