@@ -135,7 +135,7 @@ def conformance_line(root: str) -> Optional[str]:
     if not passed or not runs:
         return None
     return (f"{passed.group(1)} / {runs.group(1)} applicable runs pass, {runs.group(2)} offloaded "
-            f"(copied from docs/conformance.md, `tools/conformance.py`)")
+            f"(copied from docs/conformance.md, `python -m onnx_mrvl.testing.conformance`)")
 
 
 def _fmt_s(values) -> str:

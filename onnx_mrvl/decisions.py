@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Dict, Iterable, List, Optional
 
 

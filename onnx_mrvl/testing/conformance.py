@@ -5,9 +5,9 @@ For each case of ``onnx.backend.test.case.node.collect_testcases()``:
    outputs miss the expected ones (case tolerance, at least onnxruntime's rtol=1e-3 atol=1e-7),
    is "not applicable";
 2. ``onnx_mrvl.convert()`` runs on every case (applicable or not) and must not crash;
-3. the converted model is saved and run, through ``onnx_mrvl.InferenceSession`` (regions on the
-   simulator) when ``onnx_mrvl.sim`` is importable, else through plain onnxruntime on the regions'
-   fp32 reference bodies (``convert(reference=True)``);
+3. the converted model is saved and run through ``onnx_mrvl.InferenceSession`` (regions on the
+   simulator; a simulator that fails to import is an error), or with ``--runner reference``
+   through plain onnxruntime on the regions' fp32 reference bodies (``convert(reference=True)``);
 4. a case passes when every output has the expected dtype and shape and values within fp16
    tolerance where a region was offloaded (onnxruntime's tolerance where not); an offloaded case
    outside that tolerance still passes when its error is within the fp16 baseline's (the original

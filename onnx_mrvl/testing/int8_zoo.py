@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
