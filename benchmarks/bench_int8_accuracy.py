@@ -5,7 +5,7 @@ run on the simulator against onnxruntime's fp32 run of the original model.
         [--method minmax|entropy|percentile] [--mixed BUDGET ...] [--json OUT]
 
 Models (seeded random weights): the onnx wheel's ResNet-50, DenseNet-121, Inception v1/v2
-(``tools/randomize_weights.py``), ``tools/models.py`` mobilenetv2_like (width 0.5, 224) and
+(``onnx_mrvl/testing/randomize_weights.py``), ``onnx_mrvl/testing/models.py`` mobilenetv2_like (width 0.5, 224) and
 yolo_like (256). Inputs: one fixed distribution, standard normal per element, seeded
 (calibration seed 1, held-out seed 2: disjoint samples of the same distribution). With random
 weights the class scores are not trained, so top-1 is fragile: near-ties flip on any noise.
