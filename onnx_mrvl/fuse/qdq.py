@@ -273,10 +273,7 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
         return grp
     if g.shape(n.input[0]) != g.shape(n.input[1]):
         return f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape)"
-    reason = _int8_activation(grp)
-    if reason:
-        return reason
-    around = _pairs(g, n, grp.output, qin, claimed)
+    around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around
@@ -320,10 +317,7 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
     grp = build_eltwise(view, n, target)
     if isinstance(grp, str):
         return grp
-    reason = _int8_activation(grp)
-    if reason:
-        return reason
-    around = _pairs(g, n, grp.output, qin, claimed)
+    around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around

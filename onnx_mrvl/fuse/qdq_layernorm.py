@@ -24,7 +24,7 @@ from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
 from .qdq_lookup import const_dq, constant_value
-from .qdq_transformer import pair_qparams
+from .qdq import qparams
 
 POINTS = ("var", "vareps", "norm", "scaled")
 
@@ -51,8 +51,8 @@ def _through(g: GraphIndex, t: str):
     dq = _only(g, q.output[0], ("DequantizeLinear",)) if q is not None else None
     if dq is None:
         return t, None, []
-    qp = pair_qparams(g, q)
-    if isinstance(qp, str) or pair_qparams(g, dq) != qp:
+    qp = qparams(g, q)
+    if isinstance(qp, str) or qparams(g, dq) != qp:
         return t, None, []
     return dq.output[0], qp, [q, dq]
 

@@ -12,37 +12,19 @@ dequantize around the region: they stay in onnxruntime, with the same numbers).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import List, Union
 
-import numpy as np
 import onnx
 
 from .._graph import GraphIndex
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
+from .qdq import qparams
 
-QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 HOST_SIDE = ("QuantizeLinear '{q}' -> DequantizeLinear '{dq}' at the model's input or output (the host's "
              "quantize / dequantize around the region, in onnxruntime)")
 HOST_OUTPUT = "host_output"   # a Requantize at a model output, kept only when merge_output_pairs merges it
-
-
-def pair_qparams(g: GraphIndex, n: onnx.NodeProto) -> Union[tuple, str]:
-    """(scale, zero point, type name) of a Q or DQ node with scalar constant parameters, or a reason."""
-    if len(n.input) < 2 or not g.is_const(n.input[1]) or (len(n.input) > 2 and n.input[2] and not g.is_const(n.input[2])):
-        return f"{n.op_type} '{n.name}' has no constant scale and zero point"
-    s = np.asarray(g.const(n.input[1]), np.float32)
-    if len(n.input) > 2 and n.input[2]:
-        z, qt = np.asarray(g.const(n.input[2])), QTYPE_NAMES.get(g.elem_type(n.input[2]))
-    else:   # no zero point: 0 of the quantized tensor's type (uint8 for a Q without one)
-        quantized = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
-        z, qt = np.zeros(1, np.int32), QTYPE_NAMES.get(g.elem_type(quantized) or onnx.TensorProto.UINT8)
-    if s.size != 1 or z.size != 1:
-        return f"{n.op_type} '{n.name}' quantizes per channel (an activation takes one scale)"
-    if qt is None or not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
-        return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
-    return float(s.reshape(-1)[0]), int(z.reshape(-1)[0]), qt
 
 
 def build_requantize(g: GraphIndex, q: onnx.NodeProto, target: Target) -> Union[Group, str]:
@@ -50,7 +32,7 @@ def build_requantize(g: GraphIndex, q: onnx.NodeProto, target: Target) -> Union[
     x = q.input[0]
     if g.is_const(x) or not g.is_float(x):
         return f"QuantizeLinear '{q.name}' quantizes a constant or a non-float tensor"
-    qp = pair_qparams(g, q)
+    qp = qparams(g, q)
     if isinstance(qp, str):
         return qp
     if q.output[0] in g.output_set:
@@ -60,7 +42,7 @@ def build_requantize(g: GraphIndex, q: onnx.NodeProto, target: Target) -> Union[
         return (f"QuantizeLinear '{q.name}' is read by {[r.op_type for r in readers]}, not by one "
                 f"DequantizeLinear (the int8 codes leave the accelerator)")
     dq = readers[0]
-    if pair_qparams(g, dq) != qp:
+    if qparams(g, dq) != qp:
         return f"DequantizeLinear '{dq.name}' dequantizes with other parameters than QuantizeLinear '{q.name}'"
     if x in g.inputs:
         return HOST_SIDE.format(q=q.name, dq=dq.name)
@@ -96,7 +78,7 @@ def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, cl
     dqs = [g.producer.get(t) for t in n.input[:2]]
     if len(n.input) != 2 or any(d is None or d.op_type != "DequantizeLinear" or g.is_const(d.input[0]) for d in dqs):
         return None
-    qa, qb = (pair_qparams(g, d) for d in dqs)
+    qa, qb = (qparams(g, d) for d in dqs)
     for qp in (qa, qb):
         if isinstance(qp, str):
             return qp
@@ -130,14 +112,14 @@ def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
     dq = g.producer.get(n.input[0])
     if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
         return None
-    qp = pair_qparams(g, dq)
+    qp = qparams(g, dq)
     if isinstance(qp, str):
         return None
     q = g.producer.get(dq.input[0])
     users = g.consumers.get(dq.output[0], [])
     if q is not None and q.op_type == "QuantizeLinear" and len(g.consumers.get(q.output[0], [])) == 1 \
             and len(users) == 1 and dq.output[0] not in g.output_set and q.input[0] not in g.inputs \
-            and g.is_float(q.input[0]) and not g.is_const(q.input[0]) and pair_qparams(g, q) == qp \
+            and g.is_float(q.input[0]) and not g.is_const(q.input[0]) and qparams(g, q) == qp \
             and not {q.name, dq.name} & (set(claimed) | set(g.excluded)):
         return qp, q.input[0], [q, dq]
     return qp, n.input[0], []
@@ -198,8 +180,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
             continue
         holder = owner[q.name]
         dq = next((x for x in holder.nodes if x.op_type == "DequantizeLinear" and x.input[0] == q.output[0]), None)
-        qp = pair_qparams(g, q)
-        if dq is None or isinstance(qp, str) or pair_qparams(g, dq) != qp:
+        qp = qparams(g, q)
+        if dq is None or isinstance(qp, str) or qparams(g, dq) != qp:
             continue
         if holder.op == "Requantize":
             dropped.add(id(holder))
@@ -213,7 +195,7 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
         owner.update({q.name: src, dq.name: src})
         dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
         if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
-            qi = pair_qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
+            qi = qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
             if not isinstance(qi, str):
                 src.attrs.update(in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2])
     for grp in groups:
