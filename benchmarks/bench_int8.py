@@ -37,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import onnx_mrvl  # noqa: E402
+from onnx_mrvl.testing import timing  # noqa: E402
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq  # noqa: E402
 from onnx_mrvl.artifact import load  # noqa: E402
 from onnx_mrvl.sim import Simulator  # noqa: E402
 
@@ -72,7 +74,6 @@ LABELS = {"resnet50": "ResNet-50 (tools/models)", "mobilenetv2": "MobileNetV2-st
 
 def _prepare(name: str, batch: int, act: str, cache: str):
     """(preprocessed float path, QDQ path), made once per cache directory."""
-    from onnxruntime import quantization as q
     from onnxruntime.quantization.shape_inference import quant_pre_process
     pre = os.path.join(cache, f"{name}-b{batch}-pre.onnx")
     qpath = os.path.join(cache, f"{name}-b{batch}-{act}.onnx")
@@ -85,14 +86,7 @@ def _prepare(name: str, batch: int, act: str, cache: str):
         inp = m.graph.input[0]
         shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
         rng = np.random.default_rng(0)
-        data = iter([{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
-
-        class Reader(q.CalibrationDataReader):
-            def get_next(self):
-                return next(data, None)
-        q.quantize_static(pre, qpath, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                          weight_type=q.QuantType.QInt8,
-                          activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
+        quantize_static_qdq(pre, qpath, [{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(4)], act)
     return pre, qpath
 
 
@@ -103,19 +97,10 @@ def _cycles(result) -> int:
 def _time(sess, ref, feed, repeat, rounds):
     t_shim, t_sim, t_ort = [], [], []
     for _ in range(rounds):
-        for _ in range(_WARMUP):
-            sess.run(None, feed)
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            sess.run(None, feed)
-            t_shim.append(time.perf_counter() - t0)
-            t_sim.append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
-        for _ in range(_WARMUP):
-            ref.run(None, feed)
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            ref.run(None, feed)
-            t_ort.append(time.perf_counter() - t0)
+        t = timing.alternate(sess, ref, feed, repeat, warmup=_WARMUP)
+        t_shim += t["shim"]
+        t_sim += t["sim"]
+        t_ort += t["ort"]
     return tuple(float(np.median(v)) for v in (t_shim, t_sim, t_ort)) + (min(t_sim), min(t_ort))
 
 

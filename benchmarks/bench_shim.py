@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -30,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import onnx_mrvl  # noqa: E402
+from onnx_mrvl.testing import timing  # noqa: E402
 from onnx_mrvl.testing import models  # noqa: E402
 from onnx_mrvl.testing.randomize_weights import load_zoo  # noqa: E402
 
@@ -85,24 +85,8 @@ def batch_cases(keys, batches):
 
 def _round(sess, ref, feed, repeat):
     """One measurement: alternating blocks, each starting with untimed warm-up runs; medians."""
-    t_shim, t_sim, t_ort, c_ort = [], [], [], []
-    block = max(1, repeat)
-    for _ in range(-(-repeat // block)):
-        for _ in range(_WARMUP):
-            sess.run(None, feed)
-        for _ in range(block):
-            t0 = time.perf_counter()
-            sess.run(None, feed)
-            t_shim.append(time.perf_counter() - t0)
-            t_sim.append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
-        for _ in range(_WARMUP):
-            ref.run(None, feed)
-        for _ in range(block):
-            t0, c0 = time.perf_counter(), time.process_time()
-            ref.run(None, feed)
-            t_ort.append(time.perf_counter() - t0)
-            c_ort.append(time.process_time() - c0)
-    return tuple(float(np.median(v)) for v in (t_shim, t_sim, t_ort, c_ort))
+    t = timing.alternate(sess, ref, feed, repeat, warmup=_WARMUP)
+    return tuple(float(np.median(t[k])) for k in ("shim", "sim", "ort", "ort_cpu"))
 
 
 def measure(name, model, repeat, rounds=1, batch=1):

@@ -13,6 +13,7 @@ from typing import Dict, List
 import numpy as np
 
 import onnx_mrvl
+from onnx_mrvl.testing.timing import median_seconds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -32,13 +33,7 @@ def sim_available() -> bool:
 
 
 def median_run(sess, feed, names, repeat: int) -> float:
-    sess.run(names, feed)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        sess.run(names, feed)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return median_seconds(lambda: sess.run(names, feed), repeat)
 
 
 def numpy_gemm_gflops(n: int = 512, repeat: int = 5) -> float:

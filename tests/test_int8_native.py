@@ -172,7 +172,7 @@ def test_conv_native_equals_onnxruntime_qlinearconv(k, stride, dil, groups, dt, 
 
 def _small_int8_model(tmp_path, act):
     """conv-relu -> depthwise -> conv -> residual add -> maxpool -> conv -> GAP -> Gemm, QDQ-quantized."""
-    from onnxruntime import quantization as q
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
     from onnx_mrvl.testing.models import GraphBuilder
     g = GraphBuilder(3, 13)
     x = g.relu(g.conv("input", 3, 16, 3, "stem", stride=2), "stem_relu")
@@ -191,14 +191,8 @@ def _small_int8_model(tmp_path, act):
     src, dst = str(tmp_path / f"f-{act}.onnx"), str(tmp_path / f"q-{act}.onnx")
     onnx.save(model, src)
     rng = np.random.default_rng(0)
-    data = iter([{"input": rng.standard_normal((1, 3, 40, 40)).astype(np.float32)} for _ in range(4)])
-
-    class Reader(q.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      weight_type=q.QuantType.QInt8,
-                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
+    feeds = [{"input": rng.standard_normal((1, 3, 40, 40)).astype(np.float32)} for _ in range(4)]
+    quantize_static_qdq(src, dst, feeds, act)
     return dst
 
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import onnx_mrvl
 from onnx_mrvl.artifact import load
-from onnx_mrvl.testing.models import GraphBuilder, tiny_cnn
+from onnx_mrvl.testing.models import GraphBuilder, classifier_model, tiny_cnn
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 F32 = TensorProto.FLOAT
@@ -49,10 +49,7 @@ def residual_cnn(seed: int = 0) -> onnx.ModelProto:
     y = g.conv(g.relu(g.conv(x, 16, 32, 3, "b2c1", stride=2), "b2r1"), 32, 32, 3, "b2c2")
     s = g.conv(x, 16, 32, 1, "b2short", stride=2)
     x = g.relu(g.node("Add", [y, s], "b2add"), "b2relu")
-    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
-    g.gemm(x, 32, 10, "fc")
-    g.nodes[-1].output[0] = "output"
-    return g.model("residual_cnn", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 10])])
+    return classifier_model(g, x, 32, 10, "residual_cnn", input_size=32, gap="gap")
 
 
 def branchy_cnn(seed: int = 0) -> onnx.ModelProto:
@@ -115,6 +112,22 @@ def _agreement(qpath: str, folder: str, n_inputs: int = 4):
         differing += int((np.abs(a - b) > 1e-6 * step).sum())
         total += a.size
     return max(diffs), differing / total
+
+
+def _qdq_model(nodes, inits, x_shape, y_shape) -> onnx.ModelProto:
+    """A one-input ("x"), one-output ("y") float model of ``nodes`` at opset 13."""
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, x_shape)],
+                                            [helper.make_tensor_value_info("y", F32, y_shape)], inits),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _run_both(m: onnx.ModelProto, folder: str, x: np.ndarray):
+    """(onnxruntime's output of ``m``, our saved conversion's output in ``folder``) for input ``x``."""
+    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    return a, b
 
 
 def _int8_layers(folder: str):
@@ -379,10 +392,7 @@ def test_hand_written_qdq_without_zero_points(tmp_path, act):
         nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["r"]))
     nodes += [helper.make_node("QuantizeLinear", ["r" if act else "c", "sy"], ["yq"]),
               helper.make_node("DequantizeLinear", ["yq", "sy"], ["y"])]
-    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 16, 16])],
-                                            [helper.make_tensor_value_info("y", F32, [1, 8, 16, 16])], inits),
-                          opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = _qdq_model(nodes, inits, [1, 3, 16, 16], [1, 8, 16, 16])
     result = onnx_mrvl.convert(m)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     folder = str(tmp_path / "out")
@@ -391,8 +401,7 @@ def test_hand_written_qdq_without_zero_points(tmp_path, act):
     assert layer["attrs"]["in_dtype"] == ["uint8"] and layer["attrs"]["activation_type"] == [
         {"Relu": "relu", "Clip": "clamp", None: "none"}[act]]
     x = (np.random.default_rng(0).random((1, 3, 16, 16)) * 3).astype(np.float32)
-    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
-    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    a, b = _run_both(m, folder, x)
     assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)
 
 
@@ -425,18 +434,14 @@ def test_qdq_layer_that_cannot_be_int8_stays_on_the_cpu_with_its_reason(tmp_path
         y = "s"
     nodes += [helper.make_node("QuantizeLinear", [y, "sy", "zy"], ["yq"]),
               helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
-    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 8, 8])],
-                                            [helper.make_tensor_value_info("y", F32, [1, 8, 8, 8])], inits),
-                          opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = _qdq_model(nodes, inits, [1, 3, 8, 8], [1, 8, 8, 8])
     result = onnx_mrvl.convert(m)
     assert "Conv" in [n.op_type for n in result.model.graph.node]
     assert reason in result.report["conv"].reason and "int8" in result.report["conv"].reason
     folder = str(tmp_path / "out")
     result.save(folder)
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
-    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
-    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    a, b = _run_both(m, folder, x)
     assert np.abs(a - b).max() <= 0.05 * (1 + 1e-3)
 
 
@@ -469,7 +474,6 @@ def test_int8_average_pool_matches_onnxruntime_with_ties(tmp_path, xt):
     """DQ -> AveragePool 2x2 -> Q (one scale: many sums at exact .5 ties) in onnxruntime (which
     runs QLinearAveragePool, int8 activations as uint8) against the int8 Avgpool2D: bit for bit."""
     from onnx import numpy_helper as nh
-    elem = TensorProto.INT8 if xt == np.int8 else TensorProto.UINT8
     z = np.array(-7 if xt == np.int8 else 121, xt)
     inits = [nh.from_array(np.array(0.0593, np.float32), "s"), nh.from_array(z, "z")]
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
@@ -477,17 +481,13 @@ def test_int8_average_pool_matches_onnxruntime_with_ties(tmp_path, xt):
              helper.make_node("AveragePool", ["xd"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
              helper.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"])]
-    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 8, 16, 16])],
-                                            [helper.make_tensor_value_info("y", F32, [1, 8, 8, 8])], inits),
-                          opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = _qdq_model(nodes, inits, [1, 8, 16, 16], [1, 8, 8, 8])
     result = onnx_mrvl.convert(m, force=True)   # a region without conv/fc: kept only when forced
     folder = str(tmp_path / "out")
     result.save(folder)
     assert [n["attrs"]["layer_name"] for n in _int8_layers(folder)] == [["Avgpool2D"]]
     x = (np.random.default_rng(1).standard_normal((1, 8, 16, 16)) * 3).astype(np.float32)
-    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
-    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    a, b = _run_both(m, folder, x)
     assert np.array_equal(a, b)
 
 
@@ -568,16 +568,12 @@ def test_qat_style_weights_quantized_in_the_graph(tmp_path):
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
-    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 3, 16, 16])],
-                                            [helper.make_tensor_value_info("y", F32, [1, 8, 16, 16])], inits),
-                          opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = _qdq_model(nodes, inits, [1, 3, 16, 16], [1, 8, 16, 16])
     result = onnx_mrvl.convert(m)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     folder = str(tmp_path / "out")
     result.save(folder)
     assert [n["attrs"]["layer_name"] for n in _int8_layers(folder)] == [["Conv2D"]]
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
-    a = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
-    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    a, b = _run_both(m, folder, x)
     assert np.array_equal(a, b)

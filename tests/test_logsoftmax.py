@@ -118,15 +118,6 @@ def test_log_softmax_channels_of_nchw(opset_version, tmp_path):
         assert not [x for x in r.model.graph.node if x.op_type == "LayoutTransform" and "lsm" in x.name]
 
 
-def test_opset11_log_softmax_over_flattened_axes_stays_on_cpu():
-    """LogSoftmax-11 over [C, H, W] flattened (fuse without legalize) is no one-axis op: CPU, with the reason."""
-    n = A.Net(0, 11)
-    n.op("LogSoftmax", ["input"], "lsm", axis=1)
-    m = n.model("lsm", [("input", [1, 3, 4, 5])], "output")
-    m.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [1, 3, 4, 5]))
-    d = fuse(m).decisions.by_placement("cpu")
-    assert d and "LogSoftmax over the flattened axes" in d[0].reason
-
 
 def test_crnn_ocr_one_region_no_cpu_node(tmp_path):
     """onnx_mrvl/testing/arch_ocr_audio.py crnn_ocr (conv backbone -> BiLSTM -> FC -> LogSoftmax over the 37

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto
 
 import onnx_mrvl
-from onnx_mrvl.errors import ModelError, UsageError
-from onnx_mrvl.testing.models import GraphBuilder, tiny_cnn
+from onnx_mrvl.errors import UsageError
+from onnx_mrvl.testing.models import GraphBuilder, classifier_model, tiny_cnn
 
 pytest.importorskip("onnxruntime.quantization")
 from test_int8_dynamic import token_mlp  # noqa: E402  (the same seeded token MLP)
@@ -31,10 +31,7 @@ def residual_block(seed: int = 0) -> onnx.ModelProto:
     x = g.relu(g.conv("input", 3, 16, 3, "stem"), "stem_relu")
     y = g.conv(g.relu(g.conv(x, 16, 16, 3, "c1"), "r1"), 16, 16, 3, "c2")
     x = g.relu(g.node("Add", [y, x], "add"), "add_relu")
-    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
-    g.gemm(x, 16, 10, "fc")
-    g.nodes[-1].output[0] = "output"
-    return g.model("residual_block", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 10])])
+    return classifier_model(g, x, 16, 10, "residual_block", input_size=16, gap="gap")
 
 
 

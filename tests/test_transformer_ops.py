@@ -180,15 +180,15 @@ def test_softmax_any_axis_after_conv(opset_version, axis, tmp_path):
         assert not [x for x in r.model.graph.node if x.op_type == "LayoutTransform" and "sm" in x.name]
 
 
-def test_softmax_opset11_over_flattened_axes_stays_on_cpu():
-    """Softmax-11 over [C, H, W] flattened is no one-axis softmax: CPU, with the reason."""
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_opset11_over_flattened_axes_stays_on_cpu(op):
+    """(Log)Softmax-11 over [C, H, W] flattened (fuse without legalize) is no one-axis op: CPU, with the reason."""
     n = A.Net(0, 11)
-    n.op("Softmax", ["input"], "sm", axis=1)
+    n.op(op, ["input"], "sm", axis=1)
     m = n.model("sm", [("input", [1, 3, 4, 5])], "output")
     m.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [1, 3, 4, 5]))
-    r = fuse(m)
-    d = r.decisions.by_placement("cpu")
-    assert d and "flattened" in d[0].reason
+    d = fuse(m).decisions.by_placement("cpu")
+    assert d and f"{op} over the flattened axes" in d[0].reason
 
 
 def test_attention_scores_softmax_fuses():

@@ -19,7 +19,6 @@ one side has is reported but is a difference only when ``--only``/``--no-zoo`` d
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -32,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from onnx_mrvl.stamp import file_sha256  # noqa: E402
 
 Case = Tuple[str, Callable[[], object], dict, dict]   # name, builder, convert kwargs, save kwargs
 
@@ -80,14 +81,6 @@ def cases(zoo: bool = True) -> List[Case]:
     return out
 
 
-def _file_sha(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def digest_case(build, convert_kw: dict, save_kw: dict) -> Dict[str, str]:
     """{saved file name: sha256} of one conversion, or {"<error>": "Type: message"}."""
     import onnx_mrvl
@@ -97,7 +90,7 @@ def digest_case(build, convert_kw: dict, save_kw: dict) -> Dict[str, str]:
         with tempfile.TemporaryDirectory(prefix="artifact-digest-") as tmp:
             out = os.path.join(tmp, "out")
             result.save(out, **save_kw)
-            return {name: _file_sha(os.path.join(out, name)) for name in sorted(os.listdir(out))}
+            return {name: file_sha256(os.path.join(out, name)) for name in sorted(os.listdir(out))}
     except Exception as exc:  # noqa: BLE001 - a changed failure is a difference to report
         return {"<error>": f"{type(exc).__name__}: {exc}"}
 

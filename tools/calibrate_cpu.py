@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from onnx_mrvl.target import default_cpu_profile_path  # noqa: E402
+from onnx_mrvl.testing.timing import median_seconds  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
@@ -67,14 +68,7 @@ def eltwise_case(op: str, elems: int, rng, chain: int = 1):
 def time_model(model: onnx.ModelProto, feeds: Dict, repeats: int) -> float:
     """Median seconds of one run (after two warm-up runs)."""
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for _ in range(2):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        sess.run(None, feeds)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return median_seconds(lambda: sess.run(None, feeds), repeats, warmup=2)
 
 
 def cases(quick: bool, rng) -> List[Tuple[str, tuple]]:

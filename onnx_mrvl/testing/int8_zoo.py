@@ -17,7 +17,7 @@ import collections
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -75,25 +75,32 @@ def inputs(m: onnx.ModelProto, n: int, seed: int) -> List[Dict[str, np.ndarray]]
     return [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(n)]
 
 
+def quantize_static_qdq(src: str, dst: str, feeds: Sequence[Dict[str, np.ndarray]], act: str = "s8",
+                       per_channel: bool = True) -> str:
+    """onnxruntime's ``quantize_static`` of the model at ``src`` into a QDQ model at ``dst``: int8
+    weights, int8 (``act="s8"``) or uint8 (``"u8"``) activations calibrated (MinMax) on ``feeds``."""
+    from onnxruntime import quantization as q
+    data = iter(feeds)
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+
+    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                      weight_type=q.QuantType.QInt8,
+                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
+    return dst
+
+
 def quantize(model: onnx.ModelProto, folder: str, act: str = "s8", per_channel: bool = True,
              samples: int = 4) -> str:
     """quant_pre_process + quantize_static (QDQ) of ``model``; returns the QDQ model's path."""
-    from onnxruntime import quantization as q
     from onnxruntime.quantization.shape_inference import quant_pre_process
     os.makedirs(folder, exist_ok=True)
     src, pre, out = (os.path.join(folder, f) for f in ("float.onnx", "pre.onnx", f"qdq_{act}.onnx"))
     onnx.save(model, src)
     quant_pre_process(src, pre, skip_symbolic_shape=True)
-    feeds = iter(inputs(model, samples, seed=0))
-
-    class Reader(q.CalibrationDataReader):
-        def get_next(self):
-            return next(feeds, None)
-
-    q.quantize_static(pre, out, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
-                      weight_type=q.QuantType.QInt8,
-                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
-    return out
+    return quantize_static_qdq(pre, out, inputs(model, samples, seed=0), act, per_channel)
 
 
 @dataclass

@@ -239,16 +239,27 @@ def resnet18_like(seed: int = 0, opset: int = 13, input_size: int = 224, batch: 
                             f"{p}_bn1"), f"{p}_relu1")
             # residual-branch gain 0.5 keeps the stacked sums O(10), not O(100)
             y = g.bn(g.conv(y, cout, cout, 3, f"{p}_conv2", bias=False, gain=0.5), cout, f"{p}_bn2")
-            if stride != 1 or cin != cout:
-                x = g.bn(g.conv(x, cin, cout, 1, f"{p}_downsample_conv", stride=stride, bias=False),
-                         cout, f"{p}_downsample_bn")
-            x = g.relu(g.node("Add", [y, x], f"{p}_add"), f"{p}_relu2")
+            x = _residual_join(g, x, y, cin, cout, stride, p, "relu2")
             cin = cout
-    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "avgpool")], "flatten", axis=1)
-    g.gemm(x, 512, num_classes, "fc")
+    return classifier_model(g, x, 512, num_classes, "resnet18_like", batch, input_size)
+
+
+def _residual_join(g: GraphBuilder, x: str, y: str, cin: int, cout: int, stride: int, p: str, relu: str) -> str:
+    """Relu(y + shortcut): the shortcut is ``x``, or a strided 1x1 conv + BN of it when the shape changes."""
+    if stride != 1 or cin != cout:
+        x = g.bn(g.conv(x, cin, cout, 1, f"{p}_downsample_conv", stride=stride, bias=False),
+                 cout, f"{p}_downsample_bn")
+    return g.relu(g.node("Add", [y, x], f"{p}_add"), f"{p}_{relu}")
+
+
+def classifier_model(g: GraphBuilder, x: str, channels: int, num_classes: int, name: str, batch: int = 1,
+                     input_size: int = 224, gap: str = "avgpool") -> onnx.ModelProto:
+    """GlobalAveragePool (node ``gap``), Flatten and a Gemm ``fc`` to ``output``: an image classifier
+    of ``g``'s nodes so far (input ``input``, [batch, 3, input_size, input_size])."""
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], gap)], "flatten", axis=1)
+    g.gemm(x, channels, num_classes, "fc")
     g.nodes[-1].output[0] = "output"
-    return g.model("resnet18_like", [("input", F32, [batch, 3, input_size, input_size])],
-                   [("output", F32, [batch, num_classes])])
+    return g.model(name, [("input", F32, [batch, 3, input_size, input_size])], [("output", F32, [batch, num_classes])])
 
 
 def resnet50_like(seed: int = 0, opset: int = 13, input_size: int = 224, batch: int = 1,
@@ -268,16 +279,9 @@ def resnet50_like(seed: int = 0, opset: int = 13, input_size: int = 224, batch: 
             y = g.relu(g.bn(g.conv(y, width, width, 3, f"{p}_conv2", stride=stride, bias=False), width,
                             f"{p}_bn2"), f"{p}_relu2")
             y = g.bn(g.conv(y, width, cout, 1, f"{p}_conv3", bias=False, gain=0.5), cout, f"{p}_bn3")
-            if b == 0:
-                x = g.bn(g.conv(x, cin, cout, 1, f"{p}_downsample_conv", stride=stride, bias=False),
-                         cout, f"{p}_downsample_bn")
-            x = g.relu(g.node("Add", [y, x], f"{p}_add"), f"{p}_relu3")
+            x = _residual_join(g, x, y, cin, cout, stride, p, "relu3")   # b == 0: cin != cout
             cin = cout
-    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "avgpool")], "flatten", axis=1)
-    g.gemm(x, 2048, num_classes, "fc")
-    g.nodes[-1].output[0] = "output"
-    return g.model("resnet50_like", [("input", F32, [batch, 3, input_size, input_size])],
-                   [("output", F32, [batch, num_classes])])
+    return classifier_model(g, x, 2048, num_classes, "resnet50_like", batch, input_size)
 
 
 def yolo_like(seed: int = 0, opset: int = 13, input_size: int = 256, batch: int = 1,

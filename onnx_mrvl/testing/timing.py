@@ -1,0 +1,50 @@
+"""Shared timing loop of the benchmarks: the shim and onnxruntime timed in alternating blocks.
+
+Each block starts with untimed warm-up runs, so neither side profits from the other's caches; the
+machine is shared and noisy, so callers take medians (or minima) over the samples returned.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+WARMUP = 5   # untimed runs that start each block
+
+
+def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP) -> Dict[str, List[float]]:
+    """Time ``sess`` (an onnx_mrvl InferenceSession) and ``ref`` (onnxruntime) on ``feed``, ``repeat``
+    runs each in blocks of ``block`` (default: one block). Returns per-run samples: ``shim`` and
+    ``ort`` wall seconds, ``sim`` the simulator's own wall seconds (from ``mrvl_stats``), ``ort_cpu``
+    onnxruntime's process CPU seconds."""
+    out: Dict[str, List[float]] = {"shim": [], "sim": [], "ort": [], "ort_cpu": []}
+    block = block or max(1, repeat)
+    for _ in range(-(-repeat // block)):
+        for _ in range(warmup):
+            sess.run(None, feed)
+        for _ in range(block):
+            t0 = time.perf_counter()
+            sess.run(None, feed)
+            out["shim"].append(time.perf_counter() - t0)
+            out["sim"].append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
+        for _ in range(warmup):
+            ref.run(None, feed)
+        for _ in range(block):
+            t0, c0 = time.perf_counter(), time.process_time()
+            ref.run(None, feed)
+            out["ort"].append(time.perf_counter() - t0)
+            out["ort_cpu"].append(time.process_time() - c0)
+    return out
+
+
+def median_seconds(run: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall seconds of ``run()`` over ``repeat`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
