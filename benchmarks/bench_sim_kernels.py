@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from onnx_mrvl.sim.fp16 import round_fp16_  # noqa: E402
 from onnx_mrvl.sim.parallel import workers  # noqa: E402
 from onnx_mrvl.sim import native  # noqa: E402
 from onnx_mrvl.sim.kernels import Conv2D  # noqa: E402
+from onnx_mrvl.testing.timing import seconds  # noqa: E402
 
 # name, (N,H,W,C), O, k, stride, pad, groups, activation
 SHAPES = [
@@ -68,13 +68,7 @@ def set_blas_threads(n: int) -> bool:
 
 def best_time(fn, repeat: int) -> float:
     """Minimum wall time of ``repeat`` runs (the machine is shared: the minimum is the stable statistic)."""
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.min(ts))
+    return float(np.min(seconds(fn, repeat)))
 
 
 ORT_THREADS = 0

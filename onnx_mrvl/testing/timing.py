@@ -38,8 +38,8 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
     return out
 
 
-def median_seconds(run: Callable[[], object], repeat: int, warmup: int = 1) -> float:
-    """Median wall seconds of ``run()`` over ``repeat`` calls after ``warmup`` untimed ones."""
+def seconds(run: Callable[[], object], repeat: int, warmup: int = 1) -> List[float]:
+    """Wall seconds of each of ``repeat`` calls of ``run()``, after ``warmup`` untimed ones."""
     for _ in range(warmup):
         run()
     times = []
@@ -47,4 +47,9 @@ def median_seconds(run: Callable[[], object], repeat: int, warmup: int = 1) -> f
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return times
+
+
+def median_seconds(run: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall seconds of ``run()`` over ``repeat`` calls after ``warmup`` untimed ones."""
+    return float(np.median(seconds(run, repeat, warmup)))
