@@ -19,6 +19,7 @@ one side has is reported but is a difference only when ``--only``/``--no-zoo`` d
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -29,10 +30,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
+if ROOT not in sys.path and os.path.isdir(os.path.join(ROOT, "onnx_mrvl")):
     sys.path.insert(0, ROOT)
-
-from onnx_mrvl.stamp import file_sha256  # noqa: E402
 
 Case = Tuple[str, Callable[[], object], dict, dict]   # name, builder, convert kwargs, save kwargs
 
@@ -81,6 +80,34 @@ def cases(zoo: bool = True) -> List[Case]:
     return out
 
 
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def save_models(selected: Sequence[Case], folder: str) -> None:
+    """Build each case's model into ``folder`` (``manifest.json`` + one .onnx a case), so another
+    checkout of onnx_mrvl can convert the very same models (``--models``)."""
+    import onnx
+    os.makedirs(folder, exist_ok=True)
+    manifest = []
+    for i, (name, build, convert_kw, save_kw) in enumerate(selected):
+        file = f"{i:03d}.onnx"
+        onnx.save(build(), os.path.join(folder, file))
+        manifest.append({"name": name, "file": file, "convert": convert_kw, "save": save_kw})
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+
+
+def saved_cases(folder: str) -> List[Case]:
+    """The cases of a ``save_models`` folder: the saved models, loaded as ModelProtos."""
+    import onnx
+    with open(os.path.join(folder, "manifest.json")) as f:
+        manifest = json.load(f)
+    return [(c["name"], lambda p=os.path.join(folder, c["file"]): onnx.load(p), c["convert"], c["save"])
+            for c in manifest]
+
+
 def digest_case(build, convert_kw: dict, save_kw: dict) -> Dict[str, str]:
     """{saved file name: sha256} of one conversion, or {"<error>": "Type: message"}."""
     import onnx_mrvl
@@ -90,7 +117,7 @@ def digest_case(build, convert_kw: dict, save_kw: dict) -> Dict[str, str]:
         with tempfile.TemporaryDirectory(prefix="artifact-digest-") as tmp:
             out = os.path.join(tmp, "out")
             result.save(out, **save_kw)
-            return {name: file_sha256(os.path.join(out, name)) for name in sorted(os.listdir(out))}
+            return {name: _sha256(os.path.join(out, name)) for name in sorted(os.listdir(out))}
     except Exception as exc:  # noqa: BLE001 - a changed failure is a difference to report
         return {"<error>": f"{type(exc).__name__}: {exc}"}
 
@@ -126,9 +153,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--only", nargs="+", default=(), help="cases whose name contains one of these strings")
     ap.add_argument("--no-zoo", action="store_true", help="leave out the onnx-wheel zoo models")
     ap.add_argument("--list", action="store_true", help="print the case names and exit")
+    ap.add_argument("--save-models", metavar="DIR", help="build the selected models into DIR and exit")
+    ap.add_argument("--models", metavar="DIR", help="convert the models saved in DIR by --save-models "
+                    "instead of building them (the same models for two checkouts of onnx_mrvl)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    selected = [c for c in cases(zoo=not args.no_zoo) if not args.only or any(s in c[0] for s in args.only)]
+    every = saved_cases(args.models) if args.models else cases(zoo=not args.no_zoo)
+    selected = [c for c in every if (not args.only or any(s in c[0] for s in args.only))
+                and not (args.no_zoo and c[0].startswith("zoo/"))]
+    if args.save_models:
+        save_models(selected, args.save_models)
+        return 0
     if args.list:
         print("\n".join(c[0] for c in selected))
         return 0
