@@ -396,27 +396,32 @@ class _MeasuredShapes:
 def optimize(model: onnx.ModelProto, model_type: str = "bert", num_heads: int = 4, hidden_size: int = 32,
              **options) -> onnx.ModelProto:
     """onnxruntime.transformers.optimizer.optimize_model(model_type, num_heads, hidden_size) on a copy."""
-    from onnxruntime.transformers import onnx_model as ort_onnx_model
+    import sys
     from onnxruntime.transformers.optimizer import optimize_model
+    # the optimizer imports its modules top-level (its folder on sys.path) and as a package
+    classes = {mod.OnnxModel for mod in (sys.modules.get("onnx_model"), sys.modules.get("onnxruntime.transformers.onnx_model"))
+               if mod is not None}
     try:
         import sympy  # noqa: F401
-        patched = None
+        patched = {}
     except ImportError:
-        patched = ort_onnx_model.OnnxModel.infer_runtime_shape
+        patched = {cls: cls.infer_runtime_shape for cls in classes}
 
         def measured(self, dynamic_axis_mapping=None, update=False):
             return _MeasuredShapes(self.model) if self.enable_shape_infer else None
-        ort_onnx_model.OnnxModel.infer_runtime_shape = measured
+        for cls in classes:
+            cls.infer_runtime_shape = measured
     try:
         with tempfile.TemporaryDirectory(prefix="contrib-opt-") as d:
             path = os.path.join(d, "in.onnx")
             onnx.save(model, path)
             opt = optimize_model(path, model_type=model_type, num_heads=num_heads, hidden_size=hidden_size,
                                  opt_level=options.pop("opt_level", 0), **options)
-            return opt.model
+            opt.save_model_to_file(path)   # as users save it (adds the com.microsoft opset import)
+            return onnx.load(path)
     finally:
-        if patched is not None:
-            ort_onnx_model.OnnxModel.infer_runtime_shape = patched
+        for cls, fn in patched.items():
+            cls.infer_runtime_shape = fn
 
 
 def contrib_ops(model: onnx.ModelProto) -> List[str]:

@@ -23,7 +23,7 @@ from typing import List, Optional
 import numpy as np
 
 from .base import Match, attr, inp
-from .contrib_ops import MS, Writer, attention_core, causal_mask, float_attr, key_mask, used
+from .contrib_ops import MS, Writer, attention_core, causal_mask, float_attr, key_mask, shape_of, used
 
 NAME = "contrib_attention"
 OPS = ("Attention", "MultiHeadAttention")
@@ -36,7 +36,7 @@ def match(node, g) -> Optional[Match]:
 
 
 def mask_reason(g, mask: str, B: int, S: int, L: int) -> Optional[str]:
-    s = g.shape(mask)
+    s = shape_of(g, mask)
     ok = s is not None and (tuple(s) in ((B, L), (B, S, L)) or (len(s) == 1 and s[0] in (B, 2 * B)))
     if not ok:
         return f"mask '{mask}' of shape {list(s) if s else '?'} is not one of [B]={B}, [2B], [B, L], [B, S, L] " \
@@ -45,7 +45,7 @@ def mask_reason(g, mask: str, B: int, S: int, L: int) -> Optional[str]:
 
 
 def _bias_reason(g, n, idx: int, B: int, N: int, S: int, L: int) -> Optional[str]:
-    s = g.shape(inp(n, idx))
+    s = shape_of(g, inp(n, idx))
     if s is None or len(s) != 4 or s[0] not in (1, B) or s[1] not in (1, N) or tuple(s[2:]) != (S, L):
         return f"attention_bias '{inp(n, idx)}' of shape {list(s) if s else '?'} is not [B or 1, N or 1, S, L]"
     return None
@@ -67,14 +67,14 @@ def _check_attention(m, g, n, N) -> Optional[str]:
             return f"Attention '{n.name}' has {what} input '{inp(n, idx)}' (decoding with a cache stays on the CPU)"
     if used(g, n, 1):
         return f"Attention '{n.name}': its present (key/value cache) output is used"
-    sx, sw = g.shape(n.input[0]), g.shape(n.input[1])
+    sx, sw = shape_of(g, n.input[0]), shape_of(g, n.input[1])
     if sx is None or len(sx) != 3 or sw is None or len(sw) != 2 or sw[0] != sx[2]:
         return f"Attention '{n.name}': input {sx} / weights {sw} are not static [B,S,D] / [D, Dqkv]"
     sizes = [int(v) for v in (attr(n, "qkv_hidden_sizes") or [sw[1] // 3] * 3)]
     if len(sizes) != 3 or sum(sizes) != sw[1] or sizes[0] != sizes[1] or any(v % N for v in sizes):
         return f"Attention '{n.name}': qkv_hidden_sizes {sizes} do not split {sw[1]} into Q = K, V by {N} heads"
     B, S = sx[0], sx[1]
-    if inp(n, 2) and g.shape(inp(n, 2)) != (sw[1],):
+    if inp(n, 2) and shape_of(g, inp(n, 2)) != (sw[1],):
         return f"Attention '{n.name}': bias '{inp(n, 2)}' is not [{sw[1]}]"
     if inp(n, 3):
         why = mask_reason(g, inp(n, 3), B, S, S)
@@ -96,9 +96,9 @@ def _check_mha(m, g, n, N) -> Optional[str]:
     for idx, what in ((1, "present_key"), (2, "present_value"), (3, "output_qk")):
         if used(g, n, idx):
             return f"MultiHeadAttention '{n.name}': its {what} output is used"
-    sq = g.shape(n.input[0])
-    sk = g.shape(inp(n, 1)) if inp(n, 1) else None
-    sv = g.shape(inp(n, 2)) if inp(n, 2) else None
+    sq = shape_of(g, n.input[0])
+    sk = shape_of(g, inp(n, 1)) if inp(n, 1) else None
+    sv = shape_of(g, inp(n, 2)) if inp(n, 2) else None
     if sq is None or (inp(n, 1) and sk is None) or (inp(n, 2) and sv is None):
         return f"MultiHeadAttention '{n.name}': query / key / value shapes are not static"
     B, S = sq[0], sq[1]
@@ -121,7 +121,7 @@ def _check_mha(m, g, n, N) -> Optional[str]:
     if inp(n, 3):
         if form != "separate":
             return f"MultiHeadAttention '{n.name}': bias with packed {form.split('_')[1].upper()} is not decomposed"
-        if g.shape(inp(n, 3)) != (2 * D + Dv,):
+        if shape_of(g, inp(n, 3)) != (2 * D + Dv,):
             return f"MultiHeadAttention '{n.name}': bias '{inp(n, 3)}' is not [{2 * D + Dv}]"
     if inp(n, 4):
         why = mask_reason(g, inp(n, 4), B, S, L)
@@ -200,10 +200,10 @@ def rewrite(m: Match, g) -> str:
     else:
         form = d["form"]
         if form == "packed_qkv":
-            sq = g.shape(n.input[0])
+            sq = shape_of(g, n.input[0])
             q, k, v = (_unpack(w, n.input[0], sq, i, f"{p}_unpack") for i, p in enumerate("qkv"))
         elif form == "packed_kv":
-            sk = g.shape(n.input[1])
+            sk = shape_of(g, n.input[1])
             q = n.input[0]
             k, v = (_unpack(w, n.input[1], sk, i, f"{p}_unpack") for i, p in enumerate("kv"))
         else:

@@ -16,7 +16,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, inp
-from .contrib_ops import MS, Writer, float_attr, opset_reason, used
+from .contrib_ops import MS, Writer, float_attr, opset_reason, shape_of, used
 
 NAME = "contrib_embed"
 OPS = ("EmbedLayerNormalization",)
@@ -29,17 +29,17 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
-    ids = g.shape(n.input[0])
+    ids = shape_of(g, n.input[0])
     if ids is None or len(ids) != 2:
         return f"EmbedLayerNormalization '{n.name}': input_ids '{n.input[0]}' has no static [B, S] shape"
     for idx in (2, 3, 5):
-        s = g.shape(inp(n, idx))
+        s = shape_of(g, inp(n, idx))
         if s is None:
             return f"EmbedLayerNormalization '{n.name}': input {idx} '{inp(n, idx)}' has no static shape"
-    D = g.shape(n.input[2])[1]
-    if g.shape(n.input[3])[0] < ids[1] and not inp(n, 8):
+    D = shape_of(g, n.input[2])[1]
+    if shape_of(g, n.input[3])[0] < ids[1] and not inp(n, 8):
         return f"EmbedLayerNormalization '{n.name}': {ids[1]} positions but a position table of " \
-               f"{g.shape(n.input[3])[0]} rows"
+               f"{shape_of(g, n.input[3])[0]} rows"
     if inp(n, 4) and not inp(n, 1):
         return f"EmbedLayerNormalization '{n.name}': a segment table without segment_ids"
     why = opset_reason(g)
@@ -60,7 +60,7 @@ def rewrite(m: Match, g) -> str:
     shape = [B, S, D]
     s = w.op("Gather", [n.input[2], n.input[0]], shape, tag="word", axis=0)
     if inp(n, 8):
-        pshape = list(g.shape(inp(n, 8))) + [D]
+        pshape = list(shape_of(g, inp(n, 8))) + [D]
         pos = w.op("Gather", [n.input[3], inp(n, 8)], pshape, tag="position", axis=0)
     else:
         pos = w.const("position_rows", g.const(n.input[3])[:S][None]) if g.const(n.input[3]) is not None else \

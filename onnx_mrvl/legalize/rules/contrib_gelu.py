@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, inp, is_float
-from .contrib_ops import MS, Writer, float_attr
+from .contrib_ops import MS, Writer, float_attr, shape_of
 
 NAME = "contrib_gelu"
 OPS = ("Gelu", "BiasGelu", "FastGelu", "GemmFastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu")
@@ -31,15 +31,15 @@ def match(node, g) -> Optional[Match]:
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
     for t in n.input:
-        if t and (g.shape(t) is None or not is_float(g, t)):
+        if t and (shape_of(g, t) is None or not is_float(g, t)):
             return f"{n.op_type} '{n.name}': input '{t}' has no static float32 shape"
-    if n.op_type == "BiasSplitGelu" and g.shape(n.input[0])[-1] % 2:
-        return f"BiasSplitGelu '{n.name}': the last axis ({g.shape(n.input[0])[-1]}) is odd"
+    if n.op_type == "BiasSplitGelu" and shape_of(g, n.input[0])[-1] % 2:
+        return f"BiasSplitGelu '{n.name}': the last axis ({shape_of(g, n.input[0])[-1]}) is odd"
     return None
 
 
 def _out_shape(g, a: str, b: str):
-    return list(np.broadcast_shapes(g.shape(a), g.shape(b)))
+    return list(np.broadcast_shapes(shape_of(g, a), shape_of(g, b)))
 
 
 def gelu_erf(w: Writer, x: str, shape, out: Optional[str] = None) -> str:
@@ -65,9 +65,9 @@ def rewrite(m: Match, g) -> str:
     op = n.op_type
     g.remove(n)
     x = n.input[0]
-    shape = list(g.shape(x))
+    shape = list(shape_of(g, x))
     if op == "GemmFastGelu":
-        shape = shape[:-1] + [g.shape(n.input[1])[-1]]
+        shape = shape[:-1] + [shape_of(g, n.input[1])[-1]]
         x = w.op("MatMul", [x, n.input[1]], shape, tag="matmul")
         if inp(n, 2):
             x = w.op("Add", [x, n.input[2]], shape, tag="bias_add")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import Match, attr, inp, is_float
-from .contrib_ops import MS, Writer, float_attr, opset_reason, used
+from .contrib_ops import MS, Writer, float_attr, opset_reason, shape_of, used
 
 NAME = "contrib_norm"
 OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
@@ -37,14 +37,14 @@ def match(node, g) -> Optional[Match]:
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
     x = n.input[0]
-    sx = g.shape(x)
+    sx = shape_of(g, x)
     if sx is None or not is_float(g, x):
         return f"{n.op_type} '{n.name}': input '{x}' has no static float shape"
     axis = attr(n, "axis", -1)
     if n.op_type in ("LayerNormalization", "SimplifiedLayerNormalization") and axis % len(sx) != len(sx) - 1:
         return f"{n.op_type} '{n.name}' normalises from axis {axis} (only the last axis is decomposed)"
     if n.op_type.startswith("Skip"):
-        if g.shape(n.input[1]) is None:
+        if shape_of(g, n.input[1]) is None:
             return f"{n.op_type} '{n.name}': skip '{n.input[1]}' has no static shape"
         if used(g, n, 1):
             return f"{n.op_type} '{n.name}': its mean output is used"
@@ -63,7 +63,7 @@ def rewrite(m: Match, g) -> str:
     n = m.node
     w = Writer(g, n, m.origin)
     eps = float_attr(n, "epsilon", DEFAULT_EPS[n.op_type])
-    shape = list(g.shape(n.input[0]))
+    shape = list(shape_of(g, n.input[0]))
     outs = list(n.output) + [""] * 4
     g.remove(n)
     x = n.input[0]

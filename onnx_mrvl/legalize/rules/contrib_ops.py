@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 import numpy as np
-from onnx import TensorProto, defs
+from onnx import TensorProto, defs, helper
+
+from .. import shapes
 
 from ..graph import set_attr
 from .base import attr, inp
@@ -27,6 +29,33 @@ SAME_MEANING_13_17 = {
     "PRelu", "Where", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Shape", "CumSum",
     "GRU", "LSTM", "RNN", "ScatterND", "ScatterElements", "Trilu", "HardSwish", "CastLike",
 }
+
+
+def shape_of(g, name: str):
+    """Static shape of ``name``; tensors after a contrib op (which ONNX inference does not know) are
+    measured with one onnxruntime run of the current graph per sweep (``shapes.ort_fill``)."""
+    s = g.shape(name)
+    if s is None and name:
+        measure(g)
+        s = g.shape(name)
+    return s
+
+
+def measure(g) -> None:
+    key = id(g.shapes)   # the driver's inference replaces the dict each sweep: one probe per sweep
+    if g.__dict__.get("contrib_probe") == key:
+        return
+    g.__dict__["contrib_probe"] = key
+    nodes = g.toposort()
+    missing = [o for n in nodes for o in n.output if o and g.shape(o) is None]
+    if not missing:
+        return
+    used_names = {i for n in nodes for i in n.input}
+    probe = helper.make_model(helper.make_graph(nodes, "probe", list(g.model.graph.input), [],
+                                                [t for k, t in g.inits.items() if k in used_names]),
+                              opset_imports=list(g.model.opset_import))
+    probe.ir_version = min(max(g.model.ir_version, 7), 10)
+    shapes.ort_fill(probe, missing, g)
 
 
 def is_ms(node, *ops) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import Match, attr, inp
 from .contrib_attention import mask_reason, masks
-from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, used
+from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, shape_of, used
 
 NAME = "contrib_qattention"
 OPS = ("QAttention",)
@@ -41,7 +41,7 @@ def check(m: Match, g, target) -> Optional[str]:
             or inp(n, 3) != p.output[1] or (inp(n, 6) and inp(n, 6) != p.output[2]):
         return f"QAttention '{n.name}': its input is not a DynamicQuantizeLinear output with that op's scale and " \
                f"zero point (only the quantize_dynamic form is decomposed)"
-    sx, sw = g.shape(p.input[0]), g.shape(n.input[1])
+    sx, sw = shape_of(g, p.input[0]), shape_of(g, n.input[1])
     if sx is None or len(sx) != 3 or sw is None or len(sw) != 2 or sw[0] != sx[2] or sw[1] % 3 or (sw[1] // 3) % N:
         return f"QAttention '{n.name}': input {sx} / weights {sw} are not [B,S,D] / [D, 3*H] with {N} heads"
     cols = sw[1]

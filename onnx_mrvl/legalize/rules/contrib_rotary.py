@@ -16,7 +16,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, attr, inp
-from .contrib_ops import MS, Writer
+from .contrib_ops import MS, Writer, shape_of
 
 NAME = "contrib_rotary"
 OPS = ("RotaryEmbedding",)
@@ -31,8 +31,8 @@ def check(m: Match, g, target) -> Optional[str]:
     n = m.node
     if attr(n, "is_packed_batching", 0):
         return f"RotaryEmbedding '{n.name}': packed batching (variable-length sequences) is not decomposed"
-    sx, sp, sc = g.shape(n.input[0]), g.shape(n.input[1]), g.shape(n.input[2])
-    if sx is None or sp is None or sc is None or len(sc) != 2 or g.shape(n.input[3]) != sc:
+    sx, sp, sc = shape_of(g, n.input[0]), shape_of(g, n.input[1]), shape_of(g, n.input[2])
+    if sx is None or sp is None or sc is None or len(sc) != 2 or shape_of(g, n.input[3]) != sc:
         return f"RotaryEmbedding '{n.name}': input / position_ids / caches have no static shapes"
     N = attr(n, "num_heads", 0)
     if len(sx) == 4:
@@ -64,11 +64,11 @@ def rewrite(m: Match, g) -> str:
     inter = bool(attr(n, "interleaved", 0))
     g.remove(n)
     pos = n.input[1]
-    if g.shape(pos) == (1,):
+    if shape_of(g, pos) == (1,):
         pos = w.op("Add", [w.const("arange", np.arange(S).reshape(1, S), np.int64),
                            w.op("Cast", [pos], [1], tag="offset", dtype=TensorProto.INT64, to=TensorProto.INT64)],
                    [1, S], tag="positions", dtype=TensorProto.INT64)
-    P = g.shape(pos)[0] if g.shape(pos) else 1
+    P = shape_of(g, pos)[0] if shape_of(g, pos) else 1
     # x as [B, S, N, H] (3-D input) or [B, N, S, H]; cos / sin broadcast over the heads
     hshape = [B, N, S, H] if four else [B, S, N, H]
     cshape = [P, 1, S, half] if four else [P, S, 1, half]
