@@ -159,6 +159,16 @@ def key_mask(w: Writer, mask: str, B: int, S: int, L: int, fill: float) -> Optio
     shape = g.shape(mask)
     if shape is None:
         return None
+    memo = g.__dict__.setdefault("contrib_masks", {})   # one mask per (input, sizes, fill): layers share it
+    key = (mask, B, S, L, float(fill))
+    if key in memo and memo[key] in g.producer:
+        return memo[key]
+    memo[key] = _key_mask(w, mask, shape, B, S, L, fill)
+    return memo[key]
+
+
+def _key_mask(w: Writer, mask: str, shape, B: int, S: int, L: int, fill: float) -> Optional[str]:
+    g = w.g
     dt = g.dtype(mask)
     if len(shape) in (2, 3) and tuple(shape) in ((B, L), (B, S, L)):
         keep = w.op("Greater", [mask, w.const("zero", 0, _np(dt))], shape, tag="mask_keep", dtype=TensorProto.BOOL)
@@ -175,14 +185,15 @@ def key_mask(w: Writer, mask: str, B: int, S: int, L: int, fill: float) -> Optio
             start = w.reshape(start, [B, 1], "mask_start_col", dtype=dt)
             after = w.op("GreaterOrEqual", [pos, start], [B, L], tag="mask_after_start", dtype=TensorProto.BOOL)
             keep = w.op("And", [keep, after], [B, L], tag="mask_keep", dtype=TensorProto.BOOL)
-        target, shape = [B, 1, 1, L], [B, L]
+        target = [B, 1, 1, L]
     else:
         return None
-    f = w.op("Cast", [keep], shape, tag="mask_float", to=FLOAT)
-    # (1 - keep) * fill as keep * -fill + fill: 0 where kept, fill where masked (exact)
-    add = w.op("Add", [w.op("Mul", [f, w.const("neg_fill", -fill)], shape, tag="mask_scale"),
-                       w.const("fill", fill)], shape, tag="mask_fill")
-    return w.reshape(add, target, "mask_heads")
+    # HF's form, which fuse takes whatever the fill (fuse/masks.py: a fill beyond fp16 saturates to
+    # -32768 before a Softmax): Reshape -> Cast -> (1 - keep) * fill, read by the scores' Add
+    keep = w.reshape(keep, target, "mask_heads", dtype=TensorProto.BOOL)
+    f = w.op("Cast", [keep], target, tag="mask_float", to=FLOAT)
+    inv = w.op("Sub", [w.const("one", 1.0), f], target, tag="mask_invert")
+    return w.op("Mul", [inv, w.const("fill", fill)], target, tag="mask_fill")
 
 
 def causal_mask(w: Writer, S: int, L: int, fill: float) -> str:
