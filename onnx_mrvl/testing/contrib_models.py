@@ -5,7 +5,7 @@ onnxruntime's transformer optimizer run on the fp32 encoders of ``arch_speech`` 
 ``CASES``: name -> builder returning ``(model, feeds)``; ``optimize(model, model_type, heads, hidden)``:
 ``onnxruntime.transformers.optimizer.optimize_model`` on a copy. The optimizer's symbolic shape
 inference needs sympy; without it, the edge shapes it asks for are measured with one onnxruntime run
-of the model being fused (``_MeasuredShapes``), which gives the same fusions on static-shape models.
+of the model being fused (``MeasuredShapes``), which gives the same fusions on static-shape models.
 """
 from __future__ import annotations
 
@@ -260,7 +260,6 @@ CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = 
     "skip_ln": lambda: norm_case("SkipLayerNormalization"),
     "skip_ln_nobias_nobeta_eps": lambda: norm_case("SkipLayerNormalization", bias=False, beta=False, eps=1e-5),
     "skip_ln_sum_out": lambda: norm_case("SkipLayerNormalization", sum_out=True),
-    "skip_ln_stats": lambda: norm_case("SkipLayerNormalization", stats=True, sum_out=True),
     "skip_ln_broadcast_skip": lambda: norm_case("SkipLayerNormalization", broadcast_skip=True),
     "skip_simplified_ln": lambda: norm_case("SkipSimplifiedLayerNormalization", sum_out=True),
     "skip_simplified_ln_nobias": lambda: norm_case("SkipSimplifiedLayerNormalization", bias=False, eps=1e-6),
@@ -326,6 +325,48 @@ def cuda_only_reference(name: str, feeds, model) -> np.ndarray:
     return (left * gelu).astype(np.float32)
 
 
+def _refused_attention(kind: str):
+    r = _rng(0)
+    H = D // N
+    x = ("x", F32, [B, S, D])
+    inits = {"w": _w(r, D, 3 * D), "bias": np.zeros(3 * D, np.float32)}
+    if kind == "attention_past":
+        node = helper.make_node("Attention", ["x", "w", "bias", "", "past"], ["y", "present"], domain=MS,
+                                name="attention", num_heads=N, unidirectional=1)
+        return _model([node], [x, ("past", F32, [2, B, N, 3, H])], [("y", None), ("present", None)], inits)
+    if kind == "attention_4d_mask":
+        node = helper.make_node("Attention", ["x", "w", "bias", "mask"], ["y"], domain=MS, name="attention", num_heads=N)
+        return _model([node], [x, ("mask", I32, [B, 1, S, S])], [("y", None)], inits)
+    if kind == "mha_past":
+        node = helper.make_node("MultiHeadAttention", ["x", "k", "v", "", "", "", "pk", "pv"], ["y", "prk", "prv"],
+                                domain=MS, name="mha", num_heads=N)
+        ins = [x, ("k", F32, [B, 1, D]), ("v", F32, [B, 1, D]), ("pk", F32, [B, N, 3, H]), ("pv", F32, [B, N, 3, H])]
+        return _model([node], ins, [("y", None), ("prk", None), ("prv", None)], {})
+    if kind == "gqa":
+        node = helper.make_node("GroupQueryAttention", ["x", "k", "v", "", "", "seqlens", "total"], ["y", "pk", "pv"],
+                                domain=MS, name="gqa", num_heads=N, kv_num_heads=2)
+        ins = [x, ("k", F32, [B, S, 2 * H]), ("v", F32, [B, S, 2 * H]), ("seqlens", I32, [B]), ("total", I32, [1])]
+        return _model([node], ins, [("y", None), ("pk", None), ("pv", None)], {})
+    if kind == "rotary_packed":
+        m, _ = rotary_case()
+        m.graph.node[0].attribute.append(helper.make_attribute("is_packed_batching", 1))
+        return m
+    if kind == "skip_ln_stats":
+        return norm_case("SkipLayerNormalization", stats=True, sum_out=True)[0]
+    raise ValueError(kind)
+
+
+# refused forms: name -> (builder, the node, what its reason names)
+REFUSED = {
+    "attention_past": (lambda: _refused_attention("attention_past"), "attention", "past state"),
+    "attention_4d_mask": (lambda: _refused_attention("attention_4d_mask"), "attention", "Megatron 4-D"),
+    "mha_past": (lambda: _refused_attention("mha_past"), "mha", "past_key"),
+    "gqa": (lambda: _refused_attention("gqa"), "gqa", "cached-decoding"),
+    "rotary_packed": (lambda: _refused_attention("rotary_packed"), "rotary", "packed batching"),
+    "skip_ln_stats": (lambda: _refused_attention("skip_ln_stats"), "skiplayernormalization", "mean output"),
+}
+
+
 def _unpacked_mha(name: str, feeds, model) -> np.ndarray:
     import onnxruntime as ort
     node = model.graph.node[0]
@@ -355,7 +396,7 @@ def qattention_model(seed: int = 0, mask: bool = True) -> Tuple[onnx.ModelProto,
     return q, feeds
 
 
-class _MeasuredShapes:
+class MeasuredShapes:
     """What the optimizer asks of SymbolicShapeInferenceHelper (``get_edge_shape``, ``compare_shape``),
     answered from one onnxruntime run of the model with every tensor as an output."""
 
@@ -408,7 +449,7 @@ def optimize(model: onnx.ModelProto, model_type: str = "bert", num_heads: int = 
         patched = {cls: cls.infer_runtime_shape for cls in classes}
 
         def measured(self, dynamic_axis_mapping=None, update=False):
-            return _MeasuredShapes(self.model) if self.enable_shape_infer else None
+            return MeasuredShapes(self.model) if self.enable_shape_infer else None
         for cls in classes:
             cls.infer_runtime_shape = measured
     try:

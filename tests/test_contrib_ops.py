@@ -1,0 +1,190 @@
+"""onnxruntime contrib ops (com.microsoft) decomposed by legalize's contrib rules (docs/legalize.md rule 1b):
+each single-node variant (onnx_mrvl/testing/contrib_models.py) legalizes to standard ops only, carries
+provenance, and matches onnxruntime in fp32 (CUDA-only ops: numpy of their definitions); refused forms
+keep the node on the CPU with a reason; onnxruntime's transformer optimizer output (BERT, Whisper, ViT,
+encoder block) converts to as few regions as the unoptimized model and runs on the simulator within
+docs/simulator.md's 1e-2 * max|ref|; QAttention from quantize_dynamic goes through the dynamic-int8 rule."""
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl import provenance
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing import arch_speech as S
+from onnx_mrvl.testing import arch_transformer as A
+from onnx_mrvl.testing import contrib_models as C
+
+TOL = 1e-2      # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
+FP32 = 1e-5     # a decomposition in fp32 against onnxruntime's kernel (reassociation only)
+TAG = "onnxruntime contrib op"
+
+
+def _run(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+def _rel(ref, got) -> float:
+    assert ref.shape == got.shape and np.all(np.isfinite(got))
+    return float(np.max(np.abs(ref.astype(np.float64) - got))) / max(float(np.max(np.abs(ref))), 1e-30)
+
+
+def _check_legal(model):
+    res = legalize(model)
+    out = res.model
+    assert C.contrib_ops(out) == [], [s for s in res.report.skipped if s[0].startswith("contrib")]
+    originals = {n.name for n in model.graph.node}
+    for n in out.graph.node:
+        assert set(provenance.get_origin(n)) <= originals | {n.name}
+    contrib = {x.name for x in model.graph.node if x.domain == C.MS or x.op_type.endswith("LayerNormalization")}
+    assert any(set(provenance.get_origin(n)) & contrib and n.name not in contrib for n in out.graph.node)
+    onnx.checker.check_model(out)
+    return res
+
+
+@pytest.mark.parametrize("name", sorted(C.CASES))
+def test_single_contrib_node_matches_onnxruntime(name):
+    model, feeds = C.CASES[name]()
+    res = _check_legal(model)
+    for ref, got in zip(_run(model, feeds), _run(res.model, feeds)):
+        if ref.dtype.kind in "iu":
+            assert np.array_equal(ref, got)
+        else:
+            assert _rel(ref, got) <= FP32
+
+
+@pytest.mark.parametrize("name", sorted(C.CUDA_ONLY))
+def test_cuda_only_contrib_node_matches_its_definition(name):
+    model, feeds = C.CUDA_ONLY[name]()
+    res = _check_legal(model)
+    assert _rel(C.cuda_only_reference(name, feeds, model), _run(res.model, feeds)[0]) <= FP32
+
+
+@pytest.mark.parametrize("name", sorted(C.REFUSED))
+def test_refused_forms_stay_on_cpu_with_reason(name):
+    build, node, words = C.REFUSED[name]
+    model = build()
+    res = legalize(model)
+    assert node in {n.name for n in res.model.graph.node if n.domain == C.MS}
+    reasons = [r for rule, n, r in res.report.skipped if n == node and rule.startswith("contrib")]
+    assert reasons and words in reasons[0], res.report.skipped
+    conv = onnx_mrvl.convert(model)
+    d = conv.report[node]
+    assert d.placement == "cpu" and d.reason.startswith(TAG) and words in d.reason
+
+
+def test_qattention_decomposes_to_dynamic_int8_form():
+    """QAttention -> MatMulInteger groups the dynamic_int8 rule turns into MatMuls with dequantized weights:
+    the legalized model equals the fp32 Attention with those weights (no activation quantization)."""
+    q, feeds = C.qattention_model()
+    assert C.contrib_ops(q) == ["QAttention"]
+    res = _check_legal(q)
+    ops = collections.Counter(n.op_type for n in res.model.graph.node)
+    assert "MatMulInteger" not in ops and "DynamicQuantizeLinear" not in ops and ops["Softmax"] == 1
+    node = next(n for n in q.graph.node if n.op_type == "QAttention")
+    init = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    wq, ws = init[node.input[1]].astype(np.float32), init[node.input[4]]
+    wz = init[node.input[7]].astype(np.float32) if len(node.input) > 7 and node.input[7] else 0.0
+    fp32, _ = C.attention_case("2d")
+    for t in fp32.graph.initializer:
+        if t.name == "w":
+            t.CopyFrom(numpy_helper.from_array(((wq - wz) * ws).astype(np.float32), "w"))
+    assert _rel(_run(fp32, feeds)[0], _run(res.model, feeds)[0]) <= FP32
+    assert any(v.startswith("dynamic int8") for v in res.report.notes.values())
+
+
+def _bert():
+    return S.bert_encoder(ln="op", mask_unsqueezes=2)
+
+
+def _bert_torch():
+    return S.bert_encoder(ln="torch", mask_unsqueezes=2)
+
+
+OPTIMIZED = {   # builder, model_type, contrib ops onnxruntime's optimizer writes
+    "bert_op": (_bert, "bert", {"Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2}),
+    "bert_torch_opset14": (_bert_torch, "bert", {"Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2}),
+    "whisper": (S.whisper_encoder, "bert", {"SkipLayerNormalization": 4, "BiasGelu": 2, "Gelu": 2}),
+    "vit": (lambda: A.vit_like(0, "op"), "vit", {"Attention": 1, "SkipLayerNormalization": 4, "BiasGelu": 2}),
+    "encoder_block": (lambda: A.encoder_block(0, "op", "erf_hf"), "bert",
+                      {"Attention": 1, "SkipLayerNormalization": 2, "BiasGelu": 1}),
+}
+
+
+def _feeds(model, seed=0):
+    names = {i.name for i in model.graph.input}
+    if "input_ids" in names or "input_features" in names:
+        return S.feeds(model, seed)
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in model.graph.input}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZED))
+def test_optimized_encoder_converts_like_the_original(name, tmp_path):
+    build, model_type, expected = OPTIMIZED[name]
+    original = build()
+    opt = C.optimize(original, model_type)
+    assert collections.Counter(C.contrib_ops(opt)) == expected
+    feeds = _feeds(original)
+    ref = _run(opt, feeds)
+    legal = legalize(opt).model
+    assert C.contrib_ops(legal) == []
+    for r, g in zip(ref, _run(legal, feeds)):
+        assert _rel(r, g) <= FP32
+    conv = onnx_mrvl.convert(opt)
+    before = onnx_mrvl.convert(original)
+    assert len(conv.subgraphs) == len(before.subgraphs) == 1
+    cpu = [n for n in conv.model.graph.node if not n.op_type.startswith("Subgraph")]
+    assert not any(n.domain == C.MS for n in cpu)
+    assert all(n.op_type in ("Gather", "Cast", "Reshape", "Less", "ReduceSum") for n in cpu), [n.op_type for n in cpu]
+    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run([o.name for o in opt.graph.output], feeds)
+    for r, g in zip(ref, got):
+        assert _rel(r, g) <= TOL
+
+
+def test_quantized_optimized_encoder_one_region(tmp_path):
+    """quantize_dynamic after the optimizer (QAttention, MatMulInteger): one region; simulator within the
+    fp16 bound of the legalized (dequantized-weight) model; that model within the fp16 bound plus
+    onnxruntime's own dynamic-int8 deviation of the fp32 optimized model (docs/legalize.md)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    original = A.encoder_block(0, "op", "erf_hf")
+    opt = C.optimize(original, "bert")
+    with tempfile.TemporaryDirectory(prefix="contrib-") as d:
+        onnx.save(opt, os.path.join(d, "o.onnx"))
+        quantize_dynamic(os.path.join(d, "o.onnx"), os.path.join(d, "q.onnx"), weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        q = onnx.load(os.path.join(d, "q.onnx"))
+    assert "QAttention" in C.contrib_ops(q)
+    feeds = _feeds(original)
+    legal = legalize(q).model
+    assert C.contrib_ops(legal) == []
+    fp32, dyn, lg = _run(opt, feeds)[0], _run(q, feeds)[0], _run(legal, feeds)[0]
+    assert _rel(fp32, lg) <= TOL + _rel(fp32, dyn)
+    conv = onnx_mrvl.convert(q)
+    assert len(conv.subgraphs) == 1 and not [n for n in conv.model.graph.node if not n.op_type.startswith("Subgraph")]
+    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, feeds)[0]
+    assert _rel(lg, got) <= TOL
+
+
+def test_optimizer_without_sympy_fuses_as_with_it():
+    """The measured-shapes stand-in for the optimizer's symbolic shape inference asks onnxruntime for
+    the same edge shapes (static models): the fused op counts match the expectations above either way."""
+    m = A.encoder_block(0, "op", "erf_hf")
+    shim = C.MeasuredShapes(m)
+    for n in m.graph.node:
+        for o in n.output:
+            assert shim.get_edge_shape(o) is not None
+    assert shim.compare_shape(m.graph.input[0].name, m.graph.output[0].name)
