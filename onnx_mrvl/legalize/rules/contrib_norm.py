@@ -69,10 +69,11 @@ def rewrite(m: Match, g) -> str:
     x = n.input[0]
     if n.op_type.startswith("Skip"):
         bias = inp(n, 4) if n.op_type == "SkipLayerNormalization" else inp(n, 3)
-        s = w.op("Add", [x, n.input[1]], shape, tag="skip_add",
-                 out=None if bias or not outs[3] else outs[3])
+        # bias first: x is usually a MatMul's output, whose bias Add matmul_to_gemm folds into the FC
+        # (onnxruntime adds x + skip + bias; fp32 reassociation only)
         if bias:
-            s = w.op("Add", [s, bias], shape, tag="bias_add", out=outs[3] or None)
+            x = w.op("Add", [x, bias], list(shape_of(g, x)), tag="bias_add")
+        s = w.op("Add", [x, n.input[1]], shape, tag="skip_add", out=outs[3] or None)
         x = s
     if n.op_type in ("SkipLayerNormalization", "LayerNormalization"):
         beta = inp(n, 3) if n.op_type == "SkipLayerNormalization" else inp(n, 2)
