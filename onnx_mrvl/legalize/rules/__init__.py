@@ -18,6 +18,10 @@ from .base import Match
 
 RULES = (
     fold_constants,
+    qlinear_to_qdq,
+    qlinear_passthrough,
+    dynamic_int8,
+    dynamic_lstm,
     contrib_qattention,
     contrib_attention,
     contrib_embed,
@@ -25,10 +29,6 @@ RULES = (
     contrib_gelu,
     contrib_rotary,
     contrib_cached,
-    qlinear_to_qdq,
-    qlinear_passthrough,
-    dynamic_int8,
-    dynamic_lstm,
     remove_identity,
     remove_dropout,
     remove_noop,
