@@ -179,9 +179,20 @@ def test_quantized_optimized_encoder_one_region(tmp_path):
     assert _rel(lg, got) <= TOL
 
 
-def test_optimizer_without_sympy_fuses_as_with_it():
-    """The measured-shapes stand-in for the optimizer's symbolic shape inference asks onnxruntime for
-    the same edge shapes (static models): the fused op counts match the expectations above either way."""
+def test_rotary_attention_block_one_region(tmp_path):
+    """RotaryEmbedding on Q and K + MultiHeadAttention: one region; the cos / sin / -sin row Gathers by
+    the run-time position_ids (shared by Q and K) stay on the CPU."""
+    model, feeds = C.rotary_attention_block()
+    conv = onnx_mrvl.convert(model)
+    assert len(conv.subgraphs) == 1
+    assert sorted(n.op_type for n in conv.model.graph.node if not n.op_type.startswith("Subgraph")) == ["Gather"] * 3
+    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, feeds)[0]
+    assert _rel(_run(model, feeds)[0], got) <= TOL
+
+
+def test_measured_shapes_answer_every_edge():
+    """The stand-in for the optimizer's symbolic shape inference (no sympy here) knows every tensor's
+    shape (checked by hand with sympy: the same fusions as OPTIMIZED lists)."""
     m = A.encoder_block(0, "op", "erf_hf")
     shim = C.MeasuredShapes(m)
     for n in m.graph.node:

@@ -256,6 +256,25 @@ def rotary_case(interleaved: bool = False, four_d: bool = False, rotary_dim: int
     return _model([node], inputs, [("y", None)], inits), feeds
 
 
+def rotary_attention_block(S_: int = 16, seed: int = 0):
+    """A rotary self-attention block as ORT-fused exports write it: x [1,S,D] -> MatMul q/k/v ->
+    RotaryEmbedding(q), RotaryEmbedding(k) (position_ids input) -> MultiHeadAttention -> MatMul."""
+    r = _rng(seed)
+    H = D // N
+    ang = np.arange(64)[:, None] * (1.0 / (10000 ** (np.arange(0, H, 2) / H)))[None]
+    inits = {f"w{p}": _w(r, D, D) for p in "qkvo"}
+    inits.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
+    nodes = [helper.make_node("MatMul", ["x", f"w{p}"], [p], name=f"proj_{p}") for p in "qkv"]
+    nodes += [helper.make_node("RotaryEmbedding", [p, "position_ids", "cos", "sin"], [f"r{p}"], name=f"rotary_{p}",
+                               domain=MS, num_heads=N) for p in "qk"]
+    nodes += [helper.make_node("MultiHeadAttention", ["rq", "rk", "v"], ["a"], name="mha", domain=MS, num_heads=N),
+              helper.make_node("MatMul", ["a", "wo"], ["y"], name="proj_o")]
+    m = _model(nodes, [("x", F32, [1, S_, D]), ("position_ids", I64, [1, S_])], [("y", None)], inits)
+    feeds = {"x": r.standard_normal((1, S_, D)).astype(np.float32),
+             "position_ids": np.arange(3, 3 + S_).reshape(1, S_).astype(np.int64)}
+    return m, feeds
+
+
 CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = {
     "skip_ln": lambda: norm_case("SkipLayerNormalization"),
     "skip_ln_nobias_nobeta_eps": lambda: norm_case("SkipLayerNormalization", bias=False, beta=False, eps=1e-5),

@@ -1,6 +1,6 @@
 """com.microsoft ``RotaryEmbedding`` -> Gathers of the cos / sin caches at the positions, Slices, Muls,
 Adds and a Concat (onnxruntime's CPU kernel): per head vector x of size H with rotary size
-R = rotary_embedding_dim (default H), c = cos_cache[pos], s = sin_cache[pos] ([R/2] each):
+R = rotary_embedding_dim (default H), c = cos_cache[pos], s = sin_cache[pos] ([R/2] each; -s gathered from the negated table, so only Adds):
 
     interleaved=0:  x1 = x[:R/2], x2 = x[R/2:R];  y = [x1 c - x2 s, x2 c + x1 s, x[R:]]
     interleaved=1:  pairs (x[2i], x[2i+1]) -> (x[2i] c_i - x[2i+1] s_i, x[2i+1] c_i + x[2i] s_i), then x[R:]
@@ -55,6 +55,24 @@ def _slice(w: Writer, x: str, shape, a: int, b: int, tag: str) -> str:
                           w.const(f"{tag}_a", [len(shape) - 1], np.int64)], list(shape[:-1]) + [b - a], tag=tag)
 
 
+def _table_rows(w: Writer, table: str, pos: str, shape, heads_shape, tag: str, negate: bool = False) -> str:
+    """``table[pos]`` (negated) reshaped to broadcast over the heads; one per (table, positions), shared
+    by the Q and K rotations."""
+    g = w.g
+    memo = g.__dict__.setdefault("contrib_rotary_rows", {})
+    key = (table, pos, negate, tuple(heads_shape))
+    if key in memo and memo[key] in g.producer:
+        return memo[key]
+    src = table
+    if negate:
+        const = g.const(table)
+        src = w.const(f"{tag}_table", -const) if const is not None else \
+            w.op("Neg", [table], list(shape_of(g, table)), tag=f"{tag}_table")
+    rows = w.op("Gather", [src, pos], shape, tag=tag, axis=0)
+    memo[key] = w.reshape(rows, heads_shape, f"{tag}_heads")
+    return memo[key]
+
+
 def rewrite(m: Match, g) -> str:
     n, d = m.node, m.data
     w = Writer(g, n, m.origin)
@@ -73,9 +91,9 @@ def rewrite(m: Match, g) -> str:
     hshape = [B, N, S, H] if four else [B, S, N, H]
     cshape = [P, 1, S, half] if four else [P, S, 1, half]
     x = n.input[0] if four else w.reshape(n.input[0], hshape, "heads")
-    cs = [w.reshape(w.op("Gather", [n.input[k], pos], [P, S, half], tag=t, axis=0), cshape, f"{t}_heads")
-          for k, t in ((2, "cos"), (3, "sin"))]
-    c, s = cs
+    c = _table_rows(w, n.input[2], pos, [P, S, half], cshape, "cos")
+    s = _table_rows(w, n.input[3], pos, [P, S, half], cshape, "sin")
+    ns = _table_rows(w, n.input[3], pos, [P, S, half], cshape, "neg_sin", negate=True)
     if inter:
         xr = _slice(w, x, hshape, 0, R, "rot") if R < H else x
         pairs = w.reshape(xr, hshape[:-1] + [half, 2], "pairs")
@@ -85,7 +103,8 @@ def rewrite(m: Match, g) -> str:
     else:
         a, b = _slice(w, x, hshape, 0, half, "x1"), _slice(w, x, hshape, half, R, "x2")
     hs = hshape[:-1] + [half]
-    o1 = w.op("Sub", [w.op("Mul", [a, c], hs, tag="a_cos"), w.op("Mul", [b, s], hs, tag="b_sin")], hs, tag="rot1")
+    # x1 c - x2 s as x1 c + x2 (-s): Adds only (the accelerator has no Sub of two tensors)
+    o1 = w.op("Add", [w.op("Mul", [a, c], hs, tag="a_cos"), w.op("Mul", [b, ns], hs, tag="b_neg_sin")], hs, tag="rot1")
     o2 = w.op("Add", [w.op("Mul", [b, c], hs, tag="b_cos"), w.op("Mul", [a, s], hs, tag="a_sin")], hs, tag="rot2")
     if inter:
         o1, o2 = (w.reshape(o, hs + [1], f"{t}_col") for o, t in ((o1, "rot1"), (o2, "rot2")))
