@@ -190,6 +190,21 @@ def test_rotary_attention_block_one_region(tmp_path):
     assert _rel(_run(model, feeds)[0], got) <= TOL
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_rms_norm_between_fcs_one_region(skip, tmp_path):
+    """(Skip)SimplifiedLayerNormalization as LayerNormalization of [x, -x]: one region, no CPU node
+    (written out, its ReduceMean / Sqrt / Div stayed on the CPU: 2 regions)."""
+    model, feeds = C.rms_norm_block(skip)
+    ref = _run(model, feeds)[0]
+    legal = _check_legal(model).model
+    assert "LayerNormalization" in {n.op_type for n in legal.graph.node}
+    assert _rel(ref, _run(legal, feeds)[0]) <= FP32
+    conv = onnx_mrvl.convert(model)
+    assert len(conv.subgraphs) == 1 and all(n.op_type.startswith("Subgraph") for n in conv.model.graph.node)
+    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, feeds)[0]
+    assert _rel(ref, got) <= TOL
+
+
 def test_measured_shapes_answer_every_edge():
     """The stand-in for the optimizer's symbolic shape inference (no sympy here) knows every tensor's
     shape (checked by hand with sympy: the same fusions as OPTIMIZED lists)."""

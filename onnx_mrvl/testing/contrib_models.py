@@ -275,6 +275,26 @@ def rotary_attention_block(S_: int = 16, seed: int = 0):
     return m, feeds
 
 
+def rms_norm_block(skip: bool = False, seed: int = 0):
+    """x [1,S,D] -> MatMul -> SimplifiedLayerNormalization (or SkipSimplifiedLayerNormalization with x as
+    the skip and its sum output in a residual Add) -> MatMul (LLaMA / T5-style RMS norm between FCs)."""
+    r = _rng(seed)
+    inits = {"w1": _w(r, D, D), "w2": _w(r, D, D), "g": (1 + 0.1 * r.standard_normal(D)).astype(np.float32)}
+    if skip:
+        nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+                 helper.make_node("SkipSimplifiedLayerNormalization", ["h", "x", "g"], ["n", "", "", "sum"],
+                                  name="rms", domain=MS, epsilon=1e-6),
+                 helper.make_node("MatMul", ["n", "w2"], ["y0"], name="fc2"),
+                 helper.make_node("Add", ["y0", "sum"], ["y"], name="residual")]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+                 helper.make_node("SimplifiedLayerNormalization", ["h", "g"], ["n"], name="rms", epsilon=1e-6,
+                                  axis=-1),
+                 helper.make_node("MatMul", ["n", "w2"], ["y"], name="fc2")]
+    m = _model(nodes, [("x", F32, [1, 16, D])], [("y", None)], inits)
+    return m, {"x": r.standard_normal((1, 16, D)).astype(np.float32)}
+
+
 CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = {
     "skip_ln": lambda: norm_case("SkipLayerNormalization"),
     "skip_ln_nobias_nobeta_eps": lambda: norm_case("SkipLayerNormalization", bias=False, beta=False, eps=1e-5),
