@@ -21,6 +21,7 @@ from onnx_mrvl import provenance
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.testing import arch_speech as S
 from onnx_mrvl.testing import arch_transformer as A
+from onnx_mrvl.testing import contrib_blocks as CB
 from onnx_mrvl.testing import contrib_models as C
 
 TOL = 1e-2      # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
@@ -72,9 +73,9 @@ def test_cuda_only_contrib_node_matches_its_definition(name):
     assert _rel(C.cuda_only_reference(name, feeds, model), _run(res.model, feeds)[0]) <= FP32
 
 
-@pytest.mark.parametrize("name", sorted(C.REFUSED))
+@pytest.mark.parametrize("name", sorted(CB.REFUSED))
 def test_refused_forms_stay_on_cpu_with_reason(name):
-    build, node, words = C.REFUSED[name]
+    build, node, words = CB.REFUSED[name]
     model = build()
     res = legalize(model)
     assert node in {n.name for n in res.model.graph.node if n.domain == C.MS}
@@ -88,7 +89,7 @@ def test_refused_forms_stay_on_cpu_with_reason(name):
 def test_qattention_decomposes_to_dynamic_int8_form():
     """QAttention -> MatMulInteger groups the dynamic_int8 rule turns into MatMuls with dequantized weights:
     the legalized model equals the fp32 Attention with those weights (no activation quantization)."""
-    q, feeds = C.qattention_model()
+    q, feeds = CB.qattention_model()
     assert C.contrib_ops(q) == ["QAttention"]
     res = _check_legal(q)
     ops = collections.Counter(n.op_type for n in res.model.graph.node)
@@ -136,7 +137,7 @@ def _feeds(model, seed=0):
 def test_optimized_encoder_converts_like_the_original(name, tmp_path):
     build, model_type, expected = OPTIMIZED[name]
     original = build()
-    opt = C.optimize(original, model_type)
+    opt = CB.optimize(original, model_type)
     assert collections.Counter(C.contrib_ops(opt)) == expected
     feeds = _feeds(original)
     ref = _run(opt, feeds)
@@ -161,7 +162,7 @@ def test_quantized_optimized_encoder_one_region(tmp_path):
     onnxruntime's own dynamic-int8 deviation of the fp32 optimized model (docs/legalize.md)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     original = A.encoder_block(0, "op", "erf_hf")
-    opt = C.optimize(original, "bert")
+    opt = CB.optimize(original, "bert")
     with tempfile.TemporaryDirectory(prefix="contrib-") as d:
         onnx.save(opt, os.path.join(d, "o.onnx"))
         quantize_dynamic(os.path.join(d, "o.onnx"), os.path.join(d, "q.onnx"), weight_type=QuantType.QInt8,
@@ -182,7 +183,7 @@ def test_quantized_optimized_encoder_one_region(tmp_path):
 def test_rotary_attention_block_one_region(tmp_path):
     """RotaryEmbedding on Q and K + MultiHeadAttention: one region; the cos / sin / -sin row Gathers by
     the run-time position_ids (shared by Q and K) stay on the CPU."""
-    model, feeds = C.rotary_attention_block()
+    model, feeds = CB.rotary_attention_block()
     conv = onnx_mrvl.convert(model)
     assert len(conv.subgraphs) == 1
     assert sorted(n.op_type for n in conv.model.graph.node if not n.op_type.startswith("Subgraph")) == ["Gather"] * 3
@@ -194,7 +195,7 @@ def test_rotary_attention_block_one_region(tmp_path):
 def test_rms_norm_between_fcs_one_region(skip, tmp_path):
     """(Skip)SimplifiedLayerNormalization as LayerNormalization of [x, -x]: one region, no CPU node
     (written out, its ReduceMean / Sqrt / Div stayed on the CPU: 2 regions)."""
-    model, feeds = C.rms_norm_block(skip)
+    model, feeds = CB.rms_norm_block(skip)
     ref = _run(model, feeds)[0]
     legal = _check_legal(model).model
     assert "LayerNormalization" in {n.op_type for n in legal.graph.node}
@@ -209,7 +210,7 @@ def test_measured_shapes_answer_every_edge():
     """The stand-in for the optimizer's symbolic shape inference (no sympy here) knows every tensor's
     shape (checked by hand with sympy: the same fusions as OPTIMIZED lists)."""
     m = A.encoder_block(0, "op", "erf_hf")
-    shim = C.MeasuredShapes(m)
+    shim = CB.MeasuredShapes(m)
     for n in m.graph.node:
         for o in n.output:
             assert shim.get_edge_shape(o) is not None

@@ -1,17 +1,10 @@
-"""onnxruntime contrib ops (com.microsoft) as single nodes with their attribute / input variants, and
-onnxruntime's transformer optimizer run on the fp32 encoders of ``arch_speech`` / ``arch_transformer``
-(seeded weights, no downloads).
-
-``CASES``: name -> builder returning ``(model, feeds)``; ``optimize(model, model_type, heads, hidden)``:
-``onnxruntime.transformers.optimizer.optimize_model`` on a copy. The optimizer's symbolic shape
-inference needs sympy; without it, the edge shapes it asks for are measured with one onnxruntime run
-of the model being fused (``MeasuredShapes``), which gives the same fusions on static-shape models.
+"""onnxruntime contrib ops (com.microsoft) as single nodes with their attribute / input variants (seeded
+weights, no downloads): ``CASES`` (onnxruntime runs them on the CPU), ``CUDA_ONLY`` with
+``cuda_only_reference``. Blocks and onnxruntime's optimizer / quantizer: ``contrib_blocks.py``.
 """
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -23,7 +16,7 @@ F32, I32, I64, U8, I8 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64,
 B, S, D, N = 2, 8, 32, 4
 
 
-def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+def build_model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "contrib", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                           [helper.make_tensor_value_info(o, F32 if t is None else t, None) for o, t in outputs],
                           [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
@@ -32,11 +25,11 @@ def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
     return m
 
 
-def _rng(seed: int = 0):
+def seeded(seed: int = 0):
     return np.random.default_rng(seed)
 
 
-def _w(r, *shape, gain: float = 1.0):
+def weight(r, *shape, gain: float = 1.0):
     return (r.standard_normal(shape) * gain / math.sqrt(shape[0] if len(shape) > 1 else 1)).astype(np.float32)
 
 
@@ -44,7 +37,7 @@ def norm_case(op: str, bias: bool = True, beta: bool = True, sum_out: bool = Fal
               eps: Optional[float] = None, broadcast_skip: bool = False, opset: int = 17, seed: int = 0):
     """SkipLayerNormalization / SkipSimplifiedLayerNormalization / SimplifiedLayerNormalization /
     LayerNormalization (com.microsoft) on [B, S, D]."""
-    r = _rng(seed)
+    r = seeded(seed)
     inits = {"gamma": (1 + 0.1 * r.standard_normal(D)).astype(np.float32)}
     x = r.standard_normal((B, S, D)).astype(np.float32) * 2 + 0.5
     feeds = {"x": x}
@@ -76,12 +69,12 @@ def norm_case(op: str, bias: bool = True, beta: bool = True, sum_out: bool = Fal
     while outs and not outs[-1]:
         outs.pop()
     node = helper.make_node(op, ins, outs, name=op.lower(), domain=domain, **attrs)
-    return _model([node], inputs, [(o, None) for o in outs if o], inits, opset=opset), feeds
+    return build_model([node], inputs, [(o, None) for o in outs if o], inits, opset=opset), feeds
 
 
 def act_case(op: str, bias: bool = True, alpha: Optional[float] = None, seed: int = 0):
     """Gelu / BiasGelu / FastGelu / QuickGelu / GemmFastGelu / BiasAdd / BiasSplitGelu."""
-    r = _rng(seed)
+    r = seeded(seed)
     x = (r.standard_normal((B, S, D)) * 2).astype(np.float32)
     inputs, feeds, inits = [("x", F32, [B, S, D])], {"x": x}, {}
     ins = ["x"]
@@ -89,7 +82,7 @@ def act_case(op: str, bias: bool = True, alpha: Optional[float] = None, seed: in
         inits["bias"] = (0.3 * r.standard_normal(D)).astype(np.float32)
         ins.append("bias")
     if op == "GemmFastGelu":
-        inits["w"] = _w(r, D, 2 * D)
+        inits["w"] = weight(r, D, 2 * D)
         ins.append("w")
         if bias:
             inits["bias"] = (0.3 * r.standard_normal(2 * D)).astype(np.float32)
@@ -101,7 +94,7 @@ def act_case(op: str, bias: bool = True, alpha: Optional[float] = None, seed: in
         ins += ["bias", "skip"]
     attrs = {} if alpha is None else {"alpha": alpha}
     node = helper.make_node(op, ins, ["y"], name=op.lower(), domain=MS, **attrs)
-    return _model([node], inputs, [("y", None)], inits), feeds
+    return build_model([node], inputs, [("y", None)], inits), feeds
 
 
 def _mask(r, form: str, L: int):
@@ -127,9 +120,9 @@ def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=Non
                    attn_bias: bool = False, bias: bool = True, filter_value: Optional[float] = None,
                    dynamic_weights: bool = False, seed: int = 0):
     """com.microsoft Attention on [B, S, D]."""
-    r = _rng(seed)
+    r = seeded(seed)
     sizes = list(qkv_sizes or [D, D, D])
-    inits = {"w": _w(r, D, sum(sizes))}
+    inits = {"w": weight(r, D, sum(sizes))}
     x = r.standard_normal((B, S, D)).astype(np.float32)
     inputs, feeds = [("x", F32, [B, S, D])], {"x": x}
     ins = ["x", "w"]
@@ -161,14 +154,14 @@ def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=Non
     if filter_value is not None:
         attrs["mask_filter_value"] = filter_value
     node = helper.make_node("Attention", ins, ["y"], name="attention", domain=MS, **attrs)
-    return _model([node], inputs, [("y", None)], inits), feeds
+    return build_model([node], inputs, [("y", None)], inits), feeds
 
 
 def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int = 6, attn_bias: bool = False,
              unidirectional: bool = False, scale: Optional[float] = None, seed: int = 0):
     """com.microsoft MultiHeadAttention: separate q [B,S,D], k/v [B,L,D]; packed_qkv [B,S,N,3,H];
     packed_kv key [B,L,N,2,H]."""
-    r = _rng(seed)
+    r = seeded(seed)
     H = D // N
     inputs, feeds, inits = [], {}, {}
 
@@ -201,15 +194,15 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
     if scale is not None:
         attrs["scale"] = scale
     node = helper.make_node("MultiHeadAttention", ins, ["y"], name="mha", domain=MS, **attrs)
-    return _model([node], inputs, [("y", None)], inits), feeds
+    return build_model([node], inputs, [("y", None)], inits), feeds
 
 
 def embed_case(segment: bool = True, mask: bool = True, sum_out: bool = False, position_ids: bool = False,
                seed: int = 0):
     """com.microsoft EmbedLayerNormalization (int32 ids)."""
-    r = _rng(seed)
+    r = seeded(seed)
     V = 50
-    inits = {"word": _w(r, V, D, gain=3.0), "pos": _w(r, 16, D, gain=3.0), "seg": _w(r, 2, D, gain=3.0),
+    inits = {"word": weight(r, V, D, gain=3.0), "pos": weight(r, 16, D, gain=3.0), "seg": weight(r, 2, D, gain=3.0),
              "gamma": (1 + 0.1 * r.standard_normal(D)).astype(np.float32),
              "beta": (0.1 * r.standard_normal(D)).astype(np.float32)}
     inputs = [("ids", I32, [B, S])]
@@ -232,14 +225,14 @@ def embed_case(segment: bool = True, mask: bool = True, sum_out: bool = False, p
         ins.pop()
     outs = ["y", "mask_index"] + (["embedding_sum"] if sum_out else [])
     node = helper.make_node("EmbedLayerNormalization", ins, outs, name="embed", domain=MS, epsilon=1e-12)
-    return _model([node], inputs, [("y", None), ("mask_index", I32)] + ([("embedding_sum", None)] if sum_out else []),
+    return build_model([node], inputs, [("y", None), ("mask_index", I32)] + ([("embedding_sum", None)] if sum_out else []),
                   inits), feeds
 
 
 def rotary_case(interleaved: bool = False, four_d: bool = False, rotary_dim: int = 0, offset: bool = False,
                 seed: int = 0):
     """com.microsoft RotaryEmbedding on [B, S, N*H] or [B, N, S, H]."""
-    r = _rng(seed)
+    r = seeded(seed)
     H = 16
     R = rotary_dim or H
     shape = [B, N, S, H] if four_d else [B, S, N * H]
@@ -253,46 +246,7 @@ def rotary_case(interleaved: bool = False, four_d: bool = False, rotary_dim: int
     if rotary_dim:
         attrs["rotary_embedding_dim"] = rotary_dim
     node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rotary", domain=MS, **attrs)
-    return _model([node], inputs, [("y", None)], inits), feeds
-
-
-def rotary_attention_block(S_: int = 16, seed: int = 0):
-    """A rotary self-attention block as ORT-fused exports write it: x [1,S,D] -> MatMul q/k/v ->
-    RotaryEmbedding(q), RotaryEmbedding(k) (position_ids input) -> MultiHeadAttention -> MatMul."""
-    r = _rng(seed)
-    H = D // N
-    ang = np.arange(64)[:, None] * (1.0 / (10000 ** (np.arange(0, H, 2) / H)))[None]
-    inits = {f"w{p}": _w(r, D, D) for p in "qkvo"}
-    inits.update(cos=np.cos(ang).astype(np.float32), sin=np.sin(ang).astype(np.float32))
-    nodes = [helper.make_node("MatMul", ["x", f"w{p}"], [p], name=f"proj_{p}") for p in "qkv"]
-    nodes += [helper.make_node("RotaryEmbedding", [p, "position_ids", "cos", "sin"], [f"r{p}"], name=f"rotary_{p}",
-                               domain=MS, num_heads=N) for p in "qk"]
-    nodes += [helper.make_node("MultiHeadAttention", ["rq", "rk", "v"], ["a"], name="mha", domain=MS, num_heads=N),
-              helper.make_node("MatMul", ["a", "wo"], ["y"], name="proj_o")]
-    m = _model(nodes, [("x", F32, [1, S_, D]), ("position_ids", I64, [1, S_])], [("y", None)], inits)
-    feeds = {"x": r.standard_normal((1, S_, D)).astype(np.float32),
-             "position_ids": np.arange(3, 3 + S_).reshape(1, S_).astype(np.int64)}
-    return m, feeds
-
-
-def rms_norm_block(skip: bool = False, seed: int = 0):
-    """x [1,S,D] -> MatMul -> SimplifiedLayerNormalization (or SkipSimplifiedLayerNormalization with x as
-    the skip and its sum output in a residual Add) -> MatMul (LLaMA / T5-style RMS norm between FCs)."""
-    r = _rng(seed)
-    inits = {"w1": _w(r, D, D), "w2": _w(r, D, D), "g": (1 + 0.1 * r.standard_normal(D)).astype(np.float32)}
-    if skip:
-        nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
-                 helper.make_node("SkipSimplifiedLayerNormalization", ["h", "x", "g"], ["n", "", "", "sum"],
-                                  name="rms", domain=MS, epsilon=1e-6),
-                 helper.make_node("MatMul", ["n", "w2"], ["y0"], name="fc2"),
-                 helper.make_node("Add", ["y0", "sum"], ["y"], name="residual")]
-    else:
-        nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
-                 helper.make_node("SimplifiedLayerNormalization", ["h", "g"], ["n"], name="rms", epsilon=1e-6,
-                                  axis=-1),
-                 helper.make_node("MatMul", ["n", "w2"], ["y"], name="fc2")]
-    m = _model(nodes, [("x", F32, [1, 16, D])], [("y", None)], inits)
-    return m, {"x": r.standard_normal((1, 16, D)).astype(np.float32)}
+    return build_model([node], inputs, [("y", None)], inits), feeds
 
 
 CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = {
@@ -364,48 +318,6 @@ def cuda_only_reference(name: str, feeds, model) -> np.ndarray:
     return (left * gelu).astype(np.float32)
 
 
-def _refused_attention(kind: str):
-    r = _rng(0)
-    H = D // N
-    x = ("x", F32, [B, S, D])
-    inits = {"w": _w(r, D, 3 * D), "bias": np.zeros(3 * D, np.float32)}
-    if kind == "attention_past":
-        node = helper.make_node("Attention", ["x", "w", "bias", "", "past"], ["y", "present"], domain=MS,
-                                name="attention", num_heads=N, unidirectional=1)
-        return _model([node], [x, ("past", F32, [2, B, N, 3, H])], [("y", None), ("present", None)], inits)
-    if kind == "attention_4d_mask":
-        node = helper.make_node("Attention", ["x", "w", "bias", "mask"], ["y"], domain=MS, name="attention", num_heads=N)
-        return _model([node], [x, ("mask", I32, [B, 1, S, S])], [("y", None)], inits)
-    if kind == "mha_past":
-        node = helper.make_node("MultiHeadAttention", ["x", "k", "v", "", "", "", "pk", "pv"], ["y", "prk", "prv"],
-                                domain=MS, name="mha", num_heads=N)
-        ins = [x, ("k", F32, [B, 1, D]), ("v", F32, [B, 1, D]), ("pk", F32, [B, N, 3, H]), ("pv", F32, [B, N, 3, H])]
-        return _model([node], ins, [("y", None), ("prk", None), ("prv", None)], {})
-    if kind == "gqa":
-        node = helper.make_node("GroupQueryAttention", ["x", "k", "v", "", "", "seqlens", "total"], ["y", "pk", "pv"],
-                                domain=MS, name="gqa", num_heads=N, kv_num_heads=2)
-        ins = [x, ("k", F32, [B, S, 2 * H]), ("v", F32, [B, S, 2 * H]), ("seqlens", I32, [B]), ("total", I32, [1])]
-        return _model([node], ins, [("y", None), ("pk", None), ("pv", None)], {})
-    if kind == "rotary_packed":
-        m, _ = rotary_case()
-        m.graph.node[0].attribute.append(helper.make_attribute("is_packed_batching", 1))
-        return m
-    if kind == "skip_ln_stats":
-        return norm_case("SkipLayerNormalization", stats=True, sum_out=True)[0]
-    raise ValueError(kind)
-
-
-# refused forms: name -> (builder, the node, what its reason names)
-REFUSED = {
-    "attention_past": (lambda: _refused_attention("attention_past"), "attention", "past state"),
-    "attention_4d_mask": (lambda: _refused_attention("attention_4d_mask"), "attention", "Megatron 4-D"),
-    "mha_past": (lambda: _refused_attention("mha_past"), "mha", "past_key"),
-    "gqa": (lambda: _refused_attention("gqa"), "gqa", "cached-decoding"),
-    "rotary_packed": (lambda: _refused_attention("rotary_packed"), "rotary", "packed batching"),
-    "skip_ln_stats": (lambda: _refused_attention("skip_ln_stats"), "skiplayernormalization", "mean output"),
-}
-
-
 def _unpacked_mha(name: str, feeds, model) -> np.ndarray:
     import onnxruntime as ort
     node = model.graph.node[0]
@@ -419,89 +331,8 @@ def _unpacked_mha(name: str, feeds, model) -> np.ndarray:
         f.update({p: kv[:, :, :, i].reshape(kv.shape[0], kv.shape[1], -1) for i, p in enumerate("kv")})
         ins = ["q", "k", "v"] + list(node.input[3:])
     inputs = [(k, I32 if v.dtype == np.int32 else F32, list(v.shape)) for k, v in f.items()]
-    m = _model([helper.make_node("MultiHeadAttention", ins, ["y"], domain=MS, num_heads=N)], inputs, [("y", None)], {})
+    m = build_model([helper.make_node("MultiHeadAttention", ins, ["y"], domain=MS, num_heads=N)], inputs, [("y", None)], {})
     return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
-
-
-def qattention_model(seed: int = 0, mask: bool = True) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
-    """``quantize_dynamic`` of an fp32 model holding one com.microsoft Attention (weights [D, 3D])."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    m, feeds = attention_case("2d" if mask else "none", seed=seed)
-    with tempfile.TemporaryDirectory(prefix="contrib-") as d:
-        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
-        onnx.save(m, src)
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
-        q = onnx.load(dst)
-    return q, feeds
-
-
-class MeasuredShapes:
-    """What the optimizer asks of SymbolicShapeInferenceHelper (``get_edge_shape``, ``compare_shape``),
-    answered from one onnxruntime run of the model with every tensor as an output."""
-
-    def __init__(self, model: onnx.ModelProto):
-        import onnxruntime as ort
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        names = [o for n in m.graph.node for o in n.output if o]
-        del m.graph.output[:]
-        m.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in dict.fromkeys(names))
-        feeds = {}
-        r = _rng(0)
-        for i in m.graph.input:
-            tt = i.type.tensor_type
-            shape = [d.dim_value for d in tt.shape.dim]
-            dt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-            feeds[i.name] = (r.integers(0, 2, shape) if np.issubdtype(dt, np.integer) else
-                             r.standard_normal(shape)).astype(dt)
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-        outs = sess.run(None, feeds)
-        self.shapes = {o.name: list(v.shape) for o, v in zip(sess.get_outputs(), outs)}
-        self.shapes.update({k: list(v.shape) for k, v in feeds.items()})
-        self.shapes.update({t.name: list(t.dims) for t in m.graph.initializer})
-
-    def infer(self, *_a, **_k):
-        return True
-
-    def get_edge_shape(self, edge):
-        return self.shapes.get(edge)
-
-    def compare_shape(self, edge, other):
-        a, b = self.get_edge_shape(edge), self.get_edge_shape(other)
-        if a is None or b is None:
-            raise ValueError(f"shape of {edge} or {other} unknown")
-        return a == b
-
-
-def optimize(model: onnx.ModelProto, model_type: str = "bert", num_heads: int = 4, hidden_size: int = 32,
-             **options) -> onnx.ModelProto:
-    """onnxruntime.transformers.optimizer.optimize_model(model_type, num_heads, hidden_size) on a copy."""
-    import sys
-    from onnxruntime.transformers.optimizer import optimize_model
-    # the optimizer imports its modules top-level (its folder on sys.path) and as a package
-    classes = {mod.OnnxModel for mod in (sys.modules.get("onnx_model"), sys.modules.get("onnxruntime.transformers.onnx_model"))
-               if mod is not None}
-    try:
-        import sympy  # noqa: F401
-        patched = {}
-    except ImportError:
-        patched = {cls: cls.infer_runtime_shape for cls in classes}
-
-        def measured(self, dynamic_axis_mapping=None, update=False):
-            return MeasuredShapes(self.model) if self.enable_shape_infer else None
-        for cls in classes:
-            cls.infer_runtime_shape = measured
-    try:
-        with tempfile.TemporaryDirectory(prefix="contrib-opt-") as d:
-            path = os.path.join(d, "in.onnx")
-            onnx.save(model, path)
-            opt = optimize_model(path, model_type=model_type, num_heads=num_heads, hidden_size=hidden_size,
-                                 opt_level=options.pop("opt_level", 0), **options)
-            opt.save_model_to_file(path)   # as users save it (adds the com.microsoft opset import)
-            return onnx.load(path)
-    finally:
-        for cls, fn in patched.items():
-            cls.infer_runtime_shape = fn
 
 
 def contrib_ops(model: onnx.ModelProto) -> List[str]:

@@ -82,4 +82,4 @@ def rewrite(m: Match, g) -> str:
         else:
             w.op("Identity", [w.const("zeros", np.zeros(B, np.int32), np.int32)], [B], tag="mask_index",
                  dtype=TensorProto.INT32, out=outs[1])
-    return f"EmbedLayerNormalization -> Gathers + Adds + LayerNormalization" + (" + mask count" if want_index else "")
+    return "EmbedLayerNormalization -> Gathers + Adds + LayerNormalization" + (" + mask count" if want_index else "")

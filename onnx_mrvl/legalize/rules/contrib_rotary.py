@@ -1,6 +1,7 @@
 """com.microsoft ``RotaryEmbedding`` -> Gathers of the cos / sin caches at the positions, Slices, Muls,
 Adds and a Concat (onnxruntime's CPU kernel): per head vector x of size H with rotary size
-R = rotary_embedding_dim (default H), c = cos_cache[pos], s = sin_cache[pos] ([R/2] each; -s gathered from the negated table, so only Adds):
+R = rotary_embedding_dim (default H), c = cos_cache[pos], s = sin_cache[pos] ([R/2] each; -s is gathered
+from the negated table, so only Adds follow):
 
     interleaved=0:  x1 = x[:R/2], x2 = x[R/2:R];  y = [x1 c - x2 s, x2 c + x1 s, x[R:]]
     interleaved=1:  pairs (x[2i], x[2i+1]) -> (x[2i] c_i - x[2i+1] s_i, x[2i+1] c_i + x[2i] s_i), then x[R:]
@@ -15,7 +16,7 @@ from typing import Optional
 import numpy as np
 from onnx import TensorProto
 
-from .base import Match, attr, inp
+from .base import Match, attr
 from .contrib_ops import MS, Writer, shape_of
 
 NAME = "contrib_rotary"
