@@ -150,13 +150,14 @@ class MeasuredShapes:
 
 
 def optimize(model: onnx.ModelProto, model_type: str = "bert", num_heads: int = 4, hidden_size: int = 32,
-             **options) -> onnx.ModelProto:
-    """onnxruntime.transformers.optimizer.optimize_model(model_type, num_heads, hidden_size) on a copy."""
+             float16: bool = False, **options) -> onnx.ModelProto:
+    """onnxruntime.transformers.optimizer.optimize_model(model_type, num_heads, hidden_size) on a copy;
+    ``float16``: then its ``convert_float_to_float16(keep_io_types=True)``, as GPU deployments do."""
     import sys
     from onnxruntime.transformers.optimizer import optimize_model
     # the optimizer imports its modules top-level (its folder on sys.path) and as a package
-    classes = {mod.OnnxModel for mod in (sys.modules.get("onnx_model"), sys.modules.get("onnxruntime.transformers.onnx_model"))
-               if mod is not None}
+    modules = (sys.modules.get("onnx_model"), sys.modules.get("onnxruntime.transformers.onnx_model"))
+    classes = {mod.OnnxModel for mod in modules if mod is not None}
     try:
         import sympy  # noqa: F401,PLC0415  (only whether it is there)
         patched = {}
@@ -173,6 +174,8 @@ def optimize(model: onnx.ModelProto, model_type: str = "bert", num_heads: int = 
             onnx.save(model, path)
             opt = optimize_model(path, model_type=model_type, num_heads=num_heads, hidden_size=hidden_size,
                                  opt_level=options.pop("opt_level", 0), **options)
+            if float16:
+                opt.convert_float_to_float16(keep_io_types=True)   # needs sympy (its own shape inference)
             opt.save_model_to_file(path)   # as users save it (adds the com.microsoft opset import)
             return onnx.load(path)
     finally:
