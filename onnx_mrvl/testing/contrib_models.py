@@ -118,12 +118,12 @@ def _mask(r, form: str, L: int):
 
 def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=None, scale: Optional[float] = None,
                    attn_bias: bool = False, bias: bool = True, filter_value: Optional[float] = None,
-                   dynamic_weights: bool = False, seed: int = 0):
+                   dynamic_weights: bool = False, gain: float = 1.0, seed: int = 0):
     """com.microsoft Attention on [B, S, D]."""
     r = seeded(seed)
     sizes = list(qkv_sizes or [D, D, D])
     inits = {"w": weight(r, D, sum(sizes))}
-    x = r.standard_normal((B, S, D)).astype(np.float32)
+    x = (r.standard_normal((B, S, D)) * gain).astype(np.float32)
     inputs, feeds = [("x", F32, [B, S, D])], {"x": x}
     ins = ["x", "w"]
     if dynamic_weights:
@@ -158,7 +158,8 @@ def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=Non
 
 
 def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int = 6, attn_bias: bool = False,
-             unidirectional: bool = False, scale: Optional[float] = None, seed: int = 0):
+             unidirectional: bool = False, scale: Optional[float] = None, filter_value: Optional[float] = None,
+             seed: int = 0):
     """com.microsoft MultiHeadAttention: separate q [B,S,D], k/v [B,L,D]; packed_qkv [B,S,N,3,H];
     packed_kv key [B,L,N,2,H]."""
     r = seeded(seed)
@@ -193,6 +194,8 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
         attrs["unidirectional"] = 1
     if scale is not None:
         attrs["scale"] = scale
+    if filter_value is not None:
+        attrs["mask_filter_value"] = filter_value
     node = helper.make_node("MultiHeadAttention", ins, ["y"], name="mha", domain=MS, **attrs)
     return build_model([node], inputs, [("y", None)], inits), feeds
 
@@ -274,12 +277,19 @@ CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = 
     "attention_qkv_sizes": lambda: attention_case("2d", qkv_sizes=[32, 32, 16]),
     "attention_scale_bias_filter": lambda: attention_case("2d", scale=0.3, attn_bias=True, filter_value=-1000.0),
     "attention_nobias": lambda: attention_case("none", bias=False),
+    # a fill small enough that masked keys keep weight: checks the fill value and that causal adds to it
+    "attention_soft_fill_causal": lambda: attention_case("2d", unidirectional=True, filter_value=-2.0),
+    # scores spanning ~2.5e4: onnxruntime's causal keys get weight 0, not mask_filter_value
+    "attention_causal_large_scores": lambda: attention_case("2d", unidirectional=True, filter_value=-2.0, gain=60.0),
+    "attention_soft_fill_1d_start": lambda: attention_case("1d_start", filter_value=-1.5),
     "attention_dynamic_weights": lambda: attention_case("2d", dynamic_weights=True),
     "mha_separate": lambda: mha_case("separate"),
     "mha_separate_nobias_nomask": lambda: mha_case("separate", bias=False, mask="none"),
     "mha_3d_mask_bias": lambda: mha_case("separate", mask="3d", attn_bias=True, scale=0.2),
     "mha_1d_mask": lambda: mha_case("separate", mask="1d"),
     "mha_causal": lambda: mha_case("separate", mask="none", L=S, unidirectional=True),
+    "mha_cross_causal": lambda: mha_case("separate", mask="2d", L=5, unidirectional=True, filter_value=-2.0),
+    "mha_soft_fill_causal_2d": lambda: mha_case("separate", mask="2d", L=S, unidirectional=True, filter_value=-2.0),
     "embed": lambda: embed_case(),
     "embed_no_segment_no_mask": lambda: embed_case(segment=False, mask=False, sum_out=True),
     "rotary": lambda: rotary_case(),

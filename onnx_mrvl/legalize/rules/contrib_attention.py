@@ -11,7 +11,7 @@ attention fuse runs as one region (``contrib_ops.attention_core``), following th
 
 Masks (onnxruntime's PrepareMask): raw 0/1 [B,L] / [B,S,L] (kept where > 0), 1-D end positions [B]
 and end+start positions [2B], each masked key gets ``mask_filter_value`` (-10000); ``unidirectional``
-adds it above the diagonal. Not taken (the node stays on the CPU with the reason): past / present
+gives the keys after the query weight 0 (float32's lowest added; onnxruntime 1.32, measured). Not taken (the node stays on the CPU with the reason): past / present
 state, past_sequence_length, cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks,
 ``do_rotary``, key / value already split into heads [B,N,L,H].
 """
@@ -174,14 +174,16 @@ def project(w: Writer, x: str, weights: str, bias: str, sizes: List[int], B: int
 
 
 def masks(w: Writer, n, mask: str, attn_bias: str, B: int, S: int, L: int) -> List[str]:
+    """The additive terms of the scores, in order: key mask, attention_bias, causal (last: directly
+    before the Softmax)."""
     fill = float_attr(n, "mask_filter_value", FILL)
     adds = []
     if mask:
         adds.append(key_mask(w, mask, B, S, L, fill))
-    if attr(n, "unidirectional", 0):
-        adds.append(causal_mask(w, S, L, fill))
     if attn_bias:
         adds.append(attn_bias)
+    if attr(n, "unidirectional", 0) and S > 1:
+        adds.append(causal_mask(w, S, L))
     return adds
 
 

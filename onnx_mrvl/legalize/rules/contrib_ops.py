@@ -212,9 +212,13 @@ def _key_mask(w: Writer, mask: str, shape, B: int, S: int, L: int, fill: float) 
     return w.op("Mul", [inv, w.const("fill", fill)], target, tag="mask_fill")
 
 
-def causal_mask(w: Writer, S: int, L: int, fill: float) -> str:
-    """[1, 1, S, L] constant: ``fill`` where key j > query i + (L - S) (onnxruntime's unidirectional)."""
-    m = np.triu(np.ones((S, L), np.float32), k=L - S + 1) * np.float32(fill)
+def causal_mask(w: Writer, S: int, L: int) -> str:
+    """[1, 1, S, L] constant: float32's lowest where key j > query i, 0 elsewhere (no past state: the
+    CPU kernel's ``past_sequence_length + i + 1``, also for a cross attention with L != S).
+    onnxruntime (1.32, measured) gives those keys weight 0 whatever ``mask_filter_value`` is (a
+    -10000 there was off by 114% of max|y| on scores spanning 2.5e4); fuse saturates the constant to
+    -32768 when a Softmax reads the Add alone (docs/fusion.md "Masks and fp16"): add it last."""
+    m = np.triu(np.ones((S, L), np.float32), k=1) * np.finfo(np.float32).min
     return w.const("causal_mask", m.reshape(1, 1, S, L))
 
 
