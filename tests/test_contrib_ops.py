@@ -73,6 +73,27 @@ def test_cuda_only_contrib_node_matches_its_definition(name):
     assert _rel(C.cuda_only_reference(name, feeds, model), _run(res.model, feeds)[0]) <= FP32
 
 
+ATTENTION = sorted(n for n in list(C.CASES) + list(C.CUDA_ONLY) if n.startswith(("attention", "mha")))
+TWO_REGIONS = {"attention_scale_bias_filter"}   # attention_bias [1,N,S,S] on batch 2: fuse's batch broadcast
+
+
+@pytest.mark.parametrize("name", ATTENTION)
+def test_attention_variant_is_one_region(name, tmp_path):
+    """Each Attention / MultiHeadAttention form runs as one region (the integer mask's Greater / Less /
+    Cast / Reshape on the CPU) within docs/simulator.md's bound of onnxruntime (packed forms: of
+    onnxruntime's MultiHeadAttention on the unpacked tensors)."""
+    model, feeds = (C.CASES.get(name) or C.CUDA_ONLY[name])()
+    ref = _run(model, feeds)[0] if name in C.CASES else C.cuda_only_reference(name, feeds, model)
+    conv = onnx_mrvl.convert(model)
+    assert len(conv.subgraphs) == (2 if name in TWO_REGIONS else 1)
+    cpu = {n.op_type for n in conv.model.graph.node if not n.op_type.startswith("Subgraph")}
+    assert cpu <= {"Greater", "Less", "GreaterOrEqual", "And", "Cast", "Reshape", "Slice", "MatMul", "Add"}
+    assert "MatMul" not in cpu or name == "attention_dynamic_weights"   # x @ W of a weight input
+    assert "Add" not in cpu or name in TWO_REGIONS
+    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, feeds)[0]
+    assert _rel(ref, got) <= TOL
+
+
 @pytest.mark.parametrize("name", sorted(CB.REFUSED))
 def test_refused_forms_stay_on_cpu_with_reason(name):
     build, node, words = CB.REFUSED[name]
