@@ -127,6 +127,9 @@ class MeasuredShapes:
         for i in m.graph.input:
             tt = i.type.tensor_type
             shape = [d.dim_value for d in tt.shape.dim]
+            if any(not d.HasField("dim_value") for d in tt.shape.dim):
+                raise ValueError(f"MeasuredShapes needs static input shapes ('{i.name}' has a symbolic axis): "
+                                 f"install sympy for the optimizer's own shape inference")
             dt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
             feeds[i.name] = (r.integers(0, 2, shape) if np.issubdtype(dt, np.integer) else
                              r.standard_normal(shape)).astype(dt)
