@@ -44,8 +44,13 @@ def _refused_attention(kind: str):
         m, _ = rotary_case()
         m.graph.node[0].attribute.append(helper.make_attribute("is_packed_batching", 1))
         return m
-    if kind == "skip_ln_stats":
-        return norm_case("SkipLayerNormalization", stats=True, sum_out=True)[0]
+    if kind == "skip_simplified_ln_stats":
+        m, _ = norm_case("SkipSimplifiedLayerNormalization", sum_out=True)
+        n = m.graph.node[0]
+        del n.output[:]
+        n.output.extend(["y", "", "inv_std", "sum"])
+        m.graph.output.insert(1, helper.make_tensor_value_info("inv_std", F32, None))
+        return m
     raise ValueError(kind)
 
 
@@ -56,7 +61,8 @@ REFUSED = {
     "mha_past": (lambda: _refused_attention("mha_past"), "mha", "past_key"),
     "gqa": (lambda: _refused_attention("gqa"), "gqa", "cached-decoding"),
     "rotary_packed": (lambda: _refused_attention("rotary_packed"), "rotary", "packed batching"),
-    "skip_ln_stats": (lambda: _refused_attention("skip_ln_stats"), "skiplayernormalization", "mean output"),
+    "skip_simplified_ln_stats": (lambda: _refused_attention("skip_simplified_ln_stats"), "skipsimplifiedlayernormalization",
+                                 "inv_std_var output"),
 }
 
 

@@ -33,7 +33,7 @@ def weight(r, *shape, gain: float = 1.0):
     return (r.standard_normal(shape) * gain / math.sqrt(shape[0] if len(shape) > 1 else 1)).astype(np.float32)
 
 
-def norm_case(op: str, bias: bool = True, beta: bool = True, sum_out: bool = False, stats: bool = False,
+def norm_case(op: str, bias: bool = True, beta: bool = True, sum_out: bool = False, stats=False,
               eps: Optional[float] = None, broadcast_skip: bool = False, opset: int = 17, seed: int = 0):
     """SkipLayerNormalization / SkipSimplifiedLayerNormalization / SimplifiedLayerNormalization /
     LayerNormalization (com.microsoft) on [B, S, D]."""
@@ -59,7 +59,7 @@ def norm_case(op: str, bias: bool = True, beta: bool = True, sum_out: bool = Fal
             ins.append("bias")
         outs = ["y", "", "", "sum"] if sum_out else ["y"]
         if stats and op == "SkipLayerNormalization":
-            outs = ["y", "mean", "inv_std", "sum" if sum_out else ""]
+            outs = ["y", "mean" if stats != "inv" else "", "inv_std", "sum" if sum_out else ""]
     else:
         ins = ["x", "gamma"]
         if op == "LayerNormalization" and beta:
@@ -256,6 +256,8 @@ CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = 
     "skip_ln": lambda: norm_case("SkipLayerNormalization"),
     "skip_ln_nobias_nobeta_eps": lambda: norm_case("SkipLayerNormalization", bias=False, beta=False, eps=1e-5),
     "skip_ln_sum_out": lambda: norm_case("SkipLayerNormalization", sum_out=True),
+    "skip_ln_inv_std_out": lambda: norm_case("SkipLayerNormalization", stats="inv", sum_out=True),
+    "skip_ln_stats": lambda: norm_case("SkipLayerNormalization", stats=True, sum_out=True),
     "skip_ln_broadcast_skip": lambda: norm_case("SkipLayerNormalization", broadcast_skip=True),
     "skip_simplified_ln": lambda: norm_case("SkipSimplifiedLayerNormalization", sum_out=True),
     "skip_simplified_ln_nobias": lambda: norm_case("SkipSimplifiedLayerNormalization", bias=False, eps=1e-6),

@@ -2,7 +2,8 @@
 as the Mrvl LayerNorm; the RMS norm written out):
 
     SkipLayerNormalization(x, skip, gamma[, beta][, bias])   -> s = x + skip [+ bias]; LayerNormalization(s)
-        outputs: y, mean, inv_std_var (the LayerNormalization's), input_skip_bias_sum (s); epsilon 1e-12
+        outputs: y, mean, inv_std_var (the LayerNormalization's; fuse then leaves it on the CPU),
+        input_skip_bias_sum (s); epsilon 1e-12
     SkipSimplifiedLayerNormalization(x, skip, gamma[, bias]) -> s = x + skip [+ bias]; s / rms(s) * gamma
     SimplifiedLayerNormalization(x, gamma)  (ORT registers it in the default domain; RMSNorm)
     LayerNormalization (com.microsoft; and ORT's default-domain one below opset 17) -> LayerNormalization-17
@@ -46,10 +47,8 @@ def check(m: Match, g, target) -> Optional[str]:
     if n.op_type.startswith("Skip"):
         if shape_of(g, n.input[1]) is None:
             return f"{n.op_type} '{n.name}': skip '{n.input[1]}' has no static shape"
-        if used(g, n, 1):
-            return f"{n.op_type} '{n.name}': its mean output is used"
-        if n.op_type == "SkipSimplifiedLayerNormalization" and used(g, n, 2):
-            return f"{n.op_type} '{n.name}': its inv_std_var output is used"
+        if n.op_type == "SkipSimplifiedLayerNormalization" and (used(g, n, 1) or used(g, n, 2)):
+            return f"{n.op_type} '{n.name}': its mean / inv_std_var output is used"
     elif n.op_type == "SimplifiedLayerNormalization" and any(used(g, n, k) for k in (1, 2)):
         return f"{n.op_type} '{n.name}': its inv_std_var output is used"
     if n.op_type in ("SkipLayerNormalization", "LayerNormalization"):
