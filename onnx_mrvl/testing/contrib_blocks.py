@@ -7,6 +7,7 @@ with sympy installed: BERT, Whisper, ViT, encoder block).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from typing import Dict, Tuple
@@ -167,10 +168,8 @@ def optimize(model: onnx.ModelProto, model_type: str = "bert", num_heads: int = 
     # the optimizer imports its modules top-level (its folder on sys.path) and as a package
     modules = (sys.modules.get("onnx_model"), sys.modules.get("onnxruntime.transformers.onnx_model"))
     classes = {mod.OnnxModel for mod in modules if mod is not None}
-    try:
-        import sympy  # noqa: F401,PLC0415  (only whether it is there)
-        patched = {}
-    except ImportError:
+    patched = {}
+    if importlib.util.find_spec("sympy") is None:
         patched = {cls: cls.infer_runtime_shape for cls in classes}
 
         def measured(self, dynamic_axis_mapping=None, update=False):

@@ -15,8 +15,7 @@ from onnx import TensorProto, defs, helper
 
 from .. import shapes
 
-from ..graph import set_attr
-from .base import attr, inp
+from .base import attr
 
 MS = "com.microsoft"
 FLOAT = TensorProto.FLOAT
@@ -243,13 +242,8 @@ def attention_core(w: Writer, q: str, k: str, v: str, *, B: int, S: int, L: int,
 
 
 def _np(dt):
-    from onnx import helper
     return helper.tensor_dtype_to_np_dtype(dt or TensorProto.INT32)
 
 
-def opt(node, idx: int) -> str:
-    return inp(node, idx)
-
-
-__all__ = ["MS", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
-           "opset_reason", "raise_opset", "set_attr", "opt"]
+__all__ = ["MS", "FLOAT", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
+           "opset_reason", "raise_opset", "shape_of", "measure"]
