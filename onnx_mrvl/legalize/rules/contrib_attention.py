@@ -11,8 +11,8 @@ attention fuse runs as one region (``contrib_ops.attention_core``), following th
 
 Masks (onnxruntime's PrepareMask): raw 0/1 [B,L] / [B,S,L] (kept where > 0), 1-D end positions [B]
 and end+start positions [2B], each masked key gets ``mask_filter_value`` (-10000); ``unidirectional``
-gives the keys after the query weight 0 (float32's lowest added; onnxruntime 1.32, measured). Not taken (the node stays on the CPU with the reason): past / present
-state, past_sequence_length, cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks,
+gives the keys after the query weight 0 (float32's lowest added; onnxruntime 1.32, measured).
+Not taken (the node stays on the CPU with the reason): past / present state, past_sequence_length, cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks,
 ``do_rotary``, key / value already split into heads [B,N,L,H].
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import List, Optional
 import numpy as np
 
 from .base import Match, attr, inp
-from .contrib_ops import MS, Writer, attention_core, causal_mask, float_attr, key_mask, shape_of, used
+from .contrib_ops import MS, Writer, attention_core, causal_mask, float_attr, key_mask, not_float32, shape_of, used
 
 NAME = "contrib_attention"
 OPS = ("Attention", "MultiHeadAttention")
@@ -53,6 +53,9 @@ def _bias_reason(g, n, idx: int, B: int, N: int, S: int, L: int) -> Optional[str
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
     N = attr(n, "num_heads")
     if not N:
         return f"{n.op_type} '{n.name}' has no num_heads"

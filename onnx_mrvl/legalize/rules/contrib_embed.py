@@ -16,7 +16,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, inp
-from .contrib_ops import MS, Writer, float_attr, opset_reason, shape_of, used
+from .contrib_ops import MS, Writer, float_attr, not_float32, opset_reason, shape_of, used
 
 NAME = "contrib_embed"
 OPS = ("EmbedLayerNormalization",)
@@ -29,6 +29,9 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
     ids = shape_of(g, n.input[0])
     if ids is None or len(ids) != 2:
         return f"EmbedLayerNormalization '{n.name}': input_ids '{n.input[0]}' has no static [B, S] shape"

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, inp, is_float
-from .contrib_ops import MS, Writer, float_attr, shape_of
+from .contrib_ops import MS, Writer, float_attr, not_float32, shape_of
 
 NAME = "contrib_gelu"
 OPS = ("Gelu", "BiasGelu", "FastGelu", "GemmFastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu")
@@ -30,6 +30,9 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
     for t in n.input:
         if t and (shape_of(g, t) is None or not is_float(g, t)):
             return f"{n.op_type} '{n.name}': input '{t}' has no static float32 shape"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import Match, attr, inp, is_float
-from .contrib_ops import MS, Writer, float_attr, opset_reason, shape_of, used
+from .contrib_ops import MS, Writer, float_attr, not_float32, opset_reason, shape_of, used
 
 NAME = "contrib_norm"
 OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
@@ -37,6 +37,9 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
     x = n.input[0]
     sx = shape_of(g, x)
     if sx is None or not is_float(g, x):

@@ -40,6 +40,16 @@ def shape_of(g, name: str):
     return s
 
 
+def not_float32(g, node) -> Optional[str]:
+    """A reason when a float input of ``node`` is not float32 (the decompositions write float32
+    constants; float16 graphs are float32 after legalize's step 5 except inside control flow)."""
+    for t in node.input:
+        dt = g.dtype(t) if t else None
+        if dt in (TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16):
+            return f"{node.op_type} '{node.name}': input '{t}' is {TensorProto.DataType.Name(dt).lower()}, not float32"
+    return None
+
+
 def measure(g) -> None:
     key = id(g.shapes)   # the driver's inference replaces the dict each sweep: one probe per sweep
     if g.__dict__.get("contrib_probe") == key:
@@ -246,4 +256,4 @@ def _np(dt):
 
 
 __all__ = ["MS", "FLOAT", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
-           "opset_reason", "raise_opset", "shape_of", "measure"]
+           "opset_reason", "raise_opset", "shape_of", "measure", "not_float32"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import Match, attr, inp
 from .contrib_attention import mask_reason, masks
-from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, shape_of, used
+from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, not_float32, shape_of, used
 
 NAME = "contrib_qattention"
 OPS = ("QAttention",)
@@ -29,6 +29,9 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
     N = attr(n, "num_heads")
     if not N:
         return f"QAttention '{n.name}' has no num_heads"

@@ -17,7 +17,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, attr
-from .contrib_ops import MS, Writer, shape_of
+from .contrib_ops import MS, Writer, not_float32, shape_of
 
 NAME = "contrib_rotary"
 OPS = ("RotaryEmbedding",)
@@ -30,6 +30,9 @@ def match(node, g) -> Optional[Match]:
 
 def check(m: Match, g, target) -> Optional[str]:
     n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
     if attr(n, "is_packed_batching", 0):
         return f"RotaryEmbedding '{n.name}': packed batching (variable-length sequences) is not decomposed"
     sx, sp, sc = shape_of(g, n.input[0]), shape_of(g, n.input[1]), shape_of(g, n.input[2])
