@@ -12,8 +12,9 @@ attention fuse runs as one region (``contrib_ops.attention_core``), following th
 Masks (onnxruntime's PrepareMask): raw 0/1 [B,L] / [B,S,L] (kept where > 0), 1-D end positions [B]
 and end+start positions [2B], each masked key gets ``mask_filter_value`` (-10000); ``unidirectional``
 gives the keys after the query weight 0 (float32's lowest added; onnxruntime 1.32, measured).
-Not taken (the node stays on the CPU with the reason): past / present state, past_sequence_length, cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks,
-``do_rotary``, key / value already split into heads [B,N,L,H].
+Not taken (the node stays on the CPU with the reason): past / present state, past_sequence_length,
+cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks, ``do_rotary``, key / value already
+split into heads [B,N,L,H].
 """
 from __future__ import annotations
 
