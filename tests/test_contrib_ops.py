@@ -107,10 +107,13 @@ def test_refused_forms_stay_on_cpu_with_reason(name):
     assert d.placement == "cpu" and d.reason.startswith(TAG) and words in d.reason
 
 
-def test_qattention_decomposes_to_dynamic_int8_form():
+@pytest.mark.parametrize("mask,causal,per_channel,signed", [("2d", False, False, True), ("1d", True, True, True),
+                                                          ("none", False, False, False), ("3d", False, True, False)])
+def test_qattention_decomposes_to_dynamic_int8_form(mask, causal, per_channel, signed):
     """QAttention -> MatMulInteger groups the dynamic_int8 rule turns into MatMuls with dequantized weights:
-    the legalized model equals the fp32 Attention with those weights (no activation quantization)."""
-    q, feeds = CB.qattention_model()
+    the legalized model equals the fp32 Attention with those weights (no activation quantization); weight
+    scales / zero points per tensor or per column, s8 or u8 weights."""
+    q, fp32, feeds = CB.qattention_model(mask=mask, unidirectional=causal, per_channel=per_channel, signed=signed)
     assert C.contrib_ops(q) == ["QAttention"]
     res = _check_legal(q)
     ops = collections.Counter(n.op_type for n in res.model.graph.node)
@@ -119,7 +122,6 @@ def test_qattention_decomposes_to_dynamic_int8_form():
     init = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
     wq, ws = init[node.input[1]].astype(np.float32), init[node.input[4]]
     wz = init[node.input[7]].astype(np.float32) if len(node.input) > 7 and node.input[7] else 0.0
-    fp32, _ = C.attention_case("2d")
     for t in fp32.graph.initializer:
         if t.name == "w":
             t.CopyFrom(numpy_helper.from_array(((wq - wz) * ws).astype(np.float32), "w"))

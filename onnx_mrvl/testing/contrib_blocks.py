@@ -106,16 +106,19 @@ def rms_norm_block(skip: bool = False, seed: int = 0):
     return m, {"x": r.standard_normal((1, 16, D)).astype(np.float32)}
 
 
-def qattention_model(seed: int = 0, mask: bool = True) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
-    """``quantize_dynamic`` of an fp32 model holding one com.microsoft Attention (weights [D, 3D])."""
+def qattention_model(seed: int = 0, mask: str = "2d", unidirectional: bool = False, per_channel: bool = False,
+                     signed: bool = True) -> Tuple[onnx.ModelProto, onnx.ModelProto, Dict[str, np.ndarray]]:
+    """``quantize_dynamic`` of an fp32 model holding one com.microsoft Attention (weights [D, 3D]):
+    (quantized model, the fp32 model, feeds)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    m, feeds = attention_case("2d" if mask else "none", seed=seed)
+    m, feeds = attention_case(mask, unidirectional=unidirectional, seed=seed)
     with tempfile.TemporaryDirectory(prefix="contrib-") as d:
         src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
         onnx.save(m, src)
-        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8 if signed else QuantType.QUInt8,
+                         per_channel=per_channel)
         q = onnx.load(dst)
-    return q, feeds
+    return q, m, feeds
 
 
 class MeasuredShapes:
