@@ -14,7 +14,6 @@ import numpy as np
 from onnx import TensorProto, defs, helper
 
 from .. import shapes
-
 from .base import attr
 
 MS = "com.microsoft"
@@ -51,10 +50,11 @@ def not_float32(g, node) -> Optional[str]:
 
 
 def measure(g) -> None:
-    key = id(g.shapes)   # the driver's inference replaces the dict each sweep: one probe per sweep
-    if g.__dict__.get("contrib_probe") == key:
+    # the driver's inference replaces the shapes dict each sweep: one probe per sweep (the dict itself
+    # is kept and compared, not its id, which a later dict may reuse)
+    if g.__dict__.get("contrib_probe") is g.shapes:
         return
-    g.__dict__["contrib_probe"] = key
+    g.__dict__["contrib_probe"] = g.shapes
     nodes = g.toposort()
     missing = [o for n in nodes for o in n.output if o and g.shape(o) is None]
     if not missing:
@@ -85,6 +85,16 @@ def opset_reason(g) -> Optional[str]:
     old = g.opset
     if old >= LN_OPSET:
         return None
+    key = (g.edits, old)   # one scan per state of the graph (every contrib node of a sweep asks)
+    cached = g.__dict__.get("contrib_opset_reason")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    why = _opset_scan(g, old)
+    g.__dict__["contrib_opset_reason"] = (key, why)
+    return why
+
+
+def _opset_scan(g, old: int) -> Optional[str]:
     for n in g.node_list():
         if n.domain not in ("", "ai.onnx") or n.op_type in ORT_DEFAULT_DOMAIN_OPS:
             continue
