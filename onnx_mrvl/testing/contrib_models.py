@@ -263,6 +263,7 @@ CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = 
     "skip_simplified_ln_nobias": lambda: norm_case("SkipSimplifiedLayerNormalization", bias=False, eps=1e-6),
     "simplified_ln": lambda: norm_case("SimplifiedLayerNormalization", eps=1e-6),
     "ort_layernorm_opset14": lambda: norm_case("LayerNormalization", eps=1e-5, opset=14),
+    "ort_layernorm_opset11": lambda: norm_case("LayerNormalization", eps=1e-5, opset=11),
     "gelu": lambda: act_case("Gelu"),
     "bias_gelu": lambda: act_case("BiasGelu"),
     "fast_gelu": lambda: act_case("FastGelu"),
