@@ -161,7 +161,7 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
              unidirectional: bool = False, scale: Optional[float] = None, filter_value: Optional[float] = None,
              seed: int = 0):
     """com.microsoft MultiHeadAttention: separate q [B,S,D], k/v [B,L,D]; packed_qkv [B,S,N,3,H];
-    packed_kv key [B,L,N,2,H]."""
+    packed_kv key [B,L,N,2,H]; kv_heads k/v [B,N,L,H]."""
     r = seeded(seed)
     H = D // N
     inputs, feeds, inits = [], {}, {}
@@ -175,6 +175,11 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
         ins = [add("qkv", [B, S, N, 3, H]), "", "", ""]
     elif form == "packed_kv":
         ins = [add("q", [B, S, D]), add("kv", [B, L, N, 2, H]), "", ""]
+    elif form == "kv_heads":
+        ins = [add("q", [B, S, D]), add("k", [B, N, L, H]), add("v", [B, N, L, H]), ""]
+        if bias:
+            inits["bias"] = (0.1 * r.standard_normal(3 * D)).astype(np.float32)
+            ins[3] = "bias"
     else:
         ins = [add("q", [B, S, D]), add("k", [B, L, D]), add("v", [B, L, D]), ""]
         if bias:
@@ -291,6 +296,8 @@ CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = 
     "mha_3d_mask_bias": lambda: mha_case("separate", mask="3d", attn_bias=True, scale=0.2),
     "mha_1d_mask": lambda: mha_case("separate", mask="1d"),
     "mha_causal": lambda: mha_case("separate", mask="none", L=S, unidirectional=True),
+    "mha_kv_heads": lambda: mha_case("kv_heads", mask="2d"),
+    "mha_kv_heads_nobias_3d": lambda: mha_case("kv_heads", bias=False, mask="3d"),
     "mha_cross_causal": lambda: mha_case("separate", mask="2d", L=5, unidirectional=True, filter_value=-2.0),
     "mha_soft_fill_causal_2d": lambda: mha_case("separate", mask="2d", L=S, unidirectional=True, filter_value=-2.0),
     "embed": lambda: embed_case(),

@@ -6,15 +6,15 @@ attention fuse runs as one region (``contrib_ops.attention_core``), following th
         weights become three MatMuls, others one MatMul and Slices)
     MultiHeadAttention(query, key, value, bias, key_padding_mask, attention_bias, past_key, past_value)
         query [B,S,D], key [B,L,D], value [B,L,Dv] (+ bias [D+D+Dv]); packed QKV query [B,S,N,3,H];
-        packed KV key [B,L,N,2,H]
+        packed KV key [B,L,N,2,H]; key / value in heads [B,N,L,H] (cross attention on projected
+        key / value: only the query's bias part applies)
     scores = Q K^T * scale (attribute, default 1/sqrt(head size)) + mask + attention_bias [+ causal]
 
 Masks (onnxruntime's PrepareMask): raw 0/1 [B,L] / [B,S,L] (kept where > 0), 1-D end positions [B]
 and end+start positions [2B], each masked key gets ``mask_filter_value`` (-10000); ``unidirectional``
 gives the keys after the query weight 0 (float32's lowest added; onnxruntime 1.32, measured).
 Not taken (the node stays on the CPU with the reason): past / present state, past_sequence_length,
-cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks, ``do_rotary``, key / value already
-split into heads [B,N,L,H].
+cache_indirection, output_qk, Megatron 4-D and packed (3B+2) masks, ``do_rotary``.
 """
 from __future__ import annotations
 
@@ -119,11 +119,16 @@ def _check_mha(m, g, n, N) -> Optional[str]:
             return f"MultiHeadAttention '{n.name}': query {list(sq)}, key {list(sk)}, value {list(sv)} do not " \
                    f"fit [B,S,D], [B,L,D], [B,L,Dv] with {N} heads"
         form, L, D, Dv = "separate", sk[1], sq[2], sv[2]
+    elif len(sq) == 3 and sk is not None and sv is not None and len(sk) == 4 and len(sv) == 4:
+        if sk[0] != B or sv[0] != B or sk[1] != N or sv[1] != N or sk[2] != sv[2] or sq[2] != N * sk[3]:
+            return f"MultiHeadAttention '{n.name}': query {list(sq)}, key {list(sk)}, value {list(sv)} do not " \
+                   f"fit [B,S,N*H], [B,N,L,H], [B,N,L,Hv] with {N} heads"
+        form, L, D, Dv = "kv_heads", sk[2], sq[2], N * sv[3]
     else:
-        return f"MultiHeadAttention '{n.name}': query {sq} / key {sk} / value {sv}: key and value already split " \
-               f"into heads [B,N,L,H] (or missing) are not decomposed"
+        return f"MultiHeadAttention '{n.name}': query {sq} / key {sk} / value {sv} are none of the forms taken " \
+               f"(separate 3-D, packed QKV / KV, key / value in heads)"
     if inp(n, 3):
-        if form != "separate":
+        if form not in ("separate", "kv_heads"):
             return f"MultiHeadAttention '{n.name}': bias with packed {form.split('_')[1].upper()} is not decomposed"
         if shape_of(g, inp(n, 3)) != (2 * D + Dv,):
             return f"MultiHeadAttention '{n.name}': bias '{inp(n, 3)}' is not [{2 * D + Dv}]"
@@ -208,6 +213,11 @@ def rewrite(m: Match, g) -> str:
         if form == "packed_qkv":
             sq = shape_of(g, n.input[0])
             q, k, v = (_unpack(w, n.input[0], sq, i, f"{p}_unpack") for i, p in enumerate("qkv"))
+        elif form == "kv_heads":   # onnxruntime adds only the query's part of the bias (measured)
+            q, k, v = n.input[0], n.input[1], n.input[2]
+            if inp(n, 3):
+                bq = _slices(w, inp(n, 3), [sum(sizes)], sizes, ("bq", "bk", "bv"))[0]
+                q = w.op("Add", [q, bq], [B, S, sizes[0]], tag="q_bias")
         elif form == "packed_kv":
             sk = shape_of(g, n.input[1])
             q = n.input[0]
@@ -220,5 +230,6 @@ def rewrite(m: Match, g) -> str:
                 k = w.op("Add", [k, bk], [B, L, sizes[1]], tag="k_bias")
                 v = w.op("Add", [v, bv], [B, L, sizes[2]], tag="v_bias")
         adds = masks(w, n, inp(n, 4), inp(n, 5), B, S, L)
-    attention_core(w, q, k, v, B=B, S=S, L=L, N=N, hq=hq, hv=hv, scale=scale, adds=adds, out=out)
+    attention_core(w, q, k, v, B=B, S=S, L=L, N=N, hq=hq, hv=hv, scale=scale, adds=adds, out=out,
+                   kv_heads=d.get("form") == "kv_heads")
     return f"{n.op_type} ({N} heads, S={S}, L={L}, {len(adds)} additive masks) -> MatMul/Softmax attention"

@@ -242,15 +242,19 @@ def causal_mask(w: Writer, S: int, L: int) -> str:
 
 
 def attention_core(w: Writer, q: str, k: str, v: str, *, B: int, S: int, L: int, N: int, hq: int, hv: int,
-                   scale: float, adds: List[str], out: str) -> str:
-    """softmax(Q K^T * scale + sum(adds)) V with heads: Q [B,S,N*hq], K [B,L,N*hq], V [B,L,N*hv] ->
-    ``out`` [B,S,N*hv]."""
+                   scale: float, adds: List[str], out: str, kv_heads: bool = False) -> str:
+    """softmax(Q K^T * scale + sum(adds)) V with heads: Q [B,S,N*hq], K [B,L,N*hq], V [B,L,N*hv]
+    (``kv_heads``: K [B,N,L,hq], V [B,N,L,hv]) -> ``out`` [B,S,N*hv]."""
     qh = w.op("Transpose", [w.reshape(q, [B, S, N, hq], "q_heads")], [B, N, S, hq], tag="q_transpose",
               perm=[0, 2, 1, 3])
-    kh = w.op("Transpose", [w.reshape(k, [B, L, N, hq], "k_heads")], [B, N, hq, L], tag="k_transpose",
-              perm=[0, 2, 3, 1])
-    vh = w.op("Transpose", [w.reshape(v, [B, L, N, hv], "v_heads")], [B, N, L, hv], tag="v_transpose",
-              perm=[0, 2, 1, 3])
+    if kv_heads:
+        kh = w.op("Transpose", [k], [B, N, hq, L], tag="k_transpose", perm=[0, 1, 3, 2])
+        vh = v
+    else:
+        kh = w.op("Transpose", [w.reshape(k, [B, L, N, hq], "k_heads")], [B, N, hq, L], tag="k_transpose",
+                  perm=[0, 2, 3, 1])
+        vh = w.op("Transpose", [w.reshape(v, [B, L, N, hv], "v_heads")], [B, N, L, hv], tag="v_transpose",
+                  perm=[0, 2, 1, 3])
     s = w.op("MatMul", [qh, kh], [B, N, S, L], tag="qk")
     s = w.op("Mul", [s, w.const("scale", scale)], [B, N, S, L], tag="scale")
     for k_, a in enumerate(adds):
