@@ -23,6 +23,7 @@ from onnx_mrvl.testing import arch_speech as S
 from onnx_mrvl.testing import arch_transformer as A
 from onnx_mrvl.testing import contrib_blocks as CB
 from onnx_mrvl.testing import contrib_models as C
+from onnx_mrvl.testing import models as M
 
 TOL = 1e-2      # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
 FP32 = 1e-5     # a decomposition in fp32 against onnxruntime's kernel (reassociation only)
@@ -179,6 +180,37 @@ def test_optimized_encoder_converts_like_the_original(name, tmp_path):
     allowed = ("Gather", "Cast", "Reshape", "Less", "ReduceSum", "Equal")
     assert all(n.op_type in allowed for n in cpu), [n.op_type for n in cpu]
     got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run([o.name for o in opt.graph.output], feeds)
+    for r, g in zip(ref, got):
+        assert _rel(r, g) <= TOL
+
+
+ORT_SAVED = {   # onnxruntime's own fusions (optimized_model_filepath, ORT_ENABLE_EXTENDED)
+    "bert": (lambda: S.bert_encoder(ln="op"), {"FusedGemm", "FusedMatMul", "Gelu", "SkipLayerNormalization"}),
+    "whisper": (S.whisper_encoder, {"FusedMatMul", "Gelu", "SkipLayerNormalization"}),
+    "vit": (lambda: A.vit_like(0, "op"), {"FusedMatMul", "Gelu", "SkipLayerNormalization"}),
+    "resnet18_like": (lambda: M.resnet18_like(input_size=64), {"FusedConv"}),
+    "mobilenetv2_like": (lambda: M.mobilenetv2_like(input_size=64), {"FusedConv"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORT_SAVED))
+def test_ort_saved_model_converts_like_the_original(name, tmp_path):
+    """A model saved by onnxruntime after its own fusions: fp32 legalized equal to onnxruntime on it,
+    one region like the original, simulator within the fp16 bound."""
+    build, ops = ORT_SAVED[name]
+    original = build()
+    saved = CB.ort_saved(original)
+    assert set(C.contrib_ops(saved)) == ops
+    feeds = _feeds(original)
+    ref = _run(saved, feeds)
+    legal = legalize(saved).model
+    assert C.contrib_ops(legal) == []
+    for r, g in zip(ref, _run(legal, feeds)):
+        assert _rel(r, g) <= FP32
+    conv = onnx_mrvl.convert(saved)
+    assert len(conv.subgraphs) == len(onnx_mrvl.convert(original).subgraphs) == 1
+    assert not any(n.domain == C.MS for n in conv.model.graph.node)
+    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run([o.name for o in saved.graph.output], feeds)
     for r, g in zip(ref, got):
         assert _rel(r, g) <= TOL
 

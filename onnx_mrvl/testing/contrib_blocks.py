@@ -106,6 +106,19 @@ def rms_norm_block(skip: bool = False, seed: int = 0):
     return m, {"x": r.standard_normal((1, 16, D)).astype(np.float32)}
 
 
+def ort_saved(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as onnxruntime saves it after its own fusions (``optimized_model_filepath``,
+    ORT_ENABLE_EXTENDED, CPU): FusedConv, FusedGemm, FusedMatMul, SkipLayerNormalization, Gelu, ..."""
+    import onnxruntime as ort
+    with tempfile.TemporaryDirectory(prefix="contrib-") as d:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = os.path.join(d, "o.onnx")
+        so.log_severity_level = 3
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return onnx.load(so.optimized_model_filepath)
+
+
 def qattention_model(seed: int = 0, mask: str = "2d", unidirectional: bool = False, per_channel: bool = False,
                      signed: bool = True) -> Tuple[onnx.ModelProto, onnx.ModelProto, Dict[str, np.ndarray]]:
     """``quantize_dynamic`` of an fp32 model holding one com.microsoft Attention (weights [D, 3D]):

@@ -237,6 +237,46 @@ def embed_case(segment: bool = True, mask: bool = True, sum_out: bool = False, p
                   inits), feeds
 
 
+def fused_case(op: str, activation: Optional[str] = None, params=(), trans: bool = False, alpha: float = 1.0,
+               z: bool = False, seed: int = 0):
+    """onnxruntime's FusedMatMul / FusedGemm / FusedConv (what ORT_ENABLE_EXTENDED saves)."""
+    r = seeded(seed)
+    attrs = {}
+    if op == "FusedMatMul":   # attention scores: Q [B,N,S,H] x K [B,N,S,H]^T
+        shape = [B, N, S, D // N]
+        inputs = [("a", F32, shape), ("b", F32, shape)]
+        attrs = {"transB": 1 if trans else 0, "alpha": alpha}
+        if not trans:
+            inputs[1] = ("b", F32, [B, N, D // N, S])
+        node = helper.make_node(op, ["a", "b"], ["y"], domain=MS, name="fused", **attrs)
+        feeds = {k: r.standard_normal(s).astype(np.float32) for k, _, s in inputs}
+        return build_model([node], inputs, [("y", None)], {}), feeds
+    if op == "FusedGemm":
+        inits = {"w": weight(r, 2 * D, D), "c": (0.1 * r.standard_normal(2 * D)).astype(np.float32)}
+        inputs = [("x", F32, [B, D])]
+        attrs = {"transB": 1, "alpha": alpha}
+        ins = ["x", "w", "c"]
+    else:
+        inits = {"w": (r.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32), "c": (0.1 * r.standard_normal(8)).astype(np.float32)}
+        inputs = [("x", F32, [1, 4, 10, 10])]
+        attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [1, 1]}
+        ins = ["x", "w", "c"]
+        if z:
+            inputs.append(("z", F32, [1, 8, 10, 10]))
+            ins.append("z")
+        if params:
+            attrs["activation_params"] = list(params)
+    if activation:
+        attrs["activation"] = activation
+        if op == "FusedGemm" and params:
+            attrs["activation_alpha"] = params[0]
+            if len(params) > 1:
+                attrs["activation_beta"] = params[1]
+    node = helper.make_node(op, ins, ["y"], domain=MS, name="fused", **attrs)
+    feeds = {k: (2 * r.standard_normal(s)).astype(np.float32) for k, _, s in inputs}
+    return build_model([node], inputs, [("y", None)], inits), feeds
+
+
 def rotary_case(interleaved: bool = False, four_d: bool = False, rotary_dim: int = 0, offset: bool = False,
                 seed: int = 0):
     """com.microsoft RotaryEmbedding on [B, S, N*H] or [B, N, S, H]."""
@@ -302,6 +342,16 @@ CASES: Dict[str, Callable[[], Tuple[onnx.ModelProto, Dict[str, np.ndarray]]]] = 
     "mha_soft_fill_causal_2d": lambda: mha_case("separate", mask="2d", L=S, unidirectional=True, filter_value=-2.0),
     "embed": lambda: embed_case(),
     "embed_no_segment_no_mask": lambda: embed_case(segment=False, mask=False, sum_out=True),
+    "fused_matmul_scores": lambda: fused_case("FusedMatMul", trans=True, alpha=0.35),
+    "fused_matmul_plain": lambda: fused_case("FusedMatMul"),
+    "fused_gemm_tanh": lambda: fused_case("FusedGemm", "Tanh"),
+    "fused_gemm_leaky": lambda: fused_case("FusedGemm", "LeakyRelu", (0.2,), alpha=0.5),
+    "fused_gemm_hardsigmoid": lambda: fused_case("FusedGemm", "HardSigmoid", (0.3, 0.4)),
+    "fused_conv_relu": lambda: fused_case("FusedConv", "Relu"),
+    "fused_conv_clip_sum": lambda: fused_case("FusedConv", "Clip", (0.0, 6.0), z=True),
+    "fused_conv_leaky": lambda: fused_case("FusedConv", "LeakyRelu", (0.1,)),
+    "fused_conv_hardsigmoid": lambda: fused_case("FusedConv", "HardSigmoid", (0.2, 0.5)),
+    "fused_conv_sigmoid": lambda: fused_case("FusedConv", "Sigmoid"),
     "rotary": lambda: rotary_case(),
     "rotary_interleaved": lambda: rotary_case(interleaved=True),
     "rotary_4d_partial": lambda: rotary_case(four_d=True, rotary_dim=8),
