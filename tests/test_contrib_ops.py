@@ -190,6 +190,8 @@ ORT_SAVED = {   # onnxruntime's own fusions (optimized_model_filepath, ORT_ENABL
     "vit": (lambda: A.vit_like(0, "op"), {"FusedMatMul", "Gelu", "SkipLayerNormalization"}),
     "resnet18_like": (lambda: M.resnet18_like(input_size=64), {"FusedConv"}),
     "mobilenetv2_like": (lambda: M.mobilenetv2_like(input_size=64), {"FusedConv"}),
+    "yolo_like": (lambda: M.yolo_like(input_size=64), {"FusedConv", "QuickGelu"}),   # SiLU -> QuickGelu(alpha=1)
+    "conformer": (S.conformer_block, {"FusedMatMul", "QuickGelu", "SkipLayerNormalization"}),
 }
 
 
