@@ -29,7 +29,8 @@ def _refused_attention(kind: str):
                                 name="attention", num_heads=N, unidirectional=1)
         return build_model([node], [x, ("past", F32, [2, B, N, 3, H])], [("y", None), ("present", None)], inits)
     if kind == "attention_4d_mask":
-        node = helper.make_node("Attention", ["x", "w", "bias", "mask"], ["y"], domain=MS, name="attention", num_heads=N)
+        node = helper.make_node("Attention", ["x", "w", "bias", "mask"], ["y"], domain=MS, name="attention",
+                                num_heads=N)
         return build_model([node], [x, ("mask", I32, [B, 1, S, S])], [("y", None)], inits)
     if kind == "mha_past":
         node = helper.make_node("MultiHeadAttention", ["x", "k", "v", "", "", "", "pk", "pv"], ["y", "prk", "prv"],
@@ -62,8 +63,8 @@ REFUSED = {
     "mha_past": (lambda: _refused_attention("mha_past"), "mha", "past_key"),
     "gqa": (lambda: _refused_attention("gqa"), "gqa", "cached-decoding"),
     "rotary_packed": (lambda: _refused_attention("rotary_packed"), "rotary", "packed batching"),
-    "skip_simplified_ln_stats": (lambda: _refused_attention("skip_simplified_ln_stats"), "skipsimplifiedlayernormalization",
-                                 "inv_std_var output"),
+    "skip_simplified_ln_stats": (lambda: _refused_attention("skip_simplified_ln_stats"),
+                                 "skipsimplifiedlayernormalization", "inv_std_var output"),
 }
 
 

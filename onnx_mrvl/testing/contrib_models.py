@@ -233,8 +233,8 @@ def embed_case(segment: bool = True, mask: bool = True, sum_out: bool = False, p
         ins.pop()
     outs = ["y", "mask_index"] + (["embedding_sum"] if sum_out else [])
     node = helper.make_node("EmbedLayerNormalization", ins, outs, name="embed", domain=MS, epsilon=1e-12)
-    return build_model([node], inputs, [("y", None), ("mask_index", I32)] + ([("embedding_sum", None)] if sum_out else []),
-                  inits), feeds
+    outputs = [("y", None), ("mask_index", I32)] + ([("embedding_sum", None)] if sum_out else [])
+    return build_model([node], inputs, outputs, inits), feeds
 
 
 def fused_case(op: str, activation: Optional[str] = None, params=(), trans: bool = False, alpha: float = 1.0,
@@ -257,7 +257,8 @@ def fused_case(op: str, activation: Optional[str] = None, params=(), trans: bool
         attrs = {"transB": 1, "alpha": alpha}
         ins = ["x", "w", "c"]
     else:
-        inits = {"w": (r.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32), "c": (0.1 * r.standard_normal(8)).astype(np.float32)}
+        inits = {"w": (r.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32),
+                 "c": (0.1 * r.standard_normal(8)).astype(np.float32)}
         inputs = [("x", F32, [1, 4, 10, 10])]
         attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [1, 1]}
         ins = ["x", "w", "c"]
@@ -401,7 +402,8 @@ def _unpacked_mha(name: str, feeds, model) -> np.ndarray:
         f.update({p: kv[:, :, :, i].reshape(kv.shape[0], kv.shape[1], -1) for i, p in enumerate("kv")})
         ins = ["q", "k", "v"] + list(node.input[3:])
     inputs = [(k, I32 if v.dtype == np.int32 else F32, list(v.shape)) for k, v in f.items()]
-    m = build_model([helper.make_node("MultiHeadAttention", ins, ["y"], domain=MS, num_heads=N)], inputs, [("y", None)], {})
+    node = helper.make_node("MultiHeadAttention", ins, ["y"], domain=MS, num_heads=N)
+    m = build_model([node], inputs, [("y", None)], {})
     return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
 
 
