@@ -88,6 +88,7 @@ def validate_model(model: onnx.ModelProto) -> None:
             if o:
                 seen[o] = n.name
     skeleton = _check_sizes_and_strip(model)
+    _ort_default_domain_ops(skeleton)
     try:
         if skeleton.ByteSize() > 2_000_000_000:   # the checker takes at most 2 GB of protobuf
             log.warning("model too large for onnx.checker even without its weights: not checked")
@@ -102,6 +103,24 @@ def validate_model(model: onnx.ModelProto) -> None:
             return
         raise ModelError(f"the model fails the ONNX checker: {first}",
                          hint="fix the exporter output (onnx.checker.check_model explains)") from None
+
+
+# onnxruntime registers these in the default domain as its own ops (LayerNormalization below opset 17,
+# SimplifiedLayerNormalization at any): its transformer optimizer writes them there. The checker has no
+# schema for them; legalize's contrib_norm rewrites them (docs/legalize.md, rule 1b).
+ORT_DEFAULT_DOMAIN_OPS = {"LayerNormalization": 17, "SimplifiedLayerNormalization": 10 ** 9}
+
+
+def _ort_default_domain_ops(skeleton: onnx.ModelProto) -> None:
+    """Check onnxruntime's default-domain ops in the stripped copy as custom-domain ops."""
+    default = next((o.version for o in skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+    moved = False
+    for n in skeleton.graph.node:
+        if n.domain in ("", "ai.onnx") and default < ORT_DEFAULT_DOMAIN_OPS.get(n.op_type, 0):
+            n.domain = "com.microsoft"
+            moved = True
+    if moved and not any(o.domain == "com.microsoft" for o in skeleton.opset_import):
+        skeleton.opset_import.add(domain="com.microsoft", version=1)
 
 
 # Element sizes of the types whose raw_data _check_sizes_and_strip may replace by one element.

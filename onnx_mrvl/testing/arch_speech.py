@@ -91,29 +91,45 @@ def _mha(n: Net, x: str, T: int, D: int, H: int, mask: str = "", bmm3d: bool = F
     return _linear(n, o, D, D, "out_proj")
 
 
-def _hf_mask(n: Net, name: str = "attention_mask") -> str:
-    """HF's extended attention mask: [B, T] int64 -> Unsqueeze [B, 1, 1, T] -> Cast -> (1 - m) * lowest."""
-    m = n.op("Unsqueeze", [name, _i64(n, [1, 2])], "mask_unsqueeze")
+def _hf_mask(n: Net, name: str = "attention_mask", unsqueezes: int = 1) -> str:
+    """HF's extended attention mask: [B, T] int64 -> Unsqueeze [B, 1, 1, T] (one Unsqueeze, or two as
+    older exporters write ``mask[:, None, None, :]``) -> Cast -> (1 - m) * lowest."""
+    if unsqueezes == 2:
+        m = n.op("Unsqueeze", [n.op("Unsqueeze", [name, _i64(n, [1])], "mask_unsqueeze"), _i64(n, [2])],
+                 "mask_unsqueeze")
+    else:
+        m = n.op("Unsqueeze", [name, _i64(n, [1, 2])], "mask_unsqueeze")
     m = n.op("Cast", [m], "mask_cast", to=F32)
     m = n.op("Sub", [n.const(np.array(1.0, np.float32), "one"), m], "mask_sub")
     return n.op("Mul", [m, n.const(np.array(np.finfo(np.float32).min, np.float32), "lowest")], "mask_mul")
 
 
 def bert_encoder(seed: int = 0, T: int = 16, D: int = 32, H: int = 4, layers: int = 2, vocab: int = 100,
-                 ln: str = "torch") -> onnx.ModelProto:
+                 ln: str = "torch", mask_unsqueezes: int = 1, positions: str = "const") -> onnx.ModelProto:
     """MiniLM/BERT-style encoder (legacy exporter, opset 14). Inputs input_ids, attention_mask,
-    token_type_ids [1, T] int64; outputs last_hidden_state [1, T, D], pooler_output [1, D]."""
+    token_type_ids [1, T] int64; outputs last_hidden_state [1, T, D], pooler_output [1, D].
+    ``mask_unsqueezes`` 2: the mask's [B, 1, 1, T] as two Unsqueezes (onnxruntime's Attention fusion
+    matches that form). ``positions`` "slice": position_ids = buffer[:, :Shape(input_ids)[1]] as HF's
+    dynamic-axes export writes it (Shape, Gather, Unsqueeze, Slice; onnxruntime's EmbedLayerNormalization
+    fusion matches it), "const": that slice folded to a constant."""
     n = Net(seed, 17 if ln == "op" else 14)
     table = lambda rows: (n.rng.standard_normal((rows, D)) * 0.5).astype(np.float32)   # noqa: E731
     x = n.op("Gather", [n.const(table(vocab), "word_embeddings"), "input_ids"], "word_embed", axis=0)
     tt = n.op("Gather", [n.const(table(2), "token_type_embeddings"), "token_type_ids"], "type_embed", axis=0)
     x = n.op("Add", [x, tt], "embed_add_type")
     # position_ids = buffer[:, :T] (a constant after constant folding) -> Gather of the table
-    pos = n.op("Gather", [n.const(table(64), "position_embeddings"),
-                          n.const(np.arange(T, dtype=np.int64).reshape(1, T), "position_ids")], "pos_embed", axis=0)
+    if positions == "slice":
+        seq = n.op("Gather", [n.op("Shape", ["input_ids"], "ids_shape"), n.const(np.array(1, np.int64), "one")],
+                   "seq_len", axis=0)
+        end = n.op("Unsqueeze", [seq, _i64(n, [0])], "seq_len_1d")
+        ids = n.op("Slice", [n.const(np.arange(64, dtype=np.int64).reshape(1, 64), "position_ids"), _i64(n, [0]), end,
+                             _i64(n, [1]), _i64(n, [1])], "position_ids_slice")
+    else:
+        ids = n.const(np.arange(T, dtype=np.int64).reshape(1, T), "position_ids")
+    pos = n.op("Gather", [n.const(table(64), "position_embeddings"), ids], "pos_embed", axis=0)
     x = n.op("Add", [x, pos], "embed_add_pos")
     x = layernorm(n, x, [1, T, D], ln)
-    mask = _hf_mask(n)
+    mask = _hf_mask(n, unsqueezes=mask_unsqueezes)
     for _ in range(layers):
         a = _mha(n, x, T, D, H, mask=mask)
         x = layernorm(n, n.op("Add", [a, x], "attn_residual"), [1, T, D], ln)

@@ -13,6 +13,8 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
 from . import layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
+from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
+               contrib_qattention, contrib_rotary)
 from .base import Match
 
 RULES = (
@@ -21,6 +23,14 @@ RULES = (
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
+    contrib_qattention,
+    contrib_attention,
+    contrib_embed,
+    contrib_norm,
+    contrib_gelu,
+    contrib_rotary,
+    contrib_cached,
+    contrib_fused,
     remove_identity,
     remove_dropout,
     remove_noop,

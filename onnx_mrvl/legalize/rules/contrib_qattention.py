@@ -1,0 +1,99 @@
+"""com.microsoft ``QAttention`` (``quantize_dynamic`` on an attention-fused model) -> per part of Q, K, V
+the dynamic-int8 form ``MatMulInteger(x_q, W_q[:, part], x_zp, W_zp[part]) -> Cast(float) ->
+Mul(x_scale * W_scale[part]) -> Add(bias[part])`` followed by the attention of ``contrib_attention``.
+
+The ``dynamic_int8`` rule then turns each MatMulInteger group into a MatMul with dequantized weights
+(its note: fp16 with dequantized weights). Taken only when the quantized input is a
+``DynamicQuantizeLinear`` output with its own scale and zero point (the quantize_dynamic form);
+weights, weight scales / zero points (one value or one per column) and the bias constant.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .base import Match, attr, inp
+from .contrib_attention import mask_reason, masks
+from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, not_float32, shape_of, used
+
+NAME = "contrib_qattention"
+OPS = ("QAttention",)
+REPORT_SKIPS = "onnxruntime contrib op"
+
+
+def match(node, g) -> Optional[Match]:
+    return Match([node]) if node.domain == MS else None
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    n = m.node
+    why = not_float32(g, n)
+    if why:
+        return why
+    N = attr(n, "num_heads")
+    if not N:
+        return f"QAttention '{n.name}' has no num_heads"
+    if attr(n, "do_rotary", 0):
+        return f"QAttention '{n.name}' applies rotary embedding inside (do_rotary=1)"
+    if inp(n, 8) or used(g, n, 1):
+        return f"QAttention '{n.name}' has past / present state (decoding with a cache stays on the CPU)"
+    p = g.producer.get(n.input[0])
+    if p is None or p.op_type != "DynamicQuantizeLinear" or p.domain not in ("", "ai.onnx") \
+            or inp(n, 3) != p.output[1] or (inp(n, 6) and inp(n, 6) != p.output[2]):
+        return f"QAttention '{n.name}': its input is not a DynamicQuantizeLinear output with that op's scale and " \
+               f"zero point (only the quantize_dynamic form is decomposed)"
+    sx, sw = shape_of(g, p.input[0]), shape_of(g, n.input[1])
+    if sx is None or len(sx) != 3 or sw is None or len(sw) != 2 or sw[0] != sx[2] or sw[1] % 3 or (sw[1] // 3) % N:
+        return f"QAttention '{n.name}': input {sx} / weights {sw} are not [B,S,D] / [D, 3*H] with {N} heads"
+    cols = sw[1]
+    for idx, what in ((1, "weights"), (2, "bias"), (4, "weight scale"), (7, "weight zero point")):
+        if inp(n, idx) and g.const(inp(n, idx)) is None:
+            return f"QAttention '{n.name}': the {what} '{inp(n, idx)}' is not a constant"
+        if idx in (4, 7) and inp(n, idx) and g.const(inp(n, idx)).size not in (1, cols):
+            return f"QAttention '{n.name}': the {what} is neither one value nor one per column"
+    if not inp(n, 2):
+        return f"QAttention '{n.name}' has no bias"
+    B, S = sx[0], sx[1]
+    if inp(n, 5):
+        why = mask_reason(g, inp(n, 5), B, S, S)
+        if why:
+            return f"QAttention '{n.name}': {why}"
+    m.data.update(B=B, S=S, H=cols // 3, dql=p)
+    return None
+
+
+def _part(arr: Optional[np.ndarray], k: int, H: int) -> Optional[np.ndarray]:
+    if arr is None:
+        return None
+    flat = arr.reshape(-1)
+    return flat.copy() if flat.size == 1 else flat[k * H:(k + 1) * H].copy()
+
+
+def rewrite(m: Match, g) -> str:
+    n, d = m.node, m.data
+    w = Writer(g, n, m.origin)
+    N = int(attr(n, "num_heads"))
+    B, S, H, dql = d["B"], d["S"], d["H"], d["dql"]
+    scale = float_attr(n, "scale", 0.0) or 1.0 / math.sqrt(H // N)
+    wq = g.const(n.input[1])
+    ws = g.const(inp(n, 4))
+    wz = g.const(inp(n, 7)) if inp(n, 7) else None
+    bias = g.const(n.input[2])
+    out = n.output[0]
+    g.remove(n)
+    parts = []
+    for k, p in enumerate("qkv"):
+        ins = [dql.output[0], w.const(f"w{p}_q", wq[:, k * H:(k + 1) * H], wq.dtype), dql.output[2]]
+        if wz is not None:
+            ins.append(w.const(f"w{p}_zp", _part(wz, k, H), wz.dtype))
+        t = w.op("MatMulInteger", ins, [B, S, H], tag=f"{p}_matmulinteger", dtype=6)   # int32
+        t = w.op("Cast", [t], [B, S, H], tag=f"{p}_cast", to=FLOAT)
+        s = w.op("Mul", [dql.output[1], w.const(f"w{p}_scale", _part(ws, k, H))], list(_part(ws, k, H).shape),
+                 tag=f"{p}_scale_product")
+        t = w.op("Mul", [t, s], [B, S, H], tag=f"{p}_dequantize")
+        parts.append(w.op("Add", [t, w.const(f"b{p}", bias[k * H:(k + 1) * H])], [B, S, H], tag=f"{p}_bias"))
+    adds = masks(w, n, inp(n, 5), "", B, S, S)
+    attention_core(w, *parts, B=B, S=S, L=S, N=N, hq=H // N, hv=H // N, scale=scale, adds=adds, out=out)
+    return f"QAttention ({N} heads) -> 3 MatMulInteger groups (dynamic int8) + MatMul/Softmax attention"
