@@ -136,7 +136,7 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
             out.append(helper.make_node("Add", [f"{n.name}/matmul", bn], [L.y], name=f"{n.name}/bias"))
         else:
             out.append(helper.make_node("MatMul", ins, [L.y], name=n.name))
-        new_at[n.name] = out
+        new_at.setdefault(n.name, []).extend(out)
     nodes = []
     for n in graph.node:
         nodes.extend(new_at.get(n.name, []))
