@@ -98,8 +98,19 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
         return [helper.make_node("QuantizeLinear", [src, sn, zn], [f"{name}/q"], name=name),
                 helper.make_node("DequantizeLinear", [f"{name}/q", sn, zn], [dst], name=f"{name}/dq")]
 
-    points = {t for L in layers for t in L.points}
-    dq_of.update({t: t for t in points})   # an input another layer's output pair writes: already dequantized
+    # quantization points: the layers' outputs, and their computed inputs. The pair writes the tensor
+    # itself, so every reader reads the quantized value (a residual Add or a pool between int8 layers
+    # then has int8 operands: int8 layers, as quantize_static writes them); a model input or output
+    # gets a pair beside it instead (its other readers keep the float value).
+    io = {i.name for i in graph.input} | {o.name for o in graph.output}
+    points: Dict[str, str] = {}
+    for L in layers:
+        for t in L.points:
+            points.setdefault(t, f"{t}/output_q")
+    for L in layers:
+        if L.x not in io and L.x in g.producer:
+            points.setdefault(L.x, L.dql.name if L.dql is not None else f"{L.node.name}/input")
+    dq_of.update({t: t for t in points})
     for L in layers:
         n, out = L.node, []
         if L.x not in dq_of:
@@ -145,12 +156,11 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     # the quantization points after the layers: the writer writes '<t>/float', Q -> DQ writes t
     producer = {o: k for k, n in enumerate(nodes) for o in n.output}
     tails: Dict[int, List[onnx.NodeProto]] = {}
-    for L in layers:
-        for t in L.points:
-            k = producer[t]
-            w = nodes[k]
-            w.output[list(w.output).index(t)] = f"{t}/float"
-            tails.setdefault(k, []).extend(pair(t, f"{t}/float", t, f"{t}/output_q"))
+    for t, name in points.items():
+        k = producer[t]
+        w = nodes[k]
+        w.output[list(w.output).index(t)] = f"{t}/float"
+        tails.setdefault(k, []).extend(pair(t, f"{t}/float", t, name))
     final = []
     for k, n in enumerate(nodes):
         final.append(n)
@@ -163,7 +173,7 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     keep = [t for t in graph.initializer if t.name in read]
     del graph.initializer[:]
     graph.initializer.extend(keep)
-    keep_vi = [v for v in graph.value_info if v.name not in {t for L in layers for t in L.points}]
+    keep_vi = [v for v in graph.value_info if v.name not in points]
     del graph.value_info[:]
     graph.value_info.extend(keep_vi)
     return m
