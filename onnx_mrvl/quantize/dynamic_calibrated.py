@@ -35,11 +35,13 @@ from onnx import helper, numpy_helper
 
 from ..errors import MrvlError, UsageError
 from .calibration import load_calibration
-from .dynamic_layers import Graph, Layer, is_dynamic, qparams, take
+from .dynamic_layers import Graph, Layer, dom, is_dynamic, qparams, take
 
 log = logging.getLogger(__name__)
 MIN_OPSET = 13
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
+DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
 
 
 def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
@@ -83,7 +85,29 @@ def _consts(graph, name: str, arr: np.ndarray) -> str:
     return name
 
 
-def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str, Tuple]) -> onnx.ModelProto:
+def _pool_points(g: Graph, layers: List[Layer]) -> List[str]:
+    """``pool -> Flatten / Reshape -> layer`` (a CNN head): the pool's output and input get pairs too
+    (the pool reads and writes int8 codes: an int8 layer, not an fp16 one between int8 layers)."""
+    io = {i.name for i in g.model.graph.input} | {o.name for o in g.model.graph.output}
+    removed = {n.name for L in layers for n in L.removed}
+    out = []
+    for L in layers:
+        p = g.producer.get(L.x)
+        if p is None or p.op_type not in DATA_MOVES or dom(p) or L.x in io:
+            continue
+        u = p.input[0]
+        src = g.producer.get(u)
+        if src is None or src.op_type not in POOLS or dom(src) or u in io or len(g.users.get(u, [])) != 1:
+            continue
+        v = src.input[0]
+        for t, w in ((u, src), (v, g.producer.get(v))):
+            if w is not None and w.name not in removed and t not in io and t not in out:
+                out.append(t)
+    return out
+
+
+def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str, Tuple],
+             extra: Sequence[str]) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     graph = m.graph
@@ -110,6 +134,8 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     for L in layers:
         if L.x not in io and L.x in g.producer:
             points.setdefault(L.x, L.dql.name if L.dql is not None else f"{L.node.name}/input")
+    for t in extra:
+        points.setdefault(t, f"{t}/output_q")
     dq_of.update({t: t for t in points})
     for L in layers:
         n, out = L.node, []
@@ -247,10 +273,11 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     g = Graph(_opset13(model))
     layers, reasons = take(g, fp16_layers)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
-    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points}) - set(derived))
+    extra = _pool_points(g, layers)
+    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
     ranges, ref_outs = _ranges(g.model, tensors, samples, derived) if layers else ({}, [])
     qp = {t: qparams(*r) for t, r in ranges.items()}
-    static = _rewrite(g.model, g, layers, qp) if layers else g.model
+    static = _rewrite(g.model, g, layers, qp, extra) if layers else g.model
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:
