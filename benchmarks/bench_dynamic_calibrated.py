@@ -88,7 +88,7 @@ def run(name: str, n_calib: int, n_held: int) -> dict:
         ours = onnx_mrvl.InferenceSession(os.path.join(tmp, "cal", "model.onnx"))
         fp16 = onnx_mrvl.InferenceSession(os.path.join(tmp, "plain", "model.onnx"))
         same = total = 0
-        steps = rel_static = 0.0
+        steps, rel_static = None, 0.0   # steps: of the quantized outputs (None: only float outputs)
         worst = {"ours": 0.0, "static": 0.0, "dynamic": 0.0, "fp16": 0.0}
         for i in range(n_held):
             f = sample(2000 + i)
@@ -99,13 +99,13 @@ def run(name: str, n_calib: int, n_held: int) -> dict:
                 same += int(np.sum(c == s))
                 total += c.size
                 if o.name in dq:
-                    steps = max(steps, float(np.abs(c - s).max() / sinit[dq[o.name].input[1]]))
+                    steps = max(steps or 0.0, float(np.abs(c - s).max() / sinit[dq[o.name].input[1]]))
                 rel_static = max(rel_static, float(np.abs(c - s).max() / np.abs(s).max()))
                 ref = float(np.abs(a).max())
                 for key, y in (("ours", c), ("static", s), ("dynamic", r["dynamic"][k]), ("fp16", plain_out[k])):
                     worst[key] = max(worst[key], float(np.abs(y - a).max()) / ref)
         return {"model": name, "int8_layers": len(int8), "layers": len(layers), "cpu_ops": cpu_ops,
-                "identical_pct": round(100.0 * same / total, 2), "max_steps": round(steps, 3),
+                "identical_pct": round(100.0 * same / total, 2), "max_steps": None if steps is None else round(steps, 3),
                 "vs_static_rel": rel_static, "calibration": n_calib, "held_out": n_held,
                 **{f"{k}_vs_fp32": v for k, v in worst.items()}}
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     p.add_argument("--json")
     a = p.parse_args(argv)
     rows = []
-    print("| model | int8 layers | fully offloaded | identical to onnxruntime static | max steps | "
+    print("| model | int8 layers | fully offloaded | identical to onnxruntime static | max output steps | "
           "ours vs static (max|ref|) | ours vs fp32 | onnxruntime static vs fp32 | onnxruntime dynamic vs fp32 | "
           "no calibration (fp16) vs fp32 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         r = run(name, a.calibration, a.held_out)
         rows.append(r)
         print(f"| {name} | {r['int8_layers']} / {r['layers']} | {'yes' if not r['cpu_ops'] else r['cpu_ops']} | "
-              f"{r['identical_pct']}% | {r['max_steps']:g} | {r['vs_static_rel']:.1e} | {r['ours_vs_fp32']:.1e} | "
+              f"{r['identical_pct']}% | {'-' if r['max_steps'] is None else format(r['max_steps'], 'g')} | {r['vs_static_rel']:.1e} | {r['ours_vs_fp32']:.1e} | "
               f"{r['static_vs_fp32']:.1e} | {r['dynamic_vs_fp32']:.1e} | {r['fp16_vs_fp32']:.1e} |", flush=True)
     if a.json:
         with open(a.json, "w") as fh:
