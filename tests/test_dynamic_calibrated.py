@@ -117,6 +117,31 @@ def test_calibrated_dynamic_layers_are_int8(tmp_path, name, bound_kind):
             assert e <= 1e-2 * ref
 
 
+def test_per_channel_int8_weights(tmp_path):
+    """per_channel=True (QInt8: symmetric): a scale per MatMul column (quantize_dynamic keeps
+    ConvInteger per tensor), kept as they are; bit-exact against onnxruntime's run of the static model."""
+    build, ops = _builders()["token_mlp"]
+    src, qpath = quantize_dyn(build(), str(tmp_path / "q.onnx"), ops, per_channel=True)
+    q = onnx.load(qpath)
+    inits = {t.name: nh.to_array(t) for t in q.graph.initializer}
+    layer = next(n for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger"))
+    assert inits[layer.input[1]].dtype == np.int8
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q))
+    static = result.stages["quantize"]
+    sinit = {t.name: nh.to_array(t) for t in static.graph.initializer}
+    wdq = next(n for n in static.graph.node if n.name == f"{layer.name}/weight_dq")
+    axis = 0 if layer.op_type == "ConvInteger" else 1
+    assert sinit[wdq.input[1]].size == inits[layer.input[1]].shape[axis] > 1
+    assert np.array_equal(sinit[wdq.input[0]], inits[layer.input[1]])   # the int8 weights as they were
+    for n in q.graph.node:
+        if n.op_type in ("MatMulInteger", "ConvInteger"):
+            assert result.report[n.name].precision == "int8"
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    for e, ident, quantum, *_ in _measure(src, qpath, result, folder):
+        assert quantum is not None and ident >= 0.99 and e <= quantum * 1.001
+
+
 def test_dql_formula_matches_onnxruntime():
     """The calibrated scale / zero point of a range are DynamicQuantizeLinear's on a tensor of that range."""
     from onnx_mrvl.quantize.dynamic_layers import qparams

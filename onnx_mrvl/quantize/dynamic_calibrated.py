@@ -77,6 +77,10 @@ def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[s
             v = (res[base] - bias).astype(np.float32)
             if v.size:
                 lo[t], hi[t] = min(lo.get(t, math.inf), float(v.min())), max(hi.get(t, -math.inf), float(v.max()))
+    empty = [t for t in list(tensors) + list(derived) if lo[t] > hi[t]]
+    if empty:
+        raise UsageError(f"tensor(s) {empty[:4]} were empty on every calibration sample: no range to calibrate",
+                         hint="calibrate on inputs of the shapes the model runs on")
     return {t: (lo[t], hi[t]) for t in list(tensors) + list(derived)}, outs
 
 
