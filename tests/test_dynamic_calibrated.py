@@ -25,8 +25,7 @@ from onnx import numpy_helper as nh
 import onnx_mrvl
 from onnx_mrvl.errors import UsageError
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, _ms_model, quantize_dyn, token_mlp  # noqa: E402
+from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, _ms_model, quantize_dyn, token_mlp
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
