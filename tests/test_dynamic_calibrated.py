@@ -141,6 +141,27 @@ def test_per_channel_int8_weights(tmp_path):
         assert quantum is not None and ident >= 0.99 and e <= quantum * 1.001
 
 
+def test_unnamed_nodes(tmp_path):
+    """A dynamic model without node names (some exporters write none): every layer still int8, the
+    names are legalize's ``<op_type>_<index>``; same result as the named model."""
+    src, qpath = quantize_dyn(_builders()["cnn_all"][0](), str(tmp_path / "q.onnx"))
+    q = onnx.load(qpath)
+    calib = _calib(q, 8)
+    named = onnx_mrvl.convert(qpath, calibration=calib)
+    for n in q.graph.node:
+        n.name = ""
+    result = onnx_mrvl.convert(q, calibration=calib)
+    assert result.report.quantization["int8_layers"] == named.report.quantization["int8_layers"] == 7
+    assert not [n for n in result.model.graph.node if n.op_type != "Subgraph_1x1"]
+    folder, folder2 = str(tmp_path / "a"), str(tmp_path / "b")
+    result.save(folder)
+    named.save(folder2)
+    x = _feeds(q, np.random.default_rng(5))
+    a = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, x)[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder2, "model.onnx")).run(None, x)[0]
+    assert np.array_equal(a, b)
+
+
 def test_dql_formula_matches_onnxruntime():
     """The calibrated scale / zero point of a range are DynamicQuantizeLinear's on a tensor of that range."""
     from onnx_mrvl.quantize.dynamic_layers import qparams

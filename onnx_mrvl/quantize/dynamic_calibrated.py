@@ -85,6 +85,12 @@ def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[s
 
 
 def _consts(graph, name: str, arr: np.ndarray) -> str:
+    """A new initializer ``name`` (a suffix when the model has that name already)."""
+    have = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
+        {i.name for i in graph.input}
+    base, k = name, 1
+    while name in have:
+        name, k = f"{base}_{k}", k + 1
     graph.initializer.append(numpy_helper.from_array(arr, name))
     return name
 
@@ -244,6 +250,27 @@ def _toposort(nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
     return out
 
 
+def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` at opset >= 13 whose nodes all have unique names (an unnamed node gets
+    ``<op_type>_<index>``, as legalize names it): the rewrite and the decisions go by node names."""
+    m = _opset13(model)
+    if m is model:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    taken = {n.name for n in m.graph.node if n.name}
+    seen = set()
+    for i, n in enumerate(m.graph.node):
+        if not n.name or n.name in seen:
+            base = n.name or f"{n.op_type}_{i}"
+            name, k = base, 1
+            while name in taken:
+                name, k = f"{base}_{k}", k + 1
+            n.name = name
+            taken.add(name)
+        seen.add(n.name)
+    return m
+
+
 def _opset13(model: onnx.ModelProto) -> onnx.ModelProto:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
     if opset >= MIN_OPSET:
@@ -259,11 +286,6 @@ def _opset13(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _snr(ref: np.ndarray, got: np.ndarray) -> float:
-    num, den = float(np.sum(ref.astype(np.float64) ** 2)), float(np.sum((ref.astype(np.float64) - got) ** 2))
-    return math.inf if den == 0 else (10 * math.log10(num / den) if num > 0 else -math.inf)
-
-
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
               fp16_layers: Sequence[str] = (), input_shapes=None):
     """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
@@ -274,7 +296,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                          f"with the run-time min / max, which the calibration replaces by the min / max over the "
                          f"samples", hint="leave calibration_method at 'minmax'")
     samples, source = load_calibration(calibration, model, input_shapes)
-    g = Graph(_opset13(model))
+    g = Graph(_prepared(model))
     layers, reasons = take(g, fp16_layers)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = _pool_points(g, layers)
