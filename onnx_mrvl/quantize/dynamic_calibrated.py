@@ -35,10 +35,9 @@ from onnx import helper, numpy_helper
 
 from ..errors import MrvlError, UsageError
 from .calibration import load_calibration
-from .dynamic_layers import Graph, Layer, dom, is_dynamic, qparams, take
+from .dynamic_layers import Graph, Layer, dom, is_dynamic, prepared, qparams, take
 
 log = logging.getLogger(__name__)
-MIN_OPSET = 13
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
 DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
@@ -250,42 +249,6 @@ def _toposort(nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
     return out
 
 
-def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` at opset >= 13 whose nodes all have unique names (an unnamed node gets
-    ``<op_type>_<index>``, as legalize names it): the rewrite and the decisions go by node names."""
-    m = _opset13(model)
-    if m is model:
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-    taken = {n.name for n in m.graph.node if n.name}
-    seen = set()
-    for i, n in enumerate(m.graph.node):
-        if not n.name or n.name in seen:
-            base = n.name or f"{n.op_type}_{i}"
-            name, k = base, 1
-            while name in taken:
-                name, k = f"{base}_{k}", k + 1
-            n.name = name
-            taken.add(name)
-        seen.add(n.name)
-    return m
-
-
-def _opset13(model: onnx.ModelProto) -> onnx.ModelProto:
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
-    if opset >= MIN_OPSET:
-        return model
-    from onnx import version_converter
-    try:
-        out = version_converter.convert_version(model, MIN_OPSET)
-    except Exception as exc:  # noqa: BLE001 - the converter raises several kinds
-        raise MrvlError(f"the dynamic-int8 model is opset {opset}; per-channel QuantizeLinear needs opset "
-                        f">= {MIN_OPSET} and onnx's version converter failed ({type(exc).__name__}: {exc})",
-                        hint="re-export the float model at opset 13 or later before quantize_dynamic") from None
-    out.ir_version = max(out.ir_version, 8)
-    return out
-
-
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
               fp16_layers: Sequence[str] = (), input_shapes=None):
     """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
@@ -296,7 +259,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                          f"with the run-time min / max, which the calibration replaces by the min / max over the "
                          f"samples", hint="leave calibration_method at 'minmax'")
     samples, source = load_calibration(calibration, model, input_shapes)
-    g = Graph(_prepared(model))
+    g = Graph(prepared(model))
     layers, reasons = take(g, fp16_layers)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = _pool_points(g, layers)

@@ -11,9 +11,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..errors import MrvlError
+
 MS = "com.microsoft"
 FAMILY = {("", "DynamicQuantizeLinear"), ("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"),
           (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeLSTM")}
+MIN_OPSET = 13
 LAYER_OPS = {("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"), (MS, "MatMulIntegerToFloat")}
 
 
@@ -243,5 +246,40 @@ def take(g: Graph, fp16_layers: Sequence[str]) -> Tuple[List[Layer], Dict[str, s
     return [L for L in layers if L.reason is None], reasons
 
 
+def prepared(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` at opset >= 13 whose nodes all have unique names (an unnamed node gets
+    ``<op_type>_<index>``, as legalize names it): the rewrite and the decisions go by node names."""
+    m = _opset13(model)
+    if m is model:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    taken = {n.name for n in m.graph.node if n.name}
+    seen = set()
+    for i, n in enumerate(m.graph.node):
+        if not n.name or n.name in seen:
+            base = n.name or f"{n.op_type}_{i}"
+            name, k = base, 1
+            while name in taken:
+                name, k = f"{base}_{k}", k + 1
+            n.name = name
+            taken.add(name)
+        seen.add(n.name)
+    return m
 
-__all__ = ["MS", "FAMILY", "LAYER_OPS", "Layer", "Graph", "dom", "is_dynamic", "qparams", "take"]
+
+def _opset13(model: onnx.ModelProto) -> onnx.ModelProto:
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
+    if opset >= MIN_OPSET:
+        return model
+    from onnx import version_converter
+    try:
+        out = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # noqa: BLE001 - the converter raises several kinds
+        raise MrvlError(f"the dynamic-int8 model is opset {opset}; per-channel QuantizeLinear needs opset "
+                        f">= {MIN_OPSET} and onnx's version converter failed ({type(exc).__name__}: {exc})",
+                        hint="re-export the float model at opset 13 or later before quantize_dynamic") from None
+    out.ir_version = max(out.ir_version, 8)
+    return out
+
+
+__all__ = ["MS", "FAMILY", "LAYER_OPS", "Layer", "Graph", "dom", "is_dynamic", "prepared", "qparams", "take"]
