@@ -25,6 +25,7 @@ with the reason in ``report.quantization["layers"]`` and in the node's decision.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Dict, List, Sequence, Tuple
@@ -33,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import MrvlError, UsageError
+from ..errors import MrvlError, UnsupportedError, UsageError
 from .calibration import load_calibration
 from .dynamic_layers import Graph, Layer, dom, is_dynamic, prepared, qparams, take
 
@@ -41,6 +42,19 @@ log = logging.getLogger(__name__)
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
 DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
+
+
+@contextlib.contextmanager
+def _ort_failure(step: str):
+    """onnxruntime failing on the user's model: an ``UnsupportedError`` that says what to do."""
+    try:
+        yield
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
+        raise UnsupportedError(f"onnxruntime could not {step} ({type(exc).__name__}: {str(exc)[:300]})",
+                               hint="convert without calibration (the dynamic layers then run as fp16 layers with "
+                                    "dequantized weights)") from exc
 
 
 def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
@@ -56,14 +70,16 @@ def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[s
                           if t not in have)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    with _ort_failure("run the dynamic model with the calibrated tensors as outputs"):
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     n_out = len(model.graph.output)
     lo = {t: math.inf for t in tensors}
     hi = {t: -math.inf for t in tensors}
     outs = []
     for feed in samples:
-        res = dict(zip(names, sess.run(None, feed)))
+        with _ort_failure("run the dynamic model on a calibration sample"):
+            res = dict(zip(names, sess.run(None, feed)))
         outs.append([res[o.name] for o in model.graph.output[:n_out]])
         for t in tensors:
             v = res[t]
@@ -304,12 +320,15 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
 def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]:
     """SNR (dB) of each output of the static model against the dynamic model's, over the samples."""
     import onnxruntime as ort
-    sess = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"])
+    with _ort_failure("run the calibrated static model"):
+        sess = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in static.graph.output]
     num = {k: 0.0 for k in names}
     den = {k: 0.0 for k in names}
     for feed, ref in zip(samples, ref_outs):
-        for k, r, y in zip(names, ref, sess.run(names, feed)):
+        with _ort_failure("run the calibrated static model"):
+            got = sess.run(names, feed)
+        for k, r, y in zip(names, ref, got):
             if np.asarray(r).dtype.kind != "f":
                 continue
             r64 = np.asarray(r, np.float64)
