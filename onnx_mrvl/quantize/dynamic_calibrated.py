@@ -304,7 +304,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     for name, (why, nodes) in reasons.items():
         n = next(x for x in g.model.graph.node if x.name == name)
         records.append({"layer": name, "op_type": n.op_type, "precision": "fp16", "nodes": nodes or [name],
-                        "reason": f"dynamic int8 kept as an fp16 layer with dequantized weights: {why}"})
+                        "not_int8": why, "reason": f"dynamic int8 kept as an fp16 layer with dequantized weights: {why}"})
     info = {"mode": "dynamic-calibrated", "method": "minmax", "samples": len(samples),
             "calibration": {"source": source, "samples": len(samples)},
             "activation_type": "uint8 (asymmetric, per tensor; DynamicQuantizeLinear's formula on the calibrated "
@@ -360,7 +360,8 @@ def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", 
 def annotate(decisions, info: dict) -> None:
     """The decisions of the rewritten layers say they are int8 with calibrated scales; those of
     dynamic layers left fp16 say why (instead of 'no calibration'). A layer made int8 that did
-    not end as an int8 accelerator layer gets that in its record."""
+    not end as an int8 accelerator layer, or a kept one that did not end on the accelerator (folded,
+    on the CPU), gets that in its record."""
     for r in info.get("layers", []):
         d = decisions.get(r["layer"])
         if r["precision"] == "int8":
@@ -374,11 +375,15 @@ def annotate(decisions, info: dict) -> None:
                 d.reason = f"{NOTE_INT8} (input scale {r['input_scale']:.4g}, zero point {r['input_zero_point']}); " \
                            f"{d.reason}"
         else:
-            why = r["reason"].split(": ", 1)[1]
+            why = r["not_int8"]
             for name in r.get("nodes", [r["layer"]]):
                 dd = decisions.get(name)
                 if dd is not None and "(no calibration)" in dd.reason:
                     dd.reason = dd.reason.replace("(no calibration)", f"(calibration given, kept: {why})")
+            if d is not None and d.placement != "accelerator":   # folded (constant operands) or on the CPU
+                r["precision"] = d.placement
+                r["reason"] = f"dynamic int8 not made int8 ({why}); {d.placement}: {d.reason}"
+    info["int8_layers"] = sum(1 for r in info.get("layers", []) if r["precision"] == "int8")
 
 
 __all__ = ["is_dynamic", "calibrate", "quantize_or_calibrate", "annotate", "NOTE_INT8"]

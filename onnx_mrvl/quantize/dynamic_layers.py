@@ -138,6 +138,8 @@ def _parse_reason(g: Graph, L: Layer) -> Optional[str]:
         if mul is None or helper.get_attribute_value(next(a for a in cast.attribute if a.name == "to")) != 1:
             return "not followed by Cast(float) -> Mul(scale) alone (the quantize_dynamic form)"
         L.dql = _dql_of(g, n, 0, 2)
+        if L.dql is None and g.const(n.input[0]) is not None:
+            return "its input A is a constant (a product of constants: legalize folds it)"
         if L.dql is None:
             return "its input A is not the output of a DynamicQuantizeLinear (with its zero point)"
         other = mul.input[1] if mul.input[0] == cast.output[0] else mul.input[0]
