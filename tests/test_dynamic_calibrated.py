@@ -46,9 +46,10 @@ def _out_quantum(static: onnx.ModelProto, name: str):
 
 def _measure(src, qpath, result, folder, n_inputs=3):
     """Per input and output: (max|ours - static|, identical fraction, output quantum or None, the fp16
-    bound against the static model, max|static|, max|ours - dynamic|, max|dynamic - fp32|, max|ours - fp32|, max|fp32|).
-    The fp16 bound (docs/simulator.md): max(1e-2 * max|static|, 2x the error of the fp16 baseline, i.e.
-    the static model run in onnxruntime with fp16 storage, where that is finite)."""
+    baseline's verdict, max|static|, max|ours - dynamic|, max|dynamic - fp32|, max|ours - fp32|, max|fp32|).
+    The verdict (docs/simulator.md "fp16 baseline"; the baseline is the static model run in onnxruntime
+    with fp16 storage): within fp16 rounding when ours <= 2x its error, or, for an output behind a
+    QuantizeLinear, when ours flips at most 2x as many elements as it does."""
     from onnx_mrvl.inspection.compare import compare_models
     static = result.stages["quantize"]
     f32, dyn = ort.InferenceSession(src), ort.InferenceSession(qpath)
@@ -59,22 +60,22 @@ def _measure(src, qpath, result, folder, n_inputs=3):
     for _ in range(n_inputs):
         feeds = _feeds(onnx.load(src), rng)
         cmp = compare_models(static, os.path.join(folder, "model.onnx"), feeds, fp16_baseline=True)
-        base = {r.tensor: r.baseline for r in cmp.baseline.rows if r.is_output and np.isfinite(r.baseline)}
+        within = {r.tensor: r.within for r in cmp.baseline.rows if r.is_output}
         for o, a, s, d, c in zip(static.graph.output, f32.run(None, feeds), st.run(None, feeds), dyn.run(None, feeds),
                                  mine.run(None, feeds)):
             assert c.dtype == np.float32 and np.isfinite(c).all()
             rows.append((float(np.abs(c - s).max()), float(np.mean(c == s)), _out_quantum(static, o.name),
-                         max([1e-2 * float(np.abs(s).max())] + ([2 * base[o.name]] if o.name in base else [])),
+                         within.get(o.name, False),
                          float(np.abs(s).max()), float(np.abs(c - d).max()), float(np.abs(d - a).max()),
                          float(np.abs(c - a).max()), float(np.abs(a).max())))
     return rows
 
 
 # the bound against onnxruntime's run of the static model: "exact" (only int8 layers between the I/O:
-# >= 99% identical, the rest one output step), "fp16" (float outputs after fp16 attention / LayerNorm / GELU:
-# max(1e-2 max|ref|, 2x the fp16 baseline)), "1e-2" (the same where the fp16 baseline is no measure:
-# the HF mask's -3.4e38 overflows fp16 storage)
-CASES = [("token_mlp", "exact"), ("cnn_all", "exact"), ("encoder", "fp16"), ("bert_attention", "1e-2")]
+# >= 99% identical, the rest one output step), "fp16" (float outputs after fp16 attention / LayerNorm /
+# GELU between the int8 projections: docs/simulator.md's fp16 bound, max|err| <= 1e-2 max|ref| or the
+# fp16 baseline's verdict "within fp16 rounding")
+CASES = [("token_mlp", "exact"), ("cnn_all", "exact"), ("encoder", "fp16"), ("bert_attention", "fp16")]
 
 
 @pytest.mark.parametrize("name,bound_kind", CASES)
@@ -103,17 +104,15 @@ def test_calibrated_dynamic_layers_are_int8(tmp_path, name, bound_kind):
     folder = str(tmp_path / "out")
     result.save(folder)
     rows = _measure(src, qpath, result, folder)
-    for e, ident, quantum, bound, ref, e_dyn, dyn_f32, e_f32, ref32 in rows:
+    for e, ident, quantum, within, ref, e_dyn, dyn_f32, e_f32, ref32 in rows:
         print(f"{name}: vs onnxruntime static {e:.3g} ({100 * ident:.1f}% identical, output quantum {quantum}, "
-              f"{e / ref:.2e} of max|ref|, fp16 bound {bound:.3g}); "
+              f"{e / ref:.2e} of max|ref|, fp16 baseline verdict {'within' if within else 'exceeds'}); "
               f"/max|ref| vs dynamic {e_dyn / ref32:.3g}, vs fp32 {e_f32 / ref32:.3g} "
               f"(onnxruntime dynamic vs fp32 {dyn_f32 / ref32:.3g})")
         if bound_kind == "exact":
             assert quantum is not None and ident >= 0.99 and e <= quantum * 1.001
-        elif bound_kind == "fp16":
-            assert e <= bound
         else:
-            assert e <= 1e-2 * ref
+            assert e <= 1e-2 * ref or within
 
 
 def test_per_channel_int8_weights(tmp_path):
