@@ -104,8 +104,8 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     original = load_model(model)
     validate_model(original)
     t_load = CLOCK() - t0
-    if progress and quantize != "float16":
-        progress(f"quantize ({quantize})")
+    if progress and (quantize != "float16" or calibration is not None):
+        progress(f"quantize ({quantize})" if quantize != "float16" else "calibrate (dynamic int8)")
     t = CLOCK()
     quantized = quantize_or_calibrate(original, quantize=quantize, calibration=calibration,
                                       calibration_method=calibration_method, fp16_layers=fp16_layers,

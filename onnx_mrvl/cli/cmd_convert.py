@@ -81,8 +81,8 @@ def run(args) -> int:
         model = load_model(args.model)
         validate_model(model)
         model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
-                               calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
-                               snr_budget_db=args.snr_budget, input_shapes=shapes).model
+                                      calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
+                                      snr_budget_db=args.snr_budget, input_shapes=shapes).model
         progress("legalize")
         out = legalize(model, input_shapes=shapes).model
         check_node_names(args.exclude, args.cut_after, model, out)
