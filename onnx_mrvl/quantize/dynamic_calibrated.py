@@ -58,9 +58,9 @@ def _ort_failure(step: str):
 
 
 def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
-            ) -> Tuple[Dict[str, Tuple[float, float]], list]:
-    """min / max of ``tensors`` over ``samples`` (onnxruntime, the tensors as extra outputs), and the
-    model outputs of every sample. ``derived``: name -> (tensor, bias): the range of tensor - bias
+            ) -> Tuple[Dict[str, Tuple[float, float]], list, Dict[str, int]]:
+    """min / max of ``tensors`` over ``samples`` (onnxruntime, the tensors as extra outputs), the
+    model outputs of every sample and each tensor's rank. ``derived``: name -> (tensor, bias): the range of tensor - bias
     (a fused MatMul's result before its bias)."""
     import onnxruntime as ort
     m = onnx.ModelProto()
@@ -76,13 +76,14 @@ def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[s
     n_out = len(model.graph.output)
     lo = {t: math.inf for t in tensors}
     hi = {t: -math.inf for t in tensors}
-    outs = []
+    outs, ranks = [], {}
     for feed in samples:
         with _ort_failure("run the dynamic model on a calibration sample"):
             res = dict(zip(names, sess.run(None, feed)))
         outs.append([res[o.name] for o in model.graph.output[:n_out]])
         for t in tensors:
             v = res[t]
+            ranks[t] = v.ndim
             if v.size and not np.isfinite(v).all():
                 raise UsageError(f"tensor '{t}' holds NaN/inf on a calibration sample",
                                  hint="calibrate on inputs the model computes finite values for")
@@ -96,7 +97,7 @@ def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[s
     if empty:
         raise UsageError(f"tensor(s) {empty[:4]} were empty on every calibration sample: no range to calibrate",
                          hint="calibrate on inputs of the shapes the model runs on")
-    return {t: (lo[t], hi[t]) for t in list(tensors) + list(derived)}, outs
+    return {t: (lo[t], hi[t]) for t in list(tensors) + list(derived)}, outs, ranks
 
 
 def _consts(graph, name: str, arr: np.ndarray) -> str:
@@ -108,6 +109,16 @@ def _consts(graph, name: str, arr: np.ndarray) -> str:
         name, k = f"{base}_{k}", k + 1
     graph.initializer.append(numpy_helper.from_array(arr, name))
     return name
+
+
+def _int32_bias(graph, name: str, bias: np.ndarray, bs: np.ndarray, channels: int) -> onnx.NodeProto:
+    """``DQ(round(b / (s_x s_w)) int32, s_x s_w)`` writing ``<name>/bias``, as ``quantize_static`` writes a bias."""
+    bq = np.clip(np.round(bias / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+    bsn = _consts(graph, f"{name}/bias_scale", bs if bs.size > 1 else bs.reshape(()))
+    bzn = _consts(graph, f"{name}/bias_zero_point", np.zeros(bs.shape if bs.size > 1 else (), np.int32))
+    bqn = _consts(graph, f"{name}/bias_q", np.broadcast_to(bq, (channels,)).astype(np.int32))
+    return helper.make_node("DequantizeLinear", [bqn, bsn, bzn], [f"{name}/bias"], name=f"{name}/bias_dq",
+                            **({"axis": 0} if bs.size > 1 else {}))
 
 
 def _pool_points(g: Graph, layers: List[Layer]) -> List[str]:
@@ -184,14 +195,14 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
                 add = next(r for r in L.removed if r.op_type == "Add")
                 target = add.output[0]
                 bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
-                bq = np.clip(np.round(L.bias / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-                bsn = _consts(graph, f"{n.name}/bias_scale", bs if bs.size > 1 else bs.reshape(()))
-                bzn = _consts(graph, f"{n.name}/bias_zero_point", np.zeros(bs.shape if bs.size > 1 else (), np.int32))
-                bqn = _consts(graph, f"{n.name}/bias_q", np.broadcast_to(bq, (L.wq.shape[0],)).astype(np.int32))
-                out.append(helper.make_node("DequantizeLinear", [bqn, bsn, bzn], [f"{n.name}/bias"],
-                                            name=f"{n.name}/bias_dq", **({"axis": 0} if bs.size > 1 else {})))
+                out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[0]))
                 ins.append(f"{n.name}/bias")
             out.append(helper.make_node("Conv", ins, [target], name=n.name, **attrs))
+        elif L.gemm:
+            bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
+            out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[1]))
+            ins.append(f"{n.name}/bias")
+            out.append(helper.make_node("Gemm", ins, [L.y], name=n.name))
         elif L.bias is not None:   # a fused MatMul's bias input: an Add, as quantize_dynamic writes it
             bn = _consts(graph, f"{n.name}/bias_f", L.bias)
             out.append(helper.make_node("MatMul", ins, [f"{n.name}/matmul"], name=n.name))
@@ -280,7 +291,17 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = _pool_points(g, layers)
     tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
-    ranges, ref_outs = _ranges(g.model, tensors, samples, derived) if layers else ({}, [])
+    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
+    for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
+        if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
+            L.gemm = True
+            if L.add is not None:
+                L.bias = L.add_bias
+                L.removed.append(L.add)
+                L.points.remove(L.y)
+                L.y = L.add.output[0]
+            else:
+                L.points.remove(f"{L.node.name}/matmul")
     qp = {t: qparams(*r) for t, r in ranges.items()}
     static = _rewrite(g.model, g, layers, qp, extra) if layers else g.model
     try:

@@ -40,7 +40,9 @@ class Layer:
     ws: Optional[np.ndarray] = None             # float32 scale(s)
     y: str = ""                                 # the float result the dynamic model computes (x * W, scaled)
     bias: Optional[np.ndarray] = None           # float32 [O]: int32 into a Conv / an Add after a fused MatMul
-    add: Optional[onnx.NodeProto] = None        # the bias Add a MatMul keeps
+    add: Optional[onnx.NodeProto] = None        # the bias Add after a MatMul (kept, or folded into a Gemm)
+    add_bias: Optional[np.ndarray] = None       # its constant [N]
+    gemm: bool = False                          # a 2-D MatMul + bias written as one Gemm with an int32 bias
     points: List[str] = field(default_factory=list)   # float tensors quantized after the layer
     reason: Optional[str] = None
 
@@ -199,7 +201,7 @@ def _parse_reason(g: Graph, L: Layer) -> Optional[str]:
             c = add.input[1] if add.input[0] == L.y else add.input[0]
             b = g.const(c)
             if b is not None and b.dtype == np.float32 and b.size == L.wq.shape[1] and b.shape[-1] == b.size:
-                L.add = add
+                L.add, L.add_bias = add, np.asarray(b, np.float32).reshape(-1)
                 L.points.append(L.y)
                 out = add.output[0]
     act = g.users.get(out, [])
