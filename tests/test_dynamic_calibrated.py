@@ -199,6 +199,9 @@ def test_fused_forms_with_calibration(tmp_path, op):
     result = onnx_mrvl.convert(m, calibration=calib)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     assert result.report["dqmm"].precision == "int8"
+    # [4, 24] x [24, 10] + bias: one Gemm with an int32 bias (no rounding between the product and the bias)
+    gemm = next(n for n in result.stages["quantize"].graph.node if n.name == "dqmm")
+    assert gemm.op_type == "Gemm" and len(gemm.input) == 3
     folder = str(tmp_path / "out")
     result.save(folder)
     st = ort.InferenceSession(result.stages["quantize"].SerializeToString())
