@@ -22,7 +22,7 @@ from .legalize import legalize, notes as legalize_notes
 from .modelio import load_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
-from .quantize import quantize_model
+from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
 from .report import Report
 from .split import batch_chunks, split
 from .stamp import stamped
@@ -104,12 +104,12 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     original = load_model(model)
     validate_model(original)
     t_load = CLOCK() - t0
-    if progress and quantize != "float16":
-        progress(f"quantize ({quantize})")
+    if progress and (quantize != "float16" or calibration is not None):
+        progress(f"quantize ({quantize})" if quantize != "float16" else "calibrate (dynamic int8)")
     t = CLOCK()
-    quantized = quantize_model(original, quantize=quantize, calibration=calibration,
-                               calibration_method=calibration_method, fp16_layers=fp16_layers,
-                               snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+    quantized = quantize_or_calibrate(original, quantize=quantize, calibration=calibration,
+                                      calibration_method=calibration_method, fp16_layers=fp16_layers,
+                                      snr_budget_db=snr_budget_db, input_shapes=input_shapes)
     t_quantize, original = CLOCK() - t, quantized.model
     try:
         result = _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
@@ -135,6 +135,8 @@ def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
     """``report.quantization`` and, when quantized, the QDQ model the flow converted as the
     ``quantize`` stage (``save(stages=True)``: stage-quantize.onnx)."""
     result.report.quantization = quantized.info
+    if quantized.info.get("mode") == "dynamic-calibrated":
+        annotate_dynamic(result.report.decisions, quantized.info)
     if quantized.info:
         result.stages = {"quantize": quantized.model, **result.stages}
     return result
@@ -341,5 +343,7 @@ def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
                 if name in decisions:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
-                    if node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision:
-                        decisions[name].precision = precision   # the compute layer's, not a layout change's
+                    if (node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision) \
+                            and decisions[name].precision != "int8":
+                        # the compute layer's, not a layout change's (nor the Reshapes around an int8 N-D FC)
+                        decisions[name].precision = precision

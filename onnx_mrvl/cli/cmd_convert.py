@@ -40,9 +40,10 @@ def register(sub) -> None:
                         "(QDQ, per-channel int8 weights, int8 activations) and run int8 layers; mixed: int8 where "
                         "the quantization noise stays within --snr-budget, fp16 elsewhere")
     q.add_argument("--calibration", metavar="DATA",
-                   help="calibration inputs for --quantize int8/mixed: a .npz (arrays named after the inputs; "
-                        "one sample, or samples stacked on a new leading axis), a .npy (single-input models) or "
-                        "a folder of .npz/.npy files")
+                   help="calibration inputs for --quantize int8/mixed, or for a dynamic-int8 model (quantize_dynamic; "
+                        "no --quantize needed: its layers become int8 with calibrated activation scales): a .npz "
+                        "(arrays named after the inputs; one sample, or samples stacked on a new leading axis), a "
+                        ".npy (single-input models) or a folder of .npz/.npy files")
     q.add_argument("--calibration-method", choices=["minmax", "entropy", "percentile"], default="minmax",
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     q.add_argument("--fp16-layer", action="append", default=[], metavar="NODE_OR_OP", dest="fp16_layers",
@@ -75,13 +76,13 @@ def run(args) -> int:
         from ..legalize import legalize
         from ..options import check_node_names
 
-        from ..quantize import quantize_model
+        from ..quantize.dynamic_calibrated import quantize_or_calibrate
 
         model = load_model(args.model)
         validate_model(model)
-        model = quantize_model(model, quantize=args.quantize, calibration=args.calibration,
-                               calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
-                               snr_budget_db=args.snr_budget, input_shapes=shapes).model
+        model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
+                                      calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
+                                      snr_budget_db=args.snr_budget, input_shapes=shapes).model
         progress("legalize")
         out = legalize(model, input_shapes=shapes).model
         check_node_names(args.exclude, args.cut_after, model, out)

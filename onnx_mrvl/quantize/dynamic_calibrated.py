@@ -1,0 +1,410 @@
+"""Dynamic-int8 models with calibration data: ``convert(dynamic_model, calibration=...)``.
+
+A model of onnxruntime's ``quantize_dynamic`` computes each activation's scale at run time
+(``DynamicQuantizeLinear``), which the accelerator's int8 layers (a fixed ``in_scale``) cannot
+take. With calibration samples the run-time ranges are measured instead: the model runs in
+onnxruntime with every ``DynamicQuantizeLinear`` input and every layer's float result as extra
+outputs (min / max over all samples), and the scale and zero point are computed the way
+``DynamicQuantizeLinear`` computes them (uint8, range widened to include 0, ``scale = (max - min) /
+255`` (1 for an empty range), ``zp = saturate(round_half_even(-min / scale))``). Each layer then
+becomes the QDQ form ``fuse/qdq.py`` imports as an int8 layer (docs/quantize.md "Dynamic int8
+models"):
+
+``DynamicQuantizeLinear(x) -> MatMulInteger / ConvInteger(W_q) -> Cast -> Mul(s_x * s_w) [-> Add(b)]
+[-> Relu/Clip]`` (also com.microsoft ``MatMulIntegerToFloat`` / ``DynamicQuantizeMatMul``) ->
+``Q(x) -> DQ -> MatMul / Conv(DQ(W_q int8, s_w)[, DQ(b int32, s_x * s_w)]) [-> Relu/Clip] -> Q -> DQ``.
+
+The int8 weights are kept as they are (per tensor or per output channel); uint8 weights only when
+``W_q - z_w`` fits int8 (then recoded exactly: the accelerator takes symmetric int8 weights). The
+int8 layer writes int8 codes, so its float result gets a calibrated quantization too (the dynamic
+model has none there: the one added rounding). A MatMul's bias ``Add`` stays an ``Add`` with its own
+calibrated output quantization (an int8 Sum2D, as ``quantize_static`` writes a MatMul + bias); a
+Conv's bias goes into the layer as int32 ``round(b / (s_x s_w))``. What this module does not take
+stays for legalize's ``dynamic_int8`` / ``dynamic_lstm`` (an fp16 layer with dequantized weights),
+with the reason in ``report.quantization["layers"]`` and in the node's decision.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import MrvlError, UnsupportedError, UsageError
+from .calibration import load_calibration
+from .dynamic_layers import Graph, Layer, dom, is_dynamic, prepared, qparams, take
+
+log = logging.getLogger(__name__)
+NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
+DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
+
+
+@contextlib.contextmanager
+def _ort_failure(step: str):
+    """onnxruntime failing on the user's model: an ``UnsupportedError`` that says what to do."""
+    try:
+        yield
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
+        raise UnsupportedError(f"onnxruntime could not {step} ({type(exc).__name__}: {str(exc)[:300]})",
+                               hint="convert without calibration (the dynamic layers then run as fp16 layers with "
+                                    "dequantized weights)") from exc
+
+
+def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
+            ) -> Tuple[Dict[str, Tuple[float, float]], list, Dict[str, int]]:
+    """min / max of ``tensors`` over ``samples`` (onnxruntime, the tensors as extra outputs), the
+    model outputs of every sample and each tensor's rank. ``derived``: name -> (tensor, bias): the range of tensor - bias
+    (a fused MatMul's result before its bias)."""
+    import onnxruntime as ort
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors
+                          if t not in have)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with _ort_failure("run the dynamic model with the calibrated tensors as outputs"):
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    n_out = len(model.graph.output)
+    lo = {t: math.inf for t in tensors}
+    hi = {t: -math.inf for t in tensors}
+    outs, ranks = [], {}
+    for feed in samples:
+        with _ort_failure("run the dynamic model on a calibration sample"):
+            res = dict(zip(names, sess.run(None, feed)))
+        outs.append([res[o.name] for o in model.graph.output[:n_out]])
+        for t in tensors:
+            v = res[t]
+            ranks[t] = v.ndim
+            if v.size and not np.isfinite(v).all():
+                raise UsageError(f"tensor '{t}' holds NaN/inf on a calibration sample",
+                                 hint="calibrate on inputs the model computes finite values for")
+            if v.size:
+                lo[t], hi[t] = min(lo[t], float(v.min())), max(hi[t], float(v.max()))
+        for t, (base, bias) in derived.items():
+            v = (res[base] - bias).astype(np.float32)
+            if v.size:
+                lo[t], hi[t] = min(lo.get(t, math.inf), float(v.min())), max(hi.get(t, -math.inf), float(v.max()))
+    empty = [t for t in list(tensors) + list(derived) if lo[t] > hi[t]]
+    if empty:
+        raise UsageError(f"tensor(s) {empty[:4]} were empty on every calibration sample: no range to calibrate",
+                         hint="calibrate on inputs of the shapes the model runs on")
+    return {t: (lo[t], hi[t]) for t in list(tensors) + list(derived)}, outs, ranks
+
+
+def _consts(graph, name: str, arr: np.ndarray) -> str:
+    """A new initializer ``name`` (a suffix when the model has that name already)."""
+    have = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
+        {i.name for i in graph.input}
+    base, k = name, 1
+    while name in have:
+        name, k = f"{base}_{k}", k + 1
+    graph.initializer.append(numpy_helper.from_array(arr, name))
+    return name
+
+
+def _int32_bias(graph, name: str, bias: np.ndarray, bs: np.ndarray, channels: int) -> onnx.NodeProto:
+    """``DQ(round(b / (s_x s_w)) int32, s_x s_w)`` writing ``<name>/bias``, as ``quantize_static`` writes a bias."""
+    bq = np.clip(np.round(bias / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+    bsn = _consts(graph, f"{name}/bias_scale", bs if bs.size > 1 else bs.reshape(()))
+    bzn = _consts(graph, f"{name}/bias_zero_point", np.zeros(bs.shape if bs.size > 1 else (), np.int32))
+    bqn = _consts(graph, f"{name}/bias_q", np.broadcast_to(bq, (channels,)).astype(np.int32))
+    return helper.make_node("DequantizeLinear", [bqn, bsn, bzn], [f"{name}/bias"], name=f"{name}/bias_dq",
+                            **({"axis": 0} if bs.size > 1 else {}))
+
+
+def _pool_points(g: Graph, layers: List[Layer]) -> List[str]:
+    """``pool -> Flatten / Reshape -> layer`` (a CNN head): the pool's output and input get pairs too
+    (the pool reads and writes int8 codes: an int8 layer, not an fp16 one between int8 layers)."""
+    io = {i.name for i in g.model.graph.input} | {o.name for o in g.model.graph.output}
+    removed = {n.name for L in layers for n in L.removed}
+    out = []
+    for L in layers:
+        p = g.producer.get(L.x)
+        if p is None or p.op_type not in DATA_MOVES or dom(p) or L.x in io:
+            continue
+        u = p.input[0]
+        src = g.producer.get(u)
+        if src is None or src.op_type not in POOLS or dom(src) or u in io or len(g.users.get(u, [])) != 1:
+            continue
+        v = src.input[0]
+        for t, w in ((u, src), (v, g.producer.get(v))):
+            if w is not None and w.name not in removed and t not in io and t not in out:
+                out.append(t)
+    return out
+
+
+def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str, Tuple],
+             extra: Sequence[str]) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    graph = m.graph
+    removed = {n.name for L in layers for n in L.removed + ([L.dql] if L.dql is not None else [])}
+    new_at: Dict[str, List[onnx.NodeProto]] = {}    # the name of a removed node -> the nodes written in its place
+    dq_of: Dict[str, str] = {}                       # float input -> its dequantized tensor
+
+    def pair(t: str, src: str, dst: str, name: str) -> List[onnx.NodeProto]:
+        s, z = qp[t]
+        sn = _consts(graph, f"{name}/scale", np.asarray(s, np.float32))
+        zn = _consts(graph, f"{name}/zero_point", np.asarray(z, np.uint8))
+        return [helper.make_node("QuantizeLinear", [src, sn, zn], [f"{name}/q"], name=name),
+                helper.make_node("DequantizeLinear", [f"{name}/q", sn, zn], [dst], name=f"{name}/dq")]
+
+    # quantization points: the layers' outputs, and their computed inputs. The pair writes the tensor
+    # itself, so every reader reads the quantized value (a residual Add or a pool between int8 layers
+    # then has int8 operands: int8 layers, as quantize_static writes them); a model input or output
+    # gets a pair beside it instead (its other readers keep the float value).
+    io = {i.name for i in graph.input} | {o.name for o in graph.output}
+    points: Dict[str, str] = {}
+    for L in layers:
+        for t in L.points:
+            points.setdefault(t, f"{t}/output_q")
+    for L in layers:
+        if L.x not in io and L.x in g.producer:
+            points.setdefault(L.x, L.dql.name if L.dql is not None else f"{L.node.name}/input")
+    for t in extra:
+        points.setdefault(t, f"{t}/output_q")
+    dq_of.update({t: t for t in points})
+    for L in layers:
+        n, out = L.node, []
+        if L.x not in dq_of:
+            head = L.dql if L.dql is not None else n
+            qname = L.dql.name if L.dql is not None else f"{n.name}/input"
+            dq_of[L.x] = f"{qname}/dequantized"
+            new_at.setdefault(head.name, []).extend(pair(L.x, L.x, dq_of[L.x], qname))
+        axis = 0 if L.conv else 1
+        wn = _consts(graph, f"{n.name}/weight_q", L.wq)
+        sn = _consts(graph, f"{n.name}/weight_scale", L.ws if L.ws.size > 1 else L.ws.reshape(()))
+        zn = _consts(graph, f"{n.name}/weight_zero_point", np.zeros(L.ws.shape if L.ws.size > 1 else (), np.int8))
+        kw = {"axis": axis} if L.ws.size > 1 else {}
+        out.append(helper.make_node("DequantizeLinear", [wn, sn, zn], [f"{n.name}/weight"], name=f"{n.name}/weight_dq",
+                                    **kw))
+        ins = [dq_of[L.x], f"{n.name}/weight"]
+        if L.conv:
+            attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+            target = L.y
+            if L.bias is not None:
+                add = next(r for r in L.removed if r.op_type == "Add")
+                target = add.output[0]
+                bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
+                out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[0]))
+                ins.append(f"{n.name}/bias")
+            out.append(helper.make_node("Conv", ins, [target], name=n.name, **attrs))
+        elif L.gemm:
+            bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
+            out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[1]))
+            ins.append(f"{n.name}/bias")
+            out.append(helper.make_node("Gemm", ins, [L.y], name=n.name))
+        elif L.bias is not None:   # a fused MatMul's bias input: an Add, as quantize_dynamic writes it
+            bn = _consts(graph, f"{n.name}/bias_f", L.bias)
+            out.append(helper.make_node("MatMul", ins, [f"{n.name}/matmul"], name=n.name))
+            out.append(helper.make_node("Add", [f"{n.name}/matmul", bn], [L.y], name=f"{n.name}/bias"))
+        else:
+            out.append(helper.make_node("MatMul", ins, [L.y], name=n.name))
+        new_at.setdefault(n.name, []).extend(out)
+    nodes = []
+    for n in graph.node:
+        nodes.extend(new_at.get(n.name, []))
+        if n.name not in removed:
+            nodes.append(n)
+    # the quantization points after the layers: the writer writes '<t>/float', Q -> DQ writes t
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output}
+    tails: Dict[int, List[onnx.NodeProto]] = {}
+    for t, name in points.items():
+        k = producer[t]
+        w = nodes[k]
+        w.output[list(w.output).index(t)] = f"{t}/float"
+        tails.setdefault(k, []).extend(pair(t, f"{t}/float", t, name))
+    final = []
+    for k, n in enumerate(nodes):
+        final.append(n)
+        final.extend(tails.get(k, []))
+    # the Add of a fused MatMul's bias reads the pair after the MatMul, written after it
+    final = _toposort(final)
+    del graph.node[:]
+    graph.node.extend(final)
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output} | _subgraph_reads(graph)
+    keep = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    keep_vi = [v for v in graph.value_info if v.name not in points]
+    del graph.value_info[:]
+    graph.value_info.extend(keep_vi)
+    return m
+
+
+def _subgraph_reads(graph) -> set:
+    out = set()
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out |= {i for x in sub.node for i in x.input} | _subgraph_reads(sub)
+    return out
+
+
+def _toposort(nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
+    """``nodes`` in an order where each reads what is written before it, the given order kept where
+    it is one already (Kahn's algorithm, earliest ready node first)."""
+    import heapq
+    writer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    deps = [{writer[i] for i in n.input if i in writer and writer[i] != k} for k, n in enumerate(nodes)]
+    readers: Dict[int, List[int]] = {}
+    for k, d in enumerate(deps):
+        for j in d:
+            readers.setdefault(j, []).append(k)
+    count = [len(d) for d in deps]
+    ready = [k for k, c in enumerate(count) if c == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        k = heapq.heappop(ready)
+        out.append(nodes[k])
+        for r in readers.get(k, []):
+            count[r] -= 1
+            if count[r] == 0:
+                heapq.heappush(ready, r)
+    if len(out) != len(nodes):
+        raise MrvlError("the calibrated dynamic-int8 rewrite made a cycle", hint="report this model")
+    return out
+
+
+def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
+              fp16_layers: Sequence[str] = (), input_shapes=None):
+    """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
+    and ``info`` for ``report.quantization``. Returns ``quantize.Quantized``."""
+    from . import Quantized
+    if calibration_method != "minmax":
+        raise UsageError(f"calibration_method='{calibration_method}' on a dynamic-int8 model: its layers quantize "
+                         f"with the run-time min / max, which the calibration replaces by the min / max over the "
+                         f"samples", hint="leave calibration_method at 'minmax'")
+    samples, source = load_calibration(calibration, model, input_shapes)
+    g = Graph(prepared(model))
+    layers, reasons = take(g, fp16_layers)
+    derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
+    extra = _pool_points(g, layers)
+    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
+    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
+    for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
+        if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
+            L.gemm = True
+            if L.add is not None:
+                L.bias = L.add_bias
+                L.removed.append(L.add)
+                L.points.remove(L.y)
+                L.y = L.add.output[0]
+            else:
+                L.points.remove(f"{L.node.name}/matmul")
+    qp = {t: qparams(*r) for t, r in ranges.items()}
+    static = _rewrite(g.model, g, layers, qp, extra) if layers else g.model
+    try:
+        onnx.checker.check_model(static)
+    except onnx.checker.ValidationError as exc:
+        raise MrvlError(f"the calibrated dynamic-int8 rewrite wrote an invalid model: {exc}",
+                        hint="report this model; convert it without calibration (fp16 layers)") from None
+    out_snr = _output_snr(static, samples, ref_outs) if layers else {}
+    records = []
+    for L in layers:
+        s, z = qp[L.x]
+        outs = ", ".join(f"'{t}' {float(qp[t][0]):.4g} / {int(qp[t][1])}" for t in L.points)
+        records.append({"layer": L.node.name, "op_type": L.node.op_type, "precision": "int8",
+                        "input": L.x, "input_scale": float(s), "input_zero_point": int(z),
+                        "weights": f"int8, {'per channel' if L.ws.size > 1 else 'per tensor'} (as quantize_dynamic "
+                                   f"wrote them)",
+                        "replaces": [n.name for n in L.removed] + ([L.dql.name] if L.dql is not None else []),
+                        "reason": f"{NOTE_INT8}: input '{L.x}' scale {float(s):.4g} zero point {int(z)} "
+                                  f"(range {ranges[L.x][0]:.4g}..{ranges[L.x][1]:.4g} over {len(samples)} "
+                                  f"samples); output(s) {outs}"})
+    for name, (why, nodes) in reasons.items():
+        n = next(x for x in g.model.graph.node if x.name == name)
+        records.append({"layer": name, "op_type": n.op_type, "precision": "fp16", "nodes": nodes or [name],
+                        "not_int8": why, "reason": f"dynamic int8 kept as an fp16 layer with dequantized weights: {why}"})
+    info = {"mode": "dynamic-calibrated", "method": "minmax", "samples": len(samples),
+            "calibration": {"source": source, "samples": len(samples)},
+            "activation_type": "uint8 (asymmetric, per tensor; DynamicQuantizeLinear's formula on the calibrated "
+                               "range)",
+            "weight_type": "int8 (the dynamic model's, per tensor or per channel)",
+            "library": "onnx_mrvl.quantize.dynamic_calibrated (ranges: onnxruntime run of the dynamic model)",
+            "fp16_layers": list(fp16_layers or ()), "rounds": 1,
+            "int8_layers": len(layers), "layers_total": len(records),
+            "output_snr_db": out_snr, "layers": records}
+    return Quantized(static, info)
+
+
+def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]:
+    """SNR (dB) of each output of the static model against the dynamic model's, over the samples."""
+    import onnxruntime as ort
+    with _ort_failure("run the calibrated static model"):
+        sess = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in static.graph.output]
+    num = {k: 0.0 for k in names}
+    den = {k: 0.0 for k in names}
+    for feed, ref in zip(samples, ref_outs):
+        with _ort_failure("run the calibrated static model"):
+            got = sess.run(names, feed)
+        for k, r, y in zip(names, ref, got):
+            if np.asarray(r).dtype.kind != "f":
+                continue
+            r64 = np.asarray(r, np.float64)
+            num[k] += float(np.sum(r64 ** 2))
+            den[k] += float(np.sum((r64 - y) ** 2))
+    return {k: ("inf" if den[k] == 0 else round(10 * math.log10(num[k] / den[k]), 2) if num[k] > 0 else None)
+            for k in names}
+
+
+def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", calibration=None,
+                          calibration_method: str = "minmax", fp16_layers: Sequence[str] = (),
+                          snr_budget_db: float = 30.0, input_shapes=None):
+    """The quantize step of ``convert()``: a dynamic-int8 model with ``calibration`` (and ``quantize``
+    "float16" or "int8") -> ``calibrate``; anything else -> ``quantize.quantize_model`` (a dynamic
+    model without calibration stays as it is: fp16 layers with dequantized weights)."""
+    from . import quantize_model
+    if calibration is not None and is_dynamic(model):
+        if quantize not in ("float16", "int8"):
+            raise UsageError(f"quantize='{quantize}' on a dynamic-int8 model (quantize_dynamic's "
+                             f"DynamicQuantizeLinear / MatMulInteger / ConvInteger)",
+                             hint="pass calibration=... alone (or quantize='int8'): its layers become int8 with "
+                                  "calibrated activation scales; or quantize the float model instead")
+        return calibrate(model, calibration, calibration_method=calibration_method, fp16_layers=fp16_layers,
+                         input_shapes=input_shapes)
+    return quantize_model(model, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
+                          fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+
+
+def annotate(decisions, info: dict) -> None:
+    """The decisions of the rewritten layers say they are int8 with calibrated scales; those of
+    dynamic layers left fp16 say why (instead of 'no calibration'). A layer made int8 that did
+    not end as an int8 accelerator layer, or a kept one that did not end on the accelerator (folded,
+    on the CPU), gets that in its record."""
+    for r in info.get("layers", []):
+        d = decisions.get(r["layer"])
+        if r["precision"] == "int8":
+            if d is None:
+                continue
+            if d.placement != "accelerator" or d.precision != "int8":
+                r["precision"] = "fp16" if d.placement == "accelerator" else "cpu"
+                r["reason"] = f"rewritten to int8 QDQ, but the int8 import did not take it: {d.reason}"
+                continue
+            if NOTE_INT8 not in d.reason:
+                d.reason = f"{NOTE_INT8} (input scale {r['input_scale']:.4g}, zero point {r['input_zero_point']}); " \
+                           f"{d.reason}"
+        else:
+            why = r["not_int8"]
+            for name in r.get("nodes", [r["layer"]]):
+                dd = decisions.get(name)
+                if dd is not None and "(no calibration)" in dd.reason:
+                    dd.reason = dd.reason.replace("(no calibration)", f"(calibration given, kept: {why})")
+            if d is not None and d.placement != "accelerator":   # folded (constant operands) or on the CPU
+                r["precision"] = d.placement
+                r["reason"] = f"dynamic int8 not made int8 ({why}); {d.placement}: {d.reason}"
+    info["int8_layers"] = sum(1 for r in info.get("layers", []) if r["precision"] == "int8")
+
+
+__all__ = ["is_dynamic", "calibrate", "quantize_or_calibrate", "annotate", "NOTE_INT8"]
