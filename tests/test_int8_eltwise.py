@@ -1,0 +1,136 @@
+"""MLAS QLinearAdd / QLinearMul semantics (sim/int8_eltwise.py) against onnxruntime's fused QDQ Add /
+Mul (com.microsoft QLinearAdd / QLinearMul) on random codes and scales: bit-exact, including
+broadcast spans, scalar operands, S8 and U8, symmetric zero points (issue #19)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from onnx_mrvl.sim.int8_eltwise import fma32, qlinear_add_broadcast, qlinear_mul
+
+QR = {"int8": (-128, 127, np.int8, TensorProto.INT8), "uint8": (0, 255, np.uint8, TensorProto.UINT8)}
+
+
+def _model(op, shape_a, shape_b, a, b, c, dtype):
+    et = QR[dtype][3]
+    nodes = [helper.make_node("DequantizeLinear", ["qa", "sa", "za"], ["fa"]),
+             helper.make_node("DequantizeLinear", ["qb", "sb", "zb"], ["fb"]),
+             helper.make_node(op, ["fa", "fb"], ["fc"]),
+             helper.make_node("QuantizeLinear", ["fc", "sc", "zc"], ["qc"])]
+    inits = []
+    for k, (s, z) in zip("abc", (a, b, c)):
+        inits += [helper.make_tensor(f"s{k}", TensorProto.FLOAT, [], [s]), helper.make_tensor(f"z{k}", et, [], [z])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("qa", et, shape_a),
+                                       helper.make_tensor_value_info("qb", et, shape_b)],
+                          [helper.make_tensor_value_info("qc", et, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort(op, qa, qb, a, b, c, dtype):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    m = _model(op, list(qa.shape), list(qb.shape), a, b, c, dtype)
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, {"qa": qa, "qb": qb})[0].astype(np.int32)
+
+
+def _fused(op, dtype):
+    """onnxruntime fuses the group into its QLinear kernel (else the test would check its float path)."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    import tempfile, os
+    with tempfile.TemporaryDirectory() as d:
+        so.optimized_model_filepath = os.path.join(d, "o.onnx")
+        m = _model(op, [4], [4], (0.1, 0), (0.1, 0), (0.1, 0), dtype)
+        ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node]
+
+
+def _params(rng, dtype, symmetric):
+    lo, hi = QR[dtype][:2]
+    scales = [float(np.float32(rng.uniform(0.002, 0.1))) for _ in range(3)]
+    if symmetric:
+        zps = [0, 0, 0] if dtype == "int8" else [128, 128, 128]
+    else:
+        zps = [int(rng.integers(lo, hi + 1)) for _ in range(3)]
+    return list(zip(scales, zps))
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_onnxruntime_fuses_the_group(op, dtype):
+    assert _fused(op, dtype) == [f"QLinear{op}"]
+
+
+# (shape of a, shape of b): one shape, a per-span scalar on either side, a whole scalar on either side, a vector
+SHAPES = [((1, 256, 256), (1, 256, 256)), ((256, 256), (256, 1)), ((256, 1), (256, 256)), ((3, 77), (1,)),
+          ((1,), (5, 33)), ((6, 40), (40,)), ((2, 3, 4, 5), (1, 3, 1, 1)), ((1, 3, 1, 1), (2, 3, 4, 5))]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_qlinear_add_bit_exact(dtype, symmetric):
+    rng = np.random.default_rng(7 + symmetric + 2 * (dtype == "int8"))
+    lo, hi, npt = QR[dtype][:3]
+    grid = np.arange(lo, hi + 1)
+    differ = total = 0
+    for it in range(24):
+        a, b, c = _params(rng, dtype, symmetric)
+        sa, sb = SHAPES[it % len(SHAPES)]
+        if it % len(SHAPES) == 0:   # every pair of codes
+            qa, qb = (x.astype(npt).reshape(sa) for x in np.meshgrid(grid, grid, indexing="ij"))
+        else:
+            qa, qb = rng.integers(lo, hi + 1, sa).astype(npt), rng.integers(lo, hi + 1, sb).astype(npt)
+        ref = _ort("Add", qa, qb, a, b, c, dtype)
+        got = qlinear_add_broadcast(qa, qb, a, b, c, dtype)
+        assert got.shape == ref.shape
+        differ += int((got != ref).sum())
+        total += ref.size
+    assert total > 250_000 and differ == 0, (differ, total)
+
+
+def test_qlinear_add_is_not_the_float_form():
+    """The float reference form (DQ, fp32 add, QuantizeLinear) differs from MLAS on some codes: the
+    test above could not pass with it."""
+    rng = np.random.default_rng(3)
+    g = np.arange(0, 256)
+    qa, qb = (x.astype(np.uint8) for x in np.meshgrid(g, g, indexing="ij"))
+    differ = 0
+    for _ in range(8):
+        a, b, c = _params(rng, "uint8", False)
+        ref = _ort("Add", qa, qb, a, b, c, "uint8")
+        v = (np.float32(a[0]) * (qa.astype(np.float32) - a[1])) + (np.float32(b[0]) * (qb.astype(np.float32) - b[1]))
+        flt = np.clip(np.rint(v / np.float32(c[0])) + c[1], 0, 255)
+        differ += int((flt != ref).sum())
+    assert differ > 0
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_qlinear_mul_bit_exact(dtype):
+    rng = np.random.default_rng(11)
+    lo, hi, npt = QR[dtype][:3]
+    differ = total = 0
+    for it in range(12):
+        a, b, c = _params(rng, dtype, it % 3 == 0)
+        c = (c[0] * 40, c[1])         # products of two scales: an output scale that keeps them in range
+        sa, sb = SHAPES[it % len(SHAPES)]
+        qa, qb = rng.integers(lo, hi + 1, sa).astype(npt), rng.integers(lo, hi + 1, sb).astype(npt)
+        ref = _ort("Mul", qa, qb, a, b, c, dtype)
+        got = qlinear_mul(qa, qb, a, b, c, dtype)
+        differ += int((got != ref).sum())
+        total += ref.size
+    assert differ == 0, (differ, total)
+
+
+def test_fma32_rounds_once():
+    # (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: a tie in fp32 (half an ulp of 1), which the addend decides;
+    # float64 alone would drop a 2^-60 addend and round the tie to even
+    x = np.float32(1 + 2 ** -12)
+    assert fma32(x, x, np.float32(0)) == np.float32(1 + 2 ** -11)
+    assert fma32(x, x, np.float32(2 ** -60)) == np.float32(1 + 2 ** -11 + 2 ** -23)
+    assert fma32(x, x, np.float32(-(2 ** -60))) == np.float32(1 + 2 ** -11)
+    a, b = np.float32(1 + 2 ** -23), np.float32(1 - 2 ** -23)     # a * b = 1 - 2^-46, exact in the fma
+    assert fma32(a, b, np.float32(-1)) == np.float32(-(2 ** -46))
