@@ -55,6 +55,7 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
 
 
+SUM_REQUANT = ("qlinear", "qlinear_u8", "float")   # int8 Sum2D: docs/simulator.md "int8 layers"
 WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
               "BatchMatMul", "Softmax", "Lookup", "Concat")
 
@@ -70,6 +71,10 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
     if layer_name == "Sum2D" and not (two or one):
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
+    if layer_name == "Sum2D" and a.has("requant"):
+        if not two or a.str("requant") not in SUM_REQUANT:
+            a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (of two tensors: {', '.join(SUM_REQUANT)})")
+        params["requant"] = a.str("requant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)
     if layer_name == "Avgpool2D" and a.has("requant"):

@@ -20,7 +20,7 @@ from ..target import Target
 from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
-from ..ort_plan import ort_float_nodes
+from ..ort_plan import ort_float_nodes, ort_u8_adds
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -278,8 +278,18 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
         return around
     nodes, a, out, qout = around
     b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
-    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2])
+    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
+                 requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
+    """How onnxruntime computes the int8 add ``n`` (docs/simulator.md "int8 layers"): "float" when it
+    leaves the group unfused (DQ, fp32 Add, QuantizeLinear), else its QLinearAdd kernel on the codes,
+    "qlinear_u8" when its x86 S8 -> U8 rewrite made those codes uint8, "qlinear" otherwise."""
+    if n.name in ort_float_nodes(g.model, "Add"):
+        return "float"
+    return "qlinear_u8" if dtype == "int8" and n.name in ort_u8_adds(g.model) else "qlinear"
 
 
 def _int8_activation(grp: Group) -> Optional[str]:
