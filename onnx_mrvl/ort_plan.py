@@ -54,6 +54,12 @@ def ort_u8_adds(model: onnx.ModelProto) -> FrozenSet[str]:
     return ort_float_nodes(model, U8_ADDS)
 
 
+def float_nodes_of(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
+    """{op type: names} of the float nodes of ``model`` as it is (no stamp, no cache): for the small
+    models fuse builds (lookup_table.py) to check they are run as the whole model runs them."""
+    return _float_nodes_all(model)
+
+
 def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
     return _float_nodes_all(model).get(op_type, frozenset())
 
