@@ -134,3 +134,77 @@ def test_fma32_rounds_once():
     assert fma32(x, x, np.float32(-(2 ** -60))) == np.float32(1 + 2 ** -11)
     a, b = np.float32(1 + 2 ** -23), np.float32(1 - 2 ** -23)     # a * b = 1 - 2^-46, exact in the fma
     assert fma32(a, b, np.float32(-1)) == np.float32(-(2 ** -46))
+
+
+def _qdq_add_model(dtype, shared: bool, seed: int):
+    """x1, x2 -> Q -> DQ -> Add -> Q -> DQ (``shared``: x1's codes also feed a second reader, a
+    MaxPool, so its Q has two readers and stays int8 under onnxruntime's S8 -> U8 rewrite)."""
+    rng = np.random.default_rng(seed)
+    lo, hi, npt, et = QR[dtype]
+    shape = [1, 16, 64, 64]            # 65536 elements: every pair of codes fits
+    nodes, inits = [], []
+    for k, name in enumerate(("x1", "x2", "y")):
+        s, z = float(np.float32(rng.uniform(0.01, 0.05))), int(rng.integers(lo + 40, hi - 40))
+        inits += [helper.make_tensor(f"s_{name}", TensorProto.FLOAT, [], [s]), helper.make_tensor(f"z_{name}", et, [], [z])]
+    for name in ("x1", "x2"):
+        nodes += [helper.make_node("QuantizeLinear", [name, f"s_{name}", f"z_{name}"], [f"q_{name}"]),
+                  helper.make_node("DequantizeLinear", [f"q_{name}", f"s_{name}", f"z_{name}"], [f"d_{name}"])]
+    nodes += [helper.make_node("Add", ["d_x1", "d_x2"], ["sum"], name="the_add"),
+              helper.make_node("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
+              helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
+    if shared:
+        nodes += [helper.make_node("DequantizeLinear", ["q_x1", "s_x1", "z_x1"], ["d_x1b"]),
+                  helper.make_node("MaxPool", ["d_x1b"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                  helper.make_node("QuantizeLinear", ["p", "s_x1", "z_x1"], ["q_p"]),
+                  helper.make_node("DequantizeLinear", ["q_p", "s_x1", "z_x1"], ["pooled"])]
+        outs.append(helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 16, 32, 32]))
+    g = helper.make_graph(nodes, "qdq_add", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x1", "x2")],
+                          outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("dtype, shared, mode", [("uint8", False, "qlinear"), ("int8", False, "qlinear_u8"),
+                                                 ("int8", True, "float"), ("uint8", True, "qlinear")])
+def test_qdq_add_model_bit_exact(tmp_path, dtype, shared, mode):
+    """The converted QDQ Add (one region, an int8 Sum2D) equals onnxruntime's run of the model on
+    every element: as its QLinearAdd (U8; int8 codes all turned to uint8 by its S8 -> U8 rewrite) or
+    as its float Add (an int8 pair with two readers is not turned: operand types differ, no fusion)."""
+    import json
+    import os
+    import onnx_mrvl
+    m = _model_path = str(tmp_path / "m.onnx")
+    onnx.save(_qdq_add_model(dtype, shared, 21), _model_path)   # seed 21: int8 and uint8 QLinearAdd differ
+    r = onnx_mrvl.convert(_model_path, force=True)   # an add alone: below the minimum-work rule
+    out = str(tmp_path / "out")
+    r.save(out)
+    layers = []
+    for root, _, files in os.walk(out):
+        for f in files:
+            if f.endswith(".json"):
+                try:
+                    j = json.load(open(os.path.join(root, f)))
+                except ValueError:
+                    continue
+                if isinstance(j, dict):
+                    layers += [n["attrs"] for n in j.get("nodes", []) if n.get("attrs", {}).get("layer_name") == ["Sum2D"]]
+    assert [a.get("requant") for a in layers] == [[mode]], layers
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(m, so, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(_model_path).graph.initializer}
+    lo, hi = QR[dtype][:2]
+    grid = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
+    feeds = [{n: ((c - init[f"z_{n}"].astype(np.float32)) * init[f"s_{n}"]).astype(np.float32).reshape(1, 16, 64, 64)
+              for n, c in zip(("x1", "x2"), grid)}]                 # every pair of codes
+    rng = np.random.default_rng(0)
+    feeds += [{n: (rng.standard_normal((1, 16, 64, 64)) * 1.5).astype(np.float32) for n in ("x1", "x2")}
+              for _ in range(2)]
+    differ = 0
+    for feed in feeds:
+        a, b = ref.run(["y"], feed)[0], sess.run(["y"], feed)[0]
+        differ += int((a != b).sum())
+    assert differ == 0
