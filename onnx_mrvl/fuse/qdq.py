@@ -21,6 +21,7 @@ from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from ..ort_plan import ort_float_nodes, ort_u8_adds
+from ..provenance import get_origin
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -287,9 +288,10 @@ def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
     """How onnxruntime computes the int8 add ``n`` (docs/simulator.md "int8 layers"): "float" when it
     leaves the group unfused (DQ, fp32 Add, QuantizeLinear), else its QLinearAdd kernel on the codes,
     "qlinear_u8" when its x86 S8 -> U8 rewrite made those codes uint8, "qlinear" otherwise."""
-    if n.name in ort_float_nodes(g.model, "Add"):
+    names = {n.name} | set(get_origin(n) or [])          # legalize's Sum -> Add keeps the Sum by provenance
+    if names & (ort_float_nodes(g.model, "Add") | ort_float_nodes(g.model, "Sum")):   # no QLinear Sum
         return "float"
-    return "qlinear_u8" if dtype == "int8" and n.name in ort_u8_adds(g.model) else "qlinear"
+    return "qlinear_u8" if dtype == "int8" and names & ort_u8_adds(g.model) else "qlinear"
 
 
 def _int8_activation(grp: Group) -> Optional[str]:
