@@ -208,3 +208,45 @@ def test_qdq_add_model_bit_exact(tmp_path, dtype, shared, mode):
         a, b = ref.run(["y"], feed)[0], sess.run(["y"], feed)[0]
         differ += int((a != b).sum())
     assert differ == 0
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qdq_add_of_a_constant_bit_exact(tmp_path, dtype):
+    """``DQ(x) + DQ(constant codes) -> Q -> DQ`` (a bias Add): onnxruntime fuses QLinearAdd with the
+    constant as b; the Sum2D keeps the constant's quantization (in2_*) and adds its codes as MLAS does
+    (every pair of codes: the constant holds all 256 codes for each input code)."""
+    import os
+    import onnx_mrvl
+    lo, hi, npt, et = QR[dtype]
+    rng = np.random.default_rng(4)     # seed 4: the float form is one code off on one pair
+    sx, sc, sy = (float(np.float32(rng.uniform(0.01, 0.05))) for _ in range(3))
+    zx, zc, zy = (int(rng.integers(lo + 40, hi - 40)) for _ in range(3))
+    grid_a, grid_b = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
+    codes = grid_b.astype(npt).reshape(4096, 16)
+    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", et, [], [zx]),
+             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", et, [], [zc]),
+             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", et, [], [zy]),
+             onnx.numpy_helper.from_array(codes, "c_q")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
+             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
+             helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["d_c"]),
+             helper.make_node("Add", ["d_x", "d_c"], ["sum"], name="bias_add"),
+             helper.make_node("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
+             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+    g = helper.make_graph(nodes, "qdq_bias_add", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096, 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    r = onnx_mrvl.convert(path, force=True)
+    out = str(tmp_path / "out")
+    r.save(out)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
+    x = ((grid_a - zx) * np.float32(sx)).astype(np.float32).reshape(1, 4096, 16)
+    a, b = ref.run(["y"], {"x": x})[0], sess.run(["y"], {"x": x})[0]
+    assert [n.op_type for n in r.model.graph.node] == ["Subgraph_1x1"] or len(r.subgraphs) == 1
+    assert int((a != b).sum()) == 0

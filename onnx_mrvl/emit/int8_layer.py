@@ -67,13 +67,13 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
     if layer_name == "Resize" and params.get("mode") != "nearest":
         a.fail("an int8 Resize must be nearest")
     two = len(in_shapes) == 2 and not weights and in_shapes[0] == in_shapes[1] and a.has("in2_dtype")
-    one = len(in_shapes) == 1 and "operand" in weights and not a.has("in2_dtype")
+    one = len(in_shapes) == 1 and "operand" in weights    # in2_*: the constant's codes' quantization
     if layer_name == "Sum2D" and not (two or one):
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
     if layer_name == "Sum2D" and a.has("requant"):
-        if not two or a.str("requant") not in SUM_REQUANT:
-            a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (of two tensors: {', '.join(SUM_REQUANT)})")
+        if not a.has("in2_dtype") or a.str("requant") not in SUM_REQUANT:
+            a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (with in2_*: {', '.join(SUM_REQUANT)})")
         params["requant"] = a.str("requant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)

@@ -333,8 +333,12 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around
+    attrs = dict(grp.attrs, **_qattrs(qin, qout))
+    qb = _qparams(g, dq_b) if dq_b is not None and np.asarray(g.const(dq_b.input[0])).dtype != np.int32 else None
+    if qb is not None and not isinstance(qb, str):   # int8 codes of one scale: onnxruntime may fuse QLinearAdd
+        attrs.update(in2_scale=qb[0], in2_zero_point=qb[1], in2_type=qb[2], requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + ([dq_b] if dq_b is not None else []), [a], out,
-                 dict(grp.attrs, **_qattrs(qin, qout)), dict(grp.weights))
+                 attrs, dict(grp.weights))
 
 
 def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
