@@ -3,12 +3,17 @@ Mul (com.microsoft QLinearAdd / QLinearMul) on random codes and scales: bit-exac
 broadcast spans, scalar operands, S8 and U8, symmetric zero points (issue #19)."""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+import onnx_mrvl
 from onnx_mrvl.sim.int8_eltwise import fma32, qlinear_add_broadcast, qlinear_mul
 
 QR = {"int8": (-128, 127, np.int8, TensorProto.INT8), "uint8": (0, 255, np.uint8, TensorProto.UINT8)}
@@ -41,7 +46,6 @@ def _fused(op, dtype):
     """onnxruntime fuses the group into its QLinear kernel (else the test would check its float path)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    import tempfile, os
     with tempfile.TemporaryDirectory() as d:
         so.optimized_model_filepath = os.path.join(d, "o.onnx")
         m = _model(op, [4], [4], (0.1, 0), (0.1, 0), (0.1, 0), dtype)
@@ -145,7 +149,8 @@ def _qdq_add_model(dtype, shared: bool, seed: int):
     nodes, inits = [], []
     for k, name in enumerate(("x1", "x2", "y")):
         s, z = float(np.float32(rng.uniform(0.01, 0.05))), int(rng.integers(lo + 40, hi - 40))
-        inits += [helper.make_tensor(f"s_{name}", TensorProto.FLOAT, [], [s]), helper.make_tensor(f"z_{name}", et, [], [z])]
+        inits += [helper.make_tensor(f"s_{name}", TensorProto.FLOAT, [], [s]),
+                  helper.make_tensor(f"z_{name}", et, [], [z])]
     for name in ("x1", "x2"):
         nodes += [helper.make_node("QuantizeLinear", [name, f"s_{name}", f"z_{name}"], [f"q_{name}"]),
                   helper.make_node("DequantizeLinear", [f"q_{name}", f"s_{name}", f"z_{name}"], [f"d_{name}"])]
@@ -159,8 +164,8 @@ def _qdq_add_model(dtype, shared: bool, seed: int):
                   helper.make_node("QuantizeLinear", ["p", "s_x1", "z_x1"], ["q_p"]),
                   helper.make_node("DequantizeLinear", ["q_p", "s_x1", "z_x1"], ["pooled"])]
         outs.append(helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 16, 32, 32]))
-    g = helper.make_graph(nodes, "qdq_add", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x1", "x2")],
-                          outs, inits)
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x1", "x2")]
+    g = helper.make_graph(nodes, "qdq_add", ins, outs, inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -172,12 +177,9 @@ def test_qdq_add_model_bit_exact(tmp_path, dtype, shared, mode):
     """The converted QDQ Add (one region, an int8 Sum2D) equals onnxruntime's run of the model on
     every element: as its QLinearAdd (U8; int8 codes all turned to uint8 by its S8 -> U8 rewrite) or
     as its float Add (an int8 pair with two readers is not turned: operand types differ, no fusion)."""
-    import json
-    import os
-    import onnx_mrvl
-    m = _model_path = str(tmp_path / "m.onnx")
-    onnx.save(_qdq_add_model(dtype, shared, 21), _model_path)   # seed 21: int8 and uint8 QLinearAdd differ
-    r = onnx_mrvl.convert(_model_path, force=True)   # an add alone: below the minimum-work rule
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_qdq_add_model(dtype, shared, 21), path)   # seed 21: int8 and uint8 QLinearAdd differ
+    r = onnx_mrvl.convert(path, force=True)   # an add alone: below the minimum-work rule
     out = str(tmp_path / "out")
     r.save(out)
     layers = []
@@ -189,13 +191,14 @@ def test_qdq_add_model_bit_exact(tmp_path, dtype, shared, mode):
                 except ValueError:
                     continue
                 if isinstance(j, dict):
-                    layers += [n["attrs"] for n in j.get("nodes", []) if n.get("attrs", {}).get("layer_name") == ["Sum2D"]]
+                    layers += [n["attrs"] for n in j.get("nodes", [])
+                               if n.get("attrs", {}).get("layer_name") == ["Sum2D"]]
     assert [a.get("requant") for a in layers] == [[mode]], layers
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    ref = ort.InferenceSession(m, so, providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     sess = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
-    init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(_model_path).graph.initializer}
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
     lo, hi = QR[dtype][:2]
     grid = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
     feeds = [{n: ((c - init[f"z_{n}"].astype(np.float32)) * init[f"s_{n}"]).astype(np.float32).reshape(1, 16, 64, 64)
@@ -215,8 +218,6 @@ def test_qdq_add_of_a_constant_bit_exact(tmp_path, dtype):
     """``DQ(x) + DQ(constant codes) -> Q -> DQ`` (a bias Add): onnxruntime fuses QLinearAdd with the
     constant as b; the Sum2D keeps the constant's quantization (in2_*) and adds its codes as MLAS does
     (every pair of codes: the constant holds all 256 codes for each input code)."""
-    import os
-    import onnx_mrvl
     lo, hi, npt, et = QR[dtype]
     rng = np.random.default_rng(4)     # seed 4: the float form is one code off on one pair
     sx, sc, sy = (float(np.float32(rng.uniform(0.01, 0.05))) for _ in range(3))
