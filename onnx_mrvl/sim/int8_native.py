@@ -328,8 +328,9 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
     if lib() is None or layer.operand is not None:
         return None
-    base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi) + _qladd(layer), F32)
+    base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
+    base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
 
     def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
         if xb is None or xa.shape != xb.shape:
