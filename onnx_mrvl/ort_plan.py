@@ -18,8 +18,9 @@ import onnx
 KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the model before legalize
 # the op types whose int8 layers depend on it: Conv, AveragePool (requant), the Lookup groups' ops
 OP_TYPES = ("AveragePool", "Conv", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish",
-            "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
-            "BatchNormalization")
+            "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sum", "Sub", "Div",
+            "PRelu", "BatchNormalization")
+U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs as a uint8 QLinearAdd
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
 
@@ -44,6 +45,19 @@ def ort_float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
     if _LAST[0] is not model:
         _LAST[0], _LAST[1] = model, _float_nodes_all(model)
     return _LAST[1].get(op_type, frozenset())
+
+
+def ort_u8_adds(model: onnx.ModelProto) -> FrozenSet[str]:
+    """Names of the int8 QDQ Add nodes onnxruntime fuses into a QLinearAdd of uint8 codes: its x86
+    rewrite (QDQS8ToU8Transformer) turns each int8 Q -> DQ pair whose Q has one reader into uint8
+    (codes and zero point + 128); an Add all of whose three pairs were turned runs on those codes."""
+    return ort_float_nodes(model, U8_ADDS)
+
+
+def float_nodes_of(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
+    """{op type: names} of the float nodes of ``model`` as it is (no stamp, no cache): for the small
+    models fuse builds (lookup_table.py) to check they are run as the whole model runs them."""
+    return _float_nodes_all(model)
 
 
 def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
@@ -71,7 +85,11 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     names = {n.name for n in model.graph.node}
     by_output = {o: n.name for n in model.graph.node for o in n.output}
     found: Dict[str, set] = {}
+    inits = {t.name: t.data_type for t in optimized.graph.initializer}
     for n in optimized.graph.node:
+        if n.op_type == "QLinearAdd" and n.name in names and len(n.input) > 7 \
+                and inits.get(n.input[7]) == onnx.TensorProto.UINT8:
+            found.setdefault(U8_ADDS, set()).add(n.name)
         op = "Conv" if n.op_type == "FusedConv" else n.op_type   # Conv + activation: FusedConv
         if op not in OP_TYPES:
             continue

@@ -112,10 +112,13 @@ def test_accumulator_extremes():
 
 def test_add_native_equals_numpy():
     rng = np.random.default_rng(1)
-    for trial in range(40):
-        dts = [str(rng.choice(["int8", "uint8"])) for _ in range(3)]
+    for trial in range(60):
+        mode = ("qlinear", "float", "qlinear_u8")[(trial // 3) % 3]   # requant: docs/simulator.md "int8 layers"
+        one = str(rng.choice(["int8", "uint8"])) if mode == "qlinear" and trial % 2 else "int8"
+        dts = [one] * 3 if mode == "qlinear_u8" or mode == "qlinear" and trial % 2 else \
+            [str(rng.choice(["int8", "uint8"])) for _ in range(3)]
         qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for dt in dts]
-        params = {}
+        params = {"requant": mode}
         for pre, q in zip(("in", "in2", "out"), qs):
             params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
         act = ("none", "relu", "clamp")[trial % 3]
@@ -269,16 +272,19 @@ def _decode(buf: np.ndarray, q) -> np.ndarray:
     return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
 
 
+@pytest.mark.parametrize("mode", ["qlinear", "qlinear_u8", "float"])
 @pytest.mark.parametrize("slot", [0, 1])
 @pytest.mark.parametrize("codes", [False, True])
-def test_residual_sum_fused_into_conv(slot, codes):
+def test_residual_sum_fused_into_conv(slot, codes, mode):
     """conv + Sum2D in one call (the static plan's int8 residual fusion): the bits of the two layers."""
     rng = np.random.default_rng(10 + slot + 2 * codes)
     for k, stride, c, o, dt in ((1, 1, 32, 48, "uint8"), (3, 2, 16, 70, "int8"), (1, 1, 64, 256, "int8")):
+        if mode == "qlinear_u8" and dt != "int8":
+            continue
         layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt, dt, True, "relu")
         other_q, out_q = _random_q(rng, dt), _random_q(rng, dt)
         qs = [layer.out_q, other_q] if slot == 0 else [other_q, layer.out_q]
-        params = {}
+        params = {"requant": mode}
         for pre, q in zip(("in", "in2", "out"), qs + [out_q]):
             params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
         add = int8.Int8Add(params, "relu", None)

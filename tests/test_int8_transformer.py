@@ -251,6 +251,21 @@ def test_qdq_encoder_is_one_region_bit_exact(tmp_path, name):
             assert binary.meta["tensors"][lay["outputs"][0]]["dtype"] in ("int8", "uint8")
 
 
+@pytest.mark.parametrize("act", ["u8", "s8"])
+def test_symmetric_activations_encoder_bit_exact(tmp_path, act):
+    """``ActivationSymmetric`` (zero point 128 with U8): onnxruntime runs the residual adds as
+    QLinearAdd and the GELU's Add / Muls as QLinearAdd / QLinearMul; the Sum2Ds follow MLAS's kernel
+    (requant qlinear) and the GELU's Lookup table is computed with those kernels (U8 was 2 steps off)."""
+    m = qt.convert_and_measure("encoder_block_ln_op", str(tmp_path), act, "symmetric")
+    assert m["regions"] == 1
+    agree = m["agreement"]["output"]
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+    sums = [n for n in _json_layers(str(tmp_path / "encoder_block_ln_op.out")) if n["attrs"]["layer_name"] == ["Sum2D"]]
+    # S8: onnxruntime's S8 -> U8 rewrite turns only some of the adds' pairs, so it leaves the adds in float
+    want = ["qlinear"] if act == "u8" else ["float"]
+    assert len(sums) == 2 and all(n["attrs"]["requant"] == want for n in sums), sums
+
+
 @pytest.mark.parametrize("name", ["encoder_block_ln_op", "vit_like"])
 def test_int8_out_reference_bodies_run_in_plain_onnxruntime(tmp_path, name):
     """The fused QDQ encoder (int8 BatchMatMul / Softmax, int8_out LayerNorm / Mul2D, Requantize,

@@ -55,6 +55,7 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
 
 
+SUM_REQUANT = ("qlinear", "qlinear_u8", "float")   # int8 Sum2D: docs/simulator.md "int8 layers"
 WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
               "BatchMatMul", "Softmax", "Lookup", "Concat")
 
@@ -66,10 +67,14 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
     if layer_name == "Resize" and params.get("mode") != "nearest":
         a.fail("an int8 Resize must be nearest")
     two = len(in_shapes) == 2 and not weights and in_shapes[0] == in_shapes[1] and a.has("in2_dtype")
-    one = len(in_shapes) == 1 and "operand" in weights and not a.has("in2_dtype")
+    one = len(in_shapes) == 1 and "operand" in weights    # in2_*: the constant's codes' quantization
     if layer_name == "Sum2D" and not (two or one):
         a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
                "or a tensor and a float constant")
+    if layer_name == "Sum2D" and a.has("requant"):
+        if not a.has("in2_dtype") or a.str("requant") not in SUM_REQUANT:
+            a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (with in2_*: {', '.join(SUM_REQUANT)})")
+        params["requant"] = a.str("requant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)
     if layer_name == "Avgpool2D" and a.has("requant"):

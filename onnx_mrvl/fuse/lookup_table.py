@@ -17,7 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .._graph import GraphIndex
-from ..ort_plan import OP_TYPES, ort_float_nodes
+from ..ort_plan import OP_TYPES, float_nodes_of, ort_float_nodes
 from ..provenance import get_origin
 from .qdq import qparams
 
@@ -34,7 +34,7 @@ def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: in
     table = None
     for dq, nodes, q in steps:
         in_q = qparams(g, dq)
-        is_float = any(n.name in floats or set(get_origin(n) or []) & floats for n in nodes)
+        is_float = [bool(n.name in floats or set(get_origin(n) or []) & floats) for n in nodes]
         step = _run(g, dq, nodes, q, in_q, channels, len(g.shape(t) or [1]), is_float)
         if isinstance(step, str):
             return step
@@ -76,6 +76,17 @@ def _chain(g: GraphIndex, members, dq_in) -> Optional[List[Tuple]]:
     return steps if not cur and steps else None
 
 
+def _runs_alike(model: onnx.ModelProto, nodes, is_float) -> bool:
+    """Whether onnxruntime, optimizing the step's own model, leaves exactly the nodes in float that
+    it leaves in float in the whole model (GELU: Div and Erf float, the Add and Muls its QLinearAdd /
+    QLinearMul kernels): then the step runs with its fusions, else all in float."""
+    try:
+        small = set().union(*(v for k, v in float_nodes_of(model).items() if k in OP_TYPES))
+    except Exception:   # noqa: BLE001 - onnxruntime refuses the step: the float run reports it
+        return False
+    return all((n.name in small) == f for n, f in zip(nodes, is_float) if n.op_type in OP_TYPES)
+
+
 def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: bool):
     import onnxruntime as ort
     lo = -128 if in_q[2] == "int8" else 0
@@ -112,8 +123,9 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 13))])
     model.ir_version = 8
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if is_float else \
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    fused = not any(is_float) or _runs_alike(model, nodes, is_float)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if fused else \
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         y = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
             None, {"codes": x})[0]

@@ -20,7 +20,8 @@ from ..target import Target
 from .groups import Group
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
-from ..ort_plan import ort_float_nodes
+from ..ort_plan import ort_float_nodes, ort_u8_adds
+from ..provenance import get_origin
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
 QTYPE_NAMES = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
@@ -278,8 +279,19 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
         return around
     nodes, a, out, qout = around
     b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
-    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2])
+    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
+                 requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
+    """How onnxruntime computes the int8 add ``n`` (docs/simulator.md "int8 layers"): "float" when it
+    leaves the group unfused (DQ, fp32 Add, QuantizeLinear), else its QLinearAdd kernel on the codes,
+    "qlinear_u8" when its x86 S8 -> U8 rewrite made those codes uint8, "qlinear" otherwise."""
+    names = {n.name} | set(get_origin(n) or [])          # legalize's Sum -> Add keeps the Sum by provenance
+    if names & (ort_float_nodes(g.model, "Add") | ort_float_nodes(g.model, "Sum")):   # no QLinear Sum
+        return "float"
+    return "qlinear_u8" if dtype == "int8" and names & ort_u8_adds(g.model) else "qlinear"
 
 
 def _int8_activation(grp: Group) -> Optional[str]:
@@ -321,8 +333,12 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around
+    attrs = dict(grp.attrs, **_qattrs(qin, qout))
+    qb = _qparams(g, dq_b) if dq_b is not None and np.asarray(g.const(dq_b.input[0])).dtype != np.int32 else None
+    if qb is not None and not isinstance(qb, str):   # int8 codes of one scale: onnxruntime may fuse QLinearAdd
+        attrs.update(in2_scale=qb[0], in2_zero_point=qb[1], in2_type=qb[2], requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + ([dq_b] if dq_b is not None else []), [a], out,
-                 dict(grp.attrs, **_qattrs(qin, qout)), dict(grp.weights))
+                 attrs, dict(grp.weights))
 
 
 def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:

@@ -238,13 +238,46 @@ static inline __m512 add_in(const void *x, long i, __mmask16 m, const qconst *c)
     return _mm512_mul_ps(c->s, qz);
 }
 
+/* the code q of one input (not minus z): from the bytes u = q + off (codes) or by quantizing the float */
+static inline __m512 add_code(const void *x, long i, __mmask16 m, const qconst *c) {
+    if (c->codes)
+        return _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)x + i))),
+                             c->off);
+    return quant_c(_mm512_maskz_loadu_ps(m, (const float *)x + i), c);
+}
+
+/* MLAS QLinearAdd (int8_eltwise.py) of an int8 Sum2D's requant "qlinear" / "qlinear_u8": prm[24..] =
+ * [mode (1: qlinear, 0: the float form), r_a, r_b, F, shift] with F = z_c - fma(r_a, z_a, r_b z_b) of
+ * the shifted zero points; v = fma(q_a + shift, r_a, fma(q_b + shift, r_b, F)), rne by cvtps2dq
+ * (INT_MIN past int32: the minimum), then shift subtracted and the clamp [lo, hi] of c */
+typedef struct { int on; __m512 ra, rb, f, shift; } qladd_t;
+
+static inline qladd_t qladd_of(const float *prm) {
+    qladd_t k = {prm[24] != 0.0f, _mm512_set1_ps(prm[25]), _mm512_set1_ps(prm[26]), _mm512_set1_ps(prm[27]),
+                 _mm512_set1_ps(prm[28])};
+    return k;
+}
+
+static inline __m512 qladd(__m512 qa, __m512 qb, const qladd_t *k, const qconst *cc) {
+    __m512 v = _mm512_fmadd_ps(_mm512_add_ps(qa, k->shift), k->ra,
+                               _mm512_fmadd_ps(_mm512_add_ps(qb, k->shift), k->rb, k->f));
+    __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtps_epi32(v)), k->shift);
+    return _mm512_min_ps(_mm512_max_ps(q, cc->lo), cc->hi);
+}
+
 /* a Sum2D fused into a GEMM conv: the conv's codes (never stored) plus the other operand */
-typedef struct { qconst self, other, out; } fuse_t;
+typedef struct { qconst self, other, out; qladd_t k; int self_a; } fuse_t;
 
 static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, long i, void *out, __mmask16 m) {
     /* r = q_conv - z_conv = q_a - z_a (the Sum2D reads the conv's codes with their quantization) */
-    __m512 v = _mm512_add_ps(_mm512_mul_ps(fz->self.s, r), add_in(other, i, m, &fz->other));
-    __m512 q = quant_c(v, &fz->out);
+    __m512 q;
+    if (fz->k.on) {
+        __m512 qs = _mm512_add_ps(r, fz->self.z), qo = add_code(other, i, m, &fz->other);
+        q = fz->self_a ? qladd(qs, qo, &fz->k, &fz->out) : qladd(qo, qs, &fz->k, &fz->out);
+    } else {
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(fz->self.s, r), add_in(other, i, m, &fz->other));
+        q = quant_c(v, &fz->out);
+    }
     if (fz->out.codes)
         store_u8((uint8_t *)out + i, m, _mm512_cvtps_epi32(_mm512_add_ps(q, fz->out.off)));
     else
@@ -341,6 +374,8 @@ static void gemm_part(void *arg, long p) {
         fuse.self = qconst_of(d->add_prm + 8 * d->add_slot);
         fuse.other = qconst_of(d->add_prm + 8 * (1 - d->add_slot));
         fuse.out = qconst_of(d->add_prm + 16);
+        fuse.k = qladd_of(d->add_prm);
+        fuse.self_a = d->add_slot == 0;
         fz = &fuse;
     }
     for (long cb = c0; cb < c1; cb++) {
@@ -582,14 +617,19 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
 }
 
 /* ------------------------------------------------------------------ int8 Sum2D (two int8 tensors)
- * int8.Int8Add: v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b)), q_c = clamp(rne(v / s_c) + z_c, lo, hi),
+ * int8.Int8Add: requant "qlinear" / "qlinear_u8": MLAS QLinearAdd (qladd above); "float":
+ * v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b)), q_c = clamp(rne(v / s_c) + z_c, lo, hi); then
  * y = (q_c - z_c) s_c. prm (floats): [s, 1/s, exact, z, lo, hi, off, codes] for a, b, then c (lo, hi:
- * the activation's clamp; codes: the tensor holds bytes q + off). */
+ * the activation's clamp; codes: the tensor holds bytes q + off), then qladd's five. */
 typedef struct { const void *a, *b; const float *prm; void *out; long n, step; } ajob;
 
-static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, const qconst *cb, const qconst *cc) {
-    __m512 va = add_in(j->a, i, m, ca), vb = add_in(j->b, i, m, cb);
-    __m512 q = quant_c(_mm512_add_ps(va, vb), cc);
+static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, const qconst *cb, const qconst *cc,
+                         const qladd_t *k) {
+    __m512 q;
+    if (k->on)
+        q = qladd(add_code(j->a, i, m, ca), add_code(j->b, i, m, cb), k, cc);
+    else
+        q = quant_c(_mm512_add_ps(add_in(j->a, i, m, ca), add_in(j->b, i, m, cb)), cc);
     if (cc->codes)
         store_u8((uint8_t *)j->out + i, m, _mm512_cvtps_epi32(_mm512_add_ps(q, cc->off)));
     else
@@ -599,11 +639,12 @@ static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, c
 static void add_part(void *arg, long part) {
     ajob *j = arg;
     const qconst ca = qconst_of(j->prm), cb = qconst_of(j->prm + 8), cc = qconst_of(j->prm + 16);
+    const qladd_t k = qladd_of(j->prm);
     long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
     for (; i + 16 <= i1; i += 16)
-        add_v(j, i, (__mmask16)0xffff, &ca, &cb, &cc);
+        add_v(j, i, (__mmask16)0xffff, &ca, &cb, &cc, &k);
     if (i < i1)
-        add_v(j, i, (__mmask16)((1u << (i1 - i)) - 1), &ca, &cb, &cc);
+        add_v(j, i, (__mmask16)((1u << (i1 - i)) - 1), &ca, &cb, &cc, &k);
 }
 
 void i8_add(const void *a, const void *b, void *out, long n, const float *prm, int nthreads) {

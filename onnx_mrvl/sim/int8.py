@@ -19,6 +19,8 @@ from typing import Mapping, Optional, Sequence, Tuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .int8_eltwise import qlinear_add
+
 F32 = np.float32
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 ACC_LIMIT = 2 ** 31
@@ -236,35 +238,63 @@ def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
 
 
 class Int8Add:
-    """int8 Sum2D (MLAS QLinearAdd's reference form): ``v = fp32(s_a * (q_a - z_a)) + fp32(s_b * (q_b - z_b))``,
-    ``q_c = sat(rne(v / s_c) + z_c)`` in fp32; relu / clamp as clamps of q_c."""
+    """int8 Sum2D as onnxruntime computes it (docs/simulator.md "int8 layers"; ``requant``):
+    "qlinear" (the default): MLAS QLinearAdd on the codes (int8_eltwise.py); "qlinear_u8": the same on
+    the codes and zero points + 128 as uint8 (onnxruntime's x86 S8 -> U8 rewrite), 128 subtracted
+    after; "float" (a group onnxruntime leaves unfused, operands of different types, a constant
+    operand without ``in2_*``): ``v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b))``,
+    ``q_c = sat(rne(v / s_c) + z_c)`` in fp32. A constant operand with ``in2_*`` holds the dequantized
+    codes ``fp32((q_b - z_b) s_b)``, from which q_b is recovered. Relu / clamp as clamps of q_c."""
 
     def __init__(self, params: Mapping, activation: str, activation_params: Optional[Mapping], operand=None):
         self.a = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
         # b: a second int8 tensor (in2_*), or a float32 constant (a dequantized bias) added as it is
         self.operand = None if operand is None else np.asarray(operand, F32)
-        self.b = self.a if operand is not None else \
-            (float(params["in2_scale"]), int(params["in2_zero_point"]), str(params["in2_dtype"]))
+        coded = "in2_dtype" in params                 # b's quantization (a constant's codes, with operand)
+        self.b = (float(params["in2_scale"]), int(params["in2_zero_point"]), str(params["in2_dtype"])) if coded \
+            else self.a
         self.c = (float(params["out_scale"]), int(params["out_zero_point"]), str(params["out_dtype"]))
         for dt in (self.a[2], self.b[2], self.c[2]):
             if dt not in QRANGE:
                 raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
         self.lo, self.hi = activation_clamp(self.c, activation, activation_params)
+        mode = str(params.get("requant", "qlinear"))
+        if mode not in ("qlinear", "qlinear_u8", "float"):
+            raise ValueError(f"requant {mode!r} of an int8 Sum2D (qlinear, qlinear_u8 or float)")
+        one_type = self.a[2] == self.b[2] == self.c[2]
+        if mode == "qlinear_u8" and not (one_type and self.a[2] == "int8"):
+            raise ValueError("requant qlinear_u8 needs int8 operands and output")
+        self.mode = "float" if (operand is not None and not coded) or not one_type else mode
+        if operand is not None and self.mode != "float":   # the constant's codes, recovered exactly
+            self.operand_q = quantize(self.operand, *self.b)
+        self.shift = 128 if self.mode == "qlinear_u8" else 0   # int8 codes run as uint8 (q + 128)
 
     def apply(self, xa: np.ndarray, xb: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
-        va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
         if self.operand is not None:
             if xb is not None:
                 raise ValueError("an int8 Sum2D with a constant operand takes one input")
             vb = np.broadcast_to(self.operand.reshape(self.operand.shape[-xa.ndim:] if self.operand.ndim > xa.ndim
                                                       else self.operand.shape), xa.shape)
-        else:
-            if xb is None or xa.shape != xb.shape:
-                raise ValueError(f"int8 add of shapes {list(xa.shape)} and {None if xb is None else list(xb.shape)}")
-            vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
+        elif xb is None or xa.shape != xb.shape:
+            raise ValueError(f"int8 add of shapes {list(xa.shape)} and {None if xb is None else list(xb.shape)}")
         s, z, _ = self.c
-        q = np.clip(np.rint(((va + vb).astype(F32) / F32(s)).astype(F32)) + z, self.lo, self.hi)
+        if self.mode == "float":
+            va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
+            if self.operand is None:
+                vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
+            q = np.rint(((va + vb).astype(F32) / F32(s)).astype(F32)) + z
+        else:
+            k = self.shift
+            a, b, c = ((q[0], q[1] + k) for q in (self.a, self.b, self.c))
+            qb = quantize(xb, *self.b) if self.operand is None else self._operand_codes(xa)
+            q = qlinear_add(quantize(xa, *self.a) + k, qb + k, a, b, c, "uint8" if k else self.c[2]) - k
+        q = np.clip(q, self.lo, self.hi)
         return ((q - z).astype(F32) * F32(s)).astype(F32), True
+
+    def _operand_codes(self, xa: np.ndarray) -> np.ndarray:
+        """The constant's codes broadcast to ``xa``'s shape (its trailing axes, as the float operand)."""
+        c = self.operand_q
+        return np.broadcast_to(c.reshape(c.shape[-xa.ndim:] if c.ndim > xa.ndim else c.shape), xa.shape)
 
 
 def build_add(spec, n_inputs: int = 2):

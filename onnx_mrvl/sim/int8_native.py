@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import MrvlRuntimeError
 from . import native, parallel
 from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool, fake_quant
+from .int8_eltwise import add_constants
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -313,12 +314,23 @@ def _qparams(q, lo=None, hi=None):
     return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, _offset(q), 0]
 
 
+def _qladd(layer: Int8Add):
+    """i8_add's [mode, r_a, r_b, F, shift, 0, 0, 0] (prm[24:32]): MLAS QLinearAdd's constants of the
+    shifted quantizations (int8_eltwise.add_constants), or mode 0 (the float form)."""
+    if layer.mode == "float":
+        return [0.0] * 8
+    k = layer.shift
+    ra, rb, f = add_constants(*((q[0], q[1] + k) for q in (layer.a, layer.b, layer.c)))
+    return [1.0, ra, rb, f, float(k), 0.0, 0.0, 0.0]
+
+
 def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
     if lib() is None or layer.operand is not None:
         return None
     base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
+    base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
 
     def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
         if xb is None or xa.shape != xb.shape:
