@@ -105,19 +105,33 @@ def quantized_weight(node, g) -> bool:
     if not node.input or g.dtype(node.input[0]) not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
                                                        onnx.TensorProto.INT32):
         return False
-    users = g.users(node.output[0])
-    for c in users:
+    users = _through_moves(g, node.output[0])
+    for c, name in users:
         if c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
             # a QDQ Mul / Add with a quantized constant: onnxruntime fuses DQ(x) * DQ(c) -> Q into
             # QLinearMul, and fuse's int8 Lookup asks onnxruntime for that group's table
-            src = g.producer.get(c.input[1] if c.input[0] == node.output[0] else c.input[0])
-        elif node.output[0] in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
+            src = g.producer.get(c.input[1] if c.input[0] == name else c.input[0])
+        elif name in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
             src = g.producer.get(inp(c, 0))
         else:
             return False
         if src is None or src.op_type != "DequantizeLinear":
             return False
     return bool(users)
+
+
+# ops that only move a weight's values (tf2onnx: DQ -> Transpose -> MatMul / Conv): qdq_weight_moves
+# moves the integer codes instead
+WEIGHT_MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _through_moves(g, name, depth: int = 4):
+    """(reader, the tensor it reads) of ``name``, looking through single-reader weight moves."""
+    users = g.users(name)
+    if depth and len(users) == 1 and users[0].op_type in WEIGHT_MOVES and users[0].input[0] == name \
+            and all(g.is_const(i) for i in users[0].input[1:] if i):
+        return _through_moves(g, users[0].output[0], depth - 1)
+    return [(c, name) for c in users]
 
 
 def _feeds_weight(g, name) -> bool:

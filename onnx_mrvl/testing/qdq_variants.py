@@ -1,0 +1,534 @@
+"""Pre-quantized models in the QDQ forms other tools write (issue #19): seeded float builders and a
+small fake-quantizer that places Q/DQ the way each tool does, with scales from a min/max run.
+
+Forms (``Style`` fields): weights as int8 initializers behind a DequantizeLinear (onnxruntime) or as
+fp32 initializers -> QuantizeLinear -> DequantizeLinear (torch.ao / FX export, NVIDIA ModelOpt, AMD
+Quark), optionally through a Transpose (tf2onnx: MatMul ``[N, K]`` / Conv ``HWIO`` weights); bias int32
+behind a DQ or fp32; per-channel or per-tensor; opset 13 / 19 (``saturate``) / 21 (``output_dtype``,
+``block_size``); int8 / uint8 / int16 activations, symmetric or not; Q/DQ after every op's output
+(onnxruntime, torch) or only in front of weighted ops (ModelOpt / TensorRT); Relu fused or
+between its own pairs; TFLite-style int8 graph input and output; int4 block-wise weights; ops
+left float (mixed).
+
+    python -m onnx_mrvl.testing.qdq_variants [VARIANT ...]      # convert each, compare with onnxruntime
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import sys
+import tempfile
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .models import GraphBuilder
+
+F32 = TensorProto.FLOAT
+QTYPES = {"s8": (TensorProto.INT8, np.int8, -128, 127), "u8": (TensorProto.UINT8, np.uint8, 0, 255),
+          "s16": (TensorProto.INT16, np.int16, -32768, 32767), "u16": (TensorProto.UINT16, np.uint16, 0, 65535)}
+WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+# ops whose output takes its input's quantization (onnxruntime's and torch's shared qparams)
+MOVES = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "MaxPool", "Pad", "Slice", "Split",
+         "Resize", "GlobalMaxPool")
+
+
+@dataclasses.dataclass
+class Style:
+    opset: int = 13
+    act: str = "s8"                 # s8 | u8 | s16 | u16
+    symmetric: bool = False
+    per_channel: bool = True
+    weight: str = "int8"            # int8 (DQ of int8 codes) | fp32 (fp32 -> Q -> DQ) | int4 (block-wise)
+    transpose_weights: bool = False  # tf2onnx: MatMul [N,K] and Conv HWIO codes -> DQ -> Transpose
+    bias: str = "int32"             # int32 (DQ, scale s_x * s_w) | fp32
+    placement: str = "outputs"      # outputs (after every op) | inputs (in front of weighted ops only)
+    fuse_relu: bool = True          # False: Q/DQ between a layer and its Relu/Clip too
+    float_ops: Tuple[str, ...] = ()  # op types / node names left float (mixed export)
+    int8_io: bool = False           # TFLite: graph input int8 codes -> DQ; output Q -> int8
+    zero_point: bool = True         # False: Q/DQ without zero point input (uint8 / opset-21 output_dtype)
+    block_size: int = 16            # int4 weights: block along the input channels
+
+
+# -- float models ------------------------------------------------------------------------------------
+
+def cnn(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """conv-relu, conv + residual add + relu, MaxPool, 1x1 conv + Clip(0, 6), GAP, Flatten, Gemm."""
+    g = GraphBuilder(seed, opset)
+    a = g.relu(g.conv("input", 3, 8, 3, "c1"), "r1")
+    b = g.conv(g.relu(g.conv(a, 8, 8, 3, "c2"), "r2"), 8, 8, 3, "c3")
+    x = g.relu(g.node("Add", [b, a], "add"), "r3")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    x = g.clip6(g.conv(x, 8, 16, 1, "c4"), "clip")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    g.gemm(x, 16, 10, "fc")
+    g.nodes[-1].output[0] = "output"
+    return g.model("cnn", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 10])])
+
+
+def cnn_moves(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """Data movement between convs: Pad, Slice, Split -> two convs -> Concat, nearest Resize,
+    Transpose there and back, Reshape, Squeeze."""
+    g = GraphBuilder(seed, opset)
+    x = g.relu(g.conv("input", 3, 8, 3, "c1"), "r1")
+    x = g.node("Pad", [x, g.const("pad.pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], "pad")
+    x = g.relu(g.conv(x, 8, 16, 3, "c2", pads=[0, 0, 0, 0]), "r2")
+    x = g.node("Slice", [x, g.const("sl.starts", np.array([0], np.int64)), g.const("sl.ends", np.array([12], np.int64)),
+                         g.const("sl.axes", np.array([1], np.int64))], "slice")
+    if opset >= 18:
+        s0, s1 = g.node("Split", [x, g.const("split.sizes", np.array([4, 8], np.int64))], "split", n_out=2, axis=1)
+    else:
+        s0, s1 = g.node("Split", [x, g.const("split.sizes", np.array([4, 8], np.int64))], "split", n_out=2, axis=1)
+    a = g.relu(g.conv(s0, 4, 8, 3, "ca"), "ra")
+    b = g.relu(g.conv(s1, 8, 8, 1, "cb"), "rb")
+    x = g.node("Concat", [a, b], "cat", axis=1)
+    x = g.node("Transpose", [g.node("Transpose", [x], "to_nhwc", perm=[0, 2, 3, 1])], "to_nchw", perm=[0, 3, 1, 2])
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    x = g.resize2x(x, "up")
+    x = g.relu(g.conv(x, 16, 4, 3, "c3", stride=2), "r3")
+    x = g.node("Reshape", [x, g.const("rs.shape", np.array([1, 4, 1, 64], np.int64))], "reshape")
+    x = g.node("Squeeze", [x, g.const("sq.axes", np.array([2], np.int64))], "squeeze")
+    x = g.node("Flatten", [x], "flatten", axis=1)
+    g.gemm(x, 256, 10, "fc")
+    g.nodes[-1].output[0] = "output"
+    return g.model("cnn_moves", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 10])])
+
+
+def cnn_acts(seed: int = 0, opset: int = 14) -> onnx.ModelProto:
+    """Element-wise ops between convs: Sigmoid, HardSigmoid, HardSwish, Mul by a constant, GAP."""
+    g = GraphBuilder(seed, opset)
+    x = g.node("Sigmoid", [g.conv("input", 3, 8, 3, "c1")], "sig")
+    x = g.node("HardSigmoid", [g.conv(x, 8, 8, 3, "c2")], "hsig", alpha=0.2, beta=0.5)
+    x = g.node("HardSwish", [g.conv(x, 8, 8, 3, "c3")], "hswish")
+    x = g.node("Mul", [g.conv(x, 8, 8, 1, "c4"), g.const("scale.c", np.array(0.75, np.float32))], "mulc")
+    x = g.relu(g.conv(x, 8, 16, 3, "c5", stride=2), "r5")
+    g.node("GlobalAveragePool", [x], "gap")
+    g.nodes[-1].output[0] = "output"
+    return g.model("cnn_acts", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 16, 1, 1])])
+
+
+def deconv(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """conv, ConvTranspose 2x2 stride 2 (weight [I, O, kh, kw]: per channel on axis 1), relu, conv."""
+    g = GraphBuilder(seed, opset)
+    x = g.relu(g.conv("input", 3, 8, 3, "c1", stride=2), "r1")
+    w = g.const("up.weight", g.he((8, 4, 2, 2), 8))
+    b = g.const("up.bias", (g.rng.standard_normal(4) * 0.05).astype(np.float32))
+    x = g.relu(g.node("ConvTranspose", [x, w, b], "up", kernel_shape=[2, 2], strides=[2, 2]), "r2")
+    g.conv(x, 4, 4, 3, "c2")
+    g.nodes[-1].output[0] = "output"
+    return g.model("deconv", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 4, 16, 16])])
+
+
+def mlp_block(seed: int = 0, opset: int = 17, T: int = 8, D: int = 32) -> onnx.ModelProto:
+    """Tokens [1, T, D]: LayerNormalization, one-head attention (MatMul q/k/v with bias, K^T by
+    Transpose, / sqrt(D), Softmax, P x V), residual Add, MLP with Gelu (opset >= 20: the op; else
+    the Erf form), residual Add."""
+    g = GraphBuilder(seed, opset)
+
+    def lin(x, k, n, name):
+        y = g.node("MatMul", [x, g.const(f"{name}.weight", g.he((k, n), k))], name)
+        return g.node("Add", [y, g.const(f"{name}.bias", (g.rng.standard_normal(n) * 0.05).astype(np.float32))],
+                      f"{name}_bias")
+
+    def ln(x, name):
+        return g.node("LayerNormalization", [x, g.const(f"{name}.g", g.rng.uniform(0.5, 1.5, D).astype(np.float32)),
+                                             g.const(f"{name}.b", (g.rng.standard_normal(D) * 0.1).astype(np.float32))],
+                      name, axis=-1, epsilon=1e-5)
+
+    h = ln("input", "ln1")
+    q, k, v = lin(h, D, D, "q"), lin(h, D, D, "k"), lin(h, D, D, "v")
+    s = g.node("MatMul", [q, g.node("Transpose", [k], "kt", perm=[0, 2, 1])], "qk")
+    s = g.node("Div", [s, g.const("sqrt_d", np.array(np.sqrt(D), np.float32))], "scale")
+    p = g.node("Softmax", [s], "softmax", axis=-1)
+    x = g.node("Add", [lin(g.node("MatMul", [p, v], "pv"), D, D, "o"), "input"], "res1")
+    h = lin(ln(x, "ln2"), D, 2 * D, "fc1")
+    if opset >= 20:
+        h = g.node("Gelu", [h], "gelu")
+    else:
+        e = g.node("Erf", [g.node("Div", [h, g.const("sqrt2", np.array(np.sqrt(2), np.float32))], "gelu_div")], "gelu_erf")
+        e = g.node("Add", [e, g.const("one", np.array(1, np.float32))], "gelu_add")
+        h = g.node("Mul", [g.node("Mul", [h, e], "gelu_mul"), g.const("half", np.array(0.5, np.float32))], "gelu_half")
+    g.node("Add", [lin(h, 2 * D, D, "fc2"), x], "res2")
+    g.nodes[-1].output[0] = "output"
+    return g.model("mlp_block", [("input", F32, [1, T, D])], [("output", F32, [1, T, D])])
+
+
+# -- the fake-quantizer -----------------------------------------------------------------------------
+
+def calibration_feeds(model: onnx.ModelProto, n: int = 4, seed: int = 100) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        out.append({i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+                    for i in model.graph.input})
+    return out
+
+
+def _ranges(model: onnx.ModelProto, feeds: Sequence[Dict[str, np.ndarray]]) -> Dict[str, Tuple[float, float]]:
+    """min / max of every float tensor over the calibration feeds (onnxruntime, fp32)."""
+    import onnxruntime as ort
+    m = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in list(m.graph.value_info) + list(m.graph.output)}
+    names = [o for n in m.graph.node for o in n.output if o and types.get(o) == F32]
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    have = {o.name for o in m2.graph.output}
+    m2.graph.output.extend([helper.make_empty_tensor_value_info(t) for t in names if t not in have])
+    sess = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [o.name for o in m2.graph.output]
+    lo, hi = {}, {}
+    for f in feeds:
+        vals = dict(zip(outs, sess.run(outs, f)))
+        vals.update(f)
+        for t, v in vals.items():
+            if v.dtype == np.float32:
+                lo[t], hi[t] = min(lo.get(t, 0.0), float(v.min())), max(hi.get(t, 0.0), float(v.max()))
+    return {t: (lo[t], hi[t]) for t in lo}
+
+
+def act_qparams(lo: float, hi: float, act: str, symmetric: bool) -> Tuple[float, int]:
+    _, _, qmin, qmax = QTYPES[act]
+    if symmetric:
+        m = max(abs(lo), abs(hi), 1e-6)
+        s = 2 * m / (qmax - qmin)
+        z = 0 if qmin < 0 else (qmax + 1) // 2
+        return float(np.float32(s)), z
+    lo, hi = min(lo, 0.0), max(hi, 1e-6)
+    s = (hi - lo) / (qmax - qmin)
+    z = int(np.clip(round(qmin - lo / s), qmin, qmax))
+    return float(np.float32(s)), z
+
+
+class _Quantizer:
+    def __init__(self, model: onnx.ModelProto, st: Style, ranges):
+        self.m, self.st, self.ranges = model, st, ranges
+        self.nodes: List[onnx.NodeProto] = []
+        self.inits: Dict[str, onnx.TensorProto] = {t.name: t for t in model.graph.initializer}
+        self.const = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        self.dq: Dict[str, str] = {}          # float tensor -> its DQ output
+        self.qp: Dict[str, Tuple[float, int]] = {}
+        self.users = collections.defaultdict(list)
+        for n in model.graph.node:
+            for i in n.input:
+                self.users[i].append(n)
+        self.count = 0
+
+    # Q / DQ nodes with the attributes of the style's opset
+    def _attrs(self, op: str, qtype: int, axis: Optional[int] = None, block: int = 0) -> dict:
+        a = {} if axis is None else {"axis": axis}
+        if op == "QuantizeLinear" and self.st.opset >= 19:
+            a["saturate"] = 1
+        if self.st.opset >= 21:
+            a["block_size"] = block
+            if op == "QuantizeLinear":
+                a["output_dtype"] = qtype
+        return a
+
+    def _init(self, name: str, v: np.ndarray) -> str:
+        self.inits[name] = numpy_helper.from_array(np.asarray(v), name)
+        self.const[name] = np.asarray(v)
+        return name
+
+    def _name(self, base: str) -> str:
+        self.count += 1
+        return f"{base}_{self.count}"
+
+    def qdq_act(self, t: str, params: Optional[Tuple[float, int]] = None, out: Optional[str] = None) -> str:
+        """Q -> DQ of activation ``t`` (onnxruntime's naming: t_QuantizeLinear)."""
+        st = self.st
+        lo, hi = self.ranges[t] if t in self.ranges else (-1.0, 1.0)
+        s, z = params or act_qparams(lo, hi, st.act, st.symmetric)
+        qt, npt = QTYPES[st.act][:2]
+        sn = self._init(f"{t}_scale", np.array(s, np.float32))
+        ins = [sn]
+        if st.zero_point or z != 0 or (st.opset < 21 and st.act != "u8"):
+            ins.append(self._init(f"{t}_zero_point", np.array(z, npt)))
+        q, dq = f"{t}_QuantizeLinear_Output", out or f"{t}_DequantizeLinear_Output"
+        self.nodes.append(helper.make_node("QuantizeLinear", [t] + ins, [q], name=f"{t}_QuantizeLinear",
+                                           **self._attrs("QuantizeLinear", qt)))
+        self.nodes.append(helper.make_node("DequantizeLinear", [q] + ins, [dq], name=f"{t}_DequantizeLinear",
+                                           **self._attrs("DequantizeLinear", qt)))
+        self.qp[t] = self.qp[dq] = (s, z)
+        return dq
+
+    def weight(self, n: onnx.NodeProto, name: str, axis: int) -> Tuple[str, np.ndarray]:
+        """The weight ``name`` of ``n`` in the style's form; returns (tensor the op reads, scales per channel)."""
+        st, w = self.st, self.const[name]
+        if st.weight == "int4":
+            return self._weight_int4(n, name, w)
+        red = tuple(i for i in range(w.ndim) if i != axis)
+        m = np.abs(w).max(axis=red) if st.per_channel else np.full(w.shape[axis], np.abs(w).max())
+        s = (np.maximum(m, 1e-8) / 127).astype(np.float32)
+        shape = [-1 if i == axis else 1 for i in range(w.ndim)]
+        codes = np.clip(np.round(w / s.reshape(shape)), -127, 127).astype(np.int8)
+        perm = None
+        if st.transpose_weights and n.op_type == "MatMul":
+            perm, codes, w, axis = [1, 0], codes.T.copy(), w.T.copy(), 0      # stored [N, K], per row
+        elif st.transpose_weights and n.op_type == "Conv":
+            perm, codes, w, axis = [3, 2, 0, 1], codes.transpose(2, 3, 1, 0).copy(), w.transpose(2, 3, 1, 0).copy(), 3
+        sn = self._init(f"{name}_scale", s if st.per_channel else s[:1].reshape(()))
+        zn = self._init(f"{name}_zero_point", np.zeros(s.shape if st.per_channel else (), np.int8))
+        ax = axis if st.per_channel else None
+        dq_out = f"{name}_DequantizeLinear_Output"
+        if st.weight == "fp32":   # torch.ao / ModelOpt / Quark: the float weight quantized in the graph
+            src = self._init(f"{name}_float", w.astype(np.float32))
+            q = f"{name}_QuantizeLinear_Output"
+            self.nodes.append(helper.make_node("QuantizeLinear", [src, sn, zn], [q], name=f"{name}_QuantizeLinear",
+                                               **self._attrs("QuantizeLinear", TensorProto.INT8, ax)))
+        else:
+            q = self._init(f"{name}_quantized", codes)
+        self.nodes.append(helper.make_node("DequantizeLinear", [q, sn, zn], [dq_out], name=f"{name}_DequantizeLinear",
+                                           **self._attrs("DequantizeLinear", TensorProto.INT8, ax)))
+        if perm is not None:
+            t = f"{name}_transposed"
+            self.nodes.append(helper.make_node("Transpose", [dq_out], [t], name=f"{name}_Transpose", perm=perm))
+            dq_out = t
+        return dq_out, s
+
+    def _weight_int4(self, n, name, w):
+        """opset 21 block-wise int4 weights (MatMul [K, N]: blocks along K, axis 0)."""
+        if n.op_type != "MatMul":
+            raise ValueError("int4 block-wise weights are written for MatMul only")
+        b = self.st.block_size
+        k, nn = w.shape
+        wb = w.reshape(k // b, b, nn)
+        s = (np.maximum(np.abs(wb).max(1), 1e-8) / 7).astype(np.float32)   # [K/b, N]
+        codes = np.clip(np.round(wb / s[:, None, :]), -7, 7).astype(np.int8).reshape(k, nn)
+        t = helper.make_tensor(f"{name}_quantized", TensorProto.INT4, codes.shape, codes.reshape(-1).tolist())
+        self.inits[t.name] = t
+        sn = self._init(f"{name}_scale", s)
+        zt = helper.make_tensor(f"{name}_zero_point", TensorProto.INT4, s.shape, [0] * s.size)
+        self.inits[zt.name] = zt
+        out = f"{name}_DequantizeLinear_Output"
+        self.nodes.append(helper.make_node("DequantizeLinear", [t.name, sn, zt.name], [out],
+                                           name=f"{name}_DequantizeLinear", axis=0, block_size=b))
+        return out, None
+
+    def bias(self, n: onnx.NodeProto, name: str, x: str, ws: Optional[np.ndarray]) -> str:
+        b = self.const[name]
+        if self.st.bias == "fp32" or ws is None or x not in self.qp:
+            return name
+        s = (np.float32(self.qp[x][0]) * ws).astype(np.float32)
+        codes = np.round(b / s).astype(np.int32)
+        sn = self._init(f"{name}_scale", s)
+        q = self._init(f"{name}_quantized", codes)
+        zn = self._init(f"{name}_zero_point", np.zeros(s.shape, np.int32))
+        out = f"{name}_DequantizeLinear_Output"
+        self.nodes.append(helper.make_node("DequantizeLinear", [q, sn, zn], [out], name=f"{name}_DequantizeLinear",
+                                           axis=0, **({"block_size": 0} if self.st.opset >= 21 else {})))
+        return out
+
+    def floats(self, n: onnx.NodeProto) -> bool:
+        return n.op_type in self.st.float_ops or n.name in self.st.float_ops
+
+    def run(self) -> onnx.ModelProto:
+        st, g = self.st, self.m.graph
+        outputs = {o.name for o in g.output}
+        for i in g.input:
+            if st.int8_io:   # TFLite: the graph input holds the codes
+                s, z = act_qparams(*self.ranges[i.name], st.act, st.symmetric)
+                dq = f"{i.name}_DequantizeLinear_Output"
+                ins = [self._init(f"{i.name}_scale", np.array(s, np.float32)),
+                       self._init(f"{i.name}_zero_point", np.array(z, QTYPES[st.act][1]))]
+                self.nodes.append(helper.make_node("DequantizeLinear", [i.name] + ins, [dq],
+                                                   name=f"{i.name}_DequantizeLinear"))
+                self.dq[i.name], self.qp[i.name], self.qp[dq] = dq, (s, z), (s, z)
+            elif st.placement == "outputs" and not any(self.floats(u) for u in self.users[i.name]):
+                self.dq[i.name] = self.qdq_act(i.name)
+        renamed = {}
+        for n in g.node:
+            n2 = onnx.NodeProto()
+            n2.CopyFrom(n)
+            quantized_op = not self.floats(n)
+            if st.placement == "inputs" and n.op_type in WEIGHTED and quantized_op:
+                for k in ([0, 1] if n.op_type == "MatMul" and n.input[1] not in self.const else [0]):
+                    if n.input[k] not in self.dq:
+                        self.dq[n.input[k]] = self.qdq_act(n.input[k])
+            ins = list(n.input)
+            if quantized_op or st.placement == "inputs":
+                ins = [self.dq.get(i, i) if (quantized_op or st.placement == "inputs") else i for i in ins]
+            if n.op_type in WEIGHTED and quantized_op and len(ins) > 1 and ins[1] in self.const:
+                axis = {"Conv": 0, "ConvTranspose": 1, "MatMul": 1}.get(n.op_type, 0 if _attr(n, "transB") else 1)
+                ins[1], ws = self.weight(n, ins[1], axis)
+                if len(ins) > 2 and ins[2]:
+                    ins[2] = self.bias(n, ins[2], ins[0], ws)
+            n2.ClearField("input")
+            n2.input.extend(ins)
+            self.nodes.append(n2)
+            if st.placement != "outputs" or not quantized_op:
+                continue
+            for o in n.output:
+                if not o or o not in self.ranges or self._fused_into_next(o):
+                    continue
+                if any(self.floats(u) for u in self.users[o]) and o not in outputs:
+                    continue       # a float op reads it: no pair
+                params = self.qp.get(n.input[0]) if n.op_type in MOVES else None
+                if params is None and n.op_type in MOVES:
+                    params = self.qp.get(ins[0])
+                if o in outputs:
+                    pre = f"{o}_float"
+                    n2.output[list(n2.output).index(o)] = pre
+                    renamed[o] = pre
+                    self.ranges[pre] = self.ranges[o]
+                    if st.int8_io:
+                        self._quantize_output(pre, o, params)
+                    else:
+                        self.dq[o] = self.qdq_act(pre, params, out=o)
+                else:
+                    self.dq[o] = self.qdq_act(o, params)
+        if st.int8_io:
+            for o in g.output:
+                o.type.tensor_type.elem_type = QTYPES[st.act][0]
+        used = {i for n in self.nodes for i in n.input}
+        graph = helper.make_graph(self.nodes, g.name + "_qdq", list(g.input), list(g.output),
+                                  [t for k, t in self.inits.items() if k in used])
+        if st.int8_io:
+            for i in graph.input:
+                i.type.tensor_type.elem_type = QTYPES[st.act][0]
+        opsets = [helper.make_opsetid("", max(st.opset, _opset(self.m)))]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="onnx_mrvl.testing.qdq_variants")
+        model.ir_version = 10 if st.opset >= 21 else 9 if st.opset >= 19 else 8
+        return model
+
+    def _quantize_output(self, t: str, out: str, params) -> None:
+        s, z = params or act_qparams(*self.ranges[t], self.st.act, self.st.symmetric)
+        ins = [self._init(f"{out}_scale", np.array(s, np.float32)), self._init(f"{out}_zero_point", np.array(z, QTYPES[self.st.act][1]))]
+        self.nodes.append(helper.make_node("QuantizeLinear", [t] + ins, [out], name=f"{out}_QuantizeLinear",
+                                           **self._attrs("QuantizeLinear", QTYPES[self.st.act][0])))
+
+    def _fused_into_next(self, t: str) -> bool:
+        """The layer's output goes into its Relu / Clip alone (quantized after that)."""
+        u = self.users[t]
+        return self.st.fuse_relu and len(u) == 1 and u[0].op_type in ("Relu", "Clip") and not self.floats(u[0]) and \
+            any(p.op_type in WEIGHTED + ("Add",) for p in self.m.graph.node if t in p.output)
+
+
+def _attr(n, name, default=0):
+    return next((helper.get_attribute_value(a) for a in n.attribute if a.name == name), default)
+
+
+def _opset(m: onnx.ModelProto) -> int:
+    return next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def quantize(model: onnx.ModelProto, style: Style, feeds: Optional[Sequence[Dict[str, np.ndarray]]] = None) -> onnx.ModelProto:
+    """``model`` (float) with Q/DQ placed as ``style`` says, scales from min/max over ``feeds``."""
+    feeds = feeds or calibration_feeds(model)
+    return _Quantizer(model, style, _ranges(model, feeds)).run()
+
+
+# -- the variants -----------------------------------------------------------------------------------
+
+VARIANTS: Dict[str, Tuple[Callable[..., onnx.ModelProto], Style]] = {
+    "ort_s8_int8w": (cnn, Style()),
+    "ort_u8_int8w": (cnn, Style(act="u8")),
+    "torch_fp32w_fp32bias": (cnn, Style(weight="fp32", bias="fp32", act="u8")),
+    "torch_fp32w_s8_sym": (cnn, Style(weight="fp32", bias="fp32", symmetric=True)),
+    "per_tensor_weights": (cnn, Style(per_channel=False)),
+    "relu_own_pairs": (cnn, Style(fuse_relu=False)),
+    "opset19_saturate": (lambda: cnn(opset=19), Style(opset=19)),
+    "opset21_output_dtype": (lambda: cnn(opset=21), Style(opset=21, symmetric=True)),
+    "modelopt_inputs_only": (cnn, Style(weight="fp32", bias="fp32", placement="inputs", symmetric=True)),
+    "tf2onnx_transposed_weights": (cnn, Style(transpose_weights=True, weight="fp32", bias="fp32")),
+    "tflite_int8_io": (cnn, Style(int8_io=True, symmetric=False)),
+    "tflite_uint8_io": (cnn, Style(int8_io=True, act="u8")),
+    "moves": (cnn_moves, Style()),
+    "moves_u8_fp32w": (cnn_moves, Style(act="u8", weight="fp32", bias="fp32")),
+    "acts": (cnn_acts, Style()),
+    "deconv_axis1": (deconv, Style()),
+    "deconv_fp32w": (deconv, Style(weight="fp32", bias="fp32")),
+    "transformer": (mlp_block, Style()),
+    "transformer_tf2onnx": (mlp_block, Style(transpose_weights=True, weight="fp32", bias="fp32")),
+    "transformer_gelu_op": (lambda: mlp_block(opset=20), Style(opset=20)),
+    "mixed_float_ops": (cnn, Style(float_ops=("c2", "r2", "MaxPool"))),
+    "a16w8": (lambda: cnn(opset=21), Style(opset=21, act="s16")),
+    "int4_blockwise": (lambda: mlp_block(opset=21), Style(opset=21, weight="int4")),
+}
+
+
+def build(name: str) -> onnx.ModelProto:
+    builder, style = VARIANTS[name]
+    return quantize(builder(), style)
+
+
+def feeds_for(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
+    """N(0, 1.5) float inputs; int8 / uint8 inputs get codes near their zero point's range."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in model.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        et = i.type.tensor_type.elem_type
+        if et == F32:
+            out[i.name] = (rng.standard_normal(shape) * 1.5).astype(np.float32)
+        else:
+            dt = helper.tensor_dtype_to_np_dtype(et)
+            info = np.iinfo(dt)
+            out[i.name] = rng.integers(info.min, info.max + 1, shape).astype(dt)
+    return out
+
+
+def output_step(model: onnx.ModelProto, name: str) -> Optional[float]:
+    """The quantization step of output ``name`` (its DQ's or Q's scale), None when it is float."""
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    p = next((n for n in model.graph.node if name in n.output), None)
+    if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear") and p.input[1] in init:
+        return float(init[p.input[1]].reshape(-1)[0]) if p.op_type == "DequantizeLinear" else 1.0
+    return None
+
+
+def compare(model: onnx.ModelProto, model_path: str, runs: int = 3) -> Dict[str, float]:
+    """onnx_mrvl (converted, at ``model_path``) against onnxruntime on ``model``: the share of
+    identical output elements, the largest difference in output steps (codes for an int8 output),
+    max|err| / max|ref|."""
+    import onnxruntime as ort
+    import onnx_mrvl
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(model_path)
+    same = total = 0
+    steps = rel = 0.0
+    for r in range(runs):
+        f = feeds_for(model, r)
+        for o, a, b in zip(model.graph.output, ref.run(None, f), sess.run(None, f)):
+            if a.dtype != b.dtype or a.shape != b.shape:
+                raise AssertionError(f"output {o.name}: {b.dtype}{b.shape}, onnxruntime {a.dtype}{a.shape}")
+            if b.dtype.kind == "f" and not np.isfinite(b).all():
+                raise AssertionError(f"output {o.name} is not finite")
+            err = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            same += int((err == 0).sum())
+            total += a.size
+            step = output_step(model, o.name)
+            steps = max(steps, float(err.max() / step) if step else float("nan"))
+            rel = max(rel, float(err.max() / max(np.abs(a.astype(np.float64)).max(), 1e-30)))
+    return {"identical": same / total, "steps": steps, "rel": rel}
+
+
+def convert_and_compare(name: str, folder: str, model: Optional[onnx.ModelProto] = None) -> dict:
+    """Convert variant ``name``; its regions, CPU ops by type, the Q/DQ left on the CPU, and ``compare``."""
+    import onnx_mrvl
+    model = model or build(name)
+    result = onnx_mrvl.convert(model)
+    out = os.path.join(folder, name)
+    result.save(out, overwrite=True)
+    cpu = collections.Counter(n.op_type for n in result.model.graph.node if not n.op_type.startswith("Subgraph"))
+    return {"variant": name, "regions": len(result.subgraphs), "cpu": dict(cpu), "result": result,
+            **compare(model, os.path.join(out, "model.onnx"))}
+
+
+def main(argv: Sequence[str] = None) -> int:
+    names = list(argv if argv is not None else sys.argv[1:]) or list(VARIANTS)
+    with tempfile.TemporaryDirectory(prefix="qdq_variants-") as d:
+        for name in names:
+            try:
+                r = convert_and_compare(name, d)
+                print(f"{name:28s} regions={r['regions']} cpu={r['cpu']} identical={r['identical']:.4f} "
+                      f"steps={r['steps']:.2f} rel={r['rel']:.2e}", flush=True)
+            except Exception as exc:   # a survey: report and go on
+                print(f"{name:28s} {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
