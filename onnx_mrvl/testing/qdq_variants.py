@@ -223,8 +223,8 @@ class _Quantizer:
             a["saturate"] = 1
         if self.st.opset >= 21:
             a["block_size"] = block
-            if op == "QuantizeLinear":
-                a["output_dtype"] = qtype
+            if op == "QuantizeLinear" and not self.st.zero_point:
+                a["output_dtype"] = qtype   # the type without a zero point (onnxruntime 1.32 refuses both)
         return a
 
     def _init(self, name: str, v: np.ndarray) -> str:
@@ -430,7 +430,8 @@ VARIANTS: Dict[str, Tuple[Callable[..., onnx.ModelProto], Style]] = {
     "per_tensor_weights": (cnn, Style(per_channel=False)),
     "relu_own_pairs": (cnn, Style(fuse_relu=False)),
     "opset19_saturate": (lambda: cnn(opset=19), Style(opset=19)),
-    "opset21_output_dtype": (lambda: cnn(opset=21), Style(opset=21, symmetric=True)),
+    "opset21_block_size0": (lambda: cnn(opset=21), Style(opset=21)),
+    "opset21_output_dtype": (lambda: cnn(opset=21), Style(opset=21, symmetric=True, zero_point=False)),
     "modelopt_inputs_only": (cnn, Style(weight="fp32", bias="fp32", placement="inputs", symmetric=True)),
     "tf2onnx_transposed_weights": (cnn, Style(transpose_weights=True, weight="fp32", bias="fp32")),
     "tflite_int8_io": (cnn, Style(int8_io=True, symmetric=False)),
