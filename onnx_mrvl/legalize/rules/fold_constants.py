@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .base import Match, attr, inp
+from .base import Match, attr, inp, origin_of
 
 NAME = "fold_constants"
 OPS = None  # every node
@@ -202,9 +202,34 @@ def evaluate(node, g):
     return sess.run(outs, feeds)
 
 
+def _dequantized_weight_note(node, g) -> Optional[str]:
+    """Why a folded DequantizeLinear's weight is not int8 (its reader becomes a layer on dequantized
+    weights): int4 / int16 codes, block-wise scales, a ConvTranspose weight. None otherwise."""
+    if node.op_type != "DequantizeLinear" or not node.input:
+        return None
+    readers = [c for c, t in _through_moves(g, node.output[0]) if t in [inp(c, k) for k in WEIGHT_INPUTS.get(c.op_type, ())]]
+    if not readers:
+        return None
+    dt = g.dtype(node.input[0])
+    if dt not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT32):
+        why = f"{onnx.TensorProto.DataType.Name(dt).lower() if dt else 'non-8-bit'} weights: the MLIP has no such mode"
+    elif attr(node, "block_size", 0):
+        why = "block-wise weight scales: int8 layers take one scale per output channel"
+    elif any(c.op_type == "ConvTranspose" for c in readers):
+        why = "a QDQ ConvTranspose: legalize rewrites it on float weights"
+    else:
+        return None
+    return f"{{precision}} with dequantized weights ({why}; DequantizeLinear '{node.name}')"
+
+
 def rewrite(m: Match, g) -> str:
     node = m.node
     values = m.data["values"]
+    note = _dequantized_weight_note(node, g)
+    if note:
+        for c, _ in _through_moves(g, node.output[0]):
+            for o in origin_of(c):
+                g.notes.setdefault(o, note)
     outs = [o for o in node.output if o]
     g.remove(node)
     for name, v in zip(outs, values):
