@@ -343,13 +343,11 @@ class _Quantizer:
             n2 = onnx.NodeProto()
             n2.CopyFrom(n)
             quantized_op = not self.floats(n)
-            if st.placement == "inputs" and n.op_type in WEIGHTED and quantized_op:
+            if n.op_type in WEIGHTED and quantized_op:   # a quantized layer after float ops: a pair in front
                 for k in ([0, 1] if n.op_type == "MatMul" and n.input[1] not in self.const else [0]):
                     if n.input[k] not in self.dq:
                         self.dq[n.input[k]] = self.qdq_act(n.input[k])
-            ins = list(n.input)
-            if quantized_op or st.placement == "inputs":
-                ins = [self.dq.get(i, i) if (quantized_op or st.placement == "inputs") else i for i in ins]
+            ins = [self.dq.get(i, i) for i in n.input]   # every reader of a quantized tensor reads its DQ
             if n.op_type in WEIGHTED and quantized_op and len(ins) > 1 and ins[1] in self.const:
                 axis = {"Conv": 0, "ConvTranspose": 1, "MatMul": 1}.get(n.op_type, 0 if _attr(n, "transB") else 1)
                 ins[1], ws = self.weight(n, ins[1], axis)
@@ -363,8 +361,8 @@ class _Quantizer:
             for o in n.output:
                 if not o or o not in self.ranges or self._fused_into_next(o):
                     continue
-                if any(self.floats(u) for u in self.users[o]) and o not in outputs:
-                    continue       # a float op reads it: no pair
+                if self.users[o] and all(self.floats(u) for u in self.users[o]) and o not in outputs:
+                    continue       # only float ops read it: no pair
                 params = self.qp.get(n.input[0]) if n.op_type in MOVES else None
                 if params is None and n.op_type in MOVES:
                     params = self.qp.get(ins[0])
