@@ -425,6 +425,8 @@ VARIANTS: Dict[str, Tuple[Callable[..., onnx.ModelProto], Style]] = {
     "ort_u8_int8w": (cnn, Style(act="u8")),
     "torch_fp32w_fp32bias": (cnn, Style(weight="fp32", bias="fp32", act="u8")),
     "torch_fp32w_s8_sym": (cnn, Style(weight="fp32", bias="fp32", symmetric=True)),
+    "u8_symmetric_zp128": (cnn, Style(act="u8", symmetric=True)),
+    "u8_without_zero_points": (cnn, Style(act="u8", zero_point=False, symmetric=True)),
     "per_tensor_weights": (cnn, Style(per_channel=False)),
     "relu_own_pairs": (cnn, Style(fuse_relu=False)),
     "opset19_saturate": (lambda: cnn(opset=19), Style(opset=19)),
