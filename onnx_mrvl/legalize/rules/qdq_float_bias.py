@@ -59,6 +59,8 @@ def check(m: Match, g, target) -> Optional[str]:
         if sw.ndim != 1 or sw.size != b.size or attr(dq_w, "axis", 1) % rank != axis:
             return f"weight scales of shape {list(sw.shape)} are not one per output channel on axis {axis}"
     scale = (np.float32(sx.reshape(())) * sw.astype(np.float32)).astype(np.float32)
+    if scale.size == 1:
+        scale = scale.reshape(())   # per tensor (a [1] weight scale too)
     if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
         return "the bias scale s_x * s_w is not positive and finite"
     q = np.round(b.astype(np.float32) / scale).astype(np.float32)   # numpy rounds half to even, as Round
