@@ -51,6 +51,7 @@ class Style:
     int8_io: bool = False           # TFLite: graph input int8 codes -> DQ; output Q -> int8
     zero_point: bool = True         # False: Q/DQ without zero point input (uint8 / opset-21 output_dtype)
     block_size: int = 16            # int4 weights: block along the input channels
+    negative_axis: bool = False     # per-channel axis written counted from the end (axis=-1)
 
 
 # -- float models ------------------------------------------------------------------------------------
@@ -108,6 +109,20 @@ def cnn_acts(seed: int = 0, opset: int = 14) -> onnx.ModelProto:
     g.node("GlobalAveragePool", [x], "gap")
     g.nodes[-1].output[0] = "output"
     return g.model("cnn_acts", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 16, 1, 1])])
+
+
+def mlp(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """Gemm with transB=0 (weights [K, N]: per channel on axis 1), Relu, Gemm, on [1, 64]."""
+    g = GraphBuilder(seed, opset)
+    x = "input"
+    for i, (k, n) in enumerate([(64, 48), (48, 10)]):
+        w = g.const(f"fc{i}.weight", g.he((k, n), k))
+        b = g.const(f"fc{i}.bias", (g.rng.standard_normal(n) * 0.05).astype(np.float32))
+        x = g.node("Gemm", [x, w, b], f"fc{i}", transB=0)
+        if i == 0:
+            x = g.relu(x, "relu0")
+    g.nodes[-1].output[0] = "output"
+    return g.model("mlp", [("input", F32, [1, 64])], [("output", F32, [1, 10])])
 
 
 def deconv(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
@@ -271,7 +286,7 @@ class _Quantizer:
             perm, codes, w, axis = [3, 2, 0, 1], codes.transpose(2, 3, 1, 0).copy(), w.transpose(2, 3, 1, 0).copy(), 3
         sn = self._init(f"{name}_scale", s if st.per_channel else s[:1].reshape(()))
         zn = self._init(f"{name}_zero_point", np.zeros(s.shape if st.per_channel else (), np.int8))
-        ax = axis if st.per_channel else None
+        ax = (axis - w.ndim if st.negative_axis else axis) if st.per_channel else None
         dq_out = f"{name}_DequantizeLinear_Output"
         if st.weight == "fp32":   # torch.ao / ModelOpt / Quark: the float weight quantized in the graph
             src = self._init(f"{name}_float", w.astype(np.float32))
@@ -439,6 +454,9 @@ VARIANTS: Dict[str, Tuple[Callable[..., onnx.ModelProto], Style]] = {
     "moves": (cnn_moves, Style()),
     "moves_u8_fp32w": (cnn_moves, Style(act="u8", weight="fp32", bias="fp32")),
     "acts": (cnn_acts, Style()),
+    "gemm_transb0_axis1": (mlp, Style()),
+    "gemm_transb0_fp32_negative_axis": (mlp, Style(weight="fp32", bias="fp32", negative_axis=True)),
+    "tf2onnx_negative_axis": (cnn, Style(transpose_weights=True, weight="fp32", bias="fp32", negative_axis=True)),
     "deconv_axis1": (deconv, Style()),
     "deconv_fp32w": (deconv, Style(weight="fp32", bias="fp32")),
     "transformer": (mlp_block, Style()),

@@ -11,7 +11,10 @@ onnxruntime matches: a Conv / Gemm whose bias is a 1-D initializer, whose input 
 DequantizeLinear with a scalar scale and whose input 1 is a DequantizeLinear with a scalar scale
 or one per output channel on the expected axis (Conv 0; Gemm 0 with transB, else 1) and, then,
 no ``block_size`` attribute (onnxruntime skips those; the bias stays fp32 and the layer is refused
-as int8 with that reason).
+as int8 with that reason). One difference: a per-channel axis written negatively (``axis=-1``)
+is taken here; onnxruntime compares the attribute as written, leaves that bias fp32 and runs the
+layer in float (the int8 layer then differs from it by the bias's rounding to s_x * s_w, at most
+half a bias step; measured identical on tests/test_qdq_variants.py's ``*_negative_axis``).
 """
 from __future__ import annotations
 
