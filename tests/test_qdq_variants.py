@@ -16,7 +16,7 @@ WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 INT8 = ["ort_s8_int8w", "ort_u8_int8w", "u8_symmetric_zp128", "u8_without_zero_points", "torch_fp32w_fp32bias", "torch_fp32w_s8_sym", "per_tensor_weights",
         "relu_own_pairs", "opset19_saturate", "opset21_block_size0", "opset21_output_dtype",
         "tf2onnx_transposed_weights", "tf2onnx_negative_axis", "gemm_transb0_axis1", "gemm_transb0_fp32_negative_axis",
-        "tflite_int8_io", "tflite_uint8_io", "moves", "moves_u8_fp32w", "acts",
+        "deconv_axis1", "deconv_fp32w", "tflite_int8_io", "tflite_uint8_io", "moves", "moves_u8_fp32w", "acts",
         "transformer", "transformer_tf2onnx", "transformer_gelu_op"]
 
 
@@ -76,7 +76,6 @@ def test_bias_and_transposed_weights_become_int8_codes():
 
 @pytest.mark.parametrize("name,why", [
     ("modelopt_inputs_only", "not read by one QuantizeLinear"),
-    ("deconv_axis1", "ConvTranspose"),
     ("int4_blockwise", "int4 weights"),
 ])
 def test_fp16_fallback_says_why(tmp_path, name, why):
@@ -117,3 +116,26 @@ def test_shared_pair_is_not_given_to_an_fp16_fallback():
     result = onnx_mrvl.convert(qv.build("modelopt_inputs_only"))
     d = result.report.decisions
     assert "Requantize" in d["pool_out_QuantizeLinear"].reason
+
+
+def test_qdq_convtranspose_phases_are_int8_convs():
+    """A QDQ ConvTranspose 2x2 / stride 2 becomes 4 int8 phase Conv2Ds (legalize qdq_convtranspose)."""
+    from onnx_mrvl.legalize import legalize
+    legal = legalize(qv.build("deconv_axis1")).model
+    assert "ConvTranspose" not in [n.op_type for n in legal.graph.node]
+    result = onnx_mrvl.convert(qv.build("deconv_axis1"))
+    d = result.report.decisions
+    assert d["up"].placement == "accelerator" and "Conv2D int8" in d["up"].reason
+
+
+def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
+    """Weights with a zero point: dequantized in fp32 for the float ConvTranspose rules; the decision says so."""
+    m = qv.build("deconv_axis1")
+    for t in m.graph.initializer:
+        if t.name == "up.weight_zero_point":
+            t.CopyFrom(onnx.numpy_helper.from_array(np.ones(onnx.numpy_helper.to_array(t).shape, np.int8), t.name))
+    r = qv.convert_and_compare("deconv_zero_point", str(tmp_path), model=m)
+    d = r["result"].report.decisions["up"]
+    assert d.placement == "accelerator" and "a QDQ ConvTranspose: weights with block-wise scales or a zero point" in d.reason
+    assert not [n for n in _cpu(r["result"]) if n.op_type in WEIGHTED]
+    assert r["identical"] >= 0.95 and r["steps"] <= 1 + 1e-4

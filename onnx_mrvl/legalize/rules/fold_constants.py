@@ -94,7 +94,7 @@ def match(node, g) -> Optional[Match]:
     return None
 
 
-QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,)}
+QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "ConvTranspose": (1, 2)}   # (qdq_convtranspose)
 QDQ_ELEMENTWISE = ("Mul", "Add", "Sub", "Div")
 
 
@@ -215,8 +215,6 @@ def _dequantized_weight_note(node, g) -> Optional[str]:
         why = f"{onnx.TensorProto.DataType.Name(dt).lower() if dt else 'non-8-bit'} weights: the MLIP has no such mode"
     elif attr(node, "block_size", 0):
         why = "block-wise weight scales: int8 layers take one scale per output channel"
-    elif any(c.op_type == "ConvTranspose" for c in readers):
-        why = "a QDQ ConvTranspose: legalize rewrites it on float weights"
     else:
         return None
     return f"{{precision}} with dequantized weights ({why}; DequantizeLinear '{node.name}')"
