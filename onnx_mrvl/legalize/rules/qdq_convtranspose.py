@@ -78,6 +78,8 @@ def _int8_reason(m: Match, g, target) -> Optional[str]:
     if not _scalar_qparams(g, dq_x):
         return "input quantized per axis"
     y = node.output[0]
+    if y in g.pinned:
+        return "its output is a model output"
     nxt = g.only_consumer(y)
     if nxt is not None and nxt.op_type in ("Relu", "Clip"):
         y = nxt.output[0]
