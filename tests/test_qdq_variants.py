@@ -13,7 +13,7 @@ from onnx_mrvl.testing import qdq_variants as qv
 
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
-INT8 = ["ort_s8_int8w", "ort_u8_int8w", "u8_symmetric_zp128", "u8_without_zero_points", "torch_fp32w_fp32bias", "torch_fp32w_s8_sym", "per_tensor_weights",
+INT8 = ["ort_s8_int8w", "ort_u8_int8w", "u8_symmetric_zp128", "tflite_uint8_weights_zp128", "u8_without_zero_points", "torch_fp32w_fp32bias", "torch_fp32w_s8_sym", "per_tensor_weights",
         "relu_own_pairs", "opset19_saturate", "opset21_block_size0", "opset21_output_dtype",
         "tf2onnx_transposed_weights", "tf2onnx_negative_axis", "gemm_transb0_axis1", "gemm_transb0_fp32_negative_axis",
         "deconv_axis1", "deconv_fp32w", "tflite_int8_io", "tflite_uint8_io", "moves", "moves_u8_fp32w", "acts",
@@ -139,3 +139,12 @@ def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
     assert d.placement == "accelerator" and "a QDQ ConvTranspose: weights with block-wise scales or a zero point" in d.reason
     assert not [n for n in _cpu(r["result"]) if n.op_type in WEIGHTED]
     assert r["identical"] >= 0.95 and r["steps"] <= 1 + 1e-4
+
+
+def test_uint8_weights_beyond_int8_stay_on_the_cpu_with_the_reason():
+    """Legacy TFLite uint8 weights whose W_q - z_w needs 9 bits: the layer keeps its reason."""
+    result = onnx_mrvl.convert(qv.build("tflite_uint8_weights_asym"))
+    d = result.report.decisions
+    layers = [x for x in d.values() if x.op_type in WEIGHTED]
+    assert layers and all(x.placement == "cpu" and "uint8 and W_q - z_w does not fit int8" in x.reason for x in layers)
+    assert "beyond int8" in d["c1.weight_DequantizeLinear"].reason

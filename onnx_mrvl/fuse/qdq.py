@@ -85,6 +85,9 @@ def _weight(g: GraphIndex, t: str, axis: int):
     if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
         return None
     q = np.asarray(g.const(dq.input[0]))
+    if q.dtype == np.uint8:   # (legalize's qdq_uint8_weights made int8 codes of those that fit)
+        return (f"weights '{t}' are uint8 and W_q - z_w does not fit int8 (the MAC array takes int8 weights: "
+                f"quantize the weights to symmetric int8)")
     if q.dtype != np.int8:
         return f"weights '{t}' are {q.dtype}, not int8"
     s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)

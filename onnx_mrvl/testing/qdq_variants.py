@@ -279,6 +279,8 @@ class _Quantizer:
         s = (np.maximum(m, 1e-8) / 127).astype(np.float32)
         shape = [-1 if i == axis else 1 for i in range(w.ndim)]
         codes = np.clip(np.round(w / s.reshape(shape)), -127, 127).astype(np.int8)
+        if st.weight.startswith("uint8"):   # legacy TFLite: uint8 weights, per tensor, zero point
+            return self._weight_uint8(name, w, st.weight == "uint8_asym", axis)
         perm = None
         if st.transpose_weights and n.op_type == "MatMul":
             perm, codes, w, axis = [1, 0], codes.T.copy(), w.T.copy(), 0      # stored [N, K], per row
@@ -302,6 +304,22 @@ class _Quantizer:
             self.nodes.append(helper.make_node("Transpose", [dq_out], [t], name=f"{name}_Transpose", perm=perm))
             dq_out = t
         return dq_out, s
+
+    def _weight_uint8(self, name, w, asym: bool, axis: int):
+        """Per-tensor uint8 weights: asymmetric over [min, max] (``asym``) or zero point 128."""
+        if asym:
+            lo, hi = min(float(w.min()), 0.0), max(float(w.max()), 0.0)
+            s = np.float32((hi - lo) / 255)
+            z = int(np.clip(round(-lo / s), 0, 255))
+        else:
+            s, z = np.float32(np.abs(w).max() / 127), 128
+        codes = np.clip(np.round(w / s) + z, 0, 255).astype(np.uint8)
+        sn = self._init(f"{name}_scale", np.array(s, np.float32))
+        zn = self._init(f"{name}_zero_point", np.array(z, np.uint8))
+        q = self._init(f"{name}_quantized", codes)
+        out = f"{name}_DequantizeLinear_Output"
+        self.nodes.append(helper.make_node("DequantizeLinear", [q, sn, zn], [out], name=f"{name}_DequantizeLinear"))
+        return out, np.full(w.shape[axis], s, np.float32)
 
     def _weight_int4(self, n, name, w):
         """opset 21 block-wise int4 weights (MatMul [K, N]: blocks along K, axis 0)."""
@@ -441,6 +459,8 @@ VARIANTS: Dict[str, Tuple[Callable[..., onnx.ModelProto], Style]] = {
     "torch_fp32w_fp32bias": (cnn, Style(weight="fp32", bias="fp32", act="u8")),
     "torch_fp32w_s8_sym": (cnn, Style(weight="fp32", bias="fp32", symmetric=True)),
     "u8_symmetric_zp128": (cnn, Style(act="u8", symmetric=True)),
+    "tflite_uint8_weights_zp128": (cnn, Style(act="u8", weight="uint8", per_channel=False)),
+    "tflite_uint8_weights_asym": (cnn, Style(act="u8", weight="uint8_asym", per_channel=False)),
     "u8_without_zero_points": (cnn, Style(act="u8", zero_point=False, symmetric=True)),
     "per_tensor_weights": (cnn, Style(per_channel=False)),
     "relu_own_pairs": (cnn, Style(fuse_relu=False)),

@@ -13,7 +13,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
 from . import layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
-from . import qdq_convtranspose, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_weight_moves
+from . import qdq_convtranspose, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from .base import Match
 
 RULES = (
@@ -23,6 +23,7 @@ RULES = (
     dynamic_int8,
     dynamic_lstm,
     qdq_weight_moves,
+    qdq_uint8_weights,
     qdq_float_bias,
     qdq_int8_output,
     qdq_pad_fold,
