@@ -146,5 +146,5 @@ def test_uint8_weights_beyond_int8_stay_on_the_cpu_with_the_reason():
     result = onnx_mrvl.convert(qv.build("tflite_uint8_weights_asym"))
     d = result.report.decisions
     layers = [x for x in d.values() if x.op_type in WEIGHTED]
-    assert layers and all(x.placement == "cpu" and "uint8 and W_q - z_w does not fit int8" in x.reason for x in layers)
+    assert layers and all(x.placement == "cpu" and "uint8, not int8, and W_q - z_w does not fit int8" in x.reason for x in layers)
     assert "beyond int8" in d["c1.weight_DequantizeLinear"].reason

@@ -86,8 +86,8 @@ def _weight(g: GraphIndex, t: str, axis: int):
         return None
     q = np.asarray(g.const(dq.input[0]))
     if q.dtype == np.uint8:   # (legalize's qdq_uint8_weights made int8 codes of those that fit)
-        return (f"weights '{t}' are uint8 and W_q - z_w does not fit int8 (the MAC array takes int8 weights: "
-                f"quantize the weights to symmetric int8)")
+        return (f"weights '{t}' are uint8, not int8, and W_q - z_w does not fit int8 (the MAC array takes int8 "
+                f"weights: quantize the weights to symmetric int8)")
     if q.dtype != np.int8:
         return f"weights '{t}' are {q.dtype}, not int8"
     s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
