@@ -52,6 +52,7 @@ class Style:
     zero_point: bool = True         # False: Q/DQ without zero point input (uint8 / opset-21 output_dtype)
     block_size: int = 16            # int4 weights: block along the input channels
     negative_axis: bool = False     # per-channel axis written counted from the end (axis=-1)
+    add_inputs: bool = False        # placement "inputs": the residual Add's inputs quantized too (TensorRT)
 
 
 # -- float models ------------------------------------------------------------------------------------
@@ -380,6 +381,10 @@ class _Quantizer:
                 for k in ([0, 1] if n.op_type == "MatMul" and n.input[1] not in self.const else [0]):
                     if n.input[k] not in self.dq:
                         self.dq[n.input[k]] = self.qdq_act(n.input[k])
+            if st.add_inputs and n.op_type == "Add" and quantized_op:
+                for t in n.input:
+                    if t not in self.dq and t not in self.const:
+                        self.dq[t] = self.qdq_act(t)
             ins = [self.dq.get(i, i) for i in n.input]   # every reader of a quantized tensor reads its DQ
             if n.op_type in WEIGHTED and quantized_op and len(ins) > 1 and ins[1] in self.const:
                 axis = {"Conv": 0, "ConvTranspose": 1, "MatMul": 1}.get(n.op_type, 0 if _attr(n, "transB") else 1)
@@ -468,6 +473,8 @@ VARIANTS: Dict[str, Tuple[Callable[..., onnx.ModelProto], Style]] = {
     "opset21_block_size0": (lambda: cnn(opset=21), Style(opset=21)),
     "opset21_output_dtype": (lambda: cnn(opset=21), Style(opset=21, symmetric=True, zero_point=False)),
     "modelopt_inputs_only": (cnn, Style(weight="fp32", bias="fp32", placement="inputs", symmetric=True)),
+    "modelopt_add_inputs": (cnn, Style(weight="fp32", bias="fp32", placement="inputs", symmetric=True,
+                                       add_inputs=True)),
     "tf2onnx_transposed_weights": (cnn, Style(transpose_weights=True, weight="fp32", bias="fp32")),
     "tflite_int8_io": (cnn, Style(int8_io=True, symmetric=False)),
     "tflite_uint8_io": (cnn, Style(int8_io=True, act="u8")),
