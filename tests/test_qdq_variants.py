@@ -13,11 +13,12 @@ from onnx_mrvl.testing import qdq_variants as qv
 
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
-INT8 = ["ort_s8_int8w", "ort_u8_int8w", "u8_symmetric_zp128", "tflite_uint8_weights_zp128", "u8_without_zero_points", "torch_fp32w_fp32bias", "torch_fp32w_s8_sym", "per_tensor_weights",
+INT8 = ["ort_s8_int8w", "ort_u8_int8w", "u8_symmetric_zp128", "tflite_uint8_weights_zp128", "u8_without_zero_points",
+        "torch_fp32w_fp32bias", "torch_fp32w_s8_sym", "per_tensor_weights",
         "relu_own_pairs", "opset19_saturate", "opset21_block_size0", "opset21_output_dtype",
         "tf2onnx_transposed_weights", "tf2onnx_negative_axis", "gemm_transb0_axis1", "gemm_transb0_fp32_negative_axis",
-        "deconv_axis1", "deconv_fp32w", "tflite_int8_io", "tflite_uint8_io", "moves", "moves_u8_fp32w", "acts",
-        "transformer", "transformer_tf2onnx", "transformer_gelu_op"]
+        "deconv_axis1", "deconv_fp32w", "tflite_int8_io", "tflite_uint8_io", "moves", "moves_u8_fp32w", "acts", "acts_u8_fp32w",
+        "transformer", "transformer_tf2onnx", "transformer_gelu_op", "transformer_u8_opset21"]
 
 
 def _cpu(result):
