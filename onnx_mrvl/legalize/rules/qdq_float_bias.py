@@ -84,4 +84,4 @@ def rewrite(m: Match, g) -> str:
            name=g.fresh_node_name(f"{node.input[2]}_DequantizeLinear"), **({"axis": 0} if per_channel else {}))
     g.set_shape(out, m.data["codes"].shape, onnx.TensorProto.FLOAT)
     g.set_input(node, 2, out)
-    return f"fp32 bias -> DequantizeLinear(int32, s_x * s_w) (onnxruntime's BiasQuantization)"
+    return "fp32 bias -> DequantizeLinear(int32, s_x * s_w) (onnxruntime's BiasQuantization)"
