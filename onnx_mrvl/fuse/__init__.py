@@ -21,7 +21,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, qdq_concat, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -119,10 +119,18 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             found[n.name] = built
             claimed.update(x.name for x in built.nodes)
         elif isinstance(built, str) and n.op_type in qdq.ANCHORS:
-            # a Conv/Gemm/MatMul on DQ weights has no float form; a pool or an add that cannot be
-            # int8 is left to the float patterns (an fp16 layer on the dequantized values)
-            reasons[n.name] = f"int8 (QDQ) layer: {built}"
-    claimed.update(qdq.shared_pairs(g, list(found.values()), claimed))
+            # a Conv/Gemm/MatMul on DQ weights: the fp16 layer on its dequantized weights
+            # (qdq_fallback.py), else it stays on the CPU; a pool or an add that cannot be int8 is
+            # left to the float patterns (an fp16 layer on the dequantized values)
+            fallback = qdq_fallback.build_dequantized(g, n, target, built)
+            fallback = (weights_reason(fallback, target) or fallback) if fallback is not None else None
+            if isinstance(fallback, Group) and not any(x.name in claimed for x in fallback.nodes):
+                found[n.name] = fallback
+                claimed.update(x.name for x in fallback.nodes)
+            else:
+                reasons[n.name] = f"int8 (QDQ) layer: {built}"
+    # fp16 fallbacks (a note) do not quantize their input: they take no pair
+    claimed.update(qdq.shared_pairs(g, [x for x in found.values() if not x.note], claimed))
     return found, reasons, claimed
 
 
@@ -211,6 +219,7 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
             how = (f"fused into {kind} ({grp.composite})" if i == 0 else
                    f"applied by the ops feeding {grp.op} ({grp.composite}): moved before the concat"
                    if grp.op == "Concat" else f"absorbed into {kind} ({grp.composite})")
+            how = f"{grp.note}; {how}" if grp.note else how
             decisions.record(x.name, x.op_type, placement="accelerator", mrvl_node=mrvl,
                              composite=grp.composite, reason=how)
     for name in aliases:

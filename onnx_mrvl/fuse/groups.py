@@ -24,6 +24,7 @@ class Group:
     attrs: dict = field(default_factory=dict)
     weights: Dict[str, np.ndarray] = field(default_factory=dict)   # logical (NCHW-side) layout
     output_suffix: str = ""            # set when the output no longer holds the original tensor
+    note: str = ""                     # what the decisions of its nodes must say first (qdq_fallback.py)
 
     @property
     def anchor(self) -> onnx.NodeProto:

@@ -62,7 +62,13 @@ def _qparams(g: GraphIndex, n: onnx.NodeProto):
         qt = QTYPE_NAMES.get(g.elem_type(quantized) or onnx.TensorProto.UINT8)
     if s.size != 1 or z.size != 1:
         return f"{n.op_type} '{n.name}' quantizes per channel (activations take one scale)"
-    if qt is None or not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
+    if qt is None:
+        quantized = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
+        et = (g.elem_type(n.input[2]) if len(n.input) > 2 and n.input[2] else None) or g.elem_type(quantized)
+        name = onnx.TensorProto.DataType.Name(et) if et else "an unknown type"
+        return (f"{n.op_type} '{n.name}' quantizes to {name.lower()}: the MLIP's int8 layers take int8/uint8 "
+                f"activations only (no int16 / int4 mode; quantize the activations to 8 bits)")
+    if not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
         return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
     return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt
 
@@ -80,6 +86,9 @@ def _weight(g: GraphIndex, t: str, axis: int):
     if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
         return None
     q = np.asarray(g.const(dq.input[0]))
+    if q.dtype == np.uint8:   # (legalize's qdq_uint8_weights made int8 codes of those that fit)
+        return (f"weights '{t}' are uint8, not int8, and W_q - z_w does not fit int8 (the MAC array takes int8 "
+                f"weights: quantize the weights to symmetric int8)")
     if q.dtype != np.int8:
         return f"weights '{t}' are {q.dtype}, not int8"
     s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
@@ -371,4 +380,4 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
 
 
 # the helpers other QDQ builders (qdq_lookup.py) share
-qparams, only_reader, qattrs, dequantized_const = _qparams, _only_reader, _qattrs, _dequantized_const
+qparams, only_reader, qattrs, dequantized_const, Dequantized = _qparams, _only_reader, _qattrs, _dequantized_const, _Dequantized

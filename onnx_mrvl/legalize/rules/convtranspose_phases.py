@@ -207,3 +207,7 @@ def _interleave(g, node, origin, parts: List[str], axis: int, shape: List[int], 
         g.set_shape(dst, big, 1)
         acc = dst
     return acc
+
+
+# shared with qdq_convtranspose (the QDQ form)
+axis_phases, interleave = _axis_phases, _interleave

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .base import Match, attr, inp
+from .base import Match, attr, inp, origin_of
 
 NAME = "fold_constants"
 OPS = None  # every node
@@ -94,7 +94,7 @@ def match(node, g) -> Optional[Match]:
     return None
 
 
-QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,)}
+QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "ConvTranspose": (1, 2)}   # (qdq_convtranspose)
 QDQ_ELEMENTWISE = ("Mul", "Add", "Sub", "Div")
 
 
@@ -105,19 +105,33 @@ def quantized_weight(node, g) -> bool:
     if not node.input or g.dtype(node.input[0]) not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
                                                        onnx.TensorProto.INT32):
         return False
-    users = g.users(node.output[0])
-    for c in users:
+    users = _through_moves(g, node.output[0])
+    for c, name in users:
         if c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
             # a QDQ Mul / Add with a quantized constant: onnxruntime fuses DQ(x) * DQ(c) -> Q into
             # QLinearMul, and fuse's int8 Lookup asks onnxruntime for that group's table
-            src = g.producer.get(c.input[1] if c.input[0] == node.output[0] else c.input[0])
-        elif node.output[0] in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
+            src = g.producer.get(c.input[1] if c.input[0] == name else c.input[0])
+        elif name in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
             src = g.producer.get(inp(c, 0))
         else:
             return False
         if src is None or src.op_type != "DequantizeLinear":
             return False
     return bool(users)
+
+
+# ops that only move a weight's values (tf2onnx: DQ -> Transpose -> MatMul / Conv): qdq_weight_moves
+# moves the integer codes instead
+WEIGHT_MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _through_moves(g, name, depth: int = 4):
+    """(reader, the tensor it reads) of ``name``, looking through single-reader weight moves."""
+    users = g.users(name)
+    if depth and len(users) == 1 and users[0].op_type in WEIGHT_MOVES and users[0].input[0] == name \
+            and all(g.is_const(i) for i in users[0].input[1:] if i):
+        return _through_moves(g, users[0].output[0], depth - 1)
+    return [(c, name) for c in users]
 
 
 def _feeds_weight(g, name) -> bool:
@@ -188,9 +202,32 @@ def evaluate(node, g):
     return sess.run(outs, feeds)
 
 
+def _dequantized_weight_note(node, g) -> Optional[str]:
+    """Why a folded DequantizeLinear's weight is not int8 (its reader becomes a layer on dequantized
+    weights): int4 / int16 codes, block-wise scales, a ConvTranspose weight. None otherwise."""
+    if node.op_type != "DequantizeLinear" or not node.input:
+        return None
+    readers = [c for c, t in _through_moves(g, node.output[0]) if t in [inp(c, k) for k in WEIGHT_INPUTS.get(c.op_type, ())]]
+    if not readers:
+        return None
+    dt = g.dtype(node.input[0])
+    if dt not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT32):
+        why = f"{onnx.TensorProto.DataType.Name(dt).lower() if dt else 'non-8-bit'} weights: the MLIP has no such mode"
+    elif attr(node, "block_size", 0):
+        why = "block-wise weight scales: int8 layers take one scale per output channel"
+    else:
+        return None
+    return f"{{precision}} with dequantized weights ({why}; DequantizeLinear '{node.name}')"
+
+
 def rewrite(m: Match, g) -> str:
     node = m.node
     values = m.data["values"]
+    note = _dequantized_weight_note(node, g)
+    if note:
+        for c, _ in _through_moves(g, node.output[0]):
+            for o in origin_of(c):
+                g.notes.setdefault(o, note)
     outs = [o for o in node.output if o]
     g.remove(node)
     for name, v in zip(outs, values):
