@@ -557,7 +557,12 @@ static inline void part_range(long p, long parts, long total, long *a, long *b) 
     *b = (p + 1) * total / parts;
 }
 
-/* ------------------------------------------------------------------ conv entry point */
+/* ------------------------------------------------------------------ conv entry point
+ * A conv of at least CONV_PAR_MACS MACs (~5 us on one core) is split over the threads: a handoff
+ * to a spinning worker costs ~1 us, and MobileNet's 7x7 / 14x14 layers of 0.3-1 M MACs ran on one
+ * core while the other waited (a chain of 1x1 convs at 14x14x64: 18 us per layer on 1 or 2
+ * threads before). Bigger layers get more parts per thread (part_factor of 1 M MACs). */
+#define CONV_PAR_MACS (1L << 18)
 typedef struct {
     const float *x;
     long h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
@@ -625,7 +630,7 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
                   res, e2, 3};
     const long K = kh * kw * c / groups, macs = j.rows * K * o;
     long parts = 1;
-    if (nthreads > 1 && macs >= (1L << 20)) {
+    if (nthreads > 1 && macs >= CONV_PAR_MACS) {
         /* rows split: every thread streams all the weights; channel split: all the input.
          * Split channels when the weights are the larger operand or the rows are few. */
         const int by_rows = groups > 1 || j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
@@ -825,7 +830,7 @@ static int depthwise_nhwc(const float *x, long n, long h, long w, long c, long o
     /* the parts the work calls for; a small map (7x7, 14x14) has too few rows for them, so each
      * row splits into channel ranges too (whole 64-channel units) */
     const long work = rows * ow * c * kh * kw, units = (c + 63) / 64;
-    const long want = row_parts(work > 0 ? 1L << 30 : 0, work, 1L << 17, nthreads);
+    const long want = row_parts(work > 0 ? 1L << 30 : 0, work, 1L << 16, nthreads);
     const long rparts = want < rows ? want : rows;
     j.cparts = rparts > 0 && want > rparts ? (want + rparts - 1) / rparts : 1;
     if (j.cparts > units)
@@ -1210,22 +1215,42 @@ int gemv_desc(const long *d, const float *x, float *out, int nthreads) {
 /* ------------------------------------------------------------------ global average pool, input copy
  * out[n, c] = rne16((sum over p of x[n, p, c], in order p = 0, 1, ...) / hw): numpy's sum over a
  * non-contiguous axis adds the rows in this order, so the result is the same bits. */
-int global_avgpool(const float *x, float *out, long n, long hw, long c) {
+typedef struct {
+    const float *x;
+    float *out;
+    long n, hw, c, parts;
+    atomic_int ok;
+} gap_job;
+
+/* part p: a range of (image, 16-channel block) units, each summed over its pixels in order */
+static void gap_part(void *arg, long p) {
+    gap_job *j = arg;
+    const long cbs = (j->c + 15) / 16;
+    long u0, u1;
+    part_range(p, j->parts, j->n * cbs, &u0, &u1);
     __mmask16 bad = 0;
-    const __m512 div = _mm512_set1_ps((float)hw);
-    for (long b = 0; b < n; b++)
-        for (long cb = 0; cb < c; cb += 16) {
-            const long left = c - cb;
-            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-            const float *xs = x + b * hw * c + cb;
-            __m512 acc = _mm512_maskz_loadu_ps(m, xs);
-            for (long p = 1; p < hw; p++)
-                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, xs + p * c));
-            acc = rne16(_mm512_div_ps(acc, div));
-            bad |= nonfinite(acc) & m;
-            _mm512_mask_storeu_ps(out + b * c + cb, m, acc);
-        }
-    return bad ? 0 : 1;
+    const __m512 div = _mm512_set1_ps((float)j->hw);
+    for (long u = u0; u < u1; u++) {
+        const long b = u / cbs, cb = (u % cbs) * 16, left = j->c - cb;
+        const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+        const float *xs = j->x + b * j->hw * j->c + cb;
+        __m512 acc = _mm512_maskz_loadu_ps(m, xs);
+        for (long q = 1; q < j->hw; q++)
+            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, xs + q * j->c));
+        acc = rne16(_mm512_div_ps(acc, div));
+        bad |= nonfinite(acc) & m;
+        _mm512_mask_storeu_ps(j->out + b * j->c + cb, m, acc);
+    }
+    if (bad)
+        atomic_store(&j->ok, 0);
+}
+
+int global_avgpool(const float *x, float *out, long n, long hw, long c, int nthreads) {
+    gap_job j = {x, out, n, hw, c, 0, 1};
+    const long units = n * ((c + 15) / 16);
+    j.parts = row_parts(units, n * hw * c, 1L << 16, nthreads);
+    run_parts(gap_part, &j, j.parts, nthreads);
+    return atomic_load(&j.ok);
 }
 
 /* dst = rne16(src), n values; returns bit 0: every src value finite, bit 1: every dst value finite */
@@ -1317,7 +1342,7 @@ static int run_step(const long *s, int nthreads) {
     case 6:   /* FC GEMV: descriptor, x, out */
         return gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
     case 7:   /* global average pool: x, out, n, hw, c */
-        return global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5]);
+        return global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
     case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */
         return transpose_round((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
     case 9:   /* nothing to run: a Reshape / Flatten whose output is its input's memory */
