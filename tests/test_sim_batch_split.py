@@ -36,7 +36,8 @@ def test_converted_mobilenet_split_equals_batch_plan(monkeypatch, threads):
     np.testing.assert_array_equal(a, c)
     assert oa is None and ob is None and oc is None
     assert len(sim._split.plans) == min(int(threads), 3)
-    single = Simulator(onnx_mrvl.convert(models.mobilenetv2_like(seed=6, width=0.35, input_size=96, num_classes=10)).subgraphs[0].binary)
+    one = models.mobilenetv2_like(seed=6, width=0.35, input_size=96, num_classes=10)
+    single = Simulator(onnx_mrvl.convert(one).subgraphs[0].binary)
     for i in range(3):                               # each image as a batch-1 run of the same model
         np.testing.assert_array_equal(single.run([x[i:i + 1]])[0], a[i:i + 1])
 

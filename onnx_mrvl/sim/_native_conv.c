@@ -445,11 +445,11 @@ static long now_ns(void) {
 /* Profiling (mrvl_profile): the time each thread spends inside parts, summed (work_ns), so that
  * a caller can compare it with the wall time: how much of it both cores computed. Off: one
  * predictable branch per part. */
-static int profiling = 0;
+static atomic_int profiling = 0;
 static atomic_long work_ns = 0;
 
 static inline void run_part(part_fn fn, void *arg, long p) {
-    if (!profiling) {
+    if (!atomic_load_explicit(&profiling, memory_order_relaxed)) {
         fn(arg, p);
         return;
     }
@@ -1380,7 +1380,7 @@ void run_steps(const long *steps, long count, int *ok, int nthreads) {
  * spent inside parts (a step that runs no parts, e.g. the global average pool: its wall time);
  * a fused pair's time is its first record's, the second's 0 */
 void run_steps_profiled(const long *steps, long count, int *ok, int nthreads, long *prof) {
-    profiling = 1;
+    atomic_store(&profiling, 1);
     for (long i = 0; i < count;) {
         const long w0 = atomic_load(&work_ns), t0 = now_ns();
         const long used = run_record(steps + i * STEP_WORDS, count - i, ok + i, nthreads);
@@ -1391,7 +1391,7 @@ void run_steps_profiled(const long *steps, long count, int *ok, int nthreads, lo
             prof[2 * i + 2] = prof[2 * i + 3] = 0;
         i += used;
     }
-    profiling = 0;
+    atomic_store(&profiling, 0);
 }
 
 /* The worker pool for the other native library (_native_int8.c, sim/int8_native.py): its

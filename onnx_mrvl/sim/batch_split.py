@@ -9,9 +9,9 @@ its slice of the outputs. Every layer that qualifies computes each image indepen
 values are the same bits as the batch run (tests/test_sim_batch_split.py).
 
 It is used when every layer is per-image (convs, FC, pools, Sum2D / Mul2D, layout, reshapes that
-keep the batch axis, Softmax over the last axis), every tensor has the batch as its first axis, and an image does at least
-32 MACs per weight (CNNs: 100-3000; each image reads the weights again, which an FC-heavy model
-would pay for). An fp16 overflow in any image re-runs the batch on the batch plan, so the
+keep the batch axis, Softmax over the last axis), every tensor has the batch as its first axis,
+and an image does at least 32 MACs per weight (CNNs: 100-3000; each image reads the weights
+again, which an FC-heavy model would pay for). An fp16 overflow in any image re-runs the batch on the batch plan, so the
 overflow report is the batch run's. ``ONNX_MRVL_SIM_BATCH_SPLIT=0`` turns it off.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 

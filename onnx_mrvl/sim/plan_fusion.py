@@ -62,7 +62,7 @@ def _disjoint(u: Tuple[int, int], v: Tuple[int, int]) -> bool:
     return u[1] <= v[0] or v[1] <= u[0]
 
 
-def fuse(entries: List, candidates: Mapping[int, int], ptrs: Mapping[int, int], shapes: Mapping) -> int:
+def fuse(entries: List, candidates: Mapping[int, int], shapes: Mapping) -> int:
     """Rewrite each candidate pair whose native records and memory allow it: the depthwise
     record becomes kind 10 (both layers' arguments), the 1x1 conv's kind 11 (its own, run by the
     record before). Returns the number of pairs fused."""

@@ -77,7 +77,7 @@ class StaticPlan:
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
         self.coded, self.int8_fused = plan_int8(self.entries, self.output_ids, self.aliases)
-        self.dwpw_fused = plan_fusion.fuse(self.entries, self.dwpw, self.ptrs, self.shapes)
+        self.dwpw_fused = plan_fusion.fuse(self.entries, self.dwpw, self.shapes)
         self._fuse_inputs()
         self._segment()
 
