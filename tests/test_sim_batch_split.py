@@ -87,3 +87,24 @@ def test_not_split_when_weight_bound_or_not_per_image():
     assert sim._split is None
     x = RNG.standard_normal(meta["inputs"][0]["shape"]).astype(np.float32)
     np.testing.assert_array_equal(sim.run([x])[0], sim._run_dynamic(sim._bind_inputs([x]))[0])
+
+
+def test_an_error_in_one_image_stops_every_thread_and_reaches_the_caller(monkeypatch):
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", "2")
+    meta, weights = block_program(4, 8, 8)
+    sim = Simulator.from_program(meta, weights)
+    x = RNG.standard_normal(meta["inputs"][0]["shape"]).astype(np.float32)
+    want = sim.run([x])[0]
+    calls = []
+
+    def broken(*args):
+        calls.append(1)
+        raise onnx_mrvl.MrvlRuntimeError("a layer failed")
+    for plan in sim._split.plans:                      # whichever thread takes an image fails
+        monkeypatch.setattr(plan, "run", broken)
+    with pytest.raises(onnx_mrvl.MrvlRuntimeError, match="a layer failed"):
+        sim.run([x])
+    assert 1 <= len(calls) <= 2                        # each thread stops at its first failure
+    monkeypatch.undo()
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", "2")
+    np.testing.assert_array_equal(sim.run([x])[0], want)

@@ -98,19 +98,26 @@ class BatchSplit:
         outs = [np.empty((self.batch,) + self.shapes1[int(o["tensor"])][1:], np.float32) for o in sim._outputs]
         images = itertools.count()                    # next() is atomic under the GIL
         flags = [False] * slots
+        errors: List[BaseException] = []
 
         def slot(k: int) -> None:
             plan = plans[k]
             for i in images:
-                if i >= self.batch or flags[k]:
+                if i >= self.batch or flags[k] or errors:
                     return
-                res, overflow = plan.run(sim, [a[i:i + 1] for a in arrays], 1)
+                try:
+                    res, overflow = plan.run(sim, [a[i:i + 1] for a in arrays], 1)
+                except BaseException as exc:          # every slot stops before the caller sees it
+                    errors.append(exc)
+                    return
                 if overflow is not None:
                     flags[k] = True                   # stop here: the batch plan reports it
                     return
                 for o, r in zip(outs, res):
                     o[i:i + 1] = r
         parallel.run_all(slot, list(range(slots)))
+        if errors:
+            raise errors[0]
         return None if any(flags) else outs
 
 
