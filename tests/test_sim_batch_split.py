@@ -45,7 +45,7 @@ def test_converted_mobilenet_split_equals_batch_plan(monkeypatch, threads):
 @pytest.mark.parametrize("bad_image", [0, 2])
 def test_an_overflowing_image_gives_the_batch_runs_report(monkeypatch, bad_image):
     monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", "2")
-    meta, weights = block_program(4, 12, 12)
+    meta, weights = block_program(3, 12, 12)        # on 2 threads image 2 runs alone, on both threads
     weights["b2"] = np.full_like(weights["b2"], 60000.0)
     weights["w2"] = np.full_like(weights["w2"], 0.0)
     sim = Simulator.from_program(meta, weights)
