@@ -189,7 +189,8 @@ def test_binary_overflow_flag(monkeypatch):
     assert ok is False and np.isinf(y).all()
 
 
-@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "depthwise", "depthwise_channels", "binary"])
+@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "conv_small", "depthwise", "depthwise_channels",
+                                  "binary", "global_avgpool"])
 def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     if what == "conv_rows":
         x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
@@ -197,6 +198,13 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     elif what == "conv_channels":
         x, w = f16(RNG.standard_normal((1, 5, 5, 64))), f16(RNG.standard_normal((600, 3, 3, 64)) * .1)
         build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1)).apply(x)   # noqa: E731
+    elif what == "conv_small":                  # 0.3 M MACs: split since CONV_PAR_MACS
+        x, w = f16(RNG.standard_normal((1, 9, 9, 64))), f16(RNG.standard_normal((64, 1, 1, 64)) * .2)
+        build = lambda: K.Conv2D(w, activation="relu").apply(x)   # noqa: E731
+    elif what == "global_avgpool":
+        from onnx_mrvl.sim import pooling
+        x = special(3, 9, 11, 240, big=6e4)          # 71 K values: split since this change
+        build = lambda: pooling.global_avgpool_layer(x)   # noqa: E731
     elif what == "depthwise":
         x, w = special(2, 40, 33, 48), f16(RNG.standard_normal((48, 3, 3, 1)))
         build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=48).apply(x)   # noqa: E731
@@ -210,6 +218,8 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     for nw in (1, 2, 3, 5):
         monkeypatch.setattr(K, "workers", lambda nw=nw: nw)
         monkeypatch.setattr(tensor_ops, "workers", lambda nw=nw: nw)
+        if what == "global_avgpool":
+            monkeypatch.setattr(pooling, "workers", lambda nw=nw: nw)
         results.append(build())
     for r in results[1:]:
         assert_same(results[0], r)

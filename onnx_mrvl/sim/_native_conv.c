@@ -442,10 +442,26 @@ static long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
+/* Profiling (mrvl_profile): the time each thread spends inside parts, summed (work_ns), so that
+ * a caller can compare it with the wall time: how much of it both cores computed. Off: one
+ * predictable branch per part. */
+static atomic_int profiling = 0;
+static atomic_long work_ns = 0;
+
+static inline void run_part(part_fn fn, void *arg, long p) {
+    if (!atomic_load_explicit(&profiling, memory_order_relaxed)) {
+        fn(arg, p);
+        return;
+    }
+    const long t0 = now_ns();
+    fn(arg, p);
+    atomic_fetch_add(&work_ns, now_ns() - t0);
+}
+
 static void work(void) {
     long p;
     while ((p = atomic_fetch_add(&next_part, 1)) < cur_parts) {
-        cur_fn(cur_arg, p);
+        run_part(cur_fn, cur_arg, p);
         atomic_fetch_add(&parts_done, 1);
     }
 }
@@ -478,7 +494,7 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
         nthreads = MAXW;
     if (parts <= 1 || nthreads <= 1 || pthread_mutex_trylock(&pool_lock) != 0) {
         for (long p = 0; p < parts; p++)
-            fn(arg, p);
+            run_part(fn, arg, p);
         return;
     }
     if (pool_pid != getpid()) {          /* first use, or a forked child: no workers, and the
@@ -541,7 +557,12 @@ static inline void part_range(long p, long parts, long total, long *a, long *b) 
     *b = (p + 1) * total / parts;
 }
 
-/* ------------------------------------------------------------------ conv entry point */
+/* ------------------------------------------------------------------ conv entry point
+ * A conv of at least CONV_PAR_MACS MACs (~5 us on one core) is split over the threads: a handoff
+ * to a spinning worker costs ~1 us, and MobileNet's 7x7 / 14x14 layers of 0.3-1 M MACs ran on one
+ * core while the other waited (a chain of 1x1 convs at 14x14x64: 18 us per layer on 1 or 2
+ * threads before). Bigger layers get more parts per thread (part_factor of 1 M MACs). */
+#define CONV_PAR_MACS (1L << 18)
 typedef struct {
     const float *x;
     long h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
@@ -609,7 +630,7 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
                   res, e2, 3};
     const long K = kh * kw * c / groups, macs = j.rows * K * o;
     long parts = 1;
-    if (nthreads > 1 && macs >= (1L << 20)) {
+    if (nthreads > 1 && macs >= CONV_PAR_MACS) {
         /* rows split: every thread streams all the weights; channel split: all the input.
          * Split channels when the weights are the larger operand or the rows are few. */
         const int by_rows = groups > 1 || j.nb < nthreads || (j.rows >= (long)MR * 8 * nthreads && j.rows >= o);
@@ -685,13 +706,8 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, lo
 
 #define DWB 8   /* interior output pixels per register block */
 
-static void dw_part(void *arg, long p) {
-    dw_job *j = arg;
-    long r0, r1, c0, c1;
-    part_range(p / j->cparts, j->parts / j->cparts, j->n * j->oh, &r0, &r1);
-    part_range(p % j->cparts, j->cparts, (j->c + 63) / 64, &c0, &c1);
-    c0 *= 64;
-    c1 = c1 * 64 < j->c ? c1 * 64 : j->c;
+/* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
+static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     /* interior columns: every kx tap in range */
     long lo = j->pl > 0 ? (j->pl + j->sw - 1) / j->sw : 0, hi = (j->wd - 1 - (j->kw - 1) * j->dw + j->pl) / j->sw + 1;
     if (j->wd - 1 - (j->kw - 1) * j->dw + j->pl < 0)
@@ -790,7 +806,17 @@ static void dw_part(void *arg, long p) {
             dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, c0, c1, &bad);
         }
     }
-    if (bad)
+    return bad ? 0 : 1;
+}
+
+static void dw_part(void *arg, long p) {
+    dw_job *j = arg;
+    long r0, r1, c0, c1;
+    part_range(p / j->cparts, j->parts / j->cparts, j->n * j->oh, &r0, &r1);
+    part_range(p % j->cparts, j->cparts, (j->c + 63) / 64, &c0, &c1);
+    c0 *= 64;
+    c1 = c1 * 64 < j->c ? c1 * 64 : j->c;
+    if (!dw_rows(j, r0, r1, c0, c1))
         atomic_store(&j->ok, 0);
 }
 
@@ -804,7 +830,7 @@ static int depthwise_nhwc(const float *x, long n, long h, long w, long c, long o
     /* the parts the work calls for; a small map (7x7, 14x14) has too few rows for them, so each
      * row splits into channel ranges too (whole 64-channel units) */
     const long work = rows * ow * c * kh * kw, units = (c + 63) / 64;
-    const long want = row_parts(work > 0 ? 1L << 30 : 0, work, 1L << 17, nthreads);
+    const long want = row_parts(work > 0 ? 1L << 30 : 0, work, 1L << 16, nthreads);
     const long rparts = want < rows ? want : rows;
     j.cparts = rparts > 0 && want > rparts ? (want + rparts - 1) / rparts : 1;
     if (j.cparts > units)
@@ -888,6 +914,88 @@ int depthwise_desc(const long *d, const float *x, float *out, int nthreads) {
                           d[13], (const float *)d[15], d[14], out, (const float *)d[16], (const float *)d[17],
                           (const float *)d[18], (const float *)d[19], (int)d[20], bits_to_float(d[21]),
                           bits_to_float(d[22]), nthreads);
+}
+
+/* ------------------------------------------------------------------ depthwise + pointwise
+ * A depthwise conv and the 1x1 conv that reads its output (MobileNet's depthwise -> projection),
+ * in one pass over bands of output rows: each part computes its band's depthwise rows, then the
+ * 1x1 conv of those pixels while they are in its cache. One dispatch and one barrier instead of
+ * two, and at batch 8 the depthwise output is read back from L2 instead of memory. Each value
+ * is computed by the same code on the same inputs as the two layers one after the other (a
+ * conv's value does not depend on which pixels share its part), so the results are the same
+ * bits. The caller guarantees that the 1x1 conv's output overlaps neither the depthwise input
+ * nor its output. */
+typedef struct {
+    dw_job dw;
+    const long *cd;                  /* the 1x1 conv's descriptor (conv_desc layout) */
+    float *out;
+    const float *res;
+    epi_t e, e2;
+    long rows, parts;
+    atomic_int ok_dw, ok_pw;
+} dwpw_job;
+
+static void dwpw_part(void *arg, long p) {
+    dwpw_job *j = arg;
+    const long *d = j->cd;
+    long r0, r1;
+    part_range(p, j->parts, j->rows, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    if (!dw_rows(&j->dw, r0, r1, 0, j->dw.c))
+        atomic_store(&j->ok_dw, 0);
+    const long ow = j->dw.ow;
+    const int r = conv_range(j->dw.out, d[1], d[2], d[3], d[3], d[4], d[5], 1, 1, 1, 1, 1, 1, 0, 0,
+                             (const float *)d[15], d[14], d[14], j->out, r0 * ow, r1 * ow, 0, (d[14] + NR - 1) / NR,
+                             j->e.bias, j->e.scale, j->e.shift, j->e.slope, j->e.code, j->e.p0, j->e.p1,
+                             j->res, j->res ? &j->e2 : NULL);
+    if (r != 3)
+        atomic_fetch_and(&j->ok_pw, r);
+}
+
+#define DWPW_BAND_BYTES (192L << 10)    /* depthwise output per band: stays in L2 with its input rows */
+
+/* ok[0]: the depthwise result bits, ok[1]: the 1x1 conv's (conv_desc's). A map with too few rows
+ * for a band per thread runs the two layers one after the other (their own splits). */
+void dw_pw(const long *dd, const float *x, float *mid, const long *cd, float *out, const float *res,
+           int nthreads, int *ok) {
+    const long rows = dd[0] * dd[4], row_bytes = dd[5] * dd[3] * 4;
+    if (nthreads > 1 && rows < 4L * nthreads) {
+        ok[0] = depthwise_desc(dd, x, mid, nthreads);
+        ok[1] = conv_desc(cd, mid, out, res, nthreads);
+        return;
+    }
+    dwpw_job j;
+    memset(&j, 0, sizeof j);
+    j.dw = (dw_job){x, (const float *)dd[15], dd[0], dd[1], dd[2], dd[3], dd[14], dd[4], dd[5], dd[6], dd[7], dd[8],
+                    dd[9], dd[10], dd[11], dd[12], dd[13], mid, 1, 1,
+                    {(const float *)dd[16], (const float *)dd[17], (const float *)dd[18], (const float *)dd[19],
+                     (int)dd[20], bits_to_float(dd[21]), bits_to_float(dd[22])}, 1};
+    j.cd = cd;
+    j.out = out;
+    j.res = res;
+    j.e = (epi_t){(const float *)cd[16], (const float *)cd[17], (const float *)cd[18], (const float *)cd[19],
+                  (int)cd[20], bits_to_float(cd[21]), bits_to_float(cd[22])};
+    j.e2 = (epi_t){NULL, NULL, NULL, res ? (const float *)cd[26] : NULL, res ? (int)cd[23] : 0,
+                   res ? bits_to_float(cd[24]) : 0.0f, res ? bits_to_float(cd[25]) : 0.0f};
+    j.rows = rows;
+    const long work = rows * dd[5] * (dd[3] * dd[6] * dd[7] + cd[14] * dd[3]);
+    long parts = 1;
+    if (nthreads <= 1 || work >= (1L << 18)) {      /* a small layer on several threads: one part */
+        long band = DWPW_BAND_BYTES / (row_bytes > 0 ? row_bytes : 1);
+        band = band > 0 ? band : 1;
+        parts = (rows + band - 1) / band;
+        if (nthreads > 1)
+            parts = (parts + nthreads - 1) / nthreads * nthreads;      /* equal shares per thread */
+        if (parts > rows)
+            parts = rows;
+    }
+    j.parts = parts;
+    atomic_store(&j.ok_dw, 1);
+    atomic_store(&j.ok_pw, 3);
+    run_parts(dwpw_part, &j, parts, nthreads);
+    ok[0] = atomic_load(&j.ok_dw);
+    ok[1] = atomic_load(&j.ok_pw);
 }
 
 /* ------------------------------------------------------------------ pooling
@@ -1107,22 +1215,42 @@ int gemv_desc(const long *d, const float *x, float *out, int nthreads) {
 /* ------------------------------------------------------------------ global average pool, input copy
  * out[n, c] = rne16((sum over p of x[n, p, c], in order p = 0, 1, ...) / hw): numpy's sum over a
  * non-contiguous axis adds the rows in this order, so the result is the same bits. */
-int global_avgpool(const float *x, float *out, long n, long hw, long c) {
+typedef struct {
+    const float *x;
+    float *out;
+    long n, hw, c, parts;
+    atomic_int ok;
+} gap_job;
+
+/* part p: a range of (image, 16-channel block) units, each summed over its pixels in order */
+static void gap_part(void *arg, long p) {
+    gap_job *j = arg;
+    const long cbs = (j->c + 15) / 16;
+    long u0, u1;
+    part_range(p, j->parts, j->n * cbs, &u0, &u1);
     __mmask16 bad = 0;
-    const __m512 div = _mm512_set1_ps((float)hw);
-    for (long b = 0; b < n; b++)
-        for (long cb = 0; cb < c; cb += 16) {
-            const long left = c - cb;
-            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-            const float *xs = x + b * hw * c + cb;
-            __m512 acc = _mm512_maskz_loadu_ps(m, xs);
-            for (long p = 1; p < hw; p++)
-                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, xs + p * c));
-            acc = rne16(_mm512_div_ps(acc, div));
-            bad |= nonfinite(acc) & m;
-            _mm512_mask_storeu_ps(out + b * c + cb, m, acc);
-        }
-    return bad ? 0 : 1;
+    const __m512 div = _mm512_set1_ps((float)j->hw);
+    for (long u = u0; u < u1; u++) {
+        const long b = u / cbs, cb = (u % cbs) * 16, left = j->c - cb;
+        const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+        const float *xs = j->x + b * j->hw * j->c + cb;
+        __m512 acc = _mm512_maskz_loadu_ps(m, xs);
+        for (long q = 1; q < j->hw; q++)
+            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, xs + q * j->c));
+        acc = rne16(_mm512_div_ps(acc, div));
+        bad |= nonfinite(acc) & m;
+        _mm512_mask_storeu_ps(j->out + b * j->c + cb, m, acc);
+    }
+    if (bad)
+        atomic_store(&j->ok, 0);
+}
+
+int global_avgpool(const float *x, float *out, long n, long hw, long c, int nthreads) {
+    gap_job j = {x, out, n, hw, c, 0, 1};
+    const long units = n * ((c + 15) / 16);
+    j.parts = row_parts(units, n * hw * c, 1L << 16, nthreads);
+    run_parts(gap_part, &j, j.parts, nthreads);
+    return atomic_load(&j.ok);
 }
 
 /* dst = rne16(src), n values; returns bit 0: every src value finite, bit 1: every dst value finite */
@@ -1196,44 +1324,74 @@ int transpose_round(const float *x, float *out, long n, long c, long hw, int nth
  * one ctypes call instead of one per layer. */
 #define STEP_WORDS 16
 
-void run_steps(const long *steps, long count, int *ok, int nthreads) {
-    for (long i = 0; i < count; i++) {
-        const long *s = steps + i * STEP_WORDS;
-        switch (s[0]) {
-        case 1:   /* conv: descriptor, x, out, residual or 0 */
-            ok[i] = conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
-            break;
-        case 2:   /* depthwise: descriptor, x, out */
-            ok[i] = depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
-            break;
-        case 3:   /* Sum2D / Mul2D: a, b, out, n, p, c, bn, bp, bc, mul, slope, code, p0 bits, p1 bits */
-            ok[i] = binary_npc((const float *)s[1], (const float *)s[2], (float *)s[3], s[4], s[5], s[6], s[7], s[8],
-                               s[9], (int)s[10], (const float *)s[11], (int)s[12], bits_to_float(s[13]),
-                               bits_to_float(s[14]), nthreads);
-            break;
-        case 4:   /* pooling: descriptor, x, out, divisors or 0 */
-            ok[i] = pool_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
-            break;
-        case 5:   /* layout: x, out, n, c, hw, to_nhwc */
-            transpose_layout((const float *)s[1], (float *)s[2], s[3], s[4], s[5], (int)s[6], nthreads);
-            ok[i] = 1;
-            break;
-        case 6:   /* FC GEMV: descriptor, x, out */
-            ok[i] = gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
-            break;
-        case 7:   /* global average pool: x, out, n, hw, c */
-            ok[i] = global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5]);
-            break;
-        case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */
-            ok[i] = transpose_round((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
-            break;
-        case 9:   /* nothing to run: a Reshape / Flatten whose output is its input's memory */
-            ok[i] = 1;
-            break;
-        default:
-            ok[i] = -1;
-        }
+static int run_step(const long *s, int nthreads) {
+    switch (s[0]) {
+    case 1:   /* conv: descriptor, x, out, residual or 0 */
+        return conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+    case 2:   /* depthwise: descriptor, x, out */
+        return depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+    case 3:   /* Sum2D / Mul2D: a, b, out, n, p, c, bn, bp, bc, mul, slope, code, p0 bits, p1 bits */
+        return binary_npc((const float *)s[1], (const float *)s[2], (float *)s[3], s[4], s[5], s[6], s[7], s[8],
+                           s[9], (int)s[10], (const float *)s[11], (int)s[12], bits_to_float(s[13]),
+                           bits_to_float(s[14]), nthreads);
+    case 4:   /* pooling: descriptor, x, out, divisors or 0 */
+        return pool_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+    case 5:   /* layout: x, out, n, c, hw, to_nhwc */
+        transpose_layout((const float *)s[1], (float *)s[2], s[3], s[4], s[5], (int)s[6], nthreads);
+        return 1;
+    case 6:   /* FC GEMV: descriptor, x, out */
+        return gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+    case 7:   /* global average pool: x, out, n, hw, c */
+        return global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
+    case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */
+        return transpose_round((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
+    case 9:   /* nothing to run: a Reshape / Flatten whose output is its input's memory */
+        return 1;
+    case 10:  /* depthwise + 1x1 (run_record) without its kind-11 partner: the depthwise alone */
+        return depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+    case 11:  /* the 1x1 conv of a kind-10 record, run alone: as kind 1 */
+        return conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+    default:
+        return -1;
     }
+}
+
+
+/* kind 10: a depthwise conv and the 1x1 conv of the next record in one pass (dw_pw): depthwise
+ * descriptor, x, its output, the 1x1 conv's descriptor, output, residual or 0; it writes both
+ * records' results, and the next record (kind 11: the 1x1 conv's own kind-1 arguments) is
+ * skipped. Returns the records consumed. */
+static long run_record(const long *s, long left, int *ok, int nthreads) {
+    if (s[0] == 10 && left >= 2 && s[STEP_WORDS] == 11) {
+        dw_pw((const long *)s[1], (const float *)s[2], (float *)s[3], (const long *)s[4], (float *)s[5],
+              (const float *)s[6], nthreads, ok);
+        return 2;
+    }
+    ok[0] = run_step(s, nthreads);
+    return 1;
+}
+
+void run_steps(const long *steps, long count, int *ok, int nthreads) {
+    for (long i = 0; i < count;)
+        i += run_record(steps + i * STEP_WORDS, count - i, ok + i, nthreads);
+}
+
+/* run_steps with a profile: prof[2 i] the wall ns of step i, prof[2 i + 1] the ns its threads
+ * spent inside parts (a step that runs no parts, e.g. the global average pool: its wall time);
+ * a fused pair's time is its first record's, the second's 0 */
+void run_steps_profiled(const long *steps, long count, int *ok, int nthreads, long *prof) {
+    atomic_store(&profiling, 1);
+    for (long i = 0; i < count;) {
+        const long w0 = atomic_load(&work_ns), t0 = now_ns();
+        const long used = run_record(steps + i * STEP_WORDS, count - i, ok + i, nthreads);
+        const long t1 = now_ns(), w = atomic_load(&work_ns) - w0;
+        prof[2 * i] = t1 - t0;
+        prof[2 * i + 1] = w > 0 ? w : t1 - t0;
+        if (used == 2)
+            prof[2 * i + 2] = prof[2 * i + 3] = 0;
+        i += used;
+    }
+    atomic_store(&profiling, 0);
 }
 
 /* The worker pool for the other native library (_native_int8.c, sim/int8_native.py): its

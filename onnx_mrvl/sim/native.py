@@ -157,10 +157,11 @@ def lib():
                 so.transpose_round.restype = ctypes.c_int
                 so.transpose_round.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
                 so.global_avgpool.restype = so.copy_round.restype = ctypes.c_int
-                so.global_avgpool.argtypes = [_P, _P, _L, _L, _L]
+                so.global_avgpool.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
                 so.copy_round.argtypes = [_P, _P, _L]
-                so.run_steps.restype = None
+                so.run_steps.restype = so.run_steps_profiled.restype = None
                 so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
+                so.run_steps_profiled.argtypes = [_P, _L, _P, ctypes.c_int, _P]   # + [count, 2] int64 (ns)
                 so.round_fp16.restype = None
                 so.round_fp16.argtypes = [_P, _L]
                 so.mrvl_run_parts.restype = None          # the worker pool, for sim/int8_native.py

@@ -143,7 +143,7 @@ def global_avgpool_layer(x: np.ndarray) -> Tuple[np.ndarray, bool]:
     if native.on() and x.size:
         x = np.ascontiguousarray(x, dtype=F32)
         out = native.empty((n, 1, 1, c))
-        ok = native.lib().global_avgpool(x.ctypes.data, out.ctypes.data, n, h * w, c)
+        ok = native.lib().global_avgpool(x.ctypes.data, out.ctypes.data, n, h * w, c, workers())
         return out, ok == 1
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.asarray(x, dtype=F32).reshape(n, h * w, c).sum(axis=1, dtype=F32)

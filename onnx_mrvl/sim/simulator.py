@@ -21,6 +21,7 @@ from .fp16 import round_fp16_
 from .residual_steps import Step, fuse_residuals
 from .parallel import workers
 from .static_plan import StaticPlan, Unsupported
+from .batch_split import batch_split
 from .layers import build_layer, layer_list
 from ..costmodel import PerfReport, perf_report
 
@@ -120,6 +121,10 @@ class Simulator:
                                           quantized_inputs=self._input_quant)
             except Unsupported as exc:
                 log.debug("program %r runs layer by layer: %s", self.name, exc)
+        self._split = None                      # batch_split.BatchSplit: whole images per core
+        if self._static is not None and not self._input_quant:
+            self._split = batch_split(self._layers, [int(t["tensor"]) for t in self._inputs],
+                                      [int(o["tensor"]) for o in self._outputs], self._shapes)
         last_use: Dict[int, int] = {}
         for i, step in enumerate(self._layers):
             for t in step.ins:
@@ -230,7 +235,11 @@ class Simulator:
         arrays = self._bind_inputs(inputs)
         if self._static is not None and self._static_lock.acquire(blocking=False):
             try:                                    # fixed memory, one call per native step
-                results, overflow = self._static.run(self, arrays, workers())
+                nw = workers()
+                results = self._split.run(self, arrays, nw) if self._split is not None else None
+                if results is not None:             # None: an image overflowed, the batch plan reports it
+                    return self._finish(results, None, on_overflow)
+                results, overflow = self._static.run(self, arrays, nw)
             finally:
                 self._static_lock.release()
             return self._finish(results, overflow, on_overflow)

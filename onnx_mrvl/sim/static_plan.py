@@ -23,7 +23,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import jit, native
+from . import jit, native, plan_fusion
 from .int8_native import fake_quant_into
 from .int8_plan import plan_int8
 from .kernels import FC, Conv2D, GEMV_ROWS
@@ -73,9 +73,11 @@ class StaticPlan:
         if missing:
             raise Unsupported(f"tensors {sorted(missing)[:5]} have no static shape")
         self.shapes = {t: tuple(int(d) for d in shapes[t]) for t in tensors}
+        self.dwpw = plan_fusion.pairs(self.steps)      # depthwise -> 1x1 pairs run as one pass
         self._plan_memory()
         self.entries = [self._entry(s) for s in self.steps]
         self.coded, self.int8_fused = plan_int8(self.entries, self.output_ids, self.aliases)
+        self.dwpw_fused = plan_fusion.fuse(self.entries, self.dwpw, self.shapes)
         self._fuse_inputs()
         self._segment()
 
@@ -94,6 +96,9 @@ class StaticPlan:
             for t in list(s.ins) + ([s.out] if s.out in root else []):
                 r = root.get(t, t)
                 last[r] = max(last.get(r, -1), i)
+        for i, j in self.dwpw.items():                  # a fused depthwise's input is read until its 1x1 runs
+            r = root.get(self.steps[i].ins[0], self.steps[i].ins[0])
+            last[r] = max(last.get(r, -1), j)
         end = len(self.steps)
         for t in self.output_ids:
             last[root.get(t, t)] = end
