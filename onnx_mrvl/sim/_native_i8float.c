@@ -12,7 +12,7 @@
  *                                          (or the bytes q + off; or y itself: ``raw``)
  *
  * The input is dequantized once into a zero-padded float buffer (padding taps add fma(0, w, acc)
- * = acc, as the numpy path's zero-padded im2col). Register tile: MR = 6 output pixels of one row
+ * = acc, as the numpy path's zero-padded im2col). Register tile: MR = 6 consecutive output pixels
  * x up to 4 vectors of 16 output channels, the 24 accumulators in registers; a pixel's operand
  * is a broadcast (GEMM: channels of one group) or, for a depthwise conv (one input and one output
  * channel per group), a vector of 16 channels (the groups side by side: the same k order per lane).
@@ -41,12 +41,12 @@ static void run(part_fn fn, void *arg, long parts, int nthreads) {
 
 typedef struct {
     long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, groups, ig, og, o;
-    long k, stride_k, ldw, depthwise;       /* K = ig * kh * kw; ldw: the weight rows' stride */
+    long k, stride_k, ldw, depthwise;       /* K = ig * kh * kw; ldw: channels per group rounded to 64 */
     long in_codes, in_zp, in_lo, in_hi, in_off;
     long out_codes, out_zp, out_off;
     long raw;                               /* store y = fp32(sum + bias) itself (the tests' view) */
     float in_scale, out_scale, lo, hi;      /* lo, hi: the output codes' clamp (type range, activation) */
-    const float *wt;                        /* GEMM: per group [K][ldw]; depthwise: [K][ldw] (ldw >= C) */
+    const float *wt;                        /* per group (depthwise: one) [ldw / 64][K][64]: panels of 64 channels */
     const float *bias;                      /* GEMM: per group [ldw]; depthwise: [ldw] */
 } f8desc;
 
@@ -132,7 +132,7 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
                c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00,
                c40 = c00, c41 = c00, c42 = c00, c43 = c00, c50 = c00, c51 = c00, c52 = c00, c53 = c00;
         for (long k = k0; k < k1; k++) {
-            const float *bk = w + k * d->ldw;
+            const float *bk = w + k * 64;
             const long ko = koff[k];
             __m512 b0 = _mm512_loadu_ps(bk), b1, b2, b3;
             if (NV > 1) b1 = _mm512_loadu_ps(bk + 16);
@@ -198,32 +198,40 @@ typedef struct {
     const float *xp;
     const long *koff;
     void *out;
-    long wp, hp, rows, step;               /* rows: groups (GEMM) x N x OH */
+    long wp, hp, gtiles;                   /* gtiles: tiles of MR pixels of the N x OH x OW outputs */
 } gjob;
 
+/* a tile is MR consecutive output pixels (m = (image, row, column) in order, across rows: only
+ * the last tile of the batch is short) x up to 64 channels of a group. A part is a chunk of MC
+ * tiles of one group, walked per 64-channel weight panel: the chunk's input pixels and the
+ * panel stay in the L2 cache. */
+#define MC 8
 static void conv_part(void *arg, long p) {
     const gjob *j = arg;
     const f8desc *d = j->d;
-    long r0 = p * j->step, r1 = r0 + j->step < j->rows ? r0 + j->step : j->rows;
-    long nch = d->depthwise ? d->o : d->og;             /* channels a tile row spans */
-    for (long r = r0; r < r1; r++) {
-        long g = d->depthwise ? 0 : r / (d->n * d->oh), rem = r % (d->n * d->oh), b = rem / d->oh, oy = rem % d->oh;
-        const float *w = d->wt + (d->depthwise ? 0 : g * d->k * d->ldw);
-        const float *bias = d->bias + (d->depthwise ? 0 : g * d->ldw);
-        long base = ((b * j->hp + oy * d->sh) * j->wp) * d->c + (d->depthwise ? 0 : g * d->ig);
-        for (long ox0 = 0; ox0 < d->ow; ox0 += MR) {
-            int rows = d->ow - ox0 < MR ? (int)(d->ow - ox0) : MR;
-            long pix[MR];
-            for (int i = 0; i < MR; i++)        /* the rows past the last repeat it (not stored) */
-                pix[i] = base + (ox0 + (i < rows ? i : rows - 1)) * d->sw * d->c;
-            long at = ((b * d->oh + oy) * d->ow + ox0) * d->o + g * d->og;
-            for (long c0 = 0; c0 < nch; c0 += 64) {
-                int nv = (int)((nch - c0 + 15) / 16);
-                if (nv > 4)
-                    nv = 4;
-                tile_nv(nv, (int)d->depthwise, d, j->xp + (d->depthwise ? c0 : 0), pix, j->koff, w + c0,
-                        bias + c0, rows, nch - c0, j->out, at + c0);
-            }
+    long nch = d->depthwise ? d->o : d->og, mtotal = d->n * d->oh * d->ow, hw = d->oh * d->ow;
+    long chunks = (j->gtiles + MC - 1) / MC, g = p / chunks, t0 = (p % chunks) * MC;
+    long t1 = t0 + MC < j->gtiles ? t0 + MC : j->gtiles;
+    const float *w = d->wt + (d->depthwise ? 0 : g * d->k * d->ldw);
+    const float *bias = d->bias + (d->depthwise ? 0 : g * d->ldw);
+    long pix[MC][MR];
+    for (long t = t0; t < t1; t++) {
+        long m0 = t * MR;
+        int rows = mtotal - m0 < MR ? (int)(mtotal - m0) : MR;
+        for (int i = 0; i < MR; i++) {          /* the rows past the last repeat it (not stored) */
+            long m = m0 + (i < rows ? i : rows - 1), b = m / hw, oy = (m % hw) / d->ow, ox = m % d->ow;
+            pix[t - t0][i] = ((b * j->hp + oy * d->sh) * j->wp + ox * d->sw) * d->c + (d->depthwise ? 0 : g * d->ig);
+        }
+    }
+    for (long c0 = 0; c0 < nch; c0 += 64) {
+        int nv = (int)((nch - c0 + 15) / 16);
+        if (nv > 4)
+            nv = 4;
+        for (long t = t0; t < t1; t++) {
+            long m0 = t * MR;
+            int rows = mtotal - m0 < MR ? (int)(mtotal - m0) : MR;
+            tile_nv(nv, (int)d->depthwise, d, j->xp + (d->depthwise ? c0 : 0), pix[t - t0], j->koff,
+                    w + c0 * d->k, bias + c0, rows, nch - c0, j->out, m0 * d->o + g * d->og + c0);
         }
     }
 }
@@ -246,10 +254,9 @@ int f8_conv(const f8desc *d, const void *x, void *out, int nthreads) {
     }
     pjob pj = {d, x, xp, hp, wp, d->n * hp};
     run(pad_part, &pj, pj.rows, nthreads);
-    long rows = (d->depthwise ? 1 : d->groups) * d->n * d->oh;
-    long parts = rows < 8L * nthreads ? rows : 8L * nthreads;
-    gjob gj = {d, xp, koff, out, wp, hp, rows, (rows + parts - 1) / parts};
-    run(conv_part, &gj, (rows + gj.step - 1) / gj.step, nthreads);
+    long gtiles = (d->n * d->oh * d->ow + MR - 1) / MR;
+    gjob gj = {d, xp, koff, out, wp, hp, gtiles};
+    run(conv_part, &gj, (d->depthwise ? 1 : d->groups) * ((gtiles + MC - 1) / MC), nthreads);
     free(koff);
     return 1;
 }

@@ -106,13 +106,12 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
     o, g, ig, kh, kw = layer.o, layer.groups, layer.ig, layer.kh, layer.kw
     og, k = o // g, layer.ig * kh * kw
     depthwise = ig == 1 and og == 1
-    if depthwise:                                   # [K][O]: the channels side by side
-        ldw = -(-o // 16) * 16
-        w, bias = _padded(layer.wd, ldw), _padded(layer.bd, ldw)
-    else:                                           # per group [K][og]
-        ldw = -(-og // 16) * 16
-        w = _padded(np.ascontiguousarray(layer.wd.reshape(k, g, og).transpose(1, 0, 2)), ldw)
-        bias = _padded(layer.bd.reshape(g, og), ldw)
+    nch = o if depthwise else og                    # channels side by side in a tile
+    ldw = -(-nch // 64) * 64
+    wg = layer.wd.reshape(k, 1 if depthwise else g, nch).transpose(1, 0, 2)       # [groups][K][nch]
+    w = _padded(np.ascontiguousarray(wg), ldw).reshape(-1, k, ldw // 64, 64).transpose(0, 2, 1, 3)
+    w = _padded(np.ascontiguousarray(w).reshape(-1), w.size)        # [groups][ldw / 64][K][64], aligned
+    bias = _padded(layer.bd.reshape(-1, nch), ldw)
     d = FDesc()
     d.kh, d.kw, (d.sh, d.sw), (d.dh, d.dw) = kh, kw, layer.strides, layer.dilation
     d.pt, d.pl = layer.padding[0], layer.padding[1]
