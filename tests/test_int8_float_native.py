@@ -137,3 +137,46 @@ def test_threads_do_not_change_the_bits(monkeypatch):
     monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", "3")
     np.testing.assert_array_equal(fn.sums(x), one)
     np.testing.assert_array_equal(one, layer.sums(x))
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_static_plan_batches_int8_steps(tmp_path, monkeypatch, act):
+    """The static plan runs consecutive bound int8 kernels in one C call (int8_plan.batch_records;
+    the float-path convs of the S8 model among them): the bits of the per-layer path, of the numpy
+    kernels and of onnxruntime on the QDQ model."""
+    pytest.importorskip("onnxruntime.quantization")
+    import os
+    import onnxruntime as ort
+    import onnx_mrvl
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.sim import Simulator
+    from tests.test_int8_float_conv import shared_input_cnn
+    from tests.test_int8_qdq import quantize
+    qpath = quantize(shared_input_cnn(seed=5), str(tmp_path / "q.onnx"), True, act)
+    result = onnx_mrvl.convert(qpath)
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    binary = load(result.subgraphs[0].binary)
+    sim = Simulator(binary)
+    bound = [seg for seg in sim._static.segments if seg[0] == "bound"]
+    assert bound and sum(len(seg[1]) for seg in bound) >= 4
+    floats = [e for seg in bound for e in seg[1] if hasattr(e.py, "sums")]
+    assert (len(floats) >= 3) == (act == "s8")          # onnxruntime's float convs: S8 only
+    ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
+    rng = np.random.default_rng(4)
+    xs = [(rng.standard_normal((1, 3, 20, 20)) * 1.5).astype(np.float32) for _ in range(4)]
+    got = [sim.run([x.transpose(0, 2, 3, 1).copy() if sim.input_shapes[0][-1] == 3 else x])[0] for x in xs]
+    monkeypatch.setenv("ONNX_MRVL_SIM_STATIC", "0")
+    per_layer = Simulator(binary)
+    monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
+    monkeypatch.setattr(int8_native, "prepare_add", lambda layer: None)
+    monkeypatch.setattr(int8_native, "prepare_pool", lambda pool: None)
+    numpy_path = Simulator(binary)
+    for x, y in zip(xs, got):
+        xin = x.transpose(0, 2, 3, 1).copy() if sim.input_shapes[0][-1] == 3 else x
+        np.testing.assert_array_equal(y, per_layer.run([xin])[0])
+        np.testing.assert_array_equal(y, numpy_path.run([xin])[0])
+    monkeypatch.delenv("ONNX_MRVL_SIM_STATIC")
+    for x in xs:
+        assert np.array_equal(ref.run(None, {"input": x})[0], sess.run(None, {"input": x})[0])

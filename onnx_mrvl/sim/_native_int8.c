@@ -739,3 +739,24 @@ void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nth
     fqjob j = {x, out, prm, n, ((n + parts - 1) / parts + 15) & ~15L};
     run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
 }
+
+/* ------------------------------------------------------------------ a run of bound calls
+ * The static plan's consecutive int8 steps in one call (sim/int8_plan.py batch_records): per
+ * record {kind, fn, a0, a1, a2, n, prm}: kind 0 an ``int fn(desc, x, out, nthreads)`` kernel (conv,
+ * depthwise, pools, the float-path conv), 1 ``i8_add``-style ``fn(a, b, out, n, prm, nthreads)``,
+ * 2 nothing (a Sum2D its conv computed). Returns the index of the first call that failed (out of
+ * memory) or -1. */
+typedef struct { long kind; void *fn, *a0, *a1, *a2; long n; const float *prm; } i8call;
+typedef int (*kernel_fn)(const void *, const void *, void *, int);
+typedef void (*add_fn)(const void *, const void *, void *, long, const float *, int);
+
+long i8_run_calls(const i8call *c, long count, int nthreads) {
+    for (long i = 0; i < count; i++) {
+        if (c[i].kind == 0) {
+            if (!((kernel_fn)c[i].fn)(c[i].a0, c[i].a1, c[i].a2, nthreads))
+                return i;
+        } else if (c[i].kind == 1)
+            ((add_fn)c[i].fn)(c[i].a0, c[i].a1, c[i].a2, c[i].n, c[i].prm, nthreads);
+    }
+    return -1;
+}

@@ -81,6 +81,8 @@ def lib():
             so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
             so.i8_fake_quant.restype = None
             so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_run_calls.restype = ctypes.c_long
+            so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
             so.i8_set_runner.restype = None
             so.i8_set_runner.argtypes = [ctypes.c_void_p]
             so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
@@ -192,7 +194,13 @@ def keep_call(fn, args, keep) -> Callable[[], int]:
     def call() -> int:
         return fn(*args, parallel.workers())
     call.keep = keep
+    call.native = (0, ctypes.cast(fn, ctypes.c_void_p).value, *[_address(a) for a in args], 0, 0)
     return call
+
+
+def _address(arg) -> int:
+    """The address a ctypes argument (an int, or ``byref`` of a structure) passes."""
+    return arg if isinstance(arg, int) else ctypes.addressof(arg._obj) + getattr(arg, "_offset", 0)
 
 
 def run_checked(call) -> None:
@@ -341,6 +349,9 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
         def call() -> int:
             fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
             return 1
+        call.keep = (a, b, out, prm)
+        call.native = (1, ctypes.cast(fn, ctypes.c_void_p).value, a.ctypes.data, b.ctypes.data, out.ctypes.data,
+                       a.size, prm.ctypes.data)
         return call, out
     apply = mark_staged(stage, layer, [layer.a, layer.b])
     apply.add_prm = base                                     # for a conv that fuses this Sum2D
