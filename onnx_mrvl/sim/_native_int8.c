@@ -287,11 +287,17 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
                           {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
     __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
+    /* both loops fully unrolled (constant trip counts, rows past ``rows`` skipped): the
+     * accumulators are read from registers, not spilled to the stack and reloaded */
+#pragma GCC unroll 4
     for (int v = 0; v < NV; v++) {
         __m512 mv = _mm512_loadu_ps(mult + v * 16);
         long left = ncols - v * 16;
         __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
-        for (int r = 0; r < rows; r++) {
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows)
+                break;
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
             if (fz) {                /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
                 f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
