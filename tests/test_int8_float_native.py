@@ -180,3 +180,19 @@ def test_static_plan_batches_int8_steps(tmp_path, monkeypatch, act):
     monkeypatch.delenv("ONNX_MRVL_SIM_STATIC")
     for x in xs:
         assert np.array_equal(ref.run(None, {"input": x})[0], sess.run(None, {"input": x})[0])
+
+
+@pytest.mark.parametrize("s_y", [0.1, 0.3, 0.25, 1e-3])
+def test_output_ties(s_y):
+    """Outputs at and next to half-integers of y / s_y (a zero kernel: y is the bias, fp32(q_b s_b)
+    with s_b = s_y / 2 give ties or near ties): the kernel's reciprocal shortcut divides there."""
+    o = 256
+    params = dict(in_scale=S_X, in_zero_point=0, in_dtype="int8", out_scale=s_y, out_zero_point=3, out_dtype="int8")
+    bias = np.arange(-o // 2, o // 2).astype(np.int32)
+    bias_scale = np.full(o, np.float32(s_y) / np.float32(2), np.float32)
+    bias_scale[1::3] = np.nextafter(bias_scale[1::3], np.float32(1))
+    layer = FloatPathConv2D(np.zeros((o, 1, 1, 8), np.int8), bias, np.full(o, 0.01, np.float32), params,
+                            [1, 1], [0, 0, 0, 0], [1, 1], 1, bias_scale=bias_scale)
+    x = np.ones((1, 2, 3, 8), np.float32)
+    want, _ = layer.apply(x)
+    np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], want)

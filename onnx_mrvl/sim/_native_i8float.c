@@ -45,7 +45,9 @@ typedef struct {
     long in_codes, in_zp, in_lo, in_hi, in_off;
     long out_codes, out_zp, out_off;
     long raw;                               /* store y = fp32(sum + bias) itself (the tests' view) */
+    long in_exact, out_exact;               /* always divide (1 / s not a normal float) */
     float in_scale, out_scale, lo, hi;      /* lo, hi: the output codes' clamp (type range, activation) */
+    float in_rcp, out_rcp;                  /* fp32(1 / s) */
     const float *wt;                        /* per group (depthwise: one) [ldw / 64][K][64]: panels of 64 channels */
     const float *bias;                      /* GEMM: per group [ldw]; depthwise: [ldw] */
 } f8desc;
@@ -65,6 +67,20 @@ static float *get_scratch(size_t bytes) {
 
 static inline __mmask16 lanes(long left) {
     return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+}
+
+/* rne(x / s) as float, as _native_int8.c's rne_div: fp32(x * fp32(1 / s)) and fp32(x / s) round to
+ * the same integer unless the product lies within 0.0005 of a half-integer (below |x / s| = 1024;
+ * beyond, the code saturates either way); only then, or when 1 / s is not a normal float, is the
+ * vector divided */
+#define NEAR_TIE 0.4995f
+static inline __m512 rne_div(__m512 x, __m512 scale, __m512 rcp, long exact) {
+    __m512 y = _mm512_mul_ps(x, rcp);
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
+    if (near || exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return r;
 }
 
 /* ------------------------------------------------------------------ dequantize + pad */
@@ -90,7 +106,7 @@ static void pad_part(void *arg, long p) {       /* one row of the padded buffer 
     if (x1 < j->wp)
         memset(dst + x1 * c, 0, sizeof(float) * (j->wp - x1) * c);
     long count = (x1 - x0) * c, src0 = ((b * d->h + iy) * d->w) * c;
-    const __m512 s = _mm512_set1_ps(d->in_scale), z = _mm512_set1_ps((float)d->in_zp);
+    const __m512 s = _mm512_set1_ps(d->in_scale), z = _mm512_set1_ps((float)d->in_zp), rcp = _mm512_set1_ps(d->in_rcp);
     const __m512 lo = _mm512_set1_ps((float)d->in_lo), hi = _mm512_set1_ps((float)d->in_hi);
     const __m512i offz = _mm512_set1_epi32((int)(d->in_off + d->in_zp));
     float *o = dst + x0 * c;
@@ -102,7 +118,7 @@ static void pad_part(void *arg, long p) {       /* one row of the padded buffer 
             qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(u, offz));
         } else {
             __m512 v = _mm512_maskz_loadu_ps(m, (const float *)j->x + src0 + i);
-            __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 r = rne_div(v, s, rcp, d->in_exact);
             r = _mm512_max_ps(_mm512_add_ps(r, z), lo);          /* NaN in the first operand: lo */
             qz = _mm512_sub_ps(_mm512_min_ps(r, hi), z);
         }
@@ -146,7 +162,7 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
             for (int v = 0; v < NV; v++)
                 part[r][v] = k0 == 0 ? acc[r][v] : _mm512_add_ps(part[r][v], acc[r][v]);
     }
-    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp);
+    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp), rcp = _mm512_set1_ps(d->out_rcp);
     const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
     const __m512i off = _mm512_set1_epi32((int)d->out_off);
     for (int v = 0; v < NV; v++) {
@@ -158,7 +174,7 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
                 _mm512_mask_storeu_ps((float *)out + at + r * d->o + v * 16, m, y);
                 continue;
             }
-            __m512 q = _mm512_roundscale_ps(_mm512_div_ps(y, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 q = rne_div(y, s, rcp, d->out_exact);
             q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, z), lo), hi);
             long i = at + r * d->o + v * 16;
             if (d->out_codes) {

@@ -41,8 +41,8 @@ class FDesc(ctypes.Structure):
     _fields_ = ([(k, ctypes.c_long) for k in (
         "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
         "k", "stride_k", "ldw", "depthwise", "in_codes", "in_zp", "in_lo", "in_hi", "in_off",
-        "out_codes", "out_zp", "out_off", "raw")]
-        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo", "hi")]
+        "out_codes", "out_zp", "out_off", "raw", "in_exact", "out_exact")]
+        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo", "hi", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wt", "bias")])
 
 
@@ -99,6 +99,13 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
     return out
 
 
+def _reciprocal(s: float):
+    """(fp32(1 / s), 1 when it is not a normal float: the kernel then always divides)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        rcp = F32(1) / F32(s)
+    return rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+
+
 def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
     """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then)."""
     if lib() is None:
@@ -121,6 +128,8 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
     d.in_scale, d.in_zp, (d.in_lo, d.in_hi), d.in_off = F32(s_x), z_x, QRANGE[dt_x], code_offset(layer.in_q)
     d.out_scale, d.out_zp, d.out_off = F32(s_y), z_y, code_offset(layer.out_q)
     d.lo, d.hi = float(layer.lo), float(layer.hi)
+    d.in_rcp, d.in_exact = _reciprocal(s_x)
+    d.out_rcp, d.out_exact = _reciprocal(s_y)
     d.wt, d.bias = w.ctypes.data, bias.ctypes.data
     pt, pl, pb, pr = layer.padding
     (sh, sw), (dh, dw) = layer.strides, layer.dilation
