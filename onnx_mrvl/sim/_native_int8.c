@@ -746,6 +746,61 @@ void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nth
     run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
 }
 
+/* ------------------------------------------------------------------ table lookup
+ * out[r, o_off + c] = table[c or 0][u] for x [rows][c]: u = q_x + off = q_x - lo, the byte of the
+ * input code (read from codes, or quantized as every int8 layer does). The int8 Lookup, and each
+ * input of an int8 Concat along the channels (its requantization is a function of the code).
+ * ``values``: the dequantized outputs, ``codes``: the output bytes q_y + off, as int32. */
+typedef struct {
+    long rows, c, ldo, o_off, per_channel, in_codes, out_codes;
+    const float *prm;                      /* the input's quantization (i8_add's 8 floats) */
+    const float *values;                   /* [per_channel ? c : 1][256] */
+    const int32_t *codes;                  /* [per_channel ? c : 1][256] */
+} lkdesc;
+
+typedef struct { const lkdesc *d; const void *x; void *out; long step; } lkjob;
+
+static void lookup_part(void *arg, long p) {
+    const lkjob *j = arg;
+    const lkdesc *d = j->d;
+    long r0 = p * j->step, r1 = r0 + j->step < d->rows ? r0 + j->step : d->rows;
+    qconst q = qconst_of(d->prm);
+    const __m512i lane256 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(256));
+    for (long r = r0; r < r1; r++) {
+        for (long c0 = 0; c0 < d->c; c0 += 16) {
+            long left = d->c - c0;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            long i = r * d->c + c0;
+            __m512i idx;
+            if (d->in_codes)
+                idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)j->x + i));
+            else
+                idx = _mm512_cvtps_epi32(_mm512_add_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)j->x + i), &q), q.off));
+            if (d->per_channel)
+                idx = _mm512_add_epi32(idx, _mm512_add_epi32(lane256, _mm512_set1_epi32((int)(c0 * 256))));
+            long o = r * d->ldo + d->o_off + c0;
+            if (d->out_codes)
+                store_u8((uint8_t *)j->out + o, m,
+                         _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, d->codes, 4));
+            else
+                _mm512_mask_storeu_ps((float *)j->out + o, m,
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, d->values, 4));
+        }
+    }
+}
+
+int i8_lookup(const lkdesc *d, const void *x, void *out, int nthreads) {
+    if (d->rows <= 0 || d->c <= 0)
+        return 1;
+    long parts = d->rows * d->c >= (1L << 15) ? 2L * nthreads : 1;
+    if (parts > d->rows)
+        parts = d->rows > 0 ? d->rows : 1;
+    lkjob j = {d, x, out, (d->rows + parts - 1) / parts};
+    run(lookup_part, &j, (d->rows + j.step - 1) / j.step, nthreads);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ a run of bound calls
  * The static plan's consecutive int8 steps in one call (sim/int8_plan.py batch_records): per
  * record {kind, fn, a0, a1, a2, n, prm}: kind 0 an ``int fn(desc, x, out, nthreads)`` kernel (conv,

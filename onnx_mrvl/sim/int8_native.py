@@ -81,6 +81,8 @@ def lib():
             so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
             so.i8_fake_quant.restype = None
             so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_lookup.restype = ctypes.c_int
+            so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             so.i8_run_calls.restype = ctypes.c_long
             so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
             so.i8_set_runner.restype = None
@@ -315,7 +317,7 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
     return None
 
 
-def _qparams(q, lo=None, hi=None):
+def qparams(q, lo=None, hi=None):
     """[s, 1/s, exact, z, lo, hi, byte offset, codes] of a quantization (s, z, dtype) for ``i8_add``."""
     s, z, dt = q
     with np.errstate(over="ignore", divide="ignore"):
@@ -329,7 +331,7 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
     if lib() is None or layer.operand is not None:
         return None
-    base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
+    base = np.array(qparams(layer.a) + qparams(layer.b) + qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
 
     def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
@@ -413,5 +415,5 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
         out[...] = fake_quant(a, *q)
         return
     a = np.ascontiguousarray(a, F32)
-    prm = np.array(_qparams(q)[:6], F32)
+    prm = np.array(qparams(q)[:6], F32)
     _lib.i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())

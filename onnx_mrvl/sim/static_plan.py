@@ -301,8 +301,8 @@ class StaticPlan:
 
         def close_bound():                              # bound int8 calls: one i8_run_calls each stretch
             if bound:
-                recs = batch_records(bound)
-                self.segments.append(("bound", list(bound), recs, recs.ctypes.data))
+                recs, owners = batch_records(bound)
+                self.segments.append(("bound", list(bound), recs, recs.ctypes.data, len(recs), owners))
                 bound.clear()
         for e in self.entries:
             if e.rec is None and e.py is None and run:  # an aliasing reshape inside a native stretch:
@@ -363,9 +363,9 @@ class StaticPlan:
         all_finite = all(finite.values())            # no inf / NaN anywhere yet: flags need no bookkeeping
         for seg in self.segments:
             if seg[0] == "bound" and all_finite:        # int8 kernels: finite in, finite out
-                bad = self.int8_lib.i8_run_calls(seg[3], len(seg[1]), nthreads)
+                bad = self.int8_lib.i8_run_calls(seg[3], seg[4], nthreads)
                 if bad >= 0:
-                    _no_scratch(sim, seg[1][bad].step.spec)
+                    _no_scratch(sim, seg[1][seg[5][bad]].step.spec)
                 continue
             if seg[0] == "native":
                 self.lib.run_steps(seg[4], len(seg[1]), seg[5], nthreads)

@@ -1,0 +1,85 @@
+"""The native int8 Lookup and channel Concat (sim/int8_table_native.py, ``i8_lookup``) against
+the numpy layers of int8_lookup.py / int8_concat.py, bit for bit: float inputs off the code grid
+(ties, NaN, inf), per-tensor and per-channel tables, int8 / uint8, codes buffers in and out."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnx_mrvl.sim import int8, int8_native
+from onnx_mrvl.sim.int8_concat import Int8Concat
+from onnx_mrvl.sim.int8_lookup import Int8Lookup
+from onnx_mrvl.sim.int8_table_native import prepare_concat, prepare_lookup
+
+pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
+
+
+def _q(rng, dt):
+    return float(rng.random() * 0.1 + 1e-3), int(rng.integers(0, 256)) if dt == "uint8" else int(rng.integers(-40, 40)), dt
+
+
+def _x(rng, shape, q):
+    x = (rng.standard_normal(shape) * 40 * q[0]).astype(np.float32)
+    flat = x.reshape(-1)
+    n = min(flat.size, 40)
+    flat[:n] = ((rng.integers(-60, 60, n) + 0.5) * np.float32(q[0])).astype(np.float32)   # ties of x / s
+    if flat.size > 45:
+        flat[40:43] = [np.nan, np.inf, -np.inf]
+    return x
+
+
+def _codes(y, q):
+    buf = np.zeros(y.shape, np.float32)
+    c = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
+    buf.reshape(-1).view(np.uint8)[:y.size] = c.reshape(-1).astype(np.uint8)
+    return buf
+
+
+def _decode(buf, q):
+    u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
+    return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
+
+
+@pytest.mark.parametrize("channels", [1, 37])
+@pytest.mark.parametrize("dt_in,dt_out", [("int8", "int8"), ("uint8", "uint8"), ("int8", "uint8")])
+def test_lookup(channels, dt_in, dt_out):
+    rng = np.random.default_rng(channels + len(dt_in) + 3 * len(dt_out))
+    qi, qo = _q(rng, dt_in), _q(rng, dt_out)
+    lo, hi = int8.QRANGE[dt_out]
+    table = rng.integers(lo, hi + 1, (channels, 256)).astype(np.int32)
+    params = dict(in_scale=qi[0], in_zero_point=qi[1], in_dtype=dt_in, out_scale=qo[0], out_zero_point=qo[1],
+                  out_dtype=dt_out)
+    layer = Int8Lookup(table, params)
+    fn = prepare_lookup(layer)
+    for shape in ((2, 9, 7, 37), (1, 5, 37), (37,), (3, 1, 1, 37)):
+        x = _x(rng, shape, qi)
+        want, _ = layer.apply(x)
+        got, ok = fn(x)
+        assert ok and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        xq = int8.fake_quant(x, *qi)
+        out = np.zeros(want.shape, np.float32)
+        fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
+        np.testing.assert_array_equal(_decode(out, qo), layer.apply(xq)[0])
+
+
+@pytest.mark.parametrize("dt", ["int8", "uint8"])
+def test_concat(dt):
+    rng = np.random.default_rng(5 + len(dt))
+    qs = [_q(rng, dt) for _ in range(3)]
+    qo = qs[1] if dt == "int8" else _q(rng, dt)         # one input already in the output's quantization
+    params = dict(in_dtype=dt, in_scales=[q[0] for q in qs], in_zero_points=[q[1] for q in qs], out_scale=qo[0],
+                  out_zero_point=qo[1], out_dtype=dt)
+    for axis in (3, -1):
+        layer = Int8Concat(params, axis, 3)
+        fn = prepare_concat(layer)
+        xs = [_x(rng, (2, 6, 5, c), q) for c, q in zip((17, 64, 3), qs)]
+        want, _ = layer.apply(*xs)
+        got, ok = fn(*xs)
+        assert ok and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        xq = [int8.fake_quant(x, *q) for x, q in zip(xs, qs)]
+        out = np.zeros(want.shape, np.float32)
+        fn(_codes(xq[0], qs[0]), xq[1], _codes(xq[2], qs[2]), out=out, codes_in=(True, False, True), codes_out=True)
+        np.testing.assert_array_equal(_decode(out, qo), layer.apply(*xq)[0])
+    assert prepare_concat(Int8Concat(params, 1, 3)) is None      # along another axis: numpy
