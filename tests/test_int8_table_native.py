@@ -83,3 +83,44 @@ def test_concat(dt):
         fn(_codes(xq[0], qs[0]), xq[1], _codes(xq[2], qs[2]), out=out, codes_in=(True, False, True), codes_out=True)
         np.testing.assert_array_equal(_decode(out, qo), layer.apply(*xq)[0])
     assert prepare_concat(Int8Concat(params, 1, 3)) is None      # along another axis: numpy
+
+
+@pytest.mark.parametrize("requant", ["qlinear", "float"])
+def test_avgpool(requant):
+    """int8 Avgpool2D (sim/int8_pool_native.py): kernels 2x2 / 3x3 / 3x2, strides, pads, ceil mode,
+    count_include_pad, dilation, int8 / uint8, float and codes buffers."""
+    from onnx_mrvl.sim.int8_pool_native import prepare_avgpool
+    from onnx_mrvl.sim.pooling import pool_geometry, window_counts
+    rng = np.random.default_rng(11 + len(requant))
+    checked = 0
+    for trial in range(24):
+        dt_in, dt_out = ("int8", "uint8")[trial % 2], ("int8", "uint8")[(trial // 2) % 2]
+        qi = _q(rng, dt_in)
+        qo = qi if trial % 3 == 0 and dt_in == dt_out else _q(rng, dt_out)
+        params = dict(in_scale=qi[0], in_zero_point=qi[1], in_dtype=dt_in, out_scale=qo[0], out_zero_point=qo[1],
+                      out_dtype=dt_out, requant=requant)
+        k = (2, 3, 3)[trial % 3]
+        p = int(rng.integers(0, k))
+        geo = dict(kernel_size=[k, k - (trial % 4 == 3)], strides=[1 + trial % 2, 1 + (trial // 3) % 2],
+                   padding=[p, p, min(p + 1, k - 1), p], ceil_mode=(trial // 4) % 2,
+                   count_include_pad=(trial // 5) % 2, dilation=[1, 1 + (trial % 7 == 6)])
+        pool = int8.Int8Pool("Avgpool2D", params, geo)
+        fn = prepare_avgpool(pool)
+        x = _x(rng, (2, 9, 11, int(rng.integers(1, 40))), qi)
+        want, _ = pool.apply(x)
+        got, ok = fn(x)
+        assert ok and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        xq = int8.fake_quant(x, *qi)
+        out = np.zeros(want.shape, np.float32)
+        (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
+            x, geo["kernel_size"], geo["strides"], geo["padding"], geo["dilation"], geo["ceil_mode"])
+        inc = bool(geo["count_include_pad"])
+        if not (window_counts(9, oh, kh, sh, t, b, dh, inc).all() and window_counts(11, ow, kw, sw, l, r, dw, inc).all()):
+            with pytest.raises(ValueError, match="empty window"):   # a window of padding alone: numpy only
+                fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
+            continue
+        fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
+        np.testing.assert_array_equal(_decode(out, qo), pool.apply(xq)[0])
+        checked += 1
+    assert checked >= 16

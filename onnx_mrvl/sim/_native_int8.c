@@ -801,6 +801,95 @@ int i8_lookup(const lkdesc *d, const void *x, void *out, int nthreads) {
     return 1;
 }
 
+/* ------------------------------------------------------------------ average pool
+ * int8 Avgpool2D (sim/int8.py Int8Pool): v = fp32(s_x (q_x - z_x)) per input element (one pass
+ * into a float scratch), the window sum in fp32 in window order (rows, then columns; taps
+ * outside the input add exact zeros: skipped), / div[oy, ox] in fp32, then QuantizeLinear
+ * (requant "float") or QLinearAveragePool's rne(fp32(fp32(avg / s_y) + z_y + shift)) - shift
+ * (shift 128 for int8 output, "qlinear"), clamped; out as float or bytes. */
+typedef struct {
+    long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    long in_codes, out_codes, qlinear;
+    const float *in_prm, *out_prm;         /* i8_add's 8 floats of each quantization */
+    const float *div;                      /* [oh][ow] window counts */
+} apdesc;
+
+typedef struct { const apdesc *d; const void *x; float *v; void *out; long total, step, rows, rstep; } apjob;
+
+static void ap_deq_part(void *arg, long p) {
+    const apjob *j = arg;
+    qconst q = qconst_of(j->d->in_prm);
+    long i0 = p * j->step, i1 = i0 + j->step < j->total ? i0 + j->step : j->total;
+    for (long i = i0; i < i1; i += 16) {
+        __mmask16 m = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+        __m512 qz;
+        if (j->d->in_codes)
+            qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)j->x + i)),
+                                                     q.offz));
+        else
+            qz = _mm512_sub_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)j->x + i), &q), q.z);
+        _mm512_mask_storeu_ps(j->v + i, m, _mm512_mul_ps(q.s, qz));
+    }
+}
+
+static void ap_pool_part(void *arg, long p) {
+    const apjob *j = arg;
+    const apdesc *d = j->d;
+    qconst qo = qconst_of(d->out_prm);
+    float shift = d->qlinear && d->out_prm[6] != 0.0f ? 128.0f : 0.0f;   /* int8 output: the uint8 domain */
+    __m512 zs = _mm512_set1_ps(d->out_prm[3] + shift), sh = _mm512_set1_ps(shift);
+    long r0 = p * j->rstep, r1 = r0 + j->rstep < j->rows ? r0 + j->rstep : j->rows;
+    for (long r = r0; r < r1; r++) {
+        long b = r / d->oh, oy = r % d->oh;
+        for (long ox = 0; ox < d->ow; ox++) {
+            __m512 dv = _mm512_set1_ps(d->div[oy * d->ow + ox]);
+            for (long c0 = 0; c0 < d->c; c0 += 16) {
+                __mmask16 m = d->c - c0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d->c - c0)) - 1);
+                __m512 acc = _mm512_setzero_ps();
+                for (long i = 0; i < d->kh; i++) {
+                    long iy = oy * d->sh + i * d->dh - d->pt;
+                    if (iy < 0 || iy >= d->h)
+                        continue;
+                    for (long k = 0; k < d->kw; k++) {
+                        long ix = ox * d->sw + k * d->dw - d->pl;
+                        if (ix < 0 || ix >= d->w)
+                            continue;
+                        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, j->v + ((b * d->h + iy) * d->w + ix) * d->c + c0));
+                    }
+                }
+                __m512 avg = _mm512_div_ps(acc, dv), q;
+                if (d->qlinear) {
+                    __m512 t = _mm512_add_ps(_mm512_div_ps(avg, qo.s), zs);
+                    q = _mm512_sub_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), sh);
+                    q = _mm512_min_ps(_mm512_max_ps(q, qo.lo), qo.hi);
+                } else
+                    q = quant_c(avg, &qo);
+                long o = ((b * d->oh + oy) * d->ow + ox) * d->c + c0;
+                if (d->out_codes)
+                    store_u8((uint8_t *)j->out + o, m, _mm512_cvtps_epi32(_mm512_add_ps(q, qo.off)));
+                else
+                    _mm512_mask_storeu_ps((float *)j->out + o, m, _mm512_mul_ps(_mm512_sub_ps(q, qo.z), qo.s));
+            }
+        }
+    }
+}
+
+int i8_avgpool(const apdesc *d, const void *x, void *out, int nthreads) {
+    long total = d->n * d->h * d->w * d->c, rows = d->n * d->oh;
+    if (total <= 0 || rows <= 0 || d->ow <= 0)
+        return 1;
+    float *v = (float *)get_scratch(sizeof(float) * (size_t)total);
+    if (!v)
+        return 0;
+    long parts = total >= (1L << 15) ? 2L * nthreads : 1;
+    apjob j = {d, x, v, out, total, (((total + parts - 1) / parts) + 15) & ~15L, rows, 0};
+    run(ap_deq_part, &j, (total + j.step - 1) / j.step, nthreads);
+    long rp = rows < 4L * nthreads ? rows : 4L * nthreads;
+    j.rstep = (rows + rp - 1) / rp;
+    run(ap_pool_part, &j, (rows + j.rstep - 1) / j.rstep, nthreads);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ a run of bound calls
  * The static plan's consecutive int8 steps in one call (sim/int8_plan.py batch_records): per
  * record {kind, fn, a0, a1, a2, n, prm}: kind 0 an ``int fn(desc, x, out, nthreads)`` kernel (conv,

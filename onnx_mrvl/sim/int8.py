@@ -232,7 +232,8 @@ def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
     from .int8_native import prepare_pool   # the native kernels (same results), when built
-    return prepare_pool(pool) or pool.apply
+    from .int8_pool_native import prepare_avgpool
+    return prepare_pool(pool) or prepare_avgpool(pool) or pool.apply
 
 
 class Int8Add:

@@ -81,6 +81,8 @@ def lib():
             so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
             so.i8_fake_quant.restype = None
             so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_avgpool.restype = ctypes.c_int
+            so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             so.i8_lookup.restype = ctypes.c_int
             so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             so.i8_run_calls.restype = ctypes.c_long
