@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.wh
 
 
 def _q(rng, dt):
-    return float(rng.random() * 0.1 + 1e-3), int(rng.integers(0, 256)) if dt == "uint8" else int(rng.integers(-40, 40)), dt
+    z = int(rng.integers(0, 256)) if dt == "uint8" else int(rng.integers(-40, 40))
+    return float(rng.random() * 0.1 + 1e-3), z, dt
 
 
 def _x(rng, shape, q):
@@ -116,7 +117,8 @@ def test_avgpool(requant):
         (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
             x, geo["kernel_size"], geo["strides"], geo["padding"], geo["dilation"], geo["ceil_mode"])
         inc = bool(geo["count_include_pad"])
-        if not (window_counts(9, oh, kh, sh, t, b, dh, inc).all() and window_counts(11, ow, kw, sw, l, r, dw, inc).all()):
+        if not (window_counts(9, oh, kh, sh, t, b, dh, inc).all()
+                and window_counts(11, ow, kw, sw, l, r, dw, inc).all()):
             with pytest.raises(ValueError, match="empty window"):   # a window of padding alone: numpy only
                 fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
             continue

@@ -162,7 +162,8 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
             for (int v = 0; v < NV; v++)
                 part[r][v] = k0 == 0 ? acc[r][v] : _mm512_add_ps(part[r][v], acc[r][v]);
     }
-    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp), rcp = _mm512_set1_ps(d->out_rcp);
+    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp);
+    const __m512 rcp = _mm512_set1_ps(d->out_rcp);
     const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
     const __m512i off = _mm512_set1_epi32((int)d->out_off);
     for (int v = 0; v < NV; v++) {

@@ -182,7 +182,8 @@ class _Prepared:
         d.in_codes, d.out_codes = int(codes_in), int(codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
-        out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else target_buffer(out, x4.shape[0] * oh * ow * d.o)
+        size = x4.shape[0] * oh * ow * d.o
+        out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else target_buffer(out, size)
         if fused is not None:                               # (prm, slot, other): a Sum2D on this output
             if self.depthwise:
                 raise ValueError("a Sum2D fuses into a GEMM conv only")

@@ -119,7 +119,8 @@ def prepare_concat(layer: Int8Concat) -> Optional[Callable]:
                 lib.i8_lookup(ctypes.byref(d), src.ctypes.data, y.ctypes.data, nthreads)
             return 1
         call.keep = (descs, srcs, y, tables)
-        call.native = [(0, fn, ctypes.addressof(d), src.ctypes.data, y.ctypes.data, 0, 0) for d, src in zip(descs, srcs)]
+        call.native = [(0, fn, ctypes.addressof(d), src.ctypes.data, y.ctypes.data, 0, 0)
+                       for d, src in zip(descs, srcs)]
         return call, y.reshape(shape)
     return mark_staged(stage, layer, layer.ins)
 
