@@ -126,3 +126,25 @@ def test_avgpool(requant):
         np.testing.assert_array_equal(_decode(out, qo), pool.apply(xq)[0])
         checked += 1
     assert checked >= 16
+
+
+@pytest.mark.parametrize("dt_in,dt_out", [("int8", "int8"), ("uint8", "uint8"), ("uint8", "int8")])
+def test_resize_nearest(dt_in, dt_out):
+    from onnx_mrvl.sim.int8_table_native import prepare_resize
+    rng = np.random.default_rng(len(dt_in) * 7 + len(dt_out))
+    qi = _q(rng, dt_in)
+    qo = qi if dt_in == dt_out else _q(rng, dt_out)
+    params = dict(in_scale=qi[0], in_zero_point=qi[1], in_dtype=dt_in, out_scale=qo[0], out_zero_point=qo[1],
+                  out_dtype=dt_out)
+    for scales in ([2, 2], [1, 3], [3, 1]):
+        pool = int8.Int8Pool("Resize", params, {"scales": scales})
+        fn = prepare_resize(pool)
+        x = _x(rng, (2, 5, 7, 19), qi)
+        want, _ = pool.apply(x)
+        got, ok = fn(x)
+        assert ok and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        xq = int8.fake_quant(x, *qi)
+        out = np.zeros(want.shape, np.float32)
+        fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
+        np.testing.assert_array_equal(_decode(out, qo), pool.apply(xq)[0])

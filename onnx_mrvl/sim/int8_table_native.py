@@ -1,5 +1,5 @@
-"""Native int8 Lookup and channel Concat (``_native_int8.c`` ``i8_lookup``), bit-exact with
-int8_lookup.py / int8_concat.py.
+"""Native int8 Lookup, channel Concat and nearest Resize (``_native_int8.c`` ``i8_lookup``),
+bit-exact with int8_lookup.py / int8_concat.py / int8.py.
 
 Both map an input code to an output code: a Lookup by its table, each Concat input by its
 requantization ``Q_out(DQ_in(q))`` (a function of the code alone). So both are a gather from a
@@ -127,3 +127,48 @@ def prepare_concat(layer: Int8Concat) -> Optional[Callable]:
 
 def _address_of(cfn) -> int:
     return ctypes.cast(cfn, ctypes.c_void_p).value
+
+
+def prepare_resize(pool) -> Optional[Callable]:
+    """The native ``apply`` of an int8 nearest Resize (``Int8Pool`` kind "Resize", integer
+    scales): each input code's output code (``Q_out(DQ_in(q))``, the numpy layer's formula on
+    the 256 codes) by ``i8_lookup`` into a byte buffer, then replicated ``sh`` x ``sw`` times (as
+    bytes, or as their values)."""
+    lib = int8_native.lib()
+    if lib is None or pool.kind != "Resize":
+        return None
+    sh, sw = (int(s) for s in pool.geometry.get("scales", (0, 0)))
+    if sh < 1 or sw < 1:
+        return None                                     # numpy's error
+    values, codes = _tables(_requant_table(pool.in_q, pool.out_q), pool.out_q)
+    _check_codes(values, codes, pool.out_q)
+    prm = np.array(int8_native.qparams(pool.in_q), F32)
+    byte_values = np.zeros(256, F32)                    # the value of each output byte
+    byte_values[codes[0]] = values[0]
+    fn = lib.i8_lookup
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+        if x.ndim != 4 or x.size == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an int8 Resize of codes needs a non-empty NHWC tensor")
+            return None, pool.apply(x)                  # its error
+        n, h, w, c = x.shape
+        shape = (n, h * sh, w * sw, c)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        src = source_buffer(x, codes_in[0])
+        y = native.empty(shape) if out is None else target_buffer(out, n * h * sh * w * sw * c)
+        small = np.empty(x.size, np.uint8)
+        d = LkDesc(x.size // c, c, c, 0, 0, int(codes_in[0]), 1, prm.ctypes.data, values.ctypes.data,
+                   codes.ctypes.data)
+        grid = (n, h, sh, w, sw, c)
+        dst = y.reshape(-1).view(np.uint8)[:y.size].reshape(grid) if codes_out else y.reshape(grid)
+
+        def call() -> int:
+            lib.i8_lookup(ctypes.byref(d), src.ctypes.data, small.ctypes.data, parallel.workers())
+            b = small.reshape(n, h, 1, w, 1, c)
+            dst[...] = b if codes_out else byte_values[b]
+            return 1
+        call.keep = (d, src, y, small, prm, values, codes)
+        return call, y.reshape(shape)
+    return mark_staged(stage, pool, [pool.in_q])
