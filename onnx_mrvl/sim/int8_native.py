@@ -305,11 +305,11 @@ def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
 def prepare(layer: Int8Layer) -> Optional[Callable]:
     """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then).
     A float-path Conv2D (int8_float_conv.py) gets the fp32 kernel of int8_float_native.py."""
-    if lib() is None:
-        return None
     if getattr(layer, "float_path", False):     # onnxruntime's float Conv: its own kernel, never the VNNI one
         from .int8_float_native import prepare_float
         return prepare_float(layer)
+    if lib() is None:
+        return None
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
         o = layer.o
