@@ -108,7 +108,8 @@ def test_avgpool(requant):
         pool = int8.Int8Pool("Avgpool2D", params, geo)
         fn = prepare_avgpool(pool)
         x = _x(rng, (2, 9, 11, int(rng.integers(1, 40))), qi)
-        want, _ = pool.apply(x)
+        with np.errstate(invalid="ignore"):              # numpy's 0 / 0 of a window of padding alone
+            want, _ = pool.apply(x)
         got, ok = fn(x)
         assert ok and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
