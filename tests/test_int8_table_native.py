@@ -110,7 +110,7 @@ def test_avgpool(requant):
         x = _x(rng, (2, 9, 11, int(rng.integers(1, 40))), qi)
         with np.errstate(invalid="ignore"):              # numpy's 0 / 0 of a window of padding alone
             want, _ = pool.apply(x)
-        got, ok = fn(x)
+            got, ok = fn(x)
         assert ok and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
         xq = int8.fake_quant(x, *qi)
