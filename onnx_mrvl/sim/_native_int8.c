@@ -320,11 +320,17 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
                           {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
     __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
+    /* both loops fully unrolled (constant trip counts, rows past ``rows`` skipped): the
+     * accumulators are read from registers, not spilled to the stack and reloaded */
+#pragma GCC unroll 4
     for (int v = 0; v < NV; v++) {
         __m512 mv = _mm512_loadu_ps(mult + v * 16);
         long left = ncols - v * 16;
         __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
-        for (int r = 0; r < rows; r++) {
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows)
+                break;
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
             if (fz) {                /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
                 f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -779,4 +785,169 @@ void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nth
     long parts = nthreads > 1 && n >= (1L << 16) ? 2L * nthreads : 1;
     fqjob j = {x, out, prm, n, ((n + parts - 1) / parts + 15) & ~15L};
     run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
+}
+
+/* ------------------------------------------------------------------ table lookup
+ * out[r, o_off + c] = table[c or 0][u] for x [rows][c]: u = q_x + off = q_x - lo, the byte of the
+ * input code (read from codes, or quantized as every int8 layer does). The int8 Lookup, and each
+ * input of an int8 Concat along the channels (its requantization is a function of the code).
+ * ``values``: the dequantized outputs, ``codes``: the output bytes q_y + off, as int32. */
+typedef struct {
+    long rows, c, ldo, o_off, per_channel, in_codes, out_codes;
+    const float *prm;                      /* the input's quantization (i8_add's 8 floats) */
+    const float *values;                   /* [per_channel ? c : 1][256] */
+    const int32_t *codes;                  /* [per_channel ? c : 1][256] */
+} lkdesc;
+
+typedef struct { const lkdesc *d; const void *x; void *out; long step; } lkjob;
+
+static void lookup_part(void *arg, long p) {
+    const lkjob *j = arg;
+    const lkdesc *d = j->d;
+    long r0 = p * j->step, r1 = r0 + j->step < d->rows ? r0 + j->step : d->rows;
+    qconst q = qconst_of(d->prm);
+    const __m512i lane256 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(256));
+    for (long r = r0; r < r1; r++) {
+        for (long c0 = 0; c0 < d->c; c0 += 16) {
+            long left = d->c - c0;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            long i = r * d->c + c0;
+            __m512i idx;
+            if (d->in_codes)
+                idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)j->x + i));
+            else
+                idx = _mm512_cvtps_epi32(_mm512_add_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)j->x + i), &q), q.off));
+            if (d->per_channel)
+                idx = _mm512_add_epi32(idx, _mm512_add_epi32(lane256, _mm512_set1_epi32((int)(c0 * 256))));
+            long o = r * d->ldo + d->o_off + c0;
+            if (d->out_codes)
+                store_u8((uint8_t *)j->out + o, m,
+                         _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, d->codes, 4));
+            else
+                _mm512_mask_storeu_ps((float *)j->out + o, m,
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, d->values, 4));
+        }
+    }
+}
+
+int i8_lookup(const lkdesc *d, const void *x, void *out, int nthreads) {
+    if (d->rows <= 0 || d->c <= 0)
+        return 1;
+    long parts = d->rows * d->c >= (1L << 15) ? 2L * nthreads : 1;
+    if (parts > d->rows)
+        parts = d->rows > 0 ? d->rows : 1;
+    lkjob j = {d, x, out, (d->rows + parts - 1) / parts};
+    run(lookup_part, &j, (d->rows + j.step - 1) / j.step, nthreads);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ average pool
+ * int8 Avgpool2D (sim/int8.py Int8Pool): v = fp32(s_x (q_x - z_x)) per input element (one pass
+ * into a float scratch), the window sum in fp32 in window order (rows, then columns; taps
+ * outside the input add exact zeros: skipped), / div[oy, ox] in fp32, then QuantizeLinear
+ * (requant "float") or QLinearAveragePool's rne(fp32(fp32(avg / s_y) + z_y + shift)) - shift
+ * (shift 128 for int8 output, "qlinear"), clamped; out as float or bytes. */
+typedef struct {
+    long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    long in_codes, out_codes, qlinear;
+    const float *in_prm, *out_prm;         /* i8_add's 8 floats of each quantization */
+    const float *div;                      /* [oh][ow] window counts */
+} apdesc;
+
+typedef struct { const apdesc *d; const void *x; float *v; void *out; long total, step, rows, rstep; } apjob;
+
+static void ap_deq_part(void *arg, long p) {
+    const apjob *j = arg;
+    qconst q = qconst_of(j->d->in_prm);
+    long i0 = p * j->step, i1 = i0 + j->step < j->total ? i0 + j->step : j->total;
+    for (long i = i0; i < i1; i += 16) {
+        __mmask16 m = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+        __m512 qz;
+        if (j->d->in_codes)
+            qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)j->x + i)),
+                                                     q.offz));
+        else
+            qz = _mm512_sub_ps(quant_c(_mm512_maskz_loadu_ps(m, (const float *)j->x + i), &q), q.z);
+        _mm512_mask_storeu_ps(j->v + i, m, _mm512_mul_ps(q.s, qz));
+    }
+}
+
+static void ap_pool_part(void *arg, long p) {
+    const apjob *j = arg;
+    const apdesc *d = j->d;
+    qconst qo = qconst_of(d->out_prm);
+    float shift = d->qlinear && d->out_prm[6] != 0.0f ? 128.0f : 0.0f;   /* int8 output: the uint8 domain */
+    __m512 zs = _mm512_set1_ps(d->out_prm[3] + shift), sh = _mm512_set1_ps(shift);
+    long r0 = p * j->rstep, r1 = r0 + j->rstep < j->rows ? r0 + j->rstep : j->rows;
+    for (long r = r0; r < r1; r++) {
+        long b = r / d->oh, oy = r % d->oh;
+        for (long ox = 0; ox < d->ow; ox++) {
+            __m512 dv = _mm512_set1_ps(d->div[oy * d->ow + ox]);
+            for (long c0 = 0; c0 < d->c; c0 += 16) {
+                __mmask16 m = d->c - c0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (d->c - c0)) - 1);
+                __m512 acc = _mm512_setzero_ps();
+                for (long i = 0; i < d->kh; i++) {
+                    long iy = oy * d->sh + i * d->dh - d->pt;
+                    if (iy < 0 || iy >= d->h)
+                        continue;
+                    for (long k = 0; k < d->kw; k++) {
+                        long ix = ox * d->sw + k * d->dw - d->pl;
+                        if (ix < 0 || ix >= d->w)
+                            continue;
+                        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, j->v + ((b * d->h + iy) * d->w + ix) * d->c + c0));
+                    }
+                }
+                __m512 avg = _mm512_div_ps(acc, dv), q;
+                if (d->qlinear) {
+                    __m512 t = _mm512_add_ps(_mm512_div_ps(avg, qo.s), zs);
+                    q = _mm512_sub_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), sh);
+                    q = _mm512_min_ps(_mm512_max_ps(q, qo.lo), qo.hi);
+                } else
+                    q = quant_c(avg, &qo);
+                long o = ((b * d->oh + oy) * d->ow + ox) * d->c + c0;
+                if (d->out_codes)
+                    store_u8((uint8_t *)j->out + o, m, _mm512_cvtps_epi32(_mm512_add_ps(q, qo.off)));
+                else
+                    _mm512_mask_storeu_ps((float *)j->out + o, m, _mm512_mul_ps(_mm512_sub_ps(q, qo.z), qo.s));
+            }
+        }
+    }
+}
+
+int i8_avgpool(const apdesc *d, const void *x, void *out, int nthreads) {
+    long total = d->n * d->h * d->w * d->c, rows = d->n * d->oh;
+    if (total <= 0 || rows <= 0 || d->ow <= 0)
+        return 1;
+    float *v = (float *)get_scratch(sizeof(float) * (size_t)total);
+    if (!v)
+        return 0;
+    long parts = total >= (1L << 15) ? 2L * nthreads : 1;
+    apjob j = {d, x, v, out, total, (((total + parts - 1) / parts) + 15) & ~15L, rows, 0};
+    run(ap_deq_part, &j, (total + j.step - 1) / j.step, nthreads);
+    long rp = rows < 4L * nthreads ? rows : 4L * nthreads;
+    j.rstep = (rows + rp - 1) / rp;
+    run(ap_pool_part, &j, (rows + j.rstep - 1) / j.rstep, nthreads);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ a run of bound calls
+ * The static plan's consecutive int8 steps in one call (sim/int8_plan.py batch_records): per
+ * record {kind, fn, a0, a1, a2, n, prm}: kind 0 an ``int fn(desc, x, out, nthreads)`` kernel (conv,
+ * depthwise, pools, the float-path conv), 1 ``i8_add``-style ``fn(a, b, out, n, prm, nthreads)``,
+ * 2 nothing (a Sum2D its conv computed). Returns the index of the first call that failed (out of
+ * memory) or -1. */
+typedef struct { long kind; void *fn, *a0, *a1, *a2; long n; const float *prm; } i8call;
+typedef int (*kernel_fn)(const void *, const void *, void *, int);
+typedef void (*add_fn)(const void *, const void *, void *, long, const float *, int);
+
+long i8_run_calls(const i8call *c, long count, int nthreads) {
+    for (long i = 0; i < count; i++) {
+        if (c[i].kind == 0) {
+            if (!((kernel_fn)c[i].fn)(c[i].a0, c[i].a1, c[i].a2, nthreads))
+                return i;
+        } else if (c[i].kind == 1)
+            ((add_fn)c[i].fn)(c[i].a0, c[i].a1, c[i].a2, c[i].n, c[i].prm, nthreads);
+    }
+    return -1;
 }

@@ -234,7 +234,9 @@ def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
     from .int8_native import prepare_pool   # the native kernels (same results), when built
-    return prepare_pool(pool) or pool.apply
+    from .int8_pool_native import prepare_avgpool
+    from .int8_table_native import prepare_resize
+    return prepare_pool(pool) or prepare_avgpool(pool) or prepare_resize(pool) or pool.apply
 
 
 class Int8Add:

@@ -30,6 +30,8 @@ class Int8Concat:
 
 def build_concat(spec, n_inputs: int):
     try:
-        return Int8Concat(spec.params, int(spec.param("axis", required=True)), n_inputs).apply
+        layer = Int8Concat(spec.params, int(spec.param("axis", required=True)), n_inputs)
+        from .int8_table_native import prepare_concat   # the native gather (same results), when built
+        return prepare_concat(layer) or layer.apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None

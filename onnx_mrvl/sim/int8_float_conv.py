@@ -12,7 +12,7 @@ in principle, never seen). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped 
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -51,6 +51,8 @@ def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.n
 
 
 class FloatPathConv2D(Int8Conv2D):
+    float_path = True    # int8_native.prepare: the fp32 kernel (int8_float_native.py), not the VNNI one
+
     def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
                  activation="none", activation_params=None, bias_scale=None):
         super().__init__(kernel, bias, weight_scale, params, strides, padding, dilation, groups,
@@ -67,7 +69,9 @@ class FloatPathConv2D(Int8Conv2D):
         else:
             self.bd = np.zeros(o, F32)
 
-    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+    def sums(self, x: np.ndarray, stride_k: Optional[int] = None) -> np.ndarray:
+        """y = fp32(conv + bias) [N, OH, OW, O], before the output quantization (``stride_k``:
+        MLAS's K block, ``mlas_stride_k`` unless given)."""
         n, h, w, c = x.shape
         if c != self.ig * self.groups:
             raise ValueError(f"input has {c} channels, the kernel takes {self.ig} x {self.groups} groups")
@@ -83,9 +87,12 @@ class FloatPathConv2D(Int8Conv2D):
         y = np.empty((n * oh * ow, self.o), F32)
         for gi in range(self.groups):
             cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n * oh * ow, self.ig * self.kh * self.kw)
-            y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og],
-                                                    mlas_stride_k(oh * ow, cols.shape[1]))
-        y = (y + self.bd).astype(F32)
+            sk = mlas_stride_k(oh * ow, cols.shape[1]) if stride_k is None else stride_k
+            y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og], sk)
+        return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        y = self.sums(x)
         so, zo, _ = self.out_q
         q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)   # Relu/Clip: clamps of q
-        return ((q - zo).astype(F32) * F32(so)).astype(F32).reshape(n, oh, ow, self.o), True
+        return ((q - zo).astype(F32) * F32(so)).astype(F32), True

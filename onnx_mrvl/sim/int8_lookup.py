@@ -44,6 +44,8 @@ def build_lookup(spec, n_inputs: int = 1):
     if n_inputs != 1:
         raise spec.error(f"a Lookup takes one input, the layer lists {n_inputs}")
     try:
-        return Int8Lookup(spec.weight("table", required=True), spec.params).apply
+        layer = Int8Lookup(spec.weight("table", required=True), spec.params)
+        from .int8_table_native import prepare_lookup   # the native gather (same results), when built
+        return prepare_lookup(layer) or layer.apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None

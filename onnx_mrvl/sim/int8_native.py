@@ -82,6 +82,12 @@ def lib():
             so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
             so.i8_fake_quant.restype = None
             so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+            so.i8_avgpool.restype = ctypes.c_int
+            so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            so.i8_lookup.restype = ctypes.c_int
+            so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            so.i8_run_calls.restype = ctypes.c_long
+            so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
             so.i8_set_runner.restype = None
             so.i8_set_runner.argtypes = [ctypes.c_void_p]
             so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
@@ -115,7 +121,7 @@ class _Prepared:
         (d.kh, d.kw, d.sh, d.sw, d.dh, d.dw, d.pt, d.pl) = geometry
         d.groups, d.og, d.o, d.k = groups, og, o, k
         d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
-        d.out_zp, d.out_off = z_y, _offset(layer.out_q)
+        d.out_zp, d.out_off = z_y, code_offset(layer.out_q)
         d.in_scale, d.out_scale = F32(s_x), F32(s_y)
         with np.errstate(over="ignore", divide="ignore"):
             rcp = F32(1) / F32(s_x)
@@ -177,7 +183,8 @@ class _Prepared:
         d.in_codes, d.out_codes = int(codes_in), int(codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
-        out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else _target(out, x4.shape[0] * oh * ow * d.o)
+        size = x4.shape[0] * oh * ow * d.o
+        out = native.empty((x4.shape[0], oh, ow, d.o)) if out is None else target_buffer(out, size)
         if fused is not None:                               # (prm, slot, other): a Sum2D on this output
             if self.depthwise:
                 raise ValueError("a Sum2D fuses into a GEMM conv only")
@@ -185,35 +192,41 @@ class _Prepared:
             if other.size != out.size or not other.flags.c_contiguous:
                 raise ValueError("the fused Sum2D's operand does not match the conv output")
             d.add_prm, d.add_slot, d.add_other = prm.ctypes.data, slot, other.ctypes.data
-        return _call(self.fn, (ctypes.byref(d), x4.ctypes.data, out.ctypes.data), (d, x4, out, self, fused)), out
+        return keep_call(self.fn, (ctypes.byref(d), x4.ctypes.data, out.ctypes.data), (d, x4, out, self, fused)), out
 
 
-def _call(fn, args, keep) -> Callable[[], int]:
+def keep_call(fn, args, keep) -> Callable[[], int]:
     """``fn(*args, workers)``; ``keep``: what the arguments point into, alive as long as the call."""
     def call() -> int:
         return fn(*args, parallel.workers())
     call.keep = keep
+    call.native = (0, ctypes.cast(fn, ctypes.c_void_p).value, *[_address(a) for a in args], 0, 0)
     return call
 
 
-def _done(call) -> None:
+def _address(arg) -> int:
+    """The address a ctypes argument (an int, or ``byref`` of a structure) passes."""
+    return arg if isinstance(arg, int) else ctypes.addressof(arg._obj) + getattr(arg, "_offset", 0)
+
+
+def run_checked(call) -> None:
     if not call():
         raise MrvlRuntimeError("the native int8 kernel could not allocate its scratch buffer",
                                hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
 
 
-def _offset(q) -> int:
+def code_offset(q) -> int:
     """The byte of code q is q + 128 for int8, q for uint8 (both unsigned, as VNNI reads them)."""
     return 128 if q[2] == "int8" else 0
 
 
-def _target(out: np.ndarray, size: int) -> np.ndarray:
+def target_buffer(out: np.ndarray, size: int) -> np.ndarray:
     if out.dtype != F32 or not out.flags.c_contiguous or out.size != size:
         raise ValueError(f"output buffer {out.dtype} {list(out.shape)} for {size} float32 values")
     return out
 
 
-def _source(x: np.ndarray, codes: bool) -> np.ndarray:
+def source_buffer(x: np.ndarray, codes: bool) -> np.ndarray:
     if codes:                                                # an arena view: C-contiguous, its bytes the codes
         if not x.flags.c_contiguous:
             raise ValueError("int8 codes in a non-contiguous buffer")
@@ -221,7 +234,7 @@ def _source(x: np.ndarray, codes: bool) -> np.ndarray:
     return np.ascontiguousarray(x, F32)
 
 
-def _mark(stage: Callable, layer, in_quants) -> Callable:
+def mark_staged(stage: Callable, layer, in_quants) -> Callable:
     """The ``apply`` of a staged kernel. ``stage(*xs, out=, codes_in=, codes_out=)`` returns
     ``(call, y)`` (``call`` None: y is already the result, the numpy path's). Its attributes, read
     by the static plan: ``writes_into`` (takes ``out=``), ``int8_io`` (the input and output
@@ -232,7 +245,7 @@ def _mark(stage: Callable, layer, in_quants) -> Callable:
         call, y = stage(*xs, out=out, codes_in=codes_in or (False,) * len(xs), codes_out=codes_out)
         if call is None:
             return y
-        _done(call)
+        run_checked(call)
         return y, True
 
     def bind(*xs, out: np.ndarray, codes_in, codes_out: bool) -> Optional[Callable[[], int]]:
@@ -261,9 +274,9 @@ def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
             if out is not None:
                 np.copyto(out, y)
             return None, (y, ok)
-        call, y = prep.stage(_source(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out, fused)
+        call, y = prep.stage(source_buffer(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out, fused)
         return call, y.reshape(n, oh, ow, -1)
-    apply = _mark(stage, layer, [layer.in_q])
+    apply = mark_staged(stage, layer, [layer.in_q])
     if not prep.depthwise:
         def bind_fused(x, *, out, codes_in, add_prm, slot, other):
             """The call of this conv followed by a Sum2D reading only its output (static plan):
@@ -284,14 +297,18 @@ def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
             if codes_in[0] or codes_out:
                 raise ValueError("an empty int8 tensor in codes")
             return None, layer.apply(x)
-        x4 = _source(x, codes_in[0]).reshape(x.shape[0], 1, 1, k)
+        x4 = source_buffer(x, codes_in[0]).reshape(x.shape[0], 1, 1, k)
         call, y = prep.stage(x4, 1, 1, out, codes_in[0], codes_out)
         return call, y.reshape(x.shape[0], -1)
-    return _mark(stage, layer, [layer.in_q])
+    return mark_staged(stage, layer, [layer.in_q])
 
 
 def prepare(layer: Int8Layer) -> Optional[Callable]:
-    """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then)."""
+    """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then).
+    A float-path Conv2D (int8_float_conv.py) gets the fp32 kernel of int8_float_native.py."""
+    if getattr(layer, "float_path", False):     # onnxruntime's float Conv: its own kernel, never the VNNI one
+        from .int8_float_native import prepare_float
+        return prepare_float(layer)
     if lib() is None:
         return None
     if isinstance(layer, Int8Conv2D):
@@ -304,14 +321,14 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
     return None
 
 
-def _qparams(q, lo=None, hi=None):
+def qparams(q, lo=None, hi=None):
     """[s, 1/s, exact, z, lo, hi, byte offset, codes] of a quantization (s, z, dtype) for ``i8_add``."""
     s, z, dt = q
     with np.errstate(over="ignore", divide="ignore"):
         rcp = F32(1) / F32(s)
     exact = not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny)
     qlo, qhi = QRANGE[dt]
-    return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, _offset(q), 0]
+    return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, code_offset(q), 0]
 
 
 def _qladd(layer: Int8Add):
@@ -328,7 +345,7 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
     if lib() is None or layer.operand is not None:
         return None
-    base = np.array(_qparams(layer.a) + _qparams(layer.b) + _qparams(layer.c, layer.lo, layer.hi), F32)
+    base = np.array(qparams(layer.a) + qparams(layer.b) + qparams(layer.c, layer.lo, layer.hi), F32)
     fn = _lib.i8_add
     base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
 
@@ -337,10 +354,10 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
             if any(codes_in) or codes_out:
                 raise ValueError("int8 add of codes needs two tensors of one shape")
             return None, layer.apply(xa, xb)                 # its error
-        a, b = _source(xa, codes_in[0]), _source(xb, codes_in[1])
+        a, b = source_buffer(xa, codes_in[0]), source_buffer(xb, codes_in[1])
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
-        out = native.empty(a.shape) if out is None else _target(out, a.size).reshape(a.shape)
+        out = native.empty(a.shape) if out is None else target_buffer(out, a.size).reshape(a.shape)
         prm = base
         if any(codes_in) or codes_out:
             prm = base.copy()
@@ -349,8 +366,11 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
         def call() -> int:
             fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
             return 1
+        call.keep = (a, b, out, prm)
+        call.native = (1, ctypes.cast(fn, ctypes.c_void_p).value, a.ctypes.data, b.ctypes.data, out.ctypes.data,
+                       a.size, prm.ctypes.data)
         return call, out
-    apply = _mark(stage, layer, [layer.a, layer.b])
+    apply = mark_staged(stage, layer, [layer.a, layer.b])
     apply.add_prm = base                                     # for a conv that fuses this Sum2D
     return apply
 
@@ -362,9 +382,9 @@ def _quant_fields(d: Desc, in_q, out_q) -> None:
     with np.errstate(over="ignore", divide="ignore"):
         rx, ry = F32(1) / F32(s_x), F32(1) / F32(s_y)
     d.in_scale, d.in_rcp, d.in_exact = F32(s_x), rx, int(not (np.isfinite(rx) and rx >= np.finfo(F32).tiny))
-    d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], _offset(in_q)
+    d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], code_offset(in_q)
     d.out_scale, d.out_rcp, d.out_exact = F32(s_y), ry, int(not (np.isfinite(ry) and ry >= np.finfo(F32).tiny))
-    d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], _offset(out_q)
+    d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], code_offset(out_q)
 
 
 def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
@@ -398,10 +418,10 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
         shape = (n, d.oh, d.ow, c)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
-        out = native.empty(shape) if out is None else _target(out, n * d.oh * d.ow * c)
-        src = _source(x, codes_in[0])
-        return _call(fn, (ctypes.byref(d), src.ctypes.data, out.ctypes.data), (d, m, src, out)), out.reshape(shape)
-    return _mark(stage, pool, [pool.in_q])
+        out = native.empty(shape) if out is None else target_buffer(out, n * d.oh * d.ow * c)
+        src = source_buffer(x, codes_in[0])
+        return keep_call(fn, (ctypes.byref(d), src.ctypes.data, out.ctypes.data), (d, m, src, out)), out.reshape(shape)
+    return mark_staged(stage, pool, [pool.in_q])
 
 
 def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
@@ -410,5 +430,5 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
         out[...] = fake_quant(a, *q)
         return
     a = np.ascontiguousarray(a, F32)
-    prm = np.array(_qparams(q)[:6], F32)
+    prm = np.array(qparams(q)[:6], F32)
     _lib.i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())

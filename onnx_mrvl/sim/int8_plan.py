@@ -74,3 +74,25 @@ def _fuse_residuals(entries: Sequence, coded: Set[int], readers) -> int:
 def _done_already() -> int:
     """The bound call of a step another step's call already computed (a fused int8 Sum2D)."""
     return 1
+
+
+_done_already.native = (2, 0, 0, 0, 0, 0, 0)
+
+
+def batchable(e) -> bool:
+    """A bound native call that ``batch_records`` can take (``native``: its C function and arguments)."""
+    return e.bound is not None and getattr(e.bound, "native", None) is not None
+
+
+def batch_records(entries: Sequence) -> Tuple[np.ndarray, List[int]]:
+    """The ``i8call`` records (_native_int8.c ``i8_run_calls``) of consecutive bound int8 steps,
+    and the entry of each record: one C call runs them all, instead of a Python step and a ctypes
+    call each (~3 us a step, 5% of a MobileNetV2 run). The arguments are those of each step's
+    bound call (kept alive by it); a call of several kernels (a Concat) gives a list of records."""
+    rows, owners = [], []
+    for k, e in enumerate(entries):
+        native = e.bound.native
+        for rec in (native if isinstance(native, list) else [native]):
+            rows.append(rec)
+            owners.append(k)
+    return np.array(rows, np.int64).reshape(-1, 7), owners

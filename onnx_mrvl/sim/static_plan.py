@@ -23,9 +23,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import jit, native, plan_fusion
+from . import int8_native, jit, native, plan_fusion
+from ..errors import MrvlRuntimeError
 from .int8_native import fake_quant_into
-from .int8_plan import plan_int8
+from .int8_plan import batch_records, batchable, plan_int8
 from .kernels import FC, Conv2D, GEMV_ROWS
 from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
@@ -79,6 +80,7 @@ class StaticPlan:
         self.coded, self.int8_fused = plan_int8(self.entries, self.output_ids, self.aliases)
         self.dwpw_fused = plan_fusion.fuse(self.entries, self.dwpw, self.shapes)
         self._fuse_inputs()
+        self.int8_lib = int8_native.lib() if any(batchable(e) for e in self.entries) else None
         self._segment()
 
     # ---------------------------------------------------------------- memory
@@ -299,17 +301,30 @@ class StaticPlan:
                         self.input_slots[e.input] = (recs, k)
                 self.segments.append(("native", list(run), recs, ok, recs.ctypes.data, ok.ctypes.data, want, clean))
                 run.clear()
+        bound: List[_Entry] = []
+
+        def close_bound():                              # bound int8 calls: one i8_run_calls each stretch
+            if bound:
+                recs, owners = batch_records(bound)
+                self.segments.append(("bound", list(bound), recs, recs.ctypes.data, len(recs), owners))
+                bound.clear()
         for e in self.entries:
             if e.rec is None and e.py is None and run:  # an aliasing reshape inside a native stretch:
                 e.rec = (9,)                            # a no-op record, so the stretch stays one call
             if e.rec is not None:
+                close_bound()
                 run.append(e)
                 if e.post is not None:
                     close()
+            elif e.py is not None and self.int8_lib is not None and batchable(e):
+                close()
+                bound.append(e)
             else:
                 close()
+                close_bound()
                 self.segments.append(("python" if e.py is not None else "alias", [e]))
         close()
+        close_bound()
 
     @property
     def native_steps(self) -> int:
@@ -351,6 +366,11 @@ class StaticPlan:
                 input_overflow[pos] = _input_overflow(name)
         all_finite = all(finite.values())            # no inf / NaN anywhere yet: flags need no bookkeeping
         for seg in self.segments:
+            if seg[0] == "bound" and all_finite:        # int8 kernels: finite in, finite out
+                bad = self.int8_lib.i8_run_calls(seg[3], seg[4], nthreads)
+                if bad >= 0:
+                    _no_scratch(sim, seg[1][seg[5][bad]].step.spec)
+                continue
             if seg[0] == "native":
                 self.lib.run_steps(seg[4], len(seg[1]), seg[5], nthreads)
                 if all_finite and seg[7] and np.array_equal(seg[3] & seg[6], seg[6]):
@@ -359,7 +379,7 @@ class StaticPlan:
             for k, e in enumerate(seg[1]):
                 spec, _, ins, out, index, inner = e.step
                 conv_ok = True
-                if seg[0] == "python":
+                if seg[0] in ("python", "bound"):
                     _, ok = _python_step(sim, e)
                 elif seg[0] == "alias":
                     ok = True
@@ -391,16 +411,19 @@ class StaticPlan:
         return [np.array(self.views[int(o["tensor"])], dtype=F32, order="C", copy=True) for o in sim._outputs], overflow
 
 
+def _no_scratch(sim, spec):
+    raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer: the native int8 kernel could not "
+                           "allocate its scratch buffer", node=spec.name, origin=spec.origin,
+                           hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
+
+
 def _python_step(sim, e: _Entry):
     """A Python kernel on arena views; its result copied into its place (errors as layer by layer),
     or written there by a kernel that takes ``out=`` (``writes_into``: the native int8 kernels)."""
-    from ..errors import MrvlRuntimeError
     spec = e.step.spec
     if e.bound is not None:                             # a bound native int8 kernel (int8_native.py)
         if not e.bound():
-            raise MrvlRuntimeError(f"program {sim.name!r}: {spec.layer_name} layer: the native int8 kernel could not "
-                                   "allocate its scratch buffer", node=spec.name, origin=spec.origin,
-                                   hint="free memory, or set ONNX_MRVL_SIM_INT8_NATIVE=0 (numpy kernels)")
+            _no_scratch(sim, spec)
         return None, True
     into = getattr(e.py, "writes_into", False)          # a kernel that writes its output in place
     try:

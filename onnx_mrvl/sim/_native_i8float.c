@@ -1,0 +1,279 @@
+/* The float-path int8 Conv2D of the simulator (sim/int8_float_native.py; sim/int8_float_conv.py,
+ * docs/simulator.md "int8 layers"): onnxruntime's float Conv between DequantizeLinear and
+ * QuantizeLinear, summed as MLAS's SGEMM kernel sums it.
+ *
+ *   xd  = fp32((q_x - z_x) * s_x)          q_x = sat(rne(x / s_x) + z_x) (x / s_x in fp32; NaN -> min),
+ *                                          or the bytes q_x + off of a codes buffer
+ *   per output and K block [k0, k0 + stride_k): acc = fma(xd[k], w[k], acc) for k in order
+ *                                          (single-rounding fp32 FMAs, k = (input channel, kernel
+ *                                          row, kernel column) as im2col), the blocks' sums added
+ *                                          to the output in order (fp32)
+ *   y   = fp32(sum + bias); q = clamp(rne(fp32(y / s_y)) + z_y, lo, hi); out = fp32((q - z_y) * s_y)
+ *                                          (or the bytes q + off; or y itself: ``raw``)
+ *
+ * The input is dequantized once into a zero-padded float buffer (padding taps add fma(0, w, acc)
+ * = acc, as the numpy path's zero-padded im2col). Register tile: MR = 6 consecutive output pixels
+ * x up to 4 vectors of 16 output channels, the 24 accumulators in registers; a pixel's operand
+ * is a broadcast (GEMM: channels of one group) or, for a depthwise conv (one input and one output
+ * channel per group), a vector of 16 channels (the groups side by side: the same k order per lane).
+ * Parallel parts (output rows) run on the fp16 kernels' worker pool (mrvl_run_parts, handed in by
+ * f8_set_runner). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*part_fn)(void *arg, long part);
+typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
+static runner_fn runner = 0;
+
+void f8_set_runner(void *fn) { runner = (runner_fn)fn; }
+
+static void run(part_fn fn, void *arg, long parts, int nthreads) {
+    if (runner && parts > 1 && nthreads > 1)
+        runner(fn, arg, parts, nthreads);
+    else
+        for (long p = 0; p < parts; p++)
+            fn(arg, p);
+}
+
+#define MR 6
+
+typedef struct {
+    long n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, groups, ig, og, o;
+    long k, stride_k, ldw, depthwise;       /* K = ig * kh * kw; ldw: channels per group rounded to 64 */
+    long in_codes, in_zp, in_lo, in_hi, in_off;
+    long out_codes, out_zp, out_off;
+    long raw;                               /* store y = fp32(sum + bias) itself (the tests' view) */
+    long in_exact, out_exact;               /* always divide (1 / s not a normal float) */
+    float in_scale, out_scale, lo, hi;      /* lo, hi: the output codes' clamp (type range, activation) */
+    float in_rcp, out_rcp;                  /* fp32(1 / s) */
+    const float *wt;                        /* per group (depthwise: one) [ldw / 64][K][64]: panels of 64 channels */
+    const float *bias;                      /* GEMM: per group [ldw]; depthwise: [ldw] */
+} f8desc;
+
+static __thread float *scratch = 0;
+static __thread size_t scratch_cap = 0;
+
+static float *get_scratch(size_t bytes) {
+    if (bytes > scratch_cap) {
+        free(scratch);
+        size_t cap = (bytes + 4095) & ~(size_t)4095;
+        scratch = aligned_alloc(64, cap);
+        scratch_cap = scratch ? cap : 0;
+    }
+    return scratch;
+}
+
+static inline __mmask16 lanes(long left) {
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+}
+
+/* rne(x / s) as float, as _native_int8.c's rne_div: fp32(x * fp32(1 / s)) and fp32(x / s) round to
+ * the same integer unless the product lies within 0.0005 of a half-integer (below |x / s| = 1024;
+ * beyond, the code saturates either way); only then, or when 1 / s is not a normal float, is the
+ * vector divided */
+#define NEAR_TIE 0.4995f
+static inline __m512 rne_div(__m512 x, __m512 scale, __m512 rcp, long exact) {
+    __m512 y = _mm512_mul_ps(x, rcp);
+    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
+    if (near || exact)
+        r = _mm512_roundscale_ps(_mm512_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return r;
+}
+
+/* ------------------------------------------------------------------ dequantize + pad */
+typedef struct {
+    const f8desc *d;
+    const void *x;
+    float *xp;
+    long hp, wp, rows;
+} pjob;
+
+static void pad_part(void *arg, long p) {       /* one row of the padded buffer */
+    const pjob *j = arg;
+    const f8desc *d = j->d;
+    long b = p / j->hp, py = p % j->hp, iy = py - d->pt, c = d->c;
+    float *dst = j->xp + p * j->wp * c;
+    if (iy < 0 || iy >= d->h) {
+        memset(dst, 0, sizeof(float) * j->wp * c);
+        return;
+    }
+    long x0 = d->pl < j->wp ? d->pl : j->wp;                   /* padded columns before the input */
+    long x1 = d->pl + d->w < j->wp ? d->pl + d->w : j->wp;     /* end of the input columns used */
+    memset(dst, 0, sizeof(float) * x0 * c);
+    if (x1 < j->wp)
+        memset(dst + x1 * c, 0, sizeof(float) * (j->wp - x1) * c);
+    long count = (x1 - x0) * c, src0 = ((b * d->h + iy) * d->w) * c;
+    const __m512 s = _mm512_set1_ps(d->in_scale), z = _mm512_set1_ps((float)d->in_zp), rcp = _mm512_set1_ps(d->in_rcp);
+    const __m512 lo = _mm512_set1_ps((float)d->in_lo), hi = _mm512_set1_ps((float)d->in_hi);
+    const __m512i offz = _mm512_set1_epi32((int)(d->in_off + d->in_zp));
+    float *o = dst + x0 * c;
+    for (long i = 0; i < count; i += 16) {
+        __mmask16 m = lanes(count - i);
+        __m512 qz;
+        if (d->in_codes) {
+            __m512i u = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, (const uint8_t *)j->x + src0 + i));
+            qz = _mm512_cvtepi32_ps(_mm512_sub_epi32(u, offz));
+        } else {
+            __m512 v = _mm512_maskz_loadu_ps(m, (const float *)j->x + src0 + i);
+            __m512 r = rne_div(v, s, rcp, d->in_exact);
+            r = _mm512_max_ps(_mm512_add_ps(r, z), lo);          /* NaN in the first operand: lo */
+            qz = _mm512_sub_ps(_mm512_min_ps(r, hi), z);
+        }
+        _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(qz, s));
+    }
+}
+
+/* ------------------------------------------------------------------ tile */
+/* acc[r][v] chains of FMAs over k in [k0, k1); a pixel's operand: a broadcast (GEMM) or 16 channels */
+#define ROW(r)                                                                                     \
+    {                                                                                              \
+        const float *ar = xp + pix[r] + ko;                                                       \
+        __m512 a0 = DW ? _mm512_loadu_ps(ar) : _mm512_set1_ps(*ar);                                \
+        c##r##0 = _mm512_fmadd_ps(a0, b0, c##r##0);                                               \
+        if (NV > 1) c##r##1 = _mm512_fmadd_ps(DW ? _mm512_loadu_ps(ar + 16) : a0, b1, c##r##1);    \
+        if (NV > 2) c##r##2 = _mm512_fmadd_ps(DW ? _mm512_loadu_ps(ar + 32) : a0, b2, c##r##2);    \
+        if (NV > 3) c##r##3 = _mm512_fmadd_ps(DW ? _mm512_loadu_ps(ar + 48) : a0, b3, c##r##3);    \
+    }
+
+static inline __attribute__((always_inline)) void
+tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *pix, const long *koff,
+     const float *w, const float *bias, int rows, long ncols, void *out, long at) {
+    __m512 part[MR][4];
+    for (long k0 = 0; k0 < d->k; k0 += d->stride_k) {
+        long k1 = k0 + d->stride_k < d->k ? k0 + d->stride_k : d->k;
+        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00,
+               c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00,
+               c40 = c00, c41 = c00, c42 = c00, c43 = c00, c50 = c00, c51 = c00, c52 = c00, c53 = c00;
+        for (long k = k0; k < k1; k++) {
+            const float *bk = w + k * 64;
+            const long ko = koff[k];
+            __m512 b0 = _mm512_loadu_ps(bk), b1, b2, b3;
+            if (NV > 1) b1 = _mm512_loadu_ps(bk + 16);
+            if (NV > 2) b2 = _mm512_loadu_ps(bk + 32);
+            if (NV > 3) b3 = _mm512_loadu_ps(bk + 48);
+            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+        }
+        __m512 acc[MR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
+                             {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
+        for (int r = 0; r < rows; r++)
+            for (int v = 0; v < NV; v++)
+                part[r][v] = k0 == 0 ? acc[r][v] : _mm512_add_ps(part[r][v], acc[r][v]);
+    }
+    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp);
+    const __m512 rcp = _mm512_set1_ps(d->out_rcp);
+    const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
+    const __m512i off = _mm512_set1_epi32((int)d->out_off);
+    for (int v = 0; v < NV; v++) {
+        __m512 bv = _mm512_loadu_ps(bias + v * 16);
+        __mmask16 m = lanes(ncols - v * 16);
+        for (int r = 0; r < rows; r++) {
+            __m512 y = _mm512_add_ps(part[r][v], bv);
+            if (d->raw) {
+                _mm512_mask_storeu_ps((float *)out + at + r * d->o + v * 16, m, y);
+                continue;
+            }
+            __m512 q = rne_div(y, s, rcp, d->out_exact);
+            q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, z), lo), hi);
+            long i = at + r * d->o + v * 16;
+            if (d->out_codes) {
+                __m128i bytes = _mm512_cvtusepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), off));
+                _mm_mask_storeu_epi8((uint8_t *)out + i, m, bytes);
+            } else
+                _mm512_mask_storeu_ps((float *)out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, z), s));
+        }
+    }
+}
+#undef ROW
+
+static void tile_nv(int nv, int dw, const f8desc *d, const float *xp, const long *pix, const long *koff,
+                    const float *w, const float *bias, int rows, long ncols, void *out, long at) {
+#define T(NV, DW) tile(NV, DW, d, xp, pix, koff, w, bias, rows, ncols, out, at)
+    if (dw) {
+        switch (nv) {
+        case 4: T(4, 1); break;
+        case 3: T(3, 1); break;
+        case 2: T(2, 1); break;
+        default: T(1, 1); break;
+        }
+    } else {
+        switch (nv) {
+        case 4: T(4, 0); break;
+        case 3: T(3, 0); break;
+        case 2: T(2, 0); break;
+        default: T(1, 0); break;
+        }
+    }
+#undef T
+}
+
+/* ------------------------------------------------------------------ conv */
+typedef struct {
+    const f8desc *d;
+    const float *xp;
+    const long *koff;
+    void *out;
+    long wp, hp, gtiles;                   /* gtiles: tiles of MR pixels of the N x OH x OW outputs */
+} gjob;
+
+/* a tile is MR consecutive output pixels (m = (image, row, column) in order, across rows: only
+ * the last tile of the batch is short) x up to 64 channels of a group. A part is a chunk of MC
+ * tiles of one group, walked per 64-channel weight panel: the chunk's input pixels and the
+ * panel stay in the L2 cache. */
+#define MC 8
+static void conv_part(void *arg, long p) {
+    const gjob *j = arg;
+    const f8desc *d = j->d;
+    long nch = d->depthwise ? d->o : d->og, mtotal = d->n * d->oh * d->ow, hw = d->oh * d->ow;
+    long chunks = (j->gtiles + MC - 1) / MC, g = p / chunks, t0 = (p % chunks) * MC;
+    long t1 = t0 + MC < j->gtiles ? t0 + MC : j->gtiles;
+    const float *w = d->wt + (d->depthwise ? 0 : g * d->k * d->ldw);
+    const float *bias = d->bias + (d->depthwise ? 0 : g * d->ldw);
+    long pix[MC][MR];
+    for (long t = t0; t < t1; t++) {
+        long m0 = t * MR;
+        int rows = mtotal - m0 < MR ? (int)(mtotal - m0) : MR;
+        for (int i = 0; i < MR; i++) {          /* the rows past the last repeat it (not stored) */
+            long m = m0 + (i < rows ? i : rows - 1), b = m / hw, oy = (m % hw) / d->ow, ox = m % d->ow;
+            pix[t - t0][i] = ((b * j->hp + oy * d->sh) * j->wp + ox * d->sw) * d->c + (d->depthwise ? 0 : g * d->ig);
+        }
+    }
+    for (long c0 = 0; c0 < nch; c0 += 64) {
+        int nv = (int)((nch - c0 + 15) / 16);
+        if (nv > 4)
+            nv = 4;
+        for (long t = t0; t < t1; t++) {
+            long m0 = t * MR;
+            int rows = mtotal - m0 < MR ? (int)(mtotal - m0) : MR;
+            tile_nv(nv, (int)d->depthwise, d, j->xp + (d->depthwise ? c0 : 0), pix[t - t0], j->koff,
+                    w + c0 * d->k, bias + c0, rows, nch - c0, j->out, m0 * d->o + g * d->og + c0);
+        }
+    }
+}
+
+/* x [N, H, W, C] float (or bytes q + off), out [N, OH, OW, O] float (or bytes); 0: out of memory */
+int f8_conv(const f8desc *d, const void *x, void *out, int nthreads) {
+    long hp = (d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1, wp = (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1;
+    size_t floats = (size_t)(d->n * hp * wp * d->c) + 64;   /* + 64: a depthwise tile's last vector loads */
+    float *xp = get_scratch(sizeof(float) * floats);
+    long *koff = malloc(sizeof(long) * d->k);
+    if (!xp || !koff) {
+        free(koff);
+        return 0;
+    }
+    memset(xp + floats - 64, 0, 64 * sizeof(float));
+    long kk = d->kh * d->kw;
+    for (long k = 0; k < d->k; k++) {          /* k = (input channel, kernel row, kernel column) */
+        long ci = k / kk, ky = (k % kk) / d->kw, kx = k % d->kw;
+        koff[k] = (ky * d->dh * wp + kx * d->dw) * d->c + (d->depthwise ? 0 : ci);
+    }
+    pjob pj = {d, x, xp, hp, wp, d->n * hp};
+    run(pad_part, &pj, pj.rows, nthreads);
+    long gtiles = (d->n * d->oh * d->ow + MR - 1) / MR;
+    gjob gj = {d, xp, koff, out, wp, hp, gtiles};
+    run(conv_part, &gj, (d->depthwise ? 1 : d->groups) * ((gtiles + MC - 1) / MC), nthreads);
+    free(koff);
+    return 1;
+}

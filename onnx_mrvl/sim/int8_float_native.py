@@ -1,0 +1,171 @@
+"""Native kernel of the float-path int8 Conv2D (``_native_i8float.c``; int8_float_conv.py).
+
+The layer onnxruntime runs as a float Conv between DequantizeLinear and QuantizeLinear follows
+MLAS's SGEMM: per output a chain of single-rounding fp32 FMAs over k in im2col order, in K blocks
+of ``mlas_stride_k``. The numpy path (``FloatPathConv2D.apply``) emulates each FMA with a float64
+product and sum rounded to fp32, a Python loop over K; the C kernel uses the FMA instruction itself
+(the numpy emulation can round twice where the FMA rounds once: never seen, tests/test_int8_float_native.py).
+
+``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
+``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU without AVX-512 BW/VL; the build failed: ``why_disabled()``),
+and then the numpy ``apply`` runs. Like the VNNI kernels it reads and writes int8 codes buffers of
+the static plan (``int8_io``) and runs its parts on the fp16 kernels' worker pool.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import native
+from .int8 import QRANGE
+from .int8_float_conv import FloatPathConv2D, mlas_stride_k
+from .int8_native import (ENABLED, code_offset, keep_call, mark_staged, run_checked, source_buffer,
+                          target_buffer)
+
+log = logging.getLogger(__name__)
+F32 = np.float32
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_i8float.c")
+_lock = threading.Lock()
+_lib = None
+_tried = False
+_WHY = ""
+
+
+class FDesc(ctypes.Structure):
+    """``f8desc`` of _native_i8float.c."""
+    _fields_ = ([(k, ctypes.c_long) for k in (
+        "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
+        "k", "stride_k", "ldw", "depthwise", "in_codes", "in_zp", "in_lo", "in_hi", "in_off",
+        "out_codes", "out_zp", "out_off", "raw", "in_exact", "out_exact")]
+        + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo", "hi", "in_rcp", "out_rcp")]
+        + [(k, ctypes.c_void_p) for k in ("wt", "bias")])
+
+
+def _cpu_has_avx512bw() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line.split()
+                    return "avx512bw" in flags and "avx512vl" in flags
+    except OSError:
+        pass
+    return False
+
+
+def why_disabled() -> str:
+    return _WHY
+
+
+def lib():
+    """The loaded float-path kernel library or None (``why_disabled()`` says why)."""
+    global _lib, _tried, _WHY
+    if _tried:
+        return _lib
+    with _lock:
+        if _tried:
+            return _lib
+        try:
+            if not ENABLED:
+                raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
+            if not native.on():
+                raise RuntimeError(native.why_disabled() or "native kernels off")
+            if not _cpu_has_avx512bw():
+                raise RuntimeError("the CPU has no AVX-512 BW/VL")
+            so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+            so.f8_conv.restype = ctypes.c_int
+            so.f8_conv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            so.f8_set_runner.restype = None
+            so.f8_set_runner.argtypes = [ctypes.c_void_p]
+            so.f8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
+            _lib = so
+        except Exception as exc:                    # any failure: the numpy path
+            _WHY = f"native float-path int8 kernel unavailable: {exc}"
+            log.info("%s; using numpy", _WHY)
+        _tried = True
+        return _lib
+
+
+def _padded(a: np.ndarray, cols: int) -> np.ndarray:
+    """a [..., n] float32 zero-padded to [..., cols], 64-byte aligned."""
+    out = native.empty(a.shape[:-1] + (cols,))
+    out[...] = 0
+    out[..., :a.shape[-1]] = a
+    return out
+
+
+def _reciprocal(s: float):
+    """(fp32(1 / s), 1 when it is not a normal float: the kernel then always divides)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        rcp = F32(1) / F32(s)
+    return rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+
+
+def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
+    """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then)."""
+    if lib() is None:
+        return None
+    o, g, ig, kh, kw = layer.o, layer.groups, layer.ig, layer.kh, layer.kw
+    og, k = o // g, layer.ig * kh * kw
+    depthwise = ig == 1 and og == 1
+    nch = o if depthwise else og                    # channels side by side in a tile
+    ldw = -(-nch // 64) * 64
+    wg = layer.wd.reshape(k, 1 if depthwise else g, nch).transpose(1, 0, 2)       # [groups][K][nch]
+    w = _padded(np.ascontiguousarray(wg), ldw).reshape(-1, k, ldw // 64, 64).transpose(0, 2, 1, 3)
+    w = _padded(np.ascontiguousarray(w).reshape(-1), w.size)        # [groups][ldw / 64][K][64], aligned
+    bias = _padded(layer.bd.reshape(-1, nch), ldw)
+    d = FDesc()
+    d.kh, d.kw, (d.sh, d.sw), (d.dh, d.dw) = kh, kw, layer.strides, layer.dilation
+    d.pt, d.pl = layer.padding[0], layer.padding[1]
+    d.groups, d.ig, d.og, d.o, d.k, d.ldw, d.depthwise = g, ig, og, o, k, ldw, int(depthwise)
+    s_x, z_x, dt_x = layer.in_q
+    s_y, z_y, _ = layer.out_q
+    d.in_scale, d.in_zp, (d.in_lo, d.in_hi), d.in_off = F32(s_x), z_x, QRANGE[dt_x], code_offset(layer.in_q)
+    d.out_scale, d.out_zp, d.out_off = F32(s_y), z_y, code_offset(layer.out_q)
+    d.lo, d.hi = float(layer.lo), float(layer.hi)
+    d.in_rcp, d.in_exact = _reciprocal(s_x)
+    d.out_rcp, d.out_exact = _reciprocal(s_y)
+    d.wt, d.bias = w.ctypes.data, bias.ctypes.data
+    pt, pl, pb, pr = layer.padding
+    (sh, sw), (dh, dw) = layer.strides, layer.dilation
+    fn = _lib.f8_conv
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, raw=False):
+        n, h, wd, c = x.shape
+        if c != ig * g:
+            raise ValueError(f"input has {c} channels, the kernel takes {ig} x {g} groups")
+        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+        ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        if oh < 1 or ow < 1 or n == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an empty int8 tensor in codes")
+            y, ok = layer.apply(x)                   # the numpy path's handling of empty tensors
+            if out is not None:
+                np.copyto(out, y)
+            return None, (y, ok)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        dd = FDesc.from_buffer_copy(d)               # per call: thread safe
+        dd.n, dd.h, dd.w, dd.c, dd.oh, dd.ow = n, h, wd, c, oh, ow
+        dd.stride_k = mlas_stride_k(oh * ow, k)
+        dd.in_codes, dd.out_codes, dd.raw = int(codes_in[0]), int(codes_out), int(raw)
+        src = source_buffer(x, codes_in[0])
+        y = native.empty((n, oh, ow, o)) if out is None else target_buffer(out, n * oh * ow * o)
+        call = keep_call(fn, (ctypes.byref(dd), src.ctypes.data, y.ctypes.data), (dd, src, y, w, bias))
+        return call, y.reshape(n, oh, ow, o)
+    apply = mark_staged(stage, layer, [layer.in_q])
+
+    def sums(x: np.ndarray) -> np.ndarray:
+        """``layer.sums(x)`` computed by the kernel: fp32(conv + bias) before the quantization."""
+        call, y = stage(x, raw=True)
+        if call is None:
+            return layer.sums(x)
+        run_checked(call)
+        return y
+    apply.sums = sums
+    return apply

@@ -1,0 +1,60 @@
+"""Native int8 Avgpool2D (``_native_int8.c`` ``i8_avgpool``), bit-exact with ``Int8Pool`` of
+int8.py (both requantizations: onnxruntime's QLinearAveragePool, ``requant: "qlinear"``, and its
+float AveragePool between DQ and Q, ``"float"``): the same fp32 dequantized values, window sums
+in the same order, the same divisor and rounding. Codes in and out like the other int8 kernels."""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import int8_native, native
+from .int8 import F32, Int8Pool
+from .int8_native import keep_call, mark_staged, qparams, source_buffer, target_buffer
+from .pooling import pool_geometry, window_counts
+
+
+class ApDesc(ctypes.Structure):
+    """``apdesc`` of _native_int8.c."""
+    _fields_ = ([(k, ctypes.c_long) for k in ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw",
+                                             "pt", "pl", "in_codes", "out_codes", "qlinear")]
+                + [(k, ctypes.c_void_p) for k in ("in_prm", "out_prm", "div")])
+
+
+def prepare_avgpool(pool: Int8Pool) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Avgpool2D, or None (numpy's ``pool.apply`` then)."""
+    lib = int8_native.lib()
+    if lib is None or pool.kind != "Avgpool2D":
+        return None
+    in_prm, out_prm = np.array(qparams(pool.in_q), F32), np.array(qparams(pool.out_q), F32)
+    geo = pool.geometry
+    inc = bool(geo.get("count_include_pad", 0))
+    fn = lib.i8_avgpool
+    divs = {}
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+        if x.ndim != 4 or x.size == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
+            return None, pool.apply(x)                       # its error
+        n, h, w, c = x.shape
+        (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
+            x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
+        if (h, w) not in divs:
+            divs[(h, w)] = np.ascontiguousarray(np.outer(window_counts(h, oh, kh, sh, t, b, dh, inc),
+                                                         window_counts(w, ow, kw, sw, l, r, dw, inc)), F32)
+        div = divs[(h, w)]
+        if not div.all():                                    # a window of padding alone: numpy's 0 / 0
+            if codes_in[0] or codes_out:
+                raise ValueError("an int8 average pool with an empty window")
+            return None, pool.apply(x)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        d = ApDesc(n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(codes_in[0]), int(codes_out),
+                   int(pool.requant == "qlinear"), in_prm.ctypes.data, out_prm.ctypes.data, div.ctypes.data)
+        src = source_buffer(x, codes_in[0])
+        y = native.empty((n, oh, ow, c)) if out is None else target_buffer(out, n * oh * ow * c)
+        call = keep_call(fn, (ctypes.byref(d), src.ctypes.data, y.ctypes.data), (d, src, y, div, in_prm, out_prm))
+        return call, y.reshape(n, oh, ow, c)
+    return mark_staged(stage, pool, [pool.in_q])
