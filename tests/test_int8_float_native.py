@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnx_mrvl.sim import int8, int8_float_native, int8_native
+from onnx_mrvl.sim import int8, int8_float_native, int8_native, int8_pool_native
 from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D, mlas_stride_k
 
 pytestmark = pytest.mark.skipif(int8_float_native.lib() is None,
@@ -171,7 +171,7 @@ def test_static_plan_batches_int8_steps(tmp_path, monkeypatch, act):
     per_layer = Simulator(binary)
     monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
     monkeypatch.setattr(int8_native, "prepare_add", lambda layer: None)
-    monkeypatch.setattr(int8_native, "prepare_pool", lambda pool: None)
+    monkeypatch.setattr(int8_pool_native, "prepare_pool", lambda pool: None)
     numpy_path = Simulator(binary)
     for x, y in zip(xs, got):
         xin = x.transpose(0, 2, 3, 1).copy() if sim.input_shapes[0][-1] == 3 else x

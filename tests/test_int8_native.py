@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_mrvl.sim import int8, int8_native
+from onnx_mrvl.sim import int8, int8_native, int8_pool_native
 
 pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
 
@@ -216,7 +216,7 @@ def test_static_plan_codes_equal_float_path_and_numpy(tmp_path, monkeypatch, act
     per_layer = Simulator(binary).run([x])[0]
     monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
     monkeypatch.setattr(int8_native, "prepare_add", lambda layer: None)
-    monkeypatch.setattr(int8_native, "prepare_pool", lambda pool: None)
+    monkeypatch.setattr(int8_pool_native, "prepare_pool", lambda pool: None)
     numpy_path = Simulator(binary).run([x])[0]
     np.testing.assert_array_equal(got, per_layer)
     np.testing.assert_array_equal(got, numpy_path)
@@ -242,7 +242,7 @@ def test_pools_native_equal_numpy():
         x = ((rng.integers(-128, 256, (2, 9, 11, int(rng.integers(1, 40)))) - a[1]) * np.float32(a[0])).astype(np.float32)
         x.reshape(-1)[::7] = rng.standard_normal(x.reshape(-1)[::7].size) * 3
         ref, _ = pool.apply(x)
-        got, _ = int8_native.prepare_pool(pool)(x)
+        got, _ = int8_pool_native.prepare_pool(pool)(x)
         assert got.shape == ref.shape
         np.testing.assert_array_equal(got, ref)
 

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from onnx_mrvl.sim.native_loader import OnceLibrary
 from onnx_mrvl.sim import fp16, native, tensor_ops
 from onnx_mrvl.sim import kernels as K
 from onnx_mrvl.sim.activations import ACTIVATIONS
@@ -241,9 +242,7 @@ def test_env_switch_turns_the_native_kernel_off():
 
 
 def test_no_compiler_falls_back_with_a_reason(monkeypatch, caplog):
-    monkeypatch.setattr(native, "_tried", False)
-    monkeypatch.setattr(native, "_lib", None)
-    monkeypatch.setattr(native, "_WHY", "")
+    monkeypatch.setattr(native, "_LIBRARY", OnceLibrary(native._load, "native conv kernel", "numpy", native.log))
     monkeypatch.setattr(native, "_compiler", lambda: None)
     with caplog.at_level("INFO", logger="onnx_mrvl.sim.native"):
         assert native.on() is False

@@ -27,18 +27,12 @@ import numpy as np
 from . import parallel
 from .kernels import FC, Conv2D
 from .static_plan import StaticPlan, Unsupported
+from .static_records import size as _size
 
 ENABLED = os.environ.get("ONNX_MRVL_SIM_BATCH_SPLIT", "1").strip().lower() not in ("0", "false", "no", "off")
 _PER_IMAGE = {"conv2d", "fc", "maxpool2d", "avgpool2d", "globalavgpool2d", "globalmaxpool2d", "sum2d", "mul2d",
               "reshape", "flatten", "squeeze", "layout_transform"}
 _MIN_REUSE = 32        # MACs per weight and image below which a batch run's single pass over the weights wins
-
-
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _per_image(step, shapes) -> bool:

@@ -233,8 +233,7 @@ def build_pool(kind: str, spec, geometry: Optional[Mapping] = None):
         pool = Int8Pool(kind, spec.params, geometry)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
-    from .int8_native import prepare_pool   # the native kernels (same results), when built
-    from .int8_pool_native import prepare_avgpool
+    from .int8_pool_native import prepare_avgpool, prepare_pool   # the native kernels (same results), when built
     from .int8_table_native import prepare_resize
     return prepare_pool(pool) or prepare_avgpool(pool) or prepare_resize(pool) or pool.apply
 

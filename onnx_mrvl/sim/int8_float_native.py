@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from typing import Callable, Optional
 
 import numpy as np
@@ -24,16 +23,13 @@ import numpy as np
 from . import native
 from .int8 import QRANGE
 from .int8_float_conv import FloatPathConv2D, mlas_stride_k
+from .native_loader import OnceLibrary, cpu_has
 from .int8_native import (ENABLED, code_offset, keep_call, mark_staged, run_checked, source_buffer,
                           target_buffer)
 
 log = logging.getLogger(__name__)
 F32 = np.float32
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_i8float.c")
-_lock = threading.Lock()
-_lib = None
-_tried = False
-_WHY = ""
 
 
 class FDesc(ctypes.Structure):
@@ -46,49 +42,32 @@ class FDesc(ctypes.Structure):
         + [(k, ctypes.c_void_p) for k in ("wt", "bias")])
 
 
-def _cpu_has_avx512bw() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = line.split()
-                    return "avx512bw" in flags and "avx512vl" in flags
-    except OSError:
-        pass
-    return False
+def _load() -> ctypes.CDLL:
+    if not ENABLED:
+        raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
+    if not native.on():
+        raise RuntimeError(native.why_disabled() or "native kernels off")
+    if not cpu_has("avx512bw", "avx512vl"):
+        raise RuntimeError("the CPU has no AVX-512 BW/VL")
+    so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+    so.f8_conv.restype = ctypes.c_int
+    so.f8_conv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    so.f8_set_runner.restype = None
+    so.f8_set_runner.argtypes = [ctypes.c_void_p]
+    so.f8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
+    return so
+
+
+_LIBRARY = OnceLibrary(_load, "native float-path int8 kernel", "numpy", log)
 
 
 def why_disabled() -> str:
-    return _WHY
+    return _LIBRARY.why
 
 
 def lib():
     """The loaded float-path kernel library or None (``why_disabled()`` says why)."""
-    global _lib, _tried, _WHY
-    if _tried:
-        return _lib
-    with _lock:
-        if _tried:
-            return _lib
-        try:
-            if not ENABLED:
-                raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
-            if not native.on():
-                raise RuntimeError(native.why_disabled() or "native kernels off")
-            if not _cpu_has_avx512bw():
-                raise RuntimeError("the CPU has no AVX-512 BW/VL")
-            so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
-            so.f8_conv.restype = ctypes.c_int
-            so.f8_conv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            so.f8_set_runner.restype = None
-            so.f8_set_runner.argtypes = [ctypes.c_void_p]
-            so.f8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
-            _lib = so
-        except Exception as exc:                    # any failure: the numpy path
-            _WHY = f"native float-path int8 kernel unavailable: {exc}"
-            log.info("%s; using numpy", _WHY)
-        _tried = True
-        return _lib
+    return _LIBRARY.get()
 
 
 def _padded(a: np.ndarray, cols: int) -> np.ndarray:
@@ -133,7 +112,7 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
     d.wt, d.bias = w.ctypes.data, bias.ctypes.data
     pt, pl, pb, pr = layer.padding
     (sh, sw), (dh, dw) = layer.strides, layer.dilation
-    fn = _lib.f8_conv
+    fn = lib().f8_conv
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, raw=False):
         n, h, wd, c = x.shape

@@ -12,14 +12,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from typing import Callable, Optional, Tuple
 
 import numpy as np
 
 from ..errors import MrvlRuntimeError
 from . import native, parallel
-from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, Int8Pool, fake_quant
+from .native_loader import OnceLibrary, cpu_has
+from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, fake_quant
 from .int8_eltwise import add_constants
 
 log = logging.getLogger(__name__)
@@ -27,10 +27,6 @@ F32 = np.float32
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_int8.c")
 
 ENABLED = os.environ.get("ONNX_MRVL_SIM_INT8_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
-_lock = threading.Lock()
-_lib = None
-_tried = False
-_WHY = ""
 
 
 class Desc(ctypes.Structure):
@@ -44,59 +40,43 @@ class Desc(ctypes.Structure):
         + [("add_slot", ctypes.c_long)])
 
 
-def _cpu_has_vnni() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return "avx512_vnni" in line.split()
-    except OSError:
-        pass
-    return False
+def _load() -> ctypes.CDLL:
+    if not ENABLED:
+        raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
+    if not native.on():
+        raise RuntimeError(native.why_disabled() or "native kernels off")
+    if not cpu_has("avx512_vnni"):
+        raise RuntimeError("the CPU has no AVX512-VNNI")
+    so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+    for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    so.i8_add.restype = None
+    so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+    so.i8_fake_quant.restype = None
+    so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+    so.i8_avgpool.restype = ctypes.c_int
+    so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    so.i8_lookup.restype = ctypes.c_int
+    so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    so.i8_run_calls.restype = ctypes.c_long
+    so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+    so.i8_set_runner.restype = None
+    so.i8_set_runner.argtypes = [ctypes.c_void_p]
+    so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
+    return so
+
+
+_LIBRARY = OnceLibrary(_load, "native int8 kernels", "numpy", log)
 
 
 def why_disabled() -> str:
-    return _WHY
+    return _LIBRARY.why
 
 
 def lib():
     """The loaded int8 kernel library or None (``why_disabled()`` says why)."""
-    global _lib, _tried, _WHY
-    if _tried:
-        return _lib
-    with _lock:
-        if _tried:
-            return _lib
-        try:
-            if not ENABLED:
-                raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
-            if not native.on():
-                raise RuntimeError(native.why_disabled() or "native kernels off")
-            if not _cpu_has_vnni():
-                raise RuntimeError("the CPU has no AVX512-VNNI")
-            so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
-            for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
-                fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            so.i8_add.restype = None
-            so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
-            so.i8_fake_quant.restype = None
-            so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
-            so.i8_avgpool.restype = ctypes.c_int
-            so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            so.i8_lookup.restype = ctypes.c_int
-            so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            so.i8_run_calls.restype = ctypes.c_long
-            so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-            so.i8_set_runner.restype = None
-            so.i8_set_runner.argtypes = [ctypes.c_void_p]
-            so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
-            _lib = so
-        except Exception as exc:                    # any failure: the numpy path
-            _WHY = f"native int8 kernels unavailable: {exc}"
-            log.info("%s; using numpy", _WHY)
-        _tried = True
-        return _lib
+    return _LIBRARY.get()
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -164,7 +144,7 @@ class _Prepared:
             d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
         d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
         self.desc = d
-        self.fn = _lib.i8_depthwise if depthwise else _lib.i8_conv
+        self.fn = lib().i8_depthwise if depthwise else lib().i8_conv
 
     @staticmethod
     def _f32(a: np.ndarray) -> np.ndarray:
@@ -346,7 +326,7 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     if lib() is None or layer.operand is not None:
         return None
     base = np.array(qparams(layer.a) + qparams(layer.b) + qparams(layer.c, layer.lo, layer.hi), F32)
-    fn = _lib.i8_add
+    fn = lib().i8_add
     base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
 
     def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
@@ -375,55 +355,6 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     return apply
 
 
-def _quant_fields(d: Desc, in_q, out_q) -> None:
-    """The input quantization (quantize_u8) and output fields of a descriptor."""
-    s_x, z_x, dt_x = in_q
-    s_y, z_y, dt_y = out_q
-    with np.errstate(over="ignore", divide="ignore"):
-        rx, ry = F32(1) / F32(s_x), F32(1) / F32(s_y)
-    d.in_scale, d.in_rcp, d.in_exact = F32(s_x), rx, int(not (np.isfinite(rx) and rx >= np.finfo(F32).tiny))
-    d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], code_offset(in_q)
-    d.out_scale, d.out_rcp, d.out_exact = F32(s_y), ry, int(not (np.isfinite(ry) and ry >= np.finfo(F32).tiny))
-    d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], code_offset(out_q)
-
-
-def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
-    """The native ``apply`` of an int8 Maxpool2D / GlobalAvgpool2D, or None."""
-    from .pooling import pool_geometry
-    if lib() is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
-        return None
-    base = Desc()
-    _quant_fields(base, pool.in_q, pool.out_q)
-    base.requant = int(tuple(pool.in_q) != tuple(pool.out_q))
-    geo = pool.geometry
-    fn = _lib.i8_maxpool if pool.kind == "Maxpool2D" else _lib.i8_global_avgpool
-
-    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
-        if x.ndim != 4 or x.size == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
-            return None, pool.apply(x)                       # its error
-        n, h, w, c = x.shape
-        d = Desc.from_buffer_copy(base)
-        d.n, d.h, d.w, d.c = n, h, w, c
-        d.in_codes, d.out_codes = int(codes_in[0]), int(codes_out)
-        if pool.kind == "Maxpool2D":
-            (d.kh, d.kw), (d.sh, d.sw), (d.dh, d.dw), (d.pt, d.pl, _, _), (d.oh, d.ow) = pool_geometry(
-                x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
-            m = None
-        else:
-            d.oh = d.ow = 1
-            m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
-            d.mult = m.ctypes.data
-        shape = (n, d.oh, d.ow, c)
-        if codes_out and out is None:
-            raise ValueError("codes out need the output buffer")
-        out = native.empty(shape) if out is None else target_buffer(out, n * d.oh * d.ow * c)
-        src = source_buffer(x, codes_in[0])
-        return keep_call(fn, (ctypes.byref(d), src.ctypes.data, out.ctypes.data), (d, m, src, out)), out.reshape(shape)
-    return mark_staged(stage, pool, [pool.in_q])
-
-
 def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
     """``out[...] = int8.fake_quant(a, *q)`` (a region input quantized on the host), natively when built."""
     if lib() is None or out.dtype != F32 or not out.flags.c_contiguous or a.shape != out.shape:
@@ -431,4 +362,4 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
         return
     a = np.ascontiguousarray(a, F32)
     prm = np.array(qparams(q)[:6], F32)
-    _lib.i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
+    lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())

@@ -1,4 +1,5 @@
-"""Native int8 Avgpool2D (``_native_int8.c`` ``i8_avgpool``), bit-exact with ``Int8Pool`` of
+"""Native int8 pools: Maxpool2D / GlobalAvgpool2D (``i8_maxpool`` / ``i8_global_avgpool``) and
+Avgpool2D (``_native_int8.c`` ``i8_avgpool``), bit-exact with ``Int8Pool`` of
 int8.py (both requantizations: onnxruntime's QLinearAveragePool, ``requant: "qlinear"``, and its
 float AveragePool between DQ and Q, ``"float"``): the same fp32 dequantized values, window sums
 in the same order, the same divisor and rounding. Codes in and out like the other int8 kernels."""
@@ -10,8 +11,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import int8_native, native
-from .int8 import F32, Int8Pool
-from .int8_native import keep_call, mark_staged, qparams, source_buffer, target_buffer
+from .int8 import F32, QRANGE, Int8Pool
+from .int8_native import Desc, code_offset, keep_call, mark_staged, qparams, source_buffer, target_buffer
 from .pooling import pool_geometry, window_counts
 
 
@@ -57,4 +58,53 @@ def prepare_avgpool(pool: Int8Pool) -> Optional[Callable]:
         y = native.empty((n, oh, ow, c)) if out is None else target_buffer(out, n * oh * ow * c)
         call = keep_call(fn, (ctypes.byref(d), src.ctypes.data, y.ctypes.data), (d, src, y, div, in_prm, out_prm))
         return call, y.reshape(n, oh, ow, c)
+    return mark_staged(stage, pool, [pool.in_q])
+
+
+def quant_fields(d: Desc, in_q, out_q) -> None:
+    """The input quantization (quantize_u8) and output fields of a descriptor."""
+    s_x, z_x, dt_x = in_q
+    s_y, z_y, dt_y = out_q
+    with np.errstate(over="ignore", divide="ignore"):
+        rx, ry = F32(1) / F32(s_x), F32(1) / F32(s_y)
+    d.in_scale, d.in_rcp, d.in_exact = F32(s_x), rx, int(not (np.isfinite(rx) and rx >= np.finfo(F32).tiny))
+    d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], code_offset(in_q)
+    d.out_scale, d.out_rcp, d.out_exact = F32(s_y), ry, int(not (np.isfinite(ry) and ry >= np.finfo(F32).tiny))
+    d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], code_offset(out_q)
+
+
+def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
+    """The native ``apply`` of an int8 Maxpool2D / GlobalAvgpool2D, or None."""
+    lib = int8_native.lib()
+    if lib is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
+        return None
+    base = Desc()
+    quant_fields(base, pool.in_q, pool.out_q)
+    base.requant = int(tuple(pool.in_q) != tuple(pool.out_q))
+    geo = pool.geometry
+    fn = lib.i8_maxpool if pool.kind == "Maxpool2D" else lib.i8_global_avgpool
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+        if x.ndim != 4 or x.size == 0:
+            if codes_in[0] or codes_out:
+                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
+            return None, pool.apply(x)                       # its error
+        n, h, w, c = x.shape
+        d = Desc.from_buffer_copy(base)
+        d.n, d.h, d.w, d.c = n, h, w, c
+        d.in_codes, d.out_codes = int(codes_in[0]), int(codes_out)
+        if pool.kind == "Maxpool2D":
+            (d.kh, d.kw), (d.sh, d.sw), (d.dh, d.dw), (d.pt, d.pl, _, _), (d.oh, d.ow) = pool_geometry(
+                x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
+            m = None
+        else:
+            d.oh = d.ow = 1
+            m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
+            d.mult = m.ctypes.data
+        shape = (n, d.oh, d.ow, c)
+        if codes_out and out is None:
+            raise ValueError("codes out need the output buffer")
+        out = native.empty(shape) if out is None else target_buffer(out, n * d.oh * d.ow * c)
+        src = source_buffer(x, codes_in[0])
+        return keep_call(fn, (ctypes.byref(d), src.ctypes.data, out.ctypes.data), (d, m, src, out)), out.reshape(shape)
     return mark_staged(stage, pool, [pool.in_q])

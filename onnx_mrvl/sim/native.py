@@ -23,11 +23,12 @@ import platform
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from typing import Optional
 
 import numpy as np
+
+from .native_loader import OnceLibrary, cpu_flags
 
 log = logging.getLogger(__name__)
 notice = logging.getLogger("onnx_mrvl.notice")     # one-line notices the CLI shows on a terminal
@@ -37,28 +38,13 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_conv.c"
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-fno-math-errno"]
 ENABLED = os.environ.get("ONNX_MRVL_SIM_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
 
-_lock = threading.Lock()
-_lib = None
-_tried = False
-_WHY = "" if ENABLED else "disabled by ONNX_MRVL_SIM_NATIVE=0"
 _P = ctypes.c_void_p
 _L = ctypes.c_long
 
 
 def why_disabled() -> str:
     """Empty when the native kernel is loaded (or not yet tried), else why it is not used."""
-    return _WHY
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor()
+    return _LIBRARY.why
 
 
 def _compiler() -> Optional[str]:
@@ -88,7 +74,7 @@ def build_shared(cc: str, source: Optional[str] = None) -> str:
     except (OSError, subprocess.SubprocessError):
         version = b""
     key = hashlib.sha256(b"\0".join([src, " ".join(_FLAGS).encode(), cc.encode(), version,
-                                     _cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
+                                     cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
     name = f"{stem}-{key}.so"
     errors = []
     for d in _cache_dirs():
@@ -128,49 +114,44 @@ def _build(cc: str) -> str:
     return build_shared(cc)
 
 
+def _load() -> ctypes.CDLL:
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC)")
+    so = ctypes.CDLL(build_shared(cc))
+    so.binary_npc.restype = ctypes.c_int
+    so.binary_npc.argtypes = ([_P, _P, _P] + [_L] * 6 + [ctypes.c_int, _P, ctypes.c_int,
+                                                        ctypes.c_float, ctypes.c_float, ctypes.c_int])
+    so.conv_desc.restype = so.depthwise_desc.restype = ctypes.c_int
+    so.conv_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
+    so.depthwise_desc.argtypes = [_P, _P, _P, ctypes.c_int]
+    so.pool_desc.restype = ctypes.c_int
+    so.pool_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
+    so.transpose_layout.restype = None
+    so.transpose_layout.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int, ctypes.c_int]
+    so.gemv_desc.restype = ctypes.c_int
+    so.gemv_desc.argtypes = [_P, _P, _P, ctypes.c_int]
+    so.transpose_round.restype = ctypes.c_int
+    so.transpose_round.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
+    so.global_avgpool.restype = so.copy_round.restype = ctypes.c_int
+    so.global_avgpool.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
+    so.copy_round.argtypes = [_P, _P, _L]
+    so.run_steps.restype = so.run_steps_profiled.restype = None
+    so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
+    so.run_steps_profiled.argtypes = [_P, _L, _P, ctypes.c_int, _P]   # + [count, 2] int64 (ns)
+    so.round_fp16.restype = None
+    so.round_fp16.argtypes = [_P, _L]
+    so.mrvl_run_parts.restype = None          # the worker pool, for sim/int8_native.py
+    return so
+
+
+_LIBRARY = OnceLibrary(_load, "native conv kernel", "the numba / numpy kernels", log,
+                       why="" if ENABLED else "disabled by ONNX_MRVL_SIM_NATIVE=0")
+
+
 def lib():
     """The loaded kernel library, or None (see ``why_disabled()``); builds it on the first call."""
-    global _lib, _tried, _WHY
-    if _tried:
-        return _lib
-    with _lock:
-        if _tried:
-            return _lib
-        if ENABLED:
-            try:
-                cc = _compiler()
-                if cc is None:
-                    raise RuntimeError("no C compiler found (set CC)")
-                so = ctypes.CDLL(build_shared(cc))
-                so.binary_npc.restype = ctypes.c_int
-                so.binary_npc.argtypes = ([_P, _P, _P] + [_L] * 6 + [ctypes.c_int, _P, ctypes.c_int,
-                                                                    ctypes.c_float, ctypes.c_float, ctypes.c_int])
-                so.conv_desc.restype = so.depthwise_desc.restype = ctypes.c_int
-                so.conv_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
-                so.depthwise_desc.argtypes = [_P, _P, _P, ctypes.c_int]
-                so.pool_desc.restype = ctypes.c_int
-                so.pool_desc.argtypes = [_P, _P, _P, _P, ctypes.c_int]
-                so.transpose_layout.restype = None
-                so.transpose_layout.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int, ctypes.c_int]
-                so.gemv_desc.restype = ctypes.c_int
-                so.gemv_desc.argtypes = [_P, _P, _P, ctypes.c_int]
-                so.transpose_round.restype = ctypes.c_int
-                so.transpose_round.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
-                so.global_avgpool.restype = so.copy_round.restype = ctypes.c_int
-                so.global_avgpool.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
-                so.copy_round.argtypes = [_P, _P, _L]
-                so.run_steps.restype = so.run_steps_profiled.restype = None
-                so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
-                so.run_steps_profiled.argtypes = [_P, _L, _P, ctypes.c_int, _P]   # + [count, 2] int64 (ns)
-                so.round_fp16.restype = None
-                so.round_fp16.argtypes = [_P, _L]
-                so.mrvl_run_parts.restype = None          # the worker pool, for sim/int8_native.py
-                _lib = so
-            except Exception as exc:                    # any failure: numpy kernels instead
-                _WHY = f"native conv kernel unavailable: {exc}"
-                log.info("%s; using the numba / numpy kernels", _WHY)
-        _tried = True
-        return _lib
+    return _LIBRARY.get() if ENABLED else None
 
 
 def compiler() -> Optional[str]:

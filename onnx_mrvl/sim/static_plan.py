@@ -23,13 +23,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import int8_native, jit, native, plan_fusion
+from . import int8_native, native, plan_fusion
 from ..errors import MrvlRuntimeError
 from .int8_native import fake_quant_into
 from .int8_plan import batch_records, batchable, plan_int8
-from .kernels import FC, Conv2D, GEMV_ROWS
-from .pooling import window_counts, pool_geometry
-from .tensor_ops import npc_dims
+from .static_records import fp16_record, size as _size
 
 F32 = np.float32
 _ALIASES = ("reshape", "flatten", "squeeze")
@@ -51,13 +49,6 @@ class _Entry:
         self.step, self.rec, self.post, self.py = step, None, None, None
         self.codes_in, self.codes_out, self.bound = None, False, None
         self.out_view, self.in_views, self.keep, self.input = None, (), (), None
-
-
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 class StaticPlan:
@@ -143,127 +134,12 @@ class StaticPlan:
         e.in_views = tuple(self.views[t] for t in step.ins)
         name = step.spec.layer_name.lower()
         try:
-            built = self._native(e, step, name)
+            built = fp16_record(self, e, step, name)
         except (ValueError, KeyError, TypeError):
             built = False
         if not built:
             e.py = step.fn
         return e
-
-    def _native(self, e: _Entry, step, name: str) -> bool:
-        if str(step.spec.params.get("precision", "fp16")) != "fp16":
-            return False                                # int8 / int8_out layers: sim/int8*.py (Python)
-        shapes, ptr = self.shapes, self.ptrs
-        out_shape = shapes[step.out]
-        if step.out in self.aliases:
-            return True                                 # a view of its input: nothing to run
-        conv = getattr(step.fn, "__self__", None)
-        if step.inner is not None:                      # fused Conv2D + Sum2D
-            conv, act = step.fn.conv, step.fn.sum_act
-            x_shape = shapes[step.ins[0]]
-            _, oh, ow, _ = conv.output_shape(x_shape)
-            plan = conv._plan(x_shape, oh, ow, act)
-            if plan[3] != out_shape or shapes[step.ins[1]] != out_shape:
-                return False
-            e.rec, e.keep = (1, plan[2], ptr[step.ins[0]], ptr[step.out], ptr[step.ins[1]]), plan
-            return True
-        if isinstance(conv, Conv2D) and len(step.ins) == 1:
-            if conv.depthwise and conv.og != 1:         # a channel multiplier: np.repeat first
-                return False
-            x_shape = shapes[step.ins[0]]
-            _, oh, ow, _ = conv.output_shape(x_shape)
-            plan = conv._plan(x_shape, oh, ow)
-            if plan[3] != out_shape:
-                return False
-            e.rec = (2, plan[2], ptr[step.ins[0]], ptr[step.out]) if conv.depthwise else \
-                (1, plan[2], ptr[step.ins[0]], ptr[step.out], 0)
-            e.keep, e.post = plan, plan[5]
-            return True
-        if isinstance(conv, FC) and len(step.ins) == 1:
-            fc, x_shape = conv, shapes[step.ins[0]]
-            rows = x_shape[0]
-            if _size(x_shape) != rows * fc.in_features or out_shape != (rows, fc.out_features):
-                return False
-            if rows <= GEMV_ROWS:
-                desc, dptr, keep, act = fc.gemv_plan(rows)
-                e.rec, e.keep, e.post = (6, dptr, ptr[step.ins[0]], ptr[step.out]), (desc, keep), act
-            else:
-                plan = fc.native_conv()._plan((rows, 1, 1, fc.in_features), 1, 1)
-                e.rec, e.keep, e.post = (1, plan[2], ptr[step.ins[0]], ptr[step.out], 0), plan, plan[5]
-            return True
-        if name in ("sum2d", "mul2d"):
-            return self._binary(e, step, name == "mul2d")
-        if name in ("maxpool2d", "avgpool2d") and len(step.ins) == 1:
-            return self._pool(e, step, name == "avgpool2d")
-        if name == "globalavgpool2d" and len(step.ins) == 1:
-            x_shape = shapes[step.ins[0]]
-            if len(x_shape) != 4 or out_shape != (x_shape[0], 1, 1, x_shape[3]) or _size(x_shape) == 0:
-                return False
-            e.rec = (7, ptr[step.ins[0]], ptr[step.out], x_shape[0], x_shape[1] * x_shape[2], x_shape[3])
-            return True
-        if name == "layout_transform" and len(step.ins) == 1:
-            src = str(step.spec.params.get("src_layout", "")).upper()
-            dst = str(step.spec.params.get("dst_layout", "")).upper()
-            x_shape = shapes[step.ins[0]]
-            if {src, dst} != {"NCHW", "NHWC"} or len(x_shape) != 4:
-                return False
-            n = x_shape[0]
-            c, hw = (x_shape[1], x_shape[2] * x_shape[3]) if src == "NCHW" else (x_shape[3], x_shape[1] * x_shape[2])
-            perm = (0, 2, 3, 1) if src == "NCHW" else (0, 3, 1, 2)
-            if tuple(x_shape[i] for i in perm) != out_shape:
-                return False
-            e.rec = (5, ptr[step.ins[0]], ptr[step.out], n, c, hw, int(src == "NCHW"))
-            return True
-        return False
-
-    def _binary(self, e: _Entry, step, mul: bool) -> bool:
-        spec, shapes = step.spec, self.shapes
-        a_id = step.ins[0]
-        a_shape = shapes[a_id]
-        if len(step.ins) == 2:
-            b_shape, b_ptr = shapes[step.ins[1]], self.ptrs[step.ins[1]]
-            b_keep = None
-        else:
-            from .fp16 import to_fp16_values
-            b_keep = np.ascontiguousarray(to_fp16_values(spec.weight("operand", required=True)), dtype=F32)
-            b_shape, b_ptr = b_keep.shape, b_keep.ctypes.data
-        a_ptr = self.ptrs[a_id]
-        full = tuple(np.broadcast_shapes(a_shape, b_shape))
-        if a_shape != full:                               # IEEE + and * commute bit for bit
-            a_shape, b_shape, a_ptr, b_ptr = b_shape, a_shape, b_ptr, a_ptr
-        dims = npc_dims(a_shape, b_shape) if a_shape == full else None
-        if dims is None or full != shapes[step.out] or _size(full) == 0:
-            return False
-        a = spec.activation()
-        code, p0, p1, sl = jit.act_args(a["activation"], a["activation_params"], a["slope"], dims[0][2])
-        slope = native.padded(sl, 16)
-        post = None
-        if code < 0:
-            from .activations import make_activation
-            post = make_activation(a["activation"], a["activation_params"], a["slope"])
-        bits = np.array([p0, p1], F32).view(np.uint32)
-        e.rec = (3, a_ptr, b_ptr, self.ptrs[step.out]) + tuple(dims[0]) + tuple(dims[1]) + (
-            int(mul), slope.ctypes.data, int(code), int(bits[0]), int(bits[1]))
-        e.keep, e.post = (b_keep, slope), post
-        return True
-
-    def _pool(self, e: _Entry, step, avg: bool) -> bool:
-        p, x_shape = step.spec.params, self.shapes[step.ins[0]]
-        geo = pool_geometry(np.broadcast_to(F32(0), x_shape), p.get("kernel_size"), p.get("strides") or (1, 1),
-                        p.get("padding") or (0, 0, 0, 0), p.get("dilation") or (1, 1), int(p.get("ceil_mode", 0)))
-        (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = geo
-        n, h, w, c = x_shape
-        if (n, oh, ow, c) != self.shapes[step.out] or (avg and (dh, dw) != (1, 1)):
-            return False
-        div = None
-        if avg:
-            inc = bool(int(p.get("count_include_pad", 0)))
-            div = np.ascontiguousarray(window_counts(h, oh, kh, sh, t, b, dh, inc)[:, None]
-                                       * window_counts(w, ow, kw, sw, l, r, dw, inc)[None, :], dtype=F32)
-        desc = np.array((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(avg)), dtype=np.int64)
-        e.rec = (4, desc.ctypes.data, self.ptrs[step.ins[0]], self.ptrs[step.out], 0 if div is None else div.ctypes.data)
-        e.keep = (desc, div)
-        return True
 
     def _fuse_inputs(self) -> None:
         """An input read only by one NCHW -> NHWC transpose is rounded inside it, on the worker

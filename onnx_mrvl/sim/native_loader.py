@@ -1,0 +1,56 @@
+"""Loading the native kernel libraries: once per process, thread-safe, with the reason when not.
+
+``native.py`` (fp16 conv / FC / pools), ``int8_native.py`` (VNNI int8) and ``int8_float_native.py``
+(onnxruntime's float path of unfused QDQ convs) each hold one ``OnceLibrary``: the first ``get()``
+builds (``native.build_shared``) and loads the library; any failure leaves ``None`` and ``why``,
+said once in the log, and the caller's numpy path runs instead (the same results).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from typing import Callable, Optional
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags line (``/proc/cpuinfo``), empty where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_has(*flags: str) -> bool:
+    """True when the CPU reports every one of ``flags`` (e.g. ``"avx512_vnni"``)."""
+    have = set(cpu_flags().split())
+    return all(f in have for f in flags)
+
+
+class OnceLibrary:
+    """A ctypes library loaded by ``load()`` on the first ``get()``; None (and ``why``) on failure."""
+
+    def __init__(self, load: Callable[[], ctypes.CDLL], what: str, fallback: str, log: logging.Logger,
+                 why: str = ""):
+        self._load, self.what, self.fallback, self._log = load, what, fallback, log
+        self._lock = threading.Lock()
+        self._lib: Optional[ctypes.CDLL] = None
+        self._tried = False
+        self.why = why
+
+    def get(self) -> Optional[ctypes.CDLL]:
+        if self._tried:
+            return self._lib
+        with self._lock:
+            if not self._tried:
+                try:
+                    self._lib = self._load()
+                except Exception as exc:                # any failure: the caller's numpy path
+                    self.why = f"{self.what} unavailable: {exc}"
+                    self._log.info("%s; using %s", self.why, self.fallback)
+                self._tried = True
+            return self._lib
