@@ -122,11 +122,19 @@ def _bias(g: GraphIndex, t: str, in_scale: float, w_scale: np.ndarray):
     return b.reshape(-1).astype(np.int32), dq
 
 
+def activation_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
+    """The DequantizeLinear of an activation (not of a constant) that produces ``t``, or None."""
+    dq = g.producer.get(t)
+    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+        return None
+    return dq
+
+
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
     """The int8 group anchored at ``n``, the reason it cannot be one, or None (not a QDQ layer).
     ``claimed``: node names other groups took (a pair in front that ends the previous int8 layer)."""
-    dq_in = g.producer.get(n.input[0])
-    if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]) or len(n.input) < 2:
+    dq_in = activation_dq(g, n.input[0])
+    if dq_in is None or len(n.input) < 2:
         return None
     if n.op_type == "Conv":
         axis = 0
@@ -234,8 +242,8 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     """``DQ -> MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool / Resize (nearest) -> Q -> DQ``
     as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
     reason, or None (its input is no DQ)."""
-    dq_in = g.producer.get(n.input[0])
-    if dq_in is None or dq_in.op_type != "DequantizeLinear" or g.is_const(dq_in.input[0]):
+    dq_in = activation_dq(g, n.input[0])
+    if dq_in is None:
         return None
     qin = _qparams(g, dq_in)
     if isinstance(qin, str):

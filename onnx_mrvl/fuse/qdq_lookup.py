@@ -18,7 +18,7 @@ output, with that DQ's quantization).
 from __future__ import annotations
 
 import heapq
-from typing import Dict, List, Optional, Union
+from typing import List, Optional, Union
 
 import numpy as np
 import onnx
@@ -27,7 +27,7 @@ from .._graph import GraphIndex
 from ..target import Target
 from .groups import Group
 from .lookup_table import lookup_table
-from .qdq import dequantized_const, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
+from .qdq import activation_dq, dequantized_const, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
                "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
@@ -87,9 +87,8 @@ def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) 
 def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset(), order_index=None
                  ) -> Union[Group, str, None]:
     """The int8 Lookup group anchored at ``n``, a reason, or None (``n`` does not read a DQ)."""
-    dq_in = g.producer.get(n.input[0]) if n.input else None
-    if n.op_type not in ANCHORS or dq_in is None or dq_in.op_type != "DequantizeLinear" \
-            or g.is_const(dq_in.input[0]):
+    dq_in = activation_dq(g, n.input[0]) if n.input else None
+    if n.op_type not in ANCHORS or dq_in is None:
         return None
     qin = _qparams(g, dq_in)
     if isinstance(qin, str):

@@ -20,7 +20,7 @@ from .._graph import GraphIndex
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
-from .qdq import qparams
+from .qdq import activation_dq, qparams
 
 HOST_SIDE = ("QuantizeLinear '{q}' -> DequantizeLinear '{dq}' at the model's input or output (the host's "
              "quantize / dequantize around the region, in onnxruntime)")
@@ -109,8 +109,8 @@ def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
     """(qparams, the tensor the int8 layer reads, the Q -> DQ nodes in front it absorbs) of input 0
     of ``n`` when it is a DQ of an activation; None otherwise. The pair in front is absorbed when it
     feeds ``n`` alone (the layer quantizes the float value itself)."""
-    dq = g.producer.get(n.input[0])
-    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+    dq = activation_dq(g, n.input[0])
+    if dq is None:
         return None
     qp = qparams(g, dq)
     if isinstance(qp, str):

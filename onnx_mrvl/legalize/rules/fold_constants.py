@@ -98,16 +98,17 @@ QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "ConvTranspose": (
 QDQ_ELEMENTWISE = ("Mul", "Add", "Sub", "Div")
 
 
-def quantized_weight(node, g) -> bool:
+def quantized_weight(node, g, elementwise: bool = True) -> bool:
     """A DequantizeLinear of an integer constant that is the weight or bias of a QDQ layer (its
     data input is a DequantizeLinear too): kept, so fuse sees the int8 weights and their scales
-    (docs/fusion.md, "int8")."""
+    (docs/fusion.md, "int8"). With ``elementwise`` also the constant operand of a QDQ Mul / Add /
+    Sub / Div (onnxruntime's QLinearMul / QLinearAdd read its codes as they are)."""
     if not node.input or g.dtype(node.input[0]) not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
                                                        onnx.TensorProto.INT32):
         return False
     users = _through_moves(g, node.output[0])
     for c, name in users:
-        if c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
+        if elementwise and c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
             # a QDQ Mul / Add with a quantized constant: onnxruntime fuses DQ(x) * DQ(c) -> Q into
             # QLinearMul, and fuse's int8 Lookup asks onnxruntime for that group's table
             src = g.producer.get(c.input[1] if c.input[0] == name else c.input[0])

@@ -25,7 +25,10 @@ def match(node, g) -> Optional[Match]:
     if node.domain not in ("", "ai.onnx") or not all(g.is_const(i) for i in node.input if i):
         return None
     q = g.const(node.input[0])
-    if q.dtype != np.uint8 or not quantized_weight(node, g):
+    # layer weights only: a QDQ Mul / Add's uint8 constant stays as it is (onnxruntime's QLinearMul /
+    # QLinearAdd and the int8 Lookup tables computed by onnxruntime read the uint8 codes; int8 codes
+    # would change which of its kernels runs)
+    if q.dtype != np.uint8 or not quantized_weight(node, g, elementwise=False):
         return None
     return Match([node])
 
