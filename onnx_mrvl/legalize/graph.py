@@ -21,6 +21,8 @@ from onnx import helper, numpy_helper
 from .. import provenance
 from .._graph import attr, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
+BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
+
 logger = logging.getLogger(__name__)
 
 
@@ -147,6 +149,8 @@ class Graph:
             e[1] -= 1
             if e[1] <= 0:
                 del d[id(node)]
+                if not d and name in self._arrays and name not in self.pinned:
+                    del self._arrays[name]   # an initializer nobody reads: its cached values go (read again if used)
 
     def users(self, name: str) -> List[onnx.NodeProto]:
         """Nodes reading tensor ``name`` (each once)."""
@@ -329,9 +333,12 @@ class Graph:
         if drop:
             g.initializer.sort(key=lambda t: t.name in present)  # stable: dropped ones first
             del g.initializer[:drop]
-        for name, t in self.inits.items():
+        for name, t in list(self.inits.items()):
             if name in used and name not in present:
                 g.initializer.append(t)
+                self.inits[name] = g.initializer[-1]   # the standalone copy goes now, not with the Graph
+        for name in [n for n, v in self._arrays.items() if n not in used or v.nbytes >= BIG_ARRAY]:
+            del self._arrays[name]   # the values of dropped initializers; big ones are read again if asked
         self._new_inits.clear()
         return self.model
 
