@@ -194,9 +194,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         t = CLOCK()
         if legal_weights_dropped:   # a retry after emit: the same legalized model again
             legal, legal_weights_dropped = legalize(source.reread(), target, input_shapes=input_shapes).model, False
-        fused = fuse(legal, fuse_target, exclude=cpu)
-        for grp in fused.groups:   # their weights are in fused.model now: not held twice
-            grp.weights = {}
+        fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t

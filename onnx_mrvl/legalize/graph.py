@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import provenance
-from .._graph import attr, subgraph_reads  # attr: the package's one attribute reader (strings as str)
+from .._graph import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
 BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
 
@@ -335,7 +335,7 @@ class Graph:
             del g.initializer[:drop]
         for name, t in list(self.inits.items()):
             if name in used and name not in present:
-                g.initializer.append(t)
+                extend_copies(g.initializer, [t])
                 self.inits[name] = g.initializer[-1]   # the standalone copy goes now, not with the Graph
         for name in [n for n, v in self._arrays.items() if n not in used or v.nbytes >= BIG_ARRAY]:
             del self._arrays[name]   # the values of dropped initializers; big ones are read again if asked
