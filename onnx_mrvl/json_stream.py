@@ -6,9 +6,9 @@ function that appends finished strings to a list (json's own C string escaper, `
 json's float spelling), written out in chunks of about 1 MiB. Long strings that need no escaping
 (base64 constants) are written in slices of ``STRING_CHUNK`` characters, each checked as it is
 written, so neither the document nor a bytes copy of a 400 MB string is ever held in memory. A value
-with ``json_string_chunks()`` (a Constants-JSON text not made yet, emit/const_entry.py) is written as
-the string its slices join to, and a dict with ``json_items()`` is walked through it: the whole text
-of a constant is never made.
+with ``json_string_chunks()`` (slices of ASCII bytes that need no escaping: a Constants-JSON text
+not made yet, emit/const_entry.py) is written as the string they join to, and a dict with
+``json_items()`` is walked through it: the whole text of such a constant is never made.
 """
 from __future__ import annotations
 
@@ -141,12 +141,10 @@ class _Writer:
         self.f.write(b'"')
 
     def chunked_string(self, chunks) -> None:
-        """A string given in slices, written as ``string`` writes the whole (each slice checked)."""
+        """A string given in slices of ASCII bytes that need no escaping (base64: its producer
+        guarantees the alphabet, so they are not checked), written as ``string`` writes the whole."""
         self.flush()
         self.f.write(b'"')
         for piece in chunks:
-            data = piece.encode("ascii")
-            if data.translate(None, _VERBATIM):
-                raise ValueError("a chunked JSON string must need no escaping")
-            self.f.write(data)
+            self.f.write(piece)
         self.f.write(b'"')

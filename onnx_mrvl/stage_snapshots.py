@@ -63,6 +63,9 @@ class StageSnapshots(MutableMapping):
         if name in self._lazy:
             self._lazy.remove(name)
 
+    def __contains__(self, name) -> bool:   # without building anything
+        return name in self._order
+
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._order))
 

@@ -22,19 +22,19 @@ CHUNK = 3 << 20          # bytes encoded per slice (a multiple of 3: the slices'
 
 
 class Base64Text:
-    """The base64 text of a read-only array, in slices (``json_string_chunks``) or whole (``text()``)."""
+    """The base64 text of a read-only array, in slices of ASCII bytes (``json_string_chunks``) or
+    whole (``text()``)."""
 
     __slots__ = ("array",)
 
     def __init__(self, array: np.ndarray):
         self.array = array
 
-    def json_string_chunks(self) -> Iterator[str]:
+    def json_string_chunks(self) -> Iterator[bytes]:
+        """The text as ASCII bytes, in slices (base64 needs no JSON escaping)."""
         raw = memoryview(self.array.reshape(-1).view(np.uint8))
-        if not len(raw):
-            yield ""
         for i in range(0, len(raw), CHUNK):
-            yield binascii.b2a_base64(raw[i:i + CHUNK], newline=False).decode("ascii")
+            yield binascii.b2a_base64(raw[i:i + CHUNK], newline=False)
 
     def text(self) -> str:
         return binascii.b2a_base64(self.array.reshape(-1).view(np.uint8), newline=False).decode("ascii")
