@@ -174,7 +174,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     del legal_result
     if source.release and weight_bytes(original) >= RELEASE_BYTES:   # its weights are in ``legal`` now
         source.model = original = structure_only(original)   # node names and outputs are read below
-    # legal's weights are given up before emit when they can be read again (legalize runs again on a retry)
+    # legal's weights are given up after fuse when they can be read again (legalize runs again on a retry)
     release_legal = source.reread is not None and not has_bodies(legal) and weight_bytes(legal) >= RELEASE_BYTES
     timings["legalize"] = CLOCK() - t0
     exclude, cut_after = as_names(exclude), as_names(cut_after)
@@ -192,13 +192,17 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
-        if legal_weights_dropped:   # a retry after emit: the same legalized model again
+        if legal_weights_dropped:   # a retry: the same legalized model again (legalize is deterministic)
             legal, legal_weights_dropped = legalize(source.reread(), target, input_shapes=input_shapes).model, False
         fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
+        if release_legal and not legal_weights_dropped:   # split and emit read no legalized weight
+            fused.groups = []   # (their nodes are legal's: a reference to any keeps all of it, upb arenas)
+            legal, legal_weights_dropped = structure_only(legal), True
+            legal_by_name = {n.name: n for n in legal.graph.node}
         say("split")
         t = CLOCK()
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
@@ -211,10 +215,8 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             history.extend(d for d in result.dropped if set(d.get("origin", ())) & names)
             cpu.update(more)
             continue
-        if source.reread is not None:   # what emit no longer reads, when it can be rebuilt: memory
+        if source.reread is not None:   # emit reads no fused weight; the snapshot is rebuilt on read
             fused = None
-            if release_legal:
-                legal, legal_weights_dropped = structure_only(legal), True
         t = CLOCK()
         try:
             subgraphs = emit_and_compile(result, target, embed, say, timings, fallback, reference, model_batch, clock=CLOCK)

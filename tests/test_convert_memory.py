@@ -165,3 +165,37 @@ def test_extend_copies_is_extend():
     a.initializer.extend(model.graph.initializer)
     extend_copies(b.initializer, model.graph.initializer)
     assert a.SerializeToString() == b.SerializeToString()
+
+
+RETRY = {"exclude": ["layer4_0_downsample_conv", "layer4_1_conv1", "layer4_1_conv2"]}   # a second fuse pass
+
+
+@pytest.mark.parametrize("name,options", [("resnet18_like", {}), ("resnet18_like", RETRY),
+                                          ("resnet18_like", {"partition": "cost"}), ("yolo_like", {}),
+                                          ("detection_like", {}), ("mobilenetv2_like", {})])
+def test_giving_up_weights_changes_no_artifact(tmp_path, monkeypatch, name, options):
+    """With every model above the size at which convert gives up the source's and legal's weights
+    (RELEASE_BYTES = 0; a retry then legalizes again), a conversion from a file writes the region
+    files, decisions and stage snapshots of a conversion that keeps everything (a ModelProto)."""
+    from onnx_mrvl import pipeline
+    from onnx_mrvl.testing.models import all_models
+    model = all_models()[name](seed=0)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    kept = onnx_mrvl.convert(model, **options)
+    monkeypatch.setattr(pipeline, "RELEASE_BYTES", 0)
+    passes = []
+    real_legalize = pipeline.legalize
+    monkeypatch.setattr(pipeline, "legalize", lambda *a, **k: passes.append(1) or real_legalize(*a, **k))
+    lazy = onnx_mrvl.convert(path, **options)
+    assert len(passes) == (2 if "exclude" in options else 1)   # legalized again for the retry
+    assert [sg.name for sg in lazy.subgraphs] == [sg.name for sg in kept.subgraphs]
+    for a, b in zip(lazy.subgraphs, kept.subgraphs):
+        assert a.binary == b.binary and a.nodes_json == b.nodes_json and a.consts_json == b.consts_json
+    assert lazy.report.to_dict()["nodes"] == kept.report.to_dict()["nodes"]
+    assert _serialized(lazy.stages) == _serialized(kept.stages)
+    lazy.save(str(tmp_path / "a"))
+    kept.save(str(tmp_path / "b"))
+    for f in os.listdir(tmp_path / "b"):
+        if f.endswith((".bin", ".json")) and f not in ("report.json", "manifest.json"):
+            assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
