@@ -116,7 +116,7 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     # The source model is read again (stage_snapshots.py) rather than its stage snapshots kept; the
     # pipeline's private copy of it is given up after legalize unless fallback=True may still need it.
     reread = (lambda m=quantized.model: m) if quantized.info else source_reader(model)
-    source = Source(original, reread, release=not fallback and not quantized.info and reread is not None)
+    source = Source(original, reread, release=not fallback and not quantized.info)   # a private copy: ours
     if source.release:
         original = quantized.model = None
     try:
