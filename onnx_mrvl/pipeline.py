@@ -283,10 +283,10 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     if source.reread is None:
         stages = StageSnapshots({"legalize": legal, "fuse": fused.model})
     else:
-        final_cpu = dict(cpu)
+        final_cpu, reread = dict(cpu), source.reread   # (not ``source``: it may still hold the model)
 
         def rebuild() -> Dict[str, onnx.ModelProto]:
-            again = legalize(source.reread(), target, input_shapes=input_shapes).model
+            again = legalize(reread(), target, input_shapes=input_shapes).model
             return {"legalize": again, "fuse": fuse(again, fuse_target, exclude=final_cpu).model}
         stages = StageSnapshots(rebuild=rebuild, lazy=("legalize", "fuse"))
     return ConvertResult(deployable, subgraphs, report, stages, timings)
