@@ -143,8 +143,12 @@ class _Writer:
     def chunked_string(self, chunks) -> None:
         """A string given in slices of ASCII bytes that need no escaping (base64: its producer
         guarantees the alphabet, so they are not checked), written as ``string`` writes the whole."""
-        self.flush()
-        self.f.write(b'"')
+        parts = self.parts
+        parts.append('"')
         for piece in chunks:
-            self.f.write(piece)
-        self.f.write(b'"')
+            if len(piece) < SHORT:   # a small constant: with the other pending pieces
+                parts.append(piece.decode("ascii"))
+            else:
+                self.flush()
+                self.f.write(piece)
+        parts.append('"')
