@@ -55,7 +55,8 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
                      fallback: bool = False, reference: bool = False, model_batch: int = 1,
                      clock: Callable[[], float] = time.perf_counter) -> List[Subgraph]:
     """Emit and compile every region of a split result (``result.regions``), attaching each binary
-    to its Subgraph node; ``timings["emit"]`` / ``["compile"]`` in ``clock`` seconds."""
+    to its Subgraph node; ``timings["emit"]`` / ``["compile"]`` in ``clock`` seconds. Each region's
+    ``model`` is dropped once emitted (its weights are in the Constants-JSON then)."""
     options = emit_stage.CompileOptions(num_tiles=target.arch.num_tiles, ocm_size=target.arch.ocm_size,
                                         arch=target.arch)
     nodes = {n.name: n for n in result.model.graph.node if is_subgraph(n)}
@@ -77,6 +78,9 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             t = clock()
             emitted = emit_stage.emit(region.model, region.name)
             nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
+            del emitted
+            region_model = region.model if chunks else None   # chunk_node reads it after compiling
+            region.model = None   # emitted: its weights are in consts_json now (memory)
             t_emit += clock() - t
             t = clock()
             binary, meta = emit_stage.compile_program(nodes_json, consts_json, dataclasses.replace(
@@ -102,7 +106,7 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
                 raise RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
         attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
         if chunks:
-            batch_chunks.chunk_node(result.model, nodes[region.name], region.model, batch, *chunks, region.origin)
+            batch_chunks.chunk_node(result.model, nodes[region.name], region_model, batch, *chunks, region.origin)
             region.batches = chunks
         out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
                             region.origin, region.macs))

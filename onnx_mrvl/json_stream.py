@@ -5,7 +5,10 @@ the Nodes-JSON of a 10,000-layer region. This writer produces the same bytes fro
 function that appends finished strings to a list (json's own C string escaper, ``int.__repr__`` and
 json's float spelling), written out in chunks of about 1 MiB. Long strings that need no escaping
 (base64 constants) are written in slices of ``STRING_CHUNK`` characters, each checked as it is
-written, so neither the document nor a bytes copy of a 400 MB string is ever held in memory.
+written, so neither the document nor a bytes copy of a 400 MB string is ever held in memory. A value
+with ``json_string_chunks()`` (slices of ASCII bytes that need no escaping: a Constants-JSON text
+not made yet, emit/const_entry.py) is written as the string they join to, and a dict with
+``json_items()`` is walked through it: the whole text of such a constant is never made.
 """
 from __future__ import annotations
 
@@ -84,6 +87,8 @@ class _Writer:
             self.array(o, level)
         elif isinstance(o, dict):
             self.mapping(o, level)
+        elif hasattr(type(o), "json_string_chunks"):   # a long ASCII text made in slices (emit/const_entry.py)
+            self.chunked_string(o.json_string_chunks())
         else:
             raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
         if len(parts) >= FLUSH_PARTS:
@@ -112,7 +117,7 @@ class _Writer:
             return
         inner = "\n" + " " * (level + 1)
         sep = "{" + inner
-        for k, v in o.items():
+        for k, v in (o.json_items() if hasattr(type(o), "json_items") else o.items()):
             parts.append(sep + _key(k) + ": ")
             sep = "," + inner
             self.value(v, level + 1)
@@ -134,3 +139,16 @@ class _Writer:
                 break
             self.f.write(data)
         self.f.write(b'"')
+
+    def chunked_string(self, chunks) -> None:
+        """A string given in slices of ASCII bytes that need no escaping (base64: its producer
+        guarantees the alphabet, so they are not checked), written as ``string`` writes the whole."""
+        parts = self.parts
+        parts.append('"')
+        for piece in chunks:
+            if len(piece) < SHORT:   # a small constant: with the other pending pieces
+                parts.append(piece.decode("ascii"))
+            else:
+                self.flush()
+                self.f.write(piece)
+        parts.append('"')

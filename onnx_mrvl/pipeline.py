@@ -25,12 +25,14 @@ from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
 from .report import Report
 from .split import batch_chunks, split
+from .stage_snapshots import Source, StageSnapshots, has_bodies, source_reader, structure_only, weight_bytes
 from .stamp import stamped
 from .target import Target, get_target
 
 log = logging.getLogger(__name__)
 MAX_IR_VERSION = 10      # onnxruntime 1.31 loads up to IR 13; function overloads need IR 10
 CLOCK = time.perf_counter  # the clock of ConvertResult.timings (benchmarks set time.process_time)
+RELEASE_BYTES = 16 << 20   # models with fewer weight bytes keep their copies (not worth a structure copy)
 
 
 @dataclass
@@ -38,7 +40,7 @@ class ConvertResult:
     model: onnx.ModelProto
     subgraphs: List[Subgraph]
     report: Report
-    stages: Dict[str, onnx.ModelProto] = field(default_factory=dict)
+    stages: Dict[str, onnx.ModelProto] = field(default_factory=dict)   # a StageSnapshots (stage_snapshots.py)
     timings: Dict[str, float] = field(default_factory=dict)
 
     def save(self, out_dir: str, *, stages: bool = False, overwrite: bool = False, consts_json: bool = True,
@@ -111,8 +113,14 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
                                       calibration_method=calibration_method, fp16_layers=fp16_layers,
                                       snr_budget_db=snr_budget_db, input_shapes=input_shapes)
     t_quantize, original = CLOCK() - t, quantized.model
+    # The source model is read again (stage_snapshots.py) rather than its stage snapshots kept; the
+    # pipeline's private copy of it is given up after legalize unless fallback=True may still need it.
+    reread = (lambda m=quantized.model: m) if quantized.info else source_reader(model)
+    source = Source(original, reread, release=not fallback and not quantized.info)   # a private copy: ours
+    if source.release:
+        original = quantized.model = None
     try:
-        result = _convert(original, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
+        result = _convert(source, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
                         force=force, input_shapes=input_shapes, reference=reference, embed=embed,
                         num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback)
         result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
@@ -138,7 +146,8 @@ def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
     if quantized.info.get("mode") == "dynamic-calibrated":
         annotate_dynamic(result.report.decisions, quantized.info)
     if quantized.info:
-        result.stages = {"quantize": quantized.model, **result.stages}
+        stages = result.stages if isinstance(result.stages, StageSnapshots) else StageSnapshots(result.stages)
+        result.stages = stages.with_first("quantize", quantized.model)
     return result
 
 
@@ -150,7 +159,7 @@ def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertRes
     return ConvertResult(original, [], report)
 
 
-def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after, force, input_shapes,
+def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exclude, cut_after, force, input_shapes,
              reference, embed, num_tiles, ocm_size, progress, fallback=False) -> ConvertResult:
     check_positive(num_tiles=num_tiles, ocm_size=ocm_size)
     target = get_target(target)
@@ -160,8 +169,15 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     timings: Dict[str, float] = {}
     t0 = CLOCK()
     say("legalize")
+    source = original if isinstance(original, Source) else Source(original)
+    original = source.model
     legal_result = legalize(original, target, input_shapes=input_shapes)
     legal, legal_report = legal_result.model, legal_result.report
+    del legal_result
+    if source.release and weight_bytes(original) >= RELEASE_BYTES:   # its weights are in ``legal`` now
+        source.model = original = structure_only(original)   # node names and outputs are read below
+    # legal's weights are given up after fuse when they can be read again (legalize runs again on a retry)
+    release_legal = source.reread is not None and not has_bodies(legal) and weight_bytes(legal) >= RELEASE_BYTES
     timings["legalize"] = CLOCK() - t0
     exclude, cut_after = as_names(exclude), as_names(cut_after)
     # Fuse and split until nothing more drops out: Mrvl nodes a strategy leaves outside every region
@@ -174,14 +190,21 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
     hw_batch = target.max_batch
     model_batch = batch_chunks.largest_batch(legal)
     fuse_target = target.replace(max_batch=max(hw_batch, model_batch))
+    legal_weights_dropped = False
     for attempt in range(16):
         say("fuse" if attempt == 0 else f"fuse (pass {attempt + 1})")
         t = CLOCK()
-        fused = fuse(legal, fuse_target, exclude=cpu)
+        if legal_weights_dropped:   # a retry: the same legalized model again (legalize is deterministic)
+            legal, legal_weights_dropped = legalize(source.reread(), target, input_shapes=input_shapes).model, False
+        fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
+        if release_legal and not legal_weights_dropped:   # split and emit read no legalized weight
+            fused.groups = []   # (their nodes are legal's: a reference to any keeps all of it, upb arenas)
+            legal, legal_weights_dropped = structure_only(legal), True
+            legal_by_name = {n.name: n for n in legal.graph.node}
         say("split")
         t = CLOCK()
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
@@ -194,6 +217,8 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
             history.extend(d for d in result.dropped if set(d.get("origin", ())) & names)
             cpu.update(more)
             continue
+        if source.reread is not None:   # emit reads no fused weight; the snapshot is rebuilt on read
+            fused = None
         t = CLOCK()
         try:
             subgraphs = emit_and_compile(result, target, embed, say, timings, fallback, reference, model_batch, clock=CLOCK)
@@ -257,7 +282,16 @@ def _convert(original: onnx.ModelProto, *, target, partition, exclude, cut_after
                     options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())})
     timings["total"] = CLOCK() - t0
     say("done")
-    return ConvertResult(deployable, subgraphs, report, {"legalize": legal, "fuse": fused.model}, timings)
+    if source.reread is None:
+        stages = StageSnapshots({"legalize": legal, "fuse": fused.model})
+    else:
+        final_cpu, reread = dict(cpu), source.reread   # (not ``source``: it may still hold the model)
+
+        def rebuild() -> Dict[str, onnx.ModelProto]:
+            again = legalize(reread(), target, input_shapes=input_shapes).model
+            return {"legalize": again, "fuse": fuse(again, fuse_target, exclude=final_cpu).model}
+        stages = StageSnapshots(rebuild=rebuild, lazy=("legalize", "fuse"))
+    return ConvertResult(deployable, subgraphs, report, stages, timings)
 
 
 def _newly_cpu(dropped: List[dict], fused, cpu: Dict[str, str]) -> Dict[str, str]:

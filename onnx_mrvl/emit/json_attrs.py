@@ -14,39 +14,9 @@ import numpy as np
 
 from ..errors import CompileError
 
+from .const_entry import ConstEntry  # noqa: E402,F401 - read by decode_const, made by nodes_json
+
 HINT = "the Nodes-JSON / Constants-JSON must follow docs/json-format.md"
-
-
-class ConstEntry(dict):
-    """A Constants-JSON entry: a plain dict to ``json`` and every reader, which also carries,
-    within the process, the read-only float32 array its ``data_base64`` was encoded from.
-
-    ``decode_const`` takes the bytes from ``array`` instead of decoding the text only while
-    ``entry["data_base64"] is entry.b64`` (the very string made from it), so an edited entry is
-    decoded from its text as usual; every other check runs either way. ``detach()`` drops the
-    array (the entry is then an ordinary dict that gets decoded)."""
-
-    __slots__ = ("b64", "array")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.b64 = self.array = None
-
-    def attach(self, b64: str, array: np.ndarray) -> "ConstEntry":
-        self.b64, self.array = b64, array
-        return self
-
-    def detach(self) -> None:
-        self.b64 = self.array = None
-
-    def known_bytes(self):
-        """The entry's bytes as a flat uint8 array when its base64 text is unchanged, else None."""
-        array = getattr(self, "array", None)   # unset when built by __new__ alone (copy protocols)
-        if array is None or self.get("data_base64") is not getattr(self, "b64", None):
-            return None
-        raw = array.reshape(-1).view(np.uint8)
-        raw.flags.writeable = False   # decoded constants are read-only, like bytes from base64
-        return raw
 
 
 def unwrap(v):

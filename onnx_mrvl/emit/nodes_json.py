@@ -51,8 +51,9 @@ def _minmax(v: float) -> str:
 
 
 def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
-    """A Constants-JSON entry: float32 little-endian bytes, base64 (a :class:`ConstEntry` that also
-    carries the array when nothing can change its values later, for ``compile_json`` in-process).
+    """A Constants-JSON entry: float32 little-endian bytes, base64 (a :class:`ConstEntry` that
+    carries the array instead of the text when nothing can change its values later: the text is
+    made when read or saved, and ``compile_json`` in-process takes the bytes from the array).
     int8 / uint8 / int32 arrays (an int8 layer's kernel and bias) keep their dtype."""
     integer = np.asarray(arr).dtype.name in INT_CONST_DTYPES
     a = np.ascontiguousarray(arr, dtype=np.asarray(arr).dtype.newbyteorder("<") if integer else "<f4")
@@ -60,12 +61,14 @@ def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
         shape = list(a.shape)
         if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
             shape = [1] + shape
-    b64 = binascii.b2a_base64(a, newline=False).decode("ascii")
     entry = ConstEntry({"shape": [int(d) for d in shape], "dtype": a.dtype.name if integer else "float32",
                         "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
-                        "data_base64": b64})
+                        "data_base64": ""})
     frozen = _frozen(a, owned=a is not arr and a.base is None)
-    return entry.attach(b64, frozen) if frozen is not None else entry
+    if frozen is not None:   # the text is made from it when read or saved (const_entry.py)
+        return entry.attach_lazy(frozen)
+    entry["data_base64"] = binascii.b2a_base64(a, newline=False).decode("ascii")
+    return entry
 
 
 def _frozen(a: np.ndarray, owned: bool):
@@ -82,7 +85,8 @@ def _frozen(a: np.ndarray, owned: bool):
 
 
 def detach_arrays(consts_json: dict) -> None:
-    """Drop the arrays :func:`const_entry` attached (after compiling: keeps only the JSON's memory)."""
+    """Drop the arrays :func:`const_entry` attached beside a base64 text (after compiling); an entry
+    whose text is still to be made from its array keeps it (smaller than the text)."""
     for entry in consts_json.values():
         if isinstance(entry, ConstEntry):
             entry.detach()

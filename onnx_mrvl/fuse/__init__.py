@@ -197,11 +197,12 @@ def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
 
 
 def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
-         exclude: Union[Iterable[str], Dict[str, str]] = ()) -> FuseResult:
+         exclude: Union[Iterable[str], Dict[str, str]] = (), keep_weights: bool = True) -> FuseResult:
     """Fuse a legalized model into Mrvl ops.
 
     ``exclude``: node names (legalized or original) or op types kept on the CPU; a dict maps each
-    to the reason recorded for it."""
+    to the reason recorded for it. ``keep_weights=False``: the groups' weight arrays are dropped as
+    they are written into the model (``convert`` does: one copy of the weights held, not two)."""
     model = as_model(model, "fuse")
     target = get_target(target)
     exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
@@ -211,7 +212,7 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     decisions = Decisions()
     groups = find_groups(g, order, target, exclude, decisions)
     aliases = _aliases(g, order, groups, exclude)
-    fused, mrvl_names, alias_owner = materialize(model, g, groups, order, aliases)
+    fused, mrvl_names, alias_owner = materialize(model, g, groups, order, aliases, keep_weights)
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from .._graph import FLOAT, GraphIndex, attr, subgraph_reads
+from .._graph import FLOAT, GraphIndex, attr, extend_copies, subgraph_reads
 from ..provenance import set_origin
 from .lower import SPATIAL, GroupLowering
 from .patterns import Group
@@ -331,7 +331,7 @@ class Materializer(GroupLowering):
 
 
 def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], order: List[onnx.NodeProto],
-                aliases: set) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str]]:
+                aliases: set, keep_weights: bool = True) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str]]:
     group_of = {n.name: grp for grp in groups for n in grp.nodes}
     m = Materializer(g, group_of, aliases,
                      non_image_tensors(g, groups, aliases, order, LAYOUT_FREE_CPU_OPS, SPATIAL))
@@ -358,12 +358,22 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
     graph = out.graph
     graph.node.extend(m.nodes)
     used = {i for n in m.nodes for i in n.input} | subgraph_reads(m.nodes) | set(g.outputs)
-    graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
-    for name, arr in m.inits:
+    extend_copies(graph.initializer, (t for t in model.graph.initializer if t.name in used))
+    inits, m.inits = m.inits, []
+    if not keep_weights:   # each array is freed once written: nothing else holds it
+        for grp in groups:
+            grp.weights = {}
+        g.forget_values()
+    inits.reverse()
+    while inits:
+        name, arr = inits.pop()
         t = graph.initializer.add()
         t.name, t.data_type = name, helper.np_dtype_to_tensor_dtype(arr.dtype)
         t.dims.extend(arr.shape)
-        t.raw_data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        del arr   # freed before protobuf copies ``data`` (with keep_weights=False): two copies at a time, not three
+        t.raw_data = data
+        del data
     old_vi = {vi.name: vi for vi in model.graph.value_info}
     produced = {o for n in m.nodes for o in n.output}
     del graph.value_info[:]

@@ -19,7 +19,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import provenance
-from .._graph import attr, subgraph_reads  # attr: the package's one attribute reader (strings as str)
+from .._graph import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
+
+BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,7 @@ class Graph:
         self.consumers: Dict[str, Dict[int, list]] = {}
         self.inits: Dict[str, onnx.TensorProto] = {i.name: i for i in g.initializer}
         self._arrays: Dict[str, np.ndarray] = {}
+        self._pending: Dict[str, np.ndarray] = {}   # big new constants: a stub in inits until commit()
         self.inputs = [i.name for i in g.input]
         self.outputs = {o.name for o in g.output}
         self.pinned: Set[str] = set(self.outputs)
@@ -147,6 +150,8 @@ class Graph:
             e[1] -= 1
             if e[1] <= 0:
                 del d[id(node)]
+                if not d and name in self._arrays and name not in self.pinned:
+                    del self._arrays[name]   # an initializer nobody reads: its cached values go (read again if used)
 
     def users(self, name: str) -> List[onnx.NodeProto]:
         """Nodes reading tensor ``name`` (each once)."""
@@ -250,6 +255,8 @@ class Graph:
             return None
         arr = self._arrays.get(name)
         if arr is None:
+            arr = self._pending.get(name)
+        if arr is None:
             arr = numpy_helper.to_array(self.inits[name])
             self._arrays[name] = arr
         return arr
@@ -264,7 +271,14 @@ class Graph:
         arr = np.asarray(arr)
         if not arr.flags.c_contiguous:  # (np.ascontiguousarray would make scalars 1-D)
             arr = arr.copy(order="C")
-        self.inits[name] = numpy_helper.from_array(arr, name)
+        if arr.nbytes >= BIG_ARRAY and arr.dtype.kind == "f":
+            # the array is its one copy until commit(); inits holds a stub (name, type, dims)
+            stub = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(arr.dtype))
+            stub.dims.extend(arr.shape)
+            self.inits[name], self._pending[name] = stub, arr
+        else:
+            self.inits[name] = numpy_helper.from_array(arr, name)
+            self._pending.pop(name, None)
         self._new_inits.add(name)
         self._arrays[name] = arr
         self.tensor_names.add(name)
@@ -329,9 +343,19 @@ class Graph:
         if drop:
             g.initializer.sort(key=lambda t: t.name in present)  # stable: dropped ones first
             del g.initializer[:drop]
-        for name, t in self.inits.items():
+        for name, t in list(self.inits.items()):
             if name in used and name not in present:
-                g.initializer.append(t)
+                arr = self._pending.pop(name, None)
+                if arr is not None:   # made here, one at a time: the array goes once copied in
+                    self._arrays.pop(name, None)
+                    t = numpy_helper.from_array(arr, name)
+                    del arr
+                extend_copies(g.initializer, [t])
+                del t
+                self.inits[name] = g.initializer[-1]   # the standalone copy goes now, not with the Graph
+        self._pending.clear()
+        for name in [n for n, v in self._arrays.items() if n not in used or v.nbytes >= BIG_ARRAY]:
+            del self._arrays[name]   # the values of dropped initializers; big ones are read again if asked
         self._new_inits.clear()
         return self.model
 

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from .. import opset_recurrent
-from .._graph import GraphIndex, subgraph_reads, topological_order
+from .._graph import GraphIndex, extend_copies, subgraph_reads, topological_order
 from ..decisions import Decisions
 from ..errors import UnsupportedError
 from ..provenance import get_origin
@@ -212,7 +212,7 @@ def _replace_regions(model, g: GraphIndex, regions: List[Region], reference: boo
     order = topological_order(nodes, g.inputs)
     out.graph.node.extend(order)
     used = {i for n in order for i in n.input} | subgraph_reads(order)
-    out.graph.initializer.extend(t for t in model.graph.initializer if t.name in used)
+    extend_copies(out.graph.initializer, (t for t in model.graph.initializer if t.name in used))
     produced = {o for n in order for o in n.output}
     out.graph.value_info.extend(vi for vi in model.graph.value_info if vi.name in produced)
     live = {(n.op_type, n.overload) for n in order if n.domain == "mrvl"}

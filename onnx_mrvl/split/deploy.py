@@ -15,7 +15,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from .._graph import GraphIndex
+from .._graph import GraphIndex, extend_copies
 from ..provenance import encode_origin
 
 SUBGRAPH_PREFIX = "Subgraph_"
@@ -52,7 +52,7 @@ def region_model(model: onnx.ModelProto, g: GraphIndex, nodes: List[onnx.NodePro
     graph.name = name
     graph.input.extend([_value_info(g, t) for t in inputs])
     graph.output.extend([_value_info(g, t) for t in outputs])
-    graph.initializer.extend(inits)
+    extend_copies(graph.initializer, inits)
     graph.value_info.extend(vis)
     out.opset_import.extend(model.opset_import)
     out.functions.extend(funcs)
