@@ -231,3 +231,23 @@ def test_data_bn_stats_normalize_every_layer():
         live = _w(out, n.input[4]) > 1.5e-2 * _w(out, n.input[4]).mean()   # not a floored (dead) channel
         assert np.allclose(mean, beta, atol=1e-3 + 1e-3 * np.abs(gamma).max())
         assert np.allclose(std[live], np.abs(gamma[live]), rtol=2e-3, atol=1e-4)
+
+
+def test_a_concat_no_int8_layer_reads_stays_float():
+    """DenseNet's Concat -> BatchNormalization -> Relu -> Conv (and Concat -> Concat): no int8 layer
+    reads the Concats, so they stay float (a per-tensor scale over inputs of different ranges would
+    only add rounding); a Concat a conv reads, or one a kept Concat reads, is quantized."""
+    from onnx_mrvl.quantize.recipe import float_read_concats
+    g = GraphBuilder(0, 13)
+    a, b = g.conv("input", 3, 4, 3, "ca"), g.conv("input", 3, 4, 3, "cb")
+    c1 = g.node("Concat", [a, b], "dense_cat1", axis=1)
+    x = g.relu(g.bn(c1, 8, "bn1"), "r1")
+    c2 = g.node("Concat", [c1, g.conv(x, 8, 4, 3, "cc")], "dense_cat2", axis=1)
+    y = g.relu(g.bn(c2, 12, "bn2"), "r2")
+    c3 = g.node("Concat", [y, a], "to_cat4", axis=1)
+    c4 = g.node("Concat", [c3, b], "cat4", axis=1)
+    g.conv(c4, 20, 4, 1, "head")
+    g.nodes[-1].output[0] = "output"
+    model = g.model("dense", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 4, 8, 8])])
+    assert float_read_concats(model, Recipe()) == {"dense_cat1", "dense_cat2"}
+    assert float_read_concats(model, Recipe(elementwise=False)) == set()

@@ -18,7 +18,7 @@ Options (defaults chosen by measurement on the zoo architectures, docs/quantize.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Set, Tuple  # noqa: F401
 
 import onnx
 
@@ -107,6 +107,37 @@ def op_types(recipe: Recipe) -> List[str]:
     if recipe.elementwise:
         out |= {"Concat"} | (set(UNARY_LOOKUPS) & set(LOOKUP)) | (set(BINARY_LOOKUPS) & set(LOOKUP))
     return sorted(out)
+
+
+def float_read_concats(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
+    """Names of the Concats whose output no int8 layer reads (only float ops, e.g. DenseNet's
+    Concat -> BatchNormalization, or graph outputs): quantized, such a Concat only adds rounding
+    -- one per-tensor scale over inputs of different ranges, which the float reader (a per-channel
+    BN) would have kept apart -- and no int8 layer gains from it. A Concat read by a kept Concat
+    counts as read by an int8 layer."""
+    if not recipe.elementwise:
+        return set()
+    from ..fuse.qdq import ANCHORS, POOL_ANCHORS
+    from ..fuse.qdq_lookup import ANCHORS as LOOKUP
+    int8 = set(ANCHORS) | set(POOL_ANCHORS) | ((set(UNARY_LOOKUPS) | set(BINARY_LOOKUPS)) & set(LOOKUP))
+    skip = not_lookups(model, recipe)
+    readers: Dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    concats = [n for n in model.graph.node if n.op_type == "Concat"]
+    kept: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in concats:
+            if n.name in kept:
+                continue
+            rs = readers.get(n.output[0], [])
+            if any((r.op_type in int8 and r.name not in skip) or r.name in kept for r in rs):
+                kept.add(n.name)
+                changed = True
+    return {n.name for n in concats} - kept
 
 
 def not_lookups(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
