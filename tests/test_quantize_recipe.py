@@ -251,3 +251,20 @@ def test_a_concat_no_int8_layer_reads_stays_float():
     model = g.model("dense", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 4, 8, 8])])
     assert float_read_concats(model, Recipe()) == {"dense_cat1", "dense_cat2"}
     assert float_read_concats(model, Recipe(elementwise=False)) == set()
+
+
+def test_output_layers_fp16_keeps_the_head_float():
+    from onnx_mrvl.quantize import quantize_model
+    g = GraphBuilder(0, 13)
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [g.relu(g.conv("input", 3, 8, 3, "c1"), "r1")], "gap")],
+               "flat", axis=1)
+    g.node("Softmax", [g.gemm(x, 8, 10, "fc")], "softmax", axis=1)
+    g.nodes[-1].output[0] = "output"
+    model = g.model("head", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 10])])
+    q = quantize_model(model, quantize="int8", calibration=feeds(model, 4, 1),
+                       quantize_options={"output_layers_fp16": True})
+    recs = {r["layer"]: r for r in q.info["layers"]}
+    assert recs["fc"]["precision"] == "fp16" and "writes a model output" in recs["fc"]["reason"]
+    assert recs["c1"]["precision"] == "int8"
+    fc = next(n for n in q.model.graph.node if n.name == "fc")
+    assert not any(n.op_type == "QuantizeLinear" and n.input[0] == fc.output[0] for n in q.model.graph.node)

@@ -49,7 +49,8 @@ def register(sub) -> None:
                    help="keep this node name or op type in fp16 when quantizing (repeatable)")
     q.add_argument("--quantize-option", action="append", default=[], metavar="KEY=VALUE", dest="quantize_options",
                    help="a recipe option (repeatable): equalize=true (cross-layer equalization), "
-                        "activation_symmetric=true, moving_average=true, percentile=99.99, elementwise=false "
+                        "activation_symmetric=true, moving_average=true, percentile=99.99, elementwise=false, "
+                        "output_layers_fp16=true "
                         "(docs/quantize.md)")
     q.add_argument("--snr-budget", type=float, default=30.0, metavar="DB",
                    help="--quantize mixed: the lowest signal-to-quantization-noise ratio (dB) a layer may have "

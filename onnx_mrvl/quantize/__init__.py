@@ -101,6 +101,9 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
         user = _resolve(fp16_layers, pre)
         structure = Structure(pre)
         exclude = {n: "fp16_layers names it" for n in user}
+        if recipe.output_layers_fp16:
+            for n in sorted(structure.output_layers([o.name for o in pre.graph.output])):
+                exclude.setdefault(n, "it writes a model output (quantize_options output_layers_fp16)")
         first: Dict[str, str] = {}
         for rounds in range(1, MAX_ROUNDS + 1):
             qdq = static.quantize_int8(pre, samples, method=calibration_method, exclude=sorted(exclude), workdir=tmp,

@@ -11,6 +11,9 @@ Options (defaults chosen by measurement on the zoo architectures, docs/quantize.
   per-sample min/max instead of the overall min/max (``CalibMovingAverage``, MinMax only).
 - ``percentile`` (float in (90, 100], default 99.999): the ``percentile`` method's clip point
   (``CalibPercentile``).
+- ``output_layers_fp16`` (bool, default False): keep the layers that write a model output (through
+  Softmax, Flatten, ... ) fp16, as TIDL's 16-bit output layers: their output is not rounded to
+  int8 before a Softmax or the user.
 - ``elementwise`` (bool, default True): also quantize Concat and the element-wise functions of one
   tensor that ``fuse/qdq_lookup.py`` imports as int8 table lookups (Sigmoid, LeakyRelu,
   HardSwish, SiLU's ``x * Sigmoid(x)``, ...); False leaves them float (fp16 layers).
@@ -33,6 +36,7 @@ class Recipe:
     moving_average: bool = False
     percentile: float = 99.999
     elementwise: bool = True
+    output_layers_fp16: bool = False
 
     def as_dict(self) -> Dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
