@@ -253,6 +253,23 @@ def test_a_concat_no_int8_layer_reads_stays_float():
     assert float_read_concats(model, Recipe(elementwise=False)) == set()
 
 
+def test_a_lookup_a_float_op_feeds_stays_float():
+    """conv -> SiLU is quantized (the conv is an int8 layer); Softmax -> Sigmoid and
+    Softmax -> x * 0.5 are not (quantized, they would add a rounding of the float op's output)."""
+    from onnx_mrvl.quantize.recipe import float_fed_lookups
+    g = GraphBuilder(0, 13)
+    a = g.silu(g.conv("input", 3, 4, 3, "ca"), "silu")
+    sm = g.node("Softmax", [a], "sm", axis=1)
+    b = g.node("Sigmoid", [sm], "sig_of_softmax")
+    c = g.node("Mul", [sm, g.const("half", np.array(0.5, np.float32))], "half_of_softmax")
+    x = g.node("Add", [b, c], "add")
+    g.conv(x, 4, 4, 1, "head")
+    g.nodes[-1].output[0] = "output"
+    model = g.model("fed", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 4, 8, 8])])
+    assert float_fed_lookups(model, Recipe()) == {"sig_of_softmax", "half_of_softmax"}
+    assert float_fed_lookups(model, Recipe(elementwise=False)) == set()
+
+
 def test_output_layers_fp16_keeps_the_head_float():
     from onnx_mrvl.quantize import quantize_model
     g = GraphBuilder(0, 13)

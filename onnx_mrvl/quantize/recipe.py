@@ -144,6 +144,40 @@ def float_read_concats(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
     return {n.name for n in concats} - kept
 
 
+def float_fed_lookups(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
+    """Names of the element-wise lookup nodes whose input a float op writes (a standalone
+    BatchNormalization, a Softmax, ...): quantized, the lookup adds a rounding of its input that no
+    int8 layer needed (measured on DenseNet-121: BN -> Mul -> Add, 62 more quantizations, 35.6 ->
+    34.6 dB). A lookup on the output of an int8 layer (conv -> SiLU) or of the model input is kept."""
+    if not recipe.elementwise:
+        return set()
+    from ..fuse.qdq import ANCHORS, POOL_ANCHORS
+    from ..fuse.qdq_lookup import ANCHORS as LOOKUP
+    lookups = (set(UNARY_LOOKUPS) | set(BINARY_LOOKUPS)) & set(LOOKUP)
+    int8 = set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip", "Concat"}
+    consts = {t.name for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            consts.update(n.output)
+    out = set()
+    for n in model.graph.node:
+        if n.op_type not in lookups:
+            continue
+        srcs = set()
+        for i in n.input:
+            if not i or i in consts:
+                continue
+            t, p = i, producer.get(i)
+            while p is not None and p.op_type in lookups:   # through the group (SiLU's Sigmoid) to its input
+                t = next((j for j in p.input if j and j not in consts), None)
+                p = producer.get(t) if t else None
+            srcs.add(p.op_type if p is not None else "<input>")
+        if any(s not in int8 and s != "<input>" for s in srcs):
+            out.add(n.name)
+    return out
+
+
 def not_lookups(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
     """Names of the Mul/Sub/Div nodes that are no function of one tensor (two different tensors,
     e.g. an attention product): quantized, their Q/DQ would stay on the CPU, so they stay float."""
