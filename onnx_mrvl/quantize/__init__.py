@@ -2,7 +2,9 @@
 
 onnxruntime's quantizer does the work (``static.py``: ``quant_pre_process`` + ``quantize_static``,
 QDQ, per-channel symmetric int8 weights, int8 activations, MinMax / Entropy / Percentile
-calibration); ``calibration.py`` reads and checks the samples; ``snr.py`` measures the noise;
+calibration); ``recipe.py`` holds the recipe's options (``quantize_options``) and which nodes are
+quantized; ``equalize.py`` is the optional cross-layer equalization; ``calibration.py`` reads and
+checks the samples; ``snr.py`` measures the noise;
 this module picks each layer's precision and returns the QDQ model the pipeline converts
 (``fuse/qdq.py`` imports it as int8 layers) and the record of what it did (``report.quantization``).
 
