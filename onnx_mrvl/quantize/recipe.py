@@ -21,7 +21,7 @@ Options (defaults chosen by measurement on the zoo architectures, docs/quantize.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Dict, List, Mapping, Optional, Set, Tuple  # noqa: F401
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 import onnx
 
