@@ -66,7 +66,7 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
             ocm_size: Optional[int] = None, progress: Optional[Callable[[str], None]] = None,
             fallback: bool = False, strict: Optional[bool] = None, quantize: str = "float16",
             calibration=None, calibration_method: str = "minmax", fp16_layers: Iterable[str] = (),
-            snr_budget_db: float = 30.0) -> ConvertResult:
+            snr_budget_db: float = 30.0, quantize_options: Optional[Dict] = None) -> ConvertResult:
     """Convert an ONNX model for the MLIP accelerator.
 
     ``model`` (path or ModelProto) is never mutated. ``partition``: "max" | "single" | "cost";
@@ -85,7 +85,10 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     quantized by onnxruntime's quantizer on ``calibration`` (feed dicts, a .npz / .npy or a folder of
     them; ``calibration_method`` "minmax" | "entropy" | "percentile"), ``fp16_layers`` (node names or
     op types) kept fp16, "mixed" keeping fp16 where int8 falls under ``snr_budget_db``; the QDQ model
-    is then converted (docs/quantize.md). ``report.quantization`` records what was done.
+    is then converted (docs/quantize.md). ``quantize_options``: the recipe's options (``equalize``,
+    ``activation_symmetric``, ``moving_average``, ``percentile``, ``elementwise``,
+    ``output_layers_fp16``; docs/quantize.md).
+    ``report.quantization`` records what was done.
     """
     if strict is not None:
         warnings.warn("convert(strict=...) is deprecated: errors raise by default; pass fallback=True to keep "
@@ -96,12 +99,13 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
                               force=force, input_shapes=input_shapes, reference=reference, embed=embed,
                               num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback,
                               quantize=quantize, calibration=calibration, calibration_method=calibration_method,
-                              fp16_layers=fp16_layers, snr_budget_db=snr_budget_db)
+                              fp16_layers=fp16_layers, snr_budget_db=snr_budget_db,
+                              quantize_options=quantize_options)
 
 
 def _convert_model(model, *, target, partition, exclude, cut_after, force, input_shapes, reference, embed,
                    num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method,
-                   fp16_layers, snr_budget_db) -> ConvertResult:
+                   fp16_layers, snr_budget_db, quantize_options) -> ConvertResult:
     t0 = CLOCK()
     original = load_model(model)
     validate_model(original)
@@ -111,7 +115,8 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     t = CLOCK()
     quantized = quantize_or_calibrate(original, quantize=quantize, calibration=calibration,
                                       calibration_method=calibration_method, fp16_layers=fp16_layers,
-                                      snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+                                      snr_budget_db=snr_budget_db, input_shapes=input_shapes,
+                                      quantize_options=quantize_options)
     t_quantize, original = CLOCK() - t, quantized.model
     # The source model is read again (stage_snapshots.py) rather than its stage snapshots kept; the
     # pipeline's private copy of it is given up after legalize unless fallback=True may still need it.

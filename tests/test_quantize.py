@@ -254,7 +254,8 @@ def test_float_op_output_read_by_int8_and_float_layers(tmp_path):
     g.nodes[-1].output[0] = "output"
     model = g.model("leaky_concat", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 8, 16, 16])])
     cal, held = feeds(model, 6, 1), feeds(model, 3, 2)
-    result = onnx_mrvl.convert(model, quantize="int8", calibration=cal)
+    # LeakyRelu and Concat float: quantize_options elementwise=False (by default both are int8 now)
+    result = onnx_mrvl.convert(model, quantize="int8", calibration=cal, quantize_options={"elementwise": False})
     for n in result.model.graph.node:
         assert n.op_type.startswith("Subgraph") or _at_io(result.model, n), (n.op_type, n.name)
     qdq = result.stages["quantize"]
@@ -341,6 +342,7 @@ def test_pool_without_output_quantization_reads_the_float_tensor():
                                               [vi("y_dq", 4), helper.make_tensor_value_info("p", F32, None)],
                                               [s, z, w, ws]))
     pre = helper.make_model(helper.make_graph([nodes[0]], "g", [vi("a", 4), vi("b", 4)], [vi("cat", 8)]))
-    assert float_readers_read_float(qdq, pre) == 1
+    from onnx_mrvl.quantize.recipe import Recipe
+    assert float_readers_read_float(qdq, pre, recipe=Recipe(elementwise=False)) == 1   # Concat float
     ins = {n.name: list(n.input) for n in qdq.graph.node}
     assert ins["pool"] == ["cat"] and ins["conv"][0] == "cat_dq"

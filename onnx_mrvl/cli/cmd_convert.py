@@ -48,6 +48,11 @@ def register(sub) -> None:
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     q.add_argument("--fp16-layer", action="append", default=[], metavar="NODE_OR_OP", dest="fp16_layers",
                    help="keep this node name or op type in fp16 when quantizing (repeatable)")
+    q.add_argument("--quantize-option", action="append", default=[], metavar="KEY=VALUE", dest="quantize_options",
+                   help="a recipe option (repeatable): equalize=true (cross-layer equalization), "
+                        "activation_symmetric=true, moving_average=true, percentile=99.99, elementwise=false, "
+                        "output_layers_fp16=true "
+                        "(docs/quantize.md)")
     q.add_argument("--snr-budget", type=float, default=30.0, metavar="DB",
                    help="--quantize mixed: the lowest signal-to-quantization-noise ratio (dB) a layer may have "
                         "and stay int8 (default 30)")
@@ -69,8 +74,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..modelio import load_model, validate_model, write_bytes_atomic
 
+    from ..quantize.recipe import parse_cli
+
     progress = Progress()
     shapes = parse_input_shapes(args.input_shape)
+    qopts = parse_cli(args.quantize_options) or None
     if args.stage != "all":
         from ..fuse import fuse
         from ..legalize import legalize
@@ -82,7 +90,8 @@ def run(args) -> int:
         validate_model(model)
         model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
                                       calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
-                                      snr_budget_db=args.snr_budget, input_shapes=shapes).model
+                                      snr_budget_db=args.snr_budget, input_shapes=shapes,
+                                      quantize_options=qopts).model
         progress("legalize")
         out = legalize(model, input_shapes=shapes).model
         check_node_names(args.exclude, args.cut_after, model, out)
@@ -109,7 +118,7 @@ def run(args) -> int:
                      force=args.force, input_shapes=shapes, reference=args.reference, embed=args.embed,
                      num_tiles=args.num_tiles, ocm_size=args.ocm_size, progress=progress, fallback=args.fallback,
                      quantize=args.quantize, calibration=args.calibration, calibration_method=args.calibration_method,
-                     fp16_layers=args.fp16_layers, snr_budget_db=args.snr_budget)
+                     fp16_layers=args.fp16_layers, snr_budget_db=args.snr_budget, quantize_options=qopts)
     progress(f"writing {args.output}")
     path = result.save(args.output, stages=args.dump_stages, overwrite=args.overwrite,
                        consts_json=not args.no_consts_json, progress=progress)

@@ -2,7 +2,9 @@
 
 onnxruntime's quantizer does the work (``static.py``: ``quant_pre_process`` + ``quantize_static``,
 QDQ, per-channel symmetric int8 weights, int8 activations, MinMax / Entropy / Percentile
-calibration); ``calibration.py`` reads and checks the samples; ``snr.py`` measures the noise;
+calibration); ``recipe.py`` holds the recipe's options (``quantize_options``) and which nodes are
+quantized; ``equalize.py`` is the optional cross-layer equalization; ``calibration.py`` reads and
+checks the samples; ``snr.py`` measures the noise;
 this module picks each layer's precision and returns the QDQ model the pipeline converts
 (``fuse/qdq.py`` imports it as int8 layers) and the record of what it did (``report.quantization``).
 
@@ -23,10 +25,12 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import onnx
 
-from ..errors import UsageError
+from ..errors import ModelError, UsageError
 from ..options import close_matches
 from . import static
 from .calibration import load_calibration
+from .equalize import check_exact, equalize
+from .recipe import Recipe, make_recipe
 from .layers import Structure, quantized_tensors
 from .snr import activation_qparams, measure
 
@@ -43,19 +47,22 @@ class Quantized:
     info: Dict = field(default_factory=dict)
 
 
-def check_options(quantize: str, calibration, calibration_method: str, fp16_layers, snr_budget_db) -> None:
+def check_options(quantize: str, calibration, calibration_method: str, fp16_layers, snr_budget_db,
+                  quantize_options=None) -> Recipe:
     if quantize not in MODES:
         raise UsageError(f"quantize='{quantize}' is not one of {list(MODES)}",
                          hint="quantize='float16' (default), 'int8' or 'mixed'")
     if calibration_method not in static.METHODS:
         raise UsageError(f"calibration_method='{calibration_method}' is not one of {sorted(static.METHODS)}",
                          hint="use minmax (default), entropy or percentile")
-    if quantize == "float16" and (calibration is not None or list(fp16_layers or ())):
-        raise UsageError("calibration / fp16_layers are given but quantize='float16' (nothing is quantized)",
+    if quantize == "float16" and (calibration is not None or list(fp16_layers or ()) or quantize_options):
+        raise UsageError("calibration / fp16_layers / quantize_options are given but quantize='float16' "
+                         "(nothing is quantized)",
                          hint="pass quantize='int8' or 'mixed' (--quantize int8), or leave them out")
     if not isinstance(snr_budget_db, (int, float)) or not math.isfinite(snr_budget_db) or snr_budget_db <= 0:
         raise UsageError(f"snr_budget_db={snr_budget_db!r} is not a positive number of dB",
                          hint=f"e.g. snr_budget_db={DEFAULT_SNR_BUDGET_DB:g}")
+    return make_recipe(quantize_options)
 
 
 def _resolve(names: Iterable[str], model: onnx.ModelProto) -> List[str]:
@@ -75,20 +82,34 @@ def _resolve(names: Iterable[str], model: onnx.ModelProto) -> List[str]:
 
 def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibration=None,
                    calibration_method: str = "minmax", fp16_layers: Sequence[str] = (),
-                   snr_budget_db: float = DEFAULT_SNR_BUDGET_DB, input_shapes=None) -> Quantized:
-    """The QDQ model of ``model`` and ``info`` (mode, method, samples, per-layer precision and SNR)."""
-    check_options(quantize, calibration, calibration_method, fp16_layers, snr_budget_db)
+                   snr_budget_db: float = DEFAULT_SNR_BUDGET_DB, input_shapes=None,
+                   quantize_options=None) -> Quantized:
+    """The QDQ model of ``model`` and ``info`` (mode, method, samples, per-layer precision and SNR);
+    ``quantize_options``: the recipe's options (``recipe.py``)."""
+    recipe = check_options(quantize, calibration, calibration_method, fp16_layers, snr_budget_db, quantize_options)
     if quantize == "float16":
         return Quantized(model, {})   # nothing to record: the default flow
     samples, source = load_calibration(calibration, model, input_shapes)
+    equalized = 0
     with static.workdir() as tmp:
         pre = static.preprocess(static.prepare(model), tmp)
+        if recipe.equalize:
+            eq, equalized = equalize(pre)
+            why = check_exact(pre, eq, samples[:2]) if equalized else None
+            if why:
+                raise ModelError(f"cross-layer equalization changed the float model: {why}",
+                                 hint="quantize without it (quantize_options={'equalize': False})")
+            pre = eq
         user = _resolve(fp16_layers, pre)
         structure = Structure(pre)
         exclude = {n: "fp16_layers names it" for n in user}
+        if recipe.output_layers_fp16:
+            for n in sorted(structure.output_layers([o.name for o in pre.graph.output])):
+                exclude.setdefault(n, "it writes a model output (quantize_options output_layers_fp16)")
         first: Dict[str, str] = {}
         for rounds in range(1, MAX_ROUNDS + 1):
-            qdq = static.quantize_int8(pre, samples, method=calibration_method, exclude=sorted(exclude), workdir=tmp)
+            qdq = static.quantize_int8(pre, samples, method=calibration_method, exclude=sorted(exclude), workdir=tmp,
+                                       recipe=recipe)
             layer_out, qparams = {}, activation_qparams(qdq)
             for layer in structure.layers():
                 _, out = quantized_tensors(qdq, layer.name, qparams)
@@ -113,9 +134,10 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
     int8 = sum(1 for r in layers if r["precision"] == "int8")
     info = {"mode": quantize, "method": calibration_method, "samples": len(samples),
             "calibration": {"source": source, "samples": len(samples)},
-            "activation_type": "int8 (asymmetric, per tensor)", "weight_type": "int8 (symmetric, per channel)",
+            "activation_type": f"int8 ({'symmetric' if recipe.activation_symmetric else 'asymmetric'}, per tensor)", "weight_type": "int8 (symmetric, per channel)",
             "library": "onnxruntime.quantization (quant_pre_process + quantize_static, QDQ)",
             "fp16_layers": list(fp16_layers or ()), "rounds": rounds,
+            "options": recipe.as_dict(), "equalized_pairs": equalized,
             "int8_layers": int8, "layers_total": len(layers),
             "output_snr_db": {k: _num(v) for k, v in m["outputs"].items()}, "layers": layers}
     if quantize == "mixed":

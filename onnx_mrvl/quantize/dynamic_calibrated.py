@@ -361,7 +361,7 @@ def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]
 
 def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", calibration=None,
                           calibration_method: str = "minmax", fp16_layers: Sequence[str] = (),
-                          snr_budget_db: float = 30.0, input_shapes=None):
+                          snr_budget_db: float = 30.0, input_shapes=None, quantize_options=None):
     """The quantize step of ``convert()``: a dynamic-int8 model with ``calibration`` (and ``quantize``
     "float16" or "int8") -> ``calibrate``; anything else -> ``quantize.quantize_model`` (a dynamic
     model without calibration stays as it is: fp16 layers with dequantized weights)."""
@@ -372,10 +372,15 @@ def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", 
                              f"DynamicQuantizeLinear / MatMulInteger / ConvInteger)",
                              hint="pass calibration=... alone (or quantize='int8'): its layers become int8 with "
                                   "calibrated activation scales; or quantize the float model instead")
+        if quantize_options:
+            raise UsageError(f"quantize_options {sorted(quantize_options)} on a dynamic-int8 model",
+                             hint="the recipe options apply to quantize='int8' / 'mixed' of a float model; "
+                                  "calibrating a dynamic model takes calibration= (and fp16_layers=) only")
         return calibrate(model, calibration, calibration_method=calibration_method, fp16_layers=fp16_layers,
                          input_shapes=input_shapes)
     return quantize_model(model, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
-                          fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes)
+                          fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes,
+                          quantize_options=quantize_options)
 
 
 def annotate(decisions, info: dict) -> None:

@@ -30,6 +30,19 @@ class Structure:
     def layers(self) -> List[onnx.NodeProto]:
         return [n for n in self.nodes.values() if n.op_type in self.ops]
 
+    def output_layers(self, outputs: List[str]) -> Set[str]:
+        """Names of the layers that write a model output, directly or through ops that are no layer
+        and read one tensor (Softmax, Flatten, Relu, ...): with those, the nodes in between."""
+        out: Set[str] = set()
+        for t in outputs:
+            p = self.producer.get(t)
+            while p is not None:
+                out.add(p.name)
+                if p.op_type in self.ops or len([i for i in p.input if i in self.producer]) != 1:
+                    break
+                p = self.producer.get(next(i for i in p.input if i in self.producer))
+        return out
+
     def keep_float(self, tensor: str) -> Set[str]:
         """Node names to exclude from quantization so that ``tensor`` is not quantized: the layer
         that writes it (through a Relu/Clip or data moves) and every reader up to the next layers."""

@@ -35,9 +35,11 @@ MIN_OPSET = 13
 # in fp16, docs/simulator.md) and the next int8 layer quantizes them.
 
 
-def int8_op_types() -> List[str]:
-    from ..fuse.qdq import ANCHORS, POOL_ANCHORS   # the import's own list, so the two stay in step
-    return sorted(set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"})
+def int8_op_types(recipe=None) -> List[str]:
+    """The op types the quantizer may quantize (``recipe.op_types``: the import's own lists, so the
+    two stay in step)."""
+    from .recipe import Recipe, op_types
+    return op_types(recipe or Recipe())
 
 
 def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -110,30 +112,36 @@ def _failure(step: str):
 
 
 def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], *, method: str = "minmax",
-                  exclude: Sequence[str] = (), workdir: str) -> onnx.ModelProto:
+                  exclude: Sequence[str] = (), workdir: str, recipe=None) -> onnx.ModelProto:
     """``quantize_static`` of the pre-processed ``model`` (QDQ, per-channel symmetric int8 weights,
-    asymmetric int8 activations, ``method`` calibration); ``exclude``: node names kept float."""
+    int8 activations, ``method`` calibration, the options of ``recipe``: ``recipe.py``);
+    ``exclude``: node names kept float."""
     from onnxruntime import quantization as q
+    from .recipe import Recipe, float_fed_lookups, float_read_concats, not_lookups
+    recipe = recipe or Recipe()
     if method not in METHODS:
         raise UsageError(f"calibration method '{method}' is not one of {sorted(METHODS)}",
                          hint="use minmax (default), entropy or percentile")
     src, dst = os.path.join(workdir, "to_quantize.onnx"), os.path.join(workdir, "qdq.onnx")
     onnx.save(model, src)
+    extra = {"WeightSymmetric": True, "ActivationSymmetric": recipe.activation_symmetric,
+             "CalibMovingAverage": recipe.moving_average, "CalibPercentile": recipe.percentile}
     # its calibrators print progress: our stdout may be JSON
     with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"):
         q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
-                          op_types_to_quantize=int8_op_types(), per_channel=True, reduce_range=False,
+                          op_types_to_quantize=int8_op_types(recipe), per_channel=True, reduce_range=False,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                          nodes_to_exclude=list(exclude),
+                          nodes_to_exclude=sorted(set(exclude) | not_lookups(model, recipe)
+                                                 | float_read_concats(model, recipe) | float_fed_lookups(model, recipe)),
                           calibrate_method=getattr(q.CalibrationMethod, METHODS[method]),
-                          extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+                          extra_options=extra)
     out = onnx.load(dst)
     out.ir_version = max(out.ir_version, 8)
-    float_readers_read_float(out, model, set(exclude))
+    float_readers_read_float(out, model, set(exclude), recipe)
     return out
 
 
-def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude=frozenset()) -> int:
+def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude=frozenset(), recipe=None) -> int:
     """Give the float readers of a float op's quantized output the float tensor instead of its Q -> DQ.
 
     onnxruntime's quantizer hands one shared DQ output to every reader of a quantized tensor, float
@@ -147,7 +155,7 @@ def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude
     computes: the Q -> DQ is that layer's output quantization), nor where the quantizer removed
     a Relu/Clip (the Q's input then is the pre-activation value under the activation's name): the
     tensor's writer must be the float model's. Q/DQ pairs left without readers are removed. Returns the number of inputs rewired."""
-    int8 = set(int8_op_types()) - {"Relu", "Clip"}
+    int8 = set(int8_op_types(recipe)) - {"Relu", "Clip"}
     writer = {o: n.op_type for n in pre.graph.node for o in n.output}
     producer = {o: n for n in qdq.graph.node for o in n.output}
     readers: dict = {}
