@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from onnx_mrvl.testing.models import branchy_chain  # noqa: E402
-from onnx_mrvl._graph import GraphIndex  # noqa: E402
+from onnx_mrvl.graph_index import GraphIndex  # noqa: E402
 from onnx_mrvl.legalize.graph import Graph  # noqa: E402
 
 

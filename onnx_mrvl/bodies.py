@@ -23,7 +23,7 @@ import onnx
 from onnx import helper
 
 from . import opset
-from ._graph import subgraph_reads
+from .graph_index import subgraph_reads
 from .split.deploy import is_subgraph
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import pytest
 
 import onnx_mrvl
 from onnx_mrvl import json_stream
-from onnx_mrvl._graph import extend_copies
+from onnx_mrvl.graph_index import extend_copies
 from onnx_mrvl.emit.const_entry import ConstEntry
 from onnx_mrvl.errors import MrvlError
 from onnx_mrvl.stage_snapshots import StageSnapshots

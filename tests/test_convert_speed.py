@@ -103,7 +103,7 @@ def test_region_model_is_what_make_model_built():
     """split.deploy.region_model fills the ModelProto in place; the bytes are those of the
     helper.make_graph + helper.make_model construction it replaced."""
     import onnx_mrvl
-    from onnx_mrvl._graph import GraphIndex
+    from onnx_mrvl.graph_index import GraphIndex
     from onnx_mrvl.split import deploy
     fused = onnx_mrvl.convert(_conv_model()).stages["fuse"]
     g = GraphIndex(fused)

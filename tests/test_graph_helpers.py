@@ -1,4 +1,4 @@
-"""The shared graph helpers: the one attribute reader (onnx_mrvl/_graph.attr) and the one encoding
+"""The shared graph helpers: the one attribute reader (onnx_mrvl/graph_index.attr) and the one encoding
 of provenance lists (provenance.encode_origin / decode_origin)."""
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx_mrvl._graph import attr
+from onnx_mrvl.graph_index import attr
 from onnx_mrvl.legalize.rules.base import attr as legalize_attr, str_attr
 from onnx_mrvl.provenance import decode_origin, encode_origin, get_origin, set_origin
 

@@ -131,7 +131,7 @@ def test_crnn_ocr_one_region_no_cpu_node(tmp_path):
 def test_perf_models_charge_the_log_softmax():
     """The compile step's vector_ops and the split cost model agree: 6 vector ops per element."""
     from onnx_mrvl.split.cost import vector_ops
-    from onnx_mrvl._graph import GraphIndex
+    from onnx_mrvl.graph_index import GraphIndex
     from onnx_mrvl.target import VECTOR_LOWERINGS
     m = _fc_head(13, [24, 1, 32], 2)
     r = fuse(legalize(m))

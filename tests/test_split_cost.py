@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from onnx_mrvl._graph import GraphIndex
+from onnx_mrvl.graph_index import GraphIndex
 from onnx_mrvl.errors import ModelError
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_mrvl._graph import GraphIndex, topological_order
+from onnx_mrvl.graph_index import GraphIndex, topological_order
 from onnx_mrvl.split.regions import boundary, find_regions, is_convex
 
 

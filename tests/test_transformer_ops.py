@@ -320,7 +320,7 @@ def test_perf_model_charges_the_vector_unit(tmp_path):
 
 def test_split_cost_model_charges_the_vector_unit():
     """The partitioner's cost model counts the same vector-unit work as the simulator's perf model."""
-    from onnx_mrvl._graph import GraphIndex
+    from onnx_mrvl.graph_index import GraphIndex
     from onnx_mrvl.split import cost
     from onnx_mrvl.target import DEFAULT_TARGET, VECTOR_LOWERINGS
     r = fuse(legalize(A.convnext_block(0, "torch")))

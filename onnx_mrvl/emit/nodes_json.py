@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from .. import opset
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..errors import CompileError
 from ..provenance import get_composite, get_origin
 from ..opset_int8 import is_int8

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Optional, Union
 import onnx
 
 from .. import opset
-from .._graph import GraphIndex, topological_order
+from ..graph_index import GraphIndex, topological_order
 from ..decisions import Decisions
 from ..provenance import get_origin
 from ..stage import StageResult, as_model

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..opset_int8 import ALL_INT8_ATTRS
 from ..target import Target
 from .groups import Group, batch_limit, float_static

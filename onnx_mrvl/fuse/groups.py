@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..provenance import merge_origin
 from ..target import Target
 

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Set
 
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from .patterns import Group
 
 LINKING_OPS = ("Sum2D", "Mul2D", "Concat", "Slice2D", "Softmax", "LayerNorm", "Requantize")

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..ort_plan import OP_TYPES, float_nodes_of, ort_float_nodes
 from ..provenance import get_origin
 from .qdq import qparams

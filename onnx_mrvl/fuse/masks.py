@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group, float_static
 from .patterns import ELTWISE_RANKS, build_eltwise

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from .._graph import FLOAT, GraphIndex, attr, extend_copies, subgraph_reads
+from ..graph_index import FLOAT, GraphIndex, attr, extend_copies, subgraph_reads
 from ..provenance import set_origin
 from .lower import SPATIAL, GroupLowering
 from .patterns import Group

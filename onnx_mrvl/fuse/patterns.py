@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import steps
 from .groups import Group, batch_limit, float_static, image_batch_moved

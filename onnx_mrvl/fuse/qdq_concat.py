@@ -11,7 +11,7 @@ from typing import Union
 
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .patterns import build_concat

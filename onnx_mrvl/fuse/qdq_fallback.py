@@ -18,7 +18,7 @@ from typing import Optional
 
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..target import Target
 from .batch_matmul import build as build_matmul
 from .groups import Group

@@ -19,7 +19,7 @@ from typing import List, Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason

@@ -23,7 +23,7 @@ from typing import List, Optional, Union
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .lookup_table import lookup_table

@@ -16,7 +16,7 @@ from typing import List, Union
 
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 
 from .. import opset
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..opset_recurrent import CELL_ACTIVATIONS, CELLS, USES_ALPHA, USES_BETA
 from ..target import Target
 from .groups import Group, float_static

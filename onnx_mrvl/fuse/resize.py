@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..resize_index import nearest_indices
 from ..target import Target
 from .groups import Group, batch_limit, float_static

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from .. import opset
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group, batch_limit, float_static
 

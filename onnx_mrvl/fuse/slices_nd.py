@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group, float_static
 from . import slices, take

@@ -18,7 +18,7 @@ from typing import List, Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from .steps import StepMatch
 
 ENTRY_OPS = ("Mul", "Div", "Softplus", "Pow")   # the first node of a form in topological order

@@ -18,7 +18,7 @@ from __future__ import annotations
 import onnx
 import numpy as np
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import smooth_acts, steps
 from .groups import Group

@@ -11,7 +11,7 @@ from typing import List, Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 
 
 @dataclass

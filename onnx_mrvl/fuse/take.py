@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from .. import opset
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group, float_static
 from .patterns import build_concat

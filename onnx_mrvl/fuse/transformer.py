@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex, attr
+from ..graph_index import GraphIndex, attr
 from ..opset_int8 import ALL_INT8_ATTRS
 from ..target import Target
 from .groups import Group

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from .._graph import attr
+from ..graph_index import attr
 
 NHWC = (0, 2, 3, 1)
 LAYOUT_PERMS = {"NHWC": NHWC}

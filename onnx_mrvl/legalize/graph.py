@@ -1,5 +1,5 @@
 """A mutable view over an ONNX GraphProto for the legalization rules, built on the read-only
-primitives of ``onnx_mrvl/_graph.py`` (``attr``, ``subgraph_reads``; fuse and split use its
+primitives of ``onnx_mrvl/graph_index.py`` (``attr``, ``subgraph_reads``; fuse and split use its
 ``GraphIndex`` snapshot); docs/architecture.md "Graph model" says why two layers.
 
 Keeps producer/consumer maps, initializers (lazily as numpy), inferred shapes and fresh names, so
@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import provenance
-from .._graph import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
+from ..graph_index import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
 BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
 

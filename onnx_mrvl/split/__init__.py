@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from .. import opset_recurrent
-from .._graph import GraphIndex, extend_copies, subgraph_reads, topological_order
+from ..graph_index import GraphIndex, extend_copies, subgraph_reads, topological_order
 from ..decisions import Decisions
 from ..errors import UnsupportedError
 from ..provenance import get_origin

@@ -23,7 +23,7 @@ from typing import Dict, List
 import numpy as np
 import onnx
 
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 from ..costmodel import RECURRENT_LAYERS, roofline, streamed_weight_bytes
 from ..target import VECTOR_LOWERINGS, Target
 

@@ -15,7 +15,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from .._graph import GraphIndex, extend_copies
+from ..graph_index import GraphIndex, extend_copies
 from ..provenance import encode_origin
 
 SUBGRAPH_PREFIX = "Subgraph_"

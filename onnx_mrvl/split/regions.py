@@ -19,7 +19,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set
 import onnx
 
 from .. import opset
-from .._graph import GraphIndex
+from ..graph_index import GraphIndex
 
 EMPTY: FrozenSet[int] = frozenset()
 

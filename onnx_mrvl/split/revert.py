@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .._graph import attr, node_reads
+from ..graph_index import attr, node_reads
 from ..provenance import get_origin, set_origin
 
 UNARY = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Identity", "Clip"}
