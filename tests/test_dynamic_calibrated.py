@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -23,12 +21,12 @@ from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
 import onnx_mrvl
+from onnx_mrvl.testing.cli_run import run_cli
 from onnx_mrvl.errors import UsageError
 
 from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, _ms_model, quantize_dyn, token_mlp
 
 quantization = pytest.importorskip("onnxruntime.quantization")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_CALIB = 32
 
 
@@ -256,9 +254,7 @@ def test_cli_calibration_without_quantize(tmp_path):
     src, qpath = quantize_dyn(token_mlp(seed=0), str(tmp_path / "q.onnx"))
     q = onnx.load(qpath)
     np.savez(tmp_path / "cal.npz", input=np.stack([f["input"] for f in _calib(q, 8)]))
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", "onnx_mrvl.cli.main", "convert", qpath, "-o", "out", "--calibration",
-                        "cal.npz", "--json"], capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    r = run_cli("convert", qpath, "-o", "out", "--calibration", "cal.npz", "--json", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["quantization"]["mode"] == "dynamic-calibrated" and summary["quantization"]["int8_layers"] == 2

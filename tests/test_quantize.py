@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -15,6 +13,7 @@ import pytest
 from onnx import TensorProto
 
 import onnx_mrvl
+from onnx_mrvl.testing.cli_run import run_cli
 from onnx_mrvl.errors import UsageError
 from onnx_mrvl.testing.models import GraphBuilder, classifier_model, tiny_cnn
 
@@ -22,7 +21,6 @@ pytest.importorskip("onnxruntime.quantization")
 from test_int8_dynamic import token_mlp  # noqa: E402  (the same seeded token MLP)
 
 F32 = TensorProto.FLOAT
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def residual_block(seed: int = 0) -> onnx.ModelProto:
@@ -221,11 +219,9 @@ def test_cli(tmp_path):
     src = str(tmp_path / "m.onnx")
     onnx.save(model, src)
     np.savez(tmp_path / "cal.npz", input=np.stack([f["input"] for f in feeds(model, 4, 1)]))
-    env = dict(os.environ, PYTHONPATH=ROOT)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "onnx_mrvl.cli.main", *args], capture_output=True, text=True,
-                              env=env, cwd=str(tmp_path))
+        return run_cli(*args, cwd=str(tmp_path))
     h = cli("convert", "--help")
     assert h.returncode == 0
     for flag in ("--quantize", "--calibration", "--calibration-method", "--fp16-layer", "--snr-budget"):

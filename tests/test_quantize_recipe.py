@@ -4,9 +4,6 @@ onnxruntime's quantizer, Concat and element-wise table lookups quantized, error 
 data-driven BatchNormalization statistics of the test builders (testing/bn_stats.py)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -15,6 +12,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 import onnx_mrvl
+from onnx_mrvl.testing.cli_run import run_cli
 from onnx_mrvl.errors import UsageError
 from onnx_mrvl.quantize.equalize import check_exact, equalize, pairs
 from onnx_mrvl.quantize.recipe import Recipe, make_recipe, not_lookups, op_types, parse_cli
@@ -24,7 +22,6 @@ pytest.importorskip("onnxruntime.quantization")
 from test_quantize import badly_scaled, feeds  # noqa: E402  (conv2's channel 0 x 1000, conv3's / 1000)
 
 F32 = TensorProto.FLOAT
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cle_chain(seed: int = 0) -> onnx.ModelProto:
@@ -194,11 +191,9 @@ def test_cli_quantize_option(tmp_path):
     src = str(tmp_path / "m.onnx")
     onnx.save(model, src)
     np.savez(tmp_path / "cal.npz", input=np.stack([f["input"] for f in feeds(model, 4, 1)]))
-    env = dict(os.environ, PYTHONPATH=ROOT)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "onnx_mrvl.cli.main", *args], capture_output=True, text=True,
-                              env=env, cwd=str(tmp_path))
+        return run_cli(*args, cwd=str(tmp_path))
     ok = cli("convert", src, "-o", "out", "--quantize", "int8", "--calibration", "cal.npz",
              "--quantize-option", "equalize=true", "--json")
     assert ok.returncode == 0, ok.stderr
@@ -246,11 +241,16 @@ def test_a_concat_no_int8_layer_reads_stays_float():
     y = g.relu(g.bn(c2, 12, "bn2"), "r2")
     c3 = g.node("Concat", [y, a], "to_cat4", axis=1)
     c4 = g.node("Concat", [c3, b], "cat4", axis=1)
-    g.conv(c4, 20, 4, 1, "head")
-    g.nodes[-1].output[0] = "output"
-    model = g.model("dense", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 4, 8, 8])])
+    model = _with_conv_head(g, c4, 20, "dense")
     assert float_read_concats(model, Recipe()) == {"dense_cat1", "dense_cat2"}
     assert float_read_concats(model, Recipe(elementwise=False)) == set()
+
+
+def _with_conv_head(g: GraphBuilder, x: str, channels: int, name: str) -> onnx.ModelProto:
+    """``g``'s model with a 1x1 conv ``head`` of ``x`` (``channels`` in, 4 out) as its output."""
+    g.conv(x, channels, 4, 1, "head")
+    g.nodes[-1].output[0] = "output"
+    return g.model(name, [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 4, 8, 8])])
 
 
 def test_a_lookup_a_float_op_feeds_stays_float():
@@ -263,9 +263,7 @@ def test_a_lookup_a_float_op_feeds_stays_float():
     b = g.node("Sigmoid", [sm], "sig_of_softmax")
     c = g.node("Mul", [sm, g.const("half", np.array(0.5, np.float32))], "half_of_softmax")
     x = g.node("Add", [b, c], "add")
-    g.conv(x, 4, 4, 1, "head")
-    g.nodes[-1].output[0] = "output"
-    model = g.model("fed", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 4, 8, 8])])
+    model = _with_conv_head(g, x, 4, "fed")
     assert float_fed_lookups(model, Recipe()) == {"sig_of_softmax", "half_of_softmax"}
     assert float_fed_lookups(model, Recipe(elementwise=False)) == set()
 

@@ -130,6 +130,13 @@ def activation_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
     return dq
 
 
+def activation_input(g: GraphIndex, t: str):
+    """(its DequantizeLinear, its (scale, zero point, type) or the reason it has none) of an
+    activation ``t`` dequantized in front of a layer, or None when ``t`` is no such DQ's output."""
+    dq = activation_dq(g, t)
+    return None if dq is None else (dq, _qparams(g, dq))
+
+
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
     """The int8 group anchored at ``n``, the reason it cannot be one, or None (not a QDQ layer).
     ``claimed``: node names other groups took (a pair in front that ends the previous int8 layer)."""
@@ -242,12 +249,10 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     """``DQ -> MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool / Resize (nearest) -> Q -> DQ``
     as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
     reason, or None (its input is no DQ)."""
-    dq_in = activation_dq(g, n.input[0])
-    if dq_in is None:
-        return None
-    qin = _qparams(g, dq_in)
-    if isinstance(qin, str):
-        return qin
+    found = activation_input(g, n.input[0])
+    if found is None or isinstance(found[1], str):
+        return found and found[1]   # None (no DQ in front) or the reason its quantization is not int8
+    qin = found[1]
     if n.op_type == "Add":
         return _build_add(g, n, target, claimed, qin)
     grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)

@@ -20,7 +20,7 @@ from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
-from .qdq import activation_dq, qparams
+from .qdq import activation_input, qparams
 
 HOST_SIDE = ("QuantizeLinear '{q}' -> DequantizeLinear '{dq}' at the model's input or output (the host's "
              "quantize / dequantize around the region, in onnxruntime)")
@@ -109,12 +109,10 @@ def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
     """(qparams, the tensor the int8 layer reads, the Q -> DQ nodes in front it absorbs) of input 0
     of ``n`` when it is a DQ of an activation; None otherwise. The pair in front is absorbed when it
     feeds ``n`` alone (the layer quantizes the float value itself)."""
-    dq = activation_dq(g, n.input[0])
-    if dq is None:
+    found = activation_input(g, n.input[0])
+    if found is None or isinstance(found[1], str):
         return None
-    qp = qparams(g, dq)
-    if isinstance(qp, str):
-        return None
+    dq, qp = found
     q = g.producer.get(dq.input[0])
     users = g.consumers.get(dq.output[0], [])
     if q is not None and q.op_type == "QuantizeLinear" and len(g.consumers.get(q.output[0], [])) == 1 \

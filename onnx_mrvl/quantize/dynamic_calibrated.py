@@ -25,7 +25,6 @@ with the reason in ``report.quantization["layers"]`` and in the node's decision.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from typing import Dict, List, Sequence, Tuple
@@ -34,8 +33,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import MrvlError, UnsupportedError, UsageError
+from ..errors import ModelError, MrvlError, UsageError
+from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
+from .static import onnxruntime_failure
 from .dynamic_layers import Graph, Layer, dom, is_dynamic, prepared, qparams, take
 
 log = logging.getLogger(__name__)
@@ -44,17 +45,11 @@ DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
 
 
-@contextlib.contextmanager
 def _ort_failure(step: str):
     """onnxruntime failing on the user's model: an ``UnsupportedError`` that says what to do."""
-    try:
-        yield
-    except (MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
-        raise UnsupportedError(f"onnxruntime could not {step} ({type(exc).__name__}: {str(exc)[:300]})",
-                               hint="convert without calibration (the dynamic layers then run as fp16 layers with "
-                                    "dequantized weights)") from exc
+    return onnxruntime_failure(f"onnxruntime could not {step}",
+                               "convert without calibration (the dynamic layers then run as fp16 layers with "
+                               "dequantized weights)")
 
 
 def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
@@ -228,10 +223,10 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
         final.append(n)
         final.extend(tails.get(k, []))
     # the Add of a fused MatMul's bias reads the pair after the MatMul, written after it
-    final = _toposort(final)
+    final = _toposort(graph, final)
     del graph.node[:]
     graph.node.extend(final)
-    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output} | _subgraph_reads(graph)
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output} | subgraph_reads(graph.node)
     keep = [t for t in graph.initializer if t.name in read]
     del graph.initializer[:]
     graph.initializer.extend(keep)
@@ -241,39 +236,13 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     return m
 
 
-def _subgraph_reads(graph) -> set:
-    out = set()
-    for n in graph.node:
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                out |= {i for x in sub.node for i in x.input} | _subgraph_reads(sub)
-    return out
-
-
-def _toposort(nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
-    """``nodes`` in an order where each reads what is written before it, the given order kept where
-    it is one already (Kahn's algorithm, earliest ready node first)."""
-    import heapq
-    writer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    deps = [{writer[i] for i in n.input if i in writer and writer[i] != k} for k, n in enumerate(nodes)]
-    readers: Dict[int, List[int]] = {}
-    for k, d in enumerate(deps):
-        for j in d:
-            readers.setdefault(j, []).append(k)
-    count = [len(d) for d in deps]
-    ready = [k for k, c in enumerate(count) if c == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        k = heapq.heappop(ready)
-        out.append(nodes[k])
-        for r in readers.get(k, []):
-            count[r] -= 1
-            if count[r] == 0:
-                heapq.heappush(ready, r)
-    if len(out) != len(nodes):
-        raise MrvlError("the calibrated dynamic-int8 rewrite made a cycle", hint="report this model")
-    return out
+def _toposort(graph: onnx.GraphProto, nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
+    """``nodes`` in an order where each reads what is written before it (the given order kept where
+    it is one already); a cycle here would be this rewrite's fault, not the model's."""
+    try:
+        return topological_order(nodes, [i.name for i in graph.input])
+    except ModelError as exc:
+        raise MrvlError(f"the calibrated dynamic-int8 rewrite made a cycle ({exc})", hint="report this model") from exc
 
 
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",

@@ -99,16 +99,21 @@ def preprocess(model: onnx.ModelProto, workdir: str) -> onnx.ModelProto:
 
 
 @contextlib.contextmanager
-def _failure(step: str):
-    """onnxruntime's quantizer failing on a model is no bug of ours: an ``UnsupportedError`` that says so."""
+def onnxruntime_failure(what: str, hint: str):
+    """onnxruntime failing on the user's model is no bug of ours: an ``UnsupportedError`` of ``what``
+    failed (with onnxruntime's message) and ``hint``."""
     try:
         yield
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
-        raise UnsupportedError(f"onnxruntime's {step} failed on this model ({type(exc).__name__}: {str(exc)[:300]})",
-                               hint="keep the failing node float with fp16_layers=[...], quantize the model "
-                                    "yourself and convert the QDQ model, or use quantize='float16'") from exc
+        raise UnsupportedError(f"{what} ({type(exc).__name__}: {str(exc)[:300]})", hint=hint) from exc
+
+
+def _failure(step: str):
+    return onnxruntime_failure(f"onnxruntime's {step} failed on this model",
+                               "keep the failing node float with fp16_layers=[...], quantize the model yourself "
+                               "and convert the QDQ model, or use quantize='float16'")
 
 
 def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], *, method: str = "minmax",
