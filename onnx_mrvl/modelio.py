@@ -141,11 +141,11 @@ def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
     skeleton = onnx.ModelProto()
     for fd, value in model.ListFields():          # messages come back by reference: no copy
         if fd.name != "graph":
-            _copy_field(skeleton, fd, value)
+            copy_field(skeleton, fd, value)
     graph = model.graph
     for fd, value in graph.ListFields():
         if fd.name != "initializer":
-            _copy_field(skeleton.graph, fd, value)
+            copy_field(skeleton.graph, fd, value)
     for t in graph.initializer:
         size = _RAW_ITEMSIZE.get(t.data_type)
         if (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
@@ -167,13 +167,14 @@ def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
                 if len(getattr(t, fd.name)):
                     getattr(stub, fd.name).extend(getattr(t, fd.name))
             elif t.HasField(fd.name):
-                _copy_field(stub, fd, getattr(t, fd.name))
+                copy_field(stub, fd, getattr(t, fd.name))
         stub.dims.append(1)
         stub.raw_data = bytes(size)
     return skeleton
 
 
-def _copy_field(msg, fd, value) -> None:
+def copy_field(msg, fd, value) -> None:
+    """Set protobuf field ``fd`` of ``msg`` to ``value`` (repeated: extended; message: copied)."""
     if fd.is_repeated:
         getattr(msg, fd.name).extend(value)
     elif fd.type == fd.TYPE_MESSAGE:

@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterator, MutableMapping, Optional, Sequence
 import onnx
 
 from .errors import MrvlError
+from .modelio import copy_field
 
 Rebuild = Callable[[], Dict[str, onnx.ModelProto]]
 
@@ -143,17 +144,8 @@ def structure_only(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     for fd, value in model.ListFields():
         if fd.name != "graph":
-            _copy_field(out, fd, value)
+            copy_field(out, fd, value)
     for fd, value in model.graph.ListFields():
         if fd.name != "initializer":
-            _copy_field(out.graph, fd, value)
+            copy_field(out.graph, fd, value)
     return out
-
-
-def _copy_field(msg, fd, value) -> None:
-    if fd.is_repeated:
-        getattr(msg, fd.name).extend(value)
-    elif fd.type == fd.TYPE_MESSAGE:
-        getattr(msg, fd.name).CopyFrom(value)
-    else:
-        setattr(msg, fd.name, value)
