@@ -1,6 +1,7 @@
 """onnxruntime contrib ops (com.microsoft) as single nodes with their attribute / input variants (seeded
 weights, no downloads): ``CASES`` (onnxruntime runs them on the CPU), ``CUDA_ONLY`` with
 ``cuda_only_reference``. Blocks and onnxruntime's optimizer / quantizer: ``contrib_blocks.py``.
+(Over the usual ~400 lines: a catalog, one short builder per op variant.)
 """
 from __future__ import annotations
 
