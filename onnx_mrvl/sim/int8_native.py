@@ -40,14 +40,27 @@ class Desc(ctypes.Structure):
         + [("add_slot", ctypes.c_long)])
 
 
-def _load() -> ctypes.CDLL:
+def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
+    """An int8 kernel library (``source``, its ``set_runner``: ``native.load_on_pool``) unless
+    ``ONNX_MRVL_SIM_INT8_NATIVE=0``, the native kernels are off or the CPU lacks ``cpu_flags``."""
     if not ENABLED:
         raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
     if not native.on():
         raise RuntimeError(native.why_disabled() or "native kernels off")
-    if not cpu_has("avx512_vnni"):
-        raise RuntimeError("the CPU has no AVX512-VNNI")
-    so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+    if not cpu_has(*cpu_flags):
+        raise RuntimeError(f"the CPU has no {cpu_name}")
+    return native.load_on_pool(source, set_runner)
+
+
+def reciprocal(s: float) -> Tuple[np.float32, int]:
+    """(fp32(1 / s), 1 when it is not a normal float: the kernels then always divide)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        rcp = F32(1) / F32(s)
+    return rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+
+
+def _load() -> ctypes.CDLL:
+    so = load_library(_SRC, "i8_set_runner", ("avx512_vnni",), "AVX512-VNNI")
     for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
@@ -61,22 +74,11 @@ def _load() -> ctypes.CDLL:
     so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     so.i8_run_calls.restype = ctypes.c_long
     so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-    so.i8_set_runner.restype = None
-    so.i8_set_runner.argtypes = [ctypes.c_void_p]
-    so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
     return so
 
 
 _LIBRARY = OnceLibrary(_load, "native int8 kernels", "numpy", log)
-
-
-def why_disabled() -> str:
-    return _LIBRARY.why
-
-
-def lib():
-    """The loaded int8 kernel library or None (``why_disabled()`` says why)."""
-    return _LIBRARY.get()
+lib, why_disabled = _LIBRARY.get, _LIBRARY.reason      # the loaded library or None; why not
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -103,9 +105,7 @@ class _Prepared:
         d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
         d.out_zp, d.out_off = z_y, code_offset(layer.out_q)
         d.in_scale, d.out_scale = F32(s_x), F32(s_y)
-        with np.errstate(over="ignore", divide="ignore"):
-            rcp = F32(1) / F32(s_x)
-        d.in_rcp, d.in_exact = rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+        d.in_rcp, d.in_exact = reciprocal(s_x)
         d.lo_r, d.hi_r = float(layer.lo - z_y), float(layer.hi - z_y)
         mult = np.asarray(layer.mult, F32)
         if depthwise:
@@ -304,9 +304,7 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
 def qparams(q, lo=None, hi=None):
     """[s, 1/s, exact, z, lo, hi, byte offset, codes] of a quantization (s, z, dtype) for ``i8_add``."""
     s, z, dt = q
-    with np.errstate(over="ignore", divide="ignore"):
-        rcp = F32(1) / F32(s)
-    exact = not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny)
+    rcp, exact = reciprocal(s)
     qlo, qhi = QRANGE[dt]
     return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, code_offset(q), 0]
 

@@ -127,6 +127,19 @@ def build_shared(cc: str, source: Optional[str] = None) -> str:
     raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
 
 
+def load_on_pool(source: str, set_runner: str) -> ctypes.CDLL:
+    """The C file ``source`` (a kernel library beside this one: ``_native_int8.c``,
+    ``_native_i8float.c``) built, loaded, and its ``set_runner`` handed this library's worker pool
+    (``mrvl_run_parts``), on which its parallel parts then run."""
+    if not on():
+        raise RuntimeError(why_disabled() or "native kernels off")
+    so = ctypes.CDLL(build_shared(compiler(), source))
+    fn = getattr(so, set_runner)
+    fn.restype, fn.argtypes = None, [ctypes.c_void_p]
+    fn(ctypes.cast(lib().mrvl_run_parts, ctypes.c_void_p).value)
+    return so
+
+
 def _build(cc: str) -> str:
     return build_shared(cc)
 
