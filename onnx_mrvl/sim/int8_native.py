@@ -206,6 +206,16 @@ def target_buffer(out: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def unless_nhwc(layer, what: str, x: np.ndarray, codes_in, codes_out):
+    """None when ``x`` is a non-empty NHWC tensor (the C kernel's input), else ``(None, y)``: the
+    numpy path's result or error (``layer.apply``); codes, which it cannot take, are refused."""
+    if x.ndim == 4 and x.size:
+        return None
+    if codes_in[0] or codes_out:
+        raise ValueError(f"{what} of codes needs a non-empty NHWC tensor")
+    return None, layer.apply(x)
+
+
 def source_buffer(x: np.ndarray, codes: bool) -> np.ndarray:
     if codes:                                                # an arena view: C-contiguous, its bytes the codes
         if not x.flags.c_contiguous:

@@ -13,7 +13,7 @@ import numpy as np
 from . import int8_native, native
 from .int8 import F32, QRANGE, Int8Pool
 from .int8_native import (Desc, code_offset, keep_call, mark_staged, qparams, reciprocal, source_buffer,
-                          target_buffer)
+                          target_buffer, unless_nhwc)
 from .pooling import pool_geometry, window_counts
 
 
@@ -36,10 +36,9 @@ def prepare_avgpool(pool: Int8Pool) -> Optional[Callable]:
     divs = {}
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
-        if x.ndim != 4 or x.size == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
-            return None, pool.apply(x)                       # its error
+        fallback = unless_nhwc(pool, "an int8 pool", x, codes_in, codes_out)
+        if fallback:
+            return fallback
         n, h, w, c = x.shape
         (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
             x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
@@ -84,10 +83,9 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
     fn = lib.i8_maxpool if pool.kind == "Maxpool2D" else lib.i8_global_avgpool
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
-        if x.ndim != 4 or x.size == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
-            return None, pool.apply(x)                       # its error
+        fallback = unless_nhwc(pool, "an int8 pool", x, codes_in, codes_out)
+        if fallback:
+            return fallback
         n, h, w, c = x.shape
         d = Desc.from_buffer_copy(base)
         d.n, d.h, d.w, d.c = n, h, w, c
