@@ -24,8 +24,8 @@ from . import native
 from .int8 import QRANGE
 from .int8_float_conv import FloatPathConv2D, mlas_stride_k
 from .native_loader import OnceLibrary
-from .int8_native import (code_offset, keep_call, load_library, mark_staged, reciprocal, run_checked,
-                          source_buffer, target_buffer)
+from .int8_native import (code_offset, conv_out_size, empty_result, keep_call, load_library, mark_staged,
+                          reciprocal, run_checked, source_buffer, target_buffer)
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -86,23 +86,13 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
     d.in_rcp, d.in_exact = reciprocal(s_x)
     d.out_rcp, d.out_exact = reciprocal(s_y)
     d.wt, d.bias = w.ctypes.data, bias.ctypes.data
-    pt, pl, pb, pr = layer.padding
-    (sh, sw), (dh, dw) = layer.strides, layer.dilation
     fn = lib().f8_conv
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, raw=False):
         n, h, wd, c = x.shape
-        if c != ig * g:
-            raise ValueError(f"input has {c} channels, the kernel takes {ig} x {g} groups")
-        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-        ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        oh, ow = conv_out_size(layer, x)
         if oh < 1 or ow < 1 or n == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an empty int8 tensor in codes")
-            y, ok = layer.apply(x)                   # the numpy path's handling of empty tensors
-            if out is not None:
-                np.copyto(out, y)
-            return None, (y, ok)
+            return empty_result(layer, x, out, codes_in, codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
         dd = FDesc.from_buffer_copy(d)               # per call: thread safe

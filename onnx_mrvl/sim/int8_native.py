@@ -246,26 +246,35 @@ def mark_staged(stage: Callable, layer, in_quants) -> Callable:
     return apply
 
 
-def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
-    kh, kw = layer.kh, layer.kw
-    (sh, sw), (dh, dw) = layer.strides, layer.dilation
-    pt, pl, pb, pr = layer.padding
+def conv_out_size(layer, x: np.ndarray) -> Tuple[int, int]:
+    """(oh, ow) of an int8 Conv2D ``layer`` (int8.Int8Conv2D, int8_float_conv.FloatPathConv2D) on
+    the NHWC ``x``; a channel count that does not fit raises."""
+    _, h, w, c = x.shape
+    if c != layer.ig * layer.groups:
+        raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = layer.strides, layer.dilation, layer.padding
+    return ((h + pt + pb - (layer.kh - 1) * dh - 1) // sh + 1,
+            (w + pl + pr - (layer.kw - 1) * dw - 1) // sw + 1)
 
+
+def empty_result(layer, x: np.ndarray, out, codes_in, codes_out):
+    """``(None, (y, ok))``: the numpy path's result of a conv with an empty output (copied into
+    ``out`` when given); codes, which it cannot take, are refused."""
+    if codes_in[0] or codes_out:
+        raise ValueError("an empty int8 tensor in codes")
+    y, ok = layer.apply(x)
+    if out is not None:
+        np.copyto(out, y)
+    return None, (y, ok)
+
+
+def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, fused=None):
-        n, h, w, c = x.shape
-        if c != layer.ig * layer.groups:
-            raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
-        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-        ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-        if oh < 1 or ow < 1 or n == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an empty int8 tensor in codes")
-            y, ok = layer.apply(x)                           # the numpy path's handling of empty tensors
-            if out is not None:
-                np.copyto(out, y)
-            return None, (y, ok)
+        oh, ow = conv_out_size(layer, x)
+        if oh < 1 or ow < 1 or x.shape[0] == 0:
+            return empty_result(layer, x, out, codes_in, codes_out)
         call, y = prep.stage(source_buffer(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out, fused)
-        return call, y.reshape(n, oh, ow, -1)
+        return call, y.reshape(x.shape[0], oh, ow, -1)
     apply = mark_staged(stage, layer, [layer.in_q])
     if not prep.depthwise:
         def bind_fused(x, *, out, codes_in, add_prm, slot, other):
