@@ -24,16 +24,12 @@ from typing import List, Optional
 import numpy as np
 
 from .base import Match, attr, inp
-from .contrib_ops import MS, Writer, attention_core, causal_mask, float_attr, key_mask, not_float32, shape_of, used
+from .contrib_ops import Writer, attention_core, causal_mask, float32_check, float_attr, key_mask, shape_of, used
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_attention"
 OPS = ("Attention", "MultiHeadAttention")
-REPORT_SKIPS = "onnxruntime contrib op"
 FILL = -10000.0
-
-
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
 
 
 def mask_reason(g, mask: str, B: int, S: int, L: int) -> Optional[str]:
@@ -52,11 +48,8 @@ def _bias_reason(g, n, idx: int, B: int, N: int, S: int, L: int) -> Optional[str
     return None
 
 
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     N = attr(n, "num_heads")
     if not N:
         return f"{n.op_type} '{n.name}' has no num_heads"

@@ -8,13 +8,13 @@ The core is written the way fuse's attention patterns expect it (docs/fusion.md 
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 from onnx import TensorProto, defs, helper
 
 from .. import shapes
-from .base import attr
+from .base import Match, attr
 
 MS = "com.microsoft"
 FLOAT = TensorProto.FLOAT
@@ -27,6 +27,23 @@ SAME_MEANING_13_17 = {
     "PRelu", "Where", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Shape", "CumSum",
     "GRU", "LSTM", "RNN", "ScatterND", "ScatterElements", "Trilu", "HardSwish", "CastLike",
 }
+
+
+REPORT_SKIPS = "onnxruntime contrib op"     # the contrib rules' tag for the nodes they leave (legalize.skips)
+
+
+def match(node, g) -> Optional[Match]:
+    """The contrib rules' ``match``: a node of the rule's OPS in onnxruntime's com.microsoft domain."""
+    return Match([node]) if node.domain == MS else None
+
+
+def float32_check(check_node: Callable) -> Callable:
+    """A contrib rule's ``check(m, g, target)`` from ``check_node(m, g, n)`` (n: the matched node),
+    which runs when every float input is float32 (else ``not_float32``'s reason)."""
+    def check(m: Match, g, target) -> Optional[str]:
+        return not_float32(g, m.node) or check_node(m, g, m.node)
+    check.__doc__ = check_node.__doc__
+    return check
 
 
 def shape_of(g, name: str):
@@ -269,5 +286,5 @@ def _np(dt):
     return helper.tensor_dtype_to_np_dtype(dt or TensorProto.INT32)
 
 
-__all__ = ["MS", "FLOAT", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
+__all__ = ["MS", "FLOAT", "REPORT_SKIPS", "Writer", "float32_check", "match", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
            "opset_reason", "raise_opset", "shape_of", "measure", "not_float32"]

@@ -16,22 +16,15 @@ import numpy as np
 
 from .base import Match, attr, inp
 from .contrib_attention import mask_reason, masks
-from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, not_float32, shape_of, used
+from .contrib_ops import FLOAT, Writer, attention_core, float32_check, float_attr, shape_of, used
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_qattention"
 OPS = ("QAttention",)
-REPORT_SKIPS = "onnxruntime contrib op"
 
 
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
-
-
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     N = attr(n, "num_heads")
     if not N:
         return f"QAttention '{n.name}' has no num_heads"
