@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
-from onnx import TensorProto, defs, helper
+from onnx import TensorProto, helper
 
-from .. import shapes
+from .. import opset_bump, shapes
 from .base import Match, attr
 
 MS = "com.microsoft"
@@ -22,11 +22,6 @@ LN_OPSET = 17
 # ORT registers these in the default domain as its own ops (no ONNX schema below 17 / at all);
 # the contrib rules rewrite them, so they do not block raising the opset
 ORT_DEFAULT_DOMAIN_OPS = {"LayerNormalization", "SimplifiedLayerNormalization"}
-SAME_MEANING_13_17 = {
-    "Add", "Sub", "Mul", "Div", "Relu", "Identity", "Reshape", "BatchNormalization", "Pow", "LeakyRelu",
-    "PRelu", "Where", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Shape", "CumSum",
-    "GRU", "LSTM", "RNN", "ScatterND", "ScatterElements", "Trilu", "HardSwish", "CastLike",
-}
 
 
 REPORT_SKIPS = "onnxruntime contrib op"     # the contrib rules' tag for the nodes they leave (legalize.skips)
@@ -106,35 +101,14 @@ def opset_reason(g) -> Optional[str]:
     cached = g.__dict__.get("contrib_opset_reason")
     if cached is not None and cached[0] == key:
         return cached[1]
-    why = _opset_scan(g, old)
+    why = opset_bump.reason(g, LN_OPSET, skip=ORT_DEFAULT_DOMAIN_OPS, subgraphs=False)
     g.__dict__["contrib_opset_reason"] = (key, why)
     return why
 
 
-def _opset_scan(g, old: int) -> Optional[str]:
-    for n in g.node_list():
-        if n.domain not in ("", "ai.onnx") or n.op_type in ORT_DEFAULT_DOMAIN_OPS:
-            continue
-        if any(a.HasField("g") or a.graphs for a in n.attribute):
-            return f"{n.op_type} '{n.name}' holds a subgraph"
-        try:
-            before = defs.get_schema(n.op_type, old).since_version
-            after = defs.get_schema(n.op_type, LN_OPSET).since_version
-        except Exception:   # noqa: BLE001  (onnx raises SchemaError for unknown ops)
-            return f"op {n.op_type} has no ONNX schema at opset {old} or {LN_OPSET}"
-        if before != after and n.op_type not in SAME_MEANING_13_17:
-            return f"{n.op_type} ('{n.name}') changes between opset {old} and {LN_OPSET}"
-    return None
-
-
 def raise_opset(g) -> None:
-    if g.opset >= LN_OPSET:
-        return
-    for o in g.model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            o.version = LN_OPSET
-    g.opset = LN_OPSET
-    g.model.ir_version = max(g.model.ir_version, 8)
+    if g.opset < LN_OPSET:
+        opset_bump.raise_to(g, LN_OPSET)
 
 
 class Writer:
