@@ -205,6 +205,27 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
     return build_model([node], inputs, [("y", None)], inits), feeds
 
 
+def dynamic_matmul_case(op: str, r) -> Tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray]:
+    """x [4, 24] @ int8 weights [24, 10] (per-column scales, zero points 0) + bias as onnxruntime's
+    optimizer writes it: com.microsoft DynamicQuantizeMatMul, or MatMulIntegerToFloat after a
+    DynamicQuantizeLinear (opset 13). The weights drawn from ``r``: (model, wq, ws, bias)."""
+    wq = r.integers(-127, 128, (24, 10)).astype(np.int8)
+    ws = (r.random(10) * 0.01 + 0.005).astype(np.float32)
+    bias = r.standard_normal(10).astype(np.float32)
+    inits = [numpy_helper.from_array(v, k) for k, v in
+             (("wq", wq), ("ws", ws), ("wz", np.zeros(10, np.int8)), ("bias", bias))]
+    if op == "DynamicQuantizeMatMul":
+        nodes = [helper.make_node(op, ["x", "wq", "ws", "wz", "bias"], ["y"], domain=MS, name="dqmm")]
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+                 helper.make_node(op, ["xq", "wq", "xs", "ws", "xz", "wz", "bias"], ["y"], domain=MS, name="dqmm")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [4, 24])],
+                                            [helper.make_tensor_value_info("y", F32, [4, 10])], inits),
+                          opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    return m, wq, ws, bias
+
+
 def embed_case(segment: bool = True, mask: bool = True, sum_out: bool = False, position_ids: bool = False,
                seed: int = 0):
     """com.microsoft EmbedLayerNormalization (int32 ids)."""
