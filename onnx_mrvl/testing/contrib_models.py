@@ -116,6 +116,31 @@ def _mask(r, form: str, L: int):
     raise ValueError(form)
 
 
+def _add_mask(r, form: str, L: int, ins: List[str], inputs: list, feeds: dict) -> None:
+    """Append the mask input of ``form`` (``_mask``; "" for none) to ``ins``, its spec and value."""
+    mk = _mask(r, form, L)
+    ins.append("mask" if mk else "")
+    if mk:
+        inputs.append(mk[0])
+        feeds["mask"] = mk[1]
+
+
+def _attention_node(op: str, ins: List[str], name: str, unidirectional: bool, scale: Optional[float],
+                    filter_value: Optional[float], **attrs) -> onnx.NodeProto:
+    """The com.microsoft attention node ``op`` with N heads on ``ins`` (trailing empty inputs
+    dropped), output "y"; the optional attributes set when given."""
+    while ins and not ins[-1]:
+        ins.pop()
+    attrs["num_heads"] = N
+    if unidirectional:
+        attrs["unidirectional"] = 1
+    if scale is not None:
+        attrs["scale"] = scale
+    if filter_value is not None:
+        attrs["mask_filter_value"] = filter_value
+    return helper.make_node(op, ins, ["y"], name=name, domain=MS, **attrs)
+
+
 def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=None, scale: Optional[float] = None,
                    attn_bias: bool = False, bias: bool = True, filter_value: Optional[float] = None,
                    dynamic_weights: bool = False, gain: float = 1.0, seed: int = 0):
@@ -133,27 +158,13 @@ def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=Non
     if bias:
         inits["bias"] = (0.1 * r.standard_normal(sum(sizes))).astype(np.float32)
     ins.append("bias" if bias else "")
-    mk = _mask(r, mask, S)
-    ins.append("mask" if mk else "")
-    if mk:
-        inputs.append(mk[0])
-        feeds["mask"] = mk[1]
+    _add_mask(r, mask, S, ins, inputs, feeds)
     if attn_bias:
         ins += ["", "attn_bias"]
         inputs.append(("attn_bias", F32, [1, N, S, S]))
         feeds["attn_bias"] = r.standard_normal((1, N, S, S)).astype(np.float32)
-    while ins and not ins[-1]:
-        ins.pop()
-    attrs = {"num_heads": N}
-    if unidirectional:
-        attrs["unidirectional"] = 1
-    if qkv_sizes:
-        attrs["qkv_hidden_sizes"] = sizes
-    if scale is not None:
-        attrs["scale"] = scale
-    if filter_value is not None:
-        attrs["mask_filter_value"] = filter_value
-    node = helper.make_node("Attention", ins, ["y"], name="attention", domain=MS, **attrs)
+    node = _attention_node("Attention", ins, "attention", unidirectional, scale, filter_value,
+                           **({"qkv_hidden_sizes": sizes} if qkv_sizes else {}))
     return build_model([node], inputs, [("y", None)], inits), feeds
 
 
@@ -185,23 +196,10 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
         if bias:
             inits["bias"] = (0.1 * r.standard_normal(3 * D)).astype(np.float32)
             ins[3] = "bias"
-    mk = _mask(r, mask, L)
-    ins.append("mask" if mk else "")
-    if mk:
-        inputs.append(mk[0])
-        feeds["mask"] = mk[1]
+    _add_mask(r, mask, L, ins, inputs, feeds)
     if attn_bias:
         ins.append(add("attn_bias", [B, 1, S, L]))
-    while ins and not ins[-1]:
-        ins.pop()
-    attrs = {"num_heads": N}
-    if unidirectional:
-        attrs["unidirectional"] = 1
-    if scale is not None:
-        attrs["scale"] = scale
-    if filter_value is not None:
-        attrs["mask_filter_value"] = filter_value
-    node = helper.make_node("MultiHeadAttention", ins, ["y"], name="mha", domain=MS, **attrs)
+    node = _attention_node("MultiHeadAttention", ins, "mha", unidirectional, scale, filter_value)
     return build_model([node], inputs, [("y", None)], inits), feeds
 
 
