@@ -11,6 +11,8 @@ from onnx_mrvl.sim.int8_concat import Int8Concat
 from onnx_mrvl.sim.int8_lookup import Int8Lookup
 from onnx_mrvl.sim.int8_table_native import prepare_concat, prepare_lookup
 
+from test_int8_native import _codes, _decode
+
 pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
 
 
@@ -27,18 +29,6 @@ def _x(rng, shape, q):
     if flat.size > 45:
         flat[40:43] = [np.nan, np.inf, -np.inf]
     return x
-
-
-def _codes(y, q):
-    buf = np.zeros(y.shape, np.float32)
-    c = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
-    buf.reshape(-1).view(np.uint8)[:y.size] = c.reshape(-1).astype(np.uint8)
-    return buf
-
-
-def _decode(buf, q):
-    u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
-    return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
 
 
 def _floats_match(fn, apply, *xs) -> None:
