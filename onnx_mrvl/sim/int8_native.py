@@ -42,11 +42,9 @@ class Desc(ctypes.Structure):
 
 def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
     """An int8 kernel library (``source``, its ``set_runner``: ``native.load_on_pool``) unless
-    ``ONNX_MRVL_SIM_INT8_NATIVE=0``, the native kernels are off or the CPU lacks ``cpu_flags``."""
+    ``ONNX_MRVL_SIM_INT8_NATIVE=0``, the CPU lacks ``cpu_flags`` or the native kernels are off."""
     if not ENABLED:
         raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
-    if not native.on():
-        raise RuntimeError(native.why_disabled() or "native kernels off")
     if not cpu_has(*cpu_flags):
         raise RuntimeError(f"the CPU has no {cpu_name}")
     return native.load_on_pool(source, set_runner)

@@ -8,10 +8,11 @@ shift, activation, fp16 rounding, finiteness -- applied to the register tile bef
 Like torch inductor's CPU backend, it is compiled by the system C compiler (``$CC``, else ``cc``
 / ``gcc``) with ``-O3 -march=native -ffp-contract=off`` the first time a process needs it; the
 shared object is cached under ``__pycache__`` beside this file (else ``~/.cache/onnx_mrvl``),
-keyed by the source (with the local headers it includes), the flags, the compiler and the CPU's feature flags, written to a temporary
-name and renamed into place. When anything is missing (no compiler, a CPU without AVX-512, a
-read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns None, says why once in the log,
-and the simulator uses the numba / numpy kernels, whose results it matches (tests/test_sim_native.py).
+keyed by the source (and the local headers it includes), the flags, the compiler and the CPU's
+feature flags, written to a temporary name and renamed into place. When anything is missing (no
+compiler, a CPU without AVX-512, a read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns
+None, says why once in the log, and the simulator uses the numba / numpy kernels, whose results it
+matches (tests/test_sim_native.py).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def _source_bytes(source: str) -> bytes:
     seen, parts, todo = set(), [], [os.path.abspath(source)]
     while todo:
         path = todo.pop(0)
-        if path in seen:
+        if path in seen or (parts and not os.path.exists(path)):   # not beside it: the compiler says
             continue
         seen.add(path)
         with open(path, "rb") as f:

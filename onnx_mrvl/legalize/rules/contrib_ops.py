@@ -22,8 +22,6 @@ LN_OPSET = 17
 # ORT registers these in the default domain as its own ops (no ONNX schema below 17 / at all);
 # the contrib rules rewrite them, so they do not block raising the opset
 ORT_DEFAULT_DOMAIN_OPS = {"LayerNormalization", "SimplifiedLayerNormalization"}
-
-
 REPORT_SKIPS = "onnxruntime contrib op"     # the contrib rules' tag for the nodes they leave (legalize.skips)
 
 
@@ -260,5 +258,5 @@ def _np(dt):
     return helper.tensor_dtype_to_np_dtype(dt or TensorProto.INT32)
 
 
-__all__ = ["MS", "FLOAT", "REPORT_SKIPS", "Writer", "float32_check", "match", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
-           "opset_reason", "raise_opset", "shape_of", "measure", "not_float32"]
+__all__ = ["MS", "FLOAT", "REPORT_SKIPS", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used",
+           "float_attr", "float32_check", "match", "opset_reason", "raise_opset", "shape_of", "measure", "not_float32"]
