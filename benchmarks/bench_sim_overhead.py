@@ -19,7 +19,6 @@ import argparse
 import ctypes
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -29,6 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from onnx_mrvl.sim import Simulator, native  # noqa: E402
 from onnx_mrvl.sim.parallel import workers  # noqa: E402
+from onnx_mrvl.testing.timing import seconds  # noqa: E402
 
 
 def chain(layers: int, hw: int, c: int):
@@ -53,13 +53,8 @@ def chain(layers: int, hw: int, c: int):
 
 
 def best(fn, repeat: int) -> float:
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
+    """The fastest of ``repeat`` runs of ``fn()`` after one untimed (the machine is shared: the minimum)."""
+    return min(seconds(fn, repeat))
 
 
 def fixed_cost(layers: int, repeat: int) -> None:

@@ -159,6 +159,23 @@ def _feeds(model, seed=0):
             for i in model.graph.input}
 
 
+def _legalized_matches(model, feeds) -> list:
+    """onnxruntime's outputs of ``model``; legalize leaves no contrib op and matches them within FP32."""
+    ref = _run(model, feeds)
+    legal = legalize(model).model
+    assert C.contrib_ops(legal) == []
+    for r, g in zip(ref, _run(legal, feeds)):
+        assert _rel(r, g) <= FP32
+    return ref
+
+
+def _simulated_matches(conv, model, feeds, ref, folder: str) -> None:
+    """The saved conversion ``conv`` of ``model`` run by our session: within TOL of ``ref``."""
+    got = onnx_mrvl.InferenceSession(conv.save(folder)).run([o.name for o in model.graph.output], feeds)
+    for r, g in zip(ref, got):
+        assert _rel(r, g) <= TOL
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZED))
 def test_optimized_encoder_converts_like_the_original(name, tmp_path):
     build, model_type, expected = OPTIMIZED[name]
@@ -166,11 +183,7 @@ def test_optimized_encoder_converts_like_the_original(name, tmp_path):
     opt = CB.optimize(original, model_type)
     assert collections.Counter(C.contrib_ops(opt)) == expected
     feeds = _feeds(original)
-    ref = _run(opt, feeds)
-    legal = legalize(opt).model
-    assert C.contrib_ops(legal) == []
-    for r, g in zip(ref, _run(legal, feeds)):
-        assert _rel(r, g) <= FP32
+    ref = _legalized_matches(opt, feeds)
     conv = onnx_mrvl.convert(opt)
     before = onnx_mrvl.convert(original)
     assert len(conv.subgraphs) == len(before.subgraphs) == 1
@@ -179,9 +192,7 @@ def test_optimized_encoder_converts_like_the_original(name, tmp_path):
     # the embedding lookups and the integer mask's preparation (EmbedLayerNormalization's mask count)
     allowed = ("Gather", "Cast", "Reshape", "Less", "ReduceSum", "Equal")
     assert all(n.op_type in allowed for n in cpu), [n.op_type for n in cpu]
-    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run([o.name for o in opt.graph.output], feeds)
-    for r, g in zip(ref, got):
-        assert _rel(r, g) <= TOL
+    _simulated_matches(conv, opt, feeds, ref, str(tmp_path / "out"))
 
 
 ORT_SAVED = {   # onnxruntime's own fusions (optimized_model_filepath, ORT_ENABLE_EXTENDED)
@@ -204,17 +215,11 @@ def test_ort_saved_model_converts_like_the_original(name, tmp_path):
     saved = CB.ort_saved(original)
     assert set(C.contrib_ops(saved)) == ops
     feeds = _feeds(original)
-    ref = _run(saved, feeds)
-    legal = legalize(saved).model
-    assert C.contrib_ops(legal) == []
-    for r, g in zip(ref, _run(legal, feeds)):
-        assert _rel(r, g) <= FP32
+    ref = _legalized_matches(saved, feeds)
     conv = onnx_mrvl.convert(saved)
     assert len(conv.subgraphs) == len(onnx_mrvl.convert(original).subgraphs) == 1
     assert not any(n.domain == C.MS for n in conv.model.graph.node)
-    got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run([o.name for o in saved.graph.output], feeds)
-    for r, g in zip(ref, got):
-        assert _rel(r, g) <= TOL
+    _simulated_matches(conv, saved, feeds, ref, str(tmp_path / "out"))
 
 
 def test_quantized_optimized_encoder_one_region(tmp_path):

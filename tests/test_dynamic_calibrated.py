@@ -23,8 +23,9 @@ from onnx import numpy_helper as nh
 import onnx_mrvl
 from onnx_mrvl.testing.cli_run import run_cli
 from onnx_mrvl.errors import UsageError
+from onnx_mrvl.testing.contrib_models import dynamic_matmul_case
 
-from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, _ms_model, quantize_dyn, token_mlp
+from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, quantize_dyn, token_mlp
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 N_CALIB = 32
@@ -180,19 +181,7 @@ def test_dql_formula_matches_onnxruntime():
 @pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
 def test_fused_forms_with_calibration(tmp_path, op):
     rng = np.random.default_rng(3)
-    wq = rng.integers(-127, 128, (24, 10)).astype(np.int8)
-    ws = (rng.random(10) * 0.01 + 0.005).astype(np.float32)
-    bias = rng.standard_normal(10).astype(np.float32)
-    inits = [nh.from_array(wq, "wq"), nh.from_array(ws, "ws"), nh.from_array(np.zeros(10, np.int8), "wz"),
-             nh.from_array(bias, "bias")]
-    if op == "DynamicQuantizeMatMul":
-        node = helper.make_node(op, ["x", "wq", "ws", "wz", "bias"], ["y"], domain="com.microsoft", name="dqmm")
-        extra = []
-    else:
-        extra = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql")]
-        node = helper.make_node(op, ["xq", "wq", "xs", "ws", "xz", "wz", "bias"], ["y"], domain="com.microsoft",
-                                name="dqmm")
-    m = _ms_model(node, inits, [4, 24], [4, 10], extra)
+    m = dynamic_matmul_case(op, rng)[0]
     calib = [{"x": rng.standard_normal((4, 24)).astype(np.float32)} for _ in range(N_CALIB)]
     result = onnx_mrvl.convert(m, calibration=calib)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]

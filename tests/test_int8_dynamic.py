@@ -21,6 +21,7 @@ from onnx import numpy_helper as nh
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing.contrib_models import dynamic_matmul_case
 from onnx_mrvl.testing.models import GraphBuilder
 
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -147,34 +148,13 @@ def test_dynamic_matmul_per_column_weights(tmp_path, weight_type):
     assert e_conv <= max(b / r for _, b, r in per_input) * ref + e_dyn
 
 
-def _ms_model(node, inits, x_shape, y_shape, extra_nodes=()):
-    m = helper.make_model(helper.make_graph(list(extra_nodes) + [node], "g",
-                                            [helper.make_tensor_value_info("x", F32, x_shape)],
-                                            [helper.make_tensor_value_info("y", F32, y_shape)], inits),
-                          opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    return m
-
-
 @pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
 def test_fused_dynamic_matmul_forms(tmp_path, op):
     """onnxruntime's optimizer writes DynamicQuantizeMatMul / MatMulIntegerToFloat (+ bias): the
     same rewrite, checked against onnxruntime's run and against the float model of the dequantized
     weights."""
     rng = np.random.default_rng(3)
-    wq = rng.integers(-127, 128, (24, 10)).astype(np.int8)
-    ws = (rng.random(10) * 0.01 + 0.005).astype(np.float32)
-    bias = rng.standard_normal(10).astype(np.float32)
-    inits = [nh.from_array(wq, "wq"), nh.from_array(ws, "ws"), nh.from_array(np.zeros(10, np.int8), "wz"),
-             nh.from_array(bias, "bias")]
-    if op == "DynamicQuantizeMatMul":
-        node = helper.make_node(op, ["x", "wq", "ws", "wz", "bias"], ["y"], domain="com.microsoft", name="dqmm")
-        extra = []
-    else:
-        extra = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql")]
-        node = helper.make_node(op, ["xq", "wq", "xs", "ws", "xz", "wz", "bias"], ["y"], domain="com.microsoft",
-                                name="dqmm")
-    m = _ms_model(node, inits, [4, 24], [4, 10], extra)
+    m, wq, ws, bias = dynamic_matmul_case(op, rng)
     result = onnx_mrvl.convert(m)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     assert result.report["dqmm"].reason.startswith(NOTE)

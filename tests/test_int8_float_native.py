@@ -9,6 +9,8 @@ import pytest
 from onnx_mrvl.sim import int8, int8_float_native, int8_native, int8_pool_native
 from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D, mlas_stride_k
 
+from test_int8_native import _codes, _decode
+
 pytestmark = pytest.mark.skipif(int8_float_native.lib() is None,
                                 reason=int8_float_native.why_disabled() or "no native float-path kernel")
 
@@ -92,19 +94,6 @@ def test_outputs_bit_identical(shape, dt_in, dt_out, act):
     got, ok = int8_native.prepare(layer)(x)
     assert ok and got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
-
-
-def _codes(y: np.ndarray, q) -> np.ndarray:
-    """The bytes q + off of a dequantized int8 tensor in a float32-sized buffer (the static plan's arena)."""
-    buf = np.zeros(y.shape, np.float32)
-    codes = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
-    buf.reshape(-1).view(np.uint8)[:y.size] = codes.reshape(-1).astype(np.uint8)
-    return buf
-
-
-def _decode(buf: np.ndarray, q) -> np.ndarray:
-    u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
-    return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
 
 
 @pytest.mark.parametrize("dt", ["int8", "uint8"])

@@ -260,7 +260,8 @@ def test_region_input_fake_quant():
 
 
 def _codes(y: np.ndarray, q) -> np.ndarray:
-    """The bytes q + off of a dequantized int8 tensor, in a float32-sized buffer (as the arena holds them)."""
+    """The bytes q + off of a dequantized int8 tensor, in a float32-sized buffer (as the arena holds them;
+    also used by test_int8_float_native.py and test_int8_table_native.py)."""
     buf = np.zeros(y.shape, np.float32)
     codes = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
     buf.reshape(-1).view(np.uint8)[:y.size] = codes.reshape(-1).astype(np.uint8)

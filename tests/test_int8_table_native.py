@@ -11,6 +11,8 @@ from onnx_mrvl.sim.int8_concat import Int8Concat
 from onnx_mrvl.sim.int8_lookup import Int8Lookup
 from onnx_mrvl.sim.int8_table_native import prepare_concat, prepare_lookup
 
+from test_int8_native import _codes, _decode
+
 pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
 
 
@@ -29,16 +31,23 @@ def _x(rng, shape, q):
     return x
 
 
-def _codes(y, q):
-    buf = np.zeros(y.shape, np.float32)
-    c = np.rint(y / np.float32(q[0])) + q[1] + (128 if q[2] == "int8" else 0)
-    buf.reshape(-1).view(np.uint8)[:y.size] = c.reshape(-1).astype(np.uint8)
-    return buf
+def _floats_match(fn, apply, *xs) -> None:
+    """The native ``fn`` on float inputs: numpy's ``apply``, bit for bit."""
+    want, _ = apply(*xs)
+    got, ok = fn(*xs)
+    assert ok and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
 
 
-def _decode(buf, q):
-    u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
-    return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
+def _codes_match(fn, apply, xs, qs, qo, codes_in=None) -> None:
+    """``fn`` on the fake-quantized ``xs`` (as codes buffers where ``codes_in``, default all), codes out:
+    the values numpy's ``apply`` gives."""
+    xq = [int8.fake_quant(x, *q) for x, q in zip(xs, qs)]
+    codes_in = codes_in or (True,) * len(xs)
+    want = apply(*xq)[0]
+    out = np.zeros(want.shape, np.float32)
+    fn(*(_codes(x, q) if c else x for x, q, c in zip(xq, qs, codes_in)), out=out, codes_in=codes_in, codes_out=True)
+    np.testing.assert_array_equal(_decode(out, qo), want)
 
 
 @pytest.mark.parametrize("channels", [1, 37])
@@ -54,14 +63,8 @@ def test_lookup(channels, dt_in, dt_out):
     fn = prepare_lookup(layer)
     for shape in ((2, 9, 7, 37), (1, 5, 37), (37,), (3, 1, 1, 37)):
         x = _x(rng, shape, qi)
-        want, _ = layer.apply(x)
-        got, ok = fn(x)
-        assert ok and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
-        xq = int8.fake_quant(x, *qi)
-        out = np.zeros(want.shape, np.float32)
-        fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
-        np.testing.assert_array_equal(_decode(out, qo), layer.apply(xq)[0])
+        _floats_match(fn, layer.apply, x)
+        _codes_match(fn, layer.apply, [x], [qi], qo)
 
 
 @pytest.mark.parametrize("dt", ["int8", "uint8"])
@@ -75,14 +78,8 @@ def test_concat(dt):
         layer = Int8Concat(params, axis, 3)
         fn = prepare_concat(layer)
         xs = [_x(rng, (2, 6, 5, c), q) for c, q in zip((17, 64, 3), qs)]
-        want, _ = layer.apply(*xs)
-        got, ok = fn(*xs)
-        assert ok and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
-        xq = [int8.fake_quant(x, *q) for x, q in zip(xs, qs)]
-        out = np.zeros(want.shape, np.float32)
-        fn(_codes(xq[0], qs[0]), xq[1], _codes(xq[2], qs[2]), out=out, codes_in=(True, False, True), codes_out=True)
-        np.testing.assert_array_equal(_decode(out, qo), layer.apply(*xq)[0])
+        _floats_match(fn, layer.apply, *xs)
+        _codes_match(fn, layer.apply, xs, qs, qo, codes_in=(True, False, True))
     assert prepare_concat(Int8Concat(params, 1, 3)) is None      # along another axis: numpy
 
 
@@ -109,22 +106,16 @@ def test_avgpool(requant):
         fn = prepare_avgpool(pool)
         x = _x(rng, (2, 9, 11, int(rng.integers(1, 40))), qi)
         with np.errstate(invalid="ignore"):              # numpy's 0 / 0 of a window of padding alone
-            want, _ = pool.apply(x)
-            got, ok = fn(x)
-        assert ok and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
-        xq = int8.fake_quant(x, *qi)
-        out = np.zeros(want.shape, np.float32)
+            _floats_match(fn, pool.apply, x)
         (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
             x, geo["kernel_size"], geo["strides"], geo["padding"], geo["dilation"], geo["ceil_mode"])
         inc = bool(geo["count_include_pad"])
         if not (window_counts(9, oh, kh, sh, t, b, dh, inc).all()
                 and window_counts(11, ow, kw, sw, l, r, dw, inc).all()):
-            with pytest.raises(ValueError, match="empty window"):   # a window of padding alone: numpy only
-                fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
+            with pytest.raises(ValueError, match="empty window"), np.errstate(invalid="ignore"):
+                _codes_match(fn, pool.apply, [x], [qi], qo)         # a window of padding alone: numpy only
             continue
-        fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
-        np.testing.assert_array_equal(_decode(out, qo), pool.apply(xq)[0])
+        _codes_match(fn, pool.apply, [x], [qi], qo)
         checked += 1
     assert checked >= 16
 
@@ -141,11 +132,5 @@ def test_resize_nearest(dt_in, dt_out):
         pool = int8.Int8Pool("Resize", params, {"scales": scales})
         fn = prepare_resize(pool)
         x = _x(rng, (2, 5, 7, 19), qi)
-        want, _ = pool.apply(x)
-        got, ok = fn(x)
-        assert ok and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
-        xq = int8.fake_quant(x, *qi)
-        out = np.zeros(want.shape, np.float32)
-        fn(_codes(xq, qi), out=out, codes_in=(True,), codes_out=True)
-        np.testing.assert_array_equal(_decode(out, qo), pool.apply(xq)[0])
+        _floats_match(fn, pool.apply, x)
+        _codes_match(fn, pool.apply, [x], [qi], qo)

@@ -7,6 +7,7 @@ conv in another order than einsum, so those agree with numpy within one fp16 ulp
 float64 reference within the bound of test_sim_kernels.py. Splitting the work over threads must
 not change a single bit.
 """
+import ctypes
 import os
 import subprocess
 import sys
@@ -268,6 +269,21 @@ def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path)
     with pytest.raises(RuntimeError, match="failed"):
         native._build(cc)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["broken.c", os.path.basename(path)])
+
+
+def test_a_changed_local_header_is_rebuilt(monkeypatch, tmp_path):
+    """The cache key covers the headers a source includes (_native_common.h): a changed header
+    must not reuse the shared object built with the old one."""
+    cc = native._compiler()
+    monkeypatch.setenv("ONNX_MRVL_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "k.c").write_text('#include "k.h"\nint k(void) { return K; }\n')
+    (tmp_path / "k.h").write_text("#define K 1\n")
+    first = native.build_shared(cc, str(tmp_path / "k.c"))
+    assert native.build_shared(cc, str(tmp_path / "k.c")) == first
+    (tmp_path / "k.h").write_text("#define K 2\n")
+    second = native.build_shared(cc, str(tmp_path / "k.c"))
+    assert second != first
+    assert ctypes.CDLL(second).k() == 2
 
 
 @pytest.mark.parametrize("act", ["none", "leaky_relu", "tanh", "prelu"])

@@ -3,7 +3,7 @@ only when every standard op the graph holds means the same at the new version: i
 same, or it changed in types / added attributes whose defaults keep the old behaviour."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Collection, Optional
 
 from onnx import defs
 
@@ -34,12 +34,16 @@ def _all_nodes(g):
                 yield from _nodes(sg)
 
 
-def reason(g, version: int) -> Optional[str]:
-    """Why the model of the legalize graph ``g`` cannot move to ``version``, or None."""
+def reason(g, version: int, skip: Collection[str] = (), subgraphs: bool = True) -> Optional[str]:
+    """Why the model of the legalize graph ``g`` cannot move to ``version``, or None. ``skip``:
+    default-domain op types left out (ones the caller rewrites anyway); ``subgraphs`` False: a node
+    holding a subgraph is itself the reason (else the subgraphs' nodes are checked too)."""
     old = g.opset
-    for n in _all_nodes(g):
-        if n.domain not in ("", "ai.onnx"):
+    for n in _all_nodes(g) if subgraphs else g.node_list():
+        if n.domain not in ("", "ai.onnx") or n.op_type in skip:
             continue
+        if not subgraphs and any(a.HasField("g") or a.graphs for a in n.attribute):
+            return f"{n.op_type} '{n.name}' holds a subgraph"
         try:
             before = defs.get_schema(n.op_type, old).since_version
             after = defs.get_schema(n.op_type, version).since_version

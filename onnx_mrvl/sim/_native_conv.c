@@ -1215,16 +1215,18 @@ int gemv_desc(const long *d, const float *x, float *out, int nthreads) {
 /* ------------------------------------------------------------------ global average pool, input copy
  * out[n, c] = rne16((sum over p of x[n, p, c], in order p = 0, 1, ...) / hw): numpy's sum over a
  * non-contiguous axis adds the rows in this order, so the result is the same bits. */
+/* a pass from x to out over n images of hw pixels x c channels, in ``parts`` parts
+ * (row_parts, part_range); ok: the pass's result bits (global_avgpool, transpose_round) */
 typedef struct {
     const float *x;
     float *out;
     long n, hw, c, parts;
     atomic_int ok;
-} gap_job;
+} plane_job;
 
 /* part p: a range of (image, 16-channel block) units, each summed over its pixels in order */
 static void gap_part(void *arg, long p) {
-    gap_job *j = arg;
+    plane_job *j = arg;
     const long cbs = (j->c + 15) / 16;
     long u0, u1;
     part_range(p, j->parts, j->n * cbs, &u0, &u1);
@@ -1246,7 +1248,7 @@ static void gap_part(void *arg, long p) {
 }
 
 int global_avgpool(const float *x, float *out, long n, long hw, long c, int nthreads) {
-    gap_job j = {x, out, n, hw, c, 0, 1};
+    plane_job j = {x, out, n, hw, c, 0, 1};
     const long units = n * ((c + 15) / 16);
     j.parts = row_parts(units, n * hw * c, 1L << 16, nthreads);
     run_parts(gap_part, &j, j.parts, nthreads);
@@ -1270,17 +1272,11 @@ int copy_round(const float *src, float *dst, long n) {
 /* out[n, p, c] = rne16(x[n, c, p]): a program input's rounding fused into its NCHW -> NHWC
  * transpose, split over pixel blocks (each thread rounds and interleaves its own pixels);
  * returns bit 0: every input value finite, bit 1: every rounded value finite */
-typedef struct {
-    const float *x;
-    float *out;
-    long n, c, hw, step;
-    atomic_int ok;
-} trr_job;
-
 static void trr_part(void *arg, long part) {
-    trr_job *j = arg;
-    const long blocks = (j->hw + TRB - 1) / TRB, total = j->n * blocks;
-    const long b0 = part * j->step, b1 = b0 + j->step < total ? b0 + j->step : total;
+    plane_job *j = arg;
+    const long blocks = (j->hw + TRB - 1) / TRB;
+    long b0, b1;
+    part_range(part, j->parts, j->n * blocks, &b0, &b1);
     __mmask16 bad_in = 0, bad_out = 0;
     for (long b = b0; b < b1; b++) {
         const long n = b / blocks, p0 = (b % blocks) * TRB, p1 = p0 + TRB < j->hw ? p0 + TRB : j->hw;
@@ -1305,16 +1301,9 @@ static void trr_part(void *arg, long part) {
 }
 
 int transpose_round(const float *x, float *out, long n, long c, long hw, int nthreads) {
-    trr_job j = {x, out, n, c, hw, 0, 3};
-    const long total = n * ((hw + TRB - 1) / TRB);
-    long parts = nthreads > 1 && n * c * hw >= (1L << 16) ? nthreads * 2 : 1;
-    if (parts > total)
-        parts = total;
-    if (parts < 1)
-        parts = 1;
-    j.step = (total + parts - 1) / parts;
-    parts = total ? (total + j.step - 1) / j.step : 0;
-    run_parts(trr_part, &j, parts, nthreads);
+    plane_job j = {x, out, n, hw, c, 0, 3};
+    j.parts = row_parts(n * ((hw + TRB - 1) / TRB), n * c * hw, 1L << 16, nthreads);
+    run_parts(trr_part, &j, j.parts, nthreads);
     return atomic_load(&j.ok);
 }
 

@@ -18,24 +18,9 @@
  * channel per group), a vector of 16 channels (the groups side by side: the same k order per lane).
  * Parallel parts (output rows) run on the fp16 kernels' worker pool (mrvl_run_parts, handed in by
  * f8_set_runner). */
-#include <immintrin.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef void (*part_fn)(void *arg, long part);
-typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
-static runner_fn runner = 0;
+#include "_native_common.h"
 
 void f8_set_runner(void *fn) { runner = (runner_fn)fn; }
-
-static void run(part_fn fn, void *arg, long parts, int nthreads) {
-    if (runner && parts > 1 && nthreads > 1)
-        runner(fn, arg, parts, nthreads);
-    else
-        for (long p = 0; p < parts; p++)
-            fn(arg, p);
-}
 
 #define MR 6
 
@@ -51,37 +36,6 @@ typedef struct {
     const float *wt;                        /* per group (depthwise: one) [ldw / 64][K][64]: panels of 64 channels */
     const float *bias;                      /* GEMM: per group [ldw]; depthwise: [ldw] */
 } f8desc;
-
-static __thread float *scratch = 0;
-static __thread size_t scratch_cap = 0;
-
-static float *get_scratch(size_t bytes) {
-    if (bytes > scratch_cap) {
-        free(scratch);
-        size_t cap = (bytes + 4095) & ~(size_t)4095;
-        scratch = aligned_alloc(64, cap);
-        scratch_cap = scratch ? cap : 0;
-    }
-    return scratch;
-}
-
-static inline __mmask16 lanes(long left) {
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
-}
-
-/* rne(x / s) as float, as _native_int8.c's rne_div: fp32(x * fp32(1 / s)) and fp32(x / s) round to
- * the same integer unless the product lies within 0.0005 of a half-integer (below |x / s| = 1024;
- * beyond, the code saturates either way); only then, or when 1 / s is not a normal float, is the
- * vector divided */
-#define NEAR_TIE 0.4995f
-static inline __m512 rne_div(__m512 x, __m512 scale, __m512 rcp, long exact) {
-    __m512 y = _mm512_mul_ps(x, rcp);
-    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
-    if (near || exact)
-        r = _mm512_roundscale_ps(_mm512_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return r;
-}
 
 /* ------------------------------------------------------------------ dequantize + pad */
 typedef struct {

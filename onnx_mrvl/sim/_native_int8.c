@@ -21,24 +21,9 @@
  *
  * Parallel parts run on the fp16 kernels' worker pool (_native_conv.c mrvl_run_parts, handed in
  * by i8_set_runner); without it they run on the calling thread. */
-#include <immintrin.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef void (*part_fn)(void *arg, long part);
-typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
-static runner_fn runner = 0;
+#include "_native_common.h"
 
 void i8_set_runner(void *fn) { runner = (runner_fn)fn; }
-
-static void run(part_fn fn, void *arg, long parts, int nthreads) {
-    if (runner && parts > 1 && nthreads > 1)
-        runner(fn, arg, parts, nthreads);
-    else
-        for (long p = 0; p < parts; p++)
-            fn(arg, p);
-}
 
 #define MR 6
 
@@ -57,20 +42,6 @@ typedef struct {
     long add_slot;                         /* the conv's operand of the Sum2D: 0 (a) or 1 (b) */
 } i8desc;
 
-/* thread-local scratch of the calling thread (workers only write into the caller's buffer) */
-static __thread uint8_t *scratch = 0;
-static __thread size_t scratch_cap = 0;
-
-static uint8_t *get_scratch(size_t bytes) {
-    if (bytes > scratch_cap) {
-        free(scratch);
-        size_t cap = (bytes + 4095) & ~(size_t)4095;
-        scratch = aligned_alloc(64, cap);
-        scratch_cap = scratch ? cap : 0;
-    }
-    return scratch;
-}
-
 /* the low bytes of 16 int32 lanes (saturated to [0, 255]) stored at o under mask m: converted in
  * a register first (a narrowing store straight to memory, vpmovusdb m128, is slow on Zen 4) */
 static inline void store_u8(uint8_t *o, __mmask16 m, __m512i v) {
@@ -82,27 +53,9 @@ static inline void store_u8(uint8_t *o, __mmask16 m, __m512i v) {
 }
 
 /* ------------------------------------------------------------------ quantize */
-/* rne(x / s) as float: y = fp32(x * fp32(1 / s)) and fp32(x / s) both lie within 2^-24 |x / s|
- * of x / s (three roundings in all: |y - fp32(x / s)| <= 3 * 2^-24 |x / s| < 1.9e-4 below
- * |x / s| = 1024), so they round to the same integer unless y lies within 0.0005 of a
- * half-integer; only then is the vector divided (rare: 0.1% of the lanes for uniform
- * fractions; inputs that are codes times the scale are never near). Beyond 1024 the code
- * saturates either way (|z| <= 255), and a near-tie there only costs a division.
- * ``exact``: always divide (1 / s not a normal float). */
-#define NEAR_TIE 0.4995f
-static inline __m512 rne_div(__m512 x, float scale, float rcp, long exact) {
-    __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(rcp));
-    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 dist = _mm512_abs_ps(_mm512_sub_ps(y, r));
-    __mmask16 near = _mm512_cmp_ps_mask(dist, _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
-    if (near || exact)
-        r = _mm512_roundscale_ps(_mm512_div_ps(x, _mm512_set1_ps(scale)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return r;
-}
-
 /* sat(rne(x / s) + z) as float: max(NaN, lo) = lo like MLAS; +-inf saturate */
 static inline __m512 quant_f(__m512 x, float scale, float rcp, long exact, long zp, long lo, long hi) {
-    __m512 r = _mm512_add_ps(rne_div(x, scale, rcp, exact), _mm512_set1_ps((float)zp));
+    __m512 r = _mm512_add_ps(rne_div(x, _mm512_set1_ps(scale), _mm512_set1_ps(rcp), exact), _mm512_set1_ps((float)zp));
     r = _mm512_max_ps(r, _mm512_set1_ps((float)lo));          /* NaN in the first operand: lo */
     return _mm512_min_ps(r, _mm512_set1_ps((float)hi));
 }
@@ -219,11 +172,7 @@ static inline qconst qconst_of(const float *p) {
 
 /* sat(rne(x / s) + z) with hoisted constants (quant_f) */
 static inline __m512 quant_c(__m512 x, const qconst *c) {
-    __m512 y = _mm512_mul_ps(x, c->rcp);
-    __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(y, r)), _mm512_set1_ps(NEAR_TIE), _CMP_GT_OQ);
-    if (near || c->exact)
-        r = _mm512_roundscale_ps(_mm512_div_ps(x, c->s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = rne_div(x, c->s, c->rcp, c->exact);
     return _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, c->z), c->lo), c->hi);
 }
 
@@ -326,7 +275,7 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
     for (int v = 0; v < NV; v++) {
         __m512 mv = _mm512_loadu_ps(mult + v * 16);
         long left = ncols - v * 16;
-        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+        __mmask16 m = lanes(left);
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++) {
             if (r >= rows)
@@ -490,7 +439,7 @@ static void dw_fill_row(const i8desc *d, const float *x, uint8_t *dst, long b, l
         const float *src = x + ((b * d->h + y) * d->w + ix) * d->c;
         for (long c = 0; c < cpad; c += 16) {
             long left = d->c - c;
-            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (left > 0 ? left : 0)) - 1);
+            __mmask16 m = lanes(left);
             __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(quant_r(_mm512_maskz_loadu_ps(m, src + c), d), off));
             _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtusepi32_epi8(_mm512_maskz_mov_epi32(m, q)));
         }
@@ -659,6 +608,26 @@ void i8_add(const void *a, const void *b, void *out, long n, const float *prm, i
     run(add_part, &j, (n + j.step - 1) / j.step, nthreads);
 }
 
+/* the output codes q (floats) at out + at under mask m: the bytes q + off (out_codes), else the
+ * dequantized values (q - z_y) s_y */
+static inline void store_q(const i8desc *d, __m512 q, void *out, long at, __mmask16 m) {
+    if (d->out_codes)
+        store_u8((uint8_t *)out + at, m, _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps((float)d->out_off))));
+    else
+        _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->out_zp)),
+                                                                  _mm512_set1_ps(d->out_scale)));
+}
+
+/* the input as bytes q + off: the codes themselves, or quantized into the scratch (0: no memory) */
+static const uint8_t *input_bytes(const i8desc *d, const float *x, long total, int nthreads) {
+    if (d->in_codes)
+        return (const uint8_t *)x;
+    uint8_t *buf = get_scratch((size_t)total + 64);
+    if (buf)
+        quantize_u8(d, x, buf, total, nthreads);
+    return buf;
+}
+
 /* ------------------------------------------------------------------ int8 max pool
  * int8.Int8Pool (Maxpool2D): the window maximum of the codes (padding never wins; bytes q + off
  * are ordered as the codes), then Q_out(DQ_in(q)) -- the code itself when both quantizations
@@ -673,12 +642,7 @@ static inline void pool_emit(const i8desc *d, __m128i m8, int any, void *out, lo
         __m512 v = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->in_zp)), _mm512_set1_ps(d->in_scale));
         q = quant_f(v, d->out_scale, d->out_rcp, d->out_exact, d->out_zp, d->out_lo, d->out_hi);
     }
-    if (d->out_codes)
-        store_u8((uint8_t *)out + at, m,
-                                           _mm512_cvtps_epi32(_mm512_add_ps(q, _mm512_set1_ps((float)d->out_off))));
-    else
-        _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps((float)d->out_zp)),
-                                                                  _mm512_set1_ps(d->out_scale)));
+    store_q(d, q, out, at, m);
 }
 
 static void maxpool_part(void *arg, long part) {
@@ -714,14 +678,9 @@ static void maxpool_part(void *arg, long part) {
 
 int i8_maxpool(const i8desc *d, const float *x, void *out, int nthreads) {
     long in_total = d->n * d->h * d->w * d->c;
-    const uint8_t *u = (const uint8_t *)x;
-    if (!d->in_codes) {
-        uint8_t *buf = get_scratch((size_t)in_total + 64);
-        if (!buf)
-            return 0;
-        quantize_u8(d, x, buf, in_total, nthreads);
-        u = buf;
-    }
+    const uint8_t *u = input_bytes(d, x, in_total, nthreads);
+    if (!u)
+        return 0;
     long total = d->n * d->oh, work = total * d->ow * d->c * d->kh * d->kw;
     int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
     long parts = par > 1 ? 4L * par : 1;
@@ -735,14 +694,9 @@ int i8_maxpool(const i8desc *d, const float *x, void *out, int nthreads) {
 int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) {
     (void)nthreads;
     long hw = d->h * d->w, in_total = d->n * hw * d->c;
-    const uint8_t *u = (const uint8_t *)x;
-    if (!d->in_codes) {
-        uint8_t *buf = get_scratch((size_t)in_total + 64);
-        if (!buf)
-            return 0;
-        quantize_u8(d, x, buf, in_total, 1);
-        u = buf;
-    }
+    const uint8_t *u = input_bytes(d, x, in_total, 1);
+    if (!u)
+        return 0;
     __m512 mv = _mm512_set1_ps(d->mult[0]);
     __m512i zc = _mm512_set1_epi32((int)((d->in_zp + d->in_off) * hw));
     for (long b = 0; b < d->n; b++)
@@ -756,13 +710,7 @@ int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) 
             f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             f = _mm512_add_ps(f, _mm512_set1_ps((float)d->out_zp));
             f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps((float)d->out_lo)), _mm512_set1_ps((float)d->out_hi));
-            long at = b * d->c + c;
-            if (d->out_codes)
-                store_u8((uint8_t *)out + at, m,
-                                                   _mm512_cvtps_epi32(_mm512_add_ps(f, _mm512_set1_ps((float)d->out_off))));
-            else
-                _mm512_mask_storeu_ps((float *)out + at, m, _mm512_mul_ps(_mm512_sub_ps(f, _mm512_set1_ps((float)d->out_zp)),
-                                                                          _mm512_set1_ps(d->out_scale)));
+            store_q(d, f, out, b * d->c + c, m);
         }
     return 1;
 }

@@ -23,9 +23,9 @@ import numpy as np
 from . import native
 from .int8 import QRANGE
 from .int8_float_conv import FloatPathConv2D, mlas_stride_k
-from .native_loader import OnceLibrary, cpu_has
-from .int8_native import (ENABLED, code_offset, keep_call, mark_staged, run_checked, source_buffer,
-                          target_buffer)
+from .native_loader import OnceLibrary
+from .int8_native import (code_offset, conv_out_size, empty_result, keep_call, load_library, mark_staged,
+                          reciprocal, run_checked, source_buffer, target_buffer)
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -43,31 +43,14 @@ class FDesc(ctypes.Structure):
 
 
 def _load() -> ctypes.CDLL:
-    if not ENABLED:
-        raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
-    if not native.on():
-        raise RuntimeError(native.why_disabled() or "native kernels off")
-    if not cpu_has("avx512bw", "avx512vl"):
-        raise RuntimeError("the CPU has no AVX-512 BW/VL")
-    so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+    so = load_library(_SRC, "f8_set_runner", ("avx512bw", "avx512vl"), "AVX-512 BW/VL")
     so.f8_conv.restype = ctypes.c_int
     so.f8_conv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-    so.f8_set_runner.restype = None
-    so.f8_set_runner.argtypes = [ctypes.c_void_p]
-    so.f8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
     return so
 
 
 _LIBRARY = OnceLibrary(_load, "native float-path int8 kernel", "numpy", log)
-
-
-def why_disabled() -> str:
-    return _LIBRARY.why
-
-
-def lib():
-    """The loaded float-path kernel library or None (``why_disabled()`` says why)."""
-    return _LIBRARY.get()
+lib, why_disabled = _LIBRARY.get, _LIBRARY.reason      # the loaded library or None; why not
 
 
 def _padded(a: np.ndarray, cols: int) -> np.ndarray:
@@ -76,13 +59,6 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
     out[...] = 0
     out[..., :a.shape[-1]] = a
     return out
-
-
-def _reciprocal(s: float):
-    """(fp32(1 / s), 1 when it is not a normal float: the kernel then always divides)."""
-    with np.errstate(over="ignore", divide="ignore"):
-        rcp = F32(1) / F32(s)
-    return rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
 
 
 def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
@@ -107,26 +83,16 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
     d.in_scale, d.in_zp, (d.in_lo, d.in_hi), d.in_off = F32(s_x), z_x, QRANGE[dt_x], code_offset(layer.in_q)
     d.out_scale, d.out_zp, d.out_off = F32(s_y), z_y, code_offset(layer.out_q)
     d.lo, d.hi = float(layer.lo), float(layer.hi)
-    d.in_rcp, d.in_exact = _reciprocal(s_x)
-    d.out_rcp, d.out_exact = _reciprocal(s_y)
+    d.in_rcp, d.in_exact = reciprocal(s_x)
+    d.out_rcp, d.out_exact = reciprocal(s_y)
     d.wt, d.bias = w.ctypes.data, bias.ctypes.data
-    pt, pl, pb, pr = layer.padding
-    (sh, sw), (dh, dw) = layer.strides, layer.dilation
     fn = lib().f8_conv
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, raw=False):
         n, h, wd, c = x.shape
-        if c != ig * g:
-            raise ValueError(f"input has {c} channels, the kernel takes {ig} x {g} groups")
-        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-        ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+        oh, ow = conv_out_size(layer, x)
         if oh < 1 or ow < 1 or n == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an empty int8 tensor in codes")
-            y, ok = layer.apply(x)                   # the numpy path's handling of empty tensors
-            if out is not None:
-                np.copyto(out, y)
-            return None, (y, ok)
+            return empty_result(layer, x, out, codes_in, codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
         dd = FDesc.from_buffer_copy(d)               # per call: thread safe

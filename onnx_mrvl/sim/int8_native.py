@@ -40,14 +40,25 @@ class Desc(ctypes.Structure):
         + [("add_slot", ctypes.c_long)])
 
 
-def _load() -> ctypes.CDLL:
+def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
+    """An int8 kernel library (``source``, its ``set_runner``: ``native.load_on_pool``) unless
+    ``ONNX_MRVL_SIM_INT8_NATIVE=0``, the CPU lacks ``cpu_flags`` or the native kernels are off."""
     if not ENABLED:
         raise RuntimeError("disabled by ONNX_MRVL_SIM_INT8_NATIVE=0")
-    if not native.on():
-        raise RuntimeError(native.why_disabled() or "native kernels off")
-    if not cpu_has("avx512_vnni"):
-        raise RuntimeError("the CPU has no AVX512-VNNI")
-    so = ctypes.CDLL(native.build_shared(native.compiler(), _SRC))
+    if not cpu_has(*cpu_flags):
+        raise RuntimeError(f"the CPU has no {cpu_name}")
+    return native.load_on_pool(source, set_runner)
+
+
+def reciprocal(s: float) -> Tuple[np.float32, int]:
+    """(fp32(1 / s), 1 when it is not a normal float: the kernels then always divide)."""
+    with np.errstate(over="ignore", divide="ignore"):
+        rcp = F32(1) / F32(s)
+    return rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+
+
+def _load() -> ctypes.CDLL:
+    so = load_library(_SRC, "i8_set_runner", ("avx512_vnni",), "AVX512-VNNI")
     for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
@@ -61,22 +72,11 @@ def _load() -> ctypes.CDLL:
     so.i8_lookup.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     so.i8_run_calls.restype = ctypes.c_long
     so.i8_run_calls.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-    so.i8_set_runner.restype = None
-    so.i8_set_runner.argtypes = [ctypes.c_void_p]
-    so.i8_set_runner(ctypes.cast(native.lib().mrvl_run_parts, ctypes.c_void_p).value)
     return so
 
 
 _LIBRARY = OnceLibrary(_load, "native int8 kernels", "numpy", log)
-
-
-def why_disabled() -> str:
-    return _LIBRARY.why
-
-
-def lib():
-    """The loaded int8 kernel library or None (``why_disabled()`` says why)."""
-    return _LIBRARY.get()
+lib, why_disabled = _LIBRARY.get, _LIBRARY.reason      # the loaded library or None; why not
 
 
 def _aligned(nbytes: int) -> np.ndarray:
@@ -103,9 +103,7 @@ class _Prepared:
         d.in_zp, d.in_lo, d.in_hi, d.in_off = z_x, lo_x, hi_x, off
         d.out_zp, d.out_off = z_y, code_offset(layer.out_q)
         d.in_scale, d.out_scale = F32(s_x), F32(s_y)
-        with np.errstate(over="ignore", divide="ignore"):
-            rcp = F32(1) / F32(s_x)
-        d.in_rcp, d.in_exact = rcp, int(not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny))
+        d.in_rcp, d.in_exact = reciprocal(s_x)
         d.lo_r, d.hi_r = float(layer.lo - z_y), float(layer.hi - z_y)
         mult = np.asarray(layer.mult, F32)
         if depthwise:
@@ -206,6 +204,16 @@ def target_buffer(out: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def unless_nhwc(layer, what: str, x: np.ndarray, codes_in, codes_out):
+    """None when ``x`` is a non-empty NHWC tensor (the C kernel's input), else ``(None, y)``: the
+    numpy path's result or error (``layer.apply``); codes, which it cannot take, are refused."""
+    if x.ndim == 4 and x.size:
+        return None
+    if codes_in[0] or codes_out:
+        raise ValueError(f"{what} of codes needs a non-empty NHWC tensor")
+    return None, layer.apply(x)
+
+
 def source_buffer(x: np.ndarray, codes: bool) -> np.ndarray:
     if codes:                                                # an arena view: C-contiguous, its bytes the codes
         if not x.flags.c_contiguous:
@@ -236,26 +244,35 @@ def mark_staged(stage: Callable, layer, in_quants) -> Callable:
     return apply
 
 
-def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
-    kh, kw = layer.kh, layer.kw
-    (sh, sw), (dh, dw) = layer.strides, layer.dilation
-    pt, pl, pb, pr = layer.padding
+def conv_out_size(layer, x: np.ndarray) -> Tuple[int, int]:
+    """(oh, ow) of an int8 Conv2D ``layer`` (int8.Int8Conv2D, int8_float_conv.FloatPathConv2D) on
+    the NHWC ``x``; a channel count that does not fit raises."""
+    _, h, w, c = x.shape
+    if c != layer.ig * layer.groups:
+        raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = layer.strides, layer.dilation, layer.padding
+    return ((h + pt + pb - (layer.kh - 1) * dh - 1) // sh + 1,
+            (w + pl + pr - (layer.kw - 1) * dw - 1) // sw + 1)
 
+
+def empty_result(layer, x: np.ndarray, out, codes_in, codes_out):
+    """``(None, (y, ok))``: the numpy path's result of a conv with an empty output (copied into
+    ``out`` when given); codes, which it cannot take, are refused."""
+    if codes_in[0] or codes_out:
+        raise ValueError("an empty int8 tensor in codes")
+    y, ok = layer.apply(x)
+    if out is not None:
+        np.copyto(out, y)
+    return None, (y, ok)
+
+
+def _conv_apply(layer: Int8Conv2D, prep: _Prepared) -> Callable:
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False, fused=None):
-        n, h, w, c = x.shape
-        if c != layer.ig * layer.groups:
-            raise ValueError(f"input has {c} channels, the kernel takes {layer.ig} x {layer.groups} groups")
-        oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-        ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-        if oh < 1 or ow < 1 or n == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an empty int8 tensor in codes")
-            y, ok = layer.apply(x)                           # the numpy path's handling of empty tensors
-            if out is not None:
-                np.copyto(out, y)
-            return None, (y, ok)
+        oh, ow = conv_out_size(layer, x)
+        if oh < 1 or ow < 1 or x.shape[0] == 0:
+            return empty_result(layer, x, out, codes_in, codes_out)
         call, y = prep.stage(source_buffer(x, codes_in[0]), oh, ow, out, codes_in[0], codes_out, fused)
-        return call, y.reshape(n, oh, ow, -1)
+        return call, y.reshape(x.shape[0], oh, ow, -1)
     apply = mark_staged(stage, layer, [layer.in_q])
     if not prep.depthwise:
         def bind_fused(x, *, out, codes_in, add_prm, slot, other):
@@ -304,9 +321,7 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
 def qparams(q, lo=None, hi=None):
     """[s, 1/s, exact, z, lo, hi, byte offset, codes] of a quantization (s, z, dtype) for ``i8_add``."""
     s, z, dt = q
-    with np.errstate(over="ignore", divide="ignore"):
-        rcp = F32(1) / F32(s)
-    exact = not (np.isfinite(rcp) and rcp >= np.finfo(F32).tiny)
+    rcp, exact = reciprocal(s)
     qlo, qhi = QRANGE[dt]
     return [F32(s), rcp, float(exact), z, qlo if lo is None else lo, qhi if hi is None else hi, code_offset(q), 0]
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from . import int8_native, native
 from .int8 import F32, QRANGE, Int8Pool
-from .int8_native import Desc, code_offset, keep_call, mark_staged, qparams, source_buffer, target_buffer
+from .int8_native import (Desc, code_offset, keep_call, mark_staged, qparams, reciprocal, source_buffer,
+                          target_buffer, unless_nhwc)
 from .pooling import pool_geometry, window_counts
 
 
@@ -35,10 +36,9 @@ def prepare_avgpool(pool: Int8Pool) -> Optional[Callable]:
     divs = {}
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
-        if x.ndim != 4 or x.size == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
-            return None, pool.apply(x)                       # its error
+        fallback = unless_nhwc(pool, "an int8 pool", x, codes_in, codes_out)
+        if fallback:
+            return fallback
         n, h, w, c = x.shape
         (kh, kw), (sh, sw), (dh, dw), (t, l, b, r), (oh, ow) = pool_geometry(
             x, geo["kernel_size"], geo["strides"], geo["padding"], geo.get("dilation", (1, 1)), geo["ceil_mode"])
@@ -65,11 +65,9 @@ def quant_fields(d: Desc, in_q, out_q) -> None:
     """The input quantization (quantize_u8) and output fields of a descriptor."""
     s_x, z_x, dt_x = in_q
     s_y, z_y, dt_y = out_q
-    with np.errstate(over="ignore", divide="ignore"):
-        rx, ry = F32(1) / F32(s_x), F32(1) / F32(s_y)
-    d.in_scale, d.in_rcp, d.in_exact = F32(s_x), rx, int(not (np.isfinite(rx) and rx >= np.finfo(F32).tiny))
+    d.in_scale, (d.in_rcp, d.in_exact) = F32(s_x), reciprocal(s_x)
     d.in_zp, (d.in_lo, d.in_hi), d.in_off = z_x, QRANGE[dt_x], code_offset(in_q)
-    d.out_scale, d.out_rcp, d.out_exact = F32(s_y), ry, int(not (np.isfinite(ry) and ry >= np.finfo(F32).tiny))
+    d.out_scale, (d.out_rcp, d.out_exact) = F32(s_y), reciprocal(s_y)
     d.out_zp, (d.out_lo, d.out_hi), d.out_off = z_y, QRANGE[dt_y], code_offset(out_q)
 
 
@@ -85,10 +83,9 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
     fn = lib.i8_maxpool if pool.kind == "Maxpool2D" else lib.i8_global_avgpool
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
-        if x.ndim != 4 or x.size == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an int8 pool of codes needs a non-empty NHWC tensor")
-            return None, pool.apply(x)                       # its error
+        fallback = unless_nhwc(pool, "an int8 pool", x, codes_in, codes_out)
+        if fallback:
+            return fallback
         n, h, w, c = x.shape
         d = Desc.from_buffer_copy(base)
         d.n, d.h, d.w, d.c = n, h, w, c

@@ -15,11 +15,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .int8 import F32, QRANGE, fake_quant, quantize
+from .int8 import F32, QRANGE, fake_quant
 from .int8_concat import Int8Concat
 from .int8_lookup import Int8Lookup
 from . import int8_native, native, parallel
-from .int8_native import code_offset, keep_call, mark_staged, source_buffer, target_buffer
+from .int8_native import code_offset, keep_call, mark_staged, source_buffer, target_buffer, unless_nhwc
 
 
 class LkDesc(ctypes.Structure):
@@ -145,13 +145,11 @@ def prepare_resize(pool) -> Optional[Callable]:
     prm = np.array(int8_native.qparams(pool.in_q), F32)
     byte_values = np.zeros(256, F32)                    # the value of each output byte
     byte_values[codes[0]] = values[0]
-    fn = lib.i8_lookup
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
-        if x.ndim != 4 or x.size == 0:
-            if codes_in[0] or codes_out:
-                raise ValueError("an int8 Resize of codes needs a non-empty NHWC tensor")
-            return None, pool.apply(x)                  # its error
+        fallback = unless_nhwc(pool, "an int8 Resize", x, codes_in, codes_out)
+        if fallback:
+            return fallback
         n, h, w, c = x.shape
         shape = (n, h * sh, w * sw, c)
         if codes_out and out is None:

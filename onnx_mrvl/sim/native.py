@@ -8,10 +8,11 @@ shift, activation, fp16 rounding, finiteness -- applied to the register tile bef
 Like torch inductor's CPU backend, it is compiled by the system C compiler (``$CC``, else ``cc``
 / ``gcc``) with ``-O3 -march=native -ffp-contract=off`` the first time a process needs it; the
 shared object is cached under ``__pycache__`` beside this file (else ``~/.cache/onnx_mrvl``),
-keyed by the source, the flags, the compiler and the CPU's feature flags, written to a temporary
-name and renamed into place. When anything is missing (no compiler, a CPU without AVX-512, a
-read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns None, says why once in the log,
-and the simulator uses the numba / numpy kernels, whose results it matches (tests/test_sim_native.py).
+keyed by the source (and the local headers it includes), the flags, the compiler and the CPU's
+feature flags, written to a temporary name and renamed into place. When anything is missing (no
+compiler, a CPU without AVX-512, a read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns
+None, says why once in the log, and the simulator uses the numba / numpy kernels, whose results it
+matches (tests/test_sim_native.py).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -62,13 +64,29 @@ def _cache_dirs():
     yield os.path.join(os.path.expanduser("~"), ".cache", "onnx_mrvl")
 
 
+def _source_bytes(source: str) -> bytes:
+    """The text of ``source`` and of the local headers it includes (``#include "name"``, beside
+    it, recursively): a changed header changes the cache key."""
+    seen, parts, todo = set(), [], [os.path.abspath(source)]
+    while todo:
+        path = todo.pop(0)
+        if path in seen or (parts and not os.path.exists(path)):   # not beside it: the compiler says
+            continue
+        seen.add(path)
+        with open(path, "rb") as f:
+            text = f.read()
+        parts.append(text)
+        for name in re.findall(rb'^\s*#\s*include\s+"([^"]+)"', text, re.M):
+            todo.append(os.path.join(os.path.dirname(path), name.decode()))
+    return b"\0".join(parts)
+
+
 def build_shared(cc: str, source: Optional[str] = None) -> str:
     """The cached shared object of the C file ``source`` (default ``_native_conv.c``; built by
     ``cc`` when not cached): its path. sim/int8_native.py builds ``_native_int8.c`` with it."""
     source = source or _SRC
     stem = os.path.splitext(os.path.basename(source))[0]
-    with open(source, "rb") as f:
-        src = f.read()
+    src = _source_bytes(source)
     try:
         version = subprocess.run(cc.split() + ["--version"], capture_output=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
@@ -108,6 +126,19 @@ def build_shared(cc: str, source: Optional[str] = None) -> str:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
+
+
+def load_on_pool(source: str, set_runner: str) -> ctypes.CDLL:
+    """The C file ``source`` (a kernel library beside this one: ``_native_int8.c``,
+    ``_native_i8float.c``) built, loaded, and its ``set_runner`` handed this library's worker pool
+    (``mrvl_run_parts``), on which its parallel parts then run."""
+    if not on():
+        raise RuntimeError(why_disabled() or "native kernels off")
+    so = ctypes.CDLL(build_shared(compiler(), source))
+    fn = getattr(so, set_runner)
+    fn.restype, fn.argtypes = None, [ctypes.c_void_p]
+    fn(ctypes.cast(lib().mrvl_run_parts, ctypes.c_void_p).value)
+    return so
 
 
 def _build(cc: str) -> str:

@@ -42,7 +42,12 @@ class OnceLibrary:
         self._tried = False
         self.why = why
 
+    def reason(self) -> str:
+        """Empty when the library is loaded (or not yet tried), else why it is not used."""
+        return self.why
+
     def get(self) -> Optional[ctypes.CDLL]:
+        """The loaded library, or None (``reason()`` says why)."""
         if self._tried:
             return self._lib
         with self._lock:

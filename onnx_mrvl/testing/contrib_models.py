@@ -117,6 +117,31 @@ def _mask(r, form: str, L: int):
     raise ValueError(form)
 
 
+def _add_mask(r, form: str, L: int, ins: List[str], inputs: list, feeds: dict) -> None:
+    """Append the mask input of ``form`` (``_mask``; "" for none) to ``ins``, its spec and value."""
+    mk = _mask(r, form, L)
+    ins.append("mask" if mk else "")
+    if mk:
+        inputs.append(mk[0])
+        feeds["mask"] = mk[1]
+
+
+def _attention_node(op: str, ins: List[str], name: str, unidirectional: bool, scale: Optional[float],
+                    filter_value: Optional[float], **attrs) -> onnx.NodeProto:
+    """The com.microsoft attention node ``op`` with N heads on ``ins`` (trailing empty inputs
+    dropped), output "y"; the optional attributes set when given."""
+    while ins and not ins[-1]:
+        ins.pop()
+    attrs["num_heads"] = N
+    if unidirectional:
+        attrs["unidirectional"] = 1
+    if scale is not None:
+        attrs["scale"] = scale
+    if filter_value is not None:
+        attrs["mask_filter_value"] = filter_value
+    return helper.make_node(op, ins, ["y"], name=name, domain=MS, **attrs)
+
+
 def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=None, scale: Optional[float] = None,
                    attn_bias: bool = False, bias: bool = True, filter_value: Optional[float] = None,
                    dynamic_weights: bool = False, gain: float = 1.0, seed: int = 0):
@@ -134,27 +159,13 @@ def attention_case(mask: str = "2d", unidirectional: bool = False, qkv_sizes=Non
     if bias:
         inits["bias"] = (0.1 * r.standard_normal(sum(sizes))).astype(np.float32)
     ins.append("bias" if bias else "")
-    mk = _mask(r, mask, S)
-    ins.append("mask" if mk else "")
-    if mk:
-        inputs.append(mk[0])
-        feeds["mask"] = mk[1]
+    _add_mask(r, mask, S, ins, inputs, feeds)
     if attn_bias:
         ins += ["", "attn_bias"]
         inputs.append(("attn_bias", F32, [1, N, S, S]))
         feeds["attn_bias"] = r.standard_normal((1, N, S, S)).astype(np.float32)
-    while ins and not ins[-1]:
-        ins.pop()
-    attrs = {"num_heads": N}
-    if unidirectional:
-        attrs["unidirectional"] = 1
-    if qkv_sizes:
-        attrs["qkv_hidden_sizes"] = sizes
-    if scale is not None:
-        attrs["scale"] = scale
-    if filter_value is not None:
-        attrs["mask_filter_value"] = filter_value
-    node = helper.make_node("Attention", ins, ["y"], name="attention", domain=MS, **attrs)
+    node = _attention_node("Attention", ins, "attention", unidirectional, scale, filter_value,
+                           **({"qkv_hidden_sizes": sizes} if qkv_sizes else {}))
     return build_model([node], inputs, [("y", None)], inits), feeds
 
 
@@ -186,24 +197,32 @@ def mha_case(form: str = "separate", mask: str = "2d", bias: bool = True, L: int
         if bias:
             inits["bias"] = (0.1 * r.standard_normal(3 * D)).astype(np.float32)
             ins[3] = "bias"
-    mk = _mask(r, mask, L)
-    ins.append("mask" if mk else "")
-    if mk:
-        inputs.append(mk[0])
-        feeds["mask"] = mk[1]
+    _add_mask(r, mask, L, ins, inputs, feeds)
     if attn_bias:
         ins.append(add("attn_bias", [B, 1, S, L]))
-    while ins and not ins[-1]:
-        ins.pop()
-    attrs = {"num_heads": N}
-    if unidirectional:
-        attrs["unidirectional"] = 1
-    if scale is not None:
-        attrs["scale"] = scale
-    if filter_value is not None:
-        attrs["mask_filter_value"] = filter_value
-    node = helper.make_node("MultiHeadAttention", ins, ["y"], name="mha", domain=MS, **attrs)
+    node = _attention_node("MultiHeadAttention", ins, "mha", unidirectional, scale, filter_value)
     return build_model([node], inputs, [("y", None)], inits), feeds
+
+
+def dynamic_matmul_case(op: str, r) -> Tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray]:
+    """x [4, 24] @ int8 weights [24, 10] (per-column scales, zero points 0) + bias as onnxruntime's
+    optimizer writes it: com.microsoft DynamicQuantizeMatMul, or MatMulIntegerToFloat after a
+    DynamicQuantizeLinear (opset 13). The weights drawn from ``r``: (model, wq, ws, bias)."""
+    wq = r.integers(-127, 128, (24, 10)).astype(np.int8)
+    ws = (r.random(10) * 0.01 + 0.005).astype(np.float32)
+    bias = r.standard_normal(10).astype(np.float32)
+    inits = [numpy_helper.from_array(v, k) for k, v in
+             (("wq", wq), ("ws", ws), ("wz", np.zeros(10, np.int8)), ("bias", bias))]
+    if op == "DynamicQuantizeMatMul":
+        nodes = [helper.make_node(op, ["x", "wq", "ws", "wz", "bias"], ["y"], domain=MS, name="dqmm")]
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+                 helper.make_node(op, ["xq", "wq", "xs", "ws", "xz", "wz", "bias"], ["y"], domain=MS, name="dqmm")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [4, 24])],
+                                            [helper.make_tensor_value_info("y", F32, [4, 10])], inits),
+                          opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    return m, wq, ws, bias
 
 
 def embed_case(segment: bool = True, mask: bool = True, sum_out: bool = False, position_ids: bool = False,

@@ -24,16 +24,12 @@ from typing import List, Optional
 import numpy as np
 
 from .base import Match, attr, inp
-from .contrib_ops import MS, Writer, attention_core, causal_mask, float_attr, key_mask, not_float32, shape_of, used
+from .contrib_ops import Writer, attention_core, causal_mask, float32_check, float_attr, key_mask, shape_of, used
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_attention"
 OPS = ("Attention", "MultiHeadAttention")
-REPORT_SKIPS = "onnxruntime contrib op"
 FILL = -10000.0
-
-
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
 
 
 def mask_reason(g, mask: str, B: int, S: int, L: int) -> Optional[str]:
@@ -52,17 +48,26 @@ def _bias_reason(g, n, idx: int, B: int, N: int, S: int, L: int) -> Optional[str
     return None
 
 
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
-    N = attr(n, "num_heads")
-    if not N:
+def _masks_reason(g, n, mask_idx: int, B: int, N: int, S: int, L: int, mask_prefix: str = "") -> Optional[str]:
+    """Why the mask (input ``mask_idx``) or the attention_bias (input 5) of ``n`` is not taken, or None."""
+    why = mask_reason(g, inp(n, mask_idx), B, S, L) if inp(n, mask_idx) else None
+    why = mask_prefix + why if why else (_bias_reason(g, n, 5, B, N, S, L) if inp(n, 5) else None)
+    return f"{n.op_type} '{n.name}': {why}" if why else None
+
+
+def heads_reason(n) -> Optional[str]:
+    """Why an attention node's heads are not taken (no ``num_heads``, rotary inside), or None."""
+    if not attr(n, "num_heads"):
         return f"{n.op_type} '{n.name}' has no num_heads"
     if attr(n, "do_rotary", 0):
         return f"{n.op_type} '{n.name}' applies rotary embedding inside (do_rotary=1)"
-    return _check_attention(m, g, n, N) if n.op_type == "Attention" else _check_mha(m, g, n, N)
+    return None
+
+
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
+    N = attr(n, "num_heads")
+    return heads_reason(n) or (_check_attention(m, g, n, N) if n.op_type == "Attention" else _check_mha(m, g, n, N))
 
 
 def _check_attention(m, g, n, N) -> Optional[str]:
@@ -80,14 +85,9 @@ def _check_attention(m, g, n, N) -> Optional[str]:
     B, S = sx[0], sx[1]
     if inp(n, 2) and shape_of(g, inp(n, 2)) != (sw[1],):
         return f"Attention '{n.name}': bias '{inp(n, 2)}' is not [{sw[1]}]"
-    if inp(n, 3):
-        why = mask_reason(g, inp(n, 3), B, S, S)
-        if why:
-            return f"Attention '{n.name}': {why}"
-    if inp(n, 5):
-        why = _bias_reason(g, n, 5, B, N, S, S)
-        if why:
-            return f"Attention '{n.name}': {why}"
+    why = _masks_reason(g, n, 3, B, N, S, S)
+    if why:
+        return why
     m.data.update(B=B, S=S, L=S, sizes=sizes)
     return None
 
@@ -132,14 +132,9 @@ def _check_mha(m, g, n, N) -> Optional[str]:
             return f"MultiHeadAttention '{n.name}': bias with packed {form.split('_')[1].upper()} is not decomposed"
         if shape_of(g, inp(n, 3)) != (2 * D + Dv,):
             return f"MultiHeadAttention '{n.name}': bias '{inp(n, 3)}' is not [{2 * D + Dv}]"
-    if inp(n, 4):
-        why = mask_reason(g, inp(n, 4), B, S, L)
-        if why:
-            return f"MultiHeadAttention '{n.name}': key_padding_{why}"
-    if inp(n, 5):
-        why = _bias_reason(g, n, 5, B, N, S, L)
-        if why:
-            return f"MultiHeadAttention '{n.name}': {why}"
+    why = _masks_reason(g, n, 4, B, N, S, L, "key_padding_")
+    if why:
+        return why
     m.data.update(B=B, S=S, L=L, sizes=[D, D, Dv], form=form)
     return None
 

@@ -7,16 +7,11 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import Match
-from .contrib_ops import MS
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_cached"
 OPS = ("GroupQueryAttention", "DecoderMaskedMultiHeadAttention", "DecoderMaskedSelfAttention", "PagedAttention",
        "SparseAttention")
-REPORT_SKIPS = "onnxruntime contrib op"
-
-
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
 
 
 def check(m: Match, g, target) -> Optional[str]:

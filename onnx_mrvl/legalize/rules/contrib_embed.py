@@ -16,22 +16,15 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, inp
-from .contrib_ops import MS, Writer, float_attr, not_float32, opset_reason, shape_of, used
+from .contrib_ops import Writer, float32_check, float_attr, opset_reason, shape_of, used
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_embed"
 OPS = ("EmbedLayerNormalization",)
-REPORT_SKIPS = "onnxruntime contrib op"
 
 
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
-
-
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     ids = shape_of(g, n.input[0])
     if ids is None or len(ids) != 2:
         return f"EmbedLayerNormalization '{n.name}': input_ids '{n.input[0]}' has no static [B, S] shape"

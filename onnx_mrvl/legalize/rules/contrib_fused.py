@@ -14,18 +14,14 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import Match, attr, inp
-from .contrib_ops import MS, Writer, float_attr, not_float32, shape_of
+from .contrib_ops import Writer, float32_check, float_attr, shape_of
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_fused"
 OPS = ("FusedMatMul", "FusedGemm", "FusedConv")
-REPORT_SKIPS = "onnxruntime contrib op"
 GEMM_ATTRS = ("alpha", "beta", "transA", "transB")
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip")
-
-
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
 
 
 def _activation(n):
@@ -49,11 +45,8 @@ def _activation(n):
     return act, params, None
 
 
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     if n.op_type == "FusedMatMul":
         if attr(n, "transBatchA", 0) or attr(n, "transBatchB", 0):
             return f"FusedMatMul '{n.name}': transBatchA / transBatchB are not decomposed"

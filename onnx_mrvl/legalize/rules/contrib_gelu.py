@@ -17,22 +17,15 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, inp, is_float
-from .contrib_ops import MS, Writer, float_attr, not_float32, shape_of
+from .contrib_ops import Writer, float32_check, float_attr, shape_of
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_gelu"
 OPS = ("Gelu", "BiasGelu", "FastGelu", "GemmFastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu")
-REPORT_SKIPS = "onnxruntime contrib op"
 
 
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
-
-
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     for t in n.input:
         if t and (shape_of(g, t) is None or not is_float(g, t)):
             return f"{n.op_type} '{n.name}': input '{t}' has no static float32 shape"

@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import Match, attr, inp, is_float
-from .contrib_ops import MS, Writer, float_attr, not_float32, opset_reason, shape_of, used
+from .contrib_ops import MS, Writer, float32_check, float_attr, opset_reason, shape_of, used
+from .contrib_ops import REPORT_SKIPS  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_norm"
 OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
        "LayerNormalization")
-REPORT_SKIPS = "onnxruntime contrib op"
 DEFAULT_EPS = {"SkipLayerNormalization": 1e-12, "SkipSimplifiedLayerNormalization": 1e-12,
                "SimplifiedLayerNormalization": 1e-5, "LayerNormalization": 1e-5}
 
@@ -35,11 +35,8 @@ def match(node, g) -> Optional[Match]:
     return Match([node]) if ok else None
 
 
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     x = n.input[0]
     sx = shape_of(g, x)
     if sx is None or not is_float(g, x):

@@ -8,13 +8,13 @@ The core is written the way fuse's attention patterns expect it (docs/fusion.md 
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
-from onnx import TensorProto, defs, helper
+from onnx import TensorProto, helper
 
-from .. import shapes
-from .base import attr
+from .. import opset_bump, shapes
+from .base import Match, attr
 
 MS = "com.microsoft"
 FLOAT = TensorProto.FLOAT
@@ -22,11 +22,21 @@ LN_OPSET = 17
 # ORT registers these in the default domain as its own ops (no ONNX schema below 17 / at all);
 # the contrib rules rewrite them, so they do not block raising the opset
 ORT_DEFAULT_DOMAIN_OPS = {"LayerNormalization", "SimplifiedLayerNormalization"}
-SAME_MEANING_13_17 = {
-    "Add", "Sub", "Mul", "Div", "Relu", "Identity", "Reshape", "BatchNormalization", "Pow", "LeakyRelu",
-    "PRelu", "Where", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Shape", "CumSum",
-    "GRU", "LSTM", "RNN", "ScatterND", "ScatterElements", "Trilu", "HardSwish", "CastLike",
-}
+REPORT_SKIPS = "onnxruntime contrib op"     # the contrib rules' tag for the nodes they leave (legalize.skips)
+
+
+def match(node, g) -> Optional[Match]:
+    """The contrib rules' ``match``: a node of the rule's OPS in onnxruntime's com.microsoft domain."""
+    return Match([node]) if node.domain == MS else None
+
+
+def float32_check(check_node: Callable) -> Callable:
+    """A contrib rule's ``check(m, g, target)`` from ``check_node(m, g, n)`` (n: the matched node),
+    which runs when every float input is float32 (else ``not_float32``'s reason)."""
+    def check(m: Match, g, target) -> Optional[str]:
+        return not_float32(g, m.node) or check_node(m, g, m.node)
+    check.__doc__ = check_node.__doc__
+    return check
 
 
 def shape_of(g, name: str):
@@ -89,35 +99,14 @@ def opset_reason(g) -> Optional[str]:
     cached = g.__dict__.get("contrib_opset_reason")
     if cached is not None and cached[0] == key:
         return cached[1]
-    why = _opset_scan(g, old)
+    why = opset_bump.reason(g, LN_OPSET, skip=ORT_DEFAULT_DOMAIN_OPS, subgraphs=False)
     g.__dict__["contrib_opset_reason"] = (key, why)
     return why
 
 
-def _opset_scan(g, old: int) -> Optional[str]:
-    for n in g.node_list():
-        if n.domain not in ("", "ai.onnx") or n.op_type in ORT_DEFAULT_DOMAIN_OPS:
-            continue
-        if any(a.HasField("g") or a.graphs for a in n.attribute):
-            return f"{n.op_type} '{n.name}' holds a subgraph"
-        try:
-            before = defs.get_schema(n.op_type, old).since_version
-            after = defs.get_schema(n.op_type, LN_OPSET).since_version
-        except Exception:   # noqa: BLE001  (onnx raises SchemaError for unknown ops)
-            return f"op {n.op_type} has no ONNX schema at opset {old} or {LN_OPSET}"
-        if before != after and n.op_type not in SAME_MEANING_13_17:
-            return f"{n.op_type} ('{n.name}') changes between opset {old} and {LN_OPSET}"
-    return None
-
-
 def raise_opset(g) -> None:
-    if g.opset >= LN_OPSET:
-        return
-    for o in g.model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            o.version = LN_OPSET
-    g.opset = LN_OPSET
-    g.model.ir_version = max(g.model.ir_version, 8)
+    if g.opset < LN_OPSET:
+        opset_bump.raise_to(g, LN_OPSET)
 
 
 class Writer:
@@ -269,5 +258,5 @@ def _np(dt):
     return helper.tensor_dtype_to_np_dtype(dt or TensorProto.INT32)
 
 
-__all__ = ["MS", "FLOAT", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used", "float_attr",
-           "opset_reason", "raise_opset", "shape_of", "measure", "not_float32"]
+__all__ = ["MS", "FLOAT", "REPORT_SKIPS", "Writer", "attention_core", "causal_mask", "key_mask", "is_ms", "used",
+           "float_attr", "float32_check", "match", "opset_reason", "raise_opset", "shape_of", "measure", "not_float32"]

@@ -15,28 +15,20 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, attr, inp
-from .contrib_attention import mask_reason, masks
-from .contrib_ops import FLOAT, MS, Writer, attention_core, float_attr, not_float32, shape_of, used
+from .contrib_attention import heads_reason, mask_reason, masks
+from .contrib_ops import FLOAT, Writer, attention_core, float32_check, float_attr, shape_of, used
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_qattention"
 OPS = ("QAttention",)
-REPORT_SKIPS = "onnxruntime contrib op"
 
 
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
-
-
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
+    why = heads_reason(n)
     if why:
         return why
     N = attr(n, "num_heads")
-    if not N:
-        return f"QAttention '{n.name}' has no num_heads"
-    if attr(n, "do_rotary", 0):
-        return f"QAttention '{n.name}' applies rotary embedding inside (do_rotary=1)"
     if inp(n, 8) or used(g, n, 1):
         return f"QAttention '{n.name}' has past / present state (decoding with a cache stays on the CPU)"
     p = g.producer.get(n.input[0])

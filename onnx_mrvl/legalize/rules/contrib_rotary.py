@@ -17,22 +17,15 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, attr
-from .contrib_ops import MS, Writer, not_float32, shape_of
+from .contrib_ops import Writer, float32_check, shape_of
+from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_rotary"
 OPS = ("RotaryEmbedding",)
-REPORT_SKIPS = "onnxruntime contrib op"
 
 
-def match(node, g) -> Optional[Match]:
-    return Match([node]) if node.domain == MS else None
-
-
-def check(m: Match, g, target) -> Optional[str]:
-    n = m.node
-    why = not_float32(g, n)
-    if why:
-        return why
+@float32_check
+def check(m: Match, g, n) -> Optional[str]:
     if attr(n, "is_packed_batching", 0):
         return f"RotaryEmbedding '{n.name}': packed batching (variable-length sequences) is not decomposed"
     sx, sp, sc = shape_of(g, n.input[0]), shape_of(g, n.input[1]), shape_of(g, n.input[2])

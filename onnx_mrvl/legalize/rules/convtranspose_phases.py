@@ -42,6 +42,24 @@ def _axis_phases(k: int, s: int, p: int, n_in: int, n_out: int):
     return phases
 
 
+def plan_phases(k: List[int], s: List[int], pads: List[int], sx, sy, target):
+    """Per spatial axis the phases of a 2-D ConvTranspose (kernel ``k``, strides ``s``, begin pads
+    ``pads[:2]``, input / output shapes ``sx`` / ``sy``), or the reason the target cannot take them."""
+    if max(s) > target.resize_max_scale:
+        return f"stride {s} > resize_max_scale {target.resize_max_scale}"
+    phases = []
+    for a in range(2):
+        if sy[2 + a] % s[a]:
+            return f"output size {sy[2 + a]} not a multiple of the stride {s[a]}"
+        ph = _axis_phases(k[a], s[a], pads[a], sx[2 + a], sy[2 + a])
+        if isinstance(ph, str):
+            return ph
+        if any(max(b, e) > target.max_pad["conv"] for _, b, e in ph):
+            return f"phase pads > max_pad {target.max_pad['conv']}"
+        phases.append(ph)
+    return phases
+
+
 def _per_channel(g, node, out: str, c: int):
     """(scale, shift) [c] of a per-channel Add/Mul with a constant or an inference
     BatchNormalization reading ``out``, else None."""
@@ -106,18 +124,9 @@ def check(m: Match, g, target) -> Optional[str]:
             pads[a], pads[a + 2] = total // 2, total // 2
     if list(w.shape[2:]) != k:
         return "kernel_shape differs from the weight"
-    if max(s) > target.resize_max_scale:
-        return f"stride {s} > resize_max_scale {target.resize_max_scale}"
-    phases = []
-    for a in range(2):
-        if sy[2 + a] % s[a]:
-            return f"output size {sy[2 + a]} not a multiple of the stride {s[a]}"
-        ph = _axis_phases(k[a], s[a], pads[a], sx[2 + a], sy[2 + a])
-        if isinstance(ph, str):
-            return ph
-        if any(max(b, e) > target.max_pad["conv"] for _, b, e in ph):
-            return f"phase pads > max_pad {target.max_pad['conv']}"
-        phases.append(ph)
+    phases = plan_phases(k, s, pads, sx, sy, target)
+    if isinstance(phases, str):
+        return phases
     m.data.update(k=k, s=s, phases=phases)
     return None
 
@@ -210,4 +219,4 @@ def _interleave(g, node, origin, parts: List[str], axis: int, shape: List[int], 
 
 
 # shared with qdq_convtranspose (the QDQ form)
-axis_phases, interleave = _axis_phases, _interleave
+interleave = _interleave

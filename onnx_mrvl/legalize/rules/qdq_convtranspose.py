@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from .base import Match, attr, inp
-from .convtranspose_phases import axis_phases, interleave
+from .convtranspose_phases import interleave, plan_phases
 
 NAME = "qdq_convtranspose"
 OPS = ("ConvTranspose",)
@@ -94,18 +94,9 @@ def _int8_reason(m: Match, g, target) -> Optional[str]:
     pads = list(attr(node, "pads") or [0, 0, 0, 0])
     if list(codes.shape[2:]) != k or codes.shape[0] != sx[1]:
         return "kernel_shape / channels differ from the weight"
-    if max(s) > target.resize_max_scale:
-        return f"stride {s} > resize_max_scale {target.resize_max_scale}"
-    phases = []
-    for a in range(2):
-        if sy[2 + a] % s[a]:
-            return f"output size {sy[2 + a]} not a multiple of the stride {s[a]}"
-        ph = axis_phases(k[a], s[a], pads[a], sx[2 + a], sy[2 + a])
-        if isinstance(ph, str):
-            return ph
-        if any(max(b, e) > target.max_pad["conv"] for _, b, e in ph):
-            return f"phase pads > max_pad {target.max_pad['conv']}"
-        phases.append(ph)
+    phases = plan_phases(k, s, pads, sx, sy, target)
+    if isinstance(phases, str):
+        return phases
     m.data.update(q=nxt, s=s, phases=phases, ws=np.full(cout, ws[0], np.float32) if ws.size == 1 else ws,
                   per_axis=ws.size > 1)
     return None
