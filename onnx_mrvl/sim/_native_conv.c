@@ -419,13 +419,17 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
 typedef struct {
     __m512i idx0, idx1;           /* transpose of one whole tap of P*cg <= 32 floats */
     __mmask16 ld0, ld1, st0, st1; /* its loads (the tile's groups) and stores (P*cg floats) */
-    int fast;
+    int fast, whole16;            /* P*cg <= 32; P*cg == 16 and the tile has P groups */
 } lane_tap_t;
 
 /* dst[i * P + j] = src[j * cg + ci + i] for i < n, j < P (zero for j >= np) */
 static inline void lane_transpose(const float *src, float *dst, long cg, long ci, long n, int P, long np,
                                   const lane_tap_t *T) {
     if (T->fast && ci == 0 && n == cg) {
+        if (T->ld0 == 0xFFFF && T->st0 == 0xFFFF && !T->ld1 && !T->st1) {
+            _mm512_storeu_ps(dst, _mm512_permutexvar_ps(T->idx0, _mm512_loadu_ps(src)));
+            return;
+        }
         const __m512 lo = _mm512_maskz_loadu_ps(T->ld0, src), hi = _mm512_maskz_loadu_ps(T->ld1, src + 16);
         _mm512_mask_storeu_ps(dst, T->st0, _mm512_permutex2var_ps(lo, T->idx0, hi));
         if (T->st1)
@@ -463,6 +467,16 @@ static void pack_lanes(const geom_t *g, long cbase, long np, int P, const lane_t
         }
         const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
         const float *base = g->x + n * g->h * g->w * g->cs + cbase;
+        if (T->whole16 && k0 == 0 && kc == g->kh * g->kw * cg && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h
+            && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w) {
+            /* an interior pixel whose taps are one vector each (P * cg = 16, every group of the
+             * tile): one load, permute and store per tap, without the loop's bookkeeping */
+            const float *s = base + (iy0 * g->w + ix0) * g->cs;
+            for (long ky = 0; ky < g->kh; ky++)
+                for (long kx = 0; kx < g->kw; kx++, d += 16)
+                    _mm512_storeu_ps(d, _mm512_permutexvar_ps(T->idx0,
+                                     _mm512_loadu_ps(s + (ky * g->dh * g->w + kx * g->dw) * g->cs)));
+        } else {
         long k = k0, tap = tap0, ci = ci0, ky = tap0 / g->kw, kx = tap0 % g->kw;
         while (k < k0 + kc) {
             long run = cg - ci;
@@ -481,6 +495,7 @@ static void pack_lanes(const geom_t *g, long cbase, long np, int P, const lane_t
                 kx = 0;
                 ky++;
             }
+        }
         }
         if (++ox == g->ow) {
             ox = 0;
@@ -577,14 +592,16 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
                                   loaded >= 16 ? 0xFFFF : (__mmask16)((1u << loaded) - 1),
                                   loaded >= 32 ? 0xFFFF : (loaded <= 16 ? 0 : (__mmask16)((1u << (loaded - 16)) - 1)),
                                   width >= 16 ? 0xFFFF : (__mmask16)((1u << width) - 1),
-                                  width <= 16 ? 0 : (__mmask16)((1u << (width - 16)) - 1), width <= 32};
+                                  width <= 16 ? 0 : (__mmask16)((1u << (width - 16)) - 1), width <= 32,
+                                  width == 16 && np == P};
             const long valid = np * og;
             const __mmask16 m = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
             for (long k0 = 0; k0 < K; k0 += kcmax) {
                 const long kc = K - k0 < kcmax ? K - k0 : kcmax;
                 const long ld = (kc * P + 15) / 16 * 16 + 16;     /* rows a line apart: no 4 KB aliasing */
-                pack_lanes(g, t * P * cg, np, P, &T, mp, rows, mr, k0, kc, abuf, ld);
-                fn(kc, abuf, ld, wl + (t * K + k0) * 16, out + mp * o + t * 16, o, rows, m, k0 == 0,
+                static int dbg = -1; if (dbg < 0) dbg = getenv("LANES_DBG") ? atoi(getenv("LANES_DBG")) : 0;
+                if (dbg != 1) pack_lanes(g, t * P * cg, np, P, &T, mp, rows, mr, k0, kc, abuf, ld);
+                if (dbg != 2) fn(kc, abuf, ld, wl + (t * K + k0) * 16, out + mp * o + t * 16, o, rows, m, k0 == 0,
                    k0 + kcmax >= K, e, t * 16, &bad, perm, accbuf);
             }
         }
