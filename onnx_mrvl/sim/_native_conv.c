@@ -452,23 +452,47 @@ static inline void lane_transpose(const float *src, float *dst, long cg, long ci
     }
 }
 
-/* pack pixels [m0, m0 + rows) x k [k0, k0 + kc) of the tile's groups (input channels from cbase,
- * np groups of cg) into dst[mr][ld] as [k - k0][P]; rows past ``rows`` zero */
-static void pack_lanes(const geom_t *g, long cbase, long np, int P, const lane_tap_t *T, long m0, int rows,
-                       int mr, long k0, long kc, float *dst, long ld) {
-    const long cg = g->c;
+/* one output pixel of a panel: its image's input offset and window origin; whole: every tap in range */
+typedef struct {
+    long base, iy0, ix0;
+    int whole;
+} lane_px_t;
+
+/* the panel's pixels [m0, m0 + rows), once for all its tiles (divisions per pixel row) */
+static void lane_pixels(const geom_t *g, long m0, int rows, lane_px_t *px) {
     long ox = m0 % g->ow, t = m0 / g->ow, oy = t % g->oh, n = t / g->oh;
-    const long tap0 = k0 / cg, ci0 = k0 % cg;
+    for (int r = 0; r < rows; r++) {
+        const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
+        px[r].base = n * g->h * g->w * g->cs;
+        px[r].iy0 = iy0;
+        px[r].ix0 = ix0;
+        px[r].whole = iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w;
+        if (++ox == g->ow) {
+            ox = 0;
+            if (++oy == g->oh) {
+                oy = 0;
+                n++;
+            }
+        }
+    }
+}
+
+/* pack the panel's pixels px[0, rows) x k [k0, k0 + kc) of the tile's groups (input channels from
+ * cbase, np groups of cg) into dst[mr][ld] as [k - k0][P]; rows past ``rows`` zero */
+static void pack_lanes(const geom_t *g, long cbase, long np, int P, const lane_tap_t *T, const lane_px_t *px,
+                       int rows, int mr, long k0, long kc, float *dst, long ld) {
+    const long cg = g->c, K = g->kh * g->kw * cg;
+    const long tap0 = k0 ? k0 / cg : 0, ci0 = k0 ? k0 % cg : 0;
+    const long ky0 = tap0 ? tap0 / g->kw : 0, kx0 = tap0 ? tap0 % g->kw : 0;
     for (int r = 0; r < mr; r++) {
         float *d = dst + r * ld;
         if (r >= rows) {
             copy_run(d, NULL, kc * P);
             continue;
         }
-        const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl;
-        const float *base = g->x + n * g->h * g->w * g->cs + cbase;
-        if (T->whole16 && k0 == 0 && kc == g->kh * g->kw * cg && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h
-            && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w) {
+        const long iy0 = px[r].iy0, ix0 = px[r].ix0;
+        const float *base = g->x + px[r].base + cbase;
+        if (T->whole16 && px[r].whole && k0 == 0 && kc == K) {
             /* an interior pixel whose taps are one vector each (P * cg = 16, every group of the
              * tile): one load, permute and store per tap, without the loop's bookkeeping */
             const float *s = base + (iy0 * g->w + ix0) * g->cs;
@@ -476,8 +500,9 @@ static void pack_lanes(const geom_t *g, long cbase, long np, int P, const lane_t
                 for (long kx = 0; kx < g->kw; kx++, d += 16)
                     _mm512_storeu_ps(d, _mm512_permutexvar_ps(T->idx0,
                                      _mm512_loadu_ps(s + (ky * g->dh * g->w + kx * g->dw) * g->cs)));
-        } else {
-        long k = k0, tap = tap0, ci = ci0, ky = tap0 / g->kw, kx = tap0 % g->kw;
+            continue;
+        }
+        long k = k0, ci = ci0, ky = ky0, kx = kx0;
         while (k < k0 + kc) {
             long run = cg - ci;
             if (run > k0 + kc - k)
@@ -490,18 +515,9 @@ static void pack_lanes(const geom_t *g, long cbase, long np, int P, const lane_t
                 lane_transpose(base + (iy * g->w + ix) * g->cs, dk, cg, ci, run, P, np, T);
             k += run;
             ci = 0;
-            tap++;
             if (++kx == g->kw) {
                 kx = 0;
                 ky++;
-            }
-        }
-        }
-        if (++ox == g->ow) {
-            ox = 0;
-            if (++oy == g->oh) {
-                oy = 0;
-                n++;
             }
         }
     }
@@ -586,6 +602,8 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
         const int rows = (int)(m1 - mp < MRL ? m1 - mp : MRL);
         const int v = rows > 8 ? 0 : rows > 4 ? 1 : 2, mr = v == 0 ? 12 : v == 1 ? 8 : 4;
         const lane_micro_fn fn = fns[pi][v];
+        lane_px_t px[MRL];
+        lane_pixels(g, mp, rows, px);
         for (long t = 0; t < tiles; t++) {
             const long np = G - t * P < P ? G - t * P : P, width = P * cg, loaded = np * cg;
             const lane_tap_t T = {_mm512_loadu_si512(i0), _mm512_loadu_si512(i1),
@@ -600,7 +618,7 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
                 const long kc = K - k0 < kcmax ? K - k0 : kcmax;
                 const long ld = (kc * P + 15) / 16 * 16 + 16;     /* rows a line apart: no 4 KB aliasing */
                 static int dbg = -1; if (dbg < 0) dbg = getenv("LANES_DBG") ? atoi(getenv("LANES_DBG")) : 0;
-                if (dbg != 1) pack_lanes(g, t * P * cg, np, P, &T, mp, rows, mr, k0, kc, abuf, ld);
+                if (dbg != 1) pack_lanes(g, t * P * cg, np, P, &T, px, rows, mr, k0, kc, abuf, ld);
                 if (dbg != 2) fn(kc, abuf, ld, wl + (t * K + k0) * 16, out + mp * o + t * 16, o, rows, m, k0 == 0,
                    k0 + kcmax >= K, e, t * 16, &bad, perm, accbuf);
             }
