@@ -604,6 +604,26 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
         const lane_micro_fn fn = fns[pi][v];
         lane_px_t px[MRL];
         lane_pixels(g, mp, rows, px);
+        if (mp + MRL < m1) {
+            /* the next panel's last window row, all channels: new input lines (at batch 8 the maps
+             * come from DRAM; per tile a pixel is one line of a 256-512 byte stride) */
+            lane_px_t nx[MRL];
+            const int nrows = (int)(m1 - mp - MRL < MRL ? m1 - mp - MRL : MRL);
+            lane_pixels(g, mp + MRL, nrows, nx);
+            for (int r = 0; r < nrows; r++) {
+                const long iy = nx[r].iy0 + (g->kh - 1) * g->dh;
+                if (iy < 0 || iy >= g->h)
+                    continue;
+                for (long kx = 0; kx < g->kw; kx++) {
+                    const long ix = nx[r].ix0 + kx * g->dw;
+                    if (ix < 0 || ix >= g->w)
+                        continue;
+                    const char *s = (const char *)(g->x + nx[r].base + (iy * g->w + ix) * g->cs);
+                    for (long b = 0; b < g->cs * 4; b += 64)
+                        _mm_prefetch(s + b, _MM_HINT_T0);
+                }
+            }
+        }
         for (long t = 0; t < tiles; t++) {
             const long np = G - t * P < P ? G - t * P : P, width = P * cg, loaded = np * cg;
             const lane_tap_t T = {_mm512_loadu_si512(i0), _mm512_loadu_si512(i1),
@@ -617,9 +637,8 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
             for (long k0 = 0; k0 < K; k0 += kcmax) {
                 const long kc = K - k0 < kcmax ? K - k0 : kcmax;
                 const long ld = (kc * P + 15) / 16 * 16 + 16;     /* rows a line apart: no 4 KB aliasing */
-                static int dbg = -1; if (dbg < 0) dbg = getenv("LANES_DBG") ? atoi(getenv("LANES_DBG")) : 0;
-                if (dbg != 1) pack_lanes(g, t * P * cg, np, P, &T, px, rows, mr, k0, kc, abuf, ld);
-                if (dbg != 2) fn(kc, abuf, ld, wl + (t * K + k0) * 16, out + mp * o + t * 16, o, rows, m, k0 == 0,
+                pack_lanes(g, t * P * cg, np, P, &T, px, rows, mr, k0, kc, abuf, ld);
+                fn(kc, abuf, ld, wl + (t * K + k0) * 16, out + mp * o + t * 16, o, rows, m, k0 == 0,
                    k0 + kcmax >= K, e, t * 16, &bad, perm, accbuf);
             }
         }
