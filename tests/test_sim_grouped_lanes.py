@@ -1,5 +1,5 @@
-"""The lane-packed grouped conv (og = 1, 2, 4 or 8 output channels per group: 16 / og groups share
-one 16-lane vector, _native_conv.c conv_lanes_range) against the per-group native kernel it
+"""The lane-packed grouped conv (og = 1, 2, 4, 8 or 16 output channels per group: 16 / og groups
+share one 16-lane vector, _native_conv.c conv_lanes_range) against the per-group native kernel it
 replaces: the same bits (each output still sums its k in order from zero), the same finiteness
 flag, on every thread split; and against the numpy kernels within one fp16 ulp."""
 import numpy as np
@@ -23,6 +23,7 @@ CASES = [
     ((2, 6, 5, 120), 24, 3, (3, 3), 1, (1, 1, 1, 1), 1, "none"),           # og = 8, cg = 40: taps gathered
     ((2, 5, 6, 64), 64, 8, (1, 1), 1, (0, 0, 0, 0), 1, "leaky_relu"),      # 1x1, og = 8
     ((1, 1, 1, 32), 16, 4, (1, 1), 1, (0, 0, 0, 0), 1, "none"),            # one pixel
+    ((1, 6, 7, 96), 48, 3, (3, 3), 1, (1, 1, 1, 1), 1, "relu"),           # og = 16, cg = 32: one group a vector
 ]
 
 

@@ -224,9 +224,9 @@ def pack_weights_f16(w: np.ndarray) -> np.ndarray:
 
 
 def lane_groups(og: int) -> int:
-    """Groups per 16-lane vector of a grouped conv with ``og`` output channels per group (1, 2, 4
-    or 8: the C kernel's conv_lanes_range), else 0 (each group its own blocks of NR channels)."""
-    return 16 // og if og in (1, 2, 4, 8) else 0
+    """Groups per 16-lane vector of a grouped conv with ``og`` output channels per group (1, 2, 4,
+    8 or 16: the C kernel's conv_lanes_range), else 0 (each group its own blocks of NR channels)."""
+    return 16 // og if og in (1, 2, 4, 8, 16) else 0
 
 
 def pack_weights_lanes(w_mats, lanes: int) -> np.ndarray:
