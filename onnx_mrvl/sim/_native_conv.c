@@ -617,17 +617,18 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
             lane_px_t nx[MRL];
             const int nrows = (int)(m1 - mp - MRL < MRL ? m1 - mp - MRL : MRL);
             lane_pixels(g, mp + MRL, nrows, nx);
+            long done = -1;              /* the pixels' offsets only grow: each pixel once */
             for (int r = 0; r < nrows; r++) {
                 const long iy = nx[r].iy0 + (g->kh - 1) * g->dh;
                 if (iy < 0 || iy >= g->h)
                     continue;
                 for (long kx = 0; kx < g->kw; kx++) {
-                    const long ix = nx[r].ix0 + kx * g->dw;
-                    if (ix < 0 || ix >= g->w)
+                    const long ix = nx[r].ix0 + kx * g->dw, q = nx[r].base + (iy * g->w + ix) * g->cs;
+                    if (ix < 0 || ix >= g->w || q <= done)
                         continue;
-                    const char *s = (const char *)(g->x + nx[r].base + (iy * g->w + ix) * g->cs);
+                    done = q;
                     for (long b = 0; b < g->cs * 4; b += 64)
-                        _mm_prefetch(s + b, _MM_HINT_T0);
+                        _mm_prefetch((const char *)(g->x + q) + b, _MM_HINT_T0);
                 }
             }
         }
