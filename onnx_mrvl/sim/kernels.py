@@ -242,9 +242,11 @@ class Conv2D:
             width, fn, c = wts.shape[1], native.lib().depthwise_desc, o
         else:                                       # dense, or grouped: each group's blocks in turn
             wts = self._packed
+            lanes = native.lane_groups(self.og) if self.groups > 1 else 0
             if wts is None:
-                wts = native.pack_weights(self.w_mats[0]) if self.groups == 1 else native.stack_aligned(
-                    [native.pack_weights(m) for m in self.w_mats])
+                wts = native.pack_weights(self.w_mats[0]) if self.groups == 1 else \
+                    native.pack_weights_lanes(self.w_mats, lanes) if lanes else \
+                    native.stack_aligned([native.pack_weights(m) for m in self.w_mats])
             self._packed = wts                      # shared by every plan of this conv
             vecs, code, p0, p1, act = self._native_vectors(native.NR, 0 if self.groups == 1 else native.NR)
             width, fn = o, native.lib().conv_desc
@@ -252,7 +254,8 @@ class Conv2D:
         if sum_act is not None:
             fused = (int(sum_act[0]), float(sum_act[1]), float(sum_act[2]), native.padded(sum_act[3]))
         desc = native.descriptor((n, h, w, c, oh, ow, self.kh, self.kw, sh, sw, dh, dw, t, l, width),
-                                 wts, vecs, code, p0, p1, fused, 1 if self.depthwise else self.groups)
+                                 wts, vecs, code, p0, p1, fused, 1 if self.depthwise else self.groups,
+                                 0 if self.depthwise else lanes)
         return fn, desc, desc.ctypes.data, (n, oh, ow, o), self.og if self.depthwise else 1, act, (wts, vecs, fused)
 
     def _run_plan(self, plan, x: np.ndarray) -> Tuple[np.ndarray, bool]:

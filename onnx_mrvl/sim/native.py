@@ -196,16 +196,17 @@ def on() -> bool:
 
 
 def descriptor(geometry, weights: np.ndarray, vectors, code: int, p0: float, p1: float,
-               fused=(0, 0.0, 0.0, None), groups: int = 1) -> np.ndarray:
+               fused=(0, 0.0, 0.0, None), groups: int = 1, lanes: int = 0) -> np.ndarray:
     """The int64 layer descriptor of ``conv_desc`` / ``depthwise_desc`` (see _native_conv.c);
     ``fused``: (code, p0, p1, padded slope) of a Sum2D fused into a conv; ``groups``: a grouped
-    conv's (weights: each group's packed blocks in turn). The caller keeps ``weights``,
+    conv's (weights: each group's packed blocks in turn, or with ``lanes`` > 0 the tiles of
+    ``pack_weights_lanes``). The caller keeps ``weights``,
     ``vectors`` and the slope alive as long as the descriptor."""
     code2, q0, q1, slope2 = fused
     bits = np.array([p0, p1, q0, q1], F32).view(np.uint32).astype(np.int64)
     return np.array(list(geometry) + [weights.ctypes.data] + [0 if v is None else v.ctypes.data for v in vectors]
                     + [code, bits[0], bits[1], code2, bits[2], bits[3],
-                       0 if slope2 is None else slope2.ctypes.data, int(groups)], dtype=np.int64)
+                       0 if slope2 is None else slope2.ctypes.data, int(groups), int(lanes)], dtype=np.int64)
 
 
 def pack_weights(w: np.ndarray) -> np.ndarray:
@@ -250,6 +251,25 @@ def pack_weights_f16(w: np.ndarray) -> np.ndarray:
     off = (-buf.ctypes.data % 64) // 2
     out = buf[off:off + nb * k * 16].reshape(nb, k, 16)
     out[...] = wp.reshape(k, nb, 16).transpose(1, 0, 2)
+    return out
+
+
+def lane_groups(og: int) -> int:
+    """Groups per 16-lane vector of a grouped conv with ``og`` output channels per group (1, 2, 4,
+    8 or 16: the C kernel's conv_lanes_range), else 0 (each group its own blocks of NR channels)."""
+    return 16 // og if og in (1, 2, 4, 8, 16) else 0
+
+
+def pack_weights_lanes(w_mats, lanes: int) -> np.ndarray:
+    """Per-group [K, og] matrices -> [ceil(G/lanes), K, 16] tiles, lane i * lanes + j holding
+    output channel i of group j of the tile (zeros for the groups past G), 64-byte aligned."""
+    g = len(w_mats)
+    k, og = w_mats[0].shape
+    tiles = -(-g // lanes)
+    wl = np.zeros((tiles * lanes, k, og), F32)
+    wl[:g] = np.stack(w_mats)
+    out = empty((tiles, k, 16))
+    out[...] = wl.reshape(tiles, lanes, k, og).transpose(0, 2, 3, 1).reshape(tiles, k, 16)
     return out
 
 
