@@ -128,6 +128,25 @@ def build_shared(cc: str, source: Optional[str] = None) -> str:
     raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
 
 
+def prebuild() -> list:
+    """Build every native kernel library of the simulator into the cache without loading any (a
+    harness calls it before forking workers, so no worker compiles inside a timed case; loading
+    stays with each process). The built paths; nothing when native kernels are off or no
+    compiler is found (each library then says why when first asked for)."""
+    cc = _compiler()
+    if not ENABLED or cc is None:
+        return []
+    here = os.path.dirname(_SRC)
+    out = []
+    for name in sorted(os.listdir(here)):
+        if name.startswith("_native") and name.endswith(".c"):
+            try:
+                out.append(build_shared(cc, os.path.join(here, name)))
+            except Exception as exc:  # noqa: BLE001 - the library's own load reports it
+                log.info("prebuild of %s failed: %s", name, exc)
+    return out
+
+
 def load_on_pool(source: str, set_runner: str) -> ctypes.CDLL:
     """The C file ``source`` (a kernel library beside this one: ``_native_int8.c``,
     ``_native_i8float.c``) built, loaded, and its ``set_runner`` handed this library's worker pool

@@ -406,6 +406,9 @@ def run_cases(cases, runner: str, workers: int = 2, force: bool = False, progres
     already collected cases."""
     import multiprocessing as mp
     ops = op_types(cases)
+    if runner == "sim":   # compile the simulator's kernels once, here: not in each worker's first timed case
+        from onnx_mrvl.sim import native
+        native.prebuild()
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     results: Dict[int, List[CaseResult]] = {}
