@@ -57,3 +57,25 @@ def test_numpy_when_the_kernel_is_unusable(monkeypatch):
 def test_the_kernel_is_used_here():
     """onnxruntime is a dependency: its Cast must pass the probe here (else the speed-up is lost)."""
     assert fp16_cast._session() is not None
+
+
+def test_a_kernel_that_rounds_otherwise_is_refused(monkeypatch):
+    """The probe catches a kernel that rounds toward zero, or ties away from zero: numpy casts then."""
+    def toward_zero(session, src, out):
+        want = _numpy(src)
+        bigger = np.abs(want.astype(np.float32)) > np.abs(src)
+        out[:] = np.where(bigger, np.nextafter(want, np.float16(0)), want)
+
+    def ties_away(session, src, out):
+        want = _numpy(src)
+        other = np.nextafter(want, np.where(np.signbit(src), np.float16(-np.inf), np.float16(np.inf))).astype(np.float32)
+        tie = (want.astype(np.float64) + other) / 2 == src
+        out[:] = np.where(tie & np.isfinite(other), other.astype(np.float16), want)
+
+    for kernel in (toward_zero, ties_away):
+        monkeypatch.setattr(fp16_cast, "_STATE", {"session": None, "checked": False})
+        monkeypatch.setattr(fp16_cast, "_run", kernel)
+        with np.errstate(all="ignore"):
+            assert fp16_cast._session() is None, kernel.__name__
+        w = np.random.default_rng(3).standard_normal((300, 400), dtype=np.float32)
+        assert _same(fp16_cast.to_float16(w), _numpy(w))

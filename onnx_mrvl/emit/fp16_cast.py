@@ -2,9 +2,10 @@
 where the CPU has them), bit-identical to numpy's ``astype(np.float16)`` and about 3-10x cheaper than
 numpy's scalar loop (VGG-19: 143M weights cast per conversion).
 
-Identity is checked, not assumed: on first use the kernel casts a probe of about a million float32
-bit patterns spread over the whole range (normals, subnormals, the fp16 overflow edge, infinities,
-NaN) and every result must equal numpy's bit for bit (NaN: any NaN). Without onnxruntime, or
+Identity is checked, not assumed: on first use the kernel casts a probe (float32 bit patterns spread
+over the whole range, the ties between neighbouring float16 values and the float32 values either
+side of each, subnormals, the overflow edge, infinities, NaN) and every result must equal numpy's
+bit for bit (NaN: any NaN). Without onnxruntime, or
 on any difference or error, every cast is numpy's. Arrays below ``MIN_SIZE`` elements and strided
 views the kernel cannot read in row blocks are cast by numpy too.
 """
@@ -48,10 +49,19 @@ def _run(session, src: np.ndarray, out: np.ndarray) -> None:
 
 
 def _probe() -> np.ndarray:
-    bits = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32)
+    """float32 values over the whole range (every exponent), the ties between neighbouring float16
+    values and the float32 values either side of each tie (round to nearest even), and the edges."""
+    spread = np.arange(0, 1 << 32, 65521, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    halves = np.arange(0, 1 << 16, 7, dtype=np.uint16).view(np.float16)
+    halves = halves[np.isfinite(halves)]
+    lo = halves.astype(np.float32)
+    hi = np.nextafter(halves, np.where(np.signbit(halves), np.float16(-np.inf), np.float16(np.inf))).astype(np.float32)
+    ties = (lo.astype(np.float64) + hi) / 2
+    ties = ties[np.isfinite(ties)].astype(np.float32)
     edges = np.array([0.0, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 6.1035156e-05, 5.9604645e-08,
                       2.9802322e-08, 2.9802326e-08, 1.0 / 3, np.inf, -np.inf, np.nan], np.float32)
-    return np.concatenate([bits.view(np.float32), edges])
+    return np.concatenate([spread, ties, np.nextafter(ties, np.float32(np.inf)),
+                           np.nextafter(ties, np.float32(-np.inf)), edges])
 
 
 def _session():
