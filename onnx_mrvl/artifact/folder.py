@@ -229,21 +229,27 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
     try:
         os.chmod(staging, 0o777 & ~_umask())
         digests: Dict[str, dict] = {}
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256") as pool:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256") as pool, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-fsync") as syncs:
+            synced: List[Future] = []
             for name, write in files:
                 t0 = time.perf_counter()
-                box = []
-
-                def hashed(f, write=write, box=box):
-                    box.append(_Hashing(f, getattr(write, "sha256", None), pool))
-                    try:
-                        write(box[0])
-                    finally:
-                        box[0]._wait()   # no hash still reading this file's chunks past here
-                write_atomic(os.path.join(staging, name), hashed)
-                digests[name] = {"size": box[0].size, "sha256": box[0].hexdigest()}
+                out = _Hashing(_create(os.path.join(staging, name)), getattr(write, "sha256", None), pool)
+                try:
+                    write(out)
+                    out.f.flush()
+                except BaseException:
+                    out.f.close()
+                    raise
+                finally:
+                    out._wait()   # no hash still reading this file's chunks past here
+                # fsynced on a thread while the next file is made; all before the folder is swapped in
+                synced.append(syncs.submit(_sync_close, out.f))
+                digests[name] = {"size": out.size, "sha256": out.hexdigest()}
                 if on_file is not None:
-                    on_file(name, box[0].size, time.perf_counter() - t0)
+                    on_file(name, out.size, time.perf_counter() - t0)
+            for done in synced:
+                done.result()
         write_atomic(os.path.join(staging, MANIFEST), lambda f: dump_json(manifest(digests), f))
         if inside:
             _swap_contents(staging, real)
@@ -253,6 +259,22 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fsync_dir(real if inside else parent)
+
+
+def _create(path: str) -> BinaryIO:
+    """A new file in the staging folder (mode 0666 less the umask: what ``write_atomic`` gives)."""
+    try:
+        return open(path, "xb")
+    except OSError as exc:
+        raise ArtifactError(f"cannot write '{os.path.basename(path)}' into '{os.path.dirname(path)}' "
+                            f"({exc.strerror})", hint="choose a writable output folder") from None
+
+
+def _sync_close(f: BinaryIO) -> None:
+    try:
+        os.fsync(f.fileno())
+    finally:
+        f.close()
 
 
 def _must_stage_inside(real: str, parent: str) -> bool:
