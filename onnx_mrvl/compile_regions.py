@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import emit as emit_stage
 from .errors import CompileError, MrvlError
@@ -26,10 +26,16 @@ class Subgraph:
     outputs: List[str] = field(default_factory=list)
     origin: List[str] = field(default_factory=list)
     macs: int = 0
+    binary_digest: Optional[Tuple[bytes, str]] = field(default=None, repr=False, compare=False)
 
     @property
     def artifact(self) -> str:
         return f"{self.name}.bin"
+
+    def binary_sha256(self) -> Optional[str]:
+        """The sha256 hex digest pack computed for ``binary``; None once ``binary`` was replaced."""
+        known = self.binary_digest
+        return known[1] if known is not None and known[0] is self.binary else None
 
 
 
@@ -83,7 +89,7 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             region.model = None   # emitted: its weights are in consts_json now (memory)
             t_emit += clock() - t
             t = clock()
-            binary, meta = emit_stage.compile_program(nodes_json, consts_json, dataclasses.replace(
+            binary, meta, digest = emit_stage.compile_program_sha256(nodes_json, consts_json, dataclasses.replace(
                 options, batch=chunks[1]) if chunks else options)
             emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
             emit_stage.annotate_boundaries(nodes_json, meta)   # the binary's quantize / dequantize
@@ -109,6 +115,6 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             batch_chunks.chunk_node(result.model, nodes[region.name], region_model, batch, *chunks, region.origin)
             region.batches = chunks
         out.append(Subgraph(region.name, nodes_json, consts_json, binary, region.inputs, region.outputs,
-                            region.origin, region.macs))
+                            region.origin, region.macs, binary_digest=(binary, digest)))
     timings["emit"], timings["compile"] = t_emit, t_compile  # the last (successful) attempt
     return out

@@ -4,12 +4,13 @@ Built once per pass in linear time; passes query it instead of scanning the grap
 """
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from .errors import ModelError
 
@@ -42,6 +43,27 @@ def extend_copies(repeated, messages) -> None:
     for m in messages:
         repeated.add().CopyFrom(m)
 
+_TENSOR_PLAIN = {"name", "dims", "data_type", "raw_data"}
+
+
+def holds_exactly(tensor: onnx.TensorProto, arr: np.ndarray) -> bool:
+    """``tensor`` is what writing ``arr`` as raw little-endian data (name, data_type, dims,
+    raw_data) gives, but for its name, provided ``arr`` holds its values (``GraphIndex.const_origin``):
+    copying it (``CopyFrom``) then writes the same bytes without reading the values out."""
+    if (sys.byteorder != "little" or not tensor.HasField("raw_data") or list(tensor.dims) != list(arr.shape)
+            or tensor.data_type != helper.np_dtype_to_tensor_dtype(arr.dtype)):
+        return False
+    for fd in tensor.DESCRIPTOR.fields:
+        if fd.name in _TENSOR_PLAIN:
+            continue
+        if fd.is_repeated:
+            if len(getattr(tensor, fd.name)):
+                return False
+        elif tensor.HasField(fd.name):
+            return False
+    return True
+
+
 class GraphIndex:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
@@ -65,6 +87,7 @@ class GraphIndex:
             if vi.type.HasField("tensor_type"):
                 self.types[vi.name] = vi.type
         self._const_cache: Dict[str, np.ndarray] = {}
+        self._const_names: Dict[int, str] = {}    # id of a cached array -> its initializer
         self.by_name = {n.name: n for n in self.nodes}
         self.excluded: set = set()   # node names no pattern may absorb
 
@@ -76,12 +99,19 @@ class GraphIndex:
         if name not in self.initializers:
             return None
         if name not in self._const_cache:
-            self._const_cache[name] = numpy_helper.to_array(self.initializers[name])
+            self._const_cache[name] = arr = numpy_helper.to_array(self.initializers[name])
+            self._const_names[id(arr)] = name
         return self._const_cache[name]
+
+    def const_origin(self, arr) -> Optional[str]:
+        """The initializer whose cached ``const`` array ``arr`` is (that very object), or None."""
+        name = self._const_names.get(id(arr))
+        return name if name is not None and self._const_cache.get(name) is arr else None
 
     def forget_values(self) -> None:
         """Drop the arrays ``const`` cached (read again when asked)."""
         self._const_cache.clear()
+        self._const_names.clear()
 
     # -- shapes and types
     def shape(self, name: str) -> Optional[List[int]]:

@@ -1,10 +1,12 @@
 """Reading models safely and writing artifacts atomically (temp name in the same folder, then rename)."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
-from typing import BinaryIO, Callable, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO, Callable, Optional, Tuple, Union
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -38,6 +40,49 @@ def _all_tensors(model: onnx.ModelProto):
                 yield a.t
 
 
+class _HashedFile:
+    """The model file as onnx.load reads it (``name``, ``read()``): read whole, its sha256 taken on
+    a second thread while onnx parses the bytes (hashlib releases the GIL), so the source digest
+    of the conversion (stamp.py) needs no second read of the file."""
+
+    def __init__(self, path: str):
+        self.name, self.stat, self.future = path, None, None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256")
+
+    def read(self) -> bytes:
+        with open(self.name, "rb") as f:
+            self.stat = os.fstat(f.fileno())
+            data = f.read()
+        self.future = self.pool.submit(lambda: hashlib.sha256(data).hexdigest())
+        return data
+
+    def close(self) -> Optional[str]:
+        """Wait for the hash; the digest, or None when the file was not read whole."""
+        self.pool.shutdown(wait=True)
+        if self.future is None or self.future.exception() is not None:
+            return None
+        return self.future.result()
+
+
+_LAST_READ: Optional[Tuple[str, tuple, str]] = None   # (absolute path, file identity, sha256) of the last load
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def loaded_sha256(path: str) -> Optional[str]:
+    """The sha256 of the model file ``path`` as ``load_model`` last read it, while the file is
+    unchanged since (same device, inode, size and times); else None."""
+    last = _LAST_READ
+    if last is None or last[0] != os.path.abspath(path):
+        return None
+    try:
+        return last[2] if _identity(os.stat(path)) == last[1] else None
+    except OSError:
+        return None
+
+
 def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> onnx.ModelProto:
     """A private copy of ``model`` (path, bytes or ModelProto) with external data loaded."""
     if isinstance(model, onnx.ModelProto):
@@ -52,11 +97,17 @@ def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> onnx.M
     path = os.fspath(model)
     if not os.path.isfile(path):
         raise ModelError(f"model file '{path}' does not exist", hint="check the path")
+    global _LAST_READ
+    source = _HashedFile(os.path.abspath(path))
     try:
-        proto = onnx.load(path, load_external_data=False)
+        proto = onnx.load(source, load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError) as exc:
         raise ModelError(f"'{path}' is not an ONNX model ({type(exc).__name__}: {exc})",
                          hint="check that the file is a complete .onnx protobuf") from None
+    finally:
+        digest = source.close()
+    if digest is not None:
+        _LAST_READ = (source.name, _identity(source.stat), digest)
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"'{path}' parsed as an empty model: not an ONNX file?")
     _check_external(proto, os.path.dirname(os.path.abspath(path)))

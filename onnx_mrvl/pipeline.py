@@ -176,11 +176,16 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     say("legalize")
     source = original if isinstance(original, Source) else Source(original)
     original = source.model
-    legal_result = legalize(original, target, input_shapes=input_shapes)
+    if source.release and weight_bytes(original) >= RELEASE_BYTES:
+        # the private copy is given up: legalized in place (its weights not copied); node names
+        # and outputs are read below from its structure, taken first
+        structure = structure_only(original)
+        legal_result = legalize(original, target, input_shapes=input_shapes, consume=True)
+        source.model = original = structure
+    else:
+        legal_result = legalize(original, target, input_shapes=input_shapes)
     legal, legal_report = legal_result.model, legal_result.report
     del legal_result
-    if source.release and weight_bytes(original) >= RELEASE_BYTES:   # its weights are in ``legal`` now
-        source.model = original = structure_only(original)   # node names and outputs are read below
     # legal's weights are given up after fuse when they can be read again (legalize runs again on a retry)
     release_legal = source.reread is not None and not has_bodies(legal) and weight_bytes(legal) >= RELEASE_BYTES
     timings["legalize"] = CLOCK() - t0

@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 import onnx
 
 from .errors import UsageError
+from .modelio import loaded_sha256
 
 CONVERTER = "onnx_mrvl"
 KEYS = ("converter", "source", "options", "target")     # metadata_props "mrvl.<key>" = JSON
@@ -34,6 +35,9 @@ def converter_info() -> Dict[str, str]:
 
 
 def file_sha256(path: str) -> str:
+    known = loaded_sha256(path)     # the file convert just read, hashed as it was read
+    if known is not None:
+        return known
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

@@ -5,9 +5,9 @@ validates every byte before trusting it and returns read-only weight views. The 
 checks and the versioning policy are in docs/binary-format.md.
 """
 from .format import (DEFAULT_MAX_SIZE, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, Binary,  # noqa: F401
-                     canonical_json, pack, sha256_hex)
+                     canonical_json, pack, pack_sha256, sha256_hex)
 from .reader import load  # noqa: F401
 from .schema import PROGRAM_FORMAT, PROGRAM_VERSION, validate_meta  # noqa: F401
 
-__all__ = ["pack", "load", "Binary", "sha256_hex", "canonical_json", "validate_meta", "MAGIC",
+__all__ = ["pack", "pack_sha256", "load", "Binary", "sha256_hex", "canonical_json", "validate_meta", "MAGIC",
            "FORMAT_MAJOR", "FORMAT_MINOR", "DEFAULT_MAX_SIZE", "PROGRAM_FORMAT", "PROGRAM_VERSION"]

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import ArtifactError, UsageError
@@ -39,15 +40,36 @@ OVERWRITE_HINT = ("pass --overwrite (Python: save(..., overwrite=True)) to repla
 
 
 class _Hashing:
-    """A binary file that also hashes and counts what is written through it."""
+    """A binary file that also hashes and counts what is written through it. Large ``bytes`` chunks
+    (immutable) are hashed on ``pool``'s thread while this one writes them and makes the next
+    (hashlib and file writes release the GIL); a writer that knows its digest (``write.sha256``,
+    e.g. a region binary, whose digest pack computed) is not hashed again."""
 
-    def __init__(self, f: BinaryIO):
-        self.f, self.h, self.size = f, hashlib.sha256(), 0
+    PARALLEL = 1 << 20      # bytes of a chunk hashed on the pool's thread
+
+    def __init__(self, f: BinaryIO, known: Optional[str] = None, pool: Optional[ThreadPoolExecutor] = None):
+        self.f, self.size, self.known, self.pool = f, 0, known, pool
+        self.h = None if known else hashlib.sha256()
+        self.pending: Optional[Future] = None
 
     def write(self, data) -> int:
-        self.h.update(data)
         self.size += len(data)
+        if self.h is not None:
+            self._wait()                           # chunks are hashed in order
+            if self.pool is not None and type(data) is bytes and len(data) >= self.PARALLEL:
+                self.pending = self.pool.submit(self.h.update, data)
+            else:
+                self.h.update(data)
         return self.f.write(data)
+
+    def _wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+
+    def hexdigest(self) -> str:
+        self._wait()
+        return self.known if self.h is None else self.h.hexdigest()
 
 
 def _is_ours(folder: str, names: Sequence[str]) -> Tuple[bool, List[str]]:
@@ -184,7 +206,8 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
     -> {"size", "sha256"})`` as the folder ``target``. A non-empty target is refused (``UsageError``)
     unless ``overwrite`` and everything in it is an earlier conversion's; a target whose folder
     contains a path of ``protect`` (the source model) is never replaced. ``on_file(name, bytes, s)``
-    is called after each file."""
+    is called after each file. A writer with a ``sha256`` attribute (hex) declares the digest of
+    what it writes: the manifest takes it instead of hashing the file's bytes."""
     from ..modelio import dump_json, write_atomic
 
     shown = os.fspath(target)
@@ -206,17 +229,27 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
     try:
         os.chmod(staging, 0o777 & ~_umask())
         digests: Dict[str, dict] = {}
-        for name, write in files:
-            t0 = time.perf_counter()
-            box = []
-
-            def hashed(f, write=write, box=box):
-                box.append(_Hashing(f))
-                write(box[0])
-            write_atomic(os.path.join(staging, name), hashed)
-            digests[name] = {"size": box[0].size, "sha256": box[0].h.hexdigest()}
-            if on_file is not None:
-                on_file(name, box[0].size, time.perf_counter() - t0)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256") as pool, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-fsync") as syncs:
+            synced: List[Future] = []
+            for name, write in files:
+                t0 = time.perf_counter()
+                out = _Hashing(_create(os.path.join(staging, name)), getattr(write, "sha256", None), pool)
+                try:
+                    write(out)
+                    out.f.flush()
+                except BaseException:
+                    out.f.close()
+                    raise
+                finally:
+                    out._wait()   # no hash still reading this file's chunks past here
+                # fsynced on a thread while the next file is made; all before the folder is swapped in
+                synced.append(syncs.submit(_sync_close, out.f))
+                digests[name] = {"size": out.size, "sha256": out.hexdigest()}
+                if on_file is not None:
+                    on_file(name, out.size, time.perf_counter() - t0)
+            for done in synced:
+                done.result()
         write_atomic(os.path.join(staging, MANIFEST), lambda f: dump_json(manifest(digests), f))
         if inside:
             _swap_contents(staging, real)
@@ -226,6 +259,22 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fsync_dir(real if inside else parent)
+
+
+def _create(path: str) -> BinaryIO:
+    """A new file in the staging folder (mode 0666 less the umask: what ``write_atomic`` gives)."""
+    try:
+        return open(path, "xb")
+    except OSError as exc:
+        raise ArtifactError(f"cannot write '{os.path.basename(path)}' into '{os.path.dirname(path)}' "
+                            f"({exc.strerror})", hint="choose a writable output folder") from None
+
+
+def _sync_close(f: BinaryIO) -> None:
+    try:
+        os.fsync(f.fileno())
+    finally:
+        f.close()
 
 
 def _must_stage_inside(real: str, parent: str) -> bool:

@@ -137,7 +137,16 @@ def compress_meta(meta_bytes: bytes) -> bytes:
 
 def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
          format_minor: Optional[int] = None) -> bytes:
-    """Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes.
+    """The model-binary bytes of ``meta`` + ``weights``: :func:`pack_sha256` without the digest."""
+    return pack_sha256(meta, weights, format_minor=format_minor)[0]
+
+
+def pack_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
+                format_minor: Optional[int] = None) -> Tuple[bytes, str]:
+    """(the model-binary bytes, the sha256 hex digest of those bytes), the digest taken from the
+    hash pack computes for the file's trailer anyway (save's manifest needs no second pass).
+
+    Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes.
 
     By default the oldest format that holds the meta: 1.2 when a region input or output carries
     boundary quantization (io_quant.py), else 1.1 (readers older than 1.2 load it); both store the
@@ -225,12 +234,14 @@ def pack(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
     h = hashlib.sha256()
     for p in parts:
         h.update(p)
-    parts.append(h.digest())
+    trailer_digest = h.digest()
+    parts.append(trailer_digest)
+    h.update(trailer_digest)        # the whole file's digest: the same hash run on over the trailer
     data = b"".join(parts)
     assert len(data) == file_size
     log.debug("packed program %r: format 1.%d, %d bytes (meta %d, %d as JSON; weights %d)",
               pname, format_minor, file_size, len(meta_bytes), len(meta_json), wsize)
-    return data
+    return data, h.hexdigest()
 
 
 def __getattr__(attr: str) -> Any:  # ``format.load`` lives in reader.py (kept apart for size)

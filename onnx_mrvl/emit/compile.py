@@ -301,6 +301,14 @@ def compile_json(nodes_json: dict, consts_json: dict, options: Optional[CompileO
 def compile_program(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None
                     ) -> Tuple[bytes, dict]:
     """(the model binary, its meta) for a JSON pair."""
-    from ..artifact import pack
+    binary, meta, _ = compile_program_sha256(nodes_json, consts_json, options)
+    return binary, meta
+
+
+def compile_program_sha256(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None
+                           ) -> Tuple[bytes, dict, str]:
+    """(the model binary, its meta, the binary's sha256 hex digest) for a JSON pair."""
+    from ..artifact import pack_sha256
     meta, weights = build_program(nodes_json, consts_json, options)
-    return pack(meta, weights), meta
+    binary, digest = pack_sha256(meta, weights)
+    return binary, meta, digest

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .fp16_cast import to_float16
 from .json_attrs import NodeAttrs, decode_const
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
@@ -31,7 +32,8 @@ class Context:
             data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
         else:
             with np.errstate(over="ignore", invalid="ignore"):
-                data = np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
+                data = to_float16(arr) if fp16 and isinstance(arr, np.ndarray) else \
+                    np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
         if data.dtype.kind == "f" and not finite_in(arr, data, fp16):
             a.fail(f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}",
                    hint="keep this layer on the CPU (convert(..., exclude=[...]))")

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper
 
 from .. import opset
-from ..graph_index import FLOAT, GraphIndex, attr, extend_copies, subgraph_reads
+from ..graph_index import FLOAT, GraphIndex, attr, extend_copies, holds_exactly, subgraph_reads
 from ..provenance import set_origin
 from .lower import SPATIAL, GroupLowering
 from .patterns import Group
@@ -359,15 +359,21 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
     graph.node.extend(m.nodes)
     used = {i for n in m.nodes for i in n.input} | subgraph_reads(m.nodes) | set(g.outputs)
     extend_copies(graph.initializer, (t for t in model.graph.initializer if t.name in used))
-    inits, m.inits = m.inits, []
+    # an array that is an initializer's values as read (an FC kernel kept as it is) is copied from it
+    inits, m.inits = [(name, arr, g.const_origin(arr)) for name, arr in m.inits], []
     if not keep_weights:   # each array is freed once written: nothing else holds it
         for grp in groups:
             grp.weights = {}
         g.forget_values()
     inits.reverse()
     while inits:
-        name, arr = inits.pop()
+        name, arr, origin = inits.pop()
         t = graph.initializer.add()
+        if origin is not None and holds_exactly(g.initializers[origin], arr):
+            del arr
+            t.CopyFrom(g.initializers[origin])   # one copy in protobuf, the same bytes as below
+            t.name = name
+            continue
         t.name, t.data_type = name, helper.np_dtype_to_tensor_dtype(arr.dtype)
         t.dims.extend(arr.shape)
         data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()

@@ -64,10 +64,12 @@ class LegalizeResult(StageResult):
         return getattr(self.model, name)
 
 
-def legalize(model: onnx.ModelProto, target=None, *, input_shapes=None) -> LegalizeResult:
+def legalize(model: onnx.ModelProto, target=None, *, input_shapes=None, consume: bool = False) -> LegalizeResult:
     """Return a :class:`LegalizeResult` whose ``model`` is a legalized copy of ``model`` (the
-    argument is not modified). ``input_shapes`` ({input name: [dims]}) fixes graph input shapes."""
-    return _legalize(model, target, input_shapes)
+    argument is not modified). ``input_shapes`` ({input name: [dims]}) fixes graph input shapes.
+    ``consume=True``: the caller gives ``model`` up (it is legalized in place, its weights not
+    copied; what is left of it afterwards is unspecified)."""
+    return _legalize(model, target, input_shapes, consume)
 
 
 def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=None
@@ -79,12 +81,15 @@ def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=No
     return result.model, result.report
 
 
-def _legalize(model, target, input_shapes) -> LegalizeResult:
+def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeResult:
     t0 = time.perf_counter()
     model = as_model(model, "legalize")
     tgt = get_target(target)
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    if consume:
+        m = model
+    else:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
     report = LegalizeReport()
     named = prepare.name_nodes(m.graph)
     if named:
