@@ -11,7 +11,7 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import onnx
 from onnx import helper
