@@ -108,3 +108,31 @@ def test_an_error_in_one_image_stops_every_thread_and_reaches_the_caller(monkeyp
     monkeypatch.undo()
     monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", "2")
     np.testing.assert_array_equal(sim.run([x])[0], want)
+
+
+def test_a_forked_child_after_a_split_run_gets_its_own_pool(monkeypatch):
+    """A batch split runs on the Python worker pool (parallel.py). A child forked afterwards (the
+    conformance harness's workers) has none of those threads: reusing the parent's executor queued
+    the child's work on threads that do not exist and hung it. The child must start its own pool."""
+    import multiprocessing as mp
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", "2")
+    res = onnx_mrvl.convert(models.mobilenetv2_like(seed=6, width=0.35, input_size=96, batch=3, num_classes=10))
+    sim = Simulator(res.subgraphs[0].binary)
+    assert sim._split is not None
+    x = (RNG.standard_normal(sim.input_shapes[0])).astype(np.float32)
+    want = sim.run([x])[0]                       # the parent's pool threads exist now
+
+    def child(q):
+        q.put(Simulator(res.subgraphs[0].binary).run([x])[0])
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,), daemon=True)
+    p.start()
+    try:
+        got = q.get(timeout=60)
+    finally:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+    np.testing.assert_array_equal(got, want)

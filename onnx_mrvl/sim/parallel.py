@@ -45,6 +45,18 @@ def workers() -> int:
     return _CPUS
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's worker threads: an inherited executor would queue
+    work that no thread ever runs (a multiprocessing worker of a process that ran a batch split
+    hung on its first parallel layer). The child starts its own pool on first use."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def _get_pool() -> ThreadPoolExecutor:
     global _pool
     with _lock:
