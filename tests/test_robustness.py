@@ -246,25 +246,34 @@ def test_output_folder_not_writable_even_for_root(tmp_path, monkeypatch):
     assert not any(f.startswith(("model", "report")) for f in os.listdir(tmp_path / "out"))
 
 
-@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4, "manifest"])
 def test_save_is_atomic(tmp_path, monkeypatch, fail_at):
-    """A failure while writing the n-th artifact leaves no partial file and no temp file anywhere:
-    the folder is built beside the target and swapped in whole (one conversion per folder), so the
-    target holds nothing of the failed save (it used to keep the n-1 files written before)."""
+    """A failure while writing the n-th artifact (or the manifest, the last file) leaves no partial
+    file and no temp file anywhere: the folder is built beside the target and swapped in whole (one
+    conversion per folder), so the target holds nothing of the failed save (it used to keep the n-1
+    files written before)."""
+    import onnx_mrvl.artifact.folder as folder
     import onnx_mrvl.modelio as modelio
     r = onnx_mrvl.convert(tiny_cnn())
-    calls = []
-    real_replace = os.replace
+    created = []
+    real_create, real_replace = folder._create, os.replace
+
+    def failing_create(path):
+        created.append(path)
+        if len(created) == fail_at:
+            raise OSError(28, "No space left on device")
+        return real_create(path)
 
     def failing_replace(src, dst):
-        calls.append(dst)
-        if len(calls) == fail_at:
+        if fail_at == "manifest" and os.path.basename(dst) == "manifest.json":
             raise OSError(28, "No space left on device")
         return real_replace(src, dst)
+    monkeypatch.setattr(folder, "_create", failing_create)
     monkeypatch.setattr(modelio.os, "replace", failing_replace)
     out = tmp_path / "out"
     with pytest.raises((OSError, MrvlError)):
         r.save(str(out))
+    assert fail_at == "manifest" or len(created) == fail_at   # the failure did happen where intended
     assert os.listdir(out) == []
     assert os.listdir(tmp_path) == ["out"]       # no staging folder left beside it
 
