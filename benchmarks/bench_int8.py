@@ -68,7 +68,7 @@ def _float_model(name: str, batch: int) -> onnx.ModelProto:
     return m
 
 
-LABELS = {"resnet50": "ResNet-50 (tools/models)", "mobilenetv2": "MobileNetV2-style (width 1.0)",
+LABELS = {"resnet50": "ResNet-50 (testing/models)", "mobilenetv2": "MobileNetV2-style (width 1.0)",
           "resnet50_zoo": "ResNet-50 (onnx zoo)"}
 
 
