@@ -61,11 +61,11 @@ WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "R
 
 
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
-    """The int8 fields of a layer without weights (pools, nearest Resize, Sum2D of two tensors)."""
+    """The int8 fields of a layer without weights (pools, nearest and bilinear Resize, Sum2D of two tensors)."""
     if layer_name not in WEIGHTLESS:
         a.fail(f"{layer_name} has no int8 mode (int8: Conv2D, FC, {', '.join(WEIGHTLESS)})")
-    if layer_name == "Resize" and params.get("mode") != "nearest":
-        a.fail("an int8 Resize must be nearest")
+    if layer_name == "Resize" and params.get("mode") not in ("nearest", "linear"):
+        a.fail("an int8 Resize is nearest or linear")
     two = len(in_shapes) == 2 and not weights and in_shapes[0] == in_shapes[1] and a.has("in2_dtype")
     one = len(in_shapes) == 1 and "operand" in weights    # in2_*: the constant's codes' quantization
     if layer_name == "Sum2D" and not (two or one):

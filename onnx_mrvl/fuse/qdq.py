@@ -258,8 +258,6 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)
     if isinstance(grp, str):
         return grp
-    if n.op_type == "Resize" and grp.attrs.get("mode", "nearest") != "nearest":
-        return "an int8 Resize other than nearest (a bilinear one runs as an fp16 layer)"
     around = _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around

@@ -194,7 +194,13 @@ class Int8Pool:
             return ((q - zo).astype(F32) * F32(so)).astype(F32), True
         if self.kind == "Resize":
             real = ((codes - z).astype(F32) * F32(s)).astype(F32)
-            return fake_quant(resize_nearest(real, self.geometry["scales"]), so, zo, dto), True
+            geo = self.geometry
+            if geo.get("mode") == "linear":   # onnxruntime leaves DQ -> Resize -> Q in float: its
+                # fp32 bilinear of the dequantized values, then QuantizeLinear
+                from .resize_linear import bilinear_4tap
+                y = bilinear_4tap(real, geo["sizes"], geo["coordinate_mode"], geo.get("linear_scales"))
+                return fake_quant(y, so, zo, dto), True
+            return fake_quant(resize_nearest(real, geo["scales"]), so, zo, dto), True
         if self.kind == "GlobalAvgpool2D":
             n, h, w, c = codes.shape
             acc = codes.astype(np.int64).sum(axis=(1, 2), keepdims=True) - z * h * w

@@ -135,8 +135,8 @@ def prepare_resize(pool) -> Optional[Callable]:
     the 256 codes) by ``i8_lookup`` into a byte buffer, then replicated ``sh`` x ``sw`` times (as
     bytes, or as their values)."""
     lib = int8_native.lib()
-    if lib is None or pool.kind != "Resize":
-        return None
+    if lib is None or pool.kind != "Resize" or pool.geometry.get("mode") == "linear":
+        return None                                     # bilinear: numpy (int8.Int8Pool)
     sh, sw = (int(s) for s in pool.geometry.get("scales", (0, 0)))
     if sh < 1 or sw < 1:
         return None                                     # numpy's error

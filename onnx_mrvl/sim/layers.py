@@ -229,6 +229,9 @@ def _resize(spec: LayerSpec, n_inputs: int) -> LayerFn:
         given = spec.param("scales", None)
         if ctm not in LINEAR_MODES or len(sizes) != 2:
             raise spec.error(f"linear resize to {sizes} with coordinate mode {ctm!r} is not supported")
+        if _is_int8(spec):
+            return int8.build_pool("Resize", spec, {"mode": "linear", "sizes": sizes, "coordinate_mode": ctm,
+                                                    "linear_scales": given})
         return lambda x: resize_bilinear(x, sizes, ctm, given)
     if mode != "nearest":
         raise spec.error(f"only modes 'nearest' and 'linear' are supported, got {mode!r}")
