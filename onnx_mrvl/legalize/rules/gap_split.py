@@ -1,6 +1,9 @@
 """GlobalAveragePool over H or W above target.max_pool_kernel -> a chain of non-overlapping
 AveragePools whose windows divide the spatial size exactly (ONNC DivideGlobalAPIntoAPs), e.g.
-56x56 -> 14x14/s14 then 4x4/s4. Sizes with a prime factor above the limit keep the global pool."""
+56x56 -> 14x14/s14 then 4x4/s4. Sizes with a prime factor above the limit keep the global pool.
+A global pool between a DequantizeLinear and QuantizeLinear (a QDQ model's int8 pool) stays whole:
+the int8 GlobalAvgPool2D is one int32 sum and one requantization (onnxruntime's
+QLinearGlobalAveragePool); a chain of pools would round between them."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -32,7 +35,17 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"sx": sx})
 
 
+def _int8(node, g) -> bool:
+    """DQ -> GlobalAveragePool -> Q (every reader a QuantizeLinear)."""
+    dq = g.producer.get(node.input[0])
+    readers = g.users(node.output[0])
+    return dq is not None and dq.op_type == "DequantizeLinear" and bool(readers) and \
+        all(r.op_type == "QuantizeLinear" for r in readers)
+
+
 def check(m: Match, g, target) -> Optional[str]:
+    if _int8(m.node, g):
+        return "an int8 global pool (DequantizeLinear -> GlobalAveragePool -> QuantizeLinear): one int32 sum"
     _, _, h, w = m.data["sx"]
     limit = target.max_pool_kernel
     fh, fw = factors(h, limit), factors(w, limit)

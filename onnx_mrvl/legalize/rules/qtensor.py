@@ -82,7 +82,7 @@ def dequantized(g, t: str, params: QParams, *, near, origin) -> str:
     s, z = params
     for c in g.users(t):
         if c.op_type == "DequantizeLinear" and domain(c) == "" and c.input[0] == t and \
-                _same(g, inp(c, 1), s) and _same(g, inp(c, 2), z) and g.alive(c):
+                same_param(g, inp(c, 1), s) and same_param(g, inp(c, 2), z) and g.alive(c):
             return c.output[0]
     out = float_like(g, t, f"{t}/dequantized")
     p = g.producer.get(t)
@@ -103,7 +103,8 @@ def quantize_into(g, y: str, out: str, params: QParams, *, near, origin) -> None
            name=g.fresh_node_name(f"{stem}_QuantizeLinear"))
 
 
-def _same(g, a: str, b: str) -> bool:
+def same_param(g, a: str, b: str) -> bool:
+    """Two scale (or zero point) inputs with one value (an absent zero point is 0)."""
     if a == b:
         return True
     if not a or not b:

@@ -1,12 +1,20 @@
 """ReduceMean over axes {2,3} of a 4-D tensor -> GlobalAveragePool (+ Reshape for keepdims=0).
 Axes come as an attribute (opset < 18) or a constant input (opset >= 18); negative axes too.
 Also through a Transpose (tf2onnx: NCHW -> NHWC, then ReduceMean axes 1,2): when the reduced axes
-are the source's 2,3 and the kept axes keep their order, the mean reads the Transpose's input."""
+are the source's 2,3 and the kept axes keep their order, the mean reads the Transpose's input.
+
+In a QDQ model (onnxruntime's quantizer: ``DQ -> Transpose -> Q -> DQ -> ReduceMean -> Q``, the
+Transpose's pair with its input's scale and zero point) the look-through passes an identity
+``Q -> DQ`` pair (same scale and zero point: the codes come back unchanged). With keepdims=0 and a
+QuantizeLinear reading the mean, a copy of that Q -> DQ pair goes between the pool and the
+Reshape, so the pool is a ``DQ -> GlobalAveragePool -> Q`` int8 pool and the Reshape moves codes
+(``Q(reshape(y)) == reshape(Q(y))``; the original pair after it is then an identity)."""
 from __future__ import annotations
 
 from typing import Optional
 
-from .base import Match, attr, axes_of, reshape
+from .base import Match, attr, axes_of, inp, reshape
+from .qtensor import same_param
 
 NAME = "reducemean_to_gap"
 OPS = ("ReduceMean",)
@@ -24,7 +32,7 @@ def match(node, g) -> Optional[Match]:
     axes = sorted(a % 4 for a in axes)
     if axes == [2, 3]:
         return Match([node], {"sx": sx, "src": node.input[0]})
-    tr = g.producer.get(node.input[0])
+    tr = _through_identity_pair(g, g.producer.get(node.input[0]))
     perm = attr(tr, "perm") if tr is not None and tr.op_type == "Transpose" else None
     if perm is None or len(perm) != 4 or g.shape(tr.input[0]) is None:
         return None
@@ -33,6 +41,28 @@ def match(node, g) -> Optional[Match]:
     if sorted(perm[a] for a in axes) != [2, 3] or kept != sorted(kept) or sy is None:
         return None
     return Match([node], {"sx": g.shape(tr.input[0]), "src": tr.input[0], "sy": sy})
+
+
+def _through_identity_pair(g, p):
+    """The node before ``Q -> DQ`` when ``p`` is that pair's DQ with the Q's scale and zero point
+    (else ``p``)."""
+    if p is None or p.op_type != "DequantizeLinear":
+        return p
+    q = g.producer.get(p.input[0])
+    if q is None or q.op_type != "QuantizeLinear" or len(g.users(q.output[0])) != 1 or \
+            not same_param(g, inp(q, 1), inp(p, 1)) or not same_param(g, inp(q, 2), inp(p, 2)) or \
+            attr(q, "axis", 1) != attr(p, "axis", 1):
+        return p
+    return g.producer.get(q.input[0])
+
+
+def _quantize_reader(g, node):
+    """The QuantizeLinear that alone reads the mean, per tensor; else None."""
+    q = g.only_consumer(node.output[0])
+    if q is None or q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx"):
+        return None
+    sc = g.const(inp(q, 1))
+    return q if sc is not None and sc.size == 1 else None
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -53,6 +83,17 @@ def rewrite(m: Match, g) -> str:
         g.make("GlobalAveragePool", [src], [mid], near=node, origin=m.origin,
                name=node.name)
         g.set_shape(mid, [n, c, 1, 1], g.dtype(src))
+        q = _quantize_reader(g, node) if not keep else None
+        if q is not None:   # the pool's own Q -> DQ (the reader's scale and zero point)
+            codes, back = g.fresh(f"{mid}_QuantizeLinear"), g.fresh(f"{mid}_DequantizeLinear")
+            params = list(q.input[1:])
+            g.make("QuantizeLinear", [mid] + params, [codes], near=node, origin=m.origin,
+                   name=g.fresh_node_name(f"{node.name}/gap_QuantizeLinear"))
+            g.set_shape(codes, [n, c, 1, 1], g.dtype(q.output[0]))
+            g.make("DequantizeLinear", [codes] + params, [back], near=node, origin=m.origin,
+                   name=g.fresh_node_name(f"{node.name}/gap_DequantizeLinear"))
+            g.set_shape(back, [n, c, 1, 1], g.dtype(src))
+            mid = back
         out = [n, c] if not keep else list(m.data["sy"])   # keepdims through a Transpose
         reshape(g, mid, out, near=node, origin=m.origin, out=node.output[0], tag="squeeze")
     return "ReduceMean(axes 2,3) -> GlobalAveragePool" + ("" if keep else " + Reshape")

@@ -1,0 +1,28 @@
+"""QDQ imports of exporter-style architectures (benchmarks/bench_int8_arch.py): onnxruntime's
+quantize_static of the builders, converted, against onnxruntime's run of the same QDQ model.
+Each row once left layers in fp16 or on the CPU:
+- paddle_det: its squeeze-and-excitation pool over 32x32 was split by legalize's gap_split into
+  float AveragePools (an fp16 layer; 61% identical, 8 steps); a DQ -> GlobalAveragePool -> Q pool
+  now stays one int8 GlobalAvgPool2D;
+- keras_cnn: tf2onnx's ReduceMean(keepdims=0) (an fp16 GlobalAvgPool2D) and its NHWC form behind
+  a quantized Transpose (on the CPU, 2 regions); reducemean_to_gap keeps the Q -> DQ at the pool;
+- efficientnet_like: its SE pools as paddle_det's (80% identical, 1 step)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("onnxruntime.quantization")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import bench_int8_arch  # noqa: E402
+
+
+@pytest.mark.parametrize("name,act", [("paddle_det", "s8"), ("keras_cnn", "u8"), ("efficientnet_like", "s8")])
+def test_arch_qdq_import_is_int8_and_identical(tmp_path, name, act):
+    m = bench_int8_arch.measure(name, str(tmp_path), act)
+    assert m["regions"] == 1 and m["cpu"] == {}, (m["cpu"], m["why"])
+    assert m["identical"] == 1.0 and m["steps"] == 0, m
+    pools = [w for w in m["why"] if w[1] in ("GlobalAveragePool", "ReduceMean", "AveragePool")]
+    assert not pools, pools   # no pool left in fp16 or on the CPU
