@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..graph_index import GraphIndex
+from .qconst import const_dq
 from ..ort_plan import OP_TYPES, float_nodes_of, ort_float_nodes
 from ..provenance import get_origin
 from .qdq import qparams
@@ -30,7 +31,7 @@ def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: in
     floats = set().union(*(ort_float_nodes(g.model, op) for op in OP_TYPES))
     steps = _chain(g, members, dq_in)
     if steps is None:
-        steps = [(dq_in, [m for m in members if m is not q_out and _const_dq(g, m.output[0]) is None], q_out)]
+        steps = [(dq_in, [m for m in members if m is not q_out and const_dq(g, m.output[0]) is None], q_out)]
     table = None
     for dq, nodes, q in steps:
         in_q = qparams(g, dq)
@@ -48,13 +49,6 @@ def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: in
     return np.ascontiguousarray(table, np.int32)
 
 
-def _const_dq(g: GraphIndex, t: str):
-    n = g.producer.get(t)
-    if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
-        return n
-    return None
-
-
 def _chain(g: GraphIndex, members, dq_in) -> Optional[List[Tuple]]:
     """[(DQ, ops, Q)] when the group is a chain of steps each reading only the previous step's DQ."""
     steps, dq, cur = [], dq_in, []
@@ -65,7 +59,7 @@ def _chain(g: GraphIndex, members, dq_in) -> Optional[List[Tuple]]:
                 return None
             dq, inside = m, {m.output[0]}
             continue
-        if any(i and i not in inside and not g.is_const(i) and _const_dq(g, i) is None for i in m.input):
+        if any(i and i not in inside and not g.is_const(i) and const_dq(g, i) is None for i in m.input):
             return None
         if m.op_type == "QuantizeLinear":
             steps.append((dq, cur, m))
@@ -103,7 +97,7 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
     const_dqs = []
     for node in nodes:   # a DQ of constants feeding a step: part of the step's model (onnxruntime fuses it)
         for i in node.input:
-            d = _const_dq(g, i) if i else None
+            d = const_dq(g, i) if i else None
             if d is not None and d not in const_dqs:
                 const_dqs.append(d)
     for node in const_dqs + [dq] + list(nodes) + [q]:

@@ -22,6 +22,7 @@ from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import steps
 from .groups import Group, batch_limit, float_static, image_batch_moved
+from .qconst import const_dq, dequantized_const
 from .resize import build_resize
 from . import slices
 
@@ -260,6 +261,14 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 
 # ------------------------------------------------------------------ elementwise
+def _const_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
+    """``t``'s value when it is a constant or a DequantizeLinear of constants (fp32), else None."""
+    if g.is_const(t):
+        return np.asarray(g.const(t))
+    dq = const_dq(g, t)
+    return None if dq is None else dequantized_const(g, dq)
+
+
 def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     op = "Sum2D" if n.op_type == "Add" else "Mul2D"
     a, b = n.input[0], n.input[1]
@@ -269,17 +278,22 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     out_shape = g.shape(n.output[0])
     if len(out_shape) not in ELTWISE_RANKS:
         return f"{len(out_shape)}-D elementwise operation"
-    consts = [t for t in (a, b) if g.is_const(t)]
+    values = {t: _const_value(g, t) for t in (a, b)}
+    consts = [t for t in (a, b) if values[t] is not None]
     if len(consts) == 2:
         return "both operands are constant (constant folding leaves this to the CPU)"
+    extra = []
     if len(consts) == 1:
         data = b if consts[0] == a else a
         if g.shape(data) != out_shape:
             return "the constant broadcasts the tensor operand to a larger shape"
-        if len(g.const(consts[0]).shape) > len(out_shape):
+        if len(values[consts[0]].shape) > len(out_shape):
             return "the constant has a higher rank than the tensor"
         inputs = [data]
-        weights = {"operand": g.const(consts[0]).astype(np.float32)}
+        weights = {"operand": values[consts[0]].astype(np.float32)}
+        dq = None if g.is_const(consts[0]) else const_dq(g, consts[0])
+        if dq is not None and len(g.consumers.get(consts[0], ())) == 1:
+            extra = [dq]   # a QDQ model's DQ of a constant: the operand's dequantized fp32 value
     else:
         # x[N,C,H,W] * s[N,C,1,1] (squeeze-and-excitation): operands of the output's rank broadcast
         # the same way in any storage order both share, so the layout keeps them aligned
@@ -295,7 +309,7 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = batch_limit(g, n.output[0], target)
     if reason:
         return reason
-    grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n], inputs, n.output[0], {}, weights)
+    grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n] + extra, inputs, n.output[0], {}, weights)
     channels = out_shape[1] if len(out_shape) >= 2 else 1
     _absorb_activation(g, grp, channels, target)
     return grp

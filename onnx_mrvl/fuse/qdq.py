@@ -18,6 +18,7 @@ import onnx
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
+from .qconst import dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from ..ort_plan import ort_float_nodes, ort_u8_adds
@@ -319,20 +320,6 @@ def _int8_activation(grp: Group) -> Optional[str]:
             grp.attrs.get("activation", "none") not in INT8_ACTIVATIONS:
         return "a QDQ add followed by an activation other than Relu/Clip"
     return None
-
-
-def _dequantized_const(g: GraphIndex, dq: onnx.NodeProto) -> Optional[np.ndarray]:
-    """DequantizeLinear of constants in fp32 as onnxruntime computes it, or None (not int8/uint8/int32)."""
-    q = np.asarray(g.const(dq.input[0]))
-    if q.dtype not in (np.int8, np.uint8, np.int32):
-        return None
-    s = np.asarray(g.const(dq.input[1]), np.float32)
-    z = np.asarray(g.const(dq.input[2])) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
-    if s.size > 1:   # per axis
-        axis = attr(dq, "axis", 1) % q.ndim
-        shape = [-1 if i == axis else 1 for i in range(q.ndim)]
-        s, z = s.reshape(shape), z.reshape(shape)
-    return ((q.astype(np.int64) - z.astype(np.int64)).astype(np.float32) * s).astype(np.float32)
 
 
 def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, dq_b):

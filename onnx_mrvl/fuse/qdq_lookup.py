@@ -27,6 +27,7 @@ from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .lookup_table import lookup_table
+from .qconst import const_dq
 from .qdq import activation_dq, dequantized_const, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
@@ -46,14 +47,6 @@ def _per_channel_ok(c: np.ndarray, shape: List[int]) -> Optional[int]:
     full = [1] * (len(shape) - c.ndim) + list(c.shape)
     if full[1] == shape[1] and all(d == 1 for i, d in enumerate(full) if i != 1):
         return shape[1]
-    return None
-
-
-def const_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
-    """The DequantizeLinear of constants producing ``t`` (legalize keeps it for a QDQ Mul / Add), or None."""
-    n = g.producer.get(t)
-    if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
-        return n
     return None
 
 

@@ -116,8 +116,8 @@ def quantized_weight(node, g, elementwise: bool = True) -> bool:
             src = g.producer.get(inp(c, 0))
         else:
             return False
-        if src is None or src.op_type != "DequantizeLinear":
-            return False
+        if src is None or src.op_type != "DequantizeLinear" or all(g.is_const(i) for i in src.input if i):
+            return False   # no activation beside it (a DQ of a constant too: the op folds)
     return bool(users)
 
 

@@ -1,0 +1,33 @@
+"""Constants of QDQ models: the fp32 value of a DequantizeLinear of constants, as onnxruntime
+computes it. Shared by the int8 builders (qdq.py) and the float patterns (patterns.py), which take a
+DQ of a constant as a constant operand."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from ..graph_index import GraphIndex, attr
+
+
+def dequantized_const(g: GraphIndex, dq: onnx.NodeProto) -> Optional[np.ndarray]:
+    """DequantizeLinear of constants in fp32 as onnxruntime computes it, or None (not int8/uint8/int32)."""
+    q = np.asarray(g.const(dq.input[0]))
+    if q.dtype not in (np.int8, np.uint8, np.int32):
+        return None
+    s = np.asarray(g.const(dq.input[1]), np.float32)
+    z = np.asarray(g.const(dq.input[2])) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
+    if s.size > 1:   # per axis
+        axis = attr(dq, "axis", 1) % q.ndim
+        shape = [-1 if i == axis else 1 for i in range(q.ndim)]
+        s, z = s.reshape(shape), z.reshape(shape)
+    return ((q.astype(np.int64) - z.astype(np.int64)).astype(np.float32) * s).astype(np.float32)
+
+
+def const_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
+    """The DequantizeLinear of constants that writes ``t`` (legalize keeps it for a QDQ Mul / Add), or None."""
+    n = g.producer.get(t)
+    if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
+        return n
+    return None
