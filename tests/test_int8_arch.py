@@ -26,3 +26,14 @@ def test_arch_qdq_import_is_int8_and_identical(tmp_path, name, act):
     assert m["identical"] == 1.0 and m["steps"] == 0, m
     pools = [w for w in m["why"] if w[1] in ("GlobalAveragePool", "ReduceMean", "AveragePool")]
     assert not pools, pools   # no pool left in fp16 or on the CPU
+
+
+@pytest.mark.parametrize("name,act,identical", [("bifpn_like", "s8", 1.0), ("convnext_like", "u8", 0.85)])
+def test_arch_qdq_constants_stay_in_the_region(tmp_path, name, act, identical):
+    """bifpn_like: its fusion weights' constant chain through quantized constants folds (was 5
+    regions, Add/Div/Gather/Mul on the CPU); convnext_like: the layer scale Mul by a DQ'd [C]
+    constant across ranks is an fp16 Mul2D (was on the CPU, 5 regions). convnext's LayerNorms and
+    layer-scale Muls are fp16 layers between int8 layers: within one output step."""
+    m = bench_int8_arch.measure(name, str(tmp_path), act)
+    assert m["regions"] == 1 and m["cpu"] == {}, (m["cpu"], m["why"])
+    assert m["identical"] >= identical and m["steps"] <= 1, m
