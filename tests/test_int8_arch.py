@@ -36,4 +36,4 @@ def test_arch_qdq_constants_stay_in_the_region(tmp_path, name, act, identical):
     layer-scale Muls are fp16 layers between int8 layers: within one output step."""
     m = bench_int8_arch.measure(name, str(tmp_path), act)
     assert m["regions"] == 1 and m["cpu"] == {}, (m["cpu"], m["why"])
-    assert m["identical"] >= identical and m["steps"] <= 1, m
+    assert m["identical"] >= identical and m["steps"] < 1.001, m   # one step (fp32 dequantized: 1 + 1e-6)
