@@ -91,8 +91,10 @@ def _control_flow(node: onnx.NodeProto) -> Optional[str]:
 
 def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
-    before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names)."""
-    found, reasons, claimed = {}, {}, set()
+    before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names,
+    {node name: why it is not int8}: what the float patterns take from a QDQ context, said in
+    its fp16 layer's decision)."""
+    found, reasons, claimed, not_int8 = {}, {}, set(), {}
     index = {x.name: k for k, x in enumerate(order)}
     for n in order:
         if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
@@ -107,9 +109,12 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm cut by pairs
             # (qdq_layernorm.py); a reason: the float pattern takes it
             built = INT8_TRANSFORMER_ANCHORS[n.op_type](g, n, target, claimed)
-            built = None if isinstance(built, str) else built
+            if isinstance(built, str):
+                not_int8[n.name], built = built, None
         if not isinstance(built, Group) and n.op_type in qdq_lookup.ANCHORS:
             lookup = qdq_lookup.build_lookup(g, n, target, claimed, index)
+            if isinstance(lookup, str) and built is None:
+                not_int8[n.name] = lookup
             built = lookup if isinstance(lookup, Group) else built
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
@@ -129,15 +134,17 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
                 claimed.update(x.name for x in fallback.nodes)
             else:
                 reasons[n.name] = f"int8 (QDQ) layer: {built}"
+        elif isinstance(built, str):
+            not_int8[n.name] = built
     # fp16 fallbacks (a note) do not quantize their input: they take no pair
     claimed.update(qdq.shared_pairs(g, [x for x in found.values() if not x.note], claimed))
-    return found, reasons, claimed
+    return found, reasons, claimed, not_int8
 
 
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
-    int8, int8_reasons, int8_claimed = _int8_groups(g, order, target, exclude)
+    int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude)
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in int8:
@@ -166,6 +173,8 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if isinstance(built, str):
             decisions.record(n.name, n.op_type, reason=built)
             continue
+        if n.name in not_int8 and not built.note:
+            built.note = f"fp16 layer (not int8: {not_int8[n.name]})"
         activation_through_concat(g, built, producer_of, target)
         groups.append(built)
         claimed.update(x.name for x in built.nodes)
