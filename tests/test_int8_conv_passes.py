@@ -1,0 +1,143 @@
+"""int8 convs beyond the MAC array's per-pass limits (onnx_mrvl/int8_conv_passes.py, docs/fusion.md
+"int8"): grouped convs that are not depthwise, kernels above ``max_kernel``, strides above
+``max_stride`` (ViT patch embedding, audio front ends). Structure: one region, no Conv / Q / DQ on
+the CPU but the model's input pair, every Conv an int8 layer. Numbers: identical to onnxruntime's
+run of the QDQ model (onnxruntime's quantize_static, S8 and U8)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_mrvl
+from onnx_mrvl import int8_conv_passes
+from onnx_mrvl.sim import int8, int8_native
+from onnx_mrvl.testing import int8_big_convs, int8_zoo, qdq_variants
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime.quantization")
+
+
+def _quantized(name: str, act: str, folder) -> onnx.ModelProto:
+    model = int8_big_convs.ALL[name](seed=3)
+    src, dst = os.path.join(folder, f"{name}.onnx"), os.path.join(folder, f"{name}_{act}.onnx")
+    onnx.save(model, src)
+    int8_zoo.quantize_static_qdq(src, dst, [qdq_variants.feeds_for(model, k) for k in range(4)], act=act)
+    return onnx.load(dst)
+
+
+def _check_structure(result, q: onnx.ModelProto, layout: tuple = ()) -> None:
+    """``layout``: CPU ops allowed at the region's boundary (the NCW <-> NHWC Transpose of a 1-D
+    model's output, as for any QDQ Conv1d whose output pair is the model's)."""
+    assert len(result.subgraphs) == 1
+    nodes = result.model.graph.node
+    pair_of_io = {i.name for i in q.graph.input} | {o.name for o in q.graph.output}
+    pair_of_io |= {n.output[0] for n in nodes if n.op_type == "QuantizeLinear" and n.input[0] in pair_of_io}
+    pair_of_io |= {n.input[0] for n in nodes if n.op_type == "DequantizeLinear" and n.output[0] in pair_of_io}
+    for n in nodes:
+        if n.op_type.startswith("Subgraph") or n.op_type in layout:
+            continue
+        assert n.op_type in ("QuantizeLinear", "DequantizeLinear"), n.op_type
+        # only the model input's / output's Q -> DQ (the host's quantize / dequantize) stay on the CPU
+        assert (set(n.input[:1]) | set(n.output)) & pair_of_io, n.name
+    convs = [n.name for n in q.graph.node if n.op_type == "Conv"]
+    for name in convs:
+        d = result.report.decisions[name]
+        assert d.placement == "accelerator" and d.precision == "int8", (name, d.placement, d.precision, d.reason)
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+@pytest.mark.parametrize("act", ["s8", "u8"])
+@pytest.mark.parametrize("name", ["grouped_cnn", "patch_embed", "wave_front", "wave_front_1d", "big_kernels",
+                                  "shared_input"])
+def test_int8_conv_beyond_limits_is_one_region_identical_to_onnxruntime(tmp_path, monkeypatch, name, act, path):
+    if path == "numpy":      # the numpy kernels of sim/int8.py and sim/int8_float_conv.py
+        monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
+    q = _quantized(name, act, str(tmp_path))
+    result = onnx_mrvl.convert(q)
+    _check_structure(result, q, ("Transpose",) if name.endswith("_1d") else ())
+    out = str(tmp_path / "out")
+    result.save(out)
+    r = qdq_variants.compare(q, os.path.join(out, "model.onnx"), runs=3)
+    assert r["identical"] == 1.0, r
+
+
+def test_shared_input_convs_follow_onnxruntime_float_path(tmp_path):
+    """S8: onnxruntime runs the 9x9 and grouped convs reading a shared DQ in float (MLAS SGEMM per
+    group on the im2col columns); the layers take requant="float" and still match bit for bit."""
+    from onnx_mrvl.ort_plan import ort_float_nodes
+    q = _quantized("shared_input", "s8", str(tmp_path))
+    assert {"k9", "g4"} <= set(ort_float_nodes(q, "Conv"))
+    result = onnx_mrvl.convert(q)
+    attrs = {n.name: n for n in result.model.graph.node}
+    assert len(result.subgraphs) == 1 and set(attrs) == {result.subgraphs[0].name}
+
+
+def test_passes_of_the_lowering():
+    big = dict(max_kernel=7, max_stride=8, max_channels=8192)
+    vit = int8_conv_passes.plan([16, 16], [16, 16], [1, 1], [0, 0, 0, 0], 3, 1, **big)
+    assert (vit.blocks, vit.kernel, vit.channels, vit.passes, vit.macs_per_output) == ((16, 16), (1, 1), 768, 1, 768)
+    wave = int8_conv_passes.plan([1, 64], [1, 16], [1, 1], [0, 0, 0, 0], 1, 1, **big)
+    assert (wave.blocks, wave.kernel, wave.channels, wave.passes) == ((1, 16), (1, 4), 16, 1)
+    k9 = int8_conv_passes.plan([9, 9], [1, 1], [1, 1], [4, 4, 4, 4], 8, 1, **big)
+    assert (k9.blocks, k9.tiles, k9.passes, k9.macs_per_output) == ((1, 1), (2, 2), 4, 81 * 8)
+    s10 = int8_conv_passes.plan([11, 3], [10, 1], [1, 1], [3, 1, 3, 1], 16, 1, **big)   # e = 7 zero taps
+    assert (s10.blocks, s10.kernel, s10.channels) == ((10, 1), (2, 3), 160)
+    grouped = int8_conv_passes.plan([9, 3], [1, 1], [1, 1], [4, 1, 4, 1], 4, 8, **big)
+    assert grouped.passes == 2 * 8
+    assert "dilation" in int8_conv_passes.plan([3, 3], [16, 1], [2, 1], [0, 0, 0, 0], 4, 1, **big)
+    assert "channels" in int8_conv_passes.plan([16, 16], [16, 16], [1, 1], [0] * 4, 64, 1, **dict(big, max_channels=8000))
+    assert "depthwise" in int8_conv_passes.plan([9, 9], [1, 1], [1, 1], [4] * 4, 1, 8, **big, depthwise=True)
+
+
+def test_float_convs_beyond_limits_still_refused():
+    """The fp16 patterns keep their limits (legalize splits those convs for them)."""
+    from onnx_mrvl.fuse.patterns import build_conv
+    from onnx_mrvl.graph_index import GraphIndex
+    from onnx_mrvl.target import DEFAULT_TARGET
+    m = onnx.shape_inference.infer_shapes(int8_big_convs.grouped_cnn(seed=1))
+    g = GraphIndex(m)
+    conv = next(n for n in m.graph.node if n.name == "g4")
+    assert "not depthwise" in build_conv(g, conv, DEFAULT_TARGET)
+    assert not isinstance(build_conv(g, conv, DEFAULT_TARGET, int8=True), str)
+
+
+NATIVE_CASES = [   # kernel, strides, pads, dilation, groups, channels in, out
+    ((16, 16), (16, 16), (0, 0, 0, 0), (1, 1), 1, 3, 32),        # ViT patch embedding
+    ((1, 64), (1, 16), (0, 0, 0, 0), (1, 1), 1, 1, 16),          # audio front end
+    ((9, 9), (1, 1), (4, 4, 4, 4), (1, 1), 1, 8, 16),            # 2x2 passes
+    ((11, 3), (10, 1), (3, 1, 3, 1), (1, 1), 1, 16, 20),         # stride 10, begin pad 3
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8, 64, 64),           # ResNeXt 3x3, group 8
+    ((3, 8), (2, 1), (1, 7, 1, 7), (1, 2), 2, 16, 8),            # grouped, dilated, kernel 8
+    ((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 4, 32, 48),           # grouped 1x1
+]
+
+
+@pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
+@pytest.mark.parametrize("case", NATIVE_CASES)
+def test_native_kernels_equal_numpy_beyond_limits(case):
+    """The VNNI GEMM kernel (any kernel, stride, groups) and the fp32 float-path kernel against numpy."""
+    from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D
+    k, st, pads, dil, groups, c, o = case
+    rng = np.random.default_rng(sum(k) + c + o)
+    kernel = rng.integers(-128, 128, (o, *k, c // groups)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, o).astype(np.int32)
+    ws = (rng.random(o) * 0.01 + 0.001).astype(np.float32)
+    for dt_in, dt_out, act in (("int8", "int8", "none"), ("uint8", "uint8", "relu")):
+        zx = int(rng.integers(0, 256)) if dt_in == "uint8" else int(rng.integers(-40, 40))
+        params = dict(in_scale=0.05, in_zero_point=zx, in_dtype=dt_in, out_scale=0.3 * np.sqrt(c), out_zero_point=3,
+                      out_dtype=dt_out)
+        lo, hi = int8.QRANGE[dt_in]
+        x = ((rng.integers(lo, hi + 1, (2, 33, 70, c)) - zx) * np.float32(0.05)).astype(np.float32)
+        x.reshape(-1)[::97] = rng.standard_normal(x.reshape(-1)[::97].size).astype(np.float32)   # off the grid
+        geo = (kernel, bias, ws, params, st, pads, dil, groups, act)
+        for layer in (int8.Int8Conv2D(*geo), FloatPathConv2D(*geo, bias_scale=(ws * np.float32(0.05)).astype(np.float32))):
+            fn = int8_native.prepare(layer)
+            if fn is None:
+                continue
+            got, ok = fn(x)
+            ref, _ = layer.apply(x)
+            assert ok
+            np.testing.assert_array_equal(got, ref)
