@@ -141,3 +141,39 @@ def test_native_kernels_equal_numpy_beyond_limits(case):
             ref, _ = layer.apply(x)
             assert ok
             np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("name", ["grouped_cnn", "big_kernels"])
+def test_fused_model_runs_in_plain_onnxruntime(tmp_path, name):
+    """The int8 Conv2D's reference body (Q -> DQ around a float Conv with the original groups,
+    kernel and strides) reproduces the QDQ model in plain onnxruntime, within one output step."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    q = _quantized(name, "u8", str(tmp_path))
+    legal = legalize(q).model
+    fused = fuse(getattr(legal, "model", legal)).model
+    convs = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type == "Conv2D"]
+    assert len(convs) == 3 and all(any(a.name == "precision" and a.s == b"int8" for a in n.attribute) for n in convs)
+    step = qdq_variants.output_step(q, "output")
+    for k in range(2):
+        f = qdq_variants.feeds_for(q, k)
+        a = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+        b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+        assert np.abs(a - b).max() <= step * (1 + 1e-3)
+
+
+def test_program_layers_carry_passes_and_the_perf_model_charges_them(tmp_path):
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.costmodel import perf_report
+    q = _quantized("big_kernels", "s8", str(tmp_path))
+    result = onnx_mrvl.convert(q)
+    meta = load(result.subgraphs[0].binary).meta
+    convs = [la for la in meta["layers"] if la["layer_name"] == "Conv2D"]
+    # 9x9: 2x2 tiles; 11x3 stride 10: space-to-depth, 2x3 over 160 channels (7 leading zero taps), one
+    # pass; 3x8 dilated group 2: 1x2 tiles x 2 groups
+    assert [la.get("passes", 1) for la in convs] == [4, 1, 4]
+    assert convs[0]["macs"] == 40 * 20 * 16 * 81 * 8 and convs[1]["macs"] == 4 * 20 * 16 * 2 * 3 * 160
+    rep = perf_report(meta)
+    overhead = int(meta["arch"]["layer_overhead_cycles"])
+    for row, la in zip((r for r in rep.layers if r.layer_name == "Conv2D"), convs):
+        assert row.cycles == max(row.compute_cycles, row.memory_cycles) + overhead * la.get("passes", 1)
