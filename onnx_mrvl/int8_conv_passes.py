@@ -9,7 +9,7 @@ the same result. The lowering (assumption: the MLIP's compiler does it; no publi
   codes by blocks of s (data movement: the codes are re-addressed while loaded, the padding holds
   the zero point code), a stride-1 conv over ``s x`` the channels with the int8 weights re-indexed
   alike (``e = (-pad_begin) mod s`` leading zero taps, ``ceil((e + k) / s)`` block taps; the
-  per-output-channel scales unchanged);
+  per-output-channel scales unchanged; the padding becomes ``ceil(pad / s)`` blocks);
 - **kernel side > ``max_kernel``** (after that): tiles of at most ``max_kernel`` taps, each one pass
   of the MAC array into the same int32 accumulator (no requantization between passes), one
   requantization after the last pass;
@@ -32,6 +32,7 @@ class ConvPasses:
     channels: int                  # input channels per group after space-to-depth
     tiles: Tuple[int, int]         # kernel tiles per axis (passes into one accumulator)
     groups: int
+    pads: Tuple[int, int, int, int] = (0, 0, 0, 0)   # after space-to-depth (in blocks along such an axis)
 
     @property
     def passes(self) -> int:
@@ -69,8 +70,9 @@ def plan(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
         tiles.append(-(-k // max_kernel))
     if depthwise and max(tiles) > 1:
         return f"kernel {kernel[0]}x{kernel[1]} exceeds the limit {max_kernel} (depthwise: no multi-pass lowering)"
+    lowered = tuple(-(-int(p) // blocks[i % 2]) for i, p in enumerate(pads))
     channels = in_per_group * blocks[0] * blocks[1]
     if channels * groups > max_channels:
         return (f"space-to-depth by {blocks[0]}x{blocks[1]} gives {channels * groups} input channels, "
                 f"above the limit {max_channels}")
-    return ConvPasses(tuple(blocks), tuple(ks), channels, tuple(tiles), int(groups))
+    return ConvPasses(tuple(blocks), tuple(ks), channels, tuple(tiles), int(groups), lowered)

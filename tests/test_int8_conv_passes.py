@@ -85,6 +85,8 @@ def test_passes_of_the_lowering():
     assert (k9.blocks, k9.tiles, k9.passes, k9.macs_per_output) == ((1, 1), (2, 2), 4, 81 * 8)
     s10 = int8_conv_passes.plan([11, 3], [10, 1], [1, 1], [3, 1, 3, 1], 16, 1, **big)   # e = 7 zero taps
     assert (s10.blocks, s10.kernel, s10.channels) == ((10, 1), (2, 3), 160)
+    padded = int8_conv_passes.plan([1, 64], [1, 16], [1, 1], [0, 24, 0, 24], 1, 1, **big)
+    assert (padded.kernel, padded.pads) == ((1, 5), (0, 2, 0, 2))     # 8 leading zero taps, 2 blocks of pads
     grouped = int8_conv_passes.plan([9, 3], [1, 1], [1, 1], [4, 1, 4, 1], 4, 8, **big)
     assert grouped.passes == 2 * 8
     assert "dilation" in int8_conv_passes.plan([3, 3], [16, 1], [2, 1], [0, 0, 0, 0], 4, 1, **big)

@@ -47,12 +47,14 @@ def patch_embed(seed: int = 0) -> onnx.ModelProto:
 
 
 def wave_front(seed: int = 0, one_d: bool = False) -> onnx.ModelProto:
-    """[1,1,1,4000] (or [1,1,4000]): Conv 1x64 stride 16, ReLU, Conv 1x3 pads 1."""
+    """[1,1,1,4000]: Conv 1x64 stride 16, ReLU, Conv 1x3 pads 1 (or [1,1,4000], Conv1d 64 stride 16
+    pads 24, ReLU, Conv1d 3 pads 1)."""
     g = GraphBuilder(seed, 13)
     if one_d:
-        x = g.relu(_conv(g, "input", 1, 16, (64,), "front", stride=(16,), pads=(0, 0)), "r1")
+        # pads 24 > max_pad: 2 blocks of 16 after the space-to-depth (8 leading zero taps)
+        x = g.relu(_conv(g, "input", 1, 16, (64,), "front", stride=(16,), pads=(24, 24)), "r1")
         _conv(g, x, 16, 8, (3,), "conv1", pads=(1, 1))
-        shapes = ([1, 1, 4000], [1, 8, 247])
+        shapes = ([1, 1, 4000], [1, 8, 250])
     else:
         x = g.relu(_conv(g, "input", 1, 16, (1, 64), "front", stride=(1, 16)), "r1")
         _conv(g, x, 16, 8, (1, 3), "conv1", pads=(0, 1, 0, 1))
