@@ -5,6 +5,7 @@ the CPU but the model's input pair, every Conv an int8 layer. Numbers: identical
 run of the QDQ model (onnxruntime's quantize_static, S8 and U8)."""
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -71,8 +72,17 @@ def test_shared_input_convs_follow_onnxruntime_float_path(tmp_path):
     q = _quantized("shared_input", "s8", str(tmp_path))
     assert {"k9", "g4"} <= set(ort_float_nodes(q, "Conv"))
     result = onnx_mrvl.convert(q)
-    attrs = {n.name: n for n in result.model.graph.node}
-    assert len(result.subgraphs) == 1 and set(attrs) == {result.subgraphs[0].name}
+    assert len(result.subgraphs) == 1 and [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    nodes = json.load(open(os.path.join(folder, f"{result.subgraphs[0].name}-nodes.json")))["nodes"]
+    convs = [n["attrs"] for n in nodes if n.get("attrs", {}).get("layer_name") == ["Conv2D"]]
+    big = [a for a in convs if a["kernel_size"] == ["9", "9"]]
+    grouped = [a for a in convs if a["groups"] == ["4"]]
+    assert len(big) == 1 and len(grouped) == 1, [(a.get("kernel_size"), a.get("groups")) for a in convs]
+    assert big[0].get("requant") == ["float"] and grouped[0].get("requant") == ["float"]
+    r = qdq_variants.compare(q, os.path.join(folder, "model.onnx"), runs=4)
+    assert r["identical"] == 1.0, r
 
 
 def test_passes_of_the_lowering():
