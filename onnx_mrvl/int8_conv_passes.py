@@ -13,6 +13,7 @@ the same result. The lowering (assumption: the MLIP's compiler does it; no publi
 - **kernel side > ``max_kernel``** (after that): tiles of at most ``max_kernel`` taps, each one pass
   of the MAC array into the same int32 accumulator (no requantization between passes), one
   requantization after the last pass;
+  (a depthwise conv too: RepLKNet-style large kernels);
 - **grouped (not depthwise)**: one pass per group, a dense conv over that group's ``C / g`` input
   channels into its ``O / g`` outputs (the accumulators of the other groups untouched).
 
@@ -68,8 +69,6 @@ def plan(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
             blocks.append(1)
         ks.append(k)
         tiles.append(-(-k // max_kernel))
-    if depthwise and max(tiles) > 1:
-        return f"kernel {kernel[0]}x{kernel[1]} exceeds the limit {max_kernel} (depthwise: no multi-pass lowering)"
     lowered = tuple(-(-int(p) // blocks[i % 2]) for i, p in enumerate(pads))
     channels = in_per_group * blocks[0] * blocks[1]
     if channels * groups > max_channels:

@@ -52,7 +52,7 @@ def _check_structure(result, q: onnx.ModelProto, layout: tuple = ()) -> None:
 @pytest.mark.parametrize("path", ["native", "numpy"])
 @pytest.mark.parametrize("act", ["s8", "u8"])
 @pytest.mark.parametrize("name", ["grouped_cnn", "patch_embed", "wave_front", "wave_front_1d", "big_kernels",
-                                  "shared_input"])
+                                  "depthwise_large", "shared_input"])
 def test_int8_conv_beyond_limits_is_one_region_identical_to_onnxruntime(tmp_path, monkeypatch, name, act, path):
     if path == "numpy":      # the numpy kernels of sim/int8.py and sim/int8_float_conv.py
         monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
@@ -101,7 +101,9 @@ def test_passes_of_the_lowering():
     assert grouped.passes == 2 * 8
     assert "dilation" in int8_conv_passes.plan([3, 3], [16, 1], [2, 1], [0, 0, 0, 0], 4, 1, **big)
     assert "channels" in int8_conv_passes.plan([16, 16], [16, 16], [1, 1], [0] * 4, 64, 1, **dict(big, max_channels=8000))
-    assert "depthwise" in int8_conv_passes.plan([9, 9], [1, 1], [1, 1], [4] * 4, 1, 8, **big, depthwise=True)
+    assert "depthwise" in int8_conv_passes.plan([3, 3], [16, 16], [1, 1], [0] * 4, 1, 8, **big, depthwise=True)
+    dw = int8_conv_passes.plan([11, 11], [1, 1], [1, 1], [5] * 4, 1, 16, **big, depthwise=True)
+    assert (dw.tiles, dw.passes) == ((2, 2), 4)     # tiles into the accumulator, not one pass per channel
 
 
 def test_float_convs_beyond_limits_still_refused():
@@ -124,6 +126,8 @@ NATIVE_CASES = [   # kernel, strides, pads, dilation, groups, channels in, out
     ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8, 64, 64),           # ResNeXt 3x3, group 8
     ((3, 8), (2, 1), (1, 7, 1, 7), (1, 2), 2, 16, 8),            # grouped, dilated, kernel 8
     ((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 4, 32, 48),           # grouped 1x1
+    ((11, 11), (1, 1), (5, 5, 5, 5), (1, 1), 24, 24, 24),        # depthwise 11x11
+    ((13, 9), (2, 1), (6, 4, 6, 4), (1, 1), 16, 16, 32),         # depthwise, multiplier 2
 ]
 
 

@@ -1,7 +1,7 @@
 """Float CNNs with the convs an int8 import takes as multi-pass layers (onnx_mrvl/int8_conv_passes.py):
 grouped convs that are not depthwise (ResNeXt / RegNet), a ViT patch embedding (16x16 stride 16),
 an audio front end (1x64 stride 16, 2-D and 1-D), kernels above ``max_kernel`` with padding and a
-stride above ``max_stride`` whose begin padding is no multiple of it, and convs that share their
+stride above ``max_stride`` whose begin padding is no multiple of it, a large depthwise kernel, and convs that share their
 input (onnxruntime runs those in float with S8 activations). Seeded weights; quantized by the tests
 with ``int8_zoo.quantize_static_qdq``."""
 from __future__ import annotations
@@ -87,6 +87,15 @@ def shared_input(seed: int = 0) -> onnx.ModelProto:
     return g.model("shared_input", [("input", F32, [1, 3, 20, 20])], [("output", F32, [1, 8, 20, 20])])
 
 
+def depthwise_large(seed: int = 0) -> onnx.ModelProto:
+    """[1,16,20,20]: depthwise 11x11 pads 5 (RepLKNet-style; 2x2 passes), ReLU, 1x1 conv."""
+    g = GraphBuilder(seed, 13)
+    x = g.relu(_conv(g, "input", 16, 16, (11, 11), "dw11", pads=(5, 5, 5, 5), group=16), "r1")
+    _conv(g, x, 16, 8, (1, 1), "pw")
+    g.nodes[-1].output[0] = "output"
+    return g.model("depthwise_large", [("input", F32, [1, 16, 20, 20])], [("output", F32, [1, 8, 20, 20])])
+
+
 ALL = {"grouped_cnn": grouped_cnn, "patch_embed": patch_embed, "wave_front": wave_front,
        "wave_front_1d": lambda seed=0: wave_front(seed, one_d=True), "big_kernels": big_kernels,
-       "shared_input": shared_input}
+       "depthwise_large": depthwise_large, "shared_input": shared_input}
