@@ -216,6 +216,9 @@ def perf_report(meta: Mapping) -> PerfReport:
             dram += streamed_weight_bytes(steps, wb, int(arch["num_tiles"]) * int(arch["ocm_size"]))
         int8 = str((layer.get("params") or {}).get("precision", "fp16")) == "int8"
         c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps, int8=int8)
+        # an int8 conv beyond the per-pass limits (int8_conv_passes.py): each extra pass into its
+        # int32 accumulator costs a pass setup (assumption: the per-layer overhead again)
+        c["cycles"] += (int(layer.get("passes", 1)) - 1) * int(arch["layer_overhead_cycles"])
         comp, mem = c["compute"], c["memory"]
         rows.append(LayerPerf(name=name, layer_name=str(layer.get("layer_name", "")),
                               origin=[str(o) for o in layer.get("origin") or []], macs=macs,

@@ -129,3 +129,20 @@ def lookup(a: NodeAttrs, ctx, lname: str, in_shape, params: dict, weights: dict)
     params["channels"] = c
     weights["table"] = ctx.weight(a, f"{lname}.table", table.reshape(c, 256), "CT", fp16=False)
     return list(in_shape)
+
+
+def conv_passes(params: dict, cin: int):
+    """The multi-pass lowering of an int8 Conv2D (``int8_conv_passes``, with the default target's
+    per-pass limits: the compile step has no target) or None when it runs in one pass."""
+    from ..int8_conv_passes import plan
+    from ..target import DEFAULT_TARGET as T
+    if params.get("precision") != "int8":
+        return None
+    groups, (kh, kw) = int(params.get("groups", 1)), params["kernel_size"]
+    depthwise = groups == cin
+    if max(kh, kw) <= T.max_kernel and max(params["strides"]) <= T.max_stride and (groups == 1 or depthwise):
+        return None
+    p = params["padding"]
+    low = plan([kh, kw], params["strides"], params["dilation"], [p[0], p[1], p[2], p[3]], cin // groups, groups,
+               T.max_kernel, T.max_stride, T.max_channels, depthwise and groups > 1)
+    return None if isinstance(low, str) else low

@@ -11,7 +11,7 @@ from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
 from .data_layers import concat, layout_change, reshape, slice2d
-from .int8_layer import int8_other, int8_out, is_int8, lookup
+from .int8_layer import conv_passes, int8_other, int8_out, is_int8, lookup
 from .json_attrs import NodeAttrs
 from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads them here
 from .matmul_layer import batch_matmul
@@ -48,8 +48,12 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     if layer_name in ("Sum2D", "Mul2D") and n_in > 2:
         a.fail(f"{lname_json} takes one or two inputs, the node lists {n_in}")
     macs = vector_ops = 0
+    passes = 1
     if layer_name == "Conv2D":
         out, macs = conv(a, ctx, lname, in_shapes, params, weights)
+        low = conv_passes(params, in_shapes[0][3])
+        if low is not None:   # an int8 conv run as passes into its int32 accumulator (int8_conv_passes.py)
+            macs, passes = out[0] * out[1] * out[2] * out[3] * low.macs_per_output, low.passes
     elif layer_name == "FC":
         out, macs = fc(a, ctx, lname, in_shapes, params, weights)
     elif layer_name in ("Maxpool2D", "Avgpool2D"):
@@ -105,4 +109,6 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
              "origin": a.origin, "macs": int(macs)}
     if vector_ops:
         layer["vector_ops"] = int(vector_ops)
+    if passes > 1:
+        layer["passes"] = int(passes)
     return layer, out

@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 
+from .. import int8_conv_passes
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import steps
@@ -120,7 +121,9 @@ def _absorb_activation(g, group: Group, channels: int, target: Target, axis: int
 
 
 # ------------------------------------------------------------------ conv
-def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
+def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target, int8: bool = False):
+    """``int8``: an int8 (QDQ) layer, which also takes grouped convs and kernels / strides above
+    the limits as passes into its int32 accumulator (``int8_conv_passes``)."""
     x, w = n.input[0], n.input[1]
     reason = float_static(g, [x, n.output[0]])
     if reason:
@@ -135,19 +138,29 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if attr(n, "auto_pad", "NOTSET") not in ("NOTSET", ""):
         return "auto_pad not resolved to explicit pads"
     cin, cout, group = g.shape(x)[1], wv.shape[0], attr(n, "group", 1)
-    if group != 1 and not (group == cin and cout % cin == 0):
-        return f"grouped convolution (group={group}) that is not depthwise"
+    depthwise = group == cin and cout % cin == 0
+    if group != 1 and not depthwise:
+        if not int8:
+            return f"grouped convolution (group={group}) that is not depthwise"
+        if cin % group or cout % group:
+            return f"grouped convolution (group={group}) that does not divide {cin} -> {cout} channels"
     k = list(wv.shape[2:])
     strides = list(attr(n, "strides", [1, 1]))
     dil = list(attr(n, "dilations", [1, 1]))
-    pads = list(attr(n, "pads", [0, 0, 0, 0]))
-    if max(k) > target.max_kernel:
+    pads = pads_checked = list(attr(n, "pads", [0, 0, 0, 0]))
+    if int8 and (max(k) > target.max_kernel or max(strides) > target.max_stride):
+        low = int8_conv_passes.plan(k, strides, dil, pads, cin // group, group, target.max_kernel,
+                                    target.max_stride, target.max_channels, depthwise and group > 1)
+        if isinstance(low, str):
+            return low
+        pads_checked = list(low.pads)   # the padding of the lowered conv (space-to-depth: in blocks)
+    elif max(k) > target.max_kernel:
         return f"kernel {k[0]}x{k[1]} exceeds the limit {target.max_kernel}"
-    if max(strides) > target.max_stride:
+    elif max(strides) > target.max_stride:
         return f"stride {strides} exceeds the limit {target.max_stride}"
     if max(dil) > target.max_dilation:
         return f"dilation {dil} exceeds the limit {target.max_dilation}"
-    if max(pads) > target.max_pad["conv"]:
+    if max(pads_checked) > target.max_pad["conv"]:
         return f"padding {pads} exceeds the limit {target.max_pad['conv']}"
     if max(cin, cout) > target.max_channels:
         return f"{max(cin, cout)} channels exceed the limit {target.max_channels}"

@@ -178,7 +178,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         # the float checks see the dequantized bias (what onnxruntime adds), not the int32 codes
         consts[n.input[2]] = (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32)
     view = _Dequantized(g, consts)
-    grp = (build_conv if n.op_type == "Conv" else build_fc)(view, n, target)
+    grp = build_conv(view, n, target, int8=True) if n.op_type == "Conv" else build_fc(view, n, target)
     if isinstance(grp, str):
         return grp
     if any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:]):
