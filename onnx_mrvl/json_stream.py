@@ -141,13 +141,14 @@ class _Writer:
         self.f.write(b'"')
 
     def chunked_string(self, chunks) -> None:
-        """A string given in slices of ASCII bytes that need no escaping (base64: its producer
-        guarantees the alphabet, so they are not checked), written as ``string`` writes the whole."""
+        """A string given in slices of ASCII bytes (``bytes`` or a bytes-like buffer) that need no
+        escaping (base64: its producer guarantees the alphabet, so they are not checked), written as
+        ``string`` writes the whole; large slices are handed to the file as they are."""
         parts = self.parts
         parts.append('"')
         for piece in chunks:
             if len(piece) < SHORT:   # a small constant: with the other pending pieces
-                parts.append(piece.decode("ascii"))
+                parts.append(str(piece, "ascii"))
             else:
                 self.flush()
                 self.f.write(piece)
