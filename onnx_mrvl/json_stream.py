@@ -6,8 +6,8 @@ function that appends finished strings to a list (json's own C string escaper, `
 json's float spelling), written out in chunks of about 1 MiB. Long strings that need no escaping
 (base64 constants) are written in slices of ``STRING_CHUNK`` characters, each checked as it is
 written, so neither the document nor a bytes copy of a 400 MB string is ever held in memory. A value
-with ``json_string_chunks()`` (slices of ASCII bytes that need no escaping: a Constants-JSON text
-not made yet, emit/const_entry.py) is written as the string they join to, and a dict with
+with ``json_string_chunks()`` (slices of ASCII bytes that need no escaping, ``bytes`` or read-only
+memoryviews: a Constants-JSON text not made yet, emit/const_entry.py) is written as the string they join to, and a dict with
 ``json_items()`` is walked through it: the whole text of such a constant is never made.
 """
 from __future__ import annotations
