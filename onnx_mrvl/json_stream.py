@@ -6,8 +6,8 @@ function that appends finished strings to a list (json's own C string escaper, `
 json's float spelling), written out in chunks of about 1 MiB. Long strings that need no escaping
 (base64 constants) are written in slices of ``STRING_CHUNK`` characters, each checked as it is
 written, so neither the document nor a bytes copy of a 400 MB string is ever held in memory. A value
-with ``json_string_chunks()`` (slices of ASCII bytes that need no escaping: a Constants-JSON text
-not made yet, emit/const_entry.py) is written as the string they join to, and a dict with
+with ``json_string_chunks()`` (slices of ASCII bytes that need no escaping, ``bytes`` or read-only
+memoryviews: a Constants-JSON text not made yet, emit/const_entry.py) is written as the string they join to, and a dict with
 ``json_items()`` is walked through it: the whole text of such a constant is never made.
 """
 from __future__ import annotations
@@ -141,13 +141,14 @@ class _Writer:
         self.f.write(b'"')
 
     def chunked_string(self, chunks) -> None:
-        """A string given in slices of ASCII bytes that need no escaping (base64: its producer
-        guarantees the alphabet, so they are not checked), written as ``string`` writes the whole."""
+        """A string given in slices of ASCII bytes (``bytes`` or a bytes-like buffer) that need no
+        escaping (base64: its producer guarantees the alphabet, so they are not checked), written as
+        ``string`` writes the whole; large slices are handed to the file as they are."""
         parts = self.parts
         parts.append('"')
         for piece in chunks:
             if len(piece) < SHORT:   # a small constant: with the other pending pieces
-                parts.append(piece.decode("ascii"))
+                parts.append(str(piece, "ascii"))
             else:
                 self.flush()
                 self.f.write(piece)

@@ -40,10 +40,12 @@ OVERWRITE_HINT = ("pass --overwrite (Python: save(..., overwrite=True)) to repla
 
 
 class _Hashing:
-    """A binary file that also hashes and counts what is written through it. Large ``bytes`` chunks
-    (immutable) are hashed on ``pool``'s thread while this one writes them and makes the next
-    (hashlib and file writes release the GIL); a writer that knows its digest (``write.sha256``,
-    e.g. a region binary, whose digest pack computed) is not hashed again."""
+    """A binary file that also hashes and counts what is written through it. Large immutable chunks
+    (``bytes``, or a read-only ``memoryview`` whose memory its producer never writes again: the
+    Constants-JSON's base64 slices, emit/const_entry.py) are hashed on ``pool``'s thread while this
+    one writes them and makes the next (hashlib and file writes release the GIL); a writer that
+    knows its digest (``write.sha256``, e.g. a region binary, whose digest pack computed) is not
+    hashed again."""
 
     PARALLEL = 1 << 20      # bytes of a chunk hashed on the pool's thread
 
@@ -56,7 +58,8 @@ class _Hashing:
         self.size += len(data)
         if self.h is not None:
             self._wait()                           # chunks are hashed in order
-            if self.pool is not None and type(data) is bytes and len(data) >= self.PARALLEL:
+            if self.pool is not None and len(data) >= self.PARALLEL and (
+                    type(data) is bytes or type(data) is memoryview and data.readonly):
                 self.pending = self.pool.submit(self.h.update, data)
             else:
                 self.h.update(data)

@@ -12,10 +12,11 @@ dict (the array is then no longer the entry's bytes: ``known_bytes`` returns Non
 """
 from __future__ import annotations
 
-import binascii
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import numpy as np
+
+from . import base64_native
 
 B64_KEY = "data_base64"
 CHUNK = 3 << 20          # bytes encoded per slice (a multiple of 3: the slices' text joins to the whole's)
@@ -30,14 +31,21 @@ class Base64Text:
     def __init__(self, array: np.ndarray):
         self.array = array
 
-    def json_string_chunks(self) -> Iterator[bytes]:
-        """The text as ASCII bytes, in slices (base64 needs no JSON escaping)."""
-        raw = memoryview(self.array.reshape(-1).view(np.uint8))
-        for i in range(0, len(raw), CHUNK):
-            yield binascii.b2a_base64(raw[i:i + CHUNK], newline=False)
+    def json_string_chunks(self) -> Iterator[Union[bytes, memoryview]]:
+        """The text as ASCII bytes, in slices (base64 needs no JSON escaping): ``bytes``, or a
+        read-only memoryview of a new buffer nothing writes again (emit/base64_native.py)."""
+        raw = self._raw()
+        for i in range(0, raw.size, CHUNK):
+            piece = raw[i:i + CHUNK]
+            out = np.empty(base64_native.encoded_size(piece.size), np.uint8)
+            n = base64_native.encode_into(piece, out)
+            yield memoryview(out[:n]).toreadonly()
 
     def text(self) -> str:
-        return binascii.b2a_base64(self.array.reshape(-1).view(np.uint8), newline=False).decode("ascii")
+        return base64_native.text(self._raw())
+
+    def _raw(self) -> np.ndarray:
+        return np.ascontiguousarray(self.array).reshape(-1).view(np.uint8)
 
     def __repr__(self) -> str:
         return f"<base64 of {self.array.nbytes} bytes>"

@@ -11,7 +11,6 @@ leading 1.
 """
 from __future__ import annotations
 
-import binascii
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -22,7 +21,7 @@ from ..graph_index import GraphIndex
 from ..errors import CompileError
 from ..provenance import get_composite, get_origin
 from ..opset_int8 import is_int8
-from . import recurrent
+from . import base64_native, recurrent
 from .json_attrs import INT_CONST_DTYPES, ConstEntry
 
 LAYOUT_BY_RANK = {4: "NCHW", 2: "NC", 3: "NCW", 1: "C"}
@@ -67,7 +66,7 @@ def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
     frozen = _frozen(a, owned=a is not arr and a.base is None)
     if frozen is not None:   # the text is made from it when read or saved (const_entry.py)
         return entry.attach_lazy(frozen)
-    entry["data_base64"] = binascii.b2a_base64(a, newline=False).decode("ascii")
+    entry["data_base64"] = base64_native.text(a.reshape(-1).view(np.uint8))
     return entry
 
 
