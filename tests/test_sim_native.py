@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from onnx_mrvl import native_build
 from onnx_mrvl.sim.native_loader import OnceLibrary
 from onnx_mrvl.sim import fp16, native, tensor_ops
 from onnx_mrvl.sim import kernels as K
@@ -261,7 +262,7 @@ def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(path)]      # no temporary left
     calls = []
     real_run = subprocess.run
-    monkeypatch.setattr(native.subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
+    monkeypatch.setattr(native_build.subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
     assert native._build(cc) == path
     assert all("-o" not in a[0] for a in calls)               # found in the cache: not compiled again
     monkeypatch.setattr(native, "_SRC", str(tmp_path / "broken.c"))

@@ -4,9 +4,8 @@
 
 The Constants-JSON of VGG-19 is 767 MB of base64: ``binascii`` spent about a second of every save
 on it. Like the simulator's native kernels (sim/native.py), the library is built by the system C
-compiler (``$CC``, else ``cc`` / ``gcc`` / ``clang``) the first time a process needs it and cached
-(``__pycache__`` beside this file, else ``~/.cache/onnx_mrvl``; ``ONNX_MRVL_CACHE_DIR`` first),
-keyed by the source, the flags and the compiler. Identity is checked, not assumed: on first use
+compiler the first time a process needs it and cached (onnx_mrvl/native_build.py, keyed by the
+source, the flags and the compiler). Identity is checked, not assumed: on first use
 the library encodes a probe (every length up to 100 and a few large ones, random bytes, every byte
 value) through each of its paths, and every result must equal ``binascii``'s. Without a compiler,
 on any difference or error, or with ``ONNX_MRVL_NATIVE_BASE64=0``, every encoding is ``binascii``'s.
@@ -16,16 +15,13 @@ from __future__ import annotations
 
 import binascii
 import ctypes
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
-from typing import Optional
 
 import numpy as np
+
+from .. import native_build
 
 log = logging.getLogger(__name__)
 MIN_SIZE = 4096                 # bytes: smaller inputs are encoded by binascii
@@ -36,19 +32,7 @@ _LOCK = threading.Lock()
 _STATE = {"lib": None, "vector": 0, "checked": False, "why": ""}
 
 
-def _compiler() -> Optional[str]:
-    cc = os.environ.get("CC")
-    if cc and shutil.which(cc.split()[0]):
-        return cc
-    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-
-
-def _cache_dirs():
-    env = os.environ.get("ONNX_MRVL_CACHE_DIR")
-    if env:
-        yield env
-    yield os.path.join(os.path.dirname(_SRC), "__pycache__")
-    yield os.path.join(os.path.expanduser("~"), ".cache", "onnx_mrvl")
+_compiler = native_build.compiler   # tests patch it
 
 
 def _build() -> str:
@@ -56,42 +40,7 @@ def _build() -> str:
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (set $CC, or install cc / gcc / clang)")
-    with open(_SRC, "rb") as f:
-        src = f.read()
-    try:
-        version = subprocess.run(cc.split() + ["--version"], capture_output=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        version = b""
-    key = hashlib.sha256(b"\0".join([src, " ".join(_FLAGS).encode(), cc.encode(), version])).hexdigest()[:16]
-    name = f"_base64-{key}.so"
-    errors = []
-    for d in _cache_dirs():
-        path = os.path.join(d, name)
-        if os.path.exists(path):
-            return path
-        try:
-            os.makedirs(d, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".native-", suffix=".so", dir=d)
-            os.close(fd)
-        except OSError as exc:
-            errors.append(f"{d}: {exc}")
-            continue
-        try:
-            r = subprocess.run(cc.split() + _FLAGS + ["-o", tmp, _SRC], capture_output=True, text=True, timeout=120)
-            if r.returncode != 0:
-                raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-            os.replace(tmp, path)            # atomic: a concurrent build of the same key is harmless
-            for old in os.listdir(d):        # builds of older sources
-                if old.startswith("_base64-") and old.endswith(".so") and old != name:
-                    try:
-                        os.unlink(os.path.join(d, old))
-                    except OSError:
-                        pass
-            return path
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
+    return native_build.build_shared(cc, _SRC, _FLAGS)
 
 
 def _load():

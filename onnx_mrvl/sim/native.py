@@ -17,19 +17,14 @@ matches (tests/test_sim_native.py).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
 import platform
-import re
-import shutil
-import subprocess
-import tempfile
-import time
 from typing import Optional
 
 import numpy as np
 
+from .. import native_build
 from .native_loader import OnceLibrary, cpu_flags
 
 log = logging.getLogger(__name__)
@@ -49,83 +44,16 @@ def why_disabled() -> str:
     return _LIBRARY.why
 
 
-def _compiler() -> Optional[str]:
-    cc = os.environ.get("CC")
-    if cc and shutil.which(cc.split()[0]):
-        return cc
-    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-
-
-def _cache_dirs():
-    env = os.environ.get("ONNX_MRVL_CACHE_DIR")
-    if env:
-        yield env
-    yield os.path.join(os.path.dirname(_SRC), "__pycache__")
-    yield os.path.join(os.path.expanduser("~"), ".cache", "onnx_mrvl")
-
-
-def _source_bytes(source: str) -> bytes:
-    """The text of ``source`` and of the local headers it includes (``#include "name"``, beside
-    it, recursively): a changed header changes the cache key."""
-    seen, parts, todo = set(), [], [os.path.abspath(source)]
-    while todo:
-        path = todo.pop(0)
-        if path in seen or (parts and not os.path.exists(path)):   # not beside it: the compiler says
-            continue
-        seen.add(path)
-        with open(path, "rb") as f:
-            text = f.read()
-        parts.append(text)
-        for name in re.findall(rb'^\s*#\s*include\s+"([^"]+)"', text, re.M):
-            todo.append(os.path.join(os.path.dirname(path), name.decode()))
-    return b"\0".join(parts)
+_compiler = native_build.compiler   # tests patch it
 
 
 def build_shared(cc: str, source: Optional[str] = None) -> str:
     """The cached shared object of the C file ``source`` (default ``_native_conv.c``; built by
-    ``cc`` when not cached): its path. sim/int8_native.py builds ``_native_int8.c`` with it."""
-    source = source or _SRC
-    stem = os.path.splitext(os.path.basename(source))[0]
-    src = _source_bytes(source)
-    try:
-        version = subprocess.run(cc.split() + ["--version"], capture_output=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        version = b""
-    key = hashlib.sha256(b"\0".join([src, " ".join(_FLAGS).encode(), cc.encode(), version,
-                                     cpu_flags().encode(), platform.machine().encode()])).hexdigest()[:16]
-    name = f"{stem}-{key}.so"
-    errors = []
-    for d in _cache_dirs():
-        path = os.path.join(d, name)
-        if os.path.exists(path):
-            return path
-        try:
-            os.makedirs(d, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".native-", suffix=".so", dir=d)
-            os.close(fd)
-        except OSError as exc:
-            errors.append(f"{d}: {exc}")
-            continue
-        try:
-            notice.info("building the simulator's native kernels for this CPU (first run on this "
-                        "machine, a few seconds; cached in %s)...", d)
-            t0 = time.perf_counter()
-            r = subprocess.run(cc.split() + _FLAGS + ["-o", tmp, source], capture_output=True, text=True, timeout=300)
-            if r.returncode != 0:
-                raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-            os.replace(tmp, path)            # atomic: a concurrent build of the same key is harmless
-            log.debug("built %s in %.2f s", path, time.perf_counter() - t0)
-            for old in os.listdir(d):        # builds of older sources (a loaded one stays mapped)
-                if old.startswith(stem + "-") and old.endswith(".so") and old != name:
-                    try:
-                        os.unlink(os.path.join(d, old))
-                    except OSError:
-                        pass
-            return path
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    raise RuntimeError("no writable cache directory (" + "; ".join(errors) + ")")
+    ``cc`` when not cached, ``-march=native``: the key holds the CPU's flags): its path.
+    sim/int8_native.py builds ``_native_int8.c`` with it."""
+    return native_build.build_shared(cc, source or _SRC, _FLAGS,
+                                     key_extra=cpu_flags().encode() + b"\0" + platform.machine().encode(),
+                                     announce=notice, what="the simulator's native kernels")
 
 
 def prebuild() -> list:
