@@ -5,6 +5,10 @@ execution of the same QDQ model on 3 inputs.
 
     python benchmarks/bench_int8_arch.py [MODEL ...] [--acts s8 u8] [--why]
 
+Also the onnx wheel's zoo architectures not in bench_int8_qdq.py (``zoo_inception_v1``,
+``zoo_shufflenet``, ``zoo_squeezenet``; ``zoo_bvlc_alexnet``, ``zoo_zfnet512``, ``zoo_vgg19`` when named),
+seeded weights, 224 x 224.
+
 Prints a markdown table: regions, ops left on the CPU by type, layers by precision, the share of
 output elements identical to onnxruntime's, the largest difference in output quantization steps
 and max|err| / max|ref|. ``--why`` adds, per model, the reasons of the CPU ops and of the fp16 layers.
@@ -25,10 +29,17 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-def builders():
-    from onnx_mrvl.testing import arch_detect_classify, arch_ocr_audio
+ZOO_DEFAULT = ("inception_v1", "shufflenet", "squeezenet")   # the onnx wheel's, beside int8_zoo's five
+ZOO_LARGE = ("bvlc_alexnet", "zfnet512", "vgg19")            # on request (quantizing them takes minutes)
+
+
+def builders(large: bool = False):
+    import functools
+    from onnx_mrvl.testing import arch_detect_classify, arch_ocr_audio, int8_zoo
     out = dict(arch_detect_classify.ALL)
     out.update(arch_ocr_audio.all_models())
+    for name in ZOO_DEFAULT + (ZOO_LARGE if large else ()):
+        out[f"zoo_{name}"] = functools.partial(int8_zoo.float_model, name, 224)
     return out
 
 
@@ -45,7 +56,7 @@ def measure(name: str, folder: str, act: str) -> dict:
     import onnx
     import onnx.version_converter
     from onnx_mrvl.testing import int8_zoo, qdq_variants
-    model = builders()[name]()
+    model = builders(large=True)[name]()
     if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
         model = onnx.version_converter.convert_version(model, 13)
     src, dst = os.path.join(folder, f"{name}.onnx"), os.path.join(folder, f"{name}_{act}.onnx")

@@ -53,9 +53,10 @@ def _zoo(name: str, size: int) -> onnx.ModelProto:
 
 
 def float_model(name: str, size: int = 224) -> onnx.ModelProto:
-    """The float32 opset-13 model ``name`` (one of ``MODELS``) at ``size`` x ``size``."""
+    """The float32 opset-13 model ``name`` (one of ``MODELS`` or of randomize_weights.ZOO) at ``size`` x ``size``."""
     from .models import mobilenetv2_like, yolo_like
-    if name in ("resnet50", "densenet121", "inception_v2"):
+    from .randomize_weights import ZOO
+    if name in ZOO:   # the onnx wheel's architectures (resnet50, densenet121, inception_v2, ... shufflenet)
         return _zoo(name, size)
     if name == "mobilenetv2":
         return mobilenetv2_like(seed=0, input_size=size)
