@@ -177,11 +177,12 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     source = original if isinstance(original, Source) else Source(original)
     original = source.model
     if source.release and weight_bytes(original) >= RELEASE_BYTES:
-        # the private copy is given up: legalized in place (its weights not copied); node names
-        # and outputs are read below from its structure, taken first
-        structure = structure_only(original)
-        legal_result = legalize(original, target, input_shapes=input_shapes, consume=True)
-        source.model = original = structure
+        # the private copy is given up: legalized in place (its weights not copied; freed when most
+        # are replaced, legalize/fresh_arena.py, so no reference to it stays here); node names and
+        # outputs are read below from its structure, taken first
+        original = None
+        legal_result = legalize(source.hand_over(), target, input_shapes=input_shapes, consume=True)
+        original = source.model
     else:
         legal_result = legalize(original, target, input_shapes=input_shapes)
     legal, legal_report = legal_result.model, legal_result.report
