@@ -110,7 +110,7 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             region.estimate = compiled_estimate(region.estimate, binary, calls=chunks[0] if chunks else 1)
             if not region.estimate["offload"]:
                 raise RegionNotWorth(region, describe(region.estimate) + " (simulator cycle model)")
-        attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed)
+        attach_artifact(nodes[region.name], binary, artifact=f"{region.name}.bin", embed=embed, sha256=digest)
         if chunks:
             batch_chunks.chunk_node(result.model, nodes[region.name], region_model, batch, *chunks, region.origin)
             region.batches = chunks

@@ -93,11 +93,13 @@ def _reference_function(op_type: str, region) -> onnx.FunctionProto:
                                 list(m.opset_import), attributes=list(SUBGRAPH_ATTRS), overload=region.name)
 
 
-def attach_artifact(node: onnx.NodeProto, binary: bytes, *, artifact: str = "", embed: bool = False) -> None:
-    """Point a Subgraph node at its compiled binary: embedded (base64) or a file relative to the model."""
+def attach_artifact(node: onnx.NodeProto, binary: bytes, *, artifact: str = "", embed: bool = False,
+                    sha256: Optional[str] = None) -> None:
+    """Point a Subgraph node at its compiled binary: embedded (base64) or a file relative to the model.
+    ``sha256``: the binary's hex digest when known (``artifact.pack_sha256``), else computed here."""
     values = {"embed_mode": 1 if embed else 0, "artifact": "" if embed else artifact,
               "binary": base64.b64encode(binary).decode() if embed else "",
-              "sha256": hashlib.sha256(binary).hexdigest()}
+              "sha256": sha256 or hashlib.sha256(binary).hexdigest()}
     keep = [a for a in node.attribute if a.name not in values]
     del node.attribute[:]
     node.attribute.extend(keep)
