@@ -51,7 +51,8 @@ def big_conv_bn_model(layers: int = 24, channels: int = 256, seed: int = 0, size
     rng = np.random.default_rng(seed)
     inits, nodes, x = [], [], "x"
     for k in range(layers):
-        w = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * np.float32((2.0 / (9 * channels)) ** 0.5)
+        scale = np.float32((2.0 / (9 * channels)) ** 0.5)
+        w = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * scale
         inits += [numpy_helper.from_array(w, f"w{k}"),
                   numpy_helper.from_array((1 + 0.1 * rng.standard_normal(channels)).astype(np.float32), f"s{k}"),
                   numpy_helper.from_array((0.1 * rng.standard_normal(channels)).astype(np.float32), f"b{k}"),
