@@ -108,7 +108,7 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
     m = prepare.upgrade_opset(m)
     report.opset = (old, prepare.default_opset(m))
     prepare.fix_ir_version(m)
-    fp16.to_float32(m)
+    m, _ = fp16.float32(m, fresh=consume)
     _clear_shapes(m)
     inputs = list(m.graph.input)
     outputs = list(m.graph.output)
