@@ -6,12 +6,13 @@ import logging
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, Callable, Optional, Tuple, Union
+from typing import BinaryIO, Callable, List, Optional, Tuple, Union
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import ArtifactError, ModelError
+from .wire_sizes import raw_data_sizes
 
 log = logging.getLogger(__name__)
 MIN_OPSET = 1   # older opsets are converted by legalize (onnx.version_converter)
@@ -46,7 +47,7 @@ class _HashedFile:
     of the conversion (stamp.py) needs no second read of the file."""
 
     def __init__(self, path: str):
-        self.name, self.stat, self.future = path, None, None
+        self.name, self.stat, self.future, self.sizes = path, None, None, None
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256")
 
     def read(self) -> bytes:
@@ -54,6 +55,7 @@ class _HashedFile:
             self.stat = os.fstat(f.fileno())
             data = f.read()
         self.future = self.pool.submit(lambda: hashlib.sha256(data).hexdigest())
+        self.sizes = raw_data_sizes(data)   # (while the hash runs)
         return data
 
     def close(self) -> Optional[str]:
@@ -85,13 +87,22 @@ def loaded_sha256(path: str) -> Optional[str]:
 
 def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> onnx.ModelProto:
     """A private copy of ``model`` (path, bytes or ModelProto) with external data loaded."""
+    return read_model(model)[0]
+
+
+def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
+               ) -> Tuple[onnx.ModelProto, Optional[List[Optional[int]]]]:
+    """``load_model``, and the raw_data length of each ``graph.initializer`` as the serialized
+    model says it (wire_sizes.py; None where not known: a ModelProto, a small model, external data),
+    for ``validate_model(model, raw_sizes)``: upb gives ``raw_data`` only as a copy."""
     if isinstance(model, onnx.ModelProto):
         out = onnx.ModelProto()
         out.CopyFrom(model)
-        return out
+        return out, None
     if isinstance(model, (bytes, bytearray)):
+        data = bytes(model)
         try:
-            return onnx.load_from_string(bytes(model))
+            return onnx.load_from_string(data), raw_data_sizes(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise ModelError(f"not an ONNX model ({exc})", hint="pass a .onnx file") from None
     path = os.fspath(model)
@@ -111,15 +122,23 @@ def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> onnx.M
     if not proto.graph.node and not proto.graph.output:
         raise ModelError(f"'{path}' parsed as an empty model: not an ONNX file?")
     _check_external(proto, os.path.dirname(os.path.abspath(path)))
+    sizes: Optional[List[Optional[int]]] = source.sizes
+    if sizes is not None:
+        if len(sizes) != len(proto.graph.initializer):
+            sizes = None
+        else:   # external data is read below: its length is the tensor's to say
+            sizes = [None if t.data_location == onnx.TensorProto.EXTERNAL else n
+                     for t, n in zip(proto.graph.initializer, sizes)]
     try:
         onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelError(f"cannot read the external data of '{path}' ({exc})") from None
-    return proto
+    return proto, sizes
 
 
-def validate_model(model: onnx.ModelProto) -> None:
-    """Checker, opset range and unique tensor names, with errors that say what to fix."""
+def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int]]] = None) -> None:
+    """Checker, opset range and unique tensor names, with errors that say what to fix.
+    ``raw_sizes``: the initializers' raw_data lengths from ``read_model`` (None: asked of ``model``)."""
     default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     if default:
         from onnx import defs
@@ -138,7 +157,7 @@ def validate_model(model: onnx.ModelProto) -> None:
                                  node=n.name, hint="tensor names must be unique (SSA)")
             if o:
                 seen[o] = n.name
-    skeleton = _check_sizes_and_strip(model)
+    skeleton = _check_sizes_and_strip(model, raw_sizes)
     _ort_default_domain_ops(skeleton)
     try:
         if skeleton.ByteSize() > 2_000_000_000:   # the checker takes at most 2 GB of protobuf
@@ -183,7 +202,7 @@ _RAW_ITEMSIZE = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.DOUBLE: 8, onnx.Ten
 STRIP_BYTES = 1 << 16   # initializers with more raw bytes than this are checked here, not by onnx
 
 
-def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
+def _check_sizes_and_strip(model: onnx.ModelProto, raw_sizes=None) -> onnx.ModelProto:
     """A copy of ``model`` for onnx.checker in which every big raw_data initializer holds one
     element (dims [1]). The checker reads no values; what it checks about them, raw_data being
     long enough for dims and type, is checked here first (a tensor that fails goes to the checker
@@ -197,7 +216,9 @@ def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
     for fd, value in graph.ListFields():
         if fd.name != "initializer":
             copy_field(skeleton.graph, fd, value)
-    for t in graph.initializer:
+    if raw_sizes is not None and len(raw_sizes) != len(graph.initializer):
+        raw_sizes = None
+    for i, t in enumerate(graph.initializer):
         size = _RAW_ITEMSIZE.get(t.data_type)
         if (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
                 or t.HasField("segment")):
@@ -206,7 +227,8 @@ def _check_sizes_and_strip(model: onnx.ModelProto) -> onnx.ModelProto:
         n = 1
         for d in t.dims:
             n *= d
-        nbytes = len(t.raw_data)
+        known = raw_sizes[i] if raw_sizes is not None else None
+        nbytes = known if known is not None and known >= 0 else len(t.raw_data)   # (a copy: upb)
         if n < 0 or nbytes <= STRIP_BYTES or n * size > nbytes:
             skeleton.graph.initializer.add().CopyFrom(t)   # small, or the checker reports it
             continue

@@ -19,7 +19,7 @@ from .errors import MrvlError
 from .fuse import fuse
 from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
-from .modelio import load_model, validate_model
+from .modelio import read_model, validate_model
 from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
@@ -107,8 +107,8 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
                    num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method,
                    fp16_layers, snr_budget_db, quantize_options) -> ConvertResult:
     t0 = CLOCK()
-    original = load_model(model)
-    validate_model(original)
+    original, raw_sizes = read_model(model)
+    validate_model(original, raw_sizes)
     t_load = CLOCK() - t0
     if progress and (quantize != "float16" or calibration is not None):
         progress(f"quantize ({quantize})" if quantize != "float16" else "calibrate (dynamic int8)")
@@ -177,11 +177,12 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     source = original if isinstance(original, Source) else Source(original)
     original = source.model
     if source.release and weight_bytes(original) >= RELEASE_BYTES:
-        # the private copy is given up: legalized in place (its weights not copied); node names
-        # and outputs are read below from its structure, taken first
-        structure = structure_only(original)
-        legal_result = legalize(original, target, input_shapes=input_shapes, consume=True)
-        source.model = original = structure
+        # the private copy is given up: legalized in place (its weights not copied; freed when most
+        # are replaced, legalize/fresh_arena.py, so no reference to it stays here); node names and
+        # outputs are read below from its structure, taken first
+        original = None
+        legal_result = legalize(source.hand_over(), target, input_shapes=input_shapes, consume=True)
+        original = source.model
     else:
         legal_result = legalize(original, target, input_shapes=input_shapes)
     legal, legal_report = legal_result.model, legal_result.report

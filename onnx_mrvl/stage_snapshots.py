@@ -115,6 +115,11 @@ class Source:
                  release: bool = False):
         self.model, self.reread, self.release = model, reread, release
 
+    def hand_over(self) -> onnx.ModelProto:
+        """``model``, no longer held here (``model`` becomes its structure: ``structure_only``)."""
+        given, self.model = self.model, structure_only(self.model)
+        return given
+
 
 def weight_bytes(model: onnx.ModelProto) -> int:
     """Bytes of the initializers' values, from their dims and types (no value is read)."""

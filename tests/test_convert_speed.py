@@ -140,3 +140,20 @@ def test_legalize_topological_order_follows_edits():
     sig = g.toposort()[1]
     g.set_input(sig, 0, "c")
     assert [n.name for n in g.toposort()] == ["conv", "sig"]
+
+
+def test_subgraph_sha256_is_the_binarys_digest():
+    """The Subgraph node's sha256 comes from the hash pack computes anyway (not a second pass over
+    the binary): it is the binary's sha256, embedded or not."""
+    import hashlib
+
+    import onnx_mrvl
+    from onnx_mrvl.split.deploy import is_subgraph, subgraph_attrs
+    from onnx_mrvl.testing.models import resnet18_like
+    for embed in (False, True):
+        r = onnx_mrvl.convert(resnet18_like(seed=0, input_size=32), embed=embed, partition="single")
+        by_name = {sg.name: sg for sg in r.subgraphs}
+        nodes = [n for n in r.model.graph.node if is_subgraph(n)]
+        assert nodes and len(nodes) == len(by_name)
+        for n in nodes:
+            assert subgraph_attrs(n)["sha256"] == hashlib.sha256(by_name[n.name].binary).hexdigest()

@@ -68,7 +68,13 @@ def legalize(model: onnx.ModelProto, target=None, *, input_shapes=None, consume:
     """Return a :class:`LegalizeResult` whose ``model`` is a legalized copy of ``model`` (the
     argument is not modified). ``input_shapes`` ({input name: [dims]}) fixes graph input shapes.
     ``consume=True``: the caller gives ``model`` up (it is legalized in place, its weights not
-    copied; what is left of it afterwards is unspecified)."""
+    copied; what is left of it afterwards is unspecified; when most of its weights are replaced, the
+    result is built in a new model and the given one freed, provided the caller holds no reference
+    to it or its parts: legalize/fresh_arena.py)."""
+    if consume:
+        given = [model]
+        del model   # the list is legalize's one reference: _legalize lets it go
+        return _legalize(given, target, input_shapes, True)
     return _legalize(model, target, input_shapes, consume)
 
 
@@ -82,14 +88,15 @@ def legalize_with_report(model: onnx.ModelProto, target=None, *, input_shapes=No
 
 
 def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeResult:
+    """``model``: with ``consume``, a list holding the model (taken out: no other reference stays)."""
     t0 = time.perf_counter()
-    model = as_model(model, "legalize")
     tgt = get_target(target)
     if consume:
-        m = model
+        m = as_model(model.pop(), "legalize")
     else:
         m = onnx.ModelProto()
-        m.CopyFrom(model)
+        m.CopyFrom(as_model(model, "legalize"))
+    del model
     report = LegalizeReport()
     named = prepare.name_nodes(m.graph)
     if named:
@@ -101,23 +108,41 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
     m = prepare.upgrade_opset(m)
     report.opset = (old, prepare.default_opset(m))
     prepare.fix_ir_version(m)
-    fp16.to_float32(m)
-    m.graph.ClearField("value_info")
-    for o in m.graph.output:
-        if o.type.HasField("tensor_type"):
-            o.type.tensor_type.ClearField("shape")
+    m, _ = fp16.float32(m, fresh=consume)
+    _clear_shapes(m)
     inputs = list(m.graph.input)
     outputs = list(m.graph.output)
     g = Graph(m)
+    del m   # g.model from here on (commit may build a new one: fresh_arena.py)
     g.target = tgt
+    g.consumed = consume
     _run_rules(g, tgt, inputs, outputs, report)
     report.notes = dict(g.notes)
+    if consume:   # standalone copies: nothing refers into the given model once commit lets it go
+        inputs, outputs = _standalone(inputs), _standalone(outputs)
     g.commit()
     _write_shapes(g, inputs, outputs)
     report.seconds = time.perf_counter() - t0
     logger.info("legalize: %d rewrites in %d sweeps, %.2f s", len(report.applied), report.sweeps,
                 report.seconds)
-    return LegalizeResult(m, None, report.applied, report)
+    return LegalizeResult(g.model, None, report.applied, report)
+
+
+def _clear_shapes(m: onnx.ModelProto) -> None:
+    """Drop value_info and the graph outputs' shapes (legalize infers them again)."""
+    m.graph.ClearField("value_info")
+    for o in m.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+
+
+def _standalone(messages):
+    out = []
+    for v in messages:
+        copy = type(v)()
+        copy.CopyFrom(v)
+        out.append(copy)
+    return out
 
 
 def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:

@@ -21,6 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import provenance
+from . import fresh_arena
 from ..graph_index import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
 BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
@@ -74,6 +75,7 @@ class Graph:
         self._new_inits: Set[str] = set()
         self._counters: Dict[str, int] = {}
         self.target = None  # set by the driver; rules may read limits in match()
+        self.consumed = False   # set by the driver: nothing else holds ``model`` (fresh_arena.py)
         # original node name -> what a rewrite changed that the user must know (its decision says it;
         # "{precision}" is filled in with where the node ended up): LegalizeReport.notes
         self.notes: Dict[str, str] = {}
@@ -330,8 +332,6 @@ class Graph:
         self.remove_dead()
         g = self.model.graph
         order = self._toposort()
-        del g.node[:]
-        g.node.extend(order)
         used = set(self.pinned)
         for n in order:
             used.update(n.input)
@@ -342,6 +342,13 @@ class Graph:
                 present.add(t.name)
             else:
                 drop += 1
+        if drop and self.consumed and fresh_arena.worth_it(g.initializer, present, BIG_ARRAY):
+            self.model = fresh_arena.rebuilt(self.model, present)   # the source's arena goes with its last reference
+            g = self.model.graph
+            fresh_arena.detached(self.inits, self.model, self._new_inits)
+            drop = 0
+        del g.node[:]
+        g.node.extend(order)
         if drop:
             g.initializer.sort(key=lambda t: t.name in present)  # stable: dropped ones first
             del g.initializer[:drop]

@@ -31,6 +31,15 @@ def _value_info_of(t: onnx.TensorProto) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
 
 
+def declared_as_input(t: onnx.TensorProto) -> bool:
+    """Whether the light model declares initializer ``t`` a graph input (reads only its name, type
+    and dims) rather than copying it."""
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n > LIGHT_LIMIT and t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
 def light_model(model: onnx.ModelProto, nodes, inits: Dict[str, onnx.TensorProto],
                 inputs: List[onnx.ValueInfoProto], outputs: List[onnx.ValueInfoProto]
                 ) -> onnx.ModelProto:
@@ -44,10 +53,7 @@ def light_model(model: onnx.ModelProto, nodes, inits: Dict[str, onnx.TensorProto
     g.node.extend(nodes)
     g.input.extend(inputs)
     for name, t in inits.items():
-        n = 1
-        for d in t.dims:
-            n *= d
-        if n > LIGHT_LIMIT and t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        if declared_as_input(t):
             g.input.append(_value_info_of(t))
         else:
             g.initializer.append(t)

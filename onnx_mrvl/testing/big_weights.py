@@ -42,3 +42,41 @@ def big_fc_model(fc_width: int = 2048, seed: int = 0, channels: int = 64, size: 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def big_conv_bn_model(layers: int = 24, channels: int = 256, seed: int = 0, size: int = 4, bn: bool = True,
+                      half: bool = False) -> onnx.ModelProto:
+    """A stack of 3x3 Conv + BatchNormalization + Relu (ResNet-style: legalize folds every BN, so
+    nearly every weight of the file is replaced): ``layers`` x ``channels``^2 x 9 floats (24 x 256:
+    about 57 MB). ``bn=False``: Conv + Relu only; ``half``: float16 weights and graph input and
+    output (a ``model.half()`` export, which legalize computes in float32)."""
+    rng = np.random.default_rng(seed)
+    dtype, elem = (np.float16, TensorProto.FLOAT16) if half else (np.float32, TensorProto.FLOAT)
+    inits, nodes, x = [], [], "x"
+
+    def vec(name, values):
+        inits.append(numpy_helper.from_array(values.astype(dtype), name))
+
+    for k in range(layers):
+        scale = np.float32((2.0 / (9 * channels)) ** 0.5)
+        inits.append(numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * scale).astype(dtype),
+                                             f"w{k}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{k}"], [f"c{k}"], name=f"conv{k}", pads=[1, 1, 1, 1],
+                                      kernel_shape=[3, 3]))
+        x = f"c{k}"
+        if bn:
+            vec(f"s{k}", 1 + 0.1 * rng.standard_normal(channels))
+            vec(f"b{k}", 0.1 * rng.standard_normal(channels))
+            vec(f"m{k}", 0.1 * rng.standard_normal(channels))
+            vec(f"v{k}", 1 + 0.1 * rng.random(channels))
+            nodes.append(helper.make_node("BatchNormalization", [x, f"s{k}", f"b{k}", f"m{k}", f"v{k}"], [f"n{k}"],
+                                          name=f"bn{k}"))
+            x = f"n{k}"
+        nodes.append(helper.make_node("Relu", [x], [f"r{k}"], name=f"relu{k}"))
+        x = f"r{k}"
+    graph = helper.make_graph(nodes, "big_conv_bn",
+                              [helper.make_tensor_value_info("x", elem, [1, channels, size, size])],
+                              [helper.make_tensor_value_info(x, elem, [1, channels, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
