@@ -227,8 +227,10 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
 }
 
 /* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
- * register tile is compiled for 12, 8 and 4 rows, so a partial panel (a 7x7 map's 49 pixels end
- * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. */
+ * register tile is compiled for 12, 8, 4 and 2 rows, so a partial panel (a 7x7 map's 49 pixels end
+ * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. One or two rows
+ * are bound by the FMA latency (2-4 chains), not the FMA rate: 4 cycles per k against the 4-row
+ * tile's 8 (ResNet-50's 3x3 512 at 7x7: the 1-row panel took 8% of the layer in the 4-row tile). */
 #define MICRO_ARGS int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols, \
                    int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
                    const epi_t *e2, __mmask16 *bad2, const float *pf
@@ -236,14 +238,17 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
 static void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
 static void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
 static void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
+static void micro2(MICRO_ARGS) { micro_lda(2, MICRO_PASS); }
 
 static inline void micro(MICRO_ARGS) {
     if (rows > 8)
         micro12(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
     else if (rows > 4)
         micro8(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else
+    else if (rows > 2)
         micro4(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else
+        micro2(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 /* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full panels) */
@@ -366,8 +371,11 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
     __mmask16 bad = 0, bad2 = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
-     * partial micro-tile, whose missing rows must read as zeros (packed) */
-    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
+     * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
+     * 4 KB apart (1024, 2048 channels): the tile's 12 rows then fall in one L1 set of 8 ways and
+     * evict each other every k (ResNet-50's 1x1 1024 -> 256 at 14x14: 1.04 -> 0.94 ms packed) */
+    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w
+                       && (cs * 4) % 4096 != 0;
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
