@@ -162,10 +162,10 @@ static inline __attribute__((always_inline)) void
 micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
           const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    __m512 acc[MR][2];
+    __m512 acc[MR + 1][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
-#pragma GCC unroll 12
+#pragma GCC unroll 13
     for (int r = 0; r < mr; r++) {
         if (first || r >= rows) {
             acc[r][0] = _mm512_setzero_ps();
@@ -180,7 +180,7 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);   /* the next weight block */
             _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
-#pragma GCC unroll 12
+#pragma GCC unroll 13
             for (int r = 0; r < mr; r++) {
                 const __m512 av = _mm512_set1_ps(a[r * lda + p]);
                 acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
@@ -190,7 +190,7 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
     } else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
-#pragma GCC unroll 12
+#pragma GCC unroll 13
             for (int r = 0; r < mr; r++)
                 acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r][0]);
         }
@@ -235,13 +235,16 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
                    int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
                    const epi_t *e2, __mmask16 *bad2, const float *pf
 #define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
+static void micro13(MICRO_ARGS) { micro_lda(13, MICRO_PASS); }
 static void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
 static void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
 static void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
 static void micro2(MICRO_ARGS) { micro_lda(2, MICRO_PASS); }
 
 static inline void micro(MICRO_ARGS) {
-    if (rows > 8)
+    if (rows > MR)
+        micro13(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else if (rows > 8)
         micro12(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
     else if (rows > 4)
         micro8(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
@@ -251,11 +254,15 @@ static inline void micro(MICRO_ARGS) {
         micro2(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
-/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full panels) */
+/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full
+ * panels of MR or MR + 1 rows) */
 static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
                          int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
                          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    if (rows > MR)
+        micro_lda(MR + 1, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else
+        micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 typedef struct {
@@ -389,15 +396,20 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
             }
             for (long j = j0; j < j1; j++) {
                 const float *bp = wpack + (j * K + k0) * NR;
+                /* a block of MR * q + 1 rows (a 7x7 map's 49) ends in one panel of MR + 1: the
+                 * packed panels are consecutive rows of KC floats, so it reads the last panel's
+                 * row as its 13th (one tile of 26 FMAs per k instead of 24 plus a latency-bound
+                 * 1-row tile) */
+                const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
                  * layer's weights exceed the caches); the other panels prefetch what they read */
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
                 const int cols = (int)((o - j * NR) < NR ? (o - j * NR) : NR);
-                for (int i = 0; i < panels; i++) {
+                for (int i = 0; i < tiles; i++) {
                     const long r0 = mc + (long)i * MR;
-                    const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
+                    const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : bp;
-                    if (direct && rows == MR)
+                    if (direct && rows >= MR)
                         micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
                                      res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
