@@ -988,6 +988,81 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, lo
 
 #define DWB 8   /* interior output pixels per register block */
 
+/* DWB interior output pixels x 16 channels [cb, cb + 16) (lanes m) of one output row: xb the first
+ * pixel's first in-range tap, wt its weights, nky kernel rows in range; the finished values go to
+ * ob (pixel stride c). Returns the lanes that were not finite. Compiled for whole channel blocks
+ * (full: plain loads; a masked load costs a zeroing move and a dependency) and for row3 (stride
+ * 1, 3 taps wide: a row of DWB + 2 input vectors serves all three taps). The epilogue's vectors
+ * are loaded after the sums: held through them they took 6 of the 32 registers, and the tap
+ * loop spilled its input vectors. */
+static inline __attribute__((always_inline)) __mmask16
+dw_block(const int full, const int row3, const dw_job *j, const float *xb, const float *wt, long nky, __mmask16 m,
+         float *ob, long cb) {
+    const long c = j->c, rowstep = j->dh * j->wd * c, pixstride = j->sw * c, tapstride = j->dw * c;
+    __m512 acc[DWB];
+#pragma GCC unroll 8
+    for (int t = 0; t < DWB; t++)
+        acc[t] = _mm512_setzero_ps();        /* nky >= 1: overwritten by the first tap's products */
+    if (row3) {
+        for (long ky = 0; ky < nky; ky++, xb += rowstep, wt += 3 * j->cp) {
+            __m512 xv[DWB + 2];
+#pragma GCC unroll 10
+            for (int t = 0; t < DWB + 2; t++)
+                xv[t] = full ? _mm512_loadu_ps(xb + t * c) : _mm512_maskz_loadu_ps(m, xb + t * c);
+            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
+            if (ky == 0) {                   /* the first tap: a product */
+#pragma GCC unroll 8
+                for (int t = 0; t < DWB; t++)
+                    acc[t] = _mm512_mul_ps(xv[t], w0);
+            } else {
+#pragma GCC unroll 8
+                for (int t = 0; t < DWB; t++)
+                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < DWB; t++)
+                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
+#pragma GCC unroll 8
+            for (int t = 0; t < DWB; t++)
+                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
+        }
+    } else {
+        int first = 1;
+        for (long ky = 0; ky < nky; ky++, xb += rowstep) {
+            const float *xt = xb;
+            for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
+                const __m512 wv = _mm512_loadu_ps(wt);
+                if (first) {                     /* the first tap: a product */
+#pragma GCC unroll 8
+                    for (int t = 0; t < DWB; t++)
+                        acc[t] = _mm512_mul_ps(full ? _mm512_loadu_ps(xt + t * pixstride)
+                                                    : _mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
+                    first = 0;
+                } else {
+#pragma GCC unroll 8
+                    for (int t = 0; t < DWB; t++)
+                        acc[t] = _mm512_fmadd_ps(full ? _mm512_loadu_ps(xt + t * pixstride)
+                                                      : _mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
+                }
+            }
+        }
+    }
+    epv_t E;
+    epv_load(&E, &j->e, cb);
+    __mmask16 bad = 0;
+#pragma GCC unroll 8
+    for (int t = 0; t < DWB; t++) {
+        __mmask16 bb = 0;
+        const __m512 y = finish_v(acc[t], &E, &bb);
+        bad |= bb & m;
+        if (full)
+            _mm512_storeu_ps(ob + t * c, y);
+        else
+            _mm512_mask_storeu_ps(ob + t * c, m, y);
+    }
+    return bad;
+}
+
 /* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
 static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     /* interior columns: every kx tap in range */
@@ -1001,7 +1076,7 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     if (hi < lo)
         hi = lo;
     __mmask16 bad = 0;
-    const long rowstride = j->wd * j->c, pixstride = j->sw * j->c, tapstride = j->dw * j->c;
+    const long rowstride = j->wd * j->c;
     for (long r = r0; r < r1; r++) {
         const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
         long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
@@ -1021,64 +1096,17 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
                 for (long cb = c0; cb < c1; cb += 16) {
                     const long left = c1 - cb;
                     const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-                    epv_t E;
-                    epv_load(&E, &j->e, cb);
-                    __m512 acc[DWB];
-#pragma GCC unroll 8
-                    for (int t = 0; t < DWB; t++)
-                        acc[t] = _mm512_setzero_ps();
                     const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
                     const float *wt = j->w + ky0 * j->kw * j->cp + cb;
-                    int first = 1;
-                    if (row3) {      /* stride 1, 3 taps wide: a row of DWB + 2 input vectors serves all three */
-                        for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride, wt += 3 * j->cp) {
-                            __m512 xv[DWB + 2];
-#pragma GCC unroll 10
-                            for (int t = 0; t < DWB + 2; t++)
-                                xv[t] = _mm512_maskz_loadu_ps(m, xb + t * j->c);
-                            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp),
-                                         w2 = _mm512_loadu_ps(wt + 2 * j->cp);
-                            if (first) {
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_mul_ps(xv[t], w0);
-                                first = 0;
-                            } else {
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
-                            }
-#pragma GCC unroll 8
-                            for (int t = 0; t < DWB; t++)
-                                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
-#pragma GCC unroll 8
-                            for (int t = 0; t < DWB; t++)
-                                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
-                        }
-                    }
-                    for (long ky = ky0; ky < ky1 && !row3; ky++, xb += j->dh * rowstride) {
-                        const float *xt = xb;
-                        for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
-                            const __m512 wv = _mm512_loadu_ps(wt);
-                            if (first) {                     /* the first tap: a product */
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
-                                first = 0;
-                            } else {
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
-                            }
-                        }
-                    }
-#pragma GCC unroll 8
-                    for (int t = 0; t < DWB; t++) {
-                        __mmask16 bb = 0;
-                        const __m512 y = finish_v(acc[t], &E, &bb);
-                        bad |= bb & m;
-                        _mm512_mask_storeu_ps(orow + (ox + t) * j->c + cb, m, y);
-                    }
+                    float *ob = orow + ox * j->c + cb;
+                    if (m == 0xFFFF && row3)
+                        bad |= dw_block(1, 1, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    else if (m == 0xFFFF)
+                        bad |= dw_block(1, 0, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    else if (row3)
+                        bad |= dw_block(0, 1, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    else
+                        bad |= dw_block(0, 0, j, xb, wt, ky1 - ky0, m, ob, cb);
                 }
             }
         }
