@@ -386,6 +386,10 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
+        /* a block of MR * q + 1 rows (a 7x7 map's 49) ends in one panel of MR + 1: the packed
+         * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
+         * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
+        const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
         for (long k0 = 0; k0 < K; k0 += KC) {
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
@@ -396,11 +400,6 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
             }
             for (long j = j0; j < j1; j++) {
                 const float *bp = wpack + (j * K + k0) * NR;
-                /* a block of MR * q + 1 rows (a 7x7 map's 49) ends in one panel of MR + 1: the
-                 * packed panels are consecutive rows of KC floats, so it reads the last panel's
-                 * row as its 13th (one tile of 26 FMAs per k instead of 24 plus a latency-bound
-                 * 1-row tile) */
-                const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
                  * layer's weights exceed the caches); the other panels prefetch what they read */
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
