@@ -446,6 +446,33 @@ def test_partial_panels_give_the_same_bits_as_full_ones(monkeypatch, pixels):
     np.testing.assert_array_equal(part.view(np.uint32), full[:, :, :pixels].view(np.uint32))
 
 
+@pytest.mark.parametrize("pixels", [1, 2, 13, 25, 49])
+@pytest.mark.parametrize("c, k", [(70, 1), (1024, 1), (24, 3)])
+def test_merged_and_small_tiles_give_the_same_bits_with_a_fused_residual(monkeypatch, pixels, c, k):
+    """12q + 1 pixels end in one 13-row tile, 1-2 pixels run the 2-row tile, 1x1 rows 4 KB apart
+    (1024 channels) are packed instead of read in place (c = 70: in place, k = 3: packed windows):
+    each pixel's sums are those of the same pixel inside full 12-row tiles of a longer row, with
+    and without a fused Sum2D (its values: the two layers one after the other)."""
+    from onnx_mrvl.sim import jit
+    x = f16(RNG.standard_normal((1, 1, 60, c)))
+    w = f16(RNG.standard_normal((40, 1, k, c)) * 0.1)
+    bias = RNG.standard_normal(40).astype(np.float32)
+    pads = (0, k // 2, 0, k // 2)
+    full = K.Conv2D(w, bias=bias, padding=pads, activation="relu").apply(x)[0]
+    xs = np.ascontiguousarray(x[:, :, :pixels])
+    conv = K.Conv2D(w, bias=bias, padding=pads, activation="relu")
+    part = conv.apply(xs)[0]
+    edge = pixels - (k // 2)          # the last pixels see the short row's padding instead of pixels
+    np.testing.assert_array_equal(part[:, :, :edge].view(np.uint32), full[:, :, :edge].view(np.uint32))
+    assert conv.fusable_sum(xs.shape)
+    res = f16(RNG.standard_normal(part.shape))
+    fused, ok, ok2 = conv.apply_with_residual(xs, res, jit.act_args("relu", None, None, 40))
+    two = part + res
+    two = np.where(two < 0, np.float32(0), two)
+    assert ok and ok2 and round_fp16_(two)
+    np.testing.assert_array_equal(fused.view(np.uint32), two.view(np.uint32))
+
+
 @pytest.mark.parametrize("shape", [(1, 7, 7, 640), (2, 3, 5, 17), (1, 1, 1, 1), (3, 13, 1, 40)])
 def test_global_avgpool_bit_identical(monkeypatch, shape):
     from onnx_mrvl.sim.pooling import global_avgpool_layer

@@ -162,10 +162,10 @@ static inline __attribute__((always_inline)) void
 micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
           const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    __m512 acc[MR][2];
+    __m512 acc[MR + 1][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
-#pragma GCC unroll 12
+#pragma GCC unroll 13
     for (int r = 0; r < mr; r++) {
         if (first || r >= rows) {
             acc[r][0] = _mm512_setzero_ps();
@@ -180,7 +180,7 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);   /* the next weight block */
             _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
-#pragma GCC unroll 12
+#pragma GCC unroll 13
             for (int r = 0; r < mr; r++) {
                 const __m512 av = _mm512_set1_ps(a[r * lda + p]);
                 acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
@@ -190,7 +190,7 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
     } else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
-#pragma GCC unroll 12
+#pragma GCC unroll 13
             for (int r = 0; r < mr; r++)
                 acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r][0]);
         }
@@ -227,30 +227,42 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
 }
 
 /* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
- * register tile is compiled for 12, 8 and 4 rows, so a partial panel (a 7x7 map's 49 pixels end
- * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. */
+ * register tile is compiled for 12, 8, 4 and 2 rows, so a partial panel (a 7x7 map's 49 pixels end
+ * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. One or two rows
+ * are bound by the FMA latency (2-4 chains), not the FMA rate: 4 cycles per k against the 4-row
+ * tile's 8 (ResNet-50's 3x3 512 at 7x7: the 1-row panel took 8% of the layer in the 4-row tile). */
 #define MICRO_ARGS int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols, \
                    int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
                    const epi_t *e2, __mmask16 *bad2, const float *pf
 #define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
+static void micro13(MICRO_ARGS) { micro_lda(13, MICRO_PASS); }
 static void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
 static void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
 static void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
+static void micro2(MICRO_ARGS) { micro_lda(2, MICRO_PASS); }
 
 static inline void micro(MICRO_ARGS) {
-    if (rows > 8)
+    if (rows > MR)
+        micro13(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else if (rows > 8)
         micro12(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
     else if (rows > 4)
         micro8(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else
+    else if (rows > 2)
         micro4(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else
+        micro2(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
-/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full panels) */
+/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full
+ * panels of MR or MR + 1 rows) */
 static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
                          int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
                          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    if (rows > MR)
+        micro_lda(MR + 1, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+    else
+        micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
 typedef struct {
@@ -366,11 +378,18 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
     __mmask16 bad = 0, bad2 = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
-     * partial micro-tile, whose missing rows must read as zeros (packed) */
-    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
+     * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
+     * 4 KB apart (1024, 2048 channels): the tile's 12 rows then fall in one L1 set of 8 ways and
+     * evict each other every k (ResNet-50's 1x1 1024 -> 256 at 14x14: 1.04 -> 0.94 ms packed) */
+    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w
+                       && (cs * 4) % 4096 != 0;
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
+        /* a block of MR * q + 1 rows (a 7x7 map's 49) ends in one panel of MR + 1: the packed
+         * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
+         * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
+        const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
         for (long k0 = 0; k0 < K; k0 += KC) {
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
@@ -385,11 +404,11 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                  * layer's weights exceed the caches); the other panels prefetch what they read */
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
                 const int cols = (int)((o - j * NR) < NR ? (o - j * NR) : NR);
-                for (int i = 0; i < panels; i++) {
+                for (int i = 0; i < tiles; i++) {
                     const long r0 = mc + (long)i * MR;
-                    const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
+                    const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : bp;
-                    if (direct && rows == MR)
+                    if (direct && rows >= MR)
                         micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
                                      res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
@@ -900,7 +919,9 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
             const long want = nthreads * part_factor(macs, 1L << 20);
             parts = want < chunks ? want : chunks;
         } else {
-            parts = nthreads * 2 < j.nb ? nthreads * 2 : j.nb;
+            /* one part per thread: every channel part packs all the rows' A panels again (2-5%
+             * of a 14x14 / 7x7 layer each: with two parts per thread each thread packed twice) */
+            parts = nthreads < j.nb ? nthreads : j.nb;
         }
     }
     if (parts <= 1) {
@@ -966,6 +987,81 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, lo
 
 #define DWB 8   /* interior output pixels per register block */
 
+/* DWB interior output pixels x 16 channels [cb, cb + 16) (lanes m) of one output row: xb the first
+ * pixel's first in-range tap, wt its weights, nky kernel rows in range; the finished values go to
+ * ob (pixel stride c). Returns the lanes that were not finite. Compiled for whole channel blocks
+ * (full: plain loads; a masked load costs a zeroing move and a dependency) and for row3 (stride
+ * 1, 3 taps wide: a row of DWB + 2 input vectors serves all three taps). The epilogue's vectors
+ * are loaded after the sums: held through them they took 6 of the 32 registers, and the tap
+ * loop spilled its input vectors. */
+static inline __attribute__((always_inline)) __mmask16
+dw_block(const int full, const int row3, const dw_job *j, const float *xb, const float *wt, long nky, __mmask16 m,
+         float *ob, long cb) {
+    const long c = j->c, rowstep = j->dh * j->wd * c, pixstride = j->sw * c, tapstride = j->dw * c;
+    __m512 acc[DWB];
+#pragma GCC unroll 8
+    for (int t = 0; t < DWB; t++)
+        acc[t] = _mm512_setzero_ps();        /* nky >= 1: overwritten by the first tap's products */
+    if (row3) {
+        for (long ky = 0; ky < nky; ky++, xb += rowstep, wt += 3 * j->cp) {
+            __m512 xv[DWB + 2];
+#pragma GCC unroll 10
+            for (int t = 0; t < DWB + 2; t++)
+                xv[t] = full ? _mm512_loadu_ps(xb + t * c) : _mm512_maskz_loadu_ps(m, xb + t * c);
+            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
+            if (ky == 0) {                   /* the first tap: a product */
+#pragma GCC unroll 8
+                for (int t = 0; t < DWB; t++)
+                    acc[t] = _mm512_mul_ps(xv[t], w0);
+            } else {
+#pragma GCC unroll 8
+                for (int t = 0; t < DWB; t++)
+                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < DWB; t++)
+                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
+#pragma GCC unroll 8
+            for (int t = 0; t < DWB; t++)
+                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
+        }
+    } else {
+        int first = 1;
+        for (long ky = 0; ky < nky; ky++, xb += rowstep) {
+            const float *xt = xb;
+            for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
+                const __m512 wv = _mm512_loadu_ps(wt);
+                if (first) {                     /* the first tap: a product */
+#pragma GCC unroll 8
+                    for (int t = 0; t < DWB; t++)
+                        acc[t] = _mm512_mul_ps(full ? _mm512_loadu_ps(xt + t * pixstride)
+                                                    : _mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
+                    first = 0;
+                } else {
+#pragma GCC unroll 8
+                    for (int t = 0; t < DWB; t++)
+                        acc[t] = _mm512_fmadd_ps(full ? _mm512_loadu_ps(xt + t * pixstride)
+                                                      : _mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
+                }
+            }
+        }
+    }
+    epv_t E;
+    epv_load(&E, &j->e, cb);
+    __mmask16 bad = 0;
+#pragma GCC unroll 8
+    for (int t = 0; t < DWB; t++) {
+        __mmask16 bb = 0;
+        const __m512 y = finish_v(acc[t], &E, &bb);
+        bad |= bb & m;
+        if (full)
+            _mm512_storeu_ps(ob + t * c, y);
+        else
+            _mm512_mask_storeu_ps(ob + t * c, m, y);
+    }
+    return bad;
+}
+
 /* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
 static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     /* interior columns: every kx tap in range */
@@ -979,7 +1075,7 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     if (hi < lo)
         hi = lo;
     __mmask16 bad = 0;
-    const long rowstride = j->wd * j->c, pixstride = j->sw * j->c, tapstride = j->dw * j->c;
+    const long rowstride = j->wd * j->c;
     for (long r = r0; r < r1; r++) {
         const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
         long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
@@ -999,64 +1095,17 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
                 for (long cb = c0; cb < c1; cb += 16) {
                     const long left = c1 - cb;
                     const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
-                    epv_t E;
-                    epv_load(&E, &j->e, cb);
-                    __m512 acc[DWB];
-#pragma GCC unroll 8
-                    for (int t = 0; t < DWB; t++)
-                        acc[t] = _mm512_setzero_ps();
                     const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
                     const float *wt = j->w + ky0 * j->kw * j->cp + cb;
-                    int first = 1;
-                    if (row3) {      /* stride 1, 3 taps wide: a row of DWB + 2 input vectors serves all three */
-                        for (long ky = ky0; ky < ky1; ky++, xb += j->dh * rowstride, wt += 3 * j->cp) {
-                            __m512 xv[DWB + 2];
-#pragma GCC unroll 10
-                            for (int t = 0; t < DWB + 2; t++)
-                                xv[t] = _mm512_maskz_loadu_ps(m, xb + t * j->c);
-                            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp),
-                                         w2 = _mm512_loadu_ps(wt + 2 * j->cp);
-                            if (first) {
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_mul_ps(xv[t], w0);
-                                first = 0;
-                            } else {
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
-                            }
-#pragma GCC unroll 8
-                            for (int t = 0; t < DWB; t++)
-                                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
-#pragma GCC unroll 8
-                            for (int t = 0; t < DWB; t++)
-                                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
-                        }
-                    }
-                    for (long ky = ky0; ky < ky1 && !row3; ky++, xb += j->dh * rowstride) {
-                        const float *xt = xb;
-                        for (long kx = 0; kx < j->kw; kx++, xt += tapstride, wt += j->cp) {
-                            const __m512 wv = _mm512_loadu_ps(wt);
-                            if (first) {                     /* the first tap: a product */
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
-                                first = 0;
-                            } else {
-#pragma GCC unroll 8
-                                for (int t = 0; t < DWB; t++)
-                                    acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
-                            }
-                        }
-                    }
-#pragma GCC unroll 8
-                    for (int t = 0; t < DWB; t++) {
-                        __mmask16 bb = 0;
-                        const __m512 y = finish_v(acc[t], &E, &bb);
-                        bad |= bb & m;
-                        _mm512_mask_storeu_ps(orow + (ox + t) * j->c + cb, m, y);
-                    }
+                    float *ob = orow + ox * j->c + cb;
+                    if (m == 0xFFFF && row3)
+                        bad |= dw_block(1, 1, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    else if (m == 0xFFFF)
+                        bad |= dw_block(1, 0, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    else if (row3)
+                        bad |= dw_block(0, 1, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    else
+                        bad |= dw_block(0, 0, j, xb, wt, ky1 - ky0, m, ob, cb);
                 }
             }
         }

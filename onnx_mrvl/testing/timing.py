@@ -1,6 +1,7 @@
 """Shared timing loop of the benchmarks: the shim and onnxruntime timed in alternating blocks.
 
-Each block starts with untimed warm-up runs, so neither side profits from the other's caches; the
+Each block starts with a short pause (the other side's spinning threads go to sleep) and untimed
+warm-up runs, so neither side profits from the other's caches or loses cores to its spinning; the
 machine is shared and noisy, so callers take medians (or minima) over the samples returned.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Callable, Dict, List
 import numpy as np
 
 WARMUP = 5   # untimed runs that start each block
+SETTLE_S = 0.1   # pause before each block: the other side's spinning threads go to sleep
 
 
 def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP) -> Dict[str, List[float]]:
@@ -21,6 +23,10 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
     out: Dict[str, List[float]] = {"shim": [], "sim": [], "ort": [], "ort_cpu": []}
     block = block or max(1, repeat)
     for _ in range(-(-repeat // block)):
+        # onnxruntime's intra-op threads spin ~35-40 ms of CPU after a run (their schedstat): a
+        # shim block right after the reference block shared the cores with them (MobileNetV2
+        # width 0.5: ~35 ms of its ~50 ms block on the idle machine)
+        time.sleep(SETTLE_S)
         for _ in range(warmup):
             sess.run(None, feed)
         for _ in range(block):
@@ -28,6 +34,7 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
             sess.run(None, feed)
             out["shim"].append(time.perf_counter() - t0)
             out["sim"].append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
+        time.sleep(SETTLE_S)
         for _ in range(warmup):
             ref.run(None, feed)
         for _ in range(block):
