@@ -35,15 +35,18 @@ def _quantized_next(g: GraphIndex, t: str, depth: int = 2) -> bool:
         if c.op_type == "QuantizeLinear":
             return True
         if depth > 1 and len([i for i in c.input if i and not g.is_const(i)]) == 1 and \
-                _quantized_next(g, c.output[0], depth - 1):
+                quantized_next(g, c.output[0], depth - 1):
             return True
     return False
+
+
+quantized_next = _quantized_next   # qdq_int8_in.py
 
 
 def build_dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, why: str) -> Optional[Group]:
     """The fp16 group of QDQ layer ``n`` on its dequantized weight (and bias) when its output is
     not quantized (the model computes it in float), or None (it stays on the CPU with ``why``)."""
-    if _quantized_next(g, n.output[0]):
+    if quantized_next(g, n.output[0]):
         return None
     dq_in = g.producer.get(n.input[0])
     if dq_in is not None and dq_in.op_type == "DequantizeLinear" and isinstance(qparams(g, dq_in), str):
