@@ -389,6 +389,6 @@ def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
                     if (node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision) \
-                            and decisions[name].precision != "int8":
+                            and decisions[name].precision not in ("int8", "int8 in, fp16 out"):
                         # the compute layer's, not a layout change's (nor the Reshapes around an int8 N-D FC)
                         decisions[name].precision = precision
