@@ -28,11 +28,12 @@ def _weights(rng, shape, axis: int, per_channel: bool):
 
 def layer(kind: str = "conv", act: str = "s8", per_channel: bool = True, bias: Optional[str] = "int32",
           activation: Optional[str] = None, kernel: int = 3, groups: int = 1, channels: Sequence[int] = (8, 16),
-          size: int = 10, rows: int = 4, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+          size: int = 10, rows: int = 4, seed: int = 0, opset: int = 13, weight_zero_point: int = 0) -> onnx.ModelProto:
     """``kind``: conv (NCHW [1, C, size, size], pads 1, stride 1), gemm ([rows, C] x W^T, transB=1),
     matmul ([1, rows, C] x [C, O], its bias an Add); ``act``: s8 / u8 activations (asymmetric scale
     from the input's range); ``bias``: int32 (DQ at s_x * s_w), fp32 or None; ``activation``:
-    None, Relu, Clip (0, 6), LeakyRelu or Sigmoid after the layer; the output stays float."""
+    None, Relu, Clip (0, 6), LeakyRelu or Sigmoid after the layer; the output stays float;
+    ``weight_zero_point``: the int8 weights' (non-zero: no int8 form on the MAC array)."""
     rng = np.random.default_rng(seed)
     cin, cout = channels
     inits, nodes = [], []
@@ -45,8 +46,9 @@ def layer(kind: str = "conv", act: str = "s8", per_channel: bool = True, bias: O
     lo, hi = (-2.5, 3.0)
     s_x = np.float32((hi - lo) / 255)
     z_x = int(np.rint(-lo / s_x)) + (-128 if act == "s8" else 0)
-    nodes += [helper.make_node("QuantizeLinear", ["x", init("x_s", s_x), init("x_z", np.array(z_x, dt))], ["x_q"]),
-              helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_dq"])]
+    nodes += [helper.make_node("QuantizeLinear", ["x", init("x_s", s_x), init("x_z", np.array(z_x, dt))], ["x_q"],
+                               name="x_QuantizeLinear"),
+              helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_dq"], name="x_DequantizeLinear")]
     if kind == "conv":
         wshape, axis = (cout, cin // groups, kernel, kernel), 0
         xshape = [1, cin, size, size]
@@ -57,7 +59,7 @@ def layer(kind: str = "conv", act: str = "s8", per_channel: bool = True, bias: O
     q, s_w = _weights(rng, wshape, axis, per_channel)
     dq_kw = {"axis": axis} if per_channel else {}
     nodes.append(helper.make_node("DequantizeLinear", [init("w_q", q), init("w_s", s_w),
-                                                       init("w_z", np.zeros(s_w.shape, np.int8))], ["w"], **dq_kw))
+                                                       init("w_z", np.full(s_w.shape, weight_zero_point, np.int8))], ["w"], **dq_kw))
     b_in = []
     if bias:
         b = (rng.standard_normal(cout) * 0.3).astype(np.float32)
