@@ -2,6 +2,7 @@
 data, run on the simulator against onnxruntime (docs/quantize.md "Dynamic int8 models").
 
     python benchmarks/bench_dynamic_calibrated.py [MODEL ...] [--calibration N] [--held-out N] [--json OUT]
+                                                  [--layer-outputs int8|fp16]
 
 Models (``onnx_mrvl/testing``, seeded random weights): encoder_block (BERT-style encoder layer),
 vit_like, mha_block("legacy", "hf") (HF BERT attention with its attention_mask), resnet18_like,
@@ -18,7 +19,8 @@ the fp16 bound (``max|err| <= 1e-2 max|ref|``, or the fp16 baseline's verdict "w
 2x its error, or for outputs behind a QuantizeLinear at most 2x its flips, docs/simulator.md); the worst ``max|y - ref| / max|fp32|`` over the
 held-out inputs of ours (calibrated int8) and of onnxruntime's static run against the fp32 model,
 of onnxruntime's dynamic run against it, and of ours without calibration (fp16 layers with
-dequantized weights).
+dequantized weights). ``--layer-outputs fp16``: the layers become int8-in / fp16-out layers
+(``quantize_options={"layer_outputs": "fp16"}``, docs/quantize.md "Dynamic int8 models").
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def quantize_dynamic(model, folder: str):
     return src, dst
 
 
-def run(name: str, n_calib: int, n_held: int) -> dict:
+def run(name: str, n_calib: int, n_held: int, layer_outputs: str = "int8") -> dict:
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper as nh
@@ -81,13 +83,13 @@ def run(name: str, n_calib: int, n_held: int) -> dict:
         def sample(seed):
             return {k: v for k, v in feeds(qm, seed=seed).items() if k not in inits}
         calib = [sample(1000 + i) for i in range(n_calib)]
-        res = onnx_mrvl.convert(dyn, calibration=calib)
+        res = onnx_mrvl.convert(dyn, calibration=calib, quantize_options={"layer_outputs": layer_outputs})
         plain = onnx_mrvl.convert(dyn)
         res.save(os.path.join(tmp, "cal"))
         plain.save(os.path.join(tmp, "plain"))
         static = res.stages["quantize"]
         layers = [n.name for n in qm.graph.node if n.op_type in ("MatMulInteger", "ConvInteger")]
-        int8 = [n for n in layers if res.report[n].precision == "int8"]
+        int8 = [n for n in layers if res.report[n].precision in ("int8", "int8 in, fp16 out")]
         cpu_ops = sorted({n.op_type for n in res.model.graph.node if n.op_type in (
             "MatMul", "Conv", "Gemm", "QuantizeLinear", "DequantizeLinear", "MatMulInteger", "ConvInteger",
             "DynamicQuantizeLinear")})
@@ -134,6 +136,7 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", type=int, default=32)
     p.add_argument("--held-out", type=int, default=10)
     p.add_argument("--json")
+    p.add_argument("--layer-outputs", choices=("int8", "fp16"), default="int8")
     a = p.parse_args(argv)
     rows = []
     print("| model | int8 layers | fully offloaded | identical to onnxruntime static | max output steps | "
@@ -141,7 +144,7 @@ def main(argv=None) -> int:
           "no calibration (fp16) vs fp32 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in a.models:
-        r = run(name, a.calibration, a.held_out)
+        r = run(name, a.calibration, a.held_out, a.layer_outputs)
         rows.append(r)
         print(f"| {name} | {r['int8_layers']} / {r['layers']} | {'yes' if not r['cpu_ops'] else r['cpu_ops']} | "
               f"{r['identical_pct']}% | {'-' if r['max_steps'] is None else format(r['max_steps'], 'g')} | {r['vs_static_rel']:.1e} | {r['vs_static_within_fp16']} | {r['ours_vs_fp32']:.1e} | "

@@ -14,7 +14,8 @@ values, whose sum is the exact integer sum up to fp32 rounding: the two agree to
 of the output (docs/simulator.md "int8-in layers" has the bound).
 
 Not taken (``None``: the fp16 fallback on dequantized weights, ``qdq_fallback.py``, runs as before):
-an output a QuantizeLinear reads (an int8 layer or its reason), activations of another width
+an output one QuantizeLinear alone reads, directly or through a Relu / Clip (an int8 layer or its reason),
+activations of another width
 (int16), weights that are not int8 with zero point 0 per tensor / per output channel, a
 BatchNormalization or Mul folded into the layer (a per-channel factor on the int8 weights; the
 weights would no longer be the model's codes).
@@ -32,18 +33,32 @@ from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
 from .qdq import Dequantized, activation_dq, dequantized_const, pair_in, qparams, weight
-from .qdq_fallback import quantized_next
 
 PRECISION = "int8_in"
 NOTE = ("int8 in, fp16 out (output '{out}' is not quantized: the layer quantizes its input and multiplies "
         "int8 x int8, its fp32 result stored fp16)")
-SCALING_OPS = ("BatchNormalization", "Mul", "Div")
+
+
+def _int8_output(g: GraphIndex, t: str) -> bool:
+    """One QuantizeLinear alone reads ``t`` or the Relu / Clip alone reading it: an int8 layer's output
+    pair (the layer is int8, or stays on the CPU with qdq.build's reason, exactly as onnxruntime runs
+    it). An output with other readers, or read by another activation before its Q (LeakyRelu, SiLU),
+    is float in onnxruntime too (no QLinearConv fusion): the int8-in layer takes it (and the
+    activation), and the Q is the next layer's input quantization."""
+    users = g.consumers.get(t, [])
+    if len(users) != 1 or t in g.output_set:
+        return False
+    if users[0].op_type == "QuantizeLinear":
+        return True
+    after = g.consumers.get(users[0].output[0], [])
+    return users[0].op_type in ("Relu", "Clip") and len(after) == 1 and after[0].op_type == "QuantizeLinear" \
+        and users[0].output[0] not in g.output_set
 
 
 def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Optional[Group]:
     """The int8-in / fp16-out group anchored at QDQ layer ``n`` (its output not quantized), or None."""
     dq_in = activation_dq(g, n.input[0])
-    if dq_in is None or len(n.input) < 2 or quantized_next(g, n.output[0]):
+    if dq_in is None or len(n.input) < 2 or _int8_output(g, n.output[0]):
         return None
     qin = qparams(g, dq_in)
     if isinstance(qin, str):
@@ -73,8 +88,9 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     grp = {"Conv": build_conv, "Gemm": build_fc}.get(n.op_type, build_matmul)(view, n, target)
     if not isinstance(grp, Group) or grp.op not in ("Conv2D", "FC"):
         return None
-    if any(x.op_type in SCALING_OPS for x in grp.nodes[1:]):
-        return None
+    wf = consts[n.input[1]] if n.op_type == "Conv" or axis == 0 else consts[n.input[1]].T
+    if not np.array_equal(grp.weights["W"], wf):
+        return None   # a BatchNormalization / Mul folded a per-channel factor into the weights
     x, in_front = pair_in(g, n, 0, qin, claimed)
     weights = {"W": np.ascontiguousarray(wq if n.op_type == "Conv" or axis == 0 else wq.T)}
     if "B" in grp.weights:
