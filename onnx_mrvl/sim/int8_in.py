@@ -6,8 +6,8 @@
    float32 bias (the dequantized value onnxruntime adds), then the activation in float;
 4. the output stored fp16 (round to nearest even; overflow -> inf, reported as not finite).
 
-The numpy path only: the native int8 kernels (``int8_native.py``) requantize to int8 codes and do
-not take this layer (the static plan runs it in Python).
+The integer sum runs on the native VNNI kernels when built (``int8_in_native.py``: identity
+requantization, bit-identical), else on numpy's exact float64 GEMM; the epilogue is this module's.
 """
 from __future__ import annotations
 
@@ -82,4 +82,5 @@ def build(kind: str, spec):
             layer = Int8InFC(*args, **acts)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8-in layer: {exc}") from None
-    return layer.apply
+    from .int8_in_native import prepare     # the VNNI integer kernels (same results), when built
+    return prepare(layer) or layer.apply
