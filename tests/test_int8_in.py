@@ -186,3 +186,19 @@ def test_native_kernels_bit_identical_to_numpy():
         x2 = (rng.standard_normal((int(rng.integers(1, 20)), k)) * 3).astype(np.float32)
         (a, fa), (c, fc) = fc_layer.apply(x2), int8_in_native.prepare(fc_layer)(x2)
         assert fa == fc and np.array_equal(a, c), trial
+
+
+def test_compile_refuses_int8_in_on_other_layers(converted):
+    from onnx_mrvl.emit.compile import compile_json
+    m, r, d = converted["conv_s8_per_channel_int32_bias"]
+    name = r.subgraphs[0].name
+    nodes = json.load(open(os.path.join(d, f"{name}-nodes.json")))
+    consts = json.load(open(os.path.join(d, f"{name}-consts.json")))
+    for n in nodes["nodes"]:
+        if n.get("op") == "tvm_op" and n["attrs"].get("precision") != ["int8_in"]:
+            n["attrs"]["precision"] = ["int8_in"]
+            break
+    else:
+        pytest.skip("no other layer in this region")
+    with pytest.raises(MrvlError, match="no int8-in mode"):
+        compile_json(nodes, consts)
