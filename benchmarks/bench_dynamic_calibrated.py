@@ -19,8 +19,8 @@ the fp16 bound (``max|err| <= 1e-2 max|ref|``, or the fp16 baseline's verdict "w
 2x its error, or for outputs behind a QuantizeLinear at most 2x its flips, docs/simulator.md); the worst ``max|y - ref| / max|fp32|`` over the
 held-out inputs of ours (calibrated int8) and of onnxruntime's static run against the fp32 model,
 of onnxruntime's dynamic run against it, and of ours without calibration (fp16 layers with
-dequantized weights); last, ours against onnxruntime's dynamic run (``max|y - dyn| / max|dyn|``). ``--layer-outputs fp16``: the layers become int8-in / fp16-out layers
-(``quantize_options={"layer_outputs": "fp16"}``, docs/quantize.md "Dynamic int8 models").
+dequantized weights); last, ours against onnxruntime's dynamic run (``max|y - dyn| / max|dyn|``). ``--layer-outputs``: ``fp16`` (the default: int8-in / fp16-out layers) or ``int8``
+(``quantize_options={"layer_outputs": "int8"}``: int8 layers), docs/quantize.md "Dynamic int8 models".
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def quantize_dynamic(model, folder: str):
     return src, dst
 
 
-def run(name: str, n_calib: int, n_held: int, layer_outputs: str = "int8") -> dict:
+def run(name: str, n_calib: int, n_held: int, layer_outputs: str = "fp16") -> dict:
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper as nh
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", type=int, default=32)
     p.add_argument("--held-out", type=int, default=10)
     p.add_argument("--json")
-    p.add_argument("--layer-outputs", choices=("int8", "fp16"), default="int8")
+    p.add_argument("--layer-outputs", choices=("fp16", "int8"), default="fp16")
     a = p.parse_args(argv)
     rows = []
     print("| model | int8 layers | fully offloaded | identical to onnxruntime static | max output steps | "

@@ -29,6 +29,7 @@ from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, quantize_dyn, toke
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 N_CALIB = 32
+INT8 = {"layer_outputs": "int8"}   # int8 layers (the default, "fp16": int8-in / fp16-out layers, tested below)
 
 
 def _calib(model, n=N_CALIB, seed=1):
@@ -84,7 +85,7 @@ def test_calibrated_dynamic_layers_are_int8(tmp_path, name, bound_kind):
     q = onnx.load(qpath)
     layers = [n for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger")]
     assert layers
-    result = onnx_mrvl.convert(qpath, calibration=_calib(q))
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q), quantize_options=INT8)
     info = result.report.quantization
     assert info["mode"] == "dynamic-calibrated" and info["samples"] == N_CALIB
     assert info["int8_layers"] == len(layers) == info["layers_total"]
@@ -123,7 +124,7 @@ def test_per_channel_int8_weights(tmp_path):
     inits = {t.name: nh.to_array(t) for t in q.graph.initializer}
     layer = next(n for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger"))
     assert inits[layer.input[1]].dtype == np.int8
-    result = onnx_mrvl.convert(qpath, calibration=_calib(q))
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q), quantize_options=INT8)
     static = result.stages["quantize"]
     sinit = {t.name: nh.to_array(t) for t in static.graph.initializer}
     wdq = next(n for n in static.graph.node if n.name == f"{layer.name}/weight_dq")
@@ -183,7 +184,7 @@ def test_fused_forms_with_calibration(tmp_path, op):
     rng = np.random.default_rng(3)
     m = dynamic_matmul_case(op, rng)[0]
     calib = [{"x": rng.standard_normal((4, 24)).astype(np.float32)} for _ in range(N_CALIB)]
-    result = onnx_mrvl.convert(m, calibration=calib)
+    result = onnx_mrvl.convert(m, calibration=calib, quantize_options=INT8)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     assert result.report["dqmm"].precision == "int8"
     # [4, 24] x [24, 10] + bias: one Gemm with an int32 bias (no rounding between the product and the bias)
@@ -234,7 +235,7 @@ def test_without_calibration_unchanged_and_option_errors(tmp_path):
         onnx_mrvl.convert(qpath, calibration=_calib(q, 2), calibration_method="entropy")
     with pytest.raises(UsageError, match="input"):
         onnx_mrvl.convert(qpath, calibration=[{"wrong": np.zeros((1, 12, 32), np.float32)}])
-    kept = onnx_mrvl.convert(qpath, calibration=_calib(q, 4), fp16_layers=["mm2_quant"])
+    kept = onnx_mrvl.convert(qpath, calibration=_calib(q, 4), fp16_layers=["mm2_quant"], quantize_options=INT8)
     assert kept.report["mm1_quant"].precision == "int8" and kept.report["mm2_quant"].precision == "fp16"
     assert "fp16_layers names it" in kept.report["mm2_quant"].reason
 

@@ -7,8 +7,11 @@ onnxruntime with every ``DynamicQuantizeLinear`` input and every layer's float r
 outputs (min / max over all samples), and the scale and zero point are computed the way
 ``DynamicQuantizeLinear`` computes them (uint8, range widened to include 0, ``scale = (max - min) /
 255`` (1 for an empty range), ``zp = saturate(round_half_even(-min / scale))``). Each layer then
-becomes the QDQ form ``fuse/qdq.py`` imports as an int8 layer (docs/quantize.md "Dynamic int8
-models"):
+becomes the QDQ form ``fuse/qdq.py`` / ``fuse/qdq_int8_in.py`` import (docs/quantize.md "Dynamic
+int8 models"). By default (``layer_outputs="fp16"``) only each layer's input is quantized, in front
+of that layer alone as the dynamic model does, and the layer writes float with its fp32 bias: an
+int8-in / fp16-out layer. With ``quantize_options={"layer_outputs": "int8"}`` the layers are int8
+layers:
 
 ``DynamicQuantizeLinear(x) -> MatMulInteger / ConvInteger(W_q) -> Cast -> Mul(s_x * s_w) [-> Add(b)]
 [-> Relu/Clip]`` (also com.microsoft ``MatMulIntegerToFloat`` / ``DynamicQuantizeMatMul``) ->
@@ -254,16 +257,19 @@ def _toposort(graph: onnx.GraphProto, nodes: List[onnx.NodeProto]) -> List[onnx.
         raise MrvlError(f"the calibrated dynamic-int8 rewrite made a cycle ({exc})", hint="report this model") from exc
 
 
-LAYER_OUTPUTS = ("int8", "fp16")   # quantize_options={"layer_outputs": ...} of a dynamic model
+# quantize_options={"layer_outputs": ...} of a dynamic model, the default first: "fp16" (int8-in /
+# fp16-out layers) measured closer to fp32 and to onnxruntime's dynamic run than "int8" on 6 / 7 of
+# benchmarks/bench_dynamic_calibrated.py's models (docs/quantize.md "Dynamic int8 models")
+LAYER_OUTPUTS = ("fp16", "int8")
 PRECISION = {"int8": "int8", "fp16": "int8 in, fp16 out"}
 
 
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
-              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = "int8"):
+              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = LAYER_OUTPUTS[0]):
     """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
     and ``info`` for ``report.quantization``. Returns ``quantize.Quantized``. ``layer_outputs``:
-    "int8" (each layer's result quantized with a calibrated scale: int8 layers) or "fp16" (only the
-    inputs quantized: int8-in / fp16-out layers, the dynamic model's own roundings)."""
+    "fp16" (the default: only the inputs quantized, int8-in / fp16-out layers, the dynamic model's
+    own roundings) or "int8" (each layer's result quantized with a calibrated scale: int8 layers)."""
     from . import Quantized
     if calibration_method != "minmax":
         raise UsageError(f"calibration_method='{calibration_method}' on a dynamic-int8 model: its layers quantize "
