@@ -14,7 +14,7 @@ values, whose sum is the exact integer sum up to fp32 rounding: the two agree to
 of the output (docs/simulator.md "int8-in layers" has the bound).
 
 Not taken (``None``: the fp16 fallback on dequantized weights, ``qdq_fallback.py``, runs as before):
-an output one QuantizeLinear alone reads, directly or through a Relu / Clip (an int8 layer or its reason),
+an output pair (``_int8_output``: an int8 layer or its reason, the layer on the CPU as before),
 activations of another width
 (int16), weights that are not int8 with zero point 0 per tensor / per output channel, a
 BatchNormalization or Mul folded into the layer (a per-channel factor on the int8 weights; the
@@ -40,19 +40,36 @@ NOTE = ("int8 in, fp16 out (output '{out}' is not quantized: the layer quantizes
 
 
 def _int8_output(g: GraphIndex, t: str) -> bool:
-    """One QuantizeLinear alone reads ``t`` or the Relu / Clip alone reading it: an int8 layer's output
-    pair (the layer is int8, or stays on the CPU with qdq.build's reason, exactly as onnxruntime runs
-    it). An output with other readers, or read by another activation before its Q (LeakyRelu, SiLU),
-    is float in onnxruntime too (no QLinearConv fusion): the int8-in layer takes it (and the
-    activation), and the Q is the next layer's input quantization."""
+    """``t`` is the layer's output pair: one QuantizeLinear alone reads it, directly or through a
+    Relu / Clip (an int8 layer, or qdq.build's reason: it stays on the CPU, exactly as onnxruntime
+    runs it), or through another one-input activation whose Q -> DQ is not the input quantization
+    of weighted layers (a QDQ layer with an activation the int8 layer cannot fold: as before). An
+    output with other readers, or an activation (LeakyRelu, Sigmoid, ...) whose Q -> DQ only the
+    next Conv / Gemm / MatMul on DQ weights reads (inputs-only placement: the Q is that layer's input
+    quantizer), is float in onnxruntime too: the int8-in layer takes it (and the activation)."""
     users = g.consumers.get(t, [])
     if len(users) != 1 or t in g.output_set:
         return False
-    if users[0].op_type == "QuantizeLinear":
+    u = users[0]
+    if u.op_type == "QuantizeLinear":
         return True
-    after = g.consumers.get(users[0].output[0], [])
-    return users[0].op_type in ("Relu", "Clip") and len(after) == 1 and after[0].op_type == "QuantizeLinear" \
-        and users[0].output[0] not in g.output_set
+    if len([i for i in u.input if i and not g.is_const(i)]) != 1 or len(u.output) != 1:
+        return False
+    after = g.consumers.get(u.output[0], [])
+    if len(after) != 1 or after[0].op_type != "QuantizeLinear" or u.output[0] in g.output_set:
+        return False
+    return u.op_type in ("Relu", "Clip") or not _next_layer_input(g, after[0])
+
+
+def _next_layer_input(g: GraphIndex, q: onnx.NodeProto) -> bool:
+    """The Q -> DQ of ``q`` is read only as the data input of Conv / Gemm / MatMul on DQ weights."""
+    dqs = g.consumers.get(q.output[0], [])
+    if len(dqs) != 1 or dqs[0].op_type != "DequantizeLinear" or dqs[0].output[0] in g.output_set:
+        return False
+    readers = g.consumers.get(dqs[0].output[0], [])
+    return bool(readers) and all(
+        r.op_type in ("Conv", "Gemm", "MatMul") and r.input[0] == dqs[0].output[0] and len(r.input) > 1 and
+        getattr(g.producer.get(r.input[1]), "op_type", "") == "DequantizeLinear" for r in readers)
 
 
 def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Optional[Group]:
