@@ -99,12 +99,14 @@ def test_numpy_layer_is_exact_integer_sum():
     assert finite and np.array_equal(y, want.astype(np.float32))
 
 
-def test_reference_body_runs_in_onnxruntime():
+@pytest.mark.parametrize("name", ["conv_u8_per_tensor_fp32_bias_relu", "depthwise_s8_clip", "gemm_u8_fp32_bias_sigmoid",
+                                  "matmul_nd_bias_add"])
+def test_reference_body_runs_in_onnxruntime(name):
     """The fused model (model-local functions) runs in plain onnxruntime and computes what the QDQ
     model computes (Q -> DQ of X, DQ of W, the fp32 float body)."""
-    m = im.layer(kind="conv", act="u8", bias="fp32", activation="Relu")
+    m = im.layer(**CASES[name])
     fused = fuse(legalize(m).model).model
-    assert any(n.op_type == "Conv2D" and any(a.name == "precision" and a.s == b"int8_in" for a in n.attribute)
+    assert any(n.op_type in ("Conv2D", "FC") and any(a.name == "precision" and a.s == b"int8_in" for a in n.attribute)
                for n in fused.graph.node)
     f = im.feeds(m)
     a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
@@ -115,9 +117,18 @@ def test_reference_body_runs_in_onnxruntime():
 def test_quantized_output_stays_int8_and_fp32_bias_kept_only_without_q():
     """A layer whose output a Q reads is an ordinary int8 layer (not int8_in); legalize quantizes an
     fp32 bias only then (onnxruntime's BiasQuantization), the int8-in layer keeps it fp32."""
+    from onnx import helper, numpy_helper
     m = im.layer(kind="conv", bias="fp32")
     legal = legalize(m).model
     assert not [n for n in legal.graph.node if n.op_type == "DequantizeLinear" and "b_quantized" in n.input[0]]
+    m.graph.node[-1].output[0] = "y_float"   # the same layer with an output pair
+    m.graph.initializer.append(numpy_helper.from_array(np.array(0.05, np.float32), "y_s"))
+    m.graph.node.extend([helper.make_node("QuantizeLinear", ["y_float", "y_s"], ["y_q"]),
+                         helper.make_node("DequantizeLinear", ["y_q", "y_s"], ["y"])])
+    legal = legalize(m).model
+    assert [n for n in legal.graph.node if n.op_type == "DequantizeLinear" and "b_quantized" in n.input[0]]
+    r = onnx_mrvl.convert(m)
+    assert r.report.decisions["layer"].precision == "int8"
 
 
 def test_perf_model_int8_rate_fp16_output():
