@@ -1,8 +1,9 @@
 """A QDQ Conv / Gemm / MatMul whose output is not quantized (no Q -> DQ pair after it, nor after a
 one-input op after it: NVIDIA ModelOpt / TensorRT-style exports quantize the inputs of the weighted
 ops only, so the layer before a residual Add or at the model's output writes float, which
-onnxruntime computes in fp32) as the **fp16 layer on its dequantized weights** (docs/quantize.md
-"importing pre-quantized models"). A QDQ layer that has its output pair but cannot be int8 (weights
+onnxruntime computes in fp32) that cannot be an int8-in / fp16-out layer (``qdq_int8_in.py``, tried
+first: weights with a zero point, int4, a folded BN) as the **fp16 layer on its dequantized weights**
+(docs/quantize.md "importing pre-quantized models"). A QDQ layer that has its output pair but cannot be int8 (weights
 with a zero point, an activation other than Relu/Clip before the Q, ...) stays on the CPU with
 ``qdq.build``'s reason, exactly as onnxruntime runs it. The fallback:
 ``W = (W_q - z) * s`` and ``B = b_q * s_b`` in fp32 as onnxruntime's DequantizeLinear computes them,
@@ -35,18 +36,15 @@ def _quantized_next(g: GraphIndex, t: str, depth: int = 2) -> bool:
         if c.op_type == "QuantizeLinear":
             return True
         if depth > 1 and len([i for i in c.input if i and not g.is_const(i)]) == 1 and \
-                quantized_next(g, c.output[0], depth - 1):
+                _quantized_next(g, c.output[0], depth - 1):
             return True
     return False
-
-
-quantized_next = _quantized_next   # qdq_int8_in.py
 
 
 def build_dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, why: str) -> Optional[Group]:
     """The fp16 group of QDQ layer ``n`` on its dequantized weight (and bias) when its output is
     not quantized (the model computes it in float), or None (it stays on the CPU with ``why``)."""
-    if quantized_next(g, n.output[0]):
+    if _quantized_next(g, n.output[0]):
         return None
     dq_in = g.producer.get(n.input[0])
     if dq_in is not None and dq_in.op_type == "DequantizeLinear" and isinstance(qparams(g, dq_in), str):
