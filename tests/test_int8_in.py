@@ -28,6 +28,10 @@ CASES = {
     "gemm_u8_fp32_bias_sigmoid": dict(kind="gemm", act="u8", bias="fp32", activation="Sigmoid"),
     "matmul_nd_bias_add": dict(kind="matmul"),
     "matmul_nd_u8_per_tensor": dict(kind="matmul", act="u8", per_channel=False, bias=None),
+    # a BatchNormalization left after the layer (pytorch-quantization QAT exports): its factor (of
+    # either sign) in the weight scales, the int8 codes kept
+    "conv_bn_relu": dict(kind="conv", bias="fp32", activation="Relu", bn=True),
+    "gemm_u8_per_tensor_bn": dict(kind="gemm", act="u8", per_channel=False, bn=True),
 }
 
 
@@ -100,7 +104,7 @@ def test_numpy_layer_is_exact_integer_sum():
 
 
 @pytest.mark.parametrize("name", ["conv_u8_per_tensor_fp32_bias_relu", "depthwise_s8_clip", "gemm_u8_fp32_bias_sigmoid",
-                                  "matmul_nd_bias_add"])
+                                  "matmul_nd_bias_add", "conv_bn_relu"])
 def test_reference_body_runs_in_onnxruntime(name):
     """The fused model (model-local functions) runs in plain onnxruntime and computes what the QDQ
     model computes (Q -> DQ of X, DQ of W, the fp32 float body)."""

@@ -69,8 +69,8 @@ def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, w
     side_qparams(a, "in", "an int8_in layer", params)
     params["precision"] = "int8_in"
     ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
-    if not (np.isfinite(ws).all() and np.all(ws > 0)):
-        a.fail("weight scales must be positive and finite")
+    if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign
+        a.fail("weight scales of an int8_in layer must be finite and non-zero")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
 
 

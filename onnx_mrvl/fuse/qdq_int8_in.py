@@ -16,9 +16,10 @@ of the output (docs/simulator.md "int8-in layers" has the bound).
 Not taken (``None``: the fp16 fallback on dequantized weights, ``qdq_fallback.py``, runs as before):
 an output pair (``_int8_output``: an int8 layer or its reason, the layer on the CPU as before),
 activations of another width
-(int16), weights that are not int8 with zero point 0 per tensor / per output channel, a
-BatchNormalization or Mul folded into the layer (a per-channel factor on the int8 weights; the
-weights would no longer be the model's codes).
+(int16), weights that are not int8 with zero point 0 per tensor / per output channel. A
+BatchNormalization or Mul after the layer that the float chain folds (a per-channel factor ``f`` on
+the weights, ``b * f + shift`` on the bias) leaves the int8 codes as they are: ``f`` goes into the
+layer's ``weight_scales`` (its dequantization multiplier ``s_w * f``, of either sign).
 """
 from __future__ import annotations
 
@@ -72,6 +73,24 @@ def _next_layer_input(g: GraphIndex, q: onnx.NodeProto) -> bool:
         getattr(g.producer.get(r.input[1]), "op_type", "") == "DequantizeLinear" for r in readers)
 
 
+def _folded_factor(w: np.ndarray, folded: np.ndarray) -> Optional[np.ndarray]:
+    """The per-output-channel factor the float chain folded into the weights (a BatchNormalization
+    or Mul after the layer: ``folded[o] = fp32(w[o] * f[o])``), ones when none, or None when the
+    weights are not ``w`` times a non-zero factor per channel (the int8 codes would change)."""
+    if np.array_equal(w, folded):
+        return np.ones(w.shape[0], np.float32)
+    rows, frows = w.reshape(w.shape[0], -1), folded.reshape(w.shape[0], -1)
+    k = np.abs(rows).argmax(axis=1)
+    pick = rows[np.arange(rows.shape[0]), k]
+    if np.any(pick == 0):
+        return None
+    f = (frows[np.arange(rows.shape[0]), k].astype(np.float64) / pick).astype(np.float32)
+    if not np.all(np.isfinite(f)) or np.any(f == 0) or \
+            not np.allclose(frows, rows * f[:, None].astype(np.float64), rtol=1e-6, atol=0):
+        return None
+    return f
+
+
 def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Optional[Group]:
     """The int8-in / fp16-out group anchored at QDQ layer ``n`` (its output not quantized), or None."""
     dq_in = activation_dq(g, n.input[0])
@@ -106,8 +125,9 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     if not isinstance(grp, Group) or grp.op not in ("Conv2D", "FC"):
         return None
     wf = consts[n.input[1]] if n.op_type == "Conv" or axis == 0 else consts[n.input[1]].T
-    if not np.array_equal(grp.weights["W"], wf):
-        return None   # a BatchNormalization / Mul folded a per-channel factor into the weights
+    factor = _folded_factor(wf, np.asarray(grp.weights["W"], np.float32))
+    if factor is None:
+        return None
     x, in_front = pair_in(g, n, 0, qin, claimed)
     weights = {"W": np.ascontiguousarray(wq if n.op_type == "Conv" or axis == 0 else wq.T)}
     if "B" in grp.weights:
@@ -115,7 +135,7 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     if "slope" in grp.weights:
         weights["slope"] = grp.weights["slope"]
     attrs = dict(grp.attrs, precision=PRECISION, in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
-                 weight_scales=[float(v) for v in ws])
+                 weight_scales=[float(v) for v in (ws * factor).astype(np.float32)])
     out = Group(grp.op, grp.composite, grp.nodes + in_front + absorbed, [x], grp.output, attrs, weights)
     out.note = NOTE.format(out=grp.output)
     return out

@@ -28,12 +28,14 @@ def _weights(rng, shape, axis: int, per_channel: bool):
 
 def layer(kind: str = "conv", act: str = "s8", per_channel: bool = True, bias: Optional[str] = "int32",
           activation: Optional[str] = None, kernel: int = 3, groups: int = 1, channels: Sequence[int] = (8, 16),
-          size: int = 10, rows: int = 4, seed: int = 0, opset: int = 13, weight_zero_point: int = 0) -> onnx.ModelProto:
+          size: int = 10, rows: int = 4, seed: int = 0, opset: int = 13, weight_zero_point: int = 0,
+          bn: bool = False) -> onnx.ModelProto:
     """``kind``: conv (NCHW [1, C, size, size], pads 1, stride 1), gemm ([rows, C] x W^T, transB=1),
     matmul ([1, rows, C] x [C, O], its bias an Add); ``act``: s8 / u8 activations (asymmetric scale
     from the input's range); ``bias``: int32 (DQ at s_x * s_w), fp32 or None; ``activation``:
     None, Relu, Clip (0, 6), LeakyRelu or Sigmoid after the layer; the output stays float;
-    ``weight_zero_point``: the int8 weights' (non-zero: no int8 form on the MAC array)."""
+    ``weight_zero_point``: the int8 weights' (non-zero: no int8 form on the MAC array); ``bn``: a
+    BatchNormalization (gamma of both signs) between the layer (conv / gemm) and the activation."""
     rng = np.random.default_rng(seed)
     cin, cout = channels
     inits, nodes = [], []
@@ -83,6 +85,12 @@ def layer(kind: str = "conv", act: str = "s8", per_channel: bool = True, bias: O
         if b_in:
             nodes.append(helper.make_node("Add", ["mm"] + b_in, [y], name="bias_add"))
         oshape = [1, rows, cout]
+    if bn:
+        nodes[-1].output[0] = "pre_bn"
+        stats = (np.linspace(-1.5, 1.5, cout) + 0.05, np.linspace(-0.2, 0.2, cout), np.linspace(-0.1, 0.1, cout),
+                 np.linspace(0.5, 1.5, cout))
+        nodes.append(helper.make_node("BatchNormalization", ["pre_bn"] + [init(f"bn_{k}", v.astype(np.float32))
+                                                                         for k, v in zip("gbmv", stats)], [y], name="bn"))
     if activation:
         extra = {"LeakyRelu": {"alpha": 0.1}}.get(activation, {})
         ins = [y] + ([init("lo", np.float32(0)), init("hi", np.float32(6))] if activation == "Clip" else [])
