@@ -40,12 +40,10 @@ from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
 from .static import onnxruntime_failure
-from .dynamic_layers import Graph, Layer, dom, is_dynamic, prepared, qparams, take
+from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
 
 log = logging.getLogger(__name__)
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
-DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
-POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
 
 
 def _ort_failure(step: str):
@@ -117,27 +115,6 @@ def _int32_bias(graph, name: str, bias: np.ndarray, bs: np.ndarray, channels: in
     bqn = _consts(graph, f"{name}/bias_q", np.broadcast_to(bq, (channels,)).astype(np.int32))
     return helper.make_node("DequantizeLinear", [bqn, bsn, bzn], [f"{name}/bias"], name=f"{name}/bias_dq",
                             **({"axis": 0} if bs.size > 1 else {}))
-
-
-def _pool_points(g: Graph, layers: List[Layer]) -> List[str]:
-    """``pool -> Flatten / Reshape -> layer`` (a CNN head): the pool's output and input get pairs too
-    (the pool reads and writes int8 codes: an int8 layer, not an fp16 one between int8 layers)."""
-    io = {i.name for i in g.model.graph.input} | {o.name for o in g.model.graph.output}
-    removed = {n.name for L in layers for n in L.removed}
-    out = []
-    for L in layers:
-        p = g.producer.get(L.x)
-        if p is None or p.op_type not in DATA_MOVES or dom(p) or L.x in io:
-            continue
-        u = p.input[0]
-        src = g.producer.get(u)
-        if src is None or src.op_type not in POOLS or dom(src) or u in io or len(g.users.get(u, [])) != 1:
-            continue
-        v = src.input[0]
-        for t, w in ((u, src), (v, g.producer.get(v))):
-            if w is not None and w.name not in removed and t not in io and t not in out:
-                out.append(t)
-    return out
 
 
 def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str, Tuple],
@@ -279,7 +256,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     g = Graph(prepared(model))
     layers, reasons = take(g, fp16_layers)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
-    extra = _pool_points(g, layers)
+    extra = pool_points(g, layers)
     tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
     ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
