@@ -214,7 +214,8 @@ def perf_report(meta: Mapping) -> PerfReport:
             names = layer.get("weights") or {}
             wb = sum(wbytes.get(names.get(k), 0) for k in ("kernel", "recurrence"))
             dram += streamed_weight_bytes(steps, wb, int(arch["num_tiles"]) * int(arch["ocm_size"]))
-        int8 = str((layer.get("params") or {}).get("precision", "fp16")) == "int8"
+        # int8 and int8-in layers: MACs at the int8 rate (their bytes are in the tensors' dtypes)
+        int8 = str((layer.get("params") or {}).get("precision", "fp16")) in ("int8", "int8_in")
         c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps, int8=int8)
         # an int8 conv beyond the per-pass limits (int8_conv_passes.py): each extra pass into its
         # int32 accumulator costs a pass setup (assumption: the per-layer overhead again)

@@ -32,6 +32,13 @@ def is_int8(attrs: dict) -> bool:
     return attrs.get("precision", "fp16") == "int8"
 
 
+INT8_IN = "int8_in"   # Conv2D / FC: int8 input and weights, fp16 output (fuse/qdq_int8_in.py)
+
+
+def is_int8_in(attrs: dict) -> bool:
+    return attrs.get("precision", "fp16") == INT8_IN
+
+
 def _const(name: str, values, dtype, dims) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, dtype, dims, values))
 
@@ -51,6 +58,8 @@ def int8_body(float_body: Callable) -> Callable:
     """The body of a Conv2D/FC/pool that dispatches on ``precision``: the float body as it is, or
     Q -> DQ of X, DQ of W and B (when present), the float body, Q -> DQ of Y."""
     def body(a, present, opset):
+        if is_int8_in(a):
+            return _int8_in_body(float_body, a, present, opset)
         if not is_int8(a):
             return float_body(a, present, opset)
         if opset < 13:
@@ -86,3 +95,19 @@ def int8_body(float_body: Callable) -> Callable:
         return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
                                 helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
     return body
+
+
+def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProto]:
+    """int8 in, fp16 out (Conv2D / FC): Q -> DQ of X, DQ of the int8 W (axis 0), the float body on
+    them with the float bias as it is; the output is the float result (no Q -> DQ)."""
+    if opset < 13:
+        raise ValueError("an int8-in layer's reference body needs opset >= 13 (per-channel DequantizeLinear)")
+    ws = [float(v) for v in a["weight_scales"]]
+    it = a["in_type"]
+    nodes = [_const("q_in_s", [float(a["in_scale"])], onnx.TensorProto.FLOAT, []),
+             _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
+             helper.make_node("QuantizeLinear", ["X", "q_in_s", "q_in_z"], ["q_xq"]),
+             helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"]),
+             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)]),
+             helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
+    return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})

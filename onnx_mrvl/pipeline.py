@@ -383,12 +383,13 @@ def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
             if node.get("op") != "tvm_op":
                 continue
             origin = node["attrs"].get("origin_nodes", [[]])[0]
-            precision = "int8" if node["attrs"].get("precision") == ["int8"] else "fp16"
+            precision = {"int8": "int8", "int8_in": "int8 in, fp16 out"}.get(
+                (node["attrs"].get("precision") or [""])[0], "fp16")
             for name in origin:
                 if name in decisions:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
                     if (node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision) \
-                            and decisions[name].precision != "int8":
+                            and decisions[name].precision not in ("int8", "int8 in, fp16 out"):
                         # the compute layer's, not a layout change's (nor the Reshapes around an int8 N-D FC)
                         decisions[name].precision = precision

@@ -148,6 +148,15 @@ def get_target(target=None) -> Target:
     raise TypeError(f"target must be None, a Target or a dict, not {type(target).__name__}")
 
 
+# int8-in / fp16-out Conv2D / FC (precision "int8_in", docs/fusion.md "int8"; fuse/qdq_int8_in.py):
+# the int8 layers' datapath up to the accumulator, the fp16 layers' output stage after it.
+INT8_IN_LOWERING = ("input: quantize fp16 -> int8 / uint8 with the layer's scale and zero point (round "
+                    "half to even, saturate), as an int8 layer's input (or int8 codes as stored); MAC array: "
+                    "int8 x int8 -> int32 at int8_macs_factor x the fp16 rate, int8 weights; output stage "
+                    "(assumption: the int8 requantization's fp32 multiplier path without the round / "
+                    "saturate): int32 -> fp32, one multiply by fp32(s_x * s_w[o]) per channel, fp32 bias add, "
+                    "the activation as an fp16 layer's epilogue, fp16 write (2 bytes per element)")
+
 # The target description of what the accelerator computes off the MAC array: per Mrvl layer kind
 # (and per smooth activation of a layer's epilogue), the unit, its lowering, and the vector-unit
 # operations per element the performance model charges (``ArchProfile.vector_ops_per_cycle_per_tile``).

@@ -29,6 +29,7 @@ from test_int8_dynamic import DYNAMIC_OPS, _builders, _feeds, quantize_dyn, toke
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 N_CALIB = 32
+INT8 = {"layer_outputs": "int8"}   # int8 layers (the default, "fp16": int8-in / fp16-out layers, tested below)
 
 
 def _calib(model, n=N_CALIB, seed=1):
@@ -84,7 +85,7 @@ def test_calibrated_dynamic_layers_are_int8(tmp_path, name, bound_kind):
     q = onnx.load(qpath)
     layers = [n for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger")]
     assert layers
-    result = onnx_mrvl.convert(qpath, calibration=_calib(q))
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q), quantize_options=INT8)
     info = result.report.quantization
     assert info["mode"] == "dynamic-calibrated" and info["samples"] == N_CALIB
     assert info["int8_layers"] == len(layers) == info["layers_total"]
@@ -123,7 +124,7 @@ def test_per_channel_int8_weights(tmp_path):
     inits = {t.name: nh.to_array(t) for t in q.graph.initializer}
     layer = next(n for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger"))
     assert inits[layer.input[1]].dtype == np.int8
-    result = onnx_mrvl.convert(qpath, calibration=_calib(q))
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q), quantize_options=INT8)
     static = result.stages["quantize"]
     sinit = {t.name: nh.to_array(t) for t in static.graph.initializer}
     wdq = next(n for n in static.graph.node if n.name == f"{layer.name}/weight_dq")
@@ -183,7 +184,7 @@ def test_fused_forms_with_calibration(tmp_path, op):
     rng = np.random.default_rng(3)
     m = dynamic_matmul_case(op, rng)[0]
     calib = [{"x": rng.standard_normal((4, 24)).astype(np.float32)} for _ in range(N_CALIB)]
-    result = onnx_mrvl.convert(m, calibration=calib)
+    result = onnx_mrvl.convert(m, calibration=calib, quantize_options=INT8)
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     assert result.report["dqmm"].precision == "int8"
     # [4, 24] x [24, 10] + bias: one Gemm with an int32 bias (no rounding between the product and the bias)
@@ -234,7 +235,7 @@ def test_without_calibration_unchanged_and_option_errors(tmp_path):
         onnx_mrvl.convert(qpath, calibration=_calib(q, 2), calibration_method="entropy")
     with pytest.raises(UsageError, match="input"):
         onnx_mrvl.convert(qpath, calibration=[{"wrong": np.zeros((1, 12, 32), np.float32)}])
-    kept = onnx_mrvl.convert(qpath, calibration=_calib(q, 4), fp16_layers=["mm2_quant"])
+    kept = onnx_mrvl.convert(qpath, calibration=_calib(q, 4), fp16_layers=["mm2_quant"], quantize_options=INT8)
     assert kept.report["mm1_quant"].precision == "int8" and kept.report["mm2_quant"].precision == "fp16"
     assert "fp16_layers names it" in kept.report["mm2_quant"].reason
 
@@ -248,3 +249,44 @@ def test_cli_calibration_without_quantize(tmp_path):
     summary = json.loads(r.stdout)
     assert summary["quantization"]["mode"] == "dynamic-calibrated" and summary["quantization"]["int8_layers"] == 2
     assert summary["cpu_nodes"] == 0
+
+
+@pytest.mark.parametrize("name", ["token_mlp", "cnn_all", "encoder"])
+def test_layer_outputs_fp16_are_int8_in_layers(tmp_path, name):
+    """quantize_options={"layer_outputs": "fp16"}: no calibrated quantization after a layer; each
+    layer quantizes its own input (as the dynamic model does) and writes float: an int8-in / fp16-out
+    layer (or an int8 layer where the next layer's input pair alone reads it through Relu / Clip).
+    Structure: all layers on the accelerator, nothing on the CPU; numbers against onnxruntime's run
+    of the same static model: the fp16 bound (docs/simulator.md)."""
+    build, ops = _builders()[name]
+    src, qpath = quantize_dyn(build(), str(tmp_path / "q.onnx"), ops)
+    q = onnx.load(qpath)
+    layers = [n for n in q.graph.node if n.op_type in ("MatMulInteger", "ConvInteger")]
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q), quantize_options={"layer_outputs": "fp16"})
+    info = result.report.quantization
+    assert info["layer_outputs"] == "fp16" and info["int8_layers"] == len(layers) == info["layers_total"]
+    static = result.stages["quantize"]
+    assert not [n for n in static.graph.node if n.name.endswith("/output_q")]   # no pair after a layer
+    assert not [n for n in result.model.graph.node if n.op_type in DYNAMIC_OPS | {
+        "MatMul", "Conv", "Gemm", "QuantizeLinear", "DequantizeLinear"}]
+    precisions = [result.report[n.name].precision for n in layers]
+    assert set(precisions) <= {"int8 in, fp16 out", "int8"} and "int8 in, fp16 out" in precisions, precisions
+    for n in layers:
+        rec = next(r for r in info["layers"] if r["layer"] == n.name)
+        assert rec["precision"] == result.report[n.name].precision
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    for e, ident, quantum, within, ref, e_dyn, dyn_f32, e_f32, ref32 in _measure(src, qpath, result, folder):
+        print(f"{name} (layer_outputs fp16): vs onnxruntime static {e / ref:.2e} of max|ref|; /max|fp32| vs "
+              f"dynamic {e_dyn / ref32:.3g}, vs fp32 {e_f32 / ref32:.3g} (onnxruntime dynamic {dyn_f32 / ref32:.3g})")
+        assert e <= 1e-2 * ref or within
+
+
+def test_layer_outputs_option_errors(tmp_path):
+    src, qpath = quantize_dyn(token_mlp(seed=0), str(tmp_path / "q.onnx"))
+    q = onnx.load(qpath)
+    with pytest.raises(UsageError, match="layer_outputs"):
+        onnx_mrvl.convert(qpath, calibration=_calib(q, 2), quantize_options={"layer_outputs": "int4"})
+    with pytest.raises(UsageError, match="equalize"):
+        onnx_mrvl.convert(qpath, calibration=_calib(q, 2), quantize_options={"layer_outputs": "fp16",
+                                                                              "equalize": True})

@@ -230,7 +230,7 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
             return None
         for r in readers[t]:
             p = r["params"]
-            if p.get("precision") == "int8" or p.get("precision") == "int8_out" and "in_dtype" in p:
+            if p.get("precision") in ("int8", "int8_in") or p.get("precision") == "int8_out" and "in_dtype" in p:
                 # input 0: in_*, input 1 of a Sum2D / BatchMatMul: in2_*
                 for k, ref in enumerate(r["inputs"]):
                     side = "in2" if k == 1 and "in2_dtype" in p else "in"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from .int8_layer import int8_params, is_int8
+from .int8_layer import int8_in_params, int8_params, is_int8, is_int8_in
 from .json_attrs import NodeAttrs, decode_const, unwrap
 from .layer_common import ACTIVATIONS, Context, fit_rank, padding4, squeeze_lead, vector
 
@@ -35,8 +35,8 @@ def activation(a: NodeAttrs, ctx: Context, lname: str, channels: int, params: di
 def conv(a, ctx, lname, in_shapes, params, weights):
     if len(in_shapes[0]) != 4:
         a.fail(f"Conv2D input has shape {in_shapes[0]} (4-D NHWC expected)")
-    int8 = is_int8(a)
-    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a, "int8" if int8 else None), 4)
+    int8, i8in = is_int8(a), is_int8_in(a)   # i8in: int8 in, fp16 out (float32 bias)
+    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a, "int8" if int8 or i8in else None), 4)
     if w.ndim != 4:
         a.fail(f"conv kernel has shape {list(w.shape)} (OHWI expected)")
     layout = a.str("kernel_layout", "OHWI")
@@ -61,7 +61,7 @@ def conv(a, ctx, lname, in_shapes, params, weights):
     weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "OHWI", fp16=True)
     bias = vector(a, ctx, "bias_const_name", o, "bias", "int32" if int8 else None) \
         if a.has("bias_const_name") else None
-    if int8 and (a.has("gamma_const_name") or a.has("mean_const_name")):
+    if (int8 or i8in) and (a.has("gamma_const_name") or a.has("mean_const_name")):
         a.fail("an int8 Conv2D cannot carry a batch_norm (fold it before quantizing)")
     if a.has("gamma_const_name") or a.has("mean_const_name"):
         # TVM's conv + [bias] + batch_norm: y = (x - mean) / sqrt(var + eps) * gamma + beta,
@@ -81,6 +81,8 @@ def conv(a, ctx, lname, in_shapes, params, weights):
     activation(a, ctx, lname, o, params, weights)
     if int8:
         int8_params(a, ctx, lname, o, params, weights)
+    elif i8in:
+        int8_in_params(a, ctx, lname, o, params, weights)
     n, h, wd, _ = in_shapes[0]
     pt, pl, pb, pr = params["padding"]
     (sh, sw), (dh, dw) = params["strides"], params["dilation"]
@@ -97,8 +99,8 @@ def conv(a, ctx, lname, in_shapes, params, weights):
 def fc(a, ctx, lname, in_shapes, params, weights):
     """FC on x [N, K]; a 4-D NHWC input (TVM's fc after layout_transform + flatten) is flattened by
     the caller (see needs_flatten)."""
-    int8 = is_int8(a)
-    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a, "int8" if int8 else None), 2)
+    int8, i8in = is_int8(a), is_int8_in(a)
+    w = squeeze_lead(decode_const(ctx.consts, a.str("kernel_const_name"), a, "int8" if int8 or i8in else None), 2)
     if w.ndim != 2:
         a.fail(f"FC kernel has shape {list(w.shape)} (OI expected)")
     if a.str("kernel_layout", "OI") == "IO":
@@ -124,6 +126,8 @@ def fc(a, ctx, lname, in_shapes, params, weights):
     activation(a, ctx, lname, o, params, weights)
     if int8:
         int8_params(a, ctx, lname, o, params, weights)
+    elif i8in:
+        int8_in_params(a, ctx, lname, o, params, weights)
     return [in_shapes[0][0], o], in_shapes[0][0] * o * k
 
 

@@ -14,6 +14,11 @@ def is_int8(a: NodeAttrs) -> bool:
     return a.has("precision") and a.str("precision").lower() == "int8"
 
 
+def is_int8_in(a: NodeAttrs) -> bool:
+    """int8 in, fp16 out (Conv2D / FC): int8 kernel, float32 bias, no output quantization."""
+    return a.has("precision") and a.str("precision").lower() == "int8_in"
+
+
 def side_qparams(a: NodeAttrs, side: str, what: str, params: dict) -> None:
     """Checks ``<side>_dtype`` / ``_scale`` / ``_zero_point`` of ``a`` and copies them into ``params``."""
     dtype = a.str(f"{side}_dtype", "int8")
@@ -53,6 +58,20 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
             weights["bias_scale"] = ctx.weight(a, f"{lname}.bias_scale", bs, "O", fp16=False)
     if params.get("activation", "none") not in ACTIVATIONS:
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
+
+
+def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict) -> None:
+    """An int8-in / fp16-out Conv2D / FC: checks and copies ``in_*`` and the weight scales; the
+    output is fp16 (``out_dtype`` float16 or absent), any activation (applied in float)."""
+    from .layer_common import vector
+    if a.str("out_dtype", "float16") not in ("float16", "float32") or a.has("out_scale"):
+        a.fail("an int8_in layer writes fp16 (out_dtype float16, no out_scale): use precision int8 for int8 codes")
+    side_qparams(a, "in", "an int8_in layer", params)
+    params["precision"] = "int8_in"
+    ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
+    if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign
+        a.fail("weight scales of an int8_in layer must be finite and non-zero")
+    weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
 
 
 SUM_REQUANT = ("qlinear", "qlinear_u8", "float")   # int8 Sum2D: docs/simulator.md "int8 layers"

@@ -339,6 +339,11 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s))
     if node.op_type in INT8_OPS and is_int8(a):
         _int8_attrs(a, attrs, add_const)
+    elif node.op_type in ("Conv2D", "FC") and a.get("precision") == "int8_in":   # int8 in, fp16 out
+        attrs.update(precision=["int8_in"], in_scale=_s(float(a["in_scale"])),
+                     in_zero_point=_s(int(a["in_zero_point"])), in_dtype=[a["in_type"]],
+                     out_dtype=["float16"], kernel_dtype=["int8"], bias_dtype=["float32"])
+        add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
     elif a.get("precision") == "int8_out":   # a float layer writing int8 codes (an absorbed Q -> DQ pair)
         attrs.update(precision=["int8_out"], out_scale=_s(float(a["out_scale"])),
                      out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]])

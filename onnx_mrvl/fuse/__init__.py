@@ -21,7 +21,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -124,10 +124,12 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             found[n.name] = built
             claimed.update(x.name for x in built.nodes)
         elif isinstance(built, str) and n.op_type in qdq.ANCHORS:
-            # a Conv/Gemm/MatMul on DQ weights: the fp16 layer on its dequantized weights
-            # (qdq_fallback.py), else it stays on the CPU; a pool or an add that cannot be int8 is
-            # left to the float patterns (an fp16 layer on the dequantized values)
-            fallback = qdq_fallback.build_dequantized(g, n, target, built)
+            # a Conv/Gemm/MatMul on DQ weights whose output is not quantized: int8 in, fp16 out
+            # (qdq_int8_in.py), else the fp16 layer on its dequantized weights (qdq_fallback.py),
+            # else it stays on the CPU; a pool or an add that cannot be int8 is left to the float
+            # patterns (an fp16 layer on the dequantized values)
+            fallback = qdq_int8_in.build_int8_in(g, n, target, claimed)
+            fallback = fallback or qdq_fallback.build_dequantized(g, n, target, built)
             fallback = (weights_reason(fallback, target) or fallback) if fallback is not None else None
             if isinstance(fallback, Group) and not any(x.name in claimed for x in fallback.nodes):
                 found[n.name] = fallback
@@ -137,7 +139,9 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
         elif isinstance(built, str):
             not_int8[n.name] = built
     # fp16 fallbacks (a note) do not quantize their input: they take no pair
-    claimed.update(qdq.shared_pairs(g, [x for x in found.values() if not x.note], claimed))
+    # (an int8-in layer quantizes its input: it does)
+    claimed.update(qdq.shared_pairs(g, [x for x in found.values()
+                                        if not x.note or x.attrs.get("precision") == qdq_int8_in.PRECISION], claimed))
     return found, reasons, claimed, not_int8
 
 
@@ -225,7 +229,8 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):
-            kind = f"{grp.op} int8" if grp.attrs.get("precision") == "int8" else grp.op
+            kind = {"int8": f"{grp.op} int8", qdq_int8_in.PRECISION: f"{grp.op} int8 in, fp16 out"}.get(
+                grp.attrs.get("precision"), grp.op)
             how = (f"fused into {kind} ({grp.composite})" if i == 0 else
                    f"applied by the ops feeding {grp.op} ({grp.composite}): moved before the concat"
                    if grp.op == "Concat" else f"absorbed into {kind} ({grp.composite})")

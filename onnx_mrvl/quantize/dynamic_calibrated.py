@@ -7,8 +7,11 @@ onnxruntime with every ``DynamicQuantizeLinear`` input and every layer's float r
 outputs (min / max over all samples), and the scale and zero point are computed the way
 ``DynamicQuantizeLinear`` computes them (uint8, range widened to include 0, ``scale = (max - min) /
 255`` (1 for an empty range), ``zp = saturate(round_half_even(-min / scale))``). Each layer then
-becomes the QDQ form ``fuse/qdq.py`` imports as an int8 layer (docs/quantize.md "Dynamic int8
-models"):
+becomes the QDQ form ``fuse/qdq.py`` / ``fuse/qdq_int8_in.py`` import (docs/quantize.md "Dynamic
+int8 models"). By default (``layer_outputs="fp16"``) only each layer's input is quantized, in front
+of that layer alone as the dynamic model does, and the layer writes float with its fp32 bias: an
+int8-in / fp16-out layer. With ``quantize_options={"layer_outputs": "int8"}`` the layers are int8
+layers:
 
 ``DynamicQuantizeLinear(x) -> MatMulInteger / ConvInteger(W_q) -> Cast -> Mul(s_x * s_w) [-> Add(b)]
 [-> Relu/Clip]`` (also com.microsoft ``MatMulIntegerToFloat`` / ``DynamicQuantizeMatMul``) ->
@@ -37,12 +40,10 @@ from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
 from .static import onnxruntime_failure
-from .dynamic_layers import Graph, Layer, dom, is_dynamic, prepared, qparams, take
+from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
 
 log = logging.getLogger(__name__)
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
-DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
-POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
 
 
 def _ort_failure(step: str):
@@ -116,29 +117,11 @@ def _int32_bias(graph, name: str, bias: np.ndarray, bs: np.ndarray, channels: in
                             **({"axis": 0} if bs.size > 1 else {}))
 
 
-def _pool_points(g: Graph, layers: List[Layer]) -> List[str]:
-    """``pool -> Flatten / Reshape -> layer`` (a CNN head): the pool's output and input get pairs too
-    (the pool reads and writes int8 codes: an int8 layer, not an fp16 one between int8 layers)."""
-    io = {i.name for i in g.model.graph.input} | {o.name for o in g.model.graph.output}
-    removed = {n.name for L in layers for n in L.removed}
-    out = []
-    for L in layers:
-        p = g.producer.get(L.x)
-        if p is None or p.op_type not in DATA_MOVES or dom(p) or L.x in io:
-            continue
-        u = p.input[0]
-        src = g.producer.get(u)
-        if src is None or src.op_type not in POOLS or dom(src) or u in io or len(g.users.get(u, [])) != 1:
-            continue
-        v = src.input[0]
-        for t, w in ((u, src), (v, g.producer.get(v))):
-            if w is not None and w.name not in removed and t not in io and t not in out:
-                out.append(t)
-    return out
-
-
 def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str, Tuple],
-             extra: Sequence[str]) -> onnx.ModelProto:
+             extra: Sequence[str], int8_outputs: bool = True) -> onnx.ModelProto:
+    """The QDQ model. ``int8_outputs`` False: no pair after a layer (nor in place on its input): each
+    layer reads its own Q -> DQ of its float input, as the dynamic model quantizes it for that layer
+    alone, and writes float with the fp32 bias (an int8-in / fp16-out layer, fuse/qdq_int8_in.py)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     graph = m.graph
@@ -159,13 +142,13 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     # gets a pair beside it instead (its other readers keep the float value).
     io = {i.name for i in graph.input} | {o.name for o in graph.output}
     points: Dict[str, str] = {}
-    for L in layers:
+    for L in layers if int8_outputs else ():
         for t in L.points:
             points.setdefault(t, f"{t}/output_q")
-    for L in layers:
+    for L in layers if int8_outputs else ():
         if L.x not in io and L.x in g.producer:
             points.setdefault(L.x, L.dql.name if L.dql is not None else f"{L.node.name}/input")
-    for t in extra:
+    for t in extra if int8_outputs else ():
         points.setdefault(t, f"{t}/output_q")
     dq_of.update({t: t for t in points})
     for L in layers:
@@ -189,10 +172,16 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
             if L.bias is not None:
                 add = next(r for r in L.removed if r.op_type == "Add")
                 target = add.output[0]
-                bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
-                out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[0]))
-                ins.append(f"{n.name}/bias")
+                if int8_outputs:
+                    bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
+                    out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[0]))
+                    ins.append(f"{n.name}/bias")
+                else:   # the fp32 bias the dynamic model adds
+                    ins.append(_consts(graph, f"{n.name}/bias_f", L.bias))
             out.append(helper.make_node("Conv", ins, [target], name=n.name, **attrs))
+        elif L.gemm and not int8_outputs:
+            ins.append(_consts(graph, f"{n.name}/bias_f", L.bias))
+            out.append(helper.make_node("Gemm", ins, [L.y], name=n.name))
         elif L.gemm:
             bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
             out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[1]))
@@ -245,10 +234,19 @@ def _toposort(graph: onnx.GraphProto, nodes: List[onnx.NodeProto]) -> List[onnx.
         raise MrvlError(f"the calibrated dynamic-int8 rewrite made a cycle ({exc})", hint="report this model") from exc
 
 
+# quantize_options={"layer_outputs": ...} of a dynamic model, the default first: "fp16" (int8-in /
+# fp16-out layers) measured closer to fp32 and to onnxruntime's dynamic run than "int8" on 6 / 7 of
+# benchmarks/bench_dynamic_calibrated.py's models (docs/quantize.md "Dynamic int8 models")
+LAYER_OUTPUTS = ("fp16", "int8")
+PRECISION = {"int8": "int8", "fp16": "int8 in, fp16 out"}
+
+
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
-              fp16_layers: Sequence[str] = (), input_shapes=None):
+              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = LAYER_OUTPUTS[0]):
     """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
-    and ``info`` for ``report.quantization``. Returns ``quantize.Quantized``."""
+    and ``info`` for ``report.quantization``. Returns ``quantize.Quantized``. ``layer_outputs``:
+    "fp16" (the default: only the inputs quantized, int8-in / fp16-out layers, the dynamic model's
+    own roundings) or "int8" (each layer's result quantized with a calibrated scale: int8 layers)."""
     from . import Quantized
     if calibration_method != "minmax":
         raise UsageError(f"calibration_method='{calibration_method}' on a dynamic-int8 model: its layers quantize "
@@ -258,7 +256,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     g = Graph(prepared(model))
     layers, reasons = take(g, fp16_layers)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
-    extra = _pool_points(g, layers)
+    extra = pool_points(g, layers)
     tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
     ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
@@ -272,7 +270,8 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
             else:
                 L.points.remove(f"{L.node.name}/matmul")
     qp = {t: qparams(*r) for t, r in ranges.items()}
-    static = _rewrite(g.model, g, layers, qp, extra) if layers else g.model
+    int8_outputs = layer_outputs == "int8"
+    static = _rewrite(g.model, g, layers, qp, extra, int8_outputs) if layers else g.model
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:
@@ -283,7 +282,9 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     for L in layers:
         s, z = qp[L.x]
         outs = ", ".join(f"'{t}' {float(qp[t][0]):.4g} / {int(qp[t][1])}" for t in L.points)
-        records.append({"layer": L.node.name, "op_type": L.node.op_type, "precision": "int8",
+        if not int8_outputs:
+            outs = "float (not quantized: int8 in, fp16 out)"
+        records.append({"layer": L.node.name, "op_type": L.node.op_type, "precision": PRECISION[layer_outputs],
                         "input": L.x, "input_scale": float(s), "input_zero_point": int(z),
                         "weights": f"int8, {'per channel' if L.ws.size > 1 else 'per tensor'} (as quantize_dynamic "
                                    f"wrote them)",
@@ -301,7 +302,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                                "range)",
             "weight_type": "int8 (the dynamic model's, per tensor or per channel)",
             "library": "onnx_mrvl.quantize.dynamic_calibrated (ranges: onnxruntime run of the dynamic model)",
-            "fp16_layers": list(fp16_layers or ()), "rounds": 1,
+            "fp16_layers": list(fp16_layers or ()), "rounds": 1, "layer_outputs": layer_outputs,
             "int8_layers": len(layers), "layers_total": len(records),
             "output_snr_db": out_snr, "layers": records}
     return Quantized(static, info)
@@ -341,12 +342,18 @@ def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", 
                              f"DynamicQuantizeLinear / MatMulInteger / ConvInteger)",
                              hint="pass calibration=... alone (or quantize='int8'): its layers become int8 with "
                                   "calibrated activation scales; or quantize the float model instead")
-        if quantize_options:
-            raise UsageError(f"quantize_options {sorted(quantize_options)} on a dynamic-int8 model",
+        opts = dict(quantize_options or {})
+        outputs = str(opts.pop("layer_outputs", LAYER_OUTPUTS[0])).strip().lower()
+        if opts:
+            raise UsageError(f"quantize_options {sorted(opts)} on a dynamic-int8 model",
                              hint="the recipe options apply to quantize='int8' / 'mixed' of a float model; "
-                                  "calibrating a dynamic model takes calibration= (and fp16_layers=) only")
+                                  "calibrating a dynamic model takes calibration= (and fp16_layers=, "
+                                  "quantize_options={'layer_outputs': 'int8' | 'fp16'}) only")
+        if outputs not in LAYER_OUTPUTS:
+            raise UsageError(f"layer_outputs='{outputs}' on a dynamic-int8 model",
+                             hint="'int8' (int8 layers) or 'fp16' (int8-in / fp16-out layers)")
         return calibrate(model, calibration, calibration_method=calibration_method, fp16_layers=fp16_layers,
-                         input_shapes=input_shapes)
+                         input_shapes=input_shapes, layer_outputs=outputs)
     return quantize_model(model, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
                           fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes,
                           quantize_options=quantize_options)
@@ -359,13 +366,20 @@ def annotate(decisions, info: dict) -> None:
     on the CPU), gets that in its record."""
     for r in info.get("layers", []):
         d = decisions.get(r["layer"])
-        if r["precision"] == "int8":
+        if r["precision"] in PRECISION.values():
             if d is None:
                 continue
-            if d.placement != "accelerator" or d.precision != "int8":
+            if d.placement != "accelerator" or d.precision not in PRECISION.values():
                 r["precision"] = "fp16" if d.placement == "accelerator" else "cpu"
                 r["reason"] = f"rewritten to int8 QDQ, but the int8 import did not take it: {d.reason}"
                 continue
+            # layer_outputs="fp16": a layer whose float result only the next layer's input pair reads
+            # (through Relu / Clip) writes that pair's codes: an int8 layer (same values, exact)
+            if d.precision != r["precision"]:
+                r["reason"] = r["reason"].replace(
+                    "float (not quantized: int8 in, fp16 out)",
+                    "the next layer's input quantization (its only reader, through Relu / Clip: an int8 layer)")
+                r["precision"] = d.precision
             if NOTE_INT8 not in d.reason:
                 d.reason = f"{NOTE_INT8} (input scale {r['input_scale']:.4g}, zero point {r['input_zero_point']}); " \
                            f"{d.reason}"
@@ -378,7 +392,7 @@ def annotate(decisions, info: dict) -> None:
             if d is not None and d.placement != "accelerator":   # folded (constant operands) or on the CPU
                 r["precision"] = d.placement
                 r["reason"] = f"dynamic int8 not made int8 ({why}); {d.placement}: {d.reason}"
-    info["int8_layers"] = sum(1 for r in info.get("layers", []) if r["precision"] == "int8")
+    info["int8_layers"] = sum(1 for r in info.get("layers", []) if r["precision"] in PRECISION.values())
 
 
 __all__ = ["is_dynamic", "calibrate", "quantize_or_calibrate", "annotate", "NOTE_INT8"]

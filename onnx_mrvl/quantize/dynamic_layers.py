@@ -286,4 +286,31 @@ def _opset13(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-__all__ = ["MS", "FAMILY", "LAYER_OPS", "Layer", "Graph", "dom", "is_dynamic", "prepared", "qparams", "take"]
+
+
+DATA_MOVES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+POOLS = ("GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool")
+
+
+def pool_points(g: Graph, layers: List[Layer]) -> List[str]:
+    """``pool -> Flatten / Reshape -> layer`` (a CNN head): the pool's output and input get pairs too
+    (the pool reads and writes int8 codes: an int8 layer, not an fp16 one between int8 layers)."""
+    io = {i.name for i in g.model.graph.input} | {o.name for o in g.model.graph.output}
+    removed = {n.name for L in layers for n in L.removed}
+    out = []
+    for L in layers:
+        p = g.producer.get(L.x)
+        if p is None or p.op_type not in DATA_MOVES or dom(p) or L.x in io:
+            continue
+        u = p.input[0]
+        src = g.producer.get(u)
+        if src is None or src.op_type not in POOLS or dom(src) or u in io or len(g.users.get(u, [])) != 1:
+            continue
+        v = src.input[0]
+        for t, w in ((u, src), (v, g.producer.get(v))):
+            if w is not None and w.name not in removed and t not in io and t not in out:
+                out.append(t)
+    return out
+
+
+__all__ = ["MS", "FAMILY", "LAYER_OPS", "Layer", "Graph", "dom", "is_dynamic", "pool_points", "prepared", "qparams", "take"]

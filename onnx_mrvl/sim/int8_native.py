@@ -378,3 +378,6 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
     a = np.ascontiguousarray(a, F32)
     prm = np.array(qparams(q)[:6], F32)
     lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
+
+
+Prepared = _Prepared   # int8_in_native.py: the same packing and kernels, identity requantization

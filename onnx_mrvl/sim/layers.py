@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ArtifactError, CompileError
-from . import int8
+from . import int8, int8_in
 from .int8_concat import build_concat as build_int8_concat
 from .int8_lookup import build_lookup
 from . import recurrent
@@ -88,13 +88,18 @@ def _is_int8(spec: LayerSpec) -> bool:
     return str(spec.params.get("precision", "fp16")).lower() == "int8"
 
 
+def _is_int8_in(spec: LayerSpec) -> bool:
+    """int8 input and weights, fp16 output (Conv2D / FC, sim/int8_in.py)."""
+    return str(spec.params.get("precision", "fp16")).lower() == "int8_in"
+
+
 def _conv(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
     kernel = spec.weight("kernel", required=True)
-    if _is_int8(spec):
+    if _is_int8(spec) or _is_int8_in(spec):
         if kernel.ndim != 4:
             raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
-        return int8.build("Conv2D", spec)
+        return (int8_in if _is_int8_in(spec) else int8).build("Conv2D", spec)
     if kernel.ndim != 4:
         raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
     ks = spec.param("kernel_size", length=2)
@@ -120,8 +125,8 @@ def _fc(spec: LayerSpec, n_inputs: int) -> LayerFn:
     kernel = spec.weight("kernel", required=True)
     if kernel.ndim != 2:
         raise spec.error(f"kernel must be [O, K], got shape {list(kernel.shape)}")
-    if _is_int8(spec):
-        return int8.build("FC", spec)
+    if _is_int8(spec) or _is_int8_in(spec):
+        return (int8_in if _is_int8_in(spec) else int8).build("FC", spec)
     return FC(kernel, bias=spec.weight("bias"), **spec.activation()).apply
 
 

@@ -40,11 +40,13 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     arch = target.arch
     macs = node_macs(g, node)
     # an int8 layer (docs/fusion.md "int8"): 1-byte weights and tensors, MACs at the int8 rate
-    int8 = any(a.name == "precision" and a.s == b"int8" for a in node.attribute)
+    precision = next((a.s for a in node.attribute if a.name == "precision"), b"")
+    # int8-in / fp16-out (fuse/qdq_int8_in.py): int8 weights and input at the int8 rate, fp16 output
+    int8 = precision in (b"int8", b"int8_in")
     size = 1 if int8 else 2
     weights = sum(_elems(g, i) for i in node.input if i and g.is_const(i)) * size
     acts_in = [_elems(g, i) * size for i in node.input if i and not g.is_const(i)]
-    acts_out = [_elems(g, o) * size for o in node.output if o]
+    acts_out = [_elems(g, o) * (1 if precision == b"int8" else 2) for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
     steps = 0

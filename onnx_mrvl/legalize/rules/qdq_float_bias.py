@@ -11,7 +11,9 @@ onnxruntime matches: a Conv / Gemm whose bias is a 1-D initializer, whose input 
 DequantizeLinear with a scalar scale and whose input 1 is a DequantizeLinear with a scalar scale
 or one per output channel on the expected axis (Conv 0; Gemm 0 with transB, else 1) and, then,
 no ``block_size`` attribute (onnxruntime skips those; the bias stays fp32 and the layer is refused
-as int8 with that reason). One difference: a per-channel axis written negatively (``axis=-1``)
+as int8 with that reason), and whose output a QuantizeLinear reads (directly or through Relu / Clip):
+without one onnxruntime leaves the bias fp32 (measured, onnxruntime 1.32) and so do we (the
+int8-in layer of fuse/qdq_int8_in.py adds it in fp32). One difference: a per-channel axis written negatively (``axis=-1``)
 is taken here; onnxruntime compares the attribute as written, leaves that bias fp32 and runs the
 layer in float (the int8 layer then differs from it by the bias's rounding to s_x * s_w, at most
 half a bias step; measured identical on tests/test_qdq_variants.py's ``*_negative_axis``).
@@ -45,8 +47,22 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"dq_x": dq_x, "dq_w": dq_w})
 
 
+def _quantized_output(g, t: str, depth: int = 2) -> bool:
+    """A QuantizeLinear reads ``t``, or reads the output of a Relu / Clip reading it."""
+    for u in g.users(t):
+        if u.op_type == "QuantizeLinear":
+            return True
+        if depth > 1 and u.op_type in ("Relu", "Clip") and _quantized_output(g, u.output[0], depth - 1):
+            return True
+    return False
+
+
 def check(m: Match, g, target) -> Optional[str]:
     node, dq_x, dq_w = m.node, m.data["dq_x"], m.data["dq_w"]
+    if not _quantized_output(g, node.output[0]):
+        # measured (onnxruntime 1.32): a Conv / Gemm whose output no Q reads keeps its fp32 bias
+        # and runs in float; fuse's int8-in layer adds that fp32 bias (fuse/qdq_int8_in.py)
+        return "the layer's output is not quantized: onnxruntime keeps the fp32 bias (no BiasQuantization)"
     sx, sw = g.const(inp(dq_x, 1)), g.const(inp(dq_w, 1))
     if sx is None or sw is None:
         return "the input or weight scale is not a constant"

@@ -1,0 +1,141 @@
+"""A QDQ Conv / Gemm / MatMul whose inputs are quantized but whose output is not (NVIDIA ModelOpt,
+pytorch-quantization, TensorRT's "inputs only" placement: the conv before a residual Add, a conv
+followed by a float BN / activation, the last FC) as an **int8-in / fp16-out layer**
+(``precision="int8_in"``, docs/fusion.md "int8"):
+
+    DQ(x_q) -> Conv/Gemm/MatMul(DQ(W_q int8, s_w, z 0) [, B]) [-> Add(c)] [-> activation] -> y (float)
+
+The layer quantizes its float input with the DQ's scale and zero point (QuantizeLinear's
+semantics), the MAC array sums ``(q_x - z_x) * q_w`` exactly in int32, and the epilogue computes
+``y = fp32(acc) * fp32(s_x * s_w[o]) + b[o]`` in fp32 (``b``: the bias onnxruntime adds, the
+dequantized int32 bias or an fp32 one, plus a folded bias Add), applies the activation in float
+and stores fp16. onnxruntime computes the same layer as an fp32 Conv / Gemm on the dequantized
+values, whose sum is the exact integer sum up to fp32 rounding: the two agree to the fp16 storage
+of the output (docs/simulator.md "int8-in layers" has the bound).
+
+Not taken (``None``: the fp16 fallback on dequantized weights, ``qdq_fallback.py``, runs as before):
+an output pair (``_int8_output``: an int8 layer or its reason, the layer on the CPU as before),
+activations of another width
+(int16), weights that are not int8 with zero point 0 per tensor / per output channel. A
+BatchNormalization or Mul after the layer that the float chain folds (a per-channel factor ``f`` on
+the weights, ``b * f + shift`` on the bias) leaves the int8 codes as they are: ``f`` goes into the
+layer's ``weight_scales`` (its dequantization multiplier ``s_w * f``, of either sign).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from ..graph_index import GraphIndex, attr
+from ..target import Target
+from .batch_matmul import build as build_matmul
+from .groups import Group
+from .patterns import build_conv, build_fc
+from .qdq import Dequantized, activation_dq, dequantized_const, pair_in, qparams, weight
+
+PRECISION = "int8_in"
+NOTE = ("int8 in, fp16 out (output '{out}' is not quantized: the layer quantizes its input and multiplies "
+        "int8 x int8, its fp32 result stored fp16)")
+
+
+def _int8_output(g: GraphIndex, t: str) -> bool:
+    """``t`` is the layer's output pair: one QuantizeLinear alone reads it, directly or through a
+    Relu / Clip (an int8 layer, or qdq.build's reason: it stays on the CPU, exactly as onnxruntime
+    runs it), or through another one-input activation whose Q -> DQ is not the input quantization
+    of weighted layers (a QDQ layer with an activation the int8 layer cannot fold: as before). An
+    output with other readers, or an activation (LeakyRelu, Sigmoid, ...) whose Q -> DQ only the
+    next Conv / Gemm / MatMul on DQ weights reads (inputs-only placement: the Q is that layer's input
+    quantizer), is float in onnxruntime too: the int8-in layer takes it (and the activation)."""
+    users = g.consumers.get(t, [])
+    if len(users) != 1 or t in g.output_set:
+        return False
+    u = users[0]
+    if u.op_type == "QuantizeLinear":
+        return True
+    if len([i for i in u.input if i and not g.is_const(i)]) != 1 or len(u.output) != 1:
+        return False
+    after = g.consumers.get(u.output[0], [])
+    if len(after) != 1 or after[0].op_type != "QuantizeLinear" or u.output[0] in g.output_set:
+        return False
+    return u.op_type in ("Relu", "Clip") or not _next_layer_input(g, after[0])
+
+
+def _next_layer_input(g: GraphIndex, q: onnx.NodeProto) -> bool:
+    """The Q -> DQ of ``q`` is read only as the data input of Conv / Gemm / MatMul on DQ weights."""
+    dqs = g.consumers.get(q.output[0], [])
+    if len(dqs) != 1 or dqs[0].op_type != "DequantizeLinear" or dqs[0].output[0] in g.output_set:
+        return False
+    readers = g.consumers.get(dqs[0].output[0], [])
+    return bool(readers) and all(
+        r.op_type in ("Conv", "Gemm", "MatMul") and r.input[0] == dqs[0].output[0] and len(r.input) > 1 and
+        getattr(g.producer.get(r.input[1]), "op_type", "") == "DequantizeLinear" for r in readers)
+
+
+def _folded_factor(w: np.ndarray, folded: np.ndarray) -> Optional[np.ndarray]:
+    """The per-output-channel factor the float chain folded into the weights (a BatchNormalization
+    or Mul after the layer: ``folded[o] = fp32(w[o] * f[o])``), ones when none, or None when the
+    weights are not ``w`` times a non-zero factor per channel (the int8 codes would change)."""
+    if np.array_equal(w, folded):
+        return np.ones(w.shape[0], np.float32)
+    rows, frows = w.reshape(w.shape[0], -1), folded.reshape(w.shape[0], -1)
+    k = np.abs(rows).argmax(axis=1)
+    pick = rows[np.arange(rows.shape[0]), k]
+    if np.any(pick == 0):
+        return None
+    f = (frows[np.arange(rows.shape[0]), k].astype(np.float64) / pick).astype(np.float32)
+    if not np.all(np.isfinite(f)) or np.any(f == 0) or \
+            not np.allclose(frows, rows * f[:, None].astype(np.float64), rtol=1e-6, atol=0):
+        return None
+    return f
+
+
+def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Optional[Group]:
+    """The int8-in / fp16-out group anchored at QDQ layer ``n`` (its output not quantized), or None."""
+    dq_in = activation_dq(g, n.input[0])
+    if dq_in is None or len(n.input) < 2 or _int8_output(g, n.output[0]):
+        return None
+    qin = qparams(g, dq_in)
+    if isinstance(qin, str):
+        return None
+    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset < 13:
+        return None
+    axis = 0 if n.op_type == "Conv" else (0 if attr(n, "transB", 0) else 1) if n.op_type == "Gemm" else 1
+    w = weight(g, n.input[1], axis)
+    if not isinstance(w, tuple):
+        return None
+    wq, ws, dq_w = w
+    consts = {n.input[1]: (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])
+                           ).astype(np.float32)}
+    absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
+    b = n.input[2] if len(n.input) > 2 and n.input[2] else ""
+    if b and not g.is_const(b):
+        dq_b = g.producer.get(b)
+        if dq_b is None or dq_b.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq_b.input if i):
+            return None
+        c = dequantized_const(g, dq_b)   # fp32 as onnxruntime's DequantizeLinear computes it
+        if c is None or dq_b.name in claimed:
+            return None
+        consts[b] = c.reshape(-1)
+        absorbed += [dq_b] if len(g.consumers.get(b, [])) == 1 else []
+    view = Dequantized(g, consts)
+    grp = {"Conv": build_conv, "Gemm": build_fc}.get(n.op_type, build_matmul)(view, n, target)
+    if not isinstance(grp, Group) or grp.op not in ("Conv2D", "FC"):
+        return None
+    wf = consts[n.input[1]] if n.op_type == "Conv" or axis == 0 else consts[n.input[1]].T
+    factor = _folded_factor(wf, np.asarray(grp.weights["W"], np.float32))
+    if factor is None:
+        return None
+    x, in_front = pair_in(g, n, 0, qin, claimed)
+    weights = {"W": np.ascontiguousarray(wq if n.op_type == "Conv" or axis == 0 else wq.T)}
+    if "B" in grp.weights:
+        weights["B"] = np.asarray(grp.weights["B"], np.float32).reshape(-1)
+    if "slope" in grp.weights:
+        weights["slope"] = grp.weights["slope"]
+    attrs = dict(grp.attrs, precision=PRECISION, in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
+                 weight_scales=[float(v) for v in (ws * factor).astype(np.float32)])
+    out = Group(grp.op, grp.composite, grp.nodes + in_front + absorbed, [x], grp.output, attrs, weights)
+    out.note = NOTE.format(out=grp.output)
+    return out
