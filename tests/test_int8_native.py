@@ -247,6 +247,29 @@ def test_pools_native_equal_numpy():
         np.testing.assert_array_equal(got, ref)
 
 
+def test_maxpool_codes_pass_through():
+    """int8 MaxPool2D on codes in and out (the static plan's form; 64 channels a vector when the
+    quantizations match): the same codes as the numpy path, channel counts around 64, edges."""
+    rng = np.random.default_rng(12)
+    for trial, c in enumerate((1, 16, 63, 64, 65, 130)):
+        a = _random_q(rng, "uint8" if trial % 2 else "int8")
+        b = a if trial < 4 else _random_q(rng, a[2])
+        params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=b[0], out_zero_point=b[1],
+                      out_dtype=b[2])
+        geo = dict(kernel_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1], ceil_mode=trial % 2, dilation=[1, 1])
+        pool = int8.Int8Pool("Maxpool2D", params, geo)
+        lo, hi = int8.QRANGE[a[2]]
+        q = rng.integers(lo, hi + 1, (2, 9, 12, c))
+        ref, _ = pool.apply(((q - a[1]) * np.float32(a[0])).astype(np.float32))
+        off_in, off_out = (128 if a[2] == "int8" else 0), (128 if b[2] == "int8" else 0)
+        src = np.zeros(q.shape, np.float32)
+        src.view(np.uint8).reshape(-1)[:q.size] = (q + off_in).reshape(-1)
+        out = np.zeros(ref.shape, np.float32)
+        int8_pool_native.prepare_pool(pool)(src, out=out, codes_in=(True,), codes_out=True)
+        want = np.rint(ref / np.float32(b[0])).astype(np.int64) + b[1] + off_out
+        np.testing.assert_array_equal(out.view(np.uint8).reshape(-1)[:ref.size], want.reshape(-1))
+
+
 def test_region_input_fake_quant():
     rng = np.random.default_rng(4)
     for t in range(20):

@@ -786,29 +786,48 @@ static inline void pool_emit(const i8desc *d, __m128i m8, int any, void *out, lo
 static void maxpool_part(void *arg, long part) {
     pjob *j = arg;
     const i8desc *d = j->d;
+    const long h = d->h, w = d->w, c = d->c, oh = d->oh, ow = d->ow, kh = d->kh, kw = d->kw, sh = d->sh,
+               sw = d->sw, dh = d->dh, dw = d->dw, pt = d->pt, pl = d->pl;
+    /* the codes pass through (the quantizations match, bytes out): 64 channels a vector, no conversion */
+    const int bytes = !d->requant && d->out_codes;
+    const uint8_t *u = j->u;
     long r0 = part * j->step, r1 = r0 + j->step < j->total ? r0 + j->step : j->total;   /* rows n * oh */
     for (long r = r0; r < r1; r++) {
-        long b = r / d->oh, oy = r % d->oh;
-        for (long ox = 0; ox < d->ow; ox++) {
-            long at = (r * d->ow + ox) * d->c;
-            for (long c = 0; c < d->c; c += 16) {
-                long left = d->c - c;
-                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-                __m128i mx = _mm_setzero_si128();
-                int any = 0;
-                for (long ky = 0; ky < d->kh; ky++) {
-                    long iy = oy * d->sh - d->pt + ky * d->dh;
-                    if (iy < 0 || iy >= d->h)
-                        continue;
-                    for (long kx = 0; kx < d->kw; kx++) {
-                        long ix = ox * d->sw - d->pl + kx * d->dw;
-                        if (ix < 0 || ix >= d->w)
-                            continue;
-                        mx = _mm_max_epu8(mx, _mm_maskz_loadu_epi8(m, j->u + ((b * d->h + iy) * d->w + ix) * d->c + c));
-                        any = 1;
+        long b = r / oh, oy = r % oh;
+        long ky0 = 0, ky1 = kh;                             /* the kernel rows inside the input */
+        while (ky0 < kh && oy * sh - pt + ky0 * dh < 0)
+            ky0++;
+        while (ky1 > ky0 && oy * sh - pt + (ky1 - 1) * dh >= h)
+            ky1--;
+        for (long ox = 0; ox < ow; ox++) {
+            long at = (r * ow + ox) * c;
+            long kx0 = 0, kx1 = kw;
+            while (kx0 < kw && ox * sw - pl + kx0 * dw < 0)
+                kx0++;
+            while (kx1 > kx0 && ox * sw - pl + (kx1 - 1) * dw >= w)
+                kx1--;
+            const int any = ky0 < ky1 && kx0 < kx1;
+            const long base = ((b * h + oy * sh - pt) * w + ox * sw - pl) * c;      /* tap (0, 0), maybe outside */
+            for (long c0 = 0; c0 < c; c0 += 64) {
+                const __mmask64 m = c - c0 >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (c - c0)) - 1);
+                __m512i mx = _mm512_setzero_si512();
+                for (long ky = ky0; ky < ky1; ky++)
+                    for (long kx = kx0; kx < kx1; kx++) {
+                        const uint8_t *p = u + base + (ky * dh * w + kx * dw) * c + c0;
+                        mx = _mm512_max_epu8(mx, m == ~(__mmask64)0 ? _mm512_loadu_si512((const void *)p)
+                                                                    : _mm512_maskz_loadu_epi8(m, p));
                     }
+                if (bytes && any) {
+                    if (m == ~(__mmask64)0)
+                        _mm512_storeu_si512((void *)((uint8_t *)j->out + at + c0), mx);
+                    else
+                        _mm512_mask_storeu_epi8((uint8_t *)j->out + at + c0, m, mx);
+                    continue;
                 }
-                pool_emit(d, mx, any, j->out, at + c, m);
+                uint8_t v[64];
+                _mm512_storeu_si512((void *)v, mx);
+                for (long k = 0; k < 64 && c0 + k < c; k += 16)
+                    pool_emit(d, _mm_loadu_si128((const __m128i *)(v + k)), any, j->out, at + c0 + k, lanes(c - c0 - k));
             }
         }
     }
