@@ -147,19 +147,14 @@ static inline void fill_bytes(uint8_t *dst, uint8_t v, long n) {
 }
 
 /* ------------------------------------------------------------------ im2col */
-typedef struct { const i8desc *d; const uint8_t *u; uint8_t *a; long c0, rows, step; } cjob;
-
-/* rows [r0, r1) of the im2col matrix, by stretches of one output row (b, oy) and one kernel row ky
- * at a time: the run length and the source stride stay fixed in the inner loop over ox */
-static void im2col_part(void *arg, long p) {
-    const cjob *j = arg;
-    const i8desc *d = j->d;
+/* rows [r0, r1) of the im2col matrix (input channels from c0) into dst (row r at dst + (r - r0) k4),
+ * by stretches of one output row (b, oy) and one kernel row ky at a time: the run length and the
+ * source stride stay fixed in the inner loop over ox */
+static void im2col_rows(const i8desc *d, const uint8_t *u0, long c0, long r0, long r1, uint8_t *dst) {
     /* the geometry in locals: the byte stores below may alias any memory, the compiler would reload d's fields */
     const long h = d->h, w = d->w, c = d->c, oh = d->oh, ow = d->ow, kh = d->kh, kw = d->kw, sh = d->sh,
                sw = d->sw, dh = d->dh, dw = d->dw, pt = d->pt, pl = d->pl, ig = d->ig, k = d->k, k4 = d->k4;
-    const uint8_t *u = j->u + j->c0;
-    uint8_t *a = j->a;
-    const long r0 = p * j->step, r1 = r0 + j->step < j->rows ? r0 + j->step : j->rows;
+    const uint8_t *u = u0 + c0;
     const uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
     const long run = kw * ig;                              /* bytes of one kernel row */
     /* output columns whose kernel row lies inside the input: [xa, xb) */
@@ -170,12 +165,12 @@ static void im2col_part(void *arg, long p) {
     for (long r = r0; r < r1;) {
         const long b = r / (oh * ow), oy = r / ow % oh, o0 = r % ow;
         const long o1 = ow - o0 < r1 - r ? ow : o0 + (r1 - r);   /* this stretch: columns [o0, o1) */
-        uint8_t *row0 = a + (r - o0) * k4;                 /* where column 0 of this output row would be */
+        uint8_t *rowp = dst + (r - r0) * k4;               /* column o0 of this output row */
         for (long ky = 0; ky < kh; ky++) {
             const long iy = oy * sh - pt + ky * dh, at = ky * run;
             if (iy < 0 || iy >= h) {
                 for (long ox = o0; ox < o1; ox++)
-                    fill_bytes(row0 + ox * k4 + at, pad, run);
+                    fill_bytes(rowp + (ox - o0) * k4 + at, pad, run);
                 continue;
             }
             const uint8_t *src = u + (b * h + iy) * w * c;
@@ -185,11 +180,11 @@ static void im2col_part(void *arg, long p) {
             for (long ox = o0; ox < o1; ox++) {
                 if (ox == lo) {                            /* the inside columns: one run each */
                     for (; ox < hi; ox++)
-                        copy_bytes(row0 + ox * k4 + at, src + (ox * sw - pl) * c, run);
+                        copy_bytes(rowp + (ox - o0) * k4 + at, src + (ox * sw - pl) * c, run);
                     if (ox >= o1)
                         break;
                 }
-                uint8_t *dst = row0 + ox * k4 + at;
+                uint8_t *dst = rowp + (ox - o0) * k4 + at;
                 for (long kx = 0; kx < kw; kx++, dst += ig) {
                     const long ix = ox * sw - pl + kx * dw;
                     if (ix < 0 || ix >= w)
@@ -202,7 +197,7 @@ static void im2col_part(void *arg, long p) {
         if (k4 > k)
             for (long ox = o0; ox < o1; ox++)
                 for (long i = k; i < k4; i++)
-                    row0[ox * k4 + i] = 0;
+                    rowp[(ox - o0) * k4 + i] = 0;
         r += o1 - o0;
     }
 }
@@ -372,21 +367,55 @@ static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *
     }
 }
 
+/* a thread's im2col panels (the caller's scratch holds the quantized input) */
+static __thread uint8_t *panel_buf = 0;
+static __thread size_t panel_cap = 0;
+
+static uint8_t *panel_scratch(size_t bytes) {
+    if (bytes > panel_cap) {
+        free(panel_buf);
+        size_t cap = (bytes + 4095) & ~(size_t)4095;
+        panel_buf = aligned_alloc(64, cap);
+        panel_cap = panel_buf ? cap : 0;
+    }
+    return panel_buf;
+}
+
 typedef struct {
     const i8desc *d;
-    const uint8_t *a;          /* [panels * MR][k4] */
-    const uint8_t *tail;       /* the last panel, zero-padded to MR rows (a direct input), or 0 */
+    const uint8_t *u;          /* the input bytes; direct: the rows [rows][k4] themselves */
+    const uint8_t *tail;       /* direct: the last panel, zero-padded to MR rows, never past the input */
     float *out;
-    long g, rows, panels, pstep, cstep, cparts;
+    long g, rows, panels, rparts, cparts, direct;
+    int failed;
 } gjob;
 
+/* Part p: row panels [p0, p1) x 64-channel blocks [c0, c1) (sizes differing by at most one). Not
+ * direct: the part first gathers its panels' im2col rows into its thread's buffer -- no separate
+ * im2col pass over the whole matrix and no barrier between the two; the rows are in the L2
+ * cache when the tiles read them -- then each weight block runs over all its panels. */
 static void gemm_part(void *arg, long p) {
     gjob *j = arg;
     const i8desc *d = j->d;
-    long pr = p / j->cparts, pc = p % j->cparts;
-    long p0 = pr * j->pstep, p1 = p0 + j->pstep < j->panels ? p0 + j->pstep : j->panels;
-    long c0 = pc * j->cstep, c1 = c0 + j->cstep < d->cb ? c0 + j->cstep : d->cb;
-    long k4n = d->k4 / 4;
+    const long pr = p / j->cparts, pc = p % j->cparts;
+    const long p0 = pr * j->panels / j->rparts, p1 = (pr + 1) * j->panels / j->rparts;
+    const long c0 = pc * d->cb / j->cparts, c1 = (pc + 1) * d->cb / j->cparts;
+    if (p0 >= p1 || c0 >= c1)
+        return;
+    const long k4 = d->k4, k4n = k4 / 4;
+    const uint8_t *abase;
+    if (j->direct)
+        abase = j->u + p0 * MR * k4;
+    else {
+        uint8_t *buf = panel_scratch((size_t)((p1 - p0) * MR * k4 + 64));
+        if (!buf) {
+            j->failed = 1;
+            return;
+        }
+        long r1 = p1 * MR < j->rows ? p1 * MR : j->rows;
+        im2col_rows(d, j->u, j->g * d->ig, p0 * MR, r1, buf);   /* rows past the end: never stored */
+        abase = buf;
+    }
     const int8_t *wg = (const int8_t *)d->wpack + j->g * d->cb * k4n * 256;
     fuse_t fuse, *fz = 0;
     if (d->add_prm) {
@@ -406,17 +435,19 @@ static void gemm_part(void *arg, long p) {
         for (long pn = p0; pn < p1; pn++) {
             long r = pn * MR;
             int rows = j->rows - r < MR ? (int)(j->rows - r) : MR;
-            const uint8_t *a = pn == j->panels - 1 && j->tail ? j->tail : j->a + r * d->k4;
+            const uint8_t *a = j->direct && pn == j->panels - 1 ? j->tail : abase + (pn - p0) * MR * k4;
             long at = r * d->o + j->g * d->og + col;       /* element index of the tile's first output */
             if (fz) {
-                tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, j->out, d->o, ncols, fz, at);
+                tile_nv(nv, k4n, a, k4, b, rows, corr, mult, d, j->out, d->o, ncols, fz, at);
                 continue;
             }
             float *o = d->out_codes ? (float *)((uint8_t *)j->out + at) : j->out + at;
-            tile_nv(nv, k4n, a, d->k4, b, rows, corr, mult, d, o, d->o, ncols, 0, 0);
+            tile_nv(nv, k4n, a, k4, b, rows, corr, mult, d, o, d->o, ncols, 0, 0);
         }
     }
 }
+
+#define PANEL_BYTES (192L << 10)     /* a part's im2col rows: well inside a 1 MB L2 */
 
 /* Returns 1 (done) or 0 (out of memory). */
 int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
@@ -425,45 +456,42 @@ int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
     int direct = d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->pt == 0 && d->pl == 0 &&
                  d->h == d->oh && d->w == d->ow && d->groups == 1 && d->k4 == d->c;
     size_t ubytes = d->in_codes ? 0 : ((size_t)in_total + 63) & ~(size_t)63;
-    size_t tbytes = ((size_t)MR * d->k4 + 63) & ~(size_t)63;
-    size_t abytes = direct ? 0 : (size_t)panels * MR * d->k4;
-    uint8_t *buf = get_scratch(ubytes + tbytes + abytes);
+    size_t tbytes = direct ? ((size_t)MR * d->k4 + 63) & ~(size_t)63 : 0;
+    uint8_t *buf = get_scratch(ubytes + tbytes + 64);
     if (!buf)
         return 0;
     const uint8_t *u = d->in_codes ? (const uint8_t *)x : buf;
-    uint8_t *tail = buf + ubytes, *a = buf + ubytes + tbytes;
+    uint8_t *tail = buf + ubytes;
     if (!d->in_codes)
         quantize_u8(d, x, buf, in_total, nthreads);
-    const uint8_t *rowsrc = direct ? u : a;
-    long work = rows * d->k * d->og;                         /* MACs per group */
-    int par = nthreads > 1 && work >= (1L << 18) ? nthreads : 1;
-    for (long g = 0; g < d->groups; g++) {
-        if (!direct) {
-            cjob cj = {d, u, a, g * d->ig, rows, 0};
-            long cp = par > 1 && rows * d->k >= (1L << 15) ? 2L * par : 1;
-            cj.step = (rows + cp - 1) / cp;
-            run(im2col_part, &cj, (rows + cj.step - 1) / cj.step, par);
-        }
-        /* the last panel's rows past the end read a zero-padded copy, never beyond the input */
+    if (direct) {                        /* the last panel's rows past the end read a zero-padded copy */
         long last = (panels - 1) * MR;
         memset(tail, 0, (size_t)MR * d->k4);
-        memcpy(tail, rowsrc + last * d->k4, (size_t)(rows - last) * d->k4);
-        gjob gj = {d, rowsrc, tail, out, g, rows, panels, 0, 0, 1};
-        /* parts: row panels when there are many, else output-channel blocks too */
-        long want = par > 1 ? (work >= (1L << 22) ? 4L * par : 2L * par) : 1;
-        long cparts = 1;
-        while (cparts < d->cb && panels * cparts < want * 4 && cparts * 2 <= want)
-            cparts *= 2;
-        if (cparts > d->cb)
-            cparts = d->cb;
-        long rparts = want / cparts < 1 ? 1 : want / cparts;
-        if (rparts > panels)
-            rparts = panels;
-        gj.pstep = (panels + rparts - 1) / rparts;
-        gj.cstep = (d->cb + cparts - 1) / cparts;
-        gj.cparts = (d->cb + gj.cstep - 1) / gj.cstep;
-        long rp = (panels + gj.pstep - 1) / gj.pstep;
-        run(gemm_part, &gj, rp * gj.cparts, par);
+        memcpy(tail, u + last * d->k4, (size_t)(rows - last) * d->k4);
+    }
+    long work = rows * d->k * d->og;                         /* MACs per group */
+    int par = nthreads > 1 && work >= (1L << 18) ? nthreads : 1;
+    /* parts: row panels when there are many, else output-channel blocks too; without im2col
+     * rows in the cache, at least enough parts that each one's rows fit PANEL_BYTES */
+    long want = par > 1 ? (work >= (1L << 22) ? 4L * par : 2L * par) : 1;
+    long cparts = 1;
+    while (cparts < d->cb && panels * cparts < want * 4 && cparts * 2 <= want)
+        cparts *= 2;
+    if (cparts > d->cb)
+        cparts = d->cb;
+    long rparts = want / cparts < 1 ? 1 : want / cparts;
+    if (!direct) {
+        long fit = (panels * MR * d->k4 + PANEL_BYTES - 1) / PANEL_BYTES;
+        if (rparts < fit)
+            rparts = fit;
+    }
+    if (rparts > panels)
+        rparts = panels;
+    for (long g = 0; g < d->groups; g++) {
+        gjob gj = {d, u, tail, out, g, rows, panels, rparts, cparts, direct, 0};
+        run(gemm_part, &gj, rparts * cparts, par);
+        if (gj.failed)
+            return 0;
     }
     return 1;
 }
