@@ -296,6 +296,25 @@ def _decode(buf: np.ndarray, q) -> np.ndarray:
     return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_conv_codes_out_equals_numpy(monkeypatch, threads):
+    """Codes in and out (the static plan's form; full 64-channel blocks take the packed epilogue),
+    clamped activations, int8 and uint8, 1x1 direct and 3x3 with im2col: the numpy path's codes."""
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    rng = np.random.default_rng(31)
+    for k, stride, c, o, dt_in, dt_out, act in ((1, 1, 64, 130, "uint8", "uint8", "relu"),
+                                                 (3, 1, 24, 64, "int8", "int8", "clamp"),
+                                                 (3, 2, 40, 200, "uint8", "int8", "none"),
+                                                 (1, 1, 16, 256, "int8", "uint8", "relu")):
+        layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt_in, dt_out, True, act)
+        x = _input(rng, (1, 17, 15, c), layer, codes_only=True)
+        ref, _ = layer.apply(x)
+        out = np.zeros(ref.shape, np.float32)
+        call = int8_native.prepare(layer).bind(_codes(x, layer.in_q), out=out, codes_in=(True,), codes_out=True)
+        assert call() == 1
+        np.testing.assert_array_equal(_decode(out, layer.out_q), ref)
+
+
 @pytest.mark.parametrize("mode", ["qlinear", "qlinear_u8", "float"])
 @pytest.mark.parametrize("slot", [0, 1])
 @pytest.mark.parametrize("codes", [False, True])

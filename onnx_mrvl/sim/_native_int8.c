@@ -273,11 +273,43 @@ static inline __m512 qladd(__m512 qa, __m512 qb, const qladd_t *k, const qconst 
     return _mm512_min_ps(_mm512_max_ps(q, cc->lo), cc->hi);
 }
 
-/* a Sum2D fused into a GEMM conv: the conv's codes (never stored) plus the other operand */
-typedef struct { qconst self, other, out; qladd_t k; int self_a; } fuse_t;
+/* a Sum2D fused into a GEMM conv: the conv's codes (never stored) plus the other operand.
+ * ``fast``: MLAS QLinearAdd into codes, in folded constants: qs + shift = r + (z_self + shift), the
+ * other's q + shift = u + (shift - off), and the result t = cvtps(v) clamped to [lo, hi] + shift
+ * and stored as t - shift + off, in int32 (the same integers as qladd's float steps) */
+typedef struct {
+    qconst self, other, out; qladd_t k; int self_a, fast;
+    __m512 self_zs, other_adj; __m512i tlo, thi, tadj;
+} fuse_t;
+
+static inline void fuse_init(fuse_t *fz, const i8desc *d) {
+    fz->self = qconst_of(d->add_prm + 8 * d->add_slot);
+    fz->other = qconst_of(d->add_prm + 8 * (1 - d->add_slot));
+    fz->out = qconst_of(d->add_prm + 16);
+    fz->k = qladd_of(d->add_prm);
+    fz->self_a = d->add_slot == 0;
+    const float *p = d->add_prm, *po = p + 8 * (1 - d->add_slot), shift = p[28];
+    fz->fast = fz->k.on && fz->out.codes && fz->other.codes;
+    fz->self_zs = _mm512_set1_ps(p[8 * d->add_slot + 3] + shift);
+    fz->other_adj = _mm512_set1_ps(shift - po[6]);
+    fz->tlo = _mm512_set1_epi32((int)(p[20] + shift));
+    fz->thi = _mm512_set1_epi32((int)(p[21] + shift));
+    fz->tadj = _mm512_set1_epi32((int)(p[22] - shift));
+}
 
 static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, long i, void *out, __mmask16 m) {
     /* r = q_conv - z_conv = q_a - z_a (the Sum2D reads the conv's codes with their quantization) */
+    if (fz->fast) {
+        const uint8_t *po = (const uint8_t *)other + i;
+        __m512i uo = m == (__mmask16)0xffff ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)po))
+                                            : _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, po));
+        __m512 qs = _mm512_add_ps(r, fz->self_zs), qo = _mm512_add_ps(_mm512_cvtepi32_ps(uo), fz->other_adj);
+        __m512 qa = fz->self_a ? qs : qo, qb = fz->self_a ? qo : qs;
+        __m512 v = _mm512_fmadd_ps(qa, fz->k.ra, _mm512_fmadd_ps(qb, fz->k.rb, fz->k.f));
+        __m512i t = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), fz->tlo), fz->thi);
+        store_u8((uint8_t *)out + i, m, _mm512_add_epi32(t, fz->tadj));
+        return;
+    }
     __m512 q;
     if (fz->k.on) {
         __m512 qs = _mm512_add_ps(r, fz->self.z), qo = add_code(other, i, m, &fz->other);
@@ -311,8 +343,10 @@ static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, lo
         if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);                               \
     }
 
+enum { EP_FLOAT, EP_CODES, EP_FUSED };    /* the epilogue: dequantized floats, codes, a fused Sum2D */
+
 static inline __attribute__((always_inline)) void
-tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+tile(const int NV, const int EP, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
      const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
      const fuse_t *fz, long at) {
     /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
@@ -328,6 +362,26 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
                           {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
     __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
+    if (EP == EP_CODES && NV == 4 && ncols == 64) {
+        /* a row's 64 codes in one store: int32 -> int16 -> bytes by two packs (+ z + off in int16;
+         * the clamped values fit, no saturation), then the lanes back in order */
+        const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        const __m512i zo16 = _mm512_set1_epi16((short)(d->out_zp + d->out_off));
+        const __m512 m0 = _mm512_loadu_ps(mult), m1 = _mm512_loadu_ps(mult + 16), m2 = _mm512_loadu_ps(mult + 32),
+                     m3 = _mm512_loadu_ps(mult + 48);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows)
+                break;
+#define REQ(v, mv) _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv), lo), hi))
+            __m512i p01 = _mm512_adds_epi16(_mm512_packs_epi32(REQ(0, m0), REQ(1, m1)), zo16);
+            __m512i p23 = _mm512_adds_epi16(_mm512_packs_epi32(REQ(2, m2), REQ(3, m3)), zo16);
+#undef REQ
+            _mm512_storeu_si512((void *)((uint8_t *)out + r * ldo),
+                                _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
+        }
+        return;
+    }
     /* both loops fully unrolled (constant trip counts, rows past ``rows`` skipped): the
      * accumulators are read from registers, not spilled to the stack and reloaded */
 #pragma GCC unroll 4
@@ -340,10 +394,10 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
             if (r >= rows)
                 break;
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
-            if (fz) {                /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
+            if (EP == EP_FUSED) {    /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
                 f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 fused_store(_mm512_min_ps(_mm512_max_ps(f, lo), hi), fz, d->add_other, at + r * ldo + v * 16, out, m);
-            } else if (d->out_codes) {      /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
+            } else if (EP == EP_CODES) {    /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
                 f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
                 store_u8((uint8_t *)out + r * ldo + v * 16, m, _mm512_add_epi32(_mm512_cvtps_epi32(f), zo));
             } else {
@@ -356,16 +410,25 @@ tile(const int NV, long k4n, const uint8_t *a, long lda, const int8_t *b, int ro
 }
 #undef ROW
 
+#define TILE_EP(EP)                                                                                  \
+    switch (nv) {                                                                                    \
+    case 4: tile(4, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;        \
+    case 3: tile(3, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;        \
+    case 2: tile(2, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;        \
+    default: tile(1, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;       \
+    }
+
 static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
                     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
                     const fuse_t *fz, long at) {
-    switch (nv) {
-    case 4: tile(4, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
-    case 3: tile(3, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
-    case 2: tile(2, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
-    default: tile(1, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;
-    }
+    if (fz)
+        TILE_EP(EP_FUSED)
+    else if (d->out_codes)
+        TILE_EP(EP_CODES)
+    else
+        TILE_EP(EP_FLOAT)
 }
+#undef TILE_EP
 
 /* a thread's im2col panels (the caller's scratch holds the quantized input) */
 static __thread uint8_t *panel_buf = 0;
@@ -419,11 +482,7 @@ static void gemm_part(void *arg, long p) {
     const int8_t *wg = (const int8_t *)d->wpack + j->g * d->cb * k4n * 256;
     fuse_t fuse, *fz = 0;
     if (d->add_prm) {
-        fuse.self = qconst_of(d->add_prm + 8 * d->add_slot);
-        fuse.other = qconst_of(d->add_prm + 8 * (1 - d->add_slot));
-        fuse.out = qconst_of(d->add_prm + 16);
-        fuse.k = qladd_of(d->add_prm);
-        fuse.self_a = d->add_slot == 0;
+        fuse_init(&fuse, d);
         fz = &fuse;
     }
     for (long cb = c0; cb < c1; cb++) {
