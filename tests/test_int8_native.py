@@ -21,12 +21,13 @@ def _zp(rng, dt):
     return int(rng.integers(0, 256)) if dt == "uint8" else int(rng.integers(-40, 40))
 
 
-def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in, dt_out, per_channel, act="none", bias_range=5000):
+def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in, dt_out, per_channel, act="none", bias_range=5000,
+           out_scale=SCALE_Y):
     kernel = rng.integers(-128, 128, (o, k, k, c // groups)).astype(np.int8)
     bias = rng.integers(-bias_range, bias_range, o).astype(np.int32)
     ws = (rng.random(o) * 0.01 + 0.001).astype(np.float32) if per_channel else np.full(o, 0.004, np.float32)
     zx, zy = _zp(rng, dt_in), _zp(rng, dt_out)
-    params = dict(in_scale=SCALE_X, in_zero_point=zx, in_dtype=dt_in, out_scale=SCALE_Y, out_zero_point=zy,
+    params = dict(in_scale=SCALE_X, in_zero_point=zx, in_dtype=dt_in, out_scale=out_scale, out_zero_point=zy,
                   out_dtype=dt_out)
     ap = {"min": -1.0, "max": 6.0} if act == "clamp" else None
     layer = int8.Int8Conv2D(kernel, bias, ws, params, [stride, stride], pad, [dil, dil], groups, act, ap)
@@ -299,14 +300,17 @@ def _decode(buf: np.ndarray, q) -> np.ndarray:
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_conv_codes_out_equals_numpy(monkeypatch, threads):
     """Codes in and out (the static plan's form; full 64-channel blocks take the packed epilogue),
-    clamped activations, int8 and uint8, 1x1 direct and 3x3 with im2col: the numpy path's codes."""
+    clamped activations, int8 and uint8, 1x1 direct and 3x3 with im2col, requantization multipliers
+    below 0.5 (rounded before the clamp) and far above (clamped first): the numpy path's codes."""
     monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
     rng = np.random.default_rng(31)
-    for k, stride, c, o, dt_in, dt_out, act in ((1, 1, 64, 130, "uint8", "uint8", "relu"),
-                                                 (3, 1, 24, 64, "int8", "int8", "clamp"),
-                                                 (3, 2, 40, 200, "uint8", "int8", "none"),
-                                                 (1, 1, 16, 256, "int8", "uint8", "relu")):
-        layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt_in, dt_out, True, act)
+    for k, stride, c, o, dt_in, dt_out, act, s_y in ((1, 1, 64, 130, "uint8", "uint8", "relu", SCALE_Y),
+                                                      (3, 1, 24, 64, "int8", "int8", "clamp", SCALE_Y),
+                                                      (3, 2, 40, 200, "uint8", "int8", "none", SCALE_Y),
+                                                      (1, 1, 16, 256, "int8", "uint8", "relu", SCALE_Y),
+                                                      (1, 1, 32, 64, "int8", "int8", "none", 1e-4),
+                                                      (3, 1, 8, 128, "uint8", "uint8", "clamp", 3e-4)):
+        layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt_in, dt_out, True, act, out_scale=s_y)
         x = _input(rng, (1, 17, 15, c), layer, codes_only=True)
         ref, _ = layer.apply(x)
         out = np.zeros(ref.shape, np.float32)

@@ -40,6 +40,7 @@ typedef struct {
     const float *add_prm;                  /* a Sum2D fused into the conv (i8_add's prm), or 0 */
     const void *add_other;                 /* its other operand, element for element as the output */
     long add_slot;                         /* the conv's operand of the Sum2D: 0 (a) or 1 (b) */
+    long small_mult;                       /* every |m[o]| < 0.5: |acc m| < 2^30, rounds to an int32 (never 0x80000000) */
 } i8desc;
 
 /* the low bytes of 16 int32 lanes (saturated to [0, 255]) stored at o under mask m: converted in
@@ -369,6 +370,24 @@ tile(const int NV, const int EP, long k4n, const uint8_t *a, long lda, const int
         const __m512i zo16 = _mm512_set1_epi16((short)(d->out_zp + d->out_off));
         const __m512 m0 = _mm512_loadu_ps(mult), m1 = _mm512_loadu_ps(mult + 16), m2 = _mm512_loadu_ps(mult + 32),
                      m3 = _mm512_loadu_ps(mult + 48);
+        if (d->small_mult) {
+            /* round first, then clamp in bytes: the saturating packs and the byte clamp to
+             * [lo_r, hi_r] + z + off (inside [0, 255]) compose to the clamp of the rounded value */
+            const __m512i blo = _mm512_set1_epi8((char)(d->lo_r + d->out_zp + d->out_off));
+            const __m512i bhi = _mm512_set1_epi8((char)(d->hi_r + d->out_zp + d->out_off));
+#pragma GCC unroll 6
+            for (int r = 0; r < MR; r++) {
+                if (r >= rows)
+                    break;
+#define REQ(v, mv) _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv))
+                __m512i p01 = _mm512_adds_epi16(_mm512_packs_epi32(REQ(0, m0), REQ(1, m1)), zo16);
+                __m512i p23 = _mm512_adds_epi16(_mm512_packs_epi32(REQ(2, m2), REQ(3, m3)), zo16);
+#undef REQ
+                __m512i u8 = _mm512_min_epu8(_mm512_max_epu8(_mm512_packus_epi16(p01, p23), blo), bhi);
+                _mm512_storeu_si512((void *)((uint8_t *)out + r * ldo), _mm512_permutexvar_epi32(order, u8));
+            }
+            return;
+        }
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++) {
             if (r >= rows)

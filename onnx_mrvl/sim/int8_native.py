@@ -37,7 +37,7 @@ class Desc(ctypes.Structure):
         "requant", "out_lo", "out_hi", "out_exact")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult", "add_prm", "add_other")]
-        + [("add_slot", ctypes.c_long)])
+        + [("add_slot", ctypes.c_long), ("small_mult", ctypes.c_long)])
 
 
 def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
@@ -141,6 +141,7 @@ class _Prepared:
             self.mult = mults.reshape(-1).copy()
             d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
         d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
+        d.small_mult = int(bool(np.all(np.abs(self.mult) < 0.5)))   # |acc * m| < 2^30: int32 clamps are safe
         self.desc = d
         self.fn = lib().i8_depthwise if depthwise else lib().i8_conv
 
