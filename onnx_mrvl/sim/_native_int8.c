@@ -555,6 +555,8 @@ int i8_conv(const i8desc *d, const float *x, float *out, int nthreads) {
     long cparts = 1;
     while (cparts < d->cb && panels * cparts < want * 4 && cparts * 2 <= want)
         cparts *= 2;
+    if (direct && panels < 8 * want)    /* few rows (14x14, 7x7 maps): split the channels, each weight read once */
+        cparts = want;
     if (cparts > d->cb)
         cparts = d->cb;
     long rparts = want / cparts < 1 ? 1 : want / cparts;
