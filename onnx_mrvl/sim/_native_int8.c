@@ -336,7 +336,7 @@ static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, lo
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)                                                 \
     }
 #define ROW(r)                                                                                     \
-    {                                                                                              \
+    if (r < ROWS) {                                                                                \
         __m512i av = _mm512_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));                  \
         c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                           \
         if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                               \
@@ -347,7 +347,7 @@ static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, lo
 enum { EP_FLOAT, EP_CODES, EP_FUSED };    /* the epilogue: dequantized floats, codes, a fused Sum2D */
 
 static inline __attribute__((always_inline)) void
-tile(const int NV, const int EP, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+tile(const int NV, const int EP, const int ROWS, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
      const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
      const fuse_t *fz, long at) {
     /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
@@ -429,24 +429,32 @@ tile(const int NV, const int EP, long k4n, const uint8_t *a, long lda, const int
 }
 #undef ROW
 
-#define TILE_EP(EP)                                                                                  \
+/* ROWS: the rows the k loop computes -- 6, or 1 for a last panel of one row (a 7x7 map: 49 rows,
+ * 8 panels and one row; the full tile would compute 5 rows for nothing) */
+#define TILE_EP(EP, ROWS)                                                                            \
     switch (nv) {                                                                                    \
-    case 4: tile(4, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;        \
-    case 3: tile(3, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;        \
-    case 2: tile(2, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;        \
-    default: tile(1, EP, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;       \
+    case 4: tile(4, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    case 3: tile(3, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    case 2: tile(2, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    default: tile(1, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break; \
     }
+#define TILE_ROWS(EP)                                                                                \
+    if (rows == 1)                                                                                   \
+        TILE_EP(EP, 1)                                                                               \
+    else                                                                                             \
+        TILE_EP(EP, MR)
 
 static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
                     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
                     const fuse_t *fz, long at) {
     if (fz)
-        TILE_EP(EP_FUSED)
+        TILE_ROWS(EP_FUSED)
     else if (d->out_codes)
-        TILE_EP(EP_CODES)
+        TILE_ROWS(EP_CODES)
     else
-        TILE_EP(EP_FLOAT)
+        TILE_ROWS(EP_FLOAT)
 }
+#undef TILE_ROWS
 #undef TILE_EP
 
 /* a thread's im2col panels (the caller's scratch holds the quantized input) */
