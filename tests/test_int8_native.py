@@ -134,6 +134,30 @@ def test_add_native_equals_numpy():
             fn(xa, xb[:, :, :0])
 
 
+def test_add_codes_equals_numpy():
+    """The int8 Sum2D with both operands and the output in codes (the static plan's form; MLAS
+    QLinearAdd in folded constants): the numpy layer's codes, tails of every length."""
+    rng = np.random.default_rng(21)
+    for trial in range(24):
+        mode = ("qlinear", "qlinear_u8")[trial % 2]
+        dt = "int8" if mode == "qlinear_u8" or trial % 4 == 0 else "uint8"
+        qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for _ in range(3)]
+        params = {"requant": mode}
+        for pre, q in zip(("in", "in2", "out"), qs):
+            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        act = ("none", "relu", "clamp")[trial % 3]
+        layer = int8.Int8Add(params, act, {"min": 0.0, "max": 6.0} if act == "clamp" else None)
+        lo, hi = int8.QRANGE[dt]
+        n = int(rng.integers(1, 200)) if trial % 3 else int(rng.integers(40000, 70000))
+        xa, xb = (((rng.integers(lo, hi + 1, (1, 1, n, 1)) - q[1]) * np.float32(q[0])).astype(np.float32)
+                  for q in qs[:2])
+        ref, _ = layer.apply(xa, xb)
+        out = np.zeros(ref.shape, np.float32)
+        int8_native.prepare_add(layer)(_codes(xa, qs[0]), _codes(xb, qs[1]), out=out, codes_in=(True, True),
+                                       codes_out=True)
+        np.testing.assert_array_equal(_decode(out, qs[2]), ref)
+
+
 def _qlinearconv(xq, wq, bq, sx, zx, sw, sy, zy, dt, stride, pads, dil, groups):
     """onnxruntime's QLinearConv on NCHW codes."""
     et = TensorProto.INT8 if dt == "int8" else TensorProto.UINT8

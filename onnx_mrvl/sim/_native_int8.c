@@ -845,11 +845,42 @@ static inline void add_v(const ajob *j, long i, __mmask16 m, const qconst *ca, c
         _mm512_mask_storeu_ps((float *)j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, cc->z), cc->s));
 }
 
+/* MLAS QLinearAdd with all three tensors in codes (the static plan's form): q + shift = u + (shift -
+ * off) per operand, the result clamped in int32 to [lo, hi] + shift and stored as t - shift + off
+ * (the integers of qladd's float steps; fuse_init's folding for two operands) */
+static void add_codes(const ajob *j, long i, long i1, const qladd_t *k) {
+    const float *p = j->prm, shift = p[28];
+    const __m512 adj_a = _mm512_set1_ps(shift - p[6]), adj_b = _mm512_set1_ps(shift - p[14]);
+    const __m512i tlo = _mm512_set1_epi32((int)(p[20] + shift)), thi = _mm512_set1_epi32((int)(p[21] + shift));
+    const __m512i tadj = _mm512_set1_epi32((int)(p[22] - shift));
+    const uint8_t *a = j->a, *b = j->b;
+    uint8_t *o = j->out;
+    for (; i < i1; i += 16) {
+        __mmask16 m = lanes(i1 - i);
+        __m512i ua, ub;
+        if (m == (__mmask16)0xffff) {
+            ua = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
+            ub = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + i)));
+        } else {
+            ua = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, a + i));
+            ub = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, b + i));
+        }
+        __m512 qa = _mm512_add_ps(_mm512_cvtepi32_ps(ua), adj_a), qb = _mm512_add_ps(_mm512_cvtepi32_ps(ub), adj_b);
+        __m512 v = _mm512_fmadd_ps(qa, k->ra, _mm512_fmadd_ps(qb, k->rb, k->f));
+        __m512i t = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), tlo), thi);
+        store_u8(o + i, m, _mm512_add_epi32(t, tadj));
+    }
+}
+
 static void add_part(void *arg, long part) {
     ajob *j = arg;
     const qconst ca = qconst_of(j->prm), cb = qconst_of(j->prm + 8), cc = qconst_of(j->prm + 16);
     const qladd_t k = qladd_of(j->prm);
     long i = part * j->step, i1 = i + j->step < j->n ? i + j->step : j->n;
+    if (k.on && ca.codes && cb.codes && cc.codes) {
+        add_codes(j, i, i1, &k);
+        return;
+    }
     for (; i + 16 <= i1; i += 16)
         add_v(j, i, (__mmask16)0xffff, &ca, &cb, &cc, &k);
     if (i < i1)
