@@ -155,7 +155,7 @@ static void im2col_rows(const i8desc *d, const uint8_t *u0, long c0, long r0, lo
     /* the geometry in locals: the byte stores below may alias any memory, the compiler would reload d's fields */
     const long h = d->h, w = d->w, c = d->c, oh = d->oh, ow = d->ow, kh = d->kh, kw = d->kw, sh = d->sh,
                sw = d->sw, dh = d->dh, dw = d->dw, pt = d->pt, pl = d->pl, ig = d->ig, k = d->k, k4 = d->k4;
-    const uint8_t *u = u0 + c0;
+    const uint8_t *u = u0 + c0, *in_end = u0 + d->n * h * w * c;
     const uint8_t pad = (uint8_t)(d->in_zp + d->in_off);
     const long run = kw * ig;                              /* bytes of one kernel row */
     /* output columns whose kernel row lies inside the input: [xa, xb) */
@@ -180,6 +180,18 @@ static void im2col_rows(const i8desc *d, const uint8_t *u0, long c0, long r0, lo
                 lo = hi = o0;                              /* every column the general way */
             for (long ox = o0; ox < o1; ox++) {
                 if (ox == lo) {                            /* the inside columns: one run each */
+                    if (run < 16 && at + 16 <= k4) {
+                        /* a short run not at the row's end: one 16-byte move, the excess landing on
+                         * this row's next kernel rows or K tail, written after it; read only
+                         * inside the input (in_end) */
+                        for (; ox < hi; ox++) {
+                            const uint8_t *sp = src + (ox * sw - pl) * c;
+                            if (sp + 16 <= in_end)
+                                _mm_storeu_si128((__m128i *)(rowp + (ox - o0) * k4 + at), _mm_loadu_si128((const __m128i *)sp));
+                            else
+                                copy_bytes(rowp + (ox - o0) * k4 + at, sp, run);
+                        }
+                    }
                     for (; ox < hi; ox++)
                         copy_bytes(rowp + (ox - o0) * k4 + at, src + (ox * sw - pl) * c, run);
                     if (ox >= o1)
