@@ -786,7 +786,10 @@ static void dw_part(void *arg, long part) {
     const long per_image = j->rparts * j->cparts, b = part / per_image;
     const long rp = part % per_image / j->cparts, cp = part % j->cparts;
     const long oy0 = rp * oh / j->rparts, oy1 = (rp + 1) * oh / j->rparts;
-    const long c0 = cp * j->cbs / j->cparts * 16, cw = (cp + 1) * j->cbs / j->cparts * 16 - c0;
+    /* channels in units of 64 (a cache line of output codes: two parts never write one line) */
+    const long units = (j->cbs + 3) / 4, c0 = cp * units / j->cparts * 64;
+    const long c1 = (cp + 1) * units / j->cparts * 64 < j->cpad ? (cp + 1) * units / j->cparts * 64 : j->cpad;
+    const long cw = c1 - c0;
     if (oy0 >= oy1 || cw <= 0)
         return;
     const long erow = j->g4 * ow * cw * 4;
@@ -827,10 +830,16 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
     long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
     int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
     dwjob j = {d, x, out, wp, cpad, g4, (d->kh - 1) * d->dh + 1, 1, 1, cpad / 16, 0};
-    /* parts: a few per thread, images first, then channel blocks, then rows */
-    long want = par > 1 ? 3L * par : 1, per_image = (want + d->n - 1) / d->n;
-    j.cparts = per_image < j.cbs ? per_image : j.cbs;
-    j.rparts = (per_image + j.cparts - 1) / j.cparts;
+    /* parts: a few per thread, images first; then rows while a part keeps 8 output rows or more
+     * (its ring's first (kh - 1) * dh rows are transposed again by the part above: <= 25% more),
+     * else 64-channel units (never 16: two threads would write the two halves of one cache line
+     * of a 32-channel map's codes), then rows again */
+    long want = par > 1 ? 3L * par : 1, per_image = (want + d->n - 1) / d->n, units = (j.cbs + 3) / 4;
+    if (per_image > 1 && d->oh / per_image < 8) {
+        j.cparts = per_image < units ? per_image : units;
+        j.rparts = (per_image + j.cparts - 1) / j.cparts;
+    } else
+        j.rparts = per_image;
     if (j.rparts > d->oh)
         j.rparts = d->oh;
     run(dw_part, &j, d->n * j.rparts * j.cparts, par);
