@@ -21,12 +21,13 @@ def _zp(rng, dt):
     return int(rng.integers(0, 256)) if dt == "uint8" else int(rng.integers(-40, 40))
 
 
-def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in, dt_out, per_channel, act="none", bias_range=5000):
+def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in, dt_out, per_channel, act="none", bias_range=5000,
+           out_scale=SCALE_Y):
     kernel = rng.integers(-128, 128, (o, k, k, c // groups)).astype(np.int8)
     bias = rng.integers(-bias_range, bias_range, o).astype(np.int32)
     ws = (rng.random(o) * 0.01 + 0.001).astype(np.float32) if per_channel else np.full(o, 0.004, np.float32)
     zx, zy = _zp(rng, dt_in), _zp(rng, dt_out)
-    params = dict(in_scale=SCALE_X, in_zero_point=zx, in_dtype=dt_in, out_scale=SCALE_Y, out_zero_point=zy,
+    params = dict(in_scale=SCALE_X, in_zero_point=zx, in_dtype=dt_in, out_scale=out_scale, out_zero_point=zy,
                   out_dtype=dt_out)
     ap = {"min": -1.0, "max": 6.0} if act == "clamp" else None
     layer = int8.Int8Conv2D(kernel, bias, ws, params, [stride, stride], pad, [dil, dil], groups, act, ap)
@@ -131,6 +132,30 @@ def test_add_native_equals_numpy():
         np.testing.assert_array_equal(fn(xa, xb)[0], layer.apply(xa, xb)[0])
         with pytest.raises(ValueError):
             fn(xa, xb[:, :, :0])
+
+
+def test_add_codes_equals_numpy():
+    """The int8 Sum2D with both operands and the output in codes (the static plan's form; MLAS
+    QLinearAdd in folded constants): the numpy layer's codes, tails of every length."""
+    rng = np.random.default_rng(21)
+    for trial in range(24):
+        mode = ("qlinear", "qlinear_u8")[trial % 2]
+        dt = "int8" if mode == "qlinear_u8" or trial % 4 == 0 else "uint8"
+        qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for _ in range(3)]
+        params = {"requant": mode}
+        for pre, q in zip(("in", "in2", "out"), qs):
+            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        act = ("none", "relu", "clamp")[trial % 3]
+        layer = int8.Int8Add(params, act, {"min": 0.0, "max": 6.0} if act == "clamp" else None)
+        lo, hi = int8.QRANGE[dt]
+        n = int(rng.integers(1, 200)) if trial % 3 else int(rng.integers(40000, 70000))
+        xa, xb = (((rng.integers(lo, hi + 1, (1, 1, n, 1)) - q[1]) * np.float32(q[0])).astype(np.float32)
+                  for q in qs[:2])
+        ref, _ = layer.apply(xa, xb)
+        out = np.zeros(ref.shape, np.float32)
+        int8_native.prepare_add(layer)(_codes(xa, qs[0]), _codes(xb, qs[1]), out=out, codes_in=(True, True),
+                                       codes_out=True)
+        np.testing.assert_array_equal(_decode(out, qs[2]), ref)
 
 
 def _qlinearconv(xq, wq, bq, sx, zx, sw, sy, zy, dt, stride, pads, dil, groups):
@@ -247,6 +272,29 @@ def test_pools_native_equal_numpy():
         np.testing.assert_array_equal(got, ref)
 
 
+def test_maxpool_codes_pass_through():
+    """int8 MaxPool2D on codes in and out (the static plan's form; 64 channels a vector when the
+    quantizations match): the same codes as the numpy path, channel counts around 64, edges."""
+    rng = np.random.default_rng(12)
+    for trial, c in enumerate((1, 16, 63, 64, 65, 130)):
+        a = _random_q(rng, "uint8" if trial % 2 else "int8")
+        b = a if trial < 4 else _random_q(rng, a[2])
+        params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=b[0], out_zero_point=b[1],
+                      out_dtype=b[2])
+        geo = dict(kernel_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1], ceil_mode=trial % 2, dilation=[1, 1])
+        pool = int8.Int8Pool("Maxpool2D", params, geo)
+        lo, hi = int8.QRANGE[a[2]]
+        q = rng.integers(lo, hi + 1, (2, 9, 12, c))
+        ref, _ = pool.apply(((q - a[1]) * np.float32(a[0])).astype(np.float32))
+        off_in, off_out = (128 if a[2] == "int8" else 0), (128 if b[2] == "int8" else 0)
+        src = np.zeros(q.shape, np.float32)
+        src.view(np.uint8).reshape(-1)[:q.size] = (q + off_in).reshape(-1)
+        out = np.zeros(ref.shape, np.float32)
+        int8_pool_native.prepare_pool(pool)(src, out=out, codes_in=(True,), codes_out=True)
+        want = np.rint(ref / np.float32(b[0])).astype(np.int64) + b[1] + off_out
+        np.testing.assert_array_equal(out.view(np.uint8).reshape(-1)[:ref.size], want.reshape(-1))
+
+
 def test_region_input_fake_quant():
     rng = np.random.default_rng(4)
     for t in range(20):
@@ -271,6 +319,28 @@ def _codes(y: np.ndarray, q) -> np.ndarray:
 def _decode(buf: np.ndarray, q) -> np.ndarray:
     u = buf.reshape(-1).view(np.uint8)[:buf.size].astype(np.float32) - (128 if q[2] == "int8" else 0)
     return ((u - q[1]) * np.float32(q[0])).astype(np.float32).reshape(buf.shape)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_conv_codes_out_equals_numpy(monkeypatch, threads):
+    """Codes in and out (the static plan's form; full 64-channel blocks take the packed epilogue),
+    clamped activations, int8 and uint8, 1x1 direct and 3x3 with im2col, requantization multipliers
+    below 0.5 (rounded before the clamp) and far above (clamped first): the numpy path's codes."""
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    rng = np.random.default_rng(31)
+    for k, stride, c, o, dt_in, dt_out, act, s_y in ((1, 1, 64, 130, "uint8", "uint8", "relu", SCALE_Y),
+                                                      (3, 1, 24, 64, "int8", "int8", "clamp", SCALE_Y),
+                                                      (3, 2, 40, 200, "uint8", "int8", "none", SCALE_Y),
+                                                      (1, 1, 16, 256, "int8", "uint8", "relu", SCALE_Y),
+                                                      (1, 1, 32, 64, "int8", "int8", "none", 1e-4),
+                                                      (3, 1, 8, 128, "uint8", "uint8", "clamp", 3e-4)):
+        layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt_in, dt_out, True, act, out_scale=s_y)
+        x = _input(rng, (1, 17, 15, c), layer, codes_only=True)
+        ref, _ = layer.apply(x)
+        out = np.zeros(ref.shape, np.float32)
+        call = int8_native.prepare(layer).bind(_codes(x, layer.in_q), out=out, codes_in=(True,), codes_out=True)
+        assert call() == 1
+        np.testing.assert_array_equal(_decode(out, layer.out_q), ref)
 
 
 @pytest.mark.parametrize("mode", ["qlinear", "qlinear_u8", "float"])

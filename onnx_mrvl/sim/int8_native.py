@@ -10,6 +10,7 @@ parts run on the fp16 kernels' worker pool (``mrvl_run_parts``).
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from typing import Callable, Optional, Tuple
@@ -37,7 +38,7 @@ class Desc(ctypes.Structure):
         "requant", "out_lo", "out_hi", "out_exact")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult", "add_prm", "add_other")]
-        + [("add_slot", ctypes.c_long)])
+        + [("add_slot", ctypes.c_long), ("small_mult", ctypes.c_long)])
 
 
 def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
@@ -141,6 +142,7 @@ class _Prepared:
             self.mult = mults.reshape(-1).copy()
             d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
         d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
+        d.small_mult = int(bool(np.all(np.abs(self.mult) < 0.5)))   # |acc * m| < 2^30: int32 clamps are safe
         self.desc = d
         self.fn = lib().i8_depthwise if depthwise else lib().i8_conv
 
@@ -375,9 +377,17 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
     if lib() is None or out.dtype != F32 or not out.flags.c_contiguous or a.shape != out.shape:
         out[...] = fake_quant(a, *q)
         return
-    a = np.ascontiguousarray(a, F32)
+    if not (a.dtype == F32 and a.flags.c_contiguous):
+        a = np.ascontiguousarray(a, F32)
+    lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, _fq_params(tuple(q)).ctypes.data, parallel.workers())
+
+
+@functools.lru_cache(maxsize=64)
+def _fq_params(q) -> np.ndarray:
+    """i8_fake_quant's [s, 1/s, exact, z, lo, hi] of a quantization (made once: ~20 us of Python a run)."""
     prm = np.array(qparams(q)[:6], F32)
-    lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, prm.ctypes.data, parallel.workers())
+    prm.flags.writeable = False
+    return prm
 
 
 Prepared = _Prepared   # int8_in_native.py: the same packing and kernels, identity requantization
