@@ -696,15 +696,39 @@ static long now_ns(void) {
  * predictable branch per part. */
 static atomic_int profiling = 0;
 static atomic_long work_ns = 0;
+/* With a part log (run_steps_parts): per part [part, thread (0: the caller), its thread CPU ns,
+ * its start (wall ns)]: CPU times do not count the time a thread waited for a core, so a loaded
+ * machine still shows each part's cost and the split's balance. */
+static long *part_log = NULL, part_log_cap = 0;
+static atomic_long part_log_n = 0;
+static _Thread_local int pool_tid = 0;
+
+static long thread_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void run_part_profiled(part_fn fn, void *arg, long p) {
+    const long t0 = now_ns(), c0 = part_log ? thread_ns() : 0;
+    fn(arg, p);
+    const long c1 = part_log ? thread_ns() : 0;
+    atomic_fetch_add(&work_ns, now_ns() - t0);
+    if (part_log) {
+        const long i = atomic_fetch_add(&part_log_n, 1);
+        if (i < part_log_cap) {
+            long *r = part_log + 4 * i;
+            r[0] = p, r[1] = pool_tid, r[2] = c1 - c0, r[3] = t0;
+        }
+    }
+}
 
 static inline void run_part(part_fn fn, void *arg, long p) {
     if (!atomic_load_explicit(&profiling, memory_order_relaxed)) {
         fn(arg, p);
         return;
     }
-    const long t0 = now_ns();
-    fn(arg, p);
-    atomic_fetch_add(&work_ns, now_ns() - t0);
+    run_part_profiled(fn, arg, p);
 }
 
 static void work(void) {
@@ -715,8 +739,11 @@ static void work(void) {
     }
 }
 
+static atomic_int workers_started = 0;
+
 static void *worker(void *unused) {
     (void)unused;
+    pool_tid = atomic_fetch_add(&workers_started, 1) + 1;
     long seen = atomic_load(&generation);
     for (;;) {
         long t0 = now_ns(), spins = 0;
@@ -1642,6 +1669,29 @@ void run_steps_profiled(const long *steps, long count, int *ok, int nthreads, lo
         i += used;
     }
     atomic_store(&profiling, 0);
+}
+
+/* run_steps_profiled with a part log: log [cap][4] (run_part_profiled), counts[i] the entries of
+ * step i (of a fused pair: the first record's; entries past cap are dropped, counted) */
+void run_steps_parts(const long *steps, long count, int *ok, int nthreads, long *prof, long *log, long cap,
+                     long *counts) {
+    part_log_cap = cap;
+    atomic_store(&part_log_n, 0);
+    part_log = log;
+    atomic_store(&profiling, 1);
+    for (long i = 0; i < count;) {
+        const long w0 = atomic_load(&work_ns), t0 = now_ns(), n0 = atomic_load(&part_log_n);
+        const long used = run_record(steps + i * STEP_WORDS, count - i, ok + i, nthreads);
+        const long t1 = now_ns(), w = atomic_load(&work_ns) - w0;
+        prof[2 * i] = t1 - t0;
+        prof[2 * i + 1] = w > 0 ? w : t1 - t0;
+        counts[i] = atomic_load(&part_log_n) - n0;
+        if (used == 2)
+            prof[2 * i + 2] = prof[2 * i + 3] = counts[i + 1] = 0;
+        i += used;
+    }
+    atomic_store(&profiling, 0);
+    part_log = NULL;
 }
 
 /* The worker pool for the other native library (_native_int8.c, sim/int8_native.py): its
