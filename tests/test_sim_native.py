@@ -433,6 +433,23 @@ def test_grouped_conv_matches_float64_reference_and_numpy(monkeypatch, case):
         assert_same(results[0], r)
 
 
+@pytest.mark.parametrize("c", [1024, 2048])
+def test_1x1_rows_4kb_apart_are_packed_with_the_same_bits(c):
+    """A 1x1 conv whose input rows are a multiple of 4 KB apart packs its panels instead of reading
+    them in place (conv_range: cache sets); the same conv with one more input channel (zero, zero
+    weight: a last +0 term) reads in place: the same bits."""
+    x = f16(RNG.standard_normal((1, 5, 7, c)))
+    w = f16(RNG.standard_normal((70, 1, 1, c)) * 0.05)
+    bias = RNG.standard_normal(70).astype(np.float32)
+    assert native.on(), native.why_disabled()
+    fast = K.Conv2D(w, bias=bias, activation="relu").apply(x)
+    x1 = np.concatenate([x, np.zeros((1, 5, 7, 1), np.float32)], axis=3)
+    w1 = np.concatenate([w, np.zeros((70, 1, 1, 1), np.float32)], axis=3)
+    direct = K.Conv2D(w1, bias=bias, activation="relu").apply(x1)
+    np.testing.assert_array_equal(fast[0].view(np.uint32), direct[0].view(np.uint32))
+    assert fast[1] == direct[1]
+
+
 @pytest.mark.parametrize("pixels", [1, 4, 5, 8, 9, 13, 49])
 def test_partial_panels_give_the_same_bits_as_full_ones(monkeypatch, pixels):
     """A last panel of 1-11 pixels runs a smaller register tile (12, 8 or 4 rows): each pixel's

@@ -367,8 +367,13 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
     __mmask16 bad = 0, bad2 = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
-     * partial micro-tile, whose missing rows must read as zeros (packed) */
-    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
+     * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
+     * 4 KB apart (cs of 1024, 2048 floats): a panel's 12 rows then fall in the same L1 sets and
+     * evict each other while the panel is re-read for every block of 32 output channels. Packed,
+     * ResNet-50's 1x1 contractions (1024 -> 256 at 14x14, 2048 -> 512 at 7x7) took 9-12% less CPU
+     * (1.17-1.23x onnxruntime's time -> 1.04-1.11x, one thread); the same sums in the same order */
+    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w
+                       && cs % 1024 != 0;
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
