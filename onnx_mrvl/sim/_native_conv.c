@@ -1596,6 +1596,23 @@ int copy_round(const float *src, float *dst, long n) {
 /* out[n, p, c] = rne16(x[n, c, p]): a program input's rounding fused into its NCHW -> NHWC
  * transpose, split over pixel blocks (each thread rounds and interleaves its own pixels);
  * returns bit 0: every input value finite, bit 1: every rounded value finite */
+/* interleaving 16 pixels of 3 planes: output vector q, lane i holds value 16 q + i = 3 pixel + ch;
+ * tr3_idx[q][0]: its index into (plane 0, plane 1) for ch < 2, tr3_idx[q][1]: into plane 2,
+ * tr3_from2[q]: the lanes of plane 2 */
+static int tr3_idx[3][2][16];
+static __mmask16 tr3_from2[3];
+
+__attribute__((constructor)) static void tr3_init(void) {
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < 16; i++) {
+            const int v = 16 * q + i, px = v / 3, ch = v % 3;
+            tr3_idx[q][0][i] = ch == 1 ? 16 + px : px;
+            tr3_idx[q][1][i] = px;
+            if (ch == 2)
+                tr3_from2[q] |= (__mmask16)(1u << i);
+        }
+}
+
 static void trr_part(void *arg, long part) {
     plane_job *j = arg;
     const long blocks = (j->hw + TRB - 1) / TRB;
@@ -1606,8 +1623,29 @@ static void trr_part(void *arg, long part) {
         const long n = b / blocks, p0 = (b % blocks) * TRB, p1 = p0 + TRB < j->hw ? p0 + TRB : j->hw;
         const float *x = j->x + n * j->c * j->hw;
         float *o = j->out + n * j->c * j->hw;
+        long pv = p0;
+        if (j->c == 3) {
+            /* an RGB image: 16 pixels of the three planes rounded, then interleaved in registers
+             * (two permutes per output vector) instead of 48 scalar stores */
+            const __m512i i01[3] = {_mm512_loadu_si512(tr3_idx[0][0]), _mm512_loadu_si512(tr3_idx[1][0]),
+                                    _mm512_loadu_si512(tr3_idx[2][0])};
+            const __m512i i2[3] = {_mm512_loadu_si512(tr3_idx[0][1]), _mm512_loadu_si512(tr3_idx[1][1]),
+                                   _mm512_loadu_si512(tr3_idx[2][1])};
+            for (; pv + 16 <= p1; pv += 16) {
+                __m512 r[3];
+                for (int ch = 0; ch < 3; ch++) {
+                    const __m512 v = _mm512_loadu_ps(x + ch * j->hw + pv);
+                    r[ch] = rne16(v);
+                    bad_in |= nonfinite(v);
+                    bad_out |= nonfinite(r[ch]);
+                }
+                for (int q = 0; q < 3; q++)
+                    _mm512_storeu_ps(o + pv * 3 + 16 * q, _mm512_mask_permutexvar_ps(
+                        _mm512_permutex2var_ps(r[0], i01[q], r[1]), tr3_from2[q], i2[q], r[2]));
+            }
+        }
         for (long ch = 0; ch < j->c; ch++)
-            for (long p = p0; p < p1; p += 16) {
+            for (long p = pv; p < p1; p += 16) {
                 const __mmask16 m = p1 - p >= 16 ? 0xFFFF : (__mmask16)((1u << (p1 - p)) - 1);
                 const __m512 v = _mm512_maskz_loadu_ps(m, x + ch * j->hw + p);
                 const __m512 r = rne16(v);
