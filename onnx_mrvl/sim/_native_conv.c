@@ -739,14 +739,15 @@ static inline void run_part(part_fn fn, void *arg, long p) {
 }
 
 /* One round of a polling loop (w->t0: when it began, 0: not yet read): pause for the first
- * YIELD_NS, then sched_yield. On a loaded machine a waiting thread that keeps its core with
- * pause only burns its process's share of the CPU (the kernel groups a session's threads:
- * autogroup), while the thread it waits for (preempted mid-part) or the caller's own Python
- * waits for a core: measured at load ~16 on 2 cores, MobileNetV2-style width 0.5 ran a median
- * 23 ms with pause only, 11-15 ms yielding after 20 us (one thread: 11-15 ms). Idle, a yield
- * with nothing else to run returns at once. Returns the ns waited (checked every 256 rounds
- * while pausing, every round while yielding). */
-#define YIELD_NS 20000L
+ * YIELD_NS, then sched_yield. A wait that long means the thread waited for (a worker holding a
+ * part, or the caller between layers) is not running: preempted on a loaded machine, or sharing
+ * this core (a woken worker placed on its waker's core); spinning with pause only kept the core
+ * from it until the scheduler's time slice ran out (ms). Idle, a yield with nothing else to run
+ * returns at once. Measured at load ~12-18 on 2 cores, MobileNetV2-style width 0.5, median of a
+ * run: pause only 5.7-13.2 ms (23 ms at load 18), yielding after 20 us 7.0-11.3 ms, after 200 us
+ * 6.9-7.1 ms, with the process pinned to one core or not (20 us gave away more of the time
+ * slices to other processes). Returns the ns waited (checked every 256 rounds while pausing). */
+#define YIELD_NS 200000L
 typedef struct {
     long t0, spins;
 } poll_t;
