@@ -197,8 +197,9 @@ def test_binary_overflow_flag(monkeypatch):
     assert ok is False and np.isinf(y).all()
 
 
-@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "conv_small", "depthwise", "depthwise_channels",
-                                  "binary", "global_avgpool"])
+@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "conv_small", "conv_1x1_blocks_and_rows",
+                                  "conv_1x1_block_divisor", "depthwise", "depthwise_channels", "binary",
+                                  "global_avgpool"])
 def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     if what == "conv_rows":
         x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
@@ -209,6 +210,12 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     elif what == "conv_small":                  # 0.3 M MACs: split since CONV_PAR_MACS
         x, w = f16(RNG.standard_normal((1, 9, 9, 64))), f16(RNG.standard_normal((64, 1, 1, 64)) * .2)
         build = lambda: K.Conv2D(w, activation="relu").apply(x)   # noqa: E731
+    elif what == "conv_1x1_blocks_and_rows":    # 5 channel blocks: one per part, the rows in ranges too
+        x, w = special(1, 7, 7, 96, big=300), f16(RNG.standard_normal((160, 1, 1, 96)) * .1)
+        build = lambda: K.Conv2D(w, activation="relu").apply(x)   # noqa: E731
+    elif what == "conv_1x1_block_divisor":      # 18 channel blocks: 6 parts of 3 on 2 threads
+        x, w = f16(RNG.standard_normal((1, 14, 14, 32))), f16(RNG.standard_normal((576, 1, 1, 32)) * .2)
+        build = lambda: K.Conv2D(w).apply(x)   # noqa: E731
     elif what == "global_avgpool":
         from onnx_mrvl.sim import pooling
         x = special(3, 9, 11, 240, big=6e4)          # 71 K values: split since this change
