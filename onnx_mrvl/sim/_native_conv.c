@@ -1334,8 +1334,16 @@ void dw_pw(const long *dd, const float *x, float *mid, const long *cd, float *ou
         long band = DWPW_BAND_BYTES / (row_bytes > 0 ? row_bytes : 1);
         band = band > 0 ? band : 1;
         parts = (rows + band - 1) / band;
-        if (nthreads > 1)
+        if (nthreads > 1) {
             parts = (parts + nthreads - 1) / nthreads * nthreads;      /* equal shares per thread */
+            /* bands of unequal rows (14 rows in 4 parts: 3, 4, 3, 4) left a thread idle a row
+             * long at the end (MobileNetV2's 14x14 blocks: ~15% of the pair): fewer parts, a
+             * multiple of the threads, that divide the rows, if their bands stay within twice
+             * the target (14 rows: 2 bands of 7; 56: 8 of 7) */
+            for (long q = parts - nthreads; rows % parts && q >= nthreads; q -= nthreads)
+                if (rows % q == 0 && rows / q <= 2 * band)
+                    parts = q;
+        }
         if (parts > rows)
             parts = rows;
     }
