@@ -198,8 +198,9 @@ def test_binary_overflow_flag(monkeypatch):
     assert ok is False and np.isinf(y).all()
 
 
-@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "conv_small", "depthwise", "depthwise_channels",
-                                  "binary", "global_avgpool"])
+@pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "conv_small", "conv_1x1_blocks_and_rows",
+                                  "conv_1x1_block_divisor", "depthwise", "depthwise_channels", "binary",
+                                  "global_avgpool"])
 def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     if what == "conv_rows":
         x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
@@ -210,6 +211,12 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     elif what == "conv_small":                  # 0.3 M MACs: split since CONV_PAR_MACS
         x, w = f16(RNG.standard_normal((1, 9, 9, 64))), f16(RNG.standard_normal((64, 1, 1, 64)) * .2)
         build = lambda: K.Conv2D(w, activation="relu").apply(x)   # noqa: E731
+    elif what == "conv_1x1_blocks_and_rows":    # 5 channel blocks: one per part, the rows in ranges too
+        x, w = special(1, 7, 7, 96, big=300), f16(RNG.standard_normal((160, 1, 1, 96)) * .1)
+        build = lambda: K.Conv2D(w, activation="relu").apply(x)   # noqa: E731
+    elif what == "conv_1x1_block_divisor":      # 18 channel blocks: 6 parts of 3 on 2 threads
+        x, w = f16(RNG.standard_normal((1, 14, 14, 32))), f16(RNG.standard_normal((576, 1, 1, 32)) * .2)
+        build = lambda: K.Conv2D(w).apply(x)   # noqa: E731
     elif what == "global_avgpool":
         from onnx_mrvl.sim import pooling
         x = special(3, 9, 11, 240, big=6e4)          # 71 K values: split since this change
@@ -432,6 +439,23 @@ def test_grouped_conv_matches_float64_reference_and_numpy(monkeypatch, case):
         results.append(K.Conv2D(w, **kwargs).apply(x))
     for r in results[1:]:
         assert_same(results[0], r)
+
+
+@pytest.mark.parametrize("c", [1024, 2048])
+def test_1x1_rows_4kb_apart_are_packed_with_the_same_bits(c):
+    """A 1x1 conv whose input rows are a multiple of 4 KB apart packs its panels instead of reading
+    them in place (conv_range: cache sets); the same conv with one more input channel (zero, zero
+    weight: a last +0 term) reads in place: the same bits."""
+    x = f16(RNG.standard_normal((1, 5, 7, c)))
+    w = f16(RNG.standard_normal((70, 1, 1, c)) * 0.05)
+    bias = RNG.standard_normal(70).astype(np.float32)
+    assert native.on(), native.why_disabled()
+    fast = K.Conv2D(w, bias=bias, activation="relu").apply(x)
+    x1 = np.concatenate([x, np.zeros((1, 5, 7, 1), np.float32)], axis=3)
+    w1 = np.concatenate([w, np.zeros((70, 1, 1, 1), np.float32)], axis=3)
+    direct = K.Conv2D(w1, bias=bias, activation="relu").apply(x1)
+    np.testing.assert_array_equal(fast[0].view(np.uint32), direct[0].view(np.uint32))
+    assert fast[1] == direct[1]
 
 
 @pytest.mark.parametrize("pixels", [1, 4, 5, 8, 9, 13, 49])

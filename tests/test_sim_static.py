@@ -133,9 +133,26 @@ def test_input_rounded_inside_its_transpose_reports_like_layer_by_layer(value):
     np.testing.assert_array_equal(sim.run([xs])[0], a[0])
 
 
+def test_transpose_round_of_rgb_planes_keeps_nan_inf_and_signed_zero():
+    """3 channels are interleaved 16 pixels at a time in registers (the rest one by one): every
+    bit as numpy's round and transpose, NaN payload, -0 and both flags included."""
+    lib = native.lib()
+    for shape in [(1, 3, 224, 224), (2, 3, 5, 40), (1, 3, 3, 5)]:
+        x = (RNG.standard_normal(shape) * 1e3).astype(np.float32)
+        flat = x.reshape(-1)
+        flat[::97], flat[5::101], flat[3::50] = np.inf, np.nan, -0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = np.ascontiguousarray(x.astype(np.float16).astype(np.float32).transpose(0, 2, 3, 1))
+        for nthreads in (1, 2):
+            out = np.empty_like(want)
+            bits = lib.transpose_round(x.ctypes.data, out.ctypes.data, shape[0], 3, shape[2] * shape[3], nthreads)
+            np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+            assert bits == 0
+
+
 def test_transpose_round_threads_and_flags():
     lib = native.lib()
-    for shape in [(1, 3, 224, 224), (2, 5, 7, 9), (1, 1, 1, 1)]:
+    for shape in [(1, 3, 224, 224), (2, 5, 7, 9), (1, 1, 1, 1), (2, 3, 7, 9), (3, 3, 17, 17)]:
         x = (RNG.standard_normal(shape) * 3e4).astype(np.float32)
         x.reshape(-1)[3 % x.size] = 70000.0
         want = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).copy()

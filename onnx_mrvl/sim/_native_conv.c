@@ -24,6 +24,7 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -379,10 +380,12 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     __mmask16 bad = 0, bad2 = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
      * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
-     * 4 KB apart (1024, 2048 channels): the tile's 12 rows then fall in one L1 set of 8 ways and
-     * evict each other every k (ResNet-50's 1x1 1024 -> 256 at 14x14: 1.04 -> 0.94 ms packed) */
+     * 4 KB apart (cs of 1024, 2048 floats): a panel's 12 rows then fall in the same L1 sets and
+     * evict each other while the panel is re-read for every block of 32 output channels. Packed,
+     * ResNet-50's 1x1 contractions (1024 -> 256 at 14x14, 2048 -> 512 at 7x7) took 9-12% less CPU
+     * (1.17-1.23x onnxruntime's time -> 1.04-1.11x, one thread); the same sums in the same order */
     const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w
-                       && (cs * 4) % 4096 != 0;
+                       && cs % 1024 != 0;
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
@@ -685,8 +688,9 @@ void round_fp16(float *v, long n) {
 
 /* ------------------------------------------------------------------ worker pool
  * Dispatching a layer through Python threads costs ~100 us on a VM (two futex wake-ups); these
- * workers spin (with pause) for SPIN_NS after each task before they sleep, so consecutive layers
- * reach them in microseconds. One caller at a time: a concurrent caller runs its work inline. */
+ * workers poll for SPIN_NS after each task before they sleep (poll_wait: pause, then
+ * sched_yield after YIELD_NS), so consecutive layers reach them in microseconds. One caller at
+ * a time: a concurrent caller runs its work inline. */
 #define MAXW 64
 #define SPIN_NS 500000L
 
@@ -715,15 +719,69 @@ static long now_ns(void) {
  * predictable branch per part. */
 static atomic_int profiling = 0;
 static atomic_long work_ns = 0;
+/* With a part log (run_steps_parts): per part [part, thread (0: the caller), its thread CPU ns,
+ * its start (wall ns)]: CPU times do not count the time a thread waited for a core, so a loaded
+ * machine still shows each part's cost and the split's balance. */
+static long *part_log = NULL, part_log_cap = 0;
+static atomic_long part_log_n = 0;
+static _Thread_local int pool_tid = 0;
+
+static long thread_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void run_part_profiled(part_fn fn, void *arg, long p) {
+    const long t0 = now_ns(), c0 = part_log ? thread_ns() : 0;
+    fn(arg, p);
+    const long c1 = part_log ? thread_ns() : 0;
+    atomic_fetch_add(&work_ns, now_ns() - t0);
+    if (part_log) {
+        const long i = atomic_fetch_add(&part_log_n, 1);
+        if (i < part_log_cap) {
+            long *r = part_log + 4 * i;
+            r[0] = p, r[1] = pool_tid, r[2] = c1 - c0, r[3] = t0;
+        }
+    }
+}
 
 static inline void run_part(part_fn fn, void *arg, long p) {
     if (!atomic_load_explicit(&profiling, memory_order_relaxed)) {
         fn(arg, p);
         return;
     }
-    const long t0 = now_ns();
-    fn(arg, p);
-    atomic_fetch_add(&work_ns, now_ns() - t0);
+    run_part_profiled(fn, arg, p);
+}
+
+/* One round of a polling loop (w->t0: when it began, 0: not yet read): pause for the first
+ * YIELD_NS, then sched_yield. A wait that long means the thread waited for (a worker holding a
+ * part, or the caller between layers) is not running: preempted on a loaded machine, or sharing
+ * this core (a woken worker placed on its waker's core); spinning with pause only kept the core
+ * from it until the scheduler's time slice ran out (ms). Idle, a yield with nothing else to run
+ * returns at once. Measured at load ~12-18 on 2 cores, MobileNetV2-style width 0.5, median of a
+ * run: pause only 5.7-13.2 ms (23 ms at load 18), yielding after 20 us 7.0-11.3 ms, after 200 us
+ * 6.9-7.1 ms, with the process pinned to one core or not (20 us gave away more of the time
+ * slices to other processes). Returns the ns waited (checked every 256 rounds while pausing). */
+#define YIELD_NS 200000L
+typedef struct {
+    long t0, spins;
+} poll_t;
+
+static inline long poll_wait(poll_t *w) {
+    if (!w->t0)
+        w->t0 = now_ns();
+    if (w->spins >= 0) {
+        _mm_pause();
+        if (++w->spins % 256)
+            return 0;
+        const long waited = now_ns() - w->t0;
+        if (waited <= YIELD_NS)
+            return waited;
+        w->spins = -1;               /* from now on: yield */
+    }
+    sched_yield();
+    return now_ns() - w->t0;
 }
 
 static void work(void) {
@@ -734,14 +792,16 @@ static void work(void) {
     }
 }
 
+static atomic_int workers_started = 0;
+
 static void *worker(void *unused) {
     (void)unused;
+    pool_tid = atomic_fetch_add(&workers_started, 1) + 1;
     long seen = atomic_load(&generation);
     for (;;) {
-        long t0 = now_ns(), spins = 0;
+        poll_t w = {now_ns(), 0};
         while (atomic_load_explicit(&generation, memory_order_acquire) == seen) {
-            _mm_pause();
-            if (++spins % 256 == 0 && now_ns() - t0 > SPIN_NS) {
+            if (poll_wait(&w) > SPIN_NS) {
                 pthread_mutex_lock(&sleep_lock);
                 atomic_fetch_add(&sleepers, 1);
                 while (atomic_load(&generation) == seen)
@@ -797,8 +857,9 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
         pthread_mutex_unlock(&sleep_lock);
     }
     work();
+    poll_t w = {0, 0};
     while (atomic_load_explicit(&parts_done, memory_order_acquire) < parts)
-        _mm_pause();
+        poll_wait(&w);        /* a part still running on a worker */
     pthread_mutex_unlock(&pool_lock);
 }
 
@@ -847,6 +908,7 @@ typedef struct {
     const float *res;
     const epi_t *e2;
     atomic_int ok;
+    long rsplit;     /* channel split: parts = rsplit row ranges x parts / rsplit block ranges (0: 1) */
 } conv_job;
 
 static void conv_part(void *arg, long p) {
@@ -854,6 +916,12 @@ static void conv_part(void *arg, long p) {
     long m0 = 0, m1 = j->rows, j0 = 0, j1 = j->nb;
     if (j->split_rows) {
         part_range(p, j->parts, (j->rows + MR - 1) / MR, &m0, &m1);
+        m0 *= MR;
+        m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
+    } else if (j->rsplit > 1) {
+        const long cparts = j->parts / j->rsplit;
+        part_range(p % cparts, cparts, j->nb, &j0, &j1);
+        part_range(p / cparts, j->rsplit, (j->rows + MR - 1) / MR, &m0, &m1);
         m0 *= MR;
         m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
     } else {
@@ -922,6 +990,23 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
             /* one part per thread: every channel part packs all the rows' A panels again (2-5%
              * of a 14x14 / 7x7 layer each: with two parts per thread each thread packed twice) */
             parts = nthreads < j.nb ? nthreads : j.nb;
+            if (kh * kw == 1 && j.nb % parts) {
+                /* a 1x1 conv (no im2col to repeat per part) whose blocks do not divide evenly: parts
+                 * of unequal size (5 blocks as 1, 1, 1, 2) left a thread idle for
+                 * a block at the end (MobileNetV2's 7x7 projections: 20-27% of the layer). The
+                 * smallest multiple of the threads up to 8 per thread that divides the blocks (18
+                 * blocks: 6 parts), else for up to 8 blocks per thread one block per part with the
+                 * rows split in nthreads ranges too (5 blocks: 10 parts) */
+                long q = 2L * nthreads;
+                while (q <= j.nb && q <= 8L * nthreads && j.nb % q)
+                    q += nthreads;
+                if (q <= j.nb && q <= 8L * nthreads) {
+                    parts = q;
+                } else if (j.nb <= 8L * nthreads) {
+                    j.rsplit = (j.rows + MR - 1) / MR >= nthreads ? nthreads : 1;
+                    parts = j.nb * j.rsplit;
+                }
+            }
         }
     }
     if (parts <= 1) {
@@ -1295,8 +1380,16 @@ void dw_pw(const long *dd, const float *x, float *mid, const long *cd, float *ou
         long band = DWPW_BAND_BYTES / (row_bytes > 0 ? row_bytes : 1);
         band = band > 0 ? band : 1;
         parts = (rows + band - 1) / band;
-        if (nthreads > 1)
+        if (nthreads > 1) {
             parts = (parts + nthreads - 1) / nthreads * nthreads;      /* equal shares per thread */
+            /* bands of unequal rows (14 rows in 4 parts: 3, 4, 3, 4) left a thread idle a row
+             * long at the end (MobileNetV2's 14x14 blocks: ~15% of the pair): fewer parts, a
+             * multiple of the threads, that divide the rows, if their bands stay within twice
+             * the target (14 rows: 2 bands of 7; 56: 8 of 7) */
+            for (long q = parts - nthreads; rows % parts && q >= nthreads; q -= nthreads)
+                if (rows % q == 0 && rows / q <= 2 * band)
+                    parts = q;
+        }
         if (parts > rows)
             parts = rows;
     }
@@ -1582,6 +1675,23 @@ int copy_round(const float *src, float *dst, long n) {
 /* out[n, p, c] = rne16(x[n, c, p]): a program input's rounding fused into its NCHW -> NHWC
  * transpose, split over pixel blocks (each thread rounds and interleaves its own pixels);
  * returns bit 0: every input value finite, bit 1: every rounded value finite */
+/* interleaving 16 pixels of 3 planes: output vector q, lane i holds value 16 q + i = 3 pixel + ch;
+ * tr3_idx[q][0]: its index into (plane 0, plane 1) for ch < 2, tr3_idx[q][1]: into plane 2,
+ * tr3_from2[q]: the lanes of plane 2 */
+static int tr3_idx[3][2][16];
+static __mmask16 tr3_from2[3];
+
+__attribute__((constructor)) static void tr3_init(void) {
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < 16; i++) {
+            const int v = 16 * q + i, px = v / 3, ch = v % 3;
+            tr3_idx[q][0][i] = ch == 1 ? 16 + px : px;
+            tr3_idx[q][1][i] = px;
+            if (ch == 2)
+                tr3_from2[q] |= (__mmask16)(1u << i);
+        }
+}
+
 static void trr_part(void *arg, long part) {
     plane_job *j = arg;
     const long blocks = (j->hw + TRB - 1) / TRB;
@@ -1592,8 +1702,29 @@ static void trr_part(void *arg, long part) {
         const long n = b / blocks, p0 = (b % blocks) * TRB, p1 = p0 + TRB < j->hw ? p0 + TRB : j->hw;
         const float *x = j->x + n * j->c * j->hw;
         float *o = j->out + n * j->c * j->hw;
+        long pv = p0;
+        if (j->c == 3) {
+            /* an RGB image: 16 pixels of the three planes rounded, then interleaved in registers
+             * (two permutes per output vector) instead of 48 scalar stores */
+            const __m512i i01[3] = {_mm512_loadu_si512(tr3_idx[0][0]), _mm512_loadu_si512(tr3_idx[1][0]),
+                                    _mm512_loadu_si512(tr3_idx[2][0])};
+            const __m512i i2[3] = {_mm512_loadu_si512(tr3_idx[0][1]), _mm512_loadu_si512(tr3_idx[1][1]),
+                                   _mm512_loadu_si512(tr3_idx[2][1])};
+            for (; pv + 16 <= p1; pv += 16) {
+                __m512 r[3];
+                for (int ch = 0; ch < 3; ch++) {
+                    const __m512 v = _mm512_loadu_ps(x + ch * j->hw + pv);
+                    r[ch] = rne16(v);
+                    bad_in |= nonfinite(v);
+                    bad_out |= nonfinite(r[ch]);
+                }
+                for (int q = 0; q < 3; q++)
+                    _mm512_storeu_ps(o + pv * 3 + 16 * q, _mm512_mask_permutexvar_ps(
+                        _mm512_permutex2var_ps(r[0], i01[q], r[1]), tr3_from2[q], i2[q], r[2]));
+            }
+        }
         for (long ch = 0; ch < j->c; ch++)
-            for (long p = p0; p < p1; p += 16) {
+            for (long p = pv; p < p1; p += 16) {
                 const __mmask16 m = p1 - p >= 16 ? 0xFFFF : (__mmask16)((1u << (p1 - p)) - 1);
                 const __m512 v = _mm512_maskz_loadu_ps(m, x + ch * j->hw + p);
                 const __m512 r = rne16(v);
@@ -1691,6 +1822,29 @@ void run_steps_profiled(const long *steps, long count, int *ok, int nthreads, lo
         i += used;
     }
     atomic_store(&profiling, 0);
+}
+
+/* run_steps_profiled with a part log: log [cap][4] (run_part_profiled), counts[i] the entries of
+ * step i (of a fused pair: the first record's; entries past cap are dropped, counted) */
+void run_steps_parts(const long *steps, long count, int *ok, int nthreads, long *prof, long *log, long cap,
+                     long *counts) {
+    part_log_cap = cap;
+    atomic_store(&part_log_n, 0);
+    part_log = log;
+    atomic_store(&profiling, 1);
+    for (long i = 0; i < count;) {
+        const long w0 = atomic_load(&work_ns), t0 = now_ns(), n0 = atomic_load(&part_log_n);
+        const long used = run_record(steps + i * STEP_WORDS, count - i, ok + i, nthreads);
+        const long t1 = now_ns(), w = atomic_load(&work_ns) - w0;
+        prof[2 * i] = t1 - t0;
+        prof[2 * i + 1] = w > 0 ? w : t1 - t0;
+        counts[i] = atomic_load(&part_log_n) - n0;
+        if (used == 2)
+            prof[2 * i + 2] = prof[2 * i + 3] = counts[i + 1] = 0;
+        i += used;
+    }
+    atomic_store(&profiling, 0);
+    part_log = NULL;
 }
 
 /* The worker pool for the other native library (_native_int8.c, sim/int8_native.py): its

@@ -117,6 +117,8 @@ def _load() -> ctypes.CDLL:
     so.run_steps.restype = so.run_steps_profiled.restype = None
     so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
     so.run_steps_profiled.argtypes = [_P, _L, _P, ctypes.c_int, _P]   # + [count, 2] int64 (ns)
+    so.run_steps_parts.restype = None
+    so.run_steps_parts.argtypes = [_P, _L, _P, ctypes.c_int, _P, _P, _L, _P]   # + part log, its capacity, counts
     so.round_fp16.restype = None
     so.round_fp16.argtypes = [_P, _L]
     so.mrvl_run_parts.restype = None          # the worker pool, for sim/int8_native.py
