@@ -209,3 +209,23 @@ def test_zoo_models_in_one_region(name, tmp_path):
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(None, feed)[0]
     assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_model_lrn_is_an_fp16_layer_between_int8_layers(act, tmp_path):
+    """onnxruntime's quantize_static of conv -> relu -> LRN -> conv (an AlexNet block): onnxruntime keeps
+    DQ -> LRN -> Q in float; here one region, the LRN an fp16 layer between int8 Conv2Ds, nothing on the
+    CPU; its fp16 output may flip a code near a tie: the model output within one step of onnxruntime's."""
+    pytest.importorskip("onnxruntime.quantization")
+    from onnx_mrvl.testing import int8_zoo
+    m = lrn_model([1, 16, 10, 10], conv=True, size=5, alpha=1e-2, beta=0.75, bias=1.0)
+    m.graph.node.insert(1, h.make_node("Relu", ["c"], ["cr"], name="relu"))
+    m.graph.node[2].input[0] = "cr"
+    qpath = int8_zoo.quantize(m, str(tmp_path / "q"), act)
+    row = int8_zoo.measure("lrn_block", qpath, str(tmp_path / "out"), act, n_inputs=4)
+    assert row.regions == 1 and row.cpu_ops == {} and row.inner_qdq == 0, row
+    assert row.identical >= 0.95 and row.max_quanta < 1.001, row   # one step (fp32 dequantized: 1 + 1e-6)
+    nodes = onnx_mrvl.convert(qpath).subgraphs[0].nodes_json["nodes"]
+    kinds = [(n["attrs"]["layer_name"][0], n["attrs"].get("precision", ["fp16"])[0]) for n in nodes
+             if n.get("op") == "tvm_op" and n["attrs"]["layer_name"][0] in ("Conv2D", "LRN")]
+    assert kinds == [("Conv2D", "int8"), ("LRN", "fp16"), ("Conv2D", "int8")], kinds
