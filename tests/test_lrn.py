@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 import onnx_mrvl
-from onnx_mrvl import opset
+from onnx_mrvl import costmodel, opset
 from onnx_mrvl.artifact import load
 from onnx_mrvl.emit import compile_json
 from onnx_mrvl.errors import CompileError, MrvlError
@@ -144,7 +144,8 @@ def test_conv_lrn_conv_and_reference_body(tmp_path):
 
 
 def test_perf_model_cost():
-    """vector_ops = elements * (min(size, C) + 7), the same in the compile step and split's cost."""
+    """vector_ops = elements * (min(size, C) + 7), the same in the compile step, split's cost and the
+    perf model's derivation for a layer without it."""
     for size, c in ((5, 16), (9, 5)):
         m = lrn_model([2, c, 4, 4], size=size)
         result = onnx_mrvl.convert(m, force=True)
@@ -154,6 +155,8 @@ def test_perf_model_cost():
         fused = fuse(legalize(m)).model
         node = next(n for n in fused.graph.node if n.op_type == "LRN")
         assert vector_ops(GraphIndex(fused), node) == layer["vector_ops"]
+        hand_written = {k: v for k, v in layer.items() if k != "vector_ops"}   # the perf model derives it
+        assert costmodel.vector_ops(hand_written, {t: [2, 4, 4, c] for t in layer["outputs"]}) == layer["vector_ops"]
 
 
 @pytest.mark.parametrize("attrs, reason", [
