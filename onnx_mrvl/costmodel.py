@@ -134,6 +134,9 @@ def vector_ops(layer: Mapping, shapes: Mapping[int, List[int]]) -> int:
     ops = layer.get("vector_ops")
     if ops is None:
         ops = elems * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
+        size = (layer.get("params") or {}).get("size")
+        if kind == "LRN" and size and outs[0]:   # + the window sum's taps (emit/lrn_layer.py)
+            ops += elems * (min(int(size), int(outs[0][-1])) - 1)
     act = str((layer.get("params") or {}).get("activation") or "none")
     if act in VECTOR_LOWERINGS:
         ops += elems * VECTOR_LOWERINGS[act][1]

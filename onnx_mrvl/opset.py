@@ -21,6 +21,7 @@ from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, int8_body
 from .opset_lookup import LOOKUP_ATTRS, lookup_body
 from .opset_int8_concat import INT8_CONCAT_ATTRS, int8_concat_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
+from . import opset_lrn as _lrn
 from . import opset_recurrent as _recurrent
 from . import opset_int8_transformer as _int8_transformer
 from .provenance import set_composite, set_origin
@@ -256,6 +257,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 OPS.update(_int8_transformer.op_defs(OpDef))   # Requantize: a Q -> DQ pair in a region (opset_int8_transformer.py)
+OPS.update(_lrn.op_defs(OpDef))   # LRN: local response normalization across channels (opset_lrn.py)
 LAYER_NAMES = {op.layer_name: op.name for op in OPS.values()}
 
 

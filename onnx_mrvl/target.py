@@ -171,6 +171,11 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
                    "polynomial like exp), subtract it, fp16 round", 6),
     "Requantize": ("vector unit (assumption): multiply by 1 / scale in fp32, round half to even, add the "
                    "zero point, saturate, write the int8 / uint8 code (1 byte per element)", 3),
+    "LRN": ("vector unit, NHWC (channels the contiguous lane axis): square, window sum along C as "
+            "min(size, C) - 1 adds of channel-shifted squares (a 1-D all-ones depthwise filter across "
+            "channels), multiply-add by alpha / size and bias, d^-beta as exp(-beta log d) (log and exp "
+            "by LUT + polynomial), multiply by x, fp16 round; assumption: one operation each, the "
+            "window's adds charged per tap by the compile step (emit/lrn_layer.py)", 8),
     "Lookup": ("vector unit (int8 Lookup, docs/fusion.md \"int8\"): quantize the input code, one "
                "gather from the layer's 256-entry table (per channel or shared, held in the vector "
                "unit's local memory), one byte out; assumption: one operation per element", 1),

@@ -482,20 +482,20 @@ def test_chain_has_no_transpose_inside():
     assert attrs(r.model.graph.node[-1]) == {"src_layout": "NHWC", "dst_layout": "NCHW"}
 
 
-@pytest.mark.parametrize("op", ["LRN", "Hardmax"])
+@pytest.mark.parametrize("op", ["LpNormalization", "Hardmax"])   # (LRN was the first: a Mrvl op now, test_lrn.py)
 def test_one_layout_transform_at_each_cpu_boundary(op):
     """A CPU node between two accelerator ops: one LayoutTransform to NCHW before it, one back after,
     shared by all consumers. A Hardmax (opset >= 13: one axis; Softmax and LogSoftmax are Mrvl ops now) runs on the NHWC data, its axis
     remapped: no LayoutTransform around it."""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
-               node(op, ["c1"], "sm", **({"axis": 1} if op == "Hardmax" else {"size": 3})),
+               node(op, ["c1"], "sm", axis=1),
                node("Conv", ["sm", "W2", "B2"], "c2", kernel_shape=[1, 1]),
                node("Conv", ["sm", "W3", "B3"], "c3", kernel_shape=[1, 1]),
                node("Add", ["c2", "c3"], "out")],
               [("x", [1, 4, 5, 5])], ["out"],
               {"W1": w(4, 4, 1, 1), "B1": w(4), "W2": w(4, 4, 1, 1), "B2": w(4), "W3": w(4, 4, 1, 1), "B3": w(4)})
     r = fused_ok(m)
-    assert ops(r).count("LayoutTransform") == (4 if op == "LRN" else 2) and "Transpose" not in ops(r)
+    assert ops(r).count("LayoutTransform") == (4 if op == "LpNormalization" else 2) and "Transpose" not in ops(r)
     assert r.decisions["sm"].placement == "cpu" and r.decisions["sm"].reason == f"no accelerator op for {op}"
     if op == "Hardmax":
         sm = next(n for n in r.model.graph.node if n.op_type == "Hardmax")

@@ -309,6 +309,10 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     elif node.op_type == "Resize":
         data_layout = out_layout = "NHWC"
         attrs.update(scales=_s(a["scales"]), method=["nearest_neighbor"], layout=["NHWC"])
+    elif node.op_type == "LRN":   # across the channels of NHWC data (opset_lrn.py)
+        data_layout = out_layout = "NHWC"
+        attrs.update(size=_s(int(a["size"])), alpha=_s(float(a["alpha"])), beta=_s(float(a["beta"])),
+                     bias=_s(float(a["bias"])))
     elif node.op_type == "BatchMatMul":   # two activations in their logical order ("ND" when 4-D)
         data_layout = out_layout = _layout(out_shape) if len(out_shape) != 4 else "ND"
         attrs.update(transpose_b=_s(int(a.get("transpose_b", 0))), alpha=_s(float(a.get("alpha", 1.0))))

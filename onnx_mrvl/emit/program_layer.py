@@ -1,7 +1,7 @@
 """One Nodes-JSON layer -> one program layer (docs/program.md): params, weights in the layout the
 layer reads, output shape and MAC count. Accepts TVM's spelling and ours of every attribute.
 The builders: compute_layers.py (conv, fc, pools, eltwise), data_layers.py (reshape, layout, concat,
-slice), matmul_layer.py, resize_layer.py, transformer_layers.py, recurrent.py, int8_layer.py.
+slice), matmul_layer.py, resize_layer.py, lrn_layer.py, transformer_layers.py, recurrent.py, int8_layer.py.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from .int8_layer import conv_passes, int8_other, int8_out, is_int8, lookup
 from .json_attrs import NodeAttrs
 from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads them here
 from .matmul_layer import batch_matmul
+from .lrn_layer import lrn
 from .resize_layer import resize_linear
 
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
@@ -25,6 +26,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
     "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Requantize": "Requantize", "Lookup": "Lookup",
+    "LRN": "LRN",
     **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
@@ -74,6 +76,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
     elif layer_name in ("LayerNorm", "Softmax"):
         build = transformer_layers.layernorm if layer_name == "LayerNorm" else transformer_layers.softmax
         out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)
+    elif layer_name == "LRN":
+        out, vector_ops = lrn(a, in_shapes[0], params)
     elif layer_name == "Requantize":   # element-wise; its int8 fields below (int8_layer.int8_other)
         if not is_int8(a):
             a.fail("a Requantize layer needs precision int8 with its scale, zero point and type")

@@ -26,6 +26,7 @@ from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_int8_in, q
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
+from .lrn import ANCHORS as _LRN_ANCHORS
 
 log = logging.getLogger(__name__)
 INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm)
@@ -33,7 +34,7 @@ INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernor
 ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
 STANDALONE = Pattern("mrvl.mul", ACTIVATION_OPS, build_standalone_activation)
-ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS}, **_TRANSFORMER_ANCHORS)
+ANCHORS = dict(_PATTERN_ANCHORS, **{op: STANDALONE for op in ACTIVATION_OPS}, **_TRANSFORMER_ANCHORS, **_LRN_ANCHORS)
 # MatMul: an FC on a constant second operand, else a BatchMatMul of two activations (batch_matmul.py)
 ANCHORS["MatMul"] = Pattern("mrvl.fc_ni2no|mrvl.batch_matmul", ("MatMul",), batch_matmul.build)
 # Split / Slice: 4-D channel slices (slices.py), or one axis of a 2-D/3-D/5-D tensor (slices_nd.py)

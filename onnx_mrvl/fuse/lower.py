@@ -15,7 +15,7 @@ from .perms import NHWC, Perm, canonical_perm, norm_perm, reshape_blocks, stored
     stored_before_reshape, stored_shape
 
 
-SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
+SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "LRN"}   # NHWC in and out
 
 
 class GroupLowering:
@@ -23,7 +23,7 @@ class GroupLowering:
         op = grp.op
         handler = {"Conv2D": self._spatial, "MaxPool2D": self._spatial, "AvgPool2D": self._spatial,
                    "GlobalAvgPool2D": self._spatial, "GlobalMaxPool2D": self._spatial,
-                   "Resize": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
+                   "Resize": self._spatial, "LRN": self._spatial, "FC": self._fc, "Sum2D": self._eltwise, "Mul2D": self._eltwise,
                    "Concat": self._concat, "Reshape": self._reshape, "Lookup": self._lookup,
                    "Slice2D": lambda grp: slices.materialize(self, grp),
                    "BatchMatMul": lambda grp: batch_matmul.materialize(self, grp),

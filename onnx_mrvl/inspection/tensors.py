@@ -20,7 +20,7 @@ from ..graph_index import attr
 
 NHWC = (0, 2, 3, 1)
 LAYOUT_PERMS = {"NHWC": NHWC}
-SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize"}
+SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool2D", "Resize", "LRN"}
 SHARED = {"Sum2D", "Mul2D", "Concat", "Slice2D"}   # keep the storage of their (first) input
 RESHAPES = {"Reshape", "Flatten", "Squeeze"}
 IDENTITY_OPS = ("Identity", "Dropout")   # value-preserving at inference (legalization removes them)

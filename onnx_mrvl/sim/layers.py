@@ -20,6 +20,7 @@ from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
 from .layers_transformer import build_layernorm, build_softmax
+from .lrn import build_lrn
 from .int8_transformer import build_int8_batch_matmul, build_requantize, int8_out_binary, int8_out_quant
 from .pooling import avgpool, global_avgpool_layer, global_maxpool2d, maxpool2d
 from .tensor_ops import concat, layout_transform, make_binary, reshape, resize_nearest, slice_channels
@@ -294,6 +295,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Lookup": build_lookup,
     "Softmax": build_softmax,
     "Requantize": build_requantize,
+    "LRN": build_lrn,
     **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}

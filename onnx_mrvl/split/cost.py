@@ -60,11 +60,14 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
 
 def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
     """Vector-unit operations of a Mrvl node (``target.VECTOR_LOWERINGS``, as the simulator's perf
-    model counts them): LayerNorm / Softmax / LogSoftmax per element, a smooth activation per output element."""
+    model counts them): LayerNorm / Softmax / LogSoftmax / LRN per element, a smooth activation per output element."""
     out = _elems(g, node.output[0]) if node.output else 0
     kind = "LogSoftmax" if node.op_type == "Softmax" and any(
         a.name == "log" and a.i for a in node.attribute) else node.op_type
     ops = out * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
+    if kind == "LRN" and node.input and g.shape(node.input[0]):   # + the window sum's taps (emit/lrn_layer.py)
+        size = next((a.i for a in node.attribute if a.name == "size"), 1)
+        ops += out * (min(size, g.shape(node.input[0])[-1]) - 1)
     act = next((a.s.decode() for a in node.attribute if a.name == "activation"), "none")
     return ops + (out * VECTOR_LOWERINGS[act][1] if act in VECTOR_LOWERINGS else 0)
 
