@@ -21,7 +21,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -104,6 +104,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
         built = None
         if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
             built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if built is None and n.op_type in qdq_float_max.ANCHORS:   # float x -> MaxPool -> Q -> DQ
+            built = qdq_float_max.build(g, n, target, claimed)
         if n.op_type == "Concat":
             built = qdq_concat.build_concat_int8(g, n, target, claimed)
         if built is None and n.op_type in INT8_TRANSFORMER_ANCHORS:

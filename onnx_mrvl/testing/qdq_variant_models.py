@@ -28,6 +28,19 @@ def cnn(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     return g.model("cnn", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 10])])
 
 
+def lrn_maxpool(seed: int = 0, opset: int = 13, gain: float = 6.0) -> onnx.ModelProto:
+    """AlexNet's stem: an 11x11 / stride-4 conv (3 -> 16), Relu, LRN, MaxPool 3x3 / 2, a 3x3 conv and
+    Relu. quantize_static leaves the LRN float: its output reaches the MaxPool unquantized and is
+    quantized after it (``gain`` makes those values large, where fp16 steps are coarse)."""
+    g = GraphBuilder(seed, opset)
+    x = g.relu(g.conv("input", 3, 16, 11, "c1", stride=4, pads=[2, 2, 2, 2], gain=gain), "r1")
+    x = g.node("LRN", [x], "lrn", size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2])
+    g.relu(g.conv(x, 16, 16, 3, "c2", pads=[1, 1, 1, 1]), "r2")
+    g.nodes[-1].output[0] = "output"
+    return g.model("lrn_maxpool", [("input", F32, [1, 3, 99, 99])], [("output", F32, [1, 16, 11, 11])])
+
+
 def cnn_moves(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """Data movement between convs: Pad, Slice, Split -> two convs -> Concat, nearest Resize,
     Transpose there and back, Reshape, Squeeze."""
