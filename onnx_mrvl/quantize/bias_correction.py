@@ -107,6 +107,11 @@ def _layers(pre: onnx.ModelProto, qdq: onnx.ModelProto) -> List[_Layer]:
     return out
 
 
+def _write(tensor: onnx.TensorProto, codes: np.ndarray) -> None:
+    """The int32 bias initializer ``tensor`` now holds ``codes``."""
+    tensor.CopyFrom(numpy_helper.from_array(codes.astype(np.int32), tensor.name))
+
+
 def _levels(qdq: onnx.ModelProto, layers: List[_Layer]) -> int:
     """Each layer's depth in layers (1 + the deepest layer it depends on); returns the deepest."""
     by_name = {l.node.name: l for l in layers}
@@ -210,7 +215,7 @@ def correct_biases(pre: onnx.ModelProto, qdq: onnx.ModelProto, samples: List[Dic
             shift = max(shift, float(np.max(np.abs(steps))))
             new = np.clip(l.ints.astype(np.float64) + steps, -2 ** 31 + 1, 2 ** 31 - 1).astype(np.int32)
             l.ints = new
-            inits[l.bias].CopyFrom(numpy_helper.from_array(new, l.bias))
+            _write(inits[l.bias], new)
         pending = now
     return {"layers": len(layers), "runs": runs,
             "mean_error_before": float(np.mean(before)), "mean_error_after": float(np.mean(after)),
