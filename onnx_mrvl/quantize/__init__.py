@@ -3,7 +3,8 @@
 onnxruntime's quantizer does the work (``static.py``: ``quant_pre_process`` + ``quantize_static``,
 QDQ, per-channel symmetric int8 weights, int8 activations, MinMax / Entropy / Percentile
 calibration); ``recipe.py`` holds the recipe's options (``quantize_options``) and which nodes are
-quantized; ``equalize.py`` is the optional cross-layer equalization; ``calibration.py`` reads and
+quantized; ``equalize.py`` is the optional cross-layer equalization, ``bias_correction.py`` the optional
+empirical bias correction; ``calibration.py`` reads and
 checks the samples; ``snr.py`` measures the noise;
 this module picks each layer's precision and returns the QDQ model the pipeline converts
 (``fuse/qdq.py`` imports it as int8 layers) and the record of what it did (``report.quantization``).

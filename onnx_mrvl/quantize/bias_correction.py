@@ -58,8 +58,9 @@ def _layers(pre: onnx.ModelProto, qdq: onnx.ModelProto) -> List[_Layer]:
         f = fnodes.get(n.name)
         if n.op_type not in LAYERS or f is None or f.op_type != n.op_type or len(n.input) < 2:
             continue
-        if n.op_type == "Gemm" and any(a.name == "transA" and a.i for a in n.attribute):
-            continue
+        if n.op_type == "Gemm" and (any(a.name == "transA" and a.i for a in n.attribute)
+                                    or any(a.name == "beta" and a.f != 1.0 for a in n.attribute)):
+            continue   # the bias enters as beta * C: only beta = 1 is shifted by what we add
         dq_x, dq_w = producer.get(n.input[0]), producer.get(n.input[1])
         if dq_x is None or dq_x.op_type != "DequantizeLinear" or dq_x.input[0] in inits or len(dq_x.input) < 2 \
                 or dq_x.input[1] not in inits:
