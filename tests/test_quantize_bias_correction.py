@@ -33,10 +33,9 @@ def biasless_net(seed: int = 0) -> onnx.ModelProto:
     x = g.conv(x, 8, 8, 3, "c2")
     x = g.node("GlobalAveragePool", [x], "gap")
     x = g.node("Flatten", [x], "flat", axis=1)
-    y = g.node("Gemm", [x, g.const("fc.w", g.he((10, 8), 8)), g.const("fc.b", np.zeros(10, np.float32))],
+    g.node("Gemm", [x, g.const("fc.w", g.he((10, 8), 8)), g.const("fc.b", np.zeros(10, np.float32))],
                "fc", transB=1)
     g.nodes[-1].output[0] = "output"
-    del y
     return g.model("biasless_net", [("input", F32, [1, 3, 16, 16])], [("output", F32, [1, 10])])
 
 

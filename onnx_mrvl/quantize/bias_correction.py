@@ -21,7 +21,7 @@ the int32 bias values (a layer without a bias gets one, with the scale the impor
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 import onnx
