@@ -190,7 +190,7 @@ def correct_biases(pre: onnx.ModelProto, qdq: onnx.ModelProto, samples: List[Dic
     ref = _channel_means(_with_outputs(pre, sorted({l.float_out for l in layers})), sorted({l.float_out for l in layers}),
                          samples)
     inits = _consts(qdq)
-    rms = {}
+    mag = {}
     before, after, shift, runs = [], [], 0.0, 0
     pending: List[_Layer] = []
     for level in range(1, depth + 2):
@@ -209,11 +209,11 @@ def correct_biases(pre: onnx.ModelProto, qdq: onnx.ModelProto, samples: List[Dic
                 raise ModelError(f"bias correction of '{l.node.name}': channel {c} still has mean error {err[c]:.3g} "
                                  f"(> half a bias step {0.5 * l.scale[c]:.3g}) after the correction",
                                  hint="quantize without it (quantize_options={'bias_correction': False})")
-            after.append(float(np.mean(np.abs(err))) / rms[l.node.name])
+            after.append(float(np.mean(np.abs(err))) / mag[l.node.name])
         for l in now:
             err = ref[l.float_out][0] - got[l.node.output[0]][0]
-            rms[l.node.name] = max(float(np.mean(ref[l.float_out][1])), 1e-30)
-            before.append(float(np.mean(np.abs(err))) / rms[l.node.name])
+            mag[l.node.name] = max(float(np.mean(ref[l.float_out][1])), 1e-30)
+            before.append(float(np.mean(np.abs(err))) / mag[l.node.name])
             steps = np.rint(err / l.scale.astype(np.float64))
             shift = max(shift, float(np.max(np.abs(steps))))
             new = np.clip(l.ints.astype(np.float64) + steps, -2 ** 31 + 1, 2 ** 31 - 1).astype(np.int32)
