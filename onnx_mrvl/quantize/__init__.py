@@ -3,7 +3,8 @@
 onnxruntime's quantizer does the work (``static.py``: ``quant_pre_process`` + ``quantize_static``,
 QDQ, per-channel symmetric int8 weights, int8 activations, MinMax / Entropy / Percentile
 calibration); ``recipe.py`` holds the recipe's options (``quantize_options``) and which nodes are
-quantized; ``equalize.py`` is the optional cross-layer equalization; ``calibration.py`` reads and
+quantized; ``equalize.py`` is the optional cross-layer equalization, ``bias_correction.py`` the optional
+empirical bias correction; ``calibration.py`` reads and
 checks the samples; ``snr.py`` measures the noise;
 this module picks each layer's precision and returns the QDQ model the pipeline converts
 (``fuse/qdq.py`` imports it as int8 layers) and the record of what it did (``report.quantization``).
@@ -28,6 +29,7 @@ import onnx
 from ..errors import ModelError, UsageError
 from ..options import close_matches
 from . import static
+from .bias_correction import correct_biases
 from .calibration import load_calibration
 from .equalize import check_exact, equalize
 from .recipe import Recipe, make_recipe
@@ -110,6 +112,7 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
         for rounds in range(1, MAX_ROUNDS + 1):
             qdq = static.quantize_int8(pre, samples, method=calibration_method, exclude=sorted(exclude), workdir=tmp,
                                        recipe=recipe)
+            corrected = correct_biases(pre, qdq, samples) if recipe.bias_correction else None
             layer_out, qparams = {}, activation_qparams(qdq)
             for layer in structure.layers():
                 _, out = quantized_tensors(qdq, layer.name, qparams)
@@ -138,6 +141,7 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
             "library": "onnxruntime.quantization (quant_pre_process + quantize_static, QDQ)",
             "fp16_layers": list(fp16_layers or ()), "rounds": rounds,
             "options": recipe.as_dict(), "equalized_pairs": equalized,
+            **({"bias_correction": corrected} if corrected is not None else {}),
             "int8_layers": int8, "layers_total": len(layers),
             "output_snr_db": {k: _num(v) for k, v in m["outputs"].items()}, "layers": layers}
     if quantize == "mixed":

@@ -17,6 +17,9 @@ Options (defaults chosen by measurement on the zoo architectures, docs/quantize.
 - ``elementwise`` (bool, default True): also quantize Concat and the element-wise functions of one
   tensor that ``fuse/qdq_lookup.py`` imports as int8 table lookups (Sigmoid, LeakyRelu,
   HardSwish, SiLU's ``x * Sigmoid(x)``, ...); False leaves them float (fp16 layers).
+- ``bias_correction`` (bool, default False): empirical bias correction (``bias_correction.py``) of
+  the QDQ model: each int8 Conv / Gemm's int32 bias absorbs the per-channel mean of its output
+  error on the calibration data, layer by layer.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ class Recipe:
     percentile: float = 99.999
     elementwise: bool = True
     output_layers_fp16: bool = False
+    bias_correction: bool = False
 
     def as_dict(self) -> Dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
