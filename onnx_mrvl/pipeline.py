@@ -218,11 +218,14 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             legal_by_name = {n.name: n for n in legal.graph.node}
         say("split")
         t = CLOCK()
+        # the fused model is given up to split when no snapshot keeps it (read again on demand)
+        fused_nodes = {n.name: n for n in fused.model.graph.node}
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
-                       reference=reference, decisions=decisions)
+                       reference=reference, decisions=decisions, consume=source.reread is not None)
         decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
-        more = _newly_cpu(result.dropped, fused, cpu)
+        more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu)
+        del fused_nodes
         if more:
             names = set(more) | {o for k in more if k in legal_by_name for o in get_origin(legal_by_name[k])}
             history.extend(d for d in result.dropped if set(d.get("origin", ())) & names)
@@ -305,15 +308,15 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     return ConvertResult(deployable, subgraphs, report, stages, timings)
 
 
-def _newly_cpu(dropped: List[dict], fused, cpu: Dict[str, str]) -> Dict[str, str]:
+def _newly_cpu(dropped: List[dict], by_name: Dict[str, onnx.NodeProto], fused_decisions,
+               cpu: Dict[str, str]) -> Dict[str, str]:
     """Legalized node names behind dropped compute/data Mrvl nodes (not layout changes) -> reason.
 
     Names of the legalized graph, not original names: legalization turns one original node into
     several (a 1-D Conv into Reshape + Conv + Reshape, a large kernel into tiles + Adds), and the
     whole family must not go to the CPU because one Reshape of it was left alone in a region."""
-    by_name = {n.name: n for n in fused.model.graph.node}
     members: Dict[str, List[str]] = {}
-    for name, d in fused.decisions.items():
+    for name, d in fused_decisions.items():
         if d.mrvl_node:
             members.setdefault(d.mrvl_node, []).append(name)
     out = {}

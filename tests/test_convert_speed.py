@@ -157,3 +157,22 @@ def test_subgraph_sha256_is_the_binarys_digest():
         assert nodes and len(nodes) == len(by_name)
         for n in nodes:
             assert subgraph_attrs(n)["sha256"] == hashlib.sha256(by_name[n.name].binary).hexdigest()
+
+
+@pytest.mark.parametrize("build", ["conv", "yolov5_like"])
+def test_split_consume_gives_the_same_models(build):
+    """split(consume=True) makes its heaviest region out of the fused model itself (no weight copied):
+    the deployable model and every region model are the bytes split gives without it."""
+    import onnx_mrvl
+    from onnx_mrvl.split import split
+    from onnx_mrvl.testing.arch_detect_classify import yolov5_like
+    model = _conv_model() if build == "conv" else yolov5_like()
+    fused = onnx_mrvl.convert(model).stages["fuse"]
+    kept = split(fused, partition="max")
+    taken_from = onnx.ModelProto.FromString(fused.SerializeToString())
+    taken = split(taken_from, partition="max", consume=True)
+    assert taken.model.SerializeToString() == kept.model.SerializeToString()
+    assert [r.name for r in taken.regions] == [r.name for r in kept.regions]
+    assert any(r.model is taken_from for r in taken.regions)
+    for a, b in zip(taken.regions, kept.regions):
+        assert a.model.SerializeToString() == b.model.SerializeToString()
