@@ -57,6 +57,16 @@ class RegionFailed(Exception):
         self.nodes, self.origin = list(region.nodes), list(region.origin)
 
 
+def lend_arrays(regions, arrays) -> None:
+    """Give each region the arrays of its initializers that ``arrays`` (``FuseResult.arrays``: the
+    values written into the fused model) holds: emit reads them instead of decoding the bytes again."""
+    if not arrays:
+        return
+    for region in regions:
+        if region.model is not None:
+            region.arrays = {t.name: arrays[t.name] for t in region.model.graph.initializer if t.name in arrays}
+
+
 def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
                      fallback: bool = False, reference: bool = False, model_batch: int = 1,
                      clock: Callable[[], float] = time.perf_counter) -> List[Subgraph]:
@@ -82,11 +92,11 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             raise RegionNotWorth(region, why)
         try:
             t = clock()
-            emitted = emit_stage.emit(region.model, region.name)
+            emitted = emit_stage.emit(region.model, region.name, arrays=region.arrays)
             nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
             del emitted
             region_model = region.model if chunks else None   # chunk_node reads it after compiling
-            region.model = None   # emitted: its weights are in consts_json now (memory)
+            region.model = region.arrays = None   # emitted: its weights are in consts_json now (memory)
             t_emit += clock() - t
             t = clock()
             binary, meta, digest = emit_stage.compile_program_sha256(nodes_json, consts_json, dataclasses.replace(

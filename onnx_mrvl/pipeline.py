@@ -12,7 +12,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 import onnx
 
 from . import bodies
-from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile
+from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile, lend_arrays
 from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import MrvlError
@@ -207,15 +207,18 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         t = CLOCK()
         if legal_weights_dropped:   # a retry: the same legalized model again (legalize is deterministic)
             legal, legal_weights_dropped = legalize(source.reread(), target, input_shapes=input_shapes).model, False
-        fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
+        if release_legal:   # split and emit read no legalized weight: fuse takes the model (fuse/in_place.py)
+            given, legal = legal, structure_only(legal)
+            legal_by_name = {n.name: n for n in legal.graph.node}
+            fused = fuse(given, fuse_target, exclude=cpu, keep_weights=False, consume=True)
+            del given
+            fused.groups, legal_weights_dropped = [], True   # (groups hold the given model's nodes)
+        else:
+            fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
-        if release_legal and not legal_weights_dropped:   # split and emit read no legalized weight
-            fused.groups = []   # (their nodes are legal's: a reference to any keeps all of it, upb arenas)
-            legal, legal_weights_dropped = structure_only(legal), True
-            legal_by_name = {n.name: n for n in legal.graph.node}
         say("split")
         t = CLOCK()
         # the fused model is given up to split when no snapshot keeps it (read again on demand)
@@ -226,6 +229,8 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
         more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu)
         del fused_nodes
+        lend_arrays(result.regions, fused.arrays)   # what emit reads instead of decoding the weights again
+        fused.arrays = None
         if more:
             names = set(more) | {o for k in more if k in legal_by_name for o in get_origin(legal_by_name[k])}
             history.extend(d for d in result.dropped if set(d.get("origin", ())) & names)

@@ -49,6 +49,7 @@ class Region:
     model: Optional[onnx.ModelProto] = None
     estimate: Dict[str, float] = field(default_factory=dict)
     batches: Optional[tuple] = None    # (calls, chunk batch) when the batch exceeds max_batch
+    arrays: Optional[Dict[str, np.ndarray]] = field(default=None, repr=False)   # emit's (compile_regions.py)
 
     def summary(self) -> dict:
         return {"name": self.name, "layers": len(self.nodes), "inputs": self.inputs, "outputs": self.outputs,
