@@ -12,6 +12,7 @@ from . import emit as emit_stage
 from .errors import CompileError, MrvlError
 from .split import batch_chunks
 from .split.deploy import attach_artifact, is_subgraph
+from .stage_snapshots import structure_only
 from .target import Target
 
 
@@ -59,12 +60,29 @@ class RegionFailed(Exception):
 
 def lend_arrays(regions, arrays) -> None:
     """Give each region the arrays of its initializers that ``arrays`` (``FuseResult.arrays``: the
-    values written into the fused model) holds: emit reads them instead of decoding the bytes again."""
+    values written into the fused model) holds: emit reads them instead of decoding the bytes again.
+    A region whose every initializer is lent keeps a copy of its model without their bytes
+    (``weightless``): its model, often the fused model itself (split's consume), is freed."""
     if not arrays:
         return
     for region in regions:
-        if region.model is not None:
-            region.arrays = {t.name: arrays[t.name] for t in region.model.graph.initializer if t.name in arrays}
+        if region.model is None:
+            continue
+        inits = region.model.graph.initializer
+        region.arrays = {t.name: arrays[t.name] for t in inits if t.name in arrays}
+        if len(region.arrays) == len(inits):
+            region.model = weightless(region.model)
+
+
+def weightless(model):
+    """A copy of ``model`` whose initializers carry their name, type and dims only (what emit reads
+    beside the values it is lent)."""
+    out = structure_only(model)
+    for t in model.graph.initializer:
+        stub = out.graph.initializer.add()
+        stub.name, stub.data_type = t.name, t.data_type
+        stub.dims.extend(t.dims)
+    return out
 
 
 def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],

@@ -23,8 +23,22 @@ from onnx import helper
 
 from ..graph_index import GraphIndex, holds_exactly
 
+# the model is taken when the weights kept as they are (FC kernels) are at least this share of its
+# weight bytes: the replaced ones (conv kernels rewritten OHWI) stay in its arena until it goes, and
+# the arrays handed on sit beside it until split; below it, the model is copied as before
+KEPT_SHARE = 0.75
 # dtypes whose array numpy_helper.to_array gives as a plain view of the raw bytes (what emit reads)
 PLAIN = {np.dtype(t).newbyteorder("<") for t in (np.float32, np.int8, np.uint8, np.int32, np.int64)}
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    try:
+        return n * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return n
 
 
 def plain_view(data: bytes, dtype: np.dtype, shape) -> Optional[np.ndarray]:
@@ -52,6 +66,9 @@ def write_in_place(model: onnx.ModelProto, g: GraphIndex, used: set,
         if (origin is not None and origin not in used and origin not in claimed
                 and holds_exactly(g.initializers[origin], arr)):
             claimed[origin] = j
+    total = sum(_nbytes(t) for t in tensors)
+    if not total or sum(inits[j][1].nbytes for j in claimed.values()) < KEPT_SHARE * total:
+        return None
     key = {n: (0, i) for i, n in enumerate(kept)}
     key.update((name, (1, j)) for j, (name, _, _) in enumerate(inits))
     for i in range(len(tensors) - 1, -1, -1):

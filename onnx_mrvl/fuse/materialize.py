@@ -91,7 +91,8 @@ class Materializer(GroupLowering):
 
     def init(self, base: str, arr: np.ndarray, dtype=np.float32) -> str:
         name = self.fresh(base)
-        self.inits.append((name, np.ascontiguousarray(arr, dtype=dtype)))
+        a = np.asarray(arr, dtype=dtype)   # a view (an OHWI kernel) is written in C order as it is
+        self.inits.append((name, a if a.ndim else np.ascontiguousarray(a)))   # (0-d: 1-d, as before)
         return name
 
     def logical_shape(self, t: str) -> List[int]:
