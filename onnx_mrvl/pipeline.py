@@ -211,8 +211,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             given, legal = legal, structure_only(legal)
             legal_by_name = {n.name: n for n in legal.graph.node}
             fused = fuse(given, fuse_target, exclude=cpu, keep_weights=False, consume=True)
-            del given
-            fused.groups, legal_weights_dropped = [], True   # (groups hold the given model's nodes)
+            fused.groups, given, legal_weights_dropped = [], None, True   # (groups hold given's nodes)
         else:
             fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
         if attempt == 0:
@@ -221,8 +220,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         decisions = _with_removed(fused.decisions, original, legal)
         say("split")
         t = CLOCK()
-        # the fused model is given up to split when no snapshot keeps it (read again on demand)
-        fused_nodes = {n.name: n for n in fused.model.graph.node}
+        fused_nodes = {n.name: n for n in fused.model.graph.node}   # split takes fused.model unless a snapshot
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
                        reference=reference, decisions=decisions, consume=source.reread is not None)
         decisions = result.decisions
