@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import emit as emit_stage
-from .artifact.format import PackedBinary
 from .errors import CompileError, MrvlError
 from .split import batch_chunks
 from .split.deploy import attach_artifact, is_subgraph
@@ -37,31 +36,7 @@ class Subgraph:
     def binary_sha256(self) -> Optional[str]:
         """The sha256 hex digest pack computed for ``binary``; None once ``binary`` was replaced."""
         known = self.binary_digest
-        return known[1] if known is not None and known[0] is self.__dict__.get("_binary") else None
-
-    def write_binary(self, f) -> int:
-        """Write ``binary`` to the file ``f`` (its parts as pack made them while nobody asked for the
-        bytes: no joined copy); returns the number of bytes."""
-        held = self.__dict__.get("_binary")
-        return held.write(f) if isinstance(held, PackedBinary) else f.write(self.binary)
-
-
-def _get_binary(self) -> bytes:
-    """The binary's bytes (joined from pack's parts on the first read)."""
-    held = self.__dict__.get("_binary")
-    if isinstance(held, PackedBinary):
-        joined = held.join()
-        if self.binary_digest is not None and self.binary_digest[0] is held:
-            self.binary_digest = (joined, self.binary_digest[1])
-        self.__dict__["_binary"] = held = joined
-    return held
-
-
-def _set_binary(self, value) -> None:
-    self.__dict__["_binary"] = value
-
-
-Subgraph.binary = property(_get_binary, _set_binary)   # a dataclass field (``__init__`` sets it) read as bytes
+        return known[1] if known is not None and known[0] is self.binary else None
 
 
 
@@ -142,10 +117,8 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             region.model = region.arrays = None   # emitted: its weights are in consts_json now (memory)
             t_emit += clock() - t
             t = clock()
-            binary, meta, digest = emit_stage.compile_program_packed(nodes_json, consts_json, dataclasses.replace(
+            binary, meta, digest = emit_stage.compile_program_sha256(nodes_json, consts_json, dataclasses.replace(
                 options, batch=chunks[1]) if chunks else options)
-            if embed or region.estimate:   # the bytes are read now (base64 / the cycle model)
-                binary = binary.join()
             emit_stage.detach_arrays(consts_json)  # the arrays emit lent compile: free them now
             emit_stage.annotate_boundaries(nodes_json, meta)   # the binary's quantize / dequantize
             t_compile += clock() - t

@@ -20,12 +20,11 @@ def _json(obj) -> Writer:
     return lambda f: dump_json(obj, f)
 
 
-def _binary(sg) -> Writer:
-    """A region's binary as a file (``Subgraph.write_binary``); its digest, when pack's is known,
-    goes to the manifest as it is."""
+def _bytes(data: bytes, sha256: Optional[str] = None) -> Writer:
+    """``data`` as a file; ``sha256``: its digest when known (the manifest then takes it)."""
     def write(f):
-        return sg.write_binary(f)
-    write.sha256 = sg.binary_sha256()
+        return f.write(data)
+    write.sha256 = sha256
     return write
 
 
@@ -60,7 +59,7 @@ def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool =
             files.append((f"{sg.name}-consts.json", _json(sg.consts_json)))
         else:
             skipped[f"{sg.name}-consts.json"] = SKIPPED_CONSTS
-        files.append((sg.artifact, _binary(sg)))
+        files.append((sg.artifact, _bytes(sg.binary, sg.binary_sha256())))
         region_of.update({name: sg.name for name, _ in files[-3 if consts_json else -2:]})
     if stages:
         files.extend((f"stage-{name}.onnx", _model(m)) for name, m in result.stages.items())

@@ -52,7 +52,7 @@ def test_strict_is_a_deprecated_alias(monkeypatch):
 
 def _compile_fails(kind):
     from onnx_mrvl import emit
-    real = emit.compile_program_packed
+    real = emit.compile_program_sha256
 
     def compile_program(nodes_json, consts_json, options):
         if kind == "compile_error":
@@ -65,7 +65,7 @@ def _compile_fails(kind):
 def test_region_failure_raises_or_falls_back(monkeypatch, caplog, kind, exc):
     model = models.tiny_cnn(seed=2)
     _, broken = _compile_fails(kind)
-    monkeypatch.setattr("onnx_mrvl.emit.compile_program_packed", broken)   # what compile_regions calls
+    monkeypatch.setattr("onnx_mrvl.emit.compile_program_sha256", broken)   # what compile_regions calls
     with pytest.raises(exc, match="simulated compile"):
         onnx_mrvl.convert(model)
     with caplog.at_level(logging.WARNING, logger="onnx_mrvl"):

@@ -259,25 +259,3 @@ def test_convert_of_a_file_takes_the_models_and_saves_the_same_files(tmp_path, m
                         and f not in ("report.json", "manifest.json")})
     assert calls and calls[0] is not None   # the file's fused model was taken
     assert digests[0] == digests[1] and any(f.endswith(".bin") for f in digests[0])
-
-
-def test_region_binary_is_written_from_packs_parts(tmp_path):
-    """convert keeps a region's binary as pack's parts (no joined copy): save writes them, giving the
-    file of the joined bytes; ``Subgraph.binary`` reads as those bytes (joined on the first read,
-    its digest still pack's); pickling gives the bytes."""
-    import hashlib
-    import pickle
-    import onnx_mrvl
-    from onnx_mrvl.artifact.format import PackedBinary
-    res = onnx_mrvl.convert(_conv_model())
-    sg = res.subgraphs[0]
-    assert isinstance(sg.__dict__["_binary"], PackedBinary)
-    res.save(str(tmp_path / "out"))
-    saved = (tmp_path / "out" / sg.artifact).read_bytes()
-    assert isinstance(sg.__dict__["_binary"], PackedBinary)   # save did not join it
-    assert type(pickle.loads(pickle.dumps(sg)).binary) is bytes
-    data = sg.binary
-    assert type(data) is bytes and data == saved and sg.binary is data
-    assert sg.binary_sha256() == hashlib.sha256(data).hexdigest()
-    sg.binary = data + b"x"
-    assert sg.binary_sha256() is None

@@ -145,42 +145,6 @@ def pack_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
                 format_minor: Optional[int] = None) -> Tuple[bytes, str]:
     """(the model-binary bytes, the sha256 hex digest of those bytes), the digest taken from the
     hash pack computes for the file's trailer anyway (save's manifest needs no second pass).
-    :func:`pack_parts_sha256`, joined."""
-    packed, digest = pack_parts_sha256(meta, weights, format_minor=format_minor)
-    return packed.join(), digest
-
-
-class PackedBinary:
-    """A model binary as the parts :func:`pack_parts_sha256` made (header, meta, padding, read-only
-    views of the weight arrays, trailer): ``write(f)`` writes them in turn, ``join()`` gives the bytes
-    (a region's binary is written to its file without first being joined into one buffer)."""
-
-    __slots__ = ("parts", "size")
-
-    def __init__(self, parts: List[Any], size: int):
-        self.parts, self.size = parts, size
-
-    def join(self) -> bytes:
-        data = b"".join(self.parts)
-        assert len(data) == self.size
-        return data
-
-    def write(self, f) -> int:
-        for part in self.parts:
-            f.write(part)
-        return self.size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __reduce__(self):   # pickled / deep-copied as its bytes (memoryviews do not pickle)
-        return bytes, (self.join(),)
-
-
-def pack_parts_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
-                      format_minor: Optional[int] = None) -> Tuple[PackedBinary, str]:
-    """(the model binary as a :class:`PackedBinary`, the sha256 hex digest of its bytes); the weight
-    arrays are referenced, not copied, and must not be written afterwards.
 
     Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes.
 
@@ -264,7 +228,7 @@ def pack_parts_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]
     pos = wght_off
     for off, arr in blobs:
         parts.append(bytes(wght_off + off - pos))
-        parts.append(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)).toreadonly())
+        parts.append(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
         pos = wght_off + off + arr.nbytes
     parts.append(bytes(trailer - pos))
     h = hashlib.sha256()
@@ -273,10 +237,11 @@ def pack_parts_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray]
     trailer_digest = h.digest()
     parts.append(trailer_digest)
     h.update(trailer_digest)        # the whole file's digest: the same hash run on over the trailer
-    assert sum(len(p) for p in parts) == file_size
+    data = b"".join(parts)
+    assert len(data) == file_size
     log.debug("packed program %r: format 1.%d, %d bytes (meta %d, %d as JSON; weights %d)",
               pname, format_minor, file_size, len(meta_bytes), len(meta_json), wsize)
-    return PackedBinary(parts, file_size), h.hexdigest()
+    return data, h.hexdigest()
 
 
 def __getattr__(attr: str) -> Any:  # ``format.load`` lives in reader.py (kept apart for size)

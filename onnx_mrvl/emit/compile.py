@@ -308,14 +308,7 @@ def compile_program(nodes_json: dict, consts_json: dict, options: Optional[Compi
 def compile_program_sha256(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None
                            ) -> Tuple[bytes, dict, str]:
     """(the model binary, its meta, the binary's sha256 hex digest) for a JSON pair."""
-    packed, meta, digest = compile_program_packed(nodes_json, consts_json, options)
-    return packed.join(), meta, digest
-
-
-def compile_program_packed(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None):
-    """:func:`compile_program_sha256` with the binary as an ``artifact.format.PackedBinary`` (its
-    parts, not joined)."""
-    from ..artifact.format import pack_parts_sha256
+    from ..artifact import pack_sha256
     meta, weights = build_program(nodes_json, consts_json, options)
-    packed, digest = pack_parts_sha256(meta, weights)
-    return packed, meta, digest
+    binary, digest = pack_sha256(meta, weights)
+    return binary, meta, digest
