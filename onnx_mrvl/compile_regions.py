@@ -12,6 +12,7 @@ from . import emit as emit_stage
 from .errors import CompileError, MrvlError
 from .split import batch_chunks
 from .split.deploy import attach_artifact, is_subgraph
+from .stage_snapshots import structure_only
 from .target import Target
 
 
@@ -57,6 +58,33 @@ class RegionFailed(Exception):
         self.nodes, self.origin = list(region.nodes), list(region.origin)
 
 
+def lend_arrays(regions, arrays) -> None:
+    """Give each region the arrays of its initializers that ``arrays`` (``FuseResult.arrays``: the
+    values written into the fused model) holds: emit reads them instead of decoding the bytes again.
+    A region whose every initializer is lent keeps a copy of its model without their bytes
+    (``weightless``): its model, often the fused model itself (split's consume), is freed."""
+    if not arrays:
+        return
+    for region in regions:
+        if region.model is None:
+            continue
+        inits = region.model.graph.initializer
+        region.arrays = {t.name: arrays[t.name] for t in inits if t.name in arrays}
+        if len(region.arrays) == len(inits):
+            region.model = weightless(region.model)
+
+
+def weightless(model):
+    """A copy of ``model`` whose initializers carry their name, type and dims only (what emit reads
+    beside the values it is lent)."""
+    out = structure_only(model)
+    for t in model.graph.initializer:
+        stub = out.graph.initializer.add()
+        stub.name, stub.data_type = t.name, t.data_type
+        stub.dims.extend(t.dims)
+    return out
+
+
 def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str, float],
                      fallback: bool = False, reference: bool = False, model_batch: int = 1,
                      clock: Callable[[], float] = time.perf_counter) -> List[Subgraph]:
@@ -82,11 +110,11 @@ def emit_and_compile(result, target: Target, embed: bool, say, timings: Dict[str
             raise RegionNotWorth(region, why)
         try:
             t = clock()
-            emitted = emit_stage.emit(region.model, region.name)
+            emitted = emit_stage.emit(region.model, region.name, arrays=region.arrays)
             nodes_json, consts_json = emitted.nodes_json, emitted.consts_json
             del emitted
             region_model = region.model if chunks else None   # chunk_node reads it after compiling
-            region.model = None   # emitted: its weights are in consts_json now (memory)
+            region.model = region.arrays = None   # emitted: its weights are in consts_json now (memory)
             t_emit += clock() - t
             t = clock()
             binary, meta, digest = emit_stage.compile_program_sha256(nodes_json, consts_json, dataclasses.replace(

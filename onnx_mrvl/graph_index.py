@@ -103,6 +103,15 @@ class GraphIndex:
             self._const_names[id(arr)] = name
         return self._const_cache[name]
 
+    def lend_values(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Take ``const``'s arrays from ``arrays`` (initializer name -> a read-only array of exactly
+        its values, as ``numpy_helper.to_array`` gives them) instead of decoding those initializers."""
+        for name, arr in arrays.items():
+            t = self.initializers.get(name)
+            if t is not None and list(t.dims) == list(arr.shape):
+                self._const_cache[name] = arr
+                self._const_names[id(arr)] = name
+
     def const_origin(self, arr) -> Optional[str]:
         """The initializer whose cached ``const`` array ``arr`` is (that very object), or None."""
         name = self._const_names.get(id(arr))

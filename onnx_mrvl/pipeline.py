@@ -12,7 +12,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 import onnx
 
 from . import bodies
-from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile
+from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile, lend_arrays
 from .cuts import find_cuts
 from .decisions import Decisions
 from .errors import MrvlError
@@ -207,22 +207,28 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         t = CLOCK()
         if legal_weights_dropped:   # a retry: the same legalized model again (legalize is deterministic)
             legal, legal_weights_dropped = legalize(source.reread(), target, input_shapes=input_shapes).model, False
-        fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
+        if release_legal:   # split and emit read no legalized weight: fuse takes the model (fuse/in_place.py)
+            given, legal = legal, structure_only(legal)
+            legal_by_name = {n.name: n for n in legal.graph.node}
+            fused = fuse(given, fuse_target, exclude=cpu, keep_weights=False, consume=True)
+            fused.groups, given, legal_weights_dropped = [], None, True   # (groups hold given's nodes)
+        else:
+            fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
-        if release_legal and not legal_weights_dropped:   # split and emit read no legalized weight
-            fused.groups = []   # (their nodes are legal's: a reference to any keeps all of it, upb arenas)
-            legal, legal_weights_dropped = structure_only(legal), True
-            legal_by_name = {n.name: n for n in legal.graph.node}
         say("split")
         t = CLOCK()
+        fused_nodes = {n.name: n for n in fused.model.graph.node}   # split takes fused.model unless a snapshot
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
-                       reference=reference, decisions=decisions)
+                       reference=reference, decisions=decisions, consume=source.reread is not None)
         decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
-        more = _newly_cpu(result.dropped, fused, cpu)
+        more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu)
+        del fused_nodes
+        lend_arrays(result.regions, fused.arrays)   # what emit reads instead of decoding the weights again
+        fused.arrays = None
         if more:
             names = set(more) | {o for k in more if k in legal_by_name for o in get_origin(legal_by_name[k])}
             history.extend(d for d in result.dropped if set(d.get("origin", ())) & names)
@@ -305,15 +311,15 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     return ConvertResult(deployable, subgraphs, report, stages, timings)
 
 
-def _newly_cpu(dropped: List[dict], fused, cpu: Dict[str, str]) -> Dict[str, str]:
+def _newly_cpu(dropped: List[dict], by_name: Dict[str, onnx.NodeProto], fused_decisions,
+               cpu: Dict[str, str]) -> Dict[str, str]:
     """Legalized node names behind dropped compute/data Mrvl nodes (not layout changes) -> reason.
 
     Names of the legalized graph, not original names: legalization turns one original node into
     several (a 1-D Conv into Reshape + Conv + Reshape, a large kernel into tiles + Adds), and the
     whole family must not go to the CPU because one Reshape of it was left alone in a region."""
-    by_name = {n.name: n for n in fused.model.graph.node}
     members: Dict[str, List[str]] = {}
-    for name, d in fused.decisions.items():
+    for name, d in fused_decisions.items():
         if d.mrvl_node:
             members.setdefault(d.mrvl_node, []).append(name)
     out = {}

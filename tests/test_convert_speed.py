@@ -4,6 +4,7 @@ and convert / save leave the garbage collector as they found it."""
 import gc
 import io
 import json
+import os
 import random
 
 import numpy as np
@@ -157,3 +158,104 @@ def test_subgraph_sha256_is_the_binarys_digest():
         assert nodes and len(nodes) == len(by_name)
         for n in nodes:
             assert subgraph_attrs(n)["sha256"] == hashlib.sha256(by_name[n.name].binary).hexdigest()
+
+
+@pytest.mark.parametrize("build", ["conv", "yolov5_like"])
+def test_split_consume_gives_the_same_models(build):
+    """split(consume=True) makes its heaviest region out of the fused model itself (no weight copied):
+    the deployable model and every region model are the bytes split gives without it."""
+    import onnx_mrvl
+    from onnx_mrvl.split import split
+    from onnx_mrvl.testing.arch_detect_classify import yolov5_like
+    model = _conv_model() if build == "conv" else yolov5_like()
+    fused = onnx_mrvl.convert(model).stages["fuse"]
+    kept = split(fused, partition="max")
+    taken_from = onnx.ModelProto.FromString(fused.SerializeToString())
+    taken = split(taken_from, partition="max", consume=True)
+    assert taken.model.SerializeToString() == kept.model.SerializeToString()
+    assert [r.name for r in taken.regions] == [r.name for r in kept.regions]
+    assert any(r.model is taken_from for r in taken.regions)
+    for a, b in zip(taken.regions, kept.regions):
+        assert a.model.SerializeToString() == b.model.SerializeToString()
+
+
+def _legal_big_fc():
+    from onnx_mrvl.legalize import legalize
+    from onnx_mrvl.testing.big_weights import big_fc_model
+    return legalize(big_fc_model(fc_width=512)).model
+
+
+def test_fuse_consume_gives_the_same_model_and_the_arrays_written():
+    """fuse(consume=True) turns the given model into the fused one (kept FC kernels renamed in place,
+    sorted into materialize's order): the same bytes as fuse() writes into a new model; ``arrays``
+    holds, read-only, exactly what numpy_helper.to_array reads back from each initializer."""
+    from onnx_mrvl.fuse import fuse
+    legal = _legal_big_fc()
+    kept = fuse(legal, keep_weights=False)
+    given = onnx.ModelProto.FromString(legal.SerializeToString())
+    taken = fuse(given, keep_weights=False, consume=True)
+    assert kept.arrays is None and taken.model is given
+    assert taken.model.SerializeToString() == kept.model.SerializeToString()
+    names = [t.name for t in taken.model.graph.initializer]
+    assert taken.arrays and set(taken.arrays) <= set(names)
+    assert any(n.endswith("_kernel_oi") for n in taken.arrays)
+    for t in taken.model.graph.initializer:
+        if t.name in taken.arrays:
+            arr, ref = taken.arrays[t.name], numpy_helper.to_array(t)
+            assert arr.dtype == ref.dtype and arr.shape == ref.shape and arr.tobytes() == ref.tobytes()
+            assert not arr.flags.writeable
+
+
+def test_fuse_consume_copies_when_most_weights_are_rewritten():
+    """A conv model (its kernels rewritten OHWI: little kept as it is) is copied, not taken: the
+    replaced weights would stay in the taken model's memory."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    from onnx_mrvl.testing.models import resnet18_like
+    legal = legalize(resnet18_like()).model
+    given = onnx.ModelProto.FromString(legal.SerializeToString())
+    taken = fuse(given, keep_weights=False, consume=True)
+    assert taken.arrays is None and taken.model is not given
+    assert taken.model.SerializeToString() == fuse(legal, keep_weights=False).model.SerializeToString()
+
+
+def test_emit_from_lent_arrays_gives_the_same_json():
+    """The regions of a taken fused model, lent fuse's arrays (compile_regions.lend_arrays: a
+    weightless model when all are lent), emit the JSON pair of the regions split copies."""
+    from onnx_mrvl.compile_regions import lend_arrays
+    from onnx_mrvl.emit import emit
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.split import split
+    legal = _legal_big_fc()
+    plain = split(fuse(legal, keep_weights=False).model)
+    taken = fuse(onnx.ModelProto.FromString(legal.SerializeToString()), keep_weights=False, consume=True)
+    lent = split(taken.model, consume=True)
+    lend_arrays(lent.regions, taken.arrays)
+    assert any(r.arrays and not any(t.HasField("raw_data") for t in r.model.graph.initializer) for r in lent.regions)
+    for a, b in zip(lent.regions, plain.regions):
+        got, want = emit(a.model, a.name, arrays=a.arrays), emit(b.model, b.name)
+        assert json.dumps(got.nodes_json) == json.dumps(want.nodes_json)
+        assert json.dumps(got.consts_json) == json.dumps(want.consts_json)
+
+
+def test_convert_of_a_file_takes_the_models_and_saves_the_same_files(tmp_path, monkeypatch):
+    """A model file (convert may give its private copies up: legalize, fuse and split take them)
+    saves the region files a ModelProto (nothing taken) saves."""
+    import hashlib
+    import onnx_mrvl
+    from onnx_mrvl.fuse import in_place
+    from onnx_mrvl.testing.big_weights import big_fc_model
+    calls = []
+    real = in_place.write_in_place
+    monkeypatch.setattr(in_place, "write_in_place", lambda *a: calls.append(real(*a)) or calls[-1])
+    model = big_fc_model(fc_width=512)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    digests = []
+    for src, out in ((path, "a"), (model, "b")):
+        onnx_mrvl.convert(src).save(str(tmp_path / out))
+        digests.append({f: hashlib.sha256((tmp_path / out / f).read_bytes()).hexdigest()
+                        for f in sorted(os.listdir(tmp_path / out)) if f.endswith((".bin", ".json"))
+                        and f not in ("report.json", "manifest.json")})
+    assert calls and calls[0] is not None   # the file's fused model was taken
+    assert digests[0] == digests[1] and any(f.endswith(".bin") for f in digests[0])

@@ -96,9 +96,11 @@ def _pad4(shape: Sequence[int]) -> List[int]:
     return list(shape) + [1] * (4 - len(shape))
 
 
-def emit_json(region: onnx.ModelProto, name: str = None) -> Tuple[dict, dict]:
-    """(nodes_json, consts_json) for a region model whose nodes are all Mrvl ops."""
+def emit_json(region: onnx.ModelProto, name: str = None, arrays=None) -> Tuple[dict, dict]:
+    """(nodes_json, consts_json) for a region model whose nodes are all Mrvl ops (``arrays``: see emit)."""
     g = GraphIndex(region)
+    if arrays:
+        g.lend_values(arrays)
     name = name or region.graph.name
     nodes: List[dict] = []
     consts: Dict[str, dict] = {}

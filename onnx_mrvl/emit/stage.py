@@ -23,11 +23,13 @@ class EmitResult(StageResult):
         return iter((self.nodes_json, self.consts_json))
 
 
-def emit(region: onnx.ModelProto, name: str = None) -> EmitResult:
+def emit(region: onnx.ModelProto, name: str = None, *, arrays=None) -> EmitResult:
     """The Nodes-JSON and Constants-JSON of a region model whose nodes are all Mrvl ops (``name``:
-    the subgraph name, else the region graph's name). The argument is not modified."""
+    the subgraph name, else the region graph's name). The argument is not modified. ``arrays``:
+    initializer name -> a read-only array of its values (``FuseResult.arrays``), read instead of
+    decoding those initializers again."""
     region = as_model(region, "emit")
-    nodes_json, consts_json = emit_json(region, name)
+    nodes_json, consts_json = emit_json(region, name, arrays)
     steps = [(n["attrs"]["layer_name"][0], list(n["attrs"].get("origin_nodes", [[]])[0]), n["name"])
              for n in nodes_json["nodes"] if n.get("op") == "tvm_op"]
     return EmitResult(region, None, steps, nodes_json, consts_json)

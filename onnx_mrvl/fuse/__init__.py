@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Union
 
+import numpy as np
 import onnx
 
 from .. import opset
@@ -67,6 +68,8 @@ class _Index(GraphIndex):
 @dataclass
 class FuseResult(StageResult):
     groups: List[Group] = field(default_factory=list)
+    # fuse(consume=True): initializer name -> the read-only array written into ``model`` (in_place.py)
+    arrays: Optional[Dict[str, np.ndarray]] = None
 
 
 USER_EXCLUDED = "excluded by the user (exclude=...)"
@@ -213,12 +216,15 @@ def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:
 
 
 def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
-         exclude: Union[Iterable[str], Dict[str, str]] = (), keep_weights: bool = True) -> FuseResult:
+         exclude: Union[Iterable[str], Dict[str, str]] = (), keep_weights: bool = True,
+         consume: bool = False) -> FuseResult:
     """Fuse a legalized model into Mrvl ops.
 
     ``exclude``: node names (legalized or original) or op types kept on the CPU; a dict maps each
     to the reason recorded for it. ``keep_weights=False``: the groups' weight arrays are dropped as
-    they are written into the model (``convert`` does: one copy of the weights held, not two)."""
+    they are written into the model (``convert`` does: one copy of the weights held, not two).
+    ``consume=True``: the caller gives ``model`` up; it becomes the fused model (its weights not
+    copied) and ``arrays`` holds the arrays written into it (fuse/in_place.py)."""
     model = as_model(model, "fuse")
     target = get_target(target)
     exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
@@ -228,7 +234,7 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     decisions = Decisions()
     groups = find_groups(g, order, target, exclude, decisions)
     aliases = _aliases(g, order, groups, exclude)
-    fused, mrvl_names, alias_owner = materialize(model, g, groups, order, aliases, keep_weights)
+    fused, mrvl_names, alias_owner, arrays = materialize(model, g, groups, order, aliases, keep_weights, consume)
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):
@@ -249,4 +255,4 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     log.info("fuse: %d groups, %d of %d nodes on the accelerator", len(groups),
              len(decisions.by_placement("accelerator")), len(decisions))
     steps = [(grp.composite, [x.name for x in grp.nodes], mrvl_names[grp.anchor.name]) for grp in groups]
-    return FuseResult(fused, decisions, steps, groups)
+    return FuseResult(fused, decisions, steps, groups, arrays)

@@ -31,7 +31,7 @@ from ..provenance import set_origin
 from .lower import SPATIAL, GroupLowering
 from .patterns import Group
 from .shell import model_shell
-from . import rotate
+from . import in_place, rotate
 from .images import non_image_tensors
 from .perms import NHWC, Perm, inverse_perm, norm_perm, rotations, stored_shape
 
@@ -91,7 +91,8 @@ class Materializer(GroupLowering):
 
     def init(self, base: str, arr: np.ndarray, dtype=np.float32) -> str:
         name = self.fresh(base)
-        self.inits.append((name, np.ascontiguousarray(arr, dtype=dtype)))
+        a = np.asarray(arr, dtype=dtype)   # a view (an OHWI kernel) is written in C order as it is
+        self.inits.append((name, a if a.ndim else np.ascontiguousarray(a)))   # (0-d: 1-d, as before)
         return name
 
     def logical_shape(self, t: str) -> List[int]:
@@ -331,7 +332,11 @@ class Materializer(GroupLowering):
 
 
 def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], order: List[onnx.NodeProto],
-                aliases: set, keep_weights: bool = True) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str]]:
+                aliases: set, keep_weights: bool = True, consume: bool = False
+                ) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str], Optional[Dict[str, np.ndarray]]]:
+    """(the fused model, anchor -> Mrvl node name, folded Transpose -> Mrvl node, the written arrays).
+    ``consume``: ``model`` is given up and becomes the fused model when it can (in_place.py; the
+    written arrays are then returned, else None)."""
     group_of = {n.name: grp for grp in groups for n in grp.nodes}
     m = Materializer(g, group_of, aliases,
                      non_image_tensors(g, groups, aliases, order, LAYOUT_FREE_CPU_OPS, SPATIAL))
@@ -358,13 +363,15 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
     graph = out.graph
     graph.node.extend(m.nodes)
     used = {i for n in m.nodes for i in n.input} | subgraph_reads(m.nodes) | set(g.outputs)
-    extend_copies(graph.initializer, (t for t in model.graph.initializer if t.name in used))
     # an array that is an initializer's values as read (an FC kernel kept as it is) is copied from it
     inits, m.inits = [(name, arr, g.const_origin(arr)) for name, arr in m.inits], []
     if not keep_weights:   # each array is freed once written: nothing else holds it
         for grp in groups:
             grp.weights = {}
         g.forget_values()
+    arrays = in_place.write_in_place(model, g, used, inits) if consume else None
+    if arrays is None:
+        extend_copies(graph.initializer, (t for t in model.graph.initializer if t.name in used))
     inits.reverse()
     while inits:
         name, arr, origin = inits.pop()
@@ -388,4 +395,6 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
             graph.value_info.append(helper.make_tensor_value_info(name, FLOAT, m.vinfo[name]))
         elif name in old_vi:
             graph.value_info.append(old_vi[name])
-    return out, m.mrvl_name, m.alias_owner
+    if arrays is not None:
+        out = in_place.become(model, out)
+    return out, m.mrvl_name, m.alias_owner, arrays

@@ -27,7 +27,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from . import cost as cost_model
-from .deploy import region_model, subgraph_node
+from .deploy import region_model, region_model_taken, subgraph_node
 from .regions import boundary, find_regions, is_mrvl
 from .revert import revert
 
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 STRATEGIES = ("max", "single", "cost")
 RECURRENT_OPS = set(opset_recurrent.CELLS)
 COMPUTE_OPS = {"Conv2D", "FC", "BatchMatMul"} | RECURRENT_OPS   # MAC-array work (the minimum-work rule)
+TAKE_SHARE = 0.9   # split(consume=True): a region with this share of the weight bytes takes the model
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Region:
     model: Optional[onnx.ModelProto] = None
     estimate: Dict[str, float] = field(default_factory=dict)
     batches: Optional[tuple] = None    # (calls, chunk batch) when the batch exceeds max_batch
+    arrays: Optional[Dict[str, np.ndarray]] = field(default=None, repr=False)   # emit's (compile_regions.py)
 
     def summary(self) -> dict:
         return {"name": self.name, "layers": len(self.nodes), "inputs": self.inputs, "outputs": self.outputs,
@@ -112,8 +114,11 @@ def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
 
 def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition: str = "max",
           exclude: Iterable[str] = (), cut_after: Iterable[str] = (), force: bool = False,
-          reference: bool = False, decisions: Optional[Decisions] = None) -> SplitResult:
-    """Cut accelerator regions out of a fused model. See the module docstring."""
+          reference: bool = False, decisions: Optional[Decisions] = None, consume: bool = False) -> SplitResult:
+    """Cut accelerator regions out of a fused model. See the module docstring.
+
+    ``consume=True``: the caller gives ``fused`` up (reads nothing of it afterwards): a region holding
+    nearly all its weights is then made out of it in place (``deploy.region_model_taken``), not copied."""
     if partition not in STRATEGIES:
         raise UnsupportedError(f"unknown partition strategy {partition!r}",
                                hint=f"use one of {', '.join(STRATEGIES)}")
@@ -170,6 +175,7 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         model = copy.deepcopy(fused)
         revert(model, to_revert)
         g = GraphIndex(model)
+    take = _region_to_take(g, kept) if (consume or model is not fused) and not reference else None
     regions: List[Region] = []
     for idx, (nodes, est) in enumerate(zip(kept, estimates)):
         nodes = [g.by_name[n.name] for n in nodes]
@@ -179,9 +185,12 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
                      sum(node_macs(g, n) for n in nodes))
         if est is not None:
             reg.estimate = est
-        reg.model = region_model(model, g, nodes, ins, outs, name)
+        reg.model = region_model(model, g, nodes, ins, outs, name) if idx != take else (nodes, ins, outs)
         regions.append(reg)
     deployable = _replace_regions(model, g, regions, reference)
+    if take is not None:   # last: the model is not read again
+        reg = regions[take]
+        reg.model = region_model_taken(model, g, *reg.model, reg.name)
     macs_off = sum(r.macs for r in regions)
     if decisions is not None:
         decisions = decisions.copy()
@@ -190,6 +199,28 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
              len(dropped), 100.0 * macs_off / macs_total if macs_total else 0.0)
     steps = [("region", r.origin, r.name) for r in regions] + [("dropped", d["origin"], d["reason"]) for d in dropped]
     return SplitResult(deployable, decisions, steps, regions, dropped, macs_total, macs_off)
+
+
+def _region_to_take(g: GraphIndex, kept: List[List[onnx.NodeProto]]) -> Optional[int]:
+    """The index of the region holding at least TAKE_SHARE of the model's weight bytes, else None
+    (made out of the model itself, the weights of the others would stay beside it until it is emitted)."""
+    size = {name: _nbytes(t) for name, t in g.initializers.items()}
+    total = sum(size.values())
+    for idx, nodes in enumerate(kept):
+        mine = sum(size.get(i, 0) for i in {i for n in nodes for i in n.input})
+        if total and mine >= TAKE_SHARE * total:
+            return idx
+    return None
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    try:
+        return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return n
 
 
 def _replace_regions(model, g: GraphIndex, regions: List[Region], reference: bool) -> onnx.ModelProto:

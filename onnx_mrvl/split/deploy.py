@@ -60,6 +60,46 @@ def region_model(model: onnx.ModelProto, g: GraphIndex, nodes: List[onnx.NodePro
     return out
 
 
+def region_model_taken(model: onnx.ModelProto, g: GraphIndex, nodes: List[onnx.NodeProto], inputs: List[str],
+                       outputs: List[str], name: str) -> onnx.ModelProto:
+    """``region_model``'s model (the same message, field for field) made out of ``model`` itself, which
+    the caller gives up: its other nodes, initializers, value infos and functions are deleted, so the
+    region's weights are not copied (upb keeps the deleted ones' memory until the model goes)."""
+    used = {i for n in nodes for i in n.input}
+    produced = {o for n in nodes for o in n.output}
+    vis = [_value_info(g, t) for t in sorted(produced - set(outputs)) if g.shape(t) is not None]
+    ins, outs = [_value_info(g, t) for t in inputs], [_value_info(g, t) for t in outputs]
+    live = {(n.op_type, n.overload) for n in nodes}
+    keep_func = [f.domain == opset.DOMAIN and (f.name, f.overload) in live for f in model.functions]
+    node_copies = []
+    for n in nodes:   # (small messages: copied, as extend would)
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        node_copies.append(c)
+    ir_version = max(model.ir_version, 10)
+    for fd, _ in model.ListFields():
+        if fd.name not in ("graph", "opset_import", "functions"):
+            model.ClearField(fd.name)
+    graph = model.graph
+    for fd, _ in graph.ListFields():
+        if fd.name != "initializer":
+            graph.ClearField(fd.name)
+    for i in range(len(graph.initializer) - 1, -1, -1):
+        if graph.initializer[i].name not in used:
+            del graph.initializer[i]
+    for i in range(len(keep_func) - 1, -1, -1):
+        if not keep_func[i]:
+            del model.functions[i]
+    model.ir_version = ir_version
+    graph.node.extend(node_copies)
+    graph.name = name
+    graph.input.extend(ins)
+    graph.output.extend(outs)
+    graph.value_info.extend(vis)
+    model.producer_name = "onnx_mrvl"
+    return model
+
+
 def _copy(n: onnx.NodeProto) -> onnx.NodeProto:
     c = onnx.NodeProto()
     c.CopyFrom(n)
