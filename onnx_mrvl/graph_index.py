@@ -146,6 +146,11 @@ class GraphIndex:
     def is_float(self, name: str) -> bool:
         return self.elem_type(name) == FLOAT
 
+    @property
+    def opset(self) -> int:
+        """The model's default-domain opset (13 when it declares none)."""
+        return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+
     def single_consumer(self, name: str) -> Optional[onnx.NodeProto]:
         """The only consumer of ``name`` when it has exactly one and is not a graph output."""
         users = self.consumers.get(name, [])

@@ -109,7 +109,7 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
             if i and i not in inits and g.is_const(i) and (node is not dq or i != dq.input[0]):
                 inits[i] = numpy_helper.from_array(np.asarray(g.const(i)), i)
         copies.append(copy)
-    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = g.opset
     elem = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
     graph = helper.make_graph(copies, "lookup_table", [helper.make_tensor_value_info("codes", elem[in_q[2]], list(x.shape))],
                               [helper.make_tensor_value_info(q.output[0], elem[qparams(g, q)[2]], None)],

@@ -158,7 +158,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     qin = _qparams(g, dq_in)
     if isinstance(qin, str):
         return qin
-    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = g.opset
     if opset < 13:
         return f"a QDQ model of opset {opset} (int8 layers need opset >= 13)"
     wq, ws, dq_w = w
@@ -215,20 +215,33 @@ def _pairs(g: GraphIndex, n: onnx.NodeProto, y: str, qin, claimed, k: int = 0):
     """The Q -> DQ pair after ``y`` (required) and the pair in front of input ``k`` of ``n``
     (absorbed when it feeds ``n`` alone): (their nodes, the layer's input, its output, output
     qparams) or a reason."""
+    found = output_pair(g, y, claimed)
+    if found is None:
+        return f"output '{y}' of the QDQ layer is not read by one QuantizeLinear alone"
+    if isinstance(found, str):
+        return found
+    q_out, dq_out, qout = found
+    nodes: List[onnx.NodeProto] = [q_out, dq_out]
+    x, in_front = _pair_in(g, n, k, qin, claimed)
+    return nodes + in_front, x, dq_out.output[0], qout
+
+
+def output_pair(g: GraphIndex, y: str, claimed, also=()):
+    """(Q, DQ, output qparams) of the Q -> DQ pair that alone reads ``y``, None when no
+    QuantizeLinear alone reads it, or the reason the pair cannot be the layer's output (nodes
+    ``also`` must not be excluded or claimed either)."""
     q_out = _only_reader(g, y, "QuantizeLinear")
     if q_out is None:
-        return f"output '{y}' of the QDQ layer is not read by one QuantizeLinear alone"
+        return None
     dq_out = _only_reader(g, q_out.output[0], "DequantizeLinear")
     qout = _qparams(g, q_out)
     if isinstance(qout, str):
         return qout
     if dq_out is None or _qparams(g, dq_out) != qout:
         return f"QuantizeLinear '{q_out.name}' is not followed by one DequantizeLinear of the same scale"
-    if {q_out.name, dq_out.name} & (set(g.excluded) | set(claimed)):
+    if {q_out.name, dq_out.name, *also} & (set(g.excluded) | set(claimed)):
         return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
-    nodes: List[onnx.NodeProto] = [q_out, dq_out]
-    x, in_front = _pair_in(g, n, k, qin, claimed)
-    return nodes + in_front, x, dq_out.output[0], qout
+    return q_out, dq_out, qout
 
 
 def _pair_in(g: GraphIndex, n: onnx.NodeProto, k: int, qin, claimed):

@@ -17,7 +17,7 @@ from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .patterns import build_pool as build_float_pool
-from .qdq import only_reader, qattrs, qparams
+from .qdq import output_pair, qattrs
 
 ANCHORS = ("MaxPool", "GlobalMaxPool")
 
@@ -27,17 +27,10 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     a reason, or None when the pattern does not apply (no float input, no Q -> DQ after)."""
     if n.op_type not in ANCHORS or not g.is_float(n.input[0]) or len([o for o in n.output if o]) != 1:
         return None
-    q_out = only_reader(g, n.output[0], "QuantizeLinear")
-    if q_out is None:
-        return None
-    dq_out = only_reader(g, q_out.output[0], "DequantizeLinear")
-    qout = qparams(g, q_out)
-    if isinstance(qout, str):
-        return qout
-    if dq_out is None or qparams(g, dq_out) != qout:
-        return f"QuantizeLinear '{q_out.name}' is not followed by one DequantizeLinear of the same scale"
-    if {n.name, q_out.name, dq_out.name} & (set(g.excluded) | set(claimed)):
-        return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
+    found = output_pair(g, n.output[0], claimed, also=(n.name,))
+    if found is None or isinstance(found, str):
+        return found
+    q_out, dq_out, qout = found
     grp = build_float_pool(g, n, target)
     if isinstance(grp, str) or grp is None:
         return grp

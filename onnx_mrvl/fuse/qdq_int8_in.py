@@ -99,7 +99,7 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     qin = qparams(g, dq_in)
     if isinstance(qin, str):
         return None
-    opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = g.opset
     if opset < 13:
         return None
     axis = 0 if n.op_type == "Conv" else (0 if attr(n, "transB", 0) else 1) if n.op_type == "Gemm" else 1

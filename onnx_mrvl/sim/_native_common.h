@@ -22,19 +22,24 @@ static void run(part_fn fn, void *arg, long parts, int nthreads) {
             fn(arg, p);
 }
 
-/* thread-local scratch of the calling thread (workers only write into the caller's buffer):
- * 64-byte aligned, grown in pages, kept; 0 when the allocation fails */
+/* a thread's buffer *buf of *cap bytes, grown to at least ``bytes``: 64-byte aligned, grown in
+ * pages, kept; 0 when the allocation fails */
+static void *grow_buffer(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        size_t c = (bytes + 4095) & ~(size_t)4095;
+        *buf = aligned_alloc(64, c);
+        *cap = *buf ? c : 0;
+    }
+    return *buf;
+}
+
+/* thread-local scratch of the calling thread (workers only write into the caller's buffer) */
 static __thread void *scratch = 0;
 static __thread size_t scratch_cap = 0;
 
 static void *get_scratch(size_t bytes) {
-    if (bytes > scratch_cap) {
-        free(scratch);
-        size_t cap = (bytes + 4095) & ~(size_t)4095;
-        scratch = aligned_alloc(64, cap);
-        scratch_cap = scratch ? cap : 0;
-    }
-    return scratch;
+    return grow_buffer(&scratch, &scratch_cap, bytes);
 }
 
 /* the first ``left`` of 16 lanes (none when left <= 0) */

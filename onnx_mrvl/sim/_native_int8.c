@@ -470,17 +470,11 @@ static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *
 #undef TILE_EP
 
 /* a thread's im2col panels (the caller's scratch holds the quantized input) */
-static __thread uint8_t *panel_buf = 0;
+static __thread void *panel_buf = 0;
 static __thread size_t panel_cap = 0;
 
 static uint8_t *panel_scratch(size_t bytes) {
-    if (bytes > panel_cap) {
-        free(panel_buf);
-        size_t cap = (bytes + 4095) & ~(size_t)4095;
-        panel_buf = aligned_alloc(64, cap);
-        panel_cap = panel_buf ? cap : 0;
-    }
-    return panel_buf;
+    return grow_buffer(&panel_buf, &panel_cap, bytes);
 }
 
 typedef struct {

@@ -21,17 +21,11 @@ typedef struct {
 } dwjob;
 
 /* a thread's ring of E rows and its U row (each worker has its own; the caller's scratch is not used) */
-static __thread uint8_t *dw_buf = 0;
+static __thread void *dw_buf = 0;
 static __thread size_t dw_cap = 0;
 
 static uint8_t *dw_scratch(size_t bytes) {
-    if (bytes > dw_cap) {
-        free(dw_buf);
-        size_t cap = (bytes + 4095) & ~(size_t)4095;
-        dw_buf = aligned_alloc(64, cap);
-        dw_cap = dw_buf ? cap : 0;
-    }
-    return dw_buf;
+    return grow_buffer(&dw_buf, &dw_cap, bytes);
 }
 
 /* padded row y (input row y - pt) of image b, channels [c0, c0 + cw), as bytes u = q + off:
