@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+from . import batch_matmul, host_preprocess, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -155,6 +155,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
     int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude)
+    host = host_preprocess.host_nodes(g, order) if int8 else set()
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in int8:
@@ -164,7 +165,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
             continue
         if n.name in claimed or n.name in int8_claimed:
             continue
-        why = _excluded(n, exclude) or int8_reasons.get(n.name)
+        why = _excluded(n, exclude) or int8_reasons.get(n.name) or (host_preprocess.REASON if n.name in host else None)
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue
