@@ -138,32 +138,41 @@ def activation_input(g: GraphIndex, t: str):
     return None if dq is None else (dq, _qparams(g, dq))
 
 
+def layer_weight(g: GraphIndex, n: onnx.NodeProto):
+    """(int8 weight codes, per-channel scales, their DQ, the output-channel axis, the weight
+    dequantized in fp32) of QDQ layer ``n`` (Conv: axis 0; Gemm: 0 with transB, else 1; MatMul: 1),
+    None when its weight is no DequantizeLinear of a constant, or the reason it is not int8."""
+    axis = 0 if n.op_type == "Conv" else (0 if attr(n, "transB", 0) else 1) if n.op_type == "Gemm" else 1
+    w = _weight(g, n.input[1], axis)
+    if not isinstance(w, tuple):
+        return w
+    wq, ws, dq_w = w
+    real = (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])).astype(np.float32)
+    return wq, ws, dq_w, axis, real
+
+
+def kernel_oi(n: onnx.NodeProto, wq: np.ndarray, axis: int) -> np.ndarray:
+    """The layer's kernel as its Mrvl layer stores it: a Conv's as given, an FC's [out, in]."""
+    return np.ascontiguousarray(wq if n.op_type == "Conv" or axis == 0 else wq.T)
+
+
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
     """The int8 group anchored at ``n``, the reason it cannot be one, or None (not a QDQ layer).
     ``claimed``: node names other groups took (a pair in front that ends the previous int8 layer)."""
     dq_in = activation_dq(g, n.input[0])
     if dq_in is None or len(n.input) < 2:
         return None
-    if n.op_type == "Conv":
-        axis = 0
-    elif n.op_type == "Gemm":
-        axis = 0 if attr(n, "transB", 0) else 1
-    else:
-        axis = 1
-    w = _weight(g, n.input[1], axis)
-    if w is None:
-        return None
-    if isinstance(w, str):
-        return w
+    w = layer_weight(g, n)
+    if not isinstance(w, tuple):
+        return w   # None or the reason
     qin = _qparams(g, dq_in)
     if isinstance(qin, str):
         return qin
     opset = g.opset
     if opset < 13:
         return f"a QDQ model of opset {opset} (int8 layers need opset >= 13)"
-    wq, ws, dq_w = w
-    consts = {n.input[1]: (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])
-                           ).astype(np.float32)}
+    wq, ws, dq_w, axis, real = w
+    consts = {n.input[1]: real}
     # a weight / bias DQ shared by several layers stays a node of the graph (each layer takes its codes)
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     bias = None
@@ -190,10 +199,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     if isinstance(around, str):
         return around
     nodes, x, out, qout = around
-    if n.op_type == "Conv":
-        weights = {"W": np.ascontiguousarray(wq)}
-    else:   # FC kernel OI
-        weights = {"W": np.ascontiguousarray(wq if axis == 0 else wq.T)}
+    weights = {"W": kernel_oi(n, wq, axis)}
     if bias is not None:
         weights["B"] = bias
     attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
@@ -392,4 +398,4 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
 
 # the helpers other QDQ builders (qdq_lookup.py) share
 qparams, only_reader, qattrs, dequantized_const, Dequantized = _qparams, _only_reader, _qattrs, _dequantized_const, _Dequantized
-weight, bias, pair_in = _weight, _bias, _pair_in   # qdq_int8_in.py
+pair_in = _pair_in   # qdq_int8_in.py

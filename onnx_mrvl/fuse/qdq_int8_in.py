@@ -28,12 +28,12 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from ..graph_index import GraphIndex, attr
+from ..graph_index import GraphIndex
 from ..target import Target
 from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
-from .qdq import Dequantized, activation_dq, dequantized_const, pair_in, qparams, weight
+from .qdq import Dequantized, activation_dq, dequantized_const, kernel_oi, layer_weight, pair_in, qparams
 
 PRECISION = "int8_in"
 NOTE = ("int8 in, fp16 out (output '{out}' is not quantized: the layer quantizes its input and multiplies "
@@ -102,13 +102,11 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     opset = g.opset
     if opset < 13:
         return None
-    axis = 0 if n.op_type == "Conv" else (0 if attr(n, "transB", 0) else 1) if n.op_type == "Gemm" else 1
-    w = weight(g, n.input[1], axis)
+    w = layer_weight(g, n)
     if not isinstance(w, tuple):
         return None
-    wq, ws, dq_w = w
-    consts = {n.input[1]: (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])
-                           ).astype(np.float32)}
+    wq, ws, dq_w, axis, real = w
+    consts = {n.input[1]: real}
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     b = n.input[2] if len(n.input) > 2 and n.input[2] else ""
     if b and not g.is_const(b):
@@ -129,7 +127,7 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     if factor is None:
         return None
     x, in_front = pair_in(g, n, 0, qin, claimed)
-    weights = {"W": np.ascontiguousarray(wq if n.op_type == "Conv" or axis == 0 else wq.T)}
+    weights = {"W": kernel_oi(n, wq, axis)}
     if "B" in grp.weights:
         weights["B"] = np.asarray(grp.weights["B"], np.float32).reshape(-1)
     if "slope" in grp.weights:
