@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
-from .target import VECTOR_LOWERINGS, ArchProfile
+from .target import VECTOR_LOWERINGS, ArchProfile, lrn_ops_per_element
 
 _ITEMSIZE = {"float16": 2, "int8": 1, "float32": 4, "int32": 4}
 _ARCH_KEYS = ("num_tiles", "ocm_size", "macs_per_cycle_per_tile", "clock_hz",
@@ -133,10 +133,11 @@ def vector_ops(layer: Mapping, shapes: Mapping[int, List[int]]) -> int:
     kind = str(layer.get("layer_name", ""))
     ops = layer.get("vector_ops")
     if ops is None:
-        ops = elems * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
         size = (layer.get("params") or {}).get("size")
-        if kind == "LRN" and size and outs[0]:   # + the window sum's taps (emit/lrn_layer.py)
-            ops += elems * (min(int(size), int(outs[0][-1])) - 1)
+        if kind == "LRN" and size and outs[0]:   # + the window sum's taps (as emit/lrn_layer.py)
+            ops = elems * lrn_ops_per_element(size, outs[0][-1])
+        else:
+            ops = elems * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
     act = str((layer.get("params") or {}).get("activation") or "none")
     if act in VECTOR_LOWERINGS:
         ops += elems * VECTOR_LOWERINGS[act][1]

@@ -189,3 +189,10 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "mish": ("epilogue on the vector unit: x tanh(log1p(exp(-|x|)) + max(x, 0)) (exp and log by "
              "LUT, tanh as a rational function)", 8),
 }
+
+
+def lrn_ops_per_element(size: int, channels: int) -> int:
+    """Vector-unit operations per element of an LRN (``VECTOR_LOWERINGS["LRN"]``'s fixed ones plus
+    ``min(size, C) - 1`` window adds): the one count the compile step, the perf model and the cost
+    partition charge."""
+    return VECTOR_LOWERINGS["LRN"][1] + min(int(size), int(channels)) - 1

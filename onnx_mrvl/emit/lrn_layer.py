@@ -1,24 +1,23 @@
 """The ``LRN`` layer of the compile step (docs/json-format.md "LRN"): local response normalization
 across the channels of a 4-D NHWC tensor; params size, alpha, beta, bias; output shape = input shape.
 
-``vector_ops`` is the vector unit's work the perf model charges (target.VECTOR_LOWERINGS["LRN"];
-assumption): per element one square, ``min(size, C) - 1`` adds of channel-shifted squares (the
-window sum), one multiply-add by alpha / size and bias, a log, a multiply by -beta, an exp (log
-and exp by LUT + polynomial), the multiply by x and the fp16 round: ``min(size, C) + 7``.
+``vector_ops`` is the vector unit's work the perf model charges (``target.lrn_ops_per_element``,
+``target.VECTOR_LOWERINGS["LRN"]``; assumption): per element one square, ``min(size, C) - 1`` adds of
+channel-shifted squares (the window sum), one multiply-add by alpha / size and bias, a log, a
+multiply by -beta, an exp (log and exp by LUT + polynomial), the multiply by x and the fp16 round:
+``min(size, C) + 7``.
 """
 from __future__ import annotations
 
 import math
 
+from ..target import lrn_ops_per_element
 from .json_attrs import NodeAttrs
-
-FIXED_OPS_PER_ELEMENT = 8   # square, scale + bias, log, * -beta, exp, * x, round, + the window's first term
 
 
 def lrn_vector_ops(shape, size: int) -> int:
     """Vector-unit operations of an LRN over an NHWC ``shape`` with window ``size`` (see above)."""
-    taps = min(int(size), int(shape[-1]))
-    return int(math.prod(shape)) * (taps - 1 + FIXED_OPS_PER_ELEMENT)
+    return int(math.prod(shape)) * lrn_ops_per_element(size, shape[-1])
 
 
 def lrn(a: NodeAttrs, in_shape, params: dict):

@@ -25,7 +25,7 @@ import onnx
 
 from ..graph_index import GraphIndex
 from ..costmodel import RECURRENT_LAYERS, roofline, streamed_weight_bytes
-from ..target import VECTOR_LOWERINGS, Target
+from ..target import VECTOR_LOWERINGS, Target, lrn_ops_per_element
 
 
 def _elems(g: GraphIndex, name: str) -> int:
@@ -64,10 +64,11 @@ def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
     out = _elems(g, node.output[0]) if node.output else 0
     kind = "LogSoftmax" if node.op_type == "Softmax" and any(
         a.name == "log" and a.i for a in node.attribute) else node.op_type
-    ops = out * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
-    if kind == "LRN" and node.input and g.shape(node.input[0]):   # + the window sum's taps (emit/lrn_layer.py)
+    if kind == "LRN" and node.input and g.shape(node.input[0]):   # + the window sum's taps (as emit/lrn_layer.py)
         size = next((a.i for a in node.attribute if a.name == "size"), 1)
-        ops += out * (min(size, g.shape(node.input[0])[-1]) - 1)
+        ops = out * lrn_ops_per_element(size, g.shape(node.input[0])[-1])
+    else:
+        ops = out * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
     act = next((a.s.decode() for a in node.attribute if a.name == "activation"), "none")
     return ops + (out * VECTOR_LOWERINGS[act][1] if act in VECTOR_LOWERINGS else 0)
 
