@@ -23,7 +23,7 @@ from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import steps
 from .groups import Group, batch_limit, float_static, image_batch_moved
-from .qconst import const_dq, dequantized_const
+from .qconst import const_dq, constant_value
 from .resize import build_resize
 from . import slices
 
@@ -274,14 +274,6 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
 
 
 # ------------------------------------------------------------------ elementwise
-def _const_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
-    """``t``'s value when it is a constant or a DequantizeLinear of constants (fp32), else None."""
-    if g.is_const(t):
-        return np.asarray(g.const(t))
-    dq = const_dq(g, t)
-    return None if dq is None else dequantized_const(g, dq)
-
-
 def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     op = "Sum2D" if n.op_type == "Add" else "Mul2D"
     a, b = n.input[0], n.input[1]
@@ -291,7 +283,7 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     out_shape = g.shape(n.output[0])
     if len(out_shape) not in ELTWISE_RANKS:
         return f"{len(out_shape)}-D elementwise operation"
-    values = {t: _const_value(g, t) for t in (a, b)}
+    values = {t: constant_value(g, t) for t in (a, b)}
     consts = [t for t in (a, b) if values[t] is not None]
     if len(consts) == 2:
         return "both operands are constant (constant folding leaves this to the CPU)"

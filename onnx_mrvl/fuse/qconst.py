@@ -31,3 +31,12 @@ def const_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
     if n is not None and n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
         return n
     return None
+
+
+def constant_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
+    """``t``'s value when it is a constant or a DequantizeLinear of constants (its fp32 dequantized
+    value), else None."""
+    if g.is_const(t):
+        return np.asarray(g.const(t))
+    dq = const_dq(g, t)
+    return None if dq is None else dequantized_const(g, dq)

@@ -397,5 +397,5 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
 
 
 # the helpers other QDQ builders (qdq_lookup.py) share
-qparams, only_reader, qattrs, dequantized_const, Dequantized = _qparams, _only_reader, _qattrs, _dequantized_const, _Dequantized
+qparams, only_reader, qattrs, Dequantized = _qparams, _only_reader, _qattrs, _Dequantized
 pair_in = _pair_in   # qdq_int8_in.py

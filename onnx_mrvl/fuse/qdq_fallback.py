@@ -24,7 +24,8 @@ from ..target import Target
 from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
-from .qdq import Dequantized, dequantized_const, qparams
+from .qconst import dequantized_const
+from .qdq import Dequantized, qparams
 
 NOTE = "fp16 with dequantized int8 weights (not an int8 layer: {why})"
 

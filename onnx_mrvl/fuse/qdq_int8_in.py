@@ -33,7 +33,8 @@ from ..target import Target
 from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
-from .qdq import Dequantized, activation_dq, dequantized_const, kernel_oi, layer_weight, pair_in, qparams
+from .qconst import dequantized_const
+from .qdq import Dequantized, activation_dq, kernel_oi, layer_weight, pair_in, qparams
 
 PRECISION = "int8_in"
 NOTE = ("int8 in, fp16 out (output '{out}' is not quantized: the layer quantizes its input and multiplies "

@@ -23,7 +23,7 @@ from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
-from .qdq_lookup import const_dq, constant_value
+from .qconst import const_dq, constant_value
 from .qdq import qparams
 
 POINTS = ("var", "vareps", "norm", "scaled")

@@ -27,8 +27,8 @@ from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .lookup_table import lookup_table
-from .qconst import const_dq
-from .qdq import activation_dq, dequantized_const, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
+from .qconst import const_dq, constant_value
+from .qdq import activation_dq, only_reader as _only_reader, qattrs as _qattrs, qparams as _qparams
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
                "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
@@ -48,14 +48,6 @@ def _per_channel_ok(c: np.ndarray, shape: List[int]) -> Optional[int]:
     if full[1] == shape[1] and all(d == 1 for i, d in enumerate(full) if i != 1):
         return shape[1]
     return None
-
-
-def constant_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
-    """``t``'s value when it is a constant or a DQ of constants (its fp32 dequantized value), else None."""
-    if g.is_const(t):
-        return np.asarray(g.const(t))
-    dq = const_dq(g, t)
-    return dequantized_const(g, dq) if dq is not None else None
 
 
 def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) -> Optional[int]:
