@@ -83,7 +83,12 @@ def layernorm_body(a, present, opset):
 
 def softmax_body(a, present, opset):
     """exp(x - max) / sum(exp(x - max)) over one ``axis`` of the stored tensor; with ``log`` = 1
-    its logarithm (x - max) - log(sum(exp(x - max)))."""
+    its logarithm (x - max) - log(sum(exp(x - max))); with ``nan_fill`` = c, c where that is NaN."""
+    if "nan_fill" in a:
+        inner = softmax_body({k: v for k, v in a.items() if k != "nan_fill"}, present, opset)
+        inner[-1].output[0] = "sm_y"
+        return inner + [helper.make_node("IsNaN", ["sm_y"], ["sm_nan"]), _c("sm_fill", float(a["nan_fill"])),
+                        helper.make_node("Where", ["sm_nan", "sm_fill", "sm_y"], ["Y"])]
     axis, log = int(a["axis"]), bool(a.get("log", 0))
     if opset >= 13 or axis == -1:   # before 13 Softmax flattens from ``axis`` on: same for the last
         return [helper.make_node("LogSoftmax" if log else "Softmax", ["X"], ["Y"], axis=axis)]

@@ -165,7 +165,8 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
                   "variance, one rsqrt per row (Newton step on a LUT seed), multiply by it, gamma "
                   "multiply, beta add, fp16 round", 8),
     "Softmax": ("vector unit: max-reduction, subtract, exp by a LUT + polynomial approximation, "
-                "sum-reduction, one reciprocal per row, multiply by it, fp16 round", 6),
+                "sum-reduction, one reciprocal per row, multiply by it, fp16 round; with nan_fill a "
+                "select writes the fill where the result is NaN (a row of -inf scores): +1 op", 6),
     "LogSoftmax": ("vector unit (the Softmax layer with log = 1): max-reduction, subtract, exp by a "
                    "LUT + polynomial approximation, sum-reduction, one log per row (assumption: LUT + "
                    "polynomial like exp), subtract it, fp16 round", 6),

@@ -47,6 +47,8 @@ def _mask_cpu_ops(mask):
     the CPU (integer tensors); ``1 - m`` (legalized to m * -1 + 1) and the Mul by float32's lowest run
     in the region, the fill saturated to -32768 (fuse/masks.py; before: on the CPU, the region fed
     -3.4e38 that fp16 rounded to -inf)."""
+    if mask in ("bool_inf", "bool_min"):   # the boolean mask and its Where(m, 0, fill) run on the CPU
+        return ["Cast", "Reshape", "Where"]
     return ["Cast", "Reshape"] if mask == "hf" else []
 
 
@@ -387,3 +389,56 @@ def test_nd_split_on_permuted_storage(tmp_path):
     assert [n.op_type for n in r.model.graph.node].count("Slice2D") == 2
     _deployed(m, tmp_path, {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)})
 
+
+
+def _overflow_logs(caplog):
+    return [r.getMessage() for r in caplog.records if "overflow" in r.getMessage()]
+
+
+@pytest.mark.parametrize("style", ["legacy", "dynamo", "bmm3d"])
+@pytest.mark.parametrize("mask", ["bool_inf", "bool_min"])
+def test_safe_softmax_stays_in_the_region(style, mask, tmp_path, caplog):
+    """torch's _safe_softmax as exported (Softmax -> IsNaN -> Where(isnan, 0, y)) and a boolean mask
+    turned into Where(m, 0, -inf | lowest) on the CPU: one region (before: the IsNaN / Where cut the
+    block after its Softmax, 7 regions for a 6-layer MiniLM); the guard is the Mrvl Softmax's
+    nan_fill. A lowest fill is written as MASK_FILL by the CPU (no fp16 overflow at the region's
+    input every run); -inf stays (fp16 holds it)."""
+    m = A.mha_block(style, mask, "safe")
+    with caplog.at_level("WARNING"):
+        res, _ = _deployed(m, tmp_path, A.feeds(m))
+    assert _cpu_ops(res) == sorted(_mask_cpu_ops(mask)) and _regions(res) == 1
+    assert _overflow_logs(caplog) == []
+    decided = {d.node: d for d in res.report.decisions.values()}
+    for name in ("attn.softmax.isnan", "attn.softmax.where"):
+        assert decided[name].placement == "accelerator" and "absorbed into Softmax" in decided[name].reason
+    where = decided["attn.mask.where"]
+    assert where.placement == "cpu" and (("becomes -32768" in where.reason) == (mask == "bool_min"))
+    sm = [n for sg in res.subgraphs for n in sg.nodes_json["nodes"]
+          if n.get("op") == "tvm_op" and n["attrs"]["layer_name"][0] == "Softmax"]
+    assert len(sm) == 1 and float(sm[0]["attrs"]["nan_fill"][0]) == 0.0
+
+
+@pytest.mark.parametrize("style", ["legacy", "dynamo"])
+def test_safe_softmax_fully_masked_rows(style, tmp_path):
+    """Every key masked with -inf: onnxruntime's Softmax gives NaN and the guard 0; the Mrvl
+    Softmax's nan_fill gives the same 0 (the attention output is then the out_proj bias), finite,
+    within the fp16 bound; the fused model's reference body is fp32-exact."""
+    m = A.mha_block(style, "bool_inf", "safe")
+    f = A.feeds(m)
+    f["attention_mask"][...] = 0
+    res = onnx_mrvl.convert(m)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, f)[0]
+    ref = _ref(m, f)[0]
+    assert np.all(np.isfinite(ref)) and np.all(np.isfinite(got))
+    assert np.max(np.abs(got - ref)) <= 1e-2 * np.max(np.abs(ref))
+    fused = fuse(legalize(m)).model
+    assert np.array_equal(_ref(fused, f)[0], ref)
+
+
+def test_softmax_nan_fill_kernel():
+    """sim: NaN results (a row of -inf, a row holding NaN) become the fill; other rows unchanged."""
+    from onnx_mrvl.sim.norm_ops import softmax
+    x = np.array([[0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf], [np.nan, 0.0, 1.0]], np.float32)
+    plain, _ = softmax(x.copy(), -1)
+    y, ok = softmax(x.copy(), -1, nan_fill=0.0)
+    assert ok and np.array_equal(y[0], plain[0]) and np.all(y[1:] == 0) and np.isnan(plain[1:]).all()

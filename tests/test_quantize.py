@@ -342,3 +342,36 @@ def test_pool_without_output_quantization_reads_the_float_tensor():
     assert float_readers_read_float(qdq, pre, recipe=Recipe(elementwise=False)) == 1   # Concat float
     ins = {n.name: list(n.input) for n in qdq.graph.node}
     assert ins["pool"] == ["cat"] and ins["conv"][0] == "cat_dq"
+
+
+def token_encoder(seed: int = 0) -> onnx.ModelProto:
+    """int64 token ids -> embedding Gather -> MatMul + Add -> Relu -> MatMul: a text model whose
+    only input is an integer tensor (its activations are float all the same)."""
+    g = GraphBuilder(seed, 13)
+    table = g.const("embed", g.rng.standard_normal((50, 16)).astype(np.float32))
+    x = g.node("Gather", [table, "ids"], "embed.gather", axis=0)
+    x = g.node("MatMul", [x, g.const("w1", g.he((16, 32), 16))], "fc1")
+    x = g.relu(g.node("Add", [x, g.const("b1", np.full(32, 0.1, np.float32))], "fc1.add"), "relu")
+    g.node("MatMul", [x, g.const("w2", g.he((32, 8), 32))], "fc2")
+    g.nodes[-1].output[0] = "output"
+    return g.model("token_encoder", [("ids", TensorProto.INT64, [1, 12])], [("output", F32, [1, 12, 8])])
+
+
+def test_integer_inputs_calibrate(tmp_path):
+    """A model whose inputs are token ids calibrates on integer feeds (before: "the model has no float
+    input to calibrate"): fully offloaded int8 layers, within the int8 bound of onnxruntime's run of
+    the QDQ model it made."""
+    m = token_encoder()
+    rng = np.random.default_rng(1)
+    calib = [{"ids": rng.integers(0, 50, (1, 12)).astype(np.int64)} for _ in range(16)]
+    res = onnx_mrvl.convert(m, quantize="int8", calibration=calib)
+    assert res.report.quantization["int8_layers"] >= 2
+    assert not [d for d in res.report.cpu_nodes() if d.op_type in ("MatMul", "Gemm")]
+    qdq = res.stages["quantize"]
+    feed = {"ids": rng.integers(0, 50, (1, 12)).astype(np.int64)}
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feed)[0]
+    want = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    dq = next(n for n in qdq.graph.node if n.output[0] == "output")    # the output's own quantum
+    assert dq.op_type == "DequantizeLinear"
+    step = float(onnx.numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == dq.input[1])))
+    assert np.max(np.abs(got - want)) <= step * 1.0001

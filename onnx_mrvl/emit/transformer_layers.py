@@ -1,12 +1,12 @@
 """Compile the Nodes-JSON layers of transformer / modern-CNN nodes (docs/json-format.md):
-``LayerNorm`` (axis, epsilon, gamma, beta) and ``Softmax`` (axis, log), each over one axis of the
-stored tensor (``log`` = 1: LogSoftmax). Output shape = input shape; the layout stays the input's.
+``LayerNorm`` (axis, epsilon, gamma, beta) and ``Softmax`` (axis, log, nan_fill), each over one axis
+of the stored tensor (``log`` = 1: LogSoftmax; ``nan_fill`` = c: c where the result is NaN). Output shape = input shape; the layout stays the input's.
 
 ``vector_ops`` is the work the perf model charges to the vector unit (docs/simulator.md): per
 element, LayerNorm 8 (sum, subtract, square, sum, multiply by 1/sqrt(var + eps), gamma, beta,
 round; one rsqrt per row), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
 round; one reciprocal per row), LogSoftmax 6 (max, subtract, exp by LUT, sum, subtract the log of
-the sum, round; one log per row).
+the sum, round; one log per row); ``nan_fill`` one more (the select).
 """
 from __future__ import annotations
 
@@ -73,4 +73,10 @@ def softmax(a, ctx, lname, in_shapes, params, weights):
         a.fail(f"log must be 0 or 1, got {log}")
     if log:
         params["log"] = 1
-    return shape, int(np.prod(shape)) * (LOG_SOFTMAX_OPS_PER_ELEMENT if log else SOFTMAX_OPS_PER_ELEMENT)
+    ops = LOG_SOFTMAX_OPS_PER_ELEMENT if log else SOFTMAX_OPS_PER_ELEMENT
+    if a.has("nan_fill"):   # a NaN result (a row of -inf scores) written as the fill: one select more
+        fill = a.float("nan_fill")
+        if not (np.isfinite(fill) and float(np.float16(fill)) == fill):
+            a.fail(f"nan_fill {fill!r} is not a finite fp16 value")
+        params["nan_fill"], ops = fill, ops + 1
+    return shape, int(np.prod(shape)) * ops

@@ -235,7 +235,14 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     decisions = Decisions()
     groups = find_groups(g, order, target, exclude, decisions)
     aliases = _aliases(g, order, groups, exclude)
-    fused, mrvl_names, alias_owner, arrays = materialize(model, g, groups, order, aliases, keep_weights, consume)
+    fills = masks.cpu_mask_fills(g, groups, target)
+    for name, (_, _, fill) in fills.items():
+        d = decisions.get(name)
+        decisions.record(name, "Where", reason=f"{d.reason if d else 'on the CPU'}; its fill "
+                         f"{fill:.4g} becomes {masks.MASK_FILL:g} "
+                         f"(fp16 holds it; the masked scores still get weight 0 in the region's Softmax)")
+    fused, mrvl_names, alias_owner, arrays = materialize(model, g, groups, order, aliases, keep_weights, consume,
+                                                         fills)
     for grp in groups:
         mrvl = mrvl_names[grp.anchor.name]
         for i, x in enumerate(grp.nodes):

@@ -23,7 +23,7 @@ mask then runs in the region; before, the Mul by lowest stayed on the CPU and fe
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -136,6 +136,34 @@ def build_mul(g: GraphIndex, n: onnx.NodeProto, target: Target):
                 grp.weights["operand"] = np.full(c.shape, MASK_FILL, np.float32)
             return grp
     return build_eltwise(g, n, target)
+
+
+def cpu_mask_fills(g: GraphIndex, groups, target: Target) -> Dict[str, Tuple[int, np.ndarray, float]]:
+    """CPU ``Where(cond, 0, fill)`` / ``Where(cond, fill, 0)`` of a run-time boolean mask (torch's
+    dynamo exporter: ``Where(mask, 0, float32 lowest)``) whose result is added in a region to scores
+    read only by a Softmax over the last axis, with a finite fill beyond fp16: {Where name: (input
+    index of the fill, MASK_FILL of its shape, the fill)}. The CPU then writes MASK_FILL, which the region's
+    fp16 input holds (the fill itself would enter it as -inf: an fp16 overflow every run), with the
+    masked-score semantics of the module docstring. A -inf fill stays as it is: fp16 holds -inf,
+    and a fully masked row then gives NaN as in onnxruntime."""
+    in_group = {x.name: grp for grp in groups for x in grp.nodes}
+    found = {}
+    for n in g.nodes:
+        if n.op_type != "Where" or n.name in in_group or len(n.input) != 3 or g.is_const(n.input[0]):
+            continue
+        vals = [np.asarray(g.const(t), np.float32) if g.is_const(t) else None for t in n.input[1:]]
+        if any(v is None or v.size != 1 for v in vals) or g.elem_type(n.output[0]) != onnx.TensorProto.FLOAT:
+            continue
+        a, b = (float(v.reshape(-1)[0]) for v in vals)
+        k = 2 if a == 0 else 1 if b == 0 else 0
+        fill = b if k == 2 else a
+        if not k or not (np.isfinite(fill) and fill < -target.fp16_max) or n.output[0] in g.output_set:
+            continue
+        users = g.consumers.get(n.output[0], [])
+        if users and all(u.op_type == "Add" and u.name in in_group and _softmax_reader(g, u.output[0]) is None
+                         for u in users):
+            found[n.name] = (k, np.full(vals[k - 1].shape, MASK_FILL, np.float32), fill)
+    return found
 
 
 def build_where(g: GraphIndex, n: onnx.NodeProto, target: Target):

@@ -332,9 +332,10 @@ class Materializer(GroupLowering):
 
 
 def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], order: List[onnx.NodeProto],
-                aliases: set, keep_weights: bool = True, consume: bool = False
+                aliases: set, keep_weights: bool = True, consume: bool = False, cpu_inputs=None
                 ) -> Tuple[onnx.ModelProto, Dict[str, str], Dict[str, str], Optional[Dict[str, np.ndarray]]]:
     """(the fused model, anchor -> Mrvl node name, folded Transpose -> Mrvl node, the written arrays).
+    ``cpu_inputs``: {CPU node name: (input index, constant array, ...)}: that input replaced (masks.py).
     ``consume``: ``model`` is given up and becomes the fused model when it can (in_place.py; the
     written arrays are then returned, else None)."""
     group_of = {n.name: grp for grp in groups for n in grp.nodes}
@@ -351,6 +352,9 @@ def materialize(model: onnx.ModelProto, g: GraphIndex, groups: List[Group], orde
             m.alias(n)
         else:
             m.cpu_node(n)
+            if n.name in (cpu_inputs or {}):
+                k, arr = cpu_inputs[n.name][:2]
+                m.nodes[-1].input[k] = m.init(f"{n.name}_in{k}", arr)
     for o in g.outputs:
         m.get(o, None, for_mrvl=False, origin=[])
     if m.rename:

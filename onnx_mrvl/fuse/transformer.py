@@ -6,6 +6,10 @@
                      trailing axes hold one non-unit axis)                  -> Mrvl Softmax
     mrvl.log_softmax LogSoftmax, the same axes rules                        -> Mrvl Softmax log=1
 
+A Softmax read only through ``Where(IsNaN(y), c, y)`` (PyTorch's ``_safe_softmax``: the exporters'
+guard for rows whose every score is masked to -inf) absorbs the guard: the Mrvl Softmax's
+``nan_fill`` = c writes c where the softmax is NaN, so the attention stays one region.
+
 Both run on the tensor as it is stored (2-D to 5-D): the Mrvl node's ``axis`` is the stored
 position of the logical axis, written negative (``-1``: the last stored axis, the channels of NHWC
 data or the features of [B, T, D] rows), so no layout change is ever needed around them.
@@ -96,7 +100,34 @@ def build_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"{n.op_type} over {shape[a]} values exceeds the limit {target.max_fc_features}"
     if n.op_type == "LogSoftmax":   # the same Mrvl op: (x - max) - log(sum(exp(x - max)))
         return Group("Softmax", "mrvl.log_softmax", [n], [x], n.output[0], {"axis": a, "log": 1})
+    guard = nan_guard(g, n.output[0], target)
+    if guard is not None:
+        (isnan, where), fill = guard
+        return Group("Softmax", "mrvl.softmax", [n, isnan, where], [x], where.output[0],
+                     {"axis": a, "nan_fill": fill})
     return Group("Softmax", "mrvl.softmax", [n], [x], n.output[0], {"axis": a})
+
+
+def nan_guard(g: GraphIndex, y: str, target: Target):
+    """``Where(IsNaN(y), c, y)`` as the only reader of ``y`` (c a scalar constant fp16 holds exactly,
+    the Where's output of ``y``'s shape) -> ((IsNaN, Where), c), else None."""
+    users = g.consumers.get(y, [])
+    if y in g.output_set or len(users) != 2:
+        return None
+    isnan = next((u for u in users if u.op_type == "IsNaN"), None)
+    where = next((u for u in users if u.op_type == "Where"), None)
+    if isnan is None or where is None or len(where.input) != 3 or isnan.output[0] in g.output_set:
+        return None
+    if [c.name for c in g.consumers.get(isnan.output[0], [])] != [where.name]:
+        return None
+    cond, fill, other = where.input
+    if cond != isnan.output[0] or other != y or not g.is_const(fill) or g.shape(where.output[0]) != g.shape(y):
+        return None
+    c = np.asarray(g.const(fill), dtype=np.float32).reshape(-1)
+    if c.size != 1 or not np.isfinite(c[0]) or abs(float(c[0])) > target.fp16_max or \
+            float(np.float16(c[0])) != float(c[0]):     # the fill written as an fp16 value is exact
+        return None
+    return (isnan, where), float(c[0])
 
 
 ANCHORS = {"LayerNormalization": Pattern("mrvl.layernorm", ("LayerNormalization",), build_layernorm),
@@ -116,6 +147,8 @@ def materialize(m, grp: Group) -> None:
     ins = [name]
     if grp.attrs.get("log"):
         attrs["log"] = 1
+    if "nan_fill" in grp.attrs:   # an absorbed Where(IsNaN(y), c, y)
+        attrs["nan_fill"] = float(grp.attrs["nan_fill"])
     attrs.update({k: v for k, v in grp.attrs.items() if k in ALL_INT8_ATTRS or k.startswith("inner_")})
     # an int8 Softmax, an int8_out LayerNorm (qdq_transformer.py), interior quantization (qdq_layernorm.py)
     if grp.op == "LayerNorm":

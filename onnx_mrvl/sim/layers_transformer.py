@@ -67,6 +67,16 @@ def build_softmax(spec, n_inputs: int):
         from .int8_transformer import build_int8_softmax
         return build_int8_softmax(spec, axis)
 
+    fill = spec.param("nan_fill", None)
+    if fill is not None:   # a NaN result (a row whose every score is -inf) written as the fill
+        if log:
+            raise spec.error("nan_fill on a Softmax with log = 1")
+
+        def run_filled(x):
+            _check_axis(spec, x, axis)
+            return softmax(x, axis, nan_fill=float(fill))
+        return run_filled
+
     def run(x):
         _check_axis(spec, x, axis)
         return op(x, axis)

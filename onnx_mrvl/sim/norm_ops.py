@@ -40,13 +40,16 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
     return d, (round_fp16_(d) if fp16 else bool(np.isfinite(d).all()))
 
 
-def softmax(x: np.ndarray, axis: int) -> Tuple[np.ndarray, bool]:
+def softmax(x: np.ndarray, axis: int, nan_fill: Optional[float] = None) -> Tuple[np.ndarray, bool]:
+    """``nan_fill``: that value where the result is NaN (a row of -inf, or holding NaN / +inf)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
         e = x - np.max(x, axis=axis, keepdims=True)
         np.exp(e, out=e)
         s = np.sum(e, axis=axis, keepdims=True, dtype=F32)
         e *= F32(1) / s
+    if nan_fill is not None:
+        np.copyto(e, F32(nan_fill), where=np.isnan(e))
     return e, round_fp16_(e)
 
 

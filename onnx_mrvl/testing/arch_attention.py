@@ -16,8 +16,12 @@ styles
 masks: ``none``; ``const`` causal [1,1,T,T] of 0 / -1e4; ``min`` the same with float32's lowest
   (-3.4028235e38, what HF writes today); ``input`` a graph input ``mask`` [1,1,1,T] added to the
   scores; ``where`` Where(causal bool constant, scores, -inf) (dynamo's is_causal); ``hf`` an int64
-  graph input ``attention_mask`` [B, T] turned into (1 - m) * float32's lowest on the CPU (HF BERT).
-softmax: ``Softmax`` | ``Sigmoid`` | ``none`` (to show the data path alone).
+  graph input ``attention_mask`` [B, T] turned into (1 - m) * float32's lowest on the CPU (HF BERT);
+  ``bool_inf`` / ``bool_min`` that input cast to a boolean [B, 1, 1, T] and turned into
+  ``Where(m, 0, -inf)`` (the TorchScript exporter, transformers >= 4.48) / ``Where(m, 0, lowest)``
+  (the dynamo exporter).
+softmax: ``Softmax`` | ``safe`` (torch's ``_safe_softmax``: ``Where(IsNaN(y), 0, y)`` after the
+Softmax, rows whose every key is masked give 0) | ``Sigmoid`` | ``none`` (the data path alone).
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ import onnx
 from .models import F32, GraphBuilder
 
 STYLES = ("legacy", "fused_qkv", "dynamo", "bmm3d")
-MASKS = ("none", "const", "min", "input", "where", "hf")
-SOFTMAX = ("Softmax", "Sigmoid", "none")
+MASKS = ("none", "const", "min", "input", "where", "hf", "bool_inf", "bool_min")
+SOFTMAX = ("Softmax", "safe", "Sigmoid", "none")
 
 
 def _i64(g: GraphBuilder, name: str, values) -> str:
@@ -67,6 +71,16 @@ def _mask(g: GraphBuilder, s: str, mask: str, t: int, rank: int, inputs: list, b
         m = g.node("Sub", [g.const("attn.mask.one", np.array(1.0, np.float32)), m], "attn.mask.sub")
         m = g.node("Mul", [m, g.const("attn.mask.min", np.array(np.finfo(np.float32).min, np.float32))],
                    "attn.mask.mul")
+        return g.node("Add", [s, m], "attn.add_mask")
+    if mask in ("bool_inf", "bool_min"):   # Where(bool mask, 0, fill) on the CPU, added to the scores
+        inputs.append(("attention_mask", onnx.TensorProto.INT64, [b, t]))
+        axes = [1, 2] if rank == 4 else [1]
+        m = (g.node("Unsqueeze", ["attention_mask", _i64(g, "attn.mask.axes", axes)], "attn.mask.unsqueeze")
+             if g.opset >= 13 else g.node("Unsqueeze", ["attention_mask"], "attn.mask.unsqueeze", axes=axes))
+        m = g.node("Cast", [m], "attn.mask.cast", to=onnx.TensorProto.BOOL)
+        fill = -np.inf if mask == "bool_inf" else np.finfo(np.float32).min
+        m = g.node("Where", [m, g.const("attn.mask.zero", np.array(0.0, np.float32)),
+                             g.const("attn.mask.fill", np.array(fill, np.float32))], "attn.mask.where")
         return g.node("Add", [s, m], "attn.add_mask")
     if mask == "where":
         cond = g.const("attn.causal", _causal(t).reshape(lead + (t, t)))
@@ -146,7 +160,11 @@ def mha_block(style: str = "legacy", mask: str = "const", softmax: str = "Softma
     if style in ("legacy", "fused_qkv"):
         s = g.node("Div", [s, g.const("attn.sqrt_d", np.array(np.sqrt(d), np.float32))], "attn.div")
     s = _mask(g, s, mask, T, 3 if seq_first else 4, inputs, B)
-    if softmax != "none":
+    if softmax == "safe":     # torch's _safe_softmax as exported: Where(IsNaN(y), 0, y)
+        y = g.node("Softmax", [s], "attn.softmax", axis=-1)
+        nan = g.node("IsNaN", [y], "attn.softmax.isnan")
+        s = g.node("Where", [nan, g.const("attn.softmax.zero", np.array(0.0, np.float32)), y], "attn.softmax.where")
+    elif softmax != "none":
         s = g.node(softmax, [s], "attn.softmax", **({"axis": -1} if softmax == "Softmax" else {}))
     o = g.node("MatMul", [s, v], "attn.av")
     if seq_first:
