@@ -59,15 +59,28 @@ def batch_limit(g: GraphIndex, t: str, target: Target) -> Optional[str]:
     return None
 
 
-def image_batch_moved(in_shape, out_shape) -> Optional[str]:
+def model_images(g: GraphIndex) -> Optional[int]:
+    """The images one run of the model holds: the largest leading dimension of its inputs of rank
+    >= 2 (None when it has none, or one is not static). 1: no tensor of the model holds a second
+    image, whatever its leading axis (a sequence-first tensor [T, B, 3, E] inside attention)."""
+    lead = [g.shape(t) for t in g.inputs]
+    lead = [s for s in lead if s is None or len(s) >= 2]
+    if not lead or any(s is None or s[0] is None or s[0] < 1 for s in lead):
+        return None
+    return max(s[0] for s in lead)
+
+
+def image_batch_moved(in_shape, out_shape, images: Optional[int] = None) -> Optional[str]:
     """Why a reshape cannot run on the accelerator because it mixes the images of a batch, or None.
 
     The leading axis of a 4-D/5-D tensor holding more than one image is the batch the compile step
     may change (``--batch``); a reshape merging or splitting it is refused. The leading axis of a
     2-D/3-D tensor holds rows ([T, D], [B*H, T, d]) and a batch of 1 holds no other image, so the
     token reshapes of attention ([1,T,D] <-> [T,D], [1,T,H,d] <-> [T,H*d], [B*H,T,d] <-> [1,H,T,d])
-    are a plain copy of the stored data (docs/fusion.md)."""
-    if in_shape[0] == out_shape[0]:
+    are a plain copy of the stored data (docs/fusion.md). ``images`` = 1 (``model_images``): the
+    model holds one image, so a leading axis > 1 is not a batch (nn.MultiheadAttention's packed
+    projection [T, 1, 3, E] -> [1, T, 1, 3, E] under the dynamo exporter)."""
+    if in_shape[0] == out_shape[0] or images == 1:
         return None
     for shape in (in_shape, out_shape):
         if len(shape) > 3 and shape[0] > 1:

@@ -22,7 +22,7 @@ from .. import int8_conv_passes
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import steps
-from .groups import Group, batch_limit, float_static, image_batch_moved
+from .groups import Group, batch_limit, float_static, image_batch_moved, model_images
 from .qconst import const_dq, constant_value
 from .resize import build_resize
 from . import slices
@@ -343,7 +343,7 @@ def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = float_static(g, [n.input[0], n.output[0]])
     if reason:
         return reason
-    reason = image_batch_moved(g.shape(n.input[0]), g.shape(n.output[0]))
+    reason = image_batch_moved(g.shape(n.input[0]), g.shape(n.output[0]), model_images(g))
     if reason:
         return reason
     return Group("Reshape", "mrvl.reshape", [n], [n.input[0]], n.output[0],
