@@ -442,3 +442,56 @@ def test_softmax_nan_fill_kernel():
     plain, _ = softmax(x.copy(), -1)
     y, ok = softmax(x.copy(), -1, nan_fill=0.0)
     assert ok and np.array_equal(y[0], plain[0]) and np.all(y[1:] == 0) and np.isnan(plain[1:]).all()
+
+
+def test_packed_projection_of_a_one_image_model(tmp_path):
+    """nn.MultiheadAttention's packed in-projection under the dynamo exporter (sequence first inside):
+    [T, 1, 3E] -> Reshape [T, 1, 3, E] -> Unsqueeze(0) -> Transpose -> Squeeze -> Gather q / k / v. Its
+    4-D / 5-D tensors lead with T, not with images: the model holds one image (inputs of batch 1), so
+    the reshapes changing the leading axis stay in the region (before: 'moves data across the batch
+    axis of T images', a cut per attention layer)."""
+    T, E = 8, 16
+    rng = np.random.default_rng(3)
+    inits = [onnx.numpy_helper.from_array((rng.standard_normal((E, 3 * E)) * 0.3).astype(np.float32), "w_in"),
+             onnx.numpy_helper.from_array((rng.standard_normal((E, E)) * 0.3).astype(np.float32), "w_out"),
+             onnx.numpy_helper.from_array(np.array([T, 1, 3, E], np.int64), "s4"),
+             onnx.numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+             onnx.numpy_helper.from_array(np.array([3], np.int64), "ax3"),
+             onnx.numpy_helper.from_array(np.array(1, np.int64), "i1")]
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("MatMul", ["xt", "w_in"], ["p"]),
+             helper.make_node("Reshape", ["p", "s4"], ["p4"]),
+             helper.make_node("Unsqueeze", ["p4", "ax0"], ["p5"]),
+             helper.make_node("Transpose", ["p5"], ["pt"], perm=[3, 1, 2, 0, 4]),
+             helper.make_node("Squeeze", ["pt", "ax3"], ["qkv"]),
+             helper.make_node("Gather", ["qkv", "i1"], ["k"], axis=0),
+             helper.make_node("MatMul", ["k", "w_out"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "packed", [helper.make_tensor_value_info("x", F, [1, T, E])],
+                                            [helper.make_tensor_value_info("y", F, [T, 1, E])], inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    f = {"x": rng.standard_normal((1, T, E)).astype(np.float32)}
+    res, _ = _deployed(m, tmp_path, f)
+    assert _cpu_ops(res) == [] and _regions(res) == 1
+    from onnx_mrvl.fuse.groups import image_batch_moved
+    assert image_batch_moved([T, 1, 3, E], [1, T, 1, 3, E], 1) is None
+    assert "batch axis of 8 images" in image_batch_moved([T, 1, 3, E], [1, T, 1, 3, E], 8)
+
+
+def test_sequence_first_fc_converges(tmp_path, caplog):
+    """x [1, T, D] -> Transpose(1, 0, 2) -> MatMul: matmul_to_gemm's [T, 1, D] FC form is not undone
+    by tensordot_to_matmul (they alternated for 10 sweeps), and the folded Transpose + flatten to
+    rows is a Reshape of the [1, T, D] it reads (it was written as a Flatten, which the compile step
+    took as [1, T*D]: CompileError)."""
+    from onnx_mrvl.legalize import legalize
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((16, 48)).astype(np.float32), "W")
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]), helper.make_node("MatMul", ["xt", "W"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 8, 16])],
+                                            [helper.make_tensor_value_info("y", F, [8, 1, 48])], [w]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    with caplog.at_level("WARNING"):
+        log = legalize(m).log
+    assert not [r for r in caplog.records if "still rewriting" in r.getMessage()]
+    assert [r for r, _, _ in log].count("matmul_to_gemm") == 1
+    res, _ = _deployed(m, tmp_path, {"x": rng.standard_normal((1, 8, 16)).astype(np.float32)})
+    assert _cpu_ops(res) == [] and _regions(res) == 1

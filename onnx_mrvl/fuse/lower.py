@@ -155,7 +155,9 @@ class GroupLowering:
             # [N, C] -> [N, C, 1, 1] (a Linear SE scale): the same data is already NHWC
             out_perm = canonical_perm(list(range(4)), out_shape, nhwc_first=True)
         op = "Reshape"
-        if len(out_shape) == 2 and len(in_shape) > 2 and out_shape[0] == in_shape[0] \
+        # the tensor the node reads (a folded Transpose's input: [1, T, D] for [T, 1, D]) decides
+        read = self.vinfo.get(name) or self.g.shape(name) or in_shape
+        if len(out_shape) == 2 and len(in_shape) > 2 and out_shape[0] == in_shape[0] == read[0] \
                 and stored_shape(out_shape, out_perm) == list(out_shape):
             op = "Flatten"   # nn.batch_flatten keeps the first axis; any other 2-D result is a Reshape
         elif [d for d in in_shape if d != 1] == [d for d in out_shape if d != 1] and len(out_shape) < len(in_shape):

@@ -30,6 +30,8 @@ def match(node, g) -> Optional[Match]:
         return None
     if sf[1] != sx[-1] or list(sy[:-1]) != list(sx[:-1]) or len(sy) != len(sx):
         return None
+    if all(d == 1 for d in sx[1:-1]) and sx[0] <= g.target.max_batch:
+        return None     # [N, 1, .., K]: matmul_to_gemm's own FC form (undoing it would loop)
     return Match([node, fc, flat], {"x": x})
 
 
