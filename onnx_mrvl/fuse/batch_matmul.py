@@ -52,7 +52,7 @@ def build_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"MatMul operands {sa} and {sb} disagree on the inner dimension"
     if max(k, n_out) > target.max_fc_features:
         return f"{max(k, n_out)} features exceed the limit {target.max_fc_features}"
-    reason = batch_limit(g, n.output[0], target)      # 4-D: [B, H, T, T] with B images
+    reason = batch_limit(g, n.output[0], target, spatial=False)      # 4-D: [B, H, T, T] with B images
     if reason:
         return reason
     batch = int(np.prod([max(x, y) for x, y in zip(sa[:-2], sb[:-2])] or [1]))

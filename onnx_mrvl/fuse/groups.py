@@ -49,12 +49,14 @@ def float_static(g: GraphIndex, names) -> Optional[str]:
     return None
 
 
-def batch_limit(g: GraphIndex, t: str, target: Target) -> Optional[str]:
+def batch_limit(g: GraphIndex, t: str, target: Target, spatial: bool = True) -> Optional[str]:
     """The image batch limit (4-D and 5-D tensors); the leading axes of a 2-D / 3-D tensor hold
     rows (an FC's M rows, [B, T, D] tokens or frames), computed one by one like the rows of an N-D
-    FC: no limit there."""
+    FC: no limit there. ``spatial=False`` (element-wise, requantize, norms, batched matmuls): no
+    limit either when the model holds one image (``model_images``), whose 4-D tensors leading with
+    T are rows (attention's sequence-first [T, 1, 3, E])."""
     shape = g.shape(t)
-    if shape and len(shape) > 3 and shape[0] > target.max_batch:
+    if shape and len(shape) > 3 and shape[0] > target.max_batch and (spatial or model_images(g) != 1):
         return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
     return None
 

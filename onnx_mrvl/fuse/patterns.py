@@ -81,7 +81,7 @@ def tensor_reason(g: GraphIndex, x: str, y: str, target: Target, what: str) -> O
     rank = len(g.shape(x))
     if rank not in ELTWISE_RANKS:
         return f"{what} on a {rank}-D tensor (the accelerator takes 2-D to 5-D)"
-    return batch_limit(g, x, target)
+    return batch_limit(g, x, target, spatial=False)
 CONCAT_RANKS = (2, 3, 4, 5)
 
 
@@ -311,7 +311,7 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
         if len(out_shape) > 3 and (sa[0] != out_shape[0] or sb[0] != out_shape[0]):
             return f"operands of shapes {sa} and {sb} broadcast along the batch axis"
         inputs, weights = [a, b], {}
-    reason = batch_limit(g, n.output[0], target)
+    reason = batch_limit(g, n.output[0], target, spatial=False)
     if reason:
         return reason
     grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n] + extra, inputs, n.output[0], {}, weights)

@@ -1,0 +1,90 @@
+"""QDQ models of PyTorch dynamo-style exports (onnxruntime's quantize_static of seeded graphs shaped
+as torch.onnx writes them), against onnxruntime's run of the same QDQ model:
+- a constant the exporter shares between layers (one ``sqrt(1/sqrt(d))`` for q and k, a bias of a
+  cloned layer) gets one DequantizeLinear read by several QDQ layers: legalize's ``qdq_unique_dq``
+  gives each its own (onnxruntime's EnsureUniqueDQForNodeUnit); it stayed on the CPU and its float
+  values became region inputs;
+- nn.MultiheadAttention's sequence-first packed projection: its 4-D [T, 1, 3, E] tensors between
+  Q/DQ pairs are rows, not T images, in a model of batch 1 (a cut per attention layer: 'batch T
+  exceeds the accelerator's limit of 8')."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing import int8_zoo, qdq_variants
+
+pytest.importorskip("onnxruntime.quantization")
+F = TensorProto.FLOAT
+T, E = 12, 16
+
+
+def _init(rng, name, shape, scale=0.3):
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def shared_constant_model() -> onnx.ModelProto:
+    """x [1, T, E] -> two MatMuls, each times the same constant c, added; the sum times c again."""
+    rng = np.random.default_rng(7)
+    inits = [_init(rng, "w1", (E, E)), _init(rng, "w2", (E, E)),
+             numpy_helper.from_array(np.full([E], 0.42, np.float32), "c")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="fc1"), helper.make_node("Mul", ["a", "c"], ["ac"], name="mul1"),
+             helper.make_node("MatMul", ["x", "w2"], ["b"], name="fc2"), helper.make_node("Mul", ["b", "c"], ["bc"], name="mul2"),
+             helper.make_node("Add", ["ac", "bc"], ["s"], name="add"), helper.make_node("Mul", ["s", "c"], ["y"], name="mul3")]
+    return helper.make_model(helper.make_graph(nodes, "shared_constant", [helper.make_tensor_value_info("x", F, [1, T, E])],
+                                               [helper.make_tensor_value_info("y", F, [1, T, E])], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def packed_projection_model() -> onnx.ModelProto:
+    """x [1, T, E] -> Transpose [T, 1, E] -> in_proj -> Reshape [T, 1, 3, E] -> Unsqueeze(0) ->
+    Transpose(3, 1, 2, 0, 4) -> Squeeze(3) -> Gather q / k / v -> q * k + v -> out_proj."""
+    rng = np.random.default_rng(8)
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
+    inits = [_init(rng, "w_in", (E, 3 * E)), _init(rng, "b_in", (3 * E,), 0.1), _init(rng, "w_out", (E, E)),
+             i64("s4", [T, 1, 3, E]), i64("ax0", [0]), i64("ax3", [3]), i64("i0", 0), i64("i1", 1), i64("i2", 2)]
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("MatMul", ["xt", "w_in"], ["p0"]), helper.make_node("Add", ["p0", "b_in"], ["p"]),
+             helper.make_node("Reshape", ["p", "s4"], ["p4"]), helper.make_node("Unsqueeze", ["p4", "ax0"], ["p5"]),
+             helper.make_node("Transpose", ["p5"], ["pt"], perm=[3, 1, 2, 0, 4]),
+             helper.make_node("Squeeze", ["pt", "ax3"], ["qkv"])]
+    nodes += [helper.make_node("Gather", ["qkv", f"i{k}"], [t], axis=0) for k, t in enumerate("qkv")]
+    nodes += [helper.make_node("Mul", ["q", "k"], ["qk"]), helper.make_node("Add", ["qk", "v"], ["h"]),
+              helper.make_node("MatMul", ["h", "w_out"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "packed_projection", [helper.make_tensor_value_info("x", F, [1, T, E])],
+                                               [helper.make_tensor_value_info("y", F, [T, 1, E])], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _quantized(model, tmp_path, act):
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
+    onnx.save(model, src)
+    int8_zoo.quantize_static_qdq(src, dst, [qdq_variants.feeds_for(model, k) for k in range(4)], act=act)
+    return onnx.load(dst)
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_shared_constant_dequantize_is_unique_per_layer(tmp_path, act):
+    q = _quantized(shared_constant_model(), tmp_path, act)
+    c_dq = [n for n in q.graph.node if n.op_type == "DequantizeLinear" and
+            sum(n.output[0] in m.input for m in q.graph.node) > 1 and all(i in {t.name for t in q.graph.initializer} for i in n.input)]
+    assert c_dq, "the quantizer no longer shares the constant's DequantizeLinear: the test lost its point"
+    log = legalize(q).log
+    assert any(rule == "qdq_unique_dq" for rule, _, _ in log)
+    r = qdq_variants.convert_and_compare(f"shared_{act}", str(tmp_path), model=q)
+    assert r["regions"] == 1 and r["cpu"] == {}, r["cpu"]
+    assert r["identical"] == 1.0 and r["steps"] == 0, r
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_sequence_first_tensors_of_a_one_image_model(tmp_path, act):
+    q = _quantized(packed_projection_model(), tmp_path, act)
+    r = qdq_variants.convert_and_compare(f"packed_{act}", str(tmp_path), model=q)
+    assert r["regions"] == 1 and r["cpu"] == {}, r["cpu"]
+    assert r["steps"] <= 1.001, r
+    cpu = [d for d in r["result"].report.cpu_nodes()]
+    assert not cpu, [(d.node, d.reason) for d in cpu]
