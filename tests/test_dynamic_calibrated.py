@@ -251,13 +251,15 @@ def test_cli_calibration_without_quantize(tmp_path):
     assert summary["cpu_nodes"] == 0
 
 
-@pytest.mark.parametrize("name", ["token_mlp", "cnn_all", "encoder"])
+@pytest.mark.parametrize("name", ["token_mlp", "cnn_all", "encoder", "audio_frontend"])
 def test_layer_outputs_fp16_are_int8_in_layers(tmp_path, name):
     """quantize_options={"layer_outputs": "fp16"}: no calibrated quantization after a layer; each
     layer quantizes its own input (as the dynamic model does) and writes float: an int8-in / fp16-out
     layer (or an int8 layer where the next layer's input pair alone reads it through Relu / Clip).
     Structure: all layers on the accelerator, nothing on the CPU; numbers against onnxruntime's run
-    of the same static model: the fp16 bound (docs/simulator.md)."""
+    of the same static model: the fp16 bound (docs/simulator.md). audio_frontend: 1-D convs (legalize's
+    qdq_conv_1d without an output pair) and kernels above 7 (the int8 multi-pass lowering) were fp16
+    fallbacks or on the CPU."""
     build, ops = _builders()[name]
     src, qpath = quantize_dyn(build(), str(tmp_path / "q.onnx"), ops)
     q = onnx.load(qpath)
@@ -267,8 +269,10 @@ def test_layer_outputs_fp16_are_int8_in_layers(tmp_path, name):
     assert info["layer_outputs"] == "fp16" and info["int8_layers"] == len(layers) == info["layers_total"]
     static = result.stages["quantize"]
     assert not [n for n in static.graph.node if n.name.endswith("/output_q")]   # no pair after a layer
+    # a 1-D conv reads its input through a Reshape: the model input's Q -> DQ is the host's quantize
+    host_io = {"input_QuantizeLinear", "input_QuantizeLinear/dq"} if name == "audio_frontend" else set()
     assert not [n for n in result.model.graph.node if n.op_type in DYNAMIC_OPS | {
-        "MatMul", "Conv", "Gemm", "QuantizeLinear", "DequantizeLinear"}]
+        "MatMul", "Conv", "Gemm", "QuantizeLinear", "DequantizeLinear"} and n.name not in host_io]
     precisions = [result.report[n.name].precision for n in layers]
     assert set(precisions) <= {"int8 in, fp16 out", "int8"} and "int8 in, fp16 out" in precisions, precisions
     for n in layers:

@@ -40,6 +40,21 @@ def token_mlp(seed: int = 0) -> onnx.ModelProto:
     return g.model("token_mlp", [("input", F32, [1, 12, 32])], [("output", F32, [1, 12, 16])])
 
 
+def audio_frontend(seed: int = 0) -> onnx.ModelProto:
+    """wav2vec2-style raw-audio front end: Conv1d(1 -> 16, k 10, s 5) -> Relu -> Conv1d(16 -> 16, k 3,
+    s 2) -> Relu, then a 2-D conv with a 9 x 9 kernel on a [1, 4, 16, 16] view: kernels above the MAC
+    array's per-pass limit (7) as int8 convs of several passes."""
+    g = GraphBuilder(seed, 13)
+    x = g.node("Conv", ["input", g.const("c1.w", g.he((16, 1, 10), 10)), g.const("c1.b", np.full(16, 0.05, np.float32))],
+               "c1", kernel_shape=[10], strides=[5])
+    x = g.node("Conv", [g.relu(x, "r1"), g.const("c2.w", g.he((16, 16, 3), 48))], "c2", kernel_shape=[3], strides=[2],
+               pads=[1, 1])
+    x = g.node("Reshape", [g.relu(x, "r2"), g.const("to4d", np.array([1, 4, 16, 16], np.int64))], "to4d")
+    g.node("Conv", [x, g.const("c3.w", g.he((8, 4, 9, 9), 324))], "c3", kernel_shape=[9, 9], pads=[4, 4, 4, 4])
+    g.nodes[-1].output[0] = "output"
+    return g.model("audio_frontend", [("input", F32, [1, 1, 645])], [("output", F32, [1, 8, 16, 16])])
+
+
 def _builders():
     from test_int8_qdq import residual_cnn
     from onnx_mrvl.testing.arch_attention import mha_block
@@ -50,6 +65,7 @@ def _builders():
         "encoder": (lambda: encoder_block(seed=0), None),
         "bert_attention": (lambda: mha_block("legacy", "hf"), None),
         "token_mlp": (token_mlp, None),
+        "audio_frontend": (audio_frontend, None),
         "lstm": (lambda: cell_model("LSTM"), None),
         "bilstm": (lambda: stacked_bilstm(seed=0), None),
         "cnn_conv_only": (lambda: residual_cnn(seed=1), ["Conv"]),

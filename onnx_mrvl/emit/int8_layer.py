@@ -151,11 +151,11 @@ def lookup(a: NodeAttrs, ctx, lname: str, in_shape, params: dict, weights: dict)
 
 
 def conv_passes(params: dict, cin: int):
-    """The multi-pass lowering of an int8 Conv2D (``int8_conv_passes``, with the default target's
+    """The multi-pass lowering of an int8 (or int8-in) Conv2D (``int8_conv_passes``, with the default target's
     per-pass limits: the compile step has no target) or None when it runs in one pass."""
     from ..int8_conv_passes import plan
     from ..target import DEFAULT_TARGET as T
-    if params.get("precision") != "int8":
+    if params.get("precision") not in ("int8", "int8_in"):   # int8-in: the same int32 sum, a float epilogue
         return None
     groups, (kh, kw) = int(params.get("groups", 1)), params["kernel_size"]
     depthwise = groups == cin

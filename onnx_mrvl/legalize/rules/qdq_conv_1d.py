@@ -6,6 +6,9 @@ int8 Conv2D takes it:
     DQ(x) -> Reshape [N,C,1,L] -> Q -> DQ -> Conv(DQ(W_q [O,I,1,k]), DQ(B_q)) -> Q -> DQ
           -> Reshape [N,O,L'] -> (the original Q -> DQ)
 
+A Conv whose output is not quantized (an int8-in / fp16-out layer: TensorRT-style "inputs only"
+QDQ, calibrated dynamic int8) has no pair after it: the float output is reshaped back.
+
 The pairs around the Reshapes have the scale and zero point of the DQ before them: they quantize
 values that are already on that grid (exact; onnxruntime drops such pairs around a Reshape too).
 """
@@ -32,8 +35,8 @@ def match(node, g) -> Optional[Match]:
     if dq_x is None or dq_w is None or g.is_const(dq_x.input[0]) or not g.is_const(dq_w.input[0]):
         return None
     q = g.only_consumer(node.output[0])
-    if q is None or q.op_type != "QuantizeLinear":
-        return None
+    if q is not None and q.op_type != "QuantizeLinear":
+        q = None    # an int8-in / float-out layer (TensorRT-style QDQ, calibrated dynamic int8)
     return Match([node], {QDQ: True, "dq_x": dq_x, "dq_w": dq_w, "q": q})
 
 
@@ -43,7 +46,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return "shapes are not static"
     if str_attr(node, "auto_pad", "NOTSET") != "NOTSET":
         return "auto_pad not yet resolved"
-    if any(not g.is_const(i) for i in list(dq_x.input[1:]) + list(dq_w.input[1:]) + list(m.data["q"].input[1:]) if i):
+    if any(not g.is_const(i) for i in list(dq_x.input[1:]) + list(dq_w.input[1:]) + (list(m.data["q"].input[1:]) if m.data["q"] is not None else []) if i):
         return "scales or zero points are not constant"
     if len(g.const(dq_w.input[0]).shape) != 3 or attr(dq_w, "axis", 1) % 3 != 0 and g.const(dq_w.input[1]).size > 1:
         return "weight not per output channel"
@@ -87,6 +90,6 @@ def rewrite(m: Match, g) -> str:
         else:
             new.attribute.append(a)
     g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
-    back = _pair(g, y4, q_out, node, origin, "out2d")
+    back = _pair(g, y4, q_out, node, origin, "out2d") if q_out is not None else y4
     reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
     return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis"
