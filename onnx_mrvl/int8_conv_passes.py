@@ -14,6 +14,11 @@ the same result. The lowering (assumption: the MLIP's compiler does it; no publi
   of the MAC array into the same int32 accumulator (no requantization between passes), one
   requantization after the last pass;
   (a depthwise conv too: RepLKNet-style large kernels);
+- **dilation d > ``max_dilation``** along an axis (stride within the limit): one pass per tap along
+  that axis, each a 1-tap conv whose input window is the map shifted by the tap's offset ``i * d -
+  pad`` and whose output window is the positions where that shifted read lands in the map (the
+  other reads are padding: zero-point codes, ``(q - z) = 0``, nothing to add), so a pass has no
+  padding and no dilation along that axis (DeepLabV3's ASPP rates 12 / 24: 3 passes per axis);
 - **grouped (not depthwise)**: one pass per group, a dense conv over that group's ``C / g`` input
   channels into its ``O / g`` outputs (the accumulators of the other groups untouched).
 
@@ -51,12 +56,21 @@ class ConvPasses:
 
 def plan(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], pads: Sequence[int],
          in_per_group: int, groups: int, max_kernel: int, max_stride: int, max_channels: int,
-         depthwise: bool = False) -> Union[ConvPasses, str]:
+         depthwise: bool = False, max_dilation: int = 0) -> Union[ConvPasses, str]:
     """The passes of an int8 conv (kernel [kh, kw], pads [t, l, b, r], ``in_per_group`` input
-    channels per group), or the reason it has no such lowering."""
-    blocks, ks, tiles = [], [], []
+    channels per group), or the reason it has no such lowering. ``max_dilation`` (0: not lowered):
+    an axis dilated beyond it runs one tap per pass."""
+    blocks, ks, tiles, tap_axes = [], [], [], []
     for a in range(2):
         k, s, d, p = int(kernel[a]), int(strides[a]), int(dilations[a]), int(pads[a])
+        if max_dilation and d > max_dilation and k > 1:
+            if s > max_stride:
+                return f"stride {list(strides)} exceeds the limit {max_stride} with dilation {list(dilations)}"
+            blocks.append(1)
+            ks.append(k)
+            tiles.append(k)          # one tap per pass: no dilation, no padding inside a pass
+            tap_axes.append(a)
+            continue
         if s > max_stride:
             if depthwise:
                 return f"stride {list(strides)} exceeds the limit {max_stride} (a depthwise conv has no space-to-depth lowering)"
@@ -69,7 +83,7 @@ def plan(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
             blocks.append(1)
         ks.append(k)
         tiles.append(-(-k // max_kernel))
-    lowered = tuple(-(-int(p) // blocks[i % 2]) for i, p in enumerate(pads))
+    lowered = tuple(0 if i % 2 in tap_axes else -(-int(p) // blocks[i % 2]) for i, p in enumerate(pads))
     channels = in_per_group * blocks[0] * blocks[1]
     if channels * groups > max_channels:
         return (f"space-to-depth by {blocks[0]}x{blocks[1]} gives {channels * groups} input channels, "

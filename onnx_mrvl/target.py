@@ -10,10 +10,11 @@ sigmoid / tanh and the cell update in fp32, and the state goes back to the on-ch
 Their per-step GEMM obeys ``max_fc_features``; ``ArchProfile.recurrent_step_cycles`` is the
 assumed latency between timesteps.
 
-An int8 Conv2D beyond ``max_kernel`` / ``max_stride`` or grouped (not depthwise) runs as passes of
-the MAC array into one int32 accumulator, requantized once (``int8_conv_passes.py``, docs/fusion.md
-"int8"): a space-to-depth of the int8 input codes for a stride above ``max_stride``, kernel tiles
-of at most ``max_kernel`` taps, one pass per group; each extra pass costs ``layer_overhead_cycles``
+An int8 Conv2D beyond ``max_kernel`` / ``max_stride`` / ``max_dilation`` or grouped (not depthwise)
+runs as passes of the MAC array into one int32 accumulator, requantized once (``int8_conv_passes.py``,
+docs/fusion.md "int8"): a space-to-depth of the int8 input codes for a stride above ``max_stride``,
+kernel tiles of at most ``max_kernel`` taps, one tap per pass along an axis dilated beyond
+``max_dilation`` (shifted input / output windows, no padding), one pass per group; each extra pass costs ``layer_overhead_cycles``
 in the perf model (assumption).
 """
 from __future__ import annotations

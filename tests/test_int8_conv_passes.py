@@ -1,6 +1,6 @@
 """int8 convs beyond the MAC array's per-pass limits (onnx_mrvl/int8_conv_passes.py, docs/fusion.md
 "int8"): grouped convs that are not depthwise, kernels above ``max_kernel``, strides above
-``max_stride`` (ViT patch embedding, audio front ends). Structure: one region, no Conv / Q / DQ on
+``max_stride`` (ViT patch embedding, audio front ends), dilations above ``max_dilation`` (DeepLab's ASPP). Structure: one region, no Conv / Q / DQ on
 the CPU but the model's input pair, every Conv an int8 layer. Numbers: identical to onnxruntime's
 run of the QDQ model (onnxruntime's quantize_static, S8 and U8)."""
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _check_structure(result, q: onnx.ModelProto, layout: tuple = ()) -> None:
 @pytest.mark.parametrize("path", ["native", "numpy"])
 @pytest.mark.parametrize("act", ["s8", "u8"])
 @pytest.mark.parametrize("name", ["grouped_cnn", "patch_embed", "wave_front", "wave_front_1d", "big_kernels",
-                                  "depthwise_large", "shared_input"])
+                                  "depthwise_large", "shared_input", "aspp"])
 def test_int8_conv_beyond_limits_is_one_region_identical_to_onnxruntime(tmp_path, monkeypatch, name, act, path):
     if path == "numpy":      # the numpy kernels of sim/int8.py and sim/int8_float_conv.py
         monkeypatch.setattr(int8_native, "prepare", lambda layer: None)
@@ -102,6 +102,11 @@ def test_passes_of_the_lowering():
     assert "dilation" in int8_conv_passes.plan([3, 3], [16, 1], [2, 1], [0, 0, 0, 0], 4, 1, **big)
     assert "channels" in int8_conv_passes.plan([16, 16], [16, 16], [1, 1], [0] * 4, 64, 1, **dict(big, max_channels=8000))
     assert "depthwise" in int8_conv_passes.plan([3, 3], [16, 16], [1, 1], [0] * 4, 1, 8, **big, depthwise=True)
+    aspp = int8_conv_passes.plan([3, 3], [1, 1], [12, 12], [12] * 4, 16, 1, **big, max_dilation=8)
+    assert (aspp.tiles, aspp.passes, aspp.pads, aspp.macs_per_output) == ((3, 3), 9, (0, 0, 0, 0), 9 * 16)
+    mixed = int8_conv_passes.plan([3, 3], [1, 1], [24, 6], [24, 6, 24, 6], 16, 1, **big, max_dilation=8)
+    assert (mixed.tiles, mixed.pads) == ((3, 1), (0, 6, 0, 6))      # one tap per pass along H only
+    assert "dilation" in int8_conv_passes.plan([3, 3], [16, 1], [12, 1], [12, 1, 12, 1], 4, 1, **big, max_dilation=8)
     dw = int8_conv_passes.plan([11, 11], [1, 1], [1, 1], [5] * 4, 1, 16, **big, depthwise=True)
     assert (dw.tiles, dw.passes) == ((2, 2), 4)     # tiles into the accumulator, not one pass per channel
 

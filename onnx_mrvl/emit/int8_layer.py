@@ -159,9 +159,10 @@ def conv_passes(params: dict, cin: int):
         return None
     groups, (kh, kw) = int(params.get("groups", 1)), params["kernel_size"]
     depthwise = groups == cin
-    if max(kh, kw) <= T.max_kernel and max(params["strides"]) <= T.max_stride and (groups == 1 or depthwise):
+    if max(kh, kw) <= T.max_kernel and max(params["strides"]) <= T.max_stride and (groups == 1 or depthwise) \
+            and max(params["dilation"]) <= T.max_dilation:
         return None
     p = params["padding"]
     low = plan([kh, kw], params["strides"], params["dilation"], [p[0], p[1], p[2], p[3]], cin // groups, groups,
-               T.max_kernel, T.max_stride, T.max_channels, depthwise and groups > 1)
+               T.max_kernel, T.max_stride, T.max_channels, depthwise and groups > 1, T.max_dilation)
     return None if isinstance(low, str) else low

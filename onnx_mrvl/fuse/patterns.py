@@ -148,17 +148,20 @@ def build_conv(g: GraphIndex, n: onnx.NodeProto, target: Target, int8: bool = Fa
     strides = list(attr(n, "strides", [1, 1]))
     dil = list(attr(n, "dilations", [1, 1]))
     pads = pads_checked = list(attr(n, "pads", [0, 0, 0, 0]))
-    if int8 and (max(k) > target.max_kernel or max(strides) > target.max_stride):
+    dil_passes = False
+    if int8 and (max(k) > target.max_kernel or max(strides) > target.max_stride or max(dil) > target.max_dilation):
         low = int8_conv_passes.plan(k, strides, dil, pads, cin // group, group, target.max_kernel,
-                                    target.max_stride, target.max_channels, depthwise and group > 1)
+                                    target.max_stride, target.max_channels, depthwise and group > 1,
+                                    target.max_dilation)
         if isinstance(low, str):
             return low
         pads_checked = list(low.pads)   # the padding of the lowered conv (space-to-depth: in blocks)
+        dil_passes = True               # dilation beyond the limit: one tap per pass
     elif max(k) > target.max_kernel:
         return f"kernel {k[0]}x{k[1]} exceeds the limit {target.max_kernel}"
     elif max(strides) > target.max_stride:
         return f"stride {strides} exceeds the limit {target.max_stride}"
-    if max(dil) > target.max_dilation:
+    if max(dil) > target.max_dilation and not dil_passes:
         return f"dilation {dil} exceeds the limit {target.max_dilation}"
     if max(pads_checked) > target.max_pad["conv"]:
         return f"padding {pads} exceeds the limit {target.max_pad['conv']}"

@@ -74,6 +74,20 @@ def big_kernels(seed: int = 0) -> onnx.ModelProto:
     return g.model("big_kernels", [("input", F32, [1, 8, 40, 20])], [("output", F32, [1, 8, 4, 20])])
 
 
+def aspp(seed: int = 0) -> onnx.ModelProto:
+    """DeepLabV3's ASPP on a [1, 16, 24, 24] map: 3x3 convs at dilation 12 (pads 12) and (24, 6)
+    (pads (24, 6)) beside a 1x1 conv, Concat, 1x1 head: dilations beyond ``max_dilation`` (8), one
+    tap per pass along such an axis."""
+    g = GraphBuilder(seed, 13)
+    x = g.relu(_conv(g, "input", 8, 16, (3, 3), "stem", pads=(1, 1, 1, 1)), "stem_relu")
+    a = g.relu(_conv(g, x, 16, 8, (3, 3), "rate12", pads=(12, 12, 12, 12), dilation=(12, 12)), "ra")
+    b = g.relu(_conv(g, x, 16, 8, (3, 3), "rate24x6", pads=(24, 6, 24, 6), dilation=(24, 6)), "rb")
+    c = g.relu(_conv(g, x, 16, 8, (1, 1), "pw"), "rc")
+    _conv(g, g.node("Concat", [a, b, c], "cat", axis=1), 24, 8, (1, 1), "head")
+    g.nodes[-1].output[0] = "output"
+    return g.model("aspp", [("input", F32, [1, 8, 24, 24])], [("output", F32, [1, 8, 24, 24])])
+
+
 def shared_input(seed: int = 0) -> onnx.ModelProto:
     """A stem conv whose output three convs read (9x9, 3x3 group 4, 1x1), Concat, 1x1 conv: with S8
     activations onnxruntime runs the three readers in float (their input DQ is shared)."""
@@ -98,4 +112,4 @@ def depthwise_large(seed: int = 0) -> onnx.ModelProto:
 
 ALL = {"grouped_cnn": grouped_cnn, "patch_embed": patch_embed, "wave_front": wave_front,
        "wave_front_1d": lambda seed=0: wave_front(seed, one_d=True), "big_kernels": big_kernels,
-       "depthwise_large": depthwise_large, "shared_input": shared_input}
+       "depthwise_large": depthwise_large, "shared_input": shared_input, "aspp": aspp}
