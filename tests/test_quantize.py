@@ -375,3 +375,30 @@ def test_integer_inputs_calibrate(tmp_path):
     assert dq.op_type == "DequantizeLinear"
     step = float(onnx.numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == dq.input[1])))
     assert np.max(np.abs(got - want)) <= step * 1.0001
+
+
+@pytest.mark.parametrize("mask", ["bool_inf", "where"])
+def test_minus_inf_masks_stay_float(tmp_path, mask):
+    """quantize="int8" on attention with a -inf mask (a run-time boolean mask turned into
+    Where(m, 0, -inf), or a causal Where(cond, scores, -inf)): the tensors holding -inf and the
+    nodes reading or writing them stay float (an int8 range cannot hold -inf: onnxruntime's calibrator
+    gave them an infinite scale, every masked score NaN or 0 and the block cut into 3 regions);
+    the projections are int8, one region, the output close to fp32."""
+    from onnx_mrvl.testing import arch_attention as A
+    m = A.mha_block("legacy", mask, "Softmax")
+    calib = [A.feeds(m, seed=s) for s in range(8)]
+    res = onnx_mrvl.convert(m, quantize="int8", calibration=calib)
+    q = res.report.quantization
+    assert len(res.report.regions) == 1
+    kept = [r for r in q["layers"] if r["precision"] == "fp16" and "-inf" in r["reason"]]
+    if mask == "bool_inf":   # the mask Add is a quantizable layer: kept float, with the reason
+        assert [r["layer"] for r in kept] == ["attn.add_mask"], [(r["layer"], r["reason"]) for r in q["layers"]]
+    assert q["int8_layers"] >= 4
+    qdq = res.stages["quantize"]
+    scales = [onnx.numpy_helper.to_array(t) for t in qdq.graph.initializer if t.name.endswith("_scale")]
+    assert all(np.isfinite(s).all() for s in scales)
+    f = A.feeds(m, seed=11)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, f)[0]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    snr = 10 * np.log10(np.sum(ref ** 2) / np.sum((got - ref) ** 2))
+    assert np.isfinite(got).all() and snr >= 25, snr

@@ -28,6 +28,7 @@ import onnx
 
 from ..errors import ModelError, UsageError
 from ..options import close_matches
+from .nonfinite import non_finite_nodes
 from . import static
 from .bias_correction import correct_biases
 from .calibration import load_calibration
@@ -105,6 +106,8 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
         user = _resolve(fp16_layers, pre)
         structure = Structure(pre)
         exclude = {n: "fp16_layers names it" for n in user}
+        for n, why in non_finite_nodes(pre, samples[:4]).items():   # -inf masks: no int8 range holds them
+            exclude.setdefault(n, why)
         if recipe.output_layers_fp16:
             for n in sorted(structure.output_layers([o.name for o in pre.graph.output])):
                 exclude.setdefault(n, "it writes a model output (quantize_options output_layers_fp16)")
