@@ -1,0 +1,116 @@
+"""A QDQ LSTM / GRU / RNN as an **int8 recurrent layer** (``precision="int8_in"``, docs/fusion.md
+"int8 recurrent layers"; attributes and reference body in ``opset_recurrent_int8.py``):
+
+    DQ(x_q) -> LSTM | GRU | RNN (DQ(W_q), DQ(R_q) [, B or DQ(B_q)] ...) -> Y (float)
+
+X is quantized with its DequantizeLinear's scale and zero point (the layer quantizes its float
+input, QuantizeLinear's semantics; the Q -> DQ pair in front is absorbed when it feeds this layer
+alone), W and R keep their int8 codes with one scale and zero point per (direction, gate row): a
+scalar, one per direction (axis 0) or one per gate row (axis 1). A dequantized bias or initial state
+(onnxruntime's quantizer writes DQ(int8) for them too) is the fp32 value DequantizeLinear computes.
+Checks are the float pattern's (``recurrent.build`` on the dequantized weights). Y stays float: a
+Q -> DQ pair after it is a Requantize layer or the next int8 layer's input, as for any fp16 output.
+
+``build`` returns None when X or W / R has no DequantizeLinear (the fp16 layer, as before), or the
+reason it is not int8 (the fp16 layer on the dequantized weights then takes it).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import numpy as np
+import onnx
+
+from ..graph_index import GraphIndex, attr
+from ..opset_recurrent import CELLS
+from ..opset_recurrent_int8 import PRECISION
+from ..target import Target
+from .groups import Group
+from .qconst import dequantized_const
+from .qdq import Dequantized, activation_dq, pair_in, qparams
+from .recurrent import PATTERN_ANCHORS, RecurrentGroup, build as build_recurrent
+
+ANCHORS = PATTERN_ANCHORS
+NOTE = ("int8 recurrent layer (X quantized at scale {s:g}, int8 W and R: int8 x int8 input projection, "
+        "fp16 state times the int8 R codes, fp32 gates, fp16 Y)")
+
+
+def _codes(g: GraphIndex, dq: onnx.NodeProto, dirs: int, rows: int) -> Union[Tuple, str]:
+    """(int8 codes [D, rows, K], scales [D*rows] float32, zero points [D*rows] int32) of a
+    DQ(constant) weight, or the reason it cannot be the layer's int8 weight."""
+    q = np.asarray(g.const(dq.input[0]))
+    if q.dtype not in (np.int8, np.uint8) or q.ndim != 3 or q.shape[:2] != (dirs, rows):
+        return f"weights '{dq.output[0]}' are {q.dtype} {list(q.shape)}, not int8 [{dirs}, {rows}, K]"
+    s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
+    z = np.asarray(g.const(dq.input[2])).astype(np.int32).reshape(-1) if len(dq.input) > 2 and dq.input[2] \
+        else np.zeros(1, np.int32)
+    axis = int(attr(dq, "axis", 1)) % 3
+
+    def per_row(v):
+        if v.size == 1:
+            return np.full(dirs * rows, v[0], v.dtype)
+        if axis == 0 and v.size == dirs:
+            return np.repeat(v, rows)
+        if axis == 1 and v.size == rows:
+            return np.tile(v, dirs)
+        return None
+    s, z = per_row(s), per_row(z)
+    if s is None or z is None:
+        return f"weights '{dq.output[0]}' are quantized along axis {axis}, not per direction or per gate row"
+    if not (np.isfinite(s).all() and np.all(s > 0)):
+        return f"weights '{dq.output[0]}' have scales that are not positive and finite"
+    if q.dtype == np.uint8:   # symmetric int8 codes when q - z fits, exactly
+        c = q.astype(np.int32) - z.reshape(dirs, rows, 1)
+        if c.min() < -128 or c.max() > 127:
+            return (f"weights '{dq.output[0]}' are uint8 and W_q - z_w spans [{c.min()}, {c.max()}], beyond int8 "
+                    f"(the MAC array takes int8 weights)")
+        return c.astype(np.int8), s, np.zeros_like(z)
+    return q, s, z
+
+
+def _dq_const(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
+    dq = g.producer.get(t) if t else None
+    if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
+        return None
+    return dq
+
+
+def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """The int8 recurrent group anchored at ``n``, None (no QDQ recurrent layer) or a reason."""
+    dq_x = activation_dq(g, n.input[0])
+    dq_w, dq_r = _dq_const(g, n.input[1]), _dq_const(g, n.input[2])
+    if dq_x is None or dq_w is None or dq_r is None:
+        return None
+    qin = qparams(g, dq_x)
+    if isinstance(qin, str):
+        return qin
+    if g.opset < 13:
+        return "an int8 recurrent layer needs opset >= 13 (its reference body)"
+    consts, absorbed = {}, []
+    for k, t in enumerate(n.input[1:], 1):
+        dq = _dq_const(g, t)
+        if dq is None:
+            continue
+        c = dequantized_const(g, dq)   # fp32 as onnxruntime's DequantizeLinear computes it
+        if c is None or dq.name in claimed:
+            return f"input {k} '{t}' is a DequantizeLinear the int8 recurrent layer cannot read"
+        consts[t] = c
+        absorbed += [dq] if len(g.consumers.get(t, [])) == 1 else []
+    grp = build_recurrent(Dequantized(g, consts), n, target)
+    if not isinstance(grp, RecurrentGroup):
+        return grp
+    _, dirs, _, hid = grp.dims
+    rows = CELLS[n.op_type][0] * hid
+    w, r = _codes(g, dq_w, dirs, rows), _codes(g, dq_r, dirs, rows)
+    for v in (w, r):
+        if isinstance(v, str):
+            return v
+    x, in_front = pair_in(g, n, 0, qin, claimed)
+    grp.inputs[0] = x
+    grp.nodes = grp.nodes + in_front + absorbed
+    grp.weights.update(W=w[0], R=r[0])
+    grp.attrs.update(precision=PRECISION, in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
+                     kernel_scales=[float(v) for v in w[1]], kernel_zero_points=[int(v) for v in w[2]],
+                     recurrence_scales=[float(v) for v in r[1]], recurrence_zero_points=[int(v) for v in r[2]])
+    grp.note = NOTE.format(s=qin[0])
+    return grp
