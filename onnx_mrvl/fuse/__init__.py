@@ -144,6 +144,14 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
                 claimed.update(x.name for x in fallback.nodes)
             else:
                 reasons[n.name] = f"int8 (QDQ) layer: {built}"
+        elif isinstance(built, str) and n.op_type in qdq_recurrent.ANCHORS:
+            # a QDQ recurrent node that cannot be int8: the fp16 layer on its dequantized weights
+            fallback = qdq_recurrent.build_dequantized(g, n, target, built, claimed)
+            if fallback is not None and not any(x.name in claimed for x in fallback.nodes):
+                found[n.name] = fallback
+                claimed.update(x.name for x in fallback.nodes)
+            else:
+                not_int8[n.name] = built
         elif isinstance(built, str):
             not_int8[n.name] = built
     # fp16 fallbacks (a note) do not quantize their input: they take no pair

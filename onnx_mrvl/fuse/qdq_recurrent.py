@@ -75,17 +75,8 @@ def _dq_const(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
     return dq
 
 
-def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
-    """The int8 recurrent group anchored at ``n``, None (no QDQ recurrent layer) or a reason."""
-    dq_x = activation_dq(g, n.input[0])
-    dq_w, dq_r = _dq_const(g, n.input[1]), _dq_const(g, n.input[2])
-    if dq_x is None or dq_w is None or dq_r is None:
-        return None
-    qin = qparams(g, dq_x)
-    if isinstance(qin, str):
-        return qin
-    if g.opset < 13:
-        return "an int8 recurrent layer needs opset >= 13 (its reference body)"
+def _dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed):
+    """(the float recurrent group on the dequantized weights, the weight DQs it absorbs) or a reason."""
     consts, absorbed = {}, []
     for k, t in enumerate(n.input[1:], 1):
         dq = _dq_const(g, t)
@@ -93,12 +84,44 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
             continue
         c = dequantized_const(g, dq)   # fp32 as onnxruntime's DequantizeLinear computes it
         if c is None or dq.name in claimed:
-            return f"input {k} '{t}' is a DequantizeLinear the int8 recurrent layer cannot read"
+            return f"input {k} '{t}' is a DequantizeLinear the recurrent layer cannot read"
         consts[t] = c
         absorbed += [dq] if len(g.consumers.get(t, [])) == 1 else []
     grp = build_recurrent(Dequantized(g, consts), n, target)
-    if not isinstance(grp, RecurrentGroup):
-        return grp
+    return (grp, absorbed) if isinstance(grp, RecurrentGroup) else grp
+
+
+def build_dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, why: str, claimed=frozenset()):
+    """The fp16 recurrent layer on the dequantized W / R of a QDQ recurrent node that cannot be int8
+    (``why``), or None."""
+    if _dq_const(g, n.input[1]) is None and _dq_const(g, n.input[2]) is None:
+        return None
+    found = _dequantized(g, n, target, claimed)
+    if isinstance(found, str):
+        return None
+    grp, absorbed = found
+    grp.nodes = grp.nodes + absorbed
+    grp.note = f"fp16 layer with dequantized weights (not int8: {why})"
+    return grp
+
+
+def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """The int8 recurrent group anchored at ``n``, None (no QDQ recurrent layer) or a reason."""
+    dq_x = activation_dq(g, n.input[0])
+    dq_w, dq_r = _dq_const(g, n.input[1]), _dq_const(g, n.input[2])
+    if dq_w is None or dq_r is None:
+        return None
+    if dq_x is None:
+        return f"input X '{n.input[0]}' is not dequantized (no DequantizeLinear in front: no input scale)"
+    qin = qparams(g, dq_x)
+    if isinstance(qin, str):
+        return qin
+    if g.opset < 13:
+        return "an int8 recurrent layer needs opset >= 13 (its reference body)"
+    found = _dequantized(g, n, target, claimed)
+    if isinstance(found, str):
+        return found
+    grp, absorbed = found
     _, dirs, _, hid = grp.dims
     rows = CELLS[n.op_type][0] * hid
     w, r = _codes(g, dq_w, dirs, rows), _codes(g, dq_r, dirs, rows)
