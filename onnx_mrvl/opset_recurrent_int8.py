@@ -1,12 +1,13 @@
 """The int8 mode of the recurrent Mrvl ops (``precision="int8_in"``, docs/fusion.md "int8 recurrent
 layers"): X quantized with ``in_scale`` / ``in_zero_point`` / ``in_type``, W and R int8 codes with a
 scale and zero point per (direction, gate row) (``kernel_scales`` / ``kernel_zero_points``,
-``recurrence_scales`` / ``recurrence_zero_points``, D*G*H values each), Y fp16; ``state_scale`` > 0
+``recurrence_scales`` / ``recurrence_zero_points``, D*G*H values each), Y fp16 (``precision="int8"``:
+Y int8 codes, ``out_scale`` / ``out_zero_point`` / ``out_type``); ``state_scale`` > 0
 (an option) quantizes ``h`` per timestep before the recurrent GEMM (``state_zero_point``, ``state_type``).
 
 Reference body: QuantizeLinear -> DequantizeLinear of X, ``(Cast(W_q) - z) * s`` of W and R (what
-DequantizeLinear computes, per gate row), then the float op's body: onnxruntime's run of the QDQ
-model. The per-step state quantization (an option, not what any QDQ model writes) is not in the
+DequantizeLinear computes, per gate row), then the float op's body (and Q -> DQ of Y): onnxruntime's
+run of the QDQ model. The per-step state quantization (an option, not what any QDQ model writes) is not in the
 body: the simulator alone has it.
 """
 from __future__ import annotations
@@ -17,13 +18,15 @@ import onnx
 from onnx import helper
 
 INT8_RECURRENT_ATTRS = ("precision", "in_scale", "in_zero_point", "in_type", "kernel_scales", "kernel_zero_points",
-                        "recurrence_scales", "recurrence_zero_points", "state_scale", "state_zero_point", "state_type")
-PRECISION = "int8_in"
+                        "recurrence_scales", "recurrence_zero_points", "state_scale", "state_zero_point", "state_type",
+                        "out_scale", "out_zero_point", "out_type")
+PRECISION = "int8_in"   # int8 X, W, R; fp16 Y
+INT8 = "int8"           # the same, Y written as int8 codes (out_scale / out_zero_point / out_type)
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 
 
 def is_int8(a: dict) -> bool:
-    return a.get("precision", "fp16") == PRECISION
+    return a.get("precision", "fp16") in (PRECISION, INT8)
 
 
 def _const(name: str, values, dtype, dims) -> onnx.NodeProto:
@@ -62,6 +65,16 @@ def int8_recurrent_body(float_body: Callable, gates: int) -> Callable:
             for i, t in enumerate(n.input):
                 if t in ren:
                     n.input[i] = ren[t]
-        return pre + nodes
+        if a.get("precision") != INT8:
+            return pre + nodes
+        for n in nodes:   # Q -> DQ of Y
+            for i, t in enumerate(n.output):
+                if t == "Y":
+                    n.output[i] = "q_y"
+        ot = a["out_type"]
+        return pre + nodes + [_const("q_y_s", [float(a["out_scale"])], onnx.TensorProto.FLOAT, []),
+                              _const("q_y_z", [int(a["out_zero_point"])], QTYPES[ot], []),
+                              helper.make_node("QuantizeLinear", ["q_y", "q_y_s", "q_y_z"], ["q_yq"]),
+                              helper.make_node("DequantizeLinear", ["q_yq", "q_y_s", "q_y_z"], ["Y"])]
     return body
 

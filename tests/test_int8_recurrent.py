@@ -162,3 +162,31 @@ def test_unusable_weights_keep_the_fp16_layer():
     dec = r.report.decisions["rnn"]
     assert dec.precision != "int8 in, fp16 out"
     assert "beyond int8" in (dec.reason or ""), dec.reason
+
+
+@pytest.mark.parametrize("kw", [dict(out_pair=True), dict(cell="GRU", direction="bidirectional", linear_before_reset=1,
+                                                           out_pair=True, act="s8"),
+                                dict(cell="RNN", direction="reverse", steps=30, out_pair=True)])
+def test_output_pair_is_absorbed(kw, tmp_path):
+    """Y -> Q -> DQ: the layer (precision int8) writes Y's codes quantized from the fp32 state: one
+    region, nothing on the CPU, at most one output step from onnxruntime, >= 98% identical."""
+    m = qm.layer(**kw)
+    r = onnx_mrvl.convert(m)
+    r.save(str(tmp_path), overwrite=True)
+    assert len(r.subgraphs) == 1
+    assert [n.op_type for n in r.model.graph.node if not n.op_type.startswith("Subgraph")] == []
+    assert r.report.decisions["rnn"].precision == "int8" and r.report.decisions["y_q"].placement == "accelerator"
+    nodes = json.load(open(os.path.join(str(tmp_path), f"{r.subgraphs[0].name}-nodes.json")))["nodes"]
+    (layer,) = [n for n in nodes if n.get("attrs", {}).get("precision") == ["int8"]]
+    assert layer["attrs"]["out_dtype"] == ["int8"] and float(layer["attrs"]["out_scale"][0]) == pytest.approx(1 / 127)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(str(tmp_path), "model.onnx"))
+    for seed in range(2):
+        f = qm.feeds(m, seed)
+        steps = np.abs(sess.run(None, f)[0] - ref.run(None, f)[0]) * 127
+        assert steps.max() <= 1.0 + 1e-3 and np.mean(steps < 0.5) >= 0.98
+    fused = fuse(legalize(m).model).model   # the reference body: Q -> DQ of Y too
+    f = qm.feeds(m)
+    a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    assert np.abs(a - b).max() * 127 <= 1.0 + 1e-3

@@ -42,9 +42,12 @@ def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
             states.append(role)
     if states:
         out["state_inputs"] = states
-    if a.get("precision") == "int8_in":   # int8 recurrent layer (docs/json-format.md)
-        out.update(precision=["int8_in"], in_scale=s(float(a["in_scale"])), in_zero_point=s(int(a["in_zero_point"])),
+    if a.get("precision") in ("int8_in", "int8"):   # int8 recurrent layer (docs/json-format.md)
+        out.update(precision=[a["precision"]], in_scale=s(float(a["in_scale"])), in_zero_point=s(int(a["in_zero_point"])),
                    in_dtype=[a["in_type"]], out_dtype=["float16"], kernel_dtype=["int8"], bias_dtype=["float32"])
+        if a["precision"] == "int8":   # Y as int8 codes
+            out.update(out_scale=s(float(a["out_scale"])), out_zero_point=s(int(a["out_zero_point"])),
+                       out_dtype=[a["out_type"]])
         for key in ("kernel", "recurrence"):
             add_const(f"{key}_scale", np.asarray(a[f"{key}_scales"], np.float32))
             add_const(f"{key}_zero_point", np.asarray(a[f"{key}_zero_points"], np.int32))
@@ -78,7 +81,7 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
     if direction not in ("forward", "reverse", "bidirectional"):
         a.fail(f"direction '{direction}' (forward, reverse or bidirectional)")
     dirs = 2 if direction == "bidirectional" else 1
-    codes = "int8" if a.has("precision") and a.str("precision") == "int8_in" else None
+    codes = "int8" if a.has("precision") and a.str("precision") in ("int8_in", "int8") else None
     w = _const(a, ctx, "kernel", 3, codes)
     r = _const(a, ctx, "recurrence", 3, codes)
     hid = a.int("hidden_size")
@@ -110,10 +113,15 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
         a.fail(f"cell_state_row={c_row} (0, or 1 on an LSTM: the last cell state as row T of the output)")
     if c_row:
         params["cell_state_row"] = 1
-    if a.has("precision") and a.str("precision") == "int8_in":
+    if codes:
         _int8(a, ctx, lname, w, r, dirs * gates * hid, params, weights)
+        if a.str("precision") == "int8":
+            if c_row:
+                a.fail("an int8 recurrent layer writing int8 codes has no cell_state_row")
+            side_qparams(a, "out", "an int8 recurrent layer", params)
+            params["precision"] = "int8"
     elif a.has("precision") and a.str("precision") not in ("float16", "fp16"):
-        a.fail(f"precision '{a.str('precision')}' of a recurrent layer (float16 or int8_in)")
+        a.fail(f"precision '{a.str('precision')}' of a recurrent layer (float16, int8_in or int8)")
     else:
         weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "DGI", fp16=True)
         weights["recurrence"] = ctx.weight(a, f"{lname}.recurrence", r, "DGH", fp16=True)

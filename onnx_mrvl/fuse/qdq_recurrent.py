@@ -12,7 +12,10 @@ Checks are the float pattern's (``recurrent.build`` on the dequantized weights).
 Q -> DQ pair after it is a Requantize layer or the next int8 layer's input, as for any fp16 output.
 
 ``build`` returns None when X or W / R has no DequantizeLinear (the fp16 layer, as before), or the
-reason it is not int8 (the fp16 layer on the dequantized weights then takes it).
+reason it is not int8 (the fp16 layer on the dequantized weights then takes it). A Q -> DQ pair
+that alone reads Y (onnxruntime's quantizer writes one when the recurrent op is quantized) is
+absorbed when Y_h / Y_c are not read: the layer (``precision="int8"``) writes Y's codes, each
+quantized from the step's fp32 ``h_t`` as onnxruntime quantizes its fp32 Y; the state stays fp16.
 """
 from __future__ import annotations
 
@@ -23,16 +26,19 @@ import onnx
 
 from ..graph_index import GraphIndex, attr
 from ..opset_recurrent import CELLS
-from ..opset_recurrent_int8 import PRECISION
+from ..opset_recurrent_int8 import INT8, PRECISION
 from ..target import Target
 from .groups import Group
 from .qconst import dequantized_const
-from .qdq import Dequantized, activation_dq, pair_in, qparams
+from .qdq import Dequantized, activation_dq, output_pair, pair_in, qparams
 from .recurrent import PATTERN_ANCHORS, RecurrentGroup, build as build_recurrent
 
 ANCHORS = PATTERN_ANCHORS
 NOTE = ("int8 recurrent layer (X quantized at scale {s:g}, int8 W and R: int8 x int8 input projection, "
         "fp16 state times the int8 R codes, fp32 gates, fp16 Y)")
+NOTE_OUT = ("int8 recurrent layer (X quantized at scale {s:g}, int8 W and R: int8 x int8 input projection, "
+            "fp16 state times the int8 R codes, fp32 gates; Y written as int8 codes at scale {so:g}, "
+            "quantized from the fp32 state)")
 
 
 def _codes(g: GraphIndex, dq: onnx.NodeProto, dirs: int, rows: int) -> Union[Tuple, str]:
@@ -136,4 +142,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
                      kernel_scales=[float(v) for v in w[1]], kernel_zero_points=[int(v) for v in w[2]],
                      recurrence_scales=[float(v) for v in r[1]], recurrence_zero_points=[int(v) for v in r[2]])
     grp.note = NOTE.format(s=qin[0])
+    out = output_pair(g, n.output[0], claimed) if n.output[0] and grp.y_read and not (grp.y_h or grp.y_c) \
+        and not grp.y_shape else None
+    if isinstance(out, tuple):   # Y -> Q -> DQ: the layer writes Y's codes (quantized from the fp32 h_t)
+        q_out, dq_out, qout = out
+        grp.nodes += [q_out, dq_out]
+        grp.output = dq_out.output[0]
+        grp.attrs.update(precision=INT8, out_scale=qout[0], out_zero_point=qout[1], out_type=qout[2])
+        grp.note = NOTE_OUT.format(s=qin[0], so=qout[0])
     return grp

@@ -71,6 +71,7 @@ class Recurrent:
         self.peep = None if peepholes is None else np.asarray(peepholes, F32).reshape(dirs, 3, hid)   # i o f
         if self.peep is not None and cell != "LSTM":
             raise ValueError(f"peepholes on an {cell}")
+        self.keep_h32 = False   # recurrent_int8.py: Y quantized from the fp32 state
         self.c_row = bool(cell_state_row)
         if self.c_row and cell != "LSTM":
             raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
@@ -108,10 +109,20 @@ class Recurrent:
             for t in order:
                 h, c, fin = step(d, xw[t], h, c)
                 ok = ok and fin
-                y[t, d] = h
+                y[t, d] = self._row(h)
             if self.c_row:
                 y[steps, d] = c
         return y, ok
+
+    def _h(self, hf: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """The new state rounded to fp16 (``hf``: fp32; kept as ``self.h32`` for a layer that
+        quantizes its output from the fp32 value, recurrent_int8.py)."""
+        self.h32 = hf
+        return _round(hf.copy() if self.keep_h32 else hf)
+
+    def _row(self, h: np.ndarray) -> np.ndarray:
+        """The timestep's row of Y: the fp16 state."""
+        return h
 
     def _xw(self, d: int, flat: np.ndarray) -> np.ndarray:
         """The input projection of every timestep, [T*B, G*H]: fp32 sums of fp16 products."""
@@ -137,7 +148,7 @@ class Recurrent:
         if self.peep is not None:
             go += po * c
         o = self._act(f_, go)
-        h, ok_h = _round(o * self._act(h_, c.copy()))
+        h, ok_h = self._h(o * self._act(h_, c.copy()))
         return h, c, ok_c and ok_h
 
     def _gru(self, d, xw, h, c):
@@ -152,12 +163,12 @@ class Recurrent:
             rh, _ = _round(r * h)             # a MAC operand: fp16
             hh = xw[:, 2 * H:] + self._hr(d, rh, 2 * H, 3 * H)
         hh = self._act(g_, np.ascontiguousarray(hh))
-        h, ok = _round((F32(1) - z) * hh + z * h)
+        h, ok = self._h((F32(1) - z) * hh + z * h)
         return h, None, ok
 
     def _rnn(self, d, xw, h, c):
         (f_,) = self.acts[d]
-        h, ok = _round(self._act(f_, xw + self._hr(d, h, 0, self.hid)))
+        h, ok = self._h(self._act(f_, xw + self._hr(d, h, 0, self.hid)))
         return h, None, ok
 
 
@@ -195,14 +206,14 @@ def build(spec, n_inputs: int):
                       linear_before_reset=int(spec.param("linear_before_reset", 0)),
                       cell_state_row=int(spec.param("cell_state_row", 0)), peepholes=spec.weight("peepholes"))
         precision = str(spec.param("precision", "float16"))
-        if precision == "int8_in":   # int8 W / R codes, int8 input projection (recurrent_int8.py)
+        if precision in ("int8_in", "int8"):   # int8 W / R codes, int8 input projection (recurrent_int8.py)
             from .recurrent_int8 import build as build_int8
             layer = build_int8(spec, cell, common)
         elif precision == "float16":
             layer = Recurrent(cell, spec.weight("kernel", required=True), spec.weight("recurrence", required=True),
                               **common)
         else:
-            raise ValueError(f"precision {precision!r} of a recurrent layer (float16 or int8_in)")
+            raise ValueError(f"precision {precision!r} of a recurrent layer (float16, int8_in or int8)")
     except (ValueError, IndexError, TypeError, KeyError) as exc:
         raise spec.error(str(exc)) from None
     if int(spec.param("hidden_size", layer.hid)) != layer.hid:

@@ -11,7 +11,9 @@ Same timestep loop, gates and fp16 state storage as ``recurrent.py``; the two GE
    - state quantized (``state_q`` = (s_h, z_h, type), an option): ``q_h = sat(rne(h / s_h) + z_h)`` per
      step, ``acc = sum (q_h - z_h) * q_r`` exact, ``fp32(acc) * fp32(s_h * s_r[o])``. A GRU without
      ``linear_before_reset`` quantizes ``r * h`` the same way.
-W and R scales are per (direction, gate row) ``[D, G*H]`` (a per-tensor scale repeated).
+W and R scales are per (direction, gate row) ``[D, G*H]`` (a per-tensor scale repeated). With
+``out_q`` (``precision: "int8"``: a QDQ model's Q -> DQ after Y absorbed) Y holds the codes of each
+step's fp32 ``h_t`` (QuantizeLinear before the fp16 rounding); the state itself stays fp16.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .int8 import QRANGE, quantize
+from .int8 import QRANGE, fake_quant, quantize
 from .recurrent import F32, Recurrent
 
 ACC_LIMIT = 2 ** 31
@@ -65,7 +67,7 @@ class Int8Recurrent(Recurrent):
     """A recurrent layer with int8 W and R codes and an int8 input projection (module docstring)."""
 
     def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, kernel_scale, recurrence_scale,
-                 in_q, state_q=None, kernel_zero_point=None, recurrence_zero_point=None, **kw):
+                 in_q, state_q=None, kernel_zero_point=None, recurrence_zero_point=None, out_q=None, **kw):
         kernel, recurrence = np.asarray(kernel), np.asarray(recurrence)
         if kernel.dtype != np.int8 or recurrence.dtype != np.int8:
             raise ValueError(f"an int8 recurrent layer needs int8 kernel / recurrence codes, got "
@@ -86,8 +88,17 @@ class Int8Recurrent(Recurrent):
             raise ValueError(f"input size {self.feat} / hidden size {self.hid} could overflow the int32 accumulator")
         self.wq = [np.ascontiguousarray(kernel[d].T, dtype=np.float64) for d in range(self.dirs)]    # [I, G*H]
         self.rq = [np.ascontiguousarray(recurrence[d].T, dtype=np.float64) for d in range(self.dirs)]  # [H, G*H]
+        self.out_q = _qparams(out_q, "output")
+        if self.out_q is not None and self.c_row:
+            raise ValueError("an int8 recurrent layer with a quantized output writes no cell-state row")
+        self.keep_h32 = self.out_q is not None
         self.mx = (F32(self.in_q[0]) * self.ws).astype(F32)                                    # s_x * s_w
         self.mh = (F32(self.state_q[0]) * self.rs).astype(F32) if self.state_q else self.rs    # s_h * s_r | s_r
+
+    def _row(self, h: np.ndarray) -> np.ndarray:
+        """Y's row: the fp16 state, or with ``out_q`` the codes of the fp32 state (QuantizeLinear
+        of the value before its fp16 rounding), held dequantized."""
+        return h if self.out_q is None else fake_quant(self.h32, *self.out_q)
 
     def _xw(self, d: int, flat: np.ndarray) -> np.ndarray:
         s, z, dt = self.in_q
@@ -112,7 +123,8 @@ def build(spec, cell: str, common: dict):
     in_q = (p("in_scale", required=True), p("in_zero_point", 0), p("in_dtype", "uint8"))
     state_q = (p("state_scale"), p("state_zero_point", 0), p("state_dtype", "uint8")) \
         if p("state_scale") is not None else None
+    out_q = (p("out_scale"), p("out_zero_point", 0), p("out_dtype", "int8")) if p("out_scale") is not None else None
     return Int8Recurrent(cell, spec.weight("kernel", required=True), spec.weight("recurrence", required=True),
                          spec.weight("kernel_scale", required=True), spec.weight("recurrence_scale", required=True),
                          in_q, state_q, kernel_zero_point=spec.weight("kernel_zero_point"),
-                         recurrence_zero_point=spec.weight("recurrence_zero_point"), **common)
+                         recurrence_zero_point=spec.weight("recurrence_zero_point"), out_q=out_q, **common)

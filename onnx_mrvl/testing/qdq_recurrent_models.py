@@ -36,8 +36,9 @@ def _quantize_weight(rng, dirs: int, rows: int, cols: int, scales: str, zp: int)
 
 def layer(cell: str = "LSTM", direction: str = "forward", *, steps: int = 10, batch: int = 1, feat: int = 12,
           hid: int = 16, scales: str = "tensor", weight_zp: int = 0, bias: str = "fp32", act: str = "u8",
-          linear_before_reset: int = 0, seed: int = 0, opset: int = 17) -> onnx.ModelProto:
-    """One QDQ recurrent layer (module docstring); x [T, B, I] -> y [T, D, B, H]."""
+          linear_before_reset: int = 0, seed: int = 0, opset: int = 17, out_pair: bool = False) -> onnx.ModelProto:
+    """One QDQ recurrent layer (module docstring); x [T, B, I] -> y [T, D, B, H]; ``out_pair``: Y
+    quantized (Q -> DQ, int8, scale 1/127) as onnxruntime's quantizer writes it."""
     rng = np.random.default_rng(seed)
     dirs = 2 if direction == "bidirectional" else 1
     rows = GATES[cell] * hid
@@ -68,7 +69,12 @@ def layer(cell: str = "LSTM", direction: str = "forward", *, steps: int = 10, ba
     kw = dict(hidden_size=hid, direction=direction)
     if cell == "GRU":
         kw["linear_before_reset"] = linear_before_reset
-    nodes.append(helper.make_node(cell, ins, ["y"], name="rnn", **kw))
+    nodes.append(helper.make_node(cell, ins, ["y_f" if out_pair else "y"], name="rnn", **kw))
+    if out_pair:
+        inits += [numpy_helper.from_array(np.array(1 / 127, np.float32), "y_s"),
+                  numpy_helper.from_array(np.array(0, np.int8), "y_z")]
+        nodes += [helper.make_node("QuantizeLinear", ["y_f", "y_s", "y_z"], ["y_q"], name="y_q"),
+                  helper.make_node("DequantizeLinear", ["y_q", "y_s", "y_z"], ["y"], name="y_dq")]
     g = helper.make_graph(nodes, "qdq_recurrent", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, feat])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, dirs, batch, hid])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
