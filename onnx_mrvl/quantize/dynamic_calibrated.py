@@ -40,6 +40,7 @@ from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
 from .static import onnxruntime_failure
+from . import dynamic_lstm_int8 as lstm_int8
 from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,12 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     return m
 
 
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
 def _toposort(graph: onnx.GraphProto, nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
     """``nodes`` in an order where each reads what is written before it (the given order kept where
     it is one already); a cycle here would be this rewrite's fault, not the model's."""
@@ -242,7 +249,8 @@ PRECISION = {"int8": "int8", "fp16": "int8 in, fp16 out"}
 
 
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
-              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = LAYER_OUTPUTS[0]):
+              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = LAYER_OUTPUTS[0],
+              recurrent: str = lstm_int8.RECURRENT[0]):
     """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
     and ``info`` for ``report.quantization``. Returns ``quantize.Quantized``. ``layer_outputs``:
     "fp16" (the default: only the inputs quantized, int8-in / fp16-out layers, the dynamic model's
@@ -255,10 +263,16 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     samples, source = load_calibration(calibration, model, input_shapes)
     g = Graph(prepared(model))
     layers, reasons = take(g, fp16_layers)
+    lstms = []   # DynamicQuantizeLSTM: an int8 recurrent layer on request (dynamic_lstm_int8.py)
+    if recurrent == "int8":
+        lstms, why = lstm_int8.take(g, fp16_layers)
+        reasons = {k: v for k, v in reasons.items() if k not in {L.node.name for L in lstms}}
+        reasons.update(why)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = pool_points(g, layers)
     tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
-    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
+    tensors = sorted(set(tensors) | {L.x for L in lstms})
+    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers or lstms else ({}, [], {})
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
         if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
             L.gemm = True
@@ -272,12 +286,15 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     qp = {t: qparams(*r) for t, r in ranges.items()}
     int8_outputs = layer_outputs == "int8"
     static = _rewrite(g.model, g, layers, qp, extra, int8_outputs) if layers else g.model
+    if lstms:
+        static = static if static is not g.model else _copy(g.model)
+        lstm_int8.rewrite(static, lstms, qp)
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:
         raise MrvlError(f"the calibrated dynamic-int8 rewrite wrote an invalid model: {exc}",
                         hint="report this model; convert it without calibration (fp16 layers)") from None
-    out_snr = _output_snr(static, samples, ref_outs) if layers else {}
+    out_snr = _output_snr(static, samples, ref_outs) if layers or lstms else {}
     records = []
     for L in layers:
         s, z = qp[L.x]
@@ -292,6 +309,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                         "reason": f"{NOTE_INT8}: input '{L.x}' scale {float(s):.4g} zero point {int(z)} "
                                   f"(range {ranges[L.x][0]:.4g}..{ranges[L.x][1]:.4g} over {len(samples)} "
                                   f"samples); output(s) {outs}"})
+    records += lstm_int8.records(lstms, qp, ranges, len(samples))
     for name, (why, nodes) in reasons.items():
         n = next(x for x in g.model.graph.node if x.name == name)
         records.append({"layer": name, "op_type": n.op_type, "precision": "fp16", "nodes": nodes or [name],
@@ -303,7 +321,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
             "weight_type": "int8 (the dynamic model's, per tensor or per channel)",
             "library": "onnx_mrvl.quantize.dynamic_calibrated (ranges: onnxruntime run of the dynamic model)",
             "fp16_layers": list(fp16_layers or ()), "rounds": 1, "layer_outputs": layer_outputs,
-            "int8_layers": len(layers), "layers_total": len(records),
+            "recurrent": recurrent, "int8_layers": len(layers) + len(lstms), "layers_total": len(records),
             "output_snr_db": out_snr, "layers": records}
     return Quantized(static, info)
 
@@ -344,16 +362,22 @@ def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", 
                                   "calibrated activation scales; or quantize the float model instead")
         opts = dict(quantize_options or {})
         outputs = str(opts.pop("layer_outputs", LAYER_OUTPUTS[0])).strip().lower()
+        recurrent = str(opts.pop("recurrent", lstm_int8.RECURRENT[0])).strip().lower()
         if opts:
             raise UsageError(f"quantize_options {sorted(opts)} on a dynamic-int8 model",
                              hint="the recipe options apply to quantize='int8' / 'mixed' of a float model; "
                                   "calibrating a dynamic model takes calibration= (and fp16_layers=, "
-                                  "quantize_options={'layer_outputs': 'int8' | 'fp16'}) only")
+                                  "quantize_options={'layer_outputs': 'int8' | 'fp16', "
+                                  "'recurrent': 'fp16' | 'int8'}) only")
+        if recurrent not in lstm_int8.RECURRENT:
+            raise UsageError(f"recurrent='{recurrent}' on a dynamic-int8 model",
+                             hint="'fp16' (DynamicQuantizeLSTM as an fp16 LSTM, the default) or 'int8' (an int8 "
+                                  "recurrent layer with a calibrated input scale)")
         if outputs not in LAYER_OUTPUTS:
             raise UsageError(f"layer_outputs='{outputs}' on a dynamic-int8 model",
                              hint="'int8' (int8 layers) or 'fp16' (int8-in / fp16-out layers)")
         return calibrate(model, calibration, calibration_method=calibration_method, fp16_layers=fp16_layers,
-                         input_shapes=input_shapes, layer_outputs=outputs)
+                         input_shapes=input_shapes, layer_outputs=outputs, recurrent=recurrent)
     return quantize_model(model, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
                           fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes,
                           quantize_options=quantize_options)
