@@ -149,19 +149,38 @@ def test_perf_model_int8_rates():
     assert full < mixed < fp16
 
 
-def test_unusable_weights_keep_the_fp16_layer():
-    """uint8 weights whose W_q - z_w leaves int8 are no int8 recurrent layer: the reason is in the
-    decision, and the layer still runs (the fp16 layer on the dequantized weights or the CPU)."""
+def test_uint8_weights_are_recoded_exactly():
+    """uint8 W codes q (zero point z) are the int8 codes q - 128 with zero point z - 128: int8."""
     from onnx import numpy_helper
     m = qm.layer()
     inits = {t.name: t for t in m.graph.initializer}
     q = numpy_helper.to_array(inits["W_q"]).astype(np.int32) + 128
     inits["W_q"].CopyFrom(numpy_helper.from_array(q.astype(np.uint8), "W_q"))
-    inits["W_z"].CopyFrom(numpy_helper.from_array(np.array(0, np.uint8), "W_z"))
+    inits["W_z"].CopyFrom(numpy_helper.from_array(np.array(128, np.uint8), "W_z"))
+    r = onnx_mrvl.convert(m)
+    assert r.report.decisions["rnn"].precision == "int8 in, fp16 out"
+    fused = fuse(legalize(m).model).model
+    f = qm.feeds(m)
+    a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+
+
+def test_unusable_weights_keep_the_fp16_layer():
+    """W quantized along its input axis (axis 2) is no int8 recurrent layer: the reason is in the
+    decision, and the fp16 layer on the dequantized weights runs it within the fp16 bound."""
+    from onnx import helper, numpy_helper
+    m = qm.layer()
+    inits = {t.name: t for t in m.graph.initializer}
+    s = float(numpy_helper.to_array(inits["W_s"]))
+    inits["W_s"].CopyFrom(numpy_helper.from_array(np.full(12, s, np.float32), "W_s"))
+    inits["W_z"].CopyFrom(numpy_helper.from_array(np.zeros(12, np.int8), "W_z"))
+    dq = next(n for n in m.graph.node if n.name == "W_dq")
+    dq.attribute.append(helper.make_attribute("axis", 2))
     r = onnx_mrvl.convert(m)
     dec = r.report.decisions["rnn"]
-    assert dec.precision != "int8 in, fp16 out"
-    assert "beyond int8" in (dec.reason or ""), dec.reason
+    assert dec.placement == "accelerator" and dec.precision == "fp16"
+    assert "not per direction or per gate row" in dec.reason, dec.reason
 
 
 @pytest.mark.parametrize("kw", [dict(out_pair=True), dict(cell="GRU", direction="bidirectional", linear_before_reset=1,

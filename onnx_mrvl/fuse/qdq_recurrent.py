@@ -6,7 +6,9 @@
 X is quantized with its DequantizeLinear's scale and zero point (the layer quantizes its float
 input, QuantizeLinear's semantics; the Q -> DQ pair in front is absorbed when it feeds this layer
 alone), W and R keep their int8 codes with one scale and zero point per (direction, gate row): a
-scalar, one per direction (axis 0) or one per gate row (axis 1). A dequantized bias or initial state
+scalar, one per direction (axis 0) or one per gate row (axis 1); uint8 codes ``q`` become the int8
+codes ``q - 128`` with zero point ``z - 128`` (the same ``q - z``, exactly; onnxruntime's quantizer
+writes uint8 W / R with U8 activations). A dequantized bias or initial state
 (onnxruntime's quantizer writes DQ(int8) for them too) is the fp32 value DequantizeLinear computes.
 Checks are the float pattern's (``recurrent.build`` on the dequantized weights). Y stays float: a
 Q -> DQ pair after it is a Requantize layer or the next int8 layer's input, as for any fp16 output.
@@ -65,12 +67,8 @@ def _codes(g: GraphIndex, dq: onnx.NodeProto, dirs: int, rows: int) -> Union[Tup
         return f"weights '{dq.output[0]}' are quantized along axis {axis}, not per direction or per gate row"
     if not (np.isfinite(s).all() and np.all(s > 0)):
         return f"weights '{dq.output[0]}' have scales that are not positive and finite"
-    if q.dtype == np.uint8:   # symmetric int8 codes when q - z fits, exactly
-        c = q.astype(np.int32) - z.reshape(dirs, rows, 1)
-        if c.min() < -128 or c.max() > 127:
-            return (f"weights '{dq.output[0]}' are uint8 and W_q - z_w spans [{c.min()}, {c.max()}], beyond int8 "
-                    f"(the MAC array takes int8 weights)")
-        return c.astype(np.int8), s, np.zeros_like(z)
+    if q.dtype == np.uint8:   # int8 codes q - 128 with zero point z - 128: the same q - z, exactly
+        return (q.astype(np.int32) - 128).astype(np.int8), s, z - 128
     return q, s, z
 
 

@@ -8,8 +8,8 @@ the QDQ form ``fuse/qdq_recurrent.py`` imports:
     Q(x; calibrated uint8 scale) -> DQ -> LSTM(DQ(W_q^T), DQ(R_q^T), B, ...)
 
 W_q ``[D, I, 4H]`` -> ``[D, 4H, I]`` (the codes as they are), scales per direction (DequantizeLinear
-axis 0) or, for one direction, per gate row (axis 1); uint8 weights only when ``W_q - z`` fits int8
-(recoded exactly). The recurrent product runs on the fp16 state (no calibrated state scale: measured
+axis 0) or, for one direction, per gate row (axis 1); uint8 codes ``q`` as the int8 codes ``q - 128``
+with zero point ``z - 128`` (the same ``q - z``). The recurrent product runs on the fp16 state (no calibrated state scale: measured
 no closer to either reference than the fp16 state). Default ("fp16"): the LSTM stays the fp16 layer
 with dequantized weights (legalize's ``dynamic_lstm``): an int8 recurrent layer with a calibrated
 static input scale measured farther from onnxruntime's dynamic run and from fp32 on every model of
@@ -35,8 +35,8 @@ LSTM_ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "dir
 class Lstm:
     node: onnx.NodeProto
     x: str
-    w: Tuple[np.ndarray, np.ndarray, int]   # (codes [D, 4H, I] int8, scales, DequantizeLinear axis or -1)
-    r: Tuple[np.ndarray, np.ndarray, int]
+    w: Tuple   # (codes [D, 4H, I] int8, scales, DequantizeLinear axis or -1, int8 zero points or None)
+    r: Tuple
 
 
 def _inp(n, k: int) -> str:
@@ -44,7 +44,7 @@ def _inp(n, k: int) -> str:
 
 
 def _codes(g: Graph, n, q_idx: int, s_idx: int, z_idx: int) -> Union[Tuple, str]:
-    """(int8 codes [D, 4H, K], scales, DequantizeLinear axis (-1: per tensor)) or a reason."""
+    """(int8 codes [D, 4H, K], scales, DequantizeLinear axis (-1: per tensor), zero points) or a reason."""
     q, s = g.const(_inp(n, q_idx)), g.const(_inp(n, s_idx))
     z = g.const(_inp(n, z_idx)) if _inp(n, z_idx) else None
     if q is None or s is None or (_inp(n, z_idx) and z is None):
@@ -67,11 +67,14 @@ def _codes(g: Graph, n, q_idx: int, s_idx: int, z_idx: int) -> Union[Tuple, str]
         return "weight scales that are not positive and finite"
     if z.size not in (1, d, d * rows):
         return f"{z.size} weight zero points for {d} direction(s) of {rows} gate rows"
-    zr = np.repeat(z, d * rows // z.size)
-    c = q.transpose(0, 2, 1).astype(np.int32) - zr.reshape(d, rows, 1)
-    if c.min() < -128 or c.max() > 127:
-        return f"{q.dtype} weights with zero point(s) {z[:4].tolist()}: W_q - z spans [{c.min()}, {c.max()}], beyond int8"
-    return c.astype(np.int8), s, axis
+    if q.dtype == np.int8 and np.any(z != 0):
+        return f"int8 weights with zero point(s) {z[:4].tolist()} (onnxruntime's kernel takes 0)"
+    if q.dtype == np.uint8:   # int8 codes q - 128, zero point z - 128: the same q - z, exactly
+        if np.unique(z).size != 1:
+            return "uint8 weights with different zero points"
+        zq = np.full(s.shape, int(z[0]) - 128, np.int8)
+        return (q.transpose(0, 2, 1).astype(np.int32) - 128).astype(np.int8), s, axis, zq
+    return np.ascontiguousarray(q.transpose(0, 2, 1)), s, axis, None
 
 
 def take(g: Graph, fp16_layers) -> Tuple[List[Lstm], Dict[str, Tuple[str, List[str]]]]:
@@ -121,11 +124,13 @@ def rewrite(model: onnx.ModelProto, layers: List[Lstm], qp: Dict[str, Tuple]) ->
         nodes += [helper.make_node("QuantizeLinear", [L.x, sn, zn], [f"{base}/x_q"], name=f"{base}/input"),
                   helper.make_node("DequantizeLinear", [f"{base}/x_q", sn, zn], [f"{base}/x_dq"], name=f"{base}/input_dq")]
         ins = [f"{base}/x_dq"]
-        for role, (codes, scales, axis) in (("W", L.w), ("R", L.r)):
+        for role, (codes, scales, axis, zp) in (("W", L.w), ("R", L.r)):
             qn = _init(graph, f"{base}/{role}_q", codes)
             scn = _init(graph, f"{base}/{role}_scale", scales if axis >= 0 else scales.reshape(()))
+            zpn = [] if zp is None else [_init(graph, f"{base}/{role}_zero_point", zp if axis >= 0 else zp.reshape(()))]
             kw = {"axis": axis} if axis >= 0 else {}
-            nodes.append(helper.make_node("DequantizeLinear", [qn, scn], [f"{base}/{role}"], name=f"{base}/{role}_dq", **kw))
+            nodes.append(helper.make_node("DequantizeLinear", [qn, scn] + zpn, [f"{base}/{role}"],
+                                          name=f"{base}/{role}_dq", **kw))
             ins.append(f"{base}/{role}")
         rest = [_inp(n, k) for k in range(3, 8)]
         while rest and not rest[-1]:
