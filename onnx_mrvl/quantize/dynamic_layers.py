@@ -20,7 +20,7 @@ MIN_OPSET = 13
 LAYER_OPS = {("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"), (MS, "MatMulIntegerToFloat")}
 
 
-LSTM_FP16_REASON = ("DynamicQuantizeLSTM: fp16 with dequantized weights (the default: an int8 recurrent layer "
+LSTM_FP16_REASON = ("DynamicQuantizeLSTM: fp16 with dequantized weights, no int8 recurrent layer by default (one "
                     "with a calibrated input scale measured farther from onnxruntime's dynamic run and from fp32; "
                     "quantize_options={'recurrent': 'int8'} makes it one)")
 
