@@ -24,7 +24,9 @@ model has none there: the one added rounding). A MatMul's bias ``Add`` stays an 
 calibrated output quantization (an int8 Sum2D, as ``quantize_static`` writes a MatMul + bias); a
 Conv's bias goes into the layer as int32 ``round(b / (s_x s_w))``. What this module does not take
 stays for legalize's ``dynamic_int8`` / ``dynamic_lstm`` (an fp16 layer with dequantized weights),
-with the reason in ``report.quantization["layers"]`` and in the node's decision.
+with the reason in ``report.quantization["layers"]`` and in the node's decision; a
+DynamicQuantizeLSTM too, unless ``quantize_options={"recurrent": "int8"}`` (``dynamic_lstm_int8.py``:
+an int8 recurrent layer). The ranges: ``dynamic_ranges.py``.
 """
 from __future__ import annotations
 
@@ -39,62 +41,12 @@ from onnx import helper, numpy_helper
 from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
-from .static import onnxruntime_failure
 from . import dynamic_lstm_int8 as lstm_int8
 from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
+from .dynamic_ranges import ort_failure, tensor_ranges
 
 log = logging.getLogger(__name__)
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
-
-
-def _ort_failure(step: str):
-    """onnxruntime failing on the user's model: an ``UnsupportedError`` that says what to do."""
-    return onnxruntime_failure(f"onnxruntime could not {step}",
-                               "convert without calibration (the dynamic layers then run as fp16 layers with "
-                               "dequantized weights)")
-
-
-def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
-            ) -> Tuple[Dict[str, Tuple[float, float]], list, Dict[str, int]]:
-    """min / max of ``tensors`` over ``samples`` (onnxruntime, the tensors as extra outputs), the
-    model outputs of every sample and each tensor's rank. ``derived``: name -> (tensor, bias): the range of tensor - bias
-    (a fused MatMul's result before its bias)."""
-    import onnxruntime as ort
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    m.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors
-                          if t not in have)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    with _ort_failure("run the dynamic model with the calibrated tensors as outputs"):
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    n_out = len(model.graph.output)
-    lo = {t: math.inf for t in tensors}
-    hi = {t: -math.inf for t in tensors}
-    outs, ranks = [], {}
-    for feed in samples:
-        with _ort_failure("run the dynamic model on a calibration sample"):
-            res = dict(zip(names, sess.run(None, feed)))
-        outs.append([res[o.name] for o in model.graph.output[:n_out]])
-        for t in tensors:
-            v = res[t]
-            ranks[t] = v.ndim
-            if v.size and not np.isfinite(v).all():
-                raise UsageError(f"tensor '{t}' holds NaN/inf on a calibration sample",
-                                 hint="calibrate on inputs the model computes finite values for")
-            if v.size:
-                lo[t], hi[t] = min(lo[t], float(v.min())), max(hi[t], float(v.max()))
-        for t, (base, bias) in derived.items():
-            v = (res[base] - bias).astype(np.float32)
-            if v.size:
-                lo[t], hi[t] = min(lo.get(t, math.inf), float(v.min())), max(hi.get(t, -math.inf), float(v.max()))
-    empty = [t for t in list(tensors) + list(derived) if lo[t] > hi[t]]
-    if empty:
-        raise UsageError(f"tensor(s) {empty[:4]} were empty on every calibration sample: no range to calibrate",
-                         hint="calibrate on inputs of the shapes the model runs on")
-    return {t: (lo[t], hi[t]) for t in list(tensors) + list(derived)}, outs, ranks
 
 
 def _consts(graph, name: str, arr: np.ndarray) -> str:
@@ -272,7 +224,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     extra = pool_points(g, layers)
     tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
     tensors = sorted(set(tensors) | {L.x for L in lstms})
-    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers or lstms else ({}, [], {})
+    ranges, ref_outs, ranks = tensor_ranges(g.model, tensors, samples, derived) if layers or lstms else ({}, [], {})
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
         if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
             L.gemm = True
@@ -329,13 +281,13 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
 def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]:
     """SNR (dB) of each output of the static model against the dynamic model's, over the samples."""
     import onnxruntime as ort
-    with _ort_failure("run the calibrated static model"):
+    with ort_failure("run the calibrated static model"):
         sess = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in static.graph.output]
     num = {k: 0.0 for k in names}
     den = {k: 0.0 for k in names}
     for feed, ref in zip(samples, ref_outs):
-        with _ort_failure("run the calibrated static model"):
+        with ort_failure("run the calibrated static model"):
             got = sess.run(names, feed)
         for k, r, y in zip(names, ref, got):
             if np.asarray(r).dtype.kind != "f":

@@ -18,7 +18,7 @@ static input scale measured farther from onnxruntime's dynamic run and from fp32
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Tuple, Union
 
 import numpy as np
 import onnx
