@@ -209,3 +209,17 @@ def test_output_pair_is_absorbed(kw, tmp_path):
     a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
     b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
     assert np.abs(a - b).max() * 127 <= 1.0 + 1e-3
+
+
+def test_flow_quantizer_recurrent_option():
+    """convert(quantize="int8"): LSTM / GRU stay fp16 layers by default; the recipe option
+    recurrent=True quantizes them too and fuse makes them int8 recurrent layers."""
+    from onnx_mrvl.testing import recurrent_models as rm
+    m = rm.cell_model("GRU", steps=8, feat=12, hid=16, seed=4, head=True, direction="bidirectional")
+    rng = np.random.default_rng(0)
+    calib = [{"x": rng.standard_normal((8, 1, 12)).astype(np.float32)} for _ in range(4)]
+    plain = onnx_mrvl.convert(m, quantize="int8", calibration=calib)
+    assert plain.report.decisions["rnn"].precision == "fp16"
+    r = onnx_mrvl.convert(m, quantize="int8", calibration=calib, quantize_options={"recurrent": True})
+    assert r.report.decisions["rnn"].precision in ("int8", "int8 in, fp16 out")
+    assert len(r.subgraphs) == 1 and r.report.quantization["options"]["recurrent"] is True
