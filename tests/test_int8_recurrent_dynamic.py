@@ -90,3 +90,10 @@ def test_option_bidirectional_per_gate_row_stays_fp16(tmp_path):
 def test_option_errors(tmp_path):
     with pytest.raises(UsageError, match="recurrent='int4'"):
         onnx_mrvl.convert(_dynamic(tmp_path), calibration=_calib(), quantize_options={"recurrent": "int4"})
+
+
+def test_option_spellings(tmp_path):
+    """recurrent=True / "true" mean "int8" on a dynamic model too (the float recipe's spelling)."""
+    for v in (True, "true"):
+        r = onnx_mrvl.convert(_dynamic(tmp_path), calibration=_calib(), quantize_options={"recurrent": v})
+        assert _lstm_record(r)["precision"] == "int8 in, fp16 out"

@@ -314,7 +314,10 @@ def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", 
                                   "calibrated activation scales; or quantize the float model instead")
         opts = dict(quantize_options or {})
         outputs = str(opts.pop("layer_outputs", LAYER_OUTPUTS[0])).strip().lower()
-        recurrent = str(opts.pop("recurrent", lstm_int8.RECURRENT[0])).strip().lower()
+        recurrent = opts.pop("recurrent", lstm_int8.RECURRENT[0])
+        recurrent = {True: "int8", False: "fp16", "true": "int8", "false": "fp16"}.get(
+            recurrent.strip().lower() if isinstance(recurrent, str) else recurrent,
+            str(recurrent).strip().lower())   # the float recipe's boolean spelling too
         if opts:
             raise UsageError(f"quantize_options {sorted(opts)} on a dynamic-int8 model",
                              hint="the recipe options apply to quantize='int8' / 'mixed' of a float model; "

@@ -86,6 +86,8 @@ def make_recipe(options: Optional[Mapping] = None) -> Recipe:
                 raise UsageError(f"quantize_options: percentile={v!r} is not a number in (90, 100]",
                                  hint="e.g. percentile=99.99")
             out[key] = p
+        elif key == "recurrent" and isinstance(v, str) and v.strip().lower() in ("int8", "fp16"):
+            out[key] = v.strip().lower() == "int8"   # the dynamic models' spelling of the same option
         else:
             out[key] = _bool(key, v)
     return Recipe(**out)
