@@ -84,7 +84,7 @@ class Int8Recurrent(Recurrent):
         self.state_q = _qparams(state_q, "state")
         if self.in_q is None:
             raise ValueError("an int8 recurrent layer needs the input quantization (in_scale, in_zero_point)")
-        if max(self.feat, self.hid) * 255 * 128 >= ACC_LIMIT:
+        if max(self.feat, self.hid) * 255 * 255 >= ACC_LIMIT:   # |q_x - z_x|, |q_w - z_w| <= 255
             raise ValueError(f"input size {self.feat} / hidden size {self.hid} could overflow the int32 accumulator")
         self.wq = [np.ascontiguousarray(kernel[d].T, dtype=np.float64) for d in range(self.dirs)]    # [I, G*H]
         self.rq = [np.ascontiguousarray(recurrence[d].T, dtype=np.float64) for d in range(self.dirs)]  # [H, G*H]
