@@ -6,7 +6,8 @@
 X is quantized with its DequantizeLinear's scale and zero point (the layer quantizes its float
 input, QuantizeLinear's semantics; the Q -> DQ pair in front is absorbed when it feeds this layer
 alone), W and R keep their int8 codes with one scale and zero point per (direction, gate row): a
-scalar, one per direction (axis 0) or one per gate row (axis 1); uint8 codes ``q`` become the int8
+scalar, one per direction (axis 0) or one per gate row (axis 1; or ``Reshape(DQ([D*G*H, K] codes, axis 0),
+[D, G*H, K])`` for a bidirectional layer's per-row scales); uint8 codes ``q`` become the int8
 codes ``q - 128`` with zero point ``z - 128`` (the same ``q - z``, exactly; onnxruntime's quantizer
 writes uint8 W / R with U8 activations). A dequantized bias or initial state
 (onnxruntime's quantizer writes DQ(int8) for them too) is the fp32 value DequantizeLinear computes.
@@ -45,21 +46,27 @@ NOTE_OUT = ("int8 recurrent layer (X quantized at scale {s:g}, int8 W and R: int
 
 def _codes(g: GraphIndex, dq: onnx.NodeProto, dirs: int, rows: int) -> Union[Tuple, str]:
     """(int8 codes [D, rows, K], scales [D*rows] float32, zero points [D*rows] int32) of a
-    DQ(constant) weight, or the reason it cannot be the layer's int8 weight."""
+    DQ(constant) weight, or the reason it cannot be the layer's int8 weight. The codes are
+    ``[D, rows, K]``, or ``[D*rows, K]`` quantized per row (axis 0) and reshaped after the DQ (per-gate-
+    row scales of a bidirectional layer: no one DequantizeLinear of a 3-D tensor writes them)."""
     q = np.asarray(g.const(dq.input[0]))
-    if q.dtype not in (np.int8, np.uint8) or q.ndim != 3 or q.shape[:2] != (dirs, rows):
+    merged = q.ndim == 2 and q.shape[0] == dirs * rows
+    if q.dtype not in (np.int8, np.uint8) or not (merged or (q.ndim == 3 and q.shape[:2] == (dirs, rows))):
         return f"weights '{dq.output[0]}' are {q.dtype} {list(q.shape)}, not int8 [{dirs}, {rows}, K]"
     s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
     z = np.asarray(g.const(dq.input[2])).astype(np.int32).reshape(-1) if len(dq.input) > 2 and dq.input[2] \
         else np.zeros(1, np.int32)
-    axis = int(attr(dq, "axis", 1)) % 3
+    axis = int(attr(dq, "axis", 1)) % q.ndim
+    q = q.reshape(dirs, rows, -1)
 
     def per_row(v):
         if v.size == 1:
             return np.full(dirs * rows, v[0], v.dtype)
-        if axis == 0 and v.size == dirs:
+        if merged and axis == 0 and v.size == dirs * rows:
+            return v
+        if not merged and axis == 0 and v.size == dirs:
             return np.repeat(v, rows)
-        if axis == 1 and v.size == rows:
+        if not merged and axis == 1 and v.size == rows:
             return np.tile(v, dirs)
         return None
     s, z = per_row(s), per_row(z)
@@ -79,18 +86,36 @@ def _dq_const(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
     return dq
 
 
+def _weight_nodes(g: GraphIndex, t: str):
+    """(the DequantizeLinear of constants, the constant-shape Reshape after it or None) writing ``t``, or None."""
+    p = g.producer.get(t) if t else None
+    if p is not None and p.op_type == "Reshape" and g.is_const(p.input[1]) and \
+            len(g.consumers.get(p.input[0], [])) == 1:
+        dq = _dq_const(g, p.input[0])
+        return (dq, p) if dq is not None else None
+    dq = _dq_const(g, t)
+    return (dq, None) if dq is not None else None
+
+
 def _dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed):
     """(the float recurrent group on the dequantized weights, the weight DQs it absorbs) or a reason."""
     consts, absorbed = {}, []
     for k, t in enumerate(n.input[1:], 1):
-        dq = _dq_const(g, t)
-        if dq is None:
+        found = _weight_nodes(g, t)
+        if found is None:
             continue
+        dq, move = found
         c = dequantized_const(g, dq)   # fp32 as onnxruntime's DequantizeLinear computes it
-        if c is None or dq.name in claimed:
+        if c is None or dq.name in claimed or (move is not None and move.name in claimed):
             return f"input {k} '{t}' is a DequantizeLinear the recurrent layer cannot read"
+        if move is not None:
+            shape = [int(v) for v in np.asarray(g.const(move.input[1])).reshape(-1)]
+            if 0 in shape or int(np.prod([v for v in shape if v != -1])) == 0:
+                return f"input {k} '{t}' is a Reshape of a DequantizeLinear to shape {shape}"
+            c = c.reshape(shape)
         consts[t] = c
-        absorbed += [dq] if len(g.consumers.get(t, [])) == 1 else []
+        if len(g.consumers.get(t, [])) == 1:
+            absorbed += [dq] + ([move] if move is not None else [])
     grp = build_recurrent(Dequantized(g, consts), n, target)
     return (grp, absorbed) if isinstance(grp, RecurrentGroup) else grp
 
@@ -98,7 +123,7 @@ def _dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed):
 def build_dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, why: str, claimed=frozenset()):
     """The fp16 recurrent layer on the dequantized W / R of a QDQ recurrent node that cannot be int8
     (``why``), or None."""
-    if _dq_const(g, n.input[1]) is None and _dq_const(g, n.input[2]) is None:
+    if _weight_nodes(g, n.input[1]) is None and _weight_nodes(g, n.input[2]) is None:
         return None
     found = _dequantized(g, n, target, claimed)
     if isinstance(found, str):
@@ -112,9 +137,10 @@ def build_dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, why: str
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
     """The int8 recurrent group anchored at ``n``, None (no QDQ recurrent layer) or a reason."""
     dq_x = activation_dq(g, n.input[0])
-    dq_w, dq_r = _dq_const(g, n.input[1]), _dq_const(g, n.input[2])
-    if dq_w is None or dq_r is None:
+    src_w, src_r = _weight_nodes(g, n.input[1]), _weight_nodes(g, n.input[2])
+    if src_w is None or src_r is None:
         return None
+    dq_w, dq_r = src_w[0], src_r[0]
     if dq_x is None:
         return f"input X '{n.input[0]}' is not dequantized (no DequantizeLinear in front: no input scale)"
     qin = qparams(g, dq_x)

@@ -8,7 +8,8 @@ the QDQ form ``fuse/qdq_recurrent.py`` imports:
     Q(x; calibrated uint8 scale) -> DQ -> LSTM(DQ(W_q^T), DQ(R_q^T), B, ...)
 
 W_q ``[D, I, 4H]`` -> ``[D, 4H, I]`` (the codes as they are), scales per direction (DequantizeLinear
-axis 0) or, for one direction, per gate row (axis 1); uint8 codes ``q`` as the int8 codes ``q - 128``
+axis 0) or per gate row (axis 1; two directions: ``Reshape(DQ([2*4H, I] codes, axis 0), [2, 4H, I])``,
+which fuse reads through); uint8 codes ``q`` as the int8 codes ``q - 128``
 with zero point ``z - 128`` (the same ``q - z``). The recurrent product runs on the fp16 state (no calibrated state scale: measured
 no closer to either reference than the fp16 state). Default ("fp16"): the LSTM stays the fp16 layer
 with dequantized weights (legalize's ``dynamic_lstm``): an int8 recurrent layer with a calibrated
@@ -58,11 +59,10 @@ def _codes(g: Graph, n, q_idx: int, s_idx: int, z_idx: int) -> Union[Tuple, str]
         axis = -1
     elif s.size == d:
         axis = 0
-    elif s.size == d * rows and d == 1:
-        axis = 1
+    elif s.size == d * rows:
+        axis = 1   # per gate row (a bidirectional layer: codes [D*4H, K], axis 0, then a Reshape)
     else:
-        return (f"scales of shape {list(np.shape(g.const(_inp(n, s_idx))))}: per gate row of a bidirectional "
-                f"layer (no one DequantizeLinear writes them)")
+        return f"scales of shape {list(np.shape(g.const(_inp(n, s_idx))))} (per tensor, direction or gate row expected)"
     if not (np.isfinite(s).all() and np.all(s > 0)):
         return "weight scales that are not positive and finite"
     if z.size not in (1, d, d * rows):
@@ -125,12 +125,16 @@ def rewrite(model: onnx.ModelProto, layers: List[Lstm], qp: Dict[str, Tuple]) ->
                   helper.make_node("DequantizeLinear", [f"{base}/x_q", sn, zn], [f"{base}/x_dq"], name=f"{base}/input_dq")]
         ins = [f"{base}/x_dq"]
         for role, (codes, scales, axis, zp) in (("W", L.w), ("R", L.r)):
-            qn = _init(graph, f"{base}/{role}_q", codes)
+            merged = axis == 1 and codes.shape[0] > 1   # per gate row of two directions: [D*4H, K] codes
+            qn = _init(graph, f"{base}/{role}_q", codes.reshape(-1, codes.shape[2]) if merged else codes)
             scn = _init(graph, f"{base}/{role}_scale", scales if axis >= 0 else scales.reshape(()))
             zpn = [] if zp is None else [_init(graph, f"{base}/{role}_zero_point", zp if axis >= 0 else zp.reshape(()))]
-            kw = {"axis": axis} if axis >= 0 else {}
-            nodes.append(helper.make_node("DequantizeLinear", [qn, scn] + zpn, [f"{base}/{role}"],
-                                          name=f"{base}/{role}_dq", **kw))
+            kw = {"axis": 0 if merged else axis} if axis >= 0 else {}
+            out = f"{base}/{role}_rows" if merged else f"{base}/{role}"
+            nodes.append(helper.make_node("DequantizeLinear", [qn, scn] + zpn, [out], name=f"{base}/{role}_dq", **kw))
+            if merged:
+                shn = _init(graph, f"{base}/{role}_shape", np.array(codes.shape, np.int64))
+                nodes.append(helper.make_node("Reshape", [out, shn], [f"{base}/{role}"], name=f"{base}/{role}_reshape"))
             ins.append(f"{base}/{role}")
         rest = [_inp(n, k) for k in range(3, 8)]
         while rest and not rest[-1]:
