@@ -223,3 +223,26 @@ def test_flow_quantizer_recurrent_option():
     r = onnx_mrvl.convert(m, quantize="int8", calibration=calib, quantize_options={"recurrent": True})
     assert r.report.decisions["rnn"].precision in ("int8", "int8 in, fp16 out")
     assert len(r.subgraphs) == 1 and r.report.quantization["options"]["recurrent"] is True
+
+
+def test_time_major_pair_after_the_pytorch_transpose_is_in_the_region(tmp_path):
+    """PyTorch's BiLSTM head: Y [T, D, B, H] -> Q -> DQ -> Transpose(0, 2, 1, 3) -> Q -> DQ (a QDQ
+    quantizer's pair after the Transpose) with T = 20 > the image batch limit: the pair is a
+    Requantize of time steps, not images, so the model is one region."""
+    from onnx import TensorProto, helper
+    m = qm.layer(direction="bidirectional", steps=20, out_pair=True)
+    g = m.graph
+    g.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [20, 1, 2, 16]))
+    g.node.extend([helper.make_node("Transpose", ["y"], ["y_t"], name="head_t", perm=[0, 2, 1, 3]),
+                   helper.make_node("QuantizeLinear", ["y_t", "y_s", "y_z"], ["t_q"], name="t_q"),
+                   helper.make_node("DequantizeLinear", ["t_q", "y_s", "y_z"], ["t_dq"], name="t_dq"),
+                   helper.make_node("Relu", ["t_dq"], ["z"], name="relu")])
+    r = onnx_mrvl.convert(m)
+    assert len(r.subgraphs) == 1, [(d.op_type, d.reason) for d in r.report.decisions.values() if d.placement == "cpu"]
+    assert r.report.decisions["t_q"].placement == "accelerator"
+    r.save(str(tmp_path), overwrite=True)
+    sess = onnx_mrvl.InferenceSession(os.path.join(str(tmp_path), "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    f = qm.feeds(m)
+    steps = np.abs(sess.run(None, f)[0] - ref.run(None, f)[0]) * 127
+    assert steps.max() <= 1.0 + 1e-3
