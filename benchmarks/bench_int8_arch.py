@@ -3,7 +3,7 @@ and ``arch_ocr_audio.py`` quantized by onnxruntime's ``quantize_static`` (QDQ, p
 weights, S8 or U8 activations, 4 calibration samples), converted, and compared with onnxruntime's
 execution of the same QDQ model on 3 inputs.
 
-    python benchmarks/bench_int8_arch.py [MODEL ...] [--acts s8 u8] [--why]
+    python benchmarks/bench_int8_arch.py [MODEL ...] [--acts s8 u8] [--why] [--recurrent]
 
 Also the onnx wheel's zoo architectures not in bench_int8_qdq.py (``zoo_inception_v1``,
 ``zoo_shufflenet``, ``zoo_squeezenet``; ``zoo_bvlc_alexnet``, ``zoo_zfnet512``, ``zoo_vgg19`` when named),
@@ -11,7 +11,9 @@ seeded weights, 224 x 224.
 
 Prints a markdown table: regions, ops left on the CPU by type, layers by precision, the share of
 output elements identical to onnxruntime's, the largest difference in output quantization steps
-and max|err| / max|ref|. ``--why`` adds, per model, the reasons of the CPU ops and of the fp16 layers.
+and max|err| / max|ref|. ``--why`` adds, per model, the reasons of the CPU ops and of the fp16 layers. ``--recurrent``
+quantizes LSTM / GRU / RNN too (onnxruntime's default op types leave them float: they are fp16
+layers then; named, they get int8 W / R and become int8 recurrent layers, fuse/qdq_recurrent.py).
 Models of opset < 13 are converted to opset 13 first (onnx.version_converter), as onnxruntime's
 quantizer asks: its per-channel Q/DQ in an opset 11/12 model is invalid (onnxruntime cannot load it).
 """
@@ -52,7 +54,7 @@ def reasons(result) -> list:
     return [(n, *k) for k, n in c.most_common()]
 
 
-def measure(name: str, folder: str, act: str) -> dict:
+def measure(name: str, folder: str, act: str, recurrent: bool = False) -> dict:
     import onnx
     import onnx.version_converter
     from onnx_mrvl.testing import int8_zoo, qdq_variants
@@ -61,7 +63,8 @@ def measure(name: str, folder: str, act: str) -> dict:
         model = onnx.version_converter.convert_version(model, 13)
     src, dst = os.path.join(folder, f"{name}.onnx"), os.path.join(folder, f"{name}_{act}.onnx")
     onnx.save(model, src)
-    int8_zoo.quantize_static_qdq(src, dst, [qdq_variants.feeds_for(model, k) for k in range(4)], act=act)
+    int8_zoo.quantize_static_qdq(src, dst, [qdq_variants.feeds_for(model, k) for k in range(4)], act=act,
+                                 recurrent=recurrent)
     q = onnx.load(dst)
     r = qdq_variants.convert_and_compare(f"{name}_{act}", folder, model=q)
     res = r.pop("result")
@@ -75,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("models", nargs="*", default=None)
     ap.add_argument("--acts", nargs="+", default=["s8", "u8"], choices=["s8", "u8"])
     ap.add_argument("--why", action="store_true", help="list the reasons of CPU ops and fp16 layers")
+    ap.add_argument("--recurrent", action="store_true",
+                    help="quantize LSTM / GRU / RNN too (op_types_to_quantize: the QDQ defaults + LSTM, GRU, RNN)")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
     names = args.models or list(builders())
@@ -85,7 +90,7 @@ def main(argv=None) -> int:
         for name in names:
             for act in args.acts:
                 try:
-                    m = measure(name, d, act)
+                    m = measure(name, d, act, args.recurrent)
                 except Exception as exc:   # noqa: BLE001 - a failing model is a row, not the end of the table
                     print(f"| {name} | {act} | {type(exc).__name__}: {str(exc)[:160]} | | | | | |", flush=True)
                     continue

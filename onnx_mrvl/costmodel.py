@@ -172,14 +172,25 @@ def streamed_weight_bytes(steps: int, weight_bytes: int, capacity: int) -> int:
     return (max(int(steps), 1) - 1) * int(weight_bytes) if weight_bytes > capacity else 0
 
 
+def recurrent_fp16_macs(cell: str, steps: int, dirs: int, batch: int, hidden: int, state_int8: bool) -> int:
+    """The MACs of an int8 recurrent layer that run at the fp16 rate: its recurrent products
+    ``h_{t-1} R^T`` when the state stays fp16 (fp16 h times the int8 R codes, expanded to fp16 on
+    the MAC array: assumption), T * D * B * G*H*H; 0 when the state is quantized per step."""
+    from .opset_recurrent import macs as recurrent_macs
+    return 0 if state_int8 else recurrent_macs(cell, steps, dirs, batch, hidden, 0)
+
+
 def roofline(macs: int, vector_ops: int, dram_bytes: int, arch: Mapping, steps: int = 0,
-             int8: bool = False) -> Dict[str, int]:
+             int8: bool = False, fp16_macs: int = 0) -> Dict[str, int]:
     """One layer's cycles: compute (MAC array + vector unit; ``steps`` > 0: a recurrent layer's
     serial timesteps; ``int8``: MACs at ``int8_macs_factor`` x the fp16 rate), memory (DRAM), and
     max(compute, memory) + the fixed per-layer overhead. ``arch``: ``arch_params`` keys. The one
     formula of the project: the simulator's report and split's ``partition="cost"`` estimate use it."""
     tiles = int(arch["num_tiles"])
     peak = float(arch["macs_per_cycle_per_tile"]) * tiles * (float(arch["int8_macs_factor"]) if int8 else 1.0)
+    if int8 and fp16_macs:   # part of an int8 layer at the fp16 rate: fp16-rate equivalent MACs
+        peak = float(arch["macs_per_cycle_per_tile"]) * tiles
+        macs = (int(macs) - int(fp16_macs)) / float(arch["int8_macs_factor"]) + int(fp16_macs)
     compute = recurrent_compute_cycles(macs, steps, peak, int(arch["recurrent_step_cycles"])) if steps \
         else math.ceil(macs / peak)
     compute += math.ceil(vector_ops / (float(arch["vector_ops_per_cycle_per_tile"]) * tiles))
@@ -219,8 +230,12 @@ def perf_report(meta: Mapping) -> PerfReport:
             wb = sum(wbytes.get(names.get(k), 0) for k in ("kernel", "recurrence"))
             dram += streamed_weight_bytes(steps, wb, int(arch["num_tiles"]) * int(arch["ocm_size"]))
         # int8 and int8-in layers: MACs at the int8 rate (their bytes are in the tensors' dtypes)
-        int8 = str((layer.get("params") or {}).get("precision", "fp16")) in ("int8", "int8_in")
-        c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps, int8=int8)
+        p = layer.get("params") or {}
+        int8 = str(p.get("precision", "fp16")) in ("int8", "int8_in")
+        fp16_macs = recurrent_fp16_macs(str(layer["layer_name"]), steps, 2 if p.get("direction") == "bidirectional" else 1,
+                                        int(p.get("batch", 1)), int(p.get("hidden_size", 0)),
+                                        p.get("state_scale") is not None) if steps and int8 else 0
+        c = roofline(macs, vector_ops(layer, shapes), dram, arch, steps=steps, int8=int8, fp16_macs=fp16_macs)
         # an int8 conv beyond the per-pass limits (int8_conv_passes.py): each extra pass into its
         # int32 accumulator costs a pass setup (assumption: the per-layer overhead again)
         c["cycles"] += (int(layer.get("passes", 1)) - 1) * int(arch["layer_overhead_cycles"])

@@ -20,6 +20,8 @@ from typing import Dict, List, Tuple
 
 from onnx import helper
 
+from .opset_recurrent_int8 import INT8_RECURRENT_ATTRS, int8_recurrent_body
+
 # cell -> (gates, default activations of one direction); names are ONNX's in lower case
 CELLS: Dict[str, Tuple[int, Tuple[str, ...]]] = {
     "LSTM": (4, ("sigmoid", "tanh", "tanh")),
@@ -37,7 +39,7 @@ INPUTS = {"LSTM": ("X", "W", "R", "B", "initial_h", "initial_c", "P"),
           "GRU": ("X", "W", "R", "B", "initial_h"),
           "RNN": ("X", "W", "R", "B", "initial_h")}
 ATTRS = ("hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip",
-         "linear_before_reset", "cell_state_row")
+         "linear_before_reset", "cell_state_row") + INT8_RECURRENT_ATTRS   # int8: opset_recurrent_int8.py
 
 
 def onnx_activation_attrs(a: dict) -> dict:
@@ -81,8 +83,8 @@ def _body(cell: str):
 
 def op_defs(OpDef) -> dict:
     """The OpDef entries of the recurrent ops (``OpDef`` passed in: no import cycle with opset)."""
-    return {cell: OpDef(cell, cell, f"mrvl.{cell.lower()}", INPUTS[cell], ATTRS, _body(cell))
-            for cell in CELLS}
+    return {cell: OpDef(cell, cell, f"mrvl.{cell.lower()}", INPUTS[cell], ATTRS,
+                        int8_recurrent_body(_body(cell), CELLS[cell][0])) for cell in CELLS}
 
 
 def macs(cell: str, steps: int, dirs: int, batch: int, hidden: int, feat: int) -> int:

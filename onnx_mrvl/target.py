@@ -8,7 +8,8 @@ the MAC array computes the gate GEMM ``[x_t | h_{t-1}] x [W | R]^T`` (an FC of K
 fp16 operands, fp32 accumulation; W and R from the on-chip memory), the vector unit the biases,
 sigmoid / tanh and the cell update in fp32, and the state goes back to the on-chip memory in fp16.
 Their per-step GEMM obeys ``max_fc_features``; ``ArchProfile.recurrent_step_cycles`` is the
-assumed latency between timesteps.
+assumed latency between timesteps. An int8 recurrent layer (``INT8_RECURRENT_LOWERING``) runs its
+input projection on the int8 MAC path and its recurrent product on the fp16 one.
 
 An int8 Conv2D beyond ``max_kernel`` / ``max_stride`` / ``max_dilation`` or grouped (not depthwise)
 runs as passes of the MAC array into one int32 accumulator, requantized once (``int8_conv_passes.py``,
@@ -157,6 +158,21 @@ INT8_IN_LOWERING = ("input: quantize fp16 -> int8 / uint8 with the layer's scale
                     "(assumption: the int8 requantization's fp32 multiplier path without the round / "
                     "saturate): int32 -> fp32, one multiply by fp32(s_x * s_w[o]) per channel, fp32 bias add, "
                     "the activation as an fp16 layer's epilogue, fp16 write (2 bytes per element)")
+
+# int8 LSTM / GRU / RNN (precision "int8_in" / "int8", docs/fusion.md "int8 recurrent layers";
+# fuse/qdq_recurrent.py): assumptions, as for the int8-in layers.
+INT8_RECURRENT_LOWERING = (
+    "input projection, all timesteps before the loop: quantize x to int8 / uint8 codes with the layer's scale "
+    "and zero point (vector unit, or codes as stored), MAC array int8 x int8 -> int32 at int8_macs_factor x the "
+    "fp16 rate against the int8 W codes; a weight zero point z_w (per gate row) is applied as "
+    "acc - z_w * sum(q_x - z_x), the row sum of the input codes computed once per timestep by one extra "
+    "all-ones column of the array; output stage int32 -> fp32 times fp32(s_x * s_w[row]) plus the fp32 "
+    "biases, kept in an fp32 buffer of T x G*H per direction (on-chip); per timestep: MAC array fp16 h_{t-1} "
+    "x the R codes expanded to fp16 (exact: |q - z| <= 255) with fp32 accumulation at the fp16 rate, "
+    "times fp32 s_r[row] in the output stage, added to the step's row of the projection; the vector unit's "
+    "gates and cell update in fp32, h_t / c_t stored fp16 (the fp16 recurrent layer's); with an output "
+    "quantization the step's fp32 h_t is also quantized to Y's int8 code (1 byte per element). Option "
+    "(program field state_scale): h_{t-1} quantized per step and multiplied int8 x int8 at the int8 rate")
 
 # The target description of what the accelerator computes off the MAC array: per Mrvl layer kind
 # (and per smooth activation of a layer's epilogue), the unit, its lowering, and the vector-unit

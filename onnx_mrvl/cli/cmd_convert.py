@@ -51,7 +51,8 @@ def register(sub) -> None:
     q.add_argument("--quantize-option", action="append", default=[], metavar="KEY=VALUE", dest="quantize_options",
                    help="a recipe option (repeatable): equalize=true (cross-layer equalization), "
                         "activation_symmetric=true, moving_average=true, percentile=99.99, elementwise=false, "
-                        "output_layers_fp16=true "
+                        "output_layers_fp16=true; a dynamic-int8 model with --calibration: layer_outputs=int8, "
+                        "recurrent=int8 (DynamicQuantizeLSTM as an int8 recurrent layer) "
                         "(docs/quantize.md)")
     q.add_argument("--snr-budget", type=float, default=30.0, metavar="DB",
                    help="--quantize mixed: the lowest signal-to-quantization-noise ratio (dB) a layer may have "

@@ -236,6 +236,8 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
                     side = "in2" if k == 1 and "in2_dtype" in p else "in"
                     if ref != t:
                         continue
+                    if k and r["layer_name"] in RECURRENT:   # a state input of an int8 recurrent layer: fp16
+                        return None
                     if "in_scales" in p:   # an int8 Concat: input k's own quantization
                         qs.add((p["in_dtype"], p["in_scales"][k], p["in_zero_points"][k]))
                     else:

@@ -100,12 +100,13 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params.update(scales=s, mode="nearest")
     else:
         out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
-    if layer_name not in ("Conv2D", "FC") and is_int8(a):
+    if layer_name not in ("Conv2D", "FC", *recurrent.CELLS) and is_int8(a):   # recurrent: recurrent.py
         int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif a.has("precision") and a.str("precision").lower() == "int8_out":
         int8_out(a, layer_name, params)
-    elif a.has("precision") and a.str("precision").lower() == "int8_in" and layer_name not in ("Conv2D", "FC"):
-        a.fail(f"{layer_name} has no int8-in mode (int8_in: Conv2D, FC)")
+    elif a.has("precision") and a.str("precision").lower() == "int8_in" and \
+            layer_name not in ("Conv2D", "FC", *recurrent.CELLS):
+        a.fail(f"{layer_name} has no int8-in mode (int8_in: Conv2D, FC, LSTM, GRU, RNN)")
     if a.has("out_layout_shape"):
         declared = fit_rank(a.ints("out_layout_shape"), len(out))
         if declared[1:] != out[1:]:

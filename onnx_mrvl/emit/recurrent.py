@@ -11,7 +11,10 @@ Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are ten
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import opset_recurrent
+from .int8_layer import side_qparams
 from .json_attrs import decode_const
 
 CELLS = tuple(opset_recurrent.CELLS)
@@ -39,11 +42,23 @@ def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
             states.append(role)
     if states:
         out["state_inputs"] = states
+    if a.get("precision") in ("int8_in", "int8"):   # int8 recurrent layer (docs/json-format.md)
+        out.update(precision=[a["precision"]], in_scale=s(float(a["in_scale"])), in_zero_point=s(int(a["in_zero_point"])),
+                   in_dtype=[a["in_type"]], out_dtype=["float16"], kernel_dtype=["int8"], bias_dtype=["float32"])
+        if a["precision"] == "int8":   # Y as int8 codes
+            out.update(out_scale=s(float(a["out_scale"])), out_zero_point=s(int(a["out_zero_point"])),
+                       out_dtype=[a["out_type"]])
+        for key in ("kernel", "recurrence"):
+            add_const(f"{key}_scale", np.asarray(a[f"{key}_scales"], np.float32))
+            add_const(f"{key}_zero_point", np.asarray(a[f"{key}_zero_points"], np.int32))
+        if float(a.get("state_scale", 0.0) or 0.0) > 0:
+            out.update(state_scale=s(float(a["state_scale"])), state_zero_point=s(int(a["state_zero_point"])),
+                       state_dtype=[a["state_type"]])
     return out
 
 
-def _const(a, ctx, role: str, rank: int):
-    arr = decode_const(ctx.consts, a.str(f"{role}_const_name"), a)
+def _const(a, ctx, role: str, rank: int, integer=None):
+    arr = decode_const(ctx.consts, a.str(f"{role}_const_name"), a, integer)
     while arr.ndim > rank and arr.shape[0] == 1:   # 3-D constants gained a leading 1 (TVM's rule)
         arr = arr[0]
     if arr.ndim != rank:
@@ -66,8 +81,9 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
     if direction not in ("forward", "reverse", "bidirectional"):
         a.fail(f"direction '{direction}' (forward, reverse or bidirectional)")
     dirs = 2 if direction == "bidirectional" else 1
-    w = _const(a, ctx, "kernel", 3)
-    r = _const(a, ctx, "recurrence", 3)
+    codes = "int8" if a.has("precision") and a.str("precision") in ("int8_in", "int8") else None
+    w = _const(a, ctx, "kernel", 3, codes)
+    r = _const(a, ctx, "recurrence", 3, codes)
     hid = a.int("hidden_size")
     if w.shape != (dirs, gates * hid, feat) or r.shape != (dirs, gates * hid, hid):
         a.fail(f"kernel {list(w.shape)} / recurrence {list(r.shape)} do not fit {dirs} direction(s) of "
@@ -97,8 +113,18 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
         a.fail(f"cell_state_row={c_row} (0, or 1 on an LSTM: the last cell state as row T of the output)")
     if c_row:
         params["cell_state_row"] = 1
-    weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "DGI", fp16=True)
-    weights["recurrence"] = ctx.weight(a, f"{lname}.recurrence", r, "DGH", fp16=True)
+    if codes:
+        _int8(a, ctx, lname, w, r, dirs * gates * hid, params, weights)
+        if a.str("precision") == "int8":
+            if c_row:
+                a.fail("an int8 recurrent layer writing int8 codes has no cell_state_row")
+            side_qparams(a, "out", "an int8 recurrent layer", params)
+            params["precision"] = "int8"
+    elif a.has("precision") and a.str("precision") not in ("float16", "fp16"):
+        a.fail(f"precision '{a.str('precision')}' of a recurrent layer (float16, int8_in or int8)")
+    else:
+        weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "DGI", fp16=True)
+        weights["recurrence"] = ctx.weight(a, f"{lname}.recurrence", r, "DGH", fp16=True)
     if a.has("bias_const_name"):
         weights["bias"] = ctx.weight(a, f"{lname}.bias", _const(a, ctx, "bias", 2), "DG", fp16=False,
                                      shape=(dirs, 2 * gates * hid))
@@ -135,3 +161,27 @@ def _list(a, key: str):
     while isinstance(v, list) and len(v) == 1 and isinstance(v[0], list):
         v = v[0]
     return list(v) if isinstance(v, list) else [v]
+
+
+def _int8(a, ctx, lname: str, w, r, rows: int, params: dict, weights: dict) -> None:
+    """An int8 recurrent layer's fields: int8 kernel / recurrence codes, their scales and zero
+    points per (direction, gate row), the input quantization, the optional state quantization."""
+    from .layer_common import vector
+    if w.dtype != np.int8 or r.dtype != np.int8:
+        a.fail(f"an int8 recurrent layer needs int8 kernel / recurrence codes, got {w.dtype} / {r.dtype}")
+    side_qparams(a, "in", "an int8 recurrent layer", params)
+    if a.has("state_scale"):
+        side_qparams(a, "state", "an int8 recurrent layer's state", params)
+    params["precision"] = "int8_in"
+    weights["kernel"] = ctx.weight(a, f"{lname}.kernel", w, "DGI", fp16=False)
+    weights["recurrence"] = ctx.weight(a, f"{lname}.recurrence", r, "DGH", fp16=False)
+    for key in ("kernel", "recurrence"):
+        sc = vector(a, ctx, f"{key}_scale_const_name", rows, f"{key} scale")
+        if not (np.isfinite(sc).all() and np.all(sc > 0)):
+            a.fail(f"{key} scales must be positive and finite")
+        zp = vector(a, ctx, f"{key}_zero_point_const_name", rows, f"{key} zero point", "int32").astype(np.int32)
+        wq = (w if key == "kernel" else r).astype(np.int32) - zp.reshape(w.shape[0], -1, 1)
+        if zp.min() < -128 or zp.max() > 127 or wq.min() < -255 or wq.max() > 255:
+            a.fail(f"{key} zero points must be int8 values")
+        weights[f"{key}_scale"] = ctx.weight(a, f"{lname}.{key}_scale", sc, "DG", fp16=False)
+        weights[f"{key}_zero_point"] = ctx.weight(a, f"{lname}.{key}_zero_point", zp, "DG", fp16=False)

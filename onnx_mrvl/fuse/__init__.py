@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, host_preprocess, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+from . import batch_matmul, host_preprocess, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_recurrent, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -102,7 +102,7 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     index = {x.name: k for k, x in enumerate(order)}
     for n in order:
         if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
-                tuple(INT8_TRANSFORMER_ANCHORS) or _excluded(n, exclude) or n.name in claimed:
+                tuple(INT8_TRANSFORMER_ANCHORS) + qdq_recurrent.ANCHORS or _excluded(n, exclude) or n.name in claimed:
             continue
         built = None
         if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
@@ -111,6 +111,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             built = qdq_float_max.build(g, n, target, claimed)
         if n.op_type == "Concat":
             built = qdq_concat.build_concat_int8(g, n, target, claimed)
+        if n.op_type in qdq_recurrent.ANCHORS:   # DQ(x) -> LSTM / GRU / RNN on DQ(W), DQ(R)
+            built = qdq_recurrent.build(g, n, target, claimed)
         if built is None and n.op_type in INT8_TRANSFORMER_ANCHORS:
             # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm cut by pairs
             # (qdq_layernorm.py); a reason: the float pattern takes it
@@ -142,6 +144,14 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
                 claimed.update(x.name for x in fallback.nodes)
             else:
                 reasons[n.name] = f"int8 (QDQ) layer: {built}"
+        elif isinstance(built, str) and n.op_type in qdq_recurrent.ANCHORS:
+            # a QDQ recurrent node that cannot be int8: the fp16 layer on its dequantized weights
+            fallback = qdq_recurrent.build_dequantized(g, n, target, built, claimed)
+            if fallback is not None and not any(x.name in claimed for x in fallback.nodes):
+                found[n.name] = fallback
+                claimed.update(x.name for x in fallback.nodes)
+            else:
+                not_int8[n.name] = built
         elif isinstance(built, str):
             not_int8[n.name] = built
     # fp16 fallbacks (a note) do not quantize their input: they take no pair

@@ -52,11 +52,13 @@ def float_static(g: GraphIndex, names) -> Optional[str]:
 def batch_limit(g: GraphIndex, t: str, target: Target, spatial: bool = True) -> Optional[str]:
     """The image batch limit (4-D and 5-D tensors); the leading axes of a 2-D / 3-D tensor hold
     rows (an FC's M rows, [B, T, D] tokens or frames), computed one by one like the rows of an N-D
-    FC: no limit there. ``spatial=False`` (element-wise, requantize, norms, batched matmuls): no
-    limit either when the model holds one image (``model_images``), whose 4-D tensors leading with
-    T are rows (attention's sequence-first [T, 1, 3, E])."""
+    FC: no limit there; nor on the leading axis of a recurrent layer's Y ``[T, D, B, H]`` (time
+    steps, not images: ``time_major``). ``spatial=False`` (element-wise, requantize, norms, batched
+    matmuls): no limit either when the model holds one image (``model_images``), whose 4-D tensors
+    leading with T are rows (attention's sequence-first [T, 1, 3, E])."""
     shape = g.shape(t)
-    if shape and len(shape) > 3 and shape[0] > target.max_batch and (spatial or model_images(g) != 1):
+    if shape and len(shape) > 3 and shape[0] > target.max_batch and (spatial or model_images(g) != 1) \
+            and not time_major(g, t, target):
         return f"batch {shape[0]} exceeds the accelerator's limit of {target.max_batch}"
     return None
 
@@ -70,6 +72,35 @@ def model_images(g: GraphIndex) -> Optional[int]:
     if not lead or any(s is None or s[0] is None or s[0] < 1 for s in lead):
         return None
     return max(s[0] for s in lead)
+
+
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+TIME_KEEPING = ("QuantizeLinear", "DequantizeLinear", "Identity")   # element-wise: axis 0 stays time
+
+
+def time_major(g: GraphIndex, t: str, target: Target, depth: int = 6) -> bool:
+    """``t``'s leading axis is the time axis of a layout-0 recurrent node's Y (``[T, D, B, H]``), through
+    Q / DQ and Transposes that keep axis 0 (PyTorch's ``[T, B, D, H]`` idiom before its Reshape), and
+    that node is an accelerator recurrent layer (``recurrent.build`` or ``qdq_recurrent.build`` takes
+    it: its region cannot be recompiled for another batch, emit/recurrent.py, so axis 0 is never
+    read as one)."""
+    for _ in range(depth):
+        p = g.producer.get(t)
+        if p is None:
+            return False
+        if p.op_type in RECURRENT_OPS:
+            from . import qdq_recurrent, recurrent   # (they import this module)
+            layout = next((a.i for a in p.attribute if a.name == "layout"), 0)
+            return p.output[0] == t and layout == 0 and any(
+                isinstance(build(g, p, target), Group) for build in (recurrent.build, qdq_recurrent.build))
+        if p.op_type == "Transpose":
+            perm = next((list(a.ints) for a in p.attribute if a.name == "perm"), [])
+            if not perm or perm[0] != 0:
+                return False
+        elif p.op_type not in TIME_KEEPING:
+            return False
+        t = p.input[0]
+    return False
 
 
 def image_batch_moved(in_shape, out_shape, images: Optional[int] = None) -> Optional[str]:

@@ -164,7 +164,9 @@ def materialize(m, grp: RecurrentGroup) -> None:
         m.known_shape(grp.output, list(grp.y_shape))
     x = m.get(grp.inputs[0], X_STORED if grp.layout else None, for_mrvl=True, origin=grp.origin)
     base = grp.anchor.name
-    ins: List[str] = [x, m.init(f"{base}_W", grp.weights["W"]), m.init(f"{base}_R", grp.weights["R"])]
+    codes = grp.weights["W"].dtype == np.int8   # an int8 recurrent layer (qdq_recurrent.py) keeps its codes
+    dt = np.int8 if codes else np.float32
+    ins: List[str] = [x, m.init(f"{base}_W", grp.weights["W"], dt), m.init(f"{base}_R", grp.weights["R"], dt)]
     node = grp.anchor
     for key, i in (("B", 3), ("initial_h", 5), ("initial_c", 6), ("P", 7)):
         if grp.op != "LSTM" and key in ("initial_c", "P"):

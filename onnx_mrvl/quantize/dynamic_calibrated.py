@@ -24,7 +24,9 @@ model has none there: the one added rounding). A MatMul's bias ``Add`` stays an 
 calibrated output quantization (an int8 Sum2D, as ``quantize_static`` writes a MatMul + bias); a
 Conv's bias goes into the layer as int32 ``round(b / (s_x s_w))``. What this module does not take
 stays for legalize's ``dynamic_int8`` / ``dynamic_lstm`` (an fp16 layer with dequantized weights),
-with the reason in ``report.quantization["layers"]`` and in the node's decision.
+with the reason in ``report.quantization["layers"]`` and in the node's decision; a
+DynamicQuantizeLSTM too, unless ``quantize_options={"recurrent": "int8"}`` (``dynamic_lstm_int8.py``:
+an int8 recurrent layer). The ranges: ``dynamic_ranges.py``.
 """
 from __future__ import annotations
 
@@ -39,61 +41,12 @@ from onnx import helper, numpy_helper
 from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
-from .static import onnxruntime_failure
+from . import dynamic_lstm_int8 as lstm_int8
 from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
+from .dynamic_ranges import ort_failure, tensor_ranges
 
 log = logging.getLogger(__name__)
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
-
-
-def _ort_failure(step: str):
-    """onnxruntime failing on the user's model: an ``UnsupportedError`` that says what to do."""
-    return onnxruntime_failure(f"onnxruntime could not {step}",
-                               "convert without calibration (the dynamic layers then run as fp16 layers with "
-                               "dequantized weights)")
-
-
-def _ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: Dict[str, Tuple[str, np.ndarray]]
-            ) -> Tuple[Dict[str, Tuple[float, float]], list, Dict[str, int]]:
-    """min / max of ``tensors`` over ``samples`` (onnxruntime, the tensors as extra outputs), the
-    model outputs of every sample and each tensor's rank. ``derived``: name -> (tensor, bias): the range of tensor - bias
-    (a fused MatMul's result before its bias)."""
-    import onnxruntime as ort
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    m.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors
-                          if t not in have)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    with _ort_failure("run the dynamic model with the calibrated tensors as outputs"):
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    n_out = len(model.graph.output)
-    lo = {t: math.inf for t in tensors}
-    hi = {t: -math.inf for t in tensors}
-    outs, ranks = [], {}
-    for feed in samples:
-        with _ort_failure("run the dynamic model on a calibration sample"):
-            res = dict(zip(names, sess.run(None, feed)))
-        outs.append([res[o.name] for o in model.graph.output[:n_out]])
-        for t in tensors:
-            v = res[t]
-            ranks[t] = v.ndim
-            if v.size and not np.isfinite(v).all():
-                raise UsageError(f"tensor '{t}' holds NaN/inf on a calibration sample",
-                                 hint="calibrate on inputs the model computes finite values for")
-            if v.size:
-                lo[t], hi[t] = min(lo[t], float(v.min())), max(hi[t], float(v.max()))
-        for t, (base, bias) in derived.items():
-            v = (res[base] - bias).astype(np.float32)
-            if v.size:
-                lo[t], hi[t] = min(lo.get(t, math.inf), float(v.min())), max(hi.get(t, -math.inf), float(v.max()))
-    empty = [t for t in list(tensors) + list(derived) if lo[t] > hi[t]]
-    if empty:
-        raise UsageError(f"tensor(s) {empty[:4]} were empty on every calibration sample: no range to calibrate",
-                         hint="calibrate on inputs of the shapes the model runs on")
-    return {t: (lo[t], hi[t]) for t in list(tensors) + list(derived)}, outs, ranks
 
 
 def _consts(graph, name: str, arr: np.ndarray) -> str:
@@ -225,6 +178,12 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
     return m
 
 
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
 def _toposort(graph: onnx.GraphProto, nodes: List[onnx.NodeProto]) -> List[onnx.NodeProto]:
     """``nodes`` in an order where each reads what is written before it (the given order kept where
     it is one already); a cycle here would be this rewrite's fault, not the model's."""
@@ -242,7 +201,8 @@ PRECISION = {"int8": "int8", "fp16": "int8 in, fp16 out"}
 
 
 def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = "minmax",
-              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = LAYER_OUTPUTS[0]):
+              fp16_layers: Sequence[str] = (), input_shapes=None, layer_outputs: str = LAYER_OUTPUTS[0],
+              recurrent: str = lstm_int8.RECURRENT[0]):
     """The static QDQ model of the dynamic-int8 ``model`` with activation scales from ``calibration``,
     and ``info`` for ``report.quantization``. Returns ``quantize.Quantized``. ``layer_outputs``:
     "fp16" (the default: only the inputs quantized, int8-in / fp16-out layers, the dynamic model's
@@ -255,10 +215,16 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     samples, source = load_calibration(calibration, model, input_shapes)
     g = Graph(prepared(model))
     layers, reasons = take(g, fp16_layers)
+    lstms = []   # DynamicQuantizeLSTM: an int8 recurrent layer on request (dynamic_lstm_int8.py)
+    if recurrent == "int8":
+        lstms, why = lstm_int8.take(g, fp16_layers)
+        reasons = {k: v for k, v in reasons.items() if k not in {L.node.name for L in lstms}}
+        reasons.update(why)
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = pool_points(g, layers)
     tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
-    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
+    tensors = sorted(set(tensors) | {L.x for L in lstms})
+    ranges, ref_outs, ranks = tensor_ranges(g.model, tensors, samples, derived) if layers or lstms else ({}, [], {})
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
         if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
             L.gemm = True
@@ -272,12 +238,15 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     qp = {t: qparams(*r) for t, r in ranges.items()}
     int8_outputs = layer_outputs == "int8"
     static = _rewrite(g.model, g, layers, qp, extra, int8_outputs) if layers else g.model
+    if lstms:
+        static = static if static is not g.model else _copy(g.model)
+        lstm_int8.rewrite(static, lstms, qp)
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:
         raise MrvlError(f"the calibrated dynamic-int8 rewrite wrote an invalid model: {exc}",
                         hint="report this model; convert it without calibration (fp16 layers)") from None
-    out_snr = _output_snr(static, samples, ref_outs) if layers else {}
+    out_snr = _output_snr(static, samples, ref_outs) if layers or lstms else {}
     records = []
     for L in layers:
         s, z = qp[L.x]
@@ -292,6 +261,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                         "reason": f"{NOTE_INT8}: input '{L.x}' scale {float(s):.4g} zero point {int(z)} "
                                   f"(range {ranges[L.x][0]:.4g}..{ranges[L.x][1]:.4g} over {len(samples)} "
                                   f"samples); output(s) {outs}"})
+    records += lstm_int8.records(lstms, qp, ranges, len(samples))
     for name, (why, nodes) in reasons.items():
         n = next(x for x in g.model.graph.node if x.name == name)
         records.append({"layer": name, "op_type": n.op_type, "precision": "fp16", "nodes": nodes or [name],
@@ -303,7 +273,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
             "weight_type": "int8 (the dynamic model's, per tensor or per channel)",
             "library": "onnx_mrvl.quantize.dynamic_calibrated (ranges: onnxruntime run of the dynamic model)",
             "fp16_layers": list(fp16_layers or ()), "rounds": 1, "layer_outputs": layer_outputs,
-            "int8_layers": len(layers), "layers_total": len(records),
+            "recurrent": recurrent, "int8_layers": len(layers) + len(lstms), "layers_total": len(records),
             "output_snr_db": out_snr, "layers": records}
     return Quantized(static, info)
 
@@ -311,13 +281,13 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
 def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]:
     """SNR (dB) of each output of the static model against the dynamic model's, over the samples."""
     import onnxruntime as ort
-    with _ort_failure("run the calibrated static model"):
+    with ort_failure("run the calibrated static model"):
         sess = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in static.graph.output]
     num = {k: 0.0 for k in names}
     den = {k: 0.0 for k in names}
     for feed, ref in zip(samples, ref_outs):
-        with _ort_failure("run the calibrated static model"):
+        with ort_failure("run the calibrated static model"):
             got = sess.run(names, feed)
         for k, r, y in zip(names, ref, got):
             if np.asarray(r).dtype.kind != "f":
@@ -344,16 +314,25 @@ def quantize_or_calibrate(model: onnx.ModelProto, *, quantize: str = "float16", 
                                   "calibrated activation scales; or quantize the float model instead")
         opts = dict(quantize_options or {})
         outputs = str(opts.pop("layer_outputs", LAYER_OUTPUTS[0])).strip().lower()
+        recurrent = opts.pop("recurrent", lstm_int8.RECURRENT[0])
+        recurrent = {True: "int8", False: "fp16", "true": "int8", "false": "fp16"}.get(
+            recurrent.strip().lower() if isinstance(recurrent, str) else recurrent,
+            str(recurrent).strip().lower())   # the float recipe's boolean spelling too
         if opts:
             raise UsageError(f"quantize_options {sorted(opts)} on a dynamic-int8 model",
                              hint="the recipe options apply to quantize='int8' / 'mixed' of a float model; "
                                   "calibrating a dynamic model takes calibration= (and fp16_layers=, "
-                                  "quantize_options={'layer_outputs': 'int8' | 'fp16'}) only")
+                                  "quantize_options={'layer_outputs': 'int8' | 'fp16', "
+                                  "'recurrent': 'fp16' | 'int8'}) only")
+        if recurrent not in lstm_int8.RECURRENT:
+            raise UsageError(f"recurrent='{recurrent}' on a dynamic-int8 model",
+                             hint="'fp16' (DynamicQuantizeLSTM as an fp16 LSTM, the default) or 'int8' (an int8 "
+                                  "recurrent layer with a calibrated input scale)")
         if outputs not in LAYER_OUTPUTS:
             raise UsageError(f"layer_outputs='{outputs}' on a dynamic-int8 model",
                              hint="'int8' (int8 layers) or 'fp16' (int8-in / fp16-out layers)")
         return calibrate(model, calibration, calibration_method=calibration_method, fp16_layers=fp16_layers,
-                         input_shapes=input_shapes, layer_outputs=outputs)
+                         input_shapes=input_shapes, layer_outputs=outputs, recurrent=recurrent)
     return quantize_model(model, quantize=quantize, calibration=calibration, calibration_method=calibration_method,
                           fp16_layers=fp16_layers, snr_budget_db=snr_budget_db, input_shapes=input_shapes,
                           quantize_options=quantize_options)

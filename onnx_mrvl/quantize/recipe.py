@@ -20,6 +20,9 @@ Options (defaults chosen by measurement on the zoo architectures, docs/quantize.
 - ``bias_correction`` (bool, default False): empirical bias correction (``bias_correction.py``) of
   the QDQ model: each int8 Conv / Gemm's int32 bias absorbs the per-channel mean of its output
   error on the calibration data, layer by layer.
+- ``recurrent`` (bool, default False): also quantize LSTM / GRU / RNN (int8 W / R, calibrated X and
+  Y scales: int8 recurrent layers, ``fuse/qdq_recurrent.py``); False leaves them fp16 layers
+  (measured closer to fp32, docs/quantize.md).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Recipe:
     elementwise: bool = True
     output_layers_fp16: bool = False
     bias_correction: bool = False
+    recurrent: bool = False
 
     def as_dict(self) -> Dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -82,6 +86,8 @@ def make_recipe(options: Optional[Mapping] = None) -> Recipe:
                 raise UsageError(f"quantize_options: percentile={v!r} is not a number in (90, 100]",
                                  hint="e.g. percentile=99.99")
             out[key] = p
+        elif key == "recurrent" and isinstance(v, str) and v.strip().lower() in ("int8", "fp16"):
+            out[key] = v.strip().lower() == "int8"   # the dynamic models' spelling of the same option
         else:
             out[key] = _bool(key, v)
     return Recipe(**out)
@@ -114,6 +120,9 @@ def op_types(recipe: Recipe) -> List[str]:
     out = set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"}
     if recipe.elementwise:
         out |= {"Concat"} | (set(UNARY_LOOKUPS) & set(LOOKUP)) | (set(BINARY_LOOKUPS) & set(LOOKUP))
+    if recipe.recurrent:   # int8 recurrent layers (fuse/qdq_recurrent.py)
+        from ..fuse.qdq_recurrent import ANCHORS as RECURRENT
+        out |= set(RECURRENT)
     return sorted(out)
 
 

@@ -71,6 +71,7 @@ class Recurrent:
         self.peep = None if peepholes is None else np.asarray(peepholes, F32).reshape(dirs, 3, hid)   # i o f
         if self.peep is not None and cell != "LSTM":
             raise ValueError(f"peepholes on an {cell}")
+        self.keep_h32 = False   # recurrent_int8.py: Y quantized from the fp32 state
         self.c_row = bool(cell_state_row)
         if self.c_row and cell != "LSTM":
             raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
@@ -99,7 +100,7 @@ class Recurrent:
         ok = True
         flat = np.ascontiguousarray(x, dtype=F32).reshape(steps * batch, self.feat)
         for d in range(self.dirs):
-            xw = (flat @ self.wt[d]).reshape(steps, batch, -1)   # fp32 sums of fp16 products
+            xw = self._xw(d, flat).reshape(steps, batch, -1)
             xw += self.bias[d]
             order = range(steps - 1, -1, -1) if (self.reverse or d == 1) else range(steps)
             h = self._state(h0, d, batch)
@@ -108,14 +109,32 @@ class Recurrent:
             for t in order:
                 h, c, fin = step(d, xw[t], h, c)
                 ok = ok and fin
-                y[t, d] = h
+                y[t, d] = self._row(h)
             if self.c_row:
                 y[steps, d] = c
         return y, ok
 
+    def _h(self, hf: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """The new state rounded to fp16 (``hf``: fp32; kept as ``self.h32`` for a layer that
+        quantizes its output from the fp32 value, recurrent_int8.py)."""
+        self.h32 = hf
+        return _round(hf.copy() if self.keep_h32 else hf)
+
+    def _row(self, h: np.ndarray) -> np.ndarray:
+        """The timestep's row of Y: the fp16 state."""
+        return h
+
+    def _xw(self, d: int, flat: np.ndarray) -> np.ndarray:
+        """The input projection of every timestep, [T*B, G*H]: fp32 sums of fp16 products."""
+        return flat @ self.wt[d]
+
+    def _hr(self, d: int, h: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """``h R^T`` for the gate columns [lo, hi) of direction ``d``: fp32 sums of fp16 products."""
+        return h @ self.rt[d][:, lo:hi]
+
     def _lstm(self, d, xw, h, c):
         H = self.hid
-        g = xw + h @ self.rt[d]
+        g = xw + self._hr(d, h, 0, 4 * H)
         f_, g_, h_ = self.acts[d]
         if self.peep is not None:   # the vector unit adds P * c (fp32): c_{t-1} for i and f, c_t for o
             pi, po, pf = self.peep[d]
@@ -129,27 +148,27 @@ class Recurrent:
         if self.peep is not None:
             go += po * c
         o = self._act(f_, go)
-        h, ok_h = _round(o * self._act(h_, c.copy()))
+        h, ok_h = self._h(o * self._act(h_, c.copy()))
         return h, c, ok_c and ok_h
 
     def _gru(self, d, xw, h, c):
         H = self.hid
         f_, g_ = self.acts[d]
-        hr = h @ self.rt[d][:, :2 * H]
+        hr = self._hr(d, h, 0, 2 * H)
         z = self._act(f_, xw[:, :H] + hr[:, :H])
         r = self._act(f_, xw[:, H:2 * H] + hr[:, H:])
         if self.lbr:
-            hh = xw[:, 2 * H:] + r * (h @ self.rt[d][:, 2 * H:] + self.rb_h[d])
+            hh = xw[:, 2 * H:] + r * (self._hr(d, h, 2 * H, 3 * H) + self.rb_h[d])
         else:
             rh, _ = _round(r * h)             # a MAC operand: fp16
-            hh = xw[:, 2 * H:] + rh @ self.rt[d][:, 2 * H:]
+            hh = xw[:, 2 * H:] + self._hr(d, rh, 2 * H, 3 * H)
         hh = self._act(g_, np.ascontiguousarray(hh))
-        h, ok = _round((F32(1) - z) * hh + z * h)
+        h, ok = self._h((F32(1) - z) * hh + z * h)
         return h, None, ok
 
     def _rnn(self, d, xw, h, c):
         (f_,) = self.acts[d]
-        h, ok = _round(self._act(f_, xw + h @ self.rt[d]))
+        h, ok = self._h(self._act(f_, xw + self._hr(d, h, 0, self.hid)))
         return h, None, ok
 
 
@@ -181,15 +200,21 @@ def build(spec, n_inputs: int):
     try:
         acts = activation_fns(names, spec.param("activation_alpha", [0.0] * len(names)),
                               spec.param("activation_beta", [0.0] * len(names)))
-        layer = Recurrent(cell, spec.weight("kernel", required=True), spec.weight("recurrence", required=True),
-                          bias=spec.weight("bias"), initial_h=spec.weight("initial_h"),
-                          initial_c=spec.weight("initial_c"),
-                          direction=str(spec.param("direction", "forward")), activations=acts,
-                          clip=float(spec.param("clip", 0.0)),
-                          linear_before_reset=int(spec.param("linear_before_reset", 0)),
-                          cell_state_row=int(spec.param("cell_state_row", 0)),
-                          peepholes=spec.weight("peepholes"))
-    except (ValueError, IndexError, TypeError) as exc:
+        common = dict(bias=spec.weight("bias"), initial_h=spec.weight("initial_h"),
+                      initial_c=spec.weight("initial_c"), direction=str(spec.param("direction", "forward")),
+                      activations=acts, clip=float(spec.param("clip", 0.0)),
+                      linear_before_reset=int(spec.param("linear_before_reset", 0)),
+                      cell_state_row=int(spec.param("cell_state_row", 0)), peepholes=spec.weight("peepholes"))
+        precision = str(spec.param("precision", "float16"))
+        if precision in ("int8_in", "int8"):   # int8 W / R codes, int8 input projection (recurrent_int8.py)
+            from .recurrent_int8 import build as build_int8
+            layer = build_int8(spec, cell, common)
+        elif precision == "float16":
+            layer = Recurrent(cell, spec.weight("kernel", required=True), spec.weight("recurrence", required=True),
+                              **common)
+        else:
+            raise ValueError(f"precision {precision!r} of a recurrent layer (float16, int8_in or int8)")
+    except (ValueError, IndexError, TypeError, KeyError) as exc:
         raise spec.error(str(exc)) from None
     if int(spec.param("hidden_size", layer.hid)) != layer.hid:
         raise spec.error(f"hidden_size {spec.param('hidden_size')} does not match the recurrence "

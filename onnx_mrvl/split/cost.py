@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from ..graph_index import GraphIndex
-from ..costmodel import RECURRENT_LAYERS, roofline, streamed_weight_bytes
+from ..costmodel import RECURRENT_LAYERS, recurrent_fp16_macs, roofline, streamed_weight_bytes
 from ..target import VECTOR_LOWERINGS, Target, lrn_ops_per_element
 
 
@@ -49,12 +49,18 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
     acts_out = [_elems(g, o) * (1 if precision == b"int8" else 2) for o in node.output if o]
     ocm = arch.ocm_size * arch.num_tiles
     spilled = sum(b for b in acts_in + acts_out if b > ocm)
-    steps = 0
+    steps, fp16_macs = 0, 0
     if node.op_type in RECURRENT_LAYERS and g.shape(node.input[0]):   # serial timesteps (costmodel.py)
-        steps = g.shape(node.input[0])[0]
-        kernels = sum(_elems(g, i) for i in node.input[1:3] if i) * 2
+        steps, batch = g.shape(node.input[0])[:2]
+        kernels = sum(_elems(g, i) for i in node.input[1:3] if i) * size
         weights += streamed_weight_bytes(steps, kernels, ocm)
-    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps, int8=int8)
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        dirs = 2 if a.get("direction") in (b"bidirectional", "bidirectional") else 1
+        if int8:   # an int8 recurrent layer: the fp16 state's products at the fp16 rate
+            fp16_macs = recurrent_fp16_macs(node.op_type, steps, dirs, batch, int(a.get("hidden_size", 0)),
+                                            float(a.get("state_scale", 0.0) or 0.0) > 0)
+    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps, int8=int8,
+                 fp16_macs=fp16_macs)
     return {"macs": macs, **c}
 
 

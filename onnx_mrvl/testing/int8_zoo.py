@@ -77,9 +77,11 @@ def inputs(m: onnx.ModelProto, n: int, seed: int) -> List[Dict[str, np.ndarray]]
 
 
 def quantize_static_qdq(src: str, dst: str, feeds: Sequence[Dict[str, np.ndarray]], act: str = "s8",
-                       per_channel: bool = True) -> str:
+                       per_channel: bool = True, recurrent: bool = False) -> str:
     """onnxruntime's ``quantize_static`` of the model at ``src`` into a QDQ model at ``dst``: int8
-    weights, int8 (``act="s8"``) or uint8 (``"u8"``) activations calibrated (MinMax) on ``feeds``."""
+    weights, int8 (``act="s8"``) or uint8 (``"u8"``) activations calibrated (MinMax) on ``feeds``.
+    ``recurrent``: LSTM / GRU / RNN quantized too (its default op types leave them float; named in
+    ``op_types_to_quantize`` they get DQ on X, W, R, B and Q -> DQ on their outputs)."""
     from onnxruntime import quantization as q
     data = iter(feeds)
 
@@ -87,9 +89,11 @@ def quantize_static_qdq(src: str, dst: str, feeds: Sequence[Dict[str, np.ndarray
         def get_next(self):
             return next(data, None)
 
+    from onnxruntime.quantization.registry import QDQRegistry
+    ops = {"op_types_to_quantize": sorted(set(QDQRegistry) | {"LSTM", "GRU", "RNN"})} if recurrent else {}
     q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
                       weight_type=q.QuantType.QInt8,
-                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8)
+                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8, **ops)
     return dst
 
 

@@ -94,7 +94,8 @@ def match(node, g) -> Optional[Match]:
     return None
 
 
-QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "ConvTranspose": (1, 2)}   # (qdq_convtranspose)
+QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "ConvTranspose": (1, 2),   # (qdq_convtranspose)
+              "LSTM": (1, 2), "GRU": (1, 2), "RNN": (1, 2)}   # W, R of an int8 recurrent layer (fuse/qdq_recurrent.py)
 QDQ_ELEMENTWISE = ("Mul", "Add", "Sub", "Div")
 
 
