@@ -118,8 +118,10 @@ def test_large_kernel_split(k, stride, pad, dil, group, bias):
                        strides=[stride, stride], pads=list(pad), dilations=[dil, dil],
                        group=group)], [("x", [1, cin, 23, 21])], ["y"], inits)
     out, log = legalize_and_compare(m, Target(max_kernel=7))
-    # crop_to_conv turns the tiles' crop Slices ("conv/sliceK") into one-tap depthwise Convs
-    convs = [n for n in out.graph.node if n.op_type == "Conv" and "/slice" not in n.name]
+    # crop_to_conv turns the tiles' crop Slices ("conv/sliceK") into one-tap depthwise Convs, and
+    # pad_to_conv the Pads of a tile whose pads exceed max_pad ("conv/padK": dilation 2, pads 8)
+    convs = [n for n in out.graph.node if n.op_type == "Conv" and "/slice" not in n.name and "/pad" not in n.name]
+    assert all(max(attrs(c)["pads"]) <= 7 for c in convs)
     tiles = -(-k[0] // 7) * -(-k[1] // 7)
     assert len(convs) == tiles and op_types(out).count("Add") == tiles - 1
     assert all(max(attrs(c)["kernel_shape"]) <= 7 for c in convs)

@@ -1,6 +1,9 @@
 """Conv kernels larger than target.max_kernel -> a sum of Convs over kernel tiles (ONNC
 SplitConvPass). Each tile convolves the input window its offset sees (a Slice where the tile
-starts inside the image, reduced pads otherwise); the bias is added once.
+starts inside the image, reduced pads otherwise); the bias is added once. A tile whose pads exceed
+``max_pad["conv"]`` (an edge tile of a long kernel: wav2vec2's positional conv, k = 128 pad 64) reads
+its input through ``Pad`` nodes of at most ``max_pad`` each (pad_to_conv runs them on the
+accelerator), shared by the tiles needing the same extra padding of the same input.
 
 A stride above target.max_stride is handled here too, first: space-to-depth + a stride-1 Conv
 (conv_stride_s2d.py); a kernel still too large is then split on the next sweep."""
@@ -91,6 +94,21 @@ def _fit(r0, r1, pad, out, stride, dil, size, limit):
     return lead, trail, window
 
 
+def _pad_chain(g, x: str, extra, limit: int, node, origin, k: int) -> str:
+    """``x`` zero-padded by ``extra`` ([top, left, bottom, right]) as Pads of at most ``limit`` each."""
+    left = list(extra)
+    while any(left):
+        step = [min(p, limit) for p in left]
+        sx = g.shape(x)
+        out = g.fresh(f"{x}/tile{k}_pad")
+        pv = [0, 0, step[0], step[1], 0, 0, step[2], step[3]]
+        g.make("Pad", [x, g.add_const(f"{node.name}/t{k}/pads", pv, np.int64)], [out], near=node,
+               origin=origin, name=f"{node.name}/pad{k}", mode="constant")
+        g.set_shape(out, [sx[0], sx[1], sx[2] + step[0] + step[2], sx[3] + step[1] + step[3]], g.dtype(x))
+        x, left = out, [p - q for p, q in zip(left, step)]
+    return x
+
+
 def unclean_split(node, g) -> Optional[str]:
     """Why splitting ``node``'s kernel (explicit attributes, static shapes) into tiles would leave
     CPU work behind: a tile that needs a Slice of its input window or pads above max_pad["conv"]
@@ -137,7 +155,7 @@ def rewrite(m: Match, g) -> str:
                 fr = _fit(r0, r1, pt, ho, sh, dh, h, m.data["max"])
                 fc = _fit(c0, c1, pl, wo, sw, dw, wd, m.data["max"])
                 tiles.append(((r0, r1), (c0, c1), fr[2], fc[2], fr[:2] + fc[:2]))
-    acc = None
+    acc, padded = None, {}
     for k, ((r0, r1), (c0, c1), (ys, ye, pb_, pe_), (xs, xe, qb, qe), zeros) in enumerate(tiles):
         x = node.input[0]
         if (ys, ye, xs, xe) != (0, h, 0, wd):
@@ -146,7 +164,17 @@ def rewrite(m: Match, g) -> str:
                              g.add_const(f"{node.name}/t{k}/ends", [ye, xe], np.int64),
                              g.add_const(f"{node.name}/t{k}/axes", [2, 3], np.int64)], [xt],
                    near=node, origin=origin, name=f"{node.name}/slice{k}")
+            sx = g.shape(x)
+            g.set_shape(xt, [sx[0], sx[1], ye - ys, xe - xs], g.dtype(x))
             x = xt
+        limit = g.target.max_pad["conv"]
+        extra = tuple(max(p - limit, 0) for p in (pb_, qb, pe_, qe))
+        if any(extra):
+            key = (x, extra)
+            if key not in padded:
+                padded[key] = _pad_chain(g, x, extra, limit, node, origin, k)
+            x = padded[key]
+            pb_, qb, pe_, qe = (p - e for p, e in zip((pb_, qb, pe_, qe), extra))
         wt = np.pad(w[:, :, r0:r1, c0:c1], [(0, 0), (0, 0), zeros[:2], zeros[2:]])
         ins = [x, g.add_const(f"{node.name}/W{k}", np.ascontiguousarray(wt))]
         if k == 0 and b is not None:
