@@ -47,9 +47,9 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
     if not (np.isfinite(ws).all() and np.all(ws > 0)):
         a.fail("weight scales must be positive and finite")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
-    if a.has("requant"):   # a Conv2D that onnxruntime runs in float (docs/simulator.md)
+    if a.has("requant"):   # a Conv2D / FC that onnxruntime runs in float (docs/simulator.md)
         if a.str("requant") != "float":
-            a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D (float)")
+            a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D / FC (float)")
         params["requant"] = "float"
         if a.has("bias_scale_const_name"):
             bs = vector(a, ctx, "bias_scale_const_name", channels, "bias scale")

@@ -1,4 +1,4 @@
-"""int8 Conv2D that onnxruntime runs in float (``requant: "float"``, docs/simulator.md "int8 layers").
+"""int8 Conv2D / FC that onnxruntime runs in float (``requant: "float"``, docs/simulator.md "int8 layers").
 
 Where onnxruntime's QDQ transformer leaves ``DQ -> Conv -> Q`` unfused (an S8 input DQ shared by
 other readers, for instance), it dequantizes the input, runs its float Conv (MLAS SGEMM on the
@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .int8 import F32, Int8Conv2D, quantize
+from .int8 import F32, Int8Conv2D, Int8FC, quantize
 
 STRIDE_K = 128   # MLAS_SGEMM_STRIDEK / STRIDEN: its SGEMM's K block (partial sums added to the output)
 STRIDE_N = 128
@@ -95,4 +95,35 @@ class FloatPathConv2D(Int8Conv2D):
         y = self.sums(x)
         so, zo, _ = self.out_q
         q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)   # Relu/Clip: clamps of q
+        return ((q - zo).astype(F32) * F32(so)).astype(F32), True
+
+
+class FloatPathFC(Int8FC):
+    """An int8 FC onnxruntime runs as a float MatMul between DQ and Q (an S8 input whose DQ other
+    nodes read, BERT's Q/K/V projections): ``[M, K] x [K, N]`` by MLAS's SGEMM on the dequantized
+    input and ``fp32(q_w s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` (a MatMul's N is its
+    output features, a conv's its pixels), then ``q_y = sat(rne(y / s_y) + z_y)``. No bias: the
+    quantizer leaves a MatMul's bias Add a separate layer."""
+    float_path = True    # int8_native.prepare: not the VNNI integer kernel
+
+    def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None):
+        super().__init__(kernel, bias, weight_scale, params, activation, activation_params)
+        if bias is not None:
+            raise ValueError("a float-path int8 FC has no bias (onnxruntime's MatMul adds none)")
+        ws = np.asarray(weight_scale, F32).reshape(-1)
+        self.wd = np.ascontiguousarray((kernel.reshape(kernel.shape[0], -1).astype(F32) * ws.reshape(-1, 1)).astype(F32).T)
+
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """y = fp32(x_dq @ w_dq) [M, N], before the output quantization."""
+        if x.ndim != 2 or x.shape[1] != self.wd.shape[0]:
+            raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={self.wd.shape[0]}")
+        s, z, dt = self.in_q
+        xd = ((quantize(x, s, z, dt) - z).astype(F32) * F32(s)).astype(F32)   # DequantizeLinear
+        k, n = self.wd.shape
+        return fma_chain(np.ascontiguousarray(xd), self.wd, mlas_stride_k(n, k))
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        y = self.sums(x)
+        so, zo, _ = self.out_q
+        q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)
         return ((q - zo).astype(F32) * F32(so)).astype(F32), True
