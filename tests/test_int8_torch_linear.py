@@ -51,6 +51,9 @@ def test_torch_linear_encoders_bit_exact(tmp_path, name, act):
     floats = plan.get("MatMul", frozenset())
     fcs = {a["onnx_node_name"][0][len("mrvl_"):]: a.get("requant") for a in layers if a["layer_name"] == ["FC"]}
     assert fcs and all((fcs[k] == ["float"]) == (k in floats) for k in fcs), (fcs, floats)
+    bmms = {a["onnx_node_name"][0][len("mrvl_"):]: a.get("requant") for a in layers
+            if a["layer_name"] == ["BatchMatMul"] and a.get("precision") == ["int8"]}
+    assert bmms and all((bmms[k] == ["float"]) == (k in floats) for k in bmms), (bmms, floats)
     if act == "s8":   # S8: the Q/K/V projections read a DQ shared by three MatMuls: onnxruntime's float path
         assert any(v == ["float"] for v in fcs.values())
 
@@ -120,3 +123,51 @@ def test_float_path_fc_refuses_a_bias():
     params = dict(in_scale=0.1, in_zero_point=0, in_dtype="int8", out_scale=0.1, out_zero_point=0, out_dtype="int8")
     with pytest.raises(ValueError, match="no bias"):
         FloatPathFC(np.ones((4, 8), np.int8), np.zeros(4, np.int32), np.ones(4, np.float32), params)
+
+
+def _float_bmm_reference(qa, qb, sa, za, sb, zb):
+    """onnxruntime's unfused DQ(a) x DQ(b) MatMul (fp32 output)."""
+    inits = [numpy_helper.from_array(np.array(v, t), n) for v, t, n in
+             [(sa, np.float32, "sa"), (za, np.int8, "za"), (sb, np.float32, "sb"), (zb, np.int8, "zb")]]
+    g = helper.make_graph([helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["ad"]),
+                           helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"]),
+                           helper.make_node("MatMul", ["ad", "bd"], ["y"])], "bmm",
+                          [helper.make_tensor_value_info("a", TensorProto.INT8, list(qa.shape)),
+                           helper.make_tensor_value_info("b", TensorProto.INT8, list(qb.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"a": qa, "b": qb})[0]
+
+
+def test_float_path_batch_matmul_matches_onnxruntime_bit_exact():
+    """``requant="float"`` int8 BatchMatMul (attention's P x V where onnxruntime leaves the MatMul of
+    two DQs in float): the codes of onnxruntime's DQ -> MatMul -> Q, unfused, element for element,
+    for K below, at and above MLAS's K block; the integer (QLinearMatMul) requantization differs."""
+    from onnx_mrvl.sim.int8_transformer import Int8BatchMatMul
+    (sa, za), (sb, zb), zy = (0.0123, -5), (0.0371, 7), 3
+    flips = 0
+    for k in (32, 64, 128, 300):
+        rng = np.random.default_rng(k)
+        qa = rng.integers(-128, 128, [1, 4, 24, k]).astype(np.int8)
+        qb = rng.integers(-128, 128, [1, 4, k, 40]).astype(np.int8)
+        y_ref = _float_bmm_reference(qa, qb, sa, za, sb, zb)
+        sy = float(np.abs(y_ref).max() / 120)
+        want = np.clip(np.rint(y_ref / np.float32(sy)) + zy, -128, 127)
+        params = dict(in_scale=sa, in_zero_point=za, in_dtype="int8", in2_scale=sb, in2_zero_point=zb,
+                      in2_dtype="int8", out_scale=sy, out_zero_point=zy, out_dtype="int8")
+        xa = ((qa.astype(np.float32) - za) * np.float32(sa)).astype(np.float32)
+        xb = ((qb.astype(np.float32) - zb) * np.float32(sb)).astype(np.float32)
+        codes = {}
+        for requant in ("float", "qlinear"):
+            y, ok = Int8BatchMatMul(dict(params, requant=requant), False, 1.0, {}).apply(xa, xb)
+            assert ok
+            codes[requant] = np.rint(y / np.float32(sy)) + zy
+        assert np.array_equal(codes["float"], want), k
+        flips += int((codes["qlinear"] != want).sum())
+    assert flips > 0
+    with pytest.raises(ValueError, match="requant"):
+        Int8BatchMatMul(dict(params, requant="qlinear_u8"), False, 1.0, {})

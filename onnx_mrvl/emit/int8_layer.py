@@ -94,6 +94,10 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         if not a.has("in2_dtype") or a.str("requant") not in SUM_REQUANT:
             a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (with in2_*: {', '.join(SUM_REQUANT)})")
         params["requant"] = a.str("requant")
+    if layer_name == "BatchMatMul" and a.has("requant"):   # onnxruntime's float MatMul
+        if a.str("requant") not in ("qlinear", "float"):
+            a.fail(f"requant '{a.str('requant')}' of an int8 BatchMatMul (qlinear or float)")
+        params["requant"] = a.str("requant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)
     if layer_name == "Avgpool2D" and a.has("requant"):
