@@ -171,3 +171,19 @@ def test_float_path_batch_matmul_matches_onnxruntime_bit_exact():
     assert flips > 0
     with pytest.raises(ValueError, match="requant"):
         Int8BatchMatMul(dict(params, requant="qlinear_u8"), False, 1.0, {})
+
+
+def test_infinite_scale_pair_says_why_it_stays_on_the_cpu():
+    """quantize_static on an HF attention mask (float32's lowest) writes a Q/DQ of scale inf
+    (the real MiniLM-L6: every score NaN, the probabilities 0 after the NaN-fill Where): the reason
+    names the scale and the remedy, not a generic one."""
+    from onnx_mrvl.fuse.qdq import qparams
+    from onnx_mrvl.graph_index import GraphIndex
+    inits = [numpy_helper.from_array(np.array(np.inf, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")]
+    g = helper.make_graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="mask_q"),
+                           helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="mask_dq")], "inf",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    reason = qparams(GraphIndex(model), model.graph.node[0])
+    assert isinstance(reason, str) and "infinite scale" in reason and "nodes_to_exclude" in reason

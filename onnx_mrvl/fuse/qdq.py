@@ -18,7 +18,7 @@ import onnx
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
-from .qconst import dequantized_const as _dequantized_const
+from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from ..ort_plan import ort_float_nodes, ort_u8_adds
@@ -69,6 +69,9 @@ def _qparams(g: GraphIndex, n: onnx.NodeProto):
         name = onnx.TensorProto.DataType.Name(et) if et else "an unknown type"
         return (f"{n.op_type} '{n.name}' quantizes to {name.lower()}: the MLIP's int8 layers take int8/uint8 "
                 f"activations only (no int16 / int4 mode; quantize the activations to 8 bits)")
+    if np.isinf(s).any():   # quantize_static on a range reaching float32's lowest (an attention mask Add)
+        return (f"{n.op_type} '{n.name}' has an infinite scale (calibrated on float32's lowest?): it stays on the "
+                f"CPU as onnxruntime runs it (inf / NaN); exclude its node from quantization (nodes_to_exclude)")
     if not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
         return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
     return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt
@@ -298,20 +301,11 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout), **extra), {})
 
 
-def _is_constant_operand(g: GraphIndex, t: str) -> bool:
-    """A float constant or a DequantizeLinear of constants."""
-    if g.is_const(t):
-        return True
-    dq = g.producer.get(t)
-    return dq is not None and dq.op_type == "DequantizeLinear" and all(g.is_const(i) for i in dq.input if i)
-
-
 def _add_data_index(g: GraphIndex, n: onnx.NodeProto) -> int:
     """The activation operand of an Add: 1 when operand 0 is the constant (PyTorch writes a Linear's
     bias first: ``Add(bias, MatMul)``), else 0 (Add is commutative, so is onnxruntime's QLinearAdd)."""
-    if len(n.input) == 2 and _is_constant_operand(g, n.input[0]) and not _is_constant_operand(g, n.input[1]):
-        return 1
-    return 0
+    const = [constant_value(g, t) is not None for t in n.input[:2]] if len(n.input) == 2 else [False]
+    return 1 if const == [True, False] else 0
 
 
 def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k: int = 0) -> Union[Group, str, None]:
