@@ -187,3 +187,23 @@ def test_infinite_scale_pair_says_why_it_stays_on_the_cpu():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     reason = qparams(GraphIndex(model), model.graph.node[0])
     assert isinstance(reason, str) and "infinite scale" in reason and "nodes_to_exclude" in reason
+
+
+@pytest.mark.parametrize("m,k,n", [(32, 384, 384), (7, 1536, 384), (32, 384, 1536), (1, 64, 16)])
+def test_float_path_fc_native_kernel_bit_exact(m, k, n):
+    """The native float-path FC (the 1x1 float conv kernel over the rows, a MatMul's K block) gives
+    numpy's sums and codes bit for bit, and the VNNI integer kernel never takes it."""
+    from onnx_mrvl.sim import int8_float_native, int8_native
+    if int8_float_native.lib() is None:
+        pytest.skip(int8_float_native.why_disabled() or "no native float-path kernel")
+    rng = np.random.default_rng(m * k + n)
+    params = dict(in_scale=0.031, in_zero_point=-4, in_dtype="int8", out_scale=0.29, out_zero_point=6, out_dtype="int8")
+    layer = FloatPathFC(rng.integers(-127, 128, (n, k)).astype(np.int8), None,
+                        (rng.uniform(0.5, 2.0, n) / 127).astype(np.float32), params)
+    x = (rng.integers(-128, 128, (m, k)).astype(np.float32) + 4) * np.float32(0.031)
+    fn = int8_native.prepare(layer)
+    assert fn is not None and hasattr(fn, "sums")
+    np.testing.assert_array_equal(fn.sums(x), layer.sums(x))
+    got, ok = fn(x)
+    want, _ = layer.apply(x)
+    assert ok and np.array_equal(got, want)

@@ -37,17 +37,18 @@ def mlas_stride_k(n: int, k: int) -> int:
 
 
 def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.ndarray:
-    """[M, K] x [K, O] in fp32 as MLAS's SGEMM kernel sums it: k in order, FMA into one accumulator
-    per output, per K block; the blocks' sums added to the output in order."""
-    m, k = cols.shape
+    """[..., M, K] x [..., K, O] in fp32 as MLAS's SGEMM kernel sums each matrix: k in order, FMA
+    into one accumulator per output, per K block; the blocks' sums added to the output in order."""
+    m, k = cols.shape[-2:]
+    shape = np.broadcast_shapes(cols.shape[:-2], w.shape[:-2]) + (m, w.shape[-1])
     out = None
     for k0 in range(0, k, stride_k):
-        acc = np.zeros((m, w.shape[1]), np.float64)
+        acc = np.zeros(shape, np.float64)
         for j in range(k0, min(k, k0 + stride_k)):
-            acc += cols[:, j:j + 1].astype(np.float64) * w[j].astype(np.float64)
+            acc += cols[..., j:j + 1].astype(np.float64) * w[..., j:j + 1, :].astype(np.float64)
             acc = acc.astype(F32).astype(np.float64)
         out = acc.astype(F32) if out is None else (out + acc.astype(F32)).astype(F32)
-    return out if out is not None else np.zeros((m, w.shape[1]), F32)
+    return out if out is not None else np.zeros(shape, F32)
 
 
 class FloatPathConv2D(Int8Conv2D):
@@ -110,8 +111,11 @@ class FloatPathFC(Int8FC):
         super().__init__(kernel, bias, weight_scale, params, activation, activation_params)
         if bias is not None:
             raise ValueError("a float-path int8 FC has no bias (onnxruntime's MatMul adds none)")
-        ws = np.asarray(weight_scale, F32).reshape(-1)
-        self.wd = np.ascontiguousarray((kernel.reshape(kernel.shape[0], -1).astype(F32) * ws.reshape(-1, 1)).astype(F32).T)
+        o = kernel.shape[0]
+        # the same sums as a 1x1 float-path conv over the rows (the native kernel, int8_float_native.py)
+        self.conv = FloatPathConv2D(kernel.reshape(o, 1, 1, -1), None, weight_scale, params, [1, 1], [0, 0, 0, 0],
+                                    [1, 1], 1, activation, activation_params)
+        self.wd = self.conv.wd   # [K, O] fp32(q_w s_w)
 
     def sums(self, x: np.ndarray) -> np.ndarray:
         """y = fp32(x_dq @ w_dq) [M, N], before the output quantization."""

@@ -64,13 +64,8 @@ class Int8BatchMatMul(BatchMatMul):
         from .int8_float_conv import fma_chain, mlas_stride_k
         da = (al.astype(F32) * F32(self.a[0])).astype(F32)   # (q - z) s, as DequantizeLinear
         db = (bl.astype(F32) * F32(self.b[0])).astype(F32)
-        lead = np.broadcast_shapes(da.shape[:-2], db.shape[:-2])
-        da, db = np.broadcast_to(da, lead + da.shape[-2:]), np.broadcast_to(db, lead + db.shape[-2:])
         k, n = db.shape[-2:]
-        out = np.empty(lead + (da.shape[-2], n), F32)
-        for i in np.ndindex(*lead):
-            out[i] = fma_chain(np.ascontiguousarray(da[i]), np.ascontiguousarray(db[i]), mlas_stride_k(n, k))
-        return out
+        return fma_chain(da, db, mlas_stride_k(n, k))   # every matrix of the batch at once
 
     def apply(self, a: np.ndarray, b: np.ndarray):
         shape = self.output_shape(a.shape, b.shape)
