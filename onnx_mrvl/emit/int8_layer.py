@@ -47,9 +47,9 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
     if not (np.isfinite(ws).all() and np.all(ws > 0)):
         a.fail("weight scales must be positive and finite")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
-    if a.has("requant"):   # a Conv2D that onnxruntime runs in float (docs/simulator.md)
+    if a.has("requant"):   # a Conv2D / FC that onnxruntime runs in float (docs/simulator.md)
         if a.str("requant") != "float":
-            a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D (float)")
+            a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D / FC (float)")
         params["requant"] = "float"
         if a.has("bias_scale_const_name"):
             bs = vector(a, ctx, "bias_scale_const_name", channels, "bias scale")
@@ -93,6 +93,10 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
     if layer_name == "Sum2D" and a.has("requant"):
         if not a.has("in2_dtype") or a.str("requant") not in SUM_REQUANT:
             a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (with in2_*: {', '.join(SUM_REQUANT)})")
+        params["requant"] = a.str("requant")
+    if layer_name == "BatchMatMul" and a.has("requant"):   # onnxruntime's float MatMul
+        if a.str("requant") not in ("qlinear", "float"):
+            a.fail(f"requant '{a.str('requant')}' of an int8 BatchMatMul (qlinear or float)")
         params["requant"] = a.str("requant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)

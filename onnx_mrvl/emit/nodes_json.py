@@ -387,7 +387,7 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     if "in2_type" in a:   # Sum2D: its second operand's quantization
         attrs.update(in2_scale=_s(float(a["in2_scale"])), in2_zero_point=_s(int(a["in2_zero_point"])),
                      in2_dtype=[a["in2_type"]])
-    if "in2_type" in a and a.get("requant"):   # Sum2D: onnxruntime's arithmetic (qlinear, qlinear_u8, float)
+    if "in2_type" in a and a.get("requant"):   # Sum2D / BatchMatMul: onnxruntime's arithmetic (qlinear, qlinear_u8, float)
         attrs["requant"] = [a["requant"]]
     if "in_scales" in a:   # int8 Concat: every input's quantization, in input order
         attrs.update(in_scales=_s([float(v) for v in a["in_scales"]]),

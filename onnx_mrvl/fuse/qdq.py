@@ -18,7 +18,7 @@ import onnx
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
-from .qconst import dequantized_const as _dequantized_const
+from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from ..ort_plan import ort_float_nodes, ort_u8_adds
@@ -69,6 +69,9 @@ def _qparams(g: GraphIndex, n: onnx.NodeProto):
         name = onnx.TensorProto.DataType.Name(et) if et else "an unknown type"
         return (f"{n.op_type} '{n.name}' quantizes to {name.lower()}: the MLIP's int8 layers take int8/uint8 "
                 f"activations only (no int16 / int4 mode; quantize the activations to 8 bits)")
+    if np.isinf(s).any():   # quantize_static on a range reaching float32's lowest (an attention mask Add)
+        return (f"{n.op_type} '{n.name}' has an infinite scale (calibrated on float32's lowest?): it stays on the "
+                f"CPU as onnxruntime runs it (inf / NaN); exclude its node from quantization (nodes_to_exclude)")
     if not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
         return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
     return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt
@@ -209,6 +212,9 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         attrs["requant"] = "float"
         if bias is not None:
             attrs["bias_scales"] = [float(v) for v in bias_scales]
+    if n.op_type == "MatMul" and n.name in ort_float_nodes(g.model, "MatMul"):
+        # a float MatMul between DQ and Q (S8 input whose DQ other nodes read): MLAS's fp32 SGEMM
+        attrs["requant"] = "float"
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
 
 
@@ -269,12 +275,13 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     """``DQ -> MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool / Resize (nearest) -> Q -> DQ``
     as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
     reason, or None (its input is no DQ)."""
-    found = activation_input(g, n.input[0])
+    k = _add_data_index(g, n) if n.op_type == "Add" else 0
+    found = activation_input(g, n.input[k])
     if found is None or isinstance(found[1], str):
         return found and found[1]   # None (no DQ in front) or the reason its quantization is not int8
     qin = found[1]
     if n.op_type == "Add":
-        return _build_add(g, n, target, claimed, qin)
+        return _build_add(g, n, target, claimed, qin, k)
     grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)
     if isinstance(grp, str):
         return grp
@@ -294,18 +301,27 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout), **extra), {})
 
 
-def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -> Union[Group, str, None]:
+def _add_data_index(g: GraphIndex, n: onnx.NodeProto) -> int:
+    """The activation operand of an Add: 1 when operand 0 is the constant (PyTorch writes a Linear's
+    bias first: ``Add(bias, MatMul)``), else 0 (Add is commutative, so is onnxruntime's QLinearAdd)."""
+    const = [constant_value(g, t) is not None for t in n.input[:2]] if len(n.input) == 2 else [False]
+    return 1 if const == [True, False] else 0
+
+
+def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k: int = 0) -> Union[Group, str, None]:
     """``DQ(a) + DQ(b) -> [Relu/Clip] -> Q -> DQ`` (a residual add) as an int8 Sum2D: operands of
     one shape, each with its own scale and zero point (``in_*`` for a, ``in2_*`` for b). With b a
     DQ of a constant (a MatMul's bias, quantized like a weight), the constant is its dequantized
-    fp32 value ``(q_b - z_b) * s_b`` (what onnxruntime adds) and the layer has one data input."""
-    if g.is_const(n.input[1]) and g.is_float(n.input[1]):   # legalize folded its DQ
-        return _build_add_const(g, n, target, claimed, qin, None)
-    dq_b = g.producer.get(n.input[1])
+    fp32 value ``(q_b - z_b) * s_b`` (what onnxruntime adds) and the layer has one data input.
+    ``k``: the index of a (1 when the constant comes first)."""
+    o = 1 - k
+    if g.is_const(n.input[o]) and g.is_float(n.input[o]):   # legalize folded its DQ
+        return _build_add_const(g, n, target, claimed, qin, None, k)
+    dq_b = g.producer.get(n.input[o])
     if dq_b is None or dq_b.op_type != "DequantizeLinear":
         return None
     if all(g.is_const(i) for i in dq_b.input if i):
-        return _build_add_const(g, n, target, claimed, qin, dq_b)
+        return _build_add_const(g, n, target, claimed, qin, dq_b, k)
     qin2 = _qparams(g, dq_b)
     if isinstance(qin2, str):
         return qin2
@@ -341,21 +357,23 @@ def _int8_activation(grp: Group) -> Optional[str]:
     return None
 
 
-def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, dq_b):
-    """``DQ(a) + c -> Q -> DQ``, c a float constant (a folded DQ) or a DQ of constants (``dq_b``)."""
+def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, dq_b, k: int = 0):
+    """``DQ(a) + c -> Q -> DQ`` (or ``c + DQ(a)``, a at input ``k``), c a float constant (a folded DQ)
+    or a DQ of constants (``dq_b``)."""
+    ct = n.input[1 - k]
     if dq_b is None:
-        c, view = np.asarray(g.const(n.input[1]), np.float32), g
+        c, view = np.asarray(g.const(ct), np.float32), g
     else:
         c = _dequantized_const(g, dq_b)
         if c is None:
             return f"the constant operand of '{n.name}' is not an int8/uint8/int32 DequantizeLinear"
-        if {dq_b.name} & (set(claimed) | set(g.excluded)) or len(g.consumers.get(n.input[1], [])) != 1:
+        if {dq_b.name} & (set(claimed) | set(g.excluded)) or len(g.consumers.get(ct, [])) != 1:
             return f"the constant operand of '{n.name}' is shared"
-        view = _Dequantized(g, {n.input[1]: c})
+        view = _Dequantized(g, {ct: c})
     grp = build_eltwise(view, n, target)
     if isinstance(grp, str):
         return grp
-    around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed)
+    around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed, k)
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around

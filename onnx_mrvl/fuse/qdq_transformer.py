@@ -17,6 +17,7 @@ from typing import List, Union
 import onnx
 
 from ..graph_index import GraphIndex
+from ..ort_plan import ort_float_nodes
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
@@ -72,7 +73,8 @@ def materialize(m, grp: Group) -> None:
 def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
     """``DQ(a) x DQ(b) -> Q -> DQ`` with two activations (attention's Q*K^T and P*V): an int8
     BatchMatMul (onnxruntime runs this group as QLinearMatMul: int32 sums of the codes, one
-    requantization) that absorbs the pair after it; None when an operand is no DQ of an activation
+    requantization; where it leaves the MatMul in float, ``requant="float"``: its fp32 SGEMM on
+    the dequantized operands) that absorbs the pair after it; None when an operand is no DQ of an activation
     (the float patterns take the MatMul), or the reason it cannot be int8."""
     from .batch_matmul import build_batch_matmul
     dqs = [g.producer.get(t) for t in n.input[:2]]
@@ -102,6 +104,8 @@ def build_int8_batch_matmul(g: GraphIndex, n: onnx.NodeProto, target: Target, cl
     (sa, za, ta), (sb, zb, tb) = qa, qb
     attrs = dict({k: v for k, v in pair.attrs.items() if k != HOST_OUTPUT}, in_scale=sa, in_zero_point=za, in_type=ta, in2_scale=sb, in2_zero_point=zb,
                  in2_type=tb, alpha=1.0)
+    if n.name in ort_float_nodes(g.model, "MatMul"):   # onnxruntime's float MatMul between DQ and Q
+        attrs["requant"] = "float"
     return Group("BatchMatMul", grp.composite, [n] + pair.nodes, list(grp.inputs), pair.output, attrs)
 
 

@@ -102,8 +102,11 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
     if named:
         logger.info("legalize: named %d unnamed or duplicate-named nodes", named)
     prepare.drop_initializer_inputs(m.graph)
+    # a QDQ model: which node groups onnxruntime runs in float (for fuse's int8 layers), asked before
+    # the input shapes are pinned: onnxruntime plans the model as given differently (MiniLM-L6's
+    # P x V MatMuls: float with its symbolic dims, QLinearMatMul with pinned ones)
+    ort_plan.stamp(m)
     shapes.pin_inputs(m.graph, input_shapes, {i.name for i in m.graph.initializer})
-    ort_plan.stamp(m)   # a QDQ model: which node groups onnxruntime runs in float (for fuse's int8 layers)
     old = prepare.default_opset(m)
     m = prepare.upgrade_opset(m)
     report.opset = (old, prepare.default_opset(m))

@@ -147,6 +147,9 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
                 layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"), **geo)
             else:
                 layer = Int8Conv2D(*args, **geo)
+        elif spec.params.get("requant") == "float":   # onnxruntime's float MatMul (int8_float_conv.py)
+            from .int8_float_conv import FloatPathFC
+            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"])
         else:
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
     except (ValueError, KeyError, TypeError) as exc:

@@ -1,4 +1,4 @@
-"""int8 Conv2D that onnxruntime runs in float (``requant: "float"``, docs/simulator.md "int8 layers").
+"""int8 Conv2D / FC that onnxruntime runs in float (``requant: "float"``, docs/simulator.md "int8 layers").
 
 Where onnxruntime's QDQ transformer leaves ``DQ -> Conv -> Q`` unfused (an S8 input DQ shared by
 other readers, for instance), it dequantizes the input, runs its float Conv (MLAS SGEMM on the
@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .int8 import F32, Int8Conv2D, quantize
+from .int8 import F32, Int8Conv2D, Int8FC, quantize
 
 STRIDE_K = 128   # MLAS_SGEMM_STRIDEK / STRIDEN: its SGEMM's K block (partial sums added to the output)
 STRIDE_N = 128
@@ -37,17 +37,18 @@ def mlas_stride_k(n: int, k: int) -> int:
 
 
 def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.ndarray:
-    """[M, K] x [K, O] in fp32 as MLAS's SGEMM kernel sums it: k in order, FMA into one accumulator
-    per output, per K block; the blocks' sums added to the output in order."""
-    m, k = cols.shape
+    """[..., M, K] x [..., K, O] in fp32 as MLAS's SGEMM kernel sums each matrix: k in order, FMA
+    into one accumulator per output, per K block; the blocks' sums added to the output in order."""
+    m, k = cols.shape[-2:]
+    shape = np.broadcast_shapes(cols.shape[:-2], w.shape[:-2]) + (m, w.shape[-1])
     out = None
     for k0 in range(0, k, stride_k):
-        acc = np.zeros((m, w.shape[1]), np.float64)
+        acc = np.zeros(shape, np.float64)
         for j in range(k0, min(k, k0 + stride_k)):
-            acc += cols[:, j:j + 1].astype(np.float64) * w[j].astype(np.float64)
+            acc += cols[..., j:j + 1].astype(np.float64) * w[..., j:j + 1, :].astype(np.float64)
             acc = acc.astype(F32).astype(np.float64)
         out = acc.astype(F32) if out is None else (out + acc.astype(F32)).astype(F32)
-    return out if out is not None else np.zeros((m, w.shape[1]), F32)
+    return out if out is not None else np.zeros(shape, F32)
 
 
 class FloatPathConv2D(Int8Conv2D):
@@ -95,4 +96,38 @@ class FloatPathConv2D(Int8Conv2D):
         y = self.sums(x)
         so, zo, _ = self.out_q
         q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)   # Relu/Clip: clamps of q
+        return ((q - zo).astype(F32) * F32(so)).astype(F32), True
+
+
+class FloatPathFC(Int8FC):
+    """An int8 FC onnxruntime runs as a float MatMul between DQ and Q (an S8 input whose DQ other
+    nodes read, BERT's Q/K/V projections): ``[M, K] x [K, N]`` by MLAS's SGEMM on the dequantized
+    input and ``fp32(q_w s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` (a MatMul's N is its
+    output features, a conv's its pixels), then ``q_y = sat(rne(y / s_y) + z_y)``. No bias: the
+    quantizer leaves a MatMul's bias Add a separate layer."""
+    float_path = True    # int8_native.prepare: not the VNNI integer kernel
+
+    def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None):
+        super().__init__(kernel, bias, weight_scale, params, activation, activation_params)
+        if bias is not None:
+            raise ValueError("a float-path int8 FC has no bias (onnxruntime's MatMul adds none)")
+        o = kernel.shape[0]
+        # the same sums as a 1x1 float-path conv over the rows (the native kernel, int8_float_native.py)
+        self.conv = FloatPathConv2D(kernel.reshape(o, 1, 1, -1), None, weight_scale, params, [1, 1], [0, 0, 0, 0],
+                                    [1, 1], 1, activation, activation_params)
+        self.wd = self.conv.wd   # [K, O] fp32(q_w s_w)
+
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """y = fp32(x_dq @ w_dq) [M, N], before the output quantization."""
+        if x.ndim != 2 or x.shape[1] != self.wd.shape[0]:
+            raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={self.wd.shape[0]}")
+        s, z, dt = self.in_q
+        xd = ((quantize(x, s, z, dt) - z).astype(F32) * F32(s)).astype(F32)   # DequantizeLinear
+        k, n = self.wd.shape
+        return fma_chain(np.ascontiguousarray(xd), self.wd, mlas_stride_k(n, k))
+
+    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
+        y = self.sums(x)
+        so, zo, _ = self.out_q
+        q = np.clip(np.rint((y / F32(so)).astype(F32)) + zo, self.lo, self.hi)
         return ((q - zo).astype(F32) * F32(so)).astype(F32), True

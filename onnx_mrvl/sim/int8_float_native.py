@@ -22,7 +22,7 @@ import numpy as np
 
 from . import native
 from .int8 import QRANGE
-from .int8_float_conv import FloatPathConv2D, mlas_stride_k
+from .int8_float_conv import FloatPathConv2D, FloatPathFC, mlas_stride_k
 from .native_loader import OnceLibrary
 from .int8_native import (code_offset, conv_out_size, empty_result, keep_call, load_library, mark_staged,
                           reciprocal, run_checked, source_buffer, target_buffer)
@@ -61,8 +61,9 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
     return out
 
 
-def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
-    """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then)."""
+def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Optional[Callable]:
+    """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then).
+    ``stride_k``: MLAS's K block when it is not the conv's (a MatMul's, prepare_float_fc)."""
     if lib() is None:
         return None
     o, g, ig, kh, kw = layer.o, layer.groups, layer.ig, layer.kh, layer.kw
@@ -97,7 +98,7 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
             raise ValueError("codes out need the output buffer")
         dd = FDesc.from_buffer_copy(d)               # per call: thread safe
         dd.n, dd.h, dd.w, dd.c, dd.oh, dd.ow = n, h, wd, c, oh, ow
-        dd.stride_k = mlas_stride_k(oh * ow, k)
+        dd.stride_k = stride_k or mlas_stride_k(oh * ow, k)
         dd.in_codes, dd.out_codes, dd.raw = int(codes_in[0]), int(codes_out), int(raw)
         src = source_buffer(x, codes_in[0])
         y = native.empty((n, oh, ow, o)) if out is None else target_buffer(out, n * oh * ow * o)
@@ -112,5 +113,29 @@ def prepare_float(layer: FloatPathConv2D) -> Optional[Callable]:
             return layer.sums(x)
         run_checked(call)
         return y
+    apply.sums = sums
+    apply.stage = stage
+    return apply
+
+
+def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:
+    """The native ``apply`` of a float-path FC (onnxruntime's float MatMul): its 1x1 conv
+    (``layer.conv``) on the [M, K] rows as the pixels of one 1 x M image, with a MatMul's K block
+    ``mlas_stride_k(N, K)`` (N: the output features); None: numpy's ``layer.apply``."""
+    conv = layer.conv
+    prepared = prepare_float(conv, stride_k=mlas_stride_k(conv.o, conv.ig))
+    if prepared is None:
+        return None
+    inner, k = prepared.stage, conv.ig
+
+    def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
+        if x.ndim != 2 or x.shape[1] != k:
+            raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
+        call, y = inner(x.reshape(1, 1, x.shape[0], k), out=out, codes_in=codes_in, codes_out=codes_out)
+        return call, y.reshape(x.shape[0], -1)
+    apply = mark_staged(stage, layer, [layer.in_q])
+
+    def sums(x: np.ndarray) -> np.ndarray:
+        return prepared.sums(x.reshape(1, 1, x.shape[0], k)).reshape(x.shape[0], -1)
     apply.sums = sums
     return apply

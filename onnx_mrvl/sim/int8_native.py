@@ -306,8 +306,8 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
     """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then).
     A float-path Conv2D (int8_float_conv.py) gets the fp32 kernel of int8_float_native.py."""
     if getattr(layer, "float_path", False):     # onnxruntime's float Conv: its own kernel, never the VNNI one
-        from .int8_float_native import prepare_float
-        return prepare_float(layer)
+        from .int8_float_native import prepare_float, prepare_float_fc
+        return prepare_float(layer) if isinstance(layer, Int8Conv2D) else prepare_float_fc(layer)
     if lib() is None:
         return None
     if isinstance(layer, Int8Conv2D):

@@ -54,6 +54,18 @@ class Int8BatchMatMul(BatchMatMul):
             raise ValueError(f"alpha {alpha} on an int8 BatchMatMul (its scale is the requantization)")
         self.a, self.b, self.y = _q(params, "in"), _q(params, "in2"), _q(params, "out")
         self.mult = F32(F32(F32(self.a[0]) * F32(self.b[0])) / F32(self.y[0]))
+        self.float_path = str(params.get("requant", "qlinear")) == "float"
+        if str(params.get("requant", "qlinear")) not in ("qlinear", "float"):
+            raise ValueError(f"requant {params.get('requant')!r} of an int8 BatchMatMul (qlinear or float)")
+
+    def _float_sums(self, al: np.ndarray, bl: np.ndarray) -> np.ndarray:
+        """onnxruntime's float MatMul on the dequantized operands: per matrix MLAS's SGEMM chains
+        (int8_float_conv.fma_chain, K blocks of ``mlas_stride_k(N, K)``)."""
+        from .int8_float_conv import fma_chain, mlas_stride_k
+        da = (al.astype(F32) * F32(self.a[0])).astype(F32)   # (q - z) s, as DequantizeLinear
+        db = (bl.astype(F32) * F32(self.b[0])).astype(F32)
+        k, n = db.shape[-2:]
+        return fma_chain(da, db, mlas_stride_k(n, k))   # every matrix of the batch at once
 
     def apply(self, a: np.ndarray, b: np.ndarray):
         shape = self.output_shape(a.shape, b.shape)
@@ -64,10 +76,13 @@ class Int8BatchMatMul(BatchMatMul):
         bl = np.transpose(cb, [list(pb).index(i) for i in range(b.ndim)]) if pb else cb
         if al.shape[-1] * 255 * 255 >= ACC_LIMIT:
             raise ValueError(f"K={al.shape[-1]} products could overflow the int32 accumulator")
-        acc = np.matmul(al, bl)                       # exact integers in float64
         s, z, dt = self.y
         lo, hi = QRANGE[dt]
-        q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
+        if self.float_path:
+            q = np.clip(np.rint((self._float_sums(al, bl) / F32(s)).astype(F32)) + z, lo, hi)
+        else:
+            acc = np.matmul(al, bl)                       # exact integers in float64
+            q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
         y = ((q - z).astype(F32) * F32(s)).astype(F32)
         if self.out_perm:
             y = np.transpose(y, self.out_perm)

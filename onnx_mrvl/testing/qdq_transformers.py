@@ -18,8 +18,22 @@ import onnx
 
 from . import arch_attention, arch_speech, arch_transformer, recurrent_models
 
+def bias_first(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every Linear's bias Add written as PyTorch's TorchScript exporter writes it,
+    ``Add(bias, MatMul(x, W))`` (the builders write ``Add(MatMul, bias)``; onnxruntime's quantizer
+    keeps the order, so the QDQ model's Add reads the bias's DequantizeLinear first)."""
+    inits = {t.name for t in model.graph.initializer}
+    matmuls = {o for n in model.graph.node if n.op_type == "MatMul" for o in n.output}
+    for n in model.graph.node:
+        if n.op_type == "Add" and len(n.input) == 2 and n.input[0] in matmuls and n.input[1] in inits:
+            n.input[0], n.input[1] = n.input[1], n.input[0]
+    return model
+
+
 MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "bert_encoder": lambda: arch_speech.bert_encoder(T=16, D=32, H=4),
+    "bert_encoder_torch": lambda: bias_first(arch_speech.bert_encoder(T=16, D=32, H=4)),
+    "encoder_block_ln_op_torch": lambda: bias_first(arch_transformer.encoder_block(ln="op", T=16, D=32, H=4)),
     "bert_encoder_ln_op": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="op"),
     "whisper_encoder": lambda: arch_speech.whisper_encoder(mels=16, T=32, D=32, H=4),
     "vit_like": lambda: arch_transformer.vit_like(D=32, H=4),
@@ -29,6 +43,9 @@ MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "lstm_head": lambda: recurrent_models.cell_model("LSTM", head=True, steps=12, feat=16, hid=20),
     "gru_head": lambda: recurrent_models.cell_model("GRU", head=True, steps=12, feat=16, hid=20),
 }
+# quantized as given, without quant_pre_process (whose optimizer folds a 3-D MatMul's bias Add away):
+# ``quantize_static`` on the exporter's graph writes MatMul -> Q -> DQ -> Add(DQ(bias), .) -> Q -> DQ
+RAW = {"bert_encoder_torch", "encoder_block_ln_op_torch"}
 # extra_options of quantize_static that exporters' recipes set (Olive / optimum)
 VARIANTS: Dict[str, dict] = {"default": {}, "symmetric": {"ActivationSymmetric": True, "WeightSymmetric": True},
                              "const_b_only": {"MatMulConstBOnly": True}}
@@ -40,8 +57,9 @@ def feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
 
 
 def quantize(model: onnx.ModelProto, path: str, act: str = "s8", per_channel: bool = True,
-             extra_options: Optional[dict] = None, calibration: int = 4) -> str:
-    """``model`` -> quant_pre_process -> quantize_static (QDQ) written to ``path``; returns ``path``."""
+             extra_options: Optional[dict] = None, calibration: int = 4, preprocess: bool = True) -> str:
+    """``model`` -> quant_pre_process (unless ``preprocess`` is False) -> quantize_static (QDQ)
+    written to ``path``; returns ``path``."""
     from onnxruntime import quantization as q
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -54,7 +72,10 @@ def quantize(model: onnx.ModelProto, path: str, act: str = "s8", per_channel: bo
 
     src, pre = path + ".float.onnx", path + ".pre.onnx"
     onnx.save(model, src)
-    quant_pre_process(src, pre, skip_symbolic_shape=True)
+    if preprocess:
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+    else:
+        pre = src
     q.quantize_static(pre, path, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
                       weight_type=q.QuantType.QInt8,
                       activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8,
@@ -105,7 +126,8 @@ def agreement(qpath: str, model_path: str, runs: int = 2) -> Dict[str, dict]:
 def convert_and_measure(name: str, folder: str, act: str = "s8", variant: str = "default", **convert_kw) -> dict:
     """Quantize ``name``, convert, save, measure: regions, CPU ops by type, agreement."""
     import onnx_mrvl
-    qpath = quantize(MODELS[name](), os.path.join(folder, f"{name}.q.onnx"), act, extra_options=VARIANTS[variant])
+    qpath = quantize(MODELS[name](), os.path.join(folder, f"{name}.q.onnx"), act, extra_options=VARIANTS[variant],
+                     preprocess=name not in RAW)
     result = onnx_mrvl.convert(qpath, **convert_kw)
     out = os.path.join(folder, f"{name}.out")
     result.save(out, overwrite=True)
