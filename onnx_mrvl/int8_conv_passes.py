@@ -12,7 +12,9 @@ the same result. The lowering (assumption: the MLIP's compiler does it; no publi
   per-output-channel scales unchanged; the padding becomes ``ceil(pad / s)`` blocks);
 - **kernel side > ``max_kernel``** (after that): tiles of at most ``max_kernel`` taps, each one pass
   of the MAC array into the same int32 accumulator (no requantization between passes), one
-  requantization after the last pass;
+  requantization after the last pass; each pass addresses the input window its tile reads (the
+  reads beyond the map are padding, zero-point codes adding 0: skipped), so a tiled axis has no
+  per-pass padding (wav2vec2's positional conv, k 16-128 with pad k / 2);
   (a depthwise conv too: RepLKNet-style large kernels);
 - **dilation d > ``max_dilation``** along an axis (stride within the limit): one pass per tap along
   that axis, each a 1-tap conv whose input window is the map shifted by the tap's offset ``i * d -
@@ -83,7 +85,8 @@ def plan(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
             blocks.append(1)
         ks.append(k)
         tiles.append(-(-k // max_kernel))
-    lowered = tuple(0 if i % 2 in tap_axes else -(-int(p) // blocks[i % 2]) for i, p in enumerate(pads))
+    windowed = set(tap_axes) | {a for a in range(2) if tiles[a] > 1}   # passes address shifted windows
+    lowered = tuple(0 if i % 2 in windowed else -(-int(p) // blocks[i % 2]) for i, p in enumerate(pads))
     channels = in_per_group * blocks[0] * blocks[1]
     if channels * groups > max_channels:
         return (f"space-to-depth by {blocks[0]}x{blocks[1]} gives {channels * groups} input channels, "

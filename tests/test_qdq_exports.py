@@ -88,3 +88,58 @@ def test_sequence_first_tensors_of_a_one_image_model(tmp_path, act):
     assert r["steps"] <= 1.001, r
     cpu = [d for d in r["result"].report.cpu_nodes()]
     assert not cpu, [(d.node, d.reason) for d in cpu]
+
+
+def _quantize_file(model, tmp_path, name, act="s8"):
+    src, dst = str(tmp_path / f"{name}.onnx"), str(tmp_path / f"{name}_{act}.onnx")
+    onnx.save(model, src)
+    int8_zoo.quantize_static_qdq(src, dst, [qdq_variants.feeds_for(model, k) for k in range(4)], act=act)
+    return onnx.load(dst)
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_safe_softmax_guard_on_dequantized_codes(tmp_path, act):
+    """torch's _safe_softmax guard in a QDQ model reads the Softmax's Q -> DQ: Where(IsNaN(DQ(q)), 0,
+    DQ(q)) passes the codes through (DQ of an int8 code is never NaN): legalize's nan_guard_dq removes
+    it (IsNaN / Where on the CPU cut the block after every Softmax)."""
+    from onnx_mrvl.testing import arch_attention as A
+    q = _quantize_file(A.mha_block("legacy", "const", "safe"), tmp_path, "safe", act)
+    assert any(n.op_type == "IsNaN" for n in q.graph.node)
+    assert any(rule == "nan_guard_dq" for rule, _, _ in legalize(q).log)
+    r = qdq_variants.convert_and_compare(f"safe_{act}", str(tmp_path), model=q)
+    assert r["regions"] == 1 and not {"IsNaN", "Where", "Softmax"} & set(r["cpu"]), r["cpu"]
+    assert r["steps"] <= 1.001, r
+
+
+def long_kernel_conv1d() -> onnx.ModelProto:
+    """wav2vec2's positional conv: Conv1d(16, 16, k 16, pad 8, groups 4) whose bias the exporter
+    shares with an Add elsewhere (zero-initialised biases deduplicated) -> Slice (drop the last
+    frame) -> Relu, + that Add."""
+    rng = np.random.default_rng(9)
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
+    inits = [_init(rng, "w", (16, 4, 16), 0.2), numpy_helper.from_array(np.full(16, 0.05, np.float32), "b"),
+             i64("s0", [0]), i64("s1", [40]), i64("ax", [2])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="pos_conv", kernel_shape=[16], pads=[8, 8], group=4),
+             helper.make_node("Slice", ["c", "s0", "s1", "ax"], ["cs"]), helper.make_node("Relu", ["cs"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["rt"], perm=[0, 2, 1]), helper.make_node("Add", ["rt", "b"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "posconv", [helper.make_tensor_value_info("x", F, [1, 16, 40])],
+                                               [helper.make_tensor_value_info("y", F, [1, 40, 16])], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_long_grouped_conv1d_with_a_shared_bias(tmp_path, act):
+    """The bias onnxruntime's quantizer wrote as int8 codes (it is an Add's operand too) makes the
+    Conv a float Conv between DQ and Q in onnxruntime: the int8 layer follows that float path with the
+    bias dequantized as stored; its kernel tiles address shifted windows, no per-pass padding (pad 8
+    was refused: 'padding exceeds the limit 7'). One region, within one output step of onnxruntime."""
+    q = _quantize_file(long_kernel_conv1d(), tmp_path, "posconv", act)
+    conv_node = next(n for n in q.graph.node if n.name == "pos_conv")
+    bias_dq = next(n for n in q.graph.node if n.output[0] == conv_node.input[2])
+    codes = next(t for t in q.graph.initializer if t.name == bias_dq.input[0])
+    assert codes.data_type != TensorProto.INT32, "the bias is int32 now: the test lost its point"
+    r = qdq_variants.convert_and_compare(f"posconv_{act}", str(tmp_path), model=q)
+    conv = r["result"].report.decisions["pos_conv"]
+    assert conv.placement == "accelerator" and conv.precision == "int8", conv.reason
+    assert r["regions"] == 1, r["cpu"]
+    assert r["steps"] <= 1.001, r

@@ -126,6 +126,24 @@ def _bias(g: GraphIndex, t: str, in_scale: float, w_scale: np.ndarray):
     return b.reshape(-1).astype(np.int32), dq
 
 
+def _stored_bias(g: GraphIndex, t: str, channels: int):
+    """(integer codes minus their zero point as int32, its DQ node, per-channel scales) of a bias
+    that is a DequantizeLinear of any integer constant (an int8 bias onnxruntime's quantizer wrote
+    for a tensor other ops read too), or a reason: what a float Conv between DQ and Q adds."""
+    dq = g.producer.get(t)
+    if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
+        return "bias is not a DequantizeLinear of an integer constant"
+    b = np.asarray(g.const(dq.input[0]))
+    if b.dtype.kind not in "iu" or b.size != channels or np.dtype(b.dtype).itemsize > 4:
+        return f"bias '{t}' is {b.dtype} of {b.size} values, not integers per output channel"
+    z = np.asarray(g.const(dq.input[2]), np.int64).reshape(-1) if len(dq.input) > 2 and dq.input[2] else np.zeros(1, np.int64)
+    s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
+    codes = b.reshape(-1).astype(np.int64) - z
+    if not np.all(np.isfinite(s)) or np.abs(codes).max(initial=0) >= 2 ** 31:
+        return f"bias '{t}' has scales that are not finite"
+    return codes.astype(np.int32), dq, np.broadcast_to(s, (channels,)).astype(np.float32)
+
+
 def activation_dq(g: GraphIndex, t: str) -> Optional[onnx.NodeProto]:
     """The DequantizeLinear of an activation (not of a constant) that produces ``t``, or None."""
     dq = g.producer.get(t)
@@ -178,9 +196,14 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     consts = {n.input[1]: real}
     # a weight / bias DQ shared by several layers stays a node of the graph (each layer takes its codes)
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
-    bias = None
+    bias, stored_scales = None, None
+    float_conv = n.op_type == "Conv" and n.name in ort_float_nodes(g.model, "Conv")
     if len(n.input) > 2 and n.input[2]:
         b = _bias(g, n.input[2], qin[0], ws)
+        if isinstance(b, str) and float_conv:   # a float Conv adds any dequantized bias as stored
+            b = _stored_bias(g, n.input[2], ws.size)
+            if isinstance(b, tuple):
+                stored_scales, b = b[2], b[:2]
         if isinstance(b, str):
             return b
         bias, dq_b = b
@@ -188,7 +211,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         bias_scales = np.broadcast_to(bias_scales, bias.shape) if bias_scales.size == 1 else bias_scales
         absorbed += [dq_b] if len(g.consumers.get(n.input[2], [])) == 1 else []
         # the float checks see the dequantized bias (what onnxruntime adds), not the int32 codes
-        consts[n.input[2]] = (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32)
+        consts[n.input[2]] = ((bias.astype(np.float32) * stored_scales).astype(np.float32) if stored_scales is not None
+                              else (bias.astype(np.float64) * np.float32(qin[0]) * ws.astype(np.float64)).astype(np.float32))
     view = _Dequantized(g, consts)
     grp = build_conv(view, n, target, int8=True) if n.op_type == "Conv" else build_fc(view, n, target)
     if isinstance(grp, str):
@@ -206,7 +230,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     if bias is not None:
         weights["B"] = bias
     attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
-    if n.op_type == "Conv" and n.name in ort_float_nodes(g.model, "Conv"):
+    if float_conv:
         # onnxruntime runs this group as a float Conv between DQ and Q (not QLinearConv): the layer
         # follows its fp32 arithmetic (sim/int8_float_conv.py), with the bias dequantized as stored
         attrs["requant"] = "float"
