@@ -252,7 +252,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
           ("axis", "epsilon") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log") + INT8_POOL_ATTRS, int8_body(softmax_body)),
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log", "requant") + INT8_POOL_ATTRS, int8_body(softmax_body)),
     OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)

@@ -96,6 +96,10 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         params["requant"] = a.str("requant")
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)
+    if layer_name == "Softmax" and a.has("requant"):
+        if a.str("requant") != "float":
+            a.fail(f"requant '{a.str('requant')}' of an int8 Softmax (float)")
+        params["requant"] = "float"
     if layer_name == "Avgpool2D" and a.has("requant"):
         if a.str("requant") not in ("qlinear", "float"):
             a.fail(f"requant '{a.str('requant')}' of an int8 Avgpool2D (qlinear or float)")

@@ -328,6 +328,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs["axis"] = _s(a["axis"])
         if a.get("log"):   # LogSoftmax
             attrs["log"] = _s(1)
+        if node.op_type == "Softmax" and a.get("requant"):   # int8: "float" = onnxruntime's fp32 Softmax + Q
+            attrs["requant"] = [a["requant"]]
         if node.op_type == "LayerNorm":
             attrs["epsilon"] = _s(float(a["epsilon"]))
             if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)

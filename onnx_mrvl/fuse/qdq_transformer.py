@@ -17,6 +17,7 @@ from typing import List, Union
 import onnx
 
 from ..graph_index import GraphIndex
+from ..ort_plan import ort_float_nodes
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
@@ -126,7 +127,9 @@ def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
 def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
     """``DQ(x) -> Softmax -> Q -> DQ`` (one type in and out): an int8 Softmax with onnxruntime's
     QLinearSoftmax semantics (a 256-entry exp table of the input codes, sim/int8_transformer.py),
-    absorbing the pair after it; None when the input is no DQ (the float pattern takes it), or a reason."""
+    absorbing the pair after it; ``requant="float"`` (any types) where onnxruntime leaves the group
+    unfused (ort_plan: with S8 codes when the input's DQ has other readers): its fp32 Softmax of the
+    dequantized codes, then QuantizeLinear; None when the input is no DQ (the float pattern takes it), or a reason."""
     from .transformer import build_softmax
     if n.op_type != "Softmax":
         return None
@@ -143,13 +146,14 @@ def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed
     pair = build_requantize(g, users[0], target)
     if isinstance(pair, str):
         return pair
-    if pair.attrs["out_type"] != qin[2]:
+    in_float = n.name in ort_float_nodes(g.model, "Softmax")   # not fused into QLinearSoftmax
+    if pair.attrs["out_type"] != qin[2] and not in_float:
         return "an int8 Softmax with input and output of different types (onnxruntime runs it in float)"
     if {x.name for x in pair.nodes} & (set(claimed) | set(g.excluded)):
         return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
     s, z, t = qin
     attrs = dict(grp.attrs, **{k: v for k, v in pair.attrs.items() if k.startswith(("out_", "precision"))},
-                 in_scale=s, in_zero_point=z, in_type=t)
+                 in_scale=s, in_zero_point=z, in_type=t, **({"requant": "float"} if in_float else {}))
     return Group("Softmax", grp.composite, [n] + pair.nodes + in_front, [x], pair.output, attrs)
 
 
