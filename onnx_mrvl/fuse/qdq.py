@@ -18,7 +18,7 @@ import onnx
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
-from .qconst import dequantized_const as _dequantized_const
+from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from ..ort_plan import ort_float_nodes, ort_u8_adds
@@ -270,6 +270,8 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
     reason, or None (its input is no DQ)."""
     found = activation_input(g, n.input[0])
+    if n.op_type == "Add" and found is None and len(n.input) == 2 and constant_value(g, n.input[0]) is not None:
+        return _build_add_swapped(g, n, target, claimed)
     if found is None or isinstance(found[1], str):
         return found and found[1]   # None (no DQ in front) or the reason its quantization is not int8
     qin = found[1]
@@ -324,6 +326,21 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
 
 
+def _build_add_swapped(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed) -> Union[Group, str, None]:
+    """``c + DQ(a)``, the constant first (YOLOv8's ``anchors + rb``): the Add commutes, so it is
+    built as ``DQ(a) + c`` (onnxruntime fuses or not the same node either way)."""
+    found = activation_input(g, n.input[1])
+    if found is None or isinstance(found[1], str):
+        return found and found[1]
+    swapped = onnx.NodeProto()
+    swapped.CopyFrom(n)
+    swapped.input[0], swapped.input[1] = n.input[1], n.input[0]
+    grp = _build_add(g, swapped, target, claimed, found[1])
+    if isinstance(grp, Group):
+        grp.nodes = [n if x is swapped else x for x in grp.nodes]
+    return grp
+
+
 def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
     """How onnxruntime computes the int8 add ``n`` (docs/simulator.md "int8 layers"): "float" when it
     leaves the group unfused (DQ, fp32 Add, QuantizeLinear), else its QLinearAdd kernel on the codes,
@@ -349,8 +366,8 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
         c = _dequantized_const(g, dq_b)
         if c is None:
             return f"the constant operand of '{n.name}' is not an int8/uint8/int32 DequantizeLinear"
-        if {dq_b.name} & (set(claimed) | set(g.excluded)) or len(g.consumers.get(n.input[1], [])) != 1:
-            return f"the constant operand of '{n.name}' is shared"
+        if dq_b.name in g.excluded:
+            return f"the constant operand of '{n.name}' is excluded by the user"
         view = _Dequantized(g, {n.input[1]: c})
     grp = build_eltwise(view, n, target)
     if isinstance(grp, str):
@@ -363,8 +380,11 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
     qb = _qparams(g, dq_b) if dq_b is not None and np.asarray(g.const(dq_b.input[0])).dtype != np.int32 else None
     if qb is not None and not isinstance(qb, str):   # int8 codes of one scale: onnxruntime may fuse QLinearAdd
         attrs.update(in2_scale=qb[0], in2_zero_point=qb[1], in2_type=qb[2], requant=add_requant(g, n, qin[2]))
-    return Group(grp.op, grp.composite, grp.nodes + nodes + ([dq_b] if dq_b is not None else []), [a], out,
-                 attrs, dict(grp.weights))
+    own = dq_b is not None and dq_b.name not in claimed and len(g.consumers.get(n.input[1], [])) == 1
+    # a DQ of constants other nodes read too (YOLOv8's anchors, in anchors - lt and anchors + rb)
+    # stays for them: this layer holds the dequantized value as its operand
+    return Group(grp.op, grp.composite, [x for x in grp.nodes + nodes if x is not dq_b] + ([dq_b] if own else []),
+                 [a], out, attrs, dict(grp.weights))
 
 
 def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
