@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, host_preprocess, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
+from . import batch_matmul, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -148,6 +148,7 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     # (an int8-in layer quantizes its input: it does)
     claimed.update(qdq.shared_pairs(g, [x for x in found.values()
                                         if not x.note or x.attrs.get("precision") == qdq_int8_in.PRECISION], claimed))
+    claimed.update(qconst.shared_constant_dqs(g, list(found.values()), claimed))
     return found, reasons, claimed, not_int8
 
 
