@@ -19,7 +19,7 @@ KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the 
 # the op types whose int8 layers depend on it: Conv, AveragePool, Softmax (requant), the Lookup groups' ops
 OP_TYPES = ("AveragePool", "Conv", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish",
             "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sum", "Sub", "Div",
-            "PRelu", "BatchNormalization", "Softmax")
+            "PRelu", "BatchNormalization", "Pow", "Softmax")
 U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs as a uint8 QLinearAdd
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 

@@ -32,7 +32,7 @@ from .qdq import activation_dq, only_reader as _only_reader, qattrs as _qattrs, 
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
                "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
-               "BatchNormalization", "Identity", "QuantizeLinear", "DequantizeLinear")
+               "BatchNormalization", "Pow", "Identity", "QuantizeLinear", "DequantizeLinear")
 ANCHORS = tuple(op for op in ELEMENTWISE if op not in ("Identity", "QuantizeLinear", "DequantizeLinear"))
 MAX_NODES = 32
 CODES = 256
@@ -88,6 +88,11 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
         return qin
     t = n.input[0]
     shape = g.shape(t)
+    for i in n.input[1:]:
+        value = constant_value(g, i) if i and i != t else None
+        if value is not None and _per_channel_ok(value, shape) is None:
+            return (f"its constant {list(np.shape(value))} varies along more than one axis of {shape} "
+                    f"(a table has one row per channel of one axis)")
     index = order_index or {x.name: k for k, x in enumerate(g.nodes)}
     inside, members, channels, axis = {t}, [], 1, None
     best = None

@@ -220,6 +220,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
         src.nodes += [q, dq]
         src.output = dq.output[0]
         src.attrs.update(precision="int8_out", out_scale=qp[0], out_zero_point=qp[1], out_type=qp[2])
+        if src.note.startswith("fp16 layer (not int8: "):   # it is no fp16 layer now
+            src.note = "fp32 layer writing its Q -> DQ's codes (not int8: " + src.note[len("fp16 layer (not int8: "):]
         owner.update({q.name: src, dq.name: src})
         dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
         if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
