@@ -11,9 +11,9 @@ The table is what onnxruntime computes (lookup_table.py): the group's nodes run 
 CPU provider on the 256 input codes, as a session of the whole model runs them.
 
 The group grows forward from its anchor in graph order over nodes whose inputs are all the input
-tensor, group outputs or constants (scalars, or per channel along one axis, the same for all), and ends at the last
-point where exactly one of its tensors is read outside it: a DequantizeLinear output (the group's
-output, with that DQ's quantization).
+tensor, group outputs or constants (scalars, or per channel along one axis, the same for all), and
+ends at the last point where exactly one of its tensors is read outside it: a DequantizeLinear
+output (the group's output, with that DQ's quantization).
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
     for i in n.input[1:]:
         value = constant_value(g, i) if i and i != t else None
         if value is not None and _per_channel_ok(value, shape) is None:
-            return (f"its constant {list(np.shape(value))} varies along more than one axis of {shape} "
+            return (f"its constant {list(np.shape(value))} is no scalar nor a vector along one axis of {shape} "
                     f"(a table has one row per channel of one axis)")
     index = order_index or {x.name: k for k, x in enumerate(g.nodes)}
     inside, members, channels, axis = {t}, [], 1, None
