@@ -64,6 +64,20 @@ def const_first_add(seed: int = 0) -> onnx.ModelProto:
     return g.model("const_first_add", [("input", F, [1, 3, 10, 10])], [("output", F, [1, 8, 10, 10])])
 
 
+def box_decode(seed: int = 0) -> onnx.ModelProto:
+    """YOLOv8's dist2bbox on conv outputs: anchors - lt, anchors + rb, x2y2 - x1y1, (x1y1 + x2y2) - 0.5
+    (the anchors [1, 2, 10, 10] vary along three axes: no table), Concat -> conv."""
+    g = GraphBuilder(seed, 13)
+    lt, rb = g.conv("input", 3, 2, 3, "c_lt"), g.conv("input", 3, 2, 3, "c_rb")
+    anc = g.const("anchors", (g.rng.uniform(0, 10, (1, 2, 10, 10))).astype(np.float32))
+    x1y1, x2y2 = g.node("Sub", [anc, lt], "sub_first"), g.node("Add", [anc, rb], "add_anchor")
+    wh = g.node("Sub", [x2y2, x1y1], "sub_two")
+    c = g.node("Sub", [g.node("Add", [x1y1, x2y2], "add_two"), g.const("half", np.float32(0.5))], "sub_const")
+    g.conv(g.node("Concat", [c, wh], "cat", axis=1), 4, 8, 1, "c_out")
+    g.nodes[-1].output[0] = "output"
+    return g.model("box_decode", [("input", F, [1, 3, 10, 10])], [("output", F, [1, 8, 10, 10])])
+
+
 def _convert(model, tmp_path, act):
     qpath = quantize(model, str(tmp_path / "q.onnx"), True, act)
     result = onnx_mrvl.convert(qpath)
@@ -102,6 +116,28 @@ def test_add_with_the_constant_first_is_int8(tmp_path, act):
     assert d["add_first"].precision == d["add_second"].precision == "int8", (d["add_first"], d["add_second"])
     assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
     assert _agreement(qpath, folder) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_sub_is_a_subtracting_int8_sum(tmp_path, act):
+    """A QDQ Sub (two tensors, the constant first, a scalar) is an int8 Sum2D with ``subtract``
+    computed as onnxruntime's float DQ -> Sub -> Q (it has no QLinearSub); the box decode was on the
+    CPU ('no accelerator op for Sub'). The fused model's reference bodies run in plain onnxruntime."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath, result, folder = _convert(box_decode(4), tmp_path, act)
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    d = result.report.decisions
+    assert all(d[n].precision == "int8" for n in ("sub_first", "sub_two", "add_anchor")), d["sub_two"]
+    subs = [a for a in _layers(folder) if a.get("subtract")]
+    assert sorted(a["subtract"][0] for a in subs) == ["1", "2"], subs   # x2y2 - x1y1, anchors - lt
+    assert all(a.get("requant", ["float"]) == ["float"] for a in subs)
+    assert _agreement(qpath, folder) == (0.0, 0.0)
+    fused = fuse(legalize(onnx.load(qpath)).model).model
+    x = np.random.default_rng(0).standard_normal((1, 3, 10, 10)).astype(np.float32)
+    a = ort.InferenceSession(qpath).run(None, {"input": x})[0]
+    b = ort.InferenceSession(fused.SerializeToString()).run(None, {"input": x})[0]
+    assert np.array_equal(a, b)
 
 
 def test_lookup_table_per_channel_along_the_last_axis():

@@ -389,6 +389,8 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
                      in2_dtype=[a["in2_type"]])
     if "in2_type" in a and a.get("requant"):   # Sum2D: onnxruntime's arithmetic (qlinear, qlinear_u8, float)
         attrs["requant"] = [a["requant"]]
+    if a.get("subtract"):   # Sum2D of a QDQ Sub: A - B (1) or B - A (2)
+        attrs["subtract"] = _s(int(a["subtract"]))
     if "in_scales" in a:   # int8 Concat: every input's quantization, in input order
         attrs.update(in_scales=_s([float(v) for v in a["in_scales"]]),
                      in_zero_points=_s([int(v) for v in a["in_zero_points"]]))

@@ -122,6 +122,11 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             if isinstance(lookup, str) and built is None:
                 not_int8[n.name] = lookup
             built = lookup if isinstance(lookup, Group) else built
+        if not isinstance(built, Group) and n.op_type == "Sub":   # two tensors, or a constant along
+            sub = qdq.build_sub(g, n, target, claimed)            # several axes: a subtracting Sum2D
+            if isinstance(sub, Group):
+                not_int8.pop(n.name, None)
+                built = sub
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):

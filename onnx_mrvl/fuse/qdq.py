@@ -341,6 +341,32 @@ def _build_add_swapped(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed
     return grp
 
 
+def build_sub(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
+    """A QDQ Sub (``DQ(a) - DQ(b)``, ``DQ(a) - c``, ``c - DQ(a)`` -> Q -> DQ: YOLOv8's box decode) as an
+    int8 Sum2D built as the Add it equals, with ``subtract`` (1: A - B, 2: B - A, B the second input
+    or the constant) in float (onnxruntime has no QLinearSub: it runs DQ -> Sub -> Q in fp32, and
+    the layer's ``fp32(va - vb)`` is that); None when neither operand is a DQ of an activation."""
+    if len(n.input) != 2:
+        return None
+    first_const = constant_value(g, n.input[0]) is not None
+    add = onnx.NodeProto()
+    add.CopyFrom(n)
+    add.op_type = "Add"
+    if first_const:
+        add.input[0], add.input[1] = n.input[1], n.input[0]
+    found = activation_input(g, add.input[0])
+    if found is None or isinstance(found[1], str):
+        return found and found[1]
+    grp = _build_add(g, add, target, claimed, found[1])
+    if not isinstance(grp, Group):
+        return grp
+    grp.nodes = [n if x is add else x for x in grp.nodes]
+    for k in ("in2_scale", "in2_zero_point", "in2_type") if "operand" in grp.weights else ():
+        grp.attrs.pop(k, None)   # a constant operand: its fp32 value (no QLinear kernel reads its codes)
+    grp.attrs.update(requant="float", subtract=2 if first_const else 1)
+    return grp
+
+
 def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
     """How onnxruntime computes the int8 add ``n`` (docs/simulator.md "int8 layers"): "float" when it
     leaves the group unfused (DQ, fp32 Add, QuantizeLinear), else its QLinearAdd kernel on the codes,
