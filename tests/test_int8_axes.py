@@ -78,6 +78,19 @@ def box_decode(seed: int = 0) -> onnx.ModelProto:
     return g.model("box_decode", [("input", F, [1, 3, 10, 10])], [("output", F, [1, 8, 10, 10])])
 
 
+def head_pow_reshape(seed: int = 0) -> onnx.ModelProto:
+    """YOLOv5's ``(2 * sigmoid(x))^2`` before a conv, and a Softmax whose output a Reshape moves to the
+    model output (SqueezeNet's head)."""
+    g = GraphBuilder(seed, 13)
+    x = g.conv("input", 3, 8, 3, "c1")
+    p = g.node("Pow", [g.node("Mul", [g.node("Sigmoid", [x], "sig"), g.const("two", np.float32(2))], "mul2"),
+                       g.const("sq", np.float32(2))], "pow")
+    y = g.node("Softmax", [g.conv(p, 8, 8, 1, "c2")], "sm", axis=1)
+    g.node("Reshape", [y, g.const("shape", np.array([1, 8, 64], np.int64))], "out_reshape")
+    g.nodes[-1].output[0] = "output"
+    return g.model("head_pow_reshape", [("input", F, [1, 3, 8, 8])], [("output", F, [1, 8, 64])])
+
+
 def _convert(model, tmp_path, act):
     qpath = quantize(model, str(tmp_path / "q.onnx"), True, act)
     result = onnx_mrvl.convert(qpath)
@@ -138,6 +151,19 @@ def test_qdq_sub_is_a_subtracting_int8_sum(tmp_path, act):
     a = ort.InferenceSession(qpath).run(None, {"input": x})[0]
     b = ort.InferenceSession(fused.SerializeToString()).run(None, {"input": x})[0]
     assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_pow_lookup_and_output_pair_on_its_grid(tmp_path, act):
+    """Pow by a constant joins the Lookup (it was 'no accelerator op for Pow'); the Q -> DQ after the
+    output Reshape re-quantizes codes already on its grid: it stays in the region (it was the
+    host's pair on the CPU), exact."""
+    qpath, result, folder = _convert(head_pow_reshape(5), tmp_path, act)
+    cpu = [n.op_type for n in result.model.graph.node if not n.op_type.startswith("Subgraph")]
+    assert cpu == ["Transpose"], cpu   # only the output's layout (NHWC data reshaped to [1, 8, 64])
+    d = result.report.decisions
+    assert d["pow"].precision == "int8" and "Lookup" in d["pow"].reason, d["pow"]
+    assert _agreement(qpath, folder) == (0.0, 0.0)
 
 
 def test_lookup_table_per_channel_along_the_last_axis():
