@@ -18,7 +18,7 @@ import onnx
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
-from .qconst import constant_value, dequantized_const as _dequantized_const
+from .qconst import dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from ..ort_plan import ort_float_nodes, ort_u8_adds
@@ -270,8 +270,6 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
     reason, or None (its input is no DQ)."""
     found = activation_input(g, n.input[0])
-    if n.op_type == "Add" and found is None and len(n.input) == 2 and constant_value(g, n.input[0]) is not None:
-        return _build_add_swapped(g, n, target, claimed)
     if found is None or isinstance(found[1], str):
         return found and found[1]   # None (no DQ in front) or the reason its quantization is not int8
     qin = found[1]
@@ -324,47 +322,6 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin) -
     attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
                  requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
-
-
-def _build_add_swapped(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed) -> Union[Group, str, None]:
-    """``c + DQ(a)``, the constant first (YOLOv8's ``anchors + rb``): the Add commutes, so it is
-    built as ``DQ(a) + c`` (onnxruntime fuses or not the same node either way)."""
-    found = activation_input(g, n.input[1])
-    if found is None or isinstance(found[1], str):
-        return found and found[1]
-    swapped = onnx.NodeProto()
-    swapped.CopyFrom(n)
-    swapped.input[0], swapped.input[1] = n.input[1], n.input[0]
-    grp = _build_add(g, swapped, target, claimed, found[1])
-    if isinstance(grp, Group):
-        grp.nodes = [n if x is swapped else x for x in grp.nodes]
-    return grp
-
-
-def build_sub(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Union[Group, str, None]:
-    """A QDQ Sub (``DQ(a) - DQ(b)``, ``DQ(a) - c``, ``c - DQ(a)`` -> Q -> DQ: YOLOv8's box decode) as an
-    int8 Sum2D built as the Add it equals, with ``subtract`` (1: A - B, 2: B - A, B the second input
-    or the constant) in float (onnxruntime has no QLinearSub: it runs DQ -> Sub -> Q in fp32, and
-    the layer's ``fp32(va - vb)`` is that); None when neither operand is a DQ of an activation."""
-    if len(n.input) != 2:
-        return None
-    first_const = constant_value(g, n.input[0]) is not None
-    add = onnx.NodeProto()
-    add.CopyFrom(n)
-    add.op_type = "Add"
-    if first_const:
-        add.input[0], add.input[1] = n.input[1], n.input[0]
-    found = activation_input(g, add.input[0])
-    if found is None or isinstance(found[1], str):
-        return found and found[1]
-    grp = _build_add(g, add, target, claimed, found[1])
-    if not isinstance(grp, Group):
-        return grp
-    grp.nodes = [n if x is add else x for x in grp.nodes]
-    for k in ("in2_scale", "in2_zero_point", "in2_type") if "operand" in grp.weights else ():
-        grp.attrs.pop(k, None)   # a constant operand: its fp32 value (no QLinear kernel reads its codes)
-    grp.attrs.update(requant="float", subtract=2 if first_const else 1)
-    return grp
 
 
 def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
@@ -445,3 +402,4 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
 # the helpers other QDQ builders (qdq_lookup.py) share
 qparams, only_reader, qattrs, Dequantized = _qparams, _only_reader, _qattrs, _Dequantized
 pair_in = _pair_in   # qdq_int8_in.py
+build_add = _build_add   # qdq_sub.py: the Add a constant-first Add or a Sub equals
