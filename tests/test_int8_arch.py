@@ -41,17 +41,24 @@ def test_arch_qdq_constants_stay_in_the_region(tmp_path, name, act):
     assert not [w for w in m["why"] if w[2] == "fp16" and w[1] in ("Mul", "LayerNormalization")], m["why"]
 
 
-@pytest.mark.parametrize("name,act,fixed", [
-    ("audio_wave", "s8", ("BatchNormalization", "MaxPool", "GlobalAveragePool")),   # Lookup on [N, C, T], 1-D pools
-    ("ssd_like", "s8", ("Softmax",)),   # requant float: onnxruntime's fp32 Softmax of the shared DQ
-    ("yolov8_like", "u8", ("Add",)),    # anchors + rb: the constant first, shared with anchors - lt
+@pytest.mark.parametrize("name,act,fixed,cpu", [
+    # Lookup on [N, C, T], 1-D pools; the model input's Q / DQ are the host's
+    ("audio_wave", "s8", ("BatchNormalization", "MaxPool", "GlobalAveragePool"),
+     {"QuantizeLinear": 1, "DequantizeLinear": 1}),
+    ("ssd_like", "s8", ("Softmax",), {}),   # requant float: onnxruntime's fp32 Softmax of the shared DQ
+    # anchors + rb (the constant first, shared with anchors - lt) and the Subs as subtracting int8
+    # Sum2Ds: the box decode in the region, only the output's layout Transpose on the CPU
+    ("yolov8_like", "u8", ("Add", "Sub"), {"Transpose": 1}),
+    ("yolov5_like", "s8", ("Pow",), {}),    # (2 sigmoid)^2 in the Lookup: the head in the region
 ])
-def test_arch_qdq_rows_are_bit_exact(tmp_path, name, act, fixed):
-    """Rows that were 92-99.9% identical, 1-2 steps (docs/benchmarks-int8.md): now 100%, 0 steps,
-    and the ops that were fp16 layers are int8 (or fp32 writing int8 codes)."""
+def test_arch_qdq_rows_are_bit_exact(tmp_path, name, act, fixed, cpu):
+    """Rows that were 92-99.9% identical, 1-2 steps, or had their heads on the CPU
+    (docs/benchmarks-int8.md): now 100%, 0 steps, and the ops that were fp16 layers or CPU ops
+    are int8 (or fp32 writing int8 codes)."""
     m = bench_int8_arch.measure(name, str(tmp_path), act)
     assert m["regions"] == 1 and m["identical"] == 1.0 and m["steps"] == 0, m
-    assert not [w for w in m["why"] if w[2] == "fp16" and w[1] in fixed], m["why"]
+    assert m["cpu"] == cpu, (m["cpu"], m["why"])
+    assert not [w for w in m["why"] if w[2] in ("fp16", "cpu") and w[1] in fixed], m["why"]
 
 
 def test_input_preprocessing_runs_on_the_host(tmp_path):
