@@ -11,9 +11,10 @@ seeded weights, 224 x 224.
 
 Prints a markdown table: regions, ops left on the CPU by type, layers by precision, the share of
 output elements identical to onnxruntime's, the largest difference in output quantization steps
-and max|err| / max|ref|. ``--why`` adds, per model, the reasons of the CPU ops and of the fp16 layers. ``--recurrent``
-quantizes LSTM / GRU / RNN too (onnxruntime's default op types leave them float: they are fp16
-layers then; named, they get int8 W / R and become int8 recurrent layers, fuse/qdq_recurrent.py).
+and max|err| / max|ref|. ``--why`` adds, per model, the reasons of the CPU ops and of the layers
+that are not int8 (fp16; int8-out: fp32 math writing int8 codes). ``--recurrent`` quantizes LSTM /
+GRU / RNN too (onnxruntime's default op types leave them float: they are fp16 layers then; named,
+they get int8 W / R and become int8 recurrent layers, fuse/qdq_recurrent.py).
 Models of opset < 13 are converted to opset 13 first (onnx.version_converter), as onnxruntime's
 quantizer asks: its per-channel Q/DQ in an opset 11/12 model is invalid (onnxruntime cannot load it).
 """
@@ -49,8 +50,8 @@ def reasons(result) -> list:
     """(count, op type, placement or precision, reason) of the CPU ops and fp16 layers."""
     c = collections.Counter()
     for d in result.report.decisions.values():
-        if d.placement == "cpu" or (d.placement == "accelerator" and d.precision == "fp16"):
-            c[(d.op_type, d.placement if d.placement == "cpu" else "fp16", (d.reason or "")[:160])] += 1
+        if d.placement == "cpu" or (d.placement == "accelerator" and d.precision not in ("int8", None)):
+            c[(d.op_type, d.placement if d.placement == "cpu" else d.precision, (d.reason or "")[:160])] += 1
     return [(n, *k) for k, n in c.most_common()]
 
 
@@ -83,7 +84,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
     names = args.models or list(builders())
-    print("| model | act | regions | CPU ops | int8 / fp16 layers | identical | max steps | max err / max ref |")
+    print("| model | act | regions | CPU ops | int8 / int8-out / fp16 layers | identical | max steps | max err / max ref |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     notes = []
     with tempfile.TemporaryDirectory(prefix="bench_int8_arch-") as d:
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
                     continue
                 cpu = ", ".join(f"{k} {v}" for k, v in sorted(m["cpu"].items())) or "none"
                 p = m["precision"]
-                print(f"| {name} | {act} | {m['regions']} | {cpu} | {p.get('int8', 0)} / {p.get('fp16', 0)} "
+                print(f"| {name} | {act} | {m['regions']} | {cpu} | {p.get('int8', 0)} / {p.get('fp32, int8 out', 0)} / {p.get('fp16', 0)} "
                       f"| {m['identical']:.2%} | {m['steps']:g} | {m['rel']:.2e} |", flush=True)
                 if args.why and act == args.acts[0]:
                     notes += [f"- {name}: {n} x {op} ({where}): {why}" for n, op, where, why in m["why"]]

@@ -16,7 +16,8 @@ class Decision:
     composite: Optional[str] = None    # composite pattern name
     subgraph: Optional[str] = None     # region name (after split)
     layer: Optional[str] = None        # JSON layer name inside the region (after emit)
-    precision: Optional[str] = None    # that layer's arithmetic: "int8" or "fp16" (accelerator only)
+    precision: Optional[str] = None    # that layer's arithmetic: "int8", "fp16", "int8 in, fp16 out" or
+    #                                    "fp32, int8 out" (a float layer writing int8 codes; accelerator only)
 
     def to_dict(self) -> dict:
         """The fields that are set, in field order (as ``asdict``, without its deep copy: a report of

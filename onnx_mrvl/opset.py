@@ -142,6 +142,13 @@ def _eltwise_body(onnx_op):
     return body
 
 
+def _sum_body(a, present, opset):
+    """A + B; an int8 Sum2D of a QDQ Sub (``subtract`` 1: A - B, 2: B - A, B a tensor or the constant)."""
+    sub = int(a.get("subtract", 0) or 0)
+    ins = ["B", "A"] if sub == 2 else ["A", "B"]
+    return [helper.make_node("Sub" if sub else "Add", ins, ["Yb"])] + activation_nodes("Yb", "Y", a)
+
+
 def _concat_body(a, present, opset):
     n = a["num_inputs"]
     return [helper.make_node("Concat", [f"X{i}" for i in range(n)], ["Y"], axis=a["axis"])]
@@ -233,7 +240,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           int8_body(_pool_body("GlobalAveragePool"))),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),
-    OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_eltwise_body("Add")), True),
+    OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_sum_body), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",),
           _int8_transformer.int8_out_body(_eltwise_body("Mul")), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs") + INT8_POOL_ATTRS + INT8_CONCAT_ATTRS,
@@ -252,7 +259,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
           ("axis", "epsilon") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log", "nan_fill") + INT8_POOL_ATTRS,
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
           int8_body(softmax_body)),
     OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
 ]}

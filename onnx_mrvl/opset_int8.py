@@ -21,8 +21,8 @@ from onnx import helper
 INT8_ATTRS = ("precision", "in_scale", "in_zero_point", "in_type", "out_scale", "out_zero_point",
               "out_type", "weight_scales")
 INT8_POOL_ATTRS = INT8_ATTRS[:-1]   # MaxPool2D / GlobalAvgPool2D / GlobalMaxPool2D: no weights
-# Sum2D: operand B's quantization, onnxruntime's arithmetic (requant)
-INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type", "requant")
+# Sum2D: operand B's quantization, onnxruntime's arithmetic (requant), a QDQ Sub (subtract: 1 A - B, 2 B - A)
+INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type", "requant", "subtract")
 ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales",)
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}

@@ -383,19 +383,22 @@ def _original_names(model: onnx.ModelProto):
     return out
 
 
+INT8_OUT = "fp32, int8 out"   # a float layer writing int8 codes (docs/fusion.md, int8 in transformers, rule 2)
+
+
 def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
     for sg in subgraphs:
         for node in sg.nodes_json["nodes"]:
             if node.get("op") != "tvm_op":
                 continue
             origin = node["attrs"].get("origin_nodes", [[]])[0]
-            precision = {"int8": "int8", "int8_in": "int8 in, fp16 out"}.get(
+            precision = {"int8": "int8", "int8_in": "int8 in, fp16 out", "int8_out": INT8_OUT}.get(
                 (node["attrs"].get("precision") or [""])[0], "fp16")
             for name in origin:
                 if name in decisions:
                     decisions[name].layer = node["name"]
                     decisions[name].subgraph = sg.name
                     if (node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision) \
-                            and decisions[name].precision not in ("int8", "int8 in, fp16 out"):
+                            and decisions[name].precision not in ("int8", "int8 in, fp16 out", INT8_OUT):
                         # the compute layer's, not a layout change's (nor the Reshapes around an int8 N-D FC)
                         decisions[name].precision = precision

@@ -98,8 +98,17 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         if a.str("requant") not in ("qlinear", "float"):
             a.fail(f"requant '{a.str('requant')}' of an int8 BatchMatMul (qlinear or float)")
         params["requant"] = a.str("requant")
+    if layer_name == "Sum2D" and a.has("subtract"):   # a QDQ Sub: A - B (1) or B - A (2), in float
+        sub = a.int("subtract", 0)
+        if sub not in (1, 2) or (a.has("in2_dtype") and a.str("requant", "qlinear") != "float"):
+            a.fail(f"subtract {sub} of an int8 Sum2D (1 or 2; with in2_* only with requant float)")
+        params["subtract"] = sub
     if layer_name == "Concat":
         _concat_inputs(a, len(in_shapes), params)
+    if layer_name == "Softmax" and a.has("requant"):
+        if a.str("requant") != "float":
+            a.fail(f"requant '{a.str('requant')}' of an int8 Softmax (float)")
+        params["requant"] = "float"
     if layer_name == "Avgpool2D" and a.has("requant"):
         if a.str("requant") not in ("qlinear", "float"):
             a.fail(f"requant '{a.str('requant')}' of an int8 Avgpool2D (qlinear or float)")

@@ -330,6 +330,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             attrs["log"] = _s(1)
         if "nan_fill" in a:   # an absorbed Where(IsNaN(y), c, y) (fuse/transformer.py)
             attrs["nan_fill"] = _s(float(a["nan_fill"]))
+        if node.op_type == "Softmax" and a.get("requant"):   # int8: "float" = onnxruntime's fp32 Softmax + Q
+            attrs["requant"] = [a["requant"]]
         if node.op_type == "LayerNorm":
             attrs["epsilon"] = _s(float(a["epsilon"]))
             if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)
@@ -389,6 +391,8 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
                      in2_dtype=[a["in2_type"]])
     if "in2_type" in a and a.get("requant"):   # Sum2D / BatchMatMul: onnxruntime's arithmetic (qlinear, qlinear_u8, float)
         attrs["requant"] = [a["requant"]]
+    if a.get("subtract"):   # Sum2D of a QDQ Sub: A - B (1) or B - A (2)
+        attrs["subtract"] = _s(int(a["subtract"]))
     if "in_scales" in a:   # int8 Concat: every input's quantization, in input order
         attrs.update(in_scales=_s([float(v) for v in a["in_scales"]]),
                      in_zero_points=_s([int(v) for v in a["in_zero_points"]]))

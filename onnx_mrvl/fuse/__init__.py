@@ -22,8 +22,8 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, host_preprocess, masks, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_int8_in, qdq_layernorm, qdq_recurrent, qdq_lookup, qdq_transformer, recurrent, slices_nd, \
-    smooth_acts, take
+from . import batch_matmul, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
+    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, slices_nd, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -107,6 +107,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
         built = None
         if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
             built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if built is None and n.op_type == "Add":   # c + DQ(a): the constant first (qdq_sub.py)
+            built = qdq_sub.build_add_const_first(g, n, target, claimed)
         if built is None and n.op_type in qdq_float_max.ANCHORS:   # float x -> MaxPool -> Q -> DQ
             built = qdq_float_max.build(g, n, target, claimed)
         if n.op_type == "Concat":
@@ -124,6 +126,11 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
             if isinstance(lookup, str) and built is None:
                 not_int8[n.name] = lookup
             built = lookup if isinstance(lookup, Group) else built
+        if not isinstance(built, Group) and n.op_type == "Sub":   # two tensors, or a constant along
+            sub = qdq_sub.build_sub(g, n, target, claimed)        # several axes: a subtracting Sum2D
+            if isinstance(sub, Group):
+                not_int8.pop(n.name, None)
+                built = sub
         if isinstance(built, Group):
             built = weights_reason(built, target) or built
         if isinstance(built, Group):
@@ -158,6 +165,7 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
     # (an int8-in layer quantizes its input: it does)
     claimed.update(qdq.shared_pairs(g, [x for x in found.values()
                                         if not x.note or x.attrs.get("precision") == qdq_int8_in.PRECISION], claimed))
+    claimed.update(qconst.shared_constant_dqs(g, list(found.values()), claimed))
     return found, reasons, claimed, not_int8
 
 

@@ -26,8 +26,8 @@ CODES = 256
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
-def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: int):
-    """[channels, 256] int32 output codes, or a reason."""
+def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: int, axis: Optional[int] = None):
+    """[channels, 256] int32 output codes (row c: channel c along logical ``axis``), or a reason."""
     floats = set().union(*(ort_float_nodes(g.model, op) for op in OP_TYPES))
     steps = _chain(g, members, dq_in)
     if steps is None:
@@ -36,7 +36,7 @@ def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: in
     for dq, nodes, q in steps:
         in_q = qparams(g, dq)
         is_float = [bool(n.name in floats or set(get_origin(n) or []) & floats) for n in nodes]
-        step = _run(g, dq, nodes, q, in_q, channels, len(g.shape(t) or [1]), is_float)
+        step = _run(g, dq, nodes, q, in_q, channels, len(g.shape(t) or [1]), is_float, axis)
         if isinstance(step, str):
             return step
         if table is None:
@@ -81,17 +81,20 @@ def _runs_alike(model: onnx.ModelProto, nodes, is_float) -> bool:
     return all((n.name in small) == f for n, f in zip(nodes, is_float) if n.op_type in OP_TYPES)
 
 
-def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: bool):
+def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: bool, axis: Optional[int] = None):
     import onnxruntime as ort
     lo = -128 if in_q[2] == "int8" else 0
     codes = np.arange(lo, lo + CODES)
     np_t = np.int8 if in_q[2] == "int8" else np.uint8
-    if rank >= 3:   # [1, C, 256, 1, ...]: the constants broadcast along axis 1
-        x = np.broadcast_to(codes.reshape(1, 1, CODES, *([1] * (rank - 3))), (1, channels, CODES) + (1,) * (rank - 3))
-    elif rank == 2:
-        x = np.broadcast_to(codes.reshape(CODES, 1), (CODES, channels))
-    else:
+    # the codes along one axis, the channels along ``axis`` (the constants broadcast along it)
+    a = (1 if rank >= 2 else 0) if axis is None or channels == 1 else axis
+    b = (0 if a else 1) if rank == 2 else (a + 1 if a + 1 < rank else a - 1)
+    dims = [1] * rank
+    if rank == 1:
         x = codes
+    else:
+        dims[a], dims[b] = channels, CODES
+        x = np.broadcast_to(np.expand_dims(codes, [i for i in range(rank) if i != b]), dims)
     x = np.ascontiguousarray(x, np_t)
     inits, copies = {}, []
     const_dqs = []
@@ -126,8 +129,6 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
     except Exception as exc:   # noqa: BLE001 - onnxruntime refuses the group: it stays on the CPU
         return f"onnxruntime cannot run the element-wise group ({type(exc).__name__}: {str(exc)[:120]})"
     y = np.asarray(y).astype(np.int32)
-    if rank >= 3:
-        return y.reshape(channels, CODES)
-    if rank == 2:
-        return y.reshape(CODES, channels).T.copy()
-    return y.reshape(1, CODES)
+    if rank == 1:
+        return y.reshape(1, CODES)
+    return np.ascontiguousarray(np.moveaxis(y.reshape(dims), (a, b), (0, 1)).reshape(channels, CODES))

@@ -10,6 +10,7 @@ import numpy as np
 from .. import opset
 from ..opset_int8 import ALL_INT8_ATTRS
 from . import batch_matmul, fc_rows, qdq_transformer, recurrent, slices, slices_nd, take, transformer
+from .qdq_lookup import CHANNEL_AXIS
 from .patterns import Group
 from .perms import NHWC, Perm, canonical_perm, norm_perm, reshape_blocks, stored_after_reshape, \
     stored_before_reshape, stored_shape
@@ -103,13 +104,18 @@ class GroupLowering:
         self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
 
     def _lookup(self, grp: Group) -> None:
-        """int8 Lookup (qdq_lookup.py): a per-channel table reads channels last (NHWC / [N, C])."""
+        """int8 Lookup (qdq_lookup.py): a per-channel table reads its channel axis last (NHWC for
+        axis 1 of 4-D data, [N, T, C] for [N, C, T], as written for channels-last data)."""
         table = grp.weights["T"]
+        attrs = dict(grp.attrs)
+        axis = attrs.pop(CHANNEL_AXIS, 1)
         rank = len(self.logical_shape(grp.inputs[0]))
-        perm = (NHWC if rank == 4 else None) if table.shape[0] > 1 else self.common_perm(grp.inputs, grp.output)
+        perm = self.common_perm(grp.inputs, grp.output)
+        if table.shape[0] > 1:
+            perm = norm_perm([i for i in range(rank) if i != axis % rank] + [axis % rank])
         x = self.get(grp.inputs[0], perm, for_mrvl=True, origin=grp.origin)
         t = self.init(f"{grp.anchor.name}_table", table, dtype=np.int32)
-        self._emit(grp, "Lookup", [x, t], dict(grp.attrs, channels=int(table.shape[0])), perm)
+        self._emit(grp, "Lookup", [x, t], dict(attrs, channels=int(table.shape[0])), perm)
 
     def _concat(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs, grp.output)

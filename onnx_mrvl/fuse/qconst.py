@@ -40,3 +40,22 @@ def constant_value(g: GraphIndex, t: str) -> Optional[np.ndarray]:
         return np.asarray(g.const(t))
     dq = const_dq(g, t)
     return None if dq is None else dequantized_const(g, dq)
+
+
+def shared_constant_dqs(g: GraphIndex, groups: list, claimed) -> list:
+    """A DequantizeLinear of constants that several int8 groups read as their operand (each holds
+    the dequantized value) and no group takes as a data input: the first of them absorbs it, so no
+    dead DQ stays on the CPU. Returns the names taken (groups are updated in place)."""
+    inputs = {t for grp in groups for t in grp.inputs}
+    owner = {x.name: grp for grp in groups for x in grp.nodes}
+    taken: list = []
+    for grp in groups:
+        for x in list(grp.nodes):
+            for t in x.input:
+                dq = const_dq(g, t) if t else None
+                if dq is None or dq.name in claimed or dq.name in taken or t in inputs or t in g.output_set \
+                        or dq.name in g.excluded or not all(u.name in owner for u in g.consumers.get(t, [])):
+                    continue
+                grp.nodes.append(dq)
+                taken.append(dq.name)
+    return taken

@@ -391,8 +391,8 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
         c = _dequantized_const(g, dq_b)
         if c is None:
             return f"the constant operand of '{n.name}' is not an int8/uint8/int32 DequantizeLinear"
-        if {dq_b.name} & (set(claimed) | set(g.excluded)) or len(g.consumers.get(ct, [])) != 1:
-            return f"the constant operand of '{n.name}' is shared"
+        if dq_b.name in g.excluded:
+            return f"the constant operand of '{n.name}' is excluded by the user"
         view = _Dequantized(g, {ct: c})
     grp = build_eltwise(view, n, target)
     if isinstance(grp, str):
@@ -405,8 +405,11 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
     qb = _qparams(g, dq_b) if dq_b is not None and np.asarray(g.const(dq_b.input[0])).dtype != np.int32 else None
     if qb is not None and not isinstance(qb, str):   # int8 codes of one scale: onnxruntime may fuse QLinearAdd
         attrs.update(in2_scale=qb[0], in2_zero_point=qb[1], in2_type=qb[2], requant=add_requant(g, n, qin[2]))
-    return Group(grp.op, grp.composite, grp.nodes + nodes + ([dq_b] if dq_b is not None else []), [a], out,
-                 attrs, dict(grp.weights))
+    own = dq_b is not None and dq_b.name not in claimed and len(g.consumers.get(ct, [])) == 1
+    # a DQ of constants other nodes read too (YOLOv8's anchors, in anchors - lt and anchors + rb)
+    # stays for them: this layer holds the dequantized value as its operand
+    return Group(grp.op, grp.composite, [x for x in grp.nodes + nodes if x is not dq_b] + ([dq_b] if own else []),
+                 [a], out, attrs, dict(grp.weights))
 
 
 def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
@@ -441,3 +444,4 @@ def shared_pairs(g: GraphIndex, groups: List[Group], claimed) -> List[str]:
 # the helpers other QDQ builders (qdq_lookup.py) share
 qparams, only_reader, qattrs, Dequantized = _qparams, _only_reader, _qattrs, _Dequantized
 pair_in = _pair_in   # qdq_int8_in.py
+build_add = _build_add   # qdq_sub.py: the Add a constant-first Add or a Sub equals

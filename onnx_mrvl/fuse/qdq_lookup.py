@@ -11,14 +11,14 @@ The table is what onnxruntime computes (lookup_table.py): the group's nodes run 
 CPU provider on the 256 input codes, as a session of the whole model runs them.
 
 The group grows forward from its anchor in graph order over nodes whose inputs are all the input
-tensor, group outputs or constants (scalars, or per channel along axis 1), and ends at the last
-point where exactly one of its tensors is read outside it: a DequantizeLinear output (the group's
-output, with that DQ's quantization).
+tensor, group outputs or constants (scalars, or per channel along one axis, the same for all), and
+ends at the last point where exactly one of its tensors is read outside it: a DequantizeLinear
+output (the group's output, with that DQ's quantization).
 """
 from __future__ import annotations
 
 import heapq
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import onnx
@@ -32,26 +32,31 @@ from .qdq import activation_dq, only_reader as _only_reader, qattrs as _qattrs, 
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
                "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
-               "BatchNormalization", "Identity", "QuantizeLinear", "DequantizeLinear")
+               "BatchNormalization", "Pow", "Identity", "QuantizeLinear", "DequantizeLinear")
 ANCHORS = tuple(op for op in ELEMENTWISE if op not in ("Identity", "QuantizeLinear", "DequantizeLinear"))
 MAX_NODES = 32
 CODES = 256
+CHANNEL_AXIS = "channel_axis"   # the group's logical channel axis; lowering stores it last (not an op attribute)
 
 
-def _per_channel_ok(c: np.ndarray, shape: List[int]) -> Optional[int]:
-    """1 for a scalar, C for a constant that varies along axis 1 only (broadcast to ``shape``), else None."""
+def _per_channel_ok(c: np.ndarray, shape: List[int]) -> Optional[Tuple[Optional[int], int]]:
+    """(None, 1) for a scalar; (axis, C) for a constant that varies along one axis only (broadcast
+    to ``shape``: axis 1 of NCHW / [N, C, T] data, the last axis of channels-last data after a
+    Transpose, ConvNeXt's layer scale); else None."""
     if c.size == 1:
-        return 1
+        return None, 1
     if shape is None or len(shape) < 2 or c.ndim > len(shape):
         return None
     full = [1] * (len(shape) - c.ndim) + list(c.shape)
-    if full[1] == shape[1] and all(d == 1 for i, d in enumerate(full) if i != 1):
-        return shape[1]
+    axes = [i for i, d in enumerate(full) if d != 1]
+    if len(axes) == 1 and full[axes[0]] == shape[axes[0]]:
+        return axes[0], shape[axes[0]]
     return None
 
 
-def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) -> Optional[int]:
-    """The channel count its constants need (1: none), or None when ``u`` cannot join the group."""
+def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set, axis: Optional[int]):
+    """(channel axis or None, the channel count its constants need: 1 for none), or None when ``u``
+    cannot join the group (its constants vary along another axis than the group's ``axis``)."""
     if u.op_type not in ELEMENTWISE or u.name in taken or u.name in g.excluded or len(u.output) != 1 \
             or u.domain not in ("", "ai.onnx"):
         return None
@@ -62,11 +67,14 @@ def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set) 
         value = constant_value(g, i)
         if value is None:
             return None
-        c = _per_channel_ok(value, shape)
-        if c is None or (c > 1 and u.op_type in ("QuantizeLinear", "DequantizeLinear")):
+        pc = _per_channel_ok(value, shape)
+        if pc is None or (pc[1] > 1 and u.op_type in ("QuantizeLinear", "DequantizeLinear")):
             return None
-        channels = max(channels, c)
-    return channels if any(i in inside for i in u.input if i) else None
+        if pc[1] > 1:
+            if axis is not None and pc[0] != axis:
+                return None
+            axis, channels = pc
+    return (axis, channels) if any(i in inside for i in u.input if i) else None
 
 
 def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset(), order_index=None
@@ -80,19 +88,25 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
         return qin
     t = n.input[0]
     shape = g.shape(t)
+    for i in n.input[1:]:
+        value = constant_value(g, i) if i and i != t else None
+        if value is not None and _per_channel_ok(value, shape) is None:
+            return (f"its constant {list(np.shape(value))} is no scalar nor a vector along one axis of {shape} "
+                    f"(a table has one row per channel of one axis)")
     index = order_index or {x.name: k for k, x in enumerate(g.nodes)}
-    inside, members, channels = {t}, [], 1
+    inside, members, channels, axis = {t}, [], 1, None
     best = None
     heap = [(index[n.name], n.name, n)]
     seen = {n.name}
     taken = set(claimed)
     while heap and len(members) < MAX_NODES:
         _, _, u = heapq.heappop(heap)
-        c = _eligible(g, u, inside, shape, taken)
-        if c is None:
+        e = _eligible(g, u, inside, shape, taken, axis)
+        if e is None:
             continue
         members.append(u)
-        channels = max(channels, c)
+        if e[1] > 1:
+            axis, channels = e
         inside.add(u.output[0])
         for r in g.consumers.get(u.output[0], []):
             if r.name not in seen and r.name in index:
@@ -100,16 +114,16 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
                 heapq.heappush(heap, (index[r.name], r.name, r))
         end = _valid_end(g, members, inside - {t})
         if end is not None:
-            best = (list(members), end, channels)
+            best = (list(members), end, channels, axis)
     if best is None:
         return "no Q -> DQ pair ends the element-wise group (its output is not int8)"
-    members, (q_out, dq_out), channels = best
-    if channels > 1 and (shape is None or len(shape) not in (2, 4)):
-        return f"a per-channel element-wise group on a {len(shape or [])}-D tensor (2-D or 4-D)"
+    members, (q_out, dq_out), channels, axis = best
+    if channels > 1 and (shape is None or len(shape) > 5):
+        return f"a per-channel element-wise group on a {len(shape or [])}-D tensor (2-D to 5-D)"
     qout = _qparams(g, q_out)
     if isinstance(qout, str):
         return qout
-    table = lookup_table(g, members, t, dq_in, q_out, qin, channels)
+    table = lookup_table(g, members, t, dq_in, q_out, qin, channels, axis)
     if isinstance(table, str):
         return table
     x, in_front = t, []
@@ -127,7 +141,7 @@ def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froze
             if d is not None and d not in const_dqs and all(r.name in names for r in g.consumers.get(i, [])):
                 const_dqs.append(d)
     return Group("Lookup", "mrvl.lookup", members + in_front + const_dqs, [x], dq_out.output[0],
-                 dict(_qattrs(qin, qout)), {"T": table})
+                 dict(_qattrs(qin, qout), **({CHANNEL_AXIS: axis} if channels > 1 else {})), {"T": table})
 
 
 def _valid_end(g: GraphIndex, members: List[onnx.NodeProto], produced: set):

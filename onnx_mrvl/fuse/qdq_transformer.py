@@ -130,7 +130,9 @@ def _quantized_input(g: GraphIndex, n: onnx.NodeProto, claimed):
 def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
     """``DQ(x) -> Softmax -> Q -> DQ`` (one type in and out): an int8 Softmax with onnxruntime's
     QLinearSoftmax semantics (a 256-entry exp table of the input codes, sim/int8_transformer.py),
-    absorbing the pair after it; None when the input is no DQ (the float pattern takes it), or a reason."""
+    absorbing the pair after it; ``requant="float"`` (any types) where onnxruntime leaves the group
+    unfused (ort_plan: with S8 codes when the input's DQ has other readers): its fp32 Softmax of the
+    dequantized codes, then QuantizeLinear; None when the input is no DQ (the float pattern takes it), or a reason."""
     from .transformer import build_softmax
     if n.op_type != "Softmax":
         return None
@@ -147,13 +149,14 @@ def build_int8_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed
     pair = build_requantize(g, users[0], target)
     if isinstance(pair, str):
         return pair
-    if pair.attrs["out_type"] != qin[2]:
+    in_float = n.name in ort_float_nodes(g.model, "Softmax")   # not fused into QLinearSoftmax
+    if pair.attrs["out_type"] != qin[2] and not in_float:
         return "an int8 Softmax with input and output of different types (onnxruntime runs it in float)"
     if {x.name for x in pair.nodes} & (set(claimed) | set(g.excluded)):
         return "its QuantizeLinear/DequantizeLinear is excluded by the user or taken by another layer"
     s, z, t = qin
     attrs = dict(grp.attrs, **{k: v for k, v in pair.attrs.items() if k.startswith(("out_", "precision"))},
-                 in_scale=s, in_zero_point=z, in_type=t)
+                 in_scale=s, in_zero_point=z, in_type=t, **({"requant": "float"} if in_float else {}))
     return Group("Softmax", grp.composite, [n] + pair.nodes + in_front, [x], pair.output, attrs)
 
 
@@ -164,13 +167,39 @@ ANCHORS = {"MatMul": build_int8_batch_matmul, "Softmax": build_int8_softmax}
 INT8_OUT_OPS = ("LayerNorm", "Mul2D")   # float layers that may write int8 codes (opset_int8_transformer.py)
 
 
+MOVES = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")   # move values, compute none
+
+
+def _on_grid(g: GraphIndex, t: str, attrs: dict, groups: List[Group]) -> bool:
+    """Whether ``t`` holds values already quantized with the Requantize's ``out_*``: moved only
+    (Transpose / Reshape / ...) from the output of a layer or pair with that quantization
+    (SqueezeNet's Softmax -> Q -> DQ -> Reshape -> Q -> DQ output, YOLOX's final Transpose)."""
+    want = (attrs["out_scale"], attrs["out_zero_point"], attrs["out_type"])
+    outputs = {grp.output: grp for grp in groups}
+    for _ in range(16):
+        grp = outputs.get(t)
+        if grp is not None and grp.op not in ("Reshape", "Flatten", "Squeeze"):
+            return (grp.attrs.get("out_scale"), grp.attrs.get("out_zero_point"), grp.attrs.get("out_type")) == want \
+                and grp.attrs.get("precision") in ("int8", "int8_out")
+        p = g.producer.get(t)
+        if p is None:
+            return False
+        if p.op_type == "DequantizeLinear":
+            return not g.is_const(p.input[0]) and qparams(g, p) == want
+        if p.op_type not in MOVES or not p.input:
+            return False
+        t = p.input[0]
+    return False
+
+
 def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
     """A float LayerNorm / Mul2D whose output only a Q -> DQ pair reads takes the pair (precision
     "int8_out"): the layer quantizes its fp32 result to the pair's int8 codes instead of rounding
     it to fp16 first, as onnxruntime quantizes its fp32 result; with one data input that is a DQ
     output it also carries that quantization (``in_*``: it reads int8 codes). The pair may be a Requantize or
     the pair in front of an int8 layer (which then reads the layer's codes). A Requantize at a
-    model output that no layer took is dropped: its pair stays the host's (recorded in ``decisions``)."""
+    model output that no layer took is dropped: its pair stays the host's (recorded in ``decisions``),
+    unless its input only moves codes already on its grid (the pair is then exact and no work)."""
     owner = {x.name: grp for grp in groups for x in grp.nodes}
     dropped = set()
     for src in groups:
@@ -194,6 +223,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
         src.nodes += [q, dq]
         src.output = dq.output[0]
         src.attrs.update(precision="int8_out", out_scale=qp[0], out_zero_point=qp[1], out_type=qp[2])
+        if src.note.startswith("fp16 layer (not int8: "):   # it is no fp16 layer now
+            src.note = "fp32 layer writing its Q -> DQ's codes (not int8: " + src.note[len("fp16 layer (not int8: "):]
         owner.update({q.name: src, dq.name: src})
         dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
         if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
@@ -201,6 +232,9 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
             if not isinstance(qi, str):
                 src.attrs.update(in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2])
     for grp in groups:
+        if grp.op == "Requantize" and grp.attrs.get(HOST_OUTPUT) and id(grp) not in dropped \
+                and _on_grid(g, grp.inputs[0], grp.attrs, groups):
+            grp.attrs.pop(HOST_OUTPUT)   # a no-op on codes already on its grid: the region writes the output
         if grp.op == "Requantize" and grp.attrs.get(HOST_OUTPUT) and id(grp) not in dropped:
             dropped.add(id(grp))
             if decisions is not None:

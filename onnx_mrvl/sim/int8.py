@@ -254,7 +254,9 @@ class Int8Add:
     after; "float" (a group onnxruntime leaves unfused, operands of different types, a constant
     operand without ``in2_*``): ``v = fp32(s_a (q_a - z_a)) + fp32(s_b (q_b - z_b))``,
     ``q_c = sat(rne(v / s_c) + z_c)`` in fp32. A constant operand with ``in2_*`` holds the dequantized
-    codes ``fp32((q_b - z_b) s_b)``, from which q_b is recovered. Relu / clamp as clamps of q_c."""
+    codes ``fp32((q_b - z_b) s_b)``, from which q_b is recovered. Relu / clamp as clamps of q_c.
+    ``subtract`` (a QDQ Sub, float only: onnxruntime has no QLinearSub): ``v = va - vb`` (1) or
+    ``vb - va`` (2), b the second tensor or the constant."""
 
     def __init__(self, params: Mapping, activation: str, activation_params: Optional[Mapping], operand=None):
         self.a = (float(params["in_scale"]), int(params["in_zero_point"]), str(params["in_dtype"]))
@@ -275,6 +277,9 @@ class Int8Add:
         if mode == "qlinear_u8" and not (one_type and self.a[2] == "int8"):
             raise ValueError("requant qlinear_u8 needs int8 operands and output")
         self.mode = "float" if (operand is not None and not coded) or not one_type else mode
+        self.subtract = int(params.get("subtract", 0) or 0)
+        if self.subtract not in (0, 1, 2) or (self.subtract and self.mode != "float"):
+            raise ValueError(f"subtract {params.get('subtract')!r} of an int8 Sum2D (1 or 2, requant float)")
         if operand is not None and self.mode != "float":   # the constant's codes, recovered exactly
             self.operand_q = quantize(self.operand, *self.b)
         self.shift = 128 if self.mode == "qlinear_u8" else 0   # int8 codes run as uint8 (q + 128)
@@ -292,7 +297,8 @@ class Int8Add:
             va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
             if self.operand is None:
                 vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
-            q = np.rint(((va + vb).astype(F32) / F32(s)).astype(F32)) + z
+            v = va + vb if not self.subtract else (va - vb if self.subtract == 1 else vb - va)
+            q = np.rint((v.astype(F32) / F32(s)).astype(F32)) + z
         else:
             k = self.shift
             a, b, c = ((q[0], q[1] + k) for q in (self.a, self.b, self.c))

@@ -340,7 +340,7 @@ def _qladd(layer: Int8Add):
 
 def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
-    if lib() is None or layer.operand is not None:
+    if lib() is None or layer.operand is not None or layer.subtract:
         return None
     base = np.array(qparams(layer.a) + qparams(layer.b) + qparams(layer.c, layer.lo, layer.hi), F32)
     fn = lib().i8_add

@@ -100,11 +100,16 @@ class Int8Softmax:
     """onnxruntime's QLinearSoftmax (com.microsoft, opset-13 form) over ``axis``: a table
     ``E[k] = fp32(exp((k - 255 + b) * s_x))``, k = 255 + q - max(q) over the row (b = max(0,
     ln(FLT_MAX / D) - 5) / s_x keeps the fp32 sum finite), ``sum`` of the row's E in fp32 in order,
-    ``q_y = sat(rne(fp32(E * floor(1 / s_y)) / sum) + z_y)``."""
+    ``q_y = sat(rne(fp32(E * floor(1 / s_y)) / sum) + z_y)``. ``requant`` "float" (a group onnxruntime
+    leaves unfused): its fp32 Softmax (MLAS: ``exp(x - max)`` summed in fp32, times ``1 / sum``) of
+    the dequantized codes, then QuantizeLinear (``exp`` within an ulp or so of MLAS's polynomial)."""
 
     def __init__(self, params: Mapping, axis: int):
         self.x, self.y = _q(params, "in"), _q(params, "out")
-        if self.x[2] != self.y[2]:
+        self.requant = str(params.get("requant", "qlinear"))
+        if self.requant not in ("qlinear", "float"):
+            raise ValueError(f"requant {self.requant!r} (qlinear or float)")
+        if self.x[2] != self.y[2] and self.requant != "float":
             raise ValueError("an int8 Softmax with input and output of different types")
         self.axis = axis
         self.y_scale = F32(np.floor(F32(1.0) / F32(self.y[0])))
@@ -121,6 +126,12 @@ class Int8Softmax:
         if not -x.ndim <= self.axis < x.ndim:
             raise ValueError(f"axis {self.axis} does not fit an input of shape {list(x.shape)}")
         c = np.moveaxis(quantize(x, *self.x).astype(np.int64), self.axis, -1)
+        if self.requant == "float":
+            v = ((c - self.x[1]).astype(F32) * F32(self.x[0])).astype(F32)
+            with np.errstate(over="ignore", under="ignore"):
+                e = np.exp(v - v.max(axis=-1, keepdims=True)).astype(F32)
+                y = e * (F32(1) / np.sum(e, axis=-1, keepdims=True, dtype=F32))
+            return np.ascontiguousarray(np.moveaxis(fake_quant(y, *self.y), -1, self.axis)), True
         e = self.table(c.shape[-1])[255 + c - c.max(axis=-1, keepdims=True)]
         total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]       # in order, as the kernel sums
         s, z, dt = self.y

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .int8 import fake_quant
 from .fp16 import round_fp16_
 from .int8_transformer import inner_points, int8_out_quant, layernorm_inner
-from .norm_ops import layernorm, log_softmax, softmax
+from .norm_ops import layernorm, layernorm_onnxruntime, log_softmax, softmax
 
 
 def _axis(spec) -> int:
@@ -45,6 +45,8 @@ def build_layernorm(spec, n_inputs: int):
             x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
         if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
             y, ok = layernorm_inner(x, axis, eps, gamma, beta, points)
+        elif out_q is not None:        # int8 codes out: onnxruntime's fp32 kernel, then its Q
+            y, ok = layernorm_onnxruntime(x, axis, eps, gamma, beta)
         else:
             y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False)
         if out_q is None:

@@ -40,6 +40,28 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
     return d, (round_fp16_(d) if fp16 else bool(np.isfinite(d).all()))
 
 
+def layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
+                          beta: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    """onnxruntime 1.32's fp32 LayerNormalization kernel as measured (an int8_out LayerNorm
+    quantizes this, as onnxruntime quantizes its kernel's result between DQ and Q): the mean summed
+    in float64 and rounded to fp32 (bit-exact), ``d = x - mean`` in fp32, the variance of ``d`` in
+    float64, ``r = 1 / sqrt(fp32(var + eps))`` (matches its inverse std in ~85% of rows, else one
+    ulp apart), ``y = d * r`` in fp32 and ``y * gamma + beta`` with one rounding (an FMA; bit-exact
+    given its mean and inverse std). The fp32 result, unrounded."""
+    axis = axis - x.ndim if axis >= 0 else axis
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        mean = np.mean(x, axis=axis, keepdims=True, dtype=np.float64).astype(F32)
+        d = x - mean
+        var = np.mean(np.square(d, dtype=np.float64), axis=axis, keepdims=True)
+        r = (1.0 / np.sqrt((var + np.float64(F32(epsilon))).astype(F32)).astype(np.float64)).astype(F32)
+        y = (d * r).astype(np.float64) * _along(np.asarray(gamma, F32), axis, x.ndim)
+        if beta is not None:
+            y += _along(np.asarray(beta, F32), axis, x.ndim)
+        y = y.astype(F32)
+    return y, bool(np.isfinite(y).all())
+
+
 def softmax(x: np.ndarray, axis: int, nan_fill: Optional[float] = None) -> Tuple[np.ndarray, bool]:
     """``nan_fill``: that value where the result is NaN (a row of -inf, or holding NaN / +inf)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

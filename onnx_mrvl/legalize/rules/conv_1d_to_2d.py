@@ -2,7 +2,8 @@
 axis: Reshape [N,C,L] to [N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k], ConvTranspose's [I,O/g,1,k];
 output_padding lifted to [0, p]), Reshape back to [N,O,L']. A 2-D ConvTranspose then becomes a Conv
 (convtranspose_phases / convtranspose_to_conv): Conv-TasNet / vocoder upsampling layers. A QDQ Conv
-(its weight a DequantizeLinear of int8) keeps its pairs around the 2-D conv (qdq_conv_1d.py)."""
+(its weight a DequantizeLinear of int8) and a QDQ pool (DQ -> pool -> Q) keep pairs around the 2-D op
+(qdq_conv_1d.py)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -57,8 +58,11 @@ def rewrite(m: Match, g) -> str:
     n, c, l = g.shape(node.input[0])
     sy = g.shape(node.output[0])
     origin = m.origin
+    pairs = qdq_conv_1d.pool_pairs(node, g) if node.op_type not in ("Conv", "ConvTranspose") else None
     g.remove(node)
     x4 = reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d")
+    if pairs:   # DQ -> pool -> Q: pairs around the 2-D pool (exact: the values are on that grid)
+        x4 = qdq_conv_1d.pair(g, x4, pairs[0], node, origin, "to2d")
     inputs = [x4]
     if node.op_type in ("Conv", "ConvTranspose"):
         w = g.const(node.input[1])
@@ -75,5 +79,7 @@ def rewrite(m: Match, g) -> str:
         else:
             new.attribute.append(a)
     g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
+    if pairs:
+        y4 = qdq_conv_1d.pair(g, y4, pairs[1], node, origin, "out2d")
     reshape(g, y4, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
-    return f"1-D {node.op_type} -> 2-D on a unit H axis"
+    return f"{'QDQ ' if pairs else ''}1-D {node.op_type} -> 2-D on a unit H axis"

@@ -9,6 +9,8 @@ int8 Conv2D takes it:
 A Conv whose output is not quantized (an int8-in / fp16-out layer: TensorRT-style "inputs only"
 QDQ, calibrated dynamic int8) has no pair after it: the float output is reshaped back.
 
+A QDQ 1-D pool gets the same pairs around its 2-D pool (``pool_pairs``).
+
 The pairs around the Reshapes have the scale and zero point of the DQ before them: they quantize
 values that are already on that grid (exact; onnxruntime drops such pairs around a Reshape too).
 """
@@ -21,6 +23,21 @@ from onnx import helper
 from .base import Match, attr, match_rank, reshape, str_attr
 
 QDQ = "qdq"   # the Match data key that marks the QDQ form
+
+def pool_pairs(node, g):
+    """(DQ in front, Q after) of a QDQ 1-D pool (``DQ(x) -> MaxPool / AveragePool /
+    GlobalAveragePool / GlobalMaxPool -> Q``, constant scales and zero points), else None: the
+    2-D pool keeps pairs around it, so fuse's int8 pool takes it (an fp16 pool between the Reshapes
+    would round what onnxruntime's QLinearAveragePool / QLinearGlobalAveragePool sum exactly)."""
+    dq_x = _dq(g, node.input[0]) if node.input else None
+    q = g.only_consumer(node.output[0])
+    if dq_x is None or g.is_const(dq_x.input[0]) or q is None or q.op_type != "QuantizeLinear" \
+            or q.domain not in ("", "ai.onnx"):
+        return None
+    if any(not g.is_const(i) for i in list(dq_x.input[1:]) + list(q.input[1:]) if i):
+        return None
+    return dq_x, q
+
 
 def _dq(g, t: str):
     n = g.producer.get(t)
@@ -53,7 +70,7 @@ def check(m: Match, g, target) -> Optional[str]:
     return None
 
 
-def _pair(g, x: str, like, near, origin, tag: str) -> str:
+def pair(g, x: str, like, near, origin, tag: str) -> str:
     """Q -> DQ of ``x`` with the scale and zero point of the Q/DQ node ``like``."""
     qp = list(like.input[1:])
     q = g.fresh(f"{x}/{tag}_q")
@@ -71,7 +88,7 @@ def rewrite(m: Match, g) -> str:
     sy = g.shape(node.output[0])
     origin = m.origin
     g.remove(node)
-    x4 = _pair(g, reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d"), dq_x, node,
+    x4 = pair(g, reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d"), dq_x, node,
                origin, "to2d")
     w = g.const(dq_w.input[0])
     w4 = g.add_const(f"{node.name}/W_q", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))
@@ -90,6 +107,6 @@ def rewrite(m: Match, g) -> str:
         else:
             new.attribute.append(a)
     g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
-    back = _pair(g, y4, q_out, node, origin, "out2d") if q_out is not None else y4
+    back = pair(g, y4, q_out, node, origin, "out2d") if q_out is not None else y4
     reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
     return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis"
