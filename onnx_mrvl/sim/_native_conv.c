@@ -205,6 +205,9 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             epv_load(&F1, e2, col0 + 16);
         }
     }
+    /* the non-finite lanes gather in registers, written once (through *bad per row, a load-or-store
+     * chain ran through every row of the tile) */
+    __mmask16 bt = 0, bt2 = 0;
     for (int r = 0; r < rows; r++) {
         __m512 v0 = acc[r][0], v1 = acc[r][1];
         if (last) {
@@ -212,19 +215,22 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             v0 = finish_v(v0, &E0, &bad0);
             if (m1)
                 v1 = finish_v(v1, &E1, &bad1);
-            *bad |= (bad0 & m0) | (bad1 & m1);
+            bt |= (bad0 & m0) | (bad1 & m1);
             if (res) {           /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
                 bad0 = bad1 = 0;
                 v0 = finish_v(_mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)), &F0, &bad0);
                 if (m1)
                     v1 = finish_v(_mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)), &F1, &bad1);
-                *bad2 |= (bad0 & m0) | (bad1 & m1);
+                bt2 |= (bad0 & m0) | (bad1 & m1);
             }
         }
         _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
         if (m1)
             _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
     }
+    *bad |= bt;
+    if (res)
+        *bad2 |= bt2;
 }
 
 /* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
