@@ -272,6 +272,70 @@ static void micro_direct(int kc, const float *a, long lda, const float *b, float
         micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
 }
 
+/* Two consecutive tiles of at most 16 columns (O <= 16, or the last 16 of O = 48, 80, ...) as one:
+ * 24 or 25 rows x one vector, the rows of the two panels (lda apart, in two groups of 12 that share
+ * their row offsets). One weight load per 24 FMAs instead of 12, one call and one epilogue pass
+ * per pair: the same products summed in the same order per value, so the same bits as two calls
+ * of micro_lda. */
+static inline __attribute__((always_inline)) void
+micro_one_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols,
+              int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+              const float *res, const epi_t *e2, __mmask16 *bad2) {
+    __m512 acc[2 * MR + 1];
+    const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const float *a1 = a + MR * lda;
+#pragma GCC unroll 25
+    for (int r = 0; r < mr; r++)
+        acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + r * ldc);
+    for (int p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r]);
+#pragma GCC unroll 13
+        for (int r = 0; r < mr - MR; r++)
+            acc[MR + r] = _mm512_fmadd_ps(_mm512_set1_ps(a1[r * lda + p]), b0, acc[MR + r]);
+    }
+    if (!last) {
+#pragma GCC unroll 25
+        for (int r = 0; r < mr; r++)
+            _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r]);
+        return;
+    }
+    epv_t E0, F0 = {0};
+    epv_load(&E0, e, col0);
+    if (res)
+        epv_load(&F0, e2, col0);
+    __mmask16 bt = 0, bt2 = 0;
+#pragma GCC unroll 25
+    for (int r = 0; r < mr; r++) {
+        __mmask16 b0 = 0;
+        __m512 v = finish_v(acc[r], &E0, &b0);
+        bt |= b0;
+        if (res) {
+            __mmask16 b1 = 0;
+            v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m0, res + r * ldc)), &F0, &b1);
+            bt2 |= b1;
+        }
+        _mm512_mask_storeu_ps(c + r * ldc, m0, v);
+    }
+    *bad |= bt & m0;
+    if (res)
+        *bad2 |= bt2 & m0;
+}
+
+static void micro_one24(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
+                        int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
+                        __mmask16 *bad2) {
+    micro_one_lda(2 * MR, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+}
+
+static void micro_one25(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
+                        int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
+                        __mmask16 *bad2) {
+    micro_one_lda(2 * MR + 1, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+}
+
 typedef struct {
     const float *x;
     long h, w, c, cs;             /* input [n, h, w, cs]; a group's taps read c channels of each pixel */
@@ -369,6 +433,10 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
+/* 0: tiles of at most 16 columns one by one (the kernel before micro_one: the tests compare the two) */
+static int one_pairs = 1;
+void conv_one_pairs(int on) { one_pairs = on; }
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -417,6 +485,19 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     const long r0 = mc + (long)i * MR;
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : bp;
+                    if (cols <= 16 && i + 1 < tiles && one_pairs) {
+                        /* one vector of columns: this tile and the next as one of 24 or 25 rows */
+                        const int rows2 = i + 2 < tiles ? MR : (int)(mc + mrows - r0 - MR);
+                        if (rows2 >= MR) {
+                            const float *ap = direct ? x + r0 * cs + k0 : abuf + (long)i * MR * KC;
+                            const long lda = direct ? cs : KC;
+                            (rows2 > MR ? micro_one25 : micro_one24)(
+                                kc, ap, lda, bp, out + r0 * ldo + j * NR, ldo, cols, k0 == 0, k0 + KC >= K, &e,
+                                (int)(j * NR), &bad, res ? res + r0 * ldo + j * NR : NULL, e2, &bad2);
+                            i++;
+                            continue;
+                        }
+                    }
                     if (direct && rows >= MR)
                         micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
