@@ -37,6 +37,14 @@
 #endif
 
 #define MR 12          /* output pixels per micro-tile */
+
+/* Kernel paths added by the 2026-11-26 MobileNet pass, each giving the same bits as the code before
+ * it; kernel_paths(mask) turns them off for tests/test_sim_kernel_paths.py, which compares the two */
+#define PATH_DW4 1          /* depthwise: blocks of 4 pixels for interiors 4-7 pixels wide */
+#define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
+#define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK;
+void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 256         /* k-values per packed block (also the packed row stride) */
 #define MC (MR * 10)   /* pixels per packed block */
@@ -362,6 +370,28 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     const long c = g->c, rowlen = g->kw * c;         /* one kernel row of taps: contiguous when dw == 1 */
     long ox = m0 % g->ow, t = m0 / g->ow, oy = t % g->oh, n = t / g->oh;
     const long ky_first = k0 / rowlen, rem_first = k0 % rowlen, tap_first = rem_first / c, ch_first = rem_first % c;
+    const long nv = (rowlen + 15) / 16;              /* vectors per kernel row */
+    if ((new_paths & PATH_PANEL_PACK) && rows == MR && k0 == 0 && kc == g->kh * rowlen && nv <= 2 && g->dw == 1 && c == g->cs
+        && (g->kh - 1) * rowlen + 16 * nv <= KC && ox + MR <= g->ow) {
+        /* a whole panel in one output row, every window inside the input, rows of at most 32
+         * floats (3-channel stems: 3x3 K = 27, 7x7 K = 147): each kernel row one or two loads and
+         * stores, with no per-pixel bookkeeping (it took ~27 cycles a pixel: 40% of MobileNetV2's
+         * stem). Whole vectors: a row's tail is overwritten by the next row, the last one's lands
+         * in the packed row's unused end (never read: k < kc), and the loads stay inside the image */
+        const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl, ixl = (ox + MR - 1) * g->sw - g->pl;
+        const long rs = g->dh * g->w * c, ps = g->sw * c;
+        const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;
+        if (iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h && ix0 >= 0 && ixl + g->kw <= g->w
+            && src + (MR - 1) * ps + (g->kh - 1) * rs + 16 * nv <= g->x + (n + 1) * g->h * g->w * c) {
+            for (int r = 0; r < MR; r++, src += ps)
+                for (long ky = 0; ky < g->kh; ky++) {
+                    _mm512_storeu_ps(dst + r * KC + ky * rowlen, _mm512_loadu_ps(src + ky * rs));
+                    if (nv > 1)
+                        _mm512_storeu_ps(dst + r * KC + ky * rowlen + 16, _mm512_loadu_ps(src + ky * rs + 16));
+                }
+            return;
+        }
+    }
     for (int r = 0; r < MR; r++) {
         float *d = dst + r * KC;
         if (r >= rows) {
@@ -374,8 +404,20 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             /* an interior pixel whose whole window is one block: one copy per kernel row (small-C
              * stems: a row is a few floats, and the general loop's bookkeeping cost more) */
             const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;     /* c == cs here */
-            for (long ky = 0; ky < g->kh; ky++)
-                copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+            if (rowlen <= 16 && (g->kh - 1) * rowlen + 16 <= KC) {
+                /* rows of at most 16 floats (3-channel stems): masked loads, whole-vector stores in
+                 * kernel-row order (each row's tail is overwritten by the next row; the last one's
+                 * lands in the packed row's unused end) */
+                const __mmask16 mk = (__mmask16)((1u << rowlen) - 1);
+                const float *end = g->x + (n + 1) * g->h * g->w * c;
+                for (long ky = 0; ky < g->kh; ky++) {
+                    const float *sp = src + ky * g->dh * g->w * c;
+                    _mm512_storeu_ps(d + ky * rowlen, sp + 16 <= end ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(mk, sp));
+                }
+            } else {
+                for (long ky = 0; ky < g->kh; ky++)
+                    copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+            }
         } else if (k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h
                    && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w) {
             /* an interior pixel whose window is one block but whose taps are not contiguous (a
@@ -433,10 +475,6 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
-/* 0: tiles of at most 16 columns one by one (the kernel before micro_one: the tests compare the two) */
-static int one_pairs = 1;
-void conv_one_pairs(int on) { one_pairs = on; }
-
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -485,7 +523,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     const long r0 = mc + (long)i * MR;
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : bp;
-                    if (cols <= 16 && i + 1 < tiles && one_pairs) {
+                    if (cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
                         /* one vector of columns: this tile and the next as one of 24 or 25 rows */
                         const int rows2 = i + 2 < tiles ? MR : (int)(mc + mrows - r0 - MR);
                         if (rows2 >= MR) {
@@ -1252,10 +1290,6 @@ dw_block_nb(const int NB, int row3, const dw_job *j, const float *xb, const floa
     return dw_block(0, 0, NB, j, xb, wt, nky, m, ob, cb);
 }
 
-/* 0: no blocks of 4 (the kernel before them: the tests compare the two paths bit for bit) */
-static int dw_new_paths = 1;
-void dw_paths(int on) { dw_new_paths = on; }
-
 /* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
 static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     /* interior columns: every kx tap in range */
@@ -1280,7 +1314,7 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
             ky1--;
         float *orow = j->out + r * j->ow * j->c;
         /* interior pixels in blocks of 8, or of 4 when the interior is 4-7 pixels wide */
-        const long nb = hi - lo >= DWB ? DWB : (hi - lo >= 4 && dw_new_paths ? 4 : 0);
+        const long nb = hi - lo >= DWB ? DWB : (hi - lo >= 4 && (new_paths & PATH_DW4) ? 4 : 0);
         const int blocks = ky0 < ky1 && nb;
         if (blocks) {
             /* pixel blocks outside, channel blocks inside: each pixel's channels are read and
