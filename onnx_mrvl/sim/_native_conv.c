@@ -1037,7 +1037,6 @@ typedef struct {
     const float *res;
     const epi_t *e2;
     atomic_int ok;
-    long rsplit;     /* channel split: parts = rsplit row ranges x parts / rsplit block ranges (0: 1) */
 } conv_job;
 
 static void conv_part(void *arg, long p) {
@@ -1045,12 +1044,6 @@ static void conv_part(void *arg, long p) {
     long m0 = 0, m1 = j->rows, j0 = 0, j1 = j->nb;
     if (j->split_rows) {
         part_range(p, j->parts, (j->rows + MR - 1) / MR, &m0, &m1);
-        m0 *= MR;
-        m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
-    } else if (j->rsplit > 1) {
-        const long cparts = j->parts / j->rsplit;
-        part_range(p % cparts, cparts, j->nb, &j0, &j1);
-        part_range(p / cparts, j->rsplit, (j->rows + MR - 1) / MR, &m0, &m1);
         m0 *= MR;
         m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
     } else {
@@ -1124,16 +1117,20 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
                  * of unequal size (5 blocks as 1, 1, 1, 2) left a thread idle for
                  * a block at the end (MobileNetV2's 7x7 projections: 20-27% of the layer). The
                  * smallest multiple of the threads up to 8 per thread that divides the blocks (18
-                 * blocks: 6 parts), else for up to 8 blocks per thread one block per part with the
-                 * rows split in nthreads ranges too (5 blocks: 10 parts) */
+                 * blocks: 6 parts), else for up to 8 blocks per thread a row split, one part per
+                 * thread (each streams all the weights, at most 8 blocks per thread of them). One
+                 * block per part with the rows split too (5 blocks: 10 parts, 15: 30) cost 20-50%
+                 * more CPU than one thread on MobileNetV2 0.5's 14x14 / 7x7 expansions (part setup,
+                 * a partial panel per part, each block's weights and rows in both cores' caches):
+                 * its modelled two-thread makespan of the 1x1 convs 497-505 -> 463-477 us */
                 long q = 2L * nthreads;
                 while (q <= j.nb && q <= 8L * nthreads && j.nb % q)
                     q += nthreads;
                 if (q <= j.nb && q <= 8L * nthreads) {
                     parts = q;
-                } else if (j.nb <= 8L * nthreads) {
-                    j.rsplit = (j.rows + MR - 1) / MR >= nthreads ? nthreads : 1;
-                    parts = j.nb * j.rsplit;
+                } else if (j.nb <= 8L * nthreads && (j.rows + MR - 1) / MR >= nthreads) {
+                    j.split_rows = 1;
+                    parts = nthreads;
                 }
             }
         }
