@@ -8,7 +8,8 @@ and two threads.
 * conv tiles of at most 16 output columns (O <= 16, the last 16 of O = 48, 80, ...) two at a time
   as one tile of 24 or 25 rows (``micro_one``), with and without a fused Sum2D, in place and packed;
 * a stem's whole panel (12 pixels of one output row, windows inside the input, kernel rows of at
-  most 32 floats) packed row by row without per-pixel bookkeeping."""
+  most 32 floats) packed row by row without per-pixel bookkeeping;
+* a stem of at most 32 output channels reading 24 (12) pixels' windows in place, unpacked."""
 import numpy as np
 import pytest
 
@@ -17,7 +18,7 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
-DW4, ONE_PAIRS, PANEL_PACK, ALL = 1, 2, 4, 7
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, ALL = 1, 2, 4, 8, 15
 
 
 def _both(path, build):
@@ -111,3 +112,21 @@ def test_stem_panels_packed_row_by_row(monkeypatch, shape, o, k, stride, pad, th
     w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
     conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(pad,) * 4, activation="relu")
     _same(*_both(PANEL_PACK, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride, pad, dil", [
+    ((1, 224, 224, 3), 16, 3, 2, 1, 1), ((1, 224, 224, 3), 32, 3, 2, 1, 1), ((2, 50, 61, 3), 8, 3, 2, 1, 1),
+    ((1, 40, 53, 3), 24, 3, 1, 1, 1), ((1, 33, 70, 1), 13, 5, 1, 2, 1), ((1, 30, 76, 4), 32, 3, 2, 0, 1),
+    ((2, 29, 60, 3), 17, 3, 1, 1, 2), ((1, 40, 50, 3), 64, 7, 2, 3, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_windows_read_in_place(monkeypatch, shape, o, k, stride, pad, dil, threads):
+    """(o = 64: two channel blocks, packed as before; the paths must still agree)"""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, shape[1], shape[3], dil])
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::103] = 30000.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
+    conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(pad,) * 4, dilation=(dil, 1),
+                activation="clamp", activation_params={"min": 0.0, "max": 6.0})
+    _same(*_both(WINDOWS, lambda: K.Conv2D(w, **conv).apply(x)))

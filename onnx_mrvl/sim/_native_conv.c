@@ -43,7 +43,8 @@
 #define PATH_DW4 1          /* depthwise: blocks of 4 pixels for interiors 4-7 pixels wide */
 #define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
 #define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
-static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK;
+#define PATH_WINDOWS 8      /* conv: a stem of <= 16 output channels reads 24-pixel windows in place */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 256         /* k-values per packed block (also the packed row stride) */
@@ -290,23 +291,27 @@ static HOT_LOOPS void micro_direct(int kc, const float *a, long lda, const float
  * per pair: the same products summed in the same order per value, so the same bits as two calls
  * of micro_lda. */
 static inline __attribute__((always_inline)) void
-micro_one_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols,
-              int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float *a, long lda, const float *b,
+              float *c, long ldc, int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
               const float *res, const epi_t *e2, __mmask16 *bad2) {
     __m512 acc[2 * MR + 1];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
-    const float *a1 = a + MR * lda;
 #pragma GCC unroll 25
     for (int r = 0; r < mr; r++)
         acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + r * ldc);
-    for (int p = 0; p < kc; p++) {
-        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
+    /* win: A read in place from the input windows, row r's k = (ky, q) at a[r lda + ky rs + q]
+     * (kernel rows of kc contiguous floats: a stem's 3 channels), the same k order as packed */
+    for (int ky = 0; ky < (win ? nky : 1); ky++, a += rs, b += (long)kc * NR) {
+        const float *a1 = a + MR * lda;
+        for (int p = 0; p < kc; p++) {
+            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r]);
+            for (int r = 0; r < MR; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r]);
 #pragma GCC unroll 13
-        for (int r = 0; r < mr - MR; r++)
-            acc[MR + r] = _mm512_fmadd_ps(_mm512_set1_ps(a1[r * lda + p]), b0, acc[MR + r]);
+            for (int r = 0; r < mr - MR; r++)
+                acc[MR + r] = _mm512_fmadd_ps(_mm512_set1_ps(a1[r * lda + p]), b0, acc[MR + r]);
+        }
     }
     if (!last) {
 #pragma GCC unroll 25
@@ -339,13 +344,20 @@ micro_one_lda(const int mr, int kc, const float *a, long lda, const float *b, fl
 static HOT_LOOPS void micro_one24(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
                         int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
                         __mmask16 *bad2) {
-    micro_one_lda(2 * MR, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+    micro_one_lda(2 * MR, 0, 1, 0, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
 }
 
 static HOT_LOOPS void micro_one25(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
                         int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
                         __mmask16 *bad2) {
-    micro_one_lda(2 * MR + 1, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+    micro_one_lda(2 * MR + 1, 0, 1, 0, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+}
+
+/* 24 pixels of one output row whose windows lie inside the input, A read from the windows in place
+ * (nky kernel rows of kc floats, rs apart; the pixels lda apart): a stem's panels unpacked */
+static HOT_LOOPS void micro_one_win24(int nky, long rs, int kc, const float *a, long lda, const float *b, float *c,
+                                      long ldc, int cols, const epi_t *e, __mmask16 *bad) {
+    micro_one_lda(2 * MR, 1, nky, rs, kc, a, lda, b, c, ldc, cols, 1, 1, e, 0, bad, NULL, NULL, NULL);
 }
 
 typedef struct {
@@ -479,6 +491,45 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
+/* 12 pixels of one output row whose windows lie inside the input x 32 columns, A read from the
+ * windows in place (nky kernel rows of kc floats, rs apart; the pixels lda apart): the fp32 sums
+ * go to c, then micro12 finishes them as a last k block (the same sums, one store and reload) */
+static HOT_LOOPS void micro_win12(int nky, long rs, int kc, const float *a, long lda, const float *b, float *c,
+                                  long ldc, int cols, const epi_t *e, __mmask16 *bad) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int ky = 0; ky < nky; ky++, a += rs, b += (long)kc * NR)
+        for (int p = 0; p < kc; p++) {
+            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++) {
+                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+    const __mmask16 m1 = cols >= 32 ? 0xFFFF : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+    }
+    micro12(0, NULL, NULL, c, ldc, MR, cols, 0, 1, e, 0, bad, NULL, NULL, NULL, NULL);
+}
+
+/* the first input pixel of the window of output pixel m when the n pixels m .. m + n - 1 lie in
+ * one output row and their windows inside the input (no padding), else NULL */
+static const float *window_row(const geom_t *g, long m, long n) {
+    const long ox = m % g->ow, t = m / g->ow, oy = t % g->oh, img = t / g->oh;
+    const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl, ixl = (ox + n - 1) * g->sw - g->pl;
+    if (ox + n > g->ow || iy0 < 0 || iy0 + (g->kh - 1) * g->dh >= g->h || ix0 < 0
+        || ixl + (g->kw - 1) * g->dw >= g->w)
+        return NULL;
+    return g->x + ((img * g->h + iy0) * g->w + ix0) * g->cs;
+}
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -509,12 +560,29 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
          * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
          * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
         const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
+        /* a stem (one block of at most 16 output channels, one k block, kernel rows of contiguous
+         * floats, no fused sum): the pairs of panels (tiles i, i + 1, i even, as the tile loop pairs
+         * them) whose 24 pixels lie in one output row with their windows inside the input read the
+         * input in place (micro_one_win24) instead of being packed */
+        long win = 0;
+        const float *wsrc[MC / (2 * MR)];
+        const float *wsrc1[MC / MR];
+        if ((new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs)
+            for (int i = 0; i + 1 < tiles; i += 2)
+                if ((i + 2 < tiles || mc + mrows - (mc + (long)i * MR) == 2 * MR)
+                    && (wsrc[i / 2] = window_row(&g, mc + (long)i * MR, 2 * MR)))
+                    win |= 1L << i;
+        long win1 = 0;     /* 17-32 output channels: single 12-pixel tiles read in place */
+        if ((new_paths & PATH_WINDOWS) && !direct && !res && o > 16 && o <= NR && K <= KC && dw == 1 && c == cs)
+            for (int i = 0; i < tiles; i++)
+                if ((i + 1 < tiles || mrows - (long)i * MR == MR) && (wsrc1[i] = window_row(&g, mc + (long)i * MR, MR)))
+                    win1 |= 1L << i;
         for (long k0 = 0; k0 < K; k0 += KC) {
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
                 const long r0 = mc + (long)i * MR;
                 const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
-                if (!direct || rows < MR)
+                if ((!direct || rows < MR) && !(win >> (i & ~1) & 1) && !(win1 >> i & 1))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
             }
             for (long j = j0; j < j1; j++) {
@@ -527,6 +595,17 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     const long r0 = mc + (long)i * MR;
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : bp;
+                    if (win1 >> i & 1) {
+                        micro_win12((int)kh, dh * w * c, (int)(kw * c), wsrc1[i], sw * c, bp,
+                                    out + r0 * ldo + j * NR, ldo, cols, &e, &bad);
+                        continue;
+                    }
+                    if (win >> i & 1) {
+                        micro_one_win24((int)kh, dh * w * c, (int)(kw * c), wsrc[i / 2], sw * c, bp,
+                                        out + r0 * ldo + j * NR, ldo, cols, &e, &bad);
+                        i++;
+                        continue;
+                    }
                     if (cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
                         /* one vector of columns: this tile and the next as one of 24 or 25 rows */
                         const int rows2 = i + 2 < tiles ? MR : (int)(mc + mrows - r0 - MR);
