@@ -37,9 +37,22 @@
 #endif
 
 #define MR 12          /* output pixels per micro-tile */
+
+/* Kernel paths added by the 2026-11-26 MobileNet pass, each giving the same bits as the code before
+ * it; kernel_paths(mask) turns them off for tests/test_sim_kernel_paths.py, which compares the two */
+#define PATH_DW4 1          /* depthwise: blocks of 4 pixels for interiors 4-7 pixels wide */
+#define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
+#define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
+#define PATH_WINDOWS 8      /* conv: a stem of <= 16 output channels reads 24-pixel windows in place */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS;
+void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 256         /* k-values per packed block (also the packed row stride) */
 #define MC (MR * 10)   /* pixels per packed block */
+
+/* the register tiles' k loops start on a 64-byte boundary (a 274-byte loop starting 48 bytes into a
+ * line spans 6 of the op cache's lines instead of 5) */
+#define HOT_LOOPS __attribute__((optimize("align-loops=64")))
 
 typedef struct {
     const float *bias, *scale, *shift, *slope;   /* each padded to a multiple of NR */
@@ -47,9 +60,9 @@ typedef struct {
     float p0, p1;
 } epi_t;
 
-static inline __m512 blend(__mmask16 m, __m512 a, __m512 b) { return _mm512_mask_blend_ps(m, a, b); }
+static inline __attribute__((always_inline)) __m512 blend(__mmask16 m, __m512 a, __m512 b) { return _mm512_mask_blend_ps(m, a, b); }
 
-static inline __m512 activation(__m512 v, const epi_t *e, __m512 s) {
+static inline __attribute__((always_inline)) __m512 activation(__m512 v, const epi_t *e, __m512 s) {
     const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
     __m512 g;
     __mmask16 lo, hi;
@@ -80,7 +93,7 @@ static inline __m512 activation(__m512 v, const epi_t *e, __m512 s) {
     }
 }
 
-static inline __m512 rne16(__m512 v) {
+static inline __attribute__((always_inline)) __m512 rne16(__m512 v) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
@@ -90,7 +103,7 @@ typedef struct {
     int code, has_bias, has_scale, has_shift;
 } epv_t;
 
-static inline void epv_load(epv_t *E, const epi_t *e, long c) {
+static inline __attribute__((always_inline)) void epv_load(epv_t *E, const epi_t *e, long c) {
     E->has_bias = e->bias != NULL;
     E->has_scale = e->scale != NULL;
     E->has_shift = e->shift != NULL;
@@ -104,12 +117,12 @@ static inline void epv_load(epv_t *E, const epi_t *e, long c) {
 }
 
 /* inf or NaN lanes (one vfpclassps: QNaN 0x01, +inf 0x08, -inf 0x10, SNaN 0x80) */
-static inline __mmask16 nonfinite(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x99); }
+static inline __attribute__((always_inline)) __mmask16 nonfinite(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x99); }
 
 /* finish() with the block's epilogue already in registers: the same values, fewer operations.
  * relu: max(0, v) (vmaxps returns its second operand for a NaN or equal pair: NaN and -0 stay,
  * as in v < 0 ? 0 : v); clamp: min(max(v, lo), hi), ONNX Clip and numpy's clip (hi when lo > hi). */
-static inline __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
+static inline __attribute__((always_inline)) __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
     const __m512 z = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
     __m512 g;
     __mmask16 lo;
@@ -151,7 +164,7 @@ static inline __m512 finish_v(__m512 v, const epv_t *E, __mmask16 *bad) {
 }
 
 /* the finished value of one vector of channels [c, c + 16) (epilogue loaded for it alone) */
-static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
+static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
     epv_t E;
     epv_load(&E, e, c);
     return finish_v(v, &E, bad);
@@ -205,6 +218,9 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             epv_load(&F1, e2, col0 + 16);
         }
     }
+    /* the non-finite lanes gather in registers, written once (through *bad per row, a load-or-store
+     * chain ran through every row of the tile) */
+    __mmask16 bt = 0, bt2 = 0;
     for (int r = 0; r < rows; r++) {
         __m512 v0 = acc[r][0], v1 = acc[r][1];
         if (last) {
@@ -212,19 +228,22 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             v0 = finish_v(v0, &E0, &bad0);
             if (m1)
                 v1 = finish_v(v1, &E1, &bad1);
-            *bad |= (bad0 & m0) | (bad1 & m1);
+            bt |= (bad0 & m0) | (bad1 & m1);
             if (res) {           /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
                 bad0 = bad1 = 0;
                 v0 = finish_v(_mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)), &F0, &bad0);
                 if (m1)
                     v1 = finish_v(_mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)), &F1, &bad1);
-                *bad2 |= (bad0 & m0) | (bad1 & m1);
+                bt2 |= (bad0 & m0) | (bad1 & m1);
             }
         }
         _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
         if (m1)
             _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
     }
+    *bad |= bt;
+    if (res)
+        *bad2 |= bt2;
 }
 
 /* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
@@ -236,11 +255,11 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
                    int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
                    const epi_t *e2, __mmask16 *bad2, const float *pf
 #define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
-static void micro13(MICRO_ARGS) { micro_lda(13, MICRO_PASS); }
-static void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
-static void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
-static void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
-static void micro2(MICRO_ARGS) { micro_lda(2, MICRO_PASS); }
+static HOT_LOOPS void micro13(MICRO_ARGS) { micro_lda(13, MICRO_PASS); }
+static HOT_LOOPS void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
+static HOT_LOOPS void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
+static HOT_LOOPS void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
+static HOT_LOOPS void micro2(MICRO_ARGS) { micro_lda(2, MICRO_PASS); }
 
 static inline void micro(MICRO_ARGS) {
     if (rows > MR)
@@ -257,13 +276,88 @@ static inline void micro(MICRO_ARGS) {
 
 /* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full
  * panels of MR or MR + 1 rows) */
-static void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
+static HOT_LOOPS void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
                          int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
                          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
     if (rows > MR)
         micro_lda(MR + 1, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
     else
         micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
+}
+
+/* Two consecutive tiles of at most 16 columns (O <= 16, or the last 16 of O = 48, 80, ...) as one:
+ * 24 or 25 rows x one vector, the rows of the two panels (lda apart, in two groups of 12 that share
+ * their row offsets). One weight load per 24 FMAs instead of 12, one call and one epilogue pass
+ * per pair: the same products summed in the same order per value, so the same bits as two calls
+ * of micro_lda. */
+static inline __attribute__((always_inline)) void
+micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float *a, long lda, const float *b,
+              float *c, long ldc, int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
+              const float *res, const epi_t *e2, __mmask16 *bad2) {
+    __m512 acc[2 * MR + 1];
+    const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+#pragma GCC unroll 25
+    for (int r = 0; r < mr; r++)
+        acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + r * ldc);
+    /* win: A read in place from the input windows, row r's k = (ky, q) at a[r lda + ky rs + q]
+     * (kernel rows of kc contiguous floats: a stem's 3 channels), the same k order as packed */
+    for (int ky = 0; ky < (win ? nky : 1); ky++, a += rs, b += (long)kc * NR) {
+        const float *a1 = a + MR * lda;
+        for (int p = 0; p < kc; p++) {
+            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r]);
+#pragma GCC unroll 13
+            for (int r = 0; r < mr - MR; r++)
+                acc[MR + r] = _mm512_fmadd_ps(_mm512_set1_ps(a1[r * lda + p]), b0, acc[MR + r]);
+        }
+    }
+    if (!last) {
+#pragma GCC unroll 25
+        for (int r = 0; r < mr; r++)
+            _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r]);
+        return;
+    }
+    epv_t E0, F0 = {0};
+    epv_load(&E0, e, col0);
+    if (res)
+        epv_load(&F0, e2, col0);
+    __mmask16 bt = 0, bt2 = 0;
+#pragma GCC unroll 25
+    for (int r = 0; r < mr; r++) {
+        __mmask16 b0 = 0;
+        __m512 v = finish_v(acc[r], &E0, &b0);
+        bt |= b0;
+        if (res) {
+            __mmask16 b1 = 0;
+            v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m0, res + r * ldc)), &F0, &b1);
+            bt2 |= b1;
+        }
+        _mm512_mask_storeu_ps(c + r * ldc, m0, v);
+    }
+    *bad |= bt & m0;
+    if (res)
+        *bad2 |= bt2 & m0;
+}
+
+static HOT_LOOPS void micro_one24(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
+                        int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
+                        __mmask16 *bad2) {
+    micro_one_lda(2 * MR, 0, 1, 0, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+}
+
+static HOT_LOOPS void micro_one25(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
+                        int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
+                        __mmask16 *bad2) {
+    micro_one_lda(2 * MR + 1, 0, 1, 0, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
+}
+
+/* 24 pixels of one output row whose windows lie inside the input, A read from the windows in place
+ * (nky kernel rows of kc floats, rs apart; the pixels lda apart): a stem's panels unpacked */
+static HOT_LOOPS void micro_one_win24(int nky, long rs, int kc, const float *a, long lda, const float *b, float *c,
+                                      long ldc, int cols, const epi_t *e, int col0, __mmask16 *bad) {
+    micro_one_lda(2 * MR, 1, nky, rs, kc, a, lda, b, c, ldc, cols, 1, 1, e, col0, bad, NULL, NULL, NULL);
 }
 
 typedef struct {
@@ -275,7 +369,7 @@ typedef struct {
 
 /* dst[0, n) = src[0, n), or zeros for src NULL: masked vector moves (the runs are often a few
  * floats -- a kernel row of a 3-channel stem -- where a libc call costs more than the copy) */
-static inline void copy_run(float *dst, const float *src, long n) {
+static inline __attribute__((always_inline)) void copy_run(float *dst, const float *src, long n) {
     long i = 0;
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i, src ? _mm512_loadu_ps(src + i) : _mm512_setzero_ps());
@@ -292,6 +386,28 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     const long c = g->c, rowlen = g->kw * c;         /* one kernel row of taps: contiguous when dw == 1 */
     long ox = m0 % g->ow, t = m0 / g->ow, oy = t % g->oh, n = t / g->oh;
     const long ky_first = k0 / rowlen, rem_first = k0 % rowlen, tap_first = rem_first / c, ch_first = rem_first % c;
+    const long nv = (rowlen + 15) / 16;              /* vectors per kernel row */
+    if ((new_paths & PATH_PANEL_PACK) && rows == MR && k0 == 0 && kc == g->kh * rowlen && nv <= 2 && g->dw == 1 && c == g->cs
+        && (g->kh - 1) * rowlen + 16 * nv <= KC && ox + MR <= g->ow) {
+        /* a whole panel in one output row, every window inside the input, rows of at most 32
+         * floats (3-channel stems: 3x3 K = 27, 7x7 K = 147): each kernel row one or two loads and
+         * stores, with no per-pixel bookkeeping (it took ~27 cycles a pixel: 40% of MobileNetV2's
+         * stem). Whole vectors: a row's tail is overwritten by the next row, the last one's lands
+         * in the packed row's unused end (never read: k < kc), and the loads stay inside the image */
+        const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl, ixl = (ox + MR - 1) * g->sw - g->pl;
+        const long rs = g->dh * g->w * c, ps = g->sw * c;
+        const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;
+        if (iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h && ix0 >= 0 && ixl + g->kw <= g->w
+            && src + (MR - 1) * ps + (g->kh - 1) * rs + 16 * nv <= g->x + (n + 1) * g->h * g->w * c) {
+            for (int r = 0; r < MR; r++, src += ps)
+                for (long ky = 0; ky < g->kh; ky++) {
+                    _mm512_storeu_ps(dst + r * KC + ky * rowlen, _mm512_loadu_ps(src + ky * rs));
+                    if (nv > 1)
+                        _mm512_storeu_ps(dst + r * KC + ky * rowlen + 16, _mm512_loadu_ps(src + ky * rs + 16));
+                }
+            return;
+        }
+    }
     for (int r = 0; r < MR; r++) {
         float *d = dst + r * KC;
         if (r >= rows) {
@@ -304,8 +420,20 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             /* an interior pixel whose whole window is one block: one copy per kernel row (small-C
              * stems: a row is a few floats, and the general loop's bookkeeping cost more) */
             const float *src = g->x + ((n * g->h + iy0) * g->w + ix0) * c;     /* c == cs here */
-            for (long ky = 0; ky < g->kh; ky++)
-                copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+            if (rowlen <= 16 && (g->kh - 1) * rowlen + 16 <= KC) {
+                /* rows of at most 16 floats (3-channel stems): masked loads, whole-vector stores in
+                 * kernel-row order (each row's tail is overwritten by the next row; the last one's
+                 * lands in the packed row's unused end) */
+                const __mmask16 mk = (__mmask16)((1u << rowlen) - 1);
+                const float *end = g->x + (n + 1) * g->h * g->w * c;
+                for (long ky = 0; ky < g->kh; ky++) {
+                    const float *sp = src + ky * g->dh * g->w * c;
+                    _mm512_storeu_ps(d + ky * rowlen, sp + 16 <= end ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(mk, sp));
+                }
+            } else {
+                for (long ky = 0; ky < g->kh; ky++)
+                    copy_run(d + ky * rowlen, src + ky * g->dh * g->w * c, rowlen);
+            }
         } else if (k0 == 0 && kc == g->kh * rowlen && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h
                    && ix0 >= 0 && ix0 + (g->kw - 1) * g->dw < g->w) {
             /* an interior pixel whose window is one block but whose taps are not contiguous (a
@@ -363,6 +491,45 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
+/* 12 pixels of one output row whose windows lie inside the input x 32 columns, A read from the
+ * windows in place (nky kernel rows of kc floats, rs apart; the pixels lda apart): the fp32 sums
+ * go to c, then micro12 finishes them as a last k block (the same sums, one store and reload) */
+static HOT_LOOPS void micro_win12(int nky, long rs, int kc, const float *a, long lda, const float *b, float *c,
+                                  long ldc, int cols, const epi_t *e, int col0, __mmask16 *bad) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int ky = 0; ky < nky; ky++, a += rs, b += (long)kc * NR)
+        for (int p = 0; p < kc; p++) {
+            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++) {
+                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+    const __mmask16 m1 = cols >= 32 ? 0xFFFF : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+    }
+    micro12(0, NULL, NULL, c, ldc, MR, cols, 0, 1, e, col0, bad, NULL, NULL, NULL, NULL);
+}
+
+/* the first input pixel of the window of output pixel m when the n pixels m .. m + n - 1 lie in
+ * one output row and their windows inside the input (no padding), else NULL */
+static const float *window_row(const geom_t *g, long m, long n) {
+    const long ox = m % g->ow, t = m / g->ow, oy = t % g->oh, img = t / g->oh;
+    const long iy0 = oy * g->sh - g->pt, ix0 = ox * g->sw - g->pl, ixl = (ox + n - 1) * g->sw - g->pl;
+    if (ox + n > g->ow || iy0 < 0 || iy0 + (g->kh - 1) * g->dh >= g->h || ix0 < 0
+        || ixl + (g->kw - 1) * g->dw >= g->w)
+        return NULL;
+    return g->x + ((img * g->h + iy0) * g->w + ix0) * g->cs;
+}
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -393,12 +560,31 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
          * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
          * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
         const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
+        /* a stem (one block of at most 16 output channels, one k block, kernel rows of contiguous
+         * floats, no fused sum): the pairs of panels (tiles i, i + 1, i even, as the tile loop pairs
+         * them) whose 24 pixels lie in one output row with their windows inside the input read the
+         * input in place (micro_one_win24) instead of being packed */
+        long win = 0;
+        const float *wsrc[MC / (2 * MR)];
+        const float *wsrc1[MC / MR];
+        if ((new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs)
+            for (int i = 0; i + 1 < tiles; i += 2)
+                if ((i + 2 < tiles || mc + mrows - (mc + (long)i * MR) == 2 * MR)
+                    && (wsrc[i / 2] = window_row(&g, mc + (long)i * MR, 2 * MR)))
+                    win |= 1L << i;
+        long win1 = 0;     /* 17-32 output channels: single 12-pixel tiles read in place (beyond, each
+                            * channel block would read the windows again: ResNet-50's 7x7 stem, 64
+                            * channels, 1-3% faster, not worth it) */
+        if ((new_paths & PATH_WINDOWS) && !direct && !res && o > 16 && o <= NR && K <= KC && dw == 1 && c == cs)
+            for (int i = 0; i < tiles; i++)
+                if ((i + 1 < tiles || mrows - (long)i * MR == MR) && (wsrc1[i] = window_row(&g, mc + (long)i * MR, MR)))
+                    win1 |= 1L << i;
         for (long k0 = 0; k0 < K; k0 += KC) {
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
                 const long r0 = mc + (long)i * MR;
                 const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
-                if (!direct || rows < MR)
+                if ((!direct || rows < MR) && !(win >> (i & ~1) & 1) && !(win1 >> i & 1))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
             }
             for (long j = j0; j < j1; j++) {
@@ -411,6 +597,30 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     const long r0 = mc + (long)i * MR;
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : bp;
+                    if (win1 >> i & 1) {
+                        micro_win12((int)kh, dh * w * c, (int)(kw * c), wsrc1[i], sw * c, bp,
+                                    out + r0 * ldo + j * NR, ldo, cols, &e, (int)(j * NR), &bad);
+                        continue;
+                    }
+                    if (win >> i & 1) {
+                        micro_one_win24((int)kh, dh * w * c, (int)(kw * c), wsrc[i / 2], sw * c, bp,
+                                        out + r0 * ldo + j * NR, ldo, cols, &e, (int)(j * NR), &bad);
+                        i++;
+                        continue;
+                    }
+                    if (cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
+                        /* one vector of columns: this tile and the next as one of 24 or 25 rows */
+                        const int rows2 = i + 2 < tiles ? MR : (int)(mc + mrows - r0 - MR);
+                        if (rows2 >= MR) {
+                            const float *ap = direct ? x + r0 * cs + k0 : abuf + (long)i * MR * KC;
+                            const long lda = direct ? cs : KC;
+                            (rows2 > MR ? micro_one25 : micro_one24)(
+                                kc, ap, lda, bp, out + r0 * ldo + j * NR, ldo, cols, k0 == 0, k0 + KC >= K, &e,
+                                (int)(j * NR), &bad, res ? res + r0 * ldo + j * NR : NULL, e2, &bad2);
+                            i++;
+                            continue;
+                        }
+                    }
                     if (direct && rows >= MR)
                         micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
@@ -908,7 +1118,6 @@ typedef struct {
     const float *res;
     const epi_t *e2;
     atomic_int ok;
-    long rsplit;     /* channel split: parts = rsplit row ranges x parts / rsplit block ranges (0: 1) */
 } conv_job;
 
 static void conv_part(void *arg, long p) {
@@ -916,12 +1125,6 @@ static void conv_part(void *arg, long p) {
     long m0 = 0, m1 = j->rows, j0 = 0, j1 = j->nb;
     if (j->split_rows) {
         part_range(p, j->parts, (j->rows + MR - 1) / MR, &m0, &m1);
-        m0 *= MR;
-        m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
-    } else if (j->rsplit > 1) {
-        const long cparts = j->parts / j->rsplit;
-        part_range(p % cparts, cparts, j->nb, &j0, &j1);
-        part_range(p / cparts, j->rsplit, (j->rows + MR - 1) / MR, &m0, &m1);
         m0 *= MR;
         m1 = m1 * MR < j->rows ? m1 * MR : j->rows;
     } else {
@@ -995,16 +1198,20 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
                  * of unequal size (5 blocks as 1, 1, 1, 2) left a thread idle for
                  * a block at the end (MobileNetV2's 7x7 projections: 20-27% of the layer). The
                  * smallest multiple of the threads up to 8 per thread that divides the blocks (18
-                 * blocks: 6 parts), else for up to 8 blocks per thread one block per part with the
-                 * rows split in nthreads ranges too (5 blocks: 10 parts) */
+                 * blocks: 6 parts), else for up to 8 blocks per thread a row split, one part per
+                 * thread (each streams all the weights, at most 8 blocks per thread of them). One
+                 * block per part with the rows split too (5 blocks: 10 parts, 15: 30) cost 20-50%
+                 * more CPU than one thread on MobileNetV2 0.5's 14x14 / 7x7 expansions (part setup,
+                 * a partial panel per part, each block's weights and rows in both cores' caches):
+                 * its modelled two-thread makespan of the 1x1 convs 497-505 -> 463-477 us */
                 long q = 2L * nthreads;
                 while (q <= j.nb && q <= 8L * nthreads && j.nb % q)
                     q += nthreads;
                 if (q <= j.nb && q <= 8L * nthreads) {
                     parts = q;
-                } else if (j.nb <= 8L * nthreads) {
-                    j.rsplit = (j.rows + MR - 1) / MR >= nthreads ? nthreads : 1;
-                    parts = j.nb * j.rsplit;
+                } else if (j.nb <= 8L * nthreads && (j.rows + MR - 1) / MR >= nthreads) {
+                    j.split_rows = 1;
+                    parts = nthreads;
                 }
             }
         }
@@ -1072,42 +1279,47 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, lo
 
 #define DWB 8   /* interior output pixels per register block */
 
-/* DWB interior output pixels x 16 channels [cb, cb + 16) (lanes m) of one output row: xb the first
- * pixel's first in-range tap, wt its weights, nky kernel rows in range; the finished values go to
- * ob (pixel stride c). Returns the lanes that were not finite. Compiled for whole channel blocks
- * (full: plain loads; a masked load costs a zeroing move and a dependency) and for row3 (stride
- * 1, 3 taps wide: a row of DWB + 2 input vectors serves all three taps). The epilogue's vectors
- * are loaded after the sums: held through them they took 6 of the 32 registers, and the tap
- * loop spilled its input vectors. */
+/* NB (8 or 4) interior output pixels x 16 channels [cb, cb + 16) (lanes m) of one output row: xb
+ * the first pixel's first in-range tap, wt its weights, nky kernel rows in range; the finished
+ * values go to ob (pixel stride c). Returns the lanes that were not finite. Compiled for whole
+ * channel blocks (full: plain loads; a masked load costs a zeroing move and a dependency), for
+ * row3 (stride 1, 3 taps wide: a row of NB + 2 input vectors serves all three taps; else tap by
+ * tap) and for NB (4: maps whose interior row is 4-7 pixels wide, 7x7 and 14x14 / 2, which
+ * otherwise ran pixel by pixel: MobileNetV2's 7x7x960 0.045 -> 0.034 ms, 14x14x576 / 2 0.031 ->
+ * 0.021 ms, one thread). Every path sums the taps in the same order (kernel rows, then taps, the
+ * first a product). A stride-2 row3 (2 NB + 1 input vectors for the three taps, 40% fewer loads)
+ * measured no faster (loads are not what bounds the /2 layers) and was not kept. The epilogue's vectors are
+ * loaded after the sums: held through them they took 6 of the 32 registers, and the tap loop
+ * spilled its input vectors. */
 static inline __attribute__((always_inline)) __mmask16
-dw_block(const int full, const int row3, const dw_job *j, const float *xb, const float *wt, long nky, __mmask16 m,
-         float *ob, long cb) {
+dw_block(const int full, const int row3, const int NB, const dw_job *j, const float *xb, const float *wt, long nky,
+         __mmask16 m, float *ob, long cb) {
     const long c = j->c, rowstep = j->dh * j->wd * c, pixstride = j->sw * c, tapstride = j->dw * c;
     __m512 acc[DWB];
 #pragma GCC unroll 8
-    for (int t = 0; t < DWB; t++)
+    for (int t = 0; t < NB; t++)
         acc[t] = _mm512_setzero_ps();        /* nky >= 1: overwritten by the first tap's products */
     if (row3) {
         for (long ky = 0; ky < nky; ky++, xb += rowstep, wt += 3 * j->cp) {
             __m512 xv[DWB + 2];
 #pragma GCC unroll 10
-            for (int t = 0; t < DWB + 2; t++)
+            for (int t = 0; t < NB + 2; t++)
                 xv[t] = full ? _mm512_loadu_ps(xb + t * c) : _mm512_maskz_loadu_ps(m, xb + t * c);
             const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
             if (ky == 0) {                   /* the first tap: a product */
 #pragma GCC unroll 8
-                for (int t = 0; t < DWB; t++)
+                for (int t = 0; t < NB; t++)
                     acc[t] = _mm512_mul_ps(xv[t], w0);
             } else {
 #pragma GCC unroll 8
-                for (int t = 0; t < DWB; t++)
+                for (int t = 0; t < NB; t++)
                     acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
             }
 #pragma GCC unroll 8
-            for (int t = 0; t < DWB; t++)
+            for (int t = 0; t < NB; t++)
                 acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
 #pragma GCC unroll 8
-            for (int t = 0; t < DWB; t++)
+            for (int t = 0; t < NB; t++)
                 acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
         }
     } else {
@@ -1118,13 +1330,13 @@ dw_block(const int full, const int row3, const dw_job *j, const float *xb, const
                 const __m512 wv = _mm512_loadu_ps(wt);
                 if (first) {                     /* the first tap: a product */
 #pragma GCC unroll 8
-                    for (int t = 0; t < DWB; t++)
+                    for (int t = 0; t < NB; t++)
                         acc[t] = _mm512_mul_ps(full ? _mm512_loadu_ps(xt + t * pixstride)
                                                     : _mm512_maskz_loadu_ps(m, xt + t * pixstride), wv);
                     first = 0;
                 } else {
 #pragma GCC unroll 8
-                    for (int t = 0; t < DWB; t++)
+                    for (int t = 0; t < NB; t++)
                         acc[t] = _mm512_fmadd_ps(full ? _mm512_loadu_ps(xt + t * pixstride)
                                                       : _mm512_maskz_loadu_ps(m, xt + t * pixstride), wv, acc[t]);
                 }
@@ -1135,7 +1347,7 @@ dw_block(const int full, const int row3, const dw_job *j, const float *xb, const
     epv_load(&E, &j->e, cb);
     __mmask16 bad = 0;
 #pragma GCC unroll 8
-    for (int t = 0; t < DWB; t++) {
+    for (int t = 0; t < NB; t++) {
         __mmask16 bb = 0;
         const __m512 y = finish_v(acc[t], &E, &bb);
         bad |= bb & m;
@@ -1145,6 +1357,19 @@ dw_block(const int full, const int row3, const dw_job *j, const float *xb, const
             _mm512_mask_storeu_ps(ob + t * c, m, y);
     }
     return bad;
+}
+
+/* dw_block for a runtime row3 and whole / masked channel block, at NB pixels */
+static inline __attribute__((always_inline)) __mmask16
+dw_block_nb(const int NB, int row3, const dw_job *j, const float *xb, const float *wt, long nky, __mmask16 m,
+            float *ob, long cb) {
+    if (m == 0xFFFF && row3)
+        return dw_block(1, 1, NB, j, xb, wt, nky, m, ob, cb);
+    if (m == 0xFFFF)
+        return dw_block(1, 0, NB, j, xb, wt, nky, m, ob, cb);
+    if (row3)
+        return dw_block(0, 1, NB, j, xb, wt, nky, m, ob, cb);
+    return dw_block(0, 0, NB, j, xb, wt, nky, m, ob, cb);
 }
 
 /* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
@@ -1161,6 +1386,7 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
         hi = lo;
     __mmask16 bad = 0;
     const long rowstride = j->wd * j->c;
+    const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
     for (long r = r0; r < r1; r++) {
         const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
         long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
@@ -1169,28 +1395,25 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
         while (ky1 > ky0 && y0 + (ky1 - 1) * j->dh >= j->h)
             ky1--;
         float *orow = j->out + r * j->ow * j->c;
-        const int blocks = ky0 < ky1 && hi - lo >= DWB;    /* interior pixels in 8-pixel blocks */
-        const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
+        /* interior pixels in blocks of 8, or of 4 when the interior is 4-7 pixels wide */
+        const long nb = hi - lo >= DWB ? DWB : (hi - lo >= 4 && (new_paths & PATH_DW4) ? 4 : 0);
+        const int blocks = ky0 < ky1 && nb;
         if (blocks) {
             /* pixel blocks outside, channel blocks inside: each pixel's channels are read and
              * written as one contiguous run (channels outside walked the rows once per 16
              * channels at the pixel stride, missing the cache on every line at batch 8) */
-            for (long oxb = lo; oxb < hi; oxb += DWB) {
-                const long ox = hi - oxb < DWB ? hi - DWB : oxb;   /* a last block overlapping the one before: same values */
+            for (long oxb = lo; oxb < hi; oxb += nb) {
+                const long ox = hi - oxb < nb ? hi - nb : oxb;     /* a last block overlapping the one before: same values */
                 for (long cb = c0; cb < c1; cb += 16) {
                     const long left = c1 - cb;
                     const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
                     const float *xb = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride + (ox * j->sw - j->pl) * j->c + cb;
                     const float *wt = j->w + ky0 * j->kw * j->cp + cb;
                     float *ob = orow + ox * j->c + cb;
-                    if (m == 0xFFFF && row3)
-                        bad |= dw_block(1, 1, j, xb, wt, ky1 - ky0, m, ob, cb);
-                    else if (m == 0xFFFF)
-                        bad |= dw_block(1, 0, j, xb, wt, ky1 - ky0, m, ob, cb);
-                    else if (row3)
-                        bad |= dw_block(0, 1, j, xb, wt, ky1 - ky0, m, ob, cb);
+                    if (nb == DWB)
+                        bad |= dw_block_nb(DWB, row3, j, xb, wt, ky1 - ky0, m, ob, cb);
                     else
-                        bad |= dw_block(0, 0, j, xb, wt, ky1 - ky0, m, ob, cb);
+                        bad |= dw_block_nb(4, row3, j, xb, wt, ky1 - ky0, m, ob, cb);
                 }
             }
         }

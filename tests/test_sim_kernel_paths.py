@@ -1,0 +1,132 @@
+"""The native kernel paths of the MobileNet pass against the code before them, bit for bit
+(``kernel_paths(mask)`` in _native_conv.c turns each off): each sums the same products in the same
+order per value, so the results, finiteness flags and overflow reports must be the same, on one
+and two threads.
+
+* depthwise blocks of 4 pixels (maps whose interior row is 4-7 pixels wide: 7x7, 14x14 / 2), which
+  ran pixel by pixel; also inside the fused depthwise + 1x1 pass (``dw_pw``);
+* conv tiles of at most 16 output columns (O <= 16, the last 16 of O = 48, 80, ...) two at a time
+  as one tile of 24 or 25 rows (``micro_one``), with and without a fused Sum2D, in place and packed;
+* a stem's whole panel (12 pixels of one output row, windows inside the input, kernel rows of at
+  most 32 floats) packed row by row without per-pixel bookkeeping;
+* a stem of at most 32 output channels reading 24 (12) pixels' windows in place, unpacked."""
+import numpy as np
+import pytest
+
+from onnx_mrvl.sim import jit, native
+from onnx_mrvl.sim import kernels as K
+from test_sim_native import _buildable, f16
+
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, ALL = 1, 2, 4, 8, 15
+
+
+def _both(path, build):
+    """(with ``path``, without it) of ``build()``"""
+    lib = native.lib()
+    try:
+        lib.kernel_paths(ALL & ~path)
+        old = build()
+        lib.kernel_paths(ALL)
+        new = build()
+    finally:
+        lib.kernel_paths(ALL)
+    return new, old
+
+
+def _same(new, old):
+    for a, b in zip(new, old):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+        else:
+            assert a == b
+
+
+@pytest.mark.parametrize("h, w, c, k, stride, pads", [
+    (7, 7, 960, 3, 1, 1), (7, 7, 17, 3, 1, 1), (14, 14, 576, 3, 2, 1), (9, 6, 40, 3, 1, 1),
+    (8, 10, 33, 3, 1, 1), (5, 9, 64, 3, 1, 0), (11, 12, 48, 5, 1, 2), (15, 15, 24, 3, 2, 1),
+    (6, 13, 16, 3, 2, 0), (9, 9, 100, 3, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_blocks_of_4(monkeypatch, h, w, c, k, stride, pads, threads):
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([h, w, c, k, stride])
+    x = f16(rng.standard_normal((2, h, w, c)) * 3)
+    x.reshape(-1)[::97] = 30000.0                  # some sums overflow fp16: the flags must agree
+    wt = f16(rng.standard_normal((c, k, k, 1)) * 0.5)
+    conv = dict(bias=rng.standard_normal(c), scale=rng.standard_normal(c), strides=(stride, stride),
+                padding=(pads,) * 4, groups=c, activation="clamp", activation_params={"min": -1.0, "max": 6.0})
+    _same(*_both(DW4, lambda: K.Conv2D(wt, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_depthwise_blocks_of_4_in_a_fused_depthwise_and_1x1(monkeypatch, threads):
+    """MobileNetV2's last blocks at 7x7 (480 channels, residual) through a Simulator's static plan,
+    whose depthwise + projection pair runs as one banded pass (dw_pw): same bits, same report."""
+    import test_sim_dwpw as D
+    from onnx_mrvl.sim import Simulator
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    monkeypatch.setattr(D, "RNG", np.random.default_rng(3))     # its tests' data stays theirs
+    sim = Simulator.from_program(*D.block_program(1, 7, 7, c=80, e=480, out=80, residual=True))
+    assert sim._static.dwpw_fused == 1
+    x = f16(np.random.default_rng(5).standard_normal((1, 7, 7, 80)))
+    _same(*_both(DW4, lambda: (sim.run([x])[0], sim.last_overflow)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride", [
+    ((1, 56, 56, 96), 16, 1, 1), ((1, 112, 9, 16), 8, 1, 1), ((2, 7, 7, 80), 16, 1, 1),
+    ((1, 5, 5, 300), 13, 1, 1), ((1, 14, 14, 1024), 16, 1, 1), ((1, 9, 11, 24), 48, 1, 1),
+    ((1, 30, 30, 3), 16, 3, 2), ((1, 13, 13, 40), 1, 3, 1), ((1, 1, 37, 20), 80, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_tiles_of_16_columns_in_pairs(monkeypatch, shape, o, k, stride, threads):
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, shape[1], shape[3]])
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::89] = 20000.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
+    conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(k // 2,) * 4,
+                activation="clamp", activation_params={"min": -1.0, "max": 6.0})
+    _same(*_both(ONE_PAIRS, lambda: K.Conv2D(w, **conv).apply(x)))
+    c = K.Conv2D(w, **conv)
+    y, _ = c.apply(x)
+    assert c.fusable_sum(x.shape)
+    res = f16(rng.standard_normal(y.shape) * 2)
+    res.reshape(-1)[::53] = 65000.0
+    act = jit.act_args("relu", None, None, o)
+    _same(*_both(ONE_PAIRS, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride, pad", [
+    ((1, 224, 224, 3), 16, 3, 2, 1), ((1, 61, 77, 3), 32, 3, 2, 1), ((2, 40, 50, 3), 64, 7, 2, 3),
+    ((1, 30, 43, 1), 8, 5, 1, 2), ((1, 29, 31, 5), 24, 3, 1, 0), ((1, 26, 26, 3), 40, 3, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_panels_packed_row_by_row(monkeypatch, shape, o, k, stride, pad, threads):
+    """(the image's last pixels: their windows' vector loads would pass its end, so they take the
+    per-pixel path; a batch of 2: the first image's last panel reads inside the second)"""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, shape[1], shape[3]])
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::101] = 30000.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
+    conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(pad,) * 4, activation="relu")
+    _same(*_both(PANEL_PACK, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride, pad, dil", [
+    ((1, 224, 224, 3), 16, 3, 2, 1, 1), ((1, 224, 224, 3), 32, 3, 2, 1, 1), ((2, 50, 61, 3), 8, 3, 2, 1, 1),
+    ((1, 40, 53, 3), 24, 3, 1, 1, 1), ((1, 33, 70, 1), 13, 5, 1, 2, 1), ((1, 30, 76, 4), 32, 3, 2, 0, 1),
+    ((2, 29, 60, 3), 17, 3, 1, 1, 2), ((1, 40, 50, 3), 64, 7, 2, 3, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_windows_read_in_place(monkeypatch, shape, o, k, stride, pad, dil, threads):
+    """(o = 64: two channel blocks, packed as before; the paths must still agree)"""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, shape[1], shape[3], dil])
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::103] = 30000.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
+    conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(pad,) * 4, dilation=(dil, 1),
+                activation="clamp", activation_params={"min": 0.0, "max": 6.0})
+    _same(*_both(WINDOWS, lambda: K.Conv2D(w, **conv).apply(x)))
