@@ -8,6 +8,9 @@ int8 Conv2D takes it:
 
 The pairs around the Reshapes have the scale and zero point of the DQ before them: they quantize
 values that are already on that grid (exact; onnxruntime drops such pairs around a Reshape too).
+A Conv whose output no QuantizeLinear alone reads (an int8-in / fp16-out layer: ModelOpt's
+inputs-only placement, a calibrated dynamic-int8 ConvInteger, a Conv1d read by an Erf GELU) gets no
+pair after the 2-D Conv: ``... -> Conv -> Reshape [N,O,L']``.
 """
 from __future__ import annotations
 
@@ -32,8 +35,8 @@ def match(node, g) -> Optional[Match]:
     if dq_x is None or dq_w is None or g.is_const(dq_x.input[0]) or not g.is_const(dq_w.input[0]):
         return None
     q = g.only_consumer(node.output[0])
-    if q is None or q.op_type != "QuantizeLinear":
-        return None
+    if q is not None and q.op_type != "QuantizeLinear":
+        q = None      # int8 in, float out
     return Match([node], {QDQ: True, "dq_x": dq_x, "dq_w": dq_w, "q": q})
 
 
@@ -43,7 +46,8 @@ def check(m: Match, g, target) -> Optional[str]:
         return "shapes are not static"
     if str_attr(node, "auto_pad", "NOTSET") != "NOTSET":
         return "auto_pad not yet resolved"
-    if any(not g.is_const(i) for i in list(dq_x.input[1:]) + list(dq_w.input[1:]) + list(m.data["q"].input[1:]) if i):
+    q_in = list(m.data["q"].input[1:]) if m.data["q"] is not None else []
+    if any(not g.is_const(i) for i in list(dq_x.input[1:]) + list(dq_w.input[1:]) + q_in if i):
         return "scales or zero points are not constant"
     if len(g.const(dq_w.input[0]).shape) != 3 or attr(dq_w, "axis", 1) % 3 != 0 and g.const(dq_w.input[1]).size > 1:
         return "weight not per output channel"
@@ -87,6 +91,6 @@ def rewrite(m: Match, g) -> str:
         else:
             new.attribute.append(a)
     g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
-    back = _pair(g, y4, q_out, node, origin, "out2d")
+    back = _pair(g, y4, q_out, node, origin, "out2d") if q_out is not None else y4
     reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
-    return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis"
+    return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis" + ("" if q_out is not None else " (float output)")
