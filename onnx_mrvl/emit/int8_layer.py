@@ -155,7 +155,7 @@ def conv_passes(params: dict, cin: int):
     per-pass limits: the compile step has no target) or None when it runs in one pass."""
     from ..int8_conv_passes import plan
     from ..target import DEFAULT_TARGET as T
-    if params.get("precision") != "int8":
+    if params.get("precision") not in ("int8", "int8_in"):
         return None
     groups, (kh, kw) = int(params.get("groups", 1)), params["kernel_size"]
     depthwise = groups == cin

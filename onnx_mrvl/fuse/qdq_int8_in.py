@@ -120,7 +120,10 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         consts[b] = c.reshape(-1)
         absorbed += [dq_b] if len(g.consumers.get(b, [])) == 1 else []
     view = Dequantized(g, consts)
-    grp = {"Conv": build_conv, "Gemm": build_fc}.get(n.op_type, build_matmul)(view, n, target)
+    if n.op_type == "Conv":   # int8 x int8 into an int32 accumulator: large kernels / strides as passes
+        grp = build_conv(view, n, target, int8=True)
+    else:
+        grp = {"Gemm": build_fc}.get(n.op_type, build_matmul)(view, n, target)
     if not isinstance(grp, Group) or grp.op not in ("Conv2D", "FC"):
         return None
     wf = consts[n.input[1]] if n.op_type == "Conv" or axis == 0 else consts[n.input[1]].T
