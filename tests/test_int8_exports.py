@@ -1,0 +1,83 @@
+"""Pre-quantized transformer / speech encoders in the forms real pipelines write (issue #19;
+``onnx_mrvl/testing/int8_exports.py``): onnxruntime's quantize_dynamic of a text encoder with int64
+inputs and of Conv1d speech front ends, calibrated; quantize_static with ``DedicatedQDQPair``; A16W8.
+
+Bounds: against onnxruntime's run of the same QDQ model, a model of int8 layers and fp16 layers
+between them: bit-identical where the default (shared-pair) form of the same model is (measured);
+a calibrated dynamic model against onnxruntime's run of its rewritten static model
+(``result.stages["quantize"]``): the fp16 bound (docs/simulator.md: ``max|err| <= 1e-2 max|ref|``
+or the fp16 baseline's verdict "within fp16 rounding").
+"""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing import int8_exports as X
+
+pytest.importorskip("onnxruntime.quantization")
+LAYER_OPS = {"Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}
+
+
+def test_dedicated_qdq_pairs_import_as_the_shared_form(tmp_path):
+    """DedicatedQDQPair: a Q -> DQ per reader of a tensor. legalize's qdq_dedupe merges them (no two
+    QuantizeLinear of one tensor with the same parameters are left), and the model converts as the
+    shared form does: one region, bit-identical to onnxruntime (was 2.4e-2 of max|ref|)."""
+    ded = X.run("whisper_encoder", "qdq_s8_dedicated_pair", str(tmp_path), calibration=0)
+    shared = X.run("whisper_encoder", "qdq_s8", str(tmp_path), calibration=0)
+    q = onnx.load(ded["qpath"])
+    qs = [(n.input[0], tuple(n.input[1:])) for n in q.graph.node if n.op_type == "QuantizeLinear"]
+    assert len(qs) > len(set(qs))          # the tool's form: several pairs of one tensor
+    legal = legalize(q).model
+    seen = {}
+    for n in legal.graph.node:
+        if n.op_type == "QuantizeLinear":
+            key = (n.input[0],) + tuple(onnx.numpy_helper.to_array(t).tobytes() for t in legal.graph.initializer
+                                        if t.name in n.input[1:])
+            assert key not in seen, f"{n.name} and {seen[key]} quantize {n.input[0]} alike"
+            seen[key] = n.name
+    assert ded["regions"] == shared["regions"] == 1
+    assert ded["cpu"] == shared["cpu"] and not LAYER_OPS & set(ded["cpu"])
+    assert ded["rel"] == 0.0 and shared["rel"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["wav2vec2_frontend", "whisper_encoder"])
+def test_calibrated_dynamic_conv1d_front_end_is_int8(tmp_path, name):
+    """quantize_dynamic's ConvInteger of a Conv1d stack (wav2vec2's k10 / s5 raw-waveform conv, its
+    GroupNorm; Whisper's padded k3 convs) with calibration: every layer int8 (int8-in / fp16-out),
+    the 1-D convs as 2-D int8 layers (the large kernel / stride as passes), nothing but the host's
+    input quantization on the CPU; the fp16 bound against onnxruntime's run of the static model."""
+    m = X.run(name, "dyn_s8", str(tmp_path), calibration=8)
+    res = m["result"]
+    info = res.report.quantization
+    assert info["mode"] == "dynamic-calibrated" and info["int8_layers"] == info["layers_total"] > 0
+    assert m["regions"] == 1 and not LAYER_OPS & set(m["cpu"]), m["reasons"]
+    convs = [r for r in info["layers"] if r["layer"].startswith("conv")]
+    assert convs and all(res.report[r["layer"]].precision in ("int8", "int8 in, fp16 out") for r in convs)
+    assert m["rel_static"] <= 1e-2 or m["within_fp16"], m["rel_static"]
+
+
+def test_text_encoder_with_integer_inputs_takes_calibration(tmp_path):
+    """A BERT export's inputs are int64 ids and masks: calibration samples of them are taken (was a
+    UsageError 'no float input to calibrate'); the projections become int8-in layers; the fp16 bound
+    against onnxruntime's run of the static model."""
+    m = X.run("bert_opset14", "dyn_s8", str(tmp_path), calibration=8)
+    info = m["result"].report.quantization
+    assert info["mode"] == "dynamic-calibrated" and info["int8_layers"] == info["layers_total"] > 0
+    assert m["regions"] == 1 and not LAYER_OPS & set(m["cpu"]), m["reasons"]
+    assert m["rel_static"] <= 1e-2 or m["within_fp16"], m["rel_static"]
+
+
+def test_a16w8_stays_on_the_cpu_and_says_why(tmp_path):
+    """int16 activations (A16W8): the MLIP has no int16 mode; no accelerator layer reads int16 codes,
+    each int16 QuantizeLinear's decision names it, and the output is onnxruntime's within the fp16
+    bound (the fp16 regions hold only data moves / float ops between the CPU's int16 layers)."""
+    m = X.run("wav2vec2_frontend", "qdq_a16w8", str(tmp_path), calibration=0)
+    res = m["result"]
+    assert not [d for d in res.report if d.precision and "int8" in d.precision]
+    qs = [d for d in res.report if d.op_type == "QuantizeLinear"]
+    assert qs and all(d.placement == "cpu" and ("quantizes to uint16" in d.reason or "minimum-work" in d.reason)
+                      for d in qs), {d.node: d.reason for d in qs}
+    assert any("quantizes to uint16" in d.reason for d in qs)
+    assert m["rel"] <= 1e-2
