@@ -81,3 +81,35 @@ def test_a16w8_stays_on_the_cpu_and_says_why(tmp_path):
                       for d in qs), {d.node: d.reason for d in qs}
     assert any("quantizes to uint16" in d.reason for d in qs)
     assert m["rel"] <= 1e-2
+
+
+def test_optimized_bert_dynamic_qembed_and_qattention(tmp_path):
+    """quantize_dynamic after onnxruntime's transformer optimizer: QEmbedLayerNormalization becomes
+    EmbedLayerNormalization on the dequantized tables (exact against onnxruntime's kernel, 1e-5; was a
+    CPU node that also left the pooler's FC without shapes on the CPU), only the embedding lookups'
+    integer preparation stays on the CPU; with calibration, QAttention's projections stay fp16 and
+    the record and decision say why (they said 'no calibration')."""
+    import numpy as np
+    import onnxruntime as ort
+    plain = X.run("bert_embed_slice", "dyn_s8", str(tmp_path), optimize=True, calibration=0)
+    q = onnx.load(plain["qpath"])
+    qembed = next(n for n in q.graph.node if n.op_type == "QEmbedLayerNormalization")
+    probe = onnx.ModelProto()
+    probe.CopyFrom(q)
+    probe.graph.output.append(onnx.helper.make_tensor_value_info(qembed.output[0], onnx.TensorProto.FLOAT, None))
+    legal = legalize(probe).model
+    assert not {"QEmbedLayerNormalization", "EmbedLayerNormalization"} & {n.op_type for n in legal.graph.node}
+    feeds = X.feeds(X.MODELS["bert_embed_slice"](), 0)
+    want = ort.InferenceSession(probe.SerializeToString()).run([qembed.output[0]], feeds)[0]
+    got = ort.InferenceSession(legal.SerializeToString()).run([qembed.output[0]], feeds)[0]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    assert plain["regions"] == 1 and not LAYER_OPS & set(plain["cpu"]), plain["reasons"]
+    assert not {"QEmbedLayerNormalization", "Tanh"} & set(plain["cpu"]), plain["cpu"]
+    calib = X.run("bert_embed_slice", "dyn_s8", str(tmp_path), optimize=True, calibration=8)
+    info = calib["result"].report.quantization
+    kept = [r for r in info["layers"] if r["op_type"] == "QAttention"]
+    assert len(kept) == 2 and all(r["precision"] == "fp16" and "QAttention" in r["not_int8"] for r in kept)
+    assert info["int8_layers"] == info["layers_total"] - 2 > 0
+    for r in kept:
+        d = calib["result"].report[r["layer"]]
+        assert "calibration given, kept: QAttention" in d.reason and "(no calibration)" not in d.reason

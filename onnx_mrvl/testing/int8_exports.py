@@ -24,20 +24,29 @@ from . import arch_speech, arch_wav2vec
 MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "bert_opset14": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="torch", mask_unsqueezes=2),
     "bert_opset17": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="op", mask_unsqueezes=2),
+    # HF's dynamic-axes position_ids slice: onnxruntime's optimizer fuses EmbedLayerNormalization
+    "bert_embed_slice": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="op", mask_unsqueezes=2,
+                                                         positions="slice"),
     "whisper_encoder": lambda: arch_speech.whisper_encoder(mels=16, T=32, D=32, H=4),
     "wav2vec2_frontend": lambda: arch_wav2vec.frontend(),
     "wav2vec2_encoder": lambda: arch_wav2vec.wav2vec2_encoder(),
 }
-OPTIMUM_OPS = ["MatMul", "Attention", "Gather", "EmbedLayerNormalization", "Conv"]
+# Optimum's ORTQuantizer, dynamic: operators_to_quantize = onnxruntime's IntegerOpsRegistry (its
+# ORT_DEFAULT_OPS_DYNAMIC_QUANTIZATION), QUInt8 activations, symmetric weights (QInt8 for avx512_vnni,
+# QUInt8 for arm64: zero point 128)
+OPTIMUM_OPS = ["Attention", "Conv", "EmbedLayerNormalization", "Gather", "LSTM", "MatMul", "Transpose"]
 # name -> ("dynamic" | "static", keyword arguments)
 VARIANTS: Dict[str, tuple] = {
     "dyn_s8": ("dynamic", dict(weight_type="s8")),
     "dyn_s8_per_channel": ("dynamic", dict(weight_type="s8", per_channel=True)),
     "dyn_u8_reduce_range": ("dynamic", dict(weight_type="u8", reduce_range=True)),
     "dyn_s8_per_channel_reduce_range": ("dynamic", dict(weight_type="s8", per_channel=True, reduce_range=True)),
-    "optimum_avx512_vnni": ("dynamic", dict(weight_type="s8", per_channel=True, op_types_to_quantize=OPTIMUM_OPS,
-                                            extra_options={"WeightSymmetric": True, "MatMulConstBOnly": True})),
-    "optimum_arm64": ("dynamic", dict(weight_type="u8", per_channel=True, op_types_to_quantize=["MatMul", "Attention"],
+    "optimum_avx512_vnni": ("dynamic", dict(weight_type="s8", per_channel=False, op_types_to_quantize=OPTIMUM_OPS,
+                                            extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})),
+    "optimum_avx512_vnni_per_channel": ("dynamic", dict(weight_type="s8", per_channel=True,
+                                                        op_types_to_quantize=OPTIMUM_OPS,
+                                                        extra_options={"WeightSymmetric": True})),
+    "optimum_arm64": ("dynamic", dict(weight_type="u8", per_channel=True, op_types_to_quantize=OPTIMUM_OPS,
                                       extra_options={"WeightSymmetric": True})),
     "qdq_s8": ("static", dict(act="s8")),
     "qdq_u8_keep_removable": ("static", dict(act="u8", extra={"QDQKeepRemovableActivations": True})),

@@ -14,7 +14,7 @@ from . import group_norm, layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
-               contrib_qattention, contrib_rotary)
+               contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from .base import Match
 
@@ -27,6 +27,7 @@ RULES = (
     dynamic_lstm,
     contrib_qattention,
     contrib_attention,
+    contrib_qembed,
     contrib_embed,
     contrib_norm,
     contrib_gelu,

@@ -7,6 +7,8 @@ two Qs read would have two output quantizations, which the import takes as a flo
 (an fp16 value quantized again in the next layer: codes flip near ties), and a layer output read
 by a float op and a pair would keep it so too. Merged, the tensor has one Q (the shared form
 onnxruntime writes by default). Exact: the nodes are deterministic functions of equal inputs.
+Only activations: a Q / DQ of a constant (a weight, a bias) stays one per layer, as the int8
+import absorbs it into its one reader.
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ def _key(node, g):
 
 def _twins(node, g) -> List[onnx.NodeProto]:
     """The other nodes that compute what ``node`` computes (outputs that are no graph output)."""
-    if node.op_type not in OPS or node.domain not in ("", "ai.onnx") or not node.input[0]:
-        return []
+    if node.op_type not in OPS or node.domain not in ("", "ai.onnx") or not node.input[0] or g.is_const(node.input[0]):
+        return []   # a Q / DQ of a constant is a layer's weight or bias: each layer keeps its own
     key = _key(node, g)
     return [u for u in g.users(node.input[0])
             if u is not node and u.op_type == node.op_type and u.input[0] == node.input[0]
