@@ -24,6 +24,8 @@ from . import arch_speech, arch_wav2vec
 MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "bert_opset14": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="torch", mask_unsqueezes=2),
     "bert_opset17": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="op", mask_unsqueezes=2),
+    # transformers' SDPA-era mask (Expand [1, 1, T, T], Where(bool, lowest, 1 - m)), opset 17
+    "bert_sdpa_mask": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="op", mask_unsqueezes=0),
     # HF's dynamic-axes position_ids slice: onnxruntime's optimizer fuses EmbedLayerNormalization
     "bert_embed_slice": lambda: arch_speech.bert_encoder(T=16, D=32, H=4, ln="op", mask_unsqueezes=2,
                                                          positions="slice"),
