@@ -20,11 +20,11 @@ from .base import Match
 
 RULES = (
     fold_constants,
-    qdq_dedupe,
     qlinear_to_qdq,
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
+    qdq_dedupe,
     contrib_qattention,
     contrib_attention,
     contrib_qembed,
