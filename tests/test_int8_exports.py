@@ -6,7 +6,9 @@ Bounds: against onnxruntime's run of the same QDQ model, a model of int8 layers 
 between them: bit-identical where the default (shared-pair) form of the same model is (measured);
 a calibrated dynamic model against onnxruntime's run of its rewritten static model
 (``result.stages["quantize"]``): the fp16 bound (docs/simulator.md: ``max|err| <= 1e-2 max|ref|``
-or the fp16 baseline's verdict "within fp16 rounding").
+or within 2x the error of the fp16 baseline; here onnxruntime's static run with the float layers'
+outputs rounded to fp16 before each QuantizeLinear, ``int8_exports.fp16_before_quantize``: the
+whole-model baseline of compare_models overflows on HF's finfo.min mask and judges nothing after it).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def test_calibrated_dynamic_conv1d_front_end_is_int8(tmp_path, name):
     assert m["regions"] == 1 and not LAYER_OPS & set(m["cpu"]), m["reasons"]
     convs = [r for r in info["layers"] if r["layer"].startswith("conv")]
     assert convs and all(res.report[r["layer"]].precision in ("int8", "int8 in, fp16 out") for r in convs)
-    assert m["rel_static"] <= 1e-2 or m["within_fp16"], m["rel_static"]
+    assert m["rel_static"] <= max(1e-2, 2 * m["rel_fp16_before_q"]), (m["rel_static"], m["rel_fp16_before_q"])
 
 
 def test_text_encoder_with_integer_inputs_takes_calibration(tmp_path):
@@ -66,7 +68,7 @@ def test_text_encoder_with_integer_inputs_takes_calibration(tmp_path):
     info = m["result"].report.quantization
     assert info["mode"] == "dynamic-calibrated" and info["int8_layers"] == info["layers_total"] > 0
     assert m["regions"] == 1 and not LAYER_OPS & set(m["cpu"]), m["reasons"]
-    assert m["rel_static"] <= 1e-2 or m["within_fp16"], m["rel_static"]
+    assert m["rel_static"] <= max(1e-2, 2 * m["rel_fp16_before_q"]), (m["rel_static"], m["rel_fp16_before_q"])
 
 
 @pytest.mark.parametrize("name", ["wav2vec2_frontend", "bert_sdpa_mask"])

@@ -104,8 +104,10 @@ def measure(model: onnx.ModelProto, qpath: str, folder: str, calibration: int = 
     qpath| / max|ref| over outputs and inputs), ``rel_plain`` (the same against onnxruntime with graph
     optimizations off: the model's ONNX semantics; its fusions of int16 QDQ differ from that by up to
     2.6e-2, measured on A16W8 BERT) and, calibrated, ``rel_static`` (against onnxruntime's
-    run of the rewritten static model, ``result.stages["quantize"]``) and the fp16-baseline verdict
-    against it (docs/simulator.md)."""
+    run of the rewritten static model, ``result.stages["quantize"]``), the fp16-baseline verdict
+    against it (docs/simulator.md; compare_models' whole-model baseline) and ``rel_fp16_before_q``:
+    onnxruntime's static run with only the float layers' outputs rounded to fp16 before each
+    quantization (``fp16_before_quantize``) against the static run."""
     import onnxruntime as ort
     import onnx_mrvl
     from onnx_mrvl.inspection.compare import compare_models
@@ -119,9 +121,11 @@ def measure(model: onnx.ModelProto, qpath: str, folder: str, calibration: int = 
     plain = ort.InferenceSession(qpath, so, providers=["CPUExecutionProvider"])
     static = result.stages.get("quantize") if calibration else None
     st = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"]) if static else None
+    st16 = ort.InferenceSession(fp16_before_quantize(static).SerializeToString(),
+                                providers=["CPUExecutionProvider"]) if static else None
     sess = onnx_mrvl.InferenceSession(path)
     names = [o.name for o in ref.get_outputs()]
-    rel = rel_plain = rel_static = 0.0
+    rel = rel_plain = rel_static = rel_fp16 = 0.0
     within = True
     for r in range(runs):
         x = feeds(model, r)
@@ -133,8 +137,10 @@ def measure(model: onnx.ModelProto, qpath: str, folder: str, calibration: int = 
         for a, b in zip(plain.run(names, x), yb):
             rel_plain = max(rel_plain, float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
         if st is not None:
-            for a, b in zip(st.run(names, x), yb):
+            ys = st.run(names, x)
+            for a, b, c in zip(ys, yb, st16.run(names, x)):
                 rel_static = max(rel_static, float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
+                rel_fp16 = max(rel_fp16, float(np.abs(a - c).max() / max(np.abs(a).max(), 1e-30)))
             cmp = compare_models(static, path, x, fp16_baseline=True)
             within = within and all(row.within for row in cmp.baseline.rows if row.is_output)
     cpu = collections.Counter(n.op_type for n in result.model.graph.node if not n.op_type.startswith("Subgraph"))
@@ -142,7 +148,34 @@ def measure(model: onnx.ModelProto, qpath: str, folder: str, calibration: int = 
     precisions = collections.Counter(d.precision for d in result.report if d.precision)
     return {"regions": len(result.subgraphs), "cpu": dict(cpu), "reasons": dict(reasons),
             "precisions": dict(precisions), "rel": rel, "rel_plain": rel_plain, "rel_static": rel_static if st is not None else None,
-            "within_fp16": within if st is not None else None, "result": result}
+            "within_fp16": within if st is not None else None,
+            "rel_fp16_before_q": rel_fp16 if st is not None else None, "result": result}
+
+
+def fp16_before_quantize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every float tensor a QuantizeLinear reads from a computing op (not a Q / DQ, not
+    a graph input) rounded to fp16 first (Cast to float16 and back): onnxruntime's run of it shows
+    what storing the float layers' outputs in fp16 alone does to the codes of the next quantization
+    (docs/quantize.md, yolo_like). Constants are left as they are (HF's finfo.min mask would
+    overflow: the whole-model fp16 baseline of compare_models turns it into inf)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    producer = {o: n for n in m.graph.node for o in n.output}
+    nodes, done = [], {}
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear":
+            p = producer.get(n.input[0])
+            if p is not None and p.op_type not in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+                if n.input[0] not in done:
+                    h, f = f"{n.input[0]}/fp16", f"{n.input[0]}/fp16_back"
+                    nodes += [onnx.helper.make_node("Cast", [n.input[0]], [h], to=onnx.TensorProto.FLOAT16),
+                              onnx.helper.make_node("Cast", [h], [f], to=onnx.TensorProto.FLOAT)]
+                    done[n.input[0]] = f
+                n.input[0] = done[n.input[0]]
+        nodes.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return m
 
 
 def run(name: str, variant: str, folder: str, optimize: bool = False, calibration: int = 0) -> dict:
