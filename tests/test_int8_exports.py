@@ -122,3 +122,18 @@ def test_optimized_bert_dynamic_qembed_and_qattention(tmp_path):
     for r in kept:
         d = calib["result"].report[r["layer"]]
         assert "calibration given, kept: QAttention" in d.reason and "(no calibration)" not in d.reason
+
+
+def test_asymmetric_uint8_weights_stay_fp16_and_say_why(tmp_path):
+    """quantize_dynamic with QUInt8 weights (asymmetric: W_q - z_w spans 9 bits, no int8 MAC form):
+    with calibration every projection stays an fp16 layer on dequantized weights, one region, and its
+    record and decision say why (not 'no calibration')."""
+    m = X.run("bert_opset17", "dyn_u8", str(tmp_path), calibration=8)
+    res = m["result"]
+    info = res.report.quantization
+    assert info["int8_layers"] == 0 < info["layers_total"]
+    assert all(r["precision"] == "fp16" and "uint8" in r["not_int8"] for r in info["layers"])
+    assert m["regions"] == 1 and not LAYER_OPS & set(m["cpu"]), m["reasons"]
+    for r in info["layers"]:
+        d = res.report[r["layer"]]
+        assert d.placement == "accelerator" and "calibration given, kept" in d.reason, d.reason

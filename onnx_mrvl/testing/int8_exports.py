@@ -41,6 +41,7 @@ OPTIMUM_OPS = ["Attention", "Conv", "EmbedLayerNormalization", "Gather", "LSTM",
 VARIANTS: Dict[str, tuple] = {
     "dyn_s8": ("dynamic", dict(weight_type="s8")),
     "dyn_s8_per_channel": ("dynamic", dict(weight_type="s8", per_channel=True)),
+    "dyn_u8": ("dynamic", dict(weight_type="u8")),    # asymmetric uint8 weights: W_q - z_w spans 9 bits
     "dyn_u8_reduce_range": ("dynamic", dict(weight_type="u8", reduce_range=True)),
     "dyn_s8_per_channel_reduce_range": ("dynamic", dict(weight_type="s8", per_channel=True, reduce_range=True)),
     "optimum_avx512_vnni": ("dynamic", dict(weight_type="s8", per_channel=False, op_types_to_quantize=OPTIMUM_OPS,
