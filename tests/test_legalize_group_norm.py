@@ -3,7 +3,6 @@
 (1e-5 of max|ref|), no norm op left, one region, the simulator within the fp16 bound (1e-2)."""
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import onnx

@@ -14,7 +14,7 @@ import collections
 import os
 import sys
 import tempfile
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import onnx

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+
 from .. import opset_bump
 from .base import Match, attr, reshape
 
