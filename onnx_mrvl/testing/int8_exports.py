@@ -120,7 +120,8 @@ def measure(model: onnx.ModelProto, qpath: str, folder: str, calibration: int = 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL   # the model's ONNX semantics
     plain = ort.InferenceSession(qpath, so, providers=["CPUExecutionProvider"])
-    static = result.stages.get("quantize") if calibration else None
+    # the rewritten static model; none when calibration made no layer int8 (the dynamic model as it was)
+    static = result.stages.get("quantize") if calibration and result.report.quantization.get("int8_layers") else None
     st = ort.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"]) if static else None
     st16 = ort.InferenceSession(fp16_before_quantize(static).SerializeToString(),
                                 providers=["CPUExecutionProvider"]) if static else None
