@@ -96,8 +96,10 @@ def test_optimized_bert_dynamic_qembed_and_qattention(tmp_path):
     """quantize_dynamic after onnxruntime's transformer optimizer: QEmbedLayerNormalization becomes
     EmbedLayerNormalization on the dequantized tables (exact against onnxruntime's kernel, 1e-5; was a
     CPU node that also left the pooler's FC without shapes on the CPU), only the embedding lookups'
-    integer preparation stays on the CPU; with calibration, QAttention's projections stay fp16 and
-    the record and decision say why (they said 'no calibration')."""
+    integer preparation stays on the CPU; with calibration, QAttention reads calibrated static codes
+    (quantize/dynamic_qattention.py) and its Q / K / V projections are int8-in layers (they were fp16
+    layers whose decision said 'no calibration'); the fp16 bound against onnxruntime's run of that
+    static model."""
     import numpy as np
     import onnxruntime as ort
     plain = X.run("bert_embed_slice", "dyn_s8", str(tmp_path), optimize=True, calibration=0)
@@ -116,12 +118,18 @@ def test_optimized_bert_dynamic_qembed_and_qattention(tmp_path):
     assert not {"QEmbedLayerNormalization", "Tanh"} & set(plain["cpu"]), plain["cpu"]
     calib = X.run("bert_embed_slice", "dyn_s8", str(tmp_path), optimize=True, calibration=8)
     info = calib["result"].report.quantization
-    kept = [r for r in info["layers"] if r["op_type"] == "QAttention"]
-    assert len(kept) == 2 and all(r["precision"] == "fp16" and "QAttention" in r["not_int8"] for r in kept)
-    assert info["int8_layers"] == info["layers_total"] - 2 > 0
-    for r in kept:
+    qatt = [r for r in info["layers"] if r["op_type"] == "QAttention"]
+    assert len(qatt) == 2 and all(r["precision"] == "int8 in, fp16 out" for r in qatt)
+    assert info["int8_layers"] == info["layers_total"] > 2
+    static = calib["result"].stages["quantize"]
+    assert "QAttention" in {n.op_type for n in static.graph.node}
+    assert "DynamicQuantizeLinear" not in {n.op_type for n in static.graph.node}
+    for r in qatt:
         d = calib["result"].report[r["layer"]]
-        assert "calibration given, kept: QAttention" in d.reason and "(no calibration)" not in d.reason
+        assert d.precision == "int8 in, fp16 out" and "(no calibration)" not in d.reason, d.reason
+    assert calib["regions"] == 1 and not LAYER_OPS & set(calib["cpu"]), calib["reasons"]
+    assert calib["rel_static"] <= max(1e-2, 2 * calib["rel_fp16_before_q"]), \
+        (calib["rel_static"], calib["rel_fp16_before_q"])
 
 
 def test_asymmetric_uint8_weights_stay_fp16_and_say_why(tmp_path):

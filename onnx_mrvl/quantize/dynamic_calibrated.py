@@ -40,6 +40,7 @@ from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
 from .static import onnxruntime_failure
+from . import dynamic_qattention
 from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
 
 log = logging.getLogger(__name__)
@@ -255,10 +256,16 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     samples, source = load_calibration(calibration, model, input_shapes)
     g = Graph(prepared(model))
     layers, reasons = take(g, fp16_layers)
+    qatt, qatt_kept = dynamic_qattention.find(g)          # fused int8 attention: its input calibrated
+    for n in [n for n in qatt if n.name in set(fp16_layers or ()) or n.op_type in set(fp16_layers or ())]:
+        qatt.remove(n)
+        qatt_kept[n.name] = dynamic_qattention.KEPT.format(why="fp16_layers names it")
+    reasons.update({name: (why, [name]) for name, why in qatt_kept.items()})
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = pool_points(g, layers)
-    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
-    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers else ({}, [], {})
+    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)
+                      | set(dynamic_qattention.inputs(g, qatt))) - set(derived))
+    ranges, ref_outs, ranks = _ranges(g.model, tensors, samples, derived) if layers or qatt else ({}, [], {})
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
         if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
             L.gemm = True
@@ -272,12 +279,14 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     qp = {t: qparams(*r) for t, r in ranges.items()}
     int8_outputs = layer_outputs == "int8"
     static = _rewrite(g.model, g, layers, qp, extra, int8_outputs) if layers else g.model
+    if qatt:
+        dynamic_qattention.rewrite(static, qatt, qp)
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:
         raise MrvlError(f"the calibrated dynamic-int8 rewrite wrote an invalid model: {exc}",
                         hint="report this model; convert it without calibration (fp16 layers)") from None
-    out_snr = _output_snr(static, samples, ref_outs) if layers else {}
+    out_snr = _output_snr(static, samples, ref_outs) if layers or qatt else {}
     records = []
     for L in layers:
         s, z = qp[L.x]
@@ -292,6 +301,16 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                         "reason": f"{NOTE_INT8}: input '{L.x}' scale {float(s):.4g} zero point {int(z)} "
                                   f"(range {ranges[L.x][0]:.4g}..{ranges[L.x][1]:.4g} over {len(samples)} "
                                   f"samples); output(s) {outs}"})
+    for n in qatt:
+        x = g.producer[n.input[0]].input[0]
+        s, z = qp[x]
+        records.append({"layer": n.name, "op_type": n.op_type, "precision": PRECISION["fp16"], "input": x,
+                        "input_scale": float(s), "input_zero_point": int(z),
+                        "weights": "int8 Q / K / V projections (as quantize_dynamic wrote them)",
+                        "replaces": [g.producer[n.input[0]].name],
+                        "reason": f"{NOTE_INT8}: input '{x}' scale {float(s):.4g} zero point {int(z)} (range "
+                                  f"{ranges[x][0]:.4g}..{ranges[x][1]:.4g} over {len(samples)} samples); "
+                                  f"QAttention's projections int8 in, fp16 out"})
     for name, (why, nodes) in reasons.items():
         n = next(x for x in g.model.graph.node if x.name == name)
         records.append({"layer": name, "op_type": n.op_type, "precision": "fp16", "nodes": nodes or [name],
@@ -303,7 +322,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
             "weight_type": "int8 (the dynamic model's, per tensor or per channel)",
             "library": "onnx_mrvl.quantize.dynamic_calibrated (ranges: onnxruntime run of the dynamic model)",
             "fp16_layers": list(fp16_layers or ()), "rounds": 1, "layer_outputs": layer_outputs,
-            "int8_layers": len(layers), "layers_total": len(records),
+            "int8_layers": len(layers) + len(qatt), "layers_total": len(records),
             "output_snr_db": out_snr, "layers": records}
     return Quantized(static, info)
 

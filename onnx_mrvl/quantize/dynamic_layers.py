@@ -16,10 +16,6 @@ from ..errors import MrvlError
 MS = "com.microsoft"
 FAMILY = {("", "DynamicQuantizeLinear"), ("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"),
           (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeLSTM"), (MS, "QAttention")}
-QATTENTION_KEPT = ("QAttention (onnxruntime's fused int8 attention; legalize decomposes it after the calibrated "
-                   "rewrite): its Q / K / V projections run fp16 with dequantized weights (quantize_dynamic of the "
-                   "model before onnxruntime's transformer optimizer writes MatMulInteger projections, which are "
-                   "taken as int8)")
 MIN_OPSET = 13
 LAYER_OPS = {("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"), (MS, "MatMulIntegerToFloat")}
 
@@ -251,8 +247,6 @@ def take(g: Graph, fp16_layers: Sequence[str]) -> Tuple[List[Layer], Dict[str, s
         if (dom(n), n.op_type) == (MS, "DynamicQuantizeLSTM"):
             reasons[n.name] = ("DynamicQuantizeLSTM: the accelerator has no int8 recurrent layer; the LSTM runs "
                                "in fp16 with dequantized weights", [n.name])
-        elif (dom(n), n.op_type) == (MS, "QAttention"):
-            reasons[n.name] = (QATTENTION_KEPT, [n.name])
     return [L for L in layers if L.reason is None], reasons
 
 
