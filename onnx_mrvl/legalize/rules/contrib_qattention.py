@@ -91,6 +91,33 @@ def _part(arr: Optional[np.ndarray], k: int, H: int) -> Optional[np.ndarray]:
     return flat.copy() if flat.size == 1 else flat[k * H:(k + 1) * H].copy()
 
 
+def _static_parts(w: Writer, q, wq, ws, wz, bias, B: int, S: int, H: int) -> list:
+    """Calibrated: ``DQ(x_q) -> MatMul(DQ(W_q part)) -> + bias`` per Q / K / V (int8-in layers)."""
+    x = w.op("DequantizeLinear", [q.output[0], q.input[1], q.input[2]], [B, S, wq.shape[0]], tag="x_dq")
+    parts = []
+    for k, p in enumerate("qkv"):
+        wdq = _weight_dq(w, p, wq[:, k * H:(k + 1) * H].copy(), _part(ws, k, H), _part(wz, k, H))
+        t = w.op("MatMul", [x, wdq], [B, S, H], tag=f"{p}_matmul")
+        parts.append(w.op("Add", [t, w.const(f"b{p}", bias[k * H:(k + 1) * H])], [B, S, H], tag=f"{p}_bias"))
+    return parts
+
+
+def _dynamic_parts(w: Writer, dql, wq, ws, wz, bias, B: int, S: int, H: int) -> list:
+    """``MatMulInteger(x_q, W_q part) -> Cast -> Mul(x_scale * w_scale) -> + bias`` per Q / K / V."""
+    parts = []
+    for k, p in enumerate("qkv"):
+        ins = [dql.output[0], w.const(f"w{p}_q", wq[:, k * H:(k + 1) * H], wq.dtype), dql.output[2]]
+        if wz is not None:
+            ins.append(w.const(f"w{p}_zp", _part(wz, k, H), wz.dtype))
+        t = w.op("MatMulInteger", ins, [B, S, H], tag=f"{p}_matmulinteger", dtype=6)   # int32
+        t = w.op("Cast", [t], [B, S, H], tag=f"{p}_cast", to=FLOAT)
+        s = w.op("Mul", [dql.output[1], w.const(f"w{p}_scale", _part(ws, k, H))], list(_part(ws, k, H).shape),
+                 tag=f"{p}_scale_product")
+        t = w.op("Mul", [t, s], [B, S, H], tag=f"{p}_dequantize")
+        parts.append(w.op("Add", [t, w.const(f"b{p}", bias[k * H:(k + 1) * H])], [B, S, H], tag=f"{p}_bias"))
+    return parts
+
+
 def rewrite(m: Match, g) -> str:
     n, d = m.node, m.data
     w = Writer(g, n, m.origin)
@@ -103,23 +130,7 @@ def rewrite(m: Match, g) -> str:
     bias = g.const(n.input[2])
     out = n.output[0]
     g.remove(n)
-    parts = []
-    if d["static"]:   # calibrated: DQ(x_q) -> MatMul(DQ(W_q part)) -> + bias, an int8-in layer per part
-        x = w.op("DequantizeLinear", [dql.output[0], dql.input[1], dql.input[2]], [B, S, wq.shape[0]], tag="x_dq")
-        for k, p in enumerate("qkv"):
-            wdq = _weight_dq(w, p, wq[:, k * H:(k + 1) * H].copy(), _part(ws, k, H), _part(wz, k, H))
-            t = w.op("MatMul", [x, wdq], [B, S, H], tag=f"{p}_matmul")
-            parts.append(w.op("Add", [t, w.const(f"b{p}", bias[k * H:(k + 1) * H])], [B, S, H], tag=f"{p}_bias"))
-    for k, p in enumerate("qkv" if not d["static"] else ""):
-        ins = [dql.output[0], w.const(f"w{p}_q", wq[:, k * H:(k + 1) * H], wq.dtype), dql.output[2]]
-        if wz is not None:
-            ins.append(w.const(f"w{p}_zp", _part(wz, k, H), wz.dtype))
-        t = w.op("MatMulInteger", ins, [B, S, H], tag=f"{p}_matmulinteger", dtype=6)   # int32
-        t = w.op("Cast", [t], [B, S, H], tag=f"{p}_cast", to=FLOAT)
-        s = w.op("Mul", [dql.output[1], w.const(f"w{p}_scale", _part(ws, k, H))], list(_part(ws, k, H).shape),
-                 tag=f"{p}_scale_product")
-        t = w.op("Mul", [t, s], [B, S, H], tag=f"{p}_dequantize")
-        parts.append(w.op("Add", [t, w.const(f"b{p}", bias[k * H:(k + 1) * H])], [B, S, H], tag=f"{p}_bias"))
+    parts = (_static_parts if d["static"] else _dynamic_parts)(w, dql, wq, ws, wz, bias, B, S, H)
     adds = masks(w, n, inp(n, 5), "", B, S, S)
     attention_core(w, *parts, B=B, S=S, L=S, N=N, hq=H // N, hv=H // N, scale=scale, adds=adds, out=out)
     if d["static"]:
