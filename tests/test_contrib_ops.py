@@ -130,6 +130,28 @@ def test_qattention_decomposes_to_dynamic_int8_form(mask, causal, per_channel, s
     assert any(v.startswith("dynamic int8") for v in res.report.notes.values())
 
 
+@pytest.mark.parametrize("mask,per_channel,signed", [("2d", False, True), ("1d", True, True), ("none", True, False)])
+def test_calibrated_qattention_decomposes_to_qdq_matmuls(mask, per_channel, signed):
+    """A calibrated QAttention (quantize/dynamic_qattention.py: its DynamicQuantizeLinear made a
+    QuantizeLinear with constant scale / zero point) -> per part DQ(x_q) -> MatMul(DQ(W_q part)) + bias:
+    the legalized model equals onnxruntime's QAttention on the same static codes (fp32, 1e-5), no
+    MatMulInteger, the QDQ MatMuls the int8 import takes; int8 or uint8 weights, per tensor or column."""
+    from onnx_mrvl.quantize import dynamic_qattention
+    from onnx_mrvl.quantize.dynamic_layers import Graph
+    q, _, feeds = CB.qattention_model(mask=mask, per_channel=per_channel, signed=signed)
+    g = Graph(q)
+    nodes, kept = dynamic_qattention.find(g)
+    assert len(nodes) == 1 and not kept
+    x = dynamic_qattention.inputs(g, nodes)[0]
+    dynamic_qattention.rewrite(q, nodes, {x: (np.float32(0.031), np.uint8(131))})
+    assert {n.op_type for n in q.graph.node} >= {"QuantizeLinear", "QAttention"}
+    res = _check_legal(q)
+    ops = collections.Counter(n.op_type for n in res.model.graph.node)
+    assert "MatMulInteger" not in ops and ops["DequantizeLinear"] >= 4 and ops["Softmax"] == 1
+    assert any("calibrated input" in d for _, _, d in res.report.applied)
+    assert _rel(_run(q, feeds)[0], _run(res.model, feeds)[0]) <= FP32
+
+
 def _bert():
     return S.bert_encoder(ln="op", mask_unsqueezes=2)
 

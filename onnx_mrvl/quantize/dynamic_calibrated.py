@@ -42,6 +42,8 @@ from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
 from .calibration import load_calibration
 from . import dynamic_lstm_int8 as lstm_int8
+from .static import onnxruntime_failure
+from . import dynamic_qattention
 from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
 from .dynamic_ranges import ort_failure, tensor_ranges
 
@@ -220,11 +222,17 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
         lstms, why = lstm_int8.take(g, fp16_layers)
         reasons = {k: v for k, v in reasons.items() if k not in {L.node.name for L in lstms}}
         reasons.update(why)
+    qatt, qatt_kept = dynamic_qattention.find(g)          # fused int8 attention: its input calibrated
+    for n in [n for n in qatt if n.name in set(fp16_layers or ()) or n.op_type in set(fp16_layers or ())]:
+        qatt.remove(n)
+        qatt_kept[n.name] = dynamic_qattention.KEPT.format(why="fp16_layers names it")
+    reasons.update({name: (why, [name]) for name, why in qatt_kept.items()})
     derived = {f"{L.node.name}/matmul": (L.y, L.bias) for L in layers if L.bias is not None and not L.conv}
     extra = pool_points(g, layers)
-    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)) - set(derived))
-    tensors = sorted(set(tensors) | {L.x for L in lstms})
-    ranges, ref_outs, ranks = tensor_ranges(g.model, tensors, samples, derived) if layers or lstms else ({}, [], {})
+    tensors = sorted(({L.x for L in layers} | {t for L in layers for t in L.points} | set(extra)
+                      | set(dynamic_qattention.inputs(g, qatt)) | {L.x for L in lstms}) - set(derived))
+    ranges, ref_outs, ranks = (tensor_ranges(g.model, tensors, samples, derived) if layers or lstms or qatt
+                               else ({}, [], {}))
     for L in layers:   # [M, K] x [K, N] + bias: one Gemm with an int32 bias (no rounding before the bias)
         if not L.conv and ranks.get(L.x) == 2 and (L.add is not None or L.bias is not None):
             L.gemm = True
@@ -241,12 +249,14 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
     if lstms:
         static = static if static is not g.model else _copy(g.model)
         lstm_int8.rewrite(static, lstms, qp)
+    if qatt:
+        dynamic_qattention.rewrite(static, qatt, qp)
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:
         raise MrvlError(f"the calibrated dynamic-int8 rewrite wrote an invalid model: {exc}",
                         hint="report this model; convert it without calibration (fp16 layers)") from None
-    out_snr = _output_snr(static, samples, ref_outs) if layers or lstms else {}
+    out_snr = _output_snr(static, samples, ref_outs) if layers or lstms or qatt else {}
     records = []
     for L in layers:
         s, z = qp[L.x]
@@ -262,6 +272,16 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
                                   f"(range {ranges[L.x][0]:.4g}..{ranges[L.x][1]:.4g} over {len(samples)} "
                                   f"samples); output(s) {outs}"})
     records += lstm_int8.records(lstms, qp, ranges, len(samples))
+    for n in qatt:
+        x = g.producer[n.input[0]].input[0]
+        s, z = qp[x]
+        records.append({"layer": n.name, "op_type": n.op_type, "precision": PRECISION["fp16"], "input": x,
+                        "input_scale": float(s), "input_zero_point": int(z),
+                        "weights": "int8 Q / K / V projections (as quantize_dynamic wrote them)",
+                        "replaces": [g.producer[n.input[0]].name],
+                        "reason": f"{NOTE_INT8}: input '{x}' scale {float(s):.4g} zero point {int(z)} (range "
+                                  f"{ranges[x][0]:.4g}..{ranges[x][1]:.4g} over {len(samples)} samples); "
+                                  f"QAttention's projections int8 in, fp16 out"})
     for name, (why, nodes) in reasons.items():
         n = next(x for x in g.model.graph.node if x.name == name)
         records.append({"layer": name, "op_type": n.op_type, "precision": "fp16", "nodes": nodes or [name],
@@ -273,7 +293,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
             "weight_type": "int8 (the dynamic model's, per tensor or per channel)",
             "library": "onnx_mrvl.quantize.dynamic_calibrated (ranges: onnxruntime run of the dynamic model)",
             "fp16_layers": list(fp16_layers or ()), "rounds": 1, "layer_outputs": layer_outputs,
-            "recurrent": recurrent, "int8_layers": len(layers) + len(lstms), "layers_total": len(records),
+            "recurrent": recurrent, "int8_layers": len(layers) + len(lstms) + len(qatt), "layers_total": len(records),
             "output_snr_db": out_snr, "layers": records}
     return Quantized(static, info)
 

@@ -15,7 +15,7 @@ from ..errors import MrvlError
 
 MS = "com.microsoft"
 FAMILY = {("", "DynamicQuantizeLinear"), ("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"),
-          (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeLSTM")}
+          (MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeLSTM"), (MS, "QAttention")}
 MIN_OPSET = 13
 LAYER_OPS = {("", "MatMulInteger"), ("", "ConvInteger"), (MS, "DynamicQuantizeMatMul"), (MS, "MatMulIntegerToFloat")}
 

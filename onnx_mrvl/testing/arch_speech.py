@@ -91,9 +91,18 @@ def _mha(n: Net, x: str, T: int, D: int, H: int, mask: str = "", bmm3d: bool = F
     return _linear(n, o, D, D, "out_proj")
 
 
-def _hf_mask(n: Net, name: str = "attention_mask", unsqueezes: int = 1) -> str:
+def _hf_mask(n: Net, name: str = "attention_mask", unsqueezes: int = 1, T: int = 0) -> str:
     """HF's extended attention mask: [B, T] int64 -> Unsqueeze [B, 1, 1, T] (one Unsqueeze, or two as
-    older exporters write ``mask[:, None, None, :]``) -> Cast -> (1 - m) * lowest."""
+    older exporters write ``mask[:, None, None, :]``) -> Cast -> (1 - m) * lowest. ``unsqueezes`` 0
+    (with ``T``): transformers' SDPA-era ``_prepare_4d_attention_mask``: Unsqueeze -> Expand
+    [1, 1, T, T] -> Cast -> 1 - m -> Where(Cast(bool), lowest, 1 - m)."""
+    if unsqueezes == 0:
+        m = n.op("Unsqueeze", [name, _i64(n, [1, 2])], "mask_unsqueeze")
+        m = n.op("Expand", [m, _i64(n, [1, 1, T, T])], "mask_expand")
+        m = n.op("Sub", [n.const(np.array(1.0, np.float32), "one"), n.op("Cast", [m], "mask_cast", to=F32)],
+                 "mask_invert")
+        lowest = n.const(np.array(np.finfo(np.float32).min, np.float32), "lowest")
+        return n.op("Where", [n.op("Cast", [m], "mask_bool", to=onnx.TensorProto.BOOL), lowest, m], "mask_fill")
     if unsqueezes == 2:
         m = n.op("Unsqueeze", [n.op("Unsqueeze", [name, _i64(n, [1])], "mask_unsqueeze"), _i64(n, [2])],
                  "mask_unsqueeze")
@@ -109,7 +118,7 @@ def bert_encoder(seed: int = 0, T: int = 16, D: int = 32, H: int = 4, layers: in
     """MiniLM/BERT-style encoder (legacy exporter, opset 14). Inputs input_ids, attention_mask,
     token_type_ids [1, T] int64; outputs last_hidden_state [1, T, D], pooler_output [1, D].
     ``mask_unsqueezes`` 2: the mask's [B, 1, 1, T] as two Unsqueezes (onnxruntime's Attention fusion
-    matches that form). ``positions`` "slice": position_ids = buffer[:, :Shape(input_ids)[1]] as HF's
+    matches that form); 0: the SDPA-era Expand / Where mask (``_hf_mask``). ``positions`` "slice": position_ids = buffer[:, :Shape(input_ids)[1]] as HF's
     dynamic-axes export writes it (Shape, Gather, Unsqueeze, Slice; onnxruntime's EmbedLayerNormalization
     fusion matches it), "const": that slice folded to a constant."""
     n = Net(seed, 17 if ln == "op" else 14)
@@ -129,7 +138,7 @@ def bert_encoder(seed: int = 0, T: int = 16, D: int = 32, H: int = 4, layers: in
     pos = n.op("Gather", [n.const(table(64), "position_embeddings"), ids], "pos_embed", axis=0)
     x = n.op("Add", [x, pos], "embed_add_pos")
     x = layernorm(n, x, [1, T, D], ln)
-    mask = _hf_mask(n, unsqueezes=mask_unsqueezes)
+    mask = _hf_mask(n, unsqueezes=mask_unsqueezes, T=T)
     for _ in range(layers):
         a = _mha(n, x, T, D, H, mask=mask)
         x = layernorm(n, n.op("Add", [a, x], "attn_residual"), [1, T, D], ln)

@@ -10,12 +10,12 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
-from . import instance_norm, layernorm_canonical
+from . import group_norm, layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
-               contrib_qattention, contrib_rotary)
-from . import qdq_convtranspose, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
+               contrib_qattention, contrib_qembed, contrib_rotary)
+from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_unique_dq
 from .base import Match
 
@@ -25,8 +25,10 @@ RULES = (
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
+    qdq_dedupe,
     contrib_qattention,
     contrib_attention,
+    contrib_qembed,
     contrib_embed,
     contrib_norm,
     contrib_gelu,
@@ -46,7 +48,7 @@ RULES = (
     remove_noop,
     merge_transposes,
     layernorm_canonical,
-    instance_norm,
+    group_norm,
     sum_to_add,
     sub_div_const,
     clip_canonical,

@@ -13,6 +13,9 @@ A QDQ 1-D pool gets the same pairs around its 2-D pool (``pool_pairs``).
 
 The pairs around the Reshapes have the scale and zero point of the DQ before them: they quantize
 values that are already on that grid (exact; onnxruntime drops such pairs around a Reshape too).
+A Conv whose output no QuantizeLinear alone reads (an int8-in / fp16-out layer: ModelOpt's
+inputs-only placement, a calibrated dynamic-int8 ConvInteger, a Conv1d read by an Erf GELU) gets no
+pair after the 2-D Conv: ``... -> Conv -> Reshape [N,O,L']``.
 """
 from __future__ import annotations
 
@@ -109,4 +112,4 @@ def rewrite(m: Match, g) -> str:
     g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
     back = pair(g, y4, q_out, node, origin, "out2d") if q_out is not None else y4
     reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
-    return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis"
+    return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis" + ("" if q_out is not None else " (float output)")
