@@ -1,0 +1,178 @@
+"""Survey of real PyTorch exports: export Hugging Face architectures (random init from their
+configs: no download) and torch modules with both exporters, quantize them the ways users do, convert
+each with onnx_mrvl and compare with onnxruntime's run of the same model.
+
+Needs torch and transformers (not project dependencies: a learning tool for developers, never run
+by the tests). Install them into a scratch venv, export there, survey with the project's venv:
+
+    /tmp/venv/bin/python tools/survey_torch_exports.py export OUT_DIR [NAME ...]
+    python tools/survey_torch_exports.py survey OUT_DIR [NAME ...] [--quant]
+
+``survey`` prints one line per model and form: regions, offload share, the ops left on the CPU,
+max|err| / max|ref| against onnxruntime's run of the same model; with ``--quant`` also
+quantize_static S8 / U8 (QDQ, per-channel) and quantize_dynamic, without and with calibration.
+Measured with it (2026-11-26, docs/benchmarks-int8.md "Real PyTorch exports").
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import sys
+
+import numpy as np
+
+T = 32
+
+
+def _hf_models():
+    import torch
+    from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, GPT2Config, GPT2Model,
+                              RobertaConfig, RobertaModel, ViTConfig, ViTModel, Wav2Vec2Config, Wav2Vec2Model,
+                              WhisperConfig, WhisperModel)
+    torch.manual_seed(0)
+    ids = torch.randint(5, 1000, (1, T))
+    am = torch.ones(1, T, dtype=torch.long)
+    am[:, -6:] = 0
+    text = dict(vocab_size=1000, num_attention_heads=4)
+    return {
+        "bert": (BertModel(BertConfig(hidden_size=128, num_hidden_layers=4, intermediate_size=512, **text)), "text", (ids, am)),
+        "distilbert": (DistilBertModel(DistilBertConfig(vocab_size=1000, dim=128, n_layers=3, n_heads=4, hidden_dim=512)),
+                       "text", (ids, am)),
+        "roberta": (RobertaModel(RobertaConfig(hidden_size=128, num_hidden_layers=3, intermediate_size=512, **text)),
+                    "text", (ids, am)),
+        "gpt2": (GPT2Model(GPT2Config(vocab_size=1000, n_embd=128, n_layer=3, n_head=4, n_positions=64)), "gpt", (ids,)),
+        "whisper": (WhisperModel(WhisperConfig(vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                               decoder_start_token_id=1, d_model=128, encoder_layers=2, decoder_layers=1,
+                                               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+                                               decoder_ffn_dim=256, num_mel_bins=80, max_source_positions=100)),
+                    "whisper", (torch.randn(1, 80, 200),)),
+        "wav2vec2": (Wav2Vec2Model(Wav2Vec2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                                  intermediate_size=256, conv_dim=(64, 64, 64), conv_stride=(5, 2, 2),
+                                                  conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+                                                  num_conv_pos_embedding_groups=4)), "wav", (torch.randn(1, 4000),)),
+        "vit": (ViTModel(ViTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                                   image_size=64, patch_size=16)), "img", (torch.randn(1, 3, 64, 64),)),
+    }
+
+
+def export(out: str, names) -> int:
+    import torch
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m, kind):
+            super().__init__()
+            self.m, self.kind = m, kind
+
+        def forward(self, *a):
+            if self.kind == "text":
+                o = self.m(input_ids=a[0], attention_mask=a[1])
+            elif self.kind == "gpt":
+                o = self.m(input_ids=a[0])
+            elif self.kind == "whisper":
+                o = self.m.encoder(input_features=a[0])
+            elif self.kind == "wav":
+                o = self.m(input_values=a[0])
+            else:
+                o = self.m(pixel_values=a[0])
+            return o.last_hidden_state
+
+    os.makedirs(out, exist_ok=True)
+    for name, (m, kind, args) in _hf_models().items():
+        if names and name not in names:
+            continue
+        w = Wrap(m.eval(), kind).eval()
+        for dynamo in (False, True):
+            path = os.path.join(out, f"{name}_{'dynamo' if dynamo else 'ts'}.onnx")
+            try:
+                with torch.no_grad():
+                    torch.onnx.export(w, args, path, opset_version=18 if dynamo else 17, dynamo=dynamo)
+                print("exported", path, flush=True)
+            except Exception as exc:   # noqa: BLE001 - a survey: report and go on
+                print("FAILED", path, type(exc).__name__, str(exc)[:200], flush=True)
+        np.savez(os.path.join(out, f"{name}_feeds.npz"), *[a.numpy() for a in args])
+    return 0
+
+
+def _feeds(path: str, n: int, seed: int):
+    import onnx
+    base = os.path.basename(path).rsplit("_", 1)[0]
+    arrs = list(np.load(os.path.join(os.path.dirname(path), f"{base}_feeds.npz")).values())
+    names = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
+    rng = np.random.default_rng(seed)
+    return [{k: (a + (0.1 * rng.standard_normal(a.shape)).astype(a.dtype) if a.dtype.kind == "f" and j else a)
+             for k, a in zip(names, arrs)} for j in range(n)]
+
+
+def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
+    import onnxruntime as ort
+    import onnx_mrvl
+    try:
+        r = onnx_mrvl.convert(model, calibration=calibration)
+        folder = os.path.join(work, tag.replace(" ", "_"))
+        r.save(folder, overwrite=True)
+        sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        ref = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        err = 0.0
+        for f in _feeds(src, 3, 2):
+            for a, b in zip(sess.run(None, f), ref.run(None, f)):
+                err = max(err, float(np.abs(a - b).max() / (np.abs(b).max() or 1)))
+    except Exception as exc:   # noqa: BLE001 - a survey: report and go on
+        return f"{tag}: {type(exc).__name__}: {str(exc)[:200]}"
+    cpu = collections.Counter(d.op_type for d in r.report.cpu_nodes())
+    return (f"{tag}: regions {len(r.report.regions)} offload {r.report.offload_fraction:.3f} "
+            f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e}")
+
+
+def survey(folder: str, names, quant: bool) -> int:
+    import logging
+    logging.disable(logging.WARNING)
+    work = os.path.join(folder, "survey")
+    os.makedirs(work, exist_ok=True)
+    for src in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
+        name = os.path.basename(src)[:-5]
+        if names and not any(n in name for n in names):
+            continue
+        print(_line(f"{name} fp16", src, src, None, work), flush=True)
+        if not quant:
+            continue
+        from onnxruntime import quantization as q
+        calib = _feeds(src, 8, 1)
+        for kind in ("s8", "u8", "dyn"):
+            dst = os.path.join(work, f"{name}_{kind}.onnx")
+            try:
+                if kind == "dyn":
+                    q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8)
+                else:
+                    data = iter(calib)
+
+                    class Reader(q.CalibrationDataReader):
+                        def get_next(self):
+                            return next(data, None)
+
+                    act = q.QuantType.QInt8 if kind == "s8" else q.QuantType.QUInt8
+                    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                                      activation_type=act, weight_type=q.QuantType.QInt8)
+            except Exception as exc:   # noqa: BLE001
+                print(f"{name} {kind}: quantizer failed: {type(exc).__name__}: {str(exc)[:150]}")
+                continue
+            for cal in ([None, calib] if kind == "dyn" else [None]):
+                print(_line(f"{name} {kind}{' +calibration' if cal else ''}", src, dst, cal, work), flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["export", "survey"])
+    ap.add_argument("folder")
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
+    a = ap.parse_args(argv)
+    return export(a.folder, a.names) if a.command == "export" else survey(a.folder, a.names, a.quant)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
