@@ -143,3 +143,36 @@ def test_long_grouped_conv1d_with_a_shared_bias(tmp_path, act):
     assert conv.placement == "accelerator" and conv.precision == "int8", conv.reason
     assert r["regions"] == 1, r["cpu"]
     assert r["steps"] <= 1.001, r
+
+
+def pooled_head_model() -> onnx.ModelProto:
+    """Conv -> Relu -> ReduceMean(axes 2, 3, keepdims) -> Reshape [1, C] -> Gemm: the dynamo
+    exporter's AdaptiveAvgPool2d(1) + flatten + Linear on a 24 x 24 map (a pool above the per-layer
+    window: gap_split would chain AveragePools)."""
+    rng = np.random.default_rng(12)
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
+    inits = [_init(rng, "w", (16, 3, 3, 3), 0.4), _init(rng, "fc", (10, 16), 0.3), _init(rng, "fcb", (10,), 0.1),
+             i64("axes", [2, 3]), i64("flat", [1, 16])]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ReduceMean", ["r", "axes"], ["m"], name="mean", keepdims=1),
+             helper.make_node("Reshape", ["m", "flat"], ["v"], name="view"),
+             helper.make_node("Gemm", ["v", "fc", "fcb"], ["y"], name="head", transB=1)]
+    return helper.make_model(helper.make_graph(nodes, "pooled_head", [helper.make_tensor_value_info("x", F, [1, 3, 24, 24])],
+                                               [helper.make_tensor_value_info("y", F, [1, 10])], inits),
+                             opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_pool_read_through_a_flatten_is_int8(tmp_path, act):
+    """onnxruntime's quantizer quantizes the flatten's output, not the pool's: legalize's qdq_pool_move
+    puts that Q -> DQ in front of the flatten (Q commutes with a reshape), so the pool is one int8
+    layer as onnxruntime's fp32 ReduceMean + Q computes it (it was an fp16 chain of AveragePools:
+    83% of a dynamo MobileNetV3's outputs identical)."""
+    q = _quantize_file(pooled_head_model(), tmp_path, "pooled", act)
+    assert not any(n.op_type == "QuantizeLinear" and n.input[0] == "m" for n in q.graph.node)
+    assert any(rule == "qdq_pool_move" for rule, _, _ in legalize(q).log)
+    r = qdq_variants.convert_and_compare(f"pooled_{act}", str(tmp_path), model=q)
+    assert r["regions"] == 1 and r["cpu"] == {}, r["cpu"]
+    assert r["identical"] == 1.0 and r["steps"] == 0, r
+    assert r["result"].report.decisions["mean"].precision == "int8", r["result"].report.decisions["mean"].reason

@@ -1,0 +1,62 @@
+"""``DQ -> pool -> Reshape / Flatten / Squeeze -> Q`` -> ``DQ -> pool -> Q -> DQ -> Reshape -> Q``
+(the Q's scale and zero point, a copy in front of the move).
+
+A classifier head exported by PyTorch's dynamo exporter reads its global pool through a flatten:
+``ReduceMean(keepdims) -> Reshape [N, C] -> Gemm``; onnxruntime's quantizer quantizes the Reshape's
+output, not the pool's, and runs ``DQ -> ReduceMean -> Reshape -> Q`` in fp32. The move commutes with
+the element-wise Q (``Q(reshape(p)) = reshape(Q(p))``), so the pair in front quantizes the pool's
+fp32 result exactly as the Q after the move did, and the Q after the move re-quantizes values on its
+own grid (a no-op). The pool then is an int8 layer (its int32 sum, one requantization) instead of an
+fp16 one (or a chain of fp16 AveragePools from ``gap_split``) whose rounding moved codes near ties."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .base import Match
+
+NAME = "qdq_pool_move"
+OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+POOLS = ("GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "ReduceMean", "ReduceMax")
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type not in OPS or node.domain not in ("", "ai.onnx") or not node.input:
+        return None
+    pool = g.producer.get(node.input[0])
+    if pool is None or pool.op_type not in POOLS or pool.domain not in ("", "ai.onnx") or len(pool.output) != 1:
+        return None
+    dq = g.producer.get(pool.input[0])
+    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+        return None
+    if len(g.users(pool.output[0])) != 1 or pool.output[0] in g.outputs:
+        return None
+    readers = g.users(node.output[0])
+    if len(readers) != 1 or readers[0].op_type != "QuantizeLinear" or node.output[0] in g.outputs:
+        return None
+    return Match([node], {"pool": pool, "q": readers[0]})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    q = m.data["q"]
+    if any(i and not g.is_const(i) for i in q.input[1:]):
+        return "the QuantizeLinear's scale / zero point are not constants"
+    if g.shape(m.data["pool"].output[0]) is None:
+        return "the pool's output shape is not static"
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    node, pool, q = m.node, m.data["pool"], m.data["q"]
+    t = pool.output[0]
+    qt, dqt = g.fresh(f"{t}/q"), g.fresh(f"{t}/dq")
+    attrs = {a.name: a for a in q.attribute}
+    new_q = g.make("QuantizeLinear", [t] + list(q.input[1:]), [qt], near=node, origin=m.origin,
+                   name=f"{q.name}/before_{node.op_type.lower()}")
+    new_q.attribute.extend(attrs.values())
+    g.set_shape(qt, g.shape(t), g.dtype(q.output[0]))
+    new_dq = g.make("DequantizeLinear", [qt] + list(q.input[1:]), [dqt], near=node, origin=m.origin,
+                    name=f"{q.name}/before_{node.op_type.lower()}_dq")
+    new_dq.attribute.extend(a for a in attrs.values() if a.name == "axis")
+    g.set_shape(dqt, g.shape(t), g.dtype(t))
+    g.set_input(node, 0, dqt)
+    return f"the Q after {node.op_type} also in front of it: {pool.op_type} between DQ and Q"
