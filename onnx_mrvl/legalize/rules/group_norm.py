@@ -20,12 +20,11 @@ from typing import Optional
 
 import numpy as np
 
-from .. import opset_bump
 from .base import Match, attr, reshape
+from .contrib_ops import LN_OPSET, opset_reason, raise_opset
 
 NAME = "group_norm"
 OPS = ("InstanceNormalization", "GroupNormalization")
-LN_OPSET = 17
 
 
 def match(node, g) -> Optional[Match]:
@@ -61,17 +60,15 @@ def check(m: Match, g, target) -> Optional[str]:
             return f"num_groups {groups} does not divide the {sx[1]} channels"
         if attr(node, "stash_type", 1) != 1:
             return "stash_type is not float32"
-    if g.opset < LN_OPSET:
-        reason = opset_bump.reason(g, LN_OPSET)
-        if reason:
-            return f"LayerNormalization needs opset {LN_OPSET}: {reason}"
+    reason = opset_reason(g)
+    if reason:
+        return f"LayerNormalization needs opset {LN_OPSET}: {reason}"
     return None
 
 
 def rewrite(m: Match, g) -> str:
     node = m.node
-    if g.opset < LN_OPSET:
-        opset_bump.raise_to(g, LN_OPSET)
+    raise_opset(g)
     x, y = node.input[0], node.output[0]
     sx = list(g.shape(x))
     n, c = sx[0], sx[1]
