@@ -16,6 +16,7 @@ from typing import Iterator, Optional, Union
 
 import numpy as np
 
+from .. import blocks
 from . import base64_native
 
 B64_KEY = "data_base64"
@@ -35,11 +36,18 @@ class Base64Text:
         """The text as ASCII bytes, in slices (base64 needs no JSON escaping): ``bytes``, or a
         read-only memoryview of a new buffer nothing writes again (emit/base64_native.py)."""
         raw = self._raw()
-        for i in range(0, raw.size, CHUNK):
+
+        def encode(i: int) -> memoryview:
             piece = raw[i:i + CHUNK]
             out = np.empty(base64_native.encoded_size(piece.size), np.uint8)
             n = base64_native.encode_into(piece, out)
-            yield memoryview(out[:n]).toreadonly()
+            return memoryview(out[:n]).toreadonly()
+
+        # the next slice is encoded on the second core while the caller writes this one
+        ahead = blocks.background(encode, 0) if raw.size else None
+        for i in range(0, raw.size, CHUNK):
+            piece, ahead = ahead.result(), (blocks.background(encode, i + CHUNK) if i + CHUNK < raw.size else None)
+            yield piece
 
     def text(self) -> str:
         return base64_native.text(self._raw())
