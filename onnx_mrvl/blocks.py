@@ -71,9 +71,9 @@ def _inline() -> bool:
 
 
 def run_all(fn: Callable[[T], R], items: Sequence[T]) -> List[R]:
-    """``[fn(i) for i in items]`` with up to ``workers()`` items at a time (results in order; once
-    every item has finished, the exception of the first failed item is raised). Inline with one
-    worker, one item, or when called from a pool thread (nested use cannot deadlock)."""
+    """``[fn(i) for i in items]`` with up to ``workers()`` items at a time (results in order; the
+    exception of the first failed item is raised, in parallel once every item has finished).
+    Inline with one worker, one item, or when called from a pool thread (nested use cannot deadlock)."""
     items = list(items)
     n = min(workers(), len(items))
     if n <= 1 or _inline():
