@@ -209,3 +209,10 @@ def test_a_truncated_mapped_file_is_not_a_model(tmp_path, monkeypatch):
         f.write(data[: len(data) // 2])
     with pytest.raises(ModelError, match="not an ONNX model"):
         modelio.read_model(path)
+
+
+def test_finite16_on_every_float16_value():
+    values = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    one = np.float16(1.0)
+    assert all(fp16_cast.finite16(np.array([one, v, one], np.float16)) == bool(np.isfinite(v)) for v in values)
+    assert fp16_cast.finite16(values[np.isfinite(values)]) and fp16_cast.finite16(values[:0])

@@ -124,7 +124,9 @@ def finite16(data: np.ndarray) -> bool:
     if data.size == 0:
         return True
     bits = np.ascontiguousarray(data).reshape(-1).view(np.uint16)
-    return int(np.max(bits & np.uint16(0x7FFF))) < 0x7C00
+    # +inf / +NaN are 0x7C00-0x7FFF, the largest as int16; -inf / -NaN 0xFC00-0xFFFF, the largest
+    # as uint16: two reductions without a temporary array
+    return int(bits.view(np.int16).max()) < 0x7C00 and int(bits.max()) < 0xFC00
 
 
 def _whole(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
