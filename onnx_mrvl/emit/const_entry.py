@@ -43,8 +43,12 @@ class Base64Text:
             n = base64_native.encode_into(piece, out)
             return memoryview(out[:n]).toreadonly()
 
+        if raw.size <= CHUNK:   # one slice: nothing to overlap (a pool hand-off costs more for small constants)
+            if raw.size:
+                yield encode(0)
+            return
         # the next slice is encoded on the second core while the caller writes this one
-        ahead = blocks.background(encode, 0) if raw.size else None
+        ahead = blocks.background(encode, 0)
         for i in range(0, raw.size, CHUNK):
             piece, ahead = ahead.result(), (blocks.background(encode, i + CHUNK) if i + CHUNK < raw.size else None)
             yield piece
