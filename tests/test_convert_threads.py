@@ -216,3 +216,15 @@ def test_finite16_on_every_float16_value():
     one = np.float16(1.0)
     assert all(fp16_cast.finite16(np.array([one, v, one], np.float16)) == bool(np.isfinite(v)) for v in values)
     assert fp16_cast.finite16(values[np.isfinite(values)]) and fp16_cast.finite16(values[:0])
+
+
+@pytest.mark.parametrize("n", [0, 7, 3000, 3001, 9000, 100_003])
+def test_base64_slices_encoded_ahead_join_to_the_text(threads, monkeypatch, n):
+    import binascii
+    from onnx_mrvl.emit import const_entry
+    monkeypatch.setattr(const_entry, "CHUNK", 3000)
+    a = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
+    pieces = list(const_entry.Base64Text(a).json_string_chunks())
+    assert all(isinstance(p, memoryview) and p.readonly for p in pieces)
+    assert b"".join(pieces) == binascii.b2a_base64(a.tobytes(), newline=False)
+    assert len(pieces) == -(-a.nbytes // 3000)
