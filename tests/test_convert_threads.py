@@ -228,3 +228,31 @@ def test_base64_slices_encoded_ahead_join_to_the_text(threads, monkeypatch, n):
     assert all(isinstance(p, memoryview) and p.readonly for p in pieces)
     assert b"".join(pieces) == binascii.b2a_base64(a.tobytes(), newline=False)
     assert len(pieces) == -(-a.nbytes // 3000)
+
+
+# ---- a model binary's bytes: copied into a new bytes object beside the hash ------------------------
+
+@pytest.mark.parametrize("sizes", [[64, 0, 5000], [100, (1 << 24) + 5, 3, 2 << 20], [40, 3 * (1 << 24) + 1]])
+def test_join_with_digest_is_join_plus_its_sha256(threads, monkeypatch, sizes):
+    from onnx_mrvl.artifact import assemble
+    monkeypatch.setattr(assemble, "COPY_BLOCK", 1 << 20)
+    rng = np.random.default_rng(len(sizes))
+    parts = [rng.integers(0, 256, n, dtype=np.uint8) if k % 2 else rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+             for k, n in enumerate(sizes)]
+    data, digest = assemble.join_with_digest(parts)
+    body = b"".join(bytes(p) for p in parts)
+    assert type(data) is bytes and data == body + hashlib.sha256(body).digest()
+    assert digest == hashlib.sha256(data).hexdigest()
+    assert hash(data) == hash(bytes(bytearray(data)))     # an ordinary bytes object
+
+
+def test_pack_is_the_same_bytes_with_one_or_more_workers(monkeypatch):
+    from onnx_mrvl.artifact import assemble
+    r = onnx_mrvl.convert(tiny_cnn())
+    sg = r.subgraphs[0]
+    monkeypatch.setattr(assemble, "PARALLEL_MIN", 0)
+    monkeypatch.setattr(assemble, "COPY_BLOCK", 64)
+    for n in ("1", "2"):
+        monkeypatch.setenv("ONNX_MRVL_CONVERT_THREADS", n)
+        binary, _, digest = onnx_mrvl.emit.compile_program_sha256(sg.nodes_json, sg.consts_json)
+        assert binary == sg.binary and digest == hashlib.sha256(binary).hexdigest()
