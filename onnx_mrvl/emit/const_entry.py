@@ -37,20 +37,22 @@ class Base64Text:
         read-only memoryview of a new buffer nothing writes again (emit/base64_native.py)."""
         raw = self._raw()
 
-        def encode(i: int) -> memoryview:
-            piece = raw[i:i + CHUNK]
-            out = np.empty(base64_native.encoded_size(piece.size), np.uint8)
-            n = base64_native.encode_into(piece, out)
+        def buffer(i: int) -> np.ndarray:   # made on this thread: freed memory is reused as before
+            return np.empty(base64_native.encoded_size(min(CHUNK, raw.size - i)), np.uint8)
+
+        def encode(i: int, out: np.ndarray) -> memoryview:
+            n = base64_native.encode_into(raw[i:i + CHUNK], out)
             return memoryview(out[:n]).toreadonly()
 
         if raw.size <= CHUNK:   # one slice: nothing to overlap (a pool hand-off costs more for small constants)
             if raw.size:
-                yield encode(0)
+                yield encode(0, buffer(0))
             return
         # the next slice is encoded on the second core while the caller writes this one
-        ahead = blocks.background(encode, 0)
+        ahead = blocks.background(encode, 0, buffer(0))
         for i in range(0, raw.size, CHUNK):
-            piece, ahead = ahead.result(), (blocks.background(encode, i + CHUNK) if i + CHUNK < raw.size else None)
+            j = i + CHUNK
+            piece, ahead = ahead.result(), (blocks.background(encode, j, buffer(j)) if j < raw.size else None)
             yield piece
 
     def text(self) -> str:

@@ -12,6 +12,7 @@ views the kernel cannot read in row blocks are cast by numpy too.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from typing import Tuple
 
@@ -164,12 +165,22 @@ def _cast(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
     base, start = flat
     rows = max(1, BLOCK // row)
     half_strides = tuple(s // 2 for s in strides)
+    starts = range(0, shape[0], rows)
+    # one scratch block per thread at work, made here (memory a worker thread allocates stays in
+    # its own malloc arena once freed) and handed from block to block
+    scratch: "queue.SimpleQueue[np.ndarray]" = queue.SimpleQueue()
+    for _ in range(min(blocks.workers(), len(starts))):
+        scratch.put(np.empty(min(rows, shape[0]) * row, np.float16))
 
     def row_block(i: int) -> bool:
         j = min(i + rows, shape[0])
-        half = np.empty((j - i) * row, np.float16)
-        _run(session, base[start + i * row:start + j * row], half)
-        out[i:j] = np.lib.stride_tricks.as_strided(half, (j - i,) + shape[1:], half_strides, writeable=False)
+        buf = scratch.get()
+        try:
+            half = buf[:(j - i) * row]
+            _run(session, base[start + i * row:start + j * row], half)
+            out[i:j] = np.lib.stride_tricks.as_strided(half, (j - i,) + shape[1:], half_strides, writeable=False)
+        finally:
+            scratch.put(buf)
         return finite16(out[i:j]) if check else True
 
-    return out, all(blocks.run_all(row_block, range(0, shape[0], rows)))
+    return out, all(blocks.run_all(row_block, starts))
