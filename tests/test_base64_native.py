@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from onnx_mrvl import json_stream
-from onnx_mrvl.artifact import folder
+from onnx_mrvl.artifact import file_writes
 from onnx_mrvl.emit import base64_native, const_entry
 from onnx_mrvl.emit.json_attrs import ConstEntry
 from onnx_mrvl.split.deploy import attach_artifact
@@ -99,9 +99,9 @@ def test_hashing_writer_hashes_read_only_views_on_the_thread(tmp_path):
     buffers on the caller's thread; the digest is the file's either way."""
     from concurrent.futures import ThreadPoolExecutor
     rng = np.random.default_rng(4)
-    chunks = [memoryview(rng.integers(0, 256, folder._Hashing.PARALLEL + k, dtype=np.uint8)).toreadonly()
+    chunks = [memoryview(rng.integers(0, 256, file_writes.HashingFile.PARALLEL + k, dtype=np.uint8)).toreadonly()
               for k in range(3)]
-    chunks.append(bytearray(rng.integers(0, 256, folder._Hashing.PARALLEL, dtype=np.uint8).tobytes()))
+    chunks.append(bytearray(rng.integers(0, 256, file_writes.HashingFile.PARALLEL, dtype=np.uint8).tobytes()))
     chunks.append(b"tail")
     submitted = []
 
@@ -112,7 +112,7 @@ def test_hashing_writer_hashes_read_only_views_on_the_thread(tmp_path):
 
     path = tmp_path / "f.bin"
     with Pool(max_workers=1) as pool, open(path, "wb") as f:
-        out = folder._Hashing(f, None, pool)
+        out = file_writes.HashingFile(f, None, pool)
         for c in chunks:
             out.write(c)
         digest = out.hexdigest()

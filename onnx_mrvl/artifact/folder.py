@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -22,57 +21,19 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import ArtifactError, UsageError
+from .file_writes import Writer, write_files
 from .manifest import MANIFEST, is_region_file, read
 
 log = logging.getLogger(__name__)
-Writer = Callable[[BinaryIO], object]
 OUR_NAMES = {"model.onnx", "report.json", MANIFEST, "legalize.onnx", "fuse.onnx"}   # + region and stage files
 _STAGE = re.compile(r"^stage-[A-Za-z0-9_]+\.onnx$")
 LEFTOVER = ".onnx_mrvl-"        # staging / old folders of a save (left only when the process was killed)
 OVERWRITE_HINT = ("pass --overwrite (Python: save(..., overwrite=True)) to replace it with this conversion, "
                   "or choose a new or empty folder")
-
-
-class _Hashing:
-    """A binary file that also hashes and counts what is written through it. Large immutable chunks
-    (``bytes``, or a read-only ``memoryview`` whose memory its producer never writes again: the
-    Constants-JSON's base64 slices, emit/const_entry.py) are hashed on ``pool``'s thread while this
-    one writes them and makes the next (hashlib and file writes release the GIL); a writer that
-    knows its digest (``write.sha256``, e.g. a region binary, whose digest pack computed) is not
-    hashed again."""
-
-    PARALLEL = 1 << 20      # bytes of a chunk hashed on the pool's thread
-
-    def __init__(self, f: BinaryIO, known: Optional[str] = None, pool: Optional[ThreadPoolExecutor] = None):
-        self.f, self.size, self.known, self.pool = f, 0, known, pool
-        self.h = None if known else hashlib.sha256()
-        self.pending: Optional[Future] = None
-
-    def write(self, data) -> int:
-        self.size += len(data)
-        if self.h is not None:
-            self._wait()                           # chunks are hashed in order
-            if self.pool is not None and len(data) >= self.PARALLEL and (
-                    type(data) is bytes or type(data) is memoryview and data.readonly):
-                self.pending = self.pool.submit(self.h.update, data)
-            else:
-                self.h.update(data)
-        return self.f.write(data)
-
-    def _wait(self) -> None:
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            pending.result()
-
-    def hexdigest(self) -> str:
-        self._wait()
-        return self.known if self.h is None else self.h.hexdigest()
 
 
 def _is_ours(folder: str, names: Sequence[str]) -> Tuple[bool, List[str]]:
@@ -231,28 +192,7 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
                             hint="choose an output folder whose parent folder is writable") from None
     try:
         os.chmod(staging, 0o777 & ~_umask())
-        digests: Dict[str, dict] = {}
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256") as pool, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-fsync") as syncs:
-            synced: List[Future] = []
-            for name, write in files:
-                t0 = time.perf_counter()
-                out = _Hashing(_create(os.path.join(staging, name)), getattr(write, "sha256", None), pool)
-                try:
-                    write(out)
-                    out.f.flush()
-                except BaseException:
-                    out.f.close()
-                    raise
-                finally:
-                    out._wait()   # no hash still reading this file's chunks past here
-                # fsynced on a thread while the next file is made; all before the folder is swapped in
-                synced.append(syncs.submit(_sync_close, out.f))
-                digests[name] = {"size": out.size, "sha256": out.hexdigest()}
-                if on_file is not None:
-                    on_file(name, out.size, time.perf_counter() - t0)
-            for done in synced:
-                done.result()
+        digests = write_files(staging, files, _create, on_file)
         write_atomic(os.path.join(staging, MANIFEST), lambda f: dump_json(manifest(digests), f))
         if inside:
             _swap_contents(staging, real)
@@ -271,13 +211,6 @@ def _create(path: str) -> BinaryIO:
     except OSError as exc:
         raise ArtifactError(f"cannot write '{os.path.basename(path)}' into '{os.path.dirname(path)}' "
                             f"({exc.strerror})", hint="choose a writable output folder") from None
-
-
-def _sync_close(f: BinaryIO) -> None:
-    try:
-        os.fsync(f.fileno())
-    finally:
-        f.close()
 
 
 def _must_stage_inside(real: str, parent: str) -> bool:

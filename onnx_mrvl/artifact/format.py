@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, NoReturn, Optional, Tuple, Union
 import numpy as np
 
 from ..errors import ArtifactError
+from .assemble import join_with_digest
 from .io_quant import IO_QUANT_SINCE, has_io_quant
 from .schema import WEIGHT_ALIGN, align_up, validate_meta
 
@@ -231,17 +232,13 @@ def pack_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
         parts.append(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
         pos = wght_off + off + arr.nbytes
     parts.append(bytes(trailer - pos))
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p)
-    trailer_digest = h.digest()
-    parts.append(trailer_digest)
-    h.update(trailer_digest)        # the whole file's digest: the same hash run on over the trailer
-    data = b"".join(parts)
+    # the trailer is the sha256 of the parts; the returned digest, the whole file's (the same hash
+    # run on over the trailer); the copy and the hash run side by side (assemble.py)
+    data, digest = join_with_digest(parts)
     assert len(data) == file_size
     log.debug("packed program %r: format 1.%d, %d bytes (meta %d, %d as JSON; weights %d)",
               pname, format_minor, file_size, len(meta_bytes), len(meta_json), wsize)
-    return data, h.hexdigest()
+    return data, digest
 
 
 def __getattr__(attr: str) -> Any:  # ``format.load`` lives in reader.py (kept apart for size)

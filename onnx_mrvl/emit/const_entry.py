@@ -16,6 +16,7 @@ from typing import Iterator, Optional, Union
 
 import numpy as np
 
+from .. import blocks
 from . import base64_native
 
 B64_KEY = "data_base64"
@@ -35,11 +36,24 @@ class Base64Text:
         """The text as ASCII bytes, in slices (base64 needs no JSON escaping): ``bytes``, or a
         read-only memoryview of a new buffer nothing writes again (emit/base64_native.py)."""
         raw = self._raw()
+
+        def buffer(i: int) -> np.ndarray:   # made on this thread: freed memory is reused as before
+            return np.empty(base64_native.encoded_size(min(CHUNK, raw.size - i)), np.uint8)
+
+        def encode(i: int, out: np.ndarray) -> memoryview:
+            n = base64_native.encode_into(raw[i:i + CHUNK], out)
+            return memoryview(out[:n]).toreadonly()
+
+        if raw.size <= CHUNK:   # one slice: nothing to overlap (a pool hand-off costs more for small constants)
+            if raw.size:
+                yield encode(0, buffer(0))
+            return
+        # the next slice is encoded on the second core while the caller writes this one
+        ahead = blocks.background(encode, 0, buffer(0))
         for i in range(0, raw.size, CHUNK):
-            piece = raw[i:i + CHUNK]
-            out = np.empty(base64_native.encoded_size(piece.size), np.uint8)
-            n = base64_native.encode_into(piece, out)
-            yield memoryview(out[:n]).toreadonly()
+            j = i + CHUNK
+            piece, ahead = ahead.result(), (blocks.background(encode, j, buffer(j)) if j < raw.size else None)
+            yield piece
 
     def text(self) -> str:
         return base64_native.text(self._raw())

@@ -12,9 +12,13 @@ views the kernel cannot read in row blocks are cast by numpy too.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from typing import Tuple
 
 import numpy as np
+
+from .. import blocks
 
 log = logging.getLogger(__name__)
 MIN_SIZE = 1 << 16        # elements: smaller arrays are cast by numpy (a kernel call costs ~20 us)
@@ -106,15 +110,49 @@ def _flat_base(arr: np.ndarray):
 def to_float16(arr: np.ndarray) -> np.ndarray:
     """``np.ascontiguousarray(arr, dtype=np.float16)`` of a float32 ``arr`` (any strides), the
     same bits (module docstring)."""
+    return _cast(arr, False)[0]
+
+
+def to_float16_checked(arr: np.ndarray) -> Tuple[np.ndarray, bool]:
+    """(``to_float16(arr)``, whether every value of it is finite): for a float32 ``arr`` the same as
+    ``-65520 < arr.min() and arr.max() < 65520`` (a float32 rounds to a finite float16 exactly when
+    its magnitude is below 65520; NaN is not finite), checked on the float16 blocks as they are cast."""
+    return _cast(arr, True)
+
+
+def finite16(data: np.ndarray) -> bool:
+    """No inf or NaN in the float16 array ``data`` (no value with every exponent bit set)."""
+    if data.size == 0:
+        return True
+    bits = np.ascontiguousarray(data).reshape(-1).view(np.uint16)
+    # +inf / +NaN are 0x7C00-0x7FFF, the largest as int16; -inf / -NaN 0xFC00-0xFFFF, the largest
+    # as uint16: two reductions without a temporary array
+    return int(bits.view(np.int16).max()) < 0x7C00 and int(bits.max()) < 0xFC00
+
+
+def _whole(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
+    out = np.ascontiguousarray(arr, dtype=np.float16)
+    return out, finite16(out) if check else True
+
+
+def _cast(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
+    """The cast in blocks of ``BLOCK`` elements, spread over the cores (onnxruntime's kernel and
+    numpy's copies release the GIL: ``blocks.run_all``); each block checked as it is cast."""
     if arr.dtype != np.float32 or arr.size < MIN_SIZE or arr.ndim == 0:
-        return np.ascontiguousarray(arr, dtype=np.float16)
+        return _whole(arr, check)
     session = _session()
     if session is None:
-        return np.ascontiguousarray(arr, dtype=np.float16)
+        return _whole(arr, check)
     out = np.empty(arr.shape, np.float16)
     if arr.flags.c_contiguous:
-        _run(session, arr.reshape(-1), out.reshape(-1))
-        return out
+        src, dst = arr.reshape(-1), out.reshape(-1)
+
+        def flat_block(i: int) -> bool:
+            j = min(i + BLOCK, src.size)
+            _run(session, src[i:j], dst[i:j])
+            return finite16(dst[i:j]) if check else True
+
+        return out, all(blocks.run_all(flat_block, range(0, src.size, BLOCK)))
     # a permuted view of contiguous memory whose first axis is the outermost (OIHW -> OHWI kernels,
     # NCHW-flatten FC columns): cast whole rows of the memory, then reorder them in float16
     strides, shape = arr.strides, arr.shape
@@ -123,14 +161,26 @@ def to_float16(arr: np.ndarray) -> np.ndarray:
     inner = sum((n - 1) * s for n, s in zip(shape[1:], strides[1:]))
     if (flat is None or any(s < 0 or s % 4 for s in strides) or strides[0] != row * 4
             or inner + 4 > strides[0] or flat[1] + shape[0] * row > flat[0].size):
-        return np.ascontiguousarray(arr, dtype=np.float16)
+        return _whole(arr, check)
     base, start = flat
     rows = max(1, BLOCK // row)
-    half = np.empty(min(rows, shape[0]) * row, np.float16)
     half_strides = tuple(s // 2 for s in strides)
-    for i in range(0, shape[0], rows):
+    starts = range(0, shape[0], rows)
+    # one scratch block per thread at work, made here (memory a worker thread allocates stays in
+    # its own malloc arena once freed) and handed from block to block
+    scratch: "queue.SimpleQueue[np.ndarray]" = queue.SimpleQueue()
+    for _ in range(min(blocks.workers(), len(starts))):
+        scratch.put(np.empty(min(rows, shape[0]) * row, np.float16))
+
+    def row_block(i: int) -> bool:
         j = min(i + rows, shape[0])
-        block = half[:(j - i) * row]
-        _run(session, base[start + i * row:start + j * row], block)
-        out[i:j] = np.lib.stride_tricks.as_strided(block, (j - i,) + shape[1:], half_strides, writeable=False)
-    return out
+        buf = scratch.get()
+        try:
+            half = buf[:(j - i) * row]
+            _run(session, base[start + i * row:start + j * row], half)
+            out[i:j] = np.lib.stride_tricks.as_strided(half, (j - i,) + shape[1:], half_strides, writeable=False)
+        finally:
+            scratch.put(buf)
+        return finite16(out[i:j]) if check else True
+
+    return out, all(blocks.run_all(row_block, starts))

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .fp16_cast import to_float16
+from .fp16_cast import to_float16, to_float16_checked
 from .json_attrs import NodeAttrs, decode_const
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
@@ -30,11 +30,16 @@ class Context:
         (an int8 layer's int8 kernel and int32 bias) keep their dtype."""
         if arr.dtype.kind in "iu":
             data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+            finite = True
+        elif fp16 and isinstance(arr, np.ndarray) and arr.dtype == np.float32:
+            with np.errstate(over="ignore", invalid="ignore"):
+                data, finite = to_float16_checked(arr)   # checked block by block as cast (finite_in)
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 data = to_float16(arr) if fp16 and isinstance(arr, np.ndarray) else \
                     np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
-        if data.dtype.kind == "f" and not finite_in(arr, data, fp16):
+            finite = data.dtype.kind != "f" or finite_in(arr, data, fp16)
+        if not finite:
             a.fail(f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}",
                    hint="keep this layer on the CPU (convert(..., exclude=[...]))")
         if shape is not None:
