@@ -28,7 +28,7 @@ I64 = onnx.TensorProto.INT64
 F32 = onnx.TensorProto.FLOAT
 
 
-def _model(n: Net, name: str, inputs: List[Tuple[str, int, List[int]]], outputs: Dict[str, str]) -> onnx.ModelProto:
+def speech_model(n: Net, name: str, inputs: List[Tuple[str, int, List[int]]], outputs: Dict[str, str]) -> onnx.ModelProto:
     """``outputs``: graph output name -> the tensor it is (the producing node's output is renamed)."""
     for out, t in outputs.items():
         for node in n.nodes:
@@ -56,7 +56,7 @@ def _linear(n: Net, x: str, k: int, o: int, name: str, bias: bool = True) -> str
     return n.op("MatMul", [x, n.const(w, f"{name}_w")], f"{name}_matmul")
 
 
-def _mha(n: Net, x: str, T: int, D: int, H: int, mask: str = "", bmm3d: bool = False,
+def mha_block(n: Net, x: str, T: int, D: int, H: int, mask: str = "", bmm3d: bool = False,
          scale_q: bool = False) -> str:
     """Self-attention on [1, T, D] (output projection included, no residual). ``bmm3d``: heads as
     [H, T, d] (HF Whisper's ``view(bsz * heads, -1, d)``), else HF BERT's [1, H, T, d] with K^T by a
@@ -140,7 +140,7 @@ def bert_encoder(seed: int = 0, T: int = 16, D: int = 32, H: int = 4, layers: in
     x = layernorm(n, x, [1, T, D], ln)
     mask = _hf_mask(n, unsqueezes=mask_unsqueezes, T=T)
     for _ in range(layers):
-        a = _mha(n, x, T, D, H, mask=mask)
+        a = mha_block(n, x, T, D, H, mask=mask)
         x = layernorm(n, n.op("Add", [a, x], "attn_residual"), [1, T, D], ln)
         h = gelu(n, n.linear(x, D, 4 * D, "intermediate"), "erf")
         x = layernorm(n, n.op("Add", [n.linear(h, 4 * D, D, "output"), x], "ffn_residual"), [1, T, D], ln)
@@ -151,7 +151,7 @@ def bert_encoder(seed: int = 0, T: int = 16, D: int = 32, H: int = 4, layers: in
              "pooler_dense", transB=1)
     pooled = n.op("Tanh", [p], "pooler_tanh")
     ids = [("input_ids", I64, [1, T]), ("attention_mask", I64, [1, T]), ("token_type_ids", I64, [1, T])]
-    return _model(n, "bert_encoder", ids, {"last_hidden_state": hidden, "pooler_output": pooled})
+    return speech_model(n, "bert_encoder", ids, {"last_hidden_state": hidden, "pooler_output": pooled})
 
 
 def _conv1d(n: Net, x: str, cin: int, cout: int, k: int, name: str, stride: int = 1, group: int = 1,
@@ -176,12 +176,12 @@ def whisper_encoder(seed: int = 0, mels: int = 80, T: int = 200, D: int = 32, H:
     pos = (n.rng.standard_normal((T2, D)) * 0.2).astype(np.float32)
     x = n.op("Add", [x, n.const(pos if pos_rank == 2 else pos[None], "embed_positions")], "add_pos")
     for _ in range(layers):
-        a = _mha(n, layernorm(n, x, [1, T2, D], ln), T2, D, H, bmm3d=True, scale_q=True)
+        a = mha_block(n, layernorm(n, x, [1, T2, D], ln), T2, D, H, bmm3d=True, scale_q=True)
         x = n.op("Add", [x, a], "attn_residual")
         h = gelu(n, n.linear(layernorm(n, x, [1, T2, D], ln), D, 4 * D, "fc1"), "erf")
         x = n.op("Add", [x, n.linear(h, 4 * D, D, "fc2")], "ffn_residual")
     x = layernorm(n, x, [1, T2, D], ln)
-    return _model(n, "whisper_encoder", [("input_features", F32, [1, mels, T])], {"last_hidden_state": x})
+    return speech_model(n, "whisper_encoder", [("input_features", F32, [1, mels, T])], {"last_hidden_state": x})
 
 
 def _silu(n: Net, x: str) -> str:
@@ -207,7 +207,7 @@ def conformer_block(seed: int = 0, T: int = 32, D: int = 32, H: int = 4, kernel:
     """One conformer block (torchaudio / ESPnet order, opset 17 LayerNormalization) on [1, T, D]."""
     n = Net(seed, 17 if ln == "op" else 13)
     x = _half_ffn(n, "input", T, D, ln)
-    x = n.op("Add", [x, _mha(n, layernorm(n, x, [1, T, D], ln), T, D, H)], "mhsa_residual")
+    x = n.op("Add", [x, mha_block(n, layernorm(n, x, [1, T, D], ln), T, D, H)], "mhsa_residual")
     h = n.op("Transpose", [layernorm(n, x, [1, T, D], ln)], "to_channels", perm=[0, 2, 1])   # [1, D, T]
     h = _conv1d(n, h, D, 2 * D, 1, "pointwise1")
     a, b = n.op("Split", [h, _i64(n, [D, D])], "glu_split", axis=1), None
@@ -221,7 +221,7 @@ def conformer_block(seed: int = 0, T: int = 32, D: int = 32, H: int = 4, kernel:
     x = n.op("Add", [x, h], "conv_residual")
     x = _half_ffn(n, x, T, D, ln)
     x = layernorm(n, x, [1, T, D], ln)
-    return _model(n, "conformer_block", [("input", F32, [1, T, D])], {"output": x})
+    return speech_model(n, "conformer_block", [("input", F32, [1, T, D])], {"output": x})
 
 
 def feeds(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from typing import Dict, Sequence
 import numpy as np
 import onnx
 
-from .arch_speech import _mha, _model as _strict_model
+from .arch_speech import mha_block as _mha, speech_model as _strict_model
 from .arch_transformer import Net, gelu, layernorm
 
 F32 = onnx.TensorProto.FLOAT
