@@ -38,8 +38,10 @@
 
 #define MR 12          /* output pixels per micro-tile */
 #define NR 32          /* output channels per micro-tile: two zmm */
-#define KC 256         /* k-values per packed block (also the packed row stride) */
-#define MC (MR * 10)   /* pixels per packed block */
+#define KC 512         /* k-values per packed block (also the packed row stride); 256 before: each
+                        * block ends in the accumulators' store and reload, and 512 took 1-3% off
+                        * ResNet-50's 3x3 convs (768: no better, 1024: 5-17% slower) */
+#define MC (MR * 5)    /* pixels per packed block (the packed buffer stays 240 KB) */
 
 typedef struct {
     const float *bias, *scale, *shift, *slope;   /* each padded to a multiple of NR */
@@ -157,6 +159,29 @@ static inline __m512 finish(__m512 v, const epi_t *e, long c, __mmask16 *bad) {
     return finish_v(v, &E, bad);
 }
 
+/* acc[r] += A[r, p] * B[p] for p < kc, in order: the register tile's FMAs. With ``prefetch`` the
+ * weight block ``pf`` (the next channel block's, read by the next tile) is brought into L2 on the
+ * way, two prefetches per k. Only a block's first tile prefetches: the others used to prefetch
+ * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
+ * 28x28 1x1 convs, single-threaded) */
+static inline __attribute__((always_inline)) void
+fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
+         __m512 acc[][2]) {
+    for (int p = 0; p < kc; p++) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+}
+
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store. */
 static inline __attribute__((always_inline)) void
@@ -176,19 +201,11 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             acc[r][1] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);
         }
     }
-    if (m1) {
-        for (int p = 0; p < kc; p++) {
-            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);   /* the next weight block */
-            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
-            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
-#pragma GCC unroll 13
-            for (int r = 0; r < mr; r++) {
-                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-            }
-        }
-    } else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
+    if (m1 && pf)
+        fma_rows(mr, 1, kc, a, lda, b, pf, acc);
+    else if (m1)             /* a block's later tiles: their weights are in the caches already */
+        fma_rows(mr, 0, kc, a, lda, b, NULL, acc);
+    else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 13
@@ -410,7 +427,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 for (int i = 0; i < tiles; i++) {
                     const long r0 = mc + (long)i * MR;
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
-                    const float *pf = i == 0 ? next : bp;
+                    const float *pf = i == 0 ? next : NULL;
                     if (direct && rows >= MR)
                         micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
                                      k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
