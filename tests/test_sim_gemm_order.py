@@ -95,3 +95,59 @@ def test_fused_residual_sums_k_in_order(monkeypatch, c, pixels):
         y, ok, ok2 = conv.apply_with_residual(x, res, jit.act_args("relu", None, None, 70))
         assert ok and ok2
         np.testing.assert_array_equal(y.view(np.uint32), ref.view(np.uint32))
+
+
+def _special(shape):
+    """fp16 values with large magnitudes (sums overflow to inf), zeros of both signs, an inf and a NaN."""
+    x = f16(RNG.standard_normal(shape) * 2)
+    flat = x.reshape(-1)
+    flat[::37] = f16(RNG.standard_normal(flat[::37].shape) * 3e4)
+    flat[5::41] = -0.0
+    flat[7] = np.inf
+    flat[11] = np.nan
+    return x
+
+
+ACTS = [("none", None), ("relu", None), ("clamp", {"min": -1.0, "max": 6.0}), ("leaky_relu", {"alpha": 0.1})]
+
+
+@pytest.mark.parametrize("act, params", ACTS)
+@pytest.mark.parametrize("shape, o, k", [((1, 1, 49, 64), 40, 1), ((1, 1, 13, 600), 16, 1),
+                                         ((1, 7, 7, 24), 70, 3), ((2, 3, 5, 8), 33, 3)])
+def test_short_epilogue_matches_the_general_one(monkeypatch, act, params, shape, o, k):
+    """A conv with a bias and no scale or shift whose activation is none, relu or clamp takes the
+    short epilogue (simple_epilogue in _native_conv.c); the same conv with a scale of ones (x * 1 is
+    x, bit for bit, NaN and -0 included) takes the general one: the same bits and finiteness flags,
+    with inf / NaN / overflowing inputs, partial column blocks (16, 33, 40, 70 channels) and rows."""
+    assert native.on(), native.why_disabled()
+    x = _special(shape)
+    w = f16(RNG.standard_normal((o, k, k, shape[3])) / np.sqrt(k * k * shape[3]))
+    bias = (RNG.standard_normal(o) * 0.1).astype(np.float32)
+    pads = (k // 2,) * 4
+    for threads in ("1", "2"):
+        monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+        short = K.Conv2D(w, bias=bias, padding=pads, activation=act, activation_params=params).apply(x)
+        general = K.Conv2D(w, bias=bias, scale=np.ones(o, np.float32), padding=pads, activation=act,
+                           activation_params=params).apply(x)
+        assert short[1] == general[1]
+        np.testing.assert_array_equal(short[0].view(np.uint32), general[0].view(np.uint32))
+    assert not short[1]                     # the inputs overflow some sums: the flag is exercised
+
+
+@pytest.mark.parametrize("sum_act, params", ACTS)
+@pytest.mark.parametrize("act", ["none", "relu"])
+@pytest.mark.parametrize("c, pixels, o", [(64, 49, 40), (128, 12, 70), (1024, 25, 32), (600, 1, 16)])
+def test_short_epilogue_with_a_fused_residual(monkeypatch, sum_act, params, act, c, pixels, o):
+    """The fused Sum2D in the short epilogue (its residual rows prefetched) against the general one."""
+    from onnx_mrvl.sim import jit
+    x = _special((1, 1, pixels, c))
+    w = f16(RNG.standard_normal((o, 1, 1, c)) / np.sqrt(c))
+    bias = (RNG.standard_normal(o) * 0.1).astype(np.float32)
+    res = _special((1, 1, pixels, o))
+    args = jit.act_args(sum_act, params, None, o)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+        short = K.Conv2D(w, bias=bias, activation=act).apply_with_residual(x, res, args)
+        general = K.Conv2D(w, bias=bias, scale=np.ones(o, np.float32), activation=act).apply_with_residual(x, res, args)
+        assert short[1:] == general[1:]
+        np.testing.assert_array_equal(short[0].view(np.uint32), general[0].view(np.uint32))
