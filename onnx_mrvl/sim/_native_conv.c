@@ -313,58 +313,52 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
     }
 }
 
+/* What the tiles of one channel block and k block share, passed by address: a tile call then takes
+ * five arguments in registers. With the 17 of micro_lda (11 pushed on the stack per call) and the
+ * tile loop's pointers kept on the stack, every tile issued ~25 stores behind its 24 output stores;
+ * when those miss the caches (a 56x56 map's 3.2 MB output) the store queue is full and each waits
+ * (ResNet-50's 64 -> 256 at 56x56: ~7% of the layer in conv_range's own loop). The tile returns
+ * its finiteness flags (bit 0: a conv value not finite, bit 1: a fused-sum value). */
+typedef struct {
+    const float *b;               /* the weight panel [kc][NR] */
+    long ldc, lda;                /* output row stride; A's row stride (in place) */
+    const epi_t *e, *e2;
+    int kc, cols, first, last, col0;
+} tile_t;
+
+#define TILE_ARGS const tile_t *t, const float *a, float *c, const float *res, int rows, const float *pf
+#define TILE_CALL t, a, c, res, rows, pf
+#define TILE_BODY(MR_, S, LDA) \
+    __mmask16 bad = 0, bad2 = 0; \
+    micro_lda(MR_, S, t->kc, a, LDA, t->b, c, t->ldc, rows, t->cols, t->first, t->last, t->e, t->col0, &bad, \
+              res, t->e2, &bad2, pf); \
+    return (bad ? 1 : 0) | (bad2 ? 2 : 0);
 /* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
  * register tile is compiled for 12, 8, 4 and 2 rows, so a partial panel (a 7x7 map's 49 pixels end
  * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. One or two rows
  * are bound by the FMA latency (2-4 chains), not the FMA rate: 4 cycles per k against the 4-row
  * tile's 8 (ResNet-50's 3x3 512 at 7x7: the 1-row panel took 8% of the layer in the 4-row tile). */
-#define MICRO_ARGS int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols, \
-                   int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
-                   const epi_t *e2, __mmask16 *bad2, const float *pf
-#define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
-#define MICRO_CALL kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
 #define MICRO_SET(S, sfx) \
-    static void micro13##sfx(MICRO_ARGS) { micro_lda(13, S, MICRO_PASS); } \
-    static void micro12##sfx(MICRO_ARGS) { micro_lda(12, S, MICRO_PASS); } \
-    static void micro8##sfx(MICRO_ARGS) { micro_lda(8, S, MICRO_PASS); } \
-    static void micro4##sfx(MICRO_ARGS) { micro_lda(4, S, MICRO_PASS); } \
-    static void micro2##sfx(MICRO_ARGS) { micro_lda(2, S, MICRO_PASS); } \
-    static inline void micro##sfx(MICRO_ARGS) { \
-        if (rows > MR) micro13##sfx(MICRO_CALL); \
-        else if (rows > 8) micro12##sfx(MICRO_CALL); \
-        else if (rows > 4) micro8##sfx(MICRO_CALL); \
-        else if (rows > 2) micro4##sfx(MICRO_CALL); \
-        else micro2##sfx(MICRO_CALL); \
+    static int micro13##sfx(TILE_ARGS) { TILE_BODY(13, S, KC) } \
+    static int micro12##sfx(TILE_ARGS) { TILE_BODY(12, S, KC) } \
+    static int micro8##sfx(TILE_ARGS) { TILE_BODY(8, S, KC) } \
+    static int micro4##sfx(TILE_ARGS) { TILE_BODY(4, S, KC) } \
+    static int micro2##sfx(TILE_ARGS) { TILE_BODY(2, S, KC) } \
+    static inline int micro##sfx(TILE_ARGS) { \
+        if (rows > MR) return micro13##sfx(TILE_CALL); \
+        else if (rows > 8) return micro12##sfx(TILE_CALL); \
+        else if (rows > 4) return micro8##sfx(TILE_CALL); \
+        else if (rows > 2) return micro4##sfx(TILE_CALL); \
+        else return micro2##sfx(TILE_CALL); \
+    } \
+    /* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride \
+     * t->lda; full panels of MR or MR + 1 rows) */ \
+    static int micro_direct##sfx(TILE_ARGS) { \
+        if (rows > MR) { TILE_BODY(MR + 1, S, t->lda) } \
+        else { TILE_BODY(MR, S, t->lda) } \
     }
 MICRO_SET(0, _gen)
 MICRO_SET(1, _simple)
-
-static inline void micro(int simple, MICRO_ARGS) {
-    if (simple)
-        micro_simple(MICRO_CALL);
-    else
-        micro_gen(MICRO_CALL);
-}
-
-/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full
- * panels of MR or MR + 1 rows) */
-#define DIRECT_ARGS int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, \
-                    int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad, \
-                    const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf
-#define DIRECT_PASS kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
-static void micro_direct_gen(DIRECT_ARGS) {
-    if (rows > MR)
-        micro_lda(MR + 1, 0, DIRECT_PASS);
-    else
-        micro_lda(MR, 0, DIRECT_PASS);
-}
-
-static void micro_direct_simple(DIRECT_ARGS) {
-    if (rows > MR)
-        micro_lda(MR + 1, 1, DIRECT_PASS);
-    else
-        micro_lda(MR, 1, DIRECT_PASS);
-}
 
 typedef struct {
     const float *x;
@@ -478,7 +472,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     const long K = kh * kw * c;
     const int simple = simple_epilogue(&e, res, e2);
     static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
-    __mmask16 bad = 0, bad2 = 0;
+    int flags = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
      * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
      * 4 KB apart (cs of 1024, 2048 floats): a panel's 12 rows then fall in the same L1 sets and
@@ -503,28 +497,27 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
             }
             for (long j = j0; j < j1; j++) {
-                const float *bp = wpack + (j * K + k0) * NR;
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
-                 * layer's weights exceed the caches); the other panels prefetch what they read */
+                 * layer's weights exceed the caches) */
+                const float *bp = wpack + (j * K + k0) * NR;
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
-                const int cols = (int)((o - j * NR) < NR ? (o - j * NR) : NR);
-                for (int i = 0; i < tiles; i++) {
-                    const long r0 = mc + (long)i * MR;
-                    const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
+                const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
+                                  k0 == 0, k0 + KC >= K, (int)(j * NR)};
+                float *oc = out + mc * ldo + j * NR;
+                const float *rc = res ? res + mc * ldo + j * NR : NULL;
+                for (int i = 0; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
+                    const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - mc - (long)i * MR);   /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : NULL;
                     if (direct && rows >= MR)
-                        (simple ? micro_direct_simple : micro_direct_gen)(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
-                                     k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                                     res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
+                        flags |= (simple ? micro_direct_simple : micro_direct_gen)(&t, x + (mc + (long)i * MR) * cs + k0,
+                                                                                   oc, rc, rows, pf);
                     else
-                        micro(simple, kc, abuf + (long)i * MR * KC, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
-                              k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                              res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
+                        flags |= (simple ? micro_simple : micro_gen)(&t, abuf + (long)i * MR * KC, oc, rc, rows, pf);
                 }
             }
         }
     }
-    return (bad ? 0 : 1) | (bad2 ? 0 : 2);
+    return 3 & ~flags;
 }
 
 /* ------------------------------------------------------------------ lane-packed grouped conv
