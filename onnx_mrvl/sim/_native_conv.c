@@ -41,7 +41,7 @@
 #define KC 512         /* k-values per packed block (also the packed row stride); 256 before: each
                         * block ends in the accumulators' store and reload, and 512 took 1-3% off
                         * ResNet-50's 3x3 convs (768: no better, 1024: 5-17% slower) */
-#define MC (MR * 5)    /* pixels per packed block (the packed buffer stays 240 KB) */
+#define MC (MR * 10)   /* pixels per packed block (the packed buffer: 240 KB per thread) */
 
 typedef struct {
     const float *bias, *scale, *shift, *slope;   /* each padded to a multiple of NR */
