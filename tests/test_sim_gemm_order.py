@@ -3,7 +3,7 @@
 docs/simulator.md: every product of two fp16 values is exact in float32 and the native kernel
 accumulates them over k = (ky, kx, c) in order, from zero, one fused multiply-add each (which then
 rounds as an add). Its k blocks (KC), pixel blocks, register tiles (12, 13, 8, 4, 2 rows), prefetches
-and the in-place / packed reading of the input only decide where the partial sums wait (registers,
+and the in-place / packed reading of the input (1x1 rows, stem windows) only decide where the partial sums wait (registers,
 or the output buffer in exact fp32) -- so the result must equal, bit for bit, a plain numpy loop
 that adds the products k by k in float32. Geometries below cross the k-block boundaries (K = 27,
 147, 512, 513, 576, 1152, 1300), read 1x1 inputs in place and packed (1024 channels), end in
@@ -61,6 +61,12 @@ CASES = [  # (n, h, w, c), o, k, stride, pad
     ((1, 7, 7, 1024), 40, 1, 1, 0),      # rows 4 KB apart: packed
     ((1, 1, 13, 100), 40, 3, 2, 1),      # 7 pixels, strided
     ((1, 1, 1, 700), 40, 1, 1, 0),       # one pixel
+    # windows read in place (3-channel stride-2 stems, 6 channels at stride 1: 6 floats apart) for
+    # the panels of 12 pixels inside one output row and the input, packed elsewhere
+    ((1, 64, 64, 3), 64, 7, 2, 3),       # ResNet's stem at 32x32 output
+    ((2, 50, 50, 3), 32, 3, 2, 1),       # MobileNet's stem, batch 2
+    ((1, 20, 30, 6), 64, 3, 1, 1),
+    ((1, 50, 50, 3), 40, 3, 2, 1),       # a last block of 8 channels: packed
 ]
 
 

@@ -206,7 +206,8 @@ static inline int simple_epilogue(const epi_t *e, const float *res, const epi_t 
 static inline __attribute__((always_inline)) void
 micro_lda(const int mr, const int simple, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
+          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf,
+          const int win, int kh, int rowlen, long ystride) {
     __m512 acc[MR + 1][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
@@ -231,7 +232,13 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
                 _mm_prefetch((const char *)(res + r * ldc + 16), _MM_HINT_T0);
             }
     }
-    if (m1 && pf)
+    if (win) {               /* windows in place: kernel row ky's taps are rowlen floats at a + ky * ystride */
+        for (int ky = 0; ky < kh; ky++)
+            if (pf)
+                fma_rows(mr, 1, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, pf + (long)ky * rowlen * NR, acc);
+            else
+                fma_rows(mr, 0, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, NULL, acc);
+    } else if (m1 && pf)
         fma_rows(mr, 1, kc, a, lda, b, pf, acc);
     else if (m1)             /* a block's later tiles: their weights are in the caches already */
         fma_rows(mr, 0, kc, a, lda, b, NULL, acc);
@@ -324,14 +331,17 @@ typedef struct {
     long ldc, lda;                /* output row stride; A's row stride (in place) */
     const epi_t *e, *e2;
     int kc, cols, first, last, col0;
+    int kh, rowlen;               /* windows in place (micro_win): kernel rows, floats per kernel row, */
+    long ystride;                 /* floats between kernel rows */
 } tile_t;
 
 #define TILE_ARGS const tile_t *t, const float *a, float *c, const float *res, int rows, const float *pf
 #define TILE_CALL t, a, c, res, rows, pf
-#define TILE_BODY(MR_, S, LDA) \
+#define TILE_BODY(MR_, S, LDA) TILE_BODY_W(MR_, S, LDA, 0)
+#define TILE_BODY_W(MR_, S, LDA, WIN) \
     __mmask16 bad = 0, bad2 = 0; \
     micro_lda(MR_, S, t->kc, a, LDA, t->b, c, t->ldc, rows, t->cols, t->first, t->last, t->e, t->col0, &bad, \
-              res, t->e2, &bad2, pf); \
+              res, t->e2, &bad2, pf, WIN, t->kh, t->rowlen, t->ystride); \
     return (bad ? 1 : 0) | (bad2 ? 2 : 0);
 /* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
  * register tile is compiled for 12, 8, 4 and 2 rows, so a partial panel (a 7x7 map's 49 pixels end
@@ -356,7 +366,15 @@ typedef struct {
     static int micro_direct##sfx(TILE_ARGS) { \
         if (rows > MR) { TILE_BODY(MR + 1, S, t->lda) } \
         else { TILE_BODY(MR, S, t->lda) } \
-    }
+    } \
+    /* MR pixels of one output row whose windows lie inside the input, read in place: pixel r's \
+     * kernel row ky is the rowlen floats at a + ky * ystride + r * WIN_STEP (see conv_range) */ \
+    static int micro_win##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, WIN_STEP, 1) }
+/* windows read in place: consecutive pixels' windows start WIN_STEP floats apart (stride x
+ * channels), a constant so that the 12 broadcasts of a k address a + r * 24 bytes off one base
+ * register: the 3-channel stride-2 stems (ResNet's 7x7, MobileNet's 3x3). Each pixel still sums
+ * its k = (ky, kx, c) in order against the same weight panel: the packed panel's values. */
+#define WIN_STEP 6
 MICRO_SET(0, _gen)
 MICRO_SET(1, _simple)
 
@@ -481,6 +499,11 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
      * (1.17-1.23x onnxruntime's time -> 1.04-1.11x, one thread); the same sums in the same order */
     const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w
                        && cs % 1024 != 0;
+    /* windows read in place instead of packed (micro_win): one k block, contiguous kernel rows of
+     * an ungrouped input, consecutive windows WIN_STEP floats apart (3-channel stride-2 stems) */
+    const int windows = !direct && K <= KC && kh * kw > 1 && dw == 1 && c == cs && sw * c == WIN_STEP
+                        && (o % NR == 0 || o % NR > 16);   /* every block two vectors wide */
+    const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
@@ -493,7 +516,17 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
             for (int i = 0; i < panels; i++) {
                 const long r0 = mc + (long)i * MR;
                 const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
-                if (!direct || rows < MR)
+                win[i] = NULL;
+                if (windows && rows == MR && (i + 1 < tiles || tiles == panels)) {
+                    /* a full panel (not the head of a merged 13-row tile) inside one output row,
+                     * every window inside the input: read in place */
+                    const long ox = r0 % ow, t = r0 / ow, oy = t % oh, n = t / oh;
+                    const long ix0 = ox * sw - pl, iy0 = oy * sh - pt;
+                    if (ox + MR <= ow && ix0 >= 0 && (ox + MR - 1) * sw - pl + kw <= w && iy0 >= 0
+                        && iy0 + (kh - 1) * dh < h)
+                        win[i] = x + ((n * h + iy0) * w + ix0) * c;
+                }
+                if (win[i] == NULL && (!direct || rows < MR))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
             }
             for (long j = j0; j < j1; j++) {
@@ -502,7 +535,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 const float *bp = wpack + (j * K + k0) * NR;
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
                 const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
-                                  k0 == 0, k0 + KC >= K, (int)(j * NR)};
+                                  k0 == 0, k0 + KC >= K, (int)(j * NR), (int)kh, (int)(kw * c), dh * w * c};
                 float *oc = out + mc * ldo + j * NR;
                 const float *rc = res ? res + mc * ldo + j * NR : NULL;
                 for (int i = 0; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
@@ -511,6 +544,8 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     if (direct && rows >= MR)
                         flags |= (simple ? micro_direct_simple : micro_direct_gen)(&t, x + (mc + (long)i * MR) * cs + k0,
                                                                                    oc, rc, rows, pf);
+                    else if (win[i])
+                        flags |= (simple ? micro_win_simple : micro_win_gen)(&t, win[i], oc, rc, rows, pf);
                     else
                         flags |= (simple ? micro_simple : micro_gen)(&t, abuf + (long)i * MR * KC, oc, rc, rows, pf);
                 }
