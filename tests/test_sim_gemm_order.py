@@ -3,7 +3,7 @@
 docs/simulator.md: every product of two fp16 values is exact in float32 and the native kernel
 accumulates them over k = (ky, kx, c) in order, from zero, one fused multiply-add each (which then
 rounds as an add). Its k blocks (KC), pixel blocks, register tiles (12, 13, 8, 4, 2 rows), prefetches
-and the in-place / packed reading of the input (1x1 rows, stem windows) only decide where the partial sums wait (registers,
+and the in-place / packed reading of the input (1x1 rows, windows) only decide where the partial sums wait (registers,
 or the output buffer in exact fp32) -- so the result must equal, bit for bit, a plain numpy loop
 that adds the products k by k in float32. Geometries below cross the k-block boundaries (K = 27,
 147, 512, 513, 576, 1152, 1300), read 1x1 inputs in place and packed (1024 channels), end in
@@ -67,6 +67,9 @@ CASES = [  # (n, h, w, c), o, k, stride, pad
     ((2, 50, 50, 3), 32, 3, 2, 1),       # MobileNet's stem, batch 2
     ((1, 20, 30, 6), 64, 3, 1, 1),
     ((1, 50, 50, 3), 40, 3, 2, 1),       # a last block of 8 channels: packed
+    ((1, 16, 20, 64), 64, 3, 1, 1),      # windows 64 floats apart, K = 576 in one tile
+    ((1, 30, 30, 64), 96, 3, 2, 1),      # 128 apart (stride 2)
+    ((1, 14, 25, 256), 64, 3, 1, 1),     # 256 apart, K = 2304
 ]
 
 

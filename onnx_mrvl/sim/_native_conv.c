@@ -369,7 +369,14 @@ typedef struct {
     } \
     /* MR pixels of one output row whose windows lie inside the input, read in place: pixel r's \
      * kernel row ky is the rowlen floats at a + ky * ystride + r * WIN_STEP (see conv_range) */ \
-    static int micro_win##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, WIN_STEP, 1) }
+    static int micro_win6##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 6, 1) } \
+    static int micro_win64##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 64, 1) } \
+    static int micro_win128##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 128, 1) } \
+    static int micro_win256##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 256, 1) } \
+    static int micro_win##sfx(TILE_ARGS, long step) { \
+        return step == 6 ? micro_win6##sfx(TILE_CALL) : step == 64 ? micro_win64##sfx(TILE_CALL) \
+             : step == 128 ? micro_win128##sfx(TILE_CALL) : micro_win256##sfx(TILE_CALL); \
+    }
 /* windows read in place: consecutive pixels' windows start WIN_STEP floats apart (stride x
  * channels), a constant so that the 12 broadcasts of a k address a + r * 24 bytes off one base
  * register: the 3-channel stride-2 stems (ResNet's 7x7, MobileNet's 3x3). Each pixel still sums
@@ -501,7 +508,9 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                        && cs % 1024 != 0;
     /* windows read in place instead of packed (micro_win): one k block, contiguous kernel rows of
      * an ungrouped input, consecutive windows WIN_STEP floats apart (3-channel stride-2 stems) */
-    const int windows = !direct && K <= KC && kh * kw > 1 && dw == 1 && c == cs && sw * c == WIN_STEP
+    const long step = sw * c;
+    const int windows = !direct && kh * kw > 1 && dw == 1 && c == cs
+                        && (step == 6 || step == 64 || step == 128 || step == 256)
                         && (o % NR == 0 || o % NR > 16);   /* every block two vectors wide */
     const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
@@ -511,21 +520,24 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
          * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
          * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
         const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
+        for (int i = 0; i < panels; i++) {
+            const long r0 = mc + (long)i * MR;
+            win[i] = NULL;
+            if (windows && mc + mrows - r0 >= MR && (i + 1 < tiles || tiles == panels)) {
+                /* a full panel (not the head of a merged 13-row tile) inside one output row, every
+                 * window inside the input: read in place, all K in one tile */
+                const long ox = r0 % ow, t = r0 / ow, oy = t % oh, n = t / oh;
+                const long ix0 = ox * sw - pl, iy0 = oy * sh - pt;
+                if (ox + MR <= ow && ix0 >= 0 && (ox + MR - 1) * sw - pl + kw <= w && iy0 >= 0
+                    && iy0 + (kh - 1) * dh < h)
+                    win[i] = x + ((n * h + iy0) * w + ix0) * c;
+            }
+        }
         for (long k0 = 0; k0 < K; k0 += KC) {
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
                 const long r0 = mc + (long)i * MR;
                 const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
-                win[i] = NULL;
-                if (windows && rows == MR && (i + 1 < tiles || tiles == panels)) {
-                    /* a full panel (not the head of a merged 13-row tile) inside one output row,
-                     * every window inside the input: read in place */
-                    const long ox = r0 % ow, t = r0 / ow, oy = t % oh, n = t / oh;
-                    const long ix0 = ox * sw - pl, iy0 = oy * sh - pt;
-                    if (ox + MR <= ow && ix0 >= 0 && (ox + MR - 1) * sw - pl + kw <= w && iy0 >= 0
-                        && iy0 + (kh - 1) * dh < h)
-                        win[i] = x + ((n * h + iy0) * w + ix0) * c;
-                }
                 if (win[i] == NULL && (!direct || rows < MR))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
             }
@@ -536,6 +548,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
                 const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
                                   k0 == 0, k0 + KC >= K, (int)(j * NR), (int)kh, (int)(kw * c), dh * w * c};
+                const tile_t tw = {bp, ldo, cs, &e, e2, (int)K, t.cols, 1, 1, t.col0, t.kh, t.rowlen, t.ystride};
                 float *oc = out + mc * ldo + j * NR;
                 const float *rc = res ? res + mc * ldo + j * NR : NULL;
                 for (int i = 0; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
@@ -544,8 +557,10 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     if (direct && rows >= MR)
                         flags |= (simple ? micro_direct_simple : micro_direct_gen)(&t, x + (mc + (long)i * MR) * cs + k0,
                                                                                    oc, rc, rows, pf);
-                    else if (win[i])
-                        flags |= (simple ? micro_win_simple : micro_win_gen)(&t, win[i], oc, rc, rows, pf);
+                    else if (win[i]) {       /* all of K at the first k block */
+                        if (k0 == 0)
+                            flags |= (simple ? micro_win_simple : micro_win_gen)(&tw, win[i], oc, rc, rows, pf, step);
+                    }
                     else
                         flags |= (simple ? micro_simple : micro_gen)(&t, abuf + (long)i * MR * KC, oc, rc, rows, pf);
                 }
