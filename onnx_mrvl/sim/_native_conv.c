@@ -14,7 +14,8 @@
  *
  * Conv layout: out[m, o] = sum_k A[m, k] * W[k, o], m an output pixel (n, oy, ox), k = (ky, kx, c).
  * A is never materialised: each block of MR pixels x KC k-values is packed from the NHWC input
- * (zeros for padding) into a small buffer, or read in place for a 1x1 stride-1 conv; the weights
+ * (zeros for padding) into a small buffer, or read in place for a 1x1 stride-1 conv and for
+ * interior windows of stems and 3x3 convs at a few strides (micro_win); the weights
  * come packed once by the caller as [ceil(O/NR)][K][NR] (zero columns past O). The micro-kernel
  * keeps an MR x NR tile in 24 AVX-512 registers.
  *
