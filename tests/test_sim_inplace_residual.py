@@ -94,3 +94,11 @@ def test_inplace_residual_overflow_reported_like_layer_by_layer():
     (a, oa), pair_b = both(sim, [np.abs(RNG.standard_normal((1, 9, 14, 16))).astype(np.float32) + 5])
     assert oa is not None and oa["name"] == "conv_4"
     assert_same(((a, oa), pair_b))
+
+
+def test_k_block_size_matches_the_c_kernel():
+    """The plan's bound on K (native.KC) is the C kernel's KC: a smaller C block would leave partial
+    sums in an output that is also the residual."""
+    import re
+    src = open(native._SRC).read()
+    assert int(re.search(r"^#define KC (\d+)", src, re.M).group(1)) == native.KC

@@ -146,9 +146,10 @@ class StaticPlan:
         for t, r in root.items():
             members.setdefault(r, [r]).append(t)
         group, fixed = dict(root), set(self.input_ids) | set(self.output_ids)
+        paired = set(self.dwpw.values())                # a depthwise + 1x1 pass keeps its own buffers
         for i, s in enumerate(self.steps):
             conv = getattr(s.fn, "conv", None)
-            if s.inner is None or conv is None or conv.groups != 1 or conv.depthwise \
+            if s.inner is None or conv is None or conv.groups != 1 or conv.depthwise or i in paired \
                     or conv.kh * conv.kw * self.shapes[s.ins[0]][-1] > native.KC:
                 continue
             g = group.get(s.ins[1], s.ins[1])
