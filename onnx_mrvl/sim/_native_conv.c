@@ -51,6 +51,9 @@ void kernel_paths(int mask) { new_paths = mask; }
 #define KC 512         /* k-values per packed block (also the packed row stride); 256 before: each
                         * block ends in the accumulators' store and reload, and 512 took 1-3% off
                         * ResNet-50's 3x3 convs (768: no better, 1024: 5-17% slower) */
+#define LDP (KC + 16)  /* the packed rows' stride: KC floats (2 KB) apart, a 24-row pair tile's rows
+                        * fell in two L1 sets (12 lines each, 8 ways): the 3 -> 16 stem's packed pairs
+                        * 3-6% slower than with KC 256 */
 #define MC (MR * 10)   /* pixels per packed block (the packed buffer: 240 KB per thread) */
 
 /* the register tiles' k loops start on a 64-byte boundary (a 274-byte loop starting 48 bytes into a
@@ -215,7 +218,7 @@ static inline int simple_epilogue(const epi_t *e, const float *res, const epi_t 
            && (!res || (!e2->bias && !e2->scale && !e2->shift && e2->code >= 0 && e2->code <= 2));
 }
 
-/* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
+/* C[rows x cols] (+)= A-panel [MR][KC] (row stride LDP) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store (``simple``: simple_epilogue holds). */
 static inline __attribute__((always_inline)) void
 micro_lda(const int mr, const int simple, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
@@ -363,17 +366,17 @@ typedef struct {
     micro_lda(MR_, S, t->kc, a, LDA, t->b, c, t->ldc, rows, t->cols, t->first, t->last, t->e, t->col0, &bad, \
               res, t->e2, &bad2, pf, WIN, t->kh, t->rowlen, t->ystride); \
     return (bad ? 1 : 0) | (bad2 ? 2 : 0);
-/* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
+/* A from the packed buffer (row stride LDP, a constant: one base register for all rows). The
  * register tile is compiled for 12, 8, 4 and 2 rows, so a partial panel (a 7x7 map's 49 pixels end
  * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. One or two rows
  * are bound by the FMA latency (2-4 chains), not the FMA rate: 4 cycles per k against the 4-row
  * tile's 8 (ResNet-50's 3x3 512 at 7x7: the 1-row panel took 8% of the layer in the 4-row tile). */
 #define MICRO_SET(S, sfx) \
-    static HOT_LOOPS int micro13##sfx(TILE_ARGS) { TILE_BODY(13, S, KC) } \
-    static HOT_LOOPS int micro12##sfx(TILE_ARGS) { TILE_BODY(12, S, KC) } \
-    static HOT_LOOPS int micro8##sfx(TILE_ARGS) { TILE_BODY(8, S, KC) } \
-    static HOT_LOOPS int micro4##sfx(TILE_ARGS) { TILE_BODY(4, S, KC) } \
-    static HOT_LOOPS int micro2##sfx(TILE_ARGS) { TILE_BODY(2, S, KC) } \
+    static HOT_LOOPS int micro13##sfx(TILE_ARGS) { TILE_BODY(13, S, LDP) } \
+    static HOT_LOOPS int micro12##sfx(TILE_ARGS) { TILE_BODY(12, S, LDP) } \
+    static HOT_LOOPS int micro8##sfx(TILE_ARGS) { TILE_BODY(8, S, LDP) } \
+    static HOT_LOOPS int micro4##sfx(TILE_ARGS) { TILE_BODY(4, S, LDP) } \
+    static HOT_LOOPS int micro2##sfx(TILE_ARGS) { TILE_BODY(2, S, LDP) } \
     static inline int micro##sfx(TILE_ARGS) { \
         if (rows > MR) return micro13##sfx(TILE_CALL); \
         else if (rows > 8) return micro12##sfx(TILE_CALL); \
@@ -507,7 +510,7 @@ static inline __attribute__((always_inline)) void copy_run(float *dst, const flo
     }
 }
 
-/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][KC] (zeros past rows/padding).
+/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][LDP] (zeros past rows/padding).
  * Pixel and kernel-row indices advance incrementally: integer divisions per row (tens of cycles
  * each) cost more than the copies when K is small (a 3-channel stem: K = 27). */
 static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
@@ -529,15 +532,15 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             && src + (MR - 1) * ps + (g->kh - 1) * rs + 16 * nv <= g->x + (n + 1) * g->h * g->w * c) {
             for (int r = 0; r < MR; r++, src += ps)
                 for (long ky = 0; ky < g->kh; ky++) {
-                    _mm512_storeu_ps(dst + r * KC + ky * rowlen, _mm512_loadu_ps(src + ky * rs));
+                    _mm512_storeu_ps(dst + r * LDP + ky * rowlen, _mm512_loadu_ps(src + ky * rs));
                     if (nv > 1)
-                        _mm512_storeu_ps(dst + r * KC + ky * rowlen + 16, _mm512_loadu_ps(src + ky * rs + 16));
+                        _mm512_storeu_ps(dst + r * LDP + ky * rowlen + 16, _mm512_loadu_ps(src + ky * rs + 16));
                 }
             return;
         }
     }
     for (int r = 0; r < MR; r++) {
-        float *d = dst + r * KC;
+        float *d = dst + r * LDP;
         if (r >= rows) {
             copy_run(d, NULL, kc);
             continue;
@@ -678,7 +681,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     const epi_t e = {bias, scale, shift, slope, code, p0, p1};
     const long K = kh * kw * c;
     const int simple = simple_epilogue(&e, res, e2);
-    static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
+    static __thread float abuf[MC * LDP] __attribute__((aligned(64)));   /* per thread, no malloc */
     int flags = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
      * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
@@ -706,7 +709,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
         /* a block of MR * q + 1 rows (a 7x7 map's 49) ends in one panel of MR + 1: the packed
-         * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
+         * panels are consecutive rows of LDP floats, so it reads the last panel's row as its 13th
          * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
         const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
         /* a stem of at most 16 output channels (one k block, no fused sum): the pairs of panels
@@ -733,7 +736,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 const long r0 = mc + (long)i * MR;
                 const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
                 if (win[i] == NULL && (!direct || rows < MR) && !(win2 >> (i & ~1) & 1))
-                    pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
+                    pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * LDP);
             }
             for (long j = j0; j < j1; j++) {
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
@@ -758,8 +761,8 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                         /* one vector of columns: this tile and the next as one of 24 or 25 rows */
                         const int rows2 = i + 2 < tiles ? MR : (int)(mrows - (long)(i + 1) * MR);
                         if (rows2 >= MR) {
-                            const float *ap = direct ? x + (mc + (long)i * MR) * cs + k0 : abuf + (long)i * MR * KC;
-                            const long lda = direct ? cs : KC;
+                            const float *ap = direct ? x + (mc + (long)i * MR) * cs + k0 : abuf + (long)i * MR * LDP;
+                            const long lda = direct ? cs : LDP;
                             flags |= (rows2 > MR ? micro_one25 : micro_one24)(&t, ap, lda, oc, rc);
                             i++;
                             oc += MR * ldo;
@@ -776,7 +779,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                                      : (simple ? micro_win_simple : micro_win_gen)(&tw, win[i], oc, rc, rows, pf, step);
                     }
                     else
-                        flags |= (simple ? micro_simple : micro_gen)(&t, abuf + (long)i * MR * KC, oc, rc, rows, pf);
+                        flags |= (simple ? micro_simple : micro_gen)(&t, abuf + (long)i * MR * LDP, oc, rc, rows, pf);
                 }
             }
         }
