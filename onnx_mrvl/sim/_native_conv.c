@@ -44,17 +44,17 @@
 #define PATH_DW4 1          /* depthwise: blocks of 4 pixels for interiors 4-7 pixels wide */
 #define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
 #define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
-#define PATH_WINDOWS 8      /* conv: a stem of <= 16 output channels reads 24-pixel windows in place */
+#define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
-#define KC 512         /* k-values per packed block (also the packed row stride); 256 before: each
+#define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
                         * block ends in the accumulators' store and reload, and 512 took 1-3% off
                         * ResNet-50's 3x3 convs (768: no better, 1024: 5-17% slower) */
 #define LDP (KC + 16)  /* the packed rows' stride: KC floats (2 KB) apart, a 24-row pair tile's rows
                         * fell in two L1 sets (12 lines each, 8 ways): the 3 -> 16 stem's packed pairs
                         * 3-6% slower than with KC 256 */
-#define MC (MR * 10)   /* pixels per packed block (the packed buffer: 240 KB per thread) */
+#define MC (MR * 10)   /* pixels per packed block (the packed buffer: MC x LDP floats, 253 KB per thread) */
 
 /* the register tiles' k loops start on a 64-byte boundary (a 274-byte loop starting 48 bytes into a
  * line spans 6 of the op cache's lines instead of 5) */
