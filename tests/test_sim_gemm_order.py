@@ -123,12 +123,16 @@ ACTS = [("none", None), ("relu", None), ("clamp", {"min": -1.0, "max": 6.0}), ("
 
 @pytest.mark.parametrize("act, params", ACTS)
 @pytest.mark.parametrize("shape, o, k", [((1, 1, 49, 64), 40, 1), ((1, 1, 13, 600), 16, 1),
-                                         ((1, 7, 7, 24), 70, 3), ((2, 3, 5, 8), 33, 3)])
+                                         ((1, 7, 7, 24), 70, 3), ((2, 3, 5, 8), 33, 3),
+                                         # tiles of <= 16 columns in pairs (micro_one24 / 25), a
+                                         # 16-column tail block, 24 stem windows in place (micro_one_win24)
+                                         ((1, 1, 49, 64), 16, 1), ((1, 7, 11, 40), 48, 1), ((1, 8, 60, 3), 16, 3)])
 def test_short_epilogue_matches_the_general_one(monkeypatch, act, params, shape, o, k):
     """A conv with a bias and no scale or shift whose activation is none, relu or clamp takes the
     short epilogue (simple_epilogue in _native_conv.c); the same conv with a scale of ones (x * 1 is
     x, bit for bit, NaN and -0 included) takes the general one: the same bits and finiteness flags,
-    with inf / NaN / overflowing inputs, partial column blocks (16, 33, 40, 70 channels) and rows."""
+    with inf / NaN / overflowing inputs, partial column blocks (16, 33, 40, 48, 70 channels) and rows;
+    tiles of at most 16 columns run two at a time (micro_one_lda's short epilogue)."""
     assert native.on(), native.why_disabled()
     x = _special(shape)
     w = f16(RNG.standard_normal((o, k, k, shape[3])) / np.sqrt(k * k * shape[3]))
@@ -146,7 +150,8 @@ def test_short_epilogue_matches_the_general_one(monkeypatch, act, params, shape,
 
 @pytest.mark.parametrize("sum_act, params", ACTS)
 @pytest.mark.parametrize("act", ["none", "relu"])
-@pytest.mark.parametrize("c, pixels, o", [(64, 49, 40), (128, 12, 70), (1024, 25, 32), (600, 1, 16)])
+@pytest.mark.parametrize("c, pixels, o", [(64, 49, 40), (128, 12, 70), (1024, 25, 32), (600, 1, 16),
+                                           (64, 49, 16), (40, 48, 48)])
 def test_short_epilogue_with_a_fused_residual(monkeypatch, sum_act, params, act, c, pixels, o):
     """The fused Sum2D in the short epilogue (its residual rows prefetched) against the general one."""
     from onnx_mrvl.sim import jit

@@ -416,7 +416,7 @@ MICRO_SET(1, _simple)
 static inline __attribute__((always_inline)) void
 micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float *a, long lda, const float *b,
               float *c, long ldc, int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-              const float *res, const epi_t *e2, __mmask16 *bad2) {
+              const float *res, const epi_t *e2, __mmask16 *bad2, const int simple) {
     __m512 acc[2 * MR + 1];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
 #pragma GCC unroll 25
@@ -440,6 +440,28 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
 #pragma GCC unroll 25
         for (int r = 0; r < mr; r++)
             _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r]);
+        return;
+    }
+    if (simple) {            /* simple_epilogue holds: micro_lda's short form, bit for bit finish_v's */
+        const __m512 bv = _mm512_loadu_ps(e->bias + col0);
+        __m512 lo, hi, lo2 = bv, hi2 = bv;
+        act_bounds(e, &lo, &hi);
+        if (res)
+            act_bounds(e2, &lo2, &hi2);
+        __mmask16 lb = 0, lb2 = 0;
+#pragma GCC unroll 25
+        for (int r = 0; r < mr; r++) {
+            __m512 v = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[r], bv))));
+            lb = _kor_mask16(lb, nonfinite(v));
+            if (res) {
+                v = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m0, res + r * ldc)))));
+                lb2 = _kor_mask16(lb2, nonfinite(v));
+            }
+            _mm512_mask_storeu_ps(c + r * ldc, m0, v);
+        }
+        *bad |= lb & m0;
+        if (res)
+            *bad2 |= lb2 & m0;
         return;
     }
     epv_t E0, F0 = {0};
@@ -467,29 +489,26 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
 /* the pairs through tile_t (t->kc, b, ldc, cols, first, last, e, col0, e2; A's row stride lda):
  * flags returned as the tiles' (bit 0: a conv value not finite, bit 1: a fused-sum value) */
 #define ONE_FLAGS (bad ? 1 : 0) | (bad2 ? 2 : 0)
-static HOT_LOOPS int micro_one24(const tile_t *t, const float *a, long lda, float *c, const float *res) {
-    __mmask16 bad = 0, bad2 = 0;
-    micro_one_lda(2 * MR, 0, 1, 0, t->kc, a, lda, t->b, c, t->ldc, t->cols, t->first, t->last, t->e, t->col0, &bad,
-                  res, t->e2, &bad2);
+#define ONE_PAIR(MR_, S) \
+    __mmask16 bad = 0, bad2 = 0; \
+    micro_one_lda(MR_, 0, 1, 0, t->kc, a, lda, t->b, c, t->ldc, t->cols, t->first, t->last, t->e, t->col0, &bad, \
+                  res, t->e2, &bad2, S); \
     return ONE_FLAGS;
-}
-
-static HOT_LOOPS int micro_one25(const tile_t *t, const float *a, long lda, float *c, const float *res) {
-    __mmask16 bad = 0, bad2 = 0;
-    micro_one_lda(2 * MR + 1, 0, 1, 0, t->kc, a, lda, t->b, c, t->ldc, t->cols, t->first, t->last, t->e, t->col0, &bad,
-                  res, t->e2, &bad2);
-    return ONE_FLAGS;
-}
+static HOT_LOOPS int micro_one24(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR, 0) }
+static HOT_LOOPS int micro_one25(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR + 1, 0) }
+static HOT_LOOPS int micro_one24s(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR, 1) }
+static HOT_LOOPS int micro_one25s(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR + 1, 1) }
 
 /* 24 pixels of one output row whose windows lie inside the input, A read from the windows in place
  * (t->kh kernel rows of t->rowlen floats, t->ystride apart; the pixels lda apart): a stem's panels
  * unpacked, all of K (no fused sum) */
-static HOT_LOOPS int micro_one_win24(const tile_t *t, const float *a, float *c, long lda) {
-    __mmask16 bad = 0;
-    micro_one_lda(2 * MR, 1, t->kh, t->ystride, t->rowlen, a, lda, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad,
-                  NULL, NULL, NULL);
+#define ONE_WIN24(S) \
+    __mmask16 bad = 0; \
+    micro_one_lda(2 * MR, 1, t->kh, t->ystride, t->rowlen, a, lda, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad, \
+                  NULL, NULL, NULL, S); \
     return bad ? 1 : 0;
-}
+static HOT_LOOPS int micro_one_win24(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(0) }
+static HOT_LOOPS int micro_one_win24s(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(1) }
 
 typedef struct {
     const float *x;
@@ -752,7 +771,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - mc - (long)i * MR);   /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : NULL;
                     if (win2 >> i & 1) {     /* this tile and the next: 24 windows in place (no fused sum) */
-                        flags |= micro_one_win24(&tw, wsrc2[i / 2], oc, sw * c);
+                        flags |= (simple ? micro_one_win24s : micro_one_win24)(&tw, wsrc2[i / 2], oc, sw * c);
                         i++;
                         oc += MR * ldo;
                         continue;
@@ -763,7 +782,8 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                         if (rows2 >= MR) {
                             const float *ap = direct ? x + (mc + (long)i * MR) * cs + k0 : abuf + (long)i * MR * LDP;
                             const long lda = direct ? cs : LDP;
-                            flags |= (rows2 > MR ? micro_one25 : micro_one24)(&t, ap, lda, oc, rc);
+                            flags |= (simple ? (rows2 > MR ? micro_one25s : micro_one24s)
+                                      : (rows2 > MR ? micro_one25 : micro_one24))(&t, ap, lda, oc, rc);
                             i++;
                             oc += MR * ldo;
                             rc = rc ? rc + MR * ldo : NULL;
