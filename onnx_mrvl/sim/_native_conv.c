@@ -14,7 +14,8 @@
  *
  * Conv layout: out[m, o] = sum_k A[m, k] * W[k, o], m an output pixel (n, oy, ox), k = (ky, kx, c).
  * A is never materialised: each block of MR pixels x KC k-values is packed from the NHWC input
- * (zeros for padding) into a small buffer, or read in place for a 1x1 stride-1 conv; the weights
+ * (zeros for padding) into a small buffer, or read in place for a 1x1 stride-1 conv and for
+ * interior windows of stems and 3x3 convs at a few strides (micro_win); the weights
  * come packed once by the caller as [ceil(O/NR)][K][NR] (zero columns past O). The micro-kernel
  * keeps an MR x NR tile in 24 AVX-512 registers.
  *
@@ -43,12 +44,17 @@
 #define PATH_DW4 1          /* depthwise: blocks of 4 pixels for interiors 4-7 pixels wide */
 #define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
 #define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
-#define PATH_WINDOWS 8      /* conv: a stem of <= 16 output channels reads 24-pixel windows in place */
+#define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
-#define KC 256         /* k-values per packed block (also the packed row stride) */
-#define MC (MR * 10)   /* pixels per packed block */
+#define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
+                        * block ends in the accumulators' store and reload, and 512 took 1-3% off
+                        * ResNet-50's 3x3 convs (768: no better, 1024: 5-17% slower) */
+#define LDP (KC + 16)  /* the packed rows' stride: KC floats (2 KB) apart, a 24-row pair tile's rows
+                        * fell in two L1 sets (12 lines each, 8 ways): the 3 -> 16 stem's packed pairs
+                        * 3-6% slower than with KC 256 */
+#define MC (MR * 10)   /* pixels per packed block (the packed buffer: MC x LDP floats, 253 KB per thread) */
 
 /* the register tiles' k loops start on a 64-byte boundary (a 274-byte loop starting 48 bytes into a
  * line spans 6 of the op cache's lines instead of 5) */
@@ -170,12 +176,55 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
     return finish_v(v, &E, bad);
 }
 
-/* C[rows x cols] (+)= A-panel [MR][KC] (row stride KC) x B-panel [kc][NR]; on the last k block
- * the epilogue is applied before the store. */
+/* acc[r] += A[r, p] * B[p] for p < kc, in order: the register tile's FMAs. With ``prefetch`` the
+ * weight block ``pf`` (the next channel block's, read by the next tile) is brought into L2 on the
+ * way, two prefetches per k. Only a block's first tile prefetches: the others used to prefetch
+ * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
+ * 28x28 1x1 convs, single-threaded) */
 static inline __attribute__((always_inline)) void
-micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
+fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
+         __m512 acc[][2]) {
+    for (int p = 0; p < kc; p++) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+}
+
+/* The epilogue of a tile whose conv has a bias, no scale or shift, and no activation, relu or
+ * clamp, and whose fused Sum2D (if any) has none of bias, scale, shift and the same activations
+ * (ResNet's convs and residual adds after BatchNorm folding): v + bias, then min(hi, max(lo, v))
+ * with (lo, hi) = (-inf, +inf), (0, +inf) or the clamp's bounds -- bit for bit finish_v's none /
+ * relu / clamp: vmaxps and vminps return their second operand v for a NaN or an equal pair, so
+ * max(-inf, v) and min(+inf, v) are v itself -- then the fp16 rounding and the finiteness flag.
+ * Fewer operations than finish_v's general form (no switch per vector, four vectors held instead
+ * of twelve), so the row loop is unrolled and the accumulators stay in registers. */
+static inline void act_bounds(const epi_t *e, __m512 *lo, __m512 *hi) {
+    const float inf = __builtin_inff();
+    *lo = _mm512_set1_ps(e->code == 2 ? e->p0 : (e->code == 1 ? 0.0f : -inf));
+    *hi = _mm512_set1_ps(e->code == 2 ? e->p1 : inf);
+}
+
+static inline int simple_epilogue(const epi_t *e, const float *res, const epi_t *e2) {
+    return e->bias && !e->scale && !e->shift && e->code >= 0 && e->code <= 2
+           && (!res || (!e2->bias && !e2->scale && !e2->shift && e2->code >= 0 && e2->code <= 2));
+}
+
+/* C[rows x cols] (+)= A-panel [MR][KC] (row stride LDP) x B-panel [kc][NR]; on the last k block
+ * the epilogue is applied before the store (``simple``: simple_epilogue holds). */
+static inline __attribute__((always_inline)) void
+micro_lda(const int mr, const int simple, int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows, int cols,
           int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
+          const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf,
+          const int win, int kh, int rowlen, long ystride) {
     __m512 acc[MR + 1][2];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     const __mmask16 m1 = cols >= 32 ? 0xFFFF : (cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1));
@@ -189,25 +238,73 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
             acc[r][1] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);
         }
     }
-    if (m1) {
-        for (int p = 0; p < kc; p++) {
-            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);   /* the next weight block */
-            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
-            const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+    if (simple && last && res) {
+        /* the residual rows into L1 while the FMAs run: the unrolled epilogue below reads them in
+         * one burst, and a 56x56 map's residual (3.2 MB) comes from L3 (ResNet-50's 64 -> 256
+         * expansions: +8-10% without, -3% with) */
 #pragma GCC unroll 13
-            for (int r = 0; r < mr; r++) {
-                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        for (int r = 0; r < mr; r++)
+            if (r < rows) {
+                _mm_prefetch((const char *)(res + r * ldc), _MM_HINT_T0);
+                _mm_prefetch((const char *)(res + r * ldc + 16), _MM_HINT_T0);
             }
-        }
-    } else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
+    }
+    if (win) {               /* windows in place: kernel row ky's taps are rowlen floats at a + ky * ystride */
+        for (int ky = 0; ky < kh; ky++)
+            if (pf)
+                fma_rows(mr, 1, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, pf + (long)ky * rowlen * NR, acc);
+            else
+                fma_rows(mr, 0, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, NULL, acc);
+    } else if (m1 && pf)
+        fma_rows(mr, 1, kc, a, lda, b, pf, acc);
+    else if (m1)             /* a block's later tiles: their weights are in the caches already */
+        fma_rows(mr, 0, kc, a, lda, b, NULL, acc);
+    else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 13
             for (int r = 0; r < mr; r++)
                 acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r][0]);
         }
+    }
+    if (simple) {
+        __m512 b0 = _mm512_setzero_ps(), b1 = b0, lo = b0, hi = b0, lo2 = b0, hi2 = b0;
+        if (last) {
+            b0 = _mm512_loadu_ps(e->bias + col0);
+            b1 = _mm512_loadu_ps(e->bias + col0 + 16);
+            act_bounds(e, &lo, &hi);
+            if (res)
+                act_bounds(e2, &lo2, &hi2);
+        }
+        __mmask16 lb = 0, lb2 = 0;
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++) {
+            if (r >= rows)
+                break;
+            __m512 v0 = acc[r][0], v1 = acc[r][1];
+            if (last) {
+                v0 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v0, b0))));
+                lb = _kor_mask16(lb, _kand_mask16(nonfinite(v0), m0));
+                if (m1) {
+                    v1 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v1, b1))));
+                    lb = _kor_mask16(lb, _kand_mask16(nonfinite(v1), m1));
+                }
+                if (res) {       /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
+                    v0 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)))));
+                    lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v0), m0));
+                    if (m1) {
+                        v1 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)))));
+                        lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v1), m1));
+                    }
+                }
+            }
+            _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
+            if (m1)
+                _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
+        }
+        *bad |= lb;
+        *bad2 |= lb2;
+        return;
     }
     epv_t E0 = {0}, E1 = {0}, F0 = {0}, F1 = {0};
     if (last) {
@@ -246,44 +343,70 @@ micro_lda(const int mr, int kc, const float *a, long lda, const float *b, float 
         *bad2 |= bt2;
 }
 
-/* A from the packed buffer (row stride KC, a constant: one base register for all rows). The
+/* What the tiles of one channel block and k block share, passed by address: a tile call then takes
+ * five arguments in registers. With the 17 of micro_lda (11 pushed on the stack per call) and the
+ * tile loop's pointers kept on the stack, every tile issued ~25 stores behind its 24 output stores;
+ * when those miss the caches (a 56x56 map's 3.2 MB output) the store queue is full and each waits
+ * (ResNet-50's 64 -> 256 at 56x56: ~7% of the layer in conv_range's own loop). The tile returns
+ * its finiteness flags (bit 0: a conv value not finite, bit 1: a fused-sum value). */
+typedef struct {
+    const float *b;               /* the weight panel [kc][NR] */
+    long ldc, lda;                /* output row stride; A's row stride (in place) */
+    const epi_t *e, *e2;
+    int kc, cols, first, last, col0;
+    int kh, rowlen;               /* windows in place (micro_win): kernel rows, floats per kernel row, */
+    long ystride;                 /* floats between kernel rows */
+} tile_t;
+
+#define TILE_ARGS const tile_t *t, const float *a, float *c, const float *res, int rows, const float *pf
+#define TILE_CALL t, a, c, res, rows, pf
+#define TILE_BODY(MR_, S, LDA) TILE_BODY_W(MR_, S, LDA, 0)
+#define TILE_BODY_W(MR_, S, LDA, WIN) \
+    __mmask16 bad = 0, bad2 = 0; \
+    micro_lda(MR_, S, t->kc, a, LDA, t->b, c, t->ldc, rows, t->cols, t->first, t->last, t->e, t->col0, &bad, \
+              res, t->e2, &bad2, pf, WIN, t->kh, t->rowlen, t->ystride); \
+    return (bad ? 1 : 0) | (bad2 ? 2 : 0);
+/* A from the packed buffer (row stride LDP, a constant: one base register for all rows). The
  * register tile is compiled for 12, 8, 4 and 2 rows, so a partial panel (a 7x7 map's 49 pixels end
  * in one of 1 row) runs only the FMAs of the rows it has; the sums are the same. One or two rows
  * are bound by the FMA latency (2-4 chains), not the FMA rate: 4 cycles per k against the 4-row
  * tile's 8 (ResNet-50's 3x3 512 at 7x7: the 1-row panel took 8% of the layer in the 4-row tile). */
-#define MICRO_ARGS int kc, const float *a, const float *b, float *c, long ldc, int rows, int cols, \
-                   int first, int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, \
-                   const epi_t *e2, __mmask16 *bad2, const float *pf
-#define MICRO_PASS kc, a, KC, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf
-static HOT_LOOPS void micro13(MICRO_ARGS) { micro_lda(13, MICRO_PASS); }
-static HOT_LOOPS void micro12(MICRO_ARGS) { micro_lda(12, MICRO_PASS); }
-static HOT_LOOPS void micro8(MICRO_ARGS) { micro_lda(8, MICRO_PASS); }
-static HOT_LOOPS void micro4(MICRO_ARGS) { micro_lda(4, MICRO_PASS); }
-static HOT_LOOPS void micro2(MICRO_ARGS) { micro_lda(2, MICRO_PASS); }
-
-static inline void micro(MICRO_ARGS) {
-    if (rows > MR)
-        micro13(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else if (rows > 8)
-        micro12(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else if (rows > 4)
-        micro8(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else if (rows > 2)
-        micro4(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else
-        micro2(kc, a, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-}
-
-/* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride lda; full
- * panels of MR or MR + 1 rows) */
-static HOT_LOOPS void micro_direct(int kc, const float *a, long lda, const float *b, float *c, long ldc, int rows,
-                         int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-                         const float *res, const epi_t *e2, __mmask16 *bad2, const float *pf) {
-    if (rows > MR)
-        micro_lda(MR + 1, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-    else
-        micro_lda(MR, kc, a, lda, b, c, ldc, rows, cols, first, last, e, col0, bad, res, e2, bad2, pf);
-}
+#define MICRO_SET(S, sfx) \
+    static HOT_LOOPS int micro13##sfx(TILE_ARGS) { TILE_BODY(13, S, LDP) } \
+    static HOT_LOOPS int micro12##sfx(TILE_ARGS) { TILE_BODY(12, S, LDP) } \
+    static HOT_LOOPS int micro8##sfx(TILE_ARGS) { TILE_BODY(8, S, LDP) } \
+    static HOT_LOOPS int micro4##sfx(TILE_ARGS) { TILE_BODY(4, S, LDP) } \
+    static HOT_LOOPS int micro2##sfx(TILE_ARGS) { TILE_BODY(2, S, LDP) } \
+    static inline int micro##sfx(TILE_ARGS) { \
+        if (rows > MR) return micro13##sfx(TILE_CALL); \
+        else if (rows > 8) return micro12##sfx(TILE_CALL); \
+        else if (rows > 4) return micro8##sfx(TILE_CALL); \
+        else if (rows > 2) return micro4##sfx(TILE_CALL); \
+        else return micro2##sfx(TILE_CALL); \
+    } \
+    /* A read in place (a 1x1, stride-1, unpadded conv: the input rows themselves, row stride \
+     * t->lda; full panels of MR or MR + 1 rows) */ \
+    static HOT_LOOPS int micro_direct##sfx(TILE_ARGS) { \
+        if (rows > MR) { TILE_BODY(MR + 1, S, t->lda) } \
+        else { TILE_BODY(MR, S, t->lda) } \
+    } \
+    /* MR pixels of one output row whose windows lie inside the input, read in place: pixel r's \
+     * kernel row ky is the rowlen floats at a + ky * ystride + r * step (see conv_range) */ \
+    static HOT_LOOPS int micro_win6##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 6, 1) } \
+    static HOT_LOOPS int micro_win64##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 64, 1) } \
+    static HOT_LOOPS int micro_win128##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 128, 1) } \
+    static HOT_LOOPS int micro_win256##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 256, 1) } \
+    static inline int micro_win##sfx(TILE_ARGS, long step) { \
+        return step == 6 ? micro_win6##sfx(TILE_CALL) : step == 64 ? micro_win64##sfx(TILE_CALL) \
+             : step == 128 ? micro_win128##sfx(TILE_CALL) : micro_win256##sfx(TILE_CALL); \
+    }
+/* windows read in place: consecutive pixels' windows start ``step`` = stride x channels floats
+ * apart, compiled as a constant so that the 12 broadcasts of a k address a + r * step * 4 bytes off
+ * one base register: 6 (3-channel stride-2 stems: ResNet's 7x7, MobileNet's 3x3), 64, 128, 256
+ * (3x3 convs). Each pixel still sums its k = (ky, kx, c) in order against the same weight panel,
+ * all of K in one tile (no k blocks: nothing packed to bound): the packed path's values. */
+MICRO_SET(0, _gen)
+MICRO_SET(1, _simple)
 
 /* Two consecutive tiles of at most 16 columns (O <= 16, or the last 16 of O = 48, 80, ...) as one:
  * 24 or 25 rows x one vector, the rows of the two panels (lda apart, in two groups of 12 that share
@@ -293,7 +416,7 @@ static HOT_LOOPS void micro_direct(int kc, const float *a, long lda, const float
 static inline __attribute__((always_inline)) void
 micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float *a, long lda, const float *b,
               float *c, long ldc, int cols, int first, int last, const epi_t *e, int col0, __mmask16 *bad,
-              const float *res, const epi_t *e2, __mmask16 *bad2) {
+              const float *res, const epi_t *e2, __mmask16 *bad2, const int simple) {
     __m512 acc[2 * MR + 1];
     const __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
 #pragma GCC unroll 25
@@ -319,6 +442,28 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
             _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r]);
         return;
     }
+    if (simple) {            /* simple_epilogue holds: micro_lda's short form, bit for bit finish_v's */
+        const __m512 bv = _mm512_loadu_ps(e->bias + col0);
+        __m512 lo, hi, lo2 = bv, hi2 = bv;
+        act_bounds(e, &lo, &hi);
+        if (res)
+            act_bounds(e2, &lo2, &hi2);
+        __mmask16 lb = 0, lb2 = 0;
+#pragma GCC unroll 25
+        for (int r = 0; r < mr; r++) {
+            __m512 v = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[r], bv))));
+            lb = _kor_mask16(lb, nonfinite(v));
+            if (res) {
+                v = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m0, res + r * ldc)))));
+                lb2 = _kor_mask16(lb2, nonfinite(v));
+            }
+            _mm512_mask_storeu_ps(c + r * ldc, m0, v);
+        }
+        *bad |= lb & m0;
+        if (res)
+            *bad2 |= lb2 & m0;
+        return;
+    }
     epv_t E0, F0 = {0};
     epv_load(&E0, e, col0);
     if (res)
@@ -341,24 +486,29 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
         *bad2 |= bt2 & m0;
 }
 
-static HOT_LOOPS void micro_one24(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
-                        int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
-                        __mmask16 *bad2) {
-    micro_one_lda(2 * MR, 0, 1, 0, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
-}
-
-static HOT_LOOPS void micro_one25(int kc, const float *a, long lda, const float *b, float *c, long ldc, int cols, int first,
-                        int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2,
-                        __mmask16 *bad2) {
-    micro_one_lda(2 * MR + 1, 0, 1, 0, kc, a, lda, b, c, ldc, cols, first, last, e, col0, bad, res, e2, bad2);
-}
+/* the pairs through tile_t (t->kc, b, ldc, cols, first, last, e, col0, e2; A's row stride lda):
+ * flags returned as the tiles' (bit 0: a conv value not finite, bit 1: a fused-sum value) */
+#define ONE_FLAGS (bad ? 1 : 0) | (bad2 ? 2 : 0)
+#define ONE_PAIR(MR_, S) \
+    __mmask16 bad = 0, bad2 = 0; \
+    micro_one_lda(MR_, 0, 1, 0, t->kc, a, lda, t->b, c, t->ldc, t->cols, t->first, t->last, t->e, t->col0, &bad, \
+                  res, t->e2, &bad2, S); \
+    return ONE_FLAGS;
+static HOT_LOOPS int micro_one24(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR, 0) }
+static HOT_LOOPS int micro_one25(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR + 1, 0) }
+static HOT_LOOPS int micro_one24s(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR, 1) }
+static HOT_LOOPS int micro_one25s(const tile_t *t, const float *a, long lda, float *c, const float *res) { ONE_PAIR(2 * MR + 1, 1) }
 
 /* 24 pixels of one output row whose windows lie inside the input, A read from the windows in place
- * (nky kernel rows of kc floats, rs apart; the pixels lda apart): a stem's panels unpacked */
-static HOT_LOOPS void micro_one_win24(int nky, long rs, int kc, const float *a, long lda, const float *b, float *c,
-                                      long ldc, int cols, const epi_t *e, int col0, __mmask16 *bad) {
-    micro_one_lda(2 * MR, 1, nky, rs, kc, a, lda, b, c, ldc, cols, 1, 1, e, col0, bad, NULL, NULL, NULL);
-}
+ * (t->kh kernel rows of t->rowlen floats, t->ystride apart; the pixels lda apart): a stem's panels
+ * unpacked, all of K (no fused sum) */
+#define ONE_WIN24(S) \
+    __mmask16 bad = 0; \
+    micro_one_lda(2 * MR, 1, t->kh, t->ystride, t->rowlen, a, lda, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad, \
+                  NULL, NULL, NULL, S); \
+    return bad ? 1 : 0;
+static HOT_LOOPS int micro_one_win24(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(0) }
+static HOT_LOOPS int micro_one_win24s(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(1) }
 
 typedef struct {
     const float *x;
@@ -379,7 +529,7 @@ static inline __attribute__((always_inline)) void copy_run(float *dst, const flo
     }
 }
 
-/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][KC] (zeros past rows/padding).
+/* pack pixels [m0, m0 + rows) x k-values [k0, k0 + kc) into dst[MR][LDP] (zeros past rows/padding).
  * Pixel and kernel-row indices advance incrementally: integer divisions per row (tens of cycles
  * each) cost more than the copies when K is small (a 3-channel stem: K = 27). */
 static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst) {
@@ -401,15 +551,15 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
             && src + (MR - 1) * ps + (g->kh - 1) * rs + 16 * nv <= g->x + (n + 1) * g->h * g->w * c) {
             for (int r = 0; r < MR; r++, src += ps)
                 for (long ky = 0; ky < g->kh; ky++) {
-                    _mm512_storeu_ps(dst + r * KC + ky * rowlen, _mm512_loadu_ps(src + ky * rs));
+                    _mm512_storeu_ps(dst + r * LDP + ky * rowlen, _mm512_loadu_ps(src + ky * rs));
                     if (nv > 1)
-                        _mm512_storeu_ps(dst + r * KC + ky * rowlen + 16, _mm512_loadu_ps(src + ky * rs + 16));
+                        _mm512_storeu_ps(dst + r * LDP + ky * rowlen + 16, _mm512_loadu_ps(src + ky * rs + 16));
                 }
             return;
         }
     }
     for (int r = 0; r < MR; r++) {
-        float *d = dst + r * KC;
+        float *d = dst + r * LDP;
         if (r >= rows) {
             copy_run(d, NULL, kc);
             continue;
@@ -491,16 +641,18 @@ static void pack(const geom_t *g, long m0, int rows, long k0, int kc, float *dst
     }
 }
 
-/* 12 pixels of one output row whose windows lie inside the input x 32 columns, A read from the
- * windows in place (nky kernel rows of kc floats, rs apart; the pixels lda apart): the fp32 sums
- * go to c, then micro12 finishes them as a last k block (the same sums, one store and reload) */
-static HOT_LOOPS void micro_win12(int nky, long rs, int kc, const float *a, long lda, const float *b, float *c,
-                                  long ldc, int cols, const epi_t *e, int col0, __mmask16 *bad) {
+/* 12 pixels of one output row whose windows lie inside the input x 17-32 columns, A read from the
+ * windows in place (t->kh kernel rows of t->rowlen floats, t->ystride apart; the pixels lda apart):
+ * the fp32 sums go to c, then micro12_gen finishes them as a last k block (the same sums, one store
+ * and reload) */
+static HOT_LOOPS int micro_win12(const tile_t *t, const float *a, float *c, long lda) {
     __m512 acc[MR][2];
+    const float *b = t->b;
+    const int kc = t->rowlen;
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int ky = 0; ky < nky; ky++, a += rs, b += (long)kc * NR)
+    for (int ky = 0; ky < t->kh; ky++, a += t->ystride, b += (long)kc * NR)
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
@@ -510,13 +662,17 @@ static HOT_LOOPS void micro_win12(int nky, long rs, int kc, const float *a, long
                 acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
             }
         }
-    const __mmask16 m1 = cols >= 32 ? 0xFFFF : (__mmask16)((1u << (cols - 16)) - 1);
+    const __mmask16 m1 = t->cols >= 32 ? 0xFFFF : (__mmask16)((1u << (t->cols - 16)) - 1);
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) {
-        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+        _mm512_storeu_ps(c + r * t->ldc, acc[r][0]);
+        _mm512_mask_storeu_ps(c + r * t->ldc + 16, m1, acc[r][1]);
     }
-    micro12(0, NULL, NULL, c, ldc, MR, cols, 0, 1, e, col0, bad, NULL, NULL, NULL, NULL);
+    tile_t f = *t;               /* finish: a last k block of no k values over the stored sums */
+    f.kc = 0;
+    f.first = 0;
+    f.last = 1;
+    return micro12_gen(&f, NULL, c, NULL, MR, NULL);
 }
 
 /* the first input pixel of the window of output pixel m when the n pixels m .. m + n - 1 lie in
@@ -543,8 +699,9 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
     const geom_t g = {x, h, w, c, cs, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl};
     const epi_t e = {bias, scale, shift, slope, code, p0, p1};
     const long K = kh * kw * c;
-    static __thread float abuf[MC * KC] __attribute__((aligned(64)));   /* per thread, no malloc */
-    __mmask16 bad = 0, bad2 = 0;
+    const int simple = simple_epilogue(&e, res, e2);
+    static __thread float abuf[MC * LDP] __attribute__((aligned(64)));   /* per thread, no malloc */
+    int flags = 0;
     /* 1x1, stride 1, no padding: the input rows are A's rows; read them in place, except a last
      * partial micro-tile, whose missing rows must read as zeros (packed), and rows a multiple of
      * 4 KB apart (cs of 1024, 2048 floats): a panel's 12 rows then fall in the same L1 sets and
@@ -553,87 +710,101 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
      * (1.17-1.23x onnxruntime's time -> 1.04-1.11x, one thread); the same sums in the same order */
     const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w
                        && cs % 1024 != 0;
+    /* windows read in place instead of packed (micro_win): contiguous kernel rows of an ungrouped
+     * input, consecutive windows a compiled step apart (ResNet-50's stem -5%, MobileNet's 3x3/2
+     * stem -32%, 3x3 64 at 56x56 -2%, 3x3/2 -2 to -4%, single-threaded) */
+    const long step = sw * c;
+    const int windows = (new_paths & PATH_WINDOWS) && !direct && kh * kw > 1 && dw == 1 && c == cs
+                        && (step == 6 || step == 64 || step == 128 || step == 256)
+                        && (o % NR == 0 || o % NR > 16);   /* every block two vectors wide */
+    /* other steps (a stride-1 stem: 3 floats) of a stem of 17-32 output channels, one k block, no
+     * fused sum: 12-pixel tiles read in place by micro_win12 */
+    const int win12 = !windows && (new_paths & PATH_WINDOWS) && !direct && !res && o > 16 && o <= NR && K <= KC
+                      && dw == 1 && c == cs;
+    /* at most 16 output channels, one k block, no fused sum: pairs of tiles (micro_one_win24) */
+    const int win24 = (new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs;
+    const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
         const int panels = (int)((mrows + MR - 1) / MR);
         /* a block of MR * q + 1 rows (a 7x7 map's 49) ends in one panel of MR + 1: the packed
-         * panels are consecutive rows of KC floats, so it reads the last panel's row as its 13th
+         * panels are consecutive rows of LDP floats, so it reads the last panel's row as its 13th
          * (one tile of 26 FMAs per k instead of 24 plus a latency-bound 1-row tile) */
         const int tiles = panels > 1 && mrows % MR == 1 ? panels - 1 : panels;
-        /* a stem (one block of at most 16 output channels, one k block, kernel rows of contiguous
-         * floats, no fused sum): the pairs of panels (tiles i, i + 1, i even, as the tile loop pairs
-         * them) whose 24 pixels lie in one output row with their windows inside the input read the
-         * input in place (micro_one_win24) instead of being packed */
-        long win = 0;
-        const float *wsrc[MC / (2 * MR)];
-        const float *wsrc1[MC / MR];
-        if ((new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs)
+        /* a stem of at most 16 output channels (one k block, no fused sum): the pairs of panels
+         * (tiles i, i + 1, i even, as the tile loop pairs them) whose 24 pixels lie in one output row
+         * with their windows inside the input read the input in place (micro_one_win24) */
+        long win2 = 0;
+        const float *wsrc2[MC / (2 * MR)];
+        if (win24)
             for (int i = 0; i + 1 < tiles; i += 2)
                 if ((i + 2 < tiles || mc + mrows - (mc + (long)i * MR) == 2 * MR)
-                    && (wsrc[i / 2] = window_row(&g, mc + (long)i * MR, 2 * MR)))
-                    win |= 1L << i;
-        long win1 = 0;     /* 17-32 output channels: single 12-pixel tiles read in place (beyond, each
-                            * channel block would read the windows again: ResNet-50's 7x7 stem, 64
-                            * channels, 1-3% faster, not worth it) */
-        if ((new_paths & PATH_WINDOWS) && !direct && !res && o > 16 && o <= NR && K <= KC && dw == 1 && c == cs)
-            for (int i = 0; i < tiles; i++)
-                if ((i + 1 < tiles || mrows - (long)i * MR == MR) && (wsrc1[i] = window_row(&g, mc + (long)i * MR, MR)))
-                    win1 |= 1L << i;
+                    && (wsrc2[i / 2] = window_row(&g, mc + (long)i * MR, 2 * MR)))
+                    win2 |= 1L << i;
+        for (int i = 0; i < panels; i++) {
+            const long r0 = mc + (long)i * MR;
+            win[i] = NULL;
+            if ((windows || win12) && mc + mrows - r0 >= MR && (i + 1 < tiles || tiles == panels))
+                /* a full panel (not the head of a merged 13-row tile) inside one output row, every
+                 * window inside the input: read in place, all K in one tile */
+                win[i] = window_row(&g, r0, MR);
+        }
         for (long k0 = 0; k0 < K; k0 += KC) {
             const int kc = (int)((K - k0) < KC ? (K - k0) : KC);
             for (int i = 0; i < panels; i++) {
                 const long r0 = mc + (long)i * MR;
                 const int rows = (int)((mc + mrows - r0) < MR ? (mc + mrows - r0) : MR);
-                if ((!direct || rows < MR) && !(win >> (i & ~1) & 1) && !(win1 >> i & 1))
-                    pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * KC);
+                if (win[i] == NULL && (!direct || rows < MR) && !(win2 >> (i & ~1) & 1))
+                    pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * LDP);
             }
             for (long j = j0; j < j1; j++) {
-                const float *bp = wpack + (j * K + k0) * NR;
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
-                 * layer's weights exceed the caches); the other panels prefetch what they read */
+                 * layer's weights exceed the caches) */
+                const float *bp = wpack + (j * K + k0) * NR;
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
-                const int cols = (int)((o - j * NR) < NR ? (o - j * NR) : NR);
-                for (int i = 0; i < tiles; i++) {
-                    const long r0 = mc + (long)i * MR;
-                    const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - r0);      /* MR + 1 when merged */
-                    const float *pf = i == 0 ? next : bp;
-                    if (win1 >> i & 1) {
-                        micro_win12((int)kh, dh * w * c, (int)(kw * c), wsrc1[i], sw * c, bp,
-                                    out + r0 * ldo + j * NR, ldo, cols, &e, (int)(j * NR), &bad);
-                        continue;
-                    }
-                    if (win >> i & 1) {
-                        micro_one_win24((int)kh, dh * w * c, (int)(kw * c), wsrc[i / 2], sw * c, bp,
-                                        out + r0 * ldo + j * NR, ldo, cols, &e, (int)(j * NR), &bad);
+                const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
+                                  k0 == 0, k0 + KC >= K, (int)(j * NR), (int)kh, (int)(kw * c), dh * w * c};
+                const tile_t tw = {bp, ldo, cs, &e, e2, (int)K, t.cols, 1, 1, t.col0, t.kh, t.rowlen, t.ystride};
+                float *oc = out + mc * ldo + j * NR;
+                const float *rc = res ? res + mc * ldo + j * NR : NULL;
+                for (int i = 0; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
+                    const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - mc - (long)i * MR);   /* MR + 1 when merged */
+                    const float *pf = i == 0 ? next : NULL;
+                    if (win2 >> i & 1) {     /* this tile and the next: 24 windows in place (no fused sum) */
+                        flags |= (simple ? micro_one_win24s : micro_one_win24)(&tw, wsrc2[i / 2], oc, sw * c);
                         i++;
+                        oc += MR * ldo;
                         continue;
                     }
-                    if (cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
+                    if (t.cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
                         /* one vector of columns: this tile and the next as one of 24 or 25 rows */
-                        const int rows2 = i + 2 < tiles ? MR : (int)(mc + mrows - r0 - MR);
+                        const int rows2 = i + 2 < tiles ? MR : (int)(mrows - (long)(i + 1) * MR);
                         if (rows2 >= MR) {
-                            const float *ap = direct ? x + r0 * cs + k0 : abuf + (long)i * MR * KC;
-                            const long lda = direct ? cs : KC;
-                            (rows2 > MR ? micro_one25 : micro_one24)(
-                                kc, ap, lda, bp, out + r0 * ldo + j * NR, ldo, cols, k0 == 0, k0 + KC >= K, &e,
-                                (int)(j * NR), &bad, res ? res + r0 * ldo + j * NR : NULL, e2, &bad2);
+                            const float *ap = direct ? x + (mc + (long)i * MR) * cs + k0 : abuf + (long)i * MR * LDP;
+                            const long lda = direct ? cs : LDP;
+                            flags |= (simple ? (rows2 > MR ? micro_one25s : micro_one24s)
+                                      : (rows2 > MR ? micro_one25 : micro_one24))(&t, ap, lda, oc, rc);
                             i++;
+                            oc += MR * ldo;
+                            rc = rc ? rc + MR * ldo : NULL;
                             continue;
                         }
                     }
                     if (direct && rows >= MR)
-                        micro_direct(kc, x + r0 * cs + k0, cs, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
-                                     k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                                     res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
+                        flags |= (simple ? micro_direct_simple : micro_direct_gen)(&t, x + (mc + (long)i * MR) * cs + k0,
+                                                                                   oc, rc, rows, pf);
+                    else if (win[i]) {       /* all of K at the first k block */
+                        if (k0 == 0)
+                            flags |= !windows ? micro_win12(&tw, win[i], oc, step)
+                                     : (simple ? micro_win_simple : micro_win_gen)(&tw, win[i], oc, rc, rows, pf, step);
+                    }
                     else
-                        micro(kc, abuf + (long)i * MR * KC, bp, out + r0 * ldo + j * NR, ldo, rows, cols,
-                              k0 == 0, k0 + KC >= K, &e, (int)(j * NR), &bad,
-                              res ? res + r0 * ldo + j * NR : NULL, e2, &bad2, pf);
+                        flags |= (simple ? micro_simple : micro_gen)(&t, abuf + (long)i * MR * LDP, oc, rc, rows, pf);
                 }
             }
         }
     }
-    return (bad ? 0 : 1) | (bad2 ? 0 : 2);
+    return 3 & ~flags;
 }
 
 /* ------------------------------------------------------------------ lane-packed grouped conv
