@@ -64,6 +64,18 @@ def _float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
     return _float_nodes_all(model).get(op_type, frozenset())
 
 
+def session(model_bytes: bytes, so):
+    """onnxruntime's CPU session of ``model_bytes``; onnxruntime 1.2x's MatMulAddFusion fails on some
+    QDQ graphs ("Attempt to replace the existing tensor": several MatMul + bias Add reading one 3-D DQ
+    output), so a failure is retried without that fusion (the QDQ fusions do not depend on it)."""
+    import onnxruntime as ort
+    try:
+        return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - onnxruntime raises several types; the retry raises its own
+        return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=["MatMulAddFusion"])
+
+
 def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     import onnxruntime as ort
     if not any(n.op_type in OP_TYPES for n in model.graph.node):
@@ -77,18 +89,10 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
         m = onnx.ModelProto()
         m.CopyFrom(model)
         del m.graph.value_info[:]   # onnxruntime infers them; fuse's own may be partial
-        optimized = None
-        # onnxruntime 1.2x's MatMulAddFusion fails on some QDQ graphs (several MatMul + bias Add on one
-        # 3-D DQ output): the QDQ fusions this plan reads do not depend on it
-        for disabled in ([], ["MatMulAddFusion"]):
-            try:
-                ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"],
-                                     disabled_optimizers=disabled)
-                optimized = onnx.load(path)
-                break
-            except Exception:   # noqa: BLE001 - onnxruntime cannot load it: try without, then assume QLinear kernels
-                continue
-        if optimized is None:
+        try:
+            session(m.SerializeToString(), so)
+            optimized = onnx.load(path)
+        except Exception:   # noqa: BLE001 - onnxruntime cannot load it: assume its QLinear kernels
             return {}
     names = {n.name for n in model.graph.node}
     by_output = {o: n.name for n in model.graph.node for o in n.output}

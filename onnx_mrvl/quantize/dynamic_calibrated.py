@@ -46,6 +46,7 @@ from .static import onnxruntime_failure
 from . import dynamic_qattention
 from .dynamic_layers import Graph, Layer, is_dynamic, pool_points, prepared, qparams, take
 from .dynamic_ranges import ort_failure, tensor_ranges
+from ..ort_plan import session as ort_session
 
 log = logging.getLogger(__name__)
 NOTE_INT8 = "dynamic int8 -> int8 with calibrated activation scales"
@@ -303,13 +304,8 @@ def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 4
-    try:
-        sess = ort.InferenceSession(static.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    except Exception:  # noqa: BLE001 - onnxruntime 1.2x's MatMulAddFusion fails ("Attempt to replace the
-        # existing tensor") when several MatMul + bias Add read one 3-D DQ output (q / k / v): without it
-        with ort_failure("run the calibrated static model"):
-            sess = ort.InferenceSession(static.SerializeToString(), so, providers=["CPUExecutionProvider"],
-                                        disabled_optimizers=["MatMulAddFusion"])
+    with ort_failure("run the calibrated static model"):
+        sess = ort_session(static.SerializeToString(), so)
     names = [o.name for o in static.graph.output]
     num = {k: 0.0 for k in names}
     den = {k: 0.0 for k in names}

@@ -90,6 +90,24 @@ def reshape(g: Graph, x: str, shape, *, near, origin, out: Optional[str] = None,
     return out
 
 
+def pad_chain(g: Graph, x: str, extra, limit: int, *, near, origin, suffix: str, pads_const: str,
+              node_name: str) -> str:
+    """``x`` (4-D) zero-padded by ``extra`` ([top, left, bottom, right]) as a chain of constant ``Pad``
+    nodes of at most ``limit`` each (pad_to_conv runs each as a depthwise conv); each output named
+    ``<its input>/<suffix>``, the pads constant ``pads_const``, the node ``node_name``."""
+    left = list(extra)
+    while any(left):
+        step = [min(p, limit) for p in left]
+        sx = g.shape(x)
+        out = g.fresh(f"{x}/{suffix}")
+        pv = [0, 0, step[0], step[1], 0, 0, step[2], step[3]]
+        g.make("Pad", [x, g.add_const(pads_const, pv, np.int64)], [out], near=near, origin=origin,
+               name=node_name, mode="constant")
+        g.set_shape(out, [sx[0], sx[1], sx[2] + step[0] + step[2], sx[3] + step[1] + step[3]], g.dtype(x))
+        x, left = out, [p - q for p, q in zip(left, step)]
+    return x
+
+
 def np_dtype(g: Graph, name: str):
     from onnx import helper
     return helper.tensor_dtype_to_np_dtype(g.dtype(name) or TensorProto.FLOAT)

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from .base import Match, attr
+from .base import Match, attr, pad_chain
 
 NAME = "conv_dilation_fold"
 OPS = ("Conv",)
@@ -77,18 +77,10 @@ def rewrite(m: Match, g) -> str:
     pads = list(attr(node, "pads"))
     limit = g.target.max_pad["conv"]
     extra = [max(p - limit, 0) for p in pads]
-    left = list(extra)
-    while any(left):                          # Pads of at most max_pad each (pad_to_conv takes them)
-        step = [min(p, limit) for p in left]
+    if any(extra):                            # Pads of at most max_pad each (pad_to_conv takes them)
         x = node.input[0]
-        sx = g.shape(x)
-        padded = g.fresh(f"{x}/dil_pad")
-        pv = [0, 0, step[0], step[1], 0, 0, step[2], step[3]]
-        g.make("Pad", [x, g.add_const(f"{node.name}/dil_pads", pv, np.int64)], [padded], near=node,
-               origin=m.origin, name=f"{node.name}/dil_pad", mode="constant")
-        g.set_shape(padded, [sx[0], sx[1], sx[2] + step[0] + step[2], sx[3] + step[1] + step[3]], g.dtype(x))
-        g.set_input(node, 0, padded)
-        left = [p - q for p, q in zip(left, step)]
+        g.set_input(node, 0, pad_chain(g, x, extra, limit, near=node, origin=m.origin, suffix="dil_pad",
+                                       pads_const=f"{node.name}/dil_pads", node_name=f"{node.name}/dil_pad"))
     pads = [p - e for p, e in zip(pads, extra)]
     del node.attribute[:]
     node.attribute.extend(set_ + [helper.make_attribute("dilations", [dh, dw]),

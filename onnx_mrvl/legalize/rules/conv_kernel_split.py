@@ -15,7 +15,7 @@ import numpy as np
 from onnx import helper
 
 from . import conv_stride_s2d as s2d
-from .base import Match, attr, inp
+from .base import Match, attr, inp, pad_chain
 
 NAME = "conv_kernel_split"
 OPS = ("Conv",)
@@ -94,21 +94,6 @@ def _fit(r0, r1, pad, out, stride, dil, size, limit):
     return lead, trail, window
 
 
-def _pad_chain(g, x: str, extra, limit: int, node, origin, k: int) -> str:
-    """``x`` zero-padded by ``extra`` ([top, left, bottom, right]) as Pads of at most ``limit`` each."""
-    left = list(extra)
-    while any(left):
-        step = [min(p, limit) for p in left]
-        sx = g.shape(x)
-        out = g.fresh(f"{x}/tile{k}_pad")
-        pv = [0, 0, step[0], step[1], 0, 0, step[2], step[3]]
-        g.make("Pad", [x, g.add_const(f"{node.name}/t{k}/pads", pv, np.int64)], [out], near=node,
-               origin=origin, name=f"{node.name}/pad{k}", mode="constant")
-        g.set_shape(out, [sx[0], sx[1], sx[2] + step[0] + step[2], sx[3] + step[1] + step[3]], g.dtype(x))
-        x, left = out, [p - q for p, q in zip(left, step)]
-    return x
-
-
 def unclean_split(node, g) -> Optional[str]:
     """Why splitting ``node``'s kernel (explicit attributes, static shapes) into tiles would leave
     CPU work behind: a tile that needs a Slice of its input window or pads above max_pad["conv"]
@@ -172,7 +157,8 @@ def rewrite(m: Match, g) -> str:
         if any(extra):
             key = (x, extra)
             if key not in padded:
-                padded[key] = _pad_chain(g, x, extra, limit, node, origin, k)
+                padded[key] = pad_chain(g, x, extra, limit, near=node, origin=origin, suffix=f"tile{k}_pad",
+                                        pads_const=f"{node.name}/t{k}/pads", node_name=f"{node.name}/pad{k}")
             x = padded[key]
             pb_, qb, pe_, qe = (p - e for p, e in zip((pb_, qb, pe_, qe), extra))
         wt = np.pad(w[:, :, r0:r1, c0:c1], [(0, 0), (0, 0), zeros[:2], zeros[2:]])
