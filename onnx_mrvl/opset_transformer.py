@@ -63,11 +63,15 @@ def _per_axis(v: str, out: str, axis: int) -> List[onnx.NodeProto]:
 
 
 def layernorm_body(a, present, opset):
-    """y = (x - mean) / sqrt(var + eps) * gamma + beta over ``axis`` (negative: of the stored tensor)."""
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over ``axis`` (negative: of the stored tensor);
+    ``rms`` = 1: no mean subtracted, y = x / sqrt(mean(x^2) + eps) * gamma [+ beta] (RMSNorm)."""
     axis, eps = int(a["axis"]), float(a["epsilon"])
-    nodes = _reduce_mean("X", "ln_mean", axis, opset, "ln_m")
-    nodes += [helper.make_node("Sub", ["X", "ln_mean"], ["ln_d"]),
-              helper.make_node("Mul", ["ln_d", "ln_d"], ["ln_d2"])]
+    if int(a.get("rms", 0)):
+        nodes = [helper.make_node("Identity", ["X"], ["ln_d"])]
+    else:
+        nodes = _reduce_mean("X", "ln_mean", axis, opset, "ln_m")
+        nodes += [helper.make_node("Sub", ["X", "ln_mean"], ["ln_d"])]
+    nodes += [helper.make_node("Mul", ["ln_d", "ln_d"], ["ln_d2"])]
     nodes += _reduce_mean("ln_d2", "ln_var", axis, opset, "ln_v")
     nodes += [_c("ln_eps", eps), helper.make_node("Add", ["ln_var", "ln_eps"], ["ln_ve"]),
               helper.make_node("Sqrt", ["ln_ve"], ["ln_sd"]), helper.make_node("Div", ["ln_d", "ln_sd"], ["ln_n"])]

@@ -57,7 +57,18 @@ def _hf_models():
     }
 
 
-def export(out: str, names) -> int:
+def _output(o):
+    """The tensor a user reads: last_hidden_state, else the first tensor of the output."""
+    import torch
+    if isinstance(o, torch.Tensor):
+        return o
+    h = getattr(o, "last_hidden_state", None)
+    return h if h is not None else o[0]
+
+
+def export(out: str, names, models=None) -> int:
+    """Export each model (name -> (module, kind, args)) with both exporters; ``kind`` is one of the
+    strings below or a callable (module, *args) -> output."""
     import torch
 
     class Wrap(torch.nn.Module):
@@ -66,6 +77,8 @@ def export(out: str, names) -> int:
             self.m, self.kind = m, kind
 
         def forward(self, *a):
+            if callable(self.kind):
+                return _output(self.kind(self.m, *a))
             if self.kind == "text":
                 o = self.m(input_ids=a[0], attention_mask=a[1])
             elif self.kind == "gpt":
@@ -79,7 +92,7 @@ def export(out: str, names) -> int:
             return o.last_hidden_state
 
     os.makedirs(out, exist_ok=True)
-    for name, (m, kind, args) in _hf_models().items():
+    for name, (m, kind, args) in (models if models is not None else _hf_models()).items():
         if names and name not in names:
             continue
         w = Wrap(m.eval(), kind).eval()

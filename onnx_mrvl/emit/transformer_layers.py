@@ -1,10 +1,11 @@
 """Compile the Nodes-JSON layers of transformer / modern-CNN nodes (docs/json-format.md):
-``LayerNorm`` (axis, epsilon, gamma, beta) and ``Softmax`` (axis, log, nan_fill), each over one axis
+``LayerNorm`` (axis, epsilon, gamma, beta; ``rms`` = 1: RMSNorm, no mean subtracted) and ``Softmax`` (axis, log, nan_fill), each over one axis
 of the stored tensor (``log`` = 1: LogSoftmax; ``nan_fill`` = c: c where the result is NaN). Output shape = input shape; the layout stays the input's.
 
 ``vector_ops`` is the work the perf model charges to the vector unit (docs/simulator.md): per
 element, LayerNorm 8 (sum, subtract, square, sum, multiply by 1/sqrt(var + eps), gamma, beta,
-round; one rsqrt per row), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
+round; one rsqrt per row; an RMSNorm is charged the same, an upper bound: it skips the mean and its
+subtract), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
 round; one reciprocal per row), LogSoftmax 6 (max, subtract, exp by LUT, sum, subtract the log of
 the sum, round; one log per row); ``nan_fill`` one more (the select).
 """
@@ -37,6 +38,10 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
     if not eps >= 0:
         a.fail(f"epsilon {eps} must be >= 0")
     params.update(axis=axis, epsilon=eps)
+    if a.int("rms", 0):   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
+        if a.has("inner_scales"):
+            a.fail("rms with inner_scales (interior quantization is a mean-subtracting LayerNorm's)")
+        params["rms"] = 1
     if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled)
         raw = unwrap(a.raw["inner_scales"])
         try:

@@ -23,7 +23,8 @@ from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
-    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, slices_nd, smooth_acts, take
+    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
+    smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -190,6 +191,15 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         # the first node of a written-out GELU / Mish nothing absorbed (smooth_acts.py): Mul2D(x, 1) + it
         smooth = build_smooth_standalone(g, n, target) if n.op_type in smooth_acts.ENTRY_OPS else None
         built = (weights_reason(smooth, target) or smooth) if isinstance(smooth, Group) else None
+        if built is None and n.op_type in rmsnorm.ENTRY_OPS:   # the square of an RMSNorm (rmsnorm.py)
+            rms = rmsnorm.build(g, n, target)
+            if isinstance(rms, str):
+                decisions.record(n.name, n.op_type, reason=rms)
+                continue
+            built = (weights_reason(rms, target) or rms) if rms is not None else None
+            if isinstance(built, str):
+                decisions.record(n.name, n.op_type, reason=built)
+                continue
         pattern = STANDALONE if built is not None else ANCHORS.get(n.op_type)
         if pattern is None:
             what = ABSORB_ONLY.get(n.op_type)

@@ -153,6 +153,8 @@ def materialize(m, grp: Group) -> None:
     # an int8 Softmax, an int8_out LayerNorm (qdq_transformer.py), interior quantization (qdq_layernorm.py)
     if grp.op == "LayerNorm":
         attrs["epsilon"] = grp.attrs["epsilon"]
+        if grp.attrs.get("rms"):   # RMSNorm (rmsnorm.py)
+            attrs["rms"] = 1
         base = grp.anchor.name
         ins += [m.init(f"{base}_gamma", grp.weights["gamma"]),
                 m.init(f"{base}_beta", grp.weights["beta"]) if "beta" in grp.weights else ""]

@@ -27,6 +27,7 @@ def build_layernorm(spec, n_inputs: int):
         eps = float(spec.param("epsilon", required=True))
     except (TypeError, ValueError):
         raise spec.error(f"epsilon must be a number, got {spec.params.get('epsilon')!r}") from None
+    rms = bool(int(spec.param("rms", 0) or 0))
     gamma, beta = spec.weight("gamma", required=True).reshape(-1), spec.weight("beta")
     beta = None if beta is None else beta.reshape(-1)
     if beta is not None and beta.size != gamma.size:
@@ -34,21 +35,23 @@ def build_layernorm(spec, n_inputs: int):
 
     out_q, in_q = int8_out_quant(spec), int8_out_quant(spec, "in")
     points = inner_points(spec)
+    if rms and points is not None:
+        raise spec.error("rms with interior quantization points (inner_scales): only a mean-subtracting LayerNorm has them")
 
     def run(x):
         _check_axis(spec, x, axis)
         if x.shape[axis] != gamma.size:
             raise ValueError(f"gamma has {gamma.size} values for axis {axis} of an input of shape {list(x.shape)}")
         if out_q is None and points is None:
-            return layernorm(x, axis, eps, gamma, beta)
+            return layernorm(x, axis, eps, gamma, beta, rms=rms)
         if in_q is not None:
             x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
         if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
             y, ok = layernorm_inner(x, axis, eps, gamma, beta, points)
         elif out_q is not None:        # int8 codes out: onnxruntime's fp32 kernel, then its Q
-            y, ok = layernorm_onnxruntime(x, axis, eps, gamma, beta)
+            y, ok = layernorm_onnxruntime(x, axis, eps, gamma, beta, rms=rms)
         else:
-            y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False)
+            y, ok = layernorm(x, axis, eps, gamma, beta, fp16=False, rms=rms)
         if out_q is None:
             return y, round_fp16_(y) and ok
         return fake_quant(y, *out_q), ok
