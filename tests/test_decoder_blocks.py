@@ -1,0 +1,193 @@
+"""RMSNorm (fuse/rmsnorm.py: Mrvl LayerNorm rms=1), rotary rotate_half (legalize signed_permute),
+GQA repeat_kv (legalize expand_to_concat) and DeBERTa's masked_fill of the scores (legalize
+mask_fill_add), as torch's exporters write them (onnx_mrvl/testing/arch_decoder.py)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import onnx_mrvl
+from onnx_mrvl import opset
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.sim.norm_ops import layernorm as sim_layernorm
+from onnx_mrvl.testing import arch_decoder as A
+from onnx_mrvl.testing.arch_transformer import Net
+
+F16_TOL = 1e-2
+
+
+def run_ort(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def convert_and_run(m, feeds, tmp_path):
+    res = onnx_mrvl.convert(m)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)
+    return res, got
+
+
+def assert_fp16_close(ref, got):
+    for a, b in zip(ref, got):
+        assert a.shape == b.shape and np.isfinite(b).all()
+        assert float(np.max(np.abs(a - b))) <= F16_TOL * float(np.max(np.abs(a)))
+
+
+def rms_model(form, T=8, D=48):
+    n = Net(3, 18)
+    h = n.linear("x", D, D, "fc1")
+    n.linear(A.rmsnorm(n, h, D, form), D, D, "fc2")
+    return n.model(f"rms_{form}", [("x", [1, T, D])])
+
+
+@pytest.mark.parametrize("form", A.RMS_FORMS)
+def test_rmsnorm_forms_one_layernorm_rms(form, tmp_path):
+    m = rms_model(form)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 48)).astype(np.float32) * 3}
+    ref = run_ort(m, feeds)
+    f = fuse(legalize(m))
+    lns = [n for n in f.model.graph.node if n.domain == opset.DOMAIN and n.op_type == "LayerNorm"]
+    assert len(lns) == 1 and any(a.name == "rms" and a.i == 1 for a in lns[0].attribute)
+    assert not [n for n in f.model.graph.node if n.op_type in ("Pow", "ReduceMean", "Sqrt", "Reciprocal", "Div")]
+    for a, b in zip(ref, run_ort(f.model, feeds)):    # the reference body
+        assert float(np.max(np.abs(a - b))) <= 1e-5 * float(np.max(np.abs(a)))
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+    layers = [x for sg in res.subgraphs for x in sg.nodes_json["nodes"]
+              if x.get("op") == "tvm_op" and x["attrs"]["layer_name"][0] == "LayerNorm"]
+    assert len(layers) == 1 and layers[0]["attrs"]["rms"] == ["1"]
+
+
+def test_rmsnorm_intermediate_read_outside_stays_on_cpu(tmp_path):
+    n = Net(3, 18)
+    D = 32
+    h = n.linear("x", D, D, "fc1")
+    y = A.rmsnorm(n, h, D)
+    mean = next(x for x in n.nodes if x.op_type == "ReduceMean").output[0]
+    n.op("Add", [y, mean], "uses_the_mean")          # the mean square is read by another node
+    m = n.model("rms_shared", [("x", [1, 8, D])])
+    f = fuse(legalize(m))
+    assert not any(x.op_type == "LayerNorm" and x.domain == opset.DOMAIN for x in f.model.graph.node)
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 8, D)).astype(np.float32)}
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert_fp16_close(run_ort(m, feeds), got)
+
+
+def test_sim_rmsnorm_matches_float64():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 7, 48)).astype(np.float16).astype(np.float32) * 5 + 2
+    g = rng.uniform(0.5, 2, 48).astype(np.float32)
+    y, ok = sim_layernorm(x.copy(), -1, 1e-6, g, rms=True)
+    xd = x.astype(np.float64)
+    ref = xd / np.sqrt((xd * xd).mean(-1, keepdims=True) + 1e-6) * g
+    assert ok and np.array_equal(y, y.astype(np.float16).astype(np.float32))
+    ulp = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(y - ref) <= ulp)            # within 1 fp16 ulp of the exact result
+
+
+def rotary_model(T=8, H=2, d=16):
+    n = Net(5, 18)
+    A.rotary(n, "q", [1, H, T, d])
+    return n.model("rotary", [("q", [1, H, T, d])])
+
+
+def test_rotary_rotate_half_is_an_exact_matmul(tmp_path):
+    m = rotary_model()
+    feeds = {"q": np.random.default_rng(2).standard_normal((1, 2, 8, 16)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    assert any(rule == "signed_permute" for rule, _, _ in leg.log)
+    assert not [x for x in leg.model.graph.node if x.op_type in ("Slice", "Neg", "Concat")]
+    np.testing.assert_array_equal(run_ort(leg.model, feeds)[0], ref[0])      # exact in fp32
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+
+
+def test_signed_permute_refuses_a_shared_slice_and_another_axis():
+    n = Net(5, 18)
+    x1 = n.op("Slice", ["q", A._i64(n, [0]), A._i64(n, [8]), A._i64(n, [3]), A._i64(n, [1])])
+    x2 = n.op("Slice", ["q", A._i64(n, [8]), A._i64(n, [16]), A._i64(n, [3]), A._i64(n, [1])])
+    c = n.op("Concat", [n.op("Neg", [x2]), x1], axis=-1)
+    n.op("Add", [c, n.op("Concat", [x1, x1], axis=-1)])     # x1 read by a second Concat
+    m = n.model("shared", [("q", [1, 2, 8, 16])])
+    leg = legalize(m)
+    assert not any(rule == "signed_permute" for rule, _, _ in leg.log)
+    n = Net(5, 18)
+    y1 = n.op("Slice", ["q", A._i64(n, [0]), A._i64(n, [4]), A._i64(n, [2]), A._i64(n, [1])])
+    y2 = n.op("Slice", ["q", A._i64(n, [4]), A._i64(n, [8]), A._i64(n, [2]), A._i64(n, [1])])
+    n.op("Concat", [y2, y1], axis=2)                     # the T axis, not the last one
+    leg = legalize(n.model("axis2", [("q", [1, 2, 8, 16])]))
+    assert not any(rule == "signed_permute" for rule, _, _ in leg.log)
+
+
+def test_gqa_expand_becomes_concat(tmp_path):
+    n = Net(7, 18)
+    u = n.op("Unsqueeze", ["k", A._i64(n, [2])])
+    e = n.op("Expand", [u, A._i64(n, [1, 2, 3, 8, 16])])
+    n.linear(n.op("Reshape", [e, A._i64(n, [1, 6, 8, 16])]), 16, 16)    # a region needs compute
+    m = n.model("gqa", [("k", [1, 2, 8, 16])])
+    feeds = {"k": np.random.default_rng(3).standard_normal((1, 2, 8, 16)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    cat = [x for x in leg.model.graph.node if x.op_type == "Concat"]
+    assert len(cat) == 1 and len(cat[0].input) == 3 and not any(x.op_type == "Expand" for x in leg.model.graph.node)
+    np.testing.assert_array_equal(run_ort(leg.model, feeds)[0], ref[0])
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+
+
+def test_expand_of_two_axes_or_new_axes_stays():
+    for shape_in, shape_out in (([1, 2, 1, 1], [1, 2, 3, 4]), ([2, 8], [3, 2, 8])):
+        n = Net(7, 18)
+        n.op("Relu", [n.op("Expand", ["k", A._i64(n, shape_out)])])
+        leg = legalize(n.model("e", [("k", shape_in)]))
+        assert any(x.op_type == "Expand" for x in leg.model.graph.node)
+
+
+def test_llama_block_one_region(tmp_path):
+    m = A.llama_block()
+    feeds = {"hidden": np.random.default_rng(4).standard_normal((1, 16, 64)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+
+
+def test_masked_fill_scores_become_a_mask_add(tmp_path):
+    m = A.masked_fill_attention()
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((1, 16, 32)).astype(np.float32),
+             "attention_mask": np.array([[1] * 11 + [0] * 5], np.int64)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    assert any(rule == "mask_fill_add" for rule, _, _ in leg.log)
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], ref[0], rtol=0, atol=1e-6)   # exact up to fp32 order
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1
+    assert sorted(x.op_type for x in res.model.graph.node if not x.op_type.startswith("Subgraph")) == \
+        ["Cast", "Not", "Reshape", "Where"]       # the mask's Unsqueeze (a Reshape), Cast, Not, Where(c, fill, 0)
+    where = next(x for x in res.model.graph.node if x.op_type == "Where")
+    fill = next(i for i in res.model.graph.initializer if i.name in where.input)
+    assert float(onnx.numpy_helper.to_array(fill)) == -32768.0     # fp16 holds it: no overflow
+    assert_fp16_close(ref, got)
+
+
+def test_mask_fill_add_refuses_a_fill_fp16_holds_and_other_readers():
+    m = A.masked_fill_attention()
+    for init in m.graph.initializer:
+        if init.name.startswith("lowest"):
+            init.CopyFrom(onnx.numpy_helper.from_array(np.array(-1e4, np.float32), init.name))
+    assert not any(rule == "mask_fill_add" for rule, _, _ in legalize(m).log)
+    m = A.masked_fill_attention()
+    where = next(x for x in m.graph.node if x.op_type == "Where")
+    m.graph.node.append(helper.make_node("Relu", [where.output[0]], ["other"]))
+    m.graph.output.append(helper.make_tensor_value_info("other", onnx.TensorProto.FLOAT, None))
+    assert not any(rule == "mask_fill_add" for rule, _, _ in legalize(m).log)
