@@ -175,7 +175,7 @@ def test_masked_fill_scores_become_a_mask_add(tmp_path):
     assert sorted(x.op_type for x in res.model.graph.node if not x.op_type.startswith("Subgraph")) == \
         ["Cast", "Not", "Reshape", "Where"]       # the mask's Unsqueeze (a Reshape), Cast, Not, Where(c, fill, 0)
     where = next(x for x in res.model.graph.node if x.op_type == "Where")
-    fills = sorted(float(onnx.numpy_helper.to_array(i)) for i in res.model.graph.initializer if i.name in where.input)
+    fills = sorted(float(onnx.numpy_helper.to_array(i).reshape(-1)[0]) for i in res.model.graph.initializer if i.name in where.input)
     assert fills == [-32768.0, 0.0]                # fp16 holds the fill: no overflow
     assert_fp16_close(ref, got)
 
