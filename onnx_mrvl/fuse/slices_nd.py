@@ -19,10 +19,32 @@ RANKS = (2, 3, 5)
 
 
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    """The 4-D channel slices of slices.py, or for ranks 2, 3 and 5 a SliceND group."""
+    """The 4-D channel slices of slices.py, or for ranks 2, 3 and 5 a SliceND group; a 4-D slice
+    slices.py refuses (another axis than the channels: Swin's ``torch.roll`` of its [B, H, W, C]
+    windows as Slice + Concat) is a SliceND group too when it can be one and touches no spatial op
+    (an image's slice on H / W stays slices.py's: on the CPU, on the NHWC data)."""
     shape = g.shape(n.input[0])
     if shape is None or len(shape) not in RANKS:
-        return slices.build(g, n, target)
+        found = slices.build(g, n, target)
+        if shape is None or len(shape) != 4 or not isinstance(found, str) or _near_spatial(g, n):
+            return found
+        nd = _build_nd(g, n, shape)
+        return nd if isinstance(nd, Group) else found
+    return _build_nd(g, n, shape)
+
+
+SPATIAL_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
+               "BatchNormalization", "InstanceNormalization", "LRN", "DepthToSpace", "SpaceToDepth")
+
+
+def _near_spatial(g: GraphIndex, n: onnx.NodeProto) -> bool:
+    """``n`` reads the output of a spatial op or feeds one (its 4-D tensors are images)."""
+    p = g.producer.get(n.input[0])
+    users = [c for o in n.output if o for c in g.consumers.get(o, [])]
+    return (p is not None and p.op_type in SPATIAL_OPS) or any(c.op_type in SPATIAL_OPS for c in users)
+
+
+def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape):
     reason = float_static(g, [n.input[0]] + [o for o in n.output if o])
     if reason:
         return reason
