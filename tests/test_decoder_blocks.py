@@ -1,6 +1,7 @@
 """RMSNorm (fuse/rmsnorm.py: Mrvl LayerNorm rms=1), rotary rotate_half (legalize signed_permute),
-GQA repeat_kv (legalize expand_to_concat) and DeBERTa's masked_fill of the scores (legalize
-mask_fill_add), as torch's exporters write them (onnx_mrvl/testing/arch_decoder.py)."""
+GQA repeat_kv (legalize expand_to_concat), DeBERTa's masked_fill of the scores (legalize
+mask_fill_add) and Swin's shift and patch merging (fuse/slices_nd.py on 4-D token grids, legalize
+strided_slice_view), as torch's exporters write them (onnx_mrvl/testing/arch_decoder.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -191,3 +192,48 @@ def test_mask_fill_add_refuses_a_fill_fp16_holds_and_other_readers():
     m.graph.node.append(helper.make_node("Relu", [where.output[0]], ["other"]))
     m.graph.output.append(helper.make_tensor_value_info("other", onnx.TensorProto.FLOAT, None))
     assert not any(rule == "mask_fill_add" for rule, _, _ in legalize(m).log)
+
+
+def test_swin_shift_and_patch_merging_one_region(tmp_path):
+    m = A.swin_shift_merge()
+    feeds = {"tokens": np.random.default_rng(6).standard_normal((1, 64, 16)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    assert sum(rule == "strided_slice_view" for rule, _, _ in leg.log) == 4      # x[:, i::2] of each part
+    np.testing.assert_array_equal(run_ort(leg.model, feeds)[0], ref[0])
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+
+
+def test_strided_slice_view_cases():
+    def one(shape, axis, start, step, end=None):
+        n = Net(1, 18)
+        n.op("Relu", [n.op("Slice", ["x", A._i64(n, [start]), A._i64(n, [shape[axis] if end is None else end]),
+                                     A._i64(n, [axis]), A._i64(n, [step])], "s")])
+        m = n.model("s", [("x", list(shape))])
+        leg = legalize(m)
+        f = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        np.testing.assert_array_equal(run_ort(leg.model, f)[0], run_ort(m, f)[0])
+        return any(rule == "strided_slice_view" for rule, _, _ in leg.log)
+    assert one([2, 6, 5], 1, 1, 3) and one([1, 8, 4, 4], 1, 0, 2) and one([4, 6], 1, 1, 2)
+    assert not one([1, 3, 8, 8], 2, 0, 2)     # an image's H: the Focus conv's
+    assert not one([2, 7, 5], 1, 0, 2)        # 7 rows: not every 2nd of all
+    assert not one([2, 6, 5], 1, 0, 2, end=4)  # stops early
+
+
+def test_token_grid_slice_off_the_channel_axis_is_a_slice_nd(tmp_path):
+    """torch.roll of a [1, H, W, C] token grid on W: one part too long for crop_to_conv's one-tap
+    conv (13 rows dropped) was a CPU Slice ("slice on axis 2"); now a Slice2D of the stored view."""
+    n = Net(2, 18)
+    x = n.op("Reshape", [n.linear("t", 8, 8, "fc"), A._i64(n, [1, 4, 16, 8])])
+    x = n.op("Concat", [x, x], axis=1)
+    a = n.op("Slice", [x, A._i64(n, [13]), A._i64(n, [16]), A._i64(n, [2])], "tail")
+    b = n.op("Slice", [x, A._i64(n, [0]), A._i64(n, [13]), A._i64(n, [2])], "head")
+    n.linear(n.op("Concat", [a, b], axis=2), 8, 8, "fc2")
+    m = n.model("roll", [("t", [1, 64, 8])])
+    feeds = {"t": np.random.default_rng(8).standard_normal((1, 64, 8)).astype(np.float32)}
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert res.report.decisions["head_" + b.split("_")[1]].placement == "accelerator"
+    assert_fp16_close(run_ort(m, feeds), got)

@@ -7,6 +7,8 @@ them, with seeded random weights (docs/surveys/transformers.md):
 ``llama_block``     RMSNorm -> q / k / v (no bias; k, v with fewer heads) -> rotary on q, k ->
                     repeat_kv (Unsqueeze -> Expand -> Reshape) -> causal softmax attention ->
                     o_proj + residual -> RMSNorm -> SiLU-gated MLP + residual
+``swin_shift_merge``  Swin's cyclic shift (torch.roll of [B, H, W, C] as Slice + Concat on axes 1
+                    and 2) and patch merging (x[:, i::2, j::2, :] x 4 -> Concat -> LayerNorm -> Linear)
 ``masked_fill_attention``  DeBERTa's ``scores.masked_fill(~mask, float32 lowest)`` -> Softmax with
                     an int64 attention_mask [1, T] input
 
@@ -105,6 +107,28 @@ def llama_block(T: int = 16, D: int = 64, H: int = 4, Hkv: int = 2, opset: int =
     return n.model("llama_block", [("hidden", [1, T, D])])
 
 
+def swin_shift_merge(H: int = 8, W: int = 8, C: int = 16, shift: int = 2, opset: int = 18,
+                     seed: int = 0) -> onnx.ModelProto:
+    """Tokens [1, H * W, C] -> Linear -> [1, H, W, C] -> roll by -shift on H and W -> patch merging
+    -> LayerNorm -> Linear [1, H * W / 4, 2C]."""
+    n = Net(seed, opset)
+    x = n.op("Reshape", [n.linear("tokens", C, C, "fc"), _i64(n, [1, H, W, C])], "to_grid")
+    for axis, size in ((1, H), (2, W)):   # torch.roll(x, -shift, axis)
+        a = n.op("Slice", [x, _i64(n, [shift]), _i64(n, [size]), _i64(n, [axis])], f"roll{axis}_tail")
+        b = n.op("Slice", [x, _i64(n, [0]), _i64(n, [shift]), _i64(n, [axis])], f"roll{axis}_head")
+        x = n.op("Concat", [a, b], f"roll{axis}", axis=axis)
+    parts = []
+    for i, j in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        r = n.op("Slice", [x, _i64(n, [i]), _i64(n, [H]), _i64(n, [1]), _i64(n, [2])], f"rows{i}")
+        parts.append(n.op("Slice", [r, _i64(n, [j]), _i64(n, [W]), _i64(n, [2]), _i64(n, [2])], f"cols{i}{j}"))
+    y = n.op("Reshape", [n.op("Concat", parts, "merge", axis=-1), _i64(n, [1, H * W // 4, 4 * C])], "merged")
+    g = n.rng.uniform(0.8, 1.2, 4 * C).astype(np.float32)
+    y = n.op("LayerNormalization", [y, n.const(g, "ln_g"), n.const(np.zeros(4 * C, np.float32), "ln_b")], "ln",
+             axis=-1, epsilon=1e-5)
+    n.linear(y, 4 * C, 2 * C, "reduction")
+    return n.model("swin_shift_merge", [("tokens", [1, H * W, C])])
+
+
 def masked_fill_attention(T: int = 16, D: int = 32, H: int = 2, opset: int = 17, seed: int = 0) -> onnx.ModelProto:
     """DeBERTa's attention core on x [1, T, D] and an int64 attention_mask [1, T]: scores
     ``masked_fill(~mask, lowest)`` -> Softmax -> P V -> output projection."""
@@ -137,7 +161,8 @@ def masked_fill_attention(T: int = 16, D: int = 32, H: int = 2, opset: int = 17,
 def main(argv=None) -> int:
     import collections
     import onnx_mrvl
-    for name, m in (("llama_block", llama_block()), ("masked_fill_attention", masked_fill_attention())):
+    for name, m in (("llama_block", llama_block()), ("swin_shift_merge", swin_shift_merge()),
+                    ("masked_fill_attention", masked_fill_attention())):
         r = onnx_mrvl.convert(m)
         cpu = collections.Counter(x.op_type for x in r.report.cpu_nodes())
         print(f"{name}: regions {len(r.report.regions)} cpu {dict(cpu) or '-'}")

@@ -67,4 +67,4 @@ def rewrite(m: Match, g) -> str:
     g.set_shape(v2, shape[:a] + [shape[a] // k, r], dt)
     g.make("Reshape", [v2, shape_const(g, node, out)], [node.output[0]], near=node, origin=m.origin,
            name=f"{node.name}/back")
-    return f"every {k}-th row of axis {a} -> a step-1 slice of the [..., {shape[a] // k}, {k * r}] view"
+    return f"rows {s}::{k} of axis {a} -> a step-1 slice of the [..., {shape[a] // k}, {k * r}] view"
