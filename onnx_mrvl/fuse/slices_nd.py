@@ -37,11 +37,25 @@ SPATIAL_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAverage
                "BatchNormalization", "InstanceNormalization", "LRN", "DepthToSpace", "SpaceToDepth")
 
 
-def _near_spatial(g: GraphIndex, n: onnx.NodeProto) -> bool:
-    """``n`` reads the output of a spatial op or feeds one (its 4-D tensors are images)."""
+MOVES = ("Concat", "Slice", "Split", "Pad", "Identity", "Reshape", "Transpose")
+
+
+def _near_spatial(g: GraphIndex, n: onnx.NodeProto, depth: int = 6) -> bool:
+    """``n`` reads the output of a spatial op or feeds one, directly or through data-movement ops
+    (``MOVES``: legalize's space-to-depth of a strided conv, a Focus block): its 4-D tensors are images."""
     p = g.producer.get(n.input[0])
-    users = [c for o in n.output if o for c in g.consumers.get(o, [])]
-    return (p is not None and p.op_type in SPATIAL_OPS) or any(c.op_type in SPATIAL_OPS for c in users)
+    if p is not None and p.op_type in SPATIAL_OPS:
+        return True
+    todo, seen = [(n, 0)], set()
+    while todo:
+        x, k = todo.pop()
+        for c in (c for o in x.output if o for c in g.consumers.get(o, [])):
+            if c.op_type in SPATIAL_OPS:
+                return True
+            if c.op_type in MOVES and k + 1 < depth and c.name not in seen:
+                seen.add(c.name)
+                todo.append((c, k + 1))
+    return False
 
 
 def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape):
