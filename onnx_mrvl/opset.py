@@ -217,6 +217,11 @@ def _batch_matmul_body(a, present, opset):
     return nodes
 
 
+def _gather_elements_body(a, present, opset):
+    """y = x gathered along ``axis`` (of the stored tensor) at the int32 index table."""
+    return [helper.make_node("GatherElements", ["X", "indices"], ["Y"], axis=int(a["axis"]))]
+
+
 def _onnx_pads(pads_tlbr: Sequence[int]) -> List[int]:
     """[top, left, bottom, right] is ONNX's [h_begin, w_begin, h_end, w_end]: same order."""
     return list(pads_tlbr)
@@ -262,6 +267,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
           int8_body(softmax_body)),
     OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
+    OpDef("GatherElements", "GatherElements", "mrvl.gather_elements", ("X", "indices"), ("axis",), _gather_elements_body),
 ]}
 OPS.update(_recurrent.op_defs(OpDef))   # LSTM / GRU / RNN (opset_recurrent.py)
 OPS.update(_int8_transformer.op_defs(OpDef))   # Requantize: a Q -> DQ pair in a region (opset_int8_transformer.py)

@@ -1,5 +1,5 @@
-"""Program layers that move data: Reshape/Flatten/Squeeze, layout changes, Concat, Slice2D
-(docs/program.md)."""
+"""Program layers that move data: Reshape/Flatten/Squeeze, layout changes, Concat, Slice2D,
+GatherElements (docs/program.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -105,3 +105,28 @@ def slice2d(a, in_shapes, params):
     return [end - start if i == axis % 4 else d for i, d in enumerate(shape)]
 
 
+
+
+def gather_elements(a, ctx, lname, in_shapes, params, weights):
+    """GatherElements along ``axis`` of the stored layout with a constant int32 index table
+    (``indices_const_name``, leading axes it does not vary on stored as 1; ``index_shape`` the
+    full table's shape, which is the output's). Values in range, off-axis sizes within the data's."""
+    shape = list(in_shapes[0])
+    rank = len(shape)
+    axis = a.int("axis")
+    if not 2 <= rank <= 5 or not -rank <= axis < rank:
+        a.fail(f"GatherElements axis {axis} does not fit an input of shape {shape} (2-D to 5-D)")
+    axis %= rank
+    out = a.ints("index_shape")
+    if not a.has("indices_const_name"):
+        a.fail("a GatherElements layer needs its index table (indices_const_name)")
+    idx = decode_const(ctx.consts, a.str("indices_const_name"), a, integer="int32")
+    if len(out) != rank or any(out[k] > shape[k] for k in range(rank) if k != axis):
+        a.fail(f"index_shape {out} does not fit the data {shape} off axis {axis}")
+    if idx.ndim != rank or any(i not in (1, o) for i, o in zip(idx.shape, out)):
+        a.fail(f"index table of shape {list(idx.shape)} does not broadcast to index_shape {out}")
+    if idx.size and (idx.min() < 0 or idx.max() >= shape[axis]):
+        a.fail(f"index values outside [0, {shape[axis]}) along axis {axis} of {shape}")
+    params.update(axis=axis, index_shape=list(out))
+    weights["indices"] = ctx.weight(a, f"{lname}.indices", idx, "ND", fp16=False)
+    return list(out)

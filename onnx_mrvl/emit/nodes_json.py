@@ -19,6 +19,7 @@ import onnx
 from .. import opset
 from ..graph_index import GraphIndex
 from ..errors import CompileError
+from ..gather_index import compact_index
 from ..provenance import get_composite, get_origin
 from ..opset_int8 import is_int8
 from . import base64_native, recurrent
@@ -189,7 +190,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if i not in entry:
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
-    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2, "Lookup": 1,
+    allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2, "Lookup": 1, "GatherElements": 1,
                "Concat": len(node.input) - 1, **{c: len(recurrent.CONST_ROLES) for c in recurrent.CELLS}}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
@@ -282,6 +283,13 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else _layout(out_shape)
         add_const("table", g.const(inputs[1]), "CT")
         attrs["channels"] = _s(int(a.get("channels", 1)))
+    elif node.op_type == "GatherElements":   # a constant int32 index table (fuse/gather_elements.py)
+        data_layout = out_layout = _stored_layout(node, out_shape)
+        attrs["axis"] = _s(int(a["axis"]))
+        idx = np.asarray(g.const(inputs[1])).astype(np.int32)
+        attrs["index_shape"] = _s([int(d) for d in idx.shape])
+        small = compact_index(idx)   # the leading axes it does not vary on stored as 1
+        add_const("indices", small, shape=list(small.shape), minmax=False)
     elif node.op_type == "Concat":
         data_layout = out_layout = _stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])

@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
-from .data_layers import concat, layout_change, reshape, slice2d
+from .data_layers import concat, gather_elements, layout_change, reshape, slice2d
 from .int8_layer import conv_passes, int8_other, int8_out, is_int8, lookup
 from .json_attrs import NodeAttrs
 from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads them here
@@ -26,7 +26,7 @@ LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer
     "transpose": "layout_transform", "Reshape": "Reshape", "Flatten": "Flatten", "Squeeze": "Squeeze",
     "BatchMatMul": "BatchMatMul",
     "LayerNorm": "LayerNorm", "Softmax": "Softmax", "Requantize": "Requantize", "Lookup": "Lookup",
-    "LRN": "LRN",
+    "LRN": "LRN", "GatherElements": "GatherElements",
     **{cell: cell for cell in recurrent.CELLS},   # LSTM / GRU / RNN (recurrent.py)
 }
 def needs_flatten(layer_name: str, in_shapes: List[List[int]]) -> bool:
@@ -73,6 +73,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = concat(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Slice2D":
         out = slice2d(a, in_shapes, params)
+    elif layer_name == "GatherElements":
+        out = gather_elements(a, ctx, lname, in_shapes, params, weights)
     elif layer_name in ("LayerNorm", "Softmax"):
         build = transformer_layers.layernorm if layer_name == "LayerNorm" else transformer_layers.softmax
         out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)

@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
+from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
@@ -48,6 +48,8 @@ ANCHORS["Mul"] = Pattern("mrvl.mul", ("Mul",), masks.build_mul, ("activation",))
 ANCHORS.update({op: Pattern(f"mrvl.{op.lower()}", (op,), recurrent.build) for op in recurrent.PATTERN_ANCHORS})
 ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),          # take.py
                 "Concat": Pattern("mrvl.concat", ("Concat",), take.build_concat_rows)})
+# GatherElements with a constant index table: DeBERTa's relative-position gathers (gather_elements.py)
+ANCHORS["GatherElements"] = Pattern("mrvl.gather_elements", ("GatherElements",), gather_elements.build)
 # a Q -> DQ pair on an activation no int8 layer absorbed: a Requantize layer (qdq_transformer.py)
 ANCHORS["QuantizeLinear"] = Pattern("mrvl.requantize", ("QuantizeLinear",), qdq_transformer.build_requantize)
 

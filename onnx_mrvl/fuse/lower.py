@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import opset
 from ..opset_int8 import ALL_INT8_ATTRS
-from . import batch_matmul, fc_rows, qdq_transformer, recurrent, slices, slices_nd, take, transformer
+from . import batch_matmul, fc_rows, gather_elements, qdq_transformer, recurrent, slices, slices_nd, take, transformer
 from .qdq_lookup import CHANNEL_AXIS
 from .patterns import Group
 from .perms import NHWC, Perm, canonical_perm, norm_perm, reshape_blocks, stored_after_reshape, \
@@ -33,6 +33,7 @@ class GroupLowering:
                    "Softmax": lambda grp: transformer.materialize(self, grp),
                    "Requantize": lambda grp: qdq_transformer.materialize(self, grp),
                    "Take": lambda grp: take.materialize(self, grp),
+                   "GatherElements": lambda grp: gather_elements.materialize(self, grp),
                    "ConcatRows": lambda grp: take.materialize_concat_rows(self, grp),
                    **{c: lambda grp: recurrent.materialize(self, grp) for c in recurrent.PATTERN_ANCHORS}}[op]
         handler(grp)

@@ -19,6 +19,7 @@ from . import recurrent
 from .activations import ACTIVATIONS
 from .kernels import FC, Conv2D
 from .matmul import BatchMatMul
+from .gather import build_gather_elements
 from .layers_transformer import build_layernorm, build_softmax
 from .lrn import build_lrn
 from .int8_transformer import build_int8_batch_matmul, build_requantize, int8_out_binary, int8_out_quant
@@ -296,6 +297,7 @@ BUILDERS: Dict[str, Callable[[LayerSpec, int], LayerFn]] = {
     "Softmax": build_softmax,
     "Requantize": build_requantize,
     "LRN": build_lrn,
+    "GatherElements": build_gather_elements,
     **{cell: recurrent.build for cell in recurrent.GATES},   # LSTM / GRU / RNN (recurrent.py)
 }
 _BY_LOWER = {k.lower(): k for k in BUILDERS}
