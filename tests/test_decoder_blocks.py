@@ -237,3 +237,98 @@ def test_token_grid_slice_off_the_channel_axis_is_a_slice_nd(tmp_path):
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
     assert res.report.decisions["head_" + b.split("_")[1]].placement == "accelerator"
     assert_fp16_close(run_ort(m, feeds), got)
+
+
+def test_deberta_disentangled_attention_one_region(tmp_path):
+    """Constant-index GatherElements (Mrvl GatherElements), MatMul by a per-head constant
+    (batched_const_matmul) and masked_fill of a constant all-false mask (where_const_cond)."""
+    m = A.deberta_attention()
+    feeds = {"x": np.random.default_rng(9).standard_normal((1, 16, 32)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    rules = [rule for rule, _, _ in leg.log]
+    assert rules.count("batched_const_matmul") == 2 and rules.count("where_const_cond") == 1
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], ref[0], rtol=0, atol=1e-6 * np.abs(ref[0]).max())
+    f = fuse(leg)
+    assert sum(1 for n in f.model.graph.node if n.domain == opset.DOMAIN and n.op_type == "GatherElements") == 2
+    np.testing.assert_allclose(run_ort(f.model, feeds)[0], ref[0], rtol=0, atol=1e-5 * np.abs(ref[0]).max())
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+    layers = [x for sg in res.subgraphs for x in sg.nodes_json["nodes"]
+              if x.get("op") == "tvm_op" and x["attrs"]["layer_name"][0] == "GatherElements"]
+    assert len(layers) == 2 and all(x["attrs"]["index_shape"] == ["2", "16", "16"] for x in layers)
+    consts = [sg.consts_json[x["attrs"]["indices_const_name"][0]] for sg in res.subgraphs for x in layers]
+    assert all(c["shape"] == [1, 16, 16] and c["dtype"] == "int32" for c in consts)   # one table for both heads
+
+
+def test_sim_gather_elements_broadcast_index():
+    from onnx_mrvl.sim.gather import build_gather_elements
+
+    class Spec:
+        params = {"axis": 2, "index_shape": [3, 4, 5]}
+
+        def param(self, k, default=None, required=False):
+            return self.params.get(k, default)
+
+        def weight(self, k, required=False):
+            return idx
+
+        def error(self, msg):
+            return ValueError(msg)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 6, (1, 4, 5)).astype(np.int32)
+    x = rng.standard_normal((3, 4, 6)).astype(np.float16).astype(np.float32)
+    y, ok = build_gather_elements(Spec(), 1)(x)
+    assert ok and np.array_equal(y, np.take_along_axis(x, np.broadcast_to(idx, (3, 4, 5)), 2))
+    with pytest.raises(ValueError):
+        build_gather_elements(Spec(), 1)(x[:, :, :3])       # index 5 beyond an axis of 3
+
+
+def _gather_model(index, dynamic=False):
+    n = Net(1, 17)
+    i = "index" if dynamic else n.const(index, "i")
+    n.linear(n.op("GatherElements", [n.linear("x", 6, 6, "fc"), i], "node", axis=-1), index.shape[-1], 4, "out")
+    m = n.model("g", [("x", [2, 4, 6])])
+    if dynamic:
+        m.graph.input.append(helper.make_tensor_value_info("index", onnx.TensorProto.INT64, list(index.shape)))
+    return m
+
+
+def test_gather_elements_refusals():
+    def decision(m):
+        f = fuse(legalize(m))
+        return next(v for k, v in f.decisions.items() if k.startswith("node"))
+    rng = np.random.default_rng(0)
+    assert decision(_gather_model(rng.integers(-6, 6, (2, 4, 5)))).placement == "accelerator"   # negative: from the end
+    d = decision(_gather_model(np.full((2, 4, 6), 7, np.int64)))
+    assert d.placement == "cpu" and "outside" in d.reason
+    d = decision(_gather_model(np.zeros((2, 4, 6), np.int64), dynamic=True))
+    assert d.placement == "cpu" and "computed at run time" in d.reason
+
+
+def test_batched_const_matmul_equal_matrices_is_one_matmul():
+    n = Net(4, 17)
+    w = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    n.op("MatMul", [n.linear("x", 8, 6, "fc"), n.const(np.stack([w] * 3), "w")], "bmm")
+    m = n.model("bmm", [("x", [3, 5, 8])])
+    leg = legalize(m)
+    assert any("one MatMul" in why for rule, _, why in leg.log if rule == "batched_const_matmul")
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 5, 8)).astype(np.float32)}
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], run_ort(m, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_where_const_cond_mixed_mask_is_mul_add(tmp_path):
+    n = Net(4, 17)
+    h = n.linear("x", 8, 8, "fc")
+    keep = np.random.default_rng(2).random((1, 5, 8)) > 0.3
+    y = n.op("Where", [n.const(keep, "cond"), h, n.const(np.array(-7.5, np.float32), "fill")], "masked")
+    n.linear(y, 8, 8, "out")
+    m = n.model("w", [("x", [1, 5, 8])])
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 5, 8)).astype(np.float32)}
+    leg = legalize(m)
+    assert any(rule == "where_const_cond" for rule, _, _ in leg.log)
+    np.testing.assert_array_equal(run_ort(leg.model, feeds)[0], run_ort(m, feeds)[0])
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(run_ort(m, feeds), got)

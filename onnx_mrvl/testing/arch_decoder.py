@@ -9,6 +9,11 @@ them, with seeded random weights (docs/surveys/transformers.md):
                     o_proj + residual -> RMSNorm -> SiLU-gated MLP + residual
 ``swin_shift_merge``  Swin's cyclic shift (torch.roll of [B, H, W, C] as Slice + Concat on axes 1
                     and 2) and patch merging (x[:, i::2, j::2, :] x 4 -> Concat -> LayerNorm -> Linear)
+``deberta_attention``  DeBERTa-v2/v3's disentangled attention as constant folding leaves it: heads
+                    [H, T, d]; c2p = q @ K_pos (a constant [H, d, 2S]) gathered along the last axis
+                    at clamp(i - j + S) (a constant GatherElements index), p2c likewise from k and
+                    transposed; scores + c2p + p2c -> Softmax -> ``masked_fill`` of a constant
+                    all-false mask (no attention_mask given) -> P V
 ``masked_fill_attention``  DeBERTa's ``scores.masked_fill(~mask, float32 lowest)`` -> Softmax with
                     an int64 attention_mask [1, T] input
 
@@ -129,6 +134,39 @@ def swin_shift_merge(H: int = 8, W: int = 8, C: int = 16, shift: int = 2, opset:
     return n.model("swin_shift_merge", [("tokens", [1, H * W, C])])
 
 
+def deberta_attention(T: int = 16, D: int = 32, H: int = 2, span: int = 4, opset: int = 17,
+                      seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] -> DeBERTa's disentangled self-attention core -> [1, T, D]."""
+    n = Net(seed, opset)
+    d = D // H
+    heads = []
+    for p in "qkv":
+        t = n.op("Reshape", [n.linear("x", D, D, p), _i64(n, [T, H, d])], f"{p}_view")
+        heads.append(n.op("Transpose", [t], f"{p}_heads", perm=[1, 0, 2]))          # [H, T, d]
+    q, k, v = heads
+    scale = n.const(np.array(np.sqrt(3 * d), np.float32), "scale")
+    s = n.op("Div", [n.op("MatMul", [q, n.op("Transpose", [k], "k_t", perm=[0, 2, 1])], "qk"), scale], "scores")
+    rel = np.arange(T)[:, None] - np.arange(T)[None, :]
+    c2p_idx = np.broadcast_to(np.clip(rel + span, 0, 2 * span - 1), (H, T, T)).astype(np.int64)
+    p2c_idx = np.broadcast_to(np.clip(-rel + span, 0, 2 * span - 1), (H, T, T)).astype(np.int64)
+    pos_k = (n.rng.standard_normal((H, d, 2 * span)) / np.sqrt(d)).astype(np.float32)
+    pos_q = (n.rng.standard_normal((H, d, 2 * span)) / np.sqrt(d)).astype(np.float32)
+    c2p = n.op("GatherElements", [n.op("MatMul", [q, n.const(pos_k, "pos_key")], "c2p_att"),
+                                  n.const(c2p_idx, "c2p_pos")], "c2p", axis=-1)
+    p2c = n.op("GatherElements", [n.op("MatMul", [k, n.const(pos_q, "pos_query")], "p2c_att"),
+                                  n.const(p2c_idx, "p2c_pos")], "p2c", axis=-1)
+    p2c = n.op("Transpose", [p2c], "p2c_t", perm=[0, 2, 1])
+    s = n.op("Add", [n.op("Add", [s, n.op("Div", [c2p, scale], "c2p_scaled")], "plus_c2p"),
+                     n.op("Div", [p2c, scale], "p2c_scaled")], "plus_p2c")
+    p = n.op("Softmax", [s], "probs", axis=-1)
+    p = n.op("Where", [n.const(np.zeros((1, 1, T), bool), "no_padding"), n.const(np.array(0.0, np.float32), "zero"), p],
+             "masked_probs")
+    a = n.op("Reshape", [n.op("Transpose", [n.op("MatMul", [p, v], "context")], perm=[1, 0, 2]), _i64(n, [1, T, D])],
+             "merge_heads")
+    n.linear(a, D, D, "dense")
+    return n.model("deberta_attention", [("x", [1, T, D])])
+
+
 def masked_fill_attention(T: int = 16, D: int = 32, H: int = 2, opset: int = 17, seed: int = 0) -> onnx.ModelProto:
     """DeBERTa's attention core on x [1, T, D] and an int64 attention_mask [1, T]: scores
     ``masked_fill(~mask, lowest)`` -> Softmax -> P V -> output projection."""
@@ -162,6 +200,7 @@ def main(argv=None) -> int:
     import collections
     import onnx_mrvl
     for name, m in (("llama_block", llama_block()), ("swin_shift_merge", swin_shift_merge()),
+                    ("deberta_attention", deberta_attention()),
                     ("masked_fill_attention", masked_fill_attention())):
         r = onnx_mrvl.convert(m)
         cpu = collections.Counter(x.op_type for x in r.report.cpu_nodes())
