@@ -197,6 +197,9 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "Lookup": ("vector unit (int8 Lookup, docs/fusion.md \"int8\"): quantize the input code, one "
                "gather from the layer's 256-entry table (per channel or shared, held in the vector "
                "unit's local memory), one byte out; assumption: one operation per element", 1),
+    "GatherElements": ("DMA engine / vector unit (assumption): one indexed load per output element at the "
+                       "offset the int32 index table gives (table read once per element), one store; no "
+                       "arithmetic; one operation per element", 1),
     "gelu": ("epilogue on the vector unit: 0.5 x erfc(-x / sqrt 2), erfc as t exp(-z^2 + P9(t)) with "
              "t = 1 / (1 + z / 2) (reciprocal, degree-9 polynomial, exp by LUT)", 16),
     "gelu_tanh": ("epilogue on the vector unit: x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (cube, "

@@ -250,7 +250,12 @@ def test_deberta_disentangled_attention_one_region(tmp_path):
     assert rules.count("batched_const_matmul") == 2 and rules.count("where_const_cond") == 1
     np.testing.assert_allclose(run_ort(leg.model, feeds)[0], ref[0], rtol=0, atol=1e-6 * np.abs(ref[0]).max())
     f = fuse(leg)
-    assert sum(1 for n in f.model.graph.node if n.domain == opset.DOMAIN and n.op_type == "GatherElements") == 2
+    gathers = [n for n in f.model.graph.node if n.domain == opset.DOMAIN and n.op_type == "GatherElements"]
+    assert len(gathers) == 2
+    from onnx_mrvl.graph_index import GraphIndex
+    from onnx_mrvl.split import cost
+    gi = GraphIndex(f.model)
+    assert all(cost.vector_ops(gi, n) == 2 * 16 * 16 for n in gathers)    # one indexed copy per element
     np.testing.assert_allclose(run_ort(f.model, feeds)[0], ref[0], rtol=0, atol=1e-5 * np.abs(ref[0]).max())
     res, got = convert_and_run(m, feeds, tmp_path)
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()

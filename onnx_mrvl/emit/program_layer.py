@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+import numpy as np
+
 from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
@@ -73,8 +75,9 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = concat(a, ctx, lname, in_shapes, params, weights)
     elif layer_name == "Slice2D":
         out = slice2d(a, in_shapes, params)
-    elif layer_name == "GatherElements":
+    elif layer_name == "GatherElements":   # one indexed copy per element (target.VECTOR_LOWERINGS)
         out = gather_elements(a, ctx, lname, in_shapes, params, weights)
+        vector_ops = int(np.prod(out))
     elif layer_name in ("LayerNorm", "Softmax"):
         build = transformer_layers.layernorm if layer_name == "LayerNorm" else transformer_layers.softmax
         out, vector_ops = build(a, ctx, lname, in_shapes, params, weights)
