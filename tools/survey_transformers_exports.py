@@ -127,6 +127,9 @@ def _models():
                                                                num_hidden_layers=2, num_attention_heads=4,
                                                                intermediate_size=256)), _pixels, img),
     }
+    for mod in m["mobilevit"][0].modules():   # HF zero-initialises some norms' scales: the output would be 0
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
     return m
 
 
