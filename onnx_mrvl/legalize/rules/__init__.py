@@ -17,6 +17,7 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
+from . import avgpool_global, reducesum_to_mean, sigmoid_expanded, sub_tensors, unbind_to_gather
 from .base import Match
 
 RULES = (
@@ -52,6 +53,9 @@ RULES = (
     group_norm,
     sum_to_add,
     sub_div_const,
+    sub_tensors,
+    sigmoid_expanded,
+    unbind_to_gather,
     clip_canonical,
     relu6_to_clip,
     hardswish_canonical,
@@ -82,6 +86,8 @@ RULES = (
     conv_phase_s2d,
     conv_kernel_split,
     avgpool_calibrate,
+    avgpool_global,
+    reducesum_to_mean,
     reducemean_to_gap,
     reduce_axis_to_pool,
     gap_split,
