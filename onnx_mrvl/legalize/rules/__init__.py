@@ -17,7 +17,7 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
-from . import avgpool_global, reducesum_to_mean, sigmoid_expanded, sub_tensors, unbind_to_gather
+from . import avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, sub_tensors, unbind_to_gather
 from .base import Match
 
 RULES = (
@@ -64,6 +64,7 @@ RULES = (
     reshape_static,
     repeat_to_resize,
     tensordot_to_matmul,
+    matmul_rank_align,
     gemm_canonical,
     matmul_to_gemm,
     conv_attrs,
