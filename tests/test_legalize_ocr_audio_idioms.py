@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 import onnx_mrvl
+from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare
 from test_fuse_exports import Net, feeds_for, rel_err, run_ort
@@ -212,3 +213,103 @@ def test_reducesum_rule_in_opset_18_writes_axes_as_input():
     assert "ReduceSum" not in _ops(out)
     assert rel_err(run_ort(m, feeds_for(m)), run_ort(out, feeds_for(m))) < 1e-6
     onnx.checker.check_model(out, full_check=True)
+
+
+def _hf_older_decoder_attention(t=12, c=32, h=4):
+    """Hugging Face's older decoder self-attention as the dynamo exporter writes it (TrOCR, BART,
+    Marian): q [1, h, T, d] against k as bmm's 3-D [h, d, T] (ranks 4 and 3), ``view(B, h, T, T)
+    + causal mask`` of float32's lowest, ``view(B * h, T, T)``, Softmax, bmm with v [h, T, d]."""
+    n = Net(14)
+    d = c // h
+    q = n.op("Transpose", [n.op("Reshape", [n.op("MatMul", ["x", n.w(c, c)]),
+                                            n.const(np.array([1, t, h, d], np.int64))])], "q", perm=[0, 2, 1, 3])
+    k = n.op("Reshape", [n.op("MatMul", ["x", n.w(c, c)]), n.const(np.array([t, h, d], np.int64))])
+    k = n.op("Transpose", [k], "k", perm=[1, 2, 0])                       # [h, d, T]
+    v = n.op("Transpose", [n.op("Reshape", [n.op("MatMul", ["x", n.w(c, c)]),
+                                            n.const(np.array([t, h, d], np.int64))])], "v", perm=[1, 0, 2])
+    s = n.op("MatMul", [q, k], "scores")                                    # [1, h, T, T]
+    mask = np.triu(np.full((t, t), np.finfo(np.float32).min, np.float32), 1)[None, None]
+    s = n.op("Add", [s, n.const(mask)], "causal")
+    s = n.op("Reshape", [s, n.const(np.array([h, t, t], np.int64))], "flat")
+    o = n.op("MatMul", [n.op("Softmax", [s], axis=-1), v], "attn_v")      # [h, T, d]
+    o = n.op("Reshape", [n.op("Transpose", [o], perm=[1, 0, 2]), n.const(np.array([1, t, c], np.int64))])
+    return n.model([("x", [1, t, c])], [n.op("MatMul", [o, n.w(c, c)], "out_proj")])
+
+
+def test_hf_older_attention_mask_through_reshape_and_rank_3_key_in_one_region(tmp_path):
+    m = _hf_older_decoder_attention()
+    out, log = legalize_and_compare(m)
+    assert any("same broadcast" in str(e) for e in log)
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    assert res.report.decisions["causal"].placement == "accelerator"
+
+
+def test_mask_fill_read_by_a_reshape_changing_the_last_axis_stays_on_the_cpu():
+    n = Net(15)
+    mask = np.triu(np.full((6, 6), np.finfo(np.float32).min, np.float32), 1)[None, None]
+    s = n.op("Add", ["x", n.const(mask)], "causal")
+    s = n.op("Reshape", [s, n.const(np.array([2, 36], np.int64))], "flat")
+    m = n.model([("x", [1, 2, 6, 6])], [n.op("Softmax", [s], axis=-1)])
+    r = fuse(legalize(m))
+    assert r.decisions["causal"].placement == "cpu" and "Reshape 'flat'" in r.decisions["causal"].reason
+
+
+def test_matmul_rank_align_keeps_constant_weights_alone():
+    n = Net(16)
+    y = n.op("MatMul", ["x", n.w(8, 4)], "fc")
+    z = n.op("MatMul", ["x", "b3"], "batched")
+    m = n.model([("x", [1, 2, 5, 8]), ("b3", [2, 8, 3])], [y, z])
+    out, log = legalize_and_compare(m)
+    aligned = [e for e in log if "same broadcast" in str(e)]
+    assert len(aligned) == 1 and "batched" in str(aligned[0])
+
+
+def _crn_mask(dynamo: bool):
+    """CRN's output: ConvTranspose2d decoder -> Softplus mask (nn.Softplus; the dynamo exporter's
+    Where(x > 20, x, Softplus(x))) times the noisy magnitude, sqrt(re^2 + im^2) of a conv STFT."""
+    n = Net(17)
+    re = n.op("Conv", ["frames", n.w(16, 1, 1, 32)], kernel_shape=[1, 32], strides=[1, 16])
+    im = n.op("Conv", ["frames", n.w(16, 1, 1, 32)], kernel_shape=[1, 32], strides=[1, 16])
+    mag = n.op("Sqrt", [n.op("Add", [n.op("Add", [n.op("Mul", [re, re]), n.op("Mul", [im, im])]),
+                                     n.const(np.float32(1e-7))])], "magnitude")
+    y = n.conv(mag, 16, 16, k=1, act="relu")
+    y = n.op("Conv", [y, n.w(16, 16, 1, 1)], kernel_shape=[1, 1])
+    if dynamo:
+        sp = n.op("Softplus", [y])
+        y = n.op("Where", [n.op("Greater", [y, n.const(np.float32(20.0))]), y, sp], "mask")
+    else:
+        y = n.op("Softplus", [y], "mask")
+    return n.model([("frames", [1, 1, 1, 272])], [n.op("Mul", [y, mag], "enhanced")])
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_softplus_and_sqrt_run_as_activations(dynamo, tmp_path):
+    m = _crn_mask(dynamo)
+    out, _ = legalize_and_compare(m)
+    assert not {"Where", "Greater"} & set(_ops(out))
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    acts = {a for layer in res.subgraphs[0].nodes_json["nodes"]
+            for a in layer.get("attrs", {}).get("activation_type", [])}
+    assert {"softplus", "sqrt"} <= acts, acts
+
+
+def test_softplus_threshold_below_15_is_kept():
+    n = Net(18)
+    sp = n.op("Softplus", ["x"])
+    y = n.op("Where", [n.op("Greater", ["x", n.const(np.float32(2.0))]), "x", sp], "where")
+    m = n.model([("x", [1, 4, 8])], [y])
+    out, _ = legalize_and_compare(m)
+    assert "Where" in _ops(out)
+
+
+def test_simulator_softplus_and_sqrt_match_numpy():
+    from onnx_mrvl.sim.activations import apply_activation
+    x = np.linspace(-40, 40, 1001, dtype=np.float32)
+    ref = np.logaddexp(0, x.astype(np.float64))
+    got = apply_activation(x.copy(), "softplus")
+    assert np.max(np.abs(got - ref) / np.maximum(ref, 1e-30)) < 1e-6
+    pos = np.abs(x)
+    assert np.array_equal(apply_activation(pos.copy(), "sqrt"), np.sqrt(pos))
+    assert np.isnan(apply_activation(np.array([-1.0], np.float32), "sqrt")).all()

@@ -17,7 +17,8 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
-from . import avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, sub_tensors, unbind_to_gather
+from . import (avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, softplus_threshold,
+               sub_tensors, unbind_to_gather)
 from .base import Match
 
 RULES = (
@@ -55,6 +56,7 @@ RULES = (
     sub_div_const,
     sub_tensors,
     sigmoid_expanded,
+    softplus_threshold,
     unbind_to_gather,
     clip_canonical,
     relu6_to_clip,
