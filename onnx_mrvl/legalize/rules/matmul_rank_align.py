@@ -2,7 +2,9 @@
 lower-rank operand reshaped with leading unit axes to the other's rank: the same broadcast
 (numpy / ONNX MatMul semantics), and fuse's batched MatMul takes operands of one rank. The dynamo
 exporter writes Hugging Face's older attention (TrOCR, BART, Marian:
-``bmm(q.view(B * h, T, d), k.view(B * h, S, d).transpose(1, 2))``) as a 4-D query against a 3-D key."""
+``bmm(q.view(B * h, T, d), k.view(B * h, S, d).transpose(1, 2))``) as a 4-D query against a 3-D key.
+A QDQ MatMul (an operand from a DequantizeLinear: a weight quantized per channel, int8 batched
+matmuls) keeps its form."""
 from __future__ import annotations
 
 from typing import Optional
@@ -28,6 +30,10 @@ def match(node, g) -> Optional[Match]:
 def check(m: Match, g, target) -> Optional[str]:
     if not all(is_float(g, t) for t in m.node.input):
         return "integer MatMul"
+    for t in m.node.input:
+        p = g.producer.get(t)
+        if p is not None and p.op_type == "DequantizeLinear":
+            return "a QDQ MatMul (a Reshape would stand between its DequantizeLinear and the MatMul)"
     return None
 
 
