@@ -1,5 +1,5 @@
-"""MatMul of two run-time operands of different ranks (3-D and 4-D, or 2-D and 3-D / 4-D) -> the
-lower-rank operand reshaped with leading unit axes to the other's rank: the same broadcast
+"""MatMul of two run-time operands of ranks 3 and 4 -> the 3-D operand reshaped with a leading unit
+axis to 4-D: the same broadcast
 (numpy / ONNX MatMul semantics), and fuse's batched MatMul takes operands of one rank. The dynamo
 exporter writes Hugging Face's older attention (TrOCR, BART, Marian:
 ``bmm(q.view(B * h, T, d), k.view(B * h, S, d).transpose(1, 2))``) as a 4-D query against a 3-D key.
@@ -22,7 +22,7 @@ def match(node, g) -> Optional[Match]:
     if g.is_const(a) or g.is_const(b):
         return None
     sa, sb = g.shape(a), g.shape(b)
-    if sa is None or sb is None or len(sa) == len(sb) or min(len(sa), len(sb)) < 2 or max(len(sa), len(sb)) > 4:
+    if sa is None or sb is None or len(sa) == len(sb) or sorted((len(sa), len(sb))) != [3, 4]:
         return None
     return Match([node], {"low": 0 if len(sa) < len(sb) else 1, "rank": max(len(sa), len(sb))})
 
