@@ -313,3 +313,18 @@ def test_simulator_softplus_and_sqrt_match_numpy():
     pos = np.abs(x)
     assert np.array_equal(apply_activation(pos.copy(), "sqrt"), np.sqrt(pos))
     assert np.isnan(apply_activation(np.array([-1.0], np.float32), "sqrt")).all()
+
+
+def test_crop_between_smooth_activations_becomes_a_conv(tmp_path):
+    """CRN's decoder: ConvTranspose2d -> BN -> ELU -> ``[:, :, :-1]`` (the causal crop) -> next layer;
+    ELU / Tanh neighbours count as accelerator ops for crop_to_conv (in a QDQ export the crop sits
+    between the float ELU and a QuantizeLinear: it cut 5 regions)."""
+    n = Net(19)
+    y = n.op("Elu", [n.conv("x", 4, 8, act=None)], "elu")
+    y = n.op("Slice", [y, n.const(np.array([0], np.int64)), n.const(np.array([-1], np.int64)),
+                       n.const(np.array([2], np.int64))], "causal_crop")
+    m = n.model([("x", [1, 4, 9, 12])], [n.op("Tanh", [y], "tanh")])
+    out, log = legalize_and_compare(m)
+    assert "Slice" not in _ops(out)
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()

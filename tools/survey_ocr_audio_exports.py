@@ -7,7 +7,7 @@ never run by the tests). Export in a scratch venv, survey with the project's ven
 is tools/survey_torch_exports.py's):
 
     /tmp/venv/bin/python tools/survey_ocr_audio_exports.py export OUT_DIR [NAME ...]
-    python tools/survey_ocr_audio_exports.py survey OUT_DIR [NAME ...] [--quant]
+    python tools/survey_ocr_audio_exports.py survey OUT_DIR [NAME ...] [--quant] [--clean]
 
 Models (docs/surveys/ocr-audio.md): OCR: crnn_vgg, crnn_resnet (EasyOCR / deep-text-recognition
 style), ppocr_rec (PP-LCNetV3 + SVTR neck + CTC), svtr_tiny (local / global mixing), dbnet_r18,
@@ -728,8 +728,22 @@ def main(argv=None) -> int:
     ap.add_argument("folder")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
-    a = ap.parse_args(argv)
-    return export(a.folder, a.names) if a.command == "export" else common.survey(a.folder, a.names, a.quant)
+    ap.add_argument("--clean", action="store_true",
+                    help="survey: delete each export's converted / quantized files once its lines are printed")
+    a = ap.parse_intermixed_args(argv)
+    if a.command == "export":
+        return export(a.folder, a.names)
+    if not a.clean:
+        return common.survey(a.folder, a.names, a.quant)
+    import glob
+    import shutil
+    for src in sorted(glob.glob(os.path.join(a.folder, "*.onnx"))):
+        name = os.path.basename(src)[:-5]
+        if a.names and not any(n in name for n in a.names):
+            continue
+        common.survey(a.folder, [name], a.quant)
+        shutil.rmtree(os.path.join(a.folder, "survey"), ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
