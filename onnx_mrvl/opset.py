@@ -34,7 +34,7 @@ ACTIVATION_PARAMS: Dict[str, Tuple[str, ...]] = {
     "none": (), "relu": (), "clamp": ("activation_min", "activation_max"),
     "leaky_relu": ("activation_alpha",), "prelu": (), "sigmoid": (), "tanh": (),
     "hard_sigmoid": ("activation_alpha", "activation_beta"), "hard_swish": (), "silu": (),
-    "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (), "erf": (),
+    "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (), "erf": (), "softplus": (), "sqrt": (),
 }
 TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]

@@ -13,7 +13,7 @@ from typing import List
 import onnx
 from onnx import helper
 
-SMOOTH_ACTIVATIONS = ("gelu", "gelu_tanh", "elu", "mish", "erf")
+SMOOTH_ACTIVATIONS = ("gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt")
 
 
 def _c(name: str, values, dims=None, dtype=onnx.TensorProto.FLOAT):
@@ -38,6 +38,10 @@ def smooth_activation_nodes(act: str, x: str, y: str, attrs: dict) -> List[onnx.
                 helper.make_node("Mul", ["g_m", "g_half"], [y])]
     if act == "erf":         # QDQ GELUs: the Erf between Q/DQ pairs (fuse/qdq_transformer.py)
         return [helper.make_node("Erf", [x], [y])]
+    if act == "softplus":    # CRN's mask, PyTorch's nn.Softplus
+        return [helper.make_node("Softplus", [x], [y])]
+    if act == "sqrt":        # magnitude spectra of conv STFTs (DTLN, Silero VAD)
+        return [helper.make_node("Sqrt", [x], [y])]
     if act == "elu":
         return [helper.make_node("Elu", [x], [y], alpha=float(attrs.get("activation_alpha", 1.0)))]
     if act == "mish":

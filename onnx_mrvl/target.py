@@ -28,7 +28,7 @@ from typing import Dict, Optional, Tuple
 
 ACTIVATIONS: Tuple[str, ...] = (
     "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu",
-    "gelu", "gelu_tanh", "elu", "mish", "erf",
+    "gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt",
 )
 
 
@@ -209,6 +209,10 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "elu": ("epilogue on the vector unit: x > 0 ? x : alpha (exp(x) - 1) (exp by LUT, select)", 3),
     "mish": ("epilogue on the vector unit: x tanh(log1p(exp(-|x|)) + max(x, 0)) (exp and log by "
              "LUT, tanh as a rational function)", 8),
+    "softplus": ("epilogue on the vector unit: max(x, 0) + log1p(exp(-|x|)) (abs, exp and log by LUT, "
+                 "max, add)", 5),
+    "sqrt": ("epilogue on the vector unit: x * rsqrt(x) (rsqrt by LUT + one Newton step; 0 for x = 0, "
+             "NaN for x < 0 as ONNX Sqrt)", 4),
 }
 
 

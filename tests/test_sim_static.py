@@ -163,3 +163,23 @@ def test_transpose_round_threads_and_flags():
             bits = lib.transpose_round(x.ctypes.data, out.ctypes.data, shape[0], shape[1], shape[2] * shape[3], nthreads)
             np.testing.assert_array_equal(out, want)
             assert bits == (1 | (2 if ok else 0))
+
+
+def test_reshape_of_a_residual_conv_output_shares_the_residual_buffer():
+    """A residual conv (Conv2D + Sum2D written over its residual's buffer) whose output a Squeeze
+    aliases (DCCRN's complex conv: conv_r(x_r) + (-conv_i(x_i)) -> [B, C, F, 1] -> squeeze): the
+    alias follows the output into the residual's buffer (it had no buffer: KeyError at load)."""
+    from test_fuse_exports import Net
+    n = Net(21)
+    a = n.op("Relu", [n.op("Conv", ["x", n.w(8, 4, 1, 1)], kernel_shape=[1, 1])])
+    r = n.op("Conv", ["x", n.w(8, 4, 1, 1)], kernel_shape=[1, 1])
+    b = n.op("Conv", [a, n.w(8, 8, 1, 1)], kernel_shape=[1, 1])
+    c = n.op("Add", [b, r], "residual")
+    s = n.op("Squeeze", [c, n.const(np.array([3], np.int64))], "squeeze")
+    y = n.op("Mul", [s, n.const(np.float32(0.5))], "scale")
+    m = n.model([("x", [1, 4, 16, 1])], [y])
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1
+    sim = Simulator(res.subgraphs[0].binary)
+    x = RNG.standard_normal((1, 4, 16, 1)).astype(np.float32)
+    assert_same(both(sim, [x]))

@@ -36,13 +36,20 @@ from .patterns import ELTWISE_RANKS, build_eltwise
 MASK_FILL = -32768.0   # -2**15: exact in fp16, x + MASK_FILL finite for |x| < 32736, exp(MASK_FILL) == 0
 
 
-def _softmax_reader(g: GraphIndex, t: str) -> Optional[str]:
-    """None when ``t`` is read only by Softmax over its last axis, else the reason."""
+def _softmax_reader(g: GraphIndex, t: str, depth: int = 3) -> Optional[str]:
+    """None when ``t`` is read only by Softmax over its last axis, else the reason. Reshapes keeping
+    the last axis (Hugging Face's older attention: ``view(B, h, T, S) + mask``, then
+    ``view(B * h, T, S)`` and the Softmax: BART, Marian, TrOCR) pass: rows stay rows."""
     users = g.consumers.get(t, [])
-    rank = len(g.shape(t))
+    shape = g.shape(t)
+    rank = len(shape)
     if t in g.output_set or not users:
         return "its result is a graph output"
     for c in users:
+        if c.op_type == "Reshape" and depth and c.input[0] == t:
+            out = g.shape(c.output[0])
+            if out and out[-1] == shape[-1] and _softmax_reader(g, c.output[0], depth - 1) is None:
+                continue
         if c.op_type != "Softmax" or attr(c, "axis", -1 if _opset(g) >= 13 else 1) % rank != rank - 1:
             return f"its result is read by {c.op_type} '{c.name}', not only by a Softmax over the last axis"
     return None

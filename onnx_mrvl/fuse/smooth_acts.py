@@ -176,7 +176,7 @@ def match(g: GraphIndex, x: str, allowed) -> Optional[StepMatch]:
 
 
 def classify_single(n: onnx.NodeProto, allowed) -> Optional[StepMatch]:
-    """Gelu (opset 20), Mish (opset 18), Elu, Erf as one activation, or None."""
+    """Gelu (opset 20), Mish (opset 18), Elu, Erf, Softplus, Sqrt as one activation, or None."""
     if not _std(n) or not n.output or not n.output[0]:
         return None
     kind, attrs = None, {}
@@ -188,6 +188,8 @@ def classify_single(n: onnx.NodeProto, allowed) -> Optional[StepMatch]:
         kind = "mish"
     elif n.op_type == "Erf":   # alone: a QDQ GELU's Erf between Q/DQ pairs
         kind = "erf"
+    elif n.op_type in ("Softplus", "Sqrt"):   # alone (a Softplus inside a Mish is matched as the mish form)
+        kind = n.op_type.lower()
     elif n.op_type == "Elu":
         kind, attrs = "elu", {"activation_alpha": float(attr(n, "alpha", 1.0))}
     if kind is None or kind not in allowed:

@@ -2,7 +2,7 @@
 Reshape or a CPU op) becomes ``Mul2D(x, 1.0)`` carrying the activation. ``x * 1 == x`` exactly (also
 in fp16), so no new accelerator op is needed.
 
-    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish | Elu | Gelu | Mish | Erf
+    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish | Elu | Gelu | Mish | Erf | Softplus | Sqrt
                                                                          -> Mul2D(x, 1) + activation
     Sigmoid(x) -> Mul(x, .)  /  HardSigmoid(x; 1/6, 1/2) -> Mul(x, .)    -> Mul2D(x, 1) + silu / hard_swish
     written-out gelu / gelu_tanh / mish (smooth_acts.py), from their first node -> Mul2D(x, 1) + it
@@ -25,7 +25,7 @@ from .groups import Group
 from .patterns import allowed_activations, tensor_reason
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
-                  "PRelu", "Erf")
+                  "PRelu", "Erf", "Softplus", "Sqrt")
 
 
 def _mul2d(g: GraphIndex, x: str, m) -> Group:
@@ -99,5 +99,5 @@ def _kind(n: onnx.NodeProto) -> str:
     if n.op_type == "HardSigmoid":
         return f"hard_sigmoid(alpha={attr(n, 'alpha', 0.2):g}, beta={attr(n, 'beta', 0.5):g})"
     return {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
-            "HardSwish": "hard_swish", "Elu": "elu", "Mish": "mish", "Erf": "erf",
+            "HardSwish": "hard_swish", "Elu": "elu", "Mish": "mish", "Erf": "erf", "Softplus": "softplus", "Sqrt": "sqrt",
             "Gelu": f"gelu(approximate={attr(n, 'approximate', b'none')!r})"}.get(n.op_type, n.op_type)

@@ -81,7 +81,7 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh",
                "hard_sigmoid", "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish",
-               "erf")
+               "erf", "softplus", "sqrt")
 
 
 def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tuple[float, float]:
@@ -132,7 +132,7 @@ def make_activation(name: Optional[str], params: Optional[Mapping] = None,
         return hard_swish
     if name == "silu":
         return silu
-    if name in ("gelu", "gelu_tanh", "mish", "erf"):
+    if name in ("gelu", "gelu_tanh", "mish", "erf", "softplus", "sqrt"):
         return getattr(activations_smooth, name)
     if name == "elu":
         return lambda x: activations_smooth.elu(x, p0)

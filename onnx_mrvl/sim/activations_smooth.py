@@ -1,5 +1,5 @@
 """The smooth activations of transformer and modern CNN layers, in fp32 (in place where possible):
-GELU (erf and tanh forms), ELU and Mish.
+GELU (erf and tanh forms), ELU, Mish, Softplus and Sqrt.
 
 Hardware-plausible formulas, the same for every kernel path (the compiled kernels store the
 pre-activation value and these finish it, as for sigmoid / tanh):
@@ -12,6 +12,7 @@ pre-activation value and these finish it, as for sigmoid / tanh):
   without the cancellation of ``1 + tanh(u)`` for negative x.
 * ``elu``: ``x`` for x > 0, ``alpha (exp(x) - 1)`` otherwise (expm1).
 * ``mish``: ``x tanh(softplus(x))``, softplus as ``max(x, 0) + log1p(exp(-|x|))``.
+* ``softplus``: that softplus alone; ``sqrt``: fp32 square root (a conv STFT's magnitude).
 """
 from __future__ import annotations
 
@@ -84,4 +85,23 @@ def mish(x: np.ndarray) -> np.ndarray:
         sp += np.maximum(x, F32(0))
         np.tanh(sp, out=sp)
         x *= sp
+    return x
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)) as ``max(x, 0) + log1p(exp(-|x|))`` (no overflow for large x)."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        sp = np.abs(x)
+        np.negative(sp, out=sp)
+        np.exp(sp, out=sp)
+        np.log1p(sp, out=sp)
+        np.maximum(x, F32(0), out=x)
+        x += sp
+    return x
+
+
+def sqrt(x: np.ndarray) -> np.ndarray:
+    """sqrt(x) in fp32 (NaN for x < 0, as ONNX Sqrt)."""
+    with np.errstate(invalid="ignore"):
+        np.sqrt(x, out=x)
     return x

@@ -84,6 +84,11 @@ class StaticPlan:
                 root[s.out] = root.get(s.ins[0], s.ins[0])
         self.aliases = dict(root)                       # the reshapes (int8_plan reads them)
         root = self._inplace_residuals(root)            # plus the residuals written over
+        for t in list(root):                            # a reshape of a residual conv's output: the residual's buffer
+            r = root[t]
+            while r in root and root[r] != r:
+                r = root[r]
+            root[t] = r
         born = {t: -1 for t in self.input_ids}
         last: Dict[int, int] = {}
         for i, s in enumerate(self.steps):

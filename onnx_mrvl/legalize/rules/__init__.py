@@ -18,6 +18,8 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import batched_const_matmul, expand_to_concat, mask_fill_add, signed_permute, strided_slice_view, where_const_cond
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
+from . import (avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, softplus_threshold,
+               sub_tensors, unbind_to_gather)
 from .base import Match
 
 RULES = (
@@ -59,6 +61,10 @@ RULES = (
     expand_to_concat,
     strided_slice_view,
     batched_const_matmul,
+    sub_tensors,
+    sigmoid_expanded,
+    softplus_threshold,
+    unbind_to_gather,
     clip_canonical,
     relu6_to_clip,
     hardswish_canonical,
@@ -67,6 +73,7 @@ RULES = (
     reshape_static,
     repeat_to_resize,
     tensordot_to_matmul,
+    matmul_rank_align,
     gemm_canonical,
     matmul_to_gemm,
     conv_attrs,
@@ -89,6 +96,8 @@ RULES = (
     conv_phase_s2d,
     conv_kernel_split,
     avgpool_calibrate,
+    avgpool_global,
+    reducesum_to_mean,
     reducemean_to_gap,
     reduce_axis_to_pool,
     gap_split,

@@ -19,7 +19,8 @@ NAME = "pad_to_conv"
 OPS = ("Pad",)
 NEIGHBOURS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Add",
               "Mul", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Concat",
-              "Resize", "BatchNormalization", "Max", "Min")
+              "Resize", "BatchNormalization", "Max", "Min", "Tanh", "Elu", "Softplus", "Sqrt", "Gelu",
+              "Mish", "PRelu", "MatMul", "Gemm")
 
 
 def beside_accelerator_op(g, node) -> bool:

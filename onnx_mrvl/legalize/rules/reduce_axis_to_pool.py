@@ -72,6 +72,7 @@ def check(m: Match, g, target) -> Optional[str]:
     if steps is None or size < 2:
         return f"axis of size {size} has no exact factorisation into windows <= {target.max_pool_kernel}"
     m.data["steps"] = steps
+    m.data["fold"] = m.data["sx"][0] > target.max_batch   # leading axis of rows (time steps): into channels
     return None
 
 
@@ -85,6 +86,9 @@ def rewrite(m: Match, g) -> str:
         sx = [sx[0], sx[1], 1, sx[2]]
         x = reshape(g, x, sx, near=node, origin=origin, tag="to4d")
         axis = 3
+    if m.data.get("fold"):                             # [N, C, H, W] -> [1, N*C, H, W]: a per-channel pool
+        sx = [1, sx[0] * sx[1], sx[2], sx[3]]
+        x = reshape(g, x, sx, near=node, origin=origin, tag="rows_to_channels")
     for k, d in enumerate(steps):
         win = [d, 1] if axis == 2 else [1, d]
         sx[axis] //= d
