@@ -337,3 +337,28 @@ def test_where_const_cond_mixed_mask_is_mul_add(tmp_path):
     res, got = convert_and_run(m, feeds, tmp_path)
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
     assert_fp16_close(run_ort(m, feeds), got)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_wavlm_gate_sum_and_widening_mul(keepdims, tmp_path):
+    """WavLM's gate: a ReduceSum over the last axis and a [.., 1] gate times a constant bias of the
+    full shape (legalize last_axis_ones: MatMuls by ones) -> one region."""
+    n = Net(6, 18)
+    T = 12
+    g = n.op("Reshape", [n.linear("x", 16, 8, "gate"), A._i64(n, [T, 2, 4])], "gate_view")
+    s = n.op("ReduceSum", [g, A._i64(n, [-1])], "gate_sum", keepdims=keepdims)
+    if not keepdims:
+        s = n.op("Reshape", [s, A._i64(n, [T, 2, 1])], "gate_col")
+    s = n.op("Sigmoid", [s], "gate_sigmoid")
+    bias = np.random.default_rng(1).standard_normal((T, 2, 16)).astype(np.float32)
+    y = n.op("Mul", [s, n.const(bias, "position_bias")], "gated_bias")
+    n.linear(n.op("Reshape", [y, A._i64(n, [1, T, 32])], "flat"), 32, 8, "out")
+    m = n.model("gate", [("x", [1, T, 16])])
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, T, 16)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    assert [r for r, _, _ in leg.log].count("last_axis_ones") == 2
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], ref[0], rtol=0, atol=1e-5 * np.abs(ref[0]).max())
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)

@@ -16,7 +16,8 @@ from . import dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
-from . import batched_const_matmul, expand_to_concat, mask_fill_add, signed_permute, strided_slice_view, where_const_cond
+from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
+    where_const_cond
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from .base import Match
 
@@ -59,6 +60,7 @@ RULES = (
     expand_to_concat,
     strided_slice_view,
     batched_const_matmul,
+    last_axis_ones,
     clip_canonical,
     relu6_to_clip,
     hardswish_canonical,
