@@ -362,3 +362,29 @@ def test_wavlm_gate_sum_and_widening_mul(keepdims, tmp_path):
     res, got = convert_and_run(m, feeds, tmp_path)
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
     assert_fp16_close(ref, got)
+
+
+def test_dynamic_int8_codes_moved_then_dequantized(tmp_path):
+    """quantize_dynamic's DynamicQuantizeLinear -> Transpose of the codes -> DequantizeLinear
+    (SegFormer's efficient attention) -> the Transpose in float (legalize dynamic_dq_moves)."""
+    w = np.random.default_rng(3).standard_normal((8, 6)).astype(np.float32)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dql"),
+             helper.make_node("Transpose", ["q"], ["qt"], name="codes_t", perm=[0, 2, 1]),
+             helper.make_node("DequantizeLinear", ["qt", "s", "z"], ["xt"], name="dq"),
+             helper.make_node("MatMul", ["xt", "w"], ["y"], name="fc")]
+    g = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 5])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 5, 6])],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 5)).astype(np.float32)}
+    leg = legalize(m)
+    assert any(rule == "dynamic_dq_moves" for rule, _, _ in leg.log)
+    assert not [n for n in leg.model.graph.node if n.op_type in ("DynamicQuantizeLinear", "DequantizeLinear")]
+    exact = np.transpose(feeds["x"], (0, 2, 1)) @ w          # the float chain: no dynamic rounding
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], exact, rtol=1e-5, atol=1e-5)
+    ref = run_ort(m, feeds)[0]                                # onnxruntime's dynamic run: within its rounding
+    assert float(np.abs(ref - exact).max()) <= 2e-2 * float(np.abs(exact).max())
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert float(np.abs(got[0] - exact).max()) <= F16_TOL * float(np.abs(exact).max())

@@ -44,14 +44,16 @@ def check(m: Match, g, target) -> Optional[str]:
     if not is_float(g, x) or not _static(g, x) or not _static(g, node.output[0]):
         return "not a float tensor with a static shape"
     sx, sy = list(g.shape(x)), list(g.shape(node.output[0]))
+    if len(sx) < 2:
+        return "a scalar or 1-D tensor"
     if node.op_type == "ReduceSum":
         axes = axes_of(g, node, 1)
         if axes is None or len(axes) != 1 or axes[0] % len(sx) != len(sx) - 1:
             return "not a sum over the last axis alone"
         if attr(node, "noop_with_empty_axes", 0):
             return "noop_with_empty_axes"
-        if sx[-1] > MAX_N or len(sx) < 2:
-            return f"a sum over {sx[-1]} values (at most {MAX_N}) of a tensor of rank >= 2"
+        if sx[-1] > MAX_N:
+            return f"a sum over {sx[-1]} values (at most {MAX_N})"
         m.data.update(x=x, keep=int(attr(node, "keepdims", 1)))
         return None
     c = g.const(node.input[1] if x == node.input[0] else node.input[0])
