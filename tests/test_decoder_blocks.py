@@ -388,3 +388,17 @@ def test_dynamic_int8_codes_moved_then_dequantized(tmp_path):
     res, got = convert_and_run(m, feeds, tmp_path)
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
     assert float(np.abs(got[0] - exact).max()) <= F16_TOL * float(np.abs(exact).max())
+
+
+def test_rotate_half_torchscript_slice_bounds():
+    """The TorchScript exporter's ``x[..., h:]``: end INT64_MAX, axis given as -1; still exact."""
+    n = Net(5, 17)
+    big = np.iinfo(np.int64).max
+    x1 = n.op("Slice", ["q", A._i64(n, [0]), A._i64(n, [8]), A._i64(n, [-1]), A._i64(n, [1])], "x1")
+    x2 = n.op("Slice", ["q", A._i64(n, [8]), A._i64(n, [big]), A._i64(n, [-1]), A._i64(n, [1])], "x2")
+    n.op("Concat", [n.op("Neg", [x2], "neg"), x1], "rotate_half", axis=3)
+    m = n.model("rot_ts", [("q", [1, 2, 4, 16])])
+    feeds = {"q": np.random.default_rng(1).standard_normal((1, 2, 4, 16)).astype(np.float32)}
+    leg = legalize(m)
+    assert any(rule == "signed_permute" for rule, _, _ in leg.log)
+    np.testing.assert_array_equal(run_ort(leg.model, feeds)[0], run_ort(m, feeds)[0])
