@@ -337,3 +337,68 @@ def test_where_const_cond_mixed_mask_is_mul_add(tmp_path):
     res, got = convert_and_run(m, feeds, tmp_path)
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
     assert_fp16_close(run_ort(m, feeds), got)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_wavlm_gate_sum_and_widening_mul(keepdims, tmp_path):
+    """WavLM's gate: a ReduceSum over the last axis and a [.., 1] gate times a constant bias of the
+    full shape (legalize last_axis_ones: MatMuls by ones) -> one region."""
+    n = Net(6, 18)
+    T = 12
+    g = n.op("Reshape", [n.linear("x", 16, 8, "gate"), A._i64(n, [T, 2, 4])], "gate_view")
+    s = n.op("ReduceSum", [g, A._i64(n, [-1])], "gate_sum", keepdims=keepdims)
+    if not keepdims:
+        s = n.op("Reshape", [s, A._i64(n, [T, 2, 1])], "gate_col")
+    s = n.op("Sigmoid", [s], "gate_sigmoid")
+    bias = np.random.default_rng(1).standard_normal((T, 2, 16)).astype(np.float32)
+    y = n.op("Mul", [s, n.const(bias, "position_bias")], "gated_bias")
+    n.linear(n.op("Reshape", [y, A._i64(n, [1, T, 32])], "flat"), 32, 8, "out")
+    m = n.model("gate", [("x", [1, T, 16])])
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, T, 16)).astype(np.float32)}
+    ref = run_ort(m, feeds)
+    leg = legalize(m)
+    assert [r for r, _, _ in leg.log].count("last_axis_ones") == 2
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], ref[0], rtol=0, atol=1e-5 * np.abs(ref[0]).max())
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert_fp16_close(ref, got)
+
+
+def test_dynamic_int8_codes_moved_then_dequantized(tmp_path):
+    """quantize_dynamic's DynamicQuantizeLinear -> Transpose of the codes -> DequantizeLinear
+    (SegFormer's efficient attention) -> the Transpose in float (legalize dynamic_dq_moves)."""
+    w = np.random.default_rng(3).standard_normal((8, 6)).astype(np.float32)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dql"),
+             helper.make_node("Transpose", ["q"], ["qt"], name="codes_t", perm=[0, 2, 1]),
+             helper.make_node("DequantizeLinear", ["qt", "s", "z"], ["xt"], name="dq"),
+             helper.make_node("MatMul", ["xt", "w"], ["y"], name="fc")]
+    g = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 5])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 5, 6])],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 5)).astype(np.float32)}
+    leg = legalize(m)
+    assert any(rule == "dynamic_dq_moves" for rule, _, _ in leg.log)
+    assert not [n for n in leg.model.graph.node if n.op_type in ("DynamicQuantizeLinear", "DequantizeLinear")]
+    exact = np.transpose(feeds["x"], (0, 2, 1)) @ w          # the float chain: no dynamic rounding
+    np.testing.assert_allclose(run_ort(leg.model, feeds)[0], exact, rtol=1e-5, atol=1e-5)
+    ref = run_ort(m, feeds)[0]                                # onnxruntime's dynamic run: within its rounding
+    assert float(np.abs(ref - exact).max()) <= 2e-2 * float(np.abs(exact).max())
+    res, got = convert_and_run(m, feeds, tmp_path)
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    assert float(np.abs(got[0] - exact).max()) <= F16_TOL * float(np.abs(exact).max())
+
+
+def test_rotate_half_torchscript_slice_bounds():
+    """The TorchScript exporter's ``x[..., h:]``: end INT64_MAX, axis given as -1; still exact."""
+    n = Net(5, 17)
+    big = np.iinfo(np.int64).max
+    x1 = n.op("Slice", ["q", A._i64(n, [0]), A._i64(n, [8]), A._i64(n, [-1]), A._i64(n, [1])], "x1")
+    x2 = n.op("Slice", ["q", A._i64(n, [8]), A._i64(n, [big]), A._i64(n, [-1]), A._i64(n, [1])], "x2")
+    n.op("Concat", [n.op("Neg", [x2], "neg"), x1], "rotate_half", axis=3)
+    m = n.model("rot_ts", [("q", [1, 2, 4, 16])])
+    feeds = {"q": np.random.default_rng(1).standard_normal((1, 2, 4, 16)).astype(np.float32)}
+    leg = legalize(m)
+    assert any(rule == "signed_permute" for rule, _, _ in leg.log)
+    np.testing.assert_array_equal(run_ort(leg.model, feeds)[0], run_ort(m, feeds)[0])

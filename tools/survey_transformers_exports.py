@@ -127,9 +127,11 @@ def _models():
                                                                num_hidden_layers=2, num_attention_heads=4,
                                                                intermediate_size=256)), _pixels, img),
     }
-    for mod in m["mobilevit"][0].modules():   # HF zero-initialises some norms' scales: the output would be 0
-        if isinstance(mod, torch.nn.BatchNorm2d):
+    for mod in m["mobilevit"][0].modules():   # HF's init (std 0.02 convs, some zero norm scales) gives an
+        if isinstance(mod, torch.nn.BatchNorm2d):   # output of ~1e-4 or 0: a realistic scale instead
             torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
+        elif isinstance(mod, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(mod.weight)
     return m
 
 

@@ -12,11 +12,12 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from . import group_norm, layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
-from . import dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
+from . import dynamic_dq_moves, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
-from . import batched_const_matmul, expand_to_concat, mask_fill_add, signed_permute, strided_slice_view, where_const_cond
+from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
+    where_const_cond
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, softplus_threshold,
                sub_tensors, unbind_to_gather)
@@ -28,6 +29,7 @@ RULES = (
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
+    dynamic_dq_moves,
     qdq_dedupe,
     contrib_qattention,
     contrib_attention,
@@ -61,6 +63,7 @@ RULES = (
     expand_to_concat,
     strided_slice_view,
     batched_const_matmul,
+    last_axis_ones,
     sub_tensors,
     sigmoid_expanded,
     softplus_threshold,
