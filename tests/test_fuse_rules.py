@@ -212,7 +212,7 @@ def test_reshape_runs_on_nhwc_storage_when_it_can(shape, stored, converts):
     """A reshape that only splits/merges runs of axes in order in NHWC storage runs on the stored
     data (its output stays permuted); otherwise its input is converted once."""
     m = model([node("Conv", ["x", "W", "B"], "c1", kernel_shape=[1, 1]), node("Reshape", ["c1", "s"], "r"),
-               node("Softplus", ["r"], "out")],
+               node("Exp", ["r"], "out")],
               [("x", [1, 3, 4, 5])], ["out"], {"W": w(6, 3, 1, 1), "B": w(6), "s": np.array(shape, np.int64)})
     r = fused_ok(m)
     (reshape,) = mrvl(r, "Reshape")
@@ -273,13 +273,13 @@ def test_cpu_slices_of_the_input_share_one_layout_transform():
 
 
 def test_cpu_split_and_relu_keep_the_nhwc_layout():
-    """CPU ops that compute the same on permuted data (Split on a spatial axis, Softplus) run on the
+    """CPU ops that compute the same on permuted data (Split on a spatial axis, Exp) run on the
     NHWC tensors between accelerator ops: no layout change around them. (A Split on the channel
     axis is a Mrvl Slice2D per output: test_channel_split_becomes_slice2d.)"""
     m = model([node("Conv", ["x", "W1", "B1"], "c1", kernel_shape=[1, 1]),
                node("Split", ["c1", "sp"], ["a", "b"], name="split", axis=2),
                node("Conv", ["a", "W2", "B2"], "c2", kernel_shape=[1, 1]),
-               node("Concat", ["c2", "b"], "cat", axis=1), node("Softplus", ["cat"], "r"),
+               node("Concat", ["c2", "b"], "cat", axis=1), node("Exp", ["cat"], "r"),
                node("Conv", ["r", "W3", "B3"], "out", kernel_shape=[1, 1])],
               [("x", [1, 3, 4, 5])], ["out"],
               {"W1": w(6, 3, 1, 1), "B1": w(6), "W2": w(4, 6, 1, 1), "B2": w(4), "W3": w(2, 10, 1, 1), "B3": w(2),
@@ -665,7 +665,7 @@ REJECTIONS.update({
                                     [("x", [1, 2, 3, 4])], ["out"], {"c1": w(1, 2, 3, 4), "c2": w(1, 2, 3, 4)}),
                       "both operands are constant"),
     "concat_const": (lambda: model([node("Concat", ["c1", "c2"], "t", name="node", axis=1),
-                                    node("Softplus", ["t"], "out")], [("x", [1, 4, 3, 4])],
+                                    node("Exp", ["t"], "out")], [("x", [1, 4, 3, 4])],
                                    ["out"], {"c1": w(1, 2, 3, 4), "c2": w(1, 2, 3, 4)}), "every operand is a constant"),
     "reshape_batch": (lambda: model([node("Reshape", ["x", "s"], "out", name="node")], [("x", [2, 2, 3, 4])],
                                     ["out"], {"s": np.array([1, 48], np.int64)}), "across the batch axis"),
@@ -692,7 +692,7 @@ REJECTIONS.update({
                                ["a", "b"]), "3-D split"),
     "split_nonconst": (_split_nonconst_sizes, "split sizes are not a constant"),
     "slice_const": (lambda: model([node("Slice", ["c", "s", "e", "a"], "t", name="node"),
-                                   node("Softplus", ["t"], "out")], [], ["out"],
+                                   node("Exp", ["t"], "out")], [], ["out"],
                                   {"c": w(1, 4, 3, 3), "s": np.array([0], np.int64), "e": np.array([2], np.int64),
                                    "a": np.array([1], np.int64)}), "slice of a constant"),
     "slice_step": (lambda: model([node("Slice", ["x", "s", "e", "a", "st"], "out", name="node")], [("x", [1, 4, 3, 3])],

@@ -332,7 +332,7 @@ def test_unfoldable_zero_pad_becomes_identity_depthwise_conv(after):
 def test_zero_pad_between_cpu_ops_left_alone():
     pad, inits = _pad_node(13, [0, 0, 1, 1, 0, 0, 1, 1])
     pad.input[0] = "x1"
-    m = make_model([mk("Softplus", ["x"], ["x1"], name="sp"), pad,
+    m = make_model([mk("Exp", ["x"], ["x1"], name="sp"), pad,
                     mk("Softsign", ["p"], ["y"], name="ss")], [("x", [1, 3, 8, 8])], ["y"], inits)
     res = legalize(m)
     out, report = res.model, res.report

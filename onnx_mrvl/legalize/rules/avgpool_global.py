@@ -1,4 +1,5 @@
-"""AveragePool whose window is the whole feature map (no pads) -> GlobalAveragePool: ``F.avg_pool2d(x,
+"""AveragePool whose window is the whole feature map (no pads), larger than the pool window limit ->
+GlobalAveragePool, which gap_split then cuts into windows that fit: ``F.avg_pool2d(x,
 x.shape[2:])`` (ARM's DS-CNN keyword spotter, many PyTorch classifiers), Keras' AveragePooling2D over
 the map. The same mean; a global pool larger than the pool-window limit is then split by gap_split.
 A QDQ pool keeps its AveragePool (onnxruntime's QLinearAveragePool is the int8 pool it matches)."""
@@ -30,6 +31,8 @@ def match(node, g) -> Optional[Match]:
 
 
 def check(m: Match, g, target) -> Optional[str]:
+    if max(attr(m.node, "kernel_shape")) <= target.max_pool_kernel:
+        return "the window fits the pool limit as it is"
     p = g.producer.get(m.node.input[0])
     if p is not None and p.op_type == "DequantizeLinear":
         return "a QDQ pool (onnxruntime's QLinearAveragePool)"
