@@ -1,0 +1,97 @@
+"""Idioms of real torchvision / timm exports (tools/survey_vision_exports.py, docs/surveys/vision.md),
+built with onnx.helper and seeded weights: what cut regions or crashed. Structure and numbers (fused
+model in onnxruntime within 1e-4, convert + simulator within 1e-2 of max|ref|)."""
+import numpy as np
+import pytest
+
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from test_fuse_exports import Net
+from test_fuse_torch_idioms import _convert_and_run
+
+BIG = np.iinfo(np.int64).max
+
+
+def _slice(n, x, starts, ends, axes, steps=None, name=None):
+    ins = [x] + [n.const(np.array(v, np.int64)) for v in (starts, ends, axes)]
+    if steps is not None:
+        ins.append(n.const(np.array(steps, np.int64)))
+    return n.op("Slice", ins, name)
+
+
+def test_dynamo_as_strided_gather_after_the_pool_is_a_reshape(tmp_path):
+    """torchvision ConvNeXt through dynamo: AdaptiveAvgPool2d's ``as_strided`` view is ``ReduceMean ->
+    Reshape [-1] -> Gather(arange(C) as [1, C, 1, 1])``: the Gather reads the whole axis in order, so
+    legalize makes it a Reshape and the head joins the backbone's region (2 regions, Gather on the CPU)."""
+    n = Net(21)
+    x = n.conv("input", 3, 8, act="relu")
+    pooled = n.op("ReduceMean", [x, n.const(np.array([-1, -2], np.int64))], "mean", keepdims=1)
+    flat = n.op("Reshape", [pooled, n.const(np.array([-1], np.int64))], "flat")
+    view = n.op("Gather", [flat, n.const(np.arange(8, dtype=np.int64).reshape(1, 8, 1, 1))], "as_strided", axis=0)
+    y = n.op("Gemm", [n.op("Flatten", [view], "flatten"), n.w(5, 8), n.w(5)], "fc", transB=1)
+    # indices that are not the whole axis in order stay a Gather
+    perm = n.op("Gather", ["other", n.const(np.array([[1, 0, 2]], np.int64))], "perm_gather", axis=1)
+    m = n.model([("input", [1, 3, 12, 12]), ("other", [2, 3, 4])], [y, n.op("Relu", [perm], "perm_relu")],
+                opset_version=18)
+    lg = legalize(m)
+    assert "as_strided" not in [x.name for x in lg.model.graph.node if x.op_type == "Gather"]
+    assert [x.name for x in lg.model.graph.node if x.op_type == "Gather"] == ["perm_gather"]
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("as_strided", "fc", "mean"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len(res.subgraphs) == 1
+
+
+def _swin_stage(n, x, shift, C):
+    """[1, H, W, C] tokens: torch.roll by -shift on H and W (Slice + Slice + Concat per axis, as both
+    exporters write it), then patch merging x[:, a::2, b::2, :] (one two-axis step-2 Slice each, or
+    chained one-axis Slices), cat on C, LayerNorm-free Linear 4C -> 2C."""
+    H = 8
+    for ax in (1, 2):
+        head = _slice(n, x, [shift], [BIG], [ax], name=f"roll_head{ax}")
+        tail = _slice(n, x, [0], [shift], [ax], name=f"roll_tail{ax}")
+        x = n.op("Concat", [head, tail], f"roll_cat{ax}", axis=ax)
+    parts = [_slice(n, x, [0, 0], [H, H], [1, 2], [2, 2], "merge00"),          # TorchScript: one Slice, two axes
+             _slice(n, _slice(n, x, [1], [BIG], [1], [2], "merge1_rows"), [0], [BIG], [2], [2], "merge10"),
+             _slice(n, x, [0, 1], [BIG, BIG], [-3, -2], [2, 2], "merge01"),
+             _slice(n, x, [1, 1], [H, H], [1, 2], [2, 2], "merge11")]
+    x = n.op("Concat", parts, "merge_cat", axis=-1)                             # [1, 4, 4, 4C]
+    return n.op("MatMul", [x, n.w(4 * C, 2 * C)], "reduction")
+
+
+def test_swin_roll_and_patch_merging_slices_run_on_the_accelerator(tmp_path):
+    """torchvision Swin / timm Swin-style [B, H, W, C] tokens: the roll's spatial Slices and the patch
+    merging's step-2 Slices on H and W were CPU ops (dynamo export: 15 regions). They become Slice2D
+    layers of views of the stored data (a step: one phase of [.., X/2, 2, ..]): one region, exact."""
+    n = Net(22)
+    C = 6
+    x = n.conv("input", 3, C, act="relu")                                       # [1, C, 8, 8]
+    tokens = n.op("Transpose", [x], "to_tokens", perm=[0, 2, 3, 1])             # [1, 8, 8, C]
+    y = _swin_stage(n, tokens, 3, C)
+    out = n.op("Relu", [n.op("Transpose", [y], "to_image", perm=[0, 3, 1, 2])], "post")
+    out = n.op("Conv", [out, n.w(4, 2 * C, 1, 1)], "head", kernel_shape=[1, 1])
+    m = n.model([("input", [1, 3, 8, 8])], [out])
+    r, res = _convert_and_run(m, tmp_path)
+    names = ["roll_head1", "roll_tail1", "roll_head2", "roll_tail2", "merge00", "merge1_rows", "merge10",
+             "merge01", "merge11"]
+    for name in names:
+        d = r.decisions[name]                 # a Slice2D of a view, or a crop's one-hot conv
+        assert d.placement == "accelerator", d
+    assert [r.decisions[k].composite for k in ("merge00", "merge01", "roll_tail1")] == ["mrvl.slice"] * 3
+    assert not r.decisions.by_placement("cpu")
+    assert res.report.offload_fraction == 1.0 and len(res.subgraphs) == 1
+
+
+@pytest.mark.parametrize("starts,ends,steps,why", [
+    ([1], [BIG], [3], "an axis of 8"),             # 8 is no multiple of 3
+    ([3], [BIG], [2], "one phase"),                # starts beyond the step
+    ([0], [5], [2], "one phase"),                  # stops before the end
+    ([7], [0], [-1], "slices forward"),            # a reversed axis
+])
+def test_strided_slices_that_are_no_phase_of_a_view_stay_with_their_reason(starts, ends, steps, why):
+    n = Net(23)
+    x = n.op("Transpose", [n.conv("input", 3, 4, act="relu")], "tok", perm=[0, 2, 3, 1])
+    s = _slice(n, x, starts, ends, [1], steps, "node")
+    m = n.model([("input", [1, 3, 8, 8])], [n.op("MatMul", [s, n.w(4, 4)], "fc")])
+    d = fuse(legalize(m)).decisions["node"]
+    assert d.placement == "cpu" and why in d.reason, d
