@@ -95,3 +95,26 @@ def test_strided_slices_that_are_no_phase_of_a_view_stay_with_their_reason(start
     m = n.model([("input", [1, 3, 8, 8])], [n.op("MatMul", [s, n.w(4, 4)], "fc")])
     d = fuse(legalize(m)).decisions["node"]
     assert d.placement == "cpu" and why in d.reason, d
+
+
+def test_shape_computed_pads_of_many_blocks_all_fold(caplog):
+    """TorchScript Swin: each block pads its tokens to a multiple of the window with pads computed from
+    ``Shape -> Gather -> Mod -> Sub -> Mod``; the next block's Shape is static only once the pads before
+    it folded and shape inference ran again: one sweep per block. 12 blocks (more than MAX_SWEEPS) fold
+    completely (swin_t TorchScript: 12 regions with 135 Shape / 70 Expand / 42 Where ... on the CPU)."""
+    from onnx_mrvl import legalize as legalize_mod
+    from onnx_mrvl.legalize.testing import legalize_and_compare
+    n = Net(24)
+    x = n.conv("input", 3, 4, act="relu")
+    seven = n.const(np.array(7, np.int64))
+    for b in range(12):
+        h = n.op("Gather", [n.op("Shape", [x], f"shape{b}"), n.const(np.array(2, np.int64))], f"h{b}", axis=0)
+        p = n.op("Mod", [n.op("Sub", [seven, n.op("Mod", [h, seven], f"m{b}")], f"s{b}"), seven], f"pad_r{b}")
+        pads = n.op("Concat", [n.const(np.zeros(6, np.int64)), n.op("Unsqueeze", [p, n.const(np.array([0]))], f"u{b}"),
+                               n.const(np.zeros(1, np.int64))], f"pads{b}", axis=0)
+        x = n.op("Relu", [n.op("Pad", [x, pads], f"pad{b}")], f"act{b}")
+    m = n.model([("input", [1, 3, 8, 8])], [x])
+    out, _ = legalize_and_compare(m)
+    assert not [x for x in out.graph.node if x.op_type in ("Shape", "Pad", "Mod", "Gather")]
+    assert legalize_mod.legalize(m).report.sweeps > legalize_mod.MAX_SWEEPS
+    assert not [r for r in caplog.records if "still rewriting" in r.getMessage()]
