@@ -9,7 +9,8 @@ by the tests). Install them into a scratch venv, export there, survey with the p
     python tools/survey_torch_exports.py survey OUT_DIR [NAME ...] [--quant]
 
 ``survey`` prints one line per model and form: regions, offload share, the ops left on the CPU,
-max|err| / max|ref| against onnxruntime's run of the same model; with ``--quant`` also
+max|err| / max|ref| against onnxruntime's run of the same model and the share of identical output
+elements; with ``--quant`` also
 quantize_static S8 / U8 (QDQ, per-channel) and quantize_dynamic, without and with calibration.
 Measured with it (2026-11-26, docs/benchmarks-int8.md "Real PyTorch exports").
 """
@@ -116,15 +117,16 @@ def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
         so = ort.SessionOptions()
         so.log_severity_level = 3
         ref = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-        err = 0.0
+        err, same, total = 0.0, 0, 0
         for f in _feeds(src, 3, 2):
             for a, b in zip(sess.run(None, f), ref.run(None, f)):
                 err = max(err, float(np.abs(a - b).max() / (np.abs(b).max() or 1)))
+                same, total = same + int(np.sum(a == b)), total + b.size
     except Exception as exc:   # noqa: BLE001 - a survey: report and go on
         return f"{tag}: {type(exc).__name__}: {str(exc)[:200]}"
     cpu = collections.Counter(d.op_type for d in r.report.cpu_nodes())
     return (f"{tag}: regions {len(r.report.regions)} offload {r.report.offload_fraction:.3f} "
-            f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e}")
+            f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e} identical {100 * same / max(total, 1):.1f}%")
 
 
 def survey(folder: str, names, quant: bool) -> int:
