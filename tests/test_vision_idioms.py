@@ -118,3 +118,70 @@ def test_shape_computed_pads_of_many_blocks_all_fold(caplog):
     assert not [x for x in out.graph.node if x.op_type in ("Shape", "Pad", "Mod", "Gather")]
     assert legalize_mod.legalize(m).report.sweeps > legalize_mod.MAX_SWEEPS
     assert not [r for r in caplog.records if "still rewriting" in r.getMessage()]
+
+
+@pytest.mark.parametrize("eq,sa,sb", [
+    ("B G H I D, B G H J D -> B G H I J", [1, 4, 2, 6, 8], [1, 4, 2, 5, 8]),     # MaxViT's scores (dynamo)
+    ("B G H I J, B G H J D -> B G H I D", [1, 4, 2, 6, 5], [1, 4, 2, 5, 8]),     # its attention x values
+    ("bhid,bhjd->bhji", [1, 2, 6, 8], [1, 2, 5, 8]),                              # output transposed
+    ("bld,dk->blk", [1, 6, 8], [8, 5]),                                          # no batch letter
+    ("ij,jk->ik", [6, 8], [8, 5]),                                                # a plain product
+    ("bhxyd,bhdz->bhxyz", [1, 2, 3, 4, 8], [1, 2, 8, 5]),                        # two free letters merged
+])
+def test_einsum_matrix_products_become_matmuls(eq, sa, sb):
+    """torchvision MaxViT through dynamo: its attention's Einsums (and the Splits / Softmax / Mul around
+    them) were on the CPU, 23 regions. legalize writes each two-operand matrix-product Einsum as
+    Transpose / Reshape + MatMul (+ Reshape / Transpose back), exact against onnxruntime's Einsum."""
+    from onnx_mrvl.legalize.testing import legalize_and_compare
+    n = Net(25)
+    a = n.op("Relu", ["a"], "pre_a")
+    weight = eq == "bld,dk->blk"                                                  # a constant operand
+    b = n.w(*sb) if weight else n.op("Relu", ["b"], "pre_b")
+    y = n.op("Einsum", [a, b], "einsum", equation=eq)
+    inputs = [("a", sa)] + ([] if weight else [("b", sb)])
+    m = n.model(inputs, [n.op("Relu", [y], "post")], opset_version=13)
+    out, log = legalize_and_compare(m)
+    assert "Einsum" not in [x.op_type for x in out.graph.node]
+    assert [x.op_type for x in out.graph.node].count("MatMul") + \
+        [x.op_type for x in out.graph.node].count("Gemm") == 1
+
+
+@pytest.mark.parametrize("eq,sa,sb,why", [
+    ("bij,bjk->bk", [1, 3, 4], [1, 4, 5], "summed over one operand"),
+    ("ii,ij->ij", [4, 4], [4, 5], "diagonal"),
+    ("...ij,...jk->...ik", [1, 3, 4], [1, 4, 5], "ellipsis"),
+    ("ij,jk", [3, 4], [4, 5], "no explicit output"),
+])
+def test_einsum_forms_left_with_their_reason(eq, sa, sb, why):
+    n = Net(26)
+    y = n.op("Einsum", ["a", "b"], "einsum", equation=eq)
+    m = n.model([("a", sa), ("b", sb)], [y], opset_version=13)
+    r = legalize(m)
+    assert [x.op_type for x in r.model.graph.node] == ["Einsum"]
+    assert any(rule == "einsum_to_matmul" and why in reason for rule, _, reason in r.report.skipped)
+
+
+def test_maxvit_style_attention_block_is_one_region(tmp_path):
+    """Conv stem -> tokens [1, G, T, C] -> qkv Linear -> Split -> heads [1, G, H, T, D] -> Einsum scores ->
+    Softmax -> Einsum with v -> merge heads -> Linear: one region (dynamo MaxViT: 23)."""
+    n = Net(27)
+    C, H, D, G, T = 8, 2, 4, 4, 4
+    x = n.conv("input", 3, C, act="relu")                                        # [1, 8, 4, 4]
+    tok = n.op("Reshape", [n.op("Transpose", [x], "to_tok", perm=[0, 2, 3, 1]),
+                           n.const(np.array([1, G, T, C], np.int64))], "windows")   # 4 windows of 4 tokens
+    qkv = n.op("Add", [n.op("MatMul", [tok, n.w(C, 3 * C)], "qkv"), n.w(3 * C, scale=0.1)], "qkv_bias")
+    q, k, v = n.op("Split", [qkv], "split_qkv", n_out=3, axis=3)
+    heads = [n.op("Transpose", [n.op("Reshape", [t, n.const(np.array([1, G, T, H, D], np.int64))], f"h{i}")],
+                  f"ht{i}", perm=[0, 1, 3, 2, 4]) for i, t in enumerate((q, k, v))]
+    qs = n.op("Mul", [heads[0], n.const(np.float32(D ** -0.5))], "scale")
+    s = n.op("Einsum", [qs, heads[1]], "scores", equation="B G H I D, B G H J D -> B G H I J")
+    p = n.op("Softmax", [s], "softmax", axis=-1)
+    o = n.op("Einsum", [p, heads[2]], "attn_v", equation="B G H I J, B G H J D -> B G H I D")
+    o = n.op("Reshape", [n.op("Transpose", [o], "merge_t", perm=[0, 1, 3, 2, 4]),
+                         n.const(np.array([1, G, T, C], np.int64))], "merge")
+    y = n.op("MatMul", [o, n.w(C, C)], "proj")
+    m = n.model([("input", [1, 3, 4, 4])], [y], opset_version=13)
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("scores", "attn_v", "softmax", "split_qkv"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len(res.subgraphs) == 1

@@ -4,8 +4,9 @@ slicing of ``[B, H, W, C]`` tokens in Swin-style models), constant parameters: p
 ``Slice2D`` of the 4-D view ``[1, A, X, R]`` of the stored data (A: the stored axes before the sliced
 one, X: the sliced axis, R: the axes after it), between two Mrvl ``Reshape``s (the view and back);
 no data moves but the slice itself. 4-D channel slices stay slices.py's (one Slice2D, or a one-hot
-conv for spatial crops next to convs); a 4-D Slice that path refuses comes here (a 4-D Split on a
-spatial axis stays on the CPU, on the NHWC data).
+conv for spatial crops next to convs); a 4-D Slice that path refuses comes here, and so does a 4-D
+Split of tokens (MaxViT's qkv ``[B, G, T, 3C]`` split on its last axis; a spatial op's output split
+on H / W stays on the CPU, on the NHWC data).
 
     mrvl.slice   Split(x[..., X, ...], axis) -> (Reshape [1, A, X, R] -> Slice2D(axis 2) -> Reshape) x k
 
@@ -37,11 +38,21 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return slices.build(g, n, target)
     if len(shape) == 4:
         first = slices.build(g, n, target)
-        if not isinstance(first, str) or n.op_type == "Split":   # a 4-D spatial Split stays (on NHWC data)
-            return first
+        if not isinstance(first, str) or (n.op_type == "Split" and _image(g, n.input[0])):
+            return first                # a spatial op's output split on H / W stays (on its NHWC data)
         nd = _build_nd(g, n, shape, target)
         return nd if not isinstance(nd, str) else f"{first}; as an N-D slice: {nd}"
     return _build_nd(g, n, shape, target)
+
+
+SPATIAL_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "Resize", "Upsample", "DepthToSpace",
+               "SpaceToDepth", "BatchNormalization", "InstanceNormalization", "LRN")
+
+
+def _image(g: GraphIndex, t: str) -> bool:
+    """``t`` is written by a spatial op: an image, not a 4-D view of tokens."""
+    p = g.producer.get(t)
+    return p is not None and p.op_type in SPATIAL_OPS
 
 
 def _cut(s: int, e: int, st: int, dim: int):
