@@ -68,6 +68,27 @@ def test_residual_program_and_overflow_reports_match():
     assert_same(((a, oa), pair_b))
 
 
+def test_reshapes_of_a_residual_written_in_place_share_its_buffer():
+    """sum_5 (conv_3 fused) writes over conv_4's output; the Reshape chain after it (a window
+    partition: torchvision MaxViT) aliases that buffer too (was KeyError: it got no memory)."""
+    meta, weights = residual_program()
+    flat = (1, 42, 16)
+    meta["tensors"] += [{**meta["tensors"][6], "id": 7, "name": "t7", "shape": list(flat)},
+                        {**meta["tensors"][6], "id": 8, "name": "t8"}]
+    meta["layers"] += [{"index": 6, "name": "flat", "layer_name": "Reshape", "inputs": [6], "outputs": [7],
+                        "params": {"shape": list(flat)}, "weights": {}, "origin": ["Reshape_6"]},
+                       {"index": 7, "name": "back", "layer_name": "Reshape", "inputs": [7], "outputs": [8],
+                        "params": {"shape": [1, 6, 7, 16]}, "weights": {}, "origin": ["Reshape_7"]}]
+    meta["outputs"] = [{"name": "y", "tensor": 8, "shape": [1, 6, 7, 16], "layout": "NHWC"}]
+    sim = Simulator.from_program(meta, weights)
+    plan = sim._static
+    assert plan is not None
+    ptr = {t: v.ctypes.data for t, v in plan.views.items()}
+    assert ptr[6] == ptr[7] == ptr[8] == ptr[5]                # in place over the residual, reshapes alias it
+    x = [RNG.standard_normal((1, 6, 7, 16)).astype(np.float32)]
+    assert_same(both(sim, x))
+
+
 def test_memory_plan_reuses_buffers_and_never_overlaps_a_step_with_its_inputs():
     res = onnx_mrvl.convert(models.resnet18_like(seed=2, input_size=64))
     sim = Simulator(res.subgraphs[0].binary)

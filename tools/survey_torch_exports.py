@@ -20,6 +20,7 @@ import argparse
 import collections
 import glob
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -139,6 +140,8 @@ def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
                 same, total = same + int(np.count_nonzero(a == b)), total + a.size
     except Exception as exc:   # noqa: BLE001 - a survey: report and go on
         return f"{tag}: {type(exc).__name__}: {str(exc)[:200]}"
+    finally:   # the converted folder (hundreds of MB for a ResNet-50) is not kept
+        shutil.rmtree(os.path.join(work, tag.replace(" ", "_")), ignore_errors=True)
     cpu = collections.Counter(d.op_type for d in r.report.cpu_nodes())
     return (f"{tag}: regions {len(r.report.regions)} offload {r.report.offload_fraction:.3f} "
             f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e} identical {100.0 * same / max(total, 1):.1f}%")

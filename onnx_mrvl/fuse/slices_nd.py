@@ -1,70 +1,82 @@
-"""Split / Slice of a 2-D, 3-D or 5-D tensor along one non-leading axis (a fused qkv projection
-``[1, T, 3D]`` split into q, k, v; PyTorch's ``chunk`` / dynamo's ``Slice``), step 1, constant
-parameters: per output a Mrvl ``Slice2D`` of the 4-D view ``[1, A, X, R]`` of the stored data
-(A: the stored axes before the sliced one, X: the sliced axis, R: the axes after it), between two
-Mrvl ``Reshape``s (the view and back); no data moves but the slice itself.
+"""Split / Slice of a 2-D to 5-D tensor along non-channel axes (a fused qkv projection ``[1, T, 3D]``
+split into q, k, v; PyTorch's ``chunk`` / dynamo's ``Slice``; ``torch.roll`` and window / patch
+slicing of ``[B, H, W, C]`` tokens in Swin-style models), constant parameters: per output a Mrvl
+``Slice2D`` of the 4-D view ``[1, A, X, R]`` of the stored data (A: the stored axes before the sliced
+one, X: the sliced axis, R: the axes after it), between two Mrvl ``Reshape``s (the view and back);
+no data moves but the slice itself. 4-D channel slices stay slices.py's (one Slice2D, or a one-hot
+conv for spatial crops next to convs); a 4-D Slice that path refuses comes here, and so does a 4-D
+Split of tokens (MaxViT's qkv ``[B, G, T, 3C]`` split on its last axis; a spatial op's output split
+on H / W stays on the CPU, on the NHWC data).
 
     mrvl.slice   Split(x[..., X, ...], axis) -> (Reshape [1, A, X, R] -> Slice2D(axis 2) -> Reshape) x k
+
+A Slice with step s > 1 (``x[:, a::s]``, Swin's patch merging ``x[:, 0::2, 1::2, :]``) on an axis that
+s divides, starting at a < s and running to the end, is phase a of the view ``[1, A*X/s, s, R]``
+(Slice2D of ``[a, a + 1)`` on axis 2); a Slice on several axes is one such cut per axis, each reading
+the last one's view (Reshapes between them move no data).
 """
 from __future__ import annotations
 
+from typing import List, Tuple
+
+import numpy as np
 import onnx
 
+from .. import opset
 from ..graph_index import GraphIndex, attr
 from ..target import Target
-from .groups import Group, float_static
+from .groups import Group, batch_limit, float_static
 from . import slices, take
 
-RANKS = (2, 3, 5)
+RANKS = (2, 3, 4, 5)
 
 
 def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
-    """The 4-D channel slices of slices.py, or for ranks 2, 3 and 5 a SliceND group; a 4-D slice
-    slices.py refuses (another axis than the channels: Swin's ``torch.roll`` of its [B, H, W, C]
-    windows as Slice + Concat) is a SliceND group too when it can be one and touches no spatial op
-    (an image's slice on H / W stays slices.py's: on the CPU, on the NHWC data)."""
+    """The 4-D channel slices of slices.py, else a SliceND group, else the reason."""
     shape = g.shape(n.input[0])
     if shape is None or len(shape) not in RANKS:
-        found = slices.build(g, n, target)
-        if shape is None or len(shape) != 4 or not isinstance(found, str) or _near_spatial(g, n):
-            return found
-        nd = _build_nd(g, n, shape)
-        return nd if isinstance(nd, Group) else found
-    return _build_nd(g, n, shape)
+        return slices.build(g, n, target)
+    if len(shape) == 4:
+        first = slices.build(g, n, target)
+        if not isinstance(first, str) or (n.op_type == "Split" and _image(g, n.input[0])):
+            return first                # a spatial op's output split on H / W stays (on its NHWC data)
+        nd = _build_nd(g, n, shape, target)
+        return nd if not isinstance(nd, str) else f"{first}; as an N-D slice: {nd}"
+    return _build_nd(g, n, shape, target)
 
 
-SPATIAL_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-               "BatchNormalization", "InstanceNormalization", "LRN", "DepthToSpace", "SpaceToDepth")
+SPATIAL_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "Resize", "Upsample", "DepthToSpace",
+               "SpaceToDepth", "BatchNormalization", "InstanceNormalization", "LRN")
 
 
-MOVES = ("Concat", "Slice", "Split", "Pad", "Identity", "Reshape", "Transpose")
+def _image(g: GraphIndex, t: str) -> bool:
+    """``t`` is written by a spatial op: an image, not a 4-D view of tokens."""
+    p = g.producer.get(t)
+    return p is not None and p.op_type in SPATIAL_OPS
 
 
-def _near_spatial(g: GraphIndex, n: onnx.NodeProto, depth: int = 6) -> bool:
-    """``n`` reads the output of a spatial op or feeds one, directly or through data-movement ops
-    (``MOVES``: legalize's space-to-depth of a strided conv, a Focus block): its 4-D tensors are images."""
-    p = g.producer.get(n.input[0])
-    if p is not None and p.op_type in SPATIAL_OPS:
-        return True
-    todo, seen = [(n, 0)], set()
-    while todo:
-        x, k = todo.pop()
-        for c in (c for o in x.output if o for c in g.consumers.get(o, [])):
-            if c.op_type in SPATIAL_OPS:
-                return True
-            if c.op_type in MOVES and k + 1 < depth and c.name not in seen:
-                seen.add(c.name)
-                todo.append((c, k + 1))
-    return False
+def _cut(s: int, e: int, st: int, dim: int):
+    """(start, end, step) of one axis of a positive-step Slice (clamped as ONNX does), None when the
+    whole axis, or the reason it cannot be a Slice2D of a view."""
+    if st < 1:
+        return f"slice with step {st} (the accelerator slices forward)"
+    s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+    if st == 1:
+        return None if (s, e) == (0, dim) else (s, e, 1)
+    if dim % st or s >= st or len(range(s, e, st)) != dim // st:
+        return (f"slice [{s}:{e}:{st}] of an axis of {dim} (a step is taken as one phase of a run to the "
+                f"end, the axis a multiple of the step)")
+    return s, e, st
 
 
-def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape):
-    reason = float_static(g, [n.input[0]] + [o for o in n.output if o])
+def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape, target: Target):
+    rank = len(shape)
+    reason = float_static(g, [n.input[0]] + [o for o in n.output if o]) or \
+        (batch_limit(g, n.input[0], target) if rank == 4 else None)
     if reason:
         return reason
     if g.is_const(n.input[0]):
         return f"{n.op_type.lower()} of a constant"
-    rank = len(shape)
     if n.input[0] in g.inputs or not any(g.consumers.get(o) for o in n.output if o):
         return (f"{rank}-D {n.op_type.lower()} of a model input or into model outputs only (a lone "
                 f"slice is no accelerator work; N-D slices run between other ops)")
@@ -73,36 +85,87 @@ def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape):
         parts = slices.split_ranges(g, n, shape[axis])
         if isinstance(parts, str):
             return parts
+        cuts = [(axis, 0, shape[axis], 1)]
     else:
         params = slices.slice_params(g, n)
         if isinstance(params, str):
             return params
         if params[0] is None or params[1] is None:
             return "slice without starts/ends"
-        cut = {}
+        cuts = []
         for s, e, ax, st in zip(*params):
-            ax %= rank
-            if st != 1:
-                return f"slice with step {st} (the accelerator slices with step 1)"
-            s, e = (min(max(v + shape[ax] if v < 0 else v, 0), shape[ax]) for v in (s, e))
-            if (s, e) != (0, shape[ax]):
-                cut[ax] = (s, e)
-        if len(cut) != 1:
-            return f"slice on {len(cut)} axes (the accelerator slices one axis)"
-        axis, (s, e) = next(iter(cut.items()))
+            c = _cut(s, e, st, shape[ax % rank])
+            if isinstance(c, str):
+                return c
+            if c is not None:
+                cuts.append((ax % rank,) + c)
+        if not cuts:
+            return "a slice of the whole tensor"
+        axis, s, e, _ = cuts[0]
         parts = [(n.output[0], s, e)]
-    if axis == 0:
+    if any(c[0] == 0 for c in cuts):
         return "split or slice on the leading axis (rows or batch)"
+    want = list(shape)
+    for ax, s, e, st in cuts:
+        want[ax] = len(range(s, e, st))
     for o, s, e in parts:
-        want = list(shape)
-        want[axis] = e - s
+        if n.op_type == "Split":
+            want[axis] = e - s
         if e <= s or g.shape(o) != want:
             return f"output '{o}' has shape {g.shape(o)}, not {want} (an empty or inconsistent slice)"
     used = [p for p in parts if p[0] in g.output_set or g.consumers.get(p[0])] or parts[:1]
-    return Group("SliceND", "mrvl.slice", [n], [n.input[0]], used[0][0], {"slices": used, "axis": axis})
+    attrs = {"slices": used, "axis": axis}
+    if len(cuts) > 1 or cuts[0][3] != 1:
+        attrs["cuts"] = cuts
+    return Group("SliceND", "mrvl.slice", [n], [n.input[0]], used[0][0], attrs)
 
 
 def materialize(m, grp: Group) -> None:
     """Reshape to the 4-D view of the stored data, one Slice2D per used output, Reshape back; the
-    outputs keep the input's storage order (take.py's range materialisation)."""
-    take.materialize(m, grp)
+    outputs keep the input's storage order (take.py's range materialisation); stepped or multi-axis
+    slices: one view + Slice2D per cut."""
+    if "cuts" in grp.attrs:
+        _materialize_cuts(m, grp)
+    else:
+        take.materialize(m, grp)
+
+
+def _materialize_cuts(m, grp: Group) -> None:
+    src = grp.inputs[0]
+    name, perm = m.loc[src]
+    if src in m.flat or src in m.rows:
+        name, perm = m.get(src, None, for_mrvl=True, origin=grp.origin), None
+    shape = m.logical_shape(src)
+    order = list(perm) if perm is not None else list(range(len(shape)))
+    stored: List[int] = [shape[a] for a in order]
+    base, out = grp.anchor.name, grp.attrs["slices"][0][0]
+    folded = [a for a in m.alias_of.get(src, []) if a not in m.alias_owner]
+    cur, slice_name = name, None
+    for j, (axis, s, e, st) in enumerate(grp.attrs["cuts"]):
+        k = order.index(axis)
+        before, dim, after = int(np.prod(stored[:k])), stored[k], int(np.prod(stored[k + 1:]))
+        view, (lo, hi) = ([1, before, dim, after], (s, e)) if st == 1 else ([1, before * (dim // st), st, after],
+                                                                             (s, s + 1))
+        v_in, v_out = m.fresh(f"{src}__view"), m.fresh(f"{out}__view")
+        m.add(opset.make_node("Reshape", [cur], [v_in], name=m.fresh(f"mrvl_{base}_view"),
+                              origin=(folded if j == 0 else []) + grp.origin, attrs={"shape": view},
+                              composite="mrvl.reshape"), None)
+        slice_name = m.fresh(f"mrvl_{base}")
+        m.add(opset.make_node("Slice2D", [v_in], [v_out], name=slice_name, origin=grp.origin,
+                              attrs={"axis": 2, "start": int(lo), "end": int(hi)}, composite=grp.composite), None)
+        for t, v in ((v_in, view), (v_out, view[:2] + [hi - lo, view[3]])):
+            m.vinfo[t] = v
+            m.mrvl_tensors.add(t)
+        if j == 0:
+            for a in folded:
+                m.alias_owner[a] = slice_name
+            m.mrvl_name[base] = slice_name
+        stored[k] = len(range(s, e, st))
+        cur = v_out
+    out_perm: Tuple[int, ...] = None if order == sorted(order) else tuple(order)
+    back = m.define(out, out_perm, mrvl=True)
+    m.mrvl_producer[back] = slice_name
+    m.add(opset.make_node("Reshape", [cur], [back], name=m.fresh(f"mrvl_{base}_back"), origin=grp.origin,
+                          attrs={"shape": stored}, composite="mrvl.reshape"), out_perm)
+    if out in m.g.output_set and back != out:
+        m.get(out, None, for_mrvl=True, origin=grp.origin)

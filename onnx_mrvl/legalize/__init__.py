@@ -26,7 +26,8 @@ from .rules import RULE_NAMES, RULES
 
 logger = logging.getLogger(__name__)
 
-MAX_SWEEPS = 10
+MAX_SWEEPS = 10         # sweeps of rewrites other than constant folding
+MAX_ALL_SWEEPS = 100    # sweeps in all: a sweep that folded constants is not counted above (below)
 
 
 @dataclass
@@ -149,11 +150,17 @@ def _standalone(messages):
 
 
 def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
-    for sweep in range(MAX_SWEEPS):
+    """Sweeps of every rule over the graph until one applies nothing. A sweep that folded constants
+    does not count against ``MAX_SWEEPS``: folding can make a shape static (a Pad whose pads came
+    from ``Shape -> Mod``) that only the next sweep's inference sees, and the Shapes after it fold
+    then; the TorchScript export of torchvision's Swin needs one sweep per dynamically padded block
+    (17). Folding removes nodes, so those sweeps end; ``MAX_ALL_SWEEPS`` bounds them anyway."""
+    counted = 0
+    for sweep in range(MAX_ALL_SWEEPS):
         shapes.infer(g, inputs, outputs)
         if sweep == 0:
             _check_transposes(g)
-        applied = 0
+        applied = folded = 0
         skipped = []
         for rule in RULES:
             for node in g.nodes_of(getattr(rule, "OPS", None)):
@@ -171,11 +178,15 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
                 report.applied.append((rule.NAME, origin, detail or ""))
                 logger.debug("legalize: %s on %s: %s", rule.NAME, origin, detail)
                 applied += 1
+                folded += rule.NAME == "fold_constants"
         report.sweeps = sweep + 1
         report.skipped = skipped
         if not applied:
             return
-    logger.warning("legalize: still rewriting after %d sweeps; stopping", MAX_SWEEPS)
+        counted += not folded
+        if counted >= MAX_SWEEPS:
+            break
+    logger.warning("legalize: still rewriting after %d sweeps; stopping", report.sweeps)
 
 
 def _check_transposes(g: Graph) -> None:

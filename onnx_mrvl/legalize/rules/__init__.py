@@ -5,7 +5,7 @@ Each rule module has ``NAME``, ``OPS`` (the op types it looks at; None: every no
 """
 from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add, clip_canonical, conv_1d_to_2d,
                conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
-               convtranspose_to_conv, crop_to_conv, depth_to_space, fold_constants, gap_split, gemm_canonical,
+               convtranspose_to_conv, crop_to_conv, depth_to_space, einsum_to_matmul, fold_constants, gap_split, gemm_canonical,
                hardswish_canonical, matmul_to_gemm, merge_transposes, pad_fold, pad_sink, pad_to_conv, pad_unit_axes,
                reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
@@ -52,6 +52,7 @@ RULES = (
     remove_identity,
     remove_dropout,
     remove_noop,
+    einsum_to_matmul,
     merge_transposes,
     layernorm_canonical,
     group_norm,

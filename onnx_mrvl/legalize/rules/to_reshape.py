@@ -1,9 +1,14 @@
 """Flatten, Squeeze and Unsqueeze (attribute or input axes) -> Reshape with a static shape; so are a
 Gather of one scalar index on an axis of size 1 (``x[0]`` of a batch of one: torchvision detection's
-``images[0]``) and a Split into one part (``unbind`` / ``chunk`` of a batch of one)."""
+``images[0]``), a Gather whose constant indices read the whole axis in order (``arange(n)`` in any
+index shape: the dynamo exporter's ``as_strided`` view after an adaptive pool, ``Reshape [-1] ->
+Gather(arange(C) as [1, C, 1, 1])``) and a Split into one part (``unbind`` / ``chunk`` of a batch of
+one)."""
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
 
 from .base import Match, attr, shape_const
 
@@ -17,14 +22,24 @@ def match(node, g) -> Optional[Match]:
     if node.op_type == "Gather":
         sx, idx = g.shape(node.input[0]), g.const(node.input[1])
         axis = attr(node, "axis", 0)
-        if sx is None or idx is None or idx.ndim != 0 or not -len(sx) <= axis < len(sx) or sx[axis] != 1:
+        if sx is None or idx is None or not -len(sx) <= axis < len(sx):
             return None
-        return Match([node])
+        if idx.ndim == 0 and sx[axis] == 1:
+            return Match([node])
+        return Match([node]) if whole_axis_in_order(idx, sx[axis]) else None
     if node.op_type == "Split":
         if len(node.output) != 1:
             return None
         return Match([node])
     return Match([node]) if node.op_type in OPS else None
+
+
+def whole_axis_in_order(idx, n) -> bool:
+    """Integer indices that are 0, 1, ..., n-1 (negative ones counted from the end) in any shape."""
+    if idx.dtype.kind not in "iu" or idx.ndim == 0 or idx.size != n:
+        return False
+    flat = idx.reshape(-1).astype(np.int64)
+    return bool(np.array_equal(np.where(flat < 0, flat + n, flat), np.arange(n)))
 
 
 def check(m: Match, g, target) -> Optional[str]:

@@ -1,0 +1,187 @@
+"""Idioms of real torchvision / timm exports (tools/survey_vision_exports.py, docs/surveys/vision.md),
+built with onnx.helper and seeded weights: what cut regions or crashed. Structure and numbers (fused
+model in onnxruntime within 1e-4, convert + simulator within 1e-2 of max|ref|)."""
+import numpy as np
+import pytest
+
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from test_fuse_exports import Net
+from test_fuse_torch_idioms import _convert_and_run
+
+BIG = np.iinfo(np.int64).max
+
+
+def _slice(n, x, starts, ends, axes, steps=None, name=None):
+    ins = [x] + [n.const(np.array(v, np.int64)) for v in (starts, ends, axes)]
+    if steps is not None:
+        ins.append(n.const(np.array(steps, np.int64)))
+    return n.op("Slice", ins, name)
+
+
+def test_dynamo_as_strided_gather_after_the_pool_is_a_reshape(tmp_path):
+    """torchvision ConvNeXt through dynamo: AdaptiveAvgPool2d's ``as_strided`` view is ``ReduceMean ->
+    Reshape [-1] -> Gather(arange(C) as [1, C, 1, 1])``: the Gather reads the whole axis in order, so
+    legalize makes it a Reshape and the head joins the backbone's region (2 regions, Gather on the CPU)."""
+    n = Net(21)
+    x = n.conv("input", 3, 8, act="relu")
+    pooled = n.op("ReduceMean", [x, n.const(np.array([-1, -2], np.int64))], "mean", keepdims=1)
+    flat = n.op("Reshape", [pooled, n.const(np.array([-1], np.int64))], "flat")
+    view = n.op("Gather", [flat, n.const(np.arange(8, dtype=np.int64).reshape(1, 8, 1, 1))], "as_strided", axis=0)
+    y = n.op("Gemm", [n.op("Flatten", [view], "flatten"), n.w(5, 8), n.w(5)], "fc", transB=1)
+    # indices that are not the whole axis in order stay a Gather
+    perm = n.op("Gather", ["other", n.const(np.array([[1, 0, 2]], np.int64))], "perm_gather", axis=1)
+    m = n.model([("input", [1, 3, 12, 12]), ("other", [2, 3, 4])], [y, n.op("Relu", [perm], "perm_relu")],
+                opset_version=18)
+    lg = legalize(m)
+    assert "as_strided" not in [x.name for x in lg.model.graph.node if x.op_type == "Gather"]
+    assert [x.name for x in lg.model.graph.node if x.op_type == "Gather"] == ["perm_gather"]
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("as_strided", "fc", "mean"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len(res.subgraphs) == 1
+
+
+def _swin_stage(n, x, shift, C):
+    """[1, H, W, C] tokens: torch.roll by -shift on H and W (Slice + Slice + Concat per axis, as both
+    exporters write it), then patch merging x[:, a::2, b::2, :] (one two-axis step-2 Slice each, or
+    chained one-axis Slices), cat on C, LayerNorm-free Linear 4C -> 2C."""
+    H = 8
+    for ax in (1, 2):
+        head = _slice(n, x, [shift], [BIG], [ax], name=f"roll_head{ax}")
+        tail = _slice(n, x, [0], [shift], [ax], name=f"roll_tail{ax}")
+        x = n.op("Concat", [head, tail], f"roll_cat{ax}", axis=ax)
+    parts = [_slice(n, x, [0, 0], [H, H], [1, 2], [2, 2], "merge00"),          # TorchScript: one Slice, two axes
+             _slice(n, _slice(n, x, [1], [BIG], [1], [2], "merge1_rows"), [0], [BIG], [2], [2], "merge10"),
+             _slice(n, x, [0, 1], [BIG, BIG], [-3, -2], [2, 2], "merge01"),
+             _slice(n, x, [1, 1], [H, H], [1, 2], [2, 2], "merge11")]
+    x = n.op("Concat", parts, "merge_cat", axis=-1)                             # [1, 4, 4, 4C]
+    return n.op("MatMul", [x, n.w(4 * C, 2 * C)], "reduction")
+
+
+def test_swin_roll_and_patch_merging_slices_run_on_the_accelerator(tmp_path):
+    """torchvision Swin / timm Swin-style [B, H, W, C] tokens: the roll's spatial Slices and the patch
+    merging's step-2 Slices on H and W were CPU ops (dynamo export: 15 regions). They become Slice2D
+    layers of views of the stored data (a step: one phase of [.., X/2, 2, ..]): one region, exact."""
+    n = Net(22)
+    C = 6
+    x = n.conv("input", 3, C, act="relu")                                       # [1, C, 8, 8]
+    tokens = n.op("Transpose", [x], "to_tokens", perm=[0, 2, 3, 1])             # [1, 8, 8, C]
+    y = _swin_stage(n, tokens, 3, C)
+    out = n.op("Relu", [n.op("Transpose", [y], "to_image", perm=[0, 3, 1, 2])], "post")
+    out = n.op("Conv", [out, n.w(4, 2 * C, 1, 1)], "head", kernel_shape=[1, 1])
+    m = n.model([("input", [1, 3, 8, 8])], [out])
+    r, res = _convert_and_run(m, tmp_path)
+    names = ["roll_head1", "roll_tail1", "roll_head2", "roll_tail2", "merge00", "merge1_rows", "merge10",
+             "merge01", "merge11"]
+    for name in names:
+        d = r.decisions[name]                 # a Slice2D of a view, or a crop's one-hot conv
+        assert d.placement == "accelerator", d
+    assert [r.decisions[k].composite for k in ("merge00", "merge01", "roll_tail1")] == ["mrvl.slice"] * 3
+    assert not r.decisions.by_placement("cpu")
+    assert res.report.offload_fraction == 1.0 and len(res.subgraphs) == 1
+
+
+@pytest.mark.parametrize("starts,ends,steps,why", [
+    ([1], [BIG], [3], "an axis of 8"),             # 8 is no multiple of 3
+    ([3], [BIG], [2], "one phase"),                # starts beyond the step
+    ([0], [5], [2], "one phase"),                  # stops before the end
+    ([7], [0], [-1], "slices forward"),            # a reversed axis
+])
+def test_strided_slices_that_are_no_phase_of_a_view_stay_with_their_reason(starts, ends, steps, why):
+    n = Net(23)
+    x = n.op("Transpose", [n.conv("input", 3, 4, act="relu")], "tok", perm=[0, 2, 3, 1])
+    s = _slice(n, x, starts, ends, [1], steps, "node")
+    m = n.model([("input", [1, 3, 8, 8])], [n.op("MatMul", [s, n.w(4, 4)], "fc")])
+    d = fuse(legalize(m)).decisions["node"]
+    assert d.placement == "cpu" and why in d.reason, d
+
+
+def test_shape_computed_pads_of_many_blocks_all_fold(caplog):
+    """TorchScript Swin: each block pads its tokens to a multiple of the window with pads computed from
+    ``Shape -> Gather -> Mod -> Sub -> Mod``; the next block's Shape is static only once the pads before
+    it folded and shape inference ran again: one sweep per block. 12 blocks (more than MAX_SWEEPS) fold
+    completely (swin_t TorchScript: 12 regions with 135 Shape / 70 Expand / 42 Where ... on the CPU)."""
+    from onnx_mrvl import legalize as legalize_mod
+    from onnx_mrvl.legalize.testing import legalize_and_compare
+    n = Net(24)
+    x = n.conv("input", 3, 4, act="relu")
+    seven = n.const(np.array(7, np.int64))
+    for b in range(12):
+        h = n.op("Gather", [n.op("Shape", [x], f"shape{b}"), n.const(np.array(2, np.int64))], f"h{b}", axis=0)
+        p = n.op("Mod", [n.op("Sub", [seven, n.op("Mod", [h, seven], f"m{b}")], f"s{b}"), seven], f"pad_r{b}")
+        pads = n.op("Concat", [n.const(np.zeros(6, np.int64)), n.op("Unsqueeze", [p, n.const(np.array([0]))], f"u{b}"),
+                               n.const(np.zeros(1, np.int64))], f"pads{b}", axis=0)
+        x = n.op("Relu", [n.op("Pad", [x, pads], f"pad{b}")], f"act{b}")
+    m = n.model([("input", [1, 3, 8, 8])], [x])
+    out, _ = legalize_and_compare(m)
+    assert not [x for x in out.graph.node if x.op_type in ("Shape", "Pad", "Mod", "Gather")]
+    assert legalize_mod.legalize(m).report.sweeps > legalize_mod.MAX_SWEEPS
+    assert not [r for r in caplog.records if "still rewriting" in r.getMessage()]
+
+
+@pytest.mark.parametrize("eq,sa,sb", [
+    ("B G H I D, B G H J D -> B G H I J", [1, 4, 2, 6, 8], [1, 4, 2, 5, 8]),     # MaxViT's scores (dynamo)
+    ("B G H I J, B G H J D -> B G H I D", [1, 4, 2, 6, 5], [1, 4, 2, 5, 8]),     # its attention x values
+    ("bhid,bhjd->bhji", [1, 2, 6, 8], [1, 2, 5, 8]),                              # output transposed
+    ("bld,dk->blk", [1, 6, 8], [8, 5]),                                          # no batch letter
+    ("ij,jk->ik", [6, 8], [8, 5]),                                                # a plain product
+    ("bhxyd,bhdz->bhxyz", [1, 2, 3, 4, 8], [1, 2, 8, 5]),                        # two free letters merged
+])
+def test_einsum_matrix_products_become_matmuls(eq, sa, sb):
+    """torchvision MaxViT through dynamo: its attention's Einsums (and the Splits / Softmax / Mul around
+    them) were on the CPU, 23 regions. legalize writes each two-operand matrix-product Einsum as
+    Transpose / Reshape + MatMul (+ Reshape / Transpose back), exact against onnxruntime's Einsum."""
+    from onnx_mrvl.legalize.testing import legalize_and_compare
+    n = Net(25)
+    a = n.op("Relu", ["a"], "pre_a")
+    weight = eq == "bld,dk->blk"                                                  # a constant operand
+    b = n.w(*sb) if weight else n.op("Relu", ["b"], "pre_b")
+    y = n.op("Einsum", [a, b], "einsum", equation=eq)
+    inputs = [("a", sa)] + ([] if weight else [("b", sb)])
+    m = n.model(inputs, [n.op("Relu", [y], "post")], opset_version=13)
+    out, log = legalize_and_compare(m)
+    assert "Einsum" not in [x.op_type for x in out.graph.node]
+    assert [x.op_type for x in out.graph.node].count("MatMul") + \
+        [x.op_type for x in out.graph.node].count("Gemm") == 1
+
+
+@pytest.mark.parametrize("eq,sa,sb,why", [
+    ("bij,bjk->bk", [1, 3, 4], [1, 4, 5], "summed over one operand"),
+    ("ii,ij->ij", [4, 4], [4, 5], "diagonal"),
+    ("...ij,...jk->...ik", [1, 3, 4], [1, 4, 5], "ellipsis"),
+    ("ij,jk", [3, 4], [4, 5], "no explicit output"),
+])
+def test_einsum_forms_left_with_their_reason(eq, sa, sb, why):
+    n = Net(26)
+    y = n.op("Einsum", ["a", "b"], "einsum", equation=eq)
+    m = n.model([("a", sa), ("b", sb)], [y], opset_version=13)
+    r = legalize(m)
+    assert [x.op_type for x in r.model.graph.node] == ["Einsum"]
+    assert any(rule == "einsum_to_matmul" and why in reason for rule, _, reason in r.report.skipped)
+
+
+def test_maxvit_style_attention_block_is_one_region(tmp_path):
+    """Conv stem -> tokens [1, G, T, C] -> qkv Linear -> Split -> heads [1, G, H, T, D] -> Einsum scores ->
+    Softmax -> Einsum with v -> merge heads -> Linear: one region (dynamo MaxViT: 23)."""
+    n = Net(27)
+    C, H, D, G, T = 8, 2, 4, 4, 4
+    x = n.conv("input", 3, C, act="relu")                                        # [1, 8, 4, 4]
+    tok = n.op("Reshape", [n.op("Transpose", [x], "to_tok", perm=[0, 2, 3, 1]),
+                           n.const(np.array([1, G, T, C], np.int64))], "windows")   # 4 windows of 4 tokens
+    qkv = n.op("Add", [n.op("MatMul", [tok, n.w(C, 3 * C)], "qkv"), n.w(3 * C, scale=0.1)], "qkv_bias")
+    q, k, v = n.op("Split", [qkv], "split_qkv", n_out=3, axis=3)
+    heads = [n.op("Transpose", [n.op("Reshape", [t, n.const(np.array([1, G, T, H, D], np.int64))], f"h{i}")],
+                  f"ht{i}", perm=[0, 1, 3, 2, 4]) for i, t in enumerate((q, k, v))]
+    qs = n.op("Mul", [heads[0], n.const(np.float32(D ** -0.5))], "scale")
+    s = n.op("Einsum", [qs, heads[1]], "scores", equation="B G H I D, B G H J D -> B G H I J")
+    p = n.op("Softmax", [s], "softmax", axis=-1)
+    o = n.op("Einsum", [p, heads[2]], "attn_v", equation="B G H I J, B G H J D -> B G H I D")
+    o = n.op("Reshape", [n.op("Transpose", [o], "merge_t", perm=[0, 1, 3, 2, 4]),
+                         n.const(np.array([1, G, T, C], np.int64))], "merge")
+    y = n.op("MatMul", [o, n.w(C, C)], "proj")
+    m = n.model([("input", [1, 3, 4, 4])], [y], opset_version=13)
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("scores", "attn_v", "softmax", "split_qkv"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len(res.subgraphs) == 1
