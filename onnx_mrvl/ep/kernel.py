@@ -223,7 +223,7 @@ def _run_kernel(num_outputs: int):
             if len(outs) != num_outputs:
                 raise MrvlRuntimeError(f"region '{region}' produced {len(outs)} outputs, the node has "
                                        f"{num_outputs}", node=region, origin=prog.origin)
-            res = tuple(_Output(o) for o in outs)
+            res = tuple(map(_Output, outs))
         except BaseException as exc:  # noqa: BLE001 - an exception here aborts the process (failures.py)
             err = _region_error(region, prog, exc)
             token = failures.record(err)
