@@ -20,11 +20,10 @@ warm in the caches; its size is the program's peak of live tensors.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-
-import ctypes
 
 from . import int8_native, native, plan_fusion
 from .fp16 import round_fp16_
