@@ -178,6 +178,21 @@ def test_one_session_options_for_several_sessions(two_models):
     assert np.array_equal(own.run(None, feed)[0], sessions[1].run(None, feed)[0])
 
 
+def test_run_kernel_reads_string_flags(two_models):
+    """The runtime ops take their attributes as onnxruntime-extensions passes them, strings (its
+    per-call cast is skipped, ep/kernel.py): "0" must read as false, and the session's results
+    are the simulator's own, bit for bit."""
+    sess = onnx_mrvl.InferenceSession(str(two_models["tiny"] / "model.onnx"))
+    feed = _feed(sess, 4)
+    prog = sess._mrvl_programs[0]
+    (x,) = feed.values()
+    want = prog.simulator.run([x])[0]
+    out = kernel._run_kernel(1)(x, region=prog.region, sha256=prog.sha256, packed_inputs="0",
+                                packed_outputs="0", raise_overflow="1")
+    assert out.shape == want.shape and np.array_equal(np.asarray(out), want)
+    assert np.array_equal(sess.run(None, feed)[0].reshape(want.shape), want)
+
+
 def test_programs_released_with_session(two_models):
     path = str(two_models["tiny"] / "model.onnx")
     sess = onnx_mrvl.InferenceSession(path)
