@@ -45,7 +45,8 @@
 #define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
 #define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
 #define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
-static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS;
+#define PATH_STEM_ROWS 16   /* conv: a stem of one channel block tiled along output rows (stem_rows) */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -429,7 +430,7 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 12
-            for (int r = 0; r < MR; r++)
+            for (int r = 0; r < (mr < MR ? mr : MR); r++)
                 acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r]);
 #pragma GCC unroll 13
             for (int r = 0; r < mr - MR; r++)
@@ -509,6 +510,33 @@ static HOT_LOOPS int micro_one25s(const tile_t *t, const float *a, long lda, flo
     return bad ? 1 : 0;
 static HOT_LOOPS int micro_one_win24(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(0) }
 static HOT_LOOPS int micro_one_win24s(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(1) }
+/* the same for 12 pixels (stem_rows: an interior run of 12-23 pixels) */
+#define ONE_WIN12(S) \
+    __mmask16 bad = 0; \
+    micro_one_lda(MR, 1, t->kh, t->ystride, t->rowlen, a, lda, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad, \
+                  NULL, NULL, NULL, S); \
+    return bad ? 1 : 0;
+static HOT_LOOPS int micro_one_win12(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN12(0) }
+static HOT_LOOPS int micro_one_win12s(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN12(1) }
+/* step 6 (3-channel stride-2 stems) compiled in: the broadcasts of a k address a + r * 24 bytes off
+ * one base register; with a run-time step each row had its own pointer, more than the free
+ * registers, and the k loop reloaded 14 of them per k (MobileNetV2 0.5's stem 0.159 -> 0.138 ms).
+ * Compiled for 4, 8, ..., 24 pixels: a row's last tile of stem_rows takes the rest rounded up to
+ * a multiple of 4 (it overlapped the tile before by up to 23 pixels). */
+#define ONE_WIN6(MR_, S) \
+    __mmask16 bad = 0; \
+    micro_one_lda(MR_, 1, t->kh, t->ystride, t->rowlen, a, 6, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad, \
+                  NULL, NULL, NULL, S); \
+    return bad ? 1 : 0;
+typedef int (*win6_fn)(const tile_t *t, const float *a, float *c);
+#define WIN6_SET(MR_) \
+    static HOT_LOOPS int micro_one_win6_##MR_(const tile_t *t, const float *a, float *c) { ONE_WIN6(MR_, 0) } \
+    static HOT_LOOPS int micro_one_win6s_##MR_(const tile_t *t, const float *a, float *c) { ONE_WIN6(MR_, 1) }
+WIN6_SET(4) WIN6_SET(8) WIN6_SET(12) WIN6_SET(16) WIN6_SET(20) WIN6_SET(24)
+static const win6_fn win6_tiles[2][6] = {
+    {micro_one_win6_4, micro_one_win6_8, micro_one_win6_12, micro_one_win6_16, micro_one_win6_20, micro_one_win6_24},
+    {micro_one_win6s_4, micro_one_win6s_8, micro_one_win6s_12, micro_one_win6s_16, micro_one_win6s_20,
+     micro_one_win6s_24}};
 
 typedef struct {
     const float *x;
@@ -686,6 +714,124 @@ static const float *window_row(const geom_t *g, long m, long n) {
     return g->x + ((img * g->h + iy0) * g->w + ix0) * g->cs;
 }
 
+/* A stem of one channel block (at most NR output channels), one k block, no fused sum, windows
+ * read in place (conv_range decides): output pixels [m0, m1) tiled along the output rows instead
+ * of in MR-aligned panels of the flattened pixels. Those panels cross the row ends (112 pixels a
+ * row: ~1 pair of panels in 5 crossed one), and every such panel and every one holding a padded
+ * border pixel was packed: MobileNetV2 0.5's 3 -> 16 stem spent 22% of its time packing and 16%
+ * in packed tiles. Here each row runs as tiles of tw pixels (24: one vector of columns, pairs of
+ * 12 rows; 12: two vectors), the last one ending at the row's end; a tile whose windows lie
+ * inside the input reads them there, and one with padding reads a strip: its kernel rows copied
+ * with zeros in the padding (what pack writes), so its products are the packed tile's. Only a
+ * row cut by the part's ends into fewer than MR pixels is packed as before. Every value sums the
+ * same products in the same order as in conv_range, so the bits are the same. */
+static int stem_packed(const geom_t *g, const tile_t *t, long q, long end, float *out, long ldo, int simple,
+                       float *abuf) {
+    int flags = 0;
+    while (q < end) {
+        const long left = end - q;
+        if (t->cols <= 16 && left >= 2 * MR && (new_paths & PATH_ONE_PAIRS)) {
+            pack(g, q, MR, 0, t->kc, abuf);
+            pack(g, q + MR, MR, 0, t->kc, abuf + MR * LDP);
+            flags |= (simple ? micro_one24s : micro_one24)(t, abuf, LDP, out + q * ldo, NULL);
+            q += 2 * MR;
+        } else {
+            const int rows = left < MR ? (int)left : MR;
+            pack(g, q, rows, 0, t->kc, abuf);
+            flags |= (simple ? micro_simple : micro_gen)(t, abuf, out + q * ldo, NULL, rows, NULL);
+            q += rows;
+        }
+    }
+    return flags;
+}
+
+/* the kernel rows of the windows of n pixels of output row oy of image img starting at ox, as
+ * strip[ky][(n - 1) * sw + kw][c] with zeros where a tap lies in the padding */
+static void stem_strip(const geom_t *g, long img, long oy, long ox, long n, float *strip) {
+    const long c = g->c, npx = (n - 1) * g->sw + g->kw, ix0 = ox * g->sw - g->pl, iy0 = oy * g->sh - g->pt;
+    const long xa = ix0 < 0 ? -ix0 : 0, xb = ix0 + npx > g->w ? g->w - ix0 : npx;    /* in-range pixels */
+    for (long ky = 0; ky < g->kh; ky++, strip += npx * c) {
+        const long iy = iy0 + ky * g->dh;
+        if (iy < 0 || iy >= g->h || xb <= xa) {
+            copy_run(strip, NULL, npx * c);
+            continue;
+        }
+        copy_run(strip, NULL, xa * c);
+        copy_run(strip + xa * c, g->x + ((img * g->h + iy) * g->w + ix0 + xa) * c, (xb - xa) * c);
+        copy_run(strip + xb * c, NULL, (npx - xb) * c);
+    }
+}
+
+/* one tile of n pixels (a multiple of 4 for step 6 and at most 16 columns; else tw) */
+static int stem_tile(const tile_t *t, const float *src, float *oc, long step, int n, int windows, int simple) {
+    if (t->cols <= 16 && step == 6)
+        return win6_tiles[simple][n / 4 - 1](t, src, oc);
+    if (t->cols <= 16)
+        return n == 2 * MR ? (simple ? micro_one_win24s : micro_one_win24)(t, src, oc, step)
+                           : (simple ? micro_one_win12s : micro_one_win12)(t, src, oc, step);
+    if (windows)
+        return (simple ? micro_win_simple : micro_win_gen)(t, src, oc, NULL, MR, NULL, step);
+    return micro_win12(t, src, oc, step);
+}
+
+static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, float *out, long m0, long m1,
+                     const epi_t *e, int simple, int windows, float *abuf) {
+    const long K = g->kh * g->kw * g->c, step = g->sw * g->c;
+    const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, 0, (int)g->kh, (int)(g->kw * g->c),
+                      g->dh * g->w * g->c};
+    const int tw = o <= 16 ? 2 * MR : MR, quads = o <= 16 && step == 6;
+    /* a strip must fit the packed buffer (it does for stems: 3 x 49 x 3 floats) */
+    const int strips = g->kh * ((tw - 1) * g->sw + g->kw) * g->c <= (long)MC * LDP;
+    /* the interior columns [xa, xb): every tap of the window inside the input */
+    long xa = g->pl > 0 ? (g->pl + g->sw - 1) / g->sw : 0;
+    const long lastx = g->w - 1 - (g->kw - 1) * g->dw + g->pl;
+    long xb = lastx < 0 ? 0 : lastx / g->sw + 1;
+    if (xb > g->ow)
+        xb = g->ow;
+    if (xa > xb)
+        xa = xb;
+    int flags = 0;
+    long pend = m0;                                   /* the packed run waiting: [pend, p) */
+    for (long p = m0; p < m1;) {
+        const long ox = p % g->ow, r = p / g->ow, oy = r % g->oh, img = r / g->oh;
+        const long L = (g->ow - ox) < (m1 - p) ? (g->ow - ox) : (m1 - p);   /* this row's pixels in range */
+        const long iy0 = oy * g->sh - g->pt;
+        const int rowin = iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h;
+        if (L >= MR && (strips || (rowin && xa <= ox && ox + L <= xb))) {
+            flags |= stem_packed(g, &t, pend, p, out, ldo, simple, abuf);
+            for (long q = 0; q < L;) {
+                /* tiles of tw pixels; the rest in one tile rounded up to 4 pixels (quads) or MR,
+                 * ending at the row's end (overlapping the tile before: the same values) */
+                const long rest = L - q;
+                int n = rest >= tw ? tw : (quads ? (int)((rest + 3) & ~3L) : (rest <= MR || L < tw ? MR : tw));
+                if (n > L)                   /* a row of 13-23 pixels (quads): 12-20, then the rest */
+                    n = (int)(L & ~3L);
+                const long s = q + n <= L ? q : L - n;
+                const long xs = ox + s;
+                const float *src;
+                tile_t ts = t;
+                if (rowin && xs >= xa && xs + n <= xb) {
+                    src = g->x + ((img * g->h + iy0) * g->w + xs * g->sw - g->pl) * g->c;
+                } else if (strips) {
+                    stem_strip(g, img, oy, xs, n, abuf);
+                    ts.ystride = ((n - 1) * g->sw + g->kw) * g->c;
+                    src = abuf;
+                } else {                     /* (not reached: the row is inside, see above) */
+                    flags |= stem_packed(g, &t, p + s, p + s + n, out, ldo, simple, abuf);
+                    q = s + n;
+                    continue;
+                }
+                flags |= stem_tile(&ts, src, out + (p + s) * ldo, step, n, windows, simple);
+                q = s + n;
+            }
+            pend = p + L;
+        }
+        p += L;
+    }
+    flags |= stem_packed(g, &t, pend, m1, out, ldo, simple, abuf);
+    return flags;
+}
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -723,6 +869,9 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                       && dw == 1 && c == cs;
     /* at most 16 output channels, one k block, no fused sum: pairs of tiles (micro_one_win24) */
     const int win24 = (new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs;
+    if ((new_paths & PATH_STEM_ROWS) && (win24 || windows || win12) && !res && !direct && o <= NR && K <= KC
+        && dw == 1 && c == cs && j0 == 0 && j1 == 1)
+        return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf);
     const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
