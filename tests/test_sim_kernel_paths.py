@@ -20,7 +20,7 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
-DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, ALL = 1, 2, 4, 8, 16, 31
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, ALL = 1, 2, 4, 8, 16, 32, 63
 
 
 def _both(path, build):
@@ -157,3 +157,42 @@ def test_stem_tiled_along_rows(monkeypatch, shape, o, k, stride, pad, dil, threa
         conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=pads, dilation=(dil, 1),
                     activation=act, activation_params=params)
         _same(*_both(STEM_ROWS, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("h, w, c, kh, stride, pads, dil", [
+    (7, 7, 960, 3, 1, (1, 1, 1, 1), 1), (7, 7, 17, 3, 1, (1, 1, 1, 1), 1), (14, 14, 576, 3, 2, (1, 1, 1, 1), 1),
+    (9, 4, 40, 3, 1, (1, 1, 1, 1), 1), (8, 5, 33, 3, 1, (0, 1, 2, 1), 1), (6, 6, 64, 3, 1, (2, 1, 0, 1), 1),
+    (10, 8, 48, 5, 1, (2, 1, 2, 1), 1), (15, 15, 24, 3, 2, (1, 1, 1, 1), 1), (16, 16, 100, 3, 2, (1, 1, 1, 1), 1),
+    (13, 13, 16, 3, 2, (1, 1, 1, 0), 1), (7, 9, 30, 3, 1, (1, 1, 1, 0), 1), (9, 7, 20, 3, 1, (3, 1, 3, 1), 2),
+    (3, 7, 16, 3, 1, (4, 1, 0, 1), 1), (12, 12, 8, 3, 2, (1, 1, 1, 1), 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_whole_rows(monkeypatch, h, w, c, kh, stride, pads, dil, threads):
+    """Rows of 4-8 pixels: stride 1 and 2, the last pixel's right tap in the padding or not (no
+    right padding, odd and even widths at stride 2), padded rows above and below (4 pads of a
+    3-high kernel: rows with no tap in range), a 5x3 kernel, dilation along y, channel counts off
+    the 16 lanes, 2 images, -0.0 inputs, fp16 overflows."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([h, w, c, kh, stride, dil] + list(pads))
+    x = f16(rng.standard_normal((2, h, w, c)) * 3)
+    x.reshape(-1)[::97] = 30000.0
+    x.reshape(-1)[5::211] = -0.0
+    wt = f16(rng.standard_normal((c, kh, 3, 1)) * 0.5)
+    conv = dict(bias=rng.standard_normal(c), scale=rng.standard_normal(c), strides=(stride, stride),
+                padding=pads, dilation=(dil, 1), groups=c, activation="clamp",
+                activation_params={"min": -1.0, "max": 6.0})
+    ow = (w + pads[1] + pads[3] - 3) // stride + 1
+    assert 4 <= ow <= 8
+    _same(*_both(DW_ROW, lambda: K.Conv2D(wt, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_depthwise_whole_rows_in_a_fused_depthwise_and_1x1(monkeypatch, threads):
+    import test_sim_dwpw as D
+    from onnx_mrvl.sim import Simulator
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    monkeypatch.setattr(D, "RNG", np.random.default_rng(4))
+    sim = Simulator.from_program(*D.block_program(1, 7, 7, c=80, e=480, out=80, residual=True))
+    assert sim._static.dwpw_fused == 1
+    x = f16(np.random.default_rng(6).standard_normal((1, 7, 7, 80)))
+    _same(*_both(DW_ROW, lambda: (sim.run([x])[0], sim.last_overflow)))

@@ -46,7 +46,8 @@
 #define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
 #define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
 #define PATH_STEM_ROWS 16   /* conv: a stem of one channel block tiled along output rows (stem_rows) */
-static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS;
+#define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -394,6 +395,8 @@ typedef struct {
     /* MR pixels of one output row whose windows lie inside the input, read in place: pixel r's \
      * kernel row ky is the rowlen floats at a + ky * ystride + r * step (see conv_range) */ \
     static HOT_LOOPS int micro_win6##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 6, 1) } \
+    static HOT_LOOPS int micro_win6_4##sfx(TILE_ARGS) { TILE_BODY_W(4, S, 6, 1) } \
+    static HOT_LOOPS int micro_win6_8##sfx(TILE_ARGS) { TILE_BODY_W(8, S, 6, 1) } \
     static HOT_LOOPS int micro_win64##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 64, 1) } \
     static HOT_LOOPS int micro_win128##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 128, 1) } \
     static HOT_LOOPS int micro_win256##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 256, 1) } \
@@ -769,6 +772,9 @@ static int stem_tile(const tile_t *t, const float *src, float *oc, long step, in
     if (t->cols <= 16)
         return n == 2 * MR ? (simple ? micro_one_win24s : micro_one_win24)(t, src, oc, step)
                            : (simple ? micro_one_win12s : micro_one_win12)(t, src, oc, step);
+    if (windows && step == 6 && n < MR)      /* a row's rest of 1-8 pixels (stem_rows' quads) */
+        return n == 4 ? (simple ? micro_win6_4_simple : micro_win6_4_gen)(t, src, oc, NULL, n, NULL)
+                      : (simple ? micro_win6_8_simple : micro_win6_8_gen)(t, src, oc, NULL, n, NULL);
     if (windows)
         return (simple ? micro_win_simple : micro_win_gen)(t, src, oc, NULL, MR, NULL, step);
     return micro_win12(t, src, oc, step);
@@ -779,7 +785,7 @@ static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, floa
     const long K = g->kh * g->kw * g->c, step = g->sw * g->c;
     const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, 0, (int)g->kh, (int)(g->kw * g->c),
                       g->dh * g->w * g->c};
-    const int tw = o <= 16 ? 2 * MR : MR, quads = o <= 16 && step == 6;
+    const int tw = o <= 16 ? 2 * MR : MR, quads = step == 6 && (o <= 16 || windows);
     /* a strip must fit the packed buffer (it does for stems: 3 x 49 x 3 floats) */
     const int strips = g->kh * ((tw - 1) * g->sw + g->kw) * g->c <= (long)MC * LDP;
     /* the interior columns [xa, xb): every tap of the window inside the input */
@@ -1692,6 +1698,106 @@ dw_block_nb(const int NB, int row3, const dw_job *j, const float *xb, const floa
     return dw_block(0, 0, NB, j, xb, wt, nky, m, ob, cb);
 }
 
+/* A whole output row of NB = ow (4-8) pixels x 16 channels of a 3-wide kernel with one column of
+ * left padding (dilation 1, any stride): MobileNet's 7x7 maps (3x3, and 14x14 / 2). Pixel 0's
+ * kx = 0 tap lies in the padding, and the last pixel's kx = 2 tap too unless last_in; every other
+ * tap is in range. The blocks of 4 and the pixel-by-pixel borders (dw_pixel_all, its sums on the
+ * stack) computed 8 + 2 pixel-rows for 7 pixels: 7x7x960 spent ~40% of its time in the borders.
+ * Each pixel sums its in-range taps in the same order (kernel rows, then taps; the first a
+ * product, the others FMAs of exact products: dw_pixel_all's multiply then add), so the bits are
+ * those of dw_block / dw_pixel_all. xr: the input row of kernel row ky0 at ix = 0, channel cb. */
+static inline __attribute__((always_inline)) __mmask16
+dw_row3(const int NB, const int full, const dw_job *j, const float *xr, const float *wt, long nky, int last_in,
+        __mmask16 m, float *ob, long cb) {
+    const long c = j->c, rowstep = j->dh * j->wd * c, ps = j->sw * c;
+#define DWR_LD(p) (full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, (p)))
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++)
+        acc[t] = _mm512_setzero_ps();        /* nky >= 1: overwritten by the first tap's products */
+    for (long ky = 0; ky < nky; ky++, xr += rowstep, wt += 3 * j->cp) {
+        const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
+        if (ky == 0) {                       /* the first in-range tap: a product */
+            acc[0] = _mm512_mul_ps(DWR_LD(xr), w1);
+#pragma GCC unroll 8
+            for (int t = 1; t < NB; t++)
+                acc[t] = _mm512_mul_ps(DWR_LD(xr + t * ps - c), w0);
+        } else {
+            acc[0] = _mm512_fmadd_ps(DWR_LD(xr), w1, acc[0]);
+#pragma GCC unroll 8
+            for (int t = 1; t < NB; t++)
+                acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps - c), w0, acc[t]);
+        }
+#pragma GCC unroll 8
+        for (int t = 1; t < NB; t++)
+            acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps), w1, acc[t]);
+#pragma GCC unroll 8
+        for (int t = 0; t < NB - 1; t++)
+            acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps + c), w2, acc[t]);
+        if (last_in)
+            acc[NB - 1] = _mm512_fmadd_ps(DWR_LD(xr + (NB - 1) * ps + c), w2, acc[NB - 1]);
+    }
+#undef DWR_LD
+    epv_t E;
+    epv_load(&E, &j->e, cb);
+    __mmask16 bad = 0;
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++) {
+        __mmask16 bb = 0;
+        const __m512 y = finish_v(acc[t], &E, &bb);
+        bad |= bb & m;
+        if (full)
+            _mm512_storeu_ps(ob + t * c, y);
+        else
+            _mm512_mask_storeu_ps(ob + t * c, m, y);
+    }
+    return bad;
+}
+
+#define DW_ROW3_NB(NB) \
+    static __mmask16 dw_row3_##NB(const dw_job *j, const float *xr, const float *wt, long nky, int last_in, \
+                                  __mmask16 m, float *ob, long cb) { \
+        return m == 0xFFFF ? dw_row3(NB, 1, j, xr, wt, nky, last_in, m, ob, cb) \
+                           : dw_row3(NB, 0, j, xr, wt, nky, last_in, m, ob, cb); \
+    }
+DW_ROW3_NB(4) DW_ROW3_NB(5) DW_ROW3_NB(6) DW_ROW3_NB(7) DW_ROW3_NB(8)
+typedef __mmask16 (*dw_row3_fn)(const dw_job *, const float *, const float *, long, int, __mmask16, float *, long);
+static const dw_row3_fn dw_row3_fns[5] = {dw_row3_4, dw_row3_5, dw_row3_6, dw_row3_7, dw_row3_8};
+
+/* rows of 4-8 pixels, a 3-wide kernel, one column of left padding: dw_row3 (else NULL) */
+static dw_row3_fn dw_row_fn(const dw_job *j) {
+    return (new_paths & PATH_DW_ROW) && j->kw == 3 && j->dw == 1 && j->pl == 1 && j->ow >= 4 && j->ow <= 8
+           && (j->ow - 1) * j->sw <= j->wd - 1 ? dw_row3_fns[j->ow - 4] : NULL;
+}
+
+/* dw_rows for dw_row_fn's rows: each output row whole, all of its pixels in registers */
+static int dw_rows_whole(const dw_job *j, dw_row3_fn rowfn, long r0, long r1, long c0, long c1) {
+    const int last_in = (j->ow - 1) * j->sw + 1 < j->wd;
+    const long rowstride = j->wd * j->c;
+    __mmask16 bad = 0;
+    for (long r = r0; r < r1; r++) {
+        const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
+        long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
+        while (ky0 < j->kh && y0 + ky0 * j->dh < 0)
+            ky0++;
+        while (ky1 > ky0 && y0 + (ky1 - 1) * j->dh >= j->h)
+            ky1--;
+        float *orow = j->out + r * j->ow * j->c;
+        if (ky0 == ky1) {                            /* no tap in range: dw_pixel_all's zeros */
+            for (long ox = 0; ox < j->ow; ox++)
+                dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, c0, c1, &bad);
+            continue;
+        }
+        const float *xr = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride;
+        for (long cb = c0; cb < c1; cb += 16) {
+            const long left = c1 - cb;
+            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            bad |= rowfn(j, xr + cb, j->w + ky0 * 3 * j->cp + cb, ky1 - ky0, last_in, m, orow + cb, cb);
+        }
+    }
+    return bad ? 0 : 1;
+}
+
 /* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
 static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     /* interior columns: every kx tap in range */
@@ -1753,7 +1859,8 @@ static void dw_part(void *arg, long p) {
     part_range(p % j->cparts, j->cparts, (j->c + 63) / 64, &c0, &c1);
     c0 *= 64;
     c1 = c1 * 64 < j->c ? c1 * 64 : j->c;
-    if (!dw_rows(j, r0, r1, c0, c1))
+    const dw_row3_fn rowfn = dw_row_fn(j);
+    if (!(rowfn ? dw_rows_whole(j, rowfn, r0, r1, c0, c1) : dw_rows(j, r0, r1, c0, c1)))
         atomic_store(&j->ok, 0);
 }
 
@@ -1880,7 +1987,8 @@ static void dwpw_part(void *arg, long p) {
     part_range(p, j->parts, j->rows, &r0, &r1);
     if (r0 >= r1)
         return;
-    if (!dw_rows(&j->dw, r0, r1, 0, j->dw.c))
+    const dw_row3_fn rowfn = dw_row_fn(&j->dw);
+    if (!(rowfn ? dw_rows_whole(&j->dw, rowfn, r0, r1, 0, j->dw.c) : dw_rows(&j->dw, r0, r1, 0, j->dw.c)))
         atomic_store(&j->ok_dw, 0);
     const long ow = j->dw.ow;
     const int r = conv_range(j->dw.out, d[1], d[2], d[3], d[3], d[4], d[5], 1, 1, 1, 1, 1, 1, 0, 0,
