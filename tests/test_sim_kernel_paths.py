@@ -9,7 +9,9 @@ and two threads.
   as one tile of 24 or 25 rows (``micro_one``), with and without a fused Sum2D, in place and packed;
 * a stem's whole panel (12 pixels of one output row, windows inside the input, kernel rows of at
   most 32 floats) packed row by row without per-pixel bookkeeping;
-* a stem of at most 32 output channels reading 24 (12) pixels' windows in place, unpacked."""
+* a stem of at most 32 output channels reading 24 (12) pixels' windows in place, unpacked;
+* a stem of one channel block tiled along its output rows (``stem_rows``): tiles of 4-24 pixels,
+  the last one of a row overlapping the one before, padded borders read from zero-filled strips."""
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
-DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, ALL = 1, 2, 4, 8, 15
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, ALL = 1, 2, 4, 8, 16, 32, 63
 
 
 def _both(path, build):
@@ -130,3 +132,67 @@ def test_stem_windows_read_in_place(monkeypatch, shape, o, k, stride, pad, dil, 
     conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(pad,) * 4, dilation=(dil, 1),
                 activation="clamp", activation_params={"min": 0.0, "max": 6.0})
     _same(*_both(WINDOWS, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride, pad, dil", [
+    ((1, 224, 224, 3), 16, 3, 2, 1, 1), ((1, 224, 224, 3), 32, 3, 2, 1, 1), ((2, 50, 61, 3), 8, 3, 2, 1, 1),
+    ((1, 40, 53, 3), 24, 3, 1, 1, 1), ((1, 33, 70, 1), 13, 5, 1, 2, 1), ((1, 30, 76, 4), 32, 3, 2, 0, 1),
+    ((2, 29, 60, 3), 17, 3, 1, 1, 2), ((3, 27, 27, 3), 16, 3, 2, 1, 1), ((1, 23, 47, 3), 4, 3, 2, (0, 1, 2, 0), 1),
+    ((1, 60, 25, 3), 16, 3, 2, 1, 1), ((1, 19, 9, 3), 16, 3, 1, 1, 1), ((1, 45, 101, 3), 11, 7, 2, 3, 1),
+    ((2, 31, 90, 3), 32, 3, 2, (1, 0, 0, 1), 1), ((1, 21, 33, 2), 16, 1, 2, 0, 1), ((1, 17, 130, 3), 16, 3, 2, 1, 3)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_tiled_along_rows(monkeypatch, shape, o, k, stride, pad, dil, threads):
+    """Rows of 112 pixels (24-pixel tiles and a 16-pixel rest), rows narrower than a tile (13-23,
+    fewer than 12 pixels: packed), 3 images, asymmetric pads, stride 1 (a run-time step), dilation
+    along y, a 1x1 strided conv and 17-32 channels (12-pixel tiles of two vectors); the thread
+    splits cut rows into pieces."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, shape[1], shape[2], shape[3], dil])
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::103] = 30000.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
+    pads = (pad,) * 4 if isinstance(pad, int) else pad
+    for act, params in (("clamp", {"min": 0.0, "max": 6.0}), ("leaky_relu", {"alpha": 0.1})):
+        conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=pads, dilation=(dil, 1),
+                    activation=act, activation_params=params)
+        _same(*_both(STEM_ROWS, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("h, w, c, kh, stride, pads, dil", [
+    (7, 7, 960, 3, 1, (1, 1, 1, 1), 1), (7, 7, 17, 3, 1, (1, 1, 1, 1), 1), (14, 14, 576, 3, 2, (1, 1, 1, 1), 1),
+    (9, 4, 40, 3, 1, (1, 1, 1, 1), 1), (8, 5, 33, 3, 1, (0, 1, 2, 1), 1), (6, 6, 64, 3, 1, (2, 1, 0, 1), 1),
+    (10, 8, 48, 5, 1, (2, 1, 2, 1), 1), (15, 15, 24, 3, 2, (1, 1, 1, 1), 1), (16, 16, 100, 3, 2, (1, 1, 1, 1), 1),
+    (13, 13, 16, 3, 2, (1, 1, 1, 0), 1), (7, 9, 30, 3, 1, (1, 1, 1, 0), 1), (9, 7, 20, 3, 1, (3, 1, 3, 1), 2),
+    (3, 7, 16, 3, 1, (4, 1, 0, 1), 1), (12, 12, 8, 3, 2, (1, 1, 1, 1), 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_whole_rows(monkeypatch, h, w, c, kh, stride, pads, dil, threads):
+    """Rows of 4-8 pixels: stride 1 and 2, the last pixel's right tap in the padding or not (no
+    right padding, odd and even widths at stride 2), padded rows above and below (4 pads of a
+    3-high kernel: rows with no tap in range), a 5x3 kernel, dilation along y, channel counts off
+    the 16 lanes, 2 images, -0.0 inputs, fp16 overflows."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([h, w, c, kh, stride, dil] + list(pads))
+    x = f16(rng.standard_normal((2, h, w, c)) * 3)
+    x.reshape(-1)[::97] = 30000.0
+    x.reshape(-1)[5::211] = -0.0
+    wt = f16(rng.standard_normal((c, kh, 3, 1)) * 0.5)
+    conv = dict(bias=rng.standard_normal(c), scale=rng.standard_normal(c), strides=(stride, stride),
+                padding=pads, dilation=(dil, 1), groups=c, activation="clamp",
+                activation_params={"min": -1.0, "max": 6.0})
+    ow = (w + pads[1] + pads[3] - 3) // stride + 1
+    assert 4 <= ow <= 8
+    _same(*_both(DW_ROW, lambda: K.Conv2D(wt, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_depthwise_whole_rows_in_a_fused_depthwise_and_1x1(monkeypatch, threads):
+    import test_sim_dwpw as D
+    from onnx_mrvl.sim import Simulator
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    monkeypatch.setattr(D, "RNG", np.random.default_rng(4))
+    sim = Simulator.from_program(*D.block_program(1, 7, 7, c=80, e=480, out=80, residual=True))
+    assert sim._static.dwpw_fused == 1
+    x = f16(np.random.default_rng(6).standard_normal((1, 7, 7, 80)))
+    _same(*_both(DW_ROW, lambda: (sim.run([x])[0], sim.last_overflow)))

@@ -45,7 +45,9 @@
 #define PATH_ONE_PAIRS 2    /* conv: tiles of at most 16 columns two at a time (micro_one) */
 #define PATH_PANEL_PACK 4   /* conv: a stem's whole panel packed row by row, no per-pixel bookkeeping */
 #define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
-static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS;
+#define PATH_STEM_ROWS 16   /* conv: a stem of one channel block tiled along output rows (stem_rows) */
+#define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -393,6 +395,8 @@ typedef struct {
     /* MR pixels of one output row whose windows lie inside the input, read in place: pixel r's \
      * kernel row ky is the rowlen floats at a + ky * ystride + r * step (see conv_range) */ \
     static HOT_LOOPS int micro_win6##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 6, 1) } \
+    static HOT_LOOPS int micro_win6_4##sfx(TILE_ARGS) { TILE_BODY_W(4, S, 6, 1) } \
+    static HOT_LOOPS int micro_win6_8##sfx(TILE_ARGS) { TILE_BODY_W(8, S, 6, 1) } \
     static HOT_LOOPS int micro_win64##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 64, 1) } \
     static HOT_LOOPS int micro_win128##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 128, 1) } \
     static HOT_LOOPS int micro_win256##sfx(TILE_ARGS) { TILE_BODY_W(MR, S, 256, 1) } \
@@ -429,7 +433,7 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 12
-            for (int r = 0; r < MR; r++)
+            for (int r = 0; r < (mr < MR ? mr : MR); r++)
                 acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), b0, acc[r]);
 #pragma GCC unroll 13
             for (int r = 0; r < mr - MR; r++)
@@ -509,6 +513,33 @@ static HOT_LOOPS int micro_one25s(const tile_t *t, const float *a, long lda, flo
     return bad ? 1 : 0;
 static HOT_LOOPS int micro_one_win24(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(0) }
 static HOT_LOOPS int micro_one_win24s(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN24(1) }
+/* the same for 12 pixels (stem_rows: an interior run of 12-23 pixels) */
+#define ONE_WIN12(S) \
+    __mmask16 bad = 0; \
+    micro_one_lda(MR, 1, t->kh, t->ystride, t->rowlen, a, lda, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad, \
+                  NULL, NULL, NULL, S); \
+    return bad ? 1 : 0;
+static HOT_LOOPS int micro_one_win12(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN12(0) }
+static HOT_LOOPS int micro_one_win12s(const tile_t *t, const float *a, float *c, long lda) { ONE_WIN12(1) }
+/* step 6 (3-channel stride-2 stems) compiled in: the broadcasts of a k address a + r * 24 bytes off
+ * one base register; with a run-time step each row had its own pointer, more than the free
+ * registers, and the k loop reloaded 14 of them per k (MobileNetV2 0.5's stem 0.159 -> 0.138 ms).
+ * Compiled for 4, 8, ..., 24 pixels: a row's last tile of stem_rows takes the rest rounded up to
+ * a multiple of 4 (it overlapped the tile before by up to 23 pixels). */
+#define ONE_WIN6(MR_, S) \
+    __mmask16 bad = 0; \
+    micro_one_lda(MR_, 1, t->kh, t->ystride, t->rowlen, a, 6, t->b, c, t->ldc, t->cols, 1, 1, t->e, t->col0, &bad, \
+                  NULL, NULL, NULL, S); \
+    return bad ? 1 : 0;
+typedef int (*win6_fn)(const tile_t *t, const float *a, float *c);
+#define WIN6_SET(MR_) \
+    static HOT_LOOPS int micro_one_win6_##MR_(const tile_t *t, const float *a, float *c) { ONE_WIN6(MR_, 0) } \
+    static HOT_LOOPS int micro_one_win6s_##MR_(const tile_t *t, const float *a, float *c) { ONE_WIN6(MR_, 1) }
+WIN6_SET(4) WIN6_SET(8) WIN6_SET(12) WIN6_SET(16) WIN6_SET(20) WIN6_SET(24)
+static const win6_fn win6_tiles[2][6] = {
+    {micro_one_win6_4, micro_one_win6_8, micro_one_win6_12, micro_one_win6_16, micro_one_win6_20, micro_one_win6_24},
+    {micro_one_win6s_4, micro_one_win6s_8, micro_one_win6s_12, micro_one_win6s_16, micro_one_win6s_20,
+     micro_one_win6s_24}};
 
 typedef struct {
     const float *x;
@@ -686,6 +717,127 @@ static const float *window_row(const geom_t *g, long m, long n) {
     return g->x + ((img * g->h + iy0) * g->w + ix0) * g->cs;
 }
 
+/* A stem of one channel block (at most NR output channels), one k block, no fused sum, windows
+ * read in place (conv_range decides): output pixels [m0, m1) tiled along the output rows instead
+ * of in MR-aligned panels of the flattened pixels. Those panels cross the row ends (112 pixels a
+ * row: ~1 pair of panels in 5 crossed one), and every such panel and every one holding a padded
+ * border pixel was packed: MobileNetV2 0.5's 3 -> 16 stem spent 22% of its time packing and 16%
+ * in packed tiles. Here each row runs as tiles of tw pixels (24: one vector of columns, pairs of
+ * 12 rows; 12: two vectors), the last one ending at the row's end; a tile whose windows lie
+ * inside the input reads them there, and one with padding reads a strip: its kernel rows copied
+ * with zeros in the padding (what pack writes), so its products are the packed tile's. Only a
+ * row cut by the part's ends into fewer than MR pixels is packed as before. Every value sums the
+ * same products in the same order as in conv_range, so the bits are the same. */
+static int stem_packed(const geom_t *g, const tile_t *t, long q, long end, float *out, long ldo, int simple,
+                       float *abuf) {
+    int flags = 0;
+    while (q < end) {
+        const long left = end - q;
+        if (t->cols <= 16 && left >= 2 * MR && (new_paths & PATH_ONE_PAIRS)) {
+            pack(g, q, MR, 0, t->kc, abuf);
+            pack(g, q + MR, MR, 0, t->kc, abuf + MR * LDP);
+            flags |= (simple ? micro_one24s : micro_one24)(t, abuf, LDP, out + q * ldo, NULL);
+            q += 2 * MR;
+        } else {
+            const int rows = left < MR ? (int)left : MR;
+            pack(g, q, rows, 0, t->kc, abuf);
+            flags |= (simple ? micro_simple : micro_gen)(t, abuf, out + q * ldo, NULL, rows, NULL);
+            q += rows;
+        }
+    }
+    return flags;
+}
+
+/* the kernel rows of the windows of n pixels of output row oy of image img starting at ox, as
+ * strip[ky][(n - 1) * sw + kw][c] with zeros where a tap lies in the padding */
+static void stem_strip(const geom_t *g, long img, long oy, long ox, long n, float *strip) {
+    const long c = g->c, npx = (n - 1) * g->sw + g->kw, ix0 = ox * g->sw - g->pl, iy0 = oy * g->sh - g->pt;
+    const long xa = ix0 < 0 ? -ix0 : 0, xb = ix0 + npx > g->w ? g->w - ix0 : npx;    /* in-range pixels */
+    for (long ky = 0; ky < g->kh; ky++, strip += npx * c) {
+        const long iy = iy0 + ky * g->dh;
+        if (iy < 0 || iy >= g->h || xb <= xa) {
+            copy_run(strip, NULL, npx * c);
+            continue;
+        }
+        copy_run(strip, NULL, xa * c);
+        copy_run(strip + xa * c, g->x + ((img * g->h + iy) * g->w + ix0 + xa) * c, (xb - xa) * c);
+        copy_run(strip + xb * c, NULL, (npx - xb) * c);
+    }
+}
+
+/* one tile of n pixels (a multiple of 4 for step 6 and at most 16 columns; else tw) */
+static int stem_tile(const tile_t *t, const float *src, float *oc, long step, int n, int windows, int simple) {
+    if (t->cols <= 16 && step == 6)
+        return win6_tiles[simple][n / 4 - 1](t, src, oc);
+    if (t->cols <= 16)
+        return n == 2 * MR ? (simple ? micro_one_win24s : micro_one_win24)(t, src, oc, step)
+                           : (simple ? micro_one_win12s : micro_one_win12)(t, src, oc, step);
+    if (windows && step == 6 && n < MR)      /* a row's rest of 1-8 pixels (stem_rows' quads) */
+        return n == 4 ? (simple ? micro_win6_4_simple : micro_win6_4_gen)(t, src, oc, NULL, n, NULL)
+                      : (simple ? micro_win6_8_simple : micro_win6_8_gen)(t, src, oc, NULL, n, NULL);
+    if (windows)
+        return (simple ? micro_win_simple : micro_win_gen)(t, src, oc, NULL, MR, NULL, step);
+    return micro_win12(t, src, oc, step);
+}
+
+static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, float *out, long m0, long m1,
+                     const epi_t *e, int simple, int windows, float *abuf) {
+    const long K = g->kh * g->kw * g->c, step = g->sw * g->c;
+    const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, 0, (int)g->kh, (int)(g->kw * g->c),
+                      g->dh * g->w * g->c};
+    const int tw = o <= 16 ? 2 * MR : MR, quads = step == 6 && (o <= 16 || windows);
+    /* a strip must fit the packed buffer (it does for stems: 3 x 49 x 3 floats) */
+    const int strips = g->kh * ((tw - 1) * g->sw + g->kw) * g->c <= (long)MC * LDP;
+    /* the interior columns [xa, xb): every tap of the window inside the input */
+    long xa = g->pl > 0 ? (g->pl + g->sw - 1) / g->sw : 0;
+    const long lastx = g->w - 1 - (g->kw - 1) * g->dw + g->pl;
+    long xb = lastx < 0 ? 0 : lastx / g->sw + 1;
+    if (xb > g->ow)
+        xb = g->ow;
+    if (xa > xb)
+        xa = xb;
+    int flags = 0;
+    long pend = m0;                                   /* the packed run waiting: [pend, p) */
+    for (long p = m0; p < m1;) {
+        const long ox = p % g->ow, r = p / g->ow, oy = r % g->oh, img = r / g->oh;
+        const long L = (g->ow - ox) < (m1 - p) ? (g->ow - ox) : (m1 - p);   /* this row's pixels in range */
+        const long iy0 = oy * g->sh - g->pt;
+        const int rowin = iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h;
+        if (L >= MR && (strips || (rowin && xa <= ox && ox + L <= xb))) {
+            flags |= stem_packed(g, &t, pend, p, out, ldo, simple, abuf);
+            for (long q = 0; q < L;) {
+                /* tiles of tw pixels; the rest in one tile rounded up to 4 pixels (quads) or MR,
+                 * ending at the row's end (overlapping the tile before: the same values) */
+                const long rest = L - q;
+                int n = rest >= tw ? tw : (quads ? (int)((rest + 3) & ~3L) : (rest <= MR || L < tw ? MR : tw));
+                if (n > L)                   /* a row of 13-23 pixels (quads): 12-20, then the rest */
+                    n = (int)(L & ~3L);
+                const long s = q + n <= L ? q : L - n;
+                const long xs = ox + s;
+                const float *src;
+                tile_t ts = t;
+                if (rowin && xs >= xa && xs + n <= xb) {
+                    src = g->x + ((img * g->h + iy0) * g->w + xs * g->sw - g->pl) * g->c;
+                } else if (strips) {
+                    stem_strip(g, img, oy, xs, n, abuf);
+                    ts.ystride = ((n - 1) * g->sw + g->kw) * g->c;
+                    src = abuf;
+                } else {                     /* (not reached: the row is inside, see above) */
+                    flags |= stem_packed(g, &t, p + s, p + s + n, out, ldo, simple, abuf);
+                    q = s + n;
+                    continue;
+                }
+                flags |= stem_tile(&ts, src, out + (p + s) * ldo, step, n, windows, simple);
+                q = s + n;
+            }
+            pend = p + L;
+        }
+        p += L;
+    }
+    flags |= stem_packed(g, &t, pend, m1, out, ldo, simple, abuf);
+    return flags;
+}
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -723,6 +875,9 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                       && dw == 1 && c == cs;
     /* at most 16 output channels, one k block, no fused sum: pairs of tiles (micro_one_win24) */
     const int win24 = (new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs;
+    if ((new_paths & PATH_STEM_ROWS) && (win24 || windows || win12) && !res && !direct && o <= NR && K <= KC
+        && dw == 1 && c == cs && j0 == 0 && j1 == 1)
+        return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf);
     const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
@@ -1543,6 +1698,106 @@ dw_block_nb(const int NB, int row3, const dw_job *j, const float *xb, const floa
     return dw_block(0, 0, NB, j, xb, wt, nky, m, ob, cb);
 }
 
+/* A whole output row of NB = ow (4-8) pixels x 16 channels of a 3-wide kernel with one column of
+ * left padding (dilation 1, any stride): MobileNet's 7x7 maps (3x3, and 14x14 / 2). Pixel 0's
+ * kx = 0 tap lies in the padding, and the last pixel's kx = 2 tap too unless last_in; every other
+ * tap is in range. The blocks of 4 and the pixel-by-pixel borders (dw_pixel_all, its sums on the
+ * stack) computed 8 + 2 pixel-rows for 7 pixels: 7x7x960 spent ~40% of its time in the borders.
+ * Each pixel sums its in-range taps in the same order (kernel rows, then taps; the first a
+ * product, the others FMAs of exact products: dw_pixel_all's multiply then add), so the bits are
+ * those of dw_block / dw_pixel_all. xr: the input row of kernel row ky0 at ix = 0, channel cb. */
+static inline __attribute__((always_inline)) __mmask16
+dw_row3(const int NB, const int full, const dw_job *j, const float *xr, const float *wt, long nky, int last_in,
+        __mmask16 m, float *ob, long cb) {
+    const long c = j->c, rowstep = j->dh * j->wd * c, ps = j->sw * c;
+#define DWR_LD(p) (full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, (p)))
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++)
+        acc[t] = _mm512_setzero_ps();        /* nky >= 1: overwritten by the first tap's products */
+    for (long ky = 0; ky < nky; ky++, xr += rowstep, wt += 3 * j->cp) {
+        const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
+        if (ky == 0) {                       /* the first in-range tap: a product */
+            acc[0] = _mm512_mul_ps(DWR_LD(xr), w1);
+#pragma GCC unroll 8
+            for (int t = 1; t < NB; t++)
+                acc[t] = _mm512_mul_ps(DWR_LD(xr + t * ps - c), w0);
+        } else {
+            acc[0] = _mm512_fmadd_ps(DWR_LD(xr), w1, acc[0]);
+#pragma GCC unroll 8
+            for (int t = 1; t < NB; t++)
+                acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps - c), w0, acc[t]);
+        }
+#pragma GCC unroll 8
+        for (int t = 1; t < NB; t++)
+            acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps), w1, acc[t]);
+#pragma GCC unroll 8
+        for (int t = 0; t < NB - 1; t++)
+            acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps + c), w2, acc[t]);
+        if (last_in)
+            acc[NB - 1] = _mm512_fmadd_ps(DWR_LD(xr + (NB - 1) * ps + c), w2, acc[NB - 1]);
+    }
+#undef DWR_LD
+    epv_t E;
+    epv_load(&E, &j->e, cb);
+    __mmask16 bad = 0;
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++) {
+        __mmask16 bb = 0;
+        const __m512 y = finish_v(acc[t], &E, &bb);
+        bad |= bb & m;
+        if (full)
+            _mm512_storeu_ps(ob + t * c, y);
+        else
+            _mm512_mask_storeu_ps(ob + t * c, m, y);
+    }
+    return bad;
+}
+
+#define DW_ROW3_NB(NB) \
+    static __mmask16 dw_row3_##NB(const dw_job *j, const float *xr, const float *wt, long nky, int last_in, \
+                                  __mmask16 m, float *ob, long cb) { \
+        return m == 0xFFFF ? dw_row3(NB, 1, j, xr, wt, nky, last_in, m, ob, cb) \
+                           : dw_row3(NB, 0, j, xr, wt, nky, last_in, m, ob, cb); \
+    }
+DW_ROW3_NB(4) DW_ROW3_NB(5) DW_ROW3_NB(6) DW_ROW3_NB(7) DW_ROW3_NB(8)
+typedef __mmask16 (*dw_row3_fn)(const dw_job *, const float *, const float *, long, int, __mmask16, float *, long);
+static const dw_row3_fn dw_row3_fns[5] = {dw_row3_4, dw_row3_5, dw_row3_6, dw_row3_7, dw_row3_8};
+
+/* rows of 4-8 pixels, a 3-wide kernel, one column of left padding: dw_row3 (else NULL) */
+static dw_row3_fn dw_row_fn(const dw_job *j) {
+    return (new_paths & PATH_DW_ROW) && j->kw == 3 && j->dw == 1 && j->pl == 1 && j->ow >= 4 && j->ow <= 8
+           && (j->ow - 1) * j->sw <= j->wd - 1 ? dw_row3_fns[j->ow - 4] : NULL;
+}
+
+/* dw_rows for dw_row_fn's rows: each output row whole, all of its pixels in registers */
+static int dw_rows_whole(const dw_job *j, dw_row3_fn rowfn, long r0, long r1, long c0, long c1) {
+    const int last_in = (j->ow - 1) * j->sw + 1 < j->wd;
+    const long rowstride = j->wd * j->c;
+    __mmask16 bad = 0;
+    for (long r = r0; r < r1; r++) {
+        const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
+        long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
+        while (ky0 < j->kh && y0 + ky0 * j->dh < 0)
+            ky0++;
+        while (ky1 > ky0 && y0 + (ky1 - 1) * j->dh >= j->h)
+            ky1--;
+        float *orow = j->out + r * j->ow * j->c;
+        if (ky0 == ky1) {                            /* no tap in range: dw_pixel_all's zeros */
+            for (long ox = 0; ox < j->ow; ox++)
+                dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, c0, c1, &bad);
+            continue;
+        }
+        const float *xr = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride;
+        for (long cb = c0; cb < c1; cb += 16) {
+            const long left = c1 - cb;
+            const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            bad |= rowfn(j, xr + cb, j->w + ky0 * 3 * j->cp + cb, ky1 - ky0, last_in, m, orow + cb, cb);
+        }
+    }
+    return bad ? 0 : 1;
+}
+
 /* output rows [r0, r1) (of n * oh), channels [c0, c1); returns 1 when every value is finite */
 static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     /* interior columns: every kx tap in range */
@@ -1604,7 +1859,8 @@ static void dw_part(void *arg, long p) {
     part_range(p % j->cparts, j->cparts, (j->c + 63) / 64, &c0, &c1);
     c0 *= 64;
     c1 = c1 * 64 < j->c ? c1 * 64 : j->c;
-    if (!dw_rows(j, r0, r1, c0, c1))
+    const dw_row3_fn rowfn = dw_row_fn(j);
+    if (!(rowfn ? dw_rows_whole(j, rowfn, r0, r1, c0, c1) : dw_rows(j, r0, r1, c0, c1)))
         atomic_store(&j->ok, 0);
 }
 
@@ -1731,7 +1987,8 @@ static void dwpw_part(void *arg, long p) {
     part_range(p, j->parts, j->rows, &r0, &r1);
     if (r0 >= r1)
         return;
-    if (!dw_rows(&j->dw, r0, r1, 0, j->dw.c))
+    const dw_row3_fn rowfn = dw_row_fn(&j->dw);
+    if (!(rowfn ? dw_rows_whole(&j->dw, rowfn, r0, r1, 0, j->dw.c) : dw_rows(&j->dw, r0, r1, 0, j->dw.c)))
         atomic_store(&j->ok_dw, 0);
     const long ow = j->dw.ow;
     const int r = conv_range(j->dw.out, d[1], d[2], d[3], d[3], d[4], d[5], 1, 1, 1, 1, 1, 1, 0, 0,
