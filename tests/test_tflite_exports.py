@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
-from onnx_mrvl.testing import tflite_models
+from onnx_mrvl.testing import keras_models, tflite_models
 
 
 def _ref(model, feeds):
@@ -97,3 +97,18 @@ def test_int8_input_transpose_takes_its_readers_scale():
     two = legalize(_input_transpose([0.5, 0.25])).model   # readers disagree: no one scale, left as it was
     t = next(n for n in two.graph.node if n.op_type == "Transpose")
     assert t.input[0] == "x"
+
+
+def test_keras_nhwc_squeeze_excite_mean_is_a_pool(tmp_path):
+    """MobileNetV3 / EfficientNet via tf2onnx: ReduceMean(axes 1,2) of NHWC data no Transpose writes
+    (keepdims 1: the SE mean; 0: the classifier head) -> GlobalAveragePool; one region."""
+    m = keras_models.se_nhwc(0)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert "ReduceMean" not in ops and ops.count("GlobalAveragePool") == 2
+    x = {"input": np.random.default_rng(1).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    ref = _ref(m, x)[0]
+    assert np.allclose(_ref(out, x)[0], ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    r, got = _run(m, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()

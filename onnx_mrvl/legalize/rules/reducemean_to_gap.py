@@ -2,6 +2,10 @@
 Axes come as an attribute (opset < 18) or a constant input (opset >= 18); negative axes too.
 Also through a Transpose (tf2onnx: NCHW -> NHWC, then ReduceMean axes 1,2): when the reduced axes
 are the source's 2,3 and the kept axes keep their order, the mean reads the Transpose's input.
+Axes {1,2} of a 4-D tensor that no such Transpose writes (tf2onnx keeps Keras' BatchNorm Mul and
+the activation in NHWC between a conv and the squeeze-excite mean: MobileNetV3, EfficientNet) ->
+``Transpose(x, [0, 3, 1, 2])`` -> GlobalAveragePool -> Reshape to the mean's shape (``[N, C, 1, 1]``
+and ``[N, 1, 1, C]`` hold the data in one order): exact; fuse stores the NHWC data as it is.
 
 In a QDQ model (onnxruntime's quantizer: ``DQ -> Transpose -> Q -> DQ -> ReduceMean -> Q``, the
 Transpose's pair with its input's scale and zero point) the look-through passes an identity
@@ -35,7 +39,10 @@ def match(node, g) -> Optional[Match]:
     tr = _through_identity_pair(g, g.producer.get(node.input[0]))
     perm = attr(tr, "perm") if tr is not None and tr.op_type == "Transpose" else None
     if perm is None or len(perm) != 4 or g.shape(tr.input[0]) is None:
-        return None
+        sy = g.shape(node.output[0])
+        if axes != [1, 2] or sy is None:
+            return None
+        return Match([node], {"sx": [sx[0], sx[3], sx[1], sx[2]], "src": node.input[0], "sy": sy, "nhwc": True})
     kept = [p for i, p in enumerate(perm) if i not in axes]
     sy = g.shape(node.output[0])
     if sorted(perm[a] for a in axes) != [2, 3] or kept != sorted(kept) or sy is None:
@@ -75,6 +82,12 @@ def rewrite(m: Match, g) -> str:
     keep = attr(node, "keepdims", 1)
     src = m.data["src"]
     g.remove(node)
+    if m.data.get("nhwc"):
+        t = g.fresh(f"{src}/nchw")
+        g.make("Transpose", [src], [t], near=node, origin=m.origin, name=g.fresh_node_name(f"{node.name}/to_nchw"),
+               perm=[0, 3, 1, 2])
+        g.set_shape(t, m.data["sx"], g.dtype(src))
+        src = t
     if keep and src == node.input[0]:
         g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
                origin=m.origin, name=node.name)
@@ -96,4 +109,6 @@ def rewrite(m: Match, g) -> str:
             mid = back
         out = [n, c] if not keep else list(m.data["sy"])   # keepdims through a Transpose
         reshape(g, mid, out, near=node, origin=m.origin, out=node.output[0], tag="squeeze")
+    if m.data.get("nhwc"):
+        return "ReduceMean(axes 1,2) -> Transpose to NCHW, GlobalAveragePool, Reshape"
     return "ReduceMean(axes 2,3) -> GlobalAveragePool" + ("" if keep else " + Reshape")
