@@ -118,7 +118,9 @@ def _custom(keras, tf):
         for _ in range(2):
             a = L.MultiHeadAttention(num_heads=4, key_dim=16)(x, x)
             x = L.LayerNormalization(epsilon=1e-6)(x + a)
-            f = L.Dense(128, activation="gelu")(x)
+            # Keras' exact "gelu" is erfc(), which tf2onnx 1.17 writes as an op ONNX has no "Erfc":
+            # onnxruntime and onnx_mrvl refuse that model (docs/surveys/tensorflow.md); tanh form here
+            f = L.Dense(128, activation=lambda v: keras.activations.gelu(v, approximate=True))(x)
             f = L.Dense(64)(f)
             x = L.LayerNormalization(epsilon=1e-6)(x + f)
         x = L.GlobalAveragePooling1D()(x)
@@ -151,6 +153,16 @@ def _tflite(tf, fn, shape, io, path):
     return d["quantization"], d["dtype"]
 
 
+def _from_frozen(tf, tf2onnx, fn, opset, path):
+    """tf2onnx of the function with its captured tensors and variables frozen to constants."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    frozen = convert_variables_to_constants_v2(fn.get_concrete_function())
+    gd = frozen.graph.as_graph_def()
+    ins = [t.name for t in frozen.inputs if t.dtype != tf.resource]
+    outs = [t.name for t in frozen.outputs]
+    tf2onnx.convert.from_graph_def(gd, input_names=ins, output_names=outs, opset=opset, output_path=path)
+
+
 def export(out: str, names, tflite: bool) -> int:
     import tensorflow as tf
     import keras
@@ -175,7 +187,9 @@ def export(out: str, names, tflite: bool) -> int:
         for opset in (13, 17):
             path = os.path.join(out, f"{name}_op{opset}.onnx")
             try:
-                tf2onnx.convert.from_function(fn, input_signature=spec, opset=opset, output_path=path)
+                proto, _ = tf2onnx.convert.from_function(fn, input_signature=spec, opset=opset, output_path=path)
+                if len(proto.graph.input) > 1:   # captured tensors (Keras 3 Normalization) became inputs
+                    _from_frozen(tf, tf2onnx, fn, opset, path)
                 print("exported", path, flush=True)
             except Exception as exc:   # noqa: BLE001
                 print("FAILED", path, type(exc).__name__, str(exc)[:200], flush=True)

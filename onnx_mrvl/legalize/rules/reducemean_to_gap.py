@@ -2,8 +2,10 @@
 Axes come as an attribute (opset < 18) or a constant input (opset >= 18); negative axes too.
 Also through a Transpose (tf2onnx: NCHW -> NHWC, then ReduceMean axes 1,2): when the reduced axes
 are the source's 2,3 and the kept axes keep their order, the mean reads the Transpose's input.
-Axes {1,2} of a 4-D tensor that no such Transpose writes (tf2onnx keeps Keras' BatchNorm Mul and
-the activation in NHWC between a conv and the squeeze-excite mean: MobileNetV3, EfficientNet) ->
+Axes {1,2} of a 4-D NHWC image that no such Transpose writes directly (tf2onnx keeps Keras'
+BatchNorm Mul and the activation in NHWC between a conv's NCHW -> NHWC Transpose and the
+squeeze-excite mean: MobileNetV3, EfficientNet; found by walking up element-wise ops to that
+Transpose) ->
 ``Transpose(x, [0, 3, 1, 2])`` -> GlobalAveragePool -> Reshape to the mean's shape (``[N, C, 1, 1]``
 and ``[N, 1, 1, C]`` hold the data in one order): exact; fuse stores the NHWC data as it is.
 
@@ -40,7 +42,7 @@ def match(node, g) -> Optional[Match]:
     perm = attr(tr, "perm") if tr is not None and tr.op_type == "Transpose" else None
     if perm is None or len(perm) != 4 or g.shape(tr.input[0]) is None:
         sy = g.shape(node.output[0])
-        if axes != [1, 2] or sy is None:
+        if axes != [1, 2] or sy is None or not _nhwc_image(g, node.input[0]):
             return None
         return Match([node], {"sx": [sx[0], sx[3], sx[1], sx[2]], "src": node.input[0], "sy": sy, "nhwc": True})
     kept = [p for i, p in enumerate(perm) if i not in axes]
@@ -48,6 +50,30 @@ def match(node, g) -> Optional[Match]:
     if sorted(perm[a] for a in axes) != [2, 3] or kept != sorted(kept) or sy is None:
         return None
     return Match([node], {"sx": g.shape(tr.input[0]), "src": tr.input[0], "sy": sy})
+
+
+ELEMENTWISE = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Elu", "Mul", "Add",
+               "Sub", "Div", "QuantizeLinear", "DequantizeLinear", "Identity")
+
+
+def _nhwc_image(g, t: str, depth: int = 12) -> bool:
+    """``t`` comes from an NCHW -> NHWC Transpose through element-wise ops of its shape (each
+    followed along its one non-constant operand of that shape)."""
+    shape = g.shape(t)
+    for _ in range(depth):
+        p = g.producer.get(t)
+        if p is None:
+            return False
+        if p.op_type == "Transpose":
+            return [int(v) for v in (attr(p, "perm") or [])] == [0, 2, 3, 1]
+        if p.op_type not in ELEMENTWISE:
+            return False
+        same = [i for i in p.input[:2 if p.op_type in ("Mul", "Add", "Sub", "Div") else 1]
+                if i and not g.is_const(i) and g.shape(i) == shape]
+        if len(same) != 1:
+            return False
+        t = same[0]
+    return False
 
 
 def _through_identity_pair(g, p):
