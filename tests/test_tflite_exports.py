@@ -5,6 +5,7 @@ same model on >= 99% of its codes; the float form within the fp16 bound."""
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mrvl
@@ -112,3 +113,29 @@ def test_keras_nhwc_squeeze_excite_mean_is_a_pool(tmp_path):
     r, got = _run(m, tmp_path, x)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("op,take", [("GRU", "slice"), ("LSTM", "gather"), ("RNN", "slice")])
+def test_rnn_last_step_is_y_h(tmp_path, op, take):
+    """Keras 2 GRU / LSTM(return_sequences=False) via tf2onnx: the Slice of Y's last step is Y_h
+    (exact); one region (before: the Slice on the CPU, 2 regions)."""
+    m = keras_models.rnn_last_step(0, op, take=take)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert "Slice" not in ops and "Gather" not in ops
+    x = {"input": np.random.default_rng(1).standard_normal((1, 12, 8)).astype(np.float32)}
+    ref = _ref(m, x)[0]
+    assert np.allclose(_ref(out, x)[0], ref, rtol=1e-6, atol=1e-7)
+    r, got = _run(m, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("direction", ["reverse", "bidirectional"])
+def test_rnn_last_step_left_for_other_directions(direction):
+    """Y_h of a reverse layer is its first step, not its last: the Slice stays (with its reason)."""
+    m = keras_models.rnn_last_step(0, "GRU", direction=direction)
+    res = legalize(m)
+    assert "Slice" in [n.op_type for n in res.model.graph.node]
+    x = {"input": np.random.default_rng(1).standard_normal((1, 12, 8)).astype(np.float32)}
+    assert np.allclose(_ref(res.model, x)[0], _ref(m, x)[0], rtol=1e-6, atol=1e-7)

@@ -163,17 +163,23 @@ def _from_frozen(tf, tf2onnx, fn, opset, path):
     tf2onnx.convert.from_graph_def(gd, input_names=ins, output_names=outs, opset=opset, output_path=path)
 
 
-def export(out: str, names, tflite: bool) -> int:
+def export(out: str, names, tflite: bool, legacy: bool = False) -> int:
+    if legacy:   # Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1): files named <name>-k2_...
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf
-    import keras
     import tf2onnx
+    if legacy:
+        import tf_keras as keras
+    else:
+        import keras
     os.makedirs(out, exist_ok=True)
     keras.utils.set_random_seed(0)
     build = dict(_apps(keras))
     build.update(_custom(keras, tf))
-    for name, make in build.items():
-        if names and name not in names:
+    for key, make in build.items():
+        if names and key not in names:
             continue
+        name = f"{key}-k2" if legacy else key
         try:
             model = make()
         except Exception as exc:   # noqa: BLE001 - a survey: report and go on
@@ -193,7 +199,7 @@ def export(out: str, names, tflite: bool) -> int:
                 print("exported", path, flush=True)
             except Exception as exc:   # noqa: BLE001
                 print("FAILED", path, type(exc).__name__, str(exc)[:200], flush=True)
-        if not tflite or name not in TFLITE:
+        if not tflite or key not in TFLITE:
             continue
         for io in ("i8", "u8", "f32"):
             base = f"{name}-tfl{io}"
@@ -226,9 +232,10 @@ def main(argv=None) -> int:
     ap.add_argument("folder")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--tflite", action="store_true", help="export: also full-integer TFLite models via tf2onnx")
+    ap.add_argument("--legacy", action="store_true", help="export: Keras 2 (tf_keras) instead of Keras 3")
     ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
     a = ap.parse_args(argv)
-    return export(a.folder, a.names, a.tflite) if a.command == "export" else survey(a.folder, a.names, a.quant)
+    return export(a.folder, a.names, a.tflite, a.legacy) if a.command == "export" else survey(a.folder, a.names, a.quant)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,12 @@
 ``se_nhwc``: a MobileNetV3 / EfficientNet block: tf2onnx's layout optimizer leaves Keras' BatchNorm
 (``Mul``, ``Add`` by [C] constants) and the activation in NHWC after a depthwise conv, so the
 squeeze-excite mean is ``ReduceMean(axes [1, 2], keepdims=1)`` of that NHWC tensor (no Transpose
-writes it), Transposed to NCHW for the 1x1 convs and multiplied back in NHWC; the classifier head
+writes it; hard-swish ``x * HardSigmoid(x)`` before it), Transposed to NCHW for the 1x1 convs and multiplied back in NHWC; the classifier head
 is ``ReduceMean(axes [1, 2], keepdims=0)`` -> ``MatMul``.
+
+``rnn_last_step``: Keras 2 ``Conv1D -> GRU / LSTM(return_sequences=False) -> Dense`` as tf2onnx
+writes it: the recurrent op's ``Y [T, 1, 1, H] -> Squeeze(axis 1) -> Slice(start -1, axis 0) ->
+Squeeze`` (``take="gather"``: ``Gather(-1, axis 0)``, torch's ``out[-1]``) -> MatMul.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10) -> on
     x = op("Transpose", [x], "depthwise_nhwc", perm=[0, 2, 3, 1])
     x = op("Mul", [x, const(1 + 0.1 * rng.standard_normal(c), "bn_scale")], "batchnorm_mul")
     x = op("Add", [x, const(0.1 * rng.standard_normal(c), "bn_shift")], "batchnorm_add")
-    x = op("Relu", [x], "relu")
+    x = op("Mul", [x, op("HardSigmoid", [x], "hard_sigmoid", alpha=1.0 / 6, beta=0.5)], "hard_swish")
     s = op("ReduceMean", [x], "squeeze_excite_avg_pool", axes=[1, 2], keepdims=1)   # [1, 1, 1, C]
     s = op("Transpose", [s], "se_nchw", perm=[0, 3, 1, 2])
     s = op("Relu", [op("Conv", [s, w(c // 4, c, 1, 1), const(0.1 * rng.standard_normal(c // 4), "b")],
@@ -61,4 +65,49 @@ def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10) -> on
     return m
 
 
-MODELS = {"keras_se_nhwc": se_nhwc}
+def rnn_last_step(seed: int = 0, op: str = "GRU", direction: str = "forward", take: str = "slice",
+                  steps: int = 12, feat: int = 8, hidden: int = 16, classes: int = 5) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    gates = {"GRU": 3, "LSTM": 4, "RNN": 1}[op]
+    nd = 2 if direction == "bidirectional" else 1
+    inits = [numpy_helper.from_array((rng.standard_normal(v[1]) * v[2]).astype(np.float32), v[0]) for v in (
+        ("conv_w", (feat, feat, 3, 1), 0.3), ("W", (nd, gates * hidden, feat), 0.3),
+        ("R", (nd, gates * hidden, hidden), 0.3), ("B", (nd, 2 * gates * hidden), 0.1),
+        ("dense_w", (nd * hidden, classes), 0.3))]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (
+        ("ax1", [1]), ("ax0", [0]), ("ax2", [2]), ("start", [-1]), ("end", [2 ** 31 - 1]), ("flat", [steps, 1, feat]),
+        ("idx", -1), ("head", [1, nd * hidden]))]
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+    nodes = [
+        helper.make_node("Transpose", ["input"], ["x_nct"], perm=[0, 2, 1]),              # [1, F, T]
+        helper.make_node("Unsqueeze", ["x_nct", "ax2"], ["x4"]),
+        helper.make_node("Transpose", ["x4"], ["x4t"], perm=[0, 1, 3, 2]),             # [1, F, 1, T]
+        helper.make_node("Conv", ["x4t", "conv_w"], ["c4"], kernel_shape=[3, 1], pads=[1, 0, 1, 0]),
+        helper.make_node("Relu", ["c4"], ["r4"]),                                       # [1, F, T, 1]
+        helper.make_node("Transpose", ["r4"], ["tb"], perm=[2, 0, 3, 1]),              # [T, 1, 1, F]
+        helper.make_node("Reshape", ["tb", "flat"], ["seq"]),                           # [T, 1, F]
+        helper.make_node(op, ["seq", "W", "R", "B"], ["Y"], hidden_size=hidden, direction=direction, **extra),
+        helper.make_node("Squeeze", ["Y", "ax1"], ["Ys"]) if nd == 1 else
+        helper.make_node("Reshape", ["Y", "flat_nd"], ["Ys"]),
+    ]
+    if nd == 2:
+        inits.append(numpy_helper.from_array(np.array([steps, 1, 2 * hidden], np.int64), "flat_nd"))
+    if take == "slice":
+        nodes.append(helper.make_node("Slice", ["Ys", "start", "end", "ax0"], ["last"]))   # [1, 1, H]
+    else:
+        nodes.append(helper.make_node("Gather", ["Ys", "idx"], ["last"], axis=0))          # [1, H]
+    nodes += [helper.make_node("Reshape", ["last", "head"], ["h"]),
+              helper.make_node("MatMul", ["h", "dense_w"], ["logits"]),
+              helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.op_type}_{i}"
+    g = helper.make_graph(nodes, "keras_rnn_last_step",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, steps, feat])],
+                          [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, classes])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx")
+    m.ir_version = 8
+    return m
+
+
+MODELS = {"keras_se_nhwc": se_nhwc, "keras_gru_last_step": rnn_last_step,
+          "keras_lstm_last_step": lambda: rnn_last_step(0, "LSTM", take="gather")}

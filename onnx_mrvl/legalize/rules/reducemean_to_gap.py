@@ -53,26 +53,26 @@ def match(node, g) -> Optional[Match]:
 
 
 ELEMENTWISE = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Elu", "Mul", "Add",
-               "Sub", "Div", "QuantizeLinear", "DequantizeLinear", "Identity")
+               "Sub", "Div", "Max", "Min", "QuantizeLinear", "DequantizeLinear", "Identity")
 
 
 def _nhwc_image(g, t: str, depth: int = 12) -> bool:
-    """``t`` comes from an NCHW -> NHWC Transpose through element-wise ops of its shape (each
-    followed along its one non-constant operand of that shape)."""
-    shape = g.shape(t)
-    for _ in range(depth):
+    """``t`` comes from an NCHW -> NHWC Transpose through element-wise ops of its shape (followed
+    along their non-constant operands of that shape: ``x * HardSigmoid(x)`` reads x twice)."""
+    shape, todo, seen = g.shape(t), [(t, 0)], set()
+    while todo:
+        t, d = todo.pop()
         p = g.producer.get(t)
-        if p is None:
-            return False
+        if p is None or d > depth or t in seen:
+            continue
+        seen.add(t)
         if p.op_type == "Transpose":
-            return [int(v) for v in (attr(p, "perm") or [])] == [0, 2, 3, 1]
-        if p.op_type not in ELEMENTWISE:
-            return False
-        same = [i for i in p.input[:2 if p.op_type in ("Mul", "Add", "Sub", "Div") else 1]
-                if i and not g.is_const(i) and g.shape(i) == shape]
-        if len(same) != 1:
-            return False
-        t = same[0]
+            if [int(v) for v in (attr(p, "perm") or [])] == [0, 2, 3, 1]:
+                return True
+            continue
+        if p.op_type in ELEMENTWISE:
+            n_data = len(p.input) if p.op_type in ("Mul", "Add", "Sub", "Div", "Max", "Min") else 1
+            todo += [(i, d + 1) for i in p.input[:n_data] if i and not g.is_const(i) and g.shape(i) == shape]
     return False
 
 
