@@ -139,3 +139,19 @@ def test_rnn_last_step_left_for_other_directions(direction):
     assert "Slice" in [n.op_type for n in res.model.graph.node]
     x = {"input": np.random.default_rng(1).standard_normal((1, 12, 8)).astype(np.float32)}
     assert np.allclose(_ref(res.model, x)[0], _ref(m, x)[0], rtol=1e-6, atol=1e-7)
+
+
+def test_keras3_layernorm_with_gap_means_and_token_mean(tmp_path):
+    """tf2onnx writes Keras 3 LayerNormalization's means over [N, T, D]'s last axis as
+    GlobalAveragePool and GlobalAveragePooling1D as ReduceMean(axes [1], keepdims=0): one
+    LayerNormalization, no ReduceMean, one region (before: 2 regions, the LN's ops on the CPU)."""
+    m = keras_models.keras3_ln_head(0)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert ops.count("LayerNormalization") == 1 and "ReduceMean" not in ops and "Sqrt" not in ops
+    x = {"input": np.random.default_rng(1).standard_normal((1, 16, 32)).astype(np.float32)}
+    ref = _ref(m, x)[0]
+    assert np.allclose(_ref(out, x)[0], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    r, got = _run(m, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()

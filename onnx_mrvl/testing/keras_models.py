@@ -9,6 +9,11 @@ is ``ReduceMean(axes [1, 2], keepdims=0)`` -> ``MatMul``.
 ``rnn_last_step``: Keras 2 ``Conv1D -> GRU / LSTM(return_sequences=False) -> Dense`` as tf2onnx
 writes it: the recurrent op's ``Y [T, 1, 1, H] -> Squeeze(axis 1) -> Slice(start -1, axis 0) ->
 Squeeze`` (``take="gather"``: ``Gather(-1, axis 0)``, torch's ``out[-1]``) -> MatMul.
+
+``keras3_ln_head``: Keras 3 ``Dense -> residual -> LayerNormalization -> GlobalAveragePooling1D ->
+Dense`` as tf2onnx writes it: the LN's two means over the last axis of [N, T, D] as
+``GlobalAveragePool``, ``x * inv + Neg(mean) * inv`` (gamma folded into inv), and the token mean
+``ReduceMean(axes [1], keepdims=0)``.
 """
 from __future__ import annotations
 
@@ -109,5 +114,32 @@ def rnn_last_step(seed: int = 0, op: str = "GRU", direction: str = "forward", ta
     return m
 
 
-MODELS = {"keras_se_nhwc": se_nhwc, "keras_gru_last_step": rnn_last_step,
+def keras3_ln_head(seed: int = 0, steps: int = 16, d: int = 32, classes: int = 6) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    f32 = lambda v: np.asarray(v, np.float32)   # noqa: E731
+    inits = [numpy_helper.from_array(f32(v), k) for k, v in (
+        ("w", rng.standard_normal((d, d)) / np.sqrt(d)), ("b", 0.1 * rng.standard_normal(d)),
+        ("eps", 1e-6), ("gamma", (1 + 0.1 * rng.standard_normal(d)).reshape(1, 1, d)),
+        ("head_w", rng.standard_normal((d, classes)) / np.sqrt(d)))]
+    mk = helper.make_node
+    nodes = [mk("MatMul", ["input", "w"], ["mm"]), mk("Add", ["mm", "b"], ["dense"]),
+             mk("Add", ["input", "dense"], ["x"]),
+             mk("GlobalAveragePool", ["x"], ["mean"]), mk("Neg", ["mean"], ["neg"]),
+             mk("Sub", ["x", "mean"], ["diff"]), mk("Mul", ["diff", "diff"], ["sq"]),
+             mk("GlobalAveragePool", ["sq"], ["var"]), mk("Add", ["var", "eps"], ["ve"]),
+             mk("Sqrt", ["ve"], ["sd"]), mk("Reciprocal", ["sd"], ["rs"]), mk("Mul", ["rs", "gamma"], ["inv"]),
+             mk("Mul", ["x", "inv"], ["xs"]), mk("Mul", ["neg", "inv"], ["ms"]), mk("Add", ["xs", "ms"], ["ln"]),
+             mk("ReduceMean", ["ln"], ["pooled"], axes=[1], keepdims=0),
+             mk("MatMul", ["pooled", "head_w"], ["logits"])]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.output[0]}_{i}"
+    g = helper.make_graph(nodes, "keras3_ln_head",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, steps, d])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx")
+    m.ir_version = 8
+    return m
+
+
+MODELS = {"keras_se_nhwc": se_nhwc, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
           "keras_lstm_last_step": lambda: rnn_last_step(0, "LSTM", take="gather")}

@@ -8,6 +8,10 @@ squeeze-excite mean: MobileNetV3, EfficientNet; found by walking up element-wise
 Transpose) ->
 ``Transpose(x, [0, 3, 1, 2])`` -> GlobalAveragePool -> Reshape to the mean's shape (``[N, C, 1, 1]``
 and ``[N, 1, 1, C]`` hold the data in one order): exact; fuse stores the NHWC data as it is.
+The time mean of channels-last tokens, ``ReduceMean([N, T, C], axes [1], keepdims=0)`` (Keras
+GlobalAveragePooling1D, mean pooling of an encoder's tokens) -> ``Reshape [N, T, 1, C]`` (an NHWC
+image) -> ``Transpose`` to NCHW -> GlobalAveragePool -> ``Reshape [N, C]``. With keepdims=1 (a
+statistic broadcast back over T) the mean is left as it was.
 
 In a QDQ model (onnxruntime's quantizer: ``DQ -> Transpose -> Q -> DQ -> ReduceMean -> Q``, the
 Transpose's pair with its input's scale and zero point) the look-through passes an identity
@@ -30,6 +34,9 @@ def match(node, g) -> Optional[Match]:
     if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx"):
         return None
     sx = g.shape(node.input[0])
+    if sx is not None and len(sx) == 3 and axes_of(g, node, 1) in ([1], [-2]) and not attr(node, "keepdims", 1):
+        return Match([node], {"sx": [sx[0], sx[2], sx[1], 1], "src": node.input[0], "sy": [sx[0], sx[2]],
+                              "tokens": True})
     if sx is None or len(sx) != 4:
         return None
     axes = axes_of(g, node, 1)
@@ -108,7 +115,10 @@ def rewrite(m: Match, g) -> str:
     keep = attr(node, "keepdims", 1)
     src = m.data["src"]
     g.remove(node)
-    if m.data.get("nhwc"):
+    if m.data.get("tokens"):
+        n_, c_, t_ = m.data["sx"][:3]
+        src = reshape(g, src, [n_, t_, 1, c_], near=node, origin=m.origin, tag="tokens_nhwc")
+    if m.data.get("nhwc") or m.data.get("tokens"):
         t = g.fresh(f"{src}/nchw")
         g.make("Transpose", [src], [t], near=node, origin=m.origin, name=g.fresh_node_name(f"{node.name}/to_nchw"),
                perm=[0, 3, 1, 2])
@@ -135,6 +145,8 @@ def rewrite(m: Match, g) -> str:
             mid = back
         out = [n, c] if not keep else list(m.data["sy"])   # keepdims through a Transpose
         reshape(g, mid, out, near=node, origin=m.origin, out=node.output[0], tag="squeeze")
+    if m.data.get("tokens"):
+        return "ReduceMean(axis 1 of [N, T, C]) -> Reshape [N, T, 1, C], Transpose, GlobalAveragePool, Reshape"
     if m.data.get("nhwc"):
         return "ReduceMean(axes 1,2) -> Transpose to NCHW, GlobalAveragePool, Reshape"
     return "ReduceMean(axes 2,3) -> GlobalAveragePool" + ("" if keep else " + Reshape")
