@@ -17,7 +17,6 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
-from . import rnn_last_step
 from .base import Match
 
 RULES = (
@@ -48,7 +47,6 @@ RULES = (
     remove_identity,
     remove_dropout,
     remove_noop,
-    rnn_last_step,
     merge_transposes,
     layernorm_canonical,
     group_norm,
