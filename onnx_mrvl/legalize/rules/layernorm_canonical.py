@@ -11,6 +11,8 @@ which fuse runs as the Mrvl LayerNorm:
         m = ReduceMean(x, [a]); v = ReduceMean((x - m) * (x - m), [a])
         inv = Reciprocal(Sqrt(v + eps)) [* gamma];  y = x * inv + (beta - m * inv)   (or - m * inv)
     and Keras 3's order of the same: y = x * inv + (Neg(m) * inv [+ beta])
+    tf2onnx writes a mean over the last axis of a 3-D tensor as GlobalAveragePool ([N, T, D] read as
+    [N, C, L]): both means may be one.
 
 The normalised axis must be one axis ``a`` (keepdims); gamma and beta constants along it only.
 The last axis becomes ``LayerNormalization(axis=-1)``; another axis (channels of NCHW) is moved
@@ -29,7 +31,8 @@ from .. import opset_bump
 from .base import Match, attr, axes_of, is_float, scalar
 
 NAME = "layernorm_canonical"
-OPS = ("ReduceMean",)
+OPS = ("ReduceMean", "GlobalAveragePool")
+MEANS = OPS
 LN_OPSET = 17
 
 
@@ -38,6 +41,8 @@ def _std(n) -> bool:
 
 
 def _mean_axis(g, n, rank: int) -> Optional[int]:
+    if _std(n) and n.op_type == "GlobalAveragePool" and rank == 3:
+        return 2
     if not _std(n) or n.op_type != "ReduceMean" or not attr(n, "keepdims", 1):
         return None
     axes = axes_of(g, n, 1)
@@ -102,7 +107,7 @@ def match(node, g) -> Optional[Match]:
         sq = next((u for u in g.users(d) if _std(u) and (
             (u.op_type == "Pow" and u.input[0] == d and scalar(g.const(u.input[1])) == 2.0)
             or (u.op_type == "Mul" and list(u.input) == [d, d]))), None)
-        var = _one(g, sq.output[0], "ReduceMean") if sq is not None else None
+        var = g.only_consumer(sq.output[0]) if sq is not None else None
         if var is None or _mean_axis(g, var, rank) != a:
             continue
         add = _one(g, var.output[0], "Add")

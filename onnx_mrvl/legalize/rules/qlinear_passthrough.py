@@ -4,6 +4,13 @@ nearest Resize, Pad, Split, ...: onnxruntime's quantizer leaves them reading the
 point. The op only moves or selects values (MaxPool: a monotonic map commutes with the max), so the
 codes are the same; the QDQ import then sees the ``DQ -> op -> Q`` form of the QDQ format.
 A constant-mode Pad's value (a code; 0 when absent) becomes its dequantized float.
+
+When nothing upstream writes the codes' scale (an int8 graph input: TFLite models through tf2onnx
+move the NHWC int8 input to NCHW before its DequantizeLinear), the scale and zero point are those of
+the op's readers when every reader is a DequantizeLinear with one constant scale and zero point:
+``op(codes) -> DQ(s, z)`` is ``DQ(s, z) -> op -> Q(s, z) -> DQ(s, z)``, exactly. A ``Concat`` of
+int8 codes (tf2onnx writes it on the codes of TFLite's CONCATENATION, whose inputs share one scale)
+is taken the same way, with its readers' scale or, without one, its inputs' common scale.
 """
 from __future__ import annotations
 
@@ -12,24 +19,55 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, inp, str_attr
-from .qtensor import FLOAT, PASS_OPS, QTYPES, dequantized, domain, float_like, qparams, quantize_into
+from .qtensor import (FLOAT, PASS_OPS, QTYPES, QParams, dequantized, domain, float_like, qparams, quantize_into,
+                      same_param, scalar_const)
 
 NAME = "qlinear_passthrough"
-OPS = PASS_OPS
+OPS = PASS_OPS + ("Concat",)
 REPORT_SKIPS = "QOperator int8"
 
 
+def reader_params(g, node, outs) -> Optional[QParams]:
+    """The one (scale, zero point) of the DequantizeLinear nodes that read every used output of
+    ``node`` (None when another node or a graph output reads one, or their parameters differ)."""
+    found = None
+    for k in outs:
+        out = node.output[k]
+        if out in g.pinned or not g.users(out):
+            return None
+        for c in g.users(out):
+            if c.op_type != "DequantizeLinear" or domain(c) or c.input[0] != out or not g.is_const(inp(c, 1)) \
+                    or not scalar_const(g, inp(c, 1)) or not scalar_const(g, inp(c, 2)):
+                return None
+            p = (inp(c, 1), inp(c, 2))
+            if found is None:
+                found = p
+            elif not (same_param(g, found[0], p[0]) and same_param(g, found[1], p[1])):
+                return None
+    return found
+
+
 def match(node, g) -> Optional[Match]:
-    if domain(node) or node.op_type not in PASS_OPS or not node.input or not node.input[0]:
+    if domain(node) or node.op_type not in OPS or not node.input or not node.input[0]:
         return None
-    x = node.input[0]
-    if g.dtype(x) not in QTYPES + (None,) or g.is_const(x):
+    data = [x for x in (node.input if node.op_type == "Concat" else node.input[:1]) if x]
+    if any(g.dtype(x) not in QTYPES + (None,) for x in data) or all(g.is_const(x) for x in data):
         return None
-    params = qparams(g, x)
-    if isinstance(params, str):
+    if node.op_type == "Concat" and any(g.dtype(x) not in QTYPES for x in data):
         return None
     outs = [0] if node.op_type == "MaxPool" else list(range(len(node.output)))
-    return Match([node], {"params": params, "outs": [k for k in outs if node.output[k]]})
+    outs = [k for k in outs if node.output[k]]
+    params = qparams(g, data[0]) if node.op_type != "Concat" and not g.is_const(data[0]) else "concat"
+    if isinstance(params, str):
+        params = reader_params(g, node, outs)
+    if params is None and node.op_type == "Concat":
+        each = [qparams(g, x) for x in data]
+        if all(not isinstance(p, str) and same_param(g, p[0], each[0][0]) and same_param(g, p[1], each[0][1])
+               for p in each):
+            params = each[0]
+    if params is None:
+        return None
+    return Match([node], {"params": params, "outs": outs, "data": len(data)})
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -49,8 +87,8 @@ def check(m: Match, g, target) -> Optional[str]:
 def rewrite(m: Match, g) -> str:
     node, params = m.node, m.data["params"]
     origin = m.origin
-    x = dequantized(g, node.input[0], params, near=node, origin=origin)
-    g.set_input(node, 0, x)
+    for i in range(m.data["data"]):
+        g.set_input(node, i, dequantized(g, node.input[i], params, near=node, origin=origin))
     if node.op_type == "Pad" and (str_attr(node, "mode", "constant") or "constant") == "constant":
         code = g.const(inp(node, 2)) if inp(node, 2) else None
         code = 0 if code is None else int(np.asarray(code).reshape(-1)[0])

@@ -2,6 +2,16 @@
 Axes come as an attribute (opset < 18) or a constant input (opset >= 18); negative axes too.
 Also through a Transpose (tf2onnx: NCHW -> NHWC, then ReduceMean axes 1,2): when the reduced axes
 are the source's 2,3 and the kept axes keep their order, the mean reads the Transpose's input.
+Axes {1,2} of a 4-D NHWC image that no such Transpose writes directly (tf2onnx keeps Keras'
+BatchNorm Mul and the activation in NHWC between a conv's NCHW -> NHWC Transpose and the
+squeeze-excite mean: MobileNetV3, EfficientNet; found by walking up element-wise ops to that
+Transpose) ->
+``Transpose(x, [0, 3, 1, 2])`` -> GlobalAveragePool -> Reshape to the mean's shape (``[N, C, 1, 1]``
+and ``[N, 1, 1, C]`` hold the data in one order): exact; fuse stores the NHWC data as it is.
+The time mean of channels-last tokens, ``ReduceMean([N, T, C], axes [1], keepdims=0)`` (Keras
+GlobalAveragePooling1D, mean pooling of an encoder's tokens) -> ``Reshape [N, T, 1, C]`` (an NHWC
+image) -> ``Transpose`` to NCHW -> GlobalAveragePool -> ``Reshape [N, C]``. With keepdims=1 (a
+statistic broadcast back over T) the mean is left as it was.
 
 In a QDQ model (onnxruntime's quantizer: ``DQ -> Transpose -> Q -> DQ -> ReduceMean -> Q``, the
 Transpose's pair with its input's scale and zero point) the look-through passes an identity
@@ -24,6 +34,9 @@ def match(node, g) -> Optional[Match]:
     if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx"):
         return None
     sx = g.shape(node.input[0])
+    if sx is not None and len(sx) == 3 and axes_of(g, node, 1) in ([1], [-2]) and not attr(node, "keepdims", 1):
+        return Match([node], {"sx": [sx[0], sx[2], sx[1], 1], "src": node.input[0], "sy": [sx[0], sx[2]],
+                              "tokens": True})
     if sx is None or len(sx) != 4:
         return None
     axes = axes_of(g, node, 1)
@@ -35,12 +48,39 @@ def match(node, g) -> Optional[Match]:
     tr = _through_identity_pair(g, g.producer.get(node.input[0]))
     perm = attr(tr, "perm") if tr is not None and tr.op_type == "Transpose" else None
     if perm is None or len(perm) != 4 or g.shape(tr.input[0]) is None:
-        return None
+        sy = g.shape(node.output[0])
+        if axes != [1, 2] or sy is None or not _nhwc_image(g, node.input[0]):
+            return None
+        return Match([node], {"sx": [sx[0], sx[3], sx[1], sx[2]], "src": node.input[0], "sy": sy, "nhwc": True})
     kept = [p for i, p in enumerate(perm) if i not in axes]
     sy = g.shape(node.output[0])
     if sorted(perm[a] for a in axes) != [2, 3] or kept != sorted(kept) or sy is None:
         return None
     return Match([node], {"sx": g.shape(tr.input[0]), "src": tr.input[0], "sy": sy})
+
+
+ELEMENTWISE = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Elu", "Mul", "Add",
+               "Sub", "Div", "Max", "Min", "QuantizeLinear", "DequantizeLinear", "Identity")
+
+
+def _nhwc_image(g, t: str, depth: int = 12) -> bool:
+    """``t`` comes from an NCHW -> NHWC Transpose through element-wise ops of its shape (followed
+    along their non-constant operands of that shape: ``x * HardSigmoid(x)`` reads x twice)."""
+    shape, todo, seen = g.shape(t), [(t, 0)], set()
+    while todo:
+        t, d = todo.pop()
+        p = g.producer.get(t)
+        if p is None or d > depth or t in seen:
+            continue
+        seen.add(t)
+        if p.op_type == "Transpose":
+            if [int(v) for v in (attr(p, "perm") or [])] == [0, 2, 3, 1]:
+                return True
+            continue
+        if p.op_type in ELEMENTWISE:
+            n_data = len(p.input) if p.op_type in ("Mul", "Add", "Sub", "Div", "Max", "Min") else 1
+            todo += [(i, d + 1) for i in p.input[:n_data] if i and not g.is_const(i) and g.shape(i) == shape]
+    return False
 
 
 def _through_identity_pair(g, p):
@@ -75,6 +115,15 @@ def rewrite(m: Match, g) -> str:
     keep = attr(node, "keepdims", 1)
     src = m.data["src"]
     g.remove(node)
+    if m.data.get("tokens"):
+        n_, c_, t_ = m.data["sx"][:3]
+        src = reshape(g, src, [n_, t_, 1, c_], near=node, origin=m.origin, tag="tokens_nhwc")
+    if m.data.get("nhwc") or m.data.get("tokens"):
+        t = g.fresh(f"{src}/nchw")
+        g.make("Transpose", [src], [t], near=node, origin=m.origin, name=g.fresh_node_name(f"{node.name}/to_nchw"),
+               perm=[0, 3, 1, 2])
+        g.set_shape(t, m.data["sx"], g.dtype(src))
+        src = t
     if keep and src == node.input[0]:
         g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
                origin=m.origin, name=node.name)
@@ -96,4 +145,8 @@ def rewrite(m: Match, g) -> str:
             mid = back
         out = [n, c] if not keep else list(m.data["sy"])   # keepdims through a Transpose
         reshape(g, mid, out, near=node, origin=m.origin, out=node.output[0], tag="squeeze")
+    if m.data.get("tokens"):
+        return "ReduceMean(axis 1 of [N, T, C]) -> Reshape [N, T, 1, C], Transpose, GlobalAveragePool, Reshape"
+    if m.data.get("nhwc"):
+        return "ReduceMean(axes 1,2) -> Transpose to NCHW, GlobalAveragePool, Reshape"
     return "ReduceMean(axes 2,3) -> GlobalAveragePool" + ("" if keep else " + Reshape")

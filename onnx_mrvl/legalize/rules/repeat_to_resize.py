@@ -3,12 +3,20 @@ a+1), x's shape with axis a times r)`` (Keras 3 UpSampling2D through tf2onnx, tf
 torch.repeat_interleave by a constant), -> a nearest Resize by r on axis a (a pixel repeat, an
 accelerator op). On a 4-D tensor a repeat of axis 1 or 2 (TensorFlow's NHWC H, W) is done as
 ``Transpose`` to NCHW, Resize, ``Transpose`` back: merge_transposes cancels those against the
-exporter's own layout Transposes."""
+exporter's own layout Transposes.
+
+TFLite models through tf2onnx write the same repeat with ``Reshape`` as ExpandDims, merge the
+closing Reshape of one repeat with the ExpandDims of the next (``[1, H, 2, W, C] -> [1, 2H, W, 1, C]``)
+and, when quantized, put a ``Q -> DQ`` pair of one scale between the moves. A closing Reshape to
+another shape of the same size is kept after the Resize (a Reshape reads the data in the same
+order: exact), and identity pairs inside the chain are looked through: the Resize then reads the
+dequantized values and is followed by one pair of that scale (the QDQ form of an int8 Resize)."""
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
+import onnx
 
 from .base import Match, attr
 
@@ -17,20 +25,59 @@ OPS = ("Reshape",)
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 
 
+def _scalar(g, name):
+    if not name:
+        return ("", 0.0)
+    v = g.const(name)
+    return None if v is None or v.size != 1 else (str(v.dtype), float(v.reshape(-1)[0]))
+
+
+def _pair(g, dq):
+    """``Q(s, z) -> DQ(s, z)`` ending in ``dq``, the Q read only by it: (Q node, (s, z) values)."""
+    if dq is None or dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx"):
+        return None
+    q = g.producer.get(dq.input[0])
+    if q is None or q.op_type != "QuantizeLinear" or g.only_consumer(q.output[0]) is not dq:
+        return None
+    pq = (_scalar(g, q.input[1]), _scalar(g, q.input[2] if len(q.input) > 2 else ""))
+    pd = (_scalar(g, dq.input[1]), _scalar(g, dq.input[2] if len(dq.input) > 2 else ""))
+    if None in pq or None in pd or pq[0] != pd[0] or pq[1][1] != pd[1][1] or \
+            any(a.name == "axis" for a in list(q.attribute) + list(dq.attribute)):
+        return None
+    return q, pq
+
+
+def _up(g, name, reader, pairs):
+    """The node writing ``name``, read only by ``reader``, looking through identity Q -> DQ pairs
+    (appended to ``pairs`` as (Q, DQ)); None when another node reads a tensor on the way."""
+    p = g.producer.get(name)
+    while p is not None and g.only_consumer(p.output[0]) is reader:
+        found = _pair(g, p)
+        if found is None:
+            return p
+        pairs.append((found[0], p))
+        reader, p = found[0], g.producer.get(found[0].input[0])
+    return None
+
+
 def match(node, g) -> Optional[Match]:
     if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
         return None
-    prev = g.producer.get(node.input[0])
+    pairs = []
+    prev = _up(g, node.input[0], node, pairs)
     perm, trans = None, None
-    if prev is not None and prev.op_type == "Transpose" and g.only_consumer(prev.output[0]) is node:
+    if prev is not None and prev.op_type == "Transpose":
         # tf2onnx pushes its NCHW -> NHWC Transpose up to the Tile: Reshape(Transpose(Tile(..)))
         perm = [int(v) for v in (attr(prev, "perm") or [])]
-        trans, prev = prev, g.producer.get(prev.input[0])
+        trans, prev = prev, _up(g, prev.input[0], prev, pairs)
     tile = prev
-    if tile is None or tile.op_type != "Tile" or g.only_consumer(tile.output[0]) is None:
+    if tile is None or tile.op_type != "Tile":
         return None
-    unsq = g.producer.get(tile.input[0])
+    unsq = _up(g, tile.input[0], tile, pairs)
     if unsq is None or unsq.op_type not in ("Reshape", "Unsqueeze"):
+        return None
+    params = {_pair(g, dq)[1] for _, dq in pairs}
+    if len(params) > 1 or (pairs and g.dtype(unsq.input[0]) != onnx.TensorProto.FLOAT):
         return None
     reps = g.const(tile.input[1])
     x = unsq.input[0]
@@ -55,10 +102,12 @@ def match(node, g) -> Optional[Match]:
     rest = [p if p < k else p - 1 for p in perm if p != k]       # Transpose after the Resize
     sz = list(sx)
     sz[j] *= r
-    if list(sy) != [sz[p] for p in rest]:
+    if int(np.prod(sy)) != int(np.prod(sz)):
         return None
-    nodes = [node] + ([trans] if trans is not None else []) + [tile, unsq]
-    return Match(nodes, {"x": x, "axis": j, "r": r, "rank": len(sx), "rest": rest})
+    shape = None if list(sy) == [sz[p] for p in rest] else [int(v) for v in sy]
+    nodes = [node] + ([trans] if trans is not None else []) + [tile] + [n for pr in pairs for n in pr] + [unsq]
+    return Match(nodes, {"x": x, "axis": j, "r": r, "rank": len(sx), "rest": rest, "shape": shape,
+                         "pair": pairs[0] if pairs else None})
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -93,7 +142,14 @@ def rewrite(m: Match, g) -> str:
     origin = m.origin
     dt = g.dtype(node.output[0])
     sx = list(g.shape(x))
-    y = node.output[0]
+    shape, pair = m.data["shape"], m.data["pair"]
+    final = node.output[0]
+    y = final if shape is None else g.fresh(f"{final}/repeated")
+    if shape is not None:
+        sz = list(sx)
+        sz[a] *= r
+        g.set_shape(y, [sz[p] for p in rest], dt)
+    qparams = (list(pair[0].input[1:]), g.dtype(pair[0].output[0])) if pair else None
     for n in m.nodes[:-1]:
         g.remove(n)
     if not g.used(unsq.output[0]):
@@ -120,9 +176,20 @@ def rewrite(m: Match, g) -> str:
     scales[ax] = r
     post = [pre.index(v) for v in rest]            # y axis i = Resize output axis post[i]
     out = g.fresh(f"{y}/resized") if post != list(range(4)) else y
-    g.make("Resize", [src, "", g.add_const(f"{node.name}/scales", scales)], [out], near=node,
+    res = out if qparams is None else g.fresh(f"{y}/resize_float")
+    g.make("Resize", [src, "", g.add_const(f"{node.name}/scales", scales)], [res], near=node,
            origin=origin, name=f"{node.name}/resize", mode="nearest",
            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    if qparams is not None:     # the int8 Resize's output pair (the chain's one scale)
+        so = [sx[p] for p in pre]
+        so[ax] *= r
+        codes = g.fresh(f"{y}/resize_codes")
+        g.set_shape(res, so, dt)
+        g.set_shape(codes, so, qparams[1])
+        g.make("QuantizeLinear", [res] + qparams[0], [codes], near=node, origin=origin,
+               name=f"{node.name}/resize_QuantizeLinear")
+        g.make("DequantizeLinear", [codes] + qparams[0], [out], near=node, origin=origin,
+               name=f"{node.name}/resize_DequantizeLinear")
     if out != y:
         so = [sx[p] for p in pre]
         so[ax] *= r
@@ -135,4 +202,8 @@ def rewrite(m: Match, g) -> str:
         g.set_shape(y, so, dt)
         g.make("Reshape", [y, g.add_const(f"{node.name}/shape3", np.array(so[:2] + so[3:], np.int64))],
                [y3], near=node, origin=origin, name=f"{node.name}/to3d")
-    return f"repeat x{r} on axis {a} -> nearest Resize" + (" (NHWC: transposed)" if wrap else "")
+    if shape is not None:
+        g.make("Reshape", [y, g.add_const(f"{node.name}/shape", np.array(shape, np.int64))], [final], near=node,
+               origin=origin, name=f"{node.name}/reshape")
+    return f"repeat x{r} on axis {a} -> nearest Resize" + (" (NHWC: transposed)" if wrap else "") + \
+        (" between its Q -> DQ pair" if pair else "") + (f", reshaped to {shape}" if shape else "")

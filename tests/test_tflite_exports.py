@@ -1,0 +1,142 @@
+"""Full-integer TFLite models through tf2onnx (onnx_mrvl/testing/tflite_models.py): the int8 graph
+input Transposed on its codes, UpSampling2D as TFLite's Reshape / Tile chain on codes, Concat of
+codes. One region, the data moves offloaded, the int8 output identical to onnxruntime's run of the
+same model on >= 99% of its codes; the float form within the fp16 bound."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing import keras_models, tflite_models
+
+
+def _ref(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _run(model, tmp_path, feeds):
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    r = onnx_mrvl.convert(str(path))
+    r.save(str(tmp_path / "out"), overwrite=True)
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    return r, sess.run(None, feeds)
+
+
+def test_int8_unet_legalizes_moves_on_codes():
+    m = tflite_models.unet(0, quantized=True)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert "Tile" not in ops, "the repeat chain is a nearest Resize"
+    assert ops.count("Resize") == 2
+    types = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(out).graph.value_info}
+    for n in out.graph.node:
+        if n.op_type in ("Concat", "Transpose", "Resize"):   # all in float between Q -> DQ pairs now
+            assert types.get(n.input[0]) == TensorProto.FLOAT, (n.op_type, n.name)
+    f = tflite_models.feeds(m, 3)
+    a, b = _ref(m, f)[0], _ref(out, f)[0]
+    assert np.array_equal(a, b), "legalize is exact on a QDQ model"
+
+
+def test_int8_unet_one_region_identical(tmp_path):
+    m = tflite_models.unet(0, quantized=True)
+    r, got = None, []
+    total = same = 0
+    for seed in (1, 2):
+        f = tflite_models.feeds(m, seed)
+        ref = _ref(m, f)[0]
+        assert len(np.unique(ref)) > 20, "the test model's output spreads over the codes"
+        if r is None:
+            r, got = _run(m, tmp_path, f)
+        else:
+            got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, f)
+        assert got[0].dtype == np.int8
+        same += int((got[0] == ref).sum())
+        total += ref.size
+        assert int(np.abs(got[0].astype(np.int32) - ref.astype(np.int32)).max()) <= 1
+    assert len(r.report.regions) == 1
+    cpu = {d.op_type for d in r.report.cpu_nodes()}
+    assert cpu <= {"QuantizeLinear", "DequantizeLinear"}, cpu   # the host's (de)quantization at most
+    assert same / total >= 0.99, same / total
+
+
+def test_float_unet_one_region_fp16_bound(tmp_path):
+    m = tflite_models.unet(0, quantized=False)
+    f = tflite_models.feeds(m, 1)
+    r, got = _run(m, tmp_path, f)
+    ref = _ref(m, f)[0]
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def _input_transpose(scales):
+    """int8 graph input -> Transpose on the codes -> DQ readers with the given scales."""
+    inits, nodes, outs = [], [helper.make_node("Transpose", ["x"], ["t"], name="t", perm=[0, 3, 1, 2])], []
+    for i, s in enumerate(scales):
+        inits += [numpy_helper.from_array(np.float32(s), f"s{i}"), numpy_helper.from_array(np.int8(0), f"z{i}")]
+        nodes.append(helper.make_node("DequantizeLinear", ["t", f"s{i}", f"z{i}"], [f"y{i}"], name=f"dq{i}"))
+        outs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 3, 4, 4]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 4, 4, 3])], outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_int8_input_transpose_takes_its_readers_scale():
+    x = {"x": np.random.default_rng(0).integers(-128, 128, (1, 4, 4, 3)).astype(np.int8)}
+    one = _input_transpose([0.5, 0.5])
+    out = legalize(one).model
+    t = next(n for n in out.graph.node if n.op_type == "Transpose")
+    assert next(n for n in out.graph.node if n.output[0] == t.input[0]).op_type == "DequantizeLinear"
+    for a, b in zip(_ref(one, x), _ref(out, x)):
+        assert np.array_equal(a, b)
+    two = legalize(_input_transpose([0.5, 0.25])).model   # readers disagree: no one scale, left as it was
+    t = next(n for n in two.graph.node if n.op_type == "Transpose")
+    assert t.input[0] == "x"
+
+
+def test_keras_nhwc_squeeze_excite_mean_is_a_pool(tmp_path):
+    """MobileNetV3 / EfficientNet via tf2onnx: ReduceMean(axes 1,2) of NHWC data no Transpose writes
+    (keepdims 1: the SE mean; 0: the classifier head) -> GlobalAveragePool; one region."""
+    m = keras_models.se_nhwc(0)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert "ReduceMean" not in ops and ops.count("GlobalAveragePool") == 2
+    x = {"input": np.random.default_rng(1).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    ref = _ref(m, x)[0]
+    assert np.allclose(_ref(out, x)[0], ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    r, got = _run(m, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def test_keras2_lstm_last_step_head_one_region(tmp_path):
+    """Keras 2 LSTM(return_sequences=False) head: Y's last step taken by Gather(-1, axis 0) -> Dense;
+    one region, within the fp16 bound (the Slice form of the GRU: main's unbind_to_gather)."""
+    m = keras_models.rnn_last_step(0, "LSTM", take="gather")
+    x = {"input": np.random.default_rng(1).standard_normal((1, 12, 8)).astype(np.float32)}
+    ref = _ref(m, x)[0]
+    r, got = _run(m, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def test_keras3_layernorm_with_gap_means_and_token_mean(tmp_path):
+    """tf2onnx writes Keras 3 LayerNormalization's means over [N, T, D]'s last axis as
+    GlobalAveragePool and GlobalAveragePooling1D as ReduceMean(axes [1], keepdims=0): one
+    LayerNormalization, no ReduceMean, one region (before: 2 regions, the LN's ops on the CPU)."""
+    m = keras_models.keras3_ln_head(0)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert ops.count("LayerNormalization") == 1 and "ReduceMean" not in ops and "Sqrt" not in ops
+    x = {"input": np.random.default_rng(1).standard_normal((1, 16, 32)).astype(np.float32)}
+    ref = _ref(m, x)[0]
+    assert np.allclose(_ref(out, x)[0], ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    r, got = _run(m, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
