@@ -328,3 +328,31 @@ def test_crop_between_smooth_activations_becomes_a_conv(tmp_path):
     assert "Slice" not in _ops(out)
     res = _convert(m, tmp_path)
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_whole_map_average_pool_is_one_region_identical_to_onnxruntime(act, tmp_path):
+    """onnxruntime's quantize_static of the DS-CNN head: DQ -> AveragePool [25, 5] -> Q becomes the int8
+    global pool (gap_split keeps it whole): one region, every code as onnxruntime computes it."""
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    n = Net(20)
+    x = n.conv("x", 1, 16, stride=2)
+    x = n.conv(x, 16, 16, group=16)
+    x = n.op("AveragePool", [x], "avg", kernel_shape=[25, 5], strides=[25, 5])
+    y = n.op("Gemm", [n.op("Flatten", [x], axis=1), n.w(12, 16)], "fc", transB=1)
+    m = n.model([("x", [1, 1, 50, 10])], [y])
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(m, src)
+    rng = np.random.default_rng(3)
+    calib = [{"x": rng.standard_normal((1, 1, 50, 10)).astype(np.float32)} for _ in range(8)]
+    quantize_static_qdq(src, dst, calib, act=act)
+    q = onnx.load(dst)
+    res = onnx_mrvl.convert(q)
+    assert len(res.subgraphs) == 1 and res.report.decisions["avg"].placement == "accelerator"
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "out")))
+    same = total = 0
+    for k in range(4):
+        f = {"x": rng.standard_normal((1, 1, 50, 10)).astype(np.float32)}
+        a, b = sess.run(None, f)[0], run_ort(q, f)[0]
+        same, total = same + int(np.sum(a == b)), total + a.size
+    assert same == total
