@@ -62,7 +62,8 @@ def test_timm_qkv_unbind_becomes_gathers_in_one_region(split, tmp_path):
 
 
 def test_unbind_rule_leaves_other_splits_alone():
-    """Parts of two elements, or a part read by something other than the Squeeze, stay as they are."""
+    """Parts of two elements stay a Split; a leading-axis part read by something other than the
+    Squeeze becomes a one-element Gather that keeps the axis (the Squeeze stays)."""
     n = Net(4)
     a, b = n.op("Split", ["x", n.const(np.array([2, 2], np.int64))], "split2", n_out=2, axis=1)
     sq = n.op("Squeeze", [n.op("Slice", ["x", n.const(np.array([0], np.int64)), n.const(np.array([1], np.int64)),
@@ -71,7 +72,10 @@ def test_unbind_rule_leaves_other_splits_alone():
     other = n.op("Relu", ["slice_used_twice"], "relu")
     m = n.model([("x", [2, 4, 8])], [a, b, sq, other])
     out, _ = legalize_and_compare(m)
-    assert "Gather" not in _ops(out)
+    assert "Split" in _ops(out) and "Slice" not in _ops(out)
+    (gather,) = [x for x in out.graph.node if x.op_type == "Gather"]
+    idx = next(i for i in out.graph.initializer if i.name == gather.input[1])
+    assert list(idx.dims) == [1]                  # keeps the axis: the Squeeze and the Relu read it
 
 
 def _complex_conv():
@@ -356,3 +360,23 @@ def test_qdq_whole_map_average_pool_is_one_region_identical_to_onnxruntime(act, 
         a, b = sess.run(None, f)[0], run_ort(q, f)[0]
         same, total = same + int(np.sum(a == b)), total + a.size
     assert same == total
+
+
+@pytest.mark.parametrize("split", ["split", "slice"])
+def test_qdq_timm_qkv_unbind_is_one_region_identical_to_onnxruntime(split, tmp_path):
+    """onnxruntime's quantize_static puts a Q -> DQ pair between the unbind's Split / Slice and each
+    Squeeze: one-element Gathers keeping the axis, one region, every element as onnxruntime."""
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    m = _timm_attention(split)
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(m, src)
+    rng = np.random.default_rng(4)
+    calib = [{"x": rng.standard_normal((1, 16, 32)).astype(np.float32)} for _ in range(8)]
+    quantize_static_qdq(src, dst, calib, act="s8")
+    q = onnx.load(dst)
+    res = onnx_mrvl.convert(q)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "out")))
+    f = {"x": rng.standard_normal((1, 16, 32)).astype(np.float32)}
+    a, b = sess.run(None, f)[0], run_ort(q, f)[0]
+    assert np.mean(a == b) >= 0.99
