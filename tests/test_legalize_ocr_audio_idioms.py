@@ -380,3 +380,34 @@ def test_qdq_timm_qkv_unbind_is_one_region_identical_to_onnxruntime(split, tmp_p
     f = {"x": rng.standard_normal((1, 16, 32)).astype(np.float32)}
     a, b = sess.run(None, f)[0], run_ort(q, f)[0]
     assert np.mean(a == b) >= 0.99
+
+
+def test_qdq_rank_3_key_is_reshaped_on_its_codes(tmp_path):
+    """The QDQ form of the older attention: the 3-D key's per-tensor DequantizeLinear reads its int8
+    codes reshaped to 4-D, so the scores MatMul stays DQ -> MatMul (an int8 batched MatMul). The
+    result is bit for bit that of the same model written with a 4-D key (its remaining differences
+    from onnxruntime are the calibrated float32-lowest mask's, docs/surveys/ocr-audio.md (c))."""
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    rng = np.random.default_rng(5)
+    calib = [{"x": rng.standard_normal((1, 12, 32)).astype(np.float32)} for _ in range(8)]
+    f = {"x": rng.standard_normal((1, 12, 32)).astype(np.float32)}
+    got = {}
+    for form in ("3d", "4d"):
+        m = _hf_older_decoder_attention()
+        if form == "4d":
+            n = next(x for x in m.graph.node if x.name == "scores")
+            m.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, 4, 8, 12], np.int64), "k4_shape"))
+            m.graph.node.insert(list(m.graph.node).index(n), onnx.helper.make_node("Reshape", [n.input[1], "k4_shape"],
+                                                                                   ["k4"], name="k4"))
+            n.input[1] = "k4"
+        src, dst = str(tmp_path / f"{form}.onnx"), str(tmp_path / f"{form}_q.onnx")
+        onnx.save(onnx.shape_inference.infer_shapes(m), src)
+        quantize_static_qdq(src, dst, calib, act="s8")
+        q = onnx.load(dst)
+        if form == "3d":
+            _, log = legalize_and_compare(q, tol=0.0)
+            assert any("on its int8 codes" in str(e) for e in log)
+        res = onnx_mrvl.convert(q)
+        assert res.report.decisions["scores"].placement == "accelerator"
+        got[form] = onnx_mrvl.InferenceSession(res.save(str(tmp_path / f"{form}_out"))).run(None, f)[0]
+    assert np.array_equal(got["3d"], got["4d"])
