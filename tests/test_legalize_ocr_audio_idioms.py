@@ -411,3 +411,27 @@ def test_qdq_rank_3_key_is_reshaped_on_its_codes(tmp_path):
         assert res.report.decisions["scores"].placement == "accelerator"
         got[form] = onnx_mrvl.InferenceSession(res.save(str(tmp_path / f"{form}_out"))).run(None, f)[0]
     assert np.array_equal(got["3d"], got["4d"])
+
+
+@pytest.mark.parametrize("pads,out_pad", [([0, 0], 0), ([2, 3], 1)])
+def test_large_stride_conv_transpose_1d_becomes_a_phase_conv(pads, out_pad, tmp_path):
+    """DCCRN's ConviSTFT: ConvTranspose1d(2F -> 1, kernel 64 = 4 x stride 16): stride above
+    resize_max_scale -> a stride-1 Conv of 4 taps with 16 phase channels + depth-to-space."""
+    n = Net(22)
+    y = n.op("Conv", ["x", n.w(18, 4, 3)], kernel_shape=[3], pads=[1, 1])
+    y = n.op("ConvTranspose", [y, n.w(18, 1, 64), n.w(1, scale=0.1)], "istft", kernel_shape=[64], strides=[16],
+             pads=pads, output_padding=[out_pad])
+    m = n.model([("x", [1, 4, 12])], [n.op("Tanh", [y], "out")])
+    out, log = legalize_and_compare(m)
+    assert "ConvTranspose" not in _ops(out)
+    assert any("4 taps x 16 phases" in str(e) for e in log)
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+
+
+def test_conv_transpose_phase_conv_leaves_small_strides_to_convtranspose_phases():
+    n = Net(23)
+    y = n.op("ConvTranspose", ["x", n.w(4, 2, 1, 8)], "up", kernel_shape=[1, 8], strides=[1, 4])
+    m = n.model([("x", [1, 4, 1, 6])], [y])
+    out, log = legalize_and_compare(m)
+    assert not any(e[0] == "convtranspose_phase_conv" for e in log)

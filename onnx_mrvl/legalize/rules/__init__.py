@@ -17,8 +17,8 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
-from . import (avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, softplus_threshold,
-               sub_tensors, unbind_to_gather)
+from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
+               softplus_threshold, sub_tensors, unbind_to_gather)
 from .base import Match
 
 RULES = (
@@ -79,6 +79,7 @@ RULES = (
     pad_to_conv,
     convtranspose_phases,
     convtranspose_to_conv,
+    convtranspose_phase_conv,
     conv_dead_taps,
     conv_dilation_fold,
     conv_1d_to_2d,
