@@ -19,8 +19,8 @@ from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qd
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
     where_const_cond
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
-from . import (avgpool_global, matmul_rank_align, reducesum_to_mean, sigmoid_expanded, softplus_threshold,
-               sub_tensors, unbind_to_gather)
+from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
+               softplus_threshold, sub_tensors, unbind_to_gather)
 from .base import Match
 
 RULES = (
@@ -90,6 +90,7 @@ RULES = (
     pad_to_conv,
     convtranspose_phases,
     convtranspose_to_conv,
+    convtranspose_phase_conv,
     conv_dead_taps,
     conv_dilation_fold,
     conv_1d_to_2d,

@@ -1,8 +1,9 @@
 """AveragePool whose window is the whole feature map (no pads), larger than the pool window limit ->
 GlobalAveragePool, which gap_split then cuts into windows that fit: ``F.avg_pool2d(x,
 x.shape[2:])`` (ARM's DS-CNN keyword spotter, many PyTorch classifiers), Keras' AveragePooling2D over
-the map. The same mean; a global pool larger than the pool-window limit is then split by gap_split.
-A QDQ pool keeps its AveragePool (onnxruntime's QLinearAveragePool is the int8 pool it matches)."""
+the map. The same mean. A QDQ pool (``DQ -> AveragePool -> Q``) too: onnxruntime gives the same codes
+for the whole-map AveragePool and the GlobalAveragePool (measured: 0 of 76 800 codes differ, int8 and
+uint8, 25x5 / 7x7 / 20x20 maps), and gap_split keeps an int8 global pool whole."""
 from __future__ import annotations
 
 from typing import Optional
@@ -33,9 +34,6 @@ def match(node, g) -> Optional[Match]:
 def check(m: Match, g, target) -> Optional[str]:
     if max(attr(m.node, "kernel_shape")) <= target.max_pool_kernel:
         return "the window fits the pool limit as it is"
-    p = g.producer.get(m.node.input[0])
-    if p is not None and p.op_type == "DequantizeLinear":
-        return "a QDQ pool (onnxruntime's QLinearAveragePool)"
     return None
 
 

@@ -3,7 +3,9 @@ axis -> one Gather of a scalar index on that axis (which drops the axis, as the 
 timm's ``Attention`` (``q, k, v = qkv.reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)``:
 the TorchScript exporter writes Split + 3 Squeeze, the dynamo exporter 3 Slice + Squeeze), PARSeq,
 DeiT, BEiT, Swin and most timm vision transformers; the Gather is what the fuser takes on 2-D to
-5-D tensors (fuse/take.py). Exact: it moves the same elements."""
+5-D tensors (fuse/take.py). Parts on the leading axis read otherwise (a QDQ model puts a Q -> DQ
+pair between the Split and each Squeeze) become one-element Gathers that keep the axis (the Squeezes
+then are Reshapes). Exact: it moves the same elements."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -91,8 +93,15 @@ def match(node, g) -> Optional[Match]:
     for o in outs:
         sq = _squeezes(g, o, axis, rank)
         if sq is None:
-            return None
+            users = None
+            break
         users.append(sq)
+    if users is None:
+        # parts of one element on the leading axis read otherwise (a QDQ model: Q -> DQ between the
+        # Split and each Squeeze): one-element Gathers keeping the axis, which fuse takes
+        if axis != 0 or rank < 3 or any(o in g.pinned for o in outs):
+            return None
+        return Match([node], {"axis": axis, "starts": starts, "outs": outs, "users": None})
     return Match([node], {"axis": axis, "starts": starts, "outs": outs, "users": users})
 
 
@@ -104,6 +113,12 @@ def rewrite(m: Match, g) -> str:
     node, axis = m.node, m.data["axis"]
     x = node.input[0]
     g.remove(node)
+    if m.data["users"] is None:
+        for start, out in zip(m.data["starts"], m.data["outs"]):
+            idx = g.add_const(f"{node.name}/index{start}", np.array([start], np.int64))
+            g.make("Gather", [x, idx], [out], near=node, origin=m.origin, name=f"{node.name}/gather{start}",
+                   axis=axis)
+        return f"{node.op_type} of size-1 parts on the leading axis -> {len(m.data['outs'])} one-element Gather"
     n = 0
     for start, squeezes in zip(m.data["starts"], m.data["users"]):
         idx = g.add_const(f"{node.name}/index{start}", np.array(start, np.int64))
