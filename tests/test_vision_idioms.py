@@ -185,3 +185,25 @@ def test_maxvit_style_attention_block_is_one_region(tmp_path):
     for name in ("scores", "attn_v", "softmax", "split_qkv"):
         assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
     assert len(res.subgraphs) == 1
+
+
+def test_pool_minus_input_token_mixer_is_one_region(tmp_path):
+    """EfficientFormer / PoolFormer: ``x + pool(x) - x`` (AveragePool 3x3, count_include_pad=0) between
+    convs: the Sub of two activations had no accelerator op (efficientformer_l1: 16 regions). It becomes
+    Add(x, Mul(y, -1)), exact; a normalization's centering and a constant operand keep their forms."""
+    n = Net(28)
+    x = n.conv("input", 3, 8, act="relu")
+    pool = n.op("AveragePool", [x], "pool", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+                count_include_pad=0)
+    mixed = n.op("Sub", [pool, x], "token_mixer")
+    y = n.op("Add", [x, mixed], "residual")
+    y = n.conv(y, 8, 4, act="relu")
+    centred = n.op("Sub", ["z", n.op("ReduceMean", ["z"], "mean", axes=[1], keepdims=1)], "centre")
+    m = n.model([("input", [1, 3, 8, 8]), ("z", [1, 6, 4])], [y, n.op("Relu", [centred], "centre_relu")])
+    lg = legalize(m)
+    assert "token_mixer" in [x.name for x in lg.model.graph.node if x.op_type == "Add"]
+    assert [x.name for x in lg.model.graph.node if x.op_type == "Sub"] == ["centre"]
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("pool", "token_mixer", "residual"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len([s for s in res.subgraphs]) == 1
