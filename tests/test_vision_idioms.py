@@ -207,3 +207,35 @@ def test_pool_minus_input_token_mixer_is_one_region(tmp_path):
     for name in ("pool", "token_mixer", "residual"):
         assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
     assert len([s for s in res.subgraphs]) == 1
+
+
+def test_qkv_unbind_on_the_leading_axis_runs_as_slice2d(tmp_path):
+    """timm Attention (MobileViT, ViT): ``qkv.reshape(B, N, 3, H, d).permute(2, 0, 3, 1, 4).unbind(0)``:
+    Slices of the leading axis of [3, B, H, N, d]; with one image in the model that axis is no batch,
+    so they run as Slice2D of views (mobilevit_xxs dynamo: 27 CPU Slices, 10 regions)."""
+    n = Net(29)
+    C, H, d, N = 8, 2, 4, 16
+    x = n.conv("input", 3, C, act="relu")                                        # [1, 8, 4, 4]
+    tok = n.op("Reshape", [n.op("Transpose", [x], "to_tok", perm=[0, 2, 3, 1]),
+                           n.const(np.array([1, N, C], np.int64))], "tokens")
+    qkv = n.op("MatMul", [tok, n.w(C, 3 * C)], "qkv")
+    qkv = n.op("Transpose", [n.op("Reshape", [qkv, n.const(np.array([1, N, 3, H, d], np.int64))], "qkv_r")],
+               "qkv_t", perm=[2, 0, 3, 1, 4])                                   # [3, 1, H, N, d]
+    q, k, v = [n.op("Reshape", [_slice(n, qkv, [i], [i + 1], [0], name=f"unbind{i}"),
+                                n.const(np.array([1, H, N, d], np.int64))], f"sq{i}") for i in range(3)]
+    s = n.op("MatMul", [q, n.op("Transpose", [k], "kt", perm=[0, 1, 3, 2])], "scores")
+    o = n.op("MatMul", [n.op("Softmax", [s], "softmax", axis=-1), v], "attn_v")
+    y = n.op("MatMul", [n.op("Reshape", [n.op("Transpose", [o], "merge_t", perm=[0, 2, 1, 3]),
+                                         n.const(np.array([1, N, C], np.int64))], "merge"), n.w(C, C)], "proj")
+    m = n.model([("input", [1, 3, 4, 4])], [y])
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("unbind0", "unbind1", "unbind2", "softmax"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len(res.subgraphs) == 1
+    # two images in the model: the leading axis is a batch, the slice stays with its reason
+    n2 = Net(30)
+    t = n2.op("Relu", ["input"], "pre")
+    s2 = _slice(n2, t, [1], [2], [0], name="node")
+    m2 = n2.model([("input", [2, 3, 4, 4])], [n2.op("Relu", [s2], "post")])
+    d = fuse(legalize(m2)).decisions["node"]
+    assert d.placement == "cpu" and "leading axis" in d.reason, d
