@@ -239,3 +239,20 @@ def test_qkv_unbind_on_the_leading_axis_runs_as_slice2d(tmp_path):
     m2 = n2.model([("input", [2, 3, 4, 4])], [n2.op("Relu", [s2], "post")])
     d = fuse(legalize(m2)).decisions["node"]
     assert d.placement == "cpu" and "leading axis" in d.reason, d
+
+
+def test_token_mean_head_joins_the_region(tmp_path):
+    """timm EfficientFormer / LeViT heads: ``x.mean(1)`` over the tokens of [B, N, C], then the
+    classifier. The ReduceMean over axis 1 stayed on the CPU and cut the head into a second region; it
+    becomes Transpose -> average pools over N = 16 (4 x 4) -> Reshape."""
+    n = Net(32)
+    x = n.conv("input", 3, 8, act="relu")                                        # [1, 8, 4, 4]
+    tok = n.op("Reshape", [n.op("Transpose", [x], "to_tok", perm=[0, 2, 3, 1]),
+                           n.const(np.array([1, 16, 8], np.int64))], "tokens")
+    tok = n.op("Add", [n.op("MatMul", [tok, n.w(8, 8)], "mlp"), n.w(8, scale=0.1)], "mlp_bias")
+    mean = n.op("ReduceMean", [tok], "token_mean", axes=[1], keepdims=0)         # [1, 8]
+    y = n.op("Gemm", [mean, n.w(5, 8), n.w(5)], "head", transB=1)
+    m = n.model([("input", [1, 3, 4, 4])], [y])
+    r, res = _convert_and_run(m, tmp_path)
+    assert res.report.decisions["token_mean"].placement == "accelerator", res.report.decisions["token_mean"]
+    assert len(res.subgraphs) == 1
