@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 69   # 50 (einsum_to_matmul, sub_to_add) + 9 contrib-op rules + 10 QDQ-variant rules
+    assert len(names) == len(set(names)) == len(RULES) == 70   # 51 (einsum_to_matmul, sub_to_add, reduce_sum_split) + 9 contrib-op rules + 10 QDQ-variant rules
     assert names.index("einsum_to_matmul") < names.index("merge_transposes")
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"

@@ -256,3 +256,27 @@ def test_token_mean_head_joins_the_region(tmp_path):
     r, res = _convert_and_run(m, tmp_path)
     assert res.report.decisions["token_mean"].placement == "accelerator", res.report.decisions["token_mean"]
     assert len(res.subgraphs) == 1
+
+
+@pytest.mark.parametrize("radix,opset", [(2, 13), (4, 11)])
+def test_split_attention_radix_sum_is_split_and_adds(tmp_path, radix, opset):
+    """timm ResNeSt: ``x.view(B, radix, C, H, W).sum(1)`` sums the radix branches; the ReduceSum had no
+    accelerator op (resnest14d: 8 CPU ReduceSums, 9 regions). legalize writes it as a Split of that
+    axis and Adds; a long axis (a real reduction) keeps its ReduceSum."""
+    n = Net(33)
+    C = 4
+    x = n.conv("input", 3, radix * C, act="relu")                                # [1, radix*C, 6, 6]
+    five = n.op("Reshape", [x, n.const(np.array([1, radix, C, 6, 6], np.int64))], "radix_view")
+    if opset >= 13:
+        s = n.op("ReduceSum", [five, n.const(np.array([1], np.int64))], "radix_sum", keepdims=0)
+    else:
+        s = n.op("ReduceSum", [five], "radix_sum", axes=[1], keepdims=0)
+    y = n.conv(s, C, 4, act="relu")
+    m = n.model([("input", [1, 3, 6, 6])], [y], opset_version=opset)
+    r, res = _convert_and_run(m, tmp_path)
+    assert res.report.decisions["radix_sum"].placement == "accelerator", res.report.decisions["radix_sum"]
+    assert len(res.subgraphs) == 1
+    long = Net(34)
+    t = long.op("ReduceSum", [long.op("Relu", ["z"], "pre"), long.const(np.array([1], np.int64))], "node", keepdims=0)
+    lg = legalize(long.model([("z", [1, 16, 3])], [t]))
+    assert "ReduceSum" in [x.op_type for x in lg.model.graph.node]
