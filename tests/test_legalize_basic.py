@@ -19,7 +19,8 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 84   # 48 + 9 contrib-op rules + 10 QDQ-variant rules + 8 transformer-export rules + 8 OCR / audio export idioms + einsum_to_matmul
+    assert len(names) == len(set(names)) == len(RULES) == 85   # 48 + 9 contrib-op rules + 10 QDQ-variant rules + 8 transformer-export rules + 8 OCR / audio export idioms + einsum_to_matmul, reduce_sum_split
+    assert names.index("einsum_to_matmul") < names.index("merge_transposes")
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
     assert names[1:5] == ["qlinear_to_qdq", "qlinear_passthrough", "dynamic_int8", "dynamic_lstm"]

@@ -185,3 +185,98 @@ def test_maxvit_style_attention_block_is_one_region(tmp_path):
     for name in ("scores", "attn_v", "softmax", "split_qkv"):
         assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
     assert len(res.subgraphs) == 1
+
+
+def test_pool_minus_input_token_mixer_is_one_region(tmp_path):
+    """EfficientFormer / PoolFormer: ``x + pool(x) - x`` (AveragePool 3x3, count_include_pad=0) between
+    convs: the Sub of two activations had no accelerator op (efficientformer_l1: 16 regions). It becomes
+    Add(x, Mul(y, -1)), exact; a normalization's centering and a constant operand keep their forms."""
+    n = Net(28)
+    x = n.conv("input", 3, 8, act="relu")
+    pool = n.op("AveragePool", [x], "pool", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+                count_include_pad=0)
+    mixed = n.op("Sub", [pool, x], "token_mixer")
+    y = n.op("Add", [x, mixed], "residual")
+    y = n.conv(y, 8, 4, act="relu")
+    centred = n.op("Sub", ["z", n.op("ReduceMean", ["z"], "mean", axes=[1], keepdims=1)], "centre")
+    m = n.model([("input", [1, 3, 8, 8]), ("z", [1, 6, 4])], [y, n.op("Relu", [centred], "centre_relu")])
+    lg = legalize(m)
+    assert "token_mixer" in [x.name for x in lg.model.graph.node if x.op_type == "Add"]
+    assert [x.name for x in lg.model.graph.node if x.op_type == "Sub"] == ["centre"]
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("pool", "token_mixer", "residual"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len([s for s in res.subgraphs]) == 1
+
+
+def test_qkv_unbind_on_the_leading_axis_runs_as_slice2d(tmp_path):
+    """timm Attention (MobileViT, ViT): ``qkv.reshape(B, N, 3, H, d).permute(2, 0, 3, 1, 4).unbind(0)``:
+    Slices of the leading axis of [3, B, H, N, d]; with one image in the model that axis is no batch,
+    so they run as Slice2D of views (mobilevit_xxs dynamo: 27 CPU Slices, 10 regions)."""
+    n = Net(29)
+    C, H, d, N = 8, 2, 4, 16
+    x = n.conv("input", 3, C, act="relu")                                        # [1, 8, 4, 4]
+    tok = n.op("Reshape", [n.op("Transpose", [x], "to_tok", perm=[0, 2, 3, 1]),
+                           n.const(np.array([1, N, C], np.int64))], "tokens")
+    qkv = n.op("MatMul", [tok, n.w(C, 3 * C)], "qkv")
+    qkv = n.op("Transpose", [n.op("Reshape", [qkv, n.const(np.array([1, N, 3, H, d], np.int64))], "qkv_r")],
+               "qkv_t", perm=[2, 0, 3, 1, 4])                                   # [3, 1, H, N, d]
+    q, k, v = [n.op("Reshape", [_slice(n, qkv, [i], [i + 1], [0], name=f"unbind{i}"),
+                                n.const(np.array([1, H, N, d], np.int64))], f"sq{i}") for i in range(3)]
+    s = n.op("MatMul", [q, n.op("Transpose", [k], "kt", perm=[0, 1, 3, 2])], "scores")
+    o = n.op("MatMul", [n.op("Softmax", [s], "softmax", axis=-1), v], "attn_v")
+    y = n.op("MatMul", [n.op("Reshape", [n.op("Transpose", [o], "merge_t", perm=[0, 2, 1, 3]),
+                                         n.const(np.array([1, N, C], np.int64))], "merge"), n.w(C, C)], "proj")
+    m = n.model([("input", [1, 3, 4, 4])], [y])
+    r, res = _convert_and_run(m, tmp_path)
+    for name in ("unbind0", "unbind1", "unbind2", "softmax"):
+        assert res.report.decisions[name].placement == "accelerator", res.report.decisions[name]
+    assert len(res.subgraphs) == 1
+    # two images in the model: the leading axis is a batch, the slice stays with its reason
+    n2 = Net(30)
+    t = n2.op("Relu", ["input"], "pre")
+    s2 = _slice(n2, t, [1], [2], [0], name="node")
+    m2 = n2.model([("input", [2, 3, 4, 4])], [n2.op("Relu", [s2], "post")])
+    d = fuse(legalize(m2)).decisions["node"]
+    assert d.placement == "cpu" and "leading axis" in d.reason, d
+
+
+def test_token_mean_head_joins_the_region(tmp_path):
+    """timm EfficientFormer / LeViT heads: ``x.mean(1)`` over the tokens of [B, N, C], then the
+    classifier. The ReduceMean over axis 1 stayed on the CPU and cut the head into a second region; it
+    becomes Transpose -> average pools over N = 16 (4 x 4) -> Reshape."""
+    n = Net(32)
+    x = n.conv("input", 3, 8, act="relu")                                        # [1, 8, 4, 4]
+    tok = n.op("Reshape", [n.op("Transpose", [x], "to_tok", perm=[0, 2, 3, 1]),
+                           n.const(np.array([1, 16, 8], np.int64))], "tokens")
+    tok = n.op("Add", [n.op("MatMul", [tok, n.w(8, 8)], "mlp"), n.w(8, scale=0.1)], "mlp_bias")
+    mean = n.op("ReduceMean", [tok], "token_mean", axes=[1], keepdims=0)         # [1, 8]
+    y = n.op("Gemm", [mean, n.w(5, 8), n.w(5)], "head", transB=1)
+    m = n.model([("input", [1, 3, 4, 4])], [y])
+    r, res = _convert_and_run(m, tmp_path)
+    assert res.report.decisions["token_mean"].placement == "accelerator", res.report.decisions["token_mean"]
+    assert len(res.subgraphs) == 1
+
+
+@pytest.mark.parametrize("radix,opset", [(2, 13), (4, 11)])
+def test_split_attention_radix_sum_is_split_and_adds(tmp_path, radix, opset):
+    """timm ResNeSt: ``x.view(B, radix, C, H, W).sum(1)`` sums the radix branches; the ReduceSum had no
+    accelerator op (resnest14d: 8 CPU ReduceSums, 9 regions). legalize writes it as a Split of that
+    axis and Adds; a long axis (a real reduction) keeps its ReduceSum."""
+    n = Net(33)
+    C = 4
+    x = n.conv("input", 3, radix * C, act="relu")                                # [1, radix*C, 6, 6]
+    five = n.op("Reshape", [x, n.const(np.array([1, radix, C, 6, 6], np.int64))], "radix_view")
+    if opset >= 13:
+        s = n.op("ReduceSum", [five, n.const(np.array([1], np.int64))], "radix_sum", keepdims=0)
+    else:
+        s = n.op("ReduceSum", [five], "radix_sum", axes=[1], keepdims=0)
+    y = n.conv(s, C, 4, act="relu")
+    m = n.model([("input", [1, 3, 6, 6])], [y], opset_version=opset)
+    r, res = _convert_and_run(m, tmp_path)
+    assert res.report.decisions["radix_sum"].placement == "accelerator", res.report.decisions["radix_sum"]
+    assert len(res.subgraphs) == 1
+    long = Net(34)
+    t = long.op("ReduceSum", [long.op("Relu", ["z"], "pre"), long.const(np.array([1], np.int64))], "node", keepdims=0)
+    lg = legalize(long.model([("z", [1, 16, 3])], [t]))
+    assert "ReduceSum" in [x.op_type for x in lg.model.graph.node]

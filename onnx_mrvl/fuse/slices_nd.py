@@ -13,7 +13,9 @@ on H / W stays on the CPU, on the NHWC data).
 A Slice with step s > 1 (``x[:, a::s]``, Swin's patch merging ``x[:, 0::2, 1::2, :]``) on an axis that
 s divides, starting at a < s and running to the end, is phase a of the view ``[1, A*X/s, s, R]``
 (Slice2D of ``[a, a + 1)`` on axis 2); a Slice on several axes is one such cut per axis, each reading
-the last one's view (Reshapes between them move no data).
+the last one's view (Reshapes between them move no data). The leading axis is sliced too when the
+model holds one image (``groups.model_images``: then it is no batch, e.g. timm's ``qkv.unbind(0)`` of
+``[3, B*P, H, N, d]`` in MobileViT); with a batch of images it stays on the CPU.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import onnx
 from .. import opset
 from ..graph_index import GraphIndex, attr
 from ..target import Target
-from .groups import Group, batch_limit, float_static
+from .groups import Group, batch_limit, float_static, model_images
 from . import slices, take
 
 RANKS = (2, 3, 4, 5)
@@ -103,7 +105,7 @@ def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape, target: Target):
             return "a slice of the whole tensor"
         axis, s, e, _ = cuts[0]
         parts = [(n.output[0], s, e)]
-    if any(c[0] == 0 for c in cuts):
+    if any(c[0] == 0 for c in cuts) and model_images(g) != 1:   # one image: axis 0 is no batch
         return "split or slice on the leading axis (rows or batch)"
     want = list(shape)
     for ax, s, e, st in cuts:

@@ -7,7 +7,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                conv_attrs, conv_dead_taps, conv_group_split, conv_kernel_split, convtranspose_phases,
                convtranspose_to_conv, crop_to_conv, depth_to_space, einsum_to_matmul, fold_constants, gap_split, gemm_canonical,
                hardswish_canonical, matmul_to_gemm, merge_transposes, pad_fold, pad_sink, pad_to_conv, pad_unit_axes,
-               reduce_axis_to_pool, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
+               reduce_axis_to_pool, reduce_sum_split, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from . import group_norm, layernorm_canonical
@@ -105,6 +105,7 @@ RULES = (
     reducesum_to_mean,
     reducemean_to_gap,
     reduce_axis_to_pool,
+    reduce_sum_split,
     gap_split,
     resize_nearest,
     crop_to_conv,

@@ -119,3 +119,17 @@ def bypass_reason(m: Match, g: Graph) -> Optional[str]:
     if dst in g.pinned and (g.producer.get(src) is None or src in g.pinned):
         return "it copies a graph input, initializer or output to a graph output"
     return None
+
+
+def sum_kept(g, node) -> Optional[str]:
+    """Why a ReduceSum keeps its form (``reducesum_to_mean``, ``last_axis_ones``): a QDQ reduction
+    (fuse's int8 patterns read it), or ``x / sum(x)``, a decomposed normalization kept in fp32."""
+    x = node.input[0]
+    p = g.producer.get(x)
+    if p is not None and p.op_type == "DequantizeLinear":
+        return "a QDQ reduction"
+    if any(u.op_type == "QuantizeLinear" for u in g.users(node.output[0])):
+        return "a QDQ reduction"
+    if any(u.op_type == "Div" and x in u.input for u in g.users(node.output[0])):
+        return "x / sum(x): a decomposed normalization, kept in fp32"
+    return None

@@ -9,14 +9,14 @@ WavLM's gated relative position bias (``view(..., 2, 4).sum(-1)`` of the gate pr
 [H, T, 1] gate times the constant [H, T, T] bias) left both on the CPU: a region cut per layer.
 The first sums in fp32 (the order may differ from onnxruntime's: fp32 rounding only); the second
 is exact (x * 1). Rules: float tensors with static shapes computed at run time, n <= ``MAX_N``,
-N <= ``MAX_N``; the widening op only when x and C differ in the last axis alone."""
+N <= ``MAX_N``; not a QDQ sum nor ``x / sum(x)`` (``base.sum_kept``); the widening op only when x and C differ in the last axis alone."""
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr, axes_of, is_float, shape_const
+from .base import Match, attr, axes_of, is_float, shape_const, sum_kept
 
 NAME = "last_axis_ones"
 OPS = ("ReduceSum", "Mul", "Add")
@@ -54,6 +54,9 @@ def check(m: Match, g, target) -> Optional[str]:
             return "noop_with_empty_axes"
         if sx[-1] > MAX_N:
             return f"a sum over {sx[-1]} values (at most {MAX_N})"
+        kept = sum_kept(g, node)
+        if kept:
+            return kept
         m.data.update(x=x, keep=int(attr(node, "keepdims", 1)))
         return None
     c = g.const(node.input[1] if x == node.input[0] else node.input[0])

@@ -3,7 +3,9 @@ of non-overlapping AveragePool / MaxPool windows along that axis whose sizes div
 gap_split), then a Reshape to the reduced shape (keepdims 0 or 1). Audio CNNs (PANNs / Cnn14:
 ``x.mean(dim=3)`` over mel bins, then ``max + mean`` over time) and OCR heads that average the height
 away then stay on the accelerator. Exact for the max; the mean of equal windows of equal windows is
-the mean."""
+the mean. A mean over the tokens of a 3-D ``[B, N, C]`` (axis 1: the average-pooled head of timm's
+EfficientFormer / LeViT, ``x.mean(1)``) is transposed to ``[B, C, N]`` first (a CPU op before the
+classifier, which then made a region of its own)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -32,6 +34,8 @@ def match(node, g) -> Optional[Match]:
     if not axes or len(axes) != 1:
         return None
     axis = axes[0] % len(sx)
+    if len(sx) == 3 and axis == 1:                     # [B, N, C] token mean: transposed to [B, C, N]
+        return Match([node], {"sx": sx, "axis": axis, "tokens": True})
     if axis < 2:
         return None
     return Match([node], {"sx": sx, "axis": axis})
@@ -68,6 +72,8 @@ def check(m: Match, g, target) -> Optional[str]:
     if node.op_type == "ReduceMax" and not _feature_map(g, node.input[0]):
         return "not over a feature map (may hold -inf, which MaxPool does not keep)"
     size = m.data["sx"][m.data["axis"]]
+    if m.data.get("tokens") and node.op_type == "ReduceMax":
+        return "a max over the tokens of [B, N, C] (taken for means only)"
     steps = factors(size, target.max_pool_kernel)
     if steps is None or size < 2:
         return f"axis of size {size} has no exact factorisation into windows <= {target.max_pool_kernel}"
@@ -82,6 +88,12 @@ def rewrite(m: Match, g) -> str:
     origin, dt = m.origin, g.dtype(node.input[0])
     g.remove(node)
     x = node.input[0]
+    if m.data.get("tokens"):                           # [B, N, C] -> [B, C, N], then the mean over axis 2
+        t = g.fresh(f"{x}/tokens_last")
+        g.make("Transpose", [x], [t], near=node, origin=origin, name=f"{node.name}/tokens_last", perm=[0, 2, 1])
+        sx = [sx[0], sx[2], sx[1]]
+        g.set_shape(t, sx, dt)
+        x, axis = t, 2
     if len(sx) == 3:                                   # [N, C, L] -> [N, C, 1, L]
         sx = [sx[0], sx[1], 1, sx[2]]
         x = reshape(g, x, sx, near=node, origin=origin, tag="to4d")

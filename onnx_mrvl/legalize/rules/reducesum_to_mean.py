@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .base import Match, attr, axes_of, is_float
+from .base import Match, attr, axes_of, is_float, sum_kept
 
 NAME = "reducesum_to_mean"
 OPS = ("ReduceSum",)
@@ -39,14 +39,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return "not a float tensor"
     if attr(node, "noop_with_empty_axes", 0):
         return "noop_with_empty_axes"
-    p = g.producer.get(x)
-    if p is not None and p.op_type == "DequantizeLinear":
-        return "a QDQ reduction"
-    if any(u.op_type == "QuantizeLinear" for u in g.users(node.output[0])):
-        return "a QDQ reduction"
-    if any(u.op_type == "Div" and x in u.input for u in g.users(node.output[0])):
-        return "x / sum(x): a decomposed normalization, kept in fp32"
-    return None
+    return sum_kept(g, node)
 
 
 def rewrite(m: Match, g) -> str:

@@ -4,8 +4,9 @@ timm's ``Attention`` (``q, k, v = qkv.reshape(B, N, 3, h, d).permute(2, 0, 3, 1,
 the TorchScript exporter writes Split + 3 Squeeze, the dynamo exporter 3 Slice + Squeeze), PARSeq,
 DeiT, BEiT, Swin and most timm vision transformers; the Gather is what the fuser takes on 2-D to
 5-D tensors (fuse/take.py). Parts on the leading axis read otherwise (a QDQ model puts a Q -> DQ
-pair between the Split and each Squeeze) become one-element Gathers that keep the axis (the Squeezes
-then are Reshapes). Exact: it moves the same elements."""
+pair between the Split and each Squeeze; on 4-D / 5-D tensors only then, so that an image taken out
+of a batch stays a Slice for fuse's batch rules) become one-element Gathers that keep the axis (the
+Squeezes then are Reshapes). Exact: it moves the same elements."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -101,6 +102,9 @@ def match(node, g) -> Optional[Match]:
         # Split and each Squeeze): one-element Gathers keeping the axis, which fuse takes
         if axis != 0 or rank < 3 or any(o in g.pinned for o in outs):
             return None
+        if rank > 3 and not all(g.users(o) and all(u.op_type == "QuantizeLinear" for u in g.users(o))
+                                for o in outs):
+            return None     # 4-D / 5-D: the QDQ form only; an image taken out of a batch stays a Slice
         return Match([node], {"axis": axis, "starts": starts, "outs": outs, "users": None})
     return Match([node], {"axis": axis, "starts": starts, "outs": outs, "users": users})
 
