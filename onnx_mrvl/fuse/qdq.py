@@ -18,6 +18,7 @@ import onnx
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from .groups import Group
+from .int8_accumulator import accumulator_reason
 from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
@@ -244,22 +245,6 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         # a float MatMul between DQ and Q (S8 input whose DQ other nodes read): MLAS's fp32 SGEMM
         attrs["requant"] = "float"
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
-
-
-ACC_LIMIT = 2 ** 31   # the int32 accumulator (sim/int8.py checks the same bound)
-
-
-def accumulator_reason(kernel_oi_codes: np.ndarray, bias) -> Optional[str]:
-    """Why K products of |x - z| <= 255 and |w| <= 128 plus the int32 bias could leave the int32
-    accumulator, or None. An int32 bias near its limit (the quantizer's ``b / (s_x s_w)`` with a
-    tiny weight scale: a channel of near-zero weights) makes such a layer; it runs in fp16 on the
-    dequantized weights instead (qdq_fallback.py), as refusing the compile would fail the model."""
-    k = int(np.prod(kernel_oi_codes.shape[1:]))
-    b = 0 if bias is None else int(np.abs(np.asarray(bias, np.int64)).max(initial=0))
-    if k * 255 * 128 + b >= ACC_LIMIT:
-        return (f"K={k} products plus an int32 bias of up to {b} could overflow the int32 accumulator "
-                f"(a tiny weight scale)")
-    return None
 
 
 def _qattrs(qin, qout) -> dict:
