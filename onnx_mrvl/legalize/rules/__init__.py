@@ -17,6 +17,7 @@ from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, 
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
+from . import slice_through_transpose
 from .base import Match
 
 RULES = (
@@ -78,6 +79,7 @@ RULES = (
     squeeze_sink,
     conv_3d_to_2d,
     split_3d_to_4d,
+    slice_through_transpose,
     conv_group_split,
     conv_phase_s2d,
     conv_kernel_split,
