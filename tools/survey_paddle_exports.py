@@ -11,6 +11,7 @@ the tests). Export in a scratch venv, survey with the project's venv:
     /tmp/pd/bin/python tools/survey_paddle_exports.py export OUT_DIR --ppocr PADDLEOCR_DIR [NAME ...]
     python tools/survey_paddle_exports.py bnstats OUT_DIR [NAME ...]
     python tools/survey_paddle_exports.py survey OUT_DIR [NAME ...] [--quant]
+    python tools/survey_paddle_exports.py baseline OUT_DIR [NAME ...]   # the fp16 numeric model's own error
 
 Each model NAME is written as ``NAME_<form>.onnx`` (form ``o11dyn``: opset 11, dynamic batch / size
 axes as PaddleOCR's export_model.py declares them; ``o14fix`` / ``o17fix``: the input shape fixed, as
@@ -130,9 +131,37 @@ def bn_stats(folder: str, names) -> int:
     return 0
 
 
+def baseline(folder: str, names) -> int:
+    """The fp16 baseline of each model (docs/simulator.md's numeric model: the original run in
+    onnxruntime with every float tensor stored in fp16): max|err| / max|ref| of its outputs against the
+    fp32 run on the survey's feeds, the floor a converted model's error is judged against (random
+    weights make deep OCR nets fp16-sensitive)."""
+    import glob
+    import onnx
+    import onnxruntime as ort
+    from onnx_mrvl.inspection.fp16_baseline import run_fp16_baseline
+    from survey_torch_exports import _feeds, _input_shapes
+    for src in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
+        name = os.path.basename(src)[:-5]
+        if names and not any(n in name for n in names):
+            continue
+        model = onnx.load(src)
+        if _input_shapes(src, src):
+            continue
+        ref = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+        outs = [o.name for o in model.graph.output]
+        err = 0.0
+        for f in _feeds(src, 3, 2):
+            got = run_fp16_baseline(model, f)
+            for o, b in zip(outs, ref.run(outs, f)):
+                err = max(err, float(np.abs(got[o] - b).max() / (np.abs(b).max() or 1)))
+        print(f"{name} fp16 baseline: err vs onnxruntime {err:.2e}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["export", "bnstats", "survey"])
+    ap.add_argument("command", choices=["export", "bnstats", "baseline", "survey"])
     ap.add_argument("folder")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--ppocr", help="export: a PaddleOCR source folder (ppocr/modeling, configs)")
@@ -146,6 +175,8 @@ def main(argv=None) -> int:
     from survey_torch_exports import survey
     if a.command == "bnstats":
         return bn_stats(a.folder, a.names)
+    if a.command == "baseline":
+        return baseline(a.folder, a.names)
     return survey(a.folder, a.names, a.quant)
 
 
