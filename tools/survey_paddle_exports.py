@@ -12,6 +12,7 @@ the tests). Export in a scratch venv, survey with the project's venv:
     python tools/survey_paddle_exports.py bnstats OUT_DIR [NAME ...]
     python tools/survey_paddle_exports.py survey OUT_DIR [NAME ...] [--quant]
     python tools/survey_paddle_exports.py baseline OUT_DIR [NAME ...]   # the fp16 numeric model's own error
+    python tools/survey_paddle_exports.py identical OUT_DIR [NAME ...]  # QDQ: share of identical outputs
 
 Each model NAME is written as ``NAME_<form>.onnx`` (form ``o11dyn``: opset 11, dynamic batch / size
 axes as PaddleOCR's export_model.py declares them; ``o14fix`` / ``o17fix``: the input shape fixed, as
@@ -159,9 +160,31 @@ def baseline(folder: str, names) -> int:
     return 0
 
 
+def identical(folder: str, names) -> int:
+    """For each QDQ model ``survey --quant`` wrote (``survey/NAME_s8.onnx`` / ``_u8``) and converted
+    (``survey/NAME_s8``): the share of output elements identical to onnxruntime's run of that QDQ
+    model, per survey feed (the QDQ criterion; max|err| / max|ref| says little when the output holds
+    a few codes, e.g. a 6625-class softmax)."""
+    import glob
+    import onnxruntime as ort
+    import onnx_mrvl
+    from survey_torch_exports import _feeds
+    for qdq in sorted(glob.glob(os.path.join(folder, "survey", "*_[su]8.onnx"))):
+        name = os.path.basename(qdq)[:-5]
+        base = name.rsplit("_", 1)[0]
+        if (names and not any(n in name for n in names)) or not os.path.isdir(qdq[:-5]):
+            continue
+        sess = onnx_mrvl.InferenceSession(os.path.join(qdq[:-5], "model.onnx"))
+        ref = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"])
+        same = [float(np.mean([np.mean(a == b) for a, b in zip(sess.run(None, f), ref.run(None, f))]))
+                for f in _feeds(os.path.join(folder, base + ".onnx"), 3, 2)]
+        print(f"{name}: identical to onnxruntime {' / '.join(f'{100 * v:.3f}%' for v in same)}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["export", "bnstats", "baseline", "survey"])
+    ap.add_argument("command", choices=["export", "bnstats", "baseline", "survey", "identical"])
     ap.add_argument("folder")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--ppocr", help="export: a PaddleOCR source folder (ppocr/modeling, configs)")
@@ -177,6 +200,8 @@ def main(argv=None) -> int:
         return bn_stats(a.folder, a.names)
     if a.command == "baseline":
         return baseline(a.folder, a.names)
+    if a.command == "identical":
+        return identical(a.folder, a.names)
     return survey(a.folder, a.names, a.quant)
 
 
