@@ -120,11 +120,21 @@ def _feeds(path: str, n: int, seed: int):
              for k, a in zip(names, arrs)} for j in range(n)]
 
 
+def _input_shapes(src: str, model: str):
+    """The feeds' shapes for the inputs of ``model`` with a symbolic or unknown dimension (what a user
+    passes as ``input_shapes``); None when all are static."""
+    import onnx
+    feed = _feeds(src, 1, 0)[0]
+    dims = {i.name: i.type.tensor_type.shape.dim for i in onnx.load(model, load_external_data=False).graph.input}
+    shapes = {k: list(feed[k].shape) for k, d in dims.items() if k in feed and any(not x.HasField("dim_value") for x in d)}
+    return shapes or None
+
+
 def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
     import onnxruntime as ort
     import onnx_mrvl
     try:
-        r = onnx_mrvl.convert(model, calibration=calibration)
+        r = onnx_mrvl.convert(model, calibration=calibration, input_shapes=_input_shapes(src, model))
         folder = os.path.join(work, tag.replace(" ", "_"))
         r.save(folder, overwrite=True)
         sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))

@@ -53,6 +53,30 @@ def drop_initializer_inputs(graph: onnx.GraphProto) -> int:
     return dropped
 
 
+def _adapter_origins(g: onnx.GraphProto, cg: onnx.GraphProto) -> None:
+    """Nodes an adapter added (Softmax 11 -> 13: ``Shape, Flatten, Softmax, Reshape`` around the old
+    one) get the provenance of the original node whose output their chain ends in."""
+    before = {(n.name, n.op_type) for n in g.node}
+    writer = {o: n.name for n in g.node for o in n.output if o}
+    readers: Dict[str, list] = {}
+    for n in cg.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    for n in cg.node:
+        if (n.name, n.op_type) in before or any(p.key == provenance.ORIGIN_KEY for p in n.metadata_props):
+            continue
+        seen, todo, origin = set(), list(n.output), []
+        while todo and not origin:
+            t = todo.pop()
+            if t in writer:
+                origin.append(writer[t])
+            elif t not in seen:
+                seen.add(t)
+                todo.extend(o for r in readers.get(t, []) for o in r.output)
+        if origin:
+            provenance.set_origin(n, origin)
+
+
 def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     """Convert the default-domain opset to MIN_OPSET when below it (big weights stay out of the
     converter); on failure log it and return the model unchanged."""
@@ -117,6 +141,7 @@ def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
             n.name = name
             used.add(name)
             provenance.set_origin(n, [name])
+    _adapter_origins(g, cg)
     # take the converted nodes back into the model, whose big weights never moved
     have = {t.name for t in g.initializer}
     del g.node[:]

@@ -21,6 +21,7 @@ from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
+from . import slice_through_transpose
 from .base import Match
 
 RULES = (
@@ -97,6 +98,7 @@ RULES = (
     squeeze_sink,
     conv_3d_to_2d,
     split_3d_to_4d,
+    slice_through_transpose,
     conv_group_split,
     conv_phase_s2d,
     conv_kernel_split,
