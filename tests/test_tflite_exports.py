@@ -140,3 +140,39 @@ def test_keras3_layernorm_with_gap_means_and_token_mean(tmp_path):
     r, got = _run(m, tmp_path, x)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_zero_pad_before_maxpool_folds(tmp_path, act):
+    """Keras ResNet50 quantized (quantize_static): Relu -> Q -> DQ -> Pad(1) -> Q -> DQ -> MaxPool.
+    The zero point is the lowest code, so the pad's zeros never win: the Pad folds into the
+    MaxPool (before: a Pad on the CPU between 2 regions); identical to onnxruntime."""
+    from onnx_mrvl.testing import int8_zoo
+    q = onnx.load(int8_zoo.quantize(keras_models.resnet_stem(0), str(tmp_path / "q"), act))
+    res = legalize(q)
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    assert any(w == "qdq_pad_fold" and "MaxPool" in str(d) for w, _, d in res.log)
+    total = same = 0
+    r = None
+    for seed in (1, 2):
+        x = {"input": np.random.default_rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+        ref = _ref(q, x)[0]
+        if r is None:
+            r, got = _run(q, tmp_path, x)
+        else:
+            got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, x)
+        same, total = same + int((got[0] == ref).sum()), total + ref.size
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert same / total >= 0.99
+
+
+def test_qdq_zero_pad_before_maxpool_of_signed_values_stays():
+    """Without the Relu the values go below the pad's 0: the Pad stays, with the reason."""
+    from onnx_mrvl.testing import int8_zoo
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        q = onnx.load(int8_zoo.quantize(keras_models.resnet_stem(0, relu=False), d, "s8"))
+    res = legalize(q)
+    assert "Pad" in [n.op_type for n in res.model.graph.node]
+    x = {"input": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    assert np.array_equal(_ref(q, x)[0], _ref(res.model, x)[0])

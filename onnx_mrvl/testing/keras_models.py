@@ -141,5 +141,29 @@ def keras3_ln_head(seed: int = 0, steps: int = 16, d: int = 32, classes: int = 6
     return m
 
 
-MODELS = {"keras_se_nhwc": se_nhwc, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
+def resnet_stem(seed: int = 0, relu: bool = True) -> onnx.ModelProto:
+    """Keras ResNet's stem as tf2onnx writes it: Conv 7x7/2 -> Relu -> ``ZeroPadding2D(1)`` as a
+    ``Pad`` -> MaxPool 3x3/2 (no pads) -> Conv 1x1 (``relu=False``: no Relu before the Pad)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (
+        ("w1", rng.standard_normal((8, 3, 7, 7)) / np.sqrt(147)), ("b1", 0.1 * rng.standard_normal(8)),
+        ("w2", rng.standard_normal((16, 8, 1, 1)) / np.sqrt(8)))]
+    inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
+    mk = helper.make_node
+    nodes = [mk("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])]
+    nodes += [mk("Relu", ["c1"], ["r1"])] if relu else []
+    nodes += [mk("Pad", ["r1" if relu else "c1", "pads"], ["padded"]),
+              mk("MaxPool", ["padded"], ["pool"], kernel_shape=[3, 3], strides=[2, 2]),
+              mk("Conv", ["pool", "w2"], ["out"], kernel_shape=[1, 1])]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.output[0]}_{i}"
+    g = helper.make_graph(nodes, "keras_resnet_stem",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx")
+    m.ir_version = 8
+    return m
+
+
+MODELS = {"keras_se_nhwc": se_nhwc, "keras_resnet_stem": resnet_stem, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
           "keras_lstm_last_step": lambda: rnn_last_step(0, "LSTM", take="gather")}

@@ -7,6 +7,11 @@ Exact: the pair after the Pad has the DQ's scale and zero point, so it maps ever
 dequantized codes and the pad's 0 = the code z) to itself, and a Conv's own zero padding pads the
 same 0. The float ``pad_fold`` cannot see through the pair; this leaves fuse an int8 Conv2D
 (docs/fusion.md "int8") instead of a Pad on the CPU between two regions.
+
+MaxPool readers too (Keras ResNet's ``ZeroPadding2D`` before ``pool1``, quantized): when the zero
+point is its type's lowest code every dequantized value is >= 0, so the pad's zeros never win a
+max, and a MaxPool's own padding (never the max) gives the same windows; exact when every window
+still holds a value (merged pads below the kernel), no dilation, ``ceil_mode`` 0 and no Indices.
 """
 from __future__ import annotations
 
@@ -36,6 +41,22 @@ def _qp(g, n):
         (z.dtype if z is not None else None)
 
 
+LOWEST = {"int8": -128, "uint8": 0}
+
+
+def _maxpool_reason(c, qp, new, s) -> Optional[str]:
+    """Why the pad's zeros could change MaxPool ``c``'s result (None: they cannot)."""
+    if qp[2] is None or str(qp[2]) not in LOWEST or qp[1] != LOWEST[str(qp[2])]:
+        return f"MaxPool {c.name}: zero point {qp[1]} is not the lowest code (values below the pad's 0)"
+    k = list(attr(c, "kernel_shape") or [])
+    if len(k) != s or any(new[i] >= k[i] or new[s + i] >= k[i] for i in range(s)):
+        return f"MaxPool {c.name}: merged pads {new} reach a window of padding only (kernel {k})"
+    if any(d != 1 for d in (attr(c, "dilations") or [])) or attr(c, "ceil_mode", 0) or \
+            (len(c.output) > 1 and c.output[1]):
+        return f"MaxPool {c.name} has dilations, ceil_mode or an Indices output"
+    return None
+
+
 def match(node, g) -> Optional[Match]:
     dq_a = g.producer.get(node.input[0])
     if node.domain not in ("", "ai.onnx") or dq_a is None or dq_a.op_type != "DequantizeLinear":
@@ -45,7 +66,7 @@ def match(node, g) -> Optional[Match]:
     if dq_b is None:
         return None
     convs = g.users(dq_b.output[0])
-    if not convs or dq_b.output[0] in g.pinned or any(c.op_type != "Conv" or c.input[0] != dq_b.output[0]
+    if not convs or dq_b.output[0] in g.pinned or any(c.op_type not in ("Conv", "MaxPool") or c.input[0] != dq_b.output[0]
                                                       or list(c.input).count(dq_b.output[0]) != 1 for c in convs):
         return None
     spec = pad_spec(node, g)
@@ -65,12 +86,17 @@ def check(m: Match, g, target) -> Optional[str]:
     news = []
     for c in convs:
         if attr(c, "auto_pad", "NOTSET") != "NOTSET":
-            return f"Conv {c.name} still has auto_pad"
+            return f"{c.op_type} {c.name} still has auto_pad"
         s = r - 2
         own = list(attr(c, "pads") or [0] * (2 * s))
         new = [own[k] + pads[2 + k] for k in range(s)] + [own[s + k] + pads[r + 2 + k] for k in range(s)]
-        if max(new) > target.max_pad["conv"]:
-            return f"merged pads {new} exceed target.max_pad ({target.max_pad['conv']})"
+        kind = "conv" if c.op_type == "Conv" else "pool"
+        if max(new) > target.max_pad[kind]:
+            return f"merged pads {new} exceed target.max_pad ({target.max_pad[kind]})"
+        if c.op_type == "MaxPool":
+            why = _maxpool_reason(c, qa, new, s)
+            if why:
+                return why
         news.append(new)
     m.data["new"] = news
     return None
@@ -84,4 +110,5 @@ def rewrite(m: Match, g) -> str:
         provenance.set_origin(c, provenance.merge_origin(c, pad, q, dq_b))
     for n in (dq_b, q, pad):
         g.remove(n)
-    return ", ".join(f"Pad and its Q/DQ pair folded into Conv {c.name} (pads {new})" for c, new in zip(convs, m.data["new"]))
+    return ", ".join(f"Pad and its Q/DQ pair folded into {c.op_type} {c.name} (pads {new})"
+                     for c, new in zip(convs, m.data["new"]))
