@@ -176,3 +176,24 @@ def test_qdq_zero_pad_before_maxpool_of_signed_values_stays():
     assert "Pad" in [n.op_type for n in res.model.graph.node]
     x = {"input": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     assert np.array_equal(_ref(q, x)[0], _ref(res.model, x)[0])
+
+
+def test_qdq_nhwc_pad_through_transpose_folds_into_depthwise(tmp_path):
+    """Keras MobileNet's correct_pad on NHWC data, quantized: DQ -> Pad -> Q -> DQ -> Transpose ->
+    Q -> DQ -> Conv. The pads move through the Transpose into the conv (before: the Pad on the
+    CPU); one region, identical to onnxruntime."""
+    from onnx_mrvl.testing import int8_zoo
+    src = tmp_path / "float.onnx"
+    onnx.save(keras_models.correct_pad_dw(0), src)   # no quant_pre_process: its optimizer folds the Pad
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)} for k in range(4)]
+    q = onnx.load(int8_zoo.quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), feeds, "s8"))
+    assert "Pad" in [n.op_type for n in q.graph.node]
+    res = legalize(q)
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    assert any(w == "qdq_pad_fold" and "Transpose" in str(d) for w, _, d in res.log)
+    x = {"input": np.random.default_rng(1).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    ref = _ref(q, x)[0]
+    assert np.array_equal(_ref(res.model, x)[0], ref)
+    r, got = _run(q, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert (got[0] == ref).mean() >= 0.99

@@ -165,5 +165,32 @@ def resnet_stem(seed: int = 0, relu: bool = True) -> onnx.ModelProto:
     return m
 
 
-MODELS = {"keras_se_nhwc": se_nhwc, "keras_resnet_stem": resnet_stem, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
+def correct_pad_dw(seed: int = 0, size: int = 16, c: int = 8) -> onnx.ModelProto:
+    """Keras MobileNet's ``ZeroPadding2D(correct_pad)`` before a stride-2 depthwise conv, as tf2onnx
+    writes it: the Pad on NHWC data ([0, 1] on H and W), then the Transpose to NCHW, then the conv."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (
+        ("w1", rng.standard_normal((c, 3, 1, 1)) / np.sqrt(3)), ("dw", rng.standard_normal((c, 1, 3, 3)) / 3),
+        ("w2", rng.standard_normal((16, c, 1, 1)) / np.sqrt(c)))]
+    inits.append(numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 1, 1, 0], np.int64), "pads"))
+    mk = helper.make_node
+    nodes = [mk("Transpose", ["input"], ["xt"], perm=[0, 3, 1, 2]),
+             mk("Conv", ["xt", "w1"], ["c1"], kernel_shape=[1, 1]), mk("Relu", ["c1"], ["r1"]),
+             mk("Transpose", ["r1"], ["r1t"], perm=[0, 2, 3, 1]),
+             mk("Pad", ["r1t", "pads"], ["padded"]),
+             mk("Transpose", ["padded"], ["pt"], perm=[0, 3, 1, 2]),
+             mk("Conv", ["pt", "dw"], ["d"], kernel_shape=[3, 3], strides=[2, 2], group=c),
+             mk("Relu", ["d"], ["dr"]), mk("Conv", ["dr", "w2"], ["out"], kernel_shape=[1, 1])]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.output[0]}_{i}"
+    g = helper.make_graph(nodes, "keras_correct_pad_dw",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, size, size, 3])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, size // 2, size // 2])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx")
+    m.ir_version = 8
+    return m
+
+
+MODELS = {"keras_se_nhwc": se_nhwc, "keras_correct_pad_dw": correct_pad_dw, "keras_resnet_stem": resnet_stem, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
           "keras_lstm_last_step": lambda: rnn_last_step(0, "LSTM", take="gather")}

@@ -12,6 +12,11 @@ MaxPool readers too (Keras ResNet's ``ZeroPadding2D`` before ``pool1``, quantize
 point is its type's lowest code every dequantized value is >= 0, so the pad's zeros never win a
 max, and a MaxPool's own padding (never the max) gives the same windows; exact when every window
 still holds a value (merged pads below the kernel), no dilation, ``ceil_mode`` 0 and no Indices.
+
+Through tf2onnx's layout Transpose (Keras' ``ZeroPadding2D`` / ``correct_pad`` on NHWC data before a
+stride-2 depthwise conv, MobileNet; each op between its own pair of one scale):
+``DQ -> Pad -> Q -> DQ -> Transpose -> Q -> DQ -> Conv`` => ``DQ -> Transpose -> Q -> DQ -> Conv``
+with the pads moved through the permutation (exact: the Transpose moves values, the pairs map 0 to 0).
 """
 from __future__ import annotations
 
@@ -65,18 +70,37 @@ def match(node, g) -> Optional[Match]:
     dq_b = _only(g, q.output[0], "DequantizeLinear") if q is not None else None
     if dq_b is None:
         return None
+    moved = None
+    tr = _only(g, dq_b.output[0], "Transpose")
+    if tr is not None:   # tf2onnx's NHWC -> NCHW Transpose between the pad and the conv, with its pair
+        q2 = _only(g, tr.output[0], "QuantizeLinear")
+        dq2 = _only(g, q2.output[0], "DequantizeLinear") if q2 is not None else None
+        if dq2 is None:
+            return None
+        moved, dq_b = (tr, q2, dq2, dq_b), dq2
     convs = g.users(dq_b.output[0])
     if not convs or dq_b.output[0] in g.pinned or any(c.op_type not in ("Conv", "MaxPool") or c.input[0] != dq_b.output[0]
                                                       or list(c.input).count(dq_b.output[0]) != 1 for c in convs):
         return None
     spec = pad_spec(node, g)
-    return None if spec is None else Match([node, q, dq_b] + convs, {"spec": spec, "dq_a": dq_a})
+    if spec is None:
+        return None
+    if moved is not None:   # the pads as the conv sees them: output axis i is input axis perm[i]
+        pads, value, r = spec
+        perm = [int(v) for v in (attr(moved[0], "perm") or [])]
+        if sorted(perm) != list(range(r)):
+            return None
+        spec = ([pads[p] for p in perm] + [pads[r + p] for p in perm], value, r)
+    return Match([node, q, dq_b] + convs, {"spec": spec, "dq_a": dq_a, "moved": moved})
 
 
 def check(m: Match, g, target) -> Optional[str]:
     pad, q, dq_b, *convs = m.nodes
     pads, value, r = m.data["spec"]
     qa, qq, qb = _qp(g, m.data["dq_a"]), _qp(g, q), _qp(g, dq_b)
+    moved = m.data.get("moved")
+    if moved is not None and not (_qp(g, moved[1]) == _qp(g, moved[3]) == qb):
+        return "the pairs around the Transpose do not have the DequantizeLinear's scale and zero point"
     if qa is None or qa != qq or qq != qb:
         return "the pair after the Pad does not have the DequantizeLinear's scale and zero point"
     if value != 0.0:
@@ -104,6 +128,21 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def rewrite(m: Match, g) -> str:
     pad, q, dq_b, *convs = m.nodes
+    moved = m.data.get("moved")
+    if moved is not None:   # the Transpose reads the unpadded values; its pair and the convs as before
+        tr, q2, dq2, dq_mid = moved
+        g.set_input(tr, 0, pad.input[0])
+        sx = g.shape(pad.input[0])
+        perm = [int(v) for v in attr(tr, "perm")]
+        for t in (tr.output[0], q2.output[0], dq2.output[0]):
+            g.set_shape(t, [sx[p] for p in perm], g.dtype(t))
+        for c, new in zip(convs, m.data["new"]):
+            set_attr(c, "pads", new)
+            provenance.set_origin(c, provenance.merge_origin(c, pad, q, dq_mid))
+        for n in (dq_mid, q, pad):
+            g.remove(n)
+        return ", ".join(f"Pad and its Q/DQ pair moved through Transpose {tr.name} and folded into {c.op_type} "
+                         f"{c.name} (pads {new})" for c, new in zip(convs, m.data["new"]))
     for c, new in zip(convs, m.data["new"]):
         g.set_input(c, 0, pad.input[0])
         set_attr(c, "pads", new)
