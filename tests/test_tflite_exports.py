@@ -197,3 +197,33 @@ def test_qdq_nhwc_pad_through_transpose_folds_into_depthwise(tmp_path):
     r, got = _run(q, tmp_path, x)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     assert (got[0] == ref).mean() >= 0.99
+
+
+def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
+    """A float Pad before a QDQ conv's input pair (only the Convs quantized, as a calibrated
+    quantize_dynamic model has them): Pad -> Transpose -> Q -> DQ -> Conv. pad_sink moves it below
+    the Transpose, qdq_pad_fold folds it into the conv and keeps the pair (before: the Pad on the
+    CPU between 2 regions); identical to onnxruntime."""
+    from onnxruntime import quantization as oq
+    src, dst = tmp_path / "float.onnx", tmp_path / "q.onnx"
+    onnx.save(keras_models.correct_pad_dw(0), src)
+    data = iter([{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+                 for k in range(4)])
+
+    class Reader(oq.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+
+    oq.quantize_static(str(src), str(dst), Reader(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                       op_types_to_quantize=["Conv"])
+    q = onnx.load(dst)
+    pad = next(n for n in q.graph.node if n.op_type == "Pad")
+    assert not any(n.output[0] == pad.input[0] and n.op_type == "DequantizeLinear" for n in q.graph.node)
+    res = legalize(q)
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    x = {"input": np.random.default_rng(7).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    ref = _ref(q, x)[0]
+    assert np.array_equal(_ref(res.model, x)[0], ref)
+    r, got = _run(q, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert (got[0] == ref).mean() >= 0.99

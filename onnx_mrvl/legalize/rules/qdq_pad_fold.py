@@ -17,6 +17,11 @@ Through tf2onnx's layout Transpose (Keras' ``ZeroPadding2D`` / ``correct_pad`` o
 stride-2 depthwise conv, MobileNet; each op between its own pair of one scale):
 ``DQ -> Pad -> Q -> DQ -> Transpose -> Q -> DQ -> Conv`` => ``DQ -> Transpose -> Q -> DQ -> Conv``
 with the pads moved through the permutation (exact: the Transpose moves values, the pairs map 0 to 0).
+
+A float Pad before the pair (no DequantizeLinear of that scale before it: a calibrated
+``quantize_dynamic`` model, whose pad ``pad_sink`` moved below tf2onnx's Transpose) folds the same
+way with the pair kept: ``Pad(0) -> Q -> DQ -> Conv`` => ``Q -> DQ -> Conv(pads)`` (Q(0) is the zero
+point, which dequantizes to the conv's own padding 0).
 """
 from __future__ import annotations
 
@@ -63,9 +68,11 @@ def _maxpool_reason(c, qp, new, s) -> Optional[str]:
 
 
 def match(node, g) -> Optional[Match]:
-    dq_a = g.producer.get(node.input[0])
-    if node.domain not in ("", "ai.onnx") or dq_a is None or dq_a.op_type != "DequantizeLinear":
+    if node.domain not in ("", "ai.onnx"):
         return None
+    dq_a = g.producer.get(node.input[0])
+    if dq_a is not None and dq_a.op_type != "DequantizeLinear":
+        dq_a = None
     q = _only(g, node.output[0], "QuantizeLinear")
     dq_b = _only(g, q.output[0], "DequantizeLinear") if q is not None else None
     if dq_b is None:
@@ -97,12 +104,16 @@ def match(node, g) -> Optional[Match]:
 def check(m: Match, g, target) -> Optional[str]:
     pad, q, dq_b, *convs = m.nodes
     pads, value, r = m.data["spec"]
-    qa, qq, qb = _qp(g, m.data["dq_a"]), _qp(g, q), _qp(g, dq_b)
+    qa = _qp(g, m.data["dq_a"]) if m.data["dq_a"] is not None else None
+    qq, qb = _qp(g, q), _qp(g, dq_b)
     moved = m.data.get("moved")
     if moved is not None and not (_qp(g, moved[1]) == _qp(g, moved[3]) == qb):
         return "the pairs around the Transpose do not have the DequantizeLinear's scale and zero point"
-    if qa is None or qa != qq or qq != qb:
-        return "the pair after the Pad does not have the DequantizeLinear's scale and zero point"
+    if qq is None or qq != qb:
+        return "the pair after the Pad does not have one scale and zero point"
+    m.data["keep"] = qa is None or qa != qq      # no identical DQ before the Pad: the pair stays
+    if m.data["keep"] and g.dtype(pad.input[0]) not in (None, 1):
+        return "the Pad's input is not float"
     if value != 0.0:
         return f"pad value {value} is not 0"
     if any(pads[a] or pads[a + r] for a in (0, 1)) or any(v < 0 for v in pads):
@@ -118,7 +129,7 @@ def check(m: Match, g, target) -> Optional[str]:
         if max(new) > target.max_pad[kind]:
             return f"merged pads {new} exceed target.max_pad ({target.max_pad[kind]})"
         if c.op_type == "MaxPool":
-            why = _maxpool_reason(c, qa, new, s)
+            why = _maxpool_reason(c, qq, new, s)
             if why:
                 return why
         news.append(new)
@@ -129,6 +140,22 @@ def check(m: Match, g, target) -> Optional[str]:
 def rewrite(m: Match, g) -> str:
     pad, q, dq_b, *convs = m.nodes
     moved = m.data.get("moved")
+    if m.data["keep"]:      # the pair reads the unpadded values; the convs pad
+        sx = list(g.shape(pad.input[0]))
+        g.set_input(q, 0, pad.input[0])
+        first = [q.output[0], (moved[3] if moved is not None else dq_b).output[0]]
+        for t in first:
+            g.set_shape(t, sx, g.dtype(t))
+        if moved is not None:
+            perm = [int(v) for v in attr(moved[0], "perm")]
+            for t in (moved[0].output[0], moved[1].output[0], moved[2].output[0]):
+                g.set_shape(t, [sx[p] for p in perm], g.dtype(t))
+        for c, new in zip(convs, m.data["new"]):
+            set_attr(c, "pads", new)
+            provenance.set_origin(c, provenance.merge_origin(c, pad))
+        g.remove(pad)
+        return ", ".join(f"float Pad folded into {c.op_type} {c.name} behind its Q/DQ pair (pads {new})"
+                         for c, new in zip(convs, m.data["new"]))
     if moved is not None:   # the Transpose reads the unpadded values; its pair and the convs as before
         tr, q2, dq2, dq_mid = moved
         g.set_input(tr, 0, pad.input[0])
