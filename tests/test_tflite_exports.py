@@ -203,7 +203,7 @@ def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
     """A float Pad before a QDQ conv's input pair (only the Convs quantized, as a calibrated
     quantize_dynamic model has them): Pad -> Transpose -> Q -> DQ -> Conv. pad_sink moves it below
     the Transpose, qdq_pad_fold folds it into the conv and keeps the pair (before: the Pad on the
-    CPU between 2 regions); identical to onnxruntime."""
+    CPU, or with pad_to_conv a depthwise 1x1 Conv layer of its own); identical to onnxruntime."""
     from onnxruntime import quantization as oq
     src, dst = tmp_path / "float.onnx", tmp_path / "q.onnx"
     onnx.save(keras_models.correct_pad_dw(0), src)
@@ -220,7 +220,9 @@ def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
     pad = next(n for n in q.graph.node if n.op_type == "Pad")
     assert not any(n.output[0] == pad.input[0] and n.op_type == "DequantizeLinear" for n in q.graph.node)
     res = legalize(q)
-    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    ops = [n.op_type for n in res.model.graph.node]
+    assert "Pad" not in ops and ops.count("Conv") == 3, ops   # folded, not a pad-as-conv layer
+    assert any(w == "qdq_pad_fold" and "float Pad folded" in str(d) for w, _, d in res.log)
     x = {"input": np.random.default_rng(7).standard_normal((1, 16, 16, 3)).astype(np.float32)}
     ref = _ref(q, x)[0]
     assert np.array_equal(_ref(res.model, x)[0], ref)
