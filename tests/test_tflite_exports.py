@@ -229,3 +229,30 @@ def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
     r, got = _run(q, tmp_path, x)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     assert (got[0] == ref).mean() >= 0.99
+
+
+@pytest.mark.parametrize("block", ["relu", "hard_swish"])
+def test_int8_lookup_output_keeps_its_json_storage_label(tmp_path, block):
+    """An int8 Lookup (BN's per-channel Mul, quantized) on NHWC-written data writes the storage its
+    Nodes-JSON out_layout names; the compiled program labels its output so (it was always NHWC, and
+    a LayoutTransform NCHW -> NHWC after it failed to compile: quantized Keras MobileNetV3, "reads a
+    tensor stored NHWC")."""
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.testing import int8_zoo
+    src = tmp_path / "float.onnx"
+    onnx.save(keras_models.se_nhwc(0, block=block), src)
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)} for k in range(4)]
+    q = int8_zoo.quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), feeds, "s8")
+    r = onnx_mrvl.convert(q)
+    checked = 0
+    for sg in r.subgraphs:
+        by_name = {n["name"]: n for n in sg.nodes_json["nodes"]}
+        meta = load(sg.binary).meta
+        tensors = {int(t["id"]): t for t in meta["tensors"]}
+        for layer in meta["layers"]:
+            if layer["layer_name"] != "Lookup" or len(tensors[int(layer["outputs"][0])]["shape"]) != 4:
+                continue
+            want = by_name[layer["name"]]["attrs"]["out_layout"][0]
+            assert tensors[int(layer["outputs"][0])]["layout"] == want, layer["name"]
+            checked += 1
+    assert checked

@@ -22,7 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10) -> onnx.ModelProto:
+def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10, block: str = "hard_swish") -> onnx.ModelProto:
+    """``block="relu"``: MobileNetV3's first block, the BN ``Mul`` alone then ``Relu`` (no shift)."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
 
@@ -45,8 +46,11 @@ def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10) -> on
     x = op("Conv", [x, w(c, 1, 3, 3)], "depthwise", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=c)
     x = op("Transpose", [x], "depthwise_nhwc", perm=[0, 2, 3, 1])
     x = op("Mul", [x, const(1 + 0.1 * rng.standard_normal(c), "bn_scale")], "batchnorm_mul")
-    x = op("Add", [x, const(0.1 * rng.standard_normal(c), "bn_shift")], "batchnorm_add")
-    x = op("Mul", [x, op("HardSigmoid", [x], "hard_sigmoid", alpha=1.0 / 6, beta=0.5)], "hard_swish")
+    if block == "relu":
+        x = op("Relu", [x], "relu")
+    else:
+        x = op("Add", [x, const(0.1 * rng.standard_normal(c), "bn_shift")], "batchnorm_add")
+        x = op("Mul", [x, op("HardSigmoid", [x], "hard_sigmoid", alpha=1.0 / 6, beta=0.5)], "hard_swish")
     s = op("ReduceMean", [x], "squeeze_excite_avg_pool", axes=[1, 2], keepdims=1)   # [1, 1, 1, C]
     s = op("Transpose", [s], "se_nchw", perm=[0, 3, 1, 2])
     s = op("Relu", [op("Conv", [s, w(c // 4, c, 1, 1), const(0.1 * rng.standard_normal(c // 4), "b")],
