@@ -140,3 +140,119 @@ def test_keras3_layernorm_with_gap_means_and_token_mean(tmp_path):
     r, got = _run(m, tmp_path, x)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     assert np.abs(got[0] - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_zero_pad_before_maxpool_folds(tmp_path, act):
+    """Keras ResNet50 quantized (quantize_static): Relu -> Q -> DQ -> Pad(1) -> Q -> DQ -> MaxPool.
+    The zero point is the lowest code, so the pad's zeros never win: the Pad folds into the
+    MaxPool (before: a Pad on the CPU between 2 regions); identical to onnxruntime."""
+    from onnx_mrvl.testing import int8_zoo
+    q = onnx.load(int8_zoo.quantize(keras_models.resnet_stem(0), str(tmp_path / "q"), act))
+    res = legalize(q)
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    assert any(w == "qdq_pad_fold" and "MaxPool" in str(d) for w, _, d in res.log)
+    total = same = 0
+    r = None
+    for seed in (1, 2):
+        x = {"input": np.random.default_rng(seed).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+        ref = _ref(q, x)[0]
+        if r is None:
+            r, got = _run(q, tmp_path, x)
+        else:
+            got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, x)
+        same, total = same + int((got[0] == ref).sum()), total + ref.size
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert same / total >= 0.99
+
+
+def test_qdq_zero_pad_before_maxpool_of_signed_values_stays():
+    """Without the Relu the values go below the pad's 0: the Pad stays, with the reason."""
+    from onnx_mrvl.testing import int8_zoo
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        q = onnx.load(int8_zoo.quantize(keras_models.resnet_stem(0, relu=False), d, "s8"))
+    res = legalize(q)
+    assert "Pad" in [n.op_type for n in res.model.graph.node]
+    x = {"input": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    assert np.array_equal(_ref(q, x)[0], _ref(res.model, x)[0])
+
+
+def test_qdq_nhwc_pad_through_transpose_folds_into_depthwise(tmp_path):
+    """Keras MobileNet's correct_pad on NHWC data, quantized: DQ -> Pad -> Q -> DQ -> Transpose ->
+    Q -> DQ -> Conv. The pads move through the Transpose into the conv (before: the Pad on the
+    CPU); one region, identical to onnxruntime."""
+    from onnx_mrvl.testing import int8_zoo
+    src = tmp_path / "float.onnx"
+    onnx.save(keras_models.correct_pad_dw(0), src)   # no quant_pre_process: its optimizer folds the Pad
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)} for k in range(4)]
+    q = onnx.load(int8_zoo.quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), feeds, "s8"))
+    assert "Pad" in [n.op_type for n in q.graph.node]
+    res = legalize(q)
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    assert any(w == "qdq_pad_fold" and "Transpose" in str(d) for w, _, d in res.log)
+    x = {"input": np.random.default_rng(1).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    ref = _ref(q, x)[0]
+    assert np.array_equal(_ref(res.model, x)[0], ref)
+    r, got = _run(q, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert (got[0] == ref).mean() >= 0.99
+
+
+def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
+    """A float Pad before a QDQ conv's input pair (only the Convs quantized, as a calibrated
+    quantize_dynamic model has them): Pad -> Transpose -> Q -> DQ -> Conv. pad_sink moves it below
+    the Transpose, qdq_pad_fold folds it into the conv and keeps the pair (before: the Pad on the
+    CPU, or with pad_to_conv a depthwise 1x1 Conv layer of its own); identical to onnxruntime."""
+    from onnxruntime import quantization as oq
+    src, dst = tmp_path / "float.onnx", tmp_path / "q.onnx"
+    onnx.save(keras_models.correct_pad_dw(0), src)
+    data = iter([{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+                 for k in range(4)])
+
+    class Reader(oq.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+
+    oq.quantize_static(str(src), str(dst), Reader(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                       op_types_to_quantize=["Conv"])
+    q = onnx.load(dst)
+    pad = next(n for n in q.graph.node if n.op_type == "Pad")
+    assert not any(n.output[0] == pad.input[0] and n.op_type == "DequantizeLinear" for n in q.graph.node)
+    res = legalize(q)
+    ops = [n.op_type for n in res.model.graph.node]
+    assert "Pad" not in ops and ops.count("Conv") == 3, ops   # folded, not a pad-as-conv layer
+    assert any(w == "qdq_pad_fold" and "float Pad folded" in str(d) for w, _, d in res.log)
+    x = {"input": np.random.default_rng(7).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    ref = _ref(q, x)[0]
+    assert np.array_equal(_ref(res.model, x)[0], ref)
+    r, got = _run(q, tmp_path, x)
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    assert (got[0] == ref).mean() >= 0.99
+
+
+@pytest.mark.parametrize("block", ["relu", "hard_swish"])
+def test_int8_lookup_output_keeps_its_json_storage_label(tmp_path, block):
+    """An int8 Lookup (BN's per-channel Mul, quantized) on NHWC-written data writes the storage its
+    Nodes-JSON out_layout names; the compiled program labels its output so (it was always NHWC, and
+    a LayoutTransform NCHW -> NHWC after it failed to compile: quantized Keras MobileNetV3, "reads a
+    tensor stored NHWC")."""
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.testing import int8_zoo
+    src = tmp_path / "float.onnx"
+    onnx.save(keras_models.se_nhwc(0, block=block), src)
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)} for k in range(4)]
+    q = int8_zoo.quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), feeds, "s8")
+    r = onnx_mrvl.convert(q)
+    checked = 0
+    for sg in r.subgraphs:
+        by_name = {n["name"]: n for n in sg.nodes_json["nodes"]}
+        meta = load(sg.binary).meta
+        tensors = {int(t["id"]): t for t in meta["tensors"]}
+        for layer in meta["layers"]:
+            if layer["layer_name"] != "Lookup" or len(tensors[int(layer["outputs"][0])]["shape"]) != 4:
+                continue
+            want = by_name[layer["name"]]["attrs"]["out_layout"][0]
+            assert tensors[int(layer["outputs"][0])]["layout"] == want, layer["name"]
+            checked += 1
+    assert checked

@@ -167,9 +167,10 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
             layout = layer["params"]["dst_layout"]
         elif len(out_shape) == 2:
             layout = "NC"
-        elif len(out_shape) == 4 and layer["layer_name"] in ORDER_AGNOSTIC:
+        elif len(out_shape) == 4 and layer["layer_name"] in ORDER_AGNOSTIC + ("Lookup",):
             # Sum2D / Mul2D / Concat compute the same on any storage: the JSON's out_layout says
-            # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC
+            # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC.
+            # An int8 Lookup writes the storage it read (its channel last): its out_layout too
             layout = a.str("out_layout", "NHWC")
             layout = layout if layout in ("NCHW", "NHWC") else "NHWC"
         elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax", "Requantize"):

@@ -22,7 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10) -> onnx.ModelProto:
+def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10, block: str = "hard_swish") -> onnx.ModelProto:
+    """``block="relu"``: MobileNetV3's first block, the BN ``Mul`` alone then ``Relu`` (no shift)."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
 
@@ -45,8 +46,11 @@ def se_nhwc(seed: int = 0, size: int = 16, c: int = 16, classes: int = 10) -> on
     x = op("Conv", [x, w(c, 1, 3, 3)], "depthwise", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=c)
     x = op("Transpose", [x], "depthwise_nhwc", perm=[0, 2, 3, 1])
     x = op("Mul", [x, const(1 + 0.1 * rng.standard_normal(c), "bn_scale")], "batchnorm_mul")
-    x = op("Add", [x, const(0.1 * rng.standard_normal(c), "bn_shift")], "batchnorm_add")
-    x = op("Mul", [x, op("HardSigmoid", [x], "hard_sigmoid", alpha=1.0 / 6, beta=0.5)], "hard_swish")
+    if block == "relu":
+        x = op("Relu", [x], "relu")
+    else:
+        x = op("Add", [x, const(0.1 * rng.standard_normal(c), "bn_shift")], "batchnorm_add")
+        x = op("Mul", [x, op("HardSigmoid", [x], "hard_sigmoid", alpha=1.0 / 6, beta=0.5)], "hard_swish")
     s = op("ReduceMean", [x], "squeeze_excite_avg_pool", axes=[1, 2], keepdims=1)   # [1, 1, 1, C]
     s = op("Transpose", [s], "se_nchw", perm=[0, 3, 1, 2])
     s = op("Relu", [op("Conv", [s, w(c // 4, c, 1, 1), const(0.1 * rng.standard_normal(c // 4), "b")],
@@ -141,5 +145,56 @@ def keras3_ln_head(seed: int = 0, steps: int = 16, d: int = 32, classes: int = 6
     return m
 
 
-MODELS = {"keras_se_nhwc": se_nhwc, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
+def resnet_stem(seed: int = 0, relu: bool = True) -> onnx.ModelProto:
+    """Keras ResNet's stem as tf2onnx writes it: Conv 7x7/2 -> Relu -> ``ZeroPadding2D(1)`` as a
+    ``Pad`` -> MaxPool 3x3/2 (no pads) -> Conv 1x1 (``relu=False``: no Relu before the Pad)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (
+        ("w1", rng.standard_normal((8, 3, 7, 7)) / np.sqrt(147)), ("b1", 0.1 * rng.standard_normal(8)),
+        ("w2", rng.standard_normal((16, 8, 1, 1)) / np.sqrt(8)))]
+    inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
+    mk = helper.make_node
+    nodes = [mk("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])]
+    nodes += [mk("Relu", ["c1"], ["r1"])] if relu else []
+    nodes += [mk("Pad", ["r1" if relu else "c1", "pads"], ["padded"]),
+              mk("MaxPool", ["padded"], ["pool"], kernel_shape=[3, 3], strides=[2, 2]),
+              mk("Conv", ["pool", "w2"], ["out"], kernel_shape=[1, 1])]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.output[0]}_{i}"
+    g = helper.make_graph(nodes, "keras_resnet_stem",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx")
+    m.ir_version = 8
+    return m
+
+
+def correct_pad_dw(seed: int = 0, size: int = 16, c: int = 8) -> onnx.ModelProto:
+    """Keras MobileNet's ``ZeroPadding2D(correct_pad)`` before a stride-2 depthwise conv, as tf2onnx
+    writes it: the Pad on NHWC data ([0, 1] on H and W), then the Transpose to NCHW, then the conv."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (
+        ("w1", rng.standard_normal((c, 3, 1, 1)) / np.sqrt(3)), ("dw", rng.standard_normal((c, 1, 3, 3)) / 3),
+        ("w2", rng.standard_normal((16, c, 1, 1)) / np.sqrt(c)))]
+    inits.append(numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 1, 1, 0], np.int64), "pads"))
+    mk = helper.make_node
+    nodes = [mk("Transpose", ["input"], ["xt"], perm=[0, 3, 1, 2]),
+             mk("Conv", ["xt", "w1"], ["c1"], kernel_shape=[1, 1]), mk("Relu", ["c1"], ["r1"]),
+             mk("Transpose", ["r1"], ["r1t"], perm=[0, 2, 3, 1]),
+             mk("Pad", ["r1t", "pads"], ["padded"]),
+             mk("Transpose", ["padded"], ["pt"], perm=[0, 3, 1, 2]),
+             mk("Conv", ["pt", "dw"], ["d"], kernel_shape=[3, 3], strides=[2, 2], group=c),
+             mk("Relu", ["d"], ["dr"]), mk("Conv", ["dr", "w2"], ["out"], kernel_shape=[1, 1])]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.output[0]}_{i}"
+    g = helper.make_graph(nodes, "keras_correct_pad_dw",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, size, size, 3])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, size // 2, size // 2])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="tf2onnx")
+    m.ir_version = 8
+    return m
+
+
+MODELS = {"keras_se_nhwc": se_nhwc, "keras_correct_pad_dw": correct_pad_dw, "keras_resnet_stem": resnet_stem, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
           "keras_lstm_last_step": lambda: rnn_last_step(0, "LSTM", take="gather")}

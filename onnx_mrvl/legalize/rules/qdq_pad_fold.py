@@ -7,6 +7,21 @@ Exact: the pair after the Pad has the DQ's scale and zero point, so it maps ever
 dequantized codes and the pad's 0 = the code z) to itself, and a Conv's own zero padding pads the
 same 0. The float ``pad_fold`` cannot see through the pair; this leaves fuse an int8 Conv2D
 (docs/fusion.md "int8") instead of a Pad on the CPU between two regions.
+
+MaxPool readers too (Keras ResNet's ``ZeroPadding2D`` before ``pool1``, quantized): when the zero
+point is its type's lowest code every dequantized value is >= 0, so the pad's zeros never win a
+max, and a MaxPool's own padding (never the max) gives the same windows; exact when every window
+still holds a value (merged pads below the kernel), no dilation, ``ceil_mode`` 0 and no Indices.
+
+Through tf2onnx's layout Transpose (Keras' ``ZeroPadding2D`` / ``correct_pad`` on NHWC data before a
+stride-2 depthwise conv, MobileNet; each op between its own pair of one scale):
+``DQ -> Pad -> Q -> DQ -> Transpose -> Q -> DQ -> Conv`` => ``DQ -> Transpose -> Q -> DQ -> Conv``
+with the pads moved through the permutation (exact: the Transpose moves values, the pairs map 0 to 0).
+
+A float Pad before the pair (no DequantizeLinear of that scale before it: a calibrated
+``quantize_dynamic`` model, whose pad ``pad_sink`` moved below tf2onnx's Transpose) folds the same
+way with the pair kept: ``Pad(0) -> Q -> DQ -> Conv`` => ``Q -> DQ -> Conv(pads)`` (Q(0) is the zero
+point, which dequantizes to the conv's own padding 0).
 """
 from __future__ import annotations
 
@@ -36,28 +51,69 @@ def _qp(g, n):
         (z.dtype if z is not None else None)
 
 
+LOWEST = {"int8": -128, "uint8": 0}
+
+
+def _maxpool_reason(c, qp, new, s) -> Optional[str]:
+    """Why the pad's zeros could change MaxPool ``c``'s result (None: they cannot)."""
+    if qp[2] is None or str(qp[2]) not in LOWEST or qp[1] != LOWEST[str(qp[2])]:
+        return f"MaxPool {c.name}: zero point {qp[1]} is not the lowest code (values below the pad's 0)"
+    k = list(attr(c, "kernel_shape") or [])
+    if len(k) != s or any(new[i] >= k[i] or new[s + i] >= k[i] for i in range(s)):
+        return f"MaxPool {c.name}: merged pads {new} reach a window of padding only (kernel {k})"
+    if any(d != 1 for d in (attr(c, "dilations") or [])) or attr(c, "ceil_mode", 0) or \
+            (len(c.output) > 1 and c.output[1]):
+        return f"MaxPool {c.name} has dilations, ceil_mode or an Indices output"
+    return None
+
+
 def match(node, g) -> Optional[Match]:
-    dq_a = g.producer.get(node.input[0])
-    if node.domain not in ("", "ai.onnx") or dq_a is None or dq_a.op_type != "DequantizeLinear":
+    if node.domain not in ("", "ai.onnx"):
         return None
+    dq_a = g.producer.get(node.input[0])
+    if dq_a is not None and dq_a.op_type != "DequantizeLinear":
+        dq_a = None
     q = _only(g, node.output[0], "QuantizeLinear")
     dq_b = _only(g, q.output[0], "DequantizeLinear") if q is not None else None
     if dq_b is None:
         return None
+    moved = None
+    tr = _only(g, dq_b.output[0], "Transpose")
+    if tr is not None:   # tf2onnx's NHWC -> NCHW Transpose between the pad and the conv, with its pair
+        q2 = _only(g, tr.output[0], "QuantizeLinear")
+        dq2 = _only(g, q2.output[0], "DequantizeLinear") if q2 is not None else None
+        if dq2 is None:
+            return None
+        moved, dq_b = (tr, q2, dq2, dq_b), dq2
     convs = g.users(dq_b.output[0])
-    if not convs or dq_b.output[0] in g.pinned or any(c.op_type != "Conv" or c.input[0] != dq_b.output[0]
+    if not convs or dq_b.output[0] in g.pinned or any(c.op_type not in ("Conv", "MaxPool") or c.input[0] != dq_b.output[0]
                                                       or list(c.input).count(dq_b.output[0]) != 1 for c in convs):
         return None
     spec = pad_spec(node, g)
-    return None if spec is None else Match([node, q, dq_b] + convs, {"spec": spec, "dq_a": dq_a})
+    if spec is None:
+        return None
+    if moved is not None:   # the pads as the conv sees them: output axis i is input axis perm[i]
+        pads, value, r = spec
+        perm = [int(v) for v in (attr(moved[0], "perm") or [])]
+        if sorted(perm) != list(range(r)):
+            return None
+        spec = ([pads[p] for p in perm] + [pads[r + p] for p in perm], value, r)
+    return Match([node, q, dq_b] + convs, {"spec": spec, "dq_a": dq_a, "moved": moved})
 
 
 def check(m: Match, g, target) -> Optional[str]:
     pad, q, dq_b, *convs = m.nodes
     pads, value, r = m.data["spec"]
-    qa, qq, qb = _qp(g, m.data["dq_a"]), _qp(g, q), _qp(g, dq_b)
-    if qa is None or qa != qq or qq != qb:
-        return "the pair after the Pad does not have the DequantizeLinear's scale and zero point"
+    qa = _qp(g, m.data["dq_a"]) if m.data["dq_a"] is not None else None
+    qq, qb = _qp(g, q), _qp(g, dq_b)
+    moved = m.data.get("moved")
+    if moved is not None and not (_qp(g, moved[1]) == _qp(g, moved[3]) == qb):
+        return "the pairs around the Transpose do not have the DequantizeLinear's scale and zero point"
+    if qq is None or qq != qb:
+        return "the pair after the Pad does not have one scale and zero point"
+    m.data["keep"] = qa is None or qa != qq      # no identical DQ before the Pad: the pair stays
+    if m.data["keep"] and g.dtype(pad.input[0]) not in (None, 1):
+        return "the Pad's input is not float"
     if value != 0.0:
         return f"pad value {value} is not 0"
     if any(pads[a] or pads[a + r] for a in (0, 1)) or any(v < 0 for v in pads):
@@ -65,12 +121,17 @@ def check(m: Match, g, target) -> Optional[str]:
     news = []
     for c in convs:
         if attr(c, "auto_pad", "NOTSET") != "NOTSET":
-            return f"Conv {c.name} still has auto_pad"
+            return f"{c.op_type} {c.name} still has auto_pad"
         s = r - 2
         own = list(attr(c, "pads") or [0] * (2 * s))
         new = [own[k] + pads[2 + k] for k in range(s)] + [own[s + k] + pads[r + 2 + k] for k in range(s)]
-        if max(new) > target.max_pad["conv"]:
-            return f"merged pads {new} exceed target.max_pad ({target.max_pad['conv']})"
+        kind = "conv" if c.op_type == "Conv" else "pool"
+        if max(new) > target.max_pad[kind]:
+            return f"merged pads {new} exceed target.max_pad ({target.max_pad[kind]})"
+        if c.op_type == "MaxPool":
+            why = _maxpool_reason(c, qq, new, s)
+            if why:
+                return why
         news.append(new)
     m.data["new"] = news
     return None
@@ -78,10 +139,42 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def rewrite(m: Match, g) -> str:
     pad, q, dq_b, *convs = m.nodes
+    moved = m.data.get("moved")
+    if m.data["keep"]:      # the pair reads the unpadded values; the convs pad
+        sx = list(g.shape(pad.input[0]))
+        g.set_input(q, 0, pad.input[0])
+        first = [q.output[0], (moved[3] if moved is not None else dq_b).output[0]]
+        for t in first:
+            g.set_shape(t, sx, g.dtype(t))
+        if moved is not None:
+            perm = [int(v) for v in attr(moved[0], "perm")]
+            for t in (moved[0].output[0], moved[1].output[0], moved[2].output[0]):
+                g.set_shape(t, [sx[p] for p in perm], g.dtype(t))
+        for c, new in zip(convs, m.data["new"]):
+            set_attr(c, "pads", new)
+            provenance.set_origin(c, provenance.merge_origin(c, pad))
+        g.remove(pad)
+        return ", ".join(f"float Pad folded into {c.op_type} {c.name} behind its Q/DQ pair (pads {new})"
+                         for c, new in zip(convs, m.data["new"]))
+    if moved is not None:   # the Transpose reads the unpadded values; its pair and the convs as before
+        tr, q2, dq2, dq_mid = moved
+        g.set_input(tr, 0, pad.input[0])
+        sx = g.shape(pad.input[0])
+        perm = [int(v) for v in attr(tr, "perm")]
+        for t in (tr.output[0], q2.output[0], dq2.output[0]):
+            g.set_shape(t, [sx[p] for p in perm], g.dtype(t))
+        for c, new in zip(convs, m.data["new"]):
+            set_attr(c, "pads", new)
+            provenance.set_origin(c, provenance.merge_origin(c, pad, q, dq_mid))
+        for n in (dq_mid, q, pad):
+            g.remove(n)
+        return ", ".join(f"Pad and its Q/DQ pair moved through Transpose {tr.name} and folded into {c.op_type} "
+                         f"{c.name} (pads {new})" for c, new in zip(convs, m.data["new"]))
     for c, new in zip(convs, m.data["new"]):
         g.set_input(c, 0, pad.input[0])
         set_attr(c, "pads", new)
         provenance.set_origin(c, provenance.merge_origin(c, pad, q, dq_b))
     for n in (dq_b, q, pad):
         g.remove(n)
-    return ", ".join(f"Pad and its Q/DQ pair folded into Conv {c.name} (pads {new})" for c, new in zip(convs, m.data["new"]))
+    return ", ".join(f"Pad and its Q/DQ pair folded into {c.op_type} {c.name} (pads {new})"
+                     for c, new in zip(convs, m.data["new"]))

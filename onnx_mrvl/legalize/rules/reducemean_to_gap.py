@@ -63,7 +63,7 @@ ELEMENTWISE = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu
                "Sub", "Div", "Max", "Min", "QuantizeLinear", "DequantizeLinear", "Identity")
 
 
-def _nhwc_image(g, t: str, depth: int = 12) -> bool:
+def _nhwc_image(g, t: str, depth: int = 40) -> bool:
     """``t`` comes from an NCHW -> NHWC Transpose through element-wise ops of its shape (followed
     along their non-constant operands of that shape: ``x * HardSigmoid(x)`` reads x twice)."""
     shape, todo, seen = g.shape(t), [(t, 0)], set()
