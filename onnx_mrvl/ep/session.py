@@ -144,8 +144,13 @@ class InferenceSession(ort.InferenceSession):
         self._mrvl_programs = programs
         self._mrvl_finalizer = weakref.finalize(self, _release_all, [p.sha256 for p in programs])
         try:
-            source = _runtime_form(proto, _shapes(programs), fp16_overflow).SerializeToString() if programs else \
-                proto.SerializeToString()
+            # the model is held once at a time: the loaded proto is dropped once its runtime form
+            # exists, and that form once serialized, before onnxruntime parses its own copy (a large
+            # CPU-side initializer, e.g. an embedding table, would otherwise be held 3-4 times)
+            form = _runtime_form(proto, _shapes(programs), fp16_overflow) if programs else proto
+            proto = None
+            source = form.SerializeToString()
+            del form
         except BaseException:
             self._mrvl_finalizer()
             raise

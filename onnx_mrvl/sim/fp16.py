@@ -94,6 +94,16 @@ def to_fp16_values(x) -> np.ndarray:
     return out
 
 
+def fp16_source(x) -> np.ndarray:
+    """``x`` rounded to fp16, as a float16 array (half the bytes of ``to_fp16_values``, the same
+    values): a read-only float16 array (a weight of the binary) is returned as it is, anything else
+    is copied, so a caller's later writes do not reach it."""
+    arr = np.asarray(x)
+    if arr.dtype == np.float16:
+        return arr if not arr.flags.writeable else arr.copy()
+    return to_fp16_values(arr).astype(np.float16)
+
+
 def is_fp16_exact(x: np.ndarray) -> bool:
     """True when every value of ``x`` is representable in fp16 (NaN counts as representable)."""
     x = np.asarray(x, dtype=np.float32)

@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import jit, native
 from .activations import make_activation
-from .fp16 import round_fp16_, to_fp16_values
+from .fp16 import fp16_source, round_fp16_, to_fp16_values
 from .parallel import run_all, workers
 from .pooling import (avgpool2d, global_avgpool2d, global_maxpool2d, maxpool2d,  # noqa: F401
                       pool_output_size)
@@ -142,24 +142,45 @@ class Conv2D:
             raise ValueError("strides and dilation need 2 values, padding 4 [top,left,bottom,right]")
         if min(self.strides + self.dilation) < 1 or min(self.padding) < 0:
             raise ValueError("strides and dilation must be >= 1 and padding >= 0")
-        kf = to_fp16_values(k)
         self.og = self.out_channels // self.groups
         self.depthwise = self.cin_g == 1 and self.groups > 1 and self.og >= 1
         if self.depthwise:
+            kf = to_fp16_values(k)
             # [KH*KW, O]: one per-channel weight row per tap
             self.w_taps = np.ascontiguousarray(kf.reshape(self.out_channels, self.kh * self.kw).T)
             self._tiled = {}                    # output width -> tap weights tiled over it
             self._w_hwc = np.ascontiguousarray(self.w_taps.reshape(self.kh, self.kw, self.out_channels))
         else:
-            # per group: [KH*KW*I/g, O/g], rows in (kh, kw, c) order, matching the im2col columns
-            wg = kf.reshape(self.groups, self.og, self.kh * self.kw * self.cin_g)
-            self.w_mats = [np.ascontiguousarray(wg[g].T) for g in range(self.groups)]
-            self.w_stack = np.ascontiguousarray(np.stack(self.w_mats))
+            # the kernel as float16 (the binary's array itself when it is one): the native GEMM packs
+            # it directly; the float32 layouts of the numpy paths are built on their first use
+            self._k16 = fp16_source(k)
+            self._w_mats = None
+            self._w_stack = None
             self._w_columns = {}                # worker count -> weight column slices (small-M GEMMs)
         self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
         self._plans = {}                        # input shape -> native kernel plan (``_plan``)
         self._packed = None                     # weights packed for the native GEMM
         self._epi_args = (bias, scale, shift, activation, activation_params, slope)
+
+    def _mat_views(self):
+        """Per group: the [KH*KW*I/g, O/g] weight matrix (float16 view), rows in (kh, kw, c) order,
+        matching the im2col columns."""
+        wg = self._k16.reshape(self.groups, self.og, self.kh * self.kw * self.cin_g)
+        return [wg[g].T for g in range(self.groups)]
+
+    @property
+    def w_mats(self):
+        """Per group: the float32 [KH*KW*I/g, O/g] weight matrix (numpy paths; built on first use)."""
+        if self._w_mats is None:
+            self._w_mats = [np.ascontiguousarray(m, dtype=F32) for m in self._mat_views()]
+        return self._w_mats
+
+    @property
+    def w_stack(self) -> np.ndarray:
+        """``w_mats`` stacked [G, KH*KW*I/g, O/g] (the numpy grouped GEMM; built on first use)."""
+        if self._w_stack is None:
+            self._w_stack = np.ascontiguousarray(np.stack(self.w_mats))
+        return self._w_stack
 
     def output_shape(self, in_shape: Sequence[int]) -> Tuple[int, int, int, int]:
         n, h, w, _ = in_shape
@@ -244,9 +265,10 @@ class Conv2D:
             wts = self._packed
             lanes = native.lane_groups(self.og) if self.groups > 1 else 0
             if wts is None:
-                wts = native.pack_weights(self.w_mats[0]) if self.groups == 1 else \
-                    native.pack_weights_lanes(self.w_mats, lanes) if lanes else \
-                    native.stack_aligned([native.pack_weights(m) for m in self.w_mats])
+                mats = self._mat_views()
+                wts = native.pack_weights(mats[0]) if self.groups == 1 else \
+                    native.pack_weights_lanes(mats, lanes) if lanes else \
+                    native.stack_aligned([native.pack_weights(m) for m in mats])
             self._packed = wts                      # shared by every plan of this conv
             vecs, code, p0, p1, act = self._native_vectors(native.NR, 0 if self.groups == 1 else native.NR)
             width, fn = o, native.lib().conv_desc
@@ -430,13 +452,21 @@ class FC:
         if k.ndim != 2:
             raise ValueError(f"FC kernel must be [O, K], got shape {list(k.shape)}")
         self.out_features, self.in_features = (int(d) for d in k.shape)
-        self.w = np.ascontiguousarray(to_fp16_values(k).T)
+        self._k16 = fp16_source(k)              # [O, K] float16: the native kernels pack it directly
+        self._w = None
         self.epilogue = _epilogue(self.out_features, bias, None, None, activation, activation_params, slope)
         # the native path: a 1x1 conv over [N, 1, 1, K] (built on the first native call)
         self._conv_args = (bias, activation, activation_params, slope)
         self._conv: Optional[Conv2D] = None
         self._gemv_plans = {}                   # row count -> gemv_plan()
         self._gemv_weights = None
+
+    @property
+    def w(self) -> np.ndarray:
+        """The float32 [K, O] weight matrix (the numpy path; built on first use)."""
+        if self._w is None:
+            self._w = np.ascontiguousarray(self._k16.T, dtype=F32)
+        return self._w
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self.apply(x)[0]
@@ -465,7 +495,7 @@ class FC:
             bias, activation, params, slope = self._conv_args
             o = self.out_features
             code, p0, p1, sl = jit.act_args(activation, params, slope, o)
-            wts = self._gemv_weights if self._gemv_weights is not None else native.pack_weights_f16(self.w)
+            wts = self._gemv_weights if self._gemv_weights is not None else native.pack_weights_f16(self._k16.T)
             self._gemv_weights = wts
             vecs = (None if bias is None else native.padded(jit.channel_vector(bias, o, 0.0), 16),
                     native.padded(np.broadcast_to(sl, (o,)), 16))
@@ -480,7 +510,7 @@ class FC:
         """The 1x1 Conv2D over [N, 1, 1, K] that runs this FC natively for more than GEMV_ROWS rows."""
         if self._conv is None:
             bias, activation, params, slope = self._conv_args
-            self._conv = Conv2D(self.w.T.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
+            self._conv = Conv2D(self._k16.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
                                 activation=activation, activation_params=params, slope=slope)
         return self._conv
 

@@ -61,7 +61,9 @@ class LayerSpec:
                 raise self.error(f"param {key!r} must have {length} values, got {value}")
         return value
 
-    def weight(self, role: str, *, required: bool = False) -> Optional[np.ndarray]:
+    def weight(self, role: str, *, required: bool = False, stored: bool = False) -> Optional[np.ndarray]:
+        """The weight of ``role`` as float32 (fp16 values); ``stored=True``: as stored in the binary
+        (float16 for an fp16 layer), for kernels that lay it out themselves without a float32 copy."""
         wname = self.weight_names.get(role)
         if wname is None:
             if required:
@@ -70,6 +72,8 @@ class LayerSpec:
         if wname not in self._weights:
             raise self.error(f"weight {wname!r} ({role}) is not in the binary", cls=ArtifactError,
                              hint="the binary is incomplete or does not match its meta; rebuild it")
+        if stored and hasattr(self._weights, "stored"):
+            return self._weights.stored(wname)
         return self._weights[wname]
 
     def activation(self) -> Dict:
@@ -97,7 +101,7 @@ def _is_int8_in(spec: LayerSpec) -> bool:
 
 def _conv(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
-    kernel = spec.weight("kernel", required=True)
+    kernel = spec.weight("kernel", required=True, stored=True)
     if _is_int8(spec) or _is_int8_in(spec):
         if kernel.ndim != 4:
             raise spec.error(f"kernel must be OHWI (4-D), got shape {list(kernel.shape)}")
@@ -124,7 +128,7 @@ def _conv(spec: LayerSpec, n_inputs: int) -> LayerFn:
 
 def _fc(spec: LayerSpec, n_inputs: int) -> LayerFn:
     _check_inputs(spec, n_inputs, (1,))
-    kernel = spec.weight("kernel", required=True)
+    kernel = spec.weight("kernel", required=True, stored=True)
     if kernel.ndim != 2:
         raise spec.error(f"kernel must be [O, K], got shape {list(kernel.shape)}")
     if _is_int8(spec) or _is_int8_in(spec):

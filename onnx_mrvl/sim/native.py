@@ -162,11 +162,13 @@ def descriptor(geometry, weights: np.ndarray, vectors, code: int, p0: float, p1:
 def pack_weights(w: np.ndarray) -> np.ndarray:
     """[K, O] weight matrix -> [ceil(O/NR), K, NR] blocks (zero columns past O), contiguous."""
     k, o = w.shape
-    nb = -(-o // NR)
-    wp = np.zeros((k, nb * NR), F32)
-    wp[:, :o] = w
+    nb, full = -(-o // NR), o // NR
     out = empty((nb, k, NR))
-    out[...] = wp.reshape(k, nb, NR).transpose(1, 0, 2)
+    if full:          # whole blocks straight from w (any strides and float dtype; float16 converts exactly)
+        out[:full] = w.T[:full * NR].reshape(full, NR, k).transpose(0, 2, 1)
+    if full < nb:
+        out[full] = 0
+        out[full, :, :o - full * NR] = w[:, full * NR:]
     return out
 
 

@@ -1,7 +1,7 @@
 """Execute a compiled program (docs/program.md) on fp16 values: ``Simulator(binary).run(inputs)``.
 
 Construction validates every layer and prepares its kernel once (weights laid out as float32
-containers of fp16 values); ``run`` only executes. ``run`` keeps all per-call state local, so
+containers of fp16 values, built from the stored fp16 weights; see ``weights.py``); ``run`` only executes. ``run`` keeps all per-call state local, so
 several threads may call it on one Simulator; only ``last_perf`` / ``last_overflow`` are shared,
 and they are written under a lock.
 """
@@ -23,6 +23,7 @@ from .parallel import workers
 from .static_plan import StaticPlan, Unsupported
 from .batch_split import batch_split
 from .layers import build_layer, layer_list
+from .weights import StoredWeights
 from ..costmodel import PerfReport, perf_report
 
 log = logging.getLogger(__name__)
@@ -53,22 +54,6 @@ def _overflow_at(spec, index: int) -> Dict:
     return {"name": spec.name, "layer_name": spec.layer_name, "origin": list(spec.origin), "index": index}
 
 
-def _weights_f32(weights: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-    """float16 weights -> float32 containers (exact); float32 weights stay as they are, so do the
-    int8 kernels and int32 biases of int8 layers."""
-    out = {}
-    for name, w in weights.items():
-        a = np.asarray(w)
-        if a.dtype in (np.int8, np.int32):
-            pass
-        elif a.dtype == np.float16:
-            a = a.astype(np.float32)
-        elif a.dtype != np.float32:
-            a = a.astype(np.float32)
-        out[name] = a
-    return out
-
-
 class Simulator:
     """Runs one program; see the module docstring."""
 
@@ -79,7 +64,7 @@ class Simulator:
             raise ArtifactError("program meta must be a dict", hint="rebuild the binary")
         self.meta = meta
         self.name = str(meta.get("name", "program"))
-        self.weights = _weights_f32(weights or {})
+        self.weights = StoredWeights(weights or {})     # float32 per read, no second copy kept
         self._inputs = self._io_list("inputs")
         self._outputs = self._io_list("outputs")
         self._input_shapes = tuple(tuple(int(d) for d in i["shape"]) for i in self._inputs)

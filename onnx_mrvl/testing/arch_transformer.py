@@ -200,6 +200,25 @@ def encoder_block(seed: int = 0, ln: str = "torch", gelu_form: str = "erf", T: i
     return n.model("encoder_block", [("input", [1, T, D])], "output")
 
 
+def encoder_stack(seed: int = 0, layers: int = 2, T: int = 16, D: int = 32, H: int = 4,
+                  vocab: int = 0) -> onnx.ModelProto:
+    """``layers`` pre-LN encoder layers on [1, T, D] and a final LayerNorm (BERT-base sized:
+    layers=12, T=128, D=768, H=12, vocab=30522); ``vocab`` > 0 puts a word-embedding Gather
+    ([vocab, D] table, int64 token ids [1, T] in) in front, as exporters leave it."""
+    n = Net(seed, 13)
+    x = "input"
+    if vocab:
+        table = (n.rng.standard_normal((vocab, D), dtype=np.float32) * np.float32(0.02))
+        x = n.op("Gather", [n.const(table, "word_embeddings"), "input"], "embed", axis=0)
+    for _ in range(layers):
+        x = _encoder_layer(n, x, "torch", "erf", T, D, H)
+    layernorm(n, x, [1, T, D], "torch")
+    m = n.model("encoder_stack", [("input", [1, T] if vocab else [1, T, D])], "output")
+    if vocab:
+        m.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.INT64
+    return m
+
+
 def vit_like(seed: int = 0, ln: str = "torch", layers: int = 2, D: int = 32, H: int = 4, patch: int = 4,
              size: int = 16, classes: int = 10) -> onnx.ModelProto:
     """ViT-style classifier: patch Conv -> Reshape/Transpose to tokens -> class token Concat ->
