@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import survey_torch_exports as common  # noqa: E402  (the shared survey part)
@@ -41,47 +40,19 @@ def _models():
 
 
 def export(out: str, names) -> int:
-    import torch
     os.makedirs(out, exist_ok=True)
     for name, (m, args) in _models().items():
         if names and name not in names:
             continue
-        m = m.eval()
-        for dynamo in (False, True):
-            path = os.path.join(out, f"{name}_{'dynamo' if dynamo else 'ts'}.onnx")
-            try:
-                with torch.no_grad():
-                    torch.onnx.export(m, args, path, opset_version=18 if dynamo else 17, dynamo=dynamo)
-                print("exported", path, flush=True)
-            except Exception as exc:   # noqa: BLE001 - a survey: report and go on
-                print("FAILED", path, type(exc).__name__, str(exc)[:300], flush=True)
-        np.savez(os.path.join(out, f"{name}_feeds.npz"), *[a.numpy() for a in args])
+        common.export_pair(m.eval(), args, out, name)
     return 0
 
 
 def main(argv=None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["export", "survey"])
-    ap.add_argument("folder")
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
-    ap.add_argument("--clean", action="store_true",
-                    help="survey: delete each export's converted / quantized files once its lines are printed")
-    a = ap.parse_intermixed_args(argv)
+    a = common.parser(__doc__).parse_intermixed_args(argv)
     if a.command == "export":
         return export(a.folder, a.names)
-    if not a.clean:
-        return common.survey(a.folder, a.names, a.quant)
-    import glob
-    import shutil
-    for src in sorted(glob.glob(os.path.join(a.folder, "*.onnx"))):
-        name = os.path.basename(src)[:-5]
-        if a.names and not any(n in name for n in a.names):
-            continue
-        common.survey(a.folder, [name], a.quant)
-        shutil.rmtree(os.path.join(a.folder, "survey"), ignore_errors=True)
-    return 0
+    return common.survey(a.folder, a.names, a.quant, a.clean)
 
 
 if __name__ == "__main__":

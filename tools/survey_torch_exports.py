@@ -97,17 +97,28 @@ def export(out: str, names, models=None) -> int:
     for name, (m, kind, args) in (models if models is not None else _hf_models()).items():
         if names and name not in names:
             continue
-        w = Wrap(m.eval(), kind).eval()
-        for dynamo in (False, True):
-            path = os.path.join(out, f"{name}_{'dynamo' if dynamo else 'ts'}.onnx")
-            try:
-                with torch.no_grad():
-                    torch.onnx.export(w, args, path, opset_version=18 if dynamo else 17, dynamo=dynamo)
-                print("exported", path, flush=True)
-            except Exception as exc:   # noqa: BLE001 - a survey: report and go on
-                print("FAILED", path, type(exc).__name__, str(exc)[:200], flush=True)
-        np.savez(os.path.join(out, f"{name}_feeds.npz"), *[a.numpy() for a in args])
+        export_pair(Wrap(m.eval(), kind).eval(), args, out, name)
     return 0
+
+
+def export_pair(module, args, out: str, name: str, *, no_grad: bool = True, skip_existing: bool = False) -> None:
+    """``module(*args)`` exported by both exporters (TorchScript opset 17 ``NAME_ts.onnx``, dynamo
+    opset 18 ``NAME_dynamo.onnx``) and ``args`` saved as ``NAME_feeds.npz`` for ``survey``. A failed
+    export is printed, not raised (a survey goes on)."""
+    import contextlib
+
+    import torch
+    for dynamo in (False, True):
+        path = os.path.join(out, f"{name}_{'dynamo' if dynamo else 'ts'}.onnx")
+        if skip_existing and os.path.exists(path):
+            continue
+        try:
+            with torch.no_grad() if no_grad else contextlib.nullcontext():
+                torch.onnx.export(module, args, path, opset_version=18 if dynamo else 17, dynamo=dynamo)
+            print("exported", path, flush=True)
+        except Exception as exc:   # noqa: BLE001 - a survey: report and go on
+            print("FAILED", path, type(exc).__name__, str(exc)[:300], flush=True)
+    np.savez(os.path.join(out, f"{name}_feeds.npz"), *[a.numpy() for a in args])
 
 
 def _feeds(path: str, n: int, seed: int):
@@ -146,7 +157,8 @@ def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
             for a, b in zip(sess.run(None, f), ref.run(None, f)):
                 if not np.isfinite(a).all():
                     raise ValueError("non-finite values in the converted model's output")
-                err = max(err, float(np.abs(a - b).max() / (np.abs(b).max() or 1)))
+                a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)   # uint8 codes: no wrap-around
+                err = max(err, float(np.abs(a64 - b64).max() / (np.abs(b64).max() or 1)))
                 same, total = same + int(np.count_nonzero(a == b)), total + a.size
     except Exception as exc:   # noqa: BLE001 - a survey: report and go on
         return f"{tag}: {type(exc).__name__}: {str(exc)[:200]}"
@@ -157,7 +169,9 @@ def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
             f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e} identical {100.0 * same / max(total, 1):.1f}%")
 
 
-def survey(folder: str, names, quant: bool) -> int:
+def survey(folder: str, names, quant: bool, clean: bool = False) -> int:
+    """One line per export and form (see the module docstring); ``clean``: the quantized models of
+    each export are deleted once its lines are printed (a large survey fills the disk otherwise)."""
     import logging
     logging.disable(logging.WARNING)
     work = os.path.join(folder, "survey")
@@ -191,17 +205,28 @@ def survey(folder: str, names, quant: bool) -> int:
                 continue
             for cal in ([None, calib] if kind == "dyn" else [None]):
                 print(_line(f"{name} {kind}{' +calibration' if cal else ''}", src, dst, cal, work), flush=True)
+            if clean:
+                for f in glob.glob(os.path.join(work, f"{name}_{kind}.onnx*")):
+                    os.remove(f)
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["export", "survey"])
+def parser(doc: str, commands=("export", "survey")) -> argparse.ArgumentParser:
+    """The survey tools' command line: COMMAND FOLDER [NAME ...] [--quant] [--clean]; each tool adds
+    its own export options."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=list(commands))
     ap.add_argument("folder")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
-    a = ap.parse_args(argv)
-    return export(a.folder, a.names) if a.command == "export" else survey(a.folder, a.names, a.quant)
+    ap.add_argument("--clean", action="store_true",
+                    help="survey: delete each export's quantized models once its lines are printed")
+    return ap
+
+
+def main(argv=None) -> int:
+    a = parser(__doc__).parse_intermixed_args(argv)
+    return export(a.folder, a.names) if a.command == "export" else survey(a.folder, a.names, a.quant, a.clean)
 
 
 if __name__ == "__main__":

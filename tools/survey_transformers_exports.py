@@ -14,7 +14,6 @@ Needs torch and transformers (not project dependencies; never run by the tests):
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -136,15 +135,10 @@ def _models():
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["export", "survey"])
-    ap.add_argument("folder")
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
-    a = ap.parse_args(argv)
+    a = base.parser(__doc__).parse_intermixed_args(argv)
     if a.command == "export":
         return base.export(a.folder, a.names, _models())
-    return base.survey(a.folder, a.names, a.quant)
+    return base.survey(a.folder, a.names, a.quant, a.clean)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,9 @@ Measured with it: docs/surveys/vision.md.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import survey_torch_exports  # noqa: E402  (tools/ is no package: the shared survey code)
@@ -148,29 +146,16 @@ def export(out: str, names) -> int:
             continue
         _realistic_stats(m, size)
         x = torch.randn(1, 3, size, size)
-        for dynamo in (False, True):
-            path = os.path.join(out, f"{name}_{'dynamo' if dynamo else 'ts'}.onnx")
-            if os.path.exists(path):
-                continue
-            try:   # grad enabled, as users export: under no_grad nn.MultiheadAttention takes its fused fast path
-                torch.onnx.export(m, (x,), path, opset_version=18 if dynamo else 17, dynamo=dynamo)
-                print("exported", path, flush=True)
-            except Exception as exc:   # noqa: BLE001
-                print("FAILED", path, type(exc).__name__, str(exc)[:200], flush=True)
-        np.savez(os.path.join(out, f"{name}_feeds.npz"), x.numpy())
+        # grad enabled, as users export: under no_grad nn.MultiheadAttention takes its fused fast path
+        survey_torch_exports.export_pair(m, (x,), out, name, no_grad=False, skip_existing=True)
     return 0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["export", "survey"])
-    ap.add_argument("folder")
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
-    a = ap.parse_args(argv)
+    a = survey_torch_exports.parser(__doc__).parse_intermixed_args(argv)
     if a.command == "export":
         return export(a.folder, a.names)
-    return survey_torch_exports.survey(a.folder, a.names, a.quant)
+    return survey_torch_exports.survey(a.folder, a.names, a.quant, a.clean)
 
 
 if __name__ == "__main__":
