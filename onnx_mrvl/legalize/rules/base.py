@@ -133,3 +133,16 @@ def sum_kept(g, node) -> Optional[str]:
     if any(u.op_type == "Div" and x in u.input for u in g.users(node.output[0])):
         return "x / sum(x): a decomposed normalization, kept in fp32"
     return None
+
+
+def slice_params(g, node):
+    """(starts, ends, axes, steps) of an opset >= 10 Slice with constant parameters (axes default to
+    0..n-1, steps to 1), else the reason."""
+    if len(node.input) < 3:
+        return "opset < 10 Slice (attributes)"
+    vals = [g.const(inp(node, i)) if inp(node, i) else None for i in range(1, 5)]
+    if any(inp(node, i) and v is None for i, v in zip(range(1, 5), vals)):
+        return "slice parameters are not constants"
+    starts, ends, axes, steps = (None if v is None else [int(x) for x in v.reshape(-1)] for v in vals)
+    axes = axes if axes is not None else list(range(len(starts)))
+    return starts, ends, axes, steps or [1] * len(starts)

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from .base import Match, attr, inp, is_float
+from .base import Match, attr, inp, is_float, slice_params
 
 NAME = "slice_through_transpose"
 OPS = ("Slice", "Split")
@@ -22,14 +22,10 @@ OPS = ("Slice", "Split")
 
 def _slice_cut(g, node, shape):
     """(axis, start, end) of a Slice that cuts one axis with step 1, else a reason."""
-    if len(node.input) < 3:
-        return "opset < 10 Slice (attributes)"
-    vals = [g.const(inp(node, i)) if inp(node, i) else None for i in range(1, 5)]
-    if any(inp(node, i) and v is None for i, v in zip(range(1, 5), vals)):
-        return "slice parameters are not constants"
-    starts, ends, axes, steps = (None if v is None else [int(x) for x in v.reshape(-1)] for v in vals)
-    axes = axes if axes is not None else list(range(len(starts)))
-    steps = steps or [1] * len(starts)
+    params = slice_params(g, node)
+    if isinstance(params, str):
+        return params
+    starts, ends, axes, steps = params
     cut = []
     for s, e, ax, st in zip(starts, ends, axes, steps):
         ax %= len(shape)

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from .base import Match, attr, inp, is_float, match_rank, reshape
+from .base import Match, attr, inp, is_float, match_rank, reshape, slice_params
 
 NAME = "split_3d_to_4d"
 OPS = ("Split", "Slice")
@@ -18,14 +18,10 @@ OPS = ("Split", "Slice")
 
 def _slice_range(g, node, c):
     """(start, end) on axis 1 of a Slice that touches no other axis, else a reason."""
-    if len(node.input) < 3:
-        return "opset < 10 Slice (attributes)"
-    vals = [g.const(inp(node, i)) if inp(node, i) else None for i in range(1, 5)]
-    if any(inp(node, i) and v is None for i, v in zip(range(1, 5), vals)):
-        return "slice parameters are not constants"
-    starts, ends, axes, steps = (None if v is None else [int(x) for x in v.reshape(-1)] for v in vals)
-    axes = axes if axes is not None else list(range(len(starts)))
-    steps = steps or [1] * len(starts)
+    params = slice_params(g, node)
+    if isinstance(params, str):
+        return params
+    starts, ends, axes, steps = params
     shape = g.shape(node.input[0])
     rng = (0, c)
     for s, e, ax, st in zip(starts, ends, axes, steps):
