@@ -13,7 +13,7 @@ fused layer no longer writes).
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 import onnx

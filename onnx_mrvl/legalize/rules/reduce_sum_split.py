@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr, axes_of, is_float, reshape, sum_kept
+from .base import Match, axes_of, is_float, reshape, sum_kept
 
 NAME = "reduce_sum_split"
 OPS = ("ReduceSum",)
