@@ -147,6 +147,21 @@ def export(out: str, names, ppocr: str, ppdet: str = "") -> int:
     return 0
 
 
+def _bn_constants_to_initializers(model) -> None:
+    """paddle2onnx 1.x writes BatchNormalization parameters as Constant nodes: initializers (same values)."""
+    bn_params = {i for n in model.graph.node if n.op_type == "BatchNormalization" for i in n.input[1:5]}
+    keep = []
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] in bn_params and n.attribute[0].name == "value":
+            t = n.attribute[0].t
+            t.name = n.output[0]
+            model.graph.initializer.append(t)
+        else:
+            keep.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+
+
 def bn_stats(folder: str, names) -> int:
     """Random init drifts (fp16 overflows after ~100 layers of PP-LCNetV3 / PP-HGNet): every
     BatchNormalization gets the running statistics of what it reads on the survey's feeds, as a trained
@@ -159,7 +174,9 @@ def bn_stats(folder: str, names) -> int:
         name = os.path.basename(src)[:-5]
         if (names and not any(n in name for n in names)) or os.path.exists(src + ".bnstats"):
             continue
-        onnx.save(data_bn_stats(onnx.load(src), _feeds(src, 1, 5)), src)
+        model = onnx.load(src)
+        _bn_constants_to_initializers(model)
+        onnx.save(data_bn_stats(model, _feeds(src, 1, 5)), src)
         open(src + ".bnstats", "w").close()
         print("bn statistics", src, flush=True)
     return 0
