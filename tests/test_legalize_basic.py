@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 67   # 48 + 9 contrib-op rules + 10 QDQ-variant rules
+    assert len(names) == len(set(names)) == len(RULES) == 68   # 49 + 9 contrib-op rules + 10 QDQ-variant rules
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
     assert names[1:5] == ["qlinear_to_qdq", "qlinear_passthrough", "dynamic_int8", "dynamic_lstm"]
