@@ -8,7 +8,7 @@ checkout of github.com/PaddlePaddle/PaddleOCR; not project dependencies: a learn
 the tests). Export in a scratch venv, survey with the project's venv:
 
     python3 -m venv /tmp/pd && /tmp/pd/bin/pip install paddlepaddle paddle2onnx pyyaml packaging requests tqdm
-    /tmp/pd/bin/python tools/survey_paddle_exports.py export OUT_DIR --ppocr PADDLEOCR_DIR [NAME ...]
+    /tmp/pd/bin/python tools/survey_paddle_exports.py export OUT_DIR --ppocr PADDLEOCR_DIR [--ppdet PPDET_DIR] [NAME ...]
     python tools/survey_paddle_exports.py bnstats OUT_DIR [NAME ...]
     python tools/survey_paddle_exports.py survey OUT_DIR [NAME ...] [--quant]
     python tools/survey_paddle_exports.py baseline OUT_DIR [NAME ...]   # the fp16 numeric model's own error
@@ -42,6 +42,7 @@ MODELS = {
     "ppocrv5_rec": ("rec/PP-OCRv5/PP-OCRv5_mobile_rec.yml", [1, 3, 48, 320], [0, 3], 18385),
     "ppocrv5_server_rec": ("rec/PP-OCRv5/PP-OCRv5_server_rec.yml", [1, 3, 48, 320], [0, 3], 18385),
     "ppocr_cls": ("cls/cls_mv3.yml", [1, 3, 48, 192], [0], None),
+    "ppyoloe_s": (None, [1, 3, 320, 320], [0, 2, 3], None),   # --ppdet: PaddleDetection / PaddleYOLO sources
 }
 FORMS = {"o11dyn": (11, True), "o14fix": (14, False), "o17fix": (17, False)}
 
@@ -82,17 +83,49 @@ def _pir_float_arrays(path: str) -> None:
         json.dump(prog, f)
 
 
-def export(out: str, names, ppocr: str) -> int:
+def _ppyoloe(ppdet: str):
+    """PP-YOLOE+ s as PaddleDetection users export it for ONNX runtimes (``exclude_post_process``:
+    ``[1, anchors, 4 + 80]`` boxes and scores, NMS on the host); the head's last convs, which start at
+    zero, get random weights so that the output depends on the image."""
+    import paddle
+    sys.path.insert(0, ppdet)
+    from ppdet.core.workspace import create, load_config
+    cfg = load_config(os.path.join(ppdet, "configs/ppyoloe/ppyoloe_plus_crn_s_80e_coco.yml"))
+    cfg["PPYOLOEHead"]["exclude_post_process"] = True
+    cfg["PPYOLOEHead"]["eval_size"] = None   # a shared key: anchors made for the traced size, not 640
+    if "eval_size" in cfg:
+        cfg["eval_size"] = None
+    det = create(cfg.architecture)
+    for convs in (det.yolo_head.pred_cls, det.yolo_head.pred_reg):
+        for c in convs:
+            c.weight.set_value(paddle.normal(0.0, 0.05, c.weight.shape))
+
+    class Head(paddle.nn.Layer):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            out, _ = self.m.yolo_head.post_process(self.m.yolo_head(self.m.neck(self.m.backbone({"image": x}))), None)
+            return out
+    return Head(det)
+
+
+def export(out: str, names, ppocr: str, ppdet: str = "") -> int:
     import paddle
     import paddle2onnx
-    sys.path.insert(0, ppocr)
-    from ppocr.modeling.architectures import build_model
+    if ppocr:
+        sys.path.insert(0, ppocr)
     os.makedirs(out, exist_ok=True)
     for name, (cfg, shape, dyn, classes) in MODELS.items():
-        if names and name not in names:
+        if (names and name not in names) or (not ppdet and name == "ppyoloe_s") or (not ppocr and name != "ppyoloe_s"):
             continue
         paddle.seed(0)
-        model = build_model(_arch(ppocr, cfg, classes))
+        if name == "ppyoloe_s":
+            model = _ppyoloe(ppdet)
+        else:
+            from ppocr.modeling.architectures import build_model
+            model = build_model(_arch(ppocr, cfg, classes))
         model.eval()
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
         np.savez(os.path.join(out, f"{name}_feeds.npz"), x)
@@ -114,6 +147,21 @@ def export(out: str, names, ppocr: str) -> int:
     return 0
 
 
+def _bn_constants_to_initializers(model) -> None:
+    """paddle2onnx 1.x writes BatchNormalization parameters as Constant nodes: initializers (same values)."""
+    bn_params = {i for n in model.graph.node if n.op_type == "BatchNormalization" for i in n.input[1:5]}
+    keep = []
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] in bn_params and n.attribute[0].name == "value":
+            t = n.attribute[0].t
+            t.name = n.output[0]
+            model.graph.initializer.append(t)
+        else:
+            keep.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+
+
 def bn_stats(folder: str, names) -> int:
     """Random init drifts (fp16 overflows after ~100 layers of PP-LCNetV3 / PP-HGNet): every
     BatchNormalization gets the running statistics of what it reads on the survey's feeds, as a trained
@@ -126,7 +174,9 @@ def bn_stats(folder: str, names) -> int:
         name = os.path.basename(src)[:-5]
         if (names and not any(n in name for n in names)) or os.path.exists(src + ".bnstats"):
             continue
-        onnx.save(data_bn_stats(onnx.load(src), _feeds(src, 1, 5)), src)
+        model = onnx.load(src)
+        _bn_constants_to_initializers(model)
+        onnx.save(data_bn_stats(model, _feeds(src, 1, 5)), src)
         open(src + ".bnstats", "w").close()
         print("bn statistics", src, flush=True)
     return 0
@@ -188,12 +238,13 @@ def main(argv=None) -> int:
     ap.add_argument("folder")
     ap.add_argument("names", nargs="*")
     ap.add_argument("--ppocr", help="export: a PaddleOCR source folder (ppocr/modeling, configs)")
+    ap.add_argument("--ppdet", default="", help="export: a PaddleDetection / PaddleYOLO source folder (ppdet, configs)")
     ap.add_argument("--quant", action="store_true", help="survey: also QDQ S8 / U8 and dynamic int8 (+ calibration)")
     a = ap.parse_intermixed_args(argv)
     if a.command == "export":
-        if not a.ppocr:
-            ap.error("export needs --ppocr PADDLEOCR_DIR")
-        return export(a.folder, a.names, a.ppocr)
+        if not a.ppocr and not a.ppdet:
+            ap.error("export needs --ppocr PADDLEOCR_DIR and / or --ppdet PADDLEDETECTION_DIR")
+        return export(a.folder, a.names, a.ppocr, a.ppdet)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from survey_torch_exports import survey
     if a.command == "bnstats":
