@@ -47,7 +47,9 @@
 #define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
 #define PATH_STEM_ROWS 16   /* conv: a stem of one channel block tiled along output rows (stem_rows) */
 #define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
-static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW;
+#define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
+                       | PATH_EIGHT;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -838,6 +840,147 @@ static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, floa
     return flags;
 }
 
+/* ------------------------------------------------------------------ 8-column tiles
+ * An in-place 1x1 conv (conv_range's ``direct``) of at most 8 output channels, one k block, one
+ * channel block (MobileNetV2 0.5's first projection, 16 -> 8 at 112x112): a 16-lane tile of one
+ * pixel left 8 lanes idle, half of every FMA. Zen 4 runs a 512-bit FMA as two 256-bit halves (one
+ * per cycle) and 256-bit ones two per cycle, so each pixel gets one 256-bit accumulator: the
+ * same FMA rate per instruction, half the lanes, 24 pixels per tile, the weights read from the
+ * panel's first 8 columns (interleaving pixel pairs into 16 lanes for one vbroadcastsd per FMA
+ * cost more than it saved: two permutes and stores per pair, 0.089 -> 0.082 ms). Each lane sums
+ * its own k in order from zero, so the values are micro_one's / micro_direct's bit for bit; the
+ * epilogue runs on two pixels per 512-bit vector ([pixel 2i: 0..7][pixel 2i + 1: 0..7], the
+ * epilogue vectors duplicated), and with 8 columns (ldc 8) one store writes both rows. */
+#define P8 24               /* pixels per 8-column tile */
+
+/* an epilogue vector of channels [c, c + 8) in both halves */
+static inline __attribute__((always_inline)) __m512 dup8(const float *v) {
+    return _mm512_broadcast_f32x8(_mm256_loadu_ps(v));
+}
+
+static inline __attribute__((always_inline)) __m512 pair_load(const float *p, long ldc, __mmask16 mc, int two) {
+    if (ldc == 8)
+        return _mm512_maskz_loadu_ps(two ? (__mmask16)(mc | mc << 8) : mc, p);
+    const __m256 l = _mm256_maskz_loadu_ps((__mmask8)mc, p);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(l),
+                              two ? _mm256_maskz_loadu_ps((__mmask8)mc, p + ldc) : _mm256_setzero_ps(), 1);
+}
+
+static inline __attribute__((always_inline)) void pair_store(float *p, long ldc, __mmask16 mc, int two, __m512 v) {
+    if (ldc == 8) {
+        _mm512_mask_storeu_ps(p, two ? (__mmask16)(mc | mc << 8) : mc, v);
+        return;
+    }
+    _mm256_mask_storeu_ps(p, (__mmask8)mc, _mm512_castps512_ps256(v));
+    if (two)
+        _mm256_mask_storeu_ps(p + ldc, (__mmask8)mc, _mm512_extractf32x8_ps(v, 1));
+}
+
+/* npx (<= P8) pixels, rows LDA floats apart at a (LDA < 0: lda, run time); out rows c, ldc apart */
+static inline __attribute__((always_inline)) int
+tile8(const int simple, const long LDA, const float *a, long lda, const float *b, long K, float *c, long ldc, int cols,
+      int npx, const epi_t *e, const float *res, const epi_t *e2) {
+    const long ld = LDA > 0 ? LDA : lda;
+    __m256 a8[P8];
+#pragma GCC unroll 24
+    for (int r = 0; r < P8; r++)
+        a8[r] = _mm256_setzero_ps();
+    for (long p = 0; p < K; p++) {
+        const __m256 wv = _mm256_loadu_ps(b + p * NR);
+#pragma GCC unroll 24
+        for (int r = 0; r < P8; r++)
+            a8[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * ld + p]), wv, a8[r]);
+    }
+    __m512 acc[P8 / 2];
+#pragma GCC unroll 12
+    for (int i = 0; i < P8 / 2; i++)
+        acc[i] = _mm512_insertf32x8(_mm512_castps256_ps512(a8[2 * i]), a8[2 * i + 1], 1);
+    const __mmask16 mc = (__mmask16)((1u << cols) - 1);
+    __mmask16 lb = 0, lb2 = 0;
+    if (simple) {            /* simple_epilogue holds: micro_one's short form */
+        const __m512 bv = dup8(e->bias);
+        __m512 lo, hi, lo2 = bv, hi2 = bv;
+        act_bounds(e, &lo, &hi);
+        if (res)
+            act_bounds(e2, &lo2, &hi2);
+#pragma GCC unroll 12
+        for (int i = 0; i < P8 / 2; i++) {
+            if (2 * i >= npx)
+                break;
+            const int two = 2 * i + 1 < npx;
+            const __mmask16 mi = two ? (__mmask16)(mc | mc << 8) : mc;
+            __m512 v = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[i], bv))));
+            lb = _kor_mask16(lb, _kand_mask16(nonfinite(v), mi));
+            if (res) {
+                v = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v, pair_load(res + 2 * i * ldc, ldc, mc, two)))));
+                lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v), mi));
+            }
+            pair_store(c + 2 * i * ldc, ldc, mc, two, v);
+        }
+        return (lb ? 1 : 0) | (lb2 ? 2 : 0);
+    }
+    epv_t E, F = {0};
+    epv_load(&E, e, 0);
+    E.bias = E.has_bias ? dup8(e->bias) : E.bias;
+    E.scale = E.has_scale ? dup8(e->scale) : E.scale;
+    E.shift = E.has_shift ? dup8(e->shift) : E.shift;
+    E.slope = e->code == 4 ? dup8(e->slope) : E.slope;
+    if (res) {
+        epv_load(&F, e2, 0);
+        F.bias = F.has_bias ? dup8(e2->bias) : F.bias;
+        F.scale = F.has_scale ? dup8(e2->scale) : F.scale;
+        F.shift = F.has_shift ? dup8(e2->shift) : F.shift;
+        F.slope = e2->code == 4 ? dup8(e2->slope) : F.slope;
+    }
+    for (int i = 0; 2 * i < npx; i++) {
+        const int two = 2 * i + 1 < npx;
+        const __mmask16 mi = two ? (__mmask16)(mc | mc << 8) : mc;
+        __mmask16 b0 = 0;
+        __m512 v = finish_v(acc[i], &E, &b0);
+        lb |= b0 & mi;
+        if (res) {
+            __mmask16 b1 = 0;
+            v = finish_v(_mm512_add_ps(v, pair_load(res + 2 * i * ldc, ldc, mc, two)), &F, &b1);
+            lb2 |= b1 & mi;
+        }
+        pair_store(c + 2 * i * ldc, ldc, mc, two, v);
+    }
+    return (lb ? 1 : 0) | (lb2 ? 2 : 0);
+}
+
+#define TILE8(sfx, S, LDA) \
+    static HOT_LOOPS int tile8##sfx(const float *a, long lda, const float *b, long K, float *c, long ldc, int cols, \
+                                    int npx, const epi_t *e, const float *res, const epi_t *e2) { \
+        return tile8(S, LDA, a, lda, b, K, c, ldc, cols, npx, e, res, e2); \
+    }
+/* rows 16 or 32 floats apart compiled in (24 broadcasts off one base register); other strides at
+ * run time */
+TILE8(_16, 0, 16) TILE8(_16s, 1, 16) TILE8(_32, 0, 32) TILE8(_32s, 1, 32) TILE8(_n, 0, -1) TILE8(_ns, 1, -1)
+typedef int (*tile8_fn)(const float *, long, const float *, long, float *, long, int, int, const epi_t *,
+                        const float *, const epi_t *);
+
+/* pixels [m0, m1) of an in-place 1x1 conv (rows cs floats apart, K <= KC, o <= 8 columns of
+ * wpack's one block): tiles of P8 pixels; the last one's missing rows are read as zeros from q */
+static int range8(const float *x, long cs, long K, const float *wpack, long o, long ldo, float *out,
+                  long m0, long m1, const epi_t *e, const float *res, const epi_t *e2, int simple, float *q) {
+    const tile8_fn fn = cs == 16 ? (simple ? tile8_16s : tile8_16) : cs == 32 ? (simple ? tile8_32s : tile8_32)
+                      : (simple ? tile8_ns : tile8_n);
+    const tile8_fn fq = simple ? tile8_ns : tile8_n;
+    int flags = 0;
+    for (long m = m0; m < m1; m += P8) {
+        const int npx = m1 - m < P8 ? (int)(m1 - m) : P8;
+        const float *r = res ? res + m * ldo : NULL;
+        if (npx == P8) {
+            flags |= fn(x + m * cs, cs, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2);
+        } else {                     /* the rows there, zeros after */
+            for (int i = 0; i < P8; i++)
+                copy_run(q + i * LDP, i < npx ? x + (m + i) * cs : NULL, K);
+            flags |= fq(q, LDP, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2);
+        }
+    }
+    return flags;
+}
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -875,6 +1018,8 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                       && dw == 1 && c == cs;
     /* at most 16 output channels, one k block, no fused sum: pairs of tiles (micro_one_win24) */
     const int win24 = (new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs;
+    if ((new_paths & PATH_EIGHT) && direct && o <= 8 && K <= KC && j0 == 0 && j1 == 1)
+        return 3 & ~range8(x, cs, K, wpack, o, ldo, out, m0, m1, &e, res, e2, simple, abuf);
     if ((new_paths & PATH_STEM_ROWS) && (win24 || windows || win12) && !res && !direct && o <= NR && K <= KC
         && dw == 1 && c == cs && j0 == 0 && j1 == 1)
         return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf);
