@@ -878,22 +878,22 @@ static inline __attribute__((always_inline)) void pair_store(float *p, long ldc,
 
 /* npx (<= P8) pixels, rows LDA floats apart at a (LDA < 0: lda, run time); out rows c, ldc apart */
 static inline __attribute__((always_inline)) int
-tile8(const int simple, const long LDA, const float *a, long lda, const float *b, long K, float *c, long ldc, int cols,
-      int npx, const epi_t *e, const float *res, const epi_t *e2) {
+tile8(const int NP, const int simple, const long LDA, const float *a, long lda, const float *b, long K, float *c,
+      long ldc, int cols, int npx, const epi_t *e, const float *res, const epi_t *e2) {
     const long ld = LDA > 0 ? LDA : lda;
     __m256 a8[P8];
 #pragma GCC unroll 24
-    for (int r = 0; r < P8; r++)
+    for (int r = 0; r < NP; r++)
         a8[r] = _mm256_setzero_ps();
     for (long p = 0; p < K; p++) {
         const __m256 wv = _mm256_loadu_ps(b + p * NR);
 #pragma GCC unroll 24
-        for (int r = 0; r < P8; r++)
+        for (int r = 0; r < NP; r++)
             a8[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * ld + p]), wv, a8[r]);
     }
     __m512 acc[P8 / 2];
 #pragma GCC unroll 12
-    for (int i = 0; i < P8 / 2; i++)
+    for (int i = 0; i < NP / 2; i++)
         acc[i] = _mm512_insertf32x8(_mm512_castps256_ps512(a8[2 * i]), a8[2 * i + 1], 1);
     const __mmask16 mc = (__mmask16)((1u << cols) - 1);
     __mmask16 lb = 0, lb2 = 0;
@@ -904,7 +904,7 @@ tile8(const int simple, const long LDA, const float *a, long lda, const float *b
         if (res)
             act_bounds(e2, &lo2, &hi2);
 #pragma GCC unroll 12
-        for (int i = 0; i < P8 / 2; i++) {
+        for (int i = 0; i < NP / 2; i++) {
             if (2 * i >= npx)
                 break;
             const int two = 2 * i + 1 < npx;
@@ -948,14 +948,15 @@ tile8(const int simple, const long LDA, const float *a, long lda, const float *b
     return (lb ? 1 : 0) | (lb2 ? 2 : 0);
 }
 
-#define TILE8(sfx, S, LDA) \
+#define TILE8(sfx, NP, S, LDA) \
     static HOT_LOOPS int tile8##sfx(const float *a, long lda, const float *b, long K, float *c, long ldc, int cols, \
                                     int npx, const epi_t *e, const float *res, const epi_t *e2) { \
-        return tile8(S, LDA, a, lda, b, K, c, ldc, cols, npx, e, res, e2); \
+        return tile8(NP, S, LDA, a, lda, b, K, c, ldc, cols, npx, e, res, e2); \
     }
 /* rows 16 or 32 floats apart compiled in (24 broadcasts off one base register); other strides at
- * run time */
-TILE8(_16, 0, 16) TILE8(_16s, 1, 16) TILE8(_32, 0, 32) TILE8(_32s, 1, 32) TILE8(_n, 0, -1) TILE8(_ns, 1, -1)
+ * run time; the packed rest (LDP) in tiles of 24 or, for at most 8 pixels, 8 */
+TILE8(_16, P8, 0, 16) TILE8(_16s, P8, 1, 16) TILE8(_32, P8, 0, 32) TILE8(_32s, P8, 1, 32) TILE8(_n, P8, 0, -1)
+TILE8(_ns, P8, 1, -1) TILE8(_q, P8, 0, LDP) TILE8(_qs, P8, 1, LDP) TILE8(_q8, 8, 0, LDP) TILE8(_q8s, 8, 1, LDP)
 typedef int (*tile8_fn)(const float *, long, const float *, long, float *, long, int, int, const epi_t *,
                         const float *, const epi_t *);
 
@@ -965,7 +966,6 @@ static int range8(const float *x, long cs, long K, const float *wpack, long o, l
                   long m0, long m1, const epi_t *e, const float *res, const epi_t *e2, int simple, float *q) {
     const tile8_fn fn = cs == 16 ? (simple ? tile8_16s : tile8_16) : cs == 32 ? (simple ? tile8_32s : tile8_32)
                       : (simple ? tile8_ns : tile8_n);
-    const tile8_fn fq = simple ? tile8_ns : tile8_n;
     int flags = 0;
     for (long m = m0; m < m1; m += P8) {
         const int npx = m1 - m < P8 ? (int)(m1 - m) : P8;
@@ -973,9 +973,11 @@ static int range8(const float *x, long cs, long K, const float *wpack, long o, l
         if (npx == P8) {
             flags |= fn(x + m * cs, cs, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2);
         } else {                     /* the rows there, zeros after */
-            for (int i = 0; i < P8; i++)
+            const int np = npx <= 8 ? 8 : P8;
+            for (int i = 0; i < np; i++)
                 copy_run(q + i * LDP, i < npx ? x + (m + i) * cs : NULL, K);
-            flags |= fq(q, LDP, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2);
+            flags |= (np == 8 ? (simple ? tile8_q8s : tile8_q8) : (simple ? tile8_qs : tile8_q))(q, LDP, wpack, K,
+                     out + m * ldo, ldo, (int)o, npx, e, r, e2);
         }
     }
     return flags;
