@@ -13,7 +13,8 @@ and two threads.
 * a stem of one channel block tiled along its output rows (``stem_rows``): tiles of 4-24 pixels,
   the last one of a row overlapping the one before, padded borders read from zero-filled strips;
 * a depthwise output row of 4-8 pixels whole in registers (``dw_row3``);
-* an in-place 1x1 conv of at most 8 output channels in 256-bit tiles of 24 pixels (``range8``)."""
+* an in-place 1x1 conv of at most 8 output channels in 256-bit tiles of 24 pixels (``range8``);
+* a 3-channel stride-2 stem of more than 32 output channels tiled along rows block by block."""
 import numpy as np
 import pytest
 
@@ -22,7 +23,7 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
-DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, ALL = 1, 2, 4, 8, 16, 32, 64, 127
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, ALL = 1, 2, 4, 8, 16, 32, 64, 128, 255
 
 
 def _both(path, build):
@@ -250,3 +251,23 @@ def test_conv_of_8_columns_in_a_fused_depthwise_and_1x1(monkeypatch, threads, h,
     x = f16(np.random.default_rng(9).standard_normal((1, h, w, 8)) * 4)
     x.reshape(-1)[::211] = 30000.0
     _same(*_both(EIGHT, lambda: (sim.run([x])[0], sim.last_overflow)))
+
+
+@pytest.mark.parametrize("shape, o, k, pad", [
+    ((1, 224, 224, 3), 64, 7, 3), ((1, 100, 48, 3), 64, 7, 3), ((2, 40, 47, 3), 96, 7, 3), ((1, 61, 77, 3), 64, 3, 1),
+    ((3, 27, 49, 3), 40, 3, (1, 0, 0, 1)), ((1, 19, 25, 3), 64, 5, 2), ((2, 40, 50, 3), 96, 7, 3)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_of_several_channel_blocks_tiled_along_rows(monkeypatch, shape, o, k, pad, threads):
+    """ResNet's 7x7/2 stem and others of 40-96 channels (a 8-channel last block for 40), rows of 24-112
+    pixels (a row's rest of 0 or 4 pixels; 25 pixels: not this path, must agree anyway), asymmetric
+    pads, 3 images; the two-thread split cuts rows and channel blocks."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::103] = 30000.0
+    w = f16(rng.standard_normal((o, k, k, 3)) * 0.3)
+    pads = (pad,) * 4 if isinstance(pad, int) else pad
+    for act, params in (("relu", None), ("leaky_relu", {"alpha": 0.1})):
+        conv = dict(bias=rng.standard_normal(o), strides=(2, 2), padding=pads, activation=act, activation_params=params)
+        _same(*_both(STEM_BLOCKS, lambda: K.Conv2D(w, **conv).apply(x)))

@@ -48,8 +48,9 @@
 #define PATH_STEM_ROWS 16   /* conv: a stem of one channel block tiled along output rows (stem_rows) */
 #define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
 #define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
+#define PATH_STEM_BLOCKS 128 /* conv: stem_rows per channel block for stems of over 32 channels (step 6) */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -783,9 +784,9 @@ static int stem_tile(const tile_t *t, const float *src, float *oc, long step, in
 }
 
 static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, float *out, long m0, long m1,
-                     const epi_t *e, int simple, int windows, float *abuf) {
+                     const epi_t *e, int simple, int windows, float *abuf, long col0) {
     const long K = g->kh * g->kw * g->c, step = g->sw * g->c;
-    const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, 0, (int)g->kh, (int)(g->kw * g->c),
+    const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, (int)col0, (int)g->kh, (int)(g->kw * g->c),
                       g->dh * g->w * g->c};
     const int tw = o <= 16 ? 2 * MR : MR, quads = step == 6 && (o <= 16 || windows);
     /* a strip must fit the packed buffer (it does for stems: 3 x 49 x 3 floats) */
@@ -1024,7 +1025,19 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
         return 3 & ~range8(x, cs, K, wpack, o, ldo, out, m0, m1, &e, res, e2, simple, abuf);
     if ((new_paths & PATH_STEM_ROWS) && (win24 || windows || win12) && !res && !direct && o <= NR && K <= KC
         && dw == 1 && c == cs && j0 == 0 && j1 == 1)
-        return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf);
+        return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf, 0);
+    /* a 3-channel stride-2 stem of more channel blocks (ResNet's 7x7/2 3 -> 64): stem_rows block by
+     * block (the input, 600 KB for 224x224, stays in L2 between them); conv_range's panels of the
+     * flattened pixels packed every panel that crossed a row's end or held a padded pixel */
+    const long rest = ow % MR;     /* a row's last tile: rest rounded up to 4 pixels (a row of 25: 1 -> 4, +8%) */
+    if ((new_paths & PATH_STEM_BLOCKS) && (new_paths & PATH_STEM_ROWS) && windows && step == 6 && !res && o > NR
+        && K <= KC && ((rest + 3) & ~3L) - rest <= 1) {
+        int f = 0;
+        for (long j = j0; j < j1; j++)
+            f |= stem_rows(&g, wpack + j * K * NR, (o - j * NR) < NR ? (o - j * NR) : NR, ldo, out + j * NR, m0, m1,
+                           &e, simple, windows, abuf, j * NR);
+        return 3 & ~f;
+    }
     const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
