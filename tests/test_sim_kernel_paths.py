@@ -271,3 +271,33 @@ def test_stem_of_several_channel_blocks_tiled_along_rows(monkeypatch, shape, o, 
     for act, params in (("relu", None), ("leaky_relu", {"alpha": 0.1})):
         conv = dict(bias=rng.standard_normal(o), strides=(2, 2), padding=pads, activation=act, activation_params=params)
         _same(*_both(STEM_BLOCKS, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride, groups, dil", [
+    ((1, 56, 56, 16), 8, 3, 1, 1, 1), ((1, 57, 31, 24), 5, 3, 2, 1, 1), ((2, 19, 23, 40), 8, 1, 2, 1, 1),
+    ((1, 30, 30, 32), 8, 3, 1, 1, 2), ((1, 25, 29, 20), 12, 3, 1, 2, 1), ((1, 14, 14, 64), 8, 3, 1, 1, 1),
+    ((1, 9, 9, 8), 3, 5, 1, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o, k, stride, groups, dil, threads):
+    """Packed convs (3x3, 5x5, strided 1x1, dilated, grouped with 6 channels per group) of at most 8
+    output channels, K = 72-576 (576: two k blocks, not this path), with a fused Sum2D where one
+    applies; two packed panels run as one 24-pixel 8-column tile."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, groups, dil, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::97] = 20000.0
+    x.reshape(-1)[11::4999] = np.nan
+    w = f16(rng.standard_normal((o, k, k, shape[3] // groups)) * 0.2)
+    for conv in (dict(bias=rng.standard_normal(o)),
+                 dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), activation="clamp",
+                      activation_params={"min": -1.0, "max": 6.0})):
+        conv.update(strides=(stride, stride), padding=(k // 2 * dil,) * 4, dilation=(dil, dil), groups=groups)
+        _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply(x)))
+        c = K.Conv2D(w, **conv)
+        y, _ = c.apply(x)
+        if c.fusable_sum(x.shape):
+            res = f16(rng.standard_normal(y.shape) * 2)
+            res.reshape(-1)[::53] = 65000.0
+            act = jit.act_args("relu", None, None, o)
+            _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))

@@ -1091,6 +1091,16 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                         oc += MR * ldo;
                         continue;
                     }
+                    if (t.cols <= 8 && t.first && t.last && !direct && i + 1 < tiles && (new_paths & PATH_EIGHT)
+                        && (i + 2 < tiles || mrows - (long)(i + 1) * MR == MR)) {
+                        /* at most 8 columns, one k block: two packed panels as one 24-pixel tile8 */
+                        flags |= (simple ? tile8_qs : tile8_q)(abuf + (long)i * MR * LDP, LDP, t.b, kc, oc, ldo, t.cols,
+                                                               2 * MR, &e, rc, e2);
+                        i++;
+                        oc += MR * ldo;
+                        rc = rc ? rc + MR * ldo : NULL;
+                        continue;
+                    }
                     if (t.cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
                         /* one vector of columns: this tile and the next as one of 24 or 25 rows */
                         const int rows2 = i + 2 < tiles ? MR : (int)(mrows - (long)(i + 1) * MR);
