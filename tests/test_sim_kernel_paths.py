@@ -276,12 +276,13 @@ def test_stem_of_several_channel_blocks_tiled_along_rows(monkeypatch, shape, o, 
 @pytest.mark.parametrize("shape, o, k, stride, groups, dil", [
     ((1, 56, 56, 16), 8, 3, 1, 1, 1), ((1, 57, 31, 24), 5, 3, 2, 1, 1), ((2, 19, 23, 40), 8, 1, 2, 1, 1),
     ((1, 30, 30, 32), 8, 3, 1, 1, 2), ((1, 25, 29, 20), 12, 3, 1, 2, 1), ((1, 14, 14, 64), 8, 3, 1, 1, 1),
-    ((1, 9, 9, 8), 3, 5, 1, 1, 1)])
+    ((1, 9, 9, 8), 3, 5, 1, 1, 1), ((1, 1, 60, 24), 40, 3, 1, 1, 1), ((1, 17, 21, 16), 72, 3, 1, 1, 2)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_packed_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o, k, stride, groups, dil, threads):
     """Packed convs (3x3, 5x5, strided 1x1, dilated, grouped with 6 channels per group) of at most 8
-    output channels, K = 72-576 (576: two k blocks, not this path), with a fused Sum2D where one
-    applies; two packed panels run as one 24-pixel 8-column tile."""
+    output channels, or whose last channel block has 8 (40, 72: its epilogue vectors at column 32 /
+    64), K = 72-576 (576: two k blocks, not this path), with a fused Sum2D where one applies; two
+    packed panels run as one 24-pixel 8-column tile."""
     assert native.on(), native.why_disabled()
     monkeypatch.setattr(K, "workers", lambda: threads)
     rng = np.random.default_rng([o, k, stride, groups, dil, threads] + list(shape))

@@ -880,7 +880,7 @@ static inline __attribute__((always_inline)) void pair_store(float *p, long ldc,
 /* npx (<= P8) pixels, rows LDA floats apart at a (LDA < 0: lda, run time); out rows c, ldc apart */
 static inline __attribute__((always_inline)) int
 tile8(const int NP, const int simple, const long LDA, const float *a, long lda, const float *b, long K, float *c,
-      long ldc, int cols, int npx, const epi_t *e, const float *res, const epi_t *e2) {
+      long ldc, int cols, int npx, const epi_t *e, const float *res, const epi_t *e2, long col0) {
     const long ld = LDA > 0 ? LDA : lda;
     __m256 a8[P8];
 #pragma GCC unroll 24
@@ -899,7 +899,7 @@ tile8(const int NP, const int simple, const long LDA, const float *a, long lda, 
     const __mmask16 mc = (__mmask16)((1u << cols) - 1);
     __mmask16 lb = 0, lb2 = 0;
     if (simple) {            /* simple_epilogue holds: micro_one's short form */
-        const __m512 bv = dup8(e->bias);
+        const __m512 bv = dup8(e->bias + col0);
         __m512 lo, hi, lo2 = bv, hi2 = bv;
         act_bounds(e, &lo, &hi);
         if (res)
@@ -921,17 +921,17 @@ tile8(const int NP, const int simple, const long LDA, const float *a, long lda, 
         return (lb ? 1 : 0) | (lb2 ? 2 : 0);
     }
     epv_t E, F = {0};
-    epv_load(&E, e, 0);
-    E.bias = E.has_bias ? dup8(e->bias) : E.bias;
-    E.scale = E.has_scale ? dup8(e->scale) : E.scale;
-    E.shift = E.has_shift ? dup8(e->shift) : E.shift;
-    E.slope = e->code == 4 ? dup8(e->slope) : E.slope;
+    epv_load(&E, e, col0);
+    E.bias = E.has_bias ? dup8(e->bias + col0) : E.bias;
+    E.scale = E.has_scale ? dup8(e->scale + col0) : E.scale;
+    E.shift = E.has_shift ? dup8(e->shift + col0) : E.shift;
+    E.slope = e->code == 4 ? dup8(e->slope + col0) : E.slope;
     if (res) {
-        epv_load(&F, e2, 0);
-        F.bias = F.has_bias ? dup8(e2->bias) : F.bias;
-        F.scale = F.has_scale ? dup8(e2->scale) : F.scale;
-        F.shift = F.has_shift ? dup8(e2->shift) : F.shift;
-        F.slope = e2->code == 4 ? dup8(e2->slope) : F.slope;
+        epv_load(&F, e2, col0);
+        F.bias = F.has_bias ? dup8(e2->bias + col0) : F.bias;
+        F.scale = F.has_scale ? dup8(e2->scale + col0) : F.scale;
+        F.shift = F.has_shift ? dup8(e2->shift + col0) : F.shift;
+        F.slope = e2->code == 4 ? dup8(e2->slope + col0) : F.slope;
     }
     for (int i = 0; 2 * i < npx; i++) {
         const int two = 2 * i + 1 < npx;
@@ -951,15 +951,15 @@ tile8(const int NP, const int simple, const long LDA, const float *a, long lda, 
 
 #define TILE8(sfx, NP, S, LDA) \
     static HOT_LOOPS int tile8##sfx(const float *a, long lda, const float *b, long K, float *c, long ldc, int cols, \
-                                    int npx, const epi_t *e, const float *res, const epi_t *e2) { \
-        return tile8(NP, S, LDA, a, lda, b, K, c, ldc, cols, npx, e, res, e2); \
+                                    int npx, const epi_t *e, const float *res, const epi_t *e2, long col0) { \
+        return tile8(NP, S, LDA, a, lda, b, K, c, ldc, cols, npx, e, res, e2, col0); \
     }
 /* rows 16 or 32 floats apart compiled in (24 broadcasts off one base register); other strides at
  * run time; the packed rest (LDP) in tiles of 24 or, for at most 8 pixels, 8 */
 TILE8(_16, P8, 0, 16) TILE8(_16s, P8, 1, 16) TILE8(_32, P8, 0, 32) TILE8(_32s, P8, 1, 32) TILE8(_n, P8, 0, -1)
 TILE8(_ns, P8, 1, -1) TILE8(_q, P8, 0, LDP) TILE8(_qs, P8, 1, LDP) TILE8(_q8, 8, 0, LDP) TILE8(_q8s, 8, 1, LDP)
 typedef int (*tile8_fn)(const float *, long, const float *, long, float *, long, int, int, const epi_t *,
-                        const float *, const epi_t *);
+                        const float *, const epi_t *, long);
 
 /* pixels [m0, m1) of an in-place 1x1 conv (rows cs floats apart, K <= KC, o <= 8 columns of
  * wpack's one block): tiles of P8 pixels; the last one's missing rows are read as zeros from q */
@@ -972,13 +972,13 @@ static int range8(const float *x, long cs, long K, const float *wpack, long o, l
         const int npx = m1 - m < P8 ? (int)(m1 - m) : P8;
         const float *r = res ? res + m * ldo : NULL;
         if (npx == P8) {
-            flags |= fn(x + m * cs, cs, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2);
+            flags |= fn(x + m * cs, cs, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2, 0);
         } else {                     /* the rows there, zeros after */
             const int np = npx <= 8 ? 8 : P8;
             for (int i = 0; i < np; i++)
                 copy_run(q + i * LDP, i < npx ? x + (m + i) * cs : NULL, K);
             flags |= (np == 8 ? (simple ? tile8_q8s : tile8_q8) : (simple ? tile8_qs : tile8_q))(q, LDP, wpack, K,
-                     out + m * ldo, ldo, (int)o, npx, e, r, e2);
+                     out + m * ldo, ldo, (int)o, npx, e, r, e2, 0);
         }
     }
     return flags;
@@ -1095,7 +1095,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                         && (i + 2 < tiles || mrows - (long)(i + 1) * MR == MR)) {
                         /* at most 8 columns, one k block: two packed panels as one 24-pixel tile8 */
                         flags |= (simple ? tile8_qs : tile8_q)(abuf + (long)i * MR * LDP, LDP, t.b, kc, oc, ldo, t.cols,
-                                                               2 * MR, &e, rc, e2);
+                                                               2 * MR, &e, rc, e2, t.col0);
                         i++;
                         oc += MR * ldo;
                         rc = rc ? rc + MR * ldo : NULL;
