@@ -11,7 +11,10 @@ and two threads.
   most 32 floats) packed row by row without per-pixel bookkeeping;
 * a stem of at most 32 output channels reading 24 (12) pixels' windows in place, unpacked;
 * a stem of one channel block tiled along its output rows (``stem_rows``): tiles of 4-24 pixels,
-  the last one of a row overlapping the one before, padded borders read from zero-filled strips."""
+  the last one of a row overlapping the one before, padded borders read from zero-filled strips;
+* a depthwise output row of 4-8 pixels whole in registers (``dw_row3``);
+* an in-place 1x1 conv of at most 8 output channels in 256-bit tiles of 24 pixels (``range8``);
+* a 3-channel stride-2 stem of more than 32 output channels tiled along rows block by block."""
 import numpy as np
 import pytest
 
@@ -20,7 +23,7 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
-DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, ALL = 1, 2, 4, 8, 16, 32, 63
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, ALL = 1, 2, 4, 8, 16, 32, 64, 128, 255
 
 
 def _both(path, build):
@@ -196,3 +199,106 @@ def test_depthwise_whole_rows_in_a_fused_depthwise_and_1x1(monkeypatch, threads)
     assert sim._static.dwpw_fused == 1
     x = f16(np.random.default_rng(6).standard_normal((1, 7, 7, 80)))
     _same(*_both(DW_ROW, lambda: (sim.run([x])[0], sim.last_overflow)))
+
+
+@pytest.mark.parametrize("shape, o, groups", [
+    ((1, 112, 112, 16), 8, 1), ((1, 37, 29, 16), 8, 1), ((2, 13, 11, 32), 5, 1), ((1, 9, 7, 24), 8, 1),
+    ((1, 5, 5, 3), 1, 1), ((3, 7, 7, 40), 7, 1), ((1, 1, 23, 512), 8, 1), ((1, 11, 13, 520), 8, 1),
+    ((1, 17, 19, 48), 12, 2), ((2, 6, 9, 36), 18, 3), ((1, 3, 3, 16), 8, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o, groups, threads):
+    """Rows 16, 32 (compiled strides) and 24, 40, 3, 512 floats apart (run time), pixel counts that
+    leave a partial last tile (odd ones: a pair's second row missing), 1-8 columns, K at KC = 512
+    and past it (520: not this path, must agree anyway), grouped 1x1 convs of 6 output channels
+    per group (rows ldc = 12 / 18 floats apart: two 8-lane stores per pair) and a map smaller than
+    one tile; the short epilogue, the general one (scale, leaky_relu, prelu), a fused Sum2D, fp16
+    overflows and NaN inputs."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, groups, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::89] = 20000.0
+    x.reshape(-1)[7::4001] = np.nan
+    w = f16(rng.standard_normal((o, 1, 1, shape[3] // groups)) * 0.3)
+    convs = [dict(bias=rng.standard_normal(o), groups=groups),
+             dict(bias=rng.standard_normal(o), groups=groups, activation="clamp", activation_params={"min": -1.0, "max": 6.0}),
+             dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), groups=groups, activation="leaky_relu",
+                  activation_params={"alpha": 0.1}),
+             dict(shift=rng.standard_normal(o), groups=groups, activation="prelu", slope=rng.standard_normal(o))]
+    for conv in convs:
+        _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply(x)))
+        c = K.Conv2D(w, **conv)
+        y, _ = c.apply(x)
+        if not c.fusable_sum(x.shape):
+            continue
+        res = f16(rng.standard_normal(y.shape) * 2)
+        res.reshape(-1)[::53] = 65000.0
+        for act in (jit.act_args("relu", None, None, o), jit.act_args("leaky_relu", {"alpha": 0.2}, None, o)):
+            _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("h, w", [(56, 56), (37, 29)])
+def test_conv_of_8_columns_in_a_fused_depthwise_and_1x1(monkeypatch, threads, h, w):
+    """A MobileNetV2 0.5-like block (8 -> 16 -> depthwise -> 8, residual) through a Simulator's
+    static plan: the projection runs inside dw_pw's bands, its residual fused."""
+    import test_sim_dwpw as D
+    from onnx_mrvl.sim import Simulator
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    monkeypatch.setattr(D, "RNG", np.random.default_rng(8))
+    sim = Simulator.from_program(*D.block_program(1, h, w, c=8, e=16, out=8, residual=True))
+    assert sim._static.dwpw_fused == 1
+    x = f16(np.random.default_rng(9).standard_normal((1, h, w, 8)) * 4)
+    x.reshape(-1)[::211] = 30000.0
+    _same(*_both(EIGHT, lambda: (sim.run([x])[0], sim.last_overflow)))
+
+
+@pytest.mark.parametrize("shape, o, k, pad", [
+    ((1, 224, 224, 3), 64, 7, 3), ((1, 100, 48, 3), 64, 7, 3), ((2, 40, 47, 3), 96, 7, 3), ((1, 61, 77, 3), 64, 3, 1),
+    ((3, 27, 49, 3), 40, 3, (1, 0, 0, 1)), ((1, 19, 25, 3), 64, 5, 2), ((2, 40, 50, 3), 96, 7, 3)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stem_of_several_channel_blocks_tiled_along_rows(monkeypatch, shape, o, k, pad, threads):
+    """ResNet's 7x7/2 stem and others of 40-96 channels (a 8-channel last block for 40), rows of 24-112
+    pixels (a row's rest of 0 or 4 pixels; 25 pixels: not this path, must agree anyway), asymmetric
+    pads, 3 images; the two-thread split cuts rows and channel blocks."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::103] = 30000.0
+    w = f16(rng.standard_normal((o, k, k, 3)) * 0.3)
+    pads = (pad,) * 4 if isinstance(pad, int) else pad
+    for act, params in (("relu", None), ("leaky_relu", {"alpha": 0.1})):
+        conv = dict(bias=rng.standard_normal(o), strides=(2, 2), padding=pads, activation=act, activation_params=params)
+        _same(*_both(STEM_BLOCKS, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride, groups, dil", [
+    ((1, 56, 56, 16), 8, 3, 1, 1, 1), ((1, 57, 31, 24), 5, 3, 2, 1, 1), ((2, 19, 23, 40), 8, 1, 2, 1, 1),
+    ((1, 30, 30, 32), 8, 3, 1, 1, 2), ((1, 25, 29, 20), 12, 3, 1, 2, 1), ((1, 14, 14, 64), 8, 3, 1, 1, 1),
+    ((1, 9, 9, 8), 3, 5, 1, 1, 1), ((1, 1, 60, 24), 40, 3, 1, 1, 1), ((1, 17, 21, 16), 72, 3, 1, 1, 2)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o, k, stride, groups, dil, threads):
+    """Packed convs (3x3, 5x5, strided 1x1, dilated, grouped with 6 channels per group) of at most 8
+    output channels, or whose last channel block has 8 (40, 72: its epilogue vectors at column 32 /
+    64), K = 72-576 (576: two k blocks, not this path), with a fused Sum2D where one applies; two
+    packed panels run as one 24-pixel 8-column tile."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, groups, dil, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::97] = 20000.0
+    x.reshape(-1)[11::4999] = np.nan
+    w = f16(rng.standard_normal((o, k, k, shape[3] // groups)) * 0.2)
+    for conv in (dict(bias=rng.standard_normal(o)),
+                 dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), activation="clamp",
+                      activation_params={"min": -1.0, "max": 6.0})):
+        conv.update(strides=(stride, stride), padding=(k // 2 * dil,) * 4, dilation=(dil, dil), groups=groups)
+        _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply(x)))
+        c = K.Conv2D(w, **conv)
+        y, _ = c.apply(x)
+        if c.fusable_sum(x.shape):
+            res = f16(rng.standard_normal(y.shape) * 2)
+            res.reshape(-1)[::53] = 65000.0
+            act = jit.act_args("relu", None, None, o)
+            _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))

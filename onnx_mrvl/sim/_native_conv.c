@@ -47,7 +47,10 @@
 #define PATH_WINDOWS 8      /* conv: windows read in place (micro_one_win24, micro_win12, micro_win*) */
 #define PATH_STEM_ROWS 16   /* conv: a stem of one channel block tiled along output rows (stem_rows) */
 #define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
-static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW;
+#define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
+#define PATH_STEM_BLOCKS 128 /* conv: stem_rows per channel block for stems of over 32 channels (step 6) */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
+                       | PATH_EIGHT | PATH_STEM_BLOCKS;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -781,9 +784,9 @@ static int stem_tile(const tile_t *t, const float *src, float *oc, long step, in
 }
 
 static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, float *out, long m0, long m1,
-                     const epi_t *e, int simple, int windows, float *abuf) {
+                     const epi_t *e, int simple, int windows, float *abuf, long col0) {
     const long K = g->kh * g->kw * g->c, step = g->sw * g->c;
-    const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, 0, (int)g->kh, (int)(g->kw * g->c),
+    const tile_t t = {wpack, ldo, g->cs, e, NULL, (int)K, (int)o, 1, 1, (int)col0, (int)g->kh, (int)(g->kw * g->c),
                       g->dh * g->w * g->c};
     const int tw = o <= 16 ? 2 * MR : MR, quads = step == 6 && (o <= 16 || windows);
     /* a strip must fit the packed buffer (it does for stems: 3 x 49 x 3 floats) */
@@ -838,6 +841,149 @@ static int stem_rows(const geom_t *g, const float *wpack, long o, long ldo, floa
     return flags;
 }
 
+/* ------------------------------------------------------------------ 8-column tiles
+ * An in-place 1x1 conv (conv_range's ``direct``) of at most 8 output channels, one k block, one
+ * channel block (MobileNetV2 0.5's first projection, 16 -> 8 at 112x112): a 16-lane tile of one
+ * pixel left 8 lanes idle, half of every FMA. Zen 4 runs a 512-bit FMA as two 256-bit halves (one
+ * per cycle) and 256-bit ones two per cycle, so each pixel gets one 256-bit accumulator: the
+ * same FMA rate per instruction, half the lanes, 24 pixels per tile, the weights read from the
+ * panel's first 8 columns (interleaving pixel pairs into 16 lanes for one vbroadcastsd per FMA
+ * cost more than it saved: two permutes and stores per pair, 0.089 -> 0.082 ms). Each lane sums
+ * its own k in order from zero, so the values are micro_one's / micro_direct's bit for bit; the
+ * epilogue runs on two pixels per 512-bit vector ([pixel 2i: 0..7][pixel 2i + 1: 0..7], the
+ * epilogue vectors duplicated), and with 8 columns (ldc 8) one store writes both rows. */
+#define P8 24               /* pixels per 8-column tile */
+
+/* an epilogue vector of channels [c, c + 8) in both halves */
+static inline __attribute__((always_inline)) __m512 dup8(const float *v) {
+    return _mm512_broadcast_f32x8(_mm256_loadu_ps(v));
+}
+
+static inline __attribute__((always_inline)) __m512 pair_load(const float *p, long ldc, __mmask16 mc, int two) {
+    if (ldc == 8)
+        return _mm512_maskz_loadu_ps(two ? (__mmask16)(mc | mc << 8) : mc, p);
+    const __m256 l = _mm256_maskz_loadu_ps((__mmask8)mc, p);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(l),
+                              two ? _mm256_maskz_loadu_ps((__mmask8)mc, p + ldc) : _mm256_setzero_ps(), 1);
+}
+
+static inline __attribute__((always_inline)) void pair_store(float *p, long ldc, __mmask16 mc, int two, __m512 v) {
+    if (ldc == 8) {
+        _mm512_mask_storeu_ps(p, two ? (__mmask16)(mc | mc << 8) : mc, v);
+        return;
+    }
+    _mm256_mask_storeu_ps(p, (__mmask8)mc, _mm512_castps512_ps256(v));
+    if (two)
+        _mm256_mask_storeu_ps(p + ldc, (__mmask8)mc, _mm512_extractf32x8_ps(v, 1));
+}
+
+/* npx (<= P8) pixels, rows LDA floats apart at a (LDA < 0: lda, run time); out rows c, ldc apart */
+static inline __attribute__((always_inline)) int
+tile8(const int NP, const int simple, const long LDA, const float *a, long lda, const float *b, long K, float *c,
+      long ldc, int cols, int npx, const epi_t *e, const float *res, const epi_t *e2, long col0) {
+    const long ld = LDA > 0 ? LDA : lda;
+    __m256 a8[P8];
+#pragma GCC unroll 24
+    for (int r = 0; r < NP; r++)
+        a8[r] = _mm256_setzero_ps();
+    for (long p = 0; p < K; p++) {
+        const __m256 wv = _mm256_loadu_ps(b + p * NR);
+#pragma GCC unroll 24
+        for (int r = 0; r < NP; r++)
+            a8[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r * ld + p]), wv, a8[r]);
+    }
+    __m512 acc[P8 / 2];
+#pragma GCC unroll 12
+    for (int i = 0; i < NP / 2; i++)
+        acc[i] = _mm512_insertf32x8(_mm512_castps256_ps512(a8[2 * i]), a8[2 * i + 1], 1);
+    const __mmask16 mc = (__mmask16)((1u << cols) - 1);
+    __mmask16 lb = 0, lb2 = 0;
+    if (simple) {            /* simple_epilogue holds: micro_one's short form */
+        const __m512 bv = dup8(e->bias + col0);
+        __m512 lo, hi, lo2 = bv, hi2 = bv;
+        act_bounds(e, &lo, &hi);
+        if (res)
+            act_bounds(e2, &lo2, &hi2);
+#pragma GCC unroll 12
+        for (int i = 0; i < NP / 2; i++) {
+            if (2 * i >= npx)
+                break;
+            const int two = 2 * i + 1 < npx;
+            const __mmask16 mi = two ? (__mmask16)(mc | mc << 8) : mc;
+            __m512 v = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[i], bv))));
+            lb = _kor_mask16(lb, _kand_mask16(nonfinite(v), mi));
+            if (res) {
+                v = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v, pair_load(res + 2 * i * ldc, ldc, mc, two)))));
+                lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v), mi));
+            }
+            pair_store(c + 2 * i * ldc, ldc, mc, two, v);
+        }
+        return (lb ? 1 : 0) | (lb2 ? 2 : 0);
+    }
+    epv_t E, F = {0};
+    epv_load(&E, e, col0);
+    E.bias = E.has_bias ? dup8(e->bias + col0) : E.bias;
+    E.scale = E.has_scale ? dup8(e->scale + col0) : E.scale;
+    E.shift = E.has_shift ? dup8(e->shift + col0) : E.shift;
+    E.slope = e->code == 4 ? dup8(e->slope + col0) : E.slope;
+    if (res) {
+        epv_load(&F, e2, col0);
+        F.bias = F.has_bias ? dup8(e2->bias + col0) : F.bias;
+        F.scale = F.has_scale ? dup8(e2->scale + col0) : F.scale;
+        F.shift = F.has_shift ? dup8(e2->shift + col0) : F.shift;
+        F.slope = e2->code == 4 ? dup8(e2->slope + col0) : F.slope;
+    }
+    for (int i = 0; 2 * i < npx; i++) {
+        const int two = 2 * i + 1 < npx;
+        const __mmask16 mi = two ? (__mmask16)(mc | mc << 8) : mc;
+        __mmask16 b0 = 0;
+        __m512 v = finish_v(acc[i], &E, &b0);
+        lb |= b0 & mi;
+        if (res) {
+            __mmask16 b1 = 0;
+            v = finish_v(_mm512_add_ps(v, pair_load(res + 2 * i * ldc, ldc, mc, two)), &F, &b1);
+            lb2 |= b1 & mi;
+        }
+        pair_store(c + 2 * i * ldc, ldc, mc, two, v);
+    }
+    return (lb ? 1 : 0) | (lb2 ? 2 : 0);
+}
+
+#define TILE8(sfx, NP, S, LDA) \
+    static HOT_LOOPS int tile8##sfx(const float *a, long lda, const float *b, long K, float *c, long ldc, int cols, \
+                                    int npx, const epi_t *e, const float *res, const epi_t *e2, long col0) { \
+        return tile8(NP, S, LDA, a, lda, b, K, c, ldc, cols, npx, e, res, e2, col0); \
+    }
+/* rows 16 or 32 floats apart compiled in (24 broadcasts off one base register); other strides at
+ * run time; the packed rest (LDP) in tiles of 24 or, for at most 8 pixels, 8 */
+TILE8(_16, P8, 0, 16) TILE8(_16s, P8, 1, 16) TILE8(_32, P8, 0, 32) TILE8(_32s, P8, 1, 32) TILE8(_n, P8, 0, -1)
+TILE8(_ns, P8, 1, -1) TILE8(_q, P8, 0, LDP) TILE8(_qs, P8, 1, LDP) TILE8(_q8, 8, 0, LDP) TILE8(_q8s, 8, 1, LDP)
+typedef int (*tile8_fn)(const float *, long, const float *, long, float *, long, int, int, const epi_t *,
+                        const float *, const epi_t *, long);
+
+/* pixels [m0, m1) of an in-place 1x1 conv (rows cs floats apart, K <= KC, o <= 8 columns of
+ * wpack's one block): tiles of P8 pixels; the last one's missing rows are read as zeros from q */
+static int range8(const float *x, long cs, long K, const float *wpack, long o, long ldo, float *out,
+                  long m0, long m1, const epi_t *e, const float *res, const epi_t *e2, int simple, float *q) {
+    const tile8_fn fn = cs == 16 ? (simple ? tile8_16s : tile8_16) : cs == 32 ? (simple ? tile8_32s : tile8_32)
+                      : (simple ? tile8_ns : tile8_n);
+    int flags = 0;
+    for (long m = m0; m < m1; m += P8) {
+        const int npx = m1 - m < P8 ? (int)(m1 - m) : P8;
+        const float *r = res ? res + m * ldo : NULL;
+        if (npx == P8) {
+            flags |= fn(x + m * cs, cs, wpack, K, out + m * ldo, ldo, (int)o, npx, e, r, e2, 0);
+        } else {                     /* the rows there, zeros after */
+            const int np = npx <= 8 ? 8 : P8;
+            for (int i = 0; i < np; i++)
+                copy_run(q + i * LDP, i < npx ? x + (m + i) * cs : NULL, K);
+            flags |= (np == 8 ? (simple ? tile8_q8s : tile8_q8) : (simple ? tile8_qs : tile8_q))(q, LDP, wpack, K,
+                     out + m * ldo, ldo, (int)o, npx, e, r, e2, 0);
+        }
+    }
+    return flags;
+}
+
 /* Output pixels [m0, m1) and channel blocks [j0, j1) of one conv (FC: a 1x1 conv over [M,1,1,K]),
  * or of one group of a grouped conv: its c input channels of pixels cs floats apart, its o output
  * channels of rows ldo floats apart (x, out and the epilogue vectors already offset to the group).
@@ -875,9 +1021,23 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                       && dw == 1 && c == cs;
     /* at most 16 output channels, one k block, no fused sum: pairs of tiles (micro_one_win24) */
     const int win24 = (new_paths & PATH_WINDOWS) && !direct && !res && o <= 16 && K <= KC && dw == 1 && c == cs;
+    if ((new_paths & PATH_EIGHT) && direct && o <= 8 && K <= KC && j0 == 0 && j1 == 1)
+        return 3 & ~range8(x, cs, K, wpack, o, ldo, out, m0, m1, &e, res, e2, simple, abuf);
     if ((new_paths & PATH_STEM_ROWS) && (win24 || windows || win12) && !res && !direct && o <= NR && K <= KC
         && dw == 1 && c == cs && j0 == 0 && j1 == 1)
-        return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf);
+        return 3 & ~stem_rows(&g, wpack, o, ldo, out, m0, m1, &e, simple, windows, abuf, 0);
+    /* a 3-channel stride-2 stem of more channel blocks (ResNet's 7x7/2 3 -> 64): stem_rows block by
+     * block (the input, 600 KB for 224x224, stays in L2 between them); conv_range's panels of the
+     * flattened pixels packed every panel that crossed a row's end or held a padded pixel */
+    const long rest = ow % MR;     /* a row's last tile: rest rounded up to 4 pixels (a row of 25: 1 -> 4, +8%) */
+    if ((new_paths & PATH_STEM_BLOCKS) && (new_paths & PATH_STEM_ROWS) && windows && step == 6 && !res && o > NR
+        && K <= KC && ((rest + 3) & ~3L) - rest <= 1) {
+        int f = 0;
+        for (long j = j0; j < j1; j++)
+            f |= stem_rows(&g, wpack + j * K * NR, (o - j * NR) < NR ? (o - j * NR) : NR, ldo, out + j * NR, m0, m1,
+                           &e, simple, windows, abuf, j * NR);
+        return 3 & ~f;
+    }
     const float *win[MC / MR + 1];
     for (long mc = m0; mc < m1; mc += MC) {
         const long mrows = (m1 - mc) < MC ? (m1 - mc) : MC;
@@ -929,6 +1089,16 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                         flags |= (simple ? micro_one_win24s : micro_one_win24)(&tw, wsrc2[i / 2], oc, sw * c);
                         i++;
                         oc += MR * ldo;
+                        continue;
+                    }
+                    if (t.cols <= 8 && t.first && t.last && !direct && i + 1 < tiles && (new_paths & PATH_EIGHT)
+                        && (i + 2 < tiles || mrows - (long)(i + 1) * MR == MR)) {
+                        /* at most 8 columns, one k block: two packed panels as one 24-pixel tile8 */
+                        flags |= (simple ? tile8_qs : tile8_q)(abuf + (long)i * MR * LDP, LDP, t.b, kc, oc, ldo, t.cols,
+                                                               2 * MR, &e, rc, e2, t.col0);
+                        i++;
+                        oc += MR * ldo;
+                        rc = rc ? rc + MR * ldo : NULL;
                         continue;
                     }
                     if (t.cols <= 16 && i + 1 < tiles && (new_paths & PATH_ONE_PAIRS)) {
