@@ -209,6 +209,16 @@ def test_reducesum_rule_keeps_softmax_denominators():
     assert "ReduceSum" in _ops(out)
 
 
+def test_reduce_sum_rules_keep_an_empty_sum():
+    """A sum over a tensor with a zero dimension stays a ReduceSum (onnx's
+    test_reduce_sum_empty_set_non_reduced_axis_zero: the pool form had no channels to load)."""
+    n = Net(14)
+    y = n.op("ReduceSum", ["x", n.const(np.array([2], np.int64))], "empty_sum", keepdims=1)
+    m = n.model([("x", [2, 0, 4])], [y])
+    out = legalize(m)       # (no compare: the feeds helper makes no empty tensors)
+    assert _ops(out) == ["ReduceSum"]
+
+
 def test_reducesum_rule_in_opset_18_writes_axes_as_input():
     n = Net(13)
     y = n.op("ReduceSum", ["x", n.const(np.array([-1], np.int64))], "sum_w", keepdims=1)

@@ -122,9 +122,12 @@ def bypass_reason(m: Match, g: Graph) -> Optional[str]:
 
 
 def sum_kept(g, node) -> Optional[str]:
-    """Why a ReduceSum keeps its form (``reducesum_to_mean``, ``last_axis_ones``): a QDQ reduction
-    (fuse's int8 patterns read it), or ``x / sum(x)``, a decomposed normalization kept in fp32."""
+    """Why a ReduceSum keeps its form (``reducesum_to_mean``, ``last_axis_ones``, ``reduce_sum_split``):
+    an empty input, a QDQ reduction (fuse's int8 patterns read it), or ``x / sum(x)``, a decomposed
+    normalization kept in fp32."""
     x = node.input[0]
+    if 0 in (g.shape(x) or ()):
+        return "an empty tensor (a dimension of 0): the sum of no values stays onnxruntime's"
     p = g.producer.get(x)
     if p is not None and p.op_type == "DequantizeLinear":
         return "a QDQ reduction"
