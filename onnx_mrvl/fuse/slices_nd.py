@@ -19,7 +19,7 @@ model holds one image (``groups.model_images``: then it is no batch, e.g. timm's
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 import onnx
@@ -134,12 +134,7 @@ def materialize(m, grp: Group) -> None:
 
 def _materialize_cuts(m, grp: Group) -> None:
     src = grp.inputs[0]
-    name, perm = m.loc[src]
-    if src in m.flat or src in m.rows:
-        name, perm = m.get(src, None, for_mrvl=True, origin=grp.origin), None
-    shape = m.logical_shape(src)
-    order = list(perm) if perm is not None else list(range(len(shape)))
-    stored: List[int] = [shape[a] for a in order]
+    name, order, stored = take.stored_source(m, grp)
     base, out = grp.anchor.name, grp.attrs["slices"][0][0]
     folded = [a for a in m.alias_of.get(src, []) if a not in m.alias_owner]
     cur, slice_name = name, None

@@ -79,16 +79,24 @@ def build_concat_rows(g: GraphIndex, n: onnx.NodeProto, target: Target):
     return Group("ConcatRows", "mrvl.concat", [n], list(n.input), out, {"axis": 0})
 
 
-def materialize(m, grp: Group) -> None:
-    """Reshape to the 4-D view once, then per output a Slice2D and a Reshape to its stored shape
-    (also slices_nd.py's N-D Split / Slice: the axis kept, the outputs in the input's storage)."""
+def stored_source(m, grp: Group):
+    """(name, order, stored dims) of the group's input as the region holds it: its storage order
+    (logical axis per stored axis) and the dims in that order (a flat or row-stored input read as
+    a plain array)."""
     src = grp.inputs[0]
     name, perm = m.loc[src]
     if src in m.flat or src in m.rows:
         name, perm = m.get(src, None, for_mrvl=True, origin=grp.origin), None
     shape = m.logical_shape(src)
     order = list(perm) if perm is not None else list(range(len(shape)))
-    stored = [shape[a] for a in order]
+    return name, order, [shape[a] for a in order]
+
+
+def materialize(m, grp: Group) -> None:
+    """Reshape to the 4-D view once, then per output a Slice2D and a Reshape to its stored shape
+    (also slices_nd.py's N-D Split / Slice: the axis kept, the outputs in the input's storage)."""
+    src = grp.inputs[0]
+    name, order, stored = stored_source(m, grp)
     axis = grp.attrs["axis"]
     k = order.index(axis)
     view = [1, int(np.prod(stored[:k])), stored[k], int(np.prod(stored[k + 1:]))]
