@@ -138,9 +138,11 @@ def sum_kept(g, node) -> Optional[str]:
     return None
 
 
-def slice_params(g, node):
-    """(starts, ends, axes, steps) of an opset >= 10 Slice with constant parameters (axes default to
-    0..n-1, steps to 1), else the reason."""
+def slice_params(g, node, shape):
+    """The cuts of an opset >= 10 Slice with constant parameters over an input of ``shape``: one
+    ``(axis, start, end, step)`` per listed axis (axes default to 0..n-1, steps to 1; the axis taken
+    modulo the rank, start and end clamped into the axis as ONNX does for a positive step), else
+    the reason."""
     if len(node.input) < 3:
         return "opset < 10 Slice (attributes)"
     vals = [g.const(inp(node, i)) if inp(node, i) else None for i in range(1, 5)]
@@ -148,4 +150,10 @@ def slice_params(g, node):
         return "slice parameters are not constants"
     starts, ends, axes, steps = (None if v is None else [int(x) for x in v.reshape(-1)] for v in vals)
     axes = axes if axes is not None else list(range(len(starts)))
-    return starts, ends, axes, steps or [1] * len(starts)
+    cuts = []
+    for s, e, ax, st in zip(starts, ends, axes, steps or [1] * len(starts)):
+        ax %= len(shape)
+        dim = shape[ax]
+        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+        cuts.append((ax, s, e, st))
+    return cuts

@@ -22,16 +22,10 @@ OPS = ("Slice", "Split")
 
 def _slice_cut(g, node, shape):
     """(axis, start, end) of a Slice that cuts one axis with step 1, else a reason."""
-    params = slice_params(g, node)
-    if isinstance(params, str):
-        return params
-    starts, ends, axes, steps = params
-    cut = []
-    for s, e, ax, st in zip(starts, ends, axes, steps):
-        ax %= len(shape)
-        s, e = (min(max(v + shape[ax] if v < 0 else v, 0), shape[ax]) for v in (s, e))
-        if (s, e, st) != (0, shape[ax], 1):
-            cut.append((ax, s, e, st))
+    cuts = slice_params(g, node, shape)
+    if isinstance(cuts, str):
+        return cuts
+    cut = [(ax, s, e, st) for ax, s, e, st in cuts if (s, e, st) != (0, shape[ax], 1)]
     if len(cut) != 1 or cut[0][3] != 1:
         return "not a step-1 slice of one axis"
     return cut[0][:3]

@@ -18,19 +18,15 @@ OPS = ("Split", "Slice")
 
 def _slice_range(g, node, c):
     """(start, end) on axis 1 of a Slice that touches no other axis, else a reason."""
-    params = slice_params(g, node)
-    if isinstance(params, str):
-        return params
-    starts, ends, axes, steps = params
     shape = g.shape(node.input[0])
+    cuts = slice_params(g, node, shape)
+    if isinstance(cuts, str):
+        return cuts
     rng = (0, c)
-    for s, e, ax, st in zip(starts, ends, axes, steps):
-        ax %= 3
-        dim = shape[ax]
-        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+    for ax, s, e, st in cuts:
         if ax == 1 and st == 1:
             rng = (s, e)
-        elif (s, e, st) != (0, dim, 1):
+        elif (s, e, st) != (0, shape[ax], 1):
             return f"slice on axis {ax} (step {st})"
     return rng
 
