@@ -53,7 +53,9 @@ def _mb(n: int) -> str:
 def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool = False, consts_json: bool = True,
                 progress: Optional[Callable[[str], None]] = None) -> str:
     """Write ``result`` (a ``ConvertResult``) into ``out_dir``; returns the path of its model.onnx.
-    ``progress(message)`` gets one line per region (default: INFO records of this module's logger)."""
+    ``progress(message)`` gets "writing region i of N" when a region's first file starts and "wrote
+    region i of N" when its binary is done (default: INFO records of this module's logger); a binary is
+    written beside the next region's files, so region i+1 may be announced before region i is done."""
     say = progress or log.info
     files: List[Tuple[str, Writer]] = []
     region_of: Dict[str, str] = {}
