@@ -281,15 +281,17 @@ def test_rotary_attention_block_one_region(tmp_path):
 
 @pytest.mark.parametrize("skip", [False, True])
 def test_rms_norm_between_fcs_one_region(skip, tmp_path):
-    """(Skip)SimplifiedLayerNormalization as LayerNormalization of [x, -x]: one region, no CPU node
-    (written out, its ReduceMean / Sqrt / Div stayed on the CPU: 2 regions)."""
+    """(Skip)SimplifiedLayerNormalization written out as RMSNorm, fused as the Mrvl LayerNorm in rms
+    mode: one region, no CPU node."""
     model, feeds = CB.rms_norm_block(skip)
     ref = _run(model, feeds)[0]
     legal = _check_legal(model).model
-    assert "LayerNormalization" in {n.op_type for n in legal.graph.node}
+    assert {"ReduceMean", "Sqrt", "Div"} <= {n.op_type for n in legal.graph.node}
     assert _rel(ref, _run(legal, feeds)[0]) <= FP32
     conv = onnx_mrvl.convert(model)
     assert len(conv.subgraphs) == 1 and all(n.op_type.startswith("Subgraph") for n in conv.model.graph.node)
+    norms = [n["attrs"] for n in conv.subgraphs[0].nodes_json["nodes"] if n.get("attrs", {}).get("layer_name") == ["LayerNorm"]]
+    assert [(a["composite_name"], a["rms"], a["origin_nodes"]) for a in norms] == [(["mrvl.rmsnorm"], ["1"], [["rms"]])]
     got = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, feeds)[0]
     assert _rel(ref, got) <= TOL
 

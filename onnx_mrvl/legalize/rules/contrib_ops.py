@@ -149,23 +149,10 @@ class Writer:
         return o
 
     def rms_norm(self, x: str, shape, gamma: str, eps: float, *, out: Optional[str] = None) -> str:
-        """``x / Sqrt(ReduceMean(x * x, -1) + eps) * gamma`` (ORT's SimplifiedLayerNormalization).
-
-        When the model can be at opset 17: ``LayerNormalization(Concat(x, -x))`` over the doubled last
-        axis, first half, ``* gamma``: [x, -x] has mean 0 and variance mean(x * x), so the layer norm
-        is x / sqrt(mean(x * x) + eps) exactly as written (up to the rounding of the zero mean), and
-        fuse runs it as its LayerNorm (there is no RMS-norm op; the written-out ReduceMean / Sqrt / Div
-        stay on the CPU and cut the region)."""
-        d = shape[-1]
-        if opset_reason(self.g) is None:
-            neg = self.op("Mul", [x, self.const("minus_one", -1.0)], shape, tag="negate")
-            wide = list(shape[:-1]) + [2 * d]
-            both = self.op("Concat", [x, neg], wide, tag="mirror", axis=-1)
-            ones = self.const("ln_ones", np.ones(2 * d, np.float32))
-            y = self.layer_norm(both, wide, ones, "", eps)
-            y = self.op("Slice", [y, self.const("h0", [0], np.int64), self.const("h1", [d], np.int64),
-                                  self.const("hx", [-1], np.int64)], shape, tag="first_half")
-            return self.op("Mul", [y, gamma], shape, tag="gamma", out=out)
+        """``x / Sqrt(ReduceMean(x * x, -1) + eps) * gamma`` (ORT's SimplifiedLayerNormalization), written
+        out as the exporters write RMSNorm: fuse's ``rmsnorm`` takes the form as the Mrvl LayerNorm with
+        ``rms`` = 1 (earlier: LayerNormalization of ``[x, -x]``, exact up to the rounding of its zero mean,
+        and twice the width)."""
         red = list(shape[:-1]) + [1]
         sq = self.op("Mul", [x, x], shape, tag="square")
         ms = self.op("ReduceMean", [sq, self.const("axes", [-1], np.int64)] if self.g.opset >= 18 else [sq],
