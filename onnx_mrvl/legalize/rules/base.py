@@ -90,6 +90,19 @@ def reshape(g: Graph, x: str, shape, *, near, origin, out: Optional[str] = None,
     return out
 
 
+def negated(g: Graph, x: str, *, near, origin, dtype=None) -> str:
+    """``Mul(x, -1)`` (the accelerator's negation: a Mul by a constant) named after ``near``; returns
+    its output, shaped and typed as ``x``. The -1 has numpy ``dtype`` when given, else x's type;
+    ``near`` may already be removed (its name and place are used)."""
+    neg = g.add_const(f"{near.name}/minus_one", np.array(-1, dtype=dtype)) if dtype is not None else \
+        g.scalar_like(f"{near.name}/minus_one", -1.0, x)
+    t = g.fresh(f"{x}/neg")
+    g.make("Mul", [x, neg], [t], near=near, origin=origin, name=f"{near.name}/neg")
+    if g.shape(x) is not None:
+        g.set_shape(t, g.shape(x), g.dtype(x))
+    return t
+
+
 def pad_chain(g: Graph, x: str, extra, limit: int, *, near, origin, suffix: str, pads_const: str,
               node_name: str) -> str:
     """``x`` (4-D) zero-padded by ``extra`` ([top, left, bottom, right]) as a chain of constant ``Pad``

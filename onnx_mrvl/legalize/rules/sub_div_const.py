@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, is_float
+from .base import Match, is_float, negated
 
 NAME = "sub_div_const"
 OPS = ("Sub", "Div")
@@ -43,12 +43,8 @@ def rewrite(m: Match, g) -> str:
     node = m.node
     if g.is_const(node.input[0]):   # c - x = x * -1 + c
         x, c = node.input[1], node.input[0]
-        neg = g.add_const(f"{node.name}/minus_one", np.array(-1, dtype=g.const(c).dtype))
-        t = g.fresh(f"{x}/neg")
         g.remove(node)
-        g.make("Mul", [x, neg], [t], near=node, origin=m.origin, name=f"{node.name}/neg")
-        if g.shape(x) is not None:
-            g.set_shape(t, g.shape(x), g.dtype(x))
+        t = negated(g, x, near=node, origin=m.origin, dtype=g.const(c).dtype)
         g.make("Add", [t, c], [node.output[0]], near=node, origin=m.origin, name=node.name)
         return "constant minus tensor -> Mul by -1, Add"
     c = g.const(node.input[1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Match, is_float
+from .base import Match, is_float, negated
 
 NAME = "sub_tensors"
 OPS = ("Sub",)
@@ -48,11 +48,7 @@ def check(m: Match, g, target) -> Optional[str]:
 def rewrite(m: Match, g) -> str:
     node = m.node
     a, b = node.input
-    neg = g.scalar_like(f"{node.name}/minus_one", -1.0, b)
-    t = g.fresh(f"{b}/neg")
     g.remove(node)
-    g.make("Mul", [b, neg], [t], near=node, origin=m.origin, name=f"{node.name}/neg")
-    if g.shape(b) is not None:
-        g.set_shape(t, g.shape(b), g.dtype(b))
+    t = negated(g, b, near=node, origin=m.origin)
     g.make("Add", [a, t], [node.output[0]], near=node, origin=m.origin, name=node.name)
     return "tensor minus tensor -> Add of the Mul by -1"
