@@ -322,6 +322,10 @@ def main(argv=None) -> int:
     print(f"\ngeometric mean sim/ort: {float(np.exp(np.mean(np.log(ratios)))):.2f} (wall, all threads), "
           f"{float(np.exp(np.mean(np.log(ratios1)))):.2f} (one thread each, thread CPU); "
           f"load average {os.getloadavg()[0]:.1f}")
+    print("1t: each side on one thread, thread CPU time (the kernels' own ratio; load hardly moves it); "
+          "x2: the simulator's one-thread CPU over its wall time on all threads (~2: both cores computed "
+          "in its best block; ~1: its worker did not run alongside, so the wall ratio is the machine's); "
+          "fused: a depthwise conv and its 1x1 projection as the static plan runs them (one dw_pw step)")
     a = rng.standard_normal((3136, 576)).astype(np.float32)
     bm = rng.standard_normal((576, 64)).astype(np.float32)
     t = best_time(lambda: a @ bm, args.repeat)
