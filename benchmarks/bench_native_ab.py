@@ -9,7 +9,8 @@ and loaded side by side; the descriptors and static-plan records are the same fo
 layout is not part of a kernel change), so each kernel or step is called on the same inputs by
 one build, then the other, alternately, and the minimum of each is kept. On a shared machine
 this is what separates a kernel change from the load: a one-thread call is timed in thread CPU
-time, which other processes do not inflate.
+time, which other processes do not inflate. On several threads each build's pool is left to fall
+asleep before the other's timed call (``handover``): two pools polling at once shared the cores.
 
 * ``--rows``: ``bench_sim_kernels.py``'s shapes whose name contains one of the substrings (all by
   default): old and new ms, new / old, and whether the outputs are the same bits.
@@ -46,6 +47,19 @@ def load(source: str) -> ctypes.CDLL:
     return so
 
 
+SPIN_S = 0.002   # over the pool's SPIN_NS (0.5 ms) and its yields: a worker has gone to sleep
+
+
+def handover(call, i, threads):
+    """Before build ``i``'s timed call on several threads: each build has its own worker pool, whose
+    workers poll for 0.5 ms after a call; timed right after the other build's call, the two pools'
+    threads shared the two cores (the same source timed 0.271 against 0.139 ms, 1x1 144 -> 24 @56).
+    So wait until the other's workers sleep, then wake this build's with an untimed call."""
+    if threads > 1:
+        time.sleep(SPIN_S)
+        call(i)
+
+
 def kernel_rows(libs, rows, threads, batch, repeat):
     import bench_sim_kernels as B
     from onnx_mrvl.sim.kernels import Conv2D
@@ -74,6 +88,7 @@ def kernel_rows(libs, rows, threads, batch, repeat):
             call(i)
         for _ in range(repeat):
             for i in range(len(libs)):
+                handover(call, i, threads)
                 t0 = clock()
                 call(i)
                 best[i] = min(best[i], clock() - t0)
@@ -106,6 +121,8 @@ def model_steps(libs, key, threads, batch, repeat):
     prof = [np.zeros((len(s[1]), 2), np.int64) for s in segs]
     for _ in range(repeat):
         for i, so in enumerate(libs):
+            handover(lambda k: so.run_steps_profiled(segs[0][4], len(segs[0][1]), segs[0][5], threads,
+                                                     prof[0].ctypes.data), i, threads)
             for s, p, b in zip(segs, prof, best[i]):
                 so.run_steps_profiled(s[4], len(s[1]), s[5], threads, p.ctypes.data)
                 better = p[:, 0] < b[:, 0]
