@@ -1,6 +1,6 @@
 """Simulator conv kernels vs onnxruntime's Conv on the same shapes, as a markdown table.
 
-    .venv/bin/python benchmarks/bench_sim_kernels.py [--repeat N] [--batch 1,8] [--rounds R]
+    .venv/bin/python benchmarks/bench_sim_kernels.py [--repeat N] [--batch 1,8] [--rounds R] [--rows SUBSTR,...]
 
 Each row: the simulator's prepared NHWC Conv2D (fp32 GEMM + epilogue + fp16 rounding) against one
 onnxruntime Conv node on the NCHW equivalent (float32, CPU provider, default threads), best of
@@ -13,6 +13,19 @@ The simulator's kernel runs as its static plan runs it inside a model: the prepa
 writing into a buffer allocated once (``Conv2D.apply`` allocates a fresh output per call, whose
 page faults cost more than a batch-8 depthwise conv itself: 1.7 against 0.6 ms per image);
 onnxruntime reuses its arena likewise.
+
+Rows marked *fused* are a depthwise conv and the 1x1 projection that reads it, as MobileNetV2's
+blocks have them: the static plan runs such a pair as one step (``dw_pw``, sim/plan_fusion.py),
+so inside a model the projections 144 -> 24 @56, 32 -> 16 @112 and 16 -> 8 @112 never run as the
+standalone 1x1 rows above them do; these rows time the pair's native step against onnxruntime's
+Conv + Clip + Conv.
+
+*1t* columns: each side on one thread (the simulator's kernel with one thread, onnxruntime with
+``intra_op_num_threads=1``, which runs on the calling thread), in thread CPU time, which the other
+jobs of a shared machine hardly disturb: the kernels' own ratio. *x2* is the simulator's
+one-thread CPU over its wall time on all threads: ~2 means both cores computed in its best block;
+~1 means the worker thread did not run alongside (the other core was busy elsewhere), and the
+row's wall ratio then says more about the machine than about the kernel.
 """
 from __future__ import annotations
 
@@ -53,6 +66,15 @@ SHAPES = [
     ("mbv2 0.5 1x1 16->8 @112", (1, 112, 112, 16), 8, 1, 1, 0, 1, "none"),
     ("mbv2 dw 3x3 @7 c960", (1, 7, 7, 960), 960, 3, 1, 1, 960, "clamp"),
     ("grouped 3x3 g32 @28 c256", (1, 28, 28, 256), 256, 3, 1, 1, 32, "relu"),
+]
+
+# a depthwise 3x3 (clamp) and the 1x1 projection (no activation) that reads it, fused in the
+# static plan as in MobileNetV2: name, (N,H,W,C), projection's O, depthwise stride
+PAIRS = [
+    ("mbv2 dw @56 c144 + 1x1 ->24 (fused)", (1, 56, 56, 144), 24, 1),
+    ("mbv2 dw @112 c32 + 1x1 ->16 (fused)", (1, 112, 112, 32), 16, 1),
+    ("mbv2 0.5 dw @112 c16 + 1x1 ->8 (fused)", (1, 112, 112, 16), 8, 1),
+    ("mbv2 dw s2 @112 c96 + 1x1 ->24 (fused)", (1, 112, 112, 96), 24, 2),
 ]
 
 
@@ -96,9 +118,10 @@ def settled_best_time(fn, repeat: int) -> float:
 ORT_THREADS = 0
 
 
-def static_call(conv, x):
+def static_call(conv, x, threads=None):
     """``conv`` on ``x`` as the static plan runs it: the native kernel into a preallocated output
-    (numpy finishes a transcendental activation, as there); ``conv(x)`` without native kernels."""
+    (numpy finishes a transcendental activation, as there) on ``threads`` (default: ``workers()``,
+    read per call); ``conv(x)`` without native kernels."""
     conv(x)
     plan = conv._plans.get(x.shape) if native.on() else None
     if plan is None or plan[4] != 1:
@@ -110,15 +133,15 @@ def static_call(conv, x):
     depthwise = conv.depthwise
 
     def run():
-        ok = fn(desc, xa.ctypes.data, out.ctypes.data, workers()) if depthwise else \
-            fn(desc, xa.ctypes.data, out.ctypes.data, None, workers())
+        nt = threads or workers()
+        ok = fn(desc, xa.ctypes.data, out.ctypes.data, nt) if depthwise else \
+            fn(desc, xa.ctypes.data, out.ctypes.data, None, nt)
         return conv._native_finish(out, ok, act) if act is not None else out
     return run
 
 
-def ort_conv(x_nchw, w_oihw, bias, stride, pad, groups, act):
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+def ort_conv(x_nchw, w_oihw, bias, stride, pad, groups, act, threads=None):
+    from onnx import helper, numpy_helper
 
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride] * 2, pads=[pad] * 4,
                               group=groups)]
@@ -131,15 +154,95 @@ def ort_conv(x_nchw, w_oihw, bias, stride, pad, groups, act):
     inits = [numpy_helper.from_array(w_oihw, "w"), numpy_helper.from_array(bias, "b"),
              numpy_helper.from_array(np.array(0, np.float32), "lo"),
              numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    return _ort_session(nodes, inits, x_nchw, threads)
+
+
+def _ort_session(nodes, inits, x_nchw, threads=None):
+    """A run of onnxruntime on the graph ``nodes`` (input ``x``, output ``y``): a callable."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
     g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_nchw.shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    so.intra_op_num_threads = ORT_THREADS
+    so.intra_op_num_threads = ORT_THREADS if threads is None else threads
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return lambda: sess.run(None, {"x": x_nchw})[0]
+
+
+def thread_cpu_best(fn, repeat: int) -> float:
+    """Minimum thread CPU seconds of ``repeat`` calls of ``fn`` after one untimed (a one-thread run)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time_ns()
+        fn()
+        best = min(best, time.thread_time_ns() - t0)
+    return best / 1e9
+
+
+def pair_calls(x, wd, bd, wp, bp, stride):
+    """(run on all threads, run on one thread, output NHWC, fused?) of the depthwise + 1x1 pair as
+    the static plan runs it: its native steps (``run_steps``) on the plan's arena, the input
+    already placed there. At batch > 1 the batch plan (the simulator would split the batch into
+    images, sim/batch_split.py: the other rows time the batch too)."""
+    from onnx_mrvl.sim import Simulator, batch_split
+    n, h, w, c = x.shape
+    o = wp.shape[0]
+    oh, ow = (h + 2 - 3) // stride + 1, (w + 2 - 3) // stride + 1
+    shapes = [list(x.shape), [n, oh, ow, c], [n, oh, ow, o]]
+    conv = {"dilation": [1, 1], "activation_params": {"min": 0.0, "max": 6.0}}
+    meta = {"format": "onnx_mrvl.program", "program_version": 1, "name": "pair", "batch_size": n,
+            "quantize": "float16", "arch": {},
+            "inputs": [{"name": "x", "tensor": 0, "shape": shapes[0], "layout": "NHWC"}],
+            "outputs": [{"name": "y", "tensor": 2, "shape": shapes[2], "layout": "NHWC"}],
+            "tensors": [{"id": i, "name": f"t{i}", "shape": sh, "layout": "NHWC"} for i, sh in enumerate(shapes)],
+            "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)}
+                        for k, v in (("wd", wd), ("bd", bd), ("wp", wp), ("bp", bp))],
+            "layers": [
+                {"index": 0, "name": "dw", "layer_name": "Conv2D", "inputs": [0], "outputs": [1],
+                 "weights": {"kernel": "wd", "bias": "bd"},
+                 "params": dict(conv, strides=[stride] * 2, padding=[1] * 4, groups=c, kernel_size=[3, 3],
+                                channels=c, activation="clamp")},
+                {"index": 1, "name": "pw", "layer_name": "Conv2D", "inputs": [1], "outputs": [2],
+                 "weights": {"kernel": "wp", "bias": "bp"},
+                 "params": dict(conv, strides=[1, 1], padding=[0] * 4, groups=1, kernel_size=[1, 1],
+                                channels=o, activation="none")}]}
+    saved, batch_split.ENABLED = batch_split.ENABLED, False
+    try:
+        sim = Simulator.from_program(meta, {"wd": wd, "bd": bd, "wp": wp, "bp": bp})
+    finally:
+        batch_split.ENABLED = saved
+    sim.run([x])
+    plan = sim._static
+    if plan is None or not native.on():
+        return (lambda: sim.run([x])), None, sim.run([x])[0], False
+    segs = [sg for sg in plan.segments if sg[0] == "native"]
+    fused = any(e.rec is not None and e.rec[0] == 10 for sg in segs for e in sg[1])
+    lib = native.lib()
+
+    def run(nt=None):
+        for sg in segs:
+            lib.run_steps(sg[4], len(sg[1]), sg[5], nt or workers())
+    run()
+    return run, (lambda: run(1)), plan.views[2].copy(), fused
+
+
+def ort_pair(x_nchw, wd, bd, wp, bp, stride, threads=None):
+    from onnx import helper, numpy_helper
+    c = wd.shape[0]
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["d"], strides=[stride] * 2, pads=[1] * 4, group=c),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["dc"]),
+             helper.make_node("Conv", ["dc", "wp", "bp"], ["y"])]
+    inits = [numpy_helper.from_array(np.ascontiguousarray(wd.astype(np.float32).transpose(0, 3, 1, 2)), "wd"),
+             numpy_helper.from_array(bd, "bd"),
+             numpy_helper.from_array(np.ascontiguousarray(wp.astype(np.float32).transpose(0, 3, 1, 2)), "wp"),
+             numpy_helper.from_array(bp, "bp"),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    return _ort_session(nodes, inits, x_nchw, threads)
 
 
 def main(argv=None) -> int:
@@ -150,6 +253,7 @@ def main(argv=None) -> int:
     ap.add_argument("--blas-threads", type=int, default=0,
                     help="set numpy's OpenBLAS threads (0: leave the default); onnxruntime is unchanged")
     ap.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads (0: default)")
+    ap.add_argument("--rows", default="", help="comma-separated substrings of the row names ('' all)")
     ap.add_argument("--model-binary", help="also time a whole region binary (Simulator.run) ...")
     ap.add_argument("--onnx", help="... against onnxruntime on this model (same single input)")
     args = ap.parse_args(argv)
@@ -161,31 +265,67 @@ def main(argv=None) -> int:
     global ORT_THREADS
     ORT_THREADS = args.ort_threads
     rng = np.random.default_rng(0)
-    print("| conv | sim ms | ort ms | sim/ort | max abs diff vs ort |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    ratios, tot_sim, tot_ort = [], 0.0, 0.0
-    for batch, (name, shape, o, k, s, p, g, act) in [(b, c) for b in (int(v) for v in args.batch.split(",")) for c in SHAPES]:
-        shape = (batch,) + tuple(shape[1:])
-        x = rng.standard_normal(shape).astype(np.float16).astype(np.float32)
-        w = (rng.standard_normal((o, k, k, shape[3] // g)) / np.sqrt(k * k * shape[3] / g)).astype(np.float16)
-        b = rng.standard_normal(o).astype(np.float32) * 0.1
-        conv = Conv2D(w, bias=b, strides=(s, s), padding=(p,) * 4, groups=g, activation=act,
-                      activation_params={"min": 0.0, "max": 6.0})
-        ort_fn = ort_conv(np.ascontiguousarray(x.transpose(0, 3, 1, 2)),
-                          np.ascontiguousarray(w.astype(np.float32).transpose(0, 3, 1, 2)), b, s, p, g, act)
-        sim_fn = static_call(conv, x)
+    want = [r for r in args.rows.split(",") if r]
+    print("| conv | sim ms | ort ms | sim/ort | sim 1t ms | ort 1t ms | 1t sim/ort | x2 | max abs diff vs ort |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    ratios, ratios1, tot_sim, tot_ort = [], [], 0.0, 0.0
+
+    def row(label, sim_fn, sim1_fn, ort_fn, ort1_fn, diff):
+        nonlocal tot_sim, tot_ort
         t_sim = t_ort = float("inf")
         for _ in range(max(1, args.rounds)):
             t_sim = min(t_sim, settled_best_time(sim_fn, args.repeat))
             t_ort = min(t_ort, settled_best_time(ort_fn, args.repeat))
-        diff = float(np.abs(conv(x) - ort_fn().transpose(0, 2, 3, 1)).max())
+        c_sim = thread_cpu_best(sim1_fn, args.repeat) if sim1_fn is not None else float("nan")
+        c_ort = thread_cpu_best(ort1_fn, args.repeat)
         ratios.append(t_sim / t_ort)
+        if c_sim == c_sim:
+            ratios1.append(c_sim / c_ort)
         tot_sim += t_sim
         tot_ort += t_ort
-        print(f"| {name} {shape}->{o} k{k} s{s} g{g} | {t_sim * 1e3:.3f} | {t_ort * 1e3:.3f} | "
-              f"{t_sim / t_ort:.2f} | {diff:.2e} |")
-    print(f"| **total** | {tot_sim * 1e3:.3f} | {tot_ort * 1e3:.3f} | {tot_sim / tot_ort:.2f} | |")
-    print(f"\ngeometric mean sim/ort: {float(np.exp(np.mean(np.log(ratios)))):.2f}")
+        print(f"| {label} | {t_sim * 1e3:.3f} | {t_ort * 1e3:.3f} | {t_sim / t_ort:.2f} | {c_sim * 1e3:.3f} | "
+              f"{c_ort * 1e3:.3f} | {c_sim / c_ort:.2f} | {c_sim / t_sim:.1f} | {diff:.2e} |", flush=True)
+
+    for batch in (int(v) for v in args.batch.split(",")):
+        for name, shape, o, k, s, p, g, act in SHAPES:
+            if want and not any(r in name for r in want):
+                continue
+            shape = (batch,) + tuple(shape[1:])
+            x = rng.standard_normal(shape).astype(np.float16).astype(np.float32)
+            w = (rng.standard_normal((o, k, k, shape[3] // g)) / np.sqrt(k * k * shape[3] / g)).astype(np.float16)
+            b = rng.standard_normal(o).astype(np.float32) * 0.1
+            conv = Conv2D(w, bias=b, strides=(s, s), padding=(p,) * 4, groups=g, activation=act,
+                          activation_params={"min": 0.0, "max": 6.0})
+            ort_args = (np.ascontiguousarray(x.transpose(0, 3, 1, 2)),
+                        np.ascontiguousarray(w.astype(np.float32).transpose(0, 3, 1, 2)), b, s, p, g, act)
+            ort_fn = ort_conv(*ort_args)
+            diff = float(np.abs(conv(x) - ort_fn().transpose(0, 2, 3, 1)).max())
+            row(f"{name} {shape}->{o} k{k} s{s} g{g}", static_call(conv, x), static_call(conv, x, 1), ort_fn,
+                ort_conv(*ort_args, threads=1), diff)
+        for name, shape, o, s in PAIRS:
+            if want and not any(r in name for r in want):
+                continue
+            shape = (batch,) + tuple(shape[1:])
+            c = shape[3]
+            x = rng.standard_normal(shape).astype(np.float16).astype(np.float32)
+            wd = (rng.standard_normal((c, 3, 3, 1)) / 3.0).astype(np.float16)
+            bd = rng.standard_normal(c).astype(np.float32) * 0.1
+            wp = (rng.standard_normal((o, 1, 1, c)) / np.sqrt(c)).astype(np.float16)
+            bp = rng.standard_normal(o).astype(np.float32) * 0.1
+            sim_fn, sim1_fn, y, fused = pair_calls(x, wd, bd, wp, bp, s)
+            x_nchw = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+            ort_fn = ort_pair(x_nchw, wd, bd, wp, bp, s)
+            diff = float(np.abs(y - ort_fn().transpose(0, 2, 3, 1)).max())
+            label = f"{name if fused else name.replace('(fused)', '(NOT fused)')} {shape}->{o}"
+            row(label, sim_fn, sim1_fn, ort_fn, ort_pair(x_nchw, wd, bd, wp, bp, s, threads=1), diff)
+    print(f"| **total** | {tot_sim * 1e3:.3f} | {tot_ort * 1e3:.3f} | {tot_sim / tot_ort:.2f} | | | | | |")
+    print(f"\ngeometric mean sim/ort: {float(np.exp(np.mean(np.log(ratios)))):.2f} (wall, all threads), "
+          f"{float(np.exp(np.mean(np.log(ratios1)))):.2f} (one thread each, thread CPU); "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print("1t: each side on one thread, thread CPU time (the kernels' own ratio; load hardly moves it); "
+          "x2: the simulator's one-thread CPU over its wall time on all threads (~2: both cores computed "
+          "in its best block; ~1: its worker did not run alongside, so the wall ratio is the machine's); "
+          "fused: a depthwise conv and its 1x1 projection as the static plan runs them (one dw_pw step)")
     a = rng.standard_normal((3136, 576)).astype(np.float32)
     bm = rng.standard_normal((576, 64)).astype(np.float32)
     t = best_time(lambda: a @ bm, args.repeat)

@@ -532,3 +532,24 @@ def _run_conv(w, x):
     import os
     os.environ["ONNX_MRVL_SIM_THREADS"] = "2"
     return K.Conv2D(w, padding=(1, 1, 1, 1), activation="relu").apply(x)[0]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two allowed CPUs")
+def test_pinned_workers_run_on_one_cpu_each_with_the_same_bits():
+    """ONNX_MRVL_SIM_PIN=1: each pool worker's affinity is one CPU of the allowed set (the caller's
+    stays whole), and a split conv gives the same bits as unpinned."""
+    code = ("import glob, os, numpy as np; os.environ['ONNX_MRVL_SIM_THREADS'] = '2'\n"
+            "from onnx_mrvl.sim import kernels as K\n"
+            "r = np.random.default_rng(3)\n"
+            "x = r.standard_normal((1, 30, 30, 32)).astype(np.float16).astype(np.float32)\n"
+            "w = (r.standard_normal((64, 3, 3, 32)) * 0.2).astype(np.float16)\n"
+            "y = K.Conv2D(w, padding=(1, 1, 1, 1), activation='relu').apply(x)[0]\n"
+            "aff = sorted(len(os.sched_getaffinity(int(t.split('/')[-1]))) for t in glob.glob('/proc/self/task/*'))\n"
+            "print(aff.count(1), y.view(np.uint32).sum(dtype=np.uint64), y.view(np.uint32)[::97].tolist())")
+    outs = []
+    for pin in ("0", "1"):
+        env = dict(os.environ, ONNX_MRVL_SIM_PIN=pin)
+        outs.append(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                   check=True).stdout.split(" ", 1))
+    assert outs[0][0] == "0" and int(outs[1][0]) >= 1, outs      # unpinned: none; pinned: the worker
+    assert outs[0][1] == outs[1][1]                               # the same bits

@@ -23,6 +23,9 @@
  * epilogue, activation and rounding helpers inline into every kernel loop, and gives one shared
  * object to build, key and cache.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE          /* sched_getaffinity, pthread_setaffinity_np (ONNX_MRVL_SIM_PIN) */
+#endif
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1500,6 +1503,30 @@ static void work(void) {
 
 static atomic_int workers_started = 0;
 
+/* ONNX_MRVL_SIM_PIN=1 (read when a worker is created): worker k is born pinned to the k-th CPU of
+ * the process's allowed set (mod their count), the caller stays free, as onnxruntime's default
+ * intra-op pool pins its workers (their /proc task affinity: one CPU each, the caller's thread
+ * all). Off by default: on a shared machine a pinned worker cannot move off a busy core. For A/B
+ * runs on an idle machine: can a worker woken onto its caller's core (both then share one core
+ * until the scheduler moves one) explain a kernel timed at one-thread speed? */
+static void pin_attr(pthread_attr_t *a, int k) {
+    const char *v = getenv("ONNX_MRVL_SIM_PIN");
+    cpu_set_t allowed, one;
+    if (!v || strcmp(v, "1") != 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return;
+    const int n = CPU_COUNT(&allowed);
+    if (n < 2)
+        return;
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || seen++ != k % n)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pthread_attr_setaffinity_np(a, sizeof one, &one);
+        return;
+    }
+}
+
 static void *worker(void *unused) {
     (void)unused;
     pool_tid = atomic_fetch_add(&workers_started, 1) + 1;
@@ -1544,6 +1571,7 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pin_attr(&a, pool_size + 1);
         if (pthread_create(&t, &a, worker, NULL) != 0) {
             pthread_attr_destroy(&a);
             break;
