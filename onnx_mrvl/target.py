@@ -112,8 +112,13 @@ class Target:
     activations: Tuple[str, ...] = ACTIVATIONS
     dtypes: Tuple[str, ...] = ("float32",)
     fp16_max: float = 65504.0
-    resize_max_scale: int = 8             # Resize: nearest repeat factor; bilinear (separable 2-tap
-                                           # interpolation per axis, docs/fusion.md) up/down factor per axis
+    resize_max_scale: int = 8             # Resize: nearest repeat factor (also ConvTranspose phases)
+    resize_linear_max_scale: int = 32     # bilinear Resize up/down factor per axis. Assumption: the
+                                           # separable 2-tap interpolation (docs/fusion.md) reads a
+                                           # per-row / per-column (index, weight) table whose size is the
+                                           # output size, 2 source rows per output row: nothing depends on
+                                           # the factor; 32 covers segmentation heads' output strides
+                                           # (DeepLab x16, FCN-32s / BiSeNet / U^2-Net up to x32)
     avgpool_exclude_pad: bool = True       # AveragePool count_include_pad=0 taken as is (else
                                            # legalize calibrates it: include pads + Mul by a map)
     arch: ArchProfile = field(default_factory=ArchProfile)
