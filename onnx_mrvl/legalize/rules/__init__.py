@@ -21,7 +21,7 @@ from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
-from . import slice_through_transpose
+from . import slice_through_transpose, strided_slice_split
 from .base import Match
 
 RULES = (
@@ -65,6 +65,7 @@ RULES = (
     signed_permute,
     expand_to_concat,
     strided_slice_view,
+    strided_slice_split,
     batched_const_matmul,
     last_axis_ones,
     sub_tensors,
