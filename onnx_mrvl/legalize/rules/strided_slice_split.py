@@ -10,7 +10,8 @@ subsampling ``x.view(B, 7, 7, C)[:, ::2, ::2]`` (7 is odd) and other strided sub
 grids of odd size; exact (only data moves).
 
 Not for an image's H / W (axes 2 / 3 of a 4-D tensor) read by a Conv, Concat or Slice (fuse's
-strided depthwise conv takes those), constant inputs, several sliced axes, negative steps."""
+strided depthwise conv takes those), the batch axis of a 4-D / 5-D tensor, constant inputs, several
+sliced axes, negative steps."""
 from __future__ import annotations
 
 from typing import Optional
@@ -48,6 +49,8 @@ def check(m: Match, g, target) -> Optional[str]:
     s, e = min(max(s, 0), n), min(max(e, 0), n)
     if n % k == 0 and s < k and e == n:
         return "every k-th row of the whole axis (strided_slice_view)"
+    if rank >= 4 and a == 0:
+        return "the batch axis of an image (a Concat there stays on the CPU)"
     if rank == 4 and a in (2, 3) and any(u.op_type in IMAGE_READERS for u in g.users(node.output[0])):
         return "an image's H / W axis read by a Conv / Concat / Slice (fuse's strided depthwise conv takes it)"
     c = -(-(e - s) // k) if e > s else 0
