@@ -35,7 +35,8 @@ def _subsample(grid=7, c=16, cuts=((1, 0, None, 2), (2, 0, None, 2)), seed=0) ->
         nodes.append(helper.make_node("Slice", [f"v{i}"] + names, [f"v{i + 1}"], name=f"slice{i}"))
     nodes += [helper.make_node("Reshape", [f"v{len(cuts)}", "flat"], ["f"]),
               helper.make_node("MatMul", ["f", "w2"], ["y"], name="fc2")]
-    g = helper.make_graph(nodes, "subsample", [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, grid * grid, c])],
+    g = helper.make_graph(nodes, "subsample",
+                          [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, grid * grid, c])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8

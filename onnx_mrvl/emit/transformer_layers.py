@@ -69,7 +69,8 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         if v.size != d:
             a.fail(f"{role} has {v.size} values for an axis of size {d} (input {shape}, axis {axis})")
         weights[role] = ctx.weight(a, f"{lname}.{role}", v, "C", fp16=False)
-    return shape, int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + norm_blocked_extra_ops(d, DEFAULT_TARGET))   # the compile step has no target
+    blocked = norm_blocked_extra_ops(d, DEFAULT_TARGET)   # the compile step has no target: the default's row
+    return shape, int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + blocked)
 
 
 def softmax(a, ctx, lname, in_shapes, params, weights):
