@@ -104,7 +104,10 @@ class Target:
     max_pad: Dict[str, int] = field(default_factory=lambda: {"conv": 7, "pool": 7})
     max_stride: int = 8
     max_dilation: int = 8
-    max_channels: int = 8192               # channels per layer (in and out)
+    max_channels: int = 8192               # channels per layer (in and out); also the row a LayerNorm
+                                           # normalises in one pass
+    max_norm_features: int = 1 << 22       # LayerNorm / RMSNorm row above max_channels: blocked passes
+                                           # (NORM_BLOCKED_LOWERING; assumption)
     max_fc_features: int = 65536           # also K and N of a BatchMatMul (two activations), which
                                            # is assumed to run on the FC's MAC array with its second
                                            # operand streamed from OCM instead of the weights
@@ -112,8 +115,13 @@ class Target:
     activations: Tuple[str, ...] = ACTIVATIONS
     dtypes: Tuple[str, ...] = ("float32",)
     fp16_max: float = 65504.0
-    resize_max_scale: int = 8             # Resize: nearest repeat factor; bilinear (separable 2-tap
-                                           # interpolation per axis, docs/fusion.md) up/down factor per axis
+    resize_max_scale: int = 8             # Resize: nearest repeat factor (also ConvTranspose phases)
+    resize_linear_max_scale: int = 32     # bilinear Resize up/down factor per axis. Assumption: the
+                                           # separable 2-tap interpolation (docs/fusion.md) reads a
+                                           # per-row / per-column (index, weight) table whose size is the
+                                           # output size, 2 source rows per output row: nothing depends on
+                                           # the factor; 32 covers segmentation heads' output strides
+                                           # (DeepLab x16, FCN-32s / BiSeNet / U^2-Net up to x32)
     avgpool_exclude_pad: bool = True       # AveragePool count_include_pad=0 taken as is (else
                                            # legalize calibrates it: include pads + Mul by a map)
     arch: ArchProfile = field(default_factory=ArchProfile)
@@ -177,6 +185,23 @@ INT8_RECURRENT_LOWERING = (
 # The target description of what the accelerator computes off the MAC array: per Mrvl layer kind
 # (and per smooth activation of a layer's epilogue), the unit, its lowering, and the vector-unit
 # operations per element the performance model charges (``ArchProfile.vector_ops_per_cycle_per_tile``).
+NORM_BLOCKED_LOWERING = (
+    "a LayerNorm / RMSNorm row longer than max_channels (PoolFormer's GroupNorm(1) over C*H*W, a GroupNorm's "
+    "wide groups) runs in blocks of at most max_channels values through the vector unit: pass 1 sums each "
+    "block in fp32 and adds the block sums into one fp32 accumulator (the mean), pass 2 likewise the squared "
+    "deviations (the variance; skipped by RMSNorm, which sums squares in pass 1), pass 3 normalises block by "
+    "block with the row's 1/sqrt(var + eps), gamma, beta. Assumption: the same 8 operations per element plus "
+    "the row's 2 extra reads from on-chip memory, charged as 2 more vector operations per element "
+    "(emit/transformer_layers.py); rows up to max_norm_features values (fp32 accumulation of the block sums)")
+
+
+
+def norm_blocked_extra_ops(d: int, target: "Target") -> int:
+    """Vector operations per element a LayerNorm row of ``d`` values costs beyond its one pass: 2 (the
+    row's two extra reads, ``NORM_BLOCKED_LOWERING``) when it is longer than ``target.max_channels``."""
+    return 2 if d > target.max_channels else 0
+
+
 VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "LayerNorm": ("vector unit: sum-reduction for the mean, subtract, square, sum-reduction for the "
                   "variance, one rsqrt per row (Newton step on a LUT seed), multiply by it, gamma "

@@ -218,8 +218,8 @@ def test_strided_slice_view_cases():
         return any(rule == "strided_slice_view" for rule, _, _ in leg.log)
     assert one([2, 6, 5], 1, 1, 3) and one([1, 8, 4, 4], 1, 0, 2) and one([4, 6], 1, 1, 2)
     assert not one([1, 3, 8, 8], 2, 0, 2)     # an image's H: the Focus conv's
-    assert not one([2, 7, 5], 1, 0, 2)        # 7 rows: not every 2nd of all
-    assert not one([2, 6, 5], 1, 0, 2, end=4)  # stops early
+    assert one([2, 7, 5], 1, 0, 2)            # 7 rows: strided_slice_split's run of 6, every 2nd of it
+    assert one([2, 6, 5], 1, 0, 2, end=4)     # stops early: the run [0, 4), every 2nd of it
 
 
 def test_token_grid_slice_off_the_channel_axis_is_a_slice_nd(tmp_path):

@@ -69,7 +69,8 @@ def _decoder(mode: str, scales=None, sizes=None, size: int = 16) -> onnx.ModelPr
 
 
 CASES = [("half_pixel", (1, 2, 2), None), ("align_corners", None, (32, 32)), ("asymmetric", (1, 2, 2), None),
-         ("pytorch_half_pixel", None, (24, 40)), ("half_pixel", (1, 1.5, 0.5), None)]
+         ("pytorch_half_pixel", None, (24, 40)), ("half_pixel", (1, 1.5, 0.5), None),
+         ("half_pixel", (1, 16, 16), None), ("align_corners", None, (256, 128))]   # DeepLab's final x16
 
 
 @pytest.mark.parametrize("act", ["s8", "u8"])

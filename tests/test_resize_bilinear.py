@@ -13,6 +13,7 @@ from onnx_mrvl.artifact import load
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.sim.resize_linear import resize_bilinear
+from onnx_mrvl.target import Target
 
 R = np.random.default_rng(4)
 MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -109,7 +110,29 @@ def test_other_modes_stay_on_the_cpu(attrs, reason):
     assert d.placement == "cpu" and reason in d.reason
 
 
+@pytest.mark.parametrize("ctm", MODES)
+@pytest.mark.parametrize("kw", [dict(out=(80, 128)), dict(scales=(16.0, 32.0)), dict(out=(37, 100))],
+                         ids=["x16_x32", "scales", "odd"])
+def test_segmentation_head_upsample_on_the_accelerator(ctm, kw, tmp_path):
+    """A segmentation head's final x16 / x32 bilinear upsample (DeepLabV3 output stride 16, FCN-32s,
+    BiSeNet, U^2-Net): beyond the nearest repeat limit 8, within resize_linear_max_scale 32; one
+    region, every coordinate mode within the fp16 bound, 4 MACs per output value."""
+    m = net(ctm, hw=(5, 4), **kw)
+    x = R.standard_normal([1, 4, 5, 4]).astype(np.float32)
+    want = _ort(m, x)
+    result = onnx_mrvl.convert(m)
+    assert result.report.decisions["resize"].composite == "mrvl.resize_bilinear"
+    assert [n.op_type for n in result.model.graph.node] == ["Subgraph_1x1"]
+    got = onnx_mrvl.InferenceSession(result.save(str(tmp_path))).run(None, {"x": x})[0]
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
+    meta = load(result.subgraphs[0].binary).meta
+    resize = next(layer for layer in meta["layers"] if layer["layer_name"] == "Resize")
+    assert resize["macs"] == 4 * want.shape[2] * want.shape[3] * 8
+
+
 def test_scale_above_the_limit_stays():
-    m = net("half_pixel", hw=(4, 4), out=(40, 8))
+    m = net("half_pixel", hw=(4, 4), out=(160, 8))
     d = fuse(legalize(m)).decisions["resize"]
+    assert d.placement == "cpu" and "scale 160/4 exceeds the limit 32" in d.reason
+    d = fuse(legalize(net("half_pixel", hw=(4, 4), out=(40, 8))), Target(resize_linear_max_scale=8)).decisions["resize"]
     assert d.placement == "cpu" and "scale 40/4 exceeds the limit 8" in d.reason

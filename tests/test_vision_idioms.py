@@ -82,10 +82,23 @@ def test_swin_roll_and_patch_merging_slices_run_on_the_accelerator(tmp_path):
     assert res.report.offload_fraction == 1.0 and len(res.subgraphs) == 1
 
 
+@pytest.mark.parametrize("starts,ends,steps", [
+    ([1], [BIG], [3]),             # 8 is no multiple of 3
+    ([3], [BIG], [2]),             # starts beyond the step
+    ([0], [5], [2]),               # stops before the end
+])
+def test_strided_slices_that_are_no_phase_of_a_view_are_split(starts, ends, steps, tmp_path):
+    """No phase of a view (they stayed on the CPU with that reason): legalize's strided_slice_split
+    writes a step-1 run, every k-th row of it (a phase) and the last row alone + Concat."""
+    n = Net(23)
+    x = n.op("Transpose", [n.conv("input", 3, 4, act="relu")], "tok", perm=[0, 2, 3, 1])
+    s = _slice(n, x, starts, ends, [1], steps, "node")
+    m = n.model([("input", [1, 3, 8, 8])], [n.op("MatMul", [s, n.w(4, 4)], "fc")])
+    r, res = _convert_and_run(m, tmp_path)
+    assert not r.decisions.by_placement("cpu") and len(res.subgraphs) == 1
+
+
 @pytest.mark.parametrize("starts,ends,steps,why", [
-    ([1], [BIG], [3], "an axis of 8"),             # 8 is no multiple of 3
-    ([3], [BIG], [2], "one phase"),                # starts beyond the step
-    ([0], [5], [2], "one phase"),                  # stops before the end
     ([7], [0], [-1], "slices forward"),            # a reversed axis
 ])
 def test_strided_slices_that_are_no_phase_of_a_view_stay_with_their_reason(starts, ends, steps, why):

@@ -5,7 +5,8 @@ of the stored tensor (``log`` = 1: LogSoftmax; ``nan_fill`` = c: c where the res
 ``vector_ops`` is the work the perf model charges to the vector unit (docs/simulator.md): per
 element, LayerNorm 8 (sum, subtract, square, sum, multiply by 1/sqrt(var + eps), gamma, beta,
 round; one rsqrt per row; an RMSNorm is charged the same, an upper bound: it skips the mean and its
-subtract), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
+subtract; a row longer than ``max_channels`` runs in blocked passes and is charged 2 more for its
+two extra reads, ``target.NORM_BLOCKED_LOWERING``), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
 round; one reciprocal per row), LogSoftmax 6 (max, subtract, exp by LUT, sum, subtract the log of
 the sum, round; one log per row); ``nan_fill`` one more (the select).
 """
@@ -15,6 +16,7 @@ from typing import List
 
 import numpy as np
 
+from ..target import DEFAULT_TARGET, norm_blocked_extra_ops
 from .json_attrs import decode_const, to_number, unwrap
 
 LAYERNORM_OPS_PER_ELEMENT = 8
@@ -67,7 +69,8 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         if v.size != d:
             a.fail(f"{role} has {v.size} values for an axis of size {d} (input {shape}, axis {axis})")
         weights[role] = ctx.weight(a, f"{lname}.{role}", v, "C", fp16=False)
-    return shape, int(np.prod(shape)) * LAYERNORM_OPS_PER_ELEMENT
+    blocked = norm_blocked_extra_ops(d, DEFAULT_TARGET)   # the compile step has no target: the default's row
+    return shape, int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + blocked)
 
 
 def softmax(a, ctx, lname, in_shapes, params, weights):

@@ -1,7 +1,8 @@
 """Nearest-neighbour Resize as ``mrvl.resize_nearest``: integer scales whose ONNX coordinate mode
 is a plain pixel repeat (output index o reads input index o // scale). Bilinear Resize of a feature
 map (mode ``linear``; ``half_pixel``, ``pytorch_half_pixel``, ``align_corners``, ``asymmetric``) as
-``mrvl.resize_bilinear``: any output size within ``resize_max_scale`` per axis (up or down)."""
+``mrvl.resize_bilinear``: any output size within ``resize_linear_max_scale`` per axis (up or down;
+the interpolation table grows with the output, not with the factor: a segmentation head's x16 / x32)."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,8 +70,8 @@ def build_bilinear(g: GraphIndex, n: onnx.NodeProto, target: Target):
         scales = sc[2:]
     for axis in (2, 3):
         ratio = outs[axis] / ins[axis]
-        if max(ratio, 1 / ratio) > target.resize_max_scale:
-            return f"scale {outs[axis]}/{ins[axis]} exceeds the limit {target.resize_max_scale}"
+        if max(ratio, 1 / ratio) > target.resize_linear_max_scale:
+            return f"scale {outs[axis]}/{ins[axis]} exceeds the limit {target.resize_linear_max_scale}"
     attrs = {"mode": "linear", "sizes": [outs[2], outs[3]], "coordinate_mode": ctm}
     if scales is not None:
         attrs["linear_scales"] = scales

@@ -109,8 +109,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return reason
     if g.shape(out) != shape:
         return "the RMSNorm's scale broadcasts its result to another shape"
-    if shape[a] > target.max_channels:
-        return f"{shape[a]} features exceed the limit {target.max_channels}"
+    if shape[a] > target.max_norm_features:   # above max_channels: blocked passes (target.NORM_BLOCKED_LOWERING)
+        return f"{shape[a]} features exceed the limit {target.max_norm_features}"
     if not eps >= 0:
         return f"epsilon {eps} is negative"
     return Group("LayerNorm", "mrvl.rmsnorm", nodes, [x], out, {"axis": a, "epsilon": eps, "rms": 1},

@@ -57,6 +57,14 @@ def _image(g: GraphIndex, t: str) -> bool:
     return p is not None and p.op_type in SPATIAL_OPS
 
 
+def _feeds_convs(g: GraphIndex, n: onnx.NodeProto) -> bool:
+    """Every output of ``n`` is read, and only by Convs: a model input's slice that is the input
+    window of a conv (legalize's kernel tiles of DeepSpeech2's 41x11 conv), not a lone slice."""
+    readers = [u for o in n.output if o for u in g.consumers.get(o, ())]
+    return bool(readers) and all(g.consumers.get(o) for o in n.output if o) and \
+        all(u.op_type == "Conv" for u in readers)
+
+
 def _cut(s: int, e: int, st: int, dim: int):
     """(start, end, step) of one axis of a positive-step Slice (clamped as ONNX does), None when the
     whole axis, or the reason it cannot be a Slice2D of a view."""
@@ -79,7 +87,7 @@ def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape, target: Target):
         return reason
     if g.is_const(n.input[0]):
         return f"{n.op_type.lower()} of a constant"
-    if n.input[0] in g.inputs or not any(g.consumers.get(o) for o in n.output if o):
+    if n.input[0] in g.inputs and not _feeds_convs(g, n) or not any(g.consumers.get(o) for o in n.output if o):
         return (f"{rank}-D {n.op_type.lower()} of a model input or into model outputs only (a lone "
                 f"slice is no accelerator work; N-D slices run between other ops)")
     if n.op_type == "Split":

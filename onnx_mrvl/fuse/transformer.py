@@ -58,8 +58,8 @@ def build_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if any(o and g.consumers.get(o) or o in g.output_set for o in n.output[1:]):
         return "the Mean / InvStdDev outputs are used"
     d = shape[a]
-    if d > target.max_channels:
-        return f"{d} features exceed the limit {target.max_channels}"
+    if d > target.max_norm_features:   # above max_channels: blocked passes (target.NORM_BLOCKED_LOWERING)
+        return f"{d} features exceed the limit {target.max_norm_features}"
     weights = {}
     for role, idx in (("gamma", 1), ("beta", 2)):
         t = n.input[idx] if len(n.input) > idx else ""

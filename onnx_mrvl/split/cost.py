@@ -25,7 +25,7 @@ import onnx
 
 from ..graph_index import GraphIndex
 from ..costmodel import RECURRENT_LAYERS, recurrent_fp16_macs, roofline, streamed_weight_bytes
-from ..target import VECTOR_LOWERINGS, Target, lrn_ops_per_element
+from ..target import DEFAULT_TARGET, VECTOR_LOWERINGS, Target, lrn_ops_per_element, norm_blocked_extra_ops
 
 
 def _elems(g: GraphIndex, name: str) -> int:
@@ -59,14 +59,15 @@ def layer_cycles(g: GraphIndex, node: onnx.NodeProto, target: Target) -> Dict[st
         if int8:   # an int8 recurrent layer: the fp16 state's products at the fp16 rate
             fp16_macs = recurrent_fp16_macs(node.op_type, steps, dirs, batch, int(a.get("hidden_size", 0)),
                                             float(a.get("state_scale", 0.0) or 0.0) > 0)
-    c = roofline(macs, vector_ops(g, node), weights + spilled, dataclasses.asdict(arch), steps=steps, int8=int8,
+    c = roofline(macs, vector_ops(g, node, target), weights + spilled, dataclasses.asdict(arch), steps=steps, int8=int8,
                  fp16_macs=fp16_macs)
     return {"macs": macs, **c}
 
 
-def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
+def vector_ops(g: GraphIndex, node: onnx.NodeProto, target: Target = DEFAULT_TARGET) -> int:
     """Vector-unit operations of a Mrvl node (``target.VECTOR_LOWERINGS``, as the simulator's perf
-    model counts them): LayerNorm / Softmax / LogSoftmax / LRN per element, a smooth activation per output element."""
+    model counts them): LayerNorm / Softmax / LogSoftmax / LRN per element (a LayerNorm row above
+    ``max_channels``: + its blocked passes' extra reads), a smooth activation per output element."""
     out = _elems(g, node.output[0]) if node.output else 0
     kind = "LogSoftmax" if node.op_type == "Softmax" and any(
         a.name == "log" and a.i for a in node.attribute) else node.op_type
@@ -75,6 +76,10 @@ def vector_ops(g: GraphIndex, node: onnx.NodeProto) -> int:
         ops = out * lrn_ops_per_element(size, g.shape(node.input[0])[-1])
     else:
         ops = out * VECTOR_LOWERINGS[kind][1] if kind in VECTOR_LOWERINGS else 0
+    if kind == "LayerNorm" and node.input and g.shape(node.input[0]):
+        shape = g.shape(node.input[0])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        ops += out * norm_blocked_extra_ops(shape[axis], target)
     act = next((a.s.decode() for a in node.attribute if a.name == "activation"), "none")
     return ops + (out * VECTOR_LOWERINGS[act][1] if act in VECTOR_LOWERINGS else 0)
 

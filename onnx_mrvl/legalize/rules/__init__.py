@@ -10,7 +10,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                reduce_axis_to_pool, reduce_sum_split, reducemean_to_gap, relu6_to_clip, remove_dropout, remove_identity,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
-from . import group_norm, layernorm_canonical
+from . import grn_norm, group_norm, layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_dq_moves, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
@@ -21,7 +21,7 @@ from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_
 from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
-from . import slice_through_transpose
+from . import slice_through_transpose, strided_slice_split
 from .base import Match
 
 RULES = (
@@ -57,6 +57,7 @@ RULES = (
     merge_transposes,
     layernorm_canonical,
     group_norm,
+    grn_norm,
     sum_to_add,
     sub_div_const,
     where_const_cond,
@@ -64,6 +65,7 @@ RULES = (
     signed_permute,
     expand_to_concat,
     strided_slice_view,
+    strided_slice_split,
     batched_const_matmul,
     last_axis_ones,
     sub_tensors,
