@@ -47,6 +47,12 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
     if not (np.isfinite(ws).all() and np.all(ws > 0)):
         a.fail("weight scales must be positive and finite")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
+    if a.has("weight_zero_point_const_name"):   # asymmetric weights (docs/json-format.md "int8 layers")
+        zp = vector(a, ctx, "weight_zero_point_const_name", channels, "weight zero point", "int32").astype(np.int32)
+        if zp.min() < -128 or zp.max() > 127:
+            a.fail(f"weight zero points {zp.min()}..{zp.max()} are outside the int8 range [-128, 127] "
+                   f"(uint8 weights are stored as q - 128 with z - 128)")
+        weights["weight_zero_point"] = ctx.weight(a, f"{lname}.weight_zero_point", zp, "O", fp16=False)
     if a.has("requant"):   # a Conv2D / FC that onnxruntime runs in float (docs/simulator.md)
         if a.str("requant") != "float":
             a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D / FC (float)")

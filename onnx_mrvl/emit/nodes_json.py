@@ -413,3 +413,5 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
+        if a.get("weight_zero_points"):   # asymmetric weights: int32 [O] in the int8 range
+            add_const("weight_zero_point", np.asarray(a["weight_zero_points"], np.int32), "---O")

@@ -106,7 +106,9 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     w = layer_weight(g, n)
     if not isinstance(w, tuple):
         return None
-    wq, ws, dq_w, axis, real = w
+    wq, ws, dq_w, axis, real, wz = w
+    if wz is not None:   # weights with a zero point: no int8-in mode (the fp16 fallback takes it)
+        return None
     consts = {n.input[1]: real}
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     b = n.input[2] if len(n.input) > 2 and n.input[2] else ""
