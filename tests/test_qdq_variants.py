@@ -138,7 +138,7 @@ def test_shared_pair_is_not_given_to_an_fp16_fallback():
     d = result.report.decisions
     # the pair is the Relu's int8 output (int8_out) or a Requantize layer, never the fp16 conv's
     assert d["x_QuantizeLinear"].placement == "accelerator" and d["x_QuantizeLinear"].mrvl_node != d["layer"].mrvl_node
-    assert d["layer"].precision == "fp16" and "non-zero zero point" in d["layer"].reason
+    assert d["layer"].precision == "fp16" and "weights with a zero point have no int8-in mode" in d["layer"].reason
 
 
 def test_qdq_convtranspose_phases_are_int8_convs():
@@ -164,10 +164,19 @@ def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
     assert r["identical"] >= 0.95 and r["steps"] <= 1 + 1e-4
 
 
-def test_uint8_weights_beyond_int8_stay_on_the_cpu_with_the_reason():
-    """Legacy TFLite uint8 weights whose W_q - z_w needs 9 bits: the layer keeps its reason."""
-    result = onnx_mrvl.convert(qv.build("tflite_uint8_weights_asym"))
-    d = result.report.decisions
+def test_uint8_weights_beyond_int8_are_int8_layers_with_weight_zero_points(tmp_path):
+    """Legacy TFLite uint8 weights whose W_q - z_w needs 9 bits (legalize leaves them uint8, its
+    DQ noting why): int8 layers with weight zero points (codes q - 128, zero points z - 128),
+    one region, identical to onnxruntime (they stayed on the CPU before)."""
+    from onnx_mrvl.legalize import legalize
+    legal = legalize(qv.build("tflite_uint8_weights_asym")).model
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in legal.graph.initializer}
+    (dq,) = [n for n in legal.graph.node if n.name == "c1.weight_DequantizeLinear"]
+    assert init[dq.input[0]].dtype == np.uint8   # W_q - z_w needs 9 bits: left as it is
+    r = qv.convert_and_compare("tflite_uint8_weights_asym", str(tmp_path))
+    d = r["result"].report.decisions
     layers = [x for x in d.values() if x.op_type in WEIGHTED]
-    assert layers and all(x.placement == "cpu" and "uint8, not int8, and W_q - z_w does not fit int8" in x.reason for x in layers)
-    assert "beyond int8" in d["c1.weight_DequantizeLinear"].reason
+    assert layers and all(x.placement == "accelerator" and "int8" in x.reason for x in layers)
+    assert r["regions"] == 1 and r["identical"] == 1.0 and r["steps"] == 0
+
+
