@@ -71,8 +71,11 @@ def _qparams(g: GraphIndex, n: onnx.NodeProto):
         return (f"{n.op_type} '{n.name}' quantizes to {name.lower()}: the MLIP's int8 layers take int8/uint8 "
                 f"activations only (no int16 / int4 mode; quantize the activations to 8 bits)")
     if np.isinf(s).any():   # quantize_static on a range reaching float32's lowest (an attention mask Add)
-        return (f"{n.op_type} '{n.name}' has an infinite scale (calibrated on float32's lowest?): it stays on the "
-                f"CPU as onnxruntime runs it (inf / NaN); exclude its node from quantization (nodes_to_exclude)")
+        return (f"{n.op_type} '{n.name}' has an infinite scale (calibrated on a -inf / float32-lowest attention mask?): "
+                f"onnxruntime computes NaN / inf there (a Softmax after it gives NaN, quantized to the lowest code: "
+                f"every attention weight 0, whatever the input), which finite int8 / fp16 arithmetic does not hold; it "
+                f"stays on the CPU as onnxruntime runs it. Quantize again with the mask's Where, the Add and the Softmax "
+                f"reading it in nodes_to_exclude (convert(quantize='int8') keeps them float itself)")
     if not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
         return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
     return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt

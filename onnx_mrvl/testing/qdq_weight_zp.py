@@ -16,7 +16,7 @@ F32 = TensorProto.FLOAT
 QT = {"int8": (np.int8, -128, 127), "uint8": (np.uint8, 0, 255)}
 
 
-def _asym_codes(rng, w: np.ndarray, axis: int, per_channel: bool, wtype: str):
+def _asym_codes(w: np.ndarray, axis: int, per_channel: bool, wtype: str):
     """(codes, scales, zero points) of an asymmetric min/max quantization of ``w`` (along ``axis``
     per channel, else per tensor), codes of ``wtype``."""
     dt, lo, hi = QT[wtype]
@@ -52,18 +52,18 @@ def asym_weight_layer(op: str = "MatMul", act: str = "int8", wtype: str = "int8"
         xs, ws, axis = (1, 16, 40), (16, 4, 16), 0
     x = rng.standard_normal(xs).astype(np.float32)
     w = (rng.standard_normal(ws) * 0.2 + shift * 0.2).astype(np.float32)
-    q, s, z = _asym_codes(rng, w, axis, per_channel, wtype)
-    wd = (q.astype(np.int32) - (z.astype(np.int32).reshape([-1 if i == axis else 1 for i in range(w.ndim)])
-                                if per_channel else int(z))) * (s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
-                                                                if per_channel else s)
+    q, s, z = _asym_codes(w, axis, per_channel, wtype)
+    shape = [-1 if i == axis else 1 for i in range(w.ndim)] if per_channel else [1] * w.ndim
+    wd = (q.astype(np.int32) - z.astype(np.int32).reshape(shape)) * s.reshape(shape)   # DequantizeLinear
     xlo, xhi = QT[act][1:]
     sx = float(np.abs(x).max() * 2 / (xhi - xlo))
     zx = (xlo + xhi + 1) // 2 if act == "uint8" else 0
-    inits = _q(act, sx, zx, "x") + [nh.from_array(q, "w_q"), nh.from_array(s.reshape(-1) if per_channel else s.reshape(()), "w_s"),
-                                    nh.from_array(z.reshape(-1) if per_channel else z.reshape(()), "w_z")]
+    vec = (lambda a: a.reshape(-1)) if per_channel else (lambda a: a.reshape(()))
+    inits = _q(act, sx, zx, "x") + [nh.from_array(q, "w_q"), nh.from_array(vec(s), "w_s"), nh.from_array(vec(z), "w_z")]
     nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["x_q"]),
              helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_d"]),
-             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w_d"], **({"axis": axis} if per_channel else {}))]
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w_d"],
+                              **({"axis": axis} if per_channel else {}))]
     xd = (np.clip(np.rint(x / np.float32(sx)) + zx, xlo, xhi) - zx) * np.float32(sx)
     ins = ["x_d", "w_d"]
     o = ws[axis]
