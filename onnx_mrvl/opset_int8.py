@@ -114,6 +114,9 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
              _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
              helper.make_node("QuantizeLinear", ["X", "q_in_s", "q_in_z"], ["q_xq"]),
              helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"]),
-             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)]),
-             helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
+             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)])]
+    wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
+    if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
+        nodes.append(_const("q_w_z", wz, onnx.TensorProto.INT8, [len(wz)]))
+    nodes.append(helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0))
     return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})

@@ -60,6 +60,25 @@ def test_asymmetric_weights_make_one_int8_layer_identical_to_onnxruntime(tmp_pat
         assert np.array_equal(a, b), f"{np.count_nonzero(a != b)} of {a.size} differ, max {np.abs(a - b).max()}"
 
 
+@pytest.mark.parametrize("op, act, wtype", [("MatMul", "int8", "uint8"), ("Gemm", "uint8", "int8"),
+                                             ("Conv", "int8", "int8"), ("ConvGroups", "uint8", "uint8")])
+def test_int8_in_layers_take_weight_zero_points(tmp_path, op, act, wtype):
+    """Without an output pair the layer is int8 in / fp16 out with its weight zero points: within
+    the fp16 bound of onnxruntime's fp32 run (docs/simulator.md "int8-in layers")."""
+    m, x = asym_weight_layer(op, act, wtype, True, seed=5, output_q=False)
+    result = onnx_mrvl.convert(m)
+    d = result.report["layer"]
+    assert d.placement == "accelerator" and "int8 in, fp16 out" in d.reason, d.reason
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    nodes, _ = _nodes(folder)
+    (layer,) = [n for n in nodes if n["attrs"].get("precision") == ["int8_in"]]
+    assert "weight_zero_point_const_name" in layer["attrs"]
+    a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
+    assert np.abs(a - b).max() <= 1e-3 * np.abs(a).max()   # fp16 storage of the exact sum (bound 1e-2)
+
+
 def test_binary_carries_the_zero_points_and_the_row_sum_cost(tmp_path):
     """The region binary holds ``weight_zero_point`` (int32 [O]) beside ``weight_scale``; the perf
     model's MACs include the row sum (one all-ones column per group: ``zero_point_macs``) and a

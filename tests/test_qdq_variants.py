@@ -129,16 +129,23 @@ def test_int16_activations_stay_on_the_cpu_with_the_reason():
 
 def test_shared_pair_is_not_given_to_an_fp16_fallback():
     """A pair read by a fallback (fp16) layer is not absorbed by it: the fp16 layer does not quantize
-    (weights with a zero point: no int8-in layer either), and the decision says why."""
+    (weights quantized per input channel: no int8-in layer either), and the decision says why."""
     from onnx_mrvl.testing import int8_in_models as im
-    m = im.layer(kind="conv", weight_zero_point=3)
+    m = im.layer(kind="conv", bias=None)
+    (dq,) = [n for n in m.graph.node if n.output[0] == "w"]
+    dq.ClearField("attribute")
+    dq.attribute.append(onnx.helper.make_attribute("axis", 1))
+    for t in m.graph.initializer:   # 8 input channels
+        if t.name in ("w_s", "w_z"):
+            v = onnx.numpy_helper.to_array(t)
+            t.CopyFrom(onnx.numpy_helper.from_array(np.resize(v, 8), t.name))
     m.graph.node.insert(0, onnx.helper.make_node("Relu", ["x"], ["x_relu"], name="pre"))
     m.graph.node[1].input[0] = "x_relu"   # x -> Relu -> Q -> DQ -> conv: the pair inside the region
     result = onnx_mrvl.convert(m)
     d = result.report.decisions
     # the pair is the Relu's int8 output (int8_out) or a Requantize layer, never the fp16 conv's
     assert d["x_QuantizeLinear"].placement == "accelerator" and d["x_QuantizeLinear"].mrvl_node != d["layer"].mrvl_node
-    assert d["layer"].precision == "fp16" and "weights with a zero point have no int8-in mode" in d["layer"].reason
+    assert d["layer"].precision == "fp16" and "not the output channels" in d["layer"].reason
 
 
 def test_qdq_convtranspose_phases_are_int8_convs():

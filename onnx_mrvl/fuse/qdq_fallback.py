@@ -2,7 +2,7 @@
 one-input op after it: NVIDIA ModelOpt / TensorRT-style exports quantize the inputs of the weighted
 ops only, so the layer before a residual Add or at the model's output writes float, which
 onnxruntime computes in fp32) that cannot be an int8-in / fp16-out layer (``qdq_int8_in.py``, tried
-first: weights with a zero point, int4, a folded BN) as the **fp16 layer on its dequantized weights**
+first: int4 / block-wise weights, weights quantized along another axis, a folded BN it cannot take) as the **fp16 layer on its dequantized weights**
 (docs/quantize.md "importing pre-quantized models"). A QDQ layer that has its output pair but cannot be int8 (an
 activation other than Relu/Clip before the Q, ...) stays on the CPU with
 ``qdq.build``'s reason, exactly as onnxruntime runs it. The fallback:
@@ -25,7 +25,7 @@ from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
 from .qconst import dequantized_const
-from .qdq import Dequantized, layer_weight, qparams
+from .qdq import Dequantized, qparams
 
 NOTE = "fp16 with dequantized int8 weights (not an int8 layer: {why})"
 
@@ -65,9 +65,6 @@ def build_dequantized(g: GraphIndex, n: onnx.NodeProto, target: Target, why: str
             absorbed.append(dq)
     if not consts:
         return None
-    w = layer_weight(g, n)
-    if isinstance(w, tuple) and w[5] is not None:   # an int8 layer would take it with its output pair
-        why = f"weights with a zero point have no int8-in mode (int8 layers take them with an output pair); {why}"
     view = Dequantized(g, consts)
     grp = {"Conv": build_conv, "Gemm": build_fc}.get(n.op_type, build_matmul)(view, n, target)
     if not isinstance(grp, Group):

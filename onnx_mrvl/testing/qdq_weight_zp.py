@@ -35,11 +35,12 @@ def _q(dt_name: str, scale: float, zp: int, name: str):
 
 
 def asym_weight_layer(op: str = "MatMul", act: str = "int8", wtype: str = "int8", per_channel: bool = True,
-                      seed: int = 0, shift: float = 0.6) -> Tuple[onnx.ModelProto, np.ndarray]:
+                      seed: int = 0, shift: float = 0.6, output_q: bool = True) -> Tuple[onnx.ModelProto, np.ndarray]:
     """(model, a sample input) of one QDQ layer with asymmetric weights: ``op`` MatMul ([6, 48] x
     [48, 24]), Gemm (transB, with an int32 bias), Conv (3x3 on [1, 8, 10, 10], 16 outputs, a bias)
     or ConvGroups (a HuBERT-style grouped 1-D conv, kernel 16, 4 groups, pad 8). ``shift``: the
-    weights' mean (a zero point far from the type's middle)."""
+    weights' mean (a zero point far from the type's middle); ``output_q`` False: no Q -> DQ after the
+    layer (its output float: an int8-in layer)."""
     rng = np.random.default_rng(seed)
     conv = op.startswith("Conv")
     if op == "MatMul":
@@ -99,9 +100,12 @@ def asym_weight_layer(op: str = "MatMul", act: str = "int8", wtype: str = "int8"
     ylo, yhi = QT[act][1:]
     sy = float(np.abs(y).max() * 2.2 / (yhi - ylo))
     zy = zx
-    inits += _q(act, sy, zy, "y")
-    nodes += [helper.make_node("QuantizeLinear", ["y_f", "y_s", "y_z"], ["y_q"]),
-              helper.make_node("DequantizeLinear", ["y_q", "y_s", "y_z"], ["y"])]
+    if output_q:
+        inits += _q(act, sy, zy, "y")
+        nodes += [helper.make_node("QuantizeLinear", ["y_f", "y_s", "y_z"], ["y_q"]),
+                  helper.make_node("DequantizeLinear", ["y_q", "y_s", "y_z"], ["y"])]
+    else:
+        nodes[-1].output[0] = "y"
     m = helper.make_model(helper.make_graph(nodes, f"asym_{op}", [helper.make_tensor_value_info("x", F32, list(xs))],
                                             [helper.make_tensor_value_info("y", F32, list(np.shape(y)))], inits),
                           opset_imports=[helper.make_opsetid("", 13)])
