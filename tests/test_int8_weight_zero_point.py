@@ -76,7 +76,8 @@ def test_int8_in_layers_take_weight_zero_points(tmp_path, op, act, wtype):
     assert "weight_zero_point_const_name" in layer["attrs"]
     a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     b = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx")).run(None, {"x": x})[0]
-    assert np.abs(a - b).max() <= 1e-3 * np.abs(a).max()   # fp16 storage of the exact sum (bound 1e-2)
+    # docs/simulator.md "int8-in layers": half an fp16 ulp plus the fp32 summations' slack
+    assert np.all(np.abs(a - b) <= 2.0 ** -11 * np.abs(a) + 2.0 ** -24 + 1e-6 * np.abs(a).max())
 
 
 def test_binary_carries_the_zero_points_and_the_row_sum_cost(tmp_path):
