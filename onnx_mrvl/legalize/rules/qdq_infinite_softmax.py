@@ -1,6 +1,6 @@
 """``Q_p(Softmax(DQ(q, s = inf)))`` -> ``Q_p(Mul(x, 0))``: the attention probabilities of a QDQ
 model whose masked scores onnxruntime's calibrator gave an infinite scale, as onnxruntime computes
-them (docs/legalize.md rule 1f''').
+them (docs/legalize.md rule 1e''''').
 
 quantize_static on a TorchScript export's ``Where(pad, -inf, 0)`` mask gives the mask's and the
 masked scores' Q / DQ an infinite scale. Every element of ``DQ(q, inf, z) = (q - z) * inf`` is NaN
