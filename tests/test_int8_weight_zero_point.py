@@ -97,6 +97,16 @@ def test_binary_carries_the_zero_points_and_the_row_sum_cost(tmp_path):
     assert layer["zero_point_macs"] * 16 == (layer["macs"] - layer["zero_point_macs"]) * 4
     shape = next(t["shape"] for t in b.meta["tensors"] if t["id"] == layer["outputs"][0])
     assert layer["vector_ops"] == int(np.prod(shape))
+    # the container checks the field (a negative count is refused)
+    from onnx_mrvl.artifact import pack
+    from onnx_mrvl.emit.compile import build_program
+    from onnx_mrvl.errors import ArtifactError
+    sg = onnx_mrvl.convert(m).subgraphs[0]
+    meta, weights = build_program(sg.nodes_json, sg.consts_json)
+    pack(meta, weights)
+    next(lay for lay in meta["layers"] if "zero_point_macs" in lay)["zero_point_macs"] = -1
+    with pytest.raises(ArtifactError, match="zero_point_macs"):
+        pack(meta, weights)
 
 
 def test_fused_model_runs_in_plain_onnxruntime():
