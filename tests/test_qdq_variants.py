@@ -158,15 +158,29 @@ def test_qdq_convtranspose_phases_are_int8_convs():
     assert d["up"].placement == "accelerator" and "Conv2D int8" in d["up"].reason
 
 
-def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
-    """Weights with a zero point: dequantized in fp32 for the float ConvTranspose rules; the decision says so."""
+def test_qdq_convtranspose_weight_zero_point_phases_are_int8(tmp_path):
+    """Weights with a zero point (per output channel): each phase Conv keeps it, an int8 layer with
+    weight zero points (it was fp16 on dequantized weights before)."""
     m = qv.build("deconv_axis1")
     for t in m.graph.initializer:
         if t.name == "up.weight_zero_point":
-            t.CopyFrom(onnx.numpy_helper.from_array(np.ones(onnx.numpy_helper.to_array(t).shape, np.int8), t.name))
+            z = onnx.numpy_helper.to_array(t)
+            t.CopyFrom(onnx.numpy_helper.from_array(np.arange(z.size, dtype=np.int8).reshape(z.shape) - 2, t.name))
     r = qv.convert_and_compare("deconv_zero_point", str(tmp_path), model=m)
     d = r["result"].report.decisions["up"]
-    assert d.placement == "accelerator" and "a QDQ ConvTranspose: weights with block-wise scales or a zero point" in d.reason
+    assert d.placement == "accelerator" and "Conv2D int8" in d.reason, d.reason
+    assert not [n for n in _cpu(r["result"]) if n.op_type in WEIGHTED]
+    assert r["identical"] >= 0.99 and r["steps"] <= 1 + 1e-4
+
+
+def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
+    """Implicit pads (output_shape): dequantized in fp32 for the float ConvTranspose rules; the decision says so."""
+    m = qv.build("deconv_axis1")
+    (up,) = [n for n in m.graph.node if n.name == "up"]
+    up.attribute.append(onnx.helper.make_attribute("output_shape", [16, 16]))
+    r = qv.convert_and_compare("deconv_output_shape", str(tmp_path), model=m)
+    d = r["result"].report.decisions["up"]
+    assert d.placement == "accelerator" and "a QDQ ConvTranspose: implicit pads" in d.reason, d.reason
     assert not [n for n in _cpu(r["result"]) if n.op_type in WEIGHTED]
     assert r["identical"] >= 0.95 and r["steps"] <= 1 + 1e-4
 
