@@ -5,7 +5,8 @@ carries and the reference body around the float one (docs/fusion.md "int8", docs
 A quantized layer reads and writes float tensors in the graph; its attributes say how it sees
 them: the input is quantized with (``in_scale``, ``in_zero_point``, ``in_type``) exactly as
 ONNX QuantizeLinear does, the int8 kernel ``W`` (OHWI / OI) has one scale per output channel
-(``weight_scales``, zero point 0), the int32 bias has scale ``in_scale * weight_scales``, and the
+(``weight_scales``) and, for asymmetric weights, one zero point per output channel
+(``weight_zero_points``, int8 values; absent: 0), the int32 bias has scale ``in_scale * weight_scales``, and the
 output is requantized to (``out_scale``, ``out_zero_point``, ``out_type``) and given back as
 its dequantized value. The reference body is that QuantizeLinear -> DequantizeLinear chain
 around the float body, so a fused model still runs in plain onnxruntime.
@@ -23,7 +24,9 @@ INT8_ATTRS = ("precision", "in_scale", "in_zero_point", "in_type", "out_scale", 
 INT8_POOL_ATTRS = INT8_ATTRS[:-1]   # MaxPool2D / GlobalAvgPool2D / GlobalMaxPool2D: no weights
 # Sum2D: operand B's quantization, onnxruntime's arithmetic (requant), a QDQ Sub (subtract: 1 A - B, 2 B - A)
 INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type", "requant", "subtract")
-ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales",)
+# Conv2D / FC: per-output-channel weight zero points (absent: 0; int8 codes, uint8 weights as q - 128)
+WEIGHT_ZP = "weight_zero_points"
+ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales", WEIGHT_ZP)
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -85,8 +88,11 @@ def int8_body(float_body: Callable) -> Callable:
             return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
                                     helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
         if present.get("W"):
-            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o]),
-                      helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
+            wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
+            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o])]
+            if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
+                nodes += [_const("q_w_z", wz, onnx.TensorProto.INT8, [o])]
+            nodes += [helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0)]
         if present.get("B"):
             bs = (np.float32(a["in_scale"]) * np.asarray(ws, np.float32)).astype(np.float32)
             nodes += [_const("q_b_s", [float(v) for v in bs], onnx.TensorProto.FLOAT, [o]),
@@ -108,6 +114,9 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
              _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
              helper.make_node("QuantizeLinear", ["X", "q_in_s", "q_in_z"], ["q_xq"]),
              helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"]),
-             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)]),
-             helper.make_node("DequantizeLinear", ["W", "q_w_s"], ["q_w"], axis=0)]
+             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)])]
+    wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
+    if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
+        nodes.append(_const("q_w_z", wz, onnx.TensorProto.INT8, [len(wz)]))
+    nodes.append(helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0))
     return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})

@@ -167,6 +167,14 @@ INT8_IN_LOWERING = ("input: quantize fp16 -> int8 / uint8 with the layer's scale
                     "saturate): int32 -> fp32, one multiply by fp32(s_x * s_w[o]) per channel, fp32 bias add, "
                     "the activation as an fp16 layer's epilogue, fp16 write (2 bytes per element)")
 
+# int8 Conv2D / FC with a weight zero point (weight_zero_points, docs/fusion.md "int8"): as MLAS QGEMM.
+INT8_WEIGHT_ZP_LOWERING = (
+    "MAC array int8 x int8 -> int32 of (q_x - z_x) * q_w as for symmetric weights; the row sum "
+    "r = sum (q_x - z_x) of each output's K inputs by one extra all-ones output column per group (assumption: "
+    "charged as MACs, zero_point_macs); output stage: acc[o] - z_w[o] * r (one multiply-subtract per output, "
+    "vector unit), then the bias and the int8 requantization as usual; exact: the sum is "
+    "sum (q_x - z_x)(q_w[o] - z_w[o]); uint8 weights stored as q - 128 with z - 128")
+
 # int8 LSTM / GRU / RNN (precision "int8_in" / "int8", docs/fusion.md "int8 recurrent layers";
 # fuse/qdq_recurrent.py): assumptions, as for the int8-in layers.
 INT8_RECURRENT_LOWERING = (

@@ -12,6 +12,7 @@ whole-model baseline of compare_models overflows on HF's finfo.min mask and judg
 """
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 
@@ -132,16 +133,19 @@ def test_optimized_bert_dynamic_qembed_and_qattention(tmp_path):
         (calib["rel_static"], calib["rel_fp16_before_q"])
 
 
-def test_asymmetric_uint8_weights_stay_fp16_and_say_why(tmp_path):
-    """quantize_dynamic with QUInt8 weights (asymmetric: W_q - z_w spans 9 bits, no int8 MAC form):
-    with calibration every projection stays an fp16 layer on dequantized weights, one region, and its
-    record and decision say why (not 'no calibration')."""
+def test_asymmetric_uint8_weights_are_int8_with_weight_zero_points(tmp_path):
+    """quantize_dynamic with QUInt8 weights (asymmetric: W_q - z_w spans 9 bits): with calibration
+    every projection is an int8-in layer with its weight zero points (codes W_q - 128, zero points
+    z_w - 128; fp16 on dequantized weights before), one region, within the fp16 bound of the
+    calibrated static model (docs/benchmarks-int8.md, dyn_u8 rows)."""
     m = X.run("bert_opset17", "dyn_u8", str(tmp_path), calibration=8)
     res = m["result"]
     info = res.report.quantization
-    assert info["int8_layers"] == 0 < info["layers_total"]
-    assert all(r["precision"] == "fp16" and "uint8" in r["not_int8"] for r in info["layers"])
+    assert info["int8_layers"] == info["layers_total"] > 0
+    static = res.stages["quantize"]
+    inits = {t.name: t for t in static.graph.initializer}
+    zps = [onnx.numpy_helper.to_array(inits[n.input[2]]) for n in static.graph.node
+           if n.op_type == "DequantizeLinear" and n.name.endswith("/weight_dq")]
+    assert zps and all(z.dtype == np.int8 and np.any(z != 0) for z in zps)
     assert m["regions"] == 1 and not LAYER_OPS & set(m["cpu"]), m["reasons"]
-    for r in info["layers"]:
-        d = res.report[r["layer"]]
-        assert d.placement == "accelerator" and "calibration given, kept" in d.reason, d.reason
+    assert m["rel_static"] <= max(1e-2, 2 * m["rel_fp16_before_q"]), (m["rel_static"], m["rel_fp16_before_q"])

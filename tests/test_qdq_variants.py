@@ -129,16 +129,23 @@ def test_int16_activations_stay_on_the_cpu_with_the_reason():
 
 def test_shared_pair_is_not_given_to_an_fp16_fallback():
     """A pair read by a fallback (fp16) layer is not absorbed by it: the fp16 layer does not quantize
-    (weights with a zero point: no int8-in layer either), and the decision says why."""
+    (weights quantized per input channel: no int8-in layer either), and the decision says why."""
     from onnx_mrvl.testing import int8_in_models as im
-    m = im.layer(kind="conv", weight_zero_point=3)
+    m = im.layer(kind="conv", bias=None)
+    (dq,) = [n for n in m.graph.node if n.output[0] == "w"]
+    dq.ClearField("attribute")
+    dq.attribute.append(onnx.helper.make_attribute("axis", 1))
+    for t in m.graph.initializer:   # 8 input channels
+        if t.name in ("w_s", "w_z"):
+            v = onnx.numpy_helper.to_array(t)
+            t.CopyFrom(onnx.numpy_helper.from_array(np.resize(v, 8), t.name))
     m.graph.node.insert(0, onnx.helper.make_node("Relu", ["x"], ["x_relu"], name="pre"))
     m.graph.node[1].input[0] = "x_relu"   # x -> Relu -> Q -> DQ -> conv: the pair inside the region
     result = onnx_mrvl.convert(m)
     d = result.report.decisions
     # the pair is the Relu's int8 output (int8_out) or a Requantize layer, never the fp16 conv's
     assert d["x_QuantizeLinear"].placement == "accelerator" and d["x_QuantizeLinear"].mrvl_node != d["layer"].mrvl_node
-    assert d["layer"].precision == "fp16" and "non-zero zero point" in d["layer"].reason
+    assert d["layer"].precision == "fp16" and "not the output channels" in d["layer"].reason
 
 
 def test_qdq_convtranspose_phases_are_int8_convs():
@@ -151,23 +158,46 @@ def test_qdq_convtranspose_phases_are_int8_convs():
     assert d["up"].placement == "accelerator" and "Conv2D int8" in d["up"].reason
 
 
-def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
-    """Weights with a zero point: dequantized in fp32 for the float ConvTranspose rules; the decision says so."""
+def test_qdq_convtranspose_weight_zero_point_phases_are_int8(tmp_path):
+    """Weights with a zero point (per output channel): each phase Conv keeps it, an int8 layer with
+    weight zero points (it was fp16 on dequantized weights before)."""
     m = qv.build("deconv_axis1")
     for t in m.graph.initializer:
         if t.name == "up.weight_zero_point":
-            t.CopyFrom(onnx.numpy_helper.from_array(np.ones(onnx.numpy_helper.to_array(t).shape, np.int8), t.name))
+            z = onnx.numpy_helper.to_array(t)
+            t.CopyFrom(onnx.numpy_helper.from_array(np.arange(z.size, dtype=np.int8).reshape(z.shape) - 2, t.name))
     r = qv.convert_and_compare("deconv_zero_point", str(tmp_path), model=m)
     d = r["result"].report.decisions["up"]
-    assert d.placement == "accelerator" and "a QDQ ConvTranspose: weights with block-wise scales or a zero point" in d.reason
+    assert d.placement == "accelerator" and "Conv2D int8" in d.reason, d.reason
+    assert not [n for n in _cpu(r["result"]) if n.op_type in WEIGHTED]
+    assert r["identical"] >= 0.99 and r["steps"] <= 1 + 1e-4
+
+
+def test_qdq_convtranspose_it_cannot_take_is_fp16_with_the_reason(tmp_path):
+    """Implicit pads (output_shape): dequantized in fp32 for the float ConvTranspose rules; the decision says so."""
+    m = qv.build("deconv_axis1")
+    (up,) = [n for n in m.graph.node if n.name == "up"]
+    up.attribute.append(onnx.helper.make_attribute("output_shape", [16, 16]))
+    r = qv.convert_and_compare("deconv_output_shape", str(tmp_path), model=m)
+    d = r["result"].report.decisions["up"]
+    assert d.placement == "accelerator" and "a QDQ ConvTranspose: implicit pads" in d.reason, d.reason
     assert not [n for n in _cpu(r["result"]) if n.op_type in WEIGHTED]
     assert r["identical"] >= 0.95 and r["steps"] <= 1 + 1e-4
 
 
-def test_uint8_weights_beyond_int8_stay_on_the_cpu_with_the_reason():
-    """Legacy TFLite uint8 weights whose W_q - z_w needs 9 bits: the layer keeps its reason."""
-    result = onnx_mrvl.convert(qv.build("tflite_uint8_weights_asym"))
-    d = result.report.decisions
+def test_uint8_weights_beyond_int8_are_int8_layers_with_weight_zero_points(tmp_path):
+    """Legacy TFLite uint8 weights whose W_q - z_w needs 9 bits (legalize leaves them uint8, its
+    DQ noting why): int8 layers with weight zero points (codes q - 128, zero points z - 128),
+    one region, identical to onnxruntime (they stayed on the CPU before)."""
+    from onnx_mrvl.legalize import legalize
+    legal = legalize(qv.build("tflite_uint8_weights_asym")).model
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in legal.graph.initializer}
+    (dq,) = [n for n in legal.graph.node if n.name == "c1.weight_DequantizeLinear"]
+    assert init[dq.input[0]].dtype == np.uint8   # W_q - z_w needs 9 bits: left as it is
+    r = qv.convert_and_compare("tflite_uint8_weights_asym", str(tmp_path))
+    d = r["result"].report.decisions
     layers = [x for x in d.values() if x.op_type in WEIGHTED]
-    assert layers and all(x.placement == "cpu" and "uint8, not int8, and W_q - z_w does not fit int8" in x.reason for x in layers)
-    assert "beyond int8" in d["c1.weight_DequantizeLinear"].reason
+    assert layers and all(x.placement == "accelerator" and "int8" in x.reason for x in layers)
+    assert r["regions"] == 1 and r["identical"] == 1.0 and r["steps"] == 0
+
+

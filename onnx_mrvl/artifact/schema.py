@@ -212,6 +212,8 @@ def _check_layers(fail: Fail, layers: list, ids: Dict[int, Tuple[int, ...]],
                 _nonneg_int(fail, f"{path}.{key}", layer[key])
         if "passes" in layer:   # an int8 Conv2D run as passes into one accumulator (int8_conv_passes.py)
             _nonneg_int(fail, f"{path}.passes", layer["passes"])
+        if "zero_point_macs" in layer:   # the row-sum MACs of an int8 layer with weight zero points
+            _nonneg_int(fail, f"{path}.zero_point_macs", layer["zero_point_macs"])
         if "origin" in layer:
             _expect(fail, f"{path}.origin", layer["origin"], list, "a list of node names")
             for j, o in enumerate(layer["origin"]):

@@ -47,6 +47,7 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
     if not (np.isfinite(ws).all() and np.all(ws > 0)):
         a.fail("weight scales must be positive and finite")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
+    weight_zero_points(a, ctx, lname, channels, weights)
     if a.has("requant"):   # a Conv2D / FC that onnxruntime runs in float (docs/simulator.md)
         if a.str("requant") != "float":
             a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D / FC (float)")
@@ -58,6 +59,19 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
             weights["bias_scale"] = ctx.weight(a, f"{lname}.bias_scale", bs, "O", fp16=False)
     if params.get("activation", "none") not in ACTIVATIONS:
         a.fail(f"activation '{params['activation']}' on an int8 layer (none, relu or clamp)")
+
+
+def weight_zero_points(a: NodeAttrs, ctx, lname: str, channels: int, weights: dict) -> None:
+    """The optional per-channel weight zero points of an int8 / int8-in Conv2D / FC (asymmetric
+    weights, docs/json-format.md "int8 layers"): int32 in [-128, 127] -> weight ``weight_zero_point``."""
+    from .layer_common import vector
+    if not a.has("weight_zero_point_const_name"):
+        return
+    zp = vector(a, ctx, "weight_zero_point_const_name", channels, "weight zero point", "int32").astype(np.int32)
+    if zp.min() < -128 or zp.max() > 127:
+        a.fail(f"weight zero points {zp.min()}..{zp.max()} are outside the int8 range [-128, 127] "
+               f"(uint8 weights are stored as q - 128 with z - 128)")
+    weights["weight_zero_point"] = ctx.weight(a, f"{lname}.weight_zero_point", zp, "O", fp16=False)
 
 
 def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict) -> None:
@@ -72,6 +86,7 @@ def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, w
     if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign
         a.fail("weight scales of an int8_in layer must be finite and non-zero")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
+    weight_zero_points(a, ctx, lname, channels, weights)
 
 
 SUM_REQUANT = ("qlinear", "qlinear_u8", "float")   # int8 Sum2D: docs/simulator.md "int8 layers"

@@ -364,6 +364,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                      in_zero_point=_s(int(a["in_zero_point"])), in_dtype=[a["in_type"]],
                      out_dtype=["float16"], kernel_dtype=["int8"], bias_dtype=["float32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
+        if a.get("weight_zero_points"):   # asymmetric weights: int32 [O] in the int8 range
+            add_const("weight_zero_point", np.asarray(a["weight_zero_points"], np.int32), "---O")
     elif a.get("precision") == "int8_out":   # a float layer writing int8 codes (an absorbed Q -> DQ pair)
         attrs.update(precision=["int8_out"], out_scale=_s(float(a["out_scale"])),
                      out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]])
@@ -413,3 +415,5 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
+        if a.get("weight_zero_points"):   # asymmetric weights: int32 [O] in the int8 range
+            add_const("weight_zero_point", np.asarray(a["weight_zero_points"], np.int32), "---O")

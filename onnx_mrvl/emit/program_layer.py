@@ -105,6 +105,11 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         params.update(scales=s, mode="nearest")
     else:
         out = layout_change(a, in_shapes[0], params, (in_layouts or [None])[0])
+    zp_macs = 0
+    if "weight_zero_point" in weights:   # asymmetric int8 weights: the row sum (docs/fusion.md "int8")
+        zp_macs = macs * int(params.get("groups", 1)) // max(int(out[-1]), 1)   # one all-ones column per group
+        macs += zp_macs
+        vector_ops += int(np.prod(out))   # acc[o] -= z_w[o] * rowsum: one multiply-subtract per output
     if layer_name not in ("Conv2D", "FC", *recurrent.CELLS) and is_int8(a):   # recurrent: recurrent.py
         int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif a.has("precision") and a.str("precision").lower() == "int8_out":
@@ -123,4 +128,6 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         layer["vector_ops"] = int(vector_ops)
     if passes > 1:
         layer["passes"] = int(passes)
+    if zp_macs:
+        layer["zero_point_macs"] = int(zp_macs)
     return layer, out

@@ -71,8 +71,11 @@ def _qparams(g: GraphIndex, n: onnx.NodeProto):
         return (f"{n.op_type} '{n.name}' quantizes to {name.lower()}: the MLIP's int8 layers take int8/uint8 "
                 f"activations only (no int16 / int4 mode; quantize the activations to 8 bits)")
     if np.isinf(s).any():   # quantize_static on a range reaching float32's lowest (an attention mask Add)
-        return (f"{n.op_type} '{n.name}' has an infinite scale (calibrated on float32's lowest?): it stays on the "
-                f"CPU as onnxruntime runs it (inf / NaN); exclude its node from quantization (nodes_to_exclude)")
+        return (f"{n.op_type} '{n.name}' has an infinite scale (calibrated on a -inf / float32-lowest attention mask?): "
+                f"onnxruntime computes NaN / inf there (a Softmax after it gives NaN, quantized to the lowest code: "
+                f"every attention weight 0, whatever the input), which finite int8 / fp16 arithmetic does not hold; it "
+                f"stays on the CPU as onnxruntime runs it. Quantize again with the mask's Where, the Add and the Softmax "
+                f"reading it in nodes_to_exclude (convert(quantize='int8') keeps them float itself)")
     if not np.isfinite(s).all() or float(s.reshape(-1)[0]) <= 0:
         return f"{n.op_type} '{n.name}' is not an int8/uint8 quantization with a positive scale"
     return float(np.float32(s.reshape(-1)[0])), int(z.reshape(-1)[0]), qt
@@ -86,28 +89,33 @@ def _only_reader(g: GraphIndex, t: str, op: str) -> Optional[onnx.NodeProto]:
 
 
 def _weight(g: GraphIndex, t: str, axis: int):
-    """(int8 values, float32 per-channel scales along ``axis``, the DQ node) of a DQ(const int8) weight, or a reason."""
+    """(int8 codes, float32 per-channel scales along ``axis``, the DQ node, int32 per-channel zero
+    points or None) of a DQ(const int8 / uint8) weight, or a reason. uint8 codes are stored as
+    ``q - 128`` with zero point ``z - 128`` (the same ``q - z``); a zero point is per tensor or
+    per channel (onnxruntime's shared ALBERT weights, TFLite-derived uint8, Quark / ModelOpt
+    asymmetric weights): the layer subtracts ``z_w * rowsum(x)`` (docs/fusion.md "int8")."""
     dq = g.producer.get(t)
     if dq is None or dq.op_type != "DequantizeLinear" or not all(g.is_const(i) for i in dq.input if i):
         return None
     q = np.asarray(g.const(dq.input[0]))
-    if q.dtype == np.uint8:   # (legalize's qdq_uint8_weights made int8 codes of those that fit)
-        return (f"weights '{t}' are uint8, not int8, and W_q - z_w does not fit int8 (the MAC array takes int8 "
-                f"weights: quantize the weights to symmetric int8)")
-    if q.dtype != np.int8:
+    if q.dtype not in (np.int8, np.uint8):
         return f"weights '{t}' are {q.dtype}, not int8"
     s = np.asarray(g.const(dq.input[1]), np.float32).reshape(-1)
-    z = np.asarray(g.const(dq.input[2])).reshape(-1) if len(dq.input) > 2 and dq.input[2] else np.zeros(1)
-    if np.any(z != 0):
-        return f"weights '{t}' have a non-zero zero point (the accelerator takes symmetric int8 weights)"
+    z = np.asarray(g.const(dq.input[2])).reshape(-1) if len(dq.input) > 2 and dq.input[2] else np.zeros(1, q.dtype)
     channels = q.shape[axis]
+    per_channel = attr(dq, "axis", 1) % q.ndim == axis % q.ndim
     if s.size == 1:
         s = np.full(channels, s[0], np.float32)
-    elif s.size != channels or attr(dq, "axis", 1) % q.ndim != axis % q.ndim:
+    elif s.size != channels or not per_channel:
         return f"weights '{t}' are quantized along axis {attr(dq, 'axis', 1)}, not the output channels"
+    if z.size not in (1, channels) or (z.size > 1 and not per_channel):
+        return f"weights '{t}' have {z.size} zero points along axis {attr(dq, 'axis', 1)}, not per output channel"
     if not np.isfinite(s).all() or np.any(s <= 0):
         return f"weights '{t}' have scales that are not positive and finite"
-    return q, s, dq
+    zp = np.broadcast_to(z.astype(np.int32), (channels,)).astype(np.int32)
+    if q.dtype == np.uint8:   # (legalize's qdq_uint8_weights made int8 codes of those whose W_q - z fits)
+        q, zp = (q.astype(np.int16) - 128).astype(np.int8), zp - 128
+    return q, s, dq, (zp if np.any(zp) else None)
 
 
 def _bias(g: GraphIndex, t: str, in_scale: float, w_scale: np.ndarray):
@@ -162,15 +170,18 @@ def activation_input(g: GraphIndex, t: str):
 
 def layer_weight(g: GraphIndex, n: onnx.NodeProto):
     """(int8 weight codes, per-channel scales, their DQ, the output-channel axis, the weight
-    dequantized in fp32) of QDQ layer ``n`` (Conv: axis 0; Gemm: 0 with transB, else 1; MatMul: 1),
-    None when its weight is no DequantizeLinear of a constant, or the reason it is not int8."""
+    dequantized in fp32, int32 per-channel zero points or None) of QDQ layer ``n`` (Conv: axis 0;
+    Gemm: 0 with transB, else 1; MatMul: 1), None when its weight is no DequantizeLinear of a
+    constant, or the reason it is not int8."""
     axis = 0 if n.op_type == "Conv" else (0 if attr(n, "transB", 0) else 1) if n.op_type == "Gemm" else 1
     w = _weight(g, n.input[1], axis)
     if not isinstance(w, tuple):
         return w
-    wq, ws, dq_w = w
-    real = (wq.astype(np.float32) * ws.reshape([-1 if i == axis else 1 for i in range(wq.ndim)])).astype(np.float32)
-    return wq, ws, dq_w, axis, real
+    wq, ws, dq_w, wz = w
+    shape = [-1 if i == axis else 1 for i in range(wq.ndim)]
+    codes = wq.astype(np.int32) - (0 if wz is None else wz.reshape(shape))   # DequantizeLinear: fp32(q - z) * s
+    real = (codes.astype(np.float32) * ws.reshape(shape)).astype(np.float32)
+    return wq, ws, dq_w, axis, real, wz
 
 
 def kernel_oi(n: onnx.NodeProto, wq: np.ndarray, axis: int) -> np.ndarray:
@@ -193,7 +204,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     opset = g.opset
     if opset < 13:
         return f"a QDQ model of opset {opset} (int8 layers need opset >= 13)"
-    wq, ws, dq_w, axis, real = w
+    wq, ws, dq_w, axis, real, wz = w
     consts = {n.input[1]: real}
     # a weight / bias DQ shared by several layers stays a node of the graph (each layer takes its codes)
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
@@ -231,10 +242,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     if bias is not None:
         weights["B"] = bias
     if not float_conv:
-        why = accumulator_reason(weights["W"], bias)
+        why = accumulator_reason(weights["W"], bias, wz)
         if why:
             return why
     attrs = dict(grp.attrs, **_qattrs(qin, qout), weight_scales=[float(v) for v in ws])
+    if wz is not None:   # asymmetric weights: the layer subtracts z_w[o] * rowsum(q_x - z_x)
+        attrs["weight_zero_points"] = [int(v) for v in wz]
     if float_conv:
         # onnxruntime runs this group as a float Conv between DQ and Q (not QLinearConv): the layer
         # follows its fp32 arithmetic (sim/int8_float_conv.py), with the bias dequantized as stored

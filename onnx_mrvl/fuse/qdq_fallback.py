@@ -2,9 +2,9 @@
 one-input op after it: NVIDIA ModelOpt / TensorRT-style exports quantize the inputs of the weighted
 ops only, so the layer before a residual Add or at the model's output writes float, which
 onnxruntime computes in fp32) that cannot be an int8-in / fp16-out layer (``qdq_int8_in.py``, tried
-first: weights with a zero point, int4, a folded BN) as the **fp16 layer on its dequantized weights**
-(docs/quantize.md "importing pre-quantized models"). A QDQ layer that has its output pair but cannot be int8 (weights
-with a zero point, an activation other than Relu/Clip before the Q, ...) stays on the CPU with
+first: int4 / block-wise weights, weights quantized along another axis, a folded BN it cannot take) as the **fp16 layer on its dequantized weights**
+(docs/quantize.md "importing pre-quantized models"). A QDQ layer that has its output pair but cannot be int8 (an
+activation other than Relu/Clip before the Q, ...) stays on the CPU with
 ``qdq.build``'s reason, exactly as onnxruntime runs it. The fallback:
 ``W = (W_q - z) * s`` and ``B = b_q * s_b`` in fp32 as onnxruntime's DequantizeLinear computes them,
 the weight / bias DequantizeLinear absorbed, the layer's decision saying why it is not int8.

@@ -34,6 +34,7 @@ from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
 from .qconst import dequantized_const
+from .int8_accumulator import accumulator_reason
 from .qdq import Dequantized, activation_dq, kernel_oi, layer_weight, pair_in, qparams
 
 PRECISION = "int8_in"
@@ -106,7 +107,7 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
     w = layer_weight(g, n)
     if not isinstance(w, tuple):
         return None
-    wq, ws, dq_w, axis, real = w
+    wq, ws, dq_w, axis, real, wz = w
     consts = {n.input[1]: real}
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     b = n.input[2] if len(n.input) > 2 and n.input[2] else ""
@@ -138,6 +139,10 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         weights["slope"] = grp.weights["slope"]
     attrs = dict(grp.attrs, precision=PRECISION, in_scale=qin[0], in_zero_point=qin[1], in_type=qin[2],
                  weight_scales=[float(v) for v in (ws * factor).astype(np.float32)])
+    if wz is not None:   # asymmetric weights: the row-sum correction (docs/fusion.md "Asymmetric weights")
+        if accumulator_reason(weights["W"], None, wz):
+            return None
+        attrs["weight_zero_points"] = [int(v) for v in wz]
     out = Group(grp.op, grp.composite, grp.nodes + in_front + absorbed, [x], grp.output, attrs, weights)
     out.note = NOTE.format(out=grp.output)
     return out

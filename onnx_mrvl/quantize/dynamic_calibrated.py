@@ -116,9 +116,13 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
             new_at.setdefault(head.name, []).extend(pair(L.x, L.x, dq_of[L.x], qname))
         axis = 0 if L.conv else 1
         wn = _consts(graph, f"{n.name}/weight_q", L.wq)
-        sn = _consts(graph, f"{n.name}/weight_scale", L.ws if L.ws.size > 1 else L.ws.reshape(()))
-        zn = _consts(graph, f"{n.name}/weight_zero_point", np.zeros(L.ws.shape if L.ws.size > 1 else (), np.int8))
-        kw = {"axis": axis} if L.ws.size > 1 else {}
+        per_channel = L.ws.size > 1 or (L.wz is not None and L.wz.size > 1)
+        shape = (L.wq.shape[axis],) if per_channel else ()
+        ws = np.broadcast_to(L.ws.reshape(-1), shape or (1,)).reshape(shape).astype(np.float32)
+        wz = np.zeros(1, np.int32) if L.wz is None else L.wz.reshape(-1)   # asymmetric weights: their zero points
+        sn = _consts(graph, f"{n.name}/weight_scale", ws)
+        zn = _consts(graph, f"{n.name}/weight_zero_point", np.broadcast_to(wz, shape or (1,)).reshape(shape).astype(np.int8))
+        kw = {"axis": axis} if per_channel else {}
         out.append(helper.make_node("DequantizeLinear", [wn, sn, zn], [f"{n.name}/weight"], name=f"{n.name}/weight_dq",
                                     **kw))
         ins = [dq_of[L.x], f"{n.name}/weight"]

@@ -43,6 +43,7 @@ class Layer:
     removed: List[onnx.NodeProto] = field(default_factory=list)
     wq: Optional[np.ndarray] = None             # int8 weights
     ws: Optional[np.ndarray] = None             # float32 scale(s)
+    wz: Optional[np.ndarray] = None             # int32 weight zero point(s) in the int8 range (None: 0)
     y: str = ""                                 # the float result the dynamic model computes (x * W, scaled)
     bias: Optional[np.ndarray] = None           # float32 [O]: int32 into a Conv / an Add after a fused MatMul
     add: Optional[onnx.NodeProto] = None        # the bias Add after a MatMul (kept, or folded into a Gemm)
@@ -97,7 +98,8 @@ def _inp(n, k: int) -> str:
 
 
 def _weights(g: Graph, L: Layer, w: str, wz: str, scale: np.ndarray) -> Optional[str]:
-    """Sets ``L.wq`` (int8, zero point 0) and ``L.ws``, or returns why not."""
+    """Sets ``L.wq`` (int8 codes), ``L.ws`` and, for weights whose ``W_q - z`` needs 9 bits,
+    ``L.wz`` (their zero points), or returns why not."""
     q, z = g.const(w), (g.const(wz) if wz else None)
     if q is None or (wz and z is None):
         return "its weights or their zero point are not constants"
@@ -115,10 +117,13 @@ def _weights(g: Graph, L: Layer, w: str, wz: str, scale: np.ndarray) -> Optional
         return "weight scales that are not positive and finite"
     shape = [-1 if i == axis else 1 for i in range(q.ndim)]
     v = q.astype(np.int32) - (zz.reshape(shape) if zz.size > 1 else zz[0])
-    if v.min() < -128 or v.max() > 127:
-        return (f"{q.dtype} weights with zero point(s) {zz[:4].tolist()}: W_q - z spans [{v.min()}, {v.max()}], "
-                f"beyond int8 (the accelerator's int8 layers take symmetric int8 weights)")
-    L.wq, L.ws = v.astype(np.int8), s
+    if v.min() >= -128 and v.max() <= 127:   # recoded exactly: symmetric int8 codes
+        L.wq, L.ws = v.astype(np.int8), s
+        return None
+    # W_q - z beyond int8 (quantize_dynamic's asymmetric QUInt8 weights): int8 codes with a weight
+    # zero point (uint8 as q - 128 with z - 128), which the int8 layer takes (docs/fusion.md "int8")
+    off = 128 if q.dtype == np.uint8 else 0
+    L.wq, L.ws, L.wz = (q.astype(np.int32) - off).astype(np.int8), s, (zz - off).astype(np.int32)
     return None
 
 

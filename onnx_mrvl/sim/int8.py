@@ -5,8 +5,11 @@ recovers ``q`` exactly (``|q - z| <= 255``). Per layer:
 
 1. quantize the input as ONNX QuantizeLinear on onnxruntime's CPU (MLAS): ``q = sat(rne(x / s_x) + z_x)``,
    x / s_x in float32;
-2. ``acc[o] = sum (q_x - z_x) * q_w[o] + bias_q[o]``, exact integers (an int32 accumulator cannot
-   overflow: the layer is refused when K * 255 * 128 + max|bias| >= 2**31); padding holds z_x (real 0);
+2. ``acc[o] = sum (q_x - z_x) * (q_w[o] - z_w[o]) + bias_q[o]``, exact integers (``z_w`` the
+   optional per-channel weight zero point ``weight_zero_point``, else 0; the MAC array sums
+   ``(q_x - z_x) * q_w`` and subtracts ``z_w[o] * rowsum(q_x - z_x)``, docs/fusion.md; an int32
+   accumulator cannot overflow: the layer is refused when K * 255 * (128 + max|z_w|) + max|bias|
+   >= 2**31); padding holds z_x (real 0, nothing in the row sum either);
 3. requantize as MLAS does (QLinearConv / QGemm): ``m[o] = fp32(fp32(s_x * s_w[o]) / s_y)``,
    ``q_y = sat(rne(fp32(acc) * m[o]) + z_y)``, rne = round half to even, fp32 products;
 4. relu / clamp as clamps of q_y in the quantized domain (``max(q_y, z_y)``, ``[Q(lo), Q(hi)]``);
@@ -56,11 +59,25 @@ def activation_clamp(out_q, activation: str, activation_params=None) -> Tuple[in
         raise ValueError(f"activation {activation!r} on an int8 layer (none, relu or clamp)")
     return lo, hi
 
+def weight_zero_points(zp, channels: int) -> Optional[np.ndarray]:
+    """The per-output-channel weight zero points as int64 (None when absent or all 0): int32
+    values in the int8 range (uint8 weights are stored as ``q - 128`` with ``z - 128``)."""
+    if zp is None:
+        return None
+    z = np.asarray(zp)
+    if z.dtype != np.int32 or z.size != channels:
+        raise ValueError(f"weight zero points must be int32 with {channels} values, got {z.dtype} x {z.size}")
+    z = z.reshape(-1).astype(np.int64)
+    if z.min() < -128 or z.max() > 127:
+        raise ValueError(f"weight zero points {z.min()}..{z.max()} are outside the int8 range")
+    return z if np.any(z) else None
+
+
 class Int8Layer:
     """The quantization shared by the int8 Conv2D and FC (see the module docstring)."""
 
     def __init__(self, kernel: np.ndarray, bias, weight_scale, params: Mapping, activation: str,
-                 activation_params: Optional[Mapping]):
+                 activation_params: Optional[Mapping], weight_zero_point=None):
         if kernel.dtype != np.int8:
             raise ValueError(f"an int8 layer needs an int8 kernel, the binary holds {kernel.dtype}")
         o = kernel.shape[0]
@@ -75,12 +92,17 @@ class Int8Layer:
         self.bias = np.zeros(o, np.int64) if bias is None else np.asarray(bias).reshape(-1).astype(np.int64)
         if bias is not None and (np.asarray(bias).dtype != np.int32 or self.bias.size != o):
             raise ValueError(f"an int8 layer's bias must be int32 with {o} values")
+        self.weight_zp = weight_zero_points(weight_zero_point, o)
+        zmax = 0 if self.weight_zp is None else int(np.abs(self.weight_zp).max())
         k = int(np.prod(kernel.shape[1:]))
-        if k * 255 * 128 + int(np.abs(self.bias).max(initial=0)) >= ACC_LIMIT:
+        if k * 255 * (128 + zmax) + int(np.abs(self.bias).max(initial=0)) >= ACC_LIMIT:
             raise ValueError(f"K={k} products could overflow the int32 accumulator")
         self.mult = ((F32(self.in_q[0]) * ws).astype(F32) / F32(self.out_q[0])).astype(F32)
         self.lo, self.hi = activation_clamp(self.out_q, activation, activation_params)
-        self.kernel = kernel.reshape(o, k).astype(np.float64).T.copy()   # [K, O], exact products in float64
+        codes = kernel.reshape(o, k).astype(np.float64)
+        if self.weight_zp is not None:   # q_w - z_w (|.| <= 255): the same exact integer sums as
+            codes -= self.weight_zp.reshape(o, 1)   # sum (q_x - z_x) q_w - z_w rowsum(q_x - z_x)
+        self.kernel = codes.T.copy()   # [K, O], exact products in float64
 
     def codes(self, x: np.ndarray) -> np.ndarray:
         s, z, dt = self.in_q
@@ -97,8 +119,8 @@ class Int8Layer:
 
 class Int8Conv2D(Int8Layer):
     def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
-                 activation="none", activation_params=None):
-        super().__init__(kernel, bias, weight_scale, params, activation, activation_params)
+                 activation="none", activation_params=None, weight_zero_point=None):
+        super().__init__(kernel, bias, weight_scale, params, activation, activation_params, weight_zero_point)
         self.o, self.kh, self.kw, self.ig = kernel.shape
         self.strides, self.padding, self.dilation, self.groups = list(strides), list(padding), list(dilation), int(groups)
         if self.groups < 1 or self.o % self.groups:
@@ -136,12 +158,13 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
     act = spec.activation()
     args = (spec.weight("kernel", required=True), spec.weight("bias"), spec.weight("weight_scale", required=True),
             spec.params)
+    zp = dict(weight_zero_point=spec.weight("weight_zero_point"))
     try:
         if kind == "Conv2D":
             geo = dict(strides=spec.param("strides", [1, 1], length=2),
                        padding=spec.param("padding", [0, 0, 0, 0], length=4),
                        dilation=spec.param("dilation", [1, 1], length=2), groups=int(spec.param("groups", 1)),
-                       activation=act["activation"], activation_params=act["activation_params"])
+                       activation=act["activation"], activation_params=act["activation_params"], **zp)
             if spec.params.get("requant") == "float":   # onnxruntime's float Conv (int8_float_conv.py)
                 from .int8_float_conv import FloatPathConv2D
                 layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"), **geo)
@@ -149,9 +172,9 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
                 layer = Int8Conv2D(*args, **geo)
         elif spec.params.get("requant") == "float":   # onnxruntime's float MatMul (int8_float_conv.py)
             from .int8_float_conv import FloatPathFC
-            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"])
+            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
         else:
-            layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"])
+            layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
     from .int8_native import prepare        # the VNNI kernels (same results), when built

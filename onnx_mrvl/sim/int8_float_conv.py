@@ -55,13 +55,15 @@ class FloatPathConv2D(Int8Conv2D):
     float_path = True    # int8_native.prepare: the fp32 kernel (int8_float_native.py), not the VNNI one
 
     def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
-                 activation="none", activation_params=None, bias_scale=None):
+                 activation="none", activation_params=None, bias_scale=None, weight_zero_point=None):
         super().__init__(kernel, bias, weight_scale, params, strides, padding, dilation, groups,
-                         activation, activation_params)
+                         activation, activation_params, weight_zero_point)
         ws = np.asarray(weight_scale, F32).reshape(-1)
         o, kh, kw, ig = kernel.shape
-        # fp32 weights in im2col order (input channel, kernel row, kernel column): [K, O]
-        wd = (kernel.astype(F32) * ws.reshape(-1, 1, 1, 1)).astype(F32)
+        # fp32 weights in im2col order (input channel, kernel row, kernel column): [K, O], as
+        # DequantizeLinear computes them: fp32(q_w - z_w) * s_w
+        codes = kernel.astype(np.int64) - (0 if self.weight_zp is None else self.weight_zp.reshape(-1, 1, 1, 1))
+        wd = (codes.astype(F32) * ws.reshape(-1, 1, 1, 1)).astype(F32)
         self.wd = np.ascontiguousarray(wd.transpose(0, 3, 1, 2).reshape(o, ig * kh * kw).T)
         if bias is not None:
             if bias_scale is None or np.asarray(bias_scale).size != o:
@@ -102,19 +104,20 @@ class FloatPathConv2D(Int8Conv2D):
 class FloatPathFC(Int8FC):
     """An int8 FC onnxruntime runs as a float MatMul between DQ and Q (an S8 input whose DQ other
     nodes read, BERT's Q/K/V projections): ``[M, K] x [K, N]`` by MLAS's SGEMM on the dequantized
-    input and ``fp32(q_w s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` (a MatMul's N is its
+    input and ``fp32(fp32(q_w - z_w) s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` (a MatMul's N is its
     output features, a conv's its pixels), then ``q_y = sat(rne(y / s_y) + z_y)``. No bias: the
     quantizer leaves a MatMul's bias Add a separate layer."""
     float_path = True    # int8_native.prepare: not the VNNI integer kernel
 
-    def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None):
-        super().__init__(kernel, bias, weight_scale, params, activation, activation_params)
+    def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None,
+                 weight_zero_point=None):
+        super().__init__(kernel, bias, weight_scale, params, activation, activation_params, weight_zero_point)
         if bias is not None:
             raise ValueError("a float-path int8 FC has no bias (onnxruntime's MatMul adds none)")
         o = kernel.shape[0]
         # the same sums as a 1x1 float-path conv over the rows (the native kernel, int8_float_native.py)
         self.conv = FloatPathConv2D(kernel.reshape(o, 1, 1, -1), None, weight_scale, params, [1, 1], [0, 0, 0, 0],
-                                    [1, 1], 1, activation, activation_params)
+                                    [1, 1], 1, activation, activation_params, weight_zero_point=weight_zero_point)
         self.wd = self.conv.wd   # [K, O] fp32(q_w s_w)
 
     def sums(self, x: np.ndarray) -> np.ndarray:

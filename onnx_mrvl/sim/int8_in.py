@@ -1,7 +1,8 @@
 """int8-in / fp16-out Conv2D and FC (``precision: "int8_in"``, docs/simulator.md "int8-in layers").
 
 1. the input quantized as ONNX QuantizeLinear (MLAS): ``q = sat(rne(x / s_x) + z_x)``, x / s_x in fp32;
-2. ``acc[o] = sum (q_x - z_x) * q_w[o]`` exact (int32 on the MAC array; padding holds z_x, real 0);
+2. ``acc[o] = sum (q_x - z_x) * (q_w[o] - z_w[o])`` exact (int32 on the MAC array, ``z_w`` the optional
+   weight zero point subtracted as ``z_w * rowsum``: int8.py; padding holds z_x, real 0);
 3. epilogue in fp32: ``y = fp32(fp32(acc) * m[o]) + b[o]``, ``m[o] = fp32(s_x * s_w[o])``, ``b`` the
    float32 bias (the dequantized value onnxruntime adds), then the activation in float;
 4. the output stored fp16 (round to nearest even; overflow -> inf, reported as not finite).
@@ -53,15 +54,17 @@ def _params(params: Mapping) -> dict:
 
 class Int8InConv2D(_Int8In, Int8Conv2D):
     def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
-                 activation="none", activation_params=None, slope=None):
-        Int8Conv2D.__init__(self, kernel, None, weight_scale, _params(params), strides, padding, dilation, groups)
+                 activation="none", activation_params=None, slope=None, weight_zero_point=None):
+        Int8Conv2D.__init__(self, kernel, None, weight_scale, _params(params), strides, padding, dilation, groups,
+                            weight_zero_point=weight_zero_point)
         self.weight_scales = np.asarray(weight_scale, F32).reshape(-1)
         self._setup(bias, activation, activation_params, slope)
 
 
 class Int8InFC(_Int8In, Int8FC):
-    def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None, slope=None):
-        Int8FC.__init__(self, kernel, None, weight_scale, _params(params), "none", None)
+    def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None, slope=None,
+                 weight_zero_point=None):
+        Int8FC.__init__(self, kernel, None, weight_scale, _params(params), "none", None, weight_zero_point)
         self.weight_scales = np.asarray(weight_scale, F32).reshape(-1)
         self._setup(bias, activation, activation_params, slope)
 
@@ -71,7 +74,8 @@ def build(kind: str, spec):
     act = spec.activation()
     args = (spec.weight("kernel", required=True), spec.weight("bias"), spec.weight("weight_scale", required=True),
             spec.params)
-    acts = dict(activation=act["activation"], activation_params=act["activation_params"], slope=act["slope"])
+    acts = dict(activation=act["activation"], activation_params=act["activation_params"], slope=act["slope"],
+                weight_zero_point=spec.weight("weight_zero_point"))
     try:
         if kind == "Conv2D":
             layer = Int8InConv2D(*args, strides=spec.param("strides", [1, 1], length=2),

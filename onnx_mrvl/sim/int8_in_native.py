@@ -33,8 +33,8 @@ def _integer_view(layer):
 
 def prepare(layer) -> Optional[Callable]:
     """The native ``apply`` of an int8-in layer (``int8_in.Int8InConv2D`` / ``Int8InFC``), or None."""
-    if int8_native.lib() is None:
-        return None
+    if int8_native.lib() is None or getattr(layer, "weight_zp", None) is not None:
+        return None   # a weight zero point: the numpy path (the VNNI kernels take symmetric weights)
     view = _integer_view(layer)
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])

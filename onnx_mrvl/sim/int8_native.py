@@ -91,6 +91,8 @@ class _Prepared:
 
     def __init__(self, layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool):
         self.layer, self.depthwise = layer, depthwise
+        if getattr(layer, "weight_zp", None) is not None:
+            raise ValueError("the VNNI kernels take weights without a zero point")
         w = np.rint(layer.kernel.T).astype(np.int8)          # [O, K] (K in (kh, kw, i) order)
         o, k = w.shape
         og = o // groups
@@ -308,8 +310,8 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
     if getattr(layer, "float_path", False):     # onnxruntime's float Conv: its own kernel, never the VNNI one
         from .int8_float_native import prepare_float, prepare_float_fc
         return prepare_float(layer) if isinstance(layer, Int8Conv2D) else prepare_float_fc(layer)
-    if lib() is None:
-        return None
+    if lib() is None or getattr(layer, "weight_zp", None) is not None:
+        return None   # a weight zero point: q_w - z_w does not fit the VNNI kernel's int8 operand (numpy path)
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
         o = layer.o

@@ -10,8 +10,10 @@ pixel is one phase's sum). The pair after each phase has the output's scale and 
 interleave moves grid values (their fp16 copies round back to the same code in the original Q),
 and a Relu / Clip after a quantization with the output's zero point gives the codes it gives
 before (exact up to onnxruntime's fp32 ConvTranspose rounding a tie the other way: onnxruntime
-runs a QDQ ConvTranspose in float). A QDQ ConvTranspose this cannot take (a group, a weight with
-a zero point or block-wise scales, implicit pads, no output Q, ...) gets its weight and bias
+runs a QDQ ConvTranspose in float). Weights with a zero point (per tensor or per output channel,
+int8 or uint8: codes q - 128 with z - 128) keep it in each phase's DQ (int8 layers with weight zero
+points). A QDQ ConvTranspose this cannot take (a group, block-wise scales, implicit pads, no output
+Q, ...) gets its weight and bias
 dequantized in fp32 (onnxruntime's DequantizeLinear) for the float rules, and its decision says so.
 """
 from __future__ import annotations
@@ -67,12 +69,17 @@ def _int8_reason(m: Match, g, target) -> Optional[str]:
     codes = g.const(dq_w.input[0])
     ws = g.const(dq_w.input[1]).astype(np.float32).reshape(-1)
     cout = codes.shape[1] if codes.ndim == 4 else -1
-    if codes.dtype != np.int8 or codes.ndim != 4:
-        return f"weights are {codes.dtype}, not 4-D int8"
-    if attr(dq_w, "block_size", 0) or (inp(dq_w, 2) and np.any(g.const(dq_w.input[2]) != 0)):
-        return "weights with block-wise scales or a zero point"
+    if codes.dtype not in (np.int8, np.uint8) or codes.ndim != 4:
+        return f"weights are {codes.dtype}, not 4-D int8 / uint8"
+    if attr(dq_w, "block_size", 0):
+        return "weights with block-wise scales"
     if ws.size not in (1, cout) or (ws.size > 1 and attr(dq_w, "axis", 1) % 4 != 1):
         return "weight scales not per tensor or per output channel (axis 1)"
+    # a zero point (per tensor or per output channel): each phase Conv's DQ keeps it (an int8
+    # layer with weight zero points, docs/fusion.md "Asymmetric weights"); uint8 as q - 128, z - 128
+    zw = g.const(dq_w.input[2]).astype(np.int32).reshape(-1) if inp(dq_w, 2) else np.zeros(1, np.int32)
+    if zw.size not in (1, cout) or (zw.size > 1 and attr(dq_w, "axis", 1) % 4 != 1):
+        return "weight zero points not per tensor or per output channel (axis 1)"
     if not np.all(np.isfinite(ws)) or np.any(ws <= 0):
         return "weight scales not positive"
     if not _scalar_qparams(g, dq_x):
@@ -97,8 +104,9 @@ def _int8_reason(m: Match, g, target) -> Optional[str]:
     phases = plan_phases(k, s, pads, sx, sy, target)
     if isinstance(phases, str):
         return phases
+    off = 128 if codes.dtype == np.uint8 else 0
     m.data.update(q=nxt, s=s, phases=phases, ws=np.full(cout, ws[0], np.float32) if ws.size == 1 else ws,
-                  per_axis=ws.size > 1)
+                  per_axis=ws.size > 1, zw=np.broadcast_to(zw - off, (cout,)).astype(np.int8), offset=off)
     return None
 
 
@@ -144,9 +152,10 @@ def rewrite(m: Match, g) -> str:
     origin = m.origin
     q, dq_w = m.data["q"], m.data["dq_w"]
     codes = g.const(dq_w.input[0])                                   # [Cin, Cout, kh, kw]
+    codes = (codes.astype(np.int32) - m.data["offset"]).astype(np.int8)   # uint8: q - 128 (with z - 128)
     wc = codes.transpose(1, 0, 2, 3)                                  # Conv layout [Cout, Cin, kh, kw]
     scale = g.add_const(f"{node.name}/W_scale", m.data["ws"])
-    zero = g.add_const(f"{node.name}/W_zero_point", np.zeros(wc.shape[0], np.int8))
+    zero = g.add_const(f"{node.name}/W_zero_point", m.data["zw"])
     (sh, sw), sy, x = m.data["s"], g.shape(node.output[0]), node.input[0]
     out = node.output[0]
     cout = wc.shape[0]

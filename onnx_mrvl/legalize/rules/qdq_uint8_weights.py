@@ -5,8 +5,8 @@
 the dequantized weight ``(W_q - z_w) * s`` is unchanged and so is onnxruntime's integer sum
 ``sum (x_q - z_x)(W_q - z_w)``, and fuse's int8 layer (symmetric int8 weights, docs/fusion.md
 "int8") takes it. Only a DQ that fold_constants keeps (the weight of a QDQ layer). A weight whose
-``W_q - z_w`` needs 9 bits is left: the layer then keeps ``qdq.build``'s reason (int8 weights only).
-"""
+``W_q - z_w`` needs 9 bits is left: fuse's int8 layer takes it with a weight zero point (``q - 128``
+with ``z - 128``, the row-sum correction of docs/fusion.md "Asymmetric weights")."""
 from __future__ import annotations
 
 from typing import Optional

@@ -1,0 +1,97 @@
+"""``Q_p(Softmax(DQ(q, s = inf)))`` -> ``Q_p(Mul(x, 0))``: the attention probabilities of a QDQ
+model whose masked scores onnxruntime's calibrator gave an infinite scale, as onnxruntime computes
+them (docs/legalize.md rule 1e''''').
+
+quantize_static on a TorchScript export's ``Where(pad, -inf, 0)`` mask gives the mask's and the
+masked scores' Q / DQ an infinite scale. Every element of ``DQ(q, inf, z) = (q - z) * inf`` is NaN
+(``q = z``) or +-inf, so onnxruntime's float Softmax of any such row is NaN everywhere (the max is
++-inf or NaN and ``x - max`` is NaN), and its QuantizeLinear of NaN is the type's lowest code
+(MLAS clamps with ``max(x, lo)``: NaN gives ``lo``, as sim/int8.py's ``quantize``). When that is the
+Q's zero point (onnxruntime's quantizer: the probabilities' range starts at 0) the probabilities are
+exactly 0 whatever the input: the same codes as ``Q_p`` of ``x * 0``, ``x`` a finite tensor of the
+Softmax's shape the graph already computes (the dequantized scores next to the mask). The mask path
+and the Softmax then have no reader left and go; the block stays in one region with onnxruntime's
+numbers (which hold no attention: it was destroyed by the calibration; the remedy is
+``nodes_to_exclude``, which the decision of the Q names).
+
+Checks: every scale of the DQ infinite, onnxruntime runs the Softmax as its float op
+(``ort_plan``: a QLinearSoftmax reads a table instead), the Softmax read by one QuantizeLinear alone
+whose zero point is its type's lowest, a finite dequantized tensor of the same static shape feeding
+the op that wrote the DQ's Q input.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ... import ort_plan
+from .base import Match
+
+NAME = "qdq_infinite_softmax"
+OPS = ("Softmax",)
+REPORT_SKIPS = "infinite-scale Softmax"
+LOWEST = {np.dtype(np.int8): -128, np.dtype(np.uint8): 0}
+
+
+def match(node, g) -> Optional[Match]:
+    if node.domain not in ("", "ai.onnx") or not node.input:
+        return None
+    dq = g.producer.get(node.input[0])
+    if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 2 or not g.is_const(dq.input[1]):
+        return None
+    s = np.asarray(g.const(dq.input[1]), np.float64)
+    if s.size == 0 or not np.all(np.isposinf(s)):
+        return None
+    return Match([node], {"dq": dq})
+
+
+def _finite_source(g, dq, shape) -> Optional[str]:
+    """A float tensor of ``shape`` that the op writing the DQ's quantized input reads from a
+    DequantizeLinear of finite scales (the scores next to the mask), or None."""
+    q = g.producer.get(dq.input[0])
+    if q is None or q.op_type != "QuantizeLinear":
+        return None
+    op = g.producer.get(q.input[0])
+    for t in (op.input if op is not None else []):
+        src = g.producer.get(t)
+        if src is None or src.op_type != "DequantizeLinear" or len(src.input) < 2 or not g.is_const(src.input[1]):
+            continue
+        if np.all(np.isfinite(np.asarray(g.const(src.input[1]), np.float64))) and g.shape(t) == shape:
+            return t
+    return None
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node = m.node
+    users = g.users(node.output[0])
+    if len(users) != 1 or users[0].op_type != "QuantizeLinear" or node.output[0] in g.outputs:
+        return "the Softmax is read by other nodes than one QuantizeLinear"
+    qp = users[0]
+    if node.name not in ort_plan.ort_float_nodes(g.model, "Softmax"):
+        return "onnxruntime does not run it as its float Softmax (a QLinearSoftmax reads a table of the scale)"
+    z = g.const(qp.input[2]) if len(qp.input) > 2 and qp.input[2] else np.zeros((), np.uint8)
+    if z is None or np.asarray(z).size != 1 or np.asarray(z).dtype not in LOWEST or \
+            int(np.asarray(z).reshape(-1)[0]) != LOWEST[np.asarray(z).dtype]:
+        return "the probabilities' zero point is not the type's lowest code (Q(NaN) is then no 0)"
+    shape = g.shape(node.input[0])
+    if shape is None or any(not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
+        return "the Softmax's input shape is not static"
+    src = _finite_source(g, m.data["dq"], shape)
+    if src is None:
+        return "no finite dequantized tensor of the Softmax's shape next to the mask to take the zeros from"
+    m.data.update(qp=qp, src=src)
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    node, qp = m.node, m.data["qp"]
+    zero = g.add_const(f"{node.name}/zero", np.zeros((), np.float32))
+    out = g.fresh(f"{node.output[0]}/zeros")
+    g.make("Mul", [m.data["src"], zero], [out], near=node, origin=[node.name], name=f"{node.name}/zeros")
+    g.set_shape(out, g.shape(node.input[0]))
+    g.set_input(qp, 0, out)
+    g.remove(node)
+    return ("Softmax of a DequantizeLinear of infinite scale (NaN / inf everywhere): onnxruntime's NaN, "
+            "quantized to the lowest code = the zero point -> Q(x * 0) (exact; every attention weight is 0 in "
+            "onnxruntime too: quantize again with the mask's Where, Add and this Softmax in nodes_to_exclude)")

@@ -1,0 +1,61 @@
+"""A float attention block with a TorchScript-style additive mask (``Where(mask == 0, -inf, 0)``),
+for onnxruntime's quantize_static to quantize as it does real `_ts` exports (the mask's and the
+masked scores' Q / DQ get an infinite scale; tests/test_qdq_infinite_softmax.py)."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from onnx import numpy_helper as nh
+
+T, D, H = 8, 16, 2
+
+
+def masked_attention(seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] float, mask [1, T] int64 -> Q/K/V projections split into H heads, scores / 4 +
+    Where(mask == 0, -inf, 0), Softmax with torch's ``_safe_softmax`` guard (``Where(IsNaN(p), 0,
+    p)``, as the TorchScript exports of transformers 5 write it), x V, heads merged, an output
+    projection and the residual."""
+    rng = np.random.default_rng(seed)
+    inits = [nh.from_array((rng.standard_normal((D, D)) / 4).astype(np.float32), n) for n in ("wq", "wk", "wv", "wo")]
+    inits += [nh.from_array(np.array(0.25, np.float32), "scale"), nh.from_array(np.array(0, np.int64), "zero_i"),
+              nh.from_array(np.array(-np.inf, np.float32), "neg_inf"), nh.from_array(np.array(0.0, np.float32), "zero_f"),
+              ]
+    n = helper.make_node
+    inits += [nh.from_array(np.array([1, T, H, D // H], np.int64), "heads"),
+              nh.from_array(np.array([1, 1, 1, T], np.int64), "mshape"),
+              nh.from_array(np.array([1, T, D], np.int64), "merged")]
+    nodes = [n("MatMul", ["x", "wq"], ["q"], name="q_proj"), n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+             n("MatMul", ["x", "wv"], ["v"], name="v_proj")]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [n("Reshape", [t, "heads"], [f"{t}_h"], name=f"{t}_split"),
+                  n("Transpose", [f"{t}_h"], [f"{t}_t"], perm=perm, name=f"{t}_perm")]
+    nodes += [n("MatMul", ["q_t", "k_t"], ["s0"], name="scores"), n("Mul", ["s0", "scale"], ["s1"], name="scale_mul"),
+              n("Equal", ["mask", "zero_i"], ["pad"], name="pad_eq"),
+              n("Where", ["pad", "neg_inf", "zero_f"], ["madd"], name="mask_where"),
+              n("Reshape", ["madd", "mshape"], ["madd2"], name="mask_reshape"),
+              n("Add", ["s1", "madd2"], ["s2"], name="mask_add"),
+              n("Softmax", ["s2"], ["p0"], axis=-1, name="softmax"),
+              n("IsNaN", ["p0"], ["p_nan"], name="safe_isnan"),   # torch's _safe_softmax guard
+              n("Where", ["p_nan", "zero_f", "p0"], ["p"], name="safe_where"),
+              n("MatMul", ["p", "v_t"], ["ctx"], name="ctx"),
+              n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3], name="ctx_perm"),
+              n("Reshape", ["ctx_t", "merged"], ["ctx_m"], name="ctx_merge"),
+              n("MatMul", ["ctx_m", "wo"], ["o"], name="o_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
+    g = helper.make_graph(nodes, "masked_attention",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D]),
+                           helper.make_tensor_value_info("mask", TensorProto.INT64, [1, T])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def feeds(n: int, seed: int = 1) -> List[Dict[str, np.ndarray]]:
+    """``n`` inputs: random x, the last 3 positions padded."""
+    rng = np.random.default_rng(seed)
+    mask = np.ones((1, T), np.int64)
+    mask[:, -3:] = 0
+    return [{"x": rng.standard_normal((1, T, D)).astype(np.float32), "mask": mask} for _ in range(n)]
