@@ -127,7 +127,22 @@ def _custom(keras, tf):
         x = L.Dense(10)(x)
         return keras.Model(i, x)
 
-    return {"blocks": blocks, "unet": unet, "crnn": crnn, "audio": audio, "transformer": transformer}
+    def rnn(build, steps=24, feat=16):   # recurrent layers alone (Keras 3: tf2onnx writes Loops)
+        def make():
+            x = i = keras.Input((steps, feat))
+            return keras.Model(i, build(x))
+        return make
+
+    rnns = {
+        "rnn_lstm": rnn(lambda x: L.LSTM(32, return_sequences=True)(x)),
+        "rnn_gru_last": rnn(lambda x: L.GRU(32)(x)),
+        "rnn_gru_v1": rnn(lambda x: L.GRU(32, return_sequences=True, reset_after=False)(x)),
+        "rnn_bilstm_last": rnn(lambda x: L.Bidirectional(L.LSTM(32))(x)),
+        "rnn_stacked_back": rnn(lambda x: L.GRU(24, go_backwards=True)(L.LSTM(32, return_sequences=True)(x))),
+        "rnn_state": rnn(lambda x: L.Concatenate()(L.LSTM(32, return_state=True)(x))),
+        "rnn_masked": rnn(lambda x: L.LSTM(32, return_sequences=True)(L.Masking(0.0)(x))),
+    }
+    return {"blocks": blocks, "unet": unet, "crnn": crnn, "audio": audio, "transformer": transformer, **rnns}
 
 
 TFLITE = ("mobilenetv2", "blocks", "efficientnetb0", "resnet50", "unet", "transformer", "crnn")

@@ -1,4 +1,4 @@
-"""The LSTM / GRU cell a Loop body computes, probed from the body (for ``loop_to_rnn``).
+"""The LSTM / GRU / RNN cell a Loop body computes, probed from the body (for ``loop_to_rnn``).
 
 The gate pre-activations (the inputs of the body's Sigmoid / Tanh nodes) of an LSTM / GRU cell are
 affine in the step ``x`` and the hidden state ``h``: the body is run with the activations cut (their
@@ -10,6 +10,7 @@ body (float32 tolerance), so any other body is refused with the reason.
 
     LSTM: i, f, o = sigmoid(x Wk + h Rk + bk), g = tanh(x Wg + h Rg + bg),
           c' = f c + i g, h' = o tanh(c')                                (ONNX gate order i, o, f, c)
+    RNN:  h' = tanh(x W + h R + b)                                       (Keras SimpleRNN)
     GRU:  z, r = sigmoid(...), n = tanh(x Wn + bwn + r (h Rn + brn))     (linear_before_reset = 1,
           Keras' reset_after=True) or tanh(x Wn + (r h) Rn + bn) (= 0), h' = (1 - z) n + z h
 """
@@ -31,7 +32,7 @@ TRIALS = 3
 
 @dataclass
 class Cell:
-    op: str                    # "LSTM" | "GRU"
+    op: str                    # "LSTM" | "GRU" | "RNN"
     W: np.ndarray              # [1, G*H, I] ONNX gate order
     R: np.ndarray              # [1, G*H, H]
     B: np.ndarray              # [1, 2*G*H]
@@ -93,6 +94,8 @@ def identify(lb: LoopBody, g) -> "Cell | str":
         op = "LSTM"
     elif (len(sig), len(tanh)) == (2, 1) and len(used) == 1:
         op = "GRU"
+    elif (len(sig), len(tanh)) == (0, 1) and len(used) == 1:
+        op = "RNN"
     else:
         ops = sorted({n.op_type for n in lb.cell})
         return (f"the body is not an LSTM / GRU step ({len(sig)} Sigmoid, {len(tanh)} Tanh, {len(used)} float "
@@ -133,6 +136,10 @@ def identify(lb: LoopBody, g) -> "Cell | str":
     refs = [[np.asarray(o, np.float64) for o in full(t)] for t in trials]
     if op == "LSTM":
         cands = _lstm_candidates(gates, sig, aff, h, used)
+    elif op == "RNN":
+        w, r, b = aff[id(tanh[0])] if tanh[0] in gates else (None, None, None)
+        cands = [] if w is None else [Cell("RNN", w.T[None], r.T[None], np.concatenate([b, np.zeros_like(b)])[None],
+                                          h, None, {})]
     else:
         cands = _gru_candidates(lb, gates, sig, tanh[0], aff, pre, cut_in, probe, zero_cuts, x, hn, batch, n_in, hshape)
         if isinstance(cands, str):
@@ -198,6 +205,8 @@ def run_cell(cell: Cell, x, h, c):
         i, o, f, g = (a[:, k * n_h:(k + 1) * n_h] for k in range(4))
         c2 = _sig(f) * c + _sig(i) * np.tanh(g)
         return _sig(o) * np.tanh(c2), c2
+    if cell.op == "RNN":
+        return np.tanh(x @ W.T + h @ R.T + wb + rb), None
     xa, ha = x @ W.T + wb, h @ R.T
     z = _sig(xa[:, :n_h] + ha[:, :n_h] + rb[:n_h])
     r = _sig(xa[:, n_h:2 * n_h] + ha[:, n_h:2 * n_h] + rb[n_h:2 * n_h])
