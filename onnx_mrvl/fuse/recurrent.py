@@ -5,7 +5,11 @@
 Rule: the weights W, R (and B when given) are constant float32 initializers; initial_h / initial_c
 are constants (layer weights) or float32 tensors of static shape (data inputs of the layer: a
 streaming model's previous state);
-``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); LSTM
+``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch), or an
+int32 tensor [B] (a graph input's lengths: PyTorch's ``pack_padded_sequence``), then a data input of
+the layer -- a host ``Cast`` to float feeds it (exact: T <= 2048), the layer masks each row's state
+updates past its length and writes 0 there (ONNX's semantics), and ``Y_h`` / ``Y_c`` of a forward
+direction (the state at each row's own last step) are not rows of Y: refused; LSTM
 peepholes P constant; no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_h`` is sliced from ``Y``
 in the region (each direction's last timestep), an LSTM's ``Y_c`` from the row T the layer then
@@ -27,6 +31,7 @@ import onnx
 
 from .. import opset
 from ..graph_index import GraphIndex, attr
+from ..provenance import set_origin
 from ..opset_recurrent import CELL_ACTIVATIONS, CELLS, USES_ALPHA, USES_BETA
 from ..target import Target
 from .groups import Group, float_static
@@ -45,6 +50,7 @@ class RecurrentGroup(Group):
     y_shape: tuple = ()     # logical shape of Y when the node has no Y output (only Y_h): internal
     y_c: str = ""           # the LSTM's Y_c output when read: row T of the layer's output
     y_read: bool = True     # Y itself is read (else only Y_h / Y_c)
+    lens: str = ""          # sequence_lens as data (int32 [B]): a host Cast to float feeds the layer
     dims: tuple = ()        # (T, D, B, H)
 
 
@@ -92,7 +98,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"{cell} of a constant input (constant folding leaves this to the CPU)"
     names = {3: "B", 4: "sequence_lens", 5: "initial_h", 6: "initial_c", 7: "P"}
     for i, t in enumerate(n.input[1:], 1):
-        if t and not g.is_const(t) and i not in (5, 6):   # initial states may be tensors (streaming)
+        if t and not g.is_const(t) and i not in (4, 5, 6):   # states (streaming), lengths may be tensors
             return f"{names.get(i, 'W' if i == 1 else 'R')} is not a constant initializer"
     if attr(n, "input_forget", 0):
         return "LSTM input_forget=1 (coupled input and forget gates)"
@@ -114,7 +120,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if wv.shape != (dirs, gates * hid, feat) or rv.shape != (dirs, gates * hid, hid):
         return f"W {list(wv.shape)} / R {list(rv.shape)} do not fit {dirs} direction(s), hidden {hid}, input {feat}"
     seq = _const_input(g, n, 4)
-    if seq is not None and not np.all(np.asarray(g.const(seq)).reshape(-1) == steps):
+    lens = seq if seq is not None and not g.is_const(seq) else ""
+    if lens:
+        reason = _lens_reason(g, lens, steps, batch, direction, y_h or y_c)
+        if reason:
+            return reason
+    elif seq is not None and not np.all(np.asarray(g.const(seq)).reshape(-1) == steps):
         return f"sequence_lens {np.asarray(g.const(seq)).reshape(-1).tolist()} are not all {steps} (padded batch)"
     acts = _activations(n, cell, dirs, target)
     if isinstance(acts, str):
@@ -151,9 +162,26 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     internal = y_c or not n.output[0]
     y_shape = () if not internal else ((steps + bool(y_c), dirs, batch, hid) if layout == 0 or y_c
                                        else (batch, steps, dirs, hid))
-    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, f"{n.name}__Y" if internal else n.output[0],
+    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data + ([lens] if lens else []),
+                          f"{n.name}__Y" if internal else n.output[0],
                           attrs, weights, layout=layout, y_h=y_h, y_shape=y_shape, y_c=y_c,
-                          y_read=read[0], dims=(steps, dirs, batch, hid))
+                          y_read=read[0], dims=(steps, dirs, batch, hid), lens=lens)
+
+
+MAX_LENS_STEPS = 2048   # lengths reach the layer as fp16 values: integers up to 2048 are exact
+
+
+def _lens_reason(g: GraphIndex, lens: str, steps: int, batch: int, direction: str, state_read: str):
+    """Why the data ``sequence_lens`` cannot be the layer's per-row lengths, or None."""
+    if g.elem_type(lens) != onnx.TensorProto.INT32 or tuple(g.shape(lens) or ()) != (batch,):
+        return f"sequence_lens '{lens}' is not an int32 tensor of shape [{batch}]"
+    if steps > MAX_LENS_STEPS:
+        return f"sequence_lens '{lens}' with {steps} steps (lengths reach the layer as fp16: at most {MAX_LENS_STEPS})"
+    if state_read and direction != "reverse":
+        return (f"the final state '{state_read}' with per-row lengths from '{lens}': a forward direction's Y_h / Y_c "
+                "is each row's state at its own last step, not a row of Y (read Y, or export with full-length "
+                "sequences)")
+    return None
 
 
 def materialize(m, grp: RecurrentGroup) -> None:
@@ -176,9 +204,25 @@ def materialize(m, grp: RecurrentGroup) -> None:
             ins.append(m.get(t, (1, 0, 2) if grp.layout else None, for_mrvl=True, origin=grp.origin))
         else:
             ins.append(m.init(f"{base}_{key}", grp.weights[key]) if key in grp.weights else "")
+    if grp.lens:   # per-row lengths: int32 data -> float on the host (exact), the layer's last input
+        while len(ins) < len(opset.OPS[grp.op].inputs) - 1:
+            ins.append("")
+        ins.append(_lens_as_float(m, grp))
     m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout and not grp.y_c else None)
     if grp.y_h or grp.y_c:
         _outputs_from_rows(m, grp)
+
+
+def _lens_as_float(m, grp: RecurrentGroup) -> str:
+    src = m.get(grp.lens, None, for_mrvl=False, origin=grp.origin)
+    out = m.fresh(f"{grp.lens}__float")
+    node = onnx.helper.make_node("Cast", [src], [out], name=m.fresh(f"{grp.anchor.name}_lens_cast"), to=onnx.TensorProto.FLOAT)
+    set_origin(node, grp.origin)
+    m.add(node, None)
+    m.known_shape(out, [grp.dims[2]])
+    m.loc[out] = (out, None)
+    m.vinfo[out] = [grp.dims[2]]
+    return out
 
 
 class _Rows:
