@@ -22,7 +22,7 @@ from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose
-from . import loop_to_rnn, reverse_sequence_gather
+from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from .base import Match
 
 RULES = (
@@ -56,6 +56,7 @@ RULES = (
     remove_noop,
     loop_to_rnn,
     reverse_sequence_gather,
+    rnn_length_sort,
     einsum_to_matmul,
     merge_transposes,
     layernorm_canonical,

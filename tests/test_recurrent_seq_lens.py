@@ -1,0 +1,89 @@
+"""Recurrent layers whose ``sequence_lens`` come from a graph input (PyTorch ``pack_padded_sequence``,
+ASR / OCR batches with per-utterance lengths; onnx_mrvl/testing/seq_lens_models.py): the accelerator
+layer masks each row's state updates past its length and writes 0 there (ONNX's semantics), the
+exporter's length sort cancels (legalize ``rnn_length_sort``). Structure, JSON, and numbers against
+onnxruntime on the original within docs/simulator.md's 1e-2 * max|ref| for several length vectors."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnx_mrvl
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.sim.recurrent import Recurrent, activation_fns
+from onnx_mrvl.testing.seq_lens_models import lens_feeds, lens_model
+
+LENS = ([10, 5, 1], [3, 10, 7], [10, 10, 10])
+
+
+def _check(m, tmp_path, lens_sets=LENS):
+    res = onnx_mrvl.convert(m)
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
+    ref_s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for lens in lens_sets:
+        feeds = lens_feeds(m, lens)
+        for a, b in zip(ref_s.run(None, feeds), sess.run(None, feeds)):
+            assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a))), lens
+    return res
+
+
+@pytest.mark.parametrize("kw", [dict(cell="LSTM"), dict(cell="GRU", direction="forward"),
+                                dict(cell="RNN", direction="reverse"),
+                                dict(cell="LSTM", direction="reverse", state_outputs=True, initial=True)],
+                         ids=["bilstm", "gru_forward", "rnn_reverse", "lstm_reverse_states"])
+def test_lengths_from_an_input_run_in_the_region(kw, tmp_path):
+    res = _check(lens_model(**kw), tmp_path)
+    assert len(res.subgraphs) == 1
+    assert [d.op_type for d in res.report.cpu_nodes()] == ["Cast"]        # int64 -> int32 of the lengths
+    sg = res.subgraphs[0]
+    layer = next(n for n in sg.nodes_json["nodes"] if n["attrs"].get("layer_name") == [kw["cell"]])
+    assert layer["attrs"]["state_inputs"][-1] == "sequence_lens"
+    assert len(layer["inputs"]) == 2                                       # X, lengths
+
+
+def test_pytorch_length_sort_cancels(tmp_path):
+    """enforce_sorted=False: TopK / Gather / ScatterElements / Gather go, the layer reads the rows
+    as they are with their own lengths."""
+    m = lens_model(cell="LSTM", sorted_export=True)
+    out = legalize(m).model
+    ops = [n.op_type for n in out.graph.node]
+    assert "TopK" not in ops and "Gather" not in ops and "ScatterElements" not in ops
+    lstm = next(n for n in out.graph.node if n.op_type == "LSTM")
+    assert lstm.input[0] == "x"
+    res = _check(m, tmp_path)
+    assert len(res.subgraphs) == 1 and [d.op_type for d in res.report.cpu_nodes()] == ["Cast"]
+    assert "length sort and its inverse cancel" in res.report.decisions["sort"].reason
+
+
+def test_forward_final_state_with_lengths_stays_on_cpu_with_the_reason(tmp_path):
+    """Y_h of a forward direction is each row's state at its own last step: not a row of Y."""
+    m = lens_model(cell="LSTM", direction="bidirectional", state_outputs=True)
+    d = fuse(legalize(m).model).decisions["rnn"]
+    assert d.placement == "cpu" and "per-row lengths from 'lens32'" in d.reason, d.reason
+    _check(m, tmp_path)
+
+
+def test_simulator_masks_state_updates_past_each_length():
+    """Row b of Y is the full-length run of that row cut at len[b] (forward) and the full-length
+    run of the row's first len[b] steps (reverse), zero past it; the state is held."""
+    rng = np.random.default_rng(0)
+    T, B, I, H = 6, 3, 4, 5
+    w = rng.uniform(-0.5, 0.5, (1, 4 * H, I)).astype(np.float32)
+    r = rng.uniform(-0.5, 0.5, (1, 4 * H, H)).astype(np.float32)
+    x = rng.uniform(-1, 1, (T, B, I)).astype(np.float32)
+    acts = activation_fns(["sigmoid", "tanh", "tanh"], None, None)
+    lens = np.array([6, 2, 0], np.float32)
+    for direction in ("forward", "reverse"):
+        layer = Recurrent("LSTM", w, r, direction=direction, activations=acts, cell_state_row=1)
+        y, ok = layer.apply(x, sequence_lens=lens)
+        assert ok
+        for b, n in enumerate(lens.astype(int)):
+            if n:
+                alone, _ = layer.apply(np.ascontiguousarray(x[:n, b:b + 1]))
+                np.testing.assert_array_equal(y[:n, 0, b], alone[:n, 0, 0])
+                np.testing.assert_array_equal(y[T, 0, b], alone[n, 0, 0])   # the held cell state
+            else:
+                assert not np.any(y[T, 0, b])                                   # the initial (zero) state
+            assert not np.any(y[n:T, 0, b])
+    with pytest.raises(ValueError, match="sequence_lens"):
+        layer.apply(x, sequence_lens=np.array([7, 1, 1], np.float32))
