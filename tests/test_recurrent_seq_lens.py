@@ -87,3 +87,23 @@ def test_simulator_masks_state_updates_past_each_length():
             assert not np.any(y[n:T, 0, b])
     with pytest.raises(ValueError, match="sequence_lens"):
         layer.apply(x, sequence_lens=np.array([7, 1, 1], np.float32))
+
+
+def test_perf_model_charges_the_length_selects():
+    """Per step, direction, row and unit: selects of h, c (LSTM) and Y's row (costmodel.length_mask_ops)."""
+    import math
+
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.costmodel import perf_report
+
+    def row(m):
+        meta = load(onnx_mrvl.convert(m).subgraphs[0].binary).meta
+        return meta, next(r for r in perf_report(meta).layers if r.layer_name == "LSTM")
+
+    meta, masked = row(lens_model(cell="LSTM", direction="bidirectional"))
+    _, full = row(lens_model(cell="LSTM", direction="bidirectional", no_lens=True))
+    arch = meta["arch"]
+    ops = 10 * 2 * 3 * 12 * 3                                  # T * D * B * H * (h, c, Y)
+    assert masked.macs == full.macs
+    assert masked.compute_cycles - full.compute_cycles == math.ceil(
+        ops / (arch["vector_ops_per_cycle_per_tile"] * arch["num_tiles"]))

@@ -21,7 +21,8 @@ from .recurrent_models import recurrent_node
 
 def lens_model(cell: str = "LSTM", *, direction: str = "bidirectional", steps: int = 10, batch: int = 3,
                feat: int = 8, hid: int = 12, seed: int = 0, sorted_export: bool = False, state_outputs: bool = False,
-               initial: bool = False) -> onnx.ModelProto:
+               initial: bool = False, no_lens: bool = False) -> onnx.ModelProto:
+    """``no_lens``: the same layer without ``sequence_lens`` (the lengths input unread)."""
     rng = np.random.default_rng(seed)
     inits, nodes = {}, []
     dirs = 2 if direction == "bidirectional" else 1
@@ -41,7 +42,9 @@ def lens_model(cell: str = "LSTM", *, direction: str = "bidirectional", steps: i
                           initial=initial, outputs=outs)
     while len(node.input) < 5:
         node.input.append("")
-    node.input[4] = lens
+    node.input[4] = "" if no_lens else lens
+    while node.input and not node.input[-1]:
+        node.input.pop()
     nodes.append(node)
     inits["shape"] = np.array([steps, batch, dirs * hid], np.int64)
     inits["fc"] = rng.uniform(-0.3, 0.3, (dirs * hid, 6)).astype(np.float32)
