@@ -32,6 +32,7 @@ from .loop_cell import identify
 
 NAME = "loop_to_rnn"
 OPS = ("Loop",)
+REPORT_SKIPS = "not re-rolled into an LSTM / GRU"   # a refusal starts the Loop's decision
 
 
 def match(node, g) -> Optional[Match]:
@@ -48,7 +49,7 @@ def check(m: Match, g, target) -> Optional[str]:
         cache[key] = (lb, lb if isinstance(lb, str) else identify(lb, g))
     lb, cell = cache[key]
     if isinstance(cell, str):
-        return f"Loop '{m.node.name}' stays a loop: {cell}"
+        return cell
     m.data.update(body=lb, cell=cell)
     return None
 
