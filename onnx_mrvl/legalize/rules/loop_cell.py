@@ -56,27 +56,29 @@ def _depends(cell, sources: List[str]) -> Dict[str, set]:
     return dep
 
 
-def _affine(run, x: str, h: str, shape_x, shape_h, fixed: Dict[str, np.ndarray], k: int):
-    """(W [I, G], R [H, G], b [G]) of output ``k`` of ``run`` as a function of (x, h); rows of the
-    batch carry different unit vectors."""
+def _affine(run, x: str, h: str, shape_x, shape_h, fixed: Dict[str, np.ndarray], ks: List[int]):
+    """[(W [I, G], R [H, G], b [G]) or None] of outputs ``ks`` of ``run`` as functions of (x, h), from one
+    sweep of probes (rows of the batch carry different unit vectors); None: not [B, G] or not the
+    same on every row."""
     (batch, n_in), n_h = shape_x, shape_h[1]
     zx, zh = np.zeros(shape_x, np.float32), np.zeros(shape_h, np.float32)
-    base = np.asarray(run({x: zx, h: zh, **fixed})[k], np.float64)
-    if base.ndim != 2 or base.shape[0] != batch or np.ptp(base, axis=0).max(initial=0) > 0:
-        return None
-    cols = []
-    for size, name in ((n_in, x), (n_h, h)):
-        mat = np.zeros((size, base.shape[1]))
+    base = [np.asarray(v, np.float64) for v in run({x: zx, h: zh, **fixed})]
+    ok = [b.ndim == 2 and b.shape[0] == batch and np.ptp(b, axis=0).max(initial=0) == 0 for b in base]
+    mats = {k: ([np.zeros((n_in, base[k].shape[1])), np.zeros((n_h, base[k].shape[1]))] if ok[k] else None)
+            for k in ks}
+    for part, (size, name) in enumerate(((n_in, x), (n_h, h))):
         for start in range(0, size, batch):
             feed = {x: zx.copy(), h: zh.copy(), **fixed}
             rows = range(start, min(size, start + batch))
             for r, c in enumerate(rows):
                 feed[name][r, c] = 1.0
-            out = np.asarray(run(feed)[k], np.float64)
-            for r, c in enumerate(rows):
-                mat[c] = out[r] - base[r]
-        cols.append(mat)
-    return cols[0], cols[1], base[0]
+            out = run(feed)
+            for k in ks:
+                if mats[k] is not None:
+                    o = np.asarray(out[k], np.float64)
+                    for r, c in enumerate(rows):
+                        mats[k][part][c] = o[r] - base[k][r]
+    return [None if mats[k] is None else (mats[k][0], mats[k][1], base[k][0]) for k in ks]
 
 
 def identify(lb: LoopBody, g) -> "Cell | str":
@@ -125,9 +127,9 @@ def identify(lb: LoopBody, g) -> "Cell | str":
     others = {lb.carried_in[k]: np.zeros(shapes[k], np.float32) for k in used if k != h}
     x, hn = lb.step, lb.carried_in[h]
     aff = {}
-    for n in gates:
-        got = _affine(lambda f: probe({**zero_cuts, **others, **f}), x, hn, (batch, n_in), hshape, {},
-                      acts.index(n))
+    found = _affine(lambda f: probe({**zero_cuts, **others, **f}), x, hn, (batch, n_in), hshape, {},
+                    [acts.index(n) for n in gates])
+    for n, got in zip(gates, found):
         if got is None or got[2].shape[0] != n_h:
             return f"gate pre-activation '{n.input[0]}' is not [B, {n_h}] or varies over the batch"
         aff[id(n)] = got
@@ -178,8 +180,8 @@ def _gru_candidates(lb, gates, sig, tanh, aff, pre, cut_in, probe, zero_cuts, x,
     z_node = [n for n in sig if n is not r_node][0]
     idx = list(cut_in.values()).index(tanh)
     ones = {**zero_cuts, r_node.output[0]: np.ones((batch, hshape[1]), np.float32)}
-    one = _affine(lambda f: probe({**ones, **f}), x, hn, (batch, n_in), hshape, {}, idx)
-    zero = _affine(lambda f: probe({**zero_cuts, **f}), x, hn, (batch, n_in), hshape, {}, idx)
+    one = _affine(lambda f: probe({**ones, **f}), x, hn, (batch, n_in), hshape, {}, [idx])[0]
+    zero = _affine(lambda f: probe({**zero_cuts, **f}), x, hn, (batch, n_in), hshape, {}, [idx])[0]
     if one is None or zero is None:
         return "the candidate's pre-activation is not affine in (x, h) for a fixed reset gate"
     z, r = aff[id(z_node)], aff[id(r_node)]
