@@ -3,7 +3,6 @@
 (W, R, x and the per-step state). The decision says so (fuse/qdq_recurrent.py ``FLOAT_IN_QDQ``), and
 the codes after it agree as docs/quantize.md states (one layer: >= 95% identical, the rest one code)."""
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper

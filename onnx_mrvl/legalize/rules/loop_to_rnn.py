@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, inp, reshape
+from .base import Match, reshape
 from .loop_body import analyze
 from .loop_cell import identify
 
@@ -45,8 +45,12 @@ def check(m: Match, g, target) -> Optional[str]:
     cache = g.__dict__.setdefault("_loop_to_rnn", {})
     key = (m.node.name, tuple(m.node.input))
     if key not in cache:
-        lb = analyze(m.node, g)
-        cache[key] = (lb, lb if isinstance(lb, str) else identify(lb, g))
+        try:
+            lb = analyze(m.node, g)
+            cache[key] = (lb, lb if isinstance(lb, str) else identify(lb, g))
+        except Exception as exc:   # noqa: BLE001 - a body onnxruntime cannot run piecewise: the Loop stays
+            why = f"its body could not be run piecewise ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+            cache[key] = (why, why)
     lb, cell = cache[key]
     if isinstance(cell, str):
         return cell
