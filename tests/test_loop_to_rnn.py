@@ -57,6 +57,19 @@ def test_keras3_loop_becomes_recurrent_layer(name, tmp_path):
         assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))
 
 
+def test_dynamic_time_axis_with_pinned_shapes(tmp_path):
+    """A time axis exported as dynamic (trip count and the body's bound from ``Shape(x)``, read by the
+    body from the outer scope): with ``input_shapes`` pinned the Loop is re-rolled, one region."""
+    m = keras3_rnn(cell="gru", direction="bidirectional", batch=2, dynamic=True)
+    shapes = {"x": [2, 10, 8]}
+    x = np.random.default_rng(3).uniform(-1, 1, shapes["x"]).astype(np.float32)
+    ref = run_ort(m, {"x": x})
+    res = onnx_mrvl.convert(m, input_shapes=shapes)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, {"x": x})
+    assert float(np.max(np.abs(ref[0] - got[0]))) <= 1e-2 * float(np.max(np.abs(ref[0])))
+
+
 def test_initial_state_from_a_graph_input_is_read():
     """``initial_state`` from a graph input becomes the LSTM's initial_h (Reshape to [1, B, H])."""
     m = keras3_rnn(cell="lstm", state_input=True)

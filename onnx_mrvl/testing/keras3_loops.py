@@ -15,7 +15,9 @@ product to ``[G*H]`` before the Gemm (a ``Squeeze`` without axes), as in its exp
 before the loop; ``"bidirectional"``: forward and backward loops, the backward output reversed back,
 Concat on the features. ``mask=True``: Keras' Masking -- the body also reads a ``[T, B, 1]`` mask
 and keeps the previous state where it is 0 (not an ONNX LSTM: refused with the reason).
-``variant="no_output_tanh"``: an LSTM-like body with ``h' = o * c'`` (refused).
+``variant="no_output_tanh"``: an LSTM-like body with ``h' = o * c'`` (refused). ``dynamic=True``: the
+time axis exported as dynamic -- the trip count and the body's bound ``T`` are ``Gather(Shape(x), 0)``
+(an outer-scope value in the body), the input ``[B, "T", I]``: converted with ``input_shapes``.
 """
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def _gates(b: _B, cell: str, xt: str, h: str, c, w: dict, hid: int, batch: int, 
 
 
 def _layer(outer: _B, x: str, cell: str, steps: int, batch: int, hid: int, feat: int, rng, tag: str,
-           mask=None, h0=None, variant: str = ""):
+           mask=None, h0=None, variant: str = "", dynamic: bool = False):
     """One Keras 3 recurrent layer as a Loop over ``x`` [T, B, I] -> (scan [T, B, H], final h)."""
     gates = {"lstm": 4, "gru": 3, "gru_v1": 3, "simple": 1}[cell]
     s = 1.0 / np.sqrt(hid)
@@ -105,7 +107,11 @@ def _layer(outer: _B, x: str, cell: str, steps: int, batch: int, hid: int, feat:
         if c2 is not None:
             c2 = body.op("Add", [body.op("Mul", [m, c2]), body.op("Mul", [keep, c])])
     t2 = body.op("Add", [time, body.const(np.array(1, np.int32))], "time_next")
-    tf_ = body.const(np.array(float(steps), np.float32))
+    if dynamic:   # T from the input's shape (a time axis exported as dynamic): an outer-scope value
+        t_len = outer.op("Gather", [outer.op("Shape", [x]), outer.const(np.array(0, np.int64))], axis=0)
+        tf_ = outer.op("Cast", [t_len], to=F)
+    else:
+        tf_ = body.const(np.array(float(steps), np.float32))
     cond = body.op("And", [body.op("Less", [body.op("Cast", [t2], to=F), tf_]),
                            body.op("Less", [body.op("Cast", [it], to=F), tf_])], "cond")
     h_out = body.op("Identity", [h2], "h_out")
@@ -121,10 +127,10 @@ def _layer(outer: _B, x: str, cell: str, steps: int, batch: int, hid: int, feat:
         [helper.make_tensor_value_info(h2, F, [batch, hid])]
     graph = helper.make_graph(body.nodes, f"{tag}_body", b_in, b_out, body.inits)
     c0 = outer.const(np.array(0.0, np.float32), "c0")
-    c1 = outer.const(np.array(float(steps), np.float32), "c1")
+    c1 = tf_ if dynamic else outer.const(np.array(float(steps), np.float32), "c1")
     less = outer.op("Less", [c0, c1])
     zeros = outer.const(np.zeros((batch, hid), np.float32), "zeros")
-    ins = [outer.const(np.array(steps, np.int64), "max"), outer.op("And", [less, less]),
+    ins = [t_len if dynamic else outer.const(np.array(steps, np.int64), "max"), outer.op("And", [less, less]),
            outer.const(np.array(0, np.int32), "t0"), h0 or zeros] + ([zeros] if c2 is not None else []) + \
         [outer.const(v, k) for k, v in wv.items()]
     n_out = len(ins) - 2 + 1
@@ -134,12 +140,12 @@ def _layer(outer: _B, x: str, cell: str, steps: int, batch: int, hid: int, feat:
 
 def keras3_rnn(cell: str = "lstm", *, steps: int = 10, batch: int = 1, feat: int = 8, hid: int = 16, seed: int = 0,
                direction: str = "forward", return_sequences: bool = True, stacked: bool = False,
-               mask: bool = False, state_input: bool = False, variant: str = "") -> onnx.ModelProto:
+               mask: bool = False, state_input: bool = False, variant: str = "", dynamic: bool = False) -> onnx.ModelProto:
     """``x [B, T, I]`` (Keras' batch-major input; tf2onnx's Transpose to time-major) -> a Keras 3 layer
     (two when ``stacked``: the second with half the units) -> ``[B, T, H']`` or the last step ``[B, H']``."""
     rng = np.random.default_rng(seed)
     outer = _B("")
-    inputs = [helper.make_tensor_value_info("x", F, [batch, steps, feat])]
+    inputs = [helper.make_tensor_value_info("x", F, [batch, "T" if dynamic else steps, feat])]
     xt = outer.op("Transpose", ["x"], "x_tbi", perm=[1, 0, 2])
     m = None
     if mask:
@@ -155,7 +161,8 @@ def keras3_rnn(cell: str = "lstm", *, steps: int = 10, batch: int = 1, feat: int
 
     def one(x, units, feat_in, tag, back, first):
         src = outer.op("ReverseSequence", [x, full_lengths(x)], batch_axis=1, time_axis=0) if back else x
-        return _layer(outer, src, cell, steps, batch, units, feat_in, rng, tag, m, h0 if first else None, variant)
+        return _layer(outer, src, cell, steps, batch, units, feat_in, rng, tag, m, h0 if first else None, variant,
+                      dynamic)
 
     layers = [hid] + ([hid // 2] if stacked else [])
     y, feat_in = xt, feat
@@ -171,7 +178,7 @@ def keras3_rnn(cell: str = "lstm", *, steps: int = 10, batch: int = 1, feat: int
         y, feat_in = (seq if not last or return_sequences else fin), units
     out = outer.op("Transpose", [y], "y", perm=[1, 0, 2]) if y != fin else y
     width = feat_in
-    shape = [batch, steps, width] if y != fin else [batch, width]
+    shape = [batch, "T" if dynamic else steps, width] if y != fin else [batch, width]
     graph = helper.make_graph(outer.nodes, "keras3_rnn", inputs, [helper.make_tensor_value_info(out, F, shape)],
                               outer.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

@@ -74,7 +74,7 @@ def const_value(g, name: str) -> Optional[np.ndarray]:
         return None
     if g.is_const(name):
         return np.asarray(g.const(name))
-    nodes, todo, seen = [], [name], set()
+    nodes, todo, seen, shapes = [], [name], set(), {}
     while todo:
         t = todo.pop()
         if t in seen or g.is_const(t):
@@ -83,10 +83,17 @@ def const_value(g, name: str) -> Optional[np.ndarray]:
         p = g.producer.get(t)
         if p is None or graph_of(p) is not None or len(nodes) >= MAX_CONST_CONE:
             return None
+        if p.op_type == "Shape" and g.shape(p.input[0]) is not None:   # a static shape (pinned input)
+            dims = list(g.shape(p.input[0]))
+            shapes[t] = np.array(dims[int(attr(p, "start", 0)):attr(p, "end", None) or len(dims)], np.int64)
+            continue
         nodes.append(p)
         todo.extend(i for i in p.input if i)
     nodes = list({id(n): n for n in reversed(nodes)}.values())
+    if not nodes:
+        return shapes.get(name)
     leaves = {i: np.asarray(g.const(i)) for n in nodes for i in n.input if i and g.is_const(i)}
+    leaves.update(shapes)
     try:
         from onnx.reference import ReferenceEvaluator
         ordered = _toposort(nodes, set(leaves))
@@ -149,16 +156,17 @@ def analyze(loop: onnx.NodeProto, g) -> "LoopBody | str":
     outer = []
     for n in body.node:
         for i in n.input:
-            if i and i not in defined and i not in consts:
-                if g.is_const(i):
-                    consts[i] = np.asarray(g.const(i))
-                elif i not in outer:
+            if i and i not in defined and i not in consts and i not in outer:
+                v = const_value(g, i)   # an initializer, or T from a pinned Shape (dynamic-axis exports)
+                if v is not None:
+                    consts[i] = v
+                else:
                     outer.append(i)
     final, counters, states = {}, [], []
     for k, (a, b) in enumerate(zip(c_in, c_out)):
         init = inp(loop, k + 2)
         if a == b:   # loop-invariant (tf2onnx passes the weights through the loop)
-            v = g.const(init) if init else None
+            v = const_value(g, init)
             if v is None:
                 return f"loop-invariant value '{init}' is not a constant"
             consts[a] = final[k] = np.asarray(v)
@@ -195,7 +203,7 @@ def analyze(loop: onnx.NodeProto, g) -> "LoopBody | str":
         return "the cell reads the iteration number or a counter"
     inits = {}
     for k in counters:
-        v = g.const(inp(loop, k + 2))
+        v = const_value(g, inp(loop, k + 2))
         if v is None:
             return f"counter '{inp(loop, k + 2)}' does not start from a constant"
         inits[c_in[k]] = np.asarray(v)

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, reshape
-from .loop_body import analyze
+from .loop_body import analyze, const_value
 from .loop_cell import identify
 
 NAME = "loop_to_rnn"
@@ -68,7 +68,7 @@ def rewrite(m: Match, g) -> str:
            g.add_const(f"{base}/B", cell.B.astype(np.float32)), ""]
     for k in [cell.h] + ([cell.c] if cell.c is not None else []):
         init = lb.inits[k]
-        v = g.const(init)
+        v = const_value(g, init)   # zeros of the batch's shape (ConstantOfShape of a pinned Shape) too
         if v is not None and not np.any(v):
             ins.append("")
         elif v is not None:
