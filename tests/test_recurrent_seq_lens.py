@@ -16,14 +16,21 @@ from onnx_mrvl.testing.seq_lens_models import lens_feeds, lens_model
 LENS = ([10, 5, 1], [3, 10, 7], [10, 10, 10])
 
 
-def _check(m, tmp_path, lens_sets=LENS):
+def _check(m, tmp_path, lens_sets=LENS, step=None):
+    """Numbers against onnxruntime: within 1e-2 of max|ref|, or with ``step`` (a quantized output:
+    its scale) >= 98% of the codes identical and the rest one step apart."""
     res = onnx_mrvl.convert(m)
     sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
     ref_s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     for lens in lens_sets:
         feeds = lens_feeds(m, lens)
         for a, b in zip(ref_s.run(None, feeds), sess.run(None, feeds)):
-            assert a.shape == b.shape and float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a))), lens
+            assert a.shape == b.shape, lens
+            if step:
+                codes = np.rint((np.asarray(b, np.float64) - a) / step)
+                assert np.mean(codes == 0) >= 0.98 and np.abs(codes).max() <= 1, (lens, np.mean(codes == 0))
+            else:
+                assert float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a))), lens
     return res
 
 
@@ -107,3 +114,22 @@ def test_perf_model_charges_the_length_selects():
     assert masked.macs == full.macs
     assert masked.compute_cycles - full.compute_cycles == math.ceil(
         ops / (arch["vector_ops_per_cycle_per_tile"] * arch["num_tiles"]))
+
+
+@pytest.mark.parametrize("out_pair", [False, True], ids=["int8_in", "int8_out"])
+def test_int8_recurrent_layer_with_lengths(out_pair, tmp_path):
+    """A QDQ LSTM (DQ on X, W, R; Y's Q -> DQ absorbed with ``out_pair``) with lengths from an input:
+    the int8 recurrent layer masks the same way (Y's code of 0 past each length)."""
+    from onnx import TensorProto, helper
+
+    from onnx_mrvl.testing.qdq_recurrent_models import layer
+    m = layer("LSTM", "bidirectional", steps=10, batch=3, out_pair=out_pair)
+    m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT64, [3]))
+    m.graph.node.insert(0, helper.make_node("Cast", ["lens"], ["lens32"], name="cast_lens", to=TensorProto.INT32))
+    rnn = next(n for n in m.graph.node if n.op_type == "LSTM")
+    while len(rnn.input) < 5:
+        rnn.input.append("")
+    rnn.input[4] = "lens32"
+    res = _check(m, tmp_path, step=1 / 127 if out_pair else None)
+    assert len(res.subgraphs) == 1 and [d.op_type for d in res.report.cpu_nodes()] == ["Cast"]
+    assert res.report.decisions["rnn"].reason.startswith("int8")

@@ -122,7 +122,7 @@ class Recurrent:
                 on = active[t]
                 h = np.where(on, h2, h)
                 c = np.where(on, c2, c) if c is not None else None
-                y[t, d] = np.where(on, self._row(h2), self._row(np.zeros_like(h2)))
+                y[t, d] = np.where(on, self._row(h2), F32(0))   # past the length: 0 (an int8 Y: the code of 0)
             if self.c_row:
                 y[steps, d] = c
         return y, ok
