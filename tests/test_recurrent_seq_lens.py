@@ -62,12 +62,17 @@ def test_pytorch_length_sort_cancels(tmp_path):
     assert "length sort and its inverse cancel" in res.report.decisions["sort"].reason
 
 
-def test_forward_final_state_with_lengths_stays_on_cpu_with_the_reason(tmp_path):
-    """Y_h of a forward direction is each row's state at its own last step: not a row of Y."""
-    m = lens_model(cell="LSTM", direction="bidirectional", state_outputs=True)
-    d = fuse(legalize(m).model).decisions["rnn"]
-    assert d.placement == "cpu" and "per-row lengths from 'lens32'" in d.reason, d.reason
-    _check(m, tmp_path)
+@pytest.mark.parametrize("kw", [dict(cell="LSTM", direction="bidirectional"), dict(cell="GRU", direction="forward"),
+                                dict(cell="LSTM", direction="forward", initial=True)], ids=["bilstm", "gru", "lstm_h0"])
+def test_final_states_with_lengths_are_rows_the_layer_writes(kw, tmp_path):
+    """Y_h with per-row lengths is each row's state at its own last step (not a row of Y): the layer
+    writes each direction's final state as row T (``final_state_rows``), an LSTM's Y_c after it."""
+    m = lens_model(state_outputs=True, **kw)
+    res = _check(m, tmp_path)
+    assert len(res.subgraphs) == 1 and [d.op_type for d in res.report.cpu_nodes()] == ["Cast"]
+    layer = next(n for n in res.subgraphs[0].nodes_json["nodes"] if n["attrs"].get("layer_name") == [kw["cell"]])
+    assert layer["attrs"]["final_state_rows"] == ["1"]
+    assert ("cell_state_row" in layer["attrs"]) == (kw["cell"] == "LSTM")
 
 
 def test_simulator_masks_state_updates_past_each_length():
@@ -92,6 +97,13 @@ def test_simulator_masks_state_updates_past_each_length():
             else:
                 assert not np.any(y[T, 0, b])                                   # the initial (zero) state
             assert not np.any(y[n:T, 0, b])
+        rows = Recurrent("LSTM", w, r, direction=direction, activations=acts, cell_state_row=1, final_state_rows=1)
+        y2, _ = rows.apply(x, sequence_lens=lens)
+        np.testing.assert_array_equal(y2[:T], y[:T])
+        np.testing.assert_array_equal(y2[T + 1], y[T])                           # c after the h row
+        for b, n in enumerate(lens.astype(int)):                                # h: the row's own last step
+            last = (n - 1 if direction == "forward" else 0) if n else None
+            np.testing.assert_array_equal(y2[T, 0, b], y[last, 0, b] if n else 0)
     with pytest.raises(ValueError, match="sequence_lens"):
         layer.apply(x, sequence_lens=np.array([7, 1, 1], np.float32))
 

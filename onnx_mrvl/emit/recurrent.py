@@ -5,7 +5,8 @@ Nodes-JSON attributes (docs/json-format.md): ``hidden_size``, ``direction``, ``a
 ``activation_beta`` (one per activation), ``clip`` (0 = none), ``linear_before_reset`` (GRU);
 constants ``kernel`` (W [D, G*H, I]), ``recurrence`` (R [D, G*H, H]), ``bias`` (B [D, 2*G*H]),
 ``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h);
-``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state; ``peepholes``
+``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state; ``final_state_rows``:
+a row holding each direction's final hidden state comes first (per-row lengths); ``peepholes``
 (LSTM P [D, 3*H], gates i o f).
 Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors, and
 ``sequence_lens`` [B]: per-row lengths as fp16 integer values) -> Y [T, D, B, H].
@@ -38,6 +39,8 @@ def json_attrs(a: dict, inputs, g, add_const, s, cell: str = "LSTM") -> dict:
         out["linear_before_reset"] = s(int(a["linear_before_reset"]))
     if int(a.get("cell_state_row", 0)):
         out["cell_state_row"] = s(1)
+    if int(a.get("final_state_rows", 0)):
+        out["final_state_rows"] = s(1)
     states = []
     for role, t in zip([ROLE_OF[x] for x in opset_recurrent.INPUTS[cell][1:]], inputs[1:]):
         if t and g.is_const(t):
@@ -117,11 +120,16 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
         a.fail(f"cell_state_row={c_row} (0, or 1 on an LSTM: the last cell state as row T of the output)")
     if c_row:
         params["cell_state_row"] = 1
+    h_row = a.int("final_state_rows", 0)
+    if h_row not in (0, 1):
+        a.fail(f"final_state_rows={h_row} (0, or 1: each direction's final hidden state as row T of the output)")
+    if h_row:
+        params["final_state_rows"] = 1
     if codes:
         _int8(a, ctx, lname, w, r, dirs * gates * hid, params, weights)
         if a.str("precision") == "int8":
-            if c_row:
-                a.fail("an int8 recurrent layer writing int8 codes has no cell_state_row")
+            if c_row or h_row:
+                a.fail("an int8 recurrent layer writing int8 codes has no state rows")
             side_qparams(a, "out", "an int8 recurrent layer", params)
             params["precision"] = "int8"
     elif a.has("precision") and a.str("precision") not in ("float16", "fp16"):
@@ -160,7 +168,7 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
             if v.shape != (dirs, batch, hid):
                 a.fail(f"{role} has shape {list(v.shape)}, expected {[dirs, batch, hid]}")
             weights[role] = ctx.weight(a, f"{lname}.{role}", v, "DBH", fp16=True)
-    out = [steps + c_row, dirs, batch, hid]
+    out = [steps + h_row + c_row, dirs, batch, hid]
     return out, opset_recurrent.macs(cell, steps, dirs, batch, hid, feat)
 
 

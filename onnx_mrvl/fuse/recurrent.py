@@ -8,8 +8,9 @@ streaming model's previous state);
 ``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch), or an
 int32 tensor [B] (a graph input's lengths: PyTorch's ``pack_padded_sequence``), then a data input of
 the layer -- a host ``Cast`` to float feeds it (exact: T <= 2048), the layer masks each row's state
-updates past its length and writes 0 there (ONNX's semantics), and ``Y_h`` / ``Y_c`` of a forward
-direction (the state at each row's own last step) are not rows of Y: refused; LSTM
+updates past its length and writes 0 there (ONNX's semantics); a read ``Y_h`` (each row's state at
+its own last step, not a row of Y) is then the final state the layer writes as row T
+(``final_state_rows``), ``Y_c`` the cell-state row after it; LSTM
 peepholes P constant; no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_h`` is sliced from ``Y``
 in the region (each direction's last timestep), an LSTM's ``Y_c`` from the row T the layer then
@@ -122,7 +123,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     seq = _const_input(g, n, 4)
     lens = seq if seq is not None and not g.is_const(seq) else ""
     if lens:
-        reason = _lens_reason(g, lens, steps, batch, direction, y_h or y_c)
+        reason = _lens_reason(g, lens, steps, batch)
         if reason:
             return reason
     elif seq is not None and not np.all(np.asarray(g.const(seq)).reshape(-1) == steps):
@@ -157,10 +158,14 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
     if cell == "GRU":
         attrs["linear_before_reset"] = int(attr(n, "linear_before_reset", 0))
-    if y_c:   # the layer writes [T + 1, D, B, H]: row T is the last cell state
+    h_row = bool(lens and y_h)   # per-row lengths: the final h is no row of Y: the layer writes it as row T
+    if h_row:
+        attrs["final_state_rows"] = 1
+    if y_c:   # the layer writes [T + 1, D, B, H]: row T (after the h row) is the last cell state
         attrs["cell_state_row"] = 1
-    internal = y_c or not n.output[0]
-    y_shape = () if not internal else ((steps + bool(y_c), dirs, batch, hid) if layout == 0 or y_c
+    extra = h_row + bool(y_c)
+    internal = extra or not n.output[0]
+    y_shape = () if not internal else ((steps + extra, dirs, batch, hid) if layout == 0 or extra
                                        else (batch, steps, dirs, hid))
     return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data + ([lens] if lens else []),
                           f"{n.name}__Y" if internal else n.output[0],
@@ -171,16 +176,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
 MAX_LENS_STEPS = 2048   # lengths reach the layer as fp16 values: integers up to 2048 are exact
 
 
-def _lens_reason(g: GraphIndex, lens: str, steps: int, batch: int, direction: str, state_read: str):
+def _lens_reason(g: GraphIndex, lens: str, steps: int, batch: int):
     """Why the data ``sequence_lens`` cannot be the layer's per-row lengths, or None."""
     if g.elem_type(lens) != onnx.TensorProto.INT32 or tuple(g.shape(lens) or ()) != (batch,):
         return f"sequence_lens '{lens}' is not an int32 tensor of shape [{batch}]"
     if steps > MAX_LENS_STEPS:
         return f"sequence_lens '{lens}' with {steps} steps (lengths reach the layer as fp16: at most {MAX_LENS_STEPS})"
-    if state_read and direction != "reverse":
-        return (f"the final state '{state_read}' with per-row lengths from '{lens}': a forward direction's Y_h / Y_c "
-                "is each row's state at its own last step, not a row of Y (read Y, or export with full-length "
-                "sequences)")
     return None
 
 
@@ -208,7 +209,8 @@ def materialize(m, grp: RecurrentGroup) -> None:
         while len(ins) < len(opset.OPS[grp.op].inputs) - 1:
             ins.append("")
         ins.append(_lens_as_float(m, grp))
-    m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout and not grp.y_c else None)
+    rows = int(grp.attrs.get("final_state_rows", 0)) or grp.y_c
+    m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout and not rows else None)
     if grp.y_h or grp.y_c:
         _outputs_from_rows(m, grp)
 
@@ -232,7 +234,8 @@ class _Rows:
         self.m, self.grp = m, grp
         self.node = m.mrvl_name[grp.anchor.name]
         steps, self.dirs, self.batch, self.hid = grp.dims
-        self.rows = steps + bool(grp.y_c)      # T, or T + 1 with the cell-state row
+        self.h_row = int(grp.attrs.get("final_state_rows", 0))
+        self.rows = steps + self.h_row + bool(grp.y_c)      # T, + the final-h row, + the cell-state row
         y, _ = m.loc[grp.output]
         view = [1, self.rows, self.dirs, self.batch * self.hid]
         self.view = self.add("Reshape", [y], view, {"shape": view}, "rows")
@@ -262,19 +265,22 @@ class _Rows:
 
 
 def _outputs_from_rows(m, grp: RecurrentGroup) -> None:
-    """Y (when the layer also wrote the cell-state row), Y_h (per direction the row of its last
-    timestep: T - 1 forward, 0 reverse) and Y_c (row T) from the layer's output, by Slice2D on the
+    """Y (when the layer also wrote state rows), Y_h (per direction the row of its last
+    timestep: T - 1 forward, 0 reverse; with per-row lengths the final-state row T) and Y_c (the
+    last row) from the layer's output, by Slice2D on the
     view [1, T (+1), D, B*H], a Concat of the directions and a Reshape; layout 1 stores Y as
     [T, D, B, H] and Y_h / Y_c as [D, B, H] (logical [B, T, D, H] / [B, D, H])."""
     rows = _Rows(m, grp)
     dirs, batch, hid = rows.dirs, rows.batch, rows.hid
-    steps = rows.rows - bool(grp.y_c)
+    steps = rows.rows - rows.h_row - bool(grp.y_c)
     state_perm = (1, 0, 2) if grp.layout else None
     node = grp.anchor
-    if grp.y_c and grp.y_read and node.output[0]:
+    if (grp.y_c or rows.h_row) and grp.y_read and node.output[0]:
         rows.write(rows.take(0, steps, "y"), node.output[0], [steps, dirs, batch, hid],
                    Y_STORED if grp.layout else None)
-    if grp.y_h:
+    if grp.y_h and rows.h_row:   # each direction's final state, row T
+        rows.write(rows.take(steps, steps + 1, "final"), grp.y_h, [dirs, batch, hid], state_perm)
+    elif grp.y_h:
         parts = []
         for d in range(dirs):
             t = 0 if (grp.attrs["direction"] == "reverse" or d == 1) else steps - 1
@@ -287,7 +293,8 @@ def _outputs_from_rows(m, grp: RecurrentGroup) -> None:
             parts = [rows.add("Concat", parts, [1, 1, dirs, batch * hid], {"axis": 2, "num_inputs": dirs}, "dirs")]
         rows.write(parts[0], grp.y_h, [dirs, batch, hid], state_perm)
     if grp.y_c:
-        rows.write(rows.take(steps, steps + 1, "cell"), grp.y_c, [dirs, batch, hid], state_perm)
+        c = steps + rows.h_row
+        rows.write(rows.take(c, c + 1, "cell"), grp.y_c, [dirs, batch, hid], state_perm)
 
 
 PATTERN_ANCHORS = tuple(CELLS)

@@ -38,7 +38,7 @@ class Recurrent:
     def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, *, bias=None,
                  initial_h=None, initial_c=None, direction: str = "forward",
                  activations: Sequence[Callable] = (), clip: float = 0.0, linear_before_reset: int = 0,
-                 cell_state_row: int = 0, peepholes=None):
+                 cell_state_row: int = 0, peepholes=None, final_state_rows: int = 0):
         if cell not in GATES:
             raise ValueError(f"unknown cell {cell!r} (LSTM, GRU or RNN)")
         dirs = 2 if direction == "bidirectional" else 1
@@ -79,6 +79,7 @@ class Recurrent:
         self.c_row = bool(cell_state_row)
         if self.c_row and cell != "LSTM":
             raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
+        self.h_row = bool(final_state_rows)   # row T: each direction's final h (then the c row)
 
     def _state(self, init, d: int, batch: int) -> np.ndarray:
         if init is None:
@@ -102,7 +103,7 @@ class Recurrent:
         h0 = self.h0 if initial_h is None else initial_h
         c0 = self.c0 if initial_c is None else initial_c
         steps, batch = x.shape[0], x.shape[1]
-        y = np.empty((steps + self.c_row, self.dirs, batch, self.hid), F32)   # row T: the last c (Y_c)
+        y = np.empty((steps + self.h_row + self.c_row, self.dirs, batch, self.hid), F32)   # rows T..: Y_h, Y_c
         ok = True
         flat = np.ascontiguousarray(x, dtype=F32).reshape(steps * batch, self.feat)
         for d in range(self.dirs):
@@ -123,8 +124,10 @@ class Recurrent:
                 h = np.where(on, h2, h)
                 c = np.where(on, c2, c) if c is not None else None
                 y[t, d] = np.where(on, self._row(h2), F32(0))   # past the length: 0 (an int8 Y: the code of 0)
+            if self.h_row:
+                y[steps, d] = h
             if self.c_row:
-                y[steps, d] = c
+                y[steps + self.h_row, d] = c
         return y, ok
 
     def _h(self, hf: np.ndarray) -> Tuple[np.ndarray, bool]:
@@ -226,7 +229,8 @@ def build(spec, n_inputs: int):
                       initial_c=spec.weight("initial_c"), direction=str(spec.param("direction", "forward")),
                       activations=acts, clip=float(spec.param("clip", 0.0)),
                       linear_before_reset=int(spec.param("linear_before_reset", 0)),
-                      cell_state_row=int(spec.param("cell_state_row", 0)), peepholes=spec.weight("peepholes"))
+                      cell_state_row=int(spec.param("cell_state_row", 0)), peepholes=spec.weight("peepholes"),
+                      final_state_rows=int(spec.param("final_state_rows", 0)))
         precision = str(spec.param("precision", "float16"))
         if precision in ("int8_in", "int8"):   # int8 W / R codes, int8 input projection (recurrent_int8.py)
             from .recurrent_int8 import build as build_int8
