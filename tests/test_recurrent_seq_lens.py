@@ -145,3 +145,19 @@ def test_int8_recurrent_layer_with_lengths(out_pair, tmp_path):
     res = _check(m, tmp_path, step=1 / 127 if out_pair else None)
     assert len(res.subgraphs) == 1 and [d.op_type for d in res.report.cpu_nodes()] == ["Cast"]
     assert res.report.decisions["rnn"].reason.startswith("int8")
+
+
+@pytest.mark.parametrize("kw", [dict(cell="LSTM", state_outputs=True), dict(cell="GRU", direction="reverse")],
+                         ids=["bilstm_states", "gru_reverse"])
+def test_fused_reference_body_with_lengths(kw):
+    """The fused model (mrvl nodes with their reference bodies: Cast of the float lengths to int32,
+    the ONNX op, the final-state rows concatenated) runs in plain onnxruntime to fp32 precision."""
+    m = lens_model(**kw)
+    fused = fuse(legalize(m).model).model
+    assert kw["cell"] in [n.op_type for n in fused.graph.node if n.domain == "mrvl"]
+    ref_s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    got_s = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"])
+    for lens in LENS:
+        feeds = lens_feeds(m, lens)
+        for a, b in zip(ref_s.run(None, feeds), got_s.run(None, feeds)):
+            np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-5)
