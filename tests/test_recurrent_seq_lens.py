@@ -48,10 +48,11 @@ def test_lengths_from_an_input_run_in_the_region(kw, tmp_path):
     assert len(layer["inputs"]) == 2                                       # X, lengths
 
 
-def test_pytorch_length_sort_cancels(tmp_path):
-    """enforce_sorted=False: TopK / Gather / ScatterElements / Gather go, the layer reads the rows
-    as they are with their own lengths."""
-    m = lens_model(cell="LSTM", sorted_export=True)
+@pytest.mark.parametrize("states", [False, True], ids=["y", "y_and_h_n"])
+def test_pytorch_length_sort_cancels(states, tmp_path):
+    """enforce_sorted=False: TopK / Gather / ScatterElements / Gather go (for h_n / c_n too), the
+    layer reads the rows as they are with their own lengths."""
+    m = lens_model(cell="LSTM", sorted_export=True, state_outputs=states)
     out = legalize(m).model
     ops = [n.op_type for n in out.graph.node]
     assert "TopK" not in ops and "Gather" not in ops and "ScatterElements" not in ops
@@ -161,3 +162,14 @@ def test_fused_reference_body_with_lengths(kw):
         feeds = lens_feeds(m, lens)
         for a, b in zip(ref_s.run(None, feeds), got_s.run(None, feeds)):
             np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-5)
+
+
+def test_length_sort_kept_when_the_rows_are_not_put_back_by_the_inverse(tmp_path):
+    """Rows gathered back by the sorting permutation itself (not its inverse): the sort does not
+    cancel, rnn_length_sort says why, and the numbers still hold (the layer has its lengths)."""
+    m = lens_model(cell="GRU", direction="forward", sorted_export=True)
+    back = next(n for n in m.graph.node if n.name == "gather_back")
+    back.input[1] = "perm"
+    skipped = [r for r in legalize(m).report.skipped if r[0] == "rnn_length_sort"]
+    assert skipped and "not the inverse permutation" in skipped[0][2], skipped
+    _check(m, tmp_path)

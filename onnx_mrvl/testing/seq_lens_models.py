@@ -8,7 +8,8 @@ MatMul (``head``), optionally also Y_h / Y_c as outputs.
 enforce_sorted=False) -> LSTM -> pad_packed_sequence`` (tools/survey_audio_models.py lstm_seqlens):
 ``TopK`` of the lengths (descending: values and the sorting permutation), ``Gather`` of x's batch
 rows by it, the LSTM on the sorted lengths, and the rows put back by a ``Gather`` with the inverse
-permutation (``ScatterElements(zeros, perm, arange)``) after the head's Transpose / Reshape.
+permutation (``ScatterElements(zeros, perm, arange)``) after the head's Transpose / Reshape, and
+with ``state_outputs`` Y_h / Y_c put back the same way (``h_n.index_select(1, unsorted_indices)``).
 """
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def lens_model(cell: str = "LSTM", *, direction: str = "bidirectional", steps: i
         nodes.append(helper.make_node("ScatterElements", ["zeros", "perm", "arange"], ["inverse"], name="unsort", axis=0))
         x, lens = "x_sorted", "sorted32"
     outs = ["y", "y_h", "y_c"][:3 if cell == "LSTM" else 2] if state_outputs else ["y"]
+    rnn_outs = [o + "_sorted" if sorted_export and o != "y" else o for o in outs]
     node = recurrent_node(rng, cell, "rnn", x, inits, feat=feat, hid=hid, batch=batch, direction=direction,
-                          initial=initial, outputs=outs)
+                          initial=initial, outputs=rnn_outs)
     while len(node.input) < 5:
         node.input.append("")
     node.input[4] = "" if no_lens else lens
@@ -54,6 +56,8 @@ def lens_model(cell: str = "LSTM", *, direction: str = "bidirectional", steps: i
     if sorted_export:
         nodes.append(helper.make_node("Gather", ["y_flat", "inverse"], ["y_unsorted"], name="gather_back", axis=1))
         flat = "y_unsorted"
+        for o in outs[1:]:   # h_n.index_select(1, unsorted_indices)
+            nodes.append(helper.make_node("Gather", [o + "_sorted", "inverse"], [o], name=f"{o}_back", axis=1))
     nodes.append(helper.make_node("MatMul", [flat, "fc"], ["out"], name="fc"))
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [steps, batch, 6])]
     outputs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, [dirs, batch, hid]) for o in outs[1:]]

@@ -15,7 +15,8 @@ leaving the data-dependent Gathers (CPU) out of the model. Check: TopK of all B 
 lengths' only axis; X's batch-axis Gather by that permutation (through Casts); the inverse is
 ``ScatterElements`` of ``arange(B)`` by the permutation on zeros; Y read only through Transpose /
 Reshape / Squeeze / Unsqueeze that keep the batch rows whole, ending in one Gather by the inverse on
-that axis (Y_h / Y_c unread; constant initial states equal on every row).
+that axis, and so are Y_h / Y_c when read (PyTorch's ``h_n.index_select(1, unsorted_indices)``);
+constant initial states equal on every row.
 """
 from __future__ import annotations
 
@@ -79,10 +80,23 @@ def check(m: Match, g, target) -> Optional[str]:
         v = g.const(inp(node, i)) if inp(node, i) else None
         if inp(node, i) and (v is None or not np.all(v == np.take(v, [0], axis=1 - layout))):
             return "initial states that differ per row"
-    if any(o and g.used(o) for o in node.output[1:]):
-        return "Y_h / Y_c are read (in the sorted order)"
-    t, axis = node.output[0], (2 if not layout else 0)
-    chain = []
+    backs = []
+    for k, out in enumerate(node.output[:3]):   # Y [T, D, B, H] (layout 1: [B, T, D, H]), Y_h / Y_c [D, B, H]
+        if not out or not g.used(out):
+            continue
+        back = _put_back(g, out, (2 if k == 0 else 1) if not layout else 0, topk.output[1], batch)
+        if isinstance(back, str):
+            return back
+        backs.append(back)
+    if not backs:
+        return "the layer's outputs are not read"
+    m.data.update(backs=backs, lens=lens)
+    return None
+
+
+def _put_back(g, t: str, axis: int, perm: str, batch: int):
+    """The Gather that puts ``t``'s batch rows (axis ``axis``) back in order after Transpose / Reshape /
+    Squeeze / Unsqueeze that keep them whole, or the reason there is none."""
     while True:
         users = g.users(t)
         if len(users) != 1 or t in g.outputs:
@@ -95,24 +109,22 @@ def check(m: Match, g, target) -> Optional[str]:
         axis = _batch_axis_after(g, u, axis)
         if axis is None:
             return f"{u.op_type} '{u.name}' does not keep the batch rows whole"
-        chain.append(u)
         t = u.output[0]
-    back = u
-    inv = g.producer.get(_through_casts(g, back.input[1]))
-    if int(attr(back, "axis", 0)) % len(g.shape(t)) != axis or inv is None or inv.op_type != "ScatterElements":
+    inv = g.producer.get(_through_casts(g, u.input[1]))
+    if u.input[0] != t or int(attr(u, "axis", 0)) % len(g.shape(t)) != axis:
         return "the rows are not put back by a Gather on the batch axis"
-    zeros, upd = g.const(inv.input[0]), g.const(inv.input[2]) if len(inv.input) > 2 else None
-    if zeros is None or upd is None or _through_casts(g, inv.input[1]) != topk.output[1] \
+    zeros, upd = (g.const(inv.input[0]), g.const(inv.input[2]) if len(inv.input) > 2 else None) \
+        if inv is not None and inv.op_type == "ScatterElements" else (None, None)
+    if zeros is None or upd is None or _through_casts(g, inv.input[1]) != perm \
             or int(attr(inv, "axis", 0)) != 0 or not np.array_equal(np.asarray(upd).reshape(-1), np.arange(batch)) \
             or np.asarray(zeros).size != batch:
         return "the put-back index is not the inverse permutation (ScatterElements of arange by the TopK order)"
-    m.data.update(back=back, lens=lens)
-    return None
+    return u
 
 
 def rewrite(m: Match, g) -> str:
     node, topk, gather = m.nodes
-    back, lens = m.data["back"], m.data["lens"]
+    backs, lens = m.data["backs"], m.data["lens"]
     g.set_input(node, 0, gather.input[0])
     seq = g.fresh(f"{node.name}/lens_i32")
     casts, t = [], inp(node, 4)   # the new Cast stands for the exporter's Casts of the sorted lengths
@@ -124,8 +136,9 @@ def rewrite(m: Match, g) -> str:
     g.set_shape(seq, list(g.shape(lens)), 6)
     g.set_input(node, 4, seq)
     note = f"the length sort and its inverse cancel around {node.op_type} '{node.name}' (rnn_length_sort)"
-    for n in (topk, gather, back, g.producer.get(_through_casts(g, back.input[1]))):
+    for n in [topk, gather] + backs + [g.producer.get(_through_casts(g, b.input[1])) for b in backs]:
         for o in origin_of(n):
             g.notes.setdefault(o, note)
-    g.bypass(back, back.input[0], back.output[0])
+    for back in backs:
+        g.bypass(back, back.input[0], back.output[0])
     return f"{node.op_type} on the rows in their order (the length sort and its inverse cancel)"
