@@ -14,7 +14,8 @@ by the tests). Install them into a scratch venv, export there, survey with the p
 Files: ``<name>_op13.onnx`` / ``<name>_op17.onnx`` (float), ``<name>-tfl<io>_tflite.onnx`` and
 ``<name>-tfl<io>_deq.onnx`` (TFLite int8, io = i8 / u8 / f32; ``deq``: ``--dequantize``), each
 base with its ``<base>_feeds.npz``. ``--quant`` only makes sense for the float files: select them
-by name (``survey OUT _op13 --quant``). Measured with it: docs/surveys/tensorflow.md.
+by name (``survey OUT _op13 --quant``). ``rnn_*``: Keras recurrent layers alone (Keras 3 writes each as
+an ONNX ``Loop``: legalize's ``loop_to_rnn``). Measured with it: docs/surveys/tensorflow.md.
 """
 from __future__ import annotations
 
