@@ -141,7 +141,20 @@ def vector_ops(layer: Mapping, shapes: Mapping[int, List[int]]) -> int:
     act = str((layer.get("params") or {}).get("activation") or "none")
     if act in VECTOR_LOWERINGS:
         ops += elems * VECTOR_LOWERINGS[act][1]
-    return int(ops)
+    return int(ops) + length_mask_ops(layer)
+
+
+def length_mask_ops(layer: Mapping) -> int:
+    """Vector-unit selects of a recurrent layer with per-row lengths (``sequence_lens`` data): per
+    step, direction, row and unit one select of h (and of an LSTM's c) between the new and the held
+    state and one of Y's row against 0 (assumption: predicated writes on the vector unit; every row
+    runs all T steps in lockstep, a short row saves nothing)."""
+    p = layer.get("params") or {}
+    if str(layer.get("layer_name", "")) not in RECURRENT_LAYERS or "sequence_lens" not in (p.get("state_inputs") or []):
+        return 0
+    dirs = 2 if p.get("direction") == "bidirectional" else 1
+    per = 3 if str(layer.get("layer_name")) == "LSTM" else 2
+    return int(p.get("steps", 1)) * dirs * int(p.get("batch", 1)) * int(p.get("hidden_size", 0)) * per
 
 
 def derive_dram_bytes(layer: Mapping, tensors: Mapping[int, Mapping], weight_bytes: Mapping[str, int]) -> int:

@@ -209,8 +209,39 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
             # onnxruntime runs it, and shape inference (legalize) fills the shape in
             log.info("the model has a tensor type without a shape (accepted; shapes are inferred)")
             return
+        if "must be topologically sorted" in first and _sorted_check(skeleton):
+            # a node reads a tensor written further down, e.g. a Loop body's outer-scope read after
+            # onnxruntime's quantizer moved the Loop up: onnxruntime sorts and runs it, so does legalize
+            log.info("the model's nodes are not in topological order (accepted; legalize sorts them)")
+            return
         raise ModelError(f"the model fails the ONNX checker: {first}",
                          hint="fix the exporter output (onnx.checker.check_model explains)") from None
+
+
+def _sorted_check(skeleton: onnx.ModelProto) -> bool:
+    """True when ``skeleton`` (a stripped copy: sorted in place) passes the checker once its nodes
+    are in topological order, outer-scope reads of If / Loop / Scan bodies counted."""
+    from .graph_index import node_reads
+    nodes = list(skeleton.graph.node)
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    deps = [{producer[i] for i in node_reads(n) if i in producer and producer[i] != k} for k, n in enumerate(nodes)]
+    done, order = set(), []
+    while len(order) < len(nodes):
+        ready = [k for k in range(len(nodes)) if k not in done and deps[k] <= done]
+        if not ready:
+            return False
+        order += ready
+        done.update(ready)
+    copies = [onnx.NodeProto() for _ in nodes]
+    for c, k in zip(copies, order):
+        c.CopyFrom(nodes[k])
+    del skeleton.graph.node[:]
+    skeleton.graph.node.extend(copies)
+    try:
+        onnx.checker.check_model(skeleton)
+    except onnx.checker.ValidationError:
+        return False
+    return True
 
 
 # onnxruntime registers these in the default domain as its own ops (LayerNormalization below opset 17,

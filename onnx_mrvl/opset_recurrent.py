@@ -4,10 +4,15 @@ node, whose reference body is the ONNX op itself (layout 0, output ``Y`` only).
 Inputs (weights are initializers, in ONNX's own layout and gate order):
     X [T, B, I], W [D, G*H, I], R [D, G*H, H], B [D, 2*G*H] (optional),
     initial_h [D, B, H] (optional), initial_c [D, B, H] (LSTM, optional), P [D, 3*H] (LSTM peepholes
-    i o f, optional)
+    i o f, optional), sequence_lens [B] (optional, last: per-row lengths as float values, data)
 Output: Y [T, D, B, H] (the sequence of hidden states), or with ``cell_state_row`` = 1 (LSTM)
-[T + 1, D, B, H] whose row T is the last cell state ``Y_c``. ``Y_h`` is not written (it is rows of Y).
+[T + 1, D, B, H] whose row T is the last cell state ``Y_c``. ``Y_h`` is not written (it is rows of Y),
+unless ``final_state_rows`` = 1 (per-row lengths: each row's final state is not a row of Y): then row
+T holds ``Y_h`` and a cell-state row follows it.
 G = 4 (LSTM, gates i o f c), 3 (GRU, gates z r h), 1 (RNN).
+With ``sequence_lens`` (a graph input's lengths, not constants), ONNX's semantics: row b runs its
+steps t < len[b] (forward from 0, reverse from len[b] - 1), its state is held past them and Y is 0
+there; the body casts the float lengths to int32 for the ONNX op.
 
 Attributes: ``hidden_size``, ``direction`` (forward / reverse / bidirectional), ``activations``
 (comma-separated lower-case names, ONNX's list per direction), ``activation_alpha`` /
@@ -35,11 +40,11 @@ CELL_ACTIVATIONS: Dict[str, Tuple[str, Tuple[float, float]]] = {
 }
 USES_ALPHA = {"hardsigmoid", "leakyrelu"}
 USES_BETA = {"hardsigmoid"}
-INPUTS = {"LSTM": ("X", "W", "R", "B", "initial_h", "initial_c", "P"),
-          "GRU": ("X", "W", "R", "B", "initial_h"),
-          "RNN": ("X", "W", "R", "B", "initial_h")}
+INPUTS = {"LSTM": ("X", "W", "R", "B", "initial_h", "initial_c", "P", "sequence_lens"),
+          "GRU": ("X", "W", "R", "B", "initial_h", "sequence_lens"),
+          "RNN": ("X", "W", "R", "B", "initial_h", "sequence_lens")}
 ATTRS = ("hidden_size", "direction", "activations", "activation_alpha", "activation_beta", "clip",
-         "linear_before_reset", "cell_state_row") + INT8_RECURRENT_ATTRS   # int8: opset_recurrent_int8.py
+         "linear_before_reset", "cell_state_row", "final_state_rows") + INT8_RECURRENT_ATTRS   # int8: opset_recurrent_int8.py
 
 
 def onnx_activation_attrs(a: dict) -> dict:
@@ -61,23 +66,29 @@ def onnx_activation_attrs(a: dict) -> dict:
 def _body(cell: str):
     def body(a, present, opset) -> List:
         names = INPUTS[cell]
-        ins = ["X", "W", "R", "B" if present.get("B") else "", ""]   # no sequence_lens
-        ins += [n if present.get(n) else "" for n in names[4:]]
+        lens = bool(present.get("sequence_lens"))
+        ins = ["X", "W", "R", "B" if present.get("B") else "", "lens_i32" if lens else ""]
+        ins += [n if present.get(n) else "" for n in names[4:-1]]
         while ins and ins[-1] == "":
             ins.pop()
+        pre = [helper.make_node("Cast", ["sequence_lens"], ["lens_i32"], to=6)] if lens else []
         kw = dict(hidden_size=int(a["hidden_size"]), direction=a["direction"], **onnx_activation_attrs(a))
         if float(a.get("clip", 0.0) or 0.0) > 0:
             kw["clip"] = float(a["clip"])
         if cell == "GRU":
             kw["linear_before_reset"] = int(a.get("linear_before_reset", 0))
-        if not int(a.get("cell_state_row", 0)):
-            return [helper.make_node(cell, ins, ["Y"], **kw)]
-        # LSTM writing its last cell state Y_c as row T of the output: [T + 1, D, B, H]
+        rows = [r for r, key in (("Yh", "final_state_rows"), ("Yc", "cell_state_row")) if int(a.get(key, 0))]
+        if not rows:
+            return pre + [helper.make_node(cell, ins, ["Y"], **kw)]
+        # the final states as rows after Y: [T + 1 (+ 1), D, B, H] (Y_h, then an LSTM's Y_c)
         axes = helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("axes", 7, [1], [0]))
-        unsq = (helper.make_node("Unsqueeze", ["Yc", "axes"], ["Yc1"]) if opset >= 13 else
-                helper.make_node("Unsqueeze", ["Yc"], ["Yc1"], axes=[0]))
-        return ([helper.make_node(cell, ins, ["Yseq", "", "Yc"], **kw)] + ([axes] if opset >= 13 else []) +
-                [unsq, helper.make_node("Concat", ["Yseq", "Yc1"], ["Y"], axis=0)])
+        unsq = [helper.make_node("Unsqueeze", [r, "axes"], [r + "1"]) if opset >= 13 else
+                helper.make_node("Unsqueeze", [r], [r + "1"], axes=[0]) for r in rows]
+        outs = ["Yseq", "Yh" if "Yh" in rows else "", "Yc" if "Yc" in rows else ""]
+        while not outs[-1]:
+            outs.pop()
+        return (pre + [helper.make_node(cell, ins, outs, **kw)] + ([axes] if opset >= 13 else []) + unsq +
+                [helper.make_node("Concat", ["Yseq"] + [r + "1" for r in rows], ["Y"], axis=0)])
     return body
 
 

@@ -14,7 +14,8 @@ by the tests). Install them into a scratch venv, export there, survey with the p
 Files: ``<name>_op13.onnx`` / ``<name>_op17.onnx`` (float), ``<name>-tfl<io>_tflite.onnx`` and
 ``<name>-tfl<io>_deq.onnx`` (TFLite int8, io = i8 / u8 / f32; ``deq``: ``--dequantize``), each
 base with its ``<base>_feeds.npz``. ``--quant`` only makes sense for the float files: select them
-by name (``survey OUT _op13 --quant``). Measured with it: docs/surveys/tensorflow.md.
+by name (``survey OUT _op13 --quant``). ``rnn_*``: Keras recurrent layers alone (Keras 3 writes each as
+an ONNX ``Loop``: legalize's ``loop_to_rnn``). Measured with it: docs/surveys/tensorflow.md.
 """
 from __future__ import annotations
 
@@ -127,7 +128,22 @@ def _custom(keras, tf):
         x = L.Dense(10)(x)
         return keras.Model(i, x)
 
-    return {"blocks": blocks, "unet": unet, "crnn": crnn, "audio": audio, "transformer": transformer}
+    def rnn(build, steps=24, feat=16):   # recurrent layers alone (Keras 3: tf2onnx writes Loops)
+        def make():
+            x = i = keras.Input((steps, feat))
+            return keras.Model(i, build(x))
+        return make
+
+    rnns = {
+        "rnn_lstm": rnn(lambda x: L.LSTM(32, return_sequences=True)(x)),
+        "rnn_gru_last": rnn(lambda x: L.GRU(32)(x)),
+        "rnn_gru_v1": rnn(lambda x: L.GRU(32, return_sequences=True, reset_after=False)(x)),
+        "rnn_bilstm_last": rnn(lambda x: L.Bidirectional(L.LSTM(32))(x)),
+        "rnn_stacked_back": rnn(lambda x: L.GRU(24, go_backwards=True)(L.LSTM(32, return_sequences=True)(x))),
+        "rnn_state": rnn(lambda x: L.Concatenate()(L.LSTM(32, return_state=True)(x))),
+        "rnn_masked": rnn(lambda x: L.LSTM(32, return_sequences=True)(L.Masking(0.0)(x))),
+    }
+    return {"blocks": blocks, "unet": unet, "crnn": crnn, "audio": audio, "transformer": transformer, **rnns}
 
 
 TFLITE = ("mobilenetv2", "blocks", "efficientnetb0", "resnet50", "unet", "transformer", "crnn")

@@ -356,7 +356,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(src_layout=[a["src_layout"]], dst_layout=[a["dst_layout"]])
     elif node.op_type in recurrent.CELLS:
         data_layout, out_layout = "TNC", "TDNC"
-        attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s))
+        attrs.update(recurrent.json_attrs(a, inputs, g, add_const, _s, node.op_type))
     if node.op_type in INT8_OPS and is_int8(a):
         _int8_attrs(a, attrs, add_const)
     elif node.op_type in ("Conv2D", "FC") and a.get("precision") == "int8_in":   # int8 in, fp16 out

@@ -5,9 +5,11 @@ Nodes-JSON attributes (docs/json-format.md): ``hidden_size``, ``direction``, ``a
 ``activation_beta`` (one per activation), ``clip`` (0 = none), ``linear_before_reset`` (GRU);
 constants ``kernel`` (W [D, G*H, I]), ``recurrence`` (R [D, G*H, H]), ``bias`` (B [D, 2*G*H]),
 ``initial_h`` / ``initial_c`` ([D, B, H]), all in ONNX's gate order (LSTM i o f c, GRU z r h);
-``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state; ``peepholes``
+``cell_state_row`` (LSTM): the output has a row T + 1 holding the last cell state; ``final_state_rows``:
+a row holding each direction's final hidden state comes first (per-row lengths); ``peepholes``
 (LSTM P [D, 3*H], gates i o f).
-Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors) -> Y [T, D, B, H].
+Data: X [T, B, I] (then, listed by ``state_inputs``, initial states that are tensors, and
+``sequence_lens`` [B]: per-row lengths as fp16 integer values) -> Y [T, D, B, H].
 """
 from __future__ import annotations
 
@@ -19,12 +21,15 @@ from .json_attrs import decode_const
 
 CELLS = tuple(opset_recurrent.CELLS)
 CONST_ROLES = ("kernel", "recurrence", "bias", "initial_h", "initial_c", "peepholes")   # node inputs 1..6
+ROLE_OF = {"W": "kernel", "R": "recurrence", "B": "bias", "initial_h": "initial_h", "initial_c": "initial_c",
+           "P": "peepholes", "sequence_lens": "sequence_lens"}
+DATA_ROLES = ("initial_h", "initial_c", "sequence_lens")
 # ONNX activation name (lower case) -> the program's (sim/activations.py)
 PROGRAM_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "hardsigmoid": "hard_sigmoid",
                        "leakyrelu": "leaky_relu"}
 
 
-def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
+def json_attrs(a: dict, inputs, g, add_const, s, cell: str = "LSTM") -> dict:
     """Nodes-JSON attributes of a Mrvl recurrent node (``a``: its attributes; ``add_const(role,
     arr)``: stores a constant; ``s``: TVM's list-of-strings formatter)."""
     out = {"hidden_size": s(int(a["hidden_size"])), "direction": [a["direction"]],
@@ -34,8 +39,10 @@ def json_attrs(a: dict, inputs, g, add_const, s) -> dict:
         out["linear_before_reset"] = s(int(a["linear_before_reset"]))
     if int(a.get("cell_state_row", 0)):
         out["cell_state_row"] = s(1)
+    if int(a.get("final_state_rows", 0)):
+        out["final_state_rows"] = s(1)
     states = []
-    for role, t in zip(CONST_ROLES, inputs[1:]):
+    for role, t in zip([ROLE_OF[x] for x in opset_recurrent.INPUTS[cell][1:]], inputs[1:]):
         if t and g.is_const(t):
             add_const(role, g.const(t))
         elif t:                 # a data input after X, in this order
@@ -68,9 +75,9 @@ def _const(a, ctx, role: str, rank: int, integer=None):
 
 def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weights: dict):
     """(output shape, MACs) of a recurrent layer; fills ``params`` and ``weights``. Inputs: X, then
-    the initial states named by ``state_inputs`` (data instead of constants)."""
+    the initial states named by ``state_inputs`` (data instead of constants) and ``sequence_lens``."""
     states = [str(x) for x in _list(a, "state_inputs")]
-    if len(in_shapes) != 1 + len(states) or any(x not in ("initial_h", "initial_c") for x in states) \
+    if len(in_shapes) != 1 + len(states) or any(x not in DATA_ROLES for x in states) \
             or len(set(states)) != len(states):
         a.fail(f"{cell} takes X and the state inputs {states}, the node lists {len(in_shapes)} inputs")
     if len(in_shapes[0]) != 3:
@@ -113,11 +120,16 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
         a.fail(f"cell_state_row={c_row} (0, or 1 on an LSTM: the last cell state as row T of the output)")
     if c_row:
         params["cell_state_row"] = 1
+    h_row = a.int("final_state_rows", 0)
+    if h_row not in (0, 1):
+        a.fail(f"final_state_rows={h_row} (0, or 1: each direction's final hidden state as row T of the output)")
+    if h_row:
+        params["final_state_rows"] = 1
     if codes:
         _int8(a, ctx, lname, w, r, dirs * gates * hid, params, weights)
         if a.str("precision") == "int8":
-            if c_row:
-                a.fail("an int8 recurrent layer writing int8 codes has no cell_state_row")
+            if c_row or h_row:
+                a.fail("an int8 recurrent layer writing int8 codes has no state rows")
             side_qparams(a, "out", "an int8 recurrent layer", params)
             params["precision"] = "int8"
     elif a.has("precision") and a.str("precision") not in ("float16", "fp16"):
@@ -131,6 +143,12 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
     for role, shape in zip(states, in_shapes[1:]):
         if role == "initial_c" and cell != "LSTM":
             a.fail(f"{cell} has no cell state (initial_c)")
+        if role == "sequence_lens":
+            if [d for d in shape if d != 1] != [batch] and list(shape) != [batch]:
+                a.fail(f"sequence_lens input has shape {shape}, expected [{batch}]")
+            if steps > 2048:
+                a.fail(f"sequence_lens with {steps} steps: fp16 lengths are exact up to 2048")
+            continue
         if list(shape) != [dirs, batch, hid]:
             a.fail(f"{role} input has shape {shape}, expected {[dirs, batch, hid]}")
     if states:
@@ -150,7 +168,7 @@ def compile_layer(a, ctx, lname: str, cell: str, in_shapes, params: dict, weight
             if v.shape != (dirs, batch, hid):
                 a.fail(f"{role} has shape {list(v.shape)}, expected {[dirs, batch, hid]}")
             weights[role] = ctx.weight(a, f"{lname}.{role}", v, "DBH", fp16=True)
-    out = [steps + c_row, dirs, batch, hid]
+    out = [steps + h_row + c_row, dirs, batch, hid]
     return out, opset_recurrent.macs(cell, steps, dirs, batch, hid, feat)
 
 

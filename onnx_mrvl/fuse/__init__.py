@@ -216,6 +216,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
             continue
         if n.name in not_int8 and not built.note:
             built.note = f"fp16 layer (not int8: {not_int8[n.name]})"
+        built.note = built.note or qdq_recurrent.float_in_qdq_note(g, built)
         activation_through_concat(g, built, producer_of, target)
         groups.append(built)
         claimed.update(x.name for x in built.nodes)

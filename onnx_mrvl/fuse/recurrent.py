@@ -5,7 +5,12 @@
 Rule: the weights W, R (and B when given) are constant float32 initializers; initial_h / initial_c
 are constants (layer weights) or float32 tensors of static shape (data inputs of the layer: a
 streaming model's previous state);
-``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch); LSTM
+``sequence_lens`` is absent or constant and equal to T for every sequence (a full batch), or an
+int32 tensor [B] (a graph input's lengths: PyTorch's ``pack_padded_sequence``), then a data input of
+the layer -- a host ``Cast`` to float feeds it (exact: T <= 2048), the layer masks each row's state
+updates past its length and writes 0 there (ONNX's semantics); a read ``Y_h`` (each row's state at
+its own last step, not a row of Y) is then the final state the layer writes as row T
+(``final_state_rows``), ``Y_c`` the cell-state row after it; LSTM
 peepholes P constant; no ``input_forget``; every cell activation is one the vector unit computes (Sigmoid,
 Tanh, Relu, HardSigmoid, LeakyRelu, when in ``target.activations``); ``Y_h`` is sliced from ``Y``
 in the region (each direction's last timestep), an LSTM's ``Y_c`` from the row T the layer then
@@ -27,6 +32,7 @@ import onnx
 
 from .. import opset
 from ..graph_index import GraphIndex, attr
+from ..provenance import set_origin
 from ..opset_recurrent import CELL_ACTIVATIONS, CELLS, USES_ALPHA, USES_BETA
 from ..target import Target
 from .groups import Group, float_static
@@ -45,6 +51,7 @@ class RecurrentGroup(Group):
     y_shape: tuple = ()     # logical shape of Y when the node has no Y output (only Y_h): internal
     y_c: str = ""           # the LSTM's Y_c output when read: row T of the layer's output
     y_read: bool = True     # Y itself is read (else only Y_h / Y_c)
+    lens: str = ""          # sequence_lens as data (int32 [B]): a host Cast to float feeds the layer
     dims: tuple = ()        # (T, D, B, H)
 
 
@@ -92,7 +99,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"{cell} of a constant input (constant folding leaves this to the CPU)"
     names = {3: "B", 4: "sequence_lens", 5: "initial_h", 6: "initial_c", 7: "P"}
     for i, t in enumerate(n.input[1:], 1):
-        if t and not g.is_const(t) and i not in (5, 6):   # initial states may be tensors (streaming)
+        if t and not g.is_const(t) and i not in (4, 5, 6):   # states (streaming), lengths may be tensors
             return f"{names.get(i, 'W' if i == 1 else 'R')} is not a constant initializer"
     if attr(n, "input_forget", 0):
         return "LSTM input_forget=1 (coupled input and forget gates)"
@@ -114,7 +121,12 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
     if wv.shape != (dirs, gates * hid, feat) or rv.shape != (dirs, gates * hid, hid):
         return f"W {list(wv.shape)} / R {list(rv.shape)} do not fit {dirs} direction(s), hidden {hid}, input {feat}"
     seq = _const_input(g, n, 4)
-    if seq is not None and not np.all(np.asarray(g.const(seq)).reshape(-1) == steps):
+    lens = seq if seq is not None and not g.is_const(seq) else ""
+    if lens:
+        reason = _lens_reason(g, lens, steps, batch)
+        if reason:
+            return reason
+    elif seq is not None and not np.all(np.asarray(g.const(seq)).reshape(-1) == steps):
         return f"sequence_lens {np.asarray(g.const(seq)).reshape(-1).tolist()} are not all {steps} (padded batch)"
     acts = _activations(n, cell, dirs, target)
     if isinstance(acts, str):
@@ -146,14 +158,31 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target):
                  activation_alpha=acts[1], activation_beta=acts[2], clip=clip)
     if cell == "GRU":
         attrs["linear_before_reset"] = int(attr(n, "linear_before_reset", 0))
-    if y_c:   # the layer writes [T + 1, D, B, H]: row T is the last cell state
+    h_row = bool(lens and y_h)   # per-row lengths: the final h is no row of Y: the layer writes it as row T
+    if h_row:
+        attrs["final_state_rows"] = 1
+    if y_c:   # the layer writes [T + 1, D, B, H]: row T (after the h row) is the last cell state
         attrs["cell_state_row"] = 1
-    internal = y_c or not n.output[0]
-    y_shape = () if not internal else ((steps + bool(y_c), dirs, batch, hid) if layout == 0 or y_c
+    extra = h_row + bool(y_c)
+    internal = extra or not n.output[0]
+    y_shape = () if not internal else ((steps + extra, dirs, batch, hid) if layout == 0 or extra
                                        else (batch, steps, dirs, hid))
-    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data, f"{n.name}__Y" if internal else n.output[0],
+    return RecurrentGroup(cell, f"mrvl.{cell.lower()}", [n], data + ([lens] if lens else []),
+                          f"{n.name}__Y" if internal else n.output[0],
                           attrs, weights, layout=layout, y_h=y_h, y_shape=y_shape, y_c=y_c,
-                          y_read=read[0], dims=(steps, dirs, batch, hid))
+                          y_read=read[0], dims=(steps, dirs, batch, hid), lens=lens)
+
+
+MAX_LENS_STEPS = 2048   # lengths reach the layer as fp16 values: integers up to 2048 are exact
+
+
+def _lens_reason(g: GraphIndex, lens: str, steps: int, batch: int):
+    """Why the data ``sequence_lens`` cannot be the layer's per-row lengths, or None."""
+    if g.elem_type(lens) != onnx.TensorProto.INT32 or tuple(g.shape(lens) or ()) != (batch,):
+        return f"sequence_lens '{lens}' is not an int32 tensor of shape [{batch}]"
+    if steps > MAX_LENS_STEPS:
+        return f"sequence_lens '{lens}' with {steps} steps (lengths reach the layer as fp16: at most {MAX_LENS_STEPS})"
+    return None
 
 
 def materialize(m, grp: RecurrentGroup) -> None:
@@ -176,9 +205,26 @@ def materialize(m, grp: RecurrentGroup) -> None:
             ins.append(m.get(t, (1, 0, 2) if grp.layout else None, for_mrvl=True, origin=grp.origin))
         else:
             ins.append(m.init(f"{base}_{key}", grp.weights[key]) if key in grp.weights else "")
-    m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout and not grp.y_c else None)
+    if grp.lens:   # per-row lengths: int32 data -> float on the host (exact), the layer's last input
+        while len(ins) < len(opset.OPS[grp.op].inputs) - 1:
+            ins.append("")
+        ins.append(_lens_as_float(m, grp))
+    rows = int(grp.attrs.get("final_state_rows", 0)) or grp.y_c
+    m._emit(grp, grp.op, ins, dict(grp.attrs), Y_STORED if grp.layout and not rows else None)
     if grp.y_h or grp.y_c:
         _outputs_from_rows(m, grp)
+
+
+def _lens_as_float(m, grp: RecurrentGroup) -> str:
+    src = m.get(grp.lens, None, for_mrvl=False, origin=grp.origin)
+    out = m.fresh(f"{grp.lens}__float")
+    node = onnx.helper.make_node("Cast", [src], [out], name=m.fresh(f"{grp.anchor.name}_lens_cast"), to=onnx.TensorProto.FLOAT)
+    set_origin(node, grp.origin)
+    m.add(node, None)
+    m.known_shape(out, [grp.dims[2]])
+    m.loc[out] = (out, None)
+    m.vinfo[out] = [grp.dims[2]]
+    return out
 
 
 class _Rows:
@@ -188,7 +234,8 @@ class _Rows:
         self.m, self.grp = m, grp
         self.node = m.mrvl_name[grp.anchor.name]
         steps, self.dirs, self.batch, self.hid = grp.dims
-        self.rows = steps + bool(grp.y_c)      # T, or T + 1 with the cell-state row
+        self.h_row = int(grp.attrs.get("final_state_rows", 0))
+        self.rows = steps + self.h_row + bool(grp.y_c)      # T, + the final-h row, + the cell-state row
         y, _ = m.loc[grp.output]
         view = [1, self.rows, self.dirs, self.batch * self.hid]
         self.view = self.add("Reshape", [y], view, {"shape": view}, "rows")
@@ -218,19 +265,22 @@ class _Rows:
 
 
 def _outputs_from_rows(m, grp: RecurrentGroup) -> None:
-    """Y (when the layer also wrote the cell-state row), Y_h (per direction the row of its last
-    timestep: T - 1 forward, 0 reverse) and Y_c (row T) from the layer's output, by Slice2D on the
+    """Y (when the layer also wrote state rows), Y_h (per direction the row of its last
+    timestep: T - 1 forward, 0 reverse; with per-row lengths the final-state row T) and Y_c (the
+    last row) from the layer's output, by Slice2D on the
     view [1, T (+1), D, B*H], a Concat of the directions and a Reshape; layout 1 stores Y as
     [T, D, B, H] and Y_h / Y_c as [D, B, H] (logical [B, T, D, H] / [B, D, H])."""
     rows = _Rows(m, grp)
     dirs, batch, hid = rows.dirs, rows.batch, rows.hid
-    steps = rows.rows - bool(grp.y_c)
+    steps = rows.rows - rows.h_row - bool(grp.y_c)
     state_perm = (1, 0, 2) if grp.layout else None
     node = grp.anchor
-    if grp.y_c and grp.y_read and node.output[0]:
+    if (grp.y_c or rows.h_row) and grp.y_read and node.output[0]:
         rows.write(rows.take(0, steps, "y"), node.output[0], [steps, dirs, batch, hid],
                    Y_STORED if grp.layout else None)
-    if grp.y_h:
+    if grp.y_h and rows.h_row:   # each direction's final state, row T
+        rows.write(rows.take(steps, steps + 1, "final"), grp.y_h, [dirs, batch, hid], state_perm)
+    elif grp.y_h:
         parts = []
         for d in range(dirs):
             t = 0 if (grp.attrs["direction"] == "reverse" or d == 1) else steps - 1
@@ -243,7 +293,8 @@ def _outputs_from_rows(m, grp: RecurrentGroup) -> None:
             parts = [rows.add("Concat", parts, [1, 1, dirs, batch * hid], {"axis": 2, "num_inputs": dirs}, "dirs")]
         rows.write(parts[0], grp.y_h, [dirs, batch, hid], state_perm)
     if grp.y_c:
-        rows.write(rows.take(steps, steps + 1, "cell"), grp.y_c, [dirs, batch, hid], state_perm)
+        c = steps + rows.h_row
+        rows.write(rows.take(c, c + 1, "cell"), grp.y_c, [dirs, batch, hid], state_perm)
 
 
 PATTERN_ANCHORS = tuple(CELLS)

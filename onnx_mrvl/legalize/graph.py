@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from .. import provenance
 from . import fresh_arena
-from ..graph_index import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
+from ..graph_index import attr, extend_copies, node_reads, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
 BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
 
@@ -393,8 +393,8 @@ class Graph:
         nodes = list(self.nodes.values())
         indeg = {id(n): 0 for n in nodes}
         users: Dict[int, List[onnx.NodeProto]] = {}
-        for n in nodes:
-            for i in set(x for x in n.input if x):
+        for n in nodes:   # a body's outer-scope reads count (onnxruntime's quantizer moves Loops up)
+            for i in set(node_reads(n)):
                 p = self.producer.get(i)
                 if p is not None and id(p) in self.nodes:
                     indeg[id(n)] += 1

@@ -8,6 +8,10 @@ fp16, rounded once per timestep. ``h_t`` is also the timestep's row of Y. GRU wi
 ``linear_before_reset`` multiplies ``r_t * h_{t-1}`` on the vector unit and feeds it to the MAC
 array: it is rounded to fp16 first (a MAC operand). The input projection ``x_t W^T`` of all
 timesteps is one GEMM here (the same fp32 sums; no rounding in between).
+
+Per-row lengths (``sequence_lens``, data: fp16 integer values): the vector unit selects, per batch
+row, the new state where ``t < len[b]`` and the held one past it, and writes 0 to Y there (ONNX's
+semantics: forward rows run t = 0..len-1, reverse rows len-1..0 from the initial state).
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ class Recurrent:
     def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, *, bias=None,
                  initial_h=None, initial_c=None, direction: str = "forward",
                  activations: Sequence[Callable] = (), clip: float = 0.0, linear_before_reset: int = 0,
-                 cell_state_row: int = 0, peepholes=None):
+                 cell_state_row: int = 0, peepholes=None, final_state_rows: int = 0):
         if cell not in GATES:
             raise ValueError(f"unknown cell {cell!r} (LSTM, GRU or RNN)")
         dirs = 2 if direction == "bidirectional" else 1
@@ -75,6 +79,7 @@ class Recurrent:
         self.c_row = bool(cell_state_row)
         if self.c_row and cell != "LSTM":
             raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
+        self.h_row = bool(final_state_rows)   # row T: each direction's final h (then the c row)
 
     def _state(self, init, d: int, batch: int) -> np.ndarray:
         if init is None:
@@ -89,14 +94,16 @@ class Recurrent:
             np.clip(x, F32(-self.clip), F32(self.clip), out=x)
         return fn(x)
 
-    def apply(self, x: np.ndarray, initial_h=None, initial_c=None) -> Tuple[np.ndarray, bool]:
-        """Y for X [T, B, I]; state inputs (fp16 values, [D, B, H]) replace the initial-state weights."""
+    def apply(self, x: np.ndarray, initial_h=None, initial_c=None, sequence_lens=None) -> Tuple[np.ndarray, bool]:
+        """Y for X [T, B, I]; state inputs (fp16 values, [D, B, H]) replace the initial-state weights;
+        ``sequence_lens`` [B]: each row's length (module docstring)."""
         if x.ndim != 3 or x.shape[2] != self.feat:
             raise ValueError(f"input of shape {list(x.shape)} is not [T, B, {self.feat}]")
+        active = None if sequence_lens is None else _active(sequence_lens, x.shape[0], x.shape[1])
         h0 = self.h0 if initial_h is None else initial_h
         c0 = self.c0 if initial_c is None else initial_c
         steps, batch = x.shape[0], x.shape[1]
-        y = np.empty((steps + self.c_row, self.dirs, batch, self.hid), F32)   # row T: the last c (Y_c)
+        y = np.empty((steps + self.h_row + self.c_row, self.dirs, batch, self.hid), F32)   # rows T..: Y_h, Y_c
         ok = True
         flat = np.ascontiguousarray(x, dtype=F32).reshape(steps * batch, self.feat)
         for d in range(self.dirs):
@@ -107,11 +114,20 @@ class Recurrent:
             c = self._state(c0, d, batch) if self.cell == "LSTM" else None
             step = {"LSTM": self._lstm, "GRU": self._gru, "RNN": self._rnn}[self.cell]
             for t in order:
-                h, c, fin = step(d, xw[t], h, c)
+                h2, c2, fin = step(d, xw[t], h, c)
                 ok = ok and fin
-                y[t, d] = self._row(h)
+                if active is None:
+                    h, c = h2, c2
+                    y[t, d] = self._row(h)
+                    continue
+                on = active[t]
+                h = np.where(on, h2, h)
+                c = np.where(on, c2, c) if c is not None else None
+                y[t, d] = np.where(on, self._row(h2), F32(0))   # past the length: 0 (an int8 Y: the code of 0)
+            if self.h_row:
+                y[steps, d] = h
             if self.c_row:
-                y[steps, d] = c
+                y[steps + self.h_row, d] = c
         return y, ok
 
     def _h(self, hf: np.ndarray) -> Tuple[np.ndarray, bool]:
@@ -172,6 +188,15 @@ class Recurrent:
         return h, None, ok
 
 
+def _active(lens, steps: int, batch: int) -> np.ndarray:
+    """[T, B, 1] bool: step t of row b runs (t < len[b]); lengths must be integers in [0, T]."""
+    v = np.asarray(lens, np.float64).reshape(-1)
+    if v.size != batch or not np.all(np.isfinite(v)) or np.any(v != np.round(v)) or v.min(initial=0) < 0 \
+            or v.max(initial=0) > steps:
+        raise ValueError(f"sequence_lens {v.tolist()} are not {batch} integers in [0, {steps}]")
+    return (np.arange(steps)[:, None] < v[None, :])[:, :, None]
+
+
 def activation_fns(names: Sequence[str], alphas: Optional[Sequence[float]],
                    betas: Optional[Sequence[float]]) -> List[Callable]:
     """Bound activation functions (sim names: sigmoid, tanh, relu, hard_sigmoid, leaky_relu)."""
@@ -193,7 +218,7 @@ def build(spec, n_inputs: int):
     """The prepared closure of a program layer ``LSTM`` / ``GRU`` / ``RNN`` (``spec``: a
     sim.layers.LayerSpec); errors name the layer."""
     states = [str(x) for x in spec.param("state_inputs", [])]
-    if n_inputs != 1 + len(states) or any(x not in ("initial_h", "initial_c") for x in states):
+    if n_inputs != 1 + len(states) or any(x not in ("initial_h", "initial_c", "sequence_lens") for x in states):
         raise spec.error(f"takes X and the state inputs {states}, the program gives {n_inputs} inputs")
     cell = spec.layer_name.upper()
     names = [str(a) for a in spec.param("activations", required=True)]
@@ -204,7 +229,8 @@ def build(spec, n_inputs: int):
                       initial_c=spec.weight("initial_c"), direction=str(spec.param("direction", "forward")),
                       activations=acts, clip=float(spec.param("clip", 0.0)),
                       linear_before_reset=int(spec.param("linear_before_reset", 0)),
-                      cell_state_row=int(spec.param("cell_state_row", 0)), peepholes=spec.weight("peepholes"))
+                      cell_state_row=int(spec.param("cell_state_row", 0)), peepholes=spec.weight("peepholes"),
+                      final_state_rows=int(spec.param("final_state_rows", 0)))
         precision = str(spec.param("precision", "float16"))
         if precision in ("int8_in", "int8"):   # int8 W / R codes, int8 input projection (recurrent_int8.py)
             from .recurrent_int8 import build as build_int8
@@ -225,6 +251,8 @@ def build(spec, n_inputs: int):
 
     def run(x, *state):
         for role, v in zip(states, state):
+            if role == "sequence_lens":
+                continue
             if v.ndim != 3 or v.shape[0] != want[0] or v.shape[2] != want[2] or v.shape[1] != x.shape[1]:
                 raise ValueError(f"{role} of shape {list(v.shape)} is not [{layer.dirs}, {x.shape[1]}, {layer.hid}]")
         return layer.apply(x, **dict(zip(states, state)))

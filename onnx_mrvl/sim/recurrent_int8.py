@@ -89,7 +89,7 @@ class Int8Recurrent(Recurrent):
         self.wq = [np.ascontiguousarray(kernel[d].T, dtype=np.float64) for d in range(self.dirs)]    # [I, G*H]
         self.rq = [np.ascontiguousarray(recurrence[d].T, dtype=np.float64) for d in range(self.dirs)]  # [H, G*H]
         self.out_q = _qparams(out_q, "output")
-        if self.out_q is not None and self.c_row:
+        if self.out_q is not None and (self.c_row or self.h_row):
             raise ValueError("an int8 recurrent layer with a quantized output writes no cell-state row")
         self.keep_h32 = self.out_q is not None
         self.mx = (F32(self.in_q[0]) * self.ws).astype(F32)                                    # s_x * s_w

@@ -22,6 +22,7 @@ from . import nan_guard_dq, qdq_infinite_softmax, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
+from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from .base import Match
 
 RULES = (
@@ -54,6 +55,9 @@ RULES = (
     remove_identity,
     remove_dropout,
     remove_noop,
+    loop_to_rnn,
+    reverse_sequence_gather,
+    rnn_length_sort,
     einsum_to_matmul,
     merge_transposes,
     layernorm_canonical,
