@@ -97,6 +97,8 @@ def test_binary_carries_the_zero_points_and_the_row_sum_cost(tmp_path):
     assert layer["zero_point_macs"] * 16 == (layer["macs"] - layer["zero_point_macs"]) * 4
     shape = next(t["shape"] for t in b.meta["tensors"] if t["id"] == layer["outputs"][0])
     assert layer["vector_ops"] == int(np.prod(shape))
+    # a reader before program_version 2 would drop the zero points: the program says 2
+    assert b.meta["program_version"] == 2
     # the container checks the field (a negative count is refused)
     from onnx_mrvl.artifact import pack
     from onnx_mrvl.emit.compile import build_program

@@ -121,7 +121,9 @@ def test_perf_model_charges_the_length_selects():
         return meta, next(r for r in perf_report(meta).layers if r.layer_name == "LSTM")
 
     meta, masked = row(lens_model(cell="LSTM", direction="bidirectional"))
-    _, full = row(lens_model(cell="LSTM", direction="bidirectional", no_lens=True))
+    full_meta, full = row(lens_model(cell="LSTM", direction="bidirectional", no_lens=True))
+    # per-row lengths are a program_version 2 feature (an older reader would run without them)
+    assert (meta["program_version"], full_meta["program_version"]) == (2, 1)
     arch = meta["arch"]
     ops = 10 * 2 * 3 * 12 * 3                                  # T * D * B * H * (h, c, Y)
     assert masked.macs == full.macs

@@ -12,7 +12,33 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 from .io_quant import IO_QUANT_SINCE, check_io_quant
 
 PROGRAM_FORMAT = "onnx_mrvl.program"
-PROGRAM_VERSION = 1                     # newest program_version this reader understands
+PROGRAM_VERSION = 2                     # newest program_version this reader understands
+
+
+def program_features(layers: list) -> Dict[str, int]:
+    """The features of a program's layers that a reader of an older ``program_version`` would skip
+    without noticing (and so compute something else), each with the version that defined it:
+    asymmetric int8 weights (a ``weight_zero_point`` weight) and a recurrent layer's per-row lengths
+    (``sequence_lens`` among its ``state_inputs``) or final-state rows (``final_state_rows``), all 2.
+    A program using one says that version (emit/compile.py), so an older reader refuses it."""
+    found: Dict[str, int] = {}
+    for layer in layers:
+        if not isinstance(layer, dict):
+            continue
+        weights, params = layer.get("weights"), layer.get("params")
+        if isinstance(weights, dict) and "weight_zero_point" in weights:
+            found["weight_zero_point"] = 2
+        if isinstance(params, dict):
+            if isinstance(params.get("state_inputs"), list) and "sequence_lens" in params["state_inputs"]:
+                found["sequence_lens"] = 2
+            if params.get("final_state_rows"):
+                found["final_state_rows"] = 2
+    return found
+
+
+def program_version(layers: list) -> int:
+    """The lowest ``program_version`` that describes ``layers`` (1 unless a newer feature is used)."""
+    return max([1] + list(program_features(layers).values()))
 WEIGHT_ALIGN = 64                       # every weight blob starts on a 64-byte boundary
 DTYPE_ITEMSIZE = {"float16": 2, "float32": 4, "int8": 1, "int32": 4}   # int8 layers: int8 kernels, int32 biases
 TENSOR_DTYPES = {"float16": 2, "int8": 1, "uint8": 1}   # activations: fp16, or int8 codes of an int8 layer
@@ -263,6 +289,9 @@ def validate_meta(meta: Any, weight_section_size: int, fail: Fail, format_minor:
     if version > PROGRAM_VERSION:
         fail(f"meta.program_version {version} was written by a newer onnx_mrvl (this reader "
              f"understands up to {PROGRAM_VERSION}): upgrade onnx_mrvl")
+    for feature, since in sorted(program_features(meta["layers"] if isinstance(meta["layers"], list) else []).items()):
+        if version < since:
+            fail(f"meta.program_version {version}: its layers use {feature}, defined by program_version {since}")
     if not meta["name"]:
         fail("meta.name: empty region name")
     if "batch_size" in meta and (not _is_int(meta["batch_size"]) or meta["batch_size"] < 1):

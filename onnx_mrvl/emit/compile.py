@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..artifact.io_quant import boundary_fields
+from ..artifact.schema import program_version
 from ..errors import CompileError
 from ..target import ArchProfile
 from . import boundary_quant
@@ -197,7 +198,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         t["nbytes"] = int(np.prod(t["shape"], dtype=np.int64)) * (2 if t.get("dtype", "float16") == "float16" else 1)
     arch = options.arch_dict()
     memory = plan_memory(tensors, layers, inputs, outputs, ctx.weights, arch)
-    meta = {"format": "onnx_mrvl.program", "program_version": 1,
+    meta = {"format": "onnx_mrvl.program", "program_version": program_version(layers),
             "name": str(nodes_json.get("subgraph_name") or "mrvl_subgraph"),
             "batch_size": int(batch or json_batch),
             "quantize": "float16", "arch": arch, "inputs": inputs, "outputs": outputs, "tensors": tensors,
