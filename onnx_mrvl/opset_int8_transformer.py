@@ -76,8 +76,8 @@ INNER_ATTRS = ("inner_scales", "inner_zero_points", "inner_types")   # LayerNorm
 
 
 def inner_points(a: dict):
-    """[(point, scale, zero point, type) or None] of a LayerNorm's interior quantization (var,
-    vareps, norm, scaled), or None when it has none."""
+    """[(scale, zero point, type) or None] of a LayerNorm's interior quantization (var, vareps,
+    norm, scaled; an RMSNorm's: square, var, vareps, inv, norm), or None when it has none."""
     if not a.get("inner_scales"):
         return None
     types = str(a.get("inner_types", "")).split(",")
@@ -109,13 +109,25 @@ def layernorm_inner_body(plain):
                  helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
                  helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_s", f"{x}_z"], [f"{x}_f"])]
             return n, f"{x}_f"
-        nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
-                                    helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
+        rms = bool(int(a.get("rms", 0)))
+        if rms:   # RMSNorm: square, var, vareps, inv, norm (fuse/qdq_layernorm.py)
+            more, sq = fq("li_d2", 0)
+            nodes = [helper.make_node("Mul", ["X", "X"], ["li_d2"])] + more + red(sq, "li_v")
+            pts = pts[1:3] + [pts[4]] + [None] + [pts[3]]   # -> var, vareps, norm, (scaled), inv
+        else:
+            nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
+                                        helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
         more, v = fq("li_v", 0)
         nodes += more + [helper.make_node("Constant", [], ["li_eps"], value=helper.make_tensor(
             "li_eps", TensorProto.FLOAT, [], [eps])), helper.make_node("Add", [v, "li_eps"], ["li_ve"])]
         more, ve = fq("li_ve", 1)
-        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"]), helper.make_node("Div", ["li_d", "li_sd"], ["li_n"])]
+        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"])]
+        if rms and pts[4] is not None:   # x * DQ(Q(1 / sqrt))
+            more, r = fq("li_r", 4)
+            nodes += [helper.make_node("Reciprocal", ["li_sd"], ["li_r"])] + more + \
+                [helper.make_node("Mul", ["X", r], ["li_n"])]
+        else:
+            nodes.append(helper.make_node("Div", ["X" if rms else "li_d", "li_sd"], ["li_n"]))
         more, y = fq("li_n", 2)
         nodes += more
         shape = helper.make_tensor("li_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1)) \

@@ -38,11 +38,12 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
     if not eps >= 0:
         a.fail(f"epsilon {eps} must be >= 0")
     params.update(axis=axis, epsilon=eps)
-    if a.int("rms", 0):   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
-        if a.has("inner_scales"):
-            a.fail("rms with inner_scales (interior quantization is a mean-subtracting LayerNorm's)")
+    rms = a.int("rms", 0)
+    if rms:   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
         params["rms"] = 1
-    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled)
+    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled; RMSNorm:
+        # square, var, vareps, inv, norm)
+        points = "5 entries (square, var, vareps, inv, norm)" if rms else "4 entries (var, vareps, norm, scaled)"
         raw = unwrap(a.raw["inner_scales"])
         try:
             scales = [float(to_number(v)) for v in (raw if isinstance(raw, list) else [raw])]
@@ -50,8 +51,8 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"inner_scales is not a list of numbers: {a.raw['inner_scales']!r}")
         zps = a.ints("inner_zero_points")
         types = a.str("inner_types", "").split(",")
-        if not (len(scales) == len(zps) == len(types) == 4):
-            a.fail("inner_scales, inner_zero_points and inner_types need 4 entries (var, vareps, norm, scaled)")
+        if not (len(scales) == len(zps) == len(types) == (5 if rms else 4)):
+            a.fail(f"inner_scales, inner_zero_points and inner_types need {points}")
         for s, z, t in zip(scales, zps, types):
             lo, hi = {"int8": (-128, 127), "uint8": (0, 255)}.get(t, (0, 0))
             if s != 0 and (not np.isfinite(s) or s < 0 or t not in ("int8", "uint8") or not lo <= z <= hi):

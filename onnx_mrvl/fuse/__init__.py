@@ -31,7 +31,8 @@ from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 from .lrn import ANCHORS as _LRN_ANCHORS
 
 log = logging.getLogger(__name__)
-INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm)
+INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm,
+                                **{op: qdq_layernorm.build_qdq_rmsnorm for op in qdq_layernorm.RMS_ENTRY_OPS})
 
 ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
@@ -119,8 +120,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
         if n.op_type in qdq_recurrent.ANCHORS:   # DQ(x) -> LSTM / GRU / RNN on DQ(W), DQ(R)
             built = qdq_recurrent.build(g, n, target, claimed)
         if built is None and n.op_type in INT8_TRANSFORMER_ANCHORS:
-            # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm cut by pairs
-            # (qdq_layernorm.py); a reason: the float pattern takes it
+            # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm or RMSNorm cut by
+            # pairs (qdq_layernorm.py); a reason: the float pattern takes it
             built = INT8_TRANSFORMER_ANCHORS[n.op_type](g, n, target, claimed)
             if isinstance(built, str):
                 not_int8[n.name], built = built, None

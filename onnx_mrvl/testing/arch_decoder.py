@@ -112,6 +112,16 @@ def llama_block(T: int = 16, D: int = 64, H: int = 4, Hkv: int = 2, opset: int =
     return n.model("llama_block", [("hidden", [1, T, D])])
 
 
+def rmsnorm_block(form: str = "pow_reciprocal", T: int = 16, D: int = 32, opset: int = 18,
+                  seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] -> Linear -> RMSNorm (``RMS_FORMS``) -> Linear -> [1, T, D]: an RMSNorm between
+    the int8 layers of a QDQ export."""
+    n = Net(seed, opset)
+    h = rmsnorm(n, n.linear("x", D, D, "in_proj"), D, form)
+    n.linear(h, D, D, "out_proj")
+    return n.model(f"rmsnorm_{form}", [("x", [1, T, D])])
+
+
 def swin_shift_merge(H: int = 8, W: int = 8, C: int = 16, shift: int = 2, opset: int = 18,
                      seed: int = 0) -> onnx.ModelProto:
     """Tokens [1, H * W, C] -> Linear -> [1, H, W, C] -> roll by -shift on H and W -> patch merging
