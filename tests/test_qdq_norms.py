@@ -47,3 +47,14 @@ def test_qdq_rmsnorm_reference_body_runs_in_plain_onnxruntime(tmp_path, form):
     ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
     got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_rmsnorm_reading_a_region_input_quantizes_it(tmp_path, act):
+    """Gather (CPU) -> Q -> DQ -> RMSNorm (T5 / Llama's first layer): the pair in front is the
+    layer's (qdq.shared_pairs), so it reads the codes (``in_*``), not the fp16 region input (was 1
+    step off, 99.1% identical)."""
+    m = qt.convert_and_measure("rmsnorm_embedding", str(tmp_path), act)
+    assert m["regions"] == 1 and set(m["cpu"]) == {"Gather"}, m["cpu"]
+    agree = m["agreement"]["output"]
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree

@@ -115,8 +115,16 @@ def llama_block(T: int = 16, D: int = 64, H: int = 4, Hkv: int = 2, opset: int =
 def rmsnorm_block(form: str = "pow_reciprocal", T: int = 16, D: int = 32, opset: int = 18,
                   seed: int = 0) -> onnx.ModelProto:
     """x [1, T, D] -> Linear -> RMSNorm (``RMS_FORMS``) -> Linear -> [1, T, D]: an RMSNorm between
-    the int8 layers of a QDQ export."""
+    the int8 layers of a QDQ export. ``form`` "embedding": ``input_ids`` [1, T] -> Gather of a
+    [100, D] table (a CPU op: the RMSNorm reads a region input, T5 / Llama's first layer) -> RMSNorm."""
     n = Net(seed, opset)
+    if form == "embedding":
+        table = n.const(n.rng.standard_normal((100, D)).astype(np.float32), "embed_tokens")
+        h = rmsnorm(n, n.op("Gather", [table, "input_ids"], "embedding"), D)
+        n.linear(h, D, D, "out_proj")
+        m = n.model(f"rmsnorm_{form}", [("x", [1, T])])
+        m.graph.input[0].CopyFrom(helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, [1, T]))
+        return m
     h = rmsnorm(n, n.linear("x", D, D, "in_proj"), D, form)
     n.linear(h, D, D, "out_proj")
     return n.model(f"rmsnorm_{form}", [("x", [1, T, D])])

@@ -42,7 +42,7 @@ MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "mha_bmm3d": lambda: arch_attention.mha_block("bmm3d", "const", T=16, D=32, H=4),
     "lstm_head": lambda: recurrent_models.cell_model("LSTM", head=True, steps=12, feat=16, hid=20),
     "gru_head": lambda: recurrent_models.cell_model("GRU", head=True, steps=12, feat=16, hid=20),
-    **{f"rmsnorm_{f}": (lambda f=f: arch_decoder.rmsnorm_block(f)) for f in arch_decoder.RMS_FORMS},
+    **{f"rmsnorm_{f}": (lambda f=f: arch_decoder.rmsnorm_block(f)) for f in arch_decoder.RMS_FORMS + ("embedding",)},
 }
 # quantized as given, without quant_pre_process (whose optimizer folds a 3-D MatMul's bias Add away):
 # ``quantize_static`` on the exporter's graph writes MatMul -> Q -> DQ -> Add(DQ(bias), .) -> Q -> DQ
