@@ -152,6 +152,29 @@ def swin_shift_merge(H: int = 8, W: int = 8, C: int = 16, shift: int = 2, opset:
     return n.model("swin_shift_merge", [("tokens", [1, H * W, C])])
 
 
+def swin_windows(H: int = 8, W: int = 8, C: int = 16, w: int = 4, opset: int = 18, seed: int = 0) -> onnx.ModelProto:
+    """Swin's window partition and reverse as HF's dynamo export writes them: tokens [1, H * W, C]
+    -> Linear -> [1, H, W, C] -> Pad to multiples of ``w`` -> Reshape 6-D -> Transpose -> windows
+    [-1, w * w, C] -> Linear per window -> Reshape 6-D -> Transpose -> Reshape -> crop (Slice) ->
+    residual Add -> Linear."""
+    n = Net(seed, opset)
+    Hp, Wp = -(-H // w) * w, -(-W // w) * w
+    t = n.linear("tokens", C, C, "fc")
+    x = n.op("Reshape", [t, _i64(n, [1, H, W, C])], "to_grid")
+    x = n.op("Pad", [x, _i64(n, [0, 0, 0, 0, 0, Hp - H, Wp - W, 0])], "pad")
+    x = n.op("Reshape", [x, _i64(n, [1, Hp // w, w, Wp // w, w, C])], "split6")
+    x = n.op("Transpose", [x], "windows6", perm=[0, 1, 3, 2, 4, 5])
+    x = n.op("Reshape", [x, _i64(n, [-1, w * w, C])], "windows")
+    x = n.linear(x, C, C, "attn")
+    x = n.op("Reshape", [x, _i64(n, [1, Hp // w, Wp // w, w, w, C])], "merge6")
+    x = n.op("Transpose", [x], "grid6", perm=[0, 1, 3, 2, 4, 5])
+    x = n.op("Reshape", [x, _i64(n, [1, Hp, Wp, C])], "grid")
+    x = n.op("Slice", [x, _i64(n, [0, 0]), _i64(n, [H, W]), _i64(n, [1, 2])], "crop")
+    x = n.op("Add", [t, n.op("Reshape", [x, _i64(n, [1, H * W, C])], "to_tokens")], "residual")
+    n.linear(x, C, C, "mlp")
+    return n.model("swin_windows", [("tokens", [1, H * W, C])])
+
+
 def deberta_attention(T: int = 16, D: int = 32, H: int = 2, span: int = 4, opset: int = 17,
                       seed: int = 0) -> onnx.ModelProto:
     """x [1, T, D] -> DeBERTa's disentangled self-attention core -> [1, T, D]."""

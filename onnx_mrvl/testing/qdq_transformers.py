@@ -43,6 +43,8 @@ MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "lstm_head": lambda: recurrent_models.cell_model("LSTM", head=True, steps=12, feat=16, hid=20),
     "gru_head": lambda: recurrent_models.cell_model("GRU", head=True, steps=12, feat=16, hid=20),
     **{f"rmsnorm_{f}": (lambda f=f: arch_decoder.rmsnorm_block(f)) for f in arch_decoder.RMS_FORMS + ("embedding",)},
+    "swin_shift_merge": lambda: arch_decoder.swin_shift_merge(),
+    "swin_windows": lambda: arch_decoder.swin_windows(),
 }
 # quantized as given, without quant_pre_process (whose optimizer folds a 3-D MatMul's bias Add away):
 # ``quantize_static`` on the exporter's graph writes MatMul -> Q -> DQ -> Add(DQ(bias), .) -> Q -> DQ
