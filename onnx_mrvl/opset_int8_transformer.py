@@ -85,6 +85,63 @@ def inner_points(a: dict):
             for s, z, t in zip(a["inner_scales"], a["inner_zero_points"], types)]
 
 
+def _affine_nodes(form: str, eps: float, axis: int, present, red, fq):
+    """The ``x * inv + c`` layer norm (keras3 / tf) with its interior steps: mean, negmean, diff,
+    square, var, vareps, rstd, inv, xinv, minv, res (``fq(tensor, k)``: the k-th point's Q -> DQ)."""
+    def mk(op, ins, out):
+        return helper.make_node(op, ins, [out])
+
+    def w(role):   # gamma / beta [D] along ``axis`` (negative)
+        if axis == -1:
+            return [], role
+        shape = helper.make_tensor(f"la_{role}_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1))
+        return [helper.make_node("Constant", [], [f"la_{role}_shape"], value=shape),
+                mk("Reshape", [role, f"la_{role}_shape"], f"la_{role}_r")], f"la_{role}_r"
+    nodes = red("X", "la_m")
+    more, m = fq("la_m", 0)
+    nodes += more + [mk("Sub", ["X", m], "la_d")]
+    more, d = fq("la_d", 2)
+    nodes += more + [mk("Mul", [d, d], "la_d2")]
+    more, d2 = fq("la_d2", 3)
+    nodes += more + red(d2, "la_v")
+    more, v = fq("la_v", 4)
+    nodes += more + [helper.make_node("Constant", [], ["la_eps"], value=helper.make_tensor(
+        "la_eps", TensorProto.FLOAT, [], [eps])), mk("Add", [v, "la_eps"], "la_ve")]
+    more, ve = fq("la_ve", 5)
+    nodes += more + [mk("Sqrt", [ve], "la_sd"), mk("Reciprocal", ["la_sd"], "la_r")]
+    more, inv = fq("la_r", 6)
+    nodes += more
+    if present.get("gamma"):
+        more, g = w("gamma")
+        nodes += more + [mk("Mul", [inv, g], "la_inv")]
+        more, inv = fq("la_inv", 7)
+        nodes += more
+    nodes.append(mk("Mul", ["X", inv], "la_xa"))
+    more, xa = fq("la_xa", 8)
+    nodes += more
+    beta = None
+    if present.get("beta"):
+        more, beta = w("beta")
+        nodes += more
+    if form == "keras3":
+        nodes.append(mk("Neg", [m], "la_nm"))
+        more, nm = fq("la_nm", 1)
+        nodes += more + [mk("Mul", [nm, inv], "la_mb")]
+        more, c = fq("la_mb", 9)
+        nodes += more
+        if beta is not None:
+            nodes.append(mk("Add", [c, beta], "la_c"))
+            more, c = fq("la_c", 10)
+            nodes += more
+    else:
+        nodes.append(mk("Mul", [m, inv], "la_mb"))
+        more, mb = fq("la_mb", 9)
+        nodes += more + [mk("Sub", [beta, mb], "la_c") if beta is not None else mk("Neg", [mb], "la_c")]
+        more, c = fq("la_c", 10)
+        nodes += more
+    return nodes + [mk("Add", [xa, c], "Y")]
+
+
 def layernorm_inner_body(plain):
     """The LayerNorm body with its interior Q -> DQ steps (qdq_layernorm.py) when it has them, else ``plain``."""
     def body(a, present, opset):
@@ -109,6 +166,8 @@ def layernorm_inner_body(plain):
                  helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
                  helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_s", f"{x}_z"], [f"{x}_f"])]
             return n, f"{x}_f"
+        if a.get("form"):   # x * inv + c (fuse/qdq_norm_affine.py)
+            return _affine_nodes(str(a["form"]), eps, axis, present, red, fq)
         rms = bool(int(a.get("rms", 0)))
         if rms:   # RMSNorm: square, var, vareps, inv, norm (fuse/qdq_layernorm.py)
             more, sq = fq("li_d2", 0)

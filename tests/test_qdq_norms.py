@@ -58,3 +58,35 @@ def test_qdq_rmsnorm_reading_a_region_input_quantizes_it(tmp_path, act):
     assert m["regions"] == 1 and set(m["cpu"]) == {"Gather"}, m["cpu"]
     agree = m["agreement"]["output"]
     assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+@pytest.mark.parametrize("name", ["ln_keras3", "ln_keras3_noaffine", "ln_tf", "ln_tf_noaffine"])
+def test_qdq_keras_layernorm_is_one_layer_bit_exact(tmp_path, name, act):
+    """tf2onnx's Keras layer norms (``x * inv + c``: Keras 3 ``-mean * inv + beta``, Keras 2
+    ``beta - mean * inv``) cut by the quantizer's pairs after the means, the difference, the square,
+    eps, the rsqrt, gamma and each product: one Mrvl LayerNorm with ``form`` and 11 interior points
+    (fuse/qdq_norm_affine.py); before, its ops stayed on the CPU (2 regions)."""
+    m = qt.convert_and_measure(name, str(tmp_path), act)
+    assert m["regions"] == 1 and not m["cpu"], m["cpu"]
+    agree = m["agreement"]["output"]
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+
+
+@pytest.mark.parametrize("name", ["ln_keras3", "ln_tf"])
+def test_qdq_keras_layernorm_reference_body(tmp_path, name):
+    """The fused LayerNorm with ``form`` runs in plain onnxruntime through its reference body, equal
+    to the QDQ model."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath = qt.quantize(qt.MODELS[name](), str(tmp_path / "q.onnx"), "s8")
+    legal = legalize(onnx.load(qpath))
+    fused = fuse(getattr(legal, "model", legal)).model
+    lns = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type == "LayerNorm"]
+    assert len(lns) == 1
+    a = {x.name: x for x in lns[0].attribute}
+    assert a["form"].s.decode() == name[3:] and len(a["inner_scales"].floats) == 11
+    x = qt.feeds(fused, 0)
+    ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_array_equal(got, ref)

@@ -41,9 +41,16 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
     rms = a.int("rms", 0)
     if rms:   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
         params["rms"] = 1
+    form = a.str("form", "") or None   # x * inv + c (fuse/qdq_norm_affine.py), interior points only
+    if form is not None:
+        if form not in ("keras3", "tf") or rms or not a.has("inner_scales"):
+            a.fail(f"form {form!r} (keras3 or tf) needs inner_scales and no rms")
+        params["form"] = form
     if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled; RMSNorm:
-        # square, var, vareps, inv, norm)
-        points = "5 entries (square, var, vareps, inv, norm)" if rms else "4 entries (var, vareps, norm, scaled)"
+        # square, var, vareps, inv, norm; a form: mean, negmean, diff, square, var, vareps, rstd, inv,
+        # xinv, minv, res)
+        points = ("11 entries (mean, negmean, diff, square, var, vareps, rstd, inv, xinv, minv, res)" if form else
+                  "5 entries (square, var, vareps, inv, norm)" if rms else "4 entries (var, vareps, norm, scaled)")
         raw = unwrap(a.raw["inner_scales"])
         try:
             scales = [float(to_number(v)) for v in (raw if isinstance(raw, list) else [raw])]
@@ -51,7 +58,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"inner_scales is not a list of numbers: {a.raw['inner_scales']!r}")
         zps = a.ints("inner_zero_points")
         types = a.str("inner_types", "").split(",")
-        if not (len(scales) == len(zps) == len(types) == (5 if rms else 4)):
+        if not (len(scales) == len(zps) == len(types) == (11 if form else 5 if rms else 4)):
             a.fail(f"inner_scales, inner_zero_points and inner_types need {points}")
         for s, z, t in zip(scales, zps, types):
             lo, hi = {"int8": (-128, 127), "uint8": (0, 255)}.get(t, (0, 0))

@@ -51,7 +51,7 @@ def _axes(g: GraphIndex, n: onnx.NodeProto) -> Optional[List[int]]:
 
 
 def _only(g: GraphIndex, t: str, ops) -> Optional[onnx.NodeProto]:
-    users = g.consumers.get(t, [])
+    users = list({u.name: u for u in g.consumers.get(t, [])}.values())   # Mul(t, t) reads it twice
     if len(users) != 1 or t in g.output_set or users[0].op_type not in ops:
         return None
     return users[0]
@@ -245,3 +245,7 @@ def build_qdq_rmsnorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=
              "inner_zero_points": [int(q[1]) if q else 0 for q in qs],
              "inner_types": ",".join(q[2] if q else "" for q in qs)}
     return Group("LayerNorm", "mrvl.rmsnorm", nodes, [x], last.output[0], attrs, {"gamma": gamma})
+
+
+# the helpers qdq_norm_affine.py shares
+only, through, const_other, const_nodes = _only, _through, _const_other, _const_nodes

@@ -225,6 +225,36 @@ def rmsnorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta,
     return y, bool(np.isfinite(y).all())
 
 
+AFFINE_FORMS = ("keras3", "tf")
+
+
+def affine_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points, form: str) -> Tuple[np.ndarray, bool]:
+    """A layer norm written as ``x * inv + c`` (fuse/qdq_norm_affine.py, tf2onnx's Keras forms) with
+    its interior points (mean, negmean, diff, square, var, vareps, rstd, inv, xinv, minv, res), as
+    onnxruntime runs it in fp32: m = mean(x); v = mean((x - m)^2) + eps; inv = 1 / sqrt(v) * gamma;
+    "keras3": c = -m * inv [+ beta]; "tf": c = beta - m * inv (-(m * inv) without beta); y = x * inv + c."""
+    def fq(v, k):
+        return np.asarray(v, F32) if points[k] is None else fake_quant(np.asarray(v, F32), *points[k])
+    shape = (-1,) + (1,) * (-axis - 1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        m = fq(np.mean(x, axis=axis, keepdims=True, dtype=F32), 0)
+        d = fq(x - m, 2)
+        v = fq(np.mean(fq(d * d, 3), axis=axis, keepdims=True, dtype=F32), 4)
+        r = fq(F32(1) / np.sqrt(fq(v + F32(eps), 5)), 6)
+        inv = fq(r * np.asarray(gamma, F32).reshape(shape), 7)
+        xa = fq(x * inv, 8)
+        b = None if beta is None else np.asarray(beta, F32).reshape(shape)
+        if form == "keras3":
+            c = fq(fq(-m, 1) * inv, 9)
+            c = c if b is None else fq(c + b, 10)
+        else:
+            mb = fq(m * inv, 9)
+            c = fq(-mb if b is None else b - mb, 10)
+        y = (xa + c).astype(F32)
+    return y, bool(np.isfinite(y).all())
+
+
 def inner_points(spec, count: int = 4):
     """The ``count`` interior quantization points of a LayerNorm spec (None each: no pair there; 4 for
     a LayerNorm: var, vareps, norm, scaled; 5 for an RMSNorm: square, var, vareps, inv, norm), or None."""
@@ -236,7 +266,7 @@ def inner_points(spec, count: int = 4):
         for s, z, t in zip(p["inner_scales"], p["inner_zero_points"], p["inner_types"]):
             out.append(None if float(s) == 0 else _q({"x_scale": s, "x_zero_point": z, "x_dtype": t}, "x"))
         if len(out) != count:
-            raise ValueError(f"{len(out)} interior points ({'square, var, vareps, inv, norm: 5' if count == 5 else 'var, vareps, norm, scaled: 4'})")
+            raise ValueError(f"{len(out)} interior points, {count} expected")
         return out
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"LayerNorm interior quantization: {exc}") from None

@@ -45,6 +45,8 @@ MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     **{f"rmsnorm_{f}": (lambda f=f: arch_decoder.rmsnorm_block(f)) for f in arch_decoder.RMS_FORMS + ("embedding",)},
     "swin_shift_merge": lambda: arch_decoder.swin_shift_merge(),
     "swin_windows": lambda: arch_decoder.swin_windows(),
+    **{f"ln_{f}{'' if a else '_noaffine'}": (lambda f=f, a=a: arch_transformer.layernorm_block(f, a))
+       for f in ("keras3", "tf") for a in (True, False)},
 }
 # quantized as given, without quant_pre_process (whose optimizer folds a 3-D MatMul's bias Add away):
 # ``quantize_static`` on the exporter's graph writes MatMul -> Q -> DQ -> Add(DQ(bias), .) -> Q -> DQ

@@ -29,13 +29,16 @@ DEPTH = 8
 
 
 def _key(node, g):
-    """(scale, zero point, dtype, axis) of a Q / DQ with constant scalar parameters, else None."""
+    """(scale, (zero point dtype, value)) of a Q / DQ with constant scalar parameters and 8-bit
+    codes, else None."""
     if node.domain not in ("", "ai.onnx") or len(node.input) < 2:
         return None
     s = g.const(node.input[1])
     z = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if s is None or np.asarray(s).size != 1 or (len(node.input) > 2 and node.input[2] and z is None):
         return None
+    if z is not None and np.asarray(z).dtype not in (np.int8, np.uint8):
+        return None   # 8-bit codes only (the accelerator's; 16-bit pairs stay as they are)
     zt = (np.asarray(z).dtype.str, np.asarray(z).reshape(-1).tolist()) if z is not None else None
     return float(np.asarray(s).reshape(-1)[0]), zt
 

@@ -65,6 +65,13 @@ def _normalisation(node, g) -> bool:
     return p is not None and (p.op_type == "Pow" or (p.op_type == "Mul" and p.input[0] == p.input[1]))
 
 
+def qdq_norm_mean(node, g) -> bool:
+    """``node`` is a (layer / RMS) norm's mean or variance with a Q -> DQ pair on its input or
+    output (a QDQ export: fuse's int8 layer norms read it as it is, qdq_layernorm.py / qdq_norm_affine.py)."""
+    return _normalisation(node, g) and (_after_pair(g, node.output[0]) != node.output[0]
+                                        or _before_pair(g, node.input[0]) != node.input[0])
+
+
 def _feature_map(g, x: str, depth: int = 2) -> bool:
     p = g.producer.get(x)
     if p is None:
