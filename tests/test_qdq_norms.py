@@ -90,3 +90,16 @@ def test_qdq_keras_layernorm_reference_body(tmp_path, name):
     ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
     got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_token_mean_is_one_int8_global_pool(tmp_path, act):
+    """DQ -> ReduceMean(tokens) -> Q (Keras GlobalAveragePooling1D, 32 tokens): one int8
+    GlobalAvgPool2D (reducemean_to_gap's identity pair after its Transpose; gap_split keeps it
+    whole); before, two chained fp16 pools (32 = 16 x 2) rounded before the Q (1 step off)."""
+    m = qt.convert_and_measure("token_mean_head", str(tmp_path), act)
+    assert m["regions"] == 1 and not m["cpu"], m["cpu"]
+    agree = m["agreement"]["output"]
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+    pools = [d for d in m["result"].report if d.op_type == "ReduceMean"]
+    assert pools and all(d.precision == "int8" and "GlobalAvgPool2D" in d.reason for d in pools), pools

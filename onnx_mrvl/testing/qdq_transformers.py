@@ -47,6 +47,7 @@ MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "swin_windows": lambda: arch_decoder.swin_windows(),
     **{f"ln_{f}{'' if a else '_noaffine'}": (lambda f=f, a=a: arch_transformer.layernorm_block(f, a))
        for f in ("keras3", "tf") for a in (True, False)},
+    "token_mean_head": lambda: arch_transformer.token_mean_head(),
 }
 # quantized as given, without quant_pre_process (whose optimizer folds a 3-D MatMul's bias Add away):
 # ``quantize_static`` on the exporter's graph writes MatMul -> Q -> DQ -> Add(DQ(bias), .) -> Q -> DQ
