@@ -7,7 +7,10 @@ element, LayerNorm 8 (sum, subtract, square, sum, multiply by 1/sqrt(var + eps),
 round; one rsqrt per row; an RMSNorm is charged the same, an upper bound: it skips the mean and its
 subtract), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
 round; one reciprocal per row), LogSoftmax 6 (max, subtract, exp by LUT, sum, subtract the log of
-the sum, round; one log per row); ``nan_fill`` one more (the select).
+the sum, round; one log per row); ``nan_fill`` one more (the select). A LayerNorm with interior
+quantization points (``inner_*``) adds 3 per element for each point on a per-element value (a
+Requantize's multiply, round, saturate; the points on per-row statistics are negligible); a
+``form`` layer norm (x * inv + c) 4 more for its extra products and add (assumptions).
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ import numpy as np
 from .json_attrs import decode_const, to_number, unwrap
 
 LAYERNORM_OPS_PER_ELEMENT = 8
+QUANT_POINT_OPS = 3
+# the interior points on per-element values, by layer kind (the others quantize per-row statistics)
+ELEMENT_POINTS = {"layernorm": (2, 3), "rms": (0, 4), "form": (2, 3, 7, 8, 9, 10)}
 SOFTMAX_OPS_PER_ELEMENT = 6
 LOG_SOFTMAX_OPS_PER_ELEMENT = 6
 
@@ -38,6 +44,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
     if not eps >= 0:
         a.fail(f"epsilon {eps} must be >= 0")
     params.update(axis=axis, epsilon=eps)
+    extra = 0   # vector ops per element of the interior quantization points
     rms = a.int("rms", 0)
     if rms:   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
         params["rms"] = 1
@@ -66,6 +73,8 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
                 a.fail(f"interior quantization ({s}, {z}, {t!r}) is not a positive scale with an int8/uint8 zero point")
         params.update(inner_scales=[float(np.float32(s)) for s in scales], inner_zero_points=[int(z) for z in zps],
                       inner_types=types)
+        kind = "form" if form else "rms" if rms else "layernorm"
+        extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
     for role, required in (("gamma", True), ("beta", False)):
         if not a.has(f"{role}_const_name"):
             if required:
@@ -75,7 +84,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         if v.size != d:
             a.fail(f"{role} has {v.size} values for an axis of size {d} (input {shape}, axis {axis})")
         weights[role] = ctx.weight(a, f"{lname}.{role}", v, "C", fp16=False)
-    return shape, int(np.prod(shape)) * LAYERNORM_OPS_PER_ELEMENT
+    return shape, int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + extra)
 
 
 def softmax(a, ctx, lname, in_shapes, params, weights):
