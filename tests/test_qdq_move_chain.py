@@ -3,7 +3,6 @@ partition / reverse in a QDQ export is one region, equal to onnxruntime's run of
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper

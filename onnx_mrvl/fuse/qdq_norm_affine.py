@@ -53,6 +53,11 @@ def _other(n: onnx.NodeProto, t: str) -> Optional[str]:
     return n.input[1] if n.input[0] == t else n.input[0]
 
 
+def _is_one(g: GraphIndex, t: str) -> bool:
+    v = constant_value(g, t)
+    return v is not None and np.asarray(v).size == 1 and float(np.asarray(v).reshape(-1)[0]) == 1.0
+
+
 def _vector(g: GraphIndex, c: Optional[str], d: int) -> Optional[np.ndarray]:
     v = constant_value(g, c) if c else None
     if v is None:
@@ -112,8 +117,7 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     w.nodes += [sub, sq, var, add] + const_nodes(g, eps)
     sqrt = w.step(add.output[0], "vareps", ("Sqrt",))
     rec = only(g, sqrt.output[0], ("Reciprocal", "Div")) if sqrt is not None else None
-    if rec is None or rec.op_type == "Div" and not (rec.input[1] == sqrt.output[0] and (
-            v := constant_value(g, rec.input[0])) is not None and np.asarray(v).size == 1 and float(np.asarray(v).reshape(-1)[0]) == 1.0):
+    if rec is None or rec.op_type == "Div" and not (rec.input[1] == sqrt.output[0] and _is_one(g, rec.input[0])):
         return None
     w.nodes += [sqrt, rec]
     t_inv = w.pair_out(rec.output[0], "rstd")
