@@ -1,16 +1,19 @@
 """``DQ(s, z) -> move -> Q(s, z) -> DQ(s, z) -> move' -> Q(s, z)`` -> ``DQ -> move -> move' -> Q``:
-a Q -> DQ pair between two data moves of codes on one grid is removed.
+a Q -> DQ pair on a tensor the accelerator cannot hold (not 2-D to 5-D: the 6-D view of a window
+partition) between two data moves of codes on one grid is removed.
 
 onnxruntime's quantizer puts a pair after every Reshape / Transpose / Slice / Concat / Pad it
 quantizes, so a Swin window partition (``Pad -> Reshape 6-D -> Transpose -> Reshape``), its roll
 (``Slice, Slice -> Concat``) and its patch merging's strided Slices are cut by pairs that the float
 rules (the 6-D reshape / transpose folding, slices through transposes) do not see through: they
-stayed on the CPU (Swin QDQ: 10 regions). A move only copies values, so a move of values on the
+stayed on the CPU (Swin QDQ: 10 regions; "a QuantizeLinear -> DequantizeLinear pair on a 6-D
+tensor"). A move only copies values, so a move of values on the
 grid ``(s, z)`` (the DQ's output) gives values on that grid, which the Q maps back to their own codes
 and the DQ to the same values: the pair computes the identity there (exact; Pad only with a zero
 pad value, whose code is z). The last pair, the one an int8 layer or a float op reads, stays: the
 chain between a DQ and a Q is one float data move (on the accelerator: values on the grid rounded
-to fp16 keep their code, |q - z| <= 255 < 2^10).
+to fp16 keep their code, |q - z| <= 255 < 2^10). A pair on a 2-D to 5-D tensor stays too: fuse
+makes it a Requantize, exact and no work on codes already on its grid.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ OPS = ("QuantizeLinear",)
 MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Pad", "Concat",
          "DepthToSpace", "SpaceToDepth", "Identity")
 DEPTH = 8
+HELD_RANKS = (2, 3, 4, 5)   # the ranks the accelerator's element-wise layers take (fuse/patterns.py)
 
 
 def _key(node, g):
@@ -79,6 +83,8 @@ def match(node, g) -> Optional[Match]:
     x = node.input[0] if node.input else ""
     move = g.producer.get(x)
     if key is None or move is None or not _move(move, g) or x in g.pinned or len(g.users(x)) != 1:
+        return None
+    if g.shape(x) is None or len(g.shape(x)) in HELD_RANKS:
         return None
     if not all(_on_grid(g, i, key) for i in _data_inputs(move)):
         return None
