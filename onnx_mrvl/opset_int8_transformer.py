@@ -76,13 +76,70 @@ INNER_ATTRS = ("inner_scales", "inner_zero_points", "inner_types")   # LayerNorm
 
 
 def inner_points(a: dict):
-    """[(point, scale, zero point, type) or None] of a LayerNorm's interior quantization (var,
-    vareps, norm, scaled), or None when it has none."""
+    """[(scale, zero point, type) or None] of a LayerNorm's interior quantization (var, vareps,
+    norm, scaled; an RMSNorm's: square, var, vareps, inv, norm), or None when it has none."""
     if not a.get("inner_scales"):
         return None
     types = str(a.get("inner_types", "")).split(",")
     return [(float(s), int(z), t) if float(s) > 0 else None
             for s, z, t in zip(a["inner_scales"], a["inner_zero_points"], types)]
+
+
+def _affine_nodes(form: str, eps: float, axis: int, present, red, fq):
+    """The ``x * inv + c`` layer norm (keras3 / tf) with its interior steps: mean, negmean, diff,
+    square, var, vareps, rstd, inv, xinv, minv, res (``fq(tensor, k)``: the k-th point's Q -> DQ)."""
+    def mk(op, ins, out):
+        return helper.make_node(op, ins, [out])
+
+    def w(role):   # gamma / beta [D] along ``axis`` (negative)
+        if axis == -1:
+            return [], role
+        shape = helper.make_tensor(f"la_{role}_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1))
+        return [helper.make_node("Constant", [], [f"la_{role}_shape"], value=shape),
+                mk("Reshape", [role, f"la_{role}_shape"], f"la_{role}_r")], f"la_{role}_r"
+    nodes = red("X", "la_m")
+    more, m = fq("la_m", 0)
+    nodes += more + [mk("Sub", ["X", m], "la_d")]
+    more, d = fq("la_d", 2)
+    nodes += more + [mk("Mul", [d, d], "la_d2")]
+    more, d2 = fq("la_d2", 3)
+    nodes += more + red(d2, "la_v")
+    more, v = fq("la_v", 4)
+    nodes += more + [helper.make_node("Constant", [], ["la_eps"], value=helper.make_tensor(
+        "la_eps", TensorProto.FLOAT, [], [eps])), mk("Add", [v, "la_eps"], "la_ve")]
+    more, ve = fq("la_ve", 5)
+    nodes += more + [mk("Sqrt", [ve], "la_sd"), mk("Reciprocal", ["la_sd"], "la_r")]
+    more, inv = fq("la_r", 6)
+    nodes += more
+    if present.get("gamma"):
+        more, g = w("gamma")
+        nodes += more + [mk("Mul", [inv, g], "la_inv")]
+        more, inv = fq("la_inv", 7)
+        nodes += more
+    nodes.append(mk("Mul", ["X", inv], "la_xa"))
+    more, xa = fq("la_xa", 8)
+    nodes += more
+    beta = None
+    if present.get("beta"):
+        more, beta = w("beta")
+        nodes += more
+    if form == "keras3":
+        nodes.append(mk("Neg", [m], "la_nm"))
+        more, nm = fq("la_nm", 1)
+        nodes += more + [mk("Mul", [nm, inv], "la_mb")]
+        more, c = fq("la_mb", 9)
+        nodes += more
+        if beta is not None:
+            nodes.append(mk("Add", [c, beta], "la_c"))
+            more, c = fq("la_c", 10)
+            nodes += more
+    else:
+        nodes.append(mk("Mul", [m, inv], "la_mb"))
+        more, mb = fq("la_mb", 9)
+        nodes += more + [mk("Sub", [beta, mb], "la_c") if beta is not None else mk("Neg", [mb], "la_c")]
+        more, c = fq("la_c", 10)
+        nodes += more
+    return nodes + [mk("Add", [xa, c], "Y")]
 
 
 def layernorm_inner_body(plain):
@@ -109,13 +166,27 @@ def layernorm_inner_body(plain):
                  helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
                  helper.make_node("DequantizeLinear", [f"{x}_q", f"{x}_s", f"{x}_z"], [f"{x}_f"])]
             return n, f"{x}_f"
-        nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
-                                    helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
+        if a.get("form"):   # x * inv + c (fuse/qdq_norm_affine.py)
+            return _affine_nodes(str(a["form"]), eps, axis, present, red, fq)
+        rms = bool(int(a.get("rms", 0)))
+        if rms:   # RMSNorm: square, var, vareps, inv, norm (fuse/qdq_layernorm.py)
+            more, sq = fq("li_d2", 0)
+            nodes = [helper.make_node("Mul", ["X", "X"], ["li_d2"])] + more + red(sq, "li_v")
+            pts = pts[1:3] + [pts[4]] + [None] + [pts[3]]   # -> var, vareps, norm, (scaled), inv
+        else:
+            nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
+                                        helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
         more, v = fq("li_v", 0)
         nodes += more + [helper.make_node("Constant", [], ["li_eps"], value=helper.make_tensor(
             "li_eps", TensorProto.FLOAT, [], [eps])), helper.make_node("Add", [v, "li_eps"], ["li_ve"])]
         more, ve = fq("li_ve", 1)
-        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"]), helper.make_node("Div", ["li_d", "li_sd"], ["li_n"])]
+        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"])]
+        if rms and pts[4] is not None:   # x * DQ(Q(1 / sqrt))
+            more, r = fq("li_r", 4)
+            nodes += [helper.make_node("Reciprocal", ["li_sd"], ["li_r"])] + more + \
+                [helper.make_node("Mul", ["X", r], ["li_n"])]
+        else:
+            nodes.append(helper.make_node("Div", ["X" if rms else "li_d", "li_sd"], ["li_n"]))
         more, y = fq("li_n", 2)
         nodes += more
         shape = helper.make_tensor("li_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1)) \

@@ -8,7 +8,10 @@ round; one rsqrt per row; an RMSNorm is charged the same, an upper bound: it ski
 subtract; a row longer than ``max_channels`` runs in blocked passes and is charged 2 more for its
 two extra reads, ``target.NORM_BLOCKED_LOWERING``), Softmax 6 (max, subtract, exp by LUT, sum, multiply by the reciprocal,
 round; one reciprocal per row), LogSoftmax 6 (max, subtract, exp by LUT, sum, subtract the log of
-the sum, round; one log per row); ``nan_fill`` one more (the select).
+the sum, round; one log per row); ``nan_fill`` one more (the select). A LayerNorm with interior
+quantization points (``inner_*``) adds 3 per element for each point on a per-element value (a
+Requantize's multiply, round, saturate; the points on per-row statistics are negligible); a
+``form`` layer norm (x * inv + c) 4 more for its extra products and add (assumptions).
 """
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ from ..target import DEFAULT_TARGET, norm_blocked_extra_ops
 from .json_attrs import decode_const, to_number, unwrap
 
 LAYERNORM_OPS_PER_ELEMENT = 8
+QUANT_POINT_OPS = 3
+# the interior points on per-element values, by layer kind (the others quantize per-row statistics)
+ELEMENT_POINTS = {"layernorm": (2, 3), "rms": (0, 4), "form": (2, 3, 7, 8, 9, 10)}
 SOFTMAX_OPS_PER_ELEMENT = 6
 LOG_SOFTMAX_OPS_PER_ELEMENT = 6
 
@@ -40,11 +46,20 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
     if not eps >= 0:
         a.fail(f"epsilon {eps} must be >= 0")
     params.update(axis=axis, epsilon=eps)
-    if a.int("rms", 0):   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
-        if a.has("inner_scales"):
-            a.fail("rms with inner_scales (interior quantization is a mean-subtracting LayerNorm's)")
+    extra = 0   # vector ops per element of the interior quantization points
+    rms = a.int("rms", 0)
+    if rms:   # RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma [+ beta]
         params["rms"] = 1
-    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled)
+    form = a.str("form", "") or None   # x * inv + c (fuse/qdq_norm_affine.py), interior points only
+    if form is not None:
+        if form not in ("keras3", "tf") or rms or not a.has("inner_scales"):
+            a.fail(f"form {form!r} (keras3 or tf) needs inner_scales and no rms")
+        params["form"] = form
+    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled; RMSNorm:
+        # square, var, vareps, inv, norm; a form: mean, negmean, diff, square, var, vareps, rstd, inv,
+        # xinv, minv, res)
+        points = ("11 entries (mean, negmean, diff, square, var, vareps, rstd, inv, xinv, minv, res)" if form else
+                  "5 entries (square, var, vareps, inv, norm)" if rms else "4 entries (var, vareps, norm, scaled)")
         raw = unwrap(a.raw["inner_scales"])
         try:
             scales = [float(to_number(v)) for v in (raw if isinstance(raw, list) else [raw])]
@@ -52,14 +67,16 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"inner_scales is not a list of numbers: {a.raw['inner_scales']!r}")
         zps = a.ints("inner_zero_points")
         types = a.str("inner_types", "").split(",")
-        if not (len(scales) == len(zps) == len(types) == 4):
-            a.fail("inner_scales, inner_zero_points and inner_types need 4 entries (var, vareps, norm, scaled)")
+        if not (len(scales) == len(zps) == len(types) == (11 if form else 5 if rms else 4)):
+            a.fail(f"inner_scales, inner_zero_points and inner_types need {points}")
         for s, z, t in zip(scales, zps, types):
             lo, hi = {"int8": (-128, 127), "uint8": (0, 255)}.get(t, (0, 0))
             if s != 0 and (not np.isfinite(s) or s < 0 or t not in ("int8", "uint8") or not lo <= z <= hi):
                 a.fail(f"interior quantization ({s}, {z}, {t!r}) is not a positive scale with an int8/uint8 zero point")
         params.update(inner_scales=[float(np.float32(s)) for s in scales], inner_zero_points=[int(z) for z in zps],
                       inner_types=types)
+        kind = "form" if form else "rms" if rms else "layernorm"
+        extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
     for role, required in (("gamma", True), ("beta", False)):
         if not a.has(f"{role}_const_name"):
             if required:
@@ -70,7 +87,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"{role} has {v.size} values for an axis of size {d} (input {shape}, axis {axis})")
         weights[role] = ctx.weight(a, f"{lname}.{role}", v, "C", fp16=False)
     blocked = norm_blocked_extra_ops(d, DEFAULT_TARGET)   # the compile step has no target: the default's row
-    return shape, int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + blocked)
+    return shape, int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + extra + blocked)
 
 
 def softmax(a, ctx, lname, in_shapes, params, weights):

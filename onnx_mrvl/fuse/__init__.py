@@ -23,7 +23,7 @@ from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
-    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
+    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -31,7 +31,8 @@ from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 from .lrn import ANCHORS as _LRN_ANCHORS
 
 log = logging.getLogger(__name__)
-INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm)
+INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm,
+                                **{op: qdq_layernorm.build_qdq_rmsnorm for op in qdq_layernorm.RMS_ENTRY_OPS})
 
 ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
 # an activation nothing absorbed runs as Mul2D(x, 1) + activation (standalone.py)
@@ -108,7 +109,11 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
                 tuple(INT8_TRANSFORMER_ANCHORS) + qdq_recurrent.ANCHORS or _excluded(n, exclude) or n.name in claimed:
             continue
         built = None
-        if n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
+        if n.op_type in qdq_norm_affine.ENTRY_OPS:   # the mean of a Keras layer norm cut by pairs
+            built = qdq_norm_affine.build(g, n, target, claimed)
+            if isinstance(built, str):
+                not_int8[n.name], built = built, None
+        if built is None and n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
             built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
         if built is None and n.op_type == "Add":   # c + DQ(a): the constant first (qdq_sub.py)
             built = qdq_sub.build_add_const_first(g, n, target, claimed)
@@ -119,8 +124,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
         if n.op_type in qdq_recurrent.ANCHORS:   # DQ(x) -> LSTM / GRU / RNN on DQ(W), DQ(R)
             built = qdq_recurrent.build(g, n, target, claimed)
         if built is None and n.op_type in INT8_TRANSFORMER_ANCHORS:
-            # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm cut by pairs
-            # (qdq_layernorm.py); a reason: the float pattern takes it
+            # MatMul of two activations, Softmax (qdq_transformer.py), a layer norm or RMSNorm cut by
+            # pairs (qdq_layernorm.py); a reason: the float pattern takes it
             built = INT8_TRANSFORMER_ANCHORS[n.op_type](g, n, target, claimed)
             if isinstance(built, str):
                 not_int8[n.name], built = built, None

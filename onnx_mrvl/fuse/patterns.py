@@ -195,7 +195,8 @@ def build_fc(g: GraphIndex, n: onnx.NodeProto, target: Target):
         return f"weights '{w}' are not float32"
     wv = np.asarray(g.const(w), dtype=np.float32)
     if n.op_type == "Gemm":
-        if attr(n, "transA", 0) or abs(attr(n, "alpha", 1.0) - 1) > 0 or abs(attr(n, "beta", 1.0) - 1) > 0:
+        has_c = len(n.input) > 2 and bool(n.input[2])   # beta scales C only: without C it is no-op (tf2onnx writes 0)
+        if attr(n, "transA", 0) or abs(attr(n, "alpha", 1.0) - 1) > 0 or (has_c and abs(attr(n, "beta", 1.0) - 1) > 0):
             return "Gemm not in the canonical FC form (transA=0, alpha=beta=1)"
         if not attr(n, "transB", 0):
             wv = wv.T

@@ -11,6 +11,16 @@ the pair does (``inner_scales`` / ``inner_zero_points`` / ``inner_types``, one e
 the order var, vareps, norm, scaled; scale 0: no pair). The pair after the last node is the layer's
 output pair (``qdq_transformer.merge_output_pairs``). None when no interior pair is found (legalize's
 ``layernorm_canonical`` took the pair-free forms).
+
+An RMSNorm cut the same way (``build_qdq_rmsnorm``, anchored at the square; Llama / Qwen2 / T5 QDQ
+exports: the quantizer pairs the inputs and outputs of its Add and Muls) is one Mrvl LayerNorm with
+``rms`` = 1 and five points (``RMS_POINTS``):
+
+    x -> Pow(x, 2) | x * x -> [Q-DQ: square] -> ReduceMean -> [Q-DQ: var] -> + eps -> [Q-DQ: vareps]
+      -> Sqrt -> (Reciprocal | Div(1, .)) -> [Q-DQ: inv] -> x * . | Div(x, Sqrt) -> [Q-DQ: norm]
+      -> [* gamma]
+
+(with no ``* gamma`` the pair after the product is the output pair, not ``norm``).
 """
 from __future__ import annotations
 
@@ -27,6 +37,8 @@ from .qconst import const_dq, constant_value
 from .qdq import qparams
 
 POINTS = ("var", "vareps", "norm", "scaled")
+RMS_POINTS = ("square", "var", "vareps", "inv", "norm")
+RMS_ENTRY_OPS = ("Pow", "Mul")
 
 
 def _axes(g: GraphIndex, n: onnx.NodeProto) -> Optional[List[int]]:
@@ -39,7 +51,7 @@ def _axes(g: GraphIndex, n: onnx.NodeProto) -> Optional[List[int]]:
 
 
 def _only(g: GraphIndex, t: str, ops) -> Optional[onnx.NodeProto]:
-    users = g.consumers.get(t, [])
+    users = list({u.name: u for u in g.consumers.get(t, [])}.values())   # Mul(t, t) reads it twice
     if len(users) != 1 or t in g.output_set or users[0].op_type not in ops:
         return None
     return users[0]
@@ -138,3 +150,102 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
              "inner_zero_points": [int(q[1]) if q else 0 for q in qs],
              "inner_types": ",".join(q[2] if q else "" for q in qs)}
     return Group("LayerNorm", "mrvl.layernorm", nodes, [x], last.output[0], attrs, weights)
+
+
+def _scalar(g: GraphIndex, t: str) -> Optional[float]:
+    v = constant_value(g, t) if t else None
+    v = None if v is None else np.asarray(v)
+    return float(v.reshape(-1)[0]) if v is not None and v.size == 1 and v.dtype.kind == "f" else None
+
+
+def _rms_square(g: GraphIndex, n: onnx.NodeProto) -> Optional[str]:
+    """x when ``n`` is ``Pow(x, 2)`` or ``x * x``, else None."""
+    if n.op_type == "Pow" and len(n.input) == 2 and _scalar(g, n.input[1]) == 2.0:
+        return n.input[0]
+    if n.op_type == "Mul" and len(n.input) == 2 and n.input[0] == n.input[1]:
+        return n.input[0]
+    return None
+
+
+def _rms_axis(g: GraphIndex, n: onnx.NodeProto, rank: int) -> Optional[int]:
+    axes = _axes(g, n)
+    return int(axes[0]) % rank if axes is not None and len(axes) == 1 else None
+
+
+def _rms_product(g: GraphIndex, sqrt: onnx.NodeProto, x: str):
+    """(nodes after the Sqrt up to the normalised product, the product, its "inv" qparams, the
+    1 / sqrt's pair) for ``x * (1 / sqrt)`` (Reciprocal or Div(1, .), optionally paired) or
+    ``x / sqrt``; None otherwise."""
+    nxt = _only(g, sqrt.output[0], ("Reciprocal", "Div"))
+    if nxt is None:
+        return None
+    if nxt.op_type == "Div" and list(nxt.input) == [x, sqrt.output[0]]:
+        return [], nxt, None
+    if nxt.op_type == "Div" and not (nxt.input[1] == sqrt.output[0] and _scalar(g, nxt.input[0]) == 1.0):
+        return None
+    t, qp, pair = _through(g, nxt.output[0])
+    mul = _only(g, t, ("Mul",))
+    if mul is None or len(mul.input) != 2 or sorted(mul.input) != sorted([x, t]) or x == t:
+        return None
+    return [nxt] + (_const_nodes(g, nxt.input[0]) if nxt.op_type == "Div" else []) + pair, mul, qp
+
+
+def build_qdq_rmsnorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
+    """``n``: the square of an RMSNorm. A LayerNorm group (``rms`` = 1) with interior quantization,
+    None (no such form, or no interior pair: fuse/rmsnorm.py takes it), or a reason."""
+    x = _rms_square(g, n)
+    shape = g.shape(x) if x else None
+    if not shape:
+        return None
+    t, q_sq, pair = _through(g, n.output[0])
+    mean = _only(g, t, ("ReduceMean",))
+    a = _rms_axis(g, mean, len(shape)) if mean is not None else None
+    if a is None:
+        return None
+    nodes, quant = [n] + pair + [mean], {"square": q_sq}
+    t, quant["var"], pair = _through(g, mean.output[0])
+    add = _only(g, t, ("Add",))
+    eps = _const_other(g, add, t) if add is not None else None
+    eps_v = _scalar(g, eps) if eps is not None else None
+    if eps_v is None:
+        return None
+    nodes += pair + [add] + _const_nodes(g, eps)
+    t, quant["vareps"], pair = _through(g, add.output[0])
+    sqrt = _only(g, t, ("Sqrt",))
+    prod = _rms_product(g, sqrt, x) if sqrt is not None else None
+    if prod is None:
+        return None
+    more, y, quant["inv"] = prod
+    nodes += pair + [sqrt] + more + [y]
+    last, gamma = y, np.ones(shape[a], np.float32)
+    t, qp, pair = _through(g, y.output[0])
+    scale = _only(g, t, ("Mul",))
+    w = _const_other(g, scale, t) if scale is not None else None
+    v = None if w is None else np.asarray(constant_value(g, w), np.float32)
+    k = len(shape) - a   # the normalised axis, counted from the end
+    if v is not None and (v.size == 1 or (k <= v.ndim <= len(shape) and v.shape[v.ndim - k] == shape[a] == v.size)):
+        gamma = np.ascontiguousarray(np.broadcast_to(v.reshape(-1), [shape[a]]), np.float32)
+        quant["norm"], nodes, last = qp, nodes + pair + [scale] + _const_nodes(g, w), scale
+    if not any(quant.values()):
+        return None
+    if {m.name for m in nodes} & (set(claimed) | set(g.excluded)):
+        return "its nodes are excluded by the user or taken by another layer"
+    reason = tensor_reason(g, x, last.output[0], target, "RMSNorm")
+    if reason:
+        return reason
+    if g.shape(last.output[0]) != shape:
+        return "the RMSNorm's scale broadcasts its result to another shape"
+    if shape[a] > target.max_channels:
+        return f"{shape[a]} features exceed the limit {target.max_channels}"
+    if not eps_v >= 0:
+        return f"epsilon {eps_v} is negative"
+    qs = [quant.get(p) for p in RMS_POINTS]
+    attrs = {"axis": a, "epsilon": eps_v, "rms": 1,
+             "inner_scales": [float(q[0]) if q else 0.0 for q in qs],
+             "inner_zero_points": [int(q[1]) if q else 0 for q in qs],
+             "inner_types": ",".join(q[2] if q else "" for q in qs)}
+    return Group("LayerNorm", "mrvl.rmsnorm", nodes, [x], last.output[0], attrs, {"gamma": gamma})
+
+
+# the helpers qdq_norm_affine.py shares
+only, through, const_other, const_nodes = _only, _through, _const_other, _const_nodes

@@ -192,6 +192,19 @@ def _on_grid(g: GraphIndex, t: str, attrs: dict, groups: List[Group]) -> bool:
     return False
 
 
+def _taken_input_pair(g: GraphIndex, grp: Group):
+    """The DequantizeLinear of the Q -> DQ pair on ``grp``'s input that the group holds (an int8
+    layer norm reading a pair: ``qdq.shared_pairs`` rewires it to the pair's float input), else None."""
+    names = {x.name for x in grp.nodes}
+    for q in g.consumers.get(grp.inputs[0], []):
+        if q.op_type == "QuantizeLinear" and q.name in names:
+            dq = next((d for d in g.consumers.get(q.output[0], []) if d.op_type == "DequantizeLinear"
+                       and d.name in names), None)
+            if dq is not None:
+                return dq
+    return None
+
+
 def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
     """A float LayerNorm / Mul2D whose output only a Q -> DQ pair reads takes the pair (precision
     "int8_out"): the layer quantizes its fp32 result to the pair's int8 codes instead of rounding
@@ -227,6 +240,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
             src.note = "fp32 layer writing its Q -> DQ's codes (not int8: " + src.note[len("fp16 layer (not int8: "):]
         owner.update({q.name: src, dq.name: src})
         dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
+        if len(src.inputs) == 1 and (dq_in is None or dq_in.op_type != "DequantizeLinear"):
+            dq_in = _taken_input_pair(g, src)   # the pair in front that qdq.shared_pairs gave it
         if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
             qi = qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
             if not isinstance(qi, str):

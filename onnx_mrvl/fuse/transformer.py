@@ -155,6 +155,8 @@ def materialize(m, grp: Group) -> None:
         attrs["epsilon"] = grp.attrs["epsilon"]
         if grp.attrs.get("rms"):   # RMSNorm (rmsnorm.py)
             attrs["rms"] = 1
+        if grp.attrs.get("form"):   # x * inv + c with interior points (qdq_norm_affine.py)
+            attrs["form"] = grp.attrs["form"]
         base = grp.anchor.name
         ins += [m.init(f"{base}_gamma", grp.weights["gamma"]),
                 m.init(f"{base}_beta", grp.weights["beta"]) if "beta" in grp.weights else ""]

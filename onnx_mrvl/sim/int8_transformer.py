@@ -205,8 +205,59 @@ def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, bet
     return y, bool(np.isfinite(y).all())
 
 
-def inner_points(spec):
-    """The four interior quantization points of a LayerNorm spec (None each: no pair there), or None."""
+def rmsnorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points) -> Tuple[np.ndarray, bool]:
+    """An RMSNorm with its interior quantization points (fuse/qdq_layernorm.py; onnxruntime runs it
+    in fp32): s = x * x -> DQ(Q(.)) at "square"; v = mean(s) -> at "var"; + eps -> at "vareps";
+    r = 1 / sqrt(.) -> at "inv" and y = x * r, or y = x / sqrt(.) when "inv" has no pair; y -> at
+    "norm"; * gamma; + beta. ``points``: five (scale, zero point, type) or None. The fp32 result, unrounded."""
+    def fq(v, k):
+        return v if points[k] is None else fake_quant(v, *points[k])
+    shape = (-1,) + (1,) * (-axis - 1) if axis < 0 else (-1,) + (1,) * (np.ndim(x) - axis - 1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        v = fq(np.mean(fq((x * x).astype(F32), 0), axis=axis, keepdims=True, dtype=F32), 1)
+        sd = np.sqrt(fq((v + F32(eps)).astype(F32), 2)).astype(F32)
+        y = (x * fq((F32(1) / sd).astype(F32), 3)) if points[3] is not None else x / sd
+        y = fq(y.astype(F32), 4)
+        y = (y * np.asarray(gamma, F32).reshape(shape)).astype(F32)
+        if beta is not None:
+            y = (y + np.asarray(beta, F32).reshape(shape)).astype(F32)
+    return y, bool(np.isfinite(y).all())
+
+
+AFFINE_FORMS = ("keras3", "tf")
+
+
+def affine_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points, form: str) -> Tuple[np.ndarray, bool]:
+    """A layer norm written as ``x * inv + c`` (fuse/qdq_norm_affine.py, tf2onnx's Keras forms) with
+    its interior points (mean, negmean, diff, square, var, vareps, rstd, inv, xinv, minv, res), as
+    onnxruntime runs it in fp32: m = mean(x); v = mean((x - m)^2) + eps; inv = 1 / sqrt(v) * gamma;
+    "keras3": c = -m * inv [+ beta]; "tf": c = beta - m * inv (-(m * inv) without beta); y = x * inv + c."""
+    def fq(v, k):
+        return np.asarray(v, F32) if points[k] is None else fake_quant(np.asarray(v, F32), *points[k])
+    shape = (-1,) + (1,) * (-axis - 1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = np.asarray(x, F32)
+        m = fq(np.mean(x, axis=axis, keepdims=True, dtype=F32), 0)
+        d = fq(x - m, 2)
+        v = fq(np.mean(fq(d * d, 3), axis=axis, keepdims=True, dtype=F32), 4)
+        r = fq(F32(1) / np.sqrt(fq(v + F32(eps), 5)), 6)
+        inv = fq(r * np.asarray(gamma, F32).reshape(shape), 7)
+        xa = fq(x * inv, 8)
+        b = None if beta is None else np.asarray(beta, F32).reshape(shape)
+        if form == "keras3":
+            c = fq(fq(-m, 1) * inv, 9)
+            c = c if b is None else fq(c + b, 10)
+        else:
+            mb = fq(m * inv, 9)
+            c = fq(-mb if b is None else b - mb, 10)
+        y = (xa + c).astype(F32)
+    return y, bool(np.isfinite(y).all())
+
+
+def inner_points(spec, count: int = 4):
+    """The ``count`` interior quantization points of a LayerNorm spec (None each: no pair there; 4 for
+    a LayerNorm: var, vareps, norm, scaled; 5 for an RMSNorm: square, var, vareps, inv, norm), or None."""
     p: Mapping = spec.params
     if not p.get("inner_scales"):
         return None
@@ -214,8 +265,8 @@ def inner_points(spec):
         out = []
         for s, z, t in zip(p["inner_scales"], p["inner_zero_points"], p["inner_types"]):
             out.append(None if float(s) == 0 else _q({"x_scale": s, "x_zero_point": z, "x_dtype": t}, "x"))
-        if len(out) != 4:
-            raise ValueError(f"{len(out)} interior points (var, vareps, norm, scaled: 4)")
+        if len(out) != count:
+            raise ValueError(f"{len(out)} interior points, {count} expected")
         return out
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"LayerNorm interior quantization: {exc}") from None

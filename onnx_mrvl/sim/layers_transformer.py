@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .int8 import fake_quant
 from .fp16 import round_fp16_
-from .int8_transformer import inner_points, int8_out_quant, layernorm_inner
+from .int8_transformer import AFFINE_FORMS, affine_inner, inner_points, int8_out_quant, layernorm_inner, rmsnorm_inner
 from .norm_ops import layernorm, layernorm_onnxruntime, log_softmax, softmax
 
 
@@ -34,9 +34,12 @@ def build_layernorm(spec, n_inputs: int):
         raise spec.error(f"gamma has {gamma.size} values, beta {beta.size}")
 
     out_q, in_q = int8_out_quant(spec), int8_out_quant(spec, "in")
-    points = inner_points(spec)
-    if rms and points is not None:
-        raise spec.error("rms with interior quantization points (inner_scales): only a mean-subtracting LayerNorm has them")
+    form = spec.param("form", None)   # x * inv + c (fuse/qdq_norm_affine.py): 11 interior points
+    if form is not None and (form not in AFFINE_FORMS or rms):
+        raise spec.error(f"form {form!r}: {' or '.join(AFFINE_FORMS)}, without rms")
+    points = inner_points(spec, 11 if form else 5 if rms else 4)   # RMSNorm: square, var, vareps, inv, norm
+    if form is not None and points is None:
+        raise spec.error(f"form {form!r} without its interior points (inner_scales)")
 
     def run(x):
         _check_axis(spec, x, axis)
@@ -47,7 +50,8 @@ def build_layernorm(spec, n_inputs: int):
         if in_q is not None:
             x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
         if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
-            y, ok = layernorm_inner(x, axis, eps, gamma, beta, points)
+            y, ok = affine_inner(x, axis, eps, gamma, beta, points, form) if form else \
+                (rmsnorm_inner if rms else layernorm_inner)(x, axis, eps, gamma, beta, points)
         elif out_q is not None:        # int8 codes out: onnxruntime's fp32 kernel, then its Q
             y, ok = layernorm_onnxruntime(x, axis, eps, gamma, beta, rms=rms)
         else:

@@ -112,6 +112,24 @@ def llama_block(T: int = 16, D: int = 64, H: int = 4, Hkv: int = 2, opset: int =
     return n.model("llama_block", [("hidden", [1, T, D])])
 
 
+def rmsnorm_block(form: str = "pow_reciprocal", T: int = 16, D: int = 32, opset: int = 18,
+                  seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] -> Linear -> RMSNorm (``RMS_FORMS``) -> Linear -> [1, T, D]: an RMSNorm between
+    the int8 layers of a QDQ export. ``form`` "embedding": ``input_ids`` [1, T] -> Gather of a
+    [100, D] table (a CPU op: the RMSNorm reads a region input, T5 / Llama's first layer) -> RMSNorm."""
+    n = Net(seed, opset)
+    if form == "embedding":
+        table = n.const(n.rng.standard_normal((100, D)).astype(np.float32), "embed_tokens")
+        h = rmsnorm(n, n.op("Gather", [table, "input_ids"], "embedding"), D)
+        n.linear(h, D, D, "out_proj")
+        m = n.model(f"rmsnorm_{form}", [("x", [1, T])])
+        m.graph.input[0].CopyFrom(helper.make_tensor_value_info("input_ids", onnx.TensorProto.INT64, [1, T]))
+        return m
+    h = rmsnorm(n, n.linear("x", D, D, "in_proj"), D, form)
+    n.linear(h, D, D, "out_proj")
+    return n.model(f"rmsnorm_{form}", [("x", [1, T, D])])
+
+
 def swin_shift_merge(H: int = 8, W: int = 8, C: int = 16, shift: int = 2, opset: int = 18,
                      seed: int = 0) -> onnx.ModelProto:
     """Tokens [1, H * W, C] -> Linear -> [1, H, W, C] -> roll by -shift on H and W -> patch merging
@@ -132,6 +150,29 @@ def swin_shift_merge(H: int = 8, W: int = 8, C: int = 16, shift: int = 2, opset:
              axis=-1, epsilon=1e-5)
     n.linear(y, 4 * C, 2 * C, "reduction")
     return n.model("swin_shift_merge", [("tokens", [1, H * W, C])])
+
+
+def swin_windows(H: int = 8, W: int = 8, C: int = 16, w: int = 4, opset: int = 18, seed: int = 0) -> onnx.ModelProto:
+    """Swin's window partition and reverse as HF's dynamo export writes them: tokens [1, H * W, C]
+    -> Linear -> [1, H, W, C] -> Pad to multiples of ``w`` -> Reshape 6-D -> Transpose -> windows
+    [-1, w * w, C] -> Linear per window -> Reshape 6-D -> Transpose -> Reshape -> crop (Slice) ->
+    residual Add -> Linear."""
+    n = Net(seed, opset)
+    Hp, Wp = -(-H // w) * w, -(-W // w) * w
+    t = n.linear("tokens", C, C, "fc")
+    x = n.op("Reshape", [t, _i64(n, [1, H, W, C])], "to_grid")
+    x = n.op("Pad", [x, _i64(n, [0, 0, 0, 0, 0, Hp - H, Wp - W, 0])], "pad")
+    x = n.op("Reshape", [x, _i64(n, [1, Hp // w, w, Wp // w, w, C])], "split6")
+    x = n.op("Transpose", [x], "windows6", perm=[0, 1, 3, 2, 4, 5])
+    x = n.op("Reshape", [x, _i64(n, [-1, w * w, C])], "windows")
+    x = n.linear(x, C, C, "attn")
+    x = n.op("Reshape", [x, _i64(n, [1, Hp // w, Wp // w, w, w, C])], "merge6")
+    x = n.op("Transpose", [x], "grid6", perm=[0, 1, 3, 2, 4, 5])
+    x = n.op("Reshape", [x, _i64(n, [1, Hp, Wp, C])], "grid")
+    x = n.op("Slice", [x, _i64(n, [0, 0]), _i64(n, [H, W]), _i64(n, [1, 2])], "crop")
+    x = n.op("Add", [t, n.op("Reshape", [x, _i64(n, [1, H * W, C])], "to_tokens")], "residual")
+    n.linear(x, C, C, "mlp")
+    return n.model("swin_windows", [("tokens", [1, H * W, C])])
 
 
 def deberta_attention(T: int = 16, D: int = 32, H: int = 2, span: int = 4, opset: int = 17,

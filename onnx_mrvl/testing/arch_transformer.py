@@ -113,6 +113,27 @@ def layernorm(n: Net, x: str, shape: Sequence[int], form: str = "op", axis: int 
     raise ValueError(form)
 
 
+def layernorm_block(form: str = "keras3", affine: bool = True, T: int = 16, D: int = 32, opset: int = 13,
+                    seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] -> Linear -> layer norm (``layernorm`` form, last axis) -> Linear -> [1, T, D]:
+    a layer norm between the int8 layers of a QDQ export."""
+    n = Net(seed, opset)
+    h = layernorm(n, n.linear("x", D, D, "in_proj"), [1, T, D], form, affine=affine)
+    n.linear(h, D, D, "out_proj")
+    return n.model(f"layernorm_{form}", [("x", [1, T, D])])
+
+
+def token_mean_head(T: int = 32, D: int = 32, classes: int = 10, opset: int = 13, seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] -> Linear -> mean over the tokens (Keras GlobalAveragePooling1D: ReduceMean
+    axis 1, keepdims 0) -> Linear [1, classes]: an encoder's pooled head."""
+    n = Net(seed, opset)
+    h = n.linear("x", D, D, "proj")
+    m = n.op("ReduceMean", [h], "token_mean", axes=[1], keepdims=0) if opset < 18 else \
+        n.op("ReduceMean", [h, n.const(np.array([1], np.int64), "axes")], "token_mean", keepdims=0)
+    n.linear(m, D, classes, "head")
+    return n.model("token_mean_head", [("x", [1, T, D])])
+
+
 # ------------------------------------------------------------------ activations
 def gelu(n: Net, x: str, form: str = "erf") -> str:
     """GELU: "erf" (PyTorch: Div, Erf, Add, Mul x, Mul 0.5), "erf_hf" (x * 0.5 first), "erf_tf"

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 import onnx
 
-from . import arch_attention, arch_speech, arch_transformer, recurrent_models
+from . import arch_attention, arch_decoder, arch_speech, arch_transformer, recurrent_models
 
 def bias_first(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with every Linear's bias Add written as PyTorch's TorchScript exporter writes it,
@@ -42,6 +42,12 @@ MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "mha_bmm3d": lambda: arch_attention.mha_block("bmm3d", "const", T=16, D=32, H=4),
     "lstm_head": lambda: recurrent_models.cell_model("LSTM", head=True, steps=12, feat=16, hid=20),
     "gru_head": lambda: recurrent_models.cell_model("GRU", head=True, steps=12, feat=16, hid=20),
+    **{f"rmsnorm_{f}": (lambda f=f: arch_decoder.rmsnorm_block(f)) for f in arch_decoder.RMS_FORMS + ("embedding",)},
+    "swin_shift_merge": lambda: arch_decoder.swin_shift_merge(),
+    "swin_windows": lambda: arch_decoder.swin_windows(),
+    **{f"ln_{f}{'' if a else '_noaffine'}": (lambda f=f, a=a: arch_transformer.layernorm_block(f, a))
+       for f in ("keras3", "tf") for a in (True, False)},
+    "token_mean_head": lambda: arch_transformer.token_mean_head(),
 }
 # quantized as given, without quant_pre_process (whose optimizer folds a 3-D MatMul's bias Add away):
 # ``quantize_static`` on the exporter's graph writes MatMul -> Q -> DQ -> Add(DQ(bias), .) -> Q -> DQ

@@ -11,6 +11,7 @@ from typing import Optional
 from onnx import helper
 
 from . import qdq_conv_1d
+from .reduce_axis_to_pool import qdq_norm_mean
 from .base import Match, attr, match_rank, reshape
 
 NAME = "conv_1d_to_2d"
@@ -26,6 +27,8 @@ def check(m: Match, g, target) -> Optional[str]:
     if m.data.get(qdq_conv_1d.QDQ):
         return qdq_conv_1d.check(m, g, target)
     node = m.node
+    if node.op_type == "GlobalAveragePool" and qdq_norm_mean(node, g):
+        return "the mean / variance of a QDQ layer norm over the last axis (fuse takes it as it is)"
     if len(node.output) > 1 and any(o and g.used(o) for o in node.output[1:]):
         return "MaxPool indices output is used"
     if node.op_type in ("Conv", "ConvTranspose") and not g.is_const(node.input[1]):

@@ -1,7 +1,8 @@
 """GlobalAveragePool over H or W above target.max_pool_kernel -> a chain of non-overlapping
 AveragePools whose windows divide the spatial size exactly (ONNC DivideGlobalAPIntoAPs), e.g.
 56x56 -> 14x14/s14 then 4x4/s4. Sizes with a prime factor above the limit keep the global pool.
-A global pool between a DequantizeLinear and QuantizeLinear (a QDQ model's int8 pool) stays whole:
+A global pool between a DequantizeLinear (or a Reshape / Transpose of one: reducemean_to_gap's token mean)
+and QuantizeLinear (a QDQ model's int8 pool) stays whole:
 the int8 GlobalAvgPool2D is one int32 sum and one requantization (onnxruntime's
 QLinearGlobalAveragePool); a chain of pools would round between them."""
 from __future__ import annotations
@@ -35,9 +36,16 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"sx": sx})
 
 
+MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")   # reducemean_to_gap's token mean: DQ -> Reshape -> Transpose
+
+
 def _int8(node, g) -> bool:
-    """DQ -> GlobalAveragePool -> Q (every reader a QuantizeLinear)."""
+    """DQ -> GlobalAveragePool -> Q (every reader a QuantizeLinear), the DQ possibly through moves."""
     dq = g.producer.get(node.input[0])
+    for _ in range(4):
+        if dq is None or dq.op_type not in MOVES or len(g.users(dq.output[0])) != 1:
+            break
+        dq = g.producer.get(dq.input[0])
     readers = g.users(node.output[0])
     return dq is not None and dq.op_type == "DequantizeLinear" and bool(readers) and \
         all(r.op_type == "QuantizeLinear" for r in readers)

@@ -41,13 +41,35 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"sx": sx, "axis": axis})
 
 
+def _after_pair(g, t: str) -> str:
+    """The DequantizeLinear output of a Q -> DQ pair that alone reads ``t`` (a QDQ export), else ``t``."""
+    q = g.users(t)
+    dq = g.users(q[0].output[0]) if len(q) == 1 and q[0].op_type == "QuantizeLinear" else []
+    return dq[0].output[0] if len(dq) == 1 and dq[0].op_type == "DequantizeLinear" else t
+
+
+def _before_pair(g, t: str) -> str:
+    """The QuantizeLinear input of the Q -> DQ pair that writes ``t``, else ``t``."""
+    dq = g.producer.get(t)
+    q = g.producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+    return q.input[0] if q is not None and q.op_type == "QuantizeLinear" else t
+
+
 def _normalisation(node, g) -> bool:
-    """x - mean(x) (the mean is read by a Sub/Div that reads x too), or mean((x - m) ** 2)."""
+    """x - mean(x) (the mean is read by a Sub/Div that reads x too), or mean((x - m) ** 2), or
+    mean(x ** 2) (an RMSNorm), each also with a Q -> DQ pair between (onnxruntime's quantizer)."""
     x = node.input[0]
-    if any(c.op_type in ("Sub", "Div") and x in c.input for c in g.users(node.output[0])):
+    if any(c.op_type in ("Sub", "Div") and x in c.input for c in g.users(_after_pair(g, node.output[0]))):
         return True
-    p = g.producer.get(x)
+    p = g.producer.get(_before_pair(g, x))
     return p is not None and (p.op_type == "Pow" or (p.op_type == "Mul" and p.input[0] == p.input[1]))
+
+
+def qdq_norm_mean(node, g) -> bool:
+    """``node`` is a (layer / RMS) norm's mean or variance with a Q -> DQ pair on its input or
+    output (a QDQ export: fuse's int8 layer norms read it as it is, qdq_layernorm.py / qdq_norm_affine.py)."""
+    return _normalisation(node, g) and (_after_pair(g, node.output[0]) != node.output[0]
+                                        or _before_pair(g, node.input[0]) != node.input[0])
 
 
 def _feature_map(g, x: str, depth: int = 2) -> bool:

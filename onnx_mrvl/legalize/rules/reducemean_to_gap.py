@@ -18,7 +18,10 @@ Transpose's pair with its input's scale and zero point) the look-through passes 
 ``Q -> DQ`` pair (same scale and zero point: the codes come back unchanged). With keepdims=0 and a
 QuantizeLinear reading the mean, a copy of that Q -> DQ pair goes between the pool and the
 Reshape, so the pool is a ``DQ -> GlobalAveragePool -> Q`` int8 pool and the Reshape moves codes
-(``Q(reshape(y)) == reshape(Q(y))``; the original pair after it is then an identity)."""
+(``Q(reshape(y)) == reshape(Q(y))``; the original pair after it is then an identity). A mean
+whose input is a DQ output (the token mean of a QDQ Keras encoder) gets an identity copy of that
+pair after its Reshape / Transpose, so the pool reads a DQ: one int8 GlobalAvgPool2D (one int32 sum,
+one requantization) instead of an fp16 pool whose rounding moved codes before the Q."""
 from __future__ import annotations
 
 from typing import Optional
@@ -83,6 +86,26 @@ def _nhwc_image(g, t: str, depth: int = 40) -> bool:
     return False
 
 
+def _activation_dq(g, dq) -> bool:
+    """``dq`` dequantizes activations per tensor with constant parameters."""
+    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]) or g.const(inp(dq, 1)) is None:
+        return False
+    return g.const(inp(dq, 1)).size == 1 and (not inp(dq, 2) or g.const(inp(dq, 2)) is not None)
+
+
+def _identity_pair(g, node, dq, t: str, shape) -> str:
+    """``DQ(Q(t))`` with ``dq``'s scale and zero point (``t`` moves that DQ's values: exact)."""
+    params = list(dq.input[1:])
+    codes, back = g.fresh(f"{t}_QuantizeLinear"), g.fresh(f"{t}_DequantizeLinear")
+    g.make("QuantizeLinear", [t] + params, [codes], near=node, origin=[dq.name],
+           name=g.fresh_node_name(f"{node.name}/moved_QuantizeLinear"))
+    g.set_shape(codes, shape, g.dtype(dq.input[0]))
+    g.make("DequantizeLinear", [codes] + params, [back], near=node, origin=[dq.name],
+           name=g.fresh_node_name(f"{node.name}/moved_DequantizeLinear"))
+    g.set_shape(back, shape, g.dtype(t))
+    return back
+
+
 def _through_identity_pair(g, p):
     """The node before ``Q -> DQ`` when ``p`` is that pair's DQ with the Q's scale and zero point
     (else ``p``)."""
@@ -119,11 +142,14 @@ def rewrite(m: Match, g) -> str:
         n_, c_, t_ = m.data["sx"][:3]
         src = reshape(g, src, [n_, t_, 1, c_], near=node, origin=m.origin, tag="tokens_nhwc")
     if m.data.get("nhwc") or m.data.get("tokens"):
+        dq = g.producer.get(m.data["src"])
         t = g.fresh(f"{src}/nchw")
         g.make("Transpose", [src], [t], near=node, origin=m.origin, name=g.fresh_node_name(f"{node.name}/to_nchw"),
                perm=[0, 3, 1, 2])
         g.set_shape(t, m.data["sx"], g.dtype(src))
         src = t
+        if _activation_dq(g, dq):   # the moved codes' own Q -> DQ (an identity): DQ -> GAP -> Q, an int8 pool
+            src = _identity_pair(g, node, dq, src, m.data["sx"])
     if keep and src == node.input[0]:
         g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
                origin=m.origin, name=node.name)
