@@ -447,39 +447,52 @@ def test_conv_transpose_phase_conv_leaves_small_strides_to_convtranspose_phases(
     assert not any(e[0] == "convtranspose_phase_conv" for e in log)
 
 
-def test_qdq_conv_whose_bias_fills_the_accumulator_stays_on_the_cpu(tmp_path):
-    """onnxruntime's quantizer writes an int32 bias at its limit for a channel of tiny weights (PP-OCR's
-    SE convs with a tiny weight scale): K products could overflow the int32 accumulator, so the layer
-    stays on the CPU with that reason, exactly as onnxruntime runs it (it was a CompileError that
-    failed the whole conversion); the same layer with an ordinary bias is int8 on the accelerator."""
+def _se_conv_model(wq, ws, bq, x_scale, x_zp):
+    """Q -> DQ -> Conv 1x1 (int8 per-channel weights, int32 bias) -> Q -> DQ, as onnxruntime's quantizer
+    writes it; the activations' type is that of ``x_zp``."""
     from onnx import TensorProto, helper, numpy_helper
+    o, k = wq.shape[:2]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in {
+        "s": np.float32(x_scale), "z": x_zp, "wq": wq, "ws": ws, "wz": np.zeros(o, np.int8), "bq": bq,
+        "bs": (np.float32(x_scale) * ws).astype(np.float32), "bz": np.zeros(o, np.int32), "s2": np.float32(0.1),
+        "z2": x_zp.dtype.type(3)}.items()]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], name="se_conv", kernel_shape=[1, 1]),
+             helper.make_node("QuantizeLinear", ["y", "s2", "z2"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s2", "z2"], ["out"])]
+    g = helper.make_graph(nodes, "acc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k, 4, 4])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, o, 4, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_qdq_conv_whose_bias_fills_the_accumulator_wraps_as_onnxruntime(tmp_path):
+    """onnxruntime's quantizer clips ``b / (s_x s_w)`` to the int32 limit when the input scale is tiny
+    (PP-OCR's SE convs after a global pool). Its int32 accumulator then wraps (MLAS: modulo 2^32) and so
+    does the accelerator's (target.INT8_ACCUMULATOR): the layer is int8 on the accelerator and its codes
+    equal onnxruntime's, for sums that stay in range and sums that wrap (it stayed on the CPU, and before
+    that was a CompileError failing the whole conversion), int8 and uint8 activations."""
     rng = np.random.default_rng(6)
-    for big in (True, False):
-        wq = rng.integers(-127, 128, (8, 16, 1, 1)).astype(np.int8)
+    for zp in (np.int8(-72), np.uint8(128)):
+        wq = rng.integers(-127, 128, (8, 64, 1, 1)).astype(np.int8)
         ws = np.full(8, 0.01, np.float32)
         bq = rng.integers(-1000, 1000, 8).astype(np.int32)
-        if big:
-            ws[3], bq[3] = 1e-9, 2 ** 31 - 100
-        inits = [numpy_helper.from_array(np.asarray(a), k) for k, a in {
-            "s": np.float32(0.05), "z": np.int8(0), "wq": wq, "ws": ws, "wz": np.zeros(8, np.int8), "bq": bq,
-            "bs": (np.float32(0.05) * ws).astype(np.float32), "bz": np.zeros(8, np.int32), "s2": np.float32(0.1)}.items()]
-        nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
-                 helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-                 helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
-                 helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0),
-                 helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], name="se_conv", kernel_shape=[1, 1]),
-                 helper.make_node("QuantizeLinear", ["y", "s2", "z"], ["yq"]),
-                 helper.make_node("DequantizeLinear", ["yq", "s2", "z"], ["out"])]
-        g = helper.make_graph(nodes, "acc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 4, 4])], inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-        m.ir_version = 8
+        bq[3], bq[4], bq[6] = 2 ** 31 - 100, -(2 ** 31) + 5, 2 ** 31 - 1
+        wq[6] = rng.integers(-3, 4, (64, 1, 1))   # a channel of small codes: sums near the limit, both sides
+        m = _se_conv_model(wq, ws, bq, 1e-3, zp)
         res = onnx_mrvl.convert(m)
         d = res.report.decisions["se_conv"]
-        if big:
-            assert d.placement == "cpu" and "could overflow the int32 accumulator" in d.reason, d
-        else:
-            assert d.placement == "accelerator" and d.precision == "int8", d
-        f = {"x": rng.standard_normal((1, 16, 4, 4)).astype(np.float32)}
-        got = onnx_mrvl.InferenceSession(res.save(str(tmp_path / f"out{big}"))).run(None, f)[0]
-        assert np.array_equal(got, run_ort(m, f)[0])
+        assert d.placement == "accelerator" and d.precision == "int8", d
+        assert len(res.report.regions) == 1
+        wrapped = 0
+        for j in range(3):
+            f = {"x": (rng.standard_normal((1, 64, 4, 4)) * (0.01, 0.05, 0.3)[j]).astype(np.float32)}
+            got = onnx_mrvl.InferenceSession(res.save(str(tmp_path / f"out{zp.dtype}{j}"))).run(None, f)[0]
+            want = run_ort(m, f)[0]
+            assert np.array_equal(got, want)
+            wrapped += int(np.count_nonzero(want[0, 3] < 0) + np.count_nonzero(want[0, 4] > 0))
+        assert wrapped > 0   # some sums did leave the int32 range (a wrapped sign)

@@ -5,8 +5,10 @@ recovers ``q`` exactly (``|q - z| <= 255``). Per layer:
 
 1. quantize the input as ONNX QuantizeLinear on onnxruntime's CPU (MLAS): ``q = sat(rne(x / s_x) + z_x)``,
    x / s_x in float32;
-2. ``acc[o] = sum (q_x - z_x) * q_w[o] + bias_q[o]``, exact integers (an int32 accumulator cannot
-   overflow: the layer is refused when K * 255 * 128 + max|bias| >= 2**31); padding holds z_x (real 0);
+2. ``acc[o] = sum (q_x - z_x) * q_w[o] + bias_q[o]``, exact integers, then the int32
+   accumulator's value: modulo 2**32 (two's complement adders; onnxruntime's MLAS kernels wrap the
+   same way, e.g. PP-OCR's SE convs whose quantized bias sits at the int32 limit; the layer is
+   refused only when K * 255 * 128 >= 2**31, the products alone); padding holds z_x (real 0);
 3. requantize as MLAS does (QLinearConv / QGemm): ``m[o] = fp32(fp32(s_x * s_w[o]) / s_y)``,
    ``q_y = sat(rne(fp32(acc) * m[o]) + z_y)``, rne = round half to even, fp32 products;
 4. relu / clamp as clamps of q_y in the quantized domain (``max(q_y, z_y)``, ``[Q(lo), Q(hi)]``);
@@ -24,6 +26,12 @@ from .int8_eltwise import qlinear_add
 F32 = np.float32
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 ACC_LIMIT = 2 ** 31
+
+
+def wrap_int32(acc: np.ndarray) -> np.ndarray:
+    """The int32 accumulator's value of exact integer sums: two's complement, modulo 2^32 (the MAC
+    array's adders; MLAS's vpdpbusd / vpaddd, so onnxruntime's QLinearConv / QGemm wrap alike)."""
+    return ((np.asarray(acc, np.int64) + 2 ** 31) & 0xFFFFFFFF) - 2 ** 31
 
 
 def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
@@ -76,7 +84,7 @@ class Int8Layer:
         if bias is not None and (np.asarray(bias).dtype != np.int32 or self.bias.size != o):
             raise ValueError(f"an int8 layer's bias must be int32 with {o} values")
         k = int(np.prod(kernel.shape[1:]))
-        if k * 255 * 128 + int(np.abs(self.bias).max(initial=0)) >= ACC_LIMIT:
+        if k * 255 * 128 >= ACC_LIMIT:   # the products alone (float64 sums stay exact far beyond)
             raise ValueError(f"K={k} products could overflow the int32 accumulator")
         self.mult = ((F32(self.in_q[0]) * ws).astype(F32) / F32(self.out_q[0])).astype(F32)
         self.lo, self.hi = activation_clamp(self.out_q, activation, activation_params)
@@ -88,7 +96,7 @@ class Int8Layer:
 
     def finish(self, acc: np.ndarray) -> Tuple[np.ndarray, bool]:
         """acc [..., O] (exact integers in float64) -> dequantized output, always finite."""
-        acc = acc.astype(np.int64) + self.bias
+        acc = wrap_int32(acc.astype(np.int64) + self.bias)
         s, z, _ = self.out_q
         q = np.rint(acc.astype(F32) * self.mult) + z
         q = np.clip(q, self.lo, self.hi)
