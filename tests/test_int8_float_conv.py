@@ -67,3 +67,40 @@ def test_fma_chain_rounds_once_per_step_in_k_order():
             acc = (acc.astype(np.float64) + a[:, k:k + 1].astype(np.float64) * w[k].astype(np.float64)).astype(np.float32)
         want = (want + acc).astype(np.float32) if k0 else acc
     assert np.array_equal(fma_chain(a, w), want)
+
+
+def test_float_path_depthwise_sums_follow_mlas_m1_kernel():
+    """onnxruntime's float Conv with DequantizeLinear weights (no NCHWc: the weight is no initializer)
+    runs a conv with one output channel per group as SGEMMs with M = 1, which MLAS's M1 kernel sums
+    without FMA in groups of 4 taps (PP-OCRv4's depthwise convs: a sum at -7.4999995 codes in
+    onnxruntime was -7.5 as an FMA chain, a code off). The layer's fp32 sums equal onnxruntime's bit
+    for bit: depthwise 3x3 / 5x5 / strided / dilated, one output per group of 2 inputs, O = 1."""
+    from onnx import helper, numpy_helper
+    from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D
+    from onnx_mrvl.sim.int8_float_native import prepare_float
+    rng = np.random.default_rng(11)
+    for c, groups, o, k, stride, pad, dil in ((48, 48, 48, 3, 1, 1, 1), (32, 32, 32, 5, 2, 2, 1), (16, 16, 16, 3, 1, 2, 2),
+                                              (16, 8, 8, 3, 1, 1, 1), (6, 1, 1, 3, 1, 1, 1), (24, 24, 24, 7, 1, 3, 1)):
+        s_x, z_x = np.float32(0.0461), np.int8(-12)
+        wq = rng.integers(-127, 128, (o, c // groups, k, k)).astype(np.int8)
+        ws = rng.uniform(0.001, 0.01, o).astype(np.float32)
+        params = dict(in_scale=float(s_x), in_zero_point=int(z_x), in_dtype="int8", out_scale=0.1, out_zero_point=0,
+                      out_dtype="int8")
+        layer = FloatPathConv2D(np.ascontiguousarray(wq.transpose(0, 2, 3, 1)), None, ws, params, [stride] * 2,
+                                [pad] * 4, [dil] * 2, groups)
+        inits = [numpy_helper.from_array(v, n) for n, v in
+                 (("sx", s_x), ("zx", z_x), ("wq", wq), ("ws", ws), ("wz", np.zeros(o, np.int8)))]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+                 helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+                 helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+                 helper.make_node("Conv", ["xd", "wd"], ["y"], group=groups, kernel_shape=[k, k], pads=[pad] * 4,
+                                  strides=[stride] * 2, dilations=[dil] * 2)]
+        g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 19, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        x = (rng.standard_normal((1, c, 19, 21)) * 2).astype(np.float32)
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = layer.sums(np.ascontiguousarray(x.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+        assert np.array_equal(got, want), (c, groups, o, k, int(np.count_nonzero(got != want)))
+        assert prepare_float(layer) is None      # the M1 sums are numpy's (the native kernel chains FMAs)

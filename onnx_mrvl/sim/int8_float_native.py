@@ -5,6 +5,7 @@ MLAS's SGEMM: per output a chain of single-rounding fp32 FMAs over k in im2col o
 of ``mlas_stride_k``. The numpy path (``FloatPathConv2D.apply``) emulates each FMA with a float64
 product and sum rounded to fp32, a Python loop over K; the C kernel uses the FMA instruction itself
 (the numpy emulation can round twice where the FMA rounds once: never seen, tests/test_int8_float_native.py).
+A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA: numpy's ``m1_chain``.
 
 ``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
 ``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU without AVX-512 BW/VL; the build failed: ``why_disabled()``),
@@ -64,7 +65,7 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
 def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Optional[Callable]:
     """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then).
     ``stride_k``: MLAS's K block when it is not the conv's (a MatMul's, prepare_float_fc)."""
-    if lib() is None:
+    if lib() is None or layer.o == layer.groups:   # one output per group: MLAS's M1 sums, numpy's m1_chain
         return None
     o, g, ig, kh, kw = layer.o, layer.groups, layer.ig, layer.kh, layer.kw
     og, k = o // g, layer.ig * kh * kw
