@@ -496,3 +496,47 @@ def test_qdq_conv_whose_bias_fills_the_accumulator_wraps_as_onnxruntime(tmp_path
             assert np.array_equal(got, want)
             wrapped += int(np.count_nonzero(want[0, 3] < 0) + np.count_nonzero(want[0, 4] > 0))
         assert wrapped > 0   # some sums did leave the int32 range (a wrapped sign)
+
+
+def test_qdq_elementwise_before_layout_ops_is_requantized_as_a_lookup(tmp_path):
+    """SVTR's head as onnxruntime's quantizer writes it: ``DQ -> HardSwish -> Squeeze -> Transpose -> Q``
+    (HardSwish is not quantized). The pair moves right after the HardSwish (exact: layout ops only move
+    codes), so the HardSwish is an int8 Lookup computed as onnxruntime computes it, and the output codes
+    equal onnxruntime's (in fp16 a few percent flipped: svtr_tiny QDQ S8 93% -> 100% identical); a
+    Sigmoid before a Flatten alike."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(19)
+    for act, layout in (("HardSwish", "squeeze_transpose"), ("Sigmoid", "flatten")):
+        inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (
+            ("s", np.float32(0.031)), ("z", np.int8(-5)), ("s2", np.float32(0.023)), ("z2", np.int8(-90)),
+            ("ax", np.array([2], np.int64)), ("wq", rng.integers(-127, 128, (64, 32, 1, 1)).astype(np.int8)),
+            ("ws", np.full(64, 0.004, np.float32)), ("wz", np.zeros(64, np.int8)), ("sc", np.float32(0.02)),
+            ("zc", np.int8(3)))]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),     # the last conv, int8
+                 helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+                 helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+                 helper.make_node("Conv", ["xd", "wd"], ["c"], kernel_shape=[1, 1]),
+                 helper.make_node("QuantizeLinear", ["c", "sc", "zc"], ["cq"]),
+                 helper.make_node("DequantizeLinear", ["cq", "sc", "zc"], ["cd"]),
+                 helper.make_node(act, ["cd"], ["h"], name="act")]
+        if layout == "flatten":
+            nodes += [helper.make_node("Flatten", ["h"], ["t"], axis=1)]
+            out_shape = [1, 64 * 80]
+        else:
+            nodes += [helper.make_node("Squeeze", ["h", "ax"], ["sq"]),
+                      helper.make_node("Transpose", ["sq"], ["t"], perm=[0, 2, 1])]
+            out_shape = [1, 80, 64]
+        nodes += [helper.make_node("QuantizeLinear", ["t", "s2", "z2"], ["tq"]),
+                  helper.make_node("DequantizeLinear", ["tq", "s2", "z2"], ["y"])]
+        g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 1, 80])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+        m.ir_version = 8
+        res = onnx_mrvl.convert(m)
+        d = res.report.decisions["act"]
+        assert d.placement == "accelerator" and d.composite == "mrvl.lookup" and d.precision == "int8", d
+        assert len(res.report.regions) == 1
+        sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / act)))
+        for j in range(3):
+            f = {"x": (rng.standard_normal((1, 32, 1, 80)) * 2).astype(np.float32)}
+            assert np.array_equal(sess.run(None, f)[0], run_ort(m, f)[0])
