@@ -152,7 +152,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
                        activation=act["activation"], activation_params=act["activation_params"])
             if spec.params.get("requant") == "float":   # onnxruntime's float Conv (int8_float_conv.py)
                 from .int8_float_conv import FloatPathConv2D
-                layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"), **geo)
+                layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"),
+                                        gemm=str(spec.params.get("float_gemm", "conv")), **geo)
             else:
                 layer = Int8Conv2D(*args, **geo)
         elif spec.params.get("requant") == "float":   # onnxruntime's float MatMul (int8_float_conv.py)

@@ -25,6 +25,10 @@ from .int8 import F32, Int8Conv2D, Int8FC, quantize
 
 STRIDE_K = 128   # MLAS_SGEMM_STRIDEK / STRIDEN: its SGEMM's K block (partial sums added to the output)
 STRIDE_N = 128
+# whose sums the layer follows: "conv" onnxruntime's float Conv (im2col, SGEMM of the filter rows; M1
+# for one output per group); "conv_transpose" a phase of its float ConvTranspose with one kernel tap per
+# output pixel (an SGEMM with A transposed: never M1, K blocks of STRIDE_K whatever N, col2im adds to 0)
+GEMMS = ("conv", "conv_transpose")
 
 
 def mlas_stride_k(n: int, k: int) -> int:
@@ -75,9 +79,12 @@ class FloatPathConv2D(Int8Conv2D):
     float_path = True    # int8_native.prepare: the fp32 kernel (int8_float_native.py), not the VNNI one
 
     def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
-                 activation="none", activation_params=None, bias_scale=None):
+                 activation="none", activation_params=None, bias_scale=None, gemm="conv"):
         super().__init__(kernel, bias, weight_scale, params, strides, padding, dilation, groups,
                          activation, activation_params)
+        if gemm not in GEMMS:
+            raise ValueError(f"float-path gemm {gemm!r} ({' or '.join(GEMMS)})")
+        self.gemm = gemm
         ws = np.asarray(weight_scale, F32).reshape(-1)
         o, kh, kw, ig = kernel.shape
         # fp32 weights in im2col order (input channel, kernel row, kernel column): [K, O]
@@ -106,14 +113,15 @@ class FloatPathConv2D(Int8Conv2D):
         oh, ow = win.shape[1], win.shape[2]
         og = self.o // self.groups
         y = np.empty((n * oh * ow, self.o), F32)
-        if og == 1:   # SGEMM with M = 1 per group: MLAS's M1 kernel, all groups at once
+        if og == 1 and self.gemm == "conv":   # SGEMM with M = 1 per group: MLAS's M1 kernel, all groups at once
             kk = self.ig * self.kh * self.kw
             cols = win.reshape(n * oh * ow, self.groups, kk)
             y[:] = m1_chain(cols, self.wd.T.reshape(self.groups, kk))
             return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
         for gi in range(self.groups):
             cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n * oh * ow, self.ig * self.kh * self.kw)
-            sk = mlas_stride_k(oh * ow, cols.shape[1]) if stride_k is None else stride_k
+            sk = (mlas_stride_k(oh * ow, cols.shape[1]) if self.gemm == "conv" else STRIDE_K) if stride_k is None \
+                else stride_k
             y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og], sk)
         return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
 
