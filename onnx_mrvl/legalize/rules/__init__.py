@@ -23,6 +23,7 @@ from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose
+from . import sigmoid_difference
 from .base import Match
 
 RULES = (
@@ -68,6 +69,7 @@ RULES = (
     strided_slice_view,
     batched_const_matmul,
     last_axis_ones,
+    sigmoid_difference,
     sub_tensors,
     sigmoid_expanded,
     softplus_threshold,
