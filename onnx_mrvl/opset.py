@@ -233,7 +233,7 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
           ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS
-          + ("requant", "bias_scales", WEIGHT_ZP),
+          + ("requant", "bias_scales", "float_gemm", WEIGHT_ZP),
           int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
           ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", WEIGHT_ZP),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Dict, FrozenSet, List
+from typing import Optional, Dict, FrozenSet, List
 
 import onnx
 
@@ -45,6 +45,25 @@ def ort_float_nodes(model: onnx.ModelProto, op_type: str) -> FrozenSet[str]:
     if _LAST[0] is not model:
         _LAST[0], _LAST[1] = model, _float_nodes_all(model)
     return _LAST[1].get(op_type, frozenset())
+
+
+FLOAT_GEMM_KEY = "onnx_mrvl.ort_float_gemm"   # node metadata: onnxruntime computes this Conv's sums as that float GEMM
+
+
+def mark_float_gemm(node: onnx.NodeProto, kind: str) -> None:
+    """Record on a Conv legalize wrote that onnxruntime computes its sums in float as ``kind``
+    (``"conv_transpose"``: a phase of a QDQ ConvTranspose, which onnxruntime runs as its float
+    ConvTranspose: an SGEMM with A transposed, then col2im)."""
+    for p in node.metadata_props:
+        if p.key == FLOAT_GEMM_KEY:
+            p.value = kind
+            return
+    node.metadata_props.add(key=FLOAT_GEMM_KEY, value=kind)
+
+
+def float_gemm_of(node: onnx.NodeProto) -> Optional[str]:
+    """The mark ``mark_float_gemm`` left on ``node``, or None."""
+    return next((p.value for p in node.metadata_props if p.key == FLOAT_GEMM_KEY), None)
 
 
 def ort_u8_adds(model: onnx.ModelProto) -> FrozenSet[str]:

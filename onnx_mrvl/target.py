@@ -158,6 +158,12 @@ def get_target(target=None) -> Target:
     raise TypeError(f"target must be None, a Target or a dict, not {type(target).__name__}")
 
 
+# The int8 layers' int32 accumulator (docs/fusion.md "int8"; sim/int8.py wrap_int32; fuse/int8_accumulator.py).
+INT8_ACCUMULATOR = ("int32, two's complement adders without saturation logic (assumption): a sum beyond the "
+                    "int32 range wraps modulo 2^32, as onnxruntime's MLAS kernels (vpdpbusd / vpaddd) compute "
+                    "QLinearConv / QGemm; the int32 bias is the accumulator's start value; the requantization "
+                    "reads the int32 value as it stands")
+
 # int8-in / fp16-out Conv2D / FC (precision "int8_in", docs/fusion.md "int8"; fuse/qdq_int8_in.py):
 # the int8 layers' datapath up to the accumulator, the fp16 layers' output stage after it.
 INT8_IN_LOWERING = ("input: quantize fp16 -> int8 / uint8 with the layer's scale and zero point (round "

@@ -67,3 +67,94 @@ def test_fma_chain_rounds_once_per_step_in_k_order():
             acc = (acc.astype(np.float64) + a[:, k:k + 1].astype(np.float64) * w[k].astype(np.float64)).astype(np.float32)
         want = (want + acc).astype(np.float32) if k0 else acc
     assert np.array_equal(fma_chain(a, w), want)
+
+
+def test_float_path_depthwise_sums_follow_mlas_m1_kernel():
+    """onnxruntime's float Conv with DequantizeLinear weights (no NCHWc: the weight is no initializer)
+    runs a conv with one output channel per group as SGEMMs with M = 1, which MLAS's M1 kernel sums
+    without FMA in groups of 4 taps (PP-OCRv4's depthwise convs: a sum at -7.4999995 codes in
+    onnxruntime was -7.5 as an FMA chain, a code off). The layer's fp32 sums equal onnxruntime's bit
+    for bit: depthwise 3x3 / 5x5 / strided / dilated, one output per group of 2 inputs, O = 1."""
+    from onnx import helper, numpy_helper
+    from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D
+    from onnx_mrvl.sim.int8_float_native import prepare_float
+    rng = np.random.default_rng(11)
+    for c, groups, o, k, stride, pad, dil in ((48, 48, 48, 3, 1, 1, 1), (32, 32, 32, 5, 2, 2, 1), (16, 16, 16, 3, 1, 2, 2),
+                                              (16, 8, 8, 3, 1, 1, 1), (6, 1, 1, 3, 1, 1, 1), (24, 24, 24, 7, 1, 3, 1)):
+        s_x, z_x = np.float32(0.0461), np.int8(-12)
+        wq = rng.integers(-127, 128, (o, c // groups, k, k)).astype(np.int8)
+        ws = rng.uniform(0.001, 0.01, o).astype(np.float32)
+        params = dict(in_scale=float(s_x), in_zero_point=int(z_x), in_dtype="int8", out_scale=0.1, out_zero_point=0,
+                      out_dtype="int8")
+        layer = FloatPathConv2D(np.ascontiguousarray(wq.transpose(0, 2, 3, 1)), None, ws, params, [stride] * 2,
+                                [pad] * 4, [dil] * 2, groups)
+        inits = [numpy_helper.from_array(v, n) for n, v in
+                 (("sx", s_x), ("zx", z_x), ("wq", wq), ("ws", ws), ("wz", np.zeros(o, np.int8)))]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+                 helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+                 helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+                 helper.make_node("Conv", ["xd", "wd"], ["y"], group=groups, kernel_shape=[k, k], pads=[pad] * 4,
+                                  strides=[stride] * 2, dilations=[dil] * 2)]
+        g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 19, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        x = (rng.standard_normal((1, c, 19, 21)) * 2).astype(np.float32)
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = layer.sums(np.ascontiguousarray(x.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+        assert np.array_equal(got, want), (c, groups, o, k, int(np.count_nonzero(got != want)))
+        assert prepare_float(layer) is None      # the M1 sums are numpy's (the native kernel chains FMAs)
+
+
+def _qdq_convtranspose(c_in, c_out, x_zp, s_x, s_w, s_y, rng, bias=True):
+    """DQ(x) -> ConvTranspose 2x2 stride 2 (int8 weights per channel on axis 1, int32 bias) -> Q -> DQ:
+    a DB head's upsampling as onnxruntime's quantizer writes it."""
+    from onnx import helper, numpy_helper
+    wq = rng.integers(-127, 128, (c_in, c_out, 2, 2)).astype(np.int8)
+    inits = {"sx": np.float32(s_x), "zx": x_zp, "wq": wq, "ws": np.full(c_out, s_w, np.float32),
+             "wz": np.zeros(c_out, np.int8), "sy": np.float32(s_y), "zy": x_zp.dtype.type(x_zp + 3)}
+    ins = ["xd", "wd"]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1)]
+    if bias:
+        inits.update(bq=rng.integers(-3000, 3000, c_out).astype(np.int32),
+                     bs=np.full(c_out, np.float32(s_x) * np.float32(s_w), np.float32), bz=np.zeros(c_out, np.int32))
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], axis=0))
+        ins.append("bd")
+    nodes += [helper.make_node("ConvTranspose", ins, ["y"], name="up", kernel_shape=[2, 2], strides=[2, 2]),
+              helper.make_node("QuantizeLinear", ["y", "sy", "zy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
+    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 24, 20])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, c_out, 48, 40])],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_qdq_convtranspose_one_tap_per_pixel_follows_onnxruntime_float_sums(tmp_path):
+    """onnxruntime runs a QDQ ConvTranspose as its float ConvTranspose (SGEMM with A transposed, col2im).
+    With one kernel tap per output pixel (2x2 stride 2: DBNet's / PP-OCR det's upsampling) each phase
+    Conv is a float-path layer with those sums (gemm "conv_transpose": K blocks of 128, never MLAS's M1
+    kernel, also for one output channel), so the codes equal onnxruntime's where the integer sums
+    rounded near-ties the other way (an output scale of 2 s_x s_w puts half of the sums on a tie;
+    PP-OCRv4 det U8 / PP-OCRv3 det S8 lost codes there)."""
+    rng = np.random.default_rng(23)
+    for c_in, c_out, zp in ((24, 8, np.int8(-7)), (8, 1, np.uint8(120)), (160, 4, np.int8(2))):
+        s_x, s_w = np.float32(0.0173), np.float32(0.0091)
+        m = _qdq_convtranspose(c_in, c_out, zp, s_x, s_w, 2 * float(np.float32(s_x * s_w)) * 11, rng)
+        res = onnx_mrvl.convert(m)
+        assert res.report.decisions["up"].placement == "accelerator"
+        folder = str(tmp_path / f"ct{c_in}_{c_out}")
+        res.save(folder)
+        nodes = json.load(open(os.path.join(folder, f"{res.subgraphs[0].name}-nodes.json")))["nodes"]
+        convs = [n["attrs"] for n in nodes if n.get("attrs", {}).get("layer_name") == ["Conv2D"]]
+        assert len(convs) == 4 and all(a.get("requant") == ["float"] and a.get("float_gemm") == ["conv_transpose"]
+                                       for a in convs)
+        sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
+        for j in range(3):
+            x = (rng.standard_normal((1, c_in, 24, 20)) * 1.2).astype(np.float32)
+            want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            got = sess.run(None, {"x": x})[0]
+            assert np.array_equal(got, want), (c_in, c_out, int(np.count_nonzero(got != want)))

@@ -391,3 +391,21 @@ def test_switched_off_falls_back_to_numpy():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert "disabled" in out.stdout
+
+
+def test_accumulator_wraps_as_the_numpy_layer():
+    """An int32 bias at its limit plus the products leaves the int32 range: the native kernels' int32
+    adds and the numpy layer's ``wrap_int32`` give the same wrapped accumulator (onnxruntime's, see
+    docs/simulator.md "int8 layers"), GEMM and depthwise, int8 and uint8 inputs."""
+    rng = np.random.default_rng(8)
+    for dt, zp in (("int8", -20), ("uint8", 100)):
+        params = dict(in_scale=0.01, in_zero_point=zp, in_dtype=dt, out_scale=1e7, out_zero_point=0, out_dtype="int8")
+        bias = np.array([2 ** 31 - 1, -(2 ** 31), 2 ** 31 - 5000, -(2 ** 31) + 7] * 4, np.int32)
+        for groups in (1, 16):
+            kernel = rng.integers(-128, 128, (16, 3, 3, 16 // groups)).astype(np.int8)
+            layer = int8.Int8Conv2D(kernel, bias, np.full(16, 1.0, np.float32), params, [1, 1], [1, 1, 1, 1], [1, 1],
+                                    groups)
+            x = (rng.standard_normal((1, 6, 7, 16)) * 1.5).astype(np.float32)
+            acc = layer.apply(x)[0]
+            np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], acc)
+            assert (acc[..., 0] < 0).any() and (acc[..., 1] > 0).any()   # wrapped past both ends

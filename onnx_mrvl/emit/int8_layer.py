@@ -52,6 +52,10 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         if a.str("requant") != "float":
             a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D / FC (float)")
         params["requant"] = "float"
+        if a.has("float_gemm"):   # sums as onnxruntime's float ConvTranspose (sim/int8_float_conv.py)
+            if a.str("float_gemm") not in ("conv", "conv_transpose"):
+                a.fail(f"float_gemm '{a.str('float_gemm')}' (conv or conv_transpose)")
+            params["float_gemm"] = a.str("float_gemm")
         if a.has("bias_scale_const_name"):
             bs = vector(a, ctx, "bias_scale_const_name", channels, "bias scale")
             if not (np.isfinite(bs).all() and np.all(bs > 0)):

@@ -22,7 +22,7 @@ from .int8_accumulator import accumulator_reason
 from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
-from ..ort_plan import ort_float_nodes, ort_u8_adds
+from ..ort_plan import float_gemm_of, ort_float_nodes, ort_u8_adds
 from ..provenance import get_origin
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
@@ -209,7 +209,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
     # a weight / bias DQ shared by several layers stays a node of the graph (each layer takes its codes)
     absorbed = [dq_w] if len(g.consumers.get(n.input[1], [])) == 1 else []
     bias, stored_scales = None, None
-    float_conv = n.op_type == "Conv" and n.name in ort_float_nodes(g.model, "Conv")
+    float_gemm = float_gemm_of(n) if n.op_type == "Conv" else None   # a QDQ ConvTranspose's phase (legalize)
+    float_conv = n.op_type == "Conv" and (n.name in ort_float_nodes(g.model, "Conv") or float_gemm is not None)
     if len(n.input) > 2 and n.input[2]:
         b = _bias(g, n.input[2], qin[0], ws)
         if isinstance(b, str) and float_conv:   # a float Conv adds any dequantized bias as stored
@@ -254,6 +255,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         attrs["requant"] = "float"
         if bias is not None:
             attrs["bias_scales"] = [float(v) for v in bias_scales]
+        if float_gemm is not None:   # its sums are onnxruntime's float ConvTranspose's (sim/int8_float_conv.py)
+            attrs["float_gemm"] = float_gemm
     if n.op_type == "MatMul" and n.name in ort_float_nodes(g.model, "MatMul"):
         # a float MatMul between DQ and Q (S8 input whose DQ other nodes read): MLAS's fp32 SGEMM
         attrs["requant"] = "float"

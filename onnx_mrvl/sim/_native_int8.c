@@ -12,8 +12,8 @@
  * by the packed int8 weights with AVX512-VNNI vpdpbusd (u8 x s8 -> s32, four products per lane,
  * no intermediate saturation). sum(u * w) = sum((q_x - z_x) * w) + (z_x + off) * colsum(w), so
  * the caller's corr[o] = bias[o] - (z_x + off) * colsum(w[o]) (mod 2^32) restores the exact
- * sum; int32 wrap-around is harmless because the true result fits (the layer is refused
- * otherwise). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
+ * sum modulo 2^32, the int32 accumulator's value (sim/int8.py wrap_int32: intermediate
+ * wrap-around cancels, a total beyond the int32 range wraps as in onnxruntime). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
  * [K4 / 4][nv * 16][4] bytes. Register tile: MR = 6 rows x nv * 16 channels (24 accumulators).
  *
  * Depthwise: the same bytes u, four horizontal taps of a channel side by side, vpdpbusd

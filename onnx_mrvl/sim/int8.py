@@ -7,9 +7,11 @@ recovers ``q`` exactly (``|q - z| <= 255``). Per layer:
    x / s_x in float32;
 2. ``acc[o] = sum (q_x - z_x) * (q_w[o] - z_w[o]) + bias_q[o]``, exact integers (``z_w`` the
    optional per-channel weight zero point ``weight_zero_point``, else 0; the MAC array sums
-   ``(q_x - z_x) * q_w`` and subtracts ``z_w[o] * rowsum(q_x - z_x)``, docs/fusion.md; an int32
-   accumulator cannot overflow: the layer is refused when K * 255 * (128 + max|z_w|) + max|bias|
-   >= 2**31); padding holds z_x (real 0, nothing in the row sum either);
+   ``(q_x - z_x) * q_w`` and subtracts ``z_w[o] * rowsum(q_x - z_x)``, docs/fusion.md), then the
+   int32 accumulator's value: modulo 2**32 (two's complement adders; onnxruntime's MLAS kernels wrap
+   the same way, e.g. PP-OCR's SE convs whose quantized bias sits at the int32 limit; the layer is
+   refused only when K * 255 * (128 + max|z_w|) >= 2**31, the products alone); padding holds z_x
+   (real 0, nothing in the row sum either);
 3. requantize as MLAS does (QLinearConv / QGemm): ``m[o] = fp32(fp32(s_x * s_w[o]) / s_y)``,
    ``q_y = sat(rne(fp32(acc) * m[o]) + z_y)``, rne = round half to even, fp32 products;
 4. relu / clamp as clamps of q_y in the quantized domain (``max(q_y, z_y)``, ``[Q(lo), Q(hi)]``);
@@ -27,6 +29,12 @@ from .int8_eltwise import qlinear_add
 F32 = np.float32
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 ACC_LIMIT = 2 ** 31
+
+
+def wrap_int32(acc: np.ndarray) -> np.ndarray:
+    """The int32 accumulator's value of exact integer sums: two's complement, modulo 2^32 (the MAC
+    array's adders; MLAS's vpdpbusd / vpaddd, so onnxruntime's QLinearConv / QGemm wrap alike)."""
+    return ((np.asarray(acc, np.int64) + 2 ** 31) & 0xFFFFFFFF) - 2 ** 31
 
 
 def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
@@ -95,7 +103,7 @@ class Int8Layer:
         self.weight_zp = weight_zero_points(weight_zero_point, o)
         zmax = 0 if self.weight_zp is None else int(np.abs(self.weight_zp).max())
         k = int(np.prod(kernel.shape[1:]))
-        if k * 255 * (128 + zmax) + int(np.abs(self.bias).max(initial=0)) >= ACC_LIMIT:
+        if k * 255 * (128 + zmax) >= ACC_LIMIT:   # the products alone (float64 sums stay exact far beyond)
             raise ValueError(f"K={k} products could overflow the int32 accumulator")
         self.mult = ((F32(self.in_q[0]) * ws).astype(F32) / F32(self.out_q[0])).astype(F32)
         self.lo, self.hi = activation_clamp(self.out_q, activation, activation_params)
@@ -110,7 +118,7 @@ class Int8Layer:
 
     def finish(self, acc: np.ndarray) -> Tuple[np.ndarray, bool]:
         """acc [..., O] (exact integers in float64) -> dequantized output, always finite."""
-        acc = acc.astype(np.int64) + self.bias
+        acc = wrap_int32(acc.astype(np.int64) + self.bias)
         s, z, _ = self.out_q
         q = np.rint(acc.astype(F32) * self.mult) + z
         q = np.clip(q, self.lo, self.hi)
@@ -167,7 +175,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
                        activation=act["activation"], activation_params=act["activation_params"], **zp)
             if spec.params.get("requant") == "float":   # onnxruntime's float Conv (int8_float_conv.py)
                 from .int8_float_conv import FloatPathConv2D
-                layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"), **geo)
+                layer = FloatPathConv2D(*args, bias_scale=spec.weight("bias_scale"),
+                                        gemm=str(spec.params.get("float_gemm", "conv")), **geo)
             else:
                 layer = Int8Conv2D(*args, **geo)
         elif spec.params.get("requant") == "float":   # onnxruntime's float MatMul (int8_float_conv.py)

@@ -8,7 +8,11 @@ order decides near-ties, so this layer follows MLAS: per output a chain of fused
 over k = (input channel, kernel row, kernel column) in order, in K blocks whose sums are added to
 the output (MlasSgemmOperation's stride rule, ``mlas_stride_k``: 256 for a 1x1 conv of 64 pixels); each FMA is emulated as an exact float64 product plus
 the fp32 accumulator rounded to fp32 (one rounding; a double rounding of the float64 sum is possible
-in principle, never seen). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
+in principle, never seen). A conv with one output channel per group (depthwise, or O = 1) is MLAS's
+SGEMM with M = 1, which its M1 kernel computes instead (``m1_chain``: SgemmKernelM1Avx, products
+``vmulps`` and sums ``vaddps`` in groups of 4 taps, then 2, then 1, each group's sum added to the
+output; no FMA): onnxruntime's weights come from a DequantizeLinear, so its NCHWc depthwise kernel
+never takes such a conv. Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
 """
 from __future__ import annotations
 
@@ -21,6 +25,10 @@ from .int8 import F32, Int8Conv2D, Int8FC, quantize
 
 STRIDE_K = 128   # MLAS_SGEMM_STRIDEK / STRIDEN: its SGEMM's K block (partial sums added to the output)
 STRIDE_N = 128
+# whose sums the layer follows: "conv" onnxruntime's float Conv (im2col, SGEMM of the filter rows; M1
+# for one output per group); "conv_transpose" a phase of its float ConvTranspose with one kernel tap per
+# output pixel (an SGEMM with A transposed: never M1, K blocks of STRIDE_K whatever N, col2im adds to 0)
+GEMMS = ("conv", "conv_transpose")
 
 
 def mlas_stride_k(n: int, k: int) -> int:
@@ -51,13 +59,33 @@ def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.n
     return out if out is not None else np.zeros(shape, F32)
 
 
+def m1_chain(cols: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``sum_k cols[..., k] * w[..., k]`` in fp32 as MLAS's SgemmKernelM1Avx sums one row of A against
+    B (an SGEMM with M = 1): the K taps in groups of 4, then one of 2, then 1; a group's products
+    (each rounded) summed left to right, the group's sum added to the output (0 before the first)."""
+    k = cols.shape[-1]
+    prods = (cols * w).astype(F32)            # [..., K], vmulps: one rounding each
+    out, k0 = None, 0
+    for size in (4,) * (k // 4) + ((2,) if k % 4 >= 2 else ()) + ((1,) if k % 2 else ()):
+        t = prods[..., k0]
+        for j in range(1, size):
+            t = (t + prods[..., k0 + j]).astype(F32)
+        out = t if out is None else (t + out).astype(F32)
+        k0 += size
+    return out if out is not None else np.zeros(cols.shape[:-1], F32)
+
+
 class FloatPathConv2D(Int8Conv2D):
     float_path = True    # int8_native.prepare: the fp32 kernel (int8_float_native.py), not the VNNI one
 
     def __init__(self, kernel, bias, weight_scale, params, strides, padding, dilation, groups,
-                 activation="none", activation_params=None, bias_scale=None, weight_zero_point=None):
+                 activation="none", activation_params=None, bias_scale=None, weight_zero_point=None,
+                 gemm="conv"):
         super().__init__(kernel, bias, weight_scale, params, strides, padding, dilation, groups,
                          activation, activation_params, weight_zero_point)
+        if gemm not in GEMMS:
+            raise ValueError(f"float-path gemm {gemm!r} ({' or '.join(GEMMS)})")
+        self.gemm = gemm
         ws = np.asarray(weight_scale, F32).reshape(-1)
         o, kh, kw, ig = kernel.shape
         # fp32 weights in im2col order (input channel, kernel row, kernel column): [K, O], as
@@ -88,9 +116,15 @@ class FloatPathConv2D(Int8Conv2D):
         oh, ow = win.shape[1], win.shape[2]
         og = self.o // self.groups
         y = np.empty((n * oh * ow, self.o), F32)
+        if og == 1 and self.gemm == "conv":   # SGEMM with M = 1 per group: MLAS's M1 kernel, all groups at once
+            kk = self.ig * self.kh * self.kw
+            cols = win.reshape(n * oh * ow, self.groups, kk)
+            y[:] = m1_chain(cols, self.wd.T.reshape(self.groups, kk))
+            return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
         for gi in range(self.groups):
             cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n * oh * ow, self.ig * self.kh * self.kw)
-            sk = mlas_stride_k(oh * ow, cols.shape[1]) if stride_k is None else stride_k
+            sk = (mlas_stride_k(oh * ow, cols.shape[1]) if self.gemm == "conv" else STRIDE_K) if stride_k is None \
+                else stride_k
             y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og], sk)
         return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
 

@@ -5,6 +5,7 @@ MLAS's SGEMM: per output a chain of single-rounding fp32 FMAs over k in im2col o
 of ``mlas_stride_k``. The numpy path (``FloatPathConv2D.apply``) emulates each FMA with a float64
 product and sum rounded to fp32, a Python loop over K; the C kernel uses the FMA instruction itself
 (the numpy emulation can round twice where the FMA rounds once: never seen, tests/test_int8_float_native.py).
+A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA: numpy's ``m1_chain``.
 
 ``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
 ``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU without AVX-512 BW/VL; the build failed: ``why_disabled()``),
@@ -22,7 +23,7 @@ import numpy as np
 
 from . import native
 from .int8 import QRANGE
-from .int8_float_conv import FloatPathConv2D, FloatPathFC, mlas_stride_k
+from .int8_float_conv import STRIDE_K, FloatPathConv2D, FloatPathFC, mlas_stride_k
 from .native_loader import OnceLibrary
 from .int8_native import (code_offset, conv_out_size, empty_result, keep_call, load_library, mark_staged,
                           reciprocal, run_checked, source_buffer, target_buffer)
@@ -64,8 +65,10 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
 def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Optional[Callable]:
     """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then).
     ``stride_k``: MLAS's K block when it is not the conv's (a MatMul's, prepare_float_fc)."""
-    if lib() is None:
+    if lib() is None or (layer.o == layer.groups and layer.gemm == "conv"):   # MLAS's M1 sums: numpy's m1_chain
         return None
+    if stride_k is None and layer.gemm == "conv_transpose":   # onnxruntime's ConvTranspose SGEMM (A transposed)
+        stride_k = STRIDE_K
     o, g, ig, kh, kw = layer.o, layer.groups, layer.ig, layer.kh, layer.kw
     og, k = o // g, layer.ig * kh * kw
     depthwise = ig == 1 and og == 1

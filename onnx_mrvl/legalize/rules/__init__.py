@@ -16,6 +16,7 @@ from . import dynamic_dq_moves, dynamic_int8, dynamic_lstm, qlinear_passthrough,
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
+from . import qdq_requant_before_layout
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
     where_const_cond
 from . import nan_guard_dq, qdq_infinite_softmax, qdq_move_chain, qdq_pool_move, qdq_unique_dq
@@ -23,6 +24,7 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
+from . import sigmoid_difference
 from .base import Match
 
 RULES = (
@@ -51,6 +53,7 @@ RULES = (
     qdq_uint8_weights,
     qdq_float_bias,
     qdq_int8_output,
+    qdq_requant_before_layout,
     qdq_pad_fold,
     qdq_convtranspose,
     remove_identity,
@@ -74,6 +77,7 @@ RULES = (
     strided_slice_split,
     batched_const_matmul,
     last_axis_ones,
+    sigmoid_difference,
     sub_tensors,
     sigmoid_expanded,
     softplus_threshold,

@@ -9,11 +9,13 @@ so fuse makes each phase an int8 Conv2D (its integer sums are the ConvTranspose'
 pixel is one phase's sum). The pair after each phase has the output's scale and zero point; the
 interleave moves grid values (their fp16 copies round back to the same code in the original Q),
 and a Relu / Clip after a quantization with the output's zero point gives the codes it gives
-before (exact up to onnxruntime's fp32 ConvTranspose rounding a tie the other way: onnxruntime
-runs a QDQ ConvTranspose in float). Weights with a zero point (per tensor or per output channel,
-int8 or uint8: codes q - 128 with z - 128) keep it in each phase's DQ (int8 layers with weight zero
-points). A QDQ ConvTranspose this cannot take (a group, block-wise scales, implicit pads, no output
-Q, ...) gets its weight and bias
+before. onnxruntime runs a QDQ ConvTranspose in float: where every output pixel is one kernel tap
+(kernel <= stride) the phase Convs are marked (ort_plan.mark_float_gemm) and fuse makes them
+float-path layers with onnxruntime's sums, exact; with overlapping taps the integer sums may round a
+near-tie the other way. Weights with a zero point (per tensor or per output channel, int8 or uint8:
+codes q - 128 with z - 128) keep it in each phase's DQ (int8 layers with weight zero points). A QDQ
+ConvTranspose this cannot take (a group, block-wise scales, implicit pads, no output Q, ...) gets its
+weight and bias
 dequantized in fp32 (onnxruntime's DequantizeLinear) for the float rules, and its decision says so.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 import onnx
 
 from .base import Match, attr, inp
+from ...ort_plan import mark_float_gemm
 from .convtranspose_phases import interleave, plan_phases
 
 NAME = "qdq_convtranspose"
@@ -164,6 +167,12 @@ def rewrite(m: Match, g) -> str:
     g.remove(node)
     rows = []
     ph_h, ph_w = m.data["phases"]
+    # every output pixel one kernel tap (kernel <= stride: DBNet's / U-Nets' 2x2 stride-2 upsampling):
+    # onnxruntime's float ConvTranspose then sums, per output, the C_in products of one tap in channel
+    # order (an SGEMM with A transposed; col2im adds it to 0), which the phase Conv reproduces as a
+    # float-path layer (sim/int8_float_conv.py, gemm "conv_transpose"); else integer sums (near-ties
+    # may round the other way)
+    one_tap = all(len(t) == 1 for t, _, _ in ph_h) and all(len(t) == 1 for t, _, _ in ph_w)
     for rh, (th, bh, eh) in enumerate(ph_h):
         cols = []
         for rw, (tw, bw, ew) in enumerate(ph_w):
@@ -174,9 +183,11 @@ def rewrite(m: Match, g) -> str:
                    near=node, origin=origin, name=g.fresh_node_name(f"{node.name}/W_{tag}_dq"), axis=0)
             g.set_shape(wdq, wsub.shape, onnx.TensorProto.FLOAT)
             z = g.fresh(f"{out}/{tag}")
-            g.make("Conv", [x, wdq] + _bias(g, node, m.data["dq_b"], origin, tag), [z], near=node, origin=origin,
-                   name=g.fresh_node_name(f"{node.name}/{tag}"), kernel_shape=list(wsub.shape[2:]), strides=[1, 1],
-                   dilations=[1, 1], pads=[bh, bw, eh, ew], group=1)
+            conv = g.make("Conv", [x, wdq] + _bias(g, node, m.data["dq_b"], origin, tag), [z], near=node,
+                          origin=origin, name=g.fresh_node_name(f"{node.name}/{tag}"), kernel_shape=list(wsub.shape[2:]),
+                          strides=[1, 1], dilations=[1, 1], pads=[bh, bw, eh, ew], group=1)
+            if one_tap:   # onnxruntime's sums: its float ConvTranspose's, one tap per output pixel
+                mark_float_gemm(conv, "conv_transpose")
             g.set_shape(z, shape, onnx.TensorProto.FLOAT)
             zq, zd = g.fresh(f"{z}_QuantizeLinear_Output"), g.fresh(f"{z}_DequantizeLinear_Output")
             g.make("QuantizeLinear", [z] + qp, [zq], near=node, origin=origin, name=g.fresh_node_name(f"{node.name}/{tag}_q"))
