@@ -22,6 +22,7 @@ from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose
+from . import gathered_spatial_map
 from .base import Match
 
 RULES = (
@@ -53,6 +54,7 @@ RULES = (
     remove_identity,
     remove_dropout,
     remove_noop,
+    gathered_spatial_map,
     einsum_to_matmul,
     merge_transposes,
     layernorm_canonical,
