@@ -22,7 +22,7 @@ from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose
-from . import gathered_spatial_map
+from . import const_lhs_matmul, gathered_spatial_map
 from .base import Match
 
 RULES = (
@@ -66,6 +66,7 @@ RULES = (
     signed_permute,
     expand_to_concat,
     strided_slice_view,
+    const_lhs_matmul,
     batched_const_matmul,
     last_axis_ones,
     sub_tensors,
