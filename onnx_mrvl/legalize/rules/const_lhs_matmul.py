@@ -8,7 +8,7 @@ are constants folded by the exporter, and ``q @ k^T`` is a MatMul whose first op
 which no accelerator op takes (an FC's weights are its second operand): left on the CPU in the
 middle of the decoder (a region cut). Exact: the same products and sums (``(x^T C^T)^T = C x``).
 Rules: float tensors with static shapes, x of rank >= 2; C 2-D, or with batch axes of ones, or
-batch axes equal to x's (no broadcast), at most ``MAX_BATCH`` batch entries."""
+batch axes equal to x's (x's leading unit axes added: no other broadcast), at most ``MAX_BATCH`` batch entries."""
 from __future__ import annotations
 
 from typing import Optional
@@ -39,8 +39,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return "not a float MatMul"
     if sx is None or sy is None or any(d is None for d in sx) or len(sx) < 2 or w.ndim < 2:
         return "x is not a tensor of rank >= 2 with a static shape"
-    if len(sy) != len(sx):
-        return "the constant has more axes than x"
+    sx = [1] * (len(sy) - len(sx)) + list(sx)       # x's broadcast to the result's rank
     if w.shape[-1] != sx[-2]:
         return f"the constant {list(w.shape)} and x {list(sx)} are not [M, K] x [K, N]"
     lead = w.shape[:-2]
@@ -62,6 +61,9 @@ def rewrite(m: Match, g) -> str:
     c, x = node.input
     w = np.asarray(g.const(c))
     sx, sy, dt = list(g.shape(x)), list(g.shape(node.output[0])), g.dtype(x)
+    if len(sx) < len(sy):                            # leading unit axes: the broadcast written out
+        sx = [1] * (len(sy) - len(sx)) + sx
+        x = reshape(g, x, sx, near=node, origin=m.origin, tag="ranked")
     mm, k, n = w.shape[-2], w.shape[-1], sx[-1]
     lead = list(sx[:-2])
     batch = int(np.prod(lead, dtype=np.int64))
