@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 88   # 48 + 9 contrib-op rules + 10 QDQ-variant rules + 19 export idioms of session 9 (docs/surveys/) + gathered_spatial_map, const_lhs_matmul
+    assert len(names) == len(set(names)) == len(RULES) == 89   # 48 + 9 contrib-op rules + 10 QDQ-variant rules + 19 export idioms of session 9 (docs/surveys/) + gathered_spatial_map, const_lhs_matmul, scatter_to_concat
     assert names.index("gathered_spatial_map") < names.index("where_const_cond")
     assert names.index("const_lhs_matmul") < names.index("batched_const_matmul") < names.index("matmul_to_gemm")   # reads the Where's before they become Mul / Add
     assert names.index("einsum_to_matmul") < names.index("merge_transposes")

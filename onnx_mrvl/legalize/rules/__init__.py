@@ -22,7 +22,7 @@ from . import nan_guard_dq, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose
-from . import const_lhs_matmul, gathered_spatial_map
+from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from .base import Match
 
 RULES = (
@@ -55,6 +55,7 @@ RULES = (
     remove_dropout,
     remove_noop,
     gathered_spatial_map,
+    scatter_to_concat,
     einsum_to_matmul,
     merge_transposes,
     layernorm_canonical,
