@@ -91,6 +91,11 @@ def _hf():
     }
 
 
+# HF's init (std 0.02 convs) leaves DPT's depth at ~1e-6, below fp16's normal range (and its QDQ
+# output scale below fp16's subnormals): He-initialised convs give a trained net's scale instead
+KAIMING = ("dpt",)
+
+
 def _yolo(cfg: str, end2end: bool = False):
     def make():
         from ultralytics.nn.tasks import DetectionModel, SegmentationModel
@@ -101,8 +106,8 @@ def _yolo(cfg: str, end2end: bool = False):
             if hasattr(mod, "export"):
                 mod.export = True
                 mod.format = "onnx"
-            if hasattr(mod, "end2end") and not end2end:
-                mod.end2end = False
+            if hasattr(mod, "one2one_cv2"):   # a head with an NMS-free one-to-one branch: choose it or not
+                mod.end2end = end2end
         return m.fuse(verbose=False).eval()
     return make
 
@@ -116,7 +121,7 @@ YOLO = {   # name -> (constructor, input size)
     "yolov8n": (_yolo("yolov8n.yaml"), 320), "yolov8n_seg": (_yolo("yolov8n-seg.yaml"), 320),
     "yolo11n": (_yolo("yolo11n.yaml"), 320), "yolo11n_seg": (_yolo("yolo11n-seg.yaml"), 320),
     "yolo26n": (_yolo("yolo26n.yaml"), 320), "yolo26n_e2e": (_yolo("yolo26n.yaml", True), 320),
-    "yolov10n": (_yolo("yolov10n.yaml", True), 320),
+    "yolov10n_e2e": (_yolo("yolov10n.yaml", True), 320),
 }
 
 
@@ -132,14 +137,16 @@ def export(out: str, names) -> int:
             o = self.m(pixel_values=x)
             return tuple(getattr(o, k) for k in self.keys)
 
-    class First(torch.nn.Module):   # ultralytics' export output: the first (decoded) tensor
+    class First(torch.nn.Module):   # ultralytics' export outputs: decoded predictions (+ mask protos)
         def __init__(self, m):
             super().__init__()
             self.m = m
 
         def forward(self, x):
             o = self.m(x)
-            return o if isinstance(o, torch.Tensor) else o[0] if isinstance(o[0], torch.Tensor) else o
+            if isinstance(o, torch.Tensor):
+                return o
+            return tuple(t for t in o if isinstance(t, torch.Tensor))
 
     for name, (make, keys, size) in _hf().items():
         if names and name not in names:
@@ -150,6 +157,11 @@ def export(out: str, names) -> int:
         except Exception as exc:   # noqa: BLE001 - a survey: report and go on
             print("FAILED to build", name, type(exc).__name__, str(exc)[:300], flush=True)
             continue
+        if name in KAIMING:
+            with torch.no_grad():
+                for mod in m.modules():
+                    if isinstance(mod, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)):
+                        torch.nn.init.kaiming_normal_(mod.weight)
         _stats(m, size)
         base.export_pair(Wrap(m, keys).eval(), (torch.randn(1, 3, size, size),), out, name, no_grad=False,
                          skip_existing=True)
