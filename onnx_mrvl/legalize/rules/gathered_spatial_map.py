@@ -19,7 +19,7 @@ input of the subgraph constant, a Mul of two subgraph tensors refused (not linea
 output size bounded (``MAX_IN`` / ``MAX_OUT``). Exact up to the order of the sums (fp32 here)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, Optional, Set
 
 import numpy as np
 import onnx
