@@ -150,3 +150,30 @@ def test_detection_head_token_views_stay_logical(tmp_path):
          for i in m.graph.input}
     res = _deployed(m, tmp_path, f)
     assert _cpu_ops(res).count("Transpose") == 1
+
+
+def test_scaled_key_transposed_then_read_on_the_cpu(tmp_path):
+    """An FC's tokens split to heads [1, S, h, d], Transpose(0, 2, 3, 1) to k^T [1, h, d, S] and a
+    Mul by a scalar (a TorchScript-exported scaled dot-product attention) with the product read on
+    the CPU: the Mul2D writes k^T in the order its input was written (neither NCHW nor NHWC of its
+    logical axes: "ND"), and the region's exit converts it. The compile step took such a Mul2D's
+    output for NHWC and refused the conversion (CompileError: "layout_transform NCHW->NHWC reads a
+    tensor stored NHWC", Hugging Face DETR's TorchScript export)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="k_proj"),
+             helper.make_node("Reshape", ["a", "s"], ["b"], name="heads"),
+             helper.make_node("Transpose", ["b"], ["c"], name="key_t", perm=[0, 2, 3, 1]),
+             helper.make_node("Mul", ["c", "k"], ["d"], name="scale"),
+             helper.make_node("MatMul", ["q", "d"], ["y"], name="scores_on_cpu")]
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.2).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 16, 4, 16], np.int64), "s"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "k")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F, [1, 16, 64]), helper.make_tensor_value_info("q", F, [1, 4, 5, 16])],
+               [helper.make_tensor_value_info("y", F, None)], inits)
+    feeds = {"x": rng.standard_normal((1, 16, 64)).astype(np.float32),
+             "q": rng.standard_normal((1, 4, 5, 16)).astype(np.float32)}
+    res = onnx_mrvl.convert(m, exclude=["scores_on_cpu"])
+    assert [d.op_type for d in res.report.cpu_nodes()] == ["MatMul"]
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)[0]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.all(np.isfinite(got)) and np.max(np.abs(got - ref)) <= 1e-2 * np.max(np.abs(ref))

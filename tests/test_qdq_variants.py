@@ -201,3 +201,39 @@ def test_uint8_weights_beyond_int8_are_int8_layers_with_weight_zero_points(tmp_p
     assert r["regions"] == 1 and r["identical"] == 1.0 and r["steps"] == 0
 
 
+def test_qdq_convtranspose_after_shape_computed_chunk_is_int8(tmp_path):
+    """TorchScript's ``x.chunk(2, 1)`` before a QDQ ConvTranspose (YOLOv8-seg's Proto upsample): a
+    Slice (between DQ and Q, as the quantizer writes it) of bounds computed from ``Shape(x)`` (here
+    ``Shape(x)[1] * 2 / 2``: every channel, the values unchanged), a shape ONNX inference leaves unknown until the arithmetic is folded (a later sweep).
+    qdq_convtranspose waits for the static shapes and takes the int8 form (it took the float one at
+    once: 92.8% identical on YOLOv8n-seg S8)."""
+    from onnx import helper
+    from onnx_mrvl.legalize import legalize
+    m = qv.build("deconv_axis1")
+    g = m.graph
+    up = next(n for n in g.node if n.op_type == "ConvTranspose")
+    dq = next(n for n in g.node if n.output[0] == up.input[0])
+    q = next(n for n in g.node if n.output[0] == dq.input[0])
+    mk = helper.make_node
+    t = dq.output[0]
+    chunk = [mk("Shape", [t], ["chunk_shape"], name="chunk_shape"),
+             mk("Gather", ["chunk_shape", "chunk_one"], ["chunk_c"], name="chunk_c", axis=0),
+             mk("Mul", ["chunk_c", "chunk_two"], ["chunk_c2"], name="chunk_mul"),
+             mk("Div", ["chunk_c2", "chunk_two"], ["chunk_end"], name="chunk_div"),
+             mk("Slice", [t, "chunk_zero", "chunk_end", "chunk_one"], ["x_half"], name="chunk"),
+             mk("QuantizeLinear", ["x_half"] + list(q.input[1:]), ["x_half_q"], name="chunk_q"),
+             mk("DequantizeLinear", ["x_half_q"] + list(q.input[1:]), ["x_half_dq"], name="chunk_dq")]
+    up.input[0] = "x_half_dq"
+    at = list(g.node).index(up)
+    nodes = list(g.node)[:at] + chunk + list(g.node)[at:]
+    del g.node[:]
+    g.node.extend(nodes)
+    for name, v in (("chunk_one", [1]), ("chunk_two", [2]), ("chunk_zero", [0])):
+        g.initializer.append(onnx.numpy_helper.from_array(np.array(v, np.int64), name))
+    res = legalize(m)
+    assert [d for name, _, d in res.report.applied if name == "qdq_convtranspose"] == \
+        ["QDQ ConvTranspose stride 2x2 -> 4 QDQ phase Convs + Resize/mask/Add"]
+    r = qv.convert_and_compare("deconv_chunked", str(tmp_path), model=m)
+    d = r["result"].report.decisions["up"]
+    assert d.placement == "accelerator" and "Conv2D int8" in d.reason, d.reason
+    assert r["identical"] >= 0.99 and r["steps"] <= 1 + 1e-4, r

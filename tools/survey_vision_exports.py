@@ -110,7 +110,7 @@ MODELS = {
 }
 
 
-def _realistic_stats(m, size: int) -> None:
+def realistic_stats(m, size: int) -> None:
     """BatchNorm statistics from a forward pass on random images (random init's mean 0 / var 1 let deep
     nets such as Inception v3 reach 1e12, beyond fp16, where a trained net stays normalized), and a
     random head where the architecture initialises it to zero (torchvision's ViT: output = bias)."""
@@ -144,7 +144,7 @@ def export(out: str, names) -> int:
         except Exception as exc:   # noqa: BLE001 - a survey: report and go on
             print("FAILED to build", name, type(exc).__name__, str(exc)[:200], flush=True)
             continue
-        _realistic_stats(m, size)
+        realistic_stats(m, size)
         x = torch.randn(1, 3, size, size)
         # grad enabled, as users export: under no_grad nn.MultiheadAttention takes its fused fast path
         survey_torch_exports.export_pair(m, (x,), out, name, no_grad=False, skip_existing=True)

@@ -171,9 +171,11 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         elif len(out_shape) == 4 and layer["layer_name"] in ORDER_AGNOSTIC + ("Lookup",):
             # Sum2D / Mul2D / Concat compute the same on any storage: the JSON's out_layout says
             # which one (fuse runs one on NCHW data when its inputs come from the CPU); TVM: NHWC.
-            # An int8 Lookup writes the storage it read (its channel last): its out_layout too
+            # An int8 Lookup writes the storage it read (its channel last): its out_layout too.
+            # "ND": another permutation of its logical axes (a Transpose relabelled it, e.g. an
+            # attention key k^T scaled in the order it was written), neither NCHW nor NHWC
             layout = a.str("out_layout", "NHWC")
-            layout = layout if layout in ("NCHW", "NHWC") else "NHWC"
+            layout = layout if layout in ("NCHW", "NHWC", "ND") else "NHWC"
         elif len(out_shape) == 4 and layer["layer_name"] in ("Slice2D", "LayerNorm", "Softmax", "Requantize"):
             # a slice, layer norm, softmax or requantize keeps the storage of its input (its axis is given in it)
             layout = tensors[ins[0]]["layout"]

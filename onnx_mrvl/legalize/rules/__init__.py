@@ -25,6 +25,7 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
+from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from .base import Match
 
 RULES = (
@@ -62,6 +63,8 @@ RULES = (
     loop_to_rnn,
     reverse_sequence_gather,
     rnn_length_sort,
+    gathered_spatial_map,
+    scatter_to_concat,
     einsum_to_matmul,
     merge_transposes,
     layernorm_canonical,
@@ -75,6 +78,7 @@ RULES = (
     expand_to_concat,
     strided_slice_view,
     strided_slice_split,
+    const_lhs_matmul,
     batched_const_matmul,
     last_axis_ones,
     sigmoid_difference,

@@ -61,8 +61,8 @@ def _scalar_qparams(g, n) -> bool:
 def _int8_reason(m: Match, g, target) -> Optional[str]:
     node, dq_x, dq_w, dq_b = m.node, m.data["dq_x"], m.data["dq_w"], m.data["dq_b"]
     sx, sy = g.shape(node.input[0]), g.shape(node.output[0])
-    if sx is None or sy is None or len(sx) != 4:
-        return "not a 2-D ConvTranspose with static shapes"
+    if sx is None or sy is None or len(sx) != 4 or None in sx or None in sy:
+        return UNKNOWN
     if g.opset < 11:
         return f"opset {g.opset}"
     if attr(node, "group", 1) != 1 or any(d != 1 for d in (attr(node, "dilations") or [1, 1])):
@@ -113,9 +113,26 @@ def _int8_reason(m: Match, g, target) -> Optional[str]:
     return None
 
 
+UNKNOWN = "not a 2-D ConvTranspose with static shapes"
+
+
 def check(m: Match, g, target) -> Optional[str]:
-    m.data["why"] = _int8_reason(m, g, target)   # either form applies
+    why = _int8_reason(m, g, target)
+    if why == UNKNOWN and _defer(m.node, g):
+        # TorchScript's chunk / split: Slices of bounds computed from Shape, folded over the first
+        # sweeps and inferred on the next: the int8 form then, not the float one now
+        return "shapes not inferred yet (deferred while Shape arithmetic folds)"
+    m.data["why"] = why   # either form applies
     return None
+
+
+def _defer(node, g) -> bool:
+    """Wait while the graph still has Shape / Size nodes (folding may make the shapes static), and
+    one sweep more after they are gone (the next sweep's inference sees the folded bounds)."""
+    if any(True for _ in g.nodes_of(("Shape", "Size"))):
+        return True
+    grace = g.__dict__.setdefault("qdq_convtranspose_grace", {})
+    return grace.setdefault(node.name, g.shapes) is g.shapes   # the dict of this sweep (ids may be reused)
 
 
 def _dequantize(g, dq) -> np.ndarray:

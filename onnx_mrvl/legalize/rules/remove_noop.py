@@ -1,6 +1,7 @@
 """No-op Cast (same type), Reshape (same shape), Transpose (identity perm), Pad (all pads 0),
-Concat (one input) and Resize (same shape, every output pixel sampled exactly at its input pixel) are
-removed. torchvision detection exports (GeneralizedRCNNTransform) put the last three between the
+Concat (one input), Resize (same shape, every output pixel sampled exactly at its input pixel) and
+Expand to the shape x has (TorchScript's ``u.expand_as(y[..., :2])`` in an in-place slice update,
+Conditional-DETR's box head) are removed. torchvision detection exports (GeneralizedRCNNTransform) put the last three between the
 input and the backbone: a resize to the size the image already has, batching by Pad + Concat."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ...resize_index import nearest_indices
 from .base import Match, attr, bypass_reason, inp
 
 NAME = "remove_noop"
-OPS = ("Cast", "Reshape", "Transpose", "Pad", "Concat", "Resize")
+OPS = ("Cast", "Reshape", "Transpose", "Pad", "Concat", "Resize", "Expand")
 # coordinate modes that map output index o to input coordinate o when the scale is 1
 _IDENTITY_CTM = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 
@@ -46,9 +47,9 @@ def match(node, g) -> Optional[Match]:
     if node.op_type == "Cast":
         if g.dtype(x) is not None and g.dtype(x) == attr(node, "to"):
             return Match([node])
-    elif node.op_type == "Reshape":
+    elif node.op_type in ("Reshape", "Expand"):
         sx, sy = g.shape(x), g.shape(y)
-        if sx is not None and sx == sy:
+        if sx is not None and sx == sy and (node.op_type == "Reshape" or None not in sx):
             return Match([node])
     elif node.op_type == "Transpose":
         perm = attr(node, "perm")
