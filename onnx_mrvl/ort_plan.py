@@ -16,10 +16,10 @@ from typing import Optional, Dict, FrozenSet, List
 import onnx
 
 KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the model before legalize
-# the op types whose int8 layers depend on it: Conv, MatMul, AveragePool, Softmax (requant), the Lookup groups' ops
+# the op types whose int8 layers depend on it: Conv, MatMul, AveragePool, Softmax, ReduceMean (requant), the Lookup groups' ops
 OP_TYPES = ("AveragePool", "Conv", "MatMul", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish",
             "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sum", "Sub", "Div",
-            "PRelu", "BatchNormalization", "Pow", "Softmax")
+            "PRelu", "BatchNormalization", "Pow", "Softmax", "ReduceMean")
 U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs as a uint8 QLinearAdd
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 

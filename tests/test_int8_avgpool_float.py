@@ -93,3 +93,73 @@ def test_some_average_runs_in_float():
     m1 = pool_model(1, T.INT8, 3)
     m1.graph.node[2].name = "pool"
     assert "pool" not in ort_float_nodes(m1, "AveragePool")
+
+
+def reducemean_head(qt=T.UINT8) -> onnx.ModelProto:
+    """A dynamo classifier head, QDQ: an int8 conv, then ``DQ -> ReduceMean(H, W) -> Reshape ->
+    Reshape -> Transpose -> Q`` (dynamo writes adaptive_avg_pool2d as a ReduceMean and ConvNeXt's
+    as_strided as a Gather, a Reshape after legalize), then an int8 MatMul."""
+    np_t = np.int8 if qt == T.INT8 else np.uint8
+    z = np_t(0 if qt == T.INT8 else 120)
+    rng = np.random.default_rng(1)
+    inits = [nh.from_array(np.array(0.05, np.float32), "s"), nh.from_array(np.array(z, np_t), "z"),
+             nh.from_array(np.array(0.027014907, np.float32), "s1"), nh.from_array(np.array(z, np_t), "z1"),
+             nh.from_array(np.array(0.0036251063, np.float32), "s2"), nh.from_array(np.array(z, np_t), "z2"),
+             nh.from_array(np.array(0.1, np.float32), "s3"), nh.from_array(np.array(z, np_t), "z3"),
+             nh.from_array(rng.integers(-127, 128, (64, 8, 3, 3)).astype(np.int8), "wq"),
+             nh.from_array(np.full(64, 0.004, np.float32), "ws"), nh.from_array(np.zeros(64, np.int8), "wz"),
+             nh.from_array(rng.integers(-127, 128, (64, 16)).astype(np.int8), "fq"),
+             nh.from_array(np.array(0.01, np.float32), "fs"), nh.from_array(np.array(0, np.int8), "fz"),
+             nh.from_array(np.array([2, 3], np.int64), "axes"), nh.from_array(np.array([1, 64, 1, 1], np.int64), "shape")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+             helper.make_node("Conv", ["xd", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "s1", "z1"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "s1", "z1"], ["cd"]),
+             helper.make_node("ReduceMean", ["cd", "axes"], ["m"], keepdims=1),
+             helper.make_node("Reshape", ["m", "shape"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "shape"], ["r2"]),
+             helper.make_node("Transpose", ["r2"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("QuantizeLinear", ["t", "s2", "z2"], ["tq"]),
+             helper.make_node("DequantizeLinear", ["tq", "s2", "z2"], ["td"]),
+             helper.make_node("DequantizeLinear", ["fq", "fs", "fz"], ["f"]),
+             helper.make_node("MatMul", ["td", "f"], ["y"]),
+             helper.make_node("QuantizeLinear", ["y", "s3", "z3"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s3", "z3"], ["out"])]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 5, 5])],
+                              [helper.make_tensor_value_info("td", T.FLOAT, [1, 1, 1, 64]),
+                               helper.make_tensor_value_info("out", T.FLOAT, [1, 1, 1, 16])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("qt", [T.UINT8, T.INT8])
+def test_reducemean_head_is_float_mean(tmp_path, qt):
+    """onnxruntime runs the QDQ ReduceMean in float (no QLinear form): reached through the layout
+    ops to its Q (qdq_pool_move), it is an int8 GlobalAvgPool2D with requant float (the fp32 mean of
+    the dequantized values, then Q), one region (before: an fp16 pool and two regions). onnxruntime
+    sums in its own order (not followed: a mean at a tie can round the other way; calibrated scales,
+    ConvNeXt's here, make exact ties rare, round ratios such as 0.027 / 0.0036 frequent), so on 40
+    inputs >= 99% of the pooled codes and outputs are equal and the rest one step off (the issue's
+    bar; ConvNeXt-T dynamo S8 / U8: 91-95% identical logits before, 100% now)."""
+    path = str(tmp_path / "m.onnx")
+    onnx.save(reducemean_head(qt), path)
+    result = onnx_mrvl.convert(path)
+    assert len(result.subgraphs) == 1
+    result.save(str(tmp_path / "out"), overwrite=True)
+    folder = str(tmp_path / "out")
+    nodes = json.load(open(os.path.join(folder, f"{result.subgraphs[0].name}-nodes.json")))["nodes"]
+    pools = [n for n in nodes if n.get("attrs", {}).get("layer_name") == ["GlobalAvgpool2D"]]
+    assert len(pools) == 1 and pools[0]["attrs"].get("requant") == ["float"], pools
+    ours = onnx_mrvl.InferenceSession(os.path.join(str(tmp_path / "out"), "model.onnx"))
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    same = total = 0
+    for _ in range(40):
+        x = (rng.standard_normal((1, 8, 5, 5)) * 2).astype(np.float32)
+        for a, b, step in zip(ours.run(None, {"x": x}), ref.run(None, {"x": x}), (0.0036251063, 0.1)):
+            assert np.abs(a - b).max() <= step * 1.001
+            same, total = same + int((a == b).sum()), total + a.size
+    assert same >= 0.99 * total, (same, total)

@@ -191,10 +191,10 @@ def _ln_model(c, eps):
 
 @pytest.mark.parametrize("c", [32, 64, 768])
 def test_int8_out_layernorm_follows_onnxruntime(c):
-    """The int8_out LayerNorm's fp32 result: onnxruntime's kernel to an ulp or two (its inverse std
-    in float64 then fp32 here; its own differs by one ulp in some rows), and a Q of it moves at most 1e-5
-    of onnxruntime's codes on 2048 rows of dequantized int8 data, no more than the fp16 layer's
-    two-pass fp32 formula."""
+    """The int8_out LayerNorm's fp32 result: onnxruntime's kernel (bit for bit since its AVX2
+    arithmetic is followed, tests/test_int8_layernorm_exact.py; within an ulp or two is what this
+    checks), and a Q of it moves at most 1e-5 of onnxruntime's codes on 2048 rows of dequantized
+    int8 data, no more than the fp16 layer's two-pass fp32 formula."""
     from onnx_mrvl.sim.norm_ops import layernorm, layernorm_onnxruntime
     m, g, b = _ln_model(c, 1e-6)
     rng = np.random.default_rng(c)

@@ -217,6 +217,37 @@ def test_int8_softmax_matches_qlinearsoftmax_bit_exact(dtype, zx, zy, sy):
             assert ok and np.array_equal(got, want), (sx, shape, axis)
 
 
+@pytest.mark.parametrize("dtype, zy, sy", [(np.uint8, 0, 1 / 255), (np.int8, -128, 0.0041), (np.int8, 3, 0.0041)])
+def test_int8_softmax_qlinearsoftmax_at_ties(dtype, zy, sy):
+    """QLinearSoftmax on 3000 rows per case (row lengths 16-197, four input scales, the ViT scale
+    0.018864457 among them): every code equal. Its table's shift takes the log in fp32 and its
+    quotient E * floor(1 / s_y) / sum is rounded once, in float64: with the log in float64 or the
+    quotient rounded to fp32 first (an exact fp32 .5 then went to even where onnxruntime went up)
+    1-3 codes per case differed, which put ViT-B/16 U8 at 74% identical logits."""
+    from onnx_mrvl.sim.int8_transformer import Int8Softmax
+    rng = np.random.default_rng(0)
+    elem, dt = _q(dtype)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    for d in (16, 17, 33, 40, 64, 65, 197):
+        for sx in (0.02, 0.11, 0.5, 0.018864457):
+            x = rng.integers(lo, hi + 1, (3000, d)).astype(dtype)
+            inits = [onnx.numpy_helper.from_array(np.array(v, t), n) for v, t, n in (
+                (sx, np.float32, "sx"), (0, dtype, "zx"), (sy, np.float32, "sy"), (zy, dtype, "zy"))]
+            node = helper.make_node("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft",
+                                    axis=-1, opset=13)
+            m = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, [3000, d])],
+                                                    [helper.make_tensor_value_info("y", elem, None)], inits),
+                                  opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+            m.ir_version = 8
+            want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                None, {"x": x})[0].astype(np.int32)
+            params = dict(in_scale=float(np.float32(sx)), in_zero_point=0, in_dtype=dt,
+                          out_scale=float(np.float32(sy)), out_zero_point=zy, out_dtype=dt)
+            y, ok = Int8Softmax(params, -1).apply((x.astype(np.float32) * np.float32(sx)).astype(np.float32))
+            got = np.rint(y / np.float32(sy)).astype(np.int32) + zy
+            assert ok and np.array_equal(got, want), (d, sx, int((got != want).sum()))
+
+
 CPU_LEFT = {"encoder_block_ln_op": set(), "vit_like": set(), "whisper_encoder": set(),
             "bert_encoder": {"Gather", "Reshape", "Cast", "Add", "Mul"}}      # embedding lookups, the HF mask
 
@@ -310,3 +341,41 @@ def test_requantize_and_int8_attention_perf_model(tmp_path):
     for lay, row in bmm:
         assert lay["params"]["precision"] == "int8" and row.macs > 0
         assert row.compute_cycles == math.ceil(row.macs / (peak * arch.int8_macs_factor))
+
+
+@pytest.mark.parametrize("d", [5, 16, 17, 65, 197, 257])
+def test_mlas_fp32_softmax_bit_for_bit(d):
+    """sim.mlas_softmax: onnxruntime's fp32 Softmax (MLAS AVX-512 sum-exp kernel) output equal,
+    every element, on 4000 rows; the int8 Softmax with requant float (a DQ -> Softmax -> Q group
+    onnxruntime leaves unfused, e.g. a dynamo export's Softmax whose Q feeds IsNaN / Where) then
+    gives onnxruntime's codes at a fine output scale (np.exp there: ~50% of the fp32 outputs an ulp
+    off and codes moved; DINOv2 dynamo S8 99.3% identical)."""
+    from onnx_mrvl.sim.int8_transformer import Int8Softmax
+    from onnx_mrvl.sim.mlas_softmax import softmax_last_axis
+    rng = np.random.default_rng(d)
+    v = (rng.standard_normal((4000, d)) * 3).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4000, d])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert np.array_equal(softmax_last_axis(v), ort.InferenceSession(m.SerializeToString(), so,
+                                                                   providers=["CPUExecutionProvider"]).run(None, {"x": v})[0])
+    codes = rng.integers(-128, 128, (4000, d)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["x"]),
+             helper.make_node("Softmax", ["x"], ["y"], axis=-1),
+             helper.make_node("QuantizeLinear", ["y", "so", "zo"], ["qy"])]
+    inits = [onnx.numpy_helper.from_array(np.float32(0.05), "s"), onnx.numpy_helper.from_array(np.int8(-3), "z"),
+             onnx.numpy_helper.from_array(np.float32(0.0004), "so"), onnx.numpy_helper.from_array(np.int8(-128), "zo")]
+    qm = helper.make_model(helper.make_graph(nodes, "sm", [helper.make_tensor_value_info("q", TensorProto.INT8, [4000, d])],
+                                             [helper.make_tensor_value_info("qy", TensorProto.INT8, None)], inits),
+                           opset_imports=[helper.make_opsetid("", 13)])
+    qm.ir_version = 8
+    ref = ort.InferenceSession(qm.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"q": codes})[0]
+    params = dict(in_scale=0.05, in_zero_point=-3, in_dtype="int8", out_scale=float(np.float32(0.0004)),
+                  out_zero_point=-128, out_dtype="int8", requant="float")
+    y, ok = Int8Softmax(params, -1).apply(((codes.astype(np.float32) + 3) * np.float32(0.05)).astype(np.float32))
+    got = np.rint(y / np.float32(0.0004)).astype(np.int32) - 128
+    assert ok and np.array_equal(got, ref.astype(np.int32)), int((got != ref).sum())

@@ -128,9 +128,9 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         if a.str("requant") != "float":
             a.fail(f"requant '{a.str('requant')}' of an int8 Softmax (float)")
         params["requant"] = "float"
-    if layer_name == "Avgpool2D" and a.has("requant"):
+    if layer_name in ("Avgpool2D", "GlobalAvgpool2D") and a.has("requant"):
         if a.str("requant") not in ("qlinear", "float"):
-            a.fail(f"requant '{a.str('requant')}' of an int8 Avgpool2D (qlinear or float)")
+            a.fail(f"requant '{a.str('requant')}' of an int8 {layer_name} (qlinear or float)")
         params["requant"] = a.str("requant")
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
 

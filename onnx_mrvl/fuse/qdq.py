@@ -338,6 +338,12 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     if n.op_type == "AveragePool" and n.name in ort_float_nodes(g.model, "AveragePool"):
         # onnxruntime left this DQ -> AveragePool -> Q unfused: it averages in float, then quantizes
         extra["requant"] = "float"
+    if n.op_type == "GlobalAveragePool" and n.name in ort_float_nodes(g.model, "ReduceMean"):
+        # a ReduceMean (legalize's reducemean_to_gap keeps its name), which onnxruntime runs in float
+        # between DQ and Q: the fp32 mean, then Q. (A GlobalAveragePool it leaves unfused, e.g. in an
+        # SE block, keeps the integer form: it matched onnxruntime's float pool there, the fp32 mean
+        # in numpy's order did not: 87% on efficientnet_like S8.)
+        extra["requant"] = "float"
     if n.op_type == "GlobalAveragePool":
         h, w = g.shape(n.input[0])[2:]
         scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))

@@ -196,7 +196,9 @@ class Int8Pool:
     Max: the window maximum of the input codes, requantized as ``Q_out(DQ_in(max))`` (the codes
     themselves when input and output share scale and zero point, as onnxruntime's int8 MaxPool);
     padding never wins (-inf). Global average (MLAS QLinearGlobalAveragePool):
-    ``acc = sum(q_x) - z_x * HW`` (int32), ``q_y = sat(rne(fp32(acc) * fp32(s_x / fp32(s_y * HW))) + z_y)``."""
+    ``acc = sum(q_x) - z_x * HW`` (int32), ``q_y = sat(rne(fp32(acc) * fp32(s_x / fp32(s_y * HW))) + z_y)``;
+    ``requant`` "float" (a QDQ ReduceMean, which onnxruntime runs in float): the fp32 mean of the
+    dequantized values, then QuantizeLinear (onnxruntime's summation order is not followed)."""
 
     def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
         self.kind, self.geometry = kind, dict(geometry or {})
@@ -236,6 +238,12 @@ class Int8Pool:
                 y = bilinear_4tap(real, geo["sizes"], geo["coordinate_mode"], geo.get("linear_scales"))
                 return fake_quant(y, so, zo, dto), True
             return fake_quant(resize_nearest(real, geo["scales"]), so, zo, dto), True
+        if self.kind == "GlobalAvgpool2D" and self.requant == "float":
+            # onnxruntime's float ReduceMean between DQ and Q: the dequantized
+            # values fp32((q - z) s) summed in fp32, divided by H*W, then QuantizeLinear
+            real = ((codes - z).astype(F32) * F32(s)).astype(F32)
+            mean = (np.sum(real, axis=(1, 2), keepdims=True, dtype=F32) / F32(real.shape[1] * real.shape[2])).astype(F32)
+            return fake_quant(mean, so, zo, dto), True
         if self.kind == "GlobalAvgpool2D":
             n, h, w, c = codes.shape
             acc = codes.astype(np.int64).sum(axis=(1, 2), keepdims=True) - z * h * w

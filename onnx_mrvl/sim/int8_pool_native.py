@@ -74,7 +74,7 @@ def quant_fields(d: Desc, in_q, out_q) -> None:
 def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
     """The native ``apply`` of an int8 Maxpool2D / GlobalAvgpool2D, or None."""
     lib = int8_native.lib()
-    if lib is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
+    if lib is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D") or pool.requant == "float":
         return None
     base = Desc()
     quant_fields(base, pool.in_q, pool.out_q)

@@ -99,10 +99,11 @@ def build_int8_batch_matmul(spec, transpose_b: int, alpha: float, perms: Mapping
 class Int8Softmax:
     """onnxruntime's QLinearSoftmax (com.microsoft, opset-13 form) over ``axis``: a table
     ``E[k] = fp32(exp((k - 255 + b) * s_x))``, k = 255 + q - max(q) over the row (b = max(0,
-    ln(FLT_MAX / D) - 5) / s_x keeps the fp32 sum finite), ``sum`` of the row's E in fp32 in order,
-    ``q_y = sat(rne(fp32(E * floor(1 / s_y)) / sum) + z_y)``. ``requant`` "float" (a group onnxruntime
-    leaves unfused): its fp32 Softmax (MLAS: ``exp(x - max)`` summed in fp32, times ``1 / sum``) of
-    the dequantized codes, then QuantizeLinear (``exp`` within an ulp or so of MLAS's polynomial)."""
+    ln(FLT_MAX / D) - 5) / s_x keeps the fp32 sum finite; the log taken in fp32), ``sum`` of the
+    row's E in fp32 in order, ``q_y = sat(rne(E * floor(1 / s_y) / sum) + z_y)`` with the quotient
+    in float64 (as measured: rounding it to fp32 first moved a code at an exact fp32 tie, 2 in
+    10^7). ``requant`` "float" (a group onnxruntime leaves unfused): its fp32 Softmax of the
+    dequantized codes as MLAS computes it (``mlas_softmax.py``, bit for bit), then QuantizeLinear."""
 
     def __init__(self, params: Mapping, axis: int):
         self.x, self.y = _q(params, "in"), _q(params, "out")
@@ -118,7 +119,8 @@ class Int8Softmax:
     def table(self, d: int) -> np.ndarray:
         if d not in self._tables:
             sx = np.float64(F32(self.x[0]))
-            shift = max(0.0, float(np.log(np.float64(F32(np.finfo(F32).max) / F32(d)))) - 5.0) / sx
+            # log of a float: onnxruntime's log(float) overload, in fp32 (its fp64 log moved a code in 10^6)
+            shift = max(0.0, float(np.log(F32(F32(np.finfo(F32).max) / F32(d)))) - 5.0) / sx
             self._tables[d] = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * sx).astype(F32)
         return self._tables[d]
 
@@ -126,17 +128,16 @@ class Int8Softmax:
         if not -x.ndim <= self.axis < x.ndim:
             raise ValueError(f"axis {self.axis} does not fit an input of shape {list(x.shape)}")
         c = np.moveaxis(quantize(x, *self.x).astype(np.int64), self.axis, -1)
-        if self.requant == "float":
-            v = ((c - self.x[1]).astype(F32) * F32(self.x[0])).astype(F32)
-            with np.errstate(over="ignore", under="ignore"):
-                e = np.exp(v - v.max(axis=-1, keepdims=True)).astype(F32)
-                y = e * (F32(1) / np.sum(e, axis=-1, keepdims=True, dtype=F32))
+        if self.requant == "float":   # MLAS's fp32 Softmax of the dequantized codes, then Q
+            from .mlas_softmax import softmax_last_axis
+            y = softmax_last_axis(((c - self.x[1]).astype(F32) * F32(self.x[0])).astype(F32))
             return np.ascontiguousarray(np.moveaxis(fake_quant(y, *self.y), -1, self.axis)), True
         e = self.table(c.shape[-1])[255 + c - c.max(axis=-1, keepdims=True)]
         total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]       # in order, as the kernel sums
         s, z, dt = self.y
         lo, hi = QRANGE[dt]
-        q = np.clip(np.rint((e * self.y_scale).astype(F32) / total) + z, lo, hi)
+        # the quotient in float64 (e * floor(1 / s_y) exact there), rounded half to even
+        q = np.clip(np.rint(e.astype(np.float64) * np.float64(self.y_scale) / total.astype(np.float64)) + z, lo, hi)
         y = ((q - z).astype(F32) * F32(s)).astype(F32)
         return np.ascontiguousarray(np.moveaxis(y, -1, self.axis)), True
 

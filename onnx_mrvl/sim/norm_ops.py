@@ -41,26 +41,86 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
     return d, (round_fp16_(d) if fp16 else bool(np.isfinite(d).all()))
 
 
+def _lanes_fma_sum(d: np.ndarray) -> np.ndarray:
+    """Sum of ``d * d`` over the last axis as onnxruntime's AVX2 LayerNorm kernel forms it: 8 fp32
+    lanes (lane k takes the elements i = k mod 8 of the whole blocks of 8), each ``acc = fma(d, d,
+    acc)``; lanes folded ``(a[0:4] + a[4:8])``, then ``(b0 + b2, b1 + b3)``, then ``c0 + c1``; the
+    remainder (< 8 elements): a block of 4 (when there are 4) as fp32 products added one by one,
+    then fma per element."""
+    rows, n = d.shape
+    n8 = n // 8 * 8
+    dd = d.astype(np.float64)
+    acc = np.zeros((rows, 8), F32)
+    for j in range(0, n8, 8):
+        acc = (dd[:, j:j + 8] * dd[:, j:j + 8] + acc).astype(F32)   # fma: exact product, one rounding
+    h4 = acc[:, 4:] + acc[:, :4]
+    h2 = h4[:, 2:] + h4[:, :2]
+    v = h2[:, 0] + h2[:, 1]
+    i = n8
+    if n - i >= 4:
+        p = d[:, i:i + 4] * d[:, i:i + 4]
+        for k in range(4):
+            v = v + p[:, k]
+        i += 4
+    for k in range(i, n):
+        v = (dd[:, k] * dd[:, k] + v).astype(F32)
+    return v
+
+
+def _mean_f64_lanes(x: np.ndarray) -> np.ndarray:
+    """The kernel's mean: float64 sums in 4 lanes over the whole blocks of 4 (lane k: i = k mod 4),
+    folded ``(l0 + l2) + (l1 + l3)``, the remainder added in order, divided by n in float64, rounded
+    to fp32."""
+    rows, n = x.shape
+    n4 = n // 4 * 4
+    x64 = x.astype(np.float64)
+    acc = np.zeros((rows, 4))
+    for j in range(0, n4, 4):
+        acc = acc + x64[:, j:j + 4]
+    s = (acc[:, 0] + acc[:, 2]) + (acc[:, 1] + acc[:, 3])
+    for k in range(n4, n):
+        s = s + x64[:, k]
+    return (s / np.float64(n)).astype(F32)
+
+
 def layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
                           beta: Optional[np.ndarray] = None, rms: bool = False) -> Tuple[np.ndarray, bool]:
-    """onnxruntime 1.32's fp32 LayerNormalization kernel as measured (an int8_out LayerNorm
-    quantizes this, as onnxruntime quantizes its kernel's result between DQ and Q): the mean summed
-    in float64 and rounded to fp32 (bit-exact), ``d = x - mean`` in fp32, the variance of ``d`` in
-    float64, ``r = 1 / sqrt(fp32(var + eps))`` (matches its inverse std in ~85% of rows, else one
-    ulp apart), ``y = d * r`` in fp32 and ``y * gamma + beta`` with one rounding (an FMA; bit-exact
-    given its mean and inverse std). The fp32 result, unrounded. ``rms``: the mean is 0 (RMSNorm,
-    the same arithmetic otherwise)."""
+    """onnxruntime 1.32's fp32 LayerNormalization kernel on x86 (its AVX2 kernel; an int8_out
+    LayerNorm quantizes this, as onnxruntime quantizes its kernel's result between DQ and Q), bit for
+    bit with its output, mean and inverse std (rows of 8 or more): ``mean`` in float64
+    (``_mean_f64_lanes``) rounded to fp32, ``d = fp32(x - mean)``, ``v`` the 8-lane fma sum of
+    ``d * d`` (``_lanes_fma_sum``), ``r = 1 / sqrt(v / n + eps)`` in fp32, ``y = fma(fp32(d * r),
+    gamma, beta)``. ``rms`` (SimplifiedLayerNormalization / RMSNormalization, rows of 16 or more):
+    no mean, ``y = fp32(x * r) * gamma`` (``+ beta`` after, when given). Shorter rows take another
+    onnxruntime kernel: there the mean in float64, the variance of ``d`` in float64, ``r`` in fp32
+    (an ulp off its own in some rows). The fp32 result, unrounded."""
     axis = axis - x.ndim if axis >= 0 else axis
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
-        d = x if rms else x - np.mean(x, axis=axis, keepdims=True, dtype=np.float64).astype(F32)
-        var = np.mean(np.square(d, dtype=np.float64), axis=axis, keepdims=True)
-        r = (1.0 / np.sqrt((var + np.float64(F32(epsilon))).astype(F32)).astype(np.float64)).astype(F32)
-        y = (d * r).astype(np.float64) * _along(np.asarray(gamma, F32), axis, x.ndim)
-        if beta is not None:
-            y += _along(np.asarray(beta, F32), axis, x.ndim)
-        y = y.astype(F32)
-    return y, bool(np.isfinite(y).all())
+        n = x.shape[axis]
+        rows = np.moveaxis(x, axis, -1)
+        shape = rows.shape
+        rows = rows.reshape(-1, n)
+        g = np.asarray(gamma, F32).reshape(-1)
+        b = None if beta is None else np.asarray(beta, F32).reshape(-1)
+        kernel = n >= (16 if rms else 8)   # the AVX2 kernel's rows, as measured
+        d = rows if rms else rows - (_mean_f64_lanes(rows) if kernel else
+                                     np.mean(rows, axis=-1, dtype=np.float64).astype(F32))[:, None]
+        if kernel:
+            v = _lanes_fma_sum(d)
+            r = F32(1) / np.sqrt(v / F32(n) + F32(epsilon))
+        else:
+            var = np.mean(np.square(d, dtype=np.float64), axis=-1)
+            r = (1.0 / np.sqrt((var + np.float64(F32(epsilon))).astype(F32)).astype(np.float64)).astype(F32)
+        y = d * r[:, None]
+        if rms:
+            y = y * g
+            if b is not None:
+                y = y + b
+        else:
+            y = (y.astype(np.float64) * g + (0.0 if b is None else b)).astype(F32)   # one rounding (an FMA)
+        y = np.moveaxis(y.reshape(shape), -1, axis)
+    return np.ascontiguousarray(y, dtype=F32), bool(np.isfinite(y).all())
 
 
 def softmax(x: np.ndarray, axis: int, nan_fill: Optional[float] = None) -> Tuple[np.ndarray, bool]:

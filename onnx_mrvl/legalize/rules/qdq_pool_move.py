@@ -1,13 +1,18 @@
 """``DQ -> pool -> Reshape / Flatten / Squeeze -> Q`` -> ``DQ -> pool -> Q -> DQ -> Reshape -> Q``
-(the Q's scale and zero point, a copy in front of the move).
+(the Q's scale and zero point, a copy in front of the move); also through a chain of up to four
+layout ops (Reshape / Flatten / Squeeze / Unsqueeze / Transpose: dynamo's ConvNeXt head writes
+``ReduceMean -> Reshape -> Gather (as_strided, a Reshape after legalize) -> Transpose -> Q``) when
+the Q is per tensor.
 
 A classifier head exported by PyTorch's dynamo exporter reads its global pool through a flatten:
 ``ReduceMean(keepdims) -> Reshape [N, C] -> Gemm``; onnxruntime's quantizer quantizes the Reshape's
 output, not the pool's, and runs ``DQ -> ReduceMean -> Reshape -> Q`` in fp32. The move commutes with
 the element-wise Q (``Q(reshape(p)) = reshape(Q(p))``), so the pair in front quantizes the pool's
 fp32 result exactly as the Q after the move did, and the Q after the move re-quantizes values on its
-own grid (a no-op). The pool then is an int8 layer (its int32 sum, one requantization) instead of an
-fp16 one (or a chain of fp16 AveragePools from ``gap_split``) whose rounding moved codes near ties."""
+own grid (a no-op). The pool then is an int8 layer instead of an fp16 one (or a chain of fp16
+AveragePools from ``gap_split``) whose rounding moved codes near ties: its int32 sum and one
+requantization where onnxruntime fuses the group (QLinearGlobalAveragePool), else (a ReduceMean,
+which onnxruntime runs in float) the fp32 mean and QuantizeLinear (fuse's ``requant`` float)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -20,7 +25,7 @@ POOLS = ("GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "Reduce
 
 
 def match(node, g) -> Optional[Match]:
-    if node.op_type not in OPS or node.domain not in ("", "ai.onnx") or not node.input:
+    if node.op_type not in OPS + ("Transpose",) or node.domain not in ("", "ai.onnx") or not node.input:
         return None
     pool = g.producer.get(node.input[0])
     if pool is None or pool.op_type not in POOLS or pool.domain not in ("", "ai.onnx") or len(pool.output) != 1:
@@ -30,10 +35,18 @@ def match(node, g) -> Optional[Match]:
         return None
     if len(g.users(pool.output[0])) != 1 or pool.output[0] in g.outputs:
         return None
-    readers = g.users(node.output[0])
-    if len(readers) != 1 or readers[0].op_type != "QuantizeLinear" or node.output[0] in g.outputs:
-        return None
-    return Match([node], {"pool": pool, "q": readers[0]})
+    chain, cur = [node], node
+    while True:   # layout ops between the pool and its Q (dynamo: Reshape, Gather -> Reshape, Transpose)
+        readers = g.users(cur.output[0])
+        if len(readers) != 1 or cur.output[0] in g.outputs:
+            return None
+        r = readers[0]
+        if r.op_type == "QuantizeLinear":
+            return Match([node], {"pool": pool, "q": r, "chain": chain})
+        if r.op_type not in OPS + ("Transpose",) or r.domain not in ("", "ai.onnx") or len(chain) >= 4:
+            return None
+        chain.append(r)
+        cur = r
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -42,6 +55,9 @@ def check(m: Match, g, target) -> Optional[str]:
         return "the QuantizeLinear's scale / zero point are not constants"
     if g.shape(m.data["pool"].output[0]) is None:
         return "the pool's output shape is not static"
+    sc = g.const(q.input[1])
+    if (len(m.data["chain"]) > 1 or m.data["chain"][0].op_type == "Transpose") and (sc is None or sc.size != 1):
+        return "a per-channel QuantizeLinear after a chain of layout ops (its axis would move)"
     return None
 
 
