@@ -226,6 +226,57 @@ static inline int simple_epilogue(const epi_t *e, const float *res, const epi_t 
            && (!res || (!e2->bias && !e2->scale && !e2->shift && e2->code >= 0 && e2->code <= 2));
 }
 
+/* micro_lda's short epilogue (simple_epilogue holds) and store of a tile's rows x (m0, m1) columns;
+ * ``full``: both vectors whole (compiled apart: unmasked loads and stores, no test of m1 per row) */
+static inline __attribute__((always_inline)) void
+simple_store(const int mr, const int full, __m512 acc[][2], float *c, long ldc, int rows, __mmask16 m0, __mmask16 m1,
+             int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2, __mmask16 *bad2) {
+    __m512 b0 = _mm512_setzero_ps(), b1 = b0, lo = b0, hi = b0, lo2 = b0, hi2 = b0;
+    if (last) {
+        b0 = _mm512_loadu_ps(e->bias + col0);
+        b1 = _mm512_loadu_ps(e->bias + col0 + 16);
+        act_bounds(e, &lo, &hi);
+        if (res)
+            act_bounds(e2, &lo2, &hi2);
+    }
+    __mmask16 lb = 0, lb2 = 0;
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++) {
+        if (r >= rows)
+            break;
+        __m512 v0 = acc[r][0], v1 = acc[r][1];
+        if (last) {
+            v0 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v0, b0))));
+            lb = _kor_mask16(lb, full ? nonfinite(v0) : _kand_mask16(nonfinite(v0), m0));
+            if (full || m1) {
+                v1 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v1, b1))));
+                lb = _kor_mask16(lb, full ? nonfinite(v1) : _kand_mask16(nonfinite(v1), m1));
+            }
+            if (res) {       /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
+                const __m512 r0 = full ? _mm512_loadu_ps(res + r * ldc) : _mm512_maskz_loadu_ps(m0, res + r * ldc);
+                v0 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v0, r0))));
+                lb2 = _kor_mask16(lb2, full ? nonfinite(v0) : _kand_mask16(nonfinite(v0), m0));
+                if (full || m1) {
+                    const __m512 r1 = full ? _mm512_loadu_ps(res + r * ldc + 16)
+                                           : _mm512_maskz_loadu_ps(m1, res + r * ldc + 16);
+                    v1 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v1, r1))));
+                    lb2 = _kor_mask16(lb2, full ? nonfinite(v1) : _kand_mask16(nonfinite(v1), m1));
+                }
+            }
+        }
+        if (full) {
+            _mm512_storeu_ps(c + r * ldc, v0);
+            _mm512_storeu_ps(c + r * ldc + 16, v1);
+        } else {
+            _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
+            if (m1)
+                _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
+        }
+    }
+    *bad |= lb;
+    *bad2 |= lb2;
+}
+
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride LDP) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store (``simple``: simple_epilogue holds). */
 static inline __attribute__((always_inline)) void
@@ -257,6 +308,15 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
                 _mm_prefetch((const char *)(res + r * ldc + 16), _MM_HINT_T0);
             }
     }
+    if (simple && last && first) {
+        /* the output rows' lines, for writing, while the FMAs run (EXPERIMENT) */
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++)
+            if (r < rows) {
+                _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_ET0);
+                _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_ET0);
+            }
+    }
     if (win) {               /* windows in place: kernel row ky's taps are rowlen floats at a + ky * ystride */
         for (int ky = 0; ky < kh; ky++)
             if (pf)
@@ -276,42 +336,10 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
         }
     }
     if (simple) {
-        __m512 b0 = _mm512_setzero_ps(), b1 = b0, lo = b0, hi = b0, lo2 = b0, hi2 = b0;
-        if (last) {
-            b0 = _mm512_loadu_ps(e->bias + col0);
-            b1 = _mm512_loadu_ps(e->bias + col0 + 16);
-            act_bounds(e, &lo, &hi);
-            if (res)
-                act_bounds(e2, &lo2, &hi2);
-        }
-        __mmask16 lb = 0, lb2 = 0;
-#pragma GCC unroll 13
-        for (int r = 0; r < mr; r++) {
-            if (r >= rows)
-                break;
-            __m512 v0 = acc[r][0], v1 = acc[r][1];
-            if (last) {
-                v0 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v0, b0))));
-                lb = _kor_mask16(lb, _kand_mask16(nonfinite(v0), m0));
-                if (m1) {
-                    v1 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v1, b1))));
-                    lb = _kor_mask16(lb, _kand_mask16(nonfinite(v1), m1));
-                }
-                if (res) {       /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
-                    v0 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)))));
-                    lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v0), m0));
-                    if (m1) {
-                        v1 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)))));
-                        lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v1), m1));
-                    }
-                }
-            }
-            _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
-            if (m1)
-                _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
-        }
-        *bad |= lb;
-        *bad2 |= lb2;
+        if (m0 == 0xFFFF && m1 == 0xFFFF)   /* a whole block: unmasked loads and stores */
+            simple_store(mr, 1, acc, c, ldc, rows, 0xFFFF, 0xFFFF, last, e, col0, bad, res, e2, bad2);
+        else
+            simple_store(mr, 0, acc, c, ldc, rows, m0, m1, last, e, col0, bad, res, e2, bad2);
         return;
     }
     epv_t E0 = {0}, E1 = {0}, F0 = {0}, F1 = {0};
