@@ -52,8 +52,9 @@
 #define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
 #define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
 #define PATH_STEM_BLOCKS 128 /* conv: stem_rows per channel block for stems of over 32 channels (step 6) */
+#define PATH_PIPE 256       /* conv: in-place 1x1 tiles, each one's epilogue run inside the next's FMAs (direct_pipe) */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -445,6 +446,125 @@ typedef struct {
  * all of K in one tile (no k blocks: nothing packed to bound): the packed path's values. */
 MICRO_SET(0, _gen)
 MICRO_SET(1, _simple)
+
+/* ------------------------------------------------------------------ in-place 1x1 tiles, pipelined
+ * A run of whole 12 x 32 tiles of an in-place 1x1 conv (conv_range's ``direct``) with one k block
+ * and the short epilogue (simple_epilogue). micro_direct_simple ends each tile in its epilogue: 24
+ * (48 with a fused Sum2D) vectors of bias, bounds, two conversions (the fp16 rounding), the
+ * finiteness test and a store, ~400 operations that the out-of-order window cannot overlap with
+ * the next tile's FMAs (ResNet-50's 64 -> 256 at 56x56, K = 64: ~20% of the layer's time beside
+ * 72% in the FMA loop). Here a tile's sums go to a scratch tile in L1 and its epilogue runs one
+ * vector per two k of the next tile's FMA loop, where it uses the pipes the FMAs leave idle. Each
+ * value gets the same operations on the same sums: the same bits. */
+typedef struct {
+    const float *bias;            /* the block's 32 biases */
+    __m512 lo, hi, lo2, hi2;      /* the conv's and the fused sum's bounds (act_bounds) */
+    long ldc;
+    int res;                      /* a fused Sum2D */
+} pipe_epi_t;
+
+/* the epilogue of vector q (row q / 2, columns 16 (q % 2) ...) of a pending tile: simple_store's */
+static inline __attribute__((always_inline)) void
+pipe_one(const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int q, __mmask16 *lb, __mmask16 *lb2) {
+    const long off = (long)(q >> 1) * P->ldc + (q & 1) * 16;
+    __m512 v = _mm512_add_ps(_mm512_load_ps(pend + q * 16), _mm512_loadu_ps(P->bias + (q & 1) * 16));
+    v = rne16(_mm512_min_ps(P->hi, _mm512_max_ps(P->lo, v)));
+    *lb = _kor_mask16(*lb, nonfinite(v));
+    if (P->res) {
+        v = rne16(_mm512_min_ps(P->hi2, _mm512_max_ps(P->lo2, _mm512_add_ps(v, _mm512_loadu_ps(pr + off)))));
+        *lb2 = _kor_mask16(*lb2, nonfinite(v));
+    }
+    _mm512_storeu_ps(pc + off, v);
+}
+
+/* one tile's FMAs (rows a, lda apart; weights b [kc][NR]), the pending tile's 2 * MR epilogue
+ * vectors (npend: 0 or 2 * MR) one per odd k, the rest after the loop (kc < 4 * MR) */
+static inline __attribute__((always_inline)) void
+pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf, __m512 acc[][2],
+          const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int npend, __mmask16 *lb, __mmask16 *lb2) {
+    int q = 0;
+    for (int p = 0; p < kc; p++) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+        if ((p & 1) && q < npend)
+            pipe_one(P, pend, pc, pr, q++, lb, lb2);
+    }
+    for (; q < npend; q++)
+        pipe_one(P, pend, pc, pr, q, lb, lb2);
+}
+
+/* n whole tiles (t->first, t->last, t->cols == NR, one k block): A's rows a, t->lda apart, tile i's
+ * output c + i MR ldc (its residual res + i MR ldc); the first tile prefetches pf (micro_lda's) */
+static inline __attribute__((always_inline)) int
+direct_pipe_lda(const long LDA, const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf) {
+    const long ldc = t->ldc, lda = LDA ? LDA : t->lda;
+    pipe_epi_t P = {t->e->bias + t->col0, _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                    _mm512_setzero_ps(), ldc, res != NULL};
+    act_bounds(t->e, &P.lo, &P.hi);
+    if (res)
+        act_bounds(t->e2, &P.lo2, &P.hi2);
+    float pend[MR * NR] __attribute__((aligned(64)));
+    float *pc = NULL;
+    const float *pr = NULL;
+    __mmask16 lb = 0, lb2 = 0;
+    for (int i = 0; i < n; i++, a += MR * lda, c += MR * ldc, res = res ? res + MR * ldc : NULL) {
+        __m512 acc[MR][2];
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_ET0);      /* simple_store's prefetches */
+            _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_ET0);
+            if (res) {
+                _mm_prefetch((const char *)(res + r * ldc), _MM_HINT_T0);
+                _mm_prefetch((const char *)(res + r * ldc + 16), _MM_HINT_T0);
+            }
+        }
+        const int npend = i ? 2 * MR : 0;
+        if (i == 0 && pf)
+            pipe_tile(1, t->kc, a, lda, t->b, pf, acc, &P, pend, pc, pr, npend, &lb, &lb2);
+        else
+            pipe_tile(0, t->kc, a, lda, t->b, NULL, acc, &P, pend, pc, pr, npend, &lb, &lb2);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            _mm512_store_ps(pend + r * NR, acc[r][0]);
+            _mm512_store_ps(pend + r * NR + 16, acc[r][1]);
+        }
+        pc = c;
+        pr = res;
+    }
+    for (int q = 0; n > 0 && q < 2 * MR; q++)
+        pipe_one(&P, pend, pc, pr, q, &lb, &lb2);
+    return (lb ? 1 : 0) | (lb2 ? 2 : 0);
+}
+/* A's row stride compiled in for ResNet's expansions (64 .. 512 input channels): the 12 rows' loads
+ * address one base register (a run-time stride took 12 index registers, and with the epilogue's
+ * pointers beside them the loop reloaded row offsets from the stack) */
+#define PIPE_LDA(L) \
+    static HOT_LOOPS int direct_pipe##L(const tile_t *t, const float *a, float *c, const float *res, int n, \
+                                        const float *pf) { return direct_pipe_lda(L, t, a, c, res, n, pf); }
+PIPE_LDA(0)
+PIPE_LDA(64)
+PIPE_LDA(128)
+PIPE_LDA(256)
+PIPE_LDA(512)
+static int direct_pipe(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf) {
+    switch (t->lda) {
+    case 64: return direct_pipe64(t, a, c, res, n, pf);
+    case 128: return direct_pipe128(t, a, c, res, n, pf);
+    case 256: return direct_pipe256(t, a, c, res, n, pf);
+    case 512: return direct_pipe512(t, a, c, res, n, pf);
+    default: return direct_pipe0(t, a, c, res, n, pf);
+    }
+}
 
 /* Two consecutive tiles of at most 16 columns (O <= 16, or the last 16 of O = 48, 80, ...) as one:
  * 24 or 25 rows x one vector, the rows of the two panels (lda apart, in two groups of 12 that share
@@ -1145,6 +1265,17 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                             rc = rc ? rc + MR * ldo : NULL;
                             continue;
                         }
+                    }
+                    if (direct && rows == MR && simple && t.first && t.last && t.cols == NR && (new_paths & PATH_PIPE)) {
+                        /* the run of whole tiles from here (a merged 13-row last tile not in it) */
+                        int n = 1;
+                        while (i + n < tiles && (i + n + 1 < tiles || mrows - (long)(i + n) * MR == MR))
+                            n++;
+                        flags |= direct_pipe(&t, x + (mc + (long)i * MR) * cs + k0, oc, rc, n, pf);
+                        i += n - 1;
+                        oc += (n - 1) * MR * ldo;
+                        rc = rc ? rc + (n - 1) * MR * ldo : NULL;
+                        continue;
                     }
                     if (direct && rows >= MR)
                         flags |= (simple ? micro_direct_simple : micro_direct_gen)(&t, x + (mc + (long)i * MR) * cs + k0,
