@@ -461,17 +461,32 @@ typedef struct {
     __m512 lo, hi, lo2, hi2;      /* the conv's and the fused sum's bounds (act_bounds) */
     long ldc;
     int res;                      /* a fused Sum2D */
+    int kind;                     /* compiled: PIPE_ANY, PIPE_SUM_RELU or PIPE_RELU */
 } pipe_epi_t;
+
+/* ResNet's two epilogues compiled apart, without the bounds that are no-ops: a conv without
+ * activation whose fused sum has relu (the bottleneck's expansion), a conv with relu and no sum;
+ * relu stays max(0, v) in that operand order (NaN and -0 kept: act_bounds' lo = 0) */
+#define PIPE_ANY 0
+#define PIPE_SUM_RELU 1
+#define PIPE_RELU 2
 
 /* the epilogue of vector q (row q / 2, columns 16 (q % 2) ...) of a pending tile: simple_store's */
 static inline __attribute__((always_inline)) void
 pipe_one(const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int q, __mmask16 *lb, __mmask16 *lb2) {
     const long off = (long)(q >> 1) * P->ldc + (q & 1) * 16;
+    const __m512 z = _mm512_setzero_ps();
     __m512 v = _mm512_add_ps(_mm512_load_ps(pend + q * 16), _mm512_loadu_ps(P->bias + (q & 1) * 16));
-    v = rne16(_mm512_min_ps(P->hi, _mm512_max_ps(P->lo, v)));
+    if (P->kind == PIPE_ANY)
+        v = _mm512_min_ps(P->hi, _mm512_max_ps(P->lo, v));
+    else if (P->kind == PIPE_RELU)
+        v = _mm512_max_ps(z, v);
+    v = rne16(v);
     *lb = _kor_mask16(*lb, nonfinite(v));
-    if (P->res) {
-        v = rne16(_mm512_min_ps(P->hi2, _mm512_max_ps(P->lo2, _mm512_add_ps(v, _mm512_loadu_ps(pr + off)))));
+    if (P->kind == PIPE_SUM_RELU || (P->kind == PIPE_ANY && P->res)) {
+        v = _mm512_add_ps(v, _mm512_loadu_ps(pr + off));
+        v = P->kind == PIPE_ANY ? _mm512_min_ps(P->hi2, _mm512_max_ps(P->lo2, v)) : _mm512_max_ps(z, v);
+        v = rne16(v);
         *lb2 = _kor_mask16(*lb2, nonfinite(v));
     }
     _mm512_storeu_ps(pc + off, v);
@@ -484,7 +499,7 @@ pipe_one(const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int
 static inline __attribute__((always_inline)) void pipe_ahead(const pipe_epi_t *P, float *c, const float *res, int q) {
     const long off = (long)(q >> 1) * P->ldc + (q & 1) * 16;
     _mm_prefetch((const char *)(c + off), _MM_HINT_ET0);
-    if (P->res)
+    if (P->kind == PIPE_SUM_RELU || (P->kind == PIPE_ANY && P->res))
         _mm_prefetch((const char *)(res + off), _MM_HINT_T0);
 }
 
@@ -525,10 +540,11 @@ pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, 
 /* n whole tiles (t->first, t->last, t->cols == NR, one k block): A's rows a, t->lda apart, tile i's
  * output c + i MR ldc (its residual res + i MR ldc); the first tile prefetches pf (micro_lda's) */
 static inline __attribute__((always_inline)) int
-direct_pipe_lda(const long LDA, const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf) {
+direct_pipe_lda(const long LDA, const int kind, const tile_t *t, const float *a, float *c, const float *res, int n,
+                const float *pf) {
     const long ldc = t->ldc, lda = LDA ? LDA : t->lda;
     pipe_epi_t P = {t->e->bias + t->col0, _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                    _mm512_setzero_ps(), ldc, res != NULL};
+                    _mm512_setzero_ps(), ldc, res != NULL, kind};
     act_bounds(t->e, &P.lo, &P.hi);
     if (res)
         act_bounds(t->e2, &P.lo2, &P.hi2);
@@ -561,9 +577,15 @@ direct_pipe_lda(const long LDA, const tile_t *t, const float *a, float *c, const
 /* A's row stride compiled in for ResNet's expansions (64 .. 512 input channels): the 12 rows' loads
  * address one base register (a run-time stride took 12 index registers, and with the epilogue's
  * pointers beside them the loop reloaded row offsets from the stack) */
-#define PIPE_LDA(L) \
-    static HOT_LOOPS int direct_pipe##L(const tile_t *t, const float *a, float *c, const float *res, int n, \
-                                        const float *pf) { return direct_pipe_lda(L, t, a, c, res, n, pf); }
+#define PIPE_FN(L, KIND, sfx) \
+    static HOT_LOOPS int direct_pipe##L##sfx(const tile_t *t, const float *a, float *c, const float *res, int n, \
+                                             const float *pf) { return direct_pipe_lda(L, KIND, t, a, c, res, n, pf); }
+#define PIPE_LDA(L) PIPE_FN(L, PIPE_ANY, _any) PIPE_FN(L, PIPE_SUM_RELU, _sum_relu) PIPE_FN(L, PIPE_RELU, _relu) \
+    static int direct_pipe##L(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf) { \
+        if (res && t->e->code == 0 && t->e2->code == 1) return direct_pipe##L##_sum_relu(t, a, c, res, n, pf); \
+        if (!res && t->e->code == 1) return direct_pipe##L##_relu(t, a, c, res, n, pf); \
+        return direct_pipe##L##_any(t, a, c, res, n, pf); \
+    }
 PIPE_LDA(0)
 PIPE_LDA(64)
 PIPE_LDA(128)
