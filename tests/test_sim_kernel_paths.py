@@ -308,13 +308,16 @@ def test_packed_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o
 
 @pytest.mark.parametrize("shape, o", [
     ((1, 56, 56, 64), 256), ((1, 28, 28, 128), 96), ((1, 14, 14, 256), 64), ((1, 7, 7, 512), 64),
-    ((2, 9, 11, 24), 64), ((1, 5, 29, 40), 32), ((1, 3, 4, 64), 64), ((1, 5, 5, 48), 80), ((1, 1, 25, 16), 32)])
+    ((2, 9, 11, 24), 64), ((1, 5, 29, 40), 32), ((1, 3, 4, 64), 64), ((1, 5, 5, 48), 80), ((1, 1, 25, 16), 32),
+    ((1, 7, 7, 128), 256), ((1, 11, 12, 96), 128)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_in_place_1x1_tiles_pipelined(monkeypatch, shape, o, threads):
     """ResNet's bottleneck expansions (rows 64 .. 512 floats apart: compiled strides) and run-time
     strides (24, 40, 48, 16); K from 16 (fewer k than epilogue vectors: the rest after the loop) to
     512; maps whose pixels end in a partial tile (packed), a merged 13-row tile (7x7, 5x29) or fill
-    fewer than two tiles (3x4, 1x25); O = 80 (a last block of 16 columns: not this path); the
+    fewer than two tiles (3x4, 1x25); K <= 128 with several channel blocks (tile by tile, blocks
+    inner), on two threads split by rows or (7x7x128 -> 256) by channel blocks, and a map of exactly
+    11 tiles (11x12); O = 80 (a last block of 16 columns: not this path); the
     short epilogue (bias, bias + relu, bias + clamp) with and without a fused Sum2D (relu, clamp,
     none), and the general one (scale: not this path); fp16 overflows and NaN inputs."""
     assert native.on(), native.why_disabled()

@@ -541,7 +541,7 @@ pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, 
  * output c + i MR ldc (its residual res + i MR ldc); the first tile prefetches pf (micro_lda's) */
 static inline __attribute__((always_inline)) int
 direct_pipe_lda(const long LDA, const int kind, const tile_t *t, const float *a, float *c, const float *res, int n,
-                const float *pf) {
+                const float *pf, int nb, long bstride) {
     const long ldc = t->ldc, lda = LDA ? LDA : t->lda;
     pipe_epi_t P = {t->e->bias + t->col0, _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                     _mm512_setzero_ps(), ldc, res != NULL, kind};
@@ -552,24 +552,28 @@ direct_pipe_lda(const long LDA, const int kind, const tile_t *t, const float *a,
     float *pc = NULL;
     const float *pr = NULL;
     __mmask16 lb = 0, lb2 = 0;
-    for (int i = 0; i < n; i++, a += MR * lda, c += MR * ldc, res = res ? res + MR * ldc : NULL) {
-        __m512 acc[MR][2];
+    for (int i = 0; i < n; i++, a += MR * lda, c += MR * ldc, res = res ? res + MR * ldc : NULL)
+        for (int jb = 0; jb < nb; jb++) {    /* nb > 1: every channel block of the tile in turn */
+            float *cj = c + jb * NR;
+            const float *rj = res ? res + jb * NR : NULL;
+            __m512 acc[MR][2];
 #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++)
-            acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-        const int npend = i ? 2 * MR : 0;
-        if (i == 0 && pf)
-            pipe_tile(1, t->kc, a, lda, t->b, pf, acc, &P, pend, pc, pr, npend, &lb, &lb2, c, res);
-        else
-            pipe_tile(0, t->kc, a, lda, t->b, NULL, acc, &P, pend, pc, pr, npend, &lb, &lb2, c, res);
+            for (int r = 0; r < MR; r++)
+                acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            const int npend = i || jb ? 2 * MR : 0;
+            if (i == 0 && pf)
+                pipe_tile(1, t->kc, a, lda, t->b + jb * bstride, pf, acc, &P, pend, pc, pr, npend, &lb, &lb2, cj, rj);
+            else
+                pipe_tile(0, t->kc, a, lda, t->b + jb * bstride, NULL, acc, &P, pend, pc, pr, npend, &lb, &lb2, cj, rj);
 #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
-            _mm512_store_ps(pend + r * NR, acc[r][0]);
-            _mm512_store_ps(pend + r * NR + 16, acc[r][1]);
+            for (int r = 0; r < MR; r++) {
+                _mm512_store_ps(pend + r * NR, acc[r][0]);
+                _mm512_store_ps(pend + r * NR + 16, acc[r][1]);
+            }
+            pc = cj;
+            pr = rj;
+            P.bias = t->e->bias + t->col0 + jb * NR;   /* the pending tile's */
         }
-        pc = c;
-        pr = res;
-    }
     for (int q = 0; n > 0 && q < 2 * MR; q++)
         pipe_one(&P, pend, pc, pr, q, &lb, &lb2);
     return (lb ? 1 : 0) | (lb2 ? 2 : 0);
@@ -579,25 +583,30 @@ direct_pipe_lda(const long LDA, const int kind, const tile_t *t, const float *a,
  * pointers beside them the loop reloaded row offsets from the stack) */
 #define PIPE_FN(L, KIND, sfx) \
     static HOT_LOOPS int direct_pipe##L##sfx(const tile_t *t, const float *a, float *c, const float *res, int n, \
-                                             const float *pf) { return direct_pipe_lda(L, KIND, t, a, c, res, n, pf); }
+                                             const float *pf, int nb, long bstride) { \
+        return direct_pipe_lda(L, KIND, t, a, c, res, n, pf, nb, bstride); }
 #define PIPE_LDA(L) PIPE_FN(L, PIPE_ANY, _any) PIPE_FN(L, PIPE_SUM_RELU, _sum_relu) PIPE_FN(L, PIPE_RELU, _relu) \
-    static int direct_pipe##L(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf) { \
-        if (res && t->e->code == 0 && t->e2->code == 1) return direct_pipe##L##_sum_relu(t, a, c, res, n, pf); \
-        if (!res && t->e->code == 1) return direct_pipe##L##_relu(t, a, c, res, n, pf); \
-        return direct_pipe##L##_any(t, a, c, res, n, pf); \
+    static int direct_pipe##L(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf, \
+                              int nb, long bs) { \
+        if (res && t->e->code == 0 && t->e2->code == 1) return direct_pipe##L##_sum_relu(t, a, c, res, n, pf, nb, bs); \
+        if (!res && t->e->code == 1) return direct_pipe##L##_relu(t, a, c, res, n, pf, nb, bs); \
+        return direct_pipe##L##_any(t, a, c, res, n, pf, nb, bs); \
     }
 PIPE_LDA(0)
 PIPE_LDA(64)
 PIPE_LDA(128)
 PIPE_LDA(256)
 PIPE_LDA(512)
-static int direct_pipe(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf) {
+/* n whole tiles of nb channel blocks (weights bstride floats apart, outputs NR columns apart): with
+ * nb > 1 tile by tile, each tile's blocks in turn (its 12 rows stay in L1; pf unused) */
+static int direct_pipe(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf, int nb,
+                       long bstride) {
     switch (t->lda) {
-    case 64: return direct_pipe64(t, a, c, res, n, pf);
-    case 128: return direct_pipe128(t, a, c, res, n, pf);
-    case 256: return direct_pipe256(t, a, c, res, n, pf);
-    case 512: return direct_pipe512(t, a, c, res, n, pf);
-    default: return direct_pipe0(t, a, c, res, n, pf);
+    case 64: return direct_pipe64(t, a, c, res, n, pf, nb, bstride);
+    case 128: return direct_pipe128(t, a, c, res, n, pf, nb, bstride);
+    case 256: return direct_pipe256(t, a, c, res, n, pf, nb, bstride);
+    case 512: return direct_pipe512(t, a, c, res, n, pf, nb, bstride);
+    default: return direct_pipe0(t, a, c, res, n, pf, nb, bstride);
     }
 }
 
@@ -1258,7 +1267,22 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 if (win[i] == NULL && (!direct || rows < MR) && !(win2 >> (i & ~1) & 1))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * LDP);
             }
-            for (long j = j0; j < j1; j++) {
+            int ifirst = 0;
+            if ((new_paths & PATH_PIPE) && direct && simple && K <= 128 && j1 - j0 > 1 && o >= j1 * NR) {
+                /* K <= 128: the whole tiles one by one, every channel block inner (direct_pipe's nb: the
+                 * tile's 12 input rows stay in L1; block by block each block re-read the 120 rows) */
+                int n = 0;
+                while (n < tiles && (n + 1 < tiles || mrows - (long)n * MR == MR))
+                    n++;
+                if (n > 0) {
+                    const tile_t t0 = {wpack + j0 * K * NR, ldo, cs, &e, e2, (int)K, NR, 1, 1, (int)(j0 * NR), 1,
+                                       (int)c, 0};
+                    flags |= direct_pipe(&t0, x + mc * cs, out + mc * ldo + j0 * NR, res ? res + mc * ldo + j0 * NR : NULL,
+                                         n, NULL, (int)(j1 - j0), K * NR);
+                    ifirst = n;
+                }
+            }
+            for (long j = j0; j < j1 && ifirst < tiles; j++) {
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
                  * layer's weights exceed the caches) */
                 const float *bp = wpack + (j * K + k0) * NR;
@@ -1266,9 +1290,9 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
                                   k0 == 0, k0 + KC >= K, (int)(j * NR), (int)kh, (int)(kw * c), dh * w * c};
                 const tile_t tw = {bp, ldo, cs, &e, e2, (int)K, t.cols, 1, 1, t.col0, t.kh, t.rowlen, t.ystride};
-                float *oc = out + mc * ldo + j * NR;
-                const float *rc = res ? res + mc * ldo + j * NR : NULL;
-                for (int i = 0; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
+                float *oc = out + (mc + (long)ifirst * MR) * ldo + j * NR;
+                const float *rc = res ? res + (mc + (long)ifirst * MR) * ldo + j * NR : NULL;
+                for (int i = ifirst; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - mc - (long)i * MR);   /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : NULL;
                     if (win2 >> i & 1) {     /* this tile and the next: 24 windows in place (no fused sum) */
@@ -1306,7 +1330,7 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                         int n = 1;
                         while (i + n < tiles && (i + n + 1 < tiles || mrows - (long)(i + n) * MR == MR))
                             n++;
-                        flags |= direct_pipe(&t, x + (mc + (long)i * MR) * cs + k0, oc, rc, n, pf);
+                        flags |= direct_pipe(&t, x + (mc + (long)i * MR) * cs + k0, oc, rc, n, pf, 1, 0);
                         i += n - 1;
                         oc += (n - 1) * MR * ldo;
                         rc = rc ? rc + (n - 1) * MR * ldo : NULL;
