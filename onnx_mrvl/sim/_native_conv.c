@@ -310,7 +310,8 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
             }
     }
     if (simple && last && first) {
-        /* the output rows' lines, for writing, while the FMAs run (EXPERIMENT) */
+        /* the output rows' lines, for writing, while the FMAs run (64 -> 256 at 56x56 with a fused
+         * residual -2.5% in micro_direct_simple; plain: no change) */
 #pragma GCC unroll 13
         for (int r = 0; r < mr; r++)
             if (r < rows) {
