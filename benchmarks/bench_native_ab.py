@@ -60,13 +60,24 @@ def handover(call, i, threads):
         call(i)
 
 
-def kernel_rows(libs, rows, threads, batch, repeat):
+# ResNet-50's other bottleneck expansions (its last 1x1 conv, 64 -> 256 is bench_sim_kernels' row;
+# with ``--residual`` its fused residual add)
+EXPANSIONS = [
+    ("resnet50 1x1 128->512 @28", (1, 28, 28, 128), 512, 1, 1, 0, 1, "none"),
+    ("resnet50 1x1 256->1024 @14", (1, 14, 14, 256), 1024, 1, 1, 0, 1, "none"),
+    ("resnet50 1x1 512->2048 @7", (1, 7, 7, 512), 2048, 1, 1, 0, 1, "none"),
+]
+
+
+def kernel_rows(libs, rows, threads, batch, repeat, residual=False):
     import bench_sim_kernels as B
     from onnx_mrvl.sim.kernels import Conv2D
     clock = time.thread_time_ns if threads == 1 else time.perf_counter_ns
     rng = np.random.default_rng(0)
-    for name, shape, o, k, s, p, g, act in B.SHAPES:
+    for name, shape, o, k, s, p, g, act in B.SHAPES + EXPANSIONS:
         if rows and not any(r in name for r in rows):
+            continue
+        if residual and (g != 1 or k != 1):
             continue
         shape = (batch,) + tuple(shape[1:])
         x = rng.standard_normal(shape).astype(np.float16).astype(np.float32)
@@ -78,11 +89,20 @@ def kernel_rows(libs, rows, threads, batch, repeat):
         xa = native.empty(x.shape)
         xa[...] = x
         outs = [native.empty(oshape) for _ in libs]
+        res = None
+        if residual:      # a fused Sum2D with relu (ResNet's add): descriptor words 23-26 (sim/native.py)
+            desc = np.ctypeslib.as_array((ctypes.c_int64 * 29).from_address(daddr)).copy()
+            desc[23] = 1
+            daddr = desc.ctypes.data
+            res = native.empty(oshape)
+            res[...] = rng.standard_normal(oshape).astype(np.float16).astype(np.float32)
+            name += " + residual"
 
         def call(i):
             if conv.depthwise:
                 return libs[i].depthwise_desc(daddr, xa.ctypes.data, outs[i].ctypes.data, threads)
-            return libs[i].conv_desc(daddr, xa.ctypes.data, outs[i].ctypes.data, None, threads)
+            return libs[i].conv_desc(daddr, xa.ctypes.data, outs[i].ctypes.data,
+                                     None if res is None else res.ctypes.data, threads)
         best = [float("inf")] * len(libs)
         for i in range(len(libs)):
             call(i)
@@ -149,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=40)
+    ap.add_argument("--residual", action="store_true",
+                    help="the 1x1 rows with a fused residual add (relu), as ResNet's expansions run")
     args = ap.parse_args(argv)
     configure_once()
     if not native.on():
@@ -159,7 +181,7 @@ def main(argv=None) -> int:
           f"{'thread CPU' if args.threads == 1 else 'wall'} time, minimum of {args.repeat}\n")
     print("| kernel | old ms | new ms | new / old | outputs |")
     print("| --- | ---: | ---: | ---: | --- |")
-    kernel_rows(libs, [r for r in args.rows.split(",") if r], args.threads, args.batch, args.repeat)
+    kernel_rows(libs, [r for r in args.rows.split(",") if r], args.threads, args.batch, args.repeat, args.residual)
     for key in (k for k in args.models.split(",") if k):
         model_steps(libs, key, args.threads, args.batch, max(5, args.repeat // 2))
     return 0

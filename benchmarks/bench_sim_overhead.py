@@ -168,7 +168,8 @@ def balance(key: str, batch: int, repeat: int) -> None:
     print(f"parallel efficiency (CPU on one thread / threads / makespan): {tot[1] / nt / tot[3]:.3f}")
 
 
-def kinds(key: str, repeat: int) -> None:
+def kinds(key: str, repeat: int, shapes: bool = False) -> None:
+    """``shapes``: the convs by input -> output channels and output map size as well."""
     import json
     import onnxruntime as ort
     os.environ["ONNX_MRVL_SIM_DWPW"] = "0"
@@ -182,8 +183,14 @@ def kinds(key: str, repeat: int) -> None:
     log = _part_log(sim._static, 1, repeat)
     steps = [e.step for s in sim._static.segments if s[0] == "native" for e in s[1]]
     mine: dict = {}
+    def name(st):
+        k = _kind(st)
+        if shapes and k.startswith(("conv", "grouped", "depthwise")) and st.ins:
+            i, o = sim._static.shapes.get(st.ins[0]), sim._static.shapes.get(st.out)
+            k = f"{k} {i[-1]}->{o[-1]} @{o[1]}"
+        return k
     for k, st in zip(sorted(log), steps):
-        mine[_kind(st)] = mine.get(_kind(st), 0) + min(int(p.sum()) for p in log[k]) / 1e3
+        mine[name(st)] = mine.get(name(st), 0) + min(int(p.sum()) for p in log[k]) / 1e3
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.enable_profiling = 1, True
     so.profile_file_prefix = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench_kinds_{key}")
@@ -199,6 +206,7 @@ def kinds(key: str, repeat: int) -> None:
                 times.setdefault(ev["name"], (ev["args"], []))[1].append(ev["dur"])
     os.remove(path)
     theirs: dict = {}
+    by_shape = shapes
     for args, durs in times.values():
         op, shapes = args.get("op_name"), [list(v.values())[0] for v in args.get("input_type_shape", [])]
         if op in ("Conv", "FusedConv"):
@@ -207,6 +215,8 @@ def kinds(key: str, repeat: int) -> None:
             g = cin // w[1]
             k = "depthwise" if g == cin > 1 else ("grouped" if g > 1 else "conv")
             k = f"{k} {w[2]}x{w[3]}/s{shapes[0][2] // out[2] if out[2] else 1}"
+            if by_shape:
+                k = f"{k} {cin}->{w[0]} @{out[2]}"
         else:
             k = {"Gemm": "fc", "MatMul": "fc", "MaxPool": "maxpool2d", "AveragePool": "avgpool2d",
                  "GlobalAveragePool": "globalavgpool2d"}.get(op, op)
@@ -234,6 +244,7 @@ def main(argv=None):
     ap.add_argument("--batch", default="1")
     ap.add_argument("--balance", action="store_true", help="the steps' balance from thread CPU times")
     ap.add_argument("--kinds", action="store_true", help="one thread: simulator vs onnxruntime per layer kind")
+    ap.add_argument("--shapes", action="store_true", help="with --kinds: the convs by channels and map size too")
     args = ap.parse_args(argv)
     keys = [k for k in args.models.split(",") if k]
     if args.balance or args.kinds:
@@ -242,7 +253,7 @@ def main(argv=None):
                 if args.balance:
                     balance(key, b, max(5, args.repeat // 10))
             if args.kinds:
-                kinds(key, max(5, args.repeat // 10))
+                kinds(key, max(5, args.repeat // 10), args.shapes)
         return
     print(f"load average {os.getloadavg()[0]:.1f}")
     fixed_cost(args.layers, args.repeat)

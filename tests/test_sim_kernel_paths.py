@@ -14,7 +14,8 @@ and two threads.
   the last one of a row overlapping the one before, padded borders read from zero-filled strips;
 * a depthwise output row of 4-8 pixels whole in registers (``dw_row3``);
 * an in-place 1x1 conv of at most 8 output channels in 256-bit tiles of 24 pixels (``range8``);
-* a 3-channel stride-2 stem of more than 32 output channels tiled along rows block by block."""
+* a 3-channel stride-2 stem of more than 32 output channels tiled along rows block by block;
+* in-place 1x1 tiles whose epilogue runs inside the next tile's FMA loop (``direct_pipe``)."""
 import numpy as np
 import pytest
 
@@ -23,7 +24,8 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
-DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, ALL = 1, 2, 4, 8, 16, 32, 64, 128, 255
+DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
+ALL = 511
 
 
 def _both(path, build):
@@ -302,3 +304,40 @@ def test_packed_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o
             res.reshape(-1)[::53] = 65000.0
             act = jit.act_args("relu", None, None, o)
             _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+
+
+@pytest.mark.parametrize("shape, o", [
+    ((1, 56, 56, 64), 256), ((1, 28, 28, 128), 96), ((1, 14, 14, 256), 64), ((1, 7, 7, 512), 64),
+    ((2, 9, 11, 24), 64), ((1, 5, 29, 40), 32), ((1, 3, 4, 64), 64), ((1, 5, 5, 48), 80), ((1, 1, 25, 16), 32),
+    ((1, 7, 7, 128), 256), ((1, 11, 12, 96), 128)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_in_place_1x1_tiles_pipelined(monkeypatch, shape, o, threads):
+    """ResNet's bottleneck expansions (rows 64 .. 512 floats apart: compiled strides) and run-time
+    strides (24, 40, 48, 16); K from 16 (fewer k than epilogue vectors: the rest after the loop) to
+    512; maps whose pixels end in a partial tile (packed), a merged 13-row tile (7x7, 5x29) or fill
+    fewer than two tiles (3x4, 1x25); K <= 128 with several channel blocks (tile by tile, blocks
+    inner), on two threads split by rows or (7x7x128 -> 256) by channel blocks, and a map of exactly
+    11 tiles (11x12); O = 80 (a last block of 16 columns: not this path); the
+    short epilogue (bias, bias + relu, bias + clamp) with and without a fused Sum2D (relu, clamp,
+    none), and the general one (scale: not this path); fp16 overflows and NaN inputs."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::97] = 9000.0
+    x.reshape(-1)[5::3001] = np.nan
+    w = f16(rng.standard_normal((o, 1, 1, shape[3])) * 0.3)
+    convs = [dict(bias=rng.standard_normal(o)),
+             dict(bias=rng.standard_normal(o), activation="relu"),
+             dict(bias=rng.standard_normal(o), activation="clamp", activation_params={"min": -1.0, "max": 6.0}),
+             dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), activation="relu")]
+    for conv in convs:
+        _same(*_both(PIPE, lambda: K.Conv2D(w, **conv).apply(x)))
+        c = K.Conv2D(w, **conv)
+        y, _ = c.apply(x)
+        assert c.fusable_sum(x.shape)
+        res = f16(rng.standard_normal(y.shape) * 2)
+        res.reshape(-1)[::53] = 65000.0
+        for act in (jit.act_args("relu", None, None, o), jit.act_args("clamp", {"min": 0.0, "max": 6.0}, None, o),
+                    jit.act_args("none", None, None, o)):
+            _same(*_both(PIPE, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))

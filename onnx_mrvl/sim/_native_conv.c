@@ -52,8 +52,9 @@
 #define PATH_DW_ROW 32      /* depthwise: a whole output row of 4-8 pixels in registers (dw_row3) */
 #define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
 #define PATH_STEM_BLOCKS 128 /* conv: stem_rows per channel block for stems of over 32 channels (step 6) */
+#define PATH_PIPE 256       /* conv: in-place 1x1 tiles, each one's epilogue run inside the next's FMAs (direct_pipe) */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -226,6 +227,57 @@ static inline int simple_epilogue(const epi_t *e, const float *res, const epi_t 
            && (!res || (!e2->bias && !e2->scale && !e2->shift && e2->code >= 0 && e2->code <= 2));
 }
 
+/* micro_lda's short epilogue (simple_epilogue holds) and store of a tile's rows x (m0, m1) columns;
+ * ``full``: both vectors whole (compiled apart: unmasked loads and stores, no test of m1 per row) */
+static inline __attribute__((always_inline)) void
+simple_store(const int mr, const int full, __m512 acc[][2], float *c, long ldc, int rows, __mmask16 m0, __mmask16 m1,
+             int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2, __mmask16 *bad2) {
+    __m512 b0 = _mm512_setzero_ps(), b1 = b0, lo = b0, hi = b0, lo2 = b0, hi2 = b0;
+    if (last) {
+        b0 = _mm512_loadu_ps(e->bias + col0);
+        b1 = _mm512_loadu_ps(e->bias + col0 + 16);
+        act_bounds(e, &lo, &hi);
+        if (res)
+            act_bounds(e2, &lo2, &hi2);
+    }
+    __mmask16 lb = 0, lb2 = 0;
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++) {
+        if (r >= rows)
+            break;
+        __m512 v0 = acc[r][0], v1 = acc[r][1];
+        if (last) {
+            v0 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v0, b0))));
+            lb = _kor_mask16(lb, full ? nonfinite(v0) : _kand_mask16(nonfinite(v0), m0));
+            if (full || m1) {
+                v1 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v1, b1))));
+                lb = _kor_mask16(lb, full ? nonfinite(v1) : _kand_mask16(nonfinite(v1), m1));
+            }
+            if (res) {       /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
+                const __m512 r0 = full ? _mm512_loadu_ps(res + r * ldc) : _mm512_maskz_loadu_ps(m0, res + r * ldc);
+                v0 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v0, r0))));
+                lb2 = _kor_mask16(lb2, full ? nonfinite(v0) : _kand_mask16(nonfinite(v0), m0));
+                if (full || m1) {
+                    const __m512 r1 = full ? _mm512_loadu_ps(res + r * ldc + 16)
+                                           : _mm512_maskz_loadu_ps(m1, res + r * ldc + 16);
+                    v1 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v1, r1))));
+                    lb2 = _kor_mask16(lb2, full ? nonfinite(v1) : _kand_mask16(nonfinite(v1), m1));
+                }
+            }
+        }
+        if (full) {
+            _mm512_storeu_ps(c + r * ldc, v0);
+            _mm512_storeu_ps(c + r * ldc + 16, v1);
+        } else {
+            _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
+            if (m1)
+                _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
+        }
+    }
+    *bad |= lb;
+    *bad2 |= lb2;
+}
+
 /* C[rows x cols] (+)= A-panel [MR][KC] (row stride LDP) x B-panel [kc][NR]; on the last k block
  * the epilogue is applied before the store (``simple``: simple_epilogue holds). */
 static inline __attribute__((always_inline)) void
@@ -257,6 +309,16 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
                 _mm_prefetch((const char *)(res + r * ldc + 16), _MM_HINT_T0);
             }
     }
+    if (simple && last && first) {
+        /* the output rows' lines, for writing, while the FMAs run (64 -> 256 at 56x56 with a fused
+         * residual -2.5% in micro_direct_simple; plain: no change) */
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++)
+            if (r < rows) {
+                _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_ET0);
+                _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_ET0);
+            }
+    }
     if (win) {               /* windows in place: kernel row ky's taps are rowlen floats at a + ky * ystride */
         for (int ky = 0; ky < kh; ky++)
             if (pf)
@@ -276,42 +338,10 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
         }
     }
     if (simple) {
-        __m512 b0 = _mm512_setzero_ps(), b1 = b0, lo = b0, hi = b0, lo2 = b0, hi2 = b0;
-        if (last) {
-            b0 = _mm512_loadu_ps(e->bias + col0);
-            b1 = _mm512_loadu_ps(e->bias + col0 + 16);
-            act_bounds(e, &lo, &hi);
-            if (res)
-                act_bounds(e2, &lo2, &hi2);
-        }
-        __mmask16 lb = 0, lb2 = 0;
-#pragma GCC unroll 13
-        for (int r = 0; r < mr; r++) {
-            if (r >= rows)
-                break;
-            __m512 v0 = acc[r][0], v1 = acc[r][1];
-            if (last) {
-                v0 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v0, b0))));
-                lb = _kor_mask16(lb, _kand_mask16(nonfinite(v0), m0));
-                if (m1) {
-                    v1 = rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(v1, b1))));
-                    lb = _kor_mask16(lb, _kand_mask16(nonfinite(v1), m1));
-                }
-                if (res) {       /* fused Sum2D: fp16 conv value + residual, its activation, fp16 */
-                    v0 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res + r * ldc)))));
-                    lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v0), m0));
-                    if (m1) {
-                        v1 = rne16(_mm512_min_ps(hi2, _mm512_max_ps(lo2, _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + r * ldc + 16)))));
-                        lb2 = _kor_mask16(lb2, _kand_mask16(nonfinite(v1), m1));
-                    }
-                }
-            }
-            _mm512_mask_storeu_ps(c + r * ldc, m0, v0);
-            if (m1)
-                _mm512_mask_storeu_ps(c + r * ldc + 16, m1, v1);
-        }
-        *bad |= lb;
-        *bad2 |= lb2;
+        if (m0 == 0xFFFF && m1 == 0xFFFF)   /* a whole block: unmasked loads and stores */
+            simple_store(mr, 1, acc, c, ldc, rows, 0xFFFF, 0xFFFF, last, e, col0, bad, res, e2, bad2);
+        else
+            simple_store(mr, 0, acc, c, ldc, rows, m0, m1, last, e, col0, bad, res, e2, bad2);
         return;
     }
     epv_t E0 = {0}, E1 = {0}, F0 = {0}, F1 = {0};
@@ -417,6 +447,169 @@ typedef struct {
  * all of K in one tile (no k blocks: nothing packed to bound): the packed path's values. */
 MICRO_SET(0, _gen)
 MICRO_SET(1, _simple)
+
+/* ------------------------------------------------------------------ in-place 1x1 tiles, pipelined
+ * A run of whole 12 x 32 tiles of an in-place 1x1 conv (conv_range's ``direct``) with one k block
+ * and the short epilogue (simple_epilogue). micro_direct_simple ends each tile in its epilogue: 24
+ * (48 with a fused Sum2D) vectors of bias, bounds, two conversions (the fp16 rounding), the
+ * finiteness test and a store, ~400 operations that the out-of-order window cannot overlap with
+ * the next tile's FMAs (ResNet-50's 64 -> 256 at 56x56, K = 64: ~20% of the layer's time beside
+ * 72% in the FMA loop). Here a tile's sums go to a scratch tile in L1 and its epilogue runs one
+ * vector per two k of the next tile's FMA loop, where it uses the pipes the FMAs leave idle. Each
+ * value gets the same operations on the same sums: the same bits. */
+typedef struct {
+    const float *bias;            /* the block's 32 biases */
+    __m512 lo, hi, lo2, hi2;      /* the conv's and the fused sum's bounds (act_bounds) */
+    long ldc;
+    int res;                      /* a fused Sum2D */
+    int kind;                     /* compiled: PIPE_ANY, PIPE_SUM_RELU or PIPE_RELU */
+} pipe_epi_t;
+
+/* ResNet's two epilogues compiled apart, without the bounds that are no-ops: a conv without
+ * activation whose fused sum has relu (the bottleneck's expansion), a conv with relu and no sum;
+ * relu stays max(0, v) in that operand order (NaN and -0 kept: act_bounds' lo = 0) */
+#define PIPE_ANY 0
+#define PIPE_SUM_RELU 1
+#define PIPE_RELU 2
+
+/* the epilogue of vector q (row q / 2, columns 16 (q % 2) ...) of a pending tile: simple_store's */
+static inline __attribute__((always_inline)) void
+pipe_one(const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int q, __mmask16 *lb, __mmask16 *lb2) {
+    const long off = (long)(q >> 1) * P->ldc + (q & 1) * 16;
+    const __m512 z = _mm512_setzero_ps();
+    __m512 v = _mm512_add_ps(_mm512_load_ps(pend + q * 16), _mm512_loadu_ps(P->bias + (q & 1) * 16));
+    if (P->kind == PIPE_ANY)
+        v = _mm512_min_ps(P->hi, _mm512_max_ps(P->lo, v));
+    else if (P->kind == PIPE_RELU)
+        v = _mm512_max_ps(z, v);
+    v = rne16(v);
+    *lb = _kor_mask16(*lb, nonfinite(v));
+    if (P->kind == PIPE_SUM_RELU || (P->kind == PIPE_ANY && P->res)) {
+        v = _mm512_add_ps(v, _mm512_loadu_ps(pr + off));
+        v = P->kind == PIPE_ANY ? _mm512_min_ps(P->hi2, _mm512_max_ps(P->lo2, v)) : _mm512_max_ps(z, v);
+        v = rne16(v);
+        *lb2 = _kor_mask16(*lb2, nonfinite(v));
+    }
+    _mm512_storeu_ps(pc + off, v);
+}
+
+/* the lines of vector q of this tile's output (for writing) and residual, which its epilogue
+ * (in the next tile's loop) stores and reads: one line each per slot, not 48 prefetches at the
+ * tile's start (the L1's miss buffers are fewer: the residual's loads still missed, 36% of the
+ * samples of ResNet-50's 64 -> 256 at 56x56 on the instruction after them) */
+static inline __attribute__((always_inline)) void pipe_ahead(const pipe_epi_t *P, float *c, const float *res, int q) {
+    const long off = (long)(q >> 1) * P->ldc + (q & 1) * 16;
+    _mm_prefetch((const char *)(c + off), _MM_HINT_ET0);
+    if (P->kind == PIPE_SUM_RELU || (P->kind == PIPE_ANY && P->res))
+        _mm_prefetch((const char *)(res + off), _MM_HINT_T0);
+}
+
+/* one tile's FMAs (rows a, lda apart; weights b [kc][NR]), the pending tile's 2 * MR epilogue
+ * vectors (npend: 0 or 2 * MR) one per odd k, the rest after the loop (kc < 4 * MR); the same
+ * slots prefetch this tile's output c and residual res */
+static inline __attribute__((always_inline)) void
+pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf, __m512 acc[][2],
+          const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int npend, __mmask16 *lb, __mmask16 *lb2,
+          float *c, const float *res) {
+    int q = 0;
+    for (int p = 0; p < kc; p++) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+        if ((p & 1) && q < 2 * MR) {
+            pipe_ahead(P, c, res, q);
+            if (q < npend)
+                pipe_one(P, pend, pc, pr, q, lb, lb2);
+            q++;
+        }
+    }
+    for (; q < 2 * MR; q++) {
+        pipe_ahead(P, c, res, q);
+        if (q < npend)
+            pipe_one(P, pend, pc, pr, q, lb, lb2);
+    }
+}
+
+/* n whole tiles (t->first, t->last, t->cols == NR, one k block): A's rows a, t->lda apart, tile i's
+ * output c + i MR ldc (its residual res + i MR ldc); the first tile prefetches pf (micro_lda's) */
+static inline __attribute__((always_inline)) int
+direct_pipe_lda(const long LDA, const int kind, const tile_t *t, const float *a, float *c, const float *res, int n,
+                const float *pf, int nb, long bstride) {
+    const long ldc = t->ldc, lda = LDA ? LDA : t->lda;
+    pipe_epi_t P = {t->e->bias + t->col0, _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                    _mm512_setzero_ps(), ldc, res != NULL, kind};
+    act_bounds(t->e, &P.lo, &P.hi);
+    if (res)
+        act_bounds(t->e2, &P.lo2, &P.hi2);
+    float pend[MR * NR] __attribute__((aligned(64)));
+    float *pc = NULL;
+    const float *pr = NULL;
+    __mmask16 lb = 0, lb2 = 0;
+    for (int i = 0; i < n; i++, a += MR * lda, c += MR * ldc, res = res ? res + MR * ldc : NULL)
+        for (int jb = 0; jb < nb; jb++) {    /* nb > 1: every channel block of the tile in turn */
+            float *cj = c + jb * NR;
+            const float *rj = res ? res + jb * NR : NULL;
+            __m512 acc[MR][2];
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++)
+                acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            const int npend = i || jb ? 2 * MR : 0;
+            if (i == 0 && pf)
+                pipe_tile(1, t->kc, a, lda, t->b + jb * bstride, pf, acc, &P, pend, pc, pr, npend, &lb, &lb2, cj, rj);
+            else
+                pipe_tile(0, t->kc, a, lda, t->b + jb * bstride, NULL, acc, &P, pend, pc, pr, npend, &lb, &lb2, cj, rj);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++) {
+                _mm512_store_ps(pend + r * NR, acc[r][0]);
+                _mm512_store_ps(pend + r * NR + 16, acc[r][1]);
+            }
+            pc = cj;
+            pr = rj;
+            P.bias = t->e->bias + t->col0 + jb * NR;   /* the pending tile's */
+        }
+    for (int q = 0; n > 0 && q < 2 * MR; q++)
+        pipe_one(&P, pend, pc, pr, q, &lb, &lb2);
+    return (lb ? 1 : 0) | (lb2 ? 2 : 0);
+}
+/* A's row stride compiled in for ResNet's expansions (64 .. 512 input channels): the 12 rows' loads
+ * address one base register (a run-time stride took 12 index registers, and with the epilogue's
+ * pointers beside them the loop reloaded row offsets from the stack) */
+#define PIPE_FN(L, KIND, sfx) \
+    static HOT_LOOPS int direct_pipe##L##sfx(const tile_t *t, const float *a, float *c, const float *res, int n, \
+                                             const float *pf, int nb, long bstride) { \
+        return direct_pipe_lda(L, KIND, t, a, c, res, n, pf, nb, bstride); }
+#define PIPE_LDA(L) PIPE_FN(L, PIPE_ANY, _any) PIPE_FN(L, PIPE_SUM_RELU, _sum_relu) PIPE_FN(L, PIPE_RELU, _relu) \
+    static int direct_pipe##L(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf, \
+                              int nb, long bs) { \
+        if (res && t->e->code == 0 && t->e2->code == 1) return direct_pipe##L##_sum_relu(t, a, c, res, n, pf, nb, bs); \
+        if (!res && t->e->code == 1) return direct_pipe##L##_relu(t, a, c, res, n, pf, nb, bs); \
+        return direct_pipe##L##_any(t, a, c, res, n, pf, nb, bs); \
+    }
+PIPE_LDA(0)
+PIPE_LDA(64)
+PIPE_LDA(128)
+PIPE_LDA(256)
+PIPE_LDA(512)
+/* n whole tiles of nb channel blocks (weights bstride floats apart, outputs NR columns apart): with
+ * nb > 1 tile by tile, each tile's blocks in turn (its 12 rows stay in L1; pf unused) */
+static int direct_pipe(const tile_t *t, const float *a, float *c, const float *res, int n, const float *pf, int nb,
+                       long bstride) {
+    switch (t->lda) {
+    case 64: return direct_pipe64(t, a, c, res, n, pf, nb, bstride);
+    case 128: return direct_pipe128(t, a, c, res, n, pf, nb, bstride);
+    case 256: return direct_pipe256(t, a, c, res, n, pf, nb, bstride);
+    case 512: return direct_pipe512(t, a, c, res, n, pf, nb, bstride);
+    default: return direct_pipe0(t, a, c, res, n, pf, nb, bstride);
+    }
+}
 
 /* Two consecutive tiles of at most 16 columns (O <= 16, or the last 16 of O = 48, 80, ...) as one:
  * 24 or 25 rows x one vector, the rows of the two panels (lda apart, in two groups of 12 that share
@@ -1075,7 +1268,22 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 if (win[i] == NULL && (!direct || rows < MR) && !(win2 >> (i & ~1) & 1))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * LDP);
             }
-            for (long j = j0; j < j1; j++) {
+            int ifirst = 0;
+            if ((new_paths & PATH_PIPE) && direct && simple && K <= 128 && j1 - j0 > 1 && o >= j1 * NR) {
+                /* K <= 128: the whole tiles one by one, every channel block inner (direct_pipe's nb: the
+                 * tile's 12 input rows stay in L1; block by block each block re-read the 120 rows) */
+                int n = 0;
+                while (n < tiles && (n + 1 < tiles || mrows - (long)n * MR == MR))
+                    n++;
+                if (n > 0) {
+                    const tile_t t0 = {wpack + j0 * K * NR, ldo, cs, &e, e2, (int)K, NR, 1, 1, (int)(j0 * NR), 1,
+                                       (int)c, 0};
+                    flags |= direct_pipe(&t0, x + mc * cs, out + mc * ldo + j0 * NR, res ? res + mc * ldo + j0 * NR : NULL,
+                                         n, NULL, (int)(j1 - j0), K * NR);
+                    ifirst = n;
+                }
+            }
+            for (long j = j0; j < j1 && ifirst < tiles; j++) {
                 /* while the first panel runs, prefetch the next block's weights (from DRAM when the
                  * layer's weights exceed the caches) */
                 const float *bp = wpack + (j * K + k0) * NR;
@@ -1083,9 +1291,9 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
                                   k0 == 0, k0 + KC >= K, (int)(j * NR), (int)kh, (int)(kw * c), dh * w * c};
                 const tile_t tw = {bp, ldo, cs, &e, e2, (int)K, t.cols, 1, 1, t.col0, t.kh, t.rowlen, t.ystride};
-                float *oc = out + mc * ldo + j * NR;
-                const float *rc = res ? res + mc * ldo + j * NR : NULL;
-                for (int i = 0; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
+                float *oc = out + (mc + (long)ifirst * MR) * ldo + j * NR;
+                const float *rc = res ? res + (mc + (long)ifirst * MR) * ldo + j * NR : NULL;
+                for (int i = ifirst; i < tiles; i++, oc += MR * ldo, rc = rc ? rc + MR * ldo : NULL) {
                     const int rows = i + 1 < tiles ? MR : (int)(mc + mrows - mc - (long)i * MR);   /* MR + 1 when merged */
                     const float *pf = i == 0 ? next : NULL;
                     if (win2 >> i & 1) {     /* this tile and the next: 24 windows in place (no fused sum) */
@@ -1117,6 +1325,17 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                             rc = rc ? rc + MR * ldo : NULL;
                             continue;
                         }
+                    }
+                    if (direct && rows == MR && simple && t.first && t.last && t.cols == NR && (new_paths & PATH_PIPE)) {
+                        /* the run of whole tiles from here (a merged 13-row last tile not in it) */
+                        int n = 1;
+                        while (i + n < tiles && (i + n + 1 < tiles || mrows - (long)(i + n) * MR == MR))
+                            n++;
+                        flags |= direct_pipe(&t, x + (mc + (long)i * MR) * cs + k0, oc, rc, n, pf, 1, 0);
+                        i += n - 1;
+                        oc += (n - 1) * MR * ldo;
+                        rc = rc ? rc + (n - 1) * MR * ldo : NULL;
+                        continue;
                     }
                     if (direct && rows >= MR)
                         flags |= (simple ? micro_direct_simple : micro_direct_gen)(&t, x + (mc + (long)i * MR) * cs + k0,
