@@ -12,6 +12,7 @@ in principle, never seen). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped 
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import List, Optional, Tuple
 
@@ -47,8 +48,11 @@ def ort_threads() -> int:
     physical cores (/proc/cpuinfo's distinct (physical id, core id)), else os.cpu_count();
     ``ONNX_MRVL_ORT_THREADS`` overrides (a session made with intra_op_num_threads)."""
     env = os.environ.get("ONNX_MRVL_ORT_THREADS")
-    if env:
-        return max(1, int(env))
+    return max(1, int(env)) if env else _physical_cores()
+
+
+@functools.lru_cache(maxsize=1)
+def _physical_cores() -> int:
     cores = set()
     try:
         with open("/proc/cpuinfo") as f:
