@@ -60,6 +60,28 @@ def packed_projection_model() -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
+def sequence_first_rotary_model() -> onnx.ModelProto:
+    """wav2vec2-Conformer's rotary embedding on sequence-first heads: x [1, T, E] -> MatMul ->
+    Reshape [1, T, H, d] -> Transpose [T, 1, H, d] -> t * cos + rotate_half(t) * sin, rotate_half =
+    Concat(-t[..., d/2:], t[..., :d/2]) (two Slices on the last axis of a 4-D tensor leading with T)."""
+    rng = np.random.default_rng(9)
+    H, d = 2, E // 2
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
+    ang = np.arange(T, dtype=np.float32)[:, None] * (0.1 + np.arange(d, dtype=np.float32)[None] / d)
+    inits = [_init(rng, "w", (E, E)), i64("s4", [1, T, H, d]), i64("a3", [3]), i64("z", [0]), i64("h", [d // 2]),
+             i64("e", [d]), numpy_helper.from_array(np.cos(ang).reshape(T, 1, 1, d), "cos"),
+             numpy_helper.from_array(np.sin(ang).reshape(T, 1, 1, d), "sin")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Reshape", ["p", "s4"], ["p4"]),
+             helper.make_node("Transpose", ["p4"], ["t"], perm=[1, 0, 2, 3]),
+             helper.make_node("Slice", ["t", "z", "h", "a3"], ["t1"]), helper.make_node("Slice", ["t", "h", "e", "a3"], ["t2"]),
+             helper.make_node("Neg", ["t2"], ["n2"]), helper.make_node("Concat", ["n2", "t1"], ["rot"], axis=3),
+             helper.make_node("Mul", ["t", "cos"], ["tc"]), helper.make_node("Mul", ["rot", "sin"], ["rs"]),
+             helper.make_node("Add", ["tc", "rs"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "rotary", [helper.make_tensor_value_info("x", F, [1, T, E])],
+                                               [helper.make_tensor_value_info("y", F, [T, 1, H, d])], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _quantized(model, tmp_path, act):
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
     onnx.save(model, src)
@@ -88,6 +110,18 @@ def test_sequence_first_tensors_of_a_one_image_model(tmp_path, act):
     assert r["steps"] <= 1.001, r
     cpu = [d for d in r["result"].report.cpu_nodes()]
     assert not cpu, [(d.node, d.reason) for d in cpu]
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_slices_of_sequence_first_heads_are_rows(tmp_path, act):
+    """rotate_half's Slices on the last axis of [T, 1, H, d] (T > the image batch limit) between Q/DQ
+    pairs: rows of a one-image model, sliced on the accelerator (fuse/slices_nd.py); they stayed on
+    the CPU ('batch T exceeds the accelerator's limit of 8', 3 regions in wav2vec2-Conformer)."""
+    q = _quantized(sequence_first_rotary_model(), tmp_path, act)
+    assert sum(n.op_type == "Slice" for n in q.graph.node) == 2
+    r = qdq_variants.convert_and_compare(f"rotary_{act}", str(tmp_path), model=q)
+    assert r["regions"] == 1 and r["cpu"] == {}, r["cpu"]
+    assert r["identical"] >= 0.99 and r["steps"] <= 1.001, r
 
 
 def _quantize_file(model, tmp_path, name, act="s8"):

@@ -199,6 +199,30 @@ def test_qdq_nhwc_pad_through_transpose_folds_into_depthwise(tmp_path):
     assert (got[0] == ref).mean() >= 0.99
 
 
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_causal_pad_through_unsqueeze_folds_into_conv1d(tmp_path, act):
+    """Keras Conv1D(padding="causal") as tf2onnx writes it, quantized: DQ -> Pad(T on the left) ->
+    Q -> DQ -> Unsqueeze(2) -> Q -> DQ -> Conv [1, k]. The pads move through the Unsqueeze (its new
+    axis unpadded) into the conv (before: the Pad on the CPU, 2 regions: Keras 3 audio QDQ); one
+    region, identical to onnxruntime."""
+    from onnx_mrvl.testing import int8_zoo
+    src = tmp_path / "float.onnx"
+    onnx.save(keras_models.causal_conv1d(0), src)
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1, 8, 20)).astype(np.float32)} for k in range(4)]
+    q = onnx.load(int8_zoo.quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), feeds, act))
+    assert "Pad" in [n.op_type for n in q.graph.node]
+    res = legalize(q)
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    assert any(w == "qdq_pad_fold" and "Unsqueeze" in str(d) for w, _, d in res.log)
+    x = {"input": np.random.default_rng(9).standard_normal((1, 8, 20)).astype(np.float32)}
+    ref = _ref(q, x)[0]
+    assert np.array_equal(_ref(res.model, x)[0], ref)
+    r, got = _run(q, tmp_path, x)
+    cpu = [d.op_type for d in r.report.cpu_nodes() if d.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    assert len(r.report.regions) == 1 and not cpu, cpu      # the model output's Q -> DQ stays around the region
+    assert (got[0] == ref).mean() >= 0.99
+
+
 def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
     """A float Pad before a QDQ conv's input pair (only the Convs quantized, as a calibrated
     quantize_dynamic model has them): Pad -> Transpose -> Q -> DQ -> Conv. pad_sink moves it below
@@ -229,6 +253,30 @@ def test_float_pad_before_qdq_conv_folds_and_keeps_the_pair(tmp_path):
     r, got = _run(q, tmp_path, x)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     assert (got[0] == ref).mean() >= 0.99
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+@pytest.mark.parametrize("block", ["relu", "hard_swish"])
+def test_qdq_se_gate_behind_a_transpose_is_int8_and_identical(tmp_path, block, act):
+    """tf2onnx's NHWC squeeze-excite, quantized: ``ReduceMean -> Transpose -> Q`` and ``HardSigmoid
+    -> Transpose -> Q`` (the Q after the move): legalize's qdq_pair_before_move gives the op its own
+    pair, so the gate is an int8 group, not an fp16 layer whose rounding moved codes (before: 86-96%
+    identical); every output element equal to onnxruntime's on 12 inputs."""
+    from onnx_mrvl.testing import int8_zoo
+    src = tmp_path / "float.onnx"
+    onnx.save(keras_models.se_nhwc(0, block=block), src)
+    feeds = [{"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)} for k in range(4)]
+    q = onnx.load(int8_zoo.quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), feeds, act))
+    res = legalize(q)
+    assert any(w == "qdq_pair_before_move" and "HardSigmoid" in str(d) for w, _, d in res.log)
+    x0 = {"input": np.random.default_rng(10).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+    r, _ = _run(q, tmp_path, x0)
+    assert len(r.report.regions) == 1
+    assert not [d for d in r.report if d.op_type == "HardSigmoid" and d.precision != "int8"]
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    for k in range(10, 22):
+        x = {"input": np.random.default_rng(k).standard_normal((1, 16, 16, 3)).astype(np.float32)}
+        assert np.array_equal(sess.run(None, x)[0], _ref(q, x)[0]), k
 
 
 @pytest.mark.parametrize("block", ["relu", "hard_swish"])

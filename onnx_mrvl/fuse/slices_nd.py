@@ -15,7 +15,9 @@ s divides, starting at a < s and running to the end, is phase a of the view ``[1
 (Slice2D of ``[a, a + 1)`` on axis 2); a Slice on several axes is one such cut per axis, each reading
 the last one's view (Reshapes between them move no data). The leading axis is sliced too when the
 model holds one image (``groups.model_images``: then it is no batch, e.g. timm's ``qkv.unbind(0)`` of
-``[3, B*P, H, N, d]`` in MobileViT); with a batch of images it stays on the CPU.
+``[3, B*P, H, N, d]`` in MobileViT); with a batch of images it stays on the CPU. A 4-D tensor no
+spatial op wrote leads with rows, not images, in a one-image model (``batch_limit(spatial=False)``):
+rotate_half's Slices on the last axis of wav2vec2-Conformer's sequence-first heads ``[T, 1, H, d]``.
 """
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def _cut(s: int, e: int, st: int, dim: int):
 def _build_nd(g: GraphIndex, n: onnx.NodeProto, shape, target: Target):
     rank = len(shape)
     reason = float_static(g, [n.input[0]] + [o for o in n.output if o]) or \
-        (batch_limit(g, n.input[0], target) if rank == 4 else None)
+        (batch_limit(g, n.input[0], target, spatial=_image(g, n.input[0])) if rank == 4 else None)
     if reason:
         return reason
     if g.is_const(n.input[0]):

@@ -16,7 +16,9 @@ never takes such a conv. Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import functools
+import os
+from typing import List, Optional, Tuple
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -42,6 +44,76 @@ def mlas_stride_k(n: int, k: int) -> int:
         while stride_n > 16 and stride_n // 2 >= n:
             stride_n, stride_k = stride_n // 2, stride_k * 2
     return stride_k
+
+
+THREAD_COMPLEXITY = 64 * 1024   # MLAS_SGEMM_THREAD_COMPLEXITY: multiplies per extra thread
+MAX_THREADS = 16                 # the platform's MLAS_MAXIMUM_THREAD_COUNT cap of that estimate
+THREAD_ALIGN = 16                # MLAS_SGEMM_STRIDEN_THREAD_ALIGN: N is split in blocks of 16
+
+
+def ort_threads() -> int:
+    """onnxruntime's default intra-op threads (its MLAS thread pool's degree of parallelism): the
+    physical cores (/proc/cpuinfo's distinct (physical id, core id)), else os.cpu_count();
+    ``ONNX_MRVL_ORT_THREADS`` overrides (a session made with intra_op_num_threads)."""
+    env = os.environ.get("ONNX_MRVL_ORT_THREADS")
+    return max(1, int(env)) if env else _physical_cores()
+
+
+@functools.lru_cache(maxsize=1)
+def _physical_cores() -> int:
+    cores = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            phys = None
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = val.strip()
+                elif key == "core id":
+                    cores.add((phys, val.strip()))
+    except OSError:
+        pass
+    return len(cores) or os.cpu_count() or 1
+
+
+def gemm_segments(m: int, n: int, k: int, threads: Optional[int] = None) -> List[Tuple[int, int, int]]:
+    """``[(n0, n1, stride_k)]``: how MLAS's threaded SGEMM (MlasGemm of an M x N x K problem, the
+    1x1 conv's filters x pixels x channels) splits N among its threads, and each part's K block.
+    Threads: ``M N K / 64K + 1`` (at most 16), at most the pool's (``ort_threads``); with N > M the
+    16-aligned blocks of N are partitioned among them (MlasPartitionWork: the first ones get one
+    block more), each part an MlasSgemmOperation of its own N (``mlas_stride_k``); else M is split
+    and N stays whole."""
+    threads = ort_threads() if threads is None else threads
+    work = m * n * k
+    t = int(work / THREAD_COMPLEXITY) + 1 if work < THREAD_COMPLEXITY * MAX_THREADS else MAX_THREADS
+    t = min(t, threads)
+    if n <= m or t <= 1:
+        return [(0, n, mlas_stride_k(n, k))]
+    blocks = -(-n // THREAD_ALIGN)
+    t = min(t, blocks)
+    per, extra = divmod(blocks, t)
+    parts, b0 = [], 0
+    for i in range(t):
+        nb = per + (1 if i < extra else 0)
+        n0, n1 = b0 * THREAD_ALIGN, min(n, (b0 + nb) * THREAD_ALIGN)
+        if n1 > n0:
+            parts.append((n0, n1, mlas_stride_k(n1 - n0, k)))
+        b0 += nb
+    return parts
+
+
+def conv_segments(layer, n: int, oh: int, ow: int, threads: Optional[int] = None) -> List[Tuple[int, int, int]]:
+    """The pixel parts and K blocks of a float-path conv's sums, as MlasConv runs it: a pointwise
+    conv (1x1, stride 1, no padding: GemmDirect) or one with more filters than pixels
+    (ExpandThenGemm) of one image and one group is a threaded MlasGemm (``gemm_segments`` with
+    M = filters, N = pixels); otherwise (a batch or groups: one GEMM per thread; the segmented
+    im2col path) one part of all pixels, ``mlas_stride_k(pixels, K)``."""
+    k, pixels = layer.ig * layer.kh * layer.kw, oh * ow
+    pointwise = k == layer.ig and tuple(layer.strides) == (1, 1) and not any(layer.padding)
+    if n == 1 and layer.groups == 1 and (pointwise or layer.o > pixels):
+        return gemm_segments(layer.o, pixels, k, threads)
+    return [(0, pixels, mlas_stride_k(pixels, k))]
 
 
 def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.ndarray:
@@ -121,10 +193,17 @@ class FloatPathConv2D(Int8Conv2D):
             cols = win.reshape(n * oh * ow, self.groups, kk)
             y[:] = m1_chain(cols, self.wd.T.reshape(self.groups, kk))
             return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
+        if stride_k is None and self.gemm != "conv":   # onnxruntime's ConvTranspose SGEMM: one K block size
+            stride_k = STRIDE_K
+        parts = conv_segments(self, n, oh, ow) if stride_k is None else [(0, oh * ow, stride_k)]
+        if len(parts) > 1:       # one image, one group (conv_segments): its threads' pixel parts
+            cols = np.ascontiguousarray(win.reshape(oh * ow, self.ig * self.kh * self.kw))
+            for p0, p1, sk in parts:
+                y[p0:p1] = fma_chain(cols[p0:p1], self.wd, sk)
+            return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
+        sk = parts[0][2]
         for gi in range(self.groups):
             cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n * oh * ow, self.ig * self.kh * self.kw)
-            sk = (mlas_stride_k(oh * ow, cols.shape[1]) if self.gemm == "conv" else STRIDE_K) if stride_k is None \
-                else stride_k
             y[:, gi * og:(gi + 1) * og] = fma_chain(np.ascontiguousarray(cols), self.wd[:, gi * og:(gi + 1) * og], sk)
         return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
 

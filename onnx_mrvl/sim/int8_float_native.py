@@ -23,7 +23,7 @@ import numpy as np
 
 from . import native
 from .int8 import QRANGE
-from .int8_float_conv import STRIDE_K, FloatPathConv2D, FloatPathFC, mlas_stride_k
+from .int8_float_conv import STRIDE_K, FloatPathConv2D, FloatPathFC, conv_segments, mlas_stride_k
 from .native_loader import OnceLibrary
 from .int8_native import (code_offset, conv_out_size, empty_result, keep_call, load_library, mark_staged,
                           reciprocal, run_checked, source_buffer, target_buffer)
@@ -99,9 +99,12 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
             return empty_result(layer, x, out, codes_in, codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
+        blocks = {stride_k} if stride_k else {sk for _, _, sk in conv_segments(layer, n, oh, ow)}
+        if len(blocks) > 1:      # MLAS's threads' pixel parts of different K blocks: numpy's sums
+            return None, _numpy_result(layer, x, out, codes_in[0], codes_out, raw)
         dd = FDesc.from_buffer_copy(d)               # per call: thread safe
         dd.n, dd.h, dd.w, dd.c, dd.oh, dd.ow = n, h, wd, c, oh, ow
-        dd.stride_k = stride_k or mlas_stride_k(oh * ow, k)
+        dd.stride_k = blocks.pop()
         dd.in_codes, dd.out_codes, dd.raw = int(codes_in[0]), int(codes_out), int(raw)
         src = source_buffer(x, codes_in[0])
         y = native.empty((n, oh, ow, o)) if out is None else target_buffer(out, n * oh * ow * o)
@@ -113,12 +116,33 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
         """``layer.sums(x)`` computed by the kernel: fp32(conv + bias) before the quantization."""
         call, y = stage(x, raw=True)
         if call is None:
-            return layer.sums(x)
+            return y
         run_checked(call)
         return y
     apply.sums = sums
     apply.stage = stage
     return apply
+
+
+def _numpy_result(layer: FloatPathConv2D, x: np.ndarray, out, codes_in: bool, codes_out: bool, raw: bool):
+    """The numpy path's result in the kernel's forms: input codes (code + offset bytes) dequantized
+    first; the output as sums (``raw``), values, or codes written into ``out``."""
+    if codes_in:
+        s, z, _ = layer.in_q
+        codes = np.ascontiguousarray(x).reshape(-1).view(np.uint8)[:x.size].reshape(x.shape)
+        x = ((codes.astype(np.int32) - code_offset(layer.in_q) - z).astype(F32) * F32(s)).astype(F32)
+    if raw:
+        return layer.sums(x)
+    y, ok = layer.apply(x)
+    if codes_out:
+        s, z, _ = layer.out_q
+        codes = (np.rint(y / F32(s)) + z + code_offset(layer.out_q)).astype(np.uint8)
+        out.reshape(-1).view(np.uint8)[:codes.size] = codes.reshape(-1)
+        return out, ok
+    if out is not None:
+        np.copyto(out.reshape(y.shape), y)
+        return out.reshape(y.shape), ok
+    return y, ok
 
 
 def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:

@@ -10,6 +10,10 @@ is ``ReduceMean(axes [1, 2], keepdims=0)`` -> ``MatMul``.
 writes it: the recurrent op's ``Y [T, 1, 1, H] -> Squeeze(axis 1) -> Slice(start -1, axis 0) ->
 Squeeze`` (``take="gather"``: ``Gather(-1, axis 0)``, torch's ``out[-1]``) -> MatMul.
 
+``causal_conv1d``: Keras ``Conv1D(padding="causal")`` as tf2onnx writes it on ``[N, C, T]``: a
+``Pad`` of the time axis on the left, then ``Unsqueeze(2) -> Conv [1, k] -> Squeeze`` (after a
+SAME Conv1D and Relu, as in an audio front end).
+
 ``keras3_ln_head``: Keras 3 ``Dense -> residual -> LayerNormalization -> GlobalAveragePooling1D ->
 Dense`` as tf2onnx writes it: the LN's two means over the last axis of [N, T, D] as
 ``GlobalAveragePool``, ``x * inv + Neg(mean) * inv`` (gamma folded into inv), and the token mean
@@ -198,3 +202,25 @@ def correct_pad_dw(seed: int = 0, size: int = 16, c: int = 8) -> onnx.ModelProto
 
 MODELS = {"keras_se_nhwc": se_nhwc, "keras_correct_pad_dw": correct_pad_dw, "keras_resnet_stem": resnet_stem, "keras3_ln_head": keras3_ln_head, "keras_gru_last_step": rnn_last_step,
           "keras_lstm_last_step": lambda: rnn_last_step(0, "LSTM", take="gather")}
+
+
+def causal_conv1d(seed: int = 0, c: int = 8, t: int = 20, k: int = 3, stride: int = 2) -> onnx.ModelProto:
+    """x [1, c, t] -> Conv1D SAME + Relu -> causal Pad (k - 1 on the left of T) -> Unsqueeze(2) ->
+    Conv [1, k] stride [1, stride] -> Squeeze(2) -> Relu -> [1, c, (t - 1) // stride + 1]."""
+    rng = np.random.default_rng(seed)
+    w = lambda *shape: (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)  # noqa: E731
+    inits = [numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+             numpy_helper.from_array(np.array([0, 0, k - 1, 0, 0, 0], np.int64), "causal"),
+             numpy_helper.from_array(w(c, c, 1, 3), "w1"), numpy_helper.from_array(0.1 * rng.standard_normal(c).astype(np.float32), "b1"),
+             numpy_helper.from_array(w(c, c, 1, k), "w2"), numpy_helper.from_array(0.1 * rng.standard_normal(c).astype(np.float32), "b2")]
+    nodes = [helper.make_node("Unsqueeze", ["input", "ax2"], ["x4"]),
+             helper.make_node("Conv", ["x4", "w1", "b1"], ["c1"], kernel_shape=[1, 3], pads=[0, 1, 0, 1]),
+             helper.make_node("Squeeze", ["c1", "ax2"], ["c1s"]), helper.make_node("Relu", ["c1s"], ["r1"]),
+             helper.make_node("Pad", ["r1", "causal"], ["padded"]),
+             helper.make_node("Unsqueeze", ["padded", "ax2"], ["p4"]),
+             helper.make_node("Conv", ["p4", "w2", "b2"], ["c2"], kernel_shape=[1, k], strides=[1, stride]),
+             helper.make_node("Squeeze", ["c2", "ax2"], ["c2s"]), helper.make_node("Relu", ["c2s"], ["output"])]
+    out_t = (t - 1) // stride + 1
+    g = helper.make_graph(nodes, "causal_conv1d", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, t])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, c, out_t])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])

@@ -17,6 +17,8 @@ Through tf2onnx's layout Transpose (Keras' ``ZeroPadding2D`` / ``correct_pad`` o
 stride-2 depthwise conv, MobileNet; each op between its own pair of one scale):
 ``DQ -> Pad -> Q -> DQ -> Transpose -> Q -> DQ -> Conv`` => ``DQ -> Transpose -> Q -> DQ -> Conv``
 with the pads moved through the permutation (exact: the Transpose moves values, the pairs map 0 to 0).
+The same through an Unsqueeze (tf2onnx's Conv1D: a causal or SAME ``Pad`` of ``[N, C, T]``, then
+``ExpandDims`` to ``[N, C, 1, T]`` for the Conv2D; the inserted axis gets no pad; Keras audio models).
 
 A float Pad before the pair (no DequantizeLinear of that scale before it: a calibrated
 ``quantize_dynamic`` model, whose pad ``pad_sink`` moved below tf2onnx's Transpose) folds the same
@@ -78,8 +80,9 @@ def match(node, g) -> Optional[Match]:
     if dq_b is None:
         return None
     moved = None
-    tr = _only(g, dq_b.output[0], "Transpose")
-    if tr is not None:   # tf2onnx's NHWC -> NCHW Transpose between the pad and the conv, with its pair
+    users = g.users(dq_b.output[0])
+    tr = users[0] if len(users) == 1 and users[0].op_type in MOVES and dq_b.output[0] not in g.pinned else None
+    if tr is not None:   # tf2onnx's NHWC -> NCHW Transpose / Conv1D's Unsqueeze before the conv, with its pair
         q2 = _only(g, tr.output[0], "QuantizeLinear")
         dq2 = _only(g, q2.output[0], "DequantizeLinear") if q2 is not None else None
         if dq2 is None:
@@ -92,13 +95,41 @@ def match(node, g) -> Optional[Match]:
     spec = pad_spec(node, g)
     if spec is None:
         return None
-    if moved is not None:   # the pads as the conv sees them: output axis i is input axis perm[i]
+    if moved is not None:   # the pads as the conv sees them: output axis i is input axis src[i] (None: new)
         pads, value, r = spec
-        perm = [int(v) for v in (attr(moved[0], "perm") or [])]
-        if sorted(perm) != list(range(r)):
+        src = _sources(moved[0], g, r)
+        if src is None:
             return None
-        spec = ([pads[p] for p in perm] + [pads[r + p] for p in perm], value, r)
-    return Match([node, q, dq_b] + convs, {"spec": spec, "dq_a": dq_a, "moved": moved})
+        spec = ([pads[p] if p is not None else 0 for p in src] + [pads[r + p] if p is not None else 0 for p in src],
+                value, len(src))
+        m_src = src
+    else:
+        m_src = None
+    return Match([node, q, dq_b] + convs, {"spec": spec, "dq_a": dq_a, "moved": moved, "src": m_src})
+
+
+MOVES = ("Transpose", "Unsqueeze")
+
+
+def _sources(n, g, r: int):
+    """Per output axis of the Transpose / Unsqueeze ``n`` of a rank-``r`` tensor, the input axis it
+    holds (None: an axis of 1 the Unsqueeze inserts); None when its axes are not constant."""
+    if n.op_type == "Transpose":
+        perm = [int(v) for v in (attr(n, "perm") or range(r - 1, -1, -1))]
+        return perm if sorted(perm) == list(range(r)) else None
+    axes = attr(n, "axes") if len(n.input) < 2 else g.const(n.input[1])
+    if axes is None:
+        return None
+    out = r + len(list(axes))
+    new = sorted({int(a) % out for a in list(axes)})
+    if len(new) != len(list(axes)):
+        return None
+    rest = iter(range(r))
+    return [None if i in new else next(rest) for i in range(out)]
+
+
+def _moved_shape(sx, src):
+    return [1 if p is None else sx[p] for p in src]
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -147,9 +178,8 @@ def rewrite(m: Match, g) -> str:
         for t in first:
             g.set_shape(t, sx, g.dtype(t))
         if moved is not None:
-            perm = [int(v) for v in attr(moved[0], "perm")]
             for t in (moved[0].output[0], moved[1].output[0], moved[2].output[0]):
-                g.set_shape(t, [sx[p] for p in perm], g.dtype(t))
+                g.set_shape(t, _moved_shape(sx, m.data["src"]), g.dtype(t))
         for c, new in zip(convs, m.data["new"]):
             set_attr(c, "pads", new)
             provenance.set_origin(c, provenance.merge_origin(c, pad))
@@ -160,15 +190,14 @@ def rewrite(m: Match, g) -> str:
         tr, q2, dq2, dq_mid = moved
         g.set_input(tr, 0, pad.input[0])
         sx = g.shape(pad.input[0])
-        perm = [int(v) for v in attr(tr, "perm")]
         for t in (tr.output[0], q2.output[0], dq2.output[0]):
-            g.set_shape(t, [sx[p] for p in perm], g.dtype(t))
+            g.set_shape(t, _moved_shape(sx, m.data["src"]), g.dtype(t))
         for c, new in zip(convs, m.data["new"]):
             set_attr(c, "pads", new)
             provenance.set_origin(c, provenance.merge_origin(c, pad, q, dq_mid))
         for n in (dq_mid, q, pad):
             g.remove(n)
-        return ", ".join(f"Pad and its Q/DQ pair moved through Transpose {tr.name} and folded into {c.op_type} "
+        return ", ".join(f"Pad and its Q/DQ pair moved through {tr.op_type} {tr.name} and folded into {c.op_type} "
                          f"{c.name} (pads {new})" for c, new in zip(convs, m.data["new"]))
     for c, new in zip(convs, m.data["new"]):
         g.set_input(c, 0, pad.input[0])

@@ -15,7 +15,8 @@ statistic broadcast back over T) the mean is left as it was.
 
 In a QDQ model (onnxruntime's quantizer: ``DQ -> Transpose -> Q -> DQ -> ReduceMean -> Q``, the
 Transpose's pair with its input's scale and zero point) the look-through passes an identity
-``Q -> DQ`` pair (same scale and zero point: the codes come back unchanged). With keepdims=0 and a
+``Q -> DQ`` pair (same scale and zero point: the codes come back unchanged). With keepdims=0 (or
+keepdims=1 and data moves before it: tf2onnx's ``[N, 1, 1, C]`` mean Transposed to NCHW) and a
 QuantizeLinear reading the mean, a copy of that Q -> DQ pair goes between the pool and the
 Reshape, so the pool is a ``DQ -> GlobalAveragePool -> Q`` int8 pool and the Reshape moves codes
 (``Q(reshape(y)) == reshape(Q(y))``; the original pair after it is then an identity). A mean
@@ -119,9 +120,19 @@ def _through_identity_pair(g, p):
     return g.producer.get(q.input[0])
 
 
+MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
+
+
 def _quantize_reader(g, node):
-    """The QuantizeLinear that alone reads the mean, per tensor; else None."""
-    q = g.only_consumer(node.output[0])
+    """The QuantizeLinear that alone reads the mean, per tensor, directly or through a chain of data
+    moves each alone reading the last (tf2onnx's keepdims mean ``[N, 1, 1, C]`` Transposed to NCHW
+    for the squeeze-excite convs: ``Q(move(y)) == move(Q(y))``); else None."""
+    q, t = None, node.output[0]
+    for _ in range(4):
+        q = g.only_consumer(t)
+        if q is None or q.op_type not in MOVES or q.domain not in ("", "ai.onnx") or t in g.outputs:
+            break
+        t = q.output[0]
     if q is None or q.op_type != "QuantizeLinear" or q.domain not in ("", "ai.onnx"):
         return None
     sc = g.const(inp(q, 1))
@@ -150,7 +161,8 @@ def rewrite(m: Match, g) -> str:
         src = t
         if _activation_dq(g, dq):   # the moved codes' own Q -> DQ (an identity): DQ -> GAP -> Q, an int8 pool
             src = _identity_pair(g, node, dq, src, m.data["sx"])
-    if keep and src == node.input[0]:
+    q = _quantize_reader(g, node)
+    if keep and src == node.input[0] and (q is None or q.input[0] == node.output[0]):
         g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
                origin=m.origin, name=node.name)
     else:
@@ -158,7 +170,6 @@ def rewrite(m: Match, g) -> str:
         g.make("GlobalAveragePool", [src], [mid], near=node, origin=m.origin,
                name=node.name)
         g.set_shape(mid, [n, c, 1, 1], g.dtype(src))
-        q = _quantize_reader(g, node) if not keep else None
         if q is not None:   # the pool's own Q -> DQ (the reader's scale and zero point)
             codes, back = g.fresh(f"{mid}_QuantizeLinear"), g.fresh(f"{mid}_DequantizeLinear")
             params = list(q.input[1:])

@@ -1,0 +1,74 @@
+"""``op -> move -> ... -> Q(s, z)`` -> ``op -> Q(s, z) -> DQ(s, z) -> move -> ... -> Q(s, z)``: the
+QuantizeLinear that ends a float op's output, behind data moves (Transpose / Reshape / Squeeze /
+Unsqueeze / Flatten, each the only reader of the last), gets a copy right after the op.
+
+tf2onnx writes Keras' squeeze-excite gate on NHWC data as ``HardSigmoid([N, C, 1, 1]) -> Transpose
+to [N, 1, 1, C] -> Q`` (and its mean as ``ReduceMean -> Transpose -> Q``): onnxruntime quantizes the
+moved values, so no Q -> DQ pair ends the op's own group and fuse ran it as an fp16 layer whose
+rounding moved codes (MobileNetV3-style ``se_nhwc`` QDQ: 86-96% identical). With the copy the op
+is an int8 group (a Lookup, a pool) and the moves carry its codes. Exact: a move only relabels
+values and Q is element-wise with one scale and zero point, so ``Q(move(y)) == move(Q(y))``, and
+``Q(DQ(Q(y))) == Q(y)`` (the codes come back unchanged): the original Q computes the same codes.
+Per-tensor Q only; not after a DequantizeLinear (moves of codes: ``qdq_move_chain``) nor after a
+Conv / MatMul / Gemm (onnxruntime fuses those with a Q right after them: a copy there would change
+which kernel it runs).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .base import Match, inp
+
+NAME = "qdq_pair_before_move"
+OPS = ("QuantizeLinear",)
+MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
+NOT_AFTER = ("DequantizeLinear", "QuantizeLinear", "Conv", "ConvTranspose", "MatMul", "Gemm", "MatMulInteger",
+             "ConvInteger")
+DEPTH = 4
+
+
+def _single(g, t: str) -> bool:
+    return len(g.users(t)) == 1 and t not in g.pinned
+
+
+def match(node, g) -> Optional[Match]:
+    if node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+        return None
+    s = g.const(node.input[1])
+    z = g.const(inp(node, 2)) if inp(node, 2) else None
+    if s is None or s.size != 1 or (inp(node, 2) and (z is None or z.size != 1)):
+        return None
+    chain, t = [], node.input[0]
+    for _ in range(DEPTH):
+        p = g.producer.get(t)
+        if p is None or p.op_type not in MOVES or p.domain not in ("", "ai.onnx") or not _single(g, t) \
+                or any(i and not g.is_const(i) for i in p.input[1:]):
+            break
+        chain.append(p)
+        t = p.input[0]
+    if not chain:
+        return None
+    op = g.producer.get(t)
+    if op is None or op.op_type in NOT_AFTER or op.domain not in ("", "ai.onnx") or len(op.output) != 1 \
+            or not _single(g, t) or g.shape(t) is None or g.dtype(t) not in (None, 1):
+        return None
+    return Match([node, op] + chain, {"t": t, "first": chain[-1]})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    q, op = m.nodes[:2]
+    t, first = m.data["t"], m.data["first"]
+    params = list(q.input[1:])
+    codes, back = g.fresh(f"{t}_QuantizeLinear"), g.fresh(f"{t}_DequantizeLinear")
+    g.make("QuantizeLinear", [t] + params, [codes], near=first, origin=m.origin,
+           name=g.fresh_node_name(f"{q.name}/before_moves"))
+    g.set_shape(codes, list(g.shape(t)), g.dtype(q.output[0]))
+    g.make("DequantizeLinear", [codes] + params, [back], near=first, origin=m.origin,
+           name=g.fresh_node_name(f"{q.name}/before_moves_dq"))
+    g.set_shape(back, list(g.shape(t)), g.dtype(t) or 1)
+    g.set_input(first, 0, back)
+    return f"a copy of {q.name}'s Q -> DQ pair after {op.op_type} {op.name}, before its {len(m.nodes) - 2} data move(s)"
