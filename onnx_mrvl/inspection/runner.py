@@ -39,13 +39,13 @@ def region_origin(node: onnx.NodeProto) -> List[str]:
     return decode_origin(node_attrs(node).get("origin", "[]"))
 
 
-def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose every node output is also a graph output."""
+def expose_all(model: onnx.ModelProto, only=None) -> onnx.ModelProto:
+    """A copy of ``model`` whose every node output (of the names ``only`` when given) is also a graph output."""
     m = copy.deepcopy(model)
     have = {o.name for o in m.graph.output}
     for n in m.graph.node:
         for t in n.output:
-            if t and t not in have:
+            if t and t not in have and (only is None or t in only):
                 m.graph.output.append(onnx.ValueInfoProto(name=t))
                 have.add(t)
     if m.ir_version > 13 or m.ir_version == 0:
@@ -70,9 +70,10 @@ def make_session(model: onnx.ModelProto, model_dir: Optional[str]):
 
 
 def run_all(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-            model_dir: Optional[str] = None) -> Dict[str, np.ndarray]:
-    """Every graph input and node output of ``model`` after one run on ``feeds``."""
-    m = expose_all(model)
+            model_dir: Optional[str] = None, only=None) -> Dict[str, np.ndarray]:
+    """Every graph input and node output (those named in ``only`` when given) of ``model`` after one
+    run on ``feeds``."""
+    m = expose_all(model, None if only is None else set(only))
     sess = make_session(m, model_dir)
     names = [o.name for o in sess.get_outputs()]
     wanted = {i.name for i in sess.get_inputs()}
