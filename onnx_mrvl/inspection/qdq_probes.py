@@ -114,6 +114,9 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
     """({Q output of ``model``: its codes in onnxruntime's plan}, {Q output: why it has none})."""
     by_scale = _scale_of(plan)
     inits = {t.name: t for t in plan.graph.initializer}
+    plan_q = {(n.input[0], n.input[1]): (n.output[0], n.input[2] if len(n.input) > 2 else "")
+              for n in plan.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1}
+    shapes = _static_shapes(model)
     found: Dict[str, np.ndarray] = {}
     refused: Dict[str, str] = {}
     outs = {o.name for o in model.graph.output}
@@ -124,7 +127,10 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
         if t in values:
             found[t] = values[t]
             continue
-        cands = [(x, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", []) if x in values]
+        same_q = plan_q.get((n.input[0], n.input[1] if len(n.input) > 1 else ""))
+        cands = [same_q] if same_q is not None and same_q[0] in values else [
+            (x, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", []) if x in values
+            and (t not in shapes or tuple(values[x].shape) == shapes[t])]
         if len({x for x, _ in cands}) != 1:
             refused[t] = AMBIGUOUS if cands else NOT_IN_PLAN
             continue
@@ -139,6 +145,20 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
         dtype = zp_mine.dtype if zp_mine is not None else np.dtype(np.uint8)
         found[t] = (values[x].astype(np.int64) - int(np.ravel(shift)[0])).astype(dtype)
     return found, refused
+
+
+def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
+    """tensor -> static shape, from onnx's shape inference (where every dimension is known)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - inference is a help here, not a requirement
+        return {}
+    out = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[vi.name] = tuple(int(d.dim_value) for d in dims)
+    return out
 
 
 def _init(inits, name: str) -> Optional[np.ndarray]:
