@@ -92,7 +92,10 @@ def run_plan(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
 
 def _scale_of(plan: onnx.ModelProto) -> Dict[str, List[Tuple[str, str]]]:
     """scale name -> [(tensor, zero point name)]: a tensor read by a DQ or a QLinear kernel as the
-    (x, x_scale, x_zero_point) triple of its inputs."""
+    (x, x_scale, x_zero_point) triple of its inputs (x_scale: a float initializer; the caller checks
+    that x holds integer codes)."""
+    floats = {t.name for t in plan.graph.initializer
+              if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
     out: Dict[str, List[Tuple[str, str]]] = {}
     seen = set()
     for n in plan.graph.node:
@@ -101,8 +104,7 @@ def _scale_of(plan: onnx.ModelProto) -> Dict[str, List[Tuple[str, str]]]:
         ins = list(n.input)
         for k in range(len(ins) - 1):
             x, sc = ins[k], ins[k + 1]
-            if not x or (x, sc) in seen or not (n.op_type == "DequantizeLinear" and k == 0
-                                                or sc.endswith("scale") or "_scale" in sc):
+            if not x or x in floats or sc not in floats or (x, sc) in seen:
                 continue
             seen.add((x, sc))
             out.setdefault(sc, []).append((x, ins[k + 2] if k + 2 < len(ins) else ""))
@@ -117,6 +119,7 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
     plan_q = {(n.input[0], n.input[1]): (n.output[0], n.input[2] if len(n.input) > 2 else "")
               for n in plan.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1}
     shapes = _static_shapes(model)
+    producer = {o: p for p in plan.graph.node for o in p.output}
     found: Dict[str, np.ndarray] = {}
     refused: Dict[str, str] = {}
     outs = {o.name for o in model.graph.output}
@@ -129,8 +132,9 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             continue
         same_q = plan_q.get((n.input[0], n.input[1] if len(n.input) > 1 else ""))
         cands = [same_q] if same_q is not None and same_q[0] in values else [
-            (x, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", []) if x in values
-            and (t not in shapes or tuple(values[x].shape) == shapes[t])]
+            (y, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", [])
+            for y in [_before_moves(x, producer, values, shapes.get(t))]
+            if y in values and values[y].dtype.kind in "iu" and (t not in shapes or tuple(values[y].shape) == shapes[t])]
         if len({x for x, _ in cands}) != 1:
             refused[t] = AMBIGUOUS if cands else NOT_IN_PLAN
             continue
@@ -145,6 +149,23 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
         dtype = zp_mine.dtype if zp_mine is not None else np.dtype(np.uint8)
         found[t] = (values[x].astype(np.int64) - int(np.ravel(shift)[0])).astype(dtype)
     return found, refused
+
+
+MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")   # keep the codes as they are
+
+
+def _before_moves(x: str, producer: Mapping[str, onnx.NodeProto], values: Mapping[str, np.ndarray],
+                  shape: Optional[Tuple[int, ...]]) -> str:
+    """``x``, or when its shape is not ``shape``, the tensor a chain of data-movement ops of the plan
+    made it from (onnxruntime moves int8 codes through Transpose / Reshape, dropping their Q / DQ)."""
+    for _ in range(8):
+        if shape is None or x not in values or tuple(values[x].shape) == shape:
+            return x
+        p = producer.get(x)
+        if p is None or p.op_type not in MOVES or not p.input:
+            return x
+        x = p.input[0]
+    return x
 
 
 def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
