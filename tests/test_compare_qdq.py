@@ -119,3 +119,36 @@ def test_perturbed_layer_is_the_first_differing(qdq, tmp_path):
     assert rc == 1 and doc["qdq"]["first_differing"] == "c2_out_DequantizeLinear_Output"
     row = next(r for r in doc["tensors"] if r["tensor"] == "c2_out_DequantizeLinear_Output")
     assert row["codes"]["identical"] < 0.99 and row["pass"] is False
+
+
+def test_a_quantizelinear_the_plan_removes_is_named_not_probed():
+    """x -> Q1 -> DQ1 -> Q2 -> DQ2 -> Softmax -> Q3 -> DQ3: onnxruntime's DoubleQDQPairsRemover
+    merges Q1 / Q2 into one Q of a new scale, so neither code tensor exists in its plan."""
+    from onnx import helper as h
+
+    def c(name, v):
+        return numpy_helper.from_array(np.asarray(v), name)
+    inits = [c("s1", np.float32(0.05)), c("z1", np.int8(0)), c("s2", np.float32(0.04)), c("z2", np.int8(3)),
+             c("s3", np.float32(1 / 256)), c("z3", np.int8(-128))]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s1", "z1"], ["q1"], name="Q1"),
+             h.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"], name="D1"),
+             h.make_node("QuantizeLinear", ["d1", "s2", "z2"], ["q2"], name="Q2"),
+             h.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"], name="D2"),
+             h.make_node("Softmax", ["d2"], ["sm"], name="sm", axis=-1),
+             h.make_node("QuantizeLinear", ["sm", "s3", "z3"], ["q3"], name="Q3"),
+             h.make_node("DequantizeLinear", ["q3", "s3", "z3"], ["y"], name="D3")]
+    g = h.make_graph(nodes, "double_qdq", [h.make_tensor_value_info("x", F32, [1, 4, 16])],
+                     [h.make_tensor_value_info("y", F32, [1, 4, 16])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    assert "QLinearSoftmax" in _ops(m)
+    x = {"x": np.random.default_rng(3).standard_normal((1, 4, 16)).astype(np.float32)}
+    ref = qdq_probes.QdqReference(m, x)
+    assert ref.probes == ["q3"] and set(ref.refused) == {"q1", "q2"}
+    assert all("does not compute it" in r for r in ref.refused.values())
+    text = qdq_probes.summary_text(ref, None)
+    assert "not probed: q1" in text and "not probed: q2" in text
+    assert [d["tensor"] for d in ref.to_dict()["not_probed"]] == ["q1", "q2"]
+    plain = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert np.array_equal(ref.values["y"], plain)
+    assert np.array_equal(qdq_probes.dequantize(ref.values["q3"], ref.params["y"][1]), plain)
