@@ -42,7 +42,7 @@ from ..errors import ModelError, UsageError
 from . import qdq_probes, quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
 from .inputs import feed_shapes, random_feeds
-from .runner import capture_region, region_binary, region_nodes, run_all
+from .runner import capture_region, region_binary, region_nodes, run_all, whole_layers
 from .tensors import LAYOUT_PERMS, RESHAPES, Storage, error_stats, graph_storage, reshape_source_perm
 
 log = logging.getLogger(__name__)
@@ -373,7 +373,7 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
         logical = _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes,
                                  {t: np.shape(v) for t, v in va.items()}, b_names)
         n_cmp = 0
-        for layer in _whole_layers(layers):
+        for layer in whole_layers(layers):
             tensor = logical.get(layer["output"], "")
             if tensor not in va or tensor not in prod_a:
                 continue
@@ -397,26 +397,6 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
                 rows[tensor] = row
             n_cmp += 1
         res.regions.append({"region": node.name, "layers": len(layers), "compared": n_cmp})
-
-
-def _whole_layers(layers: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Layers whose output is a whole original tensor: not layout changes, and not pieces of an
-    original node that a later layer finishes (partial sums of a split kernel, the groups of a split
-    grouped conv), recognised by a consumer layer naming the same original node."""
-    consumers: Dict[int, List[Dict[str, Any]]] = {}
-    for layer in layers:
-        for t in layer["inputs"]:
-            consumers.setdefault(t, []).append(layer)
-    out = []
-    for layer in layers:
-        if layer["layer_name"] == "layout_transform":
-            continue
-        mine = set(layer["origin"])
-        if any(mine & set(c["origin"]) for c in consumers.get(layer["output"], [])
-               if c["layer_name"] != "layout_transform"):
-            continue
-        out.append(layer)
-    return out
 
 
 def _label(x: ModelLike, m: onnx.ModelProto, default: str) -> str:

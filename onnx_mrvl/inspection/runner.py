@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -141,3 +141,23 @@ def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = 
                      "in_shape": tuple(int(d) for d in first.get("shape") or ()),
                      "storage": storage.get(tid, Storage()), "value": by_tensor[tid]})
     return rows, b.meta
+
+
+def whole_layers(layers: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Layers whose output is a whole original tensor: not layout changes, and not pieces of an
+    original node that a later layer finishes (partial sums of a split kernel, the groups of a split
+    grouped conv), recognised by a consumer layer naming the same original node."""
+    consumers: Dict[int, List[Dict[str, Any]]] = {}
+    for layer in layers:
+        for t in layer["inputs"]:
+            consumers.setdefault(t, []).append(layer)
+    out = []
+    for layer in layers:
+        if layer["layer_name"] == "layout_transform":
+            continue
+        mine = set(layer["origin"])
+        if any(mine & set(c["origin"]) for c in consumers.get(layer["output"], [])
+               if c["layer_name"] != "layout_transform"):
+            continue
+        out.append(layer)
+    return out
