@@ -29,6 +29,10 @@ def register(subparsers) -> None:
                     "max|ref - got| <= ATOL + RTOL * max|ref| (fp16-aware defaults). Each row also gives "
                     "the tensor's SNR in dB, and the layers adding the most noise are named (largest SNR "
                     "drops): with A the fp32 original of an int8 model, the quantization loss per layer. "
+                    "With A a QDQ model its layers are read from onnxruntime's optimized plan of A (exposing "
+                    "them would unfuse its QLinear groups) and compared by their int8 codes (share identical, "
+                    "max code difference; pass: >= 99% identical, the rest within one quantum); the first "
+                    "layer whose codes differ is named. "
                     "Exit code 0: all pass, 1: a tensor fails, 3: an input cannot be used.")
     p.add_argument("a", metavar="A.onnx", help="the reference model (usually the original)")
     p.add_argument("b", metavar="B.onnx", help="the converted model, or a `convert` output folder")

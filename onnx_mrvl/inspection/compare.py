@@ -18,6 +18,11 @@ Each row also carries the tensor's SNR in dB (``snr.py``), and ``snr_drops`` the
 most noise to what they read. Comparing an int8 conversion with its fp32 original, layers map onto
 the fp32 tensors through ``quantized_map.py``.
 
+A QDQ reference (activation QuantizeLinear nodes) is not run with every tensor exposed: that would
+unfuse its int8 groups in onnxruntime. It is probed at its QuantizeLinear outputs only, where
+onnxruntime's plan stays as it is (``qdq_probes.py``); such rows also compare int8 codes (share
+identical, max code difference; pass: >= 99% identical, the rest within one quantum).
+
 Inputs: seeded random arrays of A's declared shapes. A symbolic dimension takes ``input_shapes``
 (``--input-shape``), else the converted model's static size for it, else 1 when it is the first
 (batch) dimension; any other symbolic dimension raises ``UsageError`` asking for ``--input-shape``.
@@ -34,10 +39,10 @@ import onnx
 
 from ..errors import ModelError, UsageError
 
-from . import quantized_map, snr
+from . import qdq_probes, quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
 from .inputs import feed_shapes, random_feeds
-from .runner import capture_region, region_binary, region_nodes, run_all
+from .runner import capture_region, region_binary, region_nodes, run_all, whole_layers
 from .tensors import LAYOUT_PERMS, RESHAPES, Storage, error_stats, graph_storage, reshape_source_perm
 
 log = logging.getLogger(__name__)
@@ -72,6 +77,7 @@ class TensorCompare:
     ref_inf: int = 0
     reason: str = ""            # why it fails ("" when it passes)
     snr_db: Optional[float] = None  # 10 log10(sum ref^2 / sum err^2) (snr.py); inf: identical; None: integers
+    codes: Optional[Dict[str, Any]] = None   # QDQ reference: qdq_probes.code_stats against the probe's codes
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -94,10 +100,16 @@ class CompareResult:
     b_only: int = 0             # tensors of B with no counterpart in A (created by the conversion)
     baseline: Optional[Any] = None  # baseline_report.BaselineReport (fp16_baseline=True)
     snr_drops: List[Dict[str, Any]] = field(default_factory=list)   # snr.drops: the layers losing most
+    qdq: Optional[Any] = None   # qdq_probes.QdqReference when A is a QDQ model
 
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.rows)
+
+    @property
+    def first_differing(self) -> Optional[TensorCompare]:
+        """QDQ reference: the first row whose int8 codes are not all identical."""
+        return next((r for r in self.rows if r.codes is not None and r.codes["identical"] < 1.0), None)
 
     @property
     def first_failure(self) -> Optional[TensorCompare]:
@@ -115,6 +127,8 @@ class CompareResult:
                 "first_failure": first.to_dict() if first else None,
                 "regions": self.regions, "snr_drops": [snr.drop_json(d) for d in self.snr_drops], "tensors": [r.to_dict() for r in self.rows],
                 "unmapped": self.unmapped,
+                "qdq": None if self.qdq is None else {**self.qdq.to_dict(), "first_differing": (
+                    self.first_differing.tensor if self.first_differing else None)},
                 "fp16_baseline": self.baseline.to_dict() if self.baseline is not None else None}
 
     def to_text(self, limit: int = 0) -> str:
@@ -131,12 +145,16 @@ class CompareResult:
                        f"{','.join(r.origin)}{' (output)' if r.is_output else ''}")
             if r.nan or r.inf or r.ref_nan or r.ref_inf or r.reason:
                 out.append(f"{'':>6}{_nonfinite_counts(r)}{': ' + r.reason if r.reason else ''}")
+            if r.codes is not None:
+                out.append(f"{'':>6}{qdq_probes.codes_text(r.codes)}")
         if limit and len(self.rows) > limit:
             out.append(f"  ... and {len(self.rows) - limit} more")
         if self.unmapped:
             out.append(f"not compared: {len(self.unmapped)} tensor(s) of B "
                        f"({', '.join(u['tensor'] for u in self.unmapped[:6])}{', ...' if len(self.unmapped) > 6 else ''})")
         out.append(snr.drops_text(self.snr_drops))
+        if self.qdq is not None:
+            out.append(qdq_probes.summary_text(self.qdq, self.first_differing))
         first = self.first_failure
         if first is None:
             out.append("PASS: every compared tensor is within tolerance")
@@ -193,8 +211,13 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
         raise UsageError("input shapes were given together with input arrays",
                          hint="drop --input-shape: the arrays of --inputs have their shapes")
     feeds = dict(inputs) if inputs is not None else random_feeds(ma, seed, feed_shapes(ma, mb, input_shapes))
+    qdq = None
     try:
-        va = run_all(ma, feeds)
+        if qdq_probes.is_qdq(ma):
+            qdq = qdq_probes.QdqReference(ma, feeds)
+            va = qdq.values
+        else:
+            va = run_all(ma, feeds)
     except Exception as exc:  # noqa: BLE001 - only onnxruntime's own errors are re-worded
         if not type(exc).__module__.startswith("onnxruntime"):
             raise
@@ -205,9 +228,11 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
                               "NAME:D1,D2,... or real arrays with --inputs") from None
     keep, kept = _keeper(ma, va) if fp16_baseline else (None, {})
     b_inputs = {vi.name for vi in mb.graph.input} - {t.name for t in mb.graph.initializer}
-    vb = run_all(mb, {k: v for k, v in feeds.items() if k in b_inputs}, model_dir)
+    vb = run_all(mb, {k: v for k, v in feeds.items() if k in b_inputs}, model_dir,
+                 None if qdq is None else qdq.b_exposed(mb, region_nodes(mb)))
     res = CompareResult(_label(a, ma, "A"), _label(b, mb, "B"), atol, rtol,
-                        {k: list(np.shape(v)) for k, v in feeds.items()}, seed=None if inputs is not None else seed)
+                        {k: list(np.shape(v)) for k, v in feeds.items()}, seed=None if inputs is not None else seed,
+                        qdq=qdq)
     prod_a = _producers(ma)
     outputs_a = {o.name for o in ma.graph.output}
     rows: Dict[str, TensorCompare] = {}
@@ -235,9 +260,9 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
             rows[logical] = _row(logical, prod_a[logical], t, n.name, "onnxruntime",
                                  n.name if n.domain == "mrvl" and n.op_type.startswith("Subgraph") else "",
                                  explicit_origin(n) or [n.name], st.describe(), ref, got, atol, rtol,
-                                 logical in outputs_a)
+                                 logical in outputs_a, qdq)
     if simulate:
-        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol, keep)
+        _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol, keep, qdq)
     res.rows = sorted(rows.values(), key=lambda r: (r.position, r.tensor))
     res.snr_drops = snr.drops(ma, res.rows)
     if fp16_baseline:
@@ -248,14 +273,18 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
     return res
 
 
-def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, ref, got, atol, rtol, is_output):
+def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, ref, got, atol, rtol, is_output,
+         qdq=None):
     pos, node = producer
     s = error_stats(ref, got, atol, rtol)
+    codes = qdq.stats(tensor, got) if qdq is not None else None
+    if codes is not None:
+        s["pass"], s["reason"] = qdq_probes.judge(codes, s)
     return TensorCompare(tensor, node.name, node.op_type, b_tensor, b_node, source, region, list(origin), storage,
                          list(np.shape(ref)), float(s["max_abs"]), float(s["max_rel"]), float(s["cosine"]),
                          float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos,
                          int(s.get("nan", 0)), int(s.get("inf", 0)), int(s.get("ref_nan", 0)),
-                         int(s.get("ref_inf", 0)), str(s.get("reason", "")), snr.snr_db(ref, got))
+                         int(s.get("ref_inf", 0)), str(s.get("reason", "")), snr.snr_db(ref, got), codes)
 
 
 def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> Dict[str, Storage]:
@@ -334,7 +363,7 @@ def _keeper(ma: onnx.ModelProto, va: Mapping[str, np.ndarray]):
 
 
 def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, storage, atol, rtol,
-                     keep: Optional[Callable[[str, np.ndarray], None]] = None) -> None:
+                     keep: Optional[Callable[[str, np.ndarray], None]] = None, qdq=None) -> None:
     by_origin = _origin_index(ma)
     prod_nodes = {t: n for t, (_, n) in prod_a.items()}
     b_names = {o for n in mb.graph.node for o in (explicit_origin(n) or [n.name])}
@@ -344,7 +373,7 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
         logical = _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes,
                                  {t: np.shape(v) for t, v in va.items()}, b_names)
         n_cmp = 0
-        for layer in _whole_layers(layers):
+        for layer in whole_layers(layers):
             tensor = logical.get(layer["output"], "")
             if tensor not in va or tensor not in prod_a:
                 continue
@@ -360,7 +389,7 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
             if keep is not None and tensor not in rows:
                 keep(tensor, got)
             row = _row(tensor, prod_a[tensor], key, layer["name"], "simulator", node.name, layer["origin"],
-                       layer["storage"].describe(), ref, got, atol, rtol, tensor in outputs_a)
+                       layer["storage"].describe(), ref, got, atol, rtol, tensor in outputs_a, qdq)
             prev = rows.get(tensor)
             if prev is not None and prev.source == "onnxruntime":
                 prev.region, prev.b_node, prev.origin = node.name, layer["name"], list(layer["origin"])
@@ -368,26 +397,6 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
                 rows[tensor] = row
             n_cmp += 1
         res.regions.append({"region": node.name, "layers": len(layers), "compared": n_cmp})
-
-
-def _whole_layers(layers: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Layers whose output is a whole original tensor: not layout changes, and not pieces of an
-    original node that a later layer finishes (partial sums of a split kernel, the groups of a split
-    grouped conv), recognised by a consumer layer naming the same original node."""
-    consumers: Dict[int, List[Dict[str, Any]]] = {}
-    for layer in layers:
-        for t in layer["inputs"]:
-            consumers.setdefault(t, []).append(layer)
-    out = []
-    for layer in layers:
-        if layer["layer_name"] == "layout_transform":
-            continue
-        mine = set(layer["origin"])
-        if any(mine & set(c["origin"]) for c in consumers.get(layer["output"], [])
-               if c["layer_name"] != "layout_transform"):
-            continue
-        out.append(layer)
-    return out
 
 
 def _label(x: ModelLike, m: onnx.ModelProto, default: str) -> str:

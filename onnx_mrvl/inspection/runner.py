@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -39,13 +39,13 @@ def region_origin(node: onnx.NodeProto) -> List[str]:
     return decode_origin(node_attrs(node).get("origin", "[]"))
 
 
-def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose every node output is also a graph output."""
+def expose_all(model: onnx.ModelProto, only=None) -> onnx.ModelProto:
+    """A copy of ``model`` whose every node output (of the names ``only`` when given) is also a graph output."""
     m = copy.deepcopy(model)
     have = {o.name for o in m.graph.output}
     for n in m.graph.node:
         for t in n.output:
-            if t and t not in have:
+            if t and t not in have and (only is None or t in only):
                 m.graph.output.append(onnx.ValueInfoProto(name=t))
                 have.add(t)
     if m.ir_version > 13 or m.ir_version == 0:
@@ -70,9 +70,10 @@ def make_session(model: onnx.ModelProto, model_dir: Optional[str]):
 
 
 def run_all(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-            model_dir: Optional[str] = None) -> Dict[str, np.ndarray]:
-    """Every graph input and node output of ``model`` after one run on ``feeds``."""
-    m = expose_all(model)
+            model_dir: Optional[str] = None, only=None) -> Dict[str, np.ndarray]:
+    """Every graph input and node output (those named in ``only`` when given) of ``model`` after one
+    run on ``feeds``."""
+    m = expose_all(model, None if only is None else set(only))
     sess = make_session(m, model_dir)
     names = [o.name for o in sess.get_outputs()]
     wanted = {i.name for i in sess.get_inputs()}
@@ -140,3 +141,23 @@ def capture_region(binary: bytes, inputs: Mapping[str, np.ndarray], name: str = 
                      "in_shape": tuple(int(d) for d in first.get("shape") or ()),
                      "storage": storage.get(tid, Storage()), "value": by_tensor[tid]})
     return rows, b.meta
+
+
+def whole_layers(layers: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Layers whose output is a whole original tensor: not layout changes, and not pieces of an
+    original node that a later layer finishes (partial sums of a split kernel, the groups of a split
+    grouped conv), recognised by a consumer layer naming the same original node."""
+    consumers: Dict[int, List[Dict[str, Any]]] = {}
+    for layer in layers:
+        for t in layer["inputs"]:
+            consumers.setdefault(t, []).append(layer)
+    out = []
+    for layer in layers:
+        if layer["layer_name"] == "layout_transform":
+            continue
+        mine = set(layer["origin"])
+        if any(mine & set(c["origin"]) for c in consumers.get(layer["output"], [])
+               if c["layer_name"] != "layout_transform"):
+            continue
+        out.append(layer)
+    return out

@@ -1,0 +1,326 @@
+"""Per-layer values of a QDQ model as onnxruntime really computes them.
+
+``runner.run_all`` makes every node output a graph output. On a QDQ model that changes what
+onnxruntime executes: a ``DQ -> op -> Q`` group one of whose tensors is a graph output -- the
+QuantizeLinear output included (measured, docs/quantize.md "compare on QDQ models") -- is not fused
+(no QLinearConv / QLinearSoftmax / QLinearAdd), and the x86 rewrite of int8 Q -> DQ pairs into
+uint8 (QDQS8ToU8) skips it, so the float path's values would stand for the int8 ones. Instead
+onnxruntime optimizes the unmodified model (level ALL, CPU provider, ``optimized_model_filepath``),
+and that optimized graph -- its plan -- runs again with optimizations off and every tensor
+visible: nothing is left to fuse, so exposing changes nothing, and the model outputs must equal the
+unmodified session's bit for bit (else ``ModelError``). Each QuantizeLinear output of the model
+is found in the plan by name, or as the tensor the plan quantizes with the same scale (a QLinear
+kernel's output, a uint8 tensor of QDQS8ToU8: codes shifted by the zero-point change); a Q the plan
+no longer computes is listed with its reason.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import onnx
+
+from ..errors import ModelError
+from .. import ort_plan
+
+NOT_IN_PLAN = "onnxruntime's plan does not compute it (removed by its optimizer)"
+AMBIGUOUS = "several tensors of onnxruntime's plan are quantized with its scale"
+
+
+def is_qdq(model: onnx.ModelProto) -> bool:
+    """A model with activation quantization: a QuantizeLinear whose input is not a constant."""
+    consts = {t.name for t in model.graph.initializer} | {
+        o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    return any(n.op_type == "QuantizeLinear" and n.input and n.input[0] not in consts for n in model.graph.node)
+
+
+def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's optimized graph of ``model`` (a default session's: level ALL, CPU provider)."""
+    import onnxruntime as ort
+    with tempfile.TemporaryDirectory(prefix="mrvl_qdq_plan_") as tmp:
+        path = os.path.join(tmp, "optimized.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.optimized_model_filepath = path
+        so.log_severity_level = 4
+        try:
+            ort_plan.session(model.SerializeToString(), so)
+            return onnx.load(path)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+            raise ModelError(f"onnxruntime cannot optimize model {model.graph.name!r}: {exc}",
+                             hint="check the model with onnx.checker") from None
+
+
+def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], optimize: bool) -> Dict[str, np.ndarray]:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort_plan.session(model.SerializeToString(), so)
+    wanted = {i.name for i in sess.get_inputs()}
+    missing = sorted(wanted - set(feeds))
+    if missing:
+        raise ModelError(f"model {model.graph.name!r} needs input(s) {missing} that were not given",
+                         hint="pass them in the --inputs file")
+    names = [o.name for o in sess.get_outputs()]
+    vals = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    out = {k: np.asarray(v) for k, v in feeds.items() if k in wanted}
+    out.update({k: np.asarray(v) for k, v in zip(names, vals)})
+    return out
+
+
+def run_plan(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]
+             ) -> Tuple[Dict[str, np.ndarray], onnx.ModelProto]:
+    """(every tensor of onnxruntime's plan of ``model`` after one run, the plan). The model outputs
+    are the unmodified session's; the plan's run must give them bit for bit."""
+    from .runner import expose_all
+    plain = _run(model, feeds, True)
+    plan = optimized(model)
+    values = _run(expose_all(plan), feeds, False)
+    for o in model.graph.output:
+        v = plain[o.name]
+        if not np.array_equal(v, values.get(o.name), equal_nan=v.dtype.kind == "f"):
+            raise ModelError(f"onnxruntime's optimized plan of {model.graph.name!r}, run again with every "
+                             f"tensor visible, gives another {o.name!r}",
+                             hint="compare cannot read this model's layers faithfully; report it")
+    values.update(plain)
+    return values, plan
+
+
+def _scale_of(plan: onnx.ModelProto) -> Dict[str, List[Tuple[str, str]]]:
+    """scale name -> [(tensor, zero point name)]: a tensor read by a DQ or a QLinear kernel as the
+    (x, x_scale, x_zero_point) triple of its inputs (x_scale: a float initializer; the caller checks
+    that x holds integer codes)."""
+    floats = {t.name for t in plan.graph.initializer
+              if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+    out: Dict[str, List[Tuple[str, str]]] = {}
+    seen = set()
+    for n in plan.graph.node:
+        if n.op_type != "DequantizeLinear" and not n.op_type.startswith("QLinear"):
+            continue
+        ins = list(n.input)
+        for k in range(len(ins) - 1):
+            x, sc = ins[k], ins[k + 1]
+            if not x or x in floats or sc not in floats or (x, sc) in seen:
+                continue
+            seen.add((x, sc))
+            out.setdefault(sc, []).append((x, ins[k + 2] if k + 2 < len(ins) else ""))
+    return out
+
+
+def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[str, np.ndarray]
+               ) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+    """({Q output of ``model``: its codes in onnxruntime's plan}, {Q output: why it has none})."""
+    by_scale = _scale_of(plan)
+    inits = {t.name: t for t in plan.graph.initializer}
+    plan_q = {(n.input[0], n.input[1]): (n.output[0], n.input[2] if len(n.input) > 2 else "")
+              for n in plan.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1}
+    shapes = _static_shapes(model)
+    producer = {o: p for p in plan.graph.node for o in p.output}
+    found: Dict[str, np.ndarray] = {}
+    refused: Dict[str, str] = {}
+    outs = {o.name for o in model.graph.output}
+    for n in model.graph.node:
+        if n.op_type != "QuantizeLinear" or not n.output or not n.output[0] or n.output[0] in outs:
+            continue
+        t = n.output[0]
+        if t in values:
+            found[t] = values[t]
+            continue
+        same_q = plan_q.get((n.input[0], n.input[1] if len(n.input) > 1 else ""))
+        cands = [same_q] if same_q is not None and same_q[0] in values else [
+            (y, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", [])
+            for y in [_before_moves(x, producer, values, shapes.get(t))]
+            if y in values and values[y].dtype.kind in "iu" and (t not in shapes or tuple(values[y].shape) == shapes[t])]
+        if len({x for x, _ in cands}) != 1:
+            refused[t] = AMBIGUOUS if cands else NOT_IN_PLAN
+            continue
+        x, zp_name = cands[0]
+        zp_plan = _init(inits, zp_name)
+        zp_mine = _param(model, n.input[2]) if len(n.input) > 2 and n.input[2] else None
+        shift = (0 if zp_plan is None else zp_plan.astype(np.int64)) - \
+            (0 if zp_mine is None else zp_mine.astype(np.int64))
+        if np.size(shift) != 1:
+            refused[t] = "per-channel zero points of a renamed tensor"
+            continue
+        dtype = zp_mine.dtype if zp_mine is not None else np.dtype(np.uint8)
+        found[t] = (values[x].astype(np.int64) - int(np.ravel(shift)[0])).astype(dtype)
+    return found, refused
+
+
+MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")   # keep the codes as they are
+
+
+def _before_moves(x: str, producer: Mapping[str, onnx.NodeProto], values: Mapping[str, np.ndarray],
+                  shape: Optional[Tuple[int, ...]]) -> str:
+    """``x``, or when its shape is not ``shape``, the tensor a chain of data-movement ops of the plan
+    made it from (onnxruntime moves int8 codes through Transpose / Reshape, dropping their Q / DQ)."""
+    for _ in range(8):
+        if shape is None or x not in values or tuple(values[x].shape) == shape:
+            return x
+        p = producer.get(x)
+        if p is None or p.op_type not in MOVES or not p.input:
+            return x
+        x = p.input[0]
+    return x
+
+
+def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
+    """tensor -> static shape, from onnx's shape inference (where every dimension is known)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - inference is a help here, not a requirement
+        return {}
+    out = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[vi.name] = tuple(int(d.dim_value) for d in dims)
+    return out
+
+
+def _init(inits, name: str) -> Optional[np.ndarray]:
+    from onnx import numpy_helper
+    return numpy_helper.to_array(inits[name]) if name in inits else None
+
+
+def _param(model: onnx.ModelProto, name: str) -> Optional[np.ndarray]:
+    from onnx import numpy_helper
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output and n.output[0] == name:
+            return numpy_helper.to_array(onnx.helper.get_attribute_value(n.attribute[0]))
+    return None
+
+
+def quant_params(model: onnx.ModelProto, node: onnx.NodeProto, ndim: int
+                 ) -> Optional[Tuple[np.ndarray, np.ndarray, int, int]]:
+    """(scale, zero point, qmin, qmax) of a Q / DQ node, broadcastable over a rank-``ndim`` tensor."""
+    scale = _param(model, node.input[1]) if len(node.input) > 1 else None
+    if scale is None:
+        return None
+    zp = _param(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    dtype = zp.dtype if zp is not None else np.dtype(np.uint8)
+    if dtype.kind not in "iu":
+        return None
+    info = np.iinfo(dtype)
+    zp = np.zeros_like(scale, dtype=np.int64) if zp is None else zp.astype(np.int64)
+    scale = scale.astype(np.float32)
+    if scale.ndim == 1 and scale.size > 1:
+        axis = next((int(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "axis"), 1)
+        shape = [1] * ndim
+        shape[axis % ndim] = scale.size
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    elif scale.size != 1:
+        return None
+    return scale, zp, int(info.min), int(info.max)
+
+
+def codes(x: np.ndarray, params) -> np.ndarray:
+    """QuantizeLinear's codes of float ``x`` (round half to even, saturate) as int64."""
+    scale, zp, lo, hi = params
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = np.rint(np.asarray(x, np.float32) / scale)
+    q = np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo)
+    return np.clip(q.astype(np.int64) + zp, lo, hi)
+
+
+def dequantize(q: np.ndarray, params) -> np.ndarray:
+    scale, zp, _, _ = params
+    return ((q.astype(np.int64) - zp).astype(np.float32) * scale).astype(np.float32)
+
+
+def code_stats(ref_codes: np.ndarray, got_codes: np.ndarray) -> Dict[str, object]:
+    """identical share, max code difference and the QDQ bar (>= 99% identical, the rest within one
+    quantum: ``within_one_quantum``)."""
+    d = np.abs(ref_codes.astype(np.int64) - got_codes.astype(np.int64))
+    same = float(np.count_nonzero(d == 0)) / d.size if d.size else 1.0
+    mx = int(d.max()) if d.size else 0
+    return {"identical": same, "max_code_diff": mx, "within_one_quantum": bool(same >= 0.99 and mx <= 1)}
+
+
+class QdqReference:
+    """compare's reference values of a QDQ model A: ``values`` (inputs, unmodified outputs, probe
+    codes, and each DQ of a probe as the exact dequantization of its codes) and per tensor the
+    codes of a compared value (``stats``)."""
+
+    def __init__(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]):
+        self.values, plan = run_plan(model, feeds)
+        found, self.refused = plan_codes(model, plan, self.values)
+        self.values.update(found)
+        self.params: Dict[str, Tuple[str, object]] = {}     # tensor -> (probe, quant params)
+        q_nodes = {n.output[0]: n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.output}
+        for t in found:
+            p = quant_params(model, q_nodes[t], self.values[t].ndim)
+            if p is not None:
+                self.params[t] = (t, p)
+        for n in model.graph.node:
+            if n.op_type != "DequantizeLinear" or not n.input or n.input[0] not in found or not n.output[0]:
+                continue
+            p = quant_params(model, n, self.values[n.input[0]].ndim)
+            if p is None:
+                continue
+            self.params[n.output[0]] = (n.input[0], p)
+            if n.output[0] not in self.values:
+                self.values[n.output[0]] = dequantize(self.values[n.input[0]], p)
+        self.probes = sorted(found)
+
+    def stats(self, tensor: str, got: np.ndarray) -> Optional[Dict[str, object]]:
+        """Code statistics of ``got`` (codes, or a dequantized float) against the probe's codes."""
+        if tensor not in self.params:
+            return None
+        probe, p = self.params[tensor]
+        ref = self.values[probe].astype(np.int64)
+        g = np.asarray(got)
+        mine = g.astype(np.int64) if g.dtype.kind in "iu" else codes(g, p)
+        if mine.shape != ref.shape:
+            return None
+        return {"probe": probe, **code_stats(ref, mine)}
+
+    def b_exposed(self, mb: onnx.ModelProto, region_nodes) -> List[str]:
+        """What to read of B: the inputs and outputs of its accelerator regions (exposing B's CPU
+        QDQ groups would unfuse them as well)."""
+        out: List[str] = []
+        for r in region_nodes:
+            out += [t for t in list(r.input) + list(r.output) if t]
+        return out
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"probes": len(self.probes), "source": "onnxruntime's optimized plan, run with every tensor visible",
+                "rule": "codes: >= 99% identical, the rest within one quantum",
+                "not_probed": [{"tensor": t, "reason": r} for t, r in self.refused.items()]}
+
+
+def judge(codes: Dict[str, object], stats: Dict[str, object]) -> Tuple[bool, str]:
+    """(pass, reason) of a row with codes: the QDQ bar, and non-finite values must agree."""
+    ok = bool(codes["within_one_quantum"]) and not stats.get("nonfinite_mismatch")
+    if ok:
+        return True, ""
+    why = [] if codes["within_one_quantum"] else [
+        f"{100 * float(codes['identical']):.2f}% of the int8 codes identical, max code difference "
+        f"{codes['max_code_diff']} (bar: >= 99% identical, the rest within one quantum)"]
+    if stats.get("nonfinite_mismatch"):
+        why.append(str(stats.get("reason", "non-finite values differ")))
+    return False, "; ".join(why)
+
+
+def codes_text(c: Dict[str, object]) -> str:
+    return (f"codes of {c['probe']}: {100 * float(c['identical']):.2f}% identical, max code difference "
+            f"{c['max_code_diff']}{' (within one quantum)' if c['within_one_quantum'] else ''}")
+
+
+def summary_text(ref: QdqReference, first) -> str:
+    """The QDQ lines of compare's text output."""
+    out = [f"QDQ reference: {len(ref.probes)} QuantizeLinear output(s) read from onnxruntime's optimized "
+           f"plan (int8 codes; model outputs from its unmodified run)"]
+    for t, r in ref.refused.items():
+        out.append(f"  not probed: {t}: {r}")
+    out.append(f"first layer whose codes differ: {first.tensor} (node {first.b_node}; "
+               f"{codes_text(first.codes)})" if first is not None else
+               "every probed layer's codes are identical to onnxruntime's")
+    return "\n".join(out)

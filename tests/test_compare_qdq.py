@@ -1,0 +1,154 @@
+"""``onnx-mrvl compare`` with a QDQ reference: per-layer values come from onnxruntime's optimized plan
+of the unmodified model (inspection/qdq_probes.py), not from a run with every tensor exposed, which
+unfuses its QLinear groups; each int8 layer is compared by its codes."""
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl.cli.main import main
+from onnx_mrvl.inspection import qdq_probes
+from onnx_mrvl.inspection.compare import compare_models
+from onnx_mrvl.inspection.inputs import feed_shapes, random_feeds
+from onnx_mrvl.inspection.runner import expose_all
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+from onnx_mrvl.testing.models import GraphBuilder
+
+pytest.importorskip("onnxruntime.quantization")
+F32 = TensorProto.FLOAT
+LAYERS = ["c1_out_DequantizeLinear_Output", "c2_out_DequantizeLinear_Output", "add_out_DequantizeLinear_Output",
+          "output"]
+
+
+def conv_add_softmax() -> onnx.ModelProto:
+    """Two convs of the input, their Add, Softmax over the channels: onnxruntime fuses QLinearAdd
+    and QLinearSoftmax (uint8, after its QDQS8ToU8 rewrite)."""
+    g = GraphBuilder(0, 13)
+    a = g.conv("input", 3, 8, 3, "c1")
+    b = g.conv("input", 3, 8, 1, "c2")
+    g.node("Softmax", [g.node("Add", [a, b], "add")], "sm", axis=1)
+    g.nodes[-1].output[0] = "output"
+    return g.model("conv_add_softmax", [("input", F32, [1, 3, 8, 8])], [("output", F32, [1, 8, 8, 8])])
+
+
+@pytest.fixture(scope="module")
+def qdq(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cmpq")
+    onnx.save(conv_add_softmax(), str(d / "f.onnx"))
+    rng = np.random.default_rng(0)
+    cal = [{"input": (2 * rng.standard_normal((1, 3, 8, 8))).astype(np.float32)} for _ in range(4)]
+    q = quantize_static_qdq(str(d / "f.onnx"), str(d / "q.onnx"), cal)
+    out = onnx_mrvl.convert(q).save(str(d / "out"))
+    return {"dir": d, "q": q, "out": out}
+
+
+def _ops(model: onnx.ModelProto):
+    return {n.op_type for n in qdq_probes.optimized(model).graph.node}
+
+
+def test_exposing_a_quantizelinear_output_unfuses_its_group(qdq):
+    """Why compare cannot expose tensors of a QDQ model, not even the int8 codes: onnxruntime does
+    not fuse a group whose Q output is a graph output, and the float path rounds differently."""
+    m = onnx.load(qdq["q"])
+    assert {"QLinearAdd", "QLinearSoftmax"} <= _ops(m)
+    exposed = expose_all(m, {"output_QuantizeLinear_Output"})
+    assert "QLinearSoftmax" not in _ops(exposed) and "Softmax" in _ops(exposed)
+    feeds = random_feeds(m, 0, feed_shapes(m, m, None))
+    plain = ort.InferenceSession(qdq["q"], providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    sess = ort.InferenceSession(exposed.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert not np.array_equal(sess.run(["output"], feeds)[0], plain)
+
+
+def test_plan_readout_is_the_unmodified_run(qdq):
+    m = onnx.load(qdq["q"])
+    feeds = random_feeds(m, 0, feed_shapes(m, m, None))
+    ref = qdq_probes.QdqReference(m, feeds)
+    plain = ort.InferenceSession(qdq["q"], providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.array_equal(ref.values["output"], plain)
+    qs = [n.output[0] for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in
+          {"input", "c1_out", "c2_out", "add_out", "output_QuantizeLinear_Input"}]
+    assert sorted(qs) == ref.probes and not ref.refused
+    # the softmax's codes are the plan's (uint8 QLinearSoftmax shifted back to int8), i.e. the output's
+    params = ref.params["output"][1]
+    assert np.array_equal(qdq_probes.dequantize(ref.values["output_QuantizeLinear_Output"], params), plain)
+    assert ref.values["output_QuantizeLinear_Output"].dtype == np.int8
+
+
+def test_exact_conversion_every_layer_identical(qdq):
+    res = compare_models(qdq["q"], qdq["out"])
+    rows = {r.tensor: r for r in res.rows}
+    assert sorted(rows) == sorted(LAYERS)
+    for t in LAYERS:
+        assert rows[t].codes is not None and rows[t].codes["identical"] == 1.0, (t, rows[t].codes)
+        assert rows[t].max_abs == 0.0 and rows[t].passed
+    assert res.first_differing is None and res.passed
+    text = res.to_text()
+    assert "every probed layer's codes are identical" in text and "100.00% identical" in text
+
+
+def test_perturbed_layer_is_the_first_differing(qdq, tmp_path):
+    """A reference whose c2 output scale is changed: c2 is named, c1 still identical."""
+    m = onnx.load(qdq["q"])
+    q2 = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "c2_out")
+    init = next(t for t in m.graph.initializer if t.name == q2.input[1])
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(1.5), init.name))
+    path = str(tmp_path / "perturbed.onnx")
+    onnx.save(m, path)
+    res = compare_models(path, qdq["out"])
+    rows = {r.tensor: r for r in res.rows}
+    assert rows["c1_out_DequantizeLinear_Output"].codes["identical"] == 1.0
+    first = res.first_differing
+    assert first is not None and first.tensor == "c2_out_DequantizeLinear_Output"
+    assert not first.codes["within_one_quantum"] and not first.passed and "codes identical" in first.reason
+    assert not res.passed
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["compare", path, qdq["out"], "--json"])
+
+    def bad(word):
+        raise AssertionError(f"{word} in the JSON output")
+    doc = json.loads(buf.getvalue(), parse_constant=bad)
+    assert rc == 1 and doc["qdq"]["first_differing"] == "c2_out_DequantizeLinear_Output"
+    row = next(r for r in doc["tensors"] if r["tensor"] == "c2_out_DequantizeLinear_Output")
+    assert row["codes"]["identical"] < 0.99 and row["pass"] is False
+
+
+def test_a_quantizelinear_the_plan_removes_is_named_not_probed():
+    """x -> Q1 -> DQ1 -> Q2 -> DQ2 -> Softmax -> Q3 -> DQ3: onnxruntime's DoubleQDQPairsRemover
+    merges Q1 / Q2 into one Q of a new scale, so neither code tensor exists in its plan."""
+    from onnx import helper as h
+
+    def c(name, v):
+        return numpy_helper.from_array(np.asarray(v), name)
+    inits = [c("s1", np.float32(0.05)), c("z1", np.int8(0)), c("s2", np.float32(0.04)), c("z2", np.int8(3)),
+             c("s3", np.float32(1 / 256)), c("z3", np.int8(-128))]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s1", "z1"], ["q1"], name="Q1"),
+             h.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"], name="D1"),
+             h.make_node("QuantizeLinear", ["d1", "s2", "z2"], ["q2"], name="Q2"),
+             h.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"], name="D2"),
+             h.make_node("Softmax", ["d2"], ["sm"], name="sm", axis=-1),
+             h.make_node("QuantizeLinear", ["sm", "s3", "z3"], ["q3"], name="Q3"),
+             h.make_node("DequantizeLinear", ["q3", "s3", "z3"], ["y"], name="D3")]
+    g = h.make_graph(nodes, "double_qdq", [h.make_tensor_value_info("x", F32, [1, 4, 16])],
+                     [h.make_tensor_value_info("y", F32, [1, 4, 16])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    assert "QLinearSoftmax" in _ops(m)
+    x = {"x": np.random.default_rng(3).standard_normal((1, 4, 16)).astype(np.float32)}
+    ref = qdq_probes.QdqReference(m, x)
+    assert ref.probes == ["q3"] and set(ref.refused) == {"q1", "q2"}
+    assert all("does not compute it" in r for r in ref.refused.values())
+    text = qdq_probes.summary_text(ref, None)
+    assert "not probed: q1" in text and "not probed: q2" in text
+    assert [d["tensor"] for d in ref.to_dict()["not_probed"]] == ["q1", "q2"]
+    plain = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert np.array_equal(ref.values["y"], plain)
+    assert np.array_equal(qdq_probes.dequantize(ref.values["q3"], ref.params["y"][1]), plain)
