@@ -1,6 +1,7 @@
-"""A float attention block with a TorchScript-style additive mask (``Where(mask == 0, -inf, 0)``),
-for onnxruntime's quantize_static to quantize as it does real `_ts` exports (the mask's and the
-masked scores' Q / DQ get an infinite scale; tests/test_qdq_infinite_softmax.py)."""
+"""Float attention blocks with an additive mask, for onnxruntime's quantize_static to quantize as it
+does real exports: TorchScript-style ``Where(mask == 0, -inf, 0)`` (the mask's and the masked
+scores' Q / DQ get an infinite scale; tests/test_qdq_infinite_softmax.py), and a dynamo-style causal
+mask of float32's lowest (a scale of lowest / 255; tests/test_qdq_causal_mask.py)."""
 from __future__ import annotations
 
 from typing import Dict, List
