@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 94   # 48 + 9 contrib-op rules + 10 QDQ-variant rules + 19 export idioms of session 9 (docs/surveys/) + grn_norm, strided_slice_split, qdq_infinite_softmax + 3 recurrent rules of session 10 (loop_to_rnn, reverse_sequence_gather, rnn_length_sort) + qdq_move_chain, qdq_batched_const_matmul
+    assert len(names) == len(set(names)) == len(RULES) == 95   # 48 + 9 contrib-op rules + 10 QDQ-variant rules + 19 export idioms of session 9 (docs/surveys/) + grn_norm, strided_slice_split, qdq_infinite_softmax + 3 recurrent rules of session 10 (loop_to_rnn, reverse_sequence_gather, rnn_length_sort) + qdq_move_chain, qdq_batched_const_matmul, qdq_mask_select
     assert names.index("einsum_to_matmul") < names.index("merge_transposes")
     assert all(callable(r.match) and callable(r.check) and callable(r.rewrite) for r in RULES)
     assert names[0] == "fold_constants"
