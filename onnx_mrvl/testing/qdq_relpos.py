@@ -46,3 +46,25 @@ def relpos_block(seed: int = 0) -> onnx.ModelProto:
 def feeds(n: int, seed: int = 1) -> List[Dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((1, T, D)).astype(np.float32)} for _ in range(n)]
+
+
+def shared_projection_block(seed: int = 0) -> onnx.ModelProto:
+    """x [1, T, D] -> q = x Wq; pos = R Wq with R a constant [2S, D] (SEW-D / DeBERTa share a
+    projection's weights between the hidden states and the relative-position embeddings); scores =
+    q pos^T [1, T, 2S], Softmax, that x W2 [2S, D] + x."""
+    rng = np.random.default_rng(seed)
+    inits = [nh.from_array((rng.standard_normal((D, D)) / 4).astype(np.float32), "wq"),
+             nh.from_array(rng.standard_normal((S2, D)).astype(np.float32), "rel"),
+             nh.from_array((rng.standard_normal((S2, D)) / 8).astype(np.float32), "w2")]
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+             n("MatMul", ["rel", "wq"], ["pos"], name="pos_proj"),
+             n("Transpose", ["pos"], ["pos_t"], perm=[1, 0], name="pos_perm"),
+             n("MatMul", ["q", "pos_t"], ["c2p"], name="c2p"),
+             n("Softmax", ["c2p"], ["p"], axis=-1, name="softmax"),
+             n("MatMul", ["p", "w2"], ["o"], name="out_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
+    g = helper.make_graph(nodes, "shared_projection", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
