@@ -87,7 +87,8 @@ def causal_attention(seed: int = 0, padding: bool = False) -> onnx.ModelProto:
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])]
     if padding:
         inits += [nh.from_array(keep, "causal"), nh.from_array(np.array([1, 2], np.int64), "axes12"),
-                  nh.from_array(np.array(0.0, np.float32), "zero_f"), nh.from_array(np.array(LOWEST, np.float32), "lowest")]
+                  nh.from_array(np.array(0.0, np.float32), "zero_f"),
+                  nh.from_array(np.array(LOWEST, np.float32), "lowest")]
         nodes += [n("Cast", ["mask"], ["mask_b"], to=TensorProto.BOOL, name="mask_cast"),
                   n("Unsqueeze", ["mask_b", "axes12"], ["mask_4d"], name="mask_unsqueeze"),
                   n("And", ["causal", "mask_4d"], ["kept"], name="mask_and"),

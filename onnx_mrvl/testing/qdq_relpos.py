@@ -63,7 +63,8 @@ def shared_projection_block(seed: int = 0) -> onnx.ModelProto:
              n("MatMul", ["q", "pos_t"], ["c2p"], name="c2p"),
              n("Softmax", ["c2p"], ["p"], axis=-1, name="softmax"),
              n("MatMul", ["p", "w2"], ["o"], name="out_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
-    g = helper.make_graph(nodes, "shared_projection", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])],
+    g = helper.make_graph(nodes, "shared_projection",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
