@@ -377,6 +377,28 @@ def test_integer_inputs_calibrate(tmp_path):
     assert np.max(np.abs(got - want)) <= step * 1.0001
 
 
+@pytest.mark.parametrize("padding", [False, True])
+def test_float32_lowest_masks_stay_float(tmp_path, padding):
+    """quantize="int8" on a decoder's attention with Hugging Face's mask fill, float32's lowest (a
+    constant causal mask; with ``padding`` made at run time): the masked scores' range would give
+    their Q a scale of ~1.3e36, every score the zero point and a uniform attention (the output 16 dB
+    from fp32); the mask Add and the Softmax stay float (fp16 layers, the fill taken as a mask), one
+    region, the output >= 25 dB from fp32 (35 measured)."""
+    from onnx_mrvl.testing.qdq_masked_attention import causal_attention, causal_feeds
+    m = causal_attention(padding=padding)
+    res = onnx_mrvl.convert(m, quantize="int8", calibration=causal_feeds(8, padding=padding))
+    q = res.report.quantization
+    assert len(res.report.regions) == 1
+    kept = [r for r in q["layers"] if r["precision"] == "fp16"]
+    assert [r["layer"] for r in kept] == ["mask_add"] and "mask fill" in kept[0]["reason"], kept
+    assert q["int8_layers"] >= 4
+    f = causal_feeds(1, seed=11, padding=padding)[0]
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, f)[0]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    snr = 10 * np.log10(np.sum(ref ** 2) / np.sum((got - ref) ** 2))
+    assert snr >= 25, snr
+
+
 @pytest.mark.parametrize("mask", ["bool_inf", "where"])
 def test_minus_inf_masks_stay_float(tmp_path, mask):
     """quantize="int8" on attention with a -inf mask (a run-time boolean mask turned into

@@ -47,7 +47,10 @@ class Pattern:
 def weights_reason(grp: Group, target: Target) -> Optional[str]:
     """Why the group's weights (after folding) cannot go to the fp16 accelerator, or None.
 
-    NaN/inf would poison every output; values beyond the fp16 range would silently become inf."""
+    NaN/inf would poison every output; values beyond the fp16 range would silently become inf. The
+    constant operand of an int8 element-wise layer (``precision`` int8 / int8_out) is stored and added
+    in fp32 (emit's ``eltwise``): it needs to be finite only (a QDQ attention mask of float32's lowest)."""
+    fp32 = grp.attrs.get("precision") in ("int8", "int8_out")
     for key, w in grp.weights.items():
         w = np.asarray(w)
         if w.size == 0 or w.dtype.kind in "iu":   # an int8 layer's int8 kernel, int32 bias, table: stored as they are
@@ -55,6 +58,8 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
         lo, hi = float(w.min()), float(w.max())   # NaN propagates through min/max: no full-size temporaries
         if not (np.isfinite(lo) and np.isfinite(hi)):
             return f"{key} holds {int(w.size - np.isfinite(w).sum())} NaN/inf values"
+        if fp32 and key == "operand":
+            continue
         big = max(-lo, hi)
         if big > target.fp16_max:
             folded = " after folding the following Mul/Add/BN" if len(grp.nodes) > 1 else ""

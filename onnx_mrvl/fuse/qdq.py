@@ -257,7 +257,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
             attrs["bias_scales"] = [float(v) for v in bias_scales]
         if float_gemm is not None:   # its sums are onnxruntime's float ConvTranspose's (sim/int8_float_conv.py)
             attrs["float_gemm"] = float_gemm
-    if n.op_type == "MatMul" and n.name in ort_float_nodes(g.model, "MatMul"):
+    if n.op_type == "MatMul" and ({n.name} | set(get_origin(n) or [])) & ort_float_nodes(g.model, "MatMul"):
+        # (by provenance too: legalize's qdq_batched_const_matmul splits one MatMul into per-entry ones)
         # a float MatMul between DQ and Q (S8 input whose DQ other nodes read): MLAS's fp32 SGEMM
         attrs["requant"] = "float"
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)

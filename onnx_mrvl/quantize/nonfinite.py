@@ -3,7 +3,13 @@ calibration data: an attention mask filled with -inf (``Where(pad, -inf, 0)``, P
 ``masked_fill``) and the masked scores a Softmax reads. onnxruntime's calibrator would give such a
 tensor an infinite range, hence a Q with an infinite scale (every value then dequantizes to NaN or
 0); excluded, they stay float (fp16 layers) between the int8 layers and the masked scores keep
-their -inf (the Softmax gives them weight 0, as in the float model)."""
+their -inf (the Softmax gives them weight 0, as in the float model).
+
+So do nodes reading or writing a tensor with finite values below -65504 (beyond fp16; Hugging
+Face's mask fill is float32's lowest, -3.4e38: a decoder's causal mask, a padding mask): its range
+gives the Q a scale of about 1.3e36, every score rounds to the zero point and the attention becomes
+a uniform average over the kept keys (onnxruntime computes exactly that); float, the fp16 layers
+take the fill as a mask (fuse/masks.py) and the scores keep their values."""
 from __future__ import annotations
 
 from typing import Dict, List
@@ -12,6 +18,10 @@ import numpy as np
 import onnx
 
 REASON = "its {what} '{t}' holds {kind} on the calibration data (an attention mask?): an int8 range cannot hold it"
+HUGE = ("its {what} '{t}' holds {kind} on the calibration data (an attention mask fill?): an int8 range spanning "
+        "it rounds every other value to one code")
+FILL = -65504.0   # below fp16's lowest: a mask fill, not an activation
+NONFINITE = ("NaN", "-inf", "inf")
 
 
 def non_finite_nodes(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]]) -> Dict[str, str]:
@@ -41,12 +51,16 @@ def non_finite_nodes(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]
     for feed in samples:
         for name, v in zip(names, sess.run(None, {k: a for k, a in feed.items() if k in inputs})):
             v = np.asarray(v)
-            if name not in bad and v.dtype.kind == "f" and not np.isfinite(v).all():
+            if v.dtype.kind != "f" or not v.size or bad.get(name) in NONFINITE:   # the first non-finite kind stays
+                continue
+            if not np.isfinite(v).all():
                 bad[name] = "NaN" if np.isnan(v).any() else "-inf" if (v == -np.inf).any() else "inf"
+            elif name not in bad and float(v.min()) < FILL:
+                bad[name] = f"{float(v.min()):.4g}"
     out: Dict[str, str] = {}
     for n in model.graph.node:
         for what, ts in (("output", n.output), ("input", n.input)):
             t = next((t for t in ts if t in bad), None)
             if t is not None and n.name not in out:
-                out[n.name] = REASON.format(what=what, t=t, kind=bad[t])
+                out[n.name] = (REASON if bad[t] in NONFINITE else HUGE).format(what=what, t=t, kind=bad[t])
     return out

@@ -19,7 +19,8 @@ from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qd
 from . import qdq_requant_before_layout
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
     where_const_cond
-from . import nan_guard_dq, qdq_infinite_softmax, qdq_move_chain, qdq_pair_before_move, qdq_pool_move, qdq_unique_dq
+from . import nan_guard_dq, qdq_batched_const_matmul, qdq_infinite_softmax, qdq_mask_select, qdq_move_chain, \
+    qdq_pair_before_move, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
@@ -48,6 +49,7 @@ RULES = (
     qdq_unique_dq,
     nan_guard_dq,
     qdq_infinite_softmax,
+    qdq_mask_select,
     qdq_pool_move,
     qdq_move_chain,
     qdq_pair_before_move,
@@ -80,6 +82,7 @@ RULES = (
     strided_slice_view,
     strided_slice_split,
     const_lhs_matmul,
+    qdq_batched_const_matmul,
     batched_const_matmul,
     last_axis_ones,
     sigmoid_difference,

@@ -33,15 +33,21 @@ def match(node, g) -> Optional[Match]:
 def check(m: Match, g, target) -> Optional[str]:
     x, c = m.node.input
     w = g.const(c)
-    sx, sy = g.shape(x), g.shape(m.node.output[0])
     if not is_float(g, x) or w.dtype.kind != "f":
         return "not a float MatMul"
+    return shape_reason(g, x, m.node.output[0], w.shape)
+
+
+def shape_reason(g, x: str, y: str, wshape) -> Optional[str]:
+    """Why ``MatMul(x, C)`` with C of shape ``wshape`` [B, K, N] is not one [M, K] x [K, N] product per
+    entry of x's first axis (also the QDQ form's check), or None."""
+    sx, sy = g.shape(x), g.shape(y)
     if sx is None or sy is None or len(sx) != 3 or any(d is None for d in sx):
         return "x is not a 3-D tensor with a static shape"
-    if sx[0] != w.shape[0] or sx[2] != w.shape[1]:
-        return f"x {list(sx)} and the constant {list(w.shape)} are not one [M, K] x [K, N] per batch entry"
-    if w.shape[0] > MAX_BATCH:
-        return f"{w.shape[0]} weight matrices exceed {MAX_BATCH}"
+    if sx[0] != wshape[0] or sx[2] != wshape[1]:
+        return f"x {list(sx)} and the constant {list(wshape)} are not one [M, K] x [K, N] per batch entry"
+    if wshape[0] > MAX_BATCH:
+        return f"{wshape[0]} weight matrices exceed {MAX_BATCH}"
     return None
 
 

@@ -90,6 +90,8 @@ def match(node, g) -> Optional[Match]:
     if all(g.is_const(i) for i in ins) and (ins or node.op_type == "Constant"):
         if node.op_type == "DequantizeLinear" and quantized_weight(node, g):
             return None
+        if node.op_type == "DequantizeLinear" and _layer_readers(node, g):
+            return Match([node], {"keep_for": _layer_readers(node, g)})
         return Match([node])
     return None
 
@@ -108,18 +110,34 @@ def quantized_weight(node, g, elementwise: bool = True) -> bool:
                                                        onnx.TensorProto.INT32):
         return False
     users = _through_moves(g, node.output[0])
-    for c, name in users:
-        if elementwise and c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
-            # a QDQ Mul / Add with a quantized constant: onnxruntime fuses DQ(x) * DQ(c) -> Q into
-            # QLinearMul, and fuse's int8 Lookup asks onnxruntime for that group's table
-            src = g.producer.get(c.input[1] if c.input[0] == name else c.input[0])
-        elif name in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
-            src = g.producer.get(inp(c, 0))
-        else:
-            return False
-        if src is None or src.op_type != "DequantizeLinear" or all(g.is_const(i) for i in src.input if i):
-            return False   # no activation beside it (a DQ of a constant too: the op folds)
-    return bool(users)
+    return bool(users) and all(_int8_reader(g, c, name, elementwise) for c, name in users)
+
+
+def _int8_reader(g, c, name: str, elementwise: bool = True) -> bool:
+    """``c`` reads ``name`` as the weight / bias of a QDQ layer (or, with ``elementwise``, as the
+    constant operand of a QDQ Mul / Add / Sub / Div) beside a dequantized activation."""
+    if elementwise and c.op_type in QDQ_ELEMENTWISE and len(c.input) == 2:
+        # a QDQ Mul / Add with a quantized constant: onnxruntime fuses DQ(x) * DQ(c) -> Q into
+        # QLinearMul, and fuse's int8 Lookup asks onnxruntime for that group's table
+        src = g.producer.get(c.input[1] if c.input[0] == name else c.input[0])
+    elif name in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
+        src = g.producer.get(inp(c, 0))
+    else:
+        return False
+    # no activation beside it (a DQ of a constant too): the op folds
+    return src is not None and src.op_type == "DequantizeLinear" and not all(g.is_const(i) for i in src.input if i)
+
+
+def _layer_readers(node, g) -> list:
+    """The direct readers of a weight DequantizeLinear that are int8 layers, when others read it too
+    (SEW-D / DeBERTa share a projection's weights between the hidden states and the constant
+    relative-position embeddings): the DQ stays for them and the others read a folded copy."""
+    if not node.input or g.dtype(node.input[0]) not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
+                                                       onnx.TensorProto.INT32):
+        return []
+    users = g.users(node.output[0])
+    keep = [c for c in users if _int8_reader(g, c, node.output[0])]
+    return keep if keep and len(keep) < len(users) and node.output[0] not in g.outputs else []
 
 
 # ops that only move a weight's values (tf2onnx: DQ -> Transpose -> MatMul / Conv): qdq_weight_moves
@@ -225,6 +243,15 @@ def _dequantized_weight_note(node, g) -> Optional[str]:
 def rewrite(m: Match, g) -> str:
     node = m.node
     values = m.data["values"]
+    if m.data.get("keep_for"):   # the int8 layers keep the DQ, the other readers take the folded value
+        keep = {id(c) for c in m.data["keep_for"]}
+        copy = g.add_const(f"{node.output[0]}/folded", np.asarray(values[0]))
+        for c in g.users(node.output[0]):
+            if id(c) not in keep:
+                for k, t in enumerate(c.input):
+                    if t == node.output[0]:
+                        g.set_input(c, k, copy)
+        return f"DequantizeLinear kept for its int8 layers, folded for its other readers ({copy})"
     note = _dequantized_weight_note(node, g)
     if note:
         for c, _ in _through_moves(g, node.output[0]):
