@@ -18,35 +18,23 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, is_float
+from .base import Match
+from .strided_slice_view import match, one_axis_cut  # noqa: F401  (the same Slices)
 
 NAME = "strided_slice_split"
 OPS = ("Slice",)
 IMAGE_READERS = ("Conv", "Concat", "Slice")
 
 
-def match(node, g) -> Optional[Match]:
-    if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or g.opset < 10 or len(node.input) < 5:
-        return None
-    if g.is_const(node.input[0]) or not all(g.is_const(t) for t in node.input[1:5] if t):
-        return None
-    return Match([node])
-
-
 def check(m: Match, g, target) -> Optional[str]:
     node = m.node
-    shape = g.shape(node.input[0])
-    if shape is None or any(d is None or d <= 0 for d in shape) or not is_float(g, node.input[0]):
-        return "not a float tensor with a static shape"
-    starts, ends, axes, steps = (np.asarray(g.const(t)).reshape(-1).tolist() for t in node.input[1:5])
-    if not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
-        return "slices several axes"
-    rank, a, k = len(shape), int(axes[0]) % len(shape), int(steps[0])
-    n = shape[a]
+    got = one_axis_cut(g, node)
+    if isinstance(got, str):
+        return got
+    shape, a, s, e, k = got
+    rank, n = len(shape), shape[a]
     if k <= 1:
         return "step 1 or negative (fuse's slices take step 1)"
-    s, e = (int(v) + (n if int(v) < 0 else 0) for v in (starts[0], ends[0]))
-    s, e = min(max(s, 0), n), min(max(e, 0), n)
     if n % k == 0 and s < k and e == n:
         return "every k-th row of the whole axis (strided_slice_view)"
     if rank >= 4 and a == 0:

@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, is_float, shape_const
+from .base import Match, is_float, shape_const, slice_params
 
 NAME = "strided_slice_view"
 OPS = ("Slice",)
@@ -27,23 +27,33 @@ def match(node, g) -> Optional[Match]:
     return Match([node])
 
 
-def check(m: Match, g, target) -> Optional[str]:
-    node = m.node
+def one_axis_cut(g, node):
+    """``(shape, axis, start, end, step)`` of a Slice of one axis of a float tensor of static shape
+    (start and end clamped as ONNX does, base.slice_params), or the reason it is not one."""
     shape = g.shape(node.input[0])
     if shape is None or any(d is None or d <= 0 for d in shape) or not is_float(g, node.input[0]):
         return "not a float tensor with a static shape"
-    starts, ends, axes, steps = (np.asarray(g.const(t)).reshape(-1).tolist() for t in node.input[1:5])
-    if not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
+    cuts = slice_params(g, node, shape)
+    if isinstance(cuts, str):
+        return cuts
+    if len(cuts) != 1:
         return "slices several axes"
-    rank, a, k = len(shape), int(axes[0]) % len(shape), int(steps[0])
-    n = shape[a]
-    s = int(starts[0]) + (n if int(starts[0]) < 0 else 0)
+    return (list(shape),) + tuple(cuts[0])
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    node = m.node
+    got = one_axis_cut(g, node)
+    if isinstance(got, str):
+        return got
+    shape, a, s, e, k = got
+    rank, n = len(shape), shape[a]
     if k <= 1:
         return "step 1 (fuse's slices take it)"
     if rank == 4 and a in (2, 3):
         return "an image's H / W axis (fuse's strided depthwise conv takes it)"
-    if n % k or not 0 <= s < k or int(ends[0]) < n:
-        return f"start {s}, step {k} and end {ends[0]} do not take every {k}-th row of all {n}"
+    if n % k or s >= k or e < n:
+        return f"start {s}, step {k} and end {e} do not take every {k}-th row of all {n}"
     m.data.update(axis=a, step=k, start=s)
     return None
 
