@@ -30,6 +30,16 @@ def _resnet(*stages):
                         out_features=[f"stage{i}" for i in stages])
 
 
+def _rt_detr_kw(tr) -> dict:
+    """A small RT-DETR (v1 and v2 take the same fields): ResNet-18-like backbone, 2 decoder layers."""
+    return dict(backbone_config=tr.RTDetrResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256],
+                                                      depths=[1, 1, 1, 1], layer_type="basic",
+                                                      out_features=["stage2", "stage3", "stage4"]),
+                encoder_in_channels=[64, 128, 256], encoder_hidden_dim=64, encoder_ffn_dim=128,
+                encoder_attention_heads=4, d_model=64, decoder_in_channels=[64, 64, 64], decoder_ffn_dim=128,
+                decoder_attention_heads=4, decoder_layers=2, num_queries=30, num_labels=8, decoder_n_points=2)
+
+
 def _detr_kw():
     return dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
                 encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=20, num_labels=8)
@@ -49,20 +59,8 @@ def _hf():
         "deformable_detr": (lambda: tr.DeformableDetrForObjectDetection(tr.DeformableDetrConfig(
             backbone_config=_resnet(2, 3, 4), num_feature_levels=3, encoder_n_points=2,
             decoder_n_points=2, two_stage=False, with_box_refine=False, **_detr_kw())), det, S),
-        "rt_detr": (lambda: tr.RTDetrForObjectDetection(tr.RTDetrConfig(
-            backbone_config=tr.RTDetrResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256],
-                                                  depths=[1, 1, 1, 1], layer_type="basic",
-                                                  out_features=["stage2", "stage3", "stage4"]),
-            encoder_in_channels=[64, 128, 256], encoder_hidden_dim=64, encoder_ffn_dim=128, encoder_attention_heads=4,
-            d_model=64, decoder_in_channels=[64, 64, 64], decoder_ffn_dim=128, decoder_attention_heads=4,
-            decoder_layers=2, num_queries=30, num_labels=8, decoder_n_points=2)), det, S),
-        "rt_detr_v2": (lambda: tr.RTDetrV2ForObjectDetection(tr.RTDetrV2Config(
-            backbone_config=tr.RTDetrResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256],
-                                                  depths=[1, 1, 1, 1], layer_type="basic",
-                                                  out_features=["stage2", "stage3", "stage4"]),
-            encoder_in_channels=[64, 128, 256], encoder_hidden_dim=64, encoder_ffn_dim=128, encoder_attention_heads=4,
-            d_model=64, decoder_in_channels=[64, 64, 64], decoder_ffn_dim=128, decoder_attention_heads=4,
-            decoder_layers=2, num_queries=30, num_labels=8, decoder_n_points=2)), det, S),
+        "rt_detr": (lambda: tr.RTDetrForObjectDetection(tr.RTDetrConfig(**_rt_detr_kw(tr))), det, S),
+        "rt_detr_v2": (lambda: tr.RTDetrV2ForObjectDetection(tr.RTDetrV2Config(**_rt_detr_kw(tr))), det, S),
         "yolos": (lambda: tr.YolosForObjectDetection(tr.YolosConfig(
             image_size=[S, S], patch_size=16, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=256, num_detection_tokens=20, num_labels=8)), det, S),
