@@ -247,7 +247,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_sum_body), True),
-    OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",),
+    OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",)
+          + _int8_transformer.QLINEAR_MUL_ATTRS,
           _int8_transformer.int8_out_body(_eltwise_body("Mul")), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs") + INT8_POOL_ATTRS + INT8_CONCAT_ATTRS,
           int8_concat_body(_concat_body)),

@@ -37,6 +37,10 @@ def op_defs(OpDef) -> dict:
 
 INT8_OUT = "int8_out"   # ``precision`` of a float layer that writes int8 codes (an absorbed Q -> DQ pair)
 INT8_OUT_ATTRS = ("precision", "out_scale", "out_zero_point", "out_type", "in_scale", "in_zero_point", "in_type")
+# an int8_out Mul2D onnxruntime runs as QLinearMul: its constant's codes' quantization and the arithmetic
+# ("qlinear" / "qlinear_u8"); the reference body stays the float Mul + QuantizeLinear (the two differ by
+# at most one code on rounding ties; docs/simulator.md "int8 layers")
+QLINEAR_MUL_ATTRS = ("in2_scale", "in2_zero_point", "in2_type", "requant")
 
 
 def is_int8_out(attrs: dict) -> bool:

@@ -21,6 +21,8 @@ OP_TYPES = ("AveragePool", "Conv", "MatMul", "Sigmoid", "Tanh", "Relu", "LeakyRe
             "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sum", "Sub", "Div",
             "PRelu", "BatchNormalization", "Pow", "Softmax", "ReduceMean")
 U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs as a uint8 QLinearAdd
+QLINEAR_MULS = "QLinearMul"    # the Mul nodes onnxruntime fuses into a QLinearMul (any code type)
+U8_MULS = "QLinearMul:uint8"   # those of an int8 model its S8 -> U8 rewrite runs on uint8 codes
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
 
@@ -73,6 +75,12 @@ def ort_u8_adds(model: onnx.ModelProto) -> FrozenSet[str]:
     return ort_float_nodes(model, U8_ADDS)
 
 
+def ort_qlinear_muls(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
+    """{"qlinear": names, "qlinear_u8": names} of the QDQ Mul nodes onnxruntime fuses into a
+    QLinearMul, the second those whose codes its S8 -> U8 rewrite turned to uint8 (an int8 model)."""
+    return {"qlinear": ort_float_nodes(model, QLINEAR_MULS), "qlinear_u8": ort_float_nodes(model, U8_MULS)}
+
+
 def float_nodes_of(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     """{op type: names} of the float nodes of ``model`` as it is (no stamp, no cache): for the small
     models fuse builds (lookup_table.py) to check they are run as the whole model runs them."""
@@ -121,6 +129,10 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
         if n.op_type == "QLinearAdd" and n.name in names and len(n.input) > 7 \
                 and inits.get(n.input[7]) == onnx.TensorProto.UINT8:
             found.setdefault(U8_ADDS, set()).add(n.name)
+        if n.op_type == "QLinearMul" and n.name in names and len(n.input) > 7:
+            found.setdefault(QLINEAR_MULS, set()).add(n.name)
+            if inits.get(n.input[7]) == onnx.TensorProto.UINT8 and inits.get(n.input[2]) == onnx.TensorProto.UINT8:
+                found.setdefault(U8_MULS, set()).add(n.name)
         op = "Conv" if n.op_type == "FusedConv" else n.op_type   # Conv + activation: FusedConv
         if op not in OP_TYPES:
             continue

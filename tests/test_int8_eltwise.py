@@ -259,3 +259,56 @@ def test_qdq_add_of_a_constant_bit_exact(tmp_path, dtype):
     # U8: onnxruntime's QLinearAdd with the constant as b; S8: its S8 -> U8 rewrite leaves the Add in float
     assert _sum2d_requants(out) == [["qlinear" if dtype == "uint8" else "float"]]
     assert int((a != b).sum()) == 0
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qdq_mul_of_a_computed_constant_bit_exact(tmp_path, dtype):
+    """``DQ(x) * DQ(Q(Slice(DQ(table codes))))`` (a rotary sin / cos table sliced out of a quantized
+    embedding): onnxruntime fuses the Mul into its QLinearMul (int8: on uint8 codes after its S8 -> U8
+    rewrite), the converter folds the table branch into a constant; the Mul2D keeps the constant's
+    quantization (in2_*) and multiplies codes as QLinearMul does (every pair of codes)."""
+    lo, hi, npt, et = QR[dtype]
+    # seed 51: the float Mul + QuantizeLinear is one code off on 14 pairs (and for int8 the int8-domain
+    # kernel on 14 pairs: onnxruntime's runs on the uint8 codes)
+    rng = np.random.default_rng(51)
+    sx, sc, sy = (float(np.float32(rng.uniform(0.01, 0.05))) for _ in range(3))
+    sy *= 10.0   # products of two dequantized codes: up to ~ 128 * 128 * sx * sc
+    zx, zc, zy = (int(rng.integers(lo + 40, hi - 40)) for _ in range(3))
+    grid_a, grid_b = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
+    table = np.concatenate([grid_b.astype(npt).reshape(4096, 16), np.full((8, 16), zc, npt)])
+    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", et, [], [zx]),
+             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", et, [], [zc]),
+             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", et, [], [zy]),
+             onnx.numpy_helper.from_array(table, "table_q"),
+             onnx.numpy_helper.from_array(np.array([0], np.int64), "st"),
+             onnx.numpy_helper.from_array(np.array([4096], np.int64), "en"),
+             onnx.numpy_helper.from_array(np.array([0], np.int64), "ax")]
+    nodes = [helper.make_node("DequantizeLinear", ["table_q", "s_c", "z_c"], ["table"]),
+             helper.make_node("Slice", ["table", "st", "en", "ax"], ["sl"]),
+             helper.make_node("QuantizeLinear", ["sl", "s_c", "z_c"], ["q_c"]),
+             helper.make_node("DequantizeLinear", ["q_c", "s_c", "z_c"], ["d_c"]),
+             helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
+             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
+             helper.make_node("Mul", ["d_x", "d_c"], ["prod"], name="rotary_mul"),
+             helper.make_node("QuantizeLinear", ["prod", "s_y", "z_y"], ["q_y"]),
+             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+    g = helper.make_graph(nodes, "qdq_mul_table", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096, 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    r = onnx_mrvl.convert(path, force=True)
+    out = str(tmp_path / "out")
+    r.save(out)
+    muls = [n["attrs"] for n in json.load(open(os.path.join(out, "mrvl_region_0-nodes.json")))["nodes"]
+            if n.get("attrs", {}).get("layer_name") == ["Mul2D"]]
+    assert [(a.get("precision"), a.get("requant"), a.get("in2_dtype")) for a in muls] == \
+        [(["int8_out"], ["qlinear_u8" if dtype == "int8" else "qlinear"], [dtype])]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
+    x = ((grid_a - zx) * np.float32(sx)).astype(np.float32).reshape(1, 4096, 16)
+    a, b = ref.run(["y"], {"x": x})[0], sess.run(["y"], {"x": x})[0]
+    assert int((a != b).sum()) == 0

@@ -136,6 +136,7 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
 
 
 INT8_OUT = ("LayerNorm", "Mul2D")
+MUL_REQUANT = ("qlinear", "qlinear_u8")   # int8_out Mul2D: docs/simulator.md "int8 layers"
 
 
 def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
@@ -144,6 +145,13 @@ def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
         a.fail(f"{layer_name} has no int8 output mode (int8_out: {', '.join(INT8_OUT)})")
     for side in ("out", "in") if a.has("in_dtype") else ("out",):   # in_*: it reads int8 codes
         side_qparams(a, side, "an int8_out layer", params)
+    if a.has("requant"):   # a Mul2D of codes and a constant's codes (in2_*) as onnxruntime's QLinearMul
+        if layer_name != "Mul2D" or not (a.has("in_dtype") and a.has("in2_dtype")) \
+                or a.str("requant") not in MUL_REQUANT:
+            a.fail(f"requant '{a.str('requant')}' of an int8_out {layer_name} (Mul2D with in_* and in2_*: "
+                   f"{', '.join(MUL_REQUANT)})")
+        side_qparams(a, "in2", "an int8_out layer", params)
+        params["requant"] = a.str("requant")
     params["precision"] = "int8_out"
 
 

@@ -376,6 +376,9 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         if "in_type" in a:
             attrs.update(in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
                          in_dtype=[a["in_type"]])
+        if "in2_type" in a and a.get("requant"):   # a Mul2D onnxruntime runs as QLinearMul: its constant's codes
+            attrs.update(in2_scale=_s(float(a["in2_scale"])), in2_zero_point=_s(int(a["in2_zero_point"])),
+                         in2_dtype=[a["in2_type"]], requant=[a["requant"]])
     if op.has_activation:
         act = a.get("activation", "none")
         attrs["activation_type"] = [act]

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from typing import List, Union
 
+import numpy as np
 import onnx
 
 from ..graph_index import GraphIndex
-from ..ort_plan import ort_float_nodes
+from ..ort_plan import ort_float_nodes, ort_qlinear_muls
+from ..provenance import get_origin
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
@@ -205,6 +207,34 @@ def _taken_input_pair(g: GraphIndex, grp: Group):
     return None
 
 
+def _qlinear_mul(g: GraphIndex, src: Group, dtype: str) -> dict:
+    """A Mul2D reading codes (in_*) times a constant that is the DequantizeLinear of int8 / uint8
+    codes, which onnxruntime fuses into its QLinearMul (the constant folded by legalize from tensors
+    onnxruntime computes, e.g. a rotary sin table sliced out of a quantized embedding): the
+    constant's quantization (in2_*) and ``requant`` "qlinear" (or "qlinear_u8": an int8 Mul its S8
+    -> U8 rewrite runs on uint8 codes), so the layer multiplies codes as QLinearMul does
+    (docs/simulator.md "int8 layers"); else nothing (the float Mul + QuantizeLinear)."""
+    mul = next((x for x in src.nodes if x.op_type == "Mul"), None)
+    if mul is None or "operand" not in src.weights:
+        return {}
+    fused = ort_qlinear_muls(g.model)
+    names = {mul.name} | set(get_origin(mul) or [])
+    if not names & fused["qlinear"]:
+        return {}
+    dq = next((x for x in src.nodes if x.op_type == "DequantizeLinear" and x.output[0] in mul.input
+               and g.is_const(x.input[0])), None)
+    qc = qparams(g, dq) if dq is not None else "no constant DequantizeLinear"
+    if isinstance(qc, str) or (qc[2] == "int8") != (dtype == "int8"):
+        return {}
+    codes = np.asarray(g.const(dq.input[0])).astype(np.float32)
+    operand = np.asarray(src.weights["operand"], np.float32)
+    if codes.size != operand.size or not np.array_equal(((codes - qc[1]) * np.float32(qc[0])).astype(np.float32).ravel(),
+                                                          operand.ravel()):
+        return {}   # the operand is no longer that constant's dequantized codes (folded further)
+    u8 = dtype == "int8" and bool(names & fused["qlinear_u8"])
+    return dict(in2_scale=qc[0], in2_zero_point=qc[1], in2_type=qc[2], requant="qlinear_u8" if u8 else "qlinear")
+
+
 def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
     """A float LayerNorm / Mul2D whose output only a Q -> DQ pair reads takes the pair (precision
     "int8_out"): the layer quantizes its fp32 result to the pair's int8 codes instead of rounding
@@ -246,6 +276,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
             qi = qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
             if not isinstance(qi, str):
                 src.attrs.update(in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2])
+                if src.op == "Mul2D":
+                    src.attrs.update(_qlinear_mul(g, src, qi[2]))
     for grp in groups:
         if grp.op == "Requantize" and grp.attrs.get(HOST_OUTPUT) and id(grp) not in dropped \
                 and _on_grid(g, grp.inputs[0], grp.attrs, groups):

@@ -18,6 +18,7 @@ from .int8 import ACC_LIMIT, QRANGE, fake_quant, quantize
 from .matmul import BatchMatMul
 
 F32 = np.float32
+F64 = np.float64
 
 
 def _q(p: Mapping, side: str):
@@ -162,12 +163,18 @@ def int8_out_quant(spec, side: str = "out"):
         raise spec.error(f"int8_out layer: {exc}") from None
 
 
-def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None):
+def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qlinear=None):
     """A float Sum2D / Mul2D (its constant operand fp32, fp32 math, its activation in fp32) whose
-    result is quantized to ``out_q`` (no fp16 rounding in between)."""
+    result is quantized to ``out_q`` (no fp16 rounding in between). ``qlinear``: (requant, in2_q) of
+    a Mul2D that onnxruntime runs as its QLinearMul (``qlinear_mul_codes``)."""
     from .activations import make_activation
     ufunc = {"add": np.add, "mul": np.multiply}[op]
     const = None if operand is None else np.asarray(operand, F32)
+    if qlinear is not None:
+        if op != "mul" or const is None or in_q is None or activation.get("activation", "none") != "none":
+            raise ValueError("requant qlinear: a Mul2D of int8 codes (in_*) and a constant's codes (in2_*), "
+                             "no activation")
+        return qlinear_mul_codes(const, in_q, qlinear[1], out_q, qlinear[0] == "qlinear_u8")
     act = make_activation(activation.get("activation", "none"), activation.get("activation_params"),
                           activation.get("slope"))
 
@@ -183,6 +190,28 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None):
                 y = act(y)
             ok = bool(np.isfinite(y).all())
         return fake_quant(y, *out_q), ok
+    return run
+
+
+def qlinear_mul_codes(const: np.ndarray, in_q, const_q, out_q, u8: bool):
+    """A Mul2D as onnxruntime's QLinearMul (sim/int8_eltwise.qlinear_mul) of the codes it reads
+    (``in_q``) and the codes of its dequantized constant (``const_q``), giving ``out_q`` codes,
+    dequantized. ``u8``: int8 codes that onnxruntime's S8 -> U8 rewrite turned to uint8 (codes and
+    zero points + 128): the kernel runs on those, its result shifted back."""
+    from .int8_eltwise import qlinear_mul
+    shift = 128 if u8 else 0
+    dtype = "uint8" if u8 else out_q[2]
+    qb = (np.rint(np.asarray(const, F64) / F64(F32(const_q[0]))) + const_q[1] + shift).astype(np.int32)
+
+    def run(a: np.ndarray, b=None):
+        if b is not None:
+            raise ValueError("requant qlinear: a Mul2D with a constant operand")
+        qa = quantize(a, *in_q).astype(np.int32) + shift
+        with np.errstate(over="ignore", invalid="ignore"):
+            qc = qlinear_mul(qa, qb, (in_q[0], in_q[1] + shift), (const_q[0], const_q[1] + shift),
+                             (out_q[0], out_q[1] + shift), dtype) - shift
+        y = np.ascontiguousarray(((qc - out_q[1]).astype(F32) * F32(out_q[0])).astype(F32))
+        return y, True
     return run
 
 

@@ -185,7 +185,12 @@ def _binary(op: str):
         operand = spec.weight("operand", required=(n_inputs == 1))
         out_q = int8_out_quant(spec)
         if out_q is not None:   # a float Mul2D writing int8 codes (int8_transformer.py)
-            return int8_out_binary(op, operand, spec.activation(), out_q, int8_out_quant(spec, "in"))
+            requant = spec.params.get("requant")   # a Mul2D onnxruntime runs as QLinearMul (in2_*: its constant's codes)
+            qlinear = (requant, int8_out_quant(spec, "in2")) if requant else None
+            try:
+                return int8_out_binary(op, operand, spec.activation(), out_q, int8_out_quant(spec, "in"), qlinear)
+            except ValueError as exc:
+                raise spec.error(f"int8_out layer: {exc}") from None
         return make_binary(op, operand, **spec.activation())
     return build
 
