@@ -312,3 +312,49 @@ def test_qdq_mul_of_a_computed_constant_bit_exact(tmp_path, dtype):
     x = ((grid_a - zx) * np.float32(sx)).astype(np.float32).reshape(1, 4096, 16)
     a, b = ref.run(["y"], {"x": x})[0], sess.run(["y"], {"x": x})[0]
     assert int((a != b).sum()) == 0
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qdq_mul_of_two_tensors_bit_exact(tmp_path, dtype):
+    """``DQ(x) * DQ(c) -> Q -> DQ`` of two tensors (a gate, SiLU's x * sigmoid(x)): onnxruntime's
+    QLinearMul (int8: on its S8 -> U8 rewrite's uint8 codes); the Mul2D reads both codes (in_*, in2_*)
+    and multiplies them as that kernel does (every pair of codes; the float form on fp16-stored inputs
+    was 446 codes off)."""
+    lo, hi, npt, et = QR[dtype]
+    rng = np.random.default_rng(51)
+    sx, sc, sy = (float(np.float32(rng.uniform(0.01, 0.05))) for _ in range(3))
+    sy *= 10.0
+    zx, zc, zy = (int(rng.integers(lo + 40, hi - 40)) for _ in range(3))
+    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", et, [], [zx]),
+             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", et, [], [zc]),
+             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", et, [], [zy])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
+             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
+             helper.make_node("QuantizeLinear", ["c", "s_c", "z_c"], ["q_c"]),
+             helper.make_node("DequantizeLinear", ["q_c", "s_c", "z_c"], ["d_c"]),
+             helper.make_node("Mul", ["d_x", "d_c"], ["prod"], name="gate_mul"),
+             helper.make_node("QuantizeLinear", ["prod", "s_y", "z_y"], ["q_y"]),
+             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+    shape = [1, 4096, 16]
+    g = helper.make_graph(nodes, "qdq_mul2", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x", "c")],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    r = onnx_mrvl.convert(path, force=True)
+    out = str(tmp_path / "out")
+    r.save(out)
+    muls = [n["attrs"] for n in json.load(open(os.path.join(out, "mrvl_region_0-nodes.json")))["nodes"]
+            if n.get("attrs", {}).get("layer_name") == ["Mul2D"]]
+    assert [(a.get("precision"), a.get("requant"), a.get("in_dtype"), a.get("in2_dtype")) for a in muls] == \
+        [(["int8_out"], ["qlinear_u8" if dtype == "int8" else "qlinear"], [dtype], [dtype])]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
+    ga, gb = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
+    feed = {"x": ((ga - zx) * np.float32(sx)).astype(np.float32).reshape(shape),
+            "c": ((gb - zc) * np.float32(sc)).astype(np.float32).reshape(shape)}
+    a, b = ref.run(["y"], feed)[0], sess.run(["y"], feed)[0]
+    assert int((a != b).sum()) == 0

@@ -235,6 +235,32 @@ def _qlinear_mul(g: GraphIndex, src: Group, dtype: str) -> dict:
     return dict(in2_scale=qc[0], in2_zero_point=qc[1], in2_type=qc[2], requant="qlinear_u8" if u8 else "qlinear")
 
 
+def _qlinear_mul2(g: GraphIndex, src: Group) -> dict:
+    """A Mul2D of two tensors, each a DequantizeLinear output, that onnxruntime fuses into its
+    QLinearMul: both quantizations (``in_*``, ``in2_*``: it reads the codes) and ``requant``
+    "qlinear" / "qlinear_u8" (as ``_qlinear_mul``); else nothing (its float Mul + QuantizeLinear)."""
+    mul = next((x for x in src.nodes if x.op_type == "Mul"), None)
+    if mul is None:
+        return {}
+    fused = ort_qlinear_muls(g.model)
+    names = {mul.name} | set(get_origin(mul) or [])
+    if not names & fused["qlinear"]:
+        return {}
+    qs = []
+    for t in src.inputs:
+        dq = g.producer.get(t)
+        q = qparams(g, dq) if dq is not None and dq.op_type == "DequantizeLinear" and not g.is_const(dq.input[0]) \
+            else "no DequantizeLinear"
+        if isinstance(q, str):
+            return {}
+        qs.append(q)
+    if (qs[0][2] == "int8") != (qs[1][2] == "int8"):
+        return {}
+    u8 = qs[0][2] == "int8" and bool(names & fused["qlinear_u8"])
+    return dict(in_scale=qs[0][0], in_zero_point=qs[0][1], in_type=qs[0][2], in2_scale=qs[1][0],
+                in2_zero_point=qs[1][1], in2_type=qs[1][2], requant="qlinear_u8" if u8 else "qlinear")
+
+
 def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
     """A float LayerNorm / Mul2D whose output only a Q -> DQ pair reads takes the pair (precision
     "int8_out"): the layer quantizes its fp32 result to the pair's int8 codes instead of rounding
@@ -272,6 +298,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
         dq_in = g.producer.get(src.inputs[0]) if len(src.inputs) == 1 else None
         if len(src.inputs) == 1 and (dq_in is None or dq_in.op_type != "DequantizeLinear"):
             dq_in = _taken_input_pair(g, src)   # the pair in front that qdq.shared_pairs gave it
+        if src.op == "Mul2D" and len(src.inputs) == 2:
+            src.attrs.update(_qlinear_mul2(g, src))
         if dq_in is not None and dq_in.op_type == "DequantizeLinear" and not g.is_const(dq_in.input[0]):
             qi = qparams(g, dq_in)   # it reads int8 codes: a region input is quantized by the host
             if not isinstance(qi, str):

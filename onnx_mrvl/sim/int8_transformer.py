@@ -171,9 +171,9 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
     ufunc = {"add": np.add, "mul": np.multiply}[op]
     const = None if operand is None else np.asarray(operand, F32)
     if qlinear is not None:
-        if op != "mul" or const is None or in_q is None or activation.get("activation", "none") != "none":
-            raise ValueError("requant qlinear: a Mul2D of int8 codes (in_*) and a constant's codes (in2_*), "
-                             "no activation")
+        if op != "mul" or in_q is None or qlinear[1] is None or activation.get("activation", "none") != "none":
+            raise ValueError("requant qlinear: a Mul2D of int8 codes (in_*) and a second input's or a constant's "
+                             "codes (in2_*), no activation")
         return qlinear_mul_codes(const, in_q, qlinear[1], out_q, qlinear[0] == "qlinear_u8")
     act = make_activation(activation.get("activation", "none"), activation.get("activation_params"),
                           activation.get("slope"))
@@ -193,19 +193,21 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
     return run
 
 
-def qlinear_mul_codes(const: np.ndarray, in_q, const_q, out_q, u8: bool):
+def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
     """A Mul2D as onnxruntime's QLinearMul (sim/int8_eltwise.qlinear_mul) of the codes it reads
-    (``in_q``) and the codes of its dequantized constant (``const_q``), giving ``out_q`` codes,
-    dequantized. ``u8``: int8 codes that onnxruntime's S8 -> U8 rewrite turned to uint8 (codes and
-    zero points + 128): the kernel runs on those, its result shifted back."""
+    (``in_q``) and the codes of its second input or dequantized constant (``const_q``), giving
+    ``out_q`` codes, dequantized. ``u8``: int8 codes that onnxruntime's S8 -> U8 rewrite turned to
+    uint8 (codes and zero points + 128): the kernel runs on those, its result shifted back."""
     from .int8_eltwise import qlinear_mul
     shift = 128 if u8 else 0
     dtype = "uint8" if u8 else out_q[2]
-    qb = (np.rint(np.asarray(const, F64) / F64(F32(const_q[0]))) + const_q[1] + shift).astype(np.int32)
+    fixed = None if const is None else \
+        (np.rint(np.asarray(const, F64) / F64(F32(const_q[0]))) + const_q[1] + shift).astype(np.int32)
 
     def run(a: np.ndarray, b=None):
-        if b is not None:
-            raise ValueError("requant qlinear: a Mul2D with a constant operand")
+        if (b is None) == (fixed is None):
+            raise ValueError("requant qlinear: a Mul2D of two inputs or of an input and a constant")
+        qb = fixed if b is None else quantize(b, *const_q).astype(np.int32) + shift
         qa = quantize(a, *in_q).astype(np.int32) + shift
         with np.errstate(over="ignore", invalid="ignore"):
             qc = qlinear_mul(qa, qb, (in_q[0], in_q[1] + shift), (const_q[0], const_q[1] + shift),
