@@ -358,3 +358,22 @@ def test_qdq_mul_of_two_tensors_bit_exact(tmp_path, dtype):
             "c": ((gb - zc) * np.float32(sc)).astype(np.float32).reshape(shape)}
     a, b = ref.run(["y"], feed)[0], sess.run(["y"], feed)[0]
     assert int((a != b).sum()) == 0
+
+
+def test_int8_out_mul_requant_is_checked():
+    """compile takes ``requant`` qlinear / qlinear_u8 only on an int8_out Mul2D with in_* and in2_*,
+    and fails naming the node otherwise (never a silent float Mul)."""
+    from onnx_mrvl.emit.int8_layer import int8_out
+    from onnx_mrvl.emit.json_attrs import NodeAttrs
+    from onnx_mrvl.errors import MrvlError
+    q = {"precision": ["int8_out"], "out_scale": ["0.1"], "out_zero_point": ["3"], "out_dtype": ["int8"],
+         "in_scale": ["0.05"], "in_zero_point": ["-2"], "in_dtype": ["int8"]}
+    q2 = {"in2_scale": ["0.02"], "in2_zero_point": ["1"], "in2_dtype": ["int8"]}
+    params = {}
+    int8_out(NodeAttrs({"name": "m", "attrs": dict(q, **q2, requant=["qlinear_u8"])}, 0), "Mul2D", params)
+    assert params["requant"] == "qlinear_u8" and params["in2_scale"] == np.float32(0.02) and params["in2_zero_point"] == 1
+    for attrs, layer in ((dict(q, requant=["qlinear"]), "Mul2D"),                    # no in2_*
+                         (dict(q, **q2, requant=["float"]), "Mul2D"),                 # not a QLinearMul mode
+                         (dict(q, **q2, requant=["qlinear"]), "LayerNorm")):          # not a Mul2D
+        with pytest.raises(MrvlError, match="requant"):
+            int8_out(NodeAttrs({"name": "m", "attrs": attrs}, 0), layer, {})
