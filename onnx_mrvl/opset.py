@@ -136,6 +136,21 @@ def _pool_body(onnx_op):
     return body
 
 
+_IN_ACTIVATIONS = {"relu": "Relu", "hard_sigmoid": "HardSigmoid", "hard_swish": "HardSwish"}
+
+
+def _global_avgpool_body(a, present, opset):
+    """The mean; with ``in_activation`` (an int8 float mean, fuse/qdq_pool_activation.py) of the
+    activated values."""
+    nodes = _pool_body("GlobalAveragePool")(a, present, opset)
+    act = a.get("in_activation")
+    if not act:
+        return nodes
+    kw = {k: float(a[f"in_activation_{k}"]) for k in ("alpha", "beta") if f"in_activation_{k}" in a}
+    nodes[1].input[0] = "Xa"
+    return nodes[:1] + [helper.make_node(_IN_ACTIVATIONS[act], ["Xc"], ["Xa"], **kw)] + nodes[1:]
+
+
 def _eltwise_body(onnx_op):
     def body(a, present, opset):
         return [helper.make_node(onnx_op, ["A", "B"], ["Yb"])] + activation_nodes("Yb", "Y", a)
@@ -242,8 +257,9 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           int8_body(_pool_body("MaxPool"))),
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",),
           _POOL_ATTRS + ("count_include_pad", "requant") + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
-    OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",), ("requant",) + INT8_POOL_ATTRS,
-          int8_body(_pool_body("GlobalAveragePool"))),
+    OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",),
+          ("requant", "in_activation", "in_activation_alpha", "in_activation_beta") + INT8_POOL_ATTRS,
+          int8_body(_global_avgpool_body)),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_sum_body), True),

@@ -93,7 +93,8 @@ def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, w
     weight_zero_points(a, ctx, lname, channels, weights)
 
 
-SUM_REQUANT = ("qlinear", "qlinear_u8", "float")   # int8 Sum2D: docs/simulator.md "int8 layers"
+SUM_REQUANT = ("qlinear", "qlinear_u8", "float")
+IN_ACTIVATIONS = ("relu", "hard_sigmoid", "hard_swish")   # bit-exact with onnxruntime's fp32 kernels   # int8 Sum2D: docs/simulator.md "int8 layers"
 WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
               "BatchMatMul", "Softmax", "Lookup", "Concat")
 
@@ -132,6 +133,15 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         if a.str("requant") not in ("qlinear", "float"):
             a.fail(f"requant '{a.str('requant')}' of an int8 {layer_name} (qlinear or float)")
         params["requant"] = a.str("requant")
+    if a.has("in_activation"):   # a float mean of activated dequantized values (fuse/qdq_pool_activation.py)
+        if layer_name != "GlobalAvgpool2D" or a.str("requant", "qlinear") != "float" \
+                or a.str("in_activation") not in IN_ACTIVATIONS:
+            a.fail(f"in_activation '{a.str('in_activation')}' (of an int8 GlobalAvgpool2D with requant float: "
+                   f"{', '.join(IN_ACTIVATIONS)})")
+        params["in_activation"] = a.str("in_activation")
+        if a.str("in_activation") == "hard_sigmoid":
+            params["in_activation_params"] = {"alpha": a.float("in_activation_alpha", 0.2),
+                                              "beta": a.float("in_activation_beta", 0.5)}
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
 
 

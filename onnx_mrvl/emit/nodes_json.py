@@ -272,6 +272,9 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(layout=["NHWC"], kernel_layout=["HW"], kernel_layout_shape=_s(in_shapes[0][1:3]))
         if node.op_type == "GlobalAvgPool2D" and a.get("requant"):   # int8: "float" = onnxruntime's float mean + Q
             attrs["requant"] = [a["requant"]]
+            if a.get("in_activation"):   # the float mean's activation of the dequantized values
+                attrs["in_activation"] = [a["in_activation"]]
+                attrs.update({k: [float(a[k])] for k in ("in_activation_alpha", "in_activation_beta") if k in a})
     elif node.op_type in ("Sum2D", "Mul2D"):
         data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else "NHWC"
         consts_in = [i for i in inputs if i and g.is_const(i)]

@@ -22,6 +22,7 @@ from .int8_accumulator import accumulator_reason
 from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
+from .qdq_pool_activation import pre_activation
 from ..ort_plan import float_gemm_of, ort_float_nodes, ort_u8_adds
 from ..provenance import get_origin
 
@@ -322,7 +323,9 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     as an int8 layer (the float op's checks), ``DQ(a) + DQ(b) -> Q -> DQ`` as an int8 Sum2D, or a
     reason, or None (its input is no DQ)."""
     k = _add_data_index(g, n) if n.op_type == "Add" else 0
-    found = activation_input(g, n.input[k])
+    act = pre_activation(g, n, claimed) if n.op_type == "GlobalAveragePool" \
+        and n.name in ort_float_nodes(g.model, "ReduceMean") else None   # qdq_pool_activation.py
+    found = activation_input(g, act[0].input[0] if act else n.input[k])
     if found is None or isinstance(found[1], str):
         return found and found[1]   # None (no DQ in front) or the reason its quantization is not int8
     qin = found[1]
@@ -331,11 +334,12 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)
     if isinstance(grp, str):
         return grp
-    around = _pairs(g, n, grp.output, qin, claimed)
+    around = _pairs(g, act[0] if act else n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
     nodes, x, out, qout = around
-    extra = {}
+    extra = dict(act[1]) if act else {}
+    nodes += [act[0]] if act else []
     if n.op_type == "AveragePool" and n.name in ort_float_nodes(g.model, "AveragePool"):
         # onnxruntime left this DQ -> AveragePool -> Q unfused: it averages in float, then quantizes
         extra["requant"] = "float"

@@ -28,6 +28,7 @@ from .int8_eltwise import qlinear_add
 
 F32 = np.float32
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+IN_ACTIVATIONS = ("relu", "hard_sigmoid", "hard_swish")   # a float mean's: bit-exact with onnxruntime's fp32 kernels
 ACC_LIMIT = 2 ** 31
 
 
@@ -198,7 +199,9 @@ class Int8Pool:
     padding never wins (-inf). Global average (MLAS QLinearGlobalAveragePool):
     ``acc = sum(q_x) - z_x * HW`` (int32), ``q_y = sat(rne(fp32(acc) * fp32(s_x / fp32(s_y * HW))) + z_y)``;
     ``requant`` "float" (a QDQ ReduceMean, which onnxruntime runs in float): the fp32 mean of the
-    dequantized values, then QuantizeLinear (onnxruntime's summation order is not followed)."""
+    dequantized values, then QuantizeLinear (onnxruntime's summation order is not followed); with
+    ``in_activation`` (relu, hard_sigmoid, hard_swish) the mean of the activated values, the
+    activation in fp32 as onnxruntime's kernels compute it."""
 
     def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
         self.kind, self.geometry = kind, dict(geometry or {})
@@ -210,6 +213,14 @@ class Int8Pool:
         for dt in (self.in_q[2], self.out_q[2]):
             if dt not in QRANGE:
                 raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
+        self.in_activation = None
+        name = params.get("in_activation")
+        if name is not None:
+            if kind != "GlobalAvgpool2D" or self.requant != "float" or name not in IN_ACTIVATIONS:
+                raise ValueError(f"in_activation {name!r} (an int8 GlobalAvgpool2D with requant float: "
+                                 f"{', '.join(IN_ACTIVATIONS)})")
+            from .activations import make_activation
+            self.in_activation = make_activation(name, params.get("in_activation_params"))
 
     def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
         from .pooling import global_maxpool2d, maxpool2d
@@ -242,6 +253,8 @@ class Int8Pool:
             # onnxruntime's float ReduceMean between DQ and Q: the dequantized
             # values fp32((q - z) s) summed in fp32, divided by H*W, then QuantizeLinear
             real = ((codes - z).astype(F32) * F32(s)).astype(F32)
+            if self.in_activation is not None:   # onnxruntime's fp32 activation of the DQ values
+                real = self.in_activation(real)
             mean = (np.sum(real, axis=(1, 2), keepdims=True, dtype=F32) / F32(real.shape[1] * real.shape[2])).astype(F32)
             return fake_quant(mean, so, zo, dto), True
         if self.kind == "GlobalAvgpool2D":

@@ -16,7 +16,7 @@ from . import dynamic_dq_moves, dynamic_int8, dynamic_lstm, qlinear_passthrough,
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
-from . import qdq_requant_before_layout
+from . import qdq_double_pair, qdq_requant_before_layout
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
     where_const_cond
 from . import nan_guard_dq, qdq_batched_const_matmul, qdq_infinite_softmax, qdq_mask_select, qdq_move_chain, \
@@ -60,6 +60,7 @@ RULES = (
     qdq_requant_before_layout,
     qdq_pad_fold,
     qdq_convtranspose,
+    qdq_double_pair,
     remove_identity,
     remove_dropout,
     remove_noop,

@@ -12,7 +12,11 @@ fp32 result exactly as the Q after the move did, and the Q after the move re-qua
 own grid (a no-op). The pool then is an int8 layer instead of an fp16 one (or a chain of fp16
 AveragePools from ``gap_split``) whose rounding moved codes near ties: its int32 sum and one
 requantization where onnxruntime fuses the group (QLinearGlobalAveragePool), else (a ReduceMean,
-which onnxruntime runs in float) the fp32 mean and QuantizeLinear (fuse's ``requant`` float)."""
+which onnxruntime runs in float) the fp32 mean and QuantizeLinear (fuse's ``requant`` float).
+
+One element-wise activation may sit between the DQ and the pool (dynamo's MobileNetV3 head:
+``DQ -> HardSwish -> ReduceMean -> Reshape -> Q``, the HardSwish output not quantized): onnxruntime
+runs it in float too, and fuse folds it into the float pool (``in_activation``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -22,6 +26,21 @@ from .base import Match
 NAME = "qdq_pool_move"
 OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 POOLS = ("GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "ReduceMean", "ReduceMax")
+PRE_ACTIVATIONS = ("Relu", "HardSigmoid", "HardSwish")   # fuse: the float pool's in_activation
+
+
+def pool_input_dq(g, pool):
+    """The DequantizeLinear (of an activation) in front of ``pool``, directly or (a mean: a ReduceMean,
+    or the GlobalAveragePool reducemean_to_gap made of it) through one element-wise activation read
+    by the pool alone; None otherwise."""
+    dq = g.producer.get(pool.input[0])
+    act = dq is not None and dq.op_type in PRE_ACTIVATIONS and dq.domain in ("", "ai.onnx")
+    if act and pool.op_type in ("ReduceMean", "GlobalAveragePool") and len(g.users(dq.output[0])) == 1 \
+            and dq.output[0] not in g.outputs:
+        dq = g.producer.get(dq.input[0])
+    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+        return None
+    return dq
 
 
 def match(node, g) -> Optional[Match]:
@@ -30,8 +49,7 @@ def match(node, g) -> Optional[Match]:
     pool = g.producer.get(node.input[0])
     if pool is None or pool.op_type not in POOLS or pool.domain not in ("", "ai.onnx") or len(pool.output) != 1:
         return None
-    dq = g.producer.get(pool.input[0])
-    if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
+    if pool_input_dq(g, pool) is None:
         return None
     if len(g.users(pool.output[0])) != 1 or pool.output[0] in g.outputs:
         return None
