@@ -152,3 +152,37 @@ def test_a_quantizelinear_the_plan_removes_is_named_not_probed():
     plain = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
     assert np.array_equal(ref.values["y"], plain)
     assert np.array_equal(qdq_probes.dequantize(ref.values["q3"], ref.params["y"][1]), plain)
+
+
+def test_plan_q_found_under_a_shared_scale_name():
+    """onnxruntime's ConstantSharing keeps one of several equal scalar initializers: a Q whose scale
+    equals another's reads that other name in the plan (Deformable-DETR's ``val_1367`` under
+    ``linear_19_scale``). Its codes are found by the Q's input and the scale's value, not refused
+    as removed by the optimizer."""
+    from onnx import helper
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s_in"),
+             numpy_helper.from_array(np.array(0, np.int8), "z_in"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s_exp"),     # same value, own name
+             numpy_helper.from_array(np.array(-100, np.int8), "z_exp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"], "q_in"),
+             helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd"], "dq_in"),
+             helper.make_node("Exp", ["xd"], ["e"], "exp"),
+             helper.make_node("QuantizeLinear", ["e", "s_exp", "z_exp"], ["eq"], "q_exp"),
+             helper.make_node("DequantizeLinear", ["eq", "s_exp", "z_exp"], ["ed"], "dq_exp"),
+             helper.make_node("Relu", ["ed"], ["y"], "relu")]
+    g = helper.make_graph(nodes, "shared_scale", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {"x": np.random.default_rng(0).uniform(-2, 2, (1, 64)).astype(np.float32)}
+    values, plan = qdq_probes.run_plan(model, feeds)
+    mine = {"x": "s_in", "e": "s_exp"}
+    renamed = [n.input[0] for n in plan.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in mine
+               and n.input[1] != mine[n.input[0]]]
+    assert renamed                                  # the plan's Q reads the other, equal, scale
+    found, refused = qdq_probes.plan_codes(model, plan, values)
+    assert {"xq", "eq"} <= set(found) and not refused, refused
+    xq = np.rint(feeds["x"] / np.float32(0.05)).clip(-128, 127)
+    assert np.array_equal(found["xq"].astype(np.int64), xq)
+    want = (np.rint(np.exp((xq * np.float32(0.05)).astype(np.float32)) / np.float32(0.05)) - 100).clip(-128, 127)
+    assert np.abs(found["eq"].astype(np.int64) - want).max() <= 1

@@ -118,6 +118,10 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
     inits = {t.name: t for t in plan.graph.initializer}
     plan_q = {(n.input[0], n.input[1]): (n.output[0], n.input[2] if len(n.input) > 2 else "")
               for n in plan.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1}
+    q_of: Dict[str, List[Tuple[str, str, str]]] = {}   # input -> [(output, zero point, scale)]
+    for n in plan.graph.node:
+        if n.op_type == "QuantizeLinear" and len(n.input) > 1:
+            q_of.setdefault(n.input[0], []).append((n.output[0], n.input[2] if len(n.input) > 2 else "", n.input[1]))
     shapes = _static_shapes(model)
     producer = {o: p for p in plan.graph.node for o in p.output}
     found: Dict[str, np.ndarray] = {}
@@ -131,6 +135,11 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             found[t] = values[t]
             continue
         same_q = plan_q.get((n.input[0], n.input[1] if len(n.input) > 1 else ""))
+        if same_q is None and len(n.input) > 1:   # its scale renamed: onnxruntime's ConstantSharing
+            mine = _param(model, n.input[1])           # keeps one of several equal scalar initializers
+            same = [(o, zp) for o, zp, sc in q_of.get(n.input[0], [])
+                    if mine is not None and _init(inits, sc) is not None and np.array_equal(_init(inits, sc), mine)]
+            same_q = same[0] if len(same) == 1 else None
         cands = [same_q] if same_q is not None and same_q[0] in values else [
             (y, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", [])
             for y in [_before_moves(x, producer, values, shapes.get(t))]

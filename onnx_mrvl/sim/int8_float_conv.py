@@ -103,6 +103,15 @@ def gemm_segments(m: int, n: int, k: int, threads: Optional[int] = None) -> List
     return parts
 
 
+def fc_segments(m: int, n: int, k: int, threads: Optional[int] = None) -> List[Tuple[int, int, int]]:
+    """The column parts and K blocks of a float-path FC's sums: onnxruntime's float MatMul of
+    ``[M, K] x [K, N]`` (leading axes of A folded into M) is one threaded MlasGemm, ``gemm_segments``
+    with the MatMul's own M and N (with more output features than rows each thread sums a
+    16-aligned part of the columns with the K block of its own N: Swin's patch-merging reduction,
+    64 rows x 128 features at K = 256, is two parts of 64 columns with K blocks of 256, not 128)."""
+    return gemm_segments(m, n, k, threads)
+
+
 def conv_segments(layer, n: int, oh: int, ow: int, threads: Optional[int] = None) -> List[Tuple[int, int, int]]:
     """The pixel parts and K blocks of a float-path conv's sums, as MlasConv runs it: a pointwise
     conv (1x1, stride 1, no padding: GemmDirect) or one with more filters than pixels
@@ -217,9 +226,10 @@ class FloatPathConv2D(Int8Conv2D):
 class FloatPathFC(Int8FC):
     """An int8 FC onnxruntime runs as a float MatMul between DQ and Q (an S8 input whose DQ other
     nodes read, BERT's Q/K/V projections): ``[M, K] x [K, N]`` by MLAS's SGEMM on the dequantized
-    input and ``fp32(fp32(q_w - z_w) s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` (a MatMul's N is its
-    output features, a conv's its pixels), then ``q_y = sat(rne(y / s_y) + z_y)``. No bias: the
-    quantizer leaves a MatMul's bias Add a separate layer."""
+    input and ``fp32(fp32(q_w - z_w) s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` per
+    thread part (``fc_segments``: a MatMul's N is its output features, a conv's its pixels), then
+    ``q_y = sat(rne(y / s_y) + z_y)``. No bias: the quantizer leaves a MatMul's bias Add a separate
+    layer."""
     float_path = True    # int8_native.prepare: not the VNNI integer kernel
 
     def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None,
@@ -238,9 +248,15 @@ class FloatPathFC(Int8FC):
         if x.ndim != 2 or x.shape[1] != self.wd.shape[0]:
             raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={self.wd.shape[0]}")
         s, z, dt = self.in_q
-        xd = ((quantize(x, s, z, dt) - z).astype(F32) * F32(s)).astype(F32)   # DequantizeLinear
+        xd = np.ascontiguousarray(((quantize(x, s, z, dt) - z).astype(F32) * F32(s)).astype(F32))   # DequantizeLinear
         k, n = self.wd.shape
-        return fma_chain(np.ascontiguousarray(xd), self.wd, mlas_stride_k(n, k))
+        parts = fc_segments(x.shape[0], n, k)
+        if len(parts) == 1:
+            return fma_chain(xd, self.wd, parts[0][2])
+        y = np.empty((x.shape[0], n), F32)
+        for n0, n1, sk in parts:     # MLAS's threads' column parts, each with its own K block
+            y[:, n0:n1] = fma_chain(xd, np.ascontiguousarray(self.wd[:, n0:n1]), sk)
+        return y
 
     def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
         y = self.sums(x)

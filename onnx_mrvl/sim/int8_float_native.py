@@ -23,7 +23,7 @@ import numpy as np
 
 from . import native
 from .int8 import QRANGE
-from .int8_float_conv import STRIDE_K, FloatPathConv2D, FloatPathFC, conv_segments, mlas_stride_k
+from .int8_float_conv import STRIDE_K, FloatPathConv2D, FloatPathFC, conv_segments, fc_segments, mlas_stride_k
 from .native_loader import OnceLibrary
 from .int8_native import (code_offset, conv_out_size, empty_result, keep_call, load_library, mark_staged,
                           reciprocal, run_checked, source_buffer, target_buffer)
@@ -150,7 +150,8 @@ def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:
     (``layer.conv``) on the [M, K] rows as the pixels of one 1 x M image, with a MatMul's K block
     ``mlas_stride_k(N, K)`` (N: the output features); None: numpy's ``layer.apply``."""
     conv = layer.conv
-    prepared = prepare_float(conv, stride_k=mlas_stride_k(conv.o, conv.ig))
+    block = mlas_stride_k(conv.o, conv.ig)
+    prepared = prepare_float(conv, stride_k=block)
     if prepared is None:
         return None
     inner, k = prepared.stage, conv.ig
@@ -158,11 +159,16 @@ def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
         if x.ndim != 2 or x.shape[1] != k:
             raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={k}")
+        if any(sk != block for _, _, sk in fc_segments(x.shape[0], conv.o, k)):
+            # MLAS's threads' column parts with K blocks other than the kernel's: numpy's sums
+            return None, _numpy_result(layer, x, out, codes_in[0], codes_out, False)
         call, y = inner(x.reshape(1, 1, x.shape[0], k), out=out, codes_in=codes_in, codes_out=codes_out)
         return call, y.reshape(x.shape[0], -1)
     apply = mark_staged(stage, layer, [layer.in_q])
 
     def sums(x: np.ndarray) -> np.ndarray:
+        if any(sk != block for _, _, sk in fc_segments(x.shape[0], conv.o, k)):
+            return layer.sums(x)
         return prepared.sums(x.reshape(1, 1, x.shape[0], k)).reshape(x.shape[0], -1)
     apply.sums = sums
     return apply

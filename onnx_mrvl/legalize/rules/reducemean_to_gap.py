@@ -180,7 +180,7 @@ def rewrite(m: Match, g) -> str:
                    name=g.fresh_node_name(f"{node.name}/gap_DequantizeLinear"))
             g.set_shape(back, [n, c, 1, 1], g.dtype(src))
             mid = back
-        out = [n, c] if not keep else list(m.data["sy"])   # keepdims through a Transpose
+        out = [n, c] if not keep else list(m.data.get("sy") or [n, c, 1, 1])   # keepdims (through a Transpose)
         reshape(g, mid, out, near=node, origin=m.origin, out=node.output[0], tag="squeeze")
     if m.data.get("tokens"):
         return "ReduceMean(axis 1 of [N, T, C]) -> Reshape [N, T, 1, C], Transpose, GlobalAveragePool, Reshape"
