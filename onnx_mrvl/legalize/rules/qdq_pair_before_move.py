@@ -11,7 +11,9 @@ values and Q is element-wise with one scale and zero point, so ``Q(move(y)) == m
 ``Q(DQ(Q(y))) == Q(y)`` (the codes come back unchanged): the original Q computes the same codes.
 Per-tensor Q only; not after a DequantizeLinear (moves of codes: ``qdq_move_chain``) nor after a
 Conv / MatMul / Gemm (onnxruntime fuses those with a Q right after them: a copy there would change
-which kernel it runs).
+which kernel it runs), nor after a recurrent layer (LSTM / GRU / RNN: whether it writes int8 codes
+is the recurrent fusion's choice, docs/fusion.md; a copy made the dynamic-int8 LSTM's documented
+fp16 / "int8 in, fp16 out" layer an int8-out one).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ NAME = "qdq_pair_before_move"
 OPS = ("QuantizeLinear",)
 MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten")
 NOT_AFTER = ("DequantizeLinear", "QuantizeLinear", "Conv", "ConvTranspose", "MatMul", "Gemm", "MatMulInteger",
-             "ConvInteger")
+             "ConvInteger", "LSTM", "GRU", "RNN")
 DEPTH = 4
 
 
