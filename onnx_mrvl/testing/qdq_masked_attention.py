@@ -12,6 +12,37 @@ from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
 T, D, H = 8, 16, 2
+X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])
+MASK = helper.make_tensor_value_info("mask", TensorProto.INT64, [1, T])
+
+
+def _heads() -> list:
+    """x -> Q / K / V projections (wq, wk, wv), each split into H heads (``heads``): q_t, k_t (as
+    K^T), v_t."""
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "wq"], ["q"], name="q_proj"), n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+             n("MatMul", ["x", "wv"], ["v"], name="v_proj")]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [n("Reshape", [t, "heads"], [f"{t}_h"], name=f"{t}_split"),
+                  n("Transpose", [f"{t}_h"], [f"{t}_t"], perm=perm, name=f"{t}_perm")]
+    return nodes
+
+
+def _context() -> list:
+    """p x v_t, heads merged (``merged``), the output projection (wo) and the residual: y."""
+    n = helper.make_node
+    return [n("MatMul", ["p", "v_t"], ["ctx"], name="ctx"),
+            n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3], name="ctx_perm"),
+            n("Reshape", ["ctx_t", "merged"], ["ctx_m"], name="ctx_merge"),
+            n("MatMul", ["ctx_m", "wo"], ["o"], name="o_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
+
+
+def _model(nodes, name: str, inputs, inits, opset: int) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, name, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
 
 
 def masked_attention(seed: int = 0) -> onnx.ModelProto:
@@ -28,11 +59,7 @@ def masked_attention(seed: int = 0) -> onnx.ModelProto:
     inits += [nh.from_array(np.array([1, T, H, D // H], np.int64), "heads"),
               nh.from_array(np.array([1, 1, 1, T], np.int64), "mshape"),
               nh.from_array(np.array([1, T, D], np.int64), "merged")]
-    nodes = [n("MatMul", ["x", "wq"], ["q"], name="q_proj"), n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
-             n("MatMul", ["x", "wv"], ["v"], name="v_proj")]
-    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
-        nodes += [n("Reshape", [t, "heads"], [f"{t}_h"], name=f"{t}_split"),
-                  n("Transpose", [f"{t}_h"], [f"{t}_t"], perm=perm, name=f"{t}_perm")]
+    nodes = _heads()
     nodes += [n("MatMul", ["q_t", "k_t"], ["s0"], name="scores"), n("Mul", ["s0", "scale"], ["s1"], name="scale_mul"),
               n("Equal", ["mask", "zero_i"], ["pad"], name="pad_eq"),
               n("Where", ["pad", "neg_inf", "zero_f"], ["madd"], name="mask_where"),
@@ -41,17 +68,8 @@ def masked_attention(seed: int = 0) -> onnx.ModelProto:
               n("Softmax", ["s2"], ["p0"], axis=-1, name="softmax"),
               n("IsNaN", ["p0"], ["p_nan"], name="safe_isnan"),   # torch's _safe_softmax guard
               n("Where", ["p_nan", "zero_f", "p0"], ["p"], name="safe_where"),
-              n("MatMul", ["p", "v_t"], ["ctx"], name="ctx"),
-              n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3], name="ctx_perm"),
-              n("Reshape", ["ctx_t", "merged"], ["ctx_m"], name="ctx_merge"),
-              n("MatMul", ["ctx_m", "wo"], ["o"], name="o_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
-    g = helper.make_graph(nodes, "masked_attention",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D]),
-                           helper.make_tensor_value_info("mask", TensorProto.INT64, [1, T])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+              ] + _context()
+    return _model(nodes, "masked_attention", [X, MASK], inits, 17)
 
 
 def feeds(n: int, seed: int = 1) -> List[Dict[str, np.ndarray]]:
@@ -79,12 +97,8 @@ def causal_attention(seed: int = 0, padding: bool = False) -> onnx.ModelProto:
               nh.from_array(np.array([1, T, H, D // H], np.int64), "heads"),
               nh.from_array(np.array([1, T, D], np.int64), "merged")]
     n = helper.make_node
-    nodes = [n("MatMul", ["x", "wq"], ["q"], name="q_proj"), n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
-             n("MatMul", ["x", "wv"], ["v"], name="v_proj")]
-    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
-        nodes += [n("Reshape", [t, "heads"], [f"{t}_h"], name=f"{t}_split"),
-                  n("Transpose", [f"{t}_h"], [f"{t}_t"], perm=perm, name=f"{t}_perm")]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D])]
+    nodes = _heads()
+    inputs = [X]
     if padding:
         inits += [nh.from_array(keep, "causal"), nh.from_array(np.array([1, 2], np.int64), "axes12"),
                   nh.from_array(np.array(0.0, np.float32), "zero_f"),
@@ -93,21 +107,14 @@ def causal_attention(seed: int = 0, padding: bool = False) -> onnx.ModelProto:
                   n("Unsqueeze", ["mask_b", "axes12"], ["mask_4d"], name="mask_unsqueeze"),
                   n("And", ["causal", "mask_4d"], ["kept"], name="mask_and"),
                   n("Where", ["kept", "zero_f", "lowest"], ["bias"], name="mask_where")]
-        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64, [1, T]))
+        inputs.append(MASK)
     else:
         inits.append(nh.from_array(np.where(keep, 0.0, LOWEST).astype(np.float32), "bias"))
     nodes += [n("MatMul", ["q_t", "k_t"], ["s0"], name="scores"), n("Mul", ["s0", "scale"], ["s1"], name="scale_mul"),
               n("Add", ["s1", "bias"], ["s2"], name="mask_add"),
               n("Softmax", ["s2"], ["p"], axis=-1, name="softmax"),
-              n("MatMul", ["p", "v_t"], ["ctx"], name="ctx"),
-              n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3], name="ctx_perm"),
-              n("Reshape", ["ctx_t", "merged"], ["ctx_m"], name="ctx_merge"),
-              n("MatMul", ["ctx_m", "wo"], ["o"], name="o_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
-    g = helper.make_graph(nodes, "causal_attention", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    return m
+              ] + _context()
+    return _model(nodes, "causal_attention", inputs, inits, 18)
 
 
 def causal_feeds(n: int, seed: int = 1, padding: bool = False) -> List[Dict[str, np.ndarray]]:
@@ -135,11 +142,7 @@ def masked_fill_attention(seed: int = 0) -> onnx.ModelProto:
               nh.from_array(np.array([1, 2], np.int64), "axes12"), nh.from_array(np.array([1, 3], np.int64), "axes13"),
               nh.from_array(np.array(LOWEST, np.float32), "lowest")]
     n = helper.make_node
-    nodes = [n("MatMul", ["x", "wq"], ["q"], name="q_proj"), n("MatMul", ["x", "wk"], ["k"], name="k_proj"),
-             n("MatMul", ["x", "wv"], ["v"], name="v_proj")]
-    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
-        nodes += [n("Reshape", [t, "heads"], [f"{t}_h"], name=f"{t}_split"),
-                  n("Transpose", [f"{t}_h"], [f"{t}_t"], perm=perm, name=f"{t}_perm")]
+    nodes = _heads()
     nodes += [n("Unsqueeze", ["mask", "axes12"], ["m_c"], name="mask_cols"),     # [1, 1, 1, T]
               n("Unsqueeze", ["mask", "axes13"], ["m_rows"], name="mask_rows"),  # [1, 1, T, 1]
               n("Mul", ["m_c", "m_rows"], ["m2"], name="mask_mul"),
@@ -148,17 +151,8 @@ def masked_fill_attention(seed: int = 0) -> onnx.ModelProto:
               n("MatMul", ["q_t", "k_t"], ["s0"], name="scores"), n("Mul", ["s0", "scale"], ["s1"], name="scale_mul"),
               n("Where", ["pad", "lowest", "s1"], ["s2"], name="masked_fill"),
               n("Softmax", ["s2"], ["p"], axis=-1, name="softmax"),
-              n("MatMul", ["p", "v_t"], ["ctx"], name="ctx"),
-              n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3], name="ctx_perm"),
-              n("Reshape", ["ctx_t", "merged"], ["ctx_m"], name="ctx_merge"),
-              n("MatMul", ["ctx_m", "wo"], ["o"], name="o_proj"), n("Add", ["o", "x"], ["y"], name="residual")]
-    g = helper.make_graph(nodes, "masked_fill_attention",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, T, D]),
-                           helper.make_tensor_value_info("mask", TensorProto.INT64, [1, T])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, T, D])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    return m
+              ] + _context()
+    return _model(nodes, "masked_fill_attention", [X, MASK], inits, 18)
 
 
 def masked_fill_feeds(n: int, seed: int = 1, padded: int = 3) -> List[Dict[str, np.ndarray]]:
