@@ -13,22 +13,16 @@ import pytest
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
 from onnx_mrvl.testing.qdq_relpos import H, feeds, relpos_block
 
-quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("onnxruntime.quantization")
 
 
 def _quantized(tmp_path, act: str) -> str:
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
     onnx.save(relpos_block(), src)
-    data = iter(feeds(8))
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-    quantization.quantize_static(src, dst, Reader(), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                 activation_type=quantization.QuantType.QInt8 if act == "s8"
-                                 else quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
+    quantize_static_qdq(src, dst, feeds(8), act)
     return dst
 
 

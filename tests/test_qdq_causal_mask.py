@@ -17,22 +17,16 @@ import onnx_mrvl
 from onnx_mrvl.fuse.groups import Group
 from onnx_mrvl.fuse.patterns import weights_reason
 from onnx_mrvl.target import get_target
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
 from onnx_mrvl.testing.qdq_masked_attention import causal_attention, causal_feeds
 
-quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("onnxruntime.quantization")
 
 
 def _quantized(tmp_path, act: str, padding: bool = False) -> str:
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
     onnx.save(causal_attention(padding=padding), src)
-    data = iter(causal_feeds(8, padding=padding))
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-    quantization.quantize_static(src, dst, Reader(), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                 activation_type=quantization.QuantType.QInt8 if act == "s8"
-                                 else quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
+    quantize_static_qdq(src, dst, causal_feeds(8, padding=padding), act)
     return dst
 
 

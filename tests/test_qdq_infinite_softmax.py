@@ -14,22 +14,16 @@ import onnxruntime as ort
 import pytest
 
 import onnx_mrvl
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
 from onnx_mrvl.testing.qdq_masked_attention import feeds, masked_attention
 
-quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("onnxruntime.quantization")
 
 
 def _quantized(tmp_path, act: str) -> str:
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
     onnx.save(masked_attention(), src)
-    data = iter(feeds(8))
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-    quantization.quantize_static(src, dst, Reader(), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                 activation_type=quantization.QuantType.QInt8 if act == "s8"
-                                 else quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
+    quantize_static_qdq(src, dst, feeds(8), act)
     q = onnx.load(dst)
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in q.graph.initializer}
     assert any(n.op_type == "QuantizeLinear" and np.isinf(inits[n.input[1]]).all() for n in q.graph.node)

@@ -15,22 +15,16 @@ import pytest
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
 from onnx_mrvl.testing.qdq_masked_attention import masked_fill_attention, masked_fill_feeds
 
-quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("onnxruntime.quantization")
 
 
 def _quantized(tmp_path, act: str, padded: int) -> str:
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}_{padded}.onnx")
     onnx.save(masked_fill_attention(), src)
-    data = iter(masked_fill_feeds(8, padded=padded))
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-    quantization.quantize_static(src, dst, Reader(), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                 activation_type=quantization.QuantType.QInt8 if act == "s8"
-                                 else quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
+    quantize_static_qdq(src, dst, masked_fill_feeds(8, padded=padded), act)
     return dst
 
 

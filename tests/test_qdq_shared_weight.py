@@ -14,23 +14,17 @@ import pytest
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
 from onnx_mrvl.testing.qdq_relpos import feeds, shared_projection_block
 
-quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("onnxruntime.quantization")
 
 
 @pytest.mark.parametrize("act", ["s8", "u8"])
 def test_shared_weight_dq_stays_for_the_int8_layer(tmp_path, act):
     src, qpath = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
     onnx.save(shared_projection_block(), src)
-    data = iter(feeds(8))
-
-    class Reader(quantization.CalibrationDataReader):
-        def get_next(self):
-            return next(data, None)
-    quantization.quantize_static(src, qpath, Reader(), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                 activation_type=quantization.QuantType.QInt8 if act == "s8"
-                                 else quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8)
+    quantize_static_qdq(src, qpath, feeds(8), act)
     q = onnx.load(qpath)
     (w_dq,) = [n for n in q.graph.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("wq")]
     assert sum(w_dq.output[0] in n.input for n in q.graph.node) == 2       # q_proj and pos_proj read it
