@@ -159,6 +159,12 @@ class GraphIndex:
         return None
 
 
+def slice_bounds(start: int, end: int, dim: int):
+    """``(start, end)`` of a positive-step Slice over an axis of ``dim``, clamped into it as ONNX
+    does (negatives from the end): the one reading of Slice bounds for legalize and fuse."""
+    return tuple(min(max(v + dim if v < 0 else v, 0), dim) for v in (start, end))
+
+
 def attr(node: onnx.NodeProto, name: str, default=None):
     """The value of attribute ``name`` of ``node`` (``default`` when absent): the package's one
     attribute reader. Strings come back as ``str`` and string lists as lists of ``str`` (onnx gives

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from .. import opset
-from ..graph_index import GraphIndex, attr
+from ..graph_index import GraphIndex, attr, slice_bounds
 from ..target import Target
 from .groups import Group, batch_limit, float_static
 
@@ -122,7 +122,7 @@ def build_slice(g: GraphIndex, n: onnx.NodeProto, target: Target):
         dim = in_shape[ax]
         if st != 1:
             return f"slice with step {st} (the accelerator slices with step 1)"
-        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+        s, e = slice_bounds(s, e, dim)
         if ax == CHANNEL:
             start, end = s, e
         elif (s, e) != (0, dim):
@@ -156,7 +156,7 @@ def spatial_slice_conv(g: GraphIndex, n: onnx.NodeProto, params, target: Target)
         dim = in_shape[ax]
         if st < 1:
             return f"slice with step {st}"
-        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+        s, e = slice_bounds(s, e, dim)
         rng[ax] = (s, e, st)
     if any(rng[ax] != (0, in_shape[ax], 1) for ax in (0, CHANNEL)):
         return "not a spatial slice"

@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from .. import opset
-from ..graph_index import GraphIndex, attr
+from ..graph_index import GraphIndex, attr, slice_bounds
 from ..target import Target
 from .groups import Group, batch_limit, float_static, model_images
 from . import slices, take
@@ -72,7 +72,7 @@ def _cut(s: int, e: int, st: int, dim: int):
     whole axis, or the reason it cannot be a Slice2D of a view."""
     if st < 1:
         return f"slice with step {st} (the accelerator slices forward)"
-    s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+    s, e = slice_bounds(s, e, dim)
     if st == 1:
         return None if (s, e) == (0, dim) else (s, e, 1)
     if dim % st or s >= st or len(range(s, e, st)) != dim // st:

@@ -9,6 +9,7 @@ import onnx
 from onnx import TensorProto
 
 from ..graph import Graph, attr, origin_of, str_attr  # noqa: F401  (re-exported for the rules)
+from ...graph_index import slice_bounds
 
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -167,6 +168,6 @@ def slice_params(g, node, shape):
     for s, e, ax, st in zip(starts, ends, axes, steps or [1] * len(starts)):
         ax %= len(shape)
         dim = shape[ax]
-        s, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (s, e))
+        s, e = slice_bounds(s, e, dim)
         cuts.append((ax, s, e, st))
     return cuts
