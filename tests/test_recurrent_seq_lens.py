@@ -175,3 +175,16 @@ def test_length_sort_kept_when_the_rows_are_not_put_back_by_the_inverse(tmp_path
     skipped = [r for r in legalize(m).report.skipped if r[0] == "rnn_length_sort"]
     assert skipped and "not the inverse permutation" in skipped[0][2], skipped
     _check(m, tmp_path)
+
+
+def test_length_beyond_the_steps_raises_our_error(tmp_path):
+    """A length outside [0, T] (onnxruntime refuses it too) fails the run with the region's
+    MrvlRuntimeError naming the layer, never a silently masked or zero output."""
+    from onnx_mrvl.errors import MrvlRuntimeError
+    m = lens_model(cell="LSTM")
+    sess = onnx_mrvl.InferenceSession(onnx_mrvl.convert(m).save(str(tmp_path)))
+    feeds = lens_feeds(m, [11, 5, 1])                                        # T = 10
+    with pytest.raises(MrvlRuntimeError, match="sequence_lens"):
+        sess.run(None, feeds)
+    with pytest.raises(Exception):                                           # onnxruntime's own refusal
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
