@@ -186,3 +186,48 @@ def test_plan_q_found_under_a_shared_scale_name():
     assert np.array_equal(found["xq"].astype(np.int64), xq)
     want = (np.rint(np.exp((xq * np.float32(0.05)).astype(np.float32)) / np.float32(0.05)) - 100).clip(-128, 127)
     assert np.abs(found["eq"].astype(np.int64) - want).max() <= 1
+
+
+def test_square_codes_moved_by_the_plan_map_back_through_the_models_moves():
+    """``MatMul -> Q/DQ -> Reshape [1, 8, 8] -> Q/DQ -> Transpose -> Q/DQ -> Reshape [1, 1, 8, 8] ->
+    Q/DQ`` (one scale: Deformable-DETR's value map before GridSample): onnxruntime's plan drops the
+    pairs and moves the codes (QLinearMatMul -> Reshape -> Transpose -> Reshape -> DQ), so only the
+    last tensor is read by a DQ. The square [1, 8, 8] tensor before the Transpose and the one after it
+    have one shape; each Q's codes are the plan's with the model's own moves after it undone (before:
+    the walk back from the plan's tensor stopped at the first tensor of the right shape, the
+    transposed one, and the Reshape's codes were compared with their transpose: a false FAIL)."""
+    from onnx import helper
+    rng = np.random.default_rng(0)
+    N = 8
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(3, np.int8), "z"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "s2"), numpy_helper.from_array(np.array(-2, np.int8), "z2"),
+             numpy_helper.from_array(rng.integers(-100, 100, (16, N * N)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "sw"), numpy_helper.from_array(np.array(0, np.int8), "zw"),
+             numpy_helper.from_array(np.array([1, N, N], np.int64), "shp"),
+             numpy_helper.from_array(np.array([1, 1, N, N], np.int64), "shp4")]
+
+    def qdq(t, s, z):
+        return [helper.make_node("QuantizeLinear", [t, s, z], [f"{t}_q"], f"q_{t}"),
+                helper.make_node("DequantizeLinear", [f"{t}_q", s, z], [f"{t}_d"], f"dq_{t}")]
+    nodes = qdq("x", "s", "z") + [helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["w"], "dqw"),
+                                  helper.make_node("MatMul", ["x_d", "w"], ["mm"], "mm")] + qdq("mm", "s2", "z2") + [
+        helper.make_node("Reshape", ["mm_d", "shp"], ["v"], "view")] + qdq("v", "s2", "z2") + [
+        helper.make_node("Transpose", ["v_d"], ["t"], "tr", perm=[0, 2, 1])] + qdq("t", "s2", "z2") + [
+        helper.make_node("Reshape", ["t_d", "shp4"], ["r"], "view4")] + qdq("r", "s2", "z2") + [
+        helper.make_node("Relu", ["r_d"], ["y"], "relu")]
+    g = helper.make_graph(nodes, "square", [helper.make_tensor_value_info("x", F32, [1, 16])],
+                          [helper.make_tensor_value_info("y", F32, [1, 1, N, N])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    values, plan = qdq_probes.run_plan(model, {"x": rng.uniform(-2, 2, (1, 16)).astype(np.float32)})
+    mm = next(n for n in plan.graph.node if n.op_type == "QLinearMatMul")
+    moves = [n.op_type for n in plan.graph.node if n.op_type in ("Reshape", "Transpose")]
+    assert moves == ["Reshape", "Transpose", "Reshape"]       # the codes moved, no Q / DQ between
+    found, refused = qdq_probes.plan_codes(model, plan, values)
+    assert not refused and {"mm_q", "v_q", "t_q", "r_q"} <= set(found)
+    shift = int(values[mm.output[0]].dtype == np.uint8) * 128   # QDQS8ToU8
+    codes = values[mm.output[0]].astype(np.int64) - shift
+    assert np.array_equal(found["mm_q"].astype(np.int64), codes)
+    assert np.array_equal(found["v_q"].astype(np.int64), codes.reshape(1, N, N))
+    assert np.array_equal(found["t_q"].astype(np.int64), codes.reshape(1, N, N).transpose(0, 2, 1))
+    assert np.array_equal(found["r_q"].astype(np.int64), codes.reshape(1, N, N).transpose(0, 2, 1).reshape(1, 1, N, N))

@@ -124,6 +124,10 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             q_of.setdefault(n.input[0], []).append((n.output[0], n.input[2] if len(n.input) > 2 else "", n.input[1]))
     shapes = _static_shapes(model)
     producer = {o: p for p in plan.graph.node for o in p.output}
+    readers: Dict[str, List[onnx.NodeProto]] = {}
+    for m in model.graph.node:
+        for i in m.input:
+            readers.setdefault(i, []).append(m)
     found: Dict[str, np.ndarray] = {}
     refused: Dict[str, str] = {}
     outs = {o.name for o in model.graph.output}
@@ -140,14 +144,19 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             same = [(o, zp) for o, zp, sc in q_of.get(n.input[0], [])
                     if mine is not None and _init(inits, sc) is not None and np.array_equal(_init(inits, sc), mine)]
             same_q = same[0] if len(same) == 1 else None
+        end, chain = (t, []) if same_q is not None and same_q[0] in values else _moves_after(model, n, readers, shapes)
         cands = [same_q] if same_q is not None and same_q[0] in values else [
             (y, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", [])
-            for y in [_before_moves(x, producer, values, shapes.get(t))]
-            if y in values and values[y].dtype.kind in "iu" and (t not in shapes or tuple(values[y].shape) == shapes[t])]
+            for y in [_before_moves(x, producer, values, shapes.get(end))]
+            if y in values and values[y].dtype.kind in "iu" and (end not in shapes or tuple(values[y].shape) == shapes[end])]
         if len({x for x, _ in cands}) != 1:
             refused[t] = AMBIGUOUS if cands else NOT_IN_PLAN
             continue
         x, zp_name = cands[0]
+        got = _undo_moves(values[x], chain, shapes)
+        if got is None:
+            refused[t] = "its codes reach onnxruntime's plan only through moves whose shapes are not static"
+            continue
         zp_plan = _init(inits, zp_name)
         zp_mine = _param(model, n.input[2]) if len(n.input) > 2 and n.input[2] else None
         shift = (0 if zp_plan is None else zp_plan.astype(np.int64)) - \
@@ -156,7 +165,7 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             refused[t] = "per-channel zero points of a renamed tensor"
             continue
         dtype = zp_mine.dtype if zp_mine is not None else np.dtype(np.uint8)
-        found[t] = (values[x].astype(np.int64) - int(np.ravel(shift)[0])).astype(dtype)
+        found[t] = (got.astype(np.int64) - int(np.ravel(shift)[0])).astype(dtype)
     return found, refused
 
 
@@ -174,6 +183,59 @@ def _before_moves(x: str, producer: Mapping[str, onnx.NodeProto], values: Mappin
         if p is None or p.op_type not in MOVES or not p.input:
             return x
         x = p.input[0]
+    return x
+
+
+def _same_params(model: onnx.ModelProto, a: onnx.NodeProto, b: onnx.NodeProto) -> bool:
+    """Whether Q / DQ nodes ``a`` and ``b`` have equal scales and zero points (by name or by value)."""
+    for k in (1, 2):
+        x = a.input[k] if len(a.input) > k else ""
+        y = b.input[k] if len(b.input) > k else ""
+        if x == y:
+            continue
+        vx, vy = (_param(model, x) if x else None), (_param(model, y) if y else None)
+        if vx is None or vy is None or vx.dtype != vy.dtype or not np.array_equal(vx, vy):
+            return False
+    return True
+
+
+def _moves_after(model: onnx.ModelProto, q: onnx.NodeProto, readers: Mapping[str, List[onnx.NodeProto]],
+                 shapes: Mapping[str, Tuple[int, ...]]) -> Tuple[str, List[onnx.NodeProto]]:
+    """(end, moves): the model's chain ``Q -> DQ -> move -> Q -> DQ -> move -> ... -> Q(end)`` from
+    ``q``, every Q with ``q``'s scale and zero point (onnxruntime drops those pairs and moves the codes
+    themselves, so the plan holds only the codes of ``end``). The codes of ``q`` are the codes of
+    ``end`` with the moves undone: a square tensor and its transpose have one shape, so the plan's
+    tensor is found by ``end``'s shape and mapped back, not by ``q``'s shape."""
+    t, chain = q.output[0], []
+    for _ in range(8):
+        dqs = readers.get(t, [])
+        if len(dqs) != 1 or dqs[0].op_type != "DequantizeLinear" or not _same_params(model, q, dqs[0]):
+            break
+        mv = readers.get(dqs[0].output[0], [])
+        if len(mv) != 1 or mv[0].op_type not in MOVES or mv[0].op_type == "Identity":
+            break
+        nq = readers.get(mv[0].output[0], [])
+        if len(nq) != 1 or nq[0].op_type != "QuantizeLinear" or not _same_params(model, q, nq[0]):
+            break
+        chain.append(mv[0])
+        t = nq[0].output[0]
+    return t, chain
+
+
+def _undo_moves(x: np.ndarray, chain: List[onnx.NodeProto], shapes: Mapping[str, Tuple[int, ...]]
+                ) -> Optional[np.ndarray]:
+    """``x`` (the codes after the moves of ``chain``) before them; None without static shapes."""
+    for mv in reversed(chain):
+        if mv.op_type == "Transpose":
+            perm = next((list(a.ints) for a in mv.attribute if a.name == "perm"), None) or list(range(x.ndim))[::-1]
+            if len(perm) != x.ndim:
+                return None
+            x = x.transpose(np.argsort(perm))
+        else:
+            shape = shapes.get(mv.input[0])
+            if shape is None or int(np.prod(shape)) != x.size:
+                return None
+            x = x.reshape(shape)
     return x
 
 
