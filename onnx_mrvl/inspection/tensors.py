@@ -24,6 +24,7 @@ SPATIAL = {"Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D", "GlobalMaxPool
 SHARED = {"Sum2D", "Mul2D", "Concat", "Slice2D"}   # keep the storage of their (first) input
 RESHAPES = {"Reshape", "Flatten", "Squeeze"}
 IDENTITY_OPS = ("Identity", "Dropout")   # value-preserving at inference (legalization removes them)
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 _SUFFIX = re.compile(r"__(nhwc|nchw|perm)(_\d+)?$")
 
 
@@ -152,19 +153,33 @@ def reshape_source_perm(producers: Dict[str, onnx.NodeProto], out_logical: str, 
     """Storage permutation, relative to the logical input of the reference's reshape producing
     ``out_logical``, of the stored tensor a Mrvl reshape read (logical ``base`` stored with
     ``base_perm``). The fuse stage folds Transposes into storage, so that input may be a chain of
-    Transposes of ``base``: with S = base.transpose(p) and I = base.transpose(q), S = I.transpose(r),
-    r[j] = q^-1[p[j]]. Returns ``base_perm`` when the chain does not lead to ``base``."""
+    Transposes of ``base`` (``folded_perm``). Returns ``base_perm`` when the chain does not lead to ``base``."""
     node = producers.get(out_logical)
     if node is None or not node.input:
         return base_perm
-    chain, t = [], node.input[0]
-    while t != base:
+    return folded_perm(producers, node.input[0], base, base_perm)[1]
+
+
+def folded_perm(producers: Dict[str, onnx.NodeProto], start: str, base: str,
+                base_perm: Optional[Tuple[int, ...]]) -> Tuple[bool, Optional[Tuple[int, ...]]]:
+    """(reached, perm): the storage permutation, relative to the reference's tensor ``start``, of the
+    stored tensor ``base`` (stored with ``base_perm``) when ``start`` is ``base`` through a chain of
+    Transposes the fuse stage folded into storage, identity ops and Q / DQ (value-moving in a QDQ
+    model: the program's Requantize of one scale). With S = base.transpose(p) and I =
+    base.transpose(q), S = I.transpose(r), r[j] = q^-1[p[j]]. ``(False, base_perm)`` when the chain
+    does not lead to ``base``."""
+    chain, t = [], start
+    for _ in range(64):
+        if t == base:
+            break
         prod = producers.get(t)
-        if prod is None or prod.op_type not in ("Transpose",) + IDENTITY_OPS or not prod.input:
-            return base_perm
+        if prod is None or prod.op_type not in ("Transpose",) + IDENTITY_OPS + QDQ_OPS or not prod.input:
+            return False, base_perm
         if prod.op_type == "Transpose":
             chain.append(prod)
         t = prod.input[0]
+    else:
+        return False, base_perm
     r: Optional[Sequence[int]] = base_perm
     for tr in reversed(chain):
         q = [int(v) for v in (attr(tr, "perm", None) or [])]
@@ -173,10 +188,10 @@ def reshape_source_perm(producers: Dict[str, onnx.NodeProto], out_logical: str, 
         if not q:
             q = list(range(len(r)))[::-1]
         if len(q) != len(r):
-            return base_perm
+            return False, base_perm
         inv = _inverse(q)
         r = [inv[r[j]] for j in range(len(r))]
-    return _norm(r)
+    return True, _norm(r)
 
 
 def layer_storage(meta: dict) -> Dict[int, Storage]:
