@@ -43,7 +43,7 @@ from . import qdq_probes, quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
 from .inputs import feed_shapes, random_feeds
 from .runner import capture_region, region_binary, region_nodes, run_all, whole_layers
-from .tensors import LAYOUT_PERMS, RESHAPES, SHARED, Storage, error_stats, folded_perm, graph_storage, reshape_source_perm
+from .tensors import LAYOUT_PERMS, Storage, error_stats, graph_storage, layer_storage_in_reference
 
 log = logging.getLogger(__name__)
 
@@ -319,9 +319,6 @@ def _slice_output(a_node: onnx.NodeProto, layer: Dict[str, Any], shapes: Mapping
     return outs[0]
 
 
-KEEP_ORDER = {"Requantize", "Lookup"} | SHARED   # layers that write their output in their input's order
-
-
 def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shapes, b_names=frozenset()
                    ) -> Dict[int, str]:
     """Program tensor id -> logical tensor name of A; fixes the storage of reshape layers.
@@ -338,7 +335,6 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
     for layer in layers:
         src = logical.get(layer["inputs"][0]) if layer["inputs"] else None
         in_store = stores.get(layer["inputs"][0]) if layer["inputs"] else None
-        in_perm = in_store.perm if in_store is not None else None
         if layer["layer_name"] == "layout_transform":
             if src is not None:
                 logical[layer["output"]] = src
@@ -350,18 +346,8 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
         logical[layer["output"]] = _slice_output(a_node, layer, shapes)
         logical[layer["output"]] = quantized_map.layer_tensor(layer["origin"], logical[layer["output"]], cands[-1],
                                                               prod_pos, a_users, b_names)
-        plain = layer["storage"].perm is None and layer["storage"].flat_from is None
-        if layer["layer_name"] in RESHAPES and (layer["in_layout"] in LAYOUT_PERMS or in_perm) and src is not None:
-            perm = reshape_source_perm(prod_nodes, a_node.output[0], src, in_perm or LAYOUT_PERMS[layer["in_layout"]])
-            layer["storage"] = Storage(flat_from=layer["in_shape"], flat_perm=perm)
-        elif layer["layer_name"] in KEEP_ORDER and plain and src is not None and a_node.input:
-            # a Transpose of the reference the fuse stage folded into storage (a square tensor and its
-            # transpose have one shape: without this the stored order passed for the logical one)
-            reached, perm = folded_perm(prod_nodes, a_node.input[0], src, in_perm)
-            if reached and perm is not None:
-                layer["storage"] = Storage(perm)
-            elif reached and in_store is not None and in_store.flat_from is not None:
-                layer["storage"] = in_store          # a reshape's stored order, kept
+        if src is not None:
+            layer["storage"] = layer_storage_in_reference(layer, a_node, src, in_store, prod_nodes)
         stores[layer["output"]] = layer["storage"]
     return logical
 

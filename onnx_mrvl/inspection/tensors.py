@@ -160,6 +160,31 @@ def reshape_source_perm(producers: Dict[str, onnx.NodeProto], out_logical: str, 
     return folded_perm(producers, node.input[0], base, base_perm)[1]
 
 
+KEEP_ORDER = {"Requantize", "Lookup"} | SHARED   # program layers that write in their input's order
+
+
+def layer_storage_in_reference(layer: dict, a_node: onnx.NodeProto, src: str, in_store: Optional[Storage],
+                               producers: Dict[str, onnx.NodeProto]) -> Storage:
+    """The storage of a captured program ``layer`` (``runner.capture_region``) whose first input is the
+    reference's tensor ``src`` stored as ``in_store`` and whose output is ``a_node``'s: a reshape
+    reads its input as stored (``reshape_source_perm``); a layer that keeps its input's order holds
+    the reference's tensor permuted by the Transposes the fuse stage folded into storage
+    (``folded_perm``: a square tensor and its transpose have one shape, so the stored order would
+    otherwise pass for the logical one) or, after a reshape, that reshape's stored order."""
+    st: Storage = layer["storage"]
+    in_perm = in_store.perm if in_store is not None else None
+    if layer["layer_name"] in RESHAPES and (layer["in_layout"] in LAYOUT_PERMS or in_perm):
+        perm = reshape_source_perm(producers, a_node.output[0], src, in_perm or LAYOUT_PERMS[layer["in_layout"]])
+        return Storage(flat_from=layer["in_shape"], flat_perm=perm)
+    if layer["layer_name"] in KEEP_ORDER and st.perm is None and st.flat_from is None and a_node.input:
+        reached, perm = folded_perm(producers, a_node.input[0], src, in_perm)
+        if reached and perm is not None:
+            return Storage(perm)
+        if reached and in_store is not None and in_store.flat_from is not None:
+            return in_store
+    return st
+
+
 def folded_perm(producers: Dict[str, onnx.NodeProto], start: str, base: str,
                 base_perm: Optional[Tuple[int, ...]]) -> Tuple[bool, Optional[Tuple[int, ...]]]:
     """(reached, perm): the storage permutation, relative to the reference's tensor ``start``, of the
