@@ -27,6 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
+from . import qdq_const_group
 from .base import Match
 
 RULES = (
@@ -36,6 +37,7 @@ RULES = (
     dynamic_int8,
     dynamic_lstm,
     dynamic_dq_moves,
+    qdq_const_group,
     qdq_dedupe,
     contrib_qattention,
     contrib_attention,

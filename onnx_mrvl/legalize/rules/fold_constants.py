@@ -90,10 +90,18 @@ def match(node, g) -> Optional[Match]:
     if all(g.is_const(i) for i in ins) and (ins or node.op_type == "Constant"):
         if node.op_type == "DequantizeLinear" and quantized_weight(node, g):
             return None
+        if node.op_type == "DequantizeLinear" and _in_const_groups(node, g):
+            return None   # qdq_const_group folds the group as onnxruntime computes it
         if node.op_type == "DequantizeLinear" and _layer_readers(node, g):
             return Match([node], {"keep_for": _layer_readers(node, g)})
         return Match([node])
     return None
+
+
+def _in_const_groups(node, g) -> bool:
+    from .qdq_const_group import const_group
+    users = g.users(node.output[0])
+    return bool(users) and node.output[0] not in g.outputs and all(const_group(u, g) is not None for u in users)
 
 
 QDQ_LAYERS = {"Conv": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "ConvTranspose": (1, 2),   # (qdq_convtranspose)
