@@ -23,10 +23,12 @@ def attention(between: str, qt=T.INT8) -> onnx.ModelProto:
              nh.from_array(np.array(1.2e-4, np.float32), "s2"), nh.from_array(np.array(zs, np_t), "z2"),
              nh.from_array(np.array(0.02, np.float32), "s3"), nh.from_array(np.array(0, np_t), "z3"),
              nh.from_array(np.array(0.1, np.float32), "s4"), nh.from_array(np.array(0, np_t), "z4"),
-             nh.from_array(np.array([1, 2, 16, 16], np.int64), "shape")]
+             nh.from_array(np.array([1, 2, 16, 16], np.int64), "shape"), nh.from_array(np.array(0.0, np.float32), "zero")]
     mid = {"Identity": [helper.make_node("Identity", ["pd"], ["pi"])],
            "Dropout": [helper.make_node("Dropout", ["pd"], ["pi"])],
-           "Reshape": [helper.make_node("Reshape", ["pd", "shape"], ["pi"])]}[between]
+           "Reshape": [helper.make_node("Reshape", ["pd", "shape"], ["pi"])],
+           "NanGuard": [helper.make_node("IsNaN", ["pd"], ["nan"]),             # torch's _safe_softmax
+                        helper.make_node("Where", ["nan", "zero", "pd"], ["pi"])]}[between]
     nodes = [helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
              helper.make_node("Softmax", ["xd"], ["p"], axis=-1),
@@ -48,14 +50,17 @@ def attention(between: str, qt=T.INT8) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("between,qt", [("Identity", T.INT8), ("Identity", T.UINT8), ("Dropout", T.INT8),
-                                        ("Reshape", T.INT8)])
+                                        ("Reshape", T.INT8), ("NanGuard", T.INT8)])
 def test_double_pair_follows_onnxruntime(tmp_path, between, qt):
     """Identity / Dropout between the pairs: one pair of onnxruntime's merged scale (here 1.2e-4, zero
-    point at the range's low end); a Reshape (which onnxruntime keeps there): both pairs stay. The
-    outputs equal onnxruntime's on every input."""
+    point at the range's low end); a Reshape (which onnxruntime keeps there): both pairs stay; so do
+    they around torch's ``_safe_softmax`` guard ``Where(IsNaN(p), 0, p)``, which onnxruntime keeps and
+    legalize's nan_guard_dq removes (the pairs are recorded as given, before that rule: DETR's QDQ
+    attention had been merged, 83.2% of its outputs identical). The outputs equal onnxruntime's on
+    every input."""
     model = attention(between, qt)
     merged = [d for rule, _, d in legalize(model).log if rule == "qdq_double_pair"]
-    assert len(merged) == (0 if between == "Reshape" else 1), merged
+    assert len(merged) == (0 if between in ("Reshape", "NanGuard") else 1), merged
     path = str(tmp_path / "m.onnx")
     onnx.save(model, path)
     result = onnx_mrvl.convert(path)
@@ -73,4 +78,4 @@ def test_double_pair_follows_onnxruntime(tmp_path, between, qt):
         a, b = ours.run(None, f)[0], ref.run(None, f)[0]
         np.testing.assert_array_equal(a, b)
         moved += int(np.count_nonzero(b != unoptimized.run(None, f)[0]))
-    assert moved > 0 or between == "Reshape"   # the merge changes onnxruntime's numbers (the test can fail)
+    assert moved > 0 or between in ("Reshape", "NanGuard")   # the merge changes onnxruntime's numbers (the test can fail)

@@ -16,8 +16,11 @@ each side quantized by onnxruntime's quantizer with its own calibrated scale (``
 (fp32 arithmetic, ``std::round``: half away from zero). Its conditions are kept: each pair's Q and
 DQ share a constant scalar scale and an explicit zero point (int8 or uint8, one type for both
 pairs), Q1, DQ1 and Q2 are read by one node each and are no graph outputs. Pairs of one
-quantization are left alone (the second rounding is exact). Runs after remove_identity /
-remove_dropout, as onnxruntime removes those first.
+quantization are left alone (the second rounding is exact). The pairs are recorded as given, before
+any rule removes an op between them (the rule runs before nan_guard_dq, which drops torch's
+``_safe_softmax`` guard ``Where(IsNaN(p), 0, p)`` that onnxruntime keeps between the pairs: merged,
+DETR's QDQ attention was 83.2% identical); Identity / Dropout between them count as adjacent, as
+onnxruntime removes those first.
 """
 from __future__ import annotations
 
