@@ -98,3 +98,38 @@ def test_group_with_a_graph_output_is_left_to_fold_constants():
     res = legalize.legalize(m)
     assert not [a for a in res.report.applied if a[0] == "qdq_const_group"]
     assert not [n for n in res.model.graph.node if n.op_type in ("DequantizeLinear", "Softmax")]
+
+
+def test_chain_onnxruntime_folds_itself():
+    """``DQ(initializer) -> Softmax -> Q`` is folded by onnxruntime's own constant folding (in float);
+    the next group ``DQ -> Softmax -> Q`` then reads an initializer in its plan too. Every output element
+    equals onnxruntime's run of the model."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.integers(-100, 100, (1, 8, 6)).astype(np.int8), "c"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s0"), numpy_helper.from_array(np.array(3, np.int8), "z0"),
+             numpy_helper.from_array(np.array(1 / 255, np.float32), "s1"),
+             numpy_helper.from_array(np.array(-128, np.int8), "z1"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "s2"), numpy_helper.from_array(np.array(0, np.int8), "z2")]
+
+    def pair(t, s, z):
+        return [helper.make_node("QuantizeLinear", [t, s, z], [f"{t}_q"]),
+                helper.make_node("DequantizeLinear", [f"{t}_q", s, z], [f"{t}_d"])]
+    nodes = [helper.make_node("DequantizeLinear", ["c", "s0", "z0"], ["cd"]),
+             helper.make_node("Softmax", ["cd"], ["p1"], axis=-1)] + pair("p1", "s1", "z1") + [
+             helper.make_node("Softmax", ["p1_d"], ["p2"], axis=1)] + pair("p2", "s1", "z1") + \
+        pair("x", "s2", "z2") + [helper.make_node("Mul", ["p2_d", "x_d"], ["y"])] + pair("y", "s2", "z2")
+    g = helper.make_graph(nodes, "self_folded", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6])],
+                          [helper.make_tensor_value_info("y_d", TensorProto.FLOAT, [1, 8, 6])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    res = legalize.legalize(m)
+    assert len([a for a in res.report.applied if a[0] == "qdq_const_group"]) == 2
+    r = onnx_mrvl.convert(m)
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        r.save(d, overwrite=True)
+        ours = onnx_mrvl.InferenceSession(f"{d}/model.onnx")
+        ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for k in range(3):
+            f = {"x": np.random.default_rng(k).uniform(-2, 2, (1, 8, 6)).astype(np.float32)}
+            assert np.array_equal(ours.run(None, f)[0], ref.run(None, f)[0])

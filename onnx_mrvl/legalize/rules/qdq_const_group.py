@@ -1,27 +1,31 @@
 """``Q(op(DQ(c1), DQ(c2), ...))`` of constants -> the codes onnxruntime computes for that group
-(docs/legalize.md rule 0b).
+(docs/legalize.md rule 1').
 
 A QDQ model can compute an int8 tensor from constants alone: Deformable-DETR's first decoder layer
 takes its query embeddings as learned constants (zero targets), so its attention-weight projection,
 the bias Add and the Softmax over the sampling points are ``DQ -> MatMul -> Q -> DQ -> Add -> Q ->
-DQ -> Softmax -> Q`` of initializers. onnxruntime's constant folding skips DequantizeLinear, so
-its optimized plan computes that chain at run time in its own arithmetic (a float MatMul between
+DQ -> Softmax -> Q`` of initializers. onnxruntime's constant folding skips those DequantizeLinears,
+so its optimized plan computes the chain at run time in its own arithmetic (a float MatMul between
 DQ and Q, a uint8 ``QLinearSoftmax`` with its exp table after the S8 -> U8 rewrite, ...);
 ``fold_constants`` evaluated the ops one by one in fp32 (ONNX semantics), which rounds differently:
 82% of the Softmax's codes equal to onnxruntime's, the rest one step off, and 41-48% of the class
-logits after them. Here each group ``op -> Q`` whose inputs are constants or DequantizeLinears of
-constants is folded at its Q by running onnxruntime's optimized session (level ALL, CPU, as a
-default session) on the group alone with a DequantizeLinear after the Q (the Q -> DQ pair the
-model has, which the S8 -> U8 rewrite needs; a Q output that is a graph output would keep the group
-unfused), the codes an earlier group folded fed as ``Q(their dequantized values)`` (in the model
-they are computed at run time, by a Q -> DQ pair the S8 -> U8 rewrite takes too; as initializers
-onnxruntime would fold the group in float): the codes are that run's, exact. ``fold_constants`` leaves the DequantizeLinears of such
-groups alone (``const_group``) so the group is still there to fold. The folded Q output is an
-initializer; the op and DequantizeLinears it alone read go.
+logits after them.
+
+Here each group ``op -> Q`` whose inputs are constants or DequantizeLinears of constants is folded
+at its Q by running onnxruntime's optimized session (level ALL, CPU, as a default session) on the
+group alone, with a DequantizeLinear after the Q (the Q -> DQ pair the model has, which the S8 -> U8
+rewrite needs; a Q output that is a graph output would keep the group unfused). Codes an earlier
+group folded are fed as ``Q(their dequantized values)`` when onnxruntime computes them at run time
+(as initializers it would fold this group in float); when onnxruntime's own constant folding folded
+that earlier group (e.g. a DequantizeLinear of an initializer straight into a Softmax) they stay
+initializers, as in its plan. The codes are that run's, exact. ``fold_constants`` leaves the
+DequantizeLinears of such groups alone (``const_group``) so the group is still there to fold. The
+folded Q output is an initializer; the op and the DequantizeLinears only it read go.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+import os
+from typing import List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -99,8 +103,11 @@ def _group_model(node, q, g) -> onnx.ModelProto:
     return m
 
 
-def codes_of(node, q, g) -> np.ndarray:
-    """onnxruntime's codes of ``q`` (its optimized session on the group; see the module docstring)."""
+def codes_of(node, q, g) -> Tuple[np.ndarray, bool]:
+    """(onnxruntime's codes of ``q``, whether its plan computes them at run time: False when its own
+    constant folding folded the group, whose codes then stay an initializer for the next group); see
+    the module docstring."""
+    import tempfile
     import onnxruntime as ort
     from ... import ort_plan
     so = ort.SessionOptions()
@@ -110,7 +117,11 @@ def codes_of(node, q, g) -> np.ndarray:
     feeds = {}
     for n in model.graph.node[:len(model.graph.input)]:   # the Qs of the fed codes: their dequantized values
         feeds[n.input[0]] = _dequantized(g, n)
-    y = ort_plan.session(model.SerializeToString(), so).run(None, feeds)[0]
+    with tempfile.TemporaryDirectory(prefix="mrvl_const_group_") as tmp:
+        so.optimized_model_filepath = os.path.join(tmp, "plan.onnx")
+        y = ort_plan.session(model.SerializeToString(), so).run(None, feeds)[0]
+        plan = onnx.load(so.optimized_model_filepath)
+    run_time = any(n.op_type not in ("DequantizeLinear", "QuantizeLinear") for n in plan.graph.node)
     scale = np.asarray(g.const(q.input[1]), np.float64)
     zp = np.asarray(g.const(q.input[2]) if len(q.input) > 2 and q.input[2] else np.zeros((), np.uint8))
     axis = next((a.i for a in q.attribute if a.name == "axis"), 1)
@@ -121,7 +132,7 @@ def codes_of(node, q, g) -> np.ndarray:
     else:
         zpb = zp.astype(np.int64)
     info = np.iinfo(zp.dtype)
-    return np.clip(np.rint(np.asarray(y, np.float64) / scale) + zpb, info.min, info.max).astype(zp.dtype)
+    return np.clip(np.rint(np.asarray(y, np.float64) / scale) + zpb, info.min, info.max).astype(zp.dtype), run_time
 
 
 def _dequantized(g, q) -> np.ndarray:
@@ -139,7 +150,7 @@ def _dequantized(g, q) -> np.ndarray:
 
 def check(m: Match, g, target) -> Optional[str]:
     try:
-        m.data["codes"] = codes_of(m.node, m.data["q"], g)
+        m.data["codes"], m.data["run_time"] = codes_of(m.node, m.data["q"], g)
     except Exception as exc:   # noqa: BLE001 - onnxruntime raises several types
         if not hasattr(g, "qdq_const_group_failed"):   # fold_constants then folds it op by op, as before
             g.qdq_const_group_failed = set()
@@ -156,7 +167,8 @@ def rewrite(m: Match, g) -> str:
     g.set_const(out, m.data["codes"])
     if not hasattr(g, "qdq_const_group_folded"):
         g.qdq_const_group_folded = set()
-    g.qdq_const_group_folded.add(out)
+    if m.data["run_time"]:   # computed at run time in onnxruntime's plan: the next group is fed them
+        g.qdq_const_group_folded.add(out)
     g.remove(node)
     for d in dqs:
         if not g.users(d.output[0]) and d.output[0] not in g.outputs:
