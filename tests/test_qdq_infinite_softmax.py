@@ -58,9 +58,10 @@ def test_infinite_scale_softmax_is_one_region_identical_to_onnxruntime(tmp_path)
 def test_forms_it_cannot_reproduce_stay_on_the_cpu_exactly(tmp_path):
     """U8: onnxruntime fuses a QLinearSoftmax (a table of the infinite scale): not rewritten, the
     infinite-scale Q / DQ stay on the CPU, exact. S8 with the probabilities' zero point moved off the
-    lowest code: onnxruntime's DoubleQDQPairsRemover merges that pair with the next one, whose zero
-    point is the lowest code again, and so does legalize's qdq_double_pair: then the rule applies
-    (one region), exact either way."""
+    lowest code: the rule does not apply; the probabilities' pair and the next one (zero point the
+    lowest code again) stay two roundings around the _safe_softmax guard, as in onnxruntime's plan
+    (its DoubleQDQPairsRemover does not see through the IsNaN / Where; measured on DETR's attention,
+    which merged was 83.2% identical), on the CPU, exact."""
     for act in ("u8", "s8"):
         qpath = _quantized(tmp_path, act)
         if act == "s8":
@@ -80,8 +81,8 @@ def test_forms_it_cannot_reproduce_stay_on_the_cpu_exactly(tmp_path):
         else:
             from onnx_mrvl.legalize import legalize
             applied = [e[0] for e in legalize(onnx.load(qpath)).log]
-            assert applied.index("qdq_double_pair") < applied.index("qdq_infinite_softmax")
-            assert len(result.subgraphs) == 1 and not cpu
+            assert "qdq_double_pair" not in applied and "qdq_infinite_softmax" not in applied
+            assert "QuantizeLinear" in cpu
         folder = str(tmp_path / f"out_{act}")
         result.save(folder)
         _compare(qpath, folder)

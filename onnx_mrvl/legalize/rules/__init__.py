@@ -48,7 +48,6 @@ RULES = (
     contrib_rotary,
     contrib_cached,
     contrib_fused,
-    qdq_double_pair,   # before nan_guard_dq: it records the pairs as given (a removed guard made them adjacent)
     qdq_unique_dq,
     nan_guard_dq,
     qdq_infinite_softmax,
@@ -63,6 +62,7 @@ RULES = (
     qdq_requant_before_layout,
     qdq_pad_fold,
     qdq_convtranspose,
+    qdq_double_pair,
     remove_identity,
     remove_dropout,
     remove_noop,

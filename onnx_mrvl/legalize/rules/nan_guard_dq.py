@@ -43,6 +43,9 @@ def check(m: Match, g, target) -> Optional[str]:
 def rewrite(m: Match, g) -> str:
     node = m.node
     g.bypass(node, node.input[2], node.output[0])
+    if not hasattr(g, "nan_guard_bypassed"):   # qdq_double_pair: onnxruntime keeps the guard between pairs
+        g.nan_guard_bypassed = set()
+    g.nan_guard_bypassed.add(node.input[2])
     isnan = m.data["isnan"]
     if not g.users(isnan.output[0]) and isnan.output[0] not in g.outputs:
         g.remove(isnan)

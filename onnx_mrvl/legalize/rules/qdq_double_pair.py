@@ -16,11 +16,11 @@ each side quantized by onnxruntime's quantizer with its own calibrated scale (``
 (fp32 arithmetic, ``std::round``: half away from zero). Its conditions are kept: each pair's Q and
 DQ share a constant scalar scale and an explicit zero point (int8 or uint8, one type for both
 pairs), Q1, DQ1 and Q2 are read by one node each and are no graph outputs. Pairs of one
-quantization are left alone (the second rounding is exact). The pairs are recorded as given, before
-any rule removes an op between them (the rule runs before nan_guard_dq, which drops torch's
-``_safe_softmax`` guard ``Where(IsNaN(p), 0, p)`` that onnxruntime keeps between the pairs: merged,
-DETR's QDQ attention was 83.2% identical); Identity / Dropout between them count as adjacent, as
-onnxruntime removes those first.
+quantization are left alone (the second rounding is exact), and so are pairs that another rule's
+removal made adjacent: a no-op Reshape, and torch's ``_safe_softmax`` guard ``Where(IsNaN(p), 0, p)``
+that ``nan_guard_dq`` drops after a DequantizeLinear of finite scales (it records the tensor), which
+onnxruntime keeps between the pairs (merged, DETR's QDQ attention was 83.2% identical). Identity /
+Dropout between them count as adjacent, as onnxruntime removes those first.
 """
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def _adjacent_in_source(g, dq1, q2) -> bool:
 
 def check(m: Match, g, target) -> Optional[str]:
     dq1, q1, q2, dq2 = m.node, m.data["q1"], m.data["q2"], m.data["dq2"]
-    if not _adjacent_in_source(g, dq1, q2):
+    if not _adjacent_in_source(g, dq1, q2) or dq1.output[0] in getattr(g, "nan_guard_bypassed", ()):
         return "other ops stood between the two pairs (onnxruntime keeps the chain)"
     p = [_params(g, n) for n in (q1, dq1, q2, dq2)]
     if any(x is None for x in p):
