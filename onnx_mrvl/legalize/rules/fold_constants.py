@@ -75,6 +75,11 @@ def _in_condition_cone(node, g) -> bool:
     return any(o in cached[1] for o in node.output)
 
 
+def in_condition_cone(node, g) -> bool:
+    """Whether ``node`` computes an If condition / a Loop trip count or condition (never folded)."""
+    return _in_condition_cone(node, g)
+
+
 def match(node, g) -> Optional[Match]:
     if node.domain not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC \
             or _has_subgraph(node) or any(o in g.outputs for o in node.output):

@@ -49,8 +49,9 @@ def const_group(node, g) -> Optional[onnx.NodeProto]:
     """The QuantizeLinear of ``node``'s group when ``node`` (a default-domain op, no subgraph, one
     output) is read by that Q alone (constant scale / zero point, its output no graph output) and
     every input of ``node`` is a constant or a DequantizeLinear of constants, one at least; else None."""
-    if node.domain not in ("", "ai.onnx") or node.op_type in SKIP or len(node.output) != 1 \
-            or node.name in getattr(g, "qdq_const_group_failed", ()) \
+    from .fold_constants import NON_DETERMINISTIC, in_condition_cone
+    if node.domain not in ("", "ai.onnx") or node.op_type in SKIP or node.op_type in NON_DETERMINISTIC \
+            or len(node.output) != 1 or node.name in getattr(g, "qdq_const_group_failed", ()) \
             or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
         return None
     users = g.users(node.output[0])
@@ -63,7 +64,9 @@ def const_group(node, g) -> Optional[onnx.NodeProto]:
     ins = [i for i in node.input if i]
     if not ins or not all(g.is_const(i) or _const_dq(g, i) is not None for i in ins):
         return None
-    return q if any(not g.is_const(i) for i in ins) else None
+    if all(g.is_const(i) for i in ins) or in_condition_cone(node, g):   # fold_constants' / kept, as there
+        return None
+    return q
 
 
 def match(node, g) -> Optional[Match]:
