@@ -190,6 +190,8 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * way, two prefetches per k. Only a block's first tile prefetches: the others used to prefetch
  * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
  * 28x28 1x1 convs, single-threaded) */
+/* acc += b * broadcast(*p) as one FMA with an embedded broadcast of its memory operand ({1to16}) */
+#define FMA_BCAST(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
@@ -201,9 +203,8 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
         const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 13
         for (int r = 0; r < mr; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+            FMA_BCAST(acc[r][1], b1, a + r * lda + p);
         }
     }
 }
@@ -520,9 +521,8 @@ pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, 
         const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+            FMA_BCAST(acc[r][1], b1, a + r * lda + p);
         }
         if ((p & 1) && q < 2 * MR) {
             pipe_ahead(P, c, res, q);
@@ -887,9 +887,8 @@ static HOT_LOOPS int micro_win12(const tile_t *t, const float *a, float *c, long
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
             for (int r = 0; r < MR; r++) {
-                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+                FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+                FMA_BCAST(acc[r][1], b1, a + r * lda + p);
             }
         }
     const __mmask16 m1 = t->cols >= 32 ? 0xFFFF : (__mmask16)((1u << (t->cols - 16)) - 1);
