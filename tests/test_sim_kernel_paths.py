@@ -25,7 +25,8 @@ from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
-ALL = 511
+HALF = 512     # tests/test_sim_kernel_paths_half.py
+ALL = 1023
 
 
 def _both(path, build):

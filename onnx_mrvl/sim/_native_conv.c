@@ -53,8 +53,9 @@
 #define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
 #define PATH_STEM_BLOCKS 128 /* conv: stem_rows per channel block for stems of over 32 channels (step 6) */
 #define PATH_PIPE 256       /* conv: in-place 1x1 tiles, each one's epilogue run inside the next's FMAs (direct_pipe) */
+#define PATH_HALF 512       /* conv: a tile of 17-24 columns sums its second vector's 8 lanes in 256-bit FMAs */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -192,6 +193,7 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * 28x28 1x1 convs, single-threaded) */
 /* acc += b * broadcast(*p) as one FMA with an embedded broadcast of its memory operand ({1to16}) */
 #define FMA_BCAST(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
+#define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
@@ -207,6 +209,35 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
             FMA_BCAST(acc[r][1], b1, a + r * lda + p);
         }
     }
+}
+
+/* fma_rows for a block of 17-24 columns: the second vector's 8 live lanes (the rest are masked off
+ * at the store) in 256-bit FMAs, which this Zen 4 runs two per cycle against one 512-bit FMA: 18
+ * FMA cycles per k of a 12-row tile instead of 24 (MobileNetV2's 24-channel projections). Lanes 0-7
+ * get the same FMAs in the same order: the same sums. */
+static inline __attribute__((always_inline)) void
+fma_rows24(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
+           __m512 acc[][2]) {
+    __m256 h[MR + 1];
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++)
+        h[r] = _mm512_castps512_ps256(acc[r][1]);
+    for (int p = 0; p < kc; p++) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
+        const __m256 b1 = _mm256_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++) {
+            FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+            FMA_BCAST8(h[r], b1, a + r * lda + p);
+        }
+    }
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++)
+        acc[r][1] = _mm512_zextps256_ps512(h[r]);
 }
 
 /* The epilogue of a tile whose conv has a bias, no scale or shift, and no activation, relu or
@@ -326,6 +357,11 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
                 fma_rows(mr, 1, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, pf + (long)ky * rowlen * NR, acc);
             else
                 fma_rows(mr, 0, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, NULL, acc);
+    } else if (m1 && !(m1 >> 8) && (new_paths & PATH_HALF)) {    /* 17-24 columns */
+        if (pf)
+            fma_rows24(mr, 1, kc, a, lda, b, pf, acc);
+        else
+            fma_rows24(mr, 0, kc, a, lda, b, NULL, acc);
     } else if (m1 && pf)
         fma_rows(mr, 1, kc, a, lda, b, pf, acc);
     else if (m1)             /* a block's later tiles: their weights are in the caches already */
