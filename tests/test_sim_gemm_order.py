@@ -70,6 +70,9 @@ CASES = [  # (n, h, w, c), o, k, stride, pad
     ((1, 16, 20, 64), 64, 3, 1, 1),      # windows 64 floats apart, K = 576 in one tile
     ((1, 30, 30, 64), 96, 3, 2, 1),      # 128 apart (stride 2)
     ((1, 14, 25, 256), 64, 3, 1, 1),     # 256 apart, K = 2304
+    ((1, 20, 26, 3), 24, 3, 1, 1),       # a stride-1 stem of 17-32 channels: micro_win12's 12 windows
+    ((1, 14, 14, 64), 256, 1, 1, 0),     # K = 64 in place over 8 channel blocks: direct_pipe, blocks inner
+    ((1, 9, 12, 48), 64, 1, 1, 0),       # K = 48 in place, 9 whole tiles: direct_pipe block by block
 ]
 
 

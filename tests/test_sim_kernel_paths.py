@@ -25,7 +25,8 @@ from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
-ALL = 511
+HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
+ALL = 2047
 
 
 def _both(path, build):
@@ -341,3 +342,12 @@ def test_in_place_1x1_tiles_pipelined(monkeypatch, shape, o, threads):
         for act in (jit.act_args("relu", None, None, o), jit.act_args("clamp", {"min": 0.0, "max": 6.0}, None, o),
                     jit.act_args("none", None, None, o)):
             _same(*_both(PIPE, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+
+
+def test_all_is_every_path_bit_of_the_source():
+    """ALL (what _both turns back on) is every PATH_ bit the C source defines: with a bit missing, _both
+    would run the code before a path twice, compare it with itself, and leave that path off."""
+    import re
+    src = open(native._SRC).read()
+    bits = [int(v) for v in re.findall(r"^#define PATH_\w+\s+(\d+)", src, re.M)]
+    assert bits and sum(bits) == ALL and len(set(bits)) == len(bits)

@@ -53,8 +53,10 @@
 #define PATH_EIGHT 64       /* conv: an in-place 1x1 conv of at most 8 columns in 256-bit tiles (range8) */
 #define PATH_STEM_BLOCKS 128 /* conv: stem_rows per channel block for stems of over 32 channels (step 6) */
 #define PATH_PIPE 256       /* conv: in-place 1x1 tiles, each one's epilogue run inside the next's FMAs (direct_pipe) */
+#define PATH_HALF 512       /* conv: a tile of 17-24 columns sums its second vector's 8 lanes in 256-bit FMAs */
+#define PATH_MAX_CHAIN 1024 /* max pool: a vmaxps chain, NaN lanes detected apart (the NaN-propagating chain redone) */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN;
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -190,6 +192,9 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * way, two prefetches per k. Only a block's first tile prefetches: the others used to prefetch
  * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
  * 28x28 1x1 convs, single-threaded) */
+/* acc += b * broadcast(*p) as one FMA with an embedded broadcast of its memory operand ({1to16}) */
+#define FMA_BCAST(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
+#define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
@@ -201,11 +206,39 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
         const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 13
         for (int r = 0; r < mr; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+            FMA_BCAST(acc[r][1], b1, a + r * lda + p);
         }
     }
+}
+
+/* fma_rows for a block of 17-24 columns: the second vector's 8 live lanes (the rest are masked off
+ * at the store) in 256-bit FMAs, which this Zen 4 runs two per cycle against one 512-bit FMA: 18
+ * FMA cycles per k of a 12-row tile instead of 24 (MobileNetV2's 24-channel projections). Lanes 0-7
+ * get the same FMAs in the same order: the same sums. */
+static inline __attribute__((always_inline)) void
+fma_rows24(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
+           __m512 acc[][2]) {
+    __m256 h[MR + 1];
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++)
+        h[r] = _mm512_castps512_ps256(acc[r][1]);
+    for (int p = 0; p < kc; p++) {
+        if (prefetch) {
+            _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
+        const __m256 b1 = _mm256_loadu_ps(b + (long)p * NR + 16);
+#pragma GCC unroll 13
+        for (int r = 0; r < mr; r++) {
+            FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+            FMA_BCAST8(h[r], b1, a + r * lda + p);
+        }
+    }
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++)
+        acc[r][1] = _mm512_zextps256_ps512(h[r]);
 }
 
 /* The epilogue of a tile whose conv has a bias, no scale or shift, and no activation, relu or
@@ -325,6 +358,11 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
                 fma_rows(mr, 1, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, pf + (long)ky * rowlen * NR, acc);
             else
                 fma_rows(mr, 0, rowlen, a + ky * ystride, lda, b + (long)ky * rowlen * NR, NULL, acc);
+    } else if (m1 && !(m1 >> 8) && (new_paths & PATH_HALF)) {    /* 17-24 columns */
+        if (pf)
+            fma_rows24(mr, 1, kc, a, lda, b, pf, acc);
+        else
+            fma_rows24(mr, 0, kc, a, lda, b, NULL, acc);
     } else if (m1 && pf)
         fma_rows(mr, 1, kc, a, lda, b, pf, acc);
     else if (m1)             /* a block's later tiles: their weights are in the caches already */
@@ -520,9 +558,8 @@ pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, 
         const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+            FMA_BCAST(acc[r][1], b1, a + r * lda + p);
         }
         if ((p & 1) && q < 2 * MR) {
             pipe_ahead(P, c, res, q);
@@ -887,9 +924,8 @@ static HOT_LOOPS int micro_win12(const tile_t *t, const float *a, float *c, long
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
             for (int r = 0; r < MR; r++) {
-                const __m512 av = _mm512_set1_ps(a[r * lda + p]);
-                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+                FMA_BCAST(acc[r][0], b0, a + r * lda + p);
+                FMA_BCAST(acc[r][1], b1, a + r * lda + p);
             }
         }
     const __mmask16 m1 = t->cols >= 32 ? 0xFFFF : (__mmask16)((1u << (t->cols - 16)) - 1);
@@ -2516,6 +2552,27 @@ static void pool_part(void *arg, long p) {
             for (long cb = 0; cb < j->c; cb += 16) {
                 const long left = j->c - cb;
                 const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                if (!j->avg && (new_paths & PATH_MAX_CHAIN)) {
+                    /* without a NaN, the update below is max(acc, v) (vmaxps: v on a tie, so -0 / +0
+                     * come out as there); its NaN test sat on the chain, 3 dependent operations per
+                     * tap (ResNet-50's 3x3/2 pool 1.9x onnxruntime's time). So: a plain vmaxps chain,
+                     * NaN lanes gathered apart; a vector with one runs the update below instead. */
+                    __m512 mx = ninf;
+                    __mmask16 nan = 0;
+                    for (long ky = ky0; ky < ky1; ky++) {
+                        const float *xr = j->x + base + ky * ystep + cb;
+#pragma GCC unroll 4
+                        for (long kx = kx0; kx < kx1; kx++) {
+                            const __m512 v = _mm512_maskz_loadu_ps(m, xr + kx * xstep);
+                            nan = _kor_mask16(nan, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+                            mx = _mm512_max_ps(mx, v);
+                        }
+                    }
+                    if (!nan) {
+                        _mm512_mask_storeu_ps(o + cb, m, mx);
+                        continue;
+                    }
+                }
                 __m512 acc = j->avg ? zero : ninf;
                 int skip = first_real;            /* the first tap is acc already */
                 if (first_real)

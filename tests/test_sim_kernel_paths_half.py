@@ -1,0 +1,62 @@
+"""Conv tiles whose channel block has 17-24 columns (MobileNetV2's 24-channel projections, the last
+block of O = 56, 88) sum their second vector's 8 live lanes in 256-bit FMAs (``fma_rows24``,
+``kernel_paths`` bit 512) instead of 512-bit ones: the same FMAs in the same order per value, so the
+outputs, finiteness flags and overflow reports must equal the 512-bit path's bit for bit, on one and
+two threads: in place (1x1) and packed (3x3, k blocks crossed at K = 576), full, partial and merged
+13-row tiles, the short and the general epilogue, with and without a fused Sum2D, and inside the
+fused depthwise + 1x1 pass."""
+import numpy as np
+import pytest
+
+from onnx_mrvl.sim import jit, native
+from onnx_mrvl.sim import kernels as K
+from test_sim_kernel_paths import HALF, _both, _same
+from test_sim_native import _buildable, f16
+
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+
+
+@pytest.mark.parametrize("shape, o, k, stride", [
+    ((1, 56, 56, 144), 24, 1, 1), ((1, 14, 14, 96), 24, 1, 1), ((1, 7, 7, 40), 20, 1, 1),
+    ((2, 5, 9, 33), 17, 1, 1), ((1, 9, 11, 24), 56, 1, 1), ((1, 1, 37, 20), 88, 1, 1),
+    ((1, 14, 14, 1024), 24, 1, 1), ((1, 13, 13, 64), 24, 3, 1), ((1, 20, 20, 16), 24, 3, 2),
+    ((2, 7, 7, 130), 22, 3, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_of_17_to_24_columns_in_256_bit_halves(monkeypatch, shape, o, k, stride, threads):
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([o, k, stride, threads] + list(shape))
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[::97] = 9000.0
+    x.reshape(-1)[5::3001] = np.nan
+    w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
+    convs = [dict(bias=rng.standard_normal(o), activation="clamp", activation_params={"min": 0.0, "max": 6.0}),
+             dict(bias=rng.standard_normal(o)),
+             dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), activation="leaky_relu",
+                  activation_params={"alpha": 0.1})]
+    for conv in convs:
+        conv.update(strides=(stride, stride), padding=(k // 2,) * 4)
+        _same(*_both(HALF, lambda: K.Conv2D(w, **conv).apply(x)))
+        c = K.Conv2D(w, **conv)
+        y, _ = c.apply(x)
+        if c.fusable_sum(x.shape):
+            res = f16(rng.standard_normal(y.shape) * 2)
+            res.reshape(-1)[::53] = 65000.0
+            for act in (jit.act_args("none", None, None, o), jit.act_args("relu", None, None, o)):
+                _same(*_both(HALF, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("h, w", [(56, 56), (28, 28), (37, 29)])
+def test_24_column_projection_in_a_fused_depthwise_and_1x1(monkeypatch, threads, h, w):
+    """A MobileNetV2-like block (24 -> 144 -> depthwise -> 24, residual) through a Simulator's
+    static plan: the projection runs inside dw_pw's bands, its residual fused."""
+    import test_sim_dwpw as D
+    from onnx_mrvl.sim import Simulator
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    monkeypatch.setattr(D, "RNG", np.random.default_rng(24))
+    sim = Simulator.from_program(*D.block_program(1, h, w, c=24, e=144, out=24, residual=True))
+    assert sim._static.dwpw_fused == 1
+    x = f16(np.random.default_rng(25).standard_normal((1, h, w, 24)) * 4)
+    x.reshape(-1)[::211] = 30000.0
+    _same(*_both(HALF, lambda: (sim.run([x])[0], sim.last_overflow)))
