@@ -27,6 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
+from . import pad_channel_concat
 from .base import Match
 
 RULES = (
@@ -110,6 +111,7 @@ RULES = (
     pad_sink,
     pad_fold,
     pad_to_conv,
+    pad_channel_concat,
     convtranspose_phases,
     convtranspose_to_conv,
     convtranspose_phase_conv,

@@ -1,0 +1,95 @@
+"""MediaPipe's float TFLite models through tf2onnx (onnx_mrvl/testing/blazeface_models.py): the
+channel zero-padding of BlazeFace's widening blocks (``pad_channel_concat``), PRelu, depthwise 5x5
+with asymmetric SAME pads, the FPN's half-pixel Resize. One region, within the fp16 bound."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing import blazeface_models
+
+
+def _ref(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_channel_pad_is_an_exact_concat():
+    m = blazeface_models.detector(0)
+    res = legalize(m)
+    out = res.model
+    ops = [n.op_type for n in out.graph.node]
+    assert "Pad" not in ops
+    assert sum(1 for _, _, d in res.log if "channel Pad" in d) == 3
+    inits = {i.name: numpy_helper.to_array(i) for i in out.graph.initializer}
+    pads = [n for n in out.graph.node if n.name.startswith("channel_padding")]
+    assert len(pads) == 3 and all(n.op_type == "Concat" for n in pads)
+    for n in pads:
+        block = inits[n.input[1]]
+        assert not np.any(block) and block.shape[1] in (8, 16)
+    f = blazeface_models.feeds(m, 1)
+    for a, b in zip(_ref(m, f), _ref(out, f)):
+        assert np.array_equal(a, b), "the Concat of zero blocks is the Pad"
+
+
+@pytest.mark.parametrize("act", ["prelu", "relu"])
+def test_blazeface_detector_one_region(tmp_path, act):
+    m = blazeface_models.detector(1, act=act)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    r = onnx_mrvl.convert(str(path))
+    assert len(r.report.regions) == 1
+    assert not r.report.cpu_nodes(), [d.op_type for d in r.report.cpu_nodes()]
+    r.save(str(tmp_path / "out"), overwrite=True)
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    for seed in (2, 3):
+        f = blazeface_models.feeds(m, seed)
+        for got, ref in zip(sess.run(None, f), _ref(m, f)):
+            assert got.shape == ref.shape
+            assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def _pad_model(pads, value, rank=4, before="Relu"):
+    shape = [1, 6, 5, 7][:rank] if rank != 5 else [1, 6, 2, 3, 4]
+    nodes = [helper.make_node(before, ["x"], ["h"], name="pre"),
+             helper.make_node("Pad", ["h", "p", "v"], ["y0"], name="pad"),
+             helper.make_node("Relu", ["y0"], ["y"], name="post")]
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "p"), numpy_helper.from_array(np.array(value, np.float32), "v")]
+    out = list(shape)
+    out[1] += pads[1] + pads[1 + rank]
+    g = helper.make_graph(nodes, "pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("rank,pads,value", [
+    (4, [0, 2, 0, 0, 0, 3, 0, 0], 0.5),    # both sides, a nonzero value
+    (3, [0, 0, 0, 0, 4, 0], 0.0),          # [N, C, L]
+    (5, [0, 1, 0, 0, 0, 0, 0, 0, 0, 0], -1.0),
+])
+def test_channel_pad_forms(rank, pads, value):
+    m = _pad_model(pads, value, rank)
+    out = legalize(m).model
+    assert [n.op_type for n in out.graph.node] == ["Relu", "Concat", "Relu"]
+    x = np.random.default_rng(0).normal(size=[d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim])
+    f = {"x": x.astype(np.float32)}
+    assert np.array_equal(_ref(m, f)[0], _ref(out, f)[0])
+
+
+@pytest.mark.parametrize("pads,why", [
+    ([0, 2, 1, 0, 0, 2, 0, 0], "spatial too"),
+    ([0, -1, 0, 0, 0, 0, 0, 0], "cropping"),
+])
+def test_channel_pad_left_alone(pads, why):
+    out = legalize(_pad_model(pads, 0.0)).model
+    assert "Concat" not in [n.op_type for n in out.graph.node], why
+
+
+def test_channel_pad_between_cpu_ops_stays():
+    m = _pad_model([0, 2, 0, 0, 0, 0, 0, 0], 0.0, before="Cos")
+    m.graph.node[2].op_type = "Sin"
+    assert "Pad" in [n.op_type for n in legalize(m).model.graph.node]
