@@ -93,3 +93,29 @@ def test_channel_pad_between_cpu_ops_stays():
     m = _pad_model([0, 2, 0, 0, 0, 0, 0, 0], 0.0, before="Cos")
     m.graph.node[2].op_type = "Sin"
     assert "Pad" in [n.op_type for n in legalize(m).model.graph.node]
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_blazeface_qdq_channel_pad_is_an_int8_conv(tmp_path, act):
+    """quantize_static of the detector: ``DQ -> Pad(channels) -> Q`` -> an int8 one-hot 1x1 Conv
+    (exact), one region, the outputs' codes as onnxruntime's. No FPN: onnxruntime's quantizer leaves
+    the PRelu before the Resize float (docs/surveys/tflite.md)."""
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    m = blazeface_models.detector(2, act="relu", fpn=False)
+    src = tmp_path / "f.onnx"
+    onnx.save(m, src)
+    dst = quantize_static_qdq(str(src), str(tmp_path / "q.onnx"), [blazeface_models.feeds(m, s) for s in range(4)], act)
+    q = onnx.load(dst)
+    res = legalize(q)
+    assert sum(1 for name, _, _ in res.log if name == "qdq_pad_channel") == 3
+    assert "Pad" not in [n.op_type for n in res.model.graph.node]
+    f = blazeface_models.feeds(m, 7)
+    for a, b in zip(_ref(q, f), _ref(res.model, f)):
+        assert np.array_equal(a, b), "the one-hot int8 conv is the pad"
+    r = onnx_mrvl.convert(dst)
+    assert len(r.report.regions) == 1
+    assert not r.report.cpu_nodes(), [d.op_type for d in r.report.cpu_nodes()]
+    r.save(str(tmp_path / "out"), overwrite=True)
+    got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, f)
+    same = sum(int((a == b).sum()) for a, b in zip(got, _ref(q, f)))
+    assert same >= 0.99 * sum(a.size for a in got)

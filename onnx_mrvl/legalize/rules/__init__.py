@@ -27,7 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
-from . import pad_channel_concat
+from . import pad_channel_concat, qdq_pad_channel
 from .base import Match
 
 RULES = (
@@ -60,6 +60,7 @@ RULES = (
     qdq_int8_output,
     qdq_requant_before_layout,
     qdq_pad_fold,
+    qdq_pad_channel,
     qdq_convtranspose,
     qdq_double_pair,
     remove_identity,
