@@ -119,3 +119,22 @@ def test_blazeface_qdq_channel_pad_is_an_int8_conv(tmp_path, act):
     got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, f)
     same = sum(int((a == b).sum()) for a, b in zip(got, _ref(q, f)))
     assert same >= 0.99 * sum(a.size for a in got)
+
+
+@pytest.mark.parametrize("op,opset,want", [
+    ("HardSwish", 13, "an ONNX op from opset 14 in a model of opset 13: export at opset 14 or newer"),
+    ("TFL_Convolution2DTransposeBias", 17, "a TFLite custom op that tf2onnx passed through"),
+])
+def test_unknown_op_error_says_what_to_do(tmp_path, op, opset, want):
+    """tf2onnx writes HardSwish at --opset 13 (it is opset 14) and passes MediaPipe's TFLite custom
+    ops through as default-domain ``TFL_*`` nodes: the checker refuses both (onnxruntime too); the
+    error names the node and the fix."""
+    from onnx_mrvl.errors import ModelError
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["h"], name="r"), helper.make_node(op, ["h"], ["y"], name="custom")],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+    with pytest.raises(ModelError) as e:
+        onnx_mrvl.convert(str(path))
+    assert want in str(e.value) and "'custom'" in str(e.value)
