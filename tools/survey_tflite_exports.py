@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,6 +70,89 @@ def image_like(shape, lo: float, hi: float, seed: int = 0) -> np.ndarray:
     return (out.transpose(0, 3, 1, 2) if nchw else out).astype(np.float32)
 
 
+def _walk_to_output_shape(model, t: str):
+    """The static shape of graph output reached from ``t`` through one-input shape-keeping ops."""
+    outs = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in model.graph.output}
+    while t not in outs:
+        users = [n for n in model.graph.node if t in n.input]
+        if len(users) != 1 or users[0].op_type not in ("Sigmoid", "Relu", "Tanh", "Identity", "Softmax"):
+            return None
+        t = users[0].output[0]
+    return outs[t]
+
+
+def replace_transpose_conv_bias(src: str, dst: str) -> bool:
+    """MediaPipe's TFLite custom op ``Convolution2DTransposeBias`` (tf2onnx passes it through as
+    ``TFL_Convolution2DTransposeBias``, its stride / padding options dropped: NHWC x, OHWI weights,
+    bias) -> ``Transpose -> ConvTranspose -> Transpose``, stride and SAME / VALID padding read from
+    the input and output shapes (the output's from the graph output it reaches). What a user does
+    before converting (onnx_mrvl refuses the custom op as onnxruntime does); False: nothing to do."""
+    import onnx
+    from onnx import helper, numpy_helper
+    m = onnx.shape_inference.infer_shapes(onnx.load(src), strict_mode=False)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in m.graph.value_info}
+    init = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    nodes, done = [], False
+    for n in m.graph.node:
+        if n.op_type != "TFL_Convolution2DTransposeBias":
+            nodes.append(n)
+            continue
+        w, b = init[n.input[1]], init[n.input[2]]             # [O, kh, kw, I], [O]
+        sx, sy = shapes.get(n.input[0]), _walk_to_output_shape(m, n.output[0])
+        if sx is None or sy is None:
+            raise ValueError(f"{n.name}: input / output shape unknown")
+        strides, begin, end = [], [], []
+        for i, o, k in zip(sx[1:3], sy[1:3], w.shape[1:3]):
+            s = o // i if o % i == 0 else (o - k) // (i - 1)   # SAME: o = i s; VALID: o = (i - 1) s + k
+            total = (i - 1) * s + k - o
+            if s < 1 or total < 0:
+                raise ValueError(f"{n.name}: no stride maps {i} to {o} with a {k}-tap kernel")
+            strides.append(s)
+            begin.append(total // 2)
+            end.append(total - total // 2)
+        wn, bn = f"{n.name}/W_iohw", f"{n.name}/B"
+        m.graph.initializer.extend([numpy_helper.from_array(np.ascontiguousarray(w.transpose(3, 0, 1, 2)), wn),
+                                    numpy_helper.from_array(b.astype(np.float32), bn)])
+        nodes += [helper.make_node("Transpose", [n.input[0]], [f"{n.name}/nchw"], perm=[0, 3, 1, 2]),
+                  helper.make_node("ConvTranspose", [f"{n.name}/nchw", wn, bn], [f"{n.name}/y"], name=n.name,
+                                   kernel_shape=list(w.shape[1:3]), strides=strides, pads=begin + end),
+                  helper.make_node("Transpose", [f"{n.name}/y"], [n.output[0]], perm=[0, 2, 3, 1])]
+        done = True
+    if done:
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        del m.graph.value_info[:]
+        onnx.save(m, dst)
+    return done
+
+
+_TFLITE_RUN = """
+import sys, numpy as np, tensorflow as tf
+i = tf.lite.Interpreter(model_path=sys.argv[1]); i.allocate_tensors()
+x = list(np.load(sys.argv[2]).values())
+for d, a in zip(i.get_input_details(), x):
+    i.set_tensor(d["index"], a)
+i.invoke()
+np.savez(sys.argv[3], **{d["name"]: i.get_tensor(d["index"]) for d in i.get_output_details()})
+"""
+
+
+def check_against_tflite(tfl: str, model: str, feeds: str, tf_python: str) -> str:
+    """max|onnxruntime - TFLite| / max|TFLite| of ``model`` on ``feeds`` (per output, the worst)."""
+    import tempfile
+
+    import onnxruntime as ort
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = os.path.join(tmp, "ref.npz")
+        subprocess.run([tf_python, "-c", _TFLITE_RUN, tfl, feeds, ref], check=True, capture_output=True)
+        want = dict(np.load(ref))
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], np.load(feeds).values())))
+    errs = [float(np.abs(g - want[o.name]).max() / (np.abs(want[o.name]).max() or 1))
+            for g, o in zip(got, sess.get_outputs()) if o.name in want]
+    return f"max|onnxruntime - TFLite| / max|TFLite| {max(errs):.2e}" if errs else "no output names in common"
+
+
 def export(models: str, out: str, names, tf_python: str = TF_PYTHON, opsets=(13, 17)) -> int:
     """tf2onnx each ``MODELS/*.tflite`` at each opset (a failure is printed, the survey goes on) and
     write its image-like feeds."""
@@ -97,6 +181,16 @@ def export(models: str, out: str, names, tf_python: str = TF_PYTHON, opsets=(13,
             feeds.append(image_like(shape, lo, hi) if len(shape) == 4 else
                          np.random.default_rng(0).uniform(lo, hi, shape).astype(np.float32))
         np.savez(os.path.join(out, f"{name}_feeds.npz"), *feeds)
+        for opset in opsets:   # the custom op replaced as a user would: "<name>-ct" files
+            src = os.path.join(out, f"{name}_op{opset}.onnx")
+            dst = os.path.join(out, f"{name}-ct_op{opset}.onnx")
+            try:
+                if os.path.exists(src) and replace_transpose_conv_bias(src, dst):
+                    shutil.copy(os.path.join(out, f"{name}_feeds.npz"), os.path.join(out, f"{name}-ct_feeds.npz"))
+                    print("exported", dst, "(TFL_Convolution2DTransposeBias -> ConvTranspose):",
+                          check_against_tflite(tfl, dst, os.path.join(out, f"{name}_feeds.npz"), tf_python), flush=True)
+            except Exception as exc:   # noqa: BLE001 - a survey: report and go on
+                print("FAILED", dst, type(exc).__name__, str(exc)[:300], flush=True)
     return 0
 
 
