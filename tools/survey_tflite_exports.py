@@ -137,6 +137,64 @@ np.savez(sys.argv[3], **{d["name"]: i.get_tensor(d["index"]) for d in i.get_outp
 """
 
 
+# tf2onnx 1.17 reads a sparse constant (TFLite DENSIFY: MediaPipe's full-range face detector and
+# pose detector) as a dense buffer and fails ("cannot reshape array of size 96 into shape (16,1,1,24)").
+# Run on failure: the dense values of each DENSIFY input come from the TFLite interpreter, tf2onnx
+# reads them in place of the sparse buffer, DENSIFY becomes Identity. Arguments: tf2onnx.convert's.
+_DENSIFY_CONVERT = """
+import sys
+
+import numpy as np
+import tensorflow as tf
+from tf2onnx import tflite_utils
+from tf2onnx.handler import tfl_op
+from tf2onnx.tflite.Model import Model
+
+
+@tfl_op("TFL_DENSIFY", tf_op="Identity")
+class TflDensify:
+    @classmethod
+    def to_tf(cls, ctx, node, **kwargs):
+        pass
+
+
+tfl = sys.argv[sys.argv.index("--tflite") + 1]
+interp = tf.lite.Interpreter(   # without XNNPACK: it takes the weights and leaves DENSIFY's output unset
+    model_path=tfl, experimental_preserve_all_tensors=True,
+    experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+interp.allocate_tensors()
+for d in interp.get_input_details():
+    interp.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+interp.invoke()
+dense_of = {op["inputs"][0]: interp.get_tensor(op["outputs"][0])
+            for op in interp._get_ops_details() if op["op_name"] == "DENSIFY"}
+with open(tfl, "rb") as f:
+    buf = f.read()
+model = Model.GetRootAsModel(buf, 0)
+g = model.Subgraphs(0)
+by_bytes = {}
+for i, dense in dense_of.items():
+    b = model.Buffers(g.Tensors(i).Buffer())
+    by_bytes[b.DataAsNumpy().tobytes()] = dense
+
+make = tflite_utils.tensor_util.MakeNdarray
+
+
+class _Util:
+    @staticmethod
+    def MakeNdarray(t):   # noqa: N802 - tensorflow's name
+        hit = by_bytes.get(t.tensor_content)
+        return np.array(hit) if hit is not None else make(t)
+
+
+tflite_utils.tensor_util = _Util
+from tf2onnx import convert  # noqa: E402
+
+sys.argv = ["tf2onnx.convert"] + sys.argv[1:]
+convert.main()
+"""
+
+
 def check_against_tflite(tfl: str, model: str, feeds: str, tf_python: str) -> str:
     """max|onnxruntime - TFLite| / max|TFLite| of ``model`` on ``feeds`` (per output, the worst)."""
     import tempfile
@@ -166,10 +224,14 @@ def export(models: str, out: str, names, tf_python: str = TF_PYTHON, opsets=(13,
         for opset in opsets:
             path = os.path.join(out, f"{name}_op{opset}.onnx")
             t0 = time.time()
-            r = subprocess.run([tf_python, "-m", "tf2onnx.convert", "--tflite", tfl, "--output", path,
-                                "--opset", str(opset)], capture_output=True, text=True)
+            args = ["--tflite", tfl, "--output", path, "--opset", str(opset)]
+            r = subprocess.run([tf_python, "-m", "tf2onnx.convert"] + args, capture_output=True, text=True)
+            note = ""
+            if r.returncode != 0 and "cannot reshape array" in r.stderr:
+                r = subprocess.run([tf_python, "-c", _DENSIFY_CONVERT] + args, capture_output=True, text=True)
+                note = "(sparse constants densified by the TFLite interpreter) "
             ok = r.returncode == 0 and os.path.exists(path)
-            print("exported" if ok else "FAILED", path, f"{time.time() - t0:.0f}s",
+            print("exported" if ok else "FAILED", path, f"{time.time() - t0:.0f}s", note,
                   "" if ok else r.stderr[-400:], flush=True)
             done = path if ok else done
         if done is None:
@@ -181,6 +243,14 @@ def export(models: str, out: str, names, tf_python: str = TF_PYTHON, opsets=(13,
             feeds.append(image_like(shape, lo, hi) if len(shape) == 4 else
                          np.random.default_rng(0).uniform(lo, hi, shape).astype(np.float32))
         np.savez(os.path.join(out, f"{name}_feeds.npz"), *feeds)
+        for opset in opsets:
+            path = os.path.join(out, f"{name}_op{opset}.onnx")
+            try:
+                if os.path.exists(path):
+                    print(path, check_against_tflite(tfl, path, os.path.join(out, f"{name}_feeds.npz"), tf_python),
+                          flush=True)
+            except Exception as exc:   # noqa: BLE001 - onnxruntime refuses custom ops: said by the survey
+                print(path, "not run by onnxruntime:", type(exc).__name__, str(exc)[:150], flush=True)
         for opset in opsets:   # the custom op replaced as a user would: "<name>-ct" files
             src = os.path.join(out, f"{name}_op{opset}.onnx")
             dst = os.path.join(out, f"{name}-ct_op{opset}.onnx")
