@@ -138,3 +138,84 @@ def test_unknown_op_error_says_what_to_do(tmp_path, op, opset, want):
     with pytest.raises(ModelError) as e:
         onnx_mrvl.convert(str(path))
     assert want in str(e.value) and "'custom'" in str(e.value)
+
+
+def _se_nhwc(seed: int = 0, c: int = 96, hw: int = 16) -> onnx.ModelProto:
+    """tf2onnx's squeeze-excite of a TFLite model with NHWC element-wise ops (MediaPipe's selfie
+    segmenter): Conv -> Transpose NHWC -> HardSwish -> Transpose NCHW -> AveragePool over the map ->
+    Reshape -> Conv 1x1 + Relu -> Conv 1x1 (the gate's logits); the HardSwish also feeds a conv (main path)."""
+    rng = np.random.default_rng(seed)
+    w = lambda *s: numpy_helper.from_array((rng.normal(0, 1, s) / np.sqrt(s[1])).astype(np.float32))  # noqa: E731
+    inits = []
+
+    def const(a, name):
+        a.name = name
+        inits.append(a)
+        return name
+    nodes = [helper.make_node("Conv", ["x", const(w(c, 8, 3, 3), "w0")], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["c0"], ["t0"], perm=[0, 2, 3, 1]),
+             helper.make_node("HardSwish", ["t0"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["t2"], perm=[0, 3, 1, 2]),   # the main path: a conv
+             helper.make_node("Conv", ["t2", const(w(c, c, 1, 1), "w3")], ["z"], kernel_shape=[1, 1]),
+             helper.make_node("Transpose", ["h"], ["t1"], perm=[0, 3, 1, 2]),
+             helper.make_node("AveragePool", ["t1"], ["p"], kernel_shape=[hw, hw], strides=[hw, hw]),
+             helper.make_node("Reshape", ["p", const(numpy_helper.from_array(np.array([1, c, 1, 1], np.int64)), "shape")], ["r"]),
+             helper.make_node("Conv", ["r", const(w(c // 4, c, 1, 1), "w1"),
+                                       const(numpy_helper.from_array(rng.normal(0, 0.1, c // 4).astype(np.float32)), "b1")], ["c1"],
+                              kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", const(w(c, c // 4, 1, 1), "w2")], ["y"], kernel_shape=[1, 1])]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 1, 1]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, c, hw, hw])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_qdq_pool_behind_a_transpose_is_int8(tmp_path):
+    """quantize_static puts the pair before the NCHW Transpose; onnxruntime runs the pool as
+    QLinearAveragePool. ``qdq_pool_transpose`` gives the pool a DQ of its own (exact), so it is an
+    int8 layer: the squeeze-excite codes are onnxruntime's (an fp16 mean quantized by the next
+    layer moved some)."""
+    m = _se_nhwc(0)
+    src = tmp_path / "f.onnx"
+    onnx.save(m, src)
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (1, 8, 16, 16)).astype(np.float32)} for _ in range(8)]
+    from onnxruntime import quantization as oq
+    from onnxruntime.quantization.registry import QDQRegistry
+    data = iter(feeds)
+
+    class Reader(oq.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+    dst = str(tmp_path / "q.onnx")   # HardSwish quantized too (its pair then sits before the Transpose)
+    oq.quantize_static(str(src), dst, Reader(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                       activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8,
+                       op_types_to_quantize=sorted(set(QDQRegistry) | {"HardSwish"}))
+    q = onnx.load(dst)
+    # as the quantizer wrote MediaPipe's selfie model: no pair between the Transpose, the pool and
+    # the Reshape (HardSwish's pair before the Transpose, the Reshape's after it)
+    drop = {"t1_QuantizeLinear", "t1_DequantizeLinear", "p_QuantizeLinear", "p_DequantizeLinear"}
+    keep = [n for n in q.graph.node if n.name not in drop]
+    for n in keep:
+        for k, t in enumerate(n.input):
+            n.input[k] = {"t1_DequantizeLinear_Output": "t1", "p_DequantizeLinear_Output": "p"}.get(t, t)
+    assert len(keep) == len(q.graph.node) - 4
+    del q.graph.node[:]
+    q.graph.node.extend(keep)
+    onnx.save(q, dst)
+    res = legalize(q)
+    assert [name for name, _, _ in res.log].count("qdq_pool_transpose") == 1
+    for f in feeds[:2]:
+        for a, b in zip(_ref(q, f), _ref(res.model, f)):
+            assert np.array_equal(a, b), "the identity pair is exact"
+    r = onnx_mrvl.convert(dst)
+    assert len(r.report.regions) == 1
+    r.save(str(tmp_path / "out"), overwrite=True)
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    same = total = 0
+    for seed in range(10, 22):
+        f = {"x": np.random.default_rng(seed).normal(0, 1, (1, 8, 16, 16)).astype(np.float32)}
+        for a, b in zip(sess.run(None, f), _ref(q, f)):
+            same, total = same + int((a == b).sum()), total + a.size
+    assert same == total, f"{total - same} of {total} outputs differ"

@@ -27,7 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
-from . import pad_channel_concat, qdq_pad_channel
+from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from .base import Match
 
 RULES = (
@@ -51,6 +51,7 @@ RULES = (
     nan_guard_dq,
     qdq_infinite_softmax,
     qdq_mask_select,
+    qdq_pool_transpose,
     qdq_pool_move,
     qdq_move_chain,
     qdq_pair_before_move,
