@@ -212,11 +212,11 @@ def check_against_tflite(tfl: str, model: str, feeds: str, tf_python: str) -> st
 
 
 def export(models: str, out: str, names, tf_python: str = TF_PYTHON, opsets=(13, 17)) -> int:
-    """tf2onnx each ``MODELS/*.tflite`` at each opset (a failure is printed, the survey goes on) and
+    """tf2onnx each ``.tflite`` under ``models`` (subfolders too) at each opset (a failure is printed, the survey goes on) and
     write its image-like feeds."""
     import onnx
     os.makedirs(out, exist_ok=True)
-    for tfl in sorted(glob.glob(os.path.join(models, "*.tflite"))):
+    for tfl in sorted(glob.glob(os.path.join(models, "**", "*.tflite"), recursive=True)):
         name = _name(tfl)
         if names and not any(n in name for n in names):
             continue
