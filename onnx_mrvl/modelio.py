@@ -215,7 +215,29 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
             log.info("the model's nodes are not in topological order (accepted; legalize sorts them)")
             return
         raise ModelError(f"the model fails the ONNX checker: {first}",
-                         hint="fix the exporter output (onnx.checker.check_model explains)") from None
+                         hint=_unknown_op_hint(skeleton) or "fix the exporter output (onnx.checker.check_model "
+                                                             "explains)") from None
+
+
+def _unknown_op_hint(model: onnx.ModelProto) -> Optional[str]:
+    """What to do about the first default-domain op with no schema at the model's opset: an op of a
+    later opset (tf2onnx writes HardSwish, an opset-14 op, at ``--opset 13``), or a TFLite custom op
+    tf2onnx passed through (``TFL_<name>``: no ONNX equivalent, onnxruntime cannot run it either)."""
+    from onnx import defs
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx") or defs.has(n.op_type, version):
+            continue
+        if defs.has(n.op_type):
+            since = next(v for v in range(version + 1, defs.onnx_opset_version() + 1) if defs.has(n.op_type, v))
+            return (f"{n.op_type} ('{n.name}') is an ONNX op from opset {since} in a model of opset {version}: "
+                    f"export at opset {since} or newer (tf2onnx: --opset {since})")
+        if n.op_type.startswith("TFL_"):
+            return (f"{n.op_type} ('{n.name}') is a TFLite custom op that tf2onnx passed through (no ONNX "
+                    f"equivalent; onnxruntime cannot run it either): replace it in the TFLite model or the "
+                    f"ONNX graph with standard ops before converting")
+        return f"{n.op_type} ('{n.name}') is no ONNX op: give it a domain onnxruntime registers, or replace it"
+    return None
 
 
 def _sorted_check(skeleton: onnx.ModelProto) -> bool:

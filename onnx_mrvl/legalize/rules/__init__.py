@@ -28,6 +28,7 @@ from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
+from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from .base import Match
 
 RULES = (
@@ -52,6 +53,7 @@ RULES = (
     nan_guard_dq,
     qdq_infinite_softmax,
     qdq_mask_select,
+    qdq_pool_transpose,
     qdq_pool_move,
     qdq_move_chain,
     qdq_pair_before_move,
@@ -61,6 +63,7 @@ RULES = (
     qdq_int8_output,
     qdq_requant_before_layout,
     qdq_pad_fold,
+    qdq_pad_channel,
     qdq_convtranspose,
     qdq_double_pair,
     remove_identity,
@@ -112,6 +115,7 @@ RULES = (
     pad_sink,
     pad_fold,
     pad_to_conv,
+    pad_channel_concat,
     convtranspose_phases,
     convtranspose_to_conv,
     convtranspose_phase_conv,
