@@ -72,6 +72,24 @@ def test_if_with_conv_branches(tmp_path, computed):
     assert {"If_0.then_branch.mrvl_region_0", "If_0.else_branch.mrvl_region_0"} <= names
 
 
+def test_nested_if_regions_load_from_their_artifacts(tmp_path):
+    """An If inside an If branch: its regions are renamed with both prefixes, and so are the
+    artifacts their Subgraph nodes (inside the inner body) name (they named the inner prefix only:
+    ArtifactError at load, openWakeWord's Silero VAD)."""
+    model = cfm.nested_if_convs()
+    runs = [{"outer": np.array(o), "cond": np.array(c)} for o in (True, False) for c in (True, False)]
+    result = _check(model, tmp_path, runs, regions=6)       # 2 outer, outer then / else, inner then / else
+    names = {r["name"] for r in result.report.to_dict()["regions"]}
+    assert {"If_outer.then_branch.If_0.then_branch.mrvl_region_0",
+            "If_outer.then_branch.If_0.else_branch.mrvl_region_0"} <= names
+    inner = next(n for n in next(a.g for a in next(n for n in result.model.graph.node if n.op_type == "If").attribute
+                                 if a.name == "then_branch").node if n.op_type == "If")
+    arts = {x.s.decode() for a in inner.attribute for n in a.g.node if is_subgraph(n) for x in n.attribute
+            if x.name == "artifact"}
+    assert arts == {"If_outer.then_branch.If_0.then_branch.mrvl_region_0.bin",
+                    "If_outer.then_branch.If_0.else_branch.mrvl_region_0.bin"}
+
+
 def test_if_bodies_stay_on_the_cpu_with_reference_bodies(tmp_path):
     result = _check(cfm.if_convs(), tmp_path, [{"cond": np.array(True)}], regions=2, reference=True)
     assert "bodies on the CPU (not converted with reference=True)" in result.report.decisions["If_0"].reason

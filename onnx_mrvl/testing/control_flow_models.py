@@ -62,6 +62,29 @@ def if_convs(seed: int = 0, computed_cond: bool = False) -> onnx.ModelProto:
                                 [h.make_tensor_value_info("out", T.FLOAT, [1, 4, 16, 16])], inits))
 
 
+def nested_if_convs(seed: int = 0) -> onnx.ModelProto:
+    """``if_convs`` one level deeper: an outer If(``outer``) whose then branch holds a conv and the
+    If(``cond``) of ``if_convs`` on it, whose else branch a conv (openWakeWord's Silero VAD: an If on
+    the sample rate whose branches hold Ifs on shapes, each with its own conv front end)."""
+    w = _rng(seed + 1)
+    base = if_convs(seed)
+    inner = next(n for n in base.graph.node if n.op_type == "If")
+    inner.input[0] = "cond"
+    then = h.make_graph([h.make_node("Conv", ["y0", "Wi"], ["y"], name="outer_then_conv", pads=[1, 1, 1, 1]),
+                         inner], "outer_then", [], [h.make_tensor_value_info("z", T.FLOAT, [1, 8, 16, 16])],
+                        [nh.from_array(w(8, 8, 3, 3), "Wi")])
+    other = h.make_graph([h.make_node("Conv", ["y0", "Wx"], ["z_e"], name="outer_else_conv", pads=[1, 1, 1, 1])],
+                         "outer_else", [], [h.make_tensor_value_info("z_e", T.FLOAT, [1, 8, 16, 16])],
+                         [nh.from_array(w(8, 8, 3, 3), "Wx")])
+    nodes = [n for n in base.graph.node if n.op_type != "If"]
+    nodes[1].output[0] = "y0"                                  # relu0 writes y0; the outer then conv makes y
+    nodes.insert(2, h.make_node("If", ["outer"], ["z"], name="If_outer", then_branch=then, else_branch=other))
+    inputs = [base.graph.input[0], h.make_tensor_value_info("outer", T.BOOL, []),
+              h.make_tensor_value_info("cond", T.BOOL, [])]
+    return _finish(h.make_graph(nodes, "nested_if_convs", inputs, list(base.graph.output),
+                                list(base.graph.initializer)))
+
+
 def loop_conv(seed: int = 0, dynamic: bool = False) -> onnx.ModelProto:
     """conv (outer) -> Loop(M) whose body runs conv -> relu on the carried state and emits
     MatMul(mean(state), Wm) per iteration -> conv on the final state. ``M`` is a constant 3 or a
