@@ -26,7 +26,7 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
-from . import pow_square
+from . import if_const_inline, pow_square
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from .base import Match
 
@@ -36,6 +36,7 @@ RULES = (
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
+    if_const_inline,
     dynamic_dq_moves,
     qdq_dedupe,
     contrib_qattention,
