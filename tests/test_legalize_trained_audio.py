@@ -52,3 +52,67 @@ def test_qdq_square_keeps_its_pow():
     q = n.op("DequantizeLinear", [n.op("QuantizeLinear", [p, sc, zp]), sc, zp])
     out = legalize(n.model([("x", [1, 4, 8, 8])], [q])).model
     assert "sq" in {x.name for x in out.graph.node if x.op_type == "Pow"}
+
+
+def _clamped_leaky(two_tensors=False):
+    """openWakeWord's embedding model (tf2onnx): Conv -> BatchNorm -> LeakyRelu(0.2) ->
+    ``tf.maximum(x, -0.4)`` (Max with a [1, 1, 1, 1] constant) -> Conv, and a ``Min(x, 6)``."""
+    n = Net(23)
+    y = n.op("Conv", ["x", n.w(8, 4, 3, 3), n.w(8)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    y = n.op("LeakyRelu", [y], alpha=0.2)
+    y = n.op("Max", [y, "x2" if two_tensors else n.const(np.full([1, 1, 1, 1], -0.4, np.float32))], "maximum")
+    y = n.op("Conv", [y, n.w(8, 8, 1, 1)], kernel_shape=[1, 1])
+    y = n.op("Min", [y, n.const(np.float32(0.5))], "minimum")
+    inputs = [("x", [1, 4, 12, 10])] + ([("x2", [1, 8, 12, 10])] if two_tensors else [])
+    return n.model(inputs, [n.op("Conv", [y, n.w(4, 8, 1, 1)], kernel_shape=[1, 1])])
+
+
+def test_max_min_by_a_constant_run_as_clamp_in_one_region(tmp_path):
+    m = _clamped_leaky()
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    assert res.report.decisions["maximum"].placement == res.report.decisions["minimum"].placement == "accelerator"
+    clamps = [layer["attrs"] for layer in res.subgraphs[0].nodes_json["nodes"]
+              if "clamp" in layer.get("attrs", {}).get("activation_type", [])]
+    assert len(clamps) == 2, res.subgraphs[0].nodes_json["nodes"]
+
+
+def test_max_of_two_tensors_stays_on_the_cpu_with_its_reason():
+    import onnx_mrvl
+    res = onnx_mrvl.convert(_clamped_leaky(two_tensors=True))
+    d = res.report.decisions["maximum"]
+    assert d.placement == "cpu" and "two tensors" in d.reason
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_clamp_before_max_pool_is_one_region_identical_to_onnxruntime(act, tmp_path):
+    """onnxruntime's quantize_static of openWakeWord's block: ``DQ -> Max(x, -0.4) -> MaxPool -> Q``
+    (the Max left float). Quantized right after the Max (qdq_requant_before_layout: the max pool
+    commutes with Q), the Max is an int8 Lookup as onnxruntime computes it: every code equal (it ran
+    in fp16 and the flips spread through the later layers: 33% identical on the real model)."""
+    import onnx
+    import onnx_mrvl
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    from test_fuse_exports import run_ort
+    n = Net(24)
+    y = n.op("LeakyRelu", [n.conv("x", 4, 8, bn=False, act=None)], alpha=0.2)
+    y = n.op("Max", [y, n.const(np.full([1, 1, 1, 1], -0.4, np.float32))], "maximum")
+    y = n.op("MaxPool", [y], "pool", kernel_shape=[2, 1], strides=[2, 1])
+    y = n.conv(y, 8, 8, bn=False)
+    m = n.model([("x", [1, 4, 16, 8])], [y])
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(m, src)
+    rng = np.random.default_rng(5)
+    quantize_static_qdq(src, dst, [{"x": rng.standard_normal((1, 4, 16, 8)).astype(np.float32)} for _ in range(8)], act=act)
+    q = onnx.load(dst)
+    assert any(x.op_type == "Max" and x.output[0] in [u.input[0] for u in q.graph.node if u.op_type == "MaxPool"]
+               for x in q.graph.node)   # the quantizer's form: no Q between the Max and the pool
+    res = onnx_mrvl.convert(q)
+    assert len(res.subgraphs) == 1 and res.report.decisions["maximum"].precision == "int8"
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "out")))
+    same = total = 0
+    for _ in range(4):
+        f = {"x": rng.standard_normal((1, 4, 16, 8)).astype(np.float32)}
+        a, b = sess.run(None, f)[0], run_ort(q, f)[0]
+        same, total = same + int(np.sum(a == b)), total + a.size
+    assert same == total
