@@ -116,3 +116,28 @@ def test_qdq_clamp_before_max_pool_is_one_region_identical_to_onnxruntime(act, t
         a, b = sess.run(None, f)[0], run_ort(q, f)[0]
         same, total = same + int(np.sum(a == b)), total + a.size
     assert same == total
+
+
+def _chunk_rows(n):
+    """Silero VAD's sequence export: one row per audio chunk ([N, 1, L], N chunks in one call) through
+    Conv1d (STFT-like, stride) -> Relu -> Conv1d."""
+    net = Net(25)
+    y = net.op("Conv", ["x", net.w(8, 1, 16)], "stft", kernel_shape=[16], strides=[8])
+    y = net.op("Relu", [y])
+    y = net.op("Conv", [y, net.w(12, 8, 3), net.w(12)], "enc", kernel_shape=[3], pads=[1, 1])
+    return net.model([("x", [n, 1, 96])], [net.op("Relu", [y])])
+
+
+@pytest.mark.parametrize("n", [4, 12])
+def test_conv1d_batch_above_max_batch_runs_as_rows(n, tmp_path):
+    """A 1-D Conv of batch 12 (> max_batch 8) stayed on the CPU ("batch 12 exceeds the accelerator's
+    limit"); with the batch on the H axis ([1, C, N, L], kernel [1, k]) it is one region. Batch 4 keeps
+    the usual [N, C, 1, L]."""
+    m = _chunk_rows(n)
+    out, _ = legalize_and_compare(m)
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in out.graph.value_info}
+    conv_in = [shapes.get(x.input[0]) for x in out.graph.node if x.op_type == "Conv"]
+    assert len(conv_in) >= 2 and all(len(x) == 4 for x in conv_in)
+    assert all((x[0], x[2]) == ((1, n) if n > 8 else (n, 1)) for x in conv_in), conv_in
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
