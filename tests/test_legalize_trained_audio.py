@@ -120,18 +120,21 @@ def test_qdq_clamp_before_max_pool_is_one_region_identical_to_onnxruntime(act, t
 
 def _chunk_rows(n):
     """Silero VAD's sequence export: one row per audio chunk ([N, 1, L], N chunks in one call) through
-    Conv1d (STFT-like, stride) -> Relu -> Conv1d."""
+    Conv1d (STFT-like, stride) -> Relu -> a channel Slice -> Conv1d."""
     net = Net(25)
     y = net.op("Conv", ["x", net.w(8, 1, 16)], "stft", kernel_shape=[16], strides=[8])
     y = net.op("Relu", [y])
-    y = net.op("Conv", [y, net.w(12, 8, 3), net.w(12)], "enc", kernel_shape=[3], pads=[1, 1])
+    y = net.op("Slice", [y, net.const(np.array([2], np.int64)), net.const(np.array([8], np.int64)),
+                         net.const(np.array([1], np.int64))], "bins")     # the STFT's magnitude bins
+    y = net.op("Conv", [y, net.w(12, 6, 3), net.w(12)], "enc", kernel_shape=[3], pads=[1, 1])
     return net.model([("x", [n, 1, 96])], [net.op("Relu", [y])])
 
 
 @pytest.mark.parametrize("n", [4, 12])
 def test_conv1d_batch_above_max_batch_runs_as_rows(n, tmp_path):
     """A 1-D Conv of batch 12 (> max_batch 8) stayed on the CPU ("batch 12 exceeds the accelerator's
-    limit"); with the batch on the H axis ([1, C, N, L], kernel [1, k]) it is one region. Batch 4 keeps
+    limit"); with the batch on the H axis ([1, C, N, L], kernel [1, k]) it is one region, and the 3-D
+    channel Slice keeps its rows (split_3d_to_4d made it [N, C, 1, L]: batch 12 again). Batch 4 keeps
     the usual [N, C, 1, L]."""
     m = _chunk_rows(n)
     out, _ = legalize_and_compare(m)
