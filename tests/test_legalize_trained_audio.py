@@ -146,14 +146,20 @@ def test_conv1d_batch_above_max_batch_runs_as_rows(n, tmp_path):
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
 
 
-def test_long_kernel_edge_tile_pad_chains_run_on_the_accelerator(tmp_path):
+@pytest.mark.parametrize("form", ["dynamo", "ts"])
+def test_long_kernel_edge_tile_pad_chains_run_on_the_accelerator(form, tmp_path):
     """torchcrepe's first conv (dynamo export): 512 taps, stride 4, pads 254 in the Conv. conv_kernel_split's
     edge tiles read their padding through chains of Pad(max_pad); pad_to_conv converted one Pad per sweep
     from the tile's end, so after the sweeps most of each chain stayed on the CPU between two regions
-    (and the report listed none of it: their origin is the offloaded conv). The same sizes here (chains of up to 37 Pads)."""
+    (and the report listed none of it: their origin is the offloaded conv). The same sizes here (chains of up to 37 Pads).
+    The TorchScript export writes ``F.pad`` as a Pad node (empty value input) before a pad-less Conv: it
+    stayed on the CPU (above max_pad), 6 regions; pad_fold now folds it into the conv to be split."""
     n = Net(26)
-    y = n.op("Conv", ["x", n.w(8, 1, 512, 1), n.w(8)], "conv1", kernel_shape=[512, 1], strides=[4, 1],
-             pads=[254, 0, 254, 0])
+    x, pads = "x", [254, 0, 254, 0]
+    if form == "ts":
+        x = n.op("Pad", ["x", n.const(np.array([0, 0, 254, 0, 0, 0, 254, 0], np.int64)), ""], "pad", mode="constant")
+        pads = [0, 0, 0, 0]
+    y = n.op("Conv", [x, n.w(8, 1, 512, 1), n.w(8)], "conv1", kernel_shape=[512, 1], strides=[4, 1], pads=pads)
     y = n.op("Relu", [y])
     y = n.op("Conv", [y, n.w(4, 8, 1, 1)], kernel_shape=[1, 1])
     m = n.model([("x", [2, 1, 1024, 1])], [y])
