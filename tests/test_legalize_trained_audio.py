@@ -167,3 +167,29 @@ def test_long_kernel_edge_tile_pad_chains_run_on_the_accelerator(form, tmp_path)
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
     assert {x.op_type for x in res.model.graph.node} == {"Subgraph_1x1"}, \
         sorted({x.op_type for x in res.model.graph.node})
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_conv1d_batch_above_max_batch_runs_as_rows(act, tmp_path):
+    """onnxruntime's quantize_static of the chunk-rows model (batch 12): the QDQ 1-D Convs take the rows
+    form too (pairs on the 4-D tensors): one region, the convs int8, codes as onnxruntime's."""
+    import onnx
+    import onnx_mrvl
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    from test_fuse_exports import run_ort
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(_chunk_rows(12), src)
+    rng = np.random.default_rng(7)
+    quantize_static_qdq(src, dst, [{"x": rng.standard_normal((12, 1, 96)).astype(np.float32)} for _ in range(8)], act=act)
+    q = onnx.load(dst)
+    res = onnx_mrvl.convert(q)
+    assert len(res.subgraphs) == 1
+    assert res.report.decisions["stft"].precision == res.report.decisions["enc"].precision == "int8"
+    assert not [d for d in res.report.cpu_nodes() if d.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "out")))
+    same = total = 0
+    for _ in range(4):
+        f = {"x": rng.standard_normal((12, 1, 96)).astype(np.float32)}
+        a, b = sess.run(None, f)[0], run_ort(q, f)[0]
+        same, total = same + int(np.sum(a == b)), total + a.size
+    assert same >= 0.99 * total, same / total
