@@ -8,7 +8,8 @@ model rejected the branch it never takes (a Squeeze of an axis that is not 1). T
 nodes and initializers join the graph where the If stood, the branch's outputs written under the
 If's output names (an Identity when the output is an outer tensor or a constant). The condition is computed here (Shape / Size of static shapes, constants, then the
 ops on them), never folded into the graph (fold_constants leaves condition cones alone). Left alone:
-conditions that depend on data, a branch defining a tensor name the graph already has."""
+conditions that depend on data, a condition that is an initializer itself (onnxruntime inlines that
+If at load), a branch defining a tensor name the graph already has."""
 from __future__ import annotations
 
 from typing import Optional
@@ -55,6 +56,8 @@ def value(g, name: str, budget: list) -> Optional[np.ndarray]:
 
 def match(node, g) -> Optional[Match]:
     if node.op_type != "If" or node.domain not in ("", "ai.onnx") or not node.input:
+        return None
+    if node.input[0] not in g.producer:   # an initializer (or input): onnxruntime inlines that one itself
         return None
     cond = value(g, node.input[0], [MAX_CONE])
     if cond is None or cond.size != 1:
