@@ -92,15 +92,24 @@ def _prefix(node: onnx.NodeProto, attr_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{node.name}.{attr_name}")
 
 
+def _all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and of the bodies nested in it."""
+    for n in graph.node:
+        yield n
+        for _, a in _bodies(n):
+            yield from _all_nodes(a.g)
+
+
 def _adopt(result, body: onnx.GraphProto, prefix: str, copied: List[str], outer: Set[str], embed: bool
            ) -> onnx.GraphProto:
     """The converted body's graph made a body again: regions renamed with ``prefix``, the original
     formal inputs and outputs, copied outer initializers dropped, shadowing names renamed."""
     new = onnx.GraphProto()
     new.CopyFrom(result.model.graph)
+    nodes = list(_all_nodes(new))    # a nested body's Subgraph nodes too (an If inside a branch)
     for sg in result.subgraphs:
         name = f"{prefix}.{sg.name}"
-        for n in new.node:
+        for n in nodes:
             if is_subgraph(n) and any(x.name == "region" and x.s.decode() == sg.name for x in n.attribute):
                 n.name = f"{prefix}.{n.name}"
                 for x in n.attribute:

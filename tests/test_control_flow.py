@@ -72,6 +72,47 @@ def test_if_with_conv_branches(tmp_path, computed):
     assert {"If_0.then_branch.mrvl_region_0", "If_0.else_branch.mrvl_region_0"} <= names
 
 
+def test_nested_if_regions_load_from_their_artifacts(tmp_path):
+    """An If inside an If branch: its regions are renamed with both prefixes, and so are the
+    artifacts their Subgraph nodes (inside the inner body) name (they named the inner prefix only:
+    ArtifactError at load, openWakeWord's Silero VAD)."""
+    model = cfm.nested_if_convs()
+    runs = [{"outer": np.array(o), "cond": np.array(c)} for o in (True, False) for c in (True, False)]
+    result = _check(model, tmp_path, runs, regions=6)       # 2 outer, outer then / else, inner then / else
+    names = {r["name"] for r in result.report.to_dict()["regions"]}
+    assert {"If_outer.then_branch.If_0.then_branch.mrvl_region_0",
+            "If_outer.then_branch.If_0.else_branch.mrvl_region_0"} <= names
+    inner = next(n for n in next(a.g for a in next(n for n in result.model.graph.node if n.op_type == "If").attribute
+                                 if a.name == "then_branch").node if n.op_type == "If")
+    arts = {x.s.decode() for a in inner.attribute for n in a.g.node if is_subgraph(n) for x in n.attribute
+            if x.name == "artifact"}
+    assert arts == {"If_outer.then_branch.If_0.then_branch.mrvl_region_0.bin",
+                    "If_outer.then_branch.If_0.else_branch.mrvl_region_0.bin"}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_if_on_a_static_shape_is_inlined(tmp_path, batch):
+    """``If(Shape(y)[0] == 1)`` with the batch fixed by input_shapes: the taken branch's nodes replace
+    the If (nested Ifs too; a branch passing y on leaves no Identity): one region, no If, and the
+    numbers of onnxruntime on the original model. (A condition computed from data keeps its If:
+    test_if_with_conv_branches.)"""
+    from onnx_mrvl.legalize import legalize
+    model = cfm.shape_if_convs()
+    shapes = {"x": [batch, 3, 16, 16]}
+    legal = legalize(model, input_shapes=shapes)
+    ops = [n.op_type for n in legal.model.graph.node]
+    assert "If" not in ops and "Identity" not in ops
+    convs = {n.name for n in legal.model.graph.node if n.op_type == "Conv"}
+    assert convs == ({"conv0", "inner_conv", "then_conv", "conv_out"} if batch == 1 else {"conv0", "conv_out"})
+    result = onnx_mrvl.convert(model, input_shapes=shapes)
+    path = result.save(str(tmp_path))
+    assert len(result.subgraphs) == 1 and not result.report.cpu_nodes()
+    x = np.random.default_rng(3).standard_normal(shapes["x"]).astype(np.float32)
+    got = onnx_mrvl.InferenceSession(path).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
+
+
 def test_if_bodies_stay_on_the_cpu_with_reference_bodies(tmp_path):
     result = _check(cfm.if_convs(), tmp_path, [{"cond": np.array(True)}], regions=2, reference=True)
     assert "bodies on the CPU (not converted with reference=True)" in result.report.decisions["If_0"].reason

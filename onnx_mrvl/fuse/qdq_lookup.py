@@ -32,7 +32,7 @@ from .qdq import activation_dq, only_reader as _only_reader, qattrs as _qattrs, 
 
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
                "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "PRelu",
-               "BatchNormalization", "Pow", "Identity", "QuantizeLinear", "DequantizeLinear")
+               "BatchNormalization", "Pow", "Max", "Min", "Identity", "QuantizeLinear", "DequantizeLinear")
 ANCHORS = tuple(op for op in ELEMENTWISE if op not in ("Identity", "QuantizeLinear", "DequantizeLinear"))
 MAX_NODES = 32
 CODES = 256

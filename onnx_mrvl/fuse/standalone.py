@@ -25,7 +25,7 @@ from .groups import Group
 from .patterns import allowed_activations, tensor_reason
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
-                  "PRelu", "Erf", "Softplus", "Sqrt")
+                  "PRelu", "Erf", "Softplus", "Sqrt", "Max", "Min")
 
 
 def _mul2d(g: GraphIndex, x: str, m) -> Group:
@@ -66,6 +66,9 @@ def build_standalone_activation(g: GraphIndex, n: onnx.NodeProto, target: Target
     if m is None:
         if n.op_type == "Clip":
             return "Clip with bounds that are not constant"
+        if n.op_type in ("Max", "Min"):
+            return (f"{n.op_type} of two tensors, or of a bound that is not one float constant "
+                    f"(the accelerator clamps by constants)")
         if n.op_type == "PRelu":
             return _prelu_conv(g, n, x, target) or (
                 "standalone activation PRelu with a non-constant slope, or a per-channel one on a tensor "

@@ -120,6 +120,15 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int
         kind = "clamp"
         attrs = {"activation_min": float(np.asarray(lo).reshape(-1)[0]),
                  "activation_max": float(np.asarray(hi).reshape(-1)[0])}
+    elif n.op_type in ("Max", "Min"):
+        bound = _one_sided_bound(g, n)
+        if bound is None:
+            return None
+        # Max(x, c) / Min(x, c) (a one-bound Clip, clip_canonical's form; tf2onnx's tf.maximum(x, c)):
+        # clamp with the other bound at the float32 limit (an fp16 inf stays inf, NaN stays NaN)
+        kind = "clamp"
+        attrs = {"activation_min": bound if n.op_type == "Max" else -FLT32_MAX,
+                 "activation_max": FLT32_MAX if n.op_type == "Max" else bound}
     elif n.op_type == "LeakyRelu":
         kind, attrs = "leaky_relu", {"activation_alpha": float(attr(n, "alpha", 0.01))}
     elif n.op_type == "PRelu" and g.is_const(n.input[1]) and np.asarray(g.const(n.input[1])).size == 1:
@@ -151,6 +160,21 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int
     if kind is None or kind not in allowed or out is None:
         return None
     return StepMatch([n], out, attrs=dict(activation=kind, **attrs), weights=weights)
+
+
+FLT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _one_sided_bound(g: GraphIndex, n: onnx.NodeProto) -> Optional[float]:
+    """The constant of ``Max(x, c)`` / ``Min(x, c)``: a one-element float constant second operand that
+    does not change x's shape; None otherwise (two tensors, a per-channel bound, a broadcast)."""
+    if len(n.input) != 2 or not n.input[0] or g.is_const(n.input[0]) or not g.is_const(n.input[1]):
+        return None
+    c = np.asarray(g.const(n.input[1]))
+    sx = g.shape(n.input[0])
+    if c.size != 1 or c.dtype.kind != "f" or sx is None or c.ndim > len(sx) or g.shape(n.output[0]) != sx:
+        return None
+    return float(c.reshape(-1)[0])
 
 
 def _gated(g: GraphIndex, y: str, users, allowed) -> Optional[StepMatch]:

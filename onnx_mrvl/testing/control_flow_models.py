@@ -62,6 +62,64 @@ def if_convs(seed: int = 0, computed_cond: bool = False) -> onnx.ModelProto:
                                 [h.make_tensor_value_info("out", T.FLOAT, [1, 4, 16, 16])], inits))
 
 
+def nested_if_convs(seed: int = 0) -> onnx.ModelProto:
+    """``if_convs`` one level deeper: an outer If(``outer``) whose then branch holds a conv and the
+    If(``cond``) of ``if_convs`` on it, whose else branch a conv (openWakeWord's Silero VAD: an If on
+    the sample rate whose branches hold Ifs on shapes, each with its own conv front end)."""
+    w = _rng(seed + 1)
+    base = if_convs(seed)
+    inner = next(n for n in base.graph.node if n.op_type == "If")
+    inner.input[0] = "cond"
+    then = h.make_graph([h.make_node("Conv", ["y0", "Wi"], ["y"], name="outer_then_conv", pads=[1, 1, 1, 1]),
+                         inner], "outer_then", [], [h.make_tensor_value_info("z", T.FLOAT, [1, 8, 16, 16])],
+                        [nh.from_array(w(8, 8, 3, 3), "Wi")])
+    other = h.make_graph([h.make_node("Conv", ["y0", "Wx"], ["z_e"], name="outer_else_conv", pads=[1, 1, 1, 1])],
+                         "outer_else", [], [h.make_tensor_value_info("z_e", T.FLOAT, [1, 8, 16, 16])],
+                         [nh.from_array(w(8, 8, 3, 3), "Wx")])
+    nodes = [n for n in base.graph.node if n.op_type != "If"]
+    nodes[1].output[0] = "y0"                                  # relu0 writes y0; the outer then conv makes y
+    nodes.insert(2, h.make_node("If", ["outer"], ["z"], name="If_outer", then_branch=then, else_branch=other))
+    inputs = [base.graph.input[0], h.make_tensor_value_info("outer", T.BOOL, []),
+              h.make_tensor_value_info("cond", T.BOOL, [])]
+    return _finish(h.make_graph(nodes, "nested_if_convs", inputs, list(base.graph.output),
+                                list(base.graph.initializer)))
+
+
+def shape_if_convs(seed: int = 0) -> onnx.ModelProto:
+    """PyTorch's run-time shape tests (Silero VAD v4 / v5): x ['batch', 3, 16, 16] -> conv -> relu -> y;
+    ``If(Shape(y)[0] == 1)``: then a conv + sigmoid and, nested, ``If(Shape(y)[1] == 8)`` (then a conv,
+    else y passed on by an Identity); else y passed on by an Identity -> conv. With the batch fixed
+    by ``input_shapes`` both conditions are constants."""
+    w = _rng(seed)
+
+    def cond(name, axis, value):
+        return [h.make_node("Shape", ["y"], [f"{name}_shape"], name=f"{name}_shape"),
+                h.make_node("Gather", [f"{name}_shape", f"{name}_axis"], [f"{name}_dim"], name=f"{name}_gather", axis=0),
+                h.make_node("Equal", [f"{name}_dim", f"{name}_value"], [name], name=f"{name}_equal")], \
+            [nh.from_array(np.array(axis, np.int64), f"{name}_axis"), nh.from_array(np.array(value, np.int64), f"{name}_value")]
+
+    vi = lambda n: h.make_tensor_value_info(n, T.FLOAT, None)   # noqa: E731 - the exporter's unknown shapes
+    inner_nodes, inner_inits = cond("c8", 1, 8)
+    inner = h.make_node("If", ["c8"], ["u"], name="If_channels",
+                        then_branch=h.make_graph([h.make_node("Conv", ["y", "Wn"], ["u_t"], name="inner_conv",
+                                                              pads=[1, 1, 1, 1])], "inner_then", [], [vi("u_t")]),
+                        else_branch=h.make_graph([h.make_node("Identity", ["y"], ["u_e"], name="inner_pass")],
+                                                 "inner_else", [], [vi("u_e")]))
+    then = h.make_graph(inner_nodes + [inner, h.make_node("Conv", ["u", "Wt"], ["t1"], name="then_conv", pads=[1, 1, 1, 1]),
+                                       h.make_node("Sigmoid", ["t1"], ["t_out"], name="then_sig")],
+                        "then", [], [vi("t_out")], inner_inits + [nh.from_array(w(8, 8, 3, 3), "Wt")])
+    other = h.make_graph([h.make_node("Identity", ["y"], ["e_out"], name="else_pass")], "else", [], [vi("e_out")])
+    outer_nodes, outer_inits = cond("c1", 0, 1)
+    nodes = [h.make_node("Conv", ["x", "W0", "B0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c0"], ["y"], name="relu0")] + outer_nodes + [
+        h.make_node("If", ["c1"], ["z"], name="If_batch", then_branch=then, else_branch=other),
+        h.make_node("Conv", ["z", "Wo"], ["out"], name="conv_out")]
+    inits = outer_inits + [nh.from_array(w(8, 3, 3, 3), "W0"), nh.from_array(w(8), "B0"),
+                           nh.from_array(w(8, 8, 3, 3), "Wn"), nh.from_array(w(4, 8, 1, 1), "Wo")]
+    return _finish(h.make_graph(nodes, "shape_if_convs", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 16, 16])],
+                                [h.make_tensor_value_info("out", T.FLOAT, ["batch", 4, 16, 16])], inits))
+
+
 def loop_conv(seed: int = 0, dynamic: bool = False) -> onnx.ModelProto:
     """conv (outer) -> Loop(M) whose body runs conv -> relu on the carried state and emits
     MatMul(mean(state), Wm) per iteration -> conv on the final state. ``M`` is a constant 3 or a

@@ -26,6 +26,7 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
+from . import if_const_inline, pow_square
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
@@ -37,6 +38,7 @@ RULES = (
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
+    if_const_inline,
     dynamic_dq_moves,
     qdq_const_group,
     qdq_dedupe,
@@ -93,6 +95,7 @@ RULES = (
     last_axis_ones,
     sigmoid_difference,
     sub_tensors,
+    pow_square,
     sigmoid_expanded,
     softplus_threshold,
     unbind_to_gather,

@@ -1,6 +1,9 @@
 """1-D Conv / ConvTranspose / MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool -> the 2-D op on a unit H
 axis: Reshape [N,C,L] to [N,C,1,L], run the 2-D op (weight reshaped to [O,I,1,k], ConvTranspose's [I,O/g,1,k];
-output_padding lifted to [0, p]), Reshape back to [N,O,L']. A 2-D ConvTranspose then becomes a Conv
+output_padding lifted to [0, p]), Reshape back to [N,O,L']. A Conv whose batch N exceeds target.max_batch
+(Silero VAD's sequence exports: one row per 512-sample chunk, hundreds per call) puts the batch on the H axis
+instead, ``Transpose [C, N, L] -> [1, C, N, L]``: its [1, k] kernel keeps the rows apart (exact), and the
+batch-1 tensor is within the limit. A 2-D ConvTranspose then becomes a Conv
 (convtranspose_phases / convtranspose_to_conv): Conv-TasNet / vocoder upsampling layers. A QDQ Conv
 (its weight a DequantizeLinear of int8) and a QDQ pool (DQ -> pool -> Q) keep pairs around the 2-D op
 (qdq_conv_1d.py)."""
@@ -62,8 +65,15 @@ def rewrite(m: Match, g) -> str:
     sy = g.shape(node.output[0])
     origin = m.origin
     pairs = qdq_conv_1d.pool_pairs(node, g) if node.op_type not in ("Conv", "ConvTranspose") else None
+    rows = node.op_type == "Conv" and not pairs and g.target is not None and n > g.target.max_batch
     g.remove(node)
-    x4 = reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d")
+    if rows:   # the batch on the H axis: [N, C, L] -> [C, N, L] -> [1, C, N, L] (kernel [1, k] keeps rows apart)
+        t = g.fresh(f"{node.input[0]}/rows")
+        g.make("Transpose", [node.input[0]], [t], near=node, origin=origin, name=f"{node.name}/to_rows", perm=[1, 0, 2])
+        g.set_shape(t, [c, n, l], g.dtype(node.input[0]))
+        x4 = reshape(g, t, [1, c, n, l], near=node, origin=origin, tag="to2d")
+    else:
+        x4 = reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d")
     if pairs:   # DQ -> pool -> Q: pairs around the 2-D pool (exact: the values are on that grid)
         x4 = qdq_conv_1d.pair(g, x4, pairs[0], node, origin, "to2d")
     inputs = [x4]
@@ -81,6 +91,13 @@ def rewrite(m: Match, g) -> str:
             new.attribute.append(helper.make_attribute(a.name, lifted))
         else:
             new.attribute.append(a)
+    if rows:
+        g.set_shape(y4, [1, sy[1], sy[0], sy[2]], g.dtype(node.output[0]))
+        y3 = reshape(g, y4, [sy[1], sy[0], sy[2]], near=node, origin=origin, tag="to1d")
+        g.make("Transpose", [y3], [node.output[0]], near=node, origin=origin, name=f"{node.name}/from_rows",
+               perm=[1, 0, 2])
+        return (f"1-D Conv of batch {n} (above max_batch {g.target.max_batch}) -> 2-D with the batch as rows "
+                f"([1, C, N, L], kernel [1, k])")
     g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
     if pairs:
         y4 = qdq_conv_1d.pair(g, y4, pairs[1], node, origin, "out2d")

@@ -187,14 +187,15 @@ def check(m: Match, g, target) -> Optional[str]:
                     f"{'unknown' if n is None else n * 4 >> 20} MB, larger than "
                     f"{MAX_EXPANDED_BYTES >> 20} MB, and feeds no weight input")
     try:
-        m.data["values"] = (_shape_values(node, m.data["shape"]) if "shape" in m.data
+        m.data["values"] = (shape_values(node, m.data["shape"]) if "shape" in m.data
                             else evaluate(node, g))
     except Exception as exc:
         return f"cannot evaluate {node.op_type} on its constants: {exc}"
     return None
 
 
-def _shape_values(node, shape):
+def shape_values(node, shape):
+    """The outputs of Shape / Size on a tensor of static ``shape``."""
     dims = np.asarray(shape, dtype=np.int64)
     if node.op_type == "Size":
         return [np.asarray(int(np.prod(dims)), dtype=np.int64)]
@@ -206,8 +207,9 @@ def _shape_values(node, shape):
     return [dims[start:end]]
 
 
-def evaluate(node, g):
-    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback)."""
+def evaluate(node, g, values=None):
+    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback); ``values``: known
+    values of inputs that are not initializers (name -> array)."""
     model = onnx.ModelProto()
     model.ir_version = 8
     model.opset_import.extend(g.model.opset_import)
@@ -219,8 +221,9 @@ def evaluate(node, g):
     feeds = {}
     for i in node.input:
         if i and i not in feeds:
-            feeds[i] = g.const(i)
-            gr.input.append(helper.make_tensor_value_info(i, g.dtype(i), list(feeds[i].shape)))
+            feeds[i] = values[i] if values and i in values else g.const(i)
+            gr.input.append(helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(feeds[i].dtype),
+                                                          list(feeds[i].shape)))
     for o in node.output:
         if o:
             gr.output.append(helper.make_empty_tensor_value_info(o))

@@ -1,5 +1,6 @@
 """A constant-mode Pad on the spatial axes only, feeding only Convs / AveragePools / MaxPools
-(one, or several when an exporter merged identical Pads), folds into their pads (within target.max_pad). AveragePool takes it with
+(one, or several when an exporter merged identical Pads), folds into their pads (within target.max_pad;
+any size for a Conv whose kernel exceeds max_kernel: conv_kernel_split pads its tiles). AveragePool takes it with
 count_include_pad=1; MaxPool only when the pad value is -inf or the input is provably >= 0."""
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def _merged(user, pad, pads, value, r, g, target):
     new = [own[k] + pads[2 + k] for k in range(s)] + [own[s + k] + pads[r + 2 + k]
                                                       for k in range(s)]
     limit = target.max_pad["conv" if user.op_type == "Conv" else "pool"]
-    if max(new) > limit:
+    if max(new) > limit and not _kernel_split(user, g, target):
         return f"merged pads {new} exceed target.max_pad ({limit})"
     if user.op_type == "Conv" and value != 0.0:
         return f"pad value {value} is not 0"
@@ -120,6 +121,15 @@ def _merged(user, pad, pads, value, r, g, target):
         if any(new[k] >= kernel[k] or new[k + r - 2] >= kernel[k] for k in range(r - 2)):
             return "a pooling window would see only padding"
     return new
+
+
+def _kernel_split(user, g, target) -> bool:
+    """A Conv whose kernel exceeds ``max_kernel``: conv_kernel_split (later) tiles it and pads its edge
+    tiles through chains of Pads of at most ``max_pad`` that pad_to_conv runs on the accelerator, so a
+    Pad of any size folds (torchcrepe's ``F.pad(x, (0, 0, 254, 254))`` before its 512-tap conv, as the
+    TorchScript exporter writes it; the dynamo exporter puts those pads in the Conv already)."""
+    w = g.shape(user.input[1]) if len(user.input) > 1 else None
+    return user.op_type == "Conv" and w is not None and len(w) > 2 and max(w[2:]) > target.max_kernel
 
 
 def rewrite(m: Match, g) -> str:

@@ -23,12 +23,26 @@ NEIGHBOURS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAverageP
               "Mish", "PRelu", "MatMul", "Gemm")
 
 
+MAX_CHAIN = 64   # Pads in a chain (conv_kernel_split's edge tiles pad by max_pad per Pad)
+
+
 def beside_accelerator_op(g, node) -> bool:
     """Its producer or one of its readers is an op the accelerator runs (a data-movement op turned
-    into a conv between CPU ops would only make a lone region)."""
+    into a conv between CPU ops would only make a lone region), looking through a chain of Pads read
+    only by the next Pad (conv_kernel_split's padding of an edge tile: one Pad per sweep became a conv
+    from the tile's end, the rest of a long chain stayed on the CPU)."""
     p = g.producer.get(node.input[0])
-    return (p is not None and p.op_type in NEIGHBOURS) or any(
-        u.op_type in NEIGHBOURS for u in g.users(node.output[0]))
+    if p is not None and p.op_type in NEIGHBOURS:
+        return True
+    n = node
+    for _ in range(MAX_CHAIN):
+        users = g.users(n.output[0])
+        if any(u.op_type in NEIGHBOURS for u in users):
+            return True
+        if len(users) != 1 or users[0].op_type != "Pad":
+            return False
+        n = users[0]
+    return False
 
 
 def match(node, g) -> Optional[Match]:

@@ -9,7 +9,9 @@ int8 Conv2D takes it:
 A Conv whose output is not quantized (an int8-in / fp16-out layer: TensorRT-style "inputs only"
 QDQ, calibrated dynamic int8) has no pair after it: the float output is reshaped back.
 
-A QDQ 1-D pool gets the same pairs around its 2-D pool (``pool_pairs``).
+A QDQ 1-D pool gets the same pairs around its 2-D pool (``pool_pairs``). A batch N above
+``max_batch`` goes on the H axis as in conv_1d_to_2d (``Transpose [C, N, L] -> [1, C, N, L]``, the pairs
+on the 4-D tensors, the Transposes moving dequantized grid values: exact).
 
 The pairs around the Reshapes have the scale and zero point of the DQ before them: they quantize
 values that are already on that grid (exact; onnxruntime drops such pairs around a Reshape too).
@@ -90,9 +92,15 @@ def rewrite(m: Match, g) -> str:
     n, c, l = g.shape(node.input[0])
     sy = g.shape(node.output[0])
     origin = m.origin
+    rows = g.target is not None and n > g.target.max_batch   # the batch on the H axis (conv_1d_to_2d)
     g.remove(node)
-    x4 = pair(g, reshape(g, node.input[0], [n, c, 1, l], near=node, origin=origin, tag="to2d"), dq_x, node,
-               origin, "to2d")
+    x3 = node.input[0]
+    if rows:
+        x3 = g.fresh(f"{node.input[0]}/rows")
+        g.make("Transpose", [node.input[0]], [x3], near=node, origin=origin, name=f"{node.name}/to_rows", perm=[1, 0, 2])
+        g.set_shape(x3, [c, n, l], g.dtype(node.input[0]))
+    x4 = pair(g, reshape(g, x3, [1, c, n, l] if rows else [n, c, 1, l], near=node, origin=origin, tag="to2d"),
+              dq_x, node, origin, "to2d")
     w = g.const(dq_w.input[0])
     w4 = g.add_const(f"{node.name}/W_q", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))
     wdq = g.fresh(f"{node.name}/W")
@@ -109,7 +117,12 @@ def rewrite(m: Match, g) -> str:
             new.attribute.append(helper.make_attribute(a.name, [1] + list(v)))
         else:
             new.attribute.append(a)
-    g.set_shape(y4, [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
+    g.set_shape(y4, [1, sy[1], sy[0], sy[2]] if rows else [sy[0], sy[1], 1, sy[2]], g.dtype(node.output[0]))
     back = pair(g, y4, q_out, node, origin, "out2d") if q_out is not None else y4
-    reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
+    if rows:
+        y3 = reshape(g, back, [sy[1], sy[0], sy[2]], near=node, origin=origin, tag="to1d")
+        g.make("Transpose", [y3], [node.output[0]], near=node, origin=origin, name=f"{node.name}/from_rows",
+               perm=[1, 0, 2])
+    else:
+        reshape(g, back, list(sy), near=node, origin=origin, out=node.output[0], tag="to1d")
     return "QDQ 1-D Conv -> QDQ 2-D Conv on a unit H axis" + ("" if q_out is not None else " (float output)")

@@ -2,8 +2,11 @@
 layout ops (onnxruntime's quantizer leaves ops outside its list unquantized: SVTR's head
 ``DQ -> HardSwish -> Squeeze -> Transpose -> Q``, MobileNetV3's ``HardSwish -> Flatten -> Q``):
 ``DQ -> E -> L... -> Q`` -> ``DQ -> E -> Q' -> DQ' -> L... -> Q`` with ``Q'`` the final ``Q``'s scale and
-zero point. Exact: layout ops (Squeeze, Unsqueeze, Reshape, Flatten, Transpose) only move elements, so
-quantizing before them gives the same codes, and ``Q(DQ'(c)) = c`` (codes lie on the grid). The
+zero point. Exact: layout ops (Squeeze, Unsqueeze, Reshape, Flatten, Transpose) only move elements, and
+a max pool (MaxPool without indices, GlobalMaxPool) picks one of them, which commutes with the monotone
+``Q`` (``Q(max(a, b)) = max(Q(a), Q(b))``), so quantizing before them gives the same codes, and
+``Q(DQ'(c)) = c`` (codes lie on the grid). openWakeWord's embedding model (tf2onnx):
+``DQ -> Max(x, -0.4) -> MaxPool -> Q``. The
 element-wise group ``DQ -> E -> Q' -> DQ'`` is then one int8 Lookup (docs/fusion.md "Lookup"),
 computed as onnxruntime computes E (fp32), where it ran in fp16 and flipped codes at rounding ties."""
 from __future__ import annotations
@@ -14,9 +17,10 @@ from .base import Match, inp
 
 NAME = "qdq_requant_before_layout"
 OPS = ("QuantizeLinear",)
-LAYOUT = ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose")
+LAYOUT = ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose", "MaxPool", "GlobalMaxPool")
 ELEMENTWISE = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu",
-               "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "Pow", "Gelu", "Mish")
+               "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sub", "Div", "Pow", "Gelu", "Mish",
+               "Max", "Min")
 MAX_LAYOUT = 8
 
 
@@ -35,6 +39,8 @@ def match(node, g) -> Optional[Match]:
             return None
         if p.op_type not in LAYOUT:
             break
+        if len([o for o in p.output if o]) != 1:    # a MaxPool writing its indices too
+            return None
         chain.append(p)
         t, reader = p.input[0], p
     else:

@@ -41,6 +41,9 @@ def check(m: Match, g, target) -> Optional[str]:
         return "constant or non-float input"
     if any(o and g.shape(o) is None for o in node.output):
         return "output shapes are not static"
+    if g.shape(node.input[0])[0] > target.max_batch:
+        # [N, C, 1, L] would be an image batch above the limit; the 3-D op holds rows (no limit)
+        return f"batch {g.shape(node.input[0])[0]} above max_batch: the 3-D op keeps its rows"
     if node.op_type == "Split":
         if attr(node, "axis", 0) % 3 != 1:
             return "split on a non-channel axis"
