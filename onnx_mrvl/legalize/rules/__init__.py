@@ -27,6 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
+from . import grouped_transpose
 from .base import Match
 
 RULES = (
@@ -70,6 +71,7 @@ RULES = (
     gathered_spatial_map,
     scatter_to_concat,
     einsum_to_matmul,
+    grouped_transpose,
     merge_transposes,
     layernorm_canonical,
     group_norm,
