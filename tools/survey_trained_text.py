@@ -224,17 +224,31 @@ def _deepfilternet(root: str, out: str) -> None:
     with tarfile.open(tgz) as t:
         t.extractall(d)
     d = os.path.dirname(glob.glob(os.path.join(d, "**", "enc.onnx"), recursive=True)[0])
-    # DFN3's features (48 kHz, 960-point STFT, hop 480): ERB dB normalised to about [-1, 1] and the
-    # first 96 bins' complex spectrum unit-normalised, as libDF's feat_erb / feat_spec produce
-    sr, s = 48000, 50
-    spec = np.fft.rfft(np.stack([_tones(48000, sr)[i * 480:i * 480 + 960] * np.hanning(960) for i in range(s)]), axis=1)
-    mag = np.abs(spec)
-    edges = np.unique(np.round(np.geomspace(1, 481, 33)).astype(int))[:33]
-    erb = np.stack([mag[:, edges[i]:max(edges[i + 1], edges[i] + 1)].mean(1) for i in range(min(32, len(edges) - 1))], 1)
-    erb = np.pad(erb, ((0, 0), (0, 32 - erb.shape[1])), mode="edge")
-    feat_erb = ((10 * np.log10(erb ** 2 + 1e-10) + 60) / 40).astype(np.float32)[None, None]
-    spec96 = spec[:, :96] / (np.abs(spec[:, :96]).mean() + 1e-9)
-    feat_spec = np.stack([spec96.real, spec96.imag]).astype(np.float32)[None]
+    # DFN3's features as libDF computes them (48 kHz, 960-point Vorbis-window STFT scaled by 1/960, hop
+    # 480): feat_erb = (ERB band power in dB - its running mean, started at -60..-90 dB) / 40, feat_spec
+    # = the first 96 bins / sqrt(running mean of their magnitude, started at 1e-3..1e-4); alpha 0.99
+    sr, s, n = 48000, 50, 960
+    win = np.sin(0.5 * np.pi * np.sin(np.pi * (np.arange(n) + 0.5) / n) ** 2)
+    x = _tones(s * 480 + n, sr)
+    spec = np.fft.rfft(np.stack([x[i * 480:i * 480 + n] * win for i in range(s)]), axis=1) / n
+    edges = np.round(np.geomspace(2, 481, 33)).astype(int)
+    edges[0] = 0
+    for i in range(1, 33):   # at least two bins a band (libDF's min_nb_erb_freqs)
+        edges[i] = max(edges[i], edges[i - 1] + 2)
+    edges[-1] = 481
+    power = np.abs(spec) ** 2
+    erb_db = 10 * np.log10(np.stack([power[:, a:b].mean(1) for a, b in zip(edges[:-1], edges[1:])], 1) + 1e-10)
+    alpha, mean, feat_erb = 0.99, np.linspace(-60, -90, 32), []
+    for f in erb_db:
+        mean = f * (1 - alpha) + mean * alpha
+        feat_erb.append((f - mean) / 40)
+    state, feat_spec = np.linspace(1e-3, 1e-4, 96), []
+    for f in spec[:, :96]:
+        state = np.abs(f) * (1 - alpha) + state * alpha
+        feat_spec.append(f / np.sqrt(state))
+    feat_spec = np.stack(feat_spec)
+    feat_erb = np.stack(feat_erb).astype(np.float32)[None, None]
+    feat_spec = np.stack([feat_spec.real, feat_spec.imag]).astype(np.float32)[None]
     feeds = {"feat_erb": feat_erb, "feat_spec": feat_spec}
     _ship(os.path.join(d, "enc.onnx"), out, "dfn3-enc", feeds)
     e0, e1, e2, e3, emb, c0, _ = _ort(os.path.join(d, "enc.onnx")).run(None, feeds)

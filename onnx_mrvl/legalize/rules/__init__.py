@@ -27,7 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
-from . import grouped_transpose
+from . import grouped_transpose, if_static_branch
 from .base import Match
 
 RULES = (
@@ -65,6 +65,7 @@ RULES = (
     remove_identity,
     remove_dropout,
     remove_noop,
+    if_static_branch,
     loop_to_rnn,
     reverse_sequence_gather,
     rnn_length_sort,

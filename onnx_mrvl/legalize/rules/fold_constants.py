@@ -5,7 +5,8 @@ initializers. Outputs that expand a small constant into a huge tensor (ConstantO
 Tile, Range) are not folded unless they feed a weight input, which must be an initializer.
 
 The nodes computing a control-flow condition (``If`` cond, ``Loop`` trip count / cond) are not
-folded (``Constant`` nodes apart): nothing here inlines a branch, and a constant condition makes
+folded (``Constant`` nodes apart): if_static_branch inlines the branch a static condition takes
+(evaluating the cone itself); folding it here would make
 onnxruntime inline it at load time and re-check the branch with static shapes, which fails on
 graphs it otherwise runs (the ONNX AffineGrid function feeds ``Range`` 1-element tensors).
 """
@@ -193,8 +194,9 @@ def _shape_values(node, shape):
     return [dims[start:end]]
 
 
-def evaluate(node, g):
-    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback)."""
+def evaluate(node, g, values=None):
+    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback); ``values``: input
+    name -> array for inputs that are not initializers (a computed condition, if_static_branch)."""
     model = onnx.ModelProto()
     model.ir_version = 8
     model.opset_import.extend(g.model.opset_import)
@@ -206,8 +208,9 @@ def evaluate(node, g):
     feeds = {}
     for i in node.input:
         if i and i not in feeds:
-            feeds[i] = g.const(i)
-            gr.input.append(helper.make_tensor_value_info(i, g.dtype(i), list(feeds[i].shape)))
+            feeds[i] = values[i] if values is not None and i in values else g.const(i)
+            gr.input.append(helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(feeds[i].dtype),
+                                                          list(feeds[i].shape)))
     for o in node.output:
         if o:
             gr.output.append(helper.make_empty_tensor_value_info(o))
