@@ -59,3 +59,25 @@ def test_batched_dynamo_attention_is_one_region_within_fp16(tmp_path):
     assert not list(conv.report.cpu_nodes()), [(d.node, d.op_type, d.reason) for d in conv.report.cpu_nodes()]
     y = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, f)[0]
     assert np.abs(y - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_qdq_batched_dynamo_attention_is_one_region_and_matches_onnxruntime(act, tmp_path):
+    """onnxruntime's quantize_static puts a Q -> DQ pair of one grid after each of the three moves:
+    they are looked through (the identity on that grid); before, the K^T chain and its pairs stayed
+    on the CPU (2 regions)."""
+    import onnx
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    m = mha_block("dynamo", "input", B=2, T=12, grouped_kt=True)
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"{act}.onnx")
+    onnx.save(m, src)
+    quantize_static_qdq(src, dst, [feeds(m, i) for i in range(4)], act=act)
+    conv = onnx_mrvl.convert(dst)
+    assert len(conv.report.regions) == 1
+    # only the host's quantization of the additive mask input stays on the CPU
+    assert {d.op_type for d in conv.report.cpu_nodes()} <= {"QuantizeLinear", "DequantizeLinear"}
+    assert all(d.node.startswith("mask_") for d in conv.report.cpu_nodes())
+    f = feeds(m, 7)
+    ref = ort.InferenceSession(dst, providers=["CPUExecutionProvider"]).run(None, f)[0]
+    y = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, f)[0]
+    assert np.mean(y == ref) >= 0.99
