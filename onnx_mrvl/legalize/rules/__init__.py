@@ -27,7 +27,7 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
-from . import grouped_transpose, if_static_branch
+from . import div_host_divisor, grouped_transpose, if_static_branch
 from .base import Match
 
 RULES = (
@@ -79,6 +79,7 @@ RULES = (
     grn_norm,
     sum_to_add,
     sub_div_const,
+    div_host_divisor,
     where_const_cond,
     mask_fill_add,
     signed_permute,

@@ -1,5 +1,6 @@
-"""ReduceSum over the axes a pool can average (2 and 3 of a 4-D tensor, or one axis >= 2 of a 3-D /
-4-D one) -> ReduceMean times the number of elements summed, which reducemean_to_gap /
+"""ReduceSum over the axes a pool can average (2 and 3 of a 4-D tensor, one axis >= 2 of a 3-D /
+4-D one, or the token axis 1 of a 3-D ``[B, T, C]``: the masked mean pooling of sentence encoders,
+``(h * mask).sum(1) / mask.sum(1)``) -> ReduceMean times the number of elements summed, which reducemean_to_gap /
 reduce_axis_to_pool then put on the accelerator as pools. DeepSpeech2 sums the two directions of
 each BiGRU (``x.view(T, N, 2, -1).sum(2)``), audio models sum over frequency, pooling heads sum over
 the map. The mean in fp32 times N is the sum up to rounding; in fp16 the mean of N values stays in
@@ -28,7 +29,7 @@ def match(node, g) -> Optional[Match]:
     if not axes:
         return None
     axes = sorted(a % len(sx) for a in axes)
-    if not (axes == [2, 3] and len(sx) == 4 or len(axes) == 1 and axes[0] >= 2):
+    if not (axes == [2, 3] and len(sx) == 4 or len(axes) == 1 and (axes[0] >= 2 or axes[0] == 1 and len(sx) == 3)):
         return None
     return Match([node], {"axes": axes, "n": int(np.prod([sx[a] for a in axes]))})
 
