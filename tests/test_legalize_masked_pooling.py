@@ -85,3 +85,16 @@ def test_masked_mean_pooling_and_head_are_one_region_within_fp16(mask_type, tmp_
     assert {"proj", "masked", "sum", "head", "tanh"}.isdisjoint(cpu)
     y = onnx_mrvl.InferenceSession(conv.save(str(tmp_path / "out"))).run(None, f)[0]
     assert np.abs(y - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def test_qdq_model_keeps_its_division(tmp_path):
+    """In a QDQ model the pooling tail is onnxruntime's fp32 ops on the host: x / d keeps its bits."""
+    from onnx_mrvl.legalize import legalize
+    from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
+    m = pooled()
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(m, src)
+    quantize_static_qdq(src, dst, [_feeds(m, s) for s in range(3)])
+    res = legalize(onnx.load(dst))
+    assert not applied(res.log, "div_host_divisor")
+    assert "Div" in op_types(res.model)

@@ -7,7 +7,8 @@ number of real tokens. The accelerator has no division by a tensor, so the Div s
 cut the region before the layers that read the pooled vector (the romanizer's bridge Gemm: 2 regions).
 The divisor is bookkeeping of the host's inputs, already on the CPU: its reciprocal is computed there
 in fp32 (one value per sentence), and the Mul joins the region. Left alone: a divisor that reads any
-float input or constant-only divisors (sub_div_const's)."""
+float input, constant-only divisors (sub_div_const's), and QDQ models (their float pooling tail stays
+onnxruntime's fp32 ops on the host, where ``x * (1 / d)`` would differ from ``x / d`` in the last bit)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -54,6 +55,8 @@ def _host_only(g, name: str) -> Optional[str]:
 
 
 def check(m: Match, g, target) -> Optional[str]:
+    if g.by_op.get("QuantizeLinear"):
+        return "a QDQ model: the division stays onnxruntime's fp32 op on the host (its last bit)"
     return _host_only(g, m.node.input[1])
 
 
