@@ -8,7 +8,8 @@ static (a model input of fixed size, or ``input_shapes=``) the condition is a co
 evaluated here and the If replaced by its taken branch, renamed into the graph (exact: that is the
 branch onnxruntime runs for these shapes).
 
-Left alone: a condition that reads data (a run-time value), a cone of more than ``MAX_CONE`` nodes,
+Left alone: a condition that reads data (a run-time value) or no shape at all (a constant condition,
+as the model states it), a cone of more than ``MAX_CONE`` nodes,
 a branch with nested control flow (its bodies read the branch's names), or a branch that reads no
 run-time tensor (constant / shape bookkeeping such as torchvision's empty-boxes test or the ONNX
 AffineGrid function's rank test: it cuts no data path, and a constant branch output can break
@@ -38,7 +39,8 @@ def match(node, g) -> Optional[Match]:
 
 
 def _value(name: str, g, memo: dict, budget: list):
-    """The value of tensor ``name`` from constants and static shapes, or a reason (str)."""
+    """The value of tensor ``name`` from constants and static shapes, or a reason (str); ``budget``:
+    [nodes left to evaluate, Shape / Size nodes read so far]."""
     if name in memo:
         return memo[name]
     if g.is_const(name):
@@ -51,6 +53,7 @@ def _value(name: str, g, memo: dict, budget: list):
     if budget[0] < 0:
         return f"the condition's cone has more than {MAX_CONE} nodes"
     if p.op_type in ("Shape", "Size"):
+        budget[1] += 1
         s = g.shape(p.input[0])
         if s is None:
             return f"'{p.input[0]}' has no static shape"
@@ -83,10 +86,12 @@ def _value(name: str, g, memo: dict, budget: list):
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    node = m.node
-    cond = _value(node.input[0], g, {}, [MAX_CONE])
+    node, budget = m.node, [MAX_CONE, 0]   # nodes left to evaluate, Shape / Size nodes read
+    cond = _value(node.input[0], g, {}, budget)
     if isinstance(cond, str):
         return f"the condition is not static: {cond}"
+    if not budget[1]:
+        return "the condition reads no shape (a constant condition is left to onnxruntime)"
     if cond.size != 1:
         return f"the condition has {cond.size} elements"
     branch = attr(node, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
