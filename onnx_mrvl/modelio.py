@@ -214,9 +214,13 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
             # onnxruntime's quantizer moved the Loop up: onnxruntime sorts and runs it, so does legalize
             log.info("the model's nodes are not in topological order (accepted; legalize sorts them)")
             return
-        raise ModelError(f"the model fails the ONNX checker: {first}",
-                         hint=_unknown_op_hint(skeleton) or "fix the exporter output (onnx.checker.check_model "
-                                                             "explains)") from None
+        hint = _unknown_op_hint(skeleton) or "fix the exporter output (onnx.checker.check_model explains)"
+        if "Unrecognized attribute: axis for operator" in first and "QuantizeLinear" in first:
+            # onnxruntime's quantize_static(per_channel=True) of a model below opset 13 writes it so;
+            # onnxruntime refuses that model too
+            hint = ("per-channel QuantizeLinear / DequantizeLinear (their axis) need opset 13: convert the "
+                    "float model with onnx.version_converter.convert_version(model, 13) before quantizing")
+        raise ModelError(f"the model fails the ONNX checker: {first}", hint=hint) from None
 
 
 def _unknown_op_hint(model: onnx.ModelProto) -> Optional[str]:

@@ -142,14 +142,21 @@ class Materializer(GroupLowering):
             return name
         if t in self.flat or t in self.rows:
             raise AssertionError(f"flattened tensor {t} used outside an FC")
-        key = (t, want)
+        key, own = (t, want), False
         if key in self.cache:
-            return self.cache[key]
+            hit = self.cache[key]
+            # a graph output converted on the host for the user: an accelerator op reading the same
+            # data converts it in its region instead of reading the host's copy (a cut otherwise)
+            if not (for_mrvl and name in self.mrvl_tensors and hit not in self.mrvl_tensors):
+                return hit
+            key, own = (t, want, "mrvl"), True
+            if key in self.cache:
+                return self.cache[key]
         shape = self.logical_shape(t)
         src = list(have) if have else list(range(len(shape)))
         dst = list(want) if want else list(range(len(shape)))
         q = [inverse_perm(src)[dst[j]] for j in range(len(dst))]
-        out = t if (want is None and t in self.keep) else self.fresh(
+        out = t if (want is None and t in self.keep and not own) else self.fresh(
             f"{t}__{'nhwc' if want == NHWC else 'nchw' if want is None else 'perm'}")
         layouts = {tuple(opset.TO_NHWC): ("NCHW", "NHWC"), tuple(opset.TO_NCHW): ("NHWC", "NCHW")}
         mrvl = for_mrvl or name in self.mrvl_tensors

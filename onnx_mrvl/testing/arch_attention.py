@@ -118,9 +118,11 @@ def _heads(g: GraphBuilder, t: str, shape, perm, name: str, dynamic: bool = Fals
 
 def mha_block(style: str = "legacy", mask: str = "const", softmax: str = "Softmax", seed: int = 0,
               T: int = 16, D: int = 32, H: int = 4, opset: int = 13, B: int = 1,
-              dynamic: bool = False) -> onnx.ModelProto:
+              dynamic: bool = False, grouped_kt: bool = False) -> onnx.ModelProto:
     """One self-attention block with its residual (see the module docstring). ``B``: batch
-    (not for bmm3d); ``dynamic``: legacy's head reshapes take their target from Shape/Gather/Concat."""
+    (not for bmm3d); ``dynamic``: legacy's head reshapes take their target from Shape/Gather/Concat;
+    ``grouped_kt`` (dynamo): K^T as torch 2.13's dynamo exporter writes it for any batch,
+    ``Reshape [B*H, T, d] -> Transpose [0, 2, 1] -> Reshape [B, H, d, T]``."""
     if B != 1 and style == "bmm3d":
         raise ValueError("bmm3d is written for batch 1")
     if style not in STYLES or softmax not in SOFTMAX:
@@ -149,7 +151,12 @@ def mha_block(style: str = "legacy", mask: str = "const", softmax: str = "Softma
         q, k, v = parts
         sqrt_scale = g.const("attn.sqrt_scale", np.array(np.sqrt(1.0 / np.sqrt(d)), np.float32))
         q = g.node("Mul", [q, sqrt_scale], "attn.q.scale")
-        k = g.node("Transpose", [k], "attn.k.transpose_last", perm=[0, 1, 3, 2])
+        if grouped_kt:
+            k = g.node("Reshape", [k, _i64(g, "attn.k.merge", [B * H, T, d])], "attn.k.merge_heads")
+            k = g.node("Transpose", [k], "attn.k.transpose_last", perm=[0, 2, 1])
+            k = g.node("Reshape", [k, _i64(g, "attn.k.split", [B, H, d, T])], "attn.k.split_heads")
+        else:
+            k = g.node("Transpose", [k], "attn.k.transpose_last", perm=[0, 1, 3, 2])
         k = g.node("Mul", [k, sqrt_scale], "attn.k.scale")
     else:   # bmm3d: nn.MultiheadAttention, sequence first
         q, k, v = _split3(g, _linear(g, x, D, 3 * D, "attn.in_proj"), D, 2, "attn.split")

@@ -238,3 +238,40 @@ def loop_reads_feature_map(seed: int = 0) -> onnx.ModelProto:
              h.make_node("Loop", ["M", "true", "s0"], ["s"], name="Loop_0", body=body)]
     return _finish(h.make_graph(nodes, "loop_feat", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 6])],
                                 [h.make_tensor_value_info("s", T.FLOAT, [1, 8])], inits))
+
+
+def squeeze_if(seed: int = 0, last: int = 1, data_cond: bool = False,
+               opset: int = 13) -> onnx.ModelProto:
+    """torch.onnx (TorchScript) ``y.squeeze(-1)`` of an axis it did not know the size of:
+    ``x [2, F] -> Reshape [2, 16, -1] -> If(Equal(Gather(Shape(t), -1), 1), then: Squeeze(t, -1),
+    else: Identity(t)) -> Relu -> MatMul [16, 4]`` (with F = 16 the then branch runs; convert with
+    ``input_shapes={"x": [2, 16 * last]}``: onnxruntime itself refuses a static model whose branch
+    not taken fails shape inference). ``last`` != 1 takes the else branch (that model ends at the
+    Relu); ``data_cond``: the condition is ``ReduceSum(x) > 0`` (a run-time value)."""
+    w = _rng(seed)
+    i64 = lambda name, v: nh.from_array(np.array(v, np.int64), name)   # noqa: E731
+    then = h.make_graph([h.make_node("Squeeze", ["t", "ax"], ["sq"], name="then_squeeze")], "then", [],
+                        [h.make_tensor_value_info("sq", T.FLOAT, [2, 16])], [i64("ax", [-1])])
+    other = h.make_graph([h.make_node("Identity", ["t"], ["same"], name="else_identity")], "else", [],
+                         [h.make_tensor_value_info("same", T.FLOAT, [2, 16, "L"])])
+    if data_cond:
+        cond = [h.make_node("ReduceSum", ["x"], ["total"], name="total", keepdims=0),
+                h.make_node("Greater", ["total", "zero"], ["cond"], name="positive")]
+    else:
+        cond = [h.make_node("Shape", ["t"], ["shape"], name="shape"),
+                h.make_node("Gather", ["shape", "minus1"], ["n"], name="last_dim", axis=0),
+                h.make_node("Equal", ["n", "one"], ["cond"], name="is_one")]
+    nodes = [h.make_node("Mul", ["x", "gain"], ["y"], name="gain"),
+             h.make_node("Reshape", ["y", "to3"], ["t"], name="to3d")] + cond + [
+        h.make_node("If", ["cond"], ["s"], name="squeeze_if", then_branch=then, else_branch=other),
+        h.make_node("Relu", ["s"], ["r"], name="relu")]
+    out, oshape = "r", [2, 16, "L"]
+    inits = [nh.from_array(np.array(1.5, np.float32), "gain"), i64("to3", [2, 16, -1]), i64("minus1", -1),
+             i64("one", 1), nh.from_array(np.array(0.0, np.float32), "zero")]
+    if last == 1:
+        nodes.append(h.make_node("MatMul", ["r", "W2"], ["head"], name="head"))
+        inits.append(nh.from_array(w(16, 4), "W2"))
+        out, oshape = "head", [2, 4]
+    g = h.make_graph(nodes, "squeeze_if", [h.make_tensor_value_info("x", T.FLOAT, [2, "F"])],
+                     [h.make_tensor_value_info(out, T.FLOAT, oshape)], inits)
+    return _finish(g, opset)

@@ -26,10 +26,11 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import sigmoid_difference
-from . import if_const_inline, pow_square
+from . import pow_square
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
+from . import div_host_divisor, grouped_transpose, if_static_branch
 from .base import Match
 
 RULES = (
@@ -38,7 +39,7 @@ RULES = (
     qlinear_passthrough,
     dynamic_int8,
     dynamic_lstm,
-    if_const_inline,
+    if_static_branch,
     dynamic_dq_moves,
     qdq_const_group,
     qdq_dedupe,
@@ -77,12 +78,14 @@ RULES = (
     gathered_spatial_map,
     scatter_to_concat,
     einsum_to_matmul,
+    grouped_transpose,
     merge_transposes,
     layernorm_canonical,
     group_norm,
     grn_norm,
     sum_to_add,
     sub_div_const,
+    div_host_divisor,
     where_const_cond,
     mask_fill_add,
     signed_permute,

@@ -5,7 +5,8 @@ initializers. Outputs that expand a small constant into a huge tensor (ConstantO
 Tile, Range) are not folded unless they feed a weight input, which must be an initializer.
 
 The nodes computing a control-flow condition (``If`` cond, ``Loop`` trip count / cond) are not
-folded (``Constant`` nodes apart): nothing here inlines a branch, and a constant condition makes
+folded (``Constant`` nodes apart): if_static_branch inlines the branch a static condition takes
+(evaluating the cone itself); folding it here would make
 onnxruntime inline it at load time and re-check the branch with static shapes, which fails on
 graphs it otherwise runs (the ONNX AffineGrid function feeds ``Range`` 1-element tensors).
 """
@@ -208,8 +209,8 @@ def shape_values(node, shape):
 
 
 def evaluate(node, g, values=None):
-    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback); ``values``: known
-    values of inputs that are not initializers (name -> array)."""
+    """Run one node on constant inputs (onnx.reference, onnxruntime as fallback); ``values``: input
+    name -> array for inputs that are not initializers (a computed condition, if_static_branch)."""
     model = onnx.ModelProto()
     model.ir_version = 8
     model.opset_import.extend(g.model.opset_import)
@@ -221,7 +222,7 @@ def evaluate(node, g, values=None):
     feeds = {}
     for i in node.input:
         if i and i not in feeds:
-            feeds[i] = values[i] if values and i in values else g.const(i)
+            feeds[i] = values[i] if values is not None and i in values else g.const(i)
             gr.input.append(helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(feeds[i].dtype),
                                                           list(feeds[i].shape)))
     for o in node.output:

@@ -78,6 +78,9 @@ def _on_grid(g, t: str, key, depth: int = DEPTH) -> bool:
     return _move(p, g) and all(_on_grid(g, i, key, depth - 1) for i in _data_inputs(p))
 
 
+grid_key, on_grid = _key, _on_grid   # for the rules that look through such pairs (grouped_transpose)
+
+
 def match(node, g) -> Optional[Match]:
     key = _key(node, g)
     x = node.input[0] if node.input else ""

@@ -1,5 +1,6 @@
-"""ReduceSum over the axes a pool can average (2 and 3 of a 4-D tensor, or one axis >= 2 of a 3-D /
-4-D one) -> ReduceMean times the number of elements summed, which reducemean_to_gap /
+"""ReduceSum over the axes a pool can average (2 and 3 of a 4-D tensor, one axis >= 2 of a 3-D /
+4-D one, or the token axis 1 of a 3-D ``[B, T, C]`` when the sum is divided, a mean: the masked mean pooling
+of sentence encoders, ``(h * mask).sum(1) / mask.sum(1)``) -> ReduceMean times the number of elements summed, which reducemean_to_gap /
 reduce_axis_to_pool then put on the accelerator as pools. DeepSpeech2 sums the two directions of
 each BiGRU (``x.view(T, N, 2, -1).sum(2)``), audio models sum over frequency, pooling heads sum over
 the map. The mean in fp32 times N is the sum up to rounding; in fp16 the mean of N values stays in
@@ -28,7 +29,7 @@ def match(node, g) -> Optional[Match]:
     if not axes:
         return None
     axes = sorted(a % len(sx) for a in axes)
-    if not (axes == [2, 3] and len(sx) == 4 or len(axes) == 1 and axes[0] >= 2):
+    if not (axes == [2, 3] and len(sx) == 4 or len(axes) == 1 and (axes[0] >= 2 or axes[0] == 1 and len(sx) == 3)):
         return None
     return Match([node], {"axes": axes, "n": int(np.prod([sx[a] for a in axes]))})
 
@@ -39,7 +40,22 @@ def check(m: Match, g, target) -> Optional[str]:
         return "not a float tensor"
     if attr(node, "noop_with_empty_axes", 0):
         return "noop_with_empty_axes"
+    if m.data["axes"] == [1]:   # the token axis of [B, T, C]: only a sum that is divided (a mean pooling)
+        readers = g.users(node.output[0])
+        if not readers or node.output[0] in g.outputs or not all(_divides(g, r, node.output[0]) for r in readers):
+            return "a token-axis sum that is not divided (a real reduction, not a mean pooling)"
     return sum_kept(g, node)
+
+
+def _divides(g, reader, name: str) -> bool:
+    """``reader`` divides ``name``: ``Div(name, d)`` or ``Mul(name, Reciprocal(d))`` (div_host_divisor's)."""
+    if reader.op_type == "Div":
+        return reader.input[0] == name and reader.input[1] != name
+    if reader.op_type == "Mul" and name in reader.input:
+        other = reader.input[1] if reader.input[0] == name else reader.input[0]
+        p = g.producer.get(other)
+        return p is not None and p.op_type == "Reciprocal"
+    return False
 
 
 def rewrite(m: Match, g) -> str:
