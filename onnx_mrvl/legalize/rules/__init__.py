@@ -12,7 +12,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from . import grn_norm, group_norm, layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
-from . import dynamic_dq_moves, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
+from . import dynamic_dq_moves, dynamic_int_bias, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
@@ -33,6 +33,7 @@ RULES = (
     fold_constants,
     qlinear_to_qdq,
     qlinear_passthrough,
+    dynamic_int_bias,
     dynamic_int8,
     dynamic_lstm,
     dynamic_dq_moves,
