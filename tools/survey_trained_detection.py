@@ -163,6 +163,20 @@ def _wheel_models(models: str, out: str, images) -> None:
         shutil.copyfile(src, os.path.join(out, f"{name}_wheel.onnx"))
         np.savez(os.path.join(out, f"{name}_feeds.npz"), feed())
         print("copied", name, flush=True)
+        _opset13(src, os.path.join(out, f"{name}_op13.onnx"))
+
+
+def _opset13(src: str, dst: str) -> None:
+    """A float model below opset 13 also as onnx's version converter makes it opset 13: onnxruntime's
+    per-channel quantize_static writes DequantizeLinear(axis) at the model's opset, which it then
+    refuses below 13 (what a user does first)."""
+    import onnx
+    m = onnx.load(src)
+    if next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) >= 13 or \
+            any(n.op_type in ("DynamicQuantizeLinear", "QuantizeLinear") for n in m.graph.node):
+        return
+    onnx.save(onnx.version_converter.convert_version(m, 13), dst)
+    print("opset 13", dst, flush=True)
 
 
 def _mtcnn_classes():

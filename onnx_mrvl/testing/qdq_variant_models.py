@@ -41,6 +41,23 @@ def lrn_maxpool(seed: int = 0, opset: int = 13, gain: float = 6.0) -> onnx.Model
     return g.model("lrn_maxpool", [("input", F32, [1, 3, 99, 99])], [("output", F32, [1, 16, 11, 11])])
 
 
+def prelu_maxpool(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """MTCNN P-Net's pattern: Conv -> PRelu (per-channel slopes [C, 1, 1], some negative) -> MaxPool
+    -> Conv -> PRelu -> Conv -> Softmax over the channels. quantize_static quantizes the pool's
+    output, not the PRelu's: ``DQ -> PRelu -> MaxPool -> Q``."""
+    g = GraphBuilder(seed, opset)
+    rng = np.random.default_rng(seed + 100)
+    x = g.conv("input", 3, 10, 3, "c1", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a1", rng.uniform(-0.3, 0.6, (10, 1, 1)).astype(np.float32))], "prelu1")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    x = g.conv(x, 10, 16, 3, "c2", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a2", rng.uniform(0.0, 0.5, (16, 1, 1)).astype(np.float32))], "prelu2")
+    x = g.conv(x, 16, 2, 1, "c3", pads=[0, 0, 0, 0])
+    g.node("Softmax", [x], "softmax", axis=1)
+    g.nodes[-1].output[0] = "output"
+    return g.model("prelu_maxpool", [("input", F32, [1, 3, 25, 31])], [("output", F32, [1, 2, 10, 13])])
+
+
 def cnn_moves(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """Data movement between convs: Pad, Slice, Split -> two convs -> Concat, nearest Resize,
     Transpose there and back, Reshape, Squeeze."""
