@@ -58,6 +58,27 @@ def prelu_maxpool(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     return g.model("prelu_maxpool", [("input", F32, [1, 3, 25, 31])], [("output", F32, [1, 2, 10, 13])])
 
 
+def prelu_flatten_head(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """MTCNN R-Net's pattern: Conv -> PRelu -> MaxPool -> Conv -> PRelu -> Transpose -> Reshape [1, -1]
+    -> Gemm -> PRelu (slope per feature) -> Gemm. Input [1, 3, 12, 12]."""
+    g = GraphBuilder(seed, opset)
+    rng = np.random.default_rng(seed + 200)
+    x = g.conv("input", 3, 8, 3, "c1", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a1", rng.uniform(0.0, 0.5, (8, 1, 1)).astype(np.float32))], "prelu1")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    x = g.conv(x, 8, 16, 3, "c2", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a2", rng.uniform(0.0, 0.5, (16, 1, 1)).astype(np.float32))], "prelu2")
+    x = g.node("Transpose", [x], "permute", perm=[0, 3, 2, 1])
+    x = g.node("Reshape", [x, g.const("flat", np.array([1, -1], np.int64))], "flatten")
+    x = g.node("Gemm", [x, g.const("d1.w", g.he((32, 144), 144)), g.const("d1.b", np.full(32, 0.05, np.float32))],
+               "dense1", transB=1)
+    x = g.node("PRelu", [x, g.const("a3", rng.uniform(0.0, 0.5, 32).astype(np.float32))], "prelu3")
+    g.node("Gemm", [x, g.const("d2.w", g.he((4, 32), 32)), g.const("d2.b", np.zeros(4, np.float32))], "dense2",
+           transB=1)
+    g.nodes[-1].output[0] = "output"
+    return g.model("prelu_flatten_head", [("input", F32, [1, 3, 12, 12])], [("output", F32, [1, 4])])
+
+
 def cnn_moves(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """Data movement between convs: Pad, Slice, Split -> two convs -> Concat, nearest Resize,
     Transpose there and back, Reshape, Squeeze."""

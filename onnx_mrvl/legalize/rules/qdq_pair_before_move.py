@@ -20,6 +20,11 @@ positive scale), so ``Q(max(y)) == max(Q(y))`` and the copy is exact as well. fa
 P-Net ``DQ -> PRelu -> MaxPool -> Q`` (onnxruntime moves the Q in front of the pool itself): the
 per-channel PRelu was an fp16 layer whose rounding moved codes at ties (99.3% identical, 62% at the
 outputs); with the copy it is an int8 lookup.
+
+Only when the op reads DequantizeLinear outputs alone (it becomes an int8 group): after a float
+layer, e.g. a calibrated dynamic-int8 model's int8-in / fp16-out ``Conv -> PRelu -> Transpose ->
+Reshape -> Q`` (MTCNN R-Net), the copy made the Conv an int8-out layer whose float bias it cannot
+take (the Conv on the CPU, 2 regions).
 """
 from __future__ import annotations
 
@@ -38,6 +43,15 @@ DEPTH = 4
 
 def _single(g, t: str) -> bool:
     return len(g.users(t)) == 1 and t not in g.pinned
+
+
+def _reads_codes(g, op) -> bool:
+    """Whether every computed input of ``op`` is a DequantizeLinear's output (the copy then makes
+    ``op`` an int8 group; after a float layer, e.g. a calibrated dynamic-int8 model's int8-in / fp16-out
+    Conv -> PRelu -> MaxPool -> Q, it would make that layer's output int8 instead)."""
+    ins = [i for i in op.input if i and not g.is_const(i)]
+    return bool(ins) and all(g.producer.get(i) is not None and g.producer[i].op_type == "DequantizeLinear"
+                             for i in ins)
 
 
 def match(node, g) -> Optional[Match]:
@@ -61,6 +75,8 @@ def match(node, g) -> Optional[Match]:
     op = g.producer.get(t)
     if op is None or op.op_type in NOT_AFTER or op.domain not in ("", "ai.onnx") or len(op.output) != 1 \
             or not _single(g, t) or g.shape(t) is None or g.dtype(t) not in (None, 1):
+        return None
+    if not _reads_codes(g, op):
         return None
     return Match([node, op] + chain, {"t": t, "first": chain[-1]})
 
