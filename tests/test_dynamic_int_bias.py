@@ -62,3 +62,26 @@ def test_bias_divided_by_another_scale_is_left_with_its_reason():
     assert ("dynamic_int_bias", "bias_add0", "the integer bias of Add 'bias_add0' is divided by 'input_s', the "
             "accumulator scaled by 's0': not the same scale") in res.report.skipped
     assert any(n.op_type == "ConvInteger" for n in legalize(old_dynamic_cnn(seed=0)[0]).model.graph.node) is False
+
+
+def test_calibrated_old_dynamic_conv_layers_are_int8(tmp_path):
+    """With calibration the quantize step takes the old form's ConvInteger layers too (quantize/
+    dynamic_layers.old_int_bias: the exact float bias into the Conv); the MatMulInteger with an integer
+    bias stays dynamic and legalize makes it an fp16 layer (rules dynamic_int_bias + dynamic_int8)."""
+    dyn, flt = old_dynamic_cnn(seed=2)
+    calib = [{"input": x} for x in _inputs(8)]
+    r = onnx_mrvl.convert(dyn, calibration=calib)
+    q = r.report.quantization
+    assert (q["int8_layers"], q["layers_total"]) == (2, 3), q
+    assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
+    static = r.stages["quantize"]
+    names = {n.name for n in static.graph.node}
+    assert not {"bias_div0", "bias_floor0", "bias_add0", "bias_div1", "bias_floor1", "bias_add1"} & names
+    assert {"bias_div2", "bias_add2"} <= names   # the MatMulInteger's, left to legalize
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    for x in _inputs():
+        ref, stage = _run(flt, x), _run(static, x)
+        got = sess.run(None, {"input": x})[0]
+        assert np.abs(got - stage).max() <= 1e-2 * np.abs(stage).max()
+        assert np.abs(got - ref).max() <= 0.1 * np.abs(ref).max()
