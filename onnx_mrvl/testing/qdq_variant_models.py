@@ -79,6 +79,26 @@ def prelu_flatten_head(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     return g.model("prelu_flatten_head", [("input", F32, [1, 3, 12, 12])], [("output", F32, [1, 4])])
 
 
+def focus_stem(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """YOLOv5's / YOLOX's Focus stem on the image: four strided slices ``x[..., a::2, b::2]`` (H then
+    W, as torch exports them), Concat on the channels, Conv 12 -> 16 + SiLU, Conv 16 -> 8. Input
+    [1, 3, 32, 32] (0..255 pixel values, as ddddocr's detector takes them)."""
+    g = GraphBuilder(seed, opset)
+    i64 = lambda *v: np.array(v, np.int64)   # noqa: E731
+    parts = []
+    for k, (a, b) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
+        h = g.node("Slice", ["input", g.const(f"s{k}h.start", i64(a)), g.const(f"s{k}h.end", i64(1 << 30)),
+                             g.const(f"s{k}h.axis", i64(2)), g.const(f"s{k}h.step", i64(2))], f"slice{k}h")
+        parts.append(g.node("Slice", [h, g.const(f"s{k}w.start", i64(b)), g.const(f"s{k}w.end", i64(1 << 30)),
+                                      g.const(f"s{k}w.axis", i64(3)), g.const(f"s{k}w.step", i64(2))], f"slice{k}w"))
+    x = g.node("Concat", parts, "focus", axis=1)
+    x = g.conv(x, 12, 16, 3, "c1", gain=1.0 / 255)
+    x = g.node("Mul", [x, g.node("Sigmoid", [x], "sig1")], "silu1")
+    g.conv(x, 16, 8, 3, "c2")
+    g.nodes[-1].output[0] = "output"
+    return g.model("focus_stem", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 8, 16, 16])])
+
+
 def cnn_moves(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """Data movement between convs: Pad, Slice, Split -> two convs -> Concat, nearest Resize,
     Transpose there and back, Reshape, Squeeze."""

@@ -20,7 +20,7 @@ from . import qdq_double_pair, qdq_requant_before_layout
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
     where_const_cond
 from . import nan_guard_dq, qdq_batched_const_matmul, qdq_infinite_softmax, qdq_mask_select, qdq_move_chain, \
-    qdq_pair_before_move, qdq_pool_move, qdq_unique_dq
+    qdq_input_pair, qdq_pair_before_move, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
@@ -54,6 +54,7 @@ RULES = (
     qdq_pool_move,
     qdq_move_chain,
     qdq_pair_before_move,
+    qdq_input_pair,
     qdq_weight_moves,
     qdq_uint8_weights,
     qdq_float_bias,
