@@ -275,13 +275,13 @@ def int8(folder: str, names) -> int:
         so = ort.SessionOptions()
         so.log_severity_level = 3
         ref = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-        held = base._feeds(src, 4, 7)[1:]   # noqa: SLF001 - the survey's own feed maker
+        held = base.feeds(src, 4, 7)[1:]   # the survey's inputs, other seeds
         for quantize in ("float16", "int8"):
             tag = f"{name} {quantize}"
             dst = os.path.join(work, tag.replace(" ", "_"))
             try:
-                kw = dict(calibration=base._feeds(src, 8, 1)) if quantize == "int8" else {}   # noqa: SLF001
-                r = onnx_mrvl.convert(src, quantize=quantize, input_shapes=base._input_shapes(src, src), **kw)  # noqa: SLF001
+                kw = dict(calibration=base.feeds(src, 8, 1)) if quantize == "int8" else {}
+                r = onnx_mrvl.convert(src, quantize=quantize, input_shapes=base.input_shapes(src, src), **kw)
                 r.save(dst, overwrite=True)
                 sess = onnx_mrvl.InferenceSession(os.path.join(dst, "model.onnx"))
                 errs = None
