@@ -10,7 +10,9 @@ ties for inputs with fractions (ddddocr's detector at opset 13 with noisy inputs
 With the pairs at the input, the Qs run on the host in fp32 as any model input's (exact), and the
 slices move values of that grid, which the Q after them maps back to their own codes (exact, as in
 ``qdq_move_chain``). Exact: a move only selects values and Q is element-wise with one scale and zero
-point, ``Q(move(x)) == move(Q(x))``.
+point, ``Q(move(x)) == move(Q(x))``. Only chains with a Slice in them (slices read by a Q alone are no
+accelerator work and stayed on the CPU); an input that only a Transpose / Reshape moves before its Q
+stays in the region as before (its fp16 storage is the accelerator's input format).
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ def _params(g, q):
     return float(s.reshape(-1)[0]), (None if z is None else (z.dtype, int(z.reshape(-1)[0])))
 
 
-def _chain_end(g, t: str):
-    """The QuantizeLinear that ends the chain of single-reader moves from ``t``'s reader, or None."""
+def _chain_end(g, t: str, sliced: bool = False):
+    """The QuantizeLinear that ends the chain of single-reader moves from ``t``'s reader, or None (also
+    when no Slice is among the moves; ``sliced``: the move writing ``t`` was one)."""
     for _ in range(DEPTH + 1):
         users = g.users(t)
         if len(users) != 1 or t in g.outputs:
@@ -42,7 +45,8 @@ def _chain_end(g, t: str):
         if u.domain not in ("", "ai.onnx"):
             return None
         if u.op_type == "QuantizeLinear" and u.input[0] == t:
-            return u
+            return u if sliced else None
+        sliced = sliced or u.op_type == "Slice"
         if u.op_type not in MOVES or u.input[0] != t or any(i and not g.is_const(i) for i in u.input[1:]) \
                 or len(u.output) != 1:
             return None
@@ -88,7 +92,7 @@ def _chain_end_from(g, first):
     if first.op_type not in MOVES or first.domain not in ("", "ai.onnx") or len(first.output) != 1 or \
             any(i and not g.is_const(i) for i in first.input[1:]):
         return None
-    return _chain_end(g, first.output[0])
+    return _chain_end(g, first.output[0], first.op_type == "Slice")
 
 
 def rewrite(m: Match, g) -> str:
