@@ -311,3 +311,20 @@ def test_layer_outputs_option_errors(tmp_path):
     with pytest.raises(UsageError, match="equalize"):
         onnx_mrvl.convert(qpath, calibration=_calib(q, 2), quantize_options={"layer_outputs": "fp16",
                                                                               "equalize": True})
+
+
+def test_fp16_out_layer_before_activation_and_moves_stays_one_region(tmp_path):
+    """MTCNN R-Net's head, quantize_dynamic + calibration (int8-in / fp16-out layers): ``Conv -> PRelu
+    -> Transpose -> Reshape -> Q`` (the Q of the next layer's input). legalize's qdq_pair_before_move
+    leaves it (the PRelu reads a float layer, not codes): a copy of the Q after the PRelu made the Conv
+    an int8-out layer whose float bias it cannot take (the Conv on the CPU, 2 regions)."""
+    from onnx_mrvl.testing.qdq_variant_models import prelu_flatten_head
+    src, qpath = quantize_dyn(prelu_flatten_head(), str(tmp_path / "q.onnx"))
+    q = onnx.load(qpath)
+    result = onnx_mrvl.convert(qpath, calibration=_calib(q))
+    assert len(result.report.regions) == 1 and not result.report.cpu_nodes(), \
+        [(d.node, d.reason) for d in result.report.cpu_nodes()]
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    for e, ident, quantum, within, ref, e_dyn, dyn_f32, e_f32, ref32 in _measure(src, qpath, result, folder):
+        assert e <= 1e-2 * ref or within

@@ -141,6 +141,9 @@ def _input_shapes(src: str, model: str):
     return shapes or None
 
 
+feeds, input_shapes = _feeds, _input_shapes   # for the other survey tools (survey_trained_detection's int8)
+
+
 def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
     import onnxruntime as ort
     import onnx_mrvl

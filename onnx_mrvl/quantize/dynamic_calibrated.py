@@ -130,8 +130,8 @@ def _rewrite(model: onnx.ModelProto, g: Graph, layers: List[Layer], qp: Dict[str
             attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
             target = L.y
             if L.bias is not None:
-                add = next(r for r in L.removed if r.op_type == "Add")
-                target = add.output[0]
+                add = next((r for r in L.removed if r.op_type == "Add" and L.y in r.input), None)
+                target = add.output[0] if add is not None else L.y   # None: the old quantizer's integer bias
                 if int8_outputs:
                     bs = (np.float32(qp[L.x][0]) * L.ws).astype(np.float32)
                     out.append(_int32_bias(graph, n.name, L.bias, bs, L.wq.shape[0]))

@@ -145,7 +145,14 @@ def _parse(g: Graph, n) -> Layer:
 def _parse_reason(g: Graph, L: Layer) -> Optional[str]:
     n = L.node
     if n.op_type in ("MatMulInteger", "ConvInteger"):
-        cast = g.only_user(n.output[0], "Cast")
+        acc, old = n.output[0], None
+        add = g.only_user(acc, "Add") if L.conv else None
+        if add is not None:   # onnxruntime's first quantizer: an integer bias added to the accumulator
+            old = old_int_bias(g, add, acc)
+            if old is None:
+                return "its accumulator is read by an Add that is not the run-time integer bias of the old quantizer"
+            acc = add.output[0]
+        cast = g.only_user(acc, "Cast")
         mul = g.only_user(cast.output[0], "Mul") if cast is not None else None
         if mul is None or helper.get_attribute_value(next(a for a in cast.attribute if a.name == "to")) != 1:
             return "not followed by Cast(float) -> Mul(scale) alone (the quantize_dynamic form)"
@@ -162,6 +169,14 @@ def _parse_reason(g: Graph, L: Layer) -> Optional[str]:
         if ws is None:
             return "its weight scale is not a constant"
         L.removed = [n, cast, mul] + ([sm] if len(g.users.get(sm.output[0], [])) == 1 else [])
+        if old is not None:
+            bias, chain, divisor = old
+            dp = g.producer.get(divisor)
+            if frozenset(dp.input if dp is not None and dp.op_type == "Mul" else [divisor]) != frozenset(sm.input):
+                return "its integer bias is divided by another scale than the accumulator's"
+            L.removed += [add] + chain + ([dp] if dp is not None and dp.op_type == "Mul" and
+                                          len(g.users.get(divisor, [])) == 1 else [])
+            L.bias = bias
         L.x, L.y = L.dql.input[0], mul.output[0]
         why = _weights(g, L, n.input[1], _inp(n, 3), ws)
     elif n.op_type == "DynamicQuantizeMatMul":   # (A float, B, b_scale, b_zp, bias)
@@ -194,7 +209,7 @@ def _parse_reason(g: Graph, L: Layer) -> Optional[str]:
             L.bias = np.asarray(b, np.float32).reshape(-1)
             L.points.append(f"{n.name}/matmul")
     elif L.conv:
-        add = g.only_user(L.y, "Add")
+        add = g.only_user(L.y, "Add") if L.bias is None else None
         if add is not None:
             c = add.input[1] if add.input[0] == L.y else add.input[0]
             b = g.const(c)
@@ -221,6 +236,31 @@ def _parse_reason(g: Graph, L: Layer) -> Optional[str]:
         act = g.users.get(out, [])
     L.points.append(out)
     return None
+
+
+def old_int_bias(g: Graph, add, acc: str):
+    """(float bias [O], its nodes, the divisor tensor) when ``add`` adds to ``acc`` the run-time
+    integer bias of onnxruntime's first quantizer, ``[Reshape](Cast(int32)(Floor | Round(Div(B,
+    divisor))))`` (docs/legalize.md "dynamic_int_bias"), else None."""
+    t = add.input[1] if add.input[0] == acc else add.input[0]
+    chain = []
+    p = g.producer.get(t)
+    if p is not None and p.op_type == "Reshape" and dom(p) == "" and g.const(p.input[1]) is not None:
+        chain.append(p)
+        p = g.producer.get(p.input[0])
+    if p is None or p.op_type != "Cast" or dom(p) or \
+            helper.get_attribute_value(next(a for a in p.attribute if a.name == "to")) != onnx.TensorProto.INT32:
+        return None
+    chain.append(p)
+    p = g.producer.get(p.input[0])
+    if p is None or p.op_type not in ("Floor", "Round") or dom(p):
+        return None
+    chain.append(p)
+    div = g.producer.get(p.input[0])
+    b = g.const(div.input[0]) if div is not None and div.op_type == "Div" and dom(div) == "" else None
+    if b is None or b.dtype != np.float32 or any(len(g.users.get(c.output[0], [])) != 1 for c in chain):
+        return None
+    return np.asarray(b, np.float32).reshape(-1), chain + [div], div.input[1]
 
 
 def qparams(lo: float, hi: float) -> Tuple[np.float32, np.uint8]:

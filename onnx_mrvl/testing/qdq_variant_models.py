@@ -41,6 +41,64 @@ def lrn_maxpool(seed: int = 0, opset: int = 13, gain: float = 6.0) -> onnx.Model
     return g.model("lrn_maxpool", [("input", F32, [1, 3, 99, 99])], [("output", F32, [1, 16, 11, 11])])
 
 
+def prelu_maxpool(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """MTCNN P-Net's pattern: Conv -> PRelu (per-channel slopes [C, 1, 1], some negative) -> MaxPool
+    -> Conv -> PRelu -> Conv -> Softmax over the channels. quantize_static quantizes the pool's
+    output, not the PRelu's: ``DQ -> PRelu -> MaxPool -> Q``."""
+    g = GraphBuilder(seed, opset)
+    rng = np.random.default_rng(seed + 100)
+    x = g.conv("input", 3, 10, 3, "c1", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a1", rng.uniform(-0.3, 0.6, (10, 1, 1)).astype(np.float32))], "prelu1")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    x = g.conv(x, 10, 16, 3, "c2", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a2", rng.uniform(0.0, 0.5, (16, 1, 1)).astype(np.float32))], "prelu2")
+    x = g.conv(x, 16, 2, 1, "c3", pads=[0, 0, 0, 0])
+    g.node("Softmax", [x], "softmax", axis=1)
+    g.nodes[-1].output[0] = "output"
+    return g.model("prelu_maxpool", [("input", F32, [1, 3, 25, 31])], [("output", F32, [1, 2, 10, 13])])
+
+
+def prelu_flatten_head(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """MTCNN R-Net's pattern: Conv -> PRelu -> MaxPool -> Conv -> PRelu -> Transpose -> Reshape [1, -1]
+    -> Gemm -> PRelu (slope per feature) -> Gemm. Input [1, 3, 12, 12]."""
+    g = GraphBuilder(seed, opset)
+    rng = np.random.default_rng(seed + 200)
+    x = g.conv("input", 3, 8, 3, "c1", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a1", rng.uniform(0.0, 0.5, (8, 1, 1)).astype(np.float32))], "prelu1")
+    x = g.node("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    x = g.conv(x, 8, 16, 3, "c2", pads=[0, 0, 0, 0])
+    x = g.node("PRelu", [x, g.const("a2", rng.uniform(0.0, 0.5, (16, 1, 1)).astype(np.float32))], "prelu2")
+    x = g.node("Transpose", [x], "permute", perm=[0, 3, 2, 1])
+    x = g.node("Reshape", [x, g.const("flat", np.array([1, -1], np.int64))], "flatten")
+    x = g.node("Gemm", [x, g.const("d1.w", g.he((32, 144), 144)), g.const("d1.b", np.full(32, 0.05, np.float32))],
+               "dense1", transB=1)
+    x = g.node("PRelu", [x, g.const("a3", rng.uniform(0.0, 0.5, 32).astype(np.float32))], "prelu3")
+    g.node("Gemm", [x, g.const("d2.w", g.he((4, 32), 32)), g.const("d2.b", np.zeros(4, np.float32))], "dense2",
+           transB=1)
+    g.nodes[-1].output[0] = "output"
+    return g.model("prelu_flatten_head", [("input", F32, [1, 3, 12, 12])], [("output", F32, [1, 4])])
+
+
+def focus_stem(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
+    """YOLOv5's / YOLOX's Focus stem on the image: four strided slices ``x[..., a::2, b::2]`` (H then
+    W, as torch exports them), Concat on the channels, Conv 12 -> 16 + SiLU, Conv 16 -> 8. Input
+    [1, 3, 32, 32] (0..255 pixel values, as ddddocr's detector takes them)."""
+    g = GraphBuilder(seed, opset)
+    i64 = lambda *v: np.array(v, np.int64)   # noqa: E731
+    parts = []
+    for k, (a, b) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
+        h = g.node("Slice", ["input", g.const(f"s{k}h.start", i64(a)), g.const(f"s{k}h.end", i64(1 << 30)),
+                             g.const(f"s{k}h.axis", i64(2)), g.const(f"s{k}h.step", i64(2))], f"slice{k}h")
+        parts.append(g.node("Slice", [h, g.const(f"s{k}w.start", i64(b)), g.const(f"s{k}w.end", i64(1 << 30)),
+                                      g.const(f"s{k}w.axis", i64(3)), g.const(f"s{k}w.step", i64(2))], f"slice{k}w"))
+    x = g.node("Concat", parts, "focus", axis=1)
+    x = g.conv(x, 12, 16, 3, "c1", gain=1.0 / 255)
+    x = g.node("Mul", [x, g.node("Sigmoid", [x], "sig1")], "silu1")
+    g.conv(x, 16, 8, 3, "c2")
+    g.nodes[-1].output[0] = "output"
+    return g.model("focus_stem", [("input", F32, [1, 3, 32, 32])], [("output", F32, [1, 8, 16, 16])])
+
+
 def cnn_moves(seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """Data movement between convs: Pad, Slice, Split -> two convs -> Concat, nearest Resize,
     Transpose there and back, Reshape, Squeeze."""

@@ -12,7 +12,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from . import grn_norm, group_norm, layernorm_canonical
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
-from . import dynamic_dq_moves, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
+from . import dynamic_dq_moves, dynamic_int_bias, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
                contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
@@ -20,7 +20,7 @@ from . import qdq_double_pair, qdq_requant_before_layout
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
     where_const_cond
 from . import nan_guard_dq, qdq_batched_const_matmul, qdq_infinite_softmax, qdq_mask_select, qdq_move_chain, \
-    qdq_pair_before_move, qdq_pool_move, qdq_unique_dq
+    qdq_input_pair, qdq_pair_before_move, qdq_pool_move, qdq_unique_dq
 from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, reducesum_to_mean, sigmoid_expanded,
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
@@ -37,6 +37,7 @@ RULES = (
     fold_constants,
     qlinear_to_qdq,
     qlinear_passthrough,
+    dynamic_int_bias,
     dynamic_int8,
     dynamic_lstm,
     if_static_branch,
@@ -60,6 +61,7 @@ RULES = (
     qdq_pool_move,
     qdq_move_chain,
     qdq_pair_before_move,
+    qdq_input_pair,
     qdq_weight_moves,
     qdq_uint8_weights,
     qdq_float_bias,
