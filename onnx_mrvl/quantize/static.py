@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 # onnxruntime's quantize_static builds its Entropy calibrator with num_bins = num_quantized_bins = 128 (it
 # passes no bin count on), so the KL search has one candidate threshold, the whole range: MinMax's. The
-# entropy method needs a finer histogram than the 128 quantized bins it searches thresholds over
-# (TensorRT's and onnxruntime's own percentile default: 2048).
+# entropy method needs a finer histogram than the 128 quantized bins it searches thresholds over:
+# 2048 (TensorRT's choice; candidates from 1/16 of the range to all of it). onnxruntime's search is a
+# Python loop over bins x candidates: the quantize step of a 179-tensor MobileNetV3 took 128 s against
+# 7.6 s with minmax (512 bins: 25 s, but candidates only down to 1/4 of the range; measured worse).
 ENTROPY_BINS = 2048
 MIN_OPSET = 13
 # The ops the quantizer may put between Q/DQ pairs: those fuse/qdq.py imports as int8 layers
