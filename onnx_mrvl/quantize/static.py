@@ -25,6 +25,13 @@ from ..errors import ModelError, UnsupportedError, UsageError
 
 log = logging.getLogger(__name__)
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+# onnxruntime's quantize_static builds its Entropy calibrator with num_bins = num_quantized_bins = 128 (it
+# passes no bin count on), so the KL search has one candidate threshold, the whole range: MinMax's. The
+# entropy method needs a finer histogram than the 128 quantized bins it searches thresholds over:
+# 2048 (TensorRT's choice; candidates from 1/16 of the range to all of it). onnxruntime's search is a
+# Python loop over bins x candidates: the quantize step of a 179-tensor MobileNetV3 took 128 s against
+# 7.6 s with minmax (512 bins: 25 s, but candidates only down to 1/4 of the range; measured worse).
+ENTROPY_BINS = 2048
 MIN_OPSET = 13
 # The ops the quantizer may put between Q/DQ pairs: those fuse/qdq.py imports as int8 layers
 # (Conv/Gemm/MatMul, pools, nearest Resize, Add) and the activations it folds into them (Relu,
@@ -133,7 +140,7 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
     extra = {"WeightSymmetric": True, "ActivationSymmetric": recipe.activation_symmetric,
              "CalibMovingAverage": recipe.moving_average, "CalibPercentile": recipe.percentile}
     # its calibrators print progress: our stdout may be JSON
-    with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"):
+    with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"), entropy_bins(method):
         q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
                           op_types_to_quantize=int8_op_types(recipe), per_channel=True, reduce_range=False,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
@@ -146,6 +153,34 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
     out.ir_version = max(out.ir_version, 8)
     float_readers_read_float(out, model, set(exclude), recipe)
     return out
+
+
+@contextlib.contextmanager
+def entropy_bins(method: str, bins: int = ENTROPY_BINS):
+    """For ``method="entropy"``: quantize_static's calibrator gets a ``bins``-bin histogram (its own
+    choice, 128 bins for 128 quantized bins, reduces the method to MinMax; module comment above).
+    onnxruntime's ``create_calibrator`` is wrapped for the duration of the call (process-wide)."""
+    if method != "entropy":
+        yield
+        return
+    import importlib
+    mod = importlib.import_module("onnxruntime.quantization.quantize")
+    orig = getattr(mod, "create_calibrator", None)
+    if orig is None:
+        raise UnsupportedError("calibration_method='entropy': this onnxruntime's quantize_static has no "
+                               "create_calibrator to give the entropy histogram its bins (with its own "
+                               "128 bins the method is MinMax)", hint="use calibration_method='percentile'")
+
+    def create(*args, **kwargs):
+        extra = dict(kwargs.get("extra_options") or {})
+        extra.setdefault("num_bins", bins)
+        kwargs["extra_options"] = extra
+        return orig(*args, **kwargs)
+    mod.create_calibrator = create
+    try:
+        yield
+    finally:
+        mod.create_calibrator = orig
 
 
 def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude=frozenset(), recipe=None) -> int:
