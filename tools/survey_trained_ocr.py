@@ -11,7 +11,7 @@ Then (project venv only: numpy, onnx, onnxruntime):
 
     python tools/survey_trained_ocr.py build MODELS OUT      # OUT/<name>.onnx + <name>_feeds.npz
     python tools/survey_trained_ocr.py survey OUT [NAME ...] [--quant]   # tools/survey_torch_exports' loop
-    python tools/survey_trained_ocr.py int8 OUT [NAME ...]   # onnx_mrvl quantize="int8" (calibrated) vs fp32
+    python tools/survey_trained_ocr.py int8 OUT [NAME ...]   # fp16 / quantize="int8" / dynamic vs fp32
 
 ``build`` finds every ``*.onnx`` under MODELS (recursively; byte-identical copies once), links it as
 ``<package>_<model>_p2o.onnx`` (the survey's ``<name>_<form>``) and makes its input the way the wheel's preprocessing does: an ink-on-paper page of
@@ -180,16 +180,28 @@ def task_agreement(name: str, got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.mean(got.argmax(-1) == ref.argmax(-1)))
 
 
+def _score(name: str, run, ref, tests):
+    """max|err| / max|ref| of the first output and the worse page's task agreement, ``run`` vs ``ref``."""
+    err, agree = 0.0, []
+    for t in tests:
+        a, b = np.asarray(run(t)[0], np.float64), np.asarray(ref(t)[0], np.float64)
+        err = max(err, float(np.abs(a - b).max() / (np.abs(b).max() or 1)))
+        agree.append(task_agreement(name, a, b))
+    return f"err vs fp32 {err:.2e} task {100 * min(agree):.2f}%"
+
+
 def int8(folder: str, names) -> int:
-    """onnx_mrvl.convert as fp16 and as quantize="int8" (calibration: 4 seeded pages) against
-    onnxruntime's fp32 run of the original on two other pages: regions, CPU ops, max|err| / max|ref|
-    of the first output and the task agreement (``task_agreement``, the worse page)."""
+    """Against onnxruntime's fp32 run of the original on two pages (max|err| / max|ref| of the first
+    output, task agreement ``task_agreement``): onnx_mrvl.convert fp16; quantize="int8" (calibration:
+    4 other pages); onnxruntime's own runs of quantize_dynamic (QInt8) and of quantize_static QDQ S8
+    (per-channel, the same 4 pages); onnx_mrvl's conversion of that dynamic model."""
     import collections
     import glob
     import logging
 
     import onnx
     import onnxruntime as ort
+    from onnxruntime import quantization as oq
 
     import onnx_mrvl
     logging.disable(logging.WARNING)
@@ -203,24 +215,40 @@ def int8(folder: str, names) -> int:
         calib = [{inp: feed(name, s)} for s in range(10, 14)]
         tests = [{inp: feed(name, s)} for s in (20, 21)]
         shapes = {inp: list(tests[0][inp].shape)}
-        ref = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        ref = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+        ref_run = lambda t: ref.run(None, t)   # noqa: E731
+        dyn, qdq = os.path.join(work, f"{name}_i8dyn.onnx"), os.path.join(work, f"{name}_i8qdq.onnx")
         cells = []
-        for q in ("float16", "int8"):
+        try:
+            oq.quantize_dynamic(src, dyn, weight_type=oq.QuantType.QInt8)
+            data = iter(calib)
+
+            class Reader(oq.CalibrationDataReader):
+                def get_next(self):
+                    return next(data, None)
+
+            oq.quantize_static(src, qdq, Reader(), quant_format=oq.QuantFormat.QDQ, per_channel=True,
+                               activation_type=oq.QuantType.QInt8, weight_type=oq.QuantType.QInt8)
+            for tag, path in (("onnxruntime dynamic", dyn), ("onnxruntime QDQ S8", qdq)):
+                s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+                cells.append(f"{tag}: " + _score(name, lambda t, s=s: s.run(None, t), ref_run, tests))
+        except Exception as exc:   # noqa: BLE001 - a survey: report and go on
+            cells.append(f"onnxruntime quantizer: {type(exc).__name__}: {str(exc)[:200]}")
+        for tag, model, q in (("fp16", src, "float16"), ("int8", src, "int8"), ("dynamic", dyn, "float16")):
             try:
-                r = onnx_mrvl.convert(src, quantize=q, calibration=calib if q == "int8" else None, input_shapes=shapes)
+                r = onnx_mrvl.convert(model, quantize=q, calibration=calib if q == "int8" else None, input_shapes=shapes)
                 sess = onnx_mrvl.InferenceSession(r.save(os.path.join(work, name), overwrite=True))
-                err, agree = 0.0, []
-                for t in tests:
-                    a, b = np.asarray(sess.run(None, t)[0], np.float64), np.asarray(ref.run(None, t)[0], np.float64)
-                    err = max(err, float(np.abs(a - b).max() / (np.abs(b).max() or 1)))
-                    agree.append(task_agreement(name, a, b))
                 cpu = dict(collections.Counter(d.op_type for d in r.report.cpu_nodes())) or "-"
-                cells.append(f"{q}: regions {len(r.report.regions)} cpu {cpu} err vs fp32 {err:.2e} "
-                             f"task {100 * min(agree):.2f}%")
+                cells.append(f"{tag}: regions {len(r.report.regions)} cpu {cpu} "
+                             + _score(name, lambda t: sess.run(None, t), ref_run, tests))
             except Exception as exc:   # noqa: BLE001 - a survey: report and go on
-                cells.append(f"{q}: {type(exc).__name__}: {str(exc)[:200]}")
+                cells.append(f"{tag}: {type(exc).__name__}: {str(exc)[:200]}")
             finally:
                 shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+        for f in glob.glob(os.path.join(work, f"{name}_i8*")):
+            os.remove(f)
         print(f"{name}: " + " | ".join(cells), flush=True)
     return 0
 
