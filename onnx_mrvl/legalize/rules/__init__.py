@@ -25,7 +25,7 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
-from . import sigmoid_difference, softmax_flatten_last
+from . import center_before_transpose, sigmoid_difference, softmax_flatten_last
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from .base import Match
 
@@ -72,6 +72,7 @@ RULES = (
     scatter_to_concat,
     einsum_to_matmul,
     merge_transposes,
+    center_before_transpose,
     layernorm_canonical,
     group_norm,
     grn_norm,
