@@ -237,6 +237,9 @@ def int8(folder: str, names) -> int:
         except Exception as exc:   # noqa: BLE001 - a survey: report and go on
             cells.append(f"onnxruntime quantizer: {type(exc).__name__}: {str(exc)[:200]}")
         for tag, model, q in (("fp16", src, "float16"), ("int8", src, "int8"), ("dynamic", dyn, "float16")):
+            if not os.path.exists(model):
+                cells.append(f"{tag}: - (no model: onnxruntime's quantizer failed)")
+                continue
             try:
                 r = onnx_mrvl.convert(model, quantize=q, calibration=calib if q == "int8" else None, input_shapes=shapes)
                 sess = onnx_mrvl.InferenceSession(r.save(os.path.join(work, name), overwrite=True))
