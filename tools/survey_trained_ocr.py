@@ -9,7 +9,7 @@ Get the models (nothing downloads at run time; docs/surveys/trained-ocr.md):
 
 Then (project venv only: numpy, onnx, onnxruntime):
 
-    python tools/survey_trained_ocr.py build MODELS OUT      # OUT/<name>.onnx + <name>_feeds.npz
+    python tools/survey_trained_ocr.py build MODELS OUT [--opset13]   # OUT/<name>_p2o.onnx + <name>_feeds.npz
     python tools/survey_trained_ocr.py survey OUT [NAME ...] [--quant]   # tools/survey_torch_exports' loop
     python tools/survey_trained_ocr.py int8 OUT [NAME ...]   # fp16 / quantize="int8" / dynamic vs fp32
 
@@ -141,7 +141,18 @@ def _short(path: str, models: str) -> str:
     return f"{pkg}_{base}".replace("__", "_").replace(".", "_").replace("-", "_")
 
 
-def build(models: str, out: str) -> int:
+def _raised(src: str, dst: str) -> None:
+    """The model raised to opset 13 by onnx's version converter (what to quantize per channel: onnxruntime's
+    quantize_static writes per-channel DequantizeLinear ``axis`` that opset 10-12 lack); nothing when it is
+    13 or newer already."""
+    import onnx
+    from onnx import version_converter
+    m = onnx.load(src)
+    if next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 13) < 13:
+        onnx.save(version_converter.convert_version(m, 13), dst)
+
+
+def build(models: str, out: str, opset13: bool = False) -> int:
     os.makedirs(out, exist_ok=True)
     seen = {}
     for root, _, files in sorted(os.walk(models, followlinks=True)):
@@ -167,6 +178,8 @@ def build(models: str, out: str) -> int:
             os.symlink(os.path.abspath(src), dst)
             np.savez(os.path.join(out, name + "_feeds.npz"), feed(name))
             print(f"{name}: {_kind(name)} {feed(name).shape} <- {src}")
+            if opset13:
+                _raised(src, os.path.join(out, name + "_o13.onnx"))
     return 0
 
 
@@ -258,11 +271,13 @@ def int8(folder: str, names) -> int:
 
 def main(argv=None) -> int:
     ap = ste.parser(__doc__, commands=("build", "survey", "int8"))
+    ap.add_argument("--opset13", action="store_true",
+                    help="build: also <name>_o13.onnx, the models below opset 13 raised to 13 (per-channel QDQ)")
     a = ap.parse_intermixed_args(argv)
     if a.command == "build":   # build MODELS OUT
         if len(a.names) != 1:
             ap.error("build MODELS OUT")
-        return build(a.folder, a.names[0])
+        return build(a.folder, a.names[0], a.opset13)
     if a.command == "int8":
         return int8(a.folder, a.names)
     return ste.survey(a.folder, a.names, a.quant, a.clean)
