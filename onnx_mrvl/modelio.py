@@ -214,12 +214,18 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
             # onnxruntime's quantizer moved the Loop up: onnxruntime sorts and runs it, so does legalize
             log.info("the model's nodes are not in topological order (accepted; legalize sorts them)")
             return
+        if "Unrecognized attribute: axis" in first:
+            per_axis = next((n for n in skeleton.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                             and n.domain in ("", "ai.onnx") and any(a.name == "axis" for a in n.attribute)), None)
+            if per_axis is not None:
+                raise ModelError(
+                    f"{per_axis.op_type} '{per_axis.name}' has a per-channel 'axis', which opset "
+                    f"{default[0] if default else '?'} does not have (onnxruntime's quantize_static writes it with "
+                    f"per_channel=True into opset 10-12 models; onnxruntime refuses the model as well)",
+                    node=per_axis.name,
+                    hint="raise the float model to opset 13 (onnx.version_converter.convert_version(m, 13)) "
+                         "before quantizing it, or quantize with per_channel=False") from None
         hint = _unknown_op_hint(skeleton) or "fix the exporter output (onnx.checker.check_model explains)"
-        if "Unrecognized attribute: axis for operator" in first and "QuantizeLinear" in first:
-            # onnxruntime's quantize_static(per_channel=True) of a model below opset 13 writes it so;
-            # onnxruntime refuses that model too
-            hint = ("per-channel QuantizeLinear / DequantizeLinear (their axis) need opset 13: convert the "
-                    "float model with onnx.version_converter.convert_version(model, 13) before quantizing")
         raise ModelError(f"the model fails the ONNX checker: {first}", hint=hint) from None
 
 

@@ -323,3 +323,20 @@ def test_cut_after_takes_fused_node_names_exclude_does_not():
     assert len(res.subgraphs) == 2
     with pytest.raises(UsageError, match="'mrvl_pool1'"):
         onnx_mrvl.convert(EXAMPLE, exclude=["mrvl_pool1"])         # fuse never sees it: it would do nothing
+
+
+def test_per_channel_dq_below_opset_13_names_the_node_and_the_way_out():
+    """onnxruntime's quantize_static (per_channel=True) writes DequantizeLinear with ``axis`` into an
+    opset 11 model (paddle2onnx's PP-OCRv6 / seal det exports); onnxruntime refuses it too. The
+    error names the node and says to raise the float model to opset 13 first."""
+    from onnx_mrvl.errors import ModelError
+    w = np.arange(12, dtype=np.int8).reshape(4, 3)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], name="w_DequantizeLinear", axis=0),
+             helper.make_node("Add", ["x", "wf"], ["y"], name="add")]
+    m = make_model(nodes, [("x", [4, 3])], ["y"], {"w": w, "s": np.full(4, 0.1, np.float32),
+                                                  "z": np.zeros(4, np.int8)}, opset=11)
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 3]))
+    with pytest.raises(ModelError) as e:
+        onnx_mrvl.convert(m)
+    assert "w_DequantizeLinear" in str(e.value) and "per-channel" in str(e.value)
+    assert "opset 13" in (e.value.hint or "")

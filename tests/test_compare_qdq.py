@@ -188,6 +188,38 @@ def test_plan_q_found_under_a_shared_scale_name():
     assert np.abs(found["eq"].astype(np.int64) - want).max() <= 1
 
 
+def test_opset12_per_channel_plan_reloads_as_contrib_dq():
+    """onnxruntime's quantizer writes per-channel DequantizeLinear (``axis``) into opset 11 / 12
+    models (paddle2onnx, tf2onnx); the plan onnxruntime saves of such a model is refused on reload
+    ("Unrecognized attribute: axis"). qdq_probes.contrib_axis_qdq moves those nodes to
+    com.microsoft (the same per-axis function), so compare reads the plan; opset >= 13 is left alone."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx_mrvl.inspection.qdq_probes import contrib_axis_qdq
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (4, 3)).astype(np.int8)
+    sc = (rng.random(4) * 0.1 + 0.01).astype(np.float32)
+    zp = np.zeros(4, np.int8)
+
+    def model(opset):
+        nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], name="dq", axis=0),
+                 helper.make_node("Add", ["x", "wf"], ["y"], name="add")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(sc, "s"),
+                               numpy_helper.from_array(zp, "z")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+    with pytest.raises(Exception, match="axis"):
+        ort.InferenceSession(model(12).SerializeToString(), providers=["CPUExecutionProvider"])
+    fixed = contrib_axis_qdq(model(12))
+    assert [n.domain for n in fixed.graph.node] == ["com.microsoft", ""]
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    y = ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(y, x + w.astype(np.float32) * sc[:, None])
+    assert [n.domain for n in contrib_axis_qdq(model(13)).graph.node] == ["", ""]
+
+
 def test_square_codes_moved_by_the_plan_map_back_through_the_models_moves():
     """``MatMul -> Q/DQ -> Reshape [1, 8, 8] -> Q/DQ -> Transpose -> Q/DQ -> Reshape [1, 1, 8, 8] ->
     Q/DQ`` (one scale: Deformable-DETR's value map before GridSample): onnxruntime's plan drops the

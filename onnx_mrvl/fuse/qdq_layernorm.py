@@ -100,7 +100,8 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
                and float(np.asarray(g.const(u.input[1])).reshape(-1)[0]) == 2.0
                or u.op_type == "Mul" and list(u.input) == [d, d]), None)
     var = _only(g, sq.output[0], ("ReduceMean",)) if sq is not None else None
-    if var is None or _axes(g, var) != axes:
+    va = _axes(g, var) if var is not None else None
+    if va is None or [a % len(shape) for a in va] != [a % len(shape) for a in axes]:   # [2] and [-1] alike
         return None
     nodes = [n, subs[0], sq, var]
     quant = {}

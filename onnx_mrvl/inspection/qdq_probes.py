@@ -47,10 +47,29 @@ def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
         so.log_severity_level = 4
         try:
             ort_plan.session(model.SerializeToString(), so)
-            return onnx.load(path)
+            return contrib_axis_qdq(onnx.load(path))
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
             raise ModelError(f"onnxruntime cannot optimize model {model.graph.name!r}: {exc}",
                              hint="check the model with onnx.checker") from None
+
+
+def contrib_axis_qdq(plan: onnx.ModelProto) -> onnx.ModelProto:
+    """``plan`` with every default-domain QuantizeLinear / DequantizeLinear that has an ``axis``
+    moved to com.microsoft when the model's opset is below 13. onnxruntime's quantizer writes
+    per-channel weight Q / DQ with ``axis`` into opset 10-12 models (paddle2onnx / tf2onnx exports
+    at opset 11 / 12) and onnxruntime runs them, but the plan it saves is refused on reload
+    ("Unrecognized attribute: axis"); com.microsoft's QuantizeLinear / DequantizeLinear are the same
+    per-axis functions with ``axis`` in every version."""
+    opset = next((o.version for o in plan.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset >= 13:
+        return plan
+    for n in plan.graph.node:
+        if n.domain in ("", "ai.onnx") and n.op_type in ("QuantizeLinear", "DequantizeLinear") and \
+                any(a.name == "axis" for a in n.attribute):
+            n.domain = "com.microsoft"
+    if not any(o.domain == "com.microsoft" for o in plan.opset_import):
+        plan.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    return plan
 
 
 def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], optimize: bool) -> Dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from . import (avgpool_global, convtranspose_phase_conv, matmul_rank_align, redu
                softplus_threshold, sub_tensors, unbind_to_gather)
 from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
-from . import sigmoid_difference
+from . import center_before_transpose, sigmoid_difference, softmax_flatten_last
 from . import pow_square
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
@@ -53,6 +53,7 @@ RULES = (
     contrib_rotary,
     contrib_cached,
     contrib_fused,
+    softmax_flatten_last,
     qdq_unique_dq,
     nan_guard_dq,
     qdq_infinite_softmax,
@@ -82,6 +83,7 @@ RULES = (
     einsum_to_matmul,
     grouped_transpose,
     merge_transposes,
+    center_before_transpose,
     layernorm_canonical,
     group_norm,
     grn_norm,
