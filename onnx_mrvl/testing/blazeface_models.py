@@ -14,27 +14,14 @@ from typing import Dict
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from .tflite_models import TFLiteNet
 
 
-class _Net:
+class _Net(TFLiteNet):
     def __init__(self, seed: int):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.k = [], [], 0
-
-    def name(self, base: str) -> str:
-        self.k += 1
-        return f"{base}_{self.k}"
-
-    def const(self, value, base="c") -> str:
-        n = self.name(base)
-        self.inits.append(numpy_helper.from_array(np.asarray(value), n))
-        return n
-
-    def op(self, op_type, inputs, base=None, **attrs) -> str:
-        n = self.name(base or op_type)
-        self.nodes.append(helper.make_node(op_type, list(inputs), [n], name=n, **attrs))
-        return n
+        super().__init__(seed, quantized=False)
 
     def conv(self, x, cin, cout, k=1, stride=1, group=1, pads=None) -> str:
         w = self.rng.normal(0, 1.0 / np.sqrt(k * k * cin / group), (cout, cin // group, k, k))

@@ -21,7 +21,9 @@ S_ACT, Z_ACT = 4.0 / 255, -128  # Relu outputs (TFLite: zero point -128)
 S_OUT, Z_OUT = 4.0 / 127, 0
 
 
-class _Net:
+class TFLiteNet:
+    """A seeded graph builder: named nodes and initializers (blazeface_models builds on it too)."""
+
     def __init__(self, seed: int, quantized: bool):
         self.rng = np.random.default_rng(seed)
         self.q = quantized
@@ -68,7 +70,7 @@ class _Net:
 
 def unet(seed: int = 0, quantized: bool = True) -> onnx.ModelProto:
     """A small Keras U-Net as a full-integer TFLite model through tf2onnx (int8 input and output)."""
-    n = _Net(seed, quantized)
+    n = TFLiteNet(seed, quantized)
     t = n.op("Transpose", ["input"], "input_nchw", perm=[0, 3, 1, 2])           # on the codes
     x = n.dq(t, S_IN, Z_IN)
     q1 = n.qz(n.conv(x, S_IN, 3, 8, 3, True), S_ACT, Z_ACT)                     # [1, 8, 16, 16]
