@@ -148,3 +148,21 @@ def test_strided_mark_only_where_onnxruntime_sums_in_order(tmp_path):
     conv, same, total, ln = _run_qdq(_split_layernorm(conv=True, batch=2), "s8", tmp_path, "b2", seeds=(7,), batch=2)
     assert len(conv.report.regions) == 1 and len(ln) == 1 and "mean_sum" not in ln[0]
     assert same >= 0.99 * total, f"{same} of {total} identical"
+
+
+def test_fused_split_layernorm_reference_body_runs_in_plain_onnxruntime(tmp_path):
+    """The fused model (Mrvl LayerNorm with mean_sum = "strided") runs through its reference body
+    (the attribute names a summation order only), equal to the QDQ model's codes."""
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    src = str(tmp_path / "f.onnx")
+    onnx.save(_split_layernorm(conv=True), src)
+    qdq = quantize_static_qdq(src, str(tmp_path / "q.onnx"), _feeds(8), act="s8", per_channel=False)
+    fused = fuse(legalize(onnx.load(qdq)).model).model
+    lns = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type == "LayerNorm"]
+    assert len(lns) == 1
+    assert {a.name: a for a in lns[0].attribute}["mean_sum"].s == b"strided"
+    ref = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"])
+    for f in _feeds(2, seed=7):
+        np.testing.assert_array_equal(got.run(None, f)[0], ref.run(None, f)[0])
