@@ -51,6 +51,8 @@ def sum_last(rows: np.ndarray) -> np.ndarray:
     """onnxruntime's fp32 sum over the last axis of ``rows`` [R, n] (row r at offset r * n)."""
     rows = np.ascontiguousarray(rows, F32)
     r, n = rows.shape
+    if n == 0:
+        return np.zeros(r, F32)
     out = np.empty(r, F32)
     heads = (-(np.arange(r, dtype=np.int64) * n)) % P
     for h in np.unique(heads):
@@ -61,6 +63,8 @@ def sum_last(rows: np.ndarray) -> np.ndarray:
 
 def sum_in_order(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, F32)
+    if rows.shape[1] == 0:
+        return np.zeros(rows.shape[0], F32)
     s = rows[:, 0].copy()
     for k in range(1, rows.shape[1]):
         s += rows[:, k]
@@ -73,7 +77,7 @@ def mean(x: np.ndarray, axis: int, strided: bool = False) -> np.ndarray:
     x = np.asarray(x, F32)
     rows = np.moveaxis(x, axis, -1)
     shape, n = rows.shape, rows.shape[-1]
-    rows = rows.reshape(-1, n)
+    rows = rows.reshape(int(np.prod(shape[:-1], dtype=np.int64)), n)
     s = sum_in_order(rows) if strided else sum_last(rows)
     m = (s / F32(n)).astype(F32)
     return np.expand_dims(m.reshape(shape[:-1]), axis)
