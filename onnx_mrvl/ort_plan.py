@@ -68,6 +68,22 @@ def float_gemm_of(node: onnx.NodeProto) -> Optional[str]:
     return next((p.value for p in node.metadata_props if p.key == FLOAT_GEMM_KEY), None)
 
 
+STRIDED_MEAN_KEY = "onnx_mrvl.ort_strided_mean"   # node metadata: onnxruntime sums this mean over a strided axis
+
+
+def mark_strided_mean(node: onnx.NodeProto) -> None:
+    """Record on a ReduceMean legalize moved that onnxruntime, running the model as given, sums it
+    over a strided axis (its RK path: an in-order fp32 sum; sim/ort_reduce.py), not over the last."""
+    if strided_mean(node):
+        return
+    node.metadata_props.add(key=STRIDED_MEAN_KEY, value="1")
+
+
+def strided_mean(node: onnx.NodeProto) -> bool:
+    """Whether ``mark_strided_mean`` marked ``node``."""
+    return any(p.key == STRIDED_MEAN_KEY for p in node.metadata_props)
+
+
 def ort_u8_adds(model: onnx.ModelProto) -> FrozenSet[str]:
     """Names of the int8 QDQ Add nodes onnxruntime fuses into a QLinearAdd of uint8 codes: its x86
     rewrite (QDQS8ToU8Transformer) turns each int8 Q -> DQ pair whose Q has one reader into uint8

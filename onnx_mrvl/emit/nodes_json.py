@@ -351,6 +351,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                 attrs["rms"] = _s(1)
             if a.get("form"):   # x * inv + c (fuse/qdq_norm_affine.py)
                 attrs["form"] = [str(a["form"])]
+            if a.get("mean_sum"):   # onnxruntime's order of the mean's sum (fuse/qdq_layernorm.py)
+                attrs["mean_sum"] = [str(a["mean_sum"])]
             if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)
                 attrs.update(inner_scales=_s([float(v) for v in a["inner_scales"]]),
                              inner_zero_points=_s([int(v) for v in a["inner_zero_points"]]),

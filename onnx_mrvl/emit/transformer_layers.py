@@ -76,6 +76,11 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         params.update(inner_scales=[float(np.float32(s)) for s in scales], inner_zero_points=[int(z) for z in zps],
                       inner_types=types)
         kind = "form" if form else "rms" if rms else "layernorm"
+    mean_sum = a.str("mean_sum", "") or None   # onnxruntime summed the mean over a strided axis (ort_reduce.py)
+    if mean_sum is not None:
+        if mean_sum != "strided" or rms or form or not a.has("inner_scales"):
+            a.fail(f"mean_sum {mean_sum!r}: \"strided\", on a layer norm with inner_scales only")
+        params["mean_sum"] = mean_sum
         extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
     for role, required in (("gamma", True), ("beta", False)):
         if not a.has(f"{role}_const_name"):

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from ..graph_index import GraphIndex, attr
+from ..ort_plan import strided_mean
 from ..target import Target
 from .groups import Group
 from .patterns import tensor_reason
@@ -150,6 +151,8 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
              "inner_scales": [float(q[0]) if q else 0.0 for q in qs],
              "inner_zero_points": [int(q[1]) if q else 0 for q in qs],
              "inner_types": ",".join(q[2] if q else "" for q in qs)}
+    if strided_mean(n):   # onnxruntime sums this mean over a strided axis (center_before_transpose)
+        attrs["mean_sum"] = "strided"
     return Group("LayerNorm", "mrvl.layernorm", nodes, [x], last.output[0], attrs, weights)
 
 

@@ -157,6 +157,8 @@ def materialize(m, grp: Group) -> None:
             attrs["rms"] = 1
         if grp.attrs.get("form"):   # x * inv + c with interior points (qdq_norm_affine.py)
             attrs["form"] = grp.attrs["form"]
+        if grp.attrs.get("mean_sum"):   # the mean onnxruntime sums over a strided axis (qdq_layernorm.py)
+            attrs["mean_sum"] = grp.attrs["mean_sum"]
         base = grp.anchor.name
         ins += [m.init(f"{base}_gamma", grp.weights["gamma"]),
                 m.init(f"{base}_beta", grp.weights["beta"]) if "beta" in grp.weights else ""]

@@ -16,6 +16,7 @@ import numpy as np
 
 from .int8 import ACC_LIMIT, QRANGE, fake_quant, quantize
 from .matmul import BatchMatMul
+from . import ort_reduce
 
 F32 = np.float32
 F64 = np.float64
@@ -217,18 +218,21 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
     return run
 
 
-def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points) -> Tuple[np.ndarray, bool]:
+def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points,
+                    mean_strided: bool = False) -> Tuple[np.ndarray, bool]:
     """A LayerNorm with interior quantization points (a QDQ export's decomposed layer norm, as
     onnxruntime runs it in fp32): m = mean(x); d = x - m; v = mean(d * d) -> DQ(Q(.)) at "var";
     + eps -> at "vareps"; n = d / sqrt(.) -> at "norm"; * gamma -> at "scaled"; + beta. ``points``:
-    four (scale, zero point, type) or None. The fp32 result, unrounded."""
+    four (scale, zero point, type) or None. Both means are onnxruntime's ReduceMean over the last
+    axis (``ort_reduce``); ``mean_strided``: the first over a strided axis (its in-order sum; the
+    centering ``center_before_transpose`` moved back after a Transpose). The fp32 result, unrounded."""
     def fq(v, k):
         return v if points[k] is None else fake_quant(v, *points[k])
     shape = (-1,) + (1,) * (-axis - 1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
-        d = x - np.mean(x, axis=axis, keepdims=True, dtype=F32)
-        v = fq(np.mean(d * d, axis=axis, keepdims=True, dtype=F32), 0)
+        d = x - ort_reduce.mean(x, axis, strided=mean_strided)
+        v = fq(ort_reduce.mean(d * d, axis), 0)
         ve = fq((v + F32(eps)).astype(F32), 1)
         y = fq((d / np.sqrt(ve)).astype(F32), 2)
         y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 3)

@@ -40,6 +40,9 @@ def build_layernorm(spec, n_inputs: int):
     points = inner_points(spec, 11 if form else 5 if rms else 4)   # RMSNorm: square, var, vareps, inv, norm
     if form is not None and points is None:
         raise spec.error(f"form {form!r} without its interior points (inner_scales)")
+    mean_sum = spec.param("mean_sum", None)   # onnxruntime's order of the mean's sum (sim/ort_reduce.py)
+    if mean_sum is not None and (mean_sum != "strided" or points is None or rms or form):
+        raise spec.error(f"mean_sum {mean_sum!r}: \"strided\", on a layer norm with interior points only")
 
     def run(x):
         _check_axis(spec, x, axis)
@@ -51,7 +54,8 @@ def build_layernorm(spec, n_inputs: int):
             x = fake_quant(x, *in_q)   # the codes it reads (exact when x already holds them)
         if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
             y, ok = affine_inner(x, axis, eps, gamma, beta, points, form) if form else \
-                (rmsnorm_inner if rms else layernorm_inner)(x, axis, eps, gamma, beta, points)
+                rmsnorm_inner(x, axis, eps, gamma, beta, points) if rms else \
+                layernorm_inner(x, axis, eps, gamma, beta, points, mean_strided=mean_sum == "strided")
         elif out_q is not None:        # int8 codes out: onnxruntime's fp32 kernel, then its Q
             y, ok = layernorm_onnxruntime(x, axis, eps, gamma, beta, rms=rms)
         else:

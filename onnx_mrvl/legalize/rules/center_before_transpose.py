@@ -8,7 +8,12 @@ onnxruntime's transpose optimizer (``quant_pre_process``, the basic optimization
 rec: ``flatten(2).transpose([0, 2, 1])`` then LayerNorm) through the mean and the Sub; the variance,
 the scale and the shift stay after it. That split form is no layer norm layernorm_canonical knows:
 ReduceMean and Sub stayed on the CPU (PP-OCRv5 rec int8: 2 regions -> 1). Exact (a permutation).
-Rules: the mean read only by the Sub, the Sub's output only by the Transpose, x of a known rank."""
+Rules: the mean read only by the Sub, the Sub's output only by the Transpose, x of a known rank.
+
+onnxruntime, running the model as given, sums that mean over the strided axis (in order, when the
+axes before it are all 1), not over the last as a ReduceMean after the Transpose would: the new
+ReduceMean is marked (``ort_plan.mark_strided_mean``) so that a QDQ layer norm built on it
+(fuse's qdq_layernorm, ``mean_sum`` = "strided") sums its mean in that order, bit for bit."""
 from __future__ import annotations
 
 from typing import Optional
@@ -16,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Match, attr, axes_of
+from ...ort_plan import mark_strided_mean
 
 NAME = "center_before_transpose"
 OPS = ("Transpose",)
@@ -50,7 +56,8 @@ def check(m: Match, g, target) -> Optional[str]:
         return "the mean or the centred tensor has other readers"
     if mean.output[0] in g.outputs or sub.output[0] in g.outputs:
         return "a graph output inside the form"
-    m.data.update(perm=perm, r=r)
+    lead = sx[:axes[0] % r]
+    m.data.update(perm=perm, r=r, strided=all(isinstance(d, int) and d == 1 for d in lead))
     return None
 
 
@@ -63,9 +70,11 @@ def rewrite(m: Match, g) -> str:
     g.make("Transpose", [x], [xt], near=mean, origin=m.origin, name=node.name, perm=perm)
     mt = g.fresh(f"{mean.name}/t")
     if attr(mean, "axes") is not None or g.opset < 18:
-        g.make("ReduceMean", [xt], [mt], near=mean, origin=m.origin, name=mean.name, axes=[r - 1], keepdims=1)
+        red = g.make("ReduceMean", [xt], [mt], near=mean, origin=m.origin, name=mean.name, axes=[r - 1], keepdims=1)
     else:
         ax = g.add_const(f"{mean.name}/axes", np.array([r - 1], np.int64))
-        g.make("ReduceMean", [xt, ax], [mt], near=mean, origin=m.origin, name=mean.name, keepdims=1)
+        red = g.make("ReduceMean", [xt, ax], [mt], near=mean, origin=m.origin, name=mean.name, keepdims=1)
+    if m.data["strided"]:   # onnxruntime's in-order sum over the strided axis (its RK path)
+        mark_strided_mean(red)
     g.make("Sub", [xt, mt], [node.output[0]], near=sub, origin=m.origin, name=sub.name)
     return f"the mean over axis {perm[-1]} and its Sub moved after the Transpose {perm}"
