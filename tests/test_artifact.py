@@ -445,10 +445,13 @@ def test_meta_not_canonical(blob):
 @pytest.mark.parametrize("edit, words", [
     (lambda m: m.pop("layers"), ["missing required key 'layers'"]),
     (lambda m: m.update(format="other"), ["meta.format", "'other'"]),
-    (lambda m: m.update(program_version=3), ["program_version 3", "newer", "upgrade"]),
+    (lambda m: m.update(program_version=4), ["program_version 4", "newer", "upgrade"]),
     # a version-1 reader would run the layer without its per-row state output: the program says 2
     (lambda m: m["layers"][0].setdefault("params", {}).update(final_state_rows=1),
      ["program_version 1", "final_state_rows", "defined by program_version 2"]),
+    # a version-2 reader would sum a layer norm's mean in its own order: the program says 3
+    (lambda m: (m.update(program_version=2), m["layers"][0].setdefault("params", {}).update(mean_sum="strided")),
+     ["program_version 2", "mean_sum", "defined by program_version 3"]),
     (lambda m: m.update(name=7), ["meta.name", "expected the region name", "integer 7"]),
     (lambda m: m["tensors"][2].update(nbytes=5), ["meta.tensors[2].nbytes: 5", "expected 1024"]),
     (lambda m: m["tensors"][2].update(shape=[1, -8, 8, 8]), ["meta.tensors[2].shape[1]", "-8"]),

@@ -14,6 +14,7 @@ import pytest
 from onnx import helper
 
 import onnx_mrvl
+from onnx_mrvl.artifact import load
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model
 from onnx_mrvl.ort_plan import strided_mean
 from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
@@ -137,6 +138,9 @@ def test_qdq_split_layernorm_matches_onnxruntime(act, split, tmp_path):
     assert {d.op_type for d in conv.report.cpu_nodes()} == {"QuantizeLinear", "DequantizeLinear"}
     assert len(ln) == 1 and "inner_scales" in ln[0]
     assert ln[0].get("mean_sum") == (["strided"] if split else None)
+    # a reader of program_version 2 would sum the mean in its own order: such a program says 3
+    meta = load(f"{tmp_path}/c_out/mrvl_region_0.bin").meta
+    assert meta["program_version"] == (3 if split else 1)
     # measured: S8 2560 of 2560, U8 2559 of 2560 in both forms (that one code differs before this
     # change too, and in the form as exported: not the layer norm's)
     assert same >= total - (1 if act == "u8" else 0), f"{same} of {total} identical"

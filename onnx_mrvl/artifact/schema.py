@@ -12,14 +12,15 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 from .io_quant import IO_QUANT_SINCE, check_io_quant
 
 PROGRAM_FORMAT = "onnx_mrvl.program"
-PROGRAM_VERSION = 2                     # newest program_version this reader understands
+PROGRAM_VERSION = 3                     # newest program_version this reader understands
 
 
 def program_features(layers: list) -> Dict[str, int]:
     """The features of a program's layers that a reader of an older ``program_version`` would skip
     without noticing (and so compute something else), each with the version that defined it:
     asymmetric int8 weights (a ``weight_zero_point`` weight) and a recurrent layer's per-row lengths
-    (``sequence_lens`` among its ``state_inputs``) or final-state rows (``final_state_rows``), all 2.
+    (``sequence_lens`` among its ``state_inputs``) or final-state rows (``final_state_rows``), all 2;
+    a layer norm's mean summed in onnxruntime's strided order (``mean_sum``), 3.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -33,6 +34,8 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["sequence_lens"] = 2
             if params.get("final_state_rows"):
                 found["final_state_rows"] = 2
+            if params.get("mean_sum"):
+                found["mean_sum"] = 3
     return found
 
 
