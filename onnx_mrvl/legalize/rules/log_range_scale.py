@@ -1,0 +1,249 @@
+"""A homogeneous chain into a Log whose values exceed fp16 -> the same chain on values scaled by a
+power of two, the scale undone after the Log by an added constant.
+
+Audio front ends (openWakeWord's melspectrogram, torchaudio / librosa-style log-mel exports) compute
+``Log(max(mel(|STFT(x)|^2), eps))`` on int16-scale audio (|x| up to 32767): the STFT conv already
+exceeds fp16's 65504, the power spectrum by far, and the region fails with the fp16 overflow error.
+The chain from the linear front (Conv / MatMul / Gemm with constant weights: the *sources*) to the
+Log is homogeneous: scaling the sources' weights (and biases) by ``s = 2^-k`` scales every tensor of
+degree ``d`` (1 after a source, 2 after a square ``x * x`` / ``Pow(x, 2)``, the sum of both factors'
+degrees after a Mul) by ``s^d``; ``Add`` needs equal degrees (a constant term is scaled by ``s^d``),
+a lower clamp ``Max(x, eps)`` / ``Clip(x, eps[, hi])`` scales its bounds, and
+``Log(s^d * y) = Log(y) - d k ln 2`` is undone by adding ``d k ln 2`` after the Log. In exact math
+and in fp32 math the rewrite is exact (a power-of-two scale is exact in floating point, bar
+underflow below the fp16 range, which the scaled chain is placed away from).
+
+``k`` comes from a static bound, never from a guess: the sources' input magnitude ``X`` is *declared*
+-- by an integer dtype the input is cast from (``Cast(int16 -> float)``: 32768), or by the model's
+metadata ``mrvl.input_range.<graph input>`` (max |x| of that input, e.g. "32768" for int16-scale
+audio; ``onnx.helper.set_model_props``) -- and propagated through the chain (a source: the largest
+row sum of |w| times X plus |bias|; a square: the bound squared; MatMul: the largest column sum of
+|W| times the bound; Add: the sum). ``k`` is the smallest that puts every bound times ``s^d`` under
+half of fp16's largest value; none needed: no rewrite. Without a declared range, a tensor of the
+chain read outside it, or a chain that is not homogeneous (e.g. ``x^2 + x``, a Sigmoid on the way),
+nothing changes: such a model still fails closed with the fp16 overflow error when its values
+overflow."""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from .base import Match, inp, is_float
+
+NAME = "log_range_scale"
+OPS = ("Log",)
+FP16_MAX = 65504.0
+HEADROOM = 0.5                      # bounds must fit half of fp16's range (rounding of the sums)
+LAYOUT = ("Unsqueeze", "Squeeze", "Reshape", "Transpose", "Identity", "Flatten")
+LINEAR = ("Conv", "MatMul", "Gemm")
+INT_RANGE = {2: 255.0, 3: 128.0, 4: 65535.0, 5: 32768.0, 6: 2.0 ** 31, 12: 2.0 ** 32}  # TensorProto ids
+META = "mrvl.input_range."
+
+
+class _Refuse(Exception):
+    pass
+
+
+def match(node, g) -> Optional[Match]:
+    if node.op_type != "Log" or node.domain not in ("", "ai.onnx") or not is_float(g, node.input[0]):
+        return None
+    try:
+        walk = _Walk(g)
+        deg, bound = walk.visit(node.input[0])
+    except _Refuse:
+        return None
+    if deg < 1 or not walk.closed(node):
+        return None
+    limit = FP16_MAX * HEADROOM
+    k = 0
+    for name, (d, b) in walk.info.items():
+        if b > limit and d > 0:
+            k = max(k, math.ceil(math.log2(b / limit) / d))
+    if k == 0:
+        return None
+    return Match([node], {"walk": walk, "k": k, "deg": deg})
+
+
+def check(m: Match, g, target) -> Optional[str]:
+    return None
+
+
+def rewrite(m: Match, g) -> str:
+    walk, k, node = m.data["walk"], m.data["k"], m.node
+    for n, d, idx in walk.scale:           # constants scaled by 2^(-k d): weights, biases, terms, bounds
+        arr = g.const(n.input[idx])
+        new = (arr.astype(np.float64) * 2.0 ** (-k * d)).astype(arr.dtype)
+        g.set_input(n, idx, g.add_const(f"{n.name}/scaled", new))
+    y = node.output[0]
+    mid = g.fresh(f"{y}/scaled_log")
+    g.rename_output(node, 0, mid)
+    shift = g.scalar_like(f"{node.name}/unscale", k * m.data["deg"] * math.log(2.0), mid)
+    g.make("Add", [mid, shift], [y], near=node, origin=m.origin, name=f"{node.name}/unscale")
+    return (f"chain into Log computed at 2^-{k} (sources' weights) -> Log + {k * m.data['deg']} ln 2 "
+            f"(declared input range {walk.x:g}: fits fp16)")
+
+
+class _Walk:
+    """The chain feeding a Log: per tensor its degree and bound; the constants to scale."""
+
+    def __init__(self, g):
+        self.g = g
+        self.info: Dict[str, Tuple[int, float]] = {}
+        self.scale = []                     # (node, degree, input index)
+        self.inside: Dict[int, object] = {}  # nodes of the chain
+        self.x = 0.0
+
+    def visit(self, name: str) -> Tuple[int, float]:
+        if name in self.info:
+            return self.info[name]
+        g = self.g
+        n = g.producer.get(name)
+        if n is None or n.domain not in ("", "ai.onnx") or name in g.pinned:
+            raise _Refuse(name)
+        self.inside[id(n)] = n
+        res = self._op(n)
+        self.info[name] = res
+        return res
+
+    def closed(self, log) -> bool:
+        """Every reader of the chain's tensors is in the chain or is the Log: nothing else sees the
+        scaled values."""
+        for n in self.inside.values():
+            for o in n.output:
+                if o in self.g.pinned or any(u is not log and id(u) not in self.inside for u in self.g.users(o)):
+                    return False
+        return True
+
+    def _op(self, n) -> Tuple[int, float]:
+        g, op = self.g, n.op_type
+        if op in LAYOUT:
+            return self.visit(n.input[0])
+        if op in LINEAR:
+            return self._linear(n)
+        if op == "Pow":
+            e = g.const(inp(n, 1))
+            if e is None or e.size != 1 or float(e.reshape(-1)[0]) != 2.0:
+                raise _Refuse(op)
+            d, b = self.visit(n.input[0])
+            return 2 * d, b * b
+        if op == "Mul":
+            return self._mul(n)
+        if op == "Add":
+            return self._add(n)
+        if op in ("Max", "Clip"):
+            return self._clamp(n)
+        raise _Refuse(op)                    # not homogeneous (or unknown): leave
+
+    def _linear(self, n) -> Tuple[int, float]:
+        g = self.g
+        w = g.const(inp(n, 1))
+        if w is None or g.is_const(n.input[0]):
+            raise _Refuse(n.op_type)
+        if n.op_type == "Gemm" and any(a.name in ("transA",) and a.i for a in n.attribute):
+            raise _Refuse("transA")
+        bias = inp(n, 2)
+        b = g.const(bias) if bias else None
+        if bias and b is None:
+            raise _Refuse("bias")
+        a = np.abs(w.astype(np.float64))
+        if n.op_type == "Conv":
+            gain = float(a.reshape(a.shape[0], -1).sum(axis=1).max())
+        elif n.op_type == "Gemm" and any(x.name == "transB" and x.i for x in n.attribute):
+            gain = float(a.sum(axis=1).max())
+        elif a.ndim == 2:
+            gain = float(a.sum(axis=0).max())
+        else:
+            raise _Refuse("batched weights")
+        if n.op_type == "Gemm":
+            alpha = [x.f for x in n.attribute if x.name == "alpha"]
+            gain *= abs(alpha[0]) if alpha else 1.0
+        bmax = float(np.abs(b).max()) if b is not None and b.size else 0.0
+        saved = (dict(self.info), dict(self.inside), list(self.scale))
+        try:                                # a linear op after the chain's front: passes the degree on
+            d, xb = self.visit(n.input[0])
+            if d < 1:
+                raise _Refuse("degree 0")
+        except _Refuse:                     # the front: its weights take the scale
+            self.info, self.inside, self.scale = saved
+            d, xb = 1, self._declared(n.input[0])
+            self.scale.append((n, 1, 1))
+        if bias:
+            self.scale.append((n, d, 2))
+        return d, gain * xb + bmax
+
+    def _mul(self, n) -> Tuple[int, float]:
+        g = self.g
+        a, b = n.input[0], n.input[1]
+        ca, cb = g.const(a), g.const(b)
+        if ca is not None and cb is not None:
+            raise _Refuse("constant Mul")
+        if ca is not None or cb is not None:
+            c = ca if ca is not None else cb
+            d, bd = self.visit(b if ca is not None else a)
+            return d, bd * float(np.abs(c).max())
+        da, ba = self.visit(a)
+        db, bb = self.visit(b)
+        return da + db, ba * bb
+
+    def _add(self, n) -> Tuple[int, float]:
+        g = self.g
+        terms = []
+        for i, t in enumerate(n.input[:2]):
+            c = g.const(t)
+            terms.append((i, c))
+        if all(c is not None for _, c in terms):
+            raise _Refuse("constant Add")
+        out = [self.visit(t) for (i, c), t in zip(terms, n.input) if c is None]
+        if len({d for d, _ in out}) != 1:
+            raise _Refuse("terms of different degree")
+        d = out[0][0]
+        bound = sum(b for _, b in out)
+        for i, c in terms:
+            if c is not None:
+                self.scale.append((n, d, i))
+                bound += float(np.abs(c).max())
+        return d, bound
+
+    def _clamp(self, n) -> Tuple[int, float]:
+        g = self.g
+        lo = g.const(inp(n, 1))
+        if lo is None or lo.size != 1 or (n.op_type == "Max" and len(n.input) != 2):
+            raise _Refuse("clamp")
+        if n.op_type == "Clip" and inp(n, 2):
+            hi = g.const(inp(n, 2))
+            if hi is None or hi.size != 1:
+                raise _Refuse("clamp")
+        d, b = self.visit(n.input[0])
+        self.scale.append((n, d, 1))
+        if n.op_type == "Clip" and inp(n, 2):
+            self.scale.append((n, d, 2))
+        return d, max(b, float(np.abs(lo).max()))
+
+    def _declared(self, name: str) -> float:
+        """max |x| of a source's input: an integer dtype it is cast from, or the model's metadata
+        ``mrvl.input_range.<graph input>``; through layout ops only."""
+        g = self.g
+        while True:
+            n = g.producer.get(name)
+            if n is None:
+                break
+            if n.op_type == "Cast" and g.dtype(n.input[0]) in INT_RANGE:
+                x = INT_RANGE[g.dtype(n.input[0])]
+                self.x = max(self.x, x)
+                return x
+            if n.op_type not in LAYOUT:
+                raise _Refuse("undeclared range")
+            name = n.input[0]
+        for p in g.model.metadata_props:
+            if p.key == META + name:
+                try:
+                    x = abs(float(p.value))
+                except ValueError:
+                    raise _Refuse("bad range")
+                if not math.isfinite(x) or x == 0:
+                    raise _Refuse("bad range")
+                self.x = max(self.x, x)
+                return x
+        raise _Refuse("undeclared range")

@@ -1,0 +1,55 @@
+"""log_range_scale: a conv-STFT log-mel front end on int16-scale audio (power spectrum far above
+fp16's 65504) runs in one region within the fp16 bound once its input range is declared; a chain
+that is not homogeneous, or an undeclared range, is left alone and fails closed as before."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+import onnx_mrvl
+from onnx_mrvl.errors import MrvlRuntimeError
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.testing.log_mel_models import log_mel, tones
+
+
+def _ref(m, x):
+    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+
+
+def _run(m, tmp_path, x):
+    res = onnx_mrvl.convert(m)
+    return res, onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, {"input": x})[0]
+
+
+@pytest.mark.parametrize("int16_input", [False, True])
+def test_log_mel_on_int16_scale_audio_runs_in_one_region_within_fp16_bound(int16_input, tmp_path):
+    m = log_mel(declared=0.0 if int16_input else 32768.0, int16_input=int16_input)
+    legal = legalize(m).model
+    assert any(n.name == "log/unscale" for n in legal.graph.node)
+    add = next(n for n in legal.graph.node if n.name == "log/unscale")
+    shift = float(next(numpy_helper.to_array(i) for i in legal.graph.initializer if i.name == add.input[1]))
+    twice_k = shift / np.log(2.0)           # the power spectrum's degree 2 times k: 2^-k on the STFT
+    assert abs(twice_k - round(twice_k)) < 1e-4 and round(twice_k) % 2 == 0 and twice_k >= 16
+    for amp in (32000.0, 3000.0):
+        x = tones(400, amp)
+        if int16_input:
+            x = np.round(x).astype(np.int16)
+        ref = _ref(m, x)
+        assert np.abs(ref).max() > 60       # dB: a mel power above 10^6, fp16 tops at 65504 (48 dB)
+        res, got = _run(m, tmp_path / f"{amp:g}", x)
+        assert len(res.report.regions) == 1
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
+def test_undeclared_range_is_left_alone_and_fails_closed(tmp_path):
+    m = log_mel(declared=0.0)
+    assert not any(n.name == "log/unscale" for n in legalize(m).model.graph.node)
+    with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
+        _run(m, tmp_path, tones(400, 32000.0))
+
+
+def test_chain_that_is_not_homogeneous_is_refused_and_fails_closed(tmp_path):
+    m = log_mel(extra_linear_term=True)       # re^2 + im^2 + re: degrees 2 and 1
+    assert not any(n.name == "log/unscale" for n in legalize(m).model.graph.node)
+    with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
+        _run(m, tmp_path, tones(400, 32000.0))
