@@ -28,8 +28,11 @@ def test_log_mel_on_int16_scale_audio_runs_in_one_region_within_fp16_bound(int16
     assert any(n.name == "log/unscale" for n in legal.graph.node)
     add = next(n for n in legal.graph.node if n.name == "log/unscale")
     shift = float(next(numpy_helper.to_array(i) for i in legal.graph.initializer if i.name == add.input[1]))
-    twice_k = shift / np.log(2.0)           # the power spectrum's degree 2 times k: 2^-k on the STFT
-    assert abs(twice_k - round(twice_k)) < 1e-4 and round(twice_k) % 2 == 0 and twice_k >= 16
+    e = shift / np.log(2.0)                 # 2^-k on the STFT: 2^-2k on the power, less the mel's lift
+    assert abs(e - round(e)) < 1e-4 and e >= 16
+    # the clamp max(mel, 1e-10) is taken in the log domain (1e-10 scaled is 0 in fp16: log(0) = -inf)
+    floor = next(n for n in legal.graph.node if n.name == "clamp/log_floor")
+    assert floor.op_type == "Max" and floor.input[0] == add.output[0]
     for amp in (32000.0, 3000.0):
         x = tones(400, amp)
         if int16_input:
@@ -39,6 +42,9 @@ def test_log_mel_on_int16_scale_audio_runs_in_one_region_within_fp16_bound(int16
         res, got = _run(m, tmp_path / f"{amp:g}", x)
         assert len(res.report.regions) == 1
         assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+    silence = np.zeros((1, 400), np.int16 if int16_input else np.float32)   # digital silence: -100 dB
+    _, got = _run(m, tmp_path / "silence", silence)
+    np.testing.assert_allclose(got, _ref(m, silence), rtol=1e-4)
 
 
 def test_undeclared_range_is_left_alone_and_fails_closed(tmp_path):

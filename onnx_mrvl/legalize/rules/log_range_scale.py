@@ -30,7 +30,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from .base import Match, inp, is_float
+from .base import Match, inp, is_float, origin_of
 
 NAME = "log_range_scale"
 OPS = ("Log",)
@@ -63,7 +63,17 @@ def match(node, g) -> Optional[Match]:
             k = max(k, math.ceil(math.log2(b / limit) / d))
     if k == 0:
         return None
-    return Match([node], {"walk": walk, "k": k, "deg": deg})
+    # the last linear op before the Log (the mel MatMul) lifts what it feeds the Log back up by 2^lift
+    # where the range allows: the log's input then keeps its small values above fp16's subnormals
+    tail, last = walk.tail(node)
+    lift = 0
+    if last is not None:
+        top = max(walk.info[t][1] for t in tail) * 2.0 ** (-k * deg)
+        lift = max(0, math.floor(math.log2(limit / top))) if top > 0 else 0
+    c = _floor_clamp(g, node)
+    eps = float(g.const(inp(c, 1)).reshape(-1)[0]) if c is not None else None
+    return Match([node], {"walk": walk, "k": k, "deg": deg, "lift": lift, "last": last, "eps": eps,
+                          "tail": {id(walk.g.producer[t]) for t in tail}})
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -71,18 +81,60 @@ def check(m: Match, g, target) -> Optional[str]:
 
 
 def rewrite(m: Match, g) -> str:
-    walk, k, node = m.data["walk"], m.data["k"], m.node
-    for n, d, idx in walk.scale:           # constants scaled by 2^(-k d): weights, biases, terms, bounds
+    walk, k, node, lift, tail = m.data["walk"], m.data["k"], m.node, m.data["lift"], m.data["tail"]
+    clamp = _floor_clamp(g, node)
+    todo = [(n, -k * d + (lift if id(n) in tail else 0), idx) for n, d, idx in walk.scale if n is not clamp]
+    if lift:
+        todo.append((m.data["last"], lift, 1))
+    inputs = {}
+    for n, x in walk.sources:               # the input takes the scale down to max |x| <= 1, the weights
+        a = min(k, max(0, math.ceil(math.log2(x))))   # the rest: both stay clear of fp16's subnormals
+        if a:
+            key = (n.input[0], a)
+            if key not in inputs:
+                inputs[key] = g.fresh(f"{n.input[0]}/scaled")
+                g.make("Mul", [n.input[0], g.scalar_like(f"{n.name}/input_scale", 2.0 ** -a, n.input[0])],
+                       [inputs[key]], near=n, origin=m.origin, name=g.fresh_node_name(f"{n.name}/input_scale"))
+            g.set_input(n, 0, inputs[key])
+        if k - a:
+            todo.append((n, a - k, 1))
+    for n, e, idx in todo:                  # constants scaled by 2^e: weights, biases, terms, bounds
         arr = g.const(n.input[idx])
-        new = (arr.astype(np.float64) * 2.0 ** (-k * d)).astype(arr.dtype)
+        new = (arr.astype(np.float64) * 2.0 ** e).astype(arr.dtype)
         g.set_input(n, idx, g.add_const(f"{n.name}/scaled", new))
     y = node.output[0]
     mid = g.fresh(f"{y}/scaled_log")
     g.rename_output(node, 0, mid)
-    shift = g.scalar_like(f"{node.name}/unscale", k * m.data["deg"] * math.log(2.0), mid)
-    g.make("Add", [mid, shift], [y], near=node, origin=m.origin, name=f"{node.name}/unscale")
-    return (f"chain into Log computed at 2^-{k} (sources' weights) -> Log + {k * m.data['deg']} ln 2 "
+    e = k * m.data["deg"] - lift
+    shift = g.scalar_like(f"{node.name}/unscale", e * math.log(2.0), mid)
+    if clamp is None:
+        g.make("Add", [mid, shift], [y], near=node, origin=m.origin, name=f"{node.name}/unscale")
+    else:   # log(max(v, eps)) = max(log v, log eps): the floor in the log domain, where fp16's
+        # range cannot flush it (a scaled eps, like 1e-10 itself, is 0 in fp16: log(0) = -inf)
+        g.set_input(node, 0, clamp.input[0])
+        g.remove(clamp)
+        unscaled = g.fresh(f"{y}/unscaled")
+        g.make("Add", [mid, shift], [unscaled], near=node, origin=m.origin, name=f"{node.name}/unscale")
+        floor = g.scalar_like(f"{clamp.name}/log_floor", math.log(m.data["eps"]), mid)
+        g.make("Max", [unscaled, floor], [y], near=node, origin=origin_of(clamp, node), name=f"{clamp.name}/log_floor")
+    return (f"chain into Log computed at 2^-{k} (sources' weights; 2^{lift} at the last linear op) -> Log + {e} ln 2 "
             f"(declared input range {walk.x:g}: fits fp16)")
+
+
+def _floor_clamp(g, log):
+    """The lower clamp ``Max(v, eps)`` / ``Clip(v, eps[, +inf])`` (eps > 0) read only by the Log."""
+    c = g.producer.get(log.input[0])
+    if c is None or c.op_type not in ("Max", "Clip") or len(g.users(c.output[0])) != 1:
+        return None
+    lo = g.const(inp(c, 1))
+    hi = g.const(inp(c, 2)) if c.op_type == "Clip" and inp(c, 2) else None
+    if lo is None or lo.size != 1 or not float(lo.reshape(-1)[0]) > 0:
+        return None
+    if hi is not None and not (hi.size == 1 and float(hi.reshape(-1)[0]) == np.inf):
+        return None
+    if c.op_type == "Clip" and inp(c, 2) and hi is None:
+        return None
+    return c
 
 
 class _Walk:
@@ -92,6 +144,7 @@ class _Walk:
         self.g = g
         self.info: Dict[str, Tuple[int, float]] = {}
         self.scale = []                     # (node, degree, input index)
+        self.sources = []                   # (linear op at the front, declared max |input|)
         self.inside: Dict[int, object] = {}  # nodes of the chain
         self.x = 0.0
 
@@ -106,6 +159,19 @@ class _Walk:
         res = self._op(n)
         self.info[name] = res
         return res
+
+    def tail(self, log):
+        """The tensors from the Log back through clamps / layout ops to the last linear op that is
+        not a source (None when there is none), and that op."""
+        names, name = [], log.input[0]
+        sources = {id(n) for n, _ in self.sources}
+        while True:
+            n = self.g.producer[name]
+            names.append(name)
+            if n.op_type in LAYOUT + ("Max", "Clip"):
+                name = n.input[0]
+                continue
+            return names, (n if n.op_type in LINEAR and id(n) not in sources else None)
 
     def closed(self, log) -> bool:
         """Every reader of the chain's tensors is in the chain or is the Log: nothing else sees the
@@ -168,7 +234,7 @@ class _Walk:
         except _Refuse:                     # the front: its weights take the scale
             self.info, self.inside, self.scale = saved
             d, xb = 1, self._declared(n.input[0])
-            self.scale.append((n, 1, 1))
+            self.sources.append((n, xb))
         if bias:
             self.scale.append((n, d, 2))
         return d, gain * xb + bmax
