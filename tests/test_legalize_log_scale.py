@@ -54,8 +54,10 @@ def test_undeclared_range_is_left_alone_and_fails_closed(tmp_path):
         _run(m, tmp_path, tones(400, 32000.0))
 
 
-def test_chain_that_is_not_homogeneous_is_refused_and_fails_closed(tmp_path):
-    m = log_mel(extra_linear_term=True)       # re^2 + im^2 + re: degrees 2 and 1
+@pytest.mark.parametrize("form", ["extra_linear_term", "add_eps"])
+def test_chain_that_is_not_homogeneous_is_refused_and_fails_closed(form, tmp_path):
+    # re^2 + im^2 + re: degrees 2 and 1; log(mel + 1e-10): the scaled term flushes to 0 in fp16
+    m = log_mel(**{form: True})
     assert not any(n.name == "log/unscale" for n in legalize(m).model.graph.node)
     with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
         _run(m, tmp_path, tones(400, 32000.0))

@@ -20,10 +20,11 @@ def tones(samples: int, amplitude: float, seed: int = 0) -> np.ndarray:
 
 
 def log_mel(samples: int = 400, *, declared: float = 32768.0, extra_linear_term: bool = False,
-            int16_input: bool = False) -> onnx.ModelProto:
+            int16_input: bool = False, add_eps: bool = False) -> onnx.ModelProto:
     """``declared``: metadata ``mrvl.input_range.input`` (0: none). ``extra_linear_term``: the
     power plus the real part (``re^2 + im^2 + re``: not homogeneous). ``int16_input``: the input
-    is int16, cast to float (the range is its dtype's)."""
+    is int16, cast to float (the range is its dtype's). ``add_eps``: ``log(mel + 1e-10)`` (basic-pitch's
+    form) instead of the clamp."""
     n = np.arange(N_FFT)
     win = 0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)
     k = np.arange(N_FFT // 2 + 1)[:, None]
@@ -50,6 +51,7 @@ def log_mel(samples: int = 400, *, declared: float = 32768.0, extra_linear_term:
     if extra_linear_term:
         nodes.append(helper.make_node("Add", ["power", "real"], ["power_re"], "plus_re"))
     nodes += [helper.make_node("MatMul", ["power_re" if extra_linear_term else "power", "melW"], ["mel"], "mel"),
+              helper.make_node("Add", ["mel", "eps"], ["mel_c"], "plus_eps") if add_eps else
               helper.make_node("Clip", ["mel", "eps", "inf"], ["mel_c"], "clamp"),
               helper.make_node("Log", ["mel_c"], ["ln"], "log"),
               helper.make_node("Mul", ["ln", "db"], ["output"], "to_db")]

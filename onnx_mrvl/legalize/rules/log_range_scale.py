@@ -35,6 +35,7 @@ from .base import Match, inp, is_float, origin_of
 NAME = "log_range_scale"
 OPS = ("Log",)
 FP16_MAX = 65504.0
+FP16_MIN_NORMAL = 2.0 ** -14
 HEADROOM = 0.5                      # bounds must fit half of fp16's range (rounding of the sums)
 LAYOUT = ("Unsqueeze", "Squeeze", "Reshape", "Transpose", "Identity", "Flatten")
 LINEAR = ("Conv", "MatMul", "Gemm")
@@ -72,8 +73,16 @@ def match(node, g) -> Optional[Match]:
         lift = max(0, math.floor(math.log2(limit / top))) if top > 0 else 0
     c = _floor_clamp(g, node)
     eps = float(g.const(inp(c, 1)).reshape(-1)[0]) if c is not None else None
+    tail_ids = {id(walk.g.producer[t]) for t in tail}
+    for n, d, idx in walk.scale:    # an additive term or a bound the scale would flush below fp16's
+        if n is c or n.op_type in LINEAR:   # normals (``log(v + 1e-10)``: log(0) for silence): refuse
+            continue
+        v = float(np.abs(g.const(n.input[idx])).max())
+        e = -k * d + (lift if id(n) in tail_ids else 0)
+        if 0 < v < np.inf and v * 2.0 ** e < FP16_MIN_NORMAL:
+            return None
     return Match([node], {"walk": walk, "k": k, "deg": deg, "lift": lift, "last": last, "eps": eps,
-                          "tail": {id(walk.g.producer[t]) for t in tail}})
+                          "tail": tail_ids})
 
 
 def check(m: Match, g, target) -> Optional[str]:
