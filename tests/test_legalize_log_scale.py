@@ -61,3 +61,17 @@ def test_chain_that_is_not_homogeneous_is_refused_and_fails_closed(form, tmp_pat
     assert not any(n.name == "log/unscale" for n in legalize(m).model.graph.node)
     with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
         _run(m, tmp_path, tones(400, 32000.0))
+
+
+def test_log_floor_below_fp16_is_taken_in_the_log_domain(tmp_path):
+    """log(max(mel, 1e-10)) on [-1, 1] audio (no overflow, no range needed): 1e-10 is 0 in fp16, so
+    digital silence gave log(0) = -inf; the floor after the log gives onnxruntime's -100 dB."""
+    m = log_mel(declared=0.0)
+    legal = legalize(m).model
+    floor = next(n for n in legal.graph.node if n.name == "clamp/log_floor")
+    assert floor.op_type == "Max" and not any(n.op_type == "Clip" for n in legal.graph.node)
+    for name, x in (("tones", tones(400, 0.5)), ("silence", np.zeros((1, 400), np.float32))):
+        ref = _ref(m, x)
+        res, got = _run(m, tmp_path / name, x)
+        assert len(res.report.regions) == 1 and np.isfinite(got).all()
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())

