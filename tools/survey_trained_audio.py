@@ -223,9 +223,10 @@ def pipeline(folder: str) -> int:
             heads = [run[h][which].run(None, {run[h][0].get_inputs()[0].name: emb[None, -run[h][0].get_inputs()[0].shape[1]:]})[0]
                      for h in names[2:]]
             outs[which] = [mel, emb] + heads
-        for a, b in zip(outs[0], outs[1]):
-            errs.append(float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
-        print(f"peak {peak:g} x 32767: mel {errs[0]:.1e}, embedding {errs[1]:.1e}, heads "
+        for i, (a, b) in enumerate(zip(outs[0], outs[1])):     # heads: scores in [0, 1], absolute
+            errs.append(float(np.abs(a - b).max() / (max(np.abs(a).max(), 1e-30) if i < 2 else 1.0)))
+        print(f"peak {peak:g} x 32767: mel {errs[0]:.1e}, embedding {errs[1]:.1e} (max|err| / max|ref|); "
+              "heads' scores max|err| (onnxruntime's max score) "
               + ", ".join(f"{n[4:]} {e:.1e} ({float(outs[0][i + 2].max()):.3f})" for i, (n, e) in
                           enumerate(zip(names[2:], errs[2:]))), flush=True)
     return 0
