@@ -11,7 +11,7 @@ degrees after a Mul) by ``s^d``; ``Add`` needs equal degrees (a constant term is
 a lower clamp ``Max(x, eps)`` / ``Clip(x, eps[, hi])`` scales its bounds, and
 ``Log(s^d * y) = Log(y) - d k ln 2`` is undone by adding ``d k ln 2`` after the Log. In exact math
 and in fp32 math the rewrite is exact (a power-of-two scale is exact in floating point, bar
-underflow below the fp16 range, which the scaled chain is placed away from).
+underflow).
 
 ``k`` comes from a static bound, never from a guess: the sources' input magnitude ``X`` is *declared*
 -- by an integer dtype the input is cast from (``Cast(int16 -> float)``: 32768), or by the model's
@@ -19,10 +19,19 @@ metadata ``mrvl.input_range.<graph input>`` (max |x| of that input, e.g. "32768"
 audio; ``onnx.helper.set_model_props``) -- and propagated through the chain (a source: the largest
 row sum of |w| times X plus |bias|; a square: the bound squared; MatMul: the largest column sum of
 |W| times the bound; Add: the sum). ``k`` is the smallest that puts every bound times ``s^d`` under
-half of fp16's largest value; none needed: no rewrite. Without a declared range, a tensor of the
-chain read outside it, or a chain that is not homogeneous (e.g. ``x^2 + x``, a Sigmoid on the way),
-nothing changes: such a model still fails closed with the fp16 overflow error when its values
-overflow."""
+98% of fp16's largest value (the bounds hold in exact math; 2% for the fp16 rounding of weights and
+inputs; a value above still fails closed); none needed: no rewrite. The input takes the scale down to
+max |x| <= 1 (a Mul by ``2^-a``), the sources' weights the rest (weights at 2^-16 would be fp16
+subnormals); the last linear op before the Log lifts its output back up as far as its bound allows
+(``2^lift``: the log's input keeps its small values above the subnormals); a floor clamp read only by
+the Log moves after it (``max(Log(v), log eps)``: a scaled eps is 0 in fp16). The Log's shift is
+``(d k - lift) ln 2``. fp16 holds ~2^40 of a power's range: values more than that below the declared
+full scale reach the log as 0 and come out at the floor (docs/legalize.md).
+
+Without a declared range, a tensor of the chain read outside it (or a graph output), a chain that is
+not homogeneous (e.g. ``x^2 + x``, a Sigmoid on the way), or an additive term / bound the scale would
+flush below fp16's normals (``log(v + 1e-10)``), nothing changes: such a model still fails closed with
+the fp16 overflow error when its values overflow."""
 from __future__ import annotations
 
 import math
@@ -36,7 +45,7 @@ NAME = "log_range_scale"
 OPS = ("Log",)
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 2.0 ** -14
-HEADROOM = 0.5                      # bounds must fit half of fp16's range (rounding of the sums)
+HEADROOM = 0.98   # the bounds are exact-math bounds: 2% for the fp16 rounding of weights and inputs
 LAYOUT = ("Unsqueeze", "Squeeze", "Reshape", "Transpose", "Identity", "Flatten")
 LINEAR = ("Conv", "MatMul", "Gemm")
 INT_RANGE = {2: 255.0, 3: 128.0, 4: 65535.0, 5: 32768.0, 6: 2.0 ** 31, 12: 2.0 ** 32}  # TensorProto ids
