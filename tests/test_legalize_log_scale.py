@@ -47,6 +47,17 @@ def test_log_mel_on_int16_scale_audio_runs_in_one_region_within_fp16_bound(int16
     np.testing.assert_allclose(got, _ref(m, silence), rtol=1e-4)
 
 
+def test_log_mel_of_the_magnitude_scales_by_half_the_power(tmp_path):
+    """sqrt(re^2 + im^2) -> mel -> log: the Sqrt halves the degree (the shift is k ln 2 less the lift)."""
+    m = log_mel(magnitude=True)
+    assert any(n.name == "log/unscale" for n in legalize(m).model.graph.node)
+    x = tones(400, 32000.0)
+    ref = _ref(m, x)
+    res, got = _run(m, tmp_path, x)
+    assert len(res.report.regions) == 1
+    assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
 def test_undeclared_range_is_left_alone_and_fails_closed(tmp_path):
     m = log_mel(declared=0.0)
     assert not any(n.name == "log/unscale" for n in legalize(m).model.graph.node)

@@ -20,11 +20,11 @@ def tones(samples: int, amplitude: float, seed: int = 0) -> np.ndarray:
 
 
 def log_mel(samples: int = 400, *, declared: float = 32768.0, extra_linear_term: bool = False,
-            int16_input: bool = False, add_eps: bool = False) -> onnx.ModelProto:
+            int16_input: bool = False, add_eps: bool = False, magnitude: bool = False) -> onnx.ModelProto:
     """``declared``: metadata ``mrvl.input_range.input`` (0: none). ``extra_linear_term``: the
     power plus the real part (``re^2 + im^2 + re``: not homogeneous). ``int16_input``: the input
     is int16, cast to float (the range is its dtype's). ``add_eps``: ``log(mel + 1e-10)`` (basic-pitch's
-    form) instead of the clamp."""
+    form) instead of the clamp. ``magnitude``: the mel of ``sqrt(re^2 + im^2)`` (librosa's power 1)."""
     n = np.arange(N_FFT)
     win = 0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)
     k = np.arange(N_FFT // 2 + 1)[:, None]
@@ -47,7 +47,9 @@ def log_mel(samples: int = 400, *, declared: float = 32768.0, extra_linear_term:
                   helper.make_node("Unsqueeze", [f"{part}_c", "ax1"], [f"{part}_4"], f"unsq_{part}"),
                   helper.make_node("Transpose", [f"{part}_4"], [part], f"tr_{part}", perm=[0, 1, 3, 2]),
                   helper.make_node("Pow", [part, "two"], [f"{part}_sq"], f"pow_{part}")]
-    nodes.append(helper.make_node("Add", ["real_sq", "imag_sq"], ["power"], "power"))
+    nodes.append(helper.make_node("Add", ["real_sq", "imag_sq"], ["power_sq" if magnitude else "power"], "power"))
+    if magnitude:
+        nodes.append(helper.make_node("Sqrt", ["power_sq"], ["power"], "magnitude"))
     if extra_linear_term:
         nodes.append(helper.make_node("Add", ["power", "real"], ["power_re"], "plus_re"))
     nodes += [helper.make_node("MatMul", ["power_re" if extra_linear_term else "power", "melW"], ["mel"], "mel"),

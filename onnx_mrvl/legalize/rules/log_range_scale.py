@@ -7,7 +7,8 @@ exceeds fp16's 65504, the power spectrum by far, and the region fails with the f
 The chain from the linear front (Conv / MatMul / Gemm with constant weights: the *sources*) to the
 Log is homogeneous: scaling the sources' weights (and biases) by ``s = 2^-k`` scales every tensor of
 degree ``d`` (1 after a source, 2 after a square ``x * x`` / ``Pow(x, 2)``, the sum of both factors'
-degrees after a Mul) by ``s^d``; ``Add`` needs equal degrees (a constant term is scaled by ``s^d``),
+degrees after a Mul, half after a Sqrt of an even degree; Abs / Relu / Neg / Div by a constant keep
+it) by ``s^d``; ``Add`` / ``Sub`` need equal degrees (a constant term is scaled by ``s^d``),
 a lower clamp ``Max(x, eps)`` / ``Clip(x, eps[, hi])`` scales its bounds, and
 ``Log(s^d * y) = Log(y) - d k ln 2`` is undone by adding ``d k ln 2`` after the Log. In exact math
 and in fp32 math the rewrite is exact (a power-of-two scale is exact in floating point, bar
@@ -214,10 +215,23 @@ class _Walk:
             return 2 * d, b * b
         if op == "Mul":
             return self._mul(n)
-        if op == "Add":
+        if op in ("Add", "Sub"):
             return self._add(n)
         if op in ("Max", "Clip"):
             return self._clamp(n)
+        if op in ("Abs", "Relu", "Neg"):     # positively homogeneous, bound kept
+            return self.visit(n.input[0])
+        if op == "Sqrt":                     # a magnitude |X| = sqrt(re^2 + im^2): an even degree halves
+            d, b = self.visit(n.input[0])
+            if d % 2:
+                raise _Refuse("Sqrt of an odd degree")
+            return d // 2, math.sqrt(b)
+        if op == "Div":                      # by a constant (not of the chain)
+            c = g.const(inp(n, 1))
+            if c is None or not c.size or float(np.abs(c).min()) == 0 or g.is_const(n.input[0]):
+                raise _Refuse(op)
+            d, b = self.visit(n.input[0])
+            return d, b / float(np.abs(c).min())
         raise _Refuse(op)                    # not homogeneous (or unknown): leave
 
     def _linear(self, n) -> Tuple[int, float]:
