@@ -136,7 +136,7 @@ def rewrite(m: Match, g) -> str:
         g.make("Add", [mid, shift], [unscaled], near=node, origin=m.origin, name=f"{node.name}/unscale")
         floor = g.scalar_like(f"{clamp.name}/log_floor", math.log(m.data["eps"]), mid)
         g.make("Max", [unscaled, floor], [y], near=node, origin=origin_of(clamp, node), name=f"{clamp.name}/log_floor")
-    return (f"chain into Log computed at 2^-{k} (sources' weights; 2^{lift} at the last linear op) -> Log + {e} ln 2 "
+    return (f"chain into Log computed at 2^-{k} (the sources' input and weights; 2^{lift} at the last linear op) -> Log + {e} ln 2 "
             f"(declared input range {walk.x:g}: fits fp16)")
 
 
