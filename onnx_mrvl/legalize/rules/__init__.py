@@ -27,6 +27,8 @@ from . import slice_through_transpose, strided_slice_split
 from . import loop_to_rnn, reverse_sequence_gather, rnn_length_sort
 from . import center_before_transpose, sigmoid_difference, softmax_flatten_last
 from . import pow_square
+from . import log_range_scale
+from . import log_floor_clamp
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
@@ -107,6 +109,8 @@ RULES = (
     softplus_threshold,
     unbind_to_gather,
     clip_canonical,
+    log_range_scale,
+    log_floor_clamp,
     relu6_to_clip,
     hardswish_canonical,
     to_reshape,
