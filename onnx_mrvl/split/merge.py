@@ -25,32 +25,30 @@ from ..graph_index import GraphIndex, node_reads
 def merge_independent(g: GraphIndex, order: Sequence[onnx.NodeProto], kept: List[List[onnx.NodeProto]],
                       io_count: Callable[[List[onnx.NodeProto]], int], max_io: int) -> List[List[onnx.NodeProto]]:
     """``kept`` (node lists, in topological order of their first nodes) with independent regions
-    merged; each merged list in topological order, the lists ordered by their first node."""
+    merged; a merged list is its parts one after the other, the lists ordered by their first node."""
     if len(kept) < 2:
         return kept
     region = {n.name: i for i, nodes in enumerate(kept) for n in nodes}
     anc = _ancestors(g, order, region, len(kept))
-    group = list(range(len(kept)))            # region -> group leader
-    members: Dict[int, List[int]] = {}        # leader -> regions
+    members: Dict[int, List[int]] = {}        # leader -> regions (every member has the same anc)
+    mask: Dict[int, int] = {}                 # leader -> bit set of its members
     for r in range(len(kept)):
-        for lead in sorted(members):
-            mine = 1 << r
-            theirs = sum(1 << m for m in members[lead])
-            if anc[r] & theirs or any(anc[m] & mine for m in members[lead]):
+        mine = 1 << r
+        for lead in members:                  # insertion order: leaders in topological order
+            if anc[r] & mask[lead] or anc[lead] & mine:
                 continue                      # a path links them: merging would close a cycle
             nodes = [n for m in members[lead] + [r] for n in kept[m]]
             if io_count(nodes) > max_io:
                 continue
             _contract(anc, members[lead], r)
             members[lead].append(r)
-            group[r] = lead
+            mask[lead] |= mine
             break
         else:
-            members[r] = [r]
-    pos = {n.name: i for i, n in enumerate(order)}
-    out = [sorted((n for m in members[lead] for n in kept[m]), key=lambda n: pos[n.name])
-           for lead in sorted(members)]
-    return out
+            members[r], mask[r] = [r], mine
+    # part after part (no path links them, so this is a topological order): each part's
+    # activations die before the next part starts, which keeps the OCM plan's live set small
+    return [[n for m in members[lead] for n in kept[m]] for lead in members]
 
 
 def _ancestors(g: GraphIndex, order, region: Dict[str, int], count: int) -> List[int]:
