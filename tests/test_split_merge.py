@@ -121,13 +121,13 @@ def test_io_limit_stops_merging():
     order = topological_order(g.nodes, g.inputs)
     convs = [[n] for n in order if n.op_type == "Conv"]
 
-    def io(nodes):
-        return len(nodes)   # one input and one output per conv here
-    merged = merge_independent(g, order, convs, io, 2)
+    def fits(nodes):
+        return len(nodes) <= 2   # one input and one output per conv here: at most 2 of each
+    merged = merge_independent(g, order, convs, fits)
     assert [[n.name for n in grp] for grp in merged] == [["c0", "c1"], ["c2", "c3"]]
     for grp in merged:
         assert is_convex(g, [n.name for n in grp])
-    assert len(merge_independent(g, order, convs, io, 16)) == 1
+    assert len(merge_independent(g, order, convs, lambda nodes: True)) == 1
 
 
 def test_no_merge_across_a_path_through_other_regions():
@@ -144,5 +144,28 @@ def test_no_merge_across_a_path_through_other_regions():
     g = GraphIndex(m)
     order = topological_order(g.nodes, g.inputs)
     regs = [[g.by_name[n]] for n in names + ["d"]]
-    merged = merge_independent(g, order, regs, lambda nodes: 1, 16)
+    merged = merge_independent(g, order, regs, lambda nodes: True)
     assert sorted(sorted(n.name for n in grp) for grp in merged) == [["c0", "d"], ["c1"], ["c2"]]
+
+
+def test_batch_above_max_batch_keeps_unchunkable_parts_apart(tmp_path):
+    """Batch 10 > max_batch 8: the head on x runs in hardware batches; the head on y (batch 1)
+    cannot, so merging them would send both to the CPU: they stay two regions, both offloaded."""
+    import numpy as np
+    import onnx_mrvl
+    from test_split_strategies import _feeds, _run
+    b = _Builder(11)
+    b.op("Softsign", [b.conv("x", 3, 4, "hx")], "ox")
+    b.op("Softsign", [b.conv("y", 3, 4, "hy")], "oy")
+    m = b.model([("x", [10, 3, 8, 8]), ("y", [1, 3, 8, 8])], [("ox", [10, 4, 8, 8]), ("oy", [1, 4, 8, 8])])
+    r = convert(m)
+    assert len(r.report.regions) == 2 and not r.report.dropped
+    assert sorted(reg.get("hardware_batches", {}).get("calls", 1) for reg in r.report.regions) == [1, 2]
+    feeds = _feeds(m)
+    want = _run(m, feeds)
+    got = onnx_mrvl.InferenceSession(r.save(str(tmp_path / "m"))).run(None, feeds)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2)
+    # the same heads at batch 2 and 1 merge
+    m2 = b.model([("x", [2, 3, 8, 8]), ("y", [1, 3, 8, 8])], [("ox", [2, 4, 8, 8]), ("oy", [1, 4, 8, 8])])
+    assert len(convert(m2).report.regions) == 1

@@ -26,6 +26,7 @@ from ..errors import UnsupportedError
 from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
+from . import batch_chunks
 from . import cost as cost_model
 from .deploy import region_model, region_model_taken, subgraph_node
 from .merge import merge_independent
@@ -207,10 +208,19 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
 def _merge_kept(g: GraphIndex, order, kept, estimates, target: Target):
     """Kept regions merged when neither reaches the other (merge.py); a merged region's cost
     estimate is redone on the whole (one call overhead, the transfers of both)."""
-    def io_count(nodes):
+    batch = batch_chunks.largest_batch(g.model)
+
+    def fits(nodes):
         ins, outs = boundary(g, nodes)
-        return max(len(ins), len(outs))
-    merged = merge_independent(g, order, kept, io_count, target.max_region_io)
+        if max(len(ins), len(outs)) > target.max_region_io:
+            return False
+        if batch <= target.max_batch:
+            return True
+        # hardware batches (batch_chunks.check): a part that cannot be chunked must not drag the
+        # other to the CPU with it
+        return all((g.shape(t) or [0])[0] == batch for t in ins + outs) and \
+            all((g.shape(o) or [0])[0] % batch == 0 for n in nodes for o in n.output if o)
+    merged = merge_independent(g, order, kept, fits)
     if len(merged) == len(kept):
         return kept, estimates
     est_of = {nodes[0].name: est for nodes, est in zip(kept, estimates)}

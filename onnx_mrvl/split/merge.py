@@ -9,9 +9,11 @@ be such a path. The check runs on the transitive closure of the region graph, up
 merge (a merged region reaches what either part reached, and is reached by what reached either).
 
 Greedy, in topological order of the regions' first nodes: each region joins the earliest group it
-is independent of, unless the merged region would have more than ``max_io`` inputs or outputs
-(the runtime passes up to ``max_io`` tensors unpacked: ``Target.max_region_io``). Regions
-connected by a path, e.g. both sides of a ``cut_after`` name or a CPU op, are never merged.
+is independent of, unless the merged region would not fit the target (split's ``fits``: at most
+``Target.max_region_io`` inputs and outputs, which the runtime passes unpacked; with a batch above
+``max_batch``, every tensor leading with the batch, so that the merged region can still run in
+hardware batches). Regions connected by a path, e.g. both sides of a ``cut_after`` name or a CPU
+op, are never merged.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from ..graph_index import GraphIndex, node_reads
 
 
 def merge_independent(g: GraphIndex, order: Sequence[onnx.NodeProto], kept: List[List[onnx.NodeProto]],
-                      io_count: Callable[[List[onnx.NodeProto]], int], max_io: int) -> List[List[onnx.NodeProto]]:
+                      fits: Callable[[List[onnx.NodeProto]], bool]) -> List[List[onnx.NodeProto]]:
     """``kept`` (node lists, in topological order of their first nodes) with independent regions
-    merged; a merged list is its parts one after the other, the lists ordered by their first node."""
+    merged; a merged list is its parts one after the other, the lists ordered by their first node.
+    ``fits(nodes)``: whether a merged region of these nodes is within the target's limits."""
     if len(kept) < 2:
         return kept
     region = {n.name: i for i, nodes in enumerate(kept) for n in nodes}
@@ -38,7 +41,7 @@ def merge_independent(g: GraphIndex, order: Sequence[onnx.NodeProto], kept: List
             if anc[r] & mask[lead] or anc[lead] & mine:
                 continue                      # a path links them: merging would close a cycle
             nodes = [n for m in members[lead] + [r] for n in kept[m]]
-            if io_count(nodes) > max_io:
+            if not fits(nodes):
                 continue
             _contract(anc, members[lead], r)
             members[lead].append(r)
