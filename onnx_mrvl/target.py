@@ -122,6 +122,9 @@ class Target:
                                            # output size, 2 source rows per output row: nothing depends on
                                            # the factor; 32 covers segmentation heads' output strides
                                            # (DeepLab x16, FCN-32s / BiSeNet / U^2-Net up to x32)
+    max_region_io: int = 16                # region inputs / outputs passed unpacked by the runtime
+                                           # (ep/runtime_form.MAX_ARITY): independent regions are
+                                           # merged into one only up to this many (split/merge.py)
     avgpool_exclude_pad: bool = True       # AveragePool count_include_pad=0 taken as is (else
                                            # legalize calibrates it: include pads + Mul by a map)
     arch: ArchProfile = field(default_factory=ArchProfile)

@@ -92,3 +92,91 @@ def test_hgnet_stem_on_the_simulator(tmp_path):
     ref = run(m, feeds)
     got = onnx_mrvl.InferenceSession(path).run(None, feeds)
     assert float(np.max(np.abs(ref[0] - got[0]))) <= 1e-2 * float(np.max(np.abs(ref[0])))
+
+
+def _pad_conv_model(mode, pads, shape=(1, 4, 12, 10), opset=13, kernel=3):
+    """Conv -> Pad(mode, pads) -> Conv (no conv padding): the CQT / ReflectionPad2d pattern."""
+    c = shape[1]
+    inits = {"w0": (R.standard_normal((c, shape[1], 1, 1)) * 0.5).astype(np.float32),
+             "w1": (R.standard_normal((6, c, kernel, kernel)) * 0.3).astype(np.float32),
+             "pads": np.array(pads, np.int64)}
+    nodes = [mk("Conv", ["x", "w0"], ["c0"], name="conv0", kernel_shape=[1, 1]),
+             mk("Pad", ["c0", "pads"], ["p"], name="pad", mode=mode),
+             mk("Conv", ["p", "w1"], ["y"], name="conv1", kernel_shape=[kernel, kernel])]
+    return make_model(nodes, [("x", list(shape))], ["y"], inits, opset=opset)
+
+
+def _on_simulator(m, tmp_path, regions=1):
+    res = onnx_mrvl.convert(m)
+    cpu = [n.op_type for n in res.model.graph.node if n.domain != "mrvl"]
+    assert cpu == [] and len(res.subgraphs) == regions, cpu
+    path = res.save(str(tmp_path / "m"))
+    feeds = feeds_for(m)
+    ref = run(m, feeds)
+    got = onnx_mrvl.InferenceSession(path).run(None, feeds)
+    assert float(np.max(np.abs(ref[0] - got[0]))) <= 1e-2 * float(np.max(np.abs(ref[0])))
+
+
+@pytest.mark.parametrize("mode,pads", [("reflect", [0, 0, 2, 1, 0, 0, 1, 3]), ("edge", [0, 0, 0, 4, 0, 0, 0, 2]),
+                                       ("reflect", [0, 0, 11, 0, 0, 0, 0, 9])])
+def test_reflect_and_edge_pads_become_gathers(mode, pads, tmp_path):
+    m = _pad_conv_model(mode, pads)
+    out, log = legalize_and_compare(m)
+    assert "pad_reflect_gather" in [r for r, _, _ in log]
+    ops = op_types(out)
+    assert "Pad" not in ops and "GatherElements" in ops and "Concat" in ops
+    _on_simulator(m, tmp_path)
+
+
+def test_reflect_pad_wider_than_its_axis_stays():
+    """An invalid model (onnxruntime refuses it too): the rule leaves it alone."""
+    res = legalize(_pad_conv_model("reflect", [0, 0, 12, 0, 0, 0, 0, 0]))
+    assert "pad_reflect_gather" not in [r for r, _, _ in res.log] and "Pad" in op_types(res.model)
+
+
+def test_wide_zero_pad_becomes_a_conv_chain(tmp_path):
+    """A zero pad of 20 > max_pad (7) per side: 3 depthwise convs of at most 7 each."""
+    m = _pad_conv_model("constant", [0, 0, 0, 20, 0, 0, 0, 20])
+    # a second reader keeps pad_fold from folding it into the conv
+    m.graph.node.append(mk("Relu", ["p"], ["r"], name="relu"))
+    m.graph.output.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, None))
+    out, log = legalize_and_compare(m)
+    assert "Pad" not in op_types(out)
+    chain = [n for n in out.graph.node if n.name.startswith("pad")]
+    assert len(chain) == 3 and all(n.op_type == "Conv" for n in chain)
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1
+    feeds = feeds_for(m)
+    ref = run(m, feeds)
+    path = res.save(str(tmp_path / "m"))
+    got = onnx_mrvl.InferenceSession(path).run(None, feeds)
+    for a, b in zip(ref, got):
+        assert float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))
+
+
+def test_pad_before_a_split_long_kernel_runs_on_the_accelerator(tmp_path):
+    """Reshape (1-D signal to 4-D) -> zero pad of 11 / 12 -> a 1x24 kernel, which conv_kernel_split
+    tiles, each tile reading a Slice of the padded input (basic-pitch's constant-Q convs): the Pad
+    has no accelerator op beside it but the convs behind the Slices, and becomes a conv chain."""
+    inits = {"pads": np.array([0, 11, 0, 0, 12, 0], np.int64), "ax": np.array([2], np.int64),
+             "w1": (R.standard_normal((6, 2, 1, 24)) * 0.3).astype(np.float32)}
+    nodes = [mk("Pad", ["x", "pads"], ["p"], name="pad", mode="constant"),   # tf2onnx: NWC
+             mk("Transpose", ["p"], ["t"], name="to_ncw", perm=[0, 2, 1]),
+             mk("Unsqueeze", ["t", "ax"], ["u"], name="to_nchw"),
+             mk("Conv", ["u", "w1"], ["y"], name="conv1", kernel_shape=[1, 24], strides=[1, 2])]
+    m = make_model(nodes, [("x", [1, 64, 2])], ["y"], inits, opset=13)
+    out, log = legalize_and_compare(m)
+    assert "Pad" not in op_types(out), [r for r, _, _ in log]
+    _on_simulator_all(m, tmp_path)
+
+
+def _on_simulator_all(m, tmp_path):
+    res = onnx_mrvl.convert(m)
+    cpu = [n.op_type for n in res.model.graph.node if n.domain != "mrvl"]
+    assert "Pad" not in cpu and len(res.subgraphs) == 1, cpu
+    path = res.save(str(tmp_path / "m"))
+    feeds = feeds_for(m)
+    ref = run(m, feeds)
+    got = onnx_mrvl.InferenceSession(path).run(None, feeds)
+    for a, b in zip(ref, got):
+        assert float(np.max(np.abs(a - b))) <= 1e-2 * float(np.max(np.abs(a)))

@@ -16,7 +16,9 @@ def register(sub) -> None:
     p.add_argument("model", help="the ONNX model")
     p.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help="output folder")
     p.add_argument("--partition", choices=["max", "single", "cost"], default="max",
-                   help="region strategy (default: max)")
+                   help="region strategy (default: max). max: every region with a conv/fc/recurrent layer; "
+                        "cost: those the cost model finds faster on the accelerator; both merge regions no "
+                        "path links (independent branches) into one call. single: one region fed by the inputs")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE_OR_OP",
                    help="keep this node name or op type on the CPU (repeatable; a name that matches nothing "
                         "is an error listing close matches)")

@@ -26,8 +26,10 @@ from ..errors import UnsupportedError
 from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
+from . import batch_chunks
 from . import cost as cost_model
 from .deploy import region_model, region_model_taken, subgraph_node
+from .merge import merge_independent
 from .regions import boundary, find_regions, is_mrvl
 from .revert import revert
 
@@ -168,6 +170,8 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         else:
             kept.append(nodes)
             estimates.append(est)
+    if partition != "single" and len(kept) > 1:
+        kept, estimates = _merge_kept(g, order, kept, estimates, target)
     macs_total = sum(node_macs(g, n) for n in g.nodes)
     model = fused                      # read only from here on, unless something must be reverted
     to_revert = {name for d in dropped for name in d["nodes"]}
@@ -199,6 +203,35 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
              len(dropped), 100.0 * macs_off / macs_total if macs_total else 0.0)
     steps = [("region", r.origin, r.name) for r in regions] + [("dropped", d["origin"], d["reason"]) for d in dropped]
     return SplitResult(deployable, decisions, steps, regions, dropped, macs_total, macs_off)
+
+
+def _merge_kept(g: GraphIndex, order, kept, estimates, target: Target):
+    """Kept regions merged when neither reaches the other (merge.py); a merged region's cost
+    estimate is redone on the whole (one call overhead, the transfers of both)."""
+    batch = batch_chunks.largest_batch(g.model)
+
+    def fits(nodes):
+        ins, outs = boundary(g, nodes)
+        if max(len(ins), len(outs)) > target.max_region_io:
+            return False
+        if batch <= target.max_batch:
+            return True
+        # hardware batches (batch_chunks.check): a part that cannot be chunked must not drag the
+        # other to the CPU with it
+        return all((g.shape(t) or [0])[0] == batch for t in ins + outs) and \
+            all((g.shape(o) or [0])[0] % batch == 0 for n in nodes for o in n.output if o)
+    merged = merge_independent(g, order, kept, fits)
+    if len(merged) == len(kept):
+        return kept, estimates
+    est_of = {nodes[0].name: est for nodes, est in zip(kept, estimates)}
+    out_est = []
+    for nodes in merged:
+        parts = [est_of[n.name] for n in nodes if n.name in est_of]
+        if len(parts) == 1:
+            out_est.append(parts[0])
+        else:
+            out_est.append(cost_model.estimate(g, nodes, target) if parts[0] is not None else None)
+    return merged, out_est
 
 
 def _region_to_take(g: GraphIndex, kept: List[List[onnx.NodeProto]]) -> Optional[int]:

@@ -11,6 +11,7 @@ from . import (affine_into_conv, avgpool_calibrate, bn_into_conv, bn_to_mul_add,
                remove_noop, repeat_to_resize, reshape_static, resize_nearest, split_3d_to_4d, sub_div_const,
                sum_to_add, tensordot_to_matmul, to_reshape)
 from . import grn_norm, group_norm, layernorm_canonical
+from . import pad_reflect_gather
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_dq_moves, dynamic_int_bias, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
@@ -130,6 +131,7 @@ RULES = (
     pad_fold,
     pad_to_conv,
     pad_channel_concat,
+    pad_reflect_gather,
     convtranspose_phases,
     convtranspose_to_conv,
     convtranspose_phase_conv,

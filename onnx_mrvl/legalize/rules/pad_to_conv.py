@@ -30,7 +30,8 @@ def beside_accelerator_op(g, node) -> bool:
     """Its producer or one of its readers is an op the accelerator runs (a data-movement op turned
     into a conv between CPU ops would only make a lone region), looking through a chain of Pads read
     only by the next Pad (conv_kernel_split's padding of an edge tile: one Pad per sweep became a conv
-    from the tile's end, the rest of a long chain stayed on the CPU)."""
+    from the tile's end, the rest of a long chain stayed on the CPU) and through Slices read by such
+    an op (the tiles of a kernel split by conv_kernel_split read slices of the padded input)."""
     p = g.producer.get(node.input[0])
     if p is not None and p.op_type in NEIGHBOURS:
         return True
@@ -38,6 +39,10 @@ def beside_accelerator_op(g, node) -> bool:
     for _ in range(MAX_CHAIN):
         users = g.users(n.output[0])
         if any(u.op_type in NEIGHBOURS for u in users):
+            return True
+        # read through Slices by convs (conv_kernel_split's tiles of a long kernel)
+        if any(u.op_type == "Slice" and any(v.op_type in NEIGHBOURS for v in g.users(u.output[0]))
+               for u in users):
             return True
         if len(users) != 1 or users[0].op_type != "Pad":
             return False
@@ -62,8 +67,8 @@ def check(m: Match, g, target) -> Optional[str]:
         return "pads the batch or channel axis"
     if any(p < 0 for p in pads):
         return "negative pads (cropping)"
-    if max(pads) > target.max_pad["conv"]:
-        return f"pads {pads} exceed target.max_pad ({target.max_pad['conv']})"
+    if max(pads) > target.max_pad["conv"] * MAX_CHAIN:
+        return f"pads {pads} exceed {MAX_CHAIN} x target.max_pad ({target.max_pad['conv']})"
     if not math.isfinite(value):
         return f"pad value {value}"
     user = g.only_consumer(m.node.output[0])
@@ -71,6 +76,7 @@ def check(m: Match, g, target) -> Optional[str]:
         return "read by a Transpose / Reshape (pad_sink moves it below first)"
     if not beside_accelerator_op(g, m.node):
         return "no accelerator op next to it"
+    m.data["limit"] = target.max_pad["conv"]
     return None
 
 
@@ -85,8 +91,23 @@ def rewrite(m: Match, g) -> str:
         g.make("Add", [x, g.add_const(f"{node.name}/neg_value", np.array(-value, np.float32))], [shifted],
                near=node, origin=origin, name=f"{node.name}/shift")
         x = shifted
-    g.make("Conv", [x, g.add_const(f"{node.name}/W", np.ones((c, 1, 1, 1), np.float32)),
-                    g.add_const(f"{node.name}/B", np.full(c, value, np.float32))], [node.output[0]],
-           near=node, origin=origin, name=node.name, kernel_shape=[1, 1], strides=[1, 1],
-           dilations=[1, 1], pads=[pads[2], pads[3], pads[6], pads[7]], group=c)
-    return f"Pad {pads[2:4] + pads[6:8]} (value {value}) -> depthwise 1x1 Conv"
+    left, limit = [pads[2], pads[3], pads[6], pads[7]], target_limit(m)
+    convs = 0
+    while any(left):   # pads above max_pad: a chain of convs, each padding at most max_pad per side
+        step = [min(p, limit) for p in left]
+        left = [p - q for p, q in zip(left, step)]
+        last = not any(left)
+        out = node.output[0] if last else g.fresh(f"{node.output[0]}/pad{convs}")
+        g.make("Conv", [x, g.add_const(f"{node.name}/W", np.ones((c, 1, 1, 1), np.float32)),
+                        g.add_const(f"{node.name}/B", np.full(c, value if last else 0.0, np.float32))], [out],
+               near=node, origin=origin, name=node.name if last else f"{node.name}/pad{convs}",
+               kernel_shape=[1, 1], strides=[1, 1], dilations=[1, 1], pads=step, group=c)
+        if not last:
+            sx = g.shape(x)
+            g.set_shape(out, [sx[0], sx[1], sx[2] + step[0] + step[2], sx[3] + step[1] + step[3]], g.dtype(x))
+        x, convs = out, convs + 1
+    return f"Pad {pads[2:4] + pads[6:8]} (value {value}) -> {convs} depthwise 1x1 Conv(s)"
+
+
+def target_limit(m: Match) -> int:
+    return m.data["limit"]
