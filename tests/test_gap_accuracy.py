@@ -81,3 +81,17 @@ def test_gap_split_cuts_only_what_one_global_pool_cannot_take(hw, stages):
         k = [a for a in n.attribute if a.name == "kernel_shape"][0].ints
         assert list(k) == list(st)
     assert op_types(out)[-1] == "Conv"
+
+
+def test_large_map_global_pool_same_bits_native_and_numpy(monkeypatch):
+    """The native kernel (pixel-order fp32 adds) and numpy (the same order along the strided axis)
+    give the same fp16 means on a 200x256 map."""
+    from onnx_mrvl.sim import native, pooling
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 200, 256, 40)) * 4).astype(np.float16).astype(np.float32)
+    a, ok_a = pooling.global_avgpool_layer(x)
+    monkeypatch.setattr(native, "on", lambda: False)
+    b, ok_b = pooling.global_avgpool_layer(x)
+    assert ok_a and ok_b and np.array_equal(a, b)
+    ref = x.astype(np.float64).mean(axis=(1, 2), keepdims=True)
+    assert np.max(np.abs(b - ref)) <= np.max(np.abs(ref)) * 2.0 ** -11     # one fp16 rounding
