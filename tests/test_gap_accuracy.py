@@ -95,3 +95,18 @@ def test_large_map_global_pool_same_bits_native_and_numpy(monkeypatch):
     assert ok_a and ok_b and np.array_equal(a, b)
     ref = x.astype(np.float64).mean(axis=(1, 2), keepdims=True)
     assert np.max(np.abs(b - ref)) <= np.max(np.abs(ref)) * 2.0 ** -11     # one fp16 rounding
+
+
+@pytest.mark.parametrize("length", [25, 17, 128])
+def test_mean_over_a_long_axis_of_a_3d_tensor_is_one_global_pool(length):
+    """ReduceMean over the last axis of [N, C, L] (a time mean): one GlobalAveragePool over the
+    [N, C, 1, L] view instead of a chain of windows (17: no chain existed, it was left on the CPU)."""
+    from onnx import helper as h
+    g = h.make_graph([h.make_node("Relu", ["x"], ["r"], name="relu"),
+                      h.make_node("ReduceMean", ["r"], ["y"], name="mean", axes=[2], keepdims=0)], "m",
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, length])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    out, log = legalize_and_compare(m)
+    ops = op_types(out)
+    assert "GlobalAveragePool" in ops and "AveragePool" not in ops and "ReduceMean" not in ops, ops
