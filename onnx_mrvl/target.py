@@ -100,7 +100,7 @@ class Target:
     name: str = "mlip"
     max_batch: int = 8                     # TVM's Marvell integration: static batch <= 8
     max_kernel: int = 7                    # largest conv kernel side taken as is (larger: split)
-    max_pool_kernel: int = 16              # largest pooling window side (larger global pools: split)
+    max_pool_kernel: int = 16              # largest pooling window side (a global pool: up to its square per side)
     max_pad: Dict[str, int] = field(default_factory=lambda: {"conv": 7, "pool": 7})
     max_stride: int = 8
     max_dilation: int = 8

@@ -3,7 +3,9 @@ of non-overlapping AveragePool / MaxPool windows along that axis whose sizes div
 gap_split), then a Reshape to the reduced shape (keepdims 0 or 1). Audio CNNs (PANNs / Cnn14:
 ``x.mean(dim=3)`` over mel bins, then ``max + mean`` over time) and OCR heads that average the height
 away then stay on the accelerator. Exact for the max; the mean of equal windows of equal windows is
-the mean. A mean over the tokens of a 3-D ``[B, N, C]`` (axis 1: the average-pooled head of timm's
+the mean. A mean over a map whose other spatial side is 1 (a 3-D ``[N, C, L]``, tokens) longer than
+one window is one GlobalAveragePool instead (up to ``max_pool_kernel ** 2``: fp32 accumulation, one
+rounding, docs/fusion.md "Global average pools"; a chain rounds each partial mean to fp16). A mean over the tokens of a 3-D ``[B, N, C]`` (axis 1: the average-pooled head of timm's
 EfficientFormer / LeViT, ``x.mean(1)``) is transposed to ``[B, C, N]`` first (a CPU op before the
 classifier, which then made a region of its own)."""
 from __future__ import annotations
@@ -97,6 +99,11 @@ def check(m: Match, g, target) -> Optional[str]:
     if m.data.get("tokens") and node.op_type == "ReduceMax":
         return "a max over the tokens of [B, N, C] (taken for means only)"
     steps = factors(size, target.max_pool_kernel)
+    sx = m.data["sx"]
+    other = 1 if len(sx) == 3 or m.data.get("tokens") else sx[5 - m.data["axis"]]
+    if node.op_type == "ReduceMean" and other == 1 and size <= target.max_pool_kernel ** 2 and \
+            (steps is None or len(steps) > 1):
+        steps = [size]      # the mean of a [.., L, 1] map: one global pool, one rounding (gap_split)
     if steps is None or size < 2:
         return f"axis of size {size} has no exact factorisation into windows <= {target.max_pool_kernel}"
     m.data["steps"] = steps
@@ -123,6 +130,12 @@ def rewrite(m: Match, g) -> str:
     if m.data.get("fold"):                             # [N, C, H, W] -> [1, N*C, H, W]: a per-channel pool
         sx = [1, sx[0] * sx[1], sx[2], sx[3]]
         x = reshape(g, x, sx, near=node, origin=origin, tag="rows_to_channels")
+    if steps == [sx[axis]] and sx[axis] > g.target.max_pool_kernel:   # one global pool (check)
+        y = g.fresh(f"{node.output[0]}/gap")
+        g.make("GlobalAveragePool", [x], [y], near=node, origin=origin, name=f"{node.name}/gap")
+        sx[axis] = 1
+        g.set_shape(y, sx, dt)
+        steps, x = [], y
     for k, d in enumerate(steps):
         win = [d, 1] if axis == 2 else [1, d]
         sx[axis] //= d
@@ -132,4 +145,6 @@ def rewrite(m: Match, g) -> str:
         g.set_shape(y, sx, dt)
         x = y
     reshape(g, x, list(g.shape(node.output[0])), near=node, origin=origin, out=node.output[0], tag="reduced")
+    if not steps:
+        return f"{node.op_type} over axis {m.data['axis']} -> GlobalAveragePool"
     return f"{node.op_type} over axis {m.data['axis']} -> {' then '.join(map(str, steps))} {POOL[node.op_type]}"
