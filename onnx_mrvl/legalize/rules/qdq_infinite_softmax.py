@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from ... import ort_plan
+from ... import ort_plan, ort_probe
 from .base import Match
 
 NAME = "qdq_infinite_softmax"
@@ -62,25 +62,53 @@ def _finite_source(g, dq, shape) -> Optional[str]:
     return None
 
 
+def _qparam(g, node, i, default):
+    """Input ``i`` of a Q / DQ as a one-element constant (the zero point's default: uint8 0), or None."""
+    if len(node.input) <= i or not node.input[i]:
+        return default
+    v = g.const(node.input[i])
+    return None if v is None or np.asarray(v).size != 1 else np.asarray(v).reshape(-1)[0]
+
+
+def _written_code(m: Match, g, qp, shape) -> tuple:
+    """(the one code onnxruntime writes for the probabilities, or None; why not): its float
+    Softmax of NaN rows quantized (MLAS: the type's lowest), or its QLinearSoftmax of the NaN
+    table, asked of onnxruntime (``ort_probe``: a cast of NaN, the build's)."""
+    zp = _qparam(g, qp, 2, np.uint8(0))
+    if zp is None or np.asarray(zp).dtype not in LOWEST:
+        return None, "the probabilities' zero point is no uint8 / int8 constant"
+    if m.node.name in ort_plan.ort_float_nodes(g.model, "Softmax"):
+        return LOWEST[np.asarray(zp).dtype], "Q(NaN), the type's lowest code"
+    dq = m.data["dq"]
+    xs, xz, ys = _qparam(g, dq, 1, None), _qparam(g, dq, 2, np.uint8(0)), _qparam(g, qp, 1, None)
+    if xs is None or xz is None or ys is None or np.asarray(xz).dtype != np.asarray(zp).dtype:
+        return None, "onnxruntime's QLinearSoftmax: per-tensor scales and one code type in and out needed"
+    axis = int(next((a.i for a in m.node.attribute if a.name == "axis"), 1 if g.opset < 13 else -1))
+    codes = ort_probe.qlinear_softmax_codes(float(xs), int(xz), float(ys), int(zp), np.asarray(zp).dtype,
+                                            shape, axis, g.opset)
+    if codes is None or len(codes) != 1:
+        return None, f"onnxruntime's QLinearSoftmax of the infinite scale writes codes {codes} (probed), not one code"
+    return int(codes[0]), "onnxruntime's QLinearSoftmax of a NaN table (probed)"
+
+
 def check(m: Match, g, target) -> Optional[str]:
     node = m.node
     users = g.users(node.output[0])
     if len(users) != 1 or users[0].op_type != "QuantizeLinear" or node.output[0] in g.outputs:
         return "the Softmax is read by other nodes than one QuantizeLinear"
     qp = users[0]
-    if node.name not in ort_plan.ort_float_nodes(g.model, "Softmax"):
-        return "onnxruntime does not run it as its float Softmax (a QLinearSoftmax reads a table of the scale)"
-    z = g.const(qp.input[2]) if len(qp.input) > 2 and qp.input[2] else np.zeros((), np.uint8)
-    if z is None or np.asarray(z).size != 1 or np.asarray(z).dtype not in LOWEST or \
-            int(np.asarray(z).reshape(-1)[0]) != LOWEST[np.asarray(z).dtype]:
-        return "the probabilities' zero point is not the type's lowest code (Q(NaN) is then no 0)"
     shape = g.shape(node.input[0])
     if shape is None or any(not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
         return "the Softmax's input shape is not static"
+    code, how = _written_code(m, g, qp, shape)
+    if code is None:
+        return how
+    if code != int(_qparam(g, qp, 2, np.uint8(0))):
+        return f"onnxruntime writes code {code} ({how}), not the probabilities' zero point (no Q(x * 0))"
     src = _finite_source(g, m.data["dq"], shape)
     if src is None:
         return "no finite dequantized tensor of the Softmax's shape next to the mask to take the zeros from"
-    m.data.update(qp=qp, src=src)
+    m.data.update(qp=qp, src=src, how=how)
     return None
 
 
@@ -92,6 +120,6 @@ def rewrite(m: Match, g) -> str:
     g.set_shape(out, g.shape(node.input[0]))
     g.set_input(qp, 0, out)
     g.remove(node)
-    return ("Softmax of a DequantizeLinear of infinite scale (NaN / inf everywhere): onnxruntime's NaN, "
-            "quantized to the lowest code = the zero point -> Q(x * 0) (exact; every attention weight is 0 in "
+    return (f"Softmax of a DequantizeLinear of infinite scale (NaN / inf everywhere): onnxruntime writes "
+            f"{m.data['how']} = the zero point -> Q(x * 0) (exact; every attention weight is 0 in "
             "onnxruntime too: quantize again with the mask's Where, Add and this Softmax in nodes_to_exclude)")
