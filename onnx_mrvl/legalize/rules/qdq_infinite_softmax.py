@@ -4,20 +4,23 @@ them (docs/legalize.md rule 1e''''').
 
 quantize_static on a TorchScript export's ``Where(pad, -inf, 0)`` mask gives the mask's and the
 masked scores' Q / DQ an infinite scale. Every element of ``DQ(q, inf, z) = (q - z) * inf`` is NaN
-(``q = z``) or +-inf, so onnxruntime's float Softmax of any such row is NaN everywhere (the max is
-+-inf or NaN and ``x - max`` is NaN), and its QuantizeLinear of NaN is the type's lowest code
-(MLAS clamps with ``max(x, lo)``: NaN gives ``lo``, as sim/int8.py's ``quantize``). When that is the
-Q's zero point (onnxruntime's quantizer: the probabilities' range starts at 0) the probabilities are
-exactly 0 whatever the input: the same codes as ``Q_p`` of ``x * 0``, ``x`` a finite tensor of the
-Softmax's shape the graph already computes (the dequantized scores next to the mask). The mask path
-and the Softmax then have no reader left and go; the block stays in one region with onnxruntime's
-numbers (which hold no attention: it was destroyed by the calibration; the remedy is
+(``q = z``) or +-inf. Where onnxruntime runs the Softmax as its float op (S8 activations), every
+row is NaN (the max is +-inf or NaN and ``x - max`` is NaN), and its QuantizeLinear of NaN is the
+type's lowest code (MLAS clamps with ``max(x, lo)``: NaN gives ``lo``, as sim/int8.py's
+``quantize``). Where it fuses ``DQ -> Softmax -> Q`` into its QLinearSoftmax (U8 activations), the
+table of the infinite scale is 0 below its last entry and NaN at it, every row's sum NaN and every
+code the build's cast of NaN (``ort_probe`` asks onnxruntime: 0 on x86-64). When that code is the
+Q's zero point (onnxruntime's quantizer: the probabilities' range starts at 0) the probabilities
+are exactly 0 whatever the input: the same codes as ``Q_p`` of ``x * 0``, ``x`` a finite tensor of
+the Softmax's shape the graph already computes (the dequantized scores next to the mask). The mask
+path and the Softmax then have no reader left and go; the block stays in one region with
+onnxruntime's numbers (which hold no attention: it was destroyed by the calibration; the remedy is
 ``nodes_to_exclude``, which the decision of the Q names).
 
-Checks: every scale of the DQ infinite, onnxruntime runs the Softmax as its float op
-(``ort_plan``: a QLinearSoftmax reads a table instead), the Softmax read by one QuantizeLinear alone
-whose zero point is its type's lowest, a finite dequantized tensor of the same static shape feeding
-the op that wrote the DQ's Q input.
+Checks: every scale of the DQ infinite, the code onnxruntime writes (float Softmax per
+``ort_plan``, else its QLinearSoftmax, probed) is the zero point of the one QuantizeLinear that
+reads the Softmax, a static shape, a finite dequantized tensor of the same shape feeding the op
+that wrote the DQ's Q input.
 """
 from __future__ import annotations
 
