@@ -90,23 +90,44 @@ def _move_zero_point(qpath: str, tmp_path, zero) -> str:
 
 
 @pytest.mark.parametrize("act, zero", [("s8", np.array(-100, np.int8)), ("u8", np.array(100, np.uint8))])
-def test_forms_it_cannot_reproduce_stay_on_the_cpu_exactly(tmp_path, act, zero):
-    """The probabilities' zero point moved off the code onnxruntime writes (S8: its float
-    Softmax's NaN quantized to the lowest, -128; U8: its QLinearSoftmax's code 0): the rule does not
-    apply (Q(x * 0) would give the zero point). S8: the probabilities' pair and the next one (zero
-    point the lowest code again) stay two roundings around the _safe_softmax guard, as in
-    onnxruntime's plan (its DoubleQDQPairsRemover does not see through the IsNaN / Where; measured on
-    DETR's attention, which merged was 83.2% identical); the infinite-scale Q / DQ stay on the CPU,
-    exact."""
+def test_a_code_off_the_zero_point_is_written_as_its_value(tmp_path, act, zero):
+    """The probabilities' zero point moved off the code onnxruntime writes (S8: its float Softmax's
+    NaN quantized to the lowest, -128; U8: its QLinearSoftmax's code 0): ``Q_p(x * 0 + v)``, v the
+    value of that code, one region, exact. S8: the probabilities' pair and the next one (zero point
+    the lowest code again) stay two roundings around the _safe_softmax guard, as in onnxruntime's
+    plan (its DoubleQDQPairsRemover does not see through the IsNaN / Where; measured on DETR's
+    attention, which merged was 83.2% identical)."""
     qpath = _move_zero_point(_quantized(tmp_path, act), tmp_path, zero)
     from onnx_mrvl.legalize import legalize
     legal = legalize(onnx.load(qpath))
     applied = [e[0] for e in legal.log]
-    assert "qdq_double_pair" not in applied and "qdq_infinite_softmax" not in applied
-    assert "Softmax" in {n.op_type for n in legal.model.graph.node}
+    assert "qdq_double_pair" not in applied
+    notes = [d for rule, _, d in legal.report.applied if rule == "qdq_infinite_softmax"]
+    assert len(notes) == 1 and "Q(x * 0 + " in notes[0], notes
+    assert "Softmax" not in {n.op_type for n in legal.model.graph.node}
     result = onnx_mrvl.convert(qpath)
-    cpu = [d.op_type for d in result.report.cpu_nodes()]
-    assert "QuantizeLinear" in cpu and any("infinite scale" in d.reason for d in result.report.cpu_nodes())
+    assert len(result.report.regions) == 1 and not result.report.cpu_nodes(), result.report.cpu_nodes()
     folder = str(tmp_path / f"out_{act}")
     result.save(folder)
     _compare(qpath, folder)
+
+
+def test_int8_model_without_the_guard_runs_a_uint8_qlinear_softmax(tmp_path):
+    """S8 without torch's _safe_softmax guard (older TorchScript exports): onnxruntime fuses the
+    Softmax into a QLinearSoftmax, on uint8 codes after its S8 -> U8 rewrite (zero points + 128:
+    ``ort_plan.ort_u8_softmaxes``), whose code 0 is the int8 zero point -128: Q(x * 0), one
+    region, bit-identical."""
+    from onnx_mrvl import ort_plan
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(masked_attention(guard=False), src)
+    quantize_static_qdq(src, dst, feeds(8), "s8")
+    q = onnx.load(dst)
+    assert "softmax" not in ort_plan.ort_float_nodes(q, "Softmax") and "softmax" in ort_plan.ort_u8_softmaxes(q)
+    result = onnx_mrvl.convert(dst)
+    assert len(result.report.regions) == 1 and not result.report.cpu_nodes(), result.report.cpu_nodes()
+    from onnx_mrvl.legalize import legalize
+    notes = [d for rule, _, d in legalize(onnx.load(dst)).report.applied if rule == "qdq_infinite_softmax"]
+    assert len(notes) == 1 and "uint8 QLinearSoftmax" in notes[0] and "Q(x * 0)" in notes[0], notes
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    _compare(dst, folder)

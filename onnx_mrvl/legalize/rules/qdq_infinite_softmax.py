@@ -35,6 +35,7 @@ NAME = "qdq_infinite_softmax"
 OPS = ("Softmax",)
 REPORT_SKIPS = "infinite-scale Softmax"
 LOWEST = {np.dtype(np.int8): -128, np.dtype(np.uint8): 0}
+QRANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
 
 def match(node, g) -> Optional[Match]:
@@ -87,11 +88,14 @@ def _written_code(m: Match, g, qp, shape) -> tuple:
     if xs is None or xz is None or ys is None or np.asarray(xz).dtype != np.asarray(zp).dtype:
         return None, "onnxruntime's QLinearSoftmax: per-tensor scales and one code type in and out needed"
     axis = int(next((a.i for a in m.node.attribute if a.name == "axis"), 1 if g.opset < 13 else -1))
-    codes = ort_probe.qlinear_softmax_codes(float(xs), int(xz), float(ys), int(zp), np.asarray(zp).dtype,
+    # on uint8 codes where onnxruntime's S8 -> U8 rewrite turned an int8 model's pairs (zero points + 128)
+    shift = 128 if np.asarray(zp).dtype == np.int8 and m.node.name in ort_plan.ort_u8_softmaxes(g.model) else 0
+    dt = np.dtype(np.uint8) if shift else np.asarray(zp).dtype
+    codes = ort_probe.qlinear_softmax_codes(float(xs), int(xz) + shift, float(ys), int(zp) + shift, dt,
                                             shape, axis, g.opset)
     if codes is None or len(codes) != 1:
         return None, f"onnxruntime's QLinearSoftmax of the infinite scale writes codes {codes} (probed), not one code"
-    return int(codes[0]), "onnxruntime's QLinearSoftmax of a NaN table (probed)"
+    return int(codes[0]) - shift, f"onnxruntime's {dt.name} QLinearSoftmax of a NaN table (probed)"
 
 
 def check(m: Match, g, target) -> Optional[str]:
@@ -106,12 +110,18 @@ def check(m: Match, g, target) -> Optional[str]:
     code, how = _written_code(m, g, qp, shape)
     if code is None:
         return how
-    if code != int(_qparam(g, qp, 2, np.uint8(0))):
-        return f"onnxruntime writes code {code} ({how}), not the probabilities' zero point (no Q(x * 0))"
+    zp, sp = int(_qparam(g, qp, 2, np.uint8(0))), _qparam(g, qp, 1, None)
+    if sp is None or not np.isfinite(sp) or sp <= 0:
+        return "the probabilities' scale is no positive finite constant"
+    value = np.float32((code - zp) * np.float32(sp))   # the value Q_p writes as `code` (0 at the zero point)
+    lo, hi = QRANGE[np.asarray(_qparam(g, qp, 2, np.uint8(0))).dtype]
+    for v in (np.float32(value), np.float32(np.float16(value))):   # fp32, and fp16 in a region
+        if int(np.clip(np.rint(v / np.float32(sp)) + zp, lo, hi)) != code:
+            return f"onnxruntime writes code {code} ({how}), which Q_p of {float(value)} does not give in fp16"
     src = _finite_source(g, m.data["dq"], shape)
     if src is None:
         return "no finite dequantized tensor of the Softmax's shape next to the mask to take the zeros from"
-    m.data.update(qp=qp, src=src, how=how)
+    m.data.update(qp=qp, src=src, how=how, value=value, code=code)
     return None
 
 
@@ -121,8 +131,17 @@ def rewrite(m: Match, g) -> str:
     out = g.fresh(f"{node.output[0]}/zeros")
     g.make("Mul", [m.data["src"], zero], [out], near=node, origin=[node.name], name=f"{node.name}/zeros")
     g.set_shape(out, g.shape(node.input[0]))
+    what = "the zero point -> Q(x * 0) (exact; every attention weight is 0"
+    if m.data["value"] != 0:   # a code off the zero point: Q(x * 0 + its value)
+        value = g.add_const(f"{node.name}/value", np.array(m.data["value"], np.float32))
+        filled = g.fresh(f"{node.output[0]}/filled")
+        g.make("Add", [out, value], [filled], near=node, origin=[node.name], name=f"{node.name}/filled")
+        g.set_shape(filled, g.shape(node.input[0]))
+        out = filled
+        what = (f"code {m.data['code']} -> Q(x * 0 + {float(m.data['value']):.6g}) (exact; every attention weight is "
+                f"{float(m.data['value']):.6g} whatever the input")
     g.set_input(qp, 0, out)
     g.remove(node)
     return (f"Softmax of a DequantizeLinear of infinite scale (NaN / inf everywhere): onnxruntime writes "
-            f"{m.data['how']} = the zero point -> Q(x * 0) (exact; every attention weight is 0 in "
-            "onnxruntime too: quantize again with the mask's Where, Add and this Softmax in nodes_to_exclude)")
+            f"{m.data['how']} = {what} in onnxruntime too: quantize again with the mask's Where, Add and this "
+            "Softmax in nodes_to_exclude)")
