@@ -9,18 +9,19 @@ row is NaN (the max is +-inf or NaN and ``x - max`` is NaN), and its QuantizeLin
 type's lowest code (MLAS clamps with ``max(x, lo)``: NaN gives ``lo``, as sim/int8.py's
 ``quantize``). Where it fuses ``DQ -> Softmax -> Q`` into its QLinearSoftmax (U8 activations), the
 table of the infinite scale is 0 below its last entry and NaN at it, every row's sum NaN and every
-code the build's cast of NaN (``ort_probe`` asks onnxruntime: 0 on x86-64). When that code is the
-Q's zero point (onnxruntime's quantizer: the probabilities' range starts at 0) the probabilities
+code the build's cast of NaN (``ort_probe`` asks onnxruntime: 0 on x86-64; on uint8 codes where
+its S8 -> U8 rewrite turned an int8 model's pairs, ``ort_plan.ort_u8_softmaxes``). When that code is
+the Q's zero point (onnxruntime's quantizer: the probabilities' range starts at 0) the probabilities
 are exactly 0 whatever the input: the same codes as ``Q_p`` of ``x * 0``, ``x`` a finite tensor of
-the Softmax's shape the graph already computes (the dequantized scores next to the mask). The mask
+the Softmax's shape the graph already computes (the dequantized scores next to the mask); another
+code ``c`` is ``Q_p(x * 0 + v)``, v its value (checked to round back to ``c`` in fp32 and fp16). The mask
 path and the Softmax then have no reader left and go; the block stays in one region with
 onnxruntime's numbers (which hold no attention: it was destroyed by the calibration; the remedy is
 ``nodes_to_exclude``, which the decision of the Q names).
 
-Checks: every scale of the DQ infinite, the code onnxruntime writes (float Softmax per
-``ort_plan``, else its QLinearSoftmax, probed) is the zero point of the one QuantizeLinear that
-reads the Softmax, a static shape, a finite dequantized tensor of the same shape feeding the op
-that wrote the DQ's Q input.
+Checks: every scale of the DQ infinite, onnxruntime writes one code (float Softmax per
+``ort_plan``, else its QLinearSoftmax, probed), one QuantizeLinear alone reads the Softmax, a static
+shape, a finite dequantized tensor of the same shape feeding the op that wrote the DQ's Q input.
 """
 from __future__ import annotations
 
