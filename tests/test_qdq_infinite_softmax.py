@@ -131,3 +131,21 @@ def test_int8_model_without_the_guard_runs_a_uint8_qlinear_softmax(tmp_path):
     folder = str(tmp_path / "out")
     result.save(folder)
     _compare(dst, folder)
+
+
+def test_an_onnxruntime_writing_several_codes_leaves_it_on_the_cpu_exactly(tmp_path, monkeypatch):
+    """Fail closed: where onnxruntime's QLinearSoftmax of the infinite scale would write more than
+    one code (another build's cast of NaN; here the probe is made to say so), the rule does not
+    apply and the infinite-scale Q / DQ stay on the CPU, the model exact."""
+    from onnx_mrvl import ort_probe
+    qpath = _quantized(tmp_path, "u8")
+    monkeypatch.setattr(ort_probe, "qlinear_softmax_codes", lambda *a, **k: np.array([0, 7], np.uint8))
+    from onnx_mrvl.legalize import legalize
+    legal = legalize(onnx.load(qpath))
+    assert "qdq_infinite_softmax" not in [e[0] for e in legal.log]
+    assert "Softmax" in {n.op_type for n in legal.model.graph.node}
+    result = onnx_mrvl.convert(qpath)
+    assert any("infinite scale" in d.reason for d in result.report.cpu_nodes())
+    folder = str(tmp_path / "out")
+    result.save(folder)
+    _compare(qpath, folder)
