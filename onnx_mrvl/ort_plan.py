@@ -23,6 +23,7 @@ OP_TYPES = ("AveragePool", "Conv", "MatMul", "Sigmoid", "Tanh", "Relu", "LeakyRe
 U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs as a uint8 QLinearAdd
 QLINEAR_MULS = "QLinearMul"    # the Mul nodes onnxruntime fuses into a QLinearMul (any code type)
 U8_MULS = "QLinearMul:uint8"   # those of an int8 model its S8 -> U8 rewrite runs on uint8 codes
+U8_SOFTMAXES = "QLinearSoftmax:uint8"   # the Softmax nodes onnxruntime runs as a uint8 QLinearSoftmax
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
 
@@ -91,6 +92,12 @@ def ort_u8_adds(model: onnx.ModelProto) -> FrozenSet[str]:
     return ort_float_nodes(model, U8_ADDS)
 
 
+def ort_u8_softmaxes(model: onnx.ModelProto) -> FrozenSet[str]:
+    """Names of the QDQ Softmax nodes onnxruntime fuses into a QLinearSoftmax of uint8 codes (a U8
+    model's, or an int8 model's whose two pairs its S8 -> U8 rewrite turned: zero points + 128)."""
+    return ort_float_nodes(model, U8_SOFTMAXES)
+
+
 def ort_qlinear_muls(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     """{"qlinear": names, "qlinear_u8": names} of the QDQ Mul nodes onnxruntime fuses into a
     QLinearMul, the second those whose codes its S8 -> U8 rewrite turned to uint8 (an int8 model)."""
@@ -149,6 +156,9 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
             found.setdefault(QLINEAR_MULS, set()).add(n.name)
             if inits.get(n.input[7]) == onnx.TensorProto.UINT8 and inits.get(n.input[2]) == onnx.TensorProto.UINT8:
                 found.setdefault(U8_MULS, set()).add(n.name)
+        if n.op_type == "QLinearSoftmax" and n.name in names and len(n.input) > 4 \
+                and inits.get(n.input[4]) == onnx.TensorProto.UINT8:
+            found.setdefault(U8_SOFTMAXES, set()).add(n.name)
         op = "Conv" if n.op_type == "FusedConv" else n.op_type   # Conv + activation: FusedConv
         if op not in OP_TYPES:
             continue

@@ -248,6 +248,40 @@ def test_int8_softmax_qlinearsoftmax_at_ties(dtype, zy, sy):
             assert ok and np.array_equal(got, want), (d, sx, int((got != want).sum()))
 
 
+
+@pytest.mark.parametrize("dtype, zx", [(np.uint8, 128), (np.int8, 0)])
+def test_int8_softmax_huge_input_scale_is_onnxruntime_hard_max(dtype, zx):
+    """A huge finite input scale (a mask's float32-lowest range: lowest / 255 = 1.3e36, or 1e10):
+    onnxruntime's table is exp(ln(FLT_MAX / D) - 5) at 255 and exp(-k s_x) = 0 below, so each row
+    is a hard max shared by its tied maxima; the sim's table gives the same codes. An infinite
+    scale (a NaN table, the code a cast of NaN) is refused (legalize's qdq_infinite_softmax)."""
+    from onnx_mrvl.sim.int8_transformer import Int8Softmax
+    rng = np.random.default_rng(3)
+    elem, dt = _q(dtype)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    for sx in (float(np.float32(np.finfo(np.float32).max / 255)), 1e10):
+        x = rng.integers(lo, hi + 1, (500, 33)).astype(dtype)
+        x[:100] = rng.integers(hi - 2, hi + 1, (100, 33))   # many tied maxima
+        inits = [onnx.numpy_helper.from_array(np.array(v, t), n) for v, t, n in (
+            (sx, np.float32, "sx"), (zx, dtype, "zx"), (1 / 255, np.float32, "sy"), (lo, dtype, "zy"))]
+        node = helper.make_node("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft",
+                                axis=-1, opset=13)
+        m = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, [500, 33])],
+                                                [helper.make_tensor_value_info("y", elem, None)], inits),
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 8
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0].astype(np.int32)
+        params = dict(in_scale=sx, in_zero_point=zx, in_dtype=dt, out_scale=float(np.float32(1 / 255)),
+                      out_zero_point=int(lo), out_dtype=dt)
+        y, ok = Int8Softmax(params, -1).apply(((x.astype(np.float64) - zx) * np.float32(sx)).astype(np.float32))
+        got = np.rint(y / np.float32(1 / 255)).astype(np.int32) + int(lo)
+        assert ok and np.array_equal(got, want), (sx, int((got != want).sum()))
+        assert len(np.unique(want[:100])) > 2    # ties share the probability
+    with pytest.raises(ValueError, match="infinite scale"):
+        Int8Softmax(dict(params, in_scale=float("inf")), -1)
+
+
 CPU_LEFT = {"encoder_block_ln_op": set(), "vit_like": set(), "whisper_encoder": set(),
             "bert_encoder": {"Gather", "Reshape", "Cast", "Add", "Mul"}}      # embedding lookups, the HF mask
 

@@ -109,6 +109,10 @@ class Int8Softmax:
 
     def __init__(self, params: Mapping, axis: int):
         self.x, self.y = _q(params, "in"), _q(params, "out")
+        if not (np.isfinite(self.x[0]) and np.isfinite(self.y[0])):
+            # onnxruntime's table of an infinite s_x is NaN at 255 and 0 below: a build-dependent
+            # cast of NaN (legalize's qdq_infinite_softmax rewrites the form it can reproduce)
+            raise ValueError(f"an infinite scale (in {self.x[0]}, out {self.y[0]})")
         self.requant = str(params.get("requant", "qlinear"))
         if self.requant not in ("qlinear", "float"):
             raise ValueError(f"requant {self.requant!r} (qlinear or float)")

@@ -45,11 +45,11 @@ def _model(nodes, name: str, inputs, inits, opset: int) -> onnx.ModelProto:
     return m
 
 
-def masked_attention(seed: int = 0) -> onnx.ModelProto:
+def masked_attention(seed: int = 0, guard: bool = True) -> onnx.ModelProto:
     """x [1, T, D] float, mask [1, T] int64 -> Q/K/V projections split into H heads, scores / 4 +
     Where(mask == 0, -inf, 0), Softmax with torch's ``_safe_softmax`` guard (``Where(IsNaN(p), 0,
-    p)``, as the TorchScript exports of transformers 5 write it), x V, heads merged, an output
-    projection and the residual."""
+    p)``, as the TorchScript exports of transformers 5 write it; ``guard=False``: without, as older
+    exports), x V, heads merged, an output projection and the residual."""
     rng = np.random.default_rng(seed)
     inits = [nh.from_array((rng.standard_normal((D, D)) / 4).astype(np.float32), n) for n in ("wq", "wk", "wv", "wo")]
     inits += [nh.from_array(np.array(0.25, np.float32), "scale"), nh.from_array(np.array(0, np.int64), "zero_i"),
@@ -65,10 +65,9 @@ def masked_attention(seed: int = 0) -> onnx.ModelProto:
               n("Where", ["pad", "neg_inf", "zero_f"], ["madd"], name="mask_where"),
               n("Reshape", ["madd", "mshape"], ["madd2"], name="mask_reshape"),
               n("Add", ["s1", "madd2"], ["s2"], name="mask_add"),
-              n("Softmax", ["s2"], ["p0"], axis=-1, name="softmax"),
-              n("IsNaN", ["p0"], ["p_nan"], name="safe_isnan"),   # torch's _safe_softmax guard
-              n("Where", ["p_nan", "zero_f", "p0"], ["p"], name="safe_where"),
-              ] + _context()
+              n("Softmax", ["s2"], ["p0" if guard else "p"], axis=-1, name="softmax"),
+              ] + ([n("IsNaN", ["p0"], ["p_nan"], name="safe_isnan"),   # torch's _safe_softmax guard
+                    n("Where", ["p_nan", "zero_f", "p0"], ["p"], name="safe_where")] if guard else []) + _context()
     return _model(nodes, "masked_attention", [X, MASK], inits, 17)
 
 
