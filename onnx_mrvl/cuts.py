@@ -35,6 +35,8 @@ LAYOUT_OPS = {"Transpose", "LayoutTransform"}
 def reason_class(reason: str) -> str:
     """The class of a CPU reason recorded in ``Decisions``."""
     r = reason or ""
+    if r.startswith("created by the conversion") and "; on the CPU: " in r:   # report_graph: why it stayed
+        r = r.split("; on the CPU: ", 1)[1]
     if r.startswith("excluded by the user"):
         return USER_EXCLUDE
     if r.startswith("compile:"):
@@ -76,7 +78,10 @@ def _as_dict(d: Any) -> Dict[str, Any]:
 def _cpu_row(node: onnx.NodeProto, decisions: Mapping[str, Any], unknown: str) -> Dict[str, Any]:
     origin = get_origin(node)
     reasons: List[str] = []
-    for o in origin:
+    own = decisions.get(node.name)
+    if own is not None and _as_dict(own).get("origin") is not None:   # a node the conversion created
+        reasons.append(_as_dict(own).get("reason") or "not supported")
+    for o in origin if not reasons else ():
         d = decisions.get(o)
         if d is not None and _as_dict(d).get("placement") == "cpu":
             r = _as_dict(d).get("reason") or "not supported"
