@@ -87,7 +87,8 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
             continue
         own = decisions.get(n.name)
         if own is not None and own.origin is None and own.placement == "cpu":
-            continue                                     # an original node on the CPU, as it was
+            own.runs_as = (own.runs_as or []) + [n.name]  # an original node on the CPU (by its own name)
+            continue
         origin = [o for o in get_origin(n) if o != n.name or o in decisions] or [n.name]
         on_cpu = [o for o in origin if o in decisions and decisions[o].placement == "cpu"
                   and decisions[o].origin is None]

@@ -134,3 +134,25 @@ def test_precision_is_the_emitted_layers():
     r.report.decisions["pool"].precision = "int8"    # a rule's intent that was not emitted: caught
     assert check_report(r.report, r.model, r.subgraphs) == \
         [f"pool: report says int8, layer {by_node['pool'].layer} is fp16"]
+
+
+def _mixed_precision_cnn():
+    from onnx_mrvl.testing.models import tiny_cnn
+    m = tiny_cnn(seed=2)
+    x = np.random.default_rng(5).standard_normal([d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim])
+    calib = [{m.graph.input[0].name: (x * s).astype(np.float32)} for s in (0.5, 1.0, 1.5, 2.0)]
+    return m, calib
+
+
+def test_invariants_hold_across_models():
+    """check_report on models with CPU islands, branches, exclusions and int8 / fp16 layers."""
+    from onnx_mrvl.testing.models import branchy_chain, detection_like
+    cases = [(detection_like(seed=1), {}), (branchy_chain(40, seed=1, branchy=True), {}),
+             (_conv1d_pair(1), {"exclude": ["relu"]}), (_conv1d_pair(2), {"exclude": ["Conv"]}),
+             (_qdq_conv_heads(1), {"exclude": ["sig"]})]
+    m, calib = _mixed_precision_cnn()
+    cases.append((m, {"quantize": "int8", "calibration": calib}))
+    for model, kw in cases:
+        r = onnx_mrvl.convert(model, **kw)
+        assert check_report(r.report, r.model, r.subgraphs) == [], (model.graph.name, kw)
+    assert {d.precision for d in r.report if d.placement == "accelerator"} >= {"int8"}
