@@ -41,14 +41,16 @@ def emitted_layers(subgraphs) -> List[dict]:
                 continue
             a = node["attrs"]
             rows.append({"region": sg.name, "layer": node["name"], "op": (a.get("layer_name") or ["?"])[0],
-                         "precision": layer_precision(a), "origin": list((a.get("origin_nodes") or [[]])[0])})
+                         "precision": layer_precision(a), "origin": list((a.get("origin_nodes") or [[]])[0]),
+                         "mrvl_node": (a.get("onnx_node_name") or [None])[0]})
     return rows
 
 
 def assign_layers(decisions: Decisions, subgraphs) -> List[dict]:
-    """Set ``subgraph``, ``layer`` (the node's compute layer: its first layer that does more than
-    move data, else its first), ``layers`` and ``precision`` (that layer's) of every original node
-    an emitted layer names; returns :func:`emitted_layers`."""
+    """Set ``subgraph``, ``layer`` (the node's layer: the one emitted from the Mrvl node fuse put
+    it in, else its first layer that does more than move data, else its first), ``layers`` and
+    ``precision`` (that layer's) of every original node an emitted layer names; returns
+    :func:`emitted_layers`."""
     rows = emitted_layers(subgraphs)
     of: Dict[str, List[dict]] = {}
     for r in rows:
@@ -58,7 +60,8 @@ def assign_layers(decisions: Decisions, subgraphs) -> List[dict]:
         d = decisions.get(name)
         if d is None:
             continue
-        main = next((r for r in rs if r["op"] not in DATA_MOVES), rs[0])
+        own = [r for r in rs if d.mrvl_node and r["mrvl_node"] == d.mrvl_node] or rs
+        main = next((r for r in own if r["op"] not in DATA_MOVES), own[0])
         d.subgraph, d.layer, d.precision = main["region"], main["layer"], main["precision"]
         d.layers = [r["layer"] for r in rs] if len(rs) > 1 else None
     return rows
