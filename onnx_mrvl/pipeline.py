@@ -24,7 +24,7 @@ from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
 from .report import Report
-from .report_graph import account_cpu_nodes, assign_layers, set_layer
+from .report_graph import account_cpu_nodes, assign_layers, reconcile_quantization, set_layer
 from .split import batch_chunks, split
 from .stage_snapshots import Source, StageSnapshots, has_bodies, source_reader, structure_only, weight_bytes
 from .stamp import stamped
@@ -151,6 +151,8 @@ def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
     result.report.quantization = quantized.info
     if quantized.info.get("mode") == "dynamic-calibrated":
         annotate_dynamic(result.report.decisions, quantized.info)
+    elif quantized.info:   # the precision each layer was emitted with, not the policy's choice
+        reconcile_quantization(result.report.decisions, quantized.info)
     if quantized.info:
         stages = result.stages if isinstance(result.stages, StageSnapshots) else StageSnapshots(result.stages)
         result.stages = stages.with_first("quantize", quantized.model)

@@ -155,3 +155,22 @@ def check_report(report, model: onnx.ModelProto, subgraphs: Iterable = ()) -> Li
         if r["layer"] in layers and r["precision"] != layers[r["layer"]]["precision"]:
             problems.append(f"layer {r['layer']}: report says {r['precision']}, emitted {layers[r['layer']]['precision']}")
     return problems
+
+
+def reconcile_quantization(decisions: Decisions, info: dict) -> None:
+    """``report.quantization["layers"]`` says what was emitted: a layer the policy made int8 (or
+    kept fp16) whose node ended with another precision, on the CPU or removed gets that precision
+    (or placement), the policy's choice under ``planned`` and the reason; ``int8_layers`` counts
+    the layers emitted as int8."""
+    for r in info.get("layers", []):
+        d = decisions.get(r.get("layer"))
+        if d is None:
+            continue
+        now = d.precision if d.placement == "accelerator" else d.placement
+        if now and now != r.get("precision"):
+            r["planned"] = r.get("precision")
+            where = f"layer {d.layer}" if d.placement == "accelerator" else d.reason
+            r["reason"] = f"{r.get('reason')}; planned {r['planned']}, emitted {now} ({where})"
+            r["precision"] = now
+    if "int8_layers" in info:
+        info["int8_layers"] = sum(1 for r in info.get("layers", []) if r.get("precision") == "int8")

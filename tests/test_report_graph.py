@@ -156,3 +156,24 @@ def test_invariants_hold_across_models():
         r = onnx_mrvl.convert(model, **kw)
         assert check_report(r.report, r.model, r.subgraphs) == [], (model.graph.name, kw)
     assert {d.precision for d in r.report if d.placement == "accelerator"} >= {"int8"}
+
+
+def test_quantization_layers_say_what_was_emitted():
+    """report.quantization["layers"]: each layer's precision is its node's emitted layer's (or
+    where it ended), the policy's choice kept under ``planned`` when they differ."""
+    m, calib = _mixed_precision_cnn()
+    r = onnx_mrvl.convert(m, quantize="int8", calibration=calib, fp16_layers=[m.graph.node[0].name])
+    q = r.report.quantization
+    emitted = {row["layer"]: row["precision"] for row in r.report.layers}
+    assert q["layers"]
+    for row in q["layers"]:
+        d = r.report[row["layer"]]
+        assert row["precision"] == (emitted[d.layer] if d.placement == "accelerator" else d.placement), row
+    assert q["int8_layers"] == sum(1 for row in q["layers"] if row["precision"] == "int8") > 0
+    first = next(row for row in q["layers"] if row["layer"] == m.graph.node[0].name)
+    assert first["precision"] == "fp16" and "planned" not in first
+    info = {"layers": [{"layer": first["layer"], "precision": "int8", "reason": "intended"}], "int8_layers": 1}
+    from onnx_mrvl.report_graph import reconcile_quantization
+    reconcile_quantization(r.report.decisions, info)   # an intent that was not emitted is corrected
+    assert info["layers"][0]["precision"] == "fp16" and info["layers"][0]["planned"] == "int8"
+    assert info["int8_layers"] == 0 and "planned int8, emitted fp16 (layer " in info["layers"][0]["reason"]
