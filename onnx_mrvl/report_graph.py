@@ -115,6 +115,8 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
                 created.setdefault(o, []).append(n.name)
     for o, names in created.items():
         d = decisions[o]
+        if "partly on the CPU" in d.reason:   # legalization's record already says so (pipeline._with_removed)
+            continue
         note = (f"partly on the CPU: {len(names)} node(s) created from it ({', '.join(names[:4])}"
                 f"{', ...' if len(names) > 4 else ''})")
         d.reason = f"{d.reason}; {note}" if d.reason else note
