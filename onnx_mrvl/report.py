@@ -53,11 +53,12 @@ class Report:
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
-        created = sum(1 for d in self.decisions.values() if d.origin is not None)
-        lines = [f"{len(self.decisions) - created} nodes"
-                 f"{f' (+{created} created by the conversion)' if created else ''}: "
+        made = [d for d in self.decisions.values() if d.origin is not None]
+        made_n = sum(len(d.runs_as or ()) for d in made)
+        lines = [f"{len(self.decisions) - len(made)} nodes: "
                  f"{len(self.decisions.by_placement('accelerator'))} on the accelerator, "
-                 f"{len(self.cpu_nodes())} on the CPU"
+                 f"{len(self.cpu_nodes()) - len(made)} on the CPU"
+                 f"{f', {made_n} CPU node(s) created by the conversion from them' if made else ''}"
                  f"{f' (+{len(self.transforms)} boundary transforms)' if self.transforms else ''}; "
                  f"{100 * self.offload_fraction:.1f}% of {self.macs_total:,} MACs offloaded"]
         by_region: Dict[str, List[Decision]] = {}
@@ -75,8 +76,8 @@ class Report:
                 d = self.decisions[n]
                 runs = (f"  (runs as {', '.join(d.runs_as[:4])}{', ...' if len(d.runs_as) > 4 else ''})"
                         if d.runs_as else "")
-                made = f"  (from {', '.join(d.origin[:4])}{', ...' if len(d.origin) > 4 else ''})" if d.origin else ""
-                lines.append(f"  {d.node:<32} {d.op_type}{made}{runs}")
+                came = f"  (from {', '.join(d.origin[:4])}{', ...' if len(d.origin) > 4 else ''})" if d.origin else ""
+                lines.append(f"  {d.node:<32} {d.op_type}{came}{runs}")
         if self.transforms:
             lines.append(f"\ncpu: added by the conversion at region boundaries ({len(self.transforms)} nodes)")
             for t in self.transforms:

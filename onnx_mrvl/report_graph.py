@@ -85,6 +85,7 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
     why fuse / split left it on the CPU. Adds records to ``decisions``; returns the transforms."""
     transforms: List[dict] = []
     created: Dict[str, List[str]] = {}    # offloaded original -> created CPU nodes
+    groups: Dict[tuple, List[onnx.NodeProto]] = {}   # (origin, why) -> created CPU nodes
     for n in model.graph.node:
         if _is_region(n):
             continue
@@ -105,14 +106,19 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
                 d.runs_as = (d.runs_as or []) + [n.name]
             continue
         why = cpu_reasons.get(n.name) or "no accelerator op took it"
-        kinds = sorted({WHERE.get(decisions[o].placement, decisions[o].placement) for o in origin
-                        if o in decisions}) or ["no original"]
-        key = n.name if own is None or own.placement == "cpu" else f"{n.name} (created)"
-        decisions[key] = Decision(n.name, n.op_type, placement="cpu", origin=origin,
+        groups.setdefault((tuple(origin), why), []).append(n)
+    for (origin, why), nodes in groups.items():   # one record per original node(s) and reason
+        named = [o for o in origin if o in decisions]
+        kinds = sorted({WHERE.get(decisions[o].placement, decisions[o].placement) for o in named}) or ["no original"]
+        key = f"{origin[0]} (on the CPU)"
+        while key in decisions:
+            key += "'"
+        decisions[key] = Decision(origin[0], "/".join(dict.fromkeys(n.op_type for n in nodes)), placement="cpu",
+                                  origin=list(origin), runs_as=[n.name for n in nodes],
                                   reason=f"created by the conversion from {' / '.join(kinds)} node(s); on the CPU: {why}")
-        for o in origin:
-            if o in decisions and decisions[o].placement != "cpu":
-                created.setdefault(o, []).append(n.name)
+        for o in named:
+            if decisions[o].placement != "cpu":
+                created.setdefault(o, []).extend(n.name for n in nodes)
     for o, names in created.items():
         d = decisions[o]
         if "partly on the CPU" in d.reason:   # legalization's record already says so (pipeline._with_removed)
@@ -121,7 +127,7 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
                 f"{', ...' if len(names) > 4 else ''})")
         d.reason = f"{d.reason}; {note}" if d.reason else note
     for d in decisions.values():   # runs_as only when it says more than the node's own name
-        if d.runs_as == [d.node]:
+        if d.runs_as == [d.node] and d.origin is None:
             d.runs_as = None
     return transforms
 
@@ -144,8 +150,8 @@ def check_report(report, model: onnx.ModelProto, subgraphs: Iterable = ()) -> Li
     reported: Set[str] = {t["node"] for t in report.transforms}
     for d in report.cpu_nodes():
         names = d.runs_as or [d.node]
-        if d.origin is not None and d.node not in graph:
-            problems.append(f"created CPU node {d.node} is not in the graph")
+        if d.origin is not None and not set(names) <= graph:
+            problems.append(f"created CPU node(s) {sorted(set(names) - graph)} of {d.node} are not in the graph")
         reported.update(x for x in names if x in graph)
     for name in sorted(graph - reported):
         problems.append(f"graph node {name} runs on the CPU but the report does not list it")

@@ -38,21 +38,22 @@ def test_a_cpu_node_created_from_an_offloaded_node_is_reported(tmp_path, capsys)
     cpu_graph = [n.name for n in r.model.graph.node if n.domain != "mrvl"]
     assert cpu_graph == ["conv1d_b/to1d"]
     assert r.report["conv1d_b"].placement == "accelerator"
-    cpu = r.report.cpu_nodes()
-    assert [(d.node, d.op_type, d.origin) for d in cpu] == [("conv1d_b/to1d", "Reshape", ["conv1d_b"])]
+    cpu = r.report.cpu_nodes()   # one record: the original it came from, the node it runs as
+    assert [(d.node, d.op_type, d.origin, d.runs_as) for d in cpu] == \
+        [("conv1d_b", "Reshape", ["conv1d_b"], ["conv1d_b/to1d"])]
     assert cpu[0].reason.startswith("created by the conversion from offloaded node(s); on the CPU: excluded by the user")
     assert "partly on the CPU: 1 node(s) created from it (conv1d_b/to1d)" in r.report["conv1d_b"].reason
     assert check_report(r.report, r.model, r.subgraphs) == []
     text = r.report.explain()
-    assert "3 nodes (+1 created by the conversion): 3 on the accelerator, 1 on the CPU" in text
-    assert "conv1d_b/to1d                    Reshape  (from conv1d_b)" in text
+    assert "3 nodes: 3 on the accelerator, 0 on the CPU, 1 CPU node(s) created by the conversion from them;" in text
+    assert "conv1d_b                         Reshape  (from conv1d_b)  (runs as conv1d_b/to1d)" in text
     assert "user exclude" in r.report.cuts[0]["why"]
     # report.json and `onnx-mrvl report` carry it
     out = tmp_path / "out"
     r.save(str(out), overwrite=True)
     rep = json.loads((out / "report.json").read_text())
-    row = next(d for d in rep["nodes"] if d["node"] == "conv1d_b/to1d")
-    assert row["placement"] == "cpu" and row["origin"] == ["conv1d_b"]
+    row = next(d for d in rep["nodes"] if d.get("runs_as") == ["conv1d_b/to1d"])
+    assert row["placement"] == "cpu" and row["origin"] == ["conv1d_b"] and row["node"] == "conv1d_b"
     assert main(["report", str(out)]) == 0
     assert "conv1d_b/to1d" in capsys.readouterr().out
     x = np.random.default_rng(3).standard_normal((1, 4, 16)).astype(np.float32)
@@ -78,7 +79,7 @@ def test_boundary_transforms_are_listed_as_such():
 def test_check_report_finds_an_unlisted_cpu_node():
     """The invariant can fail: a CPU node missing from the report is named."""
     r = onnx_mrvl.convert(_conv1d_pair(), exclude=["conv1d_b/to1d"])
-    del r.report.decisions["conv1d_b/to1d"]
+    del r.report.decisions["conv1d_b (on the CPU)"]
     assert check_report(r.report, r.model, r.subgraphs) == \
         ["graph node conv1d_b/to1d runs on the CPU but the report does not list it"]
 

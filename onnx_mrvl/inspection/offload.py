@@ -218,7 +218,7 @@ def offload_report(path: str) -> OffloadReport:
         rep = _read_json(rep_path)
         decisions = [d for d in rep.get("nodes") or [] if isinstance(d, dict)]
         cpu_rows = [{"node": d.get("node"), "op_type": d.get("op_type"), "reason": d.get("reason") or "-",
-                     **({"origin": d["origin"]} if d.get("origin") else {})}
+                     **({"origin": d["origin"], "runs_as": d.get("runs_as")} if d.get("origin") else {})}
                     for d in decisions if d.get("placement") == "cpu"]
         removed = [{"node": d.get("node"), "op_type": d.get("op_type"), "reason": d.get("reason") or "-"}
                    for d in decisions if d.get("placement") == "removed"]
@@ -232,7 +232,8 @@ def offload_report(path: str) -> OffloadReport:
             report.cuts = [c for c in cuts if isinstance(c, dict)]
         else:                         # a report.json written before cuts were recorded
             opts = rep.get("options") if isinstance(rep.get("options"), dict) else {}
-            report.cuts = find_cuts(model, {str(d.get("node")): d for d in decisions},
+            report.cuts = find_cuts(model, {str(d.get("node")) + (" (on the CPU)" if d.get("origin") is not None else ""): d
+                                           for d in decisions},
                                     cut_after=opts.get("cut_after") or (), partition=rep.get("partition"))
     else:
         cpu_rows = [{"node": n.name, "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}",
