@@ -6,8 +6,9 @@
 * :func:`account_cpu_nodes`: every node of the deployable graph outside the regions is accounted
   for: an original node on the CPU (its record, ``runs_as`` naming its legalized nodes when they
   are not itself), a node a rewrite *created* from original nodes of which some were offloaded (a
-  record of its own, with ``origin`` and why it stayed on the CPU), or a transform the conversion
-  added at a region boundary (a layout change, a batch chunk, a cast: ``Report.transforms``).
+  record per original node(s) and reason: ``origin``, ``runs_as`` the created nodes, why they
+  stayed on the CPU), or a transform fuse / split added at a region boundary (a layout change, a
+  batch chunk, a cast: ``Report.transforms``).
 * :func:`check_report`: the invariants, for tests and ``onnx-mrvl`` users who want to verify a
   report: the report's CPU nodes are exactly the deployable graph's non-region nodes (modulo the
   listed transforms), and each layer's precision in the report is the emitted layer's.
@@ -96,9 +97,9 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
         origin = [o for o in get_origin(n) if o != n.name or o in decisions] or [n.name]
         on_cpu = [o for o in origin if o in decisions and decisions[o].placement == "cpu"
                   and decisions[o].origin is None]
-        if n.name not in legal_names and own is None:    # added by fuse / split
+        if n.name not in legal_names and own is None and n.op_type in TRANSFORMS:   # added by fuse / split
             transforms.append({"node": n.name, "op_type": n.op_type, "origin": origin,
-                               "reason": _transform_reason(n, origin, decisions)})
+                               "reason": _transform_reason(n, origin)})
             continue
         if on_cpu and len(on_cpu) == len([o for o in origin if o in decisions]):
             for o in on_cpu:                             # a legalized piece of CPU originals
@@ -132,10 +133,13 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
     return transforms
 
 
-def _transform_reason(n: onnx.NodeProto, origin: List[str], decisions: Decisions) -> str:
-    what = {"Transpose": "layout change", "Reshape": "layout change (unit axes)", "Identity": "graph output copy",
-            "Cast": "type cast", "Split": "batch chunking", "Concat": "batch chunking", "Slice": "batch chunking",
-            "Pad": "batch chunking"}.get(n.op_type, n.op_type)
+TRANSFORMS = {"Transpose": "layout change", "Reshape": "layout change (unit axes)", "Identity": "graph output copy",
+              "Cast": "type cast", "Split": "batch chunking", "Concat": "batch chunking", "Slice": "batch chunking",
+              "Pad": "batch chunking"}   # what fuse (materialize, recurrent) and split (revert, batch_chunks) add
+
+
+def _transform_reason(n: onnx.NodeProto, origin: List[str]) -> str:
+    what = TRANSFORMS[n.op_type]
     return f"added by the conversion at a region boundary: {what} for {', '.join(origin[:3])}" \
            f"{', ...' if len(origin) > 3 else ''}"
 
