@@ -178,3 +178,19 @@ def test_quantization_layers_say_what_was_emitted():
     reconcile_quantization(r.report.decisions, info)   # an intent that was not emitted is corrected
     assert info["layers"][0]["precision"] == "fp16" and info["layers"][0]["planned"] == "int8"
     assert info["int8_layers"] == 0 and "planned int8, emitted fp16 (layer " in info["layers"][0]["reason"]
+
+
+def test_cli_explain_and_report_list_the_created_node(tmp_path, capsys):
+    """`onnx-mrvl convert --explain` and `onnx-mrvl report --json` show the created CPU node with its origin."""
+    src = tmp_path / "m.onnx"
+    onnx.save(_conv1d_pair(4), str(src))
+    out = tmp_path / "out"
+    assert main(["convert", str(src), "-o", str(out), "--exclude", "conv1d_b/to1d", "--explain"]) == 0
+    text = capsys.readouterr().out
+    assert "1 CPU node(s) created by the conversion from them" in text
+    assert "(from conv1d_b)  (runs as conv1d_b/to1d)" in text
+    assert main(["report", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [(c["node"], c["origin"], c["runs_as"]) for c in rep["cpu_nodes"]] == \
+        [("conv1d_b", ["conv1d_b"], ["conv1d_b/to1d"])]
+    assert rep["cpu_nodes"][0]["reason"].startswith("created by the conversion from offloaded node(s)")
