@@ -35,6 +35,8 @@ LAYOUT_OPS = {"Transpose", "LayoutTransform"}
 def reason_class(reason: str) -> str:
     """The class of a CPU reason recorded in ``Decisions``."""
     r = reason or ""
+    if r.startswith("created by the conversion") and "; on the CPU: " in r:   # report_graph: why it stayed
+        r = r.split("; on the CPU: ", 1)[1]
     if r.startswith("excluded by the user"):
         return USER_EXCLUDE
     if r.startswith("compile:"):
@@ -73,10 +75,24 @@ def _as_dict(d: Any) -> Dict[str, Any]:
     return d if isinstance(d, Mapping) else d.to_dict()
 
 
-def _cpu_row(node: onnx.NodeProto, decisions: Mapping[str, Any], unknown: str) -> Dict[str, Any]:
+def _field(d: Any, key: str):
+    return d.get(key) if isinstance(d, Mapping) else getattr(d, key, None)
+
+
+def created_index(decisions: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Deployable node name -> the record of the CPU nodes the conversion created (report_graph.py)."""
+    return {x: d for d in (decisions or {}).values() if _field(d, "origin") is not None
+            for x in (_field(d, "runs_as") or ())}
+
+
+def _cpu_row(node: onnx.NodeProto, decisions: Mapping[str, Any], unknown: str,
+             created: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     origin = get_origin(node)
     reasons: List[str] = []
-    for o in origin:
+    own = (created or {}).get(node.name)
+    if own is not None:   # a node the conversion created from an offloaded node
+        reasons.append(_as_dict(own).get("reason") or "not supported")
+    for o in origin if not reasons else ():
         d = decisions.get(o)
         if d is not None and _as_dict(d).get("placement") == "cpu":
             r = _as_dict(d).get("reason") or "not supported"
@@ -167,6 +183,7 @@ def find_cuts(model: onnx.ModelProto, decisions: Optional[Mapping[str, Any]] = N
     """Every cut of a deployable ``model`` with its reason (see the module docstring).
     ``decisions``: original node name -> ``Decision`` (or its dict)."""
     decisions = decisions or {}
+    created = created_index(decisions)
     G = _Graph(model)
     regions = {id(n): _region_name(n) for n in G.nodes if _is_region(n)}
     cuts: List[Dict[str, Any]] = []
@@ -183,7 +200,7 @@ def find_cuts(model: onnx.ModelProto, decisions: Optional[Mapping[str, Any]] = N
                     downs.append(regions[id(c)])
         if not ups and not downs:
             continue
-        rows = [_cpu_row(n, decisions, unknown) for n in island]
+        rows = [_cpu_row(n, decisions, unknown, created) for n in island]
         src = ups or (["model input"] if any(i in G.inputs for n in island for i in n.input) else ["constants"])
         dst = downs or ["model output"]
         if downs and any(t in G.outputs for n in island for t in n.output if id(n) in members):
@@ -215,7 +232,7 @@ def _direct_cuts(G: _Graph, regions, decisions, cut_after: Set[str], partition, 
             else:
                 via = _cycle_path(G, up, node)
                 if via is not None:
-                    row = _cpu_row(via, decisions, unknown) if id(via) not in regions else None
+                    row = _cpu_row(via, decisions, unknown, created_index(decisions)) if id(via) not in regions else None
                     what = (f"CPU node {via.op_type} {via.name} ({'; '.join(row['reasons'])})" if row
                             else f"region {regions[id(via)]}")
                     why, reason = CYCLE, (f"{regions[pid]} also reaches {name} through {what}: merging them "

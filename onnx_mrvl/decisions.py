@@ -17,7 +17,13 @@ class Decision:
     subgraph: Optional[str] = None     # region name (after split)
     layer: Optional[str] = None        # JSON layer name inside the region (after emit)
     precision: Optional[str] = None    # that layer's arithmetic: "int8", "fp16", "int8 in, fp16 out" or
-    #                                    "fp32, int8 out" (a float layer writing int8 codes; accelerator only)
+    #                                    "fp32, int8 out" (a float layer writing int8 codes; accelerator only),
+    #                                    read from the emitted layer (report_graph.assign_layers)
+    layers: Optional[List[str]] = None   # every layer it went into, when more than ``layer``
+    origin: Optional[List[str]] = None   # a node the conversion created (not an original node): the
+    #                                      original nodes it came from (provenance)
+    runs_as: Optional[List[str]] = None  # on the CPU: the deployable graph's nodes it runs as, when
+    #                                      not just itself (legalized into other nodes)
 
     def to_dict(self) -> dict:
         """The fields that are set, in field order (as ``asdict``, without its deep copy: a report of
@@ -57,9 +63,9 @@ class Decisions(dict):
     def reasons(self) -> Dict[str, List[str]]:
         """CPU reasons -> node names, for ``--explain``."""
         out: Dict[str, List[str]] = {}
-        for d in self.values():
+        for k, d in self.items():
             if d.placement == "cpu":
-                out.setdefault(d.reason or "not supported", []).append(d.node)
+                out.setdefault(d.reason or "not supported", []).append(k)
         return out
 
     def to_list(self) -> List[dict]:

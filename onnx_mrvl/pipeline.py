@@ -24,6 +24,7 @@ from .options import as_names, check_node_names, check_positive
 from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
 from .report import Report
+from .report_graph import account_cpu_nodes, assign_layers, reconcile_quantization, set_layer
 from .split import batch_chunks, split
 from .stage_snapshots import Source, StageSnapshots, has_bodies, source_reader, structure_only, weight_bytes
 from .stamp import stamped
@@ -150,6 +151,8 @@ def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
     result.report.quantization = quantized.info
     if quantized.info.get("mode") == "dynamic-calibrated":
         annotate_dynamic(result.report.decisions, quantized.info)
+    elif quantized.info:   # the precision each layer was emitted with, not the policy's choice
+        reconcile_quantization(result.report.decisions, quantized.info)
     if quantized.info:
         stages = result.stages if isinstance(result.stages, StageSnapshots) else StageSnapshots(result.stages)
         result.stages = stages.with_first("quantize", quantized.model)
@@ -218,6 +221,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
         decisions = _with_removed(fused.decisions, original, legal)
+        legal_cpu = {k: d.reason for k, d in fused.decisions.items() if d.placement == "cpu" and d.reason}
         say("split")
         t = CLOCK()
         fused_nodes = {n.name: n for n in fused.model.graph.node}   # split takes fused.model unless a snapshot
@@ -266,14 +270,15 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             if src is not None and src.type.tensor_type.elem_type == o.type.tensor_type.elem_type:
                 o.type.CopyFrom(src.type)
     deployable.ir_version = max(min(deployable.ir_version, 13), MAX_IR_VERSION)
-    _layer_names(decisions, subgraphs)
+    layers = assign_layers(decisions, subgraphs)
     region_of = {n: r.name for r in result.regions for n in r.nodes}
-    layer_of = {n["attrs"].get("onnx_node_name", [None])[0]: n["name"] for sg in subgraphs
+    row_of = {r["layer"]: r for r in layers}
+    layer_of = {n["attrs"].get("onnx_node_name", [None])[0]: row_of.get(n["name"]) for sg in subgraphs
                 for n in sg.nodes_json["nodes"] if n.get("op") == "tvm_op"}
     for d in decisions.values():   # e.g. a Transpose folded into the layout of a region's node
         if d.placement == "accelerator" and not d.subgraph and d.mrvl_node in region_of:
             d.subgraph = region_of[d.mrvl_node]
-            d.layer = d.layer or layer_of.get(d.mrvl_node)
+            set_layer(d, layer_of.get(d.mrvl_node))
     regions = [r.summary() for r in result.regions]
     if not reference:   # If/Loop/Scan bodies through the same stages (bodies.py)
         def body_convert(m):
@@ -293,10 +298,12 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             if d.reason and d.reason.startswith("control flow ("):
                 d.reason += "; bodies on the CPU (not converted with reference=True)"
     decisions.annotate(*legalize_notes(legal_report))
+    transforms = account_cpu_nodes(deployable, decisions, set(legal_by_name), {**cpu, **legal_cpu})
     report = Report(decisions, regions, dropped, result.macs_total + body_macs[0],
                     result.macs_offloaded + body_macs[1], partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
-                    options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())})
+                    options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())},
+                    layers=layers, transforms=transforms)
     timings["total"] = CLOCK() - t0
     say("done")
     if source.reread is None:
@@ -383,22 +390,3 @@ def _original_names(model: onnx.ModelProto):
     return out
 
 
-INT8_OUT = "fp32, int8 out"   # a float layer writing int8 codes (docs/fusion.md, int8 in transformers, rule 2)
-
-
-def _layer_names(decisions: Decisions, subgraphs: List[Subgraph]) -> None:
-    for sg in subgraphs:
-        for node in sg.nodes_json["nodes"]:
-            if node.get("op") != "tvm_op":
-                continue
-            origin = node["attrs"].get("origin_nodes", [[]])[0]
-            precision = {"int8": "int8", "int8_in": "int8 in, fp16 out", "int8_out": INT8_OUT}.get(
-                (node["attrs"].get("precision") or [""])[0], "fp16")
-            for name in origin:
-                if name in decisions:
-                    decisions[name].layer = node["name"]
-                    decisions[name].subgraph = sg.name
-                    if (node["attrs"].get("layer_name") != ["layout_transform"] or not decisions[name].precision) \
-                            and decisions[name].precision not in ("int8", "int8 in, fp16 out", INT8_OUT):
-                        # the compute layer's, not a layout change's (nor the Reshapes around an int8 N-D FC)
-                        decisions[name].precision = precision

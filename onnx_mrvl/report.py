@@ -23,6 +23,8 @@ class Report:
     cuts: List[dict] = field(default_factory=list)        # cuts.find_cuts on the deployable model
     options: dict = field(default_factory=dict)           # the user's exclude / cut_after
     quantization: dict = field(default_factory=dict)      # quantize/: mode, calibration, per-layer precision
+    layers: List[dict] = field(default_factory=list)      # every emitted layer: region, layer, op, precision, origin
+    transforms: List[dict] = field(default_factory=list)  # CPU nodes the conversion added at region boundaries
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -38,6 +40,8 @@ class Report:
         return self.macs_offloaded / self.macs_total if self.macs_total else 0.0
 
     def cpu_nodes(self) -> List[Decision]:
+        """Original nodes on the CPU and the CPU nodes the conversion created from offloaded ones
+        (``origin`` set); the layout / batch transforms it added are ``transforms``."""
         return self.decisions.by_placement("cpu")
 
     def to_dict(self) -> dict:
@@ -45,13 +49,17 @@ class Report:
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
                 "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
                 "options": self.options, "cuts": self.cuts,
-                "nodes": self.decisions.to_list(), **({"quantization": self.quantization} if self.quantization else {})}
+                "nodes": self.decisions.to_list(), "transforms": self.transforms, "layers": self.layers, **({"quantization": self.quantization} if self.quantization else {})}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
-        lines = [f"{len(self.decisions)} nodes: "
+        made = [d for d in self.decisions.values() if d.origin is not None]
+        made_n = sum(len(d.runs_as or ()) for d in made)
+        lines = [f"{len(self.decisions) - len(made)} nodes: "
                  f"{len(self.decisions.by_placement('accelerator'))} on the accelerator, "
-                 f"{len(self.cpu_nodes())} on the CPU; "
+                 f"{len(self.cpu_nodes()) - len(made)} on the CPU"
+                 f"{f', {made_n} CPU node(s) created by the conversion from them' if made else ''}"
+                 f"{f' (+{len(self.transforms)} boundary transforms)' if self.transforms else ''}; "
                  f"{100 * self.offload_fraction:.1f}% of {self.macs_total:,} MACs offloaded"]
         by_region: Dict[str, List[Decision]] = {}
         for d in self.decisions.by_placement("accelerator"):
@@ -65,7 +73,15 @@ class Report:
         for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"\ncpu: {reason} ({len(names)} nodes)")
             for n in names:
-                lines.append(f"  {n:<32} {self.decisions[n].op_type}")
+                d = self.decisions[n]
+                runs = (f"  (runs as {', '.join(d.runs_as[:4])}{', ...' if len(d.runs_as) > 4 else ''})"
+                        if d.runs_as else "")
+                came = f"  (from {', '.join(d.origin[:4])}{', ...' if len(d.origin) > 4 else ''})" if d.origin else ""
+                lines.append(f"  {d.node:<32} {d.op_type}{came}{runs}")
+        if self.transforms:
+            lines.append(f"\ncpu: added by the conversion at region boundaries ({len(self.transforms)} nodes)")
+            for t in self.transforms:
+                lines.append(f"  {t['node']:<32} {t['op_type']:<20} {t['reason']}")
         removed = self.decisions.by_placement("removed")
         if removed:
             lines.append(f"\nremoved: no effect at inference ({len(removed)} nodes)")

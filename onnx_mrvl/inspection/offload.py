@@ -46,6 +46,7 @@ class OffloadReport:
     decisions: List[Dict[str, Any]] = field(default_factory=list, repr=False)
     provenance: Dict[str, Any] = field(default_factory=dict)   # stamp.py: source, options, target, converter
     cuts: List[Dict[str, Any]] = field(default_factory=list)   # why each cut (cuts.py)
+    transforms: List[Dict[str, Any]] = field(default_factory=list)   # CPU nodes added at region boundaries
 
     @property
     def offload_fraction(self) -> float:
@@ -72,7 +73,7 @@ class OffloadReport:
                 "regions": self.regions, "cpu_nodes": self.cpu_nodes,
                 "reasons": {k: len(v) for k, v in self.reasons().items()},
                 "removed": self.removed, "dropped": self.dropped, "provenance": self.provenance,
-                "cuts": self.cuts}
+                "cuts": self.cuts, "transforms": self.transforms}
 
     def to_text(self, layers: bool = True) -> str:
         est = " (total estimated from shapes)" if self.macs_total_estimated else ""
@@ -103,6 +104,10 @@ class OffloadReport:
                 out.append(f"  {reason} ({len(names)}): {shown}")
         else:
             out.append("\nCPU nodes: none")
+        if self.transforms:
+            out.append(f"added by the conversion at region boundaries (layout, batch, cast): "
+                       f"{len(self.transforms)} CPU node(s): {', '.join(t.get('node', '?') for t in self.transforms[:8])}"
+                       f"{', ...' if len(self.transforms) > 8 else ''}")
         if self.removed:
             out.append(f"removed (no effect at inference): {len(self.removed)} node(s)")
         for d in self.dropped:
@@ -212,7 +217,8 @@ def offload_report(path: str) -> OffloadReport:
     if rep_path is not None:
         rep = _read_json(rep_path)
         decisions = [d for d in rep.get("nodes") or [] if isinstance(d, dict)]
-        cpu_rows = [{"node": d.get("node"), "op_type": d.get("op_type"), "reason": d.get("reason") or "-"}
+        cpu_rows = [{"node": d.get("node"), "op_type": d.get("op_type"), "reason": d.get("reason") or "-",
+                     **({"origin": d["origin"], "runs_as": d.get("runs_as")} if d.get("origin") else {})}
                     for d in decisions if d.get("placement") == "cpu"]
         removed = [{"node": d.get("node"), "op_type": d.get("op_type"), "reason": d.get("reason") or "-"}
                    for d in decisions if d.get("placement") == "removed"]
@@ -220,12 +226,14 @@ def offload_report(path: str) -> OffloadReport:
                                int(rep.get("macs_total") or 0), int(rep.get("macs_offloaded") or macs_offloaded),
                                False, regions, cpu_rows, removed, list(rep.get("dropped") or []), decisions,
                                read_provenance(model) or dict(rep.get("provenance") or {}))
+        report.transforms = [t for t in rep.get("transforms") or [] if isinstance(t, dict)]
         cuts = rep.get("cuts")
         if isinstance(cuts, list):
             report.cuts = [c for c in cuts if isinstance(c, dict)]
         else:                         # a report.json written before cuts were recorded
             opts = rep.get("options") if isinstance(rep.get("options"), dict) else {}
-            report.cuts = find_cuts(model, {str(d.get("node")): d for d in decisions},
+            report.cuts = find_cuts(model, {str(d.get("node")) + (" (on the CPU)" if d.get("origin") is not None else ""): d
+                                           for d in decisions},
                                     cut_after=opts.get("cut_after") or (), partition=rep.get("partition"))
     else:
         cpu_rows = [{"node": n.name, "op_type": n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}",

@@ -21,8 +21,9 @@ def _names(names: List[str], n: int = 12) -> str:
 def deployable_views(model: onnx.ModelProto, rep: OffloadReport) -> Tuple[Dict[str, str], Dict[str, str]]:
     """(class, hover text) per node of the deployable model."""
     regions = {r["node"]: r for r in rep.regions}
-    by_name = {d.get("node"): d for d in rep.decisions}
-    cpu_reason = {c["node"]: c["reason"] for c in rep.cpu_nodes}
+    by_name = {d.get("node"): d for d in rep.decisions if d.get("origin") is None}   # (not created records)
+    cpu_reason = {c["node"]: c["reason"] for c in rep.cpu_nodes if not c.get("origin")}
+    made = {x: d.get("reason") for d in rep.decisions if d.get("origin") is not None for x in d.get("runs_as") or ()}
     classes, info = {}, {}
     for n in model.graph.node:
         if is_region_node(n):
@@ -33,7 +34,8 @@ def deployable_views(model: onnx.ModelProto, rep: OffloadReport) -> Tuple[Dict[s
                                 f"{r['cycles']:,} cycles\noriginal nodes: {_names(r['origin'])}")
             continue
         origin = explicit_origin(n) or [n.name]
-        reasons = sorted({cpu_reason.get(o) or (by_name.get(o) or {}).get("reason") or "" for o in origin} - {""})
+        reasons = [made[n.name]] if n.name in made else \
+            sorted({cpu_reason.get(o) or (by_name.get(o) or {}).get("reason") or "" for o in origin} - {""})
         classes[n.name] = "cpu"
         info[n.name] = (f"CPU: {'; '.join(reasons) or 'inserted by the converter (layout change / glue)'}"
                         f"\noriginal nodes: {_names(origin)}")
@@ -42,7 +44,7 @@ def deployable_views(model: onnx.ModelProto, rep: OffloadReport) -> Tuple[Dict[s
 
 def original_views(model: onnx.ModelProto, rep: OffloadReport) -> Tuple[Dict[str, str], Dict[str, str]]:
     """(class, hover text) per node of the original model, from report.json's decisions."""
-    by_name = {d.get("node"): d for d in rep.decisions}
+    by_name = {d.get("node"): d for d in rep.decisions if d.get("origin") is None}   # (not created records)
     classes, info = {}, {}
     for i, n in enumerate(model.graph.node):
         name = n.name or f"{n.op_type}_{i}"
