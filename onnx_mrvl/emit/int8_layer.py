@@ -80,11 +80,14 @@ def weight_zero_points(a: NodeAttrs, ctx, lname: str, channels: int, weights: di
 
 def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict) -> None:
     """An int8-in / fp16-out Conv2D / FC: checks and copies ``in_*`` and the weight scales; the
-    output is fp16 (``out_dtype`` float16 or absent), any activation (applied in float)."""
+    output is fp16 (``out_dtype`` float16 or absent), any activation (applied in float), optionally
+    ``outq_*``: a QuantizeLinear -> DequantizeLinear of the fp32 result before the fp16 storage."""
     from .layer_common import vector
     if a.str("out_dtype", "float16") not in ("float16", "float32") or a.has("out_scale"):
         a.fail("an int8_in layer writes fp16 (out_dtype float16, no out_scale): use precision int8 for int8 codes")
     side_qparams(a, "in", "an int8_in layer", params)
+    if a.has("outq_dtype"):   # its output quantized and dequantized in the epilogue (fp16 storage)
+        side_qparams(a, "outq", "an int8_in layer's output quantization", params)
     params["precision"] = "int8_in"
     ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
     if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign
