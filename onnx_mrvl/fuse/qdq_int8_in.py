@@ -21,12 +21,13 @@ BatchNormalization or Mul after the layer that the float chain folds (a per-chan
 the weights, ``b * f + shift`` on the bias) leaves the int8 codes as they are: ``f`` goes into the
 layer's ``weight_scales`` (its dequantization multiplier ``s_w * f``, of either sign).
 
-A Q -> DQ pair that alone reads the end of the float chain (NNCF / Quark placement: ``DQ -> Conv ->
-BN -> HardSwish -> Q -> DQ -> next Conv``, the Q being the next layer's input quantizer) is absorbed:
-the epilogue quantizes and dequantizes the fp32 activation output (``outq_scale`` / ``_zero_point`` /
-``_type``), as onnxruntime's QuantizeLinear does on its fp32 value, before the fp16 storage, which
-holds ``(q - z) * s`` closely enough that the next layer's quantizer gets ``q`` back exactly
-(|q - z| <= 255, fp16 keeps 11 bits: relative error <= 2^-12, under half a code). Without it the
+A Q -> DQ pair that alone reads the end of the float chain (NNCF placement: ``DQ -> Conv -> BN ->
+HardSwish -> Q -> DQ -> next Conv``, the Q being the next layer's input quantizer) is applied in the
+epilogue too: the layer quantizes and dequantizes its fp32 activation output (``outq_scale`` /
+``_zero_point`` / ``_type``), as onnxruntime's QuantizeLinear does on its fp32 value, before the fp16
+storage, which holds ``(q - z) * s`` closely enough that the pair's quantizer (the next layer's, which
+still absorbs it, or a Requantize) gets ``q`` back exactly (|q - z| <= 255, fp16 keeps 11 bits:
+relative error <= 2^-12, under half a code). Without it the
 next layer quantized the fp16-rounded activation and codes at a rounding tie flipped (0.2% of the
 codes, each flip a full code: up to 2% of the range after one 1x1 conv on the trained PP-OCR cls).
 """
@@ -49,7 +50,7 @@ from .qdq import Dequantized, activation_dq, kernel_oi, layer_weight, output_pai
 PRECISION = "int8_in"
 NOTE = ("int8 in, fp16 out (output '{out}' is not quantized: the layer quantizes its input and multiplies "
         "int8 x int8, its fp32 result stored fp16)")
-QUANTIZED = "; the Q -> DQ after it applied to the fp32 result in its epilogue (codes exact in fp16)"
+QUANTIZED = "; the Q -> DQ after it applied to its fp32 result in its epilogue (codes exact in fp16)"
 
 
 def _int8_output(g: GraphIndex, t: str) -> bool:
@@ -153,12 +154,10 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         if accumulator_reason(weights["W"], None, wz):
             return None
         attrs["weight_zero_points"] = [int(v) for v in wz]
-    y, tail = grp.output, []
-    pair = output_pair(g, y, claimed) if y not in g.output_set else None
-    if isinstance(pair, tuple):   # the float chain ends in a Q -> DQ (NNCF / Quark: a BN, an activation
-        q_out, dq_out, qout = pair   # between the layer and the next layer's input quantizer)
-        tail, y = [q_out, dq_out], dq_out.output[0]
+    pair = output_pair(g, grp.output, claimed) if grp.output not in g.output_set else None
+    if isinstance(pair, tuple):   # the float chain ends in a Q -> DQ (NNCF: a BN, an activation between
+        qout = pair[2]             # the layer and the next layer's input quantizer)
         attrs.update(outq_scale=qout[0], outq_zero_point=qout[1], outq_type=qout[2])
-    out = Group(grp.op, grp.composite, grp.nodes + in_front + absorbed + tail, [x], y, attrs, weights)
-    out.note = NOTE.format(out=grp.output) + (QUANTIZED if tail else "")
+    out = Group(grp.op, grp.composite, grp.nodes + in_front + absorbed, [x], grp.output, attrs, weights)
+    out.note = NOTE.format(out=grp.output) + (QUANTIZED if isinstance(pair, tuple) else "")
     return out

@@ -1,0 +1,85 @@
+"""QDQ models in the placement of OpenVINO NNCF's ONNX post-training quantization (``nncf.quantize``,
+preset PERFORMANCE): Q -> DQ on the INPUTS of the weighted ops only (symmetric int8 / uint8 after a
+Relu, zero point 0), per-channel symmetric weights in narrow range [-127, 127], no Q after a Conv:
+its BatchNormalization (paddle2onnx keeps it) and activation run in float up to the next layer's
+input quantizer. Seeded weights; the model's output is the last layer's Q -> DQ (codes to compare).
+
+    chain(seed=0)   # conv3x3 -> BN -> HardSwish (written out) -> Q/DQ -> dw conv3x3 -> BN -> Relu
+                    # -> Q/DQ (u8) -> conv1x1 -> BN -> Q -> DQ (output)
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F32 = TensorProto.FLOAT
+
+
+def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first: bool = True) -> onnx.ModelProto:
+    """The chain of the module docstring; ``float_weights_first``: the first conv's weights as
+    ``Q(float W) -> DQ`` (NNCF on opset-13 models; later ones as int8 constants behind a DQ)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def qdq(x, name, scale, zdt):
+        z = init(f"{name}_z", np.array(0, zdt))
+        s = init(f"{name}_s", np.float32(scale))
+        nodes.extend([helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"),
+                      helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ")])
+        return f"{name}_dq"
+
+    def conv(x, name, cin, cout, k, group, float_w=False):
+        w = (rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / (cin // group * k * k))).astype(np.float32)
+        s = (np.abs(w).reshape(cout, -1).max(1) / 127).astype(np.float32)   # symmetric, narrow range
+        if float_w:
+            nodes.append(helper.make_node("QuantizeLinear", [init(f"{name}_wf", w), init(f"{name}_ws", s),
+                                                             init(f"{name}_wz", np.zeros(cout, np.int8))],
+                                          [f"{name}_wq"], axis=0, name=f"{name}_wQ"))
+        else:
+            init(f"{name}_wq", np.clip(np.rint(w / s[:, None, None, None]), -127, 127).astype(np.int8))
+            init(f"{name}_ws", s)
+            init(f"{name}_wz", np.zeros(cout, np.int8))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_wq", f"{name}_ws", f"{name}_wz"], [f"{name}_w"],
+                                      axis=0, name=f"{name}_wDQ"))
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w"], [f"{name}_y"], kernel_shape=[k, k],
+                                      pads=[k // 2] * 4, group=group, name=name))
+        stats = [rng.uniform(0.5, 1.5, cout), rng.uniform(-0.3, 0.3, cout), rng.uniform(-0.2, 0.2, cout),
+                 rng.uniform(0.5, 2.0, cout)]
+        nodes.append(helper.make_node("BatchNormalization", [f"{name}_y"] + [init(f"{name}_bn{i}", v.astype(np.float32))
+                                                                           for i, v in enumerate(stats)],
+                                      [f"{name}_bn"], name=f"{name}_bn"))
+        return f"{name}_bn"
+
+    c = channels
+    x = qdq("x", "x", 3.0 / 127, np.int8)
+    y = conv(x, "conv1", 3, c, 3, 1, float_w=float_weights_first)
+    three, six, zero = init("three", np.float32(3)), init("six", np.float32(6)), init("zero", np.float32(0))
+    nodes += [helper.make_node("Add", [y, three], ["hs_a"], name="hs_add"),
+              helper.make_node("Clip", ["hs_a", zero, six], ["hs_c"], name="hs_clip"),
+              helper.make_node("Mul", [y, "hs_c"], ["hs_m"], name="hs_mul"),
+              helper.make_node("Div", ["hs_m", six], ["hs"], name="hs_div")]
+    y = conv(qdq("hs", "hs", 4.0 / 127, np.int8), "dw", c, c, 3, c)
+    nodes.append(helper.make_node("Relu", [y], ["r"], name="relu"))
+    y = conv(qdq("r", "r", 5.0 / 255, np.uint8), "pw", c, c, 1, 1)
+    out = qdq(y, "out", 6.0 / 127, np.int8)
+    nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
+    graph = helper.make_graph(nodes, "nncf_chain", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", F32, [1, c, size, size])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def feeds(seed: int = 0, size: int = 12):
+    """Smooth image-like inputs in [-1, 1] (a normalised photo), some noise."""
+    rng = np.random.default_rng(200 + seed)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    img = np.stack([np.sin(2 * np.pi * (rng.uniform(0.5, 2) * xx + rng.uniform(0.5, 2) * yy) + rng.uniform(0, 6))
+                    for _ in range(3)])
+    return {"x": (0.9 * img + rng.normal(0, 0.05, img.shape)).astype(np.float32)[None]}
