@@ -104,8 +104,10 @@ def _nncf(src: str, dst: str, calib) -> str:
     return f"nncf {nncf.__version__}"
 
 
-def _inc(src: str, dst: str, calib) -> str:
-    """onnx_neural_compressor's static quantization with its default StaticQuantConfig (QDQ)."""
+def _inc(src: str, dst: str, calib, qdq: bool) -> str:
+    """onnx_neural_compressor's static quantization with its default StaticQuantConfig (QOperator:
+    QLinearConv / QLinearMatMul..., uint8 activations, per-tensor int8 weights; legalize turns the
+    QOperator form into QDQ) or the same with ``quant_format=QDQ``."""
     import onnx_neural_compressor
     from onnx_neural_compressor import data_reader
     from onnx_neural_compressor.quantization import config, quantize
@@ -121,8 +123,10 @@ def _inc(src: str, dst: str, calib) -> str:
         def rewind(self):
             self.i = 0
 
-    quantize(src, dst, config.StaticQuantConfig(calibration_data_reader=Reader()))
-    return f"onnx_neural_compressor {getattr(onnx_neural_compressor, '__version__', '?')}"
+    from onnxruntime.quantization import QuantFormat
+    kw = dict(quant_format=QuantFormat.QDQ) if qdq else {}
+    quantize(src, dst, config.StaticQuantConfig(calibration_data_reader=Reader(), **kw))
+    return f"onnx_neural_compressor {getattr(onnx_neural_compressor, '__version__', '?')}{' QDQ' if qdq else ''}"
 
 
 def _quark(src: str, dst: str, calib, preset: str) -> str:
@@ -153,7 +157,7 @@ def quantize(folder: str, names) -> int:
     if importlib.util.find_spec("nncf"):
         tools.append(("nncf", _nncf))
     if importlib.util.find_spec("onnx_neural_compressor"):
-        tools.append(("inc", _inc))
+        tools += [("inc", lambda s, d, c: _inc(s, d, c, False)), ("incqdq", lambda s, d, c: _inc(s, d, c, True))]
     if importlib.util.find_spec("quark"):
         tools += [("quarkxint8", lambda s, d, c: _quark(s, d, c, "XINT8")),
                   ("quarka8w8", lambda s, d, c: _quark(s, d, c, "A8W8"))]

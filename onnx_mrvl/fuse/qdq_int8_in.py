@@ -14,7 +14,11 @@ values, whose sum is the exact integer sum up to fp32 rounding: the two agree to
 of the output (docs/simulator.md "int8-in layers" has the bound).
 
 Not taken (``None``: the fp16 fallback on dequantized weights, ``qdq_fallback.py``, runs as before):
-an output pair (``_int8_output``: an int8 layer or its reason, the layer on the CPU as before),
+an output pair (``_int8_output``: an int8 layer or its reason, the layer on the CPU as before) unless
+float ops the int8 layer cannot fold come first (a float bias Add, a BN, an activation other than
+Relu / Clip: NNCF's ``DQ -> MatMul -> Add(float bias) -> Q -> DQ``) and the pair's DQ is not a model
+output: then the int8-in layer with that pair in its epilogue (below), which is onnxruntime's float
+computation of the group;
 activations of another width
 (int16), weights that are not int8 with zero point 0 per tensor / per output channel. A
 BatchNormalization or Mul after the layer that the float chain folds (a per-channel factor ``f`` on
@@ -107,8 +111,9 @@ def _folded_factor(w: np.ndarray, folded: np.ndarray) -> Optional[np.ndarray]:
 def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()) -> Optional[Group]:
     """The int8-in / fp16-out group anchored at QDQ layer ``n`` (its output not quantized), or None."""
     dq_in = activation_dq(g, n.input[0])
-    if dq_in is None or len(n.input) < 2 or _int8_output(g, n.output[0]):
+    if dq_in is None or len(n.input) < 2:
         return None
+    int8_out = _int8_output(g, n.output[0])   # qdq.build's case (it failed when this runs)
     qin = qparams(g, dq_in)
     if isinstance(qin, str):
         return None
@@ -155,6 +160,9 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
             return None
         attrs["weight_zero_points"] = [int(v) for v in wz]
     pair = output_pair(g, grp.output, claimed) if grp.output not in g.output_set else None
+    if int8_out and not (isinstance(pair, tuple) and pair[1].output[0] not in g.output_set and
+                         any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:])):
+        return None   # an int8 layer's reason stands (its pair at the model output: on the CPU as before)
     if isinstance(pair, tuple):   # the float chain ends in a Q -> DQ (NNCF: a BN, an activation between
         qout = pair[2]             # the layer and the next layer's input quantizer)
         attrs.update(outq_scale=qout[0], outq_zero_point=qout[1], outq_type=qout[2])
