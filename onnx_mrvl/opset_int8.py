@@ -28,7 +28,7 @@ INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type", "
 WEIGHT_ZP = "weight_zero_points"
 ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales", WEIGHT_ZP)
 # Conv2D / FC int8_in: the Q -> DQ after its float chain, applied in its epilogue (fuse/qdq_int8_in.py)
-OUTQ_ATTRS = ("outq_scale", "outq_zero_point", "outq_type")
+OUTQ_ATTRS = ("outq_scale", "outq_zero_point", "outq_type", "post_ops", "post_values")
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -127,6 +127,13 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
     # the Q -> DQ it absorbed after its float chain (fuse/qdq_int8_in.py): on the fp32 result
     nodes += [_const("q_oq_s", [float(a["outq_scale"])], onnx.TensorProto.FLOAT, []),
               _const("q_oq_z", [int(a["outq_zero_point"])], QTYPES[a["outq_type"]], [])]
-    inner = _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {"Y": "q_y"})
+    inner = _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {"Y": "q_y0"})
+    y = "q_y0"
+    ops = [o for o in str(a.get("post_ops") or "").split(",") if o]
+    for k, (op, v) in enumerate(zip(ops, a.get("post_values") or [])):   # scalar epilogue ops, in order
+        inner += [_const(f"q_post{k}", [float(v)], onnx.TensorProto.FLOAT, []),
+                  helper.make_node(op.capitalize(), [y, f"q_post{k}"], [f"q_y{k + 1}"])]
+        y = f"q_y{k + 1}"
+    inner.append(helper.make_node("Identity", [y], ["q_y"]))
     return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_oq_s", "q_oq_z"], ["q_yq"]),
                             helper.make_node("DequantizeLinear", ["q_yq", "q_oq_s", "q_oq_z"], ["Y"])]

@@ -86,6 +86,11 @@ def prepare(models: str, out: str, images) -> int:
     return 0
 
 
+def _version(dist: str) -> str:
+    from importlib import metadata
+    return metadata.version(dist)
+
+
 def _calib(path: str):
     """The calibration inputs of a float model as feed dicts."""
     import onnx
@@ -101,14 +106,13 @@ def _nncf(src: str, dst: str, calib) -> str:
     import onnx
     q = nncf.quantize(onnx.load(src), nncf.Dataset(calib), subset_size=len(calib))
     onnx.save(q, dst)
-    return f"nncf {nncf.__version__}"
+    return f"nncf {_version('nncf')}"
 
 
 def _inc(src: str, dst: str, calib, qdq: bool) -> str:
     """onnx_neural_compressor's static quantization with its default StaticQuantConfig (QOperator:
     QLinearConv / QLinearMatMul..., uint8 activations, per-tensor int8 weights; legalize turns the
     QOperator form into QDQ) or the same with ``quant_format=QDQ``."""
-    import onnx_neural_compressor
     from onnx_neural_compressor import data_reader
     from onnx_neural_compressor.quantization import config, quantize
 
@@ -126,13 +130,12 @@ def _inc(src: str, dst: str, calib, qdq: bool) -> str:
     from onnxruntime.quantization import QuantFormat
     kw = dict(quant_format=QuantFormat.QDQ) if qdq else {}
     quantize(src, dst, config.StaticQuantConfig(calibration_data_reader=Reader(), **kw))
-    return f"onnx_neural_compressor {getattr(onnx_neural_compressor, '__version__', '?')}{' QDQ' if qdq else ''}"
+    return f"onnx-neural-compressor {_version('onnx-neural-compressor')}{' QDQ' if qdq else ''}"
 
 
 def _quark(src: str, dst: str, calib, preset: str) -> str:
     """quark.onnx's ModelQuantizer with a built-in config (XINT8: the Ryzen AI NPU default, power-of-two
     symmetric int8; A8W8: symmetric int8 activations and weights for CPU / GPU)."""
-    import quark
     from quark.onnx import ModelQuantizer
     from quark.onnx.quantization.config import Config, get_default_config
 
@@ -147,7 +150,7 @@ def _quark(src: str, dst: str, calib, preset: str) -> str:
             self.it = iter(calib)
 
     ModelQuantizer(Config(global_quant_config=get_default_config(preset))).quantize_model(src, dst, Reader())
-    return f"amd-quark {getattr(quark, '__version__', '?')} {preset}"
+    return f"amd-quark {_version('amd-quark')} {preset}"
 
 
 def quantize(folder: str, names) -> int:

@@ -31,7 +31,9 @@ epilogue too: the layer quantizes and dequantizes its fp32 activation output (``
 ``_zero_point`` / ``_type``), as onnxruntime's QuantizeLinear does on its fp32 value, before the fp16
 storage, which holds ``(q - z) * s`` closely enough that the pair's quantizer (the next layer's, which
 still absorbs it, or a Requantize) gets ``q`` back exactly (|q - z| <= 255, fp16 keeps 11 bits:
-relative error <= 2^-12, under half a code). Without it the
+relative error <= 2^-12, under half a code). Scalar Mul / Add / Sub / Div between the activation and
+that Q (PP-LCNetV3's learnable affine block, ``_post_affine``) go into the epilogue too
+(``post_ops`` / ``post_values``, each in fp32 in the model's order). Without it the
 next layer quantized the fp16-rounded activation and codes at a rounding tie flipped (0.2% of the
 codes, each flip a full code: up to 2% of the range after one 1x1 conv on the trained PP-OCR cls).
 """
@@ -159,13 +161,49 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         if accumulator_reason(weights["W"], None, wz):
             return None
         attrs["weight_zero_points"] = [int(v) for v in wz]
-    pair = output_pair(g, grp.output, claimed) if grp.output not in g.output_set else None
+    chain, end, post = _post_affine(g, grp.output, claimed)
+    pair = output_pair(g, end, claimed) if end not in g.output_set else None
+    if not isinstance(pair, tuple):
+        chain, end, post = [], grp.output, []
+        pair = output_pair(g, end, claimed) if end not in g.output_set else None
     if int8_out and not (isinstance(pair, tuple) and pair[1].output[0] not in g.output_set and
                          any(x.op_type not in ("Relu", "Clip") for x in grp.nodes[1:])):
         return None   # an int8 layer's reason stands (its pair at the model output: on the CPU as before)
     if isinstance(pair, tuple):   # the float chain ends in a Q -> DQ (NNCF: a BN, an activation between
         qout = pair[2]             # the layer and the next layer's input quantizer)
         attrs.update(outq_scale=qout[0], outq_zero_point=qout[1], outq_type=qout[2])
-    out = Group(grp.op, grp.composite, grp.nodes + in_front + absorbed, [x], grp.output, attrs, weights)
-    out.note = NOTE.format(out=grp.output) + (QUANTIZED if isinstance(pair, tuple) else "")
+        if post:
+            attrs.update(post_ops=",".join(op for op, _ in post), post_values=[v for _, v in post])
+    out = Group(grp.op, grp.composite, grp.nodes + chain + in_front + absorbed, [x], end, attrs, weights)
+    out.note = NOTE.format(out=end) + (QUANTIZED if isinstance(pair, tuple) else "")
     return out
+
+
+POST_OPS = {"Mul": "mul", "Add": "add", "Sub": "sub", "Div": "div"}
+
+
+def _post_affine(g: GraphIndex, t: str, claimed):
+    """The element-wise ops with one scalar constant operand that alone follow ``t`` (PP-LCNetV3's
+    learnable affine block ``x * s + b`` after the activation; the constant second for Sub / Div):
+    (their nodes, the last output, [(op, value)]), each computed in fp32 in the layer's epilogue as
+    onnxruntime's kernels do (one rounding per op)."""
+    from .qconst import constant_value
+    nodes, post = [], []
+    while True:
+        users = g.consumers.get(t, [])
+        if len(users) != 1 or t in g.output_set:
+            break
+        u = users[0]
+        if u.op_type not in POST_OPS or len(u.input) != 2 or u.name in g.excluded or u.name in claimed:
+            break
+        k = 0 if u.input[1] == t else 1   # the constant's index
+        if u.input[1 - k] != t or (k == 0 and u.op_type in ("Sub", "Div")):
+            break
+        c = constant_value(g, u.input[k])
+        if c is None or c.size != 1 or c.dtype != np.float32 or not np.isfinite(c).all() or \
+                g.elem_type(u.output[0]) not in (None, onnx.TensorProto.FLOAT):
+            break
+        nodes.append(u)
+        post.append((POST_OPS[u.op_type], float(c.reshape(-1)[0])))
+        t = u.output[0]
+    return nodes, t, post
