@@ -8,6 +8,8 @@ import onnxruntime as ort
 import pytest
 
 import onnx_mrvl
+from onnx_mrvl.fuse import fuse
+from onnx_mrvl.legalize import legalize
 from onnx_mrvl.testing import nncf_qdq
 
 
@@ -48,3 +50,51 @@ def test_nncf_chain_codes_identical_to_onnxruntime(nncf_chain):
         same, total = same + int(np.count_nonzero(a == b)), total + a.size
     # measured: 100% (before: 99.29%, max one step; the flips grow layer by layer in a deep model)
     assert same / total >= 0.9995
+
+
+def _identical_share(m, tmp_path):
+    r = onnx_mrvl.convert(m)
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    same = total = 0
+    for seed in range(6):
+        f = nncf_qdq.feeds(seed, 24)
+        a, b = ref.run(None, f)[0], sess.run(None, f)[0]
+        assert np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001
+        same, total = same + int(np.count_nonzero(a == b)), total + a.size
+    return r, same / total
+
+
+def test_scalar_affine_after_activation_in_the_epilogue(tmp_path):
+    """PP-LCNetV3's ``HardSwish -> * s -> + b -> Q`` (PP-OCRv4 det): the scalar Mul / Add join the
+    int8-in layer's epilogue before its Q -> DQ (were fp16 Mul2D / Sum2D layers whose fp16 results
+    the next quantizer read: 99.83% of the codes after the first such block on the trained det)."""
+    r, share = _identical_share(nncf_qdq.chain(size=24, affine=True), tmp_path)
+    d = r.report.decisions
+    assert d["lab_mul"].mrvl_node == d["lab_add"].mrvl_node == d["conv1"].mrvl_node
+    assert sorted(x.node for x in r.report.cpu_nodes()) == ["out_DQ", "out_Q"]
+    assert share >= 0.9995
+
+
+def test_float_bias_add_before_the_pair(tmp_path):
+    """A conv with a float bias Add (no BN) before its output Q -> DQ: int8 layers fold no float Add,
+    so the int8-in layer with the pair in its epilogue (was: on the CPU, 'followed by Add')."""
+    r, share = _identical_share(nncf_qdq.chain(size=24, bias_add=True), tmp_path)
+    d = r.report.decisions
+    assert d["pw"].precision == "int8 in, fp16 out" and "applied to its fp32 result" in d["pw"].reason
+    assert [x.node for x in r.report.cpu_nodes()] == []
+    assert share >= 0.9995
+
+
+@pytest.mark.parametrize("kw", [{}, {"affine": True}])
+def test_reference_body_with_output_quantization(kw):
+    """The fused model (int8_in layers with outq_* / post_ops reference bodies) runs in plain
+    onnxruntime and gives the QDQ model's codes."""
+    m = nncf_qdq.chain(size=24, **kw)
+    fused = fuse(legalize(m).model).model
+    assert any(a.name == "outq_type" for n in fused.graph.node for a in n.attribute)
+    f = nncf_qdq.feeds(0, 24)
+    a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    assert np.mean(a == b) >= 0.999 and np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001

@@ -16,9 +16,14 @@ from onnx import TensorProto, helper, numpy_helper
 F32 = TensorProto.FLOAT
 
 
-def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first: bool = True) -> onnx.ModelProto:
+def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first: bool = True,
+          affine: bool = False, bias_add: bool = False) -> onnx.ModelProto:
     """The chain of the module docstring; ``float_weights_first``: the first conv's weights as
-    ``Q(float W) -> DQ`` (NNCF on opset-13 models; later ones as int8 constants behind a DQ)."""
+    ``Q(float W) -> DQ`` (NNCF on opset-13 models; later ones as int8 constants behind a DQ);
+    ``affine``: PP-LCNetV3's learnable affine block after the HardSwish, ``x * s + b`` with scalar
+    constants (PP-OCRv4 det); ``bias_add``: the last conv's bias as a float Add of a [C, 1, 1]
+    constant after it, no BN (paddle2onnx's conv + elementwise_add), its Q -> DQ read by a MaxPool
+    whose Q -> DQ is the model's output."""
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
 
@@ -62,14 +67,24 @@ def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first
     nodes += [helper.make_node("Add", [y, three], ["hs_a"], name="hs_add"),
               helper.make_node("Clip", ["hs_a", zero, six], ["hs_c"], name="hs_clip"),
               helper.make_node("Mul", [y, "hs_c"], ["hs_m"], name="hs_mul"),
-              helper.make_node("Div", ["hs_m", six], ["hs"], name="hs_div")]
+              helper.make_node("Div", ["hs_m", six], ["hs" if not affine else "hs0"], name="hs_div")]
+    if affine:
+        nodes += [helper.make_node("Mul", [init("lab_s", np.array([0.83], np.float32)), "hs0"], ["hs1"], name="lab_mul"),
+                  helper.make_node("Add", ["hs1", init("lab_b", np.array([-0.21], np.float32))], ["hs"], name="lab_add")]
     y = conv(qdq("hs", "hs", 4.0 / 127, np.int8), "dw", c, c, 3, c)
     nodes.append(helper.make_node("Relu", [y], ["r"], name="relu"))
     y = conv(qdq("r", "r", 5.0 / 255, np.uint8), "pw", c, c, 1, 1)
+    if bias_add:
+        nodes[-1].op_type, nodes[-1].input[:] = "Add", ["pw_y", init("pw_b", rng.uniform(-0.5, 0.5, (c, 1, 1)).astype(np.float32))]
+        del nodes[-1].attribute[:]
     out = qdq(y, "out", 6.0 / 127, np.int8)
+    osize = size
+    if bias_add:   # the pair read by a MaxPool (no weighted layer), then the model output's pair
+        nodes.append(helper.make_node("MaxPool", [out], ["mp"], kernel_shape=[2, 2], strides=[2, 2], name="pool"))
+        out, osize = qdq("mp", "mp", 6.0 / 127, np.int8), size // 2
     nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
     graph = helper.make_graph(nodes, "nncf_chain", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("y", F32, [1, c, size, size])], inits)
+                              [helper.make_tensor_value_info("y", F32, [1, c, osize, osize])], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.checker.check_model(m)
