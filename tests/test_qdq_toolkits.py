@@ -98,3 +98,20 @@ def test_reference_body_with_output_quantization(kw):
     a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
     b = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
     assert np.mean(a == b) >= 0.999 and np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001
+
+
+def test_partly_known_shape_is_kept_as_not_static():
+    """Intel Neural Compressor's QOperator YOLOv8 (nudenet): legalize's QLinear -> QDQ rewrite copied
+    a value_info shape with unknown dims ((None, 16, 4, None) in the DFL head) and crashed with a
+    TypeError; a partly known shape is now kept with its None dims and reported as not static."""
+    from onnx import TensorProto, helper
+
+    from onnx_mrvl.legalize.graph import Graph
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])]))
+    g = Graph(m)
+    g.set_shape("t", (None, 16, 4, None), TensorProto.FLOAT)
+    assert g.shapes["t"] == (None, 16, 4, None) and g.shape("t") is None
+    g.set_shape("u", (1, 16, 4, 2))
+    assert g.shape("u") == (1, 16, 4, 2)
