@@ -19,7 +19,7 @@ def applied(log, rule):
 
 def test_rule_list_order():
     names = list(rule_names())
-    assert len(names) == len(set(names)) == len(RULES) == 114   # qdq_const_group + 48 + 9 contrib-op rules + 10 QDQ-variant rules + 19 export idioms of session 9 (docs/surveys/) + grn_norm, strided_slice_split, qdq_infinite_softmax + 3 recurrent rules of session 10 (loop_to_rnn, reverse_sequence_gather, rnn_length_sort) + qdq_move_chain + pad_channel_concat, qdq_pad_channel, qdq_pool_transpose + pow_square (session 11) + dynamic_int_bias, qdq_input_pair (session 11) + softmax_flatten_last, center_before_transpose (session 11)
+    assert len(names) == len(set(names)) == len(RULES) == 115   # + ms_qdq_domain (session 11, qtools); qdq_const_group + 48 + 9 contrib-op rules + 10 QDQ-variant rules + 19 export idioms of session 9 (docs/surveys/) + grn_norm, strided_slice_split, qdq_infinite_softmax + 3 recurrent rules of session 10 (loop_to_rnn, reverse_sequence_gather, rnn_length_sort) + qdq_move_chain + pad_channel_concat, qdq_pad_channel, qdq_pool_transpose + pow_square (session 11) + dynamic_int_bias, qdq_input_pair (session 11) + softmax_flatten_last, center_before_transpose (session 11)
     # + qdq_requant_before_layout, sigmoid_difference (session 10, OCR QDQ / fp16) + gathered_spatial_map, const_lhs_matmul, scatter_to_concat (detection survey) + qdq_pair_before_move
     # + qdq_batched_const_matmul, qdq_mask_select (QDQ masks, DeBERTa) + qdq_double_pair (PP-OCR's Dropout between pairs)
     # + grouped_transpose (trained text survey: dynamo's batched attention), if_static_branch (TorchScript's squeeze If), div_host_divisor (masked mean pooling)

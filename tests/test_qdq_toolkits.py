@@ -115,3 +115,24 @@ def test_partly_known_shape_is_kept_as_not_static():
     assert g.shapes["t"] == (None, 16, 4, None) and g.shape("t") is None
     g.set_shape("u", (1, 16, 4, 2))
     assert g.shape("u") == (1, 16, 4, 2)
+
+
+def test_quark_contrib_domain_qdq_with_quantized_constants(tmp_path):
+    """AMD Quark A8W8 writes com.microsoft Q / DQ and quantizes HardSwish's constants 3 and 6:
+    legalize's ms_qdq_domain makes them the ONNX ops, so the DQ(6) of the Clip bound / divisor folds
+    like a default-domain one. Before: Clip ("bounds that are not constant"), Mul and Div on the CPU,
+    3 regions; now one region, codes identical to onnxruntime's."""
+    m = nncf_qdq.quark_hardswish()
+    r = onnx_mrvl.convert(m)
+    assert len(r.report.regions) == 1
+    assert [x.op_type for x in r.report.cpu_nodes() if x.node not in ("out_q_n", "out_dq_n")] == []
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    same = total = 0
+    for seed in range(4):
+        f = nncf_qdq.feeds(seed)
+        a, b = ref.run(None, f)[0], sess.run(None, f)[0]
+        assert np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001
+        same, total = same + int(np.count_nonzero(a == b)), total + a.size
+    assert same / total >= 0.99

@@ -98,3 +98,60 @@ def feeds(seed: int = 0, size: int = 12):
     img = np.stack([np.sin(2 * np.pi * (rng.uniform(0.5, 2) * xx + rng.uniform(0.5, 2) * yy) + rng.uniform(0, 6))
                     for _ in range(3)])
     return {"x": (0.9 * img + rng.normal(0, 0.05, img.shape)).astype(np.float32)[None]}
+
+
+def quark_hardswish(seed: int = 0, channels: int = 8, size: int = 12, domain: str = "com.microsoft") -> onnx.ModelProto:
+    """AMD Quark A8W8's placement: every Q / DQ in ``domain`` (com.microsoft as Quark writes them), a
+    Conv with an int32 bias, then HardSwish written out with QUANTIZED constants (``Clip(Add(x, DQ(3)),
+    0, DQ(6))``, ``Div(., DQ(6))``) and a Q -> DQ after each op, then a 1x1 Conv; the output is its
+    Q -> DQ."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    c = channels
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def node(op, ins, outs, **kw):
+        qdq = op in ("QuantizeLinear", "DequantizeLinear")
+        nodes.append(helper.make_node(op, ins, outs, name=outs[0] + "_n", domain=domain if qdq else "", **kw))
+
+    def pair(x, name, scale):
+        node("QuantizeLinear", [x, init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.int8(0))], [f"{name}_q"])
+        node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_dq"])
+        return f"{name}_dq"
+
+    def conv(x, name, cin, k, s_in):
+        w = rng.standard_normal((c, cin, k, k)).astype(np.float32) * np.sqrt(2.0 / (cin * k * k))
+        s = np.float32(np.abs(w).max() / 127)
+        node("DequantizeLinear", [init(f"{name}_wq", np.clip(np.rint(w / s), -127, 127).astype(np.int8)),
+                                  init(f"{name}_ws", s), init(f"{name}_wz", np.int8(0))], [f"{name}_w"])
+        bs = np.float32(s_in * s)
+        node("DequantizeLinear", [init(f"{name}_bq", np.rint(rng.uniform(-0.3, 0.3, c) / bs).astype(np.int32)),
+                                  init(f"{name}_bs", bs), init(f"{name}_bz", np.int32(0))], [f"{name}_b"])
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
+                                      pads=[k // 2] * 4, name=name))
+        return f"{name}_y"
+
+    x = pair("x", "x", 1.0 / 127)
+    y = pair(conv(x, "conv1", 3, 3, 1.0 / 127), "c1", 4.0 / 127)
+    node("DequantizeLinear", [init("three_q", np.int8(127)), init("three_s", np.float32(3.0 / 127)),
+                              init("three_z", np.int8(0))], ["three"])
+    node("DequantizeLinear", [init("six_q", np.int8(127)), init("six_s", np.float32(6.0 / 127)),
+                              init("six_z", np.int8(0))], ["six"])
+    nodes.append(helper.make_node("Add", [y, "three"], ["a"], name="hs_add"))
+    nodes.append(helper.make_node("Clip", ["a", init("zero", np.float32(0)), "six"], ["cl"], name="hs_clip"))
+    cl = pair("cl", "cl", 6.0 / 127)
+    nodes.append(helper.make_node("Mul", [y, cl], ["m"], name="hs_mul"))
+    m = pair("m", "m", 24.0 / 127)
+    nodes.append(helper.make_node("Div", [m, "six"], ["hs"], name="hs_div"))
+    hs = pair("hs", "hs", 4.0 / 127)
+    out = pair(conv(hs, "conv2", c, 1, 4.0 / 127), "out", 6.0 / 127)
+    nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
+    graph = helper.make_graph(nodes, "quark_hardswish", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", F32, [1, c, size, size])], inits)
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model

@@ -31,9 +31,11 @@ from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
+from . import ms_qdq_domain
 from .base import Match
 
 RULES = (
+    ms_qdq_domain,
     fold_constants,
     qlinear_to_qdq,
     qlinear_passthrough,
