@@ -35,13 +35,13 @@ from . import ms_qdq_domain
 from .base import Match
 
 RULES = (
-    ms_qdq_domain,
     fold_constants,
     qlinear_to_qdq,
     qlinear_passthrough,
     dynamic_int_bias,
     dynamic_int8,
     dynamic_lstm,
+    ms_qdq_domain,
     if_static_branch,
     dynamic_dq_moves,
     qdq_const_group,
