@@ -13,8 +13,12 @@ Get the models (nothing downloads at run time):
 The toolkits are not project dependencies; each goes into its own scratch venv (their pins clash):
 
     python -m venv /tmp/v-nncf && /tmp/v-nncf/bin/pip install nncf onnx onnxruntime
-    python -m venv /tmp/v-inc && /tmp/v-inc/bin/pip install onnx-neural-compressor onnx onnxruntime
-    python -m venv /tmp/v-quark && /tmp/v-quark/bin/pip install amd-quark onnxruntime
+    python -m venv /tmp/v-inc && /tmp/v-inc/bin/pip install onnx-neural-compressor onnx onnxruntime prettytable scipy
+    python -m venv /tmp/v-quark && /tmp/v-quark/bin/pip install amd-quark onnxruntime   # + torch (imported)
+
+(onnx-neural-compressor 1.0 imports prettytable and scipy without declaring them; amd-quark 0.13's ONNX
+quantizer imports torch: a CPU torch on the path is enough. Quark writes quantized_info.csv into the
+current directory.)
 
 Then:
 
