@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 from onnx import helper
 
-from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, WEIGHT_ZP, int8_body
+from .opset_int8 import INT8_ATTRS, INT8_POOL_ATTRS, INT8_SUM_ATTRS, OUTQ_ATTRS, WEIGHT_ZP, int8_body
 from .opset_lookup import LOOKUP_ATTRS, lookup_body
 from .opset_int8_concat import INT8_CONCAT_ATTRS, int8_concat_body
 from .opset_transformer import SMOOTH_ACTIVATIONS, layernorm_body, smooth_activation_nodes, softmax_body
@@ -248,10 +248,10 @@ _POOL_ATTRS = ("kernel_shape", "strides", "pads", "ceil_mode", "dilations")
 OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
           ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS
-          + ("requant", "bias_scales", "float_gemm", WEIGHT_ZP),
+          + ("requant", "bias_scales", "float_gemm", WEIGHT_ZP) + OUTQ_ATTRS,
           int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
-          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", WEIGHT_ZP),
+          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", WEIGHT_ZP) + OUTQ_ATTRS,
           int8_body(_fc_body), True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
           int8_body(_pool_body("MaxPool"))),

@@ -27,6 +27,8 @@ INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type", "
 # Conv2D / FC: per-output-channel weight zero points (absent: 0; int8 codes, uint8 weights as q - 128)
 WEIGHT_ZP = "weight_zero_points"
 ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales", WEIGHT_ZP)
+# Conv2D / FC int8_in: the Q -> DQ after its float chain, applied in its epilogue (fuse/qdq_int8_in.py)
+OUTQ_ATTRS = ("outq_scale", "outq_zero_point", "outq_type", "post_ops", "post_values")
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -105,7 +107,8 @@ def int8_body(float_body: Callable) -> Callable:
 
 def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProto]:
     """int8 in, fp16 out (Conv2D / FC): Q -> DQ of X, DQ of the int8 W (axis 0), the float body on
-    them with the float bias as it is; the output is the float result (no Q -> DQ)."""
+    them with the float bias as it is; the output is the float result (no Q -> DQ), or its Q -> DQ
+    with ``outq_*`` (the pair the layer absorbed after its float chain)."""
     if opset < 13:
         raise ValueError("an int8-in layer's reference body needs opset >= 13 (per-channel DequantizeLinear)")
     ws = [float(v) for v in a["weight_scales"]]
@@ -119,4 +122,18 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
     if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
         nodes.append(_const("q_w_z", wz, onnx.TensorProto.INT8, [len(wz)]))
     nodes.append(helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0))
-    return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})
+    if "outq_type" not in a:
+        return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})
+    # the Q -> DQ it absorbed after its float chain (fuse/qdq_int8_in.py): on the fp32 result
+    nodes += [_const("q_oq_s", [float(a["outq_scale"])], onnx.TensorProto.FLOAT, []),
+              _const("q_oq_z", [int(a["outq_zero_point"])], QTYPES[a["outq_type"]], [])]
+    inner = _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {"Y": "q_y0"})
+    y = "q_y0"
+    ops = [o for o in str(a.get("post_ops") or "").split(",") if o]
+    for k, (op, v) in enumerate(zip(ops, a.get("post_values") or [])):   # scalar epilogue ops, in order
+        inner += [_const(f"q_post{k}", [float(v)], onnx.TensorProto.FLOAT, []),
+                  helper.make_node(op.capitalize(), [y, f"q_post{k}"], [f"q_y{k + 1}"])]
+        y = f"q_y{k + 1}"
+    inner.append(helper.make_node("Identity", [y], ["q_y"]))
+    return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_oq_s", "q_oq_z"], ["q_yq"]),
+                            helper.make_node("DequantizeLinear", ["q_yq", "q_oq_s", "q_oq_z"], ["Y"])]

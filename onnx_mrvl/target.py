@@ -174,7 +174,10 @@ INT8_IN_LOWERING = ("input: quantize fp16 -> int8 / uint8 with the layer's scale
                     "int8 x int8 -> int32 at int8_macs_factor x the fp16 rate, int8 weights; output stage "
                     "(assumption: the int8 requantization's fp32 multiplier path without the round / "
                     "saturate): int32 -> fp32, one multiply by fp32(s_x * s_w[o]) per channel, fp32 bias add, "
-                    "the activation as an fp16 layer's epilogue, fp16 write (2 bytes per element)")
+                    "the activation as an fp16 layer's epilogue, fp16 write (2 bytes per element); optional "
+                    "(outq / post_ops, NNCF placement): up to 4 scalar fp32 multiply / add after the activation and "
+                    "the int8 requantization's round / saturate then one multiply back by the scale, before the fp16 "
+                    "write (vector-unit ops per element, assumption: hidden under the MAC array's time, not charged)")
 
 # int8 Conv2D / FC with a weight zero point (weight_zero_points, docs/fusion.md "int8"): as MLAS QGEMM.
 INT8_WEIGHT_ZP_LOWERING = (

@@ -80,11 +80,19 @@ def weight_zero_points(a: NodeAttrs, ctx, lname: str, channels: int, weights: di
 
 def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weights: dict) -> None:
     """An int8-in / fp16-out Conv2D / FC: checks and copies ``in_*`` and the weight scales; the
-    output is fp16 (``out_dtype`` float16 or absent), any activation (applied in float)."""
+    output is fp16 (``out_dtype`` float16 or absent), any activation (applied in float), optionally
+    ``outq_*``: a QuantizeLinear -> DequantizeLinear of the fp32 result before the fp16 storage."""
     from .layer_common import vector
     if a.str("out_dtype", "float16") not in ("float16", "float32") or a.has("out_scale"):
         a.fail("an int8_in layer writes fp16 (out_dtype float16, no out_scale): use precision int8 for int8 codes")
     side_qparams(a, "in", "an int8_in layer", params)
+    if a.has("outq_dtype"):   # its output quantized and dequantized in the epilogue (fp16 storage)
+        side_qparams(a, "outq", "an int8_in layer's output quantization", params)
+        if a.has("post_ops"):
+            ops, vals = a.str("post_ops").split(","), a.floats("post_values")
+            if len(ops) != len(vals) or any(o not in POST_OPS for o in ops) or not np.isfinite(vals).all():
+                a.fail(f"post_ops {ops} / post_values {vals}: one finite value per op of {POST_OPS}")
+            params.update(post_ops=ops, post_values=[float(np.float32(v)) for v in vals])
     params["precision"] = "int8_in"
     ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
     if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign
@@ -94,6 +102,7 @@ def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, w
 
 
 SUM_REQUANT = ("qlinear", "qlinear_u8", "float")
+POST_OPS = ("mul", "add", "sub", "div")   # an int8_in layer's scalar epilogue ops (fuse/qdq_int8_in.py)
 IN_ACTIVATIONS = ("relu", "hard_sigmoid", "hard_swish")   # bit-exact with onnxruntime's fp32 kernels   # int8 Sum2D: docs/simulator.md "int8 layers"
 WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "Resize", "Sum2D", "Requantize",
               "BatchMatMul", "Softmax", "Lookup", "Concat")

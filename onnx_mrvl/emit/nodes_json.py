@@ -375,6 +375,11 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
         if a.get("weight_zero_points"):   # asymmetric weights: int32 [O] in the int8 range
             add_const("weight_zero_point", np.asarray(a["weight_zero_points"], np.int32), "---O")
+        if "outq_type" in a:   # the Q -> DQ after its float chain, in the epilogue (fuse/qdq_int8_in.py)
+            attrs.update(outq_scale=_s(float(a["outq_scale"])), outq_zero_point=_s(int(a["outq_zero_point"])),
+                         outq_dtype=[a["outq_type"]])
+            if a.get("post_ops"):   # scalar Mul / Add / Sub / Div after the activation, in order
+                attrs.update(post_ops=[a["post_ops"]], post_values=_s([float(v) for v in a["post_values"]]))
     elif a.get("precision") == "int8_out":   # a float layer writing int8 codes (an absorbed Q -> DQ pair)
         attrs.update(precision=["int8_out"], out_scale=_s(float(a["out_scale"])),
                      out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]])

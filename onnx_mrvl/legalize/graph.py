@@ -311,7 +311,8 @@ class Graph:
         return self.dtypes.get(name)
 
     def set_shape(self, name: str, shape, dtype: Optional[int] = None) -> None:
-        self.shapes[name] = tuple(int(d) for d in shape)
+        # (a partly known shape keeps its unknown dims as None: shape() reports it as not static)
+        self.shapes[name] = tuple(None if d is None else int(d) for d in shape)
         if dtype is not None:
             self.dtypes[name] = dtype
 

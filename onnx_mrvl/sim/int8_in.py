@@ -5,6 +5,9 @@
    weight zero point subtracted as ``z_w * rowsum``: int8.py; padding holds z_x, real 0);
 3. epilogue in fp32: ``y = fp32(fp32(acc) * m[o]) + b[o]``, ``m[o] = fp32(s_x * s_w[o])``, ``b`` the
    float32 bias (the dequantized value onnxruntime adds), then the activation in float;
+3a. ``post_ops`` / ``post_values``: scalar mul / add / sub / div after the activation, each in fp32;
+4a. with ``outq_*`` (a Q -> DQ the layer absorbed, fuse/qdq_int8_in.py): ``(sat(rne(y / s) + z) - z) * s``
+   in fp32, as onnxruntime's QuantizeLinear / DequantizeLinear compute it;
 4. the output stored fp16 (round to nearest even; overflow -> inf, reported as not finite).
 
 The integer sum runs on the native VNNI kernels when built (``int8_in_native.py``: identity
@@ -18,7 +21,7 @@ import numpy as np
 
 from .activations import make_activation
 from .fp16 import round_fp16_
-from .int8 import F32, Int8Conv2D, Int8FC
+from .int8 import F32, Int8Conv2D, Int8FC, fake_quant
 
 _CODES_OUT = {"out_scale": 1.0, "out_zero_point": 0, "out_dtype": "int8"}   # unused by this layer's finish
 
@@ -26,7 +29,7 @@ _CODES_OUT = {"out_scale": 1.0, "out_zero_point": 0, "out_dtype": "int8"}   # un
 class _Int8In:
     """The epilogue shared by the int8-in Conv2D and FC (the integer part is ``int8.py``'s)."""
 
-    def _setup(self, bias, activation: str, activation_params: Optional[Mapping], slope) -> None:
+    def _setup(self, bias, activation: str, activation_params: Optional[Mapping], slope, params: Mapping) -> None:
         o = self.kernel.shape[1]
         b = np.zeros(o, F32) if bias is None else np.asarray(bias)
         if b.dtype != F32 or b.size != o:
@@ -37,6 +40,13 @@ class _Int8In:
         self.mult = (F32(self.in_q[0]) * self.weight_scales).astype(F32)
         self.act = make_activation(activation, activation_params, slope)
         self.bias = np.zeros(o, np.int64)   # the integer part adds no bias
+        self.outq = None
+        self.post = list(zip(params.get("post_ops") or [], [F32(v) for v in params.get("post_values") or []]))
+        if "outq_dtype" in params:   # step 4a: QuantizeLinear -> DequantizeLinear of the fp32 result
+            p = params
+            self.outq = (float(p["outq_scale"]), int(p["outq_zero_point"]), str(p["outq_dtype"]))
+            if self.outq[2] not in ("int8", "uint8") or not (np.isfinite(self.outq[0]) and self.outq[0] > 0):
+                raise ValueError(f"output quantization {self.outq} (a positive scale, int8 or uint8)")
 
     def finish(self, acc: np.ndarray) -> Tuple[np.ndarray, bool]:
         """acc [..., O] (exact integers in float64) -> fp16-valued float32 output, finite flag."""
@@ -44,6 +54,10 @@ class _Int8In:
             y = ((acc.astype(F32) * self.mult).astype(F32) + self.fbias).astype(F32)
             if self.act is not None:
                 y = np.asarray(self.act(y), F32)
+            for op, v in self.post:   # step 3a: scalar ops after the activation, fp32, in order
+                y = {"mul": np.multiply, "add": np.add, "sub": np.subtract, "div": np.divide}[op](y, v).astype(F32)
+        if self.outq is not None:
+            y = fake_quant(y, *self.outq)
         y = np.ascontiguousarray(y, F32)
         return y, round_fp16_(y)
 
@@ -58,7 +72,7 @@ class Int8InConv2D(_Int8In, Int8Conv2D):
         Int8Conv2D.__init__(self, kernel, None, weight_scale, _params(params), strides, padding, dilation, groups,
                             weight_zero_point=weight_zero_point)
         self.weight_scales = np.asarray(weight_scale, F32).reshape(-1)
-        self._setup(bias, activation, activation_params, slope)
+        self._setup(bias, activation, activation_params, slope, params)
 
 
 class Int8InFC(_Int8In, Int8FC):
@@ -66,7 +80,7 @@ class Int8InFC(_Int8In, Int8FC):
                  weight_zero_point=None):
         Int8FC.__init__(self, kernel, None, weight_scale, _params(params), "none", None, weight_zero_point)
         self.weight_scales = np.asarray(weight_scale, F32).reshape(-1)
-        self._setup(bias, activation, activation_params, slope)
+        self._setup(bias, activation, activation_params, slope, params)
 
 
 def build(kind: str, spec):

@@ -182,7 +182,11 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
     take = _region_to_take(g, kept) if (consume or model is not fused) and not reference else None
     regions: List[Region] = []
     for idx, (nodes, est) in enumerate(zip(kept, estimates)):
-        nodes = [g.by_name[n.name] for n in nodes]
+        # reverting a dropped region tidies layout changes (revert._Cleaner rewires transposes and
+        # prunes dead nodes): a LayoutTransform of this region whose readers were all in the reverted
+        # region can be dead there and gone; the region is the nodes that remain (any other missing
+        # node is still a KeyError: fail closed)
+        nodes = [g.by_name[n.name] for n in nodes if n.name in g.by_name or n.op_type != "LayoutTransform"]
         ins, outs = boundary(g, nodes)
         name = f"mrvl_region_{idx}"
         reg = Region(name, [n.name for n in nodes], ins, outs, region_origin(nodes),

@@ -34,6 +34,7 @@ from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
+from . import ms_qdq_domain
 from .base import Match
 
 RULES = (
@@ -43,6 +44,7 @@ RULES = (
     dynamic_int_bias,
     dynamic_int8,
     dynamic_lstm,
+    ms_qdq_domain,
     if_static_branch,
     dynamic_dq_moves,
     qdq_const_group,
