@@ -452,6 +452,8 @@ def test_meta_not_canonical(blob):
     # a version-2 reader would sum a layer norm's mean in its own order: the program says 3
     (lambda m: (m.update(program_version=2), m["layers"][0].setdefault("params", {}).update(mean_sum="strided")),
      ["program_version 2", "mean_sum", "defined by program_version 3"]),
+    (lambda m: (m.update(program_version=2), m["layers"][0].setdefault("params", {}).update(outq_dtype="int8")),
+     ["program_version 2", "outq_dtype", "defined by program_version 3"]),
     (lambda m: m.update(name=7), ["meta.name", "expected the region name", "integer 7"]),
     (lambda m: m["tensors"][2].update(nbytes=5), ["meta.tensors[2].nbytes: 5", "expected 1024"]),
     (lambda m: m["tensors"][2].update(shape=[1, -8, 8, 8]), ["meta.tensors[2].shape[1]", "-8"]),

@@ -36,6 +36,16 @@ def test_nncf_chain_structure(nncf_chain):
     assert d["hs_Q"].mrvl_node == d["dw"].mrvl_node   # the next layer still quantizes its input itself
 
 
+def test_nncf_chain_program_says_version_3(nncf_chain, tmp_path):
+    """A reader of program_version 2 would skip the epilogue's output quantization: the program says 3."""
+    from onnx_mrvl.artifact import load
+    _, r, _ = nncf_chain
+    r.save(str(tmp_path / "out"))
+    b = load(str(tmp_path / "out" / "mrvl_region_0.bin"))
+    assert any((lay.get("params") or {}).get("outq_dtype") for lay in b.meta["layers"])
+    assert b.meta["program_version"] == 3
+
+
 def test_nncf_chain_codes_identical_to_onnxruntime(nncf_chain):
     """The output codes equal onnxruntime's run of the QDQ model (before: the next layer quantized
     the fp16-rounded activation and codes near a rounding tie flipped, then spread)."""

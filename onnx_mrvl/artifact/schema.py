@@ -20,7 +20,8 @@ def program_features(layers: list) -> Dict[str, int]:
     without noticing (and so compute something else), each with the version that defined it:
     asymmetric int8 weights (a ``weight_zero_point`` weight) and a recurrent layer's per-row lengths
     (``sequence_lens`` among its ``state_inputs``) or final-state rows (``final_state_rows``), all 2;
-    a layer norm's mean summed in onnxruntime's strided order (``mean_sum``), 3.
+    a layer norm's mean summed in onnxruntime's strided order (``mean_sum``) and an int8-in layer's
+    epilogue (scalar ``post_ops``, the output's quantize-dequantize ``outq_*``), 3.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -34,8 +35,9 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["sequence_lens"] = 2
             if params.get("final_state_rows"):
                 found["final_state_rows"] = 2
-            if params.get("mean_sum"):
-                found["mean_sum"] = 3
+            for key in ("mean_sum", "post_ops", "outq_dtype"):
+                if params.get(key):
+                    found[key] = 3
     return found
 
 
