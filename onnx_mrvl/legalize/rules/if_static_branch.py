@@ -14,6 +14,8 @@ Identity, and an If nested in the branch is inlined on a later sweep when its co
 
 Left alone: a condition that reads data (a run-time value) or no shape at all (a constant condition,
 as the model states it: onnxruntime inlines that If at load), a cone of more than ``MAX_CONE`` nodes,
+an If whose results are all integer / boolean (shape bookkeeping: the ONNX AffineGrid function's
+index Ifs, whose static branch hands onnxruntime's load-time checks a [1]-shaped size for Range),
 or a branch that reads no run-time tensor (constant / shape bookkeeping such as torchvision's
 empty-boxes test or the ONNX AffineGrid function's rank test: it cuts no data path, and a constant
 branch output can break onnxruntime's static checks, tests/test_legalize_passthrough.py).
@@ -100,6 +102,13 @@ def check(m: Match, g, target) -> Optional[str]:
     branch = attr(node, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
     if len(branch.output) != len(node.output):
         return "the branch has another number of outputs than the If"
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+    types = [g.dtype(o) or b.type.tensor_type.elem_type for o, b in zip(node.output, branch.output)]
+    if not any(t in floats for t in types):
+        # integer / boolean results are shape bookkeeping (the ONNX AffineGrid function's index and
+        # size Ifs): no data path to join, and the branch's static shapes can trip onnxruntime's
+        # load-time checks the If hid (a [1]-shaped size into Range: conformance affine_grid_*_expanded)
+        return "the If computes no floating-point tensor (shape bookkeeping: left to onnxruntime)"
     inner = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
     outer = {i for n in branch.node for i in n.input if i} | {b.name for b in branch.output}
     if all(g.is_const(t) or (g.producer.get(t) is not None and g.producer[t].op_type == "Constant")
