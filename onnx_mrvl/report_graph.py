@@ -26,6 +26,10 @@ INT8_OUT = "fp32, int8 out"   # a float layer writing int8 codes (docs/fusion.md
 PRECISIONS = {"int8": "int8", "int8_in": "int8 in, fp16 out", "int8_out": INT8_OUT}
 WHERE = {"accelerator": "offloaded", "cpu": "CPU"}
 DATA_MOVES = ("layout_transform", "reshape", "squeeze")   # layers that only move data
+ONLY_MOVE = DATA_MOVES + ("transpose", "Reshape", "Squeeze", "Flatten", "nn.batch_flatten", "Slice2D", "Concat",
+                          "GatherElements")   # ... and those that select or join data
+COMPUTE_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger", "ConvInteger",
+               "QLinearMatMul", "QLinearConv")
 
 
 def layer_precision(attrs: dict) -> str:
@@ -62,7 +66,11 @@ def assign_layers(decisions: Decisions, subgraphs) -> List[dict]:
         if d is None:
             continue
         own = [r for r in rs if d.mrvl_node and r["mrvl_node"] == d.mrvl_node] or rs
-        main = next((r for r in own if r["op"] not in DATA_MOVES), own[0])
+        main = next((r for r in own if r["op"] not in DATA_MOVES), None)
+        if main is None and d.op_type in COMPUTE_OPS:   # a MatMul rewritten into per-head FCs behind a
+            # Reshape (its own Mrvl node): reported with its first layer that computes
+            main = next((r for r in rs if r["op"] not in ONLY_MOVE), None)
+        main = main or own[0]
         d.subgraph, d.layer, d.precision = main["region"], main["layer"], main["precision"]
         d.layers = [r["layer"] for r in rs] if len(rs) > 1 else None
     return rows
