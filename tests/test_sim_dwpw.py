@@ -73,8 +73,11 @@ def _static_vs_layers(sim, x):
     return a, oa
 
 
+# the last three: several bands on one thread, which runs them bottom-up (dw_pw's reverse): 5 bands
+# at 112 x 40, 2 at 96 x 64 / 2, 3 over two images
 @pytest.mark.parametrize("n,h,w,stride,residual", [(1, 14, 14, 1, True), (1, 9, 23, 2, False), (2, 20, 11, 1, True),
-                                                   (3, 5, 5, 1, False), (1, 112, 40, 1, True), (4, 33, 17, 2, False)])
+                                                   (3, 5, 5, 1, False), (4, 33, 17, 2, False), (1, 112, 40, 1, True),
+                                                   (1, 96, 64, 2, False), (2, 96, 64, 2, False)])
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_fused_block_same_bits_as_layer_by_layer(monkeypatch, n, h, w, stride, residual, threads):
     monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)

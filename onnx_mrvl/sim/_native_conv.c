@@ -2430,6 +2430,7 @@ typedef struct {
     const float *res;
     epi_t e, e2;
     long rows, parts;
+    int reverse;                     /* bands from the last to the first (one thread: dw_pw) */
     atomic_int ok_dw, ok_pw;
 } dwpw_job;
 
@@ -2437,7 +2438,7 @@ static void dwpw_part(void *arg, long p) {
     dwpw_job *j = arg;
     const long *d = j->cd;
     long r0, r1;
-    part_range(p, j->parts, j->rows, &r0, &r1);
+    part_range(j->reverse ? j->parts - 1 - p : p, j->parts, j->rows, &r0, &r1);
     if (r0 >= r1)
         return;
     const dw_row3_fn rowfn = dw_row_fn(&j->dw);
@@ -2498,6 +2499,16 @@ void dw_pw(const long *dd, const float *x, float *mid, const long *cd, float *ou
             parts = rows;
     }
     j.parts = parts;
+    /* On one thread (as a batch split into whole images per core runs each image) the bands run
+     * from the bottom of the map up: the layer before wrote its output top-down, and its last
+     * rows (up to the 2 MB L2) are still in this core's cache while its first rows went out to
+     * L3. MobileNetV2 1.0 on one thread, thread CPU: the 3x3/2 depthwise reading the 16 -> 96
+     * expansion's 4.8 MB output -9 us (413), the 3x3 at 112x112 reading the stem's 1.6 MB -11 us
+     * (324), medians over 6 interleaved rounds. On several threads the bands run top-down: each
+     * thread's bands then tend to be the rows it wrote itself in the layer before (the same claim
+     * order); bottom-up took up to 8% more of the parts' CPU there. Which band runs when does not
+     * change a value. */
+    j.reverse = nthreads <= 1 && parts > 1;
     atomic_store(&j.ok_dw, 1);
     atomic_store(&j.ok_pw, 3);
     run_parts(dwpw_part, &j, parts, nthreads);
