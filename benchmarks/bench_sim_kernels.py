@@ -266,11 +266,14 @@ def main(argv=None) -> int:
     ORT_THREADS = args.ort_threads
     rng = np.random.default_rng(0)
     want = [r for r in args.rows.split(",") if r]
-    print("| conv | sim ms | ort ms | sim/ort | sim 1t ms | ort 1t ms | 1t sim/ort | x2 | max abs diff vs ort |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    from fma_peak import fma_peak_gflops
+    peak = fma_peak_gflops()
+    print("| conv | sim ms | ort ms | sim/ort | sim 1t ms | ort 1t ms | 1t sim/ort | x2 | sim 1t % of peak "
+          "| max abs diff vs ort |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     ratios, ratios1, tot_sim, tot_ort = [], [], 0.0, 0.0
 
-    def row(label, sim_fn, sim1_fn, ort_fn, ort1_fn, diff):
+    def row(label, sim_fn, sim1_fn, ort_fn, ort1_fn, diff, macs):
         nonlocal tot_sim, tot_ort
         t_sim = t_ort = float("inf")
         for _ in range(max(1, args.rounds)):
@@ -284,7 +287,8 @@ def main(argv=None) -> int:
         tot_sim += t_sim
         tot_ort += t_ort
         print(f"| {label} | {t_sim * 1e3:.3f} | {t_ort * 1e3:.3f} | {t_sim / t_ort:.2f} | {c_sim * 1e3:.3f} | "
-              f"{c_ort * 1e3:.3f} | {c_sim / c_ort:.2f} | {c_sim / t_sim:.1f} | {diff:.2e} |", flush=True)
+              f"{c_ort * 1e3:.3f} | {c_sim / c_ort:.2f} | {c_sim / t_sim:.1f} | {2 * macs / c_sim / 1e9 / peak:.0%} | "
+              f"{diff:.2e} |", flush=True)
 
     for batch in (int(v) for v in args.batch.split(",")):
         for name, shape, o, k, s, p, g, act in SHAPES:
@@ -300,8 +304,9 @@ def main(argv=None) -> int:
                         np.ascontiguousarray(w.astype(np.float32).transpose(0, 3, 1, 2)), b, s, p, g, act)
             ort_fn = ort_conv(*ort_args)
             diff = float(np.abs(conv(x) - ort_fn().transpose(0, 2, 3, 1)).max())
+            oh, ow = (shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1
             row(f"{name} {shape}->{o} k{k} s{s} g{g}", static_call(conv, x), static_call(conv, x, 1), ort_fn,
-                ort_conv(*ort_args, threads=1), diff)
+                ort_conv(*ort_args, threads=1), diff, batch * oh * ow * o * k * k * shape[3] // g)
         for name, shape, o, s in PAIRS:
             if want and not any(r in name for r in want):
                 continue
@@ -317,15 +322,19 @@ def main(argv=None) -> int:
             ort_fn = ort_pair(x_nchw, wd, bd, wp, bp, s)
             diff = float(np.abs(y - ort_fn().transpose(0, 2, 3, 1)).max())
             label = f"{name if fused else name.replace('(fused)', '(NOT fused)')} {shape}->{o}"
-            row(label, sim_fn, sim1_fn, ort_fn, ort_pair(x_nchw, wd, bd, wp, bp, s, threads=1), diff)
-    print(f"| **total** | {tot_sim * 1e3:.3f} | {tot_ort * 1e3:.3f} | {tot_sim / tot_ort:.2f} | | | | | |")
+            pix = batch * ((shape[1] - 1) // s + 1) * ((shape[2] - 1) // s + 1)
+            row(label, sim_fn, sim1_fn, ort_fn, ort_pair(x_nchw, wd, bd, wp, bp, s, threads=1), diff,
+                pix * c * (9 + o))
+    print(f"| **total** | {tot_sim * 1e3:.3f} | {tot_ort * 1e3:.3f} | {tot_sim / tot_ort:.2f} | | | | | | |")
     print(f"\ngeometric mean sim/ort: {float(np.exp(np.mean(np.log(ratios)))):.2f} (wall, all threads), "
           f"{float(np.exp(np.mean(np.log(ratios1)))):.2f} (one thread each, thread CPU); "
           f"load average {os.getloadavg()[0]:.1f}")
     print("1t: each side on one thread, thread CPU time (the kernels' own ratio; load hardly moves it); "
           "x2: the simulator's one-thread CPU over its wall time on all threads (~2: both cores computed "
           "in its best block; ~1: its worker did not run alongside, so the wall ratio is the machine's); "
-          "fused: a depthwise conv and its 1x1 projection as the static plan runs them (one dw_pw step)")
+          "fused: a depthwise conv and its 1x1 projection as the static plan runs them (one dw_pw step); "
+          f"% of peak: the simulator's one-thread MACs per second against one core's fp32 FMA peak, "
+          f"{peak:.1f} GFLOP/s here (benchmarks/fma_peak.py: no kernel that keeps the numerics can pass it)")
     a = rng.standard_normal((3136, 576)).astype(np.float32)
     bm = rng.standard_normal((576, 64)).astype(np.float32)
     t = best_time(lambda: a @ bm, args.repeat)

@@ -229,6 +229,12 @@ def kinds(key: str, repeat: int, shapes: bool = False) -> None:
         print(f"| {k} | {a:.1f} | {b:.1f} | {f'{a / b:.2f}x' if a and b else '-'} |")
     print(f"| total | {sum(mine.values()):.1f} | {sum(theirs.values()):.1f} | "
           f"{sum(mine.values()) / sum(theirs.values()):.2f}x |")
+    from fma_peak import fma_peak_gflops, model_macs
+    macs, peak = model_macs(model), fma_peak_gflops()
+    floor = 2 * macs / peak / 1e3          # us on one core at the FMA peak
+    print(f"{macs / 1e9:.3f} GMAC (Conv, Gemm, MatMul); one core's fp32 FMA peak {peak:.1f} GFLOP/s (thread CPU): "
+          f"at least {floor:.1f} us on one thread; simulator at {floor / sum(mine.values()):.1%} of the peak, "
+          f"onnxruntime at {floor / sum(theirs.values()):.1%}; load {os.getloadavg()[0]:.1f}")
 
 
 def CASES_NAME(key: str) -> str:

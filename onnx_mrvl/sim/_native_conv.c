@@ -1639,6 +1639,27 @@ static int conv_lanes_range(const geom_t *g, long G, int P, const float *wl, lon
     return bad ? 0 : 1;
 }
 
+/* One core's fp32 FMA peak, for the benchmarks (bench_sim_kernels.py, bench_sim_overhead.py): n
+ * rounds of 12 independent 16-lane FMA chains (12 > the FMA latency x its throughput), nothing
+ * else in the loop; *out: their sum, so that the loop is not dropped. A conv can at best run at
+ * 16 MACs per such instruction. */
+void fma_peak(long n, float *out) {
+    const __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+    __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1.0f), a2 = _mm512_set1_ps(2.0f), a3 = _mm512_set1_ps(3.0f),
+           a4 = _mm512_set1_ps(4.0f), a5 = _mm512_set1_ps(5.0f), a6 = _mm512_set1_ps(6.0f), a7 = _mm512_set1_ps(7.0f),
+           a8 = _mm512_set1_ps(8.0f), a9 = _mm512_set1_ps(9.0f), a10 = _mm512_set1_ps(10.0f), a11 = _mm512_set1_ps(11.0f);
+    for (long i = 0; i < n; i++) {
+        a0 = _mm512_fmadd_ps(a0, b, c), a1 = _mm512_fmadd_ps(a1, b, c), a2 = _mm512_fmadd_ps(a2, b, c);
+        a3 = _mm512_fmadd_ps(a3, b, c), a4 = _mm512_fmadd_ps(a4, b, c), a5 = _mm512_fmadd_ps(a5, b, c);
+        a6 = _mm512_fmadd_ps(a6, b, c), a7 = _mm512_fmadd_ps(a7, b, c), a8 = _mm512_fmadd_ps(a8, b, c);
+        a9 = _mm512_fmadd_ps(a9, b, c), a10 = _mm512_fmadd_ps(a10, b, c), a11 = _mm512_fmadd_ps(a11, b, c);
+    }
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                   _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)),
+                                                 _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11))));
+    *out = _mm512_reduce_add_ps(s);
+}
+
 /* fp16 rounding of n floats in place (tests compare it with sim/fp16.py) */
 void round_fp16(float *v, long n) {
     long i = 0;
@@ -2504,10 +2525,9 @@ void dw_pw(const long *dd, const float *x, float *mid, const long *cd, float *ou
      * rows (up to the 2 MB L2) are still in this core's cache while its first rows went out to
      * L3. MobileNetV2 1.0 on one thread, thread CPU: the 3x3/2 depthwise reading the 16 -> 96
      * expansion's 4.8 MB output -9 us (413), the 3x3 at 112x112 reading the stem's 1.6 MB -11 us
-     * (324), medians over 6 interleaved rounds. On several threads the bands run top-down: each
-     * thread's bands then tend to be the rows it wrote itself in the layer before (the same claim
-     * order); bottom-up took up to 8% more of the parts' CPU there. Which band runs when does not
-     * change a value. */
+     * (324), medians over 6 interleaved rounds. On several threads the bands run top-down:
+     * bottom-up took 2-8% more of those pairs' CPU there (one A/B run, load 10). Which band runs
+     * when does not change a value. */
     j.reverse = nthreads <= 1 && parts > 1;
     atomic_store(&j.ok_dw, 1);
     atomic_store(&j.ok_pw, 3);
