@@ -25,6 +25,7 @@ class Report:
     quantization: dict = field(default_factory=dict)      # quantize/: mode, calibration, per-layer precision
     layers: List[dict] = field(default_factory=list)      # every emitted layer: region, layer, op, precision, origin
     transforms: List[dict] = field(default_factory=list)  # CPU nodes the conversion added at region boundaries
+    bodies: List[dict] = field(default_factory=list)      # per converted If/Loop/Scan body: its CPU nodes (bodies.py)
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -49,7 +50,8 @@ class Report:
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
                 "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
                 "options": self.options, "cuts": self.cuts,
-                "nodes": self.decisions.to_list(), "transforms": self.transforms, "layers": self.layers, **({"quantization": self.quantization} if self.quantization else {})}
+                "nodes": self.decisions.to_list(), "transforms": self.transforms, "layers": self.layers, **({"quantization": self.quantization} if self.quantization else {}),
+                **({"bodies": self.bodies} if self.bodies else {})}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
