@@ -144,6 +144,9 @@ def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise ModelError(f"not an ONNX model ({exc})", hint="pass a .onnx file") from None
     path = os.fspath(model)
+    if os.path.isdir(path):
+        raise ModelError(f"'{path}' is a folder, not a model file",
+                         hint="pass the .onnx file itself (of a `onnx-mrvl convert` output folder: OUT_DIR/model.onnx)")
     if not os.path.isfile(path):
         raise ModelError(f"model file '{path}' does not exist", hint="check the path")
     global _LAST_READ

@@ -65,13 +65,15 @@ def _model_path(path: str) -> str:
 
 def _load_inputs(path: str, model_path: str):
 
-    from ..feeds import read_inputs
+    from ..feeds import check_feeds, read_inputs
     from ..inspection.canonical import load_model
+    from ..quantize.calibration import input_specs
 
     m = load_model(model_path)
-    inits = {t.name for t in m.graph.initializer}
-    names = [vi.name for vi in m.graph.input if vi.name not in inits]
-    return read_inputs(path, names)
+    specs = input_specs(m)
+    feeds = read_inputs(path, [s[0] for s in specs])
+    check_feeds(feeds, specs, f"'{path}'")   # float64, a wrong shape: our message, not onnxruntime's
+    return feeds
 
 
 def run(args) -> int:
