@@ -246,3 +246,16 @@ def test_check_report_reads_the_cpu_nodes_inside_if_branches(tmp_path):
     kept = onnx_mrvl.convert(m, reference=True)   # both bodies kept as they were (reference bodies)
     assert kept.report.bodies == [] and check_report(kept.report, kept.model, kept.subgraphs) == []
     assert "bodies on the CPU" in kept.report["If_0"].reason
+
+
+def test_exclude_takes_a_node_inside_a_branch():
+    """``exclude=["then_conv"]`` names a node of the If's then branch: it was refused as matching no
+    node of the model; now the branch's conversion keeps it on the CPU (the branch, with nothing
+    left to offload, runs as it was, which its If's record says), the else branch is converted."""
+    m = _if_with_cpu_node_in_a_branch()
+    r = onnx_mrvl.convert(m, exclude=["then_conv"])
+    assert [b["path"] for b in r.report.bodies] == [["If_0", "else_branch"]]
+    assert "then_branch on the CPU" in r.report["If_0"].reason
+    assert check_report(r.report, r.model, r.subgraphs) == []
+    then = next(a.g for a in next(n for n in r.model.graph.node if n.op_type == "If").attribute if a.name == "then_branch")
+    assert [n.op_type for n in then.node] == ["Conv", "Sin"]
