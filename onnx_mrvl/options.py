@@ -40,7 +40,12 @@ def as_names(value: Optional[Iterable[str]]) -> Tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,)
-    return tuple(value)
+    out = tuple(value)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise UsageError(f"node names must be strings, got {bad[:3]!r}",
+                         hint="give node names or op types as strings, e.g. ['conv1', 'Softmax']")
+    return out
 
 
 def known_names(*models: onnx.ModelProto, bodies: bool = False) -> Tuple[set, set]:

@@ -142,3 +142,24 @@ def test_fp16_layers_takes_a_bare_string_as_one_name():
     r = onnx_mrvl.convert(EXAMPLE, quantize="int8", calibration=[{"input": x * s} for s in (0.5, 1, 2)],
                           fp16_layers=conv.name)
     assert r.report.quantization["fp16_layers"] == [conv.name]
+
+
+@pytest.mark.parametrize("command", ["report", "compile"])
+def test_an_output_file_that_is_a_folder_is_a_user_error(out, tmp_path, command, capsys):
+    """``report --html DIR`` ended in an internal error (exit 4, IsADirectoryError of the rename)."""
+    o = out / "out"
+    argv = {"report": ["report", str(o), "--html", str(tmp_path)],
+            "compile": ["compile", "--nodes", str(o / "mrvl_region_0-nodes.json"),
+                        "--consts", str(o / "mrvl_region_0-consts.json"), "-o", str(tmp_path)]}[command]
+    code, err, error = _cli(argv, capsys)
+    assert code == 3 and "is a folder" in err and "please report" not in err
+    assert error["type"] == "UsageError" and error["fix"]
+
+
+def test_api_mistakes_of_type_are_our_errors():
+    """``exclude=[3]`` (an AttributeError inside before) and bytes that are no model given to
+    InferenceSession (protobuf's DecodeError before)."""
+    with pytest.raises(UsageError, match=r"node names must be strings, got \[3\]"):
+        onnx_mrvl.convert(EXAMPLE, exclude=[3])
+    with pytest.raises(ModelError, match="not an ONNX model"):
+        onnx_mrvl.InferenceSession(b"garbage")

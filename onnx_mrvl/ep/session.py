@@ -135,7 +135,11 @@ class InferenceSession(ort.InferenceSession):
         if isinstance(path_or_model, onnx.ModelProto):
             proto = path_or_model
         elif isinstance(path_or_model, (bytes, bytearray)):
-            proto = onnx.load_from_string(bytes(path_or_model))
+            try:
+                proto = onnx.load_from_string(bytes(path_or_model))
+            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin
+                raise ModelError(f"the bytes given are not an ONNX model ({type(exc).__name__}: {exc})",
+                                 hint="pass the saved model's bytes, a ModelProto or the path of model.onnx") from None
         else:
             path = os.fspath(path_or_model)
             model_dir = os.path.dirname(os.path.abspath(path))
