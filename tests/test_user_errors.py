@@ -163,3 +163,20 @@ def test_api_mistakes_of_type_are_our_errors():
         onnx_mrvl.convert(EXAMPLE, exclude=[3])
     with pytest.raises(ModelError, match="not an ONNX model"):
         onnx_mrvl.InferenceSession(b"garbage")
+
+
+def test_dynamic_image_sizes_are_named_in_the_hint_not_guessed():
+    """A model of input [N, 3, H, W] without input_shapes: the hint proposes 1 for the batch only and
+    names H and W (it proposed [1, 3, 1, 1]: a 1x1 image for a user who copies it)."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx_mrvl.errors import ShapeError
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    with pytest.raises(ShapeError) as info:
+        onnx_mrvl.convert(m)
+    assert info.value.node == "x" and "input_shapes={'x': [1, 3, H, W]} with the real sizes of H, W" in info.value.hint
+    assert "--input-shape x:1,3,H,W" in info.value.hint
