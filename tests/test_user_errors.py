@@ -13,18 +13,7 @@ import onnx_mrvl
 from onnx_mrvl.cli.main import main
 from onnx_mrvl.errors import ModelError, UsageError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist.onnx")   # input 'input' [1, 1, 28, 28]
-
-
-@pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ue")
-    onnx_mrvl.convert(EXAMPLE).save(str(d / "out"))
-    x = np.random.default_rng(0).standard_normal((1, 1, 28, 28)).astype(np.float32)
-    np.savez(d / "in.npz", input=x)
-    np.savez(d / "in64.npz", input=x.astype(np.float64))
-    return d
+from test_cli_errors import EXAMPLE, out  # noqa: F401 - the converted example (fixture), input 'input' [1, 1, 28, 28]
 
 
 def _cli(argv, capsys):
@@ -56,10 +45,11 @@ def test_run_takes_the_output_folder_and_names_a_folder_without_a_model(out, tmp
     assert code == 3 and "holding no model.onnx" in err and error["fix"]
 
 
-def test_compare_inputs_of_the_wrong_dtype_get_our_message(out, capsys):
+def test_compare_inputs_of_the_wrong_dtype_get_our_message(out, tmp_path, capsys):
     """float64 arrays: the message names the input and how to save it (was: onnxruntime's
     INVALID_ARGUMENT and a hint about --input-shape)."""
-    code, err, error = _cli(["compare", EXAMPLE, str(out / "out"), "--inputs", str(out / "in64.npz")], capsys)
+    np.savez(tmp_path / "in64.npz", input=np.zeros((1, 1, 28, 28)))
+    code, err, error = _cli(["compare", EXAMPLE, str(out / "out"), "--inputs", str(tmp_path / "in64.npz")], capsys)
     assert code == 3 and "input 'input'" in err and "float64" in err and "astype(np.float32)" in err
     assert "ONNXRuntimeError" not in err and error["type"] == "UsageError"
 
@@ -180,3 +170,24 @@ def test_dynamic_image_sizes_are_named_in_the_hint_not_guessed():
         onnx_mrvl.convert(m)
     assert info.value.node == "x" and "input_shapes={'x': [1, 3, H, W]} with the real sizes of H, W" in info.value.hint
     assert "--input-shape x:1,3,H,W" in info.value.hint
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+@pytest.mark.parametrize("kind", ["deleted", "truncated"])
+def test_running_a_folder_whose_binary_was_deleted_or_truncated(out, tmp_path, kind, manifest, capsys):
+    """With or without manifest.json: exit 3 naming the region's file and what to do (a deleted file
+    is missing, a truncated one fails its sha256), never a run on a partial binary."""
+    folder = tmp_path / "o"
+    shutil.copytree(out / "out", folder)
+    binary = folder / "mrvl_region_0.bin"
+    if kind == "deleted":
+        binary.unlink()
+    else:
+        binary.write_bytes(binary.read_bytes()[:1000])
+    if not manifest:
+        (folder / "manifest.json").unlink()
+    code, err, error = _cli(["run", str(folder / "model.onnx"), "--inputs", str(out / "in.npz")], capsys)
+    assert code == 3 and "mrvl_region_0" in err and error["fix"] and error["type"] == "ArtifactError"
+    from onnx_mrvl.errors import ArtifactError
+    with pytest.raises(ArtifactError, match="mrvl_region_0"):
+        onnx_mrvl.InferenceSession(str(folder / "model.onnx"))
