@@ -188,7 +188,22 @@ class InferenceSession(ort.InferenceSession):
             specs = self._mrvl_specs = [(i.name, list(i.shape or []), _ORT_TYPES.get(i.type))
                                         for i in self.get_inputs()]
             self._mrvl_outputs = [o.name for o in self.get_outputs()]
+            self._mrvl_output_set = set(self._mrvl_outputs)
+            self._mrvl_tensors = all(i.type.startswith("tensor(") for i in self.get_inputs())   # no sequences, maps
             self._mrvl_overridable = {i.name for i in self.get_overridable_initializers()}
+            self._mrvl_fast = [(n, dt, tuple(shape) if all(isinstance(d, int) and d >= 0 for d in shape) else None,
+                                len(shape), [(i, d) for i, d in enumerate(shape) if isinstance(d, int) and d >= 0])
+                               for n, shape, dt in specs]
+        if type(input_feed) is dict and len(input_feed) == len(specs) and (   # the usual call
+                not output_names or self._mrvl_output_set.issuperset(output_names)):
+            for name, dt, full, ndim, static in self._mrvl_fast:
+                v = input_feed.get(name)
+                if type(v) is not np.ndarray or v.dtype != dt or (
+                        v.shape != full if full is not None else
+                        v.ndim != ndim or any(v.shape[i] != d for i, d in static)):
+                    break
+            else:
+                return
         if not isinstance(input_feed, dict):
             raise UsageError(f"input_feed is a {type(input_feed).__name__}, not a dict",
                              hint=f"pass {{input name: numpy array}} for the inputs {[s[0] for s in specs]}")
@@ -204,7 +219,7 @@ class InferenceSession(ort.InferenceSession):
             else:   # an OrtValue, ...: onnxruntime checks it
                 arrays = None
                 break
-        if arrays is not None:
+        if arrays is not None and self._mrvl_tensors:
             check_feeds(arrays, specs, "InferenceSession.run's input_feed")
         unknown = [n for n in (output_names or ()) if n not in self._mrvl_outputs]
         if unknown:
