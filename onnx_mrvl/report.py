@@ -98,5 +98,10 @@ class Report:
         for d in self.dropped:
             lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
                          f"{', ...' if len(d['origin']) > 8 else ''})")
+        for b in self.bodies:   # converted If / Loop / Scan bodies: what of them stays on the CPU
+            cpu = b["nodes"] + b["transforms"]
+            if cpu:
+                lines.append(f"\ncpu: inside body {b['body']} ({len(cpu)} nodes)")
+                lines.extend(f"  {d['node']:<32} {d['op_type']:<20} {d.get('reason', '')}" for d in cpu)
         lines.extend(cuts_text(self.cuts))
         return "\n".join(lines)

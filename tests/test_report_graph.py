@@ -229,6 +229,7 @@ def test_check_report_reads_the_cpu_nodes_inside_if_branches(tmp_path):
     assert [d["node"] for d in then["nodes"]] == ["then_sin"] and then["nodes"][0]["placement"] == "cpu"
     assert any(b["path"] == ["If_0", "else_branch"] and b["nodes"] == [] for b in r.report.bodies)
     assert check_report(r.report, r.model, r.subgraphs) == []
+    assert "cpu: inside body If_0.then_branch (1 nodes)" in r.report.explain() and "then_sin" in r.report.explain()
     r.save(str(tmp_path / "out"))
     assert json.load(open(tmp_path / "out" / "report.json"))["bodies"] == r.report.bodies
     for x in (0, 1):   # the deployable model still computes both branches
