@@ -191,3 +191,10 @@ def test_running_a_folder_whose_binary_was_deleted_or_truncated(out, tmp_path, k
     from onnx_mrvl.errors import ArtifactError
     with pytest.raises(ArtifactError, match="mrvl_region_0"):
         onnx_mrvl.InferenceSession(str(folder / "model.onnx"))
+
+
+def test_compare_with_the_conversion_as_reference_says_so(out, capsys):
+    """``compare OUT_DIR ORIGINAL`` (the order swapped): named as such (was: "cannot resolve
+    'mrvl_region_0.bin' without the model's folder" and a hint about InferenceSession)."""
+    code, err, error = _cli(["compare", str(out / "out"), EXAMPLE], capsys)
+    assert code == 3 and "is a converted model" in err and "ORIGINAL.onnx OUT_DIR" in error["fix"]
