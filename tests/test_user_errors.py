@@ -79,8 +79,9 @@ def test_usage_errors_with_json_print_a_json_error(argv, words, capsys):
 
 
 def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypatch, capsys):
-    """Ctrl-C while the files are written: exit 130 (with --json an error object), no output folder,
-    no staging folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
+    """Ctrl-C while the files are written: exit 130 (with --json an error object), no file in the
+    output folder (made empty before the work, as a path mistake shows before it) and no staging
+    folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
     import onnx_mrvl.save as save
 
     def interrupted(model):
@@ -92,14 +93,14 @@ def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypa
     target = tmp_path / "new"
     assert main(["convert", EXAMPLE, "-o", str(target)]) == 130
     assert "interrupted" in capsys.readouterr().err
-    assert not target.exists() and os.listdir(tmp_path) == []
+    assert os.listdir(target) == [] and os.listdir(tmp_path) == ["new"]
     old = tmp_path / "old"
     shutil.copytree(out / "out", old)
     before = {p: (old / p).read_bytes() for p in os.listdir(old)}
     assert main(["convert", EXAMPLE, "-o", str(old), "--overwrite", "--json"]) == 130
     assert json.loads(capsys.readouterr().out)["error"]["exit_code"] == 130
     assert {p: (old / p).read_bytes() for p in os.listdir(old)} == before
-    assert sorted(os.listdir(tmp_path)) == ["old"]
+    assert sorted(os.listdir(tmp_path)) == ["new", "old"]
 
 
 def test_inference_session_run_refuses_feeds_that_do_not_fit(out):

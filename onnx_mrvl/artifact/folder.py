@@ -171,30 +171,16 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
     unless ``overwrite`` and everything in it is an earlier conversion's; a target whose folder
     contains a path of ``protect`` (the source model) is never replaced. ``on_file(name, bytes, s)``
     is called after each file. A writer with a ``sha256`` attribute (hex) declares the digest of
-    what it writes: the manifest takes it instead of hashing the file's bytes. A target folder this
-    call created is removed again when the write fails or is interrupted."""
+    what it writes: the manifest takes it instead of hashing the file's bytes."""
+    from ..modelio import dump_json, write_atomic
+
     shown = os.fspath(target)
     real = os.path.realpath(shown)
-    created = not os.path.lexists(real)
     try:
         os.makedirs(real, exist_ok=True)     # path mistakes (a file in the way) show before the work
     except OSError as exc:
         raise ArtifactError(f"cannot create the output folder '{shown}' ({exc.strerror})",
                             hint="choose a folder path that is not a file and is writable") from None
-    try:
-        _write_folder(real, shown, files, manifest, overwrite, protect, on_file)
-    except BaseException:   # a failure or Ctrl-C: a folder this call created goes too (it is empty again)
-        if created:
-            try:
-                os.rmdir(real)
-            except OSError:
-                pass
-        raise
-
-
-def _write_folder(real: str, shown: str, files, manifest, overwrite: bool, protect, on_file) -> None:
-    from ..modelio import dump_json, write_atomic
-
     nonempty = _check_target(real, shown, overwrite, protect)
     parent = os.path.dirname(real)
     inside = _must_stage_inside(real, parent)
