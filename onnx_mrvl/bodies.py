@@ -136,10 +136,11 @@ def _adopt(result, body: onnx.GraphProto, prefix: str, copied: List[str], outer:
 def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
                    convert_fn: Callable[[onnx.ModelProto], object], embed: bool):
     """Convert the bodies of the control-flow nodes of ``deployable`` in place. Returns (subgraphs,
-    region summaries, {node name: note for its decision}, [MACs, offloaded MACs] of the bodies)."""
+    region summaries, {node name: note for its decision}, [MACs, offloaded MACs] of the bodies, one
+    record per converted body (nested ones too): its CPU nodes and transforms, ``report.bodies``)."""
     types, inits = _scope(legal)
     outer = _names(deployable.graph)
-    subgraphs, regions, notes = [], [], {}
+    subgraphs, regions, notes, records = [], [], {}, []
     macs = [0, 0]     # total, offloaded over the converted bodies (every branch counted)
     for node in deployable.graph.node:
         for attr_name, a in _bodies(node):
@@ -169,6 +170,9 @@ def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
             macs[1] += result.report.macs_offloaded
             for r in result.report.regions:
                 regions.append(dict(r, name=f"{prefix}.{r['name']}", body=prefix))
+            records.append(body_record(prefix, [node.name, attr_name], result.report))
+            records.extend(dict(r, body=f"{prefix}.{r['body']}", path=[node.name, attr_name] + r["path"])
+                           for r in result.report.bodies)
             on = [d.node for d in result.report.decisions.values() if d.placement == "accelerator"]
             notes.setdefault(node.name, []).append(
                 f"{attr_name}: {len(result.subgraphs)} regions ({', '.join(on[:6])}{', ...' if len(on) > 6 else ''})")
@@ -181,4 +185,11 @@ def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
             g.initializer.extend(keep)
     if subgraphs and not any(o.domain == opset.DOMAIN for o in deployable.opset_import):
         deployable.opset_import.append(helper.make_opsetid(opset.DOMAIN, opset.DOMAIN_VERSION))
-    return subgraphs, regions, notes, macs
+    return subgraphs, regions, notes, macs, records
+
+
+def body_record(prefix: str, path: List[str], report) -> dict:
+    """What runs on the CPU inside a converted body: ``path`` (control-flow node, attribute, ... from
+    the top graph), its CPU node records (as ``report.nodes``) and the transforms its conversion added."""
+    return {"body": prefix, "path": list(path), "nodes": [d.to_dict() for d in report.cpu_nodes()],
+            "transforms": list(report.transforms)}

@@ -13,7 +13,7 @@ import onnx
 from onnx import serialization
 from google.protobuf.message import DecodeError
 
-from .errors import ArtifactError, ModelError
+from .errors import ArtifactError, ModelError, UsageError
 from .wire_sizes import raw_data_sizes
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,9 @@ def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise ModelError(f"not an ONNX model ({exc})", hint="pass a .onnx file") from None
     path = os.fspath(model)
+    if os.path.isdir(path):
+        raise ModelError(f"'{path}' is a folder, not a model file",
+                         hint="pass the .onnx file itself (of a `onnx-mrvl convert` output folder: OUT_DIR/model.onnx)")
     if not os.path.isfile(path):
         raise ModelError(f"model file '{path}' does not exist", hint="check the path")
     global _LAST_READ
@@ -357,6 +360,14 @@ def copy_field(msg, fd, value) -> None:
         setattr(msg, fd.name, value)
 
 
+def check_file_target(path: str) -> None:
+    """An output file path that is an existing folder is the user's mistake (``UsageError``), not a
+    crash of the final rename."""
+    if os.path.isdir(path):
+        raise UsageError(f"the output file '{path}' is a folder",
+                         hint="name a file (it may be inside that folder), not the folder")
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
     write_atomic(path, lambda f: f.write(data))
 
@@ -368,6 +379,7 @@ def write_json_atomic(path: str, obj) -> None:
 
 def write_atomic(path: str, write: Callable[[BinaryIO], object]) -> None:
     """Call ``write(file)`` on a temporary file in ``path``'s folder, fsync, rename it to ``path``."""
+    check_file_target(path)
     folder = os.path.dirname(os.path.abspath(path)) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)

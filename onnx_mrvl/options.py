@@ -40,17 +40,30 @@ def as_names(value: Optional[Iterable[str]]) -> Tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,)
-    return tuple(value)
+    out = tuple(value)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise UsageError(f"node names must be strings, got {bad[:3]!r}",
+                         hint="give node names or op types as strings, e.g. ['conv1', 'Softmax']")
+    return out
 
 
-def known_names(*models: onnx.ModelProto) -> Tuple[set, set]:
-    """(node names, op types) of ``models``; unnamed nodes get the names legalization gives them."""
+def known_names(*models: onnx.ModelProto, bodies: bool = False) -> Tuple[set, set]:
+    """(node names, op types) of ``models``; unnamed nodes get the names legalization gives them.
+    ``bodies``: also the nodes of If / Loop / Scan bodies (each body is converted on its own)."""
     from .opset import OPS
     names, ops = set(), set(OPS)
-    for m in models:
-        for i, n in enumerate(m.graph.node):
+
+    def walk(graph):
+        for i, n in enumerate(graph.node):
             names.add(n.name or f"{n.op_type}_{i}")
             ops.add(n.op_type)
+            if bodies:
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        walk(a.g)
+    for m in models:
+        walk(m.graph)
     return names, ops
 
 
@@ -59,10 +72,12 @@ def check_node_names(exclude: Iterable[str], cut_after: Iterable[str], *models: 
     """Every ``exclude``/``cut_after`` entry names a node or an op type of one of ``models`` (the
     original and the legalized model: names a user sees in Netron or with ``--stage legalize``), or
     a Mrvl op. ``cut_after`` may also name a node of the ``fused`` model (split matches those);
-    ``exclude`` may not (fuse never sees them). Raises ``UsageError`` with close matches."""
+    ``exclude`` may not (fuse never sees them); ``exclude`` may name a node inside an If / Loop /
+    Scan body (its conversion takes the names it holds). Raises ``UsageError`` with close matches."""
     names, ops = known_names(*models)
+    in_bodies, body_ops = known_names(*models, bodies=True)
     fused_names = known_names(fused)[0] if fused is not None else set()
-    allowed = {"exclude": names | ops, "cut_after": names | ops | fused_names}
+    allowed = {"exclude": in_bodies | body_ops, "cut_after": names | ops | fused_names}
     unknown = {option: [v for v in values if v not in allowed[option]]
                for option, values in (("exclude", exclude), ("cut_after", cut_after))}
     unknown = {k: v for k, v in unknown.items() if v}

@@ -287,13 +287,14 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
                             cut_after=(), force=force,
                             input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
                             progress=None, fallback=fallback)
-        body_subs, body_regions, notes, body_macs = bodies.convert_bodies(deployable, legal, body_convert, embed)
+        body_subs, body_regions, notes, body_macs, body_records = bodies.convert_bodies(
+            deployable, legal, body_convert, embed)
         subgraphs, regions = subgraphs + body_subs, regions + body_regions
         for name, parts in notes.items():
             if name in decisions:
                 decisions[name].reason = f"{decisions[name].reason}; bodies: {'; '.join(parts)}"
     else:
-        body_macs = [0, 0]
+        body_macs, body_records = [0, 0], []
         for d in decisions.values():
             if d.reason and d.reason.startswith("control flow ("):
                 d.reason += "; bodies on the CPU (not converted with reference=True)"
@@ -303,7 +304,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
                     result.macs_offloaded + body_macs[1], partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
                     options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())},
-                    layers=layers, transforms=transforms)
+                    layers=layers, transforms=transforms, bodies=body_records)
     timings["total"] = CLOCK() - t0
     say("done")
     if source.reread is None:

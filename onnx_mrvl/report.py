@@ -25,6 +25,7 @@ class Report:
     quantization: dict = field(default_factory=dict)      # quantize/: mode, calibration, per-layer precision
     layers: List[dict] = field(default_factory=list)      # every emitted layer: region, layer, op, precision, origin
     transforms: List[dict] = field(default_factory=list)  # CPU nodes the conversion added at region boundaries
+    bodies: List[dict] = field(default_factory=list)      # per converted If/Loop/Scan body: its CPU nodes (bodies.py)
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -49,7 +50,8 @@ class Report:
                 "offload_fraction": round(self.offload_fraction, 6), "regions": self.regions,
                 "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
                 "options": self.options, "cuts": self.cuts,
-                "nodes": self.decisions.to_list(), "transforms": self.transforms, "layers": self.layers, **({"quantization": self.quantization} if self.quantization else {})}
+                "nodes": self.decisions.to_list(), "transforms": self.transforms, "layers": self.layers, **({"quantization": self.quantization} if self.quantization else {}),
+                **({"bodies": self.bodies} if self.bodies else {})}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""
@@ -96,5 +98,10 @@ class Report:
         for d in self.dropped:
             lines.append(f"\nkept on the CPU by the partitioner: {d['reason']} ({', '.join(d['origin'][:8])}"
                          f"{', ...' if len(d['origin']) > 8 else ''})")
+        for b in self.bodies:   # converted If / Loop / Scan bodies: what of them stays on the CPU
+            cpu = b["nodes"] + b["transforms"]
+            if cpu:
+                lines.append(f"\ncpu: inside body {b['body']} ({len(cpu)} nodes)")
+                lines.extend(f"  {d['node']:<32} {d['op_type']:<20} {d.get('reason', '')}" for d in cpu)
         lines.extend(cuts_text(self.cuts))
         return "\n".join(lines)

@@ -11,7 +11,8 @@
   batch chunk, a cast: ``Report.transforms``).
 * :func:`check_report`: the invariants, for tests and ``onnx-mrvl`` users who want to verify a
   report: the report's CPU nodes are exactly the deployable graph's non-region nodes (modulo the
-  listed transforms), and each layer's precision in the report is the emitted layer's.
+  listed transforms), in the top graph and in each converted If / Loop / Scan body (``report.bodies``),
+  and each layer's precision in the report is the emitted layer's.
 """
 from __future__ import annotations
 
@@ -156,17 +157,22 @@ def check_report(report, model: onnx.ModelProto, subgraphs: Iterable = ()) -> Li
     """What is wrong with ``report`` as a description of ``model`` (the deployable graph) and
     ``subgraphs`` (its emitted regions): [] when every non-region node is a CPU node of the report
     (by name or ``runs_as``) or a listed transform and no CPU node of the report is missing from
-    the graph, and when every layer the report names has the emitted layer's precision."""
+    the graph -- in the top graph and, through ``report.bodies``, in every converted If / Loop / Scan
+    body --, and when every layer the report names has the emitted layer's precision. Exempt: a body
+    kept as it was (no accelerator region in it) runs whole on the CPU, as its control-flow node's
+    record says; its nodes are not listed one by one."""
     problems: List[str] = []
-    graph = {n.name for n in model.graph.node if not _is_region(n)}
-    reported: Set[str] = {t["node"] for t in report.transforms}
-    for d in report.cpu_nodes():
-        names = d.runs_as or [d.node]
-        if d.origin is not None and not set(names) <= graph:
-            problems.append(f"created CPU node(s) {sorted(set(names) - graph)} of {d.node} are not in the graph")
-        reported.update(x for x in names if x in graph)
-    for name in sorted(graph - reported):
-        problems.append(f"graph node {name} runs on the CPU but the report does not list it")
+    cpu = [d.to_dict() for d in report.cpu_nodes()]
+    problems += _unlisted(model.graph, cpu, report.transforms, "")
+    records = {tuple(r["path"]): r for r in getattr(report, "bodies", ())}
+    for path, body in _bodies(model.graph, ()):
+        rec = records.pop(path, None)
+        if rec is not None:
+            problems += _unlisted(body, rec["nodes"], rec["transforms"], f" of body {rec['body']}")
+        elif any(_is_region(n) for n in body.node):
+            problems.append(f"body {'.'.join(path)} has accelerator regions but the report has no record of it")
+    for path, rec in records.items():
+        problems.append(f"the report's body {rec['body']} ({'.'.join(path)}) is not in the model")
     layers = {r["layer"]: r for r in emitted_layers(subgraphs)}
     for d in report:
         if d.placement == "accelerator" and d.layer in layers and d.precision != layers[d.layer]["precision"]:
@@ -175,6 +181,33 @@ def check_report(report, model: onnx.ModelProto, subgraphs: Iterable = ()) -> Li
         if r["layer"] in layers and r["precision"] != layers[r["layer"]]["precision"]:
             problems.append(f"layer {r['layer']}: report says {r['precision']}, emitted {layers[r['layer']]['precision']}")
     return problems
+
+
+def _unlisted(graph: onnx.GraphProto, cpu: List[dict], transforms: List[dict], where: str) -> List[str]:
+    """``graph``'s non-region nodes (not those of its bodies) against CPU node records ``cpu`` (dicts
+    as ``report.nodes``) and ``transforms``."""
+    problems = []
+    nodes = {n.name for n in graph.node if not _is_region(n)}
+    reported: Set[str] = {t["node"] for t in transforms}
+    for d in cpu:
+        names = d.get("runs_as") or [d["node"]]
+        if d.get("origin") is not None and not set(names) <= nodes:
+            problems.append(f"created CPU node(s) {sorted(set(names) - nodes)} of {d['node']}{where} are not in the graph")
+        reported.update(x for x in names if x in nodes)
+    for name in sorted(nodes - reported):
+        problems.append(f"graph node {name}{where} runs on the CPU but the report does not list it")
+    return problems
+
+
+def _bodies(graph: onnx.GraphProto, path: tuple):
+    """(path, body graph) of every If / Loop / Scan body below ``graph``, nested ones too; ``path`` is
+    (node, attribute, ...) from the top graph."""
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                here = path + (n.name, a.name)
+                yield here, a.g
+                yield from _bodies(a.g, here)
 
 
 def reconcile_quantization(decisions: Decisions, info: dict) -> None:

@@ -283,6 +283,14 @@ def test_exit_code_table(out, tmp_path, command, code, capsys, monkeypatch):
         assert "internal error: RuntimeError: simulated bug" in err and "please report" in err
     if code == 2:
         assert "usage:" in err
+    if code in (2, 3, 4):   # with --json the error is the one JSON object on stdout too
+        assert main([*argv, "--json"]) == code
+        got = capsys.readouterr()
+        error = _strict(got.out)["error"]
+        assert error["exit_code"] == code and error["command"] == command and error["message"], got.out
+        assert error["type"] == {2: "usage", 4: "internal"}.get(code, error["type"])
+        assert (code != 3) or (error["fix"] and error["type"].endswith("Error")), error
+        assert "Traceback" not in got.err
 
 
 def test_every_error_of_the_table_has_a_fix_line(out, tmp_path, capsys):

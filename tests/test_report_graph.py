@@ -194,3 +194,69 @@ def test_cli_explain_and_report_list_the_created_node(tmp_path, capsys):
     assert [(c["node"], c["origin"], c["runs_as"]) for c in rep["cpu_nodes"]] == \
         [("conv1d_b", ["conv1d_b"], ["conv1d_b/to1d"])]
     assert rep["cpu_nodes"][0]["reason"].startswith("created by the conversion from offloaded node(s)")
+
+
+def _if_with_cpu_node_in_a_branch():
+    """x -> conv -> y; If(cond): then ``conv -> Sin`` (the conv offloaded, Sin on the CPU), else
+    ``conv -> Relu``."""
+    rng = np.random.default_rng(7)
+    w = lambda *s: nh.from_array((rng.standard_normal(s) * 0.2).astype(np.float32), f"w{len(s)}_{rng.integers(1 << 30)}")
+    wt, we, w0 = w(8, 8, 3, 3), w(8, 8, 3, 3), w(8, 3, 3, 3)
+    vi = h.make_tensor_value_info
+    then = h.make_graph([h.make_node("Conv", ["y", wt.name], ["t1"], name="then_conv", pads=[1, 1, 1, 1]),
+                         h.make_node("Sin", ["t1"], ["t_out"], name="then_sin")],
+                        "then", [], [vi("t_out", T.FLOAT, [1, 8, 8, 8])])
+    other = h.make_graph([h.make_node("Conv", ["y", we.name], ["e1"], name="else_conv", pads=[1, 1, 1, 1]),
+                          h.make_node("Relu", ["e1"], ["e_out"], name="else_relu")],
+                         "else", [], [vi("e_out", T.FLOAT, [1, 8, 8, 8])])
+    nodes = [h.make_node("Conv", ["x", w0.name], ["y"], name="conv0", pads=[1, 1, 1, 1]),
+             h.make_node("If", ["cond"], ["z"], name="If_0", then_branch=then, else_branch=other)]
+    g = h.make_graph(nodes, "if_sin", [vi("x", T.FLOAT, [1, 3, 8, 8]), vi("cond", T.BOOL, [])],
+                     [vi("z", T.FLOAT, [1, 8, 8, 8])], [w0, wt, we])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_check_report_reads_the_cpu_nodes_inside_if_branches(tmp_path):
+    """A converted branch's CPU node (then_sin, beside its offloaded conv) is in ``report.bodies``
+    (and report.json), and check_report walks the bodies: leaving it out, or the body's record, is
+    found; a body kept as it was is exempt (it runs whole on the CPU, its If's record says so)."""
+    import copy
+    m = _if_with_cpu_node_in_a_branch()
+    r = onnx_mrvl.convert(m)
+    then = next(b for b in r.report.bodies if b["path"] == ["If_0", "then_branch"])
+    assert [d["node"] for d in then["nodes"]] == ["then_sin"] and then["nodes"][0]["placement"] == "cpu"
+    assert any(b["path"] == ["If_0", "else_branch"] and b["nodes"] == [] for b in r.report.bodies)
+    assert check_report(r.report, r.model, r.subgraphs) == []
+    assert "cpu: inside body If_0.then_branch (1 nodes)" in r.report.explain() and "then_sin" in r.report.explain()
+    r.save(str(tmp_path / "out"))
+    assert json.load(open(tmp_path / "out" / "report.json"))["bodies"] == r.report.bodies
+    for x in (0, 1):   # the deployable model still computes both branches
+        feeds = {"x": np.random.default_rng(x).standard_normal((1, 3, 8, 8)).astype(np.float32), "cond": np.array(bool(x))}
+        ref = _run(m, feeds)[0]
+        got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, feeds)[0]
+        assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+    bad = copy.deepcopy(r.report)
+    next(b for b in bad.bodies if b["path"] == ["If_0", "then_branch"])["nodes"] = []
+    assert check_report(bad, r.model, r.subgraphs) == \
+        ["graph node then_sin of body If_0.then_branch runs on the CPU but the report does not list it"]
+    bad.bodies = [b for b in bad.bodies if b["path"] != ["If_0", "then_branch"]]
+    assert check_report(bad, r.model, r.subgraphs) == \
+        ["body If_0.then_branch has accelerator regions but the report has no record of it"]
+    kept = onnx_mrvl.convert(m, reference=True)   # both bodies kept as they were (reference bodies)
+    assert kept.report.bodies == [] and check_report(kept.report, kept.model, kept.subgraphs) == []
+    assert "bodies on the CPU" in kept.report["If_0"].reason
+
+
+def test_exclude_takes_a_node_inside_a_branch():
+    """``exclude=["then_conv"]`` names a node of the If's then branch: it was refused as matching no
+    node of the model; now the branch's conversion keeps it on the CPU (the branch, with nothing
+    left to offload, runs as it was, which its If's record says), the else branch is converted."""
+    m = _if_with_cpu_node_in_a_branch()
+    r = onnx_mrvl.convert(m, exclude=["then_conv"])
+    assert [b["path"] for b in r.report.bodies] == [["If_0", "else_branch"]]
+    assert "then_branch on the CPU" in r.report["If_0"].reason
+    assert check_report(r.report, r.model, r.subgraphs) == []
+    then = next(a.g for a in next(n for n in r.model.graph.node if n.op_type == "If").attribute if a.name == "then_branch")
+    assert [n.op_type for n in then.node] == ["Conv", "Sin"]

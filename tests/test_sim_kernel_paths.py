@@ -50,6 +50,38 @@ def _same(new, old):
             assert a == b
 
 
+def _conv_and_sum_same(path, w, conv, x, rng, acts, sum_required=False):
+    """``K.Conv2D(w, **conv)`` on ``x`` with and without ``path``, then, where the conv can fuse a
+    Sum2D (``sum_required``: it must), with a residual (fp16 overflows in it) under each of ``acts``."""
+    _same(*_both(path, lambda: K.Conv2D(w, **conv).apply(x)))
+    c = K.Conv2D(w, **conv)
+    y, _ = c.apply(x)
+    assert c.fusable_sum(x.shape) or not sum_required
+    if not c.fusable_sum(x.shape):
+        return
+    res = f16(rng.standard_normal(y.shape) * 2)
+    res.reshape(-1)[::53] = 65000.0
+    for act in acts:
+        _same(*_both(path, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+
+
+def _dwpw_block_same(path, monkeypatch, h, w, c, e, seeds, scale=1.0, threads=None, spike=False):
+    """A MobileNetV2-like block (c -> e -> depthwise -> c, residual) through a Simulator's static
+    plan, whose depthwise + projection pair runs as one banded pass (dw_pw): same bits, same report
+    with and without ``path`` (``spike``: some fp16 overflows in the input)."""
+    import test_sim_dwpw as D
+    from onnx_mrvl.sim import Simulator
+    if threads is not None:
+        monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    monkeypatch.setattr(D, "RNG", np.random.default_rng(seeds[0]))
+    sim = Simulator.from_program(*D.block_program(1, h, w, c=c, e=e, out=c, residual=True))
+    assert sim._static.dwpw_fused == 1
+    x = f16(np.random.default_rng(seeds[1]).standard_normal((1, h, w, c)) * scale)
+    if spike:
+        x.reshape(-1)[::211] = 30000.0
+    _same(*_both(path, lambda: (sim.run([x])[0], sim.last_overflow)))
+
+
 @pytest.mark.parametrize("h, w, c, k, stride, pads", [
     (7, 7, 960, 3, 1, 1), (7, 7, 17, 3, 1, 1), (14, 14, 576, 3, 2, 1), (9, 6, 40, 3, 1, 1),
     (8, 10, 33, 3, 1, 1), (5, 9, 64, 3, 1, 0), (11, 12, 48, 5, 1, 2), (15, 15, 24, 3, 2, 1),
@@ -71,14 +103,7 @@ def test_depthwise_blocks_of_4(monkeypatch, h, w, c, k, stride, pads, threads):
 def test_depthwise_blocks_of_4_in_a_fused_depthwise_and_1x1(monkeypatch, threads):
     """MobileNetV2's last blocks at 7x7 (480 channels, residual) through a Simulator's static plan,
     whose depthwise + projection pair runs as one banded pass (dw_pw): same bits, same report."""
-    import test_sim_dwpw as D
-    from onnx_mrvl.sim import Simulator
-    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
-    monkeypatch.setattr(D, "RNG", np.random.default_rng(3))     # its tests' data stays theirs
-    sim = Simulator.from_program(*D.block_program(1, 7, 7, c=80, e=480, out=80, residual=True))
-    assert sim._static.dwpw_fused == 1
-    x = f16(np.random.default_rng(5).standard_normal((1, 7, 7, 80)))
-    _same(*_both(DW4, lambda: (sim.run([x])[0], sim.last_overflow)))
+    _dwpw_block_same(DW4, monkeypatch, 7, 7, 80, 480, (3, 5), threads=threads)   # seeds: its tests' data stays theirs
 
 
 @pytest.mark.parametrize("shape, o, k, stride", [
@@ -95,14 +120,7 @@ def test_conv_tiles_of_16_columns_in_pairs(monkeypatch, shape, o, k, stride, thr
     w = f16(rng.standard_normal((o, k, k, shape[3])) * 0.3)
     conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=(k // 2,) * 4,
                 activation="clamp", activation_params={"min": -1.0, "max": 6.0})
-    _same(*_both(ONE_PAIRS, lambda: K.Conv2D(w, **conv).apply(x)))
-    c = K.Conv2D(w, **conv)
-    y, _ = c.apply(x)
-    assert c.fusable_sum(x.shape)
-    res = f16(rng.standard_normal(y.shape) * 2)
-    res.reshape(-1)[::53] = 65000.0
-    act = jit.act_args("relu", None, None, o)
-    _same(*_both(ONE_PAIRS, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+    _conv_and_sum_same(ONE_PAIRS, w, conv, x, rng, [jit.act_args("relu", None, None, o)], sum_required=True)
 
 
 @pytest.mark.parametrize("shape, o, k, stride, pad", [
@@ -194,14 +212,7 @@ def test_depthwise_whole_rows(monkeypatch, h, w, c, kh, stride, pads, dil, threa
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_depthwise_whole_rows_in_a_fused_depthwise_and_1x1(monkeypatch, threads):
-    import test_sim_dwpw as D
-    from onnx_mrvl.sim import Simulator
-    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
-    monkeypatch.setattr(D, "RNG", np.random.default_rng(4))
-    sim = Simulator.from_program(*D.block_program(1, 7, 7, c=80, e=480, out=80, residual=True))
-    assert sim._static.dwpw_fused == 1
-    x = f16(np.random.default_rng(6).standard_normal((1, 7, 7, 80)))
-    _same(*_both(DW_ROW, lambda: (sim.run([x])[0], sim.last_overflow)))
+    _dwpw_block_same(DW_ROW, monkeypatch, 7, 7, 80, 480, (4, 6), threads=threads)
 
 
 @pytest.mark.parametrize("shape, o, groups", [
@@ -229,15 +240,8 @@ def test_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o, group
                   activation_params={"alpha": 0.1}),
              dict(shift=rng.standard_normal(o), groups=groups, activation="prelu", slope=rng.standard_normal(o))]
     for conv in convs:
-        _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply(x)))
-        c = K.Conv2D(w, **conv)
-        y, _ = c.apply(x)
-        if not c.fusable_sum(x.shape):
-            continue
-        res = f16(rng.standard_normal(y.shape) * 2)
-        res.reshape(-1)[::53] = 65000.0
-        for act in (jit.act_args("relu", None, None, o), jit.act_args("leaky_relu", {"alpha": 0.2}, None, o)):
-            _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+        _conv_and_sum_same(EIGHT, w, conv, x, rng, (jit.act_args("relu", None, None, o),
+                                                    jit.act_args("leaky_relu", {"alpha": 0.2}, None, o)))
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
@@ -245,15 +249,7 @@ def test_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o, group
 def test_conv_of_8_columns_in_a_fused_depthwise_and_1x1(monkeypatch, threads, h, w):
     """A MobileNetV2 0.5-like block (8 -> 16 -> depthwise -> 8, residual) through a Simulator's
     static plan: the projection runs inside dw_pw's bands, its residual fused."""
-    import test_sim_dwpw as D
-    from onnx_mrvl.sim import Simulator
-    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
-    monkeypatch.setattr(D, "RNG", np.random.default_rng(8))
-    sim = Simulator.from_program(*D.block_program(1, h, w, c=8, e=16, out=8, residual=True))
-    assert sim._static.dwpw_fused == 1
-    x = f16(np.random.default_rng(9).standard_normal((1, h, w, 8)) * 4)
-    x.reshape(-1)[::211] = 30000.0
-    _same(*_both(EIGHT, lambda: (sim.run([x])[0], sim.last_overflow)))
+    _dwpw_block_same(EIGHT, monkeypatch, h, w, 8, 16, (8, 9), scale=4, threads=threads, spike=True)
 
 
 @pytest.mark.parametrize("shape, o, k, pad", [
@@ -297,14 +293,7 @@ def test_packed_conv_of_at_most_8_columns_in_256_bit_tiles(monkeypatch, shape, o
                  dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), activation="clamp",
                       activation_params={"min": -1.0, "max": 6.0})):
         conv.update(strides=(stride, stride), padding=(k // 2 * dil,) * 4, dilation=(dil, dil), groups=groups)
-        _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply(x)))
-        c = K.Conv2D(w, **conv)
-        y, _ = c.apply(x)
-        if c.fusable_sum(x.shape):
-            res = f16(rng.standard_normal(y.shape) * 2)
-            res.reshape(-1)[::53] = 65000.0
-            act = jit.act_args("relu", None, None, o)
-            _same(*_both(EIGHT, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+        _conv_and_sum_same(EIGHT, w, conv, x, rng, [jit.act_args("relu", None, None, o)])
 
 
 @pytest.mark.parametrize("shape, o", [
@@ -333,15 +322,9 @@ def test_in_place_1x1_tiles_pipelined(monkeypatch, shape, o, threads):
              dict(bias=rng.standard_normal(o), activation="clamp", activation_params={"min": -1.0, "max": 6.0}),
              dict(bias=rng.standard_normal(o), scale=rng.standard_normal(o), activation="relu")]
     for conv in convs:
-        _same(*_both(PIPE, lambda: K.Conv2D(w, **conv).apply(x)))
-        c = K.Conv2D(w, **conv)
-        y, _ = c.apply(x)
-        assert c.fusable_sum(x.shape)
-        res = f16(rng.standard_normal(y.shape) * 2)
-        res.reshape(-1)[::53] = 65000.0
-        for act in (jit.act_args("relu", None, None, o), jit.act_args("clamp", {"min": 0.0, "max": 6.0}, None, o),
-                    jit.act_args("none", None, None, o)):
-            _same(*_both(PIPE, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+        _conv_and_sum_same(PIPE, w, conv, x, rng, (jit.act_args("relu", None, None, o),
+                                                   jit.act_args("clamp", {"min": 0.0, "max": 6.0}, None, o),
+                                                   jit.act_args("none", None, None, o)), sum_required=True)
 
 
 def test_all_is_every_path_bit_of_the_source():

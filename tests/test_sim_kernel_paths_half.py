@@ -10,7 +10,7 @@ import pytest
 
 from onnx_mrvl.sim import jit, native
 from onnx_mrvl.sim import kernels as K
-from test_sim_kernel_paths import HALF, _both, _same
+from test_sim_kernel_paths import HALF, _conv_and_sum_same, _dwpw_block_same
 from test_sim_native import _buildable, f16
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
@@ -36,14 +36,8 @@ def test_conv_of_17_to_24_columns_in_256_bit_halves(monkeypatch, shape, o, k, st
                   activation_params={"alpha": 0.1})]
     for conv in convs:
         conv.update(strides=(stride, stride), padding=(k // 2,) * 4)
-        _same(*_both(HALF, lambda: K.Conv2D(w, **conv).apply(x)))
-        c = K.Conv2D(w, **conv)
-        y, _ = c.apply(x)
-        if c.fusable_sum(x.shape):
-            res = f16(rng.standard_normal(y.shape) * 2)
-            res.reshape(-1)[::53] = 65000.0
-            for act in (jit.act_args("none", None, None, o), jit.act_args("relu", None, None, o)):
-                _same(*_both(HALF, lambda: K.Conv2D(w, **conv).apply_with_residual(x, res, act)))
+        _conv_and_sum_same(HALF, w, conv, x, rng, (jit.act_args("none", None, None, o),
+                                                   jit.act_args("relu", None, None, o)))
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])
@@ -51,12 +45,4 @@ def test_conv_of_17_to_24_columns_in_256_bit_halves(monkeypatch, shape, o, k, st
 def test_24_column_projection_in_a_fused_depthwise_and_1x1(monkeypatch, threads, h, w):
     """A MobileNetV2-like block (24 -> 144 -> depthwise -> 24, residual) through a Simulator's
     static plan: the projection runs inside dw_pw's bands, its residual fused."""
-    import test_sim_dwpw as D
-    from onnx_mrvl.sim import Simulator
-    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
-    monkeypatch.setattr(D, "RNG", np.random.default_rng(24))
-    sim = Simulator.from_program(*D.block_program(1, h, w, c=24, e=144, out=24, residual=True))
-    assert sim._static.dwpw_fused == 1
-    x = f16(np.random.default_rng(25).standard_normal((1, h, w, 24)) * 4)
-    x.reshape(-1)[::211] = 30000.0
-    _same(*_both(HALF, lambda: (sim.run([x])[0], sim.last_overflow)))
+    _dwpw_block_same(HALF, monkeypatch, h, w, 24, 144, (24, 25), scale=4, threads=threads, spike=True)

@@ -177,10 +177,7 @@ def export(out: str, names) -> int:
 
 
 def main(argv=None) -> int:
-    a = base.parser(__doc__).parse_intermixed_args(argv)
-    if a.command == "export":
-        return export(a.folder, a.names)
-    return base.survey(a.folder, a.names, a.quant, a.clean)
+    return base.run(base.parser(__doc__), argv, {"export": lambda a: export(a.folder, a.names)})
 
 
 if __name__ == "__main__":

@@ -49,10 +49,7 @@ def export(out: str, names) -> int:
 
 
 def main(argv=None) -> int:
-    a = common.parser(__doc__).parse_intermixed_args(argv)
-    if a.command == "export":
-        return export(a.folder, a.names)
-    return common.survey(a.folder, a.names, a.quant, a.clean)
+    return common.run(common.parser(__doc__), argv, {"export": lambda a: export(a.folder, a.names)})
 
 
 if __name__ == "__main__":

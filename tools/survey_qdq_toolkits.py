@@ -187,16 +187,13 @@ def quantize(folder: str, names) -> int:
 def main(argv=None) -> int:
     ap = ste.parser(__doc__, commands=("prepare", "quantize", "survey"))
     ap.add_argument("--images", help="prepare: a folder of .jpg photos for the detector (synthetic without)")
-    a = ap.parse_intermixed_args(argv)
-    if a.command == "prepare":   # prepare MODELS OUT
-        if len(a.names) != 1:
-            ap.error("prepare MODELS OUT")
-        return prepare(a.folder, a.names[0], a.images)
-    if a.command == "quantize":
-        return quantize(a.folder, a.names)
-    code = ste.survey(a.folder, a.names, False, False)
-    shutil.rmtree(os.path.join(a.folder, "survey"), ignore_errors=True)
-    return code
+
+    def survey(a):
+        code = ste.survey(a.folder, a.names, False, False)
+        shutil.rmtree(os.path.join(a.folder, "survey"), ignore_errors=True)
+        return code
+    return ste.run(ap, argv, {"prepare": lambda a: prepare(a.folder, ste.models_out(ap, a), a.images),
+                              "quantize": lambda a: quantize(a.folder, a.names), "survey": survey})
 
 
 if __name__ == "__main__":

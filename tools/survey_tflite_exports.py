@@ -269,12 +269,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="export: the folder written (the models' folder is only read)")
     ap.add_argument("--tf-python", default=TF_PYTHON, help="export: a python with tensorflow-cpu and tf2onnx")
     ap.add_argument("--opsets", type=int, nargs="+", default=[13, 17], help="export: tf2onnx --opset values")
-    a = ap.parse_intermixed_args(argv)
-    if a.command == "export":
+
+    def export_cmd(a):
         if not a.out:
             ap.error("export needs --out OUT_DIR")
         return export(a.folder, a.out, a.names, a.tf_python, a.opsets)
-    return base.survey(a.folder, a.names, a.quant, a.clean)
+    return base.run(ap, argv, {"export": export_cmd})
 
 
 if __name__ == "__main__":

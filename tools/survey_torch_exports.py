@@ -227,9 +227,25 @@ def parser(doc: str, commands=("export", "survey")) -> argparse.ArgumentParser:
     return ap
 
 
+def run(ap: argparse.ArgumentParser, argv, commands, survey_fn=None) -> int:
+    """Parse ``argv`` with ``ap`` (from ``parser``) and run its command: ``commands[name](args)``, or
+    for ``survey`` (when ``commands`` has no handler of its own) ``survey_fn`` (this module's loop by
+    default) on FOLDER, the NAMEs, ``--quant`` and ``--clean``."""
+    a = ap.parse_intermixed_args(argv)
+    if a.command in commands:
+        return commands[a.command](a)
+    return (survey_fn or survey)(a.folder, a.names, a.quant, a.clean)
+
+
+def models_out(ap: argparse.ArgumentParser, a) -> str:
+    """OUT of ``COMMAND MODELS OUT`` (FOLDER is MODELS there, the one NAME the output folder)."""
+    if len(a.names) != 1:
+        ap.error(f"{a.command} MODELS OUT")
+    return a.names[0]
+
+
 def main(argv=None) -> int:
-    a = parser(__doc__).parse_intermixed_args(argv)
-    return export(a.folder, a.names) if a.command == "export" else survey(a.folder, a.names, a.quant, a.clean)
+    return run(parser(__doc__), argv, {"export": lambda a: export(a.folder, a.names)})
 
 
 if __name__ == "__main__":

@@ -294,25 +294,22 @@ def prepare_torch(models: str, out: str) -> None:
 def main(argv=None) -> int:
     ap = common.parser(__doc__, commands=("prepare", "survey", "levels", "pipeline"))
     ap.add_argument("--models", help="prepare: the folder of per-package model folders (see above)")
-    a = ap.parse_intermixed_args(argv)
-    if a.command == "survey":
-        return common.survey(a.folder, a.names, a.quant, a.clean)
-    if a.command == "levels":
-        return levels(a.folder, a.names)
-    if a.command == "pipeline":
-        return pipeline(a.folder)
-    if not a.models:
-        ap.error("prepare needs --models MODELS_DIR")
-    os.makedirs(a.folder, exist_ok=True)
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        print("onnxruntime not importable: the wheels' ONNX models skipped")
-    else:
-        if not glob.glob(os.path.join(a.folder, "*_wheel.onnx")):
-            prepare_onnx(a.models, a.folder)
-    prepare_torch(a.models, a.folder)
-    return 0
+
+    def prepare(a):
+        if not a.models:
+            ap.error("prepare needs --models MODELS_DIR")
+        os.makedirs(a.folder, exist_ok=True)
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            print("onnxruntime not importable: the wheels' ONNX models skipped")
+        else:
+            if not glob.glob(os.path.join(a.folder, "*_wheel.onnx")):
+                prepare_onnx(a.models, a.folder)
+        prepare_torch(a.models, a.folder)
+        return 0
+    return common.run(ap, argv, {"levels": lambda a: levels(a.folder, a.names), "pipeline": lambda a: pipeline(a.folder),
+                                 "prepare": prepare})
 
 
 if __name__ == "__main__":

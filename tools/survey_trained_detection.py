@@ -289,14 +289,8 @@ def int8(folder: str, names) -> int:
 def main(argv=None) -> int:
     ap = base.parser(__doc__, commands=("export", "survey", "int8"))
     ap.add_argument("--images", help="export: a folder of .jpg photos (synthetic images without it)")
-    a = ap.parse_intermixed_args(argv)
-    if a.command == "export":   # FOLDER is MODELS here, the first NAME the output folder
-        if len(a.names) != 1:
-            ap.error("export MODELS OUT")
-        return export(a.folder, a.names[0], a.images)
-    if a.command == "int8":
-        return int8(a.folder, a.names)
-    return base.survey(a.folder, a.names, a.quant, a.clean)
+    return base.run(ap, argv, {"export": lambda a: export(a.folder, base.models_out(ap, a), a.images),
+                               "int8": lambda a: int8(a.folder, a.names)})
 
 
 if __name__ == "__main__":

@@ -273,14 +273,8 @@ def main(argv=None) -> int:
     ap = ste.parser(__doc__, commands=("build", "survey", "int8"))
     ap.add_argument("--opset13", action="store_true",
                     help="build: also <name>_o13.onnx, the models below opset 13 raised to 13 (per-channel QDQ)")
-    a = ap.parse_intermixed_args(argv)
-    if a.command == "build":   # build MODELS OUT
-        if len(a.names) != 1:
-            ap.error("build MODELS OUT")
-        return build(a.folder, a.names[0], a.opset13)
-    if a.command == "int8":
-        return int8(a.folder, a.names)
-    return ste.survey(a.folder, a.names, a.quant, a.clean)
+    return ste.run(ap, argv, {"build": lambda a: build(a.folder, ste.models_out(ap, a), a.opset13),
+                              "int8": lambda a: int8(a.folder, a.names)})
 
 
 if __name__ == "__main__":

@@ -287,12 +287,12 @@ def survey(folder: str, names, quant: bool, clean: bool = False) -> int:
 
 
 def main(argv=None) -> int:
-    a = ste.parser(__doc__).parse_intermixed_args(argv)
-    if a.command == "export":   # export WHEELS OUT [EXPORTER ...]
+
+    def export_cmd(a):   # export WHEELS OUT [EXPORTER ...]
         if not a.names:
             raise SystemExit("usage: survey_trained_text.py export WHEELS OUT [EXPORTER ...]")
         return export(a.folder, a.names[0], a.names[1:])
-    return survey(a.folder, a.names, a.quant, a.clean)
+    return ste.run(ste.parser(__doc__), argv, {"export": export_cmd}, survey_fn=survey)
 
 
 if __name__ == "__main__":

@@ -135,10 +135,7 @@ def _models():
 
 
 def main(argv=None) -> int:
-    a = base.parser(__doc__).parse_intermixed_args(argv)
-    if a.command == "export":
-        return base.export(a.folder, a.names, _models())
-    return base.survey(a.folder, a.names, a.quant, a.clean)
+    return base.run(base.parser(__doc__), argv, {"export": lambda a: base.export(a.folder, a.names, _models())})
 
 
 if __name__ == "__main__":

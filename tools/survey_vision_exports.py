@@ -152,10 +152,8 @@ def export(out: str, names) -> int:
 
 
 def main(argv=None) -> int:
-    a = survey_torch_exports.parser(__doc__).parse_intermixed_args(argv)
-    if a.command == "export":
-        return export(a.folder, a.names)
-    return survey_torch_exports.survey(a.folder, a.names, a.quant, a.clean)
+    return survey_torch_exports.run(survey_torch_exports.parser(__doc__), argv,
+                                    {"export": lambda a: export(a.folder, a.names)})
 
 
 if __name__ == "__main__":

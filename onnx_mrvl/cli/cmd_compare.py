@@ -63,21 +63,35 @@ def _model_path(path: str) -> str:
     return os.path.join(path, "model.onnx") if os.path.isdir(path) else path
 
 
+def _not_a_conversion(path: str) -> None:
+    """The reference (the first model) must be the original: a conversion's model.onnx there is the
+    arguments' order swapped or the wrong file (the manifest beside it names it)."""
+    from ..artifact.manifest import read
+    folder = os.path.dirname(os.path.abspath(path))
+    manifest = read(folder) if os.path.isfile(path) else None
+    if manifest is not None and manifest.get("model") == os.path.basename(path):
+        raise UsageError(f"the reference '{path}' is a converted model (the conversion in '{folder}'), not the "
+                         f"original", hint="pass the original model first: onnx-mrvl compare ORIGINAL.onnx OUT_DIR")
+
+
 def _load_inputs(path: str, model_path: str):
 
-    from ..feeds import read_inputs
+    from ..feeds import check_feeds, read_inputs
     from ..inspection.canonical import load_model
+    from ..quantize.calibration import input_specs
 
     m = load_model(model_path)
-    inits = {t.name for t in m.graph.initializer}
-    names = [vi.name for vi in m.graph.input if vi.name not in inits]
-    return read_inputs(path, names)
+    specs = input_specs(m)
+    feeds = read_inputs(path, [s[0] for s in specs])
+    check_feeds(feeds, specs, f"'{path}'")   # float64, a wrong shape: our message, not onnxruntime's
+    return feeds
 
 
 def run(args) -> int:
     from ..inspection.compare import compare_models
 
     a, b = _model_path(args.a), _model_path(args.b)
+    _not_a_conversion(a)
     shapes = parse_input_shapes(args.input_shape)
     if shapes and args.inputs:
         raise UsageError("--input-shape and --inputs both give the input shapes",

@@ -42,6 +42,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..ep import InferenceSession
 
+    if os.path.isdir(args.model):   # the output folder itself: its model.onnx (as compare and report take it)
+        if not os.path.isfile(os.path.join(args.model, "model.onnx")):
+            raise ModelError(f"'{args.model}' is a folder holding no model.onnx",
+                             hint="pass the model.onnx that `onnx-mrvl convert` wrote (OUT_DIR/model.onnx)")
+        args.model = os.path.join(args.model, "model.onnx")
     if not os.path.isfile(args.model):
         raise ModelError(f"model file '{args.model}' does not exist",
                          hint="pass the model.onnx that `onnx-mrvl convert` wrote (OUT_DIR/model.onnx)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from .common import print_json
@@ -19,7 +20,8 @@ def register(sub) -> None:
     p.add_argument("--model-binary", "-m", required=True, metavar="X.bin", help="the model binary")
     p.add_argument("--inputs", "-d", required=True, metavar="FILE", help="inputs: .npy, .npz or .bin")
     p.add_argument("-o", "--output-prefix", default=None, metavar="PREFIX",
-                   help="write outputs to PREFIX-<i>.bin/.npy (default: the binary's path without .bin)")
+                   help="write outputs to PREFIX-<i>.bin/.npy (default: sim-<binary's name without .bin> "
+                        "beside the binary, e.g. sim-mrvl_region_0-0.npy)")
     p.add_argument("--perf-debug", action="store_true", help="print the per-layer performance table")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
@@ -36,9 +38,10 @@ def run(args) -> int:
     outputs = sim.run(inputs)
     wall = time.perf_counter() - t0
     prefix = args.output_prefix
-    if prefix is None:
+    if prefix is None:   # sim-<binary name>-<i>: not a region file name, so a conversion folder stays whole
         base = str(args.model_binary)
-        prefix = base[:-4] if base.endswith(".bin") else base
+        folder, name = os.path.split(base[:-4] if base.endswith(".bin") else base)
+        prefix = os.path.join(folder, f"sim-{name}")
     paths = write_outputs(prefix, outputs)
     stats = output_stats(sim.output_names, outputs)
     perf = sim.last_perf

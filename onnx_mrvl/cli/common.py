@@ -189,10 +189,28 @@ def error_lines(exc: MrvlError) -> Tuple[str, Optional[str]]:
     return text, hint
 
 
+EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT), as shells report it
+
+
+def error_json(command: str, code: int, kind: str, message: str, hint: Optional[str] = None,
+               exc: Optional[MrvlError] = None) -> None:
+    """With ``--json``, the error as the one JSON object on stdout (the message also goes to stderr):
+    ``{"error": {"command", "exit_code", "type", "message", "fix", "node", "origin"}}``, so a caller
+    parsing stdout gets JSON on failure too."""
+    err = {"command": command, "exit_code": code, "type": kind, "message": message, "fix": hint}
+    if exc is not None and exc.node:
+        err["node"] = exc.node
+    if exc is not None and exc.origin:
+        err["origin"] = list(exc.origin)
+    print_json({"error": err})
+
+
 def run_command(command: str, func, args) -> int:
     """Run a subcommand, mapping what it raises to the README's exit codes: its own return value
     (0 success, 1 found a difference), 3 for an ``MrvlError`` (message + a "Fix:" line), 4 for any
-    other exception (an internal error: please report it)."""
+    other exception (an internal error: please report it), 130 when interrupted (Ctrl-C). With
+    ``--json`` an error is also printed as a JSON object on stdout (``error_json``)."""
+    as_json = bool(getattr(args, "json", False))
     try:
         return int(func(args) or 0)
     except MrvlError as exc:
@@ -200,16 +218,23 @@ def run_command(command: str, func, args) -> int:
         print(f"onnx-mrvl {command}: error: {text}", file=sys.stderr)
         if hint:
             print(f"  Fix: {hint}", file=sys.stderr)
+        if as_json:
+            error_json(command, EXIT_MRVL, type(exc).__name__, text, hint, exc)
         return EXIT_MRVL
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        print(f"onnx-mrvl {command}: interrupted", file=sys.stderr)
+        if as_json:
+            error_json(command, EXIT_INTERRUPTED, "KeyboardInterrupt", "interrupted")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - last resort, report as internal error
         logging.getLogger("onnx_mrvl").debug("internal error", exc_info=True)
         print(f"onnx-mrvl {command}: internal error: {type(exc).__name__}: {exc} "
               f"(run with -vv for the traceback; please report it)", file=sys.stderr)
+        if as_json:
+            error_json(command, EXIT_INTERNAL, "internal", f"{type(exc).__name__}: {exc}",
+                       "a bug of onnx_mrvl: run with -vv for the traceback and report it")
         return EXIT_INTERNAL
 
 

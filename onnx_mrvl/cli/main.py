@@ -9,13 +9,15 @@ Exit codes: 0 success, 1 the job ran and found a problem (e.g. a comparison fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import pkgutil
 import sys
 from typing import List, Optional
 
 from .common import EXIT_FAIL, EXIT_INTERNAL, EXIT_MRVL, EXIT_OK, EXIT_USAGE  # noqa: F401 - re-exported
-from .common import configure_logging, run_command
+from .common import configure_logging, error_json, run_command
 
 GLOBAL_HELP = {"verbose": "more logging (-v info, -vv debug, -vvv also other libraries' debug "
                           "logs such as numba's); also after the command",
@@ -47,10 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    err = io.StringIO()
     try:
-        args = parser.parse_args(argv)
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(words)
     except SystemExit as exc:   # --help, --version (0) and usage errors (2), also when called in-process
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        sys.stderr.write(err.getvalue())
+        code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        if code and "--json" in words:   # the usage error as JSON too
+            lines = err.getvalue().strip().splitlines()
+            command = next((w for w in words if not w.startswith("-")), "")
+            error_json(command, code, "usage", lines[-1] if lines else "usage error",
+                       f"see onnx-mrvl {command} --help".replace("  ", " "))
+        return code
+    sys.stderr.write(err.getvalue())
     args.verbose += getattr(args, "sub_verbose", 0)
     args.quiet = args.quiet or getattr(args, "sub_quiet", False)
     if not getattr(args, "func", None):

@@ -9,11 +9,13 @@ import os
 import weakref
 from typing import List, Optional, Tuple
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 
 from ..artifact.manifest import check_folder, check_model_file
 from ..errors import ArtifactError, ModelError, UsageError
+from ..feeds import check_feeds
 from ..provenance import decode_origin
 from . import failures, kernel
 from .runtime_form import is_subgraph
@@ -133,7 +135,11 @@ class InferenceSession(ort.InferenceSession):
         if isinstance(path_or_model, onnx.ModelProto):
             proto = path_or_model
         elif isinstance(path_or_model, (bytes, bytearray)):
-            proto = onnx.load_from_string(bytes(path_or_model))
+            try:
+                proto = onnx.load_from_string(bytes(path_or_model))
+            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin
+                raise ModelError(f"the bytes given are not an ONNX model ({type(exc).__name__}: {exc})",
+                                 hint="pass the saved model's bytes, a ModelProto or the path of model.onnx") from None
         else:
             path = os.fspath(path_or_model)
             model_dir = os.path.dirname(os.path.abspath(path))
@@ -169,7 +175,57 @@ class InferenceSession(ort.InferenceSession):
             self._mrvl_finalizer()
             raise ModelError(f"onnxruntime cannot load the model: {exc}") from None
 
-    run = _raises_region_errors(ort.InferenceSession.run)
+    def run(self, output_names, input_feed, run_options=None):
+        """As onnxruntime's; a feed that does not fit the model (an input missing or unknown, float64
+        for float32, a wrong rank or static dimension) or an unknown output name is a ``UsageError``
+        naming the input and what it takes, not onnxruntime's error."""
+        self._check_run(output_names, input_feed)
+        return _run(self, output_names, input_feed, run_options)
+
+    def _check_run(self, output_names, input_feed) -> None:
+        specs = getattr(self, "_mrvl_specs", None)
+        if specs is None:
+            specs = self._mrvl_specs = [(i.name, list(i.shape or []), _ORT_TYPES.get(i.type))
+                                        for i in self.get_inputs()]
+            self._mrvl_outputs = [o.name for o in self.get_outputs()]
+            self._mrvl_output_set = set(self._mrvl_outputs)
+            self._mrvl_tensors = all(i.type.startswith("tensor(") for i in self.get_inputs())   # no sequences, maps
+            self._mrvl_overridable = {i.name for i in self.get_overridable_initializers()}
+            self._mrvl_fast = [(n, dt, tuple(shape) if all(isinstance(d, int) and d >= 0 for d in shape) else None,
+                                len(shape), [(i, d) for i, d in enumerate(shape) if isinstance(d, int) and d >= 0])
+                               for n, shape, dt in specs]
+        if type(input_feed) is dict and len(input_feed) == len(specs) and (   # the usual call
+                not output_names or self._mrvl_output_set.issuperset(output_names)):
+            for name, dt, full, ndim, static in self._mrvl_fast:
+                v = input_feed.get(name)
+                if type(v) is not np.ndarray or v.dtype != dt or (
+                        v.shape != full if full is not None else
+                        v.ndim != ndim or any(v.shape[i] != d for i, d in static)):
+                    break
+            else:
+                return
+        if not isinstance(input_feed, dict):
+            raise UsageError(f"input_feed is a {type(input_feed).__name__}, not a dict",
+                             hint=f"pass {{input name: numpy array}} for the inputs {[s[0] for s in specs]}")
+        dtypes = {s[0]: s[2] for s in specs}
+        arrays = {}
+        for k, v in input_feed.items():
+            if k in self._mrvl_overridable:   # an initializer the caller overrides: onnxruntime checks it
+                continue
+            if isinstance(v, np.ndarray):
+                arrays[k] = v
+            elif isinstance(v, (list, tuple, int, float, bool)):   # onnxruntime converts these to the input's type
+                arrays[k] = np.asarray(v, dtypes.get(k))
+            else:   # an OrtValue, ...: onnxruntime checks it
+                arrays = None
+                break
+        if arrays is not None and self._mrvl_tensors:
+            check_feeds(arrays, specs, "InferenceSession.run's input_feed")
+        unknown = [n for n in (output_names or ()) if n not in self._mrvl_outputs]
+        if unknown:
+            raise UsageError(f"output name(s) {unknown} are not outputs of the model (outputs: {self._mrvl_outputs})",
+                             hint="pass None for every output, or names from get_outputs()")
+
     run_with_ort_values = _raises_region_errors(ort.InferenceSession.run_with_ort_values)
     run_with_iobinding = _raises_region_errors(ort.InferenceSession.run_with_iobinding)
     run_with_ortvaluevector = _raises_region_errors(ort.InferenceSession.run_with_ortvaluevector)
@@ -188,6 +244,12 @@ class InferenceSession(ort.InferenceSession):
     def mrvl_stats(self) -> List[dict]:
         """Per region: calls, wall time (total, last, mean) and simulated cycles per call."""
         return [p.stats() for p in self._mrvl_programs]
+
+
+_run = _raises_region_errors(ort.InferenceSession.run)
+_ORT_TYPES = {f"tensor({t})": np.dtype(n) for t, n in (
+    ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
+    ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("uint16", "uint16"), ("bool", "bool"))}
 
 
 def _release_all(digests: List[str]) -> None:

@@ -25,6 +25,9 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     path = os.fspath(model)
+    if os.path.isdir(path):
+        raise ModelError(f"cannot read model {path!r}: a folder, not a model file",
+                         hint="pass the .onnx file itself (of a `onnx-mrvl convert` output folder: OUT_DIR/model.onnx)")
     if not os.path.isfile(path):
         raise ModelError(f"cannot read model {path!r}: no such file", hint="check the path")
     try:

@@ -344,6 +344,8 @@ def render_diff_html(a: ModelLike, b: ModelLike, diff: GraphDiff, *, title: Opti
 
 def write_html(path: str, html: str) -> str:
     """Write ``html`` atomically (temp file in the same folder, then ``os.replace``)."""
+    from ..modelio import check_file_target
+    check_file_target(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".html", dir=folder)

@@ -185,9 +185,13 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
             for d in shape:
                 t.shape.dim.add().dim_value = d
             continue
-        example = ",".join(str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0
-                           else "1" for d in t.shape.dim) if t.HasField("shape") else \
-            "1,3,224,224"
+        # a symbolic batch (first) dimension proposes 1; any other symbolic one is named, not guessed
+        # (1 there would propose a 1x1 image): the user fills in the real size
+        sizes = [str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else
+                 "1" if k == 0 else (d.dim_param if d.dim_param.isidentifier() else f"D{k}")
+                 for k, d in enumerate(t.shape.dim)] if t.HasField("shape") else []
+        example = ",".join(sizes) if t.HasField("shape") else "1,3,224,224"
+        named = [x for x in sizes if not x.isdigit()]
         if not t.HasField("shape"):
             raise ShapeError(f"graph input {vi.name!r} has an unknown shape", node=vi.name,
                              hint=f"pass input_shapes={{{vi.name!r}: [{example}]}} "
@@ -199,7 +203,7 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                     f"graph input {vi.name!r} has a non-static dimension {k} ({what}); the "
                     f"accelerator needs static shapes", node=vi.name,
                     hint=f"pass input_shapes={{{vi.name!r}: [{example.replace(',', ', ')}]}} with "
-                         f"the real sizes "
+                         f"the real sizes{' of ' + ', '.join(named) if named else ''} "
                          f"(CLI: --input-shape {vi.name}:{example})")
 
 

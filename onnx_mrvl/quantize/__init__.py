@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import onnx
 
 from ..errors import ModelError, UsageError
-from ..options import close_matches
+from ..options import as_names, close_matches
 from .nonfinite import non_finite_nodes
 from . import static
 from .bias_correction import correct_biases
@@ -89,6 +89,7 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
                    quantize_options=None) -> Quantized:
     """The QDQ model of ``model`` and ``info`` (mode, method, samples, per-layer precision and SNR);
     ``quantize_options``: the recipe's options (``recipe.py``)."""
+    fp16_layers = as_names(fp16_layers)   # "conv1": one name, not four letters
     recipe = check_options(quantize, calibration, calibration_method, fp16_layers, snr_budget_db, quantize_options)
     if quantize == "float16":
         return Quantized(model, {})   # nothing to record: the default flow

@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import onnx
 
-from ..errors import ModelError, UnsupportedError, UsageError
+from ..errors import ModelError, MrvlError, UnsupportedError, UsageError
 
 log = logging.getLogger(__name__)
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
@@ -111,7 +111,7 @@ def onnxruntime_failure(what: str, hint: str):
     failed (with onnxruntime's message) and ``hint``."""
     try:
         yield
-    except (MemoryError, KeyboardInterrupt):
+    except (MemoryError, KeyboardInterrupt, MrvlError):   # ours already says what to do
         raise
     except Exception as exc:  # noqa: BLE001 - whatever onnxruntime raises
         raise UnsupportedError(f"{what} ({type(exc).__name__}: {str(exc)[:300]})", hint=hint) from exc
@@ -159,28 +159,54 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
 def entropy_bins(method: str, bins: int = ENTROPY_BINS):
     """For ``method="entropy"``: quantize_static's calibrator gets a ``bins``-bin histogram (its own
     choice, 128 bins for 128 quantized bins, reduces the method to MinMax; module comment above).
-    onnxruntime's ``create_calibrator`` is wrapped for the duration of the call (process-wide)."""
+    onnxruntime's ``create_calibrator`` is wrapped for the duration of the call (process-wide) and
+    restored after it. Fails closed (``UnsupportedError``) when that function is gone, takes no
+    ``extra_options`` any more, or was not called through the module (the bins would not reach the
+    calibrator: the method would silently be MinMax)."""
     if method != "entropy":
         yield
         return
     import importlib
+    import inspect
     mod = importlib.import_module("onnxruntime.quantization.quantize")
     orig = getattr(mod, "create_calibrator", None)
-    if orig is None:
-        raise UnsupportedError("calibration_method='entropy': this onnxruntime's quantize_static has no "
-                               "create_calibrator to give the entropy histogram its bins (with its own "
-                               "128 bins the method is MinMax)", hint="use calibration_method='percentile'")
+    why = None
+    if not callable(orig):
+        why = "has no create_calibrator"
+    else:
+        try:
+            params = inspect.signature(orig).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "extra_options" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            why = "has a create_calibrator without extra_options"
+    if why:
+        raise UnsupportedError(f"calibration_method='entropy': this onnxruntime's quantize_static {why} to give "
+                               "the entropy histogram its bins (with its own 128 bins the method is MinMax)",
+                               hint="use calibration_method='percentile' (or 'minmax')")
+    calls = []
 
     def create(*args, **kwargs):
-        extra = dict(kwargs.get("extra_options") or {})
-        extra.setdefault("num_bins", bins)
-        kwargs["extra_options"] = extra
+        calls.append(1)
+        if "extra_options" in params and len(args) > list(params).index("extra_options"):   # given by position
+            args = list(args)
+            i = list(params).index("extra_options")
+            args[i] = dict(args[i] or {}, num_bins=(args[i] or {}).get("num_bins", bins))
+        else:
+            extra = dict(kwargs.get("extra_options") or {})
+            extra.setdefault("num_bins", bins)
+            kwargs["extra_options"] = extra
         return orig(*args, **kwargs)
     mod.create_calibrator = create
     try:
         yield
     finally:
         mod.create_calibrator = orig
+    if not calls:
+        raise UnsupportedError("calibration_method='entropy': this onnxruntime's quantize_static did not call "
+                               "onnxruntime.quantization.quantize.create_calibrator, so the entropy histogram "
+                               "did not get its bins (with its own 128 bins the method is MinMax)",
+                               hint="use calibration_method='percentile' (or 'minmax')")
 
 
 def float_readers_read_float(qdq: onnx.ModelProto, pre: onnx.ModelProto, exclude=frozenset(), recipe=None) -> int:

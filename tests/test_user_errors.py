@@ -1,0 +1,201 @@
+"""Mistakes a user new to the tool makes, each answered by our exception family (onnx_mrvl.errors)
+naming the file / input / node and what to do, a documented exit code (never 0, never a traceback),
+and with ``--json`` a JSON error object on stdout (README "Exit codes")."""
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_mrvl
+from onnx_mrvl.cli.main import main
+from onnx_mrvl.errors import ModelError, UsageError
+
+from test_cli_errors import EXAMPLE, out  # noqa: F401 - the converted example (fixture), input 'input' [1, 1, 28, 28]
+
+
+def _cli(argv, capsys):
+    """(exit code, stderr, the --json run's error object) of ``argv``, run without and with --json."""
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    assert main([*argv, "--json"]) == code
+    got = capsys.readouterr()
+    assert "Traceback" not in err + got.err
+    return code, err, (json.loads(got.out)["error"] if code not in (0, 1) else json.loads(got.out))
+
+
+@pytest.mark.parametrize("command", ["convert", "diff"])
+def test_a_folder_given_for_a_model_file_is_named_as_a_folder(out, command, capsys):
+    argv = {"convert": ["convert", str(out / "out"), "-o", str(out / "c")],
+            "diff": ["diff", EXAMPLE, str(out / "out")]}[command]
+    code, err, error = _cli(argv, capsys)
+    assert code == 3 and "folder, not a model file" in err and "OUT_DIR/model.onnx" in err   # was: "does not exist"
+    assert error["type"] == "ModelError" and "OUT_DIR/model.onnx" in error["fix"]
+    with pytest.raises(ModelError, match="is a folder"):
+        onnx_mrvl.convert(str(out / "out"))
+
+
+def test_run_takes_the_output_folder_and_names_a_folder_without_a_model(out, tmp_path, capsys):
+    code, _, doc = _cli(["run", str(out / "out"), "--inputs", str(out / "in.npz")], capsys)
+    assert code == 0 and doc["outputs"]                        # as compare and report take it
+    (tmp_path / "empty").mkdir()
+    code, err, error = _cli(["run", str(tmp_path / "empty")], capsys)
+    assert code == 3 and "holding no model.onnx" in err and error["fix"]
+
+
+def test_compare_inputs_of_the_wrong_dtype_get_our_message(out, tmp_path, capsys):
+    """float64 arrays: the message names the input and how to save it (was: onnxruntime's
+    INVALID_ARGUMENT and a hint about --input-shape)."""
+    np.savez(tmp_path / "in64.npz", input=np.zeros((1, 1, 28, 28)))
+    code, err, error = _cli(["compare", EXAMPLE, str(out / "out"), "--inputs", str(tmp_path / "in64.npz")], capsys)
+    assert code == 3 and "input 'input'" in err and "float64" in err and "astype(np.float32)" in err
+    assert "ONNXRuntimeError" not in err and error["type"] == "UsageError"
+
+
+def test_sim_outputs_by_default_leave_the_conversion_folder_usable(out, tmp_path, capsys):
+    """``sim -m OUT/mrvl_region_0.bin`` without -o wrote OUT/mrvl_region_0-0.bin: a region file the
+    manifest does not list, so run / InferenceSession then refused the folder (exit 3)."""
+    folder = tmp_path / "o"
+    shutil.copytree(out / "out", folder)
+    assert main(["sim", "-m", str(folder / "mrvl_region_0.bin"), "--inputs", str(out / "in.npz")]) == 0
+    assert (folder / "sim-mrvl_region_0-0.npy").exists() and not (folder / "mrvl_region_0-0.bin").exists()
+    capsys.readouterr()
+    assert main(["run", str(folder / "model.onnx"), "--inputs", str(out / "in.npz")]) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["convert", EXAMPLE, "-o", "OUT", "--quantize", "int4"], "invalid choice: 'int4'"),
+    (["convert", EXAMPLE], "-o"),
+    (["run", "M", "--repeat", "0"], "--repeat"),
+])
+def test_usage_errors_with_json_print_a_json_error(argv, words, capsys):
+    assert main([*argv, "--json"]) == 2
+    got = capsys.readouterr()
+    error = json.loads(got.out)["error"]
+    assert error["exit_code"] == 2 and error["type"] == "usage" and words in error["message"]
+    assert "usage:" in got.err and error["command"] == argv[0]
+
+
+def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the files are written: exit 130 (with --json an error object), no file in the
+    output folder (made empty before the work, as a path mistake shows before it) and no staging
+    folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
+    import onnx_mrvl.save as save
+
+    def interrupted(model):
+        def write(f):
+            f.write(b"partial")
+            raise KeyboardInterrupt
+        return write
+    monkeypatch.setattr(save, "_model", interrupted)
+    target = tmp_path / "new"
+    assert main(["convert", EXAMPLE, "-o", str(target)]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert os.listdir(target) == [] and os.listdir(tmp_path) == ["new"]
+    old = tmp_path / "old"
+    shutil.copytree(out / "out", old)
+    before = {p: (old / p).read_bytes() for p in os.listdir(old)}
+    assert main(["convert", EXAMPLE, "-o", str(old), "--overwrite", "--json"]) == 130
+    assert json.loads(capsys.readouterr().out)["error"]["exit_code"] == 130
+    assert {p: (old / p).read_bytes() for p in os.listdir(old)} == before
+    assert sorted(os.listdir(tmp_path)) == ["new", "old"]
+
+
+def test_inference_session_run_refuses_feeds_that_do_not_fit(out):
+    """float64 for float32, a wrong shape, a misspelt or missing input, an unknown output name: our
+    UsageError naming the input and what it takes (was: onnxruntime's InvalidArgument / ValueError)."""
+    sess = onnx_mrvl.InferenceSession(str(out / "out" / "model.onnx"))
+    x = np.zeros((1, 1, 28, 28), np.float32)
+    cases = [({"input": x.astype(np.float64)}, None, "float64, the model takes float32"),
+             ({"input": x[..., :14]}, None, r"shape \[1, 1, 28, 14\], the model takes \[1, 1, 28, 28\]"),
+             ({"image": x}, None, r"missing \['input'\]; unknown \['image'\]"),
+             ({}, None, r"missing \['input'\]"),
+             ({"input": x}, ["nope"], r"output name\(s\) \['nope'\]")]
+    for feed, names, match in cases:
+        with pytest.raises(UsageError, match=match) as info:
+            sess.run(names, feed)
+        assert info.value.hint
+    with pytest.raises(UsageError, match="not a dict"):
+        sess.run(None, [x])
+    want = sess.run(None, {"input": x})[0]
+    np.testing.assert_array_equal(sess.run(None, {"input": x.tolist()})[0], want)   # lists as before
+
+
+def test_fp16_layers_takes_a_bare_string_as_one_name():
+    """``fp16_layers="conv1"`` is one name (as exclude takes it), not the letters c, o, n, ..."""
+    x = np.random.default_rng(0).standard_normal((1, 1, 28, 28)).astype(np.float32)
+    with pytest.raises(UsageError, match="'nope' is no node name"):
+        onnx_mrvl.convert(EXAMPLE, quantize="int8", calibration=[{"input": x}], fp16_layers="nope")
+    conv = onnx.load(EXAMPLE).graph.node[0]
+    assert conv.op_type == "Conv"
+    r = onnx_mrvl.convert(EXAMPLE, quantize="int8", calibration=[{"input": x * s} for s in (0.5, 1, 2)],
+                          fp16_layers=conv.name)
+    assert r.report.quantization["fp16_layers"] == [conv.name]
+
+
+@pytest.mark.parametrize("command", ["report", "compile"])
+def test_an_output_file_that_is_a_folder_is_a_user_error(out, tmp_path, command, capsys):
+    """``report --html DIR`` ended in an internal error (exit 4, IsADirectoryError of the rename)."""
+    o = out / "out"
+    argv = {"report": ["report", str(o), "--html", str(tmp_path)],
+            "compile": ["compile", "--nodes", str(o / "mrvl_region_0-nodes.json"),
+                        "--consts", str(o / "mrvl_region_0-consts.json"), "-o", str(tmp_path)]}[command]
+    code, err, error = _cli(argv, capsys)
+    assert code == 3 and "is a folder" in err and "please report" not in err
+    assert error["type"] == "UsageError" and error["fix"]
+
+
+def test_api_mistakes_of_type_are_our_errors():
+    """``exclude=[3]`` (an AttributeError inside before) and bytes that are no model given to
+    InferenceSession (protobuf's DecodeError before)."""
+    with pytest.raises(UsageError, match=r"node names must be strings, got \[3\]"):
+        onnx_mrvl.convert(EXAMPLE, exclude=[3])
+    with pytest.raises(ModelError, match="not an ONNX model"):
+        onnx_mrvl.InferenceSession(b"garbage")
+
+
+def test_dynamic_image_sizes_are_named_in_the_hint_not_guessed():
+    """A model of input [N, 3, H, W] without input_shapes: the hint proposes 1 for the batch only and
+    names H and W (it proposed [1, 3, 1, 1]: a 1x1 image for a user who copies it)."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx_mrvl.errors import ShapeError
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    with pytest.raises(ShapeError) as info:
+        onnx_mrvl.convert(m)
+    assert info.value.node == "x" and "input_shapes={'x': [1, 3, H, W]} with the real sizes of H, W" in info.value.hint
+    assert "--input-shape x:1,3,H,W" in info.value.hint
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+@pytest.mark.parametrize("kind", ["deleted", "truncated"])
+def test_running_a_folder_whose_binary_was_deleted_or_truncated(out, tmp_path, kind, manifest, capsys):
+    """With or without manifest.json: exit 3 naming the region's file and what to do (a deleted file
+    is missing, a truncated one fails its sha256), never a run on a partial binary."""
+    folder = tmp_path / "o"
+    shutil.copytree(out / "out", folder)
+    binary = folder / "mrvl_region_0.bin"
+    if kind == "deleted":
+        binary.unlink()
+    else:
+        binary.write_bytes(binary.read_bytes()[:1000])
+    if not manifest:
+        (folder / "manifest.json").unlink()
+    code, err, error = _cli(["run", str(folder / "model.onnx"), "--inputs", str(out / "in.npz")], capsys)
+    assert code == 3 and "mrvl_region_0" in err and error["fix"] and error["type"] == "ArtifactError"
+    from onnx_mrvl.errors import ArtifactError
+    with pytest.raises(ArtifactError, match="mrvl_region_0"):
+        onnx_mrvl.InferenceSession(str(folder / "model.onnx"))
+
+
+def test_compare_with_the_conversion_as_reference_says_so(out, capsys):
+    """``compare OUT_DIR ORIGINAL`` (the order swapped): named as such (was: "cannot resolve
+    'mrvl_region_0.bin' without the model's folder" and a hint about InferenceSession)."""
+    code, err, error = _cli(["compare", str(out / "out"), EXAMPLE], capsys)
+    assert code == 3 and "is a converted model" in err and "ORIGINAL.onnx OUT_DIR" in error["fix"]
