@@ -218,3 +218,32 @@ def test_quark_pool_correction_mul_in_the_int8_mean(tmp_path):
         f = quark_qdq.feeds(seed)
         a, b, c = ref.run(None, f)[1], sess.run(None, f)[1], body.run(None, f)[1]
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_nncf_c2f_convs_after_split_and_concat_are_int8(tmp_path):
+    """NNCF quantizes a YOLOv8 C2f block's input once before its Split and puts no Q after its Concat
+    (whose inputs share one scale): the bottleneck conv reading the Split and the block's last conv
+    reading the Concat (of a MaxPool too) had no DQ in front and were fp16 convs on fp16 weights
+    (99.0% of the output codes here; nudenet YOLOv8n NNCF: 98.3% after the first bottleneck, 44-70%
+    three blocks later). legalize's qdq_split_pair puts the pair of the values' own grid in front
+    (exact): int8-in layers, codes identical to onnxruntime's."""
+    from onnx_mrvl.testing import nncf_c2f
+    m = nncf_c2f.c2f()
+    res = legalize(m)
+    assert sorted(why.split("'")[1] for w, _, why in res.log if w == "qdq_split_pair") == ["b", "cat"]
+    r = onnx_mrvl.convert(m)
+    d = r.report.decisions
+    assert len(r.report.regions) == 1 and sorted(x.node for x in r.report.cpu_nodes()) == ["out_DQ", "out_Q"]
+    for name in ("cv1", "m_cv1", "m_cv2", "cv2"):
+        assert d[name].precision == "int8 in, fp16 out", name
+    assert d["res_add"].precision == "int8"
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    same = total = 0
+    for seed in range(8):
+        f = nncf_qdq.feeds(seed, 12)
+        a, b = ref.run(None, f)[0], sess.run(None, f)[0]
+        assert np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001
+        same, total = same + int(np.count_nonzero(a == b)), total + a.size
+    assert same / total >= 0.999   # measured 100% (99.0% before)

@@ -117,7 +117,7 @@ def rewrite(m: Match, g) -> str:
             if i == t and (k < 2 if u.op_type in ("MatMul", "Add") else k == 0):
                 g.set_input(u, k, dq_out)
     producer = g.producer.get(t)
-    return (f"a Q -> DQ pair (its DequantizeLinears' scale / zero point) on '{t}' ({producer.op_type if producer else '?'} "
+    return (f"a Q -> DQ pair (the scale / zero point of its DequantizeLinears) on '{t}' ({producer.op_type if producer else '?'} "
             f"of dequantized values) in front of {len(readers)} reader(s)")
 
 
