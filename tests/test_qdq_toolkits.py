@@ -247,3 +247,30 @@ def test_nncf_c2f_convs_after_split_and_concat_are_int8(tmp_path):
         assert np.abs(a - b).max() <= np.float32(6.0 / 127) * 1.001
         same, total = same + int(np.count_nonzero(a == b)), total + a.size
     assert same / total >= 0.999   # measured 100% (99.0% before)
+
+
+def test_int8_bias_with_per_channel_weights(tmp_path):
+    """The bias rescale with per-channel weight scales: int32 codes at s_x * s_w[o] (a DQ on axis 0)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from onnx_mrvl.testing import quark_qdq
+    m = quark_qdq.classifier_head()
+    for t in m.graph.initializer:
+        if t.name in ("conv_w_s", "conv_w_z"):
+            t.CopyFrom(numpy_helper.from_array(np.array([2.0 ** -9, 2.0 ** -8] * 32, np.float32) if t.name == "conv_w_s"
+                                               else np.zeros(64, np.int8), t.name))
+    next(n for n in m.graph.node if n.name == "conv_w_DQ").attribute.append(onnx.helper.make_attribute("axis", 0))
+    out = legalize(m).model
+    conv = next(n for n in out.graph.node if n.name == "conv")
+    dq = next(n for n in out.graph.node if n.output[0] == conv.input[2])
+    scale = next(numpy_helper.to_array(t) for t in out.graph.initializer if t.name == dq.input[1])
+    np.testing.assert_array_equal(scale, np.float32(2.0 ** -6) * np.array([2.0 ** -9, 2.0 ** -8] * 32, np.float32))
+    r = onnx_mrvl.convert(m)
+    assert r.report.decisions["conv"].precision == "int8" and list(r.report.cpu_nodes()) == []
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in range(4):
+        f = quark_qdq.feeds(seed)
+        assert np.array_equal(ref.run(None, f)[0], sess.run(None, f)[0])
