@@ -278,3 +278,17 @@ def test_int8_bias_with_per_channel_weights(tmp_path):
     for seed in range(4):
         f = quark_qdq.feeds(seed)
         assert np.array_equal(ref.run(None, f)[0], sess.run(None, f)[0])
+
+
+def test_split_pair_not_across_grids():
+    """A Concat of dequantized values on different grids is no grid: no pair in front of its reader
+    (the pair would requantize); the Split's slice still gets one."""
+    from onnx import numpy_helper
+
+    from onnx_mrvl.testing import nncf_c2f
+    m = nncf_c2f.c2f()
+    for t in m.graph.initializer:
+        if t.name == "reso_s":
+            t.CopyFrom(numpy_helper.from_array(np.float32(5.0 / 127), "reso_s"))
+    res = legalize(m)
+    assert [why.split("'")[1] for w, _, why in res.log if w == "qdq_split_pair"] == ["b"]
