@@ -141,14 +141,20 @@ _IN_ACTIVATIONS = {"relu": "Relu", "hard_sigmoid": "HardSigmoid", "hard_swish": 
 
 def _global_avgpool_body(a, present, opset):
     """The mean; with ``in_activation`` (an int8 float mean, fuse/qdq_pool_activation.py) of the
-    activated values."""
+    activated values; with ``out_mul`` c, times c (AMD Quark's ``GlobalAveragePool -> Mul(c) -> Q``)."""
     nodes = _pool_body("GlobalAveragePool")(a, present, opset)
     act = a.get("in_activation")
-    if not act:
-        return nodes
-    kw = {k: float(a[f"in_activation_{k}"]) for k in ("alpha", "beta") if f"in_activation_{k}" in a}
-    nodes[1].input[0] = "Xa"
-    return nodes[:1] + [helper.make_node(_IN_ACTIVATIONS[act], ["Xc"], ["Xa"], **kw)] + nodes[1:]
+    if act:
+        kw = {k: float(a[f"in_activation_{k}"]) for k in ("alpha", "beta") if f"in_activation_{k}" in a}
+        nodes[1].input[0] = "Xa"
+        nodes = nodes[:1] + [helper.make_node(_IN_ACTIVATIONS[act], ["Xc"], ["Xa"], **kw)] + nodes[1:]
+    if a.get("out_mul") is not None:
+        mean = next(nd for nd in nodes if nd.op_type == "GlobalAveragePool")
+        mean.output[0] = "Ym"
+        nodes.insert(nodes.index(mean) + 1, helper.make_node("Mul", ["Ym", "Cmul"], ["Yc"]))
+        nodes.insert(0, helper.make_node("Constant", [], ["Cmul"], value=helper.make_tensor(
+            "Cmul", onnx.TensorProto.FLOAT, [], [float(a["out_mul"])])))
+    return nodes
 
 
 def _eltwise_body(onnx_op):
@@ -258,7 +264,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",),
           _POOL_ATTRS + ("count_include_pad", "requant") + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
     OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",),
-          ("requant", "in_activation", "in_activation_alpha", "in_activation_beta") + INT8_POOL_ATTRS,
+          ("requant", "in_activation", "in_activation_alpha", "in_activation_beta", "out_mul") + INT8_POOL_ATTRS,
           int8_body(_global_avgpool_body)),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),

@@ -151,6 +151,11 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         if a.str("in_activation") == "hard_sigmoid":
             params["in_activation_params"] = {"alpha": a.float("in_activation_alpha", 0.2),
                                               "beta": a.float("in_activation_beta", 0.5)}
+    if a.has("out_mul"):   # the float mean times a constant before the Q (fuse/qdq_pool_activation.py)
+        if layer_name != "GlobalAvgpool2D" or a.str("requant", "qlinear") != "float" \
+                or not np.isfinite(a.float("out_mul", 1.0)):
+            a.fail(f"out_mul {a.float('out_mul', 1.0)} (a finite number, of an int8 GlobalAvgpool2D with requant float)")
+        params["out_mul"] = a.float("out_mul", 1.0)
     int8_params(a, ctx, lname, 0, params, weights, has_weights=False)
 
 

