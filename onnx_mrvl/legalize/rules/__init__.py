@@ -35,7 +35,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
-from . import qdq_int_bias_rescale, qdq_split_pair
+from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input
 from .base import Match
 
 RULES = (
@@ -74,6 +74,7 @@ RULES = (
     qdq_float_bias,
     qdq_int_bias_rescale,
     qdq_split_pair,
+    qdq_channel_input,
     qdq_int8_output,
     qdq_requant_before_layout,
     qdq_pad_fold,
