@@ -33,7 +33,8 @@ storage, which holds ``(q - z) * s`` closely enough that the pair's quantizer (t
 still absorbs it, or a Requantize) gets ``q`` back exactly (|q - z| <= 255, fp16 keeps 11 bits:
 relative error <= 2^-12, under half a code). Scalar Mul / Add / Sub / Div between the activation and
 that Q (PP-LCNetV3's learnable affine block, ``_post_affine``) go into the epilogue too
-(``post_ops`` / ``post_values``, each in fp32 in the model's order). Without it the
+(``post_ops`` / ``post_values``, each in fp32 in the model's order); a per-channel ``Q(axis=1) -> DQ(1)``
+(legalize ``qdq_channel_input``) is the layer's own, a per-channel division (``qdq_channel_out.py``). Without it the
 next layer quantized the fp16-rounded activation and codes at a rounding tie flipped (0.2% of the
 codes, each flip a full code: up to 2% of the range after one 1x1 conv on the trained PP-OCR cls).
 """
