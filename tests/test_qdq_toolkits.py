@@ -334,3 +334,20 @@ def test_per_channel_input_of_a_full_conv_is_left():
     lm = legalize(m).model
     assert not any(n.name.startswith("hs_DQ_codes") for n in lm.graph.node)
     assert any(n.name == "hs_DQ" for n in lm.graph.node)
+
+
+@pytest.mark.parametrize("multiplier,zp", [(1, np.int8(0)), (2, np.int8(0)), (1, np.uint8(128))])
+def test_per_channel_model_input_into_a_depthwise_int8_layer(tmp_path, multiplier, zp):
+    """The per-channel Q is the host's (the model input), the depthwise conv an int8 layer reading the
+    codes at scale 1 (its weight scales s_c * s_w, a depth multiplier repeats s_c; uint8 codes with
+    one zero point pad with it): onnxruntime's codes."""
+    m = nncf_qdq.channel_dw_input(multiplier=multiplier, zero_point=zp)
+    r = onnx_mrvl.convert(m)
+    assert r.report.decisions["dw"].precision == "int8"
+    r.save(str(tmp_path / "out"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        f = {"x": rng.uniform(-1, 1, (1, 8, 10, 10)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, f)[0], ref.run(None, f)[0])

@@ -163,3 +163,31 @@ def quark_hardswish(seed: int = 0, channels: int = 8, size: int = 12, domain: st
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8
     return model
+
+
+def channel_dw_input(seed: int = 0, channels: int = 8, size: int = 10, multiplier: int = 1,
+                     zero_point=np.int8(0)) -> onnx.ModelProto:
+    """The model input quantized per channel (``axis=1``, one zero point for all channels) read by a
+    depthwise conv (depth ``multiplier``) on per-channel int8 weights, then Relu -> Q -> DQ (output)."""
+    rng = np.random.default_rng(seed)
+    c, m = channels, multiplier
+    s = (rng.uniform(1, 4, c) / 127).astype(np.float32)
+    w = rng.standard_normal((c * m, 1, 3, 3)).astype(np.float32)
+    sw = (np.abs(w).reshape(c * m, -1).max(1) / 127).astype(np.float32)
+    inits = [numpy_helper.from_array(s, "s"), numpy_helper.from_array(np.full(c, zero_point), "z"),
+             numpy_helper.from_array(np.clip(np.rint(w / sw[:, None, None, None]), -127, 127).astype(np.int8), "wq"),
+             numpy_helper.from_array(sw, "sw"), numpy_helper.from_array(np.float32(0.05), "so"),
+             numpy_helper.from_array(np.int8(0), "zo")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1, name="in_Q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=1, name="in_DQ"),
+             helper.make_node("DequantizeLinear", ["wq", "sw"], ["w"], axis=0, name="w_DQ"),
+             helper.make_node("Conv", ["d", "w"], ["y"], group=c, kernel_shape=[3, 3], pads=[1] * 4, name="dw"),
+             helper.make_node("Relu", ["y"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "so", "zo"], ["rq"], name="out_Q"),
+             helper.make_node("DequantizeLinear", ["rq", "so", "zo"], ["out"], name="out_DQ")]
+    g = helper.make_graph(nodes, "channel_dw_input", [helper.make_tensor_value_info("x", F32, [1, c, size, size])],
+                          [helper.make_tensor_value_info("out", F32, [1, c * m, size, size])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
