@@ -21,7 +21,9 @@ def channel_pair(g: GraphIndex, y: str, claimed, channels: int) -> Optional[tupl
     users = g.consumers.get(y, [])
     if len(users) != 1 or y in g.output_set or users[0].op_type != "QuantizeLinear" or len(users[0].input) < 3:
         return None
-    q = users[0]
+    q, shape = users[0], g.shape(y)
+    if shape is None or len(shape) not in (2, 4) or shape[1] != channels:   # axis 1 is the layer's channels
+        return None
     if q.domain not in ("", "ai.onnx") or attr(q, "axis", 1) != 1 or not all(g.is_const(i) for i in q.input[1:3]):
         return None
     s, z = np.asarray(g.const(q.input[1])), np.asarray(g.const(q.input[2]))
