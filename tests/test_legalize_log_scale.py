@@ -44,7 +44,8 @@ def test_log_mel_on_int16_scale_audio_runs_in_one_region_within_fp16_bound(int16
         assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
     silence = np.zeros((1, 400), np.int16 if int16_input else np.float32)   # digital silence: -100 dB
     _, got = _run(m, tmp_path / "silence", silence)
-    np.testing.assert_allclose(got, _ref(m, silence), rtol=1e-4)
+    # the log, its floor and the dB scaling run on the accelerator (the log activation): one fp16 ulp
+    np.testing.assert_allclose(got, _ref(m, silence), rtol=2.0 ** -10)
 
 
 def test_log_mel_of_the_magnitude_scales_by_half_the_power(tmp_path):
