@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 F32 = np.float32
+_FLT32_MAX = float(np.finfo(np.float32).max)
 _INV_SQRT2 = F32(0.7071067811865476)
 _GELU_TANH_2U = F32(2.0 * 0.7978845608028654)   # 2 sqrt(2/pi)
 _ERFC_COEFFS = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
@@ -115,5 +116,6 @@ def log(x: np.ndarray, floor: float, shift: float = 0.0) -> np.ndarray:
         np.log(x, out=x)
         if shift:
             x += F32(shift)
-        np.maximum(x, F32(floor), out=x)      # NaN propagates
+        if floor > -_FLT32_MAX:               # -FLT_MAX: no floor (-inf stays -inf)
+            np.maximum(x, F32(floor), out=x)  # NaN propagates
     return x
