@@ -31,6 +31,7 @@ from . import pow_square
 from . import log_range_scale
 from . import log_floor_clamp
 from . import log_eps_floor
+from . import l2_normalize
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
@@ -116,6 +117,7 @@ RULES = (
     log_range_scale,
     log_floor_clamp,
     log_eps_floor,
+    l2_normalize,
     relu6_to_clip,
     hardswish_canonical,
     to_reshape,
