@@ -102,3 +102,11 @@ def test_simulator_log_specials_match_onnx_log():
     assert floored[0] == -10.0 and np.isnan(floored[2]) and np.isnan(floored[4]) and floored[3] == np.inf
     v = np.geomspace(1e-6, 6e4, 2001).astype(np.float32)
     assert np.max(np.abs(apply_activation(v.copy(), "log") - np.log(v.astype(np.float64)))) < 1e-6
+
+
+def test_perf_model_charges_the_log_lowering():
+    from onnx_mrvl.costmodel import vector_ops
+    from onnx_mrvl.target import VECTOR_LOWERINGS
+    layer = {"layer_name": "Mul2D", "outputs": [1], "params": {"activation": "log"}}
+    assert VECTOR_LOWERINGS["log"][1] == 5
+    assert vector_ops(layer, {1: [1, 8, 1, 32]}) == 5 * 8 * 32
