@@ -110,3 +110,27 @@ def test_perf_model_charges_the_log_lowering():
     layer = {"layer_name": "Mul2D", "outputs": [1], "params": {"activation": "log"}}
     assert VECTOR_LOWERINGS["log"][1] == 5
     assert vector_ops(layer, {1: [1, 8, 1, 32]}) == 5 * 8 * 32
+
+
+def test_reference_body_matches_the_simulator():
+    """opset's reference body of the log activation (``Max(Add(Log(x), beta), alpha)``) against the
+    simulator's activation, on positive values, zeros and with / without a floor."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx_mrvl.opset_transformer import smooth_activation_nodes
+    x = np.concatenate([np.geomspace(1e-6, 6e4, 64), [0.0, 1.0]]).astype(np.float32).reshape(1, -1)
+    for attrs, params in (({"activation_alpha": -3.4028234663852886e38, "activation_beta": 0.0}, {}),
+                          ({"activation_alpha": -10.0, "activation_beta": 2.0}, {"alpha": -10.0, "beta": 2.0})):
+        g = helper.make_graph(smooth_activation_nodes("log", "x", "y", attrs), "log_body",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = apply_activation(x.copy(), "log", params)
+        with np.errstate(over="ignore"):      # as stored (fp16): the body's -FLT_MAX floor is -inf too
+            ref16, got16 = ref.astype(np.float16), got.astype(np.float16)
+        finite = np.isfinite(ref16)
+        assert np.array_equal(np.isfinite(got16), finite) and np.array_equal(got16[~finite], ref16[~finite])
+        np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-6, atol=1e-6)
