@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 def l2_embedding(form: str = "reducel2", opset: int = 17, dim: int = 64, seed: int = 0) -> onnx.ModelProto:
     """input [2, 32] -> Gemm -> Relu -> L2 normalisation over the last axis. ``form``: "reducel2"
     (``Div(x, ReduceL2(x, [-1], keepdims=1))``, axes an attribute before opset 18, an input from 18),
-    "lpnorm" (``LpNormalization(p=2, axis=-1)``), "axis0" (ReduceL2 over the batch axis: left alone)."""
+    "lpnorm" (``LpNormalization(p=2, axis=-1)``), "fnormalize" (F.normalize: ``x / Expand(Clip(ReduceL2(x), 1e-12))``,
+    opset < 18), "axis0" (ReduceL2 over the batch axis: left alone)."""
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((dim, 32)) / 6).astype(np.float32), "w"),
              numpy_helper.from_array((rng.standard_normal(dim) / 10).astype(np.float32), "b")]
@@ -18,6 +19,13 @@ def l2_embedding(form: str = "reducel2", opset: int = 17, dim: int = 64, seed: i
              helper.make_node("Relu", ["lin"], ["emb"], "relu")]
     if form == "lpnorm":
         nodes.append(helper.make_node("LpNormalization", ["emb"], ["output"], "l2norm", axis=-1, p=2))
+    elif form == "fnormalize":   # F.normalize (TorchScript): ReduceL2 -> Clip(min=eps) -> Expand(Shape(x))
+        inits.append(numpy_helper.from_array(np.array(1e-12, np.float32), "eps"))
+        nodes += [helper.make_node("ReduceL2", ["emb"], ["norm"], "norm", axes=[-1], keepdims=1),
+                  helper.make_node("Clip", ["norm", "eps", ""], ["norm_c"], "clamp_min"),
+                  helper.make_node("Shape", ["emb"], ["emb_shape"], "shape"),
+                  helper.make_node("Expand", ["norm_c", "emb_shape"], ["norm_e"], "expand_as"),
+                  helper.make_node("Div", ["emb", "norm_e"], ["output"], "normalize")]
     else:
         axis = 0 if form == "axis0" else -1
         if opset >= 18:

@@ -100,6 +100,7 @@ RULES = (
     where_const_cond,
     mask_fill_add,
     signed_permute,
+    l2_normalize,      # before expand_to_concat / clip_canonical rewrite F.normalize's Expand / Clip
     expand_to_concat,
     strided_slice_view,
     strided_slice_split,
@@ -117,7 +118,6 @@ RULES = (
     log_range_scale,
     log_floor_clamp,
     log_eps_floor,
-    l2_normalize,
     relu6_to_clip,
     hardswish_canonical,
     to_reshape,
