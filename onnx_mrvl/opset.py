@@ -35,6 +35,7 @@ ACTIVATION_PARAMS: Dict[str, Tuple[str, ...]] = {
     "leaky_relu": ("activation_alpha",), "prelu": (), "sigmoid": (), "tanh": (),
     "hard_sigmoid": ("activation_alpha", "activation_beta"), "hard_swish": (), "silu": (),
     "gelu": (), "gelu_tanh": (), "elu": ("activation_alpha",), "mish": (), "erf": (), "softplus": (), "sqrt": (),
+    "log": ("activation_alpha", "activation_beta"),
 }
 TO_NCHW = [0, 3, 1, 2]
 TO_NHWC = [0, 2, 3, 1]

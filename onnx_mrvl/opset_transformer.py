@@ -13,7 +13,7 @@ from typing import List
 import onnx
 from onnx import helper
 
-SMOOTH_ACTIVATIONS = ("gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt")
+SMOOTH_ACTIVATIONS = ("gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt", "log")
 
 
 def _c(name: str, values, dims=None, dtype=onnx.TensorProto.FLOAT):
@@ -42,6 +42,11 @@ def smooth_activation_nodes(act: str, x: str, y: str, attrs: dict) -> List[onnx.
         return [helper.make_node("Softplus", [x], [y])]
     if act == "sqrt":        # magnitude spectra of conv STFTs (DTLN, Silero VAD)
         return [helper.make_node("Sqrt", [x], [y])]
+    if act == "log":         # log spectra: max(Log(x) + beta, alpha) (fuse/log_act.py)
+        return [_c("l_floor", float(attrs.get("activation_alpha", -3.4028234663852886e38))),
+                _c("l_shift", float(attrs.get("activation_beta", 0.0))),
+                helper.make_node("Log", [x], ["l_log"]), helper.make_node("Add", ["l_log", "l_shift"], ["l_add"]),
+                helper.make_node("Max", ["l_add", "l_floor"], [y])]
     if act == "elu":
         return [helper.make_node("Elu", [x], [y], alpha=float(attrs.get("activation_alpha", 1.0)))]
     if act == "mish":

@@ -28,7 +28,7 @@ from typing import Dict, Optional, Tuple
 
 ACTIVATIONS: Tuple[str, ...] = (
     "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "silu",
-    "gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt",
+    "gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt", "log",
 )
 
 
@@ -259,6 +259,10 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
                  "max, add)", 5),
     "sqrt": ("epilogue on the vector unit: x * rsqrt(x) (rsqrt by LUT + one Newton step; 0 for x = 0, "
              "NaN for x < 0 as ONNX Sqrt)", 4),
+    "log": ("epilogue on the vector unit: x = 2^e m with m in [1, 2) by exponent extraction (the fp32 "
+            "exponent field, an integer op), log2(m) by a 32-entry table + degree-2 polynomial (one "
+            "multiply-add pair), (e + log2 m) ln 2 + activation_beta (one multiply-add), then max with "
+            "the floor activation_alpha (-FLT_MAX: none); 0 -> -inf, x < 0 -> NaN, +inf -> +inf as ONNX Log (sim/activations_smooth.py)", 5),
 }
 
 

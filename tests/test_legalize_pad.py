@@ -4,7 +4,7 @@ the PP-HGNetV2 stem (one Pad feeding a Conv and a ceil-mode MaxPool) stays on th
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
@@ -134,16 +134,25 @@ def test_reflect_pad_wider_than_its_axis_stays():
     assert "pad_reflect_gather" not in [r for r, _, _ in res.log] and "Pad" in op_types(res.model)
 
 
-def test_wide_zero_pad_becomes_a_conv_chain(tmp_path):
-    """A zero pad of 20 > max_pad (7) per side: 3 depthwise convs of at most 7 each."""
-    m = _pad_conv_model("constant", [0, 0, 0, 20, 0, 0, 0, 20])
+@pytest.mark.parametrize("shape,form", [((1, 4, 12, 10), "concat"), ((1, 64, 48, 40), "convs")])
+def test_wide_zero_pad_becomes_a_concat_or_a_conv_chain(shape, form, tmp_path):
+    """A zero pad of 20 > max_pad (7) per side: one Concat with constant zero blocks (pad_concat; was
+    3 depthwise convs of at most 7 each); on a map whose zero blocks exceed pad_concat.MAX_BLOCK
+    elements (64 x 48 x 20 = 61440 on W, 64 x 20 x 80 = 102400 on H) the 3 depthwise convs."""
+    m = _pad_conv_model("constant", [0, 0, 20, 20, 0, 0, 20, 20], shape=shape)
     # a second reader keeps pad_fold from folding it into the conv
     m.graph.node.append(mk("Relu", ["p"], ["r"], name="relu"))
     m.graph.output.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, None))
     out, log = legalize_and_compare(m)
     assert "Pad" not in op_types(out)
     chain = [n for n in out.graph.node if n.name.startswith("pad")]
-    assert len(chain) == 3 and all(n.op_type == "Conv" for n in chain)
+    if form == "concat":
+        assert [n.op_type for n in chain] == ["Concat", "Concat"]   # W, then H
+        inits = {i.name: i for i in out.graph.initializer}
+        zeros = [numpy_helper.to_array(inits[t]) for n in chain for t in n.input if t in inits]
+        assert len(zeros) == 4 and all(not z.any() for z in zeros)
+    else:
+        assert len(chain) == 3 and all(n.op_type == "Conv" for n in chain)
     res = onnx_mrvl.convert(m)
     assert len(res.subgraphs) == 1
     feeds = feeds_for(m)

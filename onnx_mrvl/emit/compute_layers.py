@@ -21,6 +21,8 @@ def activation(a: NodeAttrs, ctx: Context, lname: str, channels: int, params: di
         ap = {"alpha": a.float("activation_alpha")}
     elif act == "elu":
         ap = {"alpha": a.float("activation_alpha", 1.0)}
+    elif act == "log":   # max(log x + beta, alpha): alpha the floor (-FLT_MAX: none)
+        ap = {"alpha": a.float("activation_alpha"), "beta": a.float("activation_beta", 0.0)}
     elif act == "hard_sigmoid":
         ap = {"alpha": a.float("activation_alpha", 0.2), "beta": a.float("activation_beta", 0.5)}
     elif act == "prelu":

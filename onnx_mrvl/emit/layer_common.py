@@ -11,7 +11,7 @@ from .fp16_cast import to_float16, to_float16_checked
 from .json_attrs import NodeAttrs, decode_const
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
-               "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt")
+               "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish", "erf", "softplus", "sqrt", "log")
 PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
 
 

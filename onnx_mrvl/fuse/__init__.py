@@ -24,7 +24,7 @@ from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
-    smooth_acts, take
+    neg, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -52,6 +52,8 @@ ANCHORS.update({"Gather": Pattern("mrvl.slice", ("Gather",), take.build),       
 # GatherElements with a constant index table: DeBERTa's relative-position gathers (gather_elements.py)
 ANCHORS["GatherElements"] = Pattern("mrvl.gather_elements", ("GatherElements",), gather_elements.build)
 # a Q -> DQ pair on an activation no int8 layer absorbed: a Requantize layer (qdq_transformer.py)
+# a float Neg no pattern took: Mul2D(x, -1), exact (neg.py)
+ANCHORS["Neg"] = Pattern("mrvl.mul", ("Neg",), neg.build_neg)
 ANCHORS["QuantizeLinear"] = Pattern("mrvl.requantize", ("QuantizeLinear",), qdq_transformer.build_requantize)
 
 

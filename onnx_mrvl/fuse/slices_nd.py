@@ -60,11 +60,17 @@ def _image(g: GraphIndex, t: str) -> bool:
 
 
 def _feeds_convs(g: GraphIndex, n: onnx.NodeProto) -> bool:
-    """Every output of ``n`` is read, and only by Convs: a model input's slice that is the input
+    """Every output of ``n`` is read, and only by Convs (or by a Concat read only by Convs: an edge
+    tile's window zero-padded by legalize's pad_concat): a model input's slice that is the input
     window of a conv (legalize's kernel tiles of DeepSpeech2's 41x11 conv), not a lone slice."""
     readers = [u for o in n.output if o for u in g.consumers.get(o, ())]
-    return bool(readers) and all(g.consumers.get(o) for o in n.output if o) and \
-        all(u.op_type == "Conv" for u in readers)
+
+    def conv_input(u, depth: int = 2) -> bool:   # depth: the W then the H Concat of a padded window
+        if u.op_type == "Conv":
+            return True
+        after = g.consumers.get(u.output[0], ()) if u.op_type == "Concat" and depth else ()
+        return bool(after) and u.output[0] not in g.output_set and all(conv_input(v, depth - 1) for v in after)
+    return bool(readers) and all(g.consumers.get(o) for o in n.output if o) and all(conv_input(u) for u in readers)
 
 
 def _cut(s: int, e: int, st: int, dim: int):

@@ -2,10 +2,11 @@
 Reshape or a CPU op) becomes ``Mul2D(x, 1.0)`` carrying the activation. ``x * 1 == x`` exactly (also
 in fp16), so no new accelerator op is needed.
 
-    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish | Elu | Gelu | Mish | Erf | Softplus | Sqrt
+    Relu | Clip | LeakyRelu | Sigmoid | Tanh | HardSigmoid | HardSwish | Elu | Gelu | Mish | Erf | Softplus | Sqrt | Log
                                                                          -> Mul2D(x, 1) + activation
     Sigmoid(x) -> Mul(x, .)  /  HardSigmoid(x; 1/6, 1/2) -> Mul(x, .)    -> Mul2D(x, 1) + silu / hard_swish
     written-out gelu / gelu_tanh / mish (smooth_acts.py), from their first node -> Mul2D(x, 1) + it
+    Log(x) [-> Max(., c)]                                                -> Mul2D(x, 1) + log (floor c; log_act.py)
 
 Rule: always, when the tensor is float32 with a static shape of rank 2-5 and the activation is in
 ``target.activations``. Next to accelerator ops this saves a CPU round trip; between CPU ops it makes
@@ -25,7 +26,7 @@ from .groups import Group
 from .patterns import allowed_activations, tensor_reason
 
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Gelu", "Mish",
-                  "PRelu", "Erf", "Softplus", "Sqrt", "Max", "Min")
+                  "PRelu", "Erf", "Softplus", "Sqrt", "Log", "Max", "Min")
 
 
 def _mul2d(g: GraphIndex, x: str, m) -> Group:
@@ -102,5 +103,5 @@ def _kind(n: onnx.NodeProto) -> str:
     if n.op_type == "HardSigmoid":
         return f"hard_sigmoid(alpha={attr(n, 'alpha', 0.2):g}, beta={attr(n, 'beta', 0.5):g})"
     return {"Relu": "relu", "LeakyRelu": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
-            "HardSwish": "hard_swish", "Elu": "elu", "Mish": "mish", "Erf": "erf", "Softplus": "softplus", "Sqrt": "sqrt",
+            "HardSwish": "hard_swish", "Elu": "elu", "Mish": "mish", "Erf": "erf", "Softplus": "softplus", "Sqrt": "sqrt", "Log": "log",
             "Gelu": f"gelu(approximate={attr(n, 'approximate', b'none')!r})"}.get(n.op_type, n.op_type)

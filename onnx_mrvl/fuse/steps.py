@@ -152,6 +152,9 @@ def classify(g: GraphIndex, n: onnx.NodeProto, channels: int, allowed, axis: int
         attrs = {"activation_alpha": float(attr(n, "alpha", 0.2)), "activation_beta": float(attr(n, "beta", 0.5))}
     elif n.op_type == "HardSwish":
         kind = "hard_swish"
+    elif n.op_type == "Log":
+        from . import log_act
+        return log_act.classify(g, n, allowed)
     elif n.op_type in ("Gelu", "Mish", "Elu", "Erf", "Softplus", "Sqrt"):
         from . import smooth_acts
         if n.op_type == "Erf" and not erf_of_qdq_gelu(g, n):

@@ -81,12 +81,15 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh",
                "hard_sigmoid", "hard_swish", "silu", "gelu", "gelu_tanh", "elu", "mish",
-               "erf", "softplus", "sqrt")
+               "erf", "softplus", "sqrt", "log")
+
+
+FLT32_MAX = float(np.finfo(np.float32).max)
 
 
 def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tuple[float, float]:
     """The two scalar parameters of an activation, defaults applied: clamp (min, max), leaky_relu
-    (alpha, 0), hard_sigmoid (alpha, beta), elu (alpha, 0); (0, 0) for the others."""
+    (alpha, 0), hard_sigmoid (alpha, beta), elu (alpha, 0), log (floor, shift); (0, 0) for the others."""
     name = (name or "none").lower()
     p: Dict = dict(params or {})
     if name == "clamp":
@@ -97,6 +100,8 @@ def scalar_params(name: Optional[str], params: Optional[Mapping] = None) -> Tupl
         return float(p.get("alpha", 0.2)), float(p.get("beta", 0.5))
     if name == "elu":
         return float(p.get("alpha", 1.0)), 0.0
+    if name == "log":
+        return float(p.get("alpha", -FLT32_MAX)), float(p.get("beta", 0.0))
     return 0.0, 0.0
 
 
@@ -136,6 +141,8 @@ def make_activation(name: Optional[str], params: Optional[Mapping] = None,
         return getattr(activations_smooth, name)
     if name == "elu":
         return lambda x: activations_smooth.elu(x, p0)
+    if name == "log":
+        return lambda x: activations_smooth.log(x, p0, p1)
     raise ValueError(f"unknown activation {name!r} (known: {', '.join(ACTIVATIONS)})")
 
 

@@ -1,5 +1,5 @@
 """The smooth activations of transformer and modern CNN layers, in fp32 (in place where possible):
-GELU (erf and tanh forms), ELU, Mish, Softplus and Sqrt.
+GELU (erf and tanh forms), ELU, Mish, Softplus, Sqrt and Log.
 
 Hardware-plausible formulas, the same for every kernel path (the compiled kernels store the
 pre-activation value and these finish it, as for sigmoid / tanh):
@@ -13,12 +13,15 @@ pre-activation value and these finish it, as for sigmoid / tanh):
 * ``elu``: ``x`` for x > 0, ``alpha (exp(x) - 1)`` otherwise (expm1).
 * ``mish``: ``x tanh(softplus(x))``, softplus as ``max(x, 0) + log1p(exp(-|x|))``.
 * ``softplus``: that softplus alone; ``sqrt``: fp32 square root (a conv STFT's magnitude).
+* ``log``: fp32 natural log (log spectra) plus a shift, then ``max(., floor)`` (the floor ``-FLT_MAX`` when none:
+  an fp16 -inf stays -inf); ONNX Log's specials: 0 -> -inf, x < 0 -> NaN (kept by the max), +inf -> +inf.
 """
 from __future__ import annotations
 
 import numpy as np
 
 F32 = np.float32
+_FLT32_MAX = float(np.finfo(np.float32).max)
 _INV_SQRT2 = F32(0.7071067811865476)
 _GELU_TANH_2U = F32(2.0 * 0.7978845608028654)   # 2 sqrt(2/pi)
 _ERFC_COEFFS = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
@@ -104,4 +107,15 @@ def sqrt(x: np.ndarray) -> np.ndarray:
     """sqrt(x) in fp32 (NaN for x < 0, as ONNX Sqrt)."""
     with np.errstate(invalid="ignore"):
         np.sqrt(x, out=x)
+    return x
+
+
+def log(x: np.ndarray, floor: float, shift: float = 0.0) -> np.ndarray:
+    """max(log(x) + shift, floor) in fp32; NaN (x < 0, NaN) stays NaN, log(0) = -inf meets the floor."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(x, out=x)
+        if shift:
+            x += F32(shift)
+        if floor > -_FLT32_MAX:               # -FLT_MAX: no floor (-inf stays -inf)
+            np.maximum(x, F32(floor), out=x)  # NaN propagates
     return x

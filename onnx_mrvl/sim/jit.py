@@ -41,7 +41,7 @@ F32 = np.float32
 # mish), which the kernels leave unapplied and unrounded so numpy's vectorised exp / tanh finish them.
 ACT_CODES = {"none": 0, "relu": 1, "clamp": 2, "leaky_relu": 3, "prelu": 4, "hard_sigmoid": 7,
              "hard_swish": 8, "sigmoid": -1, "tanh": -1, "silu": -1,
-             "gelu": -1, "gelu_tanh": -1, "elu": -1, "mish": -1, "erf": -1, "softplus": -1, "sqrt": -1}
+             "gelu": -1, "gelu_tanh": -1, "elu": -1, "mish": -1, "erf": -1, "softplus": -1, "sqrt": -1, "log": -1}
 
 ENABLED = os.environ.get("ONNX_MRVL_SIM_JIT", "1").strip().lower() not in ("0", "false", "no", "off")
 _WHY = "" if ENABLED else "disabled by ONNX_MRVL_SIM_JIT=0"

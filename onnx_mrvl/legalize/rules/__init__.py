@@ -30,6 +30,8 @@ from . import center_before_transpose, sigmoid_difference, softmax_flatten_last
 from . import pow_square
 from . import log_range_scale
 from . import log_floor_clamp
+from . import log_eps_floor
+from . import l2_normalize
 from . import const_lhs_matmul, gathered_spatial_map, scatter_to_concat
 from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
@@ -102,6 +104,7 @@ RULES = (
     where_const_cond,
     mask_fill_add,
     signed_permute,
+    l2_normalize,      # before expand_to_concat / clip_canonical rewrite F.normalize's Expand / Clip
     expand_to_concat,
     strided_slice_view,
     strided_slice_split,
@@ -118,6 +121,7 @@ RULES = (
     clip_canonical,
     log_range_scale,
     log_floor_clamp,
+    log_eps_floor,
     relu6_to_clip,
     hardswish_canonical,
     to_reshape,

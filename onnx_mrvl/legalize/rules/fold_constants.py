@@ -46,19 +46,34 @@ SHAPE_READERS = {"Constant", "Shape", "Size"}
 
 
 def condition_cone(g) -> set:
-    """Tensors that (transitively) compute a control-flow condition of the top-level graph."""
-    cone, todo = set(), []
+    """Tensors that (transitively) compute a control-flow condition of the top-level graph, for
+    the conditions that folding could make static: a condition whose cone reads the values of a
+    graph input (hey_jarvis' ``If(score >= threshold)``) is data-dependent whatever folds, so its cone
+    (the whole model in front of it) folds as any other graph."""
+    cone = set()
     for op, idx in CONDITION_INPUTS.items():
         for n in g.nodes_of((op,)):
-            todo.extend(inp(n, k) for k in idx if inp(n, k))
-    seen_nodes = 0
+            for t in (inp(n, k) for k in idx if inp(n, k)):
+                part = _cone_of(g, t)
+                if part is not None:
+                    cone |= part
+    return cone
+
+
+def _cone_of(g, cond: str):
+    """The cone of one condition tensor; None when it reads a graph input's values."""
+    cone, todo, seen_nodes = set(), [cond], 0
     while todo and seen_nodes < MAX_CONDITION_CONE:
         name = todo.pop()
         if name in cone:
             continue
         cone.add(name)
         p = g.producer.get(name)
-        if p is None or p.op_type in SHAPE_READERS or _has_subgraph(p):
+        if p is None:
+            if name in g.inputs and name not in g.inits:
+                return None           # data-dependent: no fold can make it static
+            continue
+        if p.op_type in SHAPE_READERS or _has_subgraph(p):
             continue                  # Shape/Size read no values: the data feeding them is not in the cone
         seen_nodes += 1
         todo.extend(i for i in p.input if i)

@@ -4,7 +4,8 @@ weights and those pads: exact for pad value 0 (x * 1 = x in fp16), else ``Conv(x
 bias puts v in the border). It then runs on the accelerator instead of cutting the region (the
 PP-HGNetV2 stem pads once for a conv and a ceil-mode max pool; TF ZeroPadding2D, NASNet reduction
 cells). Only next to an op the accelerator runs, so a Pad between CPU ops does not become a lone
-region."""
+region. A zero Pad (or a chain of them) wider than ``max_pad`` becomes Concats with constant zero
+blocks instead of a chain of convs, when the blocks are small (pad_concat.py)."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from typing import Optional
 
 import numpy as np
 
+from . import pad_concat
 from .base import Match, is_float
 from .pad_fold import pad_spec
 
@@ -63,6 +65,16 @@ def check(m: Match, g, target) -> Optional[str]:
     pads, value, _ = m.data["spec"]
     if not is_float(g, m.node.input[0]) or g.dtype(m.node.input[0]) != 1:
         return "not float32"
+    if pad_concat.zero_pads(g, m.node) is not None:   # wider than max_pad: one Concat (pad_concat.py)
+        chain = pad_concat.chain_of(g, m.node)
+        total = pad_concat.plan(g, chain, target.max_pad["conv"])
+        if total is not None:
+            if chain[-1] is not m.node:
+                return "a zero Pad of a chain its last Pad turns into a Concat"
+            if not beside_accelerator_op(g, chain[0]):
+                return "no accelerator op next to it"
+            m.data["concat"] = (chain, total)
+            return None
     if pads[0] or pads[1] or pads[4] or pads[5]:
         return "pads the batch or channel axis"
     if any(p < 0 for p in pads):
@@ -81,6 +93,9 @@ def check(m: Match, g, target) -> Optional[str]:
 
 
 def rewrite(m: Match, g) -> str:
+    if "concat" in m.data:
+        chain, total = m.data["concat"]
+        return pad_concat.rewrite(g, chain, total, m.origin)
     node = m.node
     pads, value, _ = m.data["spec"]
     c = g.shape(node.input[0])[1]

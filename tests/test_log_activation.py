@@ -1,0 +1,136 @@
+"""The log activation (fuse/log_act.py: ``max(Log(x) + beta, alpha)`` on the vector unit), the Neg
+layer (fuse/neg.py: ``Mul2D(x, -1)``) and legalize's log_eps_floor (``Log(v + eps)`` with an eps fp16
+flushes -> ``max(Log(v), log eps)``): a conv-STFT dB spectrum as tf2onnx writes basic-pitch's
+(testing/log_front_models.py). Structure, the simulator's specials, and numbers against onnxruntime
+(fp16 bound: max|err| <= 1e-2 max|ref|)."""
+import math
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnx_mrvl
+from onnx_mrvl.legalize import legalize
+from onnx_mrvl.legalize.testing import legalize_and_compare
+from onnx_mrvl.sim.activations import apply_activation
+from onnx_mrvl.testing.log_front_models import log_power_db, tone_input
+
+
+def _ref(m, x):
+    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+
+
+def _layers(res):
+    return [layer for sg in res.subgraphs for layer in sg.nodes_json["nodes"]]
+
+
+def _acts(res):
+    return [(layer["attrs"].get("activation_type", ["none"])[0], layer["attrs"]) for layer in _layers(res)
+            if "attrs" in layer and "activation_type" in layer["attrs"]]
+
+
+@pytest.mark.parametrize("neg_imag", [True, False])
+def test_db_spectrum_runs_in_one_region_with_the_log_activation(neg_imag, tmp_path):
+    m = log_power_db(neg_imag=neg_imag)
+    legal, _ = legalize_and_compare(m)
+    floor = next(n for n in legal.graph.node if n.name == "plus_eps/log_floor")
+    assert floor.op_type == "Max" and not any(n.name == "plus_eps" for n in legal.graph.node)
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    logs = [a for kind, a in _acts(res) if kind == "log"]
+    assert len(logs) == 1
+    assert abs(float(logs[0]["activation_alpha"][0]) - math.log(1e-10)) < 1e-4   # the floor in the unit
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
+    for amp in (0.5, 0.01):
+        x = tone_input(m, amp)
+        ref = _ref(m, x)
+        got = sess.run(None, {"input": x})[0]
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+    silence = np.zeros_like(tone_input(m))          # log(0 + 1e-10): the floor, never -inf
+    ref = _ref(m, silence)
+    got = sess.run(None, {"input": silence})[0]
+    assert np.isfinite(got).all()
+    assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
+def test_log_shift_and_floor_are_one_activation(tmp_path):
+    m = log_power_db(shift_floor=True)
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    logs = [a for kind, a in _acts(res) if kind == "log"]
+    assert len(logs) == 1
+    assert float(logs[0]["activation_alpha"][0]) == -20.0
+    assert abs(float(logs[0]["activation_beta"][0]) - 3 * math.log(2.0)) < 1e-6
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
+    for x in (tone_input(m, 0.5), np.zeros_like(tone_input(m))):
+        ref = _ref(m, x)
+        got = sess.run(None, {"input": x})[0]
+        assert np.isfinite(got).all()
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
+def test_log_eps_floor_leaves_an_eps_fp16_keeps_alone():
+    for eps, rewritten in ((1e-10, True), (2.0 ** -31, True), (1e-6, False), (1e-3, False)):
+        legal = legalize(log_power_db(eps=eps)).model
+        assert any(n.name == "plus_eps/log_floor" for n in legal.graph.node) == rewritten, eps
+        assert any(n.name == "plus_eps" for n in legal.graph.node) != rewritten, eps
+
+
+def test_log_without_floor_and_neg_on_the_accelerator_numbers(tmp_path):
+    """eps 1e-3 (kept: fp16 holds it): Add + Log, the Log a plain log activation (floor -FLT_MAX)."""
+    m = log_power_db(eps=1e-3)
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+    logs = [a for kind, a in _acts(res) if kind == "log"]
+    assert len(logs) == 1 and float(logs[0]["activation_alpha"][0]) < -1e38
+    x = tone_input(m, 0.3)
+    ref = _ref(m, x)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, {"input": x})[0]
+    assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
+def test_simulator_log_specials_match_onnx_log():
+    x = np.array([0.0, -0.0, -1.0, np.inf, np.nan, 1e-7, 1.0, 65504.0], np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref = np.log(x)
+    got = apply_activation(x.copy(), "log")              # no floor: ONNX Log
+    np.testing.assert_array_equal(got, ref)
+    floored = apply_activation(x.copy(), "log", {"alpha": -10.0, "beta": 1.0})
+    with np.errstate(invalid="ignore"):
+        want = np.maximum(ref + np.float32(1.0), np.float32(-10.0))
+    np.testing.assert_array_equal(floored, want)        # 0 -> the floor, x < 0 and NaN -> NaN, inf -> inf
+    assert floored[0] == -10.0 and np.isnan(floored[2]) and np.isnan(floored[4]) and floored[3] == np.inf
+    v = np.geomspace(1e-6, 6e4, 2001).astype(np.float32)
+    assert np.max(np.abs(apply_activation(v.copy(), "log") - np.log(v.astype(np.float64)))) < 1e-6
+
+
+def test_perf_model_charges_the_log_lowering():
+    from onnx_mrvl.costmodel import vector_ops
+    from onnx_mrvl.target import VECTOR_LOWERINGS
+    layer = {"layer_name": "Mul2D", "outputs": [1], "params": {"activation": "log"}}
+    assert VECTOR_LOWERINGS["log"][1] == 5
+    assert vector_ops(layer, {1: [1, 8, 1, 32]}) == 5 * 8 * 32
+
+
+def test_reference_body_matches_the_simulator():
+    """opset's reference body of the log activation (``Max(Add(Log(x), beta), alpha)``) against the
+    simulator's activation, on positive values, zeros and with / without a floor."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx_mrvl.opset_transformer import smooth_activation_nodes
+    x = np.concatenate([np.geomspace(1e-6, 6e4, 64), [0.0, 1.0]]).astype(np.float32).reshape(1, -1)
+    for attrs, params in (({"activation_alpha": -3.4028234663852886e38, "activation_beta": 0.0}, {}),
+                          ({"activation_alpha": -10.0, "activation_beta": 2.0}, {"alpha": -10.0, "beta": 2.0})):
+        g = helper.make_graph(smooth_activation_nodes("log", "x", "y", attrs), "log_body",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = apply_activation(x.copy(), "log", params)
+        with np.errstate(over="ignore"):      # as stored (fp16): the body's -FLT_MAX floor is -inf too
+            ref16, got16 = ref.astype(np.float16), got.astype(np.float16)
+        finite = np.isfinite(ref16)
+        assert np.array_equal(np.isfinite(got16), finite) and np.array_equal(got16[~finite], ref16[~finite])
+        np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-6, atol=1e-6)
