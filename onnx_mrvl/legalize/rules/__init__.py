@@ -35,6 +35,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
+from . import gmp_split
 from .base import Match
 
 RULES = (
@@ -154,6 +155,7 @@ RULES = (
     reduce_axis_to_pool,
     reduce_sum_split,
     gap_split,
+    gmp_split,
     resize_nearest,
     crop_to_conv,
 )
