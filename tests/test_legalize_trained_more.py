@@ -67,3 +67,77 @@ def test_max_over_time_of_a_long_sequence_runs_in_one_region(tmp_path):
     res = _convert(_byte_cnn(), tmp_path)
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
     assert res.report.decisions["max_over_time"].placement == "accelerator"
+
+
+def _moments_ln(n, x, shape, axis, *, keepdims=0, clamp=True, form="flax"):
+    """A layer norm from the moments over ``axis``: flax's ``use_fast_variance`` as jax2tf + tf2onnx
+    write it (ReduceSum keepdims=0 * 1/n, Max(0, q - m^2), Reshape + Expand back, Rsqrt as Sqrt +
+    Reciprocal, the scale joined to the rsqrt) or by hand in PyTorch (ReduceMean keepdim, Pow 2,
+    d / Sqrt)."""
+    d = shape[axis]
+    kept = [1 if k == axis else s for k, s in enumerate(shape)]
+    ax = n.const(np.array([axis], np.int64))
+    vec = [d if k == axis else 1 for k in range(len(shape))]
+    gamma = n.const((1 + 0.2 * n.rng.standard_normal(vec)).astype(np.float32))
+    beta = n.const((0.1 * n.rng.standard_normal(vec)).astype(np.float32))
+    if form == "flax":
+        inv_n = n.const(np.float32(1.0 / d))
+        m = n.op("Mul", [n.op("ReduceSum", [x, ax], "sum", keepdims=keepdims), inv_n], "mean")
+        q = n.op("Mul", [n.op("ReduceSum", [n.op("Mul", [x, x], "square"), ax], keepdims=keepdims), inv_n])
+        v = n.op("Sub", [q, n.op("Mul", [m, m])])
+        if clamp:
+            v = n.op("Max", [n.const(np.float32(0.0)), v])
+        shp = n.const(np.array(kept, np.int64))
+
+        def back(t):
+            return n.op("Expand", [n.op("Reshape", [t, shp]), shp]) if not keepdims else t
+        inv = n.op("Reciprocal", [n.op("Sqrt", [n.op("Add", [back(v), n.const(np.float32(1e-6))])])])
+        y = n.op("Mul", [n.op("Sub", [x, back(m)]), n.op("Mul", [inv, gamma])])
+        return n.op("Add", [y, beta], "ln_out")
+    m = n.op("ReduceMean", [x], "mean", keepdims=1, axes=[axis])   # opset 13: axes attribute
+    two = n.const(np.float32(2.0))
+    v = n.op("Sub", [n.op("ReduceMean", [n.op("Pow", [x, two])], keepdims=1, axes=[axis]), n.op("Pow", [m, two])])
+    y = n.op("Div", [n.op("Sub", [x, m]), n.op("Sqrt", [n.op("Add", [v, n.const(np.float32(1e-5))])])])
+    return n.op("Add", [n.op("Mul", [y, gamma]), beta], "ln_out")
+
+
+@pytest.mark.parametrize("shape,axis,keepdims,clamp,form", [
+    ([2, 64, 40], 1, 0, True, "flax"),      # magika's LayerNorm_0: channels of [N, C, L]
+    ([3, 48], 1, 0, True, "flax"),          # magika's LayerNorm_1: features of [N, D]
+    ([2, 10, 32], 2, 1, False, "flax"),
+    ([2, 10, 32], 2, 1, False, "torch"),
+])
+def test_moments_layer_norm_becomes_layernormalization(shape, axis, keepdims, clamp, form):
+    n = Net(33)
+    x = n.op("Add", ["x", n.const((3 * n.rng.standard_normal(shape[1:])).astype(np.float32))], "shift")
+    y = n.op("Relu", [_moments_ln(n, x, shape, axis, keepdims=keepdims, clamp=clamp, form=form)])
+    m = n.model([("x", shape)], [y])
+    out, log = legalize_and_compare(m, tol=1e-4)
+    ops = op_types(out)
+    assert ops.count("LayerNormalization") == 1
+    assert not {"ReduceSum", "ReduceMean", "Sqrt", "Reciprocal", "Max", "Expand", "Pow"} & set(ops)
+    assert ("Transpose" in ops) == (axis != len(shape) - 1)
+    assert any("moments" in str(e) for e in log)
+
+
+def test_moments_with_an_outside_reader_stay():
+    n = Net(34)
+    y = _moments_ln(n, "x", [2, 8, 16], 2, keepdims=1, clamp=False)
+    m = n.model([("x", [2, 8, 16])], [y, "mean"])   # the mean is also a graph output
+    out, _ = legalize_and_compare(m, tol=1e-4)
+    assert "LayerNormalization" not in op_types(out)
+
+
+def test_magika_like_classifier_runs_in_one_region(tmp_path):
+    """Dense -> LayerNorm over channels (moments) -> 1-D conv -> max over 508 positions -> LayerNorm
+    (moments) -> Dense: one region, nothing on the CPU."""
+    n = Net(35)
+    h = n.op("MatMul", ["x", n.w(32, 24)])                          # [N, L, 24] -> per-position Dense
+    h = n.op("Transpose", [h], perm=[0, 2, 1])                       # [N, 24, L]
+    h = _moments_ln(n, h, [2, 24, 512], 1)
+    h = n.op("Relu", [n.op("Conv", [h, n.w(40, 24, 5), n.w(40)], kernel_shape=[5])])
+    p = n.op("Reshape", [n.op("GlobalMaxPool", [h], "max_over_time"), n.const(np.array([2, 40], np.int64))])
+    p = _moments_ln(n, p, [2, 40], 1)
+    y = n.op("Gemm", [p, n.w(10, 40), n.w(10)], "head", transB=1)
+    res = _convert(n.model([("x", [2, 512, 32])], [y]), tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()

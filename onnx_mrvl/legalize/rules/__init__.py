@@ -35,7 +35,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
-from . import gmp_split
+from . import gmp_split, layernorm_moments
 from .base import Match
 
 RULES = (
@@ -91,6 +91,7 @@ RULES = (
     merge_transposes,
     center_before_transpose,
     layernorm_canonical,
+    layernorm_moments,
     group_norm,
     grn_norm,
     sum_to_add,
