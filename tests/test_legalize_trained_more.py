@@ -141,3 +141,44 @@ def test_magika_like_classifier_runs_in_one_region(tmp_path):
     y = n.op("Gemm", [p, n.w(10, 40), n.w(10)], "head", transB=1)
     res = _convert(n.model([("x", [2, 512, 32])], [y]), tmp_path)
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+
+
+def _softmax(n, x, shape, axis, *, keepdims=0, guard=True, subtract=True):
+    """jax.nn.softmax as jax2tf + tf2onnx write it (ReduceMax keepdims=0, Max(-inf, .), Reshape +
+    Expand back, Exp, ReduceSum, Div), or by hand with keepdims reductions."""
+    kept = [1 if k == axis else s for k, s in enumerate(shape)]
+    shp = n.const(np.array(kept, np.int64))
+
+    def back(t):
+        return n.op("Expand", [n.op("Reshape", [t, shp]), shp]) if not keepdims else t
+    mx = n.op("ReduceMax", [x], "max", keepdims=keepdims, axes=[axis])
+    if guard:
+        mx = n.op("Max", [n.const(np.float32(-np.inf)), mx])
+    e = n.op("Exp", [n.op("Sub", [x, back(mx)]) if subtract else x], "exp")
+    s = n.op("ReduceSum", [e, n.const(np.array([axis], np.int64))], "sum", keepdims=keepdims)
+    return n.op("Div", [e, back(s)], "probs")
+
+
+@pytest.mark.parametrize("shape,axis,keepdims,guard", [([3, 214], 1, 0, True), ([2, 5, 12], 1, 1, False),
+                                                       ([2, 5, 12], 2, 0, True)])
+def test_expanded_softmax_becomes_softmax(shape, axis, keepdims, guard):
+    n = Net(36)
+    x = n.op("Mul", ["x", n.const(np.float32(4.0))])
+    m = n.model([("x", shape)], [_softmax(n, x, shape, axis, keepdims=keepdims, guard=guard)])
+    out, log = legalize_and_compare(m, tol=1e-6)
+    assert op_types(out) == ["Mul", "Softmax"]
+    assert _attr(out.graph.node[1], "axis") == axis
+
+
+def test_softmax_without_the_max_subtracted_stays():
+    n = Net(37)
+    m = n.model([("x", [3, 20])], [_softmax(n, "x", [3, 20], 1, keepdims=1, guard=False, subtract=False)])
+    out = legalize(m).model
+    assert "Softmax" not in op_types(out)
+
+
+def test_classifier_head_softmax_runs_on_the_accelerator(tmp_path):
+    n = Net(38)
+    h = n.op("Gemm", ["x", n.w(214, 64), n.w(214)], "head", transB=1)
+    res = _convert(n.model([("x", [4, 64])], [_softmax(n, h, [4, 214], 1)]), tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()

@@ -116,11 +116,29 @@ def _state(path: str):
     return {k[7:] if k.startswith("module.") else k: v for k, v in sd.items()}
 
 
+def _easyocr_classes():
+    """easyocr.craft.CRAFT and easyocr.model.vgg_model.Model without the package's __init__ (it
+    imports cv2 / scipy / skimage for the pipeline, not needed by the networks)."""
+    import importlib.util
+    import types
+    spec = importlib.util.find_spec("easyocr")
+    if spec is None:
+        raise ImportError("No module named 'easyocr'")
+    root = os.path.dirname(spec.origin)
+    for name, path in (("easyocr", root), ("easyocr.model", os.path.join(root, "model"))):
+        if name not in sys.modules:
+            mod = types.ModuleType(name)
+            mod.__path__ = [path]
+            sys.modules[name] = mod
+    from easyocr.craft import CRAFT
+    from easyocr.model.vgg_model import Model
+    return CRAFT, Model
+
+
 def _easyocr(models: str, out: str, photos) -> None:
     try:
-        import torch
-        from easyocr.craft import CRAFT
-        from easyocr.model.vgg_model import Model
+        import torch  # noqa: F401
+        CRAFT, Model = _easyocr_classes()
     except ImportError as exc:
         print("SKIPPED easyocr (needs torch and easyocr on the path):", exc, flush=True)
         return

@@ -35,7 +35,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
-from . import gmp_split, layernorm_moments
+from . import gmp_split, layernorm_moments, softmax_expanded
 from .base import Match
 
 RULES = (
@@ -92,6 +92,7 @@ RULES = (
     center_before_transpose,
     layernorm_canonical,
     layernorm_moments,
+    softmax_expanded,
     group_norm,
     grn_norm,
     sum_to_add,

@@ -64,7 +64,7 @@ def _square(g, t: str):
         u.op_type == "Pow" and u.input[0] == t and scalar(g.const(u.input[1])) == 2.0)), None)
 
 
-def _views(g, t: str, want, first=None):
+def views_to(g, t: str, want, first=None):
     """(tensor, nodes): the chain of views from ``t`` (through ``first`` when given, else its only
     reader) to the keepdims shape ``want``, including views after it that keep that shape; (None, None)
     when ``t`` does not reach ``want`` that way."""
@@ -109,7 +109,7 @@ def match(node, g) -> Optional[Match]:
     if _std(mx) and mx.op_type == "Max" and scalar(g.const(_other(mx, v) or "")) == 0.0:
         nodes.append(mx)
         v = mx.output[0]
-    v, views = _views(g, v, kept)
+    v, views = views_to(g, v, kept)
     if v is None:
         return None
     nodes += views
@@ -124,7 +124,7 @@ def match(node, g) -> Optional[Match]:
         if u is m2 or not _std(u):
             continue
         if u.op_type in VIEWS and u.input[0] == m:
-            mb, views = _views(g, m, kept, first=u)
+            mb, views = views_to(g, m, kept, first=u)
             sub = g.only_consumer(mb) if mb is not None else None
         elif u.op_type == "Sub" and tuple(g.shape(m) or ()) == kept:
             sub, views = u, []
