@@ -182,3 +182,51 @@ def test_classifier_head_softmax_runs_on_the_accelerator(tmp_path):
     h = n.op("Gemm", ["x", n.w(214, 64), n.w(214)], "head", transB=1)
     res = _convert(n.model([("x", [4, 64])], [_softmax(n, h, [4, 214], 1)]), tmp_path)
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+
+
+def _toeplitz_linear(n, x, d_in, d_out, bias=False):
+    """PESTO's ToeplitzLinear: Unsqueeze -> Conv1d(1, 1, kernel d_in + d_out - 1, padding d_out - 1)
+    -> Squeeze, a dense layer written as a convolution."""
+    k = d_in + d_out - 1
+    h = n.op("Unsqueeze", [x, n.const(np.array([1], np.int64))])
+    ins = [h, n.w(1, 1, k)] + ([n.w(1)] if bias else [])
+    h = n.op("Conv", ins, "toeplitz", kernel_shape=[k], pads=[d_out - 1, d_out - 1])
+    return n.op("Squeeze", [h, n.const(np.array([1], np.int64))])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_whose_kernel_covers_the_input_becomes_one_matmul(bias):
+    n = Net(39)
+    y = _toeplitz_linear(n, "x", 40, 60, bias)
+    out, log = legalize_and_compare(n.model([("x", [3, 40])], [y]), tol=1e-5)
+    ops = op_types(out)
+    assert "Conv" not in ops and ops.count("MatMul") + ops.count("Gemm") == 1
+    assert any("Toeplitz" in str(e) for e in log)
+
+
+def test_unrolled_matrix_matches_strided_dilated_conv():
+    """The unrolling itself, with stride, dilation, several channels and uneven pads."""
+    from onnx_mrvl.legalize.rules.conv_dense_toeplitz import unrolled
+    rng = np.random.default_rng(40)
+    w, x = rng.standard_normal((3, 2, 9)), rng.standard_normal((2, 2, 8))
+    stride, dil, pad, lo = 2, 2, 7, 6
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, 20)))
+    ref = np.stack([np.einsum("ock,nck->no", w, xp[:, :, j * stride:j * stride + 9 * dil:dil][:, :, :9])
+                    for j in range(lo)], -1)
+    got = (x.reshape(2, -1) @ unrolled(w, 8, lo, stride, dil, pad)).reshape(2, 3, lo)
+    assert np.allclose(got, ref)
+
+
+def test_conv_longer_input_than_kernel_stays_a_conv():
+    n = Net(41)
+    h = n.op("Conv", ["x", n.w(4, 2, 9)], "conv", kernel_shape=[9], pads=[4, 4])
+    out = legalize(n.model([("x", [1, 2, 50])], [h])).model
+    assert "MatMul" not in op_types(out) and "Gemm" not in op_types(out)
+
+
+def test_toeplitz_linear_runs_as_one_fc_in_one_region(tmp_path):
+    n = Net(42)
+    h = n.op("Relu", [n.op("Gemm", ["x", n.w(64, 32), n.w(64)], transB=1)])
+    y = n.op("Softmax", [_toeplitz_linear(n, h, 64, 96)], axis=-1)
+    res = _convert(n.model([("x", [4, 32])], [y]), tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()

