@@ -42,13 +42,52 @@ def test_small_pool_window_target():
     assert [list(_attr(n, "kernel_shape")) for n in out.graph.node[:3]] == [[4, 4], [1, 4], [1, 4]]
 
 
-def test_int8_global_max_pool_stays_whole():
+def _qdq_max_over_time(shape, zp_dtype=np.int8):
+    """x -> Q -> DQ -> GlobalMaxPool -> Q -> DQ (onnxruntime's quantize_static of a max-over-time pool;
+    the output scale differs from the input's)."""
     n = Net(31)
-    sc, zp = n.const(np.float32(0.05)), n.const(np.int8(0))
-    x = n.op("DequantizeLinear", [n.op("QuantizeLinear", ["x", sc, zp]), sc, zp])
-    q = n.op("QuantizeLinear", [n.op("GlobalMaxPool", [x], "gmp"), sc, zp])
-    out = legalize(n.model([("x", [1, 4, 1, 600])], [n.op("DequantizeLinear", [q, sc, zp])])).model
-    assert op_types(out).count("MaxPool") == 0 and "gmp" in {x.name for x in out.graph.node}
+    s_in, s_out = n.const(np.float32(0.05)), n.const(np.float32(0.07))
+    z_in, z_out = n.const(np.array(0 if zp_dtype == np.int8 else 128, zp_dtype)), n.const(np.array(3, zp_dtype))
+    x = n.op("DequantizeLinear", [n.op("QuantizeLinear", ["x", s_in, z_in]), s_in, z_in])
+    q = n.op("QuantizeLinear", [n.op("GlobalMaxPool", [x], "gmp"), s_out, z_out])
+    return n.model([("x", shape)], [n.op("DequantizeLinear", [q, s_out, z_out])])
+
+
+@pytest.mark.parametrize("zp_dtype", [np.int8, np.uint8])
+def test_int8_global_max_pool_gets_a_pair_after_each_stage(zp_dtype):
+    out, _ = legalize_and_compare(_qdq_max_over_time([2, 4, 1, 600], zp_dtype), tol=0.0)
+    ops = op_types(out)
+    i = ops.index("MaxPool")
+    assert ops[i:i + 4] == ["MaxPool", "QuantizeLinear", "DequantizeLinear", "GlobalMaxPool"]
+    q = out.graph.node[i + 1]
+    assert list(q.input[1:]) == list(next(n for n in out.graph.node[i + 4:] if n.op_type == "QuantizeLinear").input[1:])
+
+
+def test_int8_max_over_time_runs_in_one_region_with_onnxruntime_codes(tmp_path):
+    """A 1-D QDQ pool over 600 steps (qdq_conv_1d's pairs make it 2-D): int8 pools on the
+    accelerator, every output equal to onnxruntime's run of the QDQ model."""
+    import onnx_mrvl
+    from test_fuse_exports import feeds_for, run_ort
+    n = Net(43)
+    s_x, s_w, s_c, s_o = (n.const(np.float32(v)) for v in (0.04, 0.01, 0.05, 0.07))
+    z8 = n.const(np.array(0, np.int8))
+    x = n.op("DequantizeLinear", [n.op("QuantizeLinear", ["x", s_x, z8]), s_x, z8])
+    w = n.op("DequantizeLinear", [n.const(n.rng.integers(-90, 90, (8, 4, 5)).astype(np.int8)), s_w, z8])
+    b = n.op("DequantizeLinear", [n.const(n.rng.integers(-200, 200, 8).astype(np.int32)),
+                                  n.const(np.float32(0.04 * 0.01))])
+    h = n.op("Relu", [n.op("Conv", [x, w, b], "conv", kernel_shape=[5])])
+    h = n.op("DequantizeLinear", [n.op("QuantizeLinear", [h, s_c, z8]), s_c, z8])
+    q = n.op("QuantizeLinear", [n.op("GlobalMaxPool", [h], "gmp"), s_o, n.const(np.array(3, np.int8))])
+    m = n.model([("x", [2, 4, 600])], [n.op("DequantizeLinear", [q, s_o, n.const(np.array(3, np.int8))])])
+    feeds = feeds_for(m)
+    res = onnx_mrvl.convert(m)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)[0]
+    assert len(res.subgraphs) == 1 and res.report.decisions["gmp"].placement == "accelerator"
+    ends = {n.name for n in m.graph.node if "x" in n.input or n.output[0] in ("x",) or
+            n.input[0] in {p.output[0] for p in m.graph.node if "x" in p.input}} | {m.graph.node[-1].name}
+    # the input's Q -> DQ and the output's DQ: the host's side of a QDQ model
+    assert {d.node for d in res.report.cpu_nodes()} <= ends
+    assert np.array_equal(got, run_ort(m, feeds)[0])
 
 
 def _byte_cnn(length=512):

@@ -5,11 +5,17 @@ positions only) until the rest fits, then one GlobalMaxPool. A max of maxima is 
 rounds nothing (every stage returns one of its inputs), so the chain is exact for any size -- unlike
 gap_split's averages, no exact factorisation is needed. The max-over-time pooling of 1-D text / byte
 CNNs (Kim-style classifiers, magika's 508 positions) is the usual source: conv_1d_to_2d makes their
-``[N, C, L]`` pool a ``[N, C, 1, L]`` one. Int8 pools (a DequantizeLinear in front, every reader a
-QuantizeLinear) are left whole: the stage outputs would need their own Q / DQ pairs."""
+``[N, C, L]`` pool a ``[N, C, 1, L]`` one. An int8 pool (``DQ -> GlobalMaxPool -> Q``, the DQ possibly
+through moves; one per-tensor Q with constant scale / zero point) gets a Q -> DQ pair of that Q's
+quantization after every stage, so fuse's int8 pools take each: exact too (Q and DQ are monotone, so
+they commute with max, and Q(DQ(Q(v))) = Q(v)): the same codes as onnxruntime's
+``Q(max(DQ(x)))``."""
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
+from onnx import TensorProto
 
 from .base import Match, is_float
 from .gap_split import MOVES, global_limit
@@ -42,8 +48,15 @@ def _int8(node, g) -> bool:
 def check(m: Match, g, target) -> Optional[str]:
     if not is_float(g, m.node.input[0]):
         return "not a float tensor"
+    m.data["pair"] = None
     if _int8(m.node, g):
-        return "an int8 global max pool (DequantizeLinear -> GlobalMaxPool -> QuantizeLinear)"
+        q = g.only_consumer(m.node.output[0])
+        if q is None or any(i and not g.is_const(i) for i in q.input[1:]) or \
+                np.asarray(g.const(q.input[1])).size != 1:
+            return "an int8 global max pool read by several or per-axis QuantizeLinears"
+        m.data["pair"] = (q.input[1], q.input[2] if len(q.input) > 2 and q.input[2] else None,
+                          g.dtype(q.output[0]) or (g.dtype(q.input[2]) if len(q.input) > 2 and q.input[2]
+                                                   else TensorProto.UINT8), list(q.attribute))
     k, lim = target.max_pool_kernel, global_limit(target)
     h, w = m.data["sx"][2:]
     steps = []
@@ -68,6 +81,16 @@ def rewrite(m: Match, g) -> str:
                kernel_shape=[a, b], strides=[a, b], pads=[0, 0, 0, 0], ceil_mode=ceil)
         g.set_shape(y, [nb, c, h, w], g.dtype(node.input[0]))
         x = y
+        if m.data["pair"] is not None:   # requantized as the pool's own Q does (exact: see above)
+            scale, zp, qtype, attrs = m.data["pair"]
+            qy, dy = g.fresh(f"{y}/q"), g.fresh(f"{y}/dq")
+            ins = [scale] + ([zp] if zp else [])
+            qn = g.make("QuantizeLinear", [y] + ins, [qy], near=node, origin=m.origin, name=f"{node.name}/mp{i}_q")
+            qn.attribute.extend(attrs)
+            g.set_shape(qy, [nb, c, h, w], qtype)
+            g.make("DequantizeLinear", [qy] + ins, [dy], near=node, origin=m.origin, name=f"{node.name}/mp{i}_dq")
+            g.set_shape(dy, [nb, c, h, w], g.dtype(node.input[0]))
+            x = dy
     g.make("GlobalMaxPool", [x], [node.output[0]], near=node, origin=m.origin, name=f"{node.name}/gmp")
     return ("GlobalMaxPool -> " + " then ".join(f"{a}x{b}" for a, b in m.data["steps"]) +
             f" MaxPool (exact: a max of maxima) then a global max pool over {h}x{w}")
