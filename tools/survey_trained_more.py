@@ -23,6 +23,7 @@ easyocr do. Not run by the tests.
 """
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import shutil
@@ -250,7 +251,29 @@ def _pesto(models: str, out: str) -> None:
         with torch.no_grad():
             x = model.preprocessor(torch.from_numpy(audio.astype(np.float32))[None], sr=16000).flatten(0, 1)
             x = model.crop_cqt(x)[96:112].contiguous()
-        base.export_pair(model.encoder.eval(), (x,), out, f"pesto-{ckpt.replace('_', '-')}")
+        name = f"pesto-{ckpt.replace('_', '-')}"
+        base.export_pair(model.encoder.eval(), (x,), out, name)
+        _without_softmax(out, name)
+
+
+def _without_softmax(out: str, name: str) -> None:
+    """``<name>-logits_<form>.onnx``: each export without its final Softmax (PESTO's probabilities are
+    one-hot on tonal input: equal in fp16, which says nothing), sharing the feeds."""
+    import onnx
+    from onnx import TensorProto, helper
+    for path in glob.glob(os.path.join(out, f"{name}_*.onnx")):
+        m = onnx.load(path)
+        last = m.graph.node[-1]
+        if last.op_type != "Softmax" or last.output[0] != m.graph.output[0].name:
+            continue
+        dims = [d.dim_value or d.dim_param for d in m.graph.output[0].type.tensor_type.shape.dim]
+        m.graph.node.remove(last)
+        del m.graph.output[:]
+        m.graph.output.append(helper.make_tensor_value_info(last.input[0], TensorProto.FLOAT, dims))
+        form = os.path.basename(path)[len(name) + 1:]
+        onnx.save(m, os.path.join(out, f"{name}-logits_{form}"), save_as_external_data=False)
+        shutil.copyfile(os.path.join(out, f"{name}_feeds.npz"), os.path.join(out, f"{name}-logits_feeds.npz"))
+        print("wrote", f"{name}-logits_{form}", flush=True)
 
 
 def export(models: str, out: str, photos_npz) -> int:
