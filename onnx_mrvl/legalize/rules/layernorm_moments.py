@@ -14,7 +14,7 @@ loses the variance to cancellation where |mean| >> std (fp32: relative error ~ 2
 LayerNormalization computes ``E[(x - m)^2]``, the exact value the moments approximate."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 from . import layernorm_canonical as lc
 from .base import Match, axes_of, is_float, scalar
