@@ -269,3 +269,29 @@ def test_toeplitz_linear_runs_as_one_fc_in_one_region(tmp_path):
     y = n.op("Softmax", [_toeplitz_linear(n, h, 64, 96)], axis=-1)
     res = _convert(n.model([("x", [4, 32])], [y]), tmp_path)
     assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+
+
+def test_int8_flow_takes_a_gemm_bias_of_shape_1_n():
+    """onnxruntime's quant_pre_process fuses MatMul + Add([1, N]) (magika's Dense head) into a Gemm
+    with that C, on which its quantize_static (per-channel) fails ("truth value of an array ...
+    ambiguous"): the quantize step gives it C [N] (the same function)."""
+    import onnx
+    import onnx_mrvl
+    from onnx_mrvl.quantize.bias_shapes import vector_biases
+    from test_fuse_exports import feeds_for, run_ort
+    def head(fused):
+        n = Net(44)
+        h = n.op("Relu", [n.op("Gemm", ["x", n.w(32, 16), n.w(32)], transB=1)])
+        w, c = n.w(32, 10), n.const((0.1 * n.rng.standard_normal((1, 10))).astype(np.float32))
+        y = n.op("Gemm", [h, w, c], "head") if fused else n.op("Add", [n.op("MatMul", [h, w]), c])
+        return n.model([("x", [4, 16])], [y])
+    m, g = head(False), head(True)
+    flat = onnx.ModelProto()
+    flat.CopyFrom(g)
+    assert vector_biases(flat) == 1
+    head = next(x for x in flat.graph.node if x.name == "head")
+    assert [list(t.dims) for t in flat.graph.initializer if t.name == head.input[2]] == [[10]]
+    feeds = feeds_for(g)
+    assert np.array_equal(run_ort(flat, feeds)[0], run_ort(g, feeds)[0])
+    res = onnx_mrvl.convert(m, quantize="int8", calibration=[feeds_for(m, seed=s) for s in range(4)])
+    assert len(res.subgraphs) == 1
