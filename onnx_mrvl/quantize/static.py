@@ -136,7 +136,10 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
         raise UsageError(f"calibration method '{method}' is not one of {sorted(METHODS)}",
                          hint="use minmax (default), entropy or percentile")
     src, dst = os.path.join(workdir, "to_quantize.onnx"), os.path.join(workdir, "qdq.onnx")
-    onnx.save(model, src)
+    from .bias_shapes import vector_biases
+    flat = onnx.ModelProto()
+    flat.CopyFrom(model)
+    onnx.save(flat if vector_biases(flat) else model, src)   # 2-D biases fail its per-channel check
     extra = {"WeightSymmetric": True, "ActivationSymmetric": recipe.activation_symmetric,
              "CalibMovingAverage": recipe.moving_average, "CalibPercentile": recipe.percentile}
     # its calibrators print progress: our stdout may be JSON

@@ -38,6 +38,7 @@ from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
 from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input
+from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
 from .base import Match
 
 RULES = (
@@ -96,6 +97,8 @@ RULES = (
     merge_transposes,
     center_before_transpose,
     layernorm_canonical,
+    layernorm_moments,
+    softmax_expanded,
     group_norm,
     grn_norm,
     sum_to_add,
@@ -145,6 +148,7 @@ RULES = (
     convtranspose_phases,
     convtranspose_to_conv,
     convtranspose_phase_conv,
+    conv_dense_toeplitz,
     conv_dead_taps,
     conv_dilation_fold,
     conv_1d_to_2d,
@@ -162,6 +166,7 @@ RULES = (
     reduce_axis_to_pool,
     reduce_sum_split,
     gap_split,
+    gmp_split,
     resize_nearest,
     crop_to_conv,
 )

@@ -71,7 +71,7 @@ def _eps(g, add, v: str) -> Optional[float]:
     return e if e is not None and e >= 0 else None
 
 
-def _recip(g, t: str):
+def reciprocal_reader(g, t: str):
     """The only reader of ``t`` when it is ``Reciprocal(t)`` or ``Div(1, t)`` (torch.rsqrt's export)."""
     n = g.only_consumer(t)
     if not _std(n):
@@ -81,7 +81,7 @@ def _recip(g, t: str):
     return None
 
 
-def _affine(g, t: str, op: str):
+def const_affine(g, t: str, op: str):
     """``t (op) const`` as the only reader of ``t``: (node, constant name) or (None, None)."""
     n = _one(g, t, op)
     c = _other(n, t) if n is not None else None
@@ -115,7 +115,7 @@ def match(node, g) -> Optional[Match]:
         sd = _one(g, add.output[0], "Sqrt") if eps is not None else None
         if sd is None:
             continue
-        found = _torch(g, x, m, subs, sd) or _tf(g, x, m, subs, sd)
+        found = torch_tail(g, x, m, subs, sd) or _tf(g, x, m, subs, sd)
         if found is None:
             continue
         nodes, out, gamma, beta = found
@@ -125,11 +125,11 @@ def match(node, g) -> Optional[Match]:
     return None
 
 
-def _torch(g, x, m, subs, sd):
+def torch_tail(g, x, m, subs, sd):
     """d / sd or d * Reciprocal(sd), then optional * gamma and + beta."""
     nxt = g.only_consumer(sd.output[0])
     nodes = []
-    r = _recip(g, sd.output[0])
+    r = reciprocal_reader(g, sd.output[0])
     if r is not None:
         nxt = g.only_consumer(r.output[0])
         if not (_std(nxt) and nxt.op_type == "Mul"):
@@ -144,11 +144,11 @@ def _torch(g, x, m, subs, sd):
         return None
     nodes.append(nxt)
     out, gamma, beta = nxt.output[0], None, None
-    mul, c = _affine(g, out, "Mul")
+    mul, c = const_affine(g, out, "Mul")
     if mul is not None:
         nodes.append(mul)
         out, gamma = mul.output[0], c
-    add, c = _affine(g, out, "Add")
+    add, c = const_affine(g, out, "Add")
     if add is not None:
         nodes.append(add)
         out, beta = add.output[0], c
@@ -158,11 +158,11 @@ def _torch(g, x, m, subs, sd):
 def _tf(g, x, m, subs, sd):
     """inv = Reciprocal(sd) [* gamma]; y = x * inv + (beta - m * inv) (or + Neg(m * inv)), or in
     Keras 3's order y = x * inv + (Neg(m) * inv [+ beta])."""
-    r = _recip(g, sd.output[0])
+    r = reciprocal_reader(g, sd.output[0])
     if r is None or len(subs) != 1:
         return None
     nodes, inv, gamma = [r], r.output[0], None
-    gm, c = _affine(g, inv, "Mul")
+    gm, c = const_affine(g, inv, "Mul")
     if gm is not None:
         nodes.append(gm)
         inv, gamma = gm.output[0], c
@@ -176,7 +176,7 @@ def _tf(g, x, m, subs, sd):
     c_node = mb
     if neg is not None:                          # Keras 3: -mean * inv [+ beta]
         extra = [neg, mb]
-        add, c = _affine(g, mb.output[0], "Add")
+        add, c = const_affine(g, mb.output[0], "Add")
         if add is not None:
             c_node, beta = add, c
     else:
