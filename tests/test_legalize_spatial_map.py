@@ -2,6 +2,7 @@
 windows, masked_fill, sums, a division) -> one MatMul by a constant; one accelerator region."""
 from __future__ import annotations
 
+import pytest
 import numpy as np
 import onnxruntime as ort
 from onnx import helper
@@ -146,3 +147,50 @@ def test_unrolled_window_sums_of_hundreds_of_nodes(tmp_path):
     got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, feeds)
     assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
     assert float(np.abs(ref[0] - got[0]).max()) <= F16_TOL * float(np.abs(ref[0]).max())
+
+
+def _qdq(m, tmp_path, act="s8"):
+    """onnxruntime's quantize_static of ``m`` (QDQ, per-channel weights, MinMax on seeded inputs)."""
+    from onnxruntime import quantization as q
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    data = iter([{"x": np.random.default_rng(s).standard_normal(shape).astype(np.float32)} for s in range(4)])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / f"q_{act}.onnx")
+    import onnx
+    onnx.save(m, src)
+    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8,
+                      weight_type=q.QuantType.QInt8)
+    return dst, shape
+
+
+@pytest.mark.parametrize("build,act", [(lambda: unrolled_pool_model(c=8), "s8"),
+                                       (lambda: adaptive_pool_model(c=8, h=8, w=8, oh=3, ow=3), "u8")])
+def test_qdq_pool_is_one_int8_region_identical(tmp_path, build, act):
+    """The same pools quantized by onnxruntime (QDQ: ``Transpose -> Q -> DQ -> GatherND``, a Q after
+    every selected offset / the mean): the pair is taken on x and each result is an int8 MatMul of
+    0 / 1 codes with the window's coefficient as scale, ending in the result's own Q. Was: the
+    selection on the CPU in fp32 between two regions."""
+    import onnx
+    path, shape = _qdq(build(), tmp_path, act)
+    m = onnx.load(path)
+    out = legalize(m).model
+    ops = op_types(out)
+    assert not {"GatherND", "Gather", "Where", "Transpose"} & set(ops), ops
+    int8_maps = [t for t in out.graph.initializer if t.name.endswith("_codes") and t.data_type == onnx.TensorProto.INT8]
+    assert int8_maps
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    res = onnx_mrvl.convert(path)
+    ours = onnx_mrvl.InferenceSession(res.save(str(tmp_path / "conv")))
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes(), res.report.cpu_nodes()
+    same = total = 0
+    for s in range(10, 13):
+        feeds = {"x": np.random.default_rng(s).standard_normal(shape).astype(np.float32)}
+        a, b = ours.run(None, feeds)[0], sess.run(None, feeds)[0]
+        same, total = same + int(np.count_nonzero(a == b)), total + a.size
+    assert same == total, f"{same} of {total} identical"
