@@ -35,6 +35,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
+from . import split_of_concat
 from .base import Match
 
 RULES = (
@@ -153,6 +154,7 @@ RULES = (
     reducemean_to_gap,
     reduce_axis_to_pool,
     reduce_sum_split,
+    split_of_concat,
     gap_split,
     resize_nearest,
     crop_to_conv,
