@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from ..graph_index import GraphIndex, attr
+from ..ort_plan import strided_mean
 from ..target import Target
 from .groups import Group
 from .int8_accumulator import accumulator_reason
@@ -349,6 +350,8 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
         # SE block, keeps the integer form: it matched onnxruntime's float pool there, the fp32 mean
         # in numpy's order did not: 87% on efficientnet_like S8.)
         extra["requant"] = "float"
+        if not strided_mean(n):   # over NCHW's trailing axes: onnxruntime's KR path, Eigen row sums
+            extra["mean_sum"] = "rows"
     if n.op_type == "GlobalAveragePool":
         h, w = g.shape(n.input[0])[2:]
         scale = np.float32(qin[0]) / (np.float32(qout[0]) * np.float32(h * w))
