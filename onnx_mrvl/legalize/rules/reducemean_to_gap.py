@@ -29,7 +29,6 @@ from typing import Optional
 
 from .base import Match, attr, axes_of, inp, reshape
 from .qtensor import same_param
-from ...ort_plan import mark_strided_mean
 
 NAME = "reducemean_to_gap"
 OPS = ("ReduceMean",)
@@ -144,14 +143,6 @@ def check(m: Match, g, target) -> Optional[str]:
     return None
 
 
-def _strided(m: Match, node, gap) -> None:
-    """Mark the pool when onnxruntime's ReduceMean, run on the model as given, sums over strided axes
-    (a mean of NHWC [1, 2] or of tokens, read through a Transpose: its RK path, an in-order sum); a
-    mean over the trailing axes 2, 3 is its KR path (Eigen row sums), which fuse records as such."""
-    if m.data.get("nhwc") or m.data.get("tokens") or m.data["src"] != node.input[0]:
-        mark_strided_mean(gap)
-
-
 def rewrite(m: Match, g) -> str:
     node = m.node
     n, c = m.data["sx"][:2]
@@ -172,12 +163,12 @@ def rewrite(m: Match, g) -> str:
             src = _identity_pair(g, node, dq, src, m.data["sx"])
     q = _quantize_reader(g, node)
     if keep and src == node.input[0] and (q is None or q.input[0] == node.output[0]):
-        _strided(m, node, g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
-                                 origin=m.origin, name=node.name))
+        g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
+               origin=m.origin, name=node.name)
     else:
         mid = g.fresh(f"{node.output[0]}/gap")
-        _strided(m, node, g.make("GlobalAveragePool", [src], [mid], near=node, origin=m.origin,
-                                 name=node.name))
+        g.make("GlobalAveragePool", [src], [mid], near=node, origin=m.origin,
+               name=node.name)
         g.set_shape(mid, [n, c, 1, 1], g.dtype(src))
         if q is not None:   # the pool's own Q -> DQ (the reader's scale and zero point)
             codes, back = g.fresh(f"{mid}_QuantizeLinear"), g.fresh(f"{mid}_DequantizeLinear")
