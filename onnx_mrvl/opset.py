@@ -265,7 +265,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("AvgPool2D", "Avgpool2D", "mrvl.avgpool2d_nhwc2nhwc", ("X",),
           _POOL_ATTRS + ("count_include_pad", "requant") + INT8_POOL_ATTRS, int8_body(_pool_body("AveragePool"))),
     OpDef("GlobalAvgPool2D", "GlobalAvgpool2D", "mrvl.globalavgpool2d_nhwc2nhwc", ("X",),
-          ("requant", "in_activation", "in_activation_alpha", "in_activation_beta", "out_mul") + INT8_POOL_ATTRS,
+          ("requant", "mean_sum", "in_activation", "in_activation_alpha", "in_activation_beta", "out_mul") + INT8_POOL_ATTRS,
           int8_body(_global_avgpool_body)),
     OpDef("GlobalMaxPool2D", "GlobalMaxpool2D", "mrvl.globalmaxpool2d_nhwc2nhwc", ("X",), INT8_POOL_ATTRS,
           int8_body(_pool_body("GlobalMaxPool"))),

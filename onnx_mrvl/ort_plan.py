@@ -24,6 +24,7 @@ U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs
 QLINEAR_MULS = "QLinearMul"    # the Mul nodes onnxruntime fuses into a QLinearMul (any code type)
 U8_MULS = "QLinearMul:uint8"   # those of an int8 model its S8 -> U8 rewrite runs on uint8 codes
 U8_SOFTMAXES = "QLinearSoftmax:uint8"   # the Softmax nodes onnxruntime runs as a uint8 QLinearSoftmax
+MEAN_ROWS = "ReduceMean:rows"   # the float ReduceMean nodes whose plan reduces axes 2, 3 of NCHW (its KR path)
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
 
@@ -159,6 +160,8 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
         if n.op_type == "QLinearSoftmax" and n.name in names and len(n.input) > 4 \
                 and inits.get(n.input[4]) == onnx.TensorProto.UINT8:
             found.setdefault(U8_SOFTMAXES, set()).add(n.name)
+        if n.op_type == "ReduceMean" and n.name in names and _trailing_hw(n, optimized):
+            found.setdefault(MEAN_ROWS, set()).add(n.name)
         op = "Conv" if n.op_type == "FusedConv" else n.op_type   # Conv + activation: FusedConv
         if op not in OP_TYPES:
             continue
@@ -168,3 +171,15 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
             # the NCHWc transformer names a node by its output
             found.setdefault(op, set()).add(by_output[n.name[:-len("_nchwc")]])
     return {op: frozenset(v) for op, v in found.items()}
+
+
+def _trailing_hw(n: onnx.NodeProto, plan: onnx.ModelProto) -> bool:
+    """Whether the plan's ReduceMean ``n`` reduces axes 2, 3 (of an NCHW map: its KR path, each
+    channel's H*W values summed as a row). Its layout transformer may have moved the mean onto
+    channels-last data (axes 1, 2: a strided, in-order sum) where the model's mean is over 2, 3."""
+    from onnx import numpy_helper
+    axes = next((list(a.ints) for a in n.attribute if a.name == "axes"), None)
+    if axes is None and len(n.input) > 1 and n.input[1]:
+        t = next((t for t in plan.graph.initializer if t.name == n.input[1]), None)
+        axes = None if t is None else [int(v) for v in numpy_helper.to_array(t).ravel()]
+    return axes is not None and sorted(a % 4 for a in axes) == [2, 3] and all(a in (2, 3, -1, -2) for a in axes)

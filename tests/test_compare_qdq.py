@@ -291,3 +291,30 @@ def _square_chain() -> onnx.ModelProto:
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def test_square_channels_last_plan_tensors_read_as_nchw(tmp_path):
+    """onnxruntime runs a uint8 QDQ conv chain channels-last (``QLinearConv(channels_last=1)``):
+    its [1, H, W, C] codes with C = H = W have the model's NCHW shape. They were taken as NCHW
+    (segmentation_models_pytorch FPN U8: MobileNetV2's 32 x 32 x 32 ``features.4`` named the first
+    differing layer, 1% identical, on an exact conversion); ``channels_first`` transposes them."""
+    g = GraphBuilder(3, 13)
+    a = g.node("Relu", [g.conv("input", 8, 8, 3, "c1", pads=[1, 1, 1, 1])], "r1")
+    b = g.node("Relu", [g.conv(a, 8, 8, 3, "c2", pads=[1, 1, 1, 1])], "r2")
+    g.conv(b, 8, 8, 1, "c3")
+    g.nodes[-1].output[0] = "output"
+    m = g.model("square_nhwc", [("input", F32, [1, 8, 8, 8])], [("output", F32, [1, 8, 8, 8])])
+    onnx.save(m, str(tmp_path / "f.onnx"))
+    rng = np.random.default_rng(1)
+    cal = [{"input": rng.standard_normal((1, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    q = quantize_static_qdq(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), cal, act="u8")
+    plan = qdq_probes.optimized(onnx.load(q))
+    if not any(a.name == "channels_last" and a.i for n in plan.graph.node for a in n.attribute):
+        pytest.skip("this onnxruntime build runs the convs channels-first")
+    out = onnx_mrvl.convert(q).save(str(tmp_path / "out"))
+    res = compare_models(q, out)
+    probed = [r for r in res.rows if r.codes is not None]
+    assert len(probed) >= 3
+    for r in probed:
+        assert r.codes["identical"] == 1.0, (r.tensor, r.codes)
+    assert res.first_differing is None

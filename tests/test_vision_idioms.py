@@ -293,3 +293,34 @@ def test_split_attention_radix_sum_is_split_and_adds(tmp_path, radix, opset):
     t = long.op("ReduceSum", [long.op("Relu", ["z"], "pre"), long.const(np.array([1], np.int64))], "node", keepdims=0)
     lg = legalize(long.model([("z", [1, 16, 3])], [t]))
     assert "ReduceSum" in [x.op_type for x in lg.model.graph.node]
+
+
+def test_stacked_maps_sum_is_one_region(tmp_path):
+    """segmentation_models_pytorch FPN merge: ``torch.stack(maps).sum(0)`` = Unsqueeze(0) of each map,
+    a Concat on the new leading axis, ReduceSum over it. reduce_sum_split made the sum a Split + Adds,
+    which left the Concat on the batch axis on the CPU between two regions (smp FPN: 2 regions);
+    ``split_of_concat`` reads the parts directly: no Concat, no Split, one region."""
+    n = Net(35)
+    x = n.conv("input", 3, 8, act="relu")                                        # [1, 8, 6, 6]
+    maps = [n.conv(x, 8, 8, act="relu") for _ in range(4)]
+    st = n.op("Concat", [n.op("Unsqueeze", [m, n.const(np.array([0], np.int64))], f"unsq{i}")
+                         for i, m in enumerate(maps)], "stack", axis=0)          # [4, 1, 8, 6, 6]
+    s = n.op("ReduceSum", [st, n.const(np.array([0], np.int64))], "merge", keepdims=0)
+    y = n.conv(s, 8, 4)
+    m = n.model([("input", [1, 3, 6, 6])], [y], opset_version=13)
+    r, res = _convert_and_run(m, tmp_path)
+    ops = [x.op_type for x in legalize(m).model.graph.node]
+    assert "Concat" not in ops and "Split" not in ops, ops
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes(), res.report.cpu_nodes()
+
+
+def test_split_of_concat_on_other_pieces_is_kept():
+    """A Split whose pieces are not the Concat's parts (other sizes) keeps both (exact either way)."""
+    from onnx_mrvl.legalize.testing import compare
+    n = Net(36)
+    c = n.op("Concat", [n.op("Relu", ["a"], "ra"), n.op("Relu", ["b"], "rb")], "cat", axis=1)   # [1, 6, 4]
+    s1, s2 = n.op("Split", [c, n.const(np.array([3, 3], np.int64))], "split", n_out=2, axis=1)
+    m = n.model([("a", [1, 2, 4]), ("b", [1, 4, 4])], [s1, s2], opset_version=13)
+    out = legalize(m).model
+    assert compare(m, out) <= 1e-6
+    assert "Concat" in [x.op_type for x in out.graph.node]

@@ -147,6 +147,10 @@ def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params
         if a.str("requant") not in ("qlinear", "float"):
             a.fail(f"requant '{a.str('requant')}' of an int8 {layer_name} (qlinear or float)")
         params["requant"] = a.str("requant")
+    if a.has("mean_sum"):   # the float mean's fp32 summation order (sim/ort_reduce.py)
+        if layer_name != "GlobalAvgpool2D" or a.str("requant", "qlinear") != "float" or a.str("mean_sum") != "rows":
+            a.fail(f"mean_sum '{a.str('mean_sum')}' (of an int8 GlobalAvgpool2D with requant float: rows)")
+        params["mean_sum"] = "rows"
     if a.has("in_activation"):   # a float mean of activated dequantized values (fuse/qdq_pool_activation.py)
         if layer_name != "GlobalAvgpool2D" or a.str("requant", "qlinear") != "float" \
                 or a.str("in_activation") not in IN_ACTIVATIONS:

@@ -272,6 +272,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(layout=["NHWC"], kernel_layout=["HW"], kernel_layout_shape=_s(in_shapes[0][1:3]))
         if node.op_type == "GlobalAvgPool2D" and a.get("requant"):   # int8: "float" = onnxruntime's float mean + Q
             attrs["requant"] = [a["requant"]]
+            if a.get("mean_sum"):   # the float mean's summation order (onnxruntime's row sums)
+                attrs["mean_sum"] = [a["mean_sum"]]
             if a.get("in_activation"):   # the float mean's activation of the dequantized values
                 attrs["in_activation"] = [a["in_activation"]]
                 attrs.update({k: [float(a[k])] for k in ("in_activation_alpha", "in_activation_beta") if k in a})

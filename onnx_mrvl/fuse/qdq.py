@@ -23,7 +23,7 @@ from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from .qdq_pool_activation import post_scale, pre_activation
-from ..ort_plan import float_gemm_of, ort_float_nodes, ort_u8_adds
+from ..ort_plan import MEAN_ROWS, float_gemm_of, ort_float_nodes, ort_u8_adds
 from ..provenance import get_origin
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
@@ -353,6 +353,8 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
         # SE block, keeps the integer form: it matched onnxruntime's float pool there, the fp32 mean
         # in numpy's order did not: 87% on efficientnet_like S8.)
         extra["requant"] = "float"
+        if n.name in ort_float_nodes(g.model, MEAN_ROWS):   # its plan's mean over NCHW's axes 2, 3: the
+            extra["mean_sum"] = "rows"                      # KR path, Eigen row sums (else in order)
     if n.op_type == "GlobalAveragePool":
         h, w = g.shape(n.input[0])[2:]
         scale = np.float32(qin[0]) * np.float32(abs(post[1]) if post else 1) / (np.float32(qout[0]) * np.float32(h * w))

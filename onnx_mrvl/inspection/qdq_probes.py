@@ -134,6 +134,7 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
                ) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
     """({Q output of ``model``: its codes in onnxruntime's plan}, {Q output: why it has none})."""
     by_scale = _scale_of(plan)
+    values = channels_first(plan, values)
     inits = {t.name: t for t in plan.graph.initializer}
     plan_q = {(n.input[0], n.input[1]): (n.output[0], n.input[2] if len(n.input) > 2 else "")
               for n in plan.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 1}
@@ -168,6 +169,9 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             (y, zp) for x, zp in by_scale.get(n.input[1] if len(n.input) > 1 else "", [])
             for y in [_before_moves(x, producer, values, shapes.get(end))]
             if y in values and values[y].dtype.kind in "iu" and (end not in shapes or tuple(values[y].shape) == shapes[end])]
+        if len({x for x, _ in cands}) > 1 and all(   # a channels-last tensor and its transposed copy
+                np.array_equal(values[x], values[cands[0][0]]) and zp == cands[0][1] for x, zp in cands):
+            cands = cands[:1]
         if len({x for x, _ in cands}) != 1:
             refused[t] = AMBIGUOUS if cands else NOT_IN_PLAN
             continue
@@ -189,6 +193,31 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
 
 
 MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")   # keep the codes as they are
+
+# onnxruntime's NHWC kernels of a QDQ plan, and the ops its layout transformer lets a channels-last
+# tensor flow through unchanged (elementwise: the layout of the input is the layout of the output)
+_FOLLOW = ("DequantizeLinear", "QuantizeLinear", "QLinearAdd", "QLinearMul", "QLinearLeakyRelu",
+           "QLinearSigmoid", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Add", "Mul", "Resize")
+
+
+def channels_first(plan: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """``values`` with the plan's channels-last 4-D tensors as NCHW. onnxruntime runs quantized
+    convolutions, pools and resizes channels-last (``QLinearConv(channels_last=1)``, ``NhwcMaxPool``,
+    an NHWC ``Resize``): such a tensor [N, H, W, C] with C = H = W has the model's NCHW shape and would
+    pass for it. A tensor is channels-last when a node with ``channels_last=1`` or an ``Nhwc*`` op
+    writes it, or an elementwise op / Q / DQ / Resize reads one (a Transpose ends it)."""
+    last = set()
+    for n in plan.graph.node:
+        if any(a.name == "channels_last" and a.i for a in n.attribute) or n.op_type.startswith("Nhwc"):
+            last.update(o for o in n.output if o)
+        elif n.op_type in _FOLLOW and n.input and n.input[0] in last:
+            last.update(o for o in n.output if o)
+    out = dict(values)
+    for t in last:
+        v = values.get(t)
+        if v is not None and np.ndim(v) == 4:
+            out[t] = np.ascontiguousarray(np.transpose(v, (0, 3, 1, 2)))
+    return out
 
 
 def _before_moves(x: str, producer: Mapping[str, onnx.NodeProto], values: Mapping[str, np.ndarray],

@@ -215,6 +215,7 @@ class Int8Pool:
             if dt not in QRANGE:
                 raise ValueError(f"quantization type {dt!r} (int8 or uint8)")
         self.in_activation = None
+        self.mean_sum = params.get("mean_sum")
         name = params.get("in_activation")
         if name is not None:
             if kind != "GlobalAvgpool2D" or self.requant != "float" or name not in IN_ACTIVATIONS:
@@ -262,7 +263,14 @@ class Int8Pool:
             real = ((codes - z).astype(F32) * F32(s)).astype(F32)
             if self.in_activation is not None:   # onnxruntime's fp32 activation of the DQ values
                 real = self.in_activation(real)
-            mean = (np.sum(real, axis=(1, 2), keepdims=True, dtype=F32) / F32(real.shape[1] * real.shape[2])).astype(F32)
+            n_, h_, w_, c_ = real.shape
+            if self.mean_sum == "rows":   # onnxruntime's KR path: each channel's H*W values, Eigen row sums
+                from .ort_reduce import sum_last
+                rows = np.ascontiguousarray(real.transpose(0, 3, 1, 2)).reshape(n_ * c_, h_ * w_)
+                total = sum_last(rows).reshape(n_, 1, 1, c_)
+            else:                          # its RK path (a strided mean): an in-order fp32 sum
+                total = np.sum(real, axis=(1, 2), keepdims=True, dtype=F32)
+            mean = (total / F32(h_ * w_)).astype(F32)
             if self.out_mul is not None:   # onnxruntime's fp32 Mul of the mean before the Q
                 mean = (mean * self.out_mul).astype(F32)
             return fake_quant(mean, so, zo, dto), True

@@ -39,6 +39,7 @@ from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
 from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input
 from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
+from . import split_of_concat
 from .base import Match
 
 RULES = (
@@ -165,6 +166,7 @@ RULES = (
     reducemean_to_gap,
     reduce_axis_to_pool,
     reduce_sum_split,
+    split_of_concat,
     gap_split,
     gmp_split,
     resize_nearest,
