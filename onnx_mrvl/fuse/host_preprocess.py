@@ -1,12 +1,16 @@
-"""Input preprocessing of a QDQ model on the host: element-wise ops with constants between a model
-input and its first QuantizeLinear (``x -> Sub(mean) -> Div(std) -> Q``, normalization exported
-inside the graph).
+"""Input preprocessing of a QDQ model on the host: float ops between a model input and its first
+QuantizeLinear, computed from the model input (and constants) only: element-wise ops with constants
+(``x -> Sub(mean) -> Div(std) -> Q``, normalization exported inside the graph) and a normalization
+of the input over its features (a LayerNormalization, or its decomposed form: ReduceMean, Pow by a
+constant, Sqrt, Reciprocal, and binary ops of two such values: Llama's first RMSNorm of the float
+hidden state, onnxruntime's pre-processed LayerNorm of a float graph input).
 
 onnxruntime computes them in fp32 and quantizes the result; as fp16 layers in the region their
-output is rounded to fp16 first, which moves codes that lie near a rounding tie of the Q
-(googlenet_like, benchmarks/bench_int8_arch.py: 73% of the output identical, 1 step). On the host
-they are exact and cheap (one pass over the input), and the region starts at the Q: its int8 layer
-quantizes the host's fp32 result as the real runtime's ``quantize`` of a region input does.
+input and output are rounded to fp16 first, which moves codes that lie near a rounding tie of the Q
+(googlenet_like, benchmarks/bench_int8_arch.py: 73% of the output identical, 1 step; a Llama block's
+first RMSNorm of its float input). On the host they are exact and cheap (a pass or two over the
+input), and the region starts at the Q: its int8 layer quantizes the host's fp32 result as the real
+runtime's ``quantize`` of a region input does.
 """
 from __future__ import annotations
 
@@ -14,28 +18,43 @@ from typing import Set
 
 from ..graph_index import GraphIndex
 
-OPS = ("Add", "Sub", "Mul", "Div")
-REASON = ("input preprocessing of a QDQ model (element-wise ops on a model input before its first "
+OPS = ("Add", "Sub", "Mul", "Div")                   # element-wise, data inputs all carried
+NORM_OPS = ("ReduceMean", "Sqrt", "Reciprocal", "Pow", "LayerNormalization")
+MOVES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")   # with constant shapes / axes: no arithmetic
+REASON = ("input preprocessing of a QDQ model (float ops on a model input before its first "
           "QuantizeLinear): runs on the host in fp32 as onnxruntime computes it (an fp16 layer would "
           "move codes near rounding ties of the QuantizeLinear)")
 
 
+def _takes(n, data) -> bool:
+    """``n`` (with its non-constant inputs ``data``, all carried) is one of the ops taken: an
+    element-wise op of one or two carried values, or a norm op whose only data input is its first
+    (Pow's exponent, ReduceMean's axes, LayerNormalization's scale / bias constant)."""
+    if n.op_type in OPS:
+        return len(data) in (1, 2)
+    return len(data) == 1 and data[0] == n.input[0]
+
+
 def host_nodes(g: GraphIndex, order) -> Set[str]:
-    """Names of the element-wise nodes that only carry a model input (with constants) to
-    QuantizeLinear nodes: every reader of their output is such a node or a QuantizeLinear."""
+    """Names of the nodes that only carry a model input (with constants) to QuantizeLinear nodes:
+    every reader of their output is such a node or a QuantizeLinear."""
     carried = set(g.inputs)
     cand = []
     for n in order:
-        if n.op_type not in OPS or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+        if n.op_type not in OPS + NORM_OPS + MOVES or n.domain not in ("", "ai.onnx") or len([o for o in n.output if o]) != 1:
             continue
         data = [i for i in n.input if i and not g.is_const(i)]
-        if len(data) == 1 and data[0] in carried and g.is_float(n.output[0]):
+        if data and all(d in carried for d in data) and _takes(n, data) and g.is_float(n.output[0]):
             cand.append(n)
             carried.add(n.output[0])
     keep: Set[str] = set()
     for n in reversed(cand):   # readers before writers
         readers = g.consumers.get(n.output[0], [])
+        # a norm's statistics only within a whole norm on the host: one that onnxruntime's quantizer
+        # quantized on its own (Pow -> ReduceMean -> Q) is a QDQ norm's interior point, which the
+        # region imports with the rest of the norm (qdq_layernorm.py)
+        inner = n.op_type in NORM_OPS[:-1]
         if readers and n.output[0] not in g.output_set and \
-                all(r.op_type == "QuantizeLinear" or r.name in keep for r in readers):
+                all(r.name in keep or (r.op_type == "QuantizeLinear" and not inner) for r in readers):
             keep.add(n.name)
     return keep
