@@ -44,6 +44,8 @@ def host_nodes(g: GraphIndex, order) -> Set[str]:
         if n.op_type not in OPS + NORM_OPS + MOVES or n.domain not in ("", "ai.onnx") or len([o for o in n.output if o]) != 1:
             continue
         data = [i for i in n.input if i and not g.is_const(i)]
+        if n.op_type in MOVES and data and data[0] in g.inputs:
+            continue   # a move of the model input itself computes nothing: the region takes it
         if data and all(d in carried for d in data) and _takes(n, data) and g.is_float(n.output[0]):
             cand.append(n)
             carried.add(n.output[0])
