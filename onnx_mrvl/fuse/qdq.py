@@ -384,8 +384,9 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k
     grp = build_eltwise(g, n, target)
     if isinstance(grp, str):
         return grp
-    if g.shape(n.input[0]) != g.shape(n.input[1]):
-        return f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape)"
+    if not broadcast_operand(g.shape(n.input[0]), g.shape(n.input[1])):
+        return (f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape, "
+                f"or the second broadcast along the first's leading axes)")
     around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
@@ -394,6 +395,19 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k
     attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
                  requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def broadcast_operand(a, b) -> bool:
+    """An int8 add's second operand of shape ``b`` is the first's (``a``) or broadcasts to it with the
+    same innermost axis (BERT's additive padding mask [B, 1, 1, T] on the scores [B, H, T, T]:
+    onnxruntime's QLinearAdd runs it per span of that axis, element-wise as for one shape)."""
+    if not a or not b:
+        return False
+    if list(a) == list(b):
+        return True
+    if len(b) > len(a) or b[-1] != a[-1] or a[-1] == 1:
+        return False
+    return all(db in (1, da) for da, db in zip(reversed(a), reversed(b)))
 
 
 def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:
