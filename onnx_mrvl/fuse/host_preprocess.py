@@ -21,6 +21,9 @@ from ..graph_index import GraphIndex
 OPS = ("Add", "Sub", "Mul", "Div")                   # element-wise, data inputs all carried
 NORM_OPS = ("ReduceMean", "Sqrt", "Reciprocal", "Pow", "LayerNormalization")
 MOVES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")   # with constant shapes / axes: no arithmetic
+# rows picked by constant indices: on the model input itself too (the region cannot quantize the input
+# on the host through them, as it does through a Reshape: a GRU decoder's per-layer state hidden[:, k])
+SELECTS = ("Gather", "Slice")
 REASON = ("input preprocessing of a QDQ model (float ops on a model input before its first "
           "QuantizeLinear): runs on the host in fp32 as onnxruntime computes it (an fp16 layer would "
           "move codes near rounding ties of the QuantizeLinear)")
@@ -41,7 +44,7 @@ def host_nodes(g: GraphIndex, order) -> Set[str]:
     carried = set(g.inputs)
     cand = []
     for n in order:
-        if n.op_type not in OPS + NORM_OPS + MOVES or n.domain not in ("", "ai.onnx") or len([o for o in n.output if o]) != 1:
+        if n.op_type not in OPS + NORM_OPS + MOVES + SELECTS or n.domain not in ("", "ai.onnx") or len([o for o in n.output if o]) != 1:
             continue
         data = [i for i in n.input if i and not g.is_const(i)]
         if n.op_type in MOVES and data and data[0] in g.inputs:
