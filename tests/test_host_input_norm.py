@@ -107,3 +107,27 @@ def test_state_rows_on_host_exact(tmp_path):
     for _ in range(4):
         f = {"hidden": np.tanh(rng.standard_normal((1, 2, D)) * 1.3).astype(np.float32)}
         np.testing.assert_array_equal(ours.run(None, f)[0], ref.run(None, f)[0])
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_ort_quantized_input_layernorm_on_host_exact(act, tmp_path):
+    """onnxruntime's quantize_static of a decomposed LayerNorm (the legacy torch export, opset 13)
+    of the float graph input: ReduceMean / Sub / Pow float on ``x``, Q -> DQ pairs inside (variance,
+    ``+ eps``, the normalised value, ``* gamma``, ``+ beta``). The whole norm with its interior pairs
+    and the DequantizeLinears of its constants runs on the host (before: in the region from the
+    input's fp16 copy, 96% of the output identical); the model input's own pair (a LayerNormalization
+    op reading ``DQ(Q(x))``) stays the region's."""
+    from onnx_mrvl.testing.qdq_transformers import agreement, quantize
+    for kind, on_host in (("torch", True), ("op", False)):
+        n = Net(0, 17 if kind == "op" else 13)
+        n.linear(n.linear(layernorm(n, "x", [1, T, D], kind), D, D, "fc1"), D, D, "fc2")
+        q = quantize(n.model(f"ln_{kind}", [("x", [1, T, D])]), str(tmp_path / f"{kind}.q.onnx"), act)
+        r = onnx_mrvl.convert(q)
+        r.save(str(tmp_path / kind), overwrite=True)
+        assert len(r.report.regions) == 1
+        host = {d.op_type for d in r.report.cpu_nodes() if REASON in d.reason}
+        assert ({"ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Mul", "Add"} <= host) == on_host, host
+        if not on_host:
+            assert not host & {"LayerNormalization", "ReduceMean"}, host
+        agree = agreement(q, str(tmp_path / kind / "model.onnx"), runs=3)
+        assert all(a["identical"] == 1.0 for a in agree.values()), (kind, agree)

@@ -97,12 +97,12 @@ def _control_flow(node: onnx.NodeProto) -> Optional[str]:
             f"bodies ({count} nodes) read stay in the logical layout")
 
 
-def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
+def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict, host=frozenset()):
     """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names,
     {node name: why it is not int8}: what the float patterns take from a QDQ context, said in
     its fp16 layer's decision)."""
-    found, reasons, claimed, not_int8 = {}, {}, set(), {}
+    found, reasons, claimed, not_int8 = {}, {}, set(host), {}   # host: the host's preprocessing
     index = {x.name: k for k, x in enumerate(order)}
     for n in order:
         if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
@@ -180,8 +180,9 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
-    int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude)
-    host = host_preprocess.host_nodes(g, order) if int8 else set()
+    host = host_preprocess.host_nodes(g, order)   # empty without QuantizeLinear nodes
+    int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude, host)
+    int8_claimed = int8_claimed - host
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in int8:

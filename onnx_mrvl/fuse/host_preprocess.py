@@ -38,28 +38,84 @@ def _takes(n, data) -> bool:
     return len(data) == 1 and data[0] == n.input[0]
 
 
+def _pair_q(g: GraphIndex, n) -> bool:
+    """``n`` is the Q of a Q -> DQ pair of constant parameters (its only reader a DQ of the same)."""
+    if n.op_type != "QuantizeLinear" or len(n.input) < 2 or not all(g.is_const(i) for i in n.input[1:] if i):
+        return False
+    readers = g.consumers.get(n.output[0], [])
+    return len(readers) == 1 and readers[0].op_type == "DequantizeLinear" and \
+        list(readers[0].input[1:]) == list(n.input[1:]) and n.output[0] not in g.output_set
+
+
 def host_nodes(g: GraphIndex, order) -> Set[str]:
     """Names of the nodes that only carry a model input (with constants) to QuantizeLinear nodes:
-    every reader of their output is such a node or a QuantizeLinear."""
+    every reader of their output is such a node or a QuantizeLinear. The Q -> DQ pairs onnxruntime's
+    quantizer put inside such a computation (a decomposed LayerNorm of a float graph input: its
+    variance, ``+ eps``, the normalised value, ``* gamma``, ``+ beta``) and the DequantizeLinears of
+    its constants go with it, and so does the pair after a QDQ group it ends with (onnxruntime runs
+    ``DQ -> Add -> Q`` as one QLinearAdd: the host's onnxruntime does the same)."""
     carried = set(g.inputs)
-    cand = []
+    cand, pairs = [], set()
     for n in order:
-        if n.op_type not in OPS + NORM_OPS + MOVES + SELECTS or n.domain not in ("", "ai.onnx") or len([o for o in n.output if o]) != 1:
+        if n.domain not in ("", "ai.onnx") or len([o for o in n.output if o]) != 1:
+            continue
+        if n.op_type == "DequantizeLinear" and all(g.is_const(i) for i in n.input if i):
+            cand.append(n)   # a constant's dequantized value (eps, gamma, beta of a QDQ norm)
+            pairs.add(n.name)
+            carried.add(n.output[0])
+            continue
+        if n.op_type == "DequantizeLinear" and g.producer.get(n.input[0]) is not None and \
+                g.producer[n.input[0]].name in pairs:
+            cand.append(n)
+            pairs.add(n.name)
+            carried.add(n.output[0])
+            continue
+        if _pair_q(g, n) and n.input[0] in carried and n.input[0] not in g.inputs:
+            # (the model input's own pair is the region's: it quantizes the input on the host exactly)
+            cand.append(n)
+            pairs.add(n.name)
+            continue
+        if n.op_type not in OPS + NORM_OPS + MOVES + SELECTS:
             continue
         data = [i for i in n.input if i and not g.is_const(i)]
-        if n.op_type in MOVES and data and data[0] in g.inputs:
-            continue   # a move of the model input itself computes nothing: the region takes it
+        if n.op_type in MOVES and data and (data[0] in g.inputs or data[0] in _dq_outputs(g, data[0])):
+            continue   # a move of the model input or of codes computes nothing: the region takes it
         if data and all(d in carried for d in data) and _takes(n, data) and g.is_float(n.output[0]):
             cand.append(n)
             carried.add(n.output[0])
     keep: Set[str] = set()
     for n in reversed(cand):   # readers before writers
         readers = g.consumers.get(n.output[0], [])
+        if not readers or n.output[0] in g.output_set:
+            continue
+        if n.name in pairs:   # a pair's Q / DQ, a constant's DQ: when everything reading it is the host's
+            if all(r.name in keep for r in readers):
+                keep.add(n.name)
+            continue
         # a norm's statistics only within a whole norm on the host: one that onnxruntime's quantizer
         # quantized on its own (Pow -> ReduceMean -> Q) is a QDQ norm's interior point, which the
         # region imports with the rest of the norm (qdq_layernorm.py)
         inner = n.op_type in NORM_OPS[:-1]
-        if readers and n.output[0] not in g.output_set and \
-                all(r.name in keep or (r.op_type == "QuantizeLinear" and not inner) for r in readers):
+        if all(r.name in keep or (r.op_type == "QuantizeLinear" and not inner) for r in readers):
             keep.add(n.name)
+    for n in cand:   # the pair after a kept QDQ group (DQ -> op -> Q), as onnxruntime fuses it
+        src = g.producer.get(n.input[0])
+        if n.op_type == "QuantizeLinear" and n.name in pairs and src is not None and src.name in keep and \
+                any(g.producer.get(i) is not None and g.producer[i].op_type == "DequantizeLinear"
+                    for i in src.input if i):
+            keep.update({n.name, g.consumers[n.output[0]][0].name})
+    changed = True
+    while changed:   # closed: a kept node reads model inputs, constants or kept nodes only
+        changed = False
+        for n in cand:
+            if n.name in keep and any(i and not g.is_const(i) and i not in g.inputs and
+                                      (g.producer.get(i) is None or g.producer[i].name not in keep)
+                                      for i in n.input):
+                keep.discard(n.name)
+                changed = True
     return keep
+
+
+def _dq_outputs(g: GraphIndex, t: str) -> Set[str]:
+    p = g.producer.get(t)
+    return {t} if p is not None and p.op_type == "DequantizeLinear" else set()
