@@ -282,7 +282,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
           ("axis", "epsilon", "rms", "form", "mean_sum") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X", "M"), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
           int8_body(softmax_body)),
     OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
     OpDef("GatherElements", "GatherElements", "mrvl.gather_elements", ("X", "indices"), ("axis",), _gather_elements_body),

@@ -23,7 +23,7 @@ from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
-    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
+    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -31,7 +31,14 @@ from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 from .lrn import ANCHORS as _LRN_ANCHORS
 
 log = logging.getLogger(__name__)
-INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm,
+def _int8_softmax(g, n, target, claimed=frozenset()):
+    """A masked int8 Softmax (qdq_masked_softmax.py), else qdq_transformer's."""
+    built = qdq_masked_softmax.build(g, n, target, claimed)
+    return built if built is not None else qdq_transformer.build_int8_softmax(g, n, target, claimed)
+
+
+INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, Softmax=_int8_softmax,
+                                ReduceMean=qdq_layernorm.build_qdq_layernorm,
                                 **{op: qdq_layernorm.build_qdq_rmsnorm for op in qdq_layernorm.RMS_ENTRY_OPS})
 
 ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
