@@ -187,8 +187,10 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict, host=froze
 def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: Decisions) -> List[Group]:
     claimed, groups = set(), []
     producer_of: Dict[str, Group] = {}
-    host = host_preprocess.host_nodes(g, order)   # empty without QuantizeLinear nodes
-    int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude, host)
+    int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude)
+    host = host_preprocess.host_nodes(g, order) if int8 else set()
+    if host & int8_claimed or host & set(int8):   # the host's preprocessing is kept out of the int8 layers
+        int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude, host)
     int8_claimed = int8_claimed - host
     for n in order:
         decisions.record(n.name, n.op_type)
