@@ -1,16 +1,18 @@
 """Input preprocessing of a QDQ model on the host: float ops between a model input and its first
-QuantizeLinear, computed from the model input (and constants) only: element-wise ops with constants
-(``x -> Sub(mean) -> Div(std) -> Q``, normalization exported inside the graph) and a normalization
-of the input over its features (a LayerNormalization, or its decomposed form: ReduceMean, Pow by a
-constant, Sqrt, Reciprocal, and binary ops of two such values: Llama's first RMSNorm of the float
-hidden state, onnxruntime's pre-processed LayerNorm of a float graph input).
+QuantizeLinears, computed from the model input (and constants) only: element-wise ops with constants
+(``x -> Sub(mean) -> Div(std) -> Q``, normalization exported inside the graph), a normalization of
+the input over its features (a LayerNormalization, or its decomposed form: ReduceMean, Pow by a
+constant, Sqrt, Reciprocal, binary ops of two such values, with the Q -> DQ pairs onnxruntime's
+quantizer put inside it: Llama's first RMSNorm of the float hidden state, a legacy-torch LayerNorm
+of a float graph input), constant-shape moves of computed values, and rows picked by constant
+indices (a recurrent decoder's ``hidden[:, k]`` per layer, each quantized with its own scale).
 
 onnxruntime computes them in fp32 and quantizes the result; as fp16 layers in the region their
 input and output are rounded to fp16 first, which moves codes that lie near a rounding tie of the Q
 (googlenet_like, benchmarks/bench_int8_arch.py: 73% of the output identical, 1 step; a Llama block's
-first RMSNorm of its float input). On the host they are exact and cheap (a pass or two over the
-input), and the region starts at the Q: its int8 layer quantizes the host's fp32 result as the real
-runtime's ``quantize`` of a region input does.
+first RMSNorm of its float input; a legacy-torch LayerNorm of a float input: 96%). On the host they
+are exact and cheap (a pass or two over the input), and the region starts at the Q: its int8 layer
+quantizes the host's fp32 result as the real runtime's ``quantize`` of a region input does.
 """
 from __future__ import annotations
 
