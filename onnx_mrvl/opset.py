@@ -251,7 +251,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           + ("requant", "bias_scales", "float_gemm", WEIGHT_ZP) + OUTQ_ATTRS,
           int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
-          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", WEIGHT_ZP) + OUTQ_ATTRS,
+          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", "bias_scales", WEIGHT_ZP)
+          + OUTQ_ATTRS,
           int8_body(_fc_body), True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
           int8_body(_pool_body("MaxPool"))),

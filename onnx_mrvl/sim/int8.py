@@ -182,7 +182,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
                 layer = Int8Conv2D(*args, **geo)
         elif spec.params.get("requant") == "float":   # onnxruntime's float MatMul (int8_float_conv.py)
             from .int8_float_conv import FloatPathFC
-            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
+            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"],
+                                bias_scale=spec.weight("bias_scale"), **zp)
         else:
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
     except (ValueError, KeyError, TypeError) as exc:
