@@ -242,7 +242,8 @@ class FloatPathFC(Int8FC):
         self.c = None
         if bias is not None:
             if bias_scale is None or np.asarray(bias_scale).size != kernel.shape[0]:
-                raise ValueError("a float-path int8 FC with a bias (a float Gemm's C) needs its bias scales")
+                raise ValueError("a float-path int8 FC has no bias without its bias scales (a float Gemm's C: "
+                                 "bias_scale; onnxruntime's MatMul adds none)")
             self.c = (np.asarray(bias).reshape(-1).astype(F32) * np.asarray(bias_scale, F32).reshape(-1)).astype(F32)
         o = kernel.shape[0]
         # the same sums as a 1x1 float-path conv over the rows (the native kernel, int8_float_native.py)
