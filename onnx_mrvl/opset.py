@@ -258,7 +258,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           + ("requant", "bias_scales", "float_gemm", WEIGHT_ZP) + OUTQ_ATTRS,
           int8_body(_conv_body), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
-          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", WEIGHT_ZP) + OUTQ_ATTRS,
+          ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", "bias_scales", WEIGHT_ZP)
+          + OUTQ_ATTRS,
           int8_body(_fc_body), True),
     OpDef("MaxPool2D", "Maxpool2D", "mrvl.maxpool2d_nhwc2nhwc", ("X",), _POOL_ATTRS + INT8_POOL_ATTRS,
           int8_body(_pool_body("MaxPool"))),
@@ -289,7 +290,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
           ("axis", "epsilon", "rms", "form", "mean_sum") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
-    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X",), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
+    OpDef("Softmax", "Softmax", "mrvl.softmax", ("X", "M"), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
           int8_body(softmax_body)),
     OpDef("Lookup", "Lookup", "mrvl.lookup", ("X", "T"), LOOKUP_ATTRS, lookup_body),
     OpDef("GatherElements", "GatherElements", "mrvl.gather_elements", ("X", "indices"), ("axis",), _gather_elements_body),

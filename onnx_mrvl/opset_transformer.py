@@ -96,7 +96,13 @@ def layernorm_body(a, present, opset):
 
 def softmax_body(a, present, opset):
     """exp(x - max) / sum(exp(x - max)) over one ``axis`` of the stored tensor; with ``log`` = 1
-    its logarithm (x - max) - log(sum(exp(x - max))); with ``nan_fill`` = c, c where that is NaN."""
+    its logarithm (x - max) - log(sum(exp(x - max))); with ``nan_fill`` = c, c where that is NaN;
+    with an additive mask ``M`` (an int8 Softmax's, fuse/qdq_masked_softmax.py) of ``x + M``."""
+    if present.get("M"):
+        inner = softmax_body(a, {k: v for k, v in present.items() if k != "M"}, opset)
+        for n in inner:
+            n.input[:] = ["sm_xm" if i == "X" else i for i in n.input]
+        return [helper.make_node("Add", ["X", "M"], ["sm_xm"])] + inner
     if "nan_fill" in a:
         inner = softmax_body({k: v for k, v in a.items() if k != "nan_fill"}, present, opset)
         inner[-1].output[0] = "sm_y"

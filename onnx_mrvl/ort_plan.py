@@ -19,7 +19,7 @@ KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the 
 # the op types whose int8 layers depend on it: Conv, MatMul, AveragePool, Softmax, ReduceMean (requant), the Lookup groups' ops
 OP_TYPES = ("AveragePool", "Conv", "MatMul", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish",
             "Elu", "Selu", "Softplus", "Softsign", "Exp", "Neg", "Abs", "Erf", "Mul", "Add", "Sum", "Sub", "Div",
-            "PRelu", "BatchNormalization", "Pow", "Softmax", "ReduceMean")
+            "PRelu", "BatchNormalization", "Pow", "Softmax", "ReduceMean", "Gemm")
 U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs as a uint8 QLinearAdd
 QLINEAR_MULS = "QLinearMul"    # the Mul nodes onnxruntime fuses into a QLinearMul (any code type)
 U8_MULS = "QLinearMul:uint8"   # those of an int8 model its S8 -> U8 rewrite runs on uint8 codes

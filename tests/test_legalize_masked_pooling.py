@@ -98,3 +98,22 @@ def test_qdq_model_keeps_its_division(tmp_path):
     res = legalize(onnx.load(dst))
     assert not applied(res.log, "div_host_divisor")
     assert "Div" in op_types(res.model)
+
+
+def test_dynamic_int8_model_pools_in_the_region(tmp_path):
+    """quantize_dynamic of the same model (MatMulInteger, DynamicQuantizeLinear; legalize writes the
+    calibrated form with QuantizeLinear nodes): its pooling tail reads float activations, not a QDQ
+    pair, so the division is the host's reciprocal and the head joins the region (romanizer encoder
+    dyn: 2 regions -> 1; the QuantizeLinear nodes elsewhere in the graph had made it "a QDQ model")."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnx_mrvl.legalize import legalize
+    m = pooled()
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "d.onnx")
+    onnx.save(m, src)
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    res = legalize(onnx.load(dst))
+    assert applied(res.log, "div_host_divisor")
+    conv = onnx_mrvl.convert(dst)
+    assert len(conv.report.regions) == 1
+    cpu = {d.node for d in conv.report.cpu_nodes()}
+    assert cpu <= {"unsqueeze", "cast", "count", "clamp", "mean"}, cpu   # the mask's bookkeeping alone

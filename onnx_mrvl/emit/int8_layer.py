@@ -113,17 +113,27 @@ WEIGHTLESS = ("Maxpool2D", "Avgpool2D", "GlobalAvgpool2D", "GlobalMaxpool2D", "R
               "BatchMatMul", "Softmax", "Lookup", "Concat")
 
 
+def _operand_shape(a, b) -> bool:
+    """An int8 Sum2D's second input: the first's shape, or broadcast to it along its leading axes
+    with the same innermost axis (a padding mask [B, 1, 1, T] on attention scores [B, H, T, T])."""
+    a, b = list(a), list(b)
+    return a == b or (0 < len(b) <= len(a) and b[-1] == a[-1] > 1 and
+                      all(db in (1, da) for da, db in zip(reversed(a), reversed(b))))
+
+
 def int8_other(a: NodeAttrs, ctx, lname: str, layer_name: str, in_shapes, params: dict, weights: dict) -> None:
     """The int8 fields of a layer without weights (pools, nearest and bilinear Resize, Sum2D of two tensors)."""
     if layer_name not in WEIGHTLESS:
         a.fail(f"{layer_name} has no int8 mode (int8: Conv2D, FC, {', '.join(WEIGHTLESS)})")
     if layer_name == "Resize" and params.get("mode") not in ("nearest", "linear"):
         a.fail("an int8 Resize is nearest or linear")
-    two = len(in_shapes) == 2 and not weights and in_shapes[0] == in_shapes[1] and a.has("in2_dtype")
+    two = len(in_shapes) == 2 and not weights and _operand_shape(in_shapes[0], in_shapes[1]) and a.has("in2_dtype")
     one = len(in_shapes) == 1 and "operand" in weights    # in2_*: the constant's codes' quantization
     if layer_name == "Sum2D" and not (two or one):
-        a.fail("an int8 Sum2D adds two tensors of one shape, each with its quantization (in_*, in2_*), "
-               "or a tensor and a float constant")
+        a.fail("an int8 Sum2D adds two tensors of one shape (or the second broadcast along the first's leading "
+               "axes), each with its quantization (in_*, in2_*), or a tensor and a float constant")
+    if layer_name == "Sum2D" and two and list(in_shapes[0]) != list(in_shapes[1]):
+        params["broadcast"] = 1   # the second input broadcast along the first's leading axes
     if layer_name == "Sum2D" and a.has("requant"):
         if not a.has("in2_dtype") or a.str("requant") not in SUM_REQUANT:
             a.fail(f"requant '{a.str('requant')}' of an int8 Sum2D (with in2_*: {', '.join(SUM_REQUANT)})")

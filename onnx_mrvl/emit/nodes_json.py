@@ -191,6 +191,7 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             raise CompileError(f"input '{i}' is produced after its use", node=node.name, origin=origin)
     n_consts = sum(1 for i in node.input if i and g.is_const(i))
     allowed = {"Conv2D": 3, "FC": 3, "Sum2D": 1, "Mul2D": 1, "LayerNorm": 2, "Lookup": 1, "GatherElements": 1,
+               "Softmax": 1,
                "Concat": len(node.input) - 1, **{c: len(recurrent.CONST_ROLES) for c in recurrent.CELLS}}.get(node.op_type, 0)
     weights_not_const = node.op_type in ("Conv2D", "FC") and not all(g.is_const(i) for i in node.input[1:] if i)
     if n_consts > allowed or weights_not_const or (node.op_type in ("Conv2D", "FC") and g.is_const(node.input[0])):
@@ -349,6 +350,10 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             attrs["nan_fill"] = _s(float(a["nan_fill"]))
         if node.op_type == "Softmax" and a.get("requant"):   # int8: "float" = onnxruntime's fp32 Softmax + Q
             attrs["requant"] = [a["requant"]]
+        if node.op_type == "Softmax" and len(inputs) > 1 and inputs[1]:   # an fp32 additive mask (stored shape)
+            c = g.const(inputs[1])
+            add_const("input", c, shape=list(c.shape))
+            attrs["input_const_shape"] = _s(list(c.shape))
         if node.op_type == "LayerNorm":
             attrs["epsilon"] = _s(float(a["epsilon"]))
             if a.get("rms"):   # RMSNorm: no mean subtracted (fuse/rmsnorm.py)

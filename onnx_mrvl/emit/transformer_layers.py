@@ -109,4 +109,12 @@ def softmax(a, ctx, lname, in_shapes, params, weights):
         if not (np.isfinite(fill) and float(np.float16(fill)) == fill):
             a.fail(f"nan_fill {fill!r} is not a finite fp16 value")
         params["nan_fill"], ops = fill, ops + 1
+    if a.has("input_const_name"):   # an additive fp32 mask of the stored shape (fuse/qdq_masked_softmax.py)
+        if not (a.has("precision") and a.str("precision").lower() == "int8" and a.str("requant", "") == "float"):
+            a.fail("a Softmax mask (input_const) needs precision int8 with requant float")
+        c = decode_const(ctx.consts, a.str("input_const_name"), a)
+        if c.size != int(np.prod(shape)):
+            a.fail(f"the Softmax mask has {c.size} values for an input of shape {shape}")
+        weights["mask"] = ctx.weight(a, f"{lname}.mask", c.reshape(shape), "ND", fp16=False)
+        ops += 1   # one fp32 add per element
     return shape, int(np.prod(shape)) * ops

@@ -23,7 +23,7 @@ from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
-    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
+    qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     neg, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
@@ -31,7 +31,14 @@ from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
 from .lrn import ANCHORS as _LRN_ANCHORS
 
 log = logging.getLogger(__name__)
-INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, ReduceMean=qdq_layernorm.build_qdq_layernorm,
+def _int8_softmax(g, n, target, claimed=frozenset()):
+    """A masked int8 Softmax (qdq_masked_softmax.py), else qdq_transformer's."""
+    built = qdq_masked_softmax.build(g, n, target, claimed)
+    return built if built is not None else qdq_transformer.build_int8_softmax(g, n, target, claimed)
+
+
+INT8_TRANSFORMER_ANCHORS = dict(qdq_transformer.ANCHORS, Softmax=_int8_softmax,
+                                ReduceMean=qdq_layernorm.build_qdq_layernorm,
                                 **{op: qdq_layernorm.build_qdq_rmsnorm for op in qdq_layernorm.RMS_ENTRY_OPS})
 
 ABSORB_ONLY = {"BatchNormalization": "batch normalization"}
@@ -99,12 +106,12 @@ def _control_flow(node: onnx.NodeProto) -> Optional[str]:
             f"bodies ({count} nodes) read stay in the logical layout")
 
 
-def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict):
+def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict, host=frozenset()):
     """QDQ layers (qdq.py), found before the float patterns: each claims Q/DQ nodes that come
     before its anchor in the order. -> ({anchor name: Group}, {anchor name: reason}, claimed names,
     {node name: why it is not int8}: what the float patterns take from a QDQ context, said in
     its fp16 layer's decision)."""
-    found, reasons, claimed, not_int8 = {}, {}, set(), {}
+    found, reasons, claimed, not_int8 = {}, {}, set(host), {}   # host: the host's preprocessing
     index = {x.name: k for k, x in enumerate(order)}
     for n in order:
         if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
@@ -184,6 +191,9 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
     producer_of: Dict[str, Group] = {}
     int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude)
     host = host_preprocess.host_nodes(g, order) if int8 else set()
+    if host & int8_claimed or host & set(int8):   # the host's preprocessing is kept out of the int8 layers
+        int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude, host)
+    int8_claimed = int8_claimed - host
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in int8:

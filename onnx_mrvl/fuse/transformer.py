@@ -162,6 +162,9 @@ def materialize(m, grp: Group) -> None:
         base = grp.anchor.name
         ins += [m.init(f"{base}_gamma", grp.weights["gamma"]),
                 m.init(f"{base}_beta", grp.weights["beta"]) if "beta" in grp.weights else ""]
+    if grp.op == "Softmax" and "mask" in grp.weights:   # an additive fp32 mask (qdq_masked_softmax.py)
+        mask = grp.weights["mask"]
+        ins.append(m.init(f"{grp.anchor.name}_mask", np.transpose(mask, perm) if perm else mask))
     m._emit(grp, grp.op, ins, attrs, perm)
     out = m.loc[grp.output][0]
     if name in m.label:

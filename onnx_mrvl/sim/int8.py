@@ -182,7 +182,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
                 layer = Int8Conv2D(*args, **geo)
         elif spec.params.get("requant") == "float":   # onnxruntime's float MatMul (int8_float_conv.py)
             from .int8_float_conv import FloatPathFC
-            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
+            layer = FloatPathFC(*args, activation=act["activation"], activation_params=act["activation_params"],
+                                bias_scale=spec.weight("bias_scale"), **zp)
         else:
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
     except (ValueError, KeyError, TypeError) as exc:
@@ -360,19 +361,20 @@ class Int8Add:
                 raise ValueError("an int8 Sum2D with a constant operand takes one input")
             vb = np.broadcast_to(self.operand.reshape(self.operand.shape[-xa.ndim:] if self.operand.ndim > xa.ndim
                                                       else self.operand.shape), xa.shape)
-        elif xb is None or xa.shape != xb.shape:
+        elif xb is None or (xa.shape != xb.shape and not _broadcasts(xb.shape, xa.shape)):
             raise ValueError(f"int8 add of shapes {list(xa.shape)} and {None if xb is None else list(xb.shape)}")
         s, z, _ = self.c
         if self.mode == "float":
             va = (F32(self.a[0]) * (quantize(xa, *self.a) - self.a[1]).astype(F32)).astype(F32)
             if self.operand is None:
-                vb = (F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32)
+                vb = np.broadcast_to((F32(self.b[0]) * (quantize(xb, *self.b) - self.b[1]).astype(F32)).astype(F32),
+                                     xa.shape)
             v = va + vb if not self.subtract else (va - vb if self.subtract == 1 else vb - va)
             q = np.rint((v.astype(F32) / F32(s)).astype(F32)) + z
         else:
             k = self.shift
             a, b, c = ((q[0], q[1] + k) for q in (self.a, self.b, self.c))
-            qb = quantize(xb, *self.b) if self.operand is None else self._operand_codes(xa)
+            qb = np.broadcast_to(quantize(xb, *self.b), xa.shape) if self.operand is None else self._operand_codes(xa)
             q = qlinear_add(quantize(xa, *self.a) + k, qb + k, a, b, c, "uint8" if k else self.c[2]) - k
         q = np.clip(q, self.lo, self.hi)
         return ((q - z).astype(F32) * F32(s)).astype(F32), True
@@ -383,6 +385,11 @@ class Int8Add:
         return np.broadcast_to(c.reshape(c.shape[-xa.ndim:] if c.ndim > xa.ndim else c.shape), xa.shape)
 
 
+def _broadcasts(b, a) -> bool:
+    """Shape ``b`` broadcasts to ``a`` (a second operand along the first's leading axes)."""
+    return len(b) <= len(a) and all(db in (1, da) for da, db in zip(reversed(a), reversed(b)))
+
+
 def build_add(spec, n_inputs: int = 2):
     act = spec.activation()
     try:
@@ -390,5 +397,7 @@ def build_add(spec, n_inputs: int = 2):
         layer = Int8Add(spec.params, act["activation"], act["activation_params"], operand)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+    if spec.params.get("broadcast"):        # a second operand broadcast (emit): the numpy path
+        return layer.apply
     from .int8_native import prepare_add    # the native kernel (same results), when built
     return prepare_add(layer) or layer.apply

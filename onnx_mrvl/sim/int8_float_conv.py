@@ -125,12 +125,14 @@ def conv_segments(layer, n: int, oh: int, ow: int, threads: Optional[int] = None
     return [(0, pixels, mlas_stride_k(pixels, k))]
 
 
-def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K) -> np.ndarray:
+def fma_chain(cols: np.ndarray, w: np.ndarray, stride_k: int = STRIDE_K, init=None) -> np.ndarray:
     """[..., M, K] x [..., K, O] in fp32 as MLAS's SGEMM kernel sums each matrix: k in order, FMA
-    into one accumulator per output, per K block; the blocks' sums added to the output in order."""
+    into one accumulator per output, per K block; the blocks' sums added to the output in order
+    (``init``: the output's values before the first block, a Gemm's C that onnxruntime copies into
+    Y before its SGEMM with beta 1)."""
     m, k = cols.shape[-2:]
     shape = np.broadcast_shapes(cols.shape[:-2], w.shape[:-2]) + (m, w.shape[-1])
-    out = None
+    out = None if init is None else np.broadcast_to(np.asarray(init, F32), shape).astype(F32)
     for k0 in range(0, k, stride_k):
         acc = np.zeros(shape, np.float64)
         for j in range(k0, min(k, k0 + stride_k)):
@@ -228,15 +230,21 @@ class FloatPathFC(Int8FC):
     nodes read, BERT's Q/K/V projections): ``[M, K] x [K, N]`` by MLAS's SGEMM on the dequantized
     input and ``fp32(fp32(q_w - z_w) s_w)`` weights, K blocks of ``mlas_stride_k(N, K)`` per
     thread part (``fc_segments``: a MatMul's N is its output features, a conv's its pixels), then
-    ``q_y = sat(rne(y / s_y) + z_y)``. No bias: the quantizer leaves a MatMul's bias Add a separate
-    layer."""
+    ``q_y = sat(rne(y / s_y) + z_y)``. A MatMul has no bias (the quantizer leaves its bias Add a
+    separate layer); a Gemm onnxruntime runs as its float Gemm (``bias_scale``: the stored scales of
+    its DQ'd int32 bias C) starts each output at ``fp32(q_b s_b)`` and adds the K blocks' sums to it
+    (its Gemm copies C into Y, then SGEMM with beta 1): the numpy path."""
     float_path = True    # int8_native.prepare: not the VNNI integer kernel
 
     def __init__(self, kernel, bias, weight_scale, params, activation="none", activation_params=None,
-                 weight_zero_point=None):
+                 weight_zero_point=None, bias_scale=None):
         super().__init__(kernel, bias, weight_scale, params, activation, activation_params, weight_zero_point)
+        self.c = None
         if bias is not None:
-            raise ValueError("a float-path int8 FC has no bias (onnxruntime's MatMul adds none)")
+            if bias_scale is None or np.asarray(bias_scale).size != kernel.shape[0]:
+                raise ValueError("a float-path int8 FC has no bias without its bias scales (a float Gemm's C: "
+                                 "bias_scale; onnxruntime's MatMul adds none)")
+            self.c = (np.asarray(bias).reshape(-1).astype(F32) * np.asarray(bias_scale, F32).reshape(-1)).astype(F32)
         o = kernel.shape[0]
         # the same sums as a 1x1 float-path conv over the rows (the native kernel, int8_float_native.py)
         self.conv = FloatPathConv2D(kernel.reshape(o, 1, 1, -1), None, weight_scale, params, [1, 1], [0, 0, 0, 0],
@@ -251,11 +259,12 @@ class FloatPathFC(Int8FC):
         xd = np.ascontiguousarray(((quantize(x, s, z, dt) - z).astype(F32) * F32(s)).astype(F32))   # DequantizeLinear
         k, n = self.wd.shape
         parts = fc_segments(x.shape[0], n, k)
+        c = self.c
         if len(parts) == 1:
-            return fma_chain(xd, self.wd, parts[0][2])
+            return fma_chain(xd, self.wd, parts[0][2], c)
         y = np.empty((x.shape[0], n), F32)
         for n0, n1, sk in parts:     # MLAS's threads' column parts, each with its own K block
-            y[:, n0:n1] = fma_chain(xd, np.ascontiguousarray(self.wd[:, n0:n1]), sk)
+            y[:, n0:n1] = fma_chain(xd, np.ascontiguousarray(self.wd[:, n0:n1]), sk, None if c is None else c[n0:n1])
         return y
 
     def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:

@@ -149,6 +149,8 @@ def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:
     """The native ``apply`` of a float-path FC (onnxruntime's float MatMul): its 1x1 conv
     (``layer.conv``) on the [M, K] rows as the pixels of one 1 x M image, with a MatMul's K block
     ``mlas_stride_k(N, K)`` (N: the output features); None: numpy's ``layer.apply``."""
+    if getattr(layer, "c", None) is not None:   # a float Gemm's C before the sums: numpy's path
+        return None
     conv = layer.conv
     block = mlas_stride_k(conv.o, conv.ig)
     prepared = prepare_float(conv, stride_k=block)

@@ -107,8 +107,10 @@ class Int8Softmax:
     10^7). ``requant`` "float" (a group onnxruntime leaves unfused): its fp32 Softmax of the
     dequantized codes as MLAS computes it (``mlas_softmax.py``, bit for bit), then QuantizeLinear."""
 
-    def __init__(self, params: Mapping, axis: int):
+    def __init__(self, params: Mapping, axis: int, mask=None):
         self.x, self.y = _q(params, "in"), _q(params, "out")
+        # an fp32 additive mask (fuse/qdq_masked_softmax.py): Softmax(DQ(c) + mask), requant float only
+        self.mask = None if mask is None else np.asarray(mask, F32)
         if not (np.isfinite(self.x[0]) and np.isfinite(self.y[0])):
             # onnxruntime's table of an infinite s_x is NaN at 255 and 0 below: a build-dependent
             # cast of NaN (legalize's qdq_infinite_softmax rewrites the form it can reproduce)
@@ -118,6 +120,8 @@ class Int8Softmax:
             raise ValueError(f"requant {self.requant!r} (qlinear or float)")
         if self.x[2] != self.y[2] and self.requant != "float":
             raise ValueError("an int8 Softmax with input and output of different types")
+        if self.mask is not None and self.requant != "float":
+            raise ValueError("an int8 Softmax with a mask computes in float (requant float)")
         self.axis = axis
         self.y_scale = F32(np.floor(F32(1.0) / F32(self.y[0])))
         self._tables = {}
@@ -136,7 +140,13 @@ class Int8Softmax:
         c = np.moveaxis(quantize(x, *self.x).astype(np.int64), self.axis, -1)
         if self.requant == "float":   # MLAS's fp32 Softmax of the dequantized codes, then Q
             from .mlas_softmax import softmax_last_axis
-            y = softmax_last_axis(((c - self.x[1]).astype(F32) * F32(self.x[0])).astype(F32))
+            v = ((c - self.x[1]).astype(F32) * F32(self.x[0])).astype(F32)
+            if self.mask is not None:   # onnxruntime's float Add of the mask between the DQ and the Softmax
+                if self.mask.size != x.size:
+                    raise ValueError(f"a mask of {self.mask.size} values for an input of shape {list(x.shape)}")
+                with np.errstate(over="ignore", invalid="ignore"):
+                    v = (v + np.moveaxis(self.mask.reshape(x.shape), self.axis, -1)).astype(F32)
+            y = softmax_last_axis(v)
             return np.ascontiguousarray(np.moveaxis(fake_quant(y, *self.y), -1, self.axis)), True
         e = self.table(c.shape[-1])[255 + c - c.max(axis=-1, keepdims=True)]
         total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]       # in order, as the kernel sums
@@ -150,7 +160,7 @@ class Int8Softmax:
 
 def build_int8_softmax(spec, axis: int):
     try:
-        return Int8Softmax(spec.params, axis).apply
+        return Int8Softmax(spec.params, axis, spec.weight("mask")).apply
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
 

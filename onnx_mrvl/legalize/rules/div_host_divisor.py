@@ -7,7 +7,8 @@ number of real tokens. The accelerator has no division by a tensor, so the Div s
 cut the region before the layers that read the pooled vector (the romanizer's bridge Gemm: 2 regions).
 The divisor is bookkeeping of the host's inputs, already on the CPU: its reciprocal is computed there
 in fp32 (one value per sentence), and the Mul joins the region. Left alone: a divisor that reads any
-float input, constant-only divisors (sub_div_const's), and QDQ models (their float pooling tail stays
+float input, constant-only divisors (sub_div_const's), and the pooling tails of static QDQ models (a dividend computed
+from dequantized int8 activations: that float tail stays
 onnxruntime's fp32 ops on the host, where ``x * (1 / d)`` would differ from ``x / d`` in the last bit)."""
 from __future__ import annotations
 
@@ -54,9 +55,29 @@ def _host_only(g, name: str) -> Optional[str]:
     return None if inputs else "the divisor is constant"
 
 
+def _from_int8_activation(g, t: str, depth: int = 4) -> bool:
+    """``t`` is computed (within ``depth`` nodes) from a DequantizeLinear of an activation's codes (a
+    static QDQ model's Q -> DQ pair): a QDQ pooling tail. A dynamic-int8 model (quantize_dynamic's
+    DequantizeLinear of weights, the Q/DQ legalize writes for its MatMulInteger) has none there."""
+    todo, seen = [(t, 0)], set()
+    while todo:
+        name, d = todo.pop()
+        p = g.producer.get(name)
+        if p is None or name in seen or d > depth:
+            continue
+        seen.add(name)
+        if p.op_type == "DequantizeLinear":
+            q = g.producer.get(p.input[0])
+            if q is not None and q.op_type == "QuantizeLinear":
+                return True
+            continue
+        todo.extend((i, d + 1) for i in p.input if i)
+    return False
+
+
 def check(m: Match, g, target) -> Optional[str]:
-    if g.by_op.get("QuantizeLinear"):
-        return "a QDQ model: the division stays onnxruntime's fp32 op on the host (its last bit)"
+    if _from_int8_activation(g, m.node.input[0]):
+        return "a QDQ pooling tail: the division stays onnxruntime's fp32 op on the host (its last bit)"
     return _host_only(g, m.node.input[1])
 
 

@@ -114,10 +114,17 @@ def match(node, g) -> Optional[Match]:
             return None
         if node.op_type == "DequantizeLinear" and _in_const_groups(node, g):
             return None   # qdq_const_group folds the group as onnxruntime computes it
+        if node.op_type == "QuantizeLinear" and _double_pair_head(node, g):
+            return None   # qdq_double_pair merges the two pairs first, as onnxruntime does
         if node.op_type == "DequantizeLinear" and _layer_readers(node, g):
             return Match([node], {"keep_for": _layer_readers(node, g)})
         return Match([node])
     return None
+
+
+def _double_pair_head(node, g) -> bool:
+    from .qdq_double_pair import double_pair_head
+    return double_pair_head(node, g)
 
 
 def _in_const_groups(node, g) -> bool:

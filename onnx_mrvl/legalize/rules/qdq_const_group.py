@@ -66,6 +66,9 @@ def const_group(node, g) -> Optional[onnx.NodeProto]:
         return None
     if all(g.is_const(i) for i in ins) or in_condition_cone(node, g):   # fold_constants' / kept, as there
         return None
+    from .qdq_double_pair import double_pair_head
+    if double_pair_head(q, g):   # two pairs back to back: qdq_double_pair merges them first, as onnxruntime
+        return None
     return q
 
 

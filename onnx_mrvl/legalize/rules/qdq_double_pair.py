@@ -20,7 +20,8 @@ quantization are left alone (the second rounding is exact), and so are pairs tha
 removal made adjacent: a no-op Reshape, and torch's ``_safe_softmax`` guard ``Where(IsNaN(p), 0, p)``
 that ``nan_guard_dq`` drops after a DequantizeLinear of finite scales (it records the tensor), which
 onnxruntime keeps between the pairs (merged, DETR's QDQ attention was 83.2% identical). Identity /
-Dropout between them count as adjacent, as onnxruntime removes those first.
+Dropout and a Cast to float32 (a no-op on the DQ's float32 output: BART's TorchScript export casts
+its position embeddings) between them count as adjacent, as onnxruntime removes those first.
 """
 from __future__ import annotations
 
@@ -56,6 +57,29 @@ def match(node, g) -> Optional[Match]:
     if dq2 is None:
         return None
     return Match([node], {"q1": q1, "q2": q2, "dq2": dq2})
+
+
+def double_pair_head(q1, g) -> bool:
+    """``q1`` (a QuantizeLinear of a constant) starts ``Q1 -> DQ1 -> [Identity / Dropout / float Cast]
+    -> Q2 -> DQ2`` of two different scalar quantizations: fold_constants leaves it, so that this rule
+    merges the pairs first (onnxruntime keeps DequantizeLinear out of its constant folding and runs the
+    merged pair: BART's position embeddings, ``Gather(DQ(w)) -> Q -> DQ -> Cast -> Q -> DQ``);
+    folded as written, the constant took both roundings."""
+    dq1 = _only_user(g, q1.output[0], "DequantizeLinear")
+    cur = dq1
+    while cur is not None:
+        users = g.users(cur.output[0]) if cur.output else []
+        if len(users) != 1 or cur.output[0] in g.outputs:
+            return False
+        cur = users[0]
+        if cur.op_type == "QuantizeLinear":
+            break
+        if not (cur.op_type in ("Identity", "Dropout") or _float_cast(cur)):
+            return False
+    if cur is None or _only_user(g, cur.output[0], "DequantizeLinear") is None:
+        return False
+    p = [_params(g, n) for n in (q1, dq1, cur)]
+    return all(x is not None for x in p) and (float(p[1][0]), int(p[1][1])) != (float(p[2][0]), int(p[2][1]))
 
 
 def _params(g, n):
@@ -95,7 +119,8 @@ def _adjacent_in_source(g, dq1, q2) -> bool:
             cur = dq
             while True:
                 users = g.users(cur.output[0]) if cur.output else []
-                if len(users) != 1 or users[0].op_type not in ("Identity", "Dropout", "QuantizeLinear"):
+                if len(users) != 1 or not (users[0].op_type in ("Identity", "Dropout", "QuantizeLinear")
+                                           or _float_cast(users[0])):
                     break
                 cur = users[0]
                 if cur.op_type == "QuantizeLinear":
@@ -103,6 +128,14 @@ def _adjacent_in_source(g, dq1, q2) -> bool:
                     break
         _SOURCE_PAIRS[g] = pairs
     return pairs.get(id(dq1)) == id(q2)
+
+
+def _float_cast(n) -> bool:
+    """A Cast to float32 of a float32 DequantizeLinear output (BART's TorchScript ``.to(dtype)`` of the
+    position embeddings): a no-op onnxruntime's CastElimination removes before the pairs meet (the
+    chain starts at a DQ whose scale ``_params`` requires float32, and every link carries float32)."""
+    return n.op_type == "Cast" and n.domain in ("", "ai.onnx") and \
+        any(a.name == "to" and a.i == 1 for a in n.attribute)
 
 
 def check(m: Match, g, target) -> Optional[str]:
