@@ -133,3 +133,53 @@ def test_chain_onnxruntime_folds_itself():
         for k in range(3):
             f = {"x": np.random.default_rng(k).uniform(-2, 2, (1, 8, 6)).astype(np.float32)}
             assert np.array_equal(ours.run(None, f)[0], ref.run(None, f)[0])
+
+
+def _copies_model() -> onnx.ModelProto:
+    """YOLOv8's anchor grid as legalized: ``DQ(codes) -> Concat`` of copies of one DQ (expand_to_concat's
+    Expand of a unit axis) ``-> Q -> DQ``, added to a quantized input, then an int8 MatMul: a constant
+    group whose op reads one DequantizeLinear several times."""
+    rng = np.random.default_rng(3)
+    sc = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)   # noqa: E731
+    zp = lambda n: numpy_helper.from_array(np.array(0, np.int8), n)   # noqa: E731
+    inits = [numpy_helper.from_array(rng.integers(-100, 100, (1, 4, 1)).astype(np.int8), "grid_codes"),
+             sc(0.05, "s_grid"), zp("z_grid"), sc(0.05, "s_rep"), zp("z_rep"), sc(0.04, "s_x"), zp("z_x"),
+             sc(0.1, "s_y"), zp("z_y"), sc(0.2, "s_o"), zp("z_o"), sc(0.01, "s_w"), zp("z_w"),
+             numpy_helper.from_array(rng.integers(-127, 127, (5, 3)).astype(np.int8), "w_codes")]
+    nodes = [helper.make_node("DequantizeLinear", ["grid_codes", "s_grid", "z_grid"], ["grid"], "grid_dq"),
+             helper.make_node("Concat", ["grid"] * 5, ["rep"], "expand", axis=2),
+             helper.make_node("QuantizeLinear", ["rep", "s_rep", "z_rep"], ["rep_q"], "rep_q"),
+             helper.make_node("DequantizeLinear", ["rep_q", "s_rep", "z_rep"], ["rep_dq"], "rep_dq"),
+             helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["x_q"], "x_q"),
+             helper.make_node("DequantizeLinear", ["x_q", "s_x", "z_x"], ["x_dq"], "x_dq"),
+             helper.make_node("Add", ["x_dq", "rep_dq"], ["s"], "add"),
+             helper.make_node("QuantizeLinear", ["s", "s_y", "z_y"], ["s_q"], "s_q"),
+             helper.make_node("DequantizeLinear", ["s_q", "s_y", "z_y"], ["s_dq"], "s_dq"),
+             helper.make_node("DequantizeLinear", ["w_codes", "s_w", "z_w"], ["w"], "w_dq"),
+             helper.make_node("MatMul", ["s_dq", "w"], ["mm"], "fc"),
+             helper.make_node("QuantizeLinear", ["mm", "s_o", "z_o"], ["mm_q"], "mm_q"),
+             helper.make_node("DequantizeLinear", ["mm_q", "s_o", "z_o"], ["y"], "mm_dq")]
+    g = helper.make_graph(nodes, "copies", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_group_reading_one_dq_several_times_folds(tmp_path):
+    """Each DequantizeLinear goes into the group model once (it went in once per read: onnxruntime
+    refused the duplicate node names, the group stayed unfolded and its DequantizeLinear ran on the
+    CPU beside the region: the QDQ YOLOv8n of nudenet, 6 DequantizeLinear on the CPU)."""
+    model = _copies_model()
+    res = legalize.legalize(model)
+    assert [a[1] for a in res.report.applied if a[0] == "qdq_const_group"] == [["expand"]]
+    assert "grid_dq" not in [n.name for n in res.model.graph.node]
+    r = onnx_mrvl.convert(model)
+    assert not r.report.cpu_nodes() and len(r.report.regions) == 1
+    r.save(str(tmp_path / "out"), overwrite=True)
+    ours = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        f = {"x": (rng.standard_normal((1, 4, 5)) * 2).astype(np.float32)}
+        assert np.array_equal(ours.run(None, f)[0], ref.run(None, f)[0])

@@ -22,6 +22,7 @@ import glob
 import os
 import shutil
 import sys
+import time
 
 import numpy as np
 
@@ -148,7 +149,9 @@ def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
     import onnxruntime as ort
     import onnx_mrvl
     try:
+        t0 = time.perf_counter()
         r = onnx_mrvl.convert(model, calibration=calibration, input_shapes=_input_shapes(src, model))
+        seconds = time.perf_counter() - t0
         folder = os.path.join(work, tag.replace(" ", "_"))
         r.save(folder, overwrite=True)
         sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
@@ -169,7 +172,8 @@ def _line(tag: str, src: str, model: str, calibration, work: str) -> str:
         shutil.rmtree(os.path.join(work, tag.replace(" ", "_")), ignore_errors=True)
     cpu = collections.Counter(d.op_type for d in r.report.cpu_nodes())
     return (f"{tag}: regions {len(r.report.regions)} offload {r.report.offload_fraction:.3f} "
-            f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e} identical {100.0 * same / max(total, 1):.1f}%")
+            f"cpu {dict(cpu) or '-'} err vs onnxruntime {err:.2e} identical {100.0 * same / max(total, 1):.1f}% "
+            f"convert {seconds:.1f}s")
 
 
 def survey(folder: str, names, quant: bool, clean: bool = False) -> int:

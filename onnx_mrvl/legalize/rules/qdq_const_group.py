@@ -79,8 +79,8 @@ def match(node, g) -> Optional[Match]:
 
 def _group_model(node, q, g) -> onnx.ModelProto:
     dqs: List[onnx.NodeProto] = []
-    for i in node.input:
-        if i and not g.is_const(i):
+    for i in node.input:   # once each: a Concat of copies (expand_to_concat) reads one DQ many times
+        if i and not g.is_const(i) and g.producer[i] not in dqs:
             dqs.append(g.producer[i])
     computed = getattr(g, "qdq_const_group_folded", set())   # codes the model computes at run time
     consts = sorted({i for n in dqs + [node, q] for i in n.input if i and g.is_const(i)} - computed)
@@ -167,7 +167,7 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def rewrite(m: Match, g) -> str:
     node, q = m.node, m.data["q"]
-    dqs = [g.producer[i] for i in node.input if i and not g.is_const(i)]
+    dqs = list({id(p): p for p in (g.producer[i] for i in node.input if i and not g.is_const(i))}.values())
     out = q.output[0]
     g.remove(q)
     g.set_const(out, m.data["codes"])
