@@ -10,7 +10,7 @@ import pytest
 
 import onnx_mrvl
 from onnx_mrvl.quantize import quantize_model
-from onnx_mrvl.quantize.float_groups import rms_norms, signed_permutations
+from onnx_mrvl.quantize.float_groups import rms_norms, signed_permutations, written_norms_softmaxes
 from onnx_mrvl.testing.arch_decoder import llama_block, rotary
 from onnx_mrvl.testing.arch_transformer import Net
 
@@ -108,3 +108,79 @@ def test_llama_block_one_region(tmp_path):
         # the first RMSNorm on the host, the second int8_out, the masked Softmax int8 with its fp32
         # mask (fuse/qdq_masked_softmax.py): every element as onnxruntime's run (before: 56-73%)
         assert np.array_equal(a, b), float(np.mean(a == b))
+
+
+def _magika_like(seed: int = 35) -> onnx.ModelProto:
+    """magika's int8-relevant shape (tests/test_legalize_trained_more.py's builders): Dense -> moments
+    LayerNorm over features (flax through jax2tf: ReduceSum keepdims 0, Reshape + Expand back) -> 1-D
+    conv -> max over time -> moments LayerNorm -> Dense -> written-out softmax (ReduceMax, Max(-inf))."""
+    from test_fuse_exports import Net as Builder
+    from test_legalize_trained_more import _moments_ln, _softmax
+    n = Builder(seed)
+    h = _moments_ln(n, n.op("MatMul", ["x", n.w(32, 24)]), [2, 64, 24], 2)           # per position
+    h = n.op("Transpose", [h], perm=[0, 2, 1])                                          # [2, 24, 64]
+    h = n.op("Relu", [n.op("Conv", [h, n.w(40, 24, 5), n.w(40)], kernel_shape=[5])])
+    p = n.op("Reshape", [n.op("GlobalMaxPool", [h]), n.const(np.array([2, 40], np.int64))])
+    p = _moments_ln(n, p, [2, 40], 1)
+    y = n.op("Gemm", [p, n.w(12, 40), n.w(12)], "head", transB=1)
+    return n.model([("x", [2, 64, 32])], [_softmax(n, y, [2, 12], 1)])
+
+
+def _x_feeds(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((2, 64, 32)).astype(np.float32)} for _ in range(n)]
+
+
+def test_written_norms_and_softmaxes_found():
+    """Every node of both moments LayerNorms (flax form) and of the softmax; the hand-written PyTorch
+    moments form too; shapes a Shape -> Reshape leaves open measured on the given input (jax2tf);
+    a softmax without the max subtracted and a model without reductions: nothing."""
+    from test_fuse_exports import Net as Builder
+    from test_legalize_trained_more import _moments_ln, _softmax
+    m = _magika_like()
+    got = written_norms_softmaxes(m)
+    ops = sorted(n.op_type for n in m.graph.node if n.name in got)
+    assert ops.count("ReduceSum") == 5 and ops.count("ReduceMax") == 1 and ops.count("Exp") == 1
+    assert ops.count("Sqrt") == 2 and ops.count("Div") == 1 and ops.count("Max") == 3
+    assert not {"MatMul", "Conv", "Gemm", "GlobalMaxPool", "Relu", "Transpose"} & set(ops)
+    # the PyTorch moments form, behind a data-dependent Reshape and with a dynamic batch
+    n = Builder(40)
+    x = n.op("Reshape", ["x", n.op("Shape", ["x"])])
+    _moments_ln(n, x, [2, 10, 32], 2, keepdims=1, clamp=False, form="torch")
+    torch_form = n.model([("x", ["N", 10, 32])], ["ln_out"])
+    feed = {"x": np.zeros((2, 10, 32), np.float32)}
+    found = written_norms_softmaxes(torch_form, feed)
+    assert sorted(k.op_type for k in torch_form.graph.node if k.name in found) == \
+        ["Add", "Add", "Div", "Mul", "Pow", "Pow", "ReduceMean", "ReduceMean", "Sqrt", "Sub", "Sub"]
+    assert written_norms_softmaxes(torch_form) == set()      # no input shapes: nothing measured
+    n = Builder(41)
+    _softmax(n, "x", [3, 20], 1, keepdims=1, guard=False, subtract=False)
+    assert written_norms_softmaxes(n.model([("x", [3, 20])], ["probs"])) == set()
+    assert written_norms_softmaxes(_rotary_model()) == set()
+
+
+def test_magika_like_int8_one_region(tmp_path):
+    """Before: the int8 recipe quantized the LayerNorms' + eps Add and the softmax's Sub, splitting
+    both forms (their pieces on the CPU, 3 regions). Now they stay float in the QDQ model, legalize
+    makes them LayerNormalization / Softmax (fp16), and the model is one region with nothing on the
+    CPU, as close to the fp32 model as onnxruntime's run of the same QDQ model."""
+    m = _magika_like()
+    calib = _x_feeds(16, 1)
+    qdq = quantize_model(m, quantize="int8", calibration=calib).model
+    group = written_norms_softmaxes(m)
+    quantized = {n.input[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    inside = {o for n in m.graph.node if n.name in group for o in n.output
+              if not o.startswith(("ln_out", "probs"))}                # the forms' results
+    assert len(group) == 48 and not inside & quantized
+    r = onnx_mrvl.convert(m, quantize="int8", calibration=calib)
+    assert len(r.report.regions) == 1 and not list(r.report.cpu_nodes())
+    r.save(str(tmp_path / "m"), overwrite=True)
+    ours = onnx_mrvl.InferenceSession(str(tmp_path / "m" / "model.onnx"))
+    ref = ort.InferenceSession(qdq.SerializeToString(), providers=["CPUExecutionProvider"])
+    fp32 = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for f in _x_feeds(3, 2):
+        a, b, c = ours.run(None, f)[0], ref.run(None, f)[0], fp32.run(None, f)[0]
+        ours_err = np.abs(a - c).max() / np.abs(c).max()
+        ort_err = np.abs(b - c).max() / np.abs(c).max()
+        assert ours_err <= max(1.25 * ort_err, 2e-2), (ours_err, ort_err)
+        assert np.abs(a - b).max() <= 2e-3 * np.abs(b).max()     # fp16 norms / softmax vs fp32 ones (1e-4)

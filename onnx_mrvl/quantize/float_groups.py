@@ -12,6 +12,13 @@ import takes each as one accelerator layer instead of leaving its pieces on the 
   mean and the eps Add got Q -> DQ pairs that split the form fuse's ``rmsnorm`` takes (Pow /
   ReduceMean / Sqrt / Reciprocal on the CPU); float, the norm is one fp16 Mrvl ``LayerNorm``
   (``rms`` = 1) whose int8 readers quantize its output.
+- ``written_norms_softmaxes``: every node of a layer norm written from its moments (flax's
+  ``E[x^2] - E[x]^2``, jax2tf / tf2onnx; the hand-written PyTorch one) and of a softmax written out
+  with its max subtracted (``jax.nn.softmax``; PyTorch / Keras by hand): the nodes legalize's
+  ``layernorm_moments`` / ``softmax_expanded`` match on the float model (their own ``match``, so the
+  two stay the same forms). Quantized, the eps Add and the softmax's Sub got Q -> DQ pairs that
+  split both forms (magika: the pieces on the CPU, 3 regions); float, legalize makes them one
+  ``LayerNormalization`` / ``Softmax`` (fp16) whose int8 readers quantize the result.
 """
 from __future__ import annotations
 
@@ -108,3 +115,54 @@ def rms_norms(model: onnx.ModelProto) -> Set[str]:
         out |= names
     return out
 
+
+
+def written_norms_softmaxes(model: onnx.ModelProto, feed: Optional[Dict[str, np.ndarray]] = None) -> Set[str]:
+    """Names of every node of a moments layer norm or a written-out softmax (module docstring), as
+    legalize's ``layernorm_moments`` / ``softmax_expanded`` match them on ``model`` (float, with
+    static shapes from onnx's shape inference, the inputs' dims those of ``feed``, one calibration
+    input, when given; a form with unknown shapes contributes nothing)."""
+    from ..legalize import shapes
+    from ..legalize.graph import Graph
+    from ..legalize.rules import layernorm_moments, softmax_expanded
+    ops = {"ReduceSum", "ReduceMean", "ReduceMax"}
+    if not any(n.op_type in ops for n in model.graph.node):
+        return set()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for vi in copy.graph.input:
+        if feed and vi.name in feed and vi.type.HasField("tensor_type"):
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) == np.ndim(feed[vi.name]):
+                for d, v in zip(dims, np.shape(feed[vi.name])):
+                    d.Clear()
+                    d.dim_value = int(v)
+    del copy.graph.value_info[:]
+    try:
+        copy = onnx.shape_inference.infer_shapes(copy)
+    except Exception:   # noqa: BLE001 - no shapes: no group (the model quantizes as before)
+        return set()
+    consts, _, _ = _index(copy)
+    known = {t.name for t in copy.graph.initializer}
+    copy.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
+                                  if k not in known)   # Constant nodes as the rules' constants
+    g = Graph(onnx.ModelProto.FromString(copy.SerializeToString()))
+    for vi in list(copy.graph.input) + list(copy.graph.value_info) + list(copy.graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            g.set_shape(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim],
+                        tt.elem_type)
+    missing = [o for n in copy.graph.node for o in n.output if o and g.shape(o) is None]
+    if missing and feed and all(d.HasField("dim_value") for vi in copy.graph.input
+                                for d in vi.type.tensor_type.shape.dim):
+        shapes.ort_fill(copy, missing, g)   # data-dependent Reshapes (jax2tf): measured once
+    out: Set[str] = set()
+    for n in g.node_list():
+        if n.op_type not in ops or n.domain not in ("", "ai.onnx"):
+            continue
+        for rule in (layernorm_moments, softmax_expanded):
+            if n.op_type in rule.OPS:
+                mt = rule.match(n, g)
+                if mt is not None:
+                    out |= {m.name for m in mt.data["all"] if m.name}
+    return out

@@ -129,7 +129,7 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
     int8 activations, ``method`` calibration, the options of ``recipe``: ``recipe.py``);
     ``exclude``: node names kept float."""
     from onnxruntime import quantization as q
-    from .float_groups import rms_norms, signed_permutations
+    from .float_groups import rms_norms, signed_permutations, written_norms_softmaxes
     from .recipe import Recipe, float_fed_lookups, float_read_concats, not_lookups
     recipe = recipe or Recipe()
     if method not in METHODS:
@@ -149,7 +149,8 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
                           nodes_to_exclude=sorted(set(exclude) | not_lookups(model, recipe)
                                                  | float_read_concats(model, recipe) | float_fed_lookups(model, recipe)
-                                                 | signed_permutations(model) | rms_norms(model)),
+                                                 | signed_permutations(model) | rms_norms(model)
+                                                 | written_norms_softmaxes(model, samples[0] if samples else None)),
                           calibrate_method=getattr(q.CalibrationMethod, METHODS[method]),
                           extra_options=extra)
     out = onnx.load(dst)
