@@ -116,15 +116,15 @@ def rms_norms(model: onnx.ModelProto) -> Set[str]:
     return out
 
 
-
 def written_norms_softmaxes(model: onnx.ModelProto, feed: Optional[Dict[str, np.ndarray]] = None) -> Set[str]:
     """Names of every node of a moments layer norm or a written-out softmax (module docstring), as
-    legalize's ``layernorm_moments`` / ``softmax_expanded`` match them on ``model`` (float, with
+    legalize's ``layernorm_moments`` / ``softmax_expanded`` match and accept them on ``model`` (float, with
     static shapes from onnx's shape inference, the inputs' dims those of ``feed``, one calibration
     input, when given; a form with unknown shapes contributes nothing)."""
     from ..legalize import shapes
     from ..legalize.graph import Graph
     from ..legalize.rules import layernorm_moments, softmax_expanded
+    from ..target import DEFAULT_TARGET
     ops = {"ReduceSum", "ReduceMean", "ReduceMax"}
     if not any(n.op_type in ops for n in model.graph.node):
         return set()
@@ -146,14 +146,18 @@ def written_norms_softmaxes(model: onnx.ModelProto, feed: Optional[Dict[str, np.
     known = {t.name for t in copy.graph.initializer}
     copy.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()
                                   if k not in known)   # Constant nodes as the rules' constants
-    g = Graph(onnx.ModelProto.FromString(copy.SerializeToString()))
+    view = onnx.ModelProto()
+    view.CopyFrom(copy)
+    g = Graph(view)   # takes view's nodes; copy stays whole for the probe
+    g.target = DEFAULT_TARGET
     for vi in list(copy.graph.input) + list(copy.graph.value_info) + list(copy.graph.output):
         tt = vi.type.tensor_type
         if vi.type.HasField("tensor_type") and tt.HasField("shape"):
             g.set_shape(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim],
                         tt.elem_type)
     missing = [o for n in copy.graph.node for o in n.output if o and g.shape(o) is None]
-    if missing and feed and all(d.HasField("dim_value") for vi in copy.graph.input
+    open_reduction = any(n.op_type in ops and g.shape(n.input[0]) is None for n in copy.graph.node if n.input)
+    if missing and open_reduction and feed and all(d.HasField("dim_value") for vi in copy.graph.input
                                 for d in vi.type.tensor_type.shape.dim):
         shapes.ort_fill(copy, missing, g)   # data-dependent Reshapes (jax2tf): measured once
     out: Set[str] = set()
@@ -163,6 +167,6 @@ def written_norms_softmaxes(model: onnx.ModelProto, feed: Optional[Dict[str, np.
         for rule in (layernorm_moments, softmax_expanded):
             if n.op_type in rule.OPS:
                 mt = rule.match(n, g)
-                if mt is not None:
+                if mt is not None and rule.check(mt, g, DEFAULT_TARGET) is None:   # what legalize rewrites
                     out |= {m.name for m in mt.data["all"] if m.name}
     return out
