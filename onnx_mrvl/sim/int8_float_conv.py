@@ -12,7 +12,9 @@ in principle, never seen). A conv with one output channel per group (depthwise, 
 SGEMM with M = 1, which its M1 kernel computes instead (``m1_chain``: SgemmKernelM1Avx, products
 ``vmulps`` and sums ``vaddps`` in groups of 4 taps, then 2, then 1, each group's sum added to the
 output; no FMA): onnxruntime's weights come from a DequantizeLinear, so its NCHWc depthwise kernel
-never takes such a conv. Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
+never takes such a conv. A conv with one output pixel (squeeze-excite fc1 / fc2) is an SGEMM with N = 1,
+which MLAS's M1 transposed-B kernel computes (``m1t_chain``: 8 lane sums per filter, reduced per block of
+4 / 2 / 1 filters). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
 """
 from __future__ import annotations
 
