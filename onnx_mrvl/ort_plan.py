@@ -70,6 +70,22 @@ def float_gemm_of(node: onnx.NodeProto) -> Optional[str]:
     return next((p.value for p in node.metadata_props if p.key == FLOAT_GEMM_KEY), None)
 
 
+INSTANCE_NORM_KEY = "onnx_mrvl.ort_instance_norm"   # node metadata: onnxruntime runs this layer norm as InstanceNormalization
+
+
+def mark_instance_norm(node: onnx.NodeProto) -> None:
+    """Record on the LayerNormalization legalize wrote for an InstanceNormalization that onnxruntime,
+    running the model as given, computes it with its InstanceNorm kernel (sim/ort_reduce.py's
+    ``instance_norm``: another fp32 order than its LayerNormalization)."""
+    if not instance_norm(node):
+        node.metadata_props.add(key=INSTANCE_NORM_KEY, value="1")
+
+
+def instance_norm(node: onnx.NodeProto) -> bool:
+    """Whether ``mark_instance_norm`` marked ``node``."""
+    return any(p.key == INSTANCE_NORM_KEY for p in node.metadata_props)
+
+
 STRIDED_MEAN_KEY = "onnx_mrvl.ort_strided_mean"   # node metadata: onnxruntime sums this mean over a strided axis
 
 

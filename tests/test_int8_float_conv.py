@@ -224,3 +224,59 @@ def test_qdq_convtranspose_one_tap_per_pixel_follows_onnxruntime_float_sums(tmp_
             want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             got = sess.run(None, {"x": x})[0]
             assert np.array_equal(got, want), (c_in, c_out, int(np.count_nonzero(got != want)))
+
+
+@pytest.mark.parametrize("n, c, o, k, groups, size", [(1, 120, 480, 1, 1, 1), (1, 480, 120, 1, 1, 1), (1, 75, 61, 1, 1, 1),
+                                                      (3, 72, 18, 1, 1, 1), (1, 16, 22, 3, 1, 3), (1, 24, 14, 1, 2, 1),
+                                                      (1, 960, 240, 1, 1, 1), (1, 900, 242, 1, 1, 1)])
+def test_float_path_one_pixel_conv_follows_mlas_m1_transpose_b_kernel(n, c, o, k, groups, size):
+    """A float-path conv with one output pixel (squeeze-excite fc1 / fc2 on the pooled [1, C, 1, 1]
+    vector: MobileNetV3, EfficientNet) is an SGEMM with N = 1, which MLAS hands to its M1 kernel with
+    A and B swapped (SgemmKernelM1TransposeBAvx: 8 lane sums of vmulps / vaddps, reduced per block
+    of 4 / 2 / 1 rows, MLAS's thread row parts). Its fp32 sums (DQ weights and bias) equal
+    onnxruntime's float Conv bit for bit, where the FMA chain (before: LRASPP-MobileNetV3 S8's
+    ``fc2`` a code off, 76.6% identical output) differs."""
+    from onnx import helper, numpy_helper
+    from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D, fma_chain, mlas_stride_k
+    from onnx_mrvl.sim.int8_float_native import prepare_float
+    rng = np.random.default_rng(c * 7 + o)
+    ig = c // groups
+    s_x, z_x = np.float32(0.0213), np.int8(-7)
+    wq = rng.integers(-127, 128, (o, ig, k, k)).astype(np.int8)
+    ws = rng.uniform(0.001, 0.01, o).astype(np.float32)
+    bq = rng.integers(-3000, 3000, o).astype(np.int32)
+    bs = (ws * s_x).astype(np.float32)
+    params = dict(in_scale=float(s_x), in_zero_point=int(z_x), in_dtype="int8", out_scale=0.1, out_zero_point=0,
+                  out_dtype="int8")
+    layer = FloatPathConv2D(np.ascontiguousarray(wq.transpose(0, 2, 3, 1)), bq, ws, params, [1, 1], [0] * 4, [1, 1],
+                            groups, bias_scale=bs)
+    inits = [numpy_helper.from_array(v, nm) for nm, v in (("sx", s_x), ("zx", z_x), ("wq", wq), ("ws", ws),
+                                                          ("wz", np.zeros(o, np.int8)), ("bq", bq), ("bs", bs))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], group=groups, kernel_shape=[k, k])]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    native = prepare_float(layer)
+    old_differs = 0
+    for _ in range(4):
+        x = (rng.standard_normal((n, c, size, size)) * 1.3).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        xn = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        got = layer.sums(xn).transpose(0, 3, 1, 2)
+        assert got.shape == want.shape == (n, o, 1, 1)
+        assert np.array_equal(got, want), int(np.count_nonzero(got != want))
+        if native is not None:
+            assert np.array_equal(native.sums(xn).transpose(0, 3, 1, 2), want)
+        if groups == 1:      # the FMA chain of the other convs (the order before)
+            xd = ((np.clip(np.rint(xn / s_x) + z_x, -128, 127) - z_x).astype(np.float32) * s_x).astype(np.float32)
+            cols = xd.reshape(n, -1) if k == 1 else np.ascontiguousarray(xd).reshape(n, -1)
+            old = (fma_chain(cols, layer.wd, mlas_stride_k(1, cols.shape[1])) + layer.bd).astype(np.float32)
+            old_differs += int(np.count_nonzero(old != want.reshape(n, o)))
+    if groups == 1 and c >= 120:
+        assert old_differs > 0

@@ -22,7 +22,7 @@ def program_features(layers: list) -> Dict[str, int]:
     (``sequence_lens`` among its ``state_inputs``) or final-state rows (``final_state_rows``), all 2;
     a layer norm's mean summed in onnxruntime's strided order (``mean_sum``) and an int8-in layer's
     epilogue (scalar or per-channel ``post_ops``, the output's quantize-dequantize ``outq_*``) and an int8 mean's
-    constant factor (``out_mul``), 3.
+    constant factor (``out_mul``) and a layer norm in onnxruntime's InstanceNorm order (``ort_kernel``), 3.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -36,7 +36,7 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["sequence_lens"] = 2
             if params.get("final_state_rows"):
                 found["final_state_rows"] = 2
-            for key in ("mean_sum", "post_ops", "post_sizes", "outq_dtype", "out_mul"):
+            for key in ("mean_sum", "post_ops", "post_sizes", "outq_dtype", "out_mul", "ort_kernel"):
                 if params.get(key):
                     found[key] = 3
     return found

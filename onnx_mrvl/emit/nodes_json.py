@@ -362,6 +362,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                 attrs["form"] = [str(a["form"])]
             if a.get("mean_sum"):   # onnxruntime's order of the mean's sum (fuse/qdq_layernorm.py)
                 attrs["mean_sum"] = [str(a["mean_sum"])]
+            if a.get("ort_kernel"):   # onnxruntime's InstanceNorm kernel's fp32 order (fuse/transformer.py)
+                attrs["ort_kernel"] = [str(a["ort_kernel"])]
             if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)
                 attrs.update(inner_scales=_s([float(v) for v in a["inner_scales"]]),
                              inner_zero_points=_s([int(v) for v in a["inner_zero_points"]]),

@@ -82,6 +82,11 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"mean_sum {mean_sum!r}: \"strided\", on a layer norm with inner_scales only")
         params["mean_sum"] = mean_sum
         extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
+    ort_kernel = a.str("ort_kernel", "") or None   # an int8_out layer norm onnxruntime runs as InstanceNorm
+    if ort_kernel is not None:
+        if ort_kernel != "instance_norm" or rms or form or a.has("inner_scales"):
+            a.fail(f"ort_kernel {ort_kernel!r}: \"instance_norm\", on a layer norm without rms, form or inner_scales")
+        params["ort_kernel"] = ort_kernel
     for role, required in (("gamma", True), ("beta", False)):
         if not a.has(f"{role}_const_name"):
             if required:

@@ -23,6 +23,7 @@ import onnx
 
 from ..graph_index import GraphIndex, attr
 from ..opset_int8 import ALL_INT8_ATTRS
+from ..ort_plan import instance_norm
 from ..target import Target
 from .groups import Group
 from .patterns import Pattern, tensor_reason
@@ -78,7 +79,10 @@ def build_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target):
     eps = float(attr(n, "epsilon", 1e-5))
     if not eps >= 0:
         return f"epsilon {eps} is negative"
-    return Group("LayerNorm", "mrvl.layernorm", [n], [x], n.output[0], {"axis": a, "epsilon": eps}, weights)
+    attrs = {"axis": a, "epsilon": eps}
+    if instance_norm(n) and a == rank - 1 and all(np.all(v == v[0]) for v in weights.values()):
+        attrs["ort_kernel"] = "instance_norm"   # onnxruntime's InstanceNorm kernel (legalize group_norm)
+    return Group("LayerNorm", "mrvl.layernorm", [n], [x], n.output[0], attrs, weights)
 
 
 def build_softmax(g: GraphIndex, n: onnx.NodeProto, target: Target):
@@ -159,6 +163,8 @@ def materialize(m, grp: Group) -> None:
             attrs["form"] = grp.attrs["form"]
         if grp.attrs.get("mean_sum"):   # the mean onnxruntime sums over a strided axis (qdq_layernorm.py)
             attrs["mean_sum"] = grp.attrs["mean_sum"]
+        if grp.attrs.get("ort_kernel") and attrs.get("precision") == "int8_out":   # its codes: onnxruntime's
+            attrs["ort_kernel"] = grp.attrs["ort_kernel"]          # InstanceNorm kernel's order (build_layernorm)
         base = grp.anchor.name
         ins += [m.init(f"{base}_gamma", grp.weights["gamma"]),
                 m.init(f"{base}_beta", grp.weights["beta"]) if "beta" in grp.weights else ""]

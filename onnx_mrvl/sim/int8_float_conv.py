@@ -12,7 +12,9 @@ in principle, never seen). A conv with one output channel per group (depthwise, 
 SGEMM with M = 1, which its M1 kernel computes instead (``m1_chain``: SgemmKernelM1Avx, products
 ``vmulps`` and sums ``vaddps`` in groups of 4 taps, then 2, then 1, each group's sum added to the
 output; no FMA): onnxruntime's weights come from a DequantizeLinear, so its NCHWc depthwise kernel
-never takes such a conv. Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
+never takes such a conv. A conv with one output pixel (squeeze-excite fc1 / fc2) is an SGEMM with N = 1,
+which MLAS's M1 transposed-B kernel computes (``m1t_chain``: 8 lane sums per filter, reduced per block of
+4 / 2 / 1 filters). Then ``q_y = sat(rne(fp32(y) / s_y) + z_y)`` clamped by the activation.
 """
 from __future__ import annotations
 
@@ -158,6 +160,52 @@ def m1_chain(cols: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out if out is not None else np.zeros(cols.shape[:-1], F32)
 
 
+def m_parts(m: int, n: int, k: int, threads: Optional[int] = None) -> List[Tuple[int, int]]:
+    """``[(m0, m1)]``: the row ranges MLAS's threaded SGEMM gives its threads when M >= N (the thread
+    count of ``gemm_segments``, at most M; MlasPartitionWork: the first ``M % t`` threads one row more)."""
+    threads = ort_threads() if threads is None else threads
+    work = m * n * k
+    t = int(work / THREAD_COMPLEXITY) + 1 if work < THREAD_COMPLEXITY * MAX_THREADS else MAX_THREADS
+    t = max(1, min(t, threads, m))
+    per, extra = divmod(m, t)
+    parts, m0 = [], 0
+    for i in range(t):
+        m1 = m0 + per + (1 if i < extra else 0)
+        parts.append((m0, m1))
+        m0 = m1
+    return parts
+
+
+def m1t_chain(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x [..., K] @ w [K, M]`` in fp32 as MLAS's SgemmKernelM1TransposeBAvx computes an SGEMM with
+    N = 1 (a conv whose output is one pixel, handed to it with A and B swapped): per output row 8
+    lane accumulators (lane j sums the products of k = j, j + 8, ... in order; ``vmulps`` then
+    ``vaddps``, no FMA), reduced by the kernel's row block: rows in blocks of 4 (lanes
+    ``((l0 + l1) + l2) + l3`` per half, the halves added), then one of 2 (``((l0 + l2) + (l4 + l6)) +
+    ((l1 + l3) + (l5 + l7))``), then 1 (``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``), the
+    blocks counted from the first row of ``w`` (one thread's part)."""
+    k, m = w.shape
+    prods = (x[..., :, None].astype(F32) * w.astype(F32)).astype(F32)       # [..., K, M]
+    lanes = np.zeros(prods.shape[:-2] + (8, m), F32)
+    for k0 in range(0, k, 8):
+        blk = prods[..., k0:k0 + 8, :]
+        lanes[..., :blk.shape[-2], :] = (lanes[..., :blk.shape[-2], :] + blk).astype(F32)
+    lv = [lanes[..., j, :] for j in range(8)]
+
+    def add(a, b):
+        return (a + b).astype(F32)
+    four = add(add(add(add(lv[0], lv[1]), lv[2]), lv[3]), add(add(add(lv[4], lv[5]), lv[6]), lv[7]))
+    two = add(add(add(lv[0], lv[2]), add(lv[4], lv[6])), add(add(lv[1], lv[3]), add(lv[5], lv[7])))
+    one = add(add(add(lv[0], lv[1]), add(lv[2], lv[3])), add(add(lv[4], lv[5]), add(lv[6], lv[7])))
+    n4 = m // 4 * 4
+    out = four.copy()
+    if m % 4 >= 2:
+        out[..., n4:n4 + 2] = two[..., n4:n4 + 2]
+    if m % 2:
+        out[..., m - 1] = one[..., m - 1]
+    return out
+
+
 class FloatPathConv2D(Int8Conv2D):
     float_path = True    # int8_native.prepare: the fp32 kernel (int8_float_native.py), not the VNNI one
 
@@ -203,6 +251,14 @@ class FloatPathConv2D(Int8Conv2D):
             kk = self.ig * self.kh * self.kw
             cols = win.reshape(n * oh * ow, self.groups, kk)
             y[:] = m1_chain(cols, self.wd.T.reshape(self.groups, kk))
+            return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
+        if oh * ow == 1 and self.gemm == "conv" and stride_k is None:   # SGEMM with N = 1: M1 transposed-B kernel
+            kk = self.ig * self.kh * self.kw
+            parts = m_parts(og, 1, kk) if n == 1 and self.groups == 1 else [(0, og)]
+            for gi in range(self.groups):
+                cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].reshape(n, kk)
+                for m0, m1 in parts:
+                    y[:, gi * og + m0:gi * og + m1] = m1t_chain(cols, self.wd[:, gi * og + m0:gi * og + m1])
             return (y + self.bd).astype(F32).reshape(n, oh, ow, self.o)
         if stride_k is None and self.gemm != "conv":   # onnxruntime's ConvTranspose SGEMM: one K block size
             stride_k = STRIDE_K

@@ -5,7 +5,8 @@ MLAS's SGEMM: per output a chain of single-rounding fp32 FMAs over k in im2col o
 of ``mlas_stride_k``. The numpy path (``FloatPathConv2D.apply``) emulates each FMA with a float64
 product and sum rounded to fp32, a Python loop over K; the C kernel uses the FMA instruction itself
 (the numpy emulation can round twice where the FMA rounds once: never seen, tests/test_int8_float_native.py).
-A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA: numpy's ``m1_chain``.
+A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA: numpy's ``m1_chain``;
+one with one output pixel its M1 transposed-B kernel: numpy's ``m1t_chain``.
 
 ``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
 ``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU without AVX-512 BW/VL; the build failed: ``why_disabled()``),
@@ -99,6 +100,8 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
             return empty_result(layer, x, out, codes_in, codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
+        if oh * ow == 1 and not stride_k and layer.gemm == "conv":   # one output pixel: MLAS's M1 transposed-B
+            return None, _numpy_result(layer, x, out, codes_in[0], codes_out, raw)   # kernel, numpy's m1t_chain
         blocks = {stride_k} if stride_k else {sk for _, _, sk in conv_segments(layer, n, oh, ow)}
         if len(blocks) > 1:      # MLAS's threads' pixel parts of different K blocks: numpy's sums
             return None, _numpy_result(layer, x, out, codes_in[0], codes_out, raw)

@@ -1,10 +1,13 @@
 """Program layers LayerNorm and Softmax (``log`` = 1: LogSoftmax) (docs/program.md) -> prepared closures (sim/layers.py)."""
 from __future__ import annotations
 
+import numpy as np
+
 from .int8 import fake_quant
 from .fp16 import round_fp16_
 from .int8_transformer import AFFINE_FORMS, affine_inner, inner_points, int8_out_quant, layernorm_inner, rmsnorm_inner
 from .norm_ops import layernorm, layernorm_onnxruntime, log_softmax, softmax
+from .ort_reduce import instance_norm
 
 
 def _axis(spec) -> int:
@@ -44,6 +47,13 @@ def build_layernorm(spec, n_inputs: int):
     if mean_sum is not None and (mean_sum != "strided" or points is None or rms or form):
         raise spec.error(f"mean_sum {mean_sum!r}: \"strided\", on a layer norm with interior points only")
 
+    ort_kernel = spec.param("ort_kernel", None)   # onnxruntime's InstanceNorm order (fuse/transformer.py)
+    if ort_kernel is not None:
+        if ort_kernel != "instance_norm" or rms or form or points is not None or out_q is None:
+            raise spec.error(f"ort_kernel {ort_kernel!r}: \"instance_norm\", on an int8_out layer norm only")
+        if not (np.all(gamma == gamma[0]) and (beta is None or np.all(beta == beta[0]))):
+            raise spec.error("ort_kernel \"instance_norm\" needs one gamma and one beta value for the row")
+
     def run(x):
         _check_axis(spec, x, axis)
         if x.shape[axis] != gamma.size:
@@ -56,6 +66,12 @@ def build_layernorm(spec, n_inputs: int):
             y, ok = affine_inner(x, axis, eps, gamma, beta, points, form) if form else \
                 rmsnorm_inner(x, axis, eps, gamma, beta, points) if rms else \
                 layernorm_inner(x, axis, eps, gamma, beta, points, mean_strided=mean_sum == "strided")
+        elif ort_kernel is not None:   # onnxruntime's InstanceNorm kernel over the last axis, then its Q
+            if axis not in (-1, x.ndim - 1):
+                raise ValueError(f"ort_kernel instance_norm over axis {axis} (the last axis only)")
+            y = instance_norm(x.reshape(-1, x.shape[-1]), eps, float(gamma[0]),
+                              0.0 if beta is None else float(beta[0])).reshape(x.shape)
+            ok = bool(np.isfinite(y).all())
         elif out_q is not None:        # int8 codes out: onnxruntime's fp32 kernel, then its Q
             y, ok = layernorm_onnxruntime(x, axis, eps, gamma, beta, rms=rms)
         else:

@@ -81,3 +81,22 @@ def mean(x: np.ndarray, axis: int, strided: bool = False) -> np.ndarray:
     s = sum_in_order(rows) if strided else sum_last(rows)
     m = (s / F32(n)).astype(F32)
     return np.expand_dims(m.reshape(shape[:-1]), axis)
+
+
+def instance_norm(rows: np.ndarray, epsilon: float, scale: float, bias: float) -> np.ndarray:
+    """onnxruntime's fp32 InstanceNormalization kernel on ``rows`` [R, W] (row r at offset r * W; one
+    scale / bias for all rows): ``mean = fp32(sum / W)`` (Eigen's row sum, ``sum_last``), the
+    squared norm of ``d = fp32(x - mean)`` (Eigen's sum of ``fp32(d * d)``, packets from the row's
+    first element: an expression, no alignment head), ``inv = 1 / sqrt(fp32(ssq / W) + eps)``,
+    ``a = fp32(inv * scale)``, ``b = fp32(bias - fp32(mean * a))``, ``y = fp32(fp32(x * a) + b)``
+    (no FMA). The fp32 result, unrounded to any quantum."""
+    rows = np.ascontiguousarray(rows, F32)
+    r, w = rows.shape
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        mu = (sum_last(rows) / F32(w)).astype(F32)
+        d = (rows - mu[:, None]).astype(F32)
+        ssq = _eigen_rows((d * d).astype(F32), 0) if w else np.zeros(r, F32)
+        inv = (F32(1) / np.sqrt((ssq / F32(w)).astype(F32) + F32(epsilon))).astype(F32)
+        a = (inv * F32(scale)).astype(F32)
+        b = (F32(bias) - (mu * a).astype(F32)).astype(F32)
+        return ((rows * a[:, None]).astype(F32) + b[:, None]).astype(F32)

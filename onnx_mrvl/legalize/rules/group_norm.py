@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...ort_plan import mark_instance_norm
 from .base import Match, attr, reshape
 from .contrib_ops import LN_OPSET, opset_reason, raise_opset
 
@@ -83,8 +84,10 @@ def rewrite(m: Match, g) -> str:
     v = x if sx == view else reshape(g, x, view, near=node, origin=origin, tag="gn_view")
     ln = y if sx == view and not steps else g.fresh(f"{y}/ln")
     ones = g.add_const(f"{node.name}/ln_scale", np.ones(length, np.float32))
-    g.make("LayerNormalization", [v, ones], [ln], near=node, origin=origin, name=f"{node.name}/ln",
-           axis=-1, epsilon=eps)
+    lnode = g.make("LayerNormalization", [v, ones], [ln], near=node, origin=origin, name=f"{node.name}/ln",
+                   axis=-1, epsilon=eps)
+    if node.op_type == "InstanceNormalization":   # onnxruntime's InstanceNorm kernel sums in another order
+        mark_instance_norm(lnode)
     g.set_shape(ln, view, g.dtype(x))
     out = ln if sx == view else reshape(g, ln, sx, near=node, origin=origin, tag="gn_back",
                                         out=None if steps else y)
