@@ -73,3 +73,36 @@ def test_trailing_axes_mean_follows_onnxruntime_row_sums(tmp_path, residual):
         a, b = ours.run(None, f)[0], ref.run(None, f)[0]
         same, total = same + int(np.count_nonzero(a == b)), total + a.size
     assert same == total, f"{same} of {total} identical"
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_row_sum_mean_with_quark_scale(tmp_path, residual):
+    """Both session-12 changes to the float mean on one layer (merged tree): the mean's summation order
+    (``mean_sum`` rows where onnxruntime's plan keeps NCHW) and Quark's ``mean * 1.00488281`` before
+    the Q (``out_mul``): the layer records both and stays bit-exact to onnxruntime over 12 inputs."""
+    from onnx import numpy_helper
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(mean_model(residual=residual), src)
+    rng = np.random.default_rng(1)
+    quantize_static_qdq(src, dst, [{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)} for _ in range(4)])
+    m = onnx.load(dst)
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "m")
+    q.input[0] = "mc"   # ReduceMean -> Mul(c) -> Q, as Quark writes its average pools
+    m.graph.initializer.append(numpy_helper.from_array(np.float32(1.00488281), "quark_c"))
+    m.graph.node.insert(list(m.graph.node).index(q), helper.make_node("Mul", ["m", "quark_c"], ["mc"], name="mean_mul"))
+    onnx.save(m, dst)
+    res = onnx_mrvl.convert(dst)
+    model_path = res.save(str(tmp_path / "out"))
+    assert len(res.report.regions) == 1 and not res.report.cpu_nodes()
+    nodes = json.load(open(os.path.join(os.path.dirname(model_path), "mrvl_region_0-nodes.json")))["nodes"]
+    gap = [n["attrs"] for n in nodes if n.get("attrs", {}).get("layer_name") == ["GlobalAvgpool2D"]]
+    assert gap and gap[0].get("requant") == ["float"] and gap[0].get("out_mul") == [1.0048828125], gap
+    assert gap[0].get("mean_sum") == (["rows"] if residual else None), gap[0].get("mean_sum")
+    ours = onnx_mrvl.InferenceSession(model_path)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
+    for s in range(20, 32):
+        f = {"x": (2 * np.random.default_rng(s).standard_normal((1, 3, 32, 32))).astype(np.float32)}
+        a, b = ours.run(None, f)[0], ref.run(None, f)[0]
+        assert np.array_equal(a, b), f"input {s}: {int(np.count_nonzero(a != b))} of {a.size} differ"

@@ -42,3 +42,29 @@ def test_mask_add_int8_exact(act, tmp_path):
     assert len(mask_add) == 1 and mask_add[0].precision == "int8", mask_add
     agree = agreement(qpath, os.path.join(out, "model.onnx"), runs=3)
     assert all(a["identical"] == 1.0 for a in agree.values()), agree
+
+
+def test_channel_mean_sub_keeps_its_broadcast_in_nhwc(tmp_path):
+    """Quark XINT8's written-out LayerNorm over the channels of [1, C, 1, W] (PP-OCRv4 rec): ``y -
+    DQ(Q(mean_C(y)))`` between convs. The mean [1, 1, 1, W] broadcasts along C: fuse's check holds in
+    NCHW, but the region stores the conv output NHWC, where the operand [1, 1, W, 1] would broadcast
+    along the innermost axis (emit refused it: CompileError on the merged tree). The Sum2D runs on
+    the logical order (fuse/lower.py ``_broadcast_kept``): compiles, int8, bit-identical."""
+    import onnx
+    import onnxruntime as ort
+    from onnx_mrvl.testing.quark_qdq import layernorm_sub
+
+    path = str(tmp_path / "ln_sub.onnx")
+    onnx.save(layernorm_sub(0), path)
+    r = onnx_mrvl.convert(path)
+    out = str(tmp_path / "out")
+    r.save(out, overwrite=True)
+    assert r.report.decisions["sub"].precision == "int8"
+    assert [d.op_type for d in r.report.cpu_nodes()] == ["ReduceMean"]   # no accelerator op for it
+    ours = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        x = rng.normal(0, 0.5, (1, 16, 1, 24)).astype(np.float32)
+        a, b = ours.run(None, {"x": x})[0], ref.run(None, {"x": x})[0]
+        assert np.array_equal(a, b), float(np.abs(a - b).max())

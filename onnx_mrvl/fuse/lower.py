@@ -94,6 +94,8 @@ class GroupLowering:
 
     def _eltwise(self, grp: Group) -> None:
         perm = self.common_perm(grp.inputs, grp.output)
+        if len(grp.inputs) == 2 and "in2_scale" in grp.attrs and not self._broadcast_kept(grp.inputs, perm):
+            perm = None   # an int8 add's broadcast operand (qdq.py) holds in the logical order, not this one
         ins = [self.get(t, perm, for_mrvl=True, origin=grp.origin) for t in grp.inputs]
         if "operand" in grp.weights:
             rank = len(self.logical_shape(grp.output))
@@ -103,6 +105,18 @@ class GroupLowering:
                 c = c.transpose(perm)
             ins.append(self.init(f"{grp.anchor.name}_operand", c))
         self._emit(grp, grp.op, ins, self._act_attrs(grp), perm)
+
+    def _broadcast_kept(self, tensors, perm: Perm) -> bool:
+        """Whether an int8 Sum2D's operands stored in ``perm`` still have the broadcast fuse checked
+        in their logical order (``qdq.broadcast_operand``: the second along the first's leading axes,
+        the innermost axis shared). NHWC moves the channel axis innermost: a mean over the channels
+        of ``[N, C, 1, W]`` (a written-out LayerNorm's ``x - mean``) broadcasts along C, fine in NCHW,
+        but its NHWC operand ``[N, 1, W, 1]`` would broadcast along the innermost axis."""
+        from .qdq import broadcast_operand
+        a, b = (list(self.logical_shape(t)) for t in tensors)
+        if a == b or perm is None:
+            return True
+        return broadcast_operand([a[i] for i in perm], [b[i] for i in perm]) if len(b) == len(a) else False
 
     def _lookup(self, grp: Group) -> None:
         """int8 Lookup (qdq_lookup.py): a per-channel table reads its channel axis last (NHWC for

@@ -5,6 +5,9 @@ power-of-two scale (not onnxruntime's int32 at ``s_x * s_w``). Seeded weights.
     classifier_head(seed)   # x -> Q/DQ -> Conv3x3 (int8 bias, exact multiple of s_x * s_w) -> Relu
                             # -> Q/DQ -> GlobalAveragePool -> Mul(1.00488281) -> Q/DQ -> Flatten -> Q/DQ
                             # -> Gemm (transB, int8 bias at s_x * s_w / 2) -> Q/DQ -> Softmax -> Q/DQ
+    layernorm_sub(seed)     # x [1, C, 1, W] -> Q/DQ -> Conv1x1 -> Q/DQ = y; y - DQ(Q(ReduceMean(y, axis 1)))
+                            # -> Q/DQ -> Conv1x1 -> Q/DQ: the first step of Quark's written-out LayerNorm
+                            # (PP-OCRv4 rec), read by a projection
 """
 from __future__ import annotations
 
@@ -73,3 +76,45 @@ def feeds(seed: int = 0, size: int = 12):
     img = np.stack([np.sin(2 * np.pi * (rng.uniform(0.5, 2) * xx + rng.uniform(0.5, 2) * yy) + rng.uniform(0, 6))
                     for _ in range(3)])
     return {"x": (1.5 * img + rng.normal(0, 0.05, img.shape)).astype(np.float32)[None]}
+
+
+def layernorm_sub(seed: int = 0, channels: int = 16, width: int = 24) -> onnx.ModelProto:
+    """The head of Quark's written-out LayerNorm over the channels of an NCHW map ``[1, C, 1, W]``
+    (PP-OCRv4 rec's SVTR neck, XINT8): ``y - mean_C(y)`` with a Q -> DQ after the ReduceMean and the
+    Sub; the mean ``[1, 1, 1, W]`` broadcasts along C (an int8 add's operand along the leading axes in
+    NCHW, along the innermost axis in the accelerator's NHWC)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def init(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def pair(x, name, scale):
+        s, z = init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.uint8(128))
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ"))
+        return f"{name}_dq"
+
+    c = channels
+    x = pair("x", "x", 2.0 ** -6)
+    w = rng.integers(-100, 101, (c, c, 1, 1)).astype(np.int8)
+    nodes.append(helper.make_node("DequantizeLinear", [init("w_q", w), init("w_s", np.float32(2.0 ** -8)),
+                                                      init("w_z", np.int8(0))], ["w"], name="w_DQ"))
+    nodes.append(helper.make_node("Conv", [x, "w"], ["conv_y"], kernel_shape=[1, 1], name="conv"))
+    y = pair("conv_y", "conv", 2.0 ** -5)
+    nodes.append(helper.make_node("ReduceMean", [y], ["mean"], axes=[1], keepdims=1, name="mean"))
+    m = pair("mean", "mean", 2.0 ** -6)
+    nodes.append(helper.make_node("Sub", [y, m], ["diff"], name="sub"))
+    y = pair("diff", "diff", 2.0 ** -5)
+    w2 = rng.integers(-100, 101, (c, c, 1, 1)).astype(np.int8)   # the LayerNorm's reader (a projection)
+    nodes.append(helper.make_node("DequantizeLinear", [init("w2_q", w2), init("w2_s", np.float32(2.0 ** -8)),
+                                                      init("w2_z", np.int8(0))], ["w2"], name="w2_DQ"))
+    nodes.append(helper.make_node("Conv", [y, "w2"], ["proj_y"], kernel_shape=[1, 1], name="proj"))
+    y = pair("proj_y", "out", 2.0 ** -4)
+    nodes.append(helper.make_node("Identity", [y], ["y"], name="out_identity"))
+    graph = helper.make_graph(nodes, "quark_xint8_ln_sub", [helper.make_tensor_value_info("x", F32, [1, c, 1, width])],
+                              [helper.make_tensor_value_info("y", F32, [1, c, 1, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
