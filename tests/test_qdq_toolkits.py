@@ -216,7 +216,7 @@ def test_quark_pool_correction_mul_in_the_int8_mean(tmp_path):
     from onnx_mrvl.artifact import load
     b = load(str(tmp_path / "out" / "mrvl_region_0.bin"))
     assert any((lay.get("params") or {}).get("out_mul") for lay in b.meta["layers"])
-    assert b.meta["program_version"] == 3   # a version-2 reader would skip the factor
+    assert b.meta["program_version"] == 4   # a version-3 reader would skip the factor
     sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     body = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"])   # reference bodies

@@ -121,6 +121,21 @@ def test_inference_session_run_refuses_feeds_that_do_not_fit(out):
         sess.run(None, [x])
     want = sess.run(None, {"input": x})[0]
     np.testing.assert_array_equal(sess.run(None, {"input": x.tolist()})[0], want)   # lists as before
+    with pytest.raises(UsageError, match="input 'input'"):
+        sess.run(None, {"input": [[1.0, 2.0], [3.0]]})   # a ragged list
+
+
+def test_inference_session_run_leaves_sequence_inputs_to_onnxruntime():
+    """A sequence input takes a list of arrays of different shapes (conformance's SequenceMap cases):
+    the feed check leaves it to onnxruntime instead of making one array of it."""
+    from onnx import TensorProto, helper
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("SequenceLength", ["s"], ["n"])], "seq", [seq],
+                          [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnx_mrvl.InferenceSession(m)
+    got = sess.run(None, {"s": [np.zeros((2, 3), np.float32), np.zeros((4,), np.float32)]})[0]
+    assert int(got) == 2
 
 
 def test_fp16_layers_takes_a_bare_string_as_one_name():

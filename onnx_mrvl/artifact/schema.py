@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 from .io_quant import IO_QUANT_SINCE, check_io_quant
 
 PROGRAM_FORMAT = "onnx_mrvl.program"
-PROGRAM_VERSION = 3                     # newest program_version this reader understands
+PROGRAM_VERSION = 4                     # newest program_version this reader understands
 
 
 def program_features(layers: list) -> Dict[str, int]:
@@ -21,8 +21,10 @@ def program_features(layers: list) -> Dict[str, int]:
     asymmetric int8 weights (a ``weight_zero_point`` weight) and a recurrent layer's per-row lengths
     (``sequence_lens`` among its ``state_inputs``) or final-state rows (``final_state_rows``), all 2;
     a layer norm's mean summed in onnxruntime's strided order (``mean_sum``) and an int8-in layer's
-    epilogue (scalar or per-channel ``post_ops``, the output's quantize-dequantize ``outq_*``) and an int8 mean's
-    constant factor (``out_mul``) and a layer norm in onnxruntime's InstanceNorm order (``ort_kernel``), 3.
+    epilogue (scalar ``post_ops``, the output's quantize-dequantize ``outq_*``), 3; an int8 mean's
+    constant factor (``out_mul``) or row-sum order (``mean_sum`` on a pool), per-channel epilogue values
+    (``post_sizes``), a layer norm in onnxruntime's InstanceNorm order (``ort_kernel``), an int8 Sum2D's
+    broadcast operand (``broadcast``) and an int8 Softmax's additive ``mask`` weight, 4.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -36,9 +38,16 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["sequence_lens"] = 2
             if params.get("final_state_rows"):
                 found["final_state_rows"] = 2
-            for key in ("mean_sum", "post_ops", "post_sizes", "outq_dtype", "out_mul", "ort_kernel"):
+            for key in ("mean_sum", "post_ops", "outq_dtype"):
                 if params.get(key):
                     found[key] = 3
+            if params.get("mean_sum") == "rows":   # an int8 mean's Eigen row sums (a layer norm's "strided": 3)
+                found["mean_sum"] = 4
+            for key in ("post_sizes", "out_mul", "ort_kernel", "broadcast"):
+                if params.get(key):
+                    found[key] = 4
+        if isinstance(weights, dict) and "mask" in weights and layer.get("layer_name") == "Softmax":
+            found["mask"] = 4
     return found
 
 

@@ -208,18 +208,21 @@ class InferenceSession(ort.InferenceSession):
             raise UsageError(f"input_feed is a {type(input_feed).__name__}, not a dict",
                              hint=f"pass {{input name: numpy array}} for the inputs {[s[0] for s in specs]}")
         dtypes = {s[0]: s[2] for s in specs}
-        arrays = {}
-        for k, v in input_feed.items():
+        arrays = {} if self._mrvl_tensors else None   # sequence / map / optional inputs: onnxruntime checks them
+        for k, v in (input_feed.items() if arrays is not None else ()):
             if k in self._mrvl_overridable:   # an initializer the caller overrides: onnxruntime checks it
                 continue
             if isinstance(v, np.ndarray):
                 arrays[k] = v
             elif isinstance(v, (list, tuple, int, float, bool)):   # onnxruntime converts these to the input's type
-                arrays[k] = np.asarray(v, dtypes.get(k))
+                try:
+                    arrays[k] = np.asarray(v, dtypes.get(k))
+                except (TypeError, ValueError) as exc:   # a ragged list, strings for numbers
+                    raise UsageError(f"input '{k}': {exc}", hint="pass a numpy array of the input's type and shape") from None
             else:   # an OrtValue, ...: onnxruntime checks it
                 arrays = None
                 break
-        if arrays is not None and self._mrvl_tensors:
+        if arrays is not None:
             check_feeds(arrays, specs, "InferenceSession.run's input_feed")
         unknown = [n for n in (output_names or ()) if n not in self._mrvl_outputs]
         if unknown:

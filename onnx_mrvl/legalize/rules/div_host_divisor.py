@@ -55,7 +55,7 @@ def _host_only(g, name: str) -> Optional[str]:
     return None if inputs else "the divisor is constant"
 
 
-def _from_int8_activation(g, t: str, depth: int = 4) -> bool:
+def from_int8_activation(g, t: str, depth: int = 4) -> bool:
     """``t`` is computed (within ``depth`` nodes) from a DequantizeLinear of an activation's codes (a
     static QDQ model's Q -> DQ pair): a QDQ pooling tail. A dynamic-int8 model (quantize_dynamic's
     DequantizeLinear of weights, the Q/DQ legalize writes for its MatMulInteger) has none there."""
@@ -76,7 +76,7 @@ def _from_int8_activation(g, t: str, depth: int = 4) -> bool:
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    if _from_int8_activation(g, m.node.input[0]):
+    if from_int8_activation(g, m.node.input[0]):
         return "a QDQ pooling tail: the division stays onnxruntime's fp32 op on the host (its last bit)"
     return _host_only(g, m.node.input[1])
 

@@ -13,7 +13,8 @@ region. F.normalize's ``x / max(||x||, eps)`` (``Clip(min=eps)`` or ``Max``, the
 shape: facenet / speaker embeddings) takes RMS eps ``eps^2 / D``: ``x / sqrt(||x||^2 + eps^2)``, the
 same where ``||x|| >> eps`` (relative ``eps^2 / 2||x||^2``: nil for eps 1e-12 wherever fp16 holds a
 non-zero x) and 0 for x = 0 (ONNX: 0 / eps = 0). Left alone: another axis, ``keepdims=0``, a
-ReduceL2 read by anything else, p = 1."""
+ReduceL2 read by anything else, p = 1, and a static QDQ model's float tail (x computed from a Q -> DQ
+pair's codes): no int8 layer takes it, so it stays onnxruntime's own fp32 ops on the host."""
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ import numpy as np
 
 from .base import Match, attr, inp, is_float
 from .contrib_ops import Writer
+from .div_host_divisor import from_int8_activation
 
 NAME = "l2_normalize"
 OPS = ("Div", "LpNormalization")
@@ -86,6 +88,10 @@ def _denominator(g, t: str):
 
 
 def check(m: Match, g, target) -> Optional[str]:
+    if from_int8_activation(g, m.data["x"], depth=8):
+        # a static QDQ model's float tail (sentence-embedding pooling + normalise): no int8 layer takes it,
+        # so it stays onnxruntime's fp32 ReduceL2 / Div on the host, bit for bit, not the rewritten form
+        return "a QDQ model's float tail: the normalisation stays onnxruntime's fp32 ReduceL2 / Div on the host"
     return None
 
 
