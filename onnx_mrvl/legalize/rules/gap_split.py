@@ -51,8 +51,8 @@ def global_limit(target) -> int:
 MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")   # reducemean_to_gap's token mean: DQ -> Reshape -> Transpose
 
 
-def _int8(node, g) -> bool:
-    """DQ -> GlobalAveragePool -> Q (every reader a QuantizeLinear), the DQ possibly through moves."""
+def int8_global_pool(node, g) -> bool:
+    """DQ -> global pool -> Q (every reader a QuantizeLinear), the DQ possibly through moves."""
     dq = g.producer.get(node.input[0])
     for _ in range(4):
         if dq is None or dq.op_type not in MOVES or len(g.users(dq.output[0])) != 1:
@@ -64,7 +64,7 @@ def _int8(node, g) -> bool:
 
 
 def check(m: Match, g, target) -> Optional[str]:
-    if _int8(m.node, g):
+    if int8_global_pool(m.node, g):
         return "an int8 global pool (DequantizeLinear -> GlobalAveragePool -> QuantizeLinear): one int32 sum"
     _, _, h, w = m.data["sx"]
     limit = target.max_pool_kernel

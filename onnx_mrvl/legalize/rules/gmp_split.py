@@ -18,7 +18,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .base import Match, is_float
-from .gap_split import MOVES, global_limit
+from .gap_split import global_limit, int8_global_pool
 
 NAME = "gmp_split"
 OPS = ("GlobalMaxPool",)
@@ -34,22 +34,11 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"sx": list(sx)})
 
 
-def _int8(node, g) -> bool:
-    dq = g.producer.get(node.input[0])
-    for _ in range(4):
-        if dq is None or dq.op_type not in MOVES or len(g.users(dq.output[0])) != 1:
-            break
-        dq = g.producer.get(dq.input[0])
-    readers = g.users(node.output[0])
-    return dq is not None and dq.op_type == "DequantizeLinear" and bool(readers) and \
-        all(r.op_type == "QuantizeLinear" for r in readers)
-
-
 def check(m: Match, g, target) -> Optional[str]:
     if not is_float(g, m.node.input[0]):
         return "not a float tensor"
     m.data["pair"] = None
-    if _int8(m.node, g):
+    if int8_global_pool(m.node, g):
         q = g.only_consumer(m.node.output[0])
         if q is None or any(i and not g.is_const(i) for i in q.input[1:]) or \
                 np.asarray(g.const(q.input[1])).size != 1:
