@@ -135,6 +135,25 @@ def bypass_reason(m: Match, g: Graph) -> Optional[str]:
     return None
 
 
+def dq_producer(g: Graph, t: str) -> Optional[onnx.NodeProto]:
+    """The standard-domain DequantizeLinear that writes ``t``, or None (also for an empty name)."""
+    n = g.producer.get(t) if t else None
+    return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
+
+
+def read_outside(g: Graph, nodes, out: str) -> Optional[str]:
+    """The first intermediate result of ``nodes`` (every output but ``out``, the group's result) that is
+    pinned or read by a node outside the group, or None: a written-out form is replaced whole only
+    when nothing else reads its inside."""
+    inside = {id(n) for n in nodes}
+    for n in nodes:
+        if n.output[0] == out:
+            continue
+        if n.output[0] in g.pinned or any(id(u) not in inside for u in g.users(n.output[0])):
+            return n.output[0]
+    return None
+
+
 def sum_kept(g, node) -> Optional[str]:
     """Why a ReduceSum keeps its form (``reducesum_to_mean``, ``last_axis_ones``, ``reduce_sum_split``):
     an empty input, a QDQ reduction (fuse's int8 patterns read it), or ``x / sum(x)``, a decomposed

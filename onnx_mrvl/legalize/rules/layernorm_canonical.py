@@ -28,7 +28,7 @@ import numpy as np
 from onnx import helper
 
 from .. import opset_bump
-from .base import Match, attr, axes_of, is_float, scalar
+from .base import Match, attr, axes_of, is_float, read_outside, scalar
 
 NAME = "layernorm_canonical"
 OPS = ("ReduceMean", "GlobalAveragePool")
@@ -212,12 +212,9 @@ def check(mt: Match, g, target) -> Optional[str]:
     sx = g.shape(x)
     if g.shape(mt.data["out"]) != sx:
         return "the constants broadcast the tensor to another shape"
-    inside = {id(n) for n in mt.data["all"]}
-    for n in mt.data["all"]:
-        if n.output[0] == mt.data["out"]:
-            continue
-        if n.output[0] in g.pinned or any(id(u) not in inside for u in g.users(n.output[0])):
-            return f"'{n.output[0]}' is read outside the layer norm"
+    t = read_outside(g, mt.data["all"], mt.data["out"])
+    if t is not None:
+        return f"'{t}' is read outside the layer norm"
     for role in ("gamma", "beta"):
         name = mt.data[role]
         if name is not None:

@@ -17,7 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, is_float, origin_of
+from .base import Match, is_float
+from .log_floor_clamp import floor_after_log
 
 NAME = "log_eps_floor"
 OPS = ("Log",)
@@ -51,12 +52,6 @@ def check(m: Match, g, target) -> Optional[str]:
 
 def rewrite(m: Match, g) -> str:
     log, add = m.nodes
-    y = log.output[0]
-    mid = g.fresh(f"{y}/unfloored")
-    g.set_input(log, 0, m.data["v"])
-    g.remove(add)
-    g.rename_output(log, 0, mid)
-    floor = g.scalar_like(f"{add.name}/log_floor", math.log(m.data["eps"]), mid)
-    g.make("Max", [mid, floor], [y], near=log, origin=origin_of(add, log), name=f"{add.name}/log_floor")
+    floor_after_log(g, log, add, m.data["v"], m.data["eps"])
     return (f"Log(v + {m.data['eps']:g}) -> max(Log(v), {math.log(m.data['eps']):g}): the eps fp16 flushes, "
             f"in the log domain")

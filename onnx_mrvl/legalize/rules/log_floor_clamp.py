@@ -33,13 +33,19 @@ def check(m: Match, g, target) -> Optional[str]:
     return None
 
 
-def rewrite(m: Match, g) -> str:
-    log, c = m.nodes
+def floor_after_log(g, log, floor_node, v: str, eps: float) -> None:
+    """``Log(floor_node(v))`` -> ``Max(Log(v), log eps)``: the Log reads ``v``, ``floor_node`` (the
+    clamp or the ``+ eps``) goes, and the floor is taken in the log domain under the Log's output name."""
     y = log.output[0]
     mid = g.fresh(f"{y}/unfloored")
-    g.set_input(log, 0, c.input[0])
-    g.remove(c)
+    g.set_input(log, 0, v)
+    g.remove(floor_node)
     g.rename_output(log, 0, mid)
-    floor = g.scalar_like(f"{c.name}/log_floor", math.log(m.data["eps"]), mid)
-    g.make("Max", [mid, floor], [y], near=log, origin=origin_of(c, log), name=f"{c.name}/log_floor")
+    floor = g.scalar_like(f"{floor_node.name}/log_floor", math.log(eps), mid)
+    g.make("Max", [mid, floor], [y], near=log, origin=origin_of(floor_node, log), name=f"{floor_node.name}/log_floor")
+
+
+def rewrite(m: Match, g) -> str:
+    log, c = m.nodes
+    floor_after_log(g, log, c, c.input[0], m.data["eps"])
     return f"Log(max(v, {m.data['eps']:g})) -> max(Log(v), {math.log(m.data['eps']):g}): the floor fp16 flushes, in the log domain"

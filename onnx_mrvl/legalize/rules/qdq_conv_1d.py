@@ -25,7 +25,7 @@ from typing import Optional
 
 from onnx import helper
 
-from .base import Match, attr, match_rank, reshape, str_attr
+from .base import Match, attr, dq_producer, match_rank, reshape, str_attr
 
 QDQ = "qdq"   # the Match data key that marks the QDQ form
 
@@ -34,7 +34,7 @@ def pool_pairs(node, g):
     GlobalAveragePool / GlobalMaxPool -> Q``, constant scales and zero points), else None: the
     2-D pool keeps pairs around it, so fuse's int8 pool takes it (an fp16 pool between the Reshapes
     would round what onnxruntime's QLinearAveragePool / QLinearGlobalAveragePool sum exactly)."""
-    dq_x = _dq(g, node.input[0]) if node.input else None
+    dq_x = dq_producer(g, node.input[0]) if node.input else None
     q = g.only_consumer(node.output[0])
     if dq_x is None or g.is_const(dq_x.input[0]) or q is None or q.op_type != "QuantizeLinear" \
             or q.domain not in ("", "ai.onnx"):
@@ -44,16 +44,11 @@ def pool_pairs(node, g):
     return dq_x, q
 
 
-def _dq(g, t: str):
-    n = g.producer.get(t)
-    return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
-
-
 def match(node, g) -> Optional[Match]:
     m = match_rank(node, g, ("Conv",), 3)
     if m is None or len(node.input) < 2:
         return None
-    dq_x, dq_w = _dq(g, node.input[0]), _dq(g, node.input[1])
+    dq_x, dq_w = dq_producer(g, node.input[0]), dq_producer(g, node.input[1])
     if dq_x is None or dq_w is None or g.is_const(dq_x.input[0]) or not g.is_const(dq_w.input[0]):
         return None
     q = g.only_consumer(node.output[0])

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .base import Match, attr, inp
+from .base import Match, attr, dq_producer, inp
 from ...ort_plan import mark_float_gemm
 from .convtranspose_phases import interleave, plan_phases
 
@@ -35,18 +35,13 @@ QTYPES = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
 NOTE = "{precision} with dequantized weights (a QDQ ConvTranspose: %s; legalize rewrites it on float weights)"
 
 
-def _dq(g, t: str):
-    n = g.producer.get(t) if t else None
-    return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
-
-
 def match(node, g) -> Optional[Match]:
-    dq_x, dq_w = _dq(g, node.input[0]), _dq(g, inp(node, 1))
+    dq_x, dq_w = dq_producer(g, node.input[0]), dq_producer(g, inp(node, 1))
     if node.domain not in ("", "ai.onnx") or dq_x is None or dq_w is None:
         return None
     if not all(g.is_const(i) for i in dq_w.input if i):
         return None
-    dq_b = _dq(g, inp(node, 2))
+    dq_b = dq_producer(g, inp(node, 2))
     if inp(node, 2) and not g.is_const(node.input[2]) and (dq_b is None or not all(g.is_const(i) for i in dq_b.input if i)):
         return None
     return Match([node], {"dq_x": dq_x, "dq_w": dq_w, "dq_b": dq_b})

@@ -25,23 +25,18 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .base import Match, attr, inp
+from .base import Match, attr, dq_producer, inp
 
 NAME = "qdq_float_bias"
 OPS = ("Conv", "Gemm")
 INT32_MAX = 2.0 ** 31 - 1
 
 
-def _dq(g, t: str):
-    n = g.producer.get(t) if t else None
-    return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
-
-
 def match(node, g) -> Optional[Match]:
     b = inp(node, 2)
     if not b or not g.is_const(b) or g.dtype(b) != onnx.TensorProto.FLOAT or len(g.shape(b) or ()) != 1:
         return None
-    dq_x, dq_w = _dq(g, node.input[0]), _dq(g, node.input[1])
+    dq_x, dq_w = dq_producer(g, node.input[0]), dq_producer(g, node.input[1])
     if dq_x is None or dq_w is None:
         return None
     return Match([node], {"dq_x": dq_x, "dq_w": dq_w})

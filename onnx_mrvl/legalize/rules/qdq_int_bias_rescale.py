@@ -27,25 +27,20 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .base import Match, attr, inp
+from .base import Match, attr, dq_producer, inp
 
 NAME = "qdq_int_bias_rescale"
 OPS = ("Conv", "Gemm")
 INT32_MAX = 2 ** 31 - 1
 
 
-def _dq(g, t: str):
-    n = g.producer.get(t) if t else None
-    return n if n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") else None
-
-
 def match(node, g) -> Optional[Match]:
     if node.domain not in ("", "ai.onnx"):
         return None
-    dq_b = _dq(g, inp(node, 2))
+    dq_b = dq_producer(g, inp(node, 2))
     if dq_b is None or not all(g.is_const(i) for i in dq_b.input if i):
         return None
-    dq_x, dq_w = _dq(g, node.input[0]), _dq(g, node.input[1])
+    dq_x, dq_w = dq_producer(g, node.input[0]), dq_producer(g, node.input[1])
     if dq_x is None or dq_w is None or g.is_const(dq_x.input[0]) or not g.is_const(dq_w.input[0]):
         return None
     qb, sb, sx, sw = (g.const(t) for t in (dq_b.input[0], inp(dq_b, 1), inp(dq_x, 1), inp(dq_w, 1)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .base import Match, axes_of, is_float, scalar
+from .base import Match, axes_of, is_float, read_outside, scalar
 from .layernorm_moments import views_to
 
 NAME = "softmax_expanded"
@@ -83,13 +83,8 @@ def check(m: Match, g, target) -> Optional[str]:
         return "the result has another shape than the input"
     if g.opset < 13 and m.data["axis"] != len(g.shape(m.data["x"])) - 1:
         return "Softmax below opset 13 coerces to 2-D: only the last axis is the same function"
-    inside = {id(n) for n in m.data["all"]}
-    for n in m.data["all"]:
-        if n.output[0] == m.data["out"]:
-            continue
-        if n.output[0] in g.pinned or any(id(u) not in inside for u in g.users(n.output[0])):
-            return f"'{n.output[0]}' is read outside the softmax"
-    return None
+    t = read_outside(g, m.data["all"], m.data["out"])
+    return None if t is None else f"'{t}' is read outside the softmax"
 
 
 def rewrite(m: Match, g) -> str:
