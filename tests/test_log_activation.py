@@ -69,6 +69,26 @@ def test_log_shift_and_floor_are_one_activation(tmp_path):
         assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
 
 
+def test_log_of_a_power_leaving_the_accelerator_runs_on_the_host(tmp_path):
+    """fuse/host_power_log.py: basic-pitch's dB spectrum read by a per-sample min-max normalisation (no
+    accelerator layer): the squares, the Log and the dB Mul run on the host in fp32, the convs in the
+    region. Quiet input (peak 0.002: |re|, |im| ~ 1e-4, their fp16 squares subnormal) was 0.38 of
+    max|ref| with the power formed in fp16."""
+    m = log_power_db(minmax=True)
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1
+    cpu = {d.node: d.reason for d in res.report.cpu_nodes()}
+    for name in ("re_sq", "im_sq", "power", "log", "to_db"):
+        assert name in cpu and (name == "log" or "log of a power" in cpu[name]), (name, cpu.get(name))
+    assert "conv_re" not in cpu and "conv_im" not in cpu and "neg_im" not in cpu
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
+    for amp in (0.5, 0.01, 0.002):
+        x = tone_input(m, amp)
+        ref = _ref(m, x)
+        got = sess.run(None, {"input": x})[0]
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max()), amp
+
+
 def test_log_eps_floor_leaves_an_eps_fp16_keeps_alone():
     for eps, rewritten in ((1e-10, True), (2.0 ** -31, True), (1e-6, False), (1e-3, False)):
         legal = legalize(log_power_db(eps=eps)).model

@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
+from . import batch_matmul, gather_elements, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     neg, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
@@ -194,6 +194,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
     if host & int8_claimed or host & set(int8):   # the host's preprocessing is kept out of the int8 layers
         int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude, host)
     int8_claimed = int8_claimed - host
+    power_logs = host_power_log.host_nodes(g, order, ANCHORS)
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in int8:
@@ -203,7 +204,8 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
             continue
         if n.name in claimed or n.name in int8_claimed:
             continue
-        why = _excluded(n, exclude) or int8_reasons.get(n.name) or (host_preprocess.REASON if n.name in host else None)
+        why = _excluded(n, exclude) or int8_reasons.get(n.name) or (host_preprocess.REASON if n.name in host else None) \
+            or (host_power_log.REASON if n.name in power_logs else None)
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue

@@ -11,11 +11,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def log_power_db(eps: float = 1e-10, neg_imag: bool = True, shift_floor: bool = False, seed: int = 0,
-                 frames: int = 32, bins: int = 16, taps: int = 64) -> onnx.ModelProto:
+                 frames: int = 32, bins: int = 16, taps: int = 64, minmax: bool = False) -> onnx.ModelProto:
     """input [1, 1, 1, L] -> conv re / im (kernel [1, taps], stride taps / 2) -> (optionally ``-im``,
     tf2onnx's imaginary part) -> ``re^2 + im^2 + eps`` -> Log -> dB (``* 10 / ln 10``) -> a 1x1 conv.
     ``shift_floor``: ``max(Log(p) + 3 ln 2, -20)`` (log_range_scale's shift and a floor) instead of
-    the eps. Output [1, 8, 1, frames]."""
+    the eps. Output [1, 8, 1, frames]; ``minmax``: instead of the conv, basic-pitch's per-sample min-max
+    normalisation of the dB spectrum (ReduceMin, Sub, ReduceMax, Div: no accelerator layer), output
+    [1, bins, 1, frames]."""
     rng = np.random.default_rng(seed)
     hop = taps // 2
     length = hop * (frames - 1) + taps
@@ -41,11 +43,18 @@ def log_power_db(eps: float = 1e-10, neg_imag: bool = True, shift_floor: bool = 
     else:
         nodes += [helper.make_node("Add", ["power", "eps"], ["power_eps"], "plus_eps"),
                   helper.make_node("Log", ["power_eps"], ["ln"], "log")]
-    nodes += [helper.make_node("Mul", ["ln", "db"], ["spec_db"], "to_db"),
-              helper.make_node("Conv", ["spec_db", "w_out"], ["output"], "head")]
+    nodes.append(helper.make_node("Mul", ["ln", "db"], ["spec_db"], "to_db"))
+    if minmax:
+        nodes += [helper.make_node("ReduceMin", ["spec_db"], ["lo"], "min", keepdims=1),
+                  helper.make_node("Sub", ["spec_db", "lo"], ["shifted"], "sub_min"),
+                  helper.make_node("ReduceMax", ["shifted"], ["hi"], "max", keepdims=1),
+                  helper.make_node("Div", ["shifted", "hi"], ["output"], "div_range")]
+    else:
+        nodes.append(helper.make_node("Conv", ["spec_db", "w_out"], ["output"], "head"))
     g = helper.make_graph(nodes, "log_power_db",
                           [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 1, length])],
-                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 8, 1, frames])], inits)
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT,
+                                                         [1, bins if minmax else 8, 1, frames])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     return onnx.shape_inference.infer_shapes(m)
