@@ -13,7 +13,8 @@ import onnx_mrvl
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare
 from onnx_mrvl.sim.activations import apply_activation
-from onnx_mrvl.testing.log_front_models import log_power_db, tone_input
+from onnx_mrvl.errors import MrvlRuntimeError
+from onnx_mrvl.testing.log_front_models import log_db_of_relu, log_power_db, tone_input
 
 
 def _ref(m, x):
@@ -87,6 +88,38 @@ def test_log_of_a_power_leaving_the_accelerator_runs_on_the_host(tmp_path):
         ref = _ref(m, x)
         got = sess.run(None, {"input": x})[0]
         assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max()), amp
+
+
+def test_log_of_exact_zero_flows_on_as_onnxruntime_minus_inf(tmp_path, caplog):
+    """Digital silence into a Log without a floor of its own (sim/activations_smooth.only_log_of_zero):
+    the log layer's -inf is ONNX Log's value of 0, not an fp16 overflow. A floor after it (``max(dB,
+    -100)``) makes it finite as in onnxruntime, with no overflow warning; without one, the -inf (and
+    the head conv's -inf / NaN of it) is returned where onnxruntime has it, no error. A NaN (Log of a
+    negative value) still fails closed."""
+    silence = np.zeros((1, 1, 1, 64), np.float32)
+    half = silence.copy()
+    half[..., 32:] = np.sin(np.arange(32)).astype(np.float32)
+    for floor in (True, False):
+        m = log_db_of_relu(floor=floor)
+        res = onnx_mrvl.convert(m)
+        assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+        assert [kind for kind, _ in _acts(res)].count("log") == 1
+        sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / f"floor{floor}")))
+        for x in (silence, half):
+            ref = _ref(m, x)
+            caplog.clear()
+            got = sess.run(None, {"input": x})[0]
+            assert not any("overflow" in r.getMessage() for r in caplog.records)
+            assert np.array_equal(np.isfinite(got), np.isfinite(ref)) and np.isfinite(ref).all() == floor
+            fin = np.isfinite(ref)
+            assert np.array_equal(got[~fin], ref[~fin], equal_nan=True)
+            if fin.any():
+                assert float(np.abs(got[fin] - ref[fin]).max()) <= 1e-2 * float(np.abs(ref[fin]).max())
+    m = log_db_of_relu(floor=False, relu=False)
+    sess = onnx_mrvl.InferenceSession(onnx_mrvl.convert(m).save(str(tmp_path / "nan")))
+    assert np.isnan(_ref(m, half)).any()
+    with pytest.raises(MrvlRuntimeError):
+        sess.run(None, {"input": half})
 
 
 def test_log_eps_floor_leaves_an_eps_fp16_keeps_alone():
