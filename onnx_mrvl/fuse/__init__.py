@@ -205,7 +205,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         if n.name in claimed or n.name in int8_claimed:
             continue
         why = _excluded(n, exclude) or int8_reasons.get(n.name) or (host_preprocess.REASON if n.name in host else None) \
-            or (host_power_log.REASON if n.name in power_logs else None)
+            or power_logs.get(n.name)
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue

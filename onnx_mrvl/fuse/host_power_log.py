@@ -9,25 +9,30 @@ spectrum then spreads over every bin (basic-pitch's CQT: power 3.5e-8 .. 4.3 on 
 of it subnormal in fp16, 0.18 max|err| / max|ref|; 1.8e-2 with the power and its log in fp32). The
 convs producing x keep their fp16 range (their outputs are normal); only the squaring is moved.
 
-So when the log spectrum leaves the accelerator anyway (a graph output, or read by an op with no
-accelerator layer: basic-pitch's per-sample min-max normalisation), the chain from the squares to the
-Log and the constant affine steps right after the Log (the dB ``* 10 / ln 10``, the floor
-``max(., c)``) run on the host in fp32 as onnxruntime computes them: the region boundary moves up to
-the squares' inputs, no region is added. Not when ``log_range_scale`` computed the chain at a declared
-power-of-two scale (the Log's reader is its ``/unscale`` shift: the range is known to fit), and only
-when every path from the Log back reaches a square through these ops (anything else: unchanged).
+So when the log spectrum leaves the accelerator anyway (a graph output, or read only by ops with no
+accelerator layer: basic-pitch's per-sample min-max normalisation, openWakeWord's per-call
+``max - 80 dB`` floor), the Log and the constant affine steps right after it (the dB ``* 10 / ln 10``,
+log_range_scale's shift, the floor ``max(., c)``) run on the host in fp32 as onnxruntime computes
+them, and so does the chain from the squares into it unless log_range_scale computed that chain at
+a declared power-of-two scale. The region boundary moves up (to the squares' inputs, or to the Log's
+input); no region is added. The Log alone moves for precision too: an fp16 region output of the
+log spectrum is rounded to 2^-11 of |log| (0.06 at 100 dB), an fp16 power rounded to 2^-11 of
+itself moves its log by 2^-11 only.
 """
 from __future__ import annotations
 
-from typing import Collection, List, Optional, Set
+from typing import Collection, Dict, List, Optional, Set
 
 import numpy as np
 
 from ..graph_index import GraphIndex
 
-REASON = ("the log of a power (squares of computed values, range not declared): fp16 squares |x| < 2^-7 "
-          "into subnormals and |x| < 2^-12 into 0, which the Log turns into whole-unit errors; runs on "
-          "the host in fp32 (declare the input range, mrvl.input_range.<input>, for log_range_scale)")
+POWER = ("the power into a Log whose result leaves the accelerator anyway (squares of computed values, range "
+         "not declared): fp16 squares |x| < 2^-7 into subnormals and |x| < 2^-12 into 0, which the Log turns "
+         "into whole-unit errors; runs on the host in fp32 (declare the input range, "
+         "mrvl.input_range.<input>, for log_range_scale)")
+LOG = ("a Log (with its constant affine tail) whose result leaves the accelerator anyway: on the host in fp32 "
+       "(an fp16 region output of a log is rounded to 2^-11 of |log|); no region added")
 CARRY = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Sqrt", "Abs", "ReduceSum",
          "Split", "Slice", "Concat")
 SCALAR = ("Mul", "Div", "Add", "Max", "Clip")       # by a constant (Add: eps, Max / Clip: a floor)
@@ -78,19 +83,37 @@ def _chain(g: GraphIndex, start: str, depth: int = 0) -> Optional[Set[str]]:
     return nodes if squares else None
 
 
-def host_nodes(g: GraphIndex, order, accelerated: Collection[str]) -> Set[str]:
-    """Names of the nodes of every undeclared power -> Log chain and the Log's constant affine tail,
-    where that tail's result leaves the accelerator anyway: a graph output, or read by an op type not
-    in ``accelerated`` (no accelerator layer). A log spectrum the next conv reads stays in the region
-    (one region; fp16's power range is then the price of not cutting it)."""
-    keep: Set[str] = set()
+def _host_op(g: GraphIndex, r, y: str, accelerated) -> bool:
+    """``r`` (a reader of ``y``) runs on the host: its op type has no accelerator layer, or another of
+    its inputs is a statistic of ``y`` the host computes (``y - min(y)``: legalize's ``Add(y,
+    Neg(ReduceMin(y)))``; openWakeWord's ``Clip(y, max(y) - 80)``)."""
+    if r.op_type not in accelerated:
+        return True
+    return any(_from_host(g, t, y, accelerated, 8)[1] for t in _data(g, r) if t != y)
+
+
+def _from_host(g: GraphIndex, t: str, y: str, accelerated, depth: int):
+    """(``t`` is computed from ``y``, through an op with no accelerator layer) within ``depth`` ops."""
+    n = g.producer.get(t)
+    if n is None or depth == 0:
+        return False, False
+    host = n.op_type not in accelerated
+    reach = via = False
+    for i in _data(g, n):
+        r, v = (True, False) if i == y else _from_host(g, i, y, accelerated, depth - 1)
+        reach, via = reach or r, via or v or (r and host)
+    return reach, via
+
+
+def host_nodes(g: GraphIndex, order, accelerated: Collection[str]) -> Dict[str, str]:
+    """{name: reason} of the nodes of every Log whose result (after its constant affine tail) leaves the
+    accelerator anyway -- a graph output, every reader an op type not in ``accelerated`` (no
+    accelerator layer) -- with that tail and, when nothing declared its range, the power chain into
+    it. A log spectrum the next conv reads stays in the region (one region; fp16's ranges are then
+    the price of not cutting it)."""
+    keep: Dict[str, str] = {}
     for n in order:
         if n.op_type != "Log" or n.domain not in ("", "ai.onnx") or not g.is_float(n.output[0]):
-            continue
-        if any(r.name == f"{n.name}/unscale" for r in g.consumers.get(n.output[0], [])):
-            continue                                  # log_range_scale: a declared, scaled range
-        chain = _chain(g, n.input[0])
-        if chain is None:
             continue
         tail, y = [n.name], n.output[0]
         while True:                                   # Log -> * c -> + c -> max(., c): on the host too
@@ -99,6 +122,10 @@ def host_nodes(g: GraphIndex, order, accelerated: Collection[str]) -> Set[str]:
                 break
             tail.append(r.name)
             y = r.output[0]
-        if y in g.output_set or any(r.op_type not in accelerated for r in g.consumers.get(y, [])):
-            keep |= chain | set(tail)
+        readers = g.consumers.get(y, [])
+        if not (readers or y in g.output_set) or not all(_host_op(g, r, y, accelerated) for r in readers):
+            continue
+        keep.update(dict.fromkeys(tail, LOG))
+        if not any(r.name == f"{n.name}/unscale" for r in g.consumers.get(n.output[0], [])):
+            keep.update(dict.fromkeys(_chain(g, n.input[0]) or (), POWER))   # (/unscale: a declared range)
     return keep
