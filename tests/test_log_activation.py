@@ -92,6 +92,24 @@ def test_log_of_a_power_leaving_the_accelerator_runs_on_the_host(tmp_path):
         assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max()), amp
 
 
+def test_log_whose_result_leaves_the_accelerator_runs_on_the_host(tmp_path):
+    """host_power_log without squares: a dB spectrum read only by openWakeWord's per-call floor
+    ``Clip(db, max(db) - 80)`` (its bound a statistic the host computes): the Log and the dB Mul run
+    on the host in fp32 (the region's output is the Relu'd conv, rounded to 2^-11 of itself: 2.1e-3
+    dB), not as an fp16 region output rounded to 2^-11 of |dB| (0.0156 dB steps at 16-32 dB). No
+    region added: the floor was on the host already."""
+    m = log_db_of_relu(top_db=True)
+    res = onnx_mrvl.convert(m)
+    cpu = {d.node: d.reason for d in res.report.cpu_nodes()}
+    assert len(res.subgraphs) == 1 and "conv" not in cpu
+    for name in ("log", "to_db"):
+        assert cpu.get(name, "").startswith("a Log (with its constant affine tail)"), (name, cpu.get(name))
+    x = np.sin(0.3 * np.arange(64)).reshape(1, 1, 1, 64).astype(np.float32) * 40.0
+    ref = _ref(m, x)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, {"input": x})[0]
+    assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
 def test_log_of_exact_zero_flows_on_as_onnxruntime_minus_inf(tmp_path, caplog):
     """Digital silence into a Log without a floor of its own (sim/activations_smooth.only_log_of_zero):
     the log layer's -inf is ONNX Log's value of 0, not an fp16 overflow. A floor after it (``max(dB,

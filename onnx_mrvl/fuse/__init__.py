@@ -194,7 +194,6 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
     if host & int8_claimed or host & set(int8):   # the host's preprocessing is kept out of the int8 layers
         int8, int8_reasons, int8_claimed, not_int8 = _int8_groups(g, order, target, exclude, host)
     int8_claimed = int8_claimed - host
-    power_logs = host_power_log.host_nodes(g, order, ANCHORS)
     for n in order:
         decisions.record(n.name, n.op_type)
         if n.name in int8:
@@ -204,8 +203,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
             continue
         if n.name in claimed or n.name in int8_claimed:
             continue
-        why = _excluded(n, exclude) or int8_reasons.get(n.name) or (host_preprocess.REASON if n.name in host else None) \
-            or power_logs.get(n.name)
+        why = _excluded(n, exclude) or int8_reasons.get(n.name) or (host_preprocess.REASON if n.name in host else None)
         if why:
             decisions.record(n.name, n.op_type, reason=why)
             continue
@@ -280,8 +278,9 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     target = get_target(target)
     exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
     g = _Index(model)
-    g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
     order = topological_order(g.nodes, g.inputs)
+    exclude = {**host_power_log.host_nodes(g, order, ANCHORS), **exclude}   # before any activation absorbs a Log
+    g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
     decisions = Decisions()
     groups = find_groups(g, order, target, exclude, decisions)
     aliases = _aliases(g, order, groups, exclude)

@@ -68,11 +68,13 @@ def tone_input(m: onnx.ModelProto, amp: float = 0.5, seed: int = 1) -> np.ndarra
     return (amp * x / np.abs(x).max()).reshape(shape).astype(np.float32)
 
 
-def log_db_of_relu(floor: bool = True, relu: bool = True, seed: int = 0) -> onnx.ModelProto:
+def log_db_of_relu(floor: bool = True, relu: bool = True, seed: int = 0, top_db: bool = False) -> onnx.ModelProto:
     """input [1, 1, 1, 64] -> conv (8 filters, kernel 16, stride 8) -> Relu -> Log -> dB (``* 10 / ln
     10``) [-> ``max(., -100)``: a floor after the Log, not in its activation] -> a 1x1 conv. No floor
     inside the Log: an exact 0 (digital silence) gives -inf, as in onnxruntime. ``relu=False``: the
-    Log of negative values (NaN in onnxruntime). Output [1, 4, 1, 7]."""
+    Log of negative values (NaN in onnxruntime). Output [1, 4, 1, 7]; ``top_db``: instead of the floor
+    and the conv, openWakeWord's per-call floor ``Clip(db, max(db) - 80)`` (a computed bound: the
+    host's), output [1, 8, 1, 7]."""
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((8, 1, 1, 16)) / 4).astype(np.float32), "w"),
              numpy_helper.from_array(np.array(10.0 / math.log(10.0), np.float32), "db"),
@@ -83,13 +85,20 @@ def log_db_of_relu(floor: bool = True, relu: bool = True, seed: int = 0) -> onnx
              helper.make_node("Log", ["r"], ["ln"], "log"),
              helper.make_node("Mul", ["ln", "db"], ["spec_db"], "to_db")]
     y = "spec_db"
-    if floor:
-        nodes.append(helper.make_node("Max", [y, "floor"], ["floored"], "db_floor"))
-        y = "floored"
-    nodes.append(helper.make_node("Conv", [y, "w_out"], ["output"], "head"))
+    if top_db:
+        inits.append(numpy_helper.from_array(np.array(80.0, np.float32), "top"))
+        nodes += [helper.make_node("ReduceMax", [y], ["peak"], "peak", keepdims=0),
+                  helper.make_node("Sub", ["peak", "top"], ["low"], "low"),
+                  helper.make_node("Clip", [y, "low"], ["output"], "top_db")]
+    else:
+        if floor:
+            nodes.append(helper.make_node("Max", [y, "floor"], ["floored"], "db_floor"))
+            y = "floored"
+        nodes.append(helper.make_node("Conv", [y, "w_out"], ["output"], "head"))
     g = helper.make_graph(nodes, "log_db_of_relu",
                           [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 1, 1, 64])],
-                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 4, 1, 7])], inits)
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 8 if top_db else 4, 1, 7])],
+                          inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     return onnx.shape_inference.infer_shapes(m)
