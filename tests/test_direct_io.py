@@ -127,3 +127,8 @@ def test_save_marks_large_files_and_writes_the_same_folder(tmp_path, monkeypatch
     large = {name for name, d in marked[len(marked) // 2:] if d}
     assert not any(d for _, d in marked[:len(marked) // 2])
     assert large == {f"{r.subgraphs[0].name}-consts.json", r.subgraphs[0].artifact}
+
+
+def test_a_file_object_without_a_descriptor_is_written_as_before():
+    import io
+    assert direct_io.direct(io.BytesIO()) is None

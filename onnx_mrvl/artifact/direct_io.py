@@ -40,11 +40,11 @@ def direct(f: BinaryIO) -> Optional["DirectFile"]:
     descriptor: close ``f`` as before, after ``finish()``), or None where O_DIRECT is not available."""
     if not enabled():
         return None
-    fd = f.fileno()
     try:
+        fd = f.fileno()
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-    except OSError:
+    except (OSError, ValueError, AttributeError):   # not a file of the system (io.BytesIO), or refused
         return None
     return DirectFile(fd, flags)
 
