@@ -132,3 +132,20 @@ def test_save_marks_large_files_and_writes_the_same_folder(tmp_path, monkeypatch
 def test_a_file_object_without_a_descriptor_is_written_as_before():
     import io
     assert direct_io.direct(io.BytesIO()) is None
+
+
+def test_a_failing_direct_writer_fails_as_before(tmp_path):
+    """A writer that raises half-way: its error comes out (nothing else is written), every file closed."""
+    opened = []
+
+    def create(path):
+        opened.append(open(path, "xb"))
+        return opened[-1]
+
+    def write(f):
+        f.write(os.urandom(direct_io.BLOCK + 100))
+        raise OSError(errno.ENOSPC, "No space left on device")
+    write.direct = True
+    with pytest.raises(OSError, match="No space"):
+        file_writes.write_files(str(tmp_path), [("a.bin", write)], create)
+    assert all(f.closed for f in opened)

@@ -111,5 +111,10 @@ class DirectFile:
             if self.used:
                 self._out(self.used)
         finally:
+            self.close()
+
+    def close(self) -> None:
+        """Free the buffer (what is gathered and not written is dropped: the save failed)."""
+        if not self.buf.closed:
             self.view.release()
             self.buf.close()

@@ -106,10 +106,12 @@ def _write_one(f: BinaryIO, write: Writer, pool: Optional[ThreadPoolExecutor],
             write(out)
         finally:
             out.wait()   # no hash still reading this file's chunks past here
-            if fast is not None:
-                fast.finish()
+        if fast is not None:
+            fast.finish()
         f.flush()
     except BaseException:
+        if fast is not None:
+            fast.close()
         f.close()
         raise
     # fsynced on a thread while the next file is made; all before the folder is swapped in
