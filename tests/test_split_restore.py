@@ -114,3 +114,29 @@ def test_a_rewrite_partly_in_a_region_stays_rewritten():
     assert not res.restored and "inorm" in {o for r in res.regions for o in r.origin}
     ops = [n.op_type for n in res.model.graph.node if not is_subgraph(n)]
     assert "ReduceMean" in ops and "InstanceNormalization" not in ops   # the reverted LayerNorm stays
+
+
+def test_a_rewrite_in_a_converted_if_branch_is_restored():
+    """An If branch with a region goes through the same stages (bodies.py): its CPU softmax idiom is
+    put back there too."""
+    from onnx import TensorProto, numpy_helper
+    nodes, inits = _pattern("softmax_expanded", "x", "sm")
+    w = np.random.default_rng(0).standard_normal([4, 4, 3, 3]).astype(np.float32) * 0.2
+    body = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])] + nodes + \
+        [helper.make_node("Add", ["c", "sm"], ["out_t"], name="add")]
+    then_g = helper.make_graph(body, "then", [], [helper.make_tensor_value_info("out_t", TensorProto.FLOAT, SHAPE)],
+                               [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["out_e"], name="id")], "else", [],
+                               [helper.make_tensor_value_info("out_e", TensorProto.FLOAT, SHAPE)])
+    g = helper.make_graph([helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+                          "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE),
+                                helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    res = onnx_mrvl.convert(m, exclude=["add", "max", "sub", "exp", "sum", "div"])
+    then = next(a.g for a in res.model.graph.node[0].attribute if a.name == "then_branch")
+    assert [n.op_type for n in then.node if not is_subgraph(n)] == RULES["softmax_expanded"] + ["Add"]
+    assert len([n for n in then.node if is_subgraph(n)]) == 1
+    rec = {d["node"]: d for b in res.report.bodies for d in b["nodes"]}
+    assert rec["div"]["reason"].startswith("restored: softmax_expanded on the CPU")

@@ -2,12 +2,14 @@
 
 ``split(fused, ...)`` groups Mrvl nodes into regions whose collapse keeps the graph acyclic
 (regions.py), keeps them by the chosen strategy ("max", "single", "cost"; cost.py), reverts Mrvl
-nodes left outside every region to standard ONNX (revert.py), and cuts each region out as a
+nodes left outside every region to standard ONNX (revert.py), puts legalize's restorable rewrites
+that ended wholly on the CPU back as the original nodes (restore.py), and cuts each region out as a
 standalone ONNX model (``Region.model``) for the emit stage. The ``Subgraph`` nodes get their
 artifact attributes later, from ``deploy.attach_artifact``. Returns a ``SplitResult`` (the stage
 contract, onnx_mrvl/stage.py): ``decisions`` is a copy of the ``decisions=`` handed in, updated with
 each node's region (the argument is not modified); ``log`` one ``("region", origin, name)`` per region
-and one ``("dropped", origin, reason)`` per group kept on the CPU. See docs/partition.md.
+and one ``("dropped", origin, reason)`` per group kept on the CPU (and one ``("restored", origin,
+reason)`` per restored group). See docs/partition.md.
 """
 from __future__ import annotations
 
