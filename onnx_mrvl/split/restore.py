@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Set
 import onnx
 from onnx import numpy_helper
 
+from ..errors import ModelError
 from ..graph_index import extend_copies, node_reads, subgraph_reads, topological_order
 from ..provenance import get_origin
 from .deploy import is_subgraph
@@ -134,8 +135,10 @@ def _plan(idx: _Index, names: List[str], record, offloaded: Set[str]):
     return alias
 
 
-def _restore(model: onnx.ModelProto, idx: _Index, names: List[str], record, alias: Dict[str, str]) -> List[str]:
-    """Replace the group's products by its original nodes, in place; returns the products' names."""
+def _restore(model: onnx.ModelProto, idx: _Index, names: List[str], record, alias: Dict[str, str]
+             ) -> Optional[List[str]]:
+    """Replace the group's products by its original nodes, in place; returns the products' names
+    (None, the model untouched, when the result would not be acyclic)."""
     g = model.graph
     prods = sorted({i for o in names for i in idx.by_origin[o]})
     gone = set(prods)
@@ -152,18 +155,21 @@ def _restore(model: onnx.ModelProto, idx: _Index, names: List[str], record, alia
         orig.append(node)
     nodes = [n for i, n in enumerate(idx.nodes) if i not in gone]
     at = sum(1 for i in range(prods[0]) if i not in gone)
-    order = topological_order(nodes[:at] + orig + nodes[at:], idx.inputs)
+    try:
+        order = topological_order(nodes[:at] + orig + nodes[at:], idx.inputs)
+    except ModelError:   # the originals would close a cycle with what fuse made around them: keep the rewrite
+        return None
     dead_calls = {(n.domain, n.op_type, n.overload) for i, n in enumerate(idx.nodes) if i in gone}
     del g.node[:]
     g.node.extend(order)
     read = {t for n in order for t in node_reads(n)} | subgraph_reads(order) | idx.outputs
-    extend_copies(g.initializer, (record.initializers[t] for t in sorted(read - idx.inits - idx.inputs)
-                                  if t in record.initializers and t not in idx.producer))
-    kept = [t for t in g.initializer if t.name in read]
-    if len(kept) != len(g.initializer):
-        del g.initializer[:]
-        extend_copies(g.initializer, kept)
     made = {o for n in order for o in n.output if o}
+    extend_copies(g.initializer, (record.initializers[t] for t in sorted(read - idx.inits - idx.inputs - made)
+                                  if t in record.initializers))
+    dead = {t for i in prods for t in node_reads(idx.nodes[i])} - read   # the products' own constants
+    for k in reversed(range(len(g.initializer)) if dead & idx.inits else ()):
+        if g.initializer[k].name in dead:
+            del g.initializer[k]
     vis = [v for v in g.value_info if v.name in made]
     have = {v.name for v in vis}
     for n in orig:
@@ -197,6 +203,8 @@ def restore(model: onnx.ModelProto, record, offloaded: Set[str]) -> List[dict]:
         if isinstance(plan, str):
             continue
         replaced = _restore(model, idx, names, record, plan)
+        if replaced is None:
+            continue
         done.append({"rules": list(dict.fromkeys(a.rule for a in apps)), "origin": list(names),
                      "replaced": replaced})
         idx = _Index(model)
