@@ -79,9 +79,9 @@ def test_usage_errors_with_json_print_a_json_error(argv, words, capsys):
 
 
 def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypatch, capsys):
-    """Ctrl-C while the files are written: exit 130 (with --json an error object), no file in the
-    output folder (made empty before the work, as a path mistake shows before it) and no staging
-    folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
+    """Ctrl-C while the files are written: exit 130 (with --json an error object), no output folder
+    (it was left behind empty: the target was made before the work), no parent folder the save made
+    and no staging folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
     import onnx_mrvl.save as save
 
     def interrupted(model):
@@ -93,14 +93,71 @@ def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypa
     target = tmp_path / "new"
     assert main(["convert", EXAMPLE, "-o", str(target)]) == 130
     assert "interrupted" in capsys.readouterr().err
-    assert os.listdir(target) == [] and os.listdir(tmp_path) == ["new"]
+    assert os.listdir(tmp_path) == []
+    assert main(["convert", EXAMPLE, "-o", str(tmp_path / "a" / "b" / "new")]) == 130
+    assert os.listdir(tmp_path) == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["convert", EXAMPLE, "-o", str(empty)]) == 130
+    assert os.listdir(tmp_path) == ["empty"] and os.listdir(empty) == []
+    empty.rmdir()
     old = tmp_path / "old"
     shutil.copytree(out / "out", old)
     before = {p: (old / p).read_bytes() for p in os.listdir(old)}
     assert main(["convert", EXAMPLE, "-o", str(old), "--overwrite", "--json"]) == 130
     assert json.loads(capsys.readouterr().out)["error"]["exit_code"] == 130
     assert {p: (old / p).read_bytes() for p in os.listdir(old)} == before
-    assert sorted(os.listdir(tmp_path)) == ["new", "old"]
+    assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+def test_a_failed_save_leaves_a_new_target_absent(tmp_path, monkeypatch):
+    """An exception while the files are written (a full disk): the API's save leaves no folder."""
+    import onnx_mrvl.save as save
+    result = onnx_mrvl.convert(EXAMPLE)
+
+    def full(model):
+        def write(f):
+            raise OSError(28, "No space left on device")
+        return write
+    monkeypatch.setattr(save, "_model", full)
+    with pytest.raises(OSError, match="No space"):
+        result.save(str(tmp_path / "x" / "out"))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("signame,code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
+def test_a_convert_killed_mid_save_leaves_nothing(out, tmp_path, signame, code):
+    """The child process signalled while it writes model.onnx: exit 128 + the signal, the target
+    absent (or an earlier conversion untouched) and no staging folder beside it (SIGTERM ended the
+    process without cleanup: a '.new.onnx_mrvl-new-*' folder with the written files stayed)."""
+    import signal
+    import time
+    from onnx_mrvl.testing.cli_run import start_cli
+    marker = tmp_path / "writing"
+    prelude = (f"import time, onnx_mrvl.save as s\n"
+               f"def _model(model):\n"
+               f"    def write(f):\n"
+               f"        f.write(b'partial'); open({str(marker)!r}, 'w').close(); time.sleep(120)\n"
+               f"    return write\n"
+               f"s._model = _model")
+    work = tmp_path / "work"
+    work.mkdir()
+    old = work / "old"
+    shutil.copytree(out / "out", old)
+    before = {p: (old / p).read_bytes() for p in os.listdir(old)}
+    for argv in (["-o", str(work / "new")], ["-o", str(old), "--overwrite"]):
+        child = start_cli("convert", EXAMPLE, *argv, prelude=prelude)
+        deadline = time.monotonic() + 300
+        while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), child.communicate()
+        marker.unlink()
+        child.send_signal(getattr(signal, signame))
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == code, err
+        assert "Traceback" not in err and ("interrupted" in err or f"terminated ({signame})" in err)
+        assert sorted(os.listdir(work)) == ["old"]
+        assert {p: (old / p).read_bytes() for p in os.listdir(old)} == before
 
 
 def test_inference_session_run_refuses_feeds_that_do_not_fit(out):
