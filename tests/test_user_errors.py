@@ -271,3 +271,57 @@ def test_compare_with_the_conversion_as_reference_says_so(out, capsys):
     'mrvl_region_0.bin' without the model's folder" and a hint about InferenceSession)."""
     code, err, error = _cli(["compare", str(out / "out"), EXAMPLE], capsys)
     assert code == 3 and "is a converted model" in err and "ORIGINAL.onnx OUT_DIR" in error["fix"]
+
+
+def _conv_model(dims):
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("dims,given,words", [
+    (["N", 3, "H", "W"], [1, 4, 16, 16], "input 'x': dimension 1 is 3 in the model (static), --input-shape "
+                                         "x:1,4,16,16 (input_shapes) gives 4"),
+    ([1, 3, 16, 16], [1, 3, 32, 32], "input 'x': dimension 2 is 16 in the model (static), --input-shape "
+                                     "x:1,3,32,32 (input_shapes) gives 32"),
+    (["N", 3, "H", "W"], [1, 3, 16], "has rank 3, the model's input has rank 4"),
+    (["N", 3, "H", "W"], [1, 3, 0, 16], "every dimension must be a positive integer"),
+    (["N", 3, "H", "W"], [1, 3, 16.5, 16], "every dimension must be a positive integer"),
+])
+def test_input_shapes_must_keep_the_models_static_dimensions(tmp_path, dims, given, words, capsys):
+    """A static dimension may only be given its own value (was: accepted, the model converted for the
+    given size: a 16x16 model converted as 32x32 without a word); the input and dimension are named."""
+    m = _conv_model(dims)
+    with pytest.raises(UsageError) as info:
+        onnx_mrvl.convert(m, input_shapes={"x": given})
+    assert words in str(info.value)
+    assert info.value.node == "x" and info.value.hint
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    if all(isinstance(d, int) for d in given):
+        spec = "x:" + ",".join(map(str, given))
+        for extra in ([], ["--stage", "legalize"]):
+            code, err, error = _cli(["convert", path, "-o", str(tmp_path / "o"), "--input-shape", spec, *extra], capsys)
+            assert code == 3 and words in err and "Fix:" in err and error["type"] == "UsageError"
+            assert error["node"] == "x" and not (tmp_path / "o").exists()
+    ok = onnx_mrvl.convert(m, input_shapes={"x": [1, 3, 16, 16]}, embed=True)   # symbolic ones set, static kept
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    import onnxruntime as ort
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onnx_mrvl.InferenceSession(ok.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_input_shapes_of_the_wrong_type_or_name_are_usage_errors():
+    m = _conv_model(["N", 3, "H", "W"])
+    with pytest.raises(UsageError, match="must be a dict"):
+        onnx_mrvl.convert(m, input_shapes=[1, 3, 16, 16])
+    with pytest.raises(UsageError, match=r"names no input of the model \(inputs: \['x'\]\)"):
+        onnx_mrvl.convert(m, input_shapes={"X": [1, 3, 16, 16]})
+    with pytest.raises(UsageError, match="not a list of dimensions"):
+        onnx_mrvl.convert(m, input_shapes={"x": "1,3,16,16"})

@@ -85,12 +85,13 @@ def run(args) -> int:
     if args.stage != "all":
         from ..fuse import fuse
         from ..legalize import legalize
-        from ..options import check_node_names
+        from ..options import check_input_shapes, check_node_names
 
         from ..quantize.dynamic_calibrated import quantize_or_calibrate
 
         model = load_model(args.model)
         validate_model(model)
+        shapes = check_input_shapes(model, shapes)
         model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
                                       calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
                                       snr_budget_db=args.snr_budget, input_shapes=shapes,

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import ModelError, MrvlError
+from ..errors import MrvlError, UsageError
 from ..feeds import check_feeds, random_array, read_inputs
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_MRVL, EXIT_INTERNAL = 0, 1, 2, 3, 4
@@ -40,11 +40,12 @@ def parse_input_shapes(specs: Optional[List[str]]) -> Optional[Dict[str, List[in
     for spec in specs:
         name, sep, dims = spec.rpartition(":")
         if not sep or not name:
-            raise ModelError(f"--input-shape '{spec}' is not NAME:D1,D2,...", hint="e.g. --input-shape x:1,3,224,224")
+            raise UsageError(f"--input-shape '{spec}' is not NAME:D1,D2,...", hint="e.g. --input-shape x:1,3,224,224")
         try:
             out[name] = [int(d) for d in dims.replace("x", ",").split(",") if d]
         except ValueError:
-            raise ModelError(f"--input-shape '{spec}' has a dimension that is not an integer") from None
+            raise UsageError(f"--input-shape '{spec}' has a dimension that is not an integer",
+                             hint="give integer sizes, e.g. --input-shape x:1,3,224,224") from None
     return out
 
 
