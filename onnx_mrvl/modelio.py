@@ -368,6 +368,18 @@ def check_file_target(path: str) -> None:
                          hint="name a file (it may be inside that folder), not the folder")
 
 
+def make_folder(folder: str, what: str) -> None:
+    """Create ``folder`` (and its parents) for an output file; a file in the way or a folder that
+    cannot be created is an ``ArtifactError`` naming ``what`` (the option or file), not an OSError."""
+    if not folder:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"{what}: cannot create the folder '{folder}' ({exc.strerror or exc})",
+                            hint="choose a path whose folders are folders (not files) and writable") from None
+
+
 def write_bytes_atomic(path: str, data: bytes) -> None:
     write_atomic(path, lambda f: f.write(data))
 

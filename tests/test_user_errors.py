@@ -325,3 +325,45 @@ def test_input_shapes_of_the_wrong_type_or_name_are_usage_errors():
         onnx_mrvl.convert(m, input_shapes={"X": [1, 3, 16, 16]})
     with pytest.raises(UsageError, match="not a list of dimensions"):
         onnx_mrvl.convert(m, input_shapes={"x": "1,3,16,16"})
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "OUT", "--seed", "-1"],                       # was exit 4: numpy's "expected non-negative integer"
+    ["compare", EXAMPLE, "OUT", "--seed", "-1"],
+    ["compare", EXAMPLE, "OUT", "--rtol", "-1"],          # was exit 1: every tensor "failed"
+    ["compare", EXAMPLE, "OUT", "--atol", "nan"],
+    ["compare", EXAMPLE, "OUT", "--limit", "-1"],
+    ["run", "OUT", "--compare", EXAMPLE, "--tolerance", "-1"],
+    ["run", "OUT", "--compare", EXAMPLE, "--atol", "inf"],
+])
+def test_option_values_out_of_range_are_usage_errors(out, argv, capsys):
+    argv = [str(out / "out") if a == "OUT" else a for a in argv]
+    code, err, error = _cli(argv, capsys)
+    assert code == 2 and error["type"] == "usage" and argv[-2] in error["message"]
+    assert "internal error" not in err
+
+
+def test_report_original_without_html_is_refused(out, tmp_path, capsys):
+    """``--original`` only draws the HTML page: without --html it was ignored, exit 0, even for a
+    file that is no model at all."""
+    (tmp_path / "notes.txt").write_text("hello")
+    code, err, error = _cli(["report", str(out / "out"), "--original", str(tmp_path / "notes.txt")], capsys)
+    assert code == 3 and "no --html was given" in err and "--html OUT.html" in error["fix"]
+
+
+@pytest.mark.parametrize("command", ["report", "diff", "sim", "convert"])
+def test_an_output_path_below_a_file_is_named(out, tmp_path, command, monkeypatch, capsys):
+    """An output path whose folder is a file: exit 3 naming it (report / diff --html and sim -o
+    ended in an internal error, FileExistsError; convert found it after the whole conversion)."""
+    import onnx_mrvl.pipeline as pipeline
+    (tmp_path / "f").write_text("x")
+    below = str(tmp_path / "f" / "sub" / "x")
+    o = out / "out"
+    argv = {"report": ["report", str(o), "--html", below + ".html"],
+            "diff": ["diff", EXAMPLE, EXAMPLE, "--html", below + ".html"],
+            "sim": ["sim", "-m", str(o / "mrvl_region_0.bin"), "--inputs", str(out / "in.npz"), "-o", below],
+            "convert": ["convert", EXAMPLE, "-o", below]}[command]
+    monkeypatch.setattr(pipeline, "convert", lambda *a, **k: pytest.fail("converted before the path check"))
+    code, err, error = _cli(argv, capsys)
+    assert code == 3 and str(tmp_path / "f") in err and "file" in err and error["type"] == "ArtifactError"
+    assert error["fix"] and sorted(os.listdir(tmp_path)) == ["f"]

@@ -102,11 +102,25 @@ def check_target(target: str, *, overwrite: bool = False, protect: Iterable[str]
     shown = os.fspath(target)
     real = os.path.realpath(shown)
     if not os.path.lexists(real):
+        _check_creatable(real, shown)
         return False
     if not os.path.isdir(real):
         raise ArtifactError(f"the output folder '{shown}' is a file",
                             hint="choose a folder path that is not a file and is writable")
     return _check_target(real, shown, overwrite, protect)
+
+
+def _check_creatable(real: str, shown: str) -> None:
+    """A new target's nearest existing folder must be a writable folder (a file in the way, or a
+    read-only place, shows before the work rather than after the conversion)."""
+    above = os.path.dirname(real)
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    why = ("'%s' is a file" % above if not os.path.isdir(above) else
+           "'%s' is not writable" % above if not os.access(above, os.W_OK | os.X_OK) else None)
+    if why:
+        raise ArtifactError(f"cannot create the output folder '{shown}': {why}",
+                            hint="choose a folder path that is not below a file and is writable")
 
 
 def _exchange(a: str, b: str) -> bool:

@@ -138,6 +138,18 @@ def nonnegative_int(text: str) -> int:
     return _integer(text, 0)
 
 
+def tolerance(text: str) -> float:
+    """A finite number >= 0 (``--atol -1`` failed every comparison, ``--atol nan`` too: exit 1, a
+    "difference" that was the option's mistake)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+    return value
+
+
 # ---- strict JSON ----------------------------------------------------------------------------------
 
 def _finite(obj, path: str, flags: Dict[str, str]):
