@@ -367,3 +367,37 @@ def test_an_output_path_below_a_file_is_named(out, tmp_path, command, monkeypatc
     code, err, error = _cli(argv, capsys)
     assert code == 3 and str(tmp_path / "f") in err and "file" in err and error["type"] == "ArtifactError"
     assert error["fix"] and sorted(os.listdir(tmp_path)) == ["f"]
+
+
+def test_api_arguments_of_the_wrong_kind_are_our_errors(out, tmp_path):
+    """None / a number as the model or output folder, a folder as InferenceSession's model, a bare
+    string as output_names (was: TypeError from os.fspath, "Is a directory", and the letters of the
+    name taken as output names), str / None as a feed (was RuntimeError; None aborted the process,
+    checked in a child process)."""
+    import subprocess
+    import sys
+    for bad in (None, 3, ""):
+        with pytest.raises(UsageError, match="the model is"):
+            onnx_mrvl.convert(bad)
+        with pytest.raises(UsageError, match="InferenceSession's model is"):
+            onnx_mrvl.InferenceSession(bad)
+    result = onnx_mrvl.convert(EXAMPLE)
+    for bad in (None, 3, ""):
+        with pytest.raises(UsageError, match="save\\(\\)'s output folder"):
+            result.save(bad)
+    with pytest.raises(ModelError, match="is a folder") as info:
+        onnx_mrvl.InferenceSession(str(out / "out"))
+    assert str(out / "out" / "model.onnx") in info.value.hint
+    sess = onnx_mrvl.InferenceSession(str(out / "out" / "model.onnx"))
+    x = np.zeros((1, 1, 28, 28), np.float32)
+    with pytest.raises(UsageError, match="output_names is the string 'output'") as info:
+        sess.run("output", {"input": x})
+    assert "['output']" in info.value.hint
+    with pytest.raises(UsageError, match="input 'input' .* is str"):
+        sess.run(None, {"input": "abc"})
+    code = (f"import onnx_mrvl\nfrom onnx_mrvl.errors import UsageError\n"
+            f"s = onnx_mrvl.InferenceSession({str(out / 'out' / 'model.onnx')!r})\n"
+            f"try:\n    s.run(None, {{'input': None}})\nexcept UsageError as e:\n    print('UsageError', e)\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert child.returncode == 0 and "UsageError input 'input'" in child.stdout and "NoneType" in child.stdout, child.stderr
