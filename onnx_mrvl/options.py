@@ -8,6 +8,7 @@ matches (difflib), so ``--exclude conv_1`` on a model whose node is ``conv1`` sa
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -145,3 +146,12 @@ def check_input_shapes(model: onnx.ModelProto, input_shapes) -> Optional[Dict[st
                          f"(the model's input is {declared}; only its symbolic dimensions take other sizes)")
         out[name] = [int(d) for d in dims]
     return out
+
+
+def check_tolerances(**values) -> None:
+    """``atol=-1`` / ``rtol=nan`` fail every comparison (a "difference" that is the argument's
+    mistake): each must be a finite real number >= 0 (``UsageError`` otherwise)."""
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+            raise UsageError(f"{key}={value!r} is not a finite number >= 0",
+                             hint=f"pass a tolerance such as {key}=1e-3, or leave it out for the default")

@@ -401,3 +401,13 @@ def test_api_arguments_of_the_wrong_kind_are_our_errors(out, tmp_path):
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert child.returncode == 0 and "UsageError input 'input'" in child.stdout and "NoneType" in child.stdout, child.stderr
+
+
+@pytest.mark.parametrize("kw", [{"atol": -1}, {"rtol": float("nan")}, {"atol": "1e-3"}, {"seed": -1}])
+def test_compare_models_refuses_tolerances_and_seeds_out_of_range(out, kw):
+    """``compare_models(atol=-1)`` failed every tensor (a "difference"), seed=-1 raised numpy's
+    ValueError: both are the argument's mistake, named."""
+    from onnx_mrvl.inspection.compare import compare_models
+    with pytest.raises(UsageError, match=f"{next(iter(kw))}=") as info:
+        compare_models(EXAMPLE, str(out / "out" / "model.onnx"), **kw)
+    assert info.value.hint
