@@ -411,3 +411,13 @@ def test_compare_models_refuses_tolerances_and_seeds_out_of_range(out, kw):
     with pytest.raises(UsageError, match=f"{next(iter(kw))}=") as info:
         compare_models(EXAMPLE, str(out / "out" / "model.onnx"), **kw)
     assert info.value.hint
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_convert_stage_into_a_file_is_named(tmp_path, below, capsys):
+    """``convert --stage legalize -o FILE`` (or a folder below a file): exit 3 naming the folder
+    (was exit 4: FileExistsError / NotADirectoryError of os.makedirs)."""
+    (tmp_path / "f").write_text("x")
+    target = str(tmp_path / "f" / below) if below else str(tmp_path / "f")
+    code, err, error = _cli(["convert", EXAMPLE, "-o", target, "--stage", "legalize"], capsys)
+    assert code == 3 and "-o OUT_DIR: cannot create the folder" in err and error["type"] == "ArtifactError"

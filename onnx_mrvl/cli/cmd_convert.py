@@ -75,7 +75,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..modelio import load_model, validate_model, write_bytes_atomic
+    from ..modelio import load_model, make_folder, validate_model, write_bytes_atomic
 
     from ..quantize.recipe import parse_cli
 
@@ -106,7 +106,7 @@ def run(args) -> int:
             if args.explain:
                 for d in result.decisions.values():
                     print(f"{d.node:<32} {d.op_type:<20} {d.placement:<12} {d.reason}")
-        os.makedirs(args.output, exist_ok=True)
+        make_folder(args.output, "-o OUT_DIR")
         path = os.path.join(args.output, f"{args.stage}.onnx")
         write_bytes_atomic(path, out.SerializeToString())
         if args.json:
