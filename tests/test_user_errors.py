@@ -421,3 +421,19 @@ def test_convert_stage_into_a_file_is_named(tmp_path, below, capsys):
     target = str(tmp_path / "f" / below) if below else str(tmp_path / "f")
     code, err, error = _cli(["convert", EXAMPLE, "-o", target, "--stage", "legalize"], capsys)
     assert code == 3 and "-o OUT_DIR: cannot create the folder" in err and error["type"] == "ArtifactError"
+
+
+def test_convert_into_a_read_only_place_fails_before_converting(tmp_path, monkeypatch, capsys):
+    """A new output folder whose nearest existing folder is not writable (a read-only mount; root
+    ignores permission bits, so os.access is made to say so): exit 3 naming it, before the
+    conversion (was: after it, from the staging folder's mkdtemp)."""
+    import onnx_mrvl.artifact.folder as folder
+    import onnx_mrvl.pipeline as pipeline
+    ro = str(tmp_path / "ro")
+    os.mkdir(ro)
+    real_access = os.access
+    monkeypatch.setattr(folder.os, "access", lambda p, mode: False if p == ro else real_access(p, mode))
+    monkeypatch.setattr(pipeline, "convert", lambda *a, **k: pytest.fail("converted before the path check"))
+    code, err, error = _cli(["convert", EXAMPLE, "-o", os.path.join(ro, "a", "out")], capsys)
+    assert code == 3 and f"'{ro}' is not writable" in err and error["type"] == "ArtifactError"
+    assert os.listdir(ro) == []
