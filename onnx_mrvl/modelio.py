@@ -128,6 +128,22 @@ def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> onnx.M
     return read_model(model)[0]
 
 
+MODEL_FORMS = "a path of a .onnx file, an onnx.ModelProto or the model's bytes"
+
+
+def as_path(value, what: str, forms: str = MODEL_FORMS) -> str:
+    """``os.fspath(value)``; anything else (None, a number) is a ``UsageError`` naming ``what`` (the
+    argument) and the ``forms`` it takes, not a TypeError from deep inside."""
+    try:
+        path = os.fspath(value)
+    except TypeError:
+        raise UsageError(f"{what} is {type(value).__name__} {value!r:.40}, not {forms}",
+                         hint=f"pass {forms}") from None
+    if not path:
+        raise UsageError(f"{what} is an empty path", hint=f"pass {forms}")
+    return path if isinstance(path, str) else os.fsdecode(path)
+
+
 def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
                ) -> Tuple[onnx.ModelProto, Optional[List[Optional[int]]]]:
     """``load_model``, and the raw_data length of each ``graph.initializer`` as the serialized
@@ -143,7 +159,7 @@ def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
             return onnx.load_from_string(data), raw_data_sizes(data)
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise ModelError(f"not an ONNX model ({exc})", hint="pass a .onnx file") from None
-    path = os.fspath(model)
+    path = as_path(model, "the model")
     if os.path.isdir(path):
         raise ModelError(f"'{path}' is a folder, not a model file",
                          hint="pass the .onnx file itself (of a `onnx-mrvl convert` output folder: OUT_DIR/model.onnx)")
@@ -366,6 +382,18 @@ def check_file_target(path: str) -> None:
     if os.path.isdir(path):
         raise UsageError(f"the output file '{path}' is a folder",
                          hint="name a file (it may be inside that folder), not the folder")
+
+
+def make_folder(folder: str, what: str) -> None:
+    """Create ``folder`` (and its parents) for an output file; a file in the way or a folder that
+    cannot be created is an ``ArtifactError`` naming ``what`` (the option or file), not an OSError."""
+    if not folder:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"{what}: cannot create the folder '{folder}' ({exc.strerror or exc})",
+                            hint="choose a path whose folders are folders (not files) and writable") from None
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:

@@ -1,5 +1,6 @@
 """Checks of what the user passes to ``convert()`` and the command line: node names in
-``exclude``/``cut_after`` that match nothing, tile counts and sizes that are not positive.
+``exclude``/``cut_after`` that match nothing, tile counts and sizes that are not positive, input
+shapes that contradict the model's static dimensions.
 
 A typo must not be accepted silently: an unknown name raises ``UsageError`` listing the close
 matches (difflib), so ``--exclude conv_1`` on a model whose node is ``conv1`` says so.
@@ -7,8 +8,9 @@ matches (difflib), so ``--exclude conv_1`` on a model whose node is ``conv1`` sa
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import onnx
 
@@ -97,3 +99,59 @@ def check_positive(**values: Optional[int]) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0):
             raise UsageError(f"{key}={value!r} is not a positive integer",
                              hint=f"pass a positive {key} or leave it out (None) for the target's default")
+
+
+def check_input_shapes(model: onnx.ModelProto, input_shapes) -> Optional[Dict[str, List[int]]]:
+    """``input_shapes`` ({graph input name: [dims]}, CLI ``--input-shape NAME:D1,D2,...``) checked
+    against ``model``'s graph inputs: a known name, positive integer dims, the input's rank, and a
+    static dimension only at its own value (a symbolic / unknown one may take any size). Raises
+    ``UsageError`` naming the input, the dimension, the model's value and the given one; returns the
+    shapes as lists of ints (None when none are given)."""
+    if not input_shapes:
+        return None
+    if not isinstance(input_shapes, Mapping):
+        raise UsageError(f"input_shapes must be a dict {{input name: [dims]}}, got {type(input_shapes).__name__}",
+                         hint="e.g. input_shapes={'x': [1, 3, 224, 224]} (CLI: --input-shape x:1,3,224,224)")
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    out: Dict[str, List[int]] = {}
+    for name, dims in input_shapes.items():
+        given = f"input_shapes[{name!r}] (CLI --input-shape {name}:...)"
+        if name not in inputs:
+            hint = suggest([str(name)], inputs)
+            raise UsageError(f"{given} names no input of the model (inputs: {sorted(inputs)})", node=str(name),
+                             hint=(hint + " " if hint else "") + "use the model's input names")
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+            raise UsageError(f"{given} is {dims!r}, not a list of dimensions", node=name,
+                             hint=f"e.g. input_shapes={{{name!r}: [1, 3, 224, 224]}}")
+        dims = list(dims)
+        bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1]
+        if bad or not dims:
+            raise UsageError(f"{given} is {dims}: every dimension must be a positive integer", node=name,
+                             hint="give the input's full shape, e.g. 1,3,224,224")
+        t = inputs[name].type.tensor_type
+        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+                    for d in t.shape.dim] if t.HasField("shape") else None
+        shown = ",".join(map(str, dims))
+        if declared is not None and len(declared) and len(declared) != len(dims):
+            raise UsageError(f"input '{name}': --input-shape {name}:{shown} has rank {len(dims)}, the model's "
+                             f"input has rank {len(declared)} {declared}", node=name,
+                             hint=f"give {len(declared)} dimensions")
+        for k, (want, got) in enumerate(zip(declared or [], dims)):
+            if isinstance(want, int) and want != got:
+                raise UsageError(
+                    f"input '{name}': dimension {k} is {want} in the model (static), --input-shape "
+                    f"{name}:{shown} (input_shapes) gives {got}", node=name,
+                    hint=f"a static dimension can only be set to its own value: give {want} for dimension {k} "
+                         f"(the model's input is {declared}; only its symbolic dimensions take other sizes)")
+        out[name] = [int(d) for d in dims]
+    return out
+
+
+def check_tolerances(**values) -> None:
+    """``atol=-1`` / ``rtol=nan`` fail every comparison (a "difference" that is the argument's
+    mistake): each must be a finite real number >= 0 (``UsageError`` otherwise)."""
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+            raise UsageError(f"{key}={value!r} is not a finite number >= 0",
+                             hint=f"pass a tolerance such as {key}=1e-3, or leave it out for the default")

@@ -20,7 +20,7 @@ from .fuse import fuse
 from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
 from .modelio import read_model, validate_model
-from .options import as_names, check_node_names, check_positive
+from .options import as_names, check_input_shapes, check_node_names, check_positive
 from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
 from .report import Report
@@ -110,6 +110,7 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     t0 = CLOCK()
     original, raw_sizes = read_model(model)
     validate_model(original, raw_sizes)
+    input_shapes = check_input_shapes(original, input_shapes)
     t_load = CLOCK() - t0
     if progress and (quantize != "float16" or calibration is not None):
         progress(f"quantize ({quantize})" if quantize != "float16" else "calibrate (dynamic int8)")

@@ -10,7 +10,7 @@ from .artifact import direct_io
 from .artifact.folder import Writer, write_folder
 from .artifact.manifest import build
 from .gcpause import gc_paused
-from .modelio import dump_json
+from .modelio import as_path, dump_json
 from .stamp import converter_info
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool =
     ``progress(message)`` gets "writing region i of N" when a region's first file starts and "wrote
     region i of N" when its binary is done (default: INFO records of this module's logger); a binary is
     written beside the next region's files, so region i+1 may be announced before region i is done."""
+    out_dir = as_path(out_dir, "save()'s output folder", "a folder path (str or os.PathLike)")
     say = progress or log.info
     files: List[Tuple[str, Writer]] = []
     region_of: Dict[str, str] = {}

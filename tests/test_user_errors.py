@@ -79,9 +79,9 @@ def test_usage_errors_with_json_print_a_json_error(argv, words, capsys):
 
 
 def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypatch, capsys):
-    """Ctrl-C while the files are written: exit 130 (with --json an error object), no file in the
-    output folder (made empty before the work, as a path mistake shows before it) and no staging
-    folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
+    """Ctrl-C while the files are written: exit 130 (with --json an error object), no output folder
+    (it was left behind empty: the target was made before the work), no parent folder the save made
+    and no staging folder beside it; an earlier conversion being replaced (--overwrite) stays whole."""
     import onnx_mrvl.save as save
 
     def interrupted(model):
@@ -93,14 +93,71 @@ def test_interrupted_convert_leaves_nothing_half_written(out, tmp_path, monkeypa
     target = tmp_path / "new"
     assert main(["convert", EXAMPLE, "-o", str(target)]) == 130
     assert "interrupted" in capsys.readouterr().err
-    assert os.listdir(target) == [] and os.listdir(tmp_path) == ["new"]
+    assert os.listdir(tmp_path) == []
+    assert main(["convert", EXAMPLE, "-o", str(tmp_path / "a" / "b" / "new")]) == 130
+    assert os.listdir(tmp_path) == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["convert", EXAMPLE, "-o", str(empty)]) == 130
+    assert os.listdir(tmp_path) == ["empty"] and os.listdir(empty) == []
+    empty.rmdir()
     old = tmp_path / "old"
     shutil.copytree(out / "out", old)
     before = {p: (old / p).read_bytes() for p in os.listdir(old)}
     assert main(["convert", EXAMPLE, "-o", str(old), "--overwrite", "--json"]) == 130
     assert json.loads(capsys.readouterr().out)["error"]["exit_code"] == 130
     assert {p: (old / p).read_bytes() for p in os.listdir(old)} == before
-    assert sorted(os.listdir(tmp_path)) == ["new", "old"]
+    assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+def test_a_failed_save_leaves_a_new_target_absent(tmp_path, monkeypatch):
+    """An exception while the files are written (a full disk): the API's save leaves no folder."""
+    import onnx_mrvl.save as save
+    result = onnx_mrvl.convert(EXAMPLE)
+
+    def full(model):
+        def write(f):
+            raise OSError(28, "No space left on device")
+        return write
+    monkeypatch.setattr(save, "_model", full)
+    with pytest.raises(OSError, match="No space"):
+        result.save(str(tmp_path / "x" / "out"))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("signame,code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
+def test_a_convert_killed_mid_save_leaves_nothing(out, tmp_path, signame, code):
+    """The child process signalled while it writes model.onnx: exit 128 + the signal, the target
+    absent (or an earlier conversion untouched) and no staging folder beside it (SIGTERM ended the
+    process without cleanup: a '.new.onnx_mrvl-new-*' folder with the written files stayed)."""
+    import signal
+    import time
+    from onnx_mrvl.testing.cli_run import start_cli
+    marker = tmp_path / "writing"
+    prelude = (f"import time, onnx_mrvl.save as s\n"
+               f"def _model(model):\n"
+               f"    def write(f):\n"
+               f"        f.write(b'partial'); open({str(marker)!r}, 'w').close(); time.sleep(120)\n"
+               f"    return write\n"
+               f"s._model = _model")
+    work = tmp_path / "work"
+    work.mkdir()
+    old = work / "old"
+    shutil.copytree(out / "out", old)
+    before = {p: (old / p).read_bytes() for p in os.listdir(old)}
+    for argv in (["-o", str(work / "new")], ["-o", str(old), "--overwrite"]):
+        child = start_cli("convert", EXAMPLE, *argv, prelude=prelude)
+        deadline = time.monotonic() + 300
+        while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), child.communicate()
+        marker.unlink()
+        child.send_signal(getattr(signal, signame))
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == code, err
+        assert "Traceback" not in err and ("interrupted" in err or f"terminated ({signame})" in err)
+        assert sorted(os.listdir(work)) == ["old"]
+        assert {p: (old / p).read_bytes() for p in os.listdir(old)} == before
 
 
 def test_inference_session_run_refuses_feeds_that_do_not_fit(out):
@@ -214,3 +271,169 @@ def test_compare_with_the_conversion_as_reference_says_so(out, capsys):
     'mrvl_region_0.bin' without the model's folder" and a hint about InferenceSession)."""
     code, err, error = _cli(["compare", str(out / "out"), EXAMPLE], capsys)
     assert code == 3 and "is a converted model" in err and "ORIGINAL.onnx OUT_DIR" in error["fix"]
+
+
+def _conv_model(dims):
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("dims,given,words", [
+    (["N", 3, "H", "W"], [1, 4, 16, 16], "input 'x': dimension 1 is 3 in the model (static), --input-shape "
+                                         "x:1,4,16,16 (input_shapes) gives 4"),
+    ([1, 3, 16, 16], [1, 3, 32, 32], "input 'x': dimension 2 is 16 in the model (static), --input-shape "
+                                     "x:1,3,32,32 (input_shapes) gives 32"),
+    (["N", 3, "H", "W"], [1, 3, 16], "has rank 3, the model's input has rank 4"),
+    (["N", 3, "H", "W"], [1, 3, 0, 16], "every dimension must be a positive integer"),
+    (["N", 3, "H", "W"], [1, 3, 16.5, 16], "every dimension must be a positive integer"),
+])
+def test_input_shapes_must_keep_the_models_static_dimensions(tmp_path, dims, given, words, capsys):
+    """A static dimension may only be given its own value (was: accepted, the model converted for the
+    given size: a 16x16 model converted as 32x32 without a word); the input and dimension are named."""
+    m = _conv_model(dims)
+    with pytest.raises(UsageError) as info:
+        onnx_mrvl.convert(m, input_shapes={"x": given})
+    assert words in str(info.value)
+    assert info.value.node == "x" and info.value.hint
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    if all(isinstance(d, int) for d in given):
+        spec = "x:" + ",".join(map(str, given))
+        for extra in ([], ["--stage", "legalize"]):
+            code, err, error = _cli(["convert", path, "-o", str(tmp_path / "o"), "--input-shape", spec, *extra], capsys)
+            assert code == 3 and words in err and "Fix:" in err and error["type"] == "UsageError"
+            assert error["node"] == "x" and not (tmp_path / "o").exists()
+    ok = onnx_mrvl.convert(m, input_shapes={"x": [1, 3, 16, 16]}, embed=True)   # symbolic ones set, static kept
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    import onnxruntime as ort
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onnx_mrvl.InferenceSession(ok.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_input_shapes_of_the_wrong_type_or_name_are_usage_errors():
+    m = _conv_model(["N", 3, "H", "W"])
+    with pytest.raises(UsageError, match="must be a dict"):
+        onnx_mrvl.convert(m, input_shapes=[1, 3, 16, 16])
+    with pytest.raises(UsageError, match=r"names no input of the model \(inputs: \['x'\]\)"):
+        onnx_mrvl.convert(m, input_shapes={"X": [1, 3, 16, 16]})
+    with pytest.raises(UsageError, match="not a list of dimensions"):
+        onnx_mrvl.convert(m, input_shapes={"x": "1,3,16,16"})
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "OUT", "--seed", "-1"],                       # was exit 4: numpy's "expected non-negative integer"
+    ["compare", EXAMPLE, "OUT", "--seed", "-1"],
+    ["compare", EXAMPLE, "OUT", "--rtol", "-1"],          # was exit 1: every tensor "failed"
+    ["compare", EXAMPLE, "OUT", "--atol", "nan"],
+    ["compare", EXAMPLE, "OUT", "--limit", "-1"],
+    ["run", "OUT", "--compare", EXAMPLE, "--tolerance", "-1"],
+    ["run", "OUT", "--compare", EXAMPLE, "--atol", "inf"],
+])
+def test_option_values_out_of_range_are_usage_errors(out, argv, capsys):
+    argv = [str(out / "out") if a == "OUT" else a for a in argv]
+    code, err, error = _cli(argv, capsys)
+    assert code == 2 and error["type"] == "usage" and argv[-2] in error["message"]
+    assert "internal error" not in err
+
+
+def test_report_original_without_html_is_refused(out, tmp_path, capsys):
+    """``--original`` only draws the HTML page: without --html it was ignored, exit 0, even for a
+    file that is no model at all."""
+    (tmp_path / "notes.txt").write_text("hello")
+    code, err, error = _cli(["report", str(out / "out"), "--original", str(tmp_path / "notes.txt")], capsys)
+    assert code == 3 and "no --html was given" in err and "--html OUT.html" in error["fix"]
+
+
+@pytest.mark.parametrize("command", ["report", "diff", "sim", "convert"])
+def test_an_output_path_below_a_file_is_named(out, tmp_path, command, monkeypatch, capsys):
+    """An output path whose folder is a file: exit 3 naming it (report / diff --html and sim -o
+    ended in an internal error, FileExistsError; convert found it after the whole conversion)."""
+    import onnx_mrvl.pipeline as pipeline
+    (tmp_path / "f").write_text("x")
+    below = str(tmp_path / "f" / "sub" / "x")
+    o = out / "out"
+    argv = {"report": ["report", str(o), "--html", below + ".html"],
+            "diff": ["diff", EXAMPLE, EXAMPLE, "--html", below + ".html"],
+            "sim": ["sim", "-m", str(o / "mrvl_region_0.bin"), "--inputs", str(out / "in.npz"), "-o", below],
+            "convert": ["convert", EXAMPLE, "-o", below]}[command]
+    monkeypatch.setattr(pipeline, "convert", lambda *a, **k: pytest.fail("converted before the path check"))
+    code, err, error = _cli(argv, capsys)
+    assert code == 3 and str(tmp_path / "f") in err and "file" in err and error["type"] == "ArtifactError"
+    assert error["fix"] and sorted(os.listdir(tmp_path)) == ["f"]
+
+
+def test_api_arguments_of_the_wrong_kind_are_our_errors(out, tmp_path):
+    """None / a number as the model or output folder, a folder as InferenceSession's model, a bare
+    string as output_names (was: TypeError from os.fspath, "Is a directory", and the letters of the
+    name taken as output names), str / None as a feed (was RuntimeError; None aborted the process,
+    checked in a child process)."""
+    import subprocess
+    import sys
+    for bad in (None, 3, ""):
+        with pytest.raises(UsageError, match="the model is"):
+            onnx_mrvl.convert(bad)
+        with pytest.raises(UsageError, match="InferenceSession's model is"):
+            onnx_mrvl.InferenceSession(bad)
+    result = onnx_mrvl.convert(EXAMPLE)
+    for bad in (None, 3, ""):
+        with pytest.raises(UsageError, match="save\\(\\)'s output folder"):
+            result.save(bad)
+    with pytest.raises(ModelError, match="is a folder") as info:
+        onnx_mrvl.InferenceSession(str(out / "out"))
+    assert str(out / "out" / "model.onnx") in info.value.hint
+    sess = onnx_mrvl.InferenceSession(str(out / "out" / "model.onnx"))
+    x = np.zeros((1, 1, 28, 28), np.float32)
+    with pytest.raises(UsageError, match="output_names is the string 'output'") as info:
+        sess.run("output", {"input": x})
+    assert "['output']" in info.value.hint
+    with pytest.raises(UsageError, match="input 'input' .* is str"):
+        sess.run(None, {"input": "abc"})
+    code = (f"import onnx_mrvl\nfrom onnx_mrvl.errors import UsageError\n"
+            f"s = onnx_mrvl.InferenceSession({str(out / 'out' / 'model.onnx')!r})\n"
+            f"try:\n    s.run(None, {{'input': None}})\nexcept UsageError as e:\n    print('UsageError', e)\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert child.returncode == 0 and "UsageError input 'input'" in child.stdout and "NoneType" in child.stdout, child.stderr
+
+
+@pytest.mark.parametrize("kw", [{"atol": -1}, {"rtol": float("nan")}, {"atol": "1e-3"}, {"seed": -1}])
+def test_compare_models_refuses_tolerances_and_seeds_out_of_range(out, kw):
+    """``compare_models(atol=-1)`` failed every tensor (a "difference"), seed=-1 raised numpy's
+    ValueError: both are the argument's mistake, named."""
+    from onnx_mrvl.inspection.compare import compare_models
+    with pytest.raises(UsageError, match=f"{next(iter(kw))}=") as info:
+        compare_models(EXAMPLE, str(out / "out" / "model.onnx"), **kw)
+    assert info.value.hint
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_convert_stage_into_a_file_is_named(tmp_path, below, capsys):
+    """``convert --stage legalize -o FILE`` (or a folder below a file): exit 3 naming the folder
+    (was exit 4: FileExistsError / NotADirectoryError of os.makedirs)."""
+    (tmp_path / "f").write_text("x")
+    target = str(tmp_path / "f" / below) if below else str(tmp_path / "f")
+    code, err, error = _cli(["convert", EXAMPLE, "-o", target, "--stage", "legalize"], capsys)
+    assert code == 3 and "-o OUT_DIR: cannot create the folder" in err and error["type"] == "ArtifactError"
+
+
+def test_convert_into_a_read_only_place_fails_before_converting(tmp_path, monkeypatch, capsys):
+    """A new output folder whose nearest existing folder is not writable (a read-only mount; root
+    ignores permission bits, so os.access is made to say so): exit 3 naming it, before the
+    conversion (was: after it, from the staging folder's mkdtemp)."""
+    import onnx_mrvl.artifact.folder as folder
+    import onnx_mrvl.pipeline as pipeline
+    ro = str(tmp_path / "ro")
+    os.mkdir(ro)
+    real_access = os.access
+    monkeypatch.setattr(folder.os, "access", lambda p, mode: False if p == ro else real_access(p, mode))
+    monkeypatch.setattr(pipeline, "convert", lambda *a, **k: pytest.fail("converted before the path check"))
+    code, err, error = _cli(["convert", EXAMPLE, "-o", os.path.join(ro, "a", "out")], capsys)
+    assert code == 3 and f"'{ro}' is not writable" in err and error["type"] == "ArtifactError"
+    assert os.listdir(ro) == []

@@ -6,7 +6,8 @@ target's place: into an empty or new target by a rename; over a non-empty one (o
 ``overwrite=True``, and only when everything in it is something onnx_mrvl writes) by an atomic
 exchange (Linux ``renameat2``), or by renaming the old folder aside first and back on failure. The
 old folder is removed only once the new one is in place, so an interrupted save leaves the previous
-folder as it was and no half-written target. A target that cannot be renamed (a mount point, e.g. a
+folder as it was (a new target absent, with the parent folders the save created) and no half-written
+target. A target that cannot be renamed (a mount point, e.g. a
 container's volume, or one whose parent is read-only) is staged inside itself instead and its
 entries are exchanged file by file (old ones moved aside, new ones moved up, moved back on failure).
 """
@@ -93,18 +94,33 @@ def _check_target(target: str, shown: str, overwrite: bool, protect: Iterable[st
     return True
 
 
-def check_target(target: str, *, overwrite: bool = False, protect: Iterable[str] = ()) -> None:
+def check_target(target: str, *, overwrite: bool = False, protect: Iterable[str] = ()) -> bool:
     """What ``write_folder`` checks first, for callers that want to fail before the work: a target
     that is a file (``ArtifactError``), or non-empty without ``overwrite``, or holding files onnx_mrvl
-    did not write, or containing a ``protect`` path (``UsageError``)."""
+    did not write, or containing a ``protect`` path (``UsageError``). Creates nothing; returns
+    whether the target exists and is non-empty."""
     shown = os.fspath(target)
     real = os.path.realpath(shown)
     if not os.path.lexists(real):
-        return
+        _check_creatable(real, shown)
+        return False
     if not os.path.isdir(real):
         raise ArtifactError(f"the output folder '{shown}' is a file",
                             hint="choose a folder path that is not a file and is writable")
-    _check_target(real, shown, overwrite, protect)
+    return _check_target(real, shown, overwrite, protect)
+
+
+def _check_creatable(real: str, shown: str) -> None:
+    """A new target's nearest existing folder must be a writable folder (a file in the way, or a
+    read-only place, shows before the work rather than after the conversion)."""
+    above = os.path.dirname(real)
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    why = ("'%s' is a file" % above if not os.path.isdir(above) else
+           "'%s' is not writable" % above if not os.access(above, os.W_OK | os.X_OK) else None)
+    if why:
+        raise ArtifactError(f"cannot create the output folder '{shown}': {why}",
+                            hint="choose a folder path that is not below a file and is writable")
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -176,32 +192,61 @@ def write_folder(target: str, files: Sequence[Tuple[str, Writer]], *, manifest: 
 
     shown = os.fspath(target)
     real = os.path.realpath(shown)
-    try:
-        os.makedirs(real, exist_ok=True)     # path mistakes (a file in the way) show before the work
-    except OSError as exc:
-        raise ArtifactError(f"cannot create the output folder '{shown}' ({exc.strerror})",
-                            hint="choose a folder path that is not a file and is writable") from None
-    nonempty = _check_target(real, shown, overwrite, protect)
+    nonempty = check_target(shown, overwrite=overwrite, protect=protect)
+    exists = os.path.lexists(real)
     parent = os.path.dirname(real)
-    inside = _must_stage_inside(real, parent)
+    made = _make_parents(parent, shown)        # path mistakes (a file in the way) show before the work
+    inside = exists and _must_stage_inside(real, parent)
     try:
-        staging = tempfile.mkdtemp(prefix=LEFTOVER + "new-" if inside else f".{os.path.basename(real)}{LEFTOVER}new-",
-                                   dir=real if inside else parent)
-    except OSError as exc:
-        raise ArtifactError(f"cannot create a folder beside '{shown}' in '{parent}' ({exc.strerror})",
-                            hint="choose an output folder whose parent folder is writable") from None
-    try:
-        os.chmod(staging, 0o777 & ~_umask())
-        digests = write_files(staging, files, _create, on_file)
-        write_atomic(os.path.join(staging, MANIFEST), lambda f: dump_json(manifest(digests), f))
-        if inside:
-            _swap_contents(staging, real)
-        else:
-            _swap_in(staging, real, nonempty)
+        try:
+            staging = tempfile.mkdtemp(prefix=LEFTOVER + "new-" if inside else f".{os.path.basename(real)}{LEFTOVER}new-",
+                                       dir=real if inside else parent)
+        except OSError as exc:
+            where = f"cannot create the output folder '{shown}'" if not exists else \
+                f"cannot create a folder beside '{shown}' in '{parent}'"
+            raise ArtifactError(f"{where} ({exc.strerror})",
+                                hint="choose an output folder whose parent folder is writable") from None
+        try:
+            os.chmod(staging, 0o777 & ~_umask())
+            digests = write_files(staging, files, _create, on_file)
+            write_atomic(os.path.join(staging, MANIFEST), lambda f: dump_json(manifest(digests), f))
+            if inside:
+                _swap_contents(staging, real)
+            else:
+                _swap_in(staging, real, nonempty)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        for path in reversed(made):            # parents this save created: absent stays absent
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
         raise
     _fsync_dir(real if inside else parent)
+
+
+def _make_parents(parent: str, shown: str) -> List[str]:
+    """Create the missing folders of ``parent``; returns them, outermost first (removed again when
+    the save fails). A file in the way is an ``ArtifactError``."""
+    missing: List[str] = []
+    path = parent
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    missing.reverse()
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        for made in reversed(missing):
+            try:
+                os.rmdir(made)
+            except OSError:
+                pass
+        raise ArtifactError(f"cannot create the output folder '{shown}' ({exc.strerror})",
+                            hint="choose a folder path that is not a file and is writable") from None
+    return missing
 
 
 def _create(path: str) -> BinaryIO:

@@ -15,7 +15,7 @@ import sys
 
 from ..errors import UsageError
 from ..inspection.compare import DEFAULT_ATOL, DEFAULT_RTOL
-from .common import parse_input_shapes, print_json
+from .common import nonnegative_int, parse_input_shapes, print_json, tolerance
 
 
 def register(subparsers) -> None:
@@ -38,14 +38,14 @@ def register(subparsers) -> None:
     p.add_argument("b", metavar="B.onnx", help="the converted model, or a `convert` output folder")
     p.add_argument("--inputs", metavar="F.npz", help=".npz (by input name, or arr_0...) or .npy; "
                                                      "seeded random inputs when absent")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...",
                    help="shape of the random input NAME, e.g. x:1,3,224,224 (repeatable; as convert's). "
                         "Without it a symbolic dimension takes the converted model's size, or 1 for the "
                         "batch; any other is an error")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+    p.add_argument("--atol", type=tolerance, default=DEFAULT_ATOL,
                    help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+    p.add_argument("--rtol", type=tolerance, default=DEFAULT_RTOL,
                    help=f"tolerance relative to the tensor's max |reference| (default {DEFAULT_RTOL:g}: "
                         "fp16 rounds to 2**-11 per layer and deep nets accumulate)")
     p.add_argument("--no-sim", action="store_true", help="do not compare inside accelerator regions")
@@ -54,7 +54,7 @@ def register(subparsers) -> None:
                         "numeric model) and judge each tensor: 'within fp16 rounding' (our error <= 2x the "
                         "baseline's) or 'exceeds the fp16 baseline' (a likely bug; exit code 1); "
                         "discontinuous outputs (ArgMax, Sign, comparisons, Where...) by the elements that flip")
-    p.add_argument("--limit", type=int, default=0, metavar="N", help="rows shown in text mode (0: all)")
+    p.add_argument("--limit", type=nonnegative_int, default=0, metavar="N", help="rows shown in text mode (0: all)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (and nothing else)")
     p.set_defaults(func=run)
 

@@ -75,7 +75,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..modelio import load_model, validate_model, write_bytes_atomic
+    from ..modelio import load_model, make_folder, validate_model, write_bytes_atomic
 
     from ..quantize.recipe import parse_cli
 
@@ -85,12 +85,13 @@ def run(args) -> int:
     if args.stage != "all":
         from ..fuse import fuse
         from ..legalize import legalize
-        from ..options import check_node_names
+        from ..options import check_input_shapes, check_node_names
 
         from ..quantize.dynamic_calibrated import quantize_or_calibrate
 
         model = load_model(args.model)
         validate_model(model)
+        shapes = check_input_shapes(model, shapes)
         model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
                                       calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
                                       snr_budget_db=args.snr_budget, input_shapes=shapes,
@@ -105,7 +106,7 @@ def run(args) -> int:
             if args.explain:
                 for d in result.decisions.values():
                     print(f"{d.node:<32} {d.op_type:<20} {d.placement:<12} {d.reason}")
-        os.makedirs(args.output, exist_ok=True)
+        make_folder(args.output, "-o OUT_DIR")
         path = os.path.join(args.output, f"{args.stage}.onnx")
         write_bytes_atomic(path, out.SerializeToString())
         if args.json:

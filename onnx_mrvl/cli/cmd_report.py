@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from ..errors import UsageError
 from .common import print_json
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ..inspection.offload import offload_report
 
+    if args.original and not args.html:
+        raise UsageError(f"--original {args.original} is used only to draw the original graph in the HTML page, "
+                         f"and no --html was given", hint="add --html OUT.html, or leave --original out")
     rep = offload_report(args.path)
     if args.html:
         from ..inspection.graphview import write_html

@@ -11,7 +11,8 @@ from ..errors import ModelError, UsageError
 from ..feeds import input_mismatches
 from ..inspection.compare import DEFAULT_ATOL
 from ..inspection.tensors import error_stats as tensor_stats
-from .common import error_stats, load_inputs, positive_int, print_json, random_inputs, session_specs
+from .common import (error_stats, load_inputs, nonnegative_int, positive_int, print_json, random_inputs,
+                     session_specs, tolerance)
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +24,12 @@ def register(sub) -> None:
                                    "the error against plain onnxruntime on the original model.")
     p.add_argument("model", help="converted model.onnx")
     p.add_argument("--inputs", help=".npz (by input name) or .npy; random seeded inputs when absent")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--compare", metavar="ORIGINAL.onnx", help="compare against plain onnxruntime on this model")
     p.add_argument("--repeat", type=positive_int, default=1, metavar="N", help="run N times (timing)")
-    p.add_argument("--tolerance", type=float, default=1e-2,
+    p.add_argument("--tolerance", type=tolerance, default=1e-2,
                    help="pass when max abs error <= ATOL + TOL x max|reference| (default 1e-2, fp16-aware)")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+    p.add_argument("--atol", type=tolerance, default=DEFAULT_ATOL,
                    help=f"absolute part of the tolerance, for outputs that are (nearly) zero; values far below "
                         f"fp16's range flush to 0 on the accelerator (default {DEFAULT_ATOL:g}, as `compare`)")
     p.add_argument("--allow-overflow", action="store_true",

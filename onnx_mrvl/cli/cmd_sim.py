@@ -5,6 +5,8 @@ import logging
 import os
 import time
 
+from ..errors import ArtifactError
+from ..modelio import make_folder
 from .common import print_json
 
 log = logging.getLogger(__name__)
@@ -33,16 +35,21 @@ def run(args) -> int:
 
     sim = Simulator(args.model_binary)
     inputs = read_inputs(args.inputs, sim.input_names, sim.input_shapes)
-    log.info("running %s", args.model_binary)
-    t0 = time.perf_counter()
-    outputs = sim.run(inputs)
-    wall = time.perf_counter() - t0
     prefix = args.output_prefix
     if prefix is None:   # sim-<binary name>-<i>: not a region file name, so a conversion folder stays whole
         base = str(args.model_binary)
         folder, name = os.path.split(base[:-4] if base.endswith(".bin") else base)
         prefix = os.path.join(folder, f"sim-{name}")
-    paths = write_outputs(prefix, outputs)
+    make_folder(os.path.dirname(prefix), "-o PREFIX")      # before the run: a path mistake shows first
+    log.info("running %s", args.model_binary)
+    t0 = time.perf_counter()
+    outputs = sim.run(inputs)
+    wall = time.perf_counter() - t0
+    try:
+        paths = write_outputs(prefix, outputs)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write the outputs '{prefix}-<i>.bin/.npy' ({exc.strerror or exc})",
+                            hint="choose an -o PREFIX in a writable folder") from None
     stats = output_stats(sim.output_names, outputs)
     perf = sim.last_perf
     overflow = sim.last_overflow

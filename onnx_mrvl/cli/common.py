@@ -3,17 +3,20 @@ positive integers), strict JSON output, logging and progress, input files, rando
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import re
+import signal
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import ModelError, MrvlError
+from ..errors import MrvlError, UsageError
 from ..feeds import check_feeds, random_array, read_inputs
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_MRVL, EXIT_INTERNAL = 0, 1, 2, 3, 4
@@ -37,11 +40,12 @@ def parse_input_shapes(specs: Optional[List[str]]) -> Optional[Dict[str, List[in
     for spec in specs:
         name, sep, dims = spec.rpartition(":")
         if not sep or not name:
-            raise ModelError(f"--input-shape '{spec}' is not NAME:D1,D2,...", hint="e.g. --input-shape x:1,3,224,224")
+            raise UsageError(f"--input-shape '{spec}' is not NAME:D1,D2,...", hint="e.g. --input-shape x:1,3,224,224")
         try:
             out[name] = [int(d) for d in dims.replace("x", ",").split(",") if d]
         except ValueError:
-            raise ModelError(f"--input-shape '{spec}' has a dimension that is not an integer") from None
+            raise UsageError(f"--input-shape '{spec}' has a dimension that is not an integer",
+                             hint="give integer sizes, e.g. --input-shape x:1,3,224,224") from None
     return out
 
 
@@ -134,6 +138,18 @@ def nonnegative_int(text: str) -> int:
     return _integer(text, 0)
 
 
+def tolerance(text: str) -> float:
+    """A finite number >= 0 (``--atol -1`` failed every comparison, ``--atol nan`` too: exit 1, a
+    "difference" that was the option's mistake)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+    return value
+
+
 # ---- strict JSON ----------------------------------------------------------------------------------
 
 def _finite(obj, path: str, flags: Dict[str, str]):
@@ -192,6 +208,35 @@ def error_lines(exc: MrvlError) -> Tuple[str, Optional[str]]:
 EXIT_INTERRUPTED = 130   # Ctrl-C (128 + SIGINT), as shells report it
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM / SIGHUP turned into an exception (``signals_interrupt``), so the cleanup of Ctrl-C runs
+    (a save removes its staging folder) and the exit code is 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """While the command runs, SIGTERM and SIGHUP raise ``Terminated`` instead of ending the process
+    at once (no ``finally`` ran then: a killed save left its staging folder beside the output). Only
+    in the main thread (a signal handler cannot be set elsewhere); the previous handlers come back."""
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    saved = {}
+
+    def handler(signum, frame):
+        raise Terminated(signum)
+    if threading.current_thread() is threading.main_thread():
+        for n in names:
+            saved[n] = signal.signal(getattr(signal, n), handler)
+    try:
+        yield
+    finally:
+        for n, old in saved.items():
+            signal.signal(getattr(signal, n), old)
+
+
 def error_json(command: str, code: int, kind: str, message: str, hint: Optional[str] = None,
                exc: Optional[MrvlError] = None) -> None:
     """With ``--json``, the error as the one JSON object on stdout (the message also goes to stderr):
@@ -208,11 +253,13 @@ def error_json(command: str, code: int, kind: str, message: str, hint: Optional[
 def run_command(command: str, func, args) -> int:
     """Run a subcommand, mapping what it raises to the README's exit codes: its own return value
     (0 success, 1 found a difference), 3 for an ``MrvlError`` (message + a "Fix:" line), 4 for any
-    other exception (an internal error: please report it), 130 when interrupted (Ctrl-C). With
+    other exception (an internal error: please report it), 130 when interrupted (Ctrl-C), 143 / 129
+on SIGTERM / SIGHUP (``signals_interrupt``). With
     ``--json`` an error is also printed as a JSON object on stdout (``error_json``)."""
     as_json = bool(getattr(args, "json", False))
     try:
-        return int(func(args) or 0)
+        with signals_interrupt():
+            return int(func(args) or 0)
     except MrvlError as exc:
         text, hint = error_lines(exc)
         print(f"onnx-mrvl {command}: error: {text}", file=sys.stderr)
@@ -221,11 +268,15 @@ def run_command(command: str, func, args) -> int:
         if as_json:
             error_json(command, EXIT_MRVL, type(exc).__name__, text, hint, exc)
         return EXIT_MRVL
-    except KeyboardInterrupt:
-        print(f"onnx-mrvl {command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        code, kind, what = EXIT_INTERRUPTED, "KeyboardInterrupt", "interrupted"
+        if isinstance(exc, Terminated):
+            code, kind = 128 + exc.signum, "Terminated"
+            what = f"terminated ({signal.Signals(exc.signum).name})"
+        print(f"onnx-mrvl {command}: {what}", file=sys.stderr)
         if as_json:
-            error_json(command, EXIT_INTERRUPTED, "KeyboardInterrupt", "interrupted")
-        return EXIT_INTERRUPTED
+            error_json(command, code, kind, what)
+        return code
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - last resort, report as internal error

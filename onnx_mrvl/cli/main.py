@@ -4,7 +4,8 @@ Subcommands live in ``onnx_mrvl/cli/cmd_<name>.py``; each module defines ``regis
 which adds its parser and sets ``func`` (taking the parsed args, returning an exit code).
 
 Exit codes: 0 success, 1 the job ran and found a problem (e.g. a comparison failed),
-2 usage error, 3 an onnx_mrvl error (bad model, artifact, ...), 4 an unexpected internal error.
+2 usage error, 3 an onnx_mrvl error (bad model, artifact, ...), 4 an unexpected internal error,
+130 interrupted (Ctrl-C), 143 / 129 terminated (SIGTERM / SIGHUP).
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prepare ONNX models for the Marvell MLIP accelerator and run them in onnxruntime.",
         epilog="Exit codes: 0 success, 1 the job ran and found a difference, 2 usage error, "
                "3 an onnx_mrvl error (bad model, input file, option; the message has a Fix: line), "
-               "4 internal error (please report it).")
+               "4 internal error (please report it), 130 interrupted (Ctrl-C), 143 / 129 terminated "
+               "(SIGTERM / SIGHUP).")
     parser.add_argument("--version", action="version", version=f"onnx-mrvl {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help=GLOBAL_HELP["verbose"])
     parser.add_argument("-q", "--quiet", action="store_true", help=GLOBAL_HELP["quiet"])

@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 
 from ..artifact.manifest import check_folder, check_model_file
+from ..modelio import as_path
 from ..errors import ArtifactError, ModelError, UsageError
 from ..feeds import check_feeds
 from ..provenance import decode_origin
@@ -45,7 +46,8 @@ def _load(path, external_data: bool = True) -> onnx.ModelProto:
     try:
         return onnx.load(path, load_external_data=external_data)
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types
-        raise ModelError(f"cannot read '{path}' ({exc})") from None
+        raise ModelError(f"cannot read '{path}' ({exc})",
+                         hint="pass the model.onnx that `onnx-mrvl convert` wrote, complete and beside its files") from None
 
 
 def preload(model, model_dir: Optional[str] = None,
@@ -141,7 +143,10 @@ class InferenceSession(ort.InferenceSession):
                 raise ModelError(f"the bytes given are not an ONNX model ({type(exc).__name__}: {exc})",
                                  hint="pass the saved model's bytes, a ModelProto or the path of model.onnx") from None
         else:
-            path = os.fspath(path_or_model)
+            path = as_path(path_or_model, "InferenceSession's model")
+            if os.path.isdir(path):
+                raise ModelError(f"'{path}' is a folder, not a model file",
+                                 hint=f"pass the converted model in it: {os.path.join(path, 'model.onnx')!r}")
             model_dir = os.path.dirname(os.path.abspath(path))
             if os.path.isfile(path):
                 check_model_file(model_dir, os.path.basename(path))
@@ -204,6 +209,9 @@ class InferenceSession(ort.InferenceSession):
                     break
             else:
                 return
+        if isinstance(output_names, (str, bytes)):
+            raise UsageError(f"output_names is the string {output_names!r}, not a list of output names",
+                             hint=f"pass [{output_names!r}], or None for every output")
         if not isinstance(input_feed, dict):
             raise UsageError(f"input_feed is a {type(input_feed).__name__}, not a dict",
                              hint=f"pass {{input name: numpy array}} for the inputs {[s[0] for s in specs]}")
@@ -214,6 +222,9 @@ class InferenceSession(ort.InferenceSession):
                 continue
             if isinstance(v, np.ndarray):
                 arrays[k] = v
+            elif v is None or isinstance(v, (str, bytes, dict, set)):   # onnxruntime aborted the process on None
+                raise UsageError(f"input '{k}' of InferenceSession.run's input_feed is {type(v).__name__} {v!r:.40}, "
+                                 f"not an array", hint="pass a numpy array of the input's type and shape")
             elif isinstance(v, (list, tuple, int, float, bool)):   # onnxruntime converts these to the input's type
                 try:
                     arrays[k] = np.asarray(v, dtypes.get(k))

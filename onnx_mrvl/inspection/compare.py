@@ -30,6 +30,7 @@ Inputs: seeded random arrays of A's declared shapes. A symbolic dimension takes 
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -38,6 +39,7 @@ import numpy as np
 import onnx
 
 from ..errors import ModelError, UsageError
+from ..options import check_tolerances
 
 from . import qdq_probes, quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
@@ -204,6 +206,9 @@ def compare_models(a: ModelLike, b: ModelLike, inputs: Optional[Mapping[str, np.
     ``simulate``: compare inside regions layer by layer; ``fp16_baseline``: also run A with every
     float tensor stored in fp16 and judge each tensor against it (``result.baseline``,
     inspection/baseline_report.py)."""
+    check_tolerances(atol=atol, rtol=rtol)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise UsageError(f"seed={seed!r} is not an integer >= 0", hint="pass seed=0 (the default) or another")
     ma, mb = load_model(a), load_model(b)
     if model_dir is None and not isinstance(b, onnx.ModelProto):
         model_dir = os.path.dirname(os.path.abspath(os.fspath(b)))

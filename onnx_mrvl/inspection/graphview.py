@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from typing import Dict, List, Mapping, Optional, Tuple
 from xml.sax.saxutils import escape
 
@@ -343,21 +342,10 @@ def render_diff_html(a: ModelLike, b: ModelLike, diff: GraphDiff, *, title: Opti
 
 
 def write_html(path: str, html: str) -> str:
-    """Write ``html`` atomically (temp file in the same folder, then ``os.replace``)."""
-    from ..modelio import check_file_target
+    """Write ``html`` atomically (temp file in the same folder, then ``os.replace``); a folder in the
+    way or one that cannot be written is an ``ArtifactError`` / ``UsageError``, not an OSError."""
+    from ..modelio import check_file_target, make_folder, write_atomic
     check_file_target(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".html", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    make_folder(os.path.dirname(os.path.abspath(path)), f"the HTML page '{path}'")
+    write_atomic(path, lambda f: f.write(html.encode("utf-8")))
     return path
