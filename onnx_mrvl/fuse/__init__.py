@@ -104,9 +104,12 @@ def _foreign(node: onnx.NodeProto) -> Optional[str]:
     CPU's blocked channel layout): it runs in onnxruntime, never fused by its op type."""
     if node.domain in ("", "ai.onnx"):
         return None
+    channels_last = any(a.name == "channels_last" and a.i for a in node.attribute)
     why = (" (onnxruntime's NCHWc blocked layout of a model saved after ORT_ENABLE_ALL optimizations: "
            "weights and tensors in its CPU's block order; save at ORT_ENABLE_EXTENDED to offload it)"
-           if node.domain == "com.microsoft.nchwc" else "")
+           if node.domain == "com.microsoft.nchwc" else
+           " (channels_last: onnxruntime's NHWC form of a model saved after ORT_ENABLE_ALL optimizations; "
+           "save at ORT_ENABLE_EXTENDED to offload it)" if channels_last else "")
     return f"{node.domain}::{node.op_type} is not an ONNX operator{why}: it runs in onnxruntime"
 
 
