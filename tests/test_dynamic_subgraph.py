@@ -36,3 +36,26 @@ def test_enable_subgraph_dynamic_model_converts(tmp_path):
         feeds = {"x": x, "sr": np.array(sr, np.int64), "h0": np.zeros((1, 1, 8), np.float32)}
         for a, b in zip(ref.run(None, feeds), sess.run(None, feeds)):
             assert np.isfinite(b).all() and np.abs(a - b).max() <= TOL * np.abs(a).max()
+
+
+def test_enable_subgraph_dynamic_model_with_calibration(tmp_path):
+    """With calibration= the rewrite's check refused it (`No opset import for domain 'com.microsoft'`);
+    the branches' DynamicQuantizeLSTMs stay fp16 LSTMs (the default), the main graph's ConvInteger
+    an int8-in layer with a calibrated input scale, within the fp16 bound of onnxruntime's dynamic run."""
+    src, qpath = str(tmp_path / "vad.onnx"), str(tmp_path / "vad.dyn.onnx")
+    onnx.save(CF.vad_like(seed=0), src)
+    q.quantize_dynamic(src, qpath, weight_type=q.QuantType.QInt8, extra_options={"EnableSubgraph": True})
+    rng = np.random.default_rng(1)
+    calib = [{"x": rng.standard_normal((1, 4, 20)).astype(np.float32), "sr": np.array(sr, np.int64),
+              "h0": np.zeros((1, 1, 8), np.float32)} for sr in (8, 16, 8, 16)]
+    result = onnx_mrvl.convert(qpath, calibration=calib)
+    result.save(str(tmp_path / "out"), overwrite=True)
+    assert result.report.quantization["int8_layers"] >= 1
+    assert {d.op_type for d in result.report.cpu_nodes()} <= {"If", "Equal", "QuantizeLinear", "DequantizeLinear"}
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((1, 4, 20)).astype(np.float32)
+    for sr in (8, 16):
+        feeds = {"x": x, "sr": np.array(sr, np.int64), "h0": np.zeros((1, 1, 8), np.float32)}
+        for a, b in zip(ref.run(None, feeds), sess.run(None, feeds)):
+            assert np.isfinite(b).all() and np.abs(a - b).max() <= TOL * np.abs(a).max()
