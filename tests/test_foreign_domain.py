@@ -63,3 +63,46 @@ def test_nchwc_ops_of_an_ort_all_saved_model_stay_on_the_cpu(tmp_path):
     assert fc and all(d.placement == "accelerator" for d in fc)      # the ONNX ops after them still offload
     got = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx")).run(None, x)[0]
     assert np.isfinite(got).all() and np.abs(got - ref).max() <= TOL * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("act", ["u8", "s8"])
+def test_channels_last_qlinear_of_an_ort_all_saved_qdq_model(act, tmp_path):
+    """A QDQ model saved at ORT_ENABLE_ALL: onnxruntime's NhwcTransformer writes com.microsoft
+    QLinearConv / QLinearGlobalAveragePool with channels_last=1 between Transposes (they stayed on
+    the CPU: 0 regions). qlinear_to_qdq makes them the NCHW ops with the Transposes on the codes, which
+    cancel: one region, and exactly what the import makes of the QDQ model it came from."""
+    from onnxruntime import quantization as q
+    src, qdq, saved = (str(tmp_path / f) for f in ("cnn.onnx", "cnn.qdq.onnx", "cnn.all.onnx"))
+    onnx.save(small_cnn(), src)
+    rng = np.random.default_rng(0)
+    samples = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(samples, None)
+
+    q.quantize_static(src, qdq, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QUInt8 if act == "u8" else q.QuantType.QInt8,
+                      weight_type=q.QuantType.QInt8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = saved
+    so.log_severity_level = 3
+    ort.InferenceSession(qdq, so, providers=["CPUExecutionProvider"])
+    nhwc = [n for n in onnx.load(saved).graph.node
+            if n.domain == "com.microsoft" and any(a.name == "channels_last" and a.i for a in n.attribute)]
+    if not any(n.op_type == "QLinearConv" for n in nhwc):
+        pytest.skip("this onnxruntime writes no channels_last QLinearConv")
+    x = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    got = {}
+    for name, path in (("saved", saved), ("qdq", qdq)):
+        result = onnx_mrvl.convert(path)
+        result.save(str(tmp_path / name), overwrite=True)
+        got[name] = onnx_mrvl.InferenceSession(str(tmp_path / name / "model.onnx")).run(None, x)[0]
+        if name == "saved":
+            assert len(result.subgraphs) == 1
+            assert {d.op_type for d in result.report.cpu_nodes()} <= {"QuantizeLinear"}   # the input's, on the host
+            assert all(result.report[n.name].placement == "accelerator" for n in nhwc)
+    np.testing.assert_array_equal(got["saved"], got["qdq"])
+    ref = ort.InferenceSession(saved, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert np.array_equal(ref, ort.InferenceSession(qdq, providers=["CPUExecutionProvider"]).run(None, x)[0])
