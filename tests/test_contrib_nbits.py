@@ -66,12 +66,13 @@ def nbits_mlp(bits=4, bs=16, zp=None, bias=False, K=48, seed=0) -> onnx.ModelPro
 def embed_nbits(dtype="u8", zp=False, bits=4, seed=0) -> onnx.ModelProto:
     """ids [1, 8] -> GatherBlockQuantized (table [50, 32], blocks of 16 along D) -> MatMulNBits."""
     rng = np.random.default_rng(seed)
-    V, D, bs = 50, 32, 16
+    V, D, bs = 50, 48, 16         # 3 blocks a row: the packed zero points end in half a byte
     if dtype == "u8":
         table = nh.from_array(_pack(rng.integers(0, 1 << bits, (V, D)), bits) if bits < 8
                               else rng.integers(0, 256, (V, D)).astype(np.uint8), "table")
         zcodes = rng.integers(0, 1 << bits, (V, D // bs))
-        zt = nh.from_array(_pack(zcodes, bits) if bits < 8 else zcodes.astype(np.uint8), "table_z")
+        zt = nh.from_array(_pack(np.pad(zcodes, ((0, 0), (0, zcodes.shape[1] % 2))), bits) if bits < 8
+                           else zcodes.astype(np.uint8), "table_z")
     else:                                       # int4 data: signed codes, zero point 0 unless given
         table = h.make_tensor("table", TP.INT4, [V, D], rng.integers(-8, 8, V * D).tolist())
         zt = h.make_tensor("table_z", TP.INT4, [V, D // bs], rng.integers(-8, 8, V * D // bs).tolist())

@@ -75,9 +75,8 @@ def _gather_block(g, n) -> "np.ndarray | str":
     qa = attr(n, "quantize_axis", 1) % q.ndim
     if z is None:
         z = np.full(s.shape, 2 ** (bits - 1) if packed else 0, np.float32)
-    elif packed and bits < 8:
-        z = _unpack(z, bits)[..., :s.shape[-1]] if qa != q.ndim - 1 else _unpack(z, bits)
-        z = z.reshape(s.shape)
+    elif packed and bits < 8:     # packed along the last axis, a half-filled last byte when odd
+        z = _unpack(z, bits)[..., :s.shape[-1]].reshape(s.shape)
     size = q.shape[qa]
     w = (q.astype(np.float32) - _blocks(z.astype(np.float32), qa, bs, size)) \
         * _blocks(s.astype(np.float32), qa, bs, size)
