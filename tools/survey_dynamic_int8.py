@@ -54,8 +54,9 @@ def _builders():
 
 def _feeds(model, src: str, seed: int):
     """The export's saved feeds (noised per seed) or testing.arch_speech's ids / masks / N(0, 1)."""
-    npz = src[:-5] + "_feeds.npz"
-    if os.path.exists(npz):
+    npz = next((f for f in (src[:-5] + "_feeds.npz", src[:-5].rsplit("_", 1)[0] + "_feeds.npz")   # NAME_ts.onnx
+                if os.path.exists(f)), None)
+    if npz:
         rng = np.random.default_rng(seed)
         arrs = list(np.load(npz).values())
         return {i.name: (a + (0.1 * rng.standard_normal(a.shape)).astype(a.dtype) if a.dtype.kind == "f" and seed else a)
