@@ -226,7 +226,8 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         t = CLOCK()
         fused_nodes = {n.name: n for n in fused.model.graph.node}   # split takes fused.model unless a snapshot
         result = split(fused.model, target, partition=partition, cut_after=cut_after, force=force,
-                       reference=reference, decisions=decisions, consume=source.reread is not None)
+                       reference=reference, decisions=decisions, consume=source.reread is not None,
+                       restore=legal_report.restore)
         decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
         more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu)
@@ -304,7 +305,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
                     result.macs_offloaded + body_macs[1], partition, warnings=fell_back,
                     cuts=find_cuts(deployable, decisions, cut_after=cut_after or (), partition=partition),
                     options={"exclude": list(exclude or ()), "cut_after": list(cut_after or ())},
-                    layers=layers, transforms=transforms, bodies=body_records)
+                    layers=layers, transforms=transforms, bodies=body_records, restored=result.restored)
     timings["total"] = CLOCK() - t0
     say("done")
     if source.reread is None:

@@ -61,6 +61,11 @@ def get_origin(node: onnx.NodeProto) -> List[str]:
     return decode_origin(raw)
 
 
+def has_origin(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` carries a provenance record (a node a pass created or replaced)."""
+    return _get_prop(node, ORIGIN_KEY) is not None
+
+
 def set_origin(node: onnx.NodeProto, names: Iterable[str]) -> onnx.NodeProto:
     seen: List[str] = []
     for n in names:

@@ -26,6 +26,7 @@ class Report:
     layers: List[dict] = field(default_factory=list)      # every emitted layer: region, layer, op, precision, origin
     transforms: List[dict] = field(default_factory=list)  # CPU nodes the conversion added at region boundaries
     bodies: List[dict] = field(default_factory=list)      # per converted If/Loop/Scan body: its CPU nodes (bodies.py)
+    restored: List[dict] = field(default_factory=list)    # legalize rewrites put back on the CPU (split/restore.py)
 
     def __getitem__(self, node: str) -> Decision:
         return self.decisions[node]
@@ -51,7 +52,8 @@ class Report:
                 "dropped": self.dropped, "warnings": self.warnings, "provenance": self.provenance,
                 "options": self.options, "cuts": self.cuts,
                 "nodes": self.decisions.to_list(), "transforms": self.transforms, "layers": self.layers, **({"quantization": self.quantization} if self.quantization else {}),
-                **({"bodies": self.bodies} if self.bodies else {})}
+                **({"bodies": self.bodies} if self.bodies else {}),
+                **({"restored": self.restored} if self.restored else {})}
 
     def explain(self) -> str:
         """Every original node, grouped: accelerator nodes by region, CPU nodes by reason."""

@@ -23,6 +23,7 @@ from ..stage import StageResult, as_model
 from ..target import get_target
 from . import fp16, prepare, shapes
 from .graph import Graph, attr
+from .restore import RestoreRecord
 from .rules import RULE_NAMES, RULES
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class LegalizeReport:
     """``applied``: (rule, original node names, detail) per rewrite, in order.
     ``skipped``: (rule, node name, reason) for rules that matched but did not apply (last sweep).
     ``notes``: original node name -> what a rewrite changed that its decision must say.
+    ``restore``: the original nodes of restorable rewrites (restore.py), for split to put back.
     """
 
     applied: List[Tuple[str, List[str], str]] = field(default_factory=list)
@@ -44,6 +46,7 @@ class LegalizeReport:
     opset: Tuple[int, int] = (0, 0)
     seconds: float = 0.0
     notes: Dict[str, str] = field(default_factory=dict)
+    restore: RestoreRecord = field(default_factory=RestoreRecord, repr=False)
 
     def by_rule(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
@@ -158,6 +161,7 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
     then; the TorchScript export of torchvision's Swin needs one sweep per dynamically padded block
     (17). Folding removes nodes, so those sweeps end; ``MAX_ALL_SWEEPS`` bounds them anyway."""
     counted = 0
+    report.restore = RestoreRecord.start(g)
     for sweep in range(MAX_ALL_SWEEPS):
         shapes.infer(g, inputs, outputs)
         if sweep == 0:
@@ -176,6 +180,7 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
                     skipped.append((rule.NAME, node.name, reason))
                     continue
                 origin = mt.origin
+                report.restore.capture(rule, mt, g)
                 detail = rule.rewrite(mt, g)
                 report.applied.append((rule.NAME, origin, detail or ""))
                 logger.debug("legalize: %s on %s: %s", rule.NAME, origin, detail)

@@ -2,12 +2,14 @@
 
 ``split(fused, ...)`` groups Mrvl nodes into regions whose collapse keeps the graph acyclic
 (regions.py), keeps them by the chosen strategy ("max", "single", "cost"; cost.py), reverts Mrvl
-nodes left outside every region to standard ONNX (revert.py), and cuts each region out as a
+nodes left outside every region to standard ONNX (revert.py), puts legalize's restorable rewrites
+that ended wholly on the CPU back as the original nodes (restore.py), and cuts each region out as a
 standalone ONNX model (``Region.model``) for the emit stage. The ``Subgraph`` nodes get their
 artifact attributes later, from ``deploy.attach_artifact``. Returns a ``SplitResult`` (the stage
 contract, onnx_mrvl/stage.py): ``decisions`` is a copy of the ``decisions=`` handed in, updated with
 each node's region (the argument is not modified); ``log`` one ``("region", origin, name)`` per region
-and one ``("dropped", origin, reason)`` per group kept on the CPU. See docs/partition.md.
+and one ``("dropped", origin, reason)`` per group kept on the CPU (and one ``("restored", origin,
+reason)`` per restored group). See docs/partition.md.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from . import cost as cost_model
 from .deploy import region_model, region_model_taken, subgraph_node
 from .merge import merge_independent
 from .regions import boundary, find_regions, is_mrvl
+from .restore import restore as restore_originals
 from .revert import revert
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ class SplitResult(StageResult):
     dropped: List[dict] = field(default_factory=list)   # {"nodes": [...], "origin": [...], "reason": ...}
     macs_total: int = 0
     macs_offloaded: int = 0
+    restored: List[dict] = field(default_factory=list)   # {"rules", "origin", "replaced"} (restore.py)
 
     @property
     def offload_fraction(self) -> float:
@@ -116,8 +120,12 @@ def node_macs(g: GraphIndex, node: onnx.NodeProto) -> int:
 
 def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition: str = "max",
           exclude: Iterable[str] = (), cut_after: Iterable[str] = (), force: bool = False,
-          reference: bool = False, decisions: Optional[Decisions] = None, consume: bool = False) -> SplitResult:
+          reference: bool = False, decisions: Optional[Decisions] = None, consume: bool = False,
+          restore=None) -> SplitResult:
     """Cut accelerator regions out of a fused model. See the module docstring.
+
+    ``restore``: legalize's record of its rewrites (``LegalizeReport.restore``): the groups whose
+    products all stay on the CPU get their original nodes back (restore.py).
 
     ``consume=True``: the caller gives ``fused`` up (reads nothing of it afterwards): a region holding
     nearly all its weights is then made out of it in place (``deploy.region_model_taken``), not copied."""
@@ -196,17 +204,19 @@ def split(fused: onnx.ModelProto, target: Optional[Target] = None, *, partition:
         reg.model = region_model(model, g, nodes, ins, outs, name) if idx != take else (nodes, ins, outs)
         regions.append(reg)
     deployable = _replace_regions(model, g, regions, reference)
+    restored = restore_originals(deployable, restore, {o for r in regions for o in r.origin})
     if take is not None:   # last: the model is not read again
         reg = regions[take]
         reg.model = region_model_taken(model, g, *reg.model, reg.name)
     macs_off = sum(r.macs for r in regions)
     if decisions is not None:
         decisions = decisions.copy()
-        _update_decisions(decisions, regions, dropped)
+        _update_decisions(decisions, regions, dropped, restored)
     log.info("split (%s): %d regions, %d dropped groups, %.1f%% of MACs offloaded", partition, len(regions),
              len(dropped), 100.0 * macs_off / macs_total if macs_total else 0.0)
     steps = [("region", r.origin, r.name) for r in regions] + [("dropped", d["origin"], d["reason"]) for d in dropped]
-    return SplitResult(deployable, decisions, steps, regions, dropped, macs_total, macs_off)
+    steps += [("restored", r["origin"], restored_reason(r)) for r in restored]
+    return SplitResult(deployable, decisions, steps, regions, dropped, macs_total, macs_off, restored)
 
 
 def _merge_kept(g: GraphIndex, order, kept, estimates, target: Target):
@@ -304,7 +314,12 @@ def _copy_fields(src, dst, skip) -> None:
             setattr(dst, fd.name, value)
 
 
-def _update_decisions(decisions: Decisions, regions: List[Region], dropped: List[dict]) -> None:
+def restored_reason(entry: dict) -> str:
+    return f"restored: {' + '.join(entry['rules'])} on the CPU, original nodes kept"
+
+
+def _update_decisions(decisions: Decisions, regions: List[Region], dropped: List[dict],
+                      restored: List[dict]) -> None:
     for r in regions:
         decisions.update_many(r.origin, subgraph=r.name)
     for d in dropped:
@@ -313,3 +328,10 @@ def _update_decisions(decisions: Decisions, regions: List[Region], dropped: List
                 decisions[name].placement = "cpu"
                 decisions[name].reason = d["reason"]
                 decisions[name].subgraph = None
+    for r in restored:
+        why = restored_reason(r)
+        for name in r["origin"]:
+            d = decisions.get(name)
+            if d is not None:
+                d.placement, d.subgraph, d.mrvl_node, d.composite, d.runs_as = "cpu", None, None, None, None
+                d.reason = f"{why}; {d.reason}" if d.reason and why not in d.reason else why

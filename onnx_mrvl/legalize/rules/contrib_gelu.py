@@ -21,6 +21,7 @@ from .contrib_ops import Writer, float32_check, float_attr, shape_of
 from .contrib_ops import REPORT_SKIPS, match  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_gelu"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Gelu", "BiasGelu", "FastGelu", "GemmFastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu")
 
 

@@ -19,6 +19,7 @@ from .contrib_ops import MS, Writer, float32_check, float_attr, opset_reason, sh
 from .contrib_ops import REPORT_SKIPS  # noqa: F401  (the contrib rules' own)
 
 NAME = "contrib_norm"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
        "LayerNormalization")
 DEFAULT_EPS = {"SkipLayerNormalization": 1e-12, "SkipSimplifiedLayerNormalization": 1e-12,

@@ -27,6 +27,7 @@ import onnx
 from .base import Match, attr, axes_of, is_float, reshape, scalar
 
 NAME = "grn_norm"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Div",)
 PRESCALE = 1.0 / 16
 

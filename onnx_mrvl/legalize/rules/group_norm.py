@@ -25,6 +25,7 @@ from .base import Match, attr, reshape
 from .contrib_ops import LN_OPSET, opset_reason, raise_opset
 
 NAME = "group_norm"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("InstanceNormalization", "GroupNormalization")
 
 

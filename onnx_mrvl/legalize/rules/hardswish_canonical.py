@@ -10,6 +10,7 @@ from typing import Optional
 from .base import Match, is_float, scalar
 
 NAME = "hardswish_canonical"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Clip",)
 
 

@@ -27,6 +27,7 @@ from .contrib_ops import Writer
 from .div_host_divisor import from_int8_activation
 
 NAME = "l2_normalize"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Div", "LpNormalization")
 
 

@@ -31,6 +31,7 @@ from .. import opset_bump
 from .base import Match, attr, axes_of, is_float, read_outside, scalar
 
 NAME = "layernorm_canonical"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("ReduceMean", "GlobalAveragePool")
 MEANS = OPS
 LN_OPSET = 17

@@ -20,6 +20,7 @@ from . import layernorm_canonical as lc
 from .base import Match, axes_of, is_float, scalar
 
 NAME = "layernorm_moments"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("ReduceSum", "ReduceMean")
 VIEWS = ("Reshape", "Expand", "Unsqueeze")
 

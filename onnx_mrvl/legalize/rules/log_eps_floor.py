@@ -21,6 +21,7 @@ from .base import Match, is_float
 from .log_floor_clamp import floor_after_log
 
 NAME = "log_eps_floor"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Log",)
 EPS_MAX = 2.0 ** -31
 

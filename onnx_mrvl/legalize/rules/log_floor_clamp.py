@@ -16,6 +16,7 @@ from .base import Match, inp, is_float, origin_of
 from .log_range_scale import FP16_MIN_NORMAL, floor_clamp
 
 NAME = "log_floor_clamp"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Log",)
 
 

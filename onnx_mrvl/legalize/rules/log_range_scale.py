@@ -43,6 +43,7 @@ import numpy as np
 from .base import Match, inp, is_float, origin_of
 
 NAME = "log_range_scale"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Log",)
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 2.0 ** -14

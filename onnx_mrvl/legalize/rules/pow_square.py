@@ -11,6 +11,7 @@ from typing import Optional
 from .base import Match, is_float, scalar
 
 NAME = "pow_square"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Pow",)
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 from .base import Match, is_float
 
 NAME = "sigmoid_difference"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Sub",)
 
 

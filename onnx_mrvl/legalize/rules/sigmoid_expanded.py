@@ -12,6 +12,7 @@ from typing import Optional
 from .base import Match, is_float, scalar
 
 NAME = "sigmoid_expanded"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Reciprocal", "Div")
 
 

@@ -19,6 +19,7 @@ from .base import Match, axes_of, is_float, read_outside, scalar
 from .layernorm_moments import views_to
 
 NAME = "softmax_expanded"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("ReduceMax",)
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 from .base import Match, scalar
 
 NAME = "softplus_threshold"
+RESTORABLE = True   # a float re-expression: put back when none of it is offloaded (split/restore.py)
 OPS = ("Where",)
 MIN_THRESHOLD = 15.0
 
