@@ -102,7 +102,7 @@ def _foreign(node: onnx.NodeProto) -> Optional[str]:
     patterns match ONNX op types, and a same-named op of another domain computes something else
     (onnxruntime's com.microsoft.nchwc ``Conv`` of an ORT_ENABLE_ALL-saved model reads and writes its
     CPU's blocked channel layout): it runs in onnxruntime, never fused by its op type."""
-    if node.domain in ("", "ai.onnx"):
+    if node.domain in ("", "ai.onnx", "ai.onnx.ml"):   # ONNX-ML ops: "no accelerator op" as before
         return None
     channels_last = any(a.name == "channels_last" and a.i for a in node.attribute)
     why = (" (onnxruntime's NCHWc blocked layout of a model saved after ORT_ENABLE_ALL optimizations: "
