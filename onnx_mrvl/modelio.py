@@ -216,6 +216,7 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
                 seen[o] = n.name
     skeleton = _check_sizes_and_strip(model, raw_sizes)
     _ort_default_domain_ops(skeleton)
+    ort_domain_imports(skeleton)
     try:
         if skeleton.ByteSize() > 2_000_000_000:   # the checker takes at most 2 GB of protobuf
             log.warning("model too large for onnx.checker even without its weights: not checked")
@@ -267,6 +268,27 @@ def _unknown_op_hint(model: onnx.ModelProto) -> Optional[str]:
                     f"ONNX graph with standard ops before converting")
         return f"{n.op_type} ('{n.name}') is no ONNX op: give it a domain onnxruntime registers, or replace it"
     return None
+
+
+# onnxruntime's own operator domains: it runs their ops without the model importing the domain
+# (quantize_dynamic(extra_options={"EnableSubgraph": True}) writes a DynamicQuantizeLSTM / MatMulInteger
+# into an If / Loop body and imports com.microsoft only when the main graph has one of its ops)
+ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc")
+
+
+def ort_domain_imports(skeleton: onnx.ModelProto) -> None:
+    """Import onnxruntime's domains (version 1) that nodes of ``skeleton``, bodies included, use
+    without the model importing them, as onnxruntime takes them (the checker would refuse)."""
+    used, graphs = set(), [skeleton.graph]
+    while graphs:
+        for n in graphs.pop().node:
+            used.add(n.domain)
+            graphs += [b for a in n.attribute for b in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+    have = {o.domain for o in skeleton.opset_import}
+    for d in ORT_DOMAINS:
+        if d in used and d not in have:
+            skeleton.opset_import.append(onnx.helper.make_opsetid(d, 1))
+            log.info("the model uses domain %s without importing it (accepted, as onnxruntime does)", d)
 
 
 def _sorted_check(skeleton: onnx.ModelProto) -> bool:

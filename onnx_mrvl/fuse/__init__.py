@@ -89,11 +89,28 @@ USER_EXCLUDED = "excluded by the user (exclude=...)"
 
 
 def _excluded(node: onnx.NodeProto, exclude: dict) -> Optional[str]:
-    """The reason ``node`` must stay on the CPU, matching its name, op type or original names."""
+    """The reason ``node`` must stay on the CPU, matching its name, op type or original names, or
+    being an operator of another domain than ONNX's (``_foreign``)."""
     for key in (node.name, node.op_type, *get_origin(node)):
         if key in exclude:
             return exclude[key]
-    return None
+    return _foreign(node)
+
+
+def _foreign(node: onnx.NodeProto) -> Optional[str]:
+    """A node outside the ONNX domain that legalize left (no rule rewrites it, or it refused): the
+    patterns match ONNX op types, and a same-named op of another domain computes something else
+    (onnxruntime's com.microsoft.nchwc ``Conv`` of an ORT_ENABLE_ALL-saved model reads and writes its
+    CPU's blocked channel layout): it runs in onnxruntime, never fused by its op type."""
+    if node.domain in ("", "ai.onnx", "ai.onnx.ml"):   # ONNX-ML ops: "no accelerator op" as before
+        return None
+    channels_last = any(a.name == "channels_last" and a.i for a in node.attribute)
+    why = (" (onnxruntime's NCHWc blocked layout of a model saved after ORT_ENABLE_ALL optimizations: "
+           "weights and tensors in its CPU's block order; save at ORT_ENABLE_EXTENDED to offload it)"
+           if node.domain == "com.microsoft.nchwc" else
+           " (channels_last: onnxruntime's NHWC form of a model saved after ORT_ENABLE_ALL optimizations; "
+           "save at ORT_ENABLE_EXTENDED to offload it)" if channels_last else "")
+    return f"{node.domain}::{node.op_type} is not an ONNX operator{why}: it runs in onnxruntime"
 
 
 def _control_flow(node: onnx.NodeProto) -> Optional[str]:

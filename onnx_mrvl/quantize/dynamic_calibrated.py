@@ -40,6 +40,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
+from ..modelio import ort_domain_imports
 from .calibration import load_calibration
 from . import dynamic_lstm_int8 as lstm_int8
 from .static import onnxruntime_failure
@@ -256,6 +257,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
         lstm_int8.rewrite(static, lstms, qp)
     if qatt:
         dynamic_qattention.rewrite(static, qatt, qp)
+    ort_domain_imports(static)   # a body's com.microsoft op the model did not import (EnableSubgraph)
     try:
         onnx.checker.check_model(static)
     except onnx.checker.ValidationError as exc:

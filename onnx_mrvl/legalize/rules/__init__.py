@@ -15,7 +15,7 @@ from . import pad_reflect_gather
 from . import conv_3d_to_2d, conv_dilation_fold, conv_phase_s2d, squeeze_sink
 from . import dynamic_dq_moves, dynamic_int_bias, dynamic_int8, dynamic_lstm, qlinear_passthrough, qlinear_to_qdq
 from . import (contrib_attention, contrib_cached, contrib_embed, contrib_fused, contrib_gelu, contrib_norm,
-               contrib_qattention, contrib_qembed, contrib_rotary)
+               contrib_nbits, contrib_qattention, contrib_qembed, contrib_rotary)
 from . import qdq_convtranspose, qdq_dedupe, qdq_float_bias, qdq_int8_output, qdq_pad_fold, qdq_uint8_weights, qdq_weight_moves
 from . import qdq_double_pair, qdq_requant_before_layout
 from . import batched_const_matmul, expand_to_concat, last_axis_ones, mask_fill_add, signed_permute, strided_slice_view, \
@@ -57,6 +57,7 @@ RULES = (
     contrib_qattention,
     contrib_attention,
     contrib_qembed,
+    contrib_nbits,
     contrib_embed,
     contrib_norm,
     contrib_gelu,

@@ -5,7 +5,11 @@ the Q/DQ pairs (onnxruntime's ``quantize_static(..., quant_format=QOperator)``, 
 
 QLinearConv, QLinearMatMul (ONNX); QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearSigmoid,
 QLinearLeakyRelu, QLinearSoftmax, QLinearGlobalAveragePool, QLinearAveragePool, QLinearWhere
-(com.microsoft). Weights stay int8 behind a DequantizeLinear (per output channel along axis 0 for
+(com.microsoft). com.microsoft's ``channels_last`` QLinearConv / QLinearAveragePool /
+QLinearGlobalAveragePool (onnxruntime's NhwcTransformer in a model saved at ORT_ENABLE_ALL, its
+default level: NHWC codes in and out, OIHW weights) become the NCHW op with Transposes of the codes
+before its DequantizeLinear and after its QuantizeLinear (exact: they move integers), which
+merge_transposes cancels against the Transposes onnxruntime put around it. Weights stay int8 behind a DequantizeLinear (per output channel along axis 0 for
 Conv, per column for MatMul / Gemm), biases int32 behind one with scale ``s_x * s_w``; QGemm's
 ``alpha`` goes into the weight and bias scales (``Y = alpha * s_a * s_b * (A_q B_q + C_q)``, as
 onnxruntime computes it). The int8 tensors between ops keep their names; each gets one shared
@@ -30,6 +34,8 @@ REPORT_SKIPS = "QOperator int8"   # a refusal is shown in the node's decision (p
 UNARY = ((0, 1, 2),)
 SPEC = {
     ("", "QLinearConv"): ("Conv", UNARY, (3, 4, 5), None),
+    (MS, "QLinearConv"): ("Conv", UNARY, (3, 4, 5), ("auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                                      "strides")),
     ("", "QLinearMatMul"): ("MatMul", UNARY, (3, 4, 5), ()),
     (MS, "QGemm"): ("Gemm", UNARY, (3, 4, 5), ("transA", "transB")),
     (MS, "QLinearAdd"): ("Add", ((0, 1, 2), (3, 4, 5)), None, ()),
@@ -80,10 +86,10 @@ def check(m: Match, g, target) -> Optional[str]:
                    f"fit neither one scale nor one per output channel"
     if key == (MS, "QGemm") and inp(node, 6) and not g.is_const(inp(node, 6)):
         return f"QGemm '{node.name}': C is not a constant"
-    if key == ("", "QLinearConv") and inp(node, 8) and not g.is_const(inp(node, 8)):
+    if key[1] == "QLinearConv" and inp(node, 8) and not g.is_const(inp(node, 8)):
         return f"QLinearConv '{node.name}': the bias is not a constant"
-    if key[1] == "QLinearAveragePool" and attr(node, "channels_last", 0):
-        return f"{node.op_type} '{node.name}' is channels_last"
+    if attr(node, "channels_last", 0) and not (g.shape(node.input[0]) or g.shape(node.output[0])):
+        return f"{node.op_type} '{node.name}' is channels_last and its rank is not known"
     if key[1] == "QLinearSoftmax" and (attr(node, "opset", 13) or 13) < 13:
         rank = len(g.shape(node.input[0]) or ())
         if rank and (attr(node, "axis", 1) % rank) != rank - 1:
@@ -126,6 +132,7 @@ def rewrite(m: Match, g) -> str:
     op = SPEC[key][0]
     origin = m.origin
     inputs: List[str] = []
+    rank = len(g.shape(node.input[0]) or g.shape(node.output[0]) or ()) if attr(node, "channels_last", 0) else 0
     if key[1] == "QLinearWhere":
         inputs.append(node.input[0])
     for d, s, z in _operands(node, key):
@@ -133,6 +140,8 @@ def rewrite(m: Match, g) -> str:
         if g.is_const(t):
             inputs.append(_dq_const(g, node, t, inp(node, s), inp(node, z), None, origin))
         else:
+            if rank:    # NHWC codes -> NCHW codes
+                t = _transposed(g, node, t, [0, rank - 1] + list(range(1, rank - 1)), origin)
             inputs.append(dequantized(g, t, (inp(node, s), inp(node, z)), near=node, origin=origin))
     keep = SPEC[key][3]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if keep is None or a.name in keep}
@@ -145,24 +154,32 @@ def rewrite(m: Match, g) -> str:
     out = node.output[0]
     g.remove(node)
     y = g.fresh(f"{out}/float") if s else out
-    if key == (MS, "QLinearGlobalAveragePool") and attr(node, "channels_last", 0):
-        rank = len(g.shape(out) or g.shape(inputs[0]) or (0, 0, 0, 0))
-        x = g.fresh(f"{inputs[0]}/nchw")
-        g.make("Transpose", [inputs[0]], [x], near=node, origin=origin, name=f"{node.name}/nchw",
-               perm=[0, rank - 1] + list(range(1, rank - 1)))
-        p = g.fresh(f"{out}/pooled")
-        g.make(op, [x], [p], near=node, origin=origin, name=node.name)
-        g.make("Transpose", [p], [y], near=node, origin=origin, name=f"{node.name}/nhwc",
-               perm=[0] + list(range(2, rank)) + [1])
-    else:
-        g.make(op, inputs, [y], near=node, origin=origin, name=node.name, **attrs)
+    codes = g.fresh(f"{out}/nchw") if rank and s else out
+    g.make(op, inputs, [y], near=node, origin=origin, name=node.name, **attrs)
     if s:
-        quantize_into(g, y, out, (s, z), near=node, origin=origin)
-        if g.shapes.get(out) is not None:
-            g.set_shape(y, g.shapes[out], FLOAT)
-        else:
-            g.dtypes[y] = FLOAT
+        quantize_into(g, y, codes, (s, z), near=node, origin=origin)
+        if rank:    # NCHW codes -> NHWC codes
+            g.make("Transpose", [codes], [out], near=node, origin=origin, name=f"{node.name}/nhwc",
+                   perm=[0] + list(range(2, rank)) + [1])
+        shape = g.shapes.get(out)
+        if shape is not None and rank:
+            shape = (shape[0], shape[-1]) + tuple(shape[1:-1])
+        for t, dt in ((y, FLOAT), (codes, g.dtype(out))):
+            if shape is not None:
+                g.set_shape(t, shape, dt)
+            else:
+                g.dtypes[t] = dt
     return f"{node.op_type} -> DequantizeLinear, {op}, QuantizeLinear"
+
+
+def _transposed(g, node, t: str, perm, origin) -> str:
+    out = g.fresh(f"{t}/nchw")
+    g.make("Transpose", [t], [out], near=node, origin=origin, name=g.fresh_node_name(f"{node.name}/nchw"), perm=perm)
+    if g.shape(t) is not None:
+        g.set_shape(out, [g.shape(t)[k] for k in perm], g.dtype(t))
+    else:
+        g.dtypes[out] = g.dtype(t)
+    return out
 
 
 def _dq_const(g, node, t: str, s: str, z: str, axis: Optional[int], origin) -> str:

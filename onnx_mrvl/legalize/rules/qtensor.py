@@ -18,7 +18,7 @@ MS = "com.microsoft"
 
 # QLinear op -> (input index of the output scale, of the output zero point); -1: none (float output)
 OUTPUT_QPARAMS = {
-    ("", "QLinearConv"): (6, 7), ("", "QLinearMatMul"): (6, 7), (MS, "QGemm"): (7, 8),
+    ("", "QLinearConv"): (6, 7), (MS, "QLinearConv"): (6, 7), ("", "QLinearMatMul"): (6, 7), (MS, "QGemm"): (7, 8),
     (MS, "QLinearAdd"): (6, 7), (MS, "QLinearMul"): (6, 7), (MS, "QLinearConcat"): (0, 1),
     (MS, "QLinearSigmoid"): (3, 4), (MS, "QLinearLeakyRelu"): (3, 4), (MS, "QLinearSoftmax"): (3, 4),
     (MS, "QLinearGlobalAveragePool"): (3, 4), (MS, "QLinearAveragePool"): (3, 4),
