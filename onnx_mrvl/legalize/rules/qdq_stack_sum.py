@@ -39,6 +39,8 @@ def _part(g, t: str):
     pair = []
     p = g.producer.get(t)
     if p is not None and p.op_type == "DequantizeLinear":
+        if _only_user(g, t, "Concat") is None:
+            return None
         q = g.producer.get(p.input[0])
         if q is None or q.op_type != "QuantizeLinear" or _only_user(g, q.output[0], "DequantizeLinear") is None:
             return None
@@ -58,12 +60,13 @@ def _part(g, t: str):
 def match(node, g) -> Optional[Match]:
     if node.op_type != "ReduceSum" or node.domain not in ("", "ai.onnx") or attr(node, "keepdims", 1) != 0:
         return None
-    if axes_of(g, node, 1) != [0]:
+    axes, sx = axes_of(g, node, 1), g.shape(node.input[0])
+    if not axes or len(axes) != 1 or sx is None or axes[0] % len(sx) != 0:
         return None
     dq = g.producer.get(node.input[0])
     q = g.producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
     cat = g.producer.get(q.input[0]) if q is not None and q.op_type == "QuantizeLinear" else None
-    if cat is None or cat.op_type != "Concat" or attr(cat, "axis", 0) != 0:
+    if cat is None or cat.op_type != "Concat" or attr(cat, "axis", 0) % len(sx) != 0:
         return None
     parts = [_part(g, i) for i in cat.input]
     if any(p is None for p in parts) or not 2 <= len(parts) <= MAX_PARTS:
