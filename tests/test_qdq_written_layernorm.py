@@ -102,3 +102,45 @@ def test_layernorm_eight_points_reference_body(tmp_path):
         ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
         got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
         np.testing.assert_array_equal(got, ref)
+
+
+def _two_layernorms(c: int = 4, h: int = 8, w: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """x -> LN1 -> CumSum (no accelerator op) -> LN2 -> depthwise Conv: both written-out layer norms
+    (over the last axis) read one ``eps`` initializer (one DequantizeLinear the quantizer shares)."""
+    rng = np.random.default_rng(seed)
+    mk = helper.make_node
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "ax"), numpy_helper.from_array(np.float32(1e-5), "eps"),
+             numpy_helper.from_array(np.array(-1, np.int64), "cax"),
+             numpy_helper.from_array((rng.standard_normal((c, 1, 3, 3)) * 0.3).astype(np.float32), "wd")]
+    nodes = []
+    for k, (x, y) in enumerate((("x", "y1"), ("e", "y2")), 1):
+        inits += [numpy_helper.from_array((s + 0.2 * rng.standard_normal(w)).astype(np.float32), f"{r}{k}")
+                  for r, s in (("bias", 0), ("gamma", 1), ("beta", 0))]
+        p = f"l{k}_"
+        nodes += [mk("Add", [x, f"bias{k}"], [p + "a"]), mk("ReduceMean", [p + "a", "ax"], [p + "m"], keepdims=1),
+                  mk("Sub", [p + "a", p + "m"], [p + "d"]), mk("Mul", [p + "d", p + "d"], [p + "d2"]),
+                  mk("ReduceMean", [p + "d2", "ax"], [p + "v"], keepdims=1), mk("Add", [p + "v", "eps"], [p + "ve"]),
+                  mk("Sqrt", [p + "ve"], [p + "sd"]), mk("Div", [p + "d", p + "sd"], [p + "n"]),
+                  mk("Mul", [p + "n", f"gamma{k}"], [p + "ng"]), mk("Add", [p + "ng", f"beta{k}"], [y])]
+        if k == 1:
+            nodes.append(mk("CumSum", ["y1", "cax"], ["e"]))
+    nodes.append(mk("Conv", ["y2", "wd"], ["y"], group=c, pads=[1, 1, 1, 1]))
+    g = helper.make_graph(nodes, "two_layernorms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, h, w])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_dropped_layernorm_keeps_the_shared_eps_dq_of_the_next(tmp_path, act):
+    """The first layer norm's region (no conv / FC) is dropped by the minimum-work rule; the eps
+    DequantizeLinear it shares (legalize copies it per reader, one origin) must not take the second
+    layer norm to the CPU with it (pipeline._newly_cpu leaves a constant's DQ out). Before: both
+    layer norms on the CPU (4 ReduceMeans)."""
+    import onnx_mrvl
+    qpath = _quantize(_two_layernorms(), str(tmp_path / "q.onnx"), act, ALL_STEPS + ("Conv",))
+    result = onnx_mrvl.convert(qpath)
+    result.save(str(tmp_path / "out"), overwrite=True)
+    cpu = collections.Counter(n.op_type for n in result.model.graph.node if not n.op_type.startswith("Subgraph"))
+    assert len(result.subgraphs) == 1 and cpu["ReduceMean"] == 2 and cpu["Div"] == 1, cpu
+    agree = qt.agreement(qpath, str(tmp_path / "out" / "model.onnx"), runs=3)["y"]
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
