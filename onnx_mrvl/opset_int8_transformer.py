@@ -162,9 +162,12 @@ def layernorm_inner_body(plain):
             return [helper.make_node("ReduceMean", [x], [y], axes=[axis], keepdims=1)]
 
         def fq(x, k):
-            if pts[k] is None:
+            return fqp(x, pts[k])
+
+        def fqp(x, p):
+            if p is None:
                 return [], x
-            s, z, t = pts[k]
+            s, z, t = p
             n = [helper.make_node("Constant", [], [f"{x}_s"], value=helper.make_tensor(f"{x}_s", TensorProto.FLOAT, [], [s])),
                  helper.make_node("Constant", [], [f"{x}_z"], value=helper.make_tensor(f"{x}_z", QTYPES[t], [], [z])),
                  helper.make_node("QuantizeLinear", [x, f"{x}_s", f"{x}_z"], [f"{x}_q"]),
@@ -177,20 +180,27 @@ def layernorm_inner_body(plain):
             more, sq = fq("li_d2", 0)
             nodes = [helper.make_node("Mul", ["X", "X"], ["li_d2"])] + more + red(sq, "li_v")
             pts = pts[1:3] + [pts[4]] + [None] + [pts[3]]   # -> var, vareps, norm, (scaled), inv
-        else:
-            nodes = red("X", "li_m") + [helper.make_node("Sub", ["X", "li_m"], ["li_d"]),
-                                        helper.make_node("Mul", ["li_d", "li_d"], ["li_d2"])] + red("li_d2", "li_v")
+        else:   # 8 points: mean, diff, square, var, vareps, std, norm, scaled; 4: var, vareps, norm, scaled
+            p8 = pts if len(pts) == 8 else [None] * 3 + pts[:2] + [None] + pts[2:]
+            pts = [p8[3], p8[4], p8[6], p8[7]]
+            more_m, m = fqp("li_m", p8[0])
+            more_d, d = fqp("li_d0", p8[1])
+            more_s, d2 = fqp("li_d2", p8[2])
+            nodes = red("X", "li_m") + more_m + [helper.make_node("Sub", ["X", m], ["li_d0"])] + more_d + \
+                [helper.make_node("Mul", [d, d], ["li_d2"])] + more_s + red(d2, "li_v")
         more, v = fq("li_v", 0)
         nodes += more + [helper.make_node("Constant", [], ["li_eps"], value=helper.make_tensor(
             "li_eps", TensorProto.FLOAT, [], [eps])), helper.make_node("Add", [v, "li_eps"], ["li_ve"])]
         more, ve = fq("li_ve", 1)
-        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd"])]
+        nodes += more + [helper.make_node("Sqrt", [ve], ["li_sd0"])]
+        more, sd = fqp("li_sd0", None if rms else p8[5])
+        nodes += more
         if rms and pts[4] is not None:   # x * DQ(Q(1 / sqrt))
             more, r = fq("li_r", 4)
-            nodes += [helper.make_node("Reciprocal", ["li_sd"], ["li_r"])] + more + \
+            nodes += [helper.make_node("Reciprocal", [sd], ["li_r"])] + more + \
                 [helper.make_node("Mul", ["X", r], ["li_n"])]
         else:
-            nodes.append(helper.make_node("Div", ["X" if rms else "li_d", "li_sd"], ["li_n"]))
+            nodes.append(helper.make_node("Div", ["X" if rms else d, sd], ["li_n"]))
         more, y = fq("li_n", 2)
         nodes += more
         shape = helper.make_tensor("li_shape", TensorProto.INT64, [-axis], [-1] + [1] * (-axis - 1)) \

@@ -231,7 +231,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
                        restore=legal_report.restore)
         decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
-        more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu)
+        more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu, legal)
         del fused_nodes
         lend_arrays(result.regions, fused.arrays)   # what emit reads instead of decoding the weights again
         fused.arrays = None
@@ -322,24 +322,35 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
 
 
 def _newly_cpu(dropped: List[dict], by_name: Dict[str, onnx.NodeProto], fused_decisions,
-               cpu: Dict[str, str]) -> Dict[str, str]:
+               cpu: Dict[str, str], legal: Optional[onnx.ModelProto] = None) -> Dict[str, str]:
     """Legalized node names behind dropped compute/data Mrvl nodes (not layout changes) -> reason.
 
     Names of the legalized graph, not original names: legalization turns one original node into
     several (a 1-D Conv into Reshape + Conv + Reshape, a large kernel into tiles + Adds), and the
-    whole family must not go to the CPU because one Reshape of it was left alone in a region."""
+    whole family must not go to the CPU because one Reshape of it was left alone in a region.
+    A constant's DequantizeLinear (of ``legal``) is left out: its copies (legalize's ``qdq_unique_dq``,
+    one per reader, the same origin) belong to their readers, which an excluded name would also
+    keep off the accelerator (Quark's one DQ of the layer norms' eps: one dropped layer norm took
+    the others to the CPU)."""
     members: Dict[str, List[str]] = {}
     for name, d in fused_decisions.items():
         if d.mrvl_node:
             members.setdefault(d.mrvl_node, []).append(name)
     out = {}
+    const_dq = set()
+    if legal is not None:   # data of no node (or of a Constant) and no graph input: an initializer, also
+        # in a structure-only copy without its initializers
+        made = {o: n.op_type for n in legal.graph.node for o in n.output}
+        inputs = {i.name for i in legal.graph.input}
+        const_dq = {n.name for n in legal.graph.node if n.op_type == "DequantizeLinear" and n.input and
+                    made.get(n.input[0], "Constant") == "Constant" and n.input[0] not in inputs}
     for d in dropped:
         for name in d["nodes"]:
             node = by_name.get(name)
             if node is None or node.op_type == "LayoutTransform":
                 continue
             for o in members.get(name) or get_origin(node):
-                if o not in cpu:
+                if o not in cpu and o not in const_dq:
                     out[o] = d["reason"]
     return out
 

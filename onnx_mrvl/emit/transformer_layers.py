@@ -25,7 +25,7 @@ from .json_attrs import decode_const, to_number, unwrap
 LAYERNORM_OPS_PER_ELEMENT = 8
 QUANT_POINT_OPS = 3
 # the interior points on per-element values, by layer kind (the others quantize per-row statistics)
-ELEMENT_POINTS = {"layernorm": (2, 3), "rms": (0, 4), "form": (2, 3, 7, 8, 9, 10)}
+ELEMENT_POINTS = {"layernorm": (2, 3), "layernorm8": (1, 2, 6, 7), "rms": (0, 4), "form": (2, 3, 7, 8, 9, 10)}
 SOFTMAX_OPS_PER_ELEMENT = 6
 LOG_SOFTMAX_OPS_PER_ELEMENT = 6
 
@@ -55,11 +55,13 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         if form not in ("keras3", "tf") or rms or not a.has("inner_scales"):
             a.fail(f"form {form!r} (keras3 or tf) needs inner_scales and no rms")
         params["form"] = form
-    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled; RMSNorm:
+    if a.has("inner_scales"):   # interior quantization points (var, vareps, norm, scaled, or 8: mean, diff,
+        # square, var, vareps, std, norm, scaled; RMSNorm:
         # square, var, vareps, inv, norm; a form: mean, negmean, diff, square, var, vareps, rstd, inv,
         # xinv, minv, res)
         points = ("11 entries (mean, negmean, diff, square, var, vareps, rstd, inv, xinv, minv, res)" if form else
-                  "5 entries (square, var, vareps, inv, norm)" if rms else "4 entries (var, vareps, norm, scaled)")
+                  "5 entries (square, var, vareps, inv, norm)" if rms else
+                  "4 entries (var, vareps, norm, scaled) or 8 (mean, diff, square, var, vareps, std, norm, scaled)")
         raw = unwrap(a.raw["inner_scales"])
         try:
             scales = [float(to_number(v)) for v in (raw if isinstance(raw, list) else [raw])]
@@ -67,7 +69,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
             a.fail(f"inner_scales is not a list of numbers: {a.raw['inner_scales']!r}")
         zps = a.ints("inner_zero_points")
         types = a.str("inner_types", "").split(",")
-        if not (len(scales) == len(zps) == len(types) == (11 if form else 5 if rms else 4)):
+        if not (len(scales) == len(zps) == len(types) and len(scales) in ((11,) if form else (5,) if rms else (4, 8))):
             a.fail(f"inner_scales, inner_zero_points and inner_types need {points}")
         for s, z, t in zip(scales, zps, types):
             lo, hi = {"int8": (-128, 127), "uint8": (0, 255)}.get(t, (0, 0))
@@ -75,7 +77,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
                 a.fail(f"interior quantization ({s}, {z}, {t!r}) is not a positive scale with an int8/uint8 zero point")
         params.update(inner_scales=[float(np.float32(s)) for s in scales], inner_zero_points=[int(z) for z in zps],
                       inner_types=types)
-        kind = "form" if form else "rms" if rms else "layernorm"
+        kind = "form" if form else "rms" if rms else "layernorm8" if len(scales) == 8 else "layernorm"
     mean_sum = a.str("mean_sum", "") or None   # onnxruntime summed the mean over a strided axis (ort_reduce.py)
     if mean_sum is not None:
         if mean_sum != "strided" or rms or form or not a.has("inner_scales"):

@@ -8,7 +8,10 @@ opset < 17) as one Mrvl LayerNorm carrying its interior quantization points (doc
 
 Each bracketed pair is optional; the layer quantizes its fp32 intermediate value there exactly as
 the pair does (``inner_scales`` / ``inner_zero_points`` / ``inner_types``, one entry per point in
-the order var, vareps, norm, scaled; scale 0: no pair). The pair after the last node is the layer's
+the order var, vareps, norm, scaled; scale 0: no pair). A layer norm with pairs also after the mean,
+the difference, the square or the square root (``POINTS8``: onnxruntime's quantizer pairs ``d`` and
+``d * d`` when the square is a Mul, a quantized input of it; toolkits that quantize every op's output
+pair them all) carries eight points: mean, diff, square, var, vareps, std, norm, scaled. The pair after the last node is the layer's
 output pair (``qdq_transformer.merge_output_pairs``). None when no interior pair is found (legalize's
 ``layernorm_canonical`` took the pair-free forms).
 
@@ -38,6 +41,7 @@ from .qconst import const_dq, constant_value
 from .qdq import qparams
 
 POINTS = ("var", "vareps", "norm", "scaled")
+POINTS8 = ("mean", "diff", "square", "var", "vareps", "std", "norm", "scaled")
 RMS_POINTS = ("square", "var", "vareps", "inv", "norm")
 RMS_ENTRY_OPS = ("Pow", "Mul")
 
@@ -93,19 +97,21 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
     axes = _axes(g, n)
     if shape is None or axes is None or len(axes) != 1 or axes[0] % len(shape) != len(shape) - 1:
         return None
-    subs = [s for s in g.consumers.get(n.output[0], []) if s.op_type == "Sub" and list(s.input) == [x, n.output[0]]]
-    if len(subs) != 1 or len(g.consumers.get(n.output[0], [])) != 1:
+    m, q_mean, m_pair = _through(g, n.output[0])
+    subs = [s for s in g.consumers.get(m, []) if s.op_type == "Sub" and list(s.input) == [x, m]]
+    if len(subs) != 1 or len(g.consumers.get(m, [])) != 1:
         return None
-    d = subs[0].output[0]
+    d, q_diff, d_pair = _through(g, subs[0].output[0])
     sq = next((u for u in g.consumers.get(d, []) if u.op_type == "Pow" and u.input[0] == d and g.is_const(u.input[1])
                and float(np.asarray(g.const(u.input[1])).reshape(-1)[0]) == 2.0
                or u.op_type == "Mul" and list(u.input) == [d, d]), None)
-    var = _only(g, sq.output[0], ("ReduceMean",)) if sq is not None else None
+    t, q_square, s_pair = _through(g, sq.output[0]) if sq is not None else (None, None, [])
+    var = _only(g, t, ("ReduceMean",)) if sq is not None else None
     va = _axes(g, var) if var is not None else None
     if va is None or [a % len(shape) for a in va] != [a % len(shape) for a in axes]:   # [2] and [-1] alike
         return None
-    nodes = [n, subs[0], sq, var]
-    quant = {}
+    nodes = [n] + m_pair + [subs[0]] + d_pair + [sq] + s_pair + [var]
+    quant = {"mean": q_mean, "diff": q_diff, "square": q_square}
     t, qp, pair = _through(g, var.output[0])
     add = _only(g, t, ("Add",))
     eps = _const_other(g, add, t) if add is not None else None
@@ -117,10 +123,11 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
     if sd is None:
         return None
     quant["vareps"], nodes = qp, nodes + pair + [sd]
-    div = _only(g, sd.output[0], ("Div",))
-    if div is None or list(div.input) != [d, sd.output[0]] or set(u.name for u in g.consumers.get(d, [])) != {sq.name, div.name}:
+    t, quant["std"], pair = _through(g, sd.output[0])
+    div = _only(g, t, ("Div",))
+    if div is None or list(div.input) != [d, t] or set(u.name for u in g.consumers.get(d, [])) != {sq.name, div.name}:
         return None
-    nodes.append(div)
+    nodes += pair + [div]
     last, weights = div, {}
     for point, op, role in (("norm", "Mul", "gamma"), ("scaled", "Add", "beta")):
         t, qp, pair = _through(g, last.output[0])
@@ -146,7 +153,7 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
     if not eps_v >= 0:
         return f"epsilon {eps_v} is negative"
     weights.setdefault("gamma", np.ones(shape[-1], np.float32))
-    qs = [quant.get(p) for p in POINTS]
+    qs = [quant.get(p) for p in (POINTS8 if any(quant.get(p) for p in POINTS8 if p not in POINTS) else POINTS)]
     attrs = {"axis": len(shape) - 1, "epsilon": eps_v,
              "inner_scales": [float(q[0]) if q else 0.0 for q in qs],
              "inner_zero_points": [int(q[1]) if q else 0 for q in qs],

@@ -235,21 +235,25 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
 def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points,
                     mean_strided: bool = False) -> Tuple[np.ndarray, bool]:
     """A LayerNorm with interior quantization points (a QDQ export's decomposed layer norm, as
-    onnxruntime runs it in fp32): m = mean(x); d = x - m; v = mean(d * d) -> DQ(Q(.)) at "var";
-    + eps -> at "vareps"; n = d / sqrt(.) -> at "norm"; * gamma -> at "scaled"; + beta. ``points``:
-    four (scale, zero point, type) or None. Both means are onnxruntime's ReduceMean over the last
-    axis (``ort_reduce``); ``mean_strided``: the first over a strided axis (its in-order sum; the
+    onnxruntime runs it in fp32): m = mean(x) -> DQ(Q(.)) at "mean"; d = x - m -> at "diff"; d * d ->
+    at "square"; v = mean(.) -> at "var"; + eps -> at "vareps"; sqrt -> at "std"; n = d / . -> at
+    "norm"; * gamma -> at "scaled"; + beta. ``points``: eight (scale, zero point, type) or None in
+    that order, or four (var, vareps, norm, scaled). Both means are onnxruntime's ReduceMean over the
+    last axis (``ort_reduce``); ``mean_strided``: the first over a strided axis (its in-order sum; the
     centering ``center_before_transpose`` moved back after a Transpose). The fp32 result, unrounded."""
+    if len(points) == 4:
+        points = [None, None, None, points[0], points[1], None, points[2], points[3]]
+
     def fq(v, k):
         return v if points[k] is None else fake_quant(v, *points[k])
     shape = (-1,) + (1,) * (-axis - 1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
-        d = x - ort_reduce.mean(x, axis, strided=mean_strided)
-        v = fq(ort_reduce.mean(d * d, axis), 0)
-        ve = fq((v + F32(eps)).astype(F32), 1)
-        y = fq((d / np.sqrt(ve)).astype(F32), 2)
-        y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 3)
+        d = fq((x - fq(ort_reduce.mean(x, axis, strided=mean_strided), 0)).astype(F32), 1)
+        v = fq(ort_reduce.mean(fq((d * d).astype(F32), 2), axis), 3)
+        ve = fq((v + F32(eps)).astype(F32), 4)
+        y = fq((d / fq(np.sqrt(ve).astype(F32), 5)).astype(F32), 6)
+        y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 7)
         if beta is not None:
             y = (y + np.asarray(beta, F32).reshape(shape)).astype(F32)
     return y, bool(np.isfinite(y).all())
@@ -305,9 +309,11 @@ def affine_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, 
     return y, bool(np.isfinite(y).all())
 
 
-def inner_points(spec, count: int = 4):
-    """The ``count`` interior quantization points of a LayerNorm spec (None each: no pair there; 4 for
-    a LayerNorm: var, vareps, norm, scaled; 5 for an RMSNorm: square, var, vareps, inv, norm), or None."""
+def inner_points(spec, count=4):
+    """The ``count`` (a number or a tuple of the numbers allowed) interior quantization points of a
+    LayerNorm spec (None each: no pair there; 4 or 8 for a LayerNorm: var, vareps, norm, scaled or
+    mean, diff, square, var, vareps, std, norm, scaled; 5 for an RMSNorm: square, var, vareps, inv,
+    norm), or None."""
     p: Mapping = spec.params
     if not p.get("inner_scales"):
         return None
@@ -315,7 +321,7 @@ def inner_points(spec, count: int = 4):
         out = []
         for s, z, t in zip(p["inner_scales"], p["inner_zero_points"], p["inner_types"]):
             out.append(None if float(s) == 0 else _q({"x_scale": s, "x_zero_point": z, "x_dtype": t}, "x"))
-        if len(out) != count:
+        if len(out) not in (count if isinstance(count, tuple) else (count,)):
             raise ValueError(f"{len(out)} interior points, {count} expected")
         return out
     except (ValueError, KeyError, TypeError) as exc:

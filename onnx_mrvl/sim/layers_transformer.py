@@ -40,7 +40,7 @@ def build_layernorm(spec, n_inputs: int):
     form = spec.param("form", None)   # x * inv + c (fuse/qdq_norm_affine.py): 11 interior points
     if form is not None and (form not in AFFINE_FORMS or rms):
         raise spec.error(f"form {form!r}: {' or '.join(AFFINE_FORMS)}, without rms")
-    points = inner_points(spec, 11 if form else 5 if rms else 4)   # RMSNorm: square, var, vareps, inv, norm
+    points = inner_points(spec, 11 if form else 5 if rms else (4, 8))   # RMSNorm: square, var, vareps, inv, norm
     if form is not None and points is None:
         raise spec.error(f"form {form!r} without its interior points (inner_scales)")
     mean_sum = spec.param("mean_sum", None)   # onnxruntime's order of the mean's sum (sim/ort_reduce.py)

@@ -37,7 +37,7 @@ from . import qdq_const_group
 from . import pad_channel_concat, qdq_pad_channel, qdq_pool_transpose
 from . import div_host_divisor, grouped_transpose, if_static_branch
 from . import ms_qdq_domain
-from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input
+from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input, qdq_stack_sum
 from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
 from . import split_of_concat
 from .base import Match
@@ -166,6 +166,7 @@ RULES = (
     reducesum_to_mean,
     reducemean_to_gap,
     reduce_axis_to_pool,
+    qdq_stack_sum,
     reduce_sum_split,
     split_of_concat,
     gap_split,
