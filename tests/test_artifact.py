@@ -445,7 +445,7 @@ def test_meta_not_canonical(blob):
 @pytest.mark.parametrize("edit, words", [
     (lambda m: m.pop("layers"), ["missing required key 'layers'"]),
     (lambda m: m.update(format="other"), ["meta.format", "'other'"]),
-    (lambda m: m.update(program_version=5), ["program_version 5", "newer", "upgrade"]),
+    (lambda m: m.update(program_version=6), ["program_version 6", "newer", "upgrade"]),
     # a version-1 reader would run the layer without its per-row state output: the program says 2
     (lambda m: m["layers"][0].setdefault("params", {}).update(final_state_rows=1),
      ["program_version 1", "final_state_rows", "defined by program_version 2"]),
@@ -466,6 +466,9 @@ def test_meta_not_canonical(blob):
      ["program_version 3", "ort_kernel", "defined by program_version 4"]),
     (lambda m: (m.update(program_version=3), m["layers"][0].setdefault("params", {}).update(mean_sum="rows")),
      ["program_version 3", "mean_sum", "defined by program_version 4"]),
+    # a version-4 reader knows four interior points of a layer norm, not eight: the program says 5
+    (lambda m: (m.update(program_version=4), m["layers"][0].setdefault("params", {}).update(inner_scales=[1.0] * 8)),
+     ["program_version 4", "inner_scales", "defined by program_version 5"]),
     (lambda m: m.update(name=7), ["meta.name", "expected the region name", "integer 7"]),
     (lambda m: m["tensors"][2].update(nbytes=5), ["meta.tensors[2].nbytes: 5", "expected 1024"]),
     (lambda m: m["tensors"][2].update(shape=[1, -8, 8, 8]), ["meta.tensors[2].shape[1]", "-8"]),

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 from .io_quant import IO_QUANT_SINCE, check_io_quant
 
 PROGRAM_FORMAT = "onnx_mrvl.program"
-PROGRAM_VERSION = 4                     # newest program_version this reader understands
+PROGRAM_VERSION = 5                     # newest program_version this reader understands
 
 
 def program_features(layers: list) -> Dict[str, int]:
@@ -24,7 +24,9 @@ def program_features(layers: list) -> Dict[str, int]:
     epilogue (scalar ``post_ops``, the output's quantize-dequantize ``outq_*``), 3; an int8 mean's
     constant factor (``out_mul``) or row-sum order (``mean_sum`` on a pool), per-channel epilogue values
     (``post_sizes``), a layer norm in onnxruntime's InstanceNorm order (``ort_kernel``), an int8 Sum2D's
-    broadcast operand (``broadcast``) and an int8 Softmax's additive ``mask`` weight, 4.
+    broadcast operand (``broadcast``) and an int8 Softmax's additive ``mask`` weight, 4; a layer norm's
+    eight interior quantization points (``inner_scales`` of 8: also after the mean, the difference, the
+    square and the square root), 5.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -46,6 +48,8 @@ def program_features(layers: list) -> Dict[str, int]:
             for key in ("post_sizes", "out_mul", "ort_kernel", "broadcast"):
                 if params.get(key):
                     found[key] = 4
+            if isinstance(params.get("inner_scales"), list) and len(params["inner_scales"]) == 8:
+                found["inner_scales"] = 5
         if isinstance(weights, dict) and "mask" in weights and layer.get("layer_name") == "Softmax":
             found["mask"] = 4
     return found
