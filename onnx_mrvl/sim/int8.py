@@ -199,7 +199,8 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
-    if type(layer) in (Int8Conv2D, Int8FC) and not (kind == "Conv2D" and layer.ig == 1 and layer.o == layer.groups):
+    if type(layer) in (Int8Conv2D, Int8FC) and spec.params.get("int8_sums") != "exact" \
+            and not (kind == "Conv2D" and layer.ig == 1 and layer.o == layer.groups):
         from .mlas_u8s8 import saturates    # onnxruntime's QLinearConv / QGemm (not its depthwise kernel)
         layer.u8s8_sat = saturates()
         if layer.u8s8_sat:
