@@ -11,6 +11,7 @@ from onnx import TensorProto, helper as oh, numpy_helper as nh
 
 import onnx_mrvl
 from onnx_mrvl.sim import mlas_u8s8
+from tests.test_int8_qdq import _int8_layers
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 
@@ -49,27 +50,32 @@ class _Images(quantization.CalibrationDataReader):
         return next(self.it, None)
 
 
-@pytest.mark.parametrize("c,act", [(3, "u8"), (8, "s8"), (16, "u8")])
-def test_u8s8_convs_match_onnxruntime_on_this_machine(tmp_path, c, act):
+@pytest.mark.parametrize("c,act,fmt", [(3, "u8", "qdq"), (8, "s8", "qdq"), (16, "u8", "qdq"), (8, "s8", "qop"),
+                                        (8, "u8", "qop")])
+def test_u8s8_convs_match_onnxruntime_on_this_machine(tmp_path, c, act, fmt):
     """3 input channels: MLAS's im2col QGEMM (pairs across kernel positions); 8 / 16: its ConvSym kernel.
     Per-tensor int8 weights (full range), activations at scale ~1/255 (uint8, or int8 after onnxruntime's
-    S8 -> U8 rewrite): on a machine without VNNI several percent of the codes saturate."""
+    S8 -> U8 rewrite): on a machine without VNNI several percent of the codes saturate. A QOperator
+    S8S8 model's QLinearConv sums exactly (MLAS's S8S8 kernel): its layers carry ``int8_sums`` exact."""
     src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
     onnx.save(_conv_model(c, c), src)
     t = quantization.QuantType
-    quantization.quantize_static(src, dst, _Images(c), quant_format=quantization.QuantFormat.QDQ,
+    fmt_ = quantization.QuantFormat.QDQ if fmt == "qdq" else quantization.QuantFormat.QOperator
+    quantization.quantize_static(src, dst, _Images(c), quant_format=fmt_,
                                  activation_type=t.QUInt8 if act == "u8" else t.QInt8, weight_type=t.QInt8)
     r = onnx_mrvl.convert(dst)
     assert len(r.report.regions) == 1 and not r.report.cpu_nodes()
     r.save(str(tmp_path / "out"))
+    sums = [n["attrs"].get("int8_sums") for n in _int8_layers(str(tmp_path / "out"))]
+    assert len(sums) == 2 and sums == [["exact"]] * 2 if (fmt, act) == ("qop", "s8") else [None] * 2
     sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
     so = ort.SessionOptions()
     ref = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    exact = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])   # float convs: no clamp
+    exact = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])   # QDQ: float convs, no clamp
     q = onnx.load(dst)
     scale = float(nh.to_array(next(i for i in q.graph.initializer if i.name == next(
-        n for n in q.graph.node if n.output[0] == "y").input[1])))
+        n for n in q.graph.node if n.output[0] == "y").input[1])))   # the output's DequantizeLinear
     rng = np.random.default_rng(7)
     clamped = 0
     for _ in range(3):
@@ -77,5 +83,5 @@ def test_u8s8_convs_match_onnxruntime_on_this_machine(tmp_path, c, act):
         want, got = ref.run(None, x)[0], sess.run(None, x)[0]
         assert np.array_equal(np.rint(got / scale), np.rint(want / scale))
         clamped += int(np.count_nonzero(np.rint((exact.run(None, x)[0] - want) / scale)))
-    if mlas_u8s8.saturates():   # the case is one where the clamp shows, on such a machine
+    if mlas_u8s8.saturates() and fmt == "qdq":   # a case where the clamp shows, on such a machine (QDQ: float convs)
         assert clamped > 0
