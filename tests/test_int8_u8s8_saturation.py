@@ -85,3 +85,33 @@ def test_u8s8_convs_match_onnxruntime_on_this_machine(tmp_path, c, act, fmt):
         clamped += int(np.count_nonzero(np.rint((exact.run(None, x)[0] - want) / scale)))
     if mlas_u8s8.saturates() and fmt == "qdq":   # a case where the clamp shows, on such a machine (QDQ: float convs)
         assert clamped > 0
+
+
+@pytest.mark.parametrize("act", ["u8", "s8"])
+def test_u8s8_matmul_matches_onnxruntime_on_this_machine(tmp_path, act):
+    """A QDQ MatMul of 8 rows (QLinearMatMul: MLAS's U8S8 QGEMM, K in order): the int8 FC's sums."""
+    rng = np.random.default_rng(3)
+    g = oh.make_graph([oh.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                      [oh.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])],
+                      [nh.from_array(rng.normal(0, 1, (64, 16)).astype(np.float32), "w")])
+    src, dst = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)]), src)
+
+    class Rows(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.uniform(0, 1, (8, 64)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+    t = quantization.QuantType
+    quantization.quantize_static(src, dst, Rows(), quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=t.QUInt8 if act == "u8" else t.QInt8, weight_type=t.QInt8)
+    r = onnx_mrvl.convert(dst)
+    r.save(str(tmp_path / "out"))
+    assert [n["attrs"]["layer_name"] for n in _int8_layers(str(tmp_path / "out"))] == [["FC"]]
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(dst, providers=["CPUExecutionProvider"])
+    for _ in range(4):
+        x = {"x": rng.uniform(0, 1, (8, 64)).astype(np.float32)}
+        assert np.array_equal(sess.run(None, x)[0], ref.run(None, x)[0])
