@@ -22,7 +22,9 @@ Sections (each figure measured in this run, ratios within one process):
 The document starts with the machine (CPU, cores, memory, versions, load average) and the date,
 then a summary table (what | measured | target) which is also copied into README.md between
 ``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->``: no figure of that table is written by
-hand. ``--quick`` measures a tiny subset (two small models, 200/400-node graphs, no subprocesses)
+hand. A section's analysis (where the time goes, what was cut: prose with figures measured apart,
+written by hand) is kept in ``benchmarks/notes/<section>.md`` and copied under its table (``NOTES``).
+``--quick`` measures a tiny subset (two small models, 200/400-node graphs, no subprocesses)
 and writes nothing unless ``--out`` / ``--readme`` are given: it checks the report machinery.
 """
 from __future__ import annotations
@@ -55,6 +57,17 @@ from run_all_sim import median_run, bench_sim_kernels, bench_sim_speed, sim_avai
 DEFAULT_OUT = os.path.join(ROOT, "docs", "benchmarks.md")
 DEFAULT_README = os.path.join(ROOT, "README.md")
 Facts = Dict[str, object]     # figures of this run the summary table reads
+NOTES = {"Issue #20 convert targets: VGG-19 and ResNet-50": "convert-targets.md",
+         "Simulator speed vs onnxruntime, batch 1": "sim-speed.md"}   # section -> benchmarks/notes/ file
+
+
+def notes(title: str) -> List[str]:
+    """The hand-written analysis of section ``title`` (benchmarks/notes/), [] when it has none."""
+    name = NOTES.get(title)
+    if name is None or not os.path.exists(os.path.join(HERE, "notes", name)):
+        return []
+    with open(os.path.join(HERE, "notes", name)) as f:
+        return f.read().rstrip("\n").splitlines() + [""]
 
 
 def say(msg: str) -> None:
@@ -330,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              + "` (do not edit by hand).", ""] + bench_summary.machine_lines(info, total, bench_summary.cpu_seconds()) + [""]
     lines += [f"## {bench_summary.SUMMARY_TITLE}", ""] + table + [""]
     for title, rows in sections:
-        lines += [f"## {title}", ""] + rows + [""]
+        lines += [f"## {title}", ""] + rows + [""] + notes(title)
     text = "\n".join(lines)
     print(text)
     if out:

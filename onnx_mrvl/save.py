@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .artifact import direct_io
 from .artifact.folder import Writer, write_folder
 from .artifact.manifest import build
 from .gcpause import gc_paused
@@ -17,8 +18,12 @@ SLICE = 64 << 20          # bytes of a region binary handed to the file at a tim
 SKIPPED_CONSTS = "consts_json=False (--no-consts-json): the region binary holds the weights"
 
 
-def _json(obj) -> Writer:
-    return lambda f: dump_json(obj, f)
+def _json(obj, direct: bool = False) -> Writer:
+    """``obj`` as a JSON file; ``direct``: a large one, written past the page cache (artifact/direct_io.py)."""
+    def write(f):
+        dump_json(obj, f)
+    write.direct = direct
+    return write
 
 
 def _bytes(data: bytes, sha256: Optional[str] = None) -> Writer:
@@ -31,6 +36,7 @@ def _bytes(data: bytes, sha256: Optional[str] = None) -> Writer:
         return len(view)
     write.sha256 = sha256
     write.gil_free = True
+    write.direct = len(data) >= direct_io.MIN_SIZE
     return write
 
 
@@ -64,7 +70,8 @@ def save_result(result, out_dir: str, *, stages: bool = False, overwrite: bool =
         files.append((f"{sg.name}-nodes.json", _announced(f"writing region {i + 1} of {len(result.subgraphs)}: "
                                                           f"{sg.name}", say, _json(sg.nodes_json))))
         if consts_json:
-            files.append((f"{sg.name}-consts.json", _json(sg.consts_json)))
+            # base64 of the weights: larger than the binary's (fp16 / int8) copy of them
+            files.append((f"{sg.name}-consts.json", _json(sg.consts_json, len(sg.binary) * 2 >= direct_io.MIN_SIZE)))
         else:
             skipped[f"{sg.name}-consts.json"] = SKIPPED_CONSTS
         files.append((sg.artifact, _bytes(sg.binary, sg.binary_sha256())))

@@ -69,3 +69,19 @@ def test_quick_run_writes_doc_and_readme(tmp_path):
     new = readme.read_text()
     assert summary in new and "old table" not in new and new.endswith("\n\nafter\n")
     assert "from the summary of `benchmarks.md`" in new
+
+
+def test_section_notes_are_copied_under_their_table():
+    """The hand-written analyses (benchmarks/notes/) survive a regeneration of docs/benchmarks.md:
+    every file NOTES names exists, and run_all puts it under its section's table."""
+    import run_all
+    for title, name in run_all.NOTES.items():
+        assert os.path.exists(os.path.join(ROOT, "benchmarks", "notes", name)), name
+        lines = run_all.notes(title)
+        assert lines and lines[-1] == "" and lines[0].strip(), title
+    assert run_all.notes("Diff and report") == []
+    with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
+        doc = f.read()
+    for title in run_all.NOTES:   # the committed document carries them as run_all writes them
+        section = doc.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+        assert "\n".join(run_all.notes(title)).strip() in section, title

@@ -13,7 +13,8 @@ import onnx_mrvl
 from onnx_mrvl.legalize import legalize
 from onnx_mrvl.legalize.testing import legalize_and_compare
 from onnx_mrvl.sim.activations import apply_activation
-from onnx_mrvl.testing.log_front_models import log_power_db, tone_input
+from onnx_mrvl.errors import MrvlRuntimeError
+from onnx_mrvl.testing.log_front_models import log_db_of_relu, log_power_db, tone_input
 
 
 def _ref(m, x):
@@ -67,6 +68,78 @@ def test_log_shift_and_floor_are_one_activation(tmp_path):
         got = sess.run(None, {"input": x})[0]
         assert np.isfinite(got).all()
         assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
+def test_log_of_a_power_leaving_the_accelerator_runs_on_the_host(tmp_path):
+    """fuse/host_power_log.py: basic-pitch's dB spectrum read by a per-sample min-max normalisation (no
+    accelerator layer): the squares, the Log and the dB Mul run on the host in fp32, the convs in the
+    region. Quiet input (peak 0.002: |re|, |im| ~ 1e-4, their fp16 squares subnormal) was 0.38 of
+    max|ref| with the power formed in fp16."""
+    m = log_power_db(minmax=True)
+    res = onnx_mrvl.convert(m)
+    assert len(res.subgraphs) == 1
+    cpu = {d.node: d.reason for d in res.report.cpu_nodes()}
+    for name in ("re_sq", "im_sq", "power"):
+        assert cpu.get(name, "").startswith("the power into a Log"), (name, cpu.get(name))
+    for name in ("log", "to_db"):
+        assert cpu.get(name, "").startswith("a Log (with its constant affine tail)"), (name, cpu.get(name))
+    assert "conv_re" not in cpu and "conv_im" not in cpu and "neg_im" not in cpu
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
+    for amp in (0.5, 0.01, 0.002):
+        x = tone_input(m, amp)
+        ref = _ref(m, x)
+        got = sess.run(None, {"input": x})[0]
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max()), amp
+
+
+def test_log_whose_result_leaves_the_accelerator_runs_on_the_host(tmp_path):
+    """host_power_log without squares: a dB spectrum read only by openWakeWord's per-call floor
+    ``Clip(db, max(db) - 80)`` (its bound a statistic the host computes): the Log and the dB Mul run
+    on the host in fp32 (the region's output is the Relu'd conv, rounded to 2^-11 of itself: 2.1e-3
+    dB), not as an fp16 region output rounded to 2^-11 of |dB| (0.0156 dB steps at 16-32 dB). No
+    region added: the floor was on the host already."""
+    m = log_db_of_relu(top_db=True)
+    res = onnx_mrvl.convert(m)
+    cpu = {d.node: d.reason for d in res.report.cpu_nodes()}
+    assert len(res.subgraphs) == 1 and "conv" not in cpu
+    for name in ("log", "to_db"):
+        assert cpu.get(name, "").startswith("a Log (with its constant affine tail)"), (name, cpu.get(name))
+    x = np.sin(0.3 * np.arange(64)).reshape(1, 1, 1, 64).astype(np.float32) * 40.0
+    ref = _ref(m, x)
+    got = onnx_mrvl.InferenceSession(res.save(str(tmp_path))).run(None, {"input": x})[0]
+    assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())
+
+
+def test_log_of_exact_zero_flows_on_as_onnxruntime_minus_inf(tmp_path, caplog):
+    """Digital silence into a Log without a floor of its own (sim/activations_smooth.only_log_of_zero):
+    the log layer's -inf is ONNX Log's value of 0, not an fp16 overflow. A floor after it (``max(dB,
+    -100)``) makes it finite as in onnxruntime, with no overflow warning; without one, the -inf (and
+    the head conv's -inf / NaN of it) is returned where onnxruntime has it, no error. A NaN (Log of a
+    negative value) still fails closed."""
+    silence = np.zeros((1, 1, 1, 64), np.float32)
+    half = silence.copy()
+    half[..., 32:] = np.sin(np.arange(32)).astype(np.float32)
+    for floor in (True, False):
+        m = log_db_of_relu(floor=floor)
+        res = onnx_mrvl.convert(m)
+        assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+        assert [kind for kind, _ in _acts(res)].count("log") == 1
+        sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path / f"floor{floor}")))
+        for x in (silence, half):
+            ref = _ref(m, x)
+            caplog.clear()
+            got = sess.run(None, {"input": x})[0]
+            assert not any("overflow" in r.getMessage() for r in caplog.records)
+            assert np.array_equal(np.isfinite(got), np.isfinite(ref)) and np.isfinite(ref).all() == floor
+            fin = np.isfinite(ref)
+            assert np.array_equal(got[~fin], ref[~fin], equal_nan=True)
+            if fin.any():
+                assert float(np.abs(got[fin] - ref[fin]).max()) <= 1e-2 * float(np.abs(ref[fin]).max())
+    m = log_db_of_relu(floor=False, relu=False)
+    sess = onnx_mrvl.InferenceSession(onnx_mrvl.convert(m).save(str(tmp_path / "nan")))
+    assert np.isnan(_ref(m, half)).any()
+    with pytest.raises(MrvlRuntimeError):
+        sess.run(None, {"input": half})
 
 
 def test_log_eps_floor_leaves_an_eps_fp16_keeps_alone():

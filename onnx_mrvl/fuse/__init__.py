@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, gather_elements, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
+from . import batch_matmul, gather_elements, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     neg, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
@@ -278,8 +278,9 @@ def fuse(model: onnx.ModelProto, target: Optional[Target] = None, *,
     target = get_target(target)
     exclude = dict(exclude) if isinstance(exclude, dict) else {e: USER_EXCLUDED for e in (exclude or ())}
     g = _Index(model)
-    g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
     order = topological_order(g.nodes, g.inputs)
+    exclude = {**host_power_log.host_nodes(g, order, ANCHORS), **exclude}   # before any activation absorbs a Log
+    g.excluded = {n.name for n in g.nodes if _excluded(n, exclude)}
     decisions = Decisions()
     groups = find_groups(g, order, target, exclude, decisions)
     aliases = _aliases(g, order, groups, exclude)

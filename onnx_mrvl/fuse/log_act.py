@@ -8,8 +8,8 @@ The shift and the floor are what legalize leaves after a log spectrum: ``log_ran
 ``+ E ln 2`` (the power computed at 2^-E) and ``log_floor_clamp`` / ``log_eps_floor``'s
 ``max(., log eps)``. Hardware lowering (target.VECTOR_LOWERINGS["log"]): exponent extraction + a table
 / polynomial for log2 of the mantissa, times ln 2, one multiply-add for the shift, a max with the
-floor -- inside the unit, so a floored log spectrum never stores the -inf of digital silence (which
-the simulator reports as a non-finite result: fail closed). Specials as ONNX Log: 0 -> -inf (then
+floor -- inside the unit, so a floored log spectrum never stores the -inf of digital silence (an
+unfloored one does, as onnxruntime: a value, not an overflow, docs/simulator.md). Specials as ONNX Log: 0 -> -inf (then
 the floor), x < 0 -> NaN (kept by the max).
 """
 from __future__ import annotations

@@ -119,3 +119,15 @@ def log(x: np.ndarray, floor: float, shift: float = 0.0) -> np.ndarray:
         if floor > -_FLT32_MAX:               # -FLT_MAX: no floor (-inf stays -inf)
             np.maximum(x, F32(floor), out=x)  # NaN propagates
     return x
+
+
+def only_log_of_zero(params, y: np.ndarray) -> bool:
+    """``y`` of a layer with the log activation whose every non-finite value is -inf: ONNX Log's value
+    of an exact 0 (digital silence into a log spectrum without a floor), which onnxruntime's run gives
+    too -- a value that flows on (a later floor makes it finite), not an fp16 overflow. +inf and NaN
+    (a negative input, an overflowing shift) still count as overflow: fail closed."""
+    if str(params.get("activation") or "").lower() != "log":
+        return False
+    with np.errstate(invalid="ignore"):
+        bad = y[~np.isfinite(y)]
+    return bad.size > 0 and bool(np.all(bad == -np.inf))

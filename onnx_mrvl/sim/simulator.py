@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ArtifactError, CompileError, MrvlRuntimeError
 from . import int8, native
 from .blas import configure_once
+from .activations_smooth import only_log_of_zero
 from .fp16 import round_fp16_
 from .residual_steps import Step, fuse_residuals
 from .parallel import workers
@@ -303,7 +304,7 @@ class Simulator:
                     overflow = _overflow_at(*inner)
                 in_ok = in_ok and conv_ok
             env[out_id], finite[out_id] = y, bool(ok and in_ok)
-            if in_ok and not ok and overflow is None:
+            if in_ok and not ok and overflow is None and not only_log_of_zero(spec.params, y):
                 overflow = _overflow_at(spec, index)
             for t in free_after[i]:
                 env.pop(t, None)

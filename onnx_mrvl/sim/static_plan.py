@@ -26,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import int8_native, native, plan_fusion
+from .activations_smooth import only_log_of_zero
 from .fp16 import round_fp16_
 from ..errors import MrvlRuntimeError
 from .int8_native import fake_quant_into
@@ -324,7 +325,7 @@ class StaticPlan:
                     in_ok = in_ok and conv_ok
                 finite[out] = bool(ok and in_ok)
                 all_finite = all_finite and finite[out]
-                if in_ok and not ok and overflow is None:
+                if in_ok and not ok and overflow is None and not only_log_of_zero(spec.params, self.views[out]):
                     overflow = _overflow_at(spec, index)
         if input_overflow:                               # an input overflowing on entry is reported first
             overflow = input_overflow[min(input_overflow)]
