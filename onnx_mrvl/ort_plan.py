@@ -24,6 +24,8 @@ U8_ADDS = "QLinearAdd:uint8"   # the Add nodes of an int8 model onnxruntime runs
 QLINEAR_MULS = "QLinearMul"    # the Mul nodes onnxruntime fuses into a QLinearMul (any code type)
 U8_MULS = "QLinearMul:uint8"   # those of an int8 model its S8 -> U8 rewrite runs on uint8 codes
 U8_SOFTMAXES = "QLinearSoftmax:uint8"   # the Softmax nodes onnxruntime runs as a uint8 QLinearSoftmax
+QLINEAR_WEIGHTED = ("QLinearConv", "QGemm", "QLinearMatMul")   # MLAS's integer GEMM kernels
+EXACT_SUMS = "QLinear:exact"   # the Conv / Gemm / MatMul nodes its QLinear kernel sums on codes other than U8 x S8
 MEAN_ROWS = "ReduceMean:rows"   # the float ReduceMean nodes whose plan reduces axes 2, 3 of NCHW (its KR path)
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
@@ -121,6 +123,15 @@ def ort_qlinear_muls(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     return {"qlinear": ort_float_nodes(model, QLINEAR_MULS), "qlinear_u8": ort_float_nodes(model, U8_MULS)}
 
 
+def ort_exact_sums(model: onnx.ModelProto) -> FrozenSet[str]:
+    """Names of the QDQ Conv / Gemm / MatMul nodes onnxruntime fuses into QLinearConv / QGemm /
+    QLinearMatMul on codes other than uint8 activations x int8 weights (int8 activations its S8 -> U8
+    rewrite left, uint8 weights): MLAS's S8S8 / U8U8 kernels sum exactly on any CPU, where its U8S8
+    kernel without VNNI clamps pairs to int16 (sim/mlas_u8s8.py). Found by the weights' codes the
+    plan's node reads (the NHWC rewrite renames the node itself)."""
+    return ort_float_nodes(model, EXACT_SUMS)
+
+
 def float_nodes_of(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     """{op type: names} of the float nodes of ``model`` as it is (no stamp, no cache): for the small
     models fuse builds (lookup_table.py) to check they are run as the whole model runs them."""
@@ -145,7 +156,7 @@ def session(model_bytes: bytes, so):
 
 def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     import onnxruntime as ort
-    if not any(n.op_type in OP_TYPES for n in model.graph.node):
+    if not any(n.op_type in OP_TYPES or n.op_type in QLINEAR_WEIGHTED for n in model.graph.node):
         return {}
     with tempfile.TemporaryDirectory(prefix="mrvl_ort_plan_") as tmp:
         path = os.path.join(tmp, "optimized.onnx")
@@ -165,7 +176,11 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     by_output = {o: n.name for n in model.graph.node for o in n.output}
     found: Dict[str, set] = {}
     inits = {t.name: t.data_type for t in optimized.graph.initializer}
+    weight_readers = _weight_readers(model)
     for n in optimized.graph.node:
+        if n.op_type in QLINEAR_WEIGHTED and len(n.input) > 3 and n.input[3] in weight_readers \
+                and (inits.get(n.input[2]), inits.get(n.input[3])) != (onnx.TensorProto.UINT8, onnx.TensorProto.INT8):
+            found.setdefault(EXACT_SUMS, set()).update(weight_readers[n.input[3]])
         if n.op_type == "QLinearAdd" and n.name in names and len(n.input) > 7 \
                 and inits.get(n.input[7]) == onnx.TensorProto.UINT8:
             found.setdefault(U8_ADDS, set()).add(n.name)
@@ -187,6 +202,19 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
             # the NCHWc transformer names a node by its output
             found.setdefault(op, set()).add(by_output[n.name[:-len("_nchwc")]])
     return {op: frozenset(v) for op, v in found.items()}
+
+
+def _weight_readers(model: onnx.ModelProto) -> Dict[str, set]:
+    """{weight codes' name: the Conv / Gemm / MatMul nodes reading them through a DequantizeLinear, or
+    the QLinear nodes of a QOperator model reading them}."""
+    dq = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    readers: Dict[str, set] = {}
+    for n in model.graph.node:
+        if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in dq and n.name:
+            readers.setdefault(dq[n.input[1]], set()).add(n.name)
+        elif n.op_type in QLINEAR_WEIGHTED and len(n.input) > 3 and n.name:   # QOperator
+            readers.setdefault(n.input[3], set()).add(n.name)
+    return readers
 
 
 def _trailing_hw(n: onnx.NodeProto, plan: onnx.ModelProto) -> bool:

@@ -230,6 +230,7 @@ def test_int8_simulator_matches_qlinearconv_bit_exact():
     """sim/int8.py against onnxruntime's QLinearConv kernel on random data (per-channel, s8 and u8,
     relu as a clamp at the zero point): the MLAS requantization, bit for bit."""
     from onnx_mrvl.sim.int8 import Int8Conv2D
+    from onnx_mrvl.sim.mlas_u8s8 import saturates
     rng = np.random.default_rng(7)
     for xt, zx, zy in ((np.int8, -3, 5), (np.uint8, 128, 120)):
         x = rng.integers(np.iinfo(xt).min, np.iinfo(xt).max + 1, (1, 8, 9, 9)).astype(xt)
@@ -252,6 +253,7 @@ def test_int8_simulator_matches_qlinearconv_bit_exact():
         params = dict(in_scale=float(sx), in_zero_point=zx, in_dtype=dt, out_scale=float(sy),
                       out_zero_point=zy, out_dtype=dt)
         conv = Int8Conv2D(w.transpose(0, 2, 3, 1).copy(), b, sw, params, [2, 2], [1, 1, 1, 1], [1, 1], 1)
+        conv.u8s8_sat = dt == "uint8" and saturates()   # U8S8 on an x86 without VNNI (S8S8: MLAS's exact default kernel)
         xf = ((x.astype(np.float32) - zx) * sx).transpose(0, 2, 3, 1).astype(np.float32)   # dequantized NHWC
         y, ok = conv.apply(xf)
         q = np.rint(y / sy).astype(np.int32) + zy

@@ -48,6 +48,10 @@ def int8_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, weig
         a.fail("weight scales must be positive and finite")
     weights["weight_scale"] = ctx.weight(a, f"{lname}.weight_scale", ws, "O", fp16=False)
     weight_zero_points(a, ctx, lname, channels, weights)
+    if a.has("int8_sums"):   # onnxruntime's S8S8 / U8U8 kernel: exact sums on any CPU (sim/mlas_u8s8.py)
+        if a.str("int8_sums") != "exact":
+            a.fail(f"int8_sums '{a.str('int8_sums')}' of an int8 Conv2D / FC (exact)")
+        params["int8_sums"] = "exact"
     if a.has("requant"):   # a Conv2D / FC that onnxruntime runs in float (docs/simulator.md)
         if a.str("requant") != "float":
             a.fail(f"requant '{a.str('requant')}' of an int8 Conv2D / FC (float)")

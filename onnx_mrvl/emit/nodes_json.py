@@ -444,6 +444,8 @@ def _int8_attrs(a: dict, attrs: dict, add_const) -> None:
             add_const("bias_scale", np.asarray(a["bias_scales"], np.float32), "---O")
         if a.get("float_gemm"):   # the float GEMM whose sums it follows (a QDQ ConvTranspose's phase)
             attrs["float_gemm"] = [a["float_gemm"]]
+    if a.get("int8_sums"):   # Conv2D / FC onnxruntime sums in its S8S8 / U8U8 kernel (sim/mlas_u8s8.py)
+        attrs["int8_sums"] = [a["int8_sums"]]
     if a.get("weight_scales"):   # Conv2D / FC (pools have no weights)
         attrs.update(kernel_dtype=["int8"], bias_dtype=["int32"])
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")

@@ -23,7 +23,7 @@ from .qconst import constant_value, dequantized_const as _dequantized_const
 from .patterns import build_conv, build_eltwise, build_fc, build_pool as build_float_pool
 from .resize import build_resize
 from .qdq_pool_activation import post_scale, pre_activation
-from ..ort_plan import MEAN_ROWS, float_gemm_of, ort_float_nodes, ort_u8_adds
+from ..ort_plan import MEAN_ROWS, float_gemm_of, ort_exact_sums, ort_float_nodes, ort_u8_adds
 from ..provenance import get_origin
 
 ANCHORS = ("Conv", "Gemm", "MatMul")
@@ -269,6 +269,8 @@ def build(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset())
         attrs["requant"] = "float"
         if bias is not None:
             attrs["bias_scales"] = [float(v) for v in bias_scales]
+    if "requant" not in attrs and ({n.name} | set(get_origin(n) or [])) & ort_exact_sums(g.model):
+        attrs["int8_sums"] = "exact"   # its S8S8 / U8U8 kernel: no int16 pair clamp on any CPU (sim/mlas_u8s8.py)
     return Group(grp.op, grp.composite, grp.nodes + nodes + absorbed, [x], out, attrs, weights)
 
 

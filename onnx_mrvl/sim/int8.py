@@ -112,6 +112,17 @@ class Int8Layer:
         if self.weight_zp is not None:   # q_w - z_w (|.| <= 255): the same exact integer sums as
             codes -= self.weight_zp.reshape(o, 1)   # sum (q_x - z_x) q_w - z_w rowsum(q_x - z_x)
         self.kernel = codes.T.copy()   # [K, O], exact products in float64
+        self.u8s8_sat = False   # build(): onnxruntime's U8S8 kernel here clamps pair sums to int16 (mlas_u8s8.py)
+
+    def sums(self, cols: np.ndarray, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
+        """``cols @ kernel[:, lo:hi]`` (exact), less what MLAS's 16-bit pair clamp takes off when ``u8s8_sat``."""
+        kernel = self.kernel[:, lo:hi]
+        acc = cols @ kernel
+        if self.u8s8_sat:
+            from .mlas_u8s8 import deficit, raw_zero_point
+            zw = None if self.weight_zp is None else self.weight_zp[lo:hi]
+            acc = acc + deficit(cols, kernel, raw_zero_point(self.in_q[2], self.in_q[1]), zw)
+        return acc
 
     def codes(self, x: np.ndarray) -> np.ndarray:
         s, z, dt = self.in_q
@@ -151,7 +162,7 @@ class Int8Conv2D(Int8Layer):
         for gi in range(self.groups):
             cols = win[:, :, :, gi * self.ig:(gi + 1) * self.ig].transpose(0, 1, 2, 4, 5, 3)
             cols = cols.reshape(n * oh * ow, self.kh * self.kw * self.ig)   # (kh, kw, i) as the OHWI kernel
-            out[..., gi * og:(gi + 1) * og] = (cols @ self.kernel[:, gi * og:(gi + 1) * og]).reshape(n, oh, ow, og)
+            out[..., gi * og:(gi + 1) * og] = self.sums(cols, gi * og, (gi + 1) * og).reshape(n, oh, ow, og)
         return self.finish(out)
 
 
@@ -159,7 +170,7 @@ class Int8FC(Int8Layer):
     def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
         if x.ndim != 2 or x.shape[1] != self.kernel.shape[0]:
             raise ValueError(f"input of shape {list(x.shape)} does not fit the kernel K={self.kernel.shape[0]}")
-        return self.finish(self.codes(x) @ self.kernel)
+        return self.finish(self.sums(self.codes(x)))
 
 
 def build(kind: str, spec, geometry: Optional[Sequence] = None):
@@ -188,6 +199,12 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             layer = Int8FC(*args, activation=act["activation"], activation_params=act["activation_params"], **zp)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
+    if type(layer) in (Int8Conv2D, Int8FC) and spec.params.get("int8_sums") != "exact" \
+            and not (kind == "Conv2D" and layer.ig == 1 and layer.o == layer.groups):
+        from .mlas_u8s8 import saturates    # onnxruntime's QLinearConv / QGemm (not its depthwise kernel)
+        layer.u8s8_sat = saturates()
+        if layer.u8s8_sat:
+            return layer.apply
     from .int8_native import prepare        # the VNNI kernels (same results), when built
     return prepare(layer) or layer.apply
 
