@@ -40,6 +40,7 @@ from . import ms_qdq_domain
 from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input
 from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
 from . import split_of_concat
+from . import minmax_const_first, slice_reverse_gather
 from .base import Match
 
 RULES = (
@@ -90,6 +91,7 @@ RULES = (
     remove_noop,
     loop_to_rnn,
     reverse_sequence_gather,
+    slice_reverse_gather,
     rnn_length_sort,
     gathered_spatial_map,
     scatter_to_concat,
@@ -103,6 +105,7 @@ RULES = (
     group_norm,
     grn_norm,
     sum_to_add,
+    minmax_const_first,
     sub_div_const,
     div_host_divisor,
     where_const_cond,
