@@ -107,3 +107,31 @@ def test_squeeze_to_a_scalar_score_converts(tmp_path):
     res = _convert(m, tmp_path)
     assert len(res.subgraphs) == 1 and res.report.decisions["fc"].placement == "accelerator"
     assert {d.node for d in res.report.cpu_nodes()} == {"squeeze", "score"}
+
+
+def _dilated_column_conv(h, k, d, pads, seed=13):
+    """conv -> Relu -> a [k, 1] conv dilated d along H (SwiftF0's frequency convs) -> Relu."""
+    n = Net(seed)
+    x = n.conv("x", 3, 6, bn=False)
+    y = n.op("Conv", [x, n.w(6, 6, k, 1), n.w(6, scale=0.1)], "dil", kernel_shape=[k, 1], dilations=[d, 1],
+             pads=[pads[0], 0, pads[1], 0])
+    return n.model([("x", [1, 3, h, 5])], [n.op("Relu", [y])])
+
+
+@pytest.mark.parametrize("h,k,d,pads", [(30, 3, 11, (11, 11)), (44, 3, 11, (0, 22)), (40, 7, 17, (51, 51)),
+                                        (26, 5, 9, (27, 9))])
+def test_conv_dilated_beyond_the_limit_along_h_runs_over_phases(h, k, d, pads, tmp_path):
+    m = _dilated_column_conv(h, k, d, pads)
+    out, log = legalize_and_compare(m, tol=1e-5)
+    conv = next(nd for nd in out.graph.node if nd.name == "dil")
+    assert [list(a.ints) for a in conv.attribute if a.name == "dilations"] == [[1, 1]]
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
+
+
+def test_dilated_conv_with_w_pads_stays():
+    n = Net(14)
+    y = n.op("Conv", ["x", n.w(4, 3, 3, 1)], "dil", kernel_shape=[3, 1], dilations=[11, 1], pads=[11, 1, 11, 1])
+    out, _ = legalize_and_compare(n.model([("x", [1, 3, 30, 5])], [y]), tol=1e-5)
+    conv = next(nd for nd in out.graph.node if nd.name == "dil")
+    assert [list(a.ints) for a in conv.attribute if a.name == "dilations"] == [[11, 1]]

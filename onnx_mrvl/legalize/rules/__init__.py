@@ -40,7 +40,7 @@ from . import ms_qdq_domain
 from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input
 from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
 from . import split_of_concat
-from . import minmax_const_first, slice_reverse_gather
+from . import conv_dilation_phases, minmax_const_first, slice_reverse_gather
 from .base import Match
 
 RULES = (
@@ -154,6 +154,8 @@ RULES = (
     convtranspose_phase_conv,
     conv_dense_toeplitz,
     conv_dead_taps,
+
+    conv_dilation_phases,
     conv_dilation_fold,
     conv_1d_to_2d,
     squeeze_sink,
