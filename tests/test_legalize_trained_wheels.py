@@ -135,3 +135,18 @@ def test_dilated_conv_with_w_pads_stays():
     out, _ = legalize_and_compare(n.model([("x", [1, 3, 30, 5])], [y]), tol=1e-5)
     conv = next(nd for nd in out.graph.node if nd.name == "dil")
     assert [list(a.ints) for a in conv.attribute if a.name == "dilations"] == [[11, 1]]
+
+
+def test_qdq_max_over_an_axis_of_dequantized_codes_runs_in_one_region(tmp_path):
+    """AECMOS' QDQ form: conv -> Q -> DQ -> ReduceMax(axis 3) -> ReduceMax(axis 2) -> float tail.
+    A DequantizeLinear output is finite, so the max over an axis is a MaxPool chain like a feature
+    map's (reduce_axis_to_pool); before, "no accelerator op for ReduceMax" cut the model."""
+    n = Net(17)
+    s, z = n.const(np.float32(0.05)), n.const(np.array(0, np.int8))
+    h = n.conv("x", 3, 8, bn=False)
+    h = n.op("DequantizeLinear", [n.op("QuantizeLinear", [h, s, z]), s, z])
+    h = n.op("ReduceMax", [h], "max_w", axes=[3], keepdims=0)
+    h = n.op("ReduceMax", [h], "max_h", axes=[2], keepdims=0)
+    m = n.model([("x", [1, 3, 12, 20])], [n.op("Gemm", [h, n.w(8, 4)], "fc")])
+    res = _convert(m, tmp_path)
+    assert len(res.subgraphs) == 1 and not res.report.cpu_nodes()
