@@ -36,8 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(__AVX512F__)
-#error "the native conv kernel needs AVX-512F (the simulator falls back to numpy without it)"
+#if !defined(__AVX512F__) || !defined(__AVX512DQ__) || !defined(__AVX512VL__)
+#include "_native_avx2.h"   /* AVX2 + FMA + F16C hosts: the same kernels on 256-bit register pairs */
 #endif
 
 #define MR 12          /* output pixels per micro-tile */
@@ -193,8 +193,10 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
  * 28x28 1x1 convs, single-threaded) */
 /* acc += b * broadcast(*p) as one FMA with an embedded broadcast of its memory operand ({1to16}) */
+#ifndef MRVL_AVX2
 #define FMA_BCAST(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 #define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
+#endif
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
