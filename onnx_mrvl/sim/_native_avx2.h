@@ -44,9 +44,18 @@ MI mrvl_i16 mrvl_ipair(__m256i lo, __m256i hi) { mrvl_i16 r = {lo, hi}; return r
 
 #define MRVL_BIN(name, op) \
     MI mrvl_v16 mrvl_##name(mrvl_v16 a, mrvl_v16 b) { return mrvl_pair(op(a.lo, b.lo), op(a.hi, b.hi)); }
-MRVL_BIN(add_ps, _mm256_add_ps)
-MRVL_BIN(sub_ps, _mm256_sub_ps)
-MRVL_BIN(mul_ps, _mm256_mul_ps)
+/* a + b, a - b, a * b with a as the first source: of two NaN operands the first one's payload comes
+ * out (as from AVX-512's vaddps a, b); GCC's _mm256_add_ps / _mm256_mul_ps are plain vector
+ * operations it may commute, which changed max pool's NaN-propagating update (acc + v) */
+#define MRVL_ASM(name, insn) MI __m256 mrvl_##name##8(__m256 a, __m256 b) { \
+    __m256 r; __asm__(insn " %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b)); return r; }
+MRVL_ASM(add, "vaddps")
+MRVL_ASM(sub, "vsubps")
+MRVL_ASM(mul, "vmulps")
+#undef MRVL_ASM
+MRVL_BIN(add_ps, mrvl_add8)
+MRVL_BIN(sub_ps, mrvl_sub8)
+MRVL_BIN(mul_ps, mrvl_mul8)
 MRVL_BIN(div_ps, _mm256_div_ps)
 MRVL_BIN(max_ps, _mm256_max_ps)
 MRVL_BIN(min_ps, _mm256_min_ps)
