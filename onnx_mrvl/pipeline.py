@@ -19,7 +19,8 @@ from .errors import MrvlError
 from .fuse import fuse
 from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
-from .modelio import read_model, validate_model
+from .model_checks import validate_model
+from .modelio import read_model
 from .options import as_names, check_input_shapes, check_node_names, check_positive
 from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate

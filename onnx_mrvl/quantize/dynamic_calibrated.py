@@ -40,7 +40,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelError, MrvlError, UsageError
 from ..graph_index import subgraph_reads, topological_order
-from ..modelio import ort_domain_imports
+from ..model_checks import ort_domain_imports
 from .calibration import load_calibration
 from . import dynamic_lstm_int8 as lstm_int8
 from .static import onnxruntime_failure
