@@ -41,7 +41,7 @@ import onnx
 from ..errors import ModelError, UsageError
 from ..options import check_tolerances
 
-from . import qdq_probes, quantized_map, snr
+from . import qdq_codes, qdq_probes, quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
 from .inputs import feed_shapes, random_feeds
 from .runner import capture_region, region_binary, region_nodes, run_all, whole_layers
@@ -79,7 +79,7 @@ class TensorCompare:
     ref_inf: int = 0
     reason: str = ""            # why it fails ("" when it passes)
     snr_db: Optional[float] = None  # 10 log10(sum ref^2 / sum err^2) (snr.py); inf: identical; None: integers
-    codes: Optional[Dict[str, Any]] = None   # QDQ reference: qdq_probes.code_stats against the probe's codes
+    codes: Optional[Dict[str, Any]] = None   # QDQ reference: qdq_codes.code_stats against the probe's codes
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -148,7 +148,7 @@ class CompareResult:
             if r.nan or r.inf or r.ref_nan or r.ref_inf or r.reason:
                 out.append(f"{'':>6}{_nonfinite_counts(r)}{': ' + r.reason if r.reason else ''}")
             if r.codes is not None:
-                out.append(f"{'':>6}{qdq_probes.codes_text(r.codes)}")
+                out.append(f"{'':>6}{qdq_codes.codes_text(r.codes)}")
         if limit and len(self.rows) > limit:
             out.append(f"  ... and {len(self.rows) - limit} more")
         if self.unmapped:
@@ -284,7 +284,7 @@ def _row(tensor, producer, b_tensor, b_node, source, region, origin, storage, re
     s = error_stats(ref, got, atol, rtol)
     codes = qdq.stats(tensor, got) if qdq is not None else None
     if codes is not None:
-        s["pass"], s["reason"] = qdq_probes.judge(codes, s)
+        s["pass"], s["reason"] = qdq_codes.judge(codes, s)
     return TensorCompare(tensor, node.name, node.op_type, b_tensor, b_node, source, region, list(origin), storage,
                          list(np.shape(ref)), float(s["max_abs"]), float(s["max_rel"]), float(s["cosine"]),
                          float(s["ref_max_abs"]), bool(s["pass"]), is_output, pos,
