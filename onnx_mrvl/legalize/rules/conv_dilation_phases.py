@@ -11,7 +11,7 @@ one-column kernel never mixes the d * W columns, so every output is the same sum
 [k, 1] frequency convs by 17, 27, 40, 48 over 128 bins: conv_dilation_fold found no factor whose
 zero-filled kernel fits ``max_kernel`` (17 is prime), and the 8 convs stayed on the CPU between
 3 regions. conv_dilation_fold's zero-filled kernel is the cheaper form when it fits; this rule runs
-first only where that one cannot (checked with its ``_factor``)."""
+first only where that one cannot (checked with its ``fold_factor``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -20,7 +20,7 @@ import numpy as np
 from onnx import helper
 
 from .base import Match, attr, reshape
-from .conv_dilation_fold import _factor
+from .conv_dilation_fold import fold_factor
 
 NAME = "conv_dilation_phases"
 OPS = ("Conv",)
@@ -32,7 +32,7 @@ def match(node, g) -> Optional[Match]:
     dil, sw = attr(node, "dilations"), g.shape(node.input[1])
     if dil is None or sw is None or len(sw) != 4 or sw[3] != 1 or dil[0] <= g.target.max_dilation:
         return None
-    if _factor(int(dil[0]), sw[2], g.target) is not None:   # conv_dilation_fold takes it
+    if fold_factor(int(dil[0]), sw[2], g.target) is not None:   # conv_dilation_fold takes it
         return None
     return Match([node])
 
