@@ -58,10 +58,15 @@ def models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kind", ["qdq", "qop"])
-def test_int8_model_against_its_fp32_original_per_layer_snr(models, kind):
+def test_int8_model_against_its_fp32_original_per_layer_snr(models, kind, monkeypatch):
     """Every conv / pool / add layer of the int8 model is compared with the fp32 tensor it stands for
     (the Relu the quantizer folded into the layer's output quantization included: the Relu's output,
-    not the conv's) and has a finite SNR; int8 quantization of this net gives 30-50 dB per layer."""
+    not the conv's) and has a finite SNR; int8 quantization of this net gives 30-50 dB per layer.
+    The int8 sums are the accelerator's exact ones on every host (``ONNX_MRVL_ORT_U8S8_SAT=0``): on an
+    x86 host without VNNI the simulator otherwise follows onnxruntime's int16 pair clamp there
+    (sim/mlas_u8s8.py), which costs this full-range S8 model's stem ~6 dB -- a host effect, not the
+    quantization's SNR this test reads."""
+    monkeypatch.setenv("ONNX_MRVL_ORT_U8S8_SAT", "0")
     res = compare_models(models["f32"], models[kind] + "/model.onnx")
     by = {r.tensor: r for r in res.rows}
     want = ["stem_relu_out", "pool_out", "b1r1_out", "b1c2_out", "b1relu_out", "b2r1_out", "b2c2_out",

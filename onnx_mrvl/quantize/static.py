@@ -145,7 +145,7 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
     # its calibrators print progress: our stdout may be JSON
     with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"), entropy_bins(method):
         q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
-                          op_types_to_quantize=int8_op_types(recipe), per_channel=True, reduce_range=False,
+                          op_types_to_quantize=int8_op_types(recipe), per_channel=True, reduce_range=True,
                           activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
                           nodes_to_exclude=sorted(set(exclude) | not_lookups(model, recipe)
                                                  | float_read_concats(model, recipe) | float_fed_lookups(model, recipe)
