@@ -59,6 +59,16 @@ def _rename(nodes: List[onnx.NodeProto], ins: dict, outs: dict) -> List[onnx.Nod
     return nodes
 
 
+def _weight_dq(a, o: int) -> List[onnx.NodeProto]:
+    """DQ(W) = (W - z_w) * s_w per output channel, ``z_w`` the weight zero points or [O] zeros: an
+    explicit per-channel zero point, as quantizers write it (onnxruntime's session.x64quantprecision
+    rewrite of int8 weights to uint8 gives a per-channel DQ without one a scalar zero point, which
+    its DequantizeLinear then refuses)."""
+    wz = [int(v) for v in a.get(WEIGHT_ZP) or []] or [0] * o
+    return [_const("q_w_z", wz, onnx.TensorProto.INT8, [o]),
+            helper.make_node("DequantizeLinear", ["W", "q_w_s", "q_w_z"], ["q_w"], axis=0)]
+
+
 def int8_body(float_body: Callable) -> Callable:
     """The body of a Conv2D/FC/pool that dispatches on ``precision``: the float body as it is, or
     Q -> DQ of X, DQ of W and B (when present), the float body, Q -> DQ of Y."""
@@ -90,11 +100,7 @@ def int8_body(float_body: Callable) -> Callable:
             return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
                                     helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
         if present.get("W"):
-            wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
-            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o])]
-            if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
-                nodes += [_const("q_w_z", wz, onnx.TensorProto.INT8, [o])]
-            nodes += [helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0)]
+            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o])] + _weight_dq(a, o)
         if present.get("B"):
             bs = (np.float32(a["in_scale"]) * np.asarray(ws, np.float32)).astype(np.float32)
             nodes += [_const("q_b_s", [float(v) for v in bs], onnx.TensorProto.FLOAT, [o]),
@@ -117,11 +123,7 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
              _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
              helper.make_node("QuantizeLinear", ["X", "q_in_s", "q_in_z"], ["q_xq"]),
              helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"]),
-             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)])]
-    wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
-    if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
-        nodes.append(_const("q_w_z", wz, onnx.TensorProto.INT8, [len(wz)]))
-    nodes.append(helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0))
+             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)])] + _weight_dq(a, len(ws))
     if "outq_type" not in a:
         return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})
     # the Q -> DQ it absorbed after its float chain (fuse/qdq_int8_in.py): on the fp32 result
