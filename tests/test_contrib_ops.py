@@ -158,6 +158,26 @@ def test_calibrated_qattention_decomposes_to_qdq_matmuls(mask, per_channel, sign
     assert _rel(_run(q, feeds, exact=True)[0], _run(res.model, feeds, exact=True)[0]) <= FP32
 
 
+@pytest.mark.parametrize("mask,per_channel,signed", [("2d", False, True), ("1d", True, True), ("none", True, False)])
+def test_calibrated_qattention_converts_as_onnxruntime_runs_it(tmp_path, mask, per_channel, signed):
+    """The converted calibrated QAttention against onnxruntime's own run of it (within TOL): its
+    projections are int8-in FCs whose sums follow QAttention's QGEMM (ort_plan: a QAttention on uint8
+    x int8 codes is U8S8, its decomposition's MatMuls matched by origin), so on AVX2 without VNNI they
+    clamp pairs to int16 as onnxruntime does (the 1d case: 26.6% of max|ref| off with exact sums)."""
+    from onnx_mrvl.quantize import dynamic_qattention
+    from onnx_mrvl.quantize.dynamic_layers import Graph
+    q, _, feeds = CB.qattention_model(mask=mask, per_channel=per_channel, signed=signed)
+    g = Graph(q)
+    nodes, _ = dynamic_qattention.find(g)
+    dynamic_qattention.rewrite(q, nodes, {dynamic_qattention.inputs(g, nodes)[0]: (np.float32(0.031), np.uint8(131))})
+    path, folder = str(tmp_path / "q.onnx"), str(tmp_path / "out")
+    onnx.save(q, path)
+    onnx_mrvl.convert(path).save(folder)
+    sess = onnx_mrvl.InferenceSession(os.path.join(folder, "model.onnx"))
+    names = {i.name for i in q.graph.input}
+    assert _rel(_run(q, feeds)[0], sess.run(None, {k: v for k, v in feeds.items() if k in names})[0]) <= TOL
+
+
 def _bert():
     return S.bert_encoder(ln="op", mask_unsqueezes=2)
 
