@@ -1,7 +1,6 @@
 """``convert()``: legalize -> fuse -> split -> emit -> compile, and the ``ConvertResult`` it returns."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -19,8 +18,10 @@ from .errors import MrvlError
 from .fuse import fuse
 from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
-from .modelio import read_model, validate_model
+from .model_checks import validate_model
+from .modelio import read_model
 from .options import as_names, check_input_shapes, check_node_names, check_positive
+from .placement_records import dropped_log, newly_cpu, original_names, with_removed
 from .provenance import get_origin
 from .quantize.dynamic_calibrated import annotate as annotate_dynamic, quantize_or_calibrate
 from .report import Report
@@ -162,7 +163,7 @@ def _with_quantization(result: ConvertResult, quantized) -> ConvertResult:
 
 def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertResult:
     decisions = Decisions()
-    for name, op_type in _original_names(original):
+    for name, op_type in original_names(original):
         decisions.record(name, op_type, placement="cpu", reason=why)
     report = Report(decisions, partition=partition, warnings=[why])
     return ConvertResult(original, [], report)
@@ -221,7 +222,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t
-        decisions = _with_removed(fused.decisions, original, legal)
+        decisions = with_removed(fused.decisions, original, legal)
         legal_cpu = {k: d.reason for k, d in fused.decisions.items() if d.placement == "cpu" and d.reason}
         say("split")
         t = CLOCK()
@@ -231,7 +232,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
                        restore=legal_report.restore)
         decisions = result.decisions
         timings["split"] = timings.get("split", 0.0) + CLOCK() - t
-        more = _newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu, legal)
+        more = newly_cpu(result.dropped, fused_nodes, fused.decisions, cpu, legal)
         del fused_nodes
         lend_arrays(result.regions, fused.arrays)   # what emit reads instead of decoding the weights again
         fused.arrays = None
@@ -263,7 +264,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     else:
         raise MrvlError("partitioning did not settle", hint="report this model")
     known = {h["reason"] for h in history}
-    dropped = [d for d in _dropped_log(cpu, exclude, legal) if d["reason"] not in known] + history + result.dropped
+    dropped = [d for d in dropped_log(cpu, exclude, legal) if d["reason"] not in known] + history + result.dropped
     deployable = result.model
     if input_shapes is None:  # declared outputs stay as the user had them (e.g. data-dependent dims)
         want = {o.name: o for o in original.graph.output}
@@ -319,88 +320,3 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             return {"legalize": again, "fuse": fuse(again, fuse_target, exclude=final_cpu).model}
         stages = StageSnapshots(rebuild=rebuild, lazy=("legalize", "fuse"))
     return ConvertResult(deployable, subgraphs, report, stages, timings)
-
-
-def _newly_cpu(dropped: List[dict], by_name: Dict[str, onnx.NodeProto], fused_decisions,
-               cpu: Dict[str, str], legal: Optional[onnx.ModelProto] = None) -> Dict[str, str]:
-    """Legalized node names behind dropped compute/data Mrvl nodes (not layout changes) -> reason.
-
-    Names of the legalized graph, not original names: legalization turns one original node into
-    several (a 1-D Conv into Reshape + Conv + Reshape, a large kernel into tiles + Adds), and the
-    whole family must not go to the CPU because one Reshape of it was left alone in a region.
-    A constant's DequantizeLinear (of ``legal``) is left out: its copies (legalize's ``qdq_unique_dq``,
-    one per reader, the same origin) belong to their readers, which an excluded name would also
-    keep off the accelerator (Quark's one DQ of the layer norms' eps: one dropped layer norm took
-    the others to the CPU)."""
-    members: Dict[str, List[str]] = {}
-    for name, d in fused_decisions.items():
-        if d.mrvl_node:
-            members.setdefault(d.mrvl_node, []).append(name)
-    out = {}
-    const_dq = set()
-    if legal is not None:   # data of no node (or of a Constant) and no graph input: an initializer, also
-        # in a structure-only copy without its initializers
-        made = {o: n.op_type for n in legal.graph.node for o in n.output}
-        inputs = {i.name for i in legal.graph.input}
-        const_dq = {n.name for n in legal.graph.node if n.op_type == "DequantizeLinear" and n.input and
-                    made.get(n.input[0], "Constant") == "Constant" and n.input[0] not in inputs}
-    for d in dropped:
-        for name in d["nodes"]:
-            node = by_name.get(name)
-            if node is None or node.op_type == "LayoutTransform":
-                continue
-            for o in members.get(name) or get_origin(node):
-                if o not in cpu and o not in const_dq:
-                    out[o] = d["reason"]
-    return out
-
-
-def _dropped_log(cpu: Dict[str, str], user_exclude, legal: onnx.ModelProto) -> List[dict]:
-    """One entry per reason, naming original nodes (the keys of ``cpu`` are legalized names)."""
-    origin = {n.name: get_origin(n) or [n.name] for n in legal.graph.node}
-    user = set(user_exclude or ())
-    by_reason: Dict[str, List[str]] = {}
-    for name, reason in cpu.items():
-        if name not in user:
-            names = by_reason.setdefault(reason, [])
-            names.extend(o for o in origin.get(name, [name]) if o not in names)
-    return [{"origin": names, "nodes": [], "reason": reason} for reason, names in by_reason.items()]
-
-
-def _with_removed(decisions: Decisions, original: onnx.ModelProto, legal: onnx.ModelProto) -> Decisions:
-    """Every original node gets a record: nodes legalization removed or rewrote are mapped through
-    provenance to what replaced them."""
-    from .provenance import get_origin
-    out = Decisions()
-    origin_of: Dict[str, List[str]] = {}
-    for n in legal.graph.node:
-        for o in get_origin(n):
-            origin_of.setdefault(o, []).append(n.name)
-    names = _original_names(original)
-    for name, op_type in names:
-        if name in decisions:
-            out[name] = dataclasses.replace(decisions[name], op_type=op_type)   # fuse's record stays as it was
-            continue
-        successors = [decisions[s] for s in origin_of.get(name, []) if s in decisions]
-        if successors:
-            best = next((d for d in successors if d.placement == "accelerator"), successors[0])
-            reason = f"legalized into {best.node}: {best.reason}"
-            on_cpu = [d for d in successors if d.placement == "cpu"]
-            if best.placement == "accelerator" and on_cpu:     # say so when only part of it is offloaded
-                reason += (f"; partly on the CPU: {len(on_cpu)} of its {len(successors)} legalized nodes "
-                           f"({on_cpu[0].node}: {on_cpu[0].reason})")
-            out.record(name, op_type, placement=best.placement, mrvl_node=best.mrvl_node,
-                       composite=best.composite, reason=reason)
-        else:
-            out.record(name, op_type, placement="removed", reason="removed by legalization (no effect at inference)")
-    return out
-
-
-def _original_names(model: onnx.ModelProto):
-    """(name, op_type) of every node, naming unnamed ones as legalization does."""
-    out = []
-    for i, n in enumerate(model.graph.node):
-        out.append((n.name or f"{n.op_type}_{i}", n.op_type))
-    return out
-
-

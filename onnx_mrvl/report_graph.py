@@ -131,7 +131,7 @@ def account_cpu_nodes(model: onnx.ModelProto, decisions: Decisions, legal_names:
                 created.setdefault(o, []).extend(n.name for n in nodes)
     for o, names in created.items():
         d = decisions[o]
-        if "partly on the CPU" in d.reason:   # legalization's record already says so (pipeline._with_removed)
+        if "partly on the CPU" in d.reason:   # legalization's record already says so (placement_records.with_removed)
             continue
         note = (f"partly on the CPU: {len(names)} node(s) created from it ({', '.join(names[:4])}"
                 f"{', ...' if len(names) > 4 else ''})")

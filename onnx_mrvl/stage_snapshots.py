@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterator, MutableMapping, Optional, Sequence
 import onnx
 
 from .errors import MrvlError
-from .modelio import copy_field
+from .model_checks import copy_field
 
 Rebuild = Callable[[], Dict[str, onnx.ModelProto]]
 

@@ -15,7 +15,7 @@ from onnx import TensorProto, numpy_helper
 
 import onnx_mrvl
 from onnx_mrvl.cli.main import main
-from onnx_mrvl.inspection import qdq_probes
+from onnx_mrvl.inspection import qdq_codes, qdq_probes
 from onnx_mrvl.inspection.compare import compare_models
 from onnx_mrvl.inspection.inputs import feed_shapes, random_feeds
 from onnx_mrvl.inspection.runner import expose_all
@@ -78,7 +78,7 @@ def test_plan_readout_is_the_unmodified_run(qdq):
     assert sorted(qs) == ref.probes and not ref.refused
     # the softmax's codes are the plan's (uint8 QLinearSoftmax shifted back to int8), i.e. the output's
     params = ref.params["output"][1]
-    assert np.array_equal(qdq_probes.dequantize(ref.values["output_QuantizeLinear_Output"], params), plain)
+    assert np.array_equal(qdq_codes.dequantize(ref.values["output_QuantizeLinear_Output"], params), plain)
     assert ref.values["output_QuantizeLinear_Output"].dtype == np.int8
 
 
@@ -151,7 +151,7 @@ def test_a_quantizelinear_the_plan_removes_is_named_not_probed():
     assert [d["tensor"] for d in ref.to_dict()["not_probed"]] == ["q1", "q2"]
     plain = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
     assert np.array_equal(ref.values["y"], plain)
-    assert np.array_equal(qdq_probes.dequantize(ref.values["q3"], ref.params["y"][1]), plain)
+    assert np.array_equal(qdq_codes.dequantize(ref.values["q3"], ref.params["y"][1]), plain)
 
 
 def test_plan_q_found_under_a_shared_scale_name():

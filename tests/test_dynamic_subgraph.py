@@ -2,7 +2,7 @@
 quantizer writes com.microsoft DynamicQuantizeLSTM into the bodies without importing the domain (the
 main graph has none of its ops) and the If above the nodes its bodies read. onnxruntime runs it; the
 load check refused it (`the model fails the ONNX checker: Nodes in a graph must be topologically
-sorted`): modelio.ort_domain_imports imports onnxruntime's domains as it does, the bodies' LSTMs
+sorted`): model_checks.ort_domain_imports imports onnxruntime's domains as it does, the bodies' LSTMs
 become fp16 layers on dequantized weights, the output within the fp16 bound of onnxruntime's run."""
 from __future__ import annotations
 

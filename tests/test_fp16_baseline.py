@@ -18,7 +18,7 @@ from onnx_mrvl.cli.main import main
 from onnx_mrvl.errors import MrvlError
 from onnx_mrvl.inspection import compare_models, fp16_baseline
 from onnx_mrvl.inspection.baseline_report import EXCEEDS, WITHIN, judge
-from onnx_mrvl.inspection.compare import TensorCompare
+from onnx_mrvl.inspection.compare_result import TensorCompare
 from onnx_mrvl.inspection.discontinuous import Discontinuities
 from onnx_mrvl.inspection.fp16_baseline import fp16_baseline_model, run_fp16_baseline
 

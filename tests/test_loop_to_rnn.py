@@ -139,7 +139,7 @@ def test_const_value_evaluates_the_initial_condition():
 def test_loop_listed_before_the_tensor_its_body_reads(mask, tmp_path):
     """onnxruntime's quantizer writes the Loops first, before the node producing the sequence their
     bodies read (an outer-scope read): the checker refuses that order, onnxruntime sorts and runs it;
-    so do we (modelio accepts it when sorting fixes it, legalize sorts by the bodies' reads too)."""
+    so do we (model_checks accepts it when sorting fixes it, legalize sorts by the bodies' reads too)."""
     m = keras3_rnn(cell="gru", mask=mask)
     nodes = list(m.graph.node)
     loops = [n for n in nodes if n.op_type == "Loop"]

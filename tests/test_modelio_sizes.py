@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from onnx_mrvl import modelio, wire_sizes
+from onnx_mrvl import model_checks, modelio, wire_sizes
 from onnx_mrvl.errors import ModelError
 from onnx_mrvl.testing.models import resnet18_like, tiny_cnn
 
@@ -100,7 +100,7 @@ def test_external_tensors_get_no_walked_size(tmp_path, walk_all):
     assert external
     for t, size in zip(proto.graph.initializer, sizes):
         assert size == (None if t.name in external else _parsed_sizes_one(t))
-    modelio.validate_model(proto, sizes)
+    model_checks.validate_model(proto, sizes)
     assert [numpy_helper.to_array(t).tobytes() for t in proto.graph.initializer] == \
         [numpy_helper.to_array(t).tobytes() for t in model.graph.initializer]
 
@@ -125,15 +125,15 @@ def test_validate_with_walked_sizes_still_refuses_a_short_raw_data(walk_all):
     proto, sizes = modelio.read_model(data)
     assert sizes == [64 * 64 * 9 * 4 - 4]
     with pytest.raises(ModelError):
-        modelio.validate_model(proto)
+        model_checks.validate_model(proto)
     with pytest.raises(ModelError):
-        modelio.validate_model(proto, sizes)
+        model_checks.validate_model(proto, sizes)
 
 
 def test_validate_takes_the_sizes_it_is_given():
     """The sizes are what the check reads (no copy of the weight): told the short tensor is whole,
     the check strips it and the checker sees nothing wrong."""
     proto = _short_weight_model()
-    modelio.validate_model(proto, [64 * 64 * 9 * 4])
+    model_checks.validate_model(proto, [64 * 64 * 9 * 4])
     with pytest.raises(ModelError):
-        modelio.validate_model(proto, [None])   # unknown: asked of the model
+        model_checks.validate_model(proto, [None])   # unknown: asked of the model

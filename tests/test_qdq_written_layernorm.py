@@ -134,7 +134,7 @@ def _two_layernorms(c: int = 4, h: int = 8, w: int = 16, seed: int = 0) -> onnx.
 def test_dropped_layernorm_keeps_the_shared_eps_dq_of_the_next(tmp_path, act):
     """The first layer norm's region (no conv / FC) is dropped by the minimum-work rule; the eps
     DequantizeLinear it shares (legalize copies it per reader, one origin) must not take the second
-    layer norm to the CPU with it (pipeline._newly_cpu leaves a constant's DQ out). Before: both
+    layer norm to the CPU with it (placement_records.newly_cpu leaves a constant's DQ out). Before: both
     layer norms on the CPU (4 ReduceMeans)."""
     import onnx_mrvl
     qpath = _quantize(_two_layernorms(), str(tmp_path / "q.onnx"), act, ALL_STEPS + ("Conv",))

@@ -19,7 +19,7 @@ from test_sim_native import _buildable
 
 RNG = np.random.default_rng(20)
 
-pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 
 
 def f16(a):

@@ -9,7 +9,7 @@ from onnx_mrvl.sim import kernels as K
 from onnx_mrvl.sim import native
 from test_sim_native import PARAMS, _buildable, assert_within_ulp, both, f16, special
 
-pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 
 RNG = np.random.default_rng(20)
 

@@ -23,7 +23,7 @@ from onnx_mrvl.sim import jit, native
 from onnx_mrvl.sim import kernels as K
 from test_sim_native import _buildable, f16
 
-pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
 ALL = 2047

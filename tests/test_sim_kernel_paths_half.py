@@ -13,7 +13,7 @@ from onnx_mrvl.sim import kernels as K
 from test_sim_kernel_paths import HALF, _conv_and_sum_same, _dwpw_block_same
 from test_sim_native import _buildable, f16
 
-pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 
 
 @pytest.mark.parametrize("shape, o, k, stride", [

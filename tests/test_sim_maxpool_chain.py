@@ -12,7 +12,7 @@ from onnx_mrvl.sim import native
 from test_sim_kernel_paths import MAX_CHAIN, _both, _same
 from test_sim_native import _buildable, both, f16
 
-pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler or no AVX-512 here")
+pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 
 
 def _input(shape, seed, nans):

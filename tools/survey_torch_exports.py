@@ -128,7 +128,7 @@ def _feeds(path: str, n: int, seed: int):
     arrs = list(np.load(os.path.join(os.path.dirname(path), f"{base}_feeds.npz")).values())
     names = [i.name for i in onnx.load(path, load_external_data=False).graph.input]
     rng = np.random.default_rng(seed)
-    return [{k: (a + (0.1 * rng.standard_normal(a.shape)).astype(a.dtype) if a.dtype.kind == "f" and j else a)
+    return [{k: (np.asarray(a + (0.1 * rng.standard_normal(a.shape)).astype(a.dtype)) if a.dtype.kind == "f" and j else a)
              for k, a in zip(names, arrs)} for j in range(n)]
 
 

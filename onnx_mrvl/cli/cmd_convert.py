@@ -75,7 +75,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..modelio import load_model, make_folder, validate_model, write_bytes_atomic
+    from ..model_checks import validate_model
+    from ..modelio import load_model, make_folder, write_bytes_atomic
 
     from ..quantize.recipe import parse_cli
 

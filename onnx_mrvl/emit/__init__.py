@@ -8,5 +8,5 @@ region it read, ``log`` one ``(layer op, origin nodes, layer name)`` per layer.
 """
 from .boundary_quant import annotate as annotate_boundaries  # noqa: F401
 from .compile import CompileOptions, build_program, compile_json, compile_program, compile_program_sha256  # noqa: F401
-from .nodes_json import detach_arrays  # noqa: F401
+from .const_json import detach_arrays  # noqa: F401
 from .stage import EmitResult, emit  # noqa: F401

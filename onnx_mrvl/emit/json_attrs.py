@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import CompileError
 
-from .const_entry import ConstEntry  # noqa: E402,F401 - read by decode_const, made by nodes_json
+from .const_entry import ConstEntry  # noqa: E402,F401 - read by decode_const, made by const_json
 
 HINT = "the Nodes-JSON / Constants-JSON must follow docs/json-format.md"
 

@@ -11,7 +11,7 @@ leading 1.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import onnx
@@ -22,10 +22,10 @@ from ..errors import CompileError
 from ..gather_index import compact_index
 from ..provenance import get_composite, get_origin
 from ..opset_int8 import is_int8
-from . import base64_native, recurrent
-from .json_attrs import INT_CONST_DTYPES, ConstEntry
+from . import recurrent
+from .const_json import const_entry
+from .json_layouts import input_layout, pad_to_4d, rank_layout, stored_layout
 
-LAYOUT_BY_RANK = {4: "NCHW", 2: "NC", 3: "NCW", 1: "C"}
 CONST_MAPS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const", "mean_const",
               "input_const")  # TVM put these (empty unless used) on every layer
 
@@ -45,58 +45,6 @@ def _fmt(x) -> str:
     return str(x)
 
 
-def _minmax(v: float) -> str:
-    """TVM printed constant min/max with 17 significant digits of the float32 value."""
-    return format(float(np.float32(v)), ".17g")
-
-
-def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
-    """A Constants-JSON entry: float32 little-endian bytes, base64 (a :class:`ConstEntry` that
-    carries the array instead of the text when nothing can change its values later: the text is
-    made when read or saved, and ``compile_json`` in-process takes the bytes from the array).
-    int8 / uint8 / int32 arrays (an int8 layer's kernel and bias) keep their dtype."""
-    integer = np.asarray(arr).dtype.name in INT_CONST_DTYPES
-    a = np.ascontiguousarray(arr, dtype=np.asarray(arr).dtype.newbyteorder("<") if integer else "<f4")
-    if shape is None:
-        shape = list(a.shape)
-        if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
-            shape = [1] + shape
-    entry = ConstEntry({"shape": [int(d) for d in shape], "dtype": a.dtype.name if integer else "float32",
-                        "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
-                        "data_base64": ""})
-    frozen = _frozen(a, owned=a is not arr and a.base is None)
-    if frozen is not None:   # the text is made from it when read or saved (const_entry.py)
-        return entry.attach_lazy(frozen)
-    entry["data_base64"] = base64_native.text(a.reshape(-1).view(np.uint8))
-    return entry
-
-
-def _frozen(a: np.ndarray, owned: bool):
-    """A read-only view of ``a`` when nobody can write its values any more: a copy made here, or an
-    array whose memory is an immutable ``bytes`` object (onnx's numpy_helper.to_array). Else None."""
-    base = a
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if not (owned or isinstance(base, bytes)):
-        return None
-    view = a.view()
-    view.flags.writeable = False
-    return view
-
-
-def detach_arrays(consts_json: dict) -> None:
-    """Drop the arrays :func:`const_entry` attached beside a base64 text (after compiling); an entry
-    whose text is still to be made from its array keeps it (smaller than the text)."""
-    for entry in consts_json.values():
-        if isinstance(entry, ConstEntry):
-            entry.detach()
-
-
-def _pad4(shape: Sequence[int]) -> List[int]:
-    """TVM's resizeInputOutputLayoutTo4dim: pad a shape with trailing 1s to 4 dims."""
-    return list(shape) + [1] * (4 - len(shape))
-
-
 def emit_json(region: onnx.ModelProto, name: str = None, arrays=None) -> Tuple[dict, dict]:
     """(nodes_json, consts_json) for a region model whose nodes are all Mrvl ops (``arrays``: see emit)."""
     g = GraphIndex(region)
@@ -109,7 +57,7 @@ def emit_json(region: onnx.ModelProto, name: str = None, arrays=None) -> Tuple[d
     shapes, dtypes = [], []
     for i, t in enumerate(g.inputs):
         shape = [int(d) for d in g.shape(t)]
-        layout = _input_layout(region, t, shape)
+        layout = input_layout(region, t, shape)
         entry[t] = len(nodes)
         nodes.append({"op": "input", "name": t, "inputs": [], "input_id": [str(i)],
                       "attrs": {"dtype": ["float32"], "shape": [shape], "layer_name": ["input"],
@@ -149,37 +97,6 @@ def emit_json(region: onnx.ModelProto, name: str = None, arrays=None) -> Tuple[d
     return nodes_json, consts
 
 
-def _input_layout(region: onnx.ModelProto, t: str, shape: Sequence[int]) -> str:
-    """Layout label of region input ``t``: NHWC for fuse's ``__nhwc`` tensors, else by rank; but a
-    4-D input that fuse relabelled through a Transpose (``Transpose(0,2,3,1) -> Reshape ->
-    Transpose(0,3,1,2)`` on a graph input, tf2onnx's NHWC graphs) is the source of a
-    LayoutTransform whose ``src_layout`` names its real storage: take that (ND when two disagree),
-    so the compile step's storage check sees the data as fuse stored it."""
-    layout = "NHWC" if t.endswith("__nhwc") and len(shape) == 4 else LAYOUT_BY_RANK.get(len(shape), "ND")
-    if len(shape) != 4:
-        return layout
-    srcs = {opset.node_attrs(n).get("src_layout") for n in region.graph.node
-            if n.domain == opset.DOMAIN and n.op_type == "LayoutTransform" and t in n.input}
-    if not srcs or srcs == {layout}:
-        return layout
-    return srcs.pop() if len(srcs) == 1 else "ND"
-
-
-def _layout(shape: Sequence[int]) -> str:
-    return "NHWC" if len(shape) == 4 else ("NC" if len(shape) == 2 else LAYOUT_BY_RANK.get(len(shape), "ND"))
-
-
-def _stored_layout(node, shape: Sequence[int]) -> str:
-    """Layout of what an order-agnostic layer (Sum2D, Mul2D, Concat, Slice2D) writes: its storage permutation
-    (fuse's ``mrvl.storage`` metadata; none means logical order, NCHW for 4-D tensors)."""
-    if len(shape) != 4:
-        return _layout(shape)
-    perm = next((p.value for p in node.metadata_props if p.key == "mrvl.storage"), None)
-    if perm is None:
-        return "NCHW"
-    return {"[0, 2, 3, 1]": "NHWC", "[0,2,3,1]": "NHWC"}.get(perm.strip(), "ND")
-
-
 def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, consts) -> dict:
     op = opset.OPS[node.op_type]
     a = opset.node_attrs(node)
@@ -212,12 +129,12 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
     multi = len(data_inputs) > 1
     pad4 = node.op_type in ("Sum2D", "Mul2D")  # TVM resized Sum2D shapes to 4 dims
     for idx, s in enumerate(in_shapes):
-        s = _pad4(s) if pad4 else s
+        s = pad_to_4d(s) if pad4 else s
         if idx == 0:
             attrs["data_layout_shape"] = _s(s)
         if multi:
             attrs[f"data_layout_shape_{idx}"] = _s(s)
-    attrs["out_layout_shape"] = _s(_pad4(out_shape) if pad4 else out_shape)
+    attrs["out_layout_shape"] = _s(pad_to_4d(out_shape) if pad4 else out_shape)
 
     n_added = [0]   # this layer's constants so far: names <layer>_const_<n> (no scan of all constants)
 
@@ -281,27 +198,27 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
             if a.get("out_mul") is not None:   # the float mean times a constant before the Q
                 attrs["out_mul"] = [float(a["out_mul"])]
     elif node.op_type in ("Sum2D", "Mul2D"):
-        data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else "NHWC"
+        data_layout = out_layout = stored_layout(node, out_shape) if len(out_shape) == 4 else "NHWC"
         consts_in = [i for i in inputs if i and g.is_const(i)]
         if consts_in:
             c = g.const(consts_in[0])
             rank = max([len(s) for s in in_shapes] + [c.ndim])
-            cshape = _pad4([1] * (rank - c.ndim) + list(c.shape))
+            cshape = pad_to_4d([1] * (rank - c.ndim) + list(c.shape))
             add_const("input", c, shape=cshape)
             attrs["input_const_shape"] = _s(cshape)
     elif node.op_type == "Lookup":   # int8 table lookup (docs/json-format.md "int8 layers")
-        data_layout = out_layout = _stored_layout(node, out_shape) if len(out_shape) == 4 else _layout(out_shape)
+        data_layout = out_layout = stored_layout(node, out_shape) if len(out_shape) == 4 else rank_layout(out_shape)
         add_const("table", g.const(inputs[1]), "CT")
         attrs["channels"] = _s(int(a.get("channels", 1)))
     elif node.op_type == "GatherElements":   # a constant int32 index table (fuse/gather_elements.py)
-        data_layout = out_layout = _stored_layout(node, out_shape)
+        data_layout = out_layout = stored_layout(node, out_shape)
         attrs["axis"] = _s(int(a["axis"]))
         idx = np.asarray(g.const(inputs[1])).astype(np.int32)
         attrs["index_shape"] = _s([int(d) for d in idx.shape])
         small = compact_index(idx)   # the leading axes it does not vary on stored as 1
         add_const("indices", small, shape=list(small.shape), minmax=False)
     elif node.op_type == "Concat":
-        data_layout = out_layout = _stored_layout(node, out_shape)
+        data_layout = out_layout = stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
         positions = [p for p, i in enumerate(inputs) if i and g.is_const(i)]
         if positions:   # constant operands (stored layout): input<p>_const_name, p their positions
@@ -310,15 +227,15 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                 c = g.const(inputs[p])
                 add_const(f"input{p}", c, shape=list(c.shape))   # the operand's own rank
     elif node.op_type == "Slice2D":
-        data_layout = out_layout = _stored_layout(node, out_shape)
+        data_layout = out_layout = stored_layout(node, out_shape)
         attrs.update(axis=_s(a["axis"]), start=_s(a["start"]), end=_s(a["end"]))
     elif node.op_type == "Reshape":
-        data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)
+        data_layout, out_layout = rank_layout(in_shapes[0]), rank_layout(out_shape)
         attrs["newshape"] = _s(a["shape"])
     elif node.op_type == "Flatten":
-        data_layout, out_layout = _layout(in_shapes[0]), "NC"
+        data_layout, out_layout = rank_layout(in_shapes[0]), "NC"
     elif node.op_type == "Squeeze":
-        data_layout, out_layout = _layout(in_shapes[0]), _layout(out_shape)
+        data_layout, out_layout = rank_layout(in_shapes[0]), rank_layout(out_shape)
         attrs["newshape"] = _s(a["shape"])
     elif node.op_type == "Resize" and a.get("mode") == "linear":
         data_layout = out_layout = "NHWC"
@@ -334,15 +251,15 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         attrs.update(size=_s(int(a["size"])), alpha=_s(float(a["alpha"])), beta=_s(float(a["beta"])),
                      bias=_s(float(a["bias"])))
     elif node.op_type == "BatchMatMul":   # two activations in their logical order ("ND" when 4-D)
-        data_layout = out_layout = _layout(out_shape) if len(out_shape) != 4 else "ND"
+        data_layout = out_layout = rank_layout(out_shape) if len(out_shape) != 4 else "ND"
         attrs.update(transpose_b=_s(int(a.get("transpose_b", 0))), alpha=_s(float(a.get("alpha", 1.0))))
         for key in ("a_perm", "b_perm", "out_perm"):   # operands / output in a permuted storage
             if a.get(key):
                 attrs[key] = _s(list(a[key]))
     elif node.op_type == "Requantize":   # a Q -> DQ pair: int8 fields only (below)
-        data_layout = out_layout = _stored_layout(node, out_shape)
+        data_layout = out_layout = stored_layout(node, out_shape)
     elif node.op_type in ("LayerNorm", "Softmax"):
-        data_layout = out_layout = _stored_layout(node, out_shape)
+        data_layout = out_layout = stored_layout(node, out_shape)
         attrs["axis"] = _s(a["axis"])
         if a.get("log"):   # LogSoftmax
             attrs["log"] = _s(1)

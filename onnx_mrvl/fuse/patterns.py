@@ -352,6 +352,8 @@ def build_reshape(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = float_static(g, [n.input[0], n.output[0]])
     if reason:
         return reason
+    if not g.shape(n.input[0]) or not g.shape(n.output[0]):   # PLCMOS' score: Reshape([1, 1] -> [])
+        return "reshape from or to a 0-D tensor (a scalar result stays on the CPU)"
     reason = image_batch_moved(g.shape(n.input[0]), g.shape(n.output[0]), model_images(g))
     if reason:
         return reason

@@ -151,7 +151,7 @@ def _masked_max(ref: np.ndarray, got: np.ndarray, keep: np.ndarray) -> float:
 
 def judge(rows, ref: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray],
           ours_values: Mapping[str, np.ndarray], disc: Discontinuities, atol: float, rtol: float) -> BaselineReport:
-    """One ``BaselineRow`` per compared tensor (``compare.TensorCompare`` rows). ``ours_values``:
+    """One ``BaselineRow`` per compared tensor (``compare_result.TensorCompare`` rows). ``ours_values``:
     our (logical-layout) values of the discontinuous tensors."""
     out: List[BaselineRow] = []
     for r in rows:

@@ -24,6 +24,7 @@ import onnx
 
 from ..errors import ModelError
 from .. import ort_plan
+from .qdq_codes import code_stats, codes, codes_text, const_value, dequantize, quant_params
 
 NOT_IN_PLAN = "onnxruntime's plan does not compute it (removed by its optimizer)"
 AMBIGUOUS = "several tensors of onnxruntime's plan are quantized with its scale"
@@ -160,7 +161,7 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             continue
         same_q = plan_q.get((n.input[0], n.input[1] if len(n.input) > 1 else ""))
         if same_q is None and len(n.input) > 1:   # its scale renamed: onnxruntime's ConstantSharing
-            mine = _param(model, n.input[1])           # keeps one of several equal scalar initializers
+            mine = const_value(model, n.input[1])           # keeps one of several equal scalar initializers
             same = [(o, zp) for o, zp, sc in q_of.get(n.input[0], [])
                     if mine is not None and _init(inits, sc) is not None and np.array_equal(_init(inits, sc), mine)]
             same_q = same[0] if len(same) == 1 else None
@@ -181,7 +182,7 @@ def plan_codes(model: onnx.ModelProto, plan: onnx.ModelProto, values: Mapping[st
             refused[t] = "its codes reach onnxruntime's plan only through moves whose shapes are not static"
             continue
         zp_plan = _init(inits, zp_name)
-        zp_mine = _param(model, n.input[2]) if len(n.input) > 2 and n.input[2] else None
+        zp_mine = const_value(model, n.input[2]) if len(n.input) > 2 and n.input[2] else None
         shift = (0 if zp_plan is None else zp_plan.astype(np.int64)) - \
             (0 if zp_mine is None else zp_mine.astype(np.int64))
         if np.size(shift) != 1:
@@ -241,7 +242,7 @@ def _same_params(model: onnx.ModelProto, a: onnx.NodeProto, b: onnx.NodeProto) -
         y = b.input[k] if len(b.input) > k else ""
         if x == y:
             continue
-        vx, vy = (_param(model, x) if x else None), (_param(model, y) if y else None)
+        vx, vy = (const_value(model, x) if x else None), (const_value(model, y) if y else None)
         if vx is None or vy is None or vx.dtype != vy.dtype or not np.array_equal(vx, vy):
             return False
     return True
@@ -306,63 +307,6 @@ def _init(inits, name: str) -> Optional[np.ndarray]:
     return numpy_helper.to_array(inits[name]) if name in inits else None
 
 
-def _param(model: onnx.ModelProto, name: str) -> Optional[np.ndarray]:
-    from onnx import numpy_helper
-    for t in model.graph.initializer:
-        if t.name == name:
-            return numpy_helper.to_array(t)
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output and n.output[0] == name:
-            return numpy_helper.to_array(onnx.helper.get_attribute_value(n.attribute[0]))
-    return None
-
-
-def quant_params(model: onnx.ModelProto, node: onnx.NodeProto, ndim: int
-                 ) -> Optional[Tuple[np.ndarray, np.ndarray, int, int]]:
-    """(scale, zero point, qmin, qmax) of a Q / DQ node, broadcastable over a rank-``ndim`` tensor."""
-    scale = _param(model, node.input[1]) if len(node.input) > 1 else None
-    if scale is None:
-        return None
-    zp = _param(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
-    dtype = zp.dtype if zp is not None else np.dtype(np.uint8)
-    if dtype.kind not in "iu":
-        return None
-    info = np.iinfo(dtype)
-    zp = np.zeros_like(scale, dtype=np.int64) if zp is None else zp.astype(np.int64)
-    scale = scale.astype(np.float32)
-    if scale.ndim == 1 and scale.size > 1:
-        axis = next((int(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "axis"), 1)
-        shape = [1] * ndim
-        shape[axis % ndim] = scale.size
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
-    elif scale.size != 1:
-        return None
-    return scale, zp, int(info.min), int(info.max)
-
-
-def codes(x: np.ndarray, params) -> np.ndarray:
-    """QuantizeLinear's codes of float ``x`` (round half to even, saturate) as int64."""
-    scale, zp, lo, hi = params
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        q = np.rint(np.asarray(x, np.float32) / scale)
-    q = np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo)
-    return np.clip(q.astype(np.int64) + zp, lo, hi)
-
-
-def dequantize(q: np.ndarray, params) -> np.ndarray:
-    scale, zp, _, _ = params
-    return ((q.astype(np.int64) - zp).astype(np.float32) * scale).astype(np.float32)
-
-
-def code_stats(ref_codes: np.ndarray, got_codes: np.ndarray) -> Dict[str, object]:
-    """identical share, max code difference and the QDQ bar (>= 99% identical, the rest within one
-    quantum: ``within_one_quantum``)."""
-    d = np.abs(ref_codes.astype(np.int64) - got_codes.astype(np.int64))
-    same = float(np.count_nonzero(d == 0)) / d.size if d.size else 1.0
-    mx = int(d.max()) if d.size else 0
-    return {"identical": same, "max_code_diff": mx, "within_one_quantum": bool(same >= 0.99 and mx <= 1)}
-
-
 class QdqReference:
     """compare's reference values of a QDQ model A: ``values`` (inputs, unmodified outputs, probe
     codes, and each DQ of a probe as the exact dequantization of its codes) and per tensor the
@@ -413,24 +357,6 @@ class QdqReference:
         return {"probes": len(self.probes), "source": "onnxruntime's optimized plan, run with every tensor visible",
                 "rule": "codes: >= 99% identical, the rest within one quantum",
                 "not_probed": [{"tensor": t, "reason": r} for t, r in self.refused.items()]}
-
-
-def judge(codes: Dict[str, object], stats: Dict[str, object]) -> Tuple[bool, str]:
-    """(pass, reason) of a row with codes: the QDQ bar, and non-finite values must agree."""
-    ok = bool(codes["within_one_quantum"]) and not stats.get("nonfinite_mismatch")
-    if ok:
-        return True, ""
-    why = [] if codes["within_one_quantum"] else [
-        f"{100 * float(codes['identical']):.2f}% of the int8 codes identical, max code difference "
-        f"{codes['max_code_diff']} (bar: >= 99% identical, the rest within one quantum)"]
-    if stats.get("nonfinite_mismatch"):
-        why.append(str(stats.get("reason", "non-finite values differ")))
-    return False, "; ".join(why)
-
-
-def codes_text(c: Dict[str, object]) -> str:
-    return (f"codes of {c['probe']}: {100 * float(c['identical']):.2f}% identical, max code difference "
-            f"{c['max_code_diff']}{' (within one quantum)' if c['within_one_quantum'] else ''}")
 
 
 def summary_text(ref: QdqReference, first) -> str:

@@ -18,7 +18,7 @@ from onnx import helper
 
 from .. import ort_plan
 from ..errors import ModelError
-from ..modelio import ort_domain_imports
+from ..model_checks import ort_domain_imports
 from ..stage import StageResult, as_model
 from ..target import get_target
 from . import fp16, prepare, shapes
@@ -103,7 +103,7 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
         m.CopyFrom(as_model(model, "legalize"))
     del model
     report = LegalizeReport()
-    ort_domain_imports(m)    # a body's com.microsoft op without the domain imported (modelio.py)
+    ort_domain_imports(m)    # a body's com.microsoft op without the domain imported (model_checks.py)
     named = prepare.name_nodes(m.graph)
     if named:
         logger.info("legalize: named %d unnamed or duplicate-named nodes", named)

@@ -5,15 +5,13 @@ primitives of ``onnx_mrvl/graph_index.py`` (``attr``, ``subgraph_reads``; fuse a
 Keeps producer/consumer maps, initializers (lazily as numpy), inferred shapes and fresh names, so
 each rule stays small and every sweep stays linear in the number of nodes. Nodes are standalone
 ``NodeProto`` objects keyed by ``id()``; removed nodes are dropped and new ones ordered at
-``commit()`` by a stable topological sort (new nodes sit where the node they replace stood).
-(Over the usual ~400 lines: one class, whose every edit keeps all its indexes consistent; split
-across modules, an edit and the index it must update would sit apart.)
+``commit()`` by a stable topological sort (new nodes sit where the node they replace stood;
+``stable_order.py``). One class, whose every edit keeps all its indexes consistent: an edit and
+the index it must update sit together.
 """
 from __future__ import annotations
 
-import heapq
 import itertools
-import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -22,12 +20,10 @@ from onnx import helper, numpy_helper
 
 from .. import provenance
 from . import fresh_arena
-from ..graph_index import attr, extend_copies, node_reads, subgraph_reads  # attr: the package's one attribute reader (strings as str)
+from .stable_order import stable_toposort
+from ..graph_index import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
 
 BIG_ARRAY = 1 << 20   # cached values at least this big are dropped by commit() (read again when asked)
-
-logger = logging.getLogger(__name__)
-
 
 str_attr = attr   # the old name of the string reader: ``attr`` itself decodes now (one semantics)
 
@@ -387,35 +383,8 @@ class Graph:
         (a sweep without rewrites, commit and the final shape inference sort the same graph)."""
         key = (self.edits, len(self.nodes), len(self.producer))
         if self._topo is None or self._topo[0] != key:
-            self._topo = (key, self._sort())
+            self._topo = (key, stable_toposort(self.nodes, self.producer, self.order))
         return self._topo[1]
-
-    def _sort(self) -> List[onnx.NodeProto]:
-        nodes = list(self.nodes.values())
-        indeg = {id(n): 0 for n in nodes}
-        users: Dict[int, List[onnx.NodeProto]] = {}
-        for n in nodes:   # a body's outer-scope reads count (onnxruntime's quantizer moves Loops up)
-            for i in set(node_reads(n)):
-                p = self.producer.get(i)
-                if p is not None and id(p) in self.nodes:
-                    indeg[id(n)] += 1
-                    users.setdefault(id(p), []).append(n)
-        heap = [(self.order[id(n)], id(n)) for n in nodes if indeg[id(n)] == 0]
-        heapq.heapify(heap)
-        out = []
-        while heap:
-            _, nid = heapq.heappop(heap)
-            n = self.nodes[nid]
-            out.append(n)
-            for u in users.get(nid, []):
-                indeg[id(u)] -= 1
-                if indeg[id(u)] == 0:
-                    heapq.heappush(heap, (self.order[id(u)], id(u)))
-        if len(out) != len(nodes):  # a cycle cannot come from the rules; keep every node anyway
-            seen = {id(n) for n in out}
-            out += [n for n in nodes if id(n) not in seen]
-            logger.warning("legalize: graph has a cycle; node order left partly unsorted")
-        return out
 
 
 def origin_of(*nodes: onnx.NodeProto) -> List[str]:

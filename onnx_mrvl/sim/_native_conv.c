@@ -36,8 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(__AVX512F__)
-#error "the native conv kernel needs AVX-512F (the simulator falls back to numpy without it)"
+#if !defined(__AVX512F__) || !defined(__AVX512DQ__) || !defined(__AVX512VL__)
+#include "_native_avx2.h"   /* AVX2 + FMA + F16C hosts: the same kernels on 256-bit register pairs */
 #endif
 
 #define MR 12          /* output pixels per micro-tile */
@@ -55,8 +55,13 @@
 #define PATH_PIPE 256       /* conv: in-place 1x1 tiles, each one's epilogue run inside the next's FMAs (direct_pipe) */
 #define PATH_HALF 512       /* conv: a tile of 17-24 columns sums its second vector's 8 lanes in 256-bit FMAs */
 #define PATH_MAX_CHAIN 1024 /* max pool: a vmaxps chain, NaN lanes detected apart (the NaN-propagating chain redone) */
+#ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's and fma_rows24's 12 x 32 tiles spill; fma_rows does not */
+static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_MAX_CHAIN;
+#else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN;
+#endif
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
 #define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
@@ -193,8 +198,46 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
  * 28x28 1x1 convs, single-threaded) */
 /* acc += b * broadcast(*p) as one FMA with an embedded broadcast of its memory operand ({1to16}) */
+#ifndef MRVL_AVX2
 #define FMA_BCAST(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 #define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
+#endif
+#ifdef MRVL_AVX2
+/* fma_rows on 16 ymm registers: the tile's 16-lane column j (of 2) for 6 rows at a time, each
+ * through all kc k-values (12 accumulators, 2 weight halves, a broadcast; the 12 x 32 tile would
+ * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums */
+static inline __attribute__((always_inline)) void
+fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
+         __m512 acc[][2]) {
+    for (int p = 0; prefetch && p < kc; p++) {
+        _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+        _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+    }
+    for (int j = 0; j < 2; j++)
+        for (int r0 = 0; r0 < mr; r0 += 6) {
+            __m256 c[6][2];
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++)
+                if (r0 + r < mr)
+                    c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
+            const float *ar = a + r0 * lda, *bj = b + 16 * j;
+            for (int p = 0; p < kc; p++) {
+                const __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
+#pragma GCC unroll 6
+                for (int r = 0; r < 6; r++)
+                    if (r0 + r < mr) {
+                        const __m256 s = _mm256_broadcast_ss(ar + r * lda + p);
+                        c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
+                        c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
+                    }
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++)
+                if (r0 + r < mr)
+                    acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
+        }
+}
+#else
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
@@ -211,6 +254,7 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
         }
     }
 }
+#endif
 
 /* fma_rows for a block of 17-24 columns: the second vector's 8 live lanes (the rest are masked off
  * at the store) in 256-bit FMAs, which this Zen 4 runs two per cycle against one 512-bit FMA: 18
@@ -920,6 +964,9 @@ static HOT_LOOPS int micro_win12(const tile_t *t, const float *a, float *c, long
     for (int r = 0; r < MR; r++)
         acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int ky = 0; ky < t->kh; ky++, a += t->ystride, b += (long)kc * NR)
+#ifdef MRVL_AVX2
+        fma_rows(MR, 0, kc, a, lda, b, NULL, acc);
+#else
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR), b1 = _mm512_loadu_ps(b + (long)p * NR + 16);
 #pragma GCC unroll 12
@@ -928,6 +975,7 @@ static HOT_LOOPS int micro_win12(const tile_t *t, const float *a, float *c, long
                 FMA_BCAST(acc[r][1], b1, a + r * lda + p);
             }
         }
+#endif
     const __mmask16 m1 = t->cols >= 32 ? 0xFFFF : (__mmask16)((1u << (t->cols - 16)) - 1);
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) {

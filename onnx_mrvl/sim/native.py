@@ -9,8 +9,10 @@ Like torch inductor's CPU backend, it is compiled by the system C compiler (``$C
 / ``gcc``) with ``-O3 -march=native -ffp-contract=off`` the first time a process needs it; the
 shared object is cached under ``__pycache__`` beside this file (else ``~/.cache/onnx_mrvl``),
 keyed by the source (and the local headers it includes), the flags, the compiler and the CPU's
-feature flags, written to a temporary name and renamed into place. When anything is missing (no
-compiler, a CPU without AVX-512, a read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns
+feature flags and the variant (``variant()``: AVX-512, or AVX2 + FMA + F16C, where
+``_native_avx2.h`` gives each 512-bit operation as two 256-bit ones, lane for lane the same bits),
+written to a temporary name and renamed into place. When anything is missing (no
+compiler, a CPU with neither, a read-only cache, ``ONNX_MRVL_SIM_NATIVE=0``), ``lib()`` returns
 None, says why once in the log, and the simulator uses the numba / numpy kernels, whose results it
 matches (tests/test_sim_native.py).
 """
@@ -25,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from .. import native_build
-from .native_loader import OnceLibrary, cpu_flags
+from .native_loader import OnceLibrary, cpu_flags, cpu_has
 
 log = logging.getLogger(__name__)
 notice = logging.getLogger("onnx_mrvl.notice")     # one-line notices the CLI shows on a terminal
@@ -48,12 +50,24 @@ def why_disabled() -> str:
 _compiler = native_build.compiler   # tests patch it
 
 
+def variant() -> str:
+    """Which build of ``_native_conv.c`` this CPU gets: ``"avx512"`` (F, DQ and VL), ``"avx2"``
+    (AVX2 + FMA + F16C: the same kernels on pairs of 256-bit registers, the same bits), or ``""``
+    (neither: the numba / numpy kernels run)."""
+    if cpu_has("avx512f", "avx512dq", "avx512vl"):
+        return "avx512"
+    if cpu_has("avx2", "fma", "f16c"):
+        return "avx2"
+    return ""
+
+
 def build_shared(cc: str, source: Optional[str] = None) -> str:
     """The cached shared object of the C file ``source`` (default ``_native_conv.c``; built by
     ``cc`` when not cached, ``-march=native``: the key holds the CPU's flags): its path.
     sim/int8_native.py builds ``_native_int8.c`` with it."""
     return native_build.build_shared(cc, source or _SRC, _FLAGS,
-                                     key_extra=cpu_flags().encode() + b"\0" + platform.machine().encode(),
+                                     key_extra=b"\0".join([cpu_flags().encode(), platform.machine().encode(),
+                                                               variant().encode()]),
                                      announce=notice, what="the simulator's native kernels")
 
 
@@ -97,6 +111,8 @@ def _load() -> ctypes.CDLL:
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC)")
+    if not variant():
+        raise RuntimeError("the CPU has neither AVX-512 (F/DQ/VL) nor AVX2 + FMA + F16C")
     so = ctypes.CDLL(build_shared(cc))
     so.binary_npc.restype = ctypes.c_int
     so.binary_npc.argtypes = ([_P, _P, _P] + [_L] * 6 + [ctypes.c_int, _P, ctypes.c_int,

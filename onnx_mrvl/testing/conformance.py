@@ -27,7 +27,7 @@ failure ("crash"), applicable case or not, and so is convert()'s own fallback fo
 error (model returned unchanged with "conversion failed internally" in ``report.warnings``): the
 user keeps a working model, but it is a converter bug. A ``MrvlError`` is accepted only for a case onnxruntime
 itself rejects, or for an input the converter documents as unsupported (``ModelError`` for an
-opset below 7, see ``onnx_mrvl.modelio.MIN_OPSET``); on any other applicable case it is a failure.
+opset below 7, see ``onnx_mrvl.model_checks.MIN_OPSET``); on any other applicable case it is a failure.
 
 CLI: ``python -m onnx_mrvl.testing.conformance [--workers 2] [--only REGEX] [--json OUT] [--md docs/conformance.md]``.
 Progress goes to stderr; the summary line ``N passed, M failed`` to stdout.

@@ -40,6 +40,7 @@ from . import ms_qdq_domain
 from . import qdq_int_bias_rescale, qdq_split_pair, qdq_channel_input, qdq_stack_sum
 from . import conv_dense_toeplitz, gmp_split, layernorm_moments, softmax_expanded
 from . import split_of_concat
+from . import conv_dilation_phases, minmax_const_first, slice_reverse_gather
 from .base import Match
 
 RULES = (
@@ -91,6 +92,7 @@ RULES = (
     remove_noop,
     loop_to_rnn,
     reverse_sequence_gather,
+    slice_reverse_gather,
     rnn_length_sort,
     gathered_spatial_map,
     scatter_to_concat,
@@ -104,6 +106,7 @@ RULES = (
     group_norm,
     grn_norm,
     sum_to_add,
+    minmax_const_first,
     sub_div_const,
     div_host_divisor,
     where_const_cond,
@@ -152,6 +155,8 @@ RULES = (
     convtranspose_phase_conv,
     conv_dense_toeplitz,
     conv_dead_taps,
+
+    conv_dilation_phases,
     conv_dilation_fold,
     conv_1d_to_2d,
     squeeze_sink,

@@ -36,7 +36,7 @@ def match(node, g) -> Optional[Match]:
     return Match([node])
 
 
-def _factor(d: int, k: int, target):
+def fold_factor(d: int, k: int, target):
     """(m, d') with d = m*d', d' <= max_dilation and (k-1)*m + 1 <= max_kernel, smallest m; None."""
     if k == 1:
         return 1, 1
@@ -55,7 +55,7 @@ def check(m: Match, g, target) -> Optional[str]:
     if g.shape(node.input[0]) is None or g.shape(node.output[0]) is None:
         return "shapes are not static"
     w, dil = g.shape(node.input[1]), list(attr(node, "dilations"))
-    plan = [_factor(dil[ax], w[2 + ax], target) for ax in range(2)]
+    plan = [fold_factor(dil[ax], w[2 + ax], target) for ax in range(2)]
     for ax, p in enumerate(plan):
         if p is None:
             return (f"dilation {dil[ax]} has no factor <= {target.max_dilation} whose zero-filled kernel "

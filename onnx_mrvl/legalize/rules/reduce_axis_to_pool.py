@@ -20,8 +20,9 @@ OPS = ("ReduceMean", "ReduceMax")
 POOL = {"ReduceMean": "AveragePool", "ReduceMax": "MaxPool"}
 # A MaxPool window of only -inf gives the lowest float in onnxruntime, not -inf as ReduceMax does:
 # a ReduceMax becomes a pool only over a feature map (these producers never write -inf), not over
-# attention scores or masks (``max(mask) == -inf`` checks of expanded Attention / Softmax).
-FEATURE_MAP = ("Conv", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+# attention scores or masks (``max(mask) == -inf`` checks of expanded Attention / Softmax). A
+# DequantizeLinear output is finite too (``scale * (q - zero point)``): the QDQ form of such a max.
+FEATURE_MAP = ("DequantizeLinear", "Conv", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
                "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
                "Elu", "Selu", "Gelu", "Softplus", "Resize", "Concat")
 

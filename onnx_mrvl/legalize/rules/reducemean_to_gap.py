@@ -22,21 +22,39 @@ Reshape, so the pool is a ``DQ -> GlobalAveragePool -> Q`` int8 pool and the Res
 (``Q(reshape(y)) == reshape(Q(y))``; the original pair after it is then an identity). A mean
 whose input is a DQ output (the token mean of a QDQ Keras encoder) gets an identity copy of that
 pair after its Reshape / Transpose, so the pool reads a DQ: one int8 GlobalAvgPool2D (one int32 sum,
-one requantization) instead of an fp16 pool whose rounding moved codes before the Q."""
+one requantization) instead of an fp16 pool whose rounding moved codes before the Q.
+
+``ReduceMax`` over the same axes 2,3 (directly or through that Transpose: Keras'
+GlobalMaxPooling2D, tf2onnx / keras2onnx ``ReduceMax(Transpose(relu, [0, 2, 3, 1]), axes [1, 2])``,
+DNSMOS' heads) -> GlobalMaxPool the same way, when the pooled map comes from a feature-map op
+(reduce_axis_to_pool.FEATURE_MAP: a max pool window of only -inf is not -inf in onnxruntime).
+Exact; gmp_split cuts a large one into windows. Before, "no accelerator op for ReduceMax" split
+the model before its dense head."""
 from __future__ import annotations
 
 from typing import Optional
 
 from .base import Match, attr, axes_of, inp, reshape
 from .qtensor import same_param
+from .reduce_axis_to_pool import FEATURE_MAP
 
 NAME = "reducemean_to_gap"
-OPS = ("ReduceMean",)
+OPS = ("ReduceMean", "ReduceMax")
+POOL = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
 
 
 def match(node, g) -> Optional[Match]:
-    if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx"):
+    if node.op_type not in OPS or node.domain not in ("", "ai.onnx"):
         return None
+    m = _match(node, g)
+    if m is None or node.op_type == "ReduceMean":
+        return m
+    src = _through_identity_pair(g, g.producer.get(m.data["src"]))   # ReduceMax: a feature map only
+    return m if not m.data.get("tokens") and not m.data.get("nhwc") and src is not None and \
+        src.op_type in FEATURE_MAP else None
+
+
+def _match(node, g) -> Optional[Match]:
     sx = g.shape(node.input[0])
     if sx is not None and len(sx) == 3 and axes_of(g, node, 1) in ([1], [-2]) and not attr(node, "keepdims", 1):
         return Match([node], {"sx": [sx[0], sx[2], sx[1], 1], "src": node.input[0], "sy": [sx[0], sx[2]],
@@ -161,13 +179,13 @@ def rewrite(m: Match, g) -> str:
         src = t
         if _activation_dq(g, dq):   # the moved codes' own Q -> DQ (an identity): DQ -> GAP -> Q, an int8 pool
             src = _identity_pair(g, node, dq, src, m.data["sx"])
-    q = _quantize_reader(g, node)
+    q, pool = _quantize_reader(g, node), POOL[node.op_type]
     if keep and src == node.input[0] and (q is None or q.input[0] == node.output[0]):
-        g.make("GlobalAveragePool", [src], [node.output[0]], near=node,
+        g.make(pool, [src], [node.output[0]], near=node,
                origin=m.origin, name=node.name)
     else:
         mid = g.fresh(f"{node.output[0]}/gap")
-        g.make("GlobalAveragePool", [src], [mid], near=node, origin=m.origin,
+        g.make(pool, [src], [mid], near=node, origin=m.origin,
                name=node.name)
         g.set_shape(mid, [n, c, 1, 1], g.dtype(src))
         if q is not None:   # the pool's own Q -> DQ (the reader's scale and zero point)
@@ -186,4 +204,4 @@ def rewrite(m: Match, g) -> str:
         return "ReduceMean(axis 1 of [N, T, C]) -> Reshape [N, T, 1, C], Transpose, GlobalAveragePool, Reshape"
     if m.data.get("nhwc"):
         return "ReduceMean(axes 1,2) -> Transpose to NCHW, GlobalAveragePool, Reshape"
-    return "ReduceMean(axes 2,3) -> GlobalAveragePool" + ("" if keep else " + Reshape")
+    return f"{node.op_type}(axes 2,3) -> {pool}" + ("" if keep else " + Reshape")
