@@ -256,7 +256,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
     OpDef("Conv2D", "Conv2D", "mrvl.conv2d_nhwc2nhwc", ("X", "W", "B", "slope"),
           ("strides", "pads", "dilations", "group", "kernel_shape", "channels") + _ACT_ATTRS + INT8_ATTRS
           + ("requant", "bias_scales", "float_gemm", "int8_sums", WEIGHT_ZP) + OUTQ_ATTRS,
-          int8_body(_conv_body), True),
+          int8_body(_conv_body, weight_zp=False), True),
     OpDef("FC", "FC", "mrvl.fc_ni2no", ("X", "W", "B", "slope"),
           ("weights_need_transform", "flatten_shape") + _ACT_ATTRS + INT8_ATTRS + ("requant", "bias_scales", "int8_sums", WEIGHT_ZP)
           + OUTQ_ATTRS,

@@ -59,12 +59,26 @@ def _rename(nodes: List[onnx.NodeProto], ins: dict, outs: dict) -> List[onnx.Nod
     return nodes
 
 
-def int8_body(float_body: Callable) -> Callable:
+def _weight_dq(a, o: int, explicit: bool) -> List[onnx.NodeProto]:
+    """DQ(W) = (W - z_w) * s_w per output channel, ``z_w`` the weight zero points; ``explicit``: [O]
+    zeros when there are none, as quantizers write it. onnxruntime fuses such a DQ -> Conv -> Q into
+    QLinearConv (as it runs the int8 layer's model; without the zero point it runs the body's float
+    Conv), and its session.x64quantprecision rewrite of int8 weights to uint8 gives a per-channel DQ
+    without one a scalar zero point its DequantizeLinear refuses. An int8-in Conv's body keeps none:
+    onnxruntime runs the model's layer as a float Conv (with one it fuses the body's DQ -> Conv -> Q
+    of ``outq_*`` into a QLinearConv: an NNCF chain 99.9% -> 99.88% of the QDQ model's codes)."""
+    wz = [int(v) for v in a.get(WEIGHT_ZP) or []] or ([0] * o if explicit else [])
+    nodes = [_const("q_w_z", wz, onnx.TensorProto.INT8, [o])] if wz else []
+    return nodes + [helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0)]
+
+
+def int8_body(float_body: Callable, weight_zp: bool = True) -> Callable:
     """The body of a Conv2D/FC/pool that dispatches on ``precision``: the float body as it is, or
-    Q -> DQ of X, DQ of W and B (when present), the float body, Q -> DQ of Y."""
+    Q -> DQ of X, DQ of W and B (when present), the float body, Q -> DQ of Y (W's DQ with a zero
+    point; an int8-in layer's when ``weight_zp``, ``_weight_dq``)."""
     def body(a, present, opset):
         if is_int8_in(a):
-            return _int8_in_body(float_body, a, present, opset)
+            return _int8_in_body(float_body, a, present, opset, weight_zp)
         if not is_int8(a):
             return float_body(a, present, opset)
         if opset < 13:
@@ -90,11 +104,7 @@ def int8_body(float_body: Callable) -> Callable:
             return nodes + inner + [helper.make_node("QuantizeLinear", ["q_y", "q_out_s", "q_out_z"], ["q_yq"]),
                                     helper.make_node("DequantizeLinear", ["q_yq", "q_out_s", "q_out_z"], ["Y"])]
         if present.get("W"):
-            wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
-            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o])]
-            if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
-                nodes += [_const("q_w_z", wz, onnx.TensorProto.INT8, [o])]
-            nodes += [helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0)]
+            nodes += [_const("q_w_s", ws, onnx.TensorProto.FLOAT, [o])] + _weight_dq(a, o, True)
         if present.get("B"):
             bs = (np.float32(a["in_scale"]) * np.asarray(ws, np.float32)).astype(np.float32)
             nodes += [_const("q_b_s", [float(v) for v in bs], onnx.TensorProto.FLOAT, [o]),
@@ -105,7 +115,7 @@ def int8_body(float_body: Callable) -> Callable:
     return body
 
 
-def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProto]:
+def _int8_in_body(float_body: Callable, a, present, opset, weight_zp: bool) -> List[onnx.NodeProto]:
     """int8 in, fp16 out (Conv2D / FC): Q -> DQ of X, DQ of the int8 W (axis 0), the float body on
     them with the float bias as it is; the output is the float result (no Q -> DQ), or its Q -> DQ
     with ``outq_*`` (the pair the layer absorbed after its float chain)."""
@@ -117,11 +127,7 @@ def _int8_in_body(float_body: Callable, a, present, opset) -> List[onnx.NodeProt
              _const("q_in_z", [int(a["in_zero_point"])], QTYPES[it], []),
              helper.make_node("QuantizeLinear", ["X", "q_in_s", "q_in_z"], ["q_xq"]),
              helper.make_node("DequantizeLinear", ["q_xq", "q_in_s", "q_in_z"], ["q_x"]),
-             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)])]
-    wz = [int(v) for v in a.get(WEIGHT_ZP) or []]
-    if wz:   # asymmetric weights: DQ(W) = (W - z_w) * s_w per output channel
-        nodes.append(_const("q_w_z", wz, onnx.TensorProto.INT8, [len(wz)]))
-    nodes.append(helper.make_node("DequantizeLinear", ["W", "q_w_s"] + (["q_w_z"] if wz else []), ["q_w"], axis=0))
+             _const("q_w_s", ws, onnx.TensorProto.FLOAT, [len(ws)])] + _weight_dq(a, len(ws), weight_zp)
     if "outq_type" not in a:
         return nodes + _rename(float_body(a, present, opset), {"X": "q_x", "W": "q_w"}, {})
     # the Q -> DQ it absorbed after its float chain (fuse/qdq_int8_in.py): on the fp32 result

@@ -26,6 +26,12 @@ U8_MULS = "QLinearMul:uint8"   # those of an int8 model its S8 -> U8 rewrite run
 U8_SOFTMAXES = "QLinearSoftmax:uint8"   # the Softmax nodes onnxruntime runs as a uint8 QLinearSoftmax
 QLINEAR_WEIGHTED = ("QLinearConv", "QGemm", "QLinearMatMul")   # MLAS's integer GEMM kernels
 EXACT_SUMS = "QLinear:exact"   # the Conv / Gemm / MatMul nodes its QLinear kernel sums on codes other than U8 x S8
+U8S8_SUMS = "Integer:u8s8"     # the Conv / Gemm / MatMul nodes its integer kernels sum on U8 x S8 codes (any output)
+# onnxruntime's integer GEMM kernels: (the weights' input, the activation zero point's input); MatMulIntegerToFloat
+# is its DQ -> MatMul without an output Q (a QGemm without y_scale: DQ -> Gemm's); QAttention's projections
+# (legalize contrib_qattention's MatMuls, matched by their origin: the node reads its weights itself)
+INTEGER_WEIGHTED = {"QLinearConv": (3, 2), "QGemm": (3, 2), "QLinearMatMul": (3, 2), "MatMulIntegerToFloat": (1, 4),
+                    "QAttention": (1, 6)}
 MEAN_ROWS = "ReduceMean:rows"   # the float ReduceMean nodes whose plan reduces axes 2, 3 of NCHW (its KR path)
 _LAST: List = [None, None]   # (the model last asked about, its plan): one fuse run at a time
 
@@ -132,6 +138,13 @@ def ort_exact_sums(model: onnx.ModelProto) -> FrozenSet[str]:
     return ort_float_nodes(model, EXACT_SUMS)
 
 
+def ort_u8s8_sums(model: onnx.ModelProto) -> FrozenSet[str]:
+    """Names of the QDQ Conv / Gemm / MatMul nodes onnxruntime sums on uint8 activations x int8
+    weights in an integer kernel, whatever its output (QGemm without y_scale, MatMulIntegerToFloat:
+    an int8-in layer's float output): the kernels whose pairs clamp to int16 without VNNI."""
+    return ort_float_nodes(model, U8S8_SUMS)
+
+
 def float_nodes_of(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     """{op type: names} of the float nodes of ``model`` as it is (no stamp, no cache): for the small
     models fuse builds (lookup_table.py) to check they are run as the whole model runs them."""
@@ -156,7 +169,7 @@ def session(model_bytes: bytes, so):
 
 def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     import onnxruntime as ort
-    if not any(n.op_type in OP_TYPES or n.op_type in QLINEAR_WEIGHTED for n in model.graph.node):
+    if not any(n.op_type in OP_TYPES or n.op_type in INTEGER_WEIGHTED for n in model.graph.node):
         return {}
     with tempfile.TemporaryDirectory(prefix="mrvl_ort_plan_") as tmp:
         path = os.path.join(tmp, "optimized.onnx")
@@ -177,10 +190,17 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
     found: Dict[str, set] = {}
     inits = {t.name: t.data_type for t in optimized.graph.initializer}
     weight_readers = _weight_readers(model)
+    zp_of = {n.output[0]: n.input[2] for n in optimized.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2}
     for n in optimized.graph.node:
-        if n.op_type in QLINEAR_WEIGHTED and len(n.input) > 3 and n.input[3] in weight_readers \
-                and (inits.get(n.input[2]), inits.get(n.input[3])) != (onnx.TensorProto.UINT8, onnx.TensorProto.INT8):
-            found.setdefault(EXACT_SUMS, set()).update(weight_readers[n.input[3]])
+        wi, zi = INTEGER_WEIGHTED.get(n.op_type, (len(n.input), 0))
+        readers = weight_readers.get(n.input[wi]) if wi < len(n.input) else None
+        if n.op_type == "QAttention" and n.name in names:
+            readers = {n.name}
+        if readers:
+            a_zp = n.input[zi] if zi < len(n.input) and n.input[zi] else zp_of.get(n.input[0])   # else: its Q's
+            u8s8 = (inits.get(a_zp), inits.get(n.input[wi])) == (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
+            if u8s8 or n.op_type in QLINEAR_WEIGHTED:
+                found.setdefault(U8S8_SUMS if u8s8 else EXACT_SUMS, set()).update(readers)
         if n.op_type == "QLinearAdd" and n.name in names and len(n.input) > 7 \
                 and inits.get(n.input[7]) == onnx.TensorProto.UINT8:
             found.setdefault(U8_ADDS, set()).add(n.name)

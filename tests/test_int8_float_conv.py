@@ -78,22 +78,40 @@ def test_float_path_pointwise_conv_follows_mlas_threads(tmp_path):
         assert np.array_equal(ref.run(None, {"input": x})[0], sess.run(None, {"input": x})[0])
 
 
-def _ort_pointwise_sums(layer, xd: np.ndarray, kernel, bias, ws, bs) -> np.ndarray:
+def _ort_conv_sums(layer, xd: np.ndarray, kernel, bias, ws, bs, pads=(0, 0, 0, 0), threads=None) -> np.ndarray:
     """onnxruntime's float Conv of a QDQ model (weights and bias through DequantizeLinear) on the
-    dequantized NHWC input ``xd``: its fp32 output, NHWC."""
+    dequantized NHWC input ``xd``: its fp32 output, NHWC (``threads``: the session's intra-op threads)."""
     from onnx import helper, numpy_helper
     o, c = kernel.shape[0], kernel.shape[-1]
     inits = [numpy_helper.from_array(kernel.transpose(0, 3, 1, 2).copy(), "wq"), numpy_helper.from_array(ws, "ws"),
              numpy_helper.from_array(bias, "bq"), numpy_helper.from_array(bs, "bs")]
     nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=0),
              helper.make_node("DequantizeLinear", ["bq", "bs"], ["b"], axis=0),
-             helper.make_node("Conv", ["x", "w", "b"], ["y"])]
+             helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=list(pads))]
     n, h, w, _ = xd.shape
     m = helper.make_model(helper.make_graph(nodes, "pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
                                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits),
                           opset_imports=[helper.make_opsetid("", 13)])
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": np.ascontiguousarray(xd.transpose(0, 3, 1, 2))})[0].transpose(0, 2, 3, 1)
+
+
+def _random_float_conv(rng, c: int, o: int, h: int, w: int, k: int):
+    """A float-path k x k conv (padding k // 2) with random int8 weights, int32 bias and scales: the
+    layer, (kernel, bias, weight scales, bias scales), a dequantized NHWC input [1, h, w, c]."""
+    from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D
+    kernel = rng.integers(-127, 128, (o, k, k, c)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    ws = rng.uniform(0.001, 0.02, o).astype(np.float32)
+    sx = np.float32(0.037)
+    bs = (ws * sx).astype(np.float32)
+    params = dict(in_scale=float(sx), in_zero_point=3, in_dtype="int8", out_scale=0.1, out_zero_point=0, out_dtype="int8")
+    layer = FloatPathConv2D(kernel, bias, ws, params, [1, 1], [k // 2] * 4, [1, 1], 1, bias_scale=bs)
+    xd = ((rng.integers(-128, 128, (1, h, w, c)) - 3).astype(np.float32) * sx).astype(np.float32)
+    return layer, (kernel, bias, ws, bs), xd
 
 
 @pytest.mark.parametrize("c, o, h, w", [(160, 16, 12, 12), (240, 80, 10, 10), (300, 70, 9, 11), (96, 24, 20, 20)])
@@ -104,21 +122,31 @@ def test_float_path_pointwise_sums_equal_onnxruntime(c, o, h, w):
     for the whole image (before) differed in most sums (DeepLabV3-MobileNetV3 QDQ S8: 72.4%
     identical, 100% after)."""
     from onnx_mrvl.sim import int8_float_native
-    from onnx_mrvl.sim.int8_float_conv import FloatPathConv2D
     rng = np.random.default_rng(c + o)
-    kernel = rng.integers(-127, 128, (o, 1, 1, c)).astype(np.int8)
-    bias = rng.integers(-5000, 5000, o).astype(np.int32)
-    ws = rng.uniform(0.001, 0.02, o).astype(np.float32)
-    sx = np.float32(0.037)
-    bs = (ws * sx).astype(np.float32)
-    params = dict(in_scale=float(sx), in_zero_point=3, in_dtype="int8", out_scale=0.1, out_zero_point=0, out_dtype="int8")
-    layer = FloatPathConv2D(kernel, bias, ws, params, [1, 1], [0, 0, 0, 0], [1, 1], 1, bias_scale=bs)
-    xd = ((rng.integers(-128, 128, (1, h, w, c)) - 3).astype(np.float32) * sx).astype(np.float32)
-    want = _ort_pointwise_sums(layer, xd, kernel, bias, ws, bs)
+    layer, consts, xd = _random_float_conv(rng, c, o, h, w, 1)
+    want = _ort_conv_sums(layer, xd, *consts)
     assert np.array_equal(layer.sums(xd), want)
     native = int8_float_native.prepare_float(layer)
     if native is not None:
         assert np.array_equal(native.sums(xd), want)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_float_path_segmented_conv_sums_follow_mlas_threads(monkeypatch, threads):
+    """A float-path 3x3 conv of one image with no more filters than pixels is MLAS's segmented
+    im2col path: MlasConvPrepare gives each of ``M N K / 64K + 1`` threads (at most the pool's) a
+    16-aligned part of the pixels, each part an MlasConvOperation with the K block of its own pixel
+    count (segmented_parts). 32 filters on 8 x 8 pixels, K = 288: one block of 256 + 32 on one
+    thread, one of 288 per 32-pixel half on 2 or 3 threads (a stride of 22 pixels rounded up to
+    32; yolov5_like S8's conv_23 was 1 step off on a 2-core host: 99.38% identical). The sums equal
+    onnxruntime's float Conv with that many intra-op threads, bit for bit."""
+    from onnx_mrvl.sim.int8_float_conv import conv_segments
+    monkeypatch.setenv("ONNX_MRVL_ORT_THREADS", str(threads))
+    layer, consts, xd = _random_float_conv(np.random.default_rng(7), 32, 32, 8, 8, 3)
+    parts = conv_segments(layer, 1, 8, 8)
+    assert parts == ([(0, 64, 256)] if threads == 1 else [(0, 32, 512), (32, 64, 512)]), parts
+    want = _ort_conv_sums(layer, xd, *consts, pads=(1, 1, 1, 1), threads=threads)
+    assert np.array_equal(layer.sums(xd), want)
 
 
 def test_fma_chain_rounds_once_per_step_in_k_order():

@@ -103,6 +103,10 @@ def int8_in_params(a: NodeAttrs, ctx, lname: str, channels: int, params: dict, w
             if any(n != 1 for n in sizes):
                 params["post_sizes"] = sizes
     params["precision"] = "int8_in"
+    if a.has("int8_sums"):   # onnxruntime's U8S8 integer kernel: int16 pair sums without VNNI (sim/mlas_u8s8.py)
+        if a.str("int8_sums") != "u8s8":
+            a.fail(f"int8_sums '{a.str('int8_sums')}' of an int8_in Conv2D / FC (u8s8)")
+        params["int8_sums"] = "u8s8"
     ws = vector(a, ctx, "weight_scale_const_name", channels, "weight scale")
     if not (np.isfinite(ws).all() and np.all(ws != 0)):   # s_w times a folded BN factor: either sign
         a.fail("weight scales of an int8_in layer must be finite and non-zero")

@@ -303,6 +303,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
         add_const("weight_scale", np.asarray(a["weight_scales"], np.float32), "---O")
         if a.get("weight_zero_points"):   # asymmetric weights: int32 [O] in the int8 range
             add_const("weight_zero_point", np.asarray(a["weight_zero_points"], np.int32), "---O")
+        if a.get("int8_sums"):   # onnxruntime sums it in its U8S8 integer kernel (sim/mlas_u8s8.py)
+            attrs["int8_sums"] = [a["int8_sums"]]
         if "outq_type" in a:   # the Q -> DQ after its float chain, in the epilogue (fuse/qdq_int8_in.py)
             attrs.update(outq_scale=_s(float(a["outq_scale"])), outq_zero_point=_s(int(a["outq_zero_point"])),
                          outq_dtype=[a["outq_type"]])

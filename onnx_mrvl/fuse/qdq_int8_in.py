@@ -46,6 +46,8 @@ import numpy as np
 import onnx
 
 from ..graph_index import GraphIndex
+from ..ort_plan import ort_u8s8_sums
+from ..provenance import get_origin
 from ..target import Target
 from .batch_matmul import build as build_matmul
 from .groups import Group
@@ -163,6 +165,8 @@ def build_int8_in(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=froz
         if accumulator_reason(weights["W"], None, wz):
             return None
         attrs["weight_zero_points"] = [int(v) for v in wz]
+    if ({n.name} | set(get_origin(n) or [])) & ort_u8s8_sums(g.model):
+        attrs["int8_sums"] = "u8s8"   # onnxruntime's U8S8 integer kernel: int16 pairs without VNNI (sim/mlas_u8s8.py)
     chain, end, post = _post_affine(g, grp.output, claimed)
     pair = output_pair(g, end, claimed) if end not in g.output_set else None
     if not isinstance(pair, tuple) and end not in g.output_set:   # legalize qdq_channel_input's per-channel Q

@@ -114,16 +114,38 @@ def fc_segments(m: int, n: int, k: int, threads: Optional[int] = None) -> List[T
     return gemm_segments(m, n, k, threads)
 
 
+def segmented_parts(m: int, n: int, k: int, threads: Optional[int] = None) -> List[Tuple[int, int, int]]:
+    """``[(n0, n1, stride_k)]``: MlasConvPrepare's ExpandThenGemmSegmented split of one image's N
+    pixels (M filters, K taps): ``M N K / 64K + 1`` threads (at most 16, at most the pool's), a thread
+    stride of ``ceil(N / t)`` pixels rounded up to 16 (one segment when that covers N); each segment
+    an MlasConvOperation whose K block follows its own pixel count (``mlas_stride_k``): a 3x3 conv of
+    32 filters on 8 x 8 pixels, K = 288, is one block of 288 per 32-pixel half on 2 threads, two
+    blocks (256 + 32) on 1."""
+    threads = ort_threads() if threads is None else threads
+    work = m * n * k
+    t = int(work / THREAD_COMPLEXITY) + 1 if work < THREAD_COMPLEXITY * MAX_THREADS else MAX_THREADS
+    t = min(t, threads)
+    stride = -(-n // t)
+    if t > 1:
+        stride = -(-stride // THREAD_ALIGN) * THREAD_ALIGN
+    if stride >= n:
+        return [(0, n, mlas_stride_k(n, k))]
+    return [(n0, min(n, n0 + stride), mlas_stride_k(min(n, n0 + stride) - n0, k)) for n0 in range(0, n, stride)]
+
+
 def conv_segments(layer, n: int, oh: int, ow: int, threads: Optional[int] = None) -> List[Tuple[int, int, int]]:
     """The pixel parts and K blocks of a float-path conv's sums, as MlasConv runs it: a pointwise
     conv (1x1, stride 1, no padding: GemmDirect) or one with more filters than pixels
     (ExpandThenGemm) of one image and one group is a threaded MlasGemm (``gemm_segments`` with
-    M = filters, N = pixels); otherwise (a batch or groups: one GEMM per thread; the segmented
-    im2col path) one part of all pixels, ``mlas_stride_k(pixels, K)``."""
+    M = filters, N = pixels); another conv of one image and one group is the segmented im2col path
+    (``segmented_parts``: the pool's threads take parts of the pixels); a batch or groups (one
+    image-group per thread) one part of all pixels, ``mlas_stride_k(pixels, K)``."""
     k, pixels = layer.ig * layer.kh * layer.kw, oh * ow
     pointwise = k == layer.ig and tuple(layer.strides) == (1, 1) and not any(layer.padding)
     if n == 1 and layer.groups == 1 and (pointwise or layer.o > pixels):
         return gemm_segments(layer.o, pixels, k, threads)
+    if n == 1 and layer.groups == 1:
+        return segmented_parts(layer.o, pixels, k, threads)
     return [(0, pixels, mlas_stride_k(pixels, k))]
 
 

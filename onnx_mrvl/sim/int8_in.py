@@ -2,7 +2,9 @@
 
 1. the input quantized as ONNX QuantizeLinear (MLAS): ``q = sat(rne(x / s_x) + z_x)``, x / s_x in fp32;
 2. ``acc[o] = sum (q_x - z_x) * (q_w[o] - z_w[o])`` exact (int32 on the MAC array, ``z_w`` the optional
-   weight zero point subtracted as ``z_w * rowsum``: int8.py; padding holds z_x, real 0);
+   weight zero point subtracted as ``z_w * rowsum``: int8.py; padding holds z_x, real 0); with
+   ``int8_sums: "u8s8"`` (onnxruntime sums it in its U8S8 QGemm / MatMulIntegerToFloat) less the
+   16-bit pair clamp's deficit where this machine's onnxruntime clamps (mlas_u8s8.py);
 3. epilogue in fp32: ``y = fp32(fp32(acc) * m[o]) + b[o]``, ``m[o] = fp32(s_x * s_w[o])``, ``b`` the
    float32 bias (the dequantized value onnxruntime adds), then the activation in float;
 3a. ``post_ops`` / ``post_values``: mul / add / sub / div after the activation, each in fp32, by a scalar
@@ -115,5 +117,10 @@ def build(kind: str, spec):
             layer = Int8InFC(*args, **acts)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8-in layer: {exc}") from None
+    if spec.params.get("int8_sums") == "u8s8":   # onnxruntime's U8S8 kernel (QGemm, MatMulIntegerToFloat)
+        from .mlas_u8s8 import saturates
+        layer.u8s8_sat = saturates()
+        if layer.u8s8_sat:
+            return layer.apply
     from .int8_in_native import prepare     # the VNNI integer kernels (same results), when built
     return prepare(layer) or layer.apply

@@ -72,15 +72,16 @@ def _static_input(g, n, p) -> bool:
 
 def _weight_dq(w: Writer, p: str, codes: np.ndarray, scale: np.ndarray, zp: Optional[np.ndarray]) -> str:
     """``DQ(W_q part)`` of one projection, [D, H], per tensor or per column (axis 1); uint8 codes with
-    zero point 128 become the int8 codes ``W_q - 128`` (exact: the accelerator takes symmetric int8)."""
+    zero point 128 become the int8 codes ``W_q - 128`` (exact: the accelerator takes symmetric int8). The
+    zero point is explicit (zeros when symmetric), as quantizers write it: onnxruntime's
+    session.x64quantprecision rewrite of int8 weights to uint8 gives a per-column DQ without one a
+    scalar zero point its DequantizeLinear refuses."""
     if codes.dtype == np.uint8 and zp is not None and np.all(zp == 128):
         codes, zp = (codes.astype(np.int16) - 128).astype(np.int8), None
-    if zp is not None and not np.any(zp):
-        zp = None
+    zp = np.zeros(scale.size, codes.dtype) if zp is None else np.asarray(zp).astype(codes.dtype)
     ins = [w.const(f"w{p}_q", codes, codes.dtype), w.const(f"w{p}_scale", scale.reshape(-1) if scale.size > 1
-                                                           else scale.reshape(()))]
-    if zp is not None:
-        ins.append(w.const(f"w{p}_zp", zp.reshape(-1) if zp.size > 1 else zp.reshape(()), zp.dtype))
+                                                           else scale.reshape(())),
+           w.const(f"w{p}_zp", zp.reshape(-1) if scale.size > 1 else zp.reshape(()), codes.dtype)]
     return w.op("DequantizeLinear", ins, list(codes.shape), tag=f"w{p}_dq", **({"axis": 1} if scale.size > 1 else {}))
 
 
