@@ -469,6 +469,8 @@ def test_meta_not_canonical(blob):
     # a version-4 reader knows four interior points of a layer norm, not eight: the program says 5
     (lambda m: (m.update(program_version=4), m["layers"][0].setdefault("params", {}).update(inner_scales=[1.0] * 8)),
      ["program_version 4", "inner_scales", "defined by program_version 5"]),
+    (lambda m: (m.update(program_version=4), m["layers"][0].setdefault("params", {}).update(int8_sums="u8s8")),
+     ["program_version 4", "int8_sums", "defined by program_version 5"]),
     (lambda m: m.update(name=7), ["meta.name", "expected the region name", "integer 7"]),
     (lambda m: m["tensors"][2].update(nbytes=5), ["meta.tensors[2].nbytes: 5", "expected 1024"]),
     (lambda m: m["tensors"][2].update(shape=[1, -8, 8, 8]), ["meta.tensors[2].shape[1]", "-8"]),

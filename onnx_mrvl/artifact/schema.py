@@ -26,7 +26,8 @@ def program_features(layers: list) -> Dict[str, int]:
     (``post_sizes``), a layer norm in onnxruntime's InstanceNorm order (``ort_kernel``), an int8 Sum2D's
     broadcast operand (``broadcast``) and an int8 Softmax's additive ``mask`` weight, 4; a layer norm's
     eight interior quantization points (``inner_scales`` of 8: also after the mean, the difference, the
-    square and the square root), 5.
+    square and the square root) and an int8-in layer's sums clamped as onnxruntime's U8S8 kernel does
+    (``int8_sums`` ``"u8s8"``), 5.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -50,6 +51,8 @@ def program_features(layers: list) -> Dict[str, int]:
                     found[key] = 4
             if isinstance(params.get("inner_scales"), list) and len(params["inner_scales"]) == 8:
                 found["inner_scales"] = 5
+            if params.get("int8_sums") == "u8s8":   # ("exact" is what an older reader computes anyway)
+                found["int8_sums"] = 5
         if isinstance(weights, dict) and "mask" in weights and layer.get("layer_name") == "Softmax":
             found["mask"] = 4
     return found
