@@ -115,3 +115,37 @@ def test_u8s8_matmul_matches_onnxruntime_on_this_machine(tmp_path, act):
     for _ in range(4):
         x = {"x": rng.uniform(0, 1, (8, 64)).astype(np.float32)}
         assert np.array_equal(sess.run(None, x)[0], ref.run(None, x)[0])
+
+
+def test_native_kernels_on_avx2_hosts():
+    """With the fp16 native kernels on AVX2 (no VNNI), the int8 ones load too: vpdpbusd emulated."""
+    from onnx_mrvl.sim import int8_native, native
+    if native.variant() != "avx2" or native.lib() is None or not int8_native.ENABLED:
+        pytest.skip("not an AVX2 host with native kernels")
+    assert int8_native.lib() is not None and int8_native.why_disabled() == ""
+
+
+@pytest.mark.parametrize("c,o,k,stride,groups,dt", [(3, 24, 3, 2, 1, "uint8"), (16, 40, 3, 1, 1, "int8"),
+                                                     (20, 70, 1, 1, 1, "uint8"), (16, 12, 3, 1, 4, "int8"),
+                                                     (5, 64, 5, 2, 1, "int8"), (64, 130, 1, 1, 1, "uint8")])
+def test_native_saturating_pairs_equal_numpy(c, o, k, stride, groups, dt):
+    """The native GEMM in onnxruntime's AVX2 arithmetic (vpmaddubsw pairs of the (ky, kx, channel) order,
+    raw codes q + 128 for int8; odd K, groups, 1x1 direct): the numpy path's sums with the clamp's
+    deficit, bit for bit -- and the clamp shows (the exact sums differ)."""
+    from onnx_mrvl.sim import int8, int8_native, native
+    if native.variant() != "avx2" or int8_native.lib() is None:
+        pytest.skip("the saturating native kernel is the AVX2 build's")
+    rng = np.random.default_rng(c * 7 + o)
+    kernel = rng.integers(-128, 128, (o, k, k, c // groups)).astype(np.int8)
+    zx = int(rng.integers(0, 40)) if dt == "uint8" else int(rng.integers(-128, -90))   # large raw codes
+    params = dict(in_scale=0.05, in_zero_point=zx, in_dtype=dt, out_scale=2.0, out_zero_point=3, out_dtype=dt)
+    layer = int8.Int8Conv2D(kernel, rng.integers(-5000, 5000, o).astype(np.int32),
+                            (rng.random(o) * 0.01 + 0.001).astype(np.float32), params, [stride] * 2,
+                            [k // 2] * 4, [1, 1], groups, "none", None)
+    lo, hi = int8.QRANGE[dt]
+    x = ((rng.integers(hi - 60, hi + 1, (2, 9, 11, c)) - zx) * np.float32(0.05)).astype(np.float32)
+    exact, _ = layer.apply(x)
+    layer.u8s8_sat = True
+    got, ref = int8_native.prepare(layer)(x)[0], layer.apply(x)[0]
+    np.testing.assert_array_equal(got, ref)
+    assert not np.array_equal(ref, exact)

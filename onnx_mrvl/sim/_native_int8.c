@@ -10,7 +10,8 @@
  * bytes u = q_x + off (off = 128 for int8 activations, 0 for uint8; padding holds z_x + off),
  * gathered into an im2col matrix [rows][K4] (K rounded up to 4, the tail zero), and multiplied
  * by the packed int8 weights with AVX512-VNNI vpdpbusd (u8 x s8 -> s32, four products per lane,
- * no intermediate saturation). sum(u * w) = sum((q_x - z_x) * w) + (z_x + off) * colsum(w), so
+ * no intermediate saturation; on AVX2 hosts _native_int8_avx2.h emulates it, and d->sat selects
+ * MLAS's U8S8 arithmetic instead: adjacent pairs saturated to int16, sim/mlas_u8s8.py). sum(u * w) = sum((q_x - z_x) * w) + (z_x + off) * colsum(w), so
  * the caller's corr[o] = bias[o] - (z_x + off) * colsum(w[o]) (mod 2^32) restores the exact
  * sum modulo 2^32, the int32 accumulator's value (sim/int8.py wrap_int32: intermediate
  * wrap-around cancels, a total beyond the int32 range wraps as in onnxruntime). Weights: per group, per block of up to 64 output channels (nv vectors of 16):
@@ -21,6 +22,10 @@
  *
  * Parallel parts run on the fp16 kernels' worker pool (_native_conv.c mrvl_run_parts, handed in
  * by i8_set_runner); without it they run on the calling thread. */
+#ifndef __AVX512F__
+#include "_native_avx2.h"        /* AVX2 hosts: the 512-bit operations on pairs of 256-bit halves */
+#include "_native_int8_avx2.h"   /* ... their integer ones, and vpdpbusd's emulations */
+#endif
 #include "_native_common.h"
 
 void i8_set_runner(void *fn) { runner = (runner_fn)fn; }
@@ -41,6 +46,7 @@ typedef struct {
     const void *add_other;                 /* its other operand, element for element as the output */
     long add_slot;                         /* the conv's operand of the Sum2D: 0 (a) or 1 (b) */
     long small_mult;                       /* every |m[o]| < 0.5: |acc m| < 2^30, rounds to an int32 (never 0x80000000) */
+    long sat;                              /* GEMM: pair sums saturated to int16 as MLAS's U8S8 AVX2 kernel (vpmaddubsw) */
 } i8desc;
 
 /* the low bytes of 16 int32 lanes (saturated to [0, 255]) stored at o under mask m: converted in
@@ -347,19 +353,27 @@ static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, lo
         if (NV > 3) b3 = _mm512_load_si512((const void *)(bk + 192));                             \
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)                                                 \
     }
+/* c += the four products of each dword: exact (vpdpbusd), or SAT: the adjacent pairs saturated to
+ * int16 first (vpmaddubsw + vpmaddwd with ones: MLAS's U8S8 AVX2 kernel, sim/mlas_u8s8.py) */
+#ifdef MRVL_AVX2
+#define DP(c, bv) c = SAT ? mrvl_dpbusd_sat(c, av, bv) : _mm512_dpbusd_epi32(c, av, bv)
+#else
+#define DP(c, bv) c = SAT ? _mm512_add_epi32(c, _mm512_madd_epi16(_mm512_maddubs_epi16(av, bv), _mm512_set1_epi16(1))) \
+                      : _mm512_dpbusd_epi32(c, av, bv)
+#endif
 #define ROW(r)                                                                                     \
     if (r < ROWS) {                                                                                \
         __m512i av = _mm512_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));                  \
-        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                           \
-        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                               \
-        if (NV > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);                               \
-        if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);                               \
+        DP(c##r##0, b0);                                                                           \
+        if (NV > 1) DP(c##r##1, b1);                                                               \
+        if (NV > 2) DP(c##r##2, b2);                                                               \
+        if (NV > 3) DP(c##r##3, b3);                                                               \
     }
 
 enum { EP_FLOAT, EP_CODES, EP_FUSED };    /* the epilogue: dequantized floats, codes, a fused Sum2D */
 
 static inline __attribute__((always_inline)) void
-tile(const int NV, const int EP, const int ROWS, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
+tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
      const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
      const fuse_t *fz, long at) {
     /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
@@ -440,21 +454,27 @@ tile(const int NV, const int EP, const int ROWS, long k4n, const uint8_t *a, lon
     }
 }
 #undef ROW
+#undef DP
 
 /* ROWS: the rows the k loop computes -- 6, or 1 for a last panel of one row (a 7x7 map: 49 rows,
  * 8 panels and one row; the full tile would compute 5 rows for nothing) */
-#define TILE_EP(EP, ROWS)                                                                            \
-    switch (nv) {                                                                                    \
-    case 4: tile(4, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    case 3: tile(3, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    case 2: tile(2, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    default: tile(1, EP, ROWS, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break; \
+#define TILE_EP(EP, ROWS, SAT)                                                                            \
+    switch (nv) {                                                                                         \
+    case 4: tile(4, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    case 3: tile(3, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    case 2: tile(2, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    default: tile(1, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break; \
     }
-#define TILE_ROWS(EP)                                                                                \
-    if (rows == 1)                                                                                   \
-        TILE_EP(EP, 1)                                                                               \
-    else                                                                                             \
-        TILE_EP(EP, MR)
+#define TILE_ROWS(EP)                                                                                     \
+    if (d->sat) {                                                                                         \
+        if (rows == 1)                                                                                    \
+            TILE_EP(EP, 1, 1)                                                                             \
+        else                                                                                              \
+            TILE_EP(EP, MR, 1)                                                                            \
+    } else if (rows == 1)                                                                                 \
+        TILE_EP(EP, 1, 0)                                                                                 \
+    else                                                                                                  \
+        TILE_EP(EP, MR, 0)
 
 static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
                     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,

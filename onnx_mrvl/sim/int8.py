@@ -203,9 +203,7 @@ def build(kind: str, spec, geometry: Optional[Sequence] = None):
             and not (kind == "Conv2D" and layer.ig == 1 and layer.o == layer.groups):
         from .mlas_u8s8 import saturates    # onnxruntime's QLinearConv / QGemm (not its depthwise kernel)
         layer.u8s8_sat = saturates()
-        if layer.u8s8_sat:
-            return layer.apply
-    from .int8_native import prepare        # the VNNI kernels (same results), when built
+    from .int8_native import prepare        # the native kernels (same results, saturated or not), when built
     return prepare(layer) or layer.apply
 
 

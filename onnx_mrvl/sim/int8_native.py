@@ -1,8 +1,10 @@
-"""Native int8 Conv2D / FC / depthwise kernels (``_native_int8.c``, AVX512-VNNI), bit-exact with
-the numpy path of ``int8.py`` (docs/simulator.md "int8 kernels").
+"""Native int8 Conv2D / FC / depthwise kernels (``_native_int8.c``: AVX512-VNNI, or AVX2 with
+``vpdpbusd`` emulated by ``_native_int8_avx2.h``, exactly or as MLAS's saturating U8S8 pairs when the
+layer's ``u8s8_sat``), bit-exact with the numpy path of ``int8.py`` (docs/simulator.md "int8 kernels").
 
 ``prepare(layer)`` returns the layer's native ``apply`` or None (native kernels off -- also
-``ONNX_MRVL_SIM_INT8_NATIVE=0`` for these alone --, no VNNI, a kernel the C code does not cover);
+``ONNX_MRVL_SIM_INT8_NATIVE=0`` for these alone --, an AVX-512 CPU without VNNI, a kernel the C code
+does not cover);
 the numpy ``apply`` then runs, with the same results. The
 library is built and cached like ``_native_conv.c`` (``native.build_shared``) and its parallel
 parts run on the fp16 kernels' worker pool (``mrvl_run_parts``).
@@ -38,7 +40,7 @@ class Desc(ctypes.Structure):
         "requant", "out_lo", "out_hi", "out_exact")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult", "add_prm", "add_other")]
-        + [("add_slot", ctypes.c_long), ("small_mult", ctypes.c_long)])
+        + [("add_slot", ctypes.c_long), ("small_mult", ctypes.c_long), ("sat", ctypes.c_long)])
 
 
 def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
@@ -59,7 +61,10 @@ def reciprocal(s: float) -> Tuple[np.float32, int]:
 
 
 def _load() -> ctypes.CDLL:
-    so = load_library(_SRC, "i8_set_runner", ("avx512_vnni",), "AVX512-VNNI")
+    if native.variant() == "avx2":      # vpdpbusd emulated (_native_int8_avx2.h)
+        so = load_library(_SRC, "i8_set_runner", ("avx2",), "AVX2")
+    else:
+        so = load_library(_SRC, "i8_set_runner", ("avx512_vnni",), "AVX512-VNNI")
     for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
@@ -145,6 +150,7 @@ class _Prepared:
             d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
         d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
         d.small_mult = int(bool(np.all(np.abs(self.mult) < 0.5)))   # |acc * m| < 2^30: int32 clamps are safe
+        d.sat = int(bool(getattr(layer, "u8s8_sat", False)) and not depthwise)   # MLAS's 16-bit pair sums
         self.desc = d
         self.fn = lib().i8_depthwise if depthwise else lib().i8_conv
 
@@ -312,6 +318,8 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
         return prepare_float(layer) if isinstance(layer, Int8Conv2D) else prepare_float_fc(layer)
     if lib() is None or getattr(layer, "weight_zp", None) is not None:
         return None   # a weight zero point: q_w - z_w does not fit the VNNI kernel's int8 operand (numpy path)
+    if getattr(layer, "u8s8_sat", False) and native.variant() != "avx2":
+        return None   # the saturating pairs are built and tested on the AVX2 build only
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
         o = layer.o
