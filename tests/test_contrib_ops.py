@@ -24,7 +24,7 @@ from onnx_mrvl.testing import arch_transformer as A
 from onnx_mrvl.testing import contrib_blocks as CB
 from onnx_mrvl.testing import contrib_models as C
 from onnx_mrvl.testing import models as M
-from onnx_mrvl.sim.mlas_u8s8 import PRECISION_KEY
+from onnx_mrvl.testing.ort_sessions import PRECISION_KEY
 
 TOL = 1e-2      # docs/simulator.md: max|y_sim - y_ref| <= 1e-2 * max|y_ref|
 FP32 = 1e-5     # a decomposition in fp32 against onnxruntime's kernel (reassociation only)

@@ -16,7 +16,7 @@ import onnx_mrvl
 from onnx_mrvl import int8_conv_passes
 from onnx_mrvl.sim import int8, int8_native
 from onnx_mrvl.testing import int8_big_convs, int8_zoo, qdq_variants
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
@@ -179,7 +179,7 @@ def test_fused_model_runs_in_plain_onnxruntime(tmp_path, name):
     step = qdq_variants.output_step(q, "output")
     for k in range(2):
         f = qdq_variants.feeds_for(q, k)
-        # onnxruntime against itself: both sessions with exact integer sums (mlas_u8s8.exact_session), as on a
+        # onnxruntime against itself: both sessions with exact integer sums (testing/ort_sessions.exact_session), as on a
         # VNNI host; on AVX2 its U8S8 kernel clamps pairs, and it fuses the reference bodies onto other kernels
         a = exact_session(q.SerializeToString()).run(None, f)[0]
         b = exact_session(fused.SerializeToString()).run(None, f)[0]

@@ -17,7 +17,7 @@ from onnx_mrvl.costmodel import roofline
 from onnx_mrvl.errors import MrvlError
 from onnx_mrvl.fuse import fuse
 from onnx_mrvl.legalize import legalize
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 from onnx_mrvl.testing import int8_in_models as im
 
 CASES = {
@@ -114,7 +114,7 @@ def test_reference_body_runs_in_onnxruntime(name):
     assert any(n.op_type in ("Conv2D", "FC") and any(a.name == "precision" and a.s == b"int8_in" for a in n.attribute)
                for n in fused.graph.node)
     f = im.feeds(m)
-    # onnxruntime against itself: an FC's in both sessions with exact integer sums (mlas_u8s8.exact_session),
+    # onnxruntime against itself: an FC's in both sessions with exact integer sums (testing/ort_sessions.exact_session),
     # as on a VNNI host (on AVX2 its U8S8 kernel, the model's QGemm / MatMulIntegerToFloat, clamps pairs, the
     # body's kernel may not); a Conv's runs as onnxruntime's float Conv in both, on any host (its
     # session.x64quantprecision rewrite refuses the body's per-channel weight DQ without a zero point)

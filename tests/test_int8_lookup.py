@@ -14,7 +14,7 @@ from onnx import TensorProto
 
 import onnx_mrvl
 from onnx_mrvl.testing.models import GraphBuilder
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 
 pytest.importorskip("onnxruntime.quantization")
 from tests.test_int8_qdq import _agreement, _output_scale, quantize  # noqa: E402
@@ -69,7 +69,7 @@ def test_lookup_reference_bodies_run_in_plain_onnxruntime(tmp_path):
     ops = [n.op_type for n in fused.graph.node if n.domain == "mrvl"]
     assert "Lookup" in ops and "Concat" in ops
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32) * 1.5
-    # onnxruntime against itself: both sessions with exact integer sums (mlas_u8s8.exact_session), as on a
+    # onnxruntime against itself: both sessions with exact integer sums (testing/ort_sessions.exact_session), as on a
     # VNNI host; on AVX2 its U8S8 kernel clamps pairs, and it fuses the reference bodies onto other kernels
     a = exact_session(qpath).run(None, {"input": x})[0]
     b = exact_session(fused.SerializeToString()).run(None, {"input": x})[0]

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 import onnx_mrvl
 from onnx_mrvl.artifact import load
 from onnx_mrvl.testing.models import GraphBuilder, classifier_model, tiny_cnn
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 
 quantization = pytest.importorskip("onnxruntime.quantization")
 F32 = TensorProto.FLOAT
@@ -222,7 +222,7 @@ def test_int8_fused_model_runs_in_plain_onnxruntime(tmp_path):
     assert "int8" in fuse(getattr(legal, "model", legal)).decisions.by_placement("accelerator")[0].reason
     assert mrvl and all(any(a.name == "precision" and a.s == b"int8" for a in n.attribute) for n in mrvl)
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    # onnxruntime against itself: both sessions with exact integer sums (mlas_u8s8.exact_session), as on a
+    # onnxruntime against itself: both sessions with exact integer sums (testing/ort_sessions.exact_session), as on a
     # VNNI host; on AVX2 its U8S8 kernel clamps pairs, and it fuses the reference bodies onto other kernels
     a = exact_session(qpath).run(None, {"input": x})[0]
     b = exact_session(fused.SerializeToString()).run(None, {"input": x})[0]
@@ -461,7 +461,7 @@ def test_int8_reference_bodies_of_pools_and_adds(tmp_path, builder):
     fused = fuse(getattr(legal, "model", legal)).model
     shape = [d.dim_value for d in fused.graph.input[0].type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    # onnxruntime against itself: both sessions with exact integer sums (mlas_u8s8.exact_session), as on a
+    # onnxruntime against itself: both sessions with exact integer sums (testing/ort_sessions.exact_session), as on a
     # VNNI host; on AVX2 its U8S8 kernel clamps pairs, and it fuses the reference bodies onto other kernels
     a = exact_session(qpath).run(None, {"input": x})[0]
     b = exact_session(fused.SerializeToString()).run(None, {"input": x})[0]

@@ -17,7 +17,7 @@ from onnx import numpy_helper as nh
 
 import onnx_mrvl
 from onnx_mrvl.legalize import legalize
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 from onnx_mrvl.testing.models import mobilenetv2_like, resnet18_like, tiny_cnn
 
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -154,7 +154,7 @@ def test_qoperator_transformer_encoder(tmp_path, act):
     result = legalize(q)
     legal, _ = result.model, result.report
     assert not [n for n in legal.graph.node if n.op_type in QOPS]
-    # onnxruntime against itself with exact integer sums on any host (mlas_u8s8.exact_session): on AVX2 without
+    # onnxruntime against itself with exact integer sums on any host (testing/ort_sessions.exact_session): on AVX2 without
     # VNNI onnxruntime runs the QDQ form's (S8 -> U8 rewritten) U8S8 kernel with its int16 pair clamp
     # (the simulator follows the given model's kernels: ort_plan's EXACT_SUMS). The S8 QOperator model's
     # S8S8 kernels sum exactly on any host (session.x64quantprecision would turn their weights to uint8,

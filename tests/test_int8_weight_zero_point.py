@@ -17,7 +17,7 @@ import onnx_mrvl
 from onnx_mrvl.errors import CompileError
 from onnx_mrvl.sim.int8 import Int8Conv2D, Int8FC
 from onnx_mrvl.testing.qdq_weight_zp import asym_weight_layer
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 
 CASES = list(itertools.product(["MatMul", "Gemm", "Conv", "ConvGroups"], ["int8", "uint8"], ["int8", "uint8"],
                                [True, False]))
@@ -123,7 +123,7 @@ def test_fused_model_runs_in_plain_onnxruntime():
         fused = fuse(getattr(legal, "model", legal)).model
         (layer,) = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type in ("Conv2D", "FC")]
         assert any(a.name == "weight_zero_points" for a in layer.attribute)
-        # onnxruntime against itself: both sessions with exact integer sums (mlas_u8s8.exact_session), as on a
+        # onnxruntime against itself: both sessions with exact integer sums (testing/ort_sessions.exact_session), as on a
         # VNNI host; on AVX2 its U8S8 kernel clamps pairs, and it fuses the reference bodies onto other kernels
         a = exact_session(m.SerializeToString()).run(None, {"x": x})[0]
         b = exact_session(fused.SerializeToString()).run(None, {"x": x})[0]

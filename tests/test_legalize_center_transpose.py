@@ -17,7 +17,7 @@ import onnx_mrvl
 from onnx_mrvl.artifact import load
 from onnx_mrvl.legalize.testing import legalize_and_compare, make_model
 from onnx_mrvl.ort_plan import strided_mean
-from onnx_mrvl.sim.mlas_u8s8 import exact_session
+from onnx_mrvl.testing.ort_sessions import exact_session
 from onnx_mrvl.testing.int8_zoo import quantize_static_qdq
 
 mk = helper.make_node
@@ -167,7 +167,7 @@ def test_fused_split_layernorm_reference_body_runs_in_plain_onnxruntime(tmp_path
     lns = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type == "LayerNorm"]
     assert len(lns) == 1
     assert {a.name: a for a in lns[0].attribute}["mean_sum"].s == b"strided"
-    # onnxruntime against itself: both sessions with exact integer sums (mlas_u8s8.exact_session), as on a
+    # onnxruntime against itself: both sessions with exact integer sums (testing/ort_sessions.exact_session), as on a
     # VNNI host; on AVX2 its U8S8 kernel clamps pairs, and it fuses the reference bodies onto other kernels
     ref = exact_session(qdq)
     got = exact_session(fused.SerializeToString())
