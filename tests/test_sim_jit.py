@@ -155,9 +155,11 @@ def test_depthwise_overflow_flag_and_inf(monkeypatch):
     assert ok and (y == 6).all()
 
 
-@pytest.mark.parametrize("what", ["depthwise", "binary", "columns"])
+@pytest.mark.parametrize("what", ["depthwise", "binary", "columns", "rows"])
 def test_parallel_blocks_match_one_block(monkeypatch, what):
-    """Row blocks (depthwise, Sum2D) and output-channel blocks (small-M GEMM) give the same bits."""
+    """Row blocks (depthwise, Sum2D, GEMM) and output-channel blocks (small-M GEMM) give the same bits
+    on any worker count (a GEMM's blocks follow its shape: BLAS sums a block's edge rows in another
+    order)."""
     import onnx_mrvl.sim.tensor_ops as T
     outs = []
     w_dw, w_cols = f16(RNG.standard_normal((16, 3, 3, 1))), f16(RNG.standard_normal((200, 3, 3, 8)))
@@ -173,7 +175,10 @@ def test_parallel_blocks_match_one_block(monkeypatch, what):
         elif what == "binary":
             a = f16(np.random.default_rng(6).standard_normal((1, 13, 9, 16)))
             outs.append(tensor_ops.make_binary("add", activation="relu")(a, a[:, :1, :1]))
-        else:
+        elif what == "columns":
             x = f16(np.random.default_rng(8).standard_normal((1, 5, 4, 8)))
             outs.append(K.Conv2D(w_cols, padding=(1, 1, 1, 1), activation="relu").apply(x))
+        else:
+            x = f16(np.random.default_rng(9).standard_normal((1, 37, 11, 8)))
+            outs.append(K.Conv2D(w_cols[:40], padding=(1, 1, 1, 1)).apply(x))
     assert_same(outs[0], outs[1])

@@ -36,6 +36,9 @@ _PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 
 GEMV_ROWS = 4               # native FC: at most this many rows take the GEMV kernel (fp16 weights)
 _COLUMN_SPLIT_ROWS = 512     # below this many output pixels a parallel GEMM splits its output
                              # channels instead (a 25-row sgemm wastes most of the kernel)
+_GEMM_PARTS = 4              # a parallel numpy GEMM's parts: a function of the shape alone, never of
+                             # the worker count, as BLAS sums a matrix's edge rows / columns in another
+                             # order than its interior (OpenBLAS on AVX2), so the bits follow the split
 
 
 def _f32(w) -> Optional[np.ndarray]:
@@ -156,7 +159,7 @@ class Conv2D:
             self._k16 = fp16_source(k)
             self._w_mats = None
             self._w_stack = None
-            self._w_columns = {}                # worker count -> weight column slices (small-M GEMMs)
+            self._w_columns = {}                # part count -> weight column slices (small-M GEMMs)
         self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
         self._plans = {}                        # input shape -> native kernel plan (``_plan``)
         self._packed = None                     # weights packed for the native GEMM
@@ -308,11 +311,11 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         c, o = x.shape[3], self.out_channels
         out = np.empty((n, oh, ow, o), dtype=F32)
-        nw = workers()
+        nw = _GEMM_PARTS                # the same blocks on any worker count: the same bits
         rows, kk = n * oh * ow, kh * kw * self.cin_g
-        if (self.groups == 1 and nw > 1 and rows < _COLUMN_SPLIT_ROWS and o >= 64 * nw
+        if (self.groups == 1 and rows < _COLUMN_SPLIT_ROWS and o >= 128
                 and rows * kk * o >= 4 * _PARALLEL_MACS):
-            return self._gemm_column_split(x, out, nw)
+            return self._gemm_column_split(x, out, max(2, min(nw, o // 64)))
         if kh == kw == 1 and self.padding == (0, 0, 0, 0) and self.groups == 1:
             src = x if sh == sw == 1 else x[:, ::sh, ::sw, :][:, :oh, :ow, :]
             src = np.ascontiguousarray(src).reshape(-1, c)
@@ -330,7 +333,7 @@ class Conv2D:
         win = _windows(xp, oh, ow, kh, kw, sh, sw, dh, dw)
         rows_oh = max(1, _COLS_BLOCK // (kk * g * ow))
         if n * oh * ow * kk * o >= _PARALLEL_MACS * g and n * oh >= 2 * nw:
-            rows_oh = min(rows_oh, -(-(n * oh) // nw))       # at least one block per worker
+            rows_oh = min(rows_oh, -(-(n * oh) // nw))       # at least _GEMM_PARTS blocks
         blocks = [(b, y0, min(oh, y0 + rows_oh)) for b in range(n) for y0 in range(0, oh, rows_oh)]
 
         def one(block) -> bool:
@@ -349,8 +352,8 @@ class Conv2D:
         return out, all(run_all(one, blocks))
 
     def _gemm_column_split(self, x: np.ndarray, out: np.ndarray, nw: int) -> Tuple[np.ndarray, bool]:
-        """Few output pixels, many channels: one im2col, then each worker multiplies it by its own
-        contiguous slice of the weight columns; the epilogue runs once on the assembled rows."""
+        """Few output pixels, many channels: one im2col, then each of ``nw`` parts multiplies it by
+        its own contiguous slice of the weight columns; the epilogue runs once on the assembled rows."""
         n, oh, ow, o = out.shape
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         win = _windows(_pad_nhwc(x, self.padding), oh, ow, kh, kw, sh, sw, dh, dw)
