@@ -17,7 +17,19 @@
  * is a broadcast (GEMM: channels of one group) or, for a depthwise conv (one input and one output
  * channel per group), a vector of 16 channels (the groups side by side: the same k order per lane).
  * Parallel parts (output rows) run on the fp16 kernels' worker pool (mrvl_run_parts, handed in by
- * f8_set_runner). */
+ * f8_set_runner).
+ *
+ * AVX2 + FMA + F16C hosts (no AVX-512 BW/VL): the same code on _native_avx2.h's pairs of 256-bit
+ * halves (each lane the same IEEE operation: the same bits), with tiles of MR pixels x 16 channels
+ * (NV = 1: 12 ymm accumulators, the 16-register file holds the tile); each output's FMA chain,
+ * and so its bits, does not depend on the tile. */
+#if !defined(__AVX512BW__) || !defined(__AVX512VL__)
+#include "_native_avx2.h"        /* the 512-bit operations on pairs of 256-bit halves */
+#include "_native_int8_avx2.h"   /* ... their integer ones (byte loads / stores, conversions) */
+#define NV_MAX 1
+#else
+#define NV_MAX 4
+#endif
 #include "_native_common.h"
 
 void f8_set_runner(void *fn) { runner = (runner_fn)fn; }
@@ -144,22 +156,16 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
 
 static void tile_nv(int nv, int dw, const f8desc *d, const float *xp, const long *pix, const long *koff,
                     const float *w, const float *bias, int rows, long ncols, void *out, long at) {
-#define T(NV, DW) tile(NV, DW, d, xp, pix, koff, w, bias, rows, ncols, out, at)
-    if (dw) {
-        switch (nv) {
-        case 4: T(4, 1); break;
-        case 3: T(3, 1); break;
-        case 2: T(2, 1); break;
-        default: T(1, 1); break;
-        }
-    } else {
-        switch (nv) {
-        case 4: T(4, 0); break;
-        case 3: T(3, 0); break;
-        case 2: T(2, 0); break;
-        default: T(1, 0); break;
-        }
-    }
+#define T(NV) (dw ? tile(NV, 1, d, xp, pix, koff, w, bias, rows, ncols, out, at) \
+                  : tile(NV, 0, d, xp, pix, koff, w, bias, rows, ncols, out, at))
+    if (NV_MAX >= 4 && nv == 4)          /* the widths beyond NV_MAX are never built */
+        T(4);
+    else if (NV_MAX >= 3 && nv == 3)
+        T(3);
+    else if (NV_MAX >= 2 && nv == 2)
+        T(2);
+    else
+        T(1);
 #undef T
 }
 
@@ -194,15 +200,16 @@ static void conv_part(void *arg, long p) {
             pix[t - t0][i] = ((b * j->hp + oy * d->sh) * j->wp + ox * d->sw) * d->c + (d->depthwise ? 0 : g * d->ig);
         }
     }
-    for (long c0 = 0; c0 < nch; c0 += 64) {
+    for (long c0 = 0; c0 < nch; c0 += 16 * NV_MAX) {    /* NV_MAX vectors of 16 of a 64-channel panel */
         int nv = (int)((nch - c0 + 15) / 16);
-        if (nv > 4)
-            nv = 4;
+        if (nv > NV_MAX)
+            nv = NV_MAX;
+        const float *wc = w + (c0 / 64) * 64 * d->k + c0 % 64;
         for (long t = t0; t < t1; t++) {
             long m0 = t * MR;
             int rows = mtotal - m0 < MR ? (int)(mtotal - m0) : MR;
             tile_nv(nv, (int)d->depthwise, d, j->xp + (d->depthwise ? c0 : 0), pix[t - t0], j->koff,
-                    w + c0 * d->k, bias + c0, rows, nch - c0, j->out, m0 * d->o + g * d->og + c0);
+                    wc, bias + c0, rows, nch - c0, j->out, m0 * d->o + g * d->og + c0);
         }
     }
 }

@@ -9,7 +9,9 @@ A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA
 one with one output pixel its M1 transposed-B kernel: numpy's ``m1t_chain``.
 
 ``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
-``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU without AVX-512 BW/VL; the build failed: ``why_disabled()``),
+``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU with neither AVX-512 BW/VL nor AVX2 + FMA + F16C, whose
+build runs the same code on pairs of 256-bit registers, the same bits; the build failed:
+``why_disabled()``),
 and then the numpy ``apply`` runs. Like the VNNI kernels it reads and writes int8 codes buffers of
 the static plan (``int8_io``) and runs its parts on the fp16 kernels' worker pool.
 """
@@ -45,7 +47,10 @@ class FDesc(ctypes.Structure):
 
 
 def _load() -> ctypes.CDLL:
-    so = load_library(_SRC, "f8_set_runner", ("avx512bw", "avx512vl"), "AVX-512 BW/VL")
+    if native.variant() == "avx2":      # the AVX-512 operations on 256-bit pairs (_native_avx2.h)
+        so = load_library(_SRC, "f8_set_runner", ("avx2", "fma", "f16c"), "AVX2 + FMA + F16C")
+    else:
+        so = load_library(_SRC, "f8_set_runner", ("avx512bw", "avx512vl"), "AVX-512 BW/VL")
     so.f8_conv.restype = ctypes.c_int
     so.f8_conv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     return so
