@@ -21,8 +21,9 @@
  *
  * AVX2 + FMA + F16C hosts (no AVX-512 BW/VL): the same code on _native_avx2.h's pairs of 256-bit
  * halves (each lane the same IEEE operation: the same bits), with tiles of MR pixels x 16 channels
- * (NV = 1: 12 ymm accumulators, the 16-register file holds the tile); each output's FMA chain,
- * and so its bits, does not depend on the tile. */
+ * (NV = 1: 12 ymm accumulators, the 16-register file holds the tile) and weight panels of 16
+ * channels (PW: one contiguous stream per tile); each output's FMA chain, and so its bits, does not
+ * depend on the tile. */
 #if !defined(__AVX512BW__) || !defined(__AVX512VL__)
 #include "_native_avx2.h"        /* the 512-bit operations on pairs of 256-bit halves */
 #include "_native_int8_avx2.h"   /* ... their integer ones (byte loads / stores, conversions) */
@@ -30,9 +31,11 @@
 #else
 #define NV_MAX 4
 #endif
+#define PW (16 * NV_MAX)          /* the weight panels' channels */
 #include "_native_common.h"
 
 void f8_set_runner(void *fn) { runner = (runner_fn)fn; }
+int f8_panel(void) { return PW; }   /* the weight panels' width (int8_float_native.py packs them) */
 
 #define MR 6
 
@@ -45,7 +48,7 @@ typedef struct {
     long in_exact, out_exact;               /* always divide (1 / s not a normal float) */
     float in_scale, out_scale, lo, hi;      /* lo, hi: the output codes' clamp (type range, activation) */
     float in_rcp, out_rcp;                  /* fp32(1 / s) */
-    const float *wt;                        /* per group (depthwise: one) [ldw / 64][K][64]: panels of 64 channels */
+    const float *wt;                        /* per group (depthwise: one) [ldw / PW][K][PW]: panels of PW channels */
     const float *bias;                      /* GEMM: per group [ldw]; depthwise: [ldw] */
 } f8desc;
 
@@ -114,7 +117,7 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
                c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00,
                c40 = c00, c41 = c00, c42 = c00, c43 = c00, c50 = c00, c51 = c00, c52 = c00, c53 = c00;
         for (long k = k0; k < k1; k++) {
-            const float *bk = w + k * 64;
+            const float *bk = w + k * PW;
             const long ko = koff[k];
             __m512 b0 = _mm512_loadu_ps(bk), b1, b2, b3;
             if (NV > 1) b1 = _mm512_loadu_ps(bk + 16);
@@ -179,8 +182,8 @@ typedef struct {
 } gjob;
 
 /* a tile is MR consecutive output pixels (m = (image, row, column) in order, across rows: only
- * the last tile of the batch is short) x up to 64 channels of a group. A part is a chunk of MC
- * tiles of one group, walked per 64-channel weight panel: the chunk's input pixels and the
+ * the last tile of the batch is short) x up to PW channels of a group. A part is a chunk of MC
+ * tiles of one group, walked per weight panel: the chunk's input pixels and the
  * panel stay in the L2 cache. */
 #define MC 8
 static void conv_part(void *arg, long p) {
@@ -200,11 +203,11 @@ static void conv_part(void *arg, long p) {
             pix[t - t0][i] = ((b * j->hp + oy * d->sh) * j->wp + ox * d->sw) * d->c + (d->depthwise ? 0 : g * d->ig);
         }
     }
-    for (long c0 = 0; c0 < nch; c0 += 16 * NV_MAX) {    /* NV_MAX vectors of 16 of a 64-channel panel */
+    for (long c0 = 0; c0 < nch; c0 += PW) {
         int nv = (int)((nch - c0 + 15) / 16);
         if (nv > NV_MAX)
             nv = NV_MAX;
-        const float *wc = w + (c0 / 64) * 64 * d->k + c0 % 64;
+        const float *wc = w + c0 * d->k;
         for (long t = t0; t < t1; t++) {
             long m0 = t * MR;
             int rows = mtotal - m0 < MR ? (int)(mtotal - m0) : MR;
