@@ -85,6 +85,17 @@ def test_native_kernel_builds_and_loads():
     assert native.why_disabled() == ""
 
 
+def test_int8_kernels_build_on_every_native_variant():
+    """The int8 libraries (VNNI-style and float-path) load wherever the fp16 kernels build: an
+    AVX2 + FMA + F16C host runs them on pairs of 256-bit registers (the float-path one needed
+    AVX-512 BW/VL before, and its layers fell back to numpy's emulated FMA chains)."""
+    from onnx_mrvl.sim import int8_float_native, int8_native
+    if not int8_native.ENABLED:
+        pytest.skip("ONNX_MRVL_SIM_INT8_NATIVE=0")
+    assert int8_native.lib() is not None, int8_native.why_disabled()
+    assert int8_float_native.lib() is not None, int8_float_native.why_disabled()
+
+
 def test_round_fp16_bit_identical_on_random_bit_patterns():
     u = RNG.integers(0, 2 ** 32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
     specials = np.array([0.0, -0.0, 65504, 65519.99, 65520, -65520, np.inf, -np.inf, np.nan, 2.0 ** -14,
