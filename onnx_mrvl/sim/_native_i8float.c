@@ -198,11 +198,13 @@ typedef struct {
     void *out;
     long wp, hp, gtiles;                   /* gtiles: tiles of MR pixels of the N x OH x OW outputs */
     long cs;                               /* the padded buffer's pixel stride */
+    long chunks, panels, split;            /* a group's chunks of MC tiles; its panels, in split ranges */
 } gjob;
 
 /* a tile is MR consecutive output pixels (m = (image, row, column) in order, across rows: only
  * the last tile of the batch is short) x up to PW channels of a group. A part is a chunk of MC
- * tiles of one group, walked per weight panel and K block (each tile's blocks in order, its
+ * tiles of one group and a range of its weight panels (all of them unless the parts would be
+ * few: a 7x7 map is 9 tiles, two chunks of 8 and 1), walked per panel and K block (each tile's blocks in order, its
  * partial sums kept between them): the block's panel slice stays in the L1 cache for the MC
  * tiles, the chunk's input pixels in the L2 cache. */
 #define MC 8
@@ -210,8 +212,9 @@ static void conv_part(void *arg, long p) {
     const gjob *j = arg;
     const f8desc *d = j->d;
     long nch = d->depthwise ? d->o : d->og, mtotal = d->n * d->oh * d->ow, hw = d->oh * d->ow;
-    long chunks = (j->gtiles + MC - 1) / MC, g = p / chunks, t0 = (p % chunks) * MC;
+    long per = j->chunks * j->split, g = p / per, t0 = (p % per) / j->split * MC, s = p % j->split;
     long t1 = t0 + MC < j->gtiles ? t0 + MC : j->gtiles;
+    long c1 = (s + 1) * j->panels / j->split * PW;
     const float *w = d->wt + (d->depthwise ? 0 : g * d->k * d->ldw);
     const float *bias = d->bias + (d->depthwise ? 0 : g * d->ldw);
     long pix[MC][MR];
@@ -224,7 +227,7 @@ static void conv_part(void *arg, long p) {
             pix[t - t0][i] = ((b * j->hp + oy * d->sh) * j->wp + ox * d->sw) * j->cs + (d->depthwise ? 0 : g * d->ig);
         }
     }
-    for (long c0 = 0; c0 < nch; c0 += PW) {
+    for (long c0 = s * j->panels / j->split * PW; c0 < c1 && c0 < nch; c0 += PW) {
         int nv = (int)((nch - c0 + 15) / 16);
         if (nv > NV_MAX)
             nv = NV_MAX;
@@ -258,9 +261,12 @@ int f8_conv(const f8desc *d, const void *x, void *out, int nthreads) {
     }
     pjob pj = {d, x, xp, hp, wp, d->n * hp, cs};
     run(pad_part, &pj, pj.rows, nthreads);
-    long gtiles = (d->n * d->oh * d->ow + MR - 1) / MR;
-    gjob gj = {d, xp, koff, out, wp, hp, gtiles, cs};
-    run(conv_part, &gj, (d->depthwise ? 1 : d->groups) * ((gtiles + MC - 1) / MC), nthreads);
+    long gtiles = (d->n * d->oh * d->ow + MR - 1) / MR, groups = d->depthwise ? 1 : d->groups;
+    long chunks = (gtiles + MC - 1) / MC, panels = ((d->depthwise ? d->o : d->og) + PW - 1) / PW, split = 1;
+    while (split * 2 <= panels && groups * chunks * split < 4L * nthreads)   /* parts for every thread */
+        split *= 2;
+    gjob gj = {d, xp, koff, out, wp, hp, gtiles, cs, chunks, panels, split};
+    run(conv_part, &gj, groups * chunks * split, nthreads);
     free(koff);
     return 1;
 }
