@@ -278,9 +278,15 @@ def test_no_compiler_falls_back_with_a_reason(monkeypatch, caplog):
 
 
 def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path):
+    """The kernel build's cache (a small source with the kernels' own flags: the real one costs
+    ~50 s of CPU per build on AVX2, and test_a_changed_local_header_is_rebuilt covers its key)."""
     cc = native._compiler()
     monkeypatch.setenv("ONNX_MRVL_CACHE_DIR", str(tmp_path))
+    src = tmp_path.parent / f"{tmp_path.name}_small.c"
+    src.write_text("int mrvl_small(void) { return 7; }\n")
+    monkeypatch.setattr(native, "_SRC", str(src))
     path = native._build(cc)
+    assert ctypes.CDLL(path).mrvl_small() == 7
     assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path)
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(path)]      # no temporary left
     calls = []
