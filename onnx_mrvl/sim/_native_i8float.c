@@ -16,8 +16,8 @@
  * x up to 4 vectors of 16 output channels, the 24 accumulators in registers; a pixel's operand
  * is a broadcast (GEMM: channels of one group) or, for a depthwise conv (one input and one output
  * channel per group), a vector of 16 channels (the groups side by side: the same k order per lane).
- * Parallel parts (output rows) run on the fp16 kernels' worker pool (mrvl_run_parts, handed in by
- * f8_set_runner).
+ * Parallel parts (chunks of output pixels, or their weight panel ranges; see conv_part) run on the
+ * fp16 kernels' worker pool (mrvl_run_parts, handed in by f8_set_runner).
  *
  * AVX2 + FMA + F16C hosts (no AVX-512 BW/VL): the same code on _native_avx2.h's pairs of 256-bit
  * halves (each lane the same IEEE operation: the same bits), with tiles of MR pixels x 16 channels
