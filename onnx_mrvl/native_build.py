@@ -87,7 +87,7 @@ def build_shared(cc: str, source: str, flags: Sequence[str], key_extra: bytes = 
                               "cached in %s)...", what, d)
             t0 = time.perf_counter()
             r = subprocess.run(cc.split() + list(flags) + ["-o", tmp, source], capture_output=True, text=True,
-                               timeout=300)
+                               timeout=1200)   # ~50 s of CPU for the AVX2 kernels; minutes on a loaded host
             if r.returncode != 0:
                 raise RuntimeError(f"{cc} failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
             os.replace(tmp, path)            # atomic: a concurrent build of the same key is harmless
