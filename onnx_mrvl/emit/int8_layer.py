@@ -206,6 +206,16 @@ def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
     params["precision"] = "int8_out"
 
 
+FP32 = ("Mul2D", "Sum2D")   # float layers of an fp32 chain (fuse/qdq_f32chain.py)
+
+
+def fp32_layer(a: NodeAttrs, layer_name: str, params: dict) -> None:
+    """A float Mul2D / Sum2D computed in fp32 (precision "fp32"): its output is a float32 tensor."""
+    if layer_name not in FP32:
+        a.fail(f"{layer_name} has no fp32 mode (fp32: {', '.join(FP32)})")
+    params["precision"] = "fp32"
+
+
 def _concat_inputs(a: NodeAttrs, n: int, params: dict) -> None:
     """An int8 Concat's per-input quantization (in_scales, in_zero_points: one per input)."""
     if "const_positions" in params:

@@ -1,0 +1,83 @@
+"""Float chains between int8 values and quantizers run in fp32 (docs/fusion.md "fp32 chains").
+
+Toolkits that quantize only some tensors (Intel Neural Compressor's QDQ YOLOv8: the SiLU's
+``Mul(DQ(conv), DQ(sigmoid))``, the C2f ``Split``, the residual ``Add`` and the ``Concat`` float, only
+the Concat's output quantized; PP-OCRv4 det's ``Q(Concat(Resize(x + x * s)))``) leave short DAGs of
+float element-wise and data-movement ops between DequantizeLinears and the next QuantizeLinears.
+onnxruntime computes them in fp32 on the dequantized values and quantizes the result; as fp16 layers
+the quantizer read fp16-rounded products and sums and codes at a near-tie flipped.
+
+Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or Relu) and the data-movement layers (Slice2D,
+Concat, nearest Resize, reshapes) around it form a chain when every data input of a chain layer is
+an int8 layer's output (its codes, dequantized exactly in fp32) or another chain layer's, and every
+reader of a chain layer's output is another chain layer or a QuantizeLinear an accelerator layer
+absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat), never a model output.
+The arithmetic layers of a chain get ``precision`` "fp32": fp32 math on the fp32 values, no fp16
+rounding; their outputs and the data movement of them are float32 tensors (emit/compile.py), so the
+quantizer reads exactly what onnxruntime quantizes.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ..graph_index import GraphIndex
+from .groups import Group
+
+PRECISION = "fp32"
+ARITH = ("Mul2D", "Sum2D")
+MOVES = ("Slice2D", "Concat", "Resize", "Reshape", "Flatten", "Squeeze")
+EXACT_OUT = ("int8", "int8_out")   # layers whose output holds int8 codes (dequantized exactly in fp32)
+NOTE = ("fp32 layer (float op between int8 values and quantizers: computed in fp32 as onnxruntime does, "
+        "its result quantized by the reader)")
+
+
+def _outputs(grp: Group) -> List[str]:
+    """A group's output tensors (a Slice2D of a Split has one per slice)."""
+    return [s[0] for s in grp.attrs["slices"]] if grp.attrs.get("slices") else [grp.output]
+
+
+def _candidate(grp: Group) -> bool:
+    a = grp.attrs
+    if a.get("precision") or grp.weights and grp.op != "Mul2D" and grp.op != "Sum2D":
+        return False   # int8 / int8-in / int8_out layers; a Concat or Resize with fp16 constants
+    if grp.op in ARITH:
+        return a.get("activation", "none") in ("none", "relu")
+    return grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
+
+
+def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> None:
+    """Sets ``precision`` "fp32" on the arithmetic layers of every chain (module docstring)."""
+    owner: Dict[str, Group] = {x.name: grp for grp in groups for x in grp.nodes}
+    producer = {t: grp for grp in groups for t in _outputs(grp)}
+    chain = {id(grp): grp for grp in groups if _candidate(grp)}
+    changed = True
+    while changed:
+        changed = False
+        for key, grp in list(chain.items()):
+            if not _inputs_exact(grp, producer, chain) or not _read_by_quantizers(g, grp, owner, chain):
+                del chain[key]
+                changed = True
+    for grp in chain.values():
+        if grp.op in ARITH:
+            grp.attrs["precision"] = PRECISION
+            grp.note = NOTE
+
+
+def _inputs_exact(grp: Group, producer: Dict[str, Group], chain) -> bool:
+    for t in grp.inputs:
+        src = producer.get(t)
+        if src is None or not (id(src) in chain or src.attrs.get("precision") in EXACT_OUT and t == src.output):
+            return False
+    return True
+
+
+def _read_by_quantizers(g: GraphIndex, grp: Group, owner: Dict[str, Group], chain) -> bool:
+    for t in _outputs(grp):
+        readers = g.consumers.get(t, [])
+        if t in g.output_set or not readers:
+            return False
+        for r in readers:
+            holder = owner.get(r.name)
+            if holder is None or not (id(holder) in chain or r.op_type == "QuantizeLinear"):
+                return False
+    return True

@@ -1,0 +1,71 @@
+"""A YOLOv8 C2f block in Intel Neural Compressor's QDQ placement (nudenet YOLOv8n quantized by
+onnx-neural-compressor with ``quant_format=QDQ``): every Conv's input and output and every Sigmoid's
+output quantized (uint8 activations, per-tensor int8 weights, int32 biases), but the SiLU's
+``Mul(DQ(conv), DQ(sigmoid))``, the Split, the residual Add and the Concat left float; only the
+Concat's output quantized. Seeded weights; the output is the last conv's Q -> DQ.
+
+    c2f(seed)   # x -> Q/DQ -> cv1 (1x1) -> Q/DQ -> SiLU (Mul float) -> Split -> a, b
+                # b -> Q/DQ -> m_cv1 (3x3) -> SiLU -> Q/DQ -> m_cv2 (3x3) -> SiLU -> Add(b, .) (float)
+                # Concat(a, b, add) -> Q/DQ -> cv2 (1x1) -> Q/DQ (output)
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .qdq_parts import QdqParts
+
+F32 = TensorProto.FLOAT
+
+
+def c2f(seed: int = 0, channels: int = 16, size: int = 12) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
+
+    def qdq(x, name, scale, zero=128):
+        return parts.pair(x, name, scale, np.uint8(zero))
+
+    def conv(x, name, cin, cout, k, s_x, s_y):
+        """``DQ(x) -> Conv(DQ(W), DQ(bias)) -> Q/DQ``: per-tensor int8 weights, an int32 bias at s_x * s_w."""
+        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+        s_w = np.float32(np.abs(w).max() / 127)
+        b = np.rint(rng.uniform(-0.3, 0.3, cout) / (np.float32(s_x) * s_w)).astype(np.int32)
+        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_wq", np.rint(w / s_w).astype(np.int8)),
+                                                           init(f"{name}_ws", s_w)], [f"{name}_w"], name=f"{name}_wDQ"))
+        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b), init(f"{name}_bs", np.float32(s_x) * s_w)],
+                                      [f"{name}_b"], name=f"{name}_bDQ"))
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
+                                      pads=[k // 2] * 4, name=name))
+        return qdq(f"{name}_y", f"{name}o", s_y)
+
+    def silu(y, name):
+        nodes.append(helper.make_node("Sigmoid", [y], [f"{name}_sg"], name=f"{name}_sigmoid"))
+        sg = qdq(f"{name}_sg", f"{name}_sgo", 1.0 / 255, 0)
+        nodes.append(helper.make_node("Mul", [y, sg], [f"{name}_act"], name=f"{name}_mul"))
+        return f"{name}_act"
+
+    c, h = channels, channels // 2
+    s_x, s1, s_b, s_m1, s_m2, s_cat = 1.0 / 255, 6.0 / 255, 4.0 / 255, 5.0 / 255, 5.5 / 255, 7.0 / 255
+    x = qdq("x", "x", s_x, 0)
+    y = silu(conv(x, "cv1", 3, c, 1, s_x, s1), "cv1")
+    nodes.append(helper.make_node("Split", [y, init("split", np.array([h, h], np.int64))], ["a", "b"], axis=1,
+                                  name="split"))
+    m = silu(conv(qdq("b", "bq", s_b), "m_cv1", h, h, 3, s_b, s_m1), "m_cv1")
+    m = silu(conv(qdq(m, "m1q", s_m1), "m_cv2", h, h, 3, s_m1, s_m2), "m_cv2")
+    nodes.append(helper.make_node("Add", ["b", m], ["res"], name="res_add"))
+    nodes.append(helper.make_node("Concat", ["a", "b", "res"], ["cat"], axis=1, name="concat"))
+    out = conv(qdq("cat", "cat", s_cat), "cv2", c + h, c, 1, s_cat, 6.0 / 255)
+    nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
+    graph = helper.make_graph(nodes, "inc_c2f", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", F32, [1, c, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def feeds(seed: int, size: int = 12) -> dict:
+    """An image-like input in [0, 1] (the detector's 1/255 input)."""
+    return {"x": np.random.default_rng(seed).uniform(0, 1, (1, 3, size, size)).astype(np.float32)}
