@@ -81,3 +81,31 @@ def test_chain_reaching_a_float_reader_stays_fp16():
     assert d["res_add"].precision == "fp16"
     assert d["m_cv2_mul"].precision == "fp16"   # its only reader is the Add, no longer in a chain
     assert d["cv1_mul"].precision == "fp16"     # the Split feeds that Add too
+
+
+def test_one_input_function_of_codes_is_an_fp32_value_lookup(tmp_path):
+    """PP-OCRv4 det's ``Q(Concat(Resize(x + x * HardSigmoid(se)), Resize(y)))`` (INC QDQ): the
+    HardSigmoid of one int8 layer's output is an fp32 Lookup (a float32 table of onnxruntime's values
+    for the 256 codes), the Mul / Add fp32, the Resizes and Concat move float32 values (before: fp16
+    HardSigmoid / Mul / Add, 98.05% of the output codes identical over these 8 inputs)."""
+    m = inc_c2f.rse_concat()
+    r = onnx_mrvl.convert(m)
+    assert len(r.report.regions) == 1 and [x.node for x in r.report.cpu_nodes()] == []
+    d = r.report.decisions
+    assert d["hsig"].precision == d["se_mul"].precision == d["res_add"].precision == "fp32"
+    assert "Lookup" in d["hsig"].reason
+    r.save(str(tmp_path / "out"))
+    b = load(str(tmp_path / "out" / "mrvl_region_0.bin"))
+    lut = [lay for lay in b.meta["layers"] if lay["layer_name"] == "Lookup"]
+    assert len(lut) == 1 and lut[0]["params"]["precision"] == "fp32"
+    tensors = {t["id"]: t for t in b.meta["tensors"]}
+    cat = next(lay for lay in b.meta["layers"] if lay["layer_name"] == "Concat")
+    assert tensors[cat["outputs"][0]]["dtype"] == "float32"
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    body = ort.InferenceSession(fuse(legalize(m).model).model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in range(8):
+        f = inc_c2f.feeds(seed, 8)
+        a = ref.run(None, f)[0]
+        assert np.array_equal(a, sess.run(None, f)[0]), seed
+        assert np.array_equal(a, body.run(None, f)[0]), seed   # the reference bodies

@@ -14,14 +14,23 @@ reader of a chain layer's output is another chain layer or a QuantizeLinear an a
 absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat), never a model output.
 The arithmetic layers of a chain get ``precision`` "fp32": fp32 math on the fp32 values, no fp16
 rounding; their outputs and the data movement of them are float32 tensors (emit/compile.py), so the
-quantizer reads exactly what onnxruntime quantizes.
+quantizer reads exactly what onnxruntime quantizes. A float group of element-wise ops of ONE int8
+layer's output and scalar constants (PP-OCRv4 det's ``HardSigmoid(DQ(se))``, an fp16 Mul2D with that
+activation) joins a chain as an fp32 **Lookup**: its float32 table [1, 256] holds onnxruntime's float
+ops on each code's dequantized value (lookup_table.value_table), exact by construction.
 """
 from __future__ import annotations
 
 from typing import Dict, List
 
+import numpy as np
+
 from ..graph_index import GraphIndex
 from .groups import Group
+from .lookup_table import value_table
+from .qconst import constant_value
+from .qdq import activation_dq, qparams
+from .qdq_lookup import ELEMENTWISE
 
 PRECISION = "fp32"
 ARITH = ("Mul2D", "Sum2D")
@@ -45,11 +54,45 @@ def _candidate(grp: Group) -> bool:
     return grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
 
 
-def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> None:
-    """Sets ``precision`` "fp32" on the arithmetic layers of every chain (module docstring)."""
+def _table(g: GraphIndex, grp: Group, producer: Dict[str, Group]):
+    """The fp32 value table of a float group of element-wise ops of one int8 layer's output and
+    scalar constants, or None."""
+    if grp.attrs.get("precision") or len(grp.inputs) != 1:
+        return None
+    t = grp.inputs[0]
+    src, dq = producer.get(t), activation_dq(g, t)
+    if src is None or src.attrs.get("precision") not in EXACT_OUT or t != src.output or dq is None \
+            or isinstance(qparams(g, dq), str):
+        return None
+    index = {n.name: k for k, n in enumerate(g.nodes)}
+    nodes = sorted(grp.nodes, key=lambda n: index.get(n.name, -1))
+    inside = {t}
+    for n in nodes:
+        if n.op_type not in ELEMENTWISE or n.op_type in ("QuantizeLinear", "DequantizeLinear") or len(n.output) != 1:
+            return None
+        for i in n.input:
+            if i and i not in inside and (constant_value(g, i) is None or np.size(constant_value(g, i)) != 1):
+                return None
+        inside.add(n.output[0])
+    if nodes[-1].output[0] != grp.output:
+        return None
+    table = value_table(g, nodes, t, dq)
+    return None if isinstance(table, str) or not np.isfinite(table).all() else table
+
+
+def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
+    """Sets ``precision`` "fp32" on the arithmetic layers of every chain and makes its one-input
+    element-wise groups fp32 Lookups (module docstring); returns the groups."""
     owner: Dict[str, Group] = {x.name: grp for grp in groups for x in grp.nodes}
     producer = {t: grp for grp in groups for t in _outputs(grp)}
     chain = {id(grp): grp for grp in groups if _candidate(grp)}
+    tables = {}
+    for grp in groups:
+        if id(grp) not in chain:
+            table = _table(g, grp, producer)
+            if table is not None:
+                tables[id(grp)] = table
+                chain[id(grp)] = grp
     changed = True
     while changed:
         changed = False
@@ -57,10 +100,18 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> None:
             if not _inputs_exact(grp, producer, chain) or not _read_by_quantizers(g, grp, owner, chain):
                 del chain[key]
                 changed = True
-    for grp in chain.values():
-        if grp.op in ARITH:
+    out = []
+    for grp in groups:
+        if id(grp) in chain and id(grp) in tables:
+            qi = qparams(g, activation_dq(g, grp.inputs[0]))
+            grp = Group("Lookup", "mrvl.lookup", grp.nodes, grp.inputs, grp.output,
+                        dict(precision=PRECISION, in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2]),
+                        {"T": tables[id(grp)]}, note=NOTE)
+        elif id(grp) in chain and grp.op in ARITH:
             grp.attrs["precision"] = PRECISION
             grp.note = NOTE
+        out.append(grp)
+    return out
 
 
 def _inputs_exact(grp: Group, producer: Dict[str, Group], chain) -> bool:

@@ -69,3 +69,53 @@ def c2f(seed: int = 0, channels: int = 16, size: int = 12) -> onnx.ModelProto:
 def feeds(seed: int, size: int = 12) -> dict:
     """An image-like input in [0, 1] (the detector's 1/255 input)."""
     return {"x": np.random.default_rng(seed).uniform(0, 1, (1, 3, size, size)).astype(np.float32)}
+
+
+def rse_concat(seed: int = 0, channels: int = 8, size: int = 8) -> onnx.ModelProto:
+    """PP-OCRv4 det's residual-SE FPN step in INC's QDQ placement: ``Q(Concat(Resize(x + x *
+    HardSigmoid(se)), Resize(y)))`` with the HardSigmoid, Mul, Add, nearest Resizes and Concat float.
+
+        x = DQ(conv(input)); se = DQ(conv1x1(DQ(GlobalAveragePool(x)))); y = DQ(conv(input))
+        Concat(Resize(x + x * HardSigmoid(se)), Resize(y)) -> Q/DQ -> conv (3x3) -> Q/DQ (output)
+    """
+    rng = np.random.default_rng(seed)
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    c = channels
+    s_in, s_x, s_p, s_se, s_y, s_cat = 1.0 / 255, 5.0 / 255, 2.0 / 255, 9.0 / 255, 4.0 / 255, 8.0 / 255
+
+    def qdq(x, name, scale, zero=128):
+        return parts.pair(x, name, scale, np.uint8(zero))
+
+    def conv(x, name, cin, cout, k, s_x, s_y):
+        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+        s_w = np.float32(np.abs(w).max() / 127)
+        b = np.rint(rng.uniform(-0.3, 0.3, cout) / (np.float32(s_x) * s_w)).astype(np.int32)
+        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_wq", np.rint(w / s_w).astype(np.int8)),
+                                                           init(f"{name}_ws", s_w)], [f"{name}_w"], name=f"{name}_wDQ"))
+        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b), init(f"{name}_bs", np.float32(s_x) * s_w)],
+                                      [f"{name}_b"], name=f"{name}_bDQ"))
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
+                                      pads=[k // 2] * 4, name=name))
+        return qdq(f"{name}_y", f"{name}o", s_y)
+
+    inp = qdq("x", "in", s_in, 0)
+    x = conv(inp, "cx", 3, c, 3, s_in, s_x)
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    se = conv(qdq("gap", "gapq", s_p), "se", c, c, 1, s_p, s_se)
+    nodes += [helper.make_node("HardSigmoid", [se], ["hs"], alpha=0.2, beta=0.5, name="hsig"),
+              helper.make_node("Mul", [x, "hs"], ["xs"], name="se_mul"),
+              helper.make_node("Add", [x, "xs"], ["r"], name="res_add"),
+              helper.make_node("Resize", ["r", "", init("up", np.array([1, 1, 2, 2], np.float32))], ["ru"],
+                               mode="nearest", name="up_r")]
+    y = conv(inp, "cy", 3, c, 3, s_in, s_y)
+    nodes += [helper.make_node("Resize", [y, "", "up"], ["yu"], mode="nearest", name="up_y"),
+              helper.make_node("Concat", ["ru", "yu"], ["cat"], axis=1, name="concat")]
+    out = conv(qdq("cat", "cat", s_cat), "co", 2 * c, c, 3, s_cat, 6.0 / 255)
+    nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
+    graph = helper.make_graph(nodes, "inc_rse", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", F32, [1, c, 2 * size, 2 * size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
