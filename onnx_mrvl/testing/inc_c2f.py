@@ -19,26 +19,36 @@ from .qdq_parts import QdqParts
 F32 = TensorProto.FLOAT
 
 
+def _qdq(parts: QdqParts, x: str, name: str, scale, zero=128) -> str:
+    """An activation pair in INC's placement: uint8, zero point 128 (0 after a sigmoid / the image)."""
+    return parts.pair(x, name, scale, np.uint8(zero))
+
+
+def _conv(parts: QdqParts, rng, x: str, name: str, cin: int, cout: int, k: int, s_x, s_y) -> str:
+    """``DQ(x) -> Conv(DQ(W), DQ(bias)) -> Q/DQ``: per-tensor int8 weights, an int32 bias at s_x * s_w."""
+    nodes, init = parts.nodes, parts.init
+    w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+    s_w = np.float32(np.abs(w).max() / 127)
+    b = np.rint(rng.uniform(-0.3, 0.3, cout) / (np.float32(s_x) * s_w)).astype(np.int32)
+    nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_wq", np.rint(w / s_w).astype(np.int8)),
+                                                       init(f"{name}_ws", s_w)], [f"{name}_w"], name=f"{name}_wDQ"))
+    nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b), init(f"{name}_bs", np.float32(s_x) * s_w)],
+                                  [f"{name}_b"], name=f"{name}_bDQ"))
+    nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
+                                  pads=[k // 2] * 4, name=name))
+    return _qdq(parts, f"{name}_y", f"{name}o", s_y)
+
+
 def c2f(seed: int = 0, channels: int = 16, size: int = 12) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     parts = QdqParts()
     inits, nodes, init = parts.inits, parts.nodes, parts.init
 
     def qdq(x, name, scale, zero=128):
-        return parts.pair(x, name, scale, np.uint8(zero))
+        return _qdq(parts, x, name, scale, zero)
 
     def conv(x, name, cin, cout, k, s_x, s_y):
-        """``DQ(x) -> Conv(DQ(W), DQ(bias)) -> Q/DQ``: per-tensor int8 weights, an int32 bias at s_x * s_w."""
-        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
-        s_w = np.float32(np.abs(w).max() / 127)
-        b = np.rint(rng.uniform(-0.3, 0.3, cout) / (np.float32(s_x) * s_w)).astype(np.int32)
-        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_wq", np.rint(w / s_w).astype(np.int8)),
-                                                           init(f"{name}_ws", s_w)], [f"{name}_w"], name=f"{name}_wDQ"))
-        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b), init(f"{name}_bs", np.float32(s_x) * s_w)],
-                                      [f"{name}_b"], name=f"{name}_bDQ"))
-        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
-                                      pads=[k // 2] * 4, name=name))
-        return qdq(f"{name}_y", f"{name}o", s_y)
+        return _conv(parts, rng, x, name, cin, cout, k, s_x, s_y)
 
     def silu(y, name):
         nodes.append(helper.make_node("Sigmoid", [y], [f"{name}_sg"], name=f"{name}_sigmoid"))
@@ -85,19 +95,10 @@ def rse_concat(seed: int = 0, channels: int = 8, size: int = 8) -> onnx.ModelPro
     s_in, s_x, s_p, s_se, s_y, s_cat = 1.0 / 255, 5.0 / 255, 2.0 / 255, 9.0 / 255, 4.0 / 255, 8.0 / 255
 
     def qdq(x, name, scale, zero=128):
-        return parts.pair(x, name, scale, np.uint8(zero))
+        return _qdq(parts, x, name, scale, zero)
 
     def conv(x, name, cin, cout, k, s_x, s_y):
-        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
-        s_w = np.float32(np.abs(w).max() / 127)
-        b = np.rint(rng.uniform(-0.3, 0.3, cout) / (np.float32(s_x) * s_w)).astype(np.int32)
-        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_wq", np.rint(w / s_w).astype(np.int8)),
-                                                           init(f"{name}_ws", s_w)], [f"{name}_w"], name=f"{name}_wDQ"))
-        nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b), init(f"{name}_bs", np.float32(s_x) * s_w)],
-                                      [f"{name}_b"], name=f"{name}_bDQ"))
-        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
-                                      pads=[k // 2] * 4, name=name))
-        return qdq(f"{name}_y", f"{name}o", s_y)
+        return _conv(parts, rng, x, name, cin, cout, k, s_x, s_y)
 
     inp = qdq("x", "in", s_in, 0)
     x = conv(inp, "cx", 3, c, 3, s_in, s_x)
