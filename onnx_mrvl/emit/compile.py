@@ -210,7 +210,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
 
 
 COPIES = ("Reshape", "Flatten", "Squeeze", "layout_transform")   # move values, compute nothing
-FP32_MOVES = COPIES + ("Slice2D", "Concat", "Resize")   # data movement an fp32 chain passes through
+FP32_MOVES = COPIES + ("Slice2D", "Concat", "Resize", "Maxpool2D", "GlobalMaxpool2D")   # an fp32 chain's data movement
 
 
 def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], outputs: List[dict]) -> None:
@@ -219,7 +219,7 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
     (Reshape/Flatten/Squeeze/layout_transform); a region input whose readers (through such copies)
     are all int8 layers of one input quantization is quantized by the runtime on the host (TVM's
     ``qscale``) and so are the copies on its way. The output of an fp32 layer (``precision`` "fp32", an fp32
-    chain: fuse/qdq_f32chain.py) and data movement of it (Slice2D, Concat, Resize, copies) is float32.
+    chain: fuse/qdq_f32chain.py) and data movement of it (Slice2D, Concat, Resize, max pools, copies) is float32.
     Every other tensor is fp16."""
     def quant(t, q):
         t.update(dtype=q[0], scale=float(q[1]), zero_point=int(q[2]))

@@ -8,10 +8,12 @@ onnxruntime computes them in fp32 on the dequantized values and quantizes the re
 the quantizer read fp16-rounded products and sums and codes at a near-tie flipped.
 
 Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or Relu) and the data-movement layers (Slice2D,
-Concat, nearest Resize, reshapes) around it form a chain when every data input of a chain layer is
-an int8 layer's output (its codes, dequantized exactly in fp32) or another chain layer's, and every
-reader of a chain layer's output is another chain layer or a QuantizeLinear an accelerator layer
-absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat), never a model output.
+Concat, nearest Resize, reshapes; MaxPool / GlobalMaxPool, which select values) around it form a
+chain when every data input of a chain layer is an int8 layer's output (its codes, dequantized
+exactly in fp32) or another chain layer's, and every
+reader of a chain layer's output is another chain layer, a QuantizeLinear an accelerator layer
+absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat) or an ``int8_out`` layer
+(fp32 math, then its own Q: PP-LCNet's SE ``Q(x * HardSigmoid(se))``), never a model output.
 The arithmetic layers of a chain get ``precision`` "fp32": fp32 math on the fp32 values, no fp16
 rounding; their outputs and the data movement of them are float32 tensors (emit/compile.py), so the
 quantizer reads exactly what onnxruntime quantizes. A float group of element-wise ops of ONE int8
@@ -34,7 +36,8 @@ from .qdq_lookup import ELEMENTWISE
 
 PRECISION = "fp32"
 ARITH = ("Mul2D", "Sum2D")
-MOVES = ("Slice2D", "Concat", "Resize", "Reshape", "Flatten", "Squeeze")
+MOVES = ("Slice2D", "Concat", "Resize", "Reshape", "Flatten", "Squeeze",   # copy values
+         "MaxPool2D", "GlobalMaxPool2D")                                     # select one of them
 EXACT_OUT = ("int8", "int8_out")   # layers whose output holds int8 codes (dequantized exactly in fp32)
 NOTE = ("fp32 layer (float op between int8 values and quantizers: computed in fp32 as onnxruntime does, "
         "its result quantized by the reader)")
@@ -49,9 +52,9 @@ def _candidate(grp: Group) -> bool:
     a = grp.attrs
     if a.get("precision") or grp.weights and grp.op != "Mul2D" and grp.op != "Sum2D":
         return False   # int8 / int8-in / int8_out layers; a Concat or Resize with fp16 constants
-    if grp.op in ARITH:
-        return a.get("activation", "none") in ("none", "relu")
-    return grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
+    if a.get("activation", "none") not in ("none", "relu"):   # Relu: exact in fp32
+        return False
+    return grp.op in ARITH or grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
 
 
 def _table(g: GraphIndex, grp: Group, producer: Dict[str, Group]):
@@ -124,11 +127,12 @@ def _inputs_exact(grp: Group, producer: Dict[str, Group], chain) -> bool:
 
 def _read_by_quantizers(g: GraphIndex, grp: Group, owner: Dict[str, Group], chain) -> bool:
     for t in _outputs(grp):
-        readers = g.consumers.get(t, [])
-        if t in g.output_set or not readers:
+        readers = g.consumers.get(t, [])   # none: a Split's unused part
+        if t in g.output_set:
             return False
         for r in readers:
             holder = owner.get(r.name)
-            if holder is None or not (id(holder) in chain or r.op_type == "QuantizeLinear"):
-                return False
+            if holder is None or not (id(holder) in chain or r.op_type == "QuantizeLinear"
+                                      or holder.attrs.get("precision") == "int8_out"):
+                return False   # int8_out: a float layer computing in fp32 before its own Q
     return True

@@ -120,3 +120,53 @@ def rse_concat(seed: int = 0, channels: int = 8, size: int = 8) -> onnx.ModelPro
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def sppf_se(seed: int = 0, channels: int = 8, size: int = 12) -> onnx.ModelProto:
+    """YOLOv8's SPPF and PP-LCNet's SE block in INC's QDQ placement:
+
+        m = SiLU(DQ(c1)) (Mul float); Concat(m, MaxPool(m), MaxPool(MaxPool(m))) -> Q/DQ -> c2 (1x1)
+        a = DQ(c2) * s + b (float, the constant first); se = DQ(conv1x1(DQ(GlobalAveragePool(DQ(c2)))))
+        Q(a * HardSigmoid(se)) -> DQ -> s2 * x + b2 -> Q/DQ (a one-input function, the constant first)
+        -> c3 (3x3) -> Q/DQ (output)
+    """
+    rng = np.random.default_rng(seed)
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    c = channels
+    s_in, s1, s_cat, s2, s_p, s_se, s_y, s_l = 1.0 / 255, 6.0 / 255, 5.0 / 255, 7.0 / 255, 3.0 / 255, 9.0 / 255, \
+        6.5 / 255, 5.5 / 255
+
+    def qdq(x, name, scale, zero=128):
+        return _qdq(parts, x, name, scale, zero)
+
+    def conv(x, name, cin, cout, k, s_x, s_y):
+        return _conv(parts, rng, x, name, cin, cout, k, s_x, s_y)
+
+    def scalar(name, v):
+        return init(name, np.float32(v))
+
+    x1 = conv(qdq("x", "in", s_in, 0), "c1", 3, c, 3, s_in, s1)
+    nodes.append(helper.make_node("Sigmoid", [x1], ["sg"], name="sigmoid"))
+    nodes += [helper.make_node("Mul", [x1, qdq("sg", "sgq", 1.0 / 255, 0)], ["m"], name="silu_mul"),
+              helper.make_node("MaxPool", ["m"], ["p1"], kernel_shape=[5, 5], pads=[2] * 4, name="pool1"),
+              helper.make_node("MaxPool", ["p1"], ["p2"], kernel_shape=[5, 5], pads=[2] * 4, name="pool2"),
+              helper.make_node("Concat", ["m", "p1", "p2"], ["cat"], axis=1, name="concat")]
+    d = conv(qdq("cat", "catq", s_cat), "c2", 3 * c, c, 1, s_cat, s2)
+    nodes += [helper.make_node("Mul", [scalar("aff_s", 1.37), d], ["am"], name="aff_mul"),
+              helper.make_node("Add", ["am", scalar("aff_b", -0.21)], ["a"], name="aff_add"),
+              helper.make_node("GlobalAveragePool", [d], ["gap"], name="gap")]
+    se = conv(qdq("gap", "gapq", s_p), "se", c, c, 1, s_p, s_se)
+    nodes += [helper.make_node("HardSigmoid", [se], ["hs"], alpha=0.2, beta=0.5, name="hsig"),
+              helper.make_node("Mul", ["a", "hs"], ["y"], name="se_mul")]
+    y = qdq("y", "yq", s_y)
+    nodes += [helper.make_node("Mul", [scalar("lut_s", 0.83), y], ["lm"], name="lut_mul"),
+              helper.make_node("Add", ["lm", scalar("lut_b", 0.05)], ["l"], name="lut_add")]
+    out = conv(qdq("l", "lq", s_l), "c3", c, c, 3, s_l, 6.0 / 255)
+    nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
+    graph = helper.make_graph(nodes, "inc_sppf_se", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("out", F32, [1, c, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
