@@ -206,7 +206,7 @@ def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
     params["precision"] = "int8_out"
 
 
-FP32 = ("Mul2D", "Sum2D", "Lookup")   # layers of an fp32 chain (fuse/qdq_f32chain.py)
+FP32 = ("Mul2D", "Sum2D", "Lookup", "Softmax")   # layers of an fp32 chain (fuse/qdq_f32chain.py)
 
 
 def fp32_layer(a: NodeAttrs, layer_name: str, params: dict) -> None:

@@ -7,7 +7,9 @@ float element-wise and data-movement ops between DequantizeLinears and the next 
 onnxruntime computes them in fp32 on the dequantized values and quantizes the result; as fp16 layers
 the quantizer read fp16-rounded products and sums and codes at a near-tie flipped.
 
-Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or Relu) and the data-movement layers (Slice2D,
+Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or Relu) or ``Softmax`` (YOLOv8's DFL: the box
+head's bins of three Concats of dequantized convs, a Softmax, then the DFL conv's Q) and the
+data-movement layers (Slice2D,
 Concat, nearest Resize, reshapes; MaxPool / GlobalMaxPool, which select values) around it form a
 chain when every data input of a chain layer is an int8 layer's output (its codes, dequantized
 exactly in fp32) or another chain layer's, and every
@@ -35,7 +37,7 @@ from .qdq import activation_dq, qparams
 from .qdq_lookup import ELEMENTWISE
 
 PRECISION = "fp32"
-ARITH = ("Mul2D", "Sum2D")
+ARITH = ("Mul2D", "Sum2D", "Softmax")
 MOVES = ("Slice2D", "Concat", "Resize", "Reshape", "Flatten", "Squeeze",   # copy values
          "MaxPool2D", "GlobalMaxPool2D")                                     # select one of them
 EXACT_OUT = ("int8", "int8_out")   # layers whose output holds int8 codes (dequantized exactly in fp32)
@@ -52,6 +54,8 @@ def _candidate(grp: Group) -> bool:
     a = grp.attrs
     if a.get("precision") or grp.weights and grp.op != "Mul2D" and grp.op != "Sum2D":
         return False   # int8 / int8-in / int8_out layers; a Concat or Resize with fp16 constants
+    if grp.op == "Softmax":   # onnxruntime's fp32 Softmax (MLAS), not a LogSoftmax / a NaN fill
+        return not a.get("log") and "nan_fill" not in a
     if a.get("activation", "none") not in ("none", "relu"):   # Relu: exact in fp32
         return False
     return grp.op in ARITH or grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
@@ -100,7 +104,7 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     while changed:
         changed = False
         for key, grp in list(chain.items()):
-            if not _inputs_exact(grp, producer, chain) or not _read_by_quantizers(g, grp, owner, chain):
+            if not _inputs_exact(g, grp, producer, owner, chain) or not _read_by_quantizers(g, grp, owner, chain):
                 del chain[key]
                 changed = True
     out = []
@@ -117,8 +121,19 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     return out
 
 
-def _inputs_exact(grp: Group, producer: Dict[str, Group], chain) -> bool:
+def _through_transposes(g: GraphIndex, t: str, owner: Dict[str, Group]) -> str:
+    """``t``, or the tensor a chain of Transposes no group holds (relabellings of the storage,
+    fuse's aliases) reads."""
+    n = g.producer.get(t)
+    while n is not None and n.op_type == "Transpose" and n.name not in owner:
+        t = n.input[0]
+        n = g.producer.get(t)
+    return t
+
+
+def _inputs_exact(g: GraphIndex, grp: Group, producer: Dict[str, Group], owner, chain) -> bool:
     for t in grp.inputs:
+        t = _through_transposes(g, t, owner)
         src = producer.get(t)
         if src is None or not (id(src) in chain or src.attrs.get("precision") in EXACT_OUT and t == src.output):
             return False
@@ -126,13 +141,16 @@ def _inputs_exact(grp: Group, producer: Dict[str, Group], chain) -> bool:
 
 
 def _read_by_quantizers(g: GraphIndex, grp: Group, owner: Dict[str, Group], chain) -> bool:
-    for t in _outputs(grp):
-        readers = g.consumers.get(t, [])   # none: a Split's unused part
+    todo = list(_outputs(grp))
+    while todo:
+        t = todo.pop()
         if t in g.output_set:
             return False
-        for r in readers:
+        for r in g.consumers.get(t, []):   # none: a Split's unused part
             holder = owner.get(r.name)
-            if holder is None or not (id(holder) in chain or r.op_type == "QuantizeLinear"
-                                      or holder.attrs.get("precision") == "int8_out"):
+            if holder is None and r.op_type == "Transpose":   # a relabelling (fuse's alias): its readers
+                todo.append(r.output[0])
+            elif holder is None or not (id(holder) in chain or r.op_type == "QuantizeLinear"
+                                        or holder.attrs.get("precision") == "int8_out"):
                 return False   # int8_out: a float layer computing in fp32 before its own Q
     return True

@@ -170,3 +170,37 @@ def sppf_se(seed: int = 0, channels: int = 8, size: int = 12) -> onnx.ModelProto
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def dfl(seed: int = 0, size: int = 6) -> onnx.ModelProto:
+    """YOLOv8's distribution focal loss head in INC's QDQ placement: two dequantized convs of other
+    scales concatenated (float), reshaped to bins, transposed, a float Softmax over the 16 bins, its
+    output quantized for the DFL conv (weights 0..15):
+
+        Concat(DQ(ca), DQ(cb)) -> Reshape [1, 2, 16, HW] -> Transpose -> Softmax(axis 1) -> Q/DQ
+        -> Conv 1x1 (16 -> 1) -> Q/DQ (output)
+    """
+    rng = np.random.default_rng(seed)
+    parts = QdqParts()
+    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    s_in = 1.0 / 255
+    inp = _qdq(parts, "x", "in", s_in, 0)
+    a = _conv(parts, rng, inp, "ca", 3, 16, 3, s_in, 9.0 / 255)
+    b = _conv(parts, rng, inp, "cb", 3, 16, 3, s_in, 11.0 / 255)
+    nodes += [helper.make_node("Concat", [a, b], ["cat"], axis=1, name="concat"),
+              helper.make_node("Reshape", ["cat", init("bins", np.array([1, 2, 16, size * size], np.int64))], ["r"],
+                               name="bins_reshape"),
+              helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3], name="bins_transpose"),
+              helper.make_node("Softmax", ["t"], ["sm"], axis=1, name="softmax")]
+    q = _qdq(parts, "sm", "smq", 1.0 / 255, 0)
+    nodes += [helper.make_node("DequantizeLinear", [init("dfl_wq", np.arange(16, dtype=np.int8).reshape(1, 16, 1, 1)),
+                                                    init("dfl_ws", np.float32(1.0))], ["dfl_w"], name="dfl_wDQ"),
+              helper.make_node("Conv", [q, "dfl_w"], ["dfl_y"], kernel_shape=[1, 1], name="dfl_conv")]
+    out = _qdq(parts, "dfl_y", "dflo", 15.0 / 255, 0)
+    nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
+    graph = helper.make_graph(nodes, "inc_dfl", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("out", F32, [1, 1, 2, size * size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
