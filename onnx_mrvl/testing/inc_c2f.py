@@ -39,10 +39,20 @@ def _conv(parts: QdqParts, rng, x: str, name: str, cin: int, cout: int, k: int, 
     return _qdq(parts, f"{name}_y", f"{name}o", s_y)
 
 
+def _model(parts: QdqParts, name: str, in_shape, out: str, out_shape) -> onnx.ModelProto:
+    """The checked opset-13 model of ``parts`` with input ``x`` and output ``out``."""
+    graph = helper.make_graph(parts.nodes, name, [helper.make_tensor_value_info("x", F32, in_shape)],
+                              [helper.make_tensor_value_info(out, F32, out_shape)], parts.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def c2f(seed: int = 0, channels: int = 16, size: int = 12) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     parts = QdqParts()
-    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    nodes, init = parts.nodes, parts.init
 
     def qdq(x, name, scale, zero=128):
         return _qdq(parts, x, name, scale, zero)
@@ -68,12 +78,7 @@ def c2f(seed: int = 0, channels: int = 16, size: int = 12) -> onnx.ModelProto:
     nodes.append(helper.make_node("Concat", ["a", "b", "res"], ["cat"], axis=1, name="concat"))
     out = conv(qdq("cat", "cat", s_cat), "cv2", c + h, c, 1, s_cat, 6.0 / 255)
     nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
-    graph = helper.make_graph(nodes, "inc_c2f", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("y", F32, [1, c, size, size])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _model(parts, "inc_c2f", [1, 3, size, size], "y", [1, c, size, size])
 
 
 def feeds(seed: int, size: int = 12) -> dict:
@@ -90,7 +95,7 @@ def rse_concat(seed: int = 0, channels: int = 8, size: int = 8) -> onnx.ModelPro
     """
     rng = np.random.default_rng(seed)
     parts = QdqParts()
-    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    nodes, init = parts.nodes, parts.init
     c = channels
     s_in, s_x, s_p, s_se, s_y, s_cat = 1.0 / 255, 5.0 / 255, 2.0 / 255, 9.0 / 255, 4.0 / 255, 8.0 / 255
 
@@ -114,12 +119,7 @@ def rse_concat(seed: int = 0, channels: int = 8, size: int = 8) -> onnx.ModelPro
               helper.make_node("Concat", ["ru", "yu"], ["cat"], axis=1, name="concat")]
     out = conv(qdq("cat", "cat", s_cat), "co", 2 * c, c, 3, s_cat, 6.0 / 255)
     nodes.append(helper.make_node("Identity", [out], ["y"], name="out_identity"))
-    graph = helper.make_graph(nodes, "inc_rse", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("y", F32, [1, c, 2 * size, 2 * size])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _model(parts, "inc_rse", [1, 3, size, size], "y", [1, c, 2 * size, 2 * size])
 
 
 def sppf_se(seed: int = 0, channels: int = 8, size: int = 12) -> onnx.ModelProto:
@@ -132,7 +132,7 @@ def sppf_se(seed: int = 0, channels: int = 8, size: int = 12) -> onnx.ModelProto
     """
     rng = np.random.default_rng(seed)
     parts = QdqParts()
-    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    nodes, init = parts.nodes, parts.init
     c = channels
     s_in, s1, s_cat, s2, s_p, s_se, s_y, s_l = 1.0 / 255, 6.0 / 255, 5.0 / 255, 7.0 / 255, 3.0 / 255, 9.0 / 255, \
         6.5 / 255, 5.5 / 255
@@ -164,12 +164,7 @@ def sppf_se(seed: int = 0, channels: int = 8, size: int = 12) -> onnx.ModelProto
               helper.make_node("Add", ["lm", scalar("lut_b", 0.05)], ["l"], name="lut_add")]
     out = conv(qdq("l", "lq", s_l), "c3", c, c, 3, s_l, 6.0 / 255)
     nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
-    graph = helper.make_graph(nodes, "inc_sppf_se", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("out", F32, [1, c, size, size])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _model(parts, "inc_sppf_se", [1, 3, size, size], "out", [1, c, size, size])
 
 
 def dfl(seed: int = 0, size: int = 6) -> onnx.ModelProto:
@@ -182,7 +177,7 @@ def dfl(seed: int = 0, size: int = 6) -> onnx.ModelProto:
     """
     rng = np.random.default_rng(seed)
     parts = QdqParts()
-    inits, nodes, init = parts.inits, parts.nodes, parts.init
+    nodes, init = parts.nodes, parts.init
     s_in = 1.0 / 255
     inp = _qdq(parts, "x", "in", s_in, 0)
     a = _conv(parts, rng, inp, "ca", 3, 16, 3, s_in, 9.0 / 255)
@@ -198,9 +193,4 @@ def dfl(seed: int = 0, size: int = 6) -> onnx.ModelProto:
               helper.make_node("Conv", [q, "dfl_w"], ["dfl_y"], kernel_shape=[1, 1], name="dfl_conv")]
     out = _qdq(parts, "dfl_y", "dflo", 15.0 / 255, 0)
     nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
-    graph = helper.make_graph(nodes, "inc_dfl", [helper.make_tensor_value_info("x", F32, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("out", F32, [1, 1, 2, size * size])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _model(parts, "inc_dfl", [1, 3, size, size], "out", [1, 1, 2, size * size])
