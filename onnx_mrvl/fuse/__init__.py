@@ -22,9 +22,9 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, gather_elements, qdq_f32chain, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
+from . import batch_matmul, gather_elements, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
-    neg, smooth_acts, take
+    neg, qdq_f32chain, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS

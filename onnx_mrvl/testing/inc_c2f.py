@@ -32,7 +32,8 @@ def _conv(parts: QdqParts, rng, x: str, name: str, cin: int, cout: int, k: int, 
     b = np.rint(rng.uniform(-0.3, 0.3, cout) / (np.float32(s_x) * s_w)).astype(np.int32)
     nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_wq", np.rint(w / s_w).astype(np.int8)),
                                                        init(f"{name}_ws", s_w)], [f"{name}_w"], name=f"{name}_wDQ"))
-    nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b), init(f"{name}_bs", np.float32(s_x) * s_w)],
+    nodes.append(helper.make_node("DequantizeLinear", [init(f"{name}_bq", b),
+                                                       init(f"{name}_bs", np.float32(s_x) * s_w)],
                                   [f"{name}_b"], name=f"{name}_bDQ"))
     nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_y"], kernel_shape=[k, k],
                                   pads=[k // 2] * 4, name=name))
