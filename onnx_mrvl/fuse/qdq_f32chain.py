@@ -61,30 +61,52 @@ def _candidate(grp: Group) -> bool:
     return grp.op in ARITH or grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
 
 
-def _table(g: GraphIndex, grp: Group, producer: Dict[str, Group]):
-    """The fp32 value table of a float group of element-wise ops of one int8 layer's output and
-    scalar constants, or None."""
-    if grp.attrs.get("precision") or len(grp.inputs) != 1:
+def _code_source(g: GraphIndex, grp: Group, producer: Dict[str, Group], index: Dict[str, int], memo: dict):
+    """(t, nodes) when ``grp``'s output is a function of one int8 layer's output ``t`` alone: the
+    element-wise ONNX nodes (scalar constants only) of ``grp`` and of the float groups between ``t``
+    and it, in graph order; else None."""
+    if id(grp) in memo:
+        return memo[id(grp)]
+    memo[id(grp)] = None
+    if grp.attrs.get("precision") or not grp.inputs:
         return None
-    t = grp.inputs[0]
-    src, dq = producer.get(t), activation_dq(g, t)
-    if src is None or src.attrs.get("precision") not in EXACT_OUT or t != src.output or dq is None \
-            or isinstance(qparams(g, dq), str):
+    sources, nodes = set(), []
+    for i in grp.inputs:
+        src = producer.get(i)
+        if src is not None and src.attrs.get("precision") in EXACT_OUT and i == src.output:
+            sources.add(i)
+            continue
+        sub = _code_source(g, src, producer, index, memo) if src is not None else None
+        if sub is None:
+            return None
+        sources.add(sub[0])
+        nodes += [n for n in sub[1] if n not in nodes]
+    if len(sources) != 1:
         return None
-    index = {n.name: k for k, n in enumerate(g.nodes)}
-    nodes = sorted(grp.nodes, key=lambda n: index.get(n.name, -1))
-    inside = {t}
-    for n in nodes:
+    t = sources.pop()
+    inside = {t} | {n.output[0] for n in nodes}
+    own = sorted(grp.nodes, key=lambda n: index.get(n.name, -1))
+    for n in own:
         if n.op_type not in ELEMENTWISE or n.op_type in ("QuantizeLinear", "DequantizeLinear") or len(n.output) != 1:
             return None
         for i in n.input:
             if i and i not in inside and (constant_value(g, i) is None or np.size(constant_value(g, i)) != 1):
                 return None
         inside.add(n.output[0])
-    if nodes[-1].output[0] != grp.output:
+    if own[-1].output[0] != grp.output:
         return None
-    table = value_table(g, nodes, t, dq)
-    return None if isinstance(table, str) or not np.isfinite(table).all() else table
+    memo[id(grp)] = (t, sorted(nodes + own, key=lambda n: index.get(n.name, -1)))
+    return memo[id(grp)]
+
+
+def _table(g: GraphIndex, grp: Group, producer: Dict[str, Group], index, memo):
+    """(t, the fp32 value table of ``grp``'s output for each code of ``t``) or None (``_code_source``)."""
+    src = _code_source(g, grp, producer, index, memo)
+    dq = activation_dq(g, src[0]) if src else None
+    if dq is None or isinstance(qparams(g, dq), str):
+        return None
+    table = value_table(g, src[1], src[0], dq)
+    return None if isinstance(table, str) or not np.isfinite(table).all() else (src[0], table)
 
 
 def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
@@ -93,10 +115,10 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     owner: Dict[str, Group] = {x.name: grp for grp in groups for x in grp.nodes}
     producer = {t: grp for grp in groups for t in _outputs(grp)}
     chain = {id(grp): grp for grp in groups if _candidate(grp)}
-    tables = {}
+    index, memo, tables = {n.name: k for k, n in enumerate(g.nodes)}, {}, {}
     for grp in groups:
         if id(grp) not in chain:
-            table = _table(g, grp, producer)
+            table = _table(g, grp, producer, index, memo)
             if table is not None:
                 tables[id(grp)] = table
                 chain[id(grp)] = grp
@@ -104,21 +126,70 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     while changed:
         changed = False
         for key, grp in list(chain.items()):
-            if not _inputs_exact(g, grp, producer, owner, chain) or not _read_by_quantizers(g, grp, owner, chain):
+            exact = key in tables or _inputs_exact(g, grp, producer, owner, chain)
+            if not exact or not _read_by_quantizers(g, grp, owner, chain):
                 del chain[key]
                 changed = True
+    lookups = {key: _as_lookup(g, grp, *tables[key]) for key, grp in chain.items() if key in tables}
+    dead = _absorbed(g, groups, lookups, owner)
     out = []
     for grp in groups:
-        if id(grp) in chain and id(grp) in tables:
-            qi = qparams(g, activation_dq(g, grp.inputs[0]))
-            grp = Group("Lookup", "mrvl.lookup", grp.nodes, grp.inputs, grp.output,
-                        dict(precision=PRECISION, in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2]),
-                        {"T": tables[id(grp)]}, note=NOTE)
+        if id(grp) in dead:
+            continue
+        if id(grp) in lookups:
+            grp = lookups[id(grp)]
         elif id(grp) in chain and grp.op in ARITH:
             grp.attrs["precision"] = PRECISION
             grp.note = NOTE
         out.append(grp)
     return out
+
+
+def _as_lookup(g: GraphIndex, grp: Group, t: str, table) -> Group:
+    qi = qparams(g, activation_dq(g, t))
+    return Group("Lookup", "mrvl.lookup", list(grp.nodes), [t], grp.output,
+                 dict(precision=PRECISION, in_scale=qi[0], in_zero_point=qi[1], in_type=qi[2]), {"T": table}, note=NOTE)
+
+
+def _absorbed(g: GraphIndex, groups: List[Group], lookups: Dict[int, Group], owner) -> set:
+    """The float groups between a code and an fp32 Lookup that nothing else reads any more: their
+    nodes join the (first) Lookup that computes them; returns their ids."""
+    converted = {id(x) for x in groups if id(x) in lookups}
+    dead: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for grp in groups:
+            if id(grp) in dead or id(grp) in converted or grp.attrs.get("precision"):
+                continue
+            readers = [owner.get(r.name) for t in _outputs(grp) for r in g.consumers.get(t, [])]
+            if not readers or any(t in g.output_set for t in _outputs(grp)):
+                continue
+            if all(r is not None and (id(r) in converted or id(r) in dead) for r in readers):
+                dead.add(id(grp))
+                changed = True
+    for grp in groups:   # each dead group's nodes join a Lookup downstream of it
+        if id(grp) in dead:
+            target = next(lookups[k] for k in _downstream(g, grp, owner, converted, dead))
+            target.nodes += [n for n in grp.nodes if n not in target.nodes]
+    return dead
+
+
+def _downstream(g: GraphIndex, grp: Group, owner, converted, dead):
+    """The ids of the converted groups reached from ``grp`` through dead groups."""
+    todo, seen = [grp], set()
+    while todo:
+        x = todo.pop()
+        for t in _outputs(x):
+            for r in g.consumers.get(t, []):
+                h = owner[r.name]
+                if id(h) in seen:
+                    continue
+                seen.add(id(h))
+                if id(h) in converted:
+                    yield id(h)
+                elif id(h) in dead:
+                    todo.append(h)
 
 
 def _through_transposes(g: GraphIndex, t: str, owner: Dict[str, Group]) -> str:

@@ -195,3 +195,39 @@ def dfl(seed: int = 0, size: int = 6) -> onnx.ModelProto:
     out = _qdq(parts, "dfl_y", "dflo", 15.0 / 255, 0)
     nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
     return _model(parts, "inc_dfl", [1, 3, size, size], "out", [1, 1, 2, size * size])
+
+
+def hswish_se(seed: int = 0, channels: int = 8, size: int = 10) -> onnx.ModelProto:
+    """PP-LCNetV3's block in INC's QDQ placement (PP-OCRv4 det): a one-input float chain of one
+    conv's codes over several ops -- affine, HardSwish written out (``x * Clip(x + 3, 0, 6) / 6``),
+    affine -- whose result two readers take: the SE mean's quantizer and the SE Mul (float, then Q):
+
+        h = s2 * HardSwish(s1 * DQ(c1) + b1) + b2
+        Q(h) -> DQ -> GlobalAveragePool -> Q/DQ -> conv 1x1 -> Q/DQ (se)
+        Q(h * HardSigmoid(se)) -> DQ -> c2 (3x3) -> Q/DQ (output)
+    """
+    rng = np.random.default_rng(seed)
+    parts = QdqParts()
+    nodes, init = parts.nodes, parts.init
+    c = channels
+    s_in, s1, s_h, s_p, s_se, s_y = 1.0 / 255, 6.0 / 255, 5.0 / 255, 2.5 / 255, 9.0 / 255, 4.5 / 255
+
+    def scalar(name, v):
+        return init(name, np.float32(v))
+
+    x1 = _conv(parts, rng, _qdq(parts, "x", "in", s_in, 0), "c1", 3, c, 3, s_in, s1)
+    nodes += [helper.make_node("Mul", [scalar("a1_s", 1.21), x1], ["a1m"], name="a1_mul"),
+              helper.make_node("Add", ["a1m", scalar("a1_b", 0.13)], ["a1"], name="a1_add"),
+              helper.make_node("Add", ["a1", scalar("three", 3.0)], ["hp"], name="hs_add"),
+              helper.make_node("Clip", ["hp", scalar("zero", 0.0), scalar("six", 6.0)], ["hc"], name="hs_clip"),
+              helper.make_node("Mul", ["a1", "hc"], ["hm"], name="hs_mul"),
+              helper.make_node("Div", ["hm", "six"], ["hsw"], name="hs_div"),
+              helper.make_node("Mul", [scalar("a2_s", 0.87), "hsw"], ["a2m"], name="a2_mul"),
+              helper.make_node("Add", ["a2m", scalar("a2_b", -0.07)], ["h"], name="a2_add")]
+    nodes.append(helper.make_node("GlobalAveragePool", [_qdq(parts, "h", "hq", s_h)], ["gap"], name="gap"))
+    se = _conv(parts, rng, _qdq(parts, "gap", "gapq", s_p), "se", c, c, 1, s_p, s_se)
+    nodes += [helper.make_node("HardSigmoid", [se], ["hsg"], alpha=0.2, beta=0.5, name="hsig"),
+              helper.make_node("Mul", ["h", "hsg"], ["y"], name="se_mul")]
+    out = _conv(parts, rng, _qdq(parts, "y", "yq", s_y), "c2", c, c, 3, s_y, 6.0 / 255)
+    nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
+    return _model(parts, "inc_hswish_se", [1, 3, size, size], "out", [1, c, size, size])
