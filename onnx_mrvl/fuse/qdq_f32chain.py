@@ -8,20 +8,21 @@ onnxruntime computes them in fp32 on the dequantized values and quantizes the re
 the quantizer read fp16-rounded products and sums and codes at a near-tie flipped.
 
 Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or Relu) or ``Softmax`` (YOLOv8's DFL: the box
-head's bins of three Concats of dequantized convs, a Softmax, then the DFL conv's Q) and the
-data-movement layers (Slice2D,
-Concat, nearest Resize, reshapes; MaxPool / GlobalMaxPool, which select values) around it form a
-chain when every data input of a chain layer is an int8 layer's output (its codes, dequantized
-exactly in fp32) or another chain layer's, and every
-reader of a chain layer's output is another chain layer, a QuantizeLinear an accelerator layer
-absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat) or an ``int8_out`` layer
-(fp32 math, then its own Q: PP-LCNet's SE ``Q(x * HardSigmoid(se))``), never a model output.
+head's bins of concatenated dequantized convs, a Softmax, then the DFL conv's Q) and the data-movement
+layers around it (Slice2D, Concat, nearest Resize, reshapes; MaxPool / GlobalMaxPool, which select
+values; Transposes fuse folds into the layout are looked through) form a chain when every data input
+of a chain layer is an int8 layer's output (its codes, dequantized exactly in fp32) or another chain
+layer's, and every reader of a chain layer's output is another chain layer, a QuantizeLinear an
+accelerator layer absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat) or an
+``int8_out`` layer (fp32 math, then its own Q: PP-LCNet's SE ``Q(x * HardSigmoid(se))``), never a
+model output.
 The arithmetic layers of a chain get ``precision`` "fp32": fp32 math on the fp32 values, no fp16
 rounding; their outputs and the data movement of them are float32 tensors (emit/compile.py), so the
 quantizer reads exactly what onnxruntime quantizes. A float group of element-wise ops of ONE int8
 layer's output and scalar constants (PP-OCRv4 det's ``HardSigmoid(DQ(se))``, an fp16 Mul2D with that
-activation) joins a chain as an fp32 **Lookup**: its float32 table [1, 256] holds onnxruntime's float
-ops on each code's dequantized value (lookup_table.value_table), exact by construction.
+activation), also through other such groups (PP-LCNetV3's affine -> written-out HardSwish: those only
+it reads join it), joins a chain as an fp32 **Lookup**: its float32 table [1, 256] holds onnxruntime's
+float ops on each code's dequantized value (lookup_table.value_table), exact by construction.
 """
 from __future__ import annotations
 
