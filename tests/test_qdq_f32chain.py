@@ -17,6 +17,19 @@ from onnx_mrvl.testing import inc_c2f
 CHAIN = ("cv1_mul", "m_cv2_mul", "res_add")   # the float arithmetic of the block
 
 
+def _identical_codes(m, out, size: int) -> None:
+    """The converted model at ``out`` and the fused model's reference bodies give onnxruntime's output
+    codes of the QDQ model ``m`` on 8 seeded inputs."""
+    sess = onnx_mrvl.InferenceSession(str(out / "model.onnx"))
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    body = ort.InferenceSession(fuse(legalize(m).model).model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in range(8):
+        f = inc_c2f.feeds(seed, size)
+        a = ref.run(None, f)[0]
+        assert np.array_equal(a, sess.run(None, f)[0]), seed
+        assert np.array_equal(a, body.run(None, f)[0]), seed   # the reference bodies
+
+
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     m = inc_c2f.c2f()
@@ -101,14 +114,7 @@ def test_one_input_function_of_codes_is_an_fp32_value_lookup(tmp_path):
     tensors = {t["id"]: t for t in b.meta["tensors"]}
     cat = next(lay for lay in b.meta["layers"] if lay["layer_name"] == "Concat")
     assert tensors[cat["outputs"][0]]["dtype"] == "float32"
-    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    body = ort.InferenceSession(fuse(legalize(m).model).model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for seed in range(8):
-        f = inc_c2f.feeds(seed, 8)
-        a = ref.run(None, f)[0]
-        assert np.array_equal(a, sess.run(None, f)[0]), seed
-        assert np.array_equal(a, body.run(None, f)[0]), seed   # the reference bodies
+    _identical_codes(m, tmp_path / "out", 8)
 
 
 def test_sppf_pools_se_block_and_constant_first_lookup(tmp_path):
@@ -131,14 +137,7 @@ def test_sppf_pools_se_block_and_constant_first_lookup(tmp_path):
     tensors = {t["id"]: t for t in b.meta["tensors"]}
     pools = [lay for lay in b.meta["layers"] if lay["layer_name"] == "Maxpool2D"]
     assert len(pools) == 2 and all(tensors[lay["outputs"][0]]["dtype"] == "float32" for lay in pools)
-    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    body = ort.InferenceSession(fuse(legalize(m).model).model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for seed in range(8):
-        f = inc_c2f.feeds(seed)
-        a = ref.run(None, f)[0]
-        assert np.array_equal(a, sess.run(None, f)[0]), seed
-        assert np.array_equal(a, body.run(None, f)[0]), seed
+    _identical_codes(m, tmp_path / "out", 12)
 
 
 def test_dfl_softmax_of_concatenated_codes_is_fp32(tmp_path):
@@ -154,14 +153,7 @@ def test_dfl_softmax_of_concatenated_codes_is_fp32(tmp_path):
     b = load(str(tmp_path / "out" / "mrvl_region_0.bin"))
     sm = [lay for lay in b.meta["layers"] if lay["layer_name"] == "Softmax"]
     assert len(sm) == 1 and sm[0]["params"]["precision"] == "fp32"
-    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    body = ort.InferenceSession(fuse(legalize(m).model).model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for seed in range(8):
-        f = inc_c2f.feeds(seed, 6)
-        a = ref.run(None, f)[0]
-        assert np.array_equal(a, sess.run(None, f)[0]), seed
-        assert np.array_equal(a, body.run(None, f)[0]), seed   # the reference bodies
+    _identical_codes(m, tmp_path / "out", 6)
 
 
 def test_one_input_chain_over_several_groups_with_two_readers(tmp_path):
@@ -178,11 +170,4 @@ def test_one_input_chain_over_several_groups_with_two_readers(tmp_path):
     assert "Lookup" in d["a1_add"].reason and d["a1_add"].precision == "fp32"
     assert d["a2_mul"].precision == d["a2_add"].precision == "fp32"
     r.save(str(tmp_path / "out"))
-    sess = onnx_mrvl.InferenceSession(str(tmp_path / "out" / "model.onnx"))
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    body = ort.InferenceSession(fuse(legalize(m).model).model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for seed in range(8):
-        f = inc_c2f.feeds(seed, 10)
-        a = ref.run(None, f)[0]
-        assert np.array_equal(a, sess.run(None, f)[0]), seed
-        assert np.array_equal(a, body.run(None, f)[0]), seed
+    _identical_codes(m, tmp_path / "out", 10)
