@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(int8_float_native.lib() is None,
 S_X = 0.037
 
 
-def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in="int8", dt_out="int8", act="none", kw=None):
+def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in="int8", dt_out="int8", act="none", kw=None, gemm="conv"):
     kw = k if kw is None else kw
     kernel = rng.integers(-127, 128, (o, k, kw, c // groups)).astype(np.int8)
     bias = rng.integers(-5000, 5000, o).astype(np.int32)
@@ -28,7 +28,8 @@ def _layer(rng, c, o, k, stride, pad, dil, groups, dt_in="int8", dt_out="int8", 
                   out_zero_point=zy, out_dtype=dt_out)
     ap = {"min": -1.0, "max": 6.0} if act == "clamp" else None
     bias_scale = (ws * np.float32(S_X)).astype(np.float32)
-    return FloatPathConv2D(kernel, bias, ws, params, stride, pad, dil, groups, act, ap, bias_scale=bias_scale)
+    return FloatPathConv2D(kernel, bias, ws, params, stride, pad, dil, groups, act, ap, bias_scale=bias_scale,
+                           gemm=gemm)
 
 
 def _input(rng, shape, codes_only=False):
@@ -84,6 +85,22 @@ def test_sums_bit_identical(shape):
     sk = max(blocks) if len(blocks) == 1 else mlas_stride_k(want.shape[1] * want.shape[2], kk)
     if kk > sk and kk >= 150:                      # the order matters: another block size, other sums
         assert (layer.sums(x, stride_k=2 * sk) != got).mean() > 0.05
+
+
+@pytest.mark.parametrize("c", [40, 128])
+def test_depthwise_tiles_bit_identical(c):
+    """One channel in and out per group outside MLAS's M1 kernel (a ConvTranspose phase, gemm
+    "conv_transpose") takes the kernel's depthwise tiles (16 channels a vector, the groups side by
+    side); C = 128 also pads the buffer's pixel stride."""
+    rng = np.random.default_rng(c)
+    layer = _layer(rng, c, c, 3, [1, 1], [1, 1, 1, 1], [1, 1], c, gemm="conv_transpose")
+    fn = int8_native.prepare(layer)
+    assert fn is not None and hasattr(fn, "sums"), "the float kernel's depthwise tiles"
+    x = _input(rng, (2, 9, 11, c))
+    np.testing.assert_array_equal(fn.sums(x), layer.sums(x))
+    got, ok = fn(x)
+    assert ok
+    np.testing.assert_array_equal(got, layer.apply(x)[0])
 
 
 @pytest.mark.parametrize("dt_in,dt_out,act", [("int8", "int8", "none"), ("uint8", "uint8", "relu"),

@@ -101,6 +101,9 @@ def test_native_build_says_so(monkeypatch, tmp_path, caplog):
     if cc is None:
         pytest.skip("no C compiler")
     monkeypatch.setenv("ONNX_MRVL_CACHE_DIR", str(tmp_path))
+    src = tmp_path.parent / f"{tmp_path.name}_small.c"      # a small source: the real one is ~50 s of CPU
+    src.write_text("int mrvl_small(void) { return 7; }\n")
+    monkeypatch.setattr(native, "_SRC", str(src))
     with caplog.at_level(logging.INFO, logger="onnx_mrvl.notice"):
         native._build(cc)
         native._build(cc)                                      # cached: no second notice

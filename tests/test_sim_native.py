@@ -85,6 +85,17 @@ def test_native_kernel_builds_and_loads():
     assert native.why_disabled() == ""
 
 
+def test_int8_kernels_build_on_every_native_variant():
+    """The int8 libraries (VNNI-style and float-path) load wherever the fp16 kernels build: an
+    AVX2 + FMA + F16C host runs them on pairs of 256-bit registers (the float-path one needed
+    AVX-512 BW/VL before, and its layers fell back to numpy's emulated FMA chains)."""
+    from onnx_mrvl.sim import int8_float_native, int8_native
+    if not int8_native.ENABLED:
+        pytest.skip("ONNX_MRVL_SIM_INT8_NATIVE=0")
+    assert int8_native.lib() is not None, int8_native.why_disabled()
+    assert int8_float_native.lib() is not None, int8_float_native.why_disabled()
+
+
 def test_round_fp16_bit_identical_on_random_bit_patterns():
     u = RNG.integers(0, 2 ** 32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
     specials = np.array([0.0, -0.0, 65504, 65519.99, 65520, -65520, np.inf, -np.inf, np.nan, 2.0 ** -14,
@@ -267,9 +278,15 @@ def test_no_compiler_falls_back_with_a_reason(monkeypatch, caplog):
 
 
 def test_build_is_cached_and_a_failed_compile_is_reported(monkeypatch, tmp_path):
+    """The kernel build's cache (a small source with the kernels' own flags: the real one costs
+    ~50 s of CPU per build on AVX2, and test_a_changed_local_header_is_rebuilt covers its key)."""
     cc = native._compiler()
     monkeypatch.setenv("ONNX_MRVL_CACHE_DIR", str(tmp_path))
+    src = tmp_path.parent / f"{tmp_path.name}_small.c"
+    src.write_text("int mrvl_small(void) { return 7; }\n")
+    monkeypatch.setattr(native, "_SRC", str(src))
     path = native._build(cc)
+    assert ctypes.CDLL(path).mrvl_small() == 7
     assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path)
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(path)]      # no temporary left
     calls = []

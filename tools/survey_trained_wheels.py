@@ -163,12 +163,7 @@ def export(models: str, out: str, photos_npz) -> int:
 def main(argv=None) -> int:
     ap = base.parser(__doc__)
     ap.add_argument("--photos", help="export: an .npz of HxWx3 uint8 photos (synthetic without it)")
-    a = ap.parse_intermixed_args(argv)
-    if a.command == "export":
-        if len(a.names) != 1:
-            ap.error("export MODELS OUT")
-        return export(a.folder, a.names[0], a.photos)
-    return base.survey(a.folder, a.names, a.quant, a.clean)
+    return base.run(ap, argv, {"export": lambda a: export(a.folder, base.models_out(ap, a), a.photos)})
 
 
 if __name__ == "__main__":

@@ -65,8 +65,11 @@ MI mrvl_i16 mrvl_permutexvar_epi32(mrvl_i16 idx, mrvl_i16 a) {
     mrvl_ipair(_mm256_mask_i32gather_epi32(s_.lo, (const int *)(base), i_.lo, mrvl_m8(m_ & 0xff), scale), \
                _mm256_mask_i32gather_epi32(s_.hi, (const int *)(base), i_.hi, mrvl_m8(m_ >> 8), scale)); })
 
-/* masked byte moves: through a stack copy, touching only the bytes of the mask */
+/* masked byte moves: a full mask as a plain move, else through a stack copy, touching only the
+ * bytes of the mask */
 MI __m128i mrvl_maskz_loadu_epi8_128(__mmask16 m, const void *p) {
+    if (m == 0xffff)
+        return _mm_loadu_si128((const __m128i *)p);
     uint8_t t[16] = {0};
     for (int i = 0; i < 16; i++)
         if (m >> i & 1)
@@ -74,6 +77,10 @@ MI __m128i mrvl_maskz_loadu_epi8_128(__mmask16 m, const void *p) {
     return _mm_loadu_si128((const __m128i *)t);
 }
 MI void mrvl_mask_storeu_epi8_128(void *p, __mmask16 m, __m128i v) {
+    if (m == 0xffff) {
+        _mm_storeu_si128((__m128i *)p, v);
+        return;
+    }
     uint8_t t[16];
     _mm_storeu_si128((__m128i *)t, v);
     for (int i = 0; i < 16; i++)
@@ -81,6 +88,8 @@ MI void mrvl_mask_storeu_epi8_128(void *p, __mmask16 m, __m128i v) {
             ((uint8_t *)p)[i] = t[i];
 }
 MI mrvl_i16 mrvl_maskz_loadu_epi8(__mmask64 m, const void *p) {
+    if (m == ~(__mmask64)0)
+        return mrvl_loadu_si512(p);
     uint8_t t[64] = {0};
     for (int i = 0; i < 64; i++)
         if (m >> i & 1)
@@ -88,6 +97,10 @@ MI mrvl_i16 mrvl_maskz_loadu_epi8(__mmask64 m, const void *p) {
     return mrvl_loadu_si512(t);
 }
 MI void mrvl_mask_storeu_epi8(void *p, __mmask64 m, mrvl_i16 v) {
+    if (m == ~(__mmask64)0) {
+        mrvl_storeu_si512(p, v);
+        return;
+    }
     uint8_t t[64];
     mrvl_storeu_si512(t, v);
     for (int i = 0; i < 64; i++)

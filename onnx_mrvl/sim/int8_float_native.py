@@ -9,7 +9,9 @@ A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA
 one with one output pixel its M1 transposed-B kernel: numpy's ``m1t_chain``.
 
 ``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
-``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU without AVX-512 BW/VL; the build failed: ``why_disabled()``),
+``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU with neither AVX-512 BW/VL nor AVX2 + FMA + F16C, whose
+build runs the same code on pairs of 256-bit registers, the same bits; the build failed:
+``why_disabled()``),
 and then the numpy ``apply`` runs. Like the VNNI kernels it reads and writes int8 codes buffers of
 the static plan (``int8_io``) and runs its parts on the fp16 kernels' worker pool.
 """
@@ -45,8 +47,12 @@ class FDesc(ctypes.Structure):
 
 
 def _load() -> ctypes.CDLL:
-    so = load_library(_SRC, "f8_set_runner", ("avx512bw", "avx512vl"), "AVX-512 BW/VL")
-    so.f8_conv.restype = ctypes.c_int
+    if native.variant() == "avx2":      # the AVX-512 operations on 256-bit pairs (_native_avx2.h)
+        so = load_library(_SRC, "f8_set_runner", ("avx2", "fma", "f16c"), "AVX2 + FMA + F16C")
+    else:
+        so = load_library(_SRC, "f8_set_runner", ("avx512bw", "avx512vl"), "AVX-512 BW/VL")
+    so.f8_conv.restype = so.f8_panel.restype = ctypes.c_int
+    so.f8_panel.argtypes = []
     so.f8_conv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     return so
 
@@ -74,10 +80,10 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
     og, k = o // g, layer.ig * kh * kw
     depthwise = ig == 1 and og == 1
     nch = o if depthwise else og                    # channels side by side in a tile
-    ldw = -(-nch // 64) * 64
+    ldw, pw = -(-nch // 64) * 64, lib().f8_panel()   # panels of pw channels: 64 (AVX-512), 16 (AVX2)
     wg = layer.wd.reshape(k, 1 if depthwise else g, nch).transpose(1, 0, 2)       # [groups][K][nch]
-    w = _padded(np.ascontiguousarray(wg), ldw).reshape(-1, k, ldw // 64, 64).transpose(0, 2, 1, 3)
-    w = _padded(np.ascontiguousarray(w).reshape(-1), w.size)        # [groups][ldw / 64][K][64], aligned
+    w = _padded(np.ascontiguousarray(wg), ldw).reshape(-1, k, ldw // pw, pw).transpose(0, 2, 1, 3)
+    w = _padded(np.ascontiguousarray(w).reshape(-1), w.size)        # [groups][ldw / pw][K][pw], aligned
     bias = _padded(layer.bd.reshape(-1, nch), ldw)
     d = FDesc()
     d.kh, d.kw, (d.sh, d.sw), (d.dh, d.dw) = kh, kw, layer.strides, layer.dilation
