@@ -24,7 +24,7 @@ from .decisions import Decision, Decisions
 from .provenance import get_origin
 
 INT8_OUT = "fp32, int8 out"   # a float layer writing int8 codes (docs/fusion.md, int8 in transformers, rule 2)
-PRECISIONS = {"int8": "int8", "int8_in": "int8 in, fp16 out", "int8_out": INT8_OUT}
+PRECISIONS = {"int8": "int8", "int8_in": "int8 in, fp16 out", "int8_out": INT8_OUT, "fp32": "fp32"}
 WHERE = {"accelerator": "offloaded", "cpu": "CPU"}
 DATA_MOVES = ("layout_transform", "reshape", "squeeze")   # layers that only move data
 ONLY_MOVE = DATA_MOVES + ("transpose", "Reshape", "Squeeze", "Flatten", "nn.batch_flatten", "Slice2D", "Concat",

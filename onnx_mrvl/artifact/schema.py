@@ -63,7 +63,8 @@ def program_version(layers: list) -> int:
     return max([1] + list(program_features(layers).values()))
 WEIGHT_ALIGN = 64                       # every weight blob starts on a 64-byte boundary
 DTYPE_ITEMSIZE = {"float16": 2, "float32": 4, "int8": 1, "int32": 4}   # int8 layers: int8 kernels, int32 biases
-TENSOR_DTYPES = {"float16": 2, "int8": 1, "uint8": 1}   # activations: fp16, or int8 codes of an int8 layer
+TENSOR_DTYPES = {"float16": 2, "int8": 1, "uint8": 1,    # activations: fp16, or int8 codes of an int8 layer,
+                 "float32": 4}                          # or an fp32 chain's values (fuse/qdq_f32chain.py)
 ACT_ITEMSIZE = 2                        # activations inside a region are fp16
 MAX_RANK = 16
 MAX_ELEMENTS = 1 << 60                  # product of the non-zero dims (numpy's int64 limit / 8)
@@ -160,7 +161,7 @@ def _check_tensors(fail: Fail, tensors: list) -> Dict[int, Tuple[int, ...]]:
         if nbytes != expected:
             fail(f"{path}.nbytes: {nbytes} does not match shape {list(shape)} "
                  f"(expected {expected} = product of the shape x {TENSOR_DTYPES[dtype]} bytes of {dtype})")
-        if dtype != "float16":   # int8 codes: the scale and zero point they were quantized with
+        if dtype in ("int8", "uint8"):   # int8 codes: the scale and zero point they were quantized with
             scale = t.get("scale")
             if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
                 fail(f"{path}.scale: an {dtype} tensor needs a positive finite scale, got {_short(scale)}")

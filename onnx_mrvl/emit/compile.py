@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..artifact.io_quant import boundary_fields
-from ..artifact.schema import program_version
+from ..artifact.schema import TENSOR_DTYPES, program_version
 from ..errors import CompileError
 from ..target import ArchProfile
 from . import boundary_quant
@@ -197,7 +197,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
     tensor_dtypes(tensors, layers, inputs, outputs)
     boundary_quant.check(nodes_json, inputs, outputs)
     for t in tensors:
-        t["nbytes"] = int(np.prod(t["shape"], dtype=np.int64)) * (2 if t.get("dtype", "float16") == "float16" else 1)
+        t["nbytes"] = int(np.prod(t["shape"], dtype=np.int64)) * TENSOR_DTYPES[t.get("dtype", "float16")]
     arch = options.arch_dict()
     memory = plan_memory(tensors, layers, inputs, outputs, ctx.weights, arch)
     meta = {"format": "onnx_mrvl.program", "program_version": program_version(layers),
@@ -210,6 +210,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
 
 
 COPIES = ("Reshape", "Flatten", "Squeeze", "layout_transform")   # move values, compute nothing
+FP32_MOVES = COPIES + ("Slice2D", "Concat", "Resize", "Maxpool2D", "GlobalMaxpool2D")   # an fp32 chain's data movement
 
 
 def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], outputs: List[dict]) -> None:
@@ -217,7 +218,9 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
     uint8 codes (``out_dtype``, with ``scale`` / ``zero_point``), so does a copy of such a tensor
     (Reshape/Flatten/Squeeze/layout_transform); a region input whose readers (through such copies)
     are all int8 layers of one input quantization is quantized by the runtime on the host (TVM's
-    ``qscale``) and so are the copies on its way. Every other tensor is fp16."""
+    ``qscale``) and so are the copies on its way. The output of an fp32 layer (``precision`` "fp32", an fp32
+    chain: fuse/qdq_f32chain.py) and data movement of it (Slice2D, Concat, Resize, max pools, copies) is float32.
+    Every other tensor is fp16."""
     def quant(t, q):
         t.update(dtype=q[0], scale=float(q[1]), zero_point=int(q[2]))
 
@@ -267,6 +270,11 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
         p, out = layer["params"], tensors[layer["outputs"][0]]
         if p.get("precision") in ("int8", "int8_out"):   # int8_out: a float layer writing int8 codes
             quant(out, (p["out_dtype"], p["out_scale"], p["out_zero_point"]))
+        elif p.get("precision") == "fp32":   # an fp32 chain's arithmetic (fuse/qdq_f32chain.py)
+            out["dtype"] = "float32"
+        elif layer["layer_name"] in FP32_MOVES and p.get("precision") is None and \
+                any(tensors[t].get("dtype") == "float32" for t in layer["inputs"]):
+            out["dtype"] = "float32"   # moves fp32 values (and exactly dequantized codes beside them)
         elif layer["layer_name"] in COPIES and tensors[layer["inputs"][0]].get("dtype", "float16") != "float16":
             src = tensors[layer["inputs"][0]]
             quant(out, (src["dtype"], src["scale"], src["zero_point"]))
@@ -274,7 +282,7 @@ def tensor_dtypes(tensors: List[dict], layers: List[dict], inputs: List[dict], o
     for key, items in (("inputs", inputs), ("outputs", outputs)):
         for b in items:
             t = tensors[b["tensor"]]
-            if t.get("dtype", "float16") != "float16":
+            if t.get("dtype", "float16") in ("int8", "uint8"):
                 b["quantize" if key == "inputs" else "dequantize"] = boundary_fields(t, key)
 
 

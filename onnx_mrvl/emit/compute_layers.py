@@ -186,7 +186,7 @@ def eltwise(a, ctx, lname, in_shapes, params, weights):
         if out != shapes[0]:
             a.fail(f"constant operand of shape {list(c.shape)} would grow the input {shapes[0]} to {out}")
         # an int8 Sum2D adds the constant in fp32 (a dequantized bias, docs/simulator.md)
-        int8_out = a.has("precision") and a.str("precision").lower() == "int8_out"   # fp32 math to int8 codes
+        int8_out = a.has("precision") and a.str("precision").lower() in ("int8_out", "fp32")   # fp32 math
         weights["operand"] = ctx.weight(a, f"{lname}.operand", c, "ND", fp16=not (is_int8(a) or int8_out))
     else:
         try:

@@ -206,6 +206,19 @@ def int8_out(a: NodeAttrs, layer_name: str, params: dict) -> None:
     params["precision"] = "int8_out"
 
 
+FP32 = ("Mul2D", "Sum2D", "Lookup", "Softmax")   # layers of an fp32 chain (fuse/qdq_f32chain.py)
+
+
+def fp32_layer(a: NodeAttrs, layer_name: str, params: dict) -> None:
+    """A float Mul2D / Sum2D computed in fp32, or a Lookup of int8 codes (``in_*``) giving fp32
+    values (precision "fp32"): its output is a float32 tensor."""
+    if layer_name not in FP32:
+        a.fail(f"{layer_name} has no fp32 mode (fp32: {', '.join(FP32)})")
+    if layer_name == "Lookup":
+        side_qparams(a, "in", "an fp32 Lookup", params)
+    params["precision"] = "fp32"
+
+
 def _concat_inputs(a: NodeAttrs, n: int, params: dict) -> None:
     """An int8 Concat's per-input quantization (in_scales, in_zero_points: one per input)."""
     if "const_positions" in params:
@@ -222,19 +235,23 @@ def _concat_inputs(a: NodeAttrs, n: int, params: dict) -> None:
 
 def lookup(a: NodeAttrs, ctx, lname: str, in_shape, params: dict, weights: dict):
     """An int8 Lookup (docs/json-format.md "int8 layers"): its int32 table [channels, 256] of output
-    codes, one row per channel of the last axis (or one row); returns the output shape."""
+    codes, one row per channel of the last axis (or one row); or (precision "fp32", an fp32 chain's
+    one-input function of int8 codes) its float32 table of output values; returns the output shape."""
     from .json_attrs import decode_const
-    if not is_int8(a):
-        a.fail("a Lookup layer must be int8 (precision int8)")
+    values = a.has("precision") and a.str("precision").lower() == "fp32"
+    if not (is_int8(a) or values):
+        a.fail("a Lookup layer must be int8 (precision int8) or an fp32 value table (precision fp32)")
     if not a.has("table_const_name"):
         a.fail("a Lookup layer needs its table (table_const_name)")
-    table = decode_const(ctx.consts, a.str("table_const_name"), a, integer="int32")
+    table = decode_const(ctx.consts, a.str("table_const_name"), a, integer=None if values else "int32")
     c = a.int("channels", 1)
     if table.size != c * 256 or c < 1 or (c > 1 and in_shape[-1] != c):
         a.fail(f"Lookup table of {table.size} entries for {c} channels of an input {in_shape} "
                f"(256 per channel of the last axis, or one row)")
     lo, hi = QRANGE[a.str("out_dtype", "int8")] if a.str("out_dtype", "int8") in QRANGE else (-128, 127)
-    if table.min(initial=lo) < lo or table.max(initial=hi) > hi:
+    if values and not np.isfinite(table).all():
+        a.fail("a Lookup's fp32 value table holds NaN / inf")
+    if not values and (table.min(initial=lo) < lo or table.max(initial=hi) > hi):
         a.fail(f"Lookup table codes outside the output type's range [{lo}, {hi}]")
     params["channels"] = c
     weights["table"] = ctx.weight(a, f"{lname}.table", table.reshape(c, 256), "CT", fp16=False)

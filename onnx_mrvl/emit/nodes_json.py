@@ -312,6 +312,11 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                 attrs.update(post_ops=[a["post_ops"]], post_values=_s([float(v) for v in a["post_values"]]))
                 if a.get("post_sizes"):   # an op with one value per output channel (fuse/qdq_channel_out.py)
                     attrs.update(post_sizes=_s([int(v) for v in a["post_sizes"]]))
+    elif a.get("precision") == "fp32":   # an fp32 chain's Mul2D / Sum2D / value Lookup (qdq_f32chain.py)
+        attrs["precision"] = ["fp32"]
+        if "in_type" in a:   # a Lookup reads int8 codes
+            attrs.update(in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
+                         in_dtype=[a["in_type"]])
     elif a.get("precision") == "int8_out":   # a float layer writing int8 codes (an absorbed Q -> DQ pair)
         attrs.update(precision=["int8_out"], out_scale=_s(float(a["out_scale"])),
                      out_zero_point=_s(int(a["out_zero_point"])), out_dtype=[a["out_type"]])

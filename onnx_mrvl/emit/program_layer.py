@@ -13,7 +13,7 @@ from . import transformer_layers
 from . import recurrent
 from .compute_layers import conv, eltwise, fc, pool
 from .data_layers import concat, gather_elements, layout_change, reshape, slice2d
-from .int8_layer import conv_passes, int8_other, int8_out, is_int8, lookup
+from .int8_layer import conv_passes, fp32_layer, int8_other, int8_out, is_int8, lookup
 from .json_attrs import NodeAttrs
 from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads them here
 from .matmul_layer import batch_matmul
@@ -114,6 +114,8 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         int8_other(a, ctx, lname, layer_name, in_shapes, params, weights)
     elif a.has("precision") and a.str("precision").lower() == "int8_out":
         int8_out(a, layer_name, params)
+    elif a.has("precision") and a.str("precision").lower() == "fp32":
+        fp32_layer(a, layer_name, params)
     elif a.has("precision") and a.str("precision").lower() == "int8_in" and \
             layer_name not in ("Conv2D", "FC", *recurrent.CELLS):
         a.fail(f"{layer_name} has no int8-in mode (int8_in: Conv2D, FC, LSTM, GRU, RNN)")

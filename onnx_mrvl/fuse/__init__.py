@@ -24,7 +24,7 @@ from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
 from . import batch_matmul, gather_elements, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
-    neg, smooth_acts, take
+    neg, qdq_f32chain, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
 from .standalone import ACTIVATION_OPS, build_smooth_standalone, build_standalone_activation
 from .transformer import ANCHORS as _TRANSFORMER_ANCHORS
@@ -255,7 +255,9 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         groups.append(built)
         claimed.update(x.name for x in built.nodes)
         producer_of[built.output] = built
-    return qdq_transformer.merge_output_pairs(g, groups, decisions)   # float layers writing int8 codes
+    groups = qdq_transformer.merge_output_pairs(g, groups, decisions)   # float layers writing int8 codes
+    groups = qdq_f32chain.mark_fp32_chains(g, groups)   # float chains between int8 values and quantizers: fp32
+    return groups
 
 
 def _aliases(g: GraphIndex, order, groups: List[Group], exclude: set) -> set:

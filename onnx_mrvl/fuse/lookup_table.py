@@ -49,6 +49,12 @@ def lookup_table(g: GraphIndex, members, t: str, dq_in, q_out, qin, channels: in
     return np.ascontiguousarray(table, np.int32)
 
 
+def value_table(g: GraphIndex, nodes, t: str, dq_in):
+    """[1, 256] float32: the output of ``nodes`` (float element-wise ops of ``t`` = DQ(codes) and
+    scalar constants, as onnxruntime runs them in the model: in float) for every input code, or a reason."""
+    return _run(g, dq_in, nodes, None, qparams(g, dq_in), 1, len(g.shape(t) or [1]), [True] * len(nodes))
+
+
 def _chain(g: GraphIndex, members, dq_in) -> Optional[List[Tuple]]:
     """[(DQ, ops, Q)] when the group is a chain of steps each reading only the previous step's DQ."""
     steps, dq, cur = [], dq_in, []
@@ -103,7 +109,7 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
             d = const_dq(g, i) if i else None
             if d is not None and d not in const_dqs:
                 const_dqs.append(d)
-    for node in const_dqs + [dq] + list(nodes) + [q]:
+    for node in const_dqs + [dq] + list(nodes) + ([q] if q is not None else []):
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         if node is dq:
@@ -114,9 +120,10 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
         copies.append(copy)
     opset = g.opset
     elem = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
+    out = helper.make_tensor_value_info(nodes[-1].output[0], onnx.TensorProto.FLOAT, None) if q is None else \
+        helper.make_tensor_value_info(q.output[0], elem[qparams(g, q)[2]], None)   # q None: fp32 values
     graph = helper.make_graph(copies, "lookup_table", [helper.make_tensor_value_info("codes", elem[in_q[2]], list(x.shape))],
-                              [helper.make_tensor_value_info(q.output[0], elem[qparams(g, q)[2]], None)],
-                              list(inits.values()))
+                              [out], list(inits.values()))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 13))])
     model.ir_version = 8
     so = ort.SessionOptions()
@@ -128,7 +135,7 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
             None, {"codes": x})[0]
     except Exception as exc:   # noqa: BLE001 - onnxruntime refuses the group: it stays on the CPU
         return f"onnxruntime cannot run the element-wise group ({type(exc).__name__}: {str(exc)[:120]})"
-    y = np.asarray(y).astype(np.int32)
+    y = np.asarray(y).astype(np.int32 if q is not None else np.float32)
     if rank == 1:
         return y.reshape(1, CODES)
     return np.ascontiguousarray(np.moveaxis(y.reshape(dims), (a, b), (0, 1)).reshape(channels, CODES))

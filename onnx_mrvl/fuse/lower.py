@@ -130,7 +130,8 @@ class GroupLowering:
         if table.shape[0] > 1:
             perm = norm_perm([i for i in range(rank) if i != axis % rank] + [axis % rank])
         x = self.get(grp.inputs[0], perm, for_mrvl=True, origin=grp.origin)
-        t = self.init(f"{grp.anchor.name}_table", table, dtype=np.int32)
+        t = self.init(f"{grp.anchor.name}_table", table,   # fp32: an fp32 chain's value table
+                      dtype=np.float32 if attrs.get("precision") == "fp32" else np.int32)
         self._emit(grp, "Lookup", [x, t], dict(attrs, channels=int(table.shape[0])), perm)
 
     def _concat(self, grp: Group) -> None:

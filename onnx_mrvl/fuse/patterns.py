@@ -50,7 +50,7 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
     NaN/inf would poison every output; values beyond the fp16 range would silently become inf. The
     constant operand of an int8 element-wise layer (``precision`` int8 / int8_out) is stored and added
     in fp32 (emit's ``eltwise``): it needs to be finite only (a QDQ attention mask of float32's lowest)."""
-    fp32 = grp.attrs.get("precision") in ("int8", "int8_out")
+    fp32 = grp.attrs.get("precision") in ("int8", "int8_out", "fp32")
     for key, w in grp.weights.items():
         w = np.asarray(w)
         if w.size == 0 or w.dtype.kind in "iu":   # an int8 layer's int8 kernel, int32 bias, table: stored as they are

@@ -80,15 +80,16 @@ def _eligible(g: GraphIndex, u: onnx.NodeProto, inside: set, shape, taken: set, 
 def build_lookup(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset(), order_index=None
                  ) -> Union[Group, str, None]:
     """The int8 Lookup group anchored at ``n``, a reason, or None (``n`` does not read a DQ)."""
-    dq_in = activation_dq(g, n.input[0]) if n.input else None
+    # the data input: the first, or a later one after a constant (PP-LCNet's ``Mul(scale, DQ(x))``)
+    t = next((i for i in n.input if i and constant_value(g, i) is None), None) if n.input else None
+    dq_in = activation_dq(g, t) if t else None
     if n.op_type not in ANCHORS or dq_in is None:
         return None
     qin = _qparams(g, dq_in)
     if isinstance(qin, str):
         return qin
-    t = n.input[0]
     shape = g.shape(t)
-    for i in n.input[1:]:
+    for i in n.input:
         value = constant_value(g, i) if i and i != t else None
         if value is not None and _per_channel_ok(value, shape) is None:
             return (f"its constant {list(np.shape(value))} is no scalar nor a vector along one axis of {shape} "

@@ -180,8 +180,9 @@ def int8_out_quant(spec, side: str = "out"):
 
 def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qlinear=None):
     """A float Sum2D / Mul2D (its constant operand fp32, fp32 math, its activation in fp32) whose
-    result is quantized to ``out_q`` (no fp16 rounding in between). ``qlinear``: (requant, in2_q) of
-    a Mul2D that onnxruntime runs as its QLinearMul (``qlinear_mul_codes``)."""
+    result is quantized to ``out_q`` (no fp16 rounding in between; ``out_q`` None: the fp32 result
+    itself, an fp32 chain's layer). ``qlinear``: (requant, in2_q) of a Mul2D that onnxruntime runs
+    as its QLinearMul (``qlinear_mul_codes``)."""
     from .activations import make_activation
     ufunc = {"add": np.add, "mul": np.multiply}[op]
     const = None if operand is None else np.asarray(operand, F32)
@@ -204,7 +205,7 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
             if act is not None:
                 y = act(y)
             ok = bool(np.isfinite(y).all())
-        return fake_quant(y, *out_q), ok
+        return (y if out_q is None else fake_quant(y, *out_q)), ok
     return run
 
 

@@ -183,6 +183,8 @@ def _binary(op: str):
                 raise spec.error("no int8 Mul2D (int8: Sum2D)")
             return int8.build_add(spec, n_inputs)
         operand = spec.weight("operand", required=(n_inputs == 1))
+        if spec.params.get("precision") == "fp32":   # an fp32 chain's layer: fp32 values out (qdq_f32chain.py)
+            return int8_out_binary(op, operand, spec.activation(), None)
         out_q = int8_out_quant(spec)
         if out_q is not None:   # a float Mul2D writing int8 codes (int8_transformer.py)
             requant = spec.params.get("requant")   # a Mul2D onnxruntime runs as QLinearMul (in2_*: its constant's codes)

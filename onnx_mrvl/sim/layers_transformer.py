@@ -95,6 +95,16 @@ def build_softmax(spec, n_inputs: int):
             raise spec.error("an int8 Softmax with log = 1 (int8 LogSoftmax is not supported)")
         from .int8_transformer import build_int8_softmax
         return build_int8_softmax(spec, axis)
+    if spec.params.get("precision") == "fp32":   # an fp32 chain's: MLAS's fp32 Softmax, no fp16 rounding
+        if log or spec.param("nan_fill", None) is not None:
+            raise spec.error("an fp32 Softmax takes no log / nan_fill")
+        from .mlas_softmax import softmax_last_axis
+
+        def run_fp32(x):
+            _check_axis(spec, x, axis)
+            y = softmax_last_axis(np.moveaxis(np.asarray(x, np.float32), axis, -1))
+            return np.ascontiguousarray(np.moveaxis(y, -1, axis)), bool(np.isfinite(y).all())
+        return run_fp32
 
     fill = spec.param("nan_fill", None)
     if fill is not None:   # a NaN result (a row whose every score is -inf) written as the fill
