@@ -52,6 +52,7 @@ def test_chain_is_fp32_in_one_region(converted):
     b = load(str(out / "mrvl_region_0.bin"))
     fp32 = [lay for lay in b.meta["layers"] if lay["params"].get("precision") == "fp32"]
     assert sorted(lay["layer_name"] for lay in fp32) == ["Mul2D", "Mul2D", "Sum2D"]
+    assert b.meta["program_version"] == 6   # a version-5 reader refuses it (schema.program_features)
     tensors = {t["id"]: t for t in b.meta["tensors"]}
     moves = [lay for lay in b.meta["layers"] if lay["layer_name"] in ("Slice2D", "Concat")]
     assert len(moves) == 3

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 from .io_quant import IO_QUANT_SINCE, check_io_quant
 
 PROGRAM_FORMAT = "onnx_mrvl.program"
-PROGRAM_VERSION = 5                     # newest program_version this reader understands
+PROGRAM_VERSION = 6                     # newest program_version this reader understands
 
 
 def program_features(layers: list) -> Dict[str, int]:
@@ -27,7 +27,8 @@ def program_features(layers: list) -> Dict[str, int]:
     broadcast operand (``broadcast``) and an int8 Softmax's additive ``mask`` weight, 4; a layer norm's
     eight interior quantization points (``inner_scales`` of 8: also after the mean, the difference, the
     square and the square root) and an int8-in layer's sums clamped as onnxruntime's U8S8 kernel does
-    (``int8_sums`` ``"u8s8"``), 5.
+    (``int8_sums`` ``"u8s8"``), 5; an fp32 chain's layer (``precision`` ``"fp32"``: Mul2D / Sum2D /
+    Softmax in fp32, a Lookup of float32 values, float32 tensors; fuse/qdq_f32chain.py), 6.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -53,6 +54,8 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["inner_scales"] = 5
             if params.get("int8_sums") == "u8s8":   # ("exact" is what an older reader computes anyway)
                 found["int8_sums"] = 5
+            if params.get("precision") == "fp32":
+                found["precision"] = 6
         if isinstance(weights, dict) and "mask" in weights and layer.get("layer_name") == "Softmax":
             found["mask"] = 4
     return found
