@@ -15,7 +15,10 @@ and two threads.
 * a depthwise output row of 4-8 pixels whole in registers (``dw_row3``);
 * an in-place 1x1 conv of at most 8 output channels in 256-bit tiles of 24 pixels (``range8``);
 * a 3-channel stride-2 stem of more than 32 output channels tiled along rows block by block;
-* in-place 1x1 tiles whose epilogue runs inside the next tile's FMA loop (``direct_pipe``)."""
+* in-place 1x1 tiles whose epilogue runs inside the next tile's FMA loop (``direct_pipe``);
+* AVX2 hosts: tiles of at most 24 columns (8-column, 24-row pairs) in 12-ymm blocks, depthwise 3x3
+  stride-1 blocks in 8-lane halves; every host: the depthwise blocks' short epilogue (bias, then
+  none / relu / clamp)."""
 import numpy as np
 import pytest
 
@@ -26,7 +29,8 @@ from test_sim_native import _buildable, f16
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
-ALL = 2047
+AVX2_TILES = 2048
+ALL = 4095
 
 
 def _both(path, build):
@@ -334,3 +338,32 @@ def test_all_is_every_path_bit_of_the_source():
     src = open(native._SRC).read()
     bits = [int(v) for v in re.findall(r"^#define PATH_\w+\s+(\d+)", src, re.M)]
     assert bits and sum(bits) == ALL and len(set(bits)) == len(bits)
+
+
+@pytest.mark.parametrize("shape, o, k, stride, groups", [
+    ((2, 9, 21, 40), 40, 3, 1, 40),      # depthwise 3x3: blocks of 8, a channel tail of 8 lanes
+    ((2, 8, 9, 20), 20, 3, 1, 20),       # blocks of 4 (interior 7 wide), a tail of 4 lanes
+    ((2, 11, 23, 24), 24, 3, 2, 24),     # stride 2: tap by tap
+    ((1, 7, 7, 48), 48, 3, 1, 48),       # whole rows (dw_row3)
+    ((2, 9, 11, 40), 16, 1, 1, 1),       # 1x1 of 16 columns: pairs of tiles (micro_one)
+    ((2, 9, 11, 40), 24, 1, 1, 1),       # 17-24 columns
+    ((2, 9, 11, 40), 8, 1, 1, 1),        # at most 8 columns (range8)
+    ((1, 5, 5, 33), 40, 1, 1, 1)])       # a last block of 8 columns (micro_lda's <= 16)
+@pytest.mark.parametrize("act", ["none", "relu", "clamp"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_avx2_tiles_and_short_depthwise_epilogue(monkeypatch, shape, o, k, stride, groups, act, threads):
+    """Bias-only convs (the short epilogue) with fp16 overflows in interior pixels (the borders'
+    per-pixel code would set the layer's one flag anyway): the same bits and finiteness flags with
+    and without AVX2_TILES (and with a fused residual where the conv takes one)."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [o, k, stride, len(act)])
+    x = f16(rng.standard_normal(shape) * 3)
+    x[0, shape[1] // 2, shape[2] // 2] = 65000.0     # overflows in interior (block) pixels only
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((o, k, k, shape[3] // groups)) * 2)
+    conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=((k - 1) // 2,) * 4, groups=groups,
+                activation=act, activation_params={"min": -1.0, "max": 6.0} if act == "clamp" else None)
+    y, ok = K.Conv2D(w, **conv).apply(x)
+    assert ok == (act == "clamp") and np.isinf(y).any() != ok     # fp16 overflows, except under the clamp
+    _conv_and_sum_same(AVX2_TILES, w, conv, x, rng, [jit.act_args(a, None, None, o) for a in ("relu", "none")])

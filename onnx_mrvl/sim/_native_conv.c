@@ -55,12 +55,14 @@
 #define PATH_PIPE 256       /* conv: in-place 1x1 tiles, each one's epilogue run inside the next's FMAs (direct_pipe) */
 #define PATH_HALF 512       /* conv: a tile of 17-24 columns sums its second vector's 8 lanes in 256-bit FMAs */
 #define PATH_MAX_CHAIN 1024 /* max pool: a vmaxps chain, NaN lanes detected apart (the NaN-propagating chain redone) */
-#ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's and fma_rows24's 12 x 32 tiles spill; fma_rows does not */
+#define PATH_AVX2_TILES 2048 /* AVX2: narrow GEMM tiles in 12-ymm blocks (fma_cols8), depthwise 3x3 stride-1 blocks in
+                              * 8-lane halves (dw_block_row3h); both: depthwise blocks' short epilogue (dw_store) */
+#ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_MAX_CHAIN;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
 #endif
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
@@ -237,6 +239,51 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
                     acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
         }
 }
+
+/* The narrow tiles' FMAs on 16 ymm registers: acc[r * as + v] += B[p][8 v ..] * A[r, p] for the
+ * first nv (1-3) 8-lane vectors of each of mr rows (accumulators as vectors apart), 12 / nv rows at a
+ * time through all kc k-values (12 accumulators; the 512-bit tiles of 24 rows x 1 vector, 12 x 1
+ * and 12 x 1.5 kept 24-48 halves in memory). Each output gets the same FMAs in the same k order:
+ * the same sums. a: row r's k-values at a + r lda; b: [kc][NR]. */
+static inline __attribute__((always_inline)) void
+fma_cols8(const int mr, const int nv, const int as, const int prefetch, int kc, const float *a, long lda,
+          const float *b, const float *pf, __m256 *acc) {
+    const int rb = 12 / nv;
+    for (int p = 0; prefetch && p < kc; p++) {
+        _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
+        _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
+    }
+    for (int r0 = 0; r0 < mr; r0 += rb) {
+        __m256 c[12];
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++)
+#pragma GCC unroll 3
+            for (int v = 0; v < nv; v++)
+                if (r0 + r < mr)
+                    c[r * nv + v] = acc[(r0 + r) * as + v];
+        const float *ar = a + r0 * lda;
+        for (int p = 0; p < kc; p++) {
+            __m256 bv[3];
+#pragma GCC unroll 3
+            for (int v = 0; v < nv; v++)
+                bv[v] = _mm256_loadu_ps(b + (long)p * NR + 8 * v);
+#pragma GCC unroll 12
+            for (int r = 0; r < rb; r++)
+                if (r0 + r < mr) {
+                    const __m256 s = _mm256_broadcast_ss(ar + r * lda + p);
+#pragma GCC unroll 3
+                    for (int v = 0; v < nv; v++)
+                        c[r * nv + v] = _mm256_fmadd_ps(bv[v], s, c[r * nv + v]);
+                }
+        }
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++)
+#pragma GCC unroll 3
+            for (int v = 0; v < nv; v++)
+                if (r0 + r < mr)
+                    acc[(r0 + r) * as + v] = c[r * nv + v];
+    }
+}
 #else
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
@@ -260,6 +307,15 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
  * at the store) in 256-bit FMAs, which this Zen 4 runs two per cycle against one 512-bit FMA: 18
  * FMA cycles per k of a 12-row tile instead of 24 (MobileNetV2's 24-channel projections). Lanes 0-7
  * get the same FMAs in the same order: the same sums. */
+#ifdef MRVL_AVX2
+/* on AVX2: lanes 0-23 of each row (three ymm, the row's fourth half left as it is: zero), 4 rows
+ * at a time (fma_cols8) */
+static inline __attribute__((always_inline)) void
+fma_rows24(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
+           __m512 acc[][2]) {
+    fma_cols8(mr, 3, 4, prefetch, kc, a, lda, b, pf, (__m256 *)acc);
+}
+#else
 static inline __attribute__((always_inline)) void
 fma_rows24(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
            __m512 acc[][2]) {
@@ -284,6 +340,7 @@ fma_rows24(const int mr, const int prefetch, int kc, const float *a, long lda, c
     for (int r = 0; r < mr; r++)
         acc[r][1] = _mm512_zextps256_ps512(h[r]);
 }
+#endif
 
 /* The epilogue of a tile whose conv has a bias, no scale or shift, and no activation, relu or
  * clamp, and whose fused Sum2D (if any) has none of bias, scale, shift and the same activations
@@ -412,6 +469,11 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
     else if (m1)             /* a block's later tiles: their weights are in the caches already */
         fma_rows(mr, 0, kc, a, lda, b, NULL, acc);
     else {                 /* at most 16 columns (O = 16, the tail block of O = 144): half the FMAs */
+#ifdef MRVL_AVX2
+        if (new_paths & PATH_AVX2_TILES)
+            fma_cols8(mr, 2, 4, 0, kc, a, lda, b, NULL, (__m256 *)acc);      /* lanes 0-15 of each row */
+        else
+#endif
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 13
@@ -710,6 +772,14 @@ micro_one_lda(const int mr, const int win, int nky, long rs, int kc, const float
      * (kernel rows of kc contiguous floats: a stem's 3 channels), the same k order as packed */
     for (int ky = 0; ky < (win ? nky : 1); ky++, a += rs, b += (long)kc * NR) {
         const float *a1 = a + MR * lda;
+#ifdef MRVL_AVX2          /* the two groups of rows one after the other, 6 rows at a time */
+        if (new_paths & PATH_AVX2_TILES) {
+            fma_cols8(mr < MR ? mr : MR, 2, 2, 0, kc, a, lda, b, NULL, (__m256 *)acc);
+            if (mr > MR)
+                fma_cols8(mr - MR, 2, 2, 0, kc, a1, lda, b, NULL, (__m256 *)(acc + MR));
+            continue;
+        }
+#endif
         for (int p = 0; p < kc; p++) {
             const __m512 b0 = _mm512_loadu_ps(b + (long)p * NR);
 #pragma GCC unroll 12
@@ -1166,6 +1236,11 @@ tile8(const int NP, const int simple, const long LDA, const float *a, long lda, 
 #pragma GCC unroll 24
     for (int r = 0; r < NP; r++)
         a8[r] = _mm256_setzero_ps();
+#ifdef MRVL_AVX2
+    if (new_paths & PATH_AVX2_TILES)
+        fma_cols8(NP, 1, 1, 0, (int)K, a, ld, b, NULL, a8);
+    else
+#endif
     for (long p = 0; p < K; p++) {
         const __m256 wv = _mm256_loadu_ps(b + p * NR);
 #pragma GCC unroll 24
@@ -2127,6 +2202,37 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, lo
 
 #define DWB 8   /* interior output pixels per register block */
 
+/* The finished values of NB pixels' sums acc (16 channels from cb, lanes m) stored at ob (pixel
+ * stride c); the lanes that were not finite. A simple_epilogue (bias, then none / relu / clamp) as
+ * micro_lda's short form, v + bias then min(hi, max(lo, v)) (act_bounds: bit for bit finish_v's),
+ * without finish_v's tests and switch per vector. */
+static inline __attribute__((always_inline)) __mmask16
+dw_store(const int full, const int NB, const dw_job *j, const __m512 *acc, __mmask16 m, float *ob, long cb) {
+    const long c = j->c;
+    __mmask16 bad = 0;
+    const int simple = (new_paths & PATH_AVX2_TILES) && simple_epilogue(&j->e, NULL, NULL);
+    epv_t E = {0};
+    __m512 bv = _mm512_setzero_ps(), lo = bv, hi = bv;
+    if (simple) {
+        bv = _mm512_loadu_ps(j->e.bias + cb);
+        act_bounds(&j->e, &lo, &hi);
+    } else {
+        epv_load(&E, &j->e, cb);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++) {
+        __mmask16 bb = 0;
+        const __m512 y = simple ? rne16(_mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[t], bv))))
+                                : finish_v(acc[t], &E, &bb);
+        bad = _kor_mask16(bad, simple ? nonfinite(y) : bb);
+        if (full)
+            _mm512_storeu_ps(ob + t * c, y);
+        else
+            _mm512_mask_storeu_ps(ob + t * c, m, y);
+    }
+    return bad & m;
+}
+
 /* NB (8 or 4) interior output pixels x 16 channels [cb, cb + 16) (lanes m) of one output row: xb
  * the first pixel's first in-range tap, wt its weights, nky kernel rows in range; the finished
  * values go to ob (pixel stride c). Returns the lanes that were not finite. Compiled for whole
@@ -2139,6 +2245,108 @@ static void dw_pixel_all(const dw_job *j, long n, long y0, long x0, float *o, lo
  * measured no faster (loads are not what bounds the /2 layers) and was not kept. The epilogue's vectors are
  * loaded after the sums: held through them they took 6 of the 32 registers, and the tap loop
  * spilled its input vectors. */
+#ifdef MRVL_AVX2
+/* finish_v on lanes 0-7 of half h of the block's epilogue (Eh: both halves of each vector set to
+ * half h, epv_half): finish_v itself on (v, v), whose two halves are the same operations on the same
+ * values (GCC computes them once); the result's and *bad's lanes 0-7 */
+static inline __attribute__((always_inline)) void epv_half(epv_t *Eh, const epv_t *E, int h) {
+    *Eh = *E;
+#define EPV_HALF(f) Eh->f = mrvl_pair(h ? E->f.hi : E->f.lo, h ? E->f.hi : E->f.lo)
+    EPV_HALF(bias); EPV_HALF(scale); EPV_HALF(shift); EPV_HALF(slope);
+#undef EPV_HALF
+}
+static inline __attribute__((always_inline)) __m256 finish_half(__m256 v, const epv_t *Eh, __mmask16 *bad) {
+    __mmask16 b = 0;
+    const __m512 y = finish_v(mrvl_pair(v, v), Eh, &b);
+    *bad |= b & 0xff;
+    return y.lo;
+}
+
+/* dw_block's row3 form on 16 ymm registers: the 16 channels as two 8-lane halves, one after the
+ * other (the 16-lane block held 8 accumulators and 10 input vectors in 36 halves: spilled), each
+ * with NB accumulators and three weights. A kernel row's NB + 2 input vectors are loaded once each,
+ * in order, each FMAed into the (up to) three pixels whose tap it is (pixel t: x[t] * w0 first, then
+ * x[t + 1] * w1, then x[t + 2] * w2, as dw_block), so every pixel sums the same products in the same
+ * order: the same bits. Lanes 8-15 are skipped when m leaves none. MobileNetV2's 3x3 at 56x56x144,
+ * one thread: -10 to -13% (benchmarks/bench_native_ab.py). The tap-by-tap form (stride 2) and
+ * dw_row3 (rows of 4-8 pixels) measured 20-30% slower in halves (8 FMA chains against 16, whose
+ * spills cost less) and stay 16 lanes wide. */
+static inline __attribute__((always_inline)) void
+dw_row3_taps8(const int full, const int NB, const int first, const dw_job *j, const float *xb, const float *wt,
+              unsigned mh, __m256 acc[]) {
+    const long c = j->c;
+    const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + j->cp), w2 = _mm256_loadu_ps(wt + 2 * j->cp);
+#pragma GCC unroll 10
+    for (int t = 0; t < NB + 2; t++) {
+        const __m256 xv = full ? _mm256_loadu_ps(xb + t * c) : mrvl_maskz_loadu8(mh, xb + t * c);
+        if (t < NB)              /* the row's first tap: a product on the first kernel row */
+            acc[t] = first ? mrvl_mul8(xv, w0) : _mm256_fmadd_ps(xv, w0, acc[t]);
+        if (t >= 1 && t - 1 < NB)
+            acc[t - 1] = _mm256_fmadd_ps(xv, w1, acc[t - 1]);
+        if (t >= 2)
+            acc[t - 2] = _mm256_fmadd_ps(xv, w2, acc[t - 2]);
+    }
+}
+
+/* simple (simple_epilogue: bias, then none / relu / clamp): the epilogue as micro_lda's short form,
+ * v + bias, min(hi, max(lo, v)) (bit for bit finish_v's, act_bounds), the fp16 rounding, and the
+ * lanes' largest |bits| kept for one finiteness test per half (finish_v's switch and mask per vector
+ * took ~45% of the layer: 0.405 against 0.222 ms without any epilogue, 56x56x144, one thread) */
+static inline __attribute__((always_inline)) __mmask16
+dw_block_row3h(const int full, const int simple, const int NB, const dw_job *j, const float *xb, const float *wt,
+               long nky, __mmask16 m, float *ob, long cb) {
+    const long c = j->c, rowstep = j->dh * j->wd * c;
+    epv_t E = {0};
+    __m512 lo = _mm512_setzero_ps(), hi = lo;
+    if (simple)
+        act_bounds(&j->e, &lo, &hi);
+    else
+        epv_load(&E, &j->e, cb);
+    __mmask16 bad = 0;
+    for (int h = 0; h < 2; h++) {
+        const unsigned mh = (m >> (8 * h)) & 0xFF;
+        if (!mh)
+            break;
+        __m256 acc[DWB];
+        const float *x = xb + 8 * h, *w = wt + 8 * h;
+        dw_row3_taps8(full, NB, 1, j, x, w, mh, acc);
+        for (long ky = 1; ky < nky; ky++)
+            dw_row3_taps8(full, NB, 0, j, x + ky * rowstep, w + ky * 3 * j->cp, mh, acc);
+        __mmask16 bh = 0;
+        if (simple) {
+            const __m256 b8 = _mm256_loadu_ps(j->e.bias + cb + 8 * h);
+            const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+            __m256i big = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int t = 0; t < NB; t++) {
+                const __m256 y = _mm256_cvtph_ps(_mm256_cvtps_ph(
+                    _mm256_min_ps(hi.lo, _mm256_max_ps(lo.lo, mrvl_add8(acc[t], b8))),
+                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                big = _mm256_max_epu32(big, _mm256_and_si256(_mm256_castps_si256(y), abs));
+                if (full)
+                    _mm256_storeu_ps(ob + t * c + 8 * h, y);
+                else
+                    mrvl_mask_storeu8(ob + t * c + 8 * h, mh, y);
+            }
+            bh = (__mmask16)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(big, _mm256_set1_epi32(0x7f7fffff))));
+        } else {
+            epv_t Eh;
+            epv_half(&Eh, &E, h);
+#pragma GCC unroll 8
+            for (int t = 0; t < NB; t++) {
+                const __m256 y = finish_half(acc[t], &Eh, &bh);
+                if (full)
+                    _mm256_storeu_ps(ob + t * c + 8 * h, y);
+                else
+                    mrvl_mask_storeu8(ob + t * c + 8 * h, mh, y);
+            }
+        }
+        bad |= (bh & mh) << (8 * h);
+    }
+    return bad;
+}
+#endif
+
 static inline __attribute__((always_inline)) __mmask16
 dw_block(const int full, const int row3, const int NB, const dw_job *j, const float *xb, const float *wt, long nky,
          __mmask16 m, float *ob, long cb) {
@@ -2191,26 +2399,22 @@ dw_block(const int full, const int row3, const int NB, const dw_job *j, const fl
             }
         }
     }
-    epv_t E;
-    epv_load(&E, &j->e, cb);
-    __mmask16 bad = 0;
-#pragma GCC unroll 8
-    for (int t = 0; t < NB; t++) {
-        __mmask16 bb = 0;
-        const __m512 y = finish_v(acc[t], &E, &bb);
-        bad |= bb & m;
-        if (full)
-            _mm512_storeu_ps(ob + t * c, y);
-        else
-            _mm512_mask_storeu_ps(ob + t * c, m, y);
-    }
-    return bad;
+    return dw_store(full, NB, j, acc, m, ob, cb);
 }
 
 /* dw_block for a runtime row3 and whole / masked channel block, at NB pixels */
 static inline __attribute__((always_inline)) __mmask16
 dw_block_nb(const int NB, int row3, const dw_job *j, const float *xb, const float *wt, long nky, __mmask16 m,
             float *ob, long cb) {
+#ifdef MRVL_AVX2
+    if (row3 && (new_paths & PATH_AVX2_TILES)) {
+        if (simple_epilogue(&j->e, NULL, NULL))
+            return m == 0xFFFF ? dw_block_row3h(1, 1, NB, j, xb, wt, nky, m, ob, cb)
+                               : dw_block_row3h(0, 1, NB, j, xb, wt, nky, m, ob, cb);
+        return m == 0xFFFF ? dw_block_row3h(1, 0, NB, j, xb, wt, nky, m, ob, cb)
+                           : dw_block_row3h(0, 0, NB, j, xb, wt, nky, m, ob, cb);
+    }
+#endif
     if (m == 0xFFFF && row3)
         return dw_block(1, 1, NB, j, xb, wt, nky, m, ob, cb);
     if (m == 0xFFFF)
@@ -2260,20 +2464,7 @@ dw_row3(const int NB, const int full, const dw_job *j, const float *xr, const fl
             acc[NB - 1] = _mm512_fmadd_ps(DWR_LD(xr + (NB - 1) * ps + c), w2, acc[NB - 1]);
     }
 #undef DWR_LD
-    epv_t E;
-    epv_load(&E, &j->e, cb);
-    __mmask16 bad = 0;
-#pragma GCC unroll 8
-    for (int t = 0; t < NB; t++) {
-        __mmask16 bb = 0;
-        const __m512 y = finish_v(acc[t], &E, &bb);
-        bad |= bb & m;
-        if (full)
-            _mm512_storeu_ps(ob + t * c, y);
-        else
-            _mm512_mask_storeu_ps(ob + t * c, m, y);
-    }
-    return bad;
+    return dw_store(full, NB, j, acc, m, ob, cb);
 }
 
 #define DW_ROW3_NB(NB) \
