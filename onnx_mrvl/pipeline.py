@@ -89,7 +89,7 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
     op types) kept fp16, "mixed" keeping fp16 where int8 falls under ``snr_budget_db``; the QDQ model
     is then converted (docs/quantize.md). ``quantize_options``: the recipe's options (``equalize``,
     ``activation_symmetric``, ``moving_average``, ``percentile``, ``elementwise``,
-    ``output_layers_fp16``; docs/quantize.md).
+    ``output_layers_fp16``, ``bias_correction``, ``recurrent``, ``weight_bits``; docs/quantize.md).
     ``report.quantization`` records what was done.
     """
     if strict is not None:

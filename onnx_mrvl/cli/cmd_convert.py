@@ -53,7 +53,7 @@ def register(sub) -> None:
     q.add_argument("--quantize-option", action="append", default=[], metavar="KEY=VALUE", dest="quantize_options",
                    help="a recipe option (repeatable): equalize=true (cross-layer equalization), "
                         "activation_symmetric=true, moving_average=true, percentile=99.99, elementwise=false, "
-                        "output_layers_fp16=true; a dynamic-int8 model with --calibration: layer_outputs=int8, "
+                        "output_layers_fp16=true, bias_correction=true, weight_bits=7 (S8S8 reduce_range; default 8: U8U8); a dynamic-int8 model with --calibration: layer_outputs=int8, "
                         "recurrent=int8 (DynamicQuantizeLSTM as an int8 recurrent layer) "
                         "(docs/quantize.md)")
     q.add_argument("--snr-budget", type=float, default=30.0, metavar="DB",

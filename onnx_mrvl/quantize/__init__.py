@@ -141,7 +141,10 @@ def quantize_model(model: onnx.ModelProto, *, quantize: str = "int8", calibratio
     int8 = sum(1 for r in layers if r["precision"] == "int8")
     info = {"mode": quantize, "method": calibration_method, "samples": len(samples),
             "calibration": {"source": source, "samples": len(samples)},
-            "activation_type": f"int8 ({'symmetric' if recipe.activation_symmetric else 'asymmetric'}, per tensor)", "weight_type": "int8 (symmetric, per channel)",
+            "activation_type": f"{'uint8' if recipe.weight_bits == 8 else 'int8'} "
+                               f"({'symmetric' if recipe.activation_symmetric else 'asymmetric'}, per tensor)",
+            "weight_type": ("uint8 codes, zero point 128 (8-bit symmetric, per channel)" if recipe.weight_bits == 8
+                            else "int8 (7-bit symmetric: reduce_range, per channel)"),
             "library": "onnxruntime.quantization (quant_pre_process + quantize_static, QDQ)",
             "fp16_layers": list(fp16_layers or ()), "rounds": rounds,
             "options": recipe.as_dict(), "equalized_pairs": equalized,

@@ -43,7 +43,7 @@ def _consts(model: onnx.ModelProto) -> Dict[str, onnx.TensorProto]:
 
 
 def _layers(pre: onnx.ModelProto, qdq: onnx.ModelProto) -> List[_Layer]:
-    """The int8 Conv / Gemm of ``qdq`` (activation DQ -> layer <- int8 weight DQ, per output channel)
+    """The int8 Conv / Gemm of ``qdq`` (activation DQ -> layer <- 8-bit weight DQ, per output channel)
     that ``pre`` has under the same name; a layer without a bias gets an int32 zero bias (DQ with
     scale ``s_in * s_w``, as onnxruntime writes it)."""
     inits = _consts(qdq)
@@ -70,7 +70,7 @@ def _layers(pre: onnx.ModelProto, qdq: onnx.ModelProto) -> List[_Layer]:
         w = numpy_helper.to_array(inits[dq_w.input[0]])
         s_w = numpy_helper.to_array(inits[dq_w.input[1]]).astype(np.float32).reshape(-1)
         s_x = numpy_helper.to_array(inits[dq_x.input[1]]).astype(np.float32).reshape(-1)
-        if w.dtype != np.int8 or s_x.size != 1:
+        if w.dtype not in (np.int8, np.uint8) or s_x.size != 1:   # uint8: weight_bits=8 (zero point 128)
             continue
         transb = any(a.name == "transB" and a.i for a in n.attribute)
         channels = w.shape[0] if n.op_type == "Conv" or transb else w.shape[1]

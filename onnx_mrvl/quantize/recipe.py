@@ -23,6 +23,11 @@ Options (defaults chosen by measurement on the zoo architectures, docs/quantize.
 - ``recurrent`` (bool, default False): also quantize LSTM / GRU / RNN (int8 W / R, calibrated X and
   Y scales: int8 recurrent layers, ``fuse/qdq_recurrent.py``); False leaves them fp16 layers
   (measured closer to fp32, docs/quantize.md).
+- ``weight_bits`` (7 or 8, default 8): 8 writes full-range weight codes in onnxruntime's U8U8 form
+  (uint8 weights symmetric around 128 -- int8 codes ``q - 128`` to the import -- and uint8
+  activations), which MLAS sums exactly on every x86 CPU; 7 writes S8S8 with ``reduce_range``
+  (|q_w| <= 64: its U8S8 kernels' int16 pairs cannot clamp without VNNI), one bit of weight
+  precision less (docs/quantize.md step 4).
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ class Recipe:
     output_layers_fp16: bool = False
     bias_correction: bool = False
     recurrent: bool = False
+    weight_bits: int = 8
 
     def as_dict(self) -> Dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -86,6 +92,11 @@ def make_recipe(options: Optional[Mapping] = None) -> Recipe:
                 raise UsageError(f"quantize_options: percentile={v!r} is not a number in (90, 100]",
                                  hint="e.g. percentile=99.99")
             out[key] = p
+        elif key == "weight_bits":
+            if str(v).strip() not in ("7", "8") or isinstance(v, bool):
+                raise UsageError(f"quantize_options: weight_bits={v!r} is not 7 or 8",
+                                 hint="weight_bits=8 (full range, U8U8) or weight_bits=7 (S8S8, reduce_range)")
+            out[key] = int(str(v).strip())
         elif key == "recurrent" and isinstance(v, str) and v.strip().lower() in ("int8", "fp16"):
             out[key] = v.strip().lower() == "int8"   # the dynamic models' spelling of the same option
         else:

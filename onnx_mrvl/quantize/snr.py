@@ -70,7 +70,7 @@ def activation_qparams(qdq: onnx.ModelProto) -> Dict[str, tuple]:
 
 
 def weight_snr(float_model: onnx.ModelProto, qdq: onnx.ModelProto) -> Dict[str, float]:
-    """{node name: SNR of its dequantized int8 weight (input 1)} for the quantized Conv/Gemm/MatMul of ``qdq``."""
+    """{node name: SNR of its dequantized 8-bit weight (input 1)} for the quantized Conv/Gemm/MatMul of ``qdq``."""
     f_inits = {t.name: t for t in float_model.graph.initializer}
     q_inits = {t.name: t for t in qdq.graph.initializer}
     f_nodes = {n.name: n for n in float_model.graph.node}
@@ -84,12 +84,14 @@ def weight_snr(float_model: onnx.ModelProto, qdq: onnx.ModelProto) -> Dict[str, 
             continue
         q = numpy_helper.to_array(q_inits[dq.input[0]]).astype(np.float32)
         s = numpy_helper.to_array(q_inits[dq.input[1]]).astype(np.float32)
-        if s.size > 1:
-            axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % q.ndim
-            s = s.reshape([-1 if i == axis else 1 for i in range(q.ndim)])
+        z = (numpy_helper.to_array(q_inits[dq.input[2]]).astype(np.float32)
+             if len(dq.input) > 2 and dq.input[2] in q_inits else np.zeros(1, np.float32))   # uint8 weights: 128
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % q.ndim
+        s, z = ([v.reshape([-1 if i == axis else 1 for i in range(q.ndim)]) if v.size > 1 else v.reshape(())
+                 for v in (s, z)])
         w = numpy_helper.to_array(f_inits[fn.input[1]]).astype(np.float32)
         e = Energy()
-        e.add("w", w, q * s)
+        e.add("w", w, (q - z) * s)
         out[n.name] = e.db()["w"]
     return out
 

@@ -1,5 +1,5 @@
 """The int8 quantize step: onnxruntime's ``quant_pre_process`` and ``quantize_static`` (QDQ format,
-per-channel symmetric int8 weights, int8 activations) on a float model, with the calibration feeds
+per-channel symmetric 8-bit weights, 8-bit activations: ``recipe.weight_bits``) on a float model, with the calibration feeds
 of ``calibration.py``. The result is a QDQ model of the kind ``fuse/qdq.py`` imports.
 
 Before quantizing, ``prepare`` puts the model in the form the quantizer and our import both
@@ -142,11 +142,15 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
     onnx.save(flat if vector_biases(flat) else model, src)   # 2-D biases fail its per-channel check
     extra = {"WeightSymmetric": True, "ActivationSymmetric": recipe.activation_symmetric,
              "CalibMovingAverage": recipe.moving_average, "CalibPercentile": recipe.percentile}
+    # weight_bits=8: full-range weights as uint8 (zero point 128) with uint8 activations, onnxruntime's
+    # U8U8 kernels (exact int32 sums on any x86); 7: S8S8 with 7-bit weights (its U8S8 kernels without
+    # VNNI add pairs of products into a saturating int16: |q_w| <= 64 keeps them in range)
+    qtype = q.QuantType.QUInt8 if recipe.weight_bits == 8 else q.QuantType.QInt8
     # its calibrators print progress: our stdout may be JSON
     with contextlib.redirect_stdout(sys.stderr), _failure("quantize_static"), entropy_bins(method):
         q.quantize_static(src, dst, _reader(samples), quant_format=q.QuantFormat.QDQ,
-                          op_types_to_quantize=int8_op_types(recipe), per_channel=True, reduce_range=True,
-                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                          op_types_to_quantize=int8_op_types(recipe), per_channel=True, reduce_range=recipe.weight_bits == 7,
+                          activation_type=qtype, weight_type=qtype,
                           nodes_to_exclude=sorted(set(exclude) | not_lookups(model, recipe)
                                                  | float_read_concats(model, recipe) | float_fed_lookups(model, recipe)
                                                  | signed_permutations(model) | rms_norms(model)
