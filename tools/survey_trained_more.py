@@ -286,10 +286,16 @@ def export(models: str, out: str, photos_npz) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = base.parser(__doc__)
+def photos_main(doc: str, export_fn, argv=None) -> int:
+    """A wheel survey tool's command line: ``export MODELS OUT [--photos NPZ]`` runs
+    ``export_fn(MODELS, OUT, NPZ)``; ``survey`` as survey_torch_exports'."""
+    ap = base.parser(doc)
     ap.add_argument("--photos", help="export: an .npz of HxWx3 uint8 photos (synthetic without it)")
-    return base.run(ap, argv, {"export": lambda a: export(a.folder, base.models_out(ap, a), a.photos)})
+    return base.run(ap, argv, {"export": lambda a: export_fn(a.folder, base.models_out(ap, a), a.photos)})
+
+
+def main(argv=None) -> int:
+    return photos_main(__doc__, export, argv)
 
 
 if __name__ == "__main__":

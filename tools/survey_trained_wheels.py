@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import survey_torch_exports as base  # noqa: E402
-from survey_trained_more import _photos, _pick  # noqa: E402
+from survey_trained_more import _photos, _pick, photos_main  # noqa: E402
 
 from onnx_mrvl.testing.images import resize_bilinear  # noqa: E402
 
@@ -161,9 +161,7 @@ def export(models: str, out: str, photos_npz) -> int:
 
 
 def main(argv=None) -> int:
-    ap = base.parser(__doc__)
-    ap.add_argument("--photos", help="export: an .npz of HxWx3 uint8 photos (synthetic without it)")
-    return base.run(ap, argv, {"export": lambda a: export(a.folder, base.models_out(ap, a), a.photos)})
+    return photos_main(__doc__, export, argv)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,8 @@ def _table(g: GraphIndex, grp: Group, producer: Dict[str, Group], index, memo):
 def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     """Sets ``precision`` "fp32" on the arithmetic layers of every chain and makes its one-input
     element-wise groups fp32 Lookups (module docstring); returns the groups."""
+    if not any(grp.attrs.get("precision") in EXACT_OUT for grp in groups):
+        return groups   # no int8 codes to start a chain from (a float model): nothing to look at
     owner: Dict[str, Group] = {x.name: grp for grp in groups for x in grp.nodes}
     producer = {t: grp for grp in groups for t in _outputs(grp)}
     chain = {id(grp): grp for grp in groups if _candidate(grp)}

@@ -311,7 +311,7 @@ class Conv2D:
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         c, o = x.shape[3], self.out_channels
         out = np.empty((n, oh, ow, o), dtype=F32)
-        nw = _GEMM_PARTS                # the same blocks on any worker count: the same bits
+        nw = _GEMM_PARTS                # blocks by the shape, not the worker count: the same bits
         rows, kk = n * oh * ow, kh * kw * self.cin_g
         if (self.groups == 1 and rows < _COLUMN_SPLIT_ROWS and o >= 128
                 and rows * kk * o >= 4 * _PARALLEL_MACS):
@@ -351,18 +351,18 @@ class Conv2D:
             return self.epilogue(blk)
         return out, all(run_all(one, blocks))
 
-    def _gemm_column_split(self, x: np.ndarray, out: np.ndarray, nw: int) -> Tuple[np.ndarray, bool]:
-        """Few output pixels, many channels: one im2col, then each of ``nw`` parts multiplies it by
+    def _gemm_column_split(self, x: np.ndarray, out: np.ndarray, parts_n: int) -> Tuple[np.ndarray, bool]:
+        """Few output pixels, many channels: one im2col, then each of ``parts_n`` parts multiplies it by
         its own contiguous slice of the weight columns; the epilogue runs once on the assembled rows."""
         n, oh, ow, o = out.shape
         kh, kw, (sh, sw), (dh, dw) = self.kh, self.kw, self.strides, self.dilation
         win = _windows(_pad_nhwc(x, self.padding), oh, ow, kh, kw, sh, sw, dh, dw)
         cols = np.ascontiguousarray(win).reshape(n * oh * ow, kh * kw * self.cin_g)
-        parts = self._w_columns.get(nw)
+        parts = self._w_columns.get(parts_n)
         if parts is None:                   # benign race: every thread computes the same slices
-            bounds = np.linspace(0, o, nw + 1).astype(int)
-            parts = self._w_columns[nw] = [(int(a), int(b), np.ascontiguousarray(self.w_mats[0][:, a:b]))
-                                           for a, b in zip(bounds[:-1], bounds[1:])]
+            bounds = np.linspace(0, o, parts_n + 1).astype(int)
+            parts = self._w_columns[parts_n] = [(int(a), int(b), np.ascontiguousarray(self.w_mats[0][:, a:b]))
+                                                for a, b in zip(bounds[:-1], bounds[1:])]
         o2 = out.reshape(-1, o)
 
         def one(part) -> None:
