@@ -123,8 +123,8 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     producer = {t: grp for grp in groups for t in _outputs(grp)}
     chain = {id(grp): grp for grp in groups if _candidate(grp)}
     index, memo, tables = {n.name: k for k, n in enumerate(g.nodes)}, {}, {}
-    for grp in groups:
-        if id(grp) not in chain:
+    for grp in groups:   # a one-input function of codes is a table, also with an exact activation
+        if id(grp) not in chain or grp.attrs.get("activation", "none") not in ("none", "relu"):
             table = _table(g, grp, producer, index, memo)
             if table is not None:
                 tables[id(grp)] = table
