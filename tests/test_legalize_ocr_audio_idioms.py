@@ -99,16 +99,29 @@ def test_sub_of_two_tensors_becomes_add_of_negation(tmp_path):
 
 
 def test_sub_rule_keeps_normalization_and_qdq_forms():
-    """x - mean(x) (a LayerNorm the later rules read) and DQ(a) - DQ(b) (fuse's int8 Sum2D) keep their Sub."""
+    """x - mean(x) (a LayerNorm the later rules read; also with a Q -> DQ pair on the mean) and a
+    quantized DQ(a) - DQ(b) (fuse's int8 Sum2D with subtract) keep their Sub; DQ(a) - DQ(b) read by
+    no QuantizeLinear (no int8 Sum2D takes it; it stayed on the CPU) becomes a + (-b)."""
     n = Net(6)
     d = n.op("Sub", ["x", n.op("ReduceMean", ["x"], axes=[-1], keepdims=1)], "centre")
     sc, zp = n.const(np.float32(0.05)), n.const(np.int8(0))
+    mean = n.op("DequantizeLinear", [n.op("QuantizeLinear", [n.op("ReduceMean", ["x"], axes=[-1], keepdims=1), sc, zp]),
+                                     sc, zp])
+    dq = n.op("Sub", ["x", mean], "qcentre")
     qa = n.op("QuantizeLinear", ["a", sc, zp])
     qb = n.op("QuantizeLinear", ["b", sc, zp])
-    s = n.op("Sub", [n.op("DequantizeLinear", [qa, sc, zp]), n.op("DequantizeLinear", [qb, sc, zp])], "qsub")
-    m = n.model([("x", [1, 4, 16]), ("a", [1, 4, 8, 8]), ("b", [1, 4, 8, 8])], [d, s])
+    da, db = n.op("DequantizeLinear", [qa, sc, zp]), n.op("DequantizeLinear", [qb, sc, zp])
+    s = n.op("DequantizeLinear", [n.op("QuantizeLinear", [n.op("Sub", [da, db], "qsub"), sc, zp]), sc, zp])
+    f = n.op("Sub", [db, da], "fsub")
+    m = n.model([("x", [1, 4, 16]), ("a", [1, 4, 8, 8]), ("b", [1, 4, 8, 8])], [d, dq, s, f])
     out = legalize(m).model
-    assert {"centre", "qsub"} <= {x.name for x in out.graph.node if x.op_type == "Sub"}
+    subs = {x.name for x in out.graph.node if x.op_type == "Sub"}
+    assert {"centre", "qcentre", "qsub"} <= subs and "fsub" not in subs
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 4, 16)).astype(np.float32),
+             "a": np.random.default_rng(1).uniform(-3, 3, (1, 4, 8, 8)).astype(np.float32),
+             "b": np.random.default_rng(2).uniform(-3, 3, (1, 4, 8, 8)).astype(np.float32)}
+    for want, got in zip(run_ort(m, feeds), run_ort(out, feeds)):
+        assert np.array_equal(want, got)   # a + (-b) is a - b bit for bit
 
 
 @pytest.mark.parametrize("form", ["neg", "mul", "plain_div"])

@@ -7,10 +7,11 @@ float element-wise and data-movement ops between DequantizeLinears and the next 
 onnxruntime computes them in fp32 on the dequantized values and quantizes the result; as fp16 layers
 the quantizer read fp16-rounded products and sums and codes at a near-tie flipped.
 
-Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or Relu) or ``Softmax`` (YOLOv8's DFL: the box
-head's bins of concatenated dequantized convs, a Softmax, then the DFL conv's Q) and the data-movement
-layers around it (Slice2D, Concat, nearest Resize, reshapes; MaxPool / GlobalMaxPool, which select
-values; Transposes fuse folds into the layout are looked through) form a chain when every data input
+Rule: a float ``Mul2D`` / ``Sum2D`` (no activation, or one exact in fp32: Relu, Clip, LeakyRelu)
+or ``Softmax`` (YOLOv8's DFL: the box head's bins of concatenated dequantized convs, a Softmax, then
+the DFL conv's Q) and the data-movement layers around it (Slice2D, Concat, nearest Resize,
+reshapes; MaxPool / GlobalMaxPool, which select values; Transposes fuse folds into the layout are
+looked through) form a chain when every data input
 of a chain layer is an int8 layer's output (its codes, dequantized exactly in fp32) or another chain
 layer's, and every reader of a chain layer's output is another chain layer, a QuantizeLinear an
 accelerator layer absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat) or an
@@ -41,6 +42,9 @@ PRECISION = "fp32"
 ARITH = ("Mul2D", "Sum2D", "Softmax")
 MOVES = ("Slice2D", "Concat", "Resize", "Reshape", "Flatten", "Squeeze",   # copy values
          "MaxPool2D", "GlobalMaxPool2D")                                     # select one of them
+# activations whose fp32 result is onnxruntime's bit for bit (a select, a clamp, one fp32 product):
+# the simulator's fp32 chain applies them to the fp32 sum / product (int8_out_binary)
+EXACT_ACTS = ("none", "relu", "clamp", "leaky_relu")
 EXACT_OUT = ("int8", "int8_out")   # layers whose output holds int8 codes (dequantized exactly in fp32)
 NOTE = ("fp32 layer (float op between int8 values and quantizers: computed in fp32 as onnxruntime does, "
         "its result quantized by the reader)")
@@ -57,7 +61,7 @@ def _candidate(grp: Group) -> bool:
         return False   # int8 / int8-in / int8_out layers; a Concat or Resize with fp16 constants
     if grp.op == "Softmax":   # onnxruntime's fp32 Softmax (MLAS), not a LogSoftmax / a NaN fill
         return not a.get("log") and "nan_fill" not in a
-    if a.get("activation", "none") not in ("none", "relu"):   # Relu: exact in fp32
+    if a.get("activation", "none") not in EXACT_ACTS:
         return False
     return grp.op in ARITH or grp.op in MOVES and (grp.op != "Resize" or a.get("mode", "nearest") == "nearest")
 
@@ -119,8 +123,8 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
     producer = {t: grp for grp in groups for t in _outputs(grp)}
     chain = {id(grp): grp for grp in groups if _candidate(grp)}
     index, memo, tables = {n.name: k for k, n in enumerate(g.nodes)}, {}, {}
-    for grp in groups:
-        if id(grp) not in chain:
+    for grp in groups:   # a one-input function of codes is a table, also with an exact activation
+        if id(grp) not in chain or grp.attrs.get("activation", "none") not in ("none", "relu"):
             table = _table(g, grp, producer, index, memo)
             if table is not None:
                 tables[id(grp)] = table

@@ -231,3 +231,28 @@ def hswish_se(seed: int = 0, channels: int = 8, size: int = 10) -> onnx.ModelPro
     out = _conv(parts, rng, _qdq(parts, "y", "yq", s_y), "c2", c, c, 3, s_y, 6.0 / 255)
     nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
     return _model(parts, "inc_hswish_se", [1, 3, size, size], "out", [1, c, size, size])
+
+
+
+def branch_concat(seed: int = 0, op: str = "Sub", act: str = "", channels: int = 8, size: int = 10) -> onnx.ModelProto:
+    """Two branches combined in INC's QDQ placement (the element-wise ops between quantizers float):
+    ``op`` (Sub: DBNet's ``P - T``, complex convs' ``conv_r - conv_i``; Add) of two dequantized convs,
+    an optional activation ``act`` ("LeakyRelu", alpha 0.1), and the Concat float, only the Concat's
+    output quantized:
+
+        Concat(act(DQ(ca) op DQ(cb)), DQ(ca)) -> Q/DQ -> co (3x3) -> Q/DQ (output)
+    """
+    rng = np.random.default_rng(seed)
+    parts = QdqParts()
+    s_in = 1.0 / 255
+    inp = _qdq(parts, "x", "in", s_in, 0)
+    a = _conv(parts, rng, inp, "ca", 3, channels, 3, s_in, 6.0 / 255)
+    b = _conv(parts, rng, inp, "cb", 3, channels, 3, s_in, 5.0 / 255)
+    parts.nodes.append(helper.make_node(op, [a, b], ["d"], name=op.lower()))
+    if act:
+        parts.nodes.append(helper.make_node(act, ["d"], ["da"], alpha=0.1, name="act"))
+    parts.nodes.append(helper.make_node("Concat", ["da" if act else "d", a], ["cat"], axis=1, name="concat"))
+    out = _conv(parts, rng, _qdq(parts, "cat", "catq", 7.0 / 255), "co", 2 * channels, channels, 3, 7.0 / 255,
+                6.0 / 255)
+    parts.nodes.append(helper.make_node("Identity", [out], ["out"], name="out_identity"))
+    return _model(parts, "inc_branch_concat", [1, 3, size, size], "out", [1, channels, size, size])
