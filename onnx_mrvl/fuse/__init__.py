@@ -22,7 +22,7 @@ from ..provenance import get_origin
 from ..stage import StageResult, as_model
 from ..target import Target, get_target
 from .materialize import LAYOUT_FREE_CPU_OPS, materialize
-from . import batch_matmul, gather_elements, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, \
+from . import batch_matmul, gather_elements, host_power_log, host_preprocess, masks, qconst, qdq, qdq_concat, qdq_fallback, qdq_float_max, qdq_pool, \
     qdq_int8_in, qdq_layernorm, qdq_lookup, qdq_masked_softmax, qdq_norm_affine, qdq_recurrent, qdq_sub, qdq_transformer, recurrent, rmsnorm, slices_nd, \
     neg, qdq_f32chain, smooth_acts, take
 from .patterns import ANCHORS as _PATTERN_ANCHORS, Group, Pattern, activation_through_concat, weights_reason
@@ -131,7 +131,7 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict, host=froze
     found, reasons, claimed, not_int8 = {}, {}, set(host), {}   # host: the host's preprocessing
     index = {x.name: k for k, x in enumerate(order)}
     for n in order:
-        if n.op_type not in qdq.ANCHORS + qdq.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
+        if n.op_type not in qdq.ANCHORS + qdq_pool.POOL_ANCHORS + qdq_lookup.ANCHORS + ("Concat",) + \
                 tuple(INT8_TRANSFORMER_ANCHORS) + qdq_recurrent.ANCHORS or _excluded(n, exclude) or n.name in claimed:
             continue
         built = None
@@ -139,8 +139,8 @@ def _int8_groups(g: GraphIndex, order, target: Target, exclude: dict, host=froze
             built = qdq_norm_affine.build(g, n, target, claimed)
             if isinstance(built, str):
                 not_int8[n.name], built = built, None
-        if built is None and n.op_type in qdq.ANCHORS + qdq.POOL_ANCHORS:
-            built = (qdq.build if n.op_type in qdq.ANCHORS else qdq.build_pool)(g, n, target, claimed)
+        if built is None and n.op_type in qdq.ANCHORS + qdq_pool.POOL_ANCHORS:
+            built = (qdq.build if n.op_type in qdq.ANCHORS else qdq_pool.build_pool)(g, n, target, claimed)
         if built is None and n.op_type == "Add":   # c + DQ(a): the constant first (qdq_sub.py)
             built = qdq_sub.build_add_const_first(g, n, target, claimed)
         if built is None and n.op_type in qdq_float_max.ANCHORS:   # float x -> MaxPool -> Q -> DQ

@@ -109,11 +109,11 @@ class GroupLowering:
 
     def _broadcast_kept(self, tensors, perm: Perm) -> bool:
         """Whether an int8 Sum2D's operands stored in ``perm`` still have the broadcast fuse checked
-        in their logical order (``qdq.broadcast_operand``: the second along the first's leading axes,
+        in their logical order (``qdq_pool.broadcast_operand``: the second along the first's leading axes,
         the innermost axis shared). NHWC moves the channel axis innermost: a mean over the channels
         of ``[N, C, 1, W]`` (a written-out LayerNorm's ``x - mean``) broadcasts along C, fine in NCHW,
         but its NHWC operand ``[N, 1, W, 1]`` would broadcast along the innermost axis."""
-        from .qdq import broadcast_operand
+        from .qdq_pool import broadcast_operand
         a, b = (list(self.logical_shape(t)) for t in tensors)
         if a == b or perm is None:
             return True

@@ -3,7 +3,7 @@
 (``DQ(a) - DQ(b)``, ``DQ(a) - c``, ``c - DQ(a)``: YOLOv8's box decode) is the Sum2D of ``a + b``
 with ``subtract`` (1: A - B, 2: B - A, B the second input or the constant), computed in float:
 onnxruntime has no QLinearSub and runs ``DQ -> Sub -> Q`` in fp32, which is the layer's
-``fp32(va - vb)`` and its rounding. Each builds a copy of the node as that Add (qdq.build_add) and
+``fp32(va - vb)`` and its rounding. Each builds a copy of the node as that Add (qdq_pool.build_add) and
 puts the original node back in the group."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ..graph_index import GraphIndex
 from ..target import Target
 from .groups import Group
 from .qconst import constant_value
-from .qdq import activation_input, build_add
+from .qdq import activation_input
+from .qdq_pool import build_add
 
 
 def _as_add(g: GraphIndex, n: onnx.NodeProto, swap: bool, target: Target, claimed) -> Union[Group, str, None]:

@@ -11,7 +11,8 @@ MOVES = ("Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "S
 
 
 def layer_ops() -> Set[str]:
-    from ..fuse.qdq import ANCHORS, POOL_ANCHORS
+    from ..fuse.qdq import ANCHORS
+    from ..fuse.qdq_pool import POOL_ANCHORS
     return set(ANCHORS) | set(POOL_ANCHORS)
 
 

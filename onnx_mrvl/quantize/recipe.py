@@ -126,7 +126,8 @@ def op_types(recipe: Recipe) -> List[str]:
     """The op types the quantizer may quantize: the int8 layers ``fuse/qdq.py`` imports (Conv, Gemm,
     MatMul, pools, Resize, Add) with the Relu/Clip it folds, and with ``elementwise`` Concat
     (``fuse/qdq_concat.py``) and the table lookups (``fuse/qdq_lookup.py``)."""
-    from ..fuse.qdq import ANCHORS, POOL_ANCHORS
+    from ..fuse.qdq import ANCHORS
+    from ..fuse.qdq_pool import POOL_ANCHORS
     from ..fuse.qdq_lookup import ANCHORS as LOOKUP
     out = set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip"}
     if recipe.elementwise:
@@ -145,7 +146,8 @@ def float_read_concats(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
     counts as read by an int8 layer."""
     if not recipe.elementwise:
         return set()
-    from ..fuse.qdq import ANCHORS, POOL_ANCHORS
+    from ..fuse.qdq import ANCHORS
+    from ..fuse.qdq_pool import POOL_ANCHORS
     from ..fuse.qdq_lookup import ANCHORS as LOOKUP
     int8 = set(ANCHORS) | set(POOL_ANCHORS) | ((set(UNARY_LOOKUPS) | set(BINARY_LOOKUPS)) & set(LOOKUP))
     skip = not_lookups(model, recipe)
@@ -175,7 +177,8 @@ def float_fed_lookups(model: onnx.ModelProto, recipe: Recipe) -> Set[str]:
     34.6 dB). A lookup on the output of an int8 layer (conv -> SiLU) or of the model input is kept."""
     if not recipe.elementwise:
         return set()
-    from ..fuse.qdq import ANCHORS, POOL_ANCHORS
+    from ..fuse.qdq import ANCHORS
+    from ..fuse.qdq_pool import POOL_ANCHORS
     from ..fuse.qdq_lookup import ANCHORS as LOOKUP
     lookups = (set(UNARY_LOOKUPS) | set(BINARY_LOOKUPS)) & set(LOOKUP)
     int8 = set(ANCHORS) | set(POOL_ANCHORS) | {"Relu", "Clip", "Concat"}
