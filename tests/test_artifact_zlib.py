@@ -135,7 +135,7 @@ def test_decompression_bomb_is_stopped_early(parts, declared):
     section = ZHEAD.pack(declared) + zlib.compress(bomb, 9)
     data = assemble(b"", wght, zmet_section=section)
     tracemalloc.start()
-    t = time.perf_counter()
+    t = time.process_time()   # CPU time, not the machine's load
     try:
         with pytest.raises(ArtifactError, match="more than the .* bytes it declares"):
             load(data)
@@ -143,7 +143,7 @@ def test_decompression_bomb_is_stopped_early(parts, declared):
     finally:
         tracemalloc.stop()
     assert peak < declared + (3 << 20), peak                 # the declared size + chunks
-    assert time.perf_counter() - t < 5
+    assert time.process_time() - t < 5
 
 
 def test_old_reader_refuses_1_1_with_upgrade(program):

@@ -139,9 +139,9 @@ def test_diff_html_colours_both_graphs():
 
 def test_big_graph_renders_every_node_quickly():
     m = chain_model(400)  # 2000 nodes
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     html = render_graph_html(m)
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert html.count('<g class="node') == 2000
     (svg,) = svgs(html)
     assert len(node_groups(svg)) == 2000

@@ -161,9 +161,9 @@ def test_region_finding_is_near_linear():
         g = build(n)
         best = float("inf")
         for _ in range(3):                     # best of three: the machine is shared
-            t = time.perf_counter()
+            t = time.process_time()
             groups = _regions(g)
-            best = min(best, time.perf_counter() - t)
+            best = min(best, time.process_time() - t)
         times[n] = best
         assert len(groups) > n // 14
     assert times[8000] < 8 * times[2000] + 0.05, times       # 4x the nodes: well under 16x the time
