@@ -7,6 +7,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ..array_minmax import over_bytes
 from .fp16_cast import MIN_SIZE, Float16Cast, to_float16, to_float16_checked
 from .json_attrs import NodeAttrs, decode_const
 
@@ -29,12 +30,13 @@ class Context:
         """Store ``arr`` (any strides: one cast writes it C-contiguous) as fp16 or fp32, reshaped to
         ``shape`` when given; values that are not finite in that dtype are refused. Integer arrays
         (an int8 layer's int8 kernel and int32 bias) keep their dtype. With ``defer``, a large
-        read-only float32 array to store as fp16 is kept as a :class:`Float16Cast` (its values are
-        checked as pack casts them into the binary: the same error, raised there)."""
+        float32 array over immutable memory (a view of ``bytes``) to store as fp16 is kept as a
+        :class:`Float16Cast` (its values are checked as pack casts them into the binary: the same
+        error, raised there)."""
         overflow = f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}"
         hint = "keep this layer on the CPU (convert(..., exclude=[...]))"
         if (self.defer and fp16 and isinstance(arr, np.ndarray) and arr.dtype == np.float32
-                and arr.size >= MIN_SIZE and not arr.flags.writeable
+                and arr.size >= MIN_SIZE and over_bytes(arr)   # values that cannot change until pack
                 and (shape is None or int(np.prod(shape, dtype=np.int64)) == arr.size)):
             data, finite = Float16Cast(arr, shape, lambda: a.fail(overflow, hint=hint)), True
         elif arr.dtype.kind in "iu":
