@@ -192,7 +192,7 @@ def _cast(arr: np.ndarray, check: bool, out: Optional[np.ndarray] = None) -> Tup
 
 
 class Float16Cast:
-    """The float16 cast of a read-only float32 array (C order, then ``shape``), made where it is
+    """The float16 cast of a float32 array over immutable memory (C order, then ``shape``), made where it is
     stored: ``write_into`` casts straight into the caller's memory (pack: the model binary's
     bytes), so no float16 copy is made first. The values are checked finite as they are cast;
     ``overflow()`` is called (it raises) when one is not. Looks like the array to ``pack``
@@ -214,9 +214,3 @@ class Float16Cast:
             _, finite = _cast(self.src, True, out.view(np.float16).reshape(self.src.shape))
         if not finite:
             self.overflow()
-
-    def array(self) -> np.ndarray:
-        """The cast as a new float16 array of ``shape``."""
-        out = np.empty(self.nbytes, np.uint8)
-        self.write_into(out)
-        return out.view(np.float16).reshape(self.shape)
