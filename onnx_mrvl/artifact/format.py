@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Mapping, NoReturn, Optional, Tuple, Union
 import numpy as np
 
 from ..errors import ArtifactError
-from .assemble import join_with_digest
+from .assemble import deferred, join_with_digest
 from .io_quant import IO_QUANT_SINCE, has_io_quant
 from .schema import WEIGHT_ALIGN, align_up, validate_meta
 
@@ -121,7 +121,7 @@ def _check_array(name: str, wname: Any, arr: Any) -> np.ndarray:
         _pack_fail(name, f"weight names must be non-empty strings, got {wname!r}")
     if isinstance(arr, np.generic):
         arr = np.asarray(arr)
-    if not isinstance(arr, np.ndarray):
+    if not isinstance(arr, np.ndarray) and not deferred(arr):
         _pack_fail(name, f"weight {wname!r} is a {type(arr).__name__}, expected a numpy array")
     if arr.dtype.name not in WEIGHT_DTYPES:
         _pack_fail(name, f"weight {wname!r} has dtype {arr.dtype}, only float16, float32, int8 and "
@@ -147,7 +147,9 @@ def pack_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
     """(the model-binary bytes, the sha256 hex digest of those bytes), the digest taken from the
     hash pack computes for the file's trailer anyway (save's manifest needs no second pass).
 
-    Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes.
+    Serialise a program (``meta`` + named float16/float32 arrays) into model-binary bytes. A
+    weight may also be a deferred one (``assemble.deferred``: e.g. emit's ``Float16Cast``), written
+    straight into the file's bytes.
 
     By default the oldest format that holds the meta: 1.2 when a region input or output carries
     boundary quantization (io_quant.py), else 1.1 (readers older than 1.2 load it); both store the
@@ -229,7 +231,7 @@ def pack_sha256(meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], *,
     pos = wght_off
     for off, arr in blobs:
         parts.append(bytes(wght_off + off - pos))
-        parts.append(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+        parts.append(arr if deferred(arr) else np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
         pos = wght_off + off + arr.nbytes
     parts.append(bytes(trailer - pos))
     # the trailer is the sha256 of the parts; the returned digest, the whole file's (the same hash

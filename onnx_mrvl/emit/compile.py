@@ -99,9 +99,10 @@ def _check_declared_inputs(a: NodeAttrs, in_shapes: List[List[int]]) -> None:
                    f"(produced by the node it refers to)")
 
 
-def build_program(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None
-                  ) -> Tuple[dict, Dict[str, np.ndarray]]:
-    """The program (meta, weights) for a JSON pair; see docs/program.md."""
+def build_program(nodes_json: dict, consts_json: dict, options: Optional[CompileOptions] = None, *,
+                  defer: bool = False) -> Tuple[dict, Dict[str, np.ndarray]]:
+    """The program (meta, weights) for a JSON pair; see docs/program.md. ``defer``: large float16
+    weights may be :class:`~.fp16_cast.Float16Cast` (cast by ``pack`` into the binary) instead of arrays."""
     options = options or CompileOptions()
     _check_options(options)
     if not isinstance(nodes_json, dict) or not isinstance(nodes_json.get("nodes"), list):
@@ -113,7 +114,7 @@ def build_program(nodes_json: dict, consts_json: dict, options: Optional[Compile
         raise CompileError(f"batch_size={nodes_json['batch_size']!r} but the first input has batch {json_batch}",
                            hint="batch_size is the batch dimension of the region inputs (docs/json-format.md)")
     batch = int(options.batch) if options.batch else None
-    ctx = Context(consts_json, json_batch, batch, {}, [])
+    ctx = Context(consts_json, json_batch, batch, {}, [], defer)
     tensors, layers, inputs = [], [], []
     node_tensor: Dict[int, int] = {}
 
@@ -323,6 +324,6 @@ def compile_program_sha256(nodes_json: dict, consts_json: dict, options: Optiona
                            ) -> Tuple[bytes, dict, str]:
     """(the model binary, its meta, the binary's sha256 hex digest) for a JSON pair."""
     from ..artifact import pack_sha256
-    meta, weights = build_program(nodes_json, consts_json, options)
+    meta, weights = build_program(nodes_json, consts_json, options, defer=True)   # cast into the binary
     binary, digest = pack_sha256(meta, weights)
     return binary, meta, digest

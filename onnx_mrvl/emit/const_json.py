@@ -6,6 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..array_minmax import minmax, over_bytes
 from . import base64_native
 from .json_attrs import INT_CONST_DTYPES, ConstEntry
 
@@ -26,8 +27,9 @@ def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
         shape = list(a.shape)
         if len(shape) in (1, 3):  # TVM wrote 1-D and 3-D constants with a leading 1
             shape = [1] + shape
+    lo, hi = minmax(a) if a.size else (None, None)   # fuse read the same kernels' (array_minmax.py)
     entry = ConstEntry({"shape": [int(d) for d in shape], "dtype": a.dtype.name if integer else "float32",
-                        "min": _minmax(a.min()) if a.size else "0", "max": _minmax(a.max()) if a.size else "0",
+                        "min": _minmax(lo) if a.size else "0", "max": _minmax(hi) if a.size else "0",
                         "data_base64": ""})
     frozen = _frozen(a, owned=a is not arr and a.base is None)
     if frozen is not None:   # the text is made from it when read or saved (const_entry.py)
@@ -39,10 +41,7 @@ def const_entry(arr: np.ndarray, shape: Sequence[int] = None) -> dict:
 def _frozen(a: np.ndarray, owned: bool):
     """A read-only view of ``a`` when nobody can write its values any more: a copy made here, or an
     array whose memory is an immutable ``bytes`` object (onnx's numpy_helper.to_array). Else None."""
-    base = a
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if not (owned or isinstance(base, bytes)):
+    if not (owned or over_bytes(a)):
         return None
     view = a.view()
     view.flags.writeable = False

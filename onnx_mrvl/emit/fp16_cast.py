@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -130,20 +130,25 @@ def finite16(data: np.ndarray) -> bool:
     return int(bits.view(np.int16).max()) < 0x7C00 and int(bits.max()) < 0xFC00
 
 
-def _whole(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
-    out = np.ascontiguousarray(arr, dtype=np.float16)
+def _whole(arr: np.ndarray, check: bool, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
+    if out is None:
+        out = np.ascontiguousarray(arr, dtype=np.float16)
+    else:
+        np.copyto(out, arr, casting="unsafe")   # the same cast loop as astype
     return out, finite16(out) if check else True
 
 
-def _cast(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
+def _cast(arr: np.ndarray, check: bool, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, bool]:
     """The cast in blocks of ``BLOCK`` elements, spread over the cores (onnxruntime's kernel and
-    numpy's copies release the GIL: ``blocks.run_all``); each block checked as it is cast."""
+    numpy's copies release the GIL: ``blocks.run_all``); each block checked as it is cast.
+    ``out``: the C-contiguous float16 array of ``arr``'s shape written (else a new one)."""
     if arr.dtype != np.float32 or arr.size < MIN_SIZE or arr.ndim == 0:
-        return _whole(arr, check)
+        return _whole(arr, check, out)
     session = _session()
     if session is None:
-        return _whole(arr, check)
-    out = np.empty(arr.shape, np.float16)
+        return _whole(arr, check, out)
+    if out is None:
+        out = np.empty(arr.shape, np.float16)
     if arr.flags.c_contiguous:
         src, dst = arr.reshape(-1), out.reshape(-1)
 
@@ -161,7 +166,7 @@ def _cast(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
     inner = sum((n - 1) * s for n, s in zip(shape[1:], strides[1:]))
     if (flat is None or any(s < 0 or s % 4 for s in strides) or strides[0] != row * 4
             or inner + 4 > strides[0] or flat[1] + shape[0] * row > flat[0].size):
-        return _whole(arr, check)
+        return _whole(arr, check, out)
     base, start = flat
     rows = max(1, BLOCK // row)
     half_strides = tuple(s // 2 for s in strides)
@@ -184,3 +189,28 @@ def _cast(arr: np.ndarray, check: bool) -> Tuple[np.ndarray, bool]:
         return finite16(out[i:j]) if check else True
 
     return out, all(blocks.run_all(row_block, starts))
+
+
+class Float16Cast:
+    """The float16 cast of a float32 array over immutable memory (C order, then ``shape``), made where it is
+    stored: ``write_into`` casts straight into the caller's memory (pack: the model binary's
+    bytes), so no float16 copy is made first. The values are checked finite as they are cast;
+    ``overflow()`` is called (it raises) when one is not. Looks like the array to ``pack``
+    (``shape``, ``dtype``, ``nbytes``)."""
+
+    __slots__ = ("src", "shape", "dtype", "nbytes", "overflow")
+
+    def __init__(self, src: np.ndarray, shape: Optional[Sequence[int]], overflow: Callable[[], None]):
+        self.src, self.overflow = src, overflow
+        self.shape = tuple(int(d) for d in (src.shape if shape is None else shape))
+        if int(np.prod(self.shape, dtype=np.int64)) != src.size:
+            raise ValueError(f"cannot reshape array of size {src.size} into shape {self.shape}")
+        self.dtype = np.dtype(np.float16)
+        self.nbytes = src.size * 2
+
+    def write_into(self, out: np.ndarray) -> None:
+        """Cast into the uint8 array ``out`` (``nbytes`` long, C-contiguous)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, finite = _cast(self.src, True, out.view(np.float16).reshape(self.src.shape))
+        if not finite:
+            self.overflow()

@@ -7,7 +7,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .fp16_cast import to_float16, to_float16_checked
+from ..array_minmax import over_bytes
+from .fp16_cast import MIN_SIZE, Float16Cast, to_float16, to_float16_checked
 from .json_attrs import NodeAttrs, decode_const
 
 ACTIVATIONS = ("none", "relu", "clamp", "leaky_relu", "prelu", "sigmoid", "tanh", "hard_sigmoid",
@@ -23,12 +24,22 @@ class Context:
     batch: Optional[int]          # --batch N, or None
     weights: Dict[str, np.ndarray]
     wmeta: List[dict]
+    defer: bool = False           # large fp16 weights cast where pack stores them (Float16Cast)
 
     def weight(self, a: NodeAttrs, name: str, arr: np.ndarray, layout: str, fp16: bool, shape=None) -> str:
         """Store ``arr`` (any strides: one cast writes it C-contiguous) as fp16 or fp32, reshaped to
         ``shape`` when given; values that are not finite in that dtype are refused. Integer arrays
-        (an int8 layer's int8 kernel and int32 bias) keep their dtype."""
-        if arr.dtype.kind in "iu":
+        (an int8 layer's int8 kernel and int32 bias) keep their dtype. With ``defer``, a large
+        float32 array over immutable memory (a view of ``bytes``) to store as fp16 is kept as a
+        :class:`Float16Cast` (its values are checked as pack casts them into the binary: the same
+        error, raised there)."""
+        overflow = f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}"
+        hint = "keep this layer on the CPU (convert(..., exclude=[...]))"
+        if (self.defer and fp16 and isinstance(arr, np.ndarray) and arr.dtype == np.float32
+                and arr.size >= MIN_SIZE and over_bytes(arr)   # values that cannot change until pack
+                and (shape is None or int(np.prod(shape, dtype=np.int64)) == arr.size)):
+            data, finite = Float16Cast(arr, shape, lambda: a.fail(overflow, hint=hint)), True
+        elif arr.dtype.kind in "iu":
             data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
             finite = True
         elif fp16 and isinstance(arr, np.ndarray) and arr.dtype == np.float32:
@@ -40,9 +51,8 @@ class Context:
                     np.ascontiguousarray(arr, dtype=np.float16 if fp16 else np.float32)
             finite = data.dtype.kind != "f" or finite_in(arr, data, fp16)
         if not finite:
-            a.fail(f"weight '{name}' has values that are not finite in {'fp16' if fp16 else 'fp32'}",
-                   hint="keep this layer on the CPU (convert(..., exclude=[...]))")
-        if shape is not None:
+            a.fail(overflow, hint=hint)
+        if shape is not None and isinstance(data, np.ndarray):
             data = data.reshape(shape)
         self.weights[name] = data
         self.wmeta.append({"name": name, "shape": list(data.shape), "dtype": str(data.dtype), "layout": layout})

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from .. import int8_conv_passes
+from ..array_minmax import minmax
 from ..graph_index import GraphIndex, attr
 from ..target import Target
 from . import steps
@@ -55,7 +56,7 @@ def weights_reason(grp: Group, target: Target) -> Optional[str]:
         w = np.asarray(w)
         if w.size == 0 or w.dtype.kind in "iu":   # an int8 layer's int8 kernel, int32 bias, table: stored as they are
             continue
-        lo, hi = float(w.min()), float(w.max())   # NaN propagates through min/max: no full-size temporaries
+        lo, hi = map(float, minmax(w))   # NaN propagates through min/max: no full-size temporaries
         if not (np.isfinite(lo) and np.isfinite(hi)):
             return f"{key} holds {int(w.size - np.isfinite(w).sum())} NaN/inf values"
         if fp32 and key in ("operand", "mask"):   # mask: an int8 Softmax's, added in fp32 (qdq_masked_softmax.py)
