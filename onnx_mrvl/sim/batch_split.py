@@ -25,7 +25,8 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import parallel
-from .kernels import FC, Conv2D
+from .fc import FC
+from .kernels import Conv2D
 from .static_plan import StaticPlan, Unsupported
 from .static_records import size as _size
 

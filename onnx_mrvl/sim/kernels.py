@@ -7,99 +7,35 @@ in float32; the output is rounded to fp16 (round to nearest even, overflow to in
 ``Conv2D`` / ``FC`` lay the weights out once and are then called per input (``apply`` also
 returns whether every output is finite); ``conv2d`` / ``fc`` are the one-shot forms (they also
 round their inputs to fp16 first).
-The pooling and element-wise kernels live in ``pooling.py`` and ``tensor_ops.py`` and are
-re-exported here so ``kernels`` is the one namespace of every kernel. (This module is over the
-usual ~400 lines: Conv2D carries the three implementations of one layer -- native plans,
-numba, numpy -- and FC shares its epilogue and runs natively as a Conv2D.)
+The pooling and element-wise kernels live in ``pooling.py`` and ``tensor_ops.py``, ``FC`` in
+``fc.py``, the shared bias / scale / activation epilogue in ``epilogue.py``; they are re-exported
+here so ``kernels`` is the one namespace of every kernel.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import jit, native
 from .activations import make_activation
+from .epilogue import F32, _epilogue
 from .fp16 import fp16_source, round_fp16_, to_fp16_values
 from .parallel import run_all, workers
 from .pooling import (avgpool2d, global_avgpool2d, global_maxpool2d, maxpool2d,  # noqa: F401
                       pool_output_size)
 from .tensor_ops import concat, layout_transform, mul2d, reshape, resize_nearest, sum2d  # noqa: F401
 
-F32 = np.float32
 _COLS_BLOCK = 1 << 21       # im2col elements per GEMM call (8 MB): few BLAS calls, bounded memory
-_EPILOGUE_ROW = 256          # compiled epilogue: rows of at least this many values
 _PARALLEL_MACS = 1 << 23    # split a conv into one row block per worker from ~8 M MACs on
                             # (a thread handoff costs ms when the cores are oversubscribed)
 _PARALLEL_DW_MACS = 1 << 19  # the same for the (compiled) depthwise conv (~0.2 ms single-threaded)
-GEMV_ROWS = 4               # native FC: at most this many rows take the GEMV kernel (fp16 weights)
 _COLUMN_SPLIT_ROWS = 512     # below this many output pixels a parallel GEMM splits its output
                              # channels instead (a 25-row sgemm wastes most of the kernel)
 _GEMM_PARTS = 4              # a parallel numpy GEMM's parts: a function of the shape alone, never of
                              # the worker count, as BLAS sums a matrix's edge rows / columns in another
                              # order than its interior (OpenBLAS on AVX2), so the bits follow the split
-
-
-def _f32(w) -> Optional[np.ndarray]:
-    if w is None:
-        return None
-    return np.ascontiguousarray(np.asarray(w, dtype=F32).reshape(-1))
-
-
-def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
-              activation_params: Optional[Mapping] = None, slope=None) -> Callable[[np.ndarray], bool]:
-    """y = act(((acc + bias) * scale) + shift), in place on a float32 [rows, channels] block, then
-    RNE to fp16; returns whether every value is finite. One compiled pass when ``jit.on()``."""
-    act = make_activation(activation, activation_params, slope)     # validates name and params
-    if jit.on():
-        code, p0, p1, sl = jit.act_args(activation, activation_params, slope, channels)
-        vecs = (jit.channel_vector(bias, channels, 0.0), jit.channel_vector(scale, channels, 1.0),
-                jit.channel_vector(shift, channels, 0.0))
-        reps = max(1, _EPILOGUE_ROW // channels)
-        tiled = tuple(np.tile(v, reps) for v in vecs) + (np.tile(sl, reps),)
-        width = channels * reps
-
-        plain = _numpy_epilogue(act, bias, scale, shift)
-
-        def compiled(y: np.ndarray) -> bool:
-            epilogue = jit.kernel("epilogue")          # compiled on the first call, None if off
-            if epilogue is None:
-                return plain(y)
-            # few channels: run over rows of ``width`` values (vectors tiled) so the loop is long
-            flat = y.reshape(-1)
-            full = flat.size - flat.size % width if reps > 1 else 0
-            ok = True
-            if full:
-                ok = epilogue(flat[:full].reshape(-1, width), *tiled[:3], code, p0, p1, tiled[3])
-            if full < flat.size:
-                ok = epilogue(flat[full:].reshape(-1, channels), *vecs, code, p0, p1, sl) and ok
-            if code >= 0:
-                return bool(ok)
-            r = act(y)                       # transcendental activation: numpy finishes it
-            if r is not y:
-                y[...] = r
-            return round_fp16_(y)
-        return compiled
-    return _numpy_epilogue(act, bias, scale, shift)
-
-
-def _numpy_epilogue(act, bias, scale, shift) -> Callable[[np.ndarray], bool]:
-    bias, scale, shift = _f32(bias), _f32(scale), _f32(shift)
-
-    def run(y: np.ndarray) -> bool:
-        if bias is not None:
-            y += bias
-        if scale is not None:
-            y *= scale
-        if shift is not None:
-            y += shift
-        if act is not None:
-            r = act(y)
-            if r is not y:
-                y[...] = r
-        return round_fp16_(y)
-    return run
 
 
 def conv_output_size(size: int, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int) -> int:
@@ -447,90 +383,8 @@ def conv2d(x, kernel, bias=None, scale=None, shift=None, strides=(1, 1), padding
     return conv(to_fp16_values(x))
 
 
-class FC:
-    """A prepared fully connected layer: y = act(x @ kernel.T + bias), kernel [O, K]."""
+from .fc import FC, GEMV_ROWS, fc  # noqa: E402,F401 - the facade (fc.py imports Conv2D lazily)
 
-    def __init__(self, kernel, bias=None, activation="none", activation_params=None, slope=None):
-        k = np.asarray(kernel)
-        if k.ndim != 2:
-            raise ValueError(f"FC kernel must be [O, K], got shape {list(k.shape)}")
-        self.out_features, self.in_features = (int(d) for d in k.shape)
-        self._k16 = fp16_source(k)              # [O, K] float16: the native kernels pack it directly
-        self._w = None
-        self.epilogue = _epilogue(self.out_features, bias, None, None, activation, activation_params, slope)
-        # the native path: a 1x1 conv over [N, 1, 1, K] (built on the first native call)
-        self._conv_args = (bias, activation, activation_params, slope)
-        self._conv: Optional[Conv2D] = None
-        self._gemv_plans = {}                   # row count -> gemv_plan()
-        self._gemv_weights = None
-
-    @property
-    def w(self) -> np.ndarray:
-        """The float32 [K, O] weight matrix (the numpy path; built on first use)."""
-        if self._w is None:
-            self._w = np.ascontiguousarray(self._k16.T, dtype=F32)
-        return self._w
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.apply(x)[0]
-
-    def apply(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
-        """Run on fp16-valued float32 ``x`` [N, K]; returns (output, every output value finite)."""
-        x2 = x.reshape(x.shape[0], -1) if x.ndim != 2 else x
-        if x2.shape[1] != self.in_features:
-            raise ValueError(f"FC expects {self.in_features} input features, got shape {list(x.shape)}")
-        if native.on() and x2.shape[0] <= GEMV_ROWS:
-            return self._gemv(np.ascontiguousarray(x2, dtype=F32))
-        if native.on():
-            y, finite = self.native_conv().apply(x2.reshape(x2.shape[0], 1, 1, self.in_features))
-            return y.reshape(x2.shape[0], self.out_features), finite
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = np.matmul(np.ascontiguousarray(x2), self.w)
-            finite = self.epilogue(out)
-        return out, finite
-
-
-    def gemv_plan(self, rows: int):
-        """(descriptor, its address, keep-alive arrays, numpy activation for code < 0) of the
-        native GEMV on ``rows`` rows (fp16 weights, epilogue fused); built once per row count."""
-        plan = self._gemv_plans.get(rows)
-        if plan is None:
-            bias, activation, params, slope = self._conv_args
-            o = self.out_features
-            code, p0, p1, sl = jit.act_args(activation, params, slope, o)
-            wts = self._gemv_weights if self._gemv_weights is not None else native.pack_weights_f16(self._k16.T)
-            self._gemv_weights = wts
-            vecs = (None if bias is None else native.padded(jit.channel_vector(bias, o, 0.0), 16),
-                    native.padded(np.broadcast_to(sl, (o,)), 16))
-            bits = np.array([p0, p1], F32).view(np.uint32).astype(np.int64)
-            desc = np.array([rows, self.in_features, o, wts.ctypes.data] + [0 if v is None else v.ctypes.data for v in vecs]
-                            + [int(code), bits[0], bits[1]], dtype=np.int64)
-            act = make_activation(activation, params, slope) if code < 0 else None
-            plan = self._gemv_plans[rows] = (desc, desc.ctypes.data, (wts, vecs), act)
-        return plan
-
-    def native_conv(self) -> "Conv2D":
-        """The 1x1 Conv2D over [N, 1, 1, K] that runs this FC natively for more than GEMV_ROWS rows."""
-        if self._conv is None:
-            bias, activation, params, slope = self._conv_args
-            self._conv = Conv2D(self._k16.reshape(self.out_features, 1, 1, self.in_features), bias=bias,
-                                activation=activation, activation_params=params, slope=slope)
-        return self._conv
-
-    def _gemv(self, x: np.ndarray) -> Tuple[np.ndarray, bool]:
-        """The native GEMV (fp16 weights, epilogue fused) for a batch of at most GEMV_ROWS rows."""
-        _, desc, _, act = self.gemv_plan(x.shape[0])
-        out = native.empty((x.shape[0], self.out_features))
-        ok = native.lib().gemv_desc(desc, x.ctypes.data, out.ctypes.data, workers())
-        return Conv2D._native_finish(out, ok, act)
-
-
-def fc(x, kernel, bias=None, activation="none", activation_params=None, slope=None):
-    """One-shot FC: x [N, K], kernel [O, K] -> fp16 values [N, O]."""
-    return FC(kernel, bias=bias, activation=activation, activation_params=activation_params,
-              slope=slope)(to_fp16_values(x))
-
-
-__all__ = ["Conv2D", "FC", "conv2d", "fc", "prepare_conv2d", "conv_output_size", "maxpool2d", "avgpool2d",
+__all__ = ["Conv2D", "FC", "GEMV_ROWS", "conv2d", "fc", "prepare_conv2d", "conv_output_size", "maxpool2d", "avgpool2d",
            "global_avgpool2d", "global_maxpool2d", "pool_output_size", "sum2d", "mul2d", "concat", "reshape",
            "resize_nearest", "layout_transform"]

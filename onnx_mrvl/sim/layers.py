@@ -17,7 +17,8 @@ from .int8_concat import build_concat as build_int8_concat
 from .int8_lookup import build_lookup
 from . import recurrent
 from .activations import ACTIVATIONS
-from .kernels import FC, Conv2D
+from .fc import FC
+from .kernels import Conv2D
 from .matmul import BatchMatMul
 from .gather import build_gather_elements
 from .layers_transformer import build_layernorm, build_softmax

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import jit, native
-from .kernels import FC, Conv2D, GEMV_ROWS
+from .fc import FC, GEMV_ROWS
+from .kernels import Conv2D
 from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
 
