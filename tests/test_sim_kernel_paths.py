@@ -31,8 +31,8 @@ from test_sim_native import _buildable, f16
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
-AVX2_TILES, SWEEP = 2048, 4096
-ALL = 8191
+AVX2_TILES, SWEEP, LANES6 = 2048, 4096, 8192
+ALL = 16383
 
 
 def _both(path, build):
@@ -397,3 +397,30 @@ def test_sweep_blocks(monkeypatch, shape, o, k, stride, groups, act, threads):
         y, ok = K.Conv2D(w, **conv).apply(x)
         assert not ok and np.isnan(y).any() and np.isfinite(y).mean() > 0.5
         _conv_and_sum_same(SWEEP, w, conv, x, rng, [jit.act_args(a, None, None, o) for a in ("relu", "none")])
+
+
+@pytest.mark.parametrize("shape, o, groups", [
+    ((1, 7, 9, 64), 32, 32),             # 1 channel a group (16 groups a vector), 63 rows: 12 x 5 + 3
+    ((1, 6, 7, 128), 16, 16),            # 1 channel a group, K = 72: two k blocks (64 + 8)
+    ((1, 7, 9, 64), 64, 32),             # 2 a group (8 groups a vector)
+    ((2, 5, 7, 64), 128, 32),            # 4 a group, 70 rows: a last tile of 10 (the 12-row tile)
+    ((1, 9, 9, 256), 256, 32),           # 8 a group (ResNeXt's g32), 81 rows: a last tile of 9
+    ((1, 6, 5, 256), 256, 16)])          # 16 a group, 30 rows: a last tile of 6 (the 8-row tile)
+@pytest.mark.parametrize("act", ["none", "relu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lanes6(monkeypatch, shape, o, groups, act, threads):
+    """Lane-packed grouped 3x3 convs (og = 1-16 channels a group): the same bits and finiteness flags
+    with and without LANES6, with fp16 overflows, NaN and -0 in the input, with and without a scale."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [o, groups, len(act)])
+    x = f16(rng.standard_normal(shape) * 3)
+    x[0, shape[1] // 2, shape[2] // 2, :3] = 65000.0
+    x[-1, -1, -1, 0] = np.nan
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((o, 3, 3, shape[3] // groups)))
+    for extra in ({}, {"scale": rng.standard_normal(o)}):
+        conv = dict(bias=rng.standard_normal(o), padding=(1,) * 4, groups=groups, activation=act, **extra)
+        y, ok = K.Conv2D(w, **conv).apply(x)
+        assert not ok and np.isnan(y).any() and np.isfinite(y).mean() > 0.5
+        _same(*_both(LANES6, lambda: K.Conv2D(w, **conv).apply(x)))

@@ -59,9 +59,11 @@
                               * 8-lane halves (dw_block_row3h); both: depthwise blocks' short epilogue (dw_store) */
 #define PATH_SWEEP 4096     /* AVX2: a packed block's channel blocks swept 6 rows x 16 lanes at a time over short k
                               * slices (sweep_block): the weights' slice stays in L1 for all the block's rows */
+#define PATH_LANES6 8192    /* AVX2: a lane-packed grouped conv's tile 6 rows (4 + 4 of 8) x 16 lanes at a time (lane_micro) */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
+                       | PATH_LANES6;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
@@ -1752,6 +1754,43 @@ lane_micro(const int mr, const int P, long kc, const float *a, long lda, const f
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++)
         acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(accbuf + r * 16);
+#ifdef MRVL_AVX2
+    /* 16 ymm registers: the 12-row tile's 24 halves spilled; here 4-6 rows at a time through all kc
+     * (12 rows: 6 + 6, 8: 4 + 4), each output's FMAs the same in the same k order */
+    if (new_paths & PATH_LANES6) {
+        const int ng = (mr + 5) / 6;
+#pragma GCC unroll 2
+        for (int g = 0; g < ng; g++) {
+            const int r0 = g * mr / ng, n = (g + 1) * mr / ng - r0;
+            __m256 c[6][2];
+#pragma GCC unroll 6
+            for (int r = 0; r < n; r++)
+                c[r][0] = acc[r0 + r].lo, c[r][1] = acc[r0 + r].hi;
+            const float *ar = a + r0 * lda;
+            for (long p = 0; p < kc; p++) {
+                const __m256 b0 = _mm256_loadu_ps(b + p * 16), b1 = _mm256_loadu_ps(b + p * 16 + 8);
+#pragma GCC unroll 6
+                for (int r = 0; r < n; r++) {
+                    const float *q = ar + r * lda + p * P;
+                    __m256 s0, s1;
+                    if (P == 16) {
+                        s0 = _mm256_loadu_ps(q);
+                        s1 = _mm256_loadu_ps(q + 8);
+                    } else {
+                        s0 = s1 = P == 1 ? _mm256_broadcast_ss(q)
+                                : P == 2 ? _mm256_castpd_ps(_mm256_broadcast_sd((const double *)q))
+                                : P == 4 ? _mm256_broadcast_ps((const __m128 *)q) : _mm256_loadu_ps(q);
+                    }
+                    c[r][0] = _mm256_fmadd_ps(s0, b0, c[r][0]);
+                    c[r][1] = _mm256_fmadd_ps(s1, b1, c[r][1]);
+                }
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < n; r++)
+                acc[r0 + r].lo = c[r][0], acc[r0 + r].hi = c[r][1];
+        }
+    } else
+#endif
     for (long p = 0; p < kc; p++) {
         const __m512 bv = _mm512_loadu_ps(b + p * 16);
 #pragma GCC unroll 12
