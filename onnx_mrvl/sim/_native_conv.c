@@ -244,6 +244,11 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
         }
 }
 
+/* v stays in a register: GCC otherwise folded a weight vector's load into each of the rb FMAs that
+ * use it (vfmadd231ps mem), 12 loads + 4 broadcasts per k of fma_rows24's 4 x 3 block against 3 + 4,
+ * and the loads, two per cycle, bound the loop (1x1 144 -> 24 at 56x56: 75% of the FMA rate) */
+#define KEEP_REG(v) __asm__("" : "+x"(v))
+
 /* The narrow tiles' FMAs on 16 ymm registers: acc[r * as + v] += B[p][8 v ..] * A[r, p] for the
  * first nv (1-3) 8-lane vectors of each of mr rows (accumulators as vectors apart), 12 / nv rows at a
  * time through all kc k-values (12 accumulators; the 512-bit tiles of 24 rows x 1 vector, 12 x 1
@@ -269,8 +274,10 @@ fma_cols8(const int mr, const int nv, const int as, const int prefetch, int kc, 
         for (int p = 0; p < kc; p++) {
             __m256 bv[3];
 #pragma GCC unroll 3
-            for (int v = 0; v < nv; v++)
+            for (int v = 0; v < nv; v++) {
                 bv[v] = _mm256_loadu_ps(b + (long)p * NR + 8 * v);
+                KEEP_REG(bv[v]);
+            }
 #pragma GCC unroll 12
             for (int r = 0; r < rb; r++)
                 if (r0 + r < mr) {
@@ -1768,7 +1775,9 @@ lane_micro(const int mr, const int P, long kc, const float *a, long lda, const f
                 c[r][0] = acc[r0 + r].lo, c[r][1] = acc[r0 + r].hi;
             const float *ar = a + r0 * lda;
             for (long p = 0; p < kc; p++) {
-                const __m256 b0 = _mm256_loadu_ps(b + p * 16), b1 = _mm256_loadu_ps(b + p * 16 + 8);
+                __m256 b0 = _mm256_loadu_ps(b + p * 16), b1 = _mm256_loadu_ps(b + p * 16 + 8);
+                KEEP_REG(b0);
+                KEEP_REG(b1);
 #pragma GCC unroll 6
                 for (int r = 0; r < n; r++) {
                     const float *q = ar + r * lda + p * P;
