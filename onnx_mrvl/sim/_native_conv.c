@@ -209,6 +209,11 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
 #define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 #endif
 #ifdef MRVL_AVX2
+/* v stays in a register: GCC otherwise folded a weight vector's load into each of the FMAs that use
+ * it (vfmadd231ps mem), 12 loads + 4 broadcasts per k of fma_rows24's 4 x 3 block against 3 + 4,
+ * and the loads, two per cycle, bound the loop (1x1 144 -> 24 at 56x56: 75% of the FMA rate) */
+#define KEEP_REG(v) __asm__("" : "+x"(v))
+
 /* fma_rows on 16 ymm registers: the tile's 16-lane column j (of 2) for 6 rows at a time, each
  * through all kc k-values (12 accumulators, 2 weight halves, a broadcast; the 12 x 32 tile would
  * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums */
@@ -228,7 +233,9 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
                     c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
             const float *ar = a + r0 * lda, *bj = b + 16 * j;
             for (int p = 0; p < kc; p++) {
-                const __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
+                __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
+                KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
+                KEEP_REG(b1);
 #pragma GCC unroll 6
                 for (int r = 0; r < 6; r++)
                     if (r0 + r < mr) {
@@ -243,11 +250,6 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
                     acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
         }
 }
-
-/* v stays in a register: GCC otherwise folded a weight vector's load into each of the rb FMAs that
- * use it (vfmadd231ps mem), 12 loads + 4 broadcasts per k of fma_rows24's 4 x 3 block against 3 + 4,
- * and the loads, two per cycle, bound the loop (1x1 144 -> 24 at 56x56: 75% of the FMA rate) */
-#define KEEP_REG(v) __asm__("" : "+x"(v))
 
 /* The narrow tiles' FMAs on 16 ymm registers: acc[r * as + v] += B[p][8 v ..] * A[r, p] for the
  * first nv (1-3) 8-lane vectors of each of mr rows (accumulators as vectors apart), 12 / nv rows at a
@@ -308,7 +310,9 @@ sweep_tile(const int mr, int kc, const float *a, long lda, const float *b, float
         acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + 8);
     }
     for (int p = 0; p < kc; p++) {
-        const __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
+        __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
+        KEEP_REG(b0);
+        KEEP_REG(b1);
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
             const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
@@ -1786,9 +1790,11 @@ lane_micro(const int mr, const int P, long kc, const float *a, long lda, const f
                         s0 = _mm256_loadu_ps(q);
                         s1 = _mm256_loadu_ps(q + 8);
                     } else {
-                        s0 = s1 = P == 1 ? _mm256_broadcast_ss(q)
+                        s0 = P == 1 ? _mm256_broadcast_ss(q)
                                 : P == 2 ? _mm256_castpd_ps(_mm256_broadcast_sd((const double *)q))
                                 : P == 4 ? _mm256_broadcast_ps((const __m128 *)q) : _mm256_loadu_ps(q);
+                        KEEP_REG(s0);    /* P = 8: one load for both halves' FMAs */
+                        s1 = s0;
                     }
                     c[r][0] = _mm256_fmadd_ps(s0, b0, c[r][0]);
                     c[r][1] = _mm256_fmadd_ps(s1, b1, c[r][1]);
