@@ -1525,9 +1525,11 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 if (win[i] == NULL && (!direct || rows < MR) && !(win2 >> (i & ~1) & 1))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * LDP);
             }
-            /* every panel packed (no windows in place, no pairs): sweep_block's slices */
+            /* every panel packed (no windows in place, no pairs): sweep_block's slices. Not with a
+             * fused Sum2D of one k block: its output may be the residual itself (static_plan's in-place
+             * sums), which the sweep's partial sums would overwrite before the epilogue reads it */
 #ifdef MRVL_AVX2
-            int sweep = (new_paths & PATH_SWEEP) && !direct && !win2;
+            int sweep = (new_paths & PATH_SWEEP) && !direct && !win2 && (!res || K > KC);
             for (int i = 0; i < panels && sweep; i++)
                 sweep = win[i] == NULL;
 #endif
