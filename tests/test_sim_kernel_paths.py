@@ -18,7 +18,9 @@ and two threads.
 * in-place 1x1 tiles whose epilogue runs inside the next tile's FMA loop (``direct_pipe``);
 * AVX2 hosts: tiles of at most 24 columns (8-column, 24-row pairs) in 12-ymm blocks, depthwise 3x3
   stride-1 blocks in 8-lane halves; every host: the depthwise blocks' short epilogue (bias, then
-  none / relu / clamp)."""
+  none / relu / clamp);
+* AVX2 hosts: a packed block's whole channel blocks swept 6 rows x 16 lanes at a time over k
+  slices of 128 (``sweep_block``), the sums kept in the output between slices."""
 import numpy as np
 import pytest
 
@@ -29,8 +31,8 @@ from test_sim_native import _buildable, f16
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
-AVX2_TILES = 2048
-ALL = 4095
+AVX2_TILES, SWEEP, LANES6 = 2048, 4096, 8192
+ALL = 16383
 
 
 def _both(path, build):
@@ -367,3 +369,58 @@ def test_avx2_tiles_and_short_depthwise_epilogue(monkeypatch, shape, o, k, strid
     y, ok = K.Conv2D(w, **conv).apply(x)
     assert ok == (act == "clamp") and np.isinf(y).any() != ok     # fp16 overflows, except under the clamp
     _conv_and_sum_same(AVX2_TILES, w, conv, x, rng, [jit.act_args(a, None, None, o) for a in ("relu", "none")])
+
+
+@pytest.mark.parametrize("shape, o, k, stride, groups", [
+    ((2, 7, 9, 40), 72, 3, 1, 1),        # K = 360 (one k block, slices 128, 128, 104), 126 rows: 120 + 6
+    ((1, 7, 7, 72), 64, 3, 1, 1),        # K = 648: k blocks 512 + 136; 49 rows in 9 groups of 5-6
+    ((1, 5, 5, 60), 96, 3, 2, 1),        # stride 2, 9 rows: groups of 4-5; the padded borders packed
+    ((1, 3, 5, 1024), 40, 1, 1, 1),      # 1x1 whose rows are 4 KB apart (packed, not in place): 15 rows
+    ((1, 6, 6, 64), 64, 3, 1, 2)])       # grouped: 32 channels a group, one whole block each
+@pytest.mark.parametrize("act", ["none", "relu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sweep_blocks(monkeypatch, shape, o, k, stride, groups, act, threads):
+    """Packed convs with whole 32-column blocks (and a last partial one, which keeps the tiles): the
+    same bits and finiteness flags with and without SWEEP, with fp16 overflows, NaN and -0 in the
+    input, a scale (the general epilogue) or not, and a fused residual where the conv takes one."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [o, k, stride, groups, len(act)])
+    x = f16(rng.standard_normal(shape) * 3)
+    x[0, shape[1] // 2, shape[2] // 2, :3] = 65000.0
+    x[-1, -1, -1, 0] = np.nan
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((o, k, k, shape[3] // groups)))
+    for extra in ({}, {"scale": rng.standard_normal(o)}):
+        conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=((k - 1) // 2,) * 4,
+                    groups=groups, activation=act, **extra)
+        y, ok = K.Conv2D(w, **conv).apply(x)
+        assert not ok and np.isnan(y).any() and np.isfinite(y).mean() > 0.5
+        _conv_and_sum_same(SWEEP, w, conv, x, rng, [jit.act_args(a, None, None, o) for a in ("relu", "none")])
+
+
+@pytest.mark.parametrize("shape, o, groups", [
+    ((1, 7, 9, 64), 32, 32),             # 1 channel a group (16 groups a vector), 63 rows: 12 x 5 + 3
+    ((1, 6, 7, 128), 16, 16),            # 1 channel a group, K = 72: two k blocks (64 + 8)
+    ((1, 7, 9, 64), 64, 32),             # 2 a group (8 groups a vector)
+    ((2, 5, 7, 64), 128, 32),            # 4 a group, 70 rows: a last tile of 10 (the 12-row tile)
+    ((1, 9, 9, 256), 256, 32),           # 8 a group (ResNeXt's g32), 81 rows: a last tile of 9
+    ((1, 6, 5, 256), 256, 16)])          # 16 a group, 30 rows: a last tile of 6 (the 8-row tile)
+@pytest.mark.parametrize("act", ["none", "relu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lanes6(monkeypatch, shape, o, groups, act, threads):
+    """Lane-packed grouped 3x3 convs (og = 1-16 channels a group): the same bits and finiteness flags
+    with and without LANES6, with fp16 overflows, NaN and -0 in the input, with and without a scale."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [o, groups, len(act)])
+    x = f16(rng.standard_normal(shape) * 3)
+    x[0, shape[1] // 2, shape[2] // 2, :3] = 65000.0
+    x[-1, -1, -1, 0] = np.nan
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((o, 3, 3, shape[3] // groups)))
+    for extra in ({}, {"scale": rng.standard_normal(o)}):
+        conv = dict(bias=rng.standard_normal(o), padding=(1,) * 4, groups=groups, activation=act, **extra)
+        y, ok = K.Conv2D(w, **conv).apply(x)
+        assert not ok and np.isnan(y).any() and np.isfinite(y).mean() > 0.5
+        _same(*_both(LANES6, lambda: K.Conv2D(w, **conv).apply(x)))

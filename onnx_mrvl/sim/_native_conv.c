@@ -57,9 +57,13 @@
 #define PATH_MAX_CHAIN 1024 /* max pool: a vmaxps chain, NaN lanes detected apart (the NaN-propagating chain redone) */
 #define PATH_AVX2_TILES 2048 /* AVX2: narrow GEMM tiles in 12-ymm blocks (fma_cols8), depthwise 3x3 stride-1 blocks in
                               * 8-lane halves (dw_block_row3h); both: depthwise blocks' short epilogue (dw_store) */
+#define PATH_SWEEP 4096     /* AVX2: a packed block's channel blocks swept 6 rows x 16 lanes at a time over short k
+                              * slices (sweep_block): the weights' slice stays in L1 for all the block's rows */
+#define PATH_LANES6 8192    /* AVX2: a lane-packed grouped conv's tile 6 rows (4 + 4 of 8) x 16 lanes at a time (lane_micro) */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
+                       | PATH_LANES6;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
@@ -205,6 +209,11 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
 #define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 #endif
 #ifdef MRVL_AVX2
+/* v stays in a register: GCC otherwise folded a weight vector's load into each of the FMAs that use
+ * it (vfmadd231ps mem), 12 loads + 4 broadcasts per k of fma_rows24's 4 x 3 block against 3 + 4,
+ * and the loads, two per cycle, bound the loop (1x1 144 -> 24 at 56x56: 75% of the FMA rate) */
+#define KEEP_REG(v) __asm__("" : "+x"(v))
+
 /* fma_rows on 16 ymm registers: the tile's 16-lane column j (of 2) for 6 rows at a time, each
  * through all kc k-values (12 accumulators, 2 weight halves, a broadcast; the 12 x 32 tile would
  * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums */
@@ -224,7 +233,9 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
                     c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
             const float *ar = a + r0 * lda, *bj = b + 16 * j;
             for (int p = 0; p < kc; p++) {
-                const __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
+                __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
+                KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
+                KEEP_REG(b1);
 #pragma GCC unroll 6
                 for (int r = 0; r < 6; r++)
                     if (r0 + r < mr) {
@@ -265,8 +276,10 @@ fma_cols8(const int mr, const int nv, const int as, const int prefetch, int kc, 
         for (int p = 0; p < kc; p++) {
             __m256 bv[3];
 #pragma GCC unroll 3
-            for (int v = 0; v < nv; v++)
+            for (int v = 0; v < nv; v++) {
                 bv[v] = _mm256_loadu_ps(b + (long)p * NR + 8 * v);
+                KEEP_REG(bv[v]);
+            }
 #pragma GCC unroll 12
             for (int r = 0; r < rb; r++)
                 if (r0 + r < mr) {
@@ -284,6 +297,42 @@ fma_cols8(const int mr, const int nv, const int as, const int prefetch, int kc, 
                     acc[(r0 + r) * as + v] = c[r * nv + v];
     }
 }
+
+/* sweep_block's register tile: c[r][0, 16) (row stride ldc) = (first ? 0 : c) + sum over p < kc of
+ * a[r lda + p] * b[p NR + (0, 16)] for mr (1-6) rows, in k order: fma_rows' FMAs for those lanes */
+#define SWEEP_K 128      /* k per slice: its 16-lane weight slice (8 KB) and 6 rows (3 KB) in L1 */
+static inline __attribute__((always_inline)) void
+sweep_tile(const int mr, int kc, const float *a, long lda, const float *b, float *c, long ldc, int first) {
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc);
+        acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + 8);
+    }
+    for (int p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
+        KEEP_REG(b0);
+        KEEP_REG(b1);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
+            acc[r][0] = _mm256_fmadd_ps(b0, s, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b1, s, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+    }
+}
+typedef void (*sweep_fn)(int kc, const float *a, long lda, const float *b, float *c, long ldc, int first);
+#define SWEEP_SET(MR_) \
+    static HOT_LOOPS void sweep_tile##MR_(int kc, const float *a, long lda, const float *b, float *c, long ldc, \
+                                          int first) { sweep_tile(MR_, kc, a, lda, b, c, ldc, first); }
+SWEEP_SET(1) SWEEP_SET(2) SWEEP_SET(3) SWEEP_SET(4) SWEEP_SET(5) SWEEP_SET(6)
+static const sweep_fn sweep_tiles[7] = {NULL, sweep_tile1, sweep_tile2, sweep_tile3, sweep_tile4, sweep_tile5,
+                                        sweep_tile6};
 #else
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
@@ -1059,6 +1108,55 @@ static HOT_LOOPS int micro_win12(const tile_t *t, const float *a, float *c, long
     return micro12_gen(&f, NULL, c, NULL, MR, NULL);
 }
 
+#ifdef MRVL_AVX2
+/* One k block of one whole channel block (t->cols == NR) for ``rows`` packed rows (row stride LDP) on
+ * 16 ymm registers. The tiles (fma_rows) ran 6 rows x 16 lanes at a time through all kc k-values:
+ * each pass re-read its 32 KB of weights from L2, and a 49-row block ended in a latency-bound 1-row
+ * tile (ResNet-50's 3x3 512 at 7x7, K = 4608: 21% of the FMA peak). Here each SWEEP_K slice is
+ * swept over all the rows in balanced tiles of 4-6 (49 rows: 9 of 5-6; fewer rows: one tile),
+ * each tile's two 16-lane halves in turn, the slice's 16 KB of weights staying in L1; the fp32
+ * sums wait in the output rows between slices, and on the last k block micro_gen / micro_simple
+ * finish them as a block of no k values (micro_win12's way). The next slice's weights are
+ * prefetched into L2 while a slice runs: that layer's 9.4 MB come from DRAM (all blocks reading
+ * one block's weights took 2.76 against 3.43 ms). Each output gets the same FMAs in the same k
+ * order: the same sums. */
+static int sweep_block(const tile_t *t, const float *a, float *c, const float *res, int rows, const float *next) {
+    const int groups = (rows + 5) / 6;
+    for (int kk = 0; kk < t->kc; kk += SWEEP_K) {
+        const int kn = t->kc - kk < SWEEP_K ? t->kc - kk : SWEEP_K;
+        const int first = t->first && kk == 0;
+        /* the next slice's weights (the next block's first at the last one) into L2 while this one
+         * runs, a share per tile: from DRAM when the layer's weights exceed the caches (9.4 MB) */
+        const char *pf = (const char *)(kk + SWEEP_K < t->kc ? t->b + (long)(kk + SWEEP_K) * NR : next);
+        const long pn = kk + SWEEP_K < t->kc ? (t->kc - kk - SWEEP_K < SWEEP_K ? t->kc - kk - SWEEP_K : SWEEP_K) : SWEEP_K;
+        const long lines = pf ? pn * NR * 4 / 64 : 0, per = (lines + 2 * groups - 1) / (2 * groups);
+        long l = 0;
+        for (int g = 0, r0 = 0; g < groups; g++) {
+            const int n = (int)(((long)(g + 1) * rows) / groups) - r0;
+            for (int h = 0; h < 2; h++) {       /* the two halves in turn: the rows' slice read twice from L1 */
+                for (long e = l + per; l < e && l < lines; l++)
+                    _mm_prefetch(pf + l * 64, _MM_HINT_T1);
+                sweep_tiles[n](kn, a + (long)r0 * LDP + kk, LDP, t->b + (long)kk * NR + 16 * h, c + r0 * t->ldc + 16 * h,
+                               t->ldc, first);
+            }
+            r0 += n;
+        }
+    }
+    if (!t->last)
+        return 0;
+    tile_t f = *t;
+    f.kc = 0;
+    f.first = 0;
+    int flags = 0;
+    for (int r0 = 0; r0 < rows; r0 += MR) {
+        const int n = rows - r0 < MR ? rows - r0 : MR;
+        flags |= (simple_epilogue(t->e, res, t->e2) ? micro_simple : micro_gen)(&f, NULL, c + r0 * t->ldc,
+                                                                            res ? res + r0 * t->ldc : NULL, n, NULL);
+    }
+    return flags;
+}
+#endif
+
 /* the first input pixel of the window of output pixel m when the n pixels m .. m + n - 1 lie in
  * one output row and their windows inside the input (no padding), else NULL */
 static const float *window_row(const geom_t *g, long m, long n) {
@@ -1427,6 +1525,14 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 if (win[i] == NULL && (!direct || rows < MR) && !(win2 >> (i & ~1) & 1))
                     pack(&g, r0, rows, k0, kc, abuf + (long)i * MR * LDP);
             }
+            /* every panel packed (no windows in place, no pairs): sweep_block's slices. Not with a
+             * fused Sum2D of one k block: its output may be the residual itself (static_plan's in-place
+             * sums), which the sweep's partial sums would overwrite before the epilogue reads it */
+#ifdef MRVL_AVX2
+            int sweep = (new_paths & PATH_SWEEP) && !direct && !win2 && (!res || K > KC);
+            for (int i = 0; i < panels && sweep; i++)
+                sweep = win[i] == NULL;
+#endif
             int ifirst = 0;
             if ((new_paths & PATH_PIPE) && direct && simple && K <= 128 && j1 - j0 > 1 && o >= j1 * NR) {
                 /* K <= 128: the whole tiles one by one, every channel block inner (direct_pipe's nb: the
@@ -1449,6 +1555,13 @@ static int conv_range(const float *x, long h, long w, long c, long cs, long oh, 
                 const float *next = j + 1 < j1 ? wpack + ((j + 1) * K + k0) * NR : bp;
                 const tile_t t = {bp, ldo, cs, &e, e2, kc, (int)((o - j * NR) < NR ? (o - j * NR) : NR),
                                   k0 == 0, k0 + KC >= K, (int)(j * NR), (int)kh, (int)(kw * c), dh * w * c};
+#ifdef MRVL_AVX2
+                if (sweep && t.cols == NR) {
+                    flags |= sweep_block(&t, abuf, out + mc * ldo + j * NR, res ? res + mc * ldo + j * NR : NULL,
+                                         (int)mrows, j + 1 < j1 ? next : NULL);
+                    continue;
+                }
+#endif
                 const tile_t tw = {bp, ldo, cs, &e, e2, (int)K, t.cols, 1, 1, t.col0, t.kh, t.rowlen, t.ystride};
                 float *oc = out + (mc + (long)ifirst * MR) * ldo + j * NR;
                 const float *rc = res ? res + (mc + (long)ifirst * MR) * ldo + j * NR : NULL;
@@ -1658,6 +1771,47 @@ lane_micro(const int mr, const int P, long kc, const float *a, long lda, const f
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++)
         acc[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(accbuf + r * 16);
+#ifdef MRVL_AVX2
+    /* 16 ymm registers: the 12-row tile's 24 halves spilled; here 4-6 rows at a time through all kc
+     * (12 rows: 6 + 6, 8: 4 + 4), each output's FMAs the same in the same k order */
+    if (new_paths & PATH_LANES6) {
+        const int ng = (mr + 5) / 6;
+#pragma GCC unroll 2
+        for (int g = 0; g < ng; g++) {
+            const int r0 = g * mr / ng, n = (g + 1) * mr / ng - r0;
+            __m256 c[6][2];
+#pragma GCC unroll 6
+            for (int r = 0; r < n; r++)
+                c[r][0] = acc[r0 + r].lo, c[r][1] = acc[r0 + r].hi;
+            const float *ar = a + r0 * lda;
+            for (long p = 0; p < kc; p++) {
+                __m256 b0 = _mm256_loadu_ps(b + p * 16), b1 = _mm256_loadu_ps(b + p * 16 + 8);
+                KEEP_REG(b0);
+                KEEP_REG(b1);
+#pragma GCC unroll 6
+                for (int r = 0; r < n; r++) {
+                    const float *q = ar + r * lda + p * P;
+                    __m256 s0, s1;
+                    if (P == 16) {
+                        s0 = _mm256_loadu_ps(q);
+                        s1 = _mm256_loadu_ps(q + 8);
+                    } else {
+                        s0 = P == 1 ? _mm256_broadcast_ss(q)
+                                : P == 2 ? _mm256_castpd_ps(_mm256_broadcast_sd((const double *)q))
+                                : P == 4 ? _mm256_broadcast_ps((const __m128 *)q) : _mm256_loadu_ps(q);
+                        KEEP_REG(s0);    /* P = 8: one load for both halves' FMAs */
+                        s1 = s0;
+                    }
+                    c[r][0] = _mm256_fmadd_ps(s0, b0, c[r][0]);
+                    c[r][1] = _mm256_fmadd_ps(s1, b1, c[r][1]);
+                }
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < n; r++)
+                acc[r0 + r].lo = c[r][0], acc[r0 + r].hi = c[r][1];
+        }
+    } else
+#endif
     for (long p = 0; p < kc; p++) {
         const __m512 bv = _mm512_loadu_ps(b + p * 16);
 #pragma GCC unroll 12
