@@ -204,9 +204,12 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * their own weights (two load slots per 24 FMAs for nothing; -3 to -7% on ResNet-50's 56x56 and
  * 28x28 1x1 convs, single-threaded) */
 /* acc += b * broadcast(*p) as one FMA with an embedded broadcast of its memory operand ({1to16}) */
-#ifndef MRVL_AVX2
+#if !defined(MRVL_AVX2) && !defined(MRVL_EMULATED)
 #define FMA_BCAST(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
 #define FMA_BCAST8(acc, bv, p) __asm__("vfmadd231ps %[m]%{1to8%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(bv), [m] "m"(*(const float *)(p)))
+#elif !defined(MRVL_AVX2)   /* the emulated AVX-512 build (_native_simde.h): the same single FMA, no asm */
+#define FMA_BCAST(acc, bv, p) ((acc) = _mm512_fmadd_ps((bv), _mm512_set1_ps(*(const float *)(p)), (acc)))
+#define FMA_BCAST8(acc, bv, p) ((acc) = _mm256_fmadd_ps((bv), _mm256_set1_ps(*(const float *)(p)), (acc)))
 #endif
 #ifdef MRVL_AVX2
 /* v stays in a register: GCC otherwise folded a weight vector's load into each of the FMAs that use

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from .. import native_build
-from .native_loader import OnceLibrary, cpu_flags, cpu_has
+from .native_loader import EMULATE, OnceLibrary, cpu_flags, cpu_has
 
 log = logging.getLogger(__name__)
 notice = logging.getLogger("onnx_mrvl.notice")     # one-line notices the CLI shows on a terminal
@@ -61,13 +61,30 @@ def variant() -> str:
     return ""
 
 
+def emulation_flags() -> list:
+    """Testing only: the extra compiler flags of an AVX-512 build on SIMDe (``ONNX_MRVL_NATIVE_EMULATE``,
+    headers under ``ONNX_MRVL_SIMDE_DIR``, default /usr/include; ``_native_simde.h``), else []."""
+    if not EMULATE:
+        return []
+    inc = os.environ.get("ONNX_MRVL_SIMDE_DIR", "/usr/include")
+    if not os.path.exists(os.path.join(inc, "simde", "x86", "avx512.h")):
+        raise RuntimeError(f"ONNX_MRVL_NATIVE_EMULATE={EMULATE}: no SIMDe headers under {inc} (ONNX_MRVL_SIMDE_DIR)")
+    return (["-Wno-psabi", "-I" + inc, "-include", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_simde.h")]
+            + (["-DMRVL_EMULATE_VBMI"] if EMULATE == "avx512vbmi" else []))
+
+
 def build_shared(cc: str, source: Optional[str] = None) -> str:
     """The cached shared object of the C file ``source`` (default ``_native_conv.c``; built by
     ``cc`` when not cached, ``-march=native``: the key holds the CPU's flags): its path.
     sim/int8_native.py builds ``_native_int8.c`` with it."""
-    return native_build.build_shared(cc, source or _SRC, _FLAGS,
+    extra = emulation_flags()
+    shim = native_build.source_bytes(extra[3]) if extra else b""
+    if extra:
+        log.warning("ONNX_MRVL_NATIVE_EMULATE=%s: %s as its AVX-512 build on SIMDe (testing only, slow)",
+                    EMULATE, os.path.basename(source or _SRC))
+    return native_build.build_shared(cc, source or _SRC, _FLAGS + extra,
                                      key_extra=b"\0".join([cpu_flags().encode(), platform.machine().encode(),
-                                                               variant().encode()]),
+                                                               variant().encode(), shim]),
                                      announce=notice, what="the simulator's native kernels")
 
 

@@ -9,20 +9,30 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 from typing import Callable, Optional
 
 
+# Testing only (docs/simulator.md, "AVX-512 under emulation"): ONNX_MRVL_NATIVE_EMULATE=avx512 (or
+# avx512vbmi) reports these CPU flags too, and native.py then builds the AVX-512 kernels on SIMDe.
+EMULATE = os.environ.get("ONNX_MRVL_NATIVE_EMULATE", "").strip().lower()
+_EMULATED_FLAGS = {"avx512": " avx512f avx512dq avx512vl avx512bw avx512_vnni",
+                   "avx512vbmi": " avx512f avx512dq avx512vl avx512bw avx512_vnni avx512vbmi"}
+if EMULATE and EMULATE not in _EMULATED_FLAGS:
+    raise ValueError(f"ONNX_MRVL_NATIVE_EMULATE={EMULATE!r}: expected one of {sorted(_EMULATED_FLAGS)}")
+
+
 def cpu_flags() -> str:
-    """The CPU's feature flags line (``/proc/cpuinfo``), empty where unknown."""
+    """The CPU's feature flags line (``/proc/cpuinfo``), empty where unknown (plus the emulated
+    AVX-512 flags under ``ONNX_MRVL_NATIVE_EMULATE``)."""
+    line = ""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
+            line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
     except OSError:
         pass
-    return ""
+    return line.rstrip("\n") + _EMULATED_FLAGS[EMULATE] + "\n" if EMULATE else line
 
 
 def cpu_has(*flags: str) -> bool:
