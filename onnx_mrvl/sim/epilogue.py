@@ -21,7 +21,7 @@ def _f32(w) -> Optional[np.ndarray]:
     return np.ascontiguousarray(np.asarray(w, dtype=F32).reshape(-1))
 
 
-def _epilogue(channels: int, bias, scale, shift, activation: str = "none",
+def make_epilogue(channels: int, bias, scale, shift, activation: str = "none",
               activation_params: Optional[Mapping] = None, slope=None) -> Callable[[np.ndarray], bool]:
     """y = act(((acc + bias) * scale) + shift), in place on a float32 [rows, channels] block, then
     RNE to fp16; returns whether every value is finite. One compiled pass when ``jit.on()``."""

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import jit, native
 from .activations import make_activation
-from .epilogue import F32, _epilogue
+from .epilogue import F32, make_epilogue
 from .fp16 import fp16_source, to_fp16_values
 from .parallel import workers
 
@@ -28,7 +28,7 @@ class FC:
         self.out_features, self.in_features = (int(d) for d in k.shape)
         self._k16 = fp16_source(k)              # [O, K] float16: the native kernels pack it directly
         self._w = None
-        self.epilogue = _epilogue(self.out_features, bias, None, None, activation, activation_params, slope)
+        self.epilogue = make_epilogue(self.out_features, bias, None, None, activation, activation_params, slope)
         # the native path: a 1x1 conv over [N, 1, 1, K] (built on the first native call)
         self._conv_args = (bias, activation, activation_params, slope)
         self._conv = None                       # Optional[Conv2D]

@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import jit, native
 from .activations import make_activation
-from .epilogue import F32, _epilogue
+from .epilogue import F32, make_epilogue
 from .fp16 import fp16_source, round_fp16_, to_fp16_values
 from .parallel import run_all, workers
 from .pooling import (avgpool2d, global_avgpool2d, global_maxpool2d, maxpool2d,  # noqa: F401
@@ -96,7 +96,7 @@ class Conv2D:
             self._w_mats = None
             self._w_stack = None
             self._w_columns = {}                # part count -> weight column slices (small-M GEMMs)
-        self.epilogue = _epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
+        self.epilogue = make_epilogue(self.out_channels, bias, scale, shift, activation, activation_params, slope)
         self._plans = {}                        # input shape -> native kernel plan (``_plan``)
         self._packed = None                     # weights packed for the native GEMM
         self._epi_args = (bias, scale, shift, activation, activation_params, slope)
