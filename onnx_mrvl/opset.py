@@ -288,7 +288,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm") + INT8_SUM_ATTRS,
           int8_body(_batch_matmul_body)),
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
-          ("axis", "epsilon", "rms", "form", "mean_sum", "ort_kernel") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
+          ("axis", "epsilon", "rms", "form", "mean_sum", "mean_muls", "ort_kernel") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X", "M"), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
           int8_body(softmax_body)),

@@ -279,6 +279,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                 attrs["form"] = [str(a["form"])]
             if a.get("mean_sum"):   # onnxruntime's order of the mean's sum (fuse/qdq_layernorm.py)
                 attrs["mean_sum"] = [str(a["mean_sum"])]
+            if a.get("mean_muls"):   # the means' constant factors (fuse/qdq_layernorm.py)
+                attrs["mean_muls"] = _s([float(v) for v in a["mean_muls"]])
             if a.get("ort_kernel"):   # onnxruntime's InstanceNorm kernel's fp32 order (fuse/transformer.py)
                 attrs["ort_kernel"] = [str(a["ort_kernel"])]
             if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)

@@ -234,14 +234,15 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
 
 
 def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points,
-                    mean_strided: bool = False) -> Tuple[np.ndarray, bool]:
+                    mean_strided: bool = False, mean_muls=None) -> Tuple[np.ndarray, bool]:
     """A LayerNorm with interior quantization points (a QDQ export's decomposed layer norm, as
     onnxruntime runs it in fp32): m = mean(x) -> DQ(Q(.)) at "mean"; d = x - m -> at "diff"; d * d ->
     at "square"; v = mean(.) -> at "var"; + eps -> at "vareps"; sqrt -> at "std"; n = d / . -> at
     "norm"; * gamma -> at "scaled"; + beta. ``points``: eight (scale, zero point, type) or None in
     that order, or four (var, vareps, norm, scaled). Both means are onnxruntime's ReduceMean over the
     last axis (``ort_reduce``); ``mean_strided``: the first over a strided axis (its in-order sum; the
-    centering ``center_before_transpose`` moved back after a Transpose). The fp32 result, unrounded."""
+    centering ``center_before_transpose`` moved back after a Transpose); ``mean_muls``: [k_mean, k_var],
+    each mean times its constant (an fp32 product) before its point. The fp32 result, unrounded."""
     if len(points) == 4:
         points = [None, None, None, points[0], points[1], None, points[2], points[3]]
 
@@ -250,8 +251,10 @@ def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, bet
     shape = (-1,) + (1,) * (-axis - 1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
-        d = fq((x - fq(ort_reduce.mean(x, axis, strided=mean_strided), 0)).astype(F32), 1)
-        v = fq(ort_reduce.mean(fq((d * d).astype(F32), 2), axis), 3)
+        km, kv = (F32(1), F32(1)) if mean_muls is None else (F32(k) for k in mean_muls)
+        m = (ort_reduce.mean(x, axis, strided=mean_strided) * km).astype(F32)
+        d = fq((x - fq(m, 0)).astype(F32), 1)
+        v = fq((ort_reduce.mean(fq((d * d).astype(F32), 2), axis) * kv).astype(F32), 3)
         ve = fq((v + F32(eps)).astype(F32), 4)
         y = fq((d / fq(np.sqrt(ve).astype(F32), 5)).astype(F32), 6)
         y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 7)
