@@ -29,7 +29,8 @@ def program_features(layers: list) -> Dict[str, int]:
     square and the square root) and an int8-in layer's sums clamped as onnxruntime's U8S8 kernel does
     (``int8_sums`` ``"u8s8"``), 5; an fp32 chain's layer (``precision`` ``"fp32"``: Mul2D / Sum2D /
     Softmax in fp32, a Lookup of float32 values, float32 tensors; fuse/qdq_f32chain.py), 6; a layer
-    norm's means times constant factors (``mean_muls``: Quark's mean correction), 7.
+    norm's means times constant factors (``mean_muls``: Quark's mean correction) and an fp32 Mul2D's
+    quotient (``divide``: an fp32 chain's Div of two tensors), 7.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -57,8 +58,9 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["int8_sums"] = 5
             if params.get("precision") == "fp32":
                 found["precision"] = 6
-            if params.get("mean_muls"):
-                found["mean_muls"] = 7
+            for key in ("mean_muls", "divide"):
+                if params.get(key):
+                    found[key] = 7
         if isinstance(weights, dict) and "mask" in weights and layer.get("layer_name") == "Softmax":
             found["mask"] = 4
     return found

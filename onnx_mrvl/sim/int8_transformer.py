@@ -184,7 +184,7 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
     itself, an fp32 chain's layer). ``qlinear``: (requant, in2_q) of a Mul2D that onnxruntime runs
     as its QLinearMul (``qlinear_mul_codes``)."""
     from .activations import make_activation
-    ufunc = {"add": np.add, "mul": np.multiply}[op]
+    ufunc = {"add": np.add, "mul": np.multiply, "div": np.divide}[op]   # div: IEEE, correctly rounded
     const = None if operand is None else np.asarray(operand, F32)
     if qlinear is not None:
         if op != "mul" or in_q is None or qlinear[1] is None or activation.get("activation", "none") != "none":
@@ -200,7 +200,7 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
             raise ValueError(f"{op} needs a second input or a constant operand")
         if in_q is not None:
             a = fake_quant(a, *in_q)   # the codes it reads (exact when a already holds them)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             y = np.ascontiguousarray(ufunc(a, other, dtype=F32))
             if act is not None:
                 y = act(y)
