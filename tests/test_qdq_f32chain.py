@@ -220,13 +220,16 @@ def test_quotient_of_dequantized_values_is_an_fp32_chain(tmp_path):
 
 def test_float_quotient_of_two_tensors_stays_on_the_cpu():
     """Outside an fp32 chain (a float model: no fp16 division on the accelerator) a Div of two
-    tensors stays on the CPU with its reason, as before."""
+    tensors stays on the CPU with its reason, as before, and the Relu after it stays a layer (not
+    taken to the CPU with it)."""
     from onnx import TensorProto, helper
     from onnx_mrvl.fuse.qdq_f32chain import DIV_REASON
     vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8, 4, 4]) for n in ("a", "b", "y")]
     w = onnx.numpy_helper.from_array(np.full((8, 8, 1, 1), 0.1, np.float32), "w")
     g = helper.make_graph([helper.make_node("Conv", ["a", "w"], ["c"], name="conv"),
-                           helper.make_node("Div", ["c", "b"], ["y"], name="div")], "div", vi[:2], vi[2:], [w])
+                           helper.make_node("Div", ["c", "b"], ["q"], name="div"),
+                           helper.make_node("Relu", ["q"], ["r"], name="relu"),
+                           helper.make_node("Conv", ["r", "w"], ["y"], name="conv2")], "div", vi[:2], vi[2:], [w])
     r = onnx_mrvl.convert(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
     assert [x.node for x in r.report.cpu_nodes()] == ["div"]
     assert r.report.decisions["div"].reason == DIV_REASON

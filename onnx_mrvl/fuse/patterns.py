@@ -330,7 +330,8 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     attrs = {"divide": 1} if n.op_type == "Div" else {}
     grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n] + extra, inputs, n.output[0], attrs, weights)
     channels = out_shape[1] if len(out_shape) >= 2 else 1
-    _absorb_activation(g, grp, channels, target)
+    if n.op_type != "Div":   # a Div may go back to the CPU (qdq_f32chain): its reader stays a layer of its own
+        _absorb_activation(g, grp, channels, target)
     return grp
 
 
