@@ -164,6 +164,12 @@ def _eltwise_body(onnx_op):
     return body
 
 
+def _mul_body(a, present, opset):
+    """A * B; ``divide`` = 1: A / B (an fp32 chain's Div of two tensors, fuse/qdq_f32chain.py)."""
+    op = "Div" if int(a.get("divide", 0) or 0) else "Mul"
+    return [helper.make_node(op, ["A", "B"], ["Yb"])] + activation_nodes("Yb", "Y", a)
+
+
 def _sum_body(a, present, opset):
     """A + B; an int8 Sum2D of a QDQ Sub (``subtract`` 1: A - B, 2: B - A, B a tensor or the constant)."""
     sub = int(a.get("subtract", 0) or 0)
@@ -272,8 +278,8 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           int8_body(_pool_body("GlobalMaxPool"))),
     OpDef("Sum2D", "Sum2D", "mrvl.sum", ("A", "B"), _ACT_ATTRS + INT8_SUM_ATTRS, int8_body(_sum_body), True),
     OpDef("Mul2D", "Mul2D", "mrvl.mul", ("A", "B"), _ACT_ATTRS + _int8_transformer.INT8_OUT_ATTRS[1:] + ("precision",)
-          + _int8_transformer.QLINEAR_MUL_ATTRS,
-          _int8_transformer.int8_out_body(_eltwise_body("Mul")), True),
+          + _int8_transformer.QLINEAR_MUL_ATTRS + ("divide",),
+          _int8_transformer.int8_out_body(_mul_body), True),
     OpDef("Concat", "Concat", "mrvl.concat", (), ("axis", "num_inputs") + INT8_POOL_ATTRS + INT8_CONCAT_ATTRS,
           int8_concat_body(_concat_body)),
     OpDef("Slice2D", "Slice2D", "mrvl.slice", ("X",), ("axis", "start", "end"), _slice_body),
@@ -288,7 +294,7 @@ OPS: Dict[str, OpDef] = {op.name: op for op in [
           ("transpose_b", "alpha", "rank", "a_perm", "b_perm", "out_perm") + INT8_SUM_ATTRS,
           int8_body(_batch_matmul_body)),
     OpDef("LayerNorm", "LayerNorm", "mrvl.layernorm", ("X", "gamma", "beta"),
-          ("axis", "epsilon", "rms", "form", "mean_sum", "ort_kernel") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
+          ("axis", "epsilon", "rms", "form", "mean_sum", "mean_muls", "ort_kernel") + _int8_transformer.INT8_OUT_ATTRS + _int8_transformer.INNER_ATTRS,
           _int8_transformer.int8_out_body(_int8_transformer.layernorm_inner_body(layernorm_body))),
     OpDef("Softmax", "Softmax", "mrvl.softmax", ("X", "M"), ("axis", "log", "nan_fill", "requant") + INT8_POOL_ATTRS,
           int8_body(softmax_body)),

@@ -183,11 +183,18 @@ def layernorm_inner_body(plain):
         else:   # 8 points: mean, diff, square, var, vareps, std, norm, scaled; 4: var, vareps, norm, scaled
             p8 = pts if len(pts) == 8 else [None] * 3 + pts[:2] + [None] + pts[2:]
             pts = [p8[3], p8[4], p8[6], p8[7]]
+            km, kv = a.get("mean_muls") or (1.0, 1.0)   # the means' constant factors (qdq_layernorm.py)
+
+            def red_k(x, y, k):
+                if float(k) == 1.0:
+                    return red(x, y)
+                return red(x, y + "_r") + [helper.make_node("Constant", [], [y + "_k"], value=helper.make_tensor(
+                    y + "_k", TensorProto.FLOAT, [], [float(k)])), helper.make_node("Mul", [y + "_r", y + "_k"], [y])]
             more_m, m = fqp("li_m", p8[0])
             more_d, d = fqp("li_d0", p8[1])
             more_s, d2 = fqp("li_d2", p8[2])
-            nodes = red("X", "li_m") + more_m + [helper.make_node("Sub", ["X", m], ["li_d0"])] + more_d + \
-                [helper.make_node("Mul", [d, d], ["li_d2"])] + more_s + red(d2, "li_v")
+            nodes = red_k("X", "li_m", km) + more_m + [helper.make_node("Sub", ["X", m], ["li_d0"])] + more_d + \
+                [helper.make_node("Mul", [d, d], ["li_d2"])] + more_s + red_k(d2, "li_v", kv)
         more, v = fq("li_v", 0)
         nodes += more + [helper.make_node("Constant", [], ["li_eps"], value=helper.make_tensor(
             "li_eps", TensorProto.FLOAT, [], [eps])), helper.make_node("Add", [v, "li_eps"], ["li_ve"])]

@@ -243,6 +243,10 @@ VECTOR_LOWERINGS: Dict[str, Tuple[str, int]] = {
     "Lookup": ("vector unit (int8 Lookup, docs/fusion.md \"int8\"): quantize the input code, one "
                "gather from the layer's 256-entry table (per channel or shared, held in the vector "
                "unit's local memory), one byte out; assumption: one operation per element", 1),
+    "divide": ("vector unit, fp32 (a Mul2D with divide = 1, fp32 chains only: fuse/qdq_f32chain.py): "
+               "reciprocal seed by LUT, two Newton-Raphson steps, the product, one remainder correction "
+               "step (a * r - q, fused multiply-add) for the correctly rounded quotient; assumption: one "
+               "operation each, charged on top of the layer's element-wise MAC", 5),
     "GatherElements": ("DMA engine / vector unit (assumption): one indexed load per output element at the "
                        "offset the int32 index table gives (table read once per element), one store; no "
                        "arithmetic; one operation per element", 1),

@@ -445,7 +445,7 @@ def test_meta_not_canonical(blob):
 @pytest.mark.parametrize("edit, words", [
     (lambda m: m.pop("layers"), ["missing required key 'layers'"]),
     (lambda m: m.update(format="other"), ["meta.format", "'other'"]),
-    (lambda m: m.update(program_version=7), ["program_version 7", "newer", "upgrade"]),
+    (lambda m: m.update(program_version=8), ["program_version 8", "newer", "upgrade"]),
     # a version-1 reader would run the layer without its per-row state output: the program says 2
     (lambda m: m["layers"][0].setdefault("params", {}).update(final_state_rows=1),
      ["program_version 1", "final_state_rows", "defined by program_version 2"]),
@@ -474,6 +474,9 @@ def test_meta_not_canonical(blob):
     # a version-5 reader would compute an fp32 chain's layer in fp16: the program says 6
     (lambda m: (m.update(program_version=5), m["layers"][0].setdefault("params", {}).update(precision="fp32")),
      ["program_version 5", "precision", "defined by program_version 6"]),
+    # a version-6 reader would skip a layer norm's mean factors (Quark's mean correction): the program says 7
+    (lambda m: (m.update(program_version=6), m["layers"][0].setdefault("params", {}).update(mean_muls=[0.99609375] * 2)),
+     ["program_version 6", "mean_muls", "defined by program_version 7"]),
     (lambda m: m.update(name=7), ["meta.name", "expected the region name", "integer 7"]),
     (lambda m: m["tensors"][2].update(nbytes=5), ["meta.tensors[2].nbytes: 5", "expected 1024"]),
     (lambda m: m["tensors"][2].update(shape=[1, -8, 8, 8]), ["meta.tensors[2].shape[1]", "-8"]),

@@ -173,3 +173,42 @@ def test_fused_split_layernorm_reference_body_runs_in_plain_onnxruntime(tmp_path
     got = exact_session(fused.SerializeToString())
     for f in _feeds(2, seed=7):
         np.testing.assert_array_equal(got.run(None, f)[0], ref.run(None, f)[0])
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+@pytest.mark.parametrize("mean_mul", [False, True])
+def test_quark_paired_split_layernorm_is_one_layer(act, mean_mul, tmp_path):
+    """The split form with a pair after every op (Quark: PP-OCRv4 rec's first LayerNorm; the
+    Transpose's pair with its input's scale) and optionally Quark XINT8's ``ReduceMean -> Mul(k)``:
+    center_before_transpose moves the mean and its steps after the Transpose, drops the Transpose's
+    identity pair, and the layer norm is one Mrvl LayerNorm with eight points, every code onnxruntime's.
+    Before: the mean, the Sub, the Transpose ... on the CPU, 2 regions."""
+    from onnxruntime import quantization as q
+    src = str(tmp_path / "f.onnx")
+    onnx.save(_split_layernorm(conv=True), src)
+    data = iter(_feeds(8))
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+    qdq = str(tmp_path / "q.onnx")
+    q.quantize_static(src, qdq, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=False,
+                      weight_type=q.QuantType.QInt8,
+                      activation_type=q.QuantType.QInt8 if act == "s8" else q.QuantType.QUInt8,
+                      op_types_to_quantize=["Conv", "ReduceMean", "Sub", "Transpose", "Pow", "Add", "Sqrt",
+                                            "Div", "Mul", "MatMul"])
+    if mean_mul:
+        from onnx_mrvl.testing.quark_qdq import with_mean_correction
+        onnx.save(with_mean_correction(onnx.load(qdq)), qdq)
+    conv = onnx_mrvl.convert(qdq)
+    assert len(conv.report.regions) == 1
+    assert {d.op_type for d in conv.report.cpu_nodes()} == {"QuantizeLinear", "DequantizeLinear"}
+    out = tmp_path / "out"
+    sess = onnx_mrvl.InferenceSession(conv.save(str(out)))
+    ref = ort.InferenceSession(qdq, providers=["CPUExecutionProvider"])
+    nodes = json.load(open(f"{out}/mrvl_region_0-nodes.json"))["nodes"]
+    ln = [n["attrs"] for n in nodes if n.get("attrs", {}).get("layer_name") == ["LayerNorm"]]
+    assert len(ln) == 1 and len(ln[0]["inner_scales"]) == 8 and ln[0].get("mean_sum") == ["strided"]
+    assert ("mean_muls" in ln[0]) == mean_mul
+    for f in _feeds(4, seed=7):
+        np.testing.assert_array_equal(sess.run(None, f)[0], ref.run(None, f)[0])

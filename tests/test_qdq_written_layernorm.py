@@ -144,3 +144,35 @@ def test_dropped_layernorm_keeps_the_shared_eps_dq_of_the_next(tmp_path, act):
     assert len(result.subgraphs) == 1 and cpu["ReduceMean"] == 2 and cpu["Div"] == 1, cpu
     agree = qt.agreement(qpath, str(tmp_path / "out" / "model.onnx"), runs=3)["y"]
     assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+
+
+def _with_mean_correction(qpath: str) -> str:
+    from onnx_mrvl.testing.quark_qdq import with_mean_correction
+    out = qpath[:-5] + "_k.onnx"
+    onnx.save(with_mean_correction(onnx.load(qpath)), out)
+    return out
+
+
+@pytest.mark.parametrize("act", ["s8", "u8"])
+def test_layernorm_with_mean_correction_is_one_layer_bit_exact(tmp_path, act):
+    """``ReduceMean -> Mul(0.99609375) -> Q/DQ`` for both means (Quark XINT8's PP-OCRv4 rec): one
+    LayerNorm with ``mean_muls``, element for element equal to onnxruntime's run and its reference
+    body; before, 4 regions (the first ReduceMean, the Sub and the Div on the CPU)."""
+    import onnx_mrvl
+    from onnx_mrvl.fuse import fuse
+    from onnx_mrvl.legalize import legalize
+    qpath = _with_mean_correction(_quantize(written_layernorm("pow", seed=2), str(tmp_path / "q.onnx"), act, ALL_STEPS))
+    result = onnx_mrvl.convert(qpath, force=True)
+    result.save(str(tmp_path / "out"), overwrite=True)
+    cpu = collections.Counter(n.op_type for n in result.model.graph.node if not n.op_type.startswith("Subgraph"))
+    assert len(result.subgraphs) == 1 and not cpu, cpu
+    agree = qt.agreement(qpath, str(tmp_path / "out" / "model.onnx"), runs=3)["y"]
+    assert agree["identical"] == 1.0 and agree["steps"] == 0.0, agree
+    fused = fuse(getattr(legalize(onnx.load(qpath)), "model", None) or legalize(onnx.load(qpath))).model
+    ln = [n for n in fused.graph.node if n.domain == "mrvl" and n.op_type == "LayerNorm"]
+    assert len(ln) == 1 and list({x.name: x for x in ln[0].attribute}["mean_muls"].floats) == [0.99609375] * 2
+    for seed in range(3):
+        x = qt.feeds(fused, seed)
+        ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
+        got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+        np.testing.assert_array_equal(got, ref)

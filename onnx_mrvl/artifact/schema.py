@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Tuple
 from .io_quant import IO_QUANT_SINCE, check_io_quant
 
 PROGRAM_FORMAT = "onnx_mrvl.program"
-PROGRAM_VERSION = 6                     # newest program_version this reader understands
+PROGRAM_VERSION = 7                     # newest program_version this reader understands
 
 
 def program_features(layers: list) -> Dict[str, int]:
@@ -28,7 +28,9 @@ def program_features(layers: list) -> Dict[str, int]:
     eight interior quantization points (``inner_scales`` of 8: also after the mean, the difference, the
     square and the square root) and an int8-in layer's sums clamped as onnxruntime's U8S8 kernel does
     (``int8_sums`` ``"u8s8"``), 5; an fp32 chain's layer (``precision`` ``"fp32"``: Mul2D / Sum2D /
-    Softmax in fp32, a Lookup of float32 values, float32 tensors; fuse/qdq_f32chain.py), 6.
+    Softmax in fp32, a Lookup of float32 values, float32 tensors; fuse/qdq_f32chain.py), 6; a layer
+    norm's means times constant factors (``mean_muls``: Quark's mean correction) and an fp32 Mul2D's
+    quotient (``divide``: an fp32 chain's Div of two tensors), 7.
     A program using one says that version (emit/compile.py), so an older reader refuses it."""
     found: Dict[str, int] = {}
     for layer in layers:
@@ -56,6 +58,9 @@ def program_features(layers: list) -> Dict[str, int]:
                 found["int8_sums"] = 5
             if params.get("precision") == "fp32":
                 found["precision"] = 6
+            for key in ("mean_muls", "divide"):
+                if params.get(key):
+                    found[key] = 7
         if isinstance(weights, dict) and "mask" in weights and layer.get("layer_name") == "Softmax":
             found["mask"] = 4
     return found

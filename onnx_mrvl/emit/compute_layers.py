@@ -193,6 +193,10 @@ def eltwise(a, ctx, lname, in_shapes, params, weights):
             out = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))
         except ValueError:
             a.fail(f"input shapes {shapes} do not broadcast")
+    if a.has("divide"):   # A / B of two tensors, fp32 only (fuse/qdq_f32chain.py)
+        if a.int("divide") != 1 or len(shapes) != 2 or not a.has("precision") or a.str("precision").lower() != "fp32":
+            a.fail("divide 1 is a Mul2D of two tensors with precision fp32 (an fp32 chain's Div)")
+        params["divide"] = 1
     activation(a, ctx, lname, out[-1] if len(out) == 4 else (out[1] if len(out) > 1 else 1), params, weights)
     return out, 0
 

@@ -279,6 +279,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                 attrs["form"] = [str(a["form"])]
             if a.get("mean_sum"):   # onnxruntime's order of the mean's sum (fuse/qdq_layernorm.py)
                 attrs["mean_sum"] = [str(a["mean_sum"])]
+            if a.get("mean_muls"):   # the means' constant factors (fuse/qdq_layernorm.py)
+                attrs["mean_muls"] = _s([float(v) for v in a["mean_muls"]])
             if a.get("ort_kernel"):   # onnxruntime's InstanceNorm kernel's fp32 order (fuse/transformer.py)
                 attrs["ort_kernel"] = [str(a["ort_kernel"])]
             if a.get("inner_scales"):   # interior quantization of a QDQ layer norm (fuse/qdq_layernorm.py)
@@ -314,6 +316,8 @@ def _layer(g: GraphIndex, node: onnx.NodeProto, k: int, region: str, entry, cons
                     attrs.update(post_sizes=_s([int(v) for v in a["post_sizes"]]))
     elif a.get("precision") == "fp32":   # an fp32 chain's Mul2D / Sum2D / value Lookup (qdq_f32chain.py)
         attrs["precision"] = ["fp32"]
+        if a.get("divide"):   # Mul2D of an fp32 chain's Div: A / B
+            attrs["divide"] = _s(1)
         if "in_type" in a:   # a Lookup reads int8 codes
             attrs.update(in_scale=_s(float(a["in_scale"])), in_zero_point=_s(int(a["in_zero_point"])),
                          in_dtype=[a["in_type"]])

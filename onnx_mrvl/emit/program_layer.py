@@ -19,6 +19,7 @@ from .layer_common import Context, fit_rank  # noqa: F401 - compile.py reads the
 from .matmul_layer import batch_matmul
 from .lrn_layer import lrn
 from .resize_layer import resize_linear
+from ..target import VECTOR_LOWERINGS
 
 LAYER_NAMES = {  # JSON layer_name (TVM's, ours, the program's) -> program layer_name
     "Conv2D": "Conv2D", "FC": "FC", "Maxpool2D": "Maxpool2D", "Avgpool2D": "Avgpool2D",
@@ -69,6 +70,10 @@ def compile_layer(index: int, node: dict, ctx: Context, in_shapes: List[List[int
         out = [n, 1, 1, c]
     elif layer_name in ("Sum2D", "Mul2D"):
         out, macs = eltwise(a, ctx, lname, in_shapes, params, weights)
+        if params.get("divide"):   # a correctly rounded fp32 quotient (target.VECTOR_LOWERINGS["divide"])
+            if layer_name != "Mul2D":
+                a.fail("divide is a Mul2D mode")
+            vector_ops = int(np.prod(out)) * VECTOR_LOWERINGS["divide"][1]
     elif layer_name == "BatchMatMul":
         out, macs = batch_matmul(a, in_shapes, params)
     elif layer_name == "Concat":

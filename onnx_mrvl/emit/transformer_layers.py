@@ -83,6 +83,11 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         if mean_sum != "strided" or rms or form or not a.has("inner_scales"):
             a.fail(f"mean_sum {mean_sum!r}: \"strided\", on a layer norm with inner_scales only")
         params["mean_sum"] = mean_sum
+    if a.has("mean_muls"):   # each mean times a constant before its point (fuse/qdq_layernorm.py)
+        muls = [float(to_number(v)) for v in (lambda r: r if isinstance(r, list) else [r])(unwrap(a.raw["mean_muls"]))]
+        if len(muls) != 2 or not all(0 < k < np.inf for k in muls) or rms or form or not a.has("inner_scales"):
+            a.fail(f"mean_muls {muls}: two positive factors, on a layer norm with inner_scales only")
+        params["mean_muls"] = [float(np.float32(k)) for k in muls]
         extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
     ort_kernel = a.str("ort_kernel", "") or None   # an int8_out layer norm onnxruntime runs as InstanceNorm
     if ort_kernel is not None:

@@ -256,7 +256,7 @@ def find_groups(g: GraphIndex, order, target: Target, exclude: set, decisions: D
         claimed.update(x.name for x in built.nodes)
         producer_of[built.output] = built
     groups = qdq_transformer.merge_output_pairs(g, groups, decisions)   # float layers writing int8 codes
-    groups = qdq_f32chain.mark_fp32_chains(g, groups)   # float chains between int8 values and quantizers: fp32
+    groups = qdq_f32chain.mark_fp32_chains(g, groups, decisions)   # float chains between int8 values and quantizers: fp32
     return groups
 
 

@@ -58,7 +58,8 @@ class GroupLowering:
     def _act_attrs(self, grp: Group) -> dict:
         """The activation attributes, and an int8 layer's quantization (qdq.py) and kernel sums
         (``int8_sums``: an FC over rows, fc_rows.py, sums as onnxruntime's kernel of the model does)."""
-        return {k: v for k, v in grp.attrs.items() if k.startswith("activation") or k in ALL_INT8_ATTRS + ("int8_sums",)}
+        return {k: v for k, v in grp.attrs.items()
+                if k.startswith("activation") or k in ALL_INT8_ATTRS + ("int8_sums", "divide")}
 
     def _spatial(self, grp: Group) -> None:
         x = self.get(grp.inputs[0], NHWC, for_mrvl=True, origin=grp.origin)

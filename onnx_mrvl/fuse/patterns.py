@@ -297,6 +297,8 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     consts = [t for t in (a, b) if values[t] is not None]
     if len(consts) == 2:
         return "both operands are constant (constant folding leaves this to the CPU)"
+    if n.op_type == "Div" and consts:   # legalize's sub_div_const takes x / c
+        return "no accelerator op for Div by a constant here"
     extra = []
     if len(consts) == 1:
         data = b if consts[0] == a else a
@@ -324,9 +326,12 @@ def build_eltwise(g: GraphIndex, n: onnx.NodeProto, target: Target):
     reason = batch_limit(g, n.output[0], target, spatial=False)
     if reason:
         return reason
-    grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n] + extra, inputs, n.output[0], {}, weights)
+    # a Div of two tensors: Mul2D with divide = 1, which exists only in fp32 (qdq_f32chain drops it elsewhere)
+    attrs = {"divide": 1} if n.op_type == "Div" else {}
+    grp = Group(op, "mrvl.sum" if op == "Sum2D" else "mrvl.mul", [n] + extra, inputs, n.output[0], attrs, weights)
     channels = out_shape[1] if len(out_shape) >= 2 else 1
-    _absorb_activation(g, grp, channels, target)
+    if n.op_type != "Div":   # a Div may go back to the CPU (qdq_f32chain): its reader stays a layer of its own
+        _absorb_activation(g, grp, channels, target)
     return grp
 
 
@@ -399,7 +404,7 @@ PATTERNS: List[Pattern] = [
     Pattern("mrvl.conv2d_nhwc2nhwc", ("Conv",), build_conv, CONV_CHAIN),
     Pattern("mrvl.fc_ni2no", ("Gemm", "MatMul"), build_fc, FC_CHAIN),
     Pattern("mrvl.pool2d_nhwc2nhwc", tuple(_POOLS), build_pool),
-    Pattern("mrvl.sum|mrvl.mul", ("Add", "Mul"), build_eltwise, ("activation",)),
+    Pattern("mrvl.sum|mrvl.mul", ("Add", "Mul", "Div"), build_eltwise, ("activation",)),
     Pattern("mrvl.concat", ("Concat",), build_concat),
     Pattern("mrvl.reshape", ("Reshape", "Flatten", "Squeeze", "Unsqueeze"), build_reshape),
     Pattern("mrvl.resize_nearest", ("Resize",), build_resize),

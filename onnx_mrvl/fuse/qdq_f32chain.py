@@ -17,6 +17,9 @@ layer's, and every reader of a chain layer's output is another chain layer, a Qu
 accelerator layer absorbed (an int8 layer's input quantization, a Requantize, an int8 Concat) or an
 ``int8_out`` layer (fp32 math, then its own Q: PP-LCNet's SE ``Q(x * HardSigmoid(se))``), never a
 model output.
+A ``Div`` of two tensors (fuse's Mul2D with ``divide`` = 1; INC's ``DQ(a) / (DQ(s) + 1)``) is a chain
+layer like a product: IEEE division is correctly rounded, so the fp32 quotient is onnxruntime's bit for
+bit; outside a chain it goes back to the CPU (the accelerator has no fp16 division).
 The arithmetic layers of a chain get ``precision`` "fp32": fp32 math on the fp32 values, no fp16
 rounding; their outputs and the data movement of them are float32 tensors (emit/compile.py), so the
 quantizer reads exactly what onnxruntime quantizes. A float group of element-wise ops of ONE int8
@@ -46,6 +49,8 @@ MOVES = ("Slice2D", "Concat", "Resize", "Reshape", "Flatten", "Squeeze",   # cop
 # the simulator's fp32 chain applies them to the fp32 sum / product (int8_out_binary)
 EXACT_ACTS = ("none", "relu", "clamp", "leaky_relu")
 EXACT_OUT = ("int8", "int8_out")   # layers whose output holds int8 codes (dequantized exactly in fp32)
+DIV_REASON = ("no accelerator op for Div of two tensors outside an fp32 chain (the Mul2D divide mode is fp32 only: "
+              "int8 values in, its result quantized by an accelerator layer)")
 NOTE = ("fp32 layer (float op between int8 values and quantizers: computed in fp32 as onnxruntime does, "
         "its result quantized by the reader)")
 
@@ -114,11 +119,12 @@ def _table(g: GraphIndex, grp: Group, producer: Dict[str, Group], index, memo):
     return None if isinstance(table, str) or not np.isfinite(table).all() else (src[0], table)
 
 
-def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
+def mark_fp32_chains(g: GraphIndex, groups: List[Group], decisions=None) -> List[Group]:
     """Sets ``precision`` "fp32" on the arithmetic layers of every chain and makes its one-input
-    element-wise groups fp32 Lookups (module docstring); returns the groups."""
+    element-wise groups fp32 Lookups (module docstring); a Div of two tensors (Mul2D ``divide``) no
+    chain takes goes back to the CPU (recorded in ``decisions``). Returns the groups."""
     if not any(grp.attrs.get("precision") in EXACT_OUT for grp in groups):
-        return groups   # no int8 codes to start a chain from (a float model): nothing to look at
+        return _drop_divisions(groups, decisions)   # no int8 codes to start a chain from (a float model)
     owner: Dict[str, Group] = {x.name: grp for grp in groups for x in grp.nodes}
     producer = {t: grp for grp in groups for t in _outputs(grp)}
     chain = {id(grp): grp for grp in groups if _candidate(grp)}
@@ -148,6 +154,19 @@ def mark_fp32_chains(g: GraphIndex, groups: List[Group]) -> List[Group]:
         elif id(grp) in chain and grp.op in ARITH:
             grp.attrs["precision"] = PRECISION
             grp.note = NOTE
+        out.append(grp)
+    return _drop_divisions(out, decisions)
+
+
+def _drop_divisions(groups: List[Group], decisions) -> List[Group]:
+    """The groups without the Divs of two tensors outside fp32 chains (no fp16 division)."""
+    out = []
+    for grp in groups:
+        if grp.attrs.get("divide") and grp.attrs.get("precision") != PRECISION:
+            if decisions is not None:
+                for n in grp.nodes:
+                    decisions.record(n.name, n.op_type, reason=DIV_REASON)
+            continue
         out.append(grp)
     return out
 

@@ -89,6 +89,17 @@ def _const_nodes(g: GraphIndex, c: str) -> list:
     return [dq] if dq is not None and len(g.consumers.get(c, [])) == 1 and c not in g.output_set else []
 
 
+def _mean_mul(g: GraphIndex, t: str):
+    """(tensor after an optional ``Mul(t, k)`` by a positive scalar constant, k (1.0 without), its
+    nodes): Quark's mean correction (its NPU's mean as a sum times a rounded 1 / n, ``* 0.99609375``)."""
+    mul = _only(g, t, ("Mul",))
+    c = _const_other(g, mul, t) if mul is not None else None
+    k = _scalar(g, c) if c is not None else None
+    if k is None or not 0 < k < np.inf:
+        return t, 1.0, []
+    return mul.output[0], k, [mul] + _const_nodes(g, c)
+
+
 def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozenset()):
     """``n``: the mean's ReduceMean. A LayerNorm group with interior quantization, None (no such
     form: other patterns take it), or a reason."""
@@ -97,7 +108,8 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
     axes = _axes(g, n)
     if shape is None or axes is None or len(axes) != 1 or axes[0] % len(shape) != len(shape) - 1:
         return None
-    m, q_mean, m_pair = _through(g, n.output[0])
+    m, k_mean, m_mul = _mean_mul(g, n.output[0])
+    m, q_mean, m_pair = _through(g, m)
     subs = [s for s in g.consumers.get(m, []) if s.op_type == "Sub" and list(s.input) == [x, m]]
     if len(subs) != 1 or len(g.consumers.get(m, [])) != 1:
         return None
@@ -110,9 +122,10 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
     va = _axes(g, var) if var is not None else None
     if va is None or [a % len(shape) for a in va] != [a % len(shape) for a in axes]:   # [2] and [-1] alike
         return None
-    nodes = [n] + m_pair + [subs[0]] + d_pair + [sq] + s_pair + [var]
+    t, k_var, v_mul = _mean_mul(g, var.output[0])
+    nodes = [n] + m_mul + m_pair + [subs[0]] + d_pair + [sq] + s_pair + [var] + v_mul
     quant = {"mean": q_mean, "diff": q_diff, "square": q_square}
-    t, qp, pair = _through(g, var.output[0])
+    t, qp, pair = _through(g, t)
     add = _only(g, t, ("Add",))
     eps = _const_other(g, add, t) if add is not None else None
     if eps is None:
@@ -158,6 +171,8 @@ def build_qdq_layernorm(g: GraphIndex, n: onnx.NodeProto, target: Target, claime
              "inner_scales": [float(q[0]) if q else 0.0 for q in qs],
              "inner_zero_points": [int(q[1]) if q else 0 for q in qs],
              "inner_types": ",".join(q[2] if q else "" for q in qs)}
+    if (k_mean, k_var) != (1.0, 1.0):   # the means' constant factors (Quark's mean correction)
+        attrs["mean_muls"] = [k_mean, k_var]
     if strided_mean(n):   # onnxruntime sums this mean over a strided axis (center_before_transpose)
         attrs["mean_sum"] = "strided"
     return Group("LayerNorm", "mrvl.layernorm", nodes, [x], last.output[0], attrs, weights)

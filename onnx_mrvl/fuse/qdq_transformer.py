@@ -272,8 +272,8 @@ def merge_output_pairs(g: GraphIndex, groups: List[Group], decisions=None) -> Li
     owner = {x.name: grp for grp in groups for x in grp.nodes}
     dropped = set()
     for src in groups:
-        if src.op not in INT8_OUT_OPS or src.attrs.get("precision"):
-            continue
+        if src.op not in INT8_OUT_OPS or src.attrs.get("precision") or src.attrs.get("divide"):
+            continue   # a Div of two tensors: fp32 chains only (qdq_f32chain.py)
         readers = g.consumers.get(src.output, [])
         q = readers[0] if len(readers) == 1 and src.output not in g.output_set else None
         if q is None or q.op_type != "QuantizeLinear" or q.name not in owner:

@@ -163,6 +163,8 @@ def materialize(m, grp: Group) -> None:
             attrs["form"] = grp.attrs["form"]
         if grp.attrs.get("mean_sum"):   # the mean onnxruntime sums over a strided axis (qdq_layernorm.py)
             attrs["mean_sum"] = grp.attrs["mean_sum"]
+        if grp.attrs.get("mean_muls"):   # the means' constant factors (qdq_layernorm.py)
+            attrs["mean_muls"] = [float(k) for k in grp.attrs["mean_muls"]]
         if grp.attrs.get("ort_kernel") and attrs.get("precision") == "int8_out":   # its codes: onnxruntime's
             attrs["ort_kernel"] = grp.attrs["ort_kernel"]          # InstanceNorm kernel's order (build_layernorm)
         base = grp.anchor.name

@@ -184,7 +184,7 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
     itself, an fp32 chain's layer). ``qlinear``: (requant, in2_q) of a Mul2D that onnxruntime runs
     as its QLinearMul (``qlinear_mul_codes``)."""
     from .activations import make_activation
-    ufunc = {"add": np.add, "mul": np.multiply}[op]
+    ufunc = {"add": np.add, "mul": np.multiply, "div": np.divide}[op]   # div: IEEE, correctly rounded
     const = None if operand is None else np.asarray(operand, F32)
     if qlinear is not None:
         if op != "mul" or in_q is None or qlinear[1] is None or activation.get("activation", "none") != "none":
@@ -200,7 +200,7 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
             raise ValueError(f"{op} needs a second input or a constant operand")
         if in_q is not None:
             a = fake_quant(a, *in_q)   # the codes it reads (exact when a already holds them)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             y = np.ascontiguousarray(ufunc(a, other, dtype=F32))
             if act is not None:
                 y = act(y)
@@ -234,14 +234,15 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
 
 
 def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, beta, points,
-                    mean_strided: bool = False) -> Tuple[np.ndarray, bool]:
+                    mean_strided: bool = False, mean_muls=None) -> Tuple[np.ndarray, bool]:
     """A LayerNorm with interior quantization points (a QDQ export's decomposed layer norm, as
     onnxruntime runs it in fp32): m = mean(x) -> DQ(Q(.)) at "mean"; d = x - m -> at "diff"; d * d ->
     at "square"; v = mean(.) -> at "var"; + eps -> at "vareps"; sqrt -> at "std"; n = d / . -> at
     "norm"; * gamma -> at "scaled"; + beta. ``points``: eight (scale, zero point, type) or None in
     that order, or four (var, vareps, norm, scaled). Both means are onnxruntime's ReduceMean over the
     last axis (``ort_reduce``); ``mean_strided``: the first over a strided axis (its in-order sum; the
-    centering ``center_before_transpose`` moved back after a Transpose). The fp32 result, unrounded."""
+    centering ``center_before_transpose`` moved back after a Transpose); ``mean_muls``: [k_mean, k_var],
+    each mean times its constant (an fp32 product) before its point. The fp32 result, unrounded."""
     if len(points) == 4:
         points = [None, None, None, points[0], points[1], None, points[2], points[3]]
 
@@ -250,8 +251,10 @@ def layernorm_inner(x: np.ndarray, axis: int, eps: float, gamma: np.ndarray, bet
     shape = (-1,) + (1,) * (-axis - 1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
-        d = fq((x - fq(ort_reduce.mean(x, axis, strided=mean_strided), 0)).astype(F32), 1)
-        v = fq(ort_reduce.mean(fq((d * d).astype(F32), 2), axis), 3)
+        km, kv = (F32(1), F32(1)) if mean_muls is None else (F32(k) for k in mean_muls)
+        m = (ort_reduce.mean(x, axis, strided=mean_strided) * km).astype(F32)
+        d = fq((x - fq(m, 0)).astype(F32), 1)
+        v = fq((ort_reduce.mean(fq((d * d).astype(F32), 2), axis) * kv).astype(F32), 3)
         ve = fq((v + F32(eps)).astype(F32), 4)
         y = fq((d / fq(np.sqrt(ve).astype(F32), 5)).astype(F32), 6)
         y = fq((y * np.asarray(gamma, F32).reshape(shape)).astype(F32), 7)

@@ -184,6 +184,10 @@ def _binary(op: str):
                 raise spec.error("no int8 Mul2D (int8: Sum2D)")
             return int8.build_add(spec, n_inputs)
         operand = spec.weight("operand", required=(n_inputs == 1))
+        if spec.params.get("divide"):   # A / B, fp32 only (an fp32 chain's Div: qdq_f32chain.py)
+            if op != "mul" or n_inputs != 2 or spec.params.get("precision") != "fp32":
+                raise spec.error("divide: a Mul2D of two tensors with precision fp32")
+            return int8_out_binary("div", None, spec.activation(), None)
         if spec.params.get("precision") == "fp32":   # an fp32 chain's layer: fp32 values out (qdq_f32chain.py)
             return int8_out_binary(op, operand, spec.activation(), None)
         out_q = int8_out_quant(spec)

@@ -46,6 +46,10 @@ def build_layernorm(spec, n_inputs: int):
     mean_sum = spec.param("mean_sum", None)   # onnxruntime's order of the mean's sum (sim/ort_reduce.py)
     if mean_sum is not None and (mean_sum != "strided" or points is None or rms or form):
         raise spec.error(f"mean_sum {mean_sum!r}: \"strided\", on a layer norm with interior points only")
+    mean_muls = spec.param("mean_muls", None)   # each mean times a constant (fuse/qdq_layernorm.py)
+    if mean_muls is not None and (points is None or rms or form or len(mean_muls) != 2
+                                  or not all(0 < float(k) < np.inf for k in mean_muls)):
+        raise spec.error(f"mean_muls {mean_muls!r}: two positive factors, on a layer norm with interior points only")
 
     ort_kernel = spec.param("ort_kernel", None)   # onnxruntime's InstanceNorm order (fuse/transformer.py)
     if ort_kernel is not None:
@@ -65,7 +69,8 @@ def build_layernorm(spec, n_inputs: int):
         if points is not None:         # a QDQ layer norm's interior quantization (int8_transformer.py)
             y, ok = affine_inner(x, axis, eps, gamma, beta, points, form) if form else \
                 rmsnorm_inner(x, axis, eps, gamma, beta, points) if rms else \
-                layernorm_inner(x, axis, eps, gamma, beta, points, mean_strided=mean_sum == "strided")
+                layernorm_inner(x, axis, eps, gamma, beta, points, mean_strided=mean_sum == "strided",
+                                mean_muls=mean_muls)
         elif ort_kernel is not None:   # onnxruntime's InstanceNorm kernel over the last axis, then its Q
             if axis not in (-1, x.ndim - 1):
                 raise ValueError(f"ort_kernel instance_norm over axis {axis} (the last axis only)")

@@ -241,6 +241,9 @@ def branch_concat(seed: int = 0, op: str = "Sub", act: str = "", channels: int =
     output quantized:
 
         Concat(act(DQ(ca) op DQ(cb)), DQ(ca)) -> Q/DQ -> co (3x3) -> Q/DQ (output)
+
+    ``op`` "Div": the divisor is ``DQ(Q(Sigmoid(DQ(cb)))) + 1`` (a gate in (1, 2), the Sigmoid's output
+    quantized as INC does, the ``+ 1`` float).
     """
     rng = np.random.default_rng(seed)
     parts = QdqParts()
@@ -248,6 +251,11 @@ def branch_concat(seed: int = 0, op: str = "Sub", act: str = "", channels: int =
     inp = _qdq(parts, "x", "in", s_in, 0)
     a = _conv(parts, rng, inp, "ca", 3, channels, 3, s_in, 6.0 / 255)
     b = _conv(parts, rng, inp, "cb", 3, channels, 3, s_in, 5.0 / 255)
+    if op == "Div":
+        parts.nodes.append(helper.make_node("Sigmoid", [b], ["sg"], name="sig"))
+        parts.nodes.append(helper.make_node("Add", [_qdq(parts, "sg", "sgq", 1.0 / 255, 0),
+                                                    parts.init("one", np.float32(1.0))], ["b1"], name="plus1"))
+        b = "b1"
     parts.nodes.append(helper.make_node(op, [a, b], ["d"], name=op.lower()))
     if act:
         parts.nodes.append(helper.make_node(act, ["d"], ["da"], alpha=0.1, name="act"))

@@ -8,6 +8,7 @@ power-of-two scale (not onnxruntime's int32 at ``s_x * s_w``). Seeded weights.
     layernorm_sub(seed)     # x [1, C, 1, W] -> Q/DQ -> Conv1x1 -> Q/DQ = y; y - DQ(Q(ReduceMean(y, axis 1)))
                             # -> Q/DQ -> Conv1x1 -> Q/DQ: the first step of Quark's written-out LayerNorm
                             # (PP-OCRv4 rec), read by a projection
+    with_mean_correction(m) # every ReduceMean of a QDQ model followed by Mul(0.99609375) before its Q
 """
 from __future__ import annotations
 
@@ -108,3 +109,21 @@ def layernorm_sub(seed: int = 0, channels: int = 16, width: int = 24) -> onnx.Mo
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def with_mean_correction(model: onnx.ModelProto, k: float = 0.99609375) -> onnx.ModelProto:
+    """Quark XINT8's mean correction: each ReduceMean followed by ``Mul(k)`` before its Q (its NPU's
+    mean as a sum times a rounded 1 / n; PP-OCRv4 rec's written-out LayerNorms). A copy."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    nodes = []
+    for n in m.graph.node:
+        nodes.append(n)
+        if n.op_type == "ReduceMean":
+            raw = n.output[0] + "_raw"
+            nodes.append(helper.make_node("Mul", [raw, "mean_k"], [n.output[0]], name=raw + "_Mul"))
+            n.output[0] = raw
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.float32(k), "mean_k"))
+    return m

@@ -44,6 +44,18 @@ def match(node, g) -> Optional[Match]:
     return Match([node], {"sx": sx, "axis": axis})
 
 
+def _after_scaled_pair(g, t: str) -> str:
+    """``_after_pair`` of ``t``, also through a ``Mul`` by a scalar constant that alone reads ``t``
+    when a pair follows it (Quark XINT8's mean correction ``ReduceMean -> Mul(0.99609375) -> Q``)."""
+    u = g.users(t)
+    k = [i for i in u[0].input if i != t] if len(u) == 1 and u[0].op_type == "Mul" and len(u[0].input) == 2 else []
+    if len(k) == 1 and g.is_const(k[0]) and g.const(k[0]).size == 1:
+        s = u[0].output[0]
+        if _after_pair(g, s) != s:
+            return _after_pair(g, s)
+    return _after_pair(g, t)
+
+
 def _after_pair(g, t: str) -> str:
     """The DequantizeLinear output of a Q -> DQ pair that alone reads ``t`` (a QDQ export), else ``t``."""
     q = g.users(t)
@@ -60,9 +72,10 @@ def _before_pair(g, t: str) -> str:
 
 def _normalisation(node, g) -> bool:
     """x - mean(x) (the mean is read by a Sub/Div that reads x too), or mean((x - m) ** 2), or
-    mean(x ** 2) (an RMSNorm), each also with a Q -> DQ pair between (onnxruntime's quantizer)."""
+    mean(x ** 2) (an RMSNorm), each also with a Q -> DQ pair between (onnxruntime's quantizer), that
+    pair also after the mean times a scalar constant (Quark's mean correction)."""
     x = node.input[0]
-    if any(c.op_type in ("Sub", "Div") and x in c.input for c in g.users(_after_pair(g, node.output[0]))):
+    if any(c.op_type in ("Sub", "Div") and x in c.input for c in g.users(_after_scaled_pair(g, node.output[0]))):
         return True
     p = g.producer.get(_before_pair(g, x))
     return p is not None and (p.op_type == "Pow" or (p.op_type == "Mul" and p.input[0] == p.input[1]))
@@ -71,7 +84,7 @@ def _normalisation(node, g) -> bool:
 def qdq_norm_mean(node, g) -> bool:
     """``node`` is a (layer / RMS) norm's mean or variance with a Q -> DQ pair on its input or
     output (a QDQ export: fuse's int8 layer norms read it as it is, qdq_layernorm.py / qdq_norm_affine.py)."""
-    return _normalisation(node, g) and (_after_pair(g, node.output[0]) != node.output[0]
+    return _normalisation(node, g) and (_after_scaled_pair(g, node.output[0]) != node.output[0]
                                         or _before_pair(g, node.input[0]) != node.input[0])
 
 
