@@ -579,3 +579,17 @@ def test_pinned_workers_run_on_one_cpu_each_with_the_same_bits():
                                    check=True).stdout.split(" ", 1))
     assert outs[0][0] == "0" and int(outs[1][0]) >= 1, outs      # unpinned: none; pinned: the worker
     assert outs[0][1] == outs[1][1]                               # the same bits
+
+
+def test_unknown_emulation_is_a_usage_error():
+    """A mistyped ``ONNX_MRVL_NATIVE_EMULATE`` (testing only) stops with our UsageError naming the
+    accepted values, not a bare ValueError."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, ONNX_MRVL_NATIVE_EMULATE="avx-512",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    probe = ("from onnx_mrvl.errors import UsageError\n"
+             "try:\n    import onnx_mrvl.sim.native_loader\nexcept UsageError as e:\n    print('usage:', e)\n")
+    r = subprocess.run([sys.executable, "-c", probe], env=env, cwd=root, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "usage:" in r.stdout and "avx512vbmi" in r.stdout and "avx-512" in r.stdout, r.stdout

@@ -15,9 +15,8 @@ from ..provenance import get_origin
 from ..target import Target
 from .groups import Group
 from .patterns import build_eltwise, build_pool as build_float_pool
-from .qconst import constant_value, dequantized_const as _dequantized_const
-from .qdq import INT8_ACTIVATIONS, Dequantized as _Dequantized, activation_input, pair_in as _pair_in, \
-    pairs as _pairs, qattrs as _qattrs, qparams as _qparams
+from .qconst import constant_value, dequantized_const
+from .qdq import INT8_ACTIVATIONS, Dequantized, activation_input, pair_in, pairs, qattrs, qparams
 from .qdq_pool_activation import post_scale, pre_activation
 from .resize import build_resize
 
@@ -42,7 +41,7 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
     if isinstance(grp, str):
         return grp
     post = post_scale(g, n, claimed) if n.op_type == "GlobalAveragePool" else None   # Quark's mean * c
-    around = _pairs(g, act[0] if act else n, post[0].output[0] if post else grp.output, qin, claimed)
+    around = pairs(g, act[0] if act else n, post[0].output[0] if post else grp.output, qin, claimed)
     if isinstance(around, str):
         return around
     nodes, x, out, qout = around
@@ -67,7 +66,7 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed=frozens
         scale = np.float32(qin[0]) * np.float32(abs(post[1]) if post else 1) / (np.float32(qout[0]) * np.float32(h * w))
         if not 2.0 ** -32 <= scale < 256:
             return f"int8 average: input / output scale / {h * w} pixels = {scale:g} is outside [2^-32, 256)"
-    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **_qattrs(qin, qout), **extra), {})
+    return Group(grp.op, grp.composite, grp.nodes + nodes, [x], out, dict(grp.attrs, **qattrs(qin, qout), **extra), {})
 
 
 def _add_data_index(g: GraphIndex, n: onnx.NodeProto) -> int:
@@ -91,7 +90,7 @@ def build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k:
         return None
     if all(g.is_const(i) for i in dq_b.input if i):
         return _build_add_const(g, n, target, claimed, qin, dq_b, k)
-    qin2 = _qparams(g, dq_b)
+    qin2 = qparams(g, dq_b)
     if isinstance(qin2, str):
         return qin2
     grp = build_eltwise(g, n, target)
@@ -100,12 +99,12 @@ def build_add(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, qin, k:
     if not broadcast_operand(g.shape(n.input[0]), g.shape(n.input[1])):
         return (f"an int8 add of operands of shapes {g.shape(n.input[0])} and {g.shape(n.input[1])} (one shape, "
                 f"or the second broadcast along the first's leading axes)")
-    around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed)
+    around = _int8_activation(grp) or pairs(g, n, grp.output, qin, claimed)
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around
-    b, in_front = _pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
-    attrs = dict(grp.attrs, **_qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
+    b, in_front = pair_in(g, n, 1, qin2, set(claimed) | {x.name for x in nodes})
+    attrs = dict(grp.attrs, **qattrs(qin, qout), in2_scale=qin2[0], in2_zero_point=qin2[1], in2_type=qin2[2],
                  requant=add_requant(g, n, qin[2]))
     return Group(grp.op, grp.composite, grp.nodes + nodes + in_front, [a, b], out, attrs, {})
 
@@ -147,21 +146,21 @@ def _build_add_const(g: GraphIndex, n: onnx.NodeProto, target: Target, claimed, 
     if dq_b is None:
         c, view = np.asarray(g.const(ct), np.float32), g
     else:
-        c = _dequantized_const(g, dq_b)
+        c = dequantized_const(g, dq_b)
         if c is None:
             return f"the constant operand of '{n.name}' is not an int8/uint8/int32 DequantizeLinear"
         if dq_b.name in g.excluded:
             return f"the constant operand of '{n.name}' is excluded by the user"
-        view = _Dequantized(g, {ct: c})
+        view = Dequantized(g, {ct: c})
     grp = build_eltwise(view, n, target)
     if isinstance(grp, str):
         return grp
-    around = _int8_activation(grp) or _pairs(g, n, grp.output, qin, claimed, k)
+    around = _int8_activation(grp) or pairs(g, n, grp.output, qin, claimed, k)
     if isinstance(around, str):
         return around
     nodes, a, out, qout = around
-    attrs = dict(grp.attrs, **_qattrs(qin, qout))
-    qb = _qparams(g, dq_b) if dq_b is not None and np.asarray(g.const(dq_b.input[0])).dtype != np.int32 else None
+    attrs = dict(grp.attrs, **qattrs(qin, qout))
+    qb = qparams(g, dq_b) if dq_b is not None and np.asarray(g.const(dq_b.input[0])).dtype != np.int32 else None
     if qb is not None and not isinstance(qb, str):   # int8 codes of one scale: onnxruntime may fuse QLinearAdd
         attrs.update(in2_scale=qb[0], in2_zero_point=qb[1], in2_type=qb[2], requant=add_requant(g, n, qin[2]))
     own = dq_b is not None and dq_b.name not in claimed and len(g.consumers.get(ct, [])) == 1

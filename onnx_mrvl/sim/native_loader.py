@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Callable, Optional
 
+from ..errors import UsageError
 
 # Testing only (docs/simulator.md, "AVX-512 under emulation"): ONNX_MRVL_NATIVE_EMULATE=avx512 (or
 # avx512vbmi) reports these CPU flags too, and native.py then builds the AVX-512 kernels on SIMDe.
@@ -20,7 +21,8 @@ EMULATE = os.environ.get("ONNX_MRVL_NATIVE_EMULATE", "").strip().lower()
 _EMULATED_FLAGS = {"avx512": " avx512f avx512dq avx512vl avx512bw avx512_vnni",
                    "avx512vbmi": " avx512f avx512dq avx512vl avx512bw avx512_vnni avx512vbmi"}
 if EMULATE and EMULATE not in _EMULATED_FLAGS:
-    raise ValueError(f"ONNX_MRVL_NATIVE_EMULATE={EMULATE!r}: expected one of {sorted(_EMULATED_FLAGS)}")
+    raise UsageError(f"ONNX_MRVL_NATIVE_EMULATE={EMULATE!r} is not a known emulation",
+                     hint=f"set it to one of {sorted(_EMULATED_FLAGS)} (testing only) or unset it")
 
 
 def cpu_flags() -> str:
