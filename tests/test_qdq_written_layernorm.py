@@ -176,3 +176,28 @@ def test_layernorm_with_mean_correction_is_one_layer_bit_exact(tmp_path, act):
         ref = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"]).run(None, x)[0]
         got = ort.InferenceSession(fused.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("mean_muls", [False, True])
+def test_interior_points_are_charged_to_the_vector_unit(tmp_path, mean_muls):
+    """Perf model (emit/transformer_layers.py): a layer norm with interior quantization points costs
+    LAYERNORM_OPS_PER_ELEMENT plus QUANT_POINT_OPS for each point on a per-element value, with or
+    without the strided mean sum or the mean factors (the charge once sat inside those branches)."""
+    import onnx_mrvl
+    from onnx_mrvl.artifact import load
+    from onnx_mrvl.costmodel import vector_ops
+    from onnx_mrvl.emit.transformer_layers import ELEMENT_POINTS, LAYERNORM_OPS_PER_ELEMENT, QUANT_POINT_OPS
+    from onnx_mrvl.target import DEFAULT_TARGET, norm_blocked_extra_ops
+    qpath = _quantize(written_layernorm("mul", seed=1), str(tmp_path / "q.onnx"), "u8", ALL_STEPS)
+    result = onnx_mrvl.convert(_with_mean_correction(qpath) if mean_muls else qpath, force=True)
+    meta = load(result.subgraphs[0].binary).meta
+    shapes = {int(t["id"]): list(t["shape"]) for t in meta["tensors"]}
+    lns = [lay for lay in meta["layers"] if lay["layer_name"] == "LayerNorm"]
+    assert len(lns) == 1
+    p = lns[0]["params"]
+    assert "mean_sum" not in p and ("mean_muls" in p) == mean_muls and len(p["inner_scales"]) == 8
+    points = sum(1 for k in ELEMENT_POINTS["layernorm8"] if p["inner_scales"][k] != 0)
+    assert points == 4
+    shape = shapes[lns[0]["outputs"][0]]
+    blocked = norm_blocked_extra_ops(shape[p["axis"]], DEFAULT_TARGET)
+    assert vector_ops(lns[0], shapes) == int(np.prod(shape)) * (LAYERNORM_OPS_PER_ELEMENT + QUANT_POINT_OPS * points + blocked)

@@ -78,6 +78,7 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         params.update(inner_scales=[float(np.float32(s)) for s in scales], inner_zero_points=[int(z) for z in zps],
                       inner_types=types)
         kind = "form" if form else "rms" if rms else "layernorm8" if len(scales) == 8 else "layernorm"
+        extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
     mean_sum = a.str("mean_sum", "") or None   # onnxruntime summed the mean over a strided axis (ort_reduce.py)
     if mean_sum is not None:
         if mean_sum != "strided" or rms or form or not a.has("inner_scales"):
@@ -88,7 +89,6 @@ def layernorm(a, ctx, lname, in_shapes, params, weights):
         if len(muls) != 2 or not all(0 < k < np.inf for k in muls) or rms or form or not a.has("inner_scales"):
             a.fail(f"mean_muls {muls}: two positive factors, on a layer norm with inner_scales only")
         params["mean_muls"] = [float(np.float32(k)) for k in muls]
-        extra += QUANT_POINT_OPS * sum(1 for k in ELEMENT_POINTS[kind] if scales[k] != 0) + (4 if form else 0)
     ort_kernel = a.str("ort_kernel", "") or None   # an int8_out layer norm onnxruntime runs as InstanceNorm
     if ort_kernel is not None:
         if ort_kernel != "instance_norm" or rms or form or a.has("inner_scales"):
