@@ -140,9 +140,14 @@ def hold(model: onnx.ModelProto, pending: list) -> None:
         _held[key] = payloads
 
 
+def _marked(t: onnx.TensorProto) -> bool:
+    return t.data_location == onnx.TensorProto.EXTERNAL and bool(t.external_data) and t.external_data[0].value == HELD
+
+
 def _where(t: onnx.TensorProto) -> Optional[Tuple[str, int]]:
-    """(load key, file offset) of a held tensor; None for any other."""
-    if t.data_location != onnx.TensorProto.EXTERNAL or not t.external_data or t.external_data[0].value != HELD:
+    """(load key, file offset) of a held tensor; None for any other (one given raw_data besides its
+    mark is not held: onnx's readers fail on its location)."""
+    if not _marked(t) or t.HasField("raw_data"):
         return None
     ext = {e.key: e.value for e in t.external_data}
     return ext.get(_KEY, ""), int(ext.get("offset", -1))
@@ -178,7 +183,10 @@ def restore(model: Optional[onnx.ModelProto]) -> None:
     if model is None:
         return
     for t in model.graph.initializer:
-        if is_held(t):
+        if _marked(t):
+            if t.HasField("raw_data"):
+                raise ModelError(f"initializer '{t.name}' was written over while its values were held",
+                                 hint="report this model (an internal error of onnx_mrvl)")
             data = _payload(t)
             t.ClearField("data_location")
             del t.external_data[:]

@@ -113,6 +113,13 @@ def test_onnx_itself_cannot_read_a_held_tensor(tmp_path, small_files):
     try:
         with pytest.raises((ValueError, OSError, onnx.checker.ValidationError)):
             numpy_helper.to_array(proto.graph.initializer[0])
+        t = proto.graph.initializer[0]
+        t.raw_data = b"\0" * len(t.raw_data + b"x" * 16)   # written over, its mark left: not read as held
+        assert not file_weights.is_held(t)
+        with pytest.raises((ValueError, OSError, onnx.checker.ValidationError)):
+            file_weights.array(t)
+        with pytest.raises(ModelError, match="written over"):
+            file_weights.restore(proto)
     finally:
         file_weights.release(file_weights.keys(proto))
 
