@@ -67,8 +67,8 @@ class _HashedFile:
         parser copies it once, where ``read()`` + parse copied it twice: VGG-19 0.60 -> 0.28 CPU s,
         the same peak), hashed from the map on the second thread meanwhile, and checked unchanged
         once both are done (``ModelError`` otherwise); other files through ``onnx.load``. With
-        ``hold``, the large float weights are copied out of the map once and the rest parsed
-        (``file_weights.parse``: ``pending`` for ``file_weights.hold``)."""
+        ``hold``, the large float weights are read once into ``bytes`` of their own and the rest
+        parsed (``file_weights.parse``: ``pending`` for ``file_weights.hold``)."""
         ext = os.path.splitext(self.name)[1]
         if (serialization.registry.get_format_from_file_extension(ext) or "protobuf") != "protobuf":
             return onnx.load(self, load_external_data=False)
@@ -77,23 +77,14 @@ class _HashedFile:
             if st.st_size < (min(MMAP_MIN, file_weights.MIN_FILE) if self.hold else MMAP_MIN):
                 return onnx.load(self, load_external_data=False)
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self.stat = st
-        view = memoryview(mapped)
-        try:
-            self.future = self.pool.submit(lambda: hashlib.sha256(view).hexdigest())
-            held = file_weights.parse(view) if self.hold else None
-            if held is not None:
-                proto, self.sizes, self.pending = held
-            else:
-                self.sizes = raw_data_sizes(view)
-                proto = onnx.ModelProto()
-                decoded = proto.ParseFromString(view)
-                if decoded is not None and decoded != len(view):
-                    raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(view)}")
-        finally:
-            wait([self.future] if self.future is not None else [])
-            view.release()
-            mapped.close()
+            self.stat = st
+            view = memoryview(mapped)
+            try:
+                proto = self._parse(view, f.fileno())
+            finally:
+                wait([self.future] if self.future is not None else [])
+                view.release()
+                mapped.close()
         try:
             same = _identity(os.stat(self.name)) == _identity(st)
         except OSError:
@@ -101,6 +92,20 @@ class _HashedFile:
         if not same:
             raise ModelError(f"the model file '{self.name}' changed while it was read",
                              hint="convert it again once nothing writes to it")
+        return proto
+
+    def _parse(self, view: memoryview, fd: int) -> onnx.ModelProto:
+        """``load``'s parse of the mapped file ``view`` (``fd``: the file), its hash started."""
+        self.future = self.pool.submit(lambda: hashlib.sha256(view).hexdigest())
+        held = file_weights.parse(view, lambda start, n: os.pread(fd, n, start)) if self.hold else None
+        if held is not None:
+            proto, self.sizes, self.pending = held
+            return proto
+        self.sizes = raw_data_sizes(view)
+        proto = onnx.ModelProto()
+        decoded = proto.ParseFromString(view)
+        if decoded is not None and decoded != len(view):
+            raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(view)}")
         return proto
 
     def close(self) -> Optional[str]:

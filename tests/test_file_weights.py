@@ -270,11 +270,20 @@ def test_a_file_changed_while_read_is_refused_on_the_held_path(tmp_path, small_f
     path = _save(_mixed_model(), tmp_path)
     real = file_weights.parse
 
-    def touched(buf):
+    def touched(buf, read=None):
         st = os.stat(path)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-        return real(buf)
+        return real(buf, read)
     monkeypatch.setattr(file_weights, "parse", touched)
     with pytest.raises(ModelError, match="changed while it was read"):
+        onnx_mrvl.convert(path)
+    assert not file_weights._held
+
+
+def test_a_file_that_shrinks_while_its_weights_are_read_is_not_a_model(tmp_path, small_files, monkeypatch):
+    path = _save(_mixed_model(), tmp_path)
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: real(fd, n // 2, offset))   # a short read
+    with pytest.raises(ModelError, match="not an ONNX model"):
         onnx_mrvl.convert(path)
     assert not file_weights._held
