@@ -32,7 +32,11 @@ from .errors import ModelError
 from .wire_sizes import Unreadable, all_fields
 
 MIN_TENSOR = 1 << 16   # payload bytes: above shapes.LIGHT_LIMIT elements (never serialised for shape inference)
-MIN_FILE = int(os.environ.get("ONNX_MRVL_FILE_WEIGHTS_MIN", 1 << 26))   # smaller files are parsed whole
+MIN_FILE = 1 << 26   # bytes: smaller model files are parsed whole (ONNX_MRVL_FILE_WEIGHTS_MIN: another size)
+try:
+    MIN_FILE = int(os.environ.get("ONNX_MRVL_FILE_WEIGHTS_MIN") or MIN_FILE)
+except ValueError:
+    pass
 HELD = "\0onnx_mrvl:held"
 _KEY = "onnx_mrvl_held"
 _PLAIN_FIELDS = {1, 2, 8, 9}   # TensorProto dims, data_type, name, raw_data

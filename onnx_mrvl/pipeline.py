@@ -108,14 +108,9 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
 def _convert_model(model, *, target, partition, exclude, cut_after, force, input_shapes, reference, embed,
                    num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method,
                    fp16_layers, snr_budget_db, quantize_options) -> ConvertResult:
-    t0 = CLOCK()
-    # the default flow of a model file reads its large weights without protobuf's copies (file_weights.py)
-    hold = (quantize == "float16" and calibration is None and not fallback and not reference
-            and not isinstance(model, (onnx.ModelProto, bytes, bytearray)))
-    original, raw_sizes = read_model(model, hold=hold)
-    held = file_weights.keys(original)
+    held: set = set()   # the loads whose weights file_weights holds (no reference to the model here)
     try:
-        result = _convert_read(model, original, raw_sizes, t0, held, target=target, partition=partition,
+        result = _convert_read(model, held, target=target, partition=partition,
                                exclude=exclude, cut_after=cut_after, force=force, input_shapes=input_shapes,
                                reference=reference, embed=embed, num_tiles=num_tiles, ocm_size=ocm_size,
                                progress=progress, fallback=fallback, quantize=quantize, calibration=calibration,
@@ -127,9 +122,15 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
         file_weights.release(held)
 
 
-def _convert_read(model, original, raw_sizes, t0, held, *, target, partition, exclude, cut_after, force,
-                  input_shapes, reference, embed, num_tiles, ocm_size, progress, fallback, quantize, calibration,
-                  calibration_method, fp16_layers, snr_budget_db, quantize_options) -> ConvertResult:
+def _convert_read(model, held: set, *, target, partition, exclude, cut_after, force, input_shapes, reference, embed,
+                  num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method, fp16_layers,
+                  snr_budget_db, quantize_options) -> ConvertResult:
+    t0 = CLOCK()
+    # the default flow of a model file reads its large weights without protobuf's copies (file_weights.py)
+    hold = (quantize == "float16" and calibration is None and not fallback and not reference
+            and not isinstance(model, (onnx.ModelProto, bytes, bytearray)))
+    original, raw_sizes = read_model(model, hold=hold)
+    held.update(file_weights.keys(original))
     validate_model(original, raw_sizes)
     input_shapes = check_input_shapes(original, input_shapes)
     t_load = CLOCK() - t0
