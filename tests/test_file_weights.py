@@ -60,6 +60,13 @@ def _save(model, tmp_path, name="m.onnx") -> str:
     return path
 
 
+def _refused(path: str, match: str) -> None:
+    """convert(path) raises our ModelError (``match``) and leaves nothing held."""
+    with pytest.raises(ModelError, match=match):
+        onnx_mrvl.convert(path)
+    assert not file_weights._held
+
+
 def _held_names(model) -> list:
     return [t.name for t in model.graph.initializer if file_weights.is_held(t)]
 
@@ -241,9 +248,7 @@ def test_a_truncated_file_is_not_a_model(tmp_path, small_files, monkeypatch, cut
     path = str(tmp_path / "m.onnx")
     with open(path, "wb") as f:
         f.write(data[: int(len(data) * cut)])
-    with pytest.raises(ModelError, match="not an ONNX model"):
-        onnx_mrvl.convert(path)
-    assert not file_weights._held
+    _refused(path, "not an ONNX model")
 
 
 def test_a_payload_length_past_its_tensor_is_not_a_model(tmp_path, small_files):
@@ -261,9 +266,7 @@ def test_a_payload_length_past_its_tensor_is_not_a_model(tmp_path, small_files):
     with open(path, "wb") as f:
         f.write(data[:gstart - 1 - len(enc(m.graph.ByteSize()))] + b"\x3a" + enc(len(graph)) + graph
                 + data[gstart + m.graph.ByteSize():])
-    with pytest.raises(ModelError, match="not an ONNX model"):
-        onnx_mrvl.convert(path)
-    assert not file_weights._held
+    _refused(path, "not an ONNX model")
 
 
 def test_a_file_changed_while_read_is_refused_on_the_held_path(tmp_path, small_files, monkeypatch):
@@ -275,15 +278,11 @@ def test_a_file_changed_while_read_is_refused_on_the_held_path(tmp_path, small_f
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
         return real(buf, read)
     monkeypatch.setattr(file_weights, "parse", touched)
-    with pytest.raises(ModelError, match="changed while it was read"):
-        onnx_mrvl.convert(path)
-    assert not file_weights._held
+    _refused(path, "changed while it was read")
 
 
 def test_a_file_that_shrinks_while_its_weights_are_read_is_not_a_model(tmp_path, small_files, monkeypatch):
     path = _save(_mixed_model(), tmp_path)
     real = os.pread
     monkeypatch.setattr(os, "pread", lambda fd, n, offset: real(fd, n // 2, offset))   # a short read
-    with pytest.raises(ModelError, match="not an ONNX model"):
-        onnx_mrvl.convert(path)
-    assert not file_weights._held
+    _refused(path, "not an ONNX model")
