@@ -84,7 +84,10 @@ class _HashedFile:
             finally:
                 wait([self.future] if self.future is not None else [])
                 view.release()
-                mapped.close()
+                try:
+                    mapped.close()
+                except BufferError:   # a slice of it lives on (protobuf's pure-Python decoder's
+                    pass              # traceback): the map is unmapped when that is collected
         try:
             same = _identity(os.stat(self.name)) == _identity(st)
         except OSError:

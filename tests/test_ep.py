@@ -237,3 +237,45 @@ def test_many_sessions_then_clean_exit(two_models, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_session_leaves_child_processes_on_protobufs_native_parser(tmp_path):
+    """onnxruntime-extensions' import sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python; after an
+    InferenceSession, a child process (an ``onnx-mrvl convert`` run by a script) still parses with
+    upb, and so a corrupt large model file is our error (exit 3), not the pure-Python decoder's
+    traceback holding a view of the mapped file (an internal BufferError, exit 4)."""
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model at all")
+    script = (
+        "import os, subprocess, sys, numpy as np, onnx_mrvl\n"
+        f"onnx_mrvl.convert({EXAMPLE!r}).save({str(tmp_path / 'out')!r})\n"
+        f"s = onnx_mrvl.InferenceSession({str(tmp_path / 'out' / 'model.onnx')!r})\n"
+        "i = s.get_inputs()[0]\n"
+        "s.run(None, {i.name: np.zeros(i.shape, np.float32)})\n"
+        "assert 'PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION' not in os.environ, os.environ['PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION']\n"
+        "impl = subprocess.run([sys.executable, '-c', 'from google.protobuf.internal import api_implementation as a;"
+        " print(a.Type())'], capture_output=True, text=True).stdout.strip()\n"
+        "assert impl == 'upb', impl\n"
+        "r = subprocess.run([sys.executable, '-m', 'onnx_mrvl.cli.main', 'convert', sys.argv[1], '-o', sys.argv[2]],"
+        " capture_output=True, text=True)\n"
+        "assert r.returncode == 3, r.stderr\n")
+    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    env.update(PYTHONPATH=ROOT, ONNX_MRVL_FILE_WEIGHTS_MIN="0")
+    r = subprocess.run([sys.executable, "-c", script, str(bad), str(tmp_path / "o2")], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_corrupt_mapped_file_under_pure_python_protobuf_is_a_model_error(tmp_path):
+    """A user who chose protobuf's pure-Python decoder: its DecodeError's traceback holds slices of
+    the mapped file, which may not be unmapped then; still our ModelError (exit 3)."""
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x0a\x03abc" + b"\xff" * 64)
+    env = dict(os.environ, PYTHONPATH=ROOT, ONNX_MRVL_FILE_WEIGHTS_MIN="0", PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
+    r = subprocess.run([sys.executable, "-m", "onnx_mrvl.cli.main", "convert", str(bad), "-o", str(tmp_path / "o")],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 3 and "not an ONNX model" in r.stderr, r.stderr

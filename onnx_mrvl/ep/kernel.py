@@ -31,6 +31,24 @@ from . import failures
 from .runtime_form import DOMAIN, MAX_ARITY, run_op_type
 
 log = logging.getLogger(__name__)
+_PROTOBUF_IMPL = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+
+
+def extensions():
+    """``onnxruntime_extensions``, imported without its side effect on the environment: its import
+    sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python (onnxruntime_extensions/cvt.py), which
+    protobuf in this process has already read but every child process inherits (a ``subprocess``
+    run of ``onnx-mrvl`` after an InferenceSession then parsed models with protobuf's pure-Python
+    decoder: many times slower). The variable is put back as it was."""
+    before = os.environ.get(_PROTOBUF_IMPL)
+    try:
+        import onnxruntime_extensions
+    finally:
+        if before is None:
+            os.environ.pop(_PROTOBUF_IMPL, None)
+        else:
+            os.environ[_PROTOBUF_IMPL] = before
+    return onnxruntime_extensions
 ATTRS = ("region", "origin", "embed_mode", "artifact", "binary", "sha256")
 
 _lock = threading.RLock()
@@ -257,7 +275,8 @@ def _saved_form_kernel(num_outputs: int):
 def define_ops(signatures) -> None:
     """Define the runtime op and the saved-form ``Subgraph_<i>x<o>`` ops (once each, before the
     library is first registered: onnxruntime-extensions reads its op list once)."""
-    from onnxruntime_extensions import PyCustomOpDef, onnx_op
+    ext = extensions()
+    PyCustomOpDef, onnx_op = ext.PyCustomOpDef, ext.onnx_op
 
     global _run_defined
     with _lock:
@@ -310,7 +329,7 @@ def register(sess_options, model_path: Optional[str] = None, signatures=()) -> N
     ``onnx_mrvl.ep.runtime_model(path)`` (binaries loaded, region errors fail the run; see
     ``failures.translate``). With ``model_path``, the saved model itself can be loaded: its
     binaries are loaded and verified now, but a region error then stops the process (no guard)."""
-    from onnxruntime_extensions import get_library_path
+    get_library_path = extensions().get_library_path
 
     sigs = list(BASE_SIGNATURES) + list(signatures)
     if model_path is not None:
