@@ -258,11 +258,12 @@ def test_a_session_leaves_child_processes_on_protobufs_native_parser(tmp_path):
         "impl = subprocess.run([sys.executable, '-c', 'from google.protobuf.internal import api_implementation as a;"
         " print(a.Type())'], capture_output=True, text=True).stdout.strip()\n"
         "assert impl == 'upb', impl\n"
-        "r = subprocess.run([sys.executable, '-m', 'onnx_mrvl.cli.main', 'convert', sys.argv[1], '-o', sys.argv[2]],"
+        "r = subprocess.run([sys.executable, '-c', 'import sys; from onnx_mrvl import modelio; modelio.MMAP_MIN = 0;"
+        " from onnx_mrvl.cli.main import main; sys.exit(main(sys.argv[1:]))', 'convert', sys.argv[1], '-o', sys.argv[2]],"
         " capture_output=True, text=True)\n"
         "assert r.returncode == 3, r.stderr\n")
     env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
-    env.update(PYTHONPATH=ROOT, ONNX_MRVL_FILE_WEIGHTS_MIN="0")
+    env.update(PYTHONPATH=ROOT)
     r = subprocess.run([sys.executable, "-c", script, str(bad), str(tmp_path / "o2")], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -275,7 +276,9 @@ def test_a_corrupt_mapped_file_under_pure_python_protobuf_is_a_model_error(tmp_p
     import sys
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x0a\x03abc" + b"\xff" * 64)
-    env = dict(os.environ, PYTHONPATH=ROOT, ONNX_MRVL_FILE_WEIGHTS_MIN="0", PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
-    r = subprocess.run([sys.executable, "-m", "onnx_mrvl.cli.main", "convert", str(bad), "-o", str(tmp_path / "o")],
+    env = dict(os.environ, PYTHONPATH=ROOT, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
+    main = ("import sys; from onnx_mrvl import modelio; modelio.MMAP_MIN = 0   # the mapped read of large files\n"
+            "from onnx_mrvl.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", main, "convert", str(bad), "-o", str(tmp_path / "o")],
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 3 and "not an ONNX model" in r.stderr, r.stderr
