@@ -60,12 +60,13 @@
 #define PATH_SWEEP 4096     /* AVX2: a packed block's channel blocks swept 6 rows x 16 lanes at a time over short k
                               * slices (sweep_block): the weights' slice stays in L1 for all the block's rows */
 #define PATH_LANES6 8192    /* AVX2: a lane-packed grouped conv's tile 6 rows (4 + 4 of 8) x 16 lanes at a time (lane_micro) */
+#define PATH_ROWS13 32768   /* AVX2: a 13-row tile's FMAs as 5 + 4 + 4 rows x 16 lanes, not 6 + 6 + 1 (fma_rows) */
 #define PATH_STORE8 16384   /* AVX2: the short epilogue of whole 32-column tiles 8 lanes at a time, no no-op bounds, one
                              * finiteness test per tile (store_full8) */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
-                       | PATH_LANES6 | PATH_STORE8;
+                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
@@ -230,7 +231,32 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
 
 /* fma_rows on 16 ymm registers: the tile's 16-lane column j (of 2) for 6 rows at a time, each
  * through all kc k-values (12 accumulators, 2 weight halves, a broadcast; the 12 x 32 tile would
- * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums */
+ * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums.
+ * A 13-row tile (a 7x7 map's last, MR + 1) runs as 5 + 4 + 4 rows (PATH_ROWS13), not 6 + 6 + 1:
+ * the 1-row pass is bound by the FMA latency (2 chains: 4 cycles a k against 6 for 6 rows) */
+static inline __attribute__((always_inline)) void
+fma_pass(const int n, int r0, int kc, const float *a, long lda, const float *b, int j, __m512 acc[][2]) {
+    __m256 c[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < n; r++)
+        c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
+    const float *ar = a + r0 * lda, *bj = b + 16 * j;
+    for (int p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
+        KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
+        KEEP_REG(b1);
+#pragma GCC unroll 6
+        for (int r = 0; r < n; r++) {
+            const __m256 s = _mm256_broadcast_ss(ar + r * lda + p);
+            c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < n; r++)
+        acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
+}
+
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
@@ -238,31 +264,21 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
         _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
         _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
     }
-    for (int j = 0; j < 2; j++)
-        for (int r0 = 0; r0 < mr; r0 += 6) {
-            __m256 c[6][2];
-#pragma GCC unroll 6
-            for (int r = 0; r < 6; r++)
-                if (r0 + r < mr)
-                    c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
-            const float *ar = a + r0 * lda, *bj = b + 16 * j;
-            for (int p = 0; p < kc; p++) {
-                __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
-                KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
-                KEEP_REG(b1);
-#pragma GCC unroll 6
-                for (int r = 0; r < 6; r++)
-                    if (r0 + r < mr) {
-                        const __m256 s = _mm256_broadcast_ss(ar + r * lda + p);
-                        c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
-                        c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
-                    }
-            }
-#pragma GCC unroll 6
-            for (int r = 0; r < 6; r++)
-                if (r0 + r < mr)
-                    acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
+    if (mr == MR + 1 && (new_paths & PATH_ROWS13)) {
+        for (int j = 0; j < 2; j++) {
+            fma_pass(5, 0, kc, a, lda, b, j, acc);
+            fma_pass(4, 5, kc, a, lda, b, j, acc);
+            fma_pass(4, 9, kc, a, lda, b, j, acc);
         }
+        return;
+    }
+    for (int j = 0; j < 2; j++) {      /* mr <= 13: passes of 6, 6 and the rest, sizes known when compiled */
+        fma_pass(mr < 6 ? mr : 6, 0, kc, a, lda, b, j, acc);
+        if (mr > 6)
+            fma_pass(mr < 12 ? mr - 6 : 6, 6, kc, a, lda, b, j, acc);
+        if (mr > 12)
+            fma_pass(mr - 12, 12, kc, a, lda, b, j, acc);
+    }
 }
 
 /* The narrow tiles' FMAs on 16 ymm registers: acc[r * as + v] += B[p][8 v ..] * A[r, p] for the
