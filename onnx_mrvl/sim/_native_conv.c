@@ -234,24 +234,30 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
  * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums.
  * A 13-row tile (a 7x7 map's last, MR + 1) runs as 5 + 4 + 4 rows (PATH_ROWS13), not 6 + 6 + 1:
  * the 1-row pass is bound by the FMA latency (2 chains: 4 cycles a k against 6 for 6 rows) */
+/* c[r][0, 1] += B[p][0, 16) * A[r, p] for n (<= 6) rows, p < kc in order: the 6 x 16 passes' k loop
+ * (a: row r's k-values at a + r lda; b: [kc][NR], the 16 lanes at b) */
+static inline __attribute__((always_inline)) void
+fma_k16(const int n, int kc, const float *a, long lda, const float *b, __m256 c[][2]) {
+    for (int p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
+        KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
+        KEEP_REG(b1);
+#pragma GCC unroll 6
+        for (int r = 0; r < n; r++) {
+            const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
+            c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void
 fma_pass(const int n, int r0, int kc, const float *a, long lda, const float *b, int j, __m512 acc[][2]) {
     __m256 c[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < n; r++)
         c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
-    const float *ar = a + r0 * lda, *bj = b + 16 * j;
-    for (int p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
-        KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
-        KEEP_REG(b1);
-#pragma GCC unroll 6
-        for (int r = 0; r < n; r++) {
-            const __m256 s = _mm256_broadcast_ss(ar + r * lda + p);
-            c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
-            c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
-        }
-    }
+    fma_k16(n, kc, a + r0 * lda, lda, b + 16 * j, c);
 #pragma GCC unroll 6
     for (int r = 0; r < n; r++)
         acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
@@ -339,17 +345,7 @@ sweep_tile(const int mr, int kc, const float *a, long lda, const float *b, float
         acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc);
         acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + 8);
     }
-    for (int p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
-        KEEP_REG(b0);
-        KEEP_REG(b1);
-#pragma GCC unroll 6
-        for (int r = 0; r < mr; r++) {
-            const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
-            acc[r][0] = _mm256_fmadd_ps(b0, s, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(b1, s, acc[r][1]);
-        }
-    }
+    fma_k16(mr, kc, a, lda, b, acc);
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
         _mm256_storeu_ps(c + r * ldc, acc[r][0]);
