@@ -20,7 +20,9 @@ and two threads.
   stride-1 blocks in 8-lane halves; every host: the depthwise blocks' short epilogue (bias, then
   none / relu / clamp);
 * AVX2 hosts: a packed block's whole channel blocks swept 6 rows x 16 lanes at a time over k
-  slices of 128 (``sweep_block``), the sums kept in the output between slices."""
+  slices of 128 (``sweep_block``), the sums kept in the output between slices;
+* AVX2 hosts: the short epilogue of whole 32-column tiles 8 lanes at a time, one finiteness test
+  per tile (``store_full8``); a 13-row tile's FMAs as 5 + 4 + 4 rows (``fma_rows``)."""
 import numpy as np
 import pytest
 
@@ -31,8 +33,8 @@ from test_sim_native import _buildable, f16
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
-AVX2_TILES, SWEEP, LANES6 = 2048, 4096, 8192
-ALL = 16383
+AVX2_TILES, SWEEP, LANES6, STORE8, ROWS13 = 2048, 4096, 8192, 16384, 32768
+ALL = 65535
 
 
 def _both(path, build):
@@ -424,3 +426,74 @@ def test_lanes6(monkeypatch, shape, o, groups, act, threads):
         y, ok = K.Conv2D(w, **conv).apply(x)
         assert not ok and np.isnan(y).any() and np.isfinite(y).mean() > 0.5
         _same(*_both(LANES6, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k", [
+    ((1, 7, 9, 64), 64, 1),              # 1x1 in place, 63 rows: tiles of 12 and a last of 3
+    ((2, 7, 7, 512), 96, 1),             # K = 512 (one k block), 98 rows: a merged 13-row tile
+    ((1, 5, 6, 600), 64, 1),             # K = 600: k blocks 512 + 88, only the last one finished here
+    ((1, 6, 7, 40), 72, 3),              # 3x3, packed: two whole blocks and a last of 8 columns (masked)
+    ((1, 3, 5, 1024), 32, 1)])           # rows 4 KB apart: packed, swept
+@pytest.mark.parametrize("act", ["none", "relu", "clamp"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_store8(monkeypatch, shape, o, k, act, threads):
+    """The short epilogue of whole tiles (bias, none / relu / clamp, fp16, with a fused residual
+    under none / relu / clamp): the same bits and finiteness flags with and without STORE8, with
+    fp16 overflows in one output channel (a different 8-lane half per shape) or none, one inf in
+    the residual or none, NaN and -0 in the input."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [o, k, len(act)])
+    x = f16(rng.standard_normal(shape))
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])) / np.sqrt(k * k * shape[3]))
+    b = rng.standard_normal(o)
+    big = b.copy()
+    big[o - 27] = 7.0e4                  # channel o - 27 past the fp16 range in every pixel
+    clamp = {"min": -1.0, "max": 6.0}
+    for bias, finite in ((b, True), (big, act == "clamp")):
+        conv = dict(bias=bias, padding=((k - 1) // 2,) * 4, activation=act,
+                    activation_params=clamp if act == "clamp" else None)
+        y, ok = K.Conv2D(w, **conv).apply(x)
+        assert ok == finite and np.isfinite(y).all() == finite
+        _same(*_both(STORE8, lambda: K.Conv2D(w, **conv).apply(x)))
+        c = K.Conv2D(w, **conv)
+        assert c.fusable_sum(x.shape)
+        res = f16(rng.standard_normal(y.shape) * 2)
+        res_inf = res.copy()
+        res_inf.reshape(-1)[res.size // 2 + 3] = np.inf
+        for r in (res, res_inf):
+            for a in (jit.act_args("none", None, None, o), jit.act_args("relu", None, None, o),
+                      jit.act_args("clamp", clamp, None, o)):
+                _same(*_both(STORE8, lambda: K.Conv2D(w, **conv).apply_with_residual(x, r, a)))
+    x[0, shape[1] // 2, shape[2] // 2, 0] = np.nan
+    conv = dict(bias=b, padding=((k - 1) // 2,) * 4, activation=act,
+                activation_params=clamp if act == "clamp" else None)
+    _same(*_both(STORE8, lambda: K.Conv2D(w, **conv).apply(x)))
+
+
+@pytest.mark.parametrize("shape, o, k, stride", [
+    ((1, 7, 7, 64), 64, 1, 1),           # 1x1 in place, 49 rows: tiles of 12, 12, 12 and 13
+    ((1, 7, 7, 520), 64, 1, 1),          # K = 520: two k blocks, the 13-row tile's sums parked in between
+    ((2, 5, 5, 24), 60, 3, 1),           # 3x3 packed, 25 rows per image (12 + 13); a last block of 28 columns
+    ((1, 13, 13, 16), 90, 3, 2)])        # stride 2: 49 rows, a last block of 26 columns (not swept)
+@pytest.mark.parametrize("act", ["none", "relu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows13(monkeypatch, shape, o, k, stride, act, threads):
+    """Convs whose last tile has 13 rows (7x7 and 5x5 maps): the same bits and finiteness flags with
+    and without ROWS13, with fp16 overflows, NaN and -0 in the input, a scale (the general epilogue)
+    or not, and a fused residual where the conv takes one."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [o, k, stride, len(act)])
+    x = f16(rng.standard_normal(shape) * 3)
+    x[0, shape[1] // 2, shape[2] // 2, :3] = 65000.0
+    x[-1, -1, -1, 0] = np.nan
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((o, k, k, shape[3])))
+    for extra in ({}, {"scale": rng.standard_normal(o)}):
+        conv = dict(bias=rng.standard_normal(o), strides=(stride, stride), padding=((k - 1) // 2,) * 4,
+                    activation=act, **extra)
+        y, ok = K.Conv2D(w, **conv).apply(x)
+        assert not ok and np.isnan(y).any() and np.isfinite(y).mean() > 0.5
+        _conv_and_sum_same(ROWS13, w, conv, x, rng, [jit.act_args(a, None, None, o) for a in ("relu", "none")])

@@ -60,10 +60,13 @@
 #define PATH_SWEEP 4096     /* AVX2: a packed block's channel blocks swept 6 rows x 16 lanes at a time over short k
                               * slices (sweep_block): the weights' slice stays in L1 for all the block's rows */
 #define PATH_LANES6 8192    /* AVX2: a lane-packed grouped conv's tile 6 rows (4 + 4 of 8) x 16 lanes at a time (lane_micro) */
+#define PATH_ROWS13 32768   /* AVX2: a 13-row tile's FMAs as 5 + 4 + 4 rows x 16 lanes, not 6 + 6 + 1 (fma_rows) */
+#define PATH_STORE8 16384   /* AVX2: the short epilogue of whole 32-column tiles 8 lanes at a time, no no-op bounds, one
+                             * finiteness test per tile (store_full8) */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
-                       | PATH_LANES6;
+                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
@@ -121,9 +124,18 @@ static inline __attribute__((always_inline)) __m512 activation(__m512 v, const e
     }
 }
 
+#ifdef MRVL_AVX2
+/* fp16 rounding of 8 lanes (F16C); rne16 of a register pair half by half: the pair form through
+ * _native_avx2.h's 16-lane vcvtps2ph joined the halves (vinserti128) only to split them again */
+static inline __attribute__((always_inline)) __m256 rne8(__m256 v) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline __attribute__((always_inline)) __m512 rne16(__m512 v) { return mrvl_pair(rne8(v.lo), rne8(v.hi)); }
+#else
 static inline __attribute__((always_inline)) __m512 rne16(__m512 v) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+#endif
 
 /* the epilogue of one channel block [c, c + 16), in registers (loaded once per block, not per value) */
 typedef struct {
@@ -219,7 +231,38 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
 
 /* fma_rows on 16 ymm registers: the tile's 16-lane column j (of 2) for 6 rows at a time, each
  * through all kc k-values (12 accumulators, 2 weight halves, a broadcast; the 12 x 32 tile would
- * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums */
+ * keep 48 halves in memory); each output gets the same FMAs in the same k order: the same sums.
+ * A 13-row tile (a 7x7 map's last, MR + 1) runs as 5 + 4 + 4 rows (PATH_ROWS13), not 6 + 6 + 1:
+ * the 1-row pass is bound by the FMA latency (2 chains: 4 cycles a k against 6 for 6 rows) */
+/* c[r][0, 1] += B[p][0, 16) * A[r, p] for n (<= 6) rows, p < kc in order: the 6 x 16 passes' k loop
+ * (a: row r's k-values at a + r lda; b: [kc][NR], the 16 lanes at b) */
+static inline __attribute__((always_inline)) void
+fma_k16(const int n, int kc, const float *a, long lda, const float *b, __m256 c[][2]) {
+    for (int p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
+        KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
+        KEEP_REG(b1);
+#pragma GCC unroll 6
+        for (int r = 0; r < n; r++) {
+            const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
+            c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+fma_pass(const int n, int r0, int kc, const float *a, long lda, const float *b, int j, __m512 acc[][2]) {
+    __m256 c[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < n; r++)
+        c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
+    fma_k16(n, kc, a + r0 * lda, lda, b + 16 * j, c);
+#pragma GCC unroll 6
+    for (int r = 0; r < n; r++)
+        acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
+}
+
 static inline __attribute__((always_inline)) void
 fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf,
          __m512 acc[][2]) {
@@ -227,31 +270,21 @@ fma_rows(const int mr, const int prefetch, int kc, const float *a, long lda, con
         _mm_prefetch((const char *)(pf + (long)p * NR), _MM_HINT_T1);
         _mm_prefetch((const char *)(pf + (long)p * NR + 16), _MM_HINT_T1);
     }
-    for (int j = 0; j < 2; j++)
-        for (int r0 = 0; r0 < mr; r0 += 6) {
-            __m256 c[6][2];
-#pragma GCC unroll 6
-            for (int r = 0; r < 6; r++)
-                if (r0 + r < mr)
-                    c[r][0] = acc[r0 + r][j].lo, c[r][1] = acc[r0 + r][j].hi;
-            const float *ar = a + r0 * lda, *bj = b + 16 * j;
-            for (int p = 0; p < kc; p++) {
-                __m256 b0 = _mm256_loadu_ps(bj + (long)p * NR), b1 = _mm256_loadu_ps(bj + (long)p * NR + 8);
-                KEEP_REG(b0);      /* 4-row passes: 8 FMAs, 8 + 4 loads per k */
-                KEEP_REG(b1);
-#pragma GCC unroll 6
-                for (int r = 0; r < 6; r++)
-                    if (r0 + r < mr) {
-                        const __m256 s = _mm256_broadcast_ss(ar + r * lda + p);
-                        c[r][0] = _mm256_fmadd_ps(b0, s, c[r][0]);
-                        c[r][1] = _mm256_fmadd_ps(b1, s, c[r][1]);
-                    }
-            }
-#pragma GCC unroll 6
-            for (int r = 0; r < 6; r++)
-                if (r0 + r < mr)
-                    acc[r0 + r][j].lo = c[r][0], acc[r0 + r][j].hi = c[r][1];
+    if (mr == MR + 1 && (new_paths & PATH_ROWS13)) {
+        for (int j = 0; j < 2; j++) {
+            fma_pass(5, 0, kc, a, lda, b, j, acc);
+            fma_pass(4, 5, kc, a, lda, b, j, acc);
+            fma_pass(4, 9, kc, a, lda, b, j, acc);
         }
+        return;
+    }
+    for (int j = 0; j < 2; j++) {      /* mr <= 13: passes of 6, 6 and the rest, sizes known when compiled */
+        fma_pass(mr < 6 ? mr : 6, 0, kc, a, lda, b, j, acc);
+        if (mr > 6)
+            fma_pass(mr < 12 ? mr - 6 : 6, 6, kc, a, lda, b, j, acc);
+        if (mr > 12)
+            fma_pass(mr - 12, 12, kc, a, lda, b, j, acc);
+    }
 }
 
 /* The narrow tiles' FMAs on 16 ymm registers: acc[r * as + v] += B[p][8 v ..] * A[r, p] for the
@@ -312,17 +345,7 @@ sweep_tile(const int mr, int kc, const float *a, long lda, const float *b, float
         acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc);
         acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + 8);
     }
-    for (int p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_loadu_ps(b + (long)p * NR), b1 = _mm256_loadu_ps(b + (long)p * NR + 8);
-        KEEP_REG(b0);
-        KEEP_REG(b1);
-#pragma GCC unroll 6
-        for (int r = 0; r < mr; r++) {
-            const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
-            acc[r][0] = _mm256_fmadd_ps(b0, s, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(b1, s, acc[r][1]);
-        }
-    }
+    fma_k16(mr, kc, a, lda, b, acc);
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
         _mm256_storeu_ps(c + r * ldc, acc[r][0]);
@@ -413,11 +436,73 @@ static inline int simple_epilogue(const epi_t *e, const float *res, const epi_t 
            && (!res || (!e2->bias && !e2->scale && !e2->shift && e2->code >= 0 && e2->code <= 2));
 }
 
+#ifdef MRVL_AVX2
+/* min(hi, max(lo, v)) of act_bounds without its no-op halves: none (code 0: max(-inf, v) and
+ * min(+inf, v) are v itself, NaN included) is v, relu (lo = 0, hi = +inf) max(lo, v) */
+static inline __attribute__((always_inline)) __m256 bound8(__m256 v, int code, __m256 lo, __m256 hi) {
+    return code == 2 ? _mm256_min_ps(hi, _mm256_max_ps(lo, v)) : code == 1 ? _mm256_max_ps(lo, v) : v;
+}
+
+/* simple_store of whole blocks on the last k block, 8 lanes at a time on AVX2: the same operations
+ * per value in the same order (v + bias first operand first, the bounds, F16C rounding; then
+ * + residual, its bounds, rounding), without the no-op bounds, and the finiteness test as a running
+ * unsigned max of the bits shifted left by one (the sign out: a value is inf / NaN iff that is
+ * >= 0xff000000, its exponent all ones), tested once per tile, instead of a compare, a vmovmskps
+ * and a scalar or per vector: the epilogue (with ResNet's fused residual ~40% of a 1x1
+ * expansion's samples) in ~24 instead of ~46 operations per 16 values. Compiled with and without
+ * the residual (a run-time test per vector reloaded its pointer). Only whether a flag is set
+ * matters to the callers (TILE_BODY). */
+static inline __attribute__((always_inline)) void
+store_full8(const int mr, const int has_res, __m512 acc[][2], float *c, long ldc, int rows, const epi_t *e, int col0,
+            __mmask16 *bad, const float *res, const epi_t *e2, __mmask16 *bad2) {
+    __m512 lo, hi, lo2 = _mm512_setzero_ps(), hi2 = lo2;
+    act_bounds(e, &lo, &hi);
+    if (has_res)
+        act_bounds(e2, &lo2, &hi2);
+    const int k1 = e->code, k2 = has_res ? e2->code : 0;
+    __m256 b[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; h++)
+        b[h] = _mm256_loadu_ps(e->bias + col0 + 8 * h);
+    __m256i x1 = _mm256_setzero_si256(), x2 = x1;
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++) {
+        if (r >= rows)
+            break;
+        const __m256 a[4] = {acc[r][0].lo, acc[r][0].hi, acc[r][1].lo, acc[r][1].hi};
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++) {
+            __m256 v = rne8(bound8(mrvl_add8(a[h], b[h]), k1, lo.lo, hi.lo));
+            x1 = _mm256_max_epu32(x1, _mm256_slli_epi32(_mm256_castps_si256(v), 1));
+            if (has_res) {
+                v = rne8(bound8(mrvl_add8(v, _mm256_loadu_ps(res + r * ldc + 8 * h)), k2, lo2.lo, hi2.lo));
+                x2 = _mm256_max_epu32(x2, _mm256_slli_epi32(_mm256_castps_si256(v), 1));
+            }
+            _mm256_storeu_ps(c + r * ldc + 8 * h, v);
+        }
+    }
+    const __m256i inf = _mm256_set1_epi32((int)0xff000000u);
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(x1, inf), x1))))
+        *bad |= 1;
+    if (has_res && _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(x2, inf), x2))))
+        *bad2 |= 1;
+}
+#endif
+
 /* micro_lda's short epilogue (simple_epilogue holds) and store of a tile's rows x (m0, m1) columns;
  * ``full``: both vectors whole (compiled apart: unmasked loads and stores, no test of m1 per row) */
 static inline __attribute__((always_inline)) void
 simple_store(const int mr, const int full, __m512 acc[][2], float *c, long ldc, int rows, __mmask16 m0, __mmask16 m1,
              int last, const epi_t *e, int col0, __mmask16 *bad, const float *res, const epi_t *e2, __mmask16 *bad2) {
+#ifdef MRVL_AVX2
+    if (full && last && (new_paths & PATH_STORE8)) {
+        if (res)
+            store_full8(mr, 1, acc, c, ldc, rows, e, col0, bad, res, e2, bad2);
+        else
+            store_full8(mr, 0, acc, c, ldc, rows, e, col0, bad, NULL, e2, bad2);
+        return;
+    }
+#endif
     __m512 b0 = _mm512_setzero_ps(), b1 = b0, lo = b0, hi = b0, lo2 = b0, hi2 = b0;
     if (last) {
         b0 = _mm512_loadu_ps(e->bias + col0);
