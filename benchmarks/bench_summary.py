@@ -178,7 +178,7 @@ def summary_rows(facts: dict, root: str) -> List[tuple]:
                      f"(median {ratios[len(ratios) // 2]:.1f}x)", ""))
     sim = facts.get("sim_speed", {})
     for name, r in sim.items():
-        lo, hi = r.get("shim_over_ort_range", (r["shim_over_ort"],) * 2)
+        lo, hi = r["shim_over_ort_range"]
         rows.append((f"simulator (shim) / onnxruntime wall time, {name}, batch 1",
                      f"{r['shim_ms']:.1f} / {r['ort_ms']:.1f} ms = **{r['shim_over_ort']:.2f}x** (rounds {lo:.2f}-{hi:.2f}x)"
                      f"{verdict(r['shim_over_ort'] <= 1.0)}; {r['shim_over_ort_cpu']:.2f}x of onnxruntime's CPU time",

@@ -49,6 +49,8 @@ def extensions():
         else:
             os.environ[_PROTOBUF_IMPL] = before
     return onnxruntime_extensions
+
+
 ATTRS = ("region", "origin", "embed_mode", "artifact", "binary", "sha256")
 
 _lock = threading.RLock()
