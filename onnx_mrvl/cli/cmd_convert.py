@@ -84,6 +84,7 @@ def run(args) -> int:
     shapes = parse_input_shapes(args.input_shape)
     qopts = parse_cli(args.quantize_options) or None
     if args.stage != "all":
+        from .. import shape_fit
         from ..fuse import fuse
         from ..legalize import legalize
         from ..options import check_input_shapes, check_node_names
@@ -98,7 +99,9 @@ def run(args) -> int:
                                       snr_budget_db=args.snr_budget, input_shapes=shapes,
                                       quantize_options=qopts).model
         progress("legalize")
-        out = legalize(model, input_shapes=shapes).model
+        legal = legalize(model, input_shapes=shapes)
+        shape_fit.check_legalized(lambda: model, shapes, legal.report)
+        out = legal.model
         check_node_names(args.exclude, args.cut_after, model, out)
         if args.stage == "fuse":
             progress("fuse")

@@ -11,7 +11,7 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import onnx
 from onnx import helper
@@ -25,6 +25,7 @@ from . import fp16, prepare, shapes
 from .graph import Graph, attr
 from .restore import RestoreRecord
 from .rules import RULE_NAMES, RULES
+from .rules.base import Contradiction
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class LegalizeReport:
     seconds: float = 0.0
     notes: Dict[str, str] = field(default_factory=dict)
     restore: RestoreRecord = field(default_factory=RestoreRecord, repr=False)
+    probe_error: Optional[str] = None   # the onnxruntime shape probe's failure (convert: shape_fit.py)
+    contradictions: List[Tuple[str, str, str]] = field(default_factory=list)   # (rule, node, reason): any sweep
 
     def by_rule(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
@@ -131,6 +134,7 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
         inputs, outputs = _standalone(inputs), _standalone(outputs)
     g.commit()
     _write_shapes(g, inputs, outputs)
+    report.probe_error = g.probe_error
     report.seconds = time.perf_counter() - t0
     logger.info("legalize: %d rewrites in %d sweeps, %.2f s", len(report.applied), report.sweeps,
                 report.seconds)
@@ -178,6 +182,8 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
                 reason = rule.check(mt, g, tgt)
                 if reason:
                     skipped.append((rule.NAME, node.name, reason))
+                    if isinstance(reason, Contradiction) and (rule.NAME, node.name, reason) not in report.contradictions:
+                        report.contradictions.append((rule.NAME, node.name, reason))
                     continue
                 origin = mt.origin
                 report.restore.capture(rule, mt, g)

@@ -134,17 +134,7 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
     for name in missing:
         if name not in known:
             probe.graph.output.append(helper.make_empty_tensor_value_info(name))
-    rng = np.random.default_rng(0)
-    feeds = {}
-    inits = {i.name for i in probe.graph.initializer}
-    for vi in probe.graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        shape = [d.dim_value for d in t.shape.dim]
-        feeds[vi.name] = (rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
-                          else np.zeros(shape, dtype))
+    feeds = probe_feeds(probe.graph)
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
@@ -152,6 +142,7 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
     except Exception as exc:
         logger.warning("legalize: onnxruntime shape probe failed (%s); %d tensors keep unknown "
                        "shapes", exc, len(missing))
+        graph_view.probe_error = str(exc)   # pinned input shapes the model cannot take? (shape_fit.py)
         return
     for name, v in zip(names, values):
         if (override or name in missing) and isinstance(v, np.ndarray):
@@ -159,6 +150,22 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
             graph_view.dtypes[name] = helper.np_dtype_to_tensor_dtype(v.dtype)
     logger.info("legalize: %d tensor shapes measured with onnxruntime (data-dependent shapes are "
                 "the values for a random input)", len(missing))
+
+
+def probe_feeds(graph: onnx.GraphProto, ones: bool = False) -> Dict[str, np.ndarray]:
+    """Inputs of the graph's static input shapes: seeded normal floats and zero integers, or all ones."""
+    rng = np.random.default_rng(0)
+    inits = {i.name for i in graph.initializer}
+    feeds = {}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        shape = [d.dim_value for d in t.shape.dim]
+        feeds[vi.name] = (np.ones(shape, dtype) if ones else rng.standard_normal(shape).astype(dtype)
+                          if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype))
+    return feeds
 
 
 def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int]]],
@@ -182,6 +189,7 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                                  f"has rank {len(t.shape.dim)}", node=vi.name,
                                  hint=f"give {len(t.shape.dim)} dimensions")
             t.ClearField("shape")
+            t.shape.SetInParent()   # [] pins a 0-D input (no dims, but a known shape)
             for d in shape:
                 t.shape.dim.add().dim_value = d
             continue
