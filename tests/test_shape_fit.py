@@ -100,3 +100,18 @@ def test_refusal_judges_nothing_when_onnxruntime_cannot_load_the_model_at_all():
     node, why = shape_fit.refusal(_reflect_model(), {"x": [1, 8]})
     assert node == "pad" and why.startswith("Pad: Pad reflect")
     assert shape_fit.refusal(_reflect_model(), {"x": [1, 64]}) is None
+
+
+def test_a_kernel_longer_than_the_pinned_input_is_a_usage_error():
+    """openWakeWord's melspectrogram (Conv k512) at 64 samples: ONNX inference leaves the Conv's output
+    unknown although its inputs are static (shapes.refused_by_inference); was a conversion that
+    succeeded with the Conv on the CPU, whose every run then failed in onnxruntime."""
+    w = nh.from_array(np.random.default_rng(0).standard_normal((4, 1, 16)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", strides=[4]),
+                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "k",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "T"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UsageError, match=r"\[conv\] the input shapes given \(x:1,1,8\) do not fit the model"):
+        onnx_mrvl.convert(m, input_shapes={"x": [1, 1, 8]})
+    assert onnx_mrvl.convert(m, input_shapes={"x": [1, 1, 64]}).subgraphs

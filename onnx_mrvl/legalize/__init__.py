@@ -133,7 +133,7 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
     if consume:   # standalone copies: nothing refers into the given model once commit lets it go
         inputs, outputs = _standalone(inputs), _standalone(outputs)
     g.commit()
-    _write_shapes(g, inputs, outputs)
+    report.contradictions += [("shape_inference", node, why) for node, why in _write_shapes(g, inputs, outputs)]
     report.probe_error = g.probe_error
     report.seconds = time.perf_counter() - t0
     logger.info("legalize: %d rewrites in %d sweeps, %.2f s", len(report.applied), report.sweeps,
@@ -214,8 +214,9 @@ def _check_transposes(g: Graph) -> None:
                              hint="the model is invalid (onnxruntime refuses it too): re-export it")
 
 
-def _write_shapes(g: Graph, inputs, outputs) -> None:
-    """Final inference; graph.value_info gets every intermediate tensor with a static shape."""
+def _write_shapes(g: Graph, inputs, outputs) -> List[Tuple[str, str]]:
+    """Final inference; graph.value_info gets every intermediate tensor with a static shape. Returns
+    ``shapes.refused_by_inference``'s (node, reason) pairs."""
     shapes.infer(g, inputs, outputs)
     m = g.model
     produced = [o for n in m.graph.node for o in n.output if o]
@@ -257,6 +258,7 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
     if unknown:
         logger.warning("legalize: %d tensors without a static shape (data-dependent or not "
                        "inferable; they stay on the CPU), e.g. %s", len(unknown), unknown[:3])
+    return shapes.refused_by_inference(g, unknown) if unknown else []
 
 
 def notes(report: LegalizeReport) -> Tuple[Dict[str, str], Dict[str, str]]:

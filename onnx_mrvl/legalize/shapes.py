@@ -7,7 +7,7 @@ milliseconds. Small (integer) constants stay, so ``data_prop`` can still follow 
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -213,6 +213,25 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                     hint=f"pass input_shapes={{{vi.name!r}: [{example.replace(',', ', ')}]}} with "
                          f"the real sizes{' of ' + ', '.join(named) if named else ''} "
                          f"(CLI: --input-shape {vi.name}:{example})")
+
+
+# ops whose output shape follows from their input shapes and attributes alone
+SHAPE_DETERMINED = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "MatMul", "Gemm",
+                              "Concat", "Add", "Sub", "Mul", "Div"})
+
+
+def refused_by_inference(graph_view, unknown) -> List[Tuple[str, str]]:
+    """(node, reason) for each default-domain node of ``SHAPE_DETERMINED`` whose inputs are static but
+    whose output is among ``unknown``: ONNX shape inference refused the shapes (a kernel larger than
+    its input, a MatMul of mismatched sizes): the model is invalid there, unless inference is wrong."""
+    unknown, out = set(unknown), []
+    for n in graph_view.model.graph.node:
+        if n.op_type in SHAPE_DETERMINED and n.domain in ("", "ai.onnx") and n.output and n.output[0] in unknown:
+            given = [graph_view.shape(i) for i in n.input if i]
+            if all(s is not None for s in given):
+                out.append((n.name, f"{n.op_type} output shape not inferable from the static input shapes "
+                                    f"{[list(s) for s in given]}"))
+    return out
 
 
 def is_static(shape) -> bool:
