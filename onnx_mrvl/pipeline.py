@@ -112,6 +112,7 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     original, raw_sizes = read_model(model)
     validate_model(original, raw_sizes)
     input_shapes = check_input_shapes(original, input_shapes)
+    shape_fit.check_symbols(original, input_shapes)
     t_load = CLOCK() - t0
     if progress and (quantize != "float16" or calibration is not None):
         progress(f"quantize ({quantize})" if quantize != "float16" else "calibrate (dynamic int8)")

@@ -79,6 +79,22 @@ def _named(message: str) -> Tuple[Optional[str], str]:
     return None, message.replace("[ONNXRuntimeError] : ", "").strip()
 
 
+def check_symbols(model: onnx.ModelProto, input_shapes) -> None:
+    """A symbolic dimension the model's inputs share (``batch`` of the audio and of the LSTM state)
+    given different sizes: ``check_fit`` (onnxruntime judges: it does not enforce the names itself),
+    its hint naming the sizes given."""
+    seen: Dict[str, Dict[str, int]] = {}
+    for vi in model.graph.input:
+        if vi.name in (input_shapes or {}) and vi.type.HasField("tensor_type"):
+            for d, size in zip(vi.type.tensor_type.shape.dim, input_shapes[vi.name]):
+                if d.dim_param:
+                    seen.setdefault(d.dim_param, {})[vi.name] = int(size)
+    clash = {p: v for p, v in seen.items() if len(set(v.values())) > 1}
+    if clash:
+        check_fit(model, input_shapes, note="; ".join(
+            f"'{p}' is {' and '.join(f'{n} in {k}' for k, n in v.items())}" for p, v in clash.items()))
+
+
 def check_legalized(given: Callable[[], Optional[onnx.ModelProto]], input_shapes, report) -> None:
     """``check_fit`` of the model as ``given()`` reads it when legalize's ``report`` (a LegalizeReport)
     saw trouble with the pinned shapes: its onnxruntime shape probe failed, or a rule's check found a
@@ -88,7 +104,7 @@ def check_legalized(given: Callable[[], Optional[onnx.ModelProto]], input_shapes
 
 
 def check_fit(model: Optional[onnx.ModelProto], input_shapes: Optional[Dict[str, List[int]]],
-              cause: Optional[BaseException] = None) -> None:
+              cause: Optional[BaseException] = None, note: str = "") -> None:
     """``UsageError`` naming the node and onnxruntime's reason when ``model`` (the model as given,
     with its weights) cannot run with ``input_shapes``; nothing otherwise (``cause``: what went
     wrong first, chained)."""
@@ -106,5 +122,6 @@ def check_fit(model: Optional[onnx.ModelProto], input_shapes: Optional[Dict[str,
     raise UsageError(
         f"the input shapes given ({given}) do not fit the model: onnxruntime cannot run it with them "
         f"({why[:400]})", node=node,
-        hint=f"give the sizes the model is made for (its inputs are declared {declared}); a size too small "
-             f"for a window, pad or stride of the node named is the usual cause") from cause
+        hint=(f"{note}: give a symbolic dimension one size in every input; " if note else "")
+        + f"give the sizes the model is made for (its inputs are declared {declared}); a size too small "
+          f"for a window, pad or stride of the node named is the usual cause") from cause

@@ -115,3 +115,27 @@ def test_a_kernel_longer_than_the_pinned_input_is_a_usage_error():
     with pytest.raises(UsageError, match=r"\[conv\] the input shapes given \(x:1,1,8\) do not fit the model"):
         onnx_mrvl.convert(m, input_shapes={"x": [1, 1, 8]})
     assert onnx_mrvl.convert(m, input_shapes={"x": [1, 1, 64]}).subgraphs
+
+
+def test_a_symbolic_dimension_given_two_sizes_is_a_usage_error(tmp_path, capsys):
+    """The batch of the audio and of the LSTM state (open-voicefilter-lite) given apart: was a conversion
+    that succeeded with the LSTM on the CPU, whose every run failed in onnxruntime; the hint names the
+    sizes given. One size everywhere converts (the LSTM offloaded)."""
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array((rng.standard_normal((1, 32, 4)) * 0.3).astype(np.float32), "W"),
+             nh.from_array((rng.standard_normal((1, 32, 8)) * 0.3).astype(np.float32), "R")]
+    g = helper.make_graph([helper.make_node("LSTM", ["x", "W", "R", "", "", "h0"], ["y"], name="lstm", hidden_size=8)],
+                          "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", "batch", 4]),
+                                   helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, "batch", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    with pytest.raises(UsageError, match=r"\[lstm\] .*initial_h must have shape \{1,2,8\}") as info:
+        onnx_mrvl.convert(m, input_shapes={"x": [5, 2, 4], "h0": [1, 3, 8]})
+    assert info.value.hint.startswith("'batch' is 2 in x and 3 in h0")
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    code = main(["convert", path, "-o", str(tmp_path / "o"), "--input-shape", "x:5,2,4", "--input-shape", "h0:1,3,8",
+                 "--stage", "legalize"])
+    assert code == 3 and "'batch' is 2 in x and 3 in h0" in capsys.readouterr().err
+    r = onnx_mrvl.convert(m, input_shapes={"x": [5, 2, 4], "h0": [1, 2, 8]})
+    assert r.report.decisions["lstm"].placement == "accelerator"

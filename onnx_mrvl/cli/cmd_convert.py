@@ -94,6 +94,7 @@ def run(args) -> int:
         model = load_model(args.model)
         validate_model(model)
         shapes = check_input_shapes(model, shapes)
+        shape_fit.check_symbols(model, shapes)
         model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
                                       calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
                                       snr_budget_db=args.snr_budget, input_shapes=shapes,
