@@ -119,7 +119,8 @@ def check_input_shapes(model: onnx.ModelProto, input_shapes) -> Optional[Dict[st
         given = f"input_shapes[{name!r}] (CLI --input-shape {name}:...)"
         if name not in inputs:
             hint = suggest([str(name)], inputs)
-            raise UsageError(f"{given} names no input of the model (inputs: {sorted(inputs)})", node=str(name),
+            what = "an initializer (a weight of the model, its shape fixed)" if name in inits else "no input"
+            raise UsageError(f"{given} names {what} of the model (inputs: {sorted(inputs)})", node=str(name),
                              hint=(hint + " " if hint else "") + "use the model's input names")
         if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
             raise UsageError(f"{given} is {dims!r}, not a list of dimensions", node=name,

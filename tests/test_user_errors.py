@@ -368,6 +368,8 @@ def test_input_shapes_of_the_wrong_type_or_name_are_usage_errors():
         onnx_mrvl.convert(m, input_shapes=[1, 3, 16, 16])
     with pytest.raises(UsageError, match=r"names no input of the model \(inputs: \['x'\]\)"):
         onnx_mrvl.convert(m, input_shapes={"X": [1, 3, 16, 16]})
+    with pytest.raises(UsageError, match=r"names an initializer \(a weight of the model, its shape fixed\)"):
+        onnx_mrvl.convert(m, input_shapes={"w": [4, 3, 3, 3]})   # was "names no input": it is in graph.initializer
     with pytest.raises(UsageError, match="not a list of dimensions"):
         onnx_mrvl.convert(m, input_shapes={"x": "1,3,16,16"})
 
