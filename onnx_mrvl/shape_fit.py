@@ -47,9 +47,15 @@ def refusal(model: onnx.ModelProto, input_shapes: Dict[str, List[int]]) -> Optio
             any(vi.name not in input_shapes and any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
                 for vi in inputs):
         return None    # non-tensor inputs, or a symbolic dim the user left open: no feeds to make
+    pinned = _pinned(model, input_shapes)
+    try:
+        feeds = [probe_feeds(pinned.graph, ones=ones) for ones in (False, True)]
+    except (KeyError, ValueError, TypeError):   # an input of no numpy type
+        return None
+    if any(a.dtype.kind not in "biuf" for a in feeds[0].values()):
+        return None    # strings: no feed of ours says anything about the shapes
     so = ort.SessionOptions()
     so.log_severity_level = 4
-    pinned = _pinned(model, input_shapes)
     try:
         sess = ort.InferenceSession(pinned.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - refused at load: by the pinned shapes, or by anything?
@@ -59,9 +65,9 @@ def refusal(model: onnx.ModelProto, input_shapes: Dict[str, List[int]]) -> Optio
             return None
         return _named(str(exc))
     errors = []
-    for ones in (False, True):
+    for feed in feeds:
         try:
-            sess.run(None, probe_feeds(pinned.graph, ones=ones))
+            sess.run(None, feed)
             return None
         except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal is the answer
             errors.append(str(exc))
