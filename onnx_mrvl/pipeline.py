@@ -180,7 +180,9 @@ def _given(source: Source) -> Optional[onnx.ModelProto]:
 
 
 def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exclude, cut_after, force, input_shapes,
-             reference, embed, num_tiles, ocm_size, progress, fallback=False) -> ConvertResult:
+             reference, embed, num_tiles, ocm_size, progress, fallback=False, fit=None) -> ConvertResult:
+    """``fit``: (read the model as given, its pinned input shapes) that legalize's trouble is checked
+    against (shape_fit.py); an If / Loop / Scan body's conversion takes its outer model's."""
     check_positive(num_tiles=num_tiles, ocm_size=ocm_size)
     target = get_target(target)
     if num_tiles or ocm_size:
@@ -202,7 +204,8 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         legal_result = legalize(original, target, input_shapes=input_shapes)
     legal, legal_report = legal_result.model, legal_result.report
     del legal_result
-    shape_fit.check_legalized(lambda: _given(source), input_shapes, legal_report)
+    fit = fit or (lambda: _given(source), input_shapes)
+    shape_fit.check_legalized(*fit, legal_report)
     # legal's weights are given up after fuse when they can be read again (legalize runs again on a retry)
     release_legal = source.reread is not None and not has_bodies(legal) and weight_bytes(legal) >= RELEASE_BYTES
     timings["legalize"] = CLOCK() - t0
@@ -300,7 +303,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             return _convert(m, target=target, partition=partition, exclude=[e for e in exclude if e in here],
                             cut_after=(), force=force,
                             input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
-                            progress=None, fallback=fallback)
+                            progress=None, fallback=fallback, fit=fit)
         body_subs, body_regions, notes, body_macs, body_records = bodies.convert_bodies(
             deployable, legal, body_convert, embed)
         subgraphs, regions = subgraphs + body_subs, regions + body_regions

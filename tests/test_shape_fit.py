@@ -139,3 +139,30 @@ def test_a_symbolic_dimension_given_two_sizes_is_a_usage_error(tmp_path, capsys)
     assert code == 3 and "'batch' is 2 in x and 3 in h0" in capsys.readouterr().err
     r = onnx_mrvl.convert(m, input_shapes={"x": [5, 2, 4], "h0": [1, 2, 8]})
     assert r.report.decisions["lstm"].placement == "accelerator"
+
+
+def test_a_contradiction_inside_an_if_body_is_checked_against_the_outer_shapes():
+    """silero_vad's STFT under an If (the sample-rate switch): the body, converted on its own, sees the
+    reflect pad as wide as its axis; was a conversion that succeeded (the body on the CPU, its error
+    swallowed) and failed every run; now the UsageError naming the If."""
+    rng = np.random.default_rng(0)
+
+    def branch(name):
+        nodes = [helper.make_node("Pad", ["x", "pads"], [f"{name}_p"], mode="reflect", name=f"{name}_pad"),
+                 helper.make_node("Conv", [f"{name}_p", "w"], [f"{name}_y"], strides=[8], name=f"{name}_conv")]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None)])
+    inits = [nh.from_array((rng.standard_normal((8, 1, 16)) * 0.1).astype(np.float32), "w"),
+             nh.from_array(np.array([0, 0, 16, 0, 0, 16], np.int64), "pads")]
+    node = helper.make_node("If", ["flag"], ["y"], name="switch", then_branch=branch("a"), else_branch=branch("b"))
+    g = helper.make_graph([node], "if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "T"]),
+                                         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UsageError, match=r"\[switch\] the input shapes given \(x:1,1,8, flag:\) do not fit"):
+        onnx_mrvl.convert(m, input_shapes={"x": [1, 1, 8], "flag": []})
+    r = onnx_mrvl.convert(m, input_shapes={"x": [1, 1, 64], "flag": []}, embed=True)   # a size that fits
+    assert r.subgraphs
+    feeds = {"x": rng.standard_normal((1, 1, 64)).astype(np.float32), "flag": np.array(True)}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(onnx_mrvl.InferenceSession(r.model).run(None, feeds)[0], want,
+                               rtol=1e-2, atol=1e-3 * max(1.0, float(np.abs(want).max())))
