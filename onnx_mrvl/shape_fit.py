@@ -63,7 +63,7 @@ def refusal(model: onnx.ModelProto, input_shapes: Dict[str, List[int]]) -> Optio
             ort.InferenceSession(_pinned(model, {}).SerializeToString(), so, providers=["CPUExecutionProvider"])
         except Exception:  # noqa: BLE001 - onnxruntime cannot load the model at all: nothing is known
             return None
-        return _named(str(exc))
+        return _named(str(exc), "load")
     errors = []
     for feed in feeds:
         try:
@@ -71,18 +71,19 @@ def refusal(model: onnx.ModelProto, input_shapes: Dict[str, List[int]]) -> Optio
             return None
         except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal is the answer
             errors.append(str(exc))
-    return _named(errors[0])
+    return _named(errors[0], "run")
 
 
-def _named(message: str) -> Tuple[Optional[str], str]:
-    """(node, "<op>: <onnxruntime's reason>") from onnxruntime's message (the whole of it, unparsed)."""
+def _named(message: str, stage: str) -> Tuple[Optional[str], str]:
+    """(node, "<stage>: <op>: <onnxruntime's reason>") from onnxruntime's message (unparsed when
+    it names no node); ``stage``: "load" (its shape inference refused) or "run"."""
     hit = _AT_RUN.search(message)
     if hit:
-        return hit.group(2), f"{hit.group(1)}: {hit.group(3).strip()}"
+        return hit.group(2), f"{stage}: {hit.group(1)}: {hit.group(3).strip()}"
     hit = _AT_LOAD.search(message)
     if hit:
-        return hit.group(1), f"{hit.group(2)}: {hit.group(3).strip()}"
-    return None, message.replace("[ONNXRuntimeError] : ", "").strip()
+        return hit.group(1), f"{stage}: {hit.group(2)}: {hit.group(3).strip()}"
+    return None, f"{stage}: " + message.replace("[ONNXRuntimeError] : ", "").strip()
 
 
 def check_symbols(model: onnx.ModelProto, input_shapes) -> None:
@@ -125,9 +126,13 @@ def check_fit(model: Optional[onnx.ModelProto], input_shapes: Optional[Dict[str,
                           for d in vi.type.tensor_type.shape.dim]
                 for vi in model.graph.input if vi.name in input_shapes and vi.name not in inits}
     given = ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in input_shapes.items())
+    stage, why = why.split(": ", 1)
+    at_load = (" (onnxruntime infers every branch of an If when it loads the model, the one a run would not "
+               "take too: a model switching on an input, such as a sample rate, may take no fixed size)"
+               if stage == "load" and "Graph attribute inferencing failed" in why else "")
     raise UsageError(
-        f"the input shapes given ({given}) do not fit the model: onnxruntime cannot run it with them "
+        f"the input shapes given ({given}) do not fit the model: onnxruntime cannot {stage} it with them "
         f"({why[:400]})", node=node,
         hint=(f"{note}: give a symbolic dimension one size in every input; " if note else "")
         + f"give the sizes the model is made for (its inputs are declared {declared}); a size too small "
-          f"for a window, pad or stride of the node named is the usual cause") from cause
+          f"for a window, pad or stride of the node named is the usual cause{at_load}") from cause

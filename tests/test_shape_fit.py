@@ -98,7 +98,7 @@ def test_refusal_judges_nothing_when_onnxruntime_cannot_load_the_model_at_all():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("example.custom", 1)])
     assert shape_fit.refusal(m, {"x": [1, 4]}) is None
     node, why = shape_fit.refusal(_reflect_model(), {"x": [1, 8]})
-    assert node == "pad" and why.startswith("Pad: Pad reflect")
+    assert node == "pad" and why.startswith("run: Pad: Pad reflect")
     assert shape_fit.refusal(_reflect_model(), {"x": [1, 64]}) is None
 
 
