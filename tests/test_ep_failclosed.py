@@ -145,8 +145,8 @@ def test_a_cpu_node_failing_on_the_inputs_is_our_error_naming_it(tmp_path):
     ids = np.array([[1, 2, 3, 9]], np.int64)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     np.testing.assert_allclose(sess.run(None, {"ids": ids})[0], want, rtol=1e-2, atol=1e-3 * np.abs(want).max())
-    with pytest.raises(MrvlRuntimeError, match=r"\[lookup\] onnxruntime failed running node 'lookup' \(Gather, on "
-                                               r"the CPU\) on these inputs: indices element out of data bounds") as info:
+    with pytest.raises(MrvlRuntimeError, match=r"\[lookup\] onnxruntime failed running node 'lookup' \(Gather, "
+                                               r"on the CPU\) on these inputs: indices element out of data") as info:
         sess.run(None, {"ids": np.array([[1, 2, 3, 40]], np.int64)})
     assert info.value.node == "lookup" and info.value.hint
 

@@ -19,7 +19,8 @@ def _reflect_model():
     (onnxruntime: "Pad reflect: pre-pad (16) exceeds maximum allowed (T - 1)")."""
     rng = np.random.default_rng(0)
     inits = [nh.from_array((rng.standard_normal((8, 1, 16)) * 0.1).astype(np.float32), "w"),
-             nh.from_array(np.array([0, 0, 16, 0, 0, 16], np.int64), "pads"), nh.from_array(np.array([1], np.int64), "ax")]
+             nh.from_array(np.array([0, 0, 16, 0, 0, 16], np.int64), "pads"),
+             nh.from_array(np.array([1], np.int64), "ax")]
     nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["u"], name="unsq"),
              helper.make_node("Pad", ["u", "pads"], ["p"], mode="reflect", name="pad"),
              helper.make_node("Conv", ["p", "w"], ["c"], strides=[8], name="conv"),

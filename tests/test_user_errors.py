@@ -358,7 +358,8 @@ def test_a_scalar_input_takes_an_empty_shape_and_only_that(tmp_path, capsys):
     np.testing.assert_allclose(onnx_mrvl.InferenceSession(r.model).run(None, feeds)[0], want, rtol=1e-2, atol=1e-2)
     path = str(tmp_path / "m.onnx")
     onnx.save(m, path)
-    assert main(["convert", path, "-o", str(tmp_path / "o"), "--input-shape", "x:1,3,8,8", "--input-shape", "scale:"]) == 0
+    assert main(["convert", path, "-o", str(tmp_path / "o"), "--input-shape", "x:1,3,8,8",
+                 "--input-shape", "scale:"]) == 0
     capsys.readouterr()
 
 

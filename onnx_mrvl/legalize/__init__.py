@@ -182,8 +182,9 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
                 reason = rule.check(mt, g, tgt)
                 if reason:
                     skipped.append((rule.NAME, node.name, reason))
-                    if isinstance(reason, Contradiction) and (rule.NAME, node.name, reason) not in report.contradictions:
-                        report.contradictions.append((rule.NAME, node.name, reason))
+                    said = (rule.NAME, node.name, reason)
+                    if isinstance(reason, Contradiction) and said not in report.contradictions:
+                        report.contradictions.append(said)
                     continue
                 origin = mt.origin
                 report.restore.capture(rule, mt, g)
