@@ -23,6 +23,7 @@ import onnx
 from onnx import helper
 
 from . import opset
+from .errors import UsageError
 from .graph_index import subgraph_reads
 from .split.deploy import is_subgraph
 
@@ -148,6 +149,8 @@ def convert_bodies(deployable: onnx.ModelProto, legal: onnx.ModelProto,
             try:
                 standalone, copied = _standalone(a.g, types, inits, deployable)
                 result = convert_fn(standalone)
+            except UsageError:            # the pinned input shapes do not fit the body (shape_fit.py)
+                raise
             except Exception as exc:      # noqa: BLE001 - a body we cannot convert runs as it was
                 log.info("body %s stays on the CPU (%s: %s)", prefix, type(exc).__name__, exc)
                 notes.setdefault(node.name, []).append(f"{attr_name} on the CPU ({type(exc).__name__}: {exc})")

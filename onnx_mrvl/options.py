@@ -119,24 +119,27 @@ def check_input_shapes(model: onnx.ModelProto, input_shapes) -> Optional[Dict[st
         given = f"input_shapes[{name!r}] (CLI --input-shape {name}:...)"
         if name not in inputs:
             hint = suggest([str(name)], inputs)
-            raise UsageError(f"{given} names no input of the model (inputs: {sorted(inputs)})", node=str(name),
+            what = "an initializer (a weight of the model, its shape fixed)" if name in inits else "no input"
+            raise UsageError(f"{given} names {what} of the model (inputs: {sorted(inputs)})", node=str(name),
                              hint=(hint + " " if hint else "") + "use the model's input names")
         if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
             raise UsageError(f"{given} is {dims!r}, not a list of dimensions", node=name,
                              hint=f"e.g. input_shapes={{{name!r}: [1, 3, 224, 224]}}")
         dims = list(dims)
-        bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1]
-        if bad or not dims:
-            raise UsageError(f"{given} is {dims}: every dimension must be a positive integer", node=name,
-                             hint="give the input's full shape, e.g. 1,3,224,224")
         t = inputs[name].type.tensor_type
         declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
                     for d in t.shape.dim] if t.HasField("shape") else None
+        bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1]
+        if bad:   # ([] is the shape of a 0-D input: the rank check below)
+            raise UsageError(f"{given} is {dims}: every dimension must be a positive integer", node=name,
+                             hint="give the input's full shape, e.g. 1,3,224,224")
         shown = ",".join(map(str, dims))
-        if declared is not None and len(declared) and len(declared) != len(dims):
+        if declared is not None and len(declared) != len(dims):
             raise UsageError(f"input '{name}': --input-shape {name}:{shown} has rank {len(dims)}, the model's "
                              f"input has rank {len(declared)} {declared}", node=name,
-                             hint=f"give {len(declared)} dimensions")
+                             hint=f"give {len(declared)} dimensions" if declared else
+                             f"a 0-D (scalar) input takes no dimensions: input_shapes={{{name!r}: []}} "
+                             f"(CLI --input-shape {name}:), or leave it out")
         for k, (want, got) in enumerate(zip(declared or [], dims)):
             if isinstance(want, int) and want != got:
                 raise UsageError(

@@ -10,11 +10,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 
 import onnx
 
-from . import bodies
+from . import bodies, shape_fit
 from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile, lend_arrays
 from .cuts import find_cuts
 from .decisions import Decisions
-from .errors import MrvlError
+from .errors import MrvlError, UsageError
 from .fuse import fuse
 from .gcpause import gc_paused
 from .legalize import legalize, notes as legalize_notes
@@ -112,6 +112,7 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     original, raw_sizes = read_model(model)
     validate_model(original, raw_sizes)
     input_shapes = check_input_shapes(original, input_shapes)
+    shape_fit.check_symbols(original, input_shapes)
     t_load = CLOCK() - t0
     if progress and (quantize != "float16" or calibration is not None):
         progress(f"quantize ({quantize})" if quantize != "float16" else "calibrate (dynamic int8)")
@@ -134,9 +135,12 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
         result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
         result.timings["total"] += t_load + t_quantize
         return _with_quantization(result, quantized)
-    except MrvlError:
+    except MrvlError as exc:
+        if not isinstance(exc, UsageError):   # e.g. a CompileError: the pinned input shapes' fault?
+            shape_fit.check_fit(_given(source), input_shapes, cause=exc)
         raise
     except Exception as exc:  # noqa: BLE001 - with fallback=True, a bug of ours must not cost the user their model
+        shape_fit.check_fit(_given(source), input_shapes, cause=exc)   # the pinned shapes' fault?
         if not fallback:
             raise
         why = (f"conversion failed internally ({type(exc).__name__}: {exc}); the model runs unchanged on the "
@@ -169,8 +173,16 @@ def _cpu_only(original: onnx.ModelProto, why: str, partition: str) -> ConvertRes
     return ConvertResult(original, [], report)
 
 
+def _given(source: Source) -> Optional[onnx.ModelProto]:
+    """The model convert was given, with its weights (shape_fit.py; a structure-only copy, once
+    handed over without a way to read it again, judges nothing)."""
+    return source.reread() if source.reread is not None else source.model
+
+
 def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exclude, cut_after, force, input_shapes,
-             reference, embed, num_tiles, ocm_size, progress, fallback=False) -> ConvertResult:
+             reference, embed, num_tiles, ocm_size, progress, fallback=False, fit=None) -> ConvertResult:
+    """``fit``: (read the model as given, its pinned input shapes) that legalize's trouble is checked
+    against (shape_fit.py); an If / Loop / Scan body's conversion takes its outer model's."""
     check_positive(num_tiles=num_tiles, ocm_size=ocm_size)
     target = get_target(target)
     if num_tiles or ocm_size:
@@ -192,6 +204,8 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
         legal_result = legalize(original, target, input_shapes=input_shapes)
     legal, legal_report = legal_result.model, legal_result.report
     del legal_result
+    fit = fit or (lambda: _given(source), input_shapes)
+    shape_fit.check_legalized(*fit, legal_report)
     # legal's weights are given up after fuse when they can be read again (legalize runs again on a retry)
     release_legal = source.reread is not None and not has_bodies(legal) and weight_bytes(legal) >= RELEASE_BYTES
     timings["legalize"] = CLOCK() - t0
@@ -289,7 +303,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             return _convert(m, target=target, partition=partition, exclude=[e for e in exclude if e in here],
                             cut_after=(), force=force,
                             input_shapes=None, reference=False, embed=embed, num_tiles=None, ocm_size=None,
-                            progress=None, fallback=fallback)
+                            progress=None, fallback=fallback, fit=fit)
         body_subs, body_regions, notes, body_macs, body_records = bodies.convert_bodies(
             deployable, legal, body_convert, embed)
         subgraphs, regions = subgraphs + body_subs, regions + body_regions

@@ -109,7 +109,14 @@ def stamped(convert):
     @functools.wraps(convert)
     def wrapper(*args, **kwargs):
         from .target import get_target
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:   # a misspelt option: ours to name (close matches), not Python's TypeError
+            from .errors import UsageError
+            from .options import suggest
+            close = suggest([k for k in kwargs if k not in signature.parameters], signature.parameters)
+            raise UsageError(f"{convert.__name__}(): {exc}", hint=(close + " " if close else "")
+                             + f"see help(onnx_mrvl.{convert.__name__}) for its options") from None
         bound.apply_defaults()
         result = convert(*args, **kwargs)
         a = bound.arguments

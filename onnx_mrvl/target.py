@@ -146,19 +146,29 @@ DEFAULT_TARGET = Target()
 
 
 def get_target(target=None) -> Target:
-    """Accept None (the default), a Target, or a dict of overrides."""
+    """Accept None (the default), a Target, or a dict of overrides (``{"arch": {...}}`` for the
+    ArchProfile's fields); anything else, or a key that is no field, is a ``UsageError``."""
+    from .errors import UsageError
+    from .options import suggest
     if target is None:
         return DEFAULT_TARGET
     if isinstance(target, Target):
         return target
-    if isinstance(target, dict):
-        arch = target.get("arch")
-        rest = {k: v for k, v in target.items() if k != "arch"}
-        t = dataclasses.replace(DEFAULT_TARGET, **rest)
-        if arch:
-            t = t.with_arch(**arch)
-        return t
-    raise TypeError(f"target must be None, a Target or a dict, not {type(target).__name__}")
+    if not isinstance(target, dict):
+        raise UsageError(f"target must be None, a Target or a dict of overrides, not {type(target).__name__} "
+                         f"{target!r:.40}", hint="e.g. target={'arch': {'num_tiles': 4}} (CLI: --num-tiles 4)")
+    arch = target.get("arch") or {}
+    rest = {k: v for k, v in target.items() if k != "arch"}
+    for given, cls, what in ((rest, Target, "target"), (arch, ArchProfile, "target['arch']")):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = [str(k) for k in (given if isinstance(given, dict) else {"<not a dict>": 0}) if k not in fields]
+        if unknown:
+            hint = suggest(unknown, fields)
+            raise UsageError(f"{what} has no field {', '.join(map(repr, unknown))} (fields: {sorted(fields)})",
+                             hint=(hint + " " if hint else "") + "use the field names of onnx_mrvl.target."
+                                  + cls.__name__)
+    t = dataclasses.replace(DEFAULT_TARGET, **rest)
+    return t.with_arch(**arch) if arch else t
 
 
 # The int8 layers' int32 accumulator (docs/fusion.md "int8"; sim/int8.py wrap_int32; fuse/int8_accumulator.py).

@@ -125,6 +125,32 @@ def test_error_names_region_layer_and_original_nodes(converted):
     assert "region 'mrvl_region_0'" in str(err) and "conv_7" in str(err)
 
 
+def test_a_cpu_node_failing_on_the_inputs_is_our_error_naming_it(tmp_path):
+    """A token id past the embedding table (Gather on the CPU, MatMul on the accelerator): onnxruntime's
+    InvalidArgument was raised as it is; now MrvlRuntimeError naming the node and onnxruntime's reason.
+    Inputs in range run as before, with onnxruntime's numbers."""
+    from onnx import TensorProto, helper, numpy_helper as nh
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(rng.standard_normal((10, 16)).astype(np.float32), "emb"),
+             nh.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")]
+    g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["e"], name="lookup"),
+                           helper.make_node("MatMul", ["e", "w"], ["y"], name="fc")], "emb",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    r = onnx_mrvl.convert(m)
+    assert r.report.decisions["fc"].placement == "accelerator" and r.report.decisions["lookup"].placement == "cpu"
+    r.save(str(tmp_path / "o"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "o" / "model.onnx"))
+    ids = np.array([[1, 2, 3, 9]], np.int64)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    np.testing.assert_allclose(sess.run(None, {"ids": ids})[0], want, rtol=1e-2, atol=1e-3 * np.abs(want).max())
+    with pytest.raises(MrvlRuntimeError, match=r"\[lookup\] onnxruntime failed running node 'lookup' \(Gather, "
+                                               r"on the CPU\) on these inputs: indices element out of data") as info:
+        sess.run(None, {"ids": np.array([[1, 2, 3, 40]], np.int64)})
+    assert info.value.node == "lookup" and info.value.hint
+
+
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_eight_threads_each_get_their_own_error(converted, mode):
     sess = _sessions(converted, mode)

@@ -606,6 +606,11 @@ REJECTIONS = {
                                    {"W": w(2, 4, 3)}), "MatMul weight is not 2-D"),
     "pool_window": (lambda: model([node("MaxPool", ["x"], "out", name="node", kernel_shape=[17, 17])],
                                   [("x", [1, 2, 20, 20])], ["out"]), "pool window [17, 17] exceeds the limit 16"),
+    # onnxruntime's output size truncates toward zero: one output, its window hanging past the edge
+    # (PP-OCR rec/cls at a 1x1 input: was a CompileError "the pooling window does not fit")
+    "pool_past_the_edge": (lambda: model([node("MaxPool", ["x"], "out", name="node", kernel_shape=[3, 2],
+                                               strides=[3, 2])], [("x", [1, 2, 1, 4])], ["out"]),
+                           "pool window [3, 2] is larger than the padded input [1, 4]"),
     "pool_indices": (lambda: model([node("MaxPool", ["x"], ["out", "idx"], name="node", kernel_shape=[2, 2])],
                                    [("x", [1, 2, 4, 4])], ["out"]), "MaxPool with an Indices output"),
     "eltwise_broadcast": (lambda: model([node("Add", ["x", "y"], "out", name="node")],
@@ -717,6 +722,26 @@ def test_rejection_reason(case):
     assert d.placement == "cpu" and reason in d.reason, d
     if case not in ("fp16_after_fold", "two_constants"):   # there a following node still fuses
         assert not [n for n in r.model.graph.node if n.domain == opset.DOMAIN and n.op_type != "LayoutTransform"]
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_a_pool_window_past_a_small_input_runs_on_the_cpu_as_onnxruntime_does(op):
+    """Conv -> pool 2x2/2 -> Conv at a 1x1 input: onnxruntime computes one output from the window's part
+    inside the input; the pool stays on the CPU, the convs on the accelerator, the numbers those of
+    onnxruntime (was: CompileError out of convert)."""
+    import onnx_mrvl
+    m = model([node("Conv", ["x", "W1"], "c1", name="conv1", kernel_shape=[1, 1]),
+               node(op, ["c1"], "p", name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+               node("Conv", ["p", "W2"], "out", name="conv2", kernel_shape=[1, 1])],
+              [("x", [1, 4, 1, 1])], ["out"], {"W1": w(8, 4, 1, 1), "W2": w(6, 8, 1, 1)})
+    r = onnx_mrvl.convert(m, embed=True)
+    d = r.report.decisions
+    assert d["pool"].placement == "cpu" and "larger than the padded input [1, 1]" in d["pool"].reason
+    assert d["conv1"].placement == d["conv2"].placement == "accelerator"
+    x = RNG.standard_normal((1, 4, 1, 1)).astype(np.float32)
+    want = run(m, {"x": x})[0]
+    got = onnx_mrvl.InferenceSession(r.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-3 * max(1.0, float(np.abs(want).max())))
 
 
 def test_target_limits_are_read_from_the_target():

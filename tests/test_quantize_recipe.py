@@ -186,6 +186,8 @@ def test_option_plumbing_errors():
     model = badly_scaled()
     with pytest.raises(UsageError, match="quantize_options are given but quantize='float16'"):
         onnx_mrvl.convert(model, quantize_options={"equalize": True})
+    with pytest.raises(UsageError, match="calibration_method='entropy' is given but quantize='float16'"):
+        onnx_mrvl.convert(model, calibration_method="entropy")   # was ignored: an fp16 conversion
 
 
 def test_cli_quantize_option(tmp_path):

@@ -228,6 +228,27 @@ def test_api_mistakes_of_type_are_our_errors():
         onnx_mrvl.InferenceSession(b"garbage")
 
 
+@pytest.mark.parametrize("kwargs,words", [
+    ({"exclud": ["conv1"]}, "did you mean 'exclude' for 'exclud'?"),           # was Python's TypeError
+    ({"target": "mlip"}, "target must be None, a Target or a dict"),            # was TypeError
+    ({"target": {"arch": {"num_tile": 2}}}, "did you mean 'num_tiles' for 'num_tile'?"),   # was TypeError
+    ({"target": {"max_batc": 2}}, "did you mean 'max_batch'"),
+])
+def test_misspelt_options_of_convert_are_usage_errors(kwargs, words):
+    with pytest.raises(UsageError) as info:
+        onnx_mrvl.convert(EXAMPLE, **kwargs)
+    assert words in str(info.value)
+    assert onnx_mrvl.convert(EXAMPLE, target={"arch": {"num_tiles": 2}}).subgraphs
+
+
+def test_inference_session_run_takes_a_numpy_scalar_as_a_python_number(out):
+    """``np.float32(1)`` for a [1, 1, 28, 28] input: our UsageError naming the input and its shape (was
+    onnxruntime's RuntimeError "Unable to handle object of type <class 'numpy.float32'>")."""
+    sess = onnx_mrvl.InferenceSession(str(out / "out" / "model.onnx"))
+    with pytest.raises(UsageError, match=r"input 'input' .* has shape \[\], the model takes \[1, 1, 28, 28\]"):
+        sess.run(None, {"input": np.float32(1.0)})
+
+
 def test_dynamic_image_sizes_are_named_in_the_hint_not_guessed():
     """A model of input [N, 3, H, W] without input_shapes: the hint proposes 1 for the batch only and
     names H and W (it proposed [1, 3, 1, 1]: a 1x1 image for a user who copies it)."""
@@ -317,12 +338,39 @@ def test_input_shapes_must_keep_the_models_static_dimensions(tmp_path, dims, giv
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
 
 
+def test_a_scalar_input_takes_an_empty_shape_and_only_that(tmp_path, capsys):
+    """A 0-D input (silero_vad's ``sr``): ``[]`` is its full shape (was refused: "every dimension must
+    be a positive integer"); ``[1]`` is rank 1 (was accepted: the converted model then took [1], not a
+    scalar, unlike the original)."""
+    from onnx import TensorProto, helper
+    m = _conv_model(["N", 3, "H", "W"])
+    m.graph.node.append(helper.make_node("Mul", ["y", "scale"], ["z"], name="mul"))
+    m.graph.input.append(helper.make_tensor_value_info("scale", TensorProto.FLOAT, []))
+    m.graph.output[0].name = "z"
+    with pytest.raises(UsageError, match="has rank 1, the model's input has rank 0") as info:
+        onnx_mrvl.convert(m, input_shapes={"x": [1, 3, 8, 8], "scale": [1]})
+    assert "0-D (scalar) input takes no dimensions" in info.value.hint
+    r = onnx_mrvl.convert(m, input_shapes={"x": [1, 3, 8, 8], "scale": []}, embed=True)
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32),
+             "scale": np.array(0.5, np.float32)}
+    import onnxruntime as ort
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(onnx_mrvl.InferenceSession(r.model).run(None, feeds)[0], want, rtol=1e-2, atol=1e-2)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    assert main(["convert", path, "-o", str(tmp_path / "o"), "--input-shape", "x:1,3,8,8",
+                 "--input-shape", "scale:"]) == 0
+    capsys.readouterr()
+
+
 def test_input_shapes_of_the_wrong_type_or_name_are_usage_errors():
     m = _conv_model(["N", 3, "H", "W"])
     with pytest.raises(UsageError, match="must be a dict"):
         onnx_mrvl.convert(m, input_shapes=[1, 3, 16, 16])
     with pytest.raises(UsageError, match=r"names no input of the model \(inputs: \['x'\]\)"):
         onnx_mrvl.convert(m, input_shapes={"X": [1, 3, 16, 16]})
+    with pytest.raises(UsageError, match=r"names an initializer \(a weight of the model, its shape fixed\)"):
+        onnx_mrvl.convert(m, input_shapes={"w": [4, 3, 3, 3]})   # was "names no input": it is in graph.initializer
     with pytest.raises(UsageError, match="not a list of dimensions"):
         onnx_mrvl.convert(m, input_shapes={"x": "1,3,16,16"})
 

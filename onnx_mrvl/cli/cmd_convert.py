@@ -84,6 +84,7 @@ def run(args) -> int:
     shapes = parse_input_shapes(args.input_shape)
     qopts = parse_cli(args.quantize_options) or None
     if args.stage != "all":
+        from .. import shape_fit
         from ..fuse import fuse
         from ..legalize import legalize
         from ..options import check_input_shapes, check_node_names
@@ -93,12 +94,15 @@ def run(args) -> int:
         model = load_model(args.model)
         validate_model(model)
         shapes = check_input_shapes(model, shapes)
+        shape_fit.check_symbols(model, shapes)
         model = quantize_or_calibrate(model, quantize=args.quantize, calibration=args.calibration,
                                       calibration_method=args.calibration_method, fp16_layers=args.fp16_layers,
                                       snr_budget_db=args.snr_budget, input_shapes=shapes,
                                       quantize_options=qopts).model
         progress("legalize")
-        out = legalize(model, input_shapes=shapes).model
+        legal = legalize(model, input_shapes=shapes)
+        shape_fit.check_legalized(lambda: model, shapes, legal.report)
+        out = legal.model
         check_node_names(args.exclude, args.cut_after, model, out)
         if args.stage == "fuse":
             progress("fuse")

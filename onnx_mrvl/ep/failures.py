@@ -27,6 +27,7 @@ _lock = threading.Lock()
 _records: "OrderedDict[int, MrvlError]" = OrderedDict()
 _TOKEN_RE = re.compile(r"(?<!\d)\d{13,19}(?!\d)")
 _GUARD_RE = re.compile(r"Name:'([^']*?)" + re.escape(GUARD_SUFFIX))
+_NODE_RE = re.compile(r"while running (\S+) node\. Name:'([^']*)' Status Message: (.*)", re.S)
 
 
 def record(err: MrvlError) -> int:
@@ -61,3 +62,16 @@ def translate(exc: BaseException) -> Optional[MrvlError]:
         return MrvlRuntimeError(f"region '{region}' failed; its details were not kept ({text.strip()})",
                                 node=region, hint="see the log of this process for the region's error")
     return None
+
+
+def cpu_node_failure(exc: BaseException, nodes) -> Optional[MrvlError]:
+    """Our error for onnxruntime failing a CPU node of the model (one of ``nodes``, by name) on the
+    inputs given: an index past an embedding table, a size a reflect pad or a window cannot take.
+    None for anything else (a node the runtime form added stays onnxruntime's error: ours to fix)."""
+    m = _NODE_RE.search(str(exc))
+    if m is None or m.group(2) not in nodes:
+        return None
+    op, name, why = m.group(1), m.group(2), m.group(3).strip()
+    return MrvlRuntimeError(f"onnxruntime failed running node '{name}' ({op}, on the CPU) on these inputs: {why}",
+                            node=name, hint="give inputs the model takes at this node (onnxruntime fails the original "
+                                            "model the same way; if that one runs them, please report it)")

@@ -111,7 +111,7 @@ def _raises_region_errors(method):
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
-            err = failures.translate(exc)
+            err = failures.translate(exc) or failures.cpu_node_failure(exc, getattr(self, "_mrvl_cpu_nodes", ()))
             if err is None:
                 raise
             raise err from None
@@ -152,6 +152,7 @@ class InferenceSession(ort.InferenceSession):
                 check_model_file(model_dir, os.path.basename(path))
             proto = _load(path)
         programs, _ = preload(proto, model_dir, model_file=path)
+        self._mrvl_cpu_nodes = {n.name for n in proto.graph.node if n.name and not is_subgraph(n)}
         self._mrvl_programs = programs
         self._mrvl_finalizer = weakref.finalize(self, _release_all, [p.sha256 for p in programs])
         try:
@@ -225,7 +226,7 @@ class InferenceSession(ort.InferenceSession):
             elif v is None or isinstance(v, (str, bytes, dict, set)):   # onnxruntime aborted the process on None
                 raise UsageError(f"input '{k}' of InferenceSession.run's input_feed is {type(v).__name__} {v!r:.40}, "
                                  f"not an array", hint="pass a numpy array of the input's type and shape")
-            elif isinstance(v, (list, tuple, int, float, bool)):   # onnxruntime converts these to the input's type
+            elif isinstance(v, (list, tuple, int, float, bool, np.generic)):   # (np.float32(1): onnxruntime raised)
                 try:
                     arrays[k] = np.asarray(v, dtypes.get(k))
                 except (TypeError, ValueError) as exc:   # a ragged list, strings for numbers

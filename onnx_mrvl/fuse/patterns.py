@@ -270,6 +270,11 @@ def build_pool(g: GraphIndex, n: onnx.NodeProto, target: Target):
             return f"stride {strides} exceeds the limit {max(s_limit)}"
         if attr(n, "storage_order", 0):
             return "MaxPool storage_order=1"
+        dil = list(attr(n, "dilations", [1, 1]))
+        hw = g.shape(x)[2:]
+        if any(size + pads[i] + pads[i + 2] < (kk - 1) * d + 1 for i, (size, kk, d) in enumerate(zip(hw, k, dil))):
+            # onnxruntime's output size truncates toward zero: 1 output whose window hangs past the edge
+            return f"pool window {k} is larger than the padded input {list(hw)} (pads {pads})"
         attrs = dict(kernel_shape=k, strides=strides, pads=pads, ceil_mode=int(attr(n, "ceil_mode", 0)),
                      dilations=list(attr(n, "dilations", [1, 1])))
         if n.op_type == "AveragePool":

@@ -11,7 +11,7 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import onnx
 from onnx import helper
@@ -25,6 +25,7 @@ from . import fp16, prepare, shapes
 from .graph import Graph, attr
 from .restore import RestoreRecord
 from .rules import RULE_NAMES, RULES
+from .rules.base import Contradiction
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class LegalizeReport:
     seconds: float = 0.0
     notes: Dict[str, str] = field(default_factory=dict)
     restore: RestoreRecord = field(default_factory=RestoreRecord, repr=False)
+    probe_error: Optional[str] = None   # the onnxruntime shape probe's failure (convert: shape_fit.py)
+    contradictions: List[Tuple[str, str, str]] = field(default_factory=list)   # (rule, node, reason): any sweep
 
     def by_rule(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
@@ -130,7 +133,8 @@ def _legalize(model, target, input_shapes, consume: bool = False) -> LegalizeRes
     if consume:   # standalone copies: nothing refers into the given model once commit lets it go
         inputs, outputs = _standalone(inputs), _standalone(outputs)
     g.commit()
-    _write_shapes(g, inputs, outputs)
+    report.contradictions += [("shape_inference", node, why) for node, why in _write_shapes(g, inputs, outputs)]
+    report.probe_error = g.probe_error
     report.seconds = time.perf_counter() - t0
     logger.info("legalize: %d rewrites in %d sweeps, %.2f s", len(report.applied), report.sweeps,
                 report.seconds)
@@ -178,6 +182,9 @@ def _run_rules(g: Graph, tgt, inputs, outputs, report: LegalizeReport) -> None:
                 reason = rule.check(mt, g, tgt)
                 if reason:
                     skipped.append((rule.NAME, node.name, reason))
+                    said = (rule.NAME, node.name, reason)
+                    if isinstance(reason, Contradiction) and said not in report.contradictions:
+                        report.contradictions.append(said)
                     continue
                 origin = mt.origin
                 report.restore.capture(rule, mt, g)
@@ -208,8 +215,9 @@ def _check_transposes(g: Graph) -> None:
                              hint="the model is invalid (onnxruntime refuses it too): re-export it")
 
 
-def _write_shapes(g: Graph, inputs, outputs) -> None:
-    """Final inference; graph.value_info gets every intermediate tensor with a static shape."""
+def _write_shapes(g: Graph, inputs, outputs) -> List[Tuple[str, str]]:
+    """Final inference; graph.value_info gets every intermediate tensor with a static shape. Returns
+    ``shapes.refused_by_inference``'s (node, reason) pairs."""
     shapes.infer(g, inputs, outputs)
     m = g.model
     produced = [o for n in m.graph.node for o in n.output if o]
@@ -251,6 +259,7 @@ def _write_shapes(g: Graph, inputs, outputs) -> None:
     if unknown:
         logger.warning("legalize: %d tensors without a static shape (data-dependent or not "
                        "inferable; they stay on the CPU), e.g. %s", len(unknown), unknown[:3])
+    return shapes.refused_by_inference(g, unknown) if unknown else []
 
 
 def notes(report: LegalizeReport) -> Tuple[Dict[str, str], Dict[str, str]]:

@@ -75,6 +75,7 @@ class Graph:
         # original node name -> what a rewrite changed that the user must know (its decision says it;
         # "{precision}" is filled in with where the node ended up): LegalizeReport.notes
         self.notes: Dict[str, str] = {}
+        self.probe_error: Optional[str] = None   # onnxruntime's refusal of the shape probe (shapes.ort_fill)
         for pos, n in enumerate(g.node):
             node = onnx.NodeProto()
             node.CopyFrom(n)

@@ -7,7 +7,7 @@ milliseconds. Small (integer) constants stay, so ``data_prop`` can still follow 
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -134,17 +134,7 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
     for name in missing:
         if name not in known:
             probe.graph.output.append(helper.make_empty_tensor_value_info(name))
-    rng = np.random.default_rng(0)
-    feeds = {}
-    inits = {i.name for i in probe.graph.initializer}
-    for vi in probe.graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        shape = [d.dim_value for d in t.shape.dim]
-        feeds[vi.name] = (rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
-                          else np.zeros(shape, dtype))
+    feeds = probe_feeds(probe.graph)
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
@@ -152,6 +142,7 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
     except Exception as exc:
         logger.warning("legalize: onnxruntime shape probe failed (%s); %d tensors keep unknown "
                        "shapes", exc, len(missing))
+        graph_view.probe_error = str(exc)   # pinned input shapes the model cannot take? (shape_fit.py)
         return
     for name, v in zip(names, values):
         if (override or name in missing) and isinstance(v, np.ndarray):
@@ -159,6 +150,22 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
             graph_view.dtypes[name] = helper.np_dtype_to_tensor_dtype(v.dtype)
     logger.info("legalize: %d tensor shapes measured with onnxruntime (data-dependent shapes are "
                 "the values for a random input)", len(missing))
+
+
+def probe_feeds(graph: onnx.GraphProto, ones: bool = False) -> Dict[str, np.ndarray]:
+    """Inputs of the graph's static input shapes: seeded normal floats and zero integers, or all ones."""
+    rng = np.random.default_rng(0)
+    inits = {i.name for i in graph.initializer}
+    feeds = {}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        shape = [d.dim_value for d in t.shape.dim]
+        feeds[vi.name] = (np.ones(shape, dtype) if ones else rng.standard_normal(shape).astype(dtype)
+                          if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype))
+    return feeds
 
 
 def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int]]],
@@ -182,6 +189,7 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                                  f"has rank {len(t.shape.dim)}", node=vi.name,
                                  hint=f"give {len(t.shape.dim)} dimensions")
             t.ClearField("shape")
+            t.shape.SetInParent()   # [] pins a 0-D input (no dims, but a known shape)
             for d in shape:
                 t.shape.dim.add().dim_value = d
             continue
@@ -205,6 +213,25 @@ def pin_inputs(graph: onnx.GraphProto, input_shapes: Optional[Dict[str, List[int
                     hint=f"pass input_shapes={{{vi.name!r}: [{example.replace(',', ', ')}]}} with "
                          f"the real sizes{' of ' + ', '.join(named) if named else ''} "
                          f"(CLI: --input-shape {vi.name}:{example})")
+
+
+# ops whose output shape follows from their input shapes and attributes alone
+SHAPE_DETERMINED = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "MatMul", "Gemm",
+                              "Concat", "Add", "Sub", "Mul", "Div"})
+
+
+def refused_by_inference(graph_view, unknown) -> List[Tuple[str, str]]:
+    """(node, reason) for each default-domain node of ``SHAPE_DETERMINED`` whose inputs are static but
+    whose output is among ``unknown``: ONNX shape inference refused the shapes (a kernel larger than
+    its input, a MatMul of mismatched sizes): the model is invalid there, unless inference is wrong."""
+    unknown, out = set(unknown), []
+    for n in graph_view.model.graph.node:
+        if n.op_type in SHAPE_DETERMINED and n.domain in ("", "ai.onnx") and n.output and n.output[0] in unknown:
+            given = [graph_view.shape(i) for i in n.input if i]
+            if all(s is not None for s in given):
+                out.append((n.name, f"{n.op_type} output shape not inferable from the static input shapes "
+                                    f"{[list(s) for s in given]}"))
+    return out
 
 
 def is_static(shape) -> bool:

@@ -62,6 +62,9 @@ def check_options(quantize: str, calibration, calibration_method: str, fp16_laye
         raise UsageError("calibration / fp16_layers / quantize_options are given but quantize='float16' "
                          "(nothing is quantized)",
                          hint="pass quantize='int8' or 'mixed' (--quantize int8), or leave them out")
+    if quantize == "float16" and calibration_method != "minmax":   # was ignored without a word
+        raise UsageError(f"calibration_method='{calibration_method}' is given but quantize='float16' (nothing is "
+                         f"calibrated)", hint="pass quantize='int8' or 'mixed' with calibration=..., or leave it out")
     if not isinstance(snr_budget_db, (int, float)) or not math.isfinite(snr_budget_db) or snr_budget_db <= 0:
         raise UsageError(f"snr_budget_db={snr_budget_db!r} is not a positive number of dB",
                          hint=f"e.g. snr_budget_db={DEFAULT_SNR_BUDGET_DB:g}")

@@ -14,6 +14,13 @@ from ...graph_index import slice_bounds
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
+class Contradiction(str):
+    """A check's reason that says the model is invalid at its shapes (the ONNX spec forbids the node
+    there: a reflect pad as wide as its axis, a Reshape 0 copying an axis the input lacks). The node
+    stays as it is; ``convert`` asks onnxruntime whether the input shapes the user pinned are the
+    cause (shape_fit.py) and, when onnxruntime refuses them too, says so (``UsageError``)."""
+
+
 @dataclass
 class Match:
     """The nodes a rule matched (anchor first) and what it learnt while matching."""

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from .base import Match, inp, is_float
+from .base import Contradiction, Match, inp, is_float
 
 NAME = "pad_reflect_gather"
 OPS = ("Pad",)
@@ -80,7 +80,7 @@ def check(m: Match, g, target) -> Optional[str]:
     if not any(pads):
         return "pads nothing"
     if m.data["mode"] == "reflect" and any(max(pads[a], pads[a + r]) >= shape[a] for a in range(r)):
-        return "a reflect pad as wide as its axis"
+        return Contradiction("a reflect pad as wide as its axis (onnxruntime allows at most the axis length - 1)")
     return None
 
 

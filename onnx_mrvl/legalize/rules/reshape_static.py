@@ -5,7 +5,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Match, attr, shape_const
+from .base import Contradiction, Match, attr, shape_const
 
 NAME = "reshape_static"
 OPS = ("Reshape",)
@@ -39,6 +39,8 @@ def check(m: Match, g, target) -> Optional[str]:
     sx = g.shape(node.input[0])
     given = m.data["given"]
     if given is not None and sx is not None:
+        if not attr(node, "allowzero", 0) and any(v == 0 and k >= len(sx) for k, v in enumerate(given)):
+            return Contradiction(f"shape {given} copies (0) an axis the rank-{len(sx)} input {list(sx)} lacks")
         shape = _resolve(given, sx, attr(node, "allowzero", 0))
         if shape is None:
             return f"shape {given} does not fit input {list(sx)}"
