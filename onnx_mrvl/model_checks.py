@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import onnx
 
+from . import file_weights
 from .errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -182,21 +183,23 @@ def _check_sizes_and_strip(model: onnx.ModelProto, raw_sizes=None) -> onnx.Model
         raw_sizes = None
     for i, t in enumerate(graph.initializer):
         size = _RAW_ITEMSIZE.get(t.data_type)
-        if (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
-                or t.HasField("segment")):
+        held = file_weights.is_held(t)   # raw data kept apart (file_weights.py): its length known
+        if not held and (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
+                         or t.HasField("segment")):
             skeleton.graph.initializer.add().CopyFrom(t)
             continue
         n = 1
         for d in t.dims:
             n *= d
         known = raw_sizes[i] if raw_sizes is not None else None
-        nbytes = known if known is not None and known >= 0 else len(t.raw_data)   # (a copy: upb)
-        if n < 0 or nbytes <= STRIP_BYTES or n * size > nbytes:
+        nbytes = (file_weights.nbytes(t) if held else
+                  known if known is not None and known >= 0 else len(t.raw_data))   # (a copy: upb)
+        if not held and (n < 0 or nbytes <= STRIP_BYTES or n * size > nbytes):
             skeleton.graph.initializer.add().CopyFrom(t)   # small, or the checker reports it
             continue
         stub = skeleton.graph.initializer.add()
         for fd in onnx.TensorProto.DESCRIPTOR.fields:
-            if fd.name in ("raw_data", "dims"):
+            if fd.name in (("raw_data", "dims", "data_location", "external_data") if held else ("raw_data", "dims")):
                 continue
             if fd.is_repeated:
                 if len(getattr(t, fd.name)):
