@@ -193,11 +193,25 @@ def nbytes(t: onnx.TensorProto) -> int:
     return len(_payload(t))
 
 
+def _tensors(graph: onnx.GraphProto):
+    """Every TensorProto of ``graph``: its initializers, tensor attributes and bodies' (recursively)."""
+    yield from graph.initializer
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _tensors(a.g)
+            for g in a.graphs:
+                yield from _tensors(g)
+
+
 def restore(model: Optional[onnx.ModelProto]) -> None:
-    """Write the payloads back into ``model``'s held graph initializers (the message becomes the file's)."""
-    if model is None:
+    """Write the payloads back into ``model``'s held tensors (the message becomes the file's)."""
+    if model is None or not _held:
         return
-    for t in model.graph.initializer:
+    for t in _tensors(model.graph):
         if _marked(t):
             if t.HasField("raw_data"):
                 raise ModelError(f"initializer '{t.name}' was written over while its values were held",
@@ -208,8 +222,26 @@ def restore(model: Optional[onnx.ModelProto]) -> None:
             t.raw_data = data
 
 
+def inline(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The serialization boundary: ``model`` as anything outside convert's own code must see it
+    (onnxruntime, onnx.reference, onnx.checker, shape inference, a file): ``model`` itself when it
+    holds no tensor, else a copy with the payloads written back. Every hand-off of a model (or a
+    copy of one) passes here or through ``serialized`` (tests/test_file_weights.py scans for others)."""
+    if not _held or not any(map(_marked, _tensors(model.graph))):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    restore(copy)
+    return copy
+
+
+def serialized(model: onnx.ModelProto, deterministic: bool = False) -> bytes:
+    """``model.SerializeToString()`` of ``inline(model)``: the bytes the file's model would give."""
+    return inline(model).SerializeToString(deterministic=deterministic)
+
+
 def keys(model: onnx.ModelProto) -> set:
-    return {w[0] for w in map(_where, model.graph.initializer) if w is not None}
+    return {w[0] for w in map(_where, _tensors(model.graph)) if w is not None}
 
 
 def release(key_set) -> None:
@@ -223,7 +255,7 @@ def prune(key_set, *models: Optional[onnx.ModelProto]) -> None:
     models that may still read them) refers to."""
     if not key_set:
         return
-    live = {w for m in models if m is not None for w in map(_where, m.graph.initializer) if w is not None}
+    live = {w for m in models if m is not None for w in map(_where, _tensors(m.graph)) if w is not None}
     for key in key_set:
         payloads = _held.get(key, {})
         for offset in [o for o in payloads if (key, o) not in live]:

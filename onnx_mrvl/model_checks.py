@@ -42,7 +42,7 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
         if skeleton.ByteSize() > 2_000_000_000:   # the checker takes at most 2 GB of protobuf
             log.warning("model too large for onnx.checker even without its weights: not checked")
             return
-        onnx.checker.check_model(skeleton)
+        onnx.checker.check_model(file_weights.inline(skeleton))
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         if first.startswith("Field 'shape' of 'type' is required but missing"):
@@ -132,7 +132,7 @@ def _sorted_check(skeleton: onnx.ModelProto) -> bool:
     del skeleton.graph.node[:]
     skeleton.graph.node.extend(copies)
     try:
-        onnx.checker.check_model(skeleton)
+        onnx.checker.check_model(file_weights.inline(skeleton))
     except onnx.checker.ValidationError:
         return False
     return True
