@@ -10,8 +10,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from . import file_weights
 from .errors import ModelError
 
 FLOAT = onnx.TensorProto.FLOAT
@@ -44,17 +45,20 @@ def extend_copies(repeated, messages) -> None:
         repeated.add().CopyFrom(m)
 
 _TENSOR_PLAIN = {"name", "dims", "data_type", "raw_data"}
+_HELD_PLAIN = {"name", "dims", "data_type", "data_location", "external_data"}   # file_weights.py
 
 
 def holds_exactly(tensor: onnx.TensorProto, arr: np.ndarray) -> bool:
     """``tensor`` is what writing ``arr`` as raw little-endian data (name, data_type, dims,
     raw_data) gives, but for its name, provided ``arr`` holds its values (``GraphIndex.const_origin``):
-    copying it (``CopyFrom``) then writes the same bytes without reading the values out."""
-    if (sys.byteorder != "little" or not tensor.HasField("raw_data") or list(tensor.dims) != list(arr.shape)
+    copying it (``CopyFrom``) then writes the same bytes without reading the values out. A tensor
+    ``file_weights`` holds is such a tensor (its payload written back when a model leaves convert)."""
+    held = file_weights.is_held(tensor)
+    if (sys.byteorder != "little" or not (held or tensor.HasField("raw_data")) or list(tensor.dims) != list(arr.shape)
             or tensor.data_type != helper.np_dtype_to_tensor_dtype(arr.dtype)):
         return False
     for fd in tensor.DESCRIPTOR.fields:
-        if fd.name in _TENSOR_PLAIN:
+        if fd.name in (_HELD_PLAIN if held else _TENSOR_PLAIN):
             continue
         if fd.is_repeated:
             if len(getattr(tensor, fd.name)):
@@ -99,7 +103,7 @@ class GraphIndex:
         if name not in self.initializers:
             return None
         if name not in self._const_cache:
-            self._const_cache[name] = arr = numpy_helper.to_array(self.initializers[name])
+            self._const_cache[name] = arr = file_weights.array(self.initializers[name])
             self._const_names[id(arr)] = name
         return self._const_cache[name]
 

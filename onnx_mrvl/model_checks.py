@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import onnx
 
+from . import file_weights
 from .errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def validate_model(model: onnx.ModelProto, raw_sizes: Optional[List[Optional[int
         if skeleton.ByteSize() > 2_000_000_000:   # the checker takes at most 2 GB of protobuf
             log.warning("model too large for onnx.checker even without its weights: not checked")
             return
-        onnx.checker.check_model(skeleton)
+        onnx.checker.check_model(file_weights.inline(skeleton))
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         if first.startswith("Field 'shape' of 'type' is required but missing"):
@@ -131,7 +132,7 @@ def _sorted_check(skeleton: onnx.ModelProto) -> bool:
     del skeleton.graph.node[:]
     skeleton.graph.node.extend(copies)
     try:
-        onnx.checker.check_model(skeleton)
+        onnx.checker.check_model(file_weights.inline(skeleton))
     except onnx.checker.ValidationError:
         return False
     return True
@@ -182,21 +183,23 @@ def _check_sizes_and_strip(model: onnx.ModelProto, raw_sizes=None) -> onnx.Model
         raw_sizes = None
     for i, t in enumerate(graph.initializer):
         size = _RAW_ITEMSIZE.get(t.data_type)
-        if (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
-                or t.HasField("segment")):
+        held = file_weights.is_held(t)   # raw data kept apart (file_weights.py): its length known
+        if not held and (size is None or t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data")
+                         or t.HasField("segment")):
             skeleton.graph.initializer.add().CopyFrom(t)
             continue
         n = 1
         for d in t.dims:
             n *= d
         known = raw_sizes[i] if raw_sizes is not None else None
-        nbytes = known if known is not None and known >= 0 else len(t.raw_data)   # (a copy: upb)
-        if n < 0 or nbytes <= STRIP_BYTES or n * size > nbytes:
+        nbytes = (file_weights.nbytes(t) if held else
+                  known if known is not None and known >= 0 else len(t.raw_data))   # (a copy: upb)
+        if not held and (n < 0 or nbytes <= STRIP_BYTES or n * size > nbytes):
             skeleton.graph.initializer.add().CopyFrom(t)   # small, or the checker reports it
             continue
         stub = skeleton.graph.initializer.add()
         for fd in onnx.TensorProto.DESCRIPTOR.fields:
-            if fd.name in ("raw_data", "dims"):
+            if fd.name in (("raw_data", "dims", "data_location", "external_data") if held else ("raw_data", "dims")):
                 continue
             if fd.is_repeated:
                 if len(getattr(t, fd.name)):

@@ -13,6 +13,7 @@ import onnx
 from onnx import serialization
 from google.protobuf.message import DecodeError
 
+from . import file_weights
 from .errors import ArtifactError, ModelError, UsageError
 from .wire_sizes import raw_data_sizes
 
@@ -48,8 +49,9 @@ class _HashedFile:
     a second thread while onnx parses the bytes (hashlib releases the GIL), so the source digest
     of the conversion (stamp.py) needs no second read of the file."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, hold: bool = False):
         self.name, self.stat, self.future, self.sizes = path, None, None, None
+        self.hold, self.pending = hold, None   # file_weights.py: large weights parsed apart
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx_mrvl-sha256")
 
     def read(self) -> bytes:
@@ -64,31 +66,28 @@ class _HashedFile:
         """The parsed model: a large protobuf file is parsed from a read-only map of the file (the
         parser copies it once, where ``read()`` + parse copied it twice: VGG-19 0.60 -> 0.28 CPU s,
         the same peak), hashed from the map on the second thread meanwhile, and checked unchanged
-        once both are done (``ModelError`` otherwise); other files through ``onnx.load``."""
+        once both are done (``ModelError`` otherwise); other files through ``onnx.load``. With
+        ``hold``, the large float weights are read once into ``bytes`` of their own and the rest
+        parsed (``file_weights.parse``: ``pending`` for ``file_weights.hold``)."""
         ext = os.path.splitext(self.name)[1]
         if (serialization.registry.get_format_from_file_extension(ext) or "protobuf") != "protobuf":
             return onnx.load(self, load_external_data=False)
         with open(self.name, "rb") as f:
             st = os.fstat(f.fileno())
-            if st.st_size < MMAP_MIN:
+            if st.st_size < (min(MMAP_MIN, file_weights.MIN_FILE) if self.hold else MMAP_MIN):
                 return onnx.load(self, load_external_data=False)
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self.stat = st
-        view = memoryview(mapped)
-        try:
-            self.future = self.pool.submit(lambda: hashlib.sha256(view).hexdigest())
-            self.sizes = raw_data_sizes(view)
-            proto = onnx.ModelProto()
-            decoded = proto.ParseFromString(view)
-            if decoded is not None and decoded != len(view):
-                raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(view)}")
-        finally:
-            wait([self.future] if self.future is not None else [])
-            view.release()
+            self.stat = st
+            view = memoryview(mapped)
             try:
-                mapped.close()
-            except BufferError:   # a slice of it lives on (protobuf's pure-Python decoder's
-                pass              # traceback): the map is unmapped when that is collected
+                proto = self._parse(view, f.fileno())
+            finally:
+                wait([self.future] if self.future is not None else [])
+                view.release()
+                try:
+                    mapped.close()
+                except BufferError:   # a slice of it lives on (protobuf's pure-Python decoder's
+                    pass              # traceback): the map is unmapped when that is collected
         try:
             same = _identity(os.stat(self.name)) == _identity(st)
         except OSError:
@@ -96,6 +95,20 @@ class _HashedFile:
         if not same:
             raise ModelError(f"the model file '{self.name}' changed while it was read",
                              hint="convert it again once nothing writes to it")
+        return proto
+
+    def _parse(self, view: memoryview, fd: int) -> onnx.ModelProto:
+        """``load``'s parse of the mapped file ``view`` (``fd``: the file), its hash started."""
+        self.future = self.pool.submit(lambda: hashlib.sha256(view).hexdigest())
+        held = file_weights.parse(view, lambda start, n: os.pread(fd, n, start)) if self.hold else None
+        if held is not None:
+            proto, self.sizes, self.pending = held
+            return proto
+        self.sizes = raw_data_sizes(view)
+        proto = onnx.ModelProto()
+        decoded = proto.ParseFromString(view)
+        if decoded is not None and decoded != len(view):
+            raise DecodeError(f"Protobuf decoding consumed too few bytes: {decoded} out of {len(view)}")
         return proto
 
     def close(self) -> Optional[str]:
@@ -146,11 +159,13 @@ def as_path(value, what: str, forms: str = MODEL_FORMS) -> str:
     return path if isinstance(path, str) else os.fsdecode(path)
 
 
-def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
+def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto], hold: bool = False
                ) -> Tuple[onnx.ModelProto, Optional[List[Optional[int]]]]:
     """``load_model``, and the raw_data length of each ``graph.initializer`` as the serialized
     model says it (wire_sizes.py; None where not known: a ModelProto, a small model, external data),
-    for ``validate_model(model, raw_sizes)``: upb gives ``raw_data`` only as a copy."""
+    for ``validate_model(model, raw_sizes)``: upb gives ``raw_data`` only as a copy. ``hold``: a
+    large model file's large float weights are held (file_weights.py; read them with
+    ``file_weights.array``, ``file_weights.release`` them when done)."""
     if isinstance(model, onnx.ModelProto):
         out = onnx.ModelProto()
         out.CopyFrom(model)
@@ -168,7 +183,7 @@ def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
     if not os.path.isfile(path):
         raise ModelError(f"model file '{path}' does not exist", hint="check the path")
     global _LAST_READ
-    source = _HashedFile(os.path.abspath(path))
+    source = _HashedFile(os.path.abspath(path), hold)
     try:
         proto = source.load()
     except (DecodeError, ValueError, RuntimeError, OSError) as exc:
@@ -192,6 +207,8 @@ def read_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]
         onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelError(f"cannot read the external data of '{path}' ({exc})") from None
+    if source.pending:
+        file_weights.hold(proto, source.pending)
     return proto, sizes
 
 

@@ -14,6 +14,7 @@ import tempfile
 from typing import Optional, Dict, FrozenSet, List
 
 import onnx
+from . import file_weights
 
 KEY = "onnx_mrvl.ort_float_nodes"   # metadata_props: {op type: [names]} of the model before legalize
 # the op types whose int8 layers depend on it: Conv, MatMul, AveragePool, Softmax, ReduceMean (requant), the Lookup groups' ops
@@ -181,7 +182,7 @@ def _float_nodes_all(model: onnx.ModelProto) -> Dict[str, FrozenSet[str]]:
         m.CopyFrom(model)
         del m.graph.value_info[:]   # onnxruntime infers them; fuse's own may be partial
         try:
-            session(m.SerializeToString(), so)
+            session(file_weights.serialized(m), so)
             optimized = onnx.load(path)
         except Exception:   # noqa: BLE001 - onnxruntime cannot load it (1.32: an int8 Q without a zero
             # point before GlobalAveragePool): no host run to follow; its QLinear choices are assumed, and

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
+from . import file_weights
 
 _CACHE: Dict[Tuple, Optional[np.ndarray]] = {}
 TYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
@@ -61,7 +62,7 @@ def _run(x_scale, dt, xz, y_scale, yz, shape, axis, opset) -> Optional[np.ndarra
     so = ort.SessionOptions()
     so.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(file_weights.serialized(m), so, providers=["CPUExecutionProvider"])
         out = sess.run(None, {"x": codes})[0]
     except Exception:  # noqa: BLE001 - onnxruntime refuses the parameters: nothing is known
         return None

@@ -10,7 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 
 import onnx
 
-from . import bodies, shape_fit
+from . import bodies, file_weights, shape_fit
 from .compile_regions import RegionFailed, RegionNotWorth, Subgraph, emit_and_compile, lend_arrays
 from .cuts import find_cuts
 from .decisions import Decisions
@@ -108,8 +108,29 @@ def convert(model: Union[str, os.PathLike, onnx.ModelProto], *, target: Optional
 def _convert_model(model, *, target, partition, exclude, cut_after, force, input_shapes, reference, embed,
                    num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method,
                    fp16_layers, snr_budget_db, quantize_options) -> ConvertResult:
+    held: set = set()   # the loads whose weights file_weights holds (no reference to the model here)
+    try:
+        result = _convert_read(model, held, target=target, partition=partition,
+                               exclude=exclude, cut_after=cut_after, force=force, input_shapes=input_shapes,
+                               reference=reference, embed=embed, num_tiles=num_tiles, ocm_size=ocm_size,
+                               progress=progress, fallback=fallback, quantize=quantize, calibration=calibration,
+                               calibration_method=calibration_method, fp16_layers=fp16_layers,
+                               snr_budget_db=snr_budget_db, quantize_options=quantize_options)
+        file_weights.restore(result.model)   # the CPU's initializers as the file has them
+        return result
+    finally:
+        file_weights.release(held)
+
+
+def _convert_read(model, held: set, *, target, partition, exclude, cut_after, force, input_shapes, reference, embed,
+                  num_tiles, ocm_size, progress, fallback, quantize, calibration, calibration_method, fp16_layers,
+                  snr_budget_db, quantize_options) -> ConvertResult:
     t0 = CLOCK()
-    original, raw_sizes = read_model(model)
+    # the default flow of a model file reads its large weights without protobuf's copies (file_weights.py)
+    hold = (quantize == "float16" and calibration is None and not fallback and not reference
+            and not isinstance(model, (onnx.ModelProto, bytes, bytearray)))
+    original, raw_sizes = read_model(model, hold=hold)
+    held.update(file_weights.keys(original))
     validate_model(original, raw_sizes)
     input_shapes = check_input_shapes(original, input_shapes)
     shape_fit.check_symbols(original, input_shapes)
@@ -131,7 +152,7 @@ def _convert_model(model, *, target, partition, exclude, cut_after, force, input
     try:
         result = _convert(source, target=target, partition=partition, exclude=exclude, cut_after=cut_after,
                         force=force, input_shapes=input_shapes, reference=reference, embed=embed,
-                        num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback)
+                        num_tiles=num_tiles, ocm_size=ocm_size, progress=progress, fallback=fallback, held=held)
         result.timings = {"load+validate": t_load, "quantize": t_quantize, **result.timings}
         result.timings["total"] += t_load + t_quantize
         return _with_quantization(result, quantized)
@@ -180,7 +201,8 @@ def _given(source: Source) -> Optional[onnx.ModelProto]:
 
 
 def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exclude, cut_after, force, input_shapes,
-             reference, embed, num_tiles, ocm_size, progress, fallback=False, fit=None) -> ConvertResult:
+             reference, embed, num_tiles, ocm_size, progress, fallback=False, held=frozenset(),
+             fit=None) -> ConvertResult:
     """``fit``: (read the model as given, its pinned input shapes) that legalize's trouble is checked
     against (shape_fit.py); an If / Loop / Scan body's conversion takes its outer model's."""
     check_positive(num_tiles=num_tiles, ocm_size=ocm_size)
@@ -206,6 +228,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
     del legal_result
     fit = fit or (lambda: _given(source), input_shapes)
     shape_fit.check_legalized(*fit, legal_report)
+    file_weights.prune(held, legal, source.model)   # the held weights legalize replaced are freed
     # legal's weights are given up after fuse when they can be read again (legalize runs again on a retry)
     release_legal = source.reread is not None and not has_bodies(legal) and weight_bytes(legal) >= RELEASE_BYTES
     timings["legalize"] = CLOCK() - t0
@@ -233,6 +256,7 @@ def _convert(original: Union[onnx.ModelProto, Source], *, target, partition, exc
             fused.groups, given, legal_weights_dropped = [], None, True   # (groups hold given's nodes)
         else:
             fused = fuse(legal, fuse_target, exclude=cpu, keep_weights=False)
+        file_weights.prune(held, legal, fused.model, source.model)
         if attempt == 0:
             check_node_names(exclude, cut_after, original, legal, fused=fused.model)
         timings["fuse"] = timings.get("fuse", 0.0) + CLOCK() - t

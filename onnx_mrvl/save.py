@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
+from . import file_weights
 from .artifact import direct_io
 from .artifact.folder import Writer, write_folder
 from .artifact.manifest import build
@@ -42,7 +43,7 @@ def _bytes(data: bytes, sha256: Optional[str] = None) -> Writer:
 
 def _model(model) -> Writer:
     """Serialized when written: one model's bytes in memory at a time, none before the target is checked."""
-    return lambda f: f.write(model.SerializeToString())
+    return lambda f: f.write(file_weights.serialized(model))
 
 
 def _announced(message: str, say: Callable[[str], None], write: Writer) -> Writer:

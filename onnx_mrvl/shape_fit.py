@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import onnx
 
+from . import file_weights
 from .errors import UsageError
 from .legalize.shapes import is_tensor, probe_feeds
 
@@ -57,10 +58,10 @@ def refusal(model: onnx.ModelProto, input_shapes: Dict[str, List[int]]) -> Optio
     so = ort.SessionOptions()
     so.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(pinned.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(file_weights.serialized(pinned), so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - refused at load: by the pinned shapes, or by anything?
         try:
-            ort.InferenceSession(_pinned(model, {}).SerializeToString(), so, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(file_weights.serialized(_pinned(model, {})), so, providers=["CPUExecutionProvider"])
         except Exception:  # noqa: BLE001 - onnxruntime cannot load the model at all: nothing is known
             return None
         return _named(str(exc), "load")

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional
 
 import onnx
 
+from . import file_weights
 from .errors import UsageError
 from .modelio import loaded_sha256
 
@@ -47,7 +48,7 @@ def file_sha256(path: str) -> str:
 
 def _canonical(model: onnx.ModelProto) -> Optional[bytes]:
     try:
-        return model.SerializeToString(deterministic=True)
+        return file_weights.serialized(model, deterministic=True)
     except Exception:  # noqa: BLE001 - protobuf raises ValueError / EncodeError past 2 GB
         return None
 

@@ -14,11 +14,11 @@ MIN_BYTES = 1 << 24   # smaller models are not walked: copying their weights cos
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
 
 
-class _Unreadable(Exception):
-    pass
+class Unreadable(Exception):
+    """The bytes hold something the walk does not follow."""
 
 
-def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
+def varint(buf, pos: int) -> Tuple[int, int]:
     result = shift = 0
     while True:
         byte = buf[pos]
@@ -28,28 +28,37 @@ def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
             return result, pos
         shift += 7
         if shift >= 64:
-            raise _Unreadable
+            raise Unreadable
 
 
-def _fields(buf: bytes, pos: int, end: int) -> Iterator[Tuple[int, int, int]]:
-    """(field number, start, end) of each length-delimited field in ``buf[pos:end]``."""
+def all_fields(buf, pos: int, end: int) -> Iterator[Tuple[int, int, int, int, int]]:
+    """(field number, wire type, start of its key, its value (a varint's value; a length-delimited
+    field's start), end) of each field in ``buf[pos:end]``."""
     while pos < end:
-        key, pos = _varint(buf, pos)
-        kind = key & 7
+        start = pos
+        key, pos = varint(buf, pos)
+        kind, value = key & 7, pos
         if kind == 0:
-            _, pos = _varint(buf, pos)
+            value, pos = varint(buf, pos)
         elif kind == 1:
             pos += 8
         elif kind == 5:
             pos += 4
         elif kind == 2:
-            n, pos = _varint(buf, pos)
-            yield key >> 3, pos, pos + n
-            pos += n
+            n, value = varint(buf, pos)
+            pos = value + n
         else:   # groups (deprecated) or garbage: not followed
-            raise _Unreadable
+            raise Unreadable
+        yield key >> 3, kind, start, value, pos
     if pos != end:
-        raise _Unreadable
+        raise Unreadable
+
+
+def _fields(buf: bytes, pos: int, end: int) -> Iterator[Tuple[int, int, int]]:
+    """(field number, start, end) of each length-delimited field in ``buf[pos:end]``."""
+    for num, kind, _, value, stop in all_fields(buf, pos, end):
+        if kind == 2:
+            yield num, value, stop
 
 
 def raw_data_sizes(data: bytes) -> Optional[List[int]]:
@@ -71,6 +80,6 @@ def raw_data_sizes(data: bytes) -> Optional[List[int]]:
                     if tnum == _TENSOR_RAW_DATA:
                         size = tend - tstart   # the last occurrence wins, as in parsing
                 sizes.append(size)
-    except (_Unreadable, IndexError):
+    except (Unreadable, IndexError):
         return None
     return sizes

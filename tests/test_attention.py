@@ -307,6 +307,20 @@ def test_hf_runtime_mask_rejections(kind, why):
     assert d.placement == "cpu" and why in d.reason, d.reason
 
 
+def test_hf_runtime_mask_with_scores_of_unknown_shape_stays_on_the_cpu():
+    """A mask Add whose result's shape legalize could not measure (its onnxruntime shape probe failed):
+    the Mul by lowest stays on the CPU with the reason (before: a TypeError out of fuse)."""
+    legal = legalize(A.mha_block("legacy", "hf")).model
+    mul = next(n for n in legal.graph.node if n.name == "attn.mask.mul")
+    adds = {n.output[0] for n in legal.graph.node if n.op_type == "Add" and mul.output[0] in n.input}
+    assert adds
+    kept = [vi for vi in legal.graph.value_info if vi.name not in adds]
+    del legal.graph.value_info[:]
+    legal.graph.value_info.extend(kept)
+    d = fuse(legal).decisions["attn.mask.mul"]
+    assert d.placement == "cpu" and "shape is not known" in d.reason, d.reason
+
+
 def test_token_reshapes_move_no_image_batch():
     """[1,T,D] <-> [T,D] and [T,H,d] reshapes are accelerator copies; a reshape merging a batch
     of 2 images stays on the CPU."""

@@ -99,13 +99,14 @@ def save_models(selected: Sequence[Case], folder: str) -> None:
         json.dump(manifest, f, indent=1)
 
 
-def saved_cases(folder: str) -> List[Case]:
-    """The cases of a ``save_models`` folder: the saved models, loaded as ModelProtos."""
+def saved_cases(folder: str, paths: bool = False) -> List[Case]:
+    """The cases of a ``save_models`` folder: the saved models, loaded as ModelProtos (``paths``:
+    given to ``convert`` as the paths of their files, which the saved files then name)."""
     import onnx
     with open(os.path.join(folder, "manifest.json")) as f:
         manifest = json.load(f)
-    return [(c["name"], lambda p=os.path.join(folder, c["file"]): onnx.load(p), c["convert"], c["save"])
-            for c in manifest]
+    return [(c["name"], lambda p=os.path.join(folder, c["file"]): p if paths else onnx.load(p), c["convert"],
+             c["save"]) for c in manifest]
 
 
 def digest_case(build, convert_kw: dict, save_kw: dict) -> Dict[str, str]:
@@ -156,9 +157,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--save-models", metavar="DIR", help="build the selected models into DIR and exit")
     ap.add_argument("--models", metavar="DIR", help="convert the models saved in DIR by --save-models "
                     "instead of building them (the same models for two checkouts of onnx_mrvl)")
+    ap.add_argument("--paths", action="store_true", help="with --models: convert each model from the path of "
+                    "its file (modelio's file reading; ONNX_MRVL_FILE_WEIGHTS_MIN=0: file_weights.py at any size)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    every = saved_cases(args.models) if args.models else cases(zoo=not args.no_zoo)
+    every = saved_cases(args.models, args.paths) if args.models else cases(zoo=not args.no_zoo)
     selected = [c for c in every if (not args.only or any(s in c[0] for s in args.only))
                 and not (args.no_zoo and c[0].startswith("zoo/"))]
     if args.save_models:

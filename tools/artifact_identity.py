@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Are the converted artifacts of two revisions byte-identical? (a refactor must not change them)
 
-    python tools/artifact_identity.py BEFORE AFTER [--no-zoo] [--only SUBSTR ...] [--keep DIR]
+    python tools/artifact_identity.py BEFORE AFTER [--no-zoo] [--only SUBSTR ...] [--keep DIR] [--paths]
 
 BEFORE and AFTER are git revisions of this repository, or ``.`` for the working tree. The models
 are built once, by this checkout's builders (``tools/artifact_digest.py --save-models``), so both
 revisions convert the very same ModelProtos even where the builders moved or changed since; each
 revision's own ``onnx_mrvl`` (a ``git archive`` of it) converts and saves them
-(``artifact_digest.py --models``), and the sha256 of every saved file is compared. Exit 0 when
+(``artifact_digest.py --models``; ``--paths``: from the paths of the model files, which model.onnx,
+report.json and manifest.json then name, the same for both), and the sha256 of every saved file is
+compared. Exit 0 when
 identical, 1 on a difference (each printed), 2 when a revision cannot be run.
 """
 from __future__ import annotations
@@ -47,6 +49,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--no-zoo", action="store_true", help="leave out the onnx-wheel zoo models")
     ap.add_argument("--only", nargs="+", default=(), help="cases whose name contains one of these strings")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (models, digests)")
+    ap.add_argument("--paths", action="store_true", help="convert each model from its file's path "
+                    "(artifact_digest.py --paths: the files name it, the same for both revisions)")
     args = ap.parse_args(argv)
     work = args.keep or tempfile.mkdtemp(prefix="artifact-identity-")
     try:
@@ -60,11 +64,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        check=True)
         ref = os.path.join(work, "before.json")
         before = _checkout(args.before, os.path.join(work, "before"))
-        if _digest(before, script, models, ["--out", ref]) != 0:
+        paths = ["--paths"] if args.paths else []
+        if _digest(before, script, models, ["--out", ref, *paths]) != 0:
             print(f"{args.before}: the digest run failed", file=sys.stderr)
             return 2
         after = _checkout(args.after, os.path.join(work, "after"))
-        rc = _digest(after, script, models, ["--out", os.path.join(work, "after.json"), "--check", ref])
+        rc = _digest(after, script, models, ["--out", os.path.join(work, "after.json"), "--check", ref, *paths])
         print(f"{args.before} -> {args.after}: {'identical' if rc == 0 else 'DIFFERENT'}")
         return 0 if rc == 0 else 1
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import file_weights
 from .common import Progress, parse_input_shapes, parse_size, positive_int, print_json
 
 
@@ -113,7 +114,7 @@ def run(args) -> int:
                     print(f"{d.node:<32} {d.op_type:<20} {d.placement:<12} {d.reason}")
         make_folder(args.output, "-o OUT_DIR")
         path = os.path.join(args.output, f"{args.stage}.onnx")
-        write_bytes_atomic(path, out.SerializeToString())
+        write_bytes_atomic(path, file_weights.serialized(out))
         if args.json:
             print_json({"stage": args.stage, "model": path})
         else:

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .. import file_weights
 from ..artifact.manifest import check_folder, check_model_file
 from ..modelio import as_path
 from ..errors import ArtifactError, ModelError, UsageError
@@ -161,7 +162,7 @@ class InferenceSession(ort.InferenceSession):
             # CPU-side initializer, e.g. an embedding table, would otherwise be held 3-4 times)
             form = _runtime_form(proto, _shapes(programs), fp16_overflow) if programs else proto
             proto = None
-            source = form.SerializeToString()
+            source = file_weights.serialized(form)
             del form
         except BaseException:
             self._mrvl_finalizer()

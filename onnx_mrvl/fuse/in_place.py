@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .. import file_weights
 from ..graph_index import GraphIndex, holds_exactly
 
 # the model is taken when the weights kept as they are (FC kernels) are at least this share of its
@@ -59,7 +60,7 @@ def write_in_place(model: onnx.ModelProto, g: GraphIndex, used: set,
     kept = [n for n in names if n in used]
     final = kept + [name for name, _, _ in inits]
     if len(set(names)) != len(names) or len(set(final)) != len(final) or any(t.HasField("data_location") and
-                                                                              t.data_location for t in tensors):
+                                                                              t.data_location and not file_weights.is_held(t) for t in tensors):
         return None
     claimed: Dict[str, int] = {}   # origin initializer -> index in inits (renamed in place)
     for j, (name, arr, origin) in enumerate(inits):

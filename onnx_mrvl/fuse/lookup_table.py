@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .. import file_weights
 from ..graph_index import GraphIndex
 from .qconst import const_dq
 from ..ort_plan import OP_TYPES, float_nodes_of, ort_float_nodes
@@ -131,7 +132,7 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if fused else \
         ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        y = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        y = ort.InferenceSession(file_weights.serialized(model), so, providers=["CPUExecutionProvider"]).run(
             None, {"codes": x})[0]
     except Exception as exc:   # noqa: BLE001 - onnxruntime refuses the group: it stays on the CPU
         return f"onnxruntime cannot run the element-wise group ({type(exc).__name__}: {str(exc)[:120]})"

@@ -42,9 +42,11 @@ def _softmax_reader(g: GraphIndex, t: str, depth: int = 3) -> Optional[str]:
     ``view(B * h, T, S)`` and the Softmax: BART, Marian, TrOCR) pass: rows stay rows."""
     users = g.consumers.get(t, [])
     shape = g.shape(t)
-    rank = len(shape)
     if t in g.output_set or not users:
         return "its result is a graph output"
+    if shape is None:   # (legalize measured no shape: the Softmax's axis cannot be told)
+        return "its result's shape is not known"
+    rank = len(shape)
     for c in users:
         if c.op_type == "Reshape" and depth and c.input[0] == t:
             out = g.shape(c.output[0])

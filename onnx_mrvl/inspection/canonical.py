@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .. import file_weights
 from ..errors import ModelError
 from ..provenance import ORIGIN_KEY
 
@@ -52,7 +53,7 @@ def _tensor_bytes(t: onnx.TensorProto) -> bytes:
     if t.data_type == onnx.TensorProto.STRING:
         return b"\0".join(t.string_data)
     try:
-        return np.ascontiguousarray(numpy_helper.to_array(t)).tobytes()
+        return np.ascontiguousarray(file_weights.array(t)).tobytes()
     except Exception:  # noqa: BLE001 - e.g. external data not loaded: hash the proto instead
         return t.SerializeToString(deterministic=True)
 

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 
+from .. import file_weights
 from ..artifact.manifest import check_folder
 from ..cuts import cuts_text, find_cuts
 from .. import opset_recurrent
@@ -166,7 +167,7 @@ def region_perf(node: onnx.NodeProto, model_dir: Optional[str]) -> Dict[str, Any
 
 def _shapes(model: onnx.ModelProto) -> Dict[str, List[int]]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(file_weights.inline(model), strict_mode=False)
     except Exception:  # noqa: BLE001 - custom ops: fall back to what the model declares
         inferred = model
     out = {}

@@ -22,6 +22,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
+from .. import file_weights
 from ..errors import ModelError
 from .. import ort_plan
 from .qdq_codes import code_stats, codes, codes_text, const_value, dequantize, quant_params
@@ -47,7 +48,7 @@ def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
         so.optimized_model_filepath = path
         so.log_severity_level = 4
         try:
-            ort_plan.session(model.SerializeToString(), so)
+            ort_plan.session(file_weights.serialized(model), so)
             return contrib_axis_qdq(onnx.load(path))
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
             raise ModelError(f"onnxruntime cannot optimize model {model.graph.name!r}: {exc}",
@@ -79,7 +80,7 @@ def _run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], optimize: bool
     so.log_severity_level = 3
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort_plan.session(model.SerializeToString(), so)
+    sess = ort_plan.session(file_weights.serialized(model), so)
     wanted = {i.name for i in sess.get_inputs()}
     missing = sorted(wanted - set(feeds))
     if missing:
@@ -291,7 +292,7 @@ def _undo_moves(x: np.ndarray, chain: List[onnx.NodeProto], shapes: Mapping[str,
 def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
     """tensor -> static shape, from onnx's shape inference (where every dimension is known)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(file_weights.inline(model))
     except Exception:  # noqa: BLE001 - inference is a help here, not a requirement
         return {}
     out = {}

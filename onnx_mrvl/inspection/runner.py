@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
+from .. import file_weights
 from ..errors import ModelError
 from ..provenance import decode_origin
 from .canonical import is_region_node
@@ -63,7 +64,7 @@ def make_session(model: onnx.ModelProto, model_dir: Optional[str]):
         from ..ep import InferenceSession
         return InferenceSession(model, so, model_dir=model_dir, fp16_overflow="inf")   # compare reports infs
     try:
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(file_weights.serialized(model), so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
         raise ModelError(f"onnxruntime cannot load model {model.graph.name!r}: {exc}",
                          hint="check the model with onnx.checker / onnx-mrvl diff") from None

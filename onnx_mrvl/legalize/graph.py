@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .. import provenance
+from .. import file_weights, provenance
 from . import fresh_arena
 from .stable_order import stable_toposort
 from ..graph_index import attr, extend_copies, subgraph_reads  # attr: the package's one attribute reader (strings as str)
@@ -258,7 +258,7 @@ class Graph:
         if arr is None:
             arr = self._pending.get(name)
         if arr is None:
-            arr = numpy_helper.to_array(self.inits[name])
+            arr = file_weights.array(self.inits[name])
             self._arrays[name] = arr
         return arr
 

@@ -14,6 +14,7 @@ from typing import Dict
 
 import onnx
 from onnx import defs, helper
+from .. import file_weights
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def _alone(node: onnx.NodeProto, known: Dict[str, onnx.ValueInfoProto], version:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", version)])
     m.ir_version = 7
     try:
-        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(file_weights.inline(m), strict_mode=True)
     except Exception:
         return {}
     return {vi.name: vi for vi in inferred.graph.output

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .. import file_weights
 from ..errors import ShapeError
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def infer(graph_view, inputs: List[onnx.ValueInfoProto], outputs: List[onnx.Valu
     """Refresh ``graph_view.shapes`` / ``dtypes`` from ONNX shape inference."""
     light = light_model(graph_view.model, graph_view.toposort(), graph_view.inits, inputs, outputs)
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(file_weights.inline(light), strict_mode=False, data_prop=True)
     except Exception as exc:  # inference errors on exotic ops: keep what we know
         logger.warning("legalize: ONNX shape inference failed (%s); shapes stay partial", exc)
         return
@@ -136,7 +137,7 @@ def ort_fill(model: onnx.ModelProto, missing: List[str], graph_view, override=Fa
             probe.graph.output.append(helper.make_empty_tensor_value_info(name))
     feeds = probe_feeds(probe.graph)
     try:
-        sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(file_weights.serialized(probe), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         values = sess.run(names, feeds)
     except Exception as exc:

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .. import file_weights
 from ..errors import ModelError
 
 LAYERS = ("Conv", "Gemm")
@@ -152,7 +153,7 @@ def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> bytes:
     kept = [t for t in m.graph.initializer if t.name in used]
     del m.graph.initializer[:]
     m.graph.initializer.extend(kept)
-    return m.SerializeToString()
+    return file_weights.serialized(m)
 
 
 def _channel_means(model_bytes: bytes, names: Sequence[str], samples, exact: bool = False) -> Dict[str, np.ndarray]:

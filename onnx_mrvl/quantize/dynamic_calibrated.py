@@ -37,6 +37,7 @@ from typing import Dict, Sequence
 import numpy as np
 import onnx
 
+from .. import file_weights
 from ..errors import MrvlError, UsageError
 from ..model_checks import ort_domain_imports
 from .calibration import load_calibration
@@ -114,7 +115,7 @@ def calibrate(model: onnx.ModelProto, calibration, *, calibration_method: str = 
         dynamic_qattention.rewrite(static, qatt, qp)
     ort_domain_imports(static)   # a body's com.microsoft op the model did not import (EnableSubgraph)
     try:
-        onnx.checker.check_model(static)
+        onnx.checker.check_model(file_weights.inline(static))
     except onnx.checker.ValidationError as exc:
         raise MrvlError(f"the calibrated dynamic-int8 rewrite wrote an invalid model: {exc}",
                         hint="report this model; convert it without calibration (fp16 layers)") from None
@@ -166,7 +167,7 @@ def _output_snr(static: onnx.ModelProto, samples, ref_outs) -> Dict[str, object]
     so = ort.SessionOptions()
     so.log_severity_level = 4
     with ort_failure("run the calibrated static model"):
-        sess = ort_session(static.SerializeToString(), so)
+        sess = ort_session(file_weights.serialized(static), so)
     names = [o.name for o in static.graph.output]
     num = {k: 0.0 for k in names}
     den = {k: 0.0 for k in names}

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .. import file_weights
 from ..errors import UsageError
 from .static import onnxruntime_failure
 
@@ -34,7 +35,7 @@ def tensor_ranges(model: onnx.ModelProto, tensors: List[str], samples, derived: 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     with ort_failure("run the dynamic model with the calibrated tensors as outputs"):
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(file_weights.serialized(m), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     n_out = len(model.graph.output)
     lo = {t: math.inf for t in tensors}

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from .. import file_weights
 
 HOMOGENEOUS = ("Relu", "LeakyRelu", "MaxPool")
 ITERATIONS = 20
@@ -121,8 +122,8 @@ def check_exact(before: onnx.ModelProto, after: onnx.ModelProto, feeds, rtol: fl
     """None when ``after`` computes what ``before`` does on ``feeds`` in onnxruntime (fp32, within
     ``rtol`` of max|ref|: only rounding differs), else a reason."""
     import onnxruntime as ort
-    a = ort.InferenceSession(before.SerializeToString(), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(after.SerializeToString(), providers=["CPUExecutionProvider"])
+    a = ort.InferenceSession(file_weights.serialized(before), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(file_weights.serialized(after), providers=["CPUExecutionProvider"])
     for k, feed in enumerate(feeds):
         for o, x, y in zip(a.get_outputs(), a.run(None, feed), b.run(None, feed)):
             err = float(np.abs(np.asarray(x, np.float64) - y).max()) / max(float(np.abs(x).max()), 1e-30)

@@ -28,6 +28,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .. import file_weights
+
 
 def _index(model: onnx.ModelProto):
     consts: Dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -139,7 +141,7 @@ def written_norms_softmaxes(model: onnx.ModelProto, feed: Optional[Dict[str, np.
                     d.dim_value = int(v)
     del copy.graph.value_info[:]
     try:
-        copy = onnx.shape_inference.infer_shapes(copy)
+        copy = onnx.shape_inference.infer_shapes(file_weights.inline(copy))
     except Exception:   # noqa: BLE001 - no shapes: no group (the model quantizes as before)
         return set()
     consts, _, _ = _index(copy)

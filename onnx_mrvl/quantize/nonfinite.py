@@ -16,6 +16,7 @@ from typing import Dict, List
 
 import numpy as np
 import onnx
+from .. import file_weights
 
 REASON = "its {what} '{t}' holds {kind} on the calibration data (an attention mask?): an int8 range cannot hold it"
 HUGE = ("its {what} '{t}' holds {kind} on the calibration data (an attention mask fill?): an int8 range spanning "
@@ -31,7 +32,7 @@ def non_finite_nodes(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]
     from onnx import shape_inference
     if not samples:
         return {}
-    inferred = shape_inference.infer_shapes(model)
+    inferred = shape_inference.infer_shapes(file_weights.inline(model))
     types = {vi.name: vi.type.tensor_type.elem_type for vi in
              list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
     m = onnx.ModelProto()
@@ -44,7 +45,7 @@ def non_finite_nodes(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL   # every tensor as written
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(file_weights.serialized(m), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     inputs = {i.name for i in sess.get_inputs()}
     bad: Dict[str, str] = {}

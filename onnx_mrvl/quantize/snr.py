@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from .. import file_weights
 
 QRANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 
@@ -104,7 +105,7 @@ def _with_outputs(model: onnx.ModelProto, names: Iterable[str]) -> bytes:
         if name not in have:
             m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
             have.add(name)
-    return m.SerializeToString()
+    return file_weights.serialized(m)
 
 
 def measure(float_model: onnx.ModelProto, qdq: onnx.ModelProto, samples: List[Dict[str, np.ndarray]],

@@ -21,6 +21,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import onnx
 
+from .. import file_weights
 from ..errors import ModelError, MrvlError, UnsupportedError, UsageError
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def preprocess(model: onnx.ModelProto, workdir: str) -> onnx.ModelProto:
     shape inference needs sympy and is skipped when it is missing)."""
     from onnxruntime.quantization import quant_pre_process
     src, dst = os.path.join(workdir, "float.onnx"), os.path.join(workdir, "pre.onnx")
-    onnx.save(model, src)
+    onnx.save(file_weights.inline(model), src)
     try:
         import sympy  # noqa: F401
         symbolic = True
@@ -139,7 +140,7 @@ def quantize_int8(model: onnx.ModelProto, samples: List[Dict[str, np.ndarray]], 
     from .bias_shapes import vector_biases
     flat = onnx.ModelProto()
     flat.CopyFrom(model)
-    onnx.save(flat if vector_biases(flat) else model, src)   # 2-D biases fail its per-channel check
+    onnx.save(file_weights.inline(flat if vector_biases(flat) else model), src)   # 2-D biases fail its per-channel check
     extra = {"WeightSymmetric": True, "ActivationSymmetric": recipe.activation_symmetric,
              "CalibMovingAverage": recipe.moving_average, "CalibPercentile": recipe.percentile}
     # weight_bits=8: full-range weights as uint8 (zero point 128) with uint8 activations, onnxruntime's

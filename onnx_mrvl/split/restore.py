@@ -18,8 +18,8 @@ import re
 from typing import Dict, List, Optional, Set
 
 import onnx
-from onnx import numpy_helper
 
+from .. import file_weights
 from ..errors import ModelError
 from ..graph_index import extend_copies, node_reads, subgraph_reads, topological_order
 from ..provenance import get_origin
@@ -77,7 +77,7 @@ def _same_type(idx: _Index, record, t: str, there: str) -> bool:
 def _same_values(a: onnx.TensorProto, b: onnx.TensorProto) -> bool:
     if a.data_type != b.data_type or list(a.dims) != list(b.dims):
         return False
-    x, y = numpy_helper.to_array(a), numpy_helper.to_array(b)
+    x, y = file_weights.array(a), file_weights.array(b)
     return x.tobytes() == y.tobytes()
 
 

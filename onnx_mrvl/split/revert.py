@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .. import file_weights
 from ..graph_index import attr, node_reads
 from ..provenance import get_origin, set_origin
 
@@ -75,7 +76,7 @@ class _Cleaner:
 
     def const(self, name):
         t = self.inits.get(name)
-        return None if t is None else numpy_helper.to_array(t)
+        return None if t is None else file_weights.array(t)
 
     def add_const(self, name, arr):
         t = numpy_helper.from_array(np.ascontiguousarray(arr), name)

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ... import file_weights
 from .base import Match, attr, inp, origin_of
 from .qdq_split_pair import grid_of
 
@@ -256,11 +257,11 @@ def evaluate(node, g, values=None):
     outs = [o for o in node.output if o]
     try:
         from onnx.reference import ReferenceEvaluator
-        return ReferenceEvaluator(model).run(outs, feeds)
+        return ReferenceEvaluator(file_weights.inline(model)).run(outs, feeds)
     except Exception as exc:  # fall back to onnxruntime
         logger.debug("reference evaluator failed on %s (%s); trying onnxruntime", node.name, exc)
     import onnxruntime as ort
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(file_weights.serialized(model), providers=["CPUExecutionProvider"])
     return sess.run(outs, feeds)
 
 

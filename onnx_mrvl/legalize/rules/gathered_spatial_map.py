@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ... import file_weights
 from .base import Match, origin_of, reshape
 
 NAME = "gathered_spatial_map"
@@ -167,7 +168,7 @@ def _run(g, t, nodes, x, ys, feeds: np.ndarray, bridge: Optional[str]) -> np.nda
     model = helper.make_model(graph, opset_imports=list(g.model.opset_import), ir_version=8)
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(file_weights.serialized(model), so, providers=["CPUExecutionProvider"])
     planes = feeds.shape[1] * feeds.shape[2]
     return np.stack([np.concatenate([r.reshape(planes, -1) for r in sess.run(None, {x: f})], axis=1)
                      for f in feeds])

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ... import file_weights
 from .base import attr, inp
 
 INTS = (TensorProto.INT32, TensorProto.INT64)
@@ -55,7 +56,7 @@ class Runner:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
-        self.sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.sess = ort.InferenceSession(file_weights.serialized(probe), opts, providers=["CPUExecutionProvider"])
         self.outputs = list(outputs)
 
     def __call__(self, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
@@ -102,7 +103,7 @@ def const_value(g, name: str) -> Optional[np.ndarray]:
         graph = helper.make_graph(ordered, "cone", [], [helper.make_empty_tensor_value_info(name)],
                                   [onnx.numpy_helper.from_array(v, k) for k, v in leaves.items()])
         model = helper.make_model(graph, opset_imports=list(g.model.opset_import))
-        return np.asarray(ReferenceEvaluator(model).run(None, {})[0])
+        return np.asarray(ReferenceEvaluator(file_weights.inline(model)).run(None, {})[0])
     except Exception:   # noqa: BLE001 - not computable here: the condition is not a known constant
         return None
 

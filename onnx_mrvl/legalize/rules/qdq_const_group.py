@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ... import file_weights
 from .base import Match
 
 NAME = "qdq_const_group"
@@ -125,7 +126,7 @@ def codes_of(node, q, g) -> Tuple[np.ndarray, bool]:
         feeds[n.input[0]] = _dequantized(g, n)
     with tempfile.TemporaryDirectory(prefix="mrvl_const_group_") as tmp:
         so.optimized_model_filepath = os.path.join(tmp, "plan.onnx")
-        y = ort_plan.session(model.SerializeToString(), so).run(None, feeds)[0]
+        y = ort_plan.session(file_weights.serialized(model), so).run(None, feeds)[0]
         plan = onnx.load(so.optimized_model_filepath)
     run_time = any(n.op_type not in ("DequantizeLinear", "QuantizeLinear") for n in plan.graph.node)
     scale = np.asarray(g.const(q.input[1]), np.float64)
