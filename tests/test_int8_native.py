@@ -352,7 +352,10 @@ def test_conv_codes_out_equals_numpy(monkeypatch, threads):
 def test_residual_sum_fused_into_conv(slot, codes, mode):
     """conv + Sum2D in one call (the static plan's int8 residual fusion): the bits of the two layers."""
     rng = np.random.default_rng(10 + slot + 2 * codes)
-    for k, stride, c, o, dt in ((1, 1, 32, 48, "uint8"), (3, 2, 16, 70, "int8"), (1, 1, 64, 256, "int8")):
+    # 7x7 maps: 49 rows, a last tile of one row (the AVX2 build's one-row k loops, exact and U8S8 saturating)
+    for k, stride, c, o, dt, nhw in ((1, 1, 32, 48, "uint8", (2, 12, 10)), (3, 2, 16, 70, "int8", (2, 12, 10)),
+                                     (1, 1, 64, 256, "int8", (2, 12, 10)), (1, 1, 24, 40, "uint8", (1, 7, 7)),
+                                     (3, 1, 24, 72, "int8", (1, 7, 7))):
         if mode == "qlinear_u8" and dt != "int8":
             continue
         layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt, dt, True, "relu")
@@ -362,7 +365,7 @@ def test_residual_sum_fused_into_conv(slot, codes, mode):
         for pre, q in zip(("in", "in2", "out"), qs + [out_q]):
             params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
         add = int8.Int8Add(params, "relu", None)
-        x = _input(rng, (2, 12, 10, c), layer, codes_only=True)
+        x = _input(rng, nhw + (c,), layer, codes_only=True)
         y_conv, _ = layer.apply(x)
         lo, hi = int8.QRANGE[dt]
         other = ((rng.integers(lo, hi + 1, y_conv.shape) - other_q[1]) * np.float32(other_q[0])).astype(np.float32)

@@ -316,7 +316,12 @@ static inline void fuse_init(fuse_t *fz, const i8desc *d) {
     fz->tadj = _mm512_set1_epi32((int)(p[22] - shift));
 }
 
-static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, long i, void *out, __mmask16 m) {
+#ifdef MRVL_AVX2     /* a call here passed r on the stack: half of a fused conv's time */
+static inline __attribute__((always_inline)) void
+#else
+static inline void
+#endif
+fused_store(__m512 r, const fuse_t *fz, const void *other, long i, void *out, __mmask16 m) {
     /* r = q_conv - z_conv = q_a - z_a (the Sum2D reads the conv's codes with their quantization) */
     if (fz->fast) {
         const uint8_t *po = (const uint8_t *)other + i;
@@ -371,6 +376,24 @@ static inline void fused_store(__m512 r, const fuse_t *fz, const void *other, lo
     }
 
 enum { EP_FLOAT, EP_CODES, EP_FUSED };    /* the epilogue: dequantized floats, codes, a fused Sum2D */
+
+/* one row's 16 lanes of strip v from accumulator ACC (int32): requantized, then stored as the EP says
+ * (``lo``, ``hi``, ``s``, ``zo``, ``mv`` and the lane mask ``m`` in scope) */
+#define EPILOGUE(ACC, r, v)                                                                                  \
+    {                                                                                                        \
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ACC), mv);                                               \
+        if (EP == EP_FUSED) {    /* ``out`` is the Sum2D's output; ``at`` the tile's first element */        \
+            f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                     \
+            fused_store(_mm512_min_ps(_mm512_max_ps(f, lo), hi), fz, d->add_other, at + r * ldo + v * 16, out, m); \
+        } else if (EP == EP_CODES) {    /* clamp, then round (cvtps: RNE): the same, the bounds being integers */ \
+            f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);                                                     \
+            store_u8((uint8_t *)out + r * ldo + v * 16, m, _mm512_add_epi32(_mm512_cvtps_epi32(f), zo));     \
+        } else {                                                                                             \
+            f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                     \
+            f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);                                                     \
+            _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));                           \
+        }                                                                                                    \
+    }
 
 static inline __attribute__((always_inline)) void
 tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
@@ -438,21 +461,84 @@ tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const 
         for (int r = 0; r < MR; r++) {
             if (r >= rows)
                 break;
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][v]), mv);
-            if (EP == EP_FUSED) {    /* ``out`` is the Sum2D's output; ``at`` the tile's first element */
-                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                fused_store(_mm512_min_ps(_mm512_max_ps(f, lo), hi), fz, d->add_other, at + r * ldo + v * 16, out, m);
-            } else if (EP == EP_CODES) {    /* clamp, then round (cvtps: RNE): the same, the bounds being integers */
-                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-                store_u8((uint8_t *)out + r * ldo + v * 16, m, _mm512_add_epi32(_mm512_cvtps_epi32(f), zo));
-            } else {
-                f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-                _mm512_mask_storeu_ps(out + r * ldo + v * 16, m, _mm512_mul_ps(f, s));
-            }
+            EPILOGUE(acc[r][v], r, v)
         }
     }
 }
+
+#ifdef MRVL_AVX2
+/* AVX2 (16 ymm registers): the tile above holds 24 accumulators of two ymm each and spills them in
+ * its k loop. Here each 8-channel half of a 16-channel strip runs its own k loop over the tile's
+ * rows (their bytes stay in L1) with 6 one-ymm accumulators, then the strip's epilogue. Exact
+ * integer sums in any order: the same int32 values, bit for bit (the EP_CODES 64-channel store
+ * above and the per-strip one store the same codes). Replaces ``tile`` in the AVX2 build. */
+static inline __attribute__((always_inline)) void
+half_sums(const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda, const int8_t *bh, long bstride,
+          __m256i z, int32_t (*acc)[16]) {
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i c0 = z, c1 = z, c2 = z, c3 = z, c4 = z, c5 = z;
+    for (long k = 0; k < k4n; k++) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(bh + k * bstride));
+        __m256i be = b, bo = b;
+        if (!SAT) {                      /* vpdpbusd exact: the s8 bytes widened, even and odd apart */
+            be = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8);
+            bo = _mm256_srai_epi16(b, 8);
+        }
+#define ROW8(r)                                                                                          \
+        if (r < ROWS) {                                                                                  \
+            const __m256i av = _mm256_set1_epi32(*(const int32_t *)(a + r * lda + 4 * k));              \
+            c##r = SAT ? _mm256_add_epi32(c##r, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b), one))     \
+                       : mrvl_dp8(c##r, mrvl_dpa_of(av), be, bo);                                        \
+        }
+        ROW8(0) ROW8(1) ROW8(2) ROW8(3) ROW8(4) ROW8(5)
+#undef ROW8
+    }
+    _mm256_storeu_si256((__m256i *)acc[0], c0);
+    _mm256_storeu_si256((__m256i *)acc[1], c1);
+    _mm256_storeu_si256((__m256i *)acc[2], c2);
+    _mm256_storeu_si256((__m256i *)acc[3], c3);
+    _mm256_storeu_si256((__m256i *)acc[4], c4);
+    _mm256_storeu_si256((__m256i *)acc[5], c5);
+}
+/* its four forms as functions of their own: inlined into the tile, the k loop shared the registers
+ * with the tile's epilogue and spilled an accumulator */
+#define HALF_SUMS(NAME, ROWS, SAT)                                                                        \
+    static __attribute__((noinline)) void NAME(long k4n, const uint8_t *a, long lda, const int8_t *bh,    \
+                                               long bstride, const int32_t *z, int32_t (*acc)[16]) {      \
+        half_sums(ROWS, SAT, k4n, a, lda, bh, bstride, _mm256_loadu_si256((const __m256i *)z), acc);     \
+    }
+HALF_SUMS(half_sums_6s, MR, 1)
+HALF_SUMS(half_sums_1s, 1, 1)
+HALF_SUMS(half_sums_6x, MR, 0)
+HALF_SUMS(half_sums_1x, 1, 0)
+#undef HALF_SUMS
+
+static __attribute__((noipa)) void     /* one copy (the fused epilogue only): the build stays quick */
+tile_strips(const int NV, const int EP_, const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda,
+            const int8_t *b, int rows, const int32_t *corr, const float *mult, const i8desc *d, float *out,
+            long ldo, long ncols, const fuse_t *fz, long at) {
+    const int EP = EP_FUSED;
+    (void)EP_;
+    for (int v = 0; v < NV; v++) {
+        int32_t sums[MR][16] __attribute__((aligned(64)));   /* in memory: the first half's sums do not
+                                                                  * take registers from the second's k loop */
+        void (*const sums_of)(long, const uint8_t *, long, const int8_t *, long, const int32_t *, int32_t (*)[16]) =
+            SAT ? (ROWS == 1 ? half_sums_1s : half_sums_6s) : (ROWS == 1 ? half_sums_1x : half_sums_6x);
+        sums_of(k4n, a, lda, b + v * 64, NV * 64, corr + 16 * v, sums);
+        sums_of(k4n, a, lda, b + v * 64 + 32, NV * 64, corr + 16 * v + 8, (int32_t (*)[16])(&sums[0][8]));
+        /* the epilogue's constants here, not held in registers through the k loops */
+        const __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
+        const __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
+        const __m512 mv = _mm512_loadu_ps(mult + v * 16);
+        const __mmask16 m = lanes(ncols - v * 16);
+        for (int r = 0; r < rows; r++)
+            EPILOGUE(_mm512_loadu_si512((const void *)sums[r]), r, v)
+    }
+}
+#define TILE(EP) (EP == EP_FUSED ? tile_strips : tile)   /* the other epilogues: the AVX-512 tile was faster */
+#else
+#define TILE(EP) tile
+#endif
 #undef ROW
 #undef DP
 
@@ -460,10 +546,10 @@ tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const 
  * 8 panels and one row; the full tile would compute 5 rows for nothing) */
 #define TILE_EP(EP, ROWS, SAT)                                                                            \
     switch (nv) {                                                                                         \
-    case 4: tile(4, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    case 3: tile(3, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    case 2: tile(2, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    default: tile(1, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break; \
+    case 4: TILE(EP)(4, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    case 3: TILE(EP)(3, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    case 2: TILE(EP)(2, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
+    default: TILE(EP)(1, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break; \
     }
 #define TILE_ROWS(EP)                                                                                     \
     if (d->sat) {                                                                                         \
