@@ -9,7 +9,6 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from .. import file_weights
 from ..errors import ModelError
