@@ -380,6 +380,41 @@ def test_residual_sum_fused_into_conv(slot, codes, mode):
         np.testing.assert_array_equal(_decode(out, out_q) if codes else out, ref)
 
 
+@pytest.mark.parametrize("k,c,o,nhw", [(1, 64, 256, (1, 7, 7)), (3, 24, 40, (1, 7, 7)), (1, 32, 48, (2, 6, 5))])
+def test_residual_sum_fused_saturating_pairs(k, c, o, nhw):
+    """The fused residual conv in onnxruntime's U8S8 AVX2 arithmetic (pairs saturated to int16), with
+    raw codes large enough that the clamp shows, 7x7 maps for the one-row tiles: the numpy path's bits."""
+    from onnx_mrvl.sim import native
+    if native.variant() != "avx2" or int8_native.lib() is None:
+        pytest.skip("the saturating native kernel is the AVX2 build's")
+    rng = np.random.default_rng(k * 100 + o)
+    kernel = rng.integers(-128, 128, (o, k, k, c)).astype(np.int8)
+    zx = int(rng.integers(0, 40))
+    params = dict(in_scale=0.05, in_zero_point=zx, in_dtype="uint8", out_scale=2.0, out_zero_point=3, out_dtype="uint8")
+    layer = int8.Int8Conv2D(kernel, rng.integers(-5000, 5000, o).astype(np.int32),
+                            (rng.random(o) * 0.01 + 0.001).astype(np.float32), params, [1, 1], [k // 2] * 4, [1, 1],
+                            1, "none", None)
+    x = ((rng.integers(195, 256, nhw + (c,)) - zx) * np.float32(0.05)).astype(np.float32)
+    exact, _ = layer.apply(x)
+    layer.u8s8_sat = True
+    y_conv, _ = layer.apply(x)
+    assert not np.array_equal(y_conv, exact)           # the clamp shows
+    other_q, out_q = _random_q(rng, "uint8"), _random_q(rng, "uint8")
+    params = {"requant": "qlinear"}
+    for pre, q in zip(("in", "in2", "out"), [layer.out_q, other_q, out_q]):
+        params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+    add = int8.Int8Add(params, "relu", None)
+    other = ((rng.integers(0, 256, y_conv.shape) - other_q[1]) * np.float32(other_q[0])).astype(np.float32)
+    ref, _ = add.apply(y_conv, other)
+    prm = int8_native.prepare_add(add).add_prm.copy()
+    prm[15], prm[23] = 1.0, 1.0                         # the other operand and the output in codes
+    out = np.zeros(ref.shape, np.float32)
+    call = int8_native.prepare(layer).bind_fused(x, out=out, codes_in=(False,), add_prm=prm, slot=0,
+                                                  other=_codes(other, other_q))
+    assert call() == 1
+    np.testing.assert_array_equal(_decode(out, out_q), ref)
+
+
 def test_switched_off_falls_back_to_numpy():
     """ONNX_MRVL_SIM_INT8_NATIVE=0 (or ONNX_MRVL_SIM_NATIVE=0): no native int8 kernel, a reason, the
     numpy apply."""
