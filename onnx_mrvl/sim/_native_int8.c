@@ -467,11 +467,12 @@ tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const 
 }
 
 #ifdef MRVL_AVX2
-/* AVX2 (16 ymm registers): the tile above holds 24 accumulators of two ymm each and spills them in
- * its k loop. Here each 8-channel half of a 16-channel strip runs its own k loop over the tile's
- * rows (their bytes stay in L1) with 6 one-ymm accumulators, then the strip's epilogue. Exact
- * integer sums in any order: the same int32 values, bit for bit (the EP_CODES 64-channel store
- * above and the per-strip one store the same codes). Replaces ``tile`` in the AVX2 build. */
+/* AVX2 (16 ymm registers), the tiles of a conv with its Sum2D fused (EP_FUSED): the tile above holds
+ * 24 accumulators of two ymm each (spilled in its k loop) and called fused_store per 16 lanes. Here
+ * each 8-channel half of a 16-channel strip runs its own k loop over the tile's rows (their bytes
+ * stay in L1) with 6 one-ymm accumulators, then the strip's epilogue with fused_store inlined.
+ * Exact integer sums in another order: the same int32 values, bit for bit. The other epilogues
+ * keep ``tile``: with these k loops their convs were slower (docs/simulator.md "int8 kernels"). */
 static inline __attribute__((always_inline)) void
 half_sums(const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda, const int8_t *bh, long bstride,
           __m256i z, int32_t (*acc)[16]) {
