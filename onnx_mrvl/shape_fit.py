@@ -18,23 +18,19 @@ import onnx
 
 from . import file_weights
 from .errors import UsageError
-from .legalize.shapes import is_tensor, probe_feeds
+from .legalize.shapes import is_tensor, pin_inputs, probe_feeds
 
 _AT_RUN = re.compile(r"running (\S+) node\. Name:'([^']*)' Status Message: (.*)", re.S)   # op, node, why
 _AT_LOAD = re.compile(r"Node \(([^)]*)\) Op \(([^)]*)\) (.*)", re.S)                  # node, op, why
 
 
 def _pinned(model: onnx.ModelProto, input_shapes: Dict[str, List[int]]) -> onnx.ModelProto:
+    """A copy of ``model`` with its inputs pinned as legalize pins them (none: as declared)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     m.ir_version = min(m.ir_version, 10)
-    for vi in m.graph.input:
-        if vi.name in input_shapes:
-            t = vi.type.tensor_type
-            t.ClearField("shape")
-            t.shape.SetInParent()          # [] is a 0-D input's shape, not "unknown"
-            for d in input_shapes[vi.name]:
-                t.shape.dim.add().dim_value = int(d)
+    if input_shapes:    # refusal(): every input not given is static already
+        pin_inputs(m.graph, input_shapes, {t.name for t in m.graph.initializer})
     return m
 
 
