@@ -1,0 +1,100 @@
+"""The native sigmoid / SiLU pass (sim/_native_act.c) against activations.py's numpy steps, bit for
+bit: on every branch of numpy's float32 exp, on random bit patterns, across thread splits, and as a
+conv + SiLU model runs in the simulator."""
+import numpy as np
+import pytest
+
+from onnx_mrvl.sim import activations as A
+from onnx_mrvl.sim import activations_native as N
+from onnx_mrvl.sim import native
+
+pytestmark = pytest.mark.skipif(not (native.variant() and native._compiler()),
+                                reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
+
+
+def bits(a):
+    return a.view(np.uint32)
+
+
+def test_library_loads_and_passes_its_numpy_check():
+    assert N.lib() is not None, N.why_disabled()
+
+
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("n", [512, 513, 8191, (1 << 14) * 3 + 5])
+def test_bit_identical_to_numpy_on_random_bit_patterns(silu, n):
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x[::3] = (rng.standard_normal(x[::3].size) * 30).astype(np.float32)    # mostly the polynomial
+    ref = (A.numpy_silu if silu else A.numpy_sigmoid)
+    with np.errstate(all="ignore"):
+        want = ref(x.copy())
+        got = x.copy()
+        assert N.apply_(got, silu)
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize("silu", [False, True])
+def test_every_exp_branch_matches(silu):
+    x = N._probe()
+    with np.errstate(all="ignore"):
+        want = (A.numpy_silu if silu else A.numpy_sigmoid)(x.copy())
+        got = x.copy()
+        N.lib().act_sigmoid(got.ctypes.data, got.size, int(silu), 1)
+    np.testing.assert_array_equal(bits(got), bits(want))
+    # the branches are reached: exp overflow / underflow, a denormal exp, NaN
+    e = np.exp(-np.abs(x[np.isfinite(x)]))
+    assert (e == 0).any() and ((e > 0) & (e < np.finfo(np.float32).tiny)).any() and np.isnan(got).any()
+
+
+def test_thread_splits_do_not_change_a_bit(monkeypatch):
+    x = (np.random.default_rng(5).standard_normal(200_001) * 10).astype(np.float32)
+    outs = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+        y = x.copy()
+        assert N.apply_(y, True)
+        outs.append(bits(y))
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
+def test_small_strided_or_other_arrays_stay_with_numpy():
+    assert not N.apply_(np.zeros(N.MIN_SIZE - 1, np.float32), False)
+    assert not N.apply_(np.zeros((64, 32), np.float32)[:, ::2], False)
+    assert not N.apply_(np.zeros(4096, np.float64), False)
+    ro = np.zeros(4096, np.float32)
+    ro.flags.writeable = False
+    assert not N.apply_(ro, False)
+    # the dispatcher still computes them (numpy's steps)
+    y = np.linspace(-5, 5, 64 * 32, dtype=np.float32).reshape(64, 32)[:, ::2]
+    np.testing.assert_array_equal(A.sigmoid(y.copy()), A.numpy_sigmoid(y.copy()))
+
+
+def test_silu_model_same_bits_with_and_without_the_native_pass(monkeypatch):
+    """A conv + SiLU region (YOLO's block) on the simulator: the native pass changes no output bit,
+    and matches onnxruntime within the practical fp16 bound."""
+    import onnxruntime as ort
+    import onnx_mrvl
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32, 32])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    r = onnx_mrvl.convert(model)
+    assert [n.op_type for n in r.model.graph.node if not n.op_type.startswith("Subgraph")] == []
+    x = rng.standard_normal((1, 8, 32, 32)).astype(np.float32)
+    from onnx_mrvl.sim import Simulator
+    calls = []
+    real = N.apply_
+    monkeypatch.setattr(N, "apply_", lambda a, s: calls.append(a.size) or real(a, s))
+    fast = Simulator(r.subgraphs[0].binary).run([x])[0]
+    assert calls and max(calls) >= N.MIN_SIZE                 # the native pass ran
+    monkeypatch.setattr(N, "apply_", lambda a, s: False)
+    slow = Simulator(r.subgraphs[0].binary).run([x])[0]
+    np.testing.assert_array_equal(bits(fast), bits(slow))
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = fast.transpose(0, 3, 1, 2) if fast.shape != ref.shape else fast
+    assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()     # the practical fp16 bound (docs/simulator.md)
