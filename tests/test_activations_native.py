@@ -70,31 +70,60 @@ def test_small_strided_or_other_arrays_stay_with_numpy():
     np.testing.assert_array_equal(A.sigmoid(y.copy()), A.numpy_sigmoid(y.copy()))
 
 
-def test_silu_model_same_bits_with_and_without_the_native_pass(monkeypatch):
-    """A conv + SiLU region (YOLO's block) on the simulator: the native pass changes no output bit,
-    and matches onnxruntime within the practical fp16 bound."""
-    import onnxruntime as ort
-    import onnx_mrvl
+def _silu_model(act: str):
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
-    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+    tail = [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])] \
+        if act == "silu" else [helper.make_node("Sigmoid", ["c"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])] + tail
+    g = helper.make_graph(nodes, act, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32, 32])], [w])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("act", ["silu", "sigmoid"])
+def test_conv_activation_finished_in_c_same_bits_as_numpy(monkeypatch, act):
+    """A conv + SiLU / Sigmoid region (YOLO's block) on the simulator: finished inside run_steps
+    (record words 12-14), by the Python step with the native pass, or by numpy alone -- the same
+    bits; within the practical fp16 bound of onnxruntime."""
+    import onnxruntime as ort
+    import onnx_mrvl
+    from onnx_mrvl.sim import Simulator
+    model = _silu_model(act)
     r = onnx_mrvl.convert(model)
     assert [n.op_type for n in r.model.graph.node if not n.op_type.startswith("Subgraph")] == []
-    x = rng.standard_normal((1, 8, 32, 32)).astype(np.float32)
-    from onnx_mrvl.sim import Simulator
-    calls = []
-    real = N.apply_
-    monkeypatch.setattr(N, "apply_", lambda a, s: calls.append(a.size) or real(a, s))
-    fast = Simulator(r.subgraphs[0].binary).run([x])[0]
-    assert calls and max(calls) >= N.MIN_SIZE                 # the native pass ran
+    x = np.random.default_rng(1).standard_normal((1, 8, 32, 32)).astype(np.float32)
+    x[0, 0, 0, :4] = [60000.0, -60000.0, 0.0, -0.0]
+    sim = Simulator(r.subgraphs[0].binary)
+    in_c = sim.run([x])[0]
+    entries = [e for s in sim._static.segments if s[0] == "native" for e in s[1]]
+    assert any(e.rec is not None and len(e.rec) == 15 and e.rec[12] for e in entries)   # finished in C
+    assert all(e.post is None for e in entries)
+    monkeypatch.setattr(N, "post_record", lambda fn: ())
+    in_python = Simulator(r.subgraphs[0].binary).run([x])[0]
     monkeypatch.setattr(N, "apply_", lambda a, s: False)
-    slow = Simulator(r.subgraphs[0].binary).run([x])[0]
-    np.testing.assert_array_equal(bits(fast), bits(slow))
+    in_numpy = Simulator(r.subgraphs[0].binary).run([x])[0]
+    np.testing.assert_array_equal(bits(in_c), bits(in_python))
+    np.testing.assert_array_equal(bits(in_c), bits(in_numpy))
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = fast.transpose(0, 3, 1, 2) if fast.shape != ref.shape else fast
+    got = in_c.transpose(0, 3, 1, 2) if in_c.shape != ref.shape else in_c
     assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()     # the practical fp16 bound (docs/simulator.md)
+
+
+def test_post_in_c_reports_an_overflow_as_the_numpy_step_does():
+    """act_post: numpy's silu then round_fp16_, bit for bit; a NaN result is reported not finite, in a
+    full vector or the tail."""
+    from onnx_mrvl.sim.fp16 import round_fp16_
+    so = N.lib()
+    x = (np.random.default_rng(3).standard_normal(1003) * 20).astype(np.float32)
+    want = A.numpy_silu(x.copy())
+    assert round_fp16_(want)
+    assert so.act_post(x.ctypes.data, x.size, 1, 1) == 1
+    np.testing.assert_array_equal(bits(x), bits(want))
+    y = np.full(1001, 2.0, np.float32)
+    y[-1] = np.nan                                              # the tail lane
+    assert so.act_post(y.ctypes.data, y.size, 0, 1) == 0
+    y = np.full(1001, 2.0, np.float32)
+    y[5] = np.nan                                               # a full vector
+    assert so.act_post(y.ctypes.data, y.size, 0, 2) == 0

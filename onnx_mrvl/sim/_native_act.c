@@ -98,6 +98,58 @@ static void act_part(void *arg, long p) {
     }
 }
 
+/* the activation, then the fp16 rounding (F16C, round to nearest even) and its finiteness test:
+ * activations.py's function and static_plan.finish_post's round_fp16_ in one pass */
+typedef struct { float *x; long n, chunk; int silu; volatile int bad; } postjob;
+
+MI __m256 rne8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+MI __m256i nonfinite8(__m256 v) {       /* |bits| above the largest float: inf or NaN */
+    return _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)),
+                              _mm256_set1_epi32(0x7f7fffff));
+}
+
+static void post_part(void *arg, long p) {
+    postjob *j = arg;
+    long i = p * j->chunk, end = i + j->chunk < j->n ? i + j->chunk : j->n;
+    float *x = j->x;
+    __m256i bad = _mm256_setzero_si256();
+    for (; i + 8 <= end; i += 8) {
+        __m256 r = rne8(act8(_mm256_loadu_ps(x + i), j->silu));
+        bad = _mm256_or_si256(bad, nonfinite8(r));
+        _mm256_storeu_ps(x + i, r);
+    }
+    if (i < end) {
+        float t[8] = {0};
+        memcpy(t, x + i, (size_t)(end - i) * sizeof(float));
+        __m256 r = rne8(act8(_mm256_loadu_ps(t), j->silu));
+        _mm256_storeu_ps(t, r);
+        for (long k = 0; k < end - i; k++) {
+            uint32_t u;
+            memcpy(&u, t + k, 4);
+            if ((u & 0x7fffffffu) > 0x7f7fffffu)
+                j->bad = 1;
+        }
+        memcpy(x + i, t, (size_t)(end - i) * sizeof(float));
+    }
+    if (!_mm256_testz_si256(bad, bad))
+        j->bad = 1;
+}
+
+/* x[0:n] = fp16(sigmoid(x)) or fp16(silu(x)) in place; 1 when every result is finite. Called by
+ * _native_conv.c's run_steps after a conv / FC whose record names it (static_records.py). */
+int act_post(float *x, long n, int silu, int nthreads) {
+    const long chunk = 1L << 14;
+    postjob j = {x, n, chunk, silu, 0};
+    long parts = (n + chunk - 1) / chunk;
+    if (runner && parts > 1 && nthreads > 1)
+        runner(post_part, &j, parts, nthreads);
+    else
+        for (long p = 0; p < parts; p++)
+            post_part(&j, p);
+    return !j.bad;
+}
+
 /* x[0:n] = sigmoid(x) (silu 0) or silu(x) (silu 1), in place, on up to nthreads threads */
 void act_sigmoid(float *x, long n, int silu, int nthreads) {
     const long chunk = 1L << 14;        /* 64 KB a part */

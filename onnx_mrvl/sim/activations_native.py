@@ -41,6 +41,8 @@ def _load() -> ctypes.CDLL:
     so = native.load_on_pool(_SRC, "act_set_runner")
     so.act_sigmoid.restype = None
     so.act_sigmoid.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
+    so.act_post.restype = ctypes.c_int
+    so.act_post.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
     from .activations import numpy_sigmoid, numpy_silu
     x = _probe()
     with np.errstate(all="ignore"):
@@ -68,3 +70,16 @@ def apply_(x: np.ndarray, silu: bool) -> bool:
         return False
     so.act_sigmoid(x.ctypes.data, x.size, int(silu), parallel.workers())
     return True
+
+
+def post_record(fn) -> tuple:
+    """``(act_post's address, silu)`` when the static plan's native step can finish the activation
+    ``fn`` (activations.sigmoid / silu) itself -- the activation, the fp16 rounding and the
+    finiteness test in one pass after the kernel, no Python step between convs -- else ()."""
+    from . import activations
+    if fn is not activations.sigmoid and fn is not activations.silu:
+        return ()
+    so = lib()
+    if so is None:
+        return ()
+    return ctypes.cast(so.act_post, ctypes.c_void_p).value, int(fn is activations.silu)
