@@ -3391,11 +3391,12 @@ int transpose_round(const float *x, float *out, long n, long c, long hw, int nth
  * one ctypes call instead of one per layer. */
 #define STEP_WORDS 16
 
-/* A sigmoid / silu finished in C (kinds 1, 2, 6): s[12] the function (_native_act.c act_post, by
- * address: it applies the activation to the kernel's unrounded output, rounds it to fp16 and says
- * whether all is finite), s[13] the output's values, s[14] 1 for silu; the step's bit 0 is then its
- * answer, as static_plan.finish_post's round_fp16_ gives it for an activation numpy finishes. */
-typedef int (*post_fn)(float *x, long n, int silu, int nthreads);
+/* A sigmoid / silu / gelu finished in C (kinds 1, 2, 6): s[12] the function (_native_act.c act_post,
+ * by address: it applies the activation to the kernel's unrounded output, rounds it to fp16 and
+ * says whether all is finite), s[13] the output's values, s[14] the activation's kind; the step's
+ * bit 0 is then its answer, as static_plan.finish_post's round_fp16_ gives it for an activation
+ * numpy finishes. */
+typedef int (*post_fn)(float *x, long n, int kind, int nthreads);
 
 static int with_post(const long *s, int bits, float *out, int nthreads) {
     if (!s[12])

@@ -43,7 +43,7 @@ def prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)), stable for both signs: exp is only taken of -|x|. One native pass where
     it gives numpy's bits (activations_native.py), else ``numpy_sigmoid``."""
-    if activations_native.apply_(x, False):
+    if activations_native.apply_(x, "sigmoid"):
         return x
     return numpy_sigmoid(x)
 
@@ -83,7 +83,7 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     """x sigmoid(x): one native pass where it gives numpy's bits, else ``numpy_silu``."""
-    if activations_native.apply_(x, True):
+    if activations_native.apply_(x, "silu"):
         return x
     return numpy_silu(x)
 
