@@ -450,3 +450,24 @@ def test_accumulator_wraps_as_the_numpy_layer():
             acc = layer.apply(x)[0]
             np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], acc)
             assert (acc[..., 0] < 0).any() and (acc[..., 1] > 0).any()   # wrapped past both ends
+
+
+def test_quantize_numpy_formula_matches_the_float64_one():
+    """int8.quantize (float32 steps, fmax for NaN) gives the codes of the float64 formula it
+    replaced (rint(x / s) in float32, + z in float64, NaN -> min, +-inf saturated) on random bit
+    patterns, every scale decade and both types."""
+    from onnx_mrvl.sim import int8
+
+    def float64_form(x, scale, zp, dtype):
+        lo, hi = int8.QRANGE[dtype]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            q = np.rint(np.asarray(x, np.float32) / np.float32(scale)).astype(np.float64) + zp
+        return np.clip(np.nan_to_num(q, nan=float(lo), posinf=hi, neginf=lo), lo, hi).astype(np.int32)
+    rng = np.random.default_rng(7)
+    for t in range(60):
+        x = rng.integers(0, 1 << 32, 4000, dtype=np.uint64).astype(np.uint32).view(np.float32).copy()
+        x[::2] = (rng.standard_normal(2000) * 10 ** rng.uniform(-3, 6)).astype(np.float32)
+        x[:7] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3.4e38, -3.4e38]
+        dt = ("int8", "uint8")[t % 2]
+        s, zp = float(np.float32(10 ** rng.uniform(-6, 2))), int(rng.integers(*int8.QRANGE[dt]))
+        np.testing.assert_array_equal(int8.quantize(x, s, zp, dt), float64_form(x, s, zp, dt))

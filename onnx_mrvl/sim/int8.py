@@ -42,9 +42,11 @@ def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     """QuantizeLinear (MLAS): sat(rne(x / scale) + zp) as int32 codes; x / scale in float32."""
     lo, hi = QRANGE[dtype]
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        q = np.rint(np.asarray(x, F32) / F32(scale)).astype(np.float64) + zp
-    q = np.nan_to_num(q, nan=float(lo), posinf=hi, neginf=lo)   # MLAS clamps NaN to the minimum (max(NaN, lo) = lo)
-    return np.clip(q, lo, hi).astype(np.int32)
+        q = np.rint(np.asarray(x, F32) / F32(scale))
+        q += F32(zp)               # exact below 2^24 - 255; beyond, the clamp saturates either way
+        np.fmax(q, F32(lo), out=q)     # MLAS clamps NaN to the minimum (max(NaN, lo) = lo); -inf too
+        np.minimum(q, F32(hi), out=q)
+    return q.astype(np.int32)
 
 
 def fake_quant(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
