@@ -107,3 +107,19 @@ def test_qdq_layernorm_codes_identical_to_onnxruntime(tmp_path, act):
         x = (rng.standard_normal((1, 4096, 192)) * (1 + k) + rng.standard_normal((1, 4096, 1))).astype(np.float32)
         for a, b in zip(ours.run(None, {"x": x}), ref.run(None, {"x": x})):
             assert np.array_equal(a, b), int((a != b).sum())
+
+
+@pytest.mark.parametrize("n", [1, 4, 7, 8, 11, 12, 13, 384, 771])
+def test_native_layernorm_sums_are_the_numpy_forms_bit_for_bit(n):
+    """norm_native's C sums (the mean in 4 float64 lanes, the squares in 8 fma lanes) against the
+    numpy forms they replace, on rows of every remainder length and magnitudes 1e-4 .. 1e4."""
+    from onnx_mrvl.sim import native, norm_native, norm_ops
+    if not native.on():
+        pytest.skip(native.why_disabled())
+    assert norm_native.lib() is not None, norm_native.why_disabled()      # its own bit check passed
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((37, n)) * 10 ** rng.uniform(-4, 4, (37, 1))).astype(np.float32)
+    for native_name, ref in (("ln_mean_f64_lanes", norm_ops.numpy_mean_f64_lanes),
+                             ("ln_lanes_fma_sum", norm_ops.numpy_lanes_fma_sum)):
+        got = norm_native.row_sums(native_name, x)
+        np.testing.assert_array_equal(got.view(np.uint32), ref(x).view(np.uint32))

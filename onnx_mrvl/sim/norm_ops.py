@@ -42,6 +42,20 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
 
 
 def _lanes_fma_sum(d: np.ndarray) -> np.ndarray:
+    """``numpy_lanes_fma_sum`` in C where it gives the same bits (norm_native.py)."""
+    from .norm_native import row_sums
+    v = row_sums("ln_lanes_fma_sum", d)
+    return numpy_lanes_fma_sum(d) if v is None else v
+
+
+def _mean_f64_lanes(x: np.ndarray) -> np.ndarray:
+    """``numpy_mean_f64_lanes`` in C where it gives the same bits (norm_native.py)."""
+    from .norm_native import row_sums
+    v = row_sums("ln_mean_f64_lanes", x)
+    return numpy_mean_f64_lanes(x) if v is None else v
+
+
+def numpy_lanes_fma_sum(d: np.ndarray) -> np.ndarray:
     """Sum of ``d * d`` over the last axis as onnxruntime's AVX2 LayerNorm kernel forms it: 8 fp32
     lanes (lane k takes the elements i = k mod 8 of the whole blocks of 8), each ``acc = fma(d, d,
     acc)``; lanes folded ``(a[0:4] + a[4:8])``, then ``(b0 + b2, b1 + b3)``, then ``c0 + c1``; the
@@ -67,7 +81,7 @@ def _lanes_fma_sum(d: np.ndarray) -> np.ndarray:
     return v
 
 
-def _mean_f64_lanes(x: np.ndarray) -> np.ndarray:
+def numpy_mean_f64_lanes(x: np.ndarray) -> np.ndarray:
     """The kernel's mean: float64 sums in 4 lanes over the whole blocks of 4 (lane k: i = k mod 4),
     folded ``(l0 + l2) + (l1 + l3)``, the remainder added in order, divided by n in float64, rounded
     to fp32."""
