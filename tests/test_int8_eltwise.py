@@ -377,3 +377,46 @@ def test_int8_out_mul_requant_is_checked():
                          (dict(q, **q2, requant=["qlinear"]), "LayerNorm")):          # not a Mul2D
         with pytest.raises(MrvlError, match="requant"):
             int8_out(NodeAttrs({"name": "m", "attrs": attrs}, 0), layer, {})
+
+
+def test_qdq_bias_add_broadcast_runs_natively_bit_exact(tmp_path):
+    """A transformer's bias Add, ``DQ(x [1, 256, 64]) + DQ(codes [64])`` (U8: onnxruntime's QLinearAdd
+    with the constant as b, broadcast along the rows): the native int8 add takes it (the constant
+    tiled once per shape, quantized back to its codes) and every output code is onnxruntime's."""
+    from onnx_mrvl.sim import Simulator, int8_native
+    if int8_native.lib() is None:
+        pytest.skip(int8_native.why_disabled())
+    rng = np.random.default_rng(11)
+    sx, sc, sy = 0.031, 0.017, 0.043
+    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", TensorProto.UINT8, [], [121]),
+             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", TensorProto.UINT8, [], [133]),
+             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", TensorProto.UINT8, [], [117]),
+             onnx.numpy_helper.from_array(rng.integers(0, 256, 64).astype(np.uint8), "c_q")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
+             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
+             helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["d_c"]),
+             helper.make_node("Add", ["d_x", "d_c"], ["sum"], name="bias_add"),
+             helper.make_node("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
+             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+    g = helper.make_graph(nodes, "qdq_bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 64])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    r = onnx_mrvl.convert(path, force=True)
+    out = str(tmp_path / "out")
+    r.save(out)
+    assert _sum2d_requants(out) == [["qlinear"]]
+    sim = Simulator(r.subgraphs[0].binary)
+    x = (rng.standard_normal((1, 256, 64)) * 2).astype(np.float32)
+    sim.run([x])
+    adds = [e for s in sim._static.segments for e in s[1] if e.step.spec.layer_name == "Sum2D"]
+    assert adds and all(getattr(e.bound, "native", None) for e in adds)          # the native kernel's call
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    sess = onnx_mrvl.InferenceSession(os.path.join(out, "model.onnx"))
+    for k in range(3):
+        xk = (x * (k + 1)).astype(np.float32)
+        assert int((ref.run(["y"], {"x": xk})[0] != sess.run(["y"], {"x": xk})[0]).sum()) == 0

@@ -3391,12 +3391,27 @@ int transpose_round(const float *x, float *out, long n, long c, long hw, int nth
  * one ctypes call instead of one per layer. */
 #define STEP_WORDS 16
 
+/* A sigmoid / silu / gelu finished in C (kinds 1, 2, 6): s[12] the function (_native_act.c act_post,
+ * by address: it applies the activation to the kernel's unrounded output, rounds it to fp16 and
+ * says whether all is finite), s[13] the output's values, s[14] the activation's kind; the step's
+ * bit 0 is then its answer, as static_plan.finish_post's round_fp16_ gives it for an activation
+ * numpy finishes. */
+typedef int (*post_fn)(float *x, long n, int kind, int nthreads);
+
+static int with_post(const long *s, int bits, float *out, int nthreads) {
+    if (!s[12])
+        return bits;
+    return (bits & ~1) | (((post_fn)s[12])(out, s[13], (int)s[14], nthreads) ? 1 : 0);
+}
+
 static int run_step(const long *s, int nthreads) {
     switch (s[0]) {
     case 1:   /* conv: descriptor, x, out, residual or 0 */
-        return conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+        return with_post(s, conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4],
+                                      nthreads), (float *)s[3], nthreads);
     case 2:   /* depthwise: descriptor, x, out */
-        return depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+        return with_post(s, depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads),
+                         (float *)s[3], nthreads);
     case 3:   /* Sum2D / Mul2D: a, b, out, n, p, c, bn, bp, bc, mul, slope, code, p0 bits, p1 bits */
         return binary_npc((const float *)s[1], (const float *)s[2], (float *)s[3], s[4], s[5], s[6], s[7], s[8],
                            s[9], (int)s[10], (const float *)s[11], (int)s[12], bits_to_float(s[13]),
@@ -3407,7 +3422,8 @@ static int run_step(const long *s, int nthreads) {
         transpose_layout((const float *)s[1], (float *)s[2], s[3], s[4], s[5], (int)s[6], nthreads);
         return 1;
     case 6:   /* FC GEMV: descriptor, x, out */
-        return gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
+        return with_post(s, gemv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads),
+                         (float *)s[3], nthreads);
     case 7:   /* global average pool: x, out, n, hw, c */
         return global_avgpool((const float *)s[1], (float *)s[2], s[3], s[4], s[5], nthreads);
     case 8:   /* a program input, rounded while transposed to NHWC: x, out, n, c, hw */

@@ -10,7 +10,7 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import activations_smooth
+from . import activations_native, activations_smooth
 
 F32 = np.float32
 
@@ -41,7 +41,15 @@ def prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)), stable for both signs: exp is only taken of -|x|."""
+    """1 / (1 + exp(-x)), stable for both signs: exp is only taken of -|x|. One native pass where
+    it gives numpy's bits (activations_native.py), else ``numpy_sigmoid``."""
+    if activations_native.apply_(x, "sigmoid"):
+        return x
+    return numpy_sigmoid(x)
+
+
+def numpy_sigmoid(x: np.ndarray) -> np.ndarray:
+    """``sigmoid``'s numpy steps: e = exp(-|x|); x >= 0: 1 / (1 + e), else e / (1 + e)."""
     e = np.abs(x)
     np.negative(e, out=e)
     np.exp(e, out=e)                       # e = exp(-|x|) in (0, 1]
@@ -74,7 +82,14 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    s = sigmoid(x.copy())
+    """x sigmoid(x): one native pass where it gives numpy's bits, else ``numpy_silu``."""
+    if activations_native.apply_(x, "silu"):
+        return x
+    return numpy_silu(x)
+
+
+def numpy_silu(x: np.ndarray) -> np.ndarray:
+    s = numpy_sigmoid(x.copy())
     x *= s
     return x
 

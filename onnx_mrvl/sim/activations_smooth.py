@@ -45,6 +45,14 @@ def erfc(z: np.ndarray) -> np.ndarray:
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
+    """In one native pass where it gives numpy's bits (activations_native.py), else ``numpy_gelu``."""
+    from .activations_native import apply_
+    if apply_(x, "gelu"):
+        return x
+    return numpy_gelu(x)
+
+
+def numpy_gelu(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         c = erfc(x * -_INV_SQRT2)
         c *= F32(0.5)

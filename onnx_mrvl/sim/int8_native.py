@@ -349,14 +349,34 @@ def _qladd(layer: Int8Add):
 
 
 def prepare_add(layer: Int8Add) -> Optional[Callable]:
-    """The native ``apply`` of an int8 Sum2D of two int8 tensors, or None."""
-    if lib() is None or layer.operand is not None or layer.subtract:
+    """The native ``apply`` of an int8 Sum2D of two int8 tensors, or of one and its coded constant
+    operand (a QDQ bias add: onnxruntime's QLinearAdd with an initializer), or None."""
+    if lib() is None or layer.subtract or (layer.operand is not None and layer.mode == "float"):
         return None
     base = np.array(qparams(layer.a) + qparams(layer.b) + qparams(layer.c, layer.lo, layer.hi), F32)
     fn = lib().i8_add
     base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
+    tiled: dict = {}
+
+    def operand_as(xa: np.ndarray) -> np.ndarray:
+        """The constant's dequantized values broadcast to ``xa``'s shape as one C-contiguous array
+        (made once per shape): the kernel quantizes them back to the constant's codes, and each
+        element's QLinearAdd is the same whether b is broadcast or not (numpy path: ``_operand_codes``)."""
+        b = tiled.get(xa.shape)
+        if b is None:
+            c = layer.operand
+            b = tiled[xa.shape] = np.ascontiguousarray(np.broadcast_to(
+                c.reshape(c.shape[-xa.ndim:] if c.ndim > xa.ndim else c.shape), xa.shape), F32)
+        return b
 
     def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
+        if layer.operand is not None:
+            if xb is not None or (codes_in[1:] and codes_in[1]):
+                raise ValueError("an int8 Sum2D with a constant operand takes one input")
+            try:
+                xb, codes_in = operand_as(xa), (codes_in[0], False)
+            except ValueError:
+                return None, layer.apply(xa)                 # its error
         if xb is None or xa.shape != xb.shape:
             if any(codes_in) or codes_out:
                 raise ValueError("int8 add of codes needs two tensors of one shape")

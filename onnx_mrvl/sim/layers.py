@@ -212,13 +212,16 @@ def _concat(spec: LayerSpec, n_inputs: int) -> LayerFn:
     if positions:   # constant operands (fp16 weights) at their positions among the inputs
         consts = [(p, spec.weight(f"const{p}", required=True)) for p in sorted(positions)]
 
-        def run(*xs):
+        def run(*xs, out=None):
             xs = list(xs)
             for p, c in consts:
                 xs.insert(p, c)
-            return concat(xs, axis), True
-        return run
-    return lambda *xs: (concat(xs, axis), True)
+            return concat(xs, axis, out), True
+    else:
+        def run(*xs, out=None):
+            return concat(xs, axis, out), True
+    run.writes_into = True          # the static plan hands it the output's buffer (``out``)
+    return run
 
 
 def _slice2d(spec: LayerSpec, n_inputs: int) -> LayerFn:
@@ -230,10 +233,11 @@ def _slice2d(spec: LayerSpec, n_inputs: int) -> LayerFn:
     if not 0 < axis < 4 or not 0 <= start < end:
         raise spec.error(f"axis {axis} / range [{start}, {end}) is not a non-empty slice of a non-batch axis")
 
-    def run(x):
+    def run(x, out=None):
         if x.ndim != 4 or end > x.shape[axis]:
             raise ValueError(f"slice [{start}, {end}) of axis {axis} does not fit an input of shape {list(x.shape)}")
-        return slice_channels(x, axis, start, end), True
+        return slice_channels(x, axis, start, end, out), True
+    run.writes_into = True
     return run
 
 
@@ -264,7 +268,11 @@ def _resize(spec: LayerSpec, n_inputs: int) -> LayerFn:
     sc = [int(float(s)) for s in scales]
     if _is_int8(spec):
         return int8.build_pool("Resize", spec, {"scales": sc})
-    return lambda x: (resize_nearest(x, sc), True)
+
+    def run(x, out=None):
+        return resize_nearest(x, sc, out), True
+    run.writes_into = True
+    return run
 
 
 def _layout(spec: LayerSpec, n_inputs: int) -> LayerFn:

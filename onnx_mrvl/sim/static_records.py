@@ -51,6 +51,7 @@ def fp16_record(plan, e, step, name: str) -> bool:
         e.rec = (2, plan[2], ptr[step.ins[0]], ptr[step.out]) if conv.depthwise else \
             (1, plan[2], ptr[step.ins[0]], ptr[step.out], 0)
         e.keep, e.post = plan, plan[5]
+        _post_in_c(e, out_shape)
         return True
     if isinstance(conv, FC) and len(step.ins) == 1:
         fc, x_shape = conv, shapes[step.ins[0]]
@@ -63,6 +64,7 @@ def fp16_record(plan, e, step, name: str) -> bool:
         else:
             plan = fc.native_conv()._plan((rows, 1, 1, fc.in_features), 1, 1)
             e.rec, e.keep, e.post = (1, plan[2], ptr[step.ins[0]], ptr[step.out], 0), plan, plan[5]
+        _post_in_c(e, out_shape)
         return True
     if name in ("sum2d", "mul2d"):
         return _binary(plan, e, step, name == "mul2d")
@@ -88,6 +90,19 @@ def fp16_record(plan, e, step, name: str) -> bool:
         e.rec = (5, ptr[step.ins[0]], ptr[step.out], n, c, hw, int(src == "NCHW"))
         return True
     return False
+
+def _post_in_c(e, out_shape) -> None:
+    """A sigmoid / silu after a conv / FC kernel finished by ``run_steps`` itself (record words
+    12-14: _native_conv.c ``with_post``), when activations_native can: the step then needs no
+    numpy ``post`` and does not end its native segment."""
+    if e.post is None:
+        return
+    from .activations_native import post_record
+    post = post_record(e.post)
+    if post:
+        e.rec = tuple(e.rec) + (0,) * (12 - len(e.rec)) + (post[0], size(out_shape), post[1])
+        e.post = None
+
 
 def _binary(plan, e, step, mul: bool) -> bool:
     spec, shapes = step.spec, plan.shapes

@@ -164,16 +164,28 @@ def mul2d(a, b=None, operand=None, activation="none", activation_params=None, sl
         to_fp16_values(a), None if b is None else to_fp16_values(b))[0]
 
 
-def concat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
-    """Concatenate along ``axis`` of the stored layout (3 = NHWC channels)."""
-    return np.concatenate([np.asarray(x, dtype=F32) for x in xs], axis=int(axis))
+def _into(out: Optional[np.ndarray], *xs: np.ndarray) -> bool:
+    """``out`` given and apart from every input: a kernel may write its result there directly."""
+    return out is not None and not any(np.may_share_memory(x, out) for x in xs)
 
 
-def slice_channels(x: np.ndarray, axis: int, start: int, end: int) -> np.ndarray:
+def concat(xs: Sequence[np.ndarray], axis: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Concatenate along ``axis`` of the stored layout (3 = NHWC channels); into ``out`` when given
+    (the static plan's buffer: no new array, one copy instead of two)."""
+    xs = [np.asarray(x, dtype=F32) for x in xs]
+    if _into(out, *xs):
+        return np.concatenate(xs, axis=int(axis), out=out)
+    return np.concatenate(xs, axis=int(axis))
+
+
+def slice_channels(x: np.ndarray, axis: int, start: int, end: int, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Entries [start, end) of ``axis`` of the stored layout (3 = NHWC channels), step 1, as a
-    contiguous copy (the values are already fp16: no rounding)."""
+    contiguous copy (the values are already fp16: no rounding); into ``out`` when given."""
     axis = int(axis) % x.ndim
     index = (slice(None),) * axis + (slice(int(start), int(end)),)
+    if _into(out, x) and out.shape == x[index].shape:
+        np.copyto(out, x[index])
+        return out
     return np.array(x[index], dtype=F32, order="C", copy=True)
 
 
@@ -182,17 +194,20 @@ def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return np.ascontiguousarray(x).reshape([int(d) for d in shape])
 
 
-def resize_nearest(x: np.ndarray, scales: Sequence[int]) -> np.ndarray:
-    """Nearest-neighbour upsampling of NHWC by integer factors [sh, sw]."""
+def resize_nearest(x: np.ndarray, scales: Sequence[int], out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Nearest-neighbour upsampling of NHWC by integer factors [sh, sw] (into ``out`` when given)."""
     sh, sw = (int(s) for s in scales)
     if sh < 1 or sw < 1:
         raise ValueError(f"resize scales must be integers >= 1, got {list(scales)}")
     if x.ndim != 4:
         raise ValueError(f"resize needs an NHWC tensor, got shape {list(x.shape)}")
     n, h, w, c = x.shape
-    out = np.empty((n, h, sh, w, sw, c), dtype=F32)
-    out[...] = x[:, :, None, :, None, :]
-    return out.reshape(n, h * sh, w * sw, c)
+    if _into(out, x) and out.shape == (n, h * sh, w * sw, c) and out.flags.c_contiguous:
+        out.reshape(n, h, sh, w, sw, c)[...] = x[:, :, None, :, None, :]
+        return out
+    y = np.empty((n, h, sh, w, sw, c), dtype=F32)
+    y[...] = x[:, :, None, :, None, :]
+    return y.reshape(n, h * sh, w * sw, c)
 
 
 def layout_transform(x: np.ndarray, src_layout: str, dst_layout: str) -> np.ndarray:

@@ -1,0 +1,178 @@
+/* Sigmoid, SiLU and GELU of the simulator's float32 activations (sim/activations.py,
+ * activations_smooth.py), in place, in one pass, bit for bit the numpy steps they replace
+ * (activations_native.py checks the bits against numpy once per process, function by function, and
+ * keeps numpy where they differ):
+ *
+ *   e = exp(-|x|);  sigmoid = (x >= 0 ? 1 : e) / (1 + e);  silu = x * sigmoid   (x first: NaN payload)
+ *   gelu: gelu8 below
+ *
+ * with numpy's float32 exp on AVX2 + FMA3 and AVX-512F hosts (``simd_exp_FLOAT`` of
+ * numpy/_core/src/umath/loops_exponent_log.dispatch.c.src, which np.exp runs for every float32
+ * element there): NaN -> NaN, x >= 88.7228... -> inf, x <= -103.972... -> 0, else k = rint(x log2 e)
+ * (by adding and subtracting 1.5 * 2^23), Cody-Waite r = x - k ln 2 in three FMAs (ln 2 split in two,
+ * the third term 0), exp(r) = P5(r) / Q2(r) (Horner, FMAs), times 2^k by adding k to the exponent
+ * bits (k <= -125: 2^-125 that way, then divided by 2^(-k - 125): the denormal results). Each lane
+ * gets the same IEEE operations in the same order, so the same bits. 256-bit code: it builds for
+ * both kernel variants (an AVX-512 host has AVX2 + FMA too). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef void (*part_fn)(void *arg, long part);
+typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
+static runner_fn runner = 0;            /* _native_conv.c's mrvl_run_parts (act_set_runner) */
+
+void act_set_runner(void *fn) { runner = (runner_fn)fn; }
+
+#define MI static inline __attribute__((always_inline))
+
+/* a * b with a as vmulps' first source (of two NaNs, a's payload: numpy's x *= s) */
+MI __m256 mul_first(__m256 a, __m256 b) {
+    __m256 r;
+    __asm__("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+}
+
+MI __m256 exp_np(__m256 x) {
+    const __m256 zero = _mm256_setzero_ps(), minq = _mm256_set1_ps(-125.0f);
+    const __m256 magic = _mm256_set1_ps(0x1.800000p+23f);
+    __m256 nan_m = _mm256_cmp_ps(x, x, _CMP_NEQ_UQ);
+    x = _mm256_blendv_ps(x, zero, nan_m);
+    __m256 max_m = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GE_OQ);
+    __m256 min_m = _mm256_cmp_ps(x, _mm256_set1_ps(-103.97208404541015625f), _CMP_LE_OQ);
+    x = _mm256_blendv_ps(x, zero, _mm256_or_ps(_mm256_or_ps(nan_m, min_m), max_m));
+    __m256 q = _mm256_mul_ps(x, _mm256_set1_ps(1.442695040888963407359924681001892137f));
+    q = _mm256_sub_ps(_mm256_add_ps(q, magic), magic);
+    __m256 r = _mm256_fmadd_ps(q, _mm256_set1_ps(-6.93145752e-1f), x);
+    r = _mm256_fmadd_ps(q, _mm256_set1_ps(-1.42860677e-6f), r);
+    r = _mm256_fmadd_ps(q, zero, r);
+    __m256 num = _mm256_fmadd_ps(_mm256_set1_ps(5.082762527590693718096e-04f), r,
+                                 _mm256_set1_ps(6.757896990527504603057e-03f));
+    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(5.114512081637298353406e-02f));
+    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(2.473615434895520810817e-01f));
+    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(7.257664613233124478488e-01f));
+    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(9.999999999980870924916e-01f));
+    __m256 den = _mm256_fmadd_ps(_mm256_set1_ps(2.159509375685829852307e-02f), r,
+                                 _mm256_set1_ps(-2.742335390411667452936e-01f));
+    den = _mm256_fmadd_ps(den, r, _mm256_set1_ps(1.0f));
+    __m256 p = _mm256_div_ps(num, den);
+    __m256 den_m = _mm256_cmp_ps(q, minq, _CMP_LE_OQ);
+    if (_mm256_movemask_ps(den_m)) {
+        __m256 diff = _mm256_blendv_ps(zero, _mm256_sub_ps(zero, _mm256_sub_ps(q, minq)), den_m);
+        __m256i pow2 = _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_cvtps_epi32(diff));
+        __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(_mm256_max_ps(q, minq)), 23);
+        p = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+        p = _mm256_blendv_ps(p, _mm256_div_ps(p, _mm256_cvtepi32_ps(pow2)), den_m);
+    } else {
+        __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(q), 23);
+        p = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+    }
+    p = _mm256_blendv_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan_m);
+    p = _mm256_blendv_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000)), max_m);
+    return _mm256_blendv_ps(p, zero, min_m);
+}
+
+/* activations_smooth.gelu's numpy steps: c = erfc(x * -1/sqrt 2) by the Numerical Recipes fit
+ * (t = 1 / (1 + 0.5 |z|), p = Horner of t, p - |z|^2, exp, * t, 2 - p where z < 0), x * (c * 0.5);
+ * each multiply and add rounded apart (the source is built with -ffp-contract=off), the constants
+ * as numpy's F32(python float) gives them (double, then float) */
+MI __m256 gelu8(__m256 x) {
+    static const double coeffs[10] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
+                                      -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 z = _mm256_mul_ps(x, _mm256_set1_ps((float)-0.7071067811865476));
+    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+    __m256 t = _mm256_div_ps(one, _mm256_add_ps(one, mul_first(_mm256_set1_ps(0.5f), a)));
+    __m256 p = _mm256_set1_ps((float)coeffs[0]);
+    for (int k = 1; k < 10; k++)
+        p = _mm256_add_ps(mul_first(p, t), _mm256_set1_ps((float)coeffs[k]));
+    p = exp_np(_mm256_sub_ps(p, _mm256_mul_ps(a, a)));
+    p = mul_first(p, t);
+    p = _mm256_blendv_ps(p, _mm256_sub_ps(_mm256_set1_ps(2.0f), p), _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return mul_first(x, mul_first(p, _mm256_set1_ps(0.5f)));
+}
+
+enum { ACT_SIGMOID, ACT_SILU, ACT_GELU };
+
+MI __m256 act8(__m256 x, int kind) {
+    if (kind == ACT_GELU)
+        return gelu8(x);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 e = exp_np(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));        /* exp(-|x|): the sign bit set */
+    __m256 s = _mm256_div_ps(_mm256_blendv_ps(e, one, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ)),
+                             _mm256_add_ps(e, one));
+    return kind == ACT_SILU ? mul_first(x, s) : s;
+}
+
+/* a part of x (chunks of 16 K values): the activation ``kind`` in place, with ``post`` the fp16
+ * rounding and its finiteness test too (activations.py's function and static_plan.finish_post's
+ * round_fp16_ in one pass); the tail through a zero-padded vector (lanes are independent) */
+typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } actjob;
+
+MI __m256 rne8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+MI __m256i nonfinite8(__m256 v) {       /* |bits| above the largest float: inf or NaN */
+    return _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)),
+                              _mm256_set1_epi32(0x7f7fffff));
+}
+
+MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
+    __m256i bad = _mm256_setzero_si256();
+    long i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = act8(_mm256_loadu_ps(x + i), kind);
+        if (post) {
+            r = rne8(r);
+            bad = _mm256_or_si256(bad, nonfinite8(r));
+        }
+        _mm256_storeu_ps(x + i, r);
+    }
+    if (i < n) {
+        float t[8] = {0};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        __m256 r = act8(_mm256_loadu_ps(t), kind);
+        if (post) {
+            r = rne8(r);
+            int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(nonfinite8(r))) & ((1 << (n - i)) - 1);
+            if (lanes)
+                bad = _mm256_set1_epi32(-1);
+        }
+        _mm256_storeu_ps(t, r);
+        memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
+    }
+    if (!_mm256_testz_si256(bad, bad))
+        j->bad = 1;
+}
+
+static void act_part(void *arg, long p) {
+    actjob *j = arg;
+    long i = p * j->chunk, n = (i + j->chunk < j->n ? i + j->chunk : j->n) - i;
+    float *x = j->x + i;
+    switch (j->kind * 2 + j->post) {      /* each form compiled apart */
+    case ACT_SIGMOID * 2: act_range(j, x, n, ACT_SIGMOID, 0); break;
+    case ACT_SIGMOID * 2 + 1: act_range(j, x, n, ACT_SIGMOID, 1); break;
+    case ACT_SILU * 2: act_range(j, x, n, ACT_SILU, 0); break;
+    case ACT_SILU * 2 + 1: act_range(j, x, n, ACT_SILU, 1); break;
+    case ACT_GELU * 2: act_range(j, x, n, ACT_GELU, 0); break;
+    default: act_range(j, x, n, ACT_GELU, 1); break;
+    }
+}
+
+static int act_run(float *x, long n, int kind, int post, int nthreads) {
+    const long chunk = 1L << 14;        /* 64 KB a part */
+    actjob j = {x, n, chunk, kind, post, 0};
+    long parts = (n + chunk - 1) / chunk;
+    if (runner && parts > 1 && nthreads > 1)
+        runner(act_part, &j, parts, nthreads);
+    else
+        for (long p = 0; p < parts; p++)
+            act_part(&j, p);
+    return !j.bad;
+}
+
+/* x[0:n] = act(x) in place (kind: 0 sigmoid, 1 silu, 2 gelu), on up to nthreads threads */
+void act_apply(float *x, long n, int kind, int nthreads) { act_run(x, n, kind, 0, nthreads); }
+
+/* x[0:n] = fp16(act(x)) in place; 1 when every result is finite. Called by _native_conv.c's
+ * run_steps after a conv / FC whose record names it (static_records.py). */
+int act_post(float *x, long n, int kind, int nthreads) { return act_run(x, n, kind, 1, nthreads); }
