@@ -6,6 +6,7 @@ flushes -> ``max(Log(v), log eps)``): a conv-STFT dB spectrum as tf2onnx writes 
 import math
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 import onnxruntime as ort
 import pytest
 
@@ -208,3 +209,34 @@ def test_reference_body_matches_the_simulator():
         finite = np.isfinite(ref16)
         assert np.array_equal(np.isfinite(got16), finite) and np.array_equal(got16[~finite], ref16[~finite])
         np.testing.assert_allclose(got[finite], ref[finite], rtol=1e-6, atol=1e-6)
+
+
+def test_log_of_a_value_scaled_beyond_fp16_runs_on_the_host(tmp_path):
+    """Silero VAD v4's ``Log(magnitude * 2^20 + 1)`` read by a conv: the Mul by 2^20 stays on the host
+    (its weight would be inf in fp16), and a region starting at the Add took the scaled value as an
+    input (inf in fp16 for values above 2^-4: the run failed closed). The Add and the Log run on the
+    host with the Mul in fp32; the region reads the log (a few units)."""
+    rng = np.random.default_rng(7)
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 8, 8])
+    inits = [numpy_helper.from_array(np.array(2.0 ** 20, np.float32), "k"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array((0.2 * rng.standard_normal((8, 4, 3, 3))).astype(np.float32), "w"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(8)).astype(np.float32), "b")]
+    nodes = [helper.make_node("Mul", ["input", "k"], ["scaled"], name="scale"),
+             helper.make_node("Add", ["scaled", "one"], ["plus1"], name="plus1"),
+             helper.make_node("Log", ["plus1"], ["spect"], name="log"),
+             helper.make_node("Conv", ["spect", "w", "b"], ["out"], name="conv", pads=[1, 1, 1, 1])]
+    m = helper.make_model(helper.make_graph(nodes, "log_scaled", [x], [y], inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    res = onnx_mrvl.convert(m)
+    cpu = {d.node: d.reason for d in res.report.cpu_nodes()}
+    assert len(res.subgraphs) == 1 and "conv" not in cpu
+    for name in ("plus1", "log"):
+        assert cpu.get(name, "").startswith("a Log of a value the host scaled beyond fp16"), (name, cpu.get(name))
+    sess = onnx_mrvl.InferenceSession(res.save(str(tmp_path)))
+    for seed in range(3):
+        xi = np.random.default_rng(seed).uniform(0.0, 1.0, (1, 4, 8, 8)).astype(np.float32)
+        ref = _ref(m, xi)
+        got = sess.run(None, {"input": xi})[0]
+        assert float(np.abs(got - ref).max()) <= 1e-2 * float(np.abs(ref).max())

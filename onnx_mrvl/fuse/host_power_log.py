@@ -18,6 +18,11 @@ a declared power-of-two scale. The region boundary moves up (to the squares' inp
 input); no region is added. The Log alone moves for precision too: an fp16 region output of the
 log spectrum is rounded to 2^-11 of |log| (0.06 at 100 dB), an fp16 power rounded to 2^-11 of
 itself moves its log by 2^-11 only.
+
+A Log of a value scaled by a constant beyond fp16 (``Log(x * 2^20 + 1)``: Silero VAD v4) runs on
+the host with its constant steps wherever its result goes: the Mul stays on the host (its weight
+would be inf), so a region starting after it would take the scaled value as an input -- inf in fp16
+for |x| > 2^-4 -- while the log of it is a few units.
 """
 from __future__ import annotations
 
@@ -37,6 +42,10 @@ CARRY = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", 
          "Split", "Slice", "Concat")
 SCALAR = ("Mul", "Div", "Add", "Max", "Clip")       # by a constant (Add: eps, Max / Clip: a floor)
 TAIL = ("Mul", "Div", "Add", "Sub", "Max", "Min")
+SCALED = ("a Log of a value the host scaled beyond fp16 (a Mul by a constant above 65504: on the host) and "
+          "its constant steps: on the host in fp32, the region reads the log (the scaled value would "
+          "overflow fp16 at the region's input)")
+FP16_MAX = 65504.0
 
 
 def _data(g: GraphIndex, n) -> List[str]:
@@ -105,6 +114,27 @@ def _from_host(g: GraphIndex, t: str, y: str, accelerated, depth: int):
     return reach, via
 
 
+def _scaled_beyond_fp16(g: GraphIndex, t: str) -> Optional[List[str]]:
+    """The nodes from a ``Mul`` by a constant above fp16's range (which fuse leaves on the host: its
+    weight would be inf) through constant ``SCALAR`` steps read by nothing else to ``t``, or None.
+    Silero VAD v4's ``Log(magnitude * 2^20 + 1)``: the region after the Mul received inf."""
+    nodes: List[str] = []
+    for _ in range(4):
+        n = g.producer.get(t)
+        if n is None or n.domain not in ("", "ai.onnx") or n.op_type not in SCALAR or len(n.output) != 1:
+            return None
+        data = _data(g, n)
+        if len(data) != 1 or len(g.consumers.get(n.output[0], [])) != 1 or n.output[0] in g.output_set:
+            return None
+        nodes.append(n.name)
+        if n.op_type == "Mul":
+            k = g.const(next(i for i in n.input if i != data[0]))
+            if k is not None and k.size and np.isfinite(k).all() and float(np.abs(k).min()) > FP16_MAX:
+                return nodes
+        t = data[0]
+    return None
+
+
 def host_nodes(g: GraphIndex, order, accelerated: Collection[str]) -> Dict[str, str]:
     """{name: reason} of the nodes of every Log whose result (after its constant affine tail) leaves the
     accelerator anyway -- a graph output, every reader an op type not in ``accelerated`` (no
@@ -114,6 +144,10 @@ def host_nodes(g: GraphIndex, order, accelerated: Collection[str]) -> Dict[str, 
     keep: Dict[str, str] = {}
     for n in order:
         if n.op_type != "Log" or n.domain not in ("", "ai.onnx") or not g.is_float(n.output[0]):
+            continue
+        scaled = _scaled_beyond_fp16(g, n.input[0])
+        if scaled:
+            keep.update(dict.fromkeys([n.name] + scaled, SCALED))
             continue
         tail, y = [n.name], n.output[0]
         while True:                                   # Log -> * c -> + c -> max(., c): on the host too
