@@ -263,3 +263,37 @@ def test_a_layer_whose_output_of_a_multi_output_node_is_unknown_is_listed_not_co
     assert len(res.unmapped) == 1
     assert "If 'pick' has outputs ['a', 'b']" in res.unmapped[0]["reason"]
     assert "its readers read ['a', 'b']" in res.unmapped[0]["reason"]
+
+
+@pytest.mark.parametrize("samples", [28, 40])
+def test_slices_of_a_1d_conv_compare_in_their_stored_order(tmp_path, samples, monkeypatch):
+    """A Conv1d's NHWC output squeezed to [1, W, C], then sliced / multiplied in the program (no
+    declared layout): each layer carries the conv's order ([1, W, K] for a [1, K, W] slice). 28
+    samples make the slices square (6 frames, 6 bins): they were compared as stored (5 false FAILs,
+    cosine -0.10 .. 0.53); 40 (9 frames) listed them as not compared (shapes differ)."""
+    from onnx_mrvl.testing.log_mel_models import stft_magnitude
+
+    m = stft_magnitude(samples=samples)
+    orig = str(tmp_path / "orig.onnx")
+    onnx.save(m, orig)
+    out = onnx_mrvl.convert(m).save(str(tmp_path / "out"))
+    res = compare_models(orig, out)
+    rows = {r.tensor: r for r in res.rows}
+    assert res.passed, res.to_text()
+    assert {"re", "im", "re2", "im2", "mag"} <= set(rows)
+    assert all(rows[t].source == "simulator" and rows[t].cosine > 0.9999 for t in ("re", "im", "mag"))
+    assert not [u for u in res.unmapped if u["tensor"].startswith("mrvl_region")]
+    # a wrong value in the layer holding ``im`` still fails there first
+    from onnx_mrvl.inspection import compare as cmp
+
+    def broken(*args, **kw):
+        layers, meta = capture(*args, **kw)
+        for layer in layers:
+            if layer["name"] == rows["im"].b_node:
+                layer["value"] = layer["value"][..., ::-1].copy()
+        return layers, meta
+
+    capture = cmp.capture_region
+    monkeypatch.setattr(cmp, "capture_region", broken)
+    first = compare_models(orig, out).first_failure
+    assert first.tensor == "im" and first.b_node == rows["im"].b_node
