@@ -208,6 +208,22 @@ def test_each_slice2d_layer_of_a_split_compares_against_its_own_output(tmp_path)
     assert rows["a"].source == rows["b"].source == "simulator" and rows["a"].b_node != rows["b"].b_node
 
 
+def _alter_layer(monkeypatch, name, change):
+    """compare sees ``change(value)`` as the simulator's output of layer ``name``."""
+    from onnx_mrvl.inspection import compare as cmp
+
+    capture = cmp.capture_region
+
+    def altered(*args, **kw):
+        layers, meta = capture(*args, **kw)
+        for layer in layers:
+            if layer["name"] == name:
+                layer["value"] = change(layer["value"])
+        return layers, meta
+
+    monkeypatch.setattr(cmp, "capture_region", altered)
+
+
 def _if_two_outputs(tmp_path, joined=False):
     from onnx_mrvl.testing.control_flow_models import if_two_outputs
 
@@ -236,17 +252,7 @@ def test_each_output_of_an_inlined_if_compares_against_its_own_layer(tmp_path, m
     assert main(["compare", orig, out, *shape, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pass"] is True
     # the layer holding b computes a wrong value: b is the first failing tensor, a still passes
-    from onnx_mrvl.inspection import compare as cmp
-
-    def broken(*args, **kw):
-        layers, meta = capture(*args, **kw)
-        for layer in layers:
-            if layer["name"] == rows["b"].b_node:
-                layer["value"] = layer["value"] * np.float32(1.1)
-        return layers, meta
-
-    capture = cmp.capture_region
-    monkeypatch.setattr(cmp, "capture_region", broken)
+    _alter_layer(monkeypatch, rows["b"].b_node, lambda v: v * np.float32(1.1))
     res = compare_models(orig, out, input_shapes={"state": [1, 8]})
     assert res.first_failure.tensor == "b" and res.first_failure.b_node == rows["b"].b_node
     assert {r.tensor: r for r in res.rows}["a"].passed
@@ -284,16 +290,6 @@ def test_slices_of_a_1d_conv_compare_in_their_stored_order(tmp_path, samples, mo
     assert all(rows[t].source == "simulator" and rows[t].cosine > 0.9999 for t in ("re", "im", "mag"))
     assert not [u for u in res.unmapped if u["tensor"].startswith("mrvl_region")]
     # a wrong value in the layer holding ``im`` still fails there first
-    from onnx_mrvl.inspection import compare as cmp
-
-    def broken(*args, **kw):
-        layers, meta = capture(*args, **kw)
-        for layer in layers:
-            if layer["name"] == rows["im"].b_node:
-                layer["value"] = layer["value"][..., ::-1].copy()
-        return layers, meta
-
-    capture = cmp.capture_region
-    monkeypatch.setattr(cmp, "capture_region", broken)
+    _alter_layer(monkeypatch, rows["im"].b_node, lambda v: v[..., ::-1].copy())
     first = compare_models(orig, out).first_failure
     assert first.tensor == "im" and first.b_node == rows["im"].b_node
