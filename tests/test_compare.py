@@ -271,15 +271,16 @@ def test_a_layer_whose_output_of_a_multi_output_node_is_unknown_is_listed_not_co
     assert "its readers read ['a', 'b']" in res.unmapped[0]["reason"]
 
 
-@pytest.mark.parametrize("samples", [28, 40])
-def test_slices_of_a_1d_conv_compare_in_their_stored_order(tmp_path, samples, monkeypatch):
+@pytest.mark.parametrize("samples,unnamed", [(28, False), (40, False), (28, True)])
+def test_slices_of_a_1d_conv_compare_in_their_stored_order(tmp_path, samples, unnamed, monkeypatch):
     """A Conv1d's NHWC output squeezed to [1, W, C], then sliced / multiplied in the program (no
     declared layout): each layer carries the conv's order ([1, W, K] for a [1, K, W] slice). 28
     samples make the slices square (6 frames, 6 bins): they were compared as stored (5 false FAILs,
-    cosine -0.10 .. 0.53); 40 (9 frames) listed them as not compared (shapes differ)."""
+    cosine -0.10 .. 0.53); 40 (9 frames) listed them as not compared (shapes differ). Unnamed
+    Slices are found by the name legalization gives them (``Slice_1``; they were not compared)."""
     from onnx_mrvl.testing.log_mel_models import stft_magnitude
 
-    m = stft_magnitude(samples=samples)
+    m = stft_magnitude(samples=samples, unnamed=unnamed)
     orig = str(tmp_path / "orig.onnx")
     onnx.save(m, orig)
     out = onnx_mrvl.convert(m).save(str(tmp_path / "out"))
@@ -288,8 +289,39 @@ def test_slices_of_a_1d_conv_compare_in_their_stored_order(tmp_path, samples, mo
     assert res.passed, res.to_text()
     assert {"re", "im", "re2", "im2", "mag"} <= set(rows)
     assert all(rows[t].source == "simulator" and rows[t].cosine > 0.9999 for t in ("re", "im", "mag"))
+    assert rows["im"].origin == (["Slice_2"] if unnamed else ["im"])
     assert not [u for u in res.unmapped if u["tensor"].startswith("mrvl_region")]
     # a wrong value in the layer holding ``im`` still fails there first
     _alter_layer(monkeypatch, rows["im"].b_node, lambda v: v[..., ::-1].copy())
     first = compare_models(orig, out).first_failure
     assert first.tensor == "im" and first.b_node == rows["im"].b_node
+
+
+def test_carry_order_keeps_or_gives_up_the_stored_order():
+    """stored_order.carry_order on program layers (no declared layout) after a Conv1d's NHWC output
+    [1, 1, W, C] (logical [1, C, 1, W]): carried through unit reshapes, slices and reshapes; a slice
+    of regrouped data is not known, and neither is what reads it (nothing maps: not compared)."""
+    from onnx_mrvl.inspection.stored_order import carry_order
+    from onnx_mrvl.inspection.tensors import LOGICAL, UNKNOWN
+
+    def layer(kind, in_shape, out_shape):
+        return {"layer_name": kind, "in_shape": in_shape, "value": np.zeros(out_shape, np.float32),
+                "storage": LOGICAL}
+
+    conv = Storage(NHWC)
+    x = np.random.default_rng(0).standard_normal((1, 6, 1, 5)).astype(np.float32)   # logical [1, C, 1, W]
+    sq = carry_order(layer("Squeeze", (1, 1, 5, 6), (1, 5, 6)), conv, None, {})
+    assert np.array_equal(sq.to_logical(x.transpose(NHWC).reshape(1, 5, 6), (1, 6, 5)), x.reshape(1, 6, 5))
+    half = carry_order(layer("Slice2D", (1, 5, 6), (1, 5, 3)), sq, None, {})   # channels 0..2, stored [1, W, 3]
+    assert half == Storage(flat_from=(5, 3), flat_perm=(1, 0))   # stored non-unit axes: W, then channels
+    stored = x.transpose(NHWC).reshape(1, 5, 6)[..., :3]
+    assert np.array_equal(half.to_logical(stored, (1, 3, 5)), x.reshape(1, 6, 5)[:, :3])
+    assert carry_order(layer("Mul2D", (1, 5, 3), (1, 5, 3)), half, None, {}) == half
+    flat = Storage(flat_from=(1, 1, 5, 6), flat_perm=NHWC)                   # as compare stores the Squeeze
+    regrouped = carry_order(layer("Reshape", (1, 5, 6), (1, 3, 10)), flat, None, {})
+    assert regrouped == flat                                                # a reshape moves no data
+    assert carry_order(layer("Slice2D", (1, 3, 10), (1, 3, 4)), regrouped, None, {}) == UNKNOWN
+    assert carry_order(layer("Sum2D", (1, 3, 4), (1, 3, 4)), UNKNOWN, None, {}) == UNKNOWN
+    assert UNKNOWN.to_logical(stored, stored.shape) is None
+    assert carry_order(layer("Conv2D", (1, 5, 6), (1, 5, 6)), sq, None, {}) is None   # not order-keeping
+    assert carry_order(layer("Mul2D", (1, 5, 6), (1, 5, 6)), LOGICAL, None, {}) is None

@@ -46,6 +46,7 @@ from .canonical import ModelLike, explicit_origin, load_model
 from .compare_result import CompareResult, TensorCompare
 from .inputs import feed_shapes, random_feeds
 from .layer_outputs import LayerOutputs
+from .stored_order import carry_order
 from .runner import capture_region, region_binary, region_nodes, run_all, whole_layers
 from .tensors import LAYOUT_PERMS, Storage, error_stats, graph_storage, layer_storage_in_reference
 
@@ -60,11 +61,16 @@ def _producers(model: onnx.ModelProto) -> Dict[str, Tuple[int, onnx.NodeProto]]:
 
 
 def _origin_index(model: onnx.ModelProto) -> Dict[str, List[int]]:
-    """original node name -> positions of A's nodes standing for it (by name, or A's own records)."""
+    """original node name -> positions of A's nodes standing for it (by name, the name legalization
+    gives an unnamed or duplicate-named node, or A's own records)."""
+    from ..legalize.prepare import node_names
+
     out: Dict[str, List[int]] = {}
-    for i, n in enumerate(model.graph.node):
+    for i, (n, legal) in enumerate(zip(model.graph.node, node_names(model.graph.node))):
         if n.name:
             out.setdefault(n.name, []).append(i)
+        if legal != n.name:
+            out.setdefault(legal, []).append(i)
         for o in explicit_origin(n) or []:
             if o != n.name:
                 out.setdefault(o, []).append(i)
@@ -208,17 +214,16 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
                 logical[layer["output"]] = src
             continue
         cands = sorted({i for o in layer["origin"] for i in quantized_map.positions(by_origin, o)})
-        a_node = ma.graph.node[cands[-1]] if cands else None
-        if a_node is None or not a_node.output:
-            continue
-        held, why = outputs.resolve(a_node, layer)
+        a_node = ma.graph.node[cands[-1]] if cands and ma.graph.node[cands[-1]].output else None
+        held, why = outputs.resolve(a_node, layer) if a_node is not None else (None, "")
         if held is None:
             layer["unmapped"] = why
-            continue
-        logical[layer["output"]] = quantized_map.layer_tensor(layer["origin"], held, cands[-1],
-                                                              prod_pos, a_users, b_names)
-        if src is not None:
-            layer["storage"] = layer_storage_in_reference(layer, a_node, src, in_store, prod_nodes)
+        else:
+            logical[layer["output"]] = quantized_map.layer_tensor(layer["origin"], held, cands[-1],
+                                                                  prod_pos, a_users, b_names)
+            if src is not None:
+                layer["storage"] = layer_storage_in_reference(layer, a_node, src, in_store, prod_nodes)
+        layer["storage"] = carry_order(layer, in_store, a_node, prod_nodes) or layer["storage"]
         stores[layer["output"]] = layer["storage"]
     return logical
 
@@ -257,10 +262,11 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
             ref = va[tensor]
             got = layer["storage"].to_logical(layer["value"], np.shape(ref))
             if got is None:
-                res.unmapped.append({"tensor": key, "node": layer["name"],
-                                     "reason": f"stored shape {list(layer['value'].shape)} "
-                                               f"({layer['storage'].describe()}) does not map onto "
-                                               f"{list(np.shape(ref))} of {tensor}"})
+                res.unmapped.append({"tensor": key, "node": layer["name"], "reason": (
+                    f"stored shape {list(layer['value'].shape)} ({layer['storage'].describe()}) does not map onto "
+                    f"{list(np.shape(ref))} of {tensor}" if layer["storage"].known else
+                    f"the order it stores {tensor} in is not known (it reads a permuted tensor through "
+                    f"layers that regroup its axes: inspection/stored_order.py)")})
                 continue
             if keep is not None and tensor not in rows:
                 keep(tensor, got)

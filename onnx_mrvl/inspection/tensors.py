@@ -34,13 +34,17 @@ class Storage:
 
     ``perm``: stored axis j holds logical axis ``perm[j]`` (None: stored as logical);
     ``flat_from``: the array is a row-major reshape of a tensor stored with ``flat_perm`` and shape
-    ``flat_from`` (a Reshape/Flatten run on stored data)."""
+    ``flat_from`` (a Reshape/Flatten run on stored data); ``known`` False: the stored order is not
+    known (nothing maps)."""
     perm: Optional[Tuple[int, ...]] = None
     flat_from: Optional[Tuple[int, ...]] = None
     flat_perm: Optional[Tuple[int, ...]] = None
+    known: bool = True
 
     def to_logical(self, x: np.ndarray, shape: Sequence[int]) -> Optional[np.ndarray]:
         """The logical array of logical ``shape`` (None when the stored data cannot be mapped)."""
+        if not self.known:
+            return None
         shape = tuple(int(d) for d in shape)
         try:
             if self.flat_from is not None:
@@ -61,6 +65,8 @@ class Storage:
         return y
 
     def describe(self) -> str:
+        if not self.known:
+            return "order not known"
         if self.flat_from is not None:
             return f"reshaped from stored {list(self.flat_from)}" + (" (NHWC)" if self.flat_perm == NHWC else "")
         if self.perm is None:
@@ -69,6 +75,7 @@ class Storage:
 
 
 LOGICAL = Storage()
+UNKNOWN = Storage(known=False)
 
 
 def _inverse(p: Sequence[int]) -> List[int]:
@@ -182,53 +189,7 @@ def layer_storage_in_reference(layer: dict, a_node: onnx.NodeProto, src: str, in
             return Storage(perm)
         if reached and in_store is not None and in_store.flat_from is not None:
             return in_store
-    if layer["layer_name"] in RESHAPES | KEEP_ORDER and st.perm is None and st.flat_from is None \
-            and in_store is not None and not _after_transpose(producers, a_node):
-        return _carried_order(layer, in_store) or st
     return st
-
-
-def _nonunit_view(store: Storage, shape: Sequence[int]) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
-    """(sizes, order) of the stored array of ``shape`` with its size-1 axes left out: stored non-unit
-    axis j holds the logical tensor's non-unit axis ``order[j]``; None when the data is no
-    permutation of a tensor up to size-1 axes (a reshape that regrouped axes) or is stored as logical."""
-    base, perm = (store.flat_from, store.flat_perm) if store.flat_from is not None else (tuple(shape), store.perm)
-    if perm is None or len(perm) != len(base) or [d for d in base if d != 1] != [d for d in shape if d != 1]:
-        return None
-    axes = [perm[j] for j, d in enumerate(base) if d != 1]
-    ranked = sorted(axes)
-    return tuple(d for d in base if d != 1), tuple(ranked.index(a) for a in axes)
-
-
-def _carried_order(layer: dict, in_store: Storage) -> Optional[Storage]:
-    """A program layer whose output the program declares in no layout but which reads a permuted
-    input (a 1-D conv's NHWC output squeezed to [N, W, C]): a reshape adding or removing size-1
-    axes, or a layer keeping its input's order (slice, elementwise, concat), carries the permutation
-    of the non-unit axes on (else the stored [N, W, K] of a slice [N, K, W] passes for the logical
-    order when W == K). None when it cannot be carried."""
-    view = _nonunit_view(in_store, layer["in_shape"])
-    out = tuple(int(d) for d in np.shape(layer["value"]) if d != 1)
-    if view is None or len(out) != len(view[1]) or view[1] == tuple(range(len(out))):
-        return None
-    if layer["layer_name"] in RESHAPES and out != view[0]:
-        return None
-    return Storage(flat_from=out, flat_perm=view[1])
-
-
-def _after_transpose(producers: Dict[str, onnx.NodeProto], a_node: onnx.NodeProto) -> bool:
-    """Whether ``a_node`` reads a Transpose of the reference (through identity ops and Q / DQ): the
-    fuse stage folds those into storage, so the input's order is relative to another tensor."""
-    t = a_node.input[0] if a_node.input else ""
-    for _ in range(64):
-        p = producers.get(t)
-        if p is None or not p.input:
-            return False
-        if p.op_type == "Transpose":
-            return True
-        if p.op_type not in IDENTITY_OPS + QDQ_OPS:
-            return False
-        t = p.input[0]
-    return False
 
 
 def folded_perm(producers: Dict[str, onnx.NodeProto], start: str, base: str,

@@ -69,16 +69,17 @@ def log_mel(samples: int = 400, *, declared: float = 32768.0, extra_linear_term:
     return m
 
 
-def stft_magnitude(bins: int = 6, samples: int = 28, seed: int = 0) -> onnx.ModelProto:
+def stft_magnitude(bins: int = 6, samples: int = 28, seed: int = 0, unnamed: bool = False) -> onnx.ModelProto:
     """Silero VAD's STFT front end: ``x [1,1,L] -> Conv1d (2 * bins filters, window 8, hop 4) ->
     Slice`` real / imaginary halves ``-> re^2 + im^2 -> Conv1d`` (4 channels). The default's
-    ``(L - 8) / 4 + 1 == bins`` frames make the sliced tensors square ([1, bins, bins])."""
+    ``(L - 8) / 4 + 1 == bins`` frames make the sliced tensors square ([1, bins, bins]).
+    ``unnamed``: the Slices have no names (as faster-whisper's Silero VAD v6)."""
     rng = np.random.default_rng(seed)
     w = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)   # noqa: E731
     i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
     nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="stft", strides=[4]),
-             helper.make_node("Slice", ["c", "s0", "e0", "ax"], ["re"], name="re"),
-             helper.make_node("Slice", ["c", "s1", "e1", "ax"], ["im"], name="im"),
+             helper.make_node("Slice", ["c", "s0", "e0", "ax"], ["re"], name="" if unnamed else "re"),
+             helper.make_node("Slice", ["c", "s1", "e1", "ax"], ["im"], name="" if unnamed else "im"),
              helper.make_node("Mul", ["re", "re"], ["re2"], name="re2"),
              helper.make_node("Mul", ["im", "im"], ["im2"], name="im2"),
              helper.make_node("Add", ["re2", "im2"], ["mag"], name="mag"),
