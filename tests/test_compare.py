@@ -325,3 +325,26 @@ def test_carry_order_keeps_or_gives_up_the_stored_order():
     assert UNKNOWN.to_logical(stored, stored.shape) is None
     assert carry_order(layer("Conv2D", (1, 5, 6), (1, 5, 6)), sq, None, {}) is None   # not order-keeping
     assert carry_order(layer("Mul2D", (1, 5, 6), (1, 5, 6)), LOGICAL, None, {}) is None
+
+
+def test_model_whose_regions_are_all_inside_an_if_body(tmp_path, capsys):
+    """A converted model whose only regions sit in If branches (Silero VAD v4 as openWakeWord ships
+    it) runs in onnx_mrvl's session, not plain onnxruntime ("mrvl:Subgraph_3x3 is not a registered
+    function/op", exit 3 before); its outputs compare, and a wrong reference still fails."""
+    from onnx_mrvl.testing.control_flow_models import vad_branches
+
+    m = vad_branches()
+    orig = str(tmp_path / "orig.onnx")
+    onnx.save(m, orig)
+    out = onnx_mrvl.convert(m).save(str(tmp_path / "out"))
+    assert not [n for n in onnx.load(out).graph.node if n.domain == "mrvl"]     # regions only in bodies
+    res = compare_models(orig, out)
+    rows = {r.tensor: r for r in res.rows}
+    assert res.passed and {"output", "hn", "cn"} <= set(rows), res.to_text()
+    assert rows["hn"].cosine > 0.9999
+    assert main(["compare", orig, out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pass"] is True
+    other = vad_branches(seed=1)                       # other weights: the outputs differ
+    onnx.save(other, str(tmp_path / "other.onnx"))
+    assert main(["compare", str(tmp_path / "other.onnx"), out]) == 1
+    capsys.readouterr()
