@@ -6,7 +6,9 @@ to A's layout (``tensors.Storage``). Inside an accelerator region onnxruntime se
 ``Subgraph`` node's binary runs on the simulator fed with the region inputs of B's run, and every
 layer maps to the output of the last original node of its ``origin`` (the fuse convention: a Mrvl
 node's output keeps the name of its group's last original output); of a node of several outputs, to
-the one ``layer_outputs.py`` finds it holds, else the layer is listed as not compared, with the reason.
+the one ``layer_outputs.py`` finds it holds. A layer the program declares no layout for holds its
+data in the order ``stored_order.py`` carries from its input. A layer whose tensor or order is not
+known is listed as not compared, with the reason.
 
 Tolerance (fp16-aware): a tensor passes when ``max|ref - got| <= atol + rtol * max|ref|``.
 fp16 has an 11-bit significand (relative rounding 2**-11 ~ 4.9e-4 per value); every layer rounds
