@@ -93,12 +93,12 @@ def _prefix(node: onnx.NodeProto, attr_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{node.name}.{attr_name}")
 
 
-def _all_nodes(graph: onnx.GraphProto):
+def all_nodes(graph: onnx.GraphProto):
     """The nodes of ``graph`` and of the bodies nested in it."""
     for n in graph.node:
         yield n
         for _, a in _bodies(n):
-            yield from _all_nodes(a.g)
+            yield from all_nodes(a.g)
 
 
 def _adopt(result, body: onnx.GraphProto, prefix: str, copied: List[str], outer: Set[str], embed: bool
@@ -107,7 +107,7 @@ def _adopt(result, body: onnx.GraphProto, prefix: str, copied: List[str], outer:
     formal inputs and outputs, copied outer initializers dropped, shadowing names renamed."""
     new = onnx.GraphProto()
     new.CopyFrom(result.model.graph)
-    nodes = list(_all_nodes(new))    # a nested body's Subgraph nodes too (an If inside a branch)
+    nodes = list(all_nodes(new))    # a nested body's Subgraph nodes too (an If inside a branch)
     for sg in result.subgraphs:
         name = f"{prefix}.{sg.name}"
         for n in nodes:

@@ -5,7 +5,10 @@ of B maps to the tensor of A with its logical name (``tensors.logical_name``) an
 to A's layout (``tensors.Storage``). Inside an accelerator region onnxruntime sees nothing, so each
 ``Subgraph`` node's binary runs on the simulator fed with the region inputs of B's run, and every
 layer maps to the output of the last original node of its ``origin`` (the fuse convention: a Mrvl
-node's output keeps the name of its group's last original output).
+node's output keeps the name of its group's last original output); of a node of several outputs, to
+the one ``layer_outputs.py`` finds it holds. A layer the program declares no layout for holds its
+data in the order ``stored_order.py`` carries from its input. A layer whose tensor or order is not
+known is listed as not compared, with the reason.
 
 Tolerance (fp16-aware): a tensor passes when ``max|ref - got| <= atol + rtol * max|ref|``.
 fp16 has an 11-bit significand (relative rounding 2**-11 ~ 4.9e-4 per value); every layer rounds
@@ -32,7 +35,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -44,6 +47,8 @@ from . import qdq_codes, qdq_probes, quantized_map, snr
 from .canonical import ModelLike, explicit_origin, load_model
 from .compare_result import CompareResult, TensorCompare
 from .inputs import feed_shapes, random_feeds
+from .layer_outputs import LayerOutputs
+from .stored_order import carry_order
 from .runner import capture_region, region_binary, region_nodes, run_all, whole_layers
 from .tensors import LAYOUT_PERMS, Storage, error_stats, graph_storage, layer_storage_in_reference
 
@@ -58,11 +63,16 @@ def _producers(model: onnx.ModelProto) -> Dict[str, Tuple[int, onnx.NodeProto]]:
 
 
 def _origin_index(model: onnx.ModelProto) -> Dict[str, List[int]]:
-    """original node name -> positions of A's nodes standing for it (by name, or A's own records)."""
+    """original node name -> positions of A's nodes standing for it (by name, the name legalization
+    gives an unnamed or duplicate-named node, or A's own records)."""
+    from ..legalize.prepare import node_names
+
     out: Dict[str, List[int]] = {}
-    for i, n in enumerate(model.graph.node):
+    for i, (n, legal) in enumerate(zip(model.graph.node, node_names(model.graph.node))):
         if n.name:
             out.setdefault(n.name, []).append(i)
+        if legal != n.name:
+            out.setdefault(legal, []).append(i)
         for o in explicit_origin(n) or []:
             if o != n.name:
                 out.setdefault(o, []).append(i)
@@ -182,23 +192,6 @@ def _region_output_storage(mb: onnx.ModelProto, binaries: Dict[str, bytes]) -> D
     return out
 
 
-def _slice_output(a_node: onnx.NodeProto, layer: Dict[str, Any], shapes: Mapping[str, Sequence[int]]) -> str:
-    """The output of A's node a layer computes: for a Slice2D of a multi-output Split, the output
-    whose channel range starts where the layer's does; else the first output."""
-    outs = list(a_node.output)
-    if layer["layer_name"] != "Slice2D" or len(outs) < 2:
-        return outs[0]
-    start = 0
-    for o in outs:
-        shape = shapes.get(o)
-        if not o or shape is None or len(shape) < 2:
-            break
-        if start == layer["params"].get("start"):
-            return o
-        start += int(shape[1])
-    return outs[0]
-
-
 def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shapes, b_names=frozenset()
                    ) -> Dict[int, str]:
     """Program tensor id -> logical tensor name of A; fixes the storage of reshape layers.
@@ -211,6 +204,9 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
             a_users.setdefault(i, []).append(n)
     for spec, t in zip(meta.get("inputs") or [], node.input):
         logical[int(spec["tensor"])] = storage[t][0] if t in storage else t
+    named = {int(spec["tensor"]): storage[t][0] if t in storage else t
+             for spec, t in zip(meta.get("outputs") or [], node.output)}
+    outputs = LayerOutputs(ma, by_origin, layers, named, shapes)
     stores: Dict[int, Storage] = {}   # tensor id -> its storage, as fixed here
     for layer in layers:
         src = logical.get(layer["inputs"][0]) if layer["inputs"] else None
@@ -220,14 +216,16 @@ def _layer_tensors(layers, meta, node, storage, ma, by_origin, prod_nodes, shape
                 logical[layer["output"]] = src
             continue
         cands = sorted({i for o in layer["origin"] for i in quantized_map.positions(by_origin, o)})
-        a_node = ma.graph.node[cands[-1]] if cands else None
-        if a_node is None or not a_node.output:
-            continue
-        logical[layer["output"]] = _slice_output(a_node, layer, shapes)
-        logical[layer["output"]] = quantized_map.layer_tensor(layer["origin"], logical[layer["output"]], cands[-1],
-                                                              prod_pos, a_users, b_names)
-        if src is not None:
-            layer["storage"] = layer_storage_in_reference(layer, a_node, src, in_store, prod_nodes)
+        a_node = ma.graph.node[cands[-1]] if cands and ma.graph.node[cands[-1]].output else None
+        held, why = outputs.resolve(a_node, layer) if a_node is not None else (None, "")
+        if held is None:
+            layer["unmapped"] = why
+        else:
+            logical[layer["output"]] = quantized_map.layer_tensor(layer["origin"], held, cands[-1],
+                                                                  prod_pos, a_users, b_names)
+            if src is not None:
+                layer["storage"] = layer_storage_in_reference(layer, a_node, src, in_store, prod_nodes)
+        layer["storage"] = carry_order(layer, in_store, a_node, prod_nodes) or layer["storage"]
         stores[layer["output"]] = layer["storage"]
     return logical
 
@@ -257,16 +255,20 @@ def _compare_regions(res, ma, mb, va, vb, rows, prod_a, outputs_a, binaries, sto
         n_cmp = 0
         for layer in whole_layers(layers):
             tensor = logical.get(layer["output"], "")
+            key = f"{node.name}/{layer['name']}"
+            if layer.get("unmapped"):
+                res.unmapped.append({"tensor": key, "node": layer["name"], "reason": layer["unmapped"]})
+                continue
             if tensor not in va or tensor not in prod_a:
                 continue
             ref = va[tensor]
             got = layer["storage"].to_logical(layer["value"], np.shape(ref))
-            key = f"{node.name}/{layer['name']}"
             if got is None:
-                res.unmapped.append({"tensor": key, "node": layer["name"],
-                                     "reason": f"stored shape {list(layer['value'].shape)} "
-                                               f"({layer['storage'].describe()}) does not map onto "
-                                               f"{list(np.shape(ref))} of {tensor}"})
+                res.unmapped.append({"tensor": key, "node": layer["name"], "reason": (
+                    f"stored shape {list(layer['value'].shape)} ({layer['storage'].describe()}) does not map onto "
+                    f"{list(np.shape(ref))} of {tensor}" if layer["storage"].known else
+                    f"the order it stores {tensor} in is not known (it reads a permuted tensor through "
+                    f"layers that regroup its axes: inspection/stored_order.py)")})
                 continue
             if keep is not None and tensor not in rows:
                 keep(tensor, got)

@@ -55,12 +55,15 @@ def expose_all(model: onnx.ModelProto, only=None) -> onnx.ModelProto:
 
 
 def make_session(model: onnx.ModelProto, model_dir: Optional[str]):
-    """onnx_mrvl.InferenceSession when ``model`` has region nodes, plain onnxruntime otherwise."""
+    """onnx_mrvl.InferenceSession when ``model`` has region nodes (also inside control-flow bodies),
+    plain onnxruntime otherwise."""
     import onnxruntime as ort
+
+    from ..bodies import all_nodes
 
     so = ort.SessionOptions()
     so.log_severity_level = 3          # graph-optimizer notices are not the user's concern here
-    if region_nodes(model):
+    if any(is_region_node(n) for n in all_nodes(model.graph)):   # a region in an If / Loop body too
         from ..ep import InferenceSession
         return InferenceSession(model, so, model_dir=model_dir, fp16_overflow="inf")   # compare reports infs
     try:

@@ -34,13 +34,17 @@ class Storage:
 
     ``perm``: stored axis j holds logical axis ``perm[j]`` (None: stored as logical);
     ``flat_from``: the array is a row-major reshape of a tensor stored with ``flat_perm`` and shape
-    ``flat_from`` (a Reshape/Flatten run on stored data)."""
+    ``flat_from`` (a Reshape/Flatten run on stored data); ``known`` False: the stored order is not
+    known (nothing maps)."""
     perm: Optional[Tuple[int, ...]] = None
     flat_from: Optional[Tuple[int, ...]] = None
     flat_perm: Optional[Tuple[int, ...]] = None
+    known: bool = True
 
     def to_logical(self, x: np.ndarray, shape: Sequence[int]) -> Optional[np.ndarray]:
         """The logical array of logical ``shape`` (None when the stored data cannot be mapped)."""
+        if not self.known:
+            return None
         shape = tuple(int(d) for d in shape)
         try:
             if self.flat_from is not None:
@@ -61,6 +65,8 @@ class Storage:
         return y
 
     def describe(self) -> str:
+        if not self.known:
+            return "order not known"
         if self.flat_from is not None:
             return f"reshaped from stored {list(self.flat_from)}" + (" (NHWC)" if self.flat_perm == NHWC else "")
         if self.perm is None:
@@ -69,6 +75,7 @@ class Storage:
 
 
 LOGICAL = Storage()
+UNKNOWN = Storage(known=False)
 
 
 def _inverse(p: Sequence[int]) -> List[int]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Dict
+from typing import Dict, List, Sequence
 
 import onnx
 from onnx import helper
@@ -23,22 +23,33 @@ def default_opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def name_nodes(graph: onnx.GraphProto) -> int:
-    """Give unnamed (or duplicate-named) nodes the name ``<OpType>_<index>``; returns how many."""
-    taken = {n.name for n in graph.node if n.name}
-    seen, renamed = set(), 0
-    for idx, n in enumerate(graph.node):
+def node_names(nodes: Sequence[onnx.NodeProto]) -> List[str]:
+    """The names ``name_nodes`` gives ``nodes``: unnamed (or duplicate-named) ones ``<OpType>_<index>``
+    (compare finds the original nodes a layer's origin names by these)."""
+    taken = {n.name for n in nodes if n.name}
+    seen, out = set(), []
+    for idx, n in enumerate(nodes):
         if n.name and n.name not in seen:
             seen.add(n.name)
+            out.append(n.name)
             continue
         base = f"{n.op_type}_{idx}" if not n.name else f"{n.name}_{idx}"
         name, k = base, 1
         while name in taken or name in seen:
             name, k = f"{base}_{k}", k + 1
-        n.name = name
         taken.add(name)
         seen.add(name)
-        renamed += 1
+        out.append(name)
+    return out
+
+
+def name_nodes(graph: onnx.GraphProto) -> int:
+    """Give unnamed (or duplicate-named) nodes the name ``<OpType>_<index>``; returns how many."""
+    renamed = 0
+    for n, name in zip(graph.node, node_names(graph.node)):
+        if n.name != name:
+            n.name = name
+            renamed += 1
     return renamed
 
 

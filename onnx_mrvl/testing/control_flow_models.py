@@ -275,3 +275,36 @@ def squeeze_if(seed: int = 0, last: int = 1, data_cond: bool = False,
     g = h.make_graph(nodes, "squeeze_if", [h.make_tensor_value_info("x", T.FLOAT, [2, "F"])],
                      [h.make_tensor_value_info(out, T.FLOAT, oshape)], inits)
     return _finish(g, opset)
+
+
+def if_two_outputs(seed: int = 0, hidden: int = 8, joined: bool = False) -> onnx.ModelProto:
+    """Silero-VAD-shaped state update: ``x [1,16] -> MatMul -> t``, then ``If(Shape(state)[0] == 1)``
+    with two results of one shape (then: ``a = Tanh(t), b = Sigmoid(t)``; else swapped), decided by
+    the state's static batch (convert with ``input_shapes={"state": [1, hidden]}``): ``a + state ->
+    MatMul -> ya`` and ``b * 2 -> yb``. ``joined``: one reader of both, ``a + b -> yb``."""
+    w = _rng(seed)
+
+    def branch(tag, first, second):
+        return h.make_graph([h.make_node(first, ["t"], [f"{tag}_a"], name=f"{tag}_a"),
+                             h.make_node(second, ["t"], [f"{tag}_b"], name=f"{tag}_b")], tag, [],
+                            [h.make_tensor_value_info(f"{tag}_a", T.FLOAT, [1, hidden]),
+                             h.make_tensor_value_info(f"{tag}_b", T.FLOAT, [1, hidden])])
+
+    last = h.make_node("Add", ["a", "b"], ["yb"], name="join") if joined else \
+        h.make_node("Mul", ["b", "two"], ["yb"], name="scale_b")
+    nodes = [h.make_node("MatMul", ["x", "W"], ["t"], name="proj"),
+             h.make_node("Shape", ["state"], ["shape"], name="shape"),
+             h.make_node("Gather", ["shape", "zero"], ["n"], name="batch", axis=0),
+             h.make_node("Equal", ["n", "one"], ["cond"], name="is_one"),
+             h.make_node("If", ["cond"], ["a", "b"], name="pick", then_branch=branch("then", "Tanh", "Sigmoid"),
+                         else_branch=branch("else", "Sigmoid", "Tanh")),
+             h.make_node("Add", ["a", "state"], ["sa"], name="add_state"),
+             h.make_node("MatMul", ["sa", "W2"], ["ya"], name="head_a"), last]
+    inits = [nh.from_array(w(16, hidden), "W"), nh.from_array(w(hidden, 4), "W2"),
+             nh.from_array(np.array(0, np.int64), "zero"), nh.from_array(np.array(1, np.int64), "one"),
+             nh.from_array(np.array(2.0, np.float32), "two")]
+    return _finish(h.make_graph(
+        nodes, "if_two_outputs", [h.make_tensor_value_info("x", T.FLOAT, [1, 16]),
+                                  h.make_tensor_value_info("state", T.FLOAT, ["B", hidden])],
+        [h.make_tensor_value_info("ya", T.FLOAT, [1, 4]), h.make_tensor_value_info("yb", T.FLOAT, [1, hidden])],
+        inits))

@@ -1,6 +1,7 @@
 """A conv-STFT log-mel front end as PyTorch exports it (openWakeWord's melspectrogram): int16-scale
 audio -> Unsqueeze -> Conv1d real / imag (Hann-windowed cos / sin) -> Unsqueeze + Transpose ->
-``re ** 2 + im ** 2`` -> mel MatMul -> Clip(1e-10, inf) -> Log -> * 10 / ln 10."""
+``re ** 2 + im ** 2`` -> mel MatMul -> Clip(1e-10, inf) -> Log -> * 10 / ln 10; and Silero VAD's
+STFT magnitude (one Conv1d, its output sliced into real / imaginary halves)."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,4 +66,30 @@ def log_mel(samples: int = 400, *, declared: float = 32768.0, extra_linear_term:
     m.ir_version = 7
     if declared:
         helper.set_model_props(m, {"mrvl.input_range.input": repr(float(declared))})
+    return m
+
+
+def stft_magnitude(bins: int = 6, samples: int = 28, seed: int = 0, unnamed: bool = False) -> onnx.ModelProto:
+    """Silero VAD's STFT front end: ``x [1,1,L] -> Conv1d (2 * bins filters, window 8, hop 4) ->
+    Slice`` real / imaginary halves ``-> re^2 + im^2 -> Conv1d`` (4 channels). The default's
+    ``(L - 8) / 4 + 1 == bins`` frames make the sliced tensors square ([1, bins, bins]).
+    ``unnamed``: the Slices have no names (as faster-whisper's Silero VAD v6)."""
+    rng = np.random.default_rng(seed)
+    w = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)   # noqa: E731
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)   # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="stft", strides=[4]),
+             helper.make_node("Slice", ["c", "s0", "e0", "ax"], ["re"], name="" if unnamed else "re"),
+             helper.make_node("Slice", ["c", "s1", "e1", "ax"], ["im"], name="" if unnamed else "im"),
+             helper.make_node("Mul", ["re", "re"], ["re2"], name="re2"),
+             helper.make_node("Mul", ["im", "im"], ["im2"], name="im2"),
+             helper.make_node("Add", ["re2", "im2"], ["mag"], name="mag"),
+             helper.make_node("Conv", ["mag", "W2"], ["y"], name="enc", pads=[1, 1])]
+    inits = [numpy_helper.from_array(w(2 * bins, 1, 8), "W"), numpy_helper.from_array(w(4, bins, 3), "W2"), i64("s0", [0]),
+             i64("e0", [bins]), i64("s1", [bins]), i64("e1", [2 * bins]), i64("ax", [1])]
+    frames = (samples - 8) // 4 + 1
+    g = helper.make_graph(nodes, "stft_magnitude", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, samples])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, frames])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
     return m
