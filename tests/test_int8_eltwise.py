@@ -218,6 +218,32 @@ def test_qdq_add_model_bit_exact(tmp_path, dtype, shared, mode):
     assert differ == 0
 
 
+def _bias_add_model(tmp_path, shape, codes, quants, et):
+    """``DQ(Q(x)) + DQ(codes) -> Q -> DQ`` saved and converted: (model path, converted folder, result).
+    ``quants``: ((s_x, z_x), (s_c, z_c), (s_y, z_y))."""
+    (sx, zx), (sc, zc), (sy, zy) = quants
+    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", et, [], [zx]),
+             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", et, [], [zc]),
+             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", et, [], [zy]),
+             onnx.numpy_helper.from_array(codes, "c_q")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
+             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
+             helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["d_c"]),
+             helper.make_node("Add", ["d_x", "d_c"], ["sum"], name="bias_add"),
+             helper.make_node("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
+             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
+    g = helper.make_graph(nodes, "qdq_bias_add", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    r = onnx_mrvl.convert(path, force=True)
+    out = str(tmp_path / "out")
+    r.save(out)
+    return path, out, r
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
 def test_qdq_add_of_a_constant_bit_exact(tmp_path, dtype):
     """``DQ(x) + DQ(constant codes) -> Q -> DQ`` (a bias Add): with U8 onnxruntime fuses QLinearAdd with
@@ -231,25 +257,7 @@ def test_qdq_add_of_a_constant_bit_exact(tmp_path, dtype):
     zx, zc, zy = (int(rng.integers(lo + 40, hi - 40)) for _ in range(3))
     grid_a, grid_b = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
     codes = grid_b.astype(npt).reshape(4096, 16)
-    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", et, [], [zx]),
-             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", et, [], [zc]),
-             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", et, [], [zy]),
-             onnx.numpy_helper.from_array(codes, "c_q")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
-             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
-             helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["d_c"]),
-             helper.make_node("Add", ["d_x", "d_c"], ["sum"], name="bias_add"),
-             helper.make_node("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
-             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
-    g = helper.make_graph(nodes, "qdq_bias_add", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096, 16])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    path = str(tmp_path / "m.onnx")
-    onnx.save(m, path)
-    r = onnx_mrvl.convert(path, force=True)
-    out = str(tmp_path / "out")
-    r.save(out)
+    path, out, _ = _bias_add_model(tmp_path, (1, 4096, 16), codes, ((sx, zx), (sc, zc), (sy, zy)), et)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -387,26 +395,8 @@ def test_qdq_bias_add_broadcast_runs_natively_bit_exact(tmp_path):
     if int8_native.lib() is None:
         pytest.skip(int8_native.why_disabled())
     rng = np.random.default_rng(11)
-    sx, sc, sy = 0.031, 0.017, 0.043
-    inits = [helper.make_tensor("s_x", TensorProto.FLOAT, [], [sx]), helper.make_tensor("z_x", TensorProto.UINT8, [], [121]),
-             helper.make_tensor("s_c", TensorProto.FLOAT, [], [sc]), helper.make_tensor("z_c", TensorProto.UINT8, [], [133]),
-             helper.make_tensor("s_y", TensorProto.FLOAT, [], [sy]), helper.make_tensor("z_y", TensorProto.UINT8, [], [117]),
-             onnx.numpy_helper.from_array(rng.integers(0, 256, 64).astype(np.uint8), "c_q")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["q_x"]),
-             helper.make_node("DequantizeLinear", ["q_x", "s_x", "z_x"], ["d_x"]),
-             helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["d_c"]),
-             helper.make_node("Add", ["d_x", "d_c"], ["sum"], name="bias_add"),
-             helper.make_node("QuantizeLinear", ["sum", "s_y", "z_y"], ["q_y"]),
-             helper.make_node("DequantizeLinear", ["q_y", "s_y", "z_y"], ["y"])]
-    g = helper.make_graph(nodes, "qdq_bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 64])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    path = str(tmp_path / "m.onnx")
-    onnx.save(m, path)
-    r = onnx_mrvl.convert(path, force=True)
-    out = str(tmp_path / "out")
-    r.save(out)
+    path, out, r = _bias_add_model(tmp_path, (1, 256, 64), rng.integers(0, 256, 64).astype(np.uint8),
+                                   ((0.031, 121), (0.017, 133), (0.043, 117)), TensorProto.UINT8)
     assert _sum2d_requants(out) == [["qlinear"]]
     sim = Simulator(r.subgraphs[0].binary)
     x = (rng.standard_normal((1, 256, 64)) * 2).astype(np.float32)
