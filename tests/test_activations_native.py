@@ -146,3 +146,36 @@ def test_post_in_c_reports_an_overflow_as_the_numpy_step_does():
     y = np.full(1001, 2.0, np.float32)
     y[5] = np.nan                                               # a full vector
     assert so.act_post(y.ctypes.data, y.size, 0, 2) == 0
+
+
+@pytest.mark.parametrize("where", ["dw", "pw"])
+def test_depthwise_pair_with_a_c_activation_is_not_fused_and_keeps_it(monkeypatch, where):
+    """A depthwise conv followed by a 1x1 conv (the dw_pw pair the plan runs as one pass) where one
+    of them has SiLU: the pair's kind 10 / 11 records have no activation pass, so it stays two
+    records and the SiLU is applied: the same bits as numpy's path."""
+    import onnx_mrvl
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx_mrvl.sim import Simulator
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 1, 3, 3)) * 0.4).astype(np.float32), "wd"),
+             numpy_helper.from_array((rng.standard_normal((16, 32, 1, 1)) * 0.3).astype(np.float32), "wp")]
+    dw_out = "ds" if where == "dw" else "d"
+    nodes = [helper.make_node("Conv", ["x", "wd"], ["d"], pads=[1, 1, 1, 1], group=32)]
+    if where == "dw":
+        nodes += [helper.make_node("Sigmoid", ["d"], ["dsg"]), helper.make_node("Mul", ["d", "dsg"], ["ds"])]
+    nodes.append(helper.make_node("Conv", [dw_out, "wp"], ["p"]))
+    nodes += [helper.make_node("Sigmoid", ["p"], ["psg"]), helper.make_node("Mul", ["p", "psg"], ["y"])] \
+        if where == "pw" else [helper.make_node("Identity", ["p"], ["y"])]
+    g = helper.make_graph(nodes, "dwpw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 28, 28])], inits)
+    r = onnx_mrvl.convert(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    x = rng.standard_normal((1, 32, 28, 28)).astype(np.float32)
+    sim = Simulator(r.subgraphs[0].binary)
+    fast = sim.run([x])[0]
+    recs = [e.rec for s in sim._static.segments if s[0] == "native" for e in s[1] if e.rec]
+    assert any(len(rec) == 15 and rec[12] for rec in recs)          # the SiLU finished in C
+    assert not any(rec[0] in (10, 11) for rec in recs)               # ... and so not paired
+    monkeypatch.setattr(N, "apply_", lambda a, s: False)
+    monkeypatch.setattr(N, "post_record", lambda fn: ())
+    slow = Simulator(r.subgraphs[0].binary).run([x])[0]
+    np.testing.assert_array_equal(bits(fast), bits(slow))

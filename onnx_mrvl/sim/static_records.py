@@ -92,9 +92,9 @@ def fp16_record(plan, e, step, name: str) -> bool:
     return False
 
 def _post_in_c(e, out_shape) -> None:
-    """A sigmoid / silu after a conv / FC kernel finished by ``run_steps`` itself (record words
-    12-14: _native_conv.c ``with_post``), when activations_native can: the step then needs no
-    numpy ``post`` and does not end its native segment."""
+    """A sigmoid / silu / gelu after a conv / FC kernel finished by ``run_steps`` itself (record
+    words 12-14: _native_conv.c ``with_post``), when activations_native can: the step then needs no
+    numpy ``post`` and does not end its native segment (plan_fusion never pairs such a record)."""
     if e.post is None:
         return
     from .activations_native import post_record
