@@ -74,7 +74,11 @@ lib, why_disabled = _LIBRARY.get, _LIBRARY.reason
 
 
 def _kind(name: str):
-    """The library and the C kind of activation ``name`` when it gives numpy's bits here, else None."""
+    """The library and the C kind of activation ``name`` when it gives numpy's bits here, else None
+    (also while the native kernels are off: numpy then, and the library is not tried -- a failed
+    load is remembered for the process)."""
+    if not native.on():
+        return None
     so = lib()
     if so is None or not so.same_bits.get(name):
         return None

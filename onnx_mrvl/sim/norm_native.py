@@ -52,7 +52,7 @@ lib, why_disabled = _LIBRARY.get, _LIBRARY.reason
 def row_sums(name: str, x: np.ndarray) -> Optional[np.ndarray]:
     """``ln_mean_f64_lanes`` / ``ln_lanes_fma_sum`` of the float32 rows ``x`` [rows, n], or None
     (no library, or rows it cannot take: the caller's numpy form computes them)."""
-    if x.dtype != F32 or x.ndim != 2 or not x.flags.c_contiguous or x.shape[1] == 0:
-        return None
+    if x.dtype != F32 or x.ndim != 2 or not x.flags.c_contiguous or x.shape[1] == 0 or not native.on():
+        return None                     # (native kernels off: not tried, so not remembered as failed)
     so = lib()
     return None if so is None else _call(so, name, x)
