@@ -376,8 +376,7 @@ class Int8Add:
         if self.operand is not None:
             if xb is not None:
                 raise ValueError("an int8 Sum2D with a constant operand takes one input")
-            vb = np.broadcast_to(self.operand.reshape(self.operand.shape[-xa.ndim:] if self.operand.ndim > xa.ndim
-                                                      else self.operand.shape), xa.shape)
+            vb = self.operand_as(self.operand, xa)
         elif xb is None or (xa.shape != xb.shape and not _broadcasts(xb.shape, xa.shape)):
             raise ValueError(f"int8 add of shapes {list(xa.shape)} and {None if xb is None else list(xb.shape)}")
         s, z, _ = self.c
@@ -398,7 +397,12 @@ class Int8Add:
 
     def _operand_codes(self, xa: np.ndarray) -> np.ndarray:
         """The constant's codes broadcast to ``xa``'s shape (its trailing axes, as the float operand)."""
-        c = self.operand_q
+        return self.operand_as(self.operand_q, xa)
+
+    @staticmethod
+    def operand_as(c: np.ndarray, xa: np.ndarray) -> np.ndarray:
+        """The constant ``c`` (values or codes) broadcast to ``xa``'s shape: its trailing axes (a
+        read-only view; int8_native tiles the values once per shape)."""
         return np.broadcast_to(c.reshape(c.shape[-xa.ndim:] if c.ndim > xa.ndim else c.shape), xa.shape)
 
 

@@ -358,15 +358,13 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
     tiled: dict = {}
 
-    def operand_as(xa: np.ndarray) -> np.ndarray:
+    def tiled_operand(xa: np.ndarray) -> np.ndarray:
         """The constant's dequantized values broadcast to ``xa``'s shape as one C-contiguous array
         (made once per shape): the kernel quantizes them back to the constant's codes, and each
         element's QLinearAdd is the same whether b is broadcast or not (numpy path: ``_operand_codes``)."""
         b = tiled.get(xa.shape)
         if b is None:
-            c = layer.operand
-            b = tiled[xa.shape] = np.ascontiguousarray(np.broadcast_to(
-                c.reshape(c.shape[-xa.ndim:] if c.ndim > xa.ndim else c.shape), xa.shape), F32)
+            b = tiled[xa.shape] = np.ascontiguousarray(layer.operand_as(layer.operand, xa), F32)
         return b
 
     def stage(xa: np.ndarray, xb: Optional[np.ndarray] = None, out=None, codes_in=(False, False), codes_out=False):
@@ -374,7 +372,7 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
             if xb is not None or (codes_in[1:] and codes_in[1]):
                 raise ValueError("an int8 Sum2D with a constant operand takes one input")
             try:
-                xb, codes_in = operand_as(xa), (codes_in[0], False)
+                xb, codes_in = tiled_operand(xa), (codes_in[0], False)
             except ValueError:
                 return None, layer.apply(xa)                 # its error
         if xb is None or xa.shape != xb.shape:
