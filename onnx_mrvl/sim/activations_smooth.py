@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import activations_native
+
 F32 = np.float32
 _FLT32_MAX = float(np.finfo(np.float32).max)
 _INV_SQRT2 = F32(0.7071067811865476)
@@ -46,8 +48,7 @@ def erfc(z: np.ndarray) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """In one native pass where it gives numpy's bits (activations_native.py), else ``numpy_gelu``."""
-    from .activations_native import apply_
-    if apply_(x, "gelu"):
+    if activations_native.apply_(x, "gelu"):
         return x
     return numpy_gelu(x)
 

@@ -14,6 +14,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .fp16 import round_fp16_
+from .norm_native import row_sums
 
 F32 = np.float32
 
@@ -43,14 +44,12 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
 
 def _lanes_fma_sum(d: np.ndarray) -> np.ndarray:
     """``numpy_lanes_fma_sum`` in C where it gives the same bits (norm_native.py)."""
-    from .norm_native import row_sums
     v = row_sums("ln_lanes_fma_sum", d)
     return numpy_lanes_fma_sum(d) if v is None else v
 
 
 def _mean_f64_lanes(x: np.ndarray) -> np.ndarray:
     """``numpy_mean_f64_lanes`` in C where it gives the same bits (norm_native.py)."""
-    from .norm_native import row_sums
     v = row_sums("ln_mean_f64_lanes", x)
     return numpy_mean_f64_lanes(x) if v is None else v
 
