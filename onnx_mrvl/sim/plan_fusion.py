@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Mapping, Sequence, Tuple
 
+from .static_records import has_post_in_c
+
 ENABLED = os.environ.get("ONNX_MRVL_SIM_DWPW", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -58,12 +60,6 @@ def _span(ptr: int, shape) -> Tuple[int, int]:
     return ptr, ptr + n
 
 
-def _post_in_c(e) -> bool:
-    """The record carries a sigmoid / silu / gelu that run_steps applies after the kernel (words
-    12-14, static_records._post_in_c): a fused pair's kind 10 / 11 records would drop it."""
-    return len(e.rec) > 12 and bool(e.rec[12])
-
-
 def _disjoint(u: Tuple[int, int], v: Tuple[int, int]) -> bool:
     return u[1] <= v[0] or v[1] <= u[0]
 
@@ -76,7 +72,7 @@ def fuse(entries: List, candidates: Mapping[int, int], shapes: Mapping) -> int:
     for i, j in candidates.items():
         a, b = entries[i], entries[j]
         if a.rec is None or b.rec is None or a.rec[0] != 2 or b.rec[0] != 1 or a.post is not None \
-                or _post_in_c(a) or _post_in_c(b):      # dw_pw has no activation pass of its own
+                or has_post_in_c(a.rec) or has_post_in_c(b.rec):   # dw_pw has no activation pass: it would drop it
             continue
         dd, cd = a.keep[1], b.keep[1]
         if a.keep[2] != a.rec[1] or b.keep[2] != b.rec[1]:

@@ -104,6 +104,11 @@ def _post_in_c(e, out_shape) -> None:
         e.post = None
 
 
+def has_post_in_c(rec) -> bool:
+    """The record carries an activation ``run_steps`` applies after its kernel (``_post_in_c``)."""
+    return len(rec) > 12 and bool(rec[12])
+
+
 def _binary(plan, e, step, mul: bool) -> bool:
     spec, shapes = step.spec, plan.shapes
     a_id = step.ins[0]
