@@ -179,3 +179,22 @@ def test_depthwise_pair_with_a_c_activation_is_not_fused_and_keeps_it(monkeypatc
     monkeypatch.setattr(N, "post_record", lambda fn: ())
     slow = Simulator(r.subgraphs[0].binary).run([x])[0]
     np.testing.assert_array_equal(bits(fast), bits(slow))
+
+
+def test_overflow_after_an_activation_finished_in_c_raises(tmp_path):
+    """SiLU of a conv output beyond fp16's range, finished inside run_steps: act_post's finiteness
+    answer reaches the session, which raises our error naming the layer instead of returning inf."""
+    import onnx_mrvl
+    from onnx_mrvl.errors import MrvlRuntimeError
+    model, shape = _act_model("silu")
+    r = onnx_mrvl.convert(model)
+    r.save(str(tmp_path / "o"))
+    sess = onnx_mrvl.InferenceSession(str(tmp_path / "o" / "model.onnx"))
+    from onnx_mrvl.sim import Simulator
+    sim = Simulator(r.subgraphs[0].binary)
+    sim.run([np.zeros(shape, np.float32)])
+    assert any(e.rec is not None and len(e.rec) == 15 and e.rec[12]
+               for s in sim._static.segments if s[0] == "native" for e in s[1])
+    assert np.isfinite(sess.run(None, {"x": np.full(shape, 30.0, np.float32)})[0]).all()
+    with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
+        sess.run(None, {"x": np.full(shape, 30000.0, np.float32)})
