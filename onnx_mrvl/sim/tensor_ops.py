@@ -182,11 +182,11 @@ def slice_channels(x: np.ndarray, axis: int, start: int, end: int, out: Optional
     """Entries [start, end) of ``axis`` of the stored layout (3 = NHWC channels), step 1, as a
     contiguous copy (the values are already fp16: no rounding); into ``out`` when given."""
     axis = int(axis) % x.ndim
-    index = (slice(None),) * axis + (slice(int(start), int(end)),)
-    if _into(out, x) and out.shape == x[index].shape:
-        np.copyto(out, x[index])
+    part = x[(slice(None),) * axis + (slice(int(start), int(end)),)]
+    if _into(out, x) and out.shape == part.shape:
+        np.copyto(out, part)
         return out
-    return np.array(x[index], dtype=F32, order="C", copy=True)
+    return np.array(part, dtype=F32, order="C", copy=True)
 
 
 def reshape(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
