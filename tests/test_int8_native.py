@@ -307,7 +307,32 @@ def test_region_input_fake_quant():
         a.reshape(-1)[3:40] = ((rng.integers(-60, 60, 37) + 0.5) * np.float32(q[0])).astype(np.float32)   # ties
         out = np.empty_like(a)
         int8_native.fake_quant_into(a, out, q)
-        np.testing.assert_array_equal(out, int8.fake_quant(a, *q))
+        np.testing.assert_array_equal(out, int8.numpy_fake_quant(a, *q))
+
+
+def test_fake_quant_and_centered_codes_natively_bit_exact():
+    """int8.fake_quant / centered_codes from NATIVE_MIN values on take i8_fake_quant's one pass
+    (Requantize, int8 BatchMatMul, int8_out layers): the same bits as the numpy forms on random bit
+    patterns, NaN / inf, exact ties and codes times the scale, for int8 and uint8, odd sizes."""
+    if int8_native.lib() is None:
+        pytest.skip(f"no native int8 kernels: {int8_native.why_disabled()}")
+    rng = np.random.default_rng(7)
+    for t in range(12):
+        q = _random_q(rng, ("int8", "uint8")[t % 2])
+        n = int8.NATIVE_MIN + int(rng.integers(0, 3000))
+        a = (rng.standard_normal(n) * 10 ** rng.uniform(-1, 3)).astype(np.float32)
+        a[:200] = rng.integers(0, 2 ** 32, 200, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        a[200:203] = [np.nan, np.inf, -np.inf]
+        a[203:240] = ((rng.integers(-60, 60, 37) + 0.5) * np.float32(q[0])).astype(np.float32)   # ties
+        a[240:300] = (rng.integers(-128, 256, 60) * np.float32(q[0])).astype(np.float32)        # codes
+        a = a.reshape(1, -1) if t % 3 else a
+        got = int8_native.fake_quant_native(a, q)
+        assert got is not None and got.shape == a.shape
+        np.testing.assert_array_equal(got.view(np.uint32), int8.numpy_fake_quant(a, *q).view(np.uint32))
+        np.testing.assert_array_equal(int8.fake_quant(a, *q).view(np.uint32), got.view(np.uint32))
+        want = (int8.quantize(a, *q) - q[1]).astype(np.float32)
+        np.testing.assert_array_equal(int8.centered_codes(a, *q), want)
+        np.testing.assert_array_equal(int8_native.fake_quant_native(a.astype(np.float64), q, centered=True), want)
 
 
 def _codes(y: np.ndarray, q) -> np.ndarray:

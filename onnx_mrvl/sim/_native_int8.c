@@ -893,7 +893,8 @@ int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) 
     return 1;
 }
 
-/* DequantizeLinear(QuantizeLinear(x)) of a region input (int8.fake_quant): prm = [s, 1/s, exact, z, lo, hi] */
+/* DequantizeLinear(QuantizeLinear(x)) (int8.fake_quant): (q - z) * m with prm = [s, 1/s, exact, z, lo, hi, m]:
+ * m = s, or m = 1 for the codes less their zero point (int8.centered_codes) */
 typedef struct { const float *x; float *out; const float *p; long n, step; } fqjob;
 
 static void fq_part(void *arg, long part) {
@@ -903,7 +904,7 @@ static void fq_part(void *arg, long part) {
     for (; i < i1; i += 16) {
         __mmask16 m = i1 - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (i1 - i)) - 1);
         __m512 q = quant_f(_mm512_maskz_loadu_ps(m, j->x + i), p[0], p[1], (long)p[2], (long)p[3], (long)p[4], (long)p[5]);
-        _mm512_mask_storeu_ps(j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(p[3])), _mm512_set1_ps(p[0])));
+        _mm512_mask_storeu_ps(j->out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(p[3])), _mm512_set1_ps(p[6])));
     }
 }
 

@@ -49,9 +49,32 @@ def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     return q.astype(np.int32)
 
 
+NATIVE_MIN = 2048      # values from which fake_quant / centered_codes take the native pass (int8_native)
+
+
 def fake_quant(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     """DequantizeLinear(QuantizeLinear(x)): what the host hands an int8 region input (qscale)."""
+    if np.size(x) >= NATIVE_MIN:
+        from .int8_native import fake_quant_native
+        y = fake_quant_native(x, (scale, zp, dtype))
+        if y is not None:
+            return y
+    return numpy_fake_quant(x, scale, zp, dtype)
+
+
+def numpy_fake_quant(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    """``fake_quant`` in numpy (the native pass gives the same bits)."""
     return ((quantize(x, scale, zp, dtype) - zp).astype(F32) * F32(scale)).astype(F32)
+
+
+def centered_codes(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    """``quantize(x) - zp`` as float32 (exact: |q - z| <= 255)."""
+    if np.size(x) >= NATIVE_MIN:
+        from .int8_native import fake_quant_native
+        y = fake_quant_native(x, (scale, zp, dtype), centered=True)
+        if y is not None:
+            return y
+    return (quantize(x, scale, zp, dtype) - zp).astype(F32)
 
 
 

@@ -14,7 +14,7 @@ from typing import Mapping, Tuple
 
 import numpy as np
 
-from .int8 import ACC_LIMIT, QRANGE, fake_quant, quantize
+from .int8 import ACC_LIMIT, QRANGE, centered_codes, fake_quant, quantize
 from .matmul import BatchMatMul
 from . import ort_reduce
 
@@ -71,8 +71,8 @@ class Int8BatchMatMul(BatchMatMul):
 
     def apply(self, a: np.ndarray, b: np.ndarray):
         shape = self.output_shape(a.shape, b.shape)
-        ca = (quantize(a, *self.a) - self.a[1]).astype(np.float64)
-        cb = (quantize(b, *self.b) - self.b[1]).astype(np.float64)
+        ca = centered_codes(a, *self.a).astype(np.float64)
+        cb = centered_codes(b, *self.b).astype(np.float64)
         al = np.transpose(ca, [list(self.a_perm).index(i) for i in range(a.ndim)]) if self.a_perm else ca
         pb = self._b_perm(b.ndim)
         bl = np.transpose(cb, [list(pb).index(i) for i in range(b.ndim)]) if pb else cb
