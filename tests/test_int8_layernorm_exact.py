@@ -123,3 +123,32 @@ def test_native_layernorm_sums_are_the_numpy_forms_bit_for_bit(n):
                              ("ln_lanes_fma_sum", norm_ops.numpy_lanes_fma_sum)):
         got = norm_native.row_sums(native_name, x)
         np.testing.assert_array_equal(got.view(np.uint32), ref(x).view(np.uint32))
+
+
+@pytest.mark.parametrize("n", [8, 13, 100, 129, 384, 771])
+def test_native_layernorm_kernels_are_the_numpy_forms_bit_for_bit(n):
+    """norm_native's whole LayerNorm kernels (``ln_ort_rows``: onnxruntime's, the int8_out layer;
+    ``ln_numpy_rows``: the fp16 layer's numpy pairwise means) against the numpy forms they replace,
+    with and without beta, on rows of magnitudes 1e-4 .. 1e4 and constant rows; through the layer
+    functions, which take the native kernel from MIN_SIZE values on."""
+    from onnx_mrvl.sim import native, norm_native, norm_ops
+    from onnx_mrvl.sim.fp16 import round_fp16_
+    if not native.on():
+        pytest.skip(native.why_disabled())
+    assert norm_native.lib() is not None, norm_native.why_disabled()
+    rng = np.random.default_rng(n + 7)
+    x = (rng.standard_normal((2, 37, n)) * 10 ** rng.uniform(-4, 4, (2, 37, 1)) + rng.standard_normal((2, 37, 1))).astype(np.float32)
+    x[0, :3] = x[0, :3, :1]                                   # variance 0
+    g = (1 + 0.3 * rng.standard_normal(n)).astype(np.float32)
+    for b in (None, (0.2 * rng.standard_normal(n)).astype(np.float32)):
+        for eps in (1e-5, 1e-12):
+            assert norm_native.layernorm_rows("ln_ort_rows", x, -1, eps, g, b) is not None
+            y, ok = norm_ops.layernorm_onnxruntime(x, -1, eps, g, b)
+            want = norm_ops.numpy_layernorm_onnxruntime(x, -1, eps, g, b, pure=True)
+            assert ok and np.array_equal(y.view(np.uint32), want.view(np.uint32)), int((y != want).sum())
+            y, ok = norm_ops.layernorm(x, -1, eps, g, b)
+            want = norm_ops.numpy_layernorm(x, -1, eps, g, b)
+            assert ok == round_fp16_(want) and np.array_equal(y.view(np.uint32), want.view(np.uint32))
+    # another axis or layout: numpy (None from the native entry)
+    assert norm_native.layernorm_rows("ln_ort_rows", np.ascontiguousarray(x.transpose(0, 2, 1)), 1, 1e-5,
+                                      np.ones(37, np.float32), None) is None

@@ -14,7 +14,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .fp16 import round_fp16_
-from .norm_native import row_sums
+from .norm_native import layernorm_rows, row_sums
 
 F32 = np.float32
 
@@ -29,6 +29,16 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
     """``fp16`` False: the fp32 result, unrounded (an int8_out layer quantizes it); ``rms``: no mean
     subtracted (RMSNorm)."""
     axis = axis - x.ndim if axis >= 0 else axis
+    d = None if rms else layernorm_rows("ln_numpy_rows", x, axis, epsilon, gamma, beta)
+    if d is None:
+        d = numpy_layernorm(x, axis, epsilon, gamma, beta, rms)
+    return d, (round_fp16_(d) if fp16 else bool(np.isfinite(d).all()))
+
+
+def numpy_layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
+                    beta: Optional[np.ndarray] = None, rms: bool = False) -> np.ndarray:
+    """``layernorm``'s fp32 result in numpy (norm_native's ``ln_numpy_rows`` gives the same bits)."""
+    axis = axis - x.ndim if axis >= 0 else axis
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
         d = x.copy() if rms else x - np.mean(x, axis=axis, keepdims=True, dtype=F32)
@@ -39,7 +49,7 @@ def layernorm(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
         d *= _along(np.asarray(gamma, F32), axis, x.ndim)
         if beta is not None:
             d += _along(np.asarray(beta, F32), axis, x.ndim)
-    return d, (round_fp16_(d) if fp16 else bool(np.isfinite(d).all()))
+    return d
 
 
 def _lanes_fma_sum(d: np.ndarray) -> np.ndarray:
@@ -98,6 +108,17 @@ def numpy_mean_f64_lanes(x: np.ndarray) -> np.ndarray:
 
 def layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
                           beta: Optional[np.ndarray] = None, rms: bool = False) -> Tuple[np.ndarray, bool]:
+    """``numpy_layernorm_onnxruntime`` and its finiteness; its kernel rows (8 or more, not rms) over
+    the last axis in C (norm_native's ``ln_ort_rows``: the same bits)."""
+    last = axis - x.ndim if axis >= 0 else axis
+    y = None if rms or x.shape[last] < 8 else layernorm_rows("ln_ort_rows", x, last, epsilon, gamma, beta)
+    if y is None:
+        y = numpy_layernorm_onnxruntime(x, axis, epsilon, gamma, beta, rms)
+    return y, bool(np.isfinite(y).all())
+
+
+def numpy_layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.ndarray,
+                                beta: Optional[np.ndarray] = None, rms: bool = False, pure: bool = False) -> np.ndarray:
     """onnxruntime 1.32's fp32 LayerNormalization kernel on x86 (its AVX2 kernel; an int8_out
     LayerNorm quantizes this, as onnxruntime quantizes its kernel's result between DQ and Q), bit for
     bit with its output, mean and inverse std (rows of 8 or more): ``mean`` in float64
@@ -106,7 +127,8 @@ def layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.nd
     gamma, beta)``. ``rms`` (SimplifiedLayerNormalization / RMSNormalization, rows of 16 or more):
     no mean, ``y = fp32(x * r) * gamma`` (``+ beta`` after, when given). Shorter rows take another
     onnxruntime kernel: there the mean in float64, the variance of ``d`` in float64, ``r`` in fp32
-    (an ulp off its own in some rows). The fp32 result, unrounded."""
+    (an ulp off its own in some rows). The fp32 result, unrounded. ``pure``: the sums' numpy forms too
+    (norm_native's check of its C kernel, inside the library's loading)."""
     axis = axis - x.ndim if axis >= 0 else axis
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         x = np.asarray(x, F32)
@@ -117,10 +139,11 @@ def layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.nd
         g = np.asarray(gamma, F32).reshape(-1)
         b = None if beta is None else np.asarray(beta, F32).reshape(-1)
         kernel = n >= (16 if rms else 8)   # the AVX2 kernel's rows, as measured
-        d = rows if rms else rows - (_mean_f64_lanes(rows) if kernel else
+        mean_sum, square_sum = (numpy_mean_f64_lanes, numpy_lanes_fma_sum) if pure else (_mean_f64_lanes, _lanes_fma_sum)
+        d = rows if rms else rows - (mean_sum(rows) if kernel else
                                      np.mean(rows, axis=-1, dtype=np.float64).astype(F32))[:, None]
         if kernel:
-            v = _lanes_fma_sum(d)
+            v = square_sum(d)
             r = F32(1) / np.sqrt(v / F32(n) + F32(epsilon))
         else:
             var = np.mean(np.square(d, dtype=np.float64), axis=-1)
@@ -133,7 +156,7 @@ def layernorm_onnxruntime(x: np.ndarray, axis: int, epsilon: float, gamma: np.nd
         else:
             y = (y.astype(np.float64) * g + (0.0 if b is None else b)).astype(F32)   # one rounding (an FMA)
         y = np.moveaxis(y.reshape(shape), -1, axis)
-    return np.ascontiguousarray(y, dtype=F32), bool(np.isfinite(y).all())
+    return np.ascontiguousarray(y, dtype=F32)
 
 
 def softmax(x: np.ndarray, axis: int, nan_fill: Optional[float] = None) -> Tuple[np.ndarray, bool]:
