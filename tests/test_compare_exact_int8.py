@@ -86,7 +86,7 @@ def test_recoded_contrib_matmuls_are_exact(op):
         assert err(ort.InferenceSession(m.SerializeToString(), **SESSION).run(None, {"a": a})[0]) > 1e-2
 
 
-def test_dynamic_lstm_converted_is_close_to_the_exact_reference(tmp_path):
+def test_dynamic_lstm_converted_is_close_to_the_exact_reference(tmp_path, capsys):
     """quantize_dynamic's LSTM + MatMulInteger head (full-range int8 weights), an input far from 0 (large
     activation codes): one region, the LSTM an fp16 layer; ours within 1e-2 of onnxruntime's run of the
     u8-re-coded copy (measured 7.5e-3), onnxruntime's run of the original 0.146 from it here."""
@@ -112,5 +112,9 @@ def test_dynamic_lstm_converted_is_close_to_the_exact_reference(tmp_path):
     np.savez(str(tmp_path / "x.npz"), x=x)
     args = ["compare", dst, str(tmp_path / "out"), "--inputs", str(tmp_path / "x.npz")]
     assert main(args + ["--exact-int8"]) == 0
+    assert "note:" not in capsys.readouterr().err
     if mlas_u8s8.saturates():
         assert main(args) == 1
+        assert "2 integer op(s)" in capsys.readouterr().err   # the note names the saturable ops
+        main(["run", str(tmp_path / "out"), "--inputs", str(tmp_path / "x.npz"), "--compare", dst])
+        assert "--exact-int8" in capsys.readouterr().err

@@ -97,18 +97,14 @@ def _int8_reference(path: str, exact: bool):
     Without it, a note on stderr when onnxruntime's U8S8 kernels can saturate the reference here."""
     from ..inspection import exact_int8
     from ..inspection.canonical import load_model
-    from ..sim import mlas_u8s8
 
     if exact:
         recoded = exact_int8.u8_recoded(load_model(path))[0]
         recoded.graph.name = f"{path} (int8 weights re-coded u8: exact sums)"   # the report's label
         return recoded
-    ops = exact_int8.saturable(load_model(path)) if mlas_u8s8.saturates() else []
-    if ops:
-        sys.stderr.write(f"note: onnxruntime runs {len(ops)} integer op(s) of the reference with int8 weights beyond "
-                         f"7 bits ({', '.join(ops[:3])}{', ...' if len(ops) > 3 else ''}) on its U8S8 kernels, which "
-                         f"saturate pairs of products on this CPU (no VNNI); --exact-int8 compares with the model's "
-                         f"exact integer sums\n")
+    note = exact_int8.saturation_note(load_model(path))
+    if note:
+        sys.stderr.write(note + "\n")
     return path
 
 

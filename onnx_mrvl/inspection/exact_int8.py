@@ -13,7 +13,7 @@ the reference (docs/quantize.md "Dynamic int8 models": how to tell onnxruntime's
 conversion's error)."""
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -59,6 +59,20 @@ def saturable(model: onnx.ModelProto) -> List[str]:
             if np.abs(w).max() > SEVEN_BITS and name not in out:
                 out.append(name)
     return out
+
+
+def saturation_note(model: onnx.ModelProto) -> Optional[str]:
+    """What ``compare`` / ``run --compare`` print on stderr when onnxruntime's U8S8 kernels can
+    saturate this reference on this CPU (``mlas_u8s8.saturates()``), else None."""
+    from ..sim import mlas_u8s8
+
+    ops = saturable(model) if mlas_u8s8.saturates() else []
+    if not ops:
+        return None
+    return (f"note: onnxruntime runs {len(ops)} integer op(s) of the reference with int8 weights beyond 7 bits "
+            f"({', '.join(ops[:3])}{', ...' if len(ops) > 3 else ''}) on its U8S8 kernels, which saturate pairs "
+            f"of products on this CPU (no VNNI); `onnx-mrvl compare --exact-int8` compares with the model's exact "
+            f"integer sums")
 
 
 def u8_recoded(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, int]:
