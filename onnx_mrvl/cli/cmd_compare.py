@@ -54,6 +54,11 @@ def register(subparsers) -> None:
                         "numeric model) and judge each tensor: 'within fp16 rounding' (our error <= 2x the "
                         "baseline's) or 'exceeds the fp16 baseline' (a likely bug; exit code 1); "
                         "discontinuous outputs (ArgMax, Sign, comparisons, Where...) by the elements that flip")
+    p.add_argument("--exact-int8", action="store_true",
+                   help="run A with the int8 weights of its dynamic-int8 integer ops re-coded as uint8 + 128 "
+                        "(the same products; onnxruntime's U8U8 kernels sum them exactly): on x86 without VNNI "
+                        "onnxruntime's U8S8 kernels saturate pairs of products (docs/quantize.md \"Dynamic int8 "
+                        "models\")")
     p.add_argument("--limit", type=nonnegative_int, default=0, metavar="N", help="rows shown in text mode (0: all)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON (and nothing else)")
     p.set_defaults(func=run)
@@ -87,6 +92,22 @@ def _load_inputs(path: str, model_path: str):
     return feeds
 
 
+def _int8_reference(path: str, exact: bool):
+    """The reference: ``path``, or with ``--exact-int8`` its u8-re-coded copy (inspection/exact_int8.py).
+    Without it, a note on stderr when onnxruntime's U8S8 kernels can saturate the reference here."""
+    from ..inspection import exact_int8
+    from ..inspection.canonical import load_model
+
+    if exact:
+        recoded = exact_int8.u8_recoded(load_model(path))[0]
+        recoded.graph.name = f"{path} (int8 weights re-coded u8: exact sums)"   # the report's label
+        return recoded
+    note = exact_int8.saturation_note(load_model(path))
+    if note:
+        sys.stderr.write(note + "\n")
+    return path
+
+
 def run(args) -> int:
     from ..inspection.compare import compare_models
 
@@ -97,6 +118,7 @@ def run(args) -> int:
         raise UsageError("--input-shape and --inputs both give the input shapes",
                          hint="drop --input-shape: the arrays of --inputs have their shapes")
     feeds = _load_inputs(args.inputs, a) if args.inputs else None
+    a = _int8_reference(a, args.exact_int8)
     result = compare_models(a, b, feeds, atol=args.atol, rtol=args.rtol, seed=args.seed,
                             simulate=not args.no_sim, fp16_baseline=args.fp16_baseline,
                             input_shapes=shapes)

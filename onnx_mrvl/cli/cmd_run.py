@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 
 import numpy as np
@@ -53,6 +54,12 @@ def run(args) -> int:
                          hint="pass the model.onnx that `onnx-mrvl convert` wrote (OUT_DIR/model.onnx)")
     sess = InferenceSession(args.model, fp16_overflow="inf" if (args.allow_overflow or args.compare) else "raise")
     ref_sess = reference_session(args.compare, sess) if args.compare else None
+    if args.compare:
+        from ..inspection.exact_int8 import saturation_note
+        from ..modelio import load_model
+        note = saturation_note(load_model(args.compare))
+        if note:
+            sys.stderr.write(note + "\n")
     feeds = load_inputs(args.inputs, sess) if args.inputs else random_inputs(sess, args.seed)
     names = [o.name for o in sess.get_outputs()]
     times = []
