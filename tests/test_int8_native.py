@@ -496,3 +496,24 @@ def test_quantize_numpy_formula_matches_the_float64_one():
         dt = ("int8", "uint8")[t % 2]
         s, zp = float(np.float32(10 ** rng.uniform(-6, 2))), int(rng.integers(*int8.QRANGE[dt]))
         np.testing.assert_array_equal(int8.quantize(x, s, zp, dt), float64_form(x, s, zp, dt))
+
+
+@pytest.mark.parametrize("shapes", [((2, 12, 25, 32), (2, 12, 32, 25)), ((1, 4, 30, 64), (1, 4, 64, 7)),
+                                    ((3, 40, 300), (3, 300, 20))])     # K 300: the double sums
+def test_int8_batch_matmul_natively_bit_exact(shapes):
+    """Int8BatchMatMul's qlinear result through i8_bmm: the numpy form's bits (exact integer sums, MLAS's
+    requantization) for codes over the whole range, uint8 / int8 outputs, float32 and double sums."""
+    from onnx_mrvl.sim.int8_transformer import Int8BatchMatMul
+    if int8_native.lib() is None:
+        pytest.skip(f"no native int8 kernels: {int8_native.why_disabled()}")
+    rng = np.random.default_rng(sum(shapes[0]))
+    for dt, z in (("uint8", 128), ("int8", -3)):
+        p = {"in_scale": 0.05, "in_zero_point": 3, "in_dtype": "uint8", "in2_scale": 0.04, "in2_zero_point": -5,
+             "in2_dtype": "int8", "out_scale": 0.9, "out_zero_point": z, "out_dtype": dt}
+        mm = Int8BatchMatMul(p, False, 1.0, {})
+        al = (rng.integers(0, 256, shapes[0]) - 3).astype(np.float32)      # the centered codes
+        bl = (rng.integers(-128, 128, shapes[1]) + 5).astype(np.float32)
+        got = int8_native.batch_matmul_native(al, bl, mm.mult, mm.y)
+        want = mm.numpy_codes(al, bl)
+        assert got is not None and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert len(np.unique(want)) > 20                                   # not all saturated

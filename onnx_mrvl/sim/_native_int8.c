@@ -914,6 +914,46 @@ void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nth
     run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
 }
 
+/* ------------------------------------------------------------------ int8 BatchMatMul
+ * int8_transformer.Int8BatchMatMul (qlinear): out[b, i, j] = (q - z) s, q = min(hi, max(lo, rne(fp32(acc) m)
+ * + z)), acc = sum over p of a[b, i, p] c[b, p, j], the operands' codes less their zero points held as
+ * float32 (a [batch][m][k], c [batch][k][n]). |codes| <= 255: with k 255^2 < 2^24 every partial sum is an
+ * integer float32 holds exactly, whatever the order; else the sums run in double (exact too). The
+ * numpy form sums in float64 (exact) and rounds to float32: the same values. prm = [m, z, lo, hi, s] */
+void i8_bmm(const float *a, const float *c, float *out, long batch, long m, long k, long n, const float *prm) {
+    const float mult = prm[0], z = prm[1], lo = prm[2], hi = prm[3], s = prm[4];
+    const int f32 = k * 255L * 255L < (1L << 24);
+    float *accf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    double *accd = f32 ? NULL : malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    for (long b = 0; b < batch; b++)
+        for (long i = 0; i < m; i++) {
+            const float *ar = a + (b * m + i) * k, *cb = c + b * k * n;
+            if (f32) {
+                for (long j = 0; j < n; j++)
+                    accf[j] = 0.0f;
+                for (long p = 0; p < k; p++)
+                    for (long j = 0; j < n; j++)
+                        accf[j] += ar[p] * cb[p * n + j];
+            } else {
+                for (long j = 0; j < n; j++)
+                    accd[j] = 0.0;
+                for (long p = 0; p < k; p++)
+                    for (long j = 0; j < n; j++)
+                        accd[j] += (double)ar[p] * (double)cb[p * n + j];
+                for (long j = 0; j < n; j++)
+                    accf[j] = (float)accd[j];
+            }
+            float *o = out + (b * m + i) * n;
+            for (long j = 0; j < n; j++) {
+                float q = rintf(accf[j] * mult) + z;
+                q = q < lo ? lo : (q > hi ? hi : q);
+                o[j] = (q - z) * s;
+            }
+        }
+    free(accf);
+    free(accd);
+}
+
 /* ------------------------------------------------------------------ table lookup
  * out[r, o_off + c] = table[c or 0][u] for x [rows][c]: u = q_x + off = q_x - lo, the byte of the
  * input code (read from codes, or quantized as every int8 layer does). The int8 Lookup, and each

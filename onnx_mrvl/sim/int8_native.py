@@ -72,6 +72,8 @@ def _load() -> ctypes.CDLL:
     so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
     so.i8_fake_quant.restype = None
     so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+    so.i8_bmm.restype = None
+    so.i8_bmm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_void_p]
     so.i8_avgpool.restype = ctypes.c_int
     so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     so.i8_lookup.restype = ctypes.c_int
@@ -433,3 +435,20 @@ def _fq_params(q, centered: bool = False) -> np.ndarray:
 
 
 Prepared = _Prepared   # int8_in_native.py: the same packing and kernels, identity requantization
+
+
+def batch_matmul_native(al: np.ndarray, bl: np.ndarray, mult, out_q) -> Optional[np.ndarray]:
+    """int8_transformer.Int8BatchMatMul's qlinear result (the dequantized output codes) of the logical
+    operands' centered codes ``al`` [..., M, K], ``bl`` [..., K, N] (float32, equal leading axes) in
+    ``i8_bmm``, or None (no library, broadcast leading axes: numpy computes it)."""
+    m, k, n = al.shape[-2], al.shape[-1], bl.shape[-1]
+    if not ENABLED or not native.on() or al.shape[:-2] != bl.shape[:-2] or not m * k * n or lib() is None:
+        return None
+    s, z, dt = out_q
+    lo, hi = QRANGE[dt]
+    a = np.ascontiguousarray(al, F32)
+    b = np.ascontiguousarray(bl, F32)
+    out = np.empty(al.shape[:-1] + (n,), F32)
+    prm = np.array([mult, z, lo, hi, s], F32)
+    lib().i8_bmm(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size // (m * k), m, k, n, prm.ctypes.data)
+    return out

@@ -14,7 +14,8 @@ from typing import Mapping, Tuple
 
 import numpy as np
 
-from .int8 import ACC_LIMIT, QRANGE, centered_codes, fake_quant, quantize
+from .int8 import ACC_LIMIT, NATIVE_MIN, QRANGE, centered_codes, fake_quant, quantize
+from .int8_native import batch_matmul_native
 from .matmul import BatchMatMul
 from . import ort_reduce
 
@@ -71,21 +72,33 @@ class Int8BatchMatMul(BatchMatMul):
 
     def apply(self, a: np.ndarray, b: np.ndarray):
         shape = self.output_shape(a.shape, b.shape)
-        ca = centered_codes(a, *self.a).astype(np.float64)
-        cb = centered_codes(b, *self.b).astype(np.float64)
+        ca = centered_codes(a, *self.a)
+        cb = centered_codes(b, *self.b)
         al = np.transpose(ca, [list(self.a_perm).index(i) for i in range(a.ndim)]) if self.a_perm else ca
         pb = self._b_perm(b.ndim)
         bl = np.transpose(cb, [list(pb).index(i) for i in range(b.ndim)]) if pb else cb
         if al.shape[-1] * 255 * 255 >= ACC_LIMIT:
             raise ValueError(f"K={al.shape[-1]} products could overflow the int32 accumulator")
+        y = None if self.float_path or np.size(al) + np.size(bl) < NATIVE_MIN else \
+            batch_matmul_native(al, bl, self.mult, self.y)
+        if y is None:
+            y = self.numpy_codes(al, bl)
+        if self.out_perm:
+            y = np.transpose(y, self.out_perm)
+        return np.ascontiguousarray(y).reshape(shape), True
+
+    def numpy_codes(self, al: np.ndarray, bl: np.ndarray) -> np.ndarray:
+        """The dequantized output codes of the logical operands' centered codes, in numpy
+        (``int8_native.batch_matmul_native`` gives the same bits for the qlinear form)."""
         s, z, dt = self.y
         lo, hi = QRANGE[dt]
+        al, bl = al.astype(np.float64), bl.astype(np.float64)
         if self.float_path:
             q = np.clip(np.rint((self._float_sums(al, bl) / F32(s)).astype(F32)) + z, lo, hi)
         else:
             acc = np.matmul(al, bl)                       # exact integers in float64
             q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
-        y = ((q - z).astype(F32) * F32(s)).astype(F32)
+        return ((q - z).astype(F32) * F32(s)).astype(F32)
         if self.out_perm:
             y = np.transpose(y, self.out_perm)
         return np.ascontiguousarray(y).reshape(shape), True
