@@ -99,9 +99,6 @@ class Int8BatchMatMul(BatchMatMul):
             acc = np.matmul(al, bl)                       # exact integers in float64
             q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
         return ((q - z).astype(F32) * F32(s)).astype(F32)
-        if self.out_perm:
-            y = np.transpose(y, self.out_perm)
-        return np.ascontiguousarray(y).reshape(shape), True
 
 
 def build_int8_batch_matmul(spec, transpose_b: int, alpha: float, perms: Mapping):
