@@ -26,7 +26,7 @@ def test_library_loads_and_passes_its_numpy_check():
 
 
 @pytest.mark.parametrize("name", sorted(REFS))
-@pytest.mark.parametrize("n", [512, 513, 8191, (1 << 14) * 3 + 5])
+@pytest.mark.parametrize("n", [16, 21, 40, 128, 512, 513, 8191, (1 << 14) * 3 + 5])   # 16-128: a recurrent gate
 def test_bit_identical_to_numpy_on_random_bit_patterns(name, n):
     rng = np.random.default_rng(n)
     x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)

@@ -64,7 +64,8 @@ def round_fp16_(x: np.ndarray) -> bool:
     if n == 0:
         return True
     if native.on():                           # in place: each block is loaded before it is stored
-        return bool(native.lib().copy_round(flat.ctypes.data, flat.ctypes.data, n) & 2)
+        a = native.address(flat)
+        return bool(native.lib().copy_round(a, a, n) & 2)
     round_flat = jit.kernel("round_flat")     # compiled on first use; None: numpy
     if round_flat is not None:
         return bool(round_flat(flat))
