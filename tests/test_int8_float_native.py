@@ -216,3 +216,24 @@ def test_output_ties(s_y):
     x = np.ones((1, 2, 3, 8), np.float32)
     want, _ = layer.apply(x)
     np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], want)
+
+
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_float_gemm_c_first_bit_identical(m):
+    """A float Gemm's C (FloatPathFC with its bias scales: the output before the K blocks' sums,
+    onnxruntime's beta 1) in the kernel (``c_first``): numpy's fma_chain(init=C) sums bit for bit,
+    over several K blocks, and the quantized outputs."""
+    from onnx_mrvl.sim.int8_float_conv import FloatPathFC
+    rng = np.random.default_rng(m)
+    k, n = 700, 512
+    ws = rng.uniform(0.001, 0.02, n).astype(np.float32)
+    params = dict(in_scale=S_X, in_zero_point=-3, in_dtype="int8", out_scale=0.2, out_zero_point=4, out_dtype="int8")
+    layer = FloatPathFC(rng.integers(-127, 128, (n, k)).astype(np.int8), rng.integers(-30000, 30000, n).astype(np.int32),
+                        ws, params, bias_scale=(ws * np.float32(S_X)).astype(np.float32))
+    assert layer.c is not None and mlas_stride_k(n, k) < k           # a C, and more than one K block
+    fn = int8_native.prepare(layer)
+    assert fn is not None and hasattr(fn, "sums"), "a float Gemm with C must get the float kernel"
+    x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+    assert fn.stage(x)[0] is not None, "the kernel itself, not its numpy fallback"
+    np.testing.assert_array_equal(fn.sums(x).view(np.uint32), layer.sums(x).view(np.uint32))
+    np.testing.assert_array_equal(fn(x)[0], layer.apply(x)[0])

@@ -47,6 +47,8 @@ typedef struct {
     long raw;                               /* store y = fp32(sum + bias) itself (the tests' view) */
     long in_exact, out_exact;               /* always divide (1 / s not a normal float) */
     long m1;                                /* depthwise as MLAS's M1 kernel sums it (m1_sums): no FMA */
+    long c_first;                           /* bias is a Gemm's C: the output before the first K block's
+                                             * sums (fp32(C + block 0) + block 1 ...), not added after */
     float in_scale, out_scale, lo, hi;      /* lo, hi: the output codes' clamp (type range, activation) */
     float in_rcp, out_rcp;                  /* fp32(1 / s) */
     const float *wt;                        /* per group (depthwise: one) [ldw / PW][K][PW]: panels of PW channels */
@@ -125,7 +127,7 @@ tile_store(const int NV, const f8desc *d, __m512 (*part)[NV_MAX], const float *b
         __m512 bv = _mm512_loadu_ps(bias + v * 16);
         __mmask16 m = lanes(ncols - v * 16);
         for (int r = 0; r < rows; r++) {
-            __m512 y = _mm512_add_ps(part[r][v], bv);
+            __m512 y = d->c_first ? part[r][v] : _mm512_add_ps(part[r][v], bv);
             if (d->raw) {
                 _mm512_mask_storeu_ps((float *)out + at + r * d->o + v * 16, m, y);
                 continue;
@@ -176,7 +178,8 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
                          {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < NV; v++)
-            part[r][v] = k0 == 0 ? acc[r][v] : _mm512_add_ps(part[r][v], acc[r][v]);
+            part[r][v] = k0 != 0 ? _mm512_add_ps(part[r][v], acc[r][v])
+                         : d->c_first ? _mm512_add_ps(_mm512_loadu_ps(bias + v * 16), acc[r][v]) : acc[r][v];
     if (k1 < d->k)
         return;
     tile_store(NV, d, part, bias, rows, ncols, out, at);

@@ -42,7 +42,7 @@ class FDesc(ctypes.Structure):
     _fields_ = ([(k, ctypes.c_long) for k in (
         "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
         "k", "stride_k", "ldw", "depthwise", "in_codes", "in_zp", "in_lo", "in_hi", "in_off",
-        "out_codes", "out_zp", "out_off", "raw", "in_exact", "out_exact", "m1")]
+        "out_codes", "out_zp", "out_off", "raw", "in_exact", "out_exact", "m1", "c_first")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo", "hi", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wt", "bias")])
 
@@ -70,9 +70,10 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
     return out
 
 
-def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Optional[Callable]:
+def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None, c_first=None) -> Optional[Callable]:
     """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then).
-    ``stride_k``: MLAS's K block when it is not the conv's (a MatMul's, prepare_float_fc)."""
+    ``stride_k``: MLAS's K block when it is not the conv's (a MatMul's, prepare_float_fc); ``c_first``:
+    a float Gemm's C [O], the outputs' values before the first K block (instead of a bias after)."""
     m1 = layer.o == layer.groups and layer.gemm == "conv"     # MLAS's M1 sums (int8_float_conv.m1_chain)
     if lib() is None or (m1 and (layer.ig != 1 or stride_k)):  # only a depthwise conv's in C (m1_sums)
         return None
@@ -86,11 +87,12 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
     wg = layer.wd.reshape(k, 1 if depthwise else g, nch).transpose(1, 0, 2)       # [groups][K][nch]
     w = _padded(np.ascontiguousarray(wg), ldw).reshape(-1, k, ldw // pw, pw).transpose(0, 2, 1, 3)
     w = _padded(np.ascontiguousarray(w).reshape(-1), w.size)        # [groups][ldw / pw][K][pw], aligned
-    bias = _padded(layer.bd.reshape(-1, nch), ldw)
+    bias = _padded((layer.bd if c_first is None else np.asarray(c_first, F32)).reshape(-1, nch), ldw)
     d = FDesc()
     d.kh, d.kw, (d.sh, d.sw), (d.dh, d.dw) = kh, kw, layer.strides, layer.dilation
     d.pt, d.pl = layer.padding[0], layer.padding[1]
     d.groups, d.ig, d.og, d.o, d.k, d.ldw, d.depthwise, d.m1 = g, ig, og, o, k, ldw, int(depthwise), int(m1)
+    d.c_first = int(c_first is not None)
     s_x, z_x, dt_x = layer.in_q
     s_y, z_y, _ = layer.out_q
     d.in_scale, d.in_zp, (d.in_lo, d.in_hi), d.in_off = F32(s_x), z_x, QRANGE[dt_x], code_offset(layer.in_q)
@@ -160,11 +162,9 @@ def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:
     """The native ``apply`` of a float-path FC (onnxruntime's float MatMul): its 1x1 conv
     (``layer.conv``) on the [M, K] rows as the pixels of one 1 x M image, with a MatMul's K block
     ``mlas_stride_k(N, K)`` (N: the output features); None: numpy's ``layer.apply``."""
-    if getattr(layer, "c", None) is not None:   # a float Gemm's C before the sums: numpy's path
-        return None
     conv = layer.conv
     block = mlas_stride_k(conv.o, conv.ig)
-    prepared = prepare_float(conv, stride_k=block)
+    prepared = prepare_float(conv, stride_k=block, c_first=getattr(layer, "c", None))   # a float Gemm's C
     if prepared is None:
         return None
     inner, k = prepared.stage, conv.ig
@@ -184,4 +184,5 @@ def prepare_float_fc(layer: FloatPathFC) -> Optional[Callable]:
             return layer.sums(x)
         return prepared.sums(x.reshape(1, 1, x.shape[0], k)).reshape(x.shape[0], -1)
     apply.sums = sums
+    apply.stage = stage
     return apply
