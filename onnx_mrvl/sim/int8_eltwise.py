@@ -71,10 +71,15 @@ def qlinear_mul(qa: np.ndarray, qb: np.ndarray, a: Quant, b: Quant, c: Quant, dt
                                 a[0], b[0], c, dtype)
 
 
+def qmul_scale(sa: float, sb: float, sc: float) -> np.float32:
+    """QLinearMul's fp32(fp32(s_a s_b) / s_c)."""
+    return F32(F32(F32(sa) * F32(sb)) / F32(sc))
+
+
 def qlinear_mul_centered(ca: np.ndarray, cb: np.ndarray, sa: float, sb: float, c: Quant, dtype: str) -> np.ndarray:
     """``qlinear_mul`` of the codes less their zero points, as float32 (``int8.centered_codes``): their
     product, rounded once to fp32 (exact below 2^24), times ``r``, plus ``z_c``, saturated."""
-    r = F32(F32(F32(sa) * F32(sb)) / F32(c[0]))
+    r = qmul_scale(sa, sb, c[0])
     with np.errstate(over="ignore", invalid="ignore"):
         prod = np.multiply(ca, cb, dtype=F32)
         prod *= r

@@ -74,6 +74,8 @@ def _load() -> ctypes.CDLL:
     so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
     so.i8_bmm.restype = None
     so.i8_bmm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_void_p]
+    so.i8_qmul.restype = None
+    so.i8_qmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p]
     so.i8_avgpool.restype = ctypes.c_int
     so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     so.i8_lookup.restype = ctypes.c_int
@@ -452,4 +454,25 @@ def batch_matmul_native(al: np.ndarray, bl: np.ndarray, mult, out_q) -> Optional
     prm = np.array([mult, z, lo, hi, s], F32)
     lib().i8_bmm(native.address(a), native.address(b), native.address(out), a.size // (m * k), m, k, n,
                  native.address(prm))
+    return out
+
+
+def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u8: bool) -> Optional[np.ndarray]:
+    """int8_transformer.qlinear_mul_codes' result (the dequantized output codes) of the float input
+    ``a`` and the second operand's centered codes ``cb`` (float32, broadcast onto ``a`` as [N, P, C]
+    runs: tensor_ops.npc_dims) in ``i8_qmul``, or None (no library, other shapes: numpy)."""
+    from .tensor_ops import npc_dims
+    from .int8_eltwise import qmul_scale
+    if not ENABLED or not native.on() or a.dtype != F32 or not a.flags.c_contiguous or lib() is None:
+        return None
+    dims = npc_dims(a.shape, cb.shape) if np.broadcast_shapes(a.shape, cb.shape) == a.shape else None
+    if dims is None or a.size == 0:
+        return None
+    shift = 128 if u8 else 0
+    lo, hi = QRANGE["uint8" if u8 else out_q[2]]
+    prm = np.array(qparams(in_q)[:6] + [qmul_scale(in_q[0], s_b, out_q[0]), out_q[1] + shift, lo, hi, shift,
+                                        out_q[1], out_q[0]], F32)
+    b = np.ascontiguousarray(cb, F32)
+    out = np.empty(a.shape, F32)
+    lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm))
     return out

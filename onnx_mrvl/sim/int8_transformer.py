@@ -15,7 +15,7 @@ from typing import Mapping, Tuple
 import numpy as np
 
 from .int8 import ACC_LIMIT, NATIVE_MIN, QRANGE, centered_codes, fake_quant, quantize
-from .int8_native import batch_matmul_native
+from .int8_native import batch_matmul_native, qlinear_mul_native
 from .matmul import BatchMatMul
 from . import ort_reduce
 
@@ -234,6 +234,10 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
         if (b is None) == (fixed is None):
             raise ValueError("requant qlinear: a Mul2D of two inputs or of an input and a constant")
         cb = fixed if b is None else centered_codes(b, *const_q)   # the shift cancels in q - z
+        if np.size(a) >= NATIVE_MIN:
+            y = qlinear_mul_native(a, cb, in_q, const_q[0], out_q, u8)
+            if y is not None:
+                return y, True
         qc = qlinear_mul_centered(centered_codes(a, *in_q), cb, in_q[0], const_q[0], (out_q[0], out_q[1] + shift),
                                   dtype) - shift
         y = np.ascontiguousarray(((qc - out_q[1]).astype(F32) * F32(out_q[0])).astype(F32))
