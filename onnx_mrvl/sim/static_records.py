@@ -12,6 +12,7 @@ from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
 
 F32 = np.float32
+COPIES = True       # Concat / Slice2D as strided-copy records (kind 12); False: their numpy kernels
 
 
 def size(shape) -> int:
@@ -76,6 +77,8 @@ def fp16_record(plan, e, step, name: str) -> bool:
             return False
         e.rec = (7, ptr[step.ins[0]], ptr[step.out], x_shape[0], x_shape[1] * x_shape[2], x_shape[3])
         return True
+    if name in ("concat", "slice2d") and COPIES:
+        return _copies(plan, e, step, name == "concat")
     if name == "layout_transform" and len(step.ins) == 1:
         src = str(step.spec.params.get("src_layout", "")).upper()
         dst = str(step.spec.params.get("dst_layout", "")).upper()
@@ -156,4 +159,45 @@ def _pool(plan, e, step, avg: bool) -> bool:
     desc = np.array((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(avg)), dtype=np.int64)
     e.rec = (4, desc.ctypes.data, plan.ptrs[step.ins[0]], plan.ptrs[step.out], 0 if div is None else div.ctypes.data)
     e.keep = (desc, div)
+    return True
+
+
+def _copies(plan, e, step, concat: bool) -> bool:
+    """Concat / Slice2D as kind 12 (_native_conv.c ``copy_blocks``): [src, dst, rows, count, src
+    stride, dst stride] per block in floats, one block per Concat operand (constants kept here as
+    the numpy kernel's float32 values) or the one slice; the same values move, so the same bits."""
+    p, shapes, ptr = step.spec.params, plan.shapes, plan.ptrs
+    out_shape, out = shapes[step.out], ptr[step.out]
+    if concat:
+        srcs = [(shapes[t], ptr[t]) for t in step.ins]
+        for pos in sorted(int(v) for v in p.get("const_positions") or []):
+            c = np.ascontiguousarray(step.spec.weight(f"const{pos}", required=True), dtype=F32)
+            e.keep = e.keep + (c,)
+            srcs.insert(pos, (c.shape, c.ctypes.data))
+        axis = int(p["axis"]) % len(out_shape)
+        rows, inner = size(out_shape[:axis]), size(out_shape[axis + 1:])
+        if any(len(sh) != len(out_shape) or sh[:axis] + sh[axis + 1:] != out_shape[:axis] + out_shape[axis + 1:]
+               for sh, _ in srcs) or sum(sh[axis] for sh, _ in srcs) != out_shape[axis]:
+            return False
+        blocks, at = [], 0
+        for sh, a in srcs:
+            blocks.append((a, out + 4 * at, rows, sh[axis] * inner, sh[axis] * inner, out_shape[axis] * inner))
+            at += sh[axis] * inner
+        spans = [(a, size(sh)) for sh, a in srcs]
+    else:
+        x_shape, x = shapes[step.ins[0]], ptr[step.ins[0]]
+        axis, start, end = (int(p[k]) for k in ("axis", "start", "end"))
+        if len(x_shape) != 4 or not 0 < axis < 4 or not 0 <= start < end <= x_shape[axis] \
+                or out_shape != x_shape[:axis] + (end - start,) + x_shape[axis + 1:]:
+            return False
+        inner = size(x_shape[axis + 1:])
+        blocks = [(x + 4 * start * inner, out, size(x_shape[:axis]), (end - start) * inner,
+                   x_shape[axis] * inner, (end - start) * inner)]
+        spans = [(x, size(x_shape))]
+    o1 = out + 4 * size(out_shape)
+    if size(out_shape) == 0 or any(a < o1 and out < a + 4 * n for a, n in spans):
+        return False                                # the numpy kernel then copies via a temporary
+    blocks = [(a, b, 1, r * c, r * c, r * c) if c == s == d else (a, b, r, c, s, d) for a, b, r, c, s, d in blocks]
+    desc = np.array(blocks, dtype=np.int64)
+    e.rec, e.keep = (12, desc.ctypes.data, len(blocks)), e.keep + (desc,)
     return True
