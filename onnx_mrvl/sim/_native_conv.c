@@ -3446,6 +3446,8 @@ static int with_post(const long *s, int bits, float *out, int nthreads) {
     return (bits & ~1) | (((post_fn)s[12])(out, s[13], (int)s[14], nthreads) ? 1 : 0);
 }
 
+typedef int (*rows_fn)(const float *x, float *out, long rows, long n, int nthreads);
+
 static int run_step(const long *s, int nthreads) {
     switch (s[0]) {
     case 1:   /* conv: descriptor, x, out, residual or 0 */
@@ -3478,6 +3480,8 @@ static int run_step(const long *s, int nthreads) {
         return conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
     case 12:  /* strided copies (Concat, Slice2D): descriptor, blocks */
         return copy_blocks((const long *)s[1], s[2], nthreads);
+    case 13:  /* a row kernel of another library (Softmax: _native_act.c act_softmax): function, x, out, rows, n */
+        return ((rows_fn)s[1])((const float *)s[2], (float *)s[3], s[4], s[5], nthreads);
     default:
         return -1;
     }

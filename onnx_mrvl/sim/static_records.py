@@ -12,6 +12,7 @@ from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
 
 F32 = np.float32
+SOFTMAX = True      # Softmax over the last axis as a record (kind 13, _native_act.c act_softmax); False: numpy
 COPIES = True       # Concat / Slice2D as strided-copy records (kind 12); False: their numpy kernels
 
 
@@ -77,6 +78,8 @@ def fp16_record(plan, e, step, name: str) -> bool:
             return False
         e.rec = (7, ptr[step.ins[0]], ptr[step.out], x_shape[0], x_shape[1] * x_shape[2], x_shape[3])
         return True
+    if name == "softmax" and SOFTMAX:
+        return _softmax(plan, e, step)
     if name in ("concat", "slice2d") and COPIES:
         return _copies(plan, e, step, name == "concat")
     if name == "layout_transform" and len(step.ins) == 1:
@@ -200,4 +203,21 @@ def _copies(plan, e, step, concat: bool) -> bool:
     blocks = [(a, b, 1, r * c, r * c, r * c) if c == s == d else (a, b, r, c, s, d) for a, b, r, c, s, d in blocks]
     desc = np.array(blocks, dtype=np.int64)
     e.rec, e.keep = (12, desc.ctypes.data, len(blocks)), e.keep + (desc,)
+    return True
+
+
+def _softmax(plan, e, step) -> bool:
+    """An fp16 Softmax over the stored layout's last axis (YOLOv8's DFL head, attention scores) as
+    kind 13: _native_act.c ``act_softmax``, the steps of norm_ops.softmax with numpy's exp and sum
+    order -- when it gives numpy's bits on this host (activations_native checks once)."""
+    p, x_shape = step.spec.params, plan.shapes[step.ins[0]]
+    axis = p.get("axis")
+    if len(step.ins) != 1 or int(p.get("log", 0)) or p.get("nan_fill") is not None or len(x_shape) < 2 \
+            or not isinstance(axis, int) or axis not in (-1, len(x_shape) - 1) or plan.shapes[step.out] != x_shape:
+        return False                                # the Python step (its checks and errors)
+    from .activations_native import softmax_address
+    fn = softmax_address()
+    if fn is None or size(x_shape) == 0:
+        return False
+    e.rec = (13, fn, plan.ptrs[step.ins[0]], plan.ptrs[step.out], size(x_shape) // x_shape[-1], x_shape[-1])
     return True
