@@ -1,4 +1,4 @@
-"""Concat and Slice2D as strided-copy records of the static plan (kind 12, _native_conv.c copy_blocks):
+"""Concat, Slice2D and nearest Resize as strided-copy records of the static plan (kind 12, _native_conv.c copy_blocks):
 they run inside run_steps, so they no longer end a native segment, and move the same bits as numpy."""
 import numpy as np
 import pytest
@@ -16,27 +16,30 @@ def bits(a):
 
 def _model(seed=3):
     """Conv -> Split (two channel Slice2D) -> Conv on one half; a Slice of channels 4..8; a channel
-    Concat of four tensors and a constant (YOLOv8's C2f block); a 1x1 conv; a Concat along H."""
+    Concat of four tensors and a constant (YOLOv8's C2f block); a 1x1 conv; a nearest Resize by
+    2 x 3 (YOLO's upsampling); a Concat along H."""
     rng = np.random.default_rng(seed)
 
     def w(n, s):
         return numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
     ints = {"sp": [8, 8], "s0": [4], "s1": [8], "ax": [1]}
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 3], np.float32), "sc")
     inits = [w("w0", (16, 8, 3, 3)), w("w1", (8, 8, 3, 3)), w("w2", (16, 38, 1, 1)), w("k", (1, 2, 12, 12))] + [
-        numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()]
+        numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()] + [scales]
     nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
              helper.make_node("Split", ["c0", "sp"], ["a", "b"], axis=1),
              helper.make_node("Conv", ["a", "w1"], ["ca"], pads=[1, 1, 1, 1]),
              helper.make_node("Slice", ["c0", "s0", "s1", "ax"], ["sl"]),
              helper.make_node("Concat", ["ca", "b", "k", "c0", "sl"], ["cat"], axis=1),
              helper.make_node("Conv", ["cat", "w2"], ["y0"]),
-             helper.make_node("Concat", ["y0", "y0"], ["y"], axis=2)]
+             helper.make_node("Resize", ["y0", "", "sc"], ["u"], mode="nearest"),
+             helper.make_node("Concat", ["u", "u"], ["y"], axis=2)]
     g = helper.make_graph(nodes, "copies", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 24, 12])], inits)
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 48, 36])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_concat_and_slice_run_inside_one_native_segment_with_numpys_bits(monkeypatch):
+def test_concat_slice_and_resize_run_inside_one_native_segment_with_numpys_bits(monkeypatch):
     import onnxruntime as ort
     model = _model()
     r = onnx_mrvl.convert(model)
@@ -46,13 +49,13 @@ def test_concat_and_slice_run_inside_one_native_segment_with_numpys_bits(monkeyp
     got = sim.run([x])[0]
     segs = sim._static.segments
     assert [s[0] for s in segs] == ["native"]                         # nothing ends the segment
-    kinds = {e.step.spec.layer_name: e.rec[0] for e in segs[0][1] if e.step.spec.layer_name in ("Concat", "Slice2D")}
-    assert kinds == {"Concat": 12, "Slice2D": 12}
+    kinds = {e.step.spec.layer_name: e.rec[0] for e in segs[0][1] if e.step.spec.layer_name in ("Concat", "Slice2D", "Resize")}
+    assert kinds == {"Concat": 12, "Slice2D": 12, "Resize": 12}
     assert any(e.step.spec.params.get("const_positions") for e in segs[0][1])   # the constant operand
     dynamic = sim._run_dynamic(sim._bind_inputs([x]))[0]               # layer by layer (numpy concatenate)
     monkeypatch.setattr(static_records, "COPIES", False)
     plain = Simulator(r.subgraphs[0].binary)
-    assert sum(s[0] == "python" for s in plain._static.segments) == 5   # the numpy steps of before
+    assert sum(s[0] == "python" for s in plain._static.segments) == 6   # the numpy steps of before
     np.testing.assert_array_equal(bits(got), bits(plain.run([x])[0]))
     np.testing.assert_array_equal(bits(got), bits(dynamic))
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

@@ -82,6 +82,8 @@ def fp16_record(plan, e, step, name: str) -> bool:
         return _softmax(plan, e, step)
     if name in ("concat", "slice2d") and COPIES:
         return _copies(plan, e, step, name == "concat")
+    if name == "resize" and COPIES and str(step.spec.params.get("mode", "nearest")).lower() == "nearest":
+        return _nearest(plan, e, step)
     if name == "layout_transform" and len(step.ins) == 1:
         src = str(step.spec.params.get("src_layout", "")).upper()
         dst = str(step.spec.params.get("dst_layout", "")).upper()
@@ -197,13 +199,35 @@ def _copies(plan, e, step, concat: bool) -> bool:
         blocks = [(x + 4 * start * inner, out, size(x_shape[:axis]), (end - start) * inner,
                    x_shape[axis] * inner, (end - start) * inner)]
         spans = [(x, size(x_shape))]
-    o1 = out + 4 * size(out_shape)
-    if size(out_shape) == 0 or any(a < o1 and out < a + 4 * n for a, n in spans):
-        return False                                # the numpy kernel then copies via a temporary
+    return _copy_record(e, blocks, spans, out, size(out_shape))
+
+
+def _copy_record(e, blocks, spans, out: int, n: int) -> bool:
+    """Kind 12 from ``blocks`` when the output (``n`` floats at ``out``) overlaps none of ``spans``
+    (operand address, floats): else False, and the numpy kernel copies via a temporary."""
+    if n == 0 or any(a < out + 4 * n and out < a + 4 * k for a, k in spans):
+        return False
     blocks = [(a, b, 1, r * c, r * c, r * c) if c == s == d else (a, b, r, c, s, d) for a, b, r, c, s, d in blocks]
     desc = np.array(blocks, dtype=np.int64)
     e.rec, e.keep = (12, desc.ctypes.data, len(blocks)), e.keep + (desc,)
     return True
+
+
+def _nearest(plan, e, step) -> bool:
+    """Nearest Resize of NHWC by integer factors (tensor_ops.resize_nearest) as kind 12: input row
+    (n, h) to output rows h * sh + i, each pixel at columns w * sw + j, one block per (n, h, i, j)."""
+    scales = step.spec.params.get("scales") or ()
+    x_shape, out_shape = plan.shapes[step.ins[0]], plan.shapes[step.out]
+    if len(step.ins) != 1 or len(scales) != 2 or any(float(v) != int(float(v)) or float(v) < 1 for v in scales):
+        return False
+    (sh, sw), x, out = (int(float(v)) for v in scales), plan.ptrs[step.ins[0]], plan.ptrs[step.out]
+    if len(x_shape) != 4 or out_shape != (x_shape[0], x_shape[1] * sh, x_shape[2] * sw, x_shape[3]) \
+            or x_shape[0] * x_shape[1] * sh * sw > 1 << 16:      # blocks: the descriptor stays small
+        return False
+    n, h, w, c = x_shape
+    blocks = [(x + 4 * r * w * c, out + 4 * ((r * sh + i) * w * sw + j) * c, w, c, c, sw * c)
+              for r in range(n * h) for i in range(sh) for j in range(sw)]
+    return _copy_record(e, blocks, [(x, size(x_shape))], out, size(out_shape))
 
 
 def _softmax(plan, e, step) -> bool:
