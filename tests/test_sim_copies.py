@@ -39,27 +39,36 @@ def _model(seed=3):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_concat_slice_and_resize_run_inside_one_native_segment_with_numpys_bits(monkeypatch):
+def same_bits_three_ways(monkeypatch, model, flag: str):
+    """``model`` (all offloaded, one region) run by the static plan with its records, layer by layer,
+    and by the static plan with ``static_records.<flag>`` off: the same bits, within the practical
+    fp16 bound of onnxruntime (docs/simulator.md). Returns both plans' segments (records on, off)."""
     import onnxruntime as ort
-    model = _model()
     r = onnx_mrvl.convert(model)
     assert [n.op_type for n in r.model.graph.node if not n.op_type.startswith("Subgraph")] == []
-    x = np.random.default_rng(1).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     sim = Simulator(r.subgraphs[0].binary)
     got = sim.run([x])[0]
-    segs = sim._static.segments
-    assert [s[0] for s in segs] == ["native"]                         # nothing ends the segment
-    kinds = {e.step.spec.layer_name: e.rec[0] for e in segs[0][1] if e.step.spec.layer_name in ("Concat", "Slice2D", "Resize")}
-    assert kinds == {"Concat": 12, "Slice2D": 12, "Resize": 12}
-    assert any(e.step.spec.params.get("const_positions") for e in segs[0][1])   # the constant operand
-    dynamic = sim._run_dynamic(sim._bind_inputs([x]))[0]               # layer by layer (numpy concatenate)
-    monkeypatch.setattr(static_records, "COPIES", False)
+    dynamic = sim._run_dynamic(sim._bind_inputs([x]))[0]              # layer by layer: the numpy kernels
+    monkeypatch.setattr(static_records, flag, False)
     plain = Simulator(r.subgraphs[0].binary)
-    assert sum(s[0] == "python" for s in plain._static.segments) == 6   # the numpy steps of before
     np.testing.assert_array_equal(bits(got), bits(plain.run([x])[0]))
     np.testing.assert_array_equal(bits(got), bits(dynamic))
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()       # the practical fp16 bound (docs/simulator.md)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {model.graph.input[0].name: x})[0]
+    assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+    return sim._static.segments, plain._static.segments
+
+
+def test_concat_slice_and_resize_run_inside_one_native_segment_with_numpys_bits(monkeypatch):
+    segs, before = same_bits_three_ways(monkeypatch, _model(), "COPIES")
+    assert [s[0] for s in segs] == ["native"]                         # nothing ends the segment
+    kinds = {e.step.spec.layer_name: e.rec[0] for e in segs[0][1]
+             if e.step.spec.layer_name in ("Concat", "Slice2D", "Resize")}
+    assert kinds == {"Concat": 12, "Slice2D": 12, "Resize": 12}
+    assert any(e.step.spec.params.get("const_positions") for e in segs[0][1])   # the constant operand
+    assert sum(s[0] == "python" for s in before) == 6                 # the numpy steps of before
 
 
 @pytest.mark.parametrize("nthreads", [1, 2, 3])

@@ -6,9 +6,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mrvl
-from onnx_mrvl.sim import Simulator, native, static_records
+from onnx_mrvl.sim import Simulator, native
 from onnx_mrvl.sim import activations_native as N
 from onnx_mrvl.sim.norm_ops import softmax
+from test_sim_copies import same_bits_three_ways
 
 pytestmark = pytest.mark.skipif(not (native.variant() and native._compiler()),
                                 reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
@@ -62,24 +63,10 @@ def _dfl_model():
 
 
 def test_dfl_softmax_runs_inside_run_steps_with_numpys_bits(monkeypatch):
-    import onnxruntime as ort
-    model = _dfl_model()
-    r = onnx_mrvl.convert(model)
-    assert [n.op_type for n in r.model.graph.node if not n.op_type.startswith("Subgraph")] == []
-    x = np.random.default_rng(1).standard_normal((1, 8, 10, 10)).astype(np.float32)
-    sim = Simulator(r.subgraphs[0].binary)
-    got = sim.run([x])[0]
-    segs = sim._static.segments
+    segs, before = same_bits_three_ways(monkeypatch, _dfl_model(), "SOFTMAX")
     assert [s[0] for s in segs] == ["native"]
     assert [e.rec[0] for e in segs[0][1] if e.step.spec.layer_name == "Softmax"] == [13]
-    dynamic = sim._run_dynamic(sim._bind_inputs([x]))[0]              # layer by layer: numpy's softmax
-    monkeypatch.setattr(static_records, "SOFTMAX", False)
-    plain = Simulator(r.subgraphs[0].binary)
-    assert [s[0] for s in plain._static.segments].count("python") == 1
-    np.testing.assert_array_equal(got.view(np.uint32), plain.run([x])[0].view(np.uint32))
-    np.testing.assert_array_equal(got.view(np.uint32), dynamic.view(np.uint32))
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()       # the practical fp16 bound (docs/simulator.md)
+    assert [s[0] for s in before].count("python") == 1
 
 
 def test_softmax_record_needs_numpys_bits_here(monkeypatch):
