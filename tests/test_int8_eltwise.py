@@ -129,6 +129,36 @@ def test_qlinear_mul_bit_exact(dtype):
     assert differ == 0, (differ, total)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("form", ["two inputs", "constant"])
+def test_qlinear_mul_codes_of_floats_as_onnxruntime(dtype, form):
+    """int8_transformer.qlinear_mul_codes (the int8_out Mul2D of a QDQ model: centered codes, natively
+    from NATIVE_MIN values) against onnxruntime's QLinearMul of the same codes, broadcast operands,
+    large enough for the native pass."""
+    from onnx_mrvl.sim import int8
+    from onnx_mrvl.sim.int8_transformer import qlinear_mul_codes
+    rng = np.random.default_rng(len(dtype) + len(form))
+    lo, hi, npt = QR[dtype][:3]
+    for it in range(4):
+        a, b, c = _params(rng, dtype, it % 2 == 0)
+        c = (float(np.float32(a[0] * b[0] * 40)), c[1])       # output codes over most of the range
+        qa = (a + (dtype,))
+        qb, qc = (b + (dtype,)), (c + (dtype,))
+        xa = (rng.standard_normal((1, 20, 30, 24)) * 60 * a[0]).astype(np.float32)
+        xb = (rng.standard_normal((1, 1, 1, 24)) * 60 * b[0]).astype(np.float32)
+        ca, cb = int8.quantize(xa, *qa), int8.quantize(xb, *qb)
+        ref = _ort("Mul", ca.astype(npt), cb.astype(npt), a, b, c, dtype)
+        if form == "constant":
+            xb = ((cb - b[1]) * np.float32(b[0])).astype(np.float32)      # a DQ'd constant: its codes exactly
+            y, ok = qlinear_mul_codes(xb, qa, qb, qc, False)(xa)
+        else:
+            y, ok = qlinear_mul_codes(None, qa, qb, qc, False)(xa, xb)
+        got = np.rint(y / np.float32(c[0])).astype(np.int64) + c[1]
+        assert ok and xa.size >= int8.NATIVE_MIN
+        np.testing.assert_array_equal(got, ref)
+        assert len(np.unique(ref)) > 20
+
+
 def test_fma32_rounds_once():
     # (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: a tie in fp32 (half an ulp of 1), which the addend decides;
     # float64 alone would drop a 2^-60 addend and round the tie to even

@@ -197,7 +197,12 @@ def test_float_path_depthwise_sums_follow_mlas_m1_kernel():
         want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
         got = layer.sums(np.ascontiguousarray(x.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
         assert np.array_equal(got, want), (c, groups, o, k, int(np.count_nonzero(got != want)))
-        assert prepare_float(layer) is None      # the M1 sums are numpy's (the native kernel chains FMAs)
+        fn = prepare_float(layer)
+        if c == groups and fn is not None:       # depthwise: the native kernel's M1 sums (m1_sums) as well
+            native_sums = fn.sums(np.ascontiguousarray(x.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+            assert np.array_equal(native_sums, want), (c, k, int(np.count_nonzero(native_sums != want)))
+        elif c != groups:
+            assert fn is None                    # other M1 sums are numpy's (the native kernel chains FMAs)
 
 
 def _qdq_convtranspose(c_in, c_out, x_zp, s_x, s_w, s_y, rng, bias=True):

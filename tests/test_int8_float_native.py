@@ -60,6 +60,9 @@ SHAPES = [
     (3, 5, 30, 3, 64, 7, [2, 2], [3, 3, 3, 3], [1, 1], 1, None),
     (1, 1, 1, 1000, 10, 1, [1, 1], [0, 0, 0, 0], [1, 1], 1, None),
     (1, 10, 12, 24, 40, 1, [1, 1], [0, 1, 0, 2], [1, 1], 1, 3),
+    (1, 12, 80, 40, 40, 5, [1, 1], [2, 2, 2, 2], [1, 1], 40, None),   # PP-OCR's 5x5 depthwise (M1 sums)
+    (2, 5, 5, 21, 21, 5, [1, 1], [0, 0, 0, 0], [1, 1], 21, None),     # one output pixel, M1 all the same
+    (1, 9, 9, 16, 8, 3, [1, 1], [1, 1, 1, 1], [1, 1], 8, None),       # one output per group of 2 inputs
 ]
 
 
@@ -71,7 +74,7 @@ def test_sums_bit_identical(shape):
     rng = np.random.default_rng(sum(shape[:6]))
     layer = _layer(rng, c, o, k, stride, pad, dil, groups, kw=kw)
     fn = int8_native.prepare(layer)
-    if o == groups:   # one output per group: MLAS's M1 sums (no FMA), numpy's m1_chain (test_int8_float_conv.py)
+    if o == groups and c != groups:   # one output per group of several inputs: MLAS's M1 sums in numpy
         assert fn is None, "a float-path conv with one output per group must not get the FMA kernel"
         return
     assert fn is not None and hasattr(fn, "sums"), "a float-path Conv2D must get the float kernel, not the VNNI one"
@@ -79,7 +82,10 @@ def test_sums_bit_identical(shape):
     want = layer.sums(x)
     got = fn.sums(x)
     assert got.shape == want.shape
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if o == groups:   # depthwise: MLAS's M1 sums (m1_sums against m1_chain), no K blocks
+        np.testing.assert_array_equal(fn(x)[0].view(np.uint32), layer.apply(x)[0].view(np.uint32))
+        return
     kk = (c // groups) * k * (k if kw is None else kw)
     blocks = {b for _, _, b in conv_segments(layer, n, want.shape[1], want.shape[2])}   # MLAS's threads' K blocks
     sk = max(blocks) if len(blocks) == 1 else mlas_stride_k(want.shape[1] * want.shape[2], kk)
@@ -113,7 +119,7 @@ def test_outputs_bit_identical(shape, dt_in, dt_out, act):
     x = _input(rng, (n, h, w, c))
     want, _ = layer.apply(x)
     fn = int8_native.prepare(layer)
-    if o == groups:   # one output per group: numpy's M1 sums (test_sums_bit_identical)
+    if o == groups and c != groups:   # one output per group of several inputs: numpy's M1 sums
         assert fn is None
         return
     got, ok = fn(x)

@@ -33,8 +33,8 @@ from test_sim_native import _buildable, f16
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
-AVX2_TILES, SWEEP, LANES6, STORE8, ROWS13 = 2048, 4096, 8192, 16384, 32768
-ALL = 65535
+AVX2_TILES, SWEEP, LANES6, STORE8, ROWS13, DW_TAPS8 = 2048, 4096, 8192, 16384, 32768, 65536
+ALL = 131071
 
 
 def _both(path, build):
@@ -371,6 +371,36 @@ def test_avx2_tiles_and_short_depthwise_epilogue(monkeypatch, shape, o, k, strid
     y, ok = K.Conv2D(w, **conv).apply(x)
     assert ok == (act == "clamp") and np.isinf(y).any() != ok     # fp16 overflows, except under the clamp
     _conv_and_sum_same(AVX2_TILES, w, conv, x, rng, [jit.act_args(a, None, None, o) for a in ("relu", "none")])
+
+
+@pytest.mark.parametrize("shape, k, stride, dil", [
+    ((2, 11, 23, 24), 3, 2, 1),          # stride 2, a channel tail of 8 lanes
+    ((1, 19, 37, 40), 3, 2, 1),          # blocks of 8 and an overlapping last block, a tail of 8
+    ((1, 13, 17, 20), 5, 1, 1),          # 5 wide (tap by tap at stride 1), a tail of 4 lanes
+    ((1, 15, 30, 16), 3, 1, 2),          # dilation 2
+    ((2, 9, 14, 35), 3, 2, 1)])          # a tail of 3 lanes (masked loads in both halves' first)
+@pytest.mark.parametrize("act", ["clamp", "hard_swish", "prelu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_taps_in_halves(monkeypatch, shape, k, stride, dil, act, threads):
+    """Depthwise blocks summed tap by tap in 8-lane halves (DW_TAPS8, AVX2): the same bits and
+    finiteness flags as the 16-lane blocks, for the short epilogue (clamp) and the general one
+    (hard_swish, a per-channel prelu slope), with fp16 overflows, -0 and NaN in interior pixels."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng(list(shape) + [k, stride, dil, len(act)])
+    c = shape[3]
+    x = f16(rng.standard_normal(shape) * 3)
+    x[0, shape[1] // 2, shape[2] // 2] = 65000.0
+    x[-1, shape[1] // 2 + 1, shape[2] // 2 - 2, :3] = np.nan
+    x.reshape(-1)[5::211] = -0.0
+    w = f16(rng.standard_normal((c, k, k, 1)) * 2)
+    pad = dil * (k - 1) // 2
+    conv = dict(bias=rng.standard_normal(c), strides=(stride, stride), padding=(pad,) * 4, dilation=(dil, dil),
+                groups=c, activation=act, activation_params={"min": -1.0, "max": 6.0} if act == "clamp" else None,
+                slope=rng.standard_normal(c).astype(np.float32) * 0.2 if act == "prelu" else None)
+    new, old = _both(DW_TAPS8, lambda: K.Conv2D(w, **conv).apply(x))
+    _same(new, old)
+    assert new[1] is False                                   # the NaN (and the overflow) flagged
 
 
 @pytest.mark.parametrize("shape, o, k, stride, groups", [

@@ -197,7 +197,8 @@ def test_depthwise_within_one_ulp_of_numpy(monkeypatch, k, stride, dil, pads, mu
 
 @pytest.mark.parametrize("a_shape, b_shape", [
     ((1, 9, 10, 37), (1, 9, 10, 37)), ((2, 4, 5, 16), (16,)), ((2, 4, 5, 16), (2, 1, 1, 16)),
-    ((1, 6, 6, 20), (1, 6, 6, 1)), ((3, 70), (3, 70)), ((2, 3, 4, 5), (1, 1, 1, 1))])
+    ((1, 6, 6, 20), (1, 6, 6, 1)), ((3, 70), (3, 70)), ((2, 3, 4, 5), (1, 1, 1, 1)),
+    ((2, 12, 5, 5), (2, 1, 5, 5)), ((2, 3, 4, 5), (1, 3, 4, 1))])     # grouped runs (an attention mask)
 @pytest.mark.parametrize("op", ["add", "mul"])
 @pytest.mark.parametrize("act", ["none", "relu", "prelu", "hard_swish", "sigmoid"])
 def test_binary_bit_identical(monkeypatch, a_shape, b_shape, op, act):
@@ -205,6 +206,14 @@ def test_binary_bit_identical(monkeypatch, a_shape, b_shape, op, act):
     slope = np.linspace(-0.3, 0.3, a_shape[-1]).astype(np.float32)
     assert_same(*both(monkeypatch, lambda: tensor_ops.make_binary(
         op, activation=act, activation_params=PARAMS.get(act), slope=slope)(a, b)))
+
+
+def test_other_broadcasts_group_into_npc_runs():
+    """npc_dims' fallback: runs of whole / broadcast axes (at most three) as [N, P, C]; else None."""
+    assert tensor_ops.npc_dims((2, 12, 25, 25), (2, 1, 25, 25)) == ((2, 12, 625), (2, 1, 625))
+    assert tensor_ops.npc_dims((2, 3, 4, 5), (1, 3, 4, 1)) == ((2, 12, 5), (1, 12, 1))
+    assert tensor_ops.npc_dims((2, 12, 25, 25), (1, 12, 1, 25)) is None          # four runs
+    assert tensor_ops.npc_dims((4, 5, 6), (4, 1, 6)) == ((4, 5, 6), (4, 1, 6))   # the channel form first
 
 
 def test_binary_overflow_flag(monkeypatch):

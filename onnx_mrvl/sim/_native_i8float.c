@@ -46,6 +46,7 @@ typedef struct {
     long out_codes, out_zp, out_off;
     long raw;                               /* store y = fp32(sum + bias) itself (the tests' view) */
     long in_exact, out_exact;               /* always divide (1 / s not a normal float) */
+    long m1;                                /* depthwise as MLAS's M1 kernel sums it (m1_sums): no FMA */
     float in_scale, out_scale, lo, hi;      /* lo, hi: the output codes' clamp (type range, activation) */
     float in_rcp, out_rcp;                  /* fp32(1 / s) */
     const float *wt;                        /* per group (depthwise: one) [ldw / PW][K][PW]: panels of PW channels */
@@ -112,6 +113,36 @@ static void pad_part(void *arg, long p) {       /* one row of the padded buffer 
 }
 
 /* ------------------------------------------------------------------ tile */
+/* the epilogue of a tile's sums: y = fp32(sum + bias), quantized, stored as values or codes (or y: raw) */
+static inline __attribute__((always_inline)) void
+tile_store(const int NV, const f8desc *d, __m512 (*part)[NV_MAX], const float *bias, int rows, long ncols,
+           void *out, long at) {
+    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp);
+    const __m512 rcp = _mm512_set1_ps(d->out_rcp);
+    const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
+    const __m512i off = _mm512_set1_epi32((int)d->out_off);
+    for (int v = 0; v < NV; v++) {
+        __m512 bv = _mm512_loadu_ps(bias + v * 16);
+        __mmask16 m = lanes(ncols - v * 16);
+        for (int r = 0; r < rows; r++) {
+            __m512 y = _mm512_add_ps(part[r][v], bv);
+            if (d->raw) {
+                _mm512_mask_storeu_ps((float *)out + at + r * d->o + v * 16, m, y);
+                continue;
+            }
+            __m512 q = rne_div(y, s, rcp, d->out_exact);
+            q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, z), lo), hi);
+            long i = at + r * d->o + v * 16;
+            if (d->out_codes) {
+                __m128i bytes = _mm512_cvtusepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), off));
+                _mm_mask_storeu_epi8((uint8_t *)out + i, m, bytes);
+            } else
+                _mm512_mask_storeu_ps((float *)out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, z), s));
+        }
+    }
+}
+
+
 /* acc[r][v] chains of FMAs over k in [k0, k1); a pixel's operand: a broadcast (GEMM) or 16 channels */
 #define ROW(r)                                                                                     \
     {                                                                                              \
@@ -148,37 +179,52 @@ tile(const int NV, const int DW, const f8desc *d, const float *xp, const long *p
             part[r][v] = k0 == 0 ? acc[r][v] : _mm512_add_ps(part[r][v], acc[r][v]);
     if (k1 < d->k)
         return;
-    const __m512 s = _mm512_set1_ps(d->out_scale), z = _mm512_set1_ps((float)d->out_zp);
-    const __m512 rcp = _mm512_set1_ps(d->out_rcp);
-    const __m512 lo = _mm512_set1_ps(d->lo), hi = _mm512_set1_ps(d->hi);
-    const __m512i off = _mm512_set1_epi32((int)d->out_off);
-    for (int v = 0; v < NV; v++) {
-        __m512 bv = _mm512_loadu_ps(bias + v * 16);
-        __mmask16 m = lanes(ncols - v * 16);
-        for (int r = 0; r < rows; r++) {
-            __m512 y = _mm512_add_ps(part[r][v], bv);
-            if (d->raw) {
-                _mm512_mask_storeu_ps((float *)out + at + r * d->o + v * 16, m, y);
-                continue;
-            }
-            __m512 q = rne_div(y, s, rcp, d->out_exact);
-            q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, z), lo), hi);
-            long i = at + r * d->o + v * 16;
-            if (d->out_codes) {
-                __m128i bytes = _mm512_cvtusepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), off));
-                _mm_mask_storeu_epi8((uint8_t *)out + i, m, bytes);
-            } else
-                _mm512_mask_storeu_ps((float *)out + i, m, _mm512_mul_ps(_mm512_sub_ps(q, z), s));
-        }
-    }
+    tile_store(NV, d, part, bias, rows, ncols, out, at);
 }
 #undef ROW
+
+/* A depthwise tile as MLAS's SgemmKernelM1Avx sums an SGEMM with M = 1 (one output channel per group:
+ * onnxruntime's weights come from a DequantizeLinear, so its NCHWc depthwise kernel never takes the
+ * conv; int8_float_conv.m1_chain): per output the K taps in groups of 4, then one of 2, then 1 (the
+ * rest), each product rounded (vmulps), a group's products added left to right, the group's sum added
+ * to the output (the first group's sum is the output). One K block; then the epilogue. The MR rows
+ * side by side (their chains interleaved: each add waits for the one before in its chain). */
+static inline __attribute__((always_inline)) void
+m1_sums(const int NV, const f8desc *d, const float *xp, const long *pix, const long *koff, const float *w,
+        __m512 (*part)[NV_MAX], const float *bias, int rows, long ncols, void *out, long at) {
+    for (int v = 0; v < NV; v++) {
+        __m512 acc[MR];
+        for (long k = 0; k < d->k;) {
+            const long left = d->k - k;
+            const int size = left >= 4 ? 4 : (left >= 2 ? 2 : 1);
+            __m512 t[MR];
+            const __m512 w0 = _mm512_loadu_ps(w + k * PW + 16 * v);
+#pragma GCC unroll 6
+            for (int r = 0; r < MR; r++)
+                t[r] = _mm512_mul_ps(_mm512_loadu_ps(xp + pix[r] + koff[k] + 16 * v), w0);
+            for (int i = 1; i < size; i++) {
+                const __m512 wi = _mm512_loadu_ps(w + (k + i) * PW + 16 * v);
+#pragma GCC unroll 6
+                for (int r = 0; r < MR; r++)
+                    t[r] = _mm512_add_ps(t[r], _mm512_mul_ps(_mm512_loadu_ps(xp + pix[r] + koff[k + i] + 16 * v), wi));
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < MR; r++)
+                acc[r] = k == 0 ? t[r] : _mm512_add_ps(t[r], acc[r]);
+            k += size;
+        }
+        for (int r = 0; r < rows; r++)
+            part[r][v] = acc[r];
+    }
+    tile_store(NV, d, part, bias, rows, ncols, out, at);
+}
 
 static void tile_nv(int nv, int dw, const f8desc *d, const float *xp, const long *pix, const long *koff,
                     const float *w, long k0, __m512 (*part)[NV_MAX], const float *bias, int rows, long ncols,
                     void *out, long at) {
-#define T(NV) (dw ? tile(NV, 1, d, xp, pix, koff, w, k0, part, bias, rows, ncols, out, at) \
-                  : tile(NV, 0, d, xp, pix, koff, w, k0, part, bias, rows, ncols, out, at))
+#define T(NV) (d->m1 ? m1_sums(NV, d, xp, pix, koff, w, part, bias, rows, ncols, out, at) \
+                     : dw ? tile(NV, 1, d, xp, pix, koff, w, k0, part, bias, rows, ncols, out, at) \
+                          : tile(NV, 0, d, xp, pix, koff, w, k0, part, bias, rows, ncols, out, at))
     if (NV_MAX >= 4 && nv == 4)          /* the widths beyond NV_MAX are never built */
         T(4);
     else if (NV_MAX >= 3 && nv == 3)

@@ -67,9 +67,19 @@ def qlinear_add(qa: np.ndarray, qb: np.ndarray, a: Quant, b: Quant, c: Quant, dt
 
 def qlinear_mul(qa: np.ndarray, qb: np.ndarray, a: Quant, b: Quant, c: Quant, dtype: str) -> np.ndarray:
     """MLAS QLinearMul (SSE2 kernel) of codes of one shape or broadcastable (the kernel is element-wise)."""
-    r = F32(F32(F32(a[0]) * F32(b[0])) / F32(c[0]))
-    prod = ((np.asarray(qa, np.int64) - a[1]) * (np.asarray(qb, np.int64) - b[1])).astype(F32)   # |.| < 2^17: exact
-    return _saturate((prod * r).astype(F32) + F32(c[1]), dtype)
+    return qlinear_mul_centered((np.asarray(qa, np.int64) - a[1]).astype(F32), (np.asarray(qb, np.int64) - b[1]).astype(F32),
+                                a[0], b[0], c, dtype)
+
+
+def qlinear_mul_centered(ca: np.ndarray, cb: np.ndarray, sa: float, sb: float, c: Quant, dtype: str) -> np.ndarray:
+    """``qlinear_mul`` of the codes less their zero points, as float32 (``int8.centered_codes``): their
+    product, rounded once to fp32 (exact below 2^24), times ``r``, plus ``z_c``, saturated."""
+    r = F32(F32(F32(sa) * F32(sb)) / F32(c[0]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = np.multiply(ca, cb, dtype=F32)
+        prod *= r
+        prod += F32(c[1])
+    return _saturate(prod, dtype)
 
 
 def qlinear_add_broadcast(qa: np.ndarray, qb: np.ndarray, a: Quant, b: Quant, c: Quant, dtype: str) -> np.ndarray:

@@ -5,8 +5,9 @@ MLAS's SGEMM: per output a chain of single-rounding fp32 FMAs over k in im2col o
 of ``mlas_stride_k``. The numpy path (``FloatPathConv2D.apply``) emulates each FMA with a float64
 product and sum rounded to fp32, a Python loop over K; the C kernel uses the FMA instruction itself
 (the numpy emulation can round twice where the FMA rounds once: never seen, tests/test_int8_float_native.py).
-A conv with one output channel per group (depthwise) is MLAS's M1 kernel, no FMA: numpy's ``m1_chain``;
-one with one output pixel its M1 transposed-B kernel: numpy's ``m1t_chain``.
+A conv with one output channel per group is MLAS's M1 kernel, no FMA (``m1_chain``): a depthwise one
+in C too (``m1_sums``: a 5x5 depthwise of PP-OCRv4's rec, Quark XINT8, 390 ms in numpy), other grouped
+ones numpy's; one with one output pixel its M1 transposed-B kernel: numpy's ``m1t_chain``.
 
 ``prepare_float(layer)`` returns the layer's native ``apply`` or None (native kernels off, also
 ``ONNX_MRVL_SIM_INT8_NATIVE=0``; a CPU with neither AVX-512 BW/VL nor AVX2 + FMA + F16C, whose
@@ -41,7 +42,7 @@ class FDesc(ctypes.Structure):
     _fields_ = ([(k, ctypes.c_long) for k in (
         "n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "groups", "ig", "og", "o",
         "k", "stride_k", "ldw", "depthwise", "in_codes", "in_zp", "in_lo", "in_hi", "in_off",
-        "out_codes", "out_zp", "out_off", "raw", "in_exact", "out_exact")]
+        "out_codes", "out_zp", "out_off", "raw", "in_exact", "out_exact", "m1")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo", "hi", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wt", "bias")])
 
@@ -72,7 +73,8 @@ def _padded(a: np.ndarray, cols: int) -> np.ndarray:
 def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Optional[Callable]:
     """The native ``apply`` of a float-path int8 Conv2D, or None (numpy's ``layer.apply`` then).
     ``stride_k``: MLAS's K block when it is not the conv's (a MatMul's, prepare_float_fc)."""
-    if lib() is None or (layer.o == layer.groups and layer.gemm == "conv"):   # MLAS's M1 sums: numpy's m1_chain
+    m1 = layer.o == layer.groups and layer.gemm == "conv"     # MLAS's M1 sums (int8_float_conv.m1_chain)
+    if lib() is None or (m1 and (layer.ig != 1 or stride_k)):  # only a depthwise conv's in C (m1_sums)
         return None
     if stride_k is None and layer.gemm == "conv_transpose":   # onnxruntime's ConvTranspose SGEMM (A transposed)
         stride_k = STRIDE_K
@@ -88,7 +90,7 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
     d = FDesc()
     d.kh, d.kw, (d.sh, d.sw), (d.dh, d.dw) = kh, kw, layer.strides, layer.dilation
     d.pt, d.pl = layer.padding[0], layer.padding[1]
-    d.groups, d.ig, d.og, d.o, d.k, d.ldw, d.depthwise = g, ig, og, o, k, ldw, int(depthwise)
+    d.groups, d.ig, d.og, d.o, d.k, d.ldw, d.depthwise, d.m1 = g, ig, og, o, k, ldw, int(depthwise), int(m1)
     s_x, z_x, dt_x = layer.in_q
     s_y, z_y, _ = layer.out_q
     d.in_scale, d.in_zp, (d.in_lo, d.in_hi), d.in_off = F32(s_x), z_x, QRANGE[dt_x], code_offset(layer.in_q)
@@ -106,9 +108,9 @@ def prepare_float(layer: FloatPathConv2D, stride_k: Optional[int] = None) -> Opt
             return empty_result(layer, x, out, codes_in, codes_out)
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
-        if oh * ow == 1 and not stride_k and layer.gemm == "conv":   # one output pixel: MLAS's M1 transposed-B
-            return None, _numpy_result(layer, x, out, codes_in[0], codes_out, raw)   # kernel, numpy's m1t_chain
-        blocks = {stride_k} if stride_k else {sk for _, _, sk in conv_segments(layer, n, oh, ow)}
+        if oh * ow == 1 and not stride_k and layer.gemm == "conv" and not m1:   # one output pixel: MLAS's M1
+            return None, _numpy_result(layer, x, out, codes_in[0], codes_out, raw)   # transposed-B, numpy's m1t_chain
+        blocks = {k} if m1 else {stride_k} if stride_k else {sk for _, _, sk in conv_segments(layer, n, oh, ow)}
         if len(blocks) > 1:      # MLAS's threads' pixel parts of different K blocks: numpy's sums
             return None, _numpy_result(layer, x, out, codes_in[0], codes_out, raw)
         dd = FDesc.from_buffer_copy(d)               # per call: thread safe

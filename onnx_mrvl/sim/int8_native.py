@@ -409,7 +409,7 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
         return
     if not (a.dtype == F32 and a.flags.c_contiguous):
         a = np.ascontiguousarray(a, F32)
-    lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, _fq_params(tuple(q)).ctypes.data, parallel.workers())
+    lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, _fq_params(tuple(q))[1], parallel.workers())
 
 
 def fake_quant_native(a, q, centered: bool = False) -> Optional[np.ndarray]:
@@ -420,18 +420,18 @@ def fake_quant_native(a, q, centered: bool = False) -> Optional[np.ndarray]:
         return None
     a = np.ascontiguousarray(a, F32)
     out = np.empty(a.shape, F32)
-    lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, _fq_params(tuple(q), centered).ctypes.data,
+    lib().i8_fake_quant(native.address(a), native.address(out), a.size, _fq_params(tuple(q), centered)[1],
                         parallel.workers())
     return out
 
 
 @functools.lru_cache(maxsize=128)
-def _fq_params(q, centered: bool = False) -> np.ndarray:
-    """i8_fake_quant's [s, 1/s, exact, z, lo, hi, m] of a quantization, m = s (or 1: ``centered``)
-    (made once: ~20 us of Python a run)."""
+def _fq_params(q, centered: bool = False) -> Tuple[np.ndarray, int]:
+    """i8_fake_quant's [s, 1/s, exact, z, lo, hi, m] of a quantization, m = s (or 1: ``centered``),
+    and its address (made once: ~20 us of Python a run)."""
     prm = np.array(qparams(q)[:6] + [1.0 if centered else q[0]], F32)
     prm.flags.writeable = False
-    return prm
+    return prm, prm.ctypes.data
 
 
 Prepared = _Prepared   # int8_in_native.py: the same packing and kernels, identity requantization
@@ -450,5 +450,6 @@ def batch_matmul_native(al: np.ndarray, bl: np.ndarray, mult, out_q) -> Optional
     b = np.ascontiguousarray(bl, F32)
     out = np.empty(al.shape[:-1] + (n,), F32)
     prm = np.array([mult, z, lo, hi, s], F32)
-    lib().i8_bmm(a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size // (m * k), m, k, n, prm.ctypes.data)
+    lib().i8_bmm(native.address(a), native.address(b), native.address(out), a.size // (m * k), m, k, n,
+                 native.address(prm))
     return out

@@ -99,9 +99,6 @@ class Int8BatchMatMul(BatchMatMul):
             acc = np.matmul(al, bl)                       # exact integers in float64
             q = np.clip(np.rint(acc.astype(F32) * self.mult) + z, lo, hi)
         return ((q - z).astype(F32) * F32(s)).astype(F32)
-        if self.out_perm:
-            y = np.transpose(y, self.out_perm)
-        return np.ascontiguousarray(y).reshape(shape), True
 
 
 def build_int8_batch_matmul(spec, transpose_b: int, alpha: float, perms: Mapping):
@@ -227,20 +224,18 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
     (``in_q``) and the codes of its second input or dequantized constant (``const_q``), giving
     ``out_q`` codes, dequantized. ``u8``: int8 codes that onnxruntime's S8 -> U8 rewrite turned to
     uint8 (codes and zero points + 128): the kernel runs on those, its result shifted back."""
-    from .int8_eltwise import qlinear_mul
+    from .int8_eltwise import qlinear_mul_centered
     shift = 128 if u8 else 0
     dtype = "uint8" if u8 else out_q[2]
-    fixed = None if const is None else \
-        (np.rint(np.asarray(const, F64) / F64(F32(const_q[0]))) + const_q[1] + shift).astype(np.int32)
+    # the constant's codes less their zero point (not clamped: as onnxruntime's initializer codes)
+    fixed = None if const is None else np.rint(np.asarray(const, F64) / F64(F32(const_q[0]))).astype(F32)
 
     def run(a: np.ndarray, b=None):
         if (b is None) == (fixed is None):
             raise ValueError("requant qlinear: a Mul2D of two inputs or of an input and a constant")
-        qb = fixed if b is None else quantize(b, *const_q).astype(np.int32) + shift
-        qa = quantize(a, *in_q).astype(np.int32) + shift
-        with np.errstate(over="ignore", invalid="ignore"):
-            qc = qlinear_mul(qa, qb, (in_q[0], in_q[1] + shift), (const_q[0], const_q[1] + shift),
-                             (out_q[0], out_q[1] + shift), dtype) - shift
+        cb = fixed if b is None else centered_codes(b, *const_q)   # the shift cancels in q - z
+        qc = qlinear_mul_centered(centered_codes(a, *in_q), cb, in_q[0], const_q[0], (out_q[0], out_q[1] + shift),
+                                  dtype) - shift
         y = np.ascontiguousarray(((qc - out_q[1]).astype(F32) * F32(out_q[0])).astype(F32))
         return y, True
     return run

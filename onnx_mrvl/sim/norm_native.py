@@ -63,8 +63,8 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 
 def _rows(so, name: str, x: np.ndarray, eps: float, g: np.ndarray, b) -> np.ndarray:
     out = np.empty(x.shape, F32)
-    getattr(so, name)(x.ctypes.data, x.size // x.shape[-1], x.shape[-1], eps, g.ctypes.data,
-                      None if b is None else b.ctypes.data, out.ctypes.data)
+    getattr(so, name)(native.address(x), x.size // x.shape[-1], x.shape[-1], eps, native.address(g),
+                      None if b is None else native.address(b), native.address(out))
     return out
 
 

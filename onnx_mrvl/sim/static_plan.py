@@ -20,7 +20,6 @@ warm in the caches; its size is the program's peak of live tensors.
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -271,7 +270,7 @@ class StaticPlan:
                 if not (a.dtype == F32 and a.flags.c_contiguous and a.shape == x.shape):
                     x[...] = a
                     a = x
-                slot[0][slot[1], 1] = _address(a)
+                slot[0][slot[1], 1] = native.address(a)
                 input_names[tid] = (pos, name)
                 continue
             if a.dtype == F32 and a.flags.c_contiguous and a.shape == x.shape:
@@ -330,15 +329,6 @@ class StaticPlan:
         if input_overflow:                               # an input overflowing on entry is reported first
             overflow = input_overflow[min(input_overflow)]
         return [v.copy() for v in self._outs], overflow    # fresh C-contiguous float32 arrays
-
-
-def _address(a: np.ndarray) -> int:
-    """The address of ``a``'s first element: through a ctypes view of its buffer when it is writable
-    (~1 us; ``a.ctypes.data`` builds a helper object, 2-6 us), else ``a.ctypes.data``."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.ctypes.data
 
 
 def _no_scratch(sim, spec):

@@ -136,7 +136,10 @@ def _binary(plan, e, step, mul: bool) -> bool:
     if dims is None or full != shapes[step.out] or size(full) == 0:
         return False
     a = spec.activation()
-    code, p0, p1, sl = jit.act_args(a["activation"], a["activation_params"], a["slope"], dims[0][2])
+    try:
+        code, p0, p1, sl = jit.act_args(a["activation"], a["activation_params"], a["slope"], dims[0][2])
+    except ValueError:                                # a slope along an axis C does not hold: numpy
+        return False
     slope = native.padded(sl, 16)
     post = None
     if code < 0:

@@ -39,8 +39,28 @@ def npc_dims(full: Tuple[int, ...], part: Tuple[int, ...]):
     elif tuple(pmid) == tuple(mid):
         bp = pm
     else:
-        return None
+        return _grouped_npc(full, pshape)
     return (n, pm, c), (pshape[0] if len(full) > 1 else 1, bp, pshape[-1])
+
+
+def _grouped_npc(full: Tuple[int, ...], pshape: Tuple[int, ...]):
+    """npc_dims for other broadcasts: runs of consecutive axes the operand either has whole or
+    broadcasts (axes of size 1 join either), at most three runs, as [N, P, C] (an attention mask
+    [B, 1, S, S] onto the scores [B, H, S, S]: [B, H, S * S] against [B, 1, S * S]). C is then not
+    the channel axis: a per-channel slope does not fit (``jit.act_args`` refuses it)."""
+    runs = []                                    # [full size, operand size, operand whole]
+    for f, p in zip(full, pshape):
+        if f == 1:
+            continue
+        if runs and runs[-1][2] == (p == f):
+            runs[-1][0] *= f
+            runs[-1][1] *= p
+        else:
+            runs.append([f, p, p == f])
+    if len(runs) > 3:
+        return None
+    runs = [[1, 1, True]] * (3 - len(runs)) + runs
+    return tuple(r[0] for r in runs), tuple(r[1] for r in runs)
 
 
 def _binary_views(a: np.ndarray, b: np.ndarray, act_spec):
