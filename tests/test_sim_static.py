@@ -124,11 +124,15 @@ def test_concurrent_runs_share_one_arena_safely():
     assert not errors
 
 
-def test_python_fallback_steps_and_env_switch():
-    # grouped conv (not native), Concat and Resize run as Python steps inside the static plan
+def test_python_fallback_steps_and_env_switch(monkeypatch):
+    # Concat and Resize without their copy records (static_records.COPIES) run as Python steps
+    from onnx_mrvl.sim import static_records
     res = onnx_mrvl.convert(models.yolo_like(seed=4, input_size=64))
+    monkeypatch.setattr(static_records, "COPIES", False)
     sim = Simulator(res.subgraphs[0].binary)
     assert sim._static.native_steps < len(sim._static.entries)
+    x = [(RNG.standard_normal(s) * 2).astype(np.float32) for s in sim.input_shapes]
+    assert_same(both(sim, x))
     code = ("import numpy as np; from onnx_mrvl.sim import Simulator; "
             "from onnx_mrvl.sim.simulator import Simulator as S; import sys; "
             "s = Simulator(sys.stdin.buffer.read()); print(s._static is None)")

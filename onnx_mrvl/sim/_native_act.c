@@ -176,3 +176,128 @@ void act_apply(float *x, long n, int kind, int nthreads) { act_run(x, n, kind, 0
 /* x[0:n] = fp16(act(x)) in place; 1 when every result is finite. Called by _native_conv.c's
  * run_steps after a conv / FC whose record names it (static_records.py). */
 int act_post(float *x, long n, int kind, int nthreads) { return act_run(x, n, kind, 1, nthreads); }
+
+/* ------------------------------------------------------------------ Softmax over the last axis
+ * norm_ops.softmax's numpy steps on ``rows`` rows of n values: m = the row's max (NaN if it holds
+ * one), e = x - m, numpy's exp, s = np.sum(e) in numpy's pairwise order (pw_sum), e *= 1 / s, then
+ * the fp16 rounding; returns 1 when every result is finite. Rows go in blocks of ~2 K values (one
+ * pass each step, in L1), blocks over the threads. */
+static float pw_sum(const float *a, long n) {   /* numpy's FLOAT_pairwise_sum, stride 1 */
+    if (n < 8) {
+        float r = -0.0f;
+        for (long i = 0; i < n; i++)
+            r += a[i];
+        return r;
+    }
+    if (n <= 128) {                             /* 8 lane sums, ((0+1)+(2+3))+((4+5)+(6+7)), the tail in turn */
+        __m256 r = _mm256_loadu_ps(a);
+        long i = 8;
+        for (; i < n - n % 8; i += 8)
+            r = _mm256_add_ps(r, _mm256_loadu_ps(a + i));
+        __m256 h = _mm256_hadd_ps(r, r);
+        h = _mm256_hadd_ps(h, h);
+        float res = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    long n2 = n / 2;
+    n2 -= n2 % 8;
+    return pw_sum(a, n2) + pw_sum(a + n2, n - n2);
+}
+
+static float row_max(const float *a, long n) {  /* NaN when the row holds one (numpy's max) */
+    float m = a[0];
+    int nan = 0;
+    long i = 0;
+    if (n >= 8) {                               /* the sign of a zero max does not matter: x - (+-0) */
+        __m256 v = _mm256_loadu_ps(a), un = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        for (i = 8; i + 8 <= n; i += 8) {
+            const __m256 u = _mm256_loadu_ps(a + i);
+            un = _mm256_or_ps(un, _mm256_cmp_ps(u, u, _CMP_UNORD_Q));
+            v = _mm256_max_ps(v, u);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        m = _mm_cvtss_f32(h);
+        nan = _mm256_movemask_ps(un) != 0;
+    }
+    for (; i < n; i++) {
+        nan |= a[i] != a[i];
+        m = a[i] > m ? a[i] : m;
+    }
+    return nan ? __builtin_nanf("") : m;
+}
+
+typedef struct { const float *x; float *out; long rows, n, chunk; volatile int bad; } smjob;
+
+static void sm_rows(smjob *j, long r0, long r1) {
+    const long n = j->n;
+    float *o = j->out + r0 * n;
+    __m256i bad = _mm256_setzero_si256();
+    for (long r = r0; r < r1; r++, o += n) {
+        const float *x = j->x + r * n;
+        const float m = row_max(x, n);
+        for (long i = 0; i < n; i++)
+            o[i] = x[i] - m;
+    }
+    o = j->out + r0 * n;
+    const long total = (r1 - r0) * n;
+    long i = 0;
+    for (; i + 8 <= total; i += 8)
+        _mm256_storeu_ps(o + i, exp_np(_mm256_loadu_ps(o + i)));
+    if (i < total) {
+        float t[8] = {0};
+        memcpy(t, o + i, (size_t)(total - i) * sizeof(float));
+        _mm256_storeu_ps(t, exp_np(_mm256_loadu_ps(t)));
+        memcpy(o + i, t, (size_t)(total - i) * sizeof(float));
+    }
+    for (long r = r0; r < r1; r++, o += n) {
+        const __m256 inv = _mm256_set1_ps(1.0f / pw_sum(o, n));
+        long k = 0;
+        for (; k + 8 <= n; k += 8) {
+            const __m256 v = rne8(mul_first(_mm256_loadu_ps(o + k), inv));
+            bad = _mm256_or_si256(bad, nonfinite8(v));
+            _mm256_storeu_ps(o + k, v);
+        }
+        if (k < n) {
+            float t[8] = {0};
+            memcpy(t, o + k, (size_t)(n - k) * sizeof(float));
+            const __m256 v = rne8(mul_first(_mm256_loadu_ps(t), inv));
+            if (_mm256_movemask_ps(_mm256_castsi256_ps(nonfinite8(v))) & ((1 << (n - k)) - 1))
+                bad = _mm256_set1_epi32(-1);
+            _mm256_storeu_ps(t, v);
+            memcpy(o + k, t, (size_t)(n - k) * sizeof(float));
+        }
+    }
+    if (!_mm256_testz_si256(bad, bad))
+        j->bad = 1;
+}
+
+static void sm_part(void *arg, long p) {
+    smjob *j = arg;
+    const long end = (p + 1) * j->chunk < j->rows ? (p + 1) * j->chunk : j->rows;
+    const long block = j->n >= 2048 ? 1 : 2048 / j->n;
+    for (long r = p * j->chunk; r < end; r += block)
+        sm_rows(j, r, r + block < end ? r + block : end);
+}
+
+/* out = fp16(softmax(x)) over the last axis of [rows, n] (x and out apart or the same); 1 when all
+ * is finite. Called by _native_conv.c's run_steps (record kind 13, static_records.py). */
+int act_softmax(const float *x, float *out, long rows, long n, int nthreads) {
+    smjob j = {x, out, rows, n, rows, 0};
+    if (rows <= 0 || n <= 0)
+        return 1;
+    const long want = (1L << 14) / n + 1;       /* ~64 KB a part */
+    long parts = 1;
+    if (runner && nthreads > 1 && rows > want) {
+        j.chunk = want;
+        parts = (rows + want - 1) / want;
+    }
+    if (parts > 1)
+        runner(sm_part, &j, parts, nthreads);
+    else
+        sm_part(&j, 0);
+    return !j.bad;
+}

@@ -3423,6 +3423,43 @@ int transpose_round(const float *x, float *out, long n, long c, long hw, int nth
     return atomic_load(&j.ok);
 }
 
+/* ------------------------------------------------------------------ strided copies (Concat, Slice2D)
+ * desc: ``blocks`` rows of 6 longs [src, dst, rows, count, src stride, dst stride] (floats): each
+ * block copies ``rows`` runs of ``count`` values, src + r * src stride -> dst + r * dst stride. A
+ * Concat is one block per input (its run of the output's rows), a Slice2D one block: the values
+ * move bit for bit, as numpy's concatenate / copyto. Big copies are split over rows of the blocks. */
+typedef struct {
+    const long *desc;
+    long blocks, rows, parts;
+} copy_job;
+
+static void copy_part(void *arg, long p) {
+    const copy_job *j = arg;
+    long r0, r1, base = 0;
+    part_range(p, j->parts, j->rows, &r0, &r1);
+    for (long b = 0; b < j->blocks && base < r1; b++) {
+        const long *d = j->desc + 6 * b;
+        const long lo = r0 > base ? r0 - base : 0, hi = r1 - base < d[2] ? r1 - base : d[2];
+        const float *src = (const float *)d[0];
+        float *dst = (float *)d[1];
+        for (long r = lo; r < hi; r++)
+            memcpy(dst + r * d[5], src + r * d[4], (size_t)d[3] * sizeof(float));
+        base += d[2];
+    }
+}
+
+int copy_blocks(const long *desc, long blocks, int nthreads) {
+    copy_job j = {desc, blocks, 0, 0};
+    long work = 0;
+    for (long b = 0; b < blocks; b++) {
+        j.rows += desc[6 * b + 2];
+        work += desc[6 * b + 2] * desc[6 * b + 3];
+    }
+    j.parts = row_parts(j.rows, work, 1L << 17, nthreads);
+    run_parts(copy_part, &j, j.parts, nthreads);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ a run of steps in one call
  * The static plan (static_plan.py) hands over each stretch of consecutive native steps as
  * records of STEP_WORDS longs, [kind, arguments...], and gets each step's result bits in ok[]:
@@ -3441,6 +3478,8 @@ static int with_post(const long *s, int bits, float *out, int nthreads) {
         return bits;
     return (bits & ~1) | (((post_fn)s[12])(out, s[13], (int)s[14], nthreads) ? 1 : 0);
 }
+
+typedef int (*rows_fn)(const float *x, float *out, long rows, long n, int nthreads);
 
 static int run_step(const long *s, int nthreads) {
     switch (s[0]) {
@@ -3472,6 +3511,10 @@ static int run_step(const long *s, int nthreads) {
         return depthwise_desc((const long *)s[1], (const float *)s[2], (float *)s[3], nthreads);
     case 11:  /* the 1x1 conv of a kind-10 record, run alone: as kind 1 */
         return conv_desc((const long *)s[1], (const float *)s[2], (float *)s[3], (const float *)s[4], nthreads);
+    case 12:  /* strided copies (Concat, Slice2D): descriptor, blocks */
+        return copy_blocks((const long *)s[1], s[2], nthreads);
+    case 13:  /* a row kernel of another library (Softmax: _native_act.c act_softmax): function, x, out, rows, n */
+        return ((rows_fn)s[1])((const float *)s[2], (float *)s[3], s[4], s[5], nthreads);
     default:
         return -1;
     }

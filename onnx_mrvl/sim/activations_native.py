@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_act.c")
 MIN_SIZE = 16           # from here the native pass (one ctypes call, ~2 us) beats numpy's 8-30 passes: a
                         # recurrent cell's gates (3 sigmoids a step of [B, H]) took 18 us each in numpy
-KINDS = {"sigmoid": 0, "silu": 1, "gelu": 2}     # _native_act.c ACT_*
+KINDS = {"sigmoid": 0, "silu": 1, "gelu": 2, "softmax": -1}     # _native_act.c ACT_* (softmax: act_softmax)
 
 
 def _probe() -> np.ndarray:
@@ -68,10 +68,43 @@ def _load():
                              name, part[bad], got[bad], want[bad], part.size)
                     same[name] = False
                     break
+    so.act_softmax.restype = ctypes.c_int
+    so.act_softmax.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
+    same["softmax"] = _softmax_same(so)
     if not any(same.values()):
         raise RuntimeError("no activation gives numpy's bits")
     so.same_bits = same
     return so
+
+
+def _softmax_same(so) -> bool:
+    """act_softmax against norm_ops.softmax over the last axis, for row lengths of every pairwise-sum
+    branch, on the probe's values (infinities and NaN: the same NaN places, payloads aside -- a NaN
+    fails the run either way) and on an fp16-range row set: the same bits and finiteness answer."""
+    from .norm_ops import softmax
+    f, probe = np.float32, _probe()
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 7, 8, 9, 15, 16, 17, 33, 100, 128, 129, 300, 1000):
+        rows = -(-probe.size // n)
+        for x in (np.resize(probe, (rows, n)), (rng.standard_normal((64, n)) * 3000).astype(f)):
+            x[0] = -np.inf
+            with np.errstate(all="ignore"):
+                want, ok_w = softmax(x, -1)
+            got = np.empty_like(x)
+            ok = so.act_softmax(x.ctypes.data, got.ctypes.data, x.shape[0], n, 1)
+            nan = np.isnan(want)
+            if bool(ok) != ok_w or not np.array_equal(nan, np.isnan(got)) \
+                    or not np.array_equal(want.view(np.uint32)[~nan], got.view(np.uint32)[~nan]):
+                log.info("native softmax not used: it differs from numpy's on rows of %d", n)
+                return False
+    return True
+
+
+def softmax_address():
+    """act_softmax's address when it gives norm_ops.softmax's bits here (a run_steps record: kind 13,
+    static_records.py), else None."""
+    k = _kind("softmax")
+    return None if k is None else ctypes.cast(k[0].act_softmax, ctypes.c_void_p).value
 
 
 _LIBRARY = OnceLibrary(_load, "native activations", "numpy", log)

@@ -148,6 +148,8 @@ def _load() -> ctypes.CDLL:
     so.global_avgpool.restype = so.copy_round.restype = ctypes.c_int
     so.global_avgpool.argtypes = [_P, _P, _L, _L, _L, ctypes.c_int]
     so.copy_round.argtypes = [_P, _P, _L]
+    so.copy_blocks.restype = ctypes.c_int
+    so.copy_blocks.argtypes = [_P, _L, ctypes.c_int]
     so.run_steps.restype = so.run_steps_profiled.restype = None
     so.run_steps.argtypes = [_P, _L, _P, ctypes.c_int]
     so.run_steps_profiled.argtypes = [_P, _L, _P, ctypes.c_int, _P]   # + [count, 2] int64 (ns)

@@ -12,6 +12,8 @@ from .pooling import window_counts, pool_geometry
 from .tensor_ops import npc_dims
 
 F32 = np.float32
+SOFTMAX = True      # Softmax over the last axis as a record (kind 13, _native_act.c act_softmax); False: numpy
+COPIES = True       # Concat / Slice2D as strided-copy records (kind 12); False: their numpy kernels
 
 
 def size(shape) -> int:
@@ -76,6 +78,12 @@ def fp16_record(plan, e, step, name: str) -> bool:
             return False
         e.rec = (7, ptr[step.ins[0]], ptr[step.out], x_shape[0], x_shape[1] * x_shape[2], x_shape[3])
         return True
+    if name == "softmax" and SOFTMAX:
+        return _softmax(plan, e, step)
+    if name in ("concat", "slice2d") and COPIES:
+        return _copies(plan, e, step, name == "concat")
+    if name == "resize" and COPIES and str(step.spec.params.get("mode", "nearest")).lower() == "nearest":
+        return _nearest(plan, e, step)
     if name == "layout_transform" and len(step.ins) == 1:
         src = str(step.spec.params.get("src_layout", "")).upper()
         dst = str(step.spec.params.get("dst_layout", "")).upper()
@@ -159,4 +167,84 @@ def _pool(plan, e, step, avg: bool) -> bool:
     desc = np.array((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, t, l, int(avg)), dtype=np.int64)
     e.rec = (4, desc.ctypes.data, plan.ptrs[step.ins[0]], plan.ptrs[step.out], 0 if div is None else div.ctypes.data)
     e.keep = (desc, div)
+    return True
+
+
+def _copies(plan, e, step, concat: bool) -> bool:
+    """Concat / Slice2D as kind 12 (_native_conv.c ``copy_blocks``): [src, dst, rows, count, src
+    stride, dst stride] per block in floats, one block per Concat operand (constants kept here as
+    the numpy kernel's float32 values) or the one slice; the same values move, so the same bits."""
+    p, shapes, ptr = step.spec.params, plan.shapes, plan.ptrs
+    out_shape, out = shapes[step.out], ptr[step.out]
+    if concat:
+        srcs = [(shapes[t], ptr[t]) for t in step.ins]
+        for pos in sorted(int(v) for v in p.get("const_positions") or []):
+            c = np.ascontiguousarray(step.spec.weight(f"const{pos}", required=True), dtype=F32)
+            e.keep = e.keep + (c,)
+            srcs.insert(pos, (c.shape, c.ctypes.data))
+        axis = int(p["axis"]) % len(out_shape)
+        rows, inner = size(out_shape[:axis]), size(out_shape[axis + 1:])
+        if any(len(sh) != len(out_shape) or sh[:axis] + sh[axis + 1:] != out_shape[:axis] + out_shape[axis + 1:]
+               for sh, _ in srcs) or sum(sh[axis] for sh, _ in srcs) != out_shape[axis]:
+            return False
+        blocks, at = [], 0
+        for sh, a in srcs:
+            blocks.append((a, out + 4 * at, rows, sh[axis] * inner, sh[axis] * inner, out_shape[axis] * inner))
+            at += sh[axis] * inner
+        spans = [(a, size(sh)) for sh, a in srcs]
+    else:
+        x_shape, x = shapes[step.ins[0]], ptr[step.ins[0]]
+        axis, start, end = (int(p[k]) for k in ("axis", "start", "end"))
+        if len(x_shape) != 4 or not 0 < axis < 4 or not 0 <= start < end <= x_shape[axis] \
+                or out_shape != x_shape[:axis] + (end - start,) + x_shape[axis + 1:]:
+            return False
+        inner = size(x_shape[axis + 1:])
+        blocks = [(x + 4 * start * inner, out, size(x_shape[:axis]), (end - start) * inner,
+                   x_shape[axis] * inner, (end - start) * inner)]
+        spans = [(x, size(x_shape))]
+    return _copy_record(e, blocks, spans, out, size(out_shape))
+
+
+def _copy_record(e, blocks, spans, out: int, n: int) -> bool:
+    """Kind 12 from ``blocks`` when the output (``n`` floats at ``out``) overlaps none of ``spans``
+    (operand address, floats): else False, and the numpy kernel copies via a temporary."""
+    if n == 0 or any(a < out + 4 * n and out < a + 4 * k for a, k in spans):
+        return False
+    blocks = [(a, b, 1, r * c, r * c, r * c) if c == s == d else (a, b, r, c, s, d) for a, b, r, c, s, d in blocks]
+    desc = np.array(blocks, dtype=np.int64)
+    e.rec, e.keep = (12, desc.ctypes.data, len(blocks)), e.keep + (desc,)
+    return True
+
+
+def _nearest(plan, e, step) -> bool:
+    """Nearest Resize of NHWC by integer factors (tensor_ops.resize_nearest) as kind 12: input row
+    (n, h) to output rows h * sh + i, each pixel at columns w * sw + j, one block per (n, h, i, j)."""
+    scales = step.spec.params.get("scales") or ()
+    x_shape, out_shape = plan.shapes[step.ins[0]], plan.shapes[step.out]
+    if len(step.ins) != 1 or len(scales) != 2 or any(float(v) != int(float(v)) or float(v) < 1 for v in scales):
+        return False
+    (sh, sw), x, out = (int(float(v)) for v in scales), plan.ptrs[step.ins[0]], plan.ptrs[step.out]
+    if len(x_shape) != 4 or out_shape != (x_shape[0], x_shape[1] * sh, x_shape[2] * sw, x_shape[3]) \
+            or x_shape[0] * x_shape[1] * sh * sw > 1 << 16:      # blocks: the descriptor stays small
+        return False
+    n, h, w, c = x_shape
+    blocks = [(x + 4 * r * w * c, out + 4 * ((r * sh + i) * w * sw + j) * c, w, c, c, sw * c)
+              for r in range(n * h) for i in range(sh) for j in range(sw)]
+    return _copy_record(e, blocks, [(x, size(x_shape))], out, size(out_shape))
+
+
+def _softmax(plan, e, step) -> bool:
+    """An fp16 Softmax over the stored layout's last axis (YOLOv8's DFL head, attention scores) as
+    kind 13: _native_act.c ``act_softmax``, the steps of norm_ops.softmax with numpy's exp and sum
+    order -- when it gives numpy's bits on this host (activations_native checks once)."""
+    p, x_shape = step.spec.params, plan.shapes[step.ins[0]]
+    axis = p.get("axis")
+    if len(step.ins) != 1 or int(p.get("log", 0)) or p.get("nan_fill") is not None or len(x_shape) < 2 \
+            or not isinstance(axis, int) or axis not in (-1, len(x_shape) - 1) or plan.shapes[step.out] != x_shape:
+        return False                                # the Python step (its checks and errors)
+    from .activations_native import softmax_address
+    fn = softmax_address()
+    if fn is None or size(x_shape) == 0:
+        return False
+    e.rec = (13, fn, plan.ptrs[step.ins[0]], plan.ptrs[step.out], size(x_shape) // x_shape[-1], x_shape[-1])
     return True
