@@ -517,3 +517,27 @@ def test_int8_batch_matmul_natively_bit_exact(shapes):
         want = mm.numpy_codes(al, bl)
         assert got is not None and np.array_equal(got.view(np.uint32), want.view(np.uint32))
         assert len(np.unique(want)) > 20                                   # not all saturated
+
+
+@pytest.mark.parametrize("d", [1, 7, 25, 256, 6625])
+@pytest.mark.parametrize("dt", ["int8", "uint8"])
+def test_int8_softmax_natively_bit_exact(monkeypatch, d, dt):
+    """Int8Softmax (QLinearSoftmax, qlinear) over the last axis through i8_softmax: the numpy form's
+    bits (the input codes, the table, the row's fp32 sum in order, the float64 quotient), with NaN,
+    infinities and rows of one code."""
+    from onnx_mrvl.sim import int8_transformer as T
+    if int8_native.lib() is None:
+        pytest.skip(f"no native int8 kernels: {int8_native.why_disabled()}")
+    rng = np.random.default_rng(d + len(dt))
+    zx, zy = (-10, -128) if dt == "int8" else (120, 0)
+    p = {"in_scale": 0.06, "in_zero_point": zx, "in_dtype": dt, "out_scale": 1 / 255, "out_zero_point": zy,
+         "out_dtype": dt}
+    sm = T.Int8Softmax(p, -1)
+    x = (rng.standard_normal((max(1, 4096 // d) + 3, d)) * 4).astype(np.float32)
+    x[0, :min(d, 3)] = [np.nan, np.inf, -np.inf][:min(d, 3)]
+    x[1] = 0.5                                                         # one code across the row
+    got, ok = sm.apply(x)
+    monkeypatch.setattr(T, "NATIVE_MIN", 1 << 62)
+    want, _ = sm.apply(x)
+    assert ok and int8_native.softmax_native(x, sm.table(d), sm.x, sm.y_scale, sm.y) is not None
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

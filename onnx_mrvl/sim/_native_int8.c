@@ -943,6 +943,42 @@ void i8_qmul(const float *a, const float *cb, float *out, long n, long p, long c
         }
 }
 
+/* ------------------------------------------------------------------ QLinearSoftmax (last axis)
+ * int8_transformer.Int8Softmax, requant qlinear: per row of d values, the codes c = Q_x(x) (fp32
+ * x / s_x, rne, + z_x, clamped; NaN -> lo), e = table[255 + c - max(c)], the row's sum of e in fp32 in
+ * order, q = clamp(rne(double(e) y_scale / double(sum)) + z_y), out = fp32((q - z_y) s_y).
+ * prm = [s_x, z_x, lo_x, hi_x, y_scale, z_y, lo_y, hi_y, s_y] */
+void i8_softmax(const float *x, float *out, long rows, long d, const float *table, const float *prm) {
+    const float sx = prm[0], zx = prm[1], lox = prm[2], hix = prm[3];
+    const double ys = prm[4];
+    const float zy = prm[5], loy = prm[6], hiy = prm[7], sy = prm[8];
+    float *code = malloc(sizeof(float) * (size_t)(d > 0 ? d : 1));
+    if (!code)
+        return;
+    for (long r = 0; r < rows; r++) {
+        const float *v = x + r * d;
+        float *o = out + r * d, m = -1e30f;
+        for (long i = 0; i < d; i++) {
+            float q = rintf(v[i] / sx) + zx;
+            q = q > lox ? q : lox;                     /* NaN: the minimum (MLAS) */
+            q = q < hix ? q : hix;
+            code[i] = q;
+            m = q > m ? q : m;
+        }
+        float total = 0.0f;
+        for (long i = 0; i < d; i++) {
+            code[i] = table[(long)(255.0f + code[i] - m)];
+            total += code[i];
+        }
+        for (long i = 0; i < d; i++) {
+            float q = (float)rint((double)code[i] * ys / (double)total) + zy;
+            q = q < loy ? loy : (q > hiy ? hiy : q);
+            o[i] = (q - zy) * sy;
+        }
+    }
+    free(code);
+}
+
 /* ------------------------------------------------------------------ int8 BatchMatMul
  * int8_transformer.Int8BatchMatMul (qlinear): out[b, i, j] = (q - z) s, q = min(hi, max(lo, rne(fp32(acc) m)
  * + z)), acc = sum over p of a[b, i, p] c[b, p, j], the operands' codes less their zero points held as

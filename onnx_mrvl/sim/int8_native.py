@@ -76,6 +76,8 @@ def _load() -> ctypes.CDLL:
     so.i8_bmm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_void_p]
     so.i8_qmul.restype = None
     so.i8_qmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p]
+    so.i8_softmax.restype = None
+    so.i8_softmax.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long] * 2 + [ctypes.c_void_p] * 2
     so.i8_avgpool.restype = ctypes.c_int
     so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     so.i8_lookup.restype = ctypes.c_int
@@ -475,4 +477,21 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     b = np.ascontiguousarray(cb, F32)
     out = np.empty(a.shape, F32)
     lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm))
+    return out
+
+
+def softmax_native(x: np.ndarray, table: np.ndarray, in_q, y_scale, out_q) -> Optional[np.ndarray]:
+    """int8_transformer.Int8Softmax's qlinear result over the last axis of float32 ``x`` (its input
+    codes quantized here) in ``i8_softmax``, or None (no library, another layout: numpy)."""
+    if not ENABLED or not native.on() or x.dtype != F32 or not x.flags.c_contiguous or x.ndim < 1 or lib() is None:
+        return None
+    d = x.shape[-1]
+    if d == 0:
+        return None
+    lo_x, hi_x = QRANGE[in_q[2]]
+    lo_y, hi_y = QRANGE[out_q[2]]
+    prm = np.array([in_q[0], in_q[1], lo_x, hi_x, y_scale, out_q[1], lo_y, hi_y, out_q[0]], F32)
+    tab = np.ascontiguousarray(table, F32)
+    out = np.empty(x.shape, F32)
+    lib().i8_softmax(native.address(x), native.address(out), x.size // d, d, native.address(tab), native.address(prm))
     return out

@@ -15,7 +15,7 @@ from typing import Mapping, Tuple
 import numpy as np
 
 from .int8 import ACC_LIMIT, NATIVE_MIN, QRANGE, centered_codes, fake_quant, quantize
-from .int8_native import batch_matmul_native, qlinear_mul_native
+from .int8_native import batch_matmul_native, qlinear_mul_native, softmax_native
 from .matmul import BatchMatMul
 from . import ort_reduce
 
@@ -147,6 +147,10 @@ class Int8Softmax:
     def apply(self, x: np.ndarray):
         if not -x.ndim <= self.axis < x.ndim:
             raise ValueError(f"axis {self.axis} does not fit an input of shape {list(x.shape)}")
+        if self.requant == "qlinear" and self.axis in (-1, x.ndim - 1) and x.size >= NATIVE_MIN:
+            y = softmax_native(x, self.table(x.shape[-1]), self.x, self.y_scale, self.y)
+            if y is not None:
+                return y, True
         c = np.moveaxis(quantize(x, *self.x).astype(np.int64), self.axis, -1)
         if self.requant == "float":   # MLAS's fp32 Softmax of the dequantized codes, then Q
             from .mlas_softmax import softmax_last_axis
