@@ -948,13 +948,13 @@ void i8_qmul(const float *a, const float *cb, float *out, long n, long p, long c
  * x / s_x, rne, + z_x, clamped; NaN -> lo), e = table[255 + c - max(c)], the row's sum of e in fp32 in
  * order, q = clamp(rne(double(e) y_scale / double(sum)) + z_y), out = fp32((q - z_y) s_y).
  * prm = [s_x, z_x, lo_x, hi_x, y_scale, z_y, lo_y, hi_y, s_y] */
-void i8_softmax(const float *x, float *out, long rows, long d, const float *table, const float *prm) {
+int i8_softmax(const float *x, float *out, long rows, long d, const float *table, const float *prm) {
     const float sx = prm[0], zx = prm[1], lox = prm[2], hix = prm[3];
     const double ys = prm[4];
     const float zy = prm[5], loy = prm[6], hiy = prm[7], sy = prm[8];
     float *code = malloc(sizeof(float) * (size_t)(d > 0 ? d : 1));
     if (!code)
-        return;
+        return 0;                                      /* out of memory: the caller raises */
     for (long r = 0; r < rows; r++) {
         const float *v = x + r * d;
         float *o = out + r * d, m = -1e30f;
@@ -977,6 +977,7 @@ void i8_softmax(const float *x, float *out, long rows, long d, const float *tabl
         }
     }
     free(code);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ int8 BatchMatMul
@@ -985,11 +986,16 @@ void i8_softmax(const float *x, float *out, long rows, long d, const float *tabl
  * float32 (a [batch][m][k], c [batch][k][n]). |codes| <= 255: with k 255^2 < 2^24 every partial sum is an
  * integer float32 holds exactly, whatever the order; else the sums run in double (exact too). The
  * numpy form sums in float64 (exact) and rounds to float32: the same values. prm = [m, z, lo, hi, s] */
-void i8_bmm(const float *a, const float *c, float *out, long batch, long m, long k, long n, const float *prm) {
+int i8_bmm(const float *a, const float *c, float *out, long batch, long m, long k, long n, const float *prm) {
     const float mult = prm[0], z = prm[1], lo = prm[2], hi = prm[3], s = prm[4];
     const int f32 = k * 255L * 255L < (1L << 24);
     float *accf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     double *accd = f32 ? NULL : malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!accf || (!f32 && !accd)) {                   /* out of memory: the caller raises */
+        free(accf);
+        free(accd);
+        return 0;
+    }
     for (long b = 0; b < batch; b++)
         for (long i = 0; i < m; i++) {
             const float *ar = a + (b * m + i) * k, *cb = c + b * k * n;
@@ -1017,6 +1023,7 @@ void i8_bmm(const float *a, const float *c, float *out, long batch, long m, long
         }
     free(accf);
     free(accd);
+    return 1;
 }
 
 /* ------------------------------------------------------------------ table lookup

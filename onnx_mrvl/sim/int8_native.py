@@ -72,11 +72,11 @@ def _load() -> ctypes.CDLL:
     so.i8_add.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
     so.i8_fake_quant.restype = None
     so.i8_fake_quant.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
-    so.i8_bmm.restype = None
+    so.i8_bmm.restype = ctypes.c_int
     so.i8_bmm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_void_p]
     so.i8_qmul.restype = None
     so.i8_qmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p]
-    so.i8_softmax.restype = None
+    so.i8_softmax.restype = ctypes.c_int
     so.i8_softmax.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long] * 2 + [ctypes.c_void_p] * 2
     so.i8_avgpool.restype = ctypes.c_int
     so.i8_avgpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
@@ -454,8 +454,9 @@ def batch_matmul_native(al: np.ndarray, bl: np.ndarray, mult, out_q) -> Optional
     b = np.ascontiguousarray(bl, F32)
     out = np.empty(al.shape[:-1] + (n,), F32)
     prm = np.array([mult, z, lo, hi, s], F32)
-    lib().i8_bmm(native.address(a), native.address(b), native.address(out), a.size // (m * k), m, k, n,
-                 native.address(prm))
+    if not lib().i8_bmm(native.address(a), native.address(b), native.address(out), a.size // (m * k), m, k, n,
+                        native.address(prm)):
+        raise MrvlRuntimeError("the native int8 BatchMatMul ran out of memory")
     return out
 
 
@@ -493,5 +494,7 @@ def softmax_native(x: np.ndarray, table: np.ndarray, in_q, y_scale, out_q) -> Op
     prm = np.array([in_q[0], in_q[1], lo_x, hi_x, y_scale, out_q[1], lo_y, hi_y, out_q[0]], F32)
     tab = np.ascontiguousarray(table, F32)
     out = np.empty(x.shape, F32)
-    lib().i8_softmax(native.address(x), native.address(out), x.size // d, d, native.address(tab), native.address(prm))
+    if not lib().i8_softmax(native.address(x), native.address(out), x.size // d, d, native.address(tab),
+                            native.address(prm)):
+        raise MrvlRuntimeError("the native int8 Softmax ran out of memory")
     return out
