@@ -49,7 +49,8 @@ def quantize(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     return q.astype(np.int32)
 
 
-NATIVE_MIN = 2048      # values from which fake_quant / centered_codes take the native pass (int8_native)
+NATIVE_MIN = 2048      # values from which fake_quant / centered_codes take the native pass (int8_native,
+                       # imported in the call: it imports this module)
 
 
 def fake_quant(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:

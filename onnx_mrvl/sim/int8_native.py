@@ -23,7 +23,8 @@ from ..errors import MrvlRuntimeError
 from . import native, parallel
 from .native_loader import OnceLibrary, cpu_has
 from .int8 import QRANGE, Int8Add, Int8Conv2D, Int8FC, Int8Layer, numpy_fake_quant
-from .int8_eltwise import add_constants
+from .int8_eltwise import add_constants, qmul_scale
+from .tensor_ops import npc_dims
 
 log = logging.getLogger(__name__)
 F32 = np.float32
@@ -464,8 +465,6 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     """int8_transformer.qlinear_mul_codes' result (the dequantized output codes) of the float input
     ``a`` and the second operand's centered codes ``cb`` (float32, broadcast onto ``a`` as [N, P, C]
     runs: tensor_ops.npc_dims) in ``i8_qmul``, or None (no library, other shapes: numpy)."""
-    from .tensor_ops import npc_dims
-    from .int8_eltwise import qmul_scale
     if not ENABLED or not native.on() or a.dtype != F32 or not a.flags.c_contiguous or lib() is None:
         return None
     dims = npc_dims(a.shape, cb.shape) if np.broadcast_shapes(a.shape, cb.shape) == a.shape else None
