@@ -541,3 +541,19 @@ def test_int8_softmax_natively_bit_exact(monkeypatch, d, dt):
     want, _ = sm.apply(x)
     assert ok and int8_native.softmax_native(x, sm.table(d), sm.x, sm.y_scale, sm.y) is not None
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_native_bmm_and_softmax_out_of_memory_raise(monkeypatch):
+    """i8_bmm / i8_softmax answer 0 when they cannot allocate their row buffer: the layer raises
+    MrvlRuntimeError, never returns the unwritten output."""
+    from onnx_mrvl.errors import MrvlRuntimeError
+    so = int8_native.lib()
+    if so is None:
+        pytest.skip(f"no native int8 kernels: {int8_native.why_disabled()}")
+    monkeypatch.setattr(so, "i8_bmm", lambda *args: 0)
+    monkeypatch.setattr(so, "i8_softmax", lambda *args: 0)
+    a = np.ones((2, 3, 8, 16), np.float32)
+    with pytest.raises(MrvlRuntimeError, match="out of memory"):
+        int8_native.batch_matmul_native(a, a.swapaxes(-1, -2), np.float32(0.01), (0.1, 0, "int8"))
+    with pytest.raises(MrvlRuntimeError, match="out of memory"):
+        int8_native.softmax_native(a, np.ones(256, np.float32), (0.05, 0, "int8"), np.float32(255), (1 / 255, -128, "int8"))

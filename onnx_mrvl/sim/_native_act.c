@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
+#include "_native_pairwise.h"
 
 typedef void (*part_fn)(void *arg, long part);
 typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
@@ -179,33 +180,9 @@ int act_post(float *x, long n, int kind, int nthreads) { return act_run(x, n, ki
 
 /* ------------------------------------------------------------------ Softmax over the last axis
  * norm_ops.softmax's numpy steps on ``rows`` rows of n values: m = the row's max (NaN if it holds
- * one), e = x - m, numpy's exp, s = np.sum(e) in numpy's pairwise order (pw_sum), e *= 1 / s, then
+ * one), e = x - m, numpy's exp, s = np.sum(e) in numpy's pairwise order (pairwise_sum), e *= 1 / s, then
  * the fp16 rounding; returns 1 when every result is finite. Rows go in blocks of ~2 K values (one
  * pass each step, in L1), blocks over the threads. */
-static float pw_sum(const float *a, long n) {   /* numpy's FLOAT_pairwise_sum, stride 1 */
-    if (n < 8) {
-        float r = -0.0f;
-        for (long i = 0; i < n; i++)
-            r += a[i];
-        return r;
-    }
-    if (n <= 128) {                             /* 8 lane sums, ((0+1)+(2+3))+((4+5)+(6+7)), the tail in turn */
-        __m256 r = _mm256_loadu_ps(a);
-        long i = 8;
-        for (; i < n - n % 8; i += 8)
-            r = _mm256_add_ps(r, _mm256_loadu_ps(a + i));
-        __m256 h = _mm256_hadd_ps(r, r);
-        h = _mm256_hadd_ps(h, h);
-        float res = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-        for (; i < n; i++)
-            res += a[i];
-        return res;
-    }
-    long n2 = n / 2;
-    n2 -= n2 % 8;
-    return pw_sum(a, n2) + pw_sum(a + n2, n - n2);
-}
-
 static float row_max(const float *a, long n) {  /* NaN when the row holds one (numpy's max) */
     float m = a[0];
     int nan = 0;
@@ -254,7 +231,7 @@ static void sm_rows(smjob *j, long r0, long r1) {
         memcpy(o + i, t, (size_t)(total - i) * sizeof(float));
     }
     for (long r = r0; r < r1; r++, o += n) {
-        const __m256 inv = _mm256_set1_ps(1.0f / pw_sum(o, n));
+        const __m256 inv = _mm256_set1_ps(1.0f / pairwise_sum(o, n, 0));
         long k = 0;
         for (; k + 8 <= n; k += 8) {
             const __m256 v = rne8(mul_first(_mm256_loadu_ps(o + k), inv));

@@ -8,6 +8,7 @@
  * ~12 numpy passes a call each, checked the same way. */
 #include <math.h>
 #include <stdint.h>
+#include "_native_pairwise.h"
 
 /* fp32(sum(v[0:n]) / n): 4 float64 lanes over the whole blocks of 4 (lane k: i = k mod 4), folded
  * (l0 + l2) + (l1 + l3), the remainder added in order */
@@ -81,37 +82,6 @@ void ln_ort_rows(const float *x, long rows, long n, float eps, const float *g, c
     }
 }
 
-/* numpy's float32 pairwise sum of v[0:n] (or of v[i]^2, each an fp32 product: sq), as np.add.reduce
- * runs it along a contiguous axis: under 8 values in order from 0, up to 128 in 8 lanes (lane j:
- * i = j mod 8 of the whole blocks of 8, the first block their start) folded ((r0 + r1) + (r2 + r3)) +
- * ((r4 + r5) + (r6 + r7)) then the rest in order, else the halves (the first a multiple of 8) */
-static float pairwise(const float *v, long n, int sq) {
-#define PW_AT(i) (sq ? v[i] * v[i] : v[i])
-    if (n < 8) {
-        float res = 0.0f;
-        for (long i = 0; i < n; i++)
-            res += PW_AT(i);
-        return res;
-    }
-    if (n <= 128) {
-        float r[8];
-        for (int j = 0; j < 8; j++)
-            r[j] = PW_AT(j);
-        long i;
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; j++)
-                r[j] += PW_AT(i + j);
-        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += PW_AT(i);
-        return res;
-    }
-#undef PW_AT
-    long n2 = n / 2;
-    n2 -= n2 % 8;
-    return pairwise(v, n2, sq) + pairwise(v + n2, n - n2, sq);
-}
-
 /* norm_ops.layernorm over the last axis (not rms), row by row, unrounded: m = np.mean(x) (0 plus the
  * pairwise sum, divided by n in float64: numpy divides by an intp count), d = x - m, var = mean(d d),
  * r = 1 / sqrt(var + eps), y = d r g (+ b) */
@@ -119,10 +89,10 @@ void ln_numpy_rows(const float *x, long rows, long n, float eps, const float *g,
     for (long r = 0; r < rows; r++) {
         const float *v = x + r * n;
         float *d = out + r * n;
-        const float m = (float)((double)(0.0f + pairwise(v, n, 0)) / (double)n);
+        const float m = (float)((double)(0.0f + pairwise_sum(v, n, 0)) / (double)n);
         for (long i = 0; i < n; i++)
             d[i] = v[i] - m;
-        const float var = (float)((double)(0.0f + pairwise(d, n, 1)) / (double)n) + eps;
+        const float var = (float)((double)(0.0f + pairwise_sum(d, n, 1)) / (double)n) + eps;
         const float rs = 1.0f / sqrtf(var);
         for (long i = 0; i < n; i++) {
             float t = d[i] * rs;
