@@ -417,11 +417,17 @@ def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
     lib().i8_fake_quant(a.ctypes.data, out.ctypes.data, a.size, _fq_params(tuple(q))[1], parallel.workers())
 
 
+def _on() -> bool:
+    """The int8 library is wanted and loads (not tried while the native kernels are off, so a
+    failure is not remembered for the process): the per-call passes below."""
+    return ENABLED and native.on() and lib() is not None
+
+
 def fake_quant_native(a, q, centered: bool = False) -> Optional[np.ndarray]:
     """``int8.fake_quant(a, *q)`` in one native pass (``centered``: ``int8.centered_codes``, the codes
     less the zero point as float32), or None without the library. numpy's five to seven passes took
     ~65 us on a [50, 384] tensor, and an int8 MiniLM runs ~80 of them."""
-    if (not ENABLED or not native.on()) or lib() is None:   # (native kernels off: not tried, so not remembered)
+    if not _on():
         return None
     a = np.ascontiguousarray(a, F32)
     out = np.empty(a.shape, F32)
@@ -447,7 +453,7 @@ def batch_matmul_native(al: np.ndarray, bl: np.ndarray, mult, out_q) -> Optional
     operands' centered codes ``al`` [..., M, K], ``bl`` [..., K, N] (float32, equal leading axes) in
     ``i8_bmm``, or None (no library, broadcast leading axes: numpy computes it)."""
     m, k, n = al.shape[-2], al.shape[-1], bl.shape[-1]
-    if not ENABLED or not native.on() or al.shape[:-2] != bl.shape[:-2] or not m * k * n or lib() is None:
+    if al.shape[:-2] != bl.shape[:-2] or not m * k * n or not _on():
         return None
     s, z, dt = out_q
     lo, hi = QRANGE[dt]
@@ -465,7 +471,7 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     """int8_transformer.qlinear_mul_codes' result (the dequantized output codes) of the float input
     ``a`` and the second operand's centered codes ``cb`` (float32, broadcast onto ``a`` as [N, P, C]
     runs: tensor_ops.npc_dims) in ``i8_qmul``, or None (no library, other shapes: numpy)."""
-    if not ENABLED or not native.on() or a.dtype != F32 or not a.flags.c_contiguous or lib() is None:
+    if a.dtype != F32 or not a.flags.c_contiguous or not _on():
         return None
     dims = npc_dims(a.shape, cb.shape) if np.broadcast_shapes(a.shape, cb.shape) == a.shape else None
     if dims is None or a.size == 0:
@@ -483,7 +489,7 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
 def softmax_native(x: np.ndarray, table: np.ndarray, in_q, y_scale, out_q) -> Optional[np.ndarray]:
     """int8_transformer.Int8Softmax's qlinear result over the last axis of float32 ``x`` (its input
     codes quantized here) in ``i8_softmax``, or None (no library, another layout: numpy)."""
-    if not ENABLED or not native.on() or x.dtype != F32 or not x.flags.c_contiguous or x.ndim < 1 or lib() is None:
+    if x.dtype != F32 or not x.flags.c_contiguous or x.ndim < 1 or not _on():
         return None
     d = x.shape[-1]
     if d == 0:
