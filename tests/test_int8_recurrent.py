@@ -246,3 +246,17 @@ def test_time_major_pair_after_the_pytorch_transpose_is_in_the_region(tmp_path):
     f = qm.feeds(m)
     steps = np.abs(sess.run(None, f)[0] - ref.run(None, f)[0]) * 127
     assert steps.max() <= 1.0 + 1e-3
+
+
+@pytest.mark.parametrize("k", [1, 255, 256, 257, 700])
+def test_exact_sum_is_the_integer_sum(k):
+    """The input projection's chunked float32 sums equal the int64 sum, at the codes' extremes too
+    (a row of 255 times a column of 255: 700 * 65025 needs more than fp32's 24 bits)."""
+    from onnx_mrvl.sim.recurrent_int8 import exact_sum
+    rng = np.random.default_rng(k)
+    a = rng.integers(-255, 256, (4, k)).astype(np.float32)
+    b = rng.integers(-255, 256, (k, 6)).astype(np.float32)
+    a[0], a[1], b[:, 0] = 255, -255, 255
+    got = exact_sum(a, b)
+    assert got.dtype == np.float64
+    assert np.array_equal(got, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float64))

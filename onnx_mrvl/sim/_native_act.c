@@ -6,17 +6,11 @@
  *   e = exp(-|x|);  sigmoid = (x >= 0 ? 1 : e) / (1 + e);  silu = x * sigmoid   (x first: NaN payload)
  *   gelu: gelu8 below
  *
- * with numpy's float32 exp on AVX2 + FMA3 and AVX-512F hosts (``simd_exp_FLOAT`` of
- * numpy/_core/src/umath/loops_exponent_log.dispatch.c.src, which np.exp runs for every float32
- * element there): NaN -> NaN, x >= 88.7228... -> inf, x <= -103.972... -> 0, else k = rint(x log2 e)
- * (by adding and subtracting 1.5 * 2^23), Cody-Waite r = x - k ln 2 in three FMAs (ln 2 split in two,
- * the third term 0), exp(r) = P5(r) / Q2(r) (Horner, FMAs), times 2^k by adding k to the exponent
- * bits (k <= -125: 2^-125 that way, then divided by 2^(-k - 125): the denormal results). Each lane
- * gets the same IEEE operations in the same order, so the same bits. 256-bit code: it builds for
- * both kernel variants (an AVX-512 host has AVX2 + FMA too). */
+ * with numpy's float32 exp (_native_exp.h). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
+#include "_native_exp.h"
 #include "_native_pairwise.h"
 
 typedef void (*part_fn)(void *arg, long part);
@@ -24,54 +18,6 @@ typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
 static runner_fn runner = 0;            /* _native_conv.c's mrvl_run_parts (act_set_runner) */
 
 void act_set_runner(void *fn) { runner = (runner_fn)fn; }
-
-#define MI static inline __attribute__((always_inline))
-
-/* a * b with a as vmulps' first source (of two NaNs, a's payload: numpy's x *= s) */
-MI __m256 mul_first(__m256 a, __m256 b) {
-    __m256 r;
-    __asm__("vmulps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
-    return r;
-}
-
-MI __m256 exp_np(__m256 x) {
-    const __m256 zero = _mm256_setzero_ps(), minq = _mm256_set1_ps(-125.0f);
-    const __m256 magic = _mm256_set1_ps(0x1.800000p+23f);
-    __m256 nan_m = _mm256_cmp_ps(x, x, _CMP_NEQ_UQ);
-    x = _mm256_blendv_ps(x, zero, nan_m);
-    __m256 max_m = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GE_OQ);
-    __m256 min_m = _mm256_cmp_ps(x, _mm256_set1_ps(-103.97208404541015625f), _CMP_LE_OQ);
-    x = _mm256_blendv_ps(x, zero, _mm256_or_ps(_mm256_or_ps(nan_m, min_m), max_m));
-    __m256 q = _mm256_mul_ps(x, _mm256_set1_ps(1.442695040888963407359924681001892137f));
-    q = _mm256_sub_ps(_mm256_add_ps(q, magic), magic);
-    __m256 r = _mm256_fmadd_ps(q, _mm256_set1_ps(-6.93145752e-1f), x);
-    r = _mm256_fmadd_ps(q, _mm256_set1_ps(-1.42860677e-6f), r);
-    r = _mm256_fmadd_ps(q, zero, r);
-    __m256 num = _mm256_fmadd_ps(_mm256_set1_ps(5.082762527590693718096e-04f), r,
-                                 _mm256_set1_ps(6.757896990527504603057e-03f));
-    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(5.114512081637298353406e-02f));
-    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(2.473615434895520810817e-01f));
-    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(7.257664613233124478488e-01f));
-    num = _mm256_fmadd_ps(num, r, _mm256_set1_ps(9.999999999980870924916e-01f));
-    __m256 den = _mm256_fmadd_ps(_mm256_set1_ps(2.159509375685829852307e-02f), r,
-                                 _mm256_set1_ps(-2.742335390411667452936e-01f));
-    den = _mm256_fmadd_ps(den, r, _mm256_set1_ps(1.0f));
-    __m256 p = _mm256_div_ps(num, den);
-    __m256 den_m = _mm256_cmp_ps(q, minq, _CMP_LE_OQ);
-    if (_mm256_movemask_ps(den_m)) {
-        __m256 diff = _mm256_blendv_ps(zero, _mm256_sub_ps(zero, _mm256_sub_ps(q, minq)), den_m);
-        __m256i pow2 = _mm256_sllv_epi32(_mm256_set1_epi32(1), _mm256_cvtps_epi32(diff));
-        __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(_mm256_max_ps(q, minq)), 23);
-        p = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-        p = _mm256_blendv_ps(p, _mm256_div_ps(p, _mm256_cvtepi32_ps(pow2)), den_m);
-    } else {
-        __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(q), 23);
-        p = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-    }
-    p = _mm256_blendv_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan_m);
-    p = _mm256_blendv_ps(p, _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000)), max_m);
-    return _mm256_blendv_ps(p, zero, min_m);
-}
 
 /* activations_smooth.gelu's numpy steps: c = erfc(x * -1/sqrt 2) by the Numerical Recipes fit
  * (t = 1 / (1 + 0.5 |z|), p = Horner of t, p - |z|^2, exp, * t, 2 - p where z < 0), x * (c * 0.5);
@@ -98,10 +44,7 @@ enum { ACT_SIGMOID, ACT_SILU, ACT_GELU };
 MI __m256 act8(__m256 x, int kind) {
     if (kind == ACT_GELU)
         return gelu8(x);
-    const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 e = exp_np(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));        /* exp(-|x|): the sign bit set */
-    __m256 s = _mm256_div_ps(_mm256_blendv_ps(e, one, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ)),
-                             _mm256_add_ps(e, one));
+    const __m256 s = sigmoid8(x);
     return kind == ACT_SILU ? mul_first(x, s) : s;
 }
 
@@ -109,13 +52,6 @@ MI __m256 act8(__m256 x, int kind) {
  * rounding and its finiteness test too (activations.py's function and static_plan.finish_post's
  * round_fp16_ in one pass); the tail through a zero-padded vector (lanes are independent) */
 typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } actjob;
-
-MI __m256 rne8(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-
-MI __m256i nonfinite8(__m256 v) {       /* |bits| above the largest float: inf or NaN */
-    return _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)),
-                              _mm256_set1_epi32(0x7f7fffff));
-}
 
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     __m256i bad = _mm256_setzero_si256();

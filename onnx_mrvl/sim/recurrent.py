@@ -80,6 +80,9 @@ class Recurrent:
         if self.c_row and cell != "LSTM":
             raise ValueError(f"cell_state_row on an {cell} (only an LSTM has a cell state)")
         self.h_row = bool(final_state_rows)   # row T: each direction's final h (then the c row)
+        self.hr_sum = np.matmul               # h R^T of the numpy loop (recurrent_native.sequential_sum: the C order)
+        self.use_native = None                # None: the C loop when it takes the layer; False: numpy; a library
+        self._native_plan = None
 
     def _state(self, init, d: int, batch: int) -> np.ndarray:
         if init is None:
@@ -106,6 +109,7 @@ class Recurrent:
         y = np.empty((steps + self.h_row + self.c_row, self.dirs, batch, self.hid), F32)   # rows T..: Y_h, Y_c
         ok = True
         flat = np.ascontiguousarray(x, dtype=F32).reshape(steps * batch, self.feat)
+        so, prepared = self._native()
         for d in range(self.dirs):
             xw = self._xw(d, flat).reshape(steps, batch, -1)
             xw += self.bias[d]
@@ -113,6 +117,10 @@ class Recurrent:
             h = self._state(h0, d, batch)
             c = self._state(c0, d, batch) if self.cell == "LSTM" else None
             step = {"LSTM": self._lstm, "GRU": self._gru, "RNN": self._rnn}[self.cell]
+            if prepared is not None:
+                from . import recurrent_native
+                ok = recurrent_native.run(so, self, prepared, d, np.ascontiguousarray(xw), h, c, active, y) and ok
+                order = ()
             for t in order:
                 h2, c2, fin = step(d, xw[t], h, c)
                 ok = ok and fin
@@ -130,6 +138,19 @@ class Recurrent:
                 y[steps + self.h_row, d] = c
         return y, ok
 
+    def _native(self):
+        """(library, per-direction plan) of the C loop (recurrent_native.py), or (None, None): numpy."""
+        so = self.use_native
+        if so is None:
+            from . import native, recurrent_native
+            so = recurrent_native.lib() if native.on() else None
+        if not so:
+            return None, None
+        if self._native_plan is None:
+            from . import recurrent_native
+            self._native_plan = recurrent_native.plan(self) or False
+        return (so, self._native_plan) if self._native_plan else (None, None)
+
     def _h(self, hf: np.ndarray) -> Tuple[np.ndarray, bool]:
         """The new state rounded to fp16 (``hf``: fp32; kept as ``self.h32`` for a layer that
         quantizes its output from the fp32 value, recurrent_int8.py)."""
@@ -146,7 +167,7 @@ class Recurrent:
 
     def _hr(self, d: int, h: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """``h R^T`` for the gate columns [lo, hi) of direction ``d``: fp32 sums of fp16 products."""
-        return h @ self.rt[d][:, lo:hi]
+        return self.hr_sum(h, self.rt[d][:, lo:hi])
 
     def _lstm(self, d, xw, h, c):
         H = self.hid

@@ -63,6 +63,20 @@ def _qparams(q, what: str) -> Optional[Tuple[float, int, str]]:
     return s, z, dt
 
 
+EXACT_K = 256          # 256 * 255 * 255 < 2^24: a float32 sum of that many products of codes is exact
+
+
+def exact_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` exactly, as float64, for float32 integers with |a|, |b| <= 255: float32 matmuls over
+    chunks of ``EXACT_K`` inputs (every partial sum an integer under 2^24, in any order), added in
+    float64 (~2x faster than one float64 matmul)."""
+    k = a.shape[1]
+    acc = (a[:, :EXACT_K] @ b[:EXACT_K]).astype(np.float64)
+    for k0 in range(EXACT_K, k, EXACT_K):
+        acc += a[:, k0:k0 + EXACT_K] @ b[k0:k0 + EXACT_K]
+    return acc
+
+
 class Int8Recurrent(Recurrent):
     """A recurrent layer with int8 W and R codes and an int8 input projection (module docstring)."""
 
@@ -86,7 +100,7 @@ class Int8Recurrent(Recurrent):
             raise ValueError("an int8 recurrent layer needs the input quantization (in_scale, in_zero_point)")
         if max(self.feat, self.hid) * 255 * 255 >= ACC_LIMIT:   # |q_x - z_x|, |q_w - z_w| <= 255
             raise ValueError(f"input size {self.feat} / hidden size {self.hid} could overflow the int32 accumulator")
-        self.wq = [np.ascontiguousarray(kernel[d].T, dtype=np.float64) for d in range(self.dirs)]    # [I, G*H]
+        self.wq = [np.ascontiguousarray(kernel[d].T, dtype=F32) for d in range(self.dirs)]          # [I, G*H]
         self.rq = [np.ascontiguousarray(recurrence[d].T, dtype=np.float64) for d in range(self.dirs)]  # [H, G*H]
         self.out_q = _qparams(out_q, "output")
         if self.out_q is not None and (self.c_row or self.h_row):
@@ -102,14 +116,14 @@ class Int8Recurrent(Recurrent):
 
     def _xw(self, d: int, flat: np.ndarray) -> np.ndarray:
         s, z, dt = self.in_q
-        acc = (quantize(flat, s, z, dt) - z).astype(np.float64) @ self.wq[d]    # exact integers
+        acc = exact_sum((quantize(flat, s, z, dt) - z).astype(F32), self.wq[d])
         with np.errstate(over="ignore", invalid="ignore"):
             return (acc.astype(F32) * self.mx[d]).astype(F32)
 
     def _hr(self, d: int, h: np.ndarray, lo: int, hi: int) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             if self.state_q is None:   # fp16 h x int8 codes (exact products), fp32 sums, x s_r
-                acc = np.asarray(h, F32) @ self.rt[d][:, lo:hi]
+                acc = self.hr_sum(np.asarray(h, F32), self.rt[d][:, lo:hi])
                 return (acc * self.mh[d, lo:hi]).astype(F32)
             s, z, dt = self.state_q
             acc = (quantize(h, s, z, dt) - z).astype(np.float64) @ self.rq[d][:, lo:hi]
