@@ -41,19 +41,20 @@ def sequential_sum(h: np.ndarray, rt: np.ndarray) -> np.ndarray:
 
 def ufunc_loop(uf: np.ufunc):
     """(address, data) of ``uf``'s inner loop on float32 arguments, read from the public fields of
-    numpy's PyUFuncObject (``functions``, ``data``, ``ntypes``, ``types``), or None."""
-    base, fnum = id(uf), np.dtype(F32).num
-    nargs = ctypes.c_int.from_address(base + 24).value
-    if nargs != uf.nargs:
+    numpy's PyUFuncObject (after the object header: nin, nout, nargs, identity, functions, data,
+    ntypes, reserved1, name, types), or None when the fields do not describe ``uf``."""
+    base, fnum = id(uf) + object.__basicsize__, np.dtype(F32).num
+    ints = [ctypes.c_int.from_address(base + 4 * i).value for i in range(3)]
+    ptr = lambda off: ctypes.c_void_p.from_address(base + off).value  # noqa: E731
+    funcs, data, ntypes, name, types = ptr(16), ptr(24), ctypes.c_int.from_address(base + 32).value, ptr(40), ptr(48)
+    if ints != [uf.nin, uf.nout, uf.nargs] or ntypes != uf.ntypes or not (funcs and name and types) \
+            or ctypes.string_at(name) != uf.__name__.encode():
         return None
-    funcs, data = (ctypes.c_void_p.from_address(base + off).value for off in (32, 40))
-    ntypes, types = ctypes.c_int.from_address(base + 48).value, ctypes.c_void_p.from_address(base + 64).value
-    if ntypes != uf.ntypes or not funcs or not types:
-        return None
+    nargs = uf.nargs
     for i in range(ntypes):
         if all(ctypes.c_ubyte.from_address(types + i * nargs + a).value == fnum for a in range(nargs)):
-            return (ctypes.c_void_p.from_address(funcs + 8 * i).value,
-                    ctypes.c_void_p.from_address(data + 8 * i).value if data else None)
+            fn = ctypes.c_void_p.from_address(funcs + 8 * i).value
+            return (fn, ctypes.c_void_p.from_address(data + 8 * i).value if data else None) if fn else None
     return None
 
 
