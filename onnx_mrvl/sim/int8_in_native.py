@@ -59,3 +59,24 @@ def prepare(layer) -> Optional[Callable]:
         int8_native.run_checked(call)
         return layer.finish(acc.reshape(x.shape[0], -1))
     return apply_fc
+
+
+def exact_sums(kernel: np.ndarray, in_q) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+    """``x [M, K] -> fp32(acc) [M, O]``, ``acc = sum_k (q_x - z_x) q_w[o, k]`` exact (``q_x``: x quantized
+    by ``in_q`` = (scale, zero point, type)), on the native int8 GEMM, for int8 codes ``kernel`` [O, K]
+    without a zero point; None when the native int8 kernels are absent. An int8 recurrent layer's
+    input projection (recurrent_int8.py): the same values as its float64 sum converted to fp32."""
+    if int8_native.lib() is None:
+        return None
+    from .int8_in import Int8InFC
+    o, k = kernel.shape
+    layer = Int8InFC(np.asarray(kernel, np.int8), None, np.ones(o, F32),
+                     {"in_scale": float(in_q[0]), "in_zero_point": int(in_q[1]), "in_dtype": str(in_q[2])})
+    prep = int8_native.Prepared(_integer_view(layer), (1, 1, 1, 1, 1, 1, 0, 0), 1, False)
+
+    def sums(x: np.ndarray) -> np.ndarray:
+        call, acc = prep.stage(np.ascontiguousarray(x, F32).reshape(x.shape[0], 1, 1, k), 1, 1)
+        int8_native.run_checked(call)
+        return acc.reshape(x.shape[0], o)
+    return sums
+

@@ -83,6 +83,7 @@ class Int8Recurrent(Recurrent):
     def __init__(self, cell: str, kernel: np.ndarray, recurrence: np.ndarray, kernel_scale, recurrence_scale,
                  in_q, state_q=None, kernel_zero_point=None, recurrence_zero_point=None, out_q=None, **kw):
         kernel, recurrence = np.asarray(kernel), np.asarray(recurrence)
+        codes = kernel if kernel_zero_point is None or not np.any(np.asarray(kernel_zero_point)) else None
         if kernel.dtype != np.int8 or recurrence.dtype != np.int8:
             raise ValueError(f"an int8 recurrent layer needs int8 kernel / recurrence codes, got "
                              f"{kernel.dtype} / {recurrence.dtype}")
@@ -101,6 +102,7 @@ class Int8Recurrent(Recurrent):
         if max(self.feat, self.hid) * 255 * 255 >= ACC_LIMIT:   # |q_x - z_x|, |q_w - z_w| <= 255
             raise ValueError(f"input size {self.feat} / hidden size {self.hid} could overflow the int32 accumulator")
         self.wq = [np.ascontiguousarray(kernel[d].T, dtype=F32) for d in range(self.dirs)]          # [I, G*H]
+        self._codes, self._sums = codes, None   # the native int8 GEMM of the input projection (_xw)
         self.rq = [np.ascontiguousarray(recurrence[d].T, dtype=np.float64) for d in range(self.dirs)]  # [H, G*H]
         self.out_q = _qparams(out_q, "output")
         if self.out_q is not None and (self.c_row or self.h_row):
@@ -115,10 +117,24 @@ class Int8Recurrent(Recurrent):
         return h if self.out_q is None else fake_quant(self.h32, *self.out_q)
 
     def _xw(self, d: int, flat: np.ndarray) -> np.ndarray:
-        s, z, dt = self.in_q
-        acc = exact_sum((quantize(flat, s, z, dt) - z).astype(F32), self.wq[d])
+        sums = self._native_sums(d)
+        if sums is not None:      # fp32(acc) of the exact sum: what acc.astype(F32) gives below
+            acc = sums(flat)
+        else:
+            s, z, dt = self.in_q
+            acc = exact_sum((quantize(flat, s, z, dt) - z).astype(F32), self.wq[d])    # exact integers
         with np.errstate(over="ignore", invalid="ignore"):
             return (acc.astype(F32) * self.mx[d]).astype(F32)
+
+    def _native_sums(self, d: int):
+        """int8_in_native.exact_sums for direction ``d`` (weights without a zero point, native int8
+        kernels built, the layer not held to numpy), else None."""
+        if self._codes is None or self.use_native is False:
+            return None
+        if self._sums is None:
+            from .int8_in_native import exact_sums
+            self._sums = [exact_sums(self._codes[d], self.in_q) for d in range(self.dirs)]
+        return self._sums[d]
 
     def _hr(self, d: int, h: np.ndarray, lo: int, hi: int) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
