@@ -260,3 +260,23 @@ def test_exact_sum_is_the_integer_sum(k):
     got = exact_sum(a, b)
     assert got.dtype == np.float64
     assert np.array_equal(got, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float64))
+
+
+@pytest.mark.parametrize("dt,zp", [("uint8", 128), ("uint8", 0), ("int8", -5)])
+def test_native_input_projection_is_the_integer_sum(dt, zp):
+    """int8_in_native.exact_sums (the native int8 GEMM, identity requantization) = fp32 of the int64
+    sum of the codes, saturated codes and K > 256 included."""
+    from onnx_mrvl.sim import int8_native
+    from onnx_mrvl.sim.int8 import quantize
+    from onnx_mrvl.sim.int8_in_native import exact_sums
+    if int8_native.lib() is None:
+        pytest.skip("native int8 kernels off here")
+    rng = np.random.default_rng(11)
+    w = rng.integers(-128, 128, (48, 700)).astype(np.int8)
+    w[0] = 127
+    x = (rng.standard_normal((9, 700)) * 4).astype(np.float32)
+    x[0] = 1e3                                                      # every code saturated
+    sums = exact_sums(w, (0.02, zp, dt))
+    q = quantize(x, 0.02, zp, dt).astype(np.int64) - zp
+    want = (q @ w.astype(np.int64).T).astype(np.float32)
+    assert np.array_equal(sums(x), want)
