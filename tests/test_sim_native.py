@@ -198,7 +198,8 @@ def test_depthwise_within_one_ulp_of_numpy(monkeypatch, k, stride, dil, pads, mu
 @pytest.mark.parametrize("a_shape, b_shape", [
     ((1, 9, 10, 37), (1, 9, 10, 37)), ((2, 4, 5, 16), (16,)), ((2, 4, 5, 16), (2, 1, 1, 16)),
     ((1, 6, 6, 20), (1, 6, 6, 1)), ((3, 70), (3, 70)), ((2, 3, 4, 5), (1, 1, 1, 1)),
-    ((2, 12, 5, 5), (2, 1, 5, 5)), ((2, 3, 4, 5), (1, 3, 4, 1))])     # grouped runs (an attention mask)
+    ((2, 12, 5, 5), (2, 1, 5, 5)), ((2, 3, 4, 5), (1, 3, 4, 1)),      # grouped runs (an attention mask)
+    ((1, 40, 41, 1), (1, 40, 41, 1)), ((1, 33, 3), (1,))])          # one run of values (C = 1 maps, a scalar)
 @pytest.mark.parametrize("op", ["add", "mul"])
 @pytest.mark.parametrize("act", ["none", "relu", "prelu", "hard_swish", "sigmoid"])
 def test_binary_bit_identical(monkeypatch, a_shape, b_shape, op, act):
@@ -225,7 +226,7 @@ def test_binary_overflow_flag(monkeypatch):
 
 @pytest.mark.parametrize("what", ["conv_rows", "conv_channels", "conv_small", "conv_1x1_blocks_and_rows",
                                   "conv_1x1_block_divisor", "depthwise", "depthwise_channels", "binary",
-                                  "global_avgpool"])
+                                  "binary_flat", "global_avgpool"])
 def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     if what == "conv_rows":
         x, w, kw = f16(RNG.standard_normal((2, 30, 31, 16))), f16(RNG.standard_normal((40, 3, 3, 16)) * .2), {}
@@ -252,6 +253,9 @@ def test_thread_splits_do_not_change_a_bit(monkeypatch, what):
     elif what == "depthwise_channels":          # 3 rows: the parts split channels too
         x, w = special(1, 3, 7, 840), f16(RNG.standard_normal((840, 3, 3, 1)))
         build = lambda: K.Conv2D(w, padding=(1, 1, 1, 1), groups=840, activation="relu").apply(x)   # noqa: E731
+    elif what == "binary_flat":                 # same shapes: one run of values, split in 16-value units
+        a, b = special(1, 300, 301, 1, big=300), special(1, 300, 301, 1, big=300)
+        build = lambda: tensor_ops.make_binary("add", activation="clamp", activation_params=PARAMS["clamp"])(a, b)   # noqa: E731
     else:
         a, b = special(1, 70, 71, 24), special(1, 1, 1, 24)
         build = lambda: tensor_ops.make_binary("mul", activation="relu")(a, b)   # noqa: E731
