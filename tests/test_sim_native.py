@@ -390,13 +390,17 @@ def test_pools_skip_padding_with_the_same_bits(monkeypatch):
             np.testing.assert_array_equal(fast[0].view(np.uint32), slow[0].view(np.uint32))
 
 
-@pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 37, 5, 9), (1, 1, 1, 1), (3, 64, 7, 7)])
+@pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 37, 5, 9), (1, 1, 1, 1), (3, 64, 7, 7), (1, 1, 33, 65),
+                                   (2, 24, 19, 21), (1, 8, 8, 8), (1, 21, 130, 131), (1, 24, 210, 211)])
 def test_layout_transforms_are_exact(monkeypatch, shape):
+    """Both directions, 8 x 8 register tiles and their channel / pixel edges, one channel, threads."""
     x = RNG.standard_normal(shape).astype(np.float32)
-    y = K.layout_transform(x, "NCHW", "NHWC")
-    np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
-    np.testing.assert_array_equal(K.layout_transform(y, "NHWC", "NCHW"), x)
-    assert y.ctypes.data % 64 == 0
+    for nw in (1, 2, 3):
+        monkeypatch.setattr(tensor_ops, "workers", lambda nw=nw: nw)   # >= 1 M values: split
+        y = K.layout_transform(x, "NCHW", "NHWC")
+        np.testing.assert_array_equal(y, x.transpose(0, 2, 3, 1))
+        np.testing.assert_array_equal(K.layout_transform(y, "NHWC", "NCHW"), x)
+        assert y.ctypes.data % 64 == 0
 
 
 def _random_conv_case(rng):

@@ -3213,6 +3213,59 @@ typedef struct {
 
 #define TRB 256
 
+/* a[0..8) <- the 8 x 8 transpose of a[0..8) (row r, lane k -> row k, lane r) */
+static inline __attribute__((always_inline)) void tr8x8(__m256 a[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(a[i], a[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        a[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        a[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* pixels [p0, p1) of one image: planes x[c][hw] -> o[p][C] (to_nhwc), or x[p][C] -> planes o[c][hw];
+ * 8 pixels x 8 channels through registers (rows of 8 read and written whole), the edges one by one */
+static void tr_block(const float *x, float *o, long nc, long hw, long p0, long p1, int to_nhwc) {
+    const long p8 = p0 + (p1 - p0) / 8 * 8, c8 = nc / 8 * 8;
+    if (nc == 1) {                      /* one channel: the same order */
+        memcpy(o + p0, x + p0, (size_t)(p1 - p0) * sizeof(float));
+        return;
+    }
+    for (long p = p0; p < p8; p += 8) {
+        for (long c = 0; c < c8; c += 8) {
+            __m256 a[8];
+            for (int r = 0; r < 8; r++)
+                a[r] = _mm256_loadu_ps(to_nhwc ? x + (c + r) * hw + p : x + (p + r) * nc + c);
+            tr8x8(a);
+            for (int r = 0; r < 8; r++)
+                _mm256_storeu_ps(to_nhwc ? o + (p + r) * nc + c : o + (c + r) * hw + p, a[r]);
+        }
+        for (long c = c8; c < nc; c++)
+            for (long q = p; q < p + 8; q++) {
+                if (to_nhwc)
+                    o[q * nc + c] = x[c * hw + q];
+                else
+                    o[c * hw + q] = x[q * nc + c];
+            }
+    }
+    for (long q = p8; q < p1; q++)
+        for (long c = 0; c < nc; c++) {
+            if (to_nhwc)
+                o[q * nc + c] = x[c * hw + q];
+            else
+                o[c * hw + q] = x[q * nc + c];
+        }
+}
+
 static void tr_part(void *arg, long part) {
     tr_job *j = arg;
     const long blocks = (j->hw + TRB - 1) / TRB, total = j->n * blocks;
@@ -3228,14 +3281,8 @@ static void tr_part(void *arg, long part) {
                 o[3 * p + 1] = x1[p];
                 o[3 * p + 2] = x2[p];
             }
-        } else if (j->to_nhwc) {
-            for (long c = 0; c < j->c; c++)
-                for (long p = p0; p < p1; p++)
-                    o[p * j->c + c] = x[c * j->hw + p];
         } else {
-            for (long p = p0; p < p1; p++)
-                for (long c = 0; c < j->c; c++)
-                    o[c * j->hw + p] = x[p * j->c + c];
+            tr_block(x, o, j->c, j->hw, p0, p1, j->to_nhwc);
         }
     }
 }
