@@ -2924,20 +2924,29 @@ static void bin_part(void *arg, long part) {
     }
     part_range(part, j->parts, j->n * j->p, &r0, &r1);
     __mmask16 bad = 0;
+    epv_t E;                                    /* the epilogue, once (prelu's slope: per 16 channels) */
+    epv_load(&E, &j->e, 0);
+    const int per_channel = j->e.code == 4;
+    long n = j->p ? r0 / j->p : 0, q = j->p ? r0 % j->p : 0;
     for (long r = r0; r < r1; r++) {
-        const long n = r / j->p, q = r % j->p;
         const float *a = j->a + r * j->c;
         const float *b = j->b + ((j->bn > 1 ? n : 0) * j->bp + (j->bp > 1 ? q : 0)) * j->bc;
         float *o = j->out + r * j->c;
+        const __m512 b1 = _mm512_set1_ps(b[0]);
         for (long c = 0; c < j->c; c += 16) {
             const long left = j->c - c;
             const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
             const __m512 av = _mm512_maskz_loadu_ps(m, a + c);
-            const __m512 bv = j->bc > 1 ? _mm512_maskz_loadu_ps(m, b + c) : _mm512_set1_ps(b[0]);
+            const __m512 bv = j->bc > 1 ? _mm512_maskz_loadu_ps(m, b + c) : b1;
             __mmask16 bb = 0;
-            const __m512 y = finish(j->mul ? _mm512_mul_ps(av, bv) : _mm512_add_ps(av, bv), &j->e, c, &bb);
+            const __m512 v = j->mul ? _mm512_mul_ps(av, bv) : _mm512_add_ps(av, bv);
+            const __m512 y = per_channel ? finish(v, &j->e, c, &bb) : finish_v(v, &E, &bb);
             bad |= bb & m;
             _mm512_mask_storeu_ps(o + c, m, y);
+        }
+        if (++q == j->p) {
+            q = 0;
+            n++;
         }
     }
     if (bad)
