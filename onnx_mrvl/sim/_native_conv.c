@@ -65,13 +65,16 @@
                              * finiteness test per tile (store_full8) */
 #define PATH_DW_TAPS8 65536 /* AVX2: depthwise blocks summed tap by tap (strided, dilated, not 3 wide) in 8-lane halves
                              * (dw_block_taps_h) */
+#define PATH_ONE_CHANNEL 131072 /* conv: one input and one output channel, every tap inside the input (a 1-D FIR
+                                 * filter: basic-pitch's CQT) summed 16 output pixels at a time (conv_one_channel) */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
-                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13 | PATH_DW_TAPS8;
+                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13 | PATH_DW_TAPS8 | PATH_ONE_CHANNEL;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
-                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES;
+                       | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES
+                       | PATH_ONE_CHANNEL;
 #endif
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
@@ -2339,6 +2342,99 @@ static void conv_part(void *arg, long p) {
  * tile's [K/groups][16] (no residual then). With res (same layout as out) and e2, a following Sum2D is fused: out holds
  * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
  * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
+/* ------------------------------------------------------------------ one input, one output channel
+ * The GEMM tiles hold 32 output channels a row: with one, 31 of 32 lanes idled and each output pixel
+ * cost a tile row's bookkeeping (basic-pitch's CQT filters, [1, 43849] -> [1, 21922] by 7 taps at
+ * stride 2: 0.5 ms each, ~40 of them). Here 16 output pixels of a row are the lanes: per pixel
+ * acc = 0, then one FMA per tap in the GEMM's k order (ky, kx), then the same epilogue (its channel-0
+ * vectors in every lane), the fused Sum2D's too: the same operations per value, the same bits.
+ * Only without padding (every tap inside the input, as the GEMM's packed rows then read). */
+typedef struct {
+    const float *x, *w, *res;
+    float *out;
+    long n, h, wd, oh, ow, kh, kw, sh, sw, dh, dw, step;   /* step: output rows (of all images) a part */
+    epi_t e, e2;
+    int has_res;
+    atomic_int ok;
+} c1_job;
+
+static void c1_part(void *arg, long p) {
+    c1_job *j = arg;
+    const long rows = j->n * j->oh, r0 = p * j->step, r1 = r0 + j->step < rows ? r0 + j->step : rows;
+    epv_t E, F;
+    epv_load(&E, &j->e, 0);
+    epv_load(&F, &j->e2, 0);
+    __mmask16 bad = 0, bad2 = 0;
+    float t[16];
+    for (long r = r0; r < r1; r++) {
+        const long img = r / j->oh, oy = r % j->oh;
+        const float *xr = j->x + (img * j->h + oy * j->sh) * j->wd;
+        for (long ox = 0; ox < j->ow; ox += 16) {
+            const long left = j->ow - ox;
+            const int nl = left >= 16 ? 16 : (int)left;
+            const __mmask16 m = nl == 16 ? 0xFFFF : (__mmask16)((1u << nl) - 1);
+            __m512 acc = _mm512_setzero_ps();
+            for (long ky = 0; ky < j->kh; ky++)
+                for (long kx = 0; kx < j->kw; kx++) {
+                    const float *src = xr + ky * j->dh * j->wd + ox * j->sw + kx * j->dw;
+                    __m512 xv;
+                    if (j->sw == 1) {
+                        xv = _mm512_maskz_loadu_ps(m, src);
+                    } else {
+                        for (int l = 0; l < 16; l++)
+                            t[l] = l < nl ? src[l * j->sw] : 0.0f;
+                        xv = _mm512_loadu_ps(t);
+                    }
+                    acc = _mm512_fmadd_ps(xv, _mm512_set1_ps(j->w[(ky * j->kw + kx) * NR]), acc);
+                }
+            __mmask16 b0 = 0;
+            __m512 v = finish_v(acc, &E, &b0);
+            bad |= b0 & m;
+            float *o = j->out + r * j->ow + ox;
+            if (j->has_res) {
+                __mmask16 b1 = 0;
+                v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->res + r * j->ow + ox)), &F, &b1);
+                bad2 |= b1 & m;
+            }
+            _mm512_mask_storeu_ps(o, m, v);
+        }
+    }
+    if (bad || bad2)
+        atomic_fetch_and(&j->ok, (bad ? 0 : 1) | (bad2 ? 0 : 2));
+}
+
+/* an epilogue's channel-0 vectors broadcast into 16 lanes (vec: 4 x 16 floats of storage) */
+static epi_t c1_epi(const epi_t *e, float *vec) {
+    epi_t b = *e;
+    const float *src[4] = {e->bias, e->scale, e->shift, e->slope};
+    const float **dst[4] = {&b.bias, &b.scale, &b.shift, &b.slope};
+    for (int i = 0; i < 4; i++) {
+        if (!src[i])
+            continue;
+        for (int l = 0; l < 16; l++)
+            vec[i * 16 + l] = src[i][0];
+        *dst[i] = vec + i * 16;
+    }
+    return b;
+}
+
+static int conv_one_channel(const float *x, long n, long h, long w, long oh, long ow, long kh, long kw, long sh,
+                            long sw, long dh, long dw, const float *wpack, float *out, const epi_t *e,
+                            const float *res, const epi_t *e2, int nthreads) {
+    float vec[2][64];
+    const epi_t none = {NULL, NULL, NULL, NULL, 0, 0.0f, 0.0f};
+    c1_job j = {x, wpack, res, out, n, h, w, oh, ow, kh, kw, sh, sw, dh, dw, 0, c1_epi(e, vec[0]),
+                c1_epi(res ? e2 : &none, vec[1]), res != NULL, 3};
+    const long rows = n * oh, macs = rows * ow * kh * kw;
+    long parts = nthreads > 1 && macs >= CONV_PAR_MACS ? nthreads * 2 : 1;
+    if (parts > rows)
+        parts = rows;
+    j.step = (rows + parts - 1) / parts;
+    parts = (rows + j.step - 1) / j.step;
+    run_parts(c1_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}
+
 static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
                      long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
                      const float *wpack, long o, float *out,
@@ -2347,6 +2443,11 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
                      int nthreads) {
     if (groups < 1)
         groups = 1;
+    if ((new_paths & PATH_ONE_CHANNEL) && c == 1 && o == 1 && groups == 1 && lanes <= 0 && pt == 0 && pl == 0
+            && (oh - 1) * sh + (kh - 1) * dh < h && (ow - 1) * sw + (kw - 1) * dw < w && oh > 0 && ow > 0) {
+        const epi_t e = {bias, scale, shift, slope, code, p0, p1};
+        return conv_one_channel(x, n, h, w, oh, ow, kh, kw, sh, sw, dh, dw, wpack, out, &e, res, e2, nthreads);
+    }
     conv_job j = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, wpack, o, out,
                   n * oh * ow, (o / groups + NR - 1) / NR, 1, 0, groups, lanes, bias, scale, shift, slope, code,
                   p0, p1, res, e2, 3};
