@@ -1,6 +1,7 @@
-"""Convs of one input and one output channel (``kernel_paths`` bit 131072, ``conv_one_channel``):
-16 output pixels as the lanes instead of one GEMM tile row each, against the GEMM tiles, bit for bit
-(values, finiteness flags, a fused Sum2D's too), on one and two threads; and where it applies."""
+"""Convs of one input and one output channel (``kernel_paths`` bit 131072, ``conv_one_channel``) and
+1x1 stride-1 convs to one output channel (bit 262144, ``conv_one_out``): 16 output pixels as the
+lanes instead of one GEMM tile row each, against the GEMM tiles, bit for bit (values, finiteness
+flags, a fused Sum2D's too), on one and two threads; the sum order; where they apply."""
 import numpy as np
 import pytest
 
@@ -10,7 +11,7 @@ from test_sim_kernel_paths import _both, _conv_and_sum_same, _same
 from test_sim_native import _buildable, f16, special
 
 pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neither AVX-512 nor AVX2 + FMA + F16C here")
-ONE_CHANNEL = 131072
+ONE_CHANNEL, ONE_OUT = 131072, 262144
 
 
 @pytest.mark.parametrize("shape, k, stride, dil", [
@@ -48,13 +49,15 @@ def test_overflow_flags_match():
 
 
 def test_padded_or_wider_convs_keep_the_tiles():
-    """Padding, two channels in or out: the GEMM tiles (the path's switch changes nothing)."""
+    """Padding, two output channels, a strided or padded 1x1: the GEMM tiles (the switches change nothing)."""
     rng = np.random.default_rng(5)
     x1, x2 = special(1, 5, 40, 1, big=300), special(1, 5, 40, 2, big=300)
     for w, x, kw in ((f16(rng.standard_normal((1, 3, 3, 1))), x1, {"padding": (1, 1, 1, 1)}),
                      (f16(rng.standard_normal((2, 1, 3, 1))), x1, {}),
-                     (f16(rng.standard_normal((1, 1, 3, 2))), x2, {})):
-        _same(*_both(ONE_CHANNEL, lambda: K.Conv2D(w, **kw).apply(x)))
+                     (f16(rng.standard_normal((1, 1, 3, 2))), x2, {}),
+                     (f16(rng.standard_normal((1, 1, 1, 2))), x2, {"strides": (1, 2)}),
+                     (f16(rng.standard_normal((1, 1, 1, 2))), x2, {"padding": (0, 1, 0, 1)})):
+        _same(*_both(ONE_CHANNEL | ONE_OUT, lambda: K.Conv2D(w, **kw).apply(x)))
     assert native.on()
 
 
@@ -77,3 +80,43 @@ def test_taps_are_summed_in_the_gemm_order():
     assert not np.array_equal(want, sequential([(ky, kx) for kx in range(3) for ky in range(3)]))
     for y in _both(ONE_CHANNEL, lambda: K.Conv2D(w).apply(x)):
         np.testing.assert_array_equal(y[0][0, :, :, 0].view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(1, 40, 41, 24), (2, 7, 9, 8), (1, 5, 5, 3), (1, 33, 17, 100), (1, 1, 1, 2),
+                                   (3, 1, 1, 600)])             # 600: the GEMM's k blocks of 512
+@pytest.mark.parametrize("act", ["none", "relu", "prelu", "sigmoid"])
+def test_one_output_channel_is_the_gemm_bit_for_bit(monkeypatch, shape, act):
+    rng = np.random.default_rng([shape[1], shape[3], len(act)])
+    x = special(*shape, big=300)
+    w = f16(rng.standard_normal((1, 1, 1, shape[3])) * 0.3)
+    conv = dict(bias=rng.standard_normal(1), scale=rng.standard_normal(1) + 2, activation=act,
+                slope=np.array([0.25], np.float32))
+    for threads in (1, 2):
+        monkeypatch.setattr(K, "workers", lambda t=threads: t)
+        _conv_and_sum_same(ONE_OUT, w, conv, x, rng, [jit.act_args(a, None, None, 1) for a in ("relu", "none")])
+
+
+def test_one_output_channel_sums_the_channels_in_order():
+    """Channel values cancelling around small ones: the sequential sum over the channels in order."""
+    rng = np.random.default_rng(10)
+    big = rng.choice([-2048.0, 2048.0, -1024.0, 1024.0], (1, 6, 50, 21))
+    x = f16(np.where(rng.random(big.shape) < 0.5, big, rng.uniform(-0.01, 0.01, big.shape)))
+    w = f16(rng.choice([-1.0, 1.0, 0.5, 3.0], (1, 1, 1, 21)))
+
+    def sequential(order):
+        acc = np.zeros((6, 50), np.float32)
+        for c in order:
+            acc = (acc + x[0, :, :, c] * w[0, 0, 0, c]).astype(np.float32)
+        return acc.astype(np.float16).astype(np.float32)
+    want = sequential(range(21))
+    assert not np.array_equal(want, sequential(list(range(8, 16)) + list(range(8)) + list(range(16, 21))))
+    for y in _both(ONE_OUT, lambda: K.Conv2D(w).apply(x)):
+        np.testing.assert_array_equal(y[0][0, :, :, 0].view(np.uint32), want.view(np.uint32))
+
+
+def test_fc_to_one_output_over_many_rows():
+    """An FC of one output over more rows than the GEMV takes runs as the 1x1 conv: the same bits."""
+    rng = np.random.default_rng(11)
+    x = f16(rng.standard_normal((37, 70)))
+    k = f16(rng.standard_normal((1, 70)) * 0.2)
+    _same(*_both(ONE_OUT, lambda: K.FC(k, bias=np.array([0.5], np.float32), activation="relu").apply(x)))

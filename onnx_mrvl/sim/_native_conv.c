@@ -67,14 +67,15 @@
                              * (dw_block_taps_h) */
 #define PATH_ONE_CHANNEL 131072 /* conv: one input and one output channel, every tap inside the input (a 1-D FIR
                                  * filter: basic-pitch's CQT) summed 16 output pixels at a time (conv_one_channel) */
+#define PATH_ONE_OUT 262144 /* conv: a 1x1 stride-1 conv to one output channel, 16 pixels at a time (conv_one_out) */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
-                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13 | PATH_DW_TAPS8 | PATH_ONE_CHANNEL;
+                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13 | PATH_DW_TAPS8 | PATH_ONE_CHANNEL | PATH_ONE_OUT;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES
-                       | PATH_ONE_CHANNEL;
+                       | PATH_ONE_CHANNEL | PATH_ONE_OUT;
 #endif
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
@@ -2342,6 +2343,25 @@ static void conv_part(void *arg, long p) {
  * tile's [K/groups][16] (no residual then). With res (same layout as out) and e2, a following Sum2D is fused: out holds
  * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
  * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
+/* a[0..8) <- the 8 x 8 transpose of a[0..8) (row r, lane k -> row k, lane r) */
+static inline __attribute__((always_inline)) void tr8x8(__m256 a[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(a[i], a[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        a[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        a[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
 /* ------------------------------------------------------------------ one input, one output channel
  * The GEMM tiles hold 32 output channels a row: with one, 31 of 32 lanes idled and each output pixel
  * cost a tile row's bookkeeping (basic-pitch's CQT filters, [1, 43849] -> [1, 21922] by 7 taps at
@@ -2435,6 +2455,78 @@ static int conv_one_channel(const float *x, long n, long h, long w, long oh, lon
     return atomic_load(&j.ok);
 }
 
+/* A 1x1 stride-1 conv to one output channel (a DB text detector's or a segmenter's last layer, the
+ * phase convs of its 2x2 ConvTranspose: 24 -> 1 at 320x320): 16 pixels as the lanes, their channels
+ * brought into lanes 8 x 8 by tr8x8, one FMA per channel in order from 0 -- the GEMM's k order -- then
+ * the same epilogue as conv_one_channel; the pixels [n * h * w] are one run (no padding, stride 1) */
+typedef struct {
+    const float *x, *w, *res;
+    float *out;
+    long px, c, step;
+    epi_t e, e2;
+    int has_res;
+    atomic_int ok;
+} o1_job;
+
+static void o1_part(void *arg, long p) {
+    o1_job *j = arg;
+    const long q0 = p * j->step, q1 = q0 + j->step < j->px ? q0 + j->step : j->px, c8 = j->c / 8 * 8;
+    epv_t E, F;
+    epv_load(&E, &j->e, 0);
+    epv_load(&F, &j->e2, 0);
+    __mmask16 bad = 0, bad2 = 0;
+    float buf[16], t[8];
+    for (long q = q0; q < q1; q += 16) {
+        const int nl = q1 - q >= 16 ? 16 : (int)(q1 - q);
+        const __mmask16 m = nl == 16 ? 0xFFFF : (__mmask16)((1u << nl) - 1);
+        for (int half = 0; half < 2; half++) {
+            const long base = q + 8 * half;
+            const int nh = nl - 8 * half >= 8 ? 8 : (nl - 8 * half > 0 ? nl - 8 * half : 0);
+            __m256 acc = _mm256_setzero_ps();
+            for (long c0 = 0; nh && c0 < c8; c0 += 8) {
+                __m256 a[8];
+                for (int r = 0; r < 8; r++)
+                    a[r] = r < nh ? _mm256_loadu_ps(j->x + (base + r) * j->c + c0) : _mm256_setzero_ps();
+                tr8x8(a);
+                for (int ci = 0; ci < 8; ci++)
+                    acc = _mm256_fmadd_ps(a[ci], _mm256_set1_ps(j->w[(c0 + ci) * NR]), acc);
+            }
+            for (long ch = c8; nh && ch < j->c; ch++) {
+                for (int r = 0; r < 8; r++)
+                    t[r] = r < nh ? j->x[(base + r) * j->c + ch] : 0.0f;
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(t), _mm256_set1_ps(j->w[ch * NR]), acc);
+            }
+            _mm256_storeu_ps(buf + 8 * half, acc);
+        }
+        __mmask16 b0 = 0;
+        __m512 v = finish_v(_mm512_loadu_ps(buf), &E, &b0);
+        bad |= b0 & m;
+        if (j->has_res) {
+            __mmask16 b1 = 0;
+            v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->res + q)), &F, &b1);
+            bad2 |= b1 & m;
+        }
+        _mm512_mask_storeu_ps(j->out + q, m, v);
+    }
+    if (bad || bad2)
+        atomic_fetch_and(&j->ok, (bad ? 0 : 1) | (bad2 ? 0 : 2));
+}
+
+static int conv_one_out(const float *x, long px, long c, const float *wpack, float *out, const epi_t *e,
+                        const float *res, const epi_t *e2, int nthreads) {
+    float vec[2][64];
+    const epi_t none = {NULL, NULL, NULL, NULL, 0, 0.0f, 0.0f};
+    o1_job j = {x, wpack, res, out, px, c, 0, c1_epi(e, vec[0]), c1_epi(res ? e2 : &none, vec[1]), res != NULL, 3};
+    const long blocks = (px + 15) / 16;
+    long parts = nthreads > 1 && px * c >= CONV_PAR_MACS ? nthreads * 2 : 1;
+    if (parts > blocks)
+        parts = blocks;
+    j.step = (blocks + parts - 1) / parts * 16;      /* whole blocks of 16 pixels a part */
+    parts = (px + j.step - 1) / j.step;
+    run_parts(o1_part, &j, parts, nthreads);
+    return atomic_load(&j.ok);
+}
+
 static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
                      long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
                      const float *wpack, long o, float *out,
@@ -2447,6 +2539,11 @@ static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, lo
             && (oh - 1) * sh + (kh - 1) * dh < h && (ow - 1) * sw + (kw - 1) * dw < w && oh > 0 && ow > 0) {
         const epi_t e = {bias, scale, shift, slope, code, p0, p1};
         return conv_one_channel(x, n, h, w, oh, ow, kh, kw, sh, sw, dh, dw, wpack, out, &e, res, e2, nthreads);
+    }
+    if ((new_paths & PATH_ONE_OUT) && c > 1 && o == 1 && groups == 1 && lanes <= 0 && kh == 1 && kw == 1
+            && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w && n * h * w > 0) {
+        const epi_t e = {bias, scale, shift, slope, code, p0, p1};
+        return conv_one_out(x, n * h * w, c, wpack, out, &e, res, e2, nthreads);
     }
     conv_job j = {x, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, wpack, o, out,
                   n * oh * ow, (o / groups + NR - 1) / NR, 1, 0, groups, lanes, bias, scale, shift, slope, code,
@@ -3322,25 +3419,6 @@ typedef struct {
 } tr_job;
 
 #define TRB 256
-
-/* a[0..8) <- the 8 x 8 transpose of a[0..8) (row r, lane k -> row k, lane r) */
-static inline __attribute__((always_inline)) void tr8x8(__m256 a[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(a[i], a[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        a[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-        a[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-    }
-}
 
 /* pixels [p0, p1) of one image: planes x[c][hw] -> o[p][C] (to_nhwc), or x[p][C] -> planes o[c][hw];
  * 8 pixels x 8 channels through registers (rows of 8 read and written whole), the edges one by one */
