@@ -2337,12 +2337,6 @@ static void conv_part(void *arg, long p) {
         atomic_fetch_and(&j->ok, r);
 }
 
-/* One conv (FC: a 1x1 conv over [M,1,1,K]) on up to nthreads threads; wpack [ceil(o/NR)][K][NR],
- * out [n*oh*ow, o]; with groups > 1, wpack holds each group's [ceil(o/groups/NR)][K/groups][NR] in
- * turn, or with lanes > 0 (P groups of 16 / P channels per vector, native.lane_groups) each
- * tile's [K/groups][16] (no residual then). With res (same layout as out) and e2, a following Sum2D is fused: out holds
- * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
- * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
 /* a[0..8) <- the 8 x 8 transpose of a[0..8) (row r, lane k -> row k, lane r) */
 static inline __attribute__((always_inline)) void tr8x8(__m256 a[8]) {
     __m256 t[8], u[8];
@@ -2527,6 +2521,12 @@ static int conv_one_out(const float *x, long px, long c, const float *wpack, flo
     return atomic_load(&j.ok);
 }
 
+/* One conv (FC: a 1x1 conv over [M,1,1,K]) on up to nthreads threads; wpack [ceil(o/NR)][K][NR],
+ * out [n*oh*ow, o]; with groups > 1, wpack holds each group's [ceil(o/groups/NR)][K/groups][NR] in
+ * turn, or with lanes > 0 (P groups of 16 / P channels per vector, native.lane_groups) each
+ * tile's [K/groups][16] (no residual then). With res (same layout as out) and e2, a following Sum2D is fused: out holds
+ * finish2(finish(conv) + res). Returns bit 0: every conv value finite (always set for code < 0,
+ * which the caller finishes); bit 1: every fused Sum2D value finite (set when not fused). */
 static int conv_nhwc(const float *x, long n, long h, long w, long c, long oh, long ow,
                      long kh, long kw, long sh, long sw, long dh, long dw, long pt, long pl,
                      const float *wpack, long o, float *out,

@@ -22,7 +22,7 @@
 
 typedef void (*part_fn)(void *arg, long part);
 typedef void (*runner_fn)(part_fn fn, void *arg, long parts, int nthreads);
-typedef void (*loop_fn)(char **args, const long *dims, const long *steps, void *data);   /* a ufunc's inner loop */
+typedef void (*loop_fn)(char **args, const intptr_t *dims, const intptr_t *steps, void *data);  /* a ufunc's inner loop (npy_intp) */
 static runner_fn runner = 0;            /* _native_conv.c's mrvl_run_parts (rnn_set_runner) */
 
 void rnn_set_runner(void *fn) { runner = (runner_fn)fn; }
@@ -122,7 +122,7 @@ static void act(const acts_t *a, float *x, long n, int kind) {
     }
     if (kind == ACT_TANH) {
         char *args[2] = {(char *)x, (char *)x};
-        const long dims[1] = {n}, steps[2] = {4, 4};
+        const intptr_t dims[1] = {n}, steps[2] = {4, 4};
         a->tanh_fn(args, dims, steps, a->tanh_data);
         return;
     }
