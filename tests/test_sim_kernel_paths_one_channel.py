@@ -20,6 +20,7 @@ ONE_CHANNEL, ONE_OUT = 131072, 262144
     ((1, 9, 47, 1), (3, 3), (1, 1), (1, 1)),
     ((1, 20, 37, 1), (3, 5), (2, 3), (2, 1)),      # strides and dilations on both axes
     ((1, 1, 17, 1), (1, 17), (1, 1), (1, 1)),      # one output pixel
+    ((1, 1, 80001, 1), (1, 7), (1, 2), (1, 1)),    # 280 K MACs in one row: split along it on two threads
 ])
 @pytest.mark.parametrize("act", ["none", "relu", "prelu", "sigmoid"])
 def test_one_channel_conv_is_the_gemm_bit_for_bit(monkeypatch, shape, k, stride, dil, act):

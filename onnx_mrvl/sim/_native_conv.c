@@ -2366,7 +2366,7 @@ static inline __attribute__((always_inline)) void tr8x8(__m256 a[8]) {
 typedef struct {
     const float *x, *w, *res;
     float *out;
-    long n, h, wd, oh, ow, kh, kw, sh, sw, dh, dw, step;   /* step: output rows (of all images) a part */
+    long n, h, wd, oh, ow, kh, kw, sh, sw, dh, dw, step;   /* step: units (16 pixels of a row) a part */
     epi_t e, e2;
     int has_res;
     atomic_int ok;
@@ -2374,44 +2374,43 @@ typedef struct {
 
 static void c1_part(void *arg, long p) {
     c1_job *j = arg;
-    const long rows = j->n * j->oh, r0 = p * j->step, r1 = r0 + j->step < rows ? r0 + j->step : rows;
+    const long per_row = (j->ow + 15) / 16, units = j->n * j->oh * per_row;
+    const long u0 = p * j->step, u1 = u0 + j->step < units ? u0 + j->step : units;
     epv_t E, F;
     epv_load(&E, &j->e, 0);
     epv_load(&F, &j->e2, 0);
     __mmask16 bad = 0, bad2 = 0;
     float t[16];
-    for (long r = r0; r < r1; r++) {
-        const long img = r / j->oh, oy = r % j->oh;
+    for (long u = u0; u < u1; u++) {
+        const long r = u / per_row, ox = u % per_row * 16, img = r / j->oh, oy = r % j->oh;
         const float *xr = j->x + (img * j->h + oy * j->sh) * j->wd;
-        for (long ox = 0; ox < j->ow; ox += 16) {
-            const long left = j->ow - ox;
-            const int nl = left >= 16 ? 16 : (int)left;
-            const __mmask16 m = nl == 16 ? 0xFFFF : (__mmask16)((1u << nl) - 1);
-            __m512 acc = _mm512_setzero_ps();
-            for (long ky = 0; ky < j->kh; ky++)
-                for (long kx = 0; kx < j->kw; kx++) {
-                    const float *src = xr + ky * j->dh * j->wd + ox * j->sw + kx * j->dw;
-                    __m512 xv;
-                    if (j->sw == 1) {
-                        xv = _mm512_maskz_loadu_ps(m, src);
-                    } else {
-                        for (int l = 0; l < 16; l++)
-                            t[l] = l < nl ? src[l * j->sw] : 0.0f;
-                        xv = _mm512_loadu_ps(t);
-                    }
-                    acc = _mm512_fmadd_ps(xv, _mm512_set1_ps(j->w[(ky * j->kw + kx) * NR]), acc);
+        const long left = j->ow - ox;
+        const int nl = left >= 16 ? 16 : (int)left;
+        const __mmask16 m = nl == 16 ? 0xFFFF : (__mmask16)((1u << nl) - 1);
+        __m512 acc = _mm512_setzero_ps();
+        for (long ky = 0; ky < j->kh; ky++)
+            for (long kx = 0; kx < j->kw; kx++) {
+                const float *src = xr + ky * j->dh * j->wd + ox * j->sw + kx * j->dw;
+                __m512 xv;
+                if (j->sw == 1) {
+                    xv = _mm512_maskz_loadu_ps(m, src);
+                } else {
+                    for (int l = 0; l < 16; l++)
+                        t[l] = l < nl ? src[l * j->sw] : 0.0f;
+                    xv = _mm512_loadu_ps(t);
                 }
-            __mmask16 b0 = 0;
-            __m512 v = finish_v(acc, &E, &b0);
-            bad |= b0 & m;
-            float *o = j->out + r * j->ow + ox;
-            if (j->has_res) {
-                __mmask16 b1 = 0;
-                v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->res + r * j->ow + ox)), &F, &b1);
-                bad2 |= b1 & m;
+                acc = _mm512_fmadd_ps(xv, _mm512_set1_ps(j->w[(ky * j->kw + kx) * NR]), acc);
             }
-            _mm512_mask_storeu_ps(o, m, v);
+        __mmask16 b0 = 0;
+        __m512 v = finish_v(acc, &E, &b0);
+        bad |= b0 & m;
+        float *o = j->out + r * j->ow + ox;
+        if (j->has_res) {
+            __mmask16 b1 = 0;
+            v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->res + r * j->ow + ox)), &F, &b1);
+            bad2 |= b1 & m;
         }
+        _mm512_mask_storeu_ps(o, m, v);
     }
     if (bad || bad2)
         atomic_fetch_and(&j->ok, (bad ? 0 : 1) | (bad2 ? 0 : 2));
@@ -2439,12 +2438,12 @@ static int conv_one_channel(const float *x, long n, long h, long w, long oh, lon
     const epi_t none = {NULL, NULL, NULL, NULL, 0, 0.0f, 0.0f};
     c1_job j = {x, wpack, res, out, n, h, w, oh, ow, kh, kw, sh, sw, dh, dw, 0, c1_epi(e, vec[0]),
                 c1_epi(res ? e2 : &none, vec[1]), res != NULL, 3};
-    const long rows = n * oh, macs = rows * ow * kh * kw;
+    const long units = n * oh * ((ow + 15) / 16), macs = n * oh * ow * kh * kw;   /* a 1-D signal: one row */
     long parts = nthreads > 1 && macs >= CONV_PAR_MACS ? nthreads * 2 : 1;
-    if (parts > rows)
-        parts = rows;
-    j.step = (rows + parts - 1) / parts;
-    parts = (rows + j.step - 1) / j.step;
+    if (parts > units)
+        parts = units;
+    j.step = (units + parts - 1) / parts;
+    parts = (units + j.step - 1) / j.step;
     run_parts(c1_part, &j, parts, nthreads);
     return atomic_load(&j.ok);
 }
