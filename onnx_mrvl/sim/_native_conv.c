@@ -2363,12 +2363,27 @@ static inline __attribute__((always_inline)) void tr8x8(__m256 a[8]) {
  * acc = 0, then one FMA per tap in the GEMM's k order (ky, kx), then the same epilogue (its channel-0
  * vectors in every lane), the fused Sum2D's too: the same operations per value, the same bits.
  * Only without padding (every tap inside the input, as the GEMM's packed rows then read). */
+/* the epilogue of 16 output pixels of one channel (E, F: its vectors in every lane; res: a fused
+ * Sum2D's operand or NULL), stored under m; the finiteness of each stage into bad / bad2 */
+static inline __attribute__((always_inline)) void
+one_channel_store(__m512 acc, const epv_t *E, const epv_t *F, const float *res, float *o, __mmask16 m,
+                  __mmask16 *bad, __mmask16 *bad2) {
+    __mmask16 b0 = 0;
+    __m512 v = finish_v(acc, E, &b0);
+    *bad |= b0 & m;
+    if (res) {
+        __mmask16 b1 = 0;
+        v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res)), F, &b1);
+        *bad2 |= b1 & m;
+    }
+    _mm512_mask_storeu_ps(o, m, v);
+}
+
 typedef struct {
     const float *x, *w, *res;
     float *out;
     long n, h, wd, oh, ow, kh, kw, sh, sw, dh, dw, step;   /* step: units (16 pixels of a row) a part */
     epi_t e, e2;
-    int has_res;
     atomic_int ok;
 } c1_job;
 
@@ -2401,16 +2416,8 @@ static void c1_part(void *arg, long p) {
                 }
                 acc = _mm512_fmadd_ps(xv, _mm512_set1_ps(j->w[(ky * j->kw + kx) * NR]), acc);
             }
-        __mmask16 b0 = 0;
-        __m512 v = finish_v(acc, &E, &b0);
-        bad |= b0 & m;
-        float *o = j->out + r * j->ow + ox;
-        if (j->has_res) {
-            __mmask16 b1 = 0;
-            v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->res + r * j->ow + ox)), &F, &b1);
-            bad2 |= b1 & m;
-        }
-        _mm512_mask_storeu_ps(o, m, v);
+        one_channel_store(acc, &E, &F, j->res ? j->res + r * j->ow + ox : NULL, j->out + r * j->ow + ox, m, &bad,
+                          &bad2);
     }
     if (bad || bad2)
         atomic_fetch_and(&j->ok, (bad ? 0 : 1) | (bad2 ? 0 : 2));
@@ -2437,7 +2444,7 @@ static int conv_one_channel(const float *x, long n, long h, long w, long oh, lon
     float vec[2][64];
     const epi_t none = {NULL, NULL, NULL, NULL, 0, 0.0f, 0.0f};
     c1_job j = {x, wpack, res, out, n, h, w, oh, ow, kh, kw, sh, sw, dh, dw, 0, c1_epi(e, vec[0]),
-                c1_epi(res ? e2 : &none, vec[1]), res != NULL, 3};
+                c1_epi(res ? e2 : &none, vec[1]), 3};
     const long units = n * oh * ((ow + 15) / 16), macs = n * oh * ow * kh * kw;   /* a 1-D signal: one row */
     long parts = nthreads > 1 && macs >= CONV_PAR_MACS ? nthreads * 2 : 1;
     if (parts > units)
@@ -2457,7 +2464,6 @@ typedef struct {
     float *out;
     long px, c, step;
     epi_t e, e2;
-    int has_res;
     atomic_int ok;
 } o1_job;
 
@@ -2491,15 +2497,7 @@ static void o1_part(void *arg, long p) {
             }
             _mm256_storeu_ps(buf + 8 * half, acc);
         }
-        __mmask16 b0 = 0;
-        __m512 v = finish_v(_mm512_loadu_ps(buf), &E, &b0);
-        bad |= b0 & m;
-        if (j->has_res) {
-            __mmask16 b1 = 0;
-            v = finish_v(_mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->res + q)), &F, &b1);
-            bad2 |= b1 & m;
-        }
-        _mm512_mask_storeu_ps(j->out + q, m, v);
+        one_channel_store(_mm512_loadu_ps(buf), &E, &F, j->res ? j->res + q : NULL, j->out + q, m, &bad, &bad2);
     }
     if (bad || bad2)
         atomic_fetch_and(&j->ok, (bad ? 0 : 1) | (bad2 ? 0 : 2));
@@ -2509,7 +2507,7 @@ static int conv_one_out(const float *x, long px, long c, const float *wpack, flo
                         const float *res, const epi_t *e2, int nthreads) {
     float vec[2][64];
     const epi_t none = {NULL, NULL, NULL, NULL, 0, 0.0f, 0.0f};
-    o1_job j = {x, wpack, res, out, px, c, 0, c1_epi(e, vec[0]), c1_epi(res ? e2 : &none, vec[1]), res != NULL, 3};
+    o1_job j = {x, wpack, res, out, px, c, 0, c1_epi(e, vec[0]), c1_epi(res ? e2 : &none, vec[1]), 3};
     const long blocks = (px + 15) / 16;
     long parts = nthreads > 1 && px * c >= CONV_PAR_MACS ? nthreads * 2 : 1;
     if (parts > blocks)
