@@ -29,7 +29,7 @@ MIN_SIZE = 16           # from here the native pass (one ctypes call, ~2 us) bea
 KINDS = {"sigmoid": 0, "silu": 1, "gelu": 2, "softmax": -1}     # _native_act.c ACT_* (softmax: act_softmax)
 
 
-def _probe() -> np.ndarray:
+def probe_values() -> np.ndarray:
     """float32 values reaching every branch of the exp, of the sigmoid's select and of the erfc fit."""
     f = np.float32
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 88.72283935546875, -88.72283935546875,
@@ -54,7 +54,7 @@ def _load():
     so.act_apply.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
     so.act_post.restype = ctypes.c_int
     so.act_post.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
-    x, same = _probe(), {}
+    x, same = probe_values(), {}
     with np.errstate(all="ignore"):
         for name, ref in _numpy_refs().items():
             same[name] = True
@@ -82,7 +82,7 @@ def _softmax_same(so) -> bool:
     branch, on the probe's values (infinities and NaN: the same NaN places, payloads aside -- a NaN
     fails the run either way) and on an fp16-range row set: the same bits and finiteness answer."""
     from .norm_ops import softmax
-    f, probe = np.float32, _probe()
+    f, probe = np.float32, probe_values()
     rng = np.random.default_rng(1)
     for n in (1, 2, 7, 8, 9, 15, 16, 17, 33, 100, 128, 129, 300, 1000):
         rows = -(-probe.size // n)

@@ -60,9 +60,9 @@ def ufunc_loop(uf: np.ufunc):
 
 def _tanh_same(loop) -> bool:
     """np.tanh's loop called directly gives np.tanh's bits (specials, random values, short arrays)."""
-    from .activations_native import _probe
+    from .activations_native import probe_values
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(loop[0])
-    x = _probe()
+    x = probe_values()
     for part in (x, x[:1], x[5:12], x[40:57]):
         out = np.empty_like(part)
         args = (ctypes.c_void_p * 2)(part.ctypes.data, out.ctypes.data)
