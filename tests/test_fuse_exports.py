@@ -381,10 +381,16 @@ def test_yolov5_head_5d_eltwise_3d_concat_and_standalone_activations():
 
 
 def test_db_head_fully_offloaded():
-    """legalize turns the ConvTransposes into phase Convs + Resize + mask Mul + Add (round 3)."""
+    """legalize turns the ConvTransposes into phase Convs interleaved by Concat + reshapes (round 3);
+    the Sigmoid, applied to each phase, goes into the phase Convs."""
     original, r = fused("db_head")
-    assert r.decisions["db_sigmoid"].placement == "accelerator"
+    sig = [d for k, d in r.decisions.items() if k.startswith("db_sigmoid/")]
+    assert len(sig) == 4 and all(d.placement == "accelerator" and "absorbed into Conv2D" in d.reason for d in sig)   # one output: 4 phases
     assert [d.op_type for d in r.decisions.by_placement("cpu")] == []
+    ops = mrvl_ops(r)
+    assert {"Resize", "Mul2D", "Sum2D"}.isdisjoint(ops) and ops.count("LayoutTransform") == 1, ops   # (the input's)
+    res = onnx_mrvl.convert(original)
+    assert res.report.decisions["db_sigmoid"].placement == "accelerator"
 
 
 def test_aspp_atrous_convs_and_pooling_resize_on_the_accelerator():
@@ -405,13 +411,13 @@ def test_tf_nhwc_se_needs_no_layout_transform():
 
 
 def test_tf_unet_one_region_softmax_on_the_stored_data():
-    """ConvTranspose and the tf.repeat upsampling fuse (Resize); the Softmax over NCHW channels is a
+    """ConvTranspose (phase Convs, Concat) and the tf.repeat upsampling (Resize) fuse; the Softmax over NCHW channels is a
     Mrvl Softmax over the last axis of the region's NHWC data and the final Transpose to NHWC is a
     relabelling: the deployed model is the region, nothing else (before the Mrvl Softmax: the
     region and a CPU Softmax on its NHWC output, axis remapped)."""
     original, r = fused("tf_unet")
     assert not r.decisions.by_placement("cpu")
-    assert mrvl_ops(r).count("Resize") >= 3 and "LayoutTransform" not in mrvl_ops(r)
+    assert mrvl_ops(r).count("Resize") >= 2 and "LayoutTransform" not in mrvl_ops(r)
     soft = next(n for n in r.model.graph.node if n.op_type == "Softmax")
     assert soft.domain == opset.DOMAIN and opset.node_attrs(soft)["axis"] == -1
     res = onnx_mrvl.convert(original)

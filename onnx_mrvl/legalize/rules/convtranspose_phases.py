@@ -1,24 +1,30 @@
-"""2-D ConvTranspose -> one stride-1 Conv per output phase, interleaved by nearest Resize, a 0/1
-phase mask and Add (sub-pixel decomposition; DB text-detection heads, U-Net / CenterNet decoders).
+"""2-D ConvTranspose -> one stride-1 Conv per output phase, the phases interleaved by Concat and
+reshapes (sub-pixel decomposition; DB text-detection heads, U-Net / CenterNet decoders).
 
 Along an axis with stride s, kernel k, begin pad p, input I and output O (O a multiple of s), the
 outputs o = s*q + r of phase r only see the taps t = t0, t0+s, ... (t0 = (r+p) mod s):
 ``y[s*q + r] = sum_m x[q + e - m] * w[t0 + m*s]`` with e = (r+p) // s, i.e. a stride-1 Conv on x with
 the flipped sub-kernel, begin pad M-1-e and the end pad that gives O/s outputs. The phases are put
-back along W, then along H: ``Resize(nearest, asymmetric, floor)`` by s on that axis (o reads
-o // s), times a constant 0/1 mask [1, 1, 1, O_w] / [1, 1, O_h, 1] of the phase, summed (the W step
-runs at O_h/s rows; the masks are a few KB). The masks partition the output, so the bias goes into
-every phase Conv. Per-channel Add/Mul constants and an inference BatchNormalization right after the
-ConvTranspose (the bias Add paddle2onnx writes) fold into the weights first. Kernel == stride (no
-overlap, the common 2x2/s2 head) gives 1x1 Convs.
+back along W, then along H, as data moves only (exact, and free of arithmetic):
+- along W: the phases' Concat on channels, ``[N, s*C, H, W]``, viewed as ``[N, C, H, s*W]``
+  (``Reshape [N, s, C, H, W] -> Transpose (0, 2, 3, 4, 1) -> Reshape``: in the accelerator's NHWC
+  storage a pixel's s*C channels are already s pixels of C, so fuse makes them reshapes);
+- along H: a Concat on W, ``[N, C, H, s*W']``, viewed as ``[N, C, s*H, W']`` (a Reshape).
+Where every phase along W has the same taps count and pads (kernel == stride: the DB head's 2x2/s2),
+group is 1 and C > 1, the phases of a row are one Conv with s*C output channels (no Concat). The masks
+partition the output, so the bias goes into every phase Conv. Per-channel Add/Mul constants and an
+inference BatchNormalization right after the ConvTranspose (the bias Add paddle2onnx writes) fold
+into the weights first; an element-wise activation that alone reads the result is applied to each
+phase (it commutes with the interleave), so fuse puts it in the Convs' epilogue.
 """
 from __future__ import annotations
 
 from typing import List, Optional
 
 import numpy as np
+import onnx
 
-from .base import Match, attr, inp, is_float
+from .base import Match, attr, inp, is_float, reshape
 
 NAME = "convtranspose_phases"
 OPS = ("ConvTranspose",)
@@ -131,6 +137,21 @@ def check(m: Match, g, target) -> Optional[str]:
     return None
 
 
+# element-wise ops of one tensor (Clip: constant bounds) that commute with the interleave
+ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
+               "Softplus", "Clip", "Gelu")
+
+
+def _activation(g, out: str):
+    """The element-wise activation alone reading ``out``, or None."""
+    nxt = g.only_consumer(out)
+    if nxt is None or nxt.op_type not in ACTIVATIONS or nxt.domain not in ("", "ai.onnx") \
+            or nxt.input[0] != out or len(nxt.output) != 1 or any(i == out for i in nxt.input[1:]) \
+            or not all(g.is_const(i) for i in nxt.input[1:] if i):
+        return None
+    return nxt
+
+
 def rewrite(m: Match, g) -> str:
     node = m.node
     group = attr(node, "group", 1)
@@ -149,73 +170,105 @@ def rewrite(m: Match, g) -> str:
         wc, b = wc * v[0].reshape(-1, 1, 1, 1), b * v[0] + v[1]
         nodes.append(nxt)
         out = nxt.output[0]
+    (sh, sw), sy, x = m.data["s"], m.data["sy"], node.input[0]
+    (ph_h, ph_w), single = m.data["phases"], sh * sw == 1
+    act = None if single else _activation(g, out)
+    if act is not None:
+        nodes.append(act)
+        out = act.output[0]
     origin = Match(nodes).origin
     for n in nodes:
         g.remove(n)
-    (sh, sw), sy, x = m.data["s"], m.data["sy"], node.input[0]
-    (ph_h, ph_w), single = m.data["phases"], sh * sw == 1
     dtype = np.float32
-    bias = g.add_const(f"{node.name}/B", b.astype(dtype))
+    # one Conv for a row's phases: the same taps count and pads along W, no groups; a single output
+    # channel stays s Convs of one output (a dot product per pixel, the simulator's one-output path)
+    stack = sw > 1 and group == 1 and cout > 1 and len({(len(t), bw, ew) for t, bw, ew in ph_w}) == 1
+    bias = g.add_const(f"{node.name}/B", np.tile(b, sw if stack else 1).astype(dtype))
     shape = [sy[0], cout, sy[2] // sh, sy[3] // sw]
     rows: List[str] = []
     for rh, (th, bh, eh) in enumerate(ph_h):
         cols: List[str] = []
         for rw, (tw, bw, ew) in enumerate(ph_w):
             tag = f"p{rh}{rw}"
-            wsub = wc[:, :, th][:, :, :, tw].astype(dtype)
+            wsub = wc[:, :, th][:, :, :, tw]
+            if stack:
+                tag = f"p{rh}"
+                wsub = np.concatenate([wc[:, :, th][:, :, :, t] for t, _, _ in ph_w])
+            wsub = wsub.astype(dtype)
             z = out if single else g.fresh(f"{out}/{tag}")
             g.make("Conv", [x, g.add_const(f"{node.name}/W_{tag}", wsub), bias], [z], near=node,
                    origin=origin, name=f"{node.name}/{tag}" if not single else node.name,
                    kernel_shape=list(wsub.shape[2:]), strides=[1, 1], dilations=[1, 1],
                    pads=[bh, bw, eh, ew], group=group)
-            g.set_shape(z, shape, g.dtype(x))
+            g.set_shape(z, [shape[0], wsub.shape[0]] + shape[2:], g.dtype(x))
+            if act is not None:
+                z = _apply(g, act, z, node, origin, [shape[0], wsub.shape[0]] + shape[2:])
             cols.append(z)
+            if stack:
+                break
         if single:
             return "stride-1 ConvTranspose -> Conv"
-        rows.append(_interleave(g, node, origin, cols, 3, shape, f"{out}/r{rh}", f"{node.name}/r{rh}",
-                                final=out if sh == 1 else None))
+        final = out if sh == 1 else None
+        if stack:
+            rows.append(phases_to_w(g, node, origin, cols[0], sw, shape, f"{node.name}/r{rh}", final))
+        else:
+            rows.append(_interleave(g, node, origin, cols, 3, shape, f"{out}/r{rh}", f"{node.name}/r{rh}",
+                                    final=final))
     if sh > 1:
         shape[3] = sy[3]
         _interleave(g, node, origin, rows, 2, shape, out, f"{node.name}/rows", final=out)
-    folded = f", {len(nodes) - 1} per-channel Add/Mul/BN folded" if len(nodes) > 1 else ""
-    return f"ConvTranspose stride {sh}x{sw} -> {sh * sw} phase Convs + Resize/mask/Add{folded}"
+    folded = f", {len(nodes) - 1 - (act is not None)} per-channel Add/Mul/BN folded" \
+        if len(nodes) > 1 + (act is not None) else ""
+    convs = sh if stack else sh * sw
+    moved = f", {act.op_type} applied to each phase" if act is not None else ""
+    return f"ConvTranspose stride {sh}x{sw} -> {convs} phase Convs + Concat/reshape interleave{folded}{moved}"
+
+
+def _apply(g, act, z: str, near, origin, shape) -> str:
+    """A copy of the activation node ``act`` reading ``z``; returns its output."""
+    y = g.fresh(f"{z}/{act.op_type.lower()}")
+    n = onnx.NodeProto()
+    n.CopyFrom(act)
+    n.input[0] = z
+    n.output[0] = y
+    n.name = f"{act.name}/{z.rsplit('/', 1)[-1]}"
+    g.add(n, near=near, origin=origin)
+    g.set_shape(y, shape, g.dtype(z))
+    return y
+
+
+def phases_to_w(g, node, origin, z: str, s: int, shape: List[int], name: str,
+                final: Optional[str] = None) -> str:
+    """``z [N, s*C, H, W]`` whose channels are (phase r, c) -> ``[N, C, H, s*W]`` with phase r at
+    columns r, r+s, ...: Reshape to 5-D, move the phase axis last, Reshape (in NHWC storage the same
+    bytes: fuse makes it reshapes)."""
+    n, c, h, w = shape
+    five = reshape(g, z, [n, s, c, h, w], near=node, origin=origin, tag=f"{name.rsplit('/', 1)[-1]}_5d")
+    t = g.fresh(f"{five}/t")
+    g.make("Transpose", [five], [t], near=node, origin=origin, name=f"{name}/phase_last", perm=[0, 2, 3, 4, 1])
+    g.set_shape(t, [n, c, h, w, s], g.dtype(z))
+    return reshape(g, t, [n, c, h, w * s], near=node, origin=origin, out=final,
+                   tag=f"{name.rsplit('/', 1)[-1]}_4d")
 
 
 def _interleave(g, node, origin, parts: List[str], axis: int, shape: List[int], base: str, name: str,
                 final: Optional[str] = None) -> str:
-    """Phase tensors ``parts`` (phase r = index) interleaved along ``axis`` of 4-D ``shape``:
-    sum_r Resize(part_r, s on axis) * mask_r, the mask [1,1,H,1] or [1,1,1,W] one where i % s == r."""
+    """Phase tensors ``parts`` of 4-D ``shape`` (phase r = index) interleaved along ``axis`` (3: W,
+    2: H): along W their channel Concat through ``phases_to_w``; along H their Concat on W viewed
+    as ``s`` times the rows."""
     s = len(parts)
     if s == 1:
         return parts[0]
-    scales = np.ones(4, np.float32)
-    scales[axis] = s
-    scales = g.add_const(f"{node.name}/scales", scales)
-    big = list(shape)
-    big[axis] *= s
-    terms = []
-    for r, part in enumerate(parts):
-        up, masked = g.fresh(f"{part}/up{axis}"), g.fresh(f"{part}/masked{axis}")
-        g.make("Resize", [part, "", scales], [up], near=node, origin=origin, name=f"{name}/resize{r}",
-               mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-        mshape = [1, 1, 1, 1]
-        mshape[axis] = big[axis]
-        mask = np.zeros(mshape, np.float32)
-        idx = [slice(None)] * 4
-        idx[axis] = slice(r, None, s)
-        mask[tuple(idx)] = 1
-        g.make("Mul", [up, g.add_const(f"{name}/mask{r}", mask)], [masked], near=node, origin=origin,
-               name=f"{name}/mask{r}")
-        for t in (up, masked):
-            g.set_shape(t, big, 1)
-        terms.append(masked)
-    acc = terms[0]
-    for i, t in enumerate(terms[1:], 1):
-        dst = final if (final is not None and i == s - 1) else g.fresh(f"{base}/sum{i}")
-        g.make("Add", [acc, t], [dst], near=node, origin=origin, name=f"{name}/sum{i}")
-        g.set_shape(dst, big, 1)
-        acc = dst
-    return acc
+    n, c, h, w = shape
+    dtype = g.dtype(parts[0])
+    cat = g.fresh(f"{base}/cat{axis}")
+    g.make("Concat", parts, [cat], near=node, origin=origin, name=f"{name}/concat", axis=1 if axis == 3 else 3)
+    if axis == 3:
+        g.set_shape(cat, [n, s * c, h, w], dtype)
+        return phases_to_w(g, node, origin, cat, s, shape, name, final)
+    g.set_shape(cat, [n, c, h, s * w], dtype)
+    return reshape(g, cat, [n, c, s * h, w], near=node, origin=origin, out=final or g.fresh(f"{base}/rows"),
+                   tag="rows_4d")
 
 
 # shared with qdq_convtranspose (the QDQ form)
