@@ -80,14 +80,15 @@ def test_copy_blocks_moves_every_bit_over_any_thread_split(nthreads):
     a.view(np.uint32)[...] = rng.integers(0, 2 ** 32, a.shape, dtype=np.uint32)   # every bit pattern
     b = native.empty((3, 50, 40, 8))
     b.view(np.uint32)[...] = rng.integers(0, 2 ** 32, b.shape, dtype=np.uint32)
-    out = native.empty((3, 50, 40, 37))
+    out = native.empty((3, 50, 40, 38))
     out.view(np.uint32)[...] = 0x7FC00123
     rows = 3 * 50 * 40
-    desc = np.array([(a.ctypes.data + 4 * 5, out.ctypes.data, rows, 19, 24, 37),   # a[..., 5:24]
-                     (b.ctypes.data, out.ctypes.data + 4 * 19, rows, 8, 8, 37),     # b
-                     (a.ctypes.data, out.ctypes.data + 4 * 27, rows, 10, 24, 37)], np.int64)   # a[..., :10]
+    desc = np.array([(a.ctypes.data + 4 * 5, out.ctypes.data, rows, 19, 24, 38),   # a[..., 5:24]
+                     (b.ctypes.data, out.ctypes.data + 4 * 19, rows, 8, 8, 38),     # b
+                     (a.ctypes.data, out.ctypes.data + 4 * 27, rows, 10, 24, 38),   # a[..., :10]
+                     (b.ctypes.data + 4 * 6, out.ctypes.data + 4 * 37, rows, 1, 8, 38)], np.int64)   # b[..., 6]
     assert native.lib().copy_blocks(desc.ctypes.data, len(desc), nthreads) == 1
-    want = np.concatenate([a[..., 5:24], b, a[..., :10]], axis=3)
+    want = np.concatenate([a[..., 5:24], b, a[..., :10], b[..., 6:7]], axis=3)
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
 
 

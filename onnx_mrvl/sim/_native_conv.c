@@ -3708,8 +3708,18 @@ static void copy_part(void *arg, long p) {
         const long lo = r0 > base ? r0 - base : 0, hi = r1 - base < d[2] ? r1 - base : d[2];
         const float *src = (const float *)d[0];
         float *dst = (float *)d[1];
-        for (long r = lo; r < hi; r++)
-            memcpy(dst + r * d[5], src + r * d[4], (size_t)d[3] * sizeof(float));
+        const long n = d[3], ss = d[4], ds = d[5];
+        if (n == 1) {                 /* one value a row (a Concat of one-channel maps): no call per value */
+            for (long r = lo; r < hi; r++)
+                dst[r * ds] = src[r * ss];
+        } else if (n < 16) {
+            for (long r = lo; r < hi; r++)
+                for (long k = 0; k < n; k++)
+                    dst[r * ds + k] = src[r * ss + k];
+        } else {
+            for (long r = lo; r < hi; r++)
+                memcpy(dst + r * ds, src + r * ss, (size_t)n * sizeof(float));
+        }
         base += d[2];
     }
 }
