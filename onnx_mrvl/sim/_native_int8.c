@@ -47,6 +47,8 @@ typedef struct {
     long add_slot;                         /* the conv's operand of the Sum2D: 0 (a) or 1 (b) */
     long small_mult;                       /* every |m[o]| < 0.5: |acc m| < 2^30, rounds to an int32 (never 0x80000000) */
     long sat;                              /* GEMM: pair sums saturated to int16 as MLAS's U8S8 AVX2 kernel (vpmaddubsw) */
+    const int32_t *wzp;                    /* GEMM: the weights' zero points z_w, per group [cb * 64], or 0 */
+    long wsplit;                           /* depthwise: q_w - z_w packed as wsplit int8 terms (kh weight rows each) */
 } i8desc;
 
 /* the low bytes of 16 int32 lanes (saturated to [0, 255]) stored at o under mask m: converted in
@@ -398,7 +400,7 @@ enum { EP_FLOAT, EP_CODES, EP_FUSED };    /* the epilogue: dequantized floats, c
 static inline __attribute__((always_inline)) void
 tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
      const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
-     const fuse_t *fz, long at) {
+     const fuse_t *fz, long at, const int32_t *zw, const int32_t *rs) {
     /* the accumulators start at corr (bias and offset correction): the epilogue skips an add */
     const __m512i z0 = _mm512_loadu_si512((const void *)corr);
     const __m512i z1 = NV > 1 ? _mm512_loadu_si512((const void *)(corr + 16)) : z0;
@@ -410,6 +412,17 @@ tile(const int NV, const int EP, const int ROWS, const int SAT, long k4n, const 
     TILE_LOOP(NV)
     __m512i acc[MR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
                           {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
+    if (zw) {                 /* weights with zero points: acc -= z_w[o] * (the row's byte sum), mod 2^32 */
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            if (r >= rows)
+                break;
+            const __m512i sr = _mm512_set1_epi32(rs[r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm512_sub_epi32(acc[r][v], _mm512_mullo_epi32(_mm512_loadu_si512((const void *)(zw + 16 * v)), sr));
+        }
+    }
     __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
     __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
     if (EP == EP_CODES && NV == 4 && ncols == 64) {
@@ -517,7 +530,7 @@ HALF_SUMS(half_sums_1x, 1, 0)
 static __attribute__((noipa)) void     /* one copy (the fused epilogue only): the build stays quick */
 tile_strips(const int NV, const int EP_, const int ROWS, const int SAT, long k4n, const uint8_t *a, long lda,
             const int8_t *b, int rows, const int32_t *corr, const float *mult, const i8desc *d, float *out,
-            long ldo, long ncols, const fuse_t *fz, long at) {
+            long ldo, long ncols, const fuse_t *fz, long at, const int32_t *zw, const int32_t *rs) {
     const int EP = EP_FUSED;
     (void)EP_;
     for (int v = 0; v < NV; v++) {
@@ -527,6 +540,10 @@ tile_strips(const int NV, const int EP_, const int ROWS, const int SAT, long k4n
             SAT ? (ROWS == 1 ? half_sums_1s : half_sums_6s) : (ROWS == 1 ? half_sums_1x : half_sums_6x);
         sums_of(k4n, a, lda, b + v * 64, NV * 64, corr + 16 * v, sums);
         sums_of(k4n, a, lda, b + v * 64 + 32, NV * 64, corr + 16 * v + 8, (int32_t (*)[16])(&sums[0][8]));
+        if (zw)               /* as tile's: - z_w[o] * the row's byte sum, mod 2^32 */
+            for (int r = 0; r < rows; r++)
+                for (int l = 0; l < 16; l++)
+                    sums[r][l] = (int32_t)((uint32_t)sums[r][l] - (uint32_t)zw[16 * v + l] * (uint32_t)rs[r]);
         /* the epilogue's constants here, not held in registers through the k loops */
         const __m512 lo = _mm512_set1_ps(d->lo_r), hi = _mm512_set1_ps(d->hi_r), s = _mm512_set1_ps(d->out_scale);
         const __m512i zo = _mm512_set1_epi32((int)(d->out_zp + d->out_off));
@@ -547,10 +564,10 @@ tile_strips(const int NV, const int EP_, const int ROWS, const int SAT, long k4n
  * 8 panels and one row; the full tile would compute 5 rows for nothing) */
 #define TILE_EP(EP, ROWS, SAT)                                                                            \
     switch (nv) {                                                                                         \
-    case 4: TILE(EP)(4, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    case 3: TILE(EP)(3, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    case 2: TILE(EP)(2, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break;  \
-    default: TILE(EP)(1, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at); break; \
+    case 4: TILE(EP)(4, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at, zw, rs); break;  \
+    case 3: TILE(EP)(3, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at, zw, rs); break;  \
+    case 2: TILE(EP)(2, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at, zw, rs); break;  \
+    default: TILE(EP)(1, EP, ROWS, SAT, k4n, a, lda, b, rows, corr, mult, d, out, ldo, ncols, fz, at, zw, rs); break; \
     }
 #define TILE_ROWS(EP)                                                                                     \
     if (d->sat) {                                                                                         \
@@ -565,7 +582,7 @@ tile_strips(const int NV, const int EP_, const int ROWS, const int SAT, long k4n
 
 static void tile_nv(int nv, long k4n, const uint8_t *a, long lda, const int8_t *b, int rows,
                     const int32_t *corr, const float *mult, const i8desc *d, float *out, long ldo, long ncols,
-                    const fuse_t *fz, long at) {
+                    const fuse_t *fz, long at, const int32_t *zw, const int32_t *rs) {
     if (fz)
         TILE_ROWS(EP_FUSED)
     else if (d->out_codes)
@@ -582,6 +599,24 @@ static __thread size_t panel_cap = 0;
 
 static uint8_t *panel_scratch(size_t bytes) {
     return grow_buffer(&panel_buf, &panel_cap, bytes);
+}
+
+/* a thread's byte sums of its panels' rows (weights with zero points) */
+static __thread void *rsum_buf = 0;
+static __thread size_t rsum_cap = 0;
+
+/* the sum of n bytes (mod 2^32) */
+static inline int32_t byte_sum(const uint8_t *p, long n) {
+    __m256i acc = _mm256_setzero_si256();
+    long i = 0;
+    for (; i + 32 <= n; i += 32)
+        acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i *)(p + i)), _mm256_setzero_si256()));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, acc);
+    uint64_t sum = t[0] + t[1] + t[2] + t[3];
+    for (; i < n; i++)
+        sum += p[i];
+    return (int32_t)(uint32_t)sum;
 }
 
 typedef struct {
@@ -620,6 +655,20 @@ static void gemm_part(void *arg, long p) {
         abase = buf;
     }
     const int8_t *wg = (const int8_t *)d->wpack + j->g * d->cb * k4n * 256;
+    int32_t *rsum = 0;          /* weights with zero points: each row's byte sum (the K4 tail is 0) */
+    if (d->wzp) {
+        rsum = grow_buffer(&rsum_buf, &rsum_cap, (size_t)(p1 - p0) * MR * sizeof(int32_t));
+        if (!rsum) {
+            j->failed = 1;
+            return;
+        }
+        for (long pn = p0; pn < p1; pn++) {
+            const uint8_t *a = j->direct && pn == j->panels - 1 ? j->tail : abase + (pn - p0) * MR * k4;
+            const long rows = j->rows - pn * MR < MR ? j->rows - pn * MR : MR;
+            for (long i = 0; i < rows; i++)
+                rsum[(pn - p0) * MR + i] = byte_sum(a + i * k4, k4);
+        }
+    }
     fuse_t fuse, *fz = 0;
     if (d->add_prm) {
         fuse_init(&fuse, d);
@@ -631,17 +680,19 @@ static void gemm_part(void *arg, long p) {
         const int8_t *b = wg + cb * k4n * 256;
         const int32_t *corr = d->corr + j->g * d->cb * 64 + col;
         const float *mult = d->mult + j->g * d->cb * 64 + col;
+        const int32_t *zw = d->wzp ? d->wzp + j->g * d->cb * 64 + col : 0;
         for (long pn = p0; pn < p1; pn++) {
             long r = pn * MR;
             int rows = j->rows - r < MR ? (int)(j->rows - r) : MR;
             const uint8_t *a = j->direct && pn == j->panels - 1 ? j->tail : abase + (pn - p0) * MR * k4;
             long at = r * d->o + j->g * d->og + col;       /* element index of the tile's first output */
+            const int32_t *rs = rsum ? rsum + (pn - p0) * MR : 0;
             if (fz) {
-                tile_nv(nv, k4n, a, k4, b, rows, corr, mult, d, j->out, d->o, ncols, fz, at);
+                tile_nv(nv, k4n, a, k4, b, rows, corr, mult, d, j->out, d->o, ncols, fz, at, zw, rs);
                 continue;
             }
             float *o = d->out_codes ? (float *)((uint8_t *)j->out + at) : j->out + at;
-            tile_nv(nv, k4n, a, k4, b, rows, corr, mult, d, o, d->o, ncols, 0, 0);
+            tile_nv(nv, k4n, a, k4, b, rows, corr, mult, d, o, d->o, ncols, 0, 0, zw, rs);
         }
     }
 }

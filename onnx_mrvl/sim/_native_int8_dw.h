@@ -18,6 +18,7 @@ typedef struct {
     const i8desc *d; const float *x; float *out;
     long wp, cpad, g4, ring, rparts, cparts, cbs;
     int failed;
+    long khw;                 /* weight rows: kh, or kh * d->wsplit (the input rows read once per term) */
 } dwjob;
 
 /* a thread's ring of E rows and its U row (each worker has its own; the caller's scratch is not used) */
@@ -141,7 +142,7 @@ dw_block(const dwjob *j, const int KH, const int G4, const uint8_t *const *er, l
          long cl, long npx, __mmask16 m, const dwout *q) {
     const i8desc *d = j->d;
     const int8_t *w4 = (const int8_t *)d->wpack + c * 4;
-    const long kh = KH ? KH : d->kh, g4 = G4 ? G4 : j->g4, gstride = d->ow * cw * 4, px = cw * 4, cpad4 = j->cpad * 4;
+    const long kh = KH ? KH : j->khw, g4 = G4 ? G4 : j->g4, gstride = d->ow * cw * 4, px = cw * 4, cpad4 = j->cpad * 4;
     __m512i a0 = _mm512_loadu_si512((const void *)(d->corr + c)), a1 = a0, a2 = a0, a3 = a0;
 #pragma GCC unroll 7
     for (long ky = 0; ky < kh; ky++) {
@@ -200,10 +201,10 @@ static void dw_part(void *arg, long part) {
     }
     const dwout q = {_mm512_set1_ps(d->lo_r), _mm512_set1_ps(d->hi_r), _mm512_set1_ps(d->out_scale),
                      _mm512_set1_epi32((int)(d->out_zp + d->out_off)), (int)d->out_codes};
-    const int k33 = kh == 3 && j->g4 == 1;
+    const int k33 = kh == 3 && j->g4 == 1 && d->wsplit <= 1;
     uint8_t *urow = buf + ring * erow;
     long next = oy0 * sh;                                   /* the next padded row to transpose */
-    const uint8_t *er[kh];                                  /* kh >= 1 */
+    const uint8_t *er[j->khw];                              /* kh >= 1; the rows once per weight term */
     for (long oy = oy0; oy < oy1; oy++) {
         const long top = oy * sh, last = top + (kh - 1) * dh;
         if (next < top)
@@ -212,8 +213,8 @@ static void dw_part(void *arg, long part) {
             dw_fill_row(d, j->x, urow, b, next, j->wp, c0, cw);
             dw_build_erow(d, j->wp, j->g4, cw, urow, buf + next % ring * erow);
         }
-        for (long ky = 0; ky < kh; ky++)
-            er[ky] = buf + (top + ky * dh) % ring * erow;
+        for (long ky = 0; ky < j->khw; ky++)
+            er[ky] = buf + (top + ky % kh * dh) % ring * erow;
         const long orow0 = (b * oh + oy) * ow * d->c;
         if (k33)
             dw_row(j, 3, 1, er, cw, c0, orow0, &q);
@@ -229,7 +230,7 @@ int i8_depthwise(const i8desc *d, const float *x, float *out, int nthreads) {
         wp = d->w + d->pl;
     long work = d->n * d->oh * d->ow * d->c * d->kh * d->kw;
     int par = nthreads > 1 && work >= (1L << 17) ? nthreads : 1;
-    dwjob j = {d, x, out, wp, cpad, g4, (d->kh - 1) * d->dh + 1, 1, 1, cpad / 16, 0};
+    dwjob j = {d, x, out, wp, cpad, g4, (d->kh - 1) * d->dh + 1, 1, 1, cpad / 16, 0, d->wsplit > 1 ? d->wsplit * d->kh : d->kh};
     /* parts: a few per thread, images first; then rows while a part keeps 8 output rows or more
      * (its ring's first (kh - 1) * dh rows are transposed again by the part above: <= 25% more),
      * else 64-channel units (never 16: two threads would write the two halves of one cache line

@@ -41,7 +41,8 @@ class Desc(ctypes.Structure):
         "requant", "out_lo", "out_hi", "out_exact")]
         + [(k, ctypes.c_float) for k in ("in_scale", "out_scale", "lo_r", "hi_r", "in_rcp", "out_rcp")]
         + [(k, ctypes.c_void_p) for k in ("wpack", "corr", "mult", "add_prm", "add_other")]
-        + [("add_slot", ctypes.c_long), ("small_mult", ctypes.c_long), ("sat", ctypes.c_long)])
+        + [("add_slot", ctypes.c_long), ("small_mult", ctypes.c_long), ("sat", ctypes.c_long),
+           ("wzp", ctypes.c_void_p), ("wsplit", ctypes.c_long)])
 
 
 def load_library(source: str, set_runner: str, cpu_flags: Tuple[str, ...], cpu_name: str) -> ctypes.CDLL:
@@ -103,10 +104,14 @@ class _Prepared:
 
     def __init__(self, layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool):
         self.layer, self.depthwise = layer, depthwise
-        if getattr(layer, "weight_zp", None) is not None:
-            raise ValueError("the VNNI kernels take weights without a zero point")
-        w = np.rint(layer.kernel.T).astype(np.int8)          # [O, K] (K in (kh, kw, i) order)
-        o, k = w.shape
+        wd = np.rint(layer.kernel.T).astype(np.int64)        # q_w - z_w [O, K] (K in (kh, kw, i) order)
+        o, k = wd.shape
+        zw = getattr(layer, "weight_zp", None)               # per output channel, or None
+        zw = None if zw is None else np.broadcast_to(np.asarray(zw, np.int64).reshape(-1), (o,))
+        raw = wd if zw is None else wd + zw[:, None]         # the codes q_w
+        if raw.size and (raw.min() < -128 or raw.max() > 127):
+            raise ValueError("weight codes outside int8")
+        w = raw.astype(np.int8)
         og = o // groups
         s_x, z_x, dt_x = layer.in_q
         lo_x, hi_x = QRANGE[dt_x]
@@ -124,12 +129,18 @@ class _Prepared:
         if depthwise:
             cpad, kh, kw = -(-o // 16) * 16, geometry[0], geometry[1]
             g4 = -(-kw // 4)
-            w4 = np.zeros((kh, g4 * 4, cpad), np.int8)          # [ky][kx padded to 4s][channels]
-            w4[:, :kw, :o] = w.T.reshape(kh, kw, o)
+            parts, rest = [], wd                                # q_w - z_w (|.| <= 255) as int8 terms
+            while not parts or rest.any():
+                parts.append(np.clip(rest, -128, 127))
+                rest = rest - parts[-1]
+            w4 = np.zeros((len(parts) * kh, g4 * 4, cpad), np.int8)    # [ky][kx padded to 4s][channels]
+            for i, part in enumerate(parts):                    # kh weight rows per term
+                w4[i * kh:(i + 1) * kh, :kw, :o] = part.T.reshape(kh, kw, o)
             self.w = _aligned(w4.size).view(np.int8)
-            self.w[:] = w4.reshape(kh, g4, 4, cpad).transpose(0, 1, 3, 2).reshape(-1)   # [ky][g][c][4]
+            self.w[:] = w4.reshape(-1, g4, 4, cpad).transpose(0, 1, 3, 2).reshape(-1)   # [ky][g][c][4]
+            d.wsplit = len(parts)
             corr = np.zeros(cpad, np.int64)
-            corr[:o] = layer.bias - (z_x + off) * w.astype(np.int64).sum(axis=1)
+            corr[:o] = layer.bias - (z_x + off) * wd.sum(axis=1)
             self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).copy()     # mod 2**32
             self.mult = self._f32(np.pad(mult, (0, cpad - o)))
             d.ig, d.k4, d.cb = 1, k, 0
@@ -138,6 +149,7 @@ class _Prepared:
             packed = _aligned(groups * cb * (k4 // 4) * 256).view(np.int8)
             corr = np.zeros((groups, cb * 64), np.int64)
             mults = np.zeros((groups, cb * 64), F32)
+            wzp = np.zeros((groups, cb * 64), np.int64)
             colsum = w.astype(np.int64).sum(axis=1)
             for g in range(groups):
                 wg = np.zeros((cb * 64, k4), np.int8)
@@ -150,10 +162,16 @@ class _Prepared:
                     packed[start:start + blk.size] = blk.reshape(-1)
                 sl = slice(g * og, (g + 1) * og)
                 corr[g, :og] = layer.bias[sl] - (z_x + off) * colsum[sl]
+                if zw is not None:   # sum (u - c)(q_w - z_w) = sum u q_w - c colsum + z_w (K c - sum u)
+                    corr[g, :og] += zw[sl] * (k * (z_x + off))
+                    wzp[g, :og] = zw[sl]
                 mults[g, :og] = mult[sl]
             self.w = packed
             self.corr = (corr & 0xFFFFFFFF).astype(np.uint32).view(np.int32).reshape(-1).copy()   # mod 2**32
             self.mult = mults.reshape(-1).copy()
+            if zw is not None:       # the kernel subtracts z_w[o] * (each row's byte sum)
+                self.wzp = (wzp & 0xFFFFFFFF).astype(np.uint32).view(np.int32).reshape(-1).copy()
+                d.wzp = self.wzp.ctypes.data
             d.ig, d.k4, d.cb = k // (d.kh * d.kw), k4, cb
         d.wpack, d.corr, d.mult = self.w.ctypes.data, self.corr.ctypes.data, self.mult.ctypes.data
         d.small_mult = int(bool(np.all(np.abs(self.mult) < 0.5)))   # |acc * m| < 2^30: int32 clamps are safe
@@ -317,23 +335,31 @@ def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
     return mark_staged(stage, layer, [layer.in_q])
 
 
+def _prepared(layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool) -> Optional[_Prepared]:
+    try:
+        return _Prepared(layer, geometry, groups, depthwise)
+    except ValueError:                      # weight codes outside int8: the numpy path
+        return None
+
+
 def prepare(layer: Int8Layer) -> Optional[Callable]:
     """The native ``apply`` of an int8 Conv2D / FC layer, or None (numpy's ``layer.apply`` then).
     A float-path Conv2D (int8_float_conv.py) gets the fp32 kernel of int8_float_native.py."""
     if getattr(layer, "float_path", False):     # onnxruntime's float Conv: its own kernel, never the VNNI one
         from .int8_float_native import prepare_float, prepare_float_fc
         return prepare_float(layer) if isinstance(layer, Int8Conv2D) else prepare_float_fc(layer)
-    if lib() is None or getattr(layer, "weight_zp", None) is not None:
-        return None   # a weight zero point: q_w - z_w does not fit the VNNI kernel's int8 operand (numpy path)
+    if lib() is None:
+        return None
     if getattr(layer, "u8s8_sat", False) and native.variant() != "avx2":
         return None   # the saturating pairs are built and tested on the AVX2 build only
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
-        o = layer.o
-        depthwise = layer.groups == o and layer.ig == 1
-        return _conv_apply(layer, _Prepared(layer, geometry, layer.groups, depthwise))
+        depthwise = layer.groups == layer.o and layer.ig == 1
+        prep = _prepared(layer, geometry, layer.groups, depthwise)
+        return prep and _conv_apply(layer, prep)
     if isinstance(layer, Int8FC):
-        return _fc_apply(layer, _Prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False))
+        prep = _prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False)
+        return prep and _fc_apply(layer, prep)
     return None
 
 
