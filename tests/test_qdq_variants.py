@@ -232,7 +232,7 @@ def test_qdq_convtranspose_after_shape_computed_chunk_is_int8(tmp_path):
         g.initializer.append(onnx.numpy_helper.from_array(np.array(v, np.int64), name))
     res = legalize(m)
     assert [d for name, _, d in res.report.applied if name == "qdq_convtranspose"] == \
-        ["QDQ ConvTranspose stride 2x2 -> 4 QDQ phase Convs + Resize/mask/Add"]
+        ["QDQ ConvTranspose stride 2x2 -> 4 QDQ phase Convs + Concat/reshape interleave"]
     r = qv.convert_and_compare("deconv_chunked", str(tmp_path), model=m)
     d = r["result"].report.decisions["up"]
     assert d.placement == "accelerator" and "Conv2D int8" in d.reason, d.reason

@@ -3,7 +3,7 @@ onnxruntime's quantizer, torch exports: the weight ``[C_in, C_out, kh, kw]`` per
 1) -> ``convtranspose_phases``'s sub-pixel form with each phase Conv a QDQ layer:
 
     DQ(x) -> Conv_r(DQ(W_q sub-kernel r, s_w, axis 0), DQ(B_q)) -> Q(s_y, z_y) -> DQ -> interleave
-          (nearest Resize, 0/1 mask, Add) -> [Relu/Clip] -> the original Q -> DQ
+          (Concat + reshapes) -> [Relu/Clip] -> the original Q -> DQ
 
 so fuse makes each phase an int8 Conv2D (its integer sums are the ConvTranspose's: every output
 pixel is one phase's sum). The pair after each phase has the output's scale and zero point; the
@@ -215,4 +215,4 @@ def rewrite(m: Match, g) -> str:
         interleave(g, node, origin, rows, 2, shape, out, f"{node.name}/rows", final=out)
     elif len(rows) == 1 and rows[0] != out:    # stride 1 x 1: one phase
         g.make("Identity", [rows[0]], [out], near=node, origin=origin, name=g.fresh_node_name(f"{node.name}/out"))
-    return f"QDQ ConvTranspose stride {sh}x{sw} -> {sh * sw} QDQ phase Convs + Resize/mask/Add"
+    return f"QDQ ConvTranspose stride {sh}x{sw} -> {sh * sw} QDQ phase Convs + Concat/reshape interleave"
