@@ -177,7 +177,8 @@ def test_compile_refuses_an_int8_in_layer_with_an_output_scale(converted, tmp_pa
 
 def test_native_kernels_bit_identical_to_numpy():
     """int8_in_native.py (the VNNI kernels with an identity requantization) against the numpy path:
-    random Conv2D (kernels 1-5, strides, dilation, pads, depthwise), FC; int8 / uint8; activations; NaN."""
+    random Conv2D (kernels 1-5, strides, dilation, pads, depthwise), FC; int8 / uint8; weight zero
+    points or none; activations; NaN."""
     from onnx_mrvl.sim import int8_in_native, int8_native
     from onnx_mrvl.sim.int8_in import Int8InConv2D, Int8InFC
     if int8_native.lib() is None:
@@ -195,16 +196,19 @@ def test_native_kernels_bit_identical_to_numpy():
              "in_zero_point": int(rng.integers(-20, 20)) + (128 if dt == "uint8" else 0)}
         act = ["none", "relu", "leaky_relu", "sigmoid", "clamp"][trial % 5]
         ap = {"alpha": 0.1} if act == "leaky_relu" else ({"min": 0.0, "max": 6.0} if act == "clamp" else None)
+        zw = rng.integers(-128, 128, o).astype(np.int32) if trial % 2 else None     # asymmetric weights too
         conv = Int8InConv2D(w, b, ws, p, [int(rng.integers(1, 3))] * 2, [int(v) for v in rng.integers(0, 3, 4)],
-                            [int(rng.integers(1, 3))] * 2, groups, act, ap)
+                            [int(rng.integers(1, 3))] * 2, groups, act, ap, weight_zero_point=zw)
         x = (rng.standard_normal((2, int(rng.integers(12, 18)), int(rng.integers(12, 18)), ig * groups)) * 3
              ).astype(np.float32)
         if trial % 3 == 0:
             x.flat[::97] = np.nan
-        (a, fa), (c, fc) = conv.apply(x), int8_in_native.prepare(conv)(x)
+        native_conv = int8_in_native.prepare(conv)
+        assert native_conv is not None
+        (a, fa), (c, fc) = conv.apply(x), native_conv(x)
         assert fa == fc and np.array_equal(a, c, equal_nan=True), trial
         k = int(rng.integers(1, 300))
-        fc_layer = Int8InFC(rng.integers(-127, 128, (o, k)).astype(np.int8), b, ws, p, act, ap)
+        fc_layer = Int8InFC(rng.integers(-127, 128, (o, k)).astype(np.int8), b, ws, p, act, ap, weight_zero_point=zw)
         x2 = (rng.standard_normal((int(rng.integers(1, 20)), k)) * 3).astype(np.float32)
         (a, fa), (c, fc) = fc_layer.apply(x2), int8_in_native.prepare(fc_layer)(x2)
         assert fa == fc and np.array_equal(a, c), trial

@@ -33,13 +33,15 @@ def _integer_view(layer):
 
 def prepare(layer) -> Optional[Callable]:
     """The native ``apply`` of an int8-in layer (``int8_in.Int8InConv2D`` / ``Int8InFC``), or None."""
-    if int8_native.lib() is None or getattr(layer, "weight_zp", None) is not None:
-        return None   # a weight zero point: the numpy path (the VNNI kernels take symmetric weights)
+    if int8_native.lib() is None:
+        return None
     view = _integer_view(layer)
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
         depthwise = layer.groups == layer.o and layer.ig == 1
-        prep = int8_native.Prepared(view, geometry, layer.groups, depthwise)
+        prep = int8_native.prepared(view, geometry, layer.groups, depthwise)   # (weight zero points too)
+        if prep is None:
+            return None
 
         def apply(x: np.ndarray):
             oh, ow = int8_native.conv_out_size(layer, x)
@@ -49,7 +51,9 @@ def prepare(layer) -> Optional[Callable]:
             int8_native.run_checked(call)
             return layer.finish(acc.reshape(x.shape[0], oh, ow, -1))
         return apply
-    prep = int8_native.Prepared(view, (1, 1, 1, 1, 1, 1, 0, 0), 1, False)
+    prep = int8_native.prepared(view, (1, 1, 1, 1, 1, 1, 0, 0), 1, False)
+    if prep is None:
+        return None
     k = layer.kernel.shape[0]
 
     def apply_fc(x: np.ndarray):

@@ -335,7 +335,8 @@ def _fc_apply(layer: Int8FC, prep: _Prepared) -> Callable:
     return mark_staged(stage, layer, [layer.in_q])
 
 
-def _prepared(layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool) -> Optional[_Prepared]:
+def prepared(layer: Int8Layer, geometry: Tuple, groups: int, depthwise: bool) -> Optional[_Prepared]:
+    """The packed layer, or None when its weight codes do not fit int8 (the numpy path then)."""
     try:
         return _Prepared(layer, geometry, groups, depthwise)
     except ValueError:                      # weight codes outside int8: the numpy path
@@ -355,10 +356,10 @@ def prepare(layer: Int8Layer) -> Optional[Callable]:
     if isinstance(layer, Int8Conv2D):
         geometry = (layer.kh, layer.kw, *layer.strides, *layer.dilation, layer.padding[0], layer.padding[1])
         depthwise = layer.groups == layer.o and layer.ig == 1
-        prep = _prepared(layer, geometry, layer.groups, depthwise)
+        prep = prepared(layer, geometry, layer.groups, depthwise)
         return prep and _conv_apply(layer, prep)
     if isinstance(layer, Int8FC):
-        prep = _prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False)
+        prep = prepared(layer, (1, 1, 1, 1, 1, 1, 0, 0), 1, False)
         return prep and _fc_apply(layer, prep)
     return None
 
