@@ -134,6 +134,40 @@ def test_add_native_equals_numpy():
             fn(xa, xb[:, :, :0])
 
 
+@pytest.mark.parametrize("mode", ["qlinear", "float", "qlinear_u8"])
+def test_add_broadcast_native_equals_numpy(mode):
+    """An int8 Sum2D of a tensor and a smaller one broadcast over it (a transformer's attention mask
+    [1, 1, 1, T] over the scores [1, heads, T, T]): natively, the numpy layer's bits."""
+    rng = np.random.default_rng(4)
+    dt = "int8" if mode == "qlinear_u8" else "uint8"
+    qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for _ in range(3)]
+    params = {"requant": mode}
+    for pre, q in zip(("in", "in2", "out"), qs):
+        params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+    for big, small, swap in (((1, 12, 64, 64), (1, 1, 1, 64), False), ((1, 12, 64, 64), (1, 1, 1, 64), True),
+                             ((2, 5, 7, 16), (2, 1, 7, 1), False), ((1, 3, 9, 8), (1, 3, 1, 8), True)):
+        layer = int8.Int8Add(params, "relu", None)
+        xa = ((rng.integers(0, 256, big) - 100) * np.float32(qs[0][0])).astype(np.float32)
+        xb = (rng.standard_normal(small) * 3).astype(np.float32)
+        args = (xb, xa) if swap else (xa, xb)
+        fn = int8_native.prepare_add(layer)
+        if swap:                            # the layer broadcasts its second operand only: both refuse
+            for f in (layer.apply, fn):
+                with pytest.raises(ValueError):
+                    f(*args)
+            continue
+        ref, _ = layer.apply(*args)
+
+        def numpy_path(*_a, **_k):
+            raise AssertionError("the broadcast add ran the numpy layer")
+        layer.apply = numpy_path
+        got, ok = fn(*args)
+        assert ok and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+        # never bound once for fixed buffers: the broadcast copy is made per run
+        assert fn.bind(*args, out=np.zeros(big, np.float32), codes_in=(False, False), codes_out=False) is None
+
+
 def test_add_codes_equals_numpy():
     """The int8 Sum2D with both operands and the output in codes (the static plan's form; MLAS
     QLinearAdd in folded constants): the numpy layer's codes, tails of every length."""

@@ -412,7 +412,10 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
         if xb is None or xa.shape != xb.shape:
             if any(codes_in) or codes_out:
                 raise ValueError("int8 add of codes needs two tensors of one shape")
-            return None, layer.apply(xa, xb)                 # its error
+            both = _broadcast_pair(xa, xb)                   # (an attention mask over the scores)
+            if both is None:
+                return None, layer.apply(xa, xb)             # its error
+            xa, xb = both
         a, b = source_buffer(xa, codes_in[0]), source_buffer(xb, codes_in[1])
         if codes_out and out is None:
             raise ValueError("codes out need the output buffer")
@@ -430,8 +433,29 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
                        a.size, prm.ctypes.data)
         return call, out
     apply = mark_staged(stage, layer, [layer.a, layer.b])
+    bind_same = apply.bind
+
+    def bind(*xs, out, codes_in, codes_out):
+        """None for a broadcast operand: its copy is made per run, not once (a Python step)."""
+        if len(xs) == 2 and xs[0].shape != xs[1].shape:
+            return None
+        return bind_same(*xs, out=out, codes_in=codes_in, codes_out=codes_out)
+    apply.bind = bind
     apply.add_prm = base                                     # for a conv that fuses this Sum2D
     return apply
+
+
+def _broadcast_pair(xa: np.ndarray, xb: Optional[np.ndarray]):
+    """``xa`` and the float ``xb`` of its rank broadcast to its shape (a C-contiguous copy), as the
+    layer takes them: each element's sum is the same broadcast or not; None when they do not fit."""
+    if xb is None or xa.ndim != xb.ndim or 0 in xa.shape:
+        return None
+    try:
+        if np.broadcast_shapes(xa.shape, xb.shape) != xa.shape:
+            return None
+    except ValueError:
+        return None
+    return xa, np.ascontiguousarray(np.broadcast_to(np.asarray(xb, F32), xa.shape))
 
 
 def fake_quant_into(a: np.ndarray, out: np.ndarray, q) -> None:
