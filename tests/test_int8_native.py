@@ -309,6 +309,34 @@ def test_pools_native_equal_numpy():
         np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("out_mul", [None, 0.37])
+def test_float_global_average_pool_native_equals_numpy(out_mul):
+    """int8 GlobalAvgpool2D with requant "float" (onnxruntime's fp32 ReduceMean between DQ and Q: a
+    QDQ squeeze-excite's pool): the fp32 in-order sum, mean, Mul and QuantizeLinear of the numpy
+    layer, bit for bit; codes in and out; an fp32 activation first or Eigen's row sums stay numpy."""
+    rng = np.random.default_rng(12)
+    for trial in range(24):
+        a, c = _random_q(rng, str(rng.choice(["int8", "uint8"]))), _random_q(rng, str(rng.choice(["int8", "uint8"])))
+        params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=c[0] / 20, out_zero_point=c[1],
+                      out_dtype=c[2], requant="float", out_mul=out_mul)
+        pool = int8.Int8Pool("GlobalAvgpool2D", params)
+        hw = (int(rng.integers(1, 90)), int(rng.integers(1, 90)))
+        x = ((rng.integers(-128, 256, (int(rng.integers(1, 3)),) + hw + (int(rng.integers(1, 70)),)) - a[1])
+             * np.float32(a[0])).astype(np.float32)
+        ref, _ = pool.apply(x)
+        fn = int8_pool_native.prepare_pool(pool)
+        got, _ = fn(x)
+        assert got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+        out = np.zeros(ref.shape, np.float32)             # codes out: the same codes
+        assert fn.bind(x, out=out, codes_in=(False,), codes_out=True)() == 1
+        codes = out.view(np.uint8).reshape(-1)[: ref.size].astype(np.int64) - int8_native.code_offset(pool.out_q)
+        np.testing.assert_array_equal(((codes - pool.out_q[1]) * np.float32(pool.out_q[0])).astype(np.float32),
+                                      ref.reshape(-1))
+    for extra in (dict(in_activation="relu"), dict(mean_sum="rows")):
+        assert int8_pool_native.prepare_pool(int8.Int8Pool("GlobalAvgpool2D", {**params, **extra})) is None
+
+
 def test_maxpool_codes_pass_through():
     """int8 MaxPool2D on codes in and out (the static plan's form; 64 channels a vector when the
     quantizations match): the same codes as the numpy path, channel counts around 64, edges."""

@@ -944,6 +944,34 @@ int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) 
     return 1;
 }
 
+/* int8 GlobalAvgpool2D with requant "float" (onnxruntime's fp32 ReduceMean between DQ and Q, its
+ * strided RK path): v = fp32(fp32(q - z_x) * s_x) summed per channel in fp32 in pixel order (as
+ * numpy's sum over axes (1, 2)), mean = fp32(sum / HW), times d->mult[0] (Quark's Mul(c) before the
+ * Q; 1 when absent: exact), then QuantizeLinear to the output. */
+int i8_global_avgpool_float(const i8desc *d, const float *x, void *out, int nthreads) {
+    (void)nthreads;
+    long hw = d->h * d->w, in_total = d->n * hw * d->c;
+    const uint8_t *u = input_bytes(d, x, in_total, 1);
+    if (!u)
+        return 0;
+    const __m512 s = _mm512_set1_ps(d->in_scale), zc = _mm512_set1_ps((float)(d->in_zp + d->in_off));
+    const __m512 den = _mm512_set1_ps((float)hw), mul = _mm512_set1_ps(d->mult[0]);
+    for (long b = 0; b < d->n; b++)
+        for (long c = 0; c < d->c; c += 16) {
+            long left = d->c - c;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            __m512 acc = _mm512_setzero_ps();
+            for (long p = 0; p < hw; p++) {
+                __m512i q = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, u + (b * hw + p) * d->c + c));
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), zc), s));
+            }
+            __m512 mean = _mm512_mul_ps(_mm512_div_ps(acc, den), mul);
+            store_q(d, quant_f(mean, d->out_scale, d->out_rcp, d->out_exact, d->out_zp, d->out_lo, d->out_hi),
+                    out, b * d->c + c, m);
+        }
+    return 1;
+}
+
 /* DequantizeLinear(QuantizeLinear(x)) (int8.fake_quant): (q - z) * m with prm = [s, 1/s, exact, z, lo, hi, m]:
  * m = s, or m = 1 for the codes less their zero point (int8.centered_codes) */
 typedef struct { const float *x; float *out; const float *p; long n, step; } fqjob;

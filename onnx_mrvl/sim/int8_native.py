@@ -67,7 +67,7 @@ def _load() -> ctypes.CDLL:
         so = load_library(_SRC, "i8_set_runner", ("avx2",), "AVX2")
     else:
         so = load_library(_SRC, "i8_set_runner", ("avx512_vnni",), "AVX512-VNNI")
-    for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool):
+    for fn in (so.i8_conv, so.i8_depthwise, so.i8_maxpool, so.i8_global_avgpool, so.i8_global_avgpool_float):
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     so.i8_add.restype = None

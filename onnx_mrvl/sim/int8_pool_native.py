@@ -74,13 +74,16 @@ def quant_fields(d: Desc, in_q, out_q) -> None:
 def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
     """The native ``apply`` of an int8 Maxpool2D / GlobalAvgpool2D, or None."""
     lib = int8_native.lib()
-    if lib is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D") or pool.requant == "float":
+    if lib is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
         return None
+    mean = pool.requant == "float"           # onnxruntime's fp32 ReduceMean between DQ and Q
+    if mean and (pool.kind != "GlobalAvgpool2D" or pool.in_activation is not None or pool.mean_sum == "rows"):
+        return None                          # (an fp32 activation first, or Eigen's row sums: numpy)
     base = Desc()
     quant_fields(base, pool.in_q, pool.out_q)
     base.requant = int(tuple(pool.in_q) != tuple(pool.out_q))
     geo = pool.geometry
-    fn = lib.i8_maxpool if pool.kind == "Maxpool2D" else lib.i8_global_avgpool
+    fn = lib.i8_maxpool if pool.kind == "Maxpool2D" else lib.i8_global_avgpool_float if mean else lib.i8_global_avgpool
 
     def stage(x: np.ndarray, out=None, codes_in=(False,), codes_out=False):
         fallback = unless_nhwc(pool, "an int8 pool", x, codes_in, codes_out)
@@ -96,7 +99,10 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
             m = None
         else:
             d.oh = d.ow = 1
-            m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
+            if mean:                         # the fp32 Mul before the Q (1: none)
+                m = np.array([F32(1) if pool.out_mul is None else pool.out_mul], F32)
+            else:
+                m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
             d.mult = m.ctypes.data
         shape = (n, d.oh, d.ow, c)
         if codes_out and out is None:
