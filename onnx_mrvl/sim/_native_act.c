@@ -56,6 +56,24 @@ typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } ac
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     __m256i bad = _mm256_setzero_si256();
     long i = 0;
+    /* four independent vectors an iteration: their dependent chains (division, Horner, exp)
+     * overlap; each lane's operations are the same */
+    for (; i + 32 <= n; i += 32) {
+        __m256 r0 = act8(_mm256_loadu_ps(x + i), kind), r1 = act8(_mm256_loadu_ps(x + i + 8), kind);
+        __m256 r2 = act8(_mm256_loadu_ps(x + i + 16), kind), r3 = act8(_mm256_loadu_ps(x + i + 24), kind);
+        if (post) {
+            r0 = rne8(r0);
+            r1 = rne8(r1);
+            r2 = rne8(r2);
+            r3 = rne8(r3);
+            bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_or_si256(nonfinite8(r0), nonfinite8(r1)),
+                                                       _mm256_or_si256(nonfinite8(r2), nonfinite8(r3))));
+        }
+        _mm256_storeu_ps(x + i, r0);
+        _mm256_storeu_ps(x + i + 8, r1);
+        _mm256_storeu_ps(x + i + 16, r2);
+        _mm256_storeu_ps(x + i + 24, r3);
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 r = act8(_mm256_loadu_ps(x + i), kind);
         if (post) {
