@@ -11,8 +11,8 @@ back along W, then along H, as data moves only (exact, and free of arithmetic):
   storage a pixel's s*C channels are already s pixels of C, so fuse makes them reshapes);
 - along H: a Concat on W, ``[N, C, H, s*W']``, viewed as ``[N, C, s*H, W']`` (a Reshape).
 Where every phase along W has the same taps count and pads (kernel == stride: the DB head's 2x2/s2),
-group is 1 and C > 1, the phases of a row are one Conv with s*C output channels (no Concat). The masks
-partition the output, so the bias goes into every phase Conv. Per-channel Add/Mul constants and an
+group is 1 and C > 1, the phases of a row are one Conv with s*C output channels (no Concat). The
+phases partition the output, so the bias goes into every phase Conv. Per-channel Add/Mul constants and an
 inference BatchNormalization right after the ConvTranspose (the bias Add paddle2onnx writes) fold
 into the weights first; an element-wise activation that alone reads the result is applied to each
 phase (it commutes with the interleave), so fuse puts it in the Convs' epilogue.
@@ -188,13 +188,10 @@ def rewrite(m: Match, g) -> str:
     rows: List[str] = []
     for rh, (th, bh, eh) in enumerate(ph_h):
         cols: List[str] = []
-        for rw, (tw, bw, ew) in enumerate(ph_w):
-            tag = f"p{rh}{rw}"
-            wsub = wc[:, :, th][:, :, :, tw]
-            if stack:
-                tag = f"p{rh}"
-                wsub = np.concatenate([wc[:, :, th][:, :, :, t] for t, _, _ in ph_w])
-            wsub = wsub.astype(dtype)
+        for k, phases in enumerate([ph_w] if stack else [[p] for p in ph_w]):   # one Conv each
+            tag = f"p{rh}" if stack else f"p{rh}{k}"
+            wsub = np.concatenate([wc[:, :, th][:, :, :, tw] for tw, _, _ in phases]).astype(dtype)
+            _, bw, ew = phases[0]
             z = out if single else g.fresh(f"{out}/{tag}")
             g.make("Conv", [x, g.add_const(f"{node.name}/W_{tag}", wsub), bias], [z], near=node,
                    origin=origin, name=f"{node.name}/{tag}" if not single else node.name,
@@ -204,8 +201,6 @@ def rewrite(m: Match, g) -> str:
             if act is not None:
                 z = _apply(g, act, z, node, origin, [shape[0], wsub.shape[0]] + shape[2:])
             cols.append(z)
-            if stack:
-                break
         if single:
             return "stride-1 ConvTranspose -> Conv"
         final = out if sh == 1 else None
