@@ -145,7 +145,8 @@ def test_add_broadcast_native_equals_numpy(mode):
     for pre, q in zip(("in", "in2", "out"), qs):
         params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
     for big, small, swap in (((1, 12, 64, 64), (1, 1, 1, 64), False), ((1, 12, 64, 64), (1, 1, 1, 64), True),
-                             ((2, 5, 7, 16), (2, 1, 7, 1), False), ((1, 3, 9, 8), (1, 3, 1, 8), True)):
+                             ((2, 5, 7, 16), (2, 1, 7, 1), False), ((1, 3, 9, 8), (1, 3, 1, 8), True),
+                             ((1, 4, 16, 16), (16,), False)):
         layer = int8.Int8Add(params, "relu", None)
         xa = ((rng.integers(0, 256, big) - 100) * np.float32(qs[0][0])).astype(np.float32)
         xb = (rng.standard_normal(small) * 3).astype(np.float32)

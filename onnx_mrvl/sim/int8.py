@@ -442,7 +442,12 @@ def build_add(spec, n_inputs: int = 2):
         layer = Int8Add(spec.params, act["activation"], act["activation_params"], operand)
     except (ValueError, KeyError, TypeError) as exc:
         raise spec.error(f"int8 layer: {exc}") from None
-    if spec.params.get("broadcast"):        # a second operand broadcast (emit): the numpy path
-        return layer.apply
     from .int8_native import prepare_add    # the native kernel (same results), when built
-    return prepare_add(layer) or layer.apply
+    native_apply = prepare_add(layer)
+    if native_apply is None:
+        return layer.apply
+    if spec.params.get("broadcast"):        # a second operand broadcast (emit): float tensors in and
+        def apply(*xs):                     # out, the operand copied to the first's shape per run
+            return native_apply(*xs)        # (no int8_io / bind: the static plan keeps a float step)
+        return apply
+    return native_apply

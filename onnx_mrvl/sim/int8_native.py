@@ -446,9 +446,10 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
 
 
 def _broadcast_pair(xa: np.ndarray, xb: Optional[np.ndarray]):
-    """``xa`` and the float ``xb`` of its rank broadcast to its shape (a C-contiguous copy), as the
-    layer takes them: each element's sum is the same broadcast or not; None when they do not fit."""
-    if xb is None or xa.ndim != xb.ndim or 0 in xa.shape:
+    """``xa`` and the float ``xb`` broadcast to its shape along its leading axes (a C-contiguous
+    copy), as the layer takes them: each element's sum is the same broadcast or not; None when
+    they do not fit."""
+    if xb is None or xb.ndim > xa.ndim or 0 in xa.shape:
         return None
     try:
         if np.broadcast_shapes(xa.shape, xb.shape) != xa.shape:
