@@ -398,6 +398,30 @@ def test_fake_quant_and_centered_codes_natively_bit_exact():
         np.testing.assert_array_equal(int8_native.fake_quant_native(a.astype(np.float64), q, centered=True), want)
 
 
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_qlinear_mul_natively_bit_exact_over_thread_splits(monkeypatch, threads):
+    """An int8_out Mul2D (QLinearMul; a squeeze-excite gate [1, 1, 1, C] over a map, a same-shape
+    product, a scalar) on i8_qmul split over the threads: the numpy form's bits."""
+    from onnx_mrvl.sim import int8_transformer
+    if int8_native.lib() is None:
+        pytest.skip(f"no native int8 kernels: {int8_native.why_disabled()}")
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    rng = np.random.default_rng(8)
+    for (shape, bshape, u8) in (((1, 40, 37, 64), (1, 1, 1, 64), False), ((2, 9, 11, 24), (2, 9, 11, 24), True),
+                                ((1, 50, 50, 3), (1, 1, 1, 1), False)):
+        in_q, b_q, out_q = _random_q(rng, "int8"), _random_q(rng, "uint8"), _random_q(rng, "int8")
+        run = int8_transformer.qlinear_mul_codes(None, in_q, b_q, out_q, u8)
+        a = (rng.standard_normal(shape) * 3).astype(np.float32)
+        a.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        b = (rng.random(bshape) * 0.9).astype(np.float32)
+        got, _ = run(a, b)
+        monkeypatch.setattr(int8_transformer, "qlinear_mul_native", lambda *args, **kw: None)
+        want, _ = run(a, b)
+        monkeypatch.undo()
+        monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def _codes(y: np.ndarray, q) -> np.ndarray:
     """The bytes q + off of a dequantized int8 tensor, in a float32-sized buffer (as the arena holds them;
     also used by test_int8_float_native.py and test_int8_table_native.py)."""

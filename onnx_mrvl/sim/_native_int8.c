@@ -998,28 +998,44 @@ void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nth
  * rne(v) : lo)), v = fp32(fp32(ca cb) r) + z_c, ca = Q_a(a) - z_a (quant_f), cb the second operand's
  * centered codes as float32 (broadcast: [BN, BP, BC] against a's [N, P, C], each axis 1 or whole).
  * prm = [s_a, 1/s_a, exact_a, z_a, lo_a, hi_a, r, z_c, lo, hi, shift, z_y, s_y] */
-void i8_qmul(const float *a, const float *cb, float *out, long n, long p, long c, long bn, long bp, long bc,
-             const float *prm) {
+typedef struct { const float *a, *cb; float *out; long p, c, bn, bp, bc, rows, parts; const float *prm; } qmjob;
+
+static void qmul_part(void *arg, long part) {
+    const qmjob *j = arg;
+    const float *prm = j->prm;
     const float r = prm[6], zc = prm[7], lo = prm[8], hi = prm[9], shift = prm[10], zy = prm[11], sy = prm[12];
-    for (long i = 0; i < n; i++)
-        for (long j = 0; j < p; j++) {
-            const float *ar = a + (i * p + j) * c, *br = cb + ((bn > 1 ? i : 0) * bp + (bp > 1 ? j : 0)) * bc;
-            float *o = out + (i * p + j) * c;
-            for (long k = 0; k < c; k += 16) {
-                __mmask16 m = lanes(c - k);
-                __m512 qa = quant_f(_mm512_maskz_loadu_ps(m, ar + k), prm[0], prm[1], (long)prm[2], (long)prm[3],
-                                    (long)prm[4], (long)prm[5]);
-                __m512 ca = _mm512_sub_ps(qa, _mm512_set1_ps(prm[3]));
-                __m512 b = bc > 1 ? _mm512_maskz_loadu_ps(m, br + k) : _mm512_set1_ps(br[0]);
-                __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(ca, b), _mm512_set1_ps(r)), _mm512_set1_ps(zc));
-                __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(2147483648.0f), _CMP_LT_OQ);
-                __m512 q = _mm512_mask_blend_ps(small, _mm512_set1_ps(lo),
-                                                _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-                q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
-                q = _mm512_sub_ps(_mm512_sub_ps(q, _mm512_set1_ps(shift)), _mm512_set1_ps(zy));
-                _mm512_mask_storeu_ps(o + k, m, _mm512_mul_ps(q, _mm512_set1_ps(sy)));
-            }
+    const long p = j->p, c = j->c, bc = j->bc;
+    const long r0 = part * j->rows / j->parts, r1 = (part + 1) * j->rows / j->parts;
+    for (long row = r0; row < r1; row++) {
+        const long i = row / p, jj = row % p;
+        const float *ar = j->a + row * c, *br = j->cb + ((j->bn > 1 ? i : 0) * j->bp + (j->bp > 1 ? jj : 0)) * bc;
+        float *o = j->out + row * c;
+        for (long k = 0; k < c; k += 16) {
+            __mmask16 m = lanes(c - k);
+            __m512 qa = quant_f(_mm512_maskz_loadu_ps(m, ar + k), prm[0], prm[1], (long)prm[2], (long)prm[3],
+                                (long)prm[4], (long)prm[5]);
+            __m512 ca = _mm512_sub_ps(qa, _mm512_set1_ps(prm[3]));
+            __m512 b = bc > 1 ? _mm512_maskz_loadu_ps(m, br + k) : _mm512_set1_ps(br[0]);
+            __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(ca, b), _mm512_set1_ps(r)), _mm512_set1_ps(zc));
+            __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(2147483648.0f), _CMP_LT_OQ);
+            __m512 q = _mm512_mask_blend_ps(small, _mm512_set1_ps(lo),
+                                            _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+            q = _mm512_sub_ps(_mm512_sub_ps(q, _mm512_set1_ps(shift)), _mm512_set1_ps(zy));
+            _mm512_mask_storeu_ps(o + k, m, _mm512_mul_ps(q, _mm512_set1_ps(sy)));
         }
+    }
+}
+
+/* rows of a's [N, P] split over up to nthreads threads (elementwise: any split gives the same bits) */
+void i8_qmul(const float *a, const float *cb, float *out, long n, long p, long c, long bn, long bp, long bc,
+             const float *prm, int nthreads) {
+    const long rows = n * p;
+    long parts = nthreads > 1 && rows * c >= (1L << 16) ? 2L * nthreads : 1;
+    if (parts > rows)
+        parts = rows > 0 ? rows : 1;
+    qmjob j = {a, cb, out, p, c, bn, bp, bc, rows, parts, prm};
+    run(qmul_part, &j, parts, nthreads);
 }
 
 /* ------------------------------------------------------------------ QLinearSoftmax (last axis)

@@ -77,7 +77,7 @@ def _load() -> ctypes.CDLL:
     so.i8_bmm.restype = ctypes.c_int
     so.i8_bmm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_void_p]
     so.i8_qmul.restype = None
-    so.i8_qmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p]
+    so.i8_qmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
     so.i8_softmax.restype = ctypes.c_int
     so.i8_softmax.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long] * 2 + [ctypes.c_void_p] * 2
     so.i8_avgpool.restype = ctypes.c_int
@@ -534,7 +534,8 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
                                         out_q[1], out_q[0]], F32)
     b = np.ascontiguousarray(cb, F32)
     out = np.empty(a.shape, F32)
-    lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm))
+    lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm),
+                  parallel.workers())
     return out
 
 
