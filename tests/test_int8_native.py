@@ -169,6 +169,32 @@ def test_add_broadcast_native_equals_numpy(mode):
         assert fn.bind(*args, out=np.zeros(big, np.float32), codes_in=(False, False), codes_out=False) is None
 
 
+def test_float_add_of_a_coded_constant_natively():
+    """A Sum2D with requant "float" and a constant operand (onnxruntime's fp32 Add of DQ(x) and a
+    DQ'd constant, S8 QDQ models' bias adds): natively when every constant value is its code's
+    dequantized value (the numpy layer's bits); a constant off that grid keeps numpy."""
+    rng = np.random.default_rng(6)
+    for dt in ("int8", "uint8"):
+        qa, qb, qc = (_random_q(rng, dt) for _ in range(3))
+        params = {"requant": "float"}
+        for pre, q in zip(("in", "in2", "out"), (qa, qb, qc)):
+            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        lo, hi = int8.QRANGE[dt]
+        const = (np.float32(qb[0]) * (rng.integers(lo, hi + 1, (1, 1, 1, 40)) - qb[1]).astype(np.float32))
+        layer = int8.Int8Add(params, "relu", None, const.astype(np.float32))
+        assert layer.mode == "float"
+        x = ((rng.integers(-128, 256, (2, 9, 7, 40)) - qa[1]) * np.float32(qa[0])).astype(np.float32)
+        x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+        ref, _ = layer.apply(x)
+        fn = int8_native.prepare_add(layer)
+        assert fn is not None
+        got, ok = fn(x)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+        off = const.copy()
+        off.reshape(-1)[5] = np.nextafter(off.reshape(-1)[5], np.float32(np.inf))   # one value off the grid
+        assert int8_native.prepare_add(int8.Int8Add(params, "relu", None, off)) is None
+
+
 def test_add_codes_equals_numpy():
     """The int8 Sum2D with both operands and the output in codes (the static plan's form; MLAS
     QLinearAdd in folded constants): the numpy layer's codes, tails of every length."""

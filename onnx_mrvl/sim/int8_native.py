@@ -385,8 +385,10 @@ def _qladd(layer: Int8Add):
 def prepare_add(layer: Int8Add) -> Optional[Callable]:
     """The native ``apply`` of an int8 Sum2D of two int8 tensors, or of one and its coded constant
     operand (a QDQ bias add: onnxruntime's QLinearAdd with an initializer), or None."""
-    if lib() is None or layer.subtract or (layer.operand is not None and layer.mode == "float"):
+    if lib() is None or layer.subtract:
         return None
+    if layer.operand is not None and layer.mode == "float" and not _on_grid(layer.operand, layer.b):
+        return None                      # a float constant off b's grid: added as it is (numpy)
     base = np.array(qparams(layer.a) + qparams(layer.b) + qparams(layer.c, layer.lo, layer.hi), F32)
     fn = lib().i8_add
     base = np.concatenate([base, np.array(_qladd(layer), F32)])   # prm[24:32]: MLAS QLinearAdd's constants
@@ -443,6 +445,16 @@ def prepare_add(layer: Int8Add) -> Optional[Callable]:
     apply.bind = bind
     apply.add_prm = base                                     # for a conv that fuses this Sum2D
     return apply
+
+
+def _on_grid(values: np.ndarray, q) -> bool:
+    """Whether every value is ``fp32(s (q - z))`` of its own code under ``q`` = (s, z, type): the
+    kernel's float form recovers the code and computes that product, the numpy layer adds the value
+    (a QDQ bias constant onnxruntime adds in fp32: its DequantizeLinear's output)."""
+    from .int8 import quantize
+    s, z, dt = q
+    recon = (F32(s) * (quantize(values, s, z, dt) - z).astype(F32)).astype(F32)
+    return bool(np.array_equal(recon.view(np.uint32), np.asarray(values, F32).view(np.uint32)))
 
 
 def _broadcast_pair(xa: np.ndarray, xb: Optional[np.ndarray]):
