@@ -111,6 +111,15 @@ def test_accumulator_extremes():
     np.testing.assert_array_equal(int8_native.prepare(layer)(x)[0], layer.apply(x)[0])
 
 
+def add_params(mode: str, a, b, c) -> dict:
+    """An int8 Sum2D's params: ``requant`` and the (scale, zero point, type) of its inputs and output
+    (also used by test_int8_native_weight_zp.py)."""
+    params = {"requant": mode}
+    for pre, q in zip(("in", "in2", "out"), (a, b, c)):
+        params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+    return params
+
+
 def test_add_native_equals_numpy():
     rng = np.random.default_rng(1)
     for trial in range(60):
@@ -119,9 +128,7 @@ def test_add_native_equals_numpy():
         dts = [one] * 3 if mode == "qlinear_u8" or mode == "qlinear" and trial % 2 else \
             [str(rng.choice(["int8", "uint8"])) for _ in range(3)]
         qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for dt in dts]
-        params = {"requant": mode}
-        for pre, q in zip(("in", "in2", "out"), qs):
-            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        params = add_params(mode, *qs)
         act = ("none", "relu", "clamp")[trial % 3]
         layer = int8.Int8Add(params, act, {"min": 0.0, "max": 6.0} if act == "clamp" else None)
         n = int(rng.integers(1, 3000))
@@ -141,9 +148,7 @@ def test_add_broadcast_native_equals_numpy(mode):
     rng = np.random.default_rng(4)
     dt = "int8" if mode == "qlinear_u8" else "uint8"
     qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for _ in range(3)]
-    params = {"requant": mode}
-    for pre, q in zip(("in", "in2", "out"), qs):
-        params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+    params = add_params(mode, *qs)
     for big, small, swap in (((1, 12, 64, 64), (1, 1, 1, 64), False), ((1, 12, 64, 64), (1, 1, 1, 64), True),
                              ((2, 5, 7, 16), (2, 1, 7, 1), False), ((1, 3, 9, 8), (1, 3, 1, 8), True),
                              ((1, 4, 16, 16), (16,), False)):
@@ -176,9 +181,7 @@ def test_float_add_of_a_coded_constant_natively():
     rng = np.random.default_rng(6)
     for dt in ("int8", "uint8"):
         qa, qb, qc = (_random_q(rng, dt) for _ in range(3))
-        params = {"requant": "float"}
-        for pre, q in zip(("in", "in2", "out"), (qa, qb, qc)):
-            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        params = add_params("float", qa, qb, qc)
         lo, hi = int8.QRANGE[dt]
         const = (np.float32(qb[0]) * (rng.integers(lo, hi + 1, (1, 1, 1, 40)) - qb[1]).astype(np.float32))
         layer = int8.Int8Add(params, "relu", None, const.astype(np.float32))
@@ -203,9 +206,7 @@ def test_add_codes_equals_numpy():
         mode = ("qlinear", "qlinear_u8")[trial % 2]
         dt = "int8" if mode == "qlinear_u8" or trial % 4 == 0 else "uint8"
         qs = [(float(rng.random() * 0.2 + 1e-3), _zp(rng, dt), dt) for _ in range(3)]
-        params = {"requant": mode}
-        for pre, q in zip(("in", "in2", "out"), qs):
-            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        params = add_params(mode, *qs)
         act = ("none", "relu", "clamp")[trial % 3]
         layer = int8.Int8Add(params, act, {"min": 0.0, "max": 6.0} if act == "clamp" else None)
         lo, hi = int8.QRANGE[dt]
@@ -499,9 +500,7 @@ def test_residual_sum_fused_into_conv(slot, codes, mode):
         layer = _layer(rng, c, o, k, stride, [k // 2] * 4, 1, 1, dt, dt, True, "relu")
         other_q, out_q = _random_q(rng, dt), _random_q(rng, dt)
         qs = [layer.out_q, other_q] if slot == 0 else [other_q, layer.out_q]
-        params = {"requant": mode}
-        for pre, q in zip(("in", "in2", "out"), qs + [out_q]):
-            params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+        params = add_params(mode, *qs, out_q)
         add = int8.Int8Add(params, "relu", None)
         x = _input(rng, nhw + (c,), layer, codes_only=True)
         y_conv, _ = layer.apply(x)
@@ -538,9 +537,7 @@ def test_residual_sum_fused_saturating_pairs(k, c, o, nhw):
     y_conv, _ = layer.apply(x)
     assert not np.array_equal(y_conv, exact)           # the clamp shows
     other_q, out_q = _random_q(rng, "uint8"), _random_q(rng, "uint8")
-    params = {"requant": "qlinear"}
-    for pre, q in zip(("in", "in2", "out"), [layer.out_q, other_q, out_q]):
-        params.update({f"{pre}_scale": q[0], f"{pre}_zero_point": q[1], f"{pre}_dtype": q[2]})
+    params = add_params("qlinear", layer.out_q, other_q, out_q)
     add = int8.Int8Add(params, "relu", None)
     other = ((rng.integers(0, 256, y_conv.shape) - other_q[1]) * np.float32(other_q[0])).astype(np.float32)
     ref, _ = add.apply(y_conv, other)

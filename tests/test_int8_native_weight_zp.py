@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from onnx_mrvl.sim import int8, int8_native, native
+from test_int8_native import add_params
 
 pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
 
@@ -126,9 +127,7 @@ def test_fused_residual_sum_with_weight_zero_points(saturating):
             assert not np.array_equal(layer.apply(x)[0], exact)        # the clamp shows
         y_conv, _ = layer.apply(x)
         q = (0.4, 7, "uint8")
-        params = {"requant": "qlinear"}
-        for pre, qq in zip(("in", "in2", "out"), [layer.out_q, q, q]):
-            params.update({f"{pre}_scale": qq[0], f"{pre}_zero_point": qq[1], f"{pre}_dtype": qq[2]})
+        params = add_params("qlinear", layer.out_q, q, q)
         add = int8.Int8Add(params, "relu", None)
         other = ((rng.integers(0, 256, y_conv.shape) - q[1]) * np.float32(q[0])).astype(np.float32)
         ref, _ = add.apply(y_conv, other)
