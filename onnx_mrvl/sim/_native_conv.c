@@ -636,6 +636,16 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
             simple_store(mr, 0, acc, c, ldc, rows, m0, m1, last, e, col0, bad, res, e2, bad2);
         return;
     }
+    /* The loop below indexes the rows at run time. Indexed so, acc itself lived in the stack and
+     * the k loop stored all 24-26 accumulators at every k (a 3x3 64 -> 64 conv at 40x40 with SiLU,
+     * LeakyRelu or HardSwish took 2.6x its time with ReLU on AVX-512). Copied out once with fixed
+     * indices, acc stays in registers through the FMAs; the values are the same. */
+    __m512 tile[MR + 1][2];
+#pragma GCC unroll 13
+    for (int r = 0; r < mr; r++) {
+        tile[r][0] = acc[r][0];
+        tile[r][1] = acc[r][1];
+    }
     epv_t E0 = {0}, E1 = {0}, F0 = {0}, F1 = {0};
     if (last) {
         epv_load(&E0, e, col0);
@@ -649,7 +659,7 @@ micro_lda(const int mr, const int simple, int kc, const float *a, long lda, cons
      * chain ran through every row of the tile) */
     __mmask16 bt = 0, bt2 = 0;
     for (int r = 0; r < rows; r++) {
-        __m512 v0 = acc[r][0], v1 = acc[r][1];
+        __m512 v0 = tile[r][0], v1 = tile[r][1];
         if (last) {
             __mmask16 bad0 = 0, bad1 = 0;
             v0 = finish_v(v0, &E0, &bad0);
