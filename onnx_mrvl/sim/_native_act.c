@@ -48,6 +48,33 @@ MI __m256 act8(__m256 x, int kind) {
     return kind == ACT_SILU ? mul_first(x, s) : s;
 }
 
+#ifdef MRVL_EXP16
+/* gelu8 and act8 on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16) */
+MI __m512 gelu16(__m512 x) {
+    static const double coeffs[10] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
+                                      -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 z = _mm512_mul_ps(x, _mm512_set1_ps((float)-0.7071067811865476));
+    __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), _mm512_set1_epi32(0x7fffffff)));
+    __m512 t = _mm512_div_ps(one, _mm512_add_ps(one, mul_first16(_mm512_set1_ps(0.5f), a)));
+    __m512 p = _mm512_set1_ps((float)coeffs[0]);
+    for (int k = 1; k < 10; k++)
+        p = _mm512_add_ps(mul_first16(p, t), _mm512_set1_ps((float)coeffs[k]));
+    p = exp_np16(_mm512_sub_ps(p, _mm512_mul_ps(a, a)));
+    p = mul_first16(p, t);
+    p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), p,
+                             _mm512_sub_ps(_mm512_set1_ps(2.0f), p));
+    return mul_first16(x, mul_first16(p, _mm512_set1_ps(0.5f)));
+}
+
+MI __m512 act16(__m512 x, int kind) {
+    if (kind == ACT_GELU)
+        return gelu16(x);
+    const __m512 s = sigmoid16(x);
+    return kind == ACT_SILU ? mul_first16(x, s) : s;
+}
+#endif
+
 /* a part of x (chunks of 16 K values): the activation ``kind`` in place, with ``post`` the fp16
  * rounding and its finiteness test too (activations.py's function and static_plan.finish_post's
  * round_fp16_ in one pass); the tail through a zero-padded vector (lanes are independent) */
@@ -56,6 +83,36 @@ typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } ac
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     __m256i bad = _mm256_setzero_si256();
     long i = 0;
+#ifdef MRVL_EXP16
+    /* 16 lanes, four vectors an iteration, then one, then the tail under a mask */
+    __mmask16 bad16 = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 r0 = act16(_mm512_loadu_ps(x + i), kind), r1 = act16(_mm512_loadu_ps(x + i + 16), kind);
+        __m512 r2 = act16(_mm512_loadu_ps(x + i + 32), kind), r3 = act16(_mm512_loadu_ps(x + i + 48), kind);
+        if (post) {
+            r0 = rne16x(r0);
+            r1 = rne16x(r1);
+            r2 = rne16x(r2);
+            r3 = rne16x(r3);
+            bad16 |= nonfinite16x(r0) | nonfinite16x(r1) | nonfinite16x(r2) | nonfinite16x(r3);
+        }
+        _mm512_storeu_ps(x + i, r0);
+        _mm512_storeu_ps(x + i + 16, r1);
+        _mm512_storeu_ps(x + i + 32, r2);
+        _mm512_storeu_ps(x + i + 48, r3);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 r = act16(_mm512_maskz_loadu_ps(m, x + i), kind);     /* zeros past the end */
+        if (post) {
+            r = rne16x(r);
+            bad16 |= nonfinite16x(r) & m;
+        }
+        _mm512_mask_storeu_ps(x + i, m, r);
+    }
+    if (bad16)
+        j->bad = 1;
+#endif
     /* four independent vectors an iteration: their dependent chains (division, Horner, exp)
      * overlap; each lane's operations are the same */
     for (; i + 32 <= n; i += 32) {
