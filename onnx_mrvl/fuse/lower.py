@@ -49,8 +49,11 @@ class GroupLowering:
             self.alias_owner[a] = name
         self.add(opset.make_node(op, inputs, [out], name=name, origin=folded + grp.origin,
                                  attrs=attrs, composite=composite or grp.composite), out_perm)
+        # the layout the compile step gives the output (emit/compile.py): NHWC for a spatial op; an
+        # order-agnostic op or an int8 Lookup says its storage (a Lookup's unlabelled output once
+        # took a unit-axes relabel for an NCHW -> NHWC LayoutTransform of NHWC data: PP-OCRv6 rec QDQ)
         if len(self.logical_shape(grp.output)) == 4 and (op in SPATIAL or out_perm in (None, NHWC)
-                                                         and op in ("Sum2D", "Mul2D", "Concat")):
+                                                         and op in ("Sum2D", "Mul2D", "Concat", "Lookup")):
             self.label[out] = "NHWC" if op in SPATIAL or out_perm == NHWC else "NCHW"
         if grp.output in self.g.output_set and out != grp.output:
             self.get(grp.output, None, for_mrvl=True, origin=grp.origin)

@@ -164,13 +164,16 @@ class Materializer(GroupLowering):
         # the compile step knows what a Mrvl op wrote as NHWC / NCHW; a Transpose may have relabelled
         # it (Conv -> Transpose(0,3,1,2) -> Reshape): then this is no NCHW<->NHWC change of that data
         relabelled = src_l is not None and self.label.get(name, src_l) != src_l
+        unit_only = [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]
+        if src_l is not None and unit_only and name in self.mrvl_tensors and name not in self.label:
+            relabelled = True    # a Mrvl output of unknown label whose bytes stay: a reshape is right either way
         if src_l is not None and mrvl and not relabelled:   # TVM's layout_transform
             node = opset.make_node("LayoutTransform", [name], [out], name=self.fresh(f"layout_{t}"),
                                    origin=origin, attrs={"src_layout": src_l, "dst_layout": dst_l},
                                    composite=f"mrvl.layout_transform_{src_l.lower()}2{dst_l.lower()}")
             self.mrvl_tensors.add(out)
             self.label[out] = dst_l
-        elif [a for a in src if shape[a] != 1] == [a for a in dst if shape[a] != 1]:
+        elif unit_only:
             # only unit axes move (3-D/5-D storages, CPU tensors): the same data, relabelled by a reshape
             stored = stored_shape(shape, want)
             if mrvl:
