@@ -449,6 +449,43 @@ def test_qlinear_mul_natively_bit_exact_over_thread_splits(monkeypatch, threads)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_float_binary_then_quantize_natively_bit_exact(monkeypatch, threads):
+    """An int8_out Sum2D / Mul2D / Div of float operands without input codes or activation
+    (onnxruntime's fp32 Mul between DQ and Q: an S8 squeeze-excite gate [1, 1, 1, C] over a map, a
+    same-shape product, a scalar, a per-image operand) on i8_float_binary_fq: the numpy step's bits and
+    finiteness flag, written into the static plan's buffer, also when that buffer is the input."""
+    from onnx_mrvl.sim import int8_transformer
+    monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+    rng = np.random.default_rng(9)
+    cases = (((1, 40, 37, 64), (1, 1, 1, 64)), ((2, 9, 11, 24), (2, 9, 11, 24)), ((1, 50, 50, 3), (1, 1, 1, 1)),
+             ((2, 30, 30, 16), (2, 1, 1, 16)), ((1, 70, 33), (1, 1, 33)))
+    for op in ("mul", "add", "div"):
+        for k, (shape, bshape) in enumerate(cases):
+            out_q = _random_q(rng, "int8" if k % 2 else "uint8")
+            const = (rng.random(bshape) * 1.8 - 0.9).astype(np.float32) if k % 2 else None
+            run = int8_transformer.int8_out_binary(op, const, {"activation": "none"}, out_q)
+            a = (rng.standard_normal(shape) * 3).astype(np.float32)
+            b = None if const is not None else (rng.random(bshape) * 1.8 - 0.9).astype(np.float32)
+            finite = k != 2
+            if not finite:
+                a.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
+            args = (a,) if b is None else (a, b)
+            buf = np.full(shape, 7.0, np.float32)
+            got, ok = run(*args, out=buf)
+            assert got is buf and ok == finite
+            same = a.copy()
+            in_place, ok2 = run(*((same,) if b is None else (same, b)), out=same)
+            assert in_place is same and ok2 == finite
+            monkeypatch.setattr(int8_transformer, "float_binary_fq_native", lambda *args, **kw: None)
+            want, ok_numpy = run(*args)
+            monkeypatch.undo()
+            monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+            assert ok_numpy == finite
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+            np.testing.assert_array_equal(in_place.view(np.uint32), want.view(np.uint32))
+
+
 def _codes(y: np.ndarray, q) -> np.ndarray:
     """The bytes q + off of a dequantized int8 tensor, in a float32-sized buffer (as the arena holds them;
     also used by test_int8_float_native.py and test_int8_table_native.py)."""

@@ -27,6 +27,7 @@
 #include "_native_int8_avx2.h"   /* ... their integer ones, and vpdpbusd's emulations */
 #endif
 #include "_native_common.h"
+#include <math.h>                /* rintf (i8_softmax) */
 
 void i8_set_runner(void *fn) { runner = (runner_fn)fn; }
 
@@ -1036,6 +1037,51 @@ void i8_qmul(const float *a, const float *cb, float *out, long n, long p, long c
         parts = rows > 0 ? rows : 1;
     qmjob j = {a, cb, out, p, c, bn, bp, bc, rows, parts, prm};
     run(qmul_part, &j, parts, nthreads);
+}
+
+/* ------------------------------------------------------------------ a float Sum2D / Mul2D / Div, then Q -> DQ
+ * int8_transformer.int8_out_binary without input codes or activation (onnxruntime's fp32 Add / Mul /
+ * Div between DQ and Q: an S8 squeeze-excite gate, a bias): y = fp32(a op b) (b broadcast as in
+ * i8_qmul; IEEE per lane, numpy's values), then int8.fake_quant of y (fq_part's operations, prm: its
+ * seven). A non-finite y sets bad (the numpy step's finiteness test, taken before the quantization). */
+typedef struct { const float *a, *b; float *out; long p, c, bn, bp, bc, rows, parts; const float *prm; int op;
+                 volatile int bad; } fbjob;
+
+static void fbin_part(void *arg, long part) {
+    fbjob *j = arg;
+    const float *prm = j->prm;
+    const __m512 z = _mm512_set1_ps(prm[3]), m_out = _mm512_set1_ps(prm[6]);
+    const long p = j->p, c = j->c, bc = j->bc;
+    const long r0 = part * j->rows / j->parts, r1 = (part + 1) * j->rows / j->parts;
+    __mmask16 bad = 0;
+    for (long row = r0; row < r1; row++) {
+        const long i = row / p, jj = row % p;
+        const float *ar = j->a + row * c, *br = j->b + ((j->bn > 1 ? i : 0) * j->bp + (j->bp > 1 ? jj : 0)) * bc;
+        float *o = j->out + row * c;
+        for (long k = 0; k < c; k += 16) {
+            const __mmask16 m = lanes(c - k);
+            const __m512 a = _mm512_maskz_loadu_ps(m, ar + k);
+            const __m512 b = bc > 1 ? _mm512_maskz_loadu_ps(m, br + k) : _mm512_set1_ps(br[0]);
+            const __m512 y = j->op == 0 ? _mm512_add_ps(a, b) : j->op == 1 ? _mm512_mul_ps(a, b) : _mm512_div_ps(a, b);
+            bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(y, y), _mm512_setzero_ps(), _CMP_NEQ_UQ) & m;   /* y - y: NaN for inf, NaN */
+            const __m512 q = quant_f(y, prm[0], prm[1], (long)prm[2], (long)prm[3], (long)prm[4], (long)prm[5]);
+            _mm512_mask_storeu_ps(o + k, m, _mm512_mul_ps(_mm512_sub_ps(q, z), m_out));
+        }
+    }
+    if (bad)
+        j->bad = 1;
+}
+
+/* op: 0 add, 1 mul, 2 div. Returns 1 when every y is finite. Rows split over the threads. */
+int i8_float_binary_fq(const float *a, const float *b, float *out, long n, long p, long c, long bn, long bp, long bc,
+                       const float *prm, int op, int nthreads) {
+    const long rows = n * p;
+    long parts = nthreads > 1 && rows * c >= (1L << 16) ? 2L * nthreads : 1;
+    if (parts > rows)
+        parts = rows > 0 ? rows : 1;
+    fbjob j = {a, b, out, p, c, bn, bp, bc, rows, parts, prm, op, 0};
+    run(fbin_part, &j, parts, nthreads);
+    return !j.bad;
 }
 
 /* ------------------------------------------------------------------ QLinearSoftmax (last axis)

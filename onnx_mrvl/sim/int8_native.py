@@ -78,6 +78,8 @@ def _load() -> ctypes.CDLL:
     so.i8_bmm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 4 + [ctypes.c_void_p]
     so.i8_qmul.restype = None
     so.i8_qmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
+    so.i8_float_binary_fq.restype = ctypes.c_int
+    so.i8_float_binary_fq.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 6 + [ctypes.c_void_p] + [ctypes.c_int] * 2
     so.i8_softmax.restype = ctypes.c_int
     so.i8_softmax.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long] * 2 + [ctypes.c_void_p] * 2
     so.i8_avgpool.restype = ctypes.c_int
@@ -549,6 +551,33 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm),
                   parallel.workers())
     return out
+
+
+FLOAT_BINARY_OPS = {"add": 0, "mul": 1, "div": 2}
+
+
+def float_binary_fq_native(op: str, a: np.ndarray, b: np.ndarray, out_q,
+                           out: Optional[np.ndarray] = None) -> Optional[Tuple[np.ndarray, bool]]:
+    """int8_transformer.int8_out_binary's step without input codes or activation: (fake_quant(fp32(a op
+    b), *out_q), every a op b finite), ``b`` broadcast onto ``a`` as [N, P, C] runs (tensor_ops.npc_dims),
+    in ``i8_float_binary_fq``; or None (no library, other shapes: numpy). Written into ``out`` when it
+    is a C-contiguous float32 array of a's shape (the static plan's output buffer; it may be ``a``
+    itself: each value is read before it is written). An S8 squeeze-excite gate's Mul of [1, 160,
+    160, 96] took 7 ms in numpy's broadcast multiply, finiteness test and quantization, 0.6 ms here."""
+    if a.dtype != F32 or not a.flags.c_contiguous or not _on() or op not in FLOAT_BINARY_OPS:
+        return None
+    b = np.asarray(b)
+    if b.dtype != F32 or np.broadcast_shapes(a.shape, b.shape) != a.shape:
+        return None
+    dims = npc_dims(a.shape, b.shape)
+    if dims is None or a.size == 0:
+        return None
+    b = np.ascontiguousarray(b)
+    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
+        out = np.empty(a.shape, F32)
+    ok = lib().i8_float_binary_fq(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1],
+                                  _fq_params(tuple(out_q))[1], FLOAT_BINARY_OPS[op], parallel.workers())
+    return out, bool(ok)
 
 
 def softmax_native(x: np.ndarray, table: np.ndarray, in_q, y_scale, out_q) -> Optional[np.ndarray]:

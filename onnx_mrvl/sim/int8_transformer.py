@@ -15,7 +15,7 @@ from typing import Mapping, Tuple
 import numpy as np
 
 from .int8 import ACC_LIMIT, NATIVE_MIN, QRANGE, centered_codes, fake_quant, quantize
-from .int8_native import batch_matmul_native, qlinear_mul_native, softmax_native
+from .int8_native import batch_matmul_native, float_binary_fq_native, qlinear_mul_native, softmax_native
 from .matmul import BatchMatMul
 from . import ort_reduce
 
@@ -208,10 +208,14 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
     act = make_activation(activation.get("activation", "none"), activation.get("activation_params"),
                           activation.get("slope"))
 
-    def run(a: np.ndarray, b=None):
+    def run(a: np.ndarray, b=None, out=None):
         other = b if b is not None else const
         if other is None:
             raise ValueError(f"{op} needs a second input or a constant operand")
+        if in_q is None and act is None and out_q is not None and np.size(a) >= NATIVE_MIN:
+            done = float_binary_fq_native(op, a, other, out_q, out)
+            if done is not None:
+                return done
         if in_q is not None:
             a = fake_quant(a, *in_q)   # the codes it reads (exact when a already holds them)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -220,6 +224,7 @@ def int8_out_binary(op: str, operand, activation: Mapping, out_q, in_q=None, qli
                 y = act(y)
             ok = bool(np.isfinite(y).all())
         return (y if out_q is None else fake_quant(y, *out_q)), ok
+    run.writes_into = True      # the static plan hands it the output's buffer (the native step writes it)
     return run
 
 
