@@ -154,7 +154,7 @@ def _valid_end(g: GraphIndex, members: List[onnx.NodeProto], produced: set):
     if len(external) != 1:
         return None
     dq = g.producer.get(external[0])
-    if dq is None or dq.op_type != "DequantizeLinear" or external[0] in g.output_set:
+    if dq is None or dq.op_type != "DequantizeLinear":
         return None
     q = g.producer.get(dq.input[0])
     if q is None or q.op_type != "QuantizeLinear" or q.name not in names:
