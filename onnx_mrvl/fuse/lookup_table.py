@@ -10,6 +10,7 @@ and the steps' tables are composed. A group that is no chain (SiLU: the Mul read
 too) runs whole, in float when any of its ops is a float op there."""
 from __future__ import annotations
 
+import json
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -20,6 +21,7 @@ from .. import file_weights
 from ..graph_index import GraphIndex
 from .qconst import const_dq
 from ..ort_plan import OP_TYPES, float_nodes_of, ort_float_nodes
+from ..legalize.rules.sub_div_const import DIVISOR_KEY
 from ..provenance import get_origin
 from .qdq import qparams
 
@@ -88,14 +90,31 @@ def _runs_alike(model: onnx.ModelProto, nodes, is_float) -> bool:
     return all((n.name in small) == f for n, f in zip(nodes, is_float) if n.op_type in OP_TYPES)
 
 
+def _divisor(node) -> Optional[np.ndarray]:
+    """The original divisor of a Mul that legalize's sub_div_const wrote for a Div by a constant
+    (its ``mrvl.divisor`` metadata), or None."""
+    raw = next((p.value for p in node.metadata_props if p.key == DIVISOR_KEY), None)
+    if raw is None or node.op_type != "Mul" or len(node.input) != 2:
+        return None
+    d = json.loads(raw)
+    return np.asarray(d["values"], dtype=d["dtype"]).reshape(d["shape"])
+
+
 def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: bool, axis: Optional[int] = None):
     import onnxruntime as ort
     lo = -128 if in_q[2] == "int8" else 0
     codes = np.arange(lo, lo + CODES)
     np_t = np.int8 if in_q[2] == "int8" else np.uint8
-    # the codes along one axis, the channels along ``axis`` (the constants broadcast along it)
-    a = (1 if rank >= 2 else 0) if axis is None or channels == 1 else axis
-    b = (0 if a else 1) if rank == 2 else (a + 1 if a + 1 < rank else a - 1)
+    # the codes along one axis, the channels along ``axis`` (the constants broadcast along it). The
+    # codes go last (channels-last data: next to last), so that onnxruntime's element-wise kernels run
+    # spans of 256 (or of the channels) as in the model: a span of one value ([1, 1, 256, 1]) takes
+    # MLAS's scalar QLinearAdd, which rounds ties otherwise than its vector kernel (PP-OCRv6 det's
+    # U8 GELU: 1 + erf at code 85 gave 84 here, 85 in the model)
+    if axis is None or channels == 1:
+        a, b = (rank - 2, rank - 1) if rank >= 2 else (0, 0)
+    else:
+        a = axis % rank
+        b = rank - 1 if a != rank - 1 else rank - 2
     dims = [1] * rank
     if rank == 1:
         x = codes
@@ -118,6 +137,10 @@ def _run(g: GraphIndex, dq, nodes, q, in_q, channels: int, rank: int, is_float: 
         for i in node.input:
             if i and i not in inits and g.is_const(i) and (node is not dq or i != dq.input[0]):
                 inits[i] = numpy_helper.from_array(np.asarray(g.const(i)), i)
+        divisor = _divisor(node)
+        if divisor is not None:      # legalize's Mul by 1 / c of the model's Div by c: the Div again
+            copy.op_type, copy.input[1] = "Div", f"{node.input[1]}__divisor"
+            inits[copy.input[1]] = numpy_helper.from_array(divisor, copy.input[1])
         copies.append(copy)
     opset = g.opset
     elem = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}

@@ -3,6 +3,7 @@ constant float c (the last: a GRU's ``1 - z`` unrolled per timestep, ``1 - sigmo
 exact, so the result is the same in fp32 and fp16)."""
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import numpy as np
@@ -11,6 +12,8 @@ from .base import Match, is_float, negated
 
 NAME = "sub_div_const"
 OPS = ("Sub", "Div")
+DIVISOR_KEY = "mrvl.divisor"     # the Mul of a rewritten Div: its original divisor (JSON shape, dtype, values)
+MAX_DIVISOR_VALUES = 4096
 
 
 def match(node, g) -> Optional[Match]:
@@ -54,6 +57,12 @@ def rewrite(m: Match, g) -> str:
         op, v = "Mul", (np.ones((), dtype=c.dtype) / c).astype(c.dtype)
     name = g.add_const(f"{node.input[1]}/{'neg' if op == 'Add' else 'recip'}", v)
     g.remove(node)
-    g.make(op, [node.input[0], name], [node.output[0]], near=node, origin=m.origin,
-           name=node.name)
+    made = g.make(op, [node.input[0], name], [node.output[0]], near=node, origin=m.origin,
+                  name=node.name)
+    if op == "Mul" and c.size <= MAX_DIVISOR_VALUES:
+        # x * (1 / c) is not x / c in fp32 (unless c is a power of two): an int8 Lookup's table,
+        # which onnxruntime computes from these nodes as the QDQ model runs them, divides
+        # (fuse/lookup_table.py reads the divisor back)
+        made.metadata_props.add(key=DIVISOR_KEY, value=json.dumps(
+            {"shape": list(c.shape), "dtype": str(c.dtype), "values": c.ravel().tolist()}))
     return f"{node.op_type} by constant -> {op}"
