@@ -341,7 +341,7 @@ def test_pools_native_equal_numpy():
 def test_float_global_average_pool_native_equals_numpy(out_mul):
     """int8 GlobalAvgpool2D with requant "float" (onnxruntime's fp32 ReduceMean between DQ and Q: a
     QDQ squeeze-excite's pool): the fp32 in-order sum, mean, Mul and QuantizeLinear of the numpy
-    layer, bit for bit; codes in and out; an fp32 activation first or Eigen's row sums stay numpy."""
+    layer, bit for bit; codes in and out; an fp32 activation first stays numpy."""
     rng = np.random.default_rng(12)
     for trial in range(24):
         a, c = _random_q(rng, str(rng.choice(["int8", "uint8"]))), _random_q(rng, str(rng.choice(["int8", "uint8"])))
@@ -361,8 +361,36 @@ def test_float_global_average_pool_native_equals_numpy(out_mul):
         codes = out.view(np.uint8).reshape(-1)[: ref.size].astype(np.int64) - int8_native.code_offset(pool.out_q)
         np.testing.assert_array_equal(((codes - pool.out_q[1]) * np.float32(pool.out_q[0])).astype(np.float32),
                                       ref.reshape(-1))
-    for extra in (dict(in_activation="relu"), dict(mean_sum="rows")):
-        assert int8_pool_native.prepare_pool(int8.Int8Pool("GlobalAvgpool2D", {**params, **extra})) is None
+    assert int8_pool_native.prepare_pool(int8.Int8Pool("GlobalAvgpool2D", {**params, "in_activation": "relu"})) is None
+
+
+def test_float_global_average_pool_in_eigen_row_order_natively():
+    """The same pool summed as onnxruntime's KR path does (``mean_sum: rows``, ort_reduce.sum_last: each
+    channel's row of H*W values in Eigen's packet order after its head, which depends on the row's
+    place in the [N * C, HW] tensor): the numpy layer's codes. Maps of 1-89 x 1-89 pixels (fewer than
+    4, 4-7, any head), 1-70 channels, 1-2 images. Each channel holds values and their negations, so
+    its exact mean is 0 and the fp32 mean is the sum's rounding, different in another order; the
+    output step is a hundredth of the largest: another order moves codes."""
+    rng = np.random.default_rng(13)
+    for trial in range(40):
+        a = _random_q(rng, str(rng.choice(["int8", "uint8"])))
+        hw = (int(rng.integers(1, 90)), int(rng.integers(1, 90))) if trial % 4 else (1, int(rng.integers(1, 9)))
+        n, c, p = int(rng.integers(1, 3)), int(rng.integers(1, 71)), hw[0] * hw[1]
+        k = rng.integers(-90, 91, (n, c, p // 2))
+        k = np.concatenate([k, -k, np.zeros((n, c, p % 2), k.dtype)], axis=2)
+        k = np.take_along_axis(k, rng.permuted(np.tile(np.arange(p), (n, c, 1)), axis=2), axis=2)
+        lo, hi = int8.QRANGE[a[2]]
+        q = np.clip(a[1] + k.transpose(0, 2, 1).reshape((n,) + hw + (c,)), lo, hi)
+        x = ((q - a[1]) * np.float32(a[0])).astype(np.float32)
+        rows = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).reshape(n * c, p)
+        from onnx_mrvl.sim.ort_reduce import sum_last
+        step = float(np.abs(sum_last(rows)).max()) / p / 100 or a[0]
+        params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=step, out_zero_point=0,
+                      out_dtype="int8", requant="float", mean_sum="rows")
+        pool = int8.Int8Pool("GlobalAvgpool2D", params)
+        ref, _ = pool.apply(x)
+        got, _ = int8_pool_native.prepare_pool(pool)(x)
+        np.testing.assert_array_equal(got, ref)
 
 
 def test_maxpool_codes_pass_through():

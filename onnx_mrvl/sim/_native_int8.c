@@ -945,10 +945,56 @@ int i8_global_avgpool(const i8desc *d, const float *x, void *out, int nthreads) 
     return 1;
 }
 
-/* int8 GlobalAvgpool2D with requant "float" (onnxruntime's fp32 ReduceMean between DQ and Q, its
- * strided RK path): v = fp32(fp32(q - z_x) * s_x) summed per channel in fp32 in pixel order (as
- * numpy's sum over axes (1, 2)), mean = fp32(sum / HW), times d->mult[0] (Quark's Mul(c) before the
- * Q; 1 when absent: exact), then QuantizeLinear to the output. */
+/* The dequantized value fp32(fp32(q - z) s) of pixel p of 16 channels (lanes under m; u: their first pixel) */
+static inline __m512 gap_value(const uint8_t *u, long p, long cs, __mmask16 m, __m512 zc, __m512 s) {
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, u + p * cs));
+    return _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), zc), s);
+}
+
+/* ort_reduce.sum_last of 16 channels' rows (each channel's hw values, a row of onnxruntime's [N * C,
+ * HW] tensor) whose first ``head`` values precede the row's first 16-byte boundary: Eigen's packets
+ * of 4, two accumulators over blocks of 8, p0 + p1, one more packet when left, (a0 + a2) + (a1 + a3),
+ * then the head values and the tail in order (fewer than 4 after the head: all in order). Each lane
+ * gets ort_reduce's operations in its order. */
+static __m512 eigen_row_sum(const uint8_t *u, long hw, long head, long cs, __mmask16 m, __m512 zc, __m512 s) {
+    const long size = hw - head, n2 = size / 8 * 8, n1 = size / 4 * 4;
+    __m512 t;
+    if (n1 == 0) {
+        t = gap_value(u, 0, cs, m, zc, s);
+        for (long k = 1; k < hw; k++)
+            t = _mm512_add_ps(t, gap_value(u, k, cs, m, zc, s));
+        return t;
+    }
+    __m512 p0[4], p1[4];
+    for (int j = 0; j < 4; j++)
+        p0[j] = gap_value(u, head + j, cs, m, zc, s);
+    if (n1 > 4) {
+        for (int j = 0; j < 4; j++)
+            p1[j] = gap_value(u, head + 4 + j, cs, m, zc, s);
+        for (long i = 8; i < n2; i += 8)
+            for (int j = 0; j < 4; j++) {
+                p0[j] = _mm512_add_ps(p0[j], gap_value(u, head + i + j, cs, m, zc, s));
+                p1[j] = _mm512_add_ps(p1[j], gap_value(u, head + i + 4 + j, cs, m, zc, s));
+            }
+        for (int j = 0; j < 4; j++)
+            p0[j] = _mm512_add_ps(p0[j], p1[j]);
+        if (n1 > n2)
+            for (int j = 0; j < 4; j++)
+                p0[j] = _mm512_add_ps(p0[j], gap_value(u, head + n2 + j, cs, m, zc, s));
+    }
+    t = _mm512_add_ps(_mm512_add_ps(p0[0], p0[2]), _mm512_add_ps(p0[1], p0[3]));
+    for (long k = 0; k < head; k++)
+        t = _mm512_add_ps(t, gap_value(u, k, cs, m, zc, s));
+    for (long k = head + n1; k < hw; k++)
+        t = _mm512_add_ps(t, gap_value(u, k, cs, m, zc, s));
+    return t;
+}
+
+/* int8 GlobalAvgpool2D with requant "float" (onnxruntime's fp32 ReduceMean between DQ and Q):
+ * v = fp32(fp32(q - z_x) * s_x) summed per channel in fp32, mean = fp32(sum / HW), times
+ * d->mult[0] (Quark's Mul(c) before the Q; 1 when absent: exact), then QuantizeLinear to the output.
+ * d->mult[1] 0: the sum in pixel order (its strided RK path, numpy's sum over axes (1, 2)); 1: Eigen's
+ * row sums of its KR path (int8.py mean_sum "rows": eigen_row_sum, the lanes grouped by their rows' head). */
 int i8_global_avgpool_float(const i8desc *d, const float *x, void *out, int nthreads) {
     (void)nthreads;
     long hw = d->h * d->w, in_total = d->n * hw * d->c;
@@ -957,14 +1003,24 @@ int i8_global_avgpool_float(const i8desc *d, const float *x, void *out, int nthr
         return 0;
     const __m512 s = _mm512_set1_ps(d->in_scale), zc = _mm512_set1_ps((float)(d->in_zp + d->in_off));
     const __m512 den = _mm512_set1_ps((float)hw), mul = _mm512_set1_ps(d->mult[0]);
+    const int rows = d->mult[1] != 0.0f;
     for (long b = 0; b < d->n; b++)
         for (long c = 0; c < d->c; c += 16) {
             long left = d->c - c;
             __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
             __m512 acc = _mm512_setzero_ps();
-            for (long p = 0; p < hw; p++) {
-                __m512i q = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, u + (b * hw + p) * d->c + c));
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(q), zc), s));
+            if (rows) {
+                /* row r = b C + c + lane starts r hw floats into an aligned buffer: head = -r hw mod 4 */
+                __mmask16 by_head[4] = {0, 0, 0, 0};
+                for (int l = 0; l < 16 && l < left; l++)
+                    by_head[(4 - ((b * d->c + c + l) * hw) % 4) % 4] |= (__mmask16)(1u << l);
+                for (int h = 0; h < 4; h++)
+                    if (by_head[h])
+                        acc = _mm512_mask_blend_ps(by_head[h], acc, eigen_row_sum(u + b * hw * d->c + c, hw,
+                                                   h < hw ? h : hw, d->c, by_head[h], zc, s));
+            } else {
+                for (long p = 0; p < hw; p++)
+                    acc = _mm512_add_ps(acc, gap_value(u + b * hw * d->c + c, p, d->c, m, zc, s));
             }
             __m512 mean = _mm512_mul_ps(_mm512_div_ps(acc, den), mul);
             store_q(d, quant_f(mean, d->out_scale, d->out_rcp, d->out_exact, d->out_zp, d->out_lo, d->out_hi),

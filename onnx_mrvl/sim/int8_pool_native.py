@@ -77,8 +77,8 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
     if lib is None or pool.kind not in ("Maxpool2D", "GlobalAvgpool2D"):
         return None
     mean = pool.requant == "float"           # onnxruntime's fp32 ReduceMean between DQ and Q
-    if mean and (pool.kind != "GlobalAvgpool2D" or pool.in_activation is not None or pool.mean_sum == "rows"):
-        return None                          # (an fp32 activation first, or Eigen's row sums: numpy)
+    if mean and (pool.kind != "GlobalAvgpool2D" or pool.in_activation is not None):
+        return None                          # (an fp32 activation first: numpy)
     base = Desc()
     quant_fields(base, pool.in_q, pool.out_q)
     base.requant = int(tuple(pool.in_q) != tuple(pool.out_q))
@@ -99,8 +99,8 @@ def prepare_pool(pool: Int8Pool) -> Optional[Callable]:
             m = None
         else:
             d.oh = d.ow = 1
-            if mean:                         # the fp32 Mul before the Q (1: none)
-                m = np.array([F32(1) if pool.out_mul is None else pool.out_mul], F32)
+            if mean:                         # the fp32 Mul before the Q (1: none); the sum order (1: Eigen's rows)
+                m = np.array([F32(1) if pool.out_mul is None else pool.out_mul, float(pool.mean_sum == "rows")], F32)
             else:
                 m = np.array([F32(F32(pool.in_q[0]) / (F32(pool.out_q[0]) * F32(h * w)))], F32)
             d.mult = m.ctypes.data
