@@ -456,7 +456,8 @@ def test_fake_quant_and_centered_codes_natively_bit_exact():
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_qlinear_mul_natively_bit_exact_over_thread_splits(monkeypatch, threads):
     """An int8_out Mul2D (QLinearMul; a squeeze-excite gate [1, 1, 1, C] over a map, a same-shape
-    product, a scalar) on i8_qmul split over the threads: the numpy form's bits."""
+    product, a scalar) on i8_qmul split over the threads: the numpy form's bits, also written into the
+    static plan's buffer or over its input."""
     from onnx_mrvl.sim import int8_transformer
     if int8_native.lib() is None:
         pytest.skip(f"no native int8 kernels: {int8_native.why_disabled()}")
@@ -470,11 +471,17 @@ def test_qlinear_mul_natively_bit_exact_over_thread_splits(monkeypatch, threads)
         a.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
         b = (rng.random(bshape) * 0.9).astype(np.float32)
         got, _ = run(a, b)
+        buf = np.full(shape, 7.0, np.float32)             # the static plan's buffer, or the input itself
+        into, _ = run(a, b, out=buf)
+        same = a.copy()
+        in_place, _ = run(same, b, out=same)
+        assert into is buf and in_place is same
         monkeypatch.setattr(int8_transformer, "qlinear_mul_native", lambda *args, **kw: None)
         want, _ = run(a, b)
         monkeypatch.undo()
         monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        for y in (got, into, in_place):
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])

@@ -533,10 +533,13 @@ def batch_matmul_native(al: np.ndarray, bl: np.ndarray, mult, out_q) -> Optional
     return out
 
 
-def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u8: bool) -> Optional[np.ndarray]:
+def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u8: bool,
+                       out: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
     """int8_transformer.qlinear_mul_codes' result (the dequantized output codes) of the float input
     ``a`` and the second operand's centered codes ``cb`` (float32, broadcast onto ``a`` as [N, P, C]
-    runs: tensor_ops.npc_dims) in ``i8_qmul``, or None (no library, other shapes: numpy)."""
+    runs: tensor_ops.npc_dims) in ``i8_qmul``, or None (no library, other shapes: numpy). Written into
+    ``out`` when it is a C-contiguous float32 array of a's shape (it may be ``a``: each value is read
+    before it is written)."""
     if a.dtype != F32 or not a.flags.c_contiguous or not _on():
         return None
     dims = npc_dims(a.shape, cb.shape) if np.broadcast_shapes(a.shape, cb.shape) == a.shape else None
@@ -547,7 +550,8 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     prm = np.array(qparams(in_q)[:6] + [qmul_scale(in_q[0], s_b, out_q[0]), out_q[1] + shift, lo, hi, shift,
                                         out_q[1], out_q[0]], F32)
     b = np.ascontiguousarray(cb, F32)
-    out = np.empty(a.shape, F32)
+    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
+        out = np.empty(a.shape, F32)
     lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm),
                   parallel.workers())
     return out

@@ -239,18 +239,19 @@ def qlinear_mul_codes(const, in_q, const_q, out_q, u8: bool):
     # the constant's codes less their zero point (not clamped: as onnxruntime's initializer codes)
     fixed = None if const is None else np.rint(np.asarray(const, F64) / F64(F32(const_q[0]))).astype(F32)
 
-    def run(a: np.ndarray, b=None):
+    def run(a: np.ndarray, b=None, out=None):
         if (b is None) == (fixed is None):
             raise ValueError("requant qlinear: a Mul2D of two inputs or of an input and a constant")
         cb = fixed if b is None else centered_codes(b, *const_q)   # the shift cancels in q - z
         if np.size(a) >= NATIVE_MIN:
-            y = qlinear_mul_native(a, cb, in_q, const_q[0], out_q, u8)
+            y = qlinear_mul_native(a, cb, in_q, const_q[0], out_q, u8, out)
             if y is not None:
                 return y, True
         qc = qlinear_mul_centered(centered_codes(a, *in_q), cb, in_q[0], const_q[0], (out_q[0], out_q[1] + shift),
                                   dtype) - shift
         y = np.ascontiguousarray(((qc - out_q[1]).astype(F32) * F32(out_q[0])).astype(F32))
         return y, True
+    run.writes_into = True      # the static plan hands it the output's buffer (the native step writes it)
     return run
 
 
