@@ -66,6 +66,11 @@ SHAPES = [
     ("mbv2 0.5 1x1 16->8 @112", (1, 112, 112, 16), 8, 1, 1, 0, 1, "none"),
     ("mbv2 dw 3x3 @7 c960", (1, 7, 7, 960), 960, 3, 1, 1, 960, "clamp"),
     ("grouped 3x3 g32 @28 c256", (1, 28, 28, 256), 256, 3, 1, 1, 32, "relu"),
+    # the general epilogue (an activation the short form does not take; session 22: on AVX-512 it
+    # stored the whole register tile at every k, 2.6x these rows' ReLU time)
+    ("yolov8 3x3 64 @40 silu", (1, 40, 40, 64), 64, 3, 1, 1, 1, "silu"),
+    ("darknet 3x3 64 @40 leaky_relu", (1, 40, 40, 64), 64, 3, 1, 1, 1, "leaky_relu"),
+    ("pp-lcnet 1x1 64->128 @40 hard_swish", (1, 40, 40, 64), 128, 1, 1, 0, 1, "hard_swish"),
 ]
 
 # a depthwise 3x3 (clamp) and the 1x1 projection (no activation) that reads it, fused in the
@@ -149,6 +154,13 @@ def ort_conv(x_nchw, w_oihw, bias, stride, pad, groups, act, threads=None):
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     elif act == "clamp":
         nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    elif act == "silu":
+        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    elif act == "leaky_relu":
+        nodes.append(helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1))
+    elif act == "hard_swish":                     # x * HardSigmoid(x, 1/6, 1/2) (HardSwish is opset 14)
+        nodes += [helper.make_node("HardSigmoid", ["c"], ["h"], alpha=1 / 6, beta=0.5),
+                  helper.make_node("Mul", ["c", "h"], ["y"])]
     else:
         nodes[0].output[0] = "y"
     inits = [numpy_helper.from_array(w_oihw, "w"), numpy_helper.from_array(bias, "b"),
@@ -299,7 +311,8 @@ def main(argv=None) -> int:
             w = (rng.standard_normal((o, k, k, shape[3] // g)) / np.sqrt(k * k * shape[3] / g)).astype(np.float16)
             b = rng.standard_normal(o).astype(np.float32) * 0.1
             conv = Conv2D(w, bias=b, strides=(s, s), padding=(p,) * 4, groups=g, activation=act,
-                          activation_params={"min": 0.0, "max": 6.0})
+                          activation_params={"alpha": 0.1} if act == "leaky_relu" else
+                          {"min": 0.0, "max": 6.0} if act == "clamp" else None)
             ort_args = (np.ascontiguousarray(x.transpose(0, 3, 1, 2)),
                         np.ascontiguousarray(w.astype(np.float32).transpose(0, 3, 1, 2)), b, s, p, g, act)
             ort_fn = ort_conv(*ort_args)
