@@ -1,15 +1,16 @@
-"""int8 Lookup groups at the edges of what fuse handled: a graph output, a relabelled operand.
+"""int8 Lookup groups at the edges of what fuse handled (docs/fusion.md "Lookup", session 22): a
+relabelled operand, a graph output, the table's layout, a rewritten Div (3 and 4: their tests).
 
-1. A QDQ model whose output is ``DQ -> Sigmoid -> Q -> DQ`` (a DB text detector's probability map,
+1. A transformer block's [N, W, C] output is reshaped to [N, 1, W, C] and transposed to NCHW, then added
+   to a conv branch whose SiLU is an int8 Lookup. fuse once left the Lookup's output without the layout
+   label the compile step gives it (NHWC), so the relabel of the unit-axes tensor became an "NCHW ->
+   NHWC" LayoutTransform of data the Lookup wrote NHWC, and the compile step refused the region
+   (CompileError on onnxruntime's own quantize_static of the model: PP-OCRv6 rec).
+2. A QDQ model whose output is ``DQ -> Sigmoid -> Q -> DQ`` (a DB text detector's probability map,
    PP-OCRv5 det / the seal det): the group ended at a graph output, which fuse did not let a Lookup
    end at, so the Sigmoid ran as a float layer with numpy's exp while onnxruntime's QLinearSigmoid
    table comes from MLAS's logistic; with the map's tiny output scale (its calibration range [0, 1e-5])
    half the output codes differed by up to 2. As a Lookup the table is onnxruntime's own.
-2. A transformer block's [N, W, C] output is reshaped to [N, 1, W, C] and transposed to NCHW, then added
-   to a conv branch whose SiLU is an int8 Lookup. fuse once left the Lookup's output without the layout
-   label the compile step gives it (NHWC), so the relabel of the unit-axes tensor became an "NCHW ->
-   NHWC" LayoutTransform of data the Lookup wrote NHWC, and the compile step refused the region
-   (CompileError on onnxruntime's own quantize_static of the model).
 """
 from __future__ import annotations
 
