@@ -542,19 +542,36 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     before it is written)."""
     if a.dtype != F32 or not a.flags.c_contiguous or not _on():
         return None
-    dims = npc_dims(a.shape, cb.shape) if np.broadcast_shapes(a.shape, cb.shape) == a.shape else None
+    dims = _broadcast_dims(a.shape, cb.shape)
     if dims is None or a.size == 0:
         return None
+    b = np.ascontiguousarray(cb, F32)
+    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
+        out = np.empty(a.shape, F32)
+    lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims,
+                  _qmul_params(tuple(in_q), float(s_b), tuple(out_q), bool(u8))[1], parallel.workers())
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _broadcast_dims(a_shape, b_shape) -> Optional[Tuple[int, ...]]:
+    """npc_dims of b broadcast onto a, flattened (N, P, C, BN, BP, BC), or None; made once per shape
+    pair (a QDQ classifier's ~40 small gates: the per-call shape logic was a third of each call)."""
+    if np.broadcast_shapes(a_shape, b_shape) != a_shape:
+        return None
+    dims = npc_dims(a_shape, b_shape)
+    return None if dims is None else tuple(dims[0]) + tuple(dims[1])
+
+
+@functools.lru_cache(maxsize=256)
+def _qmul_params(in_q, s_b: float, out_q, u8: bool) -> Tuple[np.ndarray, int]:
+    """i8_qmul's parameters of a layer's quantizations and their address, made once."""
     shift = 128 if u8 else 0
     lo, hi = QRANGE["uint8" if u8 else out_q[2]]
     prm = np.array(qparams(in_q)[:6] + [qmul_scale(in_q[0], s_b, out_q[0]), out_q[1] + shift, lo, hi, shift,
                                         out_q[1], out_q[0]], F32)
-    b = np.ascontiguousarray(cb, F32)
-    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
-        out = np.empty(a.shape, F32)
-    lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1], native.address(prm),
-                  parallel.workers())
-    return out
+    prm.flags.writeable = False
+    return prm, prm.ctypes.data
 
 
 FLOAT_BINARY_OPS = {"add": 0, "mul": 1, "div": 2}
@@ -571,15 +588,13 @@ def float_binary_fq_native(op: str, a: np.ndarray, b: np.ndarray, out_q,
     if a.dtype != F32 or not a.flags.c_contiguous or not _on() or op not in FLOAT_BINARY_OPS:
         return None
     b = np.asarray(b)
-    if b.dtype != F32 or np.broadcast_shapes(a.shape, b.shape) != a.shape:
-        return None
-    dims = npc_dims(a.shape, b.shape)
+    dims = _broadcast_dims(a.shape, b.shape) if b.dtype == F32 else None
     if dims is None or a.size == 0:
         return None
     b = np.ascontiguousarray(b)
     if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
         out = np.empty(a.shape, F32)
-    ok = lib().i8_float_binary_fq(native.address(a), native.address(b), native.address(out), *dims[0], *dims[1],
+    ok = lib().i8_float_binary_fq(native.address(a), native.address(b), native.address(out), *dims,
                                   _fq_params(tuple(out_q))[1], FLOAT_BINARY_OPS[op], parallel.workers())
     return out, bool(ok)
 
