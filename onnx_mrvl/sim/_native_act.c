@@ -23,9 +23,11 @@ void act_set_runner(void *fn) { runner = (runner_fn)fn; }
  * (t = 1 / (1 + 0.5 |z|), p = Horner of t, p - |z|^2, exp, * t, 2 - p where z < 0), x * (c * 0.5);
  * each multiply and add rounded apart (the source is built with -ffp-contract=off), the constants
  * as numpy's F32(python float) gives them (double, then float) */
+static const double gelu_erfc_fit[10] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
+                                         -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+
 MI __m256 gelu8(__m256 x) {
-    static const double coeffs[10] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
-                                      -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+    const double *coeffs = gelu_erfc_fit;
     const __m256 one = _mm256_set1_ps(1.0f);
     __m256 z = _mm256_mul_ps(x, _mm256_set1_ps((float)-0.7071067811865476));
     __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
@@ -51,8 +53,7 @@ MI __m256 act8(__m256 x, int kind) {
 #ifdef MRVL_EXP16
 /* gelu8 and act8 on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16) */
 MI __m512 gelu16(__m512 x) {
-    static const double coeffs[10] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
-                                      -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
+    const double *coeffs = gelu_erfc_fit;
     const __m512 one = _mm512_set1_ps(1.0f);
     __m512 z = _mm512_mul_ps(x, _mm512_set1_ps((float)-0.7071067811865476));
     __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), _mm512_set1_epi32(0x7fffffff)));
@@ -80,11 +81,10 @@ MI __m512 act16(__m512 x, int kind) {
  * round_fp16_ in one pass); the tail through a zero-padded vector (lanes are independent) */
 typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } actjob;
 
-MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
-    __m256i bad = _mm256_setzero_si256();
-    long i = 0;
 #ifdef MRVL_EXP16
-    /* 16 lanes, four vectors an iteration, then one, then the tail under a mask */
+/* 16 lanes, four vectors an iteration, then one, then the tail under a mask */
+MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
+    long i = 0;
     __mmask16 bad16 = 0;
     for (; i + 64 <= n; i += 64) {
         __m512 r0 = act16(_mm512_loadu_ps(x + i), kind), r1 = act16(_mm512_loadu_ps(x + i + 16), kind);
@@ -112,7 +112,11 @@ MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     }
     if (bad16)
         j->bad = 1;
-#endif
+}
+#else
+MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
+    __m256i bad = _mm256_setzero_si256();
+    long i = 0;
     /* four independent vectors an iteration: their dependent chains (division, Horner, exp)
      * overlap; each lane's operations are the same */
     for (; i + 32 <= n; i += 32) {
@@ -155,6 +159,7 @@ MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     if (!_mm256_testz_si256(bad, bad))
         j->bad = 1;
 }
+#endif
 
 static void act_part(void *arg, long p) {
     actjob *j = arg;
