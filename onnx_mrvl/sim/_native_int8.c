@@ -1050,22 +1050,40 @@ void i8_fake_quant(const float *x, float *out, long n, const float *prm, int nth
     run(fq_part, &j, (n + j.step - 1) / j.step, nthreads);
 }
 
-/* ------------------------------------------------------------------ QLinearMul (int8_out Mul2D)
- * int8_transformer.qlinear_mul_codes: out = (q - shift - z_y) s_y, q = min(hi, max(lo, |v| < 2^31 ?
- * rne(v) : lo)), v = fp32(fp32(ca cb) r) + z_c, ca = Q_a(a) - z_a (quant_f), cb the second operand's
- * centered codes as float32 (broadcast: [BN, BP, BC] against a's [N, P, C], each axis 1 or whole).
- * prm = [s_a, 1/s_a, exact_a, z_a, lo_a, hi_a, r, z_c, lo, hi, shift, z_y, s_y] */
-typedef struct { const float *a, *cb; float *out; long p, c, bn, bp, bc, rows, parts; const float *prm; } qmjob;
+/* ------------------------------------------------------------------ element-wise ops over broadcast rows
+ * i8_qmul and i8_float_binary_fq: a's rows [N, P] of C values each, b broadcast onto them as [BN, BP,
+ * BC] (each axis 1 or whole), the rows split over up to nthreads threads (element-wise: any split
+ * gives the same bits); bad: a part saw a non-finite value (i8_float_binary_fq). */
+typedef struct { const float *a, *b; float *out; long p, c, bn, bp, bc, rows, parts; const float *prm; int op;
+                 volatile int bad; } bjob;
 
+static inline const float *bcast_row(const bjob *j, long row) {
+    return j->b + ((j->bn > 1 ? row / j->p : 0) * j->bp + (j->bp > 1 ? row % j->p : 0)) * j->bc;
+}
+
+static int bcast_run(part_fn fn, const float *a, const float *b, float *out, long n, long p, long c, long bn,
+                     long bp, long bc, const float *prm, int op, int nthreads) {
+    const long rows = n * p;
+    long parts = nthreads > 1 && rows * c >= (1L << 16) ? 2L * nthreads : 1;
+    if (parts > rows)
+        parts = rows > 0 ? rows : 1;
+    bjob j = {a, b, out, p, c, bn, bp, bc, rows, parts, prm, op, 0};
+    run(fn, &j, parts, nthreads);
+    return !j.bad;
+}
+
+/* QLinearMul (int8_out Mul2D), int8_transformer.qlinear_mul_codes: out = (q - shift - z_y) s_y,
+ * q = min(hi, max(lo, |v| < 2^31 ? rne(v) : lo)), v = fp32(fp32(ca cb) r) + z_c, ca = Q_a(a) - z_a
+ * (quant_f), cb (b) the second operand's centered codes as float32.
+ * prm = [s_a, 1/s_a, exact_a, z_a, lo_a, hi_a, r, z_c, lo, hi, shift, z_y, s_y] */
 static void qmul_part(void *arg, long part) {
-    const qmjob *j = arg;
+    const bjob *j = arg;
     const float *prm = j->prm;
     const float r = prm[6], zc = prm[7], lo = prm[8], hi = prm[9], shift = prm[10], zy = prm[11], sy = prm[12];
-    const long p = j->p, c = j->c, bc = j->bc;
+    const long c = j->c, bc = j->bc;
     const long r0 = part * j->rows / j->parts, r1 = (part + 1) * j->rows / j->parts;
     for (long row = r0; row < r1; row++) {
-        const long i = row / p, jj = row % p;
-        const float *ar = j->a + row * c, *br = j->cb + ((j->bn > 1 ? i : 0) * j->bp + (j->bp > 1 ? jj : 0)) * bc;
+        const float *ar = j->a + row * c, *br = bcast_row(j, row);
         float *o = j->out + row * c;
         for (long k = 0; k < c; k += 16) {
             __mmask16 m = lanes(c - k);
@@ -1084,35 +1102,25 @@ static void qmul_part(void *arg, long part) {
     }
 }
 
-/* rows of a's [N, P] split over up to nthreads threads (elementwise: any split gives the same bits) */
 void i8_qmul(const float *a, const float *cb, float *out, long n, long p, long c, long bn, long bp, long bc,
              const float *prm, int nthreads) {
-    const long rows = n * p;
-    long parts = nthreads > 1 && rows * c >= (1L << 16) ? 2L * nthreads : 1;
-    if (parts > rows)
-        parts = rows > 0 ? rows : 1;
-    qmjob j = {a, cb, out, p, c, bn, bp, bc, rows, parts, prm};
-    run(qmul_part, &j, parts, nthreads);
+    bcast_run(qmul_part, a, cb, out, n, p, c, bn, bp, bc, prm, 0, nthreads);
 }
 
-/* ------------------------------------------------------------------ a float Sum2D / Mul2D / Div, then Q -> DQ
- * int8_transformer.int8_out_binary without input codes or activation (onnxruntime's fp32 Add / Mul /
- * Div between DQ and Q: an S8 squeeze-excite gate, a bias): y = fp32(a op b) (b broadcast as in
- * i8_qmul; IEEE per lane, numpy's values), then int8.fake_quant of y (fq_part's operations, prm: its
- * seven). A non-finite y sets bad (the numpy step's finiteness test, taken before the quantization). */
-typedef struct { const float *a, *b; float *out; long p, c, bn, bp, bc, rows, parts; const float *prm; int op;
-                 volatile int bad; } fbjob;
-
+/* A float Sum2D / Mul2D / Div, then Q -> DQ: int8_transformer.int8_out_binary without input codes or
+ * activation (onnxruntime's fp32 Add / Mul / Div between DQ and Q: an S8 squeeze-excite gate, a bias):
+ * y = fp32(a op b) (IEEE per lane, numpy's values), then int8.fake_quant of y (fq_part's operations,
+ * prm: its seven). A non-finite y sets bad (the numpy step's finiteness test, taken before the
+ * quantization). */
 static void fbin_part(void *arg, long part) {
-    fbjob *j = arg;
+    bjob *j = arg;
     const float *prm = j->prm;
     const __m512 z = _mm512_set1_ps(prm[3]), m_out = _mm512_set1_ps(prm[6]);
-    const long p = j->p, c = j->c, bc = j->bc;
+    const long c = j->c, bc = j->bc;
     const long r0 = part * j->rows / j->parts, r1 = (part + 1) * j->rows / j->parts;
     __mmask16 bad = 0;
     for (long row = r0; row < r1; row++) {
-        const long i = row / p, jj = row % p;
-        const float *ar = j->a + row * c, *br = j->b + ((j->bn > 1 ? i : 0) * j->bp + (j->bp > 1 ? jj : 0)) * bc;
+        const float *ar = j->a + row * c, *br = bcast_row(j, row);
         float *o = j->out + row * c;
         for (long k = 0; k < c; k += 16) {
             const __mmask16 m = lanes(c - k);
@@ -1128,16 +1136,10 @@ static void fbin_part(void *arg, long part) {
         j->bad = 1;
 }
 
-/* op: 0 add, 1 mul, 2 div. Returns 1 when every y is finite. Rows split over the threads. */
+/* op: 0 add, 1 mul, 2 div. Returns 1 when every y is finite. */
 int i8_float_binary_fq(const float *a, const float *b, float *out, long n, long p, long c, long bn, long bp, long bc,
                        const float *prm, int op, int nthreads) {
-    const long rows = n * p;
-    long parts = nthreads > 1 && rows * c >= (1L << 16) ? 2L * nthreads : 1;
-    if (parts > rows)
-        parts = rows > 0 ? rows : 1;
-    fbjob j = {a, b, out, p, c, bn, bp, bc, rows, parts, prm, op, 0};
-    run(fbin_part, &j, parts, nthreads);
-    return !j.bad;
+    return bcast_run(fbin_part, a, b, out, n, p, c, bn, bp, bc, prm, op, nthreads);
 }
 
 /* ------------------------------------------------------------------ QLinearSoftmax (last axis)
