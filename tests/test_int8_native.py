@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_mrvl.sim import int8, int8_native, int8_pool_native, mlas_u8s8
+from onnx_mrvl.sim.ort_reduce import sum_last
 
 pytestmark = pytest.mark.skipif(int8_native.lib() is None, reason=int8_native.why_disabled() or "no native int8")
 
@@ -383,7 +384,6 @@ def test_float_global_average_pool_in_eigen_row_order_natively():
         q = np.clip(a[1] + k.transpose(0, 2, 1).reshape((n,) + hw + (c,)), lo, hi)
         x = ((q - a[1]) * np.float32(a[0])).astype(np.float32)
         rows = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).reshape(n * c, p)
-        from onnx_mrvl.sim.ort_reduce import sum_last
         step = float(np.abs(sum_last(rows)).max()) / p / 100 or a[0]
         params = dict(in_scale=a[0], in_zero_point=a[1], in_dtype=a[2], out_scale=step, out_zero_point=0,
                       out_dtype="int8", requant="float", mean_sum="rows")

@@ -546,10 +546,16 @@ def qlinear_mul_native(a: np.ndarray, cb: np.ndarray, in_q, s_b: float, out_q, u
     if dims is None or a.size == 0:
         return None
     b = np.ascontiguousarray(cb, F32)
-    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
-        out = np.empty(a.shape, F32)
+    out = _writable_like(out, a)
     lib().i8_qmul(native.address(a), native.address(b), native.address(out), *dims,
                   _qmul_params(tuple(in_q), float(s_b), tuple(out_q), bool(u8))[1], parallel.workers())
+    return out
+
+
+def _writable_like(out: Optional[np.ndarray], a: np.ndarray) -> np.ndarray:
+    """``out`` when the kernel can write a's shape into it (C-contiguous float32), else a new array."""
+    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
+        return np.empty(a.shape, F32)
     return out
 
 
@@ -592,8 +598,7 @@ def float_binary_fq_native(op: str, a: np.ndarray, b: np.ndarray, out_q,
     if dims is None or a.size == 0:
         return None
     b = np.ascontiguousarray(b)
-    if out is None or out.dtype != F32 or not out.flags.c_contiguous or out.shape != a.shape:
-        out = np.empty(a.shape, F32)
+    out = _writable_like(out, a)
     ok = lib().i8_float_binary_fq(native.address(a), native.address(b), native.address(out), *dims,
                                   _fq_params(tuple(out_q))[1], FLOAT_BINARY_OPS[op], parallel.workers())
     return out, bool(ok)
