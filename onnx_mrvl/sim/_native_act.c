@@ -51,26 +51,9 @@ MI __m256 act8(__m256 x, int kind) {
 }
 
 #ifdef MRVL_EXP16
-/* gelu8 and act8 on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16) */
-MI __m512 gelu16(__m512 x) {
-    const double *coeffs = gelu_erfc_fit;
-    const __m512 one = _mm512_set1_ps(1.0f);
-    __m512 z = _mm512_mul_ps(x, _mm512_set1_ps((float)-0.7071067811865476));
-    __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), _mm512_set1_epi32(0x7fffffff)));
-    __m512 t = _mm512_div_ps(one, _mm512_add_ps(one, mul_first16(_mm512_set1_ps(0.5f), a)));
-    __m512 p = _mm512_set1_ps((float)coeffs[0]);
-    for (int k = 1; k < 10; k++)
-        p = _mm512_add_ps(mul_first16(p, t), _mm512_set1_ps((float)coeffs[k]));
-    p = exp_np16(_mm512_sub_ps(p, _mm512_mul_ps(a, a)));
-    p = mul_first16(p, t);
-    p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), p,
-                             _mm512_sub_ps(_mm512_set1_ps(2.0f), p));
-    return mul_first16(x, mul_first16(p, _mm512_set1_ps(0.5f)));
-}
-
+/* act8's sigmoid and silu on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16);
+ * gelu: gelu_block16 below */
 MI __m512 act16(__m512 x, int kind) {
-    if (kind == ACT_GELU)
-        return gelu16(x);
     const __m512 s = sigmoid16(x);
     return kind == ACT_SILU ? mul_first16(x, s) : s;
 }
@@ -82,10 +65,79 @@ MI __m512 act16(__m512 x, int kind) {
 typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } actjob;
 
 #ifdef MRVL_EXP16
+/* gelu8's operations on 16 lanes over n values (a multiple of 16, at most GELU_BLOCK) in four
+ * passes, each a loop of independent vectors: t (its division), the Horner fit, exp, then the blend
+ * and the products. Done per vector (gelu8's form on 16 lanes), each vector was one dependent chain
+ * of ~70 operations (two divisions, 9 multiplies and adds, exp); four such chains an iteration
+ * filled the out-of-order window before the next iteration's could start: 0.94 ns a value, in
+ * passes 0.49. z and a are recomputed from x where a pass needs them: every lane gets gelu8's
+ * operations in its order, the same bits. Returns the non-finite lanes of the fp16 results (post). */
+#define GELU_BLOCK 512
+MI __mmask16 gelu_block16(float *x, long n, const int post) {
+    float tb[GELU_BLOCK] __attribute__((aligned(64))), pb[GELU_BLOCK] __attribute__((aligned(64)));
+    const double *coeffs = gelu_erfc_fit;
+    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f), c = _mm512_set1_ps((float)-0.7071067811865476);
+    const __m512i abs_m = _mm512_set1_epi32(0x7fffffff);
+    __mmask16 bad = 0;
+    for (long i = 0; i < n; i += 16) {
+        const __m512 z = _mm512_mul_ps(_mm512_loadu_ps(x + i), c);
+        const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), abs_m));
+        _mm512_store_ps(tb + i, _mm512_div_ps(one, _mm512_add_ps(one, mul_first16(half, a))));
+    }
+    for (long i = 0; i < n; i += 16) {
+        const __m512 t = _mm512_load_ps(tb + i);
+        __m512 p = _mm512_set1_ps((float)coeffs[0]);
+        for (int k = 1; k < 10; k++)
+            p = _mm512_add_ps(mul_first16(p, t), _mm512_set1_ps((float)coeffs[k]));
+        const __m512 z = _mm512_mul_ps(_mm512_loadu_ps(x + i), c);
+        const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), abs_m));
+        _mm512_store_ps(pb + i, _mm512_sub_ps(p, _mm512_mul_ps(a, a)));
+    }
+    for (long i = 0; i < n; i += 16)
+        _mm512_store_ps(pb + i, exp_np16(_mm512_load_ps(pb + i)));
+    for (long i = 0; i < n; i += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + i), z = _mm512_mul_ps(xv, c);
+        __m512 p = mul_first16(_mm512_load_ps(pb + i), _mm512_load_ps(tb + i));
+        p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), p,
+                                 _mm512_sub_ps(_mm512_set1_ps(2.0f), p));
+        __m512 r = mul_first16(xv, mul_first16(p, half));
+        if (post) {
+            r = rne16x(r);
+            bad |= nonfinite16x(r);
+        }
+        _mm512_storeu_ps(x + i, r);
+    }
+    return bad;
+}
+
+/* gelu_block16 over x[0:n] in blocks; the last 1-15 values through a zero-padded copy (a zero
+ * lane's result is 0: no false finiteness flag) */
+MI __mmask16 gelu_range16(float *x, long n, const int post) {
+    __mmask16 bad = 0;
+    const long whole = n & ~15L;
+    for (long i = 0; i < whole; i += GELU_BLOCK) {
+        const long m = whole - i < GELU_BLOCK ? whole - i : GELU_BLOCK;
+        bad |= gelu_block16(x + i, m, post);
+    }
+    if (whole < n) {
+        float t[16] __attribute__((aligned(64))) = {0};
+        memcpy(t, x + whole, (size_t)(n - whole) * sizeof(float));
+        bad |= gelu_block16(t, 16, post);
+        memcpy(x + whole, t, (size_t)(n - whole) * sizeof(float));
+    }
+    return bad;
+}
+
 /* 16 lanes, four vectors an iteration, then one, then the tail under a mask */
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     long i = 0;
     __mmask16 bad16 = 0;
+    if (kind == ACT_GELU) {
+        bad16 = gelu_range16(x, n, post);
+        if (bad16)
+            j->bad = 1;
+        return;
+    }
     for (; i + 64 <= n; i += 64) {
         __m512 r0 = act16(_mm512_loadu_ps(x + i), kind), r1 = act16(_mm512_loadu_ps(x + i + 16), kind);
         __m512 r2 = act16(_mm512_loadu_ps(x + i + 32), kind), r3 = act16(_mm512_loadu_ps(x + i + 48), kind);
@@ -238,6 +290,10 @@ static void sm_rows(smjob *j, long r0, long r1) {
     o = j->out + r0 * n;
     const long total = (r1 - r0) * n;
     long i = 0;
+#ifdef MRVL_EXP16
+    for (; i + 16 <= total; i += 16)        /* exp_np16: exp_np's operations on 16 lanes */
+        _mm512_storeu_ps(o + i, exp_np16(_mm512_loadu_ps(o + i)));
+#endif
     for (; i + 8 <= total; i += 8)
         _mm256_storeu_ps(o + i, exp_np(_mm256_loadu_ps(o + i)));
     if (i < total) {
