@@ -79,13 +79,20 @@ static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOW
 #endif
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
-#define KC 512         /* k-values per packed block (the packed row stride is LDP); 256 before: each
-                        * block ends in the accumulators' store and reload, and 512 took 1-3% off
-                        * ResNet-50's 3x3 convs (768: no better, 1024: 5-17% slower) */
-#define LDP (KC + 16)  /* the packed rows' stride: KC floats (2 KB) apart, a 24-row pair tile's rows
+/* k-values per packed block (the packed row stride is LDP); 256 before: each block ends in the
+ * accumulators' store and reload, and 512 took 1-3% off ResNet-50's 3x3 convs (768: no better, 1024:
+ * 5-17% slower). AVX-512: 576, a 3x3 conv of 64 channels in one block and of 128, 256 or 512 in
+ * whole blocks (512 left a block of 64 k-values after each 512); ResNet-18's steps -1%, ResNet-50's
+ * -0.3%, one thread (bench_native_ab.py); the AVX2 build, measured on its hosts, keeps 512 */
+#ifdef MRVL_AVX2
+#define KC 512
+#else
+#define KC 576
+#endif
+#define LDP (KC + 16)  /* the packed rows' stride: with KC 512 floats (2 KB) apart, a 24-row pair tile's rows
                         * fell in two L1 sets (12 lines each, 8 ways): the 3 -> 16 stem's packed pairs
                         * 3-6% slower than with KC 256 */
-#define MC (MR * 10)   /* pixels per packed block (the packed buffer: MC x LDP floats, 253 KB per thread) */
+#define MC (MR * 10)   /* pixels per packed block (the packed buffer: MC x LDP floats, 253 / 284 KB per thread) */
 
 /* the register tiles' k loops start on a 64-byte boundary (a 274-byte loop starting 48 bytes into a
  * line spans 6 of the op cache's lines instead of 5) */
