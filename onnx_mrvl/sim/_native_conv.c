@@ -254,6 +254,8 @@ static inline __attribute__((always_inline)) __m512 finish(__m512 v, const epi_t
 #else
 #define KEEP_BCAST(v) __asm__("" : "+v"(v))   /* one vbroadcastss, not two {1to16} operands */
 #endif
+#else                       /* AVX2: _native_avx2.h's FMA_BCAST on register pairs, as before */
+#define FMA_ROW2(acc0, acc1, b0, b1, p) do { FMA_BCAST(acc0, b0, p); FMA_BCAST(acc1, b1, p); } while (0)
 #endif
 #ifdef MRVL_AVX2
 /* v stays in a register: GCC otherwise folded a weight vector's load into each of the FMAs that use

@@ -63,9 +63,12 @@ def variant() -> str:
 
 def emulation_flags() -> list:
     """Testing only: the extra compiler flags of an AVX-512 build on SIMDe (``ONNX_MRVL_NATIVE_EMULATE``,
-    headers under ``ONNX_MRVL_SIMDE_DIR``, default /usr/include; ``_native_simde.h``), else []."""
+    headers under ``ONNX_MRVL_SIMDE_DIR``, default /usr/include; ``_native_simde.h``), of the AVX2
+    build on an AVX-512 host (``=avx2``), else []."""
     if not EMULATE:
         return []
+    if EMULATE == "avx2":
+        return ["-mno-avx512f"]
     inc = os.environ.get("ONNX_MRVL_SIMDE_DIR", "/usr/include")
     if not os.path.exists(os.path.join(inc, "simde", "x86", "avx512.h")):
         raise RuntimeError(f"ONNX_MRVL_NATIVE_EMULATE={EMULATE}: no SIMDe headers under {inc} (ONNX_MRVL_SIMDE_DIR)")
@@ -78,10 +81,11 @@ def build_shared(cc: str, source: Optional[str] = None) -> str:
     ``cc`` when not cached, ``-march=native``: the key holds the CPU's flags): its path.
     sim/int8_native.py builds ``_native_int8.c`` with it."""
     extra = emulation_flags()
-    shim = native_build.source_bytes(extra[3]) if extra else b""
+    simde = len(extra) > 3
+    shim = native_build.source_bytes(extra[3]) if simde else b""
     if extra:
-        log.warning("ONNX_MRVL_NATIVE_EMULATE=%s: %s as its AVX-512 build on SIMDe (testing only, slow)",
-                    EMULATE, os.path.basename(source or _SRC))
+        log.warning("ONNX_MRVL_NATIVE_EMULATE=%s: %s as its %s (testing only)", EMULATE,
+                    os.path.basename(source or _SRC), "AVX-512 build on SIMDe, slow" if simde else "AVX2 build")
     return native_build.build_shared(cc, source or _SRC, _FLAGS + extra,
                                      key_extra=b"\0".join([cpu_flags().encode(), platform.machine().encode(),
                                                                variant().encode(), shim]),

@@ -16,10 +16,14 @@ from typing import Callable, Optional
 from ..errors import UsageError
 
 # Testing only (docs/simulator.md, "AVX-512 under emulation"): ONNX_MRVL_NATIVE_EMULATE=avx512 (or
-# avx512vbmi) reports these CPU flags too, and native.py then builds the AVX-512 kernels on SIMDe.
+# avx512vbmi) reports these CPU flags too, and native.py then builds the AVX-512 kernels on SIMDe;
+# ONNX_MRVL_NATIVE_EMULATE=avx2 hides an AVX-512 host's AVX-512 and VNNI flags, and native.py builds
+# the AVX2 kernels (-mno-avx512f): what an AVX2 host runs, tested on this one.
 EMULATE = os.environ.get("ONNX_MRVL_NATIVE_EMULATE", "").strip().lower()
 _EMULATED_FLAGS = {"avx512": " avx512f avx512dq avx512vl avx512bw avx512_vnni",
-                   "avx512vbmi": " avx512f avx512dq avx512vl avx512bw avx512_vnni avx512vbmi"}
+                   "avx512vbmi": " avx512f avx512dq avx512vl avx512bw avx512_vnni avx512vbmi",
+                   "avx2": ""}
+_HIDDEN_BY_AVX2 = ("avx512", "avx_vnni", "amx")
 if EMULATE and EMULATE not in _EMULATED_FLAGS:
     raise UsageError(f"ONNX_MRVL_NATIVE_EMULATE={EMULATE!r} is not a known emulation",
                      hint=f"set it to one of {sorted(_EMULATED_FLAGS)} (testing only) or unset it")
@@ -27,13 +31,15 @@ if EMULATE and EMULATE not in _EMULATED_FLAGS:
 
 def cpu_flags() -> str:
     """The CPU's feature flags line (``/proc/cpuinfo``), empty where unknown (plus the emulated
-    AVX-512 flags under ``ONNX_MRVL_NATIVE_EMULATE``)."""
+    AVX-512 flags under ``ONNX_MRVL_NATIVE_EMULATE``, or without the AVX-512 ones under its ``avx2``)."""
     line = ""
     try:
         with open("/proc/cpuinfo") as f:
             line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
     except OSError:
         pass
+    if EMULATE == "avx2":
+        return " ".join(f for f in line.split() if not f.startswith(_HIDDEN_BY_AVX2)) + "\n"
     return line.rstrip("\n") + _EMULATED_FLAGS[EMULATE] + "\n" if EMULATE else line
 
 
