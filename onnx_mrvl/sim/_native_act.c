@@ -4,7 +4,7 @@
  * keeps numpy where they differ):
  *
  *   e = exp(-|x|);  sigmoid = (x >= 0 ? 1 : e) / (1 + e);  silu = x * sigmoid   (x first: NaN payload)
- *   gelu: gelu8 below
+ *   gelu: gelu_block below
  *
  * with numpy's float32 exp (_native_exp.h). */
 #include <immintrin.h>
@@ -26,33 +26,15 @@ void act_set_runner(void *fn) { runner = (runner_fn)fn; }
 static const double gelu_erfc_fit[10] = {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
                                          -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223};
 
-MI __m256 gelu8(__m256 x) {
-    const double *coeffs = gelu_erfc_fit;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    __m256 z = _mm256_mul_ps(x, _mm256_set1_ps((float)-0.7071067811865476));
-    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
-    __m256 t = _mm256_div_ps(one, _mm256_add_ps(one, mul_first(_mm256_set1_ps(0.5f), a)));
-    __m256 p = _mm256_set1_ps((float)coeffs[0]);
-    for (int k = 1; k < 10; k++)
-        p = _mm256_add_ps(mul_first(p, t), _mm256_set1_ps((float)coeffs[k]));
-    p = exp_np(_mm256_sub_ps(p, _mm256_mul_ps(a, a)));
-    p = mul_first(p, t);
-    p = _mm256_blendv_ps(p, _mm256_sub_ps(_mm256_set1_ps(2.0f), p), _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ));
-    return mul_first(x, mul_first(p, _mm256_set1_ps(0.5f)));
-}
-
 enum { ACT_SIGMOID, ACT_SILU, ACT_GELU };
 
-MI __m256 act8(__m256 x, int kind) {
-    if (kind == ACT_GELU)
-        return gelu8(x);
+MI __m256 act8(__m256 x, int kind) {     /* sigmoid or silu (gelu: gelu_block) */
     const __m256 s = sigmoid8(x);
     return kind == ACT_SILU ? mul_first(x, s) : s;
 }
 
 #ifdef MRVL_EXP16
-/* act8's sigmoid and silu on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16);
- * gelu: gelu_block16 below */
+/* act8 on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16) */
 MI __m512 act16(__m512 x, int kind) {
     const __m512 s = sigmoid16(x);
     return kind == ACT_SILU ? mul_first16(x, s) : s;
@@ -64,77 +46,111 @@ MI __m512 act16(__m512 x, int kind) {
  * round_fp16_ in one pass); the tail through a zero-padded vector (lanes are independent) */
 typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } actjob;
 
+/* The build's vector: 16 lanes (MRVL_EXP16) or 8, and the operations gelu_block needs, each one
+ * instruction of that width (the same operation lane by lane in both) */
 #ifdef MRVL_EXP16
-/* gelu8's operations on 16 lanes over n values (a multiple of 16, at most GELU_BLOCK) in four
- * passes, each a loop of independent vectors: t (its division), the Horner fit, exp, then the blend
- * and the products. Done per vector (gelu8's form on 16 lanes), each vector was one dependent chain
- * of ~70 operations (two divisions, 9 multiplies and adds, exp); four such chains an iteration
- * filled the out-of-order window before the next iteration's could start: 0.94 ns a value, in
- * passes 0.49. z and a are recomputed from x where a pass needs them: every lane gets gelu8's
- * operations in its order, the same bits. Returns the non-finite lanes of the fp16 results (post). */
+typedef __m512 vf_t;
+#define VL 16
+MI vf_t vf_loadu(const float *p) { return _mm512_loadu_ps(p); }
+MI vf_t vf_load(const float *p) { return _mm512_load_ps(p); }
+MI void vf_store(float *p, vf_t v) { _mm512_store_ps(p, v); }
+MI void vf_storeu(float *p, vf_t v) { _mm512_storeu_ps(p, v); }
+MI vf_t vf_set1(float f) { return _mm512_set1_ps(f); }
+MI vf_t vf_add(vf_t a, vf_t b) { return _mm512_add_ps(a, b); }
+MI vf_t vf_sub(vf_t a, vf_t b) { return _mm512_sub_ps(a, b); }
+MI vf_t vf_mul(vf_t a, vf_t b) { return _mm512_mul_ps(a, b); }
+MI vf_t vf_mulf(vf_t a, vf_t b) { return mul_first16(a, b); }
+MI vf_t vf_div(vf_t a, vf_t b) { return _mm512_div_ps(a, b); }
+MI vf_t vf_abs(vf_t a) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff))); }
+MI vf_t vf_exp(vf_t a) { return exp_np16(a); }
+MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), a, b); }
+MI vf_t vf_rne(vf_t v) { return rne16x(v); }
+MI int vf_nonfinite(vf_t v) { return nonfinite16x(v) != 0; }
+#else
+typedef __m256 vf_t;
+#define VL 8
+MI vf_t vf_loadu(const float *p) { return _mm256_loadu_ps(p); }
+MI vf_t vf_load(const float *p) { return _mm256_load_ps(p); }
+MI void vf_store(float *p, vf_t v) { _mm256_store_ps(p, v); }
+MI void vf_storeu(float *p, vf_t v) { _mm256_storeu_ps(p, v); }
+MI vf_t vf_set1(float f) { return _mm256_set1_ps(f); }
+MI vf_t vf_add(vf_t a, vf_t b) { return _mm256_add_ps(a, b); }
+MI vf_t vf_sub(vf_t a, vf_t b) { return _mm256_sub_ps(a, b); }
+MI vf_t vf_mul(vf_t a, vf_t b) { return _mm256_mul_ps(a, b); }
+MI vf_t vf_mulf(vf_t a, vf_t b) { return mul_first(a, b); }
+MI vf_t vf_div(vf_t a, vf_t b) { return _mm256_div_ps(a, b); }
+MI vf_t vf_abs(vf_t a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+MI vf_t vf_exp(vf_t a) { return exp_np(a); }
+MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ)); }
+MI vf_t vf_rne(vf_t v) { return rne8(v); }
+MI int vf_nonfinite(vf_t v) { return !_mm256_testz_si256(nonfinite8(v), nonfinite8(v)); }
+#endif
+
+/* activations_smooth.gelu's steps over n values (a multiple of VL, at most GELU_BLOCK) in four
+ * passes, each a loop of independent vectors: t (its division), the Horner fit, exp, then the
+ * blend and the products. Per vector (gelu8 / gelu16 before), each vector was one dependent chain
+ * of ~70 operations (two divisions, 9 multiplies and adds, exp), and four such chains an iteration
+ * filled the out-of-order window before the next iteration's could start: on a Zen 5, 0.94 -> 0.49
+ * ns a value on 16 lanes, 1.80 -> 0.88 on 8 (the AVX2 build). z and a are recomputed from x where a
+ * pass needs them: every lane gets the same operations in the same order, the same bits. Returns
+ * 1 when a result is not finite (post: after the fp16 rounding). */
 #define GELU_BLOCK 512
-MI __mmask16 gelu_block16(float *x, long n, const int post) {
+MI int gelu_block(float *x, long n, const int post) {
     float tb[GELU_BLOCK] __attribute__((aligned(64))), pb[GELU_BLOCK] __attribute__((aligned(64)));
     const double *coeffs = gelu_erfc_fit;
-    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f), c = _mm512_set1_ps((float)-0.7071067811865476);
-    const __m512i abs_m = _mm512_set1_epi32(0x7fffffff);
-    __mmask16 bad = 0;
-    for (long i = 0; i < n; i += 16) {
-        const __m512 z = _mm512_mul_ps(_mm512_loadu_ps(x + i), c);
-        const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), abs_m));
-        _mm512_store_ps(tb + i, _mm512_div_ps(one, _mm512_add_ps(one, mul_first16(half, a))));
+    const vf_t one = vf_set1(1.0f), half = vf_set1(0.5f), c = vf_set1((float)-0.7071067811865476);
+    int bad = 0;
+    for (long i = 0; i < n; i += VL) {
+        const vf_t a = vf_abs(vf_mul(vf_loadu(x + i), c));
+        vf_store(tb + i, vf_div(one, vf_add(one, vf_mulf(half, a))));
     }
-    for (long i = 0; i < n; i += 16) {
-        const __m512 t = _mm512_load_ps(tb + i);
-        __m512 p = _mm512_set1_ps((float)coeffs[0]);
+    for (long i = 0; i < n; i += VL) {
+        const vf_t t = vf_load(tb + i);
+        vf_t p = vf_set1((float)coeffs[0]);
         for (int k = 1; k < 10; k++)
-            p = _mm512_add_ps(mul_first16(p, t), _mm512_set1_ps((float)coeffs[k]));
-        const __m512 z = _mm512_mul_ps(_mm512_loadu_ps(x + i), c);
-        const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(z), abs_m));
-        _mm512_store_ps(pb + i, _mm512_sub_ps(p, _mm512_mul_ps(a, a)));
+            p = vf_add(vf_mulf(p, t), vf_set1((float)coeffs[k]));
+        const vf_t a = vf_abs(vf_mul(vf_loadu(x + i), c));
+        vf_store(pb + i, vf_sub(p, vf_mul(a, a)));
     }
-    for (long i = 0; i < n; i += 16)
-        _mm512_store_ps(pb + i, exp_np16(_mm512_load_ps(pb + i)));
-    for (long i = 0; i < n; i += 16) {
-        const __m512 xv = _mm512_loadu_ps(x + i), z = _mm512_mul_ps(xv, c);
-        __m512 p = mul_first16(_mm512_load_ps(pb + i), _mm512_load_ps(tb + i));
-        p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), p,
-                                 _mm512_sub_ps(_mm512_set1_ps(2.0f), p));
-        __m512 r = mul_first16(xv, mul_first16(p, half));
+    for (long i = 0; i < n; i += VL)
+        vf_store(pb + i, vf_exp(vf_load(pb + i)));
+    for (long i = 0; i < n; i += VL) {
+        const vf_t xv = vf_loadu(x + i);
+        vf_t p = vf_mulf(vf_load(pb + i), vf_load(tb + i));
+        p = vf_if_neg(vf_mul(xv, c), p, vf_sub(vf_set1(2.0f), p));
+        vf_t r = vf_mulf(xv, vf_mulf(p, half));
         if (post) {
-            r = rne16x(r);
-            bad |= nonfinite16x(r);
+            r = vf_rne(r);
+            bad |= vf_nonfinite(r);
         }
-        _mm512_storeu_ps(x + i, r);
+        vf_storeu(x + i, r);
     }
     return bad;
 }
 
-/* gelu_block16 over x[0:n] in blocks; the last 1-15 values through a zero-padded copy (a zero
+/* gelu_block over x[0:n] in blocks; the last 1 to VL - 1 values through a zero-padded copy (a zero
  * lane's result is 0: no false finiteness flag) */
-MI __mmask16 gelu_range16(float *x, long n, const int post) {
-    __mmask16 bad = 0;
-    const long whole = n & ~15L;
-    for (long i = 0; i < whole; i += GELU_BLOCK) {
-        const long m = whole - i < GELU_BLOCK ? whole - i : GELU_BLOCK;
-        bad |= gelu_block16(x + i, m, post);
-    }
+MI int gelu_range(float *x, long n, const int post) {
+    int bad = 0;
+    const long whole = n / VL * VL;
+    for (long i = 0; i < whole; i += GELU_BLOCK)
+        bad |= gelu_block(x + i, whole - i < GELU_BLOCK ? whole - i : GELU_BLOCK, post);
     if (whole < n) {
-        float t[16] __attribute__((aligned(64))) = {0};
+        float t[VL] __attribute__((aligned(64))) = {0};
         memcpy(t, x + whole, (size_t)(n - whole) * sizeof(float));
-        bad |= gelu_block16(t, 16, post);
+        bad |= gelu_block(t, VL, post);
         memcpy(x + whole, t, (size_t)(n - whole) * sizeof(float));
     }
     return bad;
 }
 
+#ifdef MRVL_EXP16
 /* 16 lanes, four vectors an iteration, then one, then the tail under a mask */
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     long i = 0;
     __mmask16 bad16 = 0;
     if (kind == ACT_GELU) {
-        bad16 = gelu_range16(x, n, post);
-        if (bad16)
+        if (gelu_range(x, n, post))
             j->bad = 1;
         return;
     }
@@ -169,6 +185,11 @@ MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     __m256i bad = _mm256_setzero_si256();
     long i = 0;
+    if (kind == ACT_GELU) {
+        if (gelu_range(x, n, post))
+            j->bad = 1;
+        return;
+    }
     /* four independent vectors an iteration: their dependent chains (division, Horner, exp)
      * overlap; each lane's operations are the same */
     for (; i + 32 <= n; i += 32) {
