@@ -42,3 +42,30 @@ def test_max_pool_chain_same_bits(monkeypatch, shape, k, s, pads, ceil, nans, th
     _same(new, old)
     fast, slow = both(monkeypatch, lambda: K.maxpool2d(x, k, s, pads, ceil, (1, 1)))
     np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+
+
+POOL_ROWS = 524288
+
+
+@pytest.mark.parametrize("shape, k, s, pads, dil", [
+    ((1, 12, 13, 16), (2, 2), (1, 1), (0, 0, 1, 1), (1, 1)),     # PP-HGNet's stem pool
+    ((1, 112, 112, 64), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),   # ResNet's
+    ((2, 9, 11, 37), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # a tail of 5 lanes
+    ((1, 10, 10, 20), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),     # YOLO's SPPF
+    ((1, 9, 14, 3), (3, 2), (2, 3), (0, 1, 2, 0), (1, 1)),
+    ((1, 11, 12, 48), (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),     # dilated
+    ((1, 7, 8, 16), (4, 4), (1, 1), (1, 1, 2, 2), (1, 1)),       # 4 taps a row: not compiled, the old code
+    ((1, 3, 4, 16), (3, 3), (1, 1), (0, 0, 0, 0), (1, 1))])      # one interior column
+@pytest.mark.parametrize("nans", [0, 5, 60])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_interior_rows_same_bits(monkeypatch, shape, k, s, pads, dil, nans, threads):
+    """pool_max_inner (kernel_paths bit 524288): the interior columns of a row in one loop, the same
+    chain per pixel; a NaN hands the pixel and the rest of the row back to the old code. The same
+    bits and flags as without it and as the numpy path, ties of -0 / +0, NaN payloads and -inf included."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    x = _input(shape, [nans, threads, 7] + list(shape), nans)
+    new, old = _both(POOL_ROWS, lambda: (K.maxpool2d(x, k, s, pads, 0, dil),))
+    _same(new, old)
+    fast, slow = both(monkeypatch, lambda: K.maxpool2d(x, k, s, pads, 0, dil))
+    np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))

@@ -41,7 +41,8 @@ def test_native_tests_pass_on_the_avx2_build(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     files = ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
              "tests/test_sim_grouped_lanes.py", "tests/test_sim_kernel_paths_one_channel.py", "tests/test_sim_dwpw.py",
-             "tests/test_activations_native.py", "tests/test_sim_softmax_native.py", "tests/test_int8_native.py",
+             "tests/test_activations_native.py", "tests/test_sim_softmax_native.py", "tests/test_sim_maxpool_chain.py",
+             "tests/test_int8_native.py",
              "tests/test_int8_float_native.py", "tests/test_int8_table_native.py"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", ORT_U8S8, *files],
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
