@@ -838,8 +838,10 @@ static inline __attribute__((always_inline)) void pipe_ahead(const pipe_epi_t *P
 }
 
 /* one tile's FMAs (rows a, lda apart; weights b [kc][NR]), the pending tile's 2 * MR epilogue
- * vectors (npend: 0 or 2 * MR) one per odd k, the rest after the loop (kc < 4 * MR); the same
- * slots prefetch this tile's output c and residual res */
+ * vectors (npend: 0 or 2 * MR) one per two k, or spread evenly over the loop when kc < 4 * MR (they
+ * were one per odd k and the rest after the loop: 16 of 24 after a K = 16 tile's; MobileNetV2's
+ * expansions of K 16-32 at 112x112 and 56x56 -8%, one thread); the same slots prefetch this tile's
+ * output c and residual res */
 static inline __attribute__((always_inline)) void
 pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, const float *pf, __m512 acc[][2],
           const pipe_epi_t *P, const float *pend, float *pc, const float *pr, int npend, __mmask16 *lb, __mmask16 *lb2,
@@ -855,7 +857,9 @@ pipe_tile(const int prefetch, int kc, const float *a, long lda, const float *b, 
         for (int r = 0; r < MR; r++) {
             FMA_ROW2(acc[r][0], acc[r][1], b0, b1, a + r * lda + p);
         }
-        if ((p & 1) && q < 2 * MR) {
+        /* one epilogue vector per two k (kc >= 4 MR), or all 2 MR spread evenly over a shorter loop */
+        const int due = (p + 1) * 2 * MR / (kc < 4 * MR ? kc : 4 * MR);
+        while (q < due && q < 2 * MR) {
             pipe_ahead(P, c, res, q);
             if (q < npend)
                 pipe_one(P, pend, pc, pr, q, lb, lb2);
