@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 notice = logging.getLogger("onnx_mrvl.notice")     # one-line notices the CLI shows on a terminal
 F32 = np.float32
 NR = 32                         # output channels per packed weight block (the C kernel's NR)
-KC = 512                        # k-values per block of the C kernel's conv tiles (its KC)
+KC = 512                        # k-values per block of the C kernel's conv tiles: its KC on AVX2, the
+                                # smaller of the two builds' (AVX-512: 576), so K <= KC is one block in both
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_conv.c")
 _FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-fno-math-errno"]
 ENABLED = os.environ.get("ONNX_MRVL_SIM_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
