@@ -226,13 +226,23 @@ def _shard_run(shard: int, examples: int, queue) -> None:
 
 
 def run_fuzz(examples: int, workers: int):
+    import gc
     import multiprocessing as mp
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     per = [examples // workers + (k < examples % workers) for k in range(workers)]
     procs = [ctx.Process(target=_shard_run, args=(k, per[k], queue)) for k in range(workers)]
-    for p in procs:
-        p.start()
+    # the earlier tests' unreachable onnxruntime sessions are freed here, with their thread pools,
+    # and what is left is frozen: a forked shard's collector then never finalizes a session whose
+    # pool's threads it does not have (one hung in pthread_cond_destroy when this worker ran other
+    # files first)
+    gc.collect()
+    gc.freeze()
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        gc.unfreeze()
     results = dict(queue.get() for _ in procs)
     for p in procs:
         p.join()
