@@ -9,42 +9,26 @@ AVX-512 and VNNI flags and builds with ``-mno-avx512f``; this runs the bit-exact
 against those builds in a subprocess. Skipped where the host has no AVX-512 (its own tests run
 the AVX2 builds) or no C compiler.
 """
-import os
-import subprocess
-import sys
-
 import pytest
 
 from onnx_mrvl.sim import native
 from onnx_mrvl.sim.native_loader import cpu_has
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from test_sim_native_emulated import run_native_tests
 
 pytestmark = pytest.mark.skipif(not (native.variant() == "avx512" and cpu_has("avx2", "fma", "f16c")
                                      and native.compiler()),
                                 reason="no AVX-512 here (the other tests run the AVX2 builds) or no C compiler")
 
-# the tests comparing with onnxruntime's U8S8 convs: the AVX2 build sums pairs saturated to int16 as
-# MLAS's AVX2 kernel does, while this host's onnxruntime sums in int32 (VNNI): not a kernel question
-ORT_U8S8 = "not test_conv_native_equals_onnxruntime_qlinearconv and not test_static_plan_batches_int8_steps"
+# run_native_tests leaves out the two onnxruntime U8S8 comparisons: the AVX2 build sums pairs
+# saturated to int16 as MLAS's AVX2 kernel does, while this host's onnxruntime sums in int32 (VNNI)
 
 
 def test_native_tests_pass_on_the_avx2_build(tmp_path):
-    env = dict(os.environ, ONNX_MRVL_NATIVE_EMULATE="avx2", ONNX_MRVL_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    probe = ("from onnx_mrvl.sim import native, int8_native, int8_float_native as f, activations_native as a;"
-             "assert native.variant() == 'avx2' and native.on(), native.why_disabled();"
-             "assert int8_native.lib() and f.lib(), (int8_native.why_disabled(), f.why_disabled());"
-             "assert all(a.lib().same_bits.values()), a.lib().same_bits")
-    r = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=1800)
-    assert r.returncode == 0, r.stderr[-2000:]
-    files = ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
-             "tests/test_sim_grouped_lanes.py", "tests/test_sim_kernel_paths_one_channel.py", "tests/test_sim_dwpw.py",
-             "tests/test_activations_native.py", "tests/test_sim_softmax_native.py", "tests/test_sim_maxpool_chain.py",
-             "tests/test_int8_native.py",
-             "tests/test_int8_float_native.py", "tests/test_int8_table_native.py"]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", ORT_U8S8, *files],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:]
-    assert r.returncode == 0 and "skipped" not in last and "passed" in last, r.stdout[-3000:]
+    run_native_tests(tmp_path, "avx2", "avx2",
+                     ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
+                      "tests/test_sim_grouped_lanes.py", "tests/test_sim_kernel_paths_one_channel.py",
+                      "tests/test_sim_dwpw.py", "tests/test_activations_native.py", "tests/test_sim_softmax_native.py",
+                      "tests/test_sim_maxpool_chain.py", "tests/test_int8_native.py", "tests/test_int8_float_native.py",
+                      "tests/test_int8_table_native.py"],
+                     probe="from onnx_mrvl.sim import activations_native as a;"
+                           "assert all(a.lib().same_bits.values()), a.lib().same_bits", timeout=3600)

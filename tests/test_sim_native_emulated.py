@@ -37,19 +37,27 @@ pytestmark = pytest.mark.skipif(not (_simde_ok() and native.variant() and native
 ORT_U8S8 = "not test_conv_native_equals_onnxruntime_qlinearconv and not test_static_plan_batches_int8_steps"
 
 
-def test_native_tests_pass_on_emulated_avx512(tmp_path):
-    env = dict(os.environ, ONNX_MRVL_NATIVE_EMULATE="avx512", ONNX_MRVL_SIMDE_DIR=SIMDE,
-               ONNX_MRVL_CACHE_DIR=str(tmp_path), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    probe = ("from onnx_mrvl.sim import native, int8_native, int8_float_native as f;"
-             "assert native.variant() == 'avx512' and native.on(), native.why_disabled();"
-             "assert int8_native.lib() and f.lib(), (int8_native.why_disabled(), f.why_disabled())")
-    r = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=3600)
+def run_native_tests(tmp_path, emulate: str, variant: str, files, probe: str = "", timeout: int = 7200, **env):
+    """Build the native libraries as ``ONNX_MRVL_NATIVE_EMULATE=emulate`` makes them (their own
+    cache in tmp_path), check that they load as ``variant`` (and ``probe``, more Python asserts), then
+    run ``files`` (pytest paths, without the onnxruntime U8S8 comparisons) against them."""
+    env = dict(os.environ, ONNX_MRVL_NATIVE_EMULATE=emulate, ONNX_MRVL_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+    check = ("from onnx_mrvl.sim import native, int8_native, int8_float_native as f;"
+             f"assert native.variant() == {variant!r} and native.on(), native.why_disabled();"
+             "assert int8_native.lib() and f.lib(), (int8_native.why_disabled(), f.why_disabled());" + probe)
+    r = subprocess.run([sys.executable, "-c", check], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout)
     assert r.returncode == 0, r.stderr[-2000:]
-    files = ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
-             "tests/test_sim_grouped_lanes.py", "tests/test_int8_native.py", "tests/test_int8_float_native.py",
-             "tests/test_int8_table_native.py", "tests/test_sim_kernel_paths_one_channel.py"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", ORT_U8S8, *files],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=7200)
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:]
     assert r.returncode == 0 and "skipped" not in last and "passed" in last, r.stdout[-3000:]
+
+
+def test_native_tests_pass_on_emulated_avx512(tmp_path):
+    run_native_tests(tmp_path, "avx512", "avx512",
+                     ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
+                      "tests/test_sim_grouped_lanes.py", "tests/test_int8_native.py", "tests/test_int8_float_native.py",
+                      "tests/test_int8_table_native.py", "tests/test_sim_kernel_paths_one_channel.py"],
+                     ONNX_MRVL_SIMDE_DIR=SIMDE)

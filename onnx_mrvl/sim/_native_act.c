@@ -51,16 +51,8 @@ typedef struct { float *x; long n, chunk; int kind, post; volatile int bad; } ac
 #ifdef MRVL_EXP16
 typedef __m512 vf_t;
 #define VL 16
-MI vf_t vf_loadu(const float *p) { return _mm512_loadu_ps(p); }
-MI vf_t vf_load(const float *p) { return _mm512_load_ps(p); }
-MI void vf_store(float *p, vf_t v) { _mm512_store_ps(p, v); }
-MI void vf_storeu(float *p, vf_t v) { _mm512_storeu_ps(p, v); }
-MI vf_t vf_set1(float f) { return _mm512_set1_ps(f); }
-MI vf_t vf_add(vf_t a, vf_t b) { return _mm512_add_ps(a, b); }
-MI vf_t vf_sub(vf_t a, vf_t b) { return _mm512_sub_ps(a, b); }
-MI vf_t vf_mul(vf_t a, vf_t b) { return _mm512_mul_ps(a, b); }
+#define VF(op) _mm512_##op
 MI vf_t vf_mulf(vf_t a, vf_t b) { return mul_first16(a, b); }
-MI vf_t vf_div(vf_t a, vf_t b) { return _mm512_div_ps(a, b); }
 MI vf_t vf_abs(vf_t a) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff))); }
 MI vf_t vf_exp(vf_t a) { return exp_np16(a); }
 MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), a, b); }
@@ -69,22 +61,23 @@ MI int vf_nonfinite(vf_t v) { return nonfinite16x(v) != 0; }
 #else
 typedef __m256 vf_t;
 #define VL 8
-MI vf_t vf_loadu(const float *p) { return _mm256_loadu_ps(p); }
-MI vf_t vf_load(const float *p) { return _mm256_load_ps(p); }
-MI void vf_store(float *p, vf_t v) { _mm256_store_ps(p, v); }
-MI void vf_storeu(float *p, vf_t v) { _mm256_storeu_ps(p, v); }
-MI vf_t vf_set1(float f) { return _mm256_set1_ps(f); }
-MI vf_t vf_add(vf_t a, vf_t b) { return _mm256_add_ps(a, b); }
-MI vf_t vf_sub(vf_t a, vf_t b) { return _mm256_sub_ps(a, b); }
-MI vf_t vf_mul(vf_t a, vf_t b) { return _mm256_mul_ps(a, b); }
+#define VF(op) _mm256_##op
 MI vf_t vf_mulf(vf_t a, vf_t b) { return mul_first(a, b); }
-MI vf_t vf_div(vf_t a, vf_t b) { return _mm256_div_ps(a, b); }
 MI vf_t vf_abs(vf_t a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 MI vf_t vf_exp(vf_t a) { return exp_np(a); }
 MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ)); }
 MI vf_t vf_rne(vf_t v) { return rne8(v); }
 MI int vf_nonfinite(vf_t v) { return !_mm256_testz_si256(nonfinite8(v), nonfinite8(v)); }
 #endif
+MI vf_t vf_loadu(const float *p) { return VF(loadu_ps)(p); }
+MI vf_t vf_load(const float *p) { return VF(load_ps)(p); }
+MI void vf_store(float *p, vf_t v) { VF(store_ps)(p, v); }
+MI void vf_storeu(float *p, vf_t v) { VF(storeu_ps)(p, v); }
+MI vf_t vf_set1(float f) { return VF(set1_ps)(f); }
+MI vf_t vf_add(vf_t a, vf_t b) { return VF(add_ps)(a, b); }
+MI vf_t vf_sub(vf_t a, vf_t b) { return VF(sub_ps)(a, b); }
+MI vf_t vf_mul(vf_t a, vf_t b) { return VF(mul_ps)(a, b); }
+MI vf_t vf_div(vf_t a, vf_t b) { return VF(div_ps)(a, b); }
 
 /* activations_smooth.gelu's steps over n values (a multiple of VL, at most GELU_BLOCK) in four
  * passes, each a loop of independent vectors: t (its division), the Horner fit, exp, then the
