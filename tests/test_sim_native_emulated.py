@@ -32,8 +32,9 @@ pytestmark = pytest.mark.skipif(not (_simde_ok() and native.variant() and native
                                 reason="no SIMDe >= 0.8 headers (ONNX_MRVL_SIMDE_DIR), C compiler or AVX2 here")
 
 
-# the tests comparing with onnxruntime's U8S8 convs: this host's onnxruntime saturates pair sums
-# (vpmaddubsw, no VNNI) while the emulated CPU's flags say VNNI (exact sums): not a kernel question
+# the tests comparing with onnxruntime's U8S8 convs: the build follows the emulated CPU's flags (VNNI:
+# exact sums; AVX2: pairs saturated to int16, vpmaddubsw) and this host's onnxruntime its real CPU's,
+# so under emulation the two differ by design: not a kernel question
 ORT_U8S8 = "not test_conv_native_equals_onnxruntime_qlinearconv and not test_static_plan_batches_int8_steps"
 
 
