@@ -84,7 +84,7 @@ MI vf_t vf_div(vf_t a, vf_t b) { return VF(div_ps)(a, b); }
  * blend and the products. Per vector (gelu8 / gelu16 before), each vector was one dependent chain
  * of ~70 operations (two divisions, 9 multiplies and adds, exp), and four such chains an iteration
  * filled the out-of-order window before the next iteration's could start: on a Zen 5, 0.94 -> 0.49
- * ns a value on 16 lanes, 1.80 -> 0.88 on 8 (the AVX2 build). z and a are recomputed from x where a
+ * ns a value on 16 lanes, 1.80 -> 0.91 on 8 (the AVX2 build). z and a are recomputed from x where a
  * pass needs them: every lane gets the same operations in the same order, the same bits. Returns
  * 1 when a result is not finite (post: after the fp16 rounding). */
 #define GELU_BLOCK 512

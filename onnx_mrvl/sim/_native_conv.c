@@ -3349,11 +3349,6 @@ typedef struct {
     atomic_int ok;
 } pool_job;
 
-/* Only the window's taps inside the input are visited (their rows and columns are a range each),
- * with the same results as visiting padding too: a max tap in the padding (-inf) never changes
- * a max, except as the start value when it is the window's first tap (then the first real tap
- * goes through the NaN-propagating update, as it did); an average's padding taps add +0.0, which
- * changes only a -0 running sum to +0, and so does one +0.0 added at the end. */
 /* Max pool, output pixels [x0, x1) of one row whose kernel rows [ky0, ky1) and every kernel column
  * lie inside the input (xp: pixel x0's first tap): pool_part's vmaxps chain with the same taps in
  * the same order, without its per-pixel bookkeeping (the window's row and column ranges, masks,
@@ -3395,6 +3390,11 @@ static long pool_max_inner3(const float *xp, float *o, long c, long x0, long x1,
 static long pool_max_inner5(const float *xp, float *o, long c, long x0, long x1, long xs, long ky0, long ky1,
                             long ys, long xst) { return pool_max_inner(xp, o, c, x0, x1, xs, ky0, ky1, ys, xst, 5); }
 
+/* Only the window's taps inside the input are visited (their rows and columns are a range each),
+ * with the same results as visiting padding too: a max tap in the padding (-inf) never changes
+ * a max, except as the start value when it is the window's first tap (then the first real tap
+ * goes through the NaN-propagating update, as it did); an average's padding taps add +0.0, which
+ * changes only a -0 running sum to +0, and so does one +0.0 added at the end. */
 static void pool_part(void *arg, long p) {
     pool_job *j = arg;
     long r0, r1;
