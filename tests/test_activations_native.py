@@ -142,7 +142,8 @@ def test_post_in_c_reports_an_overflow_as_the_numpy_step_does(name):
     assert round_fp16_(want)
     assert so.act_post(x.ctypes.data, x.size, kind, 1) == 1
     np.testing.assert_array_equal(bits(x), bits(want))
-    for at, threads in ((-1, 1), (5, 2), (15, 1), (512 + 31, 1)):    # the tail lane, full vectors' lanes
+    # the tail lane; full vectors' lanes, the fourth vector of a 4-vector step on 8 and 16 lanes (25, 50)
+    for at, threads in ((-1, 1), (5, 2), (15, 1), (25, 1), (50, 1), (512 + 31, 1)):
         y = np.full(1001, 2.0, np.float32)
         y[at] = np.nan
         assert so.act_post(y.ctypes.data, y.size, kind, threads) == 0, at

@@ -58,6 +58,7 @@ MI vf_t vf_exp(vf_t a) { return exp_np16(a); }
 MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), a, b); }
 MI vf_t vf_rne(vf_t v) { return rne16x(v); }
 MI int vf_nonfinite(vf_t v) { return nonfinite16x(v) != 0; }
+MI vf_t vf_act(vf_t v, int kind) { return act16(v, kind); }
 #else
 typedef __m256 vf_t;
 #define VL 8
@@ -68,6 +69,7 @@ MI vf_t vf_exp(vf_t a) { return exp_np(a); }
 MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ)); }
 MI vf_t vf_rne(vf_t v) { return rne8(v); }
 MI int vf_nonfinite(vf_t v) { return !_mm256_testz_si256(nonfinite8(v), nonfinite8(v)); }
+MI vf_t vf_act(vf_t v, int kind) { return act8(v, kind); }
 #endif
 MI vf_t vf_loadu(const float *p) { return VF(loadu_ps)(p); }
 MI vf_t vf_load(const float *p) { return VF(load_ps)(p); }
@@ -137,95 +139,44 @@ MI int gelu_range(float *x, long n, const int post) {
     return bad;
 }
 
-#ifdef MRVL_EXP16
-/* 16 lanes, four vectors an iteration, then one, then the tail under a mask */
+/* sigmoid / silu (act16 or act8) over x[0:n], four independent vectors an iteration (their
+ * dependent chains, division and exp, overlap), then one, then the last 1 to VL - 1 values through a
+ * zero-padded copy (a zero lane's result is finite: no false flag); gelu: gelu_range */
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
-    long i = 0;
-    __mmask16 bad16 = 0;
     if (kind == ACT_GELU) {
         if (gelu_range(x, n, post))
             j->bad = 1;
         return;
     }
-    for (; i + 64 <= n; i += 64) {
-        __m512 r0 = act16(_mm512_loadu_ps(x + i), kind), r1 = act16(_mm512_loadu_ps(x + i + 16), kind);
-        __m512 r2 = act16(_mm512_loadu_ps(x + i + 32), kind), r3 = act16(_mm512_loadu_ps(x + i + 48), kind);
-        if (post) {
-            r0 = rne16x(r0);
-            r1 = rne16x(r1);
-            r2 = rne16x(r2);
-            r3 = rne16x(r3);
-            bad16 |= nonfinite16x(r0) | nonfinite16x(r1) | nonfinite16x(r2) | nonfinite16x(r3);
-        }
-        _mm512_storeu_ps(x + i, r0);
-        _mm512_storeu_ps(x + i + 16, r1);
-        _mm512_storeu_ps(x + i + 32, r2);
-        _mm512_storeu_ps(x + i + 48, r3);
-    }
-    for (; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 r = act16(_mm512_maskz_loadu_ps(m, x + i), kind);     /* zeros past the end */
-        if (post) {
-            r = rne16x(r);
-            bad16 |= nonfinite16x(r) & m;
-        }
-        _mm512_mask_storeu_ps(x + i, m, r);
-    }
-    if (bad16)
-        j->bad = 1;
-}
-#else
-MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
-    __m256i bad = _mm256_setzero_si256();
+    int bad = 0;
     long i = 0;
-    if (kind == ACT_GELU) {
-        if (gelu_range(x, n, post))
-            j->bad = 1;
-        return;
-    }
-    /* four independent vectors an iteration: their dependent chains (division, Horner, exp)
-     * overlap; each lane's operations are the same */
-    for (; i + 32 <= n; i += 32) {
-        __m256 r0 = act8(_mm256_loadu_ps(x + i), kind), r1 = act8(_mm256_loadu_ps(x + i + 8), kind);
-        __m256 r2 = act8(_mm256_loadu_ps(x + i + 16), kind), r3 = act8(_mm256_loadu_ps(x + i + 24), kind);
-        if (post) {
-            r0 = rne8(r0);
-            r1 = rne8(r1);
-            r2 = rne8(r2);
-            r3 = rne8(r3);
-            bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_or_si256(nonfinite8(r0), nonfinite8(r1)),
-                                                       _mm256_or_si256(nonfinite8(r2), nonfinite8(r3))));
+    for (; i + 4 * VL <= n; i += 4 * VL) {
+        vf_t r[4];
+        for (int k = 0; k < 4; k++)
+            r[k] = vf_act(vf_loadu(x + i + k * VL), kind);
+        for (int k = 0; k < 4; k++) {
+            if (post) {
+                r[k] = vf_rne(r[k]);
+                bad |= vf_nonfinite(r[k]);
+            }
+            vf_storeu(x + i + k * VL, r[k]);
         }
-        _mm256_storeu_ps(x + i, r0);
-        _mm256_storeu_ps(x + i + 8, r1);
-        _mm256_storeu_ps(x + i + 16, r2);
-        _mm256_storeu_ps(x + i + 24, r3);
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 r = act8(_mm256_loadu_ps(x + i), kind);
+    for (; i < n; i += VL) {
+        float t[VL] __attribute__((aligned(64))) = {0};
+        const long m = n - i < VL ? n - i : VL;
+        memcpy(t, x + i, (size_t)m * sizeof(float));
+        vf_t r = vf_act(vf_load(t), kind);
         if (post) {
-            r = rne8(r);
-            bad = _mm256_or_si256(bad, nonfinite8(r));
+            r = vf_rne(r);
+            bad |= vf_nonfinite(r);
         }
-        _mm256_storeu_ps(x + i, r);
+        vf_store(t, r);
+        memcpy(x + i, t, (size_t)m * sizeof(float));
     }
-    if (i < n) {
-        float t[8] = {0};
-        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-        __m256 r = act8(_mm256_loadu_ps(t), kind);
-        if (post) {
-            r = rne8(r);
-            int lanes = _mm256_movemask_ps(_mm256_castsi256_ps(nonfinite8(r))) & ((1 << (n - i)) - 1);
-            if (lanes)
-                bad = _mm256_set1_epi32(-1);
-        }
-        _mm256_storeu_ps(t, r);
-        memcpy(x + i, t, (size_t)(n - i) * sizeof(float));
-    }
-    if (!_mm256_testz_si256(bad, bad))
+    if (bad)
         j->bad = 1;
 }
-#endif
 
 static void act_part(void *arg, long p) {
     actjob *j = arg;
