@@ -2106,7 +2106,9 @@ static pthread_cond_t sleep_cond = PTHREAD_COND_INITIALIZER;
 static int pool_size = 0;            /* worker threads started (besides the caller) */
 static pid_t pool_pid = 0;
 static atomic_long generation = 0;   /* bumped per dispatch */
-static atomic_long next_part = 0, parts_done = 0;
+static atomic_long parts_done = 0;
+/* the parts not yet claimed, [lo, hi) as lo << 32 | hi (claim_part) */
+static _Atomic unsigned long span = 0;
 static part_fn cur_fn;
 static void *cur_arg;
 static long cur_parts;
@@ -2188,9 +2190,28 @@ static inline long poll_wait(poll_t *w) {
     return now_ns() - w->t0;
 }
 
+/* The next part: the caller takes them from the front, the workers from the back, so on two threads
+ * each takes one contiguous stretch of the rows (or channel blocks) and they meet where the work
+ * balances. With one shared counter the claims interleaved (parts 0, 2, 4 on one thread, 1, 3, 5 on
+ * the other): a thread read rows the other core had written, from L3. Idle 2-core Zen 5, the steps on
+ * two threads (bench_native_ab.py --threads 2, two runs): ResNet-50 -1.3 to -2.2%, ResNet-18 -2.0 to
+ * -2.2%, MobileNetV2 1.0 -4.6 to -5.9%, 0.5 -5.8 to -7.7%. -1: none left. */
+static long claim_part(int back) {
+    unsigned long s = atomic_load_explicit(&span, memory_order_relaxed);
+    for (;;) {
+        const unsigned long lo = s >> 32, hi = s & 0xFFFFFFFFUL;
+        if (lo >= hi)
+            return -1;
+        const unsigned long n = back ? (lo << 32 | (hi - 1)) : ((lo + 1) << 32 | hi);
+        if (atomic_compare_exchange_weak(&span, &s, n))
+            return (long)(back ? hi - 1 : lo);
+    }
+}
+
 static void work(void) {
     long p;
-    while ((p = atomic_fetch_add(&next_part, 1)) < cur_parts) {
+    const int back = pool_tid != 0;
+    while ((p = claim_part(back)) >= 0) {
         run_part(cur_fn, cur_arg, p);
         atomic_fetch_add(&parts_done, 1);
     }
@@ -2278,7 +2299,7 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
     cur_arg = arg;
     cur_parts = parts;
     atomic_store(&parts_done, 0);
-    atomic_store(&next_part, 0);
+    atomic_store(&span, (unsigned long)parts);
     atomic_fetch_add(&generation, 1);
     if (atomic_load(&sleepers) > 0) {
         pthread_mutex_lock(&sleep_lock);
