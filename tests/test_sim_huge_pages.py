@@ -19,16 +19,19 @@ def _thp_mode():
     return m.group(1) if m else None
 
 
-def _anon_huge_kb(address):
-    """AnonHugePages of the mapping that holds ``address`` (/proc/self/smaps)."""
-    inside = False
+def _on_huge_pages(address):
+    """Whether the mapping that holds ``address`` (/proc/self/smaps) starts on a 2 MB boundary and
+    lies wholly on huge pages: madvise splits off the advised stretch as a mapping of its own, while
+    a buffer of numpy's sits in a larger mapping (the heap) whose huge pages may be elsewhere."""
+    span = None
     for line in open("/proc/self/smaps"):
         m = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
         if m:
-            inside = int(m.group(1), 16) <= address < int(m.group(2), 16)
-        elif inside and line.startswith("AnonHugePages:"):
-            return int(line.split()[1])
-    return 0
+            lo, hi = int(m.group(1), 16), int(m.group(2), 16)
+            span = (lo, hi) if lo <= address < hi else None
+        elif span and line.startswith("AnonHugePages:"):
+            return span[0] % native.HUGE_PAGE == 0 and int(line.split()[1]) * 1024 == span[1] - span[0]
+    return False
 
 
 @pytest.mark.parametrize("huge", [True, False])
@@ -47,7 +50,17 @@ def test_large_arrays_are_aligned_and_writable(monkeypatch, huge):
 def test_a_large_array_lies_on_huge_pages():
     a = native.empty((3 * native.HUGE_PAGE // 4,))
     a[...] = 1.0                                   # touched: faulted in
-    assert _anon_huge_kb(a.ctypes.data) >= native.HUGE_PAGE // 1024
+    assert _on_huge_pages(a.ctypes.data)
+
+
+@pytest.mark.skipif(not native._HUGE or _thp_mode() not in ("always", "madvise"),
+                    reason="no transparent huge pages here")
+def test_a_large_fc_weight_panel_lies_on_huge_pages():
+    w = np.random.default_rng(2).standard_normal((2048, 1040)).astype(np.float16)    # 4.3 MB as fp16
+    p = native.pack_weights_f16(w)
+    assert p.ctypes.data % 64 == 0 and p.shape == (65, 2048, 16)
+    assert np.array_equal(p.transpose(1, 0, 2).reshape(2048, -1)[:, :1040], w)
+    assert _on_huge_pages(p.ctypes.data)
 
 
 def _model():
