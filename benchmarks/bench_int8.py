@@ -13,7 +13,7 @@ per-channel int8 weights, ``quantize_static`` QDQ with a seeded 4-sample calibra
 * **ort**: ``onnxruntime.InferenceSession`` on the QDQ model (CPU provider, default options:
   its QDQ fusions run QLinearConv / QGemm through MLAS);
 
-timed like ``bench_shim.py``: alternating phases, each starting with five untimed warm-up runs,
+timed like ``bench_shim.py``: alternating phases, each starting with untimed warm-up runs (five, 50 ms),
 medians of ``--repeat`` runs; the ratios are of the medians (and of the fastest runs). Then both
 again with one thread each, timed by the thread's CPU time (robust on a shared machine). The last
 columns are the perf

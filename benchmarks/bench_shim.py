@@ -6,9 +6,10 @@ Medians of ``--repeat`` runs. Bridge overhead = (wall time of session.run) - (ti
 simulator), per call, for models converted into one region; the figures are ratios measured in
 the same run. The shim and plain onnxruntime (CPU provider, default options) are timed in
 alternating phases (``--rounds`` of them), each phase ``--repeat`` back-to-back runs of one runtime
-after five untimed warm-up runs, for both alike. What is compared is each runtime's steady-state
-latency at each ``--batch`` (default 1 and 8: the same model with its batch dimension set, converted
-again; the table's per-image columns divide by the batch). Two ways of alternating proved unfair:
+after untimed warm-up runs (at least five, for at least 50 ms: timing.py), for both alike. What
+is compared is each runtime's steady-state latency at each ``--batch`` (default 1 and 8: the same
+model with its batch dimension set, converted again; the table's per-image columns divide by the
+batch). Two ways of alternating proved unfair:
 * short blocks: after a run, onnxruntime's intra-op threads keep spinning, and the simulator's
   native workers too; a run of the other started in that window loses a core to them (measured:
   MobileNetV2-style 2.4x with 2 warm-up runs, against 1.3x with 5);

@@ -7,12 +7,27 @@ machine is shared and noisy, so callers take medians (or minima) over the sample
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
 WARMUP = 5   # untimed runs that start each block
+WARMUP_S = 0.05   # ... and at least this long: after the pause, a core takes ~15 ms to come up to speed
 SETTLE_S = 0.1   # pause before each block: the other side's spinning threads go to sleep
+
+
+def _warm_up(run: Callable[[], object], runs: int, seconds: Optional[float] = None) -> None:
+    """``run()`` untimed, at least ``runs`` times and for at least ``seconds``. After the block's pause
+    a runtime that keeps both cores busy runs slower for ~15 ms (measured on the 2-core VM: the
+    simulator on MobileNetV2-style width 0.5, 0.1 s asleep then back-to-back runs, 0.53-0.58 ms for
+    its first 25 runs, 0.49 after, 0.49 throughout without the pause; width 1.0 1.51 -> 1.24 ms over
+    its first 13; onnxruntime, which runs width 0.5 on one core, level after 3). Five runs of a
+    0.5 ms model left the timed runs inside that ramp."""
+    t_end = time.perf_counter() + (WARMUP_S if seconds is None else seconds)
+    done = 0
+    while done < runs or time.perf_counter() < t_end:
+        run()
+        done += 1
 
 
 def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP) -> Dict[str, List[float]]:
@@ -27,16 +42,14 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
         # shim block right after the reference block shared the cores with them (MobileNetV2
         # width 0.5: ~35 ms of its ~50 ms block on the idle machine)
         time.sleep(SETTLE_S)
-        for _ in range(warmup):
-            sess.run(None, feed)
+        _warm_up(lambda: sess.run(None, feed), warmup)
         for _ in range(block):
             t0 = time.perf_counter()
             sess.run(None, feed)
             out["shim"].append(time.perf_counter() - t0)
             out["sim"].append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
         time.sleep(SETTLE_S)
-        for _ in range(warmup):
-            ref.run(None, feed)
+        _warm_up(lambda: ref.run(None, feed), warmup)
         for _ in range(block):
             t0, c0 = time.perf_counter(), time.process_time()
             ref.run(None, feed)
