@@ -59,6 +59,8 @@ MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_c
 MI vf_t vf_rne(vf_t v) { return rne16x(v); }
 MI int vf_nonfinite(vf_t v) { return nonfinite16x(v) != 0; }
 MI vf_t vf_act(vf_t v, int kind) { return act16(v, kind); }
+MI vf_t vf_negabs(vf_t a) { return or16(a, (int)0x80000000); }
+MI vf_t vf_if_ge0(vf_t x, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), a, b); }
 #else
 typedef __m256 vf_t;
 #define VL 8
@@ -70,6 +72,8 @@ MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256
 MI vf_t vf_rne(vf_t v) { return rne8(v); }
 MI int vf_nonfinite(vf_t v) { return !_mm256_testz_si256(nonfinite8(v), nonfinite8(v)); }
 MI vf_t vf_act(vf_t v, int kind) { return act8(v, kind); }
+MI vf_t vf_negabs(vf_t a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
+MI vf_t vf_if_ge0(vf_t x, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ)); }
 #endif
 MI vf_t vf_loadu(const float *p) { return VF(loadu_ps)(p); }
 MI vf_t vf_load(const float *p) { return VF(load_ps)(p); }
@@ -123,6 +127,32 @@ MI int gelu_block(float *x, long n, const int post) {
     return bad;
 }
 
+/* sigmoid / silu (sigmoid16 / sigmoid8's operations, then x * s) over n values (a multiple of VL, at
+ * most GELU_BLOCK) in two passes of independent vectors: e = exp(-|x|), then (x >= 0 ? 1 : e) /
+ * (1 + e) and the product. Against four vectors an iteration in one pass: 0.32 / 0.33 -> 0.30 /
+ * 0.30 ns a value (sigmoid / silu, 16 lanes, Zen 5); what is left is mostly the two divisions a
+ * vector (exp's rational fit, the sigmoid's), which the numeric model fixes. Returns 1 when a result
+ * is not finite (post: after the fp16 rounding). */
+MI int sig_block(float *x, long n, const int kind, const int post) {
+    float eb[GELU_BLOCK] __attribute__((aligned(64)));
+    const vf_t one = vf_set1(1.0f);
+    int bad = 0;
+    for (long i = 0; i < n; i += VL)
+        vf_store(eb + i, vf_exp(vf_negabs(vf_loadu(x + i))));
+    for (long i = 0; i < n; i += VL) {
+        const vf_t xv = vf_loadu(x + i), e = vf_load(eb + i);
+        vf_t r = vf_div(vf_if_ge0(xv, e, one), vf_add(e, one));
+        if (kind == ACT_SILU)
+            r = vf_mulf(xv, r);
+        if (post) {
+            r = vf_rne(r);
+            bad |= vf_nonfinite(r);
+        }
+        vf_storeu(x + i, r);
+    }
+    return bad;
+}
+
 /* gelu_block over x[0:n] in blocks; the last 1 to VL - 1 values through a zero-padded copy (a zero
  * lane's result is 0: no false finiteness flag) */
 MI int gelu_range(float *x, long n, const int post) {
@@ -139,9 +169,8 @@ MI int gelu_range(float *x, long n, const int post) {
     return bad;
 }
 
-/* sigmoid / silu (act16 or act8) over x[0:n], four independent vectors an iteration (their
- * dependent chains, division and exp, overlap), then one, then the last 1 to VL - 1 values through a
- * zero-padded copy (a zero lane's result is finite: no false flag); gelu: gelu_range */
+/* sigmoid / silu over x[0:n] in sig_block's blocks, then the last 1 to VL - 1 values (act16 or
+ * act8) through a zero-padded copy (a zero lane's result is finite: no false flag); gelu: gelu_range */
 MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     if (kind == ACT_GELU) {
         if (gelu_range(x, n, post))
@@ -149,20 +178,10 @@ MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
         return;
     }
     int bad = 0;
-    long i = 0;
-    for (; i + 4 * VL <= n; i += 4 * VL) {
-        vf_t r[4];
-        for (int k = 0; k < 4; k++)
-            r[k] = vf_act(vf_loadu(x + i + k * VL), kind);
-        for (int k = 0; k < 4; k++) {
-            if (post) {
-                r[k] = vf_rne(r[k]);
-                bad |= vf_nonfinite(r[k]);
-            }
-            vf_storeu(x + i + k * VL, r[k]);
-        }
-    }
-    for (; i < n; i += VL) {
+    const long whole = n / VL * VL;
+    for (long b = 0; b < whole; b += GELU_BLOCK)
+        bad |= sig_block(x + b, whole - b < GELU_BLOCK ? whole - b : GELU_BLOCK, kind, post);
+    for (long i = whole; i < n; i += VL) {
         float t[VL] __attribute__((aligned(64))) = {0};
         const long m = n - i < VL ? n - i : VL;
         memcpy(t, x + i, (size_t)m * sizeof(float));
