@@ -50,9 +50,10 @@ import onnxruntime as ort  # noqa: E402
 import onnx_mrvl  # noqa: E402
 from onnx_mrvl.testing.models import all_models, branchy_chain  # noqa: E402
 from onnx_mrvl.testing.randomize_weights import random_inputs  # noqa: E402
+from onnx_mrvl.testing.timing import paired_medians  # noqa: E402
 
 import bench_summary  # noqa: E402
-from run_all_sim import median_run, bench_sim_kernels, bench_sim_speed, sim_available  # noqa: E402
+from run_all_sim import bench_sim_kernels, bench_sim_speed, sim_available  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "docs", "benchmarks.md")
 DEFAULT_README = os.path.join(ROOT, "README.md")
@@ -228,8 +229,7 @@ def bench_end_to_end(models: Dict[str, object], repeat: int, facts: Facts) -> Li
                 path = r.save(d)
                 sess = (onnx_mrvl.InferenceSession(path, so()) if sim else
                         ort.InferenceSession(path, so(), providers=["CPUExecutionProvider"]))
-                t_ref = median_run(ref, feed, names, repeat)
-                t_conv = median_run(sess, feed, names, repeat)
+                t_ref, t_conv = paired_medians(lambda: ref.run(names, feed), lambda: sess.run(names, feed), repeat)
                 err = max(float(np.max(np.abs(np.asarray(a, np.float64) - b))) if np.asarray(b).size else 0.0
                           for a, b in zip(sess.run(names, feed), ref.run(names, feed))
                           if np.asarray(b).dtype.kind == "f")

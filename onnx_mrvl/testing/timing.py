@@ -16,7 +16,7 @@ WARMUP_S = 0.05   # ... and at least this long: after the pause, a core takes ~1
 SETTLE_S = 0.1   # pause before each block: the other side's spinning threads go to sleep
 
 
-def _warm_up(run: Callable[[], object], runs: int, seconds: Optional[float] = None) -> None:
+def warm_up(run: Callable[[], object], runs: int, seconds: Optional[float] = None) -> None:
     """``run()`` untimed, at least ``runs`` times and for at least ``seconds``. After the block's pause
     a runtime that keeps both cores busy runs slower for ~15 ms (measured on the 2-core VM: the
     simulator on MobileNetV2-style width 0.5, 0.1 s asleep then back-to-back runs, 0.53-0.58 ms for
@@ -42,20 +42,34 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
         # shim block right after the reference block shared the cores with them (MobileNetV2
         # width 0.5: ~35 ms of its ~50 ms block on the idle machine)
         time.sleep(SETTLE_S)
-        _warm_up(lambda: sess.run(None, feed), warmup)
+        warm_up(lambda: sess.run(None, feed), warmup)
         for _ in range(block):
             t0 = time.perf_counter()
             sess.run(None, feed)
             out["shim"].append(time.perf_counter() - t0)
             out["sim"].append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
         time.sleep(SETTLE_S)
-        _warm_up(lambda: ref.run(None, feed), warmup)
+        warm_up(lambda: ref.run(None, feed), warmup)
         for _ in range(block):
             t0, c0 = time.perf_counter(), time.process_time()
             ref.run(None, feed)
             out["ort"].append(time.perf_counter() - t0)
             out["ort_cpu"].append(time.process_time() - c0)
     return out
+
+
+def paired_medians(run_a: Callable[[], object], run_b: Callable[[], object], repeat: int,
+                   rounds: int = 3) -> tuple:
+    """(median seconds of ``run_a``, of ``run_b``): ``rounds`` alternating blocks of ``repeat`` runs each,
+    every block after the pause and the warm-up of ``alternate`` (a runtime timed right after the
+    other shared the cores with its spinning threads)."""
+    times: Dict[str, List[float]] = {"a": [], "b": []}
+    for _ in range(max(1, rounds)):
+        for key, run in (("a", run_a), ("b", run_b)):
+            time.sleep(SETTLE_S)
+            warm_up(run, WARMUP)
+            times[key] += seconds(run, repeat, warmup=0)
+    return float(np.median(times["a"])), float(np.median(times["b"]))
 
 
 def seconds(run: Callable[[], object], repeat: int, warmup: int = 1) -> List[float]:
