@@ -199,3 +199,40 @@ def test_overflow_after_an_activation_finished_in_c_raises(tmp_path):
     assert np.isfinite(sess.run(None, {"x": np.full(shape, 30.0, np.float32)})[0]).all()
     with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
         sess.run(None, {"x": np.full(shape, 30000.0, np.float32)})
+
+
+def _silu_conv(c_out, size):
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((c_out, 8, 3, 3)) * 0.3).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"])]
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, size, size])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("c_out, size", [(16, 32), (64, 8)])     # parts of rows; of channel blocks
+def test_conv_activation_per_part_same_bits_and_flags(monkeypatch, c_out, size):
+    """A conv's C activation (record words 12-14) after a row split or a channel split of the conv: on
+    1, 2 and 3 threads the same bits as numpy's step, and an overflow confined to the last rows (the
+    last part) is still reported."""
+    import onnx_mrvl
+    from onnx_mrvl.errors import MrvlRuntimeError
+    from onnx_mrvl.sim import Simulator
+    binary = onnx_mrvl.convert(_silu_conv(c_out, size)).subgraphs[0].binary
+    x = np.random.default_rng(1).standard_normal((1, 8, size, size)).astype(np.float32)
+    hot = x.copy()
+    hot[0, :, -1, -3:] = 30000.0                            # the bottom right corner only
+    monkeypatch.setattr(N, "apply_", lambda a, s: False)
+    monkeypatch.setattr(N, "post_record", lambda fn: ())
+    want = Simulator(binary).run([x])[0]
+    monkeypatch.undo()
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("ONNX_MRVL_SIM_THREADS", threads)
+        sim = Simulator(binary)
+        np.testing.assert_array_equal(bits(sim.run([x])[0]), bits(want))
+        assert any(e.rec is not None and len(e.rec) == 15 and e.rec[12]
+                   for s in sim._static.segments if s[0] == "native" for e in s[1])
+        with pytest.raises(MrvlRuntimeError, match="fp16 overflow"):
+            sim.run([hot], on_overflow="raise")
+        np.testing.assert_array_equal(bits(sim.run([x])[0]), bits(want))
