@@ -2108,10 +2108,9 @@ static pid_t pool_pid = 0;
 static atomic_long generation = 0;   /* bumped per dispatch */
 static atomic_long parts_done = 0;
 /* the parts not yet claimed, [lo, hi) as lo << 32 | hi (claim_part) */
-static _Atomic unsigned long span = 0;
+static _Atomic uint64_t span = 0;
 static part_fn cur_fn;
 static void *cur_arg;
-static long cur_parts;
 static atomic_int sleepers = 0;
 
 static long now_ns(void) {
@@ -2197,12 +2196,12 @@ static inline long poll_wait(poll_t *w) {
  * two threads (bench_native_ab.py --threads 2, two runs): ResNet-50 -1.3 to -2.2%, ResNet-18 -2.0 to
  * -2.2%, MobileNetV2 1.0 -4.6 to -5.9%, 0.5 -5.8 to -7.7%. -1: none left. */
 static long claim_part(int back) {
-    unsigned long s = atomic_load_explicit(&span, memory_order_relaxed);
+    uint64_t s = atomic_load_explicit(&span, memory_order_relaxed);
     for (;;) {
-        const unsigned long lo = s >> 32, hi = s & 0xFFFFFFFFUL;
+        const uint64_t lo = s >> 32, hi = s & 0xFFFFFFFFu;
         if (lo >= hi)
             return -1;
-        const unsigned long n = back ? (lo << 32 | (hi - 1)) : ((lo + 1) << 32 | hi);
+        const uint64_t n = back ? (lo << 32 | (hi - 1)) : ((lo + 1) << 32 | hi);
         if (atomic_compare_exchange_weak(&span, &s, n))
             return (long)(back ? hi - 1 : lo);
     }
@@ -2297,9 +2296,8 @@ static void run_parts(part_fn fn, void *arg, long parts, int nthreads) {
     }
     cur_fn = fn;
     cur_arg = arg;
-    cur_parts = parts;
     atomic_store(&parts_done, 0);
-    atomic_store(&span, (unsigned long)parts);
+    atomic_store(&span, (uint64_t)parts);
     atomic_fetch_add(&generation, 1);
     if (atomic_load(&sleepers) > 0) {
         pthread_mutex_lock(&sleep_lock);
