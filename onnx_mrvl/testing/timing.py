@@ -7,7 +7,7 @@ machine is shared and noisy, so callers take medians (or minima) over the sample
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
 
 
 def paired_medians(run_a: Callable[[], object], run_b: Callable[[], object], repeat: int,
-                   rounds: int = 3) -> tuple:
+                   rounds: int = 3) -> Tuple[float, float]:
     """(median seconds of ``run_a``, of ``run_b``): ``rounds`` alternating blocks of ``repeat`` runs each,
     every block after the pause and the warm-up of ``alternate`` (a runtime timed right after the
     other shared the cores with its spinning threads)."""
