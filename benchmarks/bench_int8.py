@@ -42,6 +42,8 @@ from onnx_mrvl.testing.int8_zoo import quantize_static_qdq  # noqa: E402
 from onnx_mrvl.artifact import load  # noqa: E402
 from onnx_mrvl.sim import Simulator  # noqa: E402
 
+from bench_shim import with_batch  # noqa: E402
+
 _WARMUP = 5
 
 
@@ -60,12 +62,7 @@ def _float_model(name: str, batch: int) -> onnx.ModelProto:
     m.ir_version = max(m.ir_version, 7)
     if m.opset_import[0].version < 13:                         # per-channel DequantizeLinear: opset 13
         m = onnx.version_converter.convert_version(m, 13)
-    if batch != 1:
-        for v in list(m.graph.input) + list(m.graph.output):
-            v.type.tensor_type.shape.dim[0].dim_value = batch
-        for v in list(m.graph.value_info):
-            m.graph.value_info.remove(v)
-    return m
+    return with_batch(m, batch)     # the zoo ResNet-50's Reshape to [1, 2048] too
 
 
 LABELS = {"resnet50": "ResNet-50 (testing/models)", "mobilenetv2": "MobileNetV2-style (width 1.0)",
