@@ -2192,9 +2192,12 @@ static inline long poll_wait(poll_t *w) {
 /* The next part: the caller takes them from the front, the workers from the back, so on two threads
  * each takes one contiguous stretch of the rows (or channel blocks) and they meet where the work
  * balances. With one shared counter the claims interleaved (parts 0, 2, 4 on one thread, 1, 3, 5 on
- * the other): a thread read rows the other core had written, from L3. Idle 2-core Zen 5, the steps on
- * two threads (bench_native_ab.py --threads 2, two runs): ResNet-50 -1.3 to -2.2%, ResNet-18 -2.0 to
- * -2.2%, MobileNetV2 1.0 -4.6 to -5.9%, 0.5 -5.8 to -7.7%. -1: none left. */
+ * the other). That kept a thread on its own rows only between layers split the same way; halves
+ * line up whatever the layers' part counts and strides (4 or 8 parts, a stride-2 layer's half as
+ * many rows, dw_pw's bands), and a 3x3 conv's halo rows cross one boundary between the threads
+ * instead of seven. Idle 2-core Zen 5, the steps on two threads (bench_native_ab.py --threads 2, two
+ * runs): ResNet-50 -1.3 to -2.2%, ResNet-18 -2.0 to -2.2%, MobileNetV2 1.0 -4.6 to -5.9%, 0.5 -5.8
+ * to -7.7%. -1: none left. */
 static long claim_part(int back) {
     uint64_t s = atomic_load_explicit(&span, memory_order_relaxed);
     for (;;) {
