@@ -28,19 +28,6 @@ static const double gelu_erfc_fit[10] = {0.17087277, -0.82215223, 1.48851587, -1
 
 enum { ACT_SIGMOID, ACT_SILU, ACT_GELU };
 
-MI __m256 act8(__m256 x, int kind) {     /* sigmoid or silu (gelu: gelu_block) */
-    const __m256 s = sigmoid8(x);
-    return kind == ACT_SILU ? mul_first(x, s) : s;
-}
-
-#ifdef MRVL_EXP16
-/* act8 on 16 lanes: the same operations lane by lane (_native_exp.h, MRVL_EXP16) */
-MI __m512 act16(__m512 x, int kind) {
-    const __m512 s = sigmoid16(x);
-    return kind == ACT_SILU ? mul_first16(x, s) : s;
-}
-#endif
-
 /* a part of x (chunks of 16 K values): the activation ``kind`` in place, with ``post`` the fp16
  * rounding and its finiteness test too (activations.py's function and static_plan.finish_post's
  * round_fp16_ in one pass); the tail through a zero-padded vector (lanes are independent) */
@@ -58,7 +45,6 @@ MI vf_t vf_exp(vf_t a) { return exp_np16(a); }
 MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), a, b); }
 MI vf_t vf_rne(vf_t v) { return rne16x(v); }
 MI int vf_nonfinite(vf_t v) { return nonfinite16x(v) != 0; }
-MI vf_t vf_act(vf_t v, int kind) { return act16(v, kind); }
 MI vf_t vf_negabs(vf_t a) { return or16(a, (int)0x80000000); }
 MI vf_t vf_if_ge0(vf_t x, vf_t a, vf_t b) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), a, b); }
 #else
@@ -71,7 +57,6 @@ MI vf_t vf_exp(vf_t a) { return exp_np(a); }
 MI vf_t vf_if_neg(vf_t z, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ)); }
 MI vf_t vf_rne(vf_t v) { return rne8(v); }
 MI int vf_nonfinite(vf_t v) { return !_mm256_testz_si256(nonfinite8(v), nonfinite8(v)); }
-MI vf_t vf_act(vf_t v, int kind) { return act8(v, kind); }
 MI vf_t vf_negabs(vf_t a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
 MI vf_t vf_if_ge0(vf_t x, vf_t a, vf_t b) { return _mm256_blendv_ps(a, b, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ)); }
 #endif
@@ -85,7 +70,7 @@ MI vf_t vf_sub(vf_t a, vf_t b) { return VF(sub_ps)(a, b); }
 MI vf_t vf_mul(vf_t a, vf_t b) { return VF(mul_ps)(a, b); }
 MI vf_t vf_div(vf_t a, vf_t b) { return VF(div_ps)(a, b); }
 
-/* activations_smooth.gelu's steps over n values (a multiple of VL, at most GELU_BLOCK) in four
+/* activations_smooth.gelu's steps over n values (a multiple of VL, at most ACT_BLOCK) in four
  * passes, each a loop of independent vectors: t (its division), the Horner fit, exp, then the
  * blend and the products. Per vector (gelu8 / gelu16 before), each vector was one dependent chain
  * of ~70 operations (two divisions, 9 multiplies and adds, exp), and four such chains an iteration
@@ -93,9 +78,9 @@ MI vf_t vf_div(vf_t a, vf_t b) { return VF(div_ps)(a, b); }
  * ns a value on 16 lanes, 1.80 -> 0.91 on 8 (the AVX2 build). z and a are recomputed from x where a
  * pass needs them: every lane gets the same operations in the same order, the same bits. Returns
  * 1 when a result is not finite (post: after the fp16 rounding). */
-#define GELU_BLOCK 512
+#define ACT_BLOCK 512   /* values a block of gelu_block / sig_block: their scratch on the stack */
 MI int gelu_block(float *x, long n, const int post) {
-    float tb[GELU_BLOCK] __attribute__((aligned(64))), pb[GELU_BLOCK] __attribute__((aligned(64)));
+    float tb[ACT_BLOCK] __attribute__((aligned(64))), pb[ACT_BLOCK] __attribute__((aligned(64)));
     const double *coeffs = gelu_erfc_fit;
     const vf_t one = vf_set1(1.0f), half = vf_set1(0.5f), c = vf_set1((float)-0.7071067811865476);
     int bad = 0;
@@ -127,14 +112,14 @@ MI int gelu_block(float *x, long n, const int post) {
     return bad;
 }
 
-/* sigmoid / silu (sigmoid16 / sigmoid8's operations, then x * s) over n values (a multiple of VL, at
- * most GELU_BLOCK) in two passes of independent vectors: e = exp(-|x|), then (x >= 0 ? 1 : e) /
+/* sigmoid / silu (_native_exp.h sigmoid8's operations, then x * s) over n values (a multiple of VL, at
+ * most ACT_BLOCK) in two passes of independent vectors: e = exp(-|x|), then (x >= 0 ? 1 : e) /
  * (1 + e) and the product. Against four vectors an iteration in one pass: 0.32 / 0.33 -> 0.30 /
  * 0.30 ns a value (sigmoid / silu, 16 lanes, Zen 5); what is left is mostly the two divisions a
  * vector (exp's rational fit, the sigmoid's), which the numeric model fixes. Returns 1 when a result
  * is not finite (post: after the fp16 rounding). */
 MI int sig_block(float *x, long n, const int kind, const int post) {
-    float eb[GELU_BLOCK] __attribute__((aligned(64)));
+    float eb[ACT_BLOCK] __attribute__((aligned(64)));
     const vf_t one = vf_set1(1.0f);
     int bad = 0;
     for (long i = 0; i < n; i += VL)
@@ -153,45 +138,23 @@ MI int sig_block(float *x, long n, const int kind, const int post) {
     return bad;
 }
 
-/* gelu_block over x[0:n] in blocks; the last 1 to VL - 1 values through a zero-padded copy (a zero
- * lane's result is 0: no false finiteness flag) */
-MI int gelu_range(float *x, long n, const int post) {
+MI int act_block(float *x, long n, const int kind, const int post) {
+    return kind == ACT_GELU ? gelu_block(x, n, post) : sig_block(x, n, kind, post);
+}
+
+/* the activation ``kind`` over x[0:n] in blocks (gelu_block, sig_block: the same operations per lane);
+ * the last 1 to VL - 1 values through a zero-padded copy (a zero lane's result, 0 or 0.5, is finite:
+ * no false finiteness flag) */
+MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
     int bad = 0;
     const long whole = n / VL * VL;
-    for (long i = 0; i < whole; i += GELU_BLOCK)
-        bad |= gelu_block(x + i, whole - i < GELU_BLOCK ? whole - i : GELU_BLOCK, post);
+    for (long b = 0; b < whole; b += ACT_BLOCK)
+        bad |= act_block(x + b, whole - b < ACT_BLOCK ? whole - b : ACT_BLOCK, kind, post);
     if (whole < n) {
         float t[VL] __attribute__((aligned(64))) = {0};
         memcpy(t, x + whole, (size_t)(n - whole) * sizeof(float));
-        bad |= gelu_block(t, VL, post);
+        bad |= act_block(t, VL, kind, post);
         memcpy(x + whole, t, (size_t)(n - whole) * sizeof(float));
-    }
-    return bad;
-}
-
-/* sigmoid / silu over x[0:n] in sig_block's blocks, then the last 1 to VL - 1 values (act16 or
- * act8) through a zero-padded copy (a zero lane's result is finite: no false flag); gelu: gelu_range */
-MI void act_range(actjob *j, float *x, long n, const int kind, const int post) {
-    if (kind == ACT_GELU) {
-        if (gelu_range(x, n, post))
-            j->bad = 1;
-        return;
-    }
-    int bad = 0;
-    const long whole = n / VL * VL;
-    for (long b = 0; b < whole; b += GELU_BLOCK)
-        bad |= sig_block(x + b, whole - b < GELU_BLOCK ? whole - b : GELU_BLOCK, kind, post);
-    for (long i = whole; i < n; i += VL) {
-        float t[VL] __attribute__((aligned(64))) = {0};
-        const long m = n - i < VL ? n - i : VL;
-        memcpy(t, x + i, (size_t)m * sizeof(float));
-        vf_t r = vf_act(vf_load(t), kind);
-        if (post) {
-            r = vf_rne(r);
-            bad |= vf_nonfinite(r);
-        }
-        vf_store(t, r);
-        memcpy(x + i, t, (size_t)m * sizeof(float));
     }
     if (bad)
         j->bad = 1;

@@ -76,7 +76,7 @@ MI __m256i nonfinite8(__m256 v) {       /* |bits| above the largest float: inf o
 }
 
 /* The same operations on 16 lanes (AVX-512F builds, not the SIMDe-emulated one): each lane gets
- * exp_np's / sigmoid8's IEEE operations in the same order, so the same bits; vblendvps becomes a
+ * exp_np's IEEE operations in the same order, so the same bits; vblendvps becomes a
  * masked blend (k ? b : a, as blendv(a, b, mask)). Twice the values per operation where the host
  * has 512-bit pipes (_native_act.c's GELU 1.8 -> 1.0 ns a value on a Zen 5 EPYC). */
 #if defined(__AVX512F__) && !defined(MRVL_EMULATED)
@@ -128,13 +128,6 @@ MI __m512 exp_np16(__m512 x) {
     p = _mm512_mask_blend_ps(nan_m, p, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
     p = _mm512_mask_blend_ps(max_m, p, _mm512_castsi512_ps(_mm512_set1_epi32(0x7f800000)));
     return _mm512_mask_blend_ps(min_m, p, zero);
-}
-
-MI __m512 sigmoid16(__m512 x) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    __m512 e = exp_np16(or16(x, (int)0x80000000));
-    return _mm512_div_ps(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), e, one),
-                         _mm512_add_ps(e, one));
 }
 
 MI __m512 rne16x(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
