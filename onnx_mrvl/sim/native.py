@@ -244,6 +244,12 @@ def _huge_bytes(nbytes: int) -> np.ndarray:
     return raw[head:head + nbytes]
 
 
+def _buffer(count: int, dtype) -> np.ndarray:
+    """``count`` uninitialised values of ``dtype``: on huge pages (_huge_bytes) from 2 MB up, else numpy's."""
+    nbytes = count * np.dtype(dtype).itemsize
+    return _huge_bytes(nbytes).view(dtype) if _HUGE and nbytes >= HUGE_PAGE else np.empty(count, dtype)
+
+
 def empty(shape) -> np.ndarray:
     """An uninitialised float32 array whose data starts on a 64-byte boundary.
 
@@ -261,11 +267,7 @@ def empty(shape) -> np.ndarray:
     for d in shape:
         n *= int(d)
     _stagger = (_stagger + 5) % 64
-    if _HUGE and n * 4 >= HUGE_PAGE:
-        buf = _huge_bytes((n + 16 * 64) * 4).view(F32)
-        off = 16 * _stagger
-        return buf[off:off + n].reshape(shape)
-    buf = np.empty(n + 16 + 16 * 64, F32)
+    buf = _buffer(n + 16 + 16 * 64, F32)
     off = (-buf.ctypes.data % 64) // 4 + 16 * (_stagger if n >= 1024 else 0)
     return buf[off:off + n].reshape(shape)
 
@@ -277,10 +279,9 @@ def pack_weights_f16(w: np.ndarray) -> np.ndarray:
     nb = -(-o // 16)
     wp = np.zeros((k, nb * 16), np.float16)
     wp[:, :o] = w
-    size = nb * k * 16 + 32
     # a large FC's weights (VGG's first: 205 MB) stream from memory every run: on huge pages too
-    # (empty; an 8192 x 4096 GEMV -2 to -3%)
-    buf = _huge_bytes(size * 2).view(np.float16) if _HUGE and size * 2 >= HUGE_PAGE else np.empty(size, np.float16)
+    # (_buffer; an 8192 x 4096 GEMV -2 to -3%)
+    buf = _buffer(nb * k * 16 + 32, np.float16)
     off = (-buf.ctypes.data % 64) // 2
     out = buf[off:off + nb * k * 16].reshape(nb, k, 16)
     out[...] = wp.reshape(k, nb, 16).transpose(1, 0, 2)
