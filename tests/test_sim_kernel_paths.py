@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(not _buildable(), reason="no C compiler, or neit
 DW4, ONE_PAIRS, PANEL_PACK, WINDOWS, STEM_ROWS, DW_ROW, EIGHT, STEM_BLOCKS, PIPE = 1, 2, 4, 8, 16, 32, 64, 128, 256
 HALF, MAX_CHAIN = 512, 1024     # tests/test_sim_kernel_paths_half.py, tests/test_sim_maxpool_chain.py
 AVX2_TILES, SWEEP, LANES6, STORE8, ROWS13, DW_TAPS8 = 2048, 4096, 8192, 16384, 32768, 65536
-ALL = 1048575
+ALL = 2097151
 
 
 def _both(path, build):

@@ -27,6 +27,7 @@ def test_native_tests_pass_on_the_avx2_build(tmp_path):
     run_native_tests(tmp_path, "avx2", "avx2",
                      ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
                       "tests/test_sim_grouped_lanes.py", "tests/test_sim_kernel_paths_one_channel.py",
+                      "tests/test_sim_kernel_paths_dw_edges.py",
                       "tests/test_sim_dwpw.py", "tests/test_activations_native.py", "tests/test_sim_softmax_native.py",
                       "tests/test_sim_maxpool_chain.py", "tests/test_int8_native.py", "tests/test_int8_float_native.py",
                       "tests/test_int8_table_native.py"],

@@ -60,5 +60,6 @@ def test_native_tests_pass_on_emulated_avx512(tmp_path):
     run_native_tests(tmp_path, "avx512", "avx512",
                      ["tests/test_sim_native.py", "tests/test_sim_kernel_paths.py", "tests/test_sim_kernel_paths_half.py",
                       "tests/test_sim_grouped_lanes.py", "tests/test_int8_native.py", "tests/test_int8_float_native.py",
-                      "tests/test_int8_table_native.py", "tests/test_sim_kernel_paths_one_channel.py"],
+                      "tests/test_int8_table_native.py", "tests/test_sim_kernel_paths_one_channel.py",
+                      "tests/test_sim_kernel_paths_dw_edges.py"],
                      ONNX_MRVL_SIMDE_DIR=SIMDE)

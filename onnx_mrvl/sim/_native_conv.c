@@ -70,14 +70,16 @@
 #define PATH_ONE_OUT 262144 /* conv: a 1x1 stride-1 conv to one output channel, 16 pixels at a time (conv_one_out) */
 #define PATH_POOL_ROWS 524288 /* max pool: a row's pixels whose windows lie inside the input along x in one tight loop
                                * (pool_max_inner), compiled for 2, 3 and 5 taps a kernel row */
+#define PATH_DW_EDGES 1048576 /* depthwise: a wide row's first and last 8 pixels (a 3-wide kernel, one column of left
+                              * padding) as blocks (dw_edge_left / dw_edge_right), not pixel by pixel */
 #ifdef MRVL_AVX2   /* 16 ymm registers: direct_pipe's 12 x 32 tiles spill; fma_rows and fma_cols8 do not */
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES | PATH_SWEEP
-                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13 | PATH_DW_TAPS8 | PATH_ONE_CHANNEL | PATH_ONE_OUT | PATH_POOL_ROWS;
+                       | PATH_LANES6 | PATH_STORE8 | PATH_ROWS13 | PATH_DW_TAPS8 | PATH_ONE_CHANNEL | PATH_ONE_OUT | PATH_POOL_ROWS | PATH_DW_EDGES;
 #else
 static int new_paths = PATH_DW4 | PATH_ONE_PAIRS | PATH_PANEL_PACK | PATH_WINDOWS | PATH_STEM_ROWS | PATH_DW_ROW
                        | PATH_EIGHT | PATH_STEM_BLOCKS | PATH_PIPE | PATH_HALF | PATH_MAX_CHAIN | PATH_AVX2_TILES
-                       | PATH_ONE_CHANNEL | PATH_ONE_OUT | PATH_POOL_ROWS;
+                       | PATH_ONE_CHANNEL | PATH_ONE_OUT | PATH_POOL_ROWS | PATH_DW_EDGES;
 #endif
 void kernel_paths(int mask) { new_paths = mask; }
 #define NR 32          /* output channels per micro-tile: two zmm */
@@ -3001,8 +3003,8 @@ dw_block_nb(const int NB, int row3, const dw_job *j, const float *xb, const floa
  * product, the others FMAs of exact products: dw_pixel_all's multiply then add), so the bits are
  * those of dw_block / dw_pixel_all. xr: the input row of kernel row ky0 at ix = 0, channel cb. */
 static inline __attribute__((always_inline)) __mmask16
-dw_row3(const int NB, const int full, const dw_job *j, const float *xr, const float *wt, long nky, int last_in,
-        __mmask16 m, float *ob, long cb) {
+dw_row3(const int NB, const int full, const int first_pad, const dw_job *j, const float *xr, const float *wt, long nky,
+        int last_in, __mmask16 m, float *ob, long cb) {
     const long c = j->c, rowstep = j->dh * j->wd * c, ps = j->sw * c;
 #define DWR_LD(p) (full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, (p)))
     __m512 acc[8];
@@ -3012,18 +3014,20 @@ dw_row3(const int NB, const int full, const dw_job *j, const float *xr, const fl
     for (long ky = 0; ky < nky; ky++, xr += rowstep, wt += 3 * j->cp) {
         const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
         if (ky == 0) {                       /* the first in-range tap: a product */
-            acc[0] = _mm512_mul_ps(DWR_LD(xr), w1);
+            if (first_pad)
+                acc[0] = _mm512_mul_ps(DWR_LD(xr), w1);
 #pragma GCC unroll 8
-            for (int t = 1; t < NB; t++)
+            for (int t = first_pad; t < NB; t++)
                 acc[t] = _mm512_mul_ps(DWR_LD(xr + t * ps - c), w0);
         } else {
-            acc[0] = _mm512_fmadd_ps(DWR_LD(xr), w1, acc[0]);
+            if (first_pad)
+                acc[0] = _mm512_fmadd_ps(DWR_LD(xr), w1, acc[0]);
 #pragma GCC unroll 8
-            for (int t = 1; t < NB; t++)
+            for (int t = first_pad; t < NB; t++)
                 acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps - c), w0, acc[t]);
         }
 #pragma GCC unroll 8
-        for (int t = 1; t < NB; t++)
+        for (int t = first_pad; t < NB; t++)
             acc[t] = _mm512_fmadd_ps(DWR_LD(xr + t * ps), w1, acc[t]);
 #pragma GCC unroll 8
         for (int t = 0; t < NB - 1; t++)
@@ -3038,12 +3042,28 @@ dw_row3(const int NB, const int full, const dw_job *j, const float *xr, const fl
 #define DW_ROW3_NB(NB) \
     static __mmask16 dw_row3_##NB(const dw_job *j, const float *xr, const float *wt, long nky, int last_in, \
                                   __mmask16 m, float *ob, long cb) { \
-        return m == 0xFFFF ? dw_row3(NB, 1, j, xr, wt, nky, last_in, m, ob, cb) \
-                           : dw_row3(NB, 0, j, xr, wt, nky, last_in, m, ob, cb); \
+        return m == 0xFFFF ? dw_row3(NB, 1, 1, j, xr, wt, nky, last_in, m, ob, cb) \
+                           : dw_row3(NB, 0, 1, j, xr, wt, nky, last_in, m, ob, cb); \
     }
 DW_ROW3_NB(4) DW_ROW3_NB(5) DW_ROW3_NB(6) DW_ROW3_NB(7) DW_ROW3_NB(8)
 typedef __mmask16 (*dw_row3_fn)(const dw_job *, const float *, const float *, long, int, __mmask16, float *, long);
 static const dw_row3_fn dw_row3_fns[5] = {dw_row3_4, dw_row3_5, dw_row3_6, dw_row3_7, dw_row3_8};
+
+/* The 8-pixel blocks at the two ends of a wider row of a 3-wide kernel with one column of left
+ * padding (dilation 1, any stride): dw_row3 on the row's first 8 pixels (pixel 0's kx = 0 tap in the
+ * padding) and, when the row's last pixel's kx = 2 tap lies in the padding too, a mirrored block
+ * on its last 8 pixels (first_pad 0, last_in 0). These pixels went through dw_pixel_all one by one
+ * (per tap its bounds, per 64 channels its masks): 2 of 56 pixels a row of MobileNetV2's 3x3 at
+ * 56x56x144 took ~12% of the layer. The same taps in the same order, the first a product: the
+ * same bits. xr: the input row of kernel row ky0 at ix = the block's first pixel's ox x stride. */
+static __mmask16 dw_edge_left(const dw_job *j, const float *xr, const float *wt, long nky, __mmask16 m, float *ob,
+                              long cb) {
+    return m == 0xFFFF ? dw_row3(DWB, 1, 1, j, xr, wt, nky, 1, m, ob, cb) : dw_row3(DWB, 0, 1, j, xr, wt, nky, 1, m, ob, cb);
+}
+static __mmask16 dw_edge_right(const dw_job *j, const float *xr, const float *wt, long nky, __mmask16 m, float *ob,
+                               long cb) {
+    return m == 0xFFFF ? dw_row3(DWB, 1, 0, j, xr, wt, nky, 0, m, ob, cb) : dw_row3(DWB, 0, 0, j, xr, wt, nky, 0, m, ob, cb);
+}
 
 /* rows of 4-8 pixels, a 3-wide kernel, one column of left padding: dw_row3 (else NULL) */
 static dw_row3_fn dw_row_fn(const dw_job *j) {
@@ -3094,6 +3114,14 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
     __mmask16 bad = 0;
     const long rowstride = j->wd * j->c;
     const int row3 = j->sw == 1 && j->dw == 1 && j->kw == 3;
+    /* a row's two ends as 8-pixel blocks (dw_edge_left / right): a 3-wide kernel with one column of
+     * left padding, the right end's padding at most one column, rows of at least 9 pixels (the two
+     * blocks overlap in rows under 16: those pixels computed twice, the same values); the interior
+     * blocks then run over [blo, bhi) */
+    const int edges = (new_paths & PATH_DW_EDGES) && j->kw == 3 && j->dw == 1 && j->pl == 1 && lo == 1
+                      && hi >= j->ow - 1 && j->ow > DWB;
+    const int right = edges && hi < j->ow;           /* the last pixel's kx = 2 tap in the padding */
+    const long blo = edges ? DWB : lo, bhi = right ? j->ow - DWB : hi;
     for (long r = r0; r < r1; r++) {
         const long n = r / j->oh, oy = r % j->oh, y0 = oy * j->sh - j->pt;
         long ky0 = 0, ky1 = j->kh;                   /* kernel rows in range */
@@ -3109,8 +3137,20 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
             /* pixel blocks outside, channel blocks inside: each pixel's channels are read and
              * written as one contiguous run (channels outside walked the rows once per 16
              * channels at the pixel stride, missing the cache on every line at batch 8) */
-            for (long oxb = lo; oxb < hi; oxb += nb) {
-                const long ox = hi - oxb < nb ? hi - nb : oxb;     /* a last block overlapping the one before: same values */
+            if (edges) {
+                const float *xr = j->x + (n * j->h + y0 + ky0 * j->dh) * rowstride;
+                const float *wt = j->w + ky0 * 3 * j->cp;
+                const long oxr = j->ow - DWB;
+                for (long cb = c0; cb < c1; cb += 16) {
+                    const long left = c1 - cb;
+                    const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+                    bad |= dw_edge_left(j, xr + cb, wt + cb, ky1 - ky0, m, orow + cb, cb);
+                    if (right)
+                        bad |= dw_edge_right(j, xr + oxr * j->sw * j->c + cb, wt + cb, ky1 - ky0, m, orow + oxr * j->c + cb, cb);
+                }
+            }
+            for (long oxb = blo; oxb < bhi; oxb += nb) {
+                const long ox = bhi - oxb < nb ? bhi - nb : oxb;   /* a last block overlapping the one before: same values */
                 for (long cb = c0; cb < c1; cb += 16) {
                     const long left = c1 - cb;
                     const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
@@ -3125,7 +3165,7 @@ static int dw_rows(const dw_job *j, long r0, long r1, long c0, long c1) {
             }
         }
         for (long ox = 0; ox < j->ow; ox++) {           /* every pixel the blocks did not cover */
-            if (blocks && ox >= lo && ox < hi)
+            if (blocks && (edges || (ox >= lo && ox < hi)))
                 continue;
             dw_pixel_all(j, n, y0, ox * j->sw - j->pl, orow + ox * j->c, c0, c1, &bad);
         }
