@@ -14,6 +14,7 @@ Anything found is kept below as an explicit regression test.
 """
 import logging
 import os
+import shutil
 import tempfile
 import time
 import traceback
@@ -222,6 +223,8 @@ def _shard_run(shard: int, examples: int, queue) -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         if stats["failure"] is None:
             stats["failure"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)     # the examples' converted models (every run left it)
     queue.put((shard, stats))
 
 

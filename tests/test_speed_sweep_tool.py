@@ -24,8 +24,13 @@ def test_rows_for_a_model_that_runs_and_one_that_does_not(tmp_path):
     np.savez(tmp_path / "conv_feeds.npz", rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
     (tmp_path / "list.txt").write_text(f"conv|{tmp_path}/conv.onnx|{tmp_path}/conv_feeds.npz|src\n"
                                        f"missing|{tmp_path}/none.onnx|{tmp_path}/conv_feeds.npz\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "speed_sweep.py"), str(tmp_path / "list.txt"),
-                        "--rounds", "2"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                        "--rounds", "2"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=dict(os.environ, TMPDIR=str(tmp)))
+    left = list(tmp.glob("speed-sweep-*"))
+    assert not left, left                                      # the converted models' folders removed
     rows = [r for r in p.stdout.splitlines() if r.startswith("| conv") or r.startswith("| missing")]
     assert p.returncode == 1, p.stdout + p.stderr              # the missing model's row failed
     assert len(rows) == 2, p.stdout

@@ -17,13 +17,17 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 
-def one(name: str, model: str, feeds: str, rounds: int) -> str:
+def one(name: str, model: str, feeds: str, rounds: int, workdir: str = "") -> str:
+    """The row of one model; its converted copy goes to ``workdir`` (else a temporary folder, removed)."""
+    if not workdir:
+        with tempfile.TemporaryDirectory(prefix="speed-sweep-") as d:
+            return one(name, model, feeds, rounds, d)
     os.environ["ONNX_MRVL_SIM_THREADS"] = "1"
     import collections
     import logging
-    import tempfile
     import time
 
     import numpy as np
@@ -38,7 +42,7 @@ def one(name: str, model: str, feeds: str, rounds: int) -> str:
     names = [i.name for i in m.graph.input if i.name not in inits]
     feed = dict(zip(names, np.load(feeds).values()))
     r = onnx_mrvl.convert(model, input_shapes={k: list(v.shape) for k, v in feed.items()})
-    out = tempfile.mkdtemp(prefix="speed-sweep-")
+    out = workdir
     r.save(out + "/o")
     ours = onnx_mrvl.InferenceSession(out + "/o/model.onnx")
     so = ort.SessionOptions()
@@ -78,9 +82,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per model")
     ap.add_argument("--one", nargs=3, metavar=("NAME", "MODEL", "FEEDS"), help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(one(*args.one, args.rounds))
+        print(one(*args.one, args.rounds, args.workdir))
         return 0
     if not args.manifest:
         ap.error("the manifest is required")
@@ -92,13 +97,17 @@ def main(argv=None) -> int:
             parts = line.strip().split("|")
             if len(parts) < 3 or line.startswith("#"):
                 continue
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", *parts[:3], "--rounds", str(args.rounds)]
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                row = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
-                err = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
-            except subprocess.TimeoutExpired:
-                row, err = None, f"timed out after {args.timeout} s"
+            # the converted model's folder belongs to this process: removed even when the child
+            # is killed at its timeout (each was ~40 MB, and every sweep left them in /tmp)
+            with tempfile.TemporaryDirectory(prefix="speed-sweep-") as work:
+                cmd = [sys.executable, os.path.abspath(__file__), "--one", *parts[:3], "--rounds", str(args.rounds),
+                       "--workdir", work]
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                    row = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
+                    err = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+                except subprocess.TimeoutExpired:
+                    row, err = None, f"timed out after {args.timeout} s"
             if row is None:
                 failed += 1
                 row = f"| {parts[0]} | - | - | - | - | {err[:160]} |"
