@@ -51,3 +51,22 @@ def test_depthwise_row_ends_in_a_fused_depthwise_and_1x1(monkeypatch, threads, h
     """MobileNetV2-like blocks (24 -> 144 -> depthwise -> 24, residual) through a Simulator's static
     plan, whose depthwise + projection pair runs as one banded pass (dw_pw): same bits, same report."""
     _dwpw_block_same(DW_EDGES, monkeypatch, h, w, 24, 144, (h, w), threads=threads, spike=spike)
+
+
+@pytest.mark.parametrize("k, stride, width", [(3, 1, 56), (3, 2, 23), (3, 1, 7), (5, 1, 20), (5, 2, 40), (7, 1, 19)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_sum_of_negative_zeros_is_negative_zero_at_every_pixel(monkeypatch, k, stride, width, threads):
+    """Each pixel's first tap inside the input is a product, not an FMA onto +0 (which turns a sum
+    of -0 products into +0): channels whose weights are all -0, positive inputs, no bias and no
+    activation give -0 at every pixel (interior blocks, row ends, borders pixel by pixel), as
+    numpy's sum of the padded window (0 x -0 is -0 too) does."""
+    assert native.on(), native.why_disabled()
+    monkeypatch.setattr(K, "workers", lambda: threads)
+    rng = np.random.default_rng([k, stride, width])
+    c = 40
+    x = f16(np.abs(rng.standard_normal((1, 9, width, c))) + 0.5)
+    w = f16(rng.standard_normal((c, k, k, 1)))
+    w[::3] = -0.0
+    y, ok = K.Conv2D(w, strides=(stride, stride), padding=(k // 2,) * 4, groups=c).apply(x)
+    assert ok and np.all(y[..., ::3] == 0) and np.signbit(y[..., ::3]).all()
+    assert np.abs(y[..., 1::3]).min() > 0                       # the other channels are not zeros
