@@ -35,7 +35,7 @@ def test_depthwise_row_ends_as_blocks(monkeypatch, shape, stride, dil, act, thre
     x[0, 1, 1, c - 1] = np.nan
     x.reshape(-1)[3::97] = -0.0
     w = f16(rng.standard_normal((c, 3, 3, 1)) * 2)
-    w[:2, :, 1] = -0.0                               # products of -0 at the end pixels: the sign kept
+    w[:2, :, 1] = -0.0                               # -0 weights on the end pixels' middle taps
     conv = dict(bias=rng.standard_normal(c), strides=(stride, stride), padding=(dil, 1, dil, 1),
                 dilation=(dil, 1), groups=c, activation=act,
                 activation_params={"min": -1.0, "max": 6.0} if act == "clamp" else None,

@@ -2890,6 +2890,33 @@ dw_block_h(const int full, const int simple, const int row3, const int NB, const
 }
 #endif
 
+/* one kernel row of dw_block's row3 form: its NB + 2 input vectors (pixel stride c) serve the three
+ * taps of the NB pixels, x[t] * w0 (a product on the first kernel row), then x[t + 1] * w1, x[t + 2] * w2 */
+static inline __attribute__((always_inline)) void
+dw_krow3(const int full, const int NB, const int first, const float *xb, const float *wt, long c, long cp, __mmask16 m,
+         __m512 acc[]) {
+    __m512 xv[DWB + 2];
+#pragma GCC unroll 10
+    for (int t = 0; t < NB + 2; t++)
+        xv[t] = full ? _mm512_loadu_ps(xb + t * c) : _mm512_maskz_loadu_ps(m, xb + t * c);
+    const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + cp), w2 = _mm512_loadu_ps(wt + 2 * cp);
+    if (first) {
+#pragma GCC unroll 8
+        for (int t = 0; t < NB; t++)
+            acc[t] = _mm512_mul_ps(xv[t], w0);
+    } else {
+#pragma GCC unroll 8
+        for (int t = 0; t < NB; t++)
+            acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++)
+        acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < NB; t++)
+        acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
+}
+
 static inline __attribute__((always_inline)) __mmask16
 dw_block(const int full, const int row3, const int NB, const dw_job *j, const float *xb, const float *wt, long nky,
          __mmask16 m, float *ob, long cb) {
@@ -2904,51 +2931,11 @@ dw_block(const int full, const int row3, const int NB, const dw_job *j, const fl
          * MobileNetV2's 3x3 at 56x56x144 and 112x112x32 -10%, 14x14x384 -17%, bench_native_ab.py;
          * unrolling the strided tap-by-tap loop alike made dw_rows large enough to lose it again) */
 #pragma GCC unroll 3
-        for (long ky = 0; ky < 3; ky++, xb += rowstep, wt += 3 * j->cp) {
-            __m512 xv[DWB + 2];
-#pragma GCC unroll 10
-            for (int t = 0; t < NB + 2; t++)
-                xv[t] = full ? _mm512_loadu_ps(xb + t * c) : _mm512_maskz_loadu_ps(m, xb + t * c);
-            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
-            if (ky == 0) {
-#pragma GCC unroll 8
-                for (int t = 0; t < NB; t++)
-                    acc[t] = _mm512_mul_ps(xv[t], w0);
-            } else {
-#pragma GCC unroll 8
-                for (int t = 0; t < NB; t++)
-                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
-            }
-#pragma GCC unroll 8
-            for (int t = 0; t < NB; t++)
-                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
-#pragma GCC unroll 8
-            for (int t = 0; t < NB; t++)
-                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
-        }
+        for (long ky = 0; ky < 3; ky++, xb += rowstep, wt += 3 * j->cp)
+            dw_krow3(full, NB, ky == 0, xb, wt, c, j->cp, m, acc);
     } else if (row3) {
-        for (long ky = 0; ky < nky; ky++, xb += rowstep, wt += 3 * j->cp) {
-            __m512 xv[DWB + 2];
-#pragma GCC unroll 10
-            for (int t = 0; t < NB + 2; t++)
-                xv[t] = full ? _mm512_loadu_ps(xb + t * c) : _mm512_maskz_loadu_ps(m, xb + t * c);
-            const __m512 w0 = _mm512_loadu_ps(wt), w1 = _mm512_loadu_ps(wt + j->cp), w2 = _mm512_loadu_ps(wt + 2 * j->cp);
-            if (ky == 0) {                   /* the first tap: a product */
-#pragma GCC unroll 8
-                for (int t = 0; t < NB; t++)
-                    acc[t] = _mm512_mul_ps(xv[t], w0);
-            } else {
-#pragma GCC unroll 8
-                for (int t = 0; t < NB; t++)
-                    acc[t] = _mm512_fmadd_ps(xv[t], w0, acc[t]);
-            }
-#pragma GCC unroll 8
-            for (int t = 0; t < NB; t++)
-                acc[t] = _mm512_fmadd_ps(xv[t + 1], w1, acc[t]);
-#pragma GCC unroll 8
-            for (int t = 0; t < NB; t++)
-                acc[t] = _mm512_fmadd_ps(xv[t + 2], w2, acc[t]);
-        }
+        for (long ky = 0; ky < nky; ky++, xb += rowstep, wt += 3 * j->cp)
+            dw_krow3(full, NB, ky == 0, xb, wt, c, j->cp, m, acc);
     } else {
         int first = 1;
         for (long ky = 0; ky < nky; ky++, xb += rowstep) {
