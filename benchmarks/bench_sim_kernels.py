@@ -43,7 +43,7 @@ from onnx_mrvl.sim.fp16 import round_fp16_  # noqa: E402
 from onnx_mrvl.sim.parallel import workers  # noqa: E402
 from onnx_mrvl.sim import native  # noqa: E402
 from onnx_mrvl.sim.kernels import Conv2D  # noqa: E402
-from onnx_mrvl.testing.timing import SETTLE_S, seconds, warm_up  # noqa: E402
+from onnx_mrvl.testing.timing import seconds, settle  # noqa: E402
 
 # name, (N,H,W,C), O, k, stride, pad, groups, activation
 SHAPES = [
@@ -107,7 +107,7 @@ def best_time(fn, repeat: int) -> float:
 
 def settled_best_time(fn, repeat: int) -> float:
     """``best_time`` after a pause in which the other side's spinning threads go to sleep, and a
-    warm-up of at least 50 ms (``timing.warm_up``, as the end-to-end benchmarks warm up).
+    warm-up of at least 50 ms (``timing.settle``, as the end-to-end benchmarks' blocks start).
 
     onnxruntime's intra-op worker spins ~40 ms of CPU after a session is created and after each
     ``run`` (measured from its thread's schedstat); timed right after that, the simulator's two
@@ -117,9 +117,8 @@ def settled_best_time(fn, repeat: int) -> float:
     come up to speed: timed at once, a row of 0.1 ms calls (20 of them: 2 ms) often got no second
     core at all (x2 = 1.0: PP-LCNet's 1x1 at 40x40 read 1.28x onnxruntime's wall time, 0.73x its
     one-thread time)."""
-    time.sleep(SETTLE_S)
-    warm_up(fn, 5)
-    return best_time(fn, repeat)
+    settle(fn)
+    return float(np.min(seconds(fn, repeat, warmup=0)))
 
 
 ORT_THREADS = 0

@@ -30,6 +30,13 @@ def warm_up(run: Callable[[], object], runs: int, seconds: Optional[float] = Non
         done += 1
 
 
+def settle(run: Callable[[], object], runs: int = WARMUP) -> None:
+    """The start of every timed block: the pause in which the other side's spinning threads go to
+    sleep (``SETTLE_S``), then ``run``'s warm-up (``warm_up``: at least ``runs`` runs, ``WARMUP_S``)."""
+    time.sleep(SETTLE_S)
+    warm_up(run, runs)
+
+
 def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP) -> Dict[str, List[float]]:
     """Time ``sess`` (an onnx_mrvl InferenceSession) and ``ref`` (onnxruntime) on ``feed``, ``repeat``
     runs each in blocks of ``block`` (default: one block). Returns per-run samples: ``shim`` and
@@ -41,15 +48,13 @@ def alternate(sess, ref, feed, repeat: int, block: int = 0, warmup: int = WARMUP
         # onnxruntime's intra-op threads spin ~35-40 ms of CPU after a run (their schedstat): a
         # shim block right after the reference block shared the cores with them (MobileNetV2
         # width 0.5: ~35 ms of its ~50 ms block on the idle machine)
-        time.sleep(SETTLE_S)
-        warm_up(lambda: sess.run(None, feed), warmup)
+        settle(lambda: sess.run(None, feed), warmup)
         for _ in range(block):
             t0 = time.perf_counter()
             sess.run(None, feed)
             out["shim"].append(time.perf_counter() - t0)
             out["sim"].append(sum(s["last_wall_s"] for s in sess.mrvl_stats()))
-        time.sleep(SETTLE_S)
-        warm_up(lambda: ref.run(None, feed), warmup)
+        settle(lambda: ref.run(None, feed), warmup)
         for _ in range(block):
             t0, c0 = time.perf_counter(), time.process_time()
             ref.run(None, feed)
@@ -66,8 +71,7 @@ def paired_medians(run_a: Callable[[], object], run_b: Callable[[], object], rep
     times: Dict[str, List[float]] = {"a": [], "b": []}
     for _ in range(max(1, rounds)):
         for key, run in (("a", run_a), ("b", run_b)):
-            time.sleep(SETTLE_S)
-            warm_up(run, WARMUP)
+            settle(run)
             times[key] += seconds(run, repeat, warmup=0)
     return float(np.median(times["a"])), float(np.median(times["b"]))
 
