@@ -42,9 +42,8 @@ def one(name: str, model: str, feeds: str, rounds: int, workdir: str = "") -> st
     names = [i.name for i in m.graph.input if i.name not in inits]
     feed = dict(zip(names, np.load(feeds).values()))
     r = onnx_mrvl.convert(model, input_shapes={k: list(v.shape) for k, v in feed.items()})
-    out = workdir
-    r.save(out + "/o")
-    ours = onnx_mrvl.InferenceSession(out + "/o/model.onnx")
+    r.save(workdir + "/o")
+    ours = onnx_mrvl.InferenceSession(workdir + "/o/model.onnx")
     so = ort.SessionOptions()
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     ref = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
